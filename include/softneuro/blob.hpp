@@ -1,0 +1,136 @@
+// softneuro/blob.hpp — n-dimensional tensors: shape, dtype, layout, device.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace softneuro {
+
+/// Element type of a blob. qint8/quint8 carry scale and zero point (QuantParams).
+enum class DType : uint8_t { float32 = 0, float16, bfloat16, qint8, quint8, int32, int64 };
+
+/// Physical arrangement of a blob's elements. Shapes are always logical
+/// (N, C, H, W, ... for images); the layout says how they lie in memory.
+///  - nchw: row-major in logical order (also what non-image blobs use);
+///  - nhwc: channels last;
+///  - nchw8c / nchw16c: channel blocks of 8/16 innermost, C padded up (oneDNN's nChw8c).
+enum class Layout : uint8_t { nchw = 0, nhwc, nchw8c, nchw16c };
+
+enum class Device : uint8_t { cpu = 0, cuda };
+
+std::string_view to_string(DType);
+std::string_view to_string(Layout);
+std::string_view to_string(Device);
+/// Parses "float32", "qint8", ... ; throws softneuro::Error on an unknown name.
+DType parse_dtype(std::string_view);
+Layout parse_layout(std::string_view);
+Device parse_device(std::string_view);
+/// Bytes per element (1 for the quantised types).
+std::size_t dtype_size(DType);
+
+/// A logical shape of at most Shape::max_rank dimensions, stored inline so that
+/// copying one never allocates.
+class Shape {
+ public:
+  static constexpr int max_rank = 8;
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims);
+  explicit Shape(const std::vector<int64_t>& dims);
+
+  int rank() const noexcept { return rank_; }
+  std::size_t size() const noexcept { return static_cast<std::size_t>(rank_); }
+  int64_t operator[](int i) const noexcept { return dims_[static_cast<std::size_t>(i)]; }
+  int64_t& operator[](int i) noexcept { return dims_[static_cast<std::size_t>(i)]; }
+  const int64_t* begin() const noexcept { return dims_.data(); }
+  const int64_t* end() const noexcept { return dims_.data() + rank_; }
+  /// Number of elements (1 for a scalar of rank 0).
+  int64_t numel() const noexcept;
+  void push_back(int64_t d);
+  std::vector<int64_t> to_vector() const { return {begin(), end()}; }
+  /// "[1,3,224,224]"
+  std::string to_string() const;
+  bool operator==(const Shape& o) const noexcept;
+  bool operator!=(const Shape& o) const noexcept { return !(*this == o); }
+
+ private:
+  std::array<int64_t, max_rank> dims_{};
+  int rank_ = 0;
+};
+
+/// Scale and zero point of a quantised blob: one value per tensor, or one per
+/// channel along `axis` (per-channel weights).
+struct QuantParams {
+  std::vector<float> scales;
+  std::vector<int32_t> zero_points;
+  int axis = -1;  ///< -1: per tensor
+  bool empty() const noexcept { return scales.empty(); }
+  bool operator==(const QuantParams&) const = default;
+};
+
+/// A tensor: a shape, a dtype, a layout, a device, and memory that it either
+/// owns (Blob::allocate) or merely views (Blob::view, zero-copy over caller
+/// memory that must outlive every use of the blob). Copies share memory.
+class Blob {
+ public:
+  Blob() = default;
+
+  /// Allocates zero-filled, 64-byte aligned CPU memory for the shape.
+  static Blob allocate(const Shape& shape, DType dtype = DType::float32,
+                       Layout layout = Layout::nchw);
+  /// Views memory owned by the caller; nothing is copied.
+  static Blob view(void* data, const Shape& shape, DType dtype = DType::float32,
+                   Layout layout = Layout::nchw, Device device = Device::cpu);
+  /// Views memory kept alive by `owner` (e.g. a memory-mapped file).
+  static Blob view(std::shared_ptr<const void> owner, const void* data, const Shape& shape,
+                   DType dtype, Layout layout = Layout::nchw);
+
+  bool empty() const noexcept { return data_ == nullptr && shape_.numel() == 0; }
+  const Shape& shape() const noexcept { return shape_; }
+  DType dtype() const noexcept { return dtype_; }
+  Layout layout() const noexcept { return layout_; }
+  Device device() const noexcept { return device_; }
+  int64_t numel() const noexcept { return shape_.numel(); }
+  /// Bytes the elements take in memory in this blob's layout (blocked layouts pad C).
+  std::size_t byte_size() const noexcept;
+
+  void* data() noexcept { return data_; }
+  const void* data() const noexcept { return data_; }
+  template <class T> T* data_as() noexcept { return static_cast<T*>(data_); }
+  template <class T> const T* data_as() const noexcept { return static_cast<const T*>(data_); }
+
+  QuantParams& quant() noexcept { return quant_; }
+  const QuantParams& quant() const noexcept { return quant_; }
+
+  /// Points this blob at other memory, keeping shape/dtype/layout (no allocation).
+  void rebind(void* data) noexcept { data_ = data; }
+  /// Changes the shape without touching memory (caller guarantees it fits).
+  void reshape(const Shape& s) noexcept { shape_ = s; }
+  /// A deep copy into freshly allocated memory.
+  Blob clone() const;
+
+ private:
+  std::shared_ptr<const void> owner_;
+  void* data_ = nullptr;
+  Shape shape_;
+  DType dtype_ = DType::float32;
+  Layout layout_ = Layout::nchw;
+  Device device_ = Device::cpu;
+  QuantParams quant_;
+};
+
+/// Bytes needed for `shape` of `dtype` in `layout`.
+std::size_t storage_bytes(const Shape& shape, DType dtype, Layout layout) noexcept;
+
+/// A blob with the name of the net input or output it binds to.
+struct NamedBlob {
+  std::string name;
+  Blob blob;
+};
+
+}  // namespace softneuro

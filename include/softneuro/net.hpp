@@ -1,0 +1,98 @@
+// softneuro/net.hpp — load, save and run a net.
+#pragma once
+
+#include <softneuro/blob.hpp>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace softneuro {
+
+namespace detail {
+struct NetImpl;
+}
+
+/// A net input or output: its name, logical shape and dtype.
+struct TensorInfo {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::float32;
+};
+
+/// One layer as `softneuro inspect` shows it, with the routine that runs it.
+struct LayerSummary {
+  std::string name;
+  std::string type;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::vector<Shape> output_shapes;
+  std::string params;      ///< "strides=[1,1] group=1 ..." (weights as "name:shape")
+  std::string descriptor;  ///< the routine chosen to run it, e.g. "cpu/ref"
+  std::string routine_params;  ///< "tile=4 ..." or empty
+  bool tuned = false;      ///< whether the descriptor comes from a tuned routine path
+  double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
+};
+
+/// A net: a DAG of layers with named inputs and outputs, routines prepared,
+/// memory planned. Move-only. Not safe to run from two threads at once.
+class Net {
+ public:
+  /// Reads a .dnn file (memory-mapped; weights used in place), checks it fully
+  /// (format version, checksum, every index and size) and prepares its routines.
+  /// Throws softneuro::Error naming the file, layer and field at fault.
+  static Net load(const std::string& path);
+  /// Writes a .dnn file atomically: a temporary file renamed over `path`, so a
+  /// failed save leaves any previous file intact.
+  void save(const std::string& path) const;
+
+  Net(Net&&) noexcept;
+  Net& operator=(Net&&) noexcept;
+  ~Net();
+
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  /// Shape of the named input or output; throws softneuro::Error for an unknown name.
+  Shape input_shape(const std::string& name) const;
+  Shape output_shape(const std::string& name) const;
+
+  /// Runs the net. Inputs are read in place (zero-copy); each output is written
+  /// straight into the memory of the caller's blob of that name, which must
+  /// have the output's shape. After the first call this performs no heap
+  /// allocation. Throws softneuro::Error on a missing, unknown or mis-shaped blob.
+  void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
+  /// Convenience form: returns freshly allocated outputs, in outputs() order.
+  std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
+
+  /// The layers in execution order with their chosen routines.
+  std::vector<LayerSummary> layers() const;
+  /// Bytes of the planned arena shared by all intermediate blobs and
+  /// workspaces, and the sum of those blobs' own sizes (what no plan would use).
+  std::size_t planned_bytes() const;
+  std::size_t unplanned_bytes() const;
+  /// The device fingerprint a tuned path was made on, empty when untuned.
+  std::string tuned_fingerprint() const;
+  /// The name of the model (from the file).
+  const std::string& name() const;
+
+  /// For the library's own modules (importer, tuner); not for apps.
+  explicit Net(std::unique_ptr<detail::NetImpl> impl);
+  detail::NetImpl& impl() { return *impl_; }
+  const detail::NetImpl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<detail::NetImpl> impl_;
+};
+
+/// Sets the number of threads of the library's one thread pool, and of every
+/// library it wraps (so 1 really means one thread). Default: all cores.
+void set_num_threads(int threads);
+int num_threads();
+
+/// The library's version, e.g. "0.1.0".
+const char* version();
+
+}  // namespace softneuro

@@ -1,0 +1,204 @@
+// softneuro/routine.hpp — the routine-author API.
+//
+// A *layer* says what to compute; a *routine* says how, for one layer type and
+// one or more schemas. Routines register themselves (SOFTNEURO_REGISTER_ROUTINE)
+// or arrive in a plugin (SOFTNEURO_PLUGIN); the registry answers which routines
+// implement a layer for a schema, and the executor prepares the chosen one once
+// and runs it many times. This header is all a routine or plugin author needs.
+#pragma once
+
+#include <softneuro/blob.hpp>
+#include <softneuro/error.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace softneuro {
+
+/// Bumped whenever this header changes in a way that breaks compiled plugins.
+inline constexpr uint32_t abi_version = 1;
+
+// ---------------------------------------------------------------------------
+// Schemas
+
+/// platform:dtype[:layout], e.g. "cpu", "cpu:qint8", "cpu:float32:nhwc", "cuda:float16".
+struct Schema {
+  Device device = Device::cpu;
+  DType dtype = DType::float32;
+  Layout layout = Layout::nchw;
+
+  /// Throws softneuro::Error naming the text when it is not a schema.
+  static Schema parse(std::string_view text);
+  /// Canonical text: trailing defaults dropped ("cpu", "cpu:qint8", "cpu:float32:nhwc").
+  std::string to_string() const;
+  bool operator==(const Schema&) const = default;
+};
+
+// ---------------------------------------------------------------------------
+// Layers
+
+/// A layer parameter: an integer, a float, a string, or a list of integers or floats.
+using Attr = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+
+/// What to compute: a type ("conv2", "relu", ...), layer parameters, weights,
+/// and the names of the blobs it reads and writes. Knows nothing of routines.
+struct Layer {
+  std::string name;
+  std::string type;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::map<std::string, Attr> params;
+  std::map<std::string, Blob> weights;
+
+  bool has(const std::string& key) const { return params.count(key) != 0; }
+  /// Typed parameter access; a missing (without default) or mistyped value
+  /// throws softneuro::Error naming this layer and the field.
+  int64_t get_int(const std::string& key) const;
+  int64_t get_int(const std::string& key, int64_t fallback) const;
+  double get_float(const std::string& key) const;
+  double get_float(const std::string& key, double fallback) const;
+  std::string get_string(const std::string& key) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+  std::vector<int64_t> get_ints(const std::string& key) const;
+  std::vector<int64_t> get_ints(const std::string& key, std::vector<int64_t> fallback) const;
+  std::vector<double> get_floats(const std::string& key) const;
+  std::vector<double> get_floats(const std::string& key, std::vector<double> fallback) const;
+
+  /// The weight or an Error naming this layer and the weight.
+  const Blob& weight(const std::string& key) const;
+  /// The weight or nullptr.
+  const Blob* find_weight(const std::string& key) const;
+};
+
+/// What a routine sees of a layer when it decides, prepares and runs: the layer
+/// and the shapes (and, for quantised schemas, quantisation) of its blobs.
+struct LayerInfo {
+  const Layer* layer = nullptr;
+  std::vector<Shape> input_shapes;
+  std::vector<Shape> output_shapes;
+  std::vector<QuantParams> input_quant;   ///< empty unless calibrated
+  std::vector<QuantParams> output_quant;  ///< empty unless calibrated
+};
+
+// ---------------------------------------------------------------------------
+// Threads
+
+/// The library's one thread pool. Routines split their work with parallel_for;
+/// it never allocates, so it is safe inside Net::run.
+class ThreadPool {
+ public:
+  virtual ~ThreadPool() = default;
+  virtual int num_threads() const noexcept = 0;
+  /// Calls fn(begin, end) over [0, n) in chunks of at least `grain`, on all threads.
+  template <class F>
+  void parallel_for(int64_t n, int64_t grain, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    run_chunks(n, grain, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
+               const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ protected:
+  virtual void run_chunks(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t),
+                          void* ctx) = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Routines
+
+/// A routine's answer to "can you compute this layer for this schema": yes, or
+/// no with the reason (shown by verbose modes for every routine considered).
+struct Support {
+  bool ok = false;
+  std::string reason;
+  static Support yes() { return {true, {}}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+  explicit operator bool() const noexcept { return ok; }
+};
+
+/// One tunable routine parameter and its choices (tile size, cache block, ...).
+struct RoutineParamSpec {
+  std::string name;
+  std::vector<int64_t> choices;
+};
+/// Chosen values, one per RoutineParamSpec, in the routine's order.
+using RoutineParams = std::vector<std::pair<std::string, int64_t>>;
+
+/// The value of `key` in `params`, or `fallback`.
+int64_t routine_param(const RoutineParams& params, std::string_view key, int64_t fallback);
+
+/// What a prepared routine gets on every run. Input and output blobs carry
+/// their memory; `workspace` is scratch of workspace_bytes() planned by the executor.
+struct RunArgs {
+  std::span<const Blob* const> inputs;
+  std::span<Blob* const> outputs;
+  void* workspace = nullptr;
+  ThreadPool* pool = nullptr;
+};
+
+/// A routine prepared for one layer: weights packed, shapes fixed. run() must
+/// not allocate memory; it computes outputs from inputs.
+class PreparedRoutine {
+ public:
+  virtual ~PreparedRoutine() = default;
+  /// Scratch memory run() needs; the executor plans it with the blobs.
+  virtual std::size_t workspace_bytes() const { return 0; }
+  virtual void run(const RunArgs& args) = 0;
+};
+
+/// How to compute one layer type, for the schemas it lists. Identified by its
+/// descriptor "schema/algorithm" (e.g. "cpu/ref", "cpu:qint8/onednn").
+class Routine {
+ public:
+  virtual ~Routine() = default;
+  /// The layer type this routine computes ("conv2", ...).
+  virtual std::string_view layer_type() const = 0;
+  /// The algorithm part of the descriptor ("ref", "wg", "onednn", ...).
+  virtual std::string_view algorithm() const = 0;
+  /// Schemas this routine computes in; each gives one descriptor.
+  virtual std::vector<Schema> schemas() const { return {Schema{}}; }
+  /// Whether the routine can compute this layer in this schema, with the reason when not.
+  virtual Support supports(const LayerInfo& layer, const Schema& schema) const = 0;
+  /// Tunable parameters for this layer; empty when there is nothing to tune.
+  virtual std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const {
+    return {};
+  }
+  /// One-time work (weight packing, transforms). Throws softneuro::Error when impossible.
+  virtual std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& layer, const Schema& schema,
+                                                   const RoutineParams& params) const = 0;
+  /// Rank of this routine in the untuned default choice: higher wins among the
+  /// supported routines of the default schema. Reference routines use 0.
+  virtual int default_priority() const { return 0; }
+};
+
+/// "schema/algorithm"
+std::string make_descriptor(const Schema& schema, std::string_view algorithm);
+
+/// Adds a routine to the library's one registry. A routine whose descriptor
+/// and layer type are already registered is refused with an Error.
+void register_routine(std::unique_ptr<Routine> routine);
+
+/// Descriptors of every registered routine for `layer_type` (all types when empty), sorted.
+std::vector<std::string> registered_routines(std::string_view layer_type = {});
+
+namespace detail {
+template <class R>
+struct RoutineRegistration {
+  RoutineRegistration() { register_routine(std::make_unique<R>()); }
+};
+}  // namespace detail
+
+}  // namespace softneuro
+
+#define SOFTNEURO_CONCAT_INNER(a, b) a##b
+#define SOFTNEURO_CONCAT(a, b) SOFTNEURO_CONCAT_INNER(a, b)
+/// Registers routine class R (default-constructible) when the library loads.
+#define SOFTNEURO_REGISTER_ROUTINE(R)                                             \
+  static const ::softneuro::detail::RoutineRegistration<R> SOFTNEURO_CONCAT( \
+      softneuro_routine_registration_, __LINE__) {}

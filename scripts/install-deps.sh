@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of libsoftneuro from Debian's packages.
+# Idempotent: packages already present are skipped by apt.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+PKGS=(
+  build-essential cmake pkg-config ninja-build
+  libeigen3-dev libdnnl-dev libxnnpack-dev libpthreadpool-dev libcpuinfo-dev
+  flatbuffers-compiler libflatbuffers-dev libfmt-dev catch2
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  python3-numpy
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,350 @@
+// .dnn files: a 64-byte header, the Model flatbuffer, then 64-byte aligned weights.
+//
+// Header (little-endian):
+//   0  char[8] magic "SNDNN\0\0\0"     32 u64 weights_offset (multiple of 64)
+//   8  u32 format_version               40 u64 weights_size
+//  12  u32 flags (0)                    48 u64 file_size
+//  16  u64 model_offset (= 64)          56 u64 checksum
+//  24  u64 model_size
+// checksum = xxh64(file[64..file_size), seed = xxh64(file[0..56))): every byte of
+// the file but the checksum itself is covered, header, padding and weights alike.
+#include "core/dnn_file.hpp"
+
+#include "core/hash.hpp"
+#include "dnn_generated.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace softneuro::core {
+
+static_assert(std::endian::native == std::endian::little, ".dnn files are little-endian");
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'N', 'D', 'N', 'N', 0, 0, 0};
+constexpr std::size_t kHeaderSize = 64;
+constexpr std::size_t kAlign = 64;
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t flags;
+  uint64_t model_offset, model_size, weights_offset, weights_size, file_size, checksum;
+};
+static_assert(sizeof(Header) == kHeaderSize);
+
+std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+uint64_t file_checksum(const unsigned char* base, std::size_t size) {
+  return xxh64(base + kHeaderSize, size - kHeaderSize, xxh64(base, 56));
+}
+
+[[noreturn]] void bad(const std::string& file, const std::string& field, const std::string& msg,
+                      const std::string& layer = {}) {
+  throw Error(msg, file, layer, field);
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+struct Reader {
+  const std::string& file;
+  const unsigned char* weights;
+  std::size_t weights_size;
+  std::shared_ptr<const void> owner;
+
+  std::string str(const flatbuffers::String* s) const { return s ? s->str() : std::string(); }
+
+  Shape shape(const flatbuffers::Vector<int64_t>* v, const std::string& layer, const std::string& field) const {
+    if (!v) return Shape{};
+    if (v->size() > static_cast<unsigned>(Shape::max_rank))
+      bad(file, field, fmt::format("rank {} exceeds the maximum {}", v->size(), Shape::max_rank), layer);
+    Shape s;
+    int64_t total = 1;
+    for (auto d : *v) {
+      if (d < 0) bad(file, field, fmt::format("negative dim {}", d), layer);
+      if (d > 0 && total > std::numeric_limits<int64_t>::max() / d) bad(file, field, "shape overflows", layer);
+      total *= d;
+      s.push_back(d);
+    }
+    return s;
+  }
+
+  DType dtype(uint8_t raw, const std::string& layer, const std::string& field) const {
+    if (raw > static_cast<uint8_t>(DType::int64)) bad(file, field, fmt::format("unknown dtype code {}", raw), layer);
+    return static_cast<DType>(raw);
+  }
+
+  Blob weight(const fb::Weight* w, const std::string& layer) const {
+    std::string field = "weights." + str(w->name());
+    Shape s = shape(w->shape(), layer, field);
+    DType dt = dtype(w->dtype(), layer, field);
+    uint64_t off = w->offset(), size = w->size();
+    if (off % kAlign != 0) bad(file, field, fmt::format("offset {} is not 64-byte aligned", off), layer);
+    if (off > weights_size || size > weights_size - off)
+      bad(file, field, fmt::format("bytes [{}, +{}) lie outside the weights section ({} bytes)", off, size, weights_size), layer);
+    std::size_t want = storage_bytes(s, dt, Layout::nchw);
+    if (size != want) bad(file, field, fmt::format("holds {} bytes, shape {} of {} needs {}", size, s.to_string(), to_string(dt), want), layer);
+    Blob b = Blob::view(owner, weights + off, s, dt);
+    if (w->scales()) b.quant().scales.assign(w->scales()->begin(), w->scales()->end());
+    if (w->zero_points()) b.quant().zero_points.assign(w->zero_points()->begin(), w->zero_points()->end());
+    b.quant().axis = w->quant_axis();
+    if (b.quant().axis < -1 || b.quant().axis >= std::max(1, s.rank()))
+      bad(file, field + ".quant_axis", fmt::format("axis {} out of range", b.quant().axis), layer);
+    return b;
+  }
+
+  Attr attr(const fb::Attr* a, const std::string& layer) const {
+    std::string field = "params." + str(a->name());
+    switch (a->kind()) {
+      case fb::AttrKind::Int: return a->i();
+      case fb::AttrKind::Float: return a->f();
+      case fb::AttrKind::String: return str(a->s());
+      case fb::AttrKind::Ints: return a->ints() ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end()) : std::vector<int64_t>{};
+      case fb::AttrKind::Floats: return a->floats() ? std::vector<double>(a->floats()->begin(), a->floats()->end()) : std::vector<double>{};
+    }
+    bad(file, field, fmt::format("unknown parameter kind {}", static_cast<int>(a->kind())), layer);
+  }
+};
+
+std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (v)
+    for (auto s : *v) out.push_back(s->str());
+  return out;
+}
+
+Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const void> owner, const std::string& file) {
+  if (size < kHeaderSize) bad(file, "header", fmt::format("file is truncated: {} bytes, a header alone is {}", size, kHeaderSize));
+  Header h;
+  std::memcpy(&h, base, kHeaderSize);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) bad(file, "header.magic", "not a .dnn file (bad magic)");
+  if (h.version == 0 || h.version > dnn_format_version)
+    bad(file, "header.format_version",
+        fmt::format("format version {} is not supported (this library reads 1 to {}){}", h.version, dnn_format_version,
+                    h.version > dnn_format_version ? ": the file is newer than the library" : ""));
+  if (h.file_size != size)
+    bad(file, "header.file_size", fmt::format("file is {} bytes, its header says {} (truncated or padded)", size, h.file_size));
+  if (h.flags != 0) bad(file, "header.flags", fmt::format("unknown flags {:#x}", h.flags));
+  if (h.model_offset != kHeaderSize || h.model_size > size - kHeaderSize || h.weights_offset % kAlign != 0 ||
+      h.weights_offset < h.model_offset + h.model_size || h.weights_offset > size || h.weights_size != size - h.weights_offset)
+    bad(file, "header", "inconsistent section offsets/sizes");
+  if (file_checksum(base, size) != h.checksum)
+    bad(file, "header.checksum", "checksum mismatch: the file is damaged");
+
+  const unsigned char* model = base + h.model_offset;
+  flatbuffers::Verifier verifier(model, h.model_size, /*max_depth=*/64, /*max_tables=*/50'000'000);
+  if (!fb::VerifyModelBuffer(verifier)) bad(file, "model", "the model section fails FlatBuffers verification");
+  const fb::Model* m = fb::GetModel(model);
+
+  Reader r{file, base + h.weights_offset, h.weights_size, owner};
+  Graph g;
+  g.storage = owner;
+  g.name = r.str(m->name());
+  if (m->inputs())
+    for (auto t : *m->inputs()) {
+      std::string name = r.str(t->name());
+      g.inputs.push_back({name, r.shape(t->shape(), {}, "inputs." + name), r.dtype(t->dtype(), {}, "inputs." + name)});
+    }
+  g.outputs = strings(m->outputs());
+  if (m->layers())
+    for (auto fl : *m->layers()) {
+      Layer l;
+      l.name = r.str(fl->name());
+      l.type = r.str(fl->type());
+      l.inputs = strings(fl->inputs());
+      l.outputs = strings(fl->outputs());
+      if (fl->params())
+        for (auto a : *fl->params())
+          if (!l.params.emplace(r.str(a->name()), r.attr(a, l.name)).second)
+            bad(file, "params." + r.str(a->name()), "duplicate parameter", l.name);
+      if (fl->weights())
+        for (auto w : *fl->weights())
+          if (!l.weights.emplace(r.str(w->name()), r.weight(w, l.name)).second)
+            bad(file, "weights." + r.str(w->name()), "duplicate weight", l.name);
+      g.layers.push_back(std::move(l));
+    }
+  if (auto p = m->routine_path()) {
+    g.routine_path.device_fingerprint = r.str(p->device_fingerprint());
+    if (p->routines())
+      for (auto c : *p->routines()) {
+        RoutineChoice rc{r.str(c->layer()), r.str(c->descriptor()), {}, c->predicted_ms(), c->measured_ms()};
+        if (c->params())
+          for (auto kv : *c->params()) rc.params.emplace_back(r.str(kv->name()), kv->value());
+        g.routine_path.routines.push_back(std::move(rc));
+      }
+    if (p->adapts())
+      for (auto a : *p->adapts())
+        g.routine_path.adapts.push_back({r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
+                                         r.str(a->to_schema()), strings(a->steps()), a->predicted_ms()});
+  }
+  return g;
+}
+
+}  // namespace
+
+Graph read_dnn(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("cannot open: {}", std::strerror(errno)), path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error("not a regular file", path);
+  }
+  auto size = static_cast<std::size_t>(st.st_size);
+  if (size < kHeaderSize) {
+    ::close(fd);
+    bad(path, "header", fmt::format("file is truncated: {} bytes, a header alone is {}", size, kHeaderSize));
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw Error(fmt::format("cannot map: {}", std::strerror(errno)), path);
+  std::shared_ptr<const void> owner(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+  return parse(static_cast<const unsigned char*>(p), size, owner, path);
+}
+
+Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name) {
+  void* copy = std::aligned_alloc(kAlign, align_up(std::max<std::size_t>(size, 1)));
+  if (!copy) throw Error("out of memory", name);
+  std::shared_ptr<const void> owner(copy, [](const void* q) { std::free(const_cast<void*>(q)); });
+  if (size) std::memcpy(copy, data, size);
+  return parse(static_cast<const unsigned char*>(copy), size, owner, name);
+}
+
+// ---------------------------------------------------------------------------
+// Writing
+
+std::vector<unsigned char> serialize_dnn(const Graph& g) {
+  flatbuffers::FlatBufferBuilder fbb(1 << 16);
+  std::vector<const Blob*> blobs;  // in weights-section order
+  std::size_t weights_size = 0;
+
+  auto ints = [&](const Shape& s) { return fbb.CreateVector(s.to_vector()); };
+  std::vector<flatbuffers::Offset<fb::Tensor>> inputs;
+  for (const auto& t : g.inputs)
+    inputs.push_back(fb::CreateTensor(fbb, fbb.CreateString(t.name), static_cast<uint8_t>(t.dtype), ints(t.shape)));
+  std::vector<flatbuffers::Offset<fb::Layer>> layers;
+  for (const auto& l : g.layers) {
+    std::vector<flatbuffers::Offset<fb::Attr>> params;
+    for (const auto& [k, v] : l.params) {
+      auto name = fbb.CreateString(k);
+      flatbuffers::Offset<fb::Attr> a;
+      std::visit(
+          [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, int64_t>) a = fb::CreateAttr(fbb, name, fb::AttrKind::Int, x);
+            else if constexpr (std::is_same_v<T, double>) a = fb::CreateAttr(fbb, name, fb::AttrKind::Float, 0, x);
+            else if constexpr (std::is_same_v<T, std::string>) {
+              auto s = fbb.CreateString(x);
+              a = fb::CreateAttr(fbb, name, fb::AttrKind::String, 0, 0, s);
+            } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+              auto v2 = fbb.CreateVector(x);
+              a = fb::CreateAttr(fbb, name, fb::AttrKind::Ints, 0, 0, 0, v2);
+            } else {
+              auto v2 = fbb.CreateVector(x);
+              a = fb::CreateAttr(fbb, name, fb::AttrKind::Floats, 0, 0, 0, 0, v2);
+            }
+          },
+          v);
+      params.push_back(a);
+    }
+    std::vector<flatbuffers::Offset<fb::Weight>> weights;
+    for (const auto& [k, b] : l.weights) {
+      if (b.layout() != Layout::nchw || b.device() != Device::cpu)
+        throw Error("only plain CPU weights can be saved", {}, l.name, "weights." + k);
+      if (!b.data() && b.byte_size() != 0) throw Error("weight has no memory", {}, l.name, "weights." + k);
+      std::size_t offset = weights_size;
+      weights_size = align_up(weights_size + b.byte_size());
+      blobs.push_back(&b);
+      auto scales = b.quant().scales.empty() ? 0 : fbb.CreateVector(b.quant().scales);
+      auto zps = b.quant().zero_points.empty() ? 0 : fbb.CreateVector(b.quant().zero_points);
+      auto shape = ints(b.shape());
+      weights.push_back(fb::CreateWeight(fbb, fbb.CreateString(k), static_cast<uint8_t>(b.dtype()), shape, offset,
+                                         b.byte_size(), scales, zps, b.quant().axis));
+    }
+    layers.push_back(fb::CreateLayer(fbb, fbb.CreateString(l.name), fbb.CreateString(l.type),
+                                     fbb.CreateVectorOfStrings(l.inputs), fbb.CreateVectorOfStrings(l.outputs),
+                                     fbb.CreateVector(params), fbb.CreateVector(weights)));
+  }
+  flatbuffers::Offset<fb::RoutinePath> path = 0;
+  if (!g.routine_path.empty() || !g.routine_path.device_fingerprint.empty()) {
+    std::vector<flatbuffers::Offset<fb::RoutineChoice>> rcs;
+    for (const auto& c : g.routine_path.routines) {
+      std::vector<flatbuffers::Offset<fb::RoutineParam>> ps;
+      for (const auto& [k, v] : c.params) ps.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
+      rcs.push_back(fb::CreateRoutineChoice(fbb, fbb.CreateString(c.layer), fbb.CreateString(c.descriptor),
+                                            fbb.CreateVector(ps), c.predicted_ms, c.measured_ms));
+    }
+    std::vector<flatbuffers::Offset<fb::AdaptChoice>> acs;
+    for (const auto& a : g.routine_path.adapts)
+      acs.push_back(fb::CreateAdaptChoice(fbb, fbb.CreateString(a.blob), fbb.CreateString(a.consumer),
+                                          fbb.CreateString(a.from_schema), fbb.CreateString(a.to_schema),
+                                          fbb.CreateVectorOfStrings(a.steps), a.predicted_ms));
+    path = fb::CreateRoutinePath(fbb, fbb.CreateString(g.routine_path.device_fingerprint), fbb.CreateVector(rcs),
+                                 fbb.CreateVector(acs));
+  }
+  auto model = fb::CreateModel(fbb, fbb.CreateString(g.name), fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
+                               fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path);
+  fb::FinishModelBuffer(fbb, model);
+
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = dnn_format_version;
+  h.model_offset = kHeaderSize;
+  h.model_size = fbb.GetSize();
+  h.weights_offset = align_up(kHeaderSize + h.model_size);
+  h.weights_size = weights_size;
+  h.file_size = h.weights_offset + weights_size;
+  std::vector<unsigned char> out(h.file_size, 0);
+  std::memcpy(out.data() + h.model_offset, fbb.GetBufferPointer(), h.model_size);
+  std::size_t offset = 0;
+  for (const Blob* b : blobs) {
+    if (b->byte_size()) std::memcpy(out.data() + h.weights_offset + offset, b->data(), b->byte_size());
+    offset = align_up(offset + b->byte_size());
+  }
+  std::memcpy(out.data(), &h, kHeaderSize);
+  h.checksum = file_checksum(out.data(), out.size());
+  std::memcpy(out.data(), &h, kHeaderSize);
+  return out;
+}
+
+void write_dnn(const Graph& graph, const std::string& path) {
+  auto bytes = serialize_dnn(graph);
+  write_file_atomically(path, bytes.data(), bytes.size());
+}
+
+void write_file_atomically(const std::string& path, const void* data, std::size_t size) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw Error(fmt::format("cannot create a temporary file beside it: {}", std::strerror(errno)), path);
+  const auto* p = static_cast<const char*>(data);
+  std::size_t left = size;
+  bool ok = true;
+  while (ok && left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) { p += n; left -= static_cast<std::size_t>(n); }
+  }
+  int err = ok ? 0 : errno;
+  if (ok && ::fsync(fd) != 0) { ok = false; err = errno; }
+  if (::fchmod(fd, 0644) != 0) {}  // mkstemp makes 0600; a model file is not secret
+  if (::close(fd) != 0 && ok) { ok = false; err = errno; }
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) { ok = false; err = errno; }
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("cannot write: {}", std::strerror(err)), path);
+  }
+}
+
+}  // namespace softneuro::core

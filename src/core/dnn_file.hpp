@@ -1,0 +1,31 @@
+// Reading and writing .dnn files (layout in schemas/dnn.fbs and dnn_file.cpp).
+#pragma once
+
+#include "core/graph.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace softneuro::core {
+
+/// The format version this library writes; it reads versions 1..this.
+inline constexpr uint32_t dnn_format_version = 1;
+
+/// Reads and fully checks a .dnn file: header, sizes, checksum, the FlatBuffers
+/// verifier, every enum, shape, offset and size. Weights are views into the
+/// memory-mapped file (kept alive by Graph::storage). The graph itself (DAG,
+/// shapes) is checked by the caller. Throws Error naming the file and field.
+Graph read_dnn(const std::string& path);
+/// The same from bytes in memory (copied into aligned storage); `name` is used in errors.
+Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name);
+
+/// The bytes of a .dnn file for the graph (deterministic: the same graph gives the same bytes).
+std::vector<unsigned char> serialize_dnn(const Graph& graph);
+/// Writes serialize_dnn(graph) to a temporary file beside `path`, then renames it over `path`.
+void write_dnn(const Graph& graph, const std::string& path);
+
+/// Writes bytes atomically (temporary file + fsync + rename); used for every file we save.
+void write_file_atomically(const std::string& path, const void* data, std::size_t size);
+
+}  // namespace softneuro::core

@@ -1,0 +1,232 @@
+#include "core/executor.hpp"
+
+#include "core/log.hpp"
+#include "core/thread_pool.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace softneuro::core {
+namespace {
+
+std::string join_names(std::span<const NamedBlob> blobs) {
+  std::string s;
+  for (const auto& b : blobs) s += (s.empty() ? "" : ", ") + b.name;
+  return s;
+}
+
+}  // namespace
+
+int Executor::add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema) {
+  BlobSlot s;
+  s.name = name;
+  s.kind = kind;
+  s.schema = schema;
+  s.first = static_cast<int>(steps_.size());
+  s.last = s.first;
+  slots_.push_back(std::move(s));
+  blobs_.push_back(Blob::view(nullptr, shape, schema.dtype, schema.layout, schema.device));
+  return static_cast<int>(slots_.size()) - 1;
+}
+
+Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes) : graph_(graph) {
+  auto& registry = RoutineRegistry::instance();
+  std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
+  std::map<std::pair<int, std::string>, int> adapted;  // (slot, schema) -> adapted slot
+
+  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, in.shape, Schema{});
+
+  // The blob `slot` as a consumer in `want` sees it: itself, or an adapt step's output.
+  auto in_schema = [&](int slot, const Schema& want, const std::string& consumer) -> int {
+    if (slots_[static_cast<std::size_t>(slot)].schema == want) return slot;
+    auto key = std::make_pair(slot, want.to_string());
+    if (auto it = adapted.find(key); it != adapted.end()) return it->second;
+    const BlobSlot& from = slots_[static_cast<std::size_t>(slot)];
+    auto step = std::make_unique<Step>();
+    step->name = fmt::format("adapt:{}->{}", from.name, consumer);
+    step->adapt_layer.name = step->name;
+    step->adapt_layer.type = "adapt";
+    step->adapt_layer.inputs = {from.name};
+    step->adapt_layer.outputs = {fmt::format("{}@{}", from.name, want.to_string())};
+    step->adapt_layer.params["from"] = from.schema.to_string();
+    step->adapt_layer.params["to"] = want.to_string();
+    step->layer = &step->adapt_layer;
+    const Shape& shape = blobs_[static_cast<std::size_t>(slot)].shape();
+    step->info.layer = step->layer;
+    step->info.input_shapes = {shape};
+    step->info.output_shapes = {shape};
+    auto cands = registry.candidates(step->info, want);
+    const Candidate* pick = nullptr;
+    for (const auto& c : cands)
+      if (c.support.ok && (!pick || c.routine->default_priority() > pick->routine->default_priority())) pick = &c;
+    if (!pick)
+      throw Error(fmt::format("no adapt routine converts blob '{}' from {} to {}", from.name,
+                              from.schema.to_string(), want.to_string()),
+                  {}, consumer, "inputs");
+    step->routine = *pick;
+    step->input_blobs = {slot};
+    step->prepared = pick->routine->prepare(step->info, want, {});
+    slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
+    int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
+    step->output_blobs = {out};
+    steps_.push_back(std::move(step));
+    adapted[key] = out;
+    return out;
+  };
+
+  for (const Layer& layer : graph.layers) {
+    if (layer.type == "constant") {
+      // Constants are bound to their weight's memory once; nothing runs.
+      const Blob& value = layer.weight("value");
+      int slot = add_blob(layer.outputs[0], BlobKind::constant, value.shape(), Schema{Device::cpu, value.dtype(), Layout::nchw});
+      blobs_[static_cast<std::size_t>(slot)] = value;
+      blob_index[layer.outputs[0]] = slot;
+      continue;
+    }
+    auto step = std::make_unique<Step>();
+    step->name = layer.name;
+    step->layer = &layer;
+    step->info.layer = &layer;
+    for (const auto& i : layer.inputs) step->info.input_shapes.push_back(shapes.at(i));
+    for (const auto& o : layer.outputs) step->info.output_shapes.push_back(shapes.at(o));
+
+    // The tuned choice where it still applies here, else the default.
+    bool chosen = false;
+    if (const RoutineChoice* rc = graph.routine_path.find(layer.name)) {
+      Schema schema;
+      const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
+      Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
+      if (why.ok) {
+        step->routine = Candidate{r, schema, rc->descriptor, why};
+        step->params = rc->params;
+        step->tuned = true;
+        step->predicted_ms = rc->predicted_ms;
+        chosen = true;
+      } else {
+        warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,
+             rc->descriptor, why.reason);
+      }
+    }
+    if (!chosen) step->routine = registry.default_choice(step->info, Schema{});
+    const Schema schema = step->routine.schema;
+
+    for (const auto& i : layer.inputs) step->input_blobs.push_back(in_schema(blob_index.at(i), schema, layer.name));
+    try {
+      step->prepared = step->routine.routine->prepare(step->info, schema, step->params);
+    } catch (const Error& e) {
+      throw e.with_layer(layer.name);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{} failed to prepare: {}", step->routine.descriptor, e.what()), {}, layer.name, "routine");
+    }
+    int here = static_cast<int>(steps_.size());
+    for (int s : step->input_blobs) slots_[static_cast<std::size_t>(s)].last = here;
+    for (std::size_t k = 0; k < layer.outputs.size(); ++k) {
+      int slot = add_blob(layer.outputs[k], BlobKind::planned, step->info.output_shapes[k], schema);
+      blob_index[layer.outputs[k]] = slot;
+      step->output_blobs.push_back(slot);
+    }
+    steps_.push_back(std::move(step));
+  }
+
+  // Net outputs leave in the default schema (float32, nchw, on the CPU).
+  for (const auto& o : graph.outputs) {
+    int slot = in_schema(blob_index.at(o), Schema{}, "output");
+    net_outputs_.push_back(slot);
+  }
+  for (const auto& in : graph.inputs) net_inputs_.push_back(blob_index.at(in.name));
+  const int end = static_cast<int>(steps_.size());
+  for (int s : net_outputs_) slots_[static_cast<std::size_t>(s)].last = end;
+
+  // Memory plan: planned blobs and each step's workspace share one arena.
+  std::vector<BufferRequest> requests;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].kind != BlobKind::planned) continue;
+    slots_[i].request = static_cast<int>(requests.size());
+    requests.push_back({blobs_[i].byte_size(), slots_[i].first, slots_[i].last});
+    unplanned_bytes_ += blobs_[i].byte_size();
+  }
+  std::vector<int> workspace_request(steps_.size(), -1);
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    steps_[t]->workspace_bytes = steps_[t]->prepared->workspace_bytes();
+    if (steps_[t]->workspace_bytes == 0) continue;
+    workspace_request[t] = static_cast<int>(requests.size());
+    requests.push_back({steps_[t]->workspace_bytes, static_cast<int>(t), static_cast<int>(t)});
+    unplanned_bytes_ += steps_[t]->workspace_bytes;
+  }
+  plan_ = plan_memory(requests);
+  std::size_t bytes = std::max<std::size_t>(64, plan_.arena_bytes);
+  void* arena = std::aligned_alloc(64, bytes);
+  if (!arena) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
+  arena_ = std::shared_ptr<void>(arena, [](void* p) { std::free(p); });
+  for (std::size_t t = 0; t < steps_.size(); ++t)
+    if (workspace_request[t] >= 0) steps_[t]->workspace_offset = plan_.offsets[static_cast<std::size_t>(workspace_request[t])];
+  bind_outputs_to_arena();
+
+  for (auto& step : steps_) {
+    for (int s : step->input_blobs) step->inputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
+    for (int s : step->output_blobs) step->outputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
+  }
+}
+
+void Executor::bind_outputs_to_arena() {
+  auto* base = static_cast<char*>(arena_.get());
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].request >= 0) blobs_[i].rebind(base + plan_.offsets[static_cast<std::size_t>(slots_[i].request)]);
+}
+
+void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
+  for (const auto& given : inputs) {
+    bool known = false;
+    for (std::size_t k = 0; k < net_inputs_.size(); ++k) {
+      if (graph_.inputs[k].name != given.name) continue;
+      known = true;
+      Blob& b = blobs_[static_cast<std::size_t>(net_inputs_[k])];
+      if (given.blob.shape() != b.shape())
+        throw Error(fmt::format("input '{}' has shape {}, the net expects {}", given.name, given.blob.shape().to_string(), b.shape().to_string()), {}, {}, given.name);
+      if (given.blob.dtype() != DType::float32 || given.blob.layout() != Layout::nchw || given.blob.device() != Device::cpu)
+        throw Error(fmt::format("input '{}' must be float32 nchw on the CPU", given.name), {}, {}, given.name);
+      if (!given.blob.data()) throw Error(fmt::format("input '{}' has no memory", given.name), {}, {}, given.name);
+      b.rebind(const_cast<void*>(given.blob.data()));  // routines never write their inputs
+    }
+    if (!known) throw Error(fmt::format("the net has no input named '{}'", given.name), {}, {}, given.name);
+  }
+  for (std::size_t k = 0; k < net_inputs_.size(); ++k) {
+    bool found = false;
+    for (const auto& given : inputs) found = found || given.name == graph_.inputs[k].name;
+    if (!found) throw Error(fmt::format("input '{}' is missing (given: {})", graph_.inputs[k].name, join_names(inputs)), {}, {}, graph_.inputs[k].name);
+  }
+  bind_outputs_to_arena();
+  for (auto& given : outputs) {
+    bool known = false;
+    for (std::size_t k = 0; k < net_outputs_.size(); ++k) {
+      if (graph_.outputs[k] != given.name) continue;
+      known = true;
+      auto slot = static_cast<std::size_t>(net_outputs_[k]);
+      if (given.blob.shape() != blobs_[slot].shape() || given.blob.dtype() != DType::float32 ||
+          given.blob.layout() != Layout::nchw || !given.blob.data())
+        throw Error(fmt::format("output '{}' must be float32 nchw {} with memory", given.name, blobs_[slot].shape().to_string()), {}, {}, given.name);
+      // Zero-copy: the producing routine writes straight into the caller's memory.
+      if (slots_[slot].kind == BlobKind::planned) blobs_[slot].rebind(given.blob.data());
+    }
+    if (!known) throw Error(fmt::format("the net has no output named '{}'", given.name), {}, {}, given.name);
+  }
+
+  ThreadPool* pool = &global_pool();
+  auto* base = static_cast<char*>(arena_.get());
+  for (auto& step : steps_) {
+    RunArgs args{step->inputs, step->outputs, step->workspace_bytes ? base + step->workspace_offset : nullptr, pool};
+    step->prepared->run(args);
+  }
+
+  // Outputs that are net inputs or constants are copied.
+  for (auto& given : outputs)
+    for (std::size_t k = 0; k < net_outputs_.size(); ++k) {
+      auto slot = static_cast<std::size_t>(net_outputs_[k]);
+      if (graph_.outputs[k] == given.name && slots_[slot].kind != BlobKind::planned)
+        std::memcpy(given.blob.data(), blobs_[slot].data(), blobs_[slot].byte_size());
+    }
+}
+
+}  // namespace softneuro::core

@@ -1,0 +1,72 @@
+// The executor: routines chosen and prepared once, blobs planned into one
+// arena by liveness, and a run loop that allocates nothing.
+#pragma once
+
+#include "core/graph.hpp"
+#include "core/memory_plan.hpp"
+#include "core/registry.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace softneuro::core {
+
+/// One prepared layer (or inserted adapt) in execution order.
+struct Step {
+  std::string name;          ///< layer name, or "adapt:<blob>-><consumer>"
+  const Layer* layer = nullptr;
+  Layer adapt_layer;         ///< the synthetic layer of an adapt step
+  Candidate routine;
+  RoutineParams params;
+  bool tuned = false;
+  double predicted_ms = 0;
+  LayerInfo info;
+  std::unique_ptr<PreparedRoutine> prepared;
+  std::vector<int> input_blobs, output_blobs;  ///< indices into the blob table
+  std::vector<const Blob*> inputs;             ///< filled once; spans of RunArgs
+  std::vector<Blob*> outputs;
+  std::size_t workspace_offset = 0;
+  std::size_t workspace_bytes = 0;
+};
+
+class Executor {
+ public:
+  /// Chooses routines (the graph's routine path where valid, the default
+  /// choice otherwise), inserts adapts where schemas differ, prepares every
+  /// routine and plans memory. Throws Error naming the layer at fault.
+  Executor(const Graph& graph, const std::map<std::string, Shape>& shapes);
+
+  void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
+
+  const std::vector<std::unique_ptr<Step>>& steps() const { return steps_; }
+  std::size_t arena_bytes() const { return plan_.arena_bytes; }
+  std::size_t unplanned_bytes() const { return unplanned_bytes_; }
+
+ private:
+  enum class BlobKind { net_input, constant, planned };
+  struct BlobSlot {
+    std::string name;
+    BlobKind kind = BlobKind::planned;
+    Schema schema;
+    int first = 0, last = 0;  ///< lifetime in steps
+    int request = -1;         ///< index into the memory plan
+  };
+  int add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema);
+  void bind_outputs_to_arena();
+
+  const Graph& graph_;
+  std::vector<BlobSlot> slots_;
+  std::vector<Blob> blobs_;  ///< never resized after construction: steps point into it
+  std::vector<std::unique_ptr<Step>> steps_;
+  std::vector<int> net_inputs_, net_outputs_;
+  MemoryPlan plan_;
+  std::size_t unplanned_bytes_ = 0;
+  std::shared_ptr<void> arena_;
+};
+
+}  // namespace softneuro::core

@@ -1,0 +1,136 @@
+#include "core/graph.hpp"
+
+#include "core/layer_types.hpp"
+
+#include <fmt/format.h>
+
+#include <queue>
+#include <set>
+#include <unordered_map>
+
+namespace softneuro::core {
+
+const RoutineChoice* RoutinePath::find(const std::string& layer) const {
+  for (const auto& r : routines)
+    if (r.layer == layer) return &r;
+  return nullptr;
+}
+
+const Layer* Graph::find_layer(const std::string& n) const {
+  for (const auto& l : layers)
+    if (l.name == n) return &l;
+  return nullptr;
+}
+
+std::vector<std::size_t> check_and_order(const Graph& g) {
+  // Who produces each blob: -1 for a net input.
+  std::unordered_map<std::string, long> producer;
+  for (const auto& in : g.inputs) {
+    if (in.name.empty()) throw Error("a net input has an empty name", {}, {}, "inputs");
+    if (!producer.emplace(in.name, -1).second)
+      throw Error(fmt::format("duplicate net input '{}'", in.name), {}, {}, "inputs");
+  }
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    const Layer& l = g.layers[i];
+    if (l.name.empty()) throw Error(fmt::format("layer #{} has an empty name", i), {}, {}, "name");
+    if (!names.insert(l.name).second) throw Error("duplicate layer name", {}, l.name, "name");
+    for (const auto& o : l.outputs) {
+      if (o.empty()) throw Error("an output blob has an empty name", {}, l.name, "outputs");
+      auto [it, fresh] = producer.emplace(o, static_cast<long>(i));
+      if (!fresh)
+        throw Error(fmt::format("blob '{}' is produced twice (also by {})", o,
+                                it->second < 0 ? std::string("the net input") : "layer '" + g.layers[static_cast<std::size_t>(it->second)].name + "'"),
+                    {}, l.name, "outputs");
+    }
+  }
+  // Kahn's algorithm; ready layers taken in their given order (stable).
+  std::vector<std::size_t> indegree(g.layers.size());
+  std::vector<std::vector<std::size_t>> consumers(g.layers.size());
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    for (const auto& in : g.layers[i].inputs) {
+      auto it = producer.find(in);
+      if (it == producer.end())
+        throw Error(fmt::format("input blob '{}' is produced by no layer and is not a net input", in), {},
+                    g.layers[i].name, "inputs");
+      if (it->second >= 0) {
+        ++indegree[i];
+        consumers[static_cast<std::size_t>(it->second)].push_back(i);
+      }
+    }
+  }
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t i = 0; i < g.layers.size(); ++i)
+    if (indegree[i] == 0) ready.push(i);
+  std::vector<std::size_t> order;
+  while (!ready.empty()) {
+    std::size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (auto c : consumers[i])
+      if (--indegree[c] == 0) ready.push(c);
+  }
+  if (order.size() != g.layers.size()) {
+    for (std::size_t i = 0; i < g.layers.size(); ++i)
+      if (indegree[i] != 0) throw Error("the net has a cycle through this layer", {}, g.layers[i].name, "inputs");
+  }
+  if (g.outputs.empty()) throw Error("the net has no outputs", {}, {}, "outputs");
+  std::set<std::string> outs;
+  for (const auto& o : g.outputs) {
+    if (!producer.count(o)) throw Error(fmt::format("net output '{}' is produced by no layer", o), {}, {}, "outputs");
+    if (!outs.insert(o).second) throw Error(fmt::format("duplicate net output '{}'", o), {}, {}, "outputs");
+  }
+  return order;
+}
+
+void sort_topologically(Graph& g) {
+  auto order = check_and_order(g);
+  std::vector<Layer> sorted;
+  sorted.reserve(order.size());
+  for (auto i : order) sorted.push_back(std::move(g.layers[i]));
+  g.layers = std::move(sorted);
+}
+
+std::map<std::string, Shape> infer_shapes(const Graph& g) {
+  std::map<std::string, Shape> shapes;
+  for (const auto& in : g.inputs) {
+    for (auto d : in.shape)
+      if (d <= 0) throw Error(fmt::format("net input '{}' has a non-positive dim in {}", in.name, in.shape.to_string()), {}, {}, "inputs");
+    shapes[in.name] = in.shape;
+  }
+  std::vector<Shape> ins;
+  for (const auto& l : g.layers) {
+    ins.clear();
+    for (const auto& i : l.inputs) {
+      auto it = shapes.find(i);
+      if (it == shapes.end()) throw Error(fmt::format("input '{}' is not computed before this layer", i), {}, l.name, "inputs");
+      ins.push_back(it->second);
+    }
+    auto outs = infer_layer_shapes(l, ins);
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      for (auto d : outs[k])
+        if (d < 0) throw Error(fmt::format("inferred a negative dim {}", outs[k].to_string()), {}, l.name, "outputs");
+      shapes[l.outputs[k]] = outs[k];
+    }
+  }
+  return shapes;
+}
+
+std::string describe_params(const Layer& l) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : l.params) {
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
+            parts.push_back(fmt::format("{}=[{}]", k, fmt::join(x, ",")));
+          else
+            parts.push_back(fmt::format("{}={}", k, x));
+        },
+        v);
+  }
+  for (const auto& [k, b] : l.weights) parts.push_back(fmt::format("{}:{}{}", k, b.shape().to_string(), b.dtype() == DType::float32 ? "" : fmt::format(":{}", to_string(b.dtype()))));
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+}  // namespace softneuro::core

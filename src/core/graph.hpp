@@ -1,0 +1,72 @@
+// The net as data: layers, named inputs/outputs, and a routine path when tuned.
+// This is what .dnn files hold, what the importer builds and what graph passes rewrite.
+#pragma once
+
+#include <softneuro/net.hpp>
+#include <softneuro/routine.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace softneuro::core {
+
+/// The routine chosen for one layer.
+struct RoutineChoice {
+  std::string layer;
+  std::string descriptor;
+  RoutineParams params;
+  double predicted_ms = 0;
+  double measured_ms = 0;
+};
+
+/// An adapt routine on an edge: the blob `blob` as read by `consumer` is
+/// converted from one schema to another by `steps` (adapt descriptors).
+struct AdaptChoice {
+  std::string blob;
+  std::string consumer;
+  std::string from_schema;
+  std::string to_schema;
+  std::vector<std::string> steps;
+  double predicted_ms = 0;
+};
+
+/// One routine per layer plus the adapts it implies, and the device it was tuned on.
+struct RoutinePath {
+  std::string device_fingerprint;
+  std::vector<RoutineChoice> routines;
+  std::vector<AdaptChoice> adapts;
+  bool empty() const { return routines.empty(); }
+  const RoutineChoice* find(const std::string& layer) const;
+};
+
+struct Graph {
+  std::string name;
+  std::vector<TensorInfo> inputs;
+  std::vector<std::string> outputs;
+  std::vector<Layer> layers;
+  RoutinePath routine_path;
+  /// Keeps memory alive that weights view (e.g. a memory-mapped file).
+  std::shared_ptr<const void> storage;
+
+  const Layer* find_layer(const std::string& name) const;
+};
+
+/// Checks the DAG: unique layer and blob names, every blob produced once
+/// (by a layer or as a net input), every input read exists, no cycles, every
+/// output produced. Returns layer indices in a topological order (stable:
+/// the given order where it is already topological). Throws Error naming the layer.
+std::vector<std::size_t> check_and_order(const Graph& graph);
+
+/// Puts graph.layers in the order of check_and_order.
+void sort_topologically(Graph& graph);
+
+/// Shape of every blob of a checked, sorted graph: net inputs and each layer's
+/// outputs, via each layer type's shape inference. Throws Error naming the layer.
+std::map<std::string, Shape> infer_shapes(const Graph& graph);
+
+/// "strides=[1,1] group=1 weight:[64,3,7,7]" for inspect and error messages.
+std::string describe_params(const Layer& layer);
+
+}  // namespace softneuro::core

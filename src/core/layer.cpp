@@ -1,0 +1,119 @@
+// Layer parameter access, schemas and descriptors.
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+namespace softneuro {
+namespace {
+
+template <class T>
+const T* typed(const Layer& l, const std::string& key, const char* type_name) {
+  auto it = l.params.find(key);
+  if (it == l.params.end()) return nullptr;
+  if (const T* v = std::get_if<T>(&it->second)) return v;
+  throw Error(fmt::format("expected {} value", type_name), {}, l.name, key);
+}
+
+[[noreturn]] void missing(const Layer& l, const std::string& key) {
+  throw Error(fmt::format("required parameter missing for {}", l.type), {}, l.name, key);
+}
+
+}  // namespace
+
+int64_t Layer::get_int(const std::string& key) const {
+  if (auto v = typed<int64_t>(*this, key, "an integer")) return *v;
+  missing(*this, key);
+}
+int64_t Layer::get_int(const std::string& key, int64_t fallback) const {
+  auto v = typed<int64_t>(*this, key, "an integer");
+  return v ? *v : fallback;
+}
+double Layer::get_float(const std::string& key) const {
+  auto it = params.find(key);
+  if (it == params.end()) missing(*this, key);
+  return get_float(key, 0.0);
+}
+double Layer::get_float(const std::string& key, double fallback) const {
+  auto it = params.find(key);
+  if (it == params.end()) return fallback;
+  if (auto d = std::get_if<double>(&it->second)) return *d;
+  if (auto i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  throw Error("expected a number", {}, name, key);
+}
+std::string Layer::get_string(const std::string& key) const {
+  if (auto v = typed<std::string>(*this, key, "a string")) return *v;
+  missing(*this, key);
+}
+std::string Layer::get_string(const std::string& key, const std::string& fallback) const {
+  auto v = typed<std::string>(*this, key, "a string");
+  return v ? *v : fallback;
+}
+std::vector<int64_t> Layer::get_ints(const std::string& key) const {
+  if (auto v = typed<std::vector<int64_t>>(*this, key, "an integer list")) return *v;
+  missing(*this, key);
+}
+std::vector<int64_t> Layer::get_ints(const std::string& key, std::vector<int64_t> fallback) const {
+  auto v = typed<std::vector<int64_t>>(*this, key, "an integer list");
+  return v ? *v : fallback;
+}
+std::vector<double> Layer::get_floats(const std::string& key) const {
+  if (!has(key)) missing(*this, key);
+  return get_floats(key, {});
+}
+std::vector<double> Layer::get_floats(const std::string& key, std::vector<double> fallback) const {
+  auto it = params.find(key);
+  if (it == params.end()) return fallback;
+  if (auto d = std::get_if<std::vector<double>>(&it->second)) return *d;
+  if (auto i = std::get_if<std::vector<int64_t>>(&it->second)) return {i->begin(), i->end()};
+  throw Error("expected a number list", {}, name, key);
+}
+
+const Blob& Layer::weight(const std::string& key) const {
+  if (const Blob* b = find_weight(key)) return *b;
+  throw Error(fmt::format("required weight missing for {}", type), {}, name, key);
+}
+const Blob* Layer::find_weight(const std::string& key) const {
+  auto it = weights.find(key);
+  return it == weights.end() ? nullptr : &it->second;
+}
+
+Schema Schema::parse(std::string_view text) {
+  Schema s;
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  while (true) {
+    auto p = text.find(':', start);
+    parts.push_back(text.substr(start, p == std::string_view::npos ? std::string_view::npos : p - start));
+    if (p == std::string_view::npos) break;
+    start = p + 1;
+  }
+  if (parts.size() > 3 || parts[0].empty())
+    throw Error(fmt::format("'{}' is not a schema (platform[:dtype[:layout]])", text), {}, {}, "schema");
+  try {
+    s.device = parse_device(parts[0]);
+    if (parts.size() > 1) s.dtype = parse_dtype(parts[1]);
+    if (parts.size() > 2) s.layout = parse_layout(parts[2]);
+  } catch (const Error& e) {
+    throw Error(fmt::format("'{}' is not a schema: {}", text, e.message()), {}, {}, "schema");
+  }
+  return s;
+}
+
+std::string Schema::to_string() const {
+  std::string s(softneuro::to_string(device));
+  if (dtype != DType::float32 || layout != Layout::nchw) s += fmt::format(":{}", softneuro::to_string(dtype));
+  if (layout != Layout::nchw) s += fmt::format(":{}", softneuro::to_string(layout));
+  return s;
+}
+
+std::string make_descriptor(const Schema& schema, std::string_view algorithm) {
+  return fmt::format("{}/{}", schema.to_string(), algorithm);
+}
+
+int64_t routine_param(const RoutineParams& params, std::string_view key, int64_t fallback) {
+  for (const auto& [k, v] : params)
+    if (k == key) return v;
+  return fallback;
+}
+
+}  // namespace softneuro

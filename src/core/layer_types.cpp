@@ -1,0 +1,418 @@
+#include "core/layer_types.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace softneuro::core {
+namespace {
+
+[[noreturn]] void fail(const Layer& l, const std::string& field, const std::string& msg) {
+  throw Error(msg, {}, l.name, field);
+}
+
+void expect_rank(const Layer& l, const Shape& s, int rank, const char* what = "input") {
+  if (s.rank() != rank)
+    fail(l, what, fmt::format("{} has shape {}, expected rank {}", what, s.to_string(), rank));
+}
+
+std::vector<int64_t> ints_of_size(const Layer& l, const char* key, std::size_t n,
+                                  std::vector<int64_t> fallback) {
+  auto v = l.get_ints(key, std::move(fallback));
+  if (v.size() != n) fail(l, key, fmt::format("expected {} values, got {}", n, v.size()));
+  return v;
+}
+
+const Shape& weight_shape(const Layer& l, const char* key) { return l.weight(key).shape(); }
+
+void check_optional_bias(const Layer& l, int64_t channels) {
+  if (const Blob* b = l.find_weight("bias")) {
+    if (b->shape().rank() != 1 || b->shape()[0] != channels)
+      fail(l, "bias", fmt::format("bias has shape {}, expected [{}]", b->shape().to_string(), channels));
+  }
+}
+
+std::vector<Shape> infer_conv2(const Layer& l, std::span<const Shape> in) {
+  Window2d g = conv2_window(l, in[0]);
+  fused_activation(l);
+  return {Shape{g.n, g.oc, g.oh, g.ow}};
+}
+
+std::vector<Shape> infer_pool2(const Layer& l, std::span<const Shape> in) {
+  auto mode = l.get_string("mode");
+  if (mode != "max" && mode != "avg") fail(l, "mode", fmt::format("unknown pool mode '{}' (max|avg)", mode));
+  Window2d g = pool2_window(l, in[0]);
+  return {Shape{g.n, g.c, g.oh, g.ow}};
+}
+
+std::vector<Shape> infer_dense(const Layer& l, std::span<const Shape> in) {
+  const Shape& x = in[0];
+  if (x.rank() < 1) fail(l, "input", "dense needs an input of rank >= 1");
+  const Shape& w = weight_shape(l, "weight");
+  if (w.rank() != 2) fail(l, "weight", fmt::format("weight has shape {}, expected [O,K]", w.to_string()));
+  if (w[1] != x[x.rank() - 1])
+    fail(l, "weight", fmt::format("weight {} does not match input {} (last dim K)", w.to_string(), x.to_string()));
+  check_optional_bias(l, w[0]);
+  fused_activation(l);
+  Shape out = x;
+  out[out.rank() - 1] = w[0];
+  return {out};
+}
+
+std::vector<Shape> infer_matmul(const Layer& l, std::span<const Shape> in) {
+  Shape a = in[0], b = in[1];
+  if (a.rank() < 1 || b.rank() < 1) fail(l, "input", "matmul needs inputs of rank >= 1");
+  bool a_vec = a.rank() == 1, b_vec = b.rank() == 1;
+  if (a_vec) a = Shape{1, a[0]};
+  if (b_vec) b = Shape{b[0], 1};
+  int64_t k1 = a[a.rank() - 1], k2 = b[b.rank() - 2];
+  if (k1 != k2)
+    fail(l, "input", fmt::format("matmul inner dims differ: {} x {}", in[0].to_string(), in[1].to_string()));
+  Shape ab, bb;
+  for (int i = 0; i < a.rank() - 2; ++i) ab.push_back(a[i]);
+  for (int i = 0; i < b.rank() - 2; ++i) bb.push_back(b[i]);
+  Shape out = broadcast_shapes(l, ab, bb);
+  if (!a_vec) out.push_back(a[a.rank() - 2]);
+  if (!b_vec) out.push_back(b[b.rank() - 1]);
+  return {out};
+}
+
+std::vector<Shape> infer_batchnorm(const Layer& l, std::span<const Shape> in) {
+  if (in[0].rank() < 2) fail(l, "input", "batchnorm needs an input [N,C,...]");
+  int64_t c = in[0][1];
+  for (const char* k : {"scale", "bias", "mean", "var"}) {
+    const Shape& s = weight_shape(l, k);
+    if (s.rank() != 1 || s[0] != c)
+      fail(l, k, fmt::format("{} has shape {}, expected [{}]", k, s.to_string(), c));
+  }
+  if (l.get_float("epsilon", 1e-5) < 0) fail(l, "epsilon", "epsilon must be >= 0");
+  return {in[0]};
+}
+
+std::vector<Shape> infer_same(const Layer&, std::span<const Shape> in) { return {in[0]}; }
+
+std::vector<Shape> infer_clip(const Layer& l, std::span<const Shape> in) {
+  double lo = l.get_float("min", -std::numeric_limits<double>::infinity());
+  double hi = l.get_float("max", std::numeric_limits<double>::infinity());
+  if (lo > hi) fail(l, "min", fmt::format("clip min {} > max {}", lo, hi));
+  return {in[0]};
+}
+
+std::vector<Shape> infer_gelu(const Layer& l, std::span<const Shape> in) {
+  auto a = l.get_string("approximate", "none");
+  if (a != "none" && a != "tanh") fail(l, "approximate", fmt::format("unknown gelu approximation '{}'", a));
+  return {in[0]};
+}
+
+std::vector<Shape> infer_softmax(const Layer& l, std::span<const Shape> in) {
+  normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
+  return {in[0]};
+}
+
+std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
+  int axis = normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
+  Shape norm;
+  for (int i = axis; i < in[0].rank(); ++i) norm.push_back(in[0][i]);
+  const Shape& s = weight_shape(l, "scale");
+  if (s.numel() != norm.numel())
+    fail(l, "scale", fmt::format("scale has shape {}, expected {}", s.to_string(), norm.to_string()));
+  if (const Blob* b = l.find_weight("bias"); b && b->shape().numel() != norm.numel())
+    fail(l, "bias", fmt::format("bias has shape {}, expected {}", b->shape().to_string(), norm.to_string()));
+  return {in[0]};
+}
+
+std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
+  return {broadcast_shapes(l, in[0], in[1])};
+}
+
+std::vector<Shape> infer_concat(const Layer& l, std::span<const Shape> in) {
+  int rank = in[0].rank();
+  int axis = normalize_axis(l, "axis", l.get_int("axis"), rank);
+  Shape out = in[0];
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    if (in[i].rank() != rank) fail(l, "input", fmt::format("input {} has rank {}, expected {}", i, in[i].rank(), rank));
+    for (int d = 0; d < rank; ++d) {
+      if (d == axis) continue;
+      if (in[i][d] != out[d])
+        fail(l, "input", fmt::format("input {} has shape {}, incompatible with {} on axis {}", i,
+                                     in[i].to_string(), in[0].to_string(), d));
+    }
+    out[axis] += in[i][axis];
+  }
+  return {out};
+}
+
+std::vector<Shape> infer_split(const Layer& l, std::span<const Shape> in) {
+  int axis = normalize_axis(l, "axis", l.get_int("axis", 0), in[0].rank());
+  auto n = static_cast<int64_t>(l.outputs.size());
+  int64_t dim = in[0][axis];
+  std::vector<int64_t> sizes = l.get_ints("split", {});
+  if (sizes.empty()) {
+    if (n == 0 || dim % n != 0)
+      fail(l, "split", fmt::format("axis size {} does not split into {} equal parts", dim, n));
+    sizes.assign(static_cast<std::size_t>(n), dim / n);
+  }
+  if (static_cast<int64_t>(sizes.size()) != n)
+    fail(l, "split", fmt::format("{} sizes for {} outputs", sizes.size(), n));
+  int64_t sum = 0;
+  for (auto s : sizes) {
+    if (s < 0) fail(l, "split", "negative split size");
+    sum += s;
+  }
+  if (sum != dim) fail(l, "split", fmt::format("sizes sum to {}, axis size is {}", sum, dim));
+  std::vector<Shape> out;
+  for (auto s : sizes) {
+    Shape o = in[0];
+    o[axis] = s;
+    out.push_back(o);
+  }
+  return out;
+}
+
+std::vector<Shape> infer_reshape(const Layer& l, std::span<const Shape> in) {
+  auto spec = l.get_ints("shape");
+  if (spec.size() > static_cast<std::size_t>(Shape::max_rank)) fail(l, "shape", "too many dims");
+  Shape out;
+  int infer_at = -1;
+  int64_t known = 1;
+  for (std::size_t i = 0; i < spec.size(); ++i) {
+    int64_t d = spec[i];
+    if (d == 0) {
+      if (static_cast<int>(i) >= in[0].rank()) fail(l, "shape", "0 refers past the input's rank");
+      d = in[0][static_cast<int>(i)];
+    } else if (d == -1) {
+      if (infer_at >= 0) fail(l, "shape", "more than one -1");
+      infer_at = static_cast<int>(i);
+      d = 1;
+    } else if (d < 0) {
+      fail(l, "shape", fmt::format("invalid dim {}", d));
+    }
+    out.push_back(d);
+    if (static_cast<int>(i) != infer_at) known *= d;
+  }
+  int64_t total = in[0].numel();
+  if (infer_at >= 0) {
+    if (known == 0 || total % known != 0)
+      fail(l, "shape", fmt::format("cannot reshape {} into {}", in[0].to_string(), out.to_string()));
+    out[infer_at] = total / known;
+  }
+  if (out.numel() != total)
+    fail(l, "shape", fmt::format("cannot reshape {} ({} elements) into {}", in[0].to_string(), total, out.to_string()));
+  return {out};
+}
+
+std::vector<Shape> infer_flatten(const Layer& l, std::span<const Shape> in) {
+  int rank = in[0].rank();
+  int64_t axis = l.get_int("axis", 1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis > rank) fail(l, "axis", fmt::format("axis {} out of range for rank {}", axis, rank));
+  int64_t a = 1, b = 1;
+  for (int i = 0; i < rank; ++i) (i < axis ? a : b) *= in[0][i];
+  return {Shape{a, b}};
+}
+
+std::vector<Shape> infer_transpose(const Layer& l, std::span<const Shape> in) {
+  int rank = in[0].rank();
+  std::vector<int64_t> def(static_cast<std::size_t>(rank));
+  for (int i = 0; i < rank; ++i) def[static_cast<std::size_t>(i)] = rank - 1 - i;
+  auto perm = l.get_ints("perm", def);
+  if (static_cast<int>(perm.size()) != rank) fail(l, "perm", fmt::format("perm has {} entries for rank {}", perm.size(), rank));
+  std::vector<bool> seen(static_cast<std::size_t>(rank));
+  Shape out;
+  for (auto p : perm) {
+    if (p < 0 || p >= rank || seen[static_cast<std::size_t>(p)]) fail(l, "perm", "not a permutation");
+    seen[static_cast<std::size_t>(p)] = true;
+    out.push_back(in[0][static_cast<int>(p)]);
+  }
+  return {out};
+}
+
+std::vector<Shape> infer_pad(const Layer& l, std::span<const Shape> in) {
+  int rank = in[0].rank();
+  auto pads = l.get_ints("pads");
+  if (static_cast<int>(pads.size()) != 2 * rank)
+    fail(l, "pads", fmt::format("{} pads for rank {} (need {})", pads.size(), rank, 2 * rank));
+  auto mode = l.get_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    fail(l, "mode", fmt::format("unknown pad mode '{}'", mode));
+  Shape out = in[0];
+  for (int i = 0; i < rank; ++i) {
+    int64_t b = pads[static_cast<std::size_t>(i)], e = pads[static_cast<std::size_t>(i + rank)];
+    if (b < 0 || e < 0) fail(l, "pads", "negative pads are not supported");
+    if (mode == "reflect" && (b >= in[0][i] || e >= in[0][i]))
+      fail(l, "pads", "reflect pads must be smaller than the dim");
+    if (mode == "edge" && in[0][i] == 0 && (b || e)) fail(l, "pads", "edge pad of an empty dim");
+    out[i] += b + e;
+  }
+  return {out};
+}
+
+std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
+  return {l.weight("value").shape()};
+}
+
+const LayerType kTypes[] = {
+    {"conv2", 1, 1, infer_conv2},        {"dense", 1, 1, infer_dense},
+    {"matmul", 2, 2, infer_matmul},      {"pool2", 1, 1, infer_pool2},
+    {"batchnorm", 1, 1, infer_batchnorm},{"relu", 1, 1, infer_same},
+    {"clip", 1, 1, infer_clip},          {"hardswish", 1, 1, infer_same},
+    {"hardsigmoid", 1, 1, infer_same},   {"sigmoid", 1, 1, infer_same},
+    {"tanh", 1, 1, infer_same},          {"gelu", 1, 1, infer_gelu},
+    {"softmax", 1, 1, infer_softmax},    {"layernorm", 1, 1, infer_layernorm},
+    {"add", 2, 2, infer_binary},         {"sub", 2, 2, infer_binary},
+    {"mul", 2, 2, infer_binary},         {"div", 2, 2, infer_binary},
+    {"concat", 1, -1, infer_concat},     {"split", 1, 1, infer_split},
+    {"reshape", 1, 1, infer_reshape},    {"flatten", 1, 1, infer_flatten},
+    {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
+    {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
+};
+
+}  // namespace
+
+const LayerType* find_layer_type(std::string_view name) {
+  for (const auto& t : kTypes)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::span<const LayerType> layer_types() { return kTypes; }
+
+std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape> inputs) {
+  const LayerType* t = find_layer_type(layer.type);
+  if (!t) throw Error(fmt::format("unknown layer type '{}'", layer.type), {}, layer.name, "type");
+  auto n = static_cast<int>(inputs.size());
+  if (n < t->min_inputs || (t->max_inputs >= 0 && n > t->max_inputs))
+    throw Error(fmt::format("{} takes {}{} inputs, got {}", layer.type, t->min_inputs,
+                            t->max_inputs == t->min_inputs ? "" : (t->max_inputs < 0 ? " or more" : fmt::format(" to {}", t->max_inputs)), n),
+                {}, layer.name, "inputs");
+  std::size_t want_outputs = layer.type == "split" ? layer.outputs.size() : 1;
+  if (layer.outputs.size() != want_outputs || want_outputs == 0)
+    throw Error(fmt::format("{} has {} outputs, expected {}", layer.type, layer.outputs.size(),
+                            layer.type == "split" ? "at least 1" : "1"),
+                {}, layer.name, "outputs");
+  try {
+    return t->infer(layer, inputs);
+  } catch (const Error& e) {
+    throw e.with_layer(layer.name);
+  }
+}
+
+namespace {
+Window2d window_common(const Layer& l, const Shape& x, int64_t kh, int64_t kw, bool ceil_mode) {
+  expect_rank(l, x, 4);
+  Window2d g{};
+  g.n = x[0]; g.c = x[1]; g.h = x[2]; g.w = x[3];
+  g.kh = kh; g.kw = kw;
+  auto s = ints_of_size(l, "strides", 2, {1, 1});
+  auto p = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
+  auto d = ints_of_size(l, "dilations", 2, {1, 1});
+  g.sh = s[0]; g.sw = s[1];
+  g.pt = p[0]; g.pl = p[1]; g.pb = p[2]; g.pr = p[3];
+  g.dh = d[0]; g.dw = d[1];
+  if (g.sh < 1 || g.sw < 1) fail(l, "strides", "strides must be >= 1");
+  if (g.dh < 1 || g.dw < 1) fail(l, "dilations", "dilations must be >= 1");
+  for (auto v : p)
+    if (v < 0) fail(l, "pads", "pads must be >= 0");
+  if (kh < 1 || kw < 1) fail(l, "kernel", "kernel must be >= 1");
+  int64_t eh = g.h + g.pt + g.pb - g.dh * (kh - 1) - 1;
+  int64_t ew = g.w + g.pl + g.pr - g.dw * (kw - 1) - 1;
+  if (eh < 0 || ew < 0)
+    fail(l, "kernel", fmt::format("kernel {}x{} larger than padded input {}", kh, kw, x.to_string()));
+  if (ceil_mode) {
+    g.oh = (eh + g.sh - 1) / g.sh + 1;
+    g.ow = (ew + g.sw - 1) / g.sw + 1;
+    // A last window starting in the bottom/right padding is dropped (as ONNX/PyTorch do).
+    if ((g.oh - 1) * g.sh >= g.h + g.pt) --g.oh;
+    if ((g.ow - 1) * g.sw >= g.w + g.pl) --g.ow;
+  } else {
+    g.oh = eh / g.sh + 1;
+    g.ow = ew / g.sw + 1;
+  }
+  return g;
+}
+}  // namespace
+
+Window2d conv2_window(const Layer& l, const Shape& x) {
+  const Shape& w = weight_shape(l, "weight");
+  if (w.rank() != 4) fail(l, "weight", fmt::format("weight has shape {}, expected [O,C/group,KH,KW]", w.to_string()));
+  Window2d g = window_common(l, x, w[2], w[3], false);
+  g.group = l.get_int("group", 1);
+  g.oc = w[0];
+  if (g.group < 1) fail(l, "group", "group must be >= 1");
+  if (g.c % g.group != 0 || g.oc % g.group != 0)
+    fail(l, "group", fmt::format("group {} does not divide input channels {} and output channels {}", g.group, g.c, g.oc));
+  if (w[1] * g.group != g.c)
+    fail(l, "weight", fmt::format("weight {} expects {} input channels, input {} has {}", w.to_string(),
+                                  w[1] * g.group, x.to_string(), g.c));
+  check_optional_bias(l, g.oc);
+  return g;
+}
+
+Window2d pool2_window(const Layer& l, const Shape& x) {
+  expect_rank(l, x, 4);
+  if (l.get_int("global", 0)) {
+    Window2d g = window_common(l, x, x[2], x[3], false);
+    g.oc = g.c;
+    return g;
+  }
+  auto k = ints_of_size(l, "kernel", 2, {});
+  Window2d g = window_common(l, x, k[0], k[1], l.get_int("ceil_mode", 0) != 0);
+  g.oc = g.c;
+  return g;
+}
+
+Activation fused_activation(const Layer& l) {
+  Activation a;
+  auto kind = l.get_string("act", "none");
+  if (kind == "none") a.kind = Activation::none;
+  else if (kind == "relu") a.kind = Activation::relu;
+  else if (kind == "clip") {
+    a.kind = Activation::clip;
+    a.min = static_cast<float>(l.get_float("act_min", -std::numeric_limits<double>::infinity()));
+    a.max = static_cast<float>(l.get_float("act_max", std::numeric_limits<double>::infinity()));
+    if (a.min > a.max) fail(l, "act_min", "act_min > act_max");
+  } else if (kind == "hardswish") a.kind = Activation::hardswish;
+  else if (kind == "hardsigmoid") {
+    a.kind = Activation::hardsigmoid;
+    a.alpha = static_cast<float>(l.get_float("act_alpha", 0.2));
+    a.beta = static_cast<float>(l.get_float("act_beta", 0.5));
+  } else if (kind == "sigmoid") a.kind = Activation::sigmoid;
+  else fail(l, "act", fmt::format("unknown fused activation '{}'", kind));
+  return a;
+}
+
+float apply_activation(const Activation& a, float x) {
+  switch (a.kind) {
+    case Activation::none: return x;
+    case Activation::relu: return x > 0 ? x : 0.0f;
+    case Activation::clip: return std::min(std::max(x, a.min), a.max);
+    case Activation::hardswish: return x * std::min(std::max(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case Activation::hardsigmoid: return std::min(std::max(a.alpha * x + a.beta, 0.0f), 1.0f);
+    case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-x));
+  }
+  return x;
+}
+
+Shape broadcast_shapes(const Layer& l, const Shape& a, const Shape& b) {
+  int rank = std::max(a.rank(), b.rank());
+  Shape out;
+  for (int i = 0; i < rank; ++i) {
+    int ia = i - (rank - a.rank()), ib = i - (rank - b.rank());
+    int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      fail(l, "input", fmt::format("shapes {} and {} do not broadcast", a.to_string(), b.to_string()));
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+
+int normalize_axis(const Layer& l, const char* field, int64_t axis, int rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) fail(l, field, fmt::format("axis {} out of range for rank {}", axis, rank));
+  return static_cast<int>(a);
+}
+
+}  // namespace softneuro::core

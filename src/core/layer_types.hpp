@@ -1,0 +1,82 @@
+// Layer types: what each computes is fixed by its parameters and weights
+// (the conventions below), and its shape inference lives here with it.
+//
+// Conventions (logical shapes, images NCHW):
+//  conv2     in [N,C,H,W]; weight [O,C/group,KH,KW], bias [O] optional;
+//            strides [sh,sw]=1, pads [top,left,bottom,right]=0, dilations [dh,dw]=1, group=1;
+//            fused activation: act = none|relu|clip|hardswish|hardsigmoid|sigmoid,
+//            act_min/act_max (clip), act_alpha/act_beta (hardsigmoid).
+//  dense     in [...,K]; weight [O,K], bias [O] optional; out [...,O]; fused act as conv2.
+//  matmul    two inputs, NumPy matmul (batch dims broadcast).
+//  pool2     in [N,C,H,W]; mode = max|avg; kernel [kh,kw]; strides=1; pads=0;
+//            ceil_mode=0; count_include_pad=0; global=0 (global=1: kernel = H,W).
+//  batchnorm in [N,C,...]; weights scale, bias, mean, var [C]; epsilon=1e-5.
+//  relu, sigmoid, tanh, hardswish; clip (min=-inf, max=+inf; relu6 is clip 0..6);
+//  hardsigmoid (alpha=0.2, beta=0.5: max(0,min(1,alpha*x+beta)));
+//  gelu (approximate = none|tanh).
+//  softmax   axis=-1.
+//  layernorm axis=-1 (normalises over dims axis..rank-1), epsilon=1e-5;
+//            weights scale (shape = in.shape[axis:]), bias optional.
+//  add, sub, mul, div: two inputs, NumPy broadcasting.
+//  concat    axis (required), one or more inputs.
+//  split     axis=0; split = sizes (default: equal parts, one per output).
+//  reshape   shape: ONNX semantics (0 copies the input dim, -1 is inferred).
+//  flatten   axis=1: out [prod(in[:axis]), prod(in[axis:])].
+//  transpose perm (default: reversed dims).
+//  pad       pads [begin_0..begin_r-1, end_0..end_r-1] (non-negative);
+//            mode = constant|reflect|edge; value=0.
+//  identity  out = in.
+//  constant  no inputs; weight value; out = value.
+#pragma once
+
+#include <softneuro/routine.hpp>
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace softneuro::core {
+
+struct LayerType {
+  std::string_view name;
+  int min_inputs;
+  int max_inputs;  ///< -1: any number
+  /// Output shapes from input shapes; throws Error (field named) on inconsistency.
+  std::vector<Shape> (*infer)(const Layer& layer, std::span<const Shape> inputs);
+};
+
+/// The type named `name`, or nullptr.
+const LayerType* find_layer_type(std::string_view name);
+/// Every layer type, for tests and `inspect`.
+std::span<const LayerType> layer_types();
+
+/// Checks input/output counts and runs the type's shape inference; errors name the layer.
+std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape> inputs);
+
+/// Geometry of conv2 and pool2 (the two share it), derived once from parameters.
+struct Window2d {
+  int64_t n, c, h, w;        ///< input
+  int64_t oc, oh, ow;        ///< output channels and size
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr;    ///< pads top, left, bottom, right
+  int64_t group = 1;
+};
+Window2d conv2_window(const Layer& layer, const Shape& input);
+Window2d pool2_window(const Layer& layer, const Shape& input);
+
+/// Fused activation of conv2/dense, resolved from parameters.
+struct Activation {
+  enum Kind { none, relu, clip, hardswish, hardsigmoid, sigmoid } kind = none;
+  float min = 0, max = 0;       ///< clip bounds
+  float alpha = 0, beta = 0;    ///< hardsigmoid
+};
+Activation fused_activation(const Layer& layer);
+/// Applies an activation to one value (reference semantics).
+float apply_activation(const Activation& act, float x);
+
+/// NumPy broadcast of two shapes; throws Error naming the layer when incompatible.
+Shape broadcast_shapes(const Layer& layer, const Shape& a, const Shape& b);
+/// Normalises a possibly negative axis for a given rank; throws Error naming the field.
+int normalize_axis(const Layer& layer, const char* field, int64_t axis, int rank);
+
+}  // namespace softneuro::core

@@ -1,0 +1,121 @@
+#include "core/registry.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace softneuro {
+
+void register_routine(std::unique_ptr<Routine> routine) {
+  core::RoutineRegistry::instance().add(std::move(routine), "builtin");
+}
+
+std::vector<std::string> registered_routines(std::string_view layer_type) {
+  return core::RoutineRegistry::instance().descriptors(layer_type);
+}
+
+namespace core {
+
+RoutineRegistry& RoutineRegistry::instance() {
+  // Constructed on first use, so static registrations in any order are safe.
+  static RoutineRegistry* registry = new RoutineRegistry;
+  return *registry;
+}
+
+void RoutineRegistry::add(std::unique_ptr<Routine> routine, const std::string& origin) {
+  if (!routine) throw Error("null routine", origin);
+  Entry e;
+  for (const Schema& s : routine->schemas()) e.schemas.emplace_back(s, make_descriptor(s, routine->algorithm()));
+  if (e.schemas.empty())
+    throw Error(fmt::format("routine '{}' for {} lists no schema", routine->algorithm(), routine->layer_type()), origin);
+  std::lock_guard lock(mutex_);
+  for (const auto& old : entries_) {
+    if (old.routine->layer_type() != routine->layer_type()) continue;
+    for (const auto& [s, d] : old.schemas)
+      for (const auto& [s2, d2] : e.schemas)
+        if (d == d2)
+          throw Error(fmt::format("routine {} for layer type {} is already registered (by {})", d,
+                                  routine->layer_type(), old.origin),
+                      origin);
+  }
+  e.routine = std::move(routine);
+  e.origin = origin;
+  entries_.push_back(std::move(e));
+}
+
+std::vector<Candidate> RoutineRegistry::candidates(const LayerInfo& layer, const Schema& schema) const {
+  std::vector<Candidate> out;
+  std::lock_guard lock(mutex_);
+  for (const auto& e : entries_) {
+    if (e.routine->layer_type() != layer.layer->type) continue;
+    for (const auto& [s, d] : e.schemas) {
+      if (!(s == schema)) continue;
+      Candidate c{e.routine.get(), s, d, {}};
+      try {
+        c.support = e.routine->supports(layer, s);
+      } catch (const std::exception& ex) {
+        c.support = Support::no(fmt::format("supports() failed: {}", ex.what()));
+      }
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+std::vector<Candidate> RoutineRegistry::candidates(const LayerInfo& layer) const {
+  std::vector<Schema> schemas;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : entries_)
+      if (e.routine->layer_type() == layer.layer->type)
+        for (const auto& [s, d] : e.schemas)
+          if (std::find(schemas.begin(), schemas.end(), s) == schemas.end()) schemas.push_back(s);
+  }
+  std::vector<Candidate> out;
+  for (const auto& s : schemas) {
+    auto c = candidates(layer, s);
+    std::move(c.begin(), c.end(), std::back_inserter(out));
+  }
+  return out;
+}
+
+const Routine* RoutineRegistry::find(std::string_view layer_type, std::string_view descriptor,
+                                     Schema* schema) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& e : entries_) {
+    if (e.routine->layer_type() != layer_type) continue;
+    for (const auto& [s, d] : e.schemas)
+      if (d == descriptor) {
+        if (schema) *schema = s;
+        return e.routine.get();
+      }
+  }
+  return nullptr;
+}
+
+Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& schema) const {
+  auto all = candidates(layer, schema);
+  const Candidate* best = nullptr;
+  for (const auto& c : all)
+    if (c.support.ok && (!best || c.routine->default_priority() > best->routine->default_priority())) best = &c;
+  if (best) return *best;
+  std::string why;
+  for (const auto& c : all) why += fmt::format("\n  {}: {}", c.descriptor, c.support.reason);
+  if (all.empty()) why = fmt::format(" (no routine is registered for {} in {})", layer.layer->type, schema.to_string());
+  throw Error(fmt::format("no routine supports this {} layer in schema {}:{}", layer.layer->type, schema.to_string(), why),
+              {}, layer.layer->name, "type");
+}
+
+std::vector<std::string> RoutineRegistry::descriptors(std::string_view layer_type) const {
+  std::vector<std::string> out;
+  std::lock_guard lock(mutex_);
+  for (const auto& e : entries_)
+    if (layer_type.empty() || e.routine->layer_type() == layer_type)
+      for (const auto& [s, d] : e.schemas)
+        if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace core
+}  // namespace softneuro

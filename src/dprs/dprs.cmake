@@ -1,0 +1,17 @@
+# DPRS solver (dynamic programming for routine selection). Pure C++20: it
+# depends on nothing else in the project. Included by the top-level
+# CMakeLists.txt with include(src/dprs/dprs.cmake); users include "dprs/dprs.hpp".
+add_library(softneuro_dprs STATIC ${CMAKE_CURRENT_LIST_DIR}/dprs.cpp)
+target_include_directories(softneuro_dprs PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
+target_compile_features(softneuro_dprs PUBLIC cxx_std_20)
+set_target_properties(softneuro_dprs PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
+if(BUILD_TESTING)
+  # Another part of the build may have found Catch2 already.
+  if(NOT TARGET Catch2::Catch2)
+    find_package(Catch2 REQUIRED)
+  endif()
+  add_executable(test_dprs ${CMAKE_CURRENT_LIST_DIR}/../../tests/dprs/test_dprs.cpp)
+  target_link_libraries(test_dprs PRIVATE softneuro_dprs Catch2::Catch2)
+  add_test(NAME dprs COMMAND test_dprs)
+endif()

@@ -1,0 +1,561 @@
+// DPRS solver. See dprs.hpp for the problem; this comment explains the method.
+//
+// Algorithm (SoftNeuro Algorithm 1, as a frontier DP)
+// ---------------------------------------------------
+// Layers are processed in the given topological order. A layer is *open*
+// while some unprocessed layer still consumes its output (the paper's open
+// constraint on a branching layer, and also the chain predecessor, whose
+// schema the paper keeps as the lambda of S_{i-1}(lambda)). One DP table is
+// carried between steps, keyed by the schemas of the open layers (the
+// frontier F): table[lambda_F] = cheapest cost of all processed layers and
+// of the adapts between them, given those schemas. Step i:
+//   1. extends the table with layer i's schema: adds cost[i][lambda_i] and
+//      the adapt of every in-edge (its producer is open, so its schema is a
+//      key of the table) - line 12 of Algorithm 1;
+//   2. relaxes (minimises out) every layer whose last consumer is i, and i
+//      itself if it has no consumer - lines 15-23; keeping a back-pointer to
+//      the argmin so that the assignment can be rebuilt at the end.
+// Layer i stays open when it has consumers (lines 24-31). After the last
+// layer nothing is open and the table holds the optimum (line 33).
+//
+// This is variable elimination in topological order, so it is exactly
+// optimal for any DAG. Details the paper leaves open, chosen for exactness:
+//   - The paper keeps one table per layer, S_i(lambda; lambda_C), and merges
+//     the predecessors' subpaths as sets. As numbers, a union would count
+//     twice the layers shared by two predecessors, and the constraint sets of
+//     predecessors need not be equal in a general DAG. One joint table over
+//     the frontier avoids both: each layer's cost is added once (when it is
+//     processed) and each adapt once (when its consumer is processed).
+//   - Relaxation: Proposition 3 relaxes a constraint at a layer all
+//     downstream paths pass through. In a topological processing order, the
+//     earliest moment at which no unprocessed layer depends on a schema is
+//     after its last consumer; minimising a variable out then is exact
+//     because no later term mentions it.
+//   - Several inputs/outputs: the paper adds auxiliary input and output
+//     layers with one zero-cost routine. Such a layer adds nothing to any
+//     table (one schema, zero cost, zero adapts), so here a source simply
+//     opens a new key at its step and a sink is minimised out at its own
+//     step - the same optimum without the auxiliary layers.
+//   - Ties: the first minimum in enumeration order is kept (lowest schema
+//     indices), so results are deterministic.
+//
+// Complexity. Let F_i be the open layers when layer i is processed and
+// k = max_i |F_i| (Solution::max_open_constraints). Step i enumerates the
+// S^(|F_i|+1) schema assignments of F_i + {i}, each with 1 + indegree(i)
+// additions (indegree(i) <= |F_i| since every producer is open): time
+// O((N + E) * S^(k+1)), i.e. O(N * S^(k+1)) for bounded in-degree, and
+// O(N * S^2) = O(N) for fixed S on a straight net. The carried table has
+// at most S^k entries (O(S^k) memory per table: layers closed at step i are
+// minimised out while enumerating, the S^(k+1) product is never stored);
+// back-pointers take at most S^k entries per step.
+//
+// Bounded work on dense graphs. Before solving, a symbolic pass computes the
+// frontier of every step. If one step would enumerate more than
+// Options::max_table_entries entries, or all steps together more than
+// Options::max_total_entries, the solver falls back to a heuristic and
+// reports exact = false:
+//   - beam search over the same frontier: per step keep only the
+//     beam_width cheapest partial assignments (partial assignments agreeing
+//     on the still-open layers are merged exactly, as in the DP), then
+//   - iterated conditional modes: change one layer's schema at a time to
+//     the one minimising its own cost plus its incident adapts, sweeping
+//     until no single-layer change lowers the total.
+// The result is a valid assignment whose total is reported exactly, but it
+// is not guaranteed optimal.
+
+#include "dprs/dprs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+namespace softneuro::dprs {
+
+// ---------------------------------------------------------------- CostGraph
+
+namespace {
+
+void ensure_mask(CostGraph& g) {
+  const auto S = static_cast<std::size_t>(std::max(g.num_schemas, 0));
+  g.allowed.resize(g.node_cost.size());
+  for (auto& row : g.allowed)
+    if (row.size() != S) row.resize(S, char{1});
+}
+
+void check_node_index(const CostGraph& g, int node, const char* what) {
+  if (node < 0 || node >= g.num_nodes())
+    throw std::invalid_argument(std::string("dprs: ") + what + ": node " + std::to_string(node) +
+                                " out of range [0, " + std::to_string(g.num_nodes()) + ")");
+}
+
+}  // namespace
+
+int CostGraph::add_node(std::vector<double> cost) {
+  node_cost.push_back(std::move(cost));
+  if (!allowed.empty()) ensure_mask(*this);
+  return num_nodes() - 1;
+}
+
+void CostGraph::add_edge(int from, int to, std::vector<double> adapt) {
+  edges.push_back(Edge{from, to, std::move(adapt)});
+}
+
+void CostGraph::restrict_node(int node, const std::vector<char>& mask) {
+  check_node_index(*this, node, "restrict_node");
+  if (num_schemas < 1 || mask.size() != static_cast<std::size_t>(num_schemas))
+    throw std::invalid_argument("dprs: restrict_node: mask has " + std::to_string(mask.size()) +
+                                " flags, expected num_schemas = " + std::to_string(num_schemas));
+  ensure_mask(*this);
+  auto& row = allowed[static_cast<std::size_t>(node)];
+  for (std::size_t s = 0; s < row.size(); ++s) row[s] = static_cast<char>(row[s] && mask[s]);
+}
+
+void CostGraph::pin(int node, int schema) {
+  if (schema < 0 || schema >= num_schemas)
+    throw std::invalid_argument("dprs: pin: schema " + std::to_string(schema) + " out of range [0, " +
+                                std::to_string(num_schemas) + ")");
+  std::vector<char> mask(static_cast<std::size_t>(num_schemas), char{0});
+  mask[static_cast<std::size_t>(schema)] = 1;
+  restrict_node(node, mask);
+}
+
+bool CostGraph::is_allowed(int node, int schema) const {
+  if (allowed.empty()) return true;
+  const auto n = static_cast<std::size_t>(node);
+  const auto s = static_cast<std::size_t>(schema);
+  return n < allowed.size() && s < allowed[n].size() && allowed[n][s] != 0;
+}
+
+// ---------------------------------------------------------------- validation
+
+namespace {
+
+void check_value(double v, const std::string& what) {
+  if (std::isnan(v)) throw std::invalid_argument("dprs: " + what + " is NaN");
+  if (v == -kInfinity) throw std::invalid_argument("dprs: " + what + " is -infinity");
+}
+
+}  // namespace
+
+void validate(const CostGraph& g) {
+  const int S = g.num_schemas;
+  if (S < 1) throw std::invalid_argument("dprs: num_schemas must be >= 1, got " + std::to_string(S));
+  const auto s_count = static_cast<std::size_t>(S);
+  const int N = g.num_nodes();
+  for (int n = 0; n < N; ++n) {
+    const auto& row = g.node_cost[static_cast<std::size_t>(n)];
+    if (row.size() != s_count)
+      throw std::invalid_argument("dprs: node " + std::to_string(n) + " has " + std::to_string(row.size()) +
+                                  " costs, expected num_schemas = " + std::to_string(S));
+    for (std::size_t s = 0; s < s_count; ++s)
+      check_value(row[s], "cost of node " + std::to_string(n) + " for schema " + std::to_string(s));
+  }
+  for (std::size_t i = 0; i < g.edges.size(); ++i) {
+    const auto& e = g.edges[i];
+    const std::string name = "edge " + std::to_string(i) + " (" + std::to_string(e.from) + " -> " +
+                             std::to_string(e.to) + ")";
+    if (e.from < 0 || e.from >= N || e.to < 0 || e.to >= N)
+      throw std::invalid_argument("dprs: " + name + ": node index out of range [0, " + std::to_string(N) + ")");
+    if (e.from == e.to) throw std::invalid_argument("dprs: " + name + " is a self loop");
+    if (e.from > e.to)
+      throw std::invalid_argument("dprs: " + name +
+                                  " goes backwards: nodes must be given in a topological order");
+    if (e.adapt.size() != s_count * s_count)
+      throw std::invalid_argument("dprs: " + name + " has " + std::to_string(e.adapt.size()) +
+                                  " adapt costs, expected num_schemas^2 = " + std::to_string(s_count * s_count));
+    for (std::size_t k = 0; k < e.adapt.size(); ++k)
+      check_value(e.adapt[k], "adapt cost of " + name + " from schema " + std::to_string(k / s_count) +
+                                  " to schema " + std::to_string(k % s_count));
+  }
+  if (!g.allowed.empty()) {
+    if (g.allowed.size() != static_cast<std::size_t>(N))
+      throw std::invalid_argument("dprs: allowed mask has " + std::to_string(g.allowed.size()) +
+                                  " rows, expected 0 or the number of nodes " + std::to_string(N));
+    for (int n = 0; n < N; ++n)
+      if (g.allowed[static_cast<std::size_t>(n)].size() != s_count)
+        throw std::invalid_argument("dprs: allowed mask of node " + std::to_string(n) + " has " +
+                                    std::to_string(g.allowed[static_cast<std::size_t>(n)].size()) +
+                                    " flags, expected num_schemas = " + std::to_string(S));
+  }
+}
+
+// ---------------------------------------------------------------- solver
+
+namespace {
+
+using Index = std::size_t;
+
+// The validated graph in the shape the solver works on.
+struct Problem {
+  const CostGraph* graph = nullptr;
+  Index S = 0;
+  Index N = 0;
+  std::vector<double> cost;                 // N*S; +infinity where the mask forbids the schema
+  std::vector<std::vector<Index>> in_edges;  // edge indices, per consumer
+  std::vector<std::vector<Index>> out_edges; // edge indices, per producer
+
+  const double* adapt(Index e) const { return graph->edges[e].adapt.data(); }
+  Index from(Index e) const { return static_cast<Index>(graph->edges[e].from); }
+  Index to(Index e) const { return static_cast<Index>(graph->edges[e].to); }
+};
+
+Problem prepare(const CostGraph& g) {
+  Problem p;
+  p.graph = &g;
+  p.S = static_cast<Index>(g.num_schemas);
+  p.N = static_cast<Index>(g.num_nodes());
+  p.cost.resize(p.N * p.S);
+  for (Index n = 0; n < p.N; ++n)
+    for (Index s = 0; s < p.S; ++s)
+      p.cost[n * p.S + s] = g.is_allowed(static_cast<int>(n), static_cast<int>(s)) ? g.node_cost[n][s] : kInfinity;
+  p.in_edges.resize(p.N);
+  p.out_edges.resize(p.N);
+  for (Index e = 0; e < g.edges.size(); ++e) {
+    p.in_edges[p.to(e)].push_back(e);
+    p.out_edges[p.from(e)].push_back(e);
+  }
+  return p;
+}
+
+double total_of(const Problem& p, const std::vector<int>& schema) {
+  double total = 0;
+  for (Index n = 0; n < p.N; ++n) total += p.cost[n * p.S + static_cast<Index>(schema[n])];
+  for (Index e = 0; e < p.graph->edges.size(); ++e)
+    total += p.adapt(e)[static_cast<Index>(schema[p.from(e)]) * p.S + static_cast<Index>(schema[p.to(e)])];
+  return total;
+}
+
+// base^exp if it is <= cap, else nothing (no overflow for any cap).
+bool pow_within(Index base, Index exp, Index cap, Index& out) {
+  Index r = 1;
+  for (Index i = 0; i < exp; ++i) {
+    if (base != 0 && r > cap / base) return false;
+    r *= base;
+  }
+  if (r > cap) return false;
+  out = r;
+  return true;
+}
+
+// One step of the frontier DP, computed symbolically before any arithmetic.
+struct Step {
+  std::vector<Index> open;    // F: layers open when this layer is processed
+  std::vector<Index> closed;  // relaxed at this step (minimised out)
+  std::vector<Index> kept;    // still open after it: F of the next step
+};
+
+struct Plan {
+  std::vector<Step> steps;
+  Index width = 0;    // k = max |F|
+  bool fits = true;   // the exact DP is within the table limits
+};
+
+Plan make_plan(const Problem& p, const Options& opt, Index table_limit) {
+  // A layer is relaxed at the step of its last consumer (or its own step
+  // when it has none: a net output).
+  std::vector<Index> close_at(p.N);
+  for (Index n = 0; n < p.N; ++n) close_at[n] = n;
+  for (Index e = 0; e < p.graph->edges.size(); ++e) close_at[p.from(e)] = std::max(close_at[p.from(e)], p.to(e));
+
+  Plan plan;
+  plan.steps.resize(p.N);
+  std::vector<Index> open;
+  Index total = 0;
+  for (Index i = 0; i < p.N; ++i) {
+    Step& st = plan.steps[i];
+    st.open = open;
+    plan.width = std::max(plan.width, open.size());
+    for (Index v : open) (close_at[v] == i ? st.closed : st.kept).push_back(v);
+    (close_at[i] == i ? st.closed : st.kept).push_back(i);
+    Index work = 0;
+    if (!pow_within(p.S, open.size() + 1, table_limit, work) || work > opt.max_total_entries - total) {
+      plan.fits = false;
+    } else {
+      total += work;
+    }
+    open = st.kept;
+  }
+  return plan;
+}
+
+// Exact frontier DP; returns the argmin assignment.
+std::vector<int> solve_exact(const Problem& p, const Plan& plan) {
+  const Index S = p.S;
+  std::vector<double> table{0.0};                  // over the current frontier
+  std::vector<std::vector<std::uint32_t>> back(p.N);  // argmin of the relaxed layers
+  std::vector<Index> pos(p.N, 0);                  // position of a layer in `vars`
+  std::vector<Index> vars, digit, old_stride;
+  std::vector<std::pair<const double*, Index>> producers;  // (adapt, position of producer)
+
+  for (Index i = 0; i < p.N; ++i) {
+    const Step& st = plan.steps[i];
+    // Enumeration order: relaxed layers are the low digits, so the entries
+    // minimised together are contiguous and the kept part indexes the new table.
+    vars = st.closed;
+    vars.insert(vars.end(), st.kept.begin(), st.kept.end());
+    const Index n = vars.size();
+    for (Index j = 0; j < n; ++j) pos[vars[j]] = j;
+    old_stride.assign(n + 1, 0);  // stride of each digit in the old table (0 for layer i)
+    {
+      Index stride = 1;
+      for (Index v : st.open) {
+        old_stride[pos[v]] = stride;
+        stride *= S;
+      }
+    }
+    producers.clear();
+    for (Index e : p.in_edges[i]) producers.emplace_back(p.adapt(e), pos[p.from(e)]);
+    const Index pi = pos[i];
+    const double* ci = &p.cost[i * S];
+
+    Index n_closed = 1, n_kept = 1;
+    for (Index j = 0; j < st.closed.size(); ++j) n_closed *= S;
+    for (Index j = 0; j < st.kept.size(); ++j) n_kept *= S;
+
+    std::vector<double> next(n_kept);
+    auto& bp = back[i];
+    if (!st.closed.empty()) bp.assign(n_kept, 0);  // nothing to remember otherwise
+    digit.assign(n + 1, 0);
+    Index old = 0;
+    for (Index k = 0; k < n_kept; ++k) {
+      double best = kInfinity;
+      std::uint32_t arg = 0;
+      for (Index d = 0; d < n_closed; ++d) {
+        const Index si = digit[pi];
+        double v = table[old] + ci[si];
+        for (const auto& [adapt, pu] : producers) v += adapt[digit[pu] * S + si];
+        if (v < best) {
+          best = v;
+          arg = static_cast<std::uint32_t>(d);
+        }
+        // Odometer over `vars`, keeping the old-table index in step.
+        for (Index j = 0; j < n; ++j) {
+          ++digit[j];
+          old += old_stride[j];
+          if (digit[j] < S) break;
+          digit[j] = 0;
+          old -= S * old_stride[j];
+        }
+      }
+      next[k] = best;
+      if (!bp.empty()) bp[k] = arg;
+    }
+    table = std::move(next);
+  }
+
+  // Rebuild backwards: the kept layers of step i are relaxed at later steps,
+  // so their schemas are known when step i is visited.
+  std::vector<int> schema(p.N, 0);
+  for (Index i = p.N; i-- > 0;) {
+    const Step& st = plan.steps[i];
+    if (st.closed.empty()) continue;
+    Index k = 0, m = 1;
+    for (Index v : st.kept) {
+      k += static_cast<Index>(schema[v]) * m;
+      m *= S;
+    }
+    Index d = back[i][k];
+    for (Index v : st.closed) {
+      schema[v] = static_cast<int>(d % S);
+      d /= S;
+    }
+  }
+  return schema;
+}
+
+// Fallback, part 1: beam search over the frontier of the same plan.
+std::vector<int> solve_beam(const Problem& p, const Plan& plan, Index beam) {
+  const Index S = p.S;
+  struct Candidate {
+    double value;
+    std::uint32_t parent;
+    std::uint32_t schema;
+  };
+  std::vector<std::vector<std::uint32_t>> parent(p.N), choice(p.N);
+  std::vector<std::uint32_t> digits;  // states x |open|: schemas of the open layers
+  std::vector<double> value{0.0};
+  std::vector<Index> pos(p.N, 0);
+  std::vector<Candidate> cands;
+  std::unordered_map<std::string, Index> by_key;
+  std::vector<Index> order, key_src;
+  std::vector<std::pair<const double*, Index>> producers;
+  std::string key;
+
+  for (Index i = 0; i < p.N; ++i) {
+    const Step& st = plan.steps[i];
+    const Index w = st.open.size();
+    for (Index j = 0; j < w; ++j) pos[st.open[j]] = j;
+    pos[i] = w;  // layer i is digit w of an extended state
+    producers.clear();
+    for (Index e : p.in_edges[i]) producers.emplace_back(p.adapt(e), pos[p.from(e)]);
+    key_src.clear();
+    for (Index v : st.kept) key_src.push_back(pos[v]);
+    key.assign(key_src.size() * sizeof(std::uint32_t), '\0');
+
+    cands.clear();
+    by_key.clear();
+    const Index states = value.size();
+    for (Index b = 0; b < states; ++b) {
+      const std::uint32_t* state = digits.data() + b * w;
+      for (Index s = 0; s < S; ++s) {
+        double v = value[b] + p.cost[i * S + s];
+        for (const auto& [adapt, pu] : producers) v += adapt[state[pu] * S + s];
+        for (Index j = 0; j < key_src.size(); ++j) {
+          const std::uint32_t d = key_src[j] == w ? static_cast<std::uint32_t>(s) : state[key_src[j]];
+          std::memcpy(&key[j * sizeof d], &d, sizeof d);
+        }
+        // Same schemas on every still-open layer: only the cheapest matters.
+        const auto [it, inserted] = by_key.try_emplace(key, cands.size());
+        const Candidate c{v, static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(s)};
+        if (inserted)
+          cands.push_back(c);
+        else if (v < cands[it->second].value)
+          cands[it->second] = c;
+      }
+    }
+    order.resize(cands.size());
+    std::iota(order.begin(), order.end(), Index{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](Index a, Index b) { return cands[a].value < cands[b].value; });
+    if (order.size() > beam) order.resize(beam);
+
+    std::vector<std::uint32_t> next_digits(order.size() * key_src.size());
+    std::vector<double> next_value(order.size());
+    parent[i].resize(order.size());
+    choice[i].resize(order.size());
+    for (Index r = 0; r < order.size(); ++r) {
+      const Candidate& c = cands[order[r]];
+      const std::uint32_t* state = digits.data() + c.parent * w;
+      for (Index j = 0; j < key_src.size(); ++j)
+        next_digits[r * key_src.size() + j] = key_src[j] == w ? c.schema : state[key_src[j]];
+      next_value[r] = c.value;
+      parent[i][r] = c.parent;
+      choice[i][r] = c.schema;
+    }
+    digits = std::move(next_digits);
+    value = std::move(next_value);
+  }
+
+  std::vector<int> schema(p.N, 0);
+  Index r = 0;  // the last step keeps nothing open: a single state
+  for (Index i = p.N; i-- > 0;) {
+    schema[i] = static_cast<int>(choice[i][r]);
+    r = parent[i][r];
+  }
+  return schema;
+}
+
+// Fallback, part 2: iterated conditional modes. Each accepted change lowers
+// the node's local cost (and so the total) or removes infinite terms; the
+// sweep cap only guards against rounding-induced cycles.
+void polish(const Problem& p, std::vector<int>& schema) {
+  const Index S = p.S;
+  auto local = [&](Index n, Index s) {
+    double v = p.cost[n * S + s];
+    for (Index e : p.in_edges[n]) v += p.adapt(e)[static_cast<Index>(schema[p.from(e)]) * S + s];
+    for (Index e : p.out_edges[n]) v += p.adapt(e)[s * S + static_cast<Index>(schema[p.to(e)])];
+    return v;
+  };
+  for (int sweep = 0; sweep < 1000; ++sweep) {
+    bool improved = false;
+    for (Index n = 0; n < p.N; ++n) {
+      const auto current = static_cast<Index>(schema[n]);
+      double best = local(n, current);
+      Index best_s = current;
+      for (Index s = 0; s < S; ++s) {
+        if (s == current) continue;
+        const double v = local(n, s);
+        if (v < best) {
+          best = v;
+          best_s = s;
+        }
+      }
+      if (best_s != current) {
+        schema[n] = static_cast<int>(best_s);
+        improved = true;
+      }
+    }
+    if (!improved) break;
+  }
+}
+
+}  // namespace
+
+Solution solve(const CostGraph& graph, const Options& options) {
+  validate(graph);
+  Solution sol;
+  if (graph.num_nodes() == 0) {
+    sol.feasible = true;
+    sol.total = 0;
+    return sol;
+  }
+  const Problem p = prepare(graph);
+  // Back-pointers are 32-bit: never enumerate more than 2^32 - 1 entries in a step.
+  const Index table_limit = std::min<Index>(options.max_table_entries, UINT32_MAX);
+  const Plan plan = make_plan(p, options, table_limit);
+  sol.max_open_constraints = plan.width;
+  if (plan.fits) {
+    sol.exact = true;
+    sol.schema = solve_exact(p, plan);
+  } else {
+    sol.exact = false;
+    const Index beam = std::max<Index>(1, std::min<Index>(options.beam_width, table_limit / p.S));
+    sol.schema = solve_beam(p, plan, beam);
+    polish(p, sol.schema);
+  }
+  // Reported as evaluate() computes it, so evaluate(graph, sol.schema) == sol.total.
+  sol.total = total_of(p, sol.schema);
+  sol.feasible = sol.total < kInfinity;
+  return sol;
+}
+
+std::vector<double> fold_childnet(const CostGraph& inner, int entry, int exit, const Options& options,
+                                  bool* exact) {
+  validate(inner);
+  check_node_index(inner, entry, "fold_childnet entry");
+  check_node_index(inner, exit, "fold_childnet exit");
+  const auto S = static_cast<Index>(inner.num_schemas);
+  const auto ue = static_cast<Index>(entry), ux = static_cast<Index>(exit);
+  CostGraph g = inner;
+  ensure_mask(g);
+  const std::vector<char> entry_mask = g.allowed[ue], exit_mask = g.allowed[ux];
+  std::vector<double> folded(S * S, kInfinity);
+  bool all_exact = true;
+  for (Index a = 0; a < S; ++a) {
+    for (Index b = 0; b < S; ++b) {
+      if (entry == exit && a != b) continue;  // one layer cannot have two schemas
+      // Pin entry to a and exit to b, within the masks the caller already set
+      // (when entry == exit, a == b here and both rows are the same row).
+      g.allowed[ue].assign(S, char{0});
+      g.allowed[ux].assign(S, char{0});
+      g.allowed[ue][a] = entry_mask[a];
+      g.allowed[ux][b] = exit_mask[b];
+      const Solution sol = solve(g, options);
+      all_exact = all_exact && sol.exact;
+      folded[a * S + b] = sol.feasible ? sol.total : kInfinity;
+    }
+  }
+  if (exact) *exact = all_exact;
+  return folded;
+}
+
+double evaluate(const CostGraph& graph, const std::vector<int>& schema) {
+  validate(graph);
+  if (schema.size() != static_cast<std::size_t>(graph.num_nodes()))
+    throw std::invalid_argument("dprs: evaluate: assignment has " + std::to_string(schema.size()) +
+                                " schemas, expected one per node (" + std::to_string(graph.num_nodes()) + ")");
+  for (std::size_t n = 0; n < schema.size(); ++n)
+    if (schema[n] < 0 || schema[n] >= graph.num_schemas)
+      throw std::invalid_argument("dprs: evaluate: schema " + std::to_string(schema[n]) + " of node " +
+                                  std::to_string(n) + " out of range [0, " + std::to_string(graph.num_schemas) +
+                                  ")");
+  return total_of(prepare(graph), schema);
+}
+
+}  // namespace softneuro::dprs

@@ -1,0 +1,124 @@
+// DPRS: dynamic programming for routine selection (SoftNeuro, section IV,
+// Algorithm 1).
+//
+// The solver is pure: it sees a cost graph, never a routine or a blob.
+//   - node  = a layer; node_cost[n][s] is the time of the fastest routine of
+//             layer n with schema s (F_n(s) in the paper), +infinity when the
+//             layer has no routine for that schema;
+//   - edge  = a blob from producer to consumer; adapt[su*S + sv] is the time
+//             of the adapt routine converting that blob from the producer's
+//             schema su to the consumer's schema sv (+infinity: impossible).
+// It picks one schema per layer minimising
+//   sum_n node_cost[n][schema[n]] + sum_e adapt_e[schema[from] * S + schema[to]],
+// i.e. the optimal routine path (Definition 2). A branching layer has one
+// schema seen by all its consumers; merges (add, concat) have several
+// in-edges. Several net inputs and outputs are allowed (see solve()).
+//
+// Includes only the C++ standard library, by design (DESIGN.md: src/dprs
+// depends on nothing else in the project).
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace softneuro::dprs {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+/// The optimisation problem. Nodes must be given in a topological order:
+/// every edge goes from a lower to a higher index.
+struct CostGraph {
+  struct Edge {
+    int from = 0;
+    int to = 0;
+    /// S*S row-major: adapt[from_schema * S + to_schema]. The diagonal is
+    /// usually 0 (no adapt needed) but may hold anything.
+    std::vector<double> adapt;
+  };
+
+  int num_schemas = 0;                          ///< S, the same for every node.
+  std::vector<std::vector<double>> node_cost;   ///< N rows of S costs.
+  std::vector<Edge> edges;                      ///< parallel edges are allowed.
+  /// Optional allowed-schema mask: empty (everything allowed) or N rows of S
+  /// flags; a 0 flag forbids that schema for that node whatever its cost.
+  /// Used to pin layers (the tuner) and to fold childnets.
+  std::vector<std::vector<char>> allowed;
+
+  int num_nodes() const { return static_cast<int>(node_cost.size()); }
+
+  /// Appends a node, returns its index.
+  int add_node(std::vector<double> cost);
+  /// Appends an edge (adapt is S*S row-major).
+  void add_edge(int from, int to, std::vector<double> adapt);
+  /// Restricts `node` to the schemas whose flag in `mask` (S flags) is set,
+  /// on top of any restriction already there. Creates the mask if needed.
+  void restrict_node(int node, const std::vector<char>& mask);
+  /// Restricts `node` to exactly `schema` (on top of any earlier restriction).
+  void pin(int node, int schema);
+  /// True when `schema` is allowed for `node` by the mask.
+  bool is_allowed(int node, int schema) const;
+};
+
+struct Options {
+  /// Largest number of DP table entries one step may enumerate, S^(k+1)
+  /// with k open constraints. Beyond it the solver falls back to the
+  /// heuristic and reports exact = false.
+  std::size_t max_table_entries = std::size_t{1} << 22;
+  /// Bound on the sum over all steps of the entries enumerated (which is
+  /// also a bound on the memory kept for back-pointers). Beyond it: fallback.
+  std::size_t max_total_entries = std::size_t{1} << 26;
+  /// Number of partial assignments the fallback beam search keeps per step
+  /// (further capped to max_table_entries / S so that the fallback does no
+  /// more work per step than the exact solver was allowed to).
+  std::size_t beam_width = std::size_t{1} << 12;
+};
+
+struct Solution {
+  /// A finite-cost assignment was found. With exact == true and
+  /// feasible == false, none exists.
+  bool feasible = false;
+  /// The result is proven optimal (exact DP). false: fallback heuristic.
+  bool exact = true;
+  /// Total cost of `schema` (+infinity when infeasible).
+  double total = kInfinity;
+  /// One schema per node (filled even when infeasible, then meaningless).
+  std::vector<int> schema;
+  /// Frontier width k: the largest number of layers whose schema was still
+  /// needed by an unprocessed consumer when a layer was processed (the
+  /// paper's open constraints plus the chain predecessor).
+  std::size_t max_open_constraints = 0;
+};
+
+/// Throws std::invalid_argument naming the first problem: sizes, NaN or
+/// -infinity costs, node indices, self loops, edges that go backwards (nodes
+/// not in topological order), mask shape.
+void validate(const CostGraph& graph);
+
+/// Optimal routine path of `graph` (exact DP when the frontier fits the
+/// limits of `options`, else the stated heuristic with exact = false).
+/// Throws std::invalid_argument on a malformed graph.
+Solution solve(const CostGraph& graph, const Options& options = {});
+
+/// Childnet folding ("childnets solved innermost-first"): for every pair
+/// (a, b) the best total of `inner` with node `entry` fixed to schema a and
+/// node `exit` fixed to schema b; returns S*S row-major [a * S + b],
+/// +infinity where no finite assignment exists. When entry == exit only the
+/// diagonal can be finite. `exact` (optional) receives false if any of the
+/// inner solves used the fallback heuristic.
+///
+/// To use it in the outer graph: when the childnet's input and output share
+/// the outer layer's schema, the outer node cost is cost[s] = M[s * S + s];
+/// when it may change schema between input and output, represent the layer
+/// by two zero-cost nodes (entry, exit) joined by an edge whose adapt matrix
+/// is M, so that outer in-edges see the entry schema and out-edges the exit
+/// schema.
+std::vector<double> fold_childnet(const CostGraph& inner, int entry, int exit,
+                                  const Options& options = {}, bool* exact = nullptr);
+
+/// Total cost of an assignment (+infinity if any term is infinite or a
+/// schema is not allowed by the mask). Throws std::invalid_argument on a
+/// malformed graph or assignment.
+double evaluate(const CostGraph& graph, const std::vector<int>& schema);
+
+}  // namespace softneuro::dprs

@@ -1,0 +1,740 @@
+// cpu/ref — the reference routines: one per layer type, float32, NCHW (the
+// default schema). They are the oracle every other routine is tested against,
+// so they are written to be obviously correct, never fast: plain loops over the
+// conventions of src/core/layer_types.hpp, double accumulation for reductions.
+//
+// Structure: each layer type has a PreparedRoutine class P with
+//   static constexpr std::string_view kType;           the layer type
+//   static Support supports(const LayerInfo&);         beyond the schema check
+//   explicit P(const LayerInfo&);                      = prepare()
+//   void run(const RunArgs&);                          no allocation
+// and Ref<P> turns it into the registered Routine. Elementwise types share
+// Unary<Op> and Binary<Op>; reshape/flatten/identity share Copy<name>.
+#include "core/layer_types.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numbers>
+#include <string_view>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using core::Activation;
+using core::Window2d;
+
+constexpr int kMaxRank = Shape::max_rank;
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// Row-major strides of a shape.
+void contiguous_strides(const Shape& s, int64_t* strides) {
+  int64_t st = 1;
+  for (int d = s.rank() - 1; d >= 0; --d) {
+    strides[d] = st;
+    st *= s[d];
+  }
+}
+
+int64_t prod(const Shape& s, int begin, int end) {
+  int64_t p = 1;
+  for (int d = begin; d < end; ++d) p *= s[d];
+  return p;
+}
+
+/// Weights this routine reads must be plain float32 CPU blobs with memory.
+Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    const Blob* b = l.find_weight(k);
+    if (!b) continue;
+    if (b->dtype() != DType::float32)
+      return Support::no(fmt::format("weight '{}' is {}, cpu/ref reads float32", k, to_string(b->dtype())));
+    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
+    if (b->layout() != Layout::nchw)
+      return Support::no(fmt::format("weight '{}' has layout {}, cpu/ref reads plain", k, to_string(b->layout())));
+    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
+  }
+  return Support::yes();
+}
+
+/// Maps a linear index over an output shape to offsets into two operands whose
+/// shapes broadcast to it (NumPy rules; stride 0 along broadcast dims).
+struct Broadcast2 {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t sa[kMaxRank] = {}, sb[kMaxRank] = {};
+
+  Broadcast2() = default;
+  Broadcast2(const Shape& out, const Shape& a, const Shape& b) : rank(out.rank()) {
+    int64_t ca[kMaxRank], cb[kMaxRank];
+    contiguous_strides(a, ca);
+    contiguous_strides(b, cb);
+    for (int d = 0; d < rank; ++d) {
+      dims[d] = out[d];
+      int da = d - (rank - a.rank()), db = d - (rank - b.rank());
+      sa[d] = (da >= 0 && a[da] != 1) ? ca[da] : 0;
+      sb[d] = (db >= 0 && b[db] != 1) ? cb[db] : 0;
+    }
+  }
+  void offsets(int64_t i, int64_t& oa, int64_t& ob) const {
+    oa = ob = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      int64_t c = i % dims[d];
+      i /= dims[d];
+      oa += c * sa[d];
+      ob += c * sb[d];
+    }
+  }
+};
+
+/// Base of every prepared reference routine: no extra support conditions.
+struct RefPrepared : PreparedRoutine {
+  static Support supports(const LayerInfo&) { return Support::yes(); }
+};
+
+/// The registered Routine for prepared class P.
+template <class P>
+class Ref final : public Routine {
+ public:
+  std::string_view layer_type() const override { return P::kType; }
+  std::string_view algorithm() const override { return "ref"; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == Schema{}))
+      return Support::no(fmt::format("cpu/ref computes in cpu:float32:nchw, not {}", schema.to_string()));
+    if (!info.layer) return Support::no("no layer");
+    return P::supports(info);
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
+                                           const RoutineParams&) const override {
+    return std::make_unique<P>(info);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Elementwise: one input, same shape out.
+
+template <class Op>
+struct Unary final : RefPrepared {
+  static constexpr std::string_view kType = Op::kType;
+  Op op;
+  int64_t n;
+  explicit Unary(const LayerInfo& info) : op(*info.layer), n(info.input_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = op(x[i]);
+    });
+  }
+};
+
+struct ReluOp {
+  static constexpr std::string_view kType = "relu";
+  explicit ReluOp(const Layer&) {}
+  float operator()(float x) const { return x > 0 ? x : 0.0f; }
+};
+
+struct ClipOp {
+  static constexpr std::string_view kType = "clip";
+  float lo, hi;
+  explicit ClipOp(const Layer& l)
+      : lo(static_cast<float>(l.get_float("min", -std::numeric_limits<double>::infinity()))),
+        hi(static_cast<float>(l.get_float("max", std::numeric_limits<double>::infinity()))) {}
+  float operator()(float x) const { return std::min(std::max(x, lo), hi); }
+};
+
+struct HardswishOp {
+  static constexpr std::string_view kType = "hardswish";
+  explicit HardswishOp(const Layer&) {}
+  float operator()(float x) const {
+    double r6 = std::min(std::max(double(x) + 3.0, 0.0), 6.0);
+    return static_cast<float>(double(x) * r6 / 6.0);
+  }
+};
+
+struct HardsigmoidOp {
+  static constexpr std::string_view kType = "hardsigmoid";
+  double alpha, beta;
+  explicit HardsigmoidOp(const Layer& l) : alpha(l.get_float("alpha", 0.2)), beta(l.get_float("beta", 0.5)) {}
+  float operator()(float x) const {
+    return static_cast<float>(std::min(std::max(alpha * double(x) + beta, 0.0), 1.0));
+  }
+};
+
+struct SigmoidOp {
+  static constexpr std::string_view kType = "sigmoid";
+  explicit SigmoidOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(1.0 / (1.0 + std::exp(-double(x)))); }
+};
+
+struct TanhOp {
+  static constexpr std::string_view kType = "tanh";
+  explicit TanhOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(std::tanh(double(x))); }
+};
+
+struct GeluOp {
+  static constexpr std::string_view kType = "gelu";
+  bool tanh_approx;
+  explicit GeluOp(const Layer& l) : tanh_approx(l.get_string("approximate", "none") == "tanh") {}
+  float operator()(float xf) const {
+    double x = xf;
+    if (tanh_approx) {
+      const double k = std::sqrt(2.0 / std::numbers::pi);
+      return static_cast<float>(0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x))));
+    }
+    return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Elementwise: two inputs, NumPy broadcasting.
+
+template <class Op>
+struct Binary final : RefPrepared {
+  static constexpr std::string_view kType = Op::kType;
+  Broadcast2 bc;
+  int64_t n;
+  explicit Binary(const LayerInfo& info)
+      : bc(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]),
+        n(info.output_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* y = a.inputs[1]->data_as<float>();
+    float* z = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t ox, oy;
+        bc.offsets(i, ox, oy);
+        z[i] = Op{}(x[ox], y[oy]);
+      }
+    });
+  }
+};
+
+struct AddOp {
+  static constexpr std::string_view kType = "add";
+  float operator()(float a, float b) const { return a + b; }
+};
+struct SubOp {
+  static constexpr std::string_view kType = "sub";
+  float operator()(float a, float b) const { return a - b; }
+};
+struct MulOp {
+  static constexpr std::string_view kType = "mul";
+  float operator()(float a, float b) const { return a * b; }
+};
+struct DivOp {
+  static constexpr std::string_view kType = "div";
+  float operator()(float a, float b) const { return a / b; }
+};
+
+// ---------------------------------------------------------------------------
+// Copies: reshape, flatten, identity (same elements, same order).
+
+template <std::size_t N>
+struct FixedString {
+  char s[N];
+  constexpr FixedString(const char (&str)[N]) { std::copy_n(str, N, s); }
+  constexpr operator std::string_view() const { return {s, N - 1}; }
+};
+
+template <FixedString Name>
+struct Copy final : RefPrepared {
+  static constexpr std::string_view kType = Name;
+  std::size_t bytes;
+  explicit Copy(const LayerInfo& info)
+      : bytes(static_cast<std::size_t>(info.input_shapes[0].numel()) * sizeof(float)) {}
+  void run(const RunArgs& a) override {
+    const void* x = a.inputs[0]->data();
+    void* y = a.outputs[0]->data();
+    if (x != y && bytes) std::memmove(y, x, bytes);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// constant: out = weight "value".
+
+struct Constant final : RefPrepared {
+  static constexpr std::string_view kType = "constant";
+  Blob value;
+  static Support supports(const LayerInfo& info) {
+    if (!info.layer->find_weight("value")) return Support::no("constant has no weight 'value'");
+    return float_weights(*info.layer, {"value"});
+  }
+  explicit Constant(const LayerInfo& info) : value(info.layer->weight("value")) {}
+  void run(const RunArgs& a) override {
+    std::size_t bytes = static_cast<std::size_t>(value.numel()) * sizeof(float);
+    if (bytes) std::memcpy(a.outputs[0]->data(), value.data(), bytes);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// conv2: direct convolution with groups, strides, pads, dilations, bias, fused activation.
+
+struct Conv2 final : RefPrepared {
+  static constexpr std::string_view kType = "conv2";
+  Window2d g;
+  Activation act;
+  Blob weight, bias;  // bias empty when absent
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"weight", "bias"}); }
+  explicit Conv2(const LayerInfo& info)
+      : g(core::conv2_window(*info.layer, info.input_shapes[0])),
+        act(core::fused_activation(*info.layer)),
+        weight(info.layer->weight("weight")) {
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* w = weight.data_as<float>();
+    const float* bs = bias.data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t icg = g.c / g.group, ocg = g.oc / g.group;
+    a.pool->parallel_for(g.n * g.oc, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t no = begin; no < end; ++no) {
+        const int64_t n = no / g.oc, oc = no % g.oc, grp = oc / ocg;
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            double acc = bs ? bs[oc] : 0.0;
+            for (int64_t ic = 0; ic < icg; ++ic) {
+              const int64_t c = grp * icg + ic;
+              for (int64_t ki = 0; ki < g.kh; ++ki) {
+                const int64_t ih = oh * g.sh - g.pt + ki * g.dh;
+                if (ih < 0 || ih >= g.h) continue;
+                for (int64_t kj = 0; kj < g.kw; ++kj) {
+                  const int64_t iw = ow * g.sw - g.pl + kj * g.dw;
+                  if (iw < 0 || iw >= g.w) continue;
+                  acc += double(x[((n * g.c + c) * g.h + ih) * g.w + iw]) *
+                         double(w[((oc * icg + ic) * g.kh + ki) * g.kw + kj]);
+                }
+              }
+            }
+            y[((n * g.oc + oc) * g.oh + oh) * g.ow + ow] = core::apply_activation(act, static_cast<float>(acc));
+          }
+        }
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// dense: y[..., o] = sum_k x[..., k] * W[o, k] + b[o], then the fused activation.
+
+struct Dense final : RefPrepared {
+  static constexpr std::string_view kType = "dense";
+  int64_t rows, k, o;
+  Activation act;
+  Blob weight, bias;
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"weight", "bias"}); }
+  explicit Dense(const LayerInfo& info)
+      : act(core::fused_activation(*info.layer)), weight(info.layer->weight("weight")) {
+    const Shape& s = info.input_shapes[0];
+    rows = prod(s, 0, s.rank() - 1);
+    k = s[s.rank() - 1];
+    o = weight.shape()[0];
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* w = weight.data_as<float>();
+    const float* bs = bias.data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t j = 0; j < o; ++j) {
+          double acc = bs ? bs[j] : 0.0;
+          for (int64_t i = 0; i < k; ++i) acc += double(x[r * k + i]) * double(w[j * k + i]);
+          y[r * o + j] = core::apply_activation(act, static_cast<float>(acc));
+        }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// matmul: NumPy semantics. A rank-1 left operand is [1,K], a rank-1 right one
+// [K,1] (the added dim is dropped from the output); batch dims broadcast.
+
+struct Matmul final : RefPrepared {
+  static constexpr std::string_view kType = "matmul";
+  int64_t m, k, nn, batches;
+  Broadcast2 batch;  // offsets in elements of A and B
+  explicit Matmul(const LayerInfo& info) {
+    Shape a = info.input_shapes[0], b = info.input_shapes[1];
+    if (a.rank() == 1) a = Shape{1, a[0]};
+    if (b.rank() == 1) b = Shape{b[0], 1};
+    m = a[a.rank() - 2];
+    k = a[a.rank() - 1];
+    nn = b[b.rank() - 1];
+    Shape ab, bb, ob;
+    for (int i = 0; i < a.rank() - 2; ++i) ab.push_back(a[i]);
+    for (int i = 0; i < b.rank() - 2; ++i) bb.push_back(b[i]);
+    int rank = std::max(ab.rank(), bb.rank());
+    for (int i = 0; i < rank; ++i) {
+      int ia = i - (rank - ab.rank()), ib = i - (rank - bb.rank());
+      int64_t da = ia >= 0 ? ab[ia] : 1, db = ib >= 0 ? bb[ib] : 1;
+      ob.push_back(da == 1 ? db : da);
+    }
+    batch = Broadcast2(ob, ab, bb);
+    for (int d = 0; d < batch.rank; ++d) {
+      batch.sa[d] *= m * k;
+      batch.sb[d] *= k * nn;
+    }
+    batches = ob.numel();
+  }
+  void run(const RunArgs& args) override {
+    const float* A = args.inputs[0]->data_as<float>();
+    const float* B = args.inputs[1]->data_as<float>();
+    float* C = args.outputs[0]->data_as<float>();
+    args.pool->parallel_for(batches * m, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t bi = r / m, i = r % m;
+        int64_t oa, ob;
+        batch.offsets(bi, oa, ob);
+        const float* a = A + oa + i * k;
+        const float* b = B + ob;
+        float* c = C + (bi * m + i) * nn;
+        for (int64_t j = 0; j < nn; ++j) {
+          double acc = 0;
+          for (int64_t t = 0; t < k; ++t) acc += double(a[t]) * double(b[t * nn + j]);
+          c[j] = static_cast<float>(acc);
+        }
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// pool2: max ignores padding (an all-padding window gives -inf); avg divides by
+// the taps inside the input, or with count_include_pad by those inside the
+// padded input (a ceil_mode window hanging past the bottom/right pad does not
+// count the overhang, as in PyTorch/ONNX Runtime; an empty avg window gives 0).
+
+struct Pool2 final : RefPrepared {
+  static constexpr std::string_view kType = "pool2";
+  Window2d g;
+  bool is_max, include_pad;
+  explicit Pool2(const LayerInfo& info)
+      : g(core::pool2_window(*info.layer, info.input_shapes[0])),
+        is_max(info.layer->get_string("mode") == "max"),
+        include_pad(info.layer->get_int("count_include_pad", 0) != 0) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(g.n * g.c, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t nc = begin; nc < end; ++nc) {
+        const float* xp = x + nc * g.h * g.w;
+        float* yp = y + nc * g.oh * g.ow;
+        for (int64_t oh = 0; oh < g.oh; ++oh)
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+            int64_t inside = 0, padded = 0;
+            for (int64_t ki = 0; ki < g.kh; ++ki) {
+              const int64_t ih = oh * g.sh - g.pt + ki * g.dh;
+              for (int64_t kj = 0; kj < g.kw; ++kj) {
+                const int64_t iw = ow * g.sw - g.pl + kj * g.dw;
+                if (ih >= -g.pt && ih < g.h + g.pb && iw >= -g.pl && iw < g.w + g.pr) ++padded;
+                if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+                const double v = xp[ih * g.w + iw];
+                ++inside;
+                sum += v;
+                mx = std::max(mx, v);
+              }
+            }
+            const int64_t div = include_pad ? padded : inside;
+            yp[oh * g.ow + ow] = static_cast<float>(is_max ? mx : (div ? sum / double(div) : 0.0));
+          }
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// batchnorm: y = scale * (x - mean) / sqrt(var + epsilon) + bias, per channel (dim 1).
+
+struct Batchnorm final : RefPrepared {
+  static constexpr std::string_view kType = "batchnorm";
+  int64_t n, c, inner;
+  double eps;
+  Blob scale, bias, mean, var;
+  static Support supports(const LayerInfo& info) {
+    return float_weights(*info.layer, {"scale", "bias", "mean", "var"});
+  }
+  explicit Batchnorm(const LayerInfo& info)
+      : eps(info.layer->get_float("epsilon", 1e-5)),
+        scale(info.layer->weight("scale")), bias(info.layer->weight("bias")),
+        mean(info.layer->weight("mean")), var(info.layer->weight("var")) {
+    const Shape& s = info.input_shapes[0];
+    n = s[0];
+    c = s[1];
+    inner = prod(s, 2, s.rank());
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const float *sc = scale.data_as<float>(), *bi = bias.data_as<float>();
+    const float *mu = mean.data_as<float>(), *va = var.data_as<float>();
+    a.pool->parallel_for(n * c, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t nc = begin; nc < end; ++nc) {
+        const int64_t ch = nc % c;
+        const double inv = 1.0 / std::sqrt(double(va[ch]) + eps);
+        for (int64_t i = 0; i < inner; ++i) {
+          const int64_t p = nc * inner + i;
+          y[p] = static_cast<float>(double(sc[ch]) * (double(x[p]) - mu[ch]) * inv + bi[ch]);
+        }
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// softmax along one axis, max-subtracted.
+
+struct Softmax final : RefPrepared {
+  static constexpr std::string_view kType = "softmax";
+  int64_t outer, len, inner;
+  explicit Softmax(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    outer = prod(s, 0, axis);
+    len = s[axis];
+    inner = prod(s, axis + 1, s.rank());
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(outer * inner, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t oi = begin; oi < end; ++oi) {
+        const int64_t base = (oi / inner) * len * inner + oi % inner;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < len; ++j) mx = std::max(mx, double(x[base + j * inner]));
+        double sum = 0;
+        for (int64_t j = 0; j < len; ++j) sum += std::exp(double(x[base + j * inner]) - mx);
+        for (int64_t j = 0; j < len; ++j)
+          y[base + j * inner] = static_cast<float>(std::exp(double(x[base + j * inner]) - mx) / sum);
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// layernorm over dims axis..rank-1: y = (x - mean) / sqrt(var + eps) * scale + bias.
+
+struct Layernorm final : RefPrepared {
+  static constexpr std::string_view kType = "layernorm";
+  int64_t outer, inner;
+  double eps;
+  Blob scale, bias;
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"scale", "bias"}); }
+  explicit Layernorm(const LayerInfo& info)
+      : eps(info.layer->get_float("epsilon", 1e-5)), scale(info.layer->weight("scale")) {
+    const Shape& s = info.input_shapes[0];
+    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    outer = prod(s, 0, axis);
+    inner = prod(s, axis, s.rank());
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const float* sc = scale.data_as<float>();
+    const float* bi = bias.data_as<float>();
+    a.pool->parallel_for(outer, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        const float* xr = x + o * inner;
+        float* yr = y + o * inner;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < inner; ++i) mean += xr[i];
+        mean /= double(inner);
+        for (int64_t i = 0; i < inner; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= double(inner);
+        const double inv = 1.0 / std::sqrt(var + eps);
+        for (int64_t i = 0; i < inner; ++i)
+          yr[i] = static_cast<float>((xr[i] - mean) * inv * sc[i] + (bi ? bi[i] : 0.0));
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// concat / split along an axis: per outer index, contiguous chunks of axis*inner.
+
+struct Concat final : RefPrepared {
+  static constexpr std::string_view kType = "concat";
+  int64_t outer, out_chunk;
+  std::vector<int64_t> chunks;  // per input: its axis size * inner
+  explicit Concat(const LayerInfo& info) {
+    const Shape& s = info.output_shapes[0];
+    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"), s.rank());
+    outer = prod(s, 0, axis);
+    out_chunk = prod(s, axis, s.rank());
+    for (const Shape& in : info.input_shapes) chunks.push_back(prod(in, axis, in.rank()));
+  }
+  void run(const RunArgs& a) override {
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(outer, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        float* dst = y + o * out_chunk;
+        for (std::size_t i = 0; i < chunks.size(); ++i) {
+          std::copy_n(a.inputs[i]->data_as<float>() + o * chunks[i], chunks[i], dst);
+          dst += chunks[i];
+        }
+      }
+    });
+  }
+};
+
+struct Split final : RefPrepared {
+  static constexpr std::string_view kType = "split";
+  int64_t outer, in_chunk;
+  std::vector<int64_t> chunks;  // per output: its axis size * inner
+  explicit Split(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
+    outer = prod(s, 0, axis);
+    in_chunk = prod(s, axis, s.rank());
+    for (const Shape& out : info.output_shapes) chunks.push_back(prod(out, axis, out.rank()));
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    a.pool->parallel_for(outer, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        const float* src = x + o * in_chunk;
+        for (std::size_t i = 0; i < chunks.size(); ++i) {
+          std::copy_n(src, chunks[i], a.outputs[i]->data_as<float>() + o * chunks[i]);
+          src += chunks[i];
+        }
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// transpose: out[i_0..i_r-1] = in[j] with j[perm[d]] = i_d.
+
+struct Transpose final : RefPrepared {
+  static constexpr std::string_view kType = "transpose";
+  int rank;
+  int64_t n;
+  int64_t dims[kMaxRank] = {}, in_stride[kMaxRank] = {};  // per output dim
+  explicit Transpose(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    rank = s.rank();
+    n = s.numel();
+    std::vector<int64_t> def(static_cast<std::size_t>(rank));
+    for (int i = 0; i < rank; ++i) def[static_cast<std::size_t>(i)] = rank - 1 - i;
+    auto perm = info.layer->get_ints("perm", def);
+    int64_t st[kMaxRank];
+    contiguous_strides(s, st);
+    for (int d = 0; d < rank; ++d) {
+      dims[d] = info.output_shapes[0][d];
+      in_stride[d] = st[perm[static_cast<std::size_t>(d)]];
+    }
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        int64_t rem = i, off = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+          off += (rem % dims[d]) * in_stride[d];
+          rem /= dims[d];
+        }
+        y[i] = x[off];
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
+// pad: constant value, reflect (mirror without repeating the edge), or edge.
+
+struct Pad final : RefPrepared {
+  static constexpr std::string_view kType = "pad";
+  enum Mode { constant, reflect, edge } mode;
+  int rank;
+  int64_t n;
+  float value;
+  int64_t out_dims[kMaxRank] = {}, in_dims[kMaxRank] = {}, begin_pad[kMaxRank] = {}, in_stride[kMaxRank] = {};
+  explicit Pad(const LayerInfo& info) {
+    const Layer& l = *info.layer;
+    const Shape& s = info.input_shapes[0];
+    auto m = l.get_string("mode", "constant");
+    mode = m == "reflect" ? reflect : m == "edge" ? edge : constant;
+    value = static_cast<float>(l.get_float("value", 0.0));
+    rank = s.rank();
+    n = info.output_shapes[0].numel();
+    auto pads = l.get_ints("pads");
+    contiguous_strides(s, in_stride);
+    for (int d = 0; d < rank; ++d) {
+      in_dims[d] = s[d];
+      out_dims[d] = info.output_shapes[0][d];
+      begin_pad[d] = pads[static_cast<std::size_t>(d)];
+    }
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        int64_t rem = i, off = 0;
+        bool outside = false;
+        for (int d = rank - 1; d >= 0; --d) {
+          int64_t c = rem % out_dims[d] - begin_pad[d];
+          rem /= out_dims[d];
+          const int64_t len = in_dims[d];
+          if (c < 0 || c >= len) {
+            if (mode == constant) outside = true;
+            else if (mode == edge) c = c < 0 ? 0 : len - 1;
+            else c = c < 0 ? -c : 2 * (len - 1) - c;  // pads < len, so one reflection
+          }
+          off += c * in_stride[d];
+        }
+        y[i] = outside ? value : x[off];
+      }
+    });
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Registration: one line per layer type.
+
+SOFTNEURO_REGISTER_ROUTINE(Ref<Conv2>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Dense>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Matmul>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Pool2>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Batchnorm>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<ReluOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<ClipOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<HardswishOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<HardsigmoidOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<SigmoidOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<TanhOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<GeluOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Softmax>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Layernorm>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<AddOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<SubOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MulOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"reshape">>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"flatten">>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"identity">>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Transpose>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Pad>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Constant>);
+
+}  // namespace softneuro

@@ -1,0 +1,298 @@
+// Shape inference of every layer type (src/core/layer_types.cpp): a consistent
+// case or more for each, and inconsistent ones that must throw softneuro::Error
+// naming the layer and the field at fault.
+#include <catch2/catch.hpp>
+
+#include "core/layer_types.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/error.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace Catch {
+template <>
+struct StringMaker<softneuro::Shape> {
+  static std::string convert(const softneuro::Shape& s) { return s.to_string(); }
+};
+}  // namespace Catch
+
+using namespace softneuro;
+using softneuro::test::make_layer;
+using Ints = std::vector<int64_t>;
+using Shapes = std::vector<Shape>;
+
+namespace {
+
+Shapes infer(const Layer& l, const Shapes& in) { return core::infer_layer_shapes(l, in); }
+
+Blob w(const Shape& s) { return Blob::allocate(s); }
+
+/// A layer named "bad_layer" (the name errors must carry).
+Layer L(std::string type, std::map<std::string, Attr> params = {}, std::map<std::string, Blob> weights = {},
+        int num_inputs = 1, int num_outputs = 1) {
+  return make_layer(std::move(type), std::move(params), std::move(weights), num_inputs, num_outputs, "bad_layer");
+}
+
+/// Shape inference must throw an Error naming the layer and `field`.
+void expect_error(const Layer& l, const Shapes& in, const std::string& field) {
+  INFO("layer type " << l.type << ", expected error on field '" << field << "'");
+  bool thrown = false;
+  try {
+    infer(l, in);
+  } catch (const Error& e) {
+    thrown = true;
+    INFO("what(): " << e.what());
+    CHECK(e.layer() == "bad_layer");
+    CHECK(e.field() == field);
+  }
+  CHECK(thrown);
+}
+
+}  // namespace
+
+TEST_CASE("shape inference: conv2", "[core][shape]") {
+  auto conv = [](std::map<std::string, Attr> p, Shape wshape, bool bias = false, int64_t bias_len = 0) {
+    std::map<std::string, Blob> ws{{"weight", w(wshape)}};
+    if (bias) ws["bias"] = w(Shape{bias_len});
+    return L("conv2", std::move(p), std::move(ws));
+  };
+  CHECK(infer(conv({}, {4, 3, 3, 3}), {{1, 3, 8, 8}}) == Shapes{{1, 4, 6, 6}});
+  CHECK(infer(conv({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, {4, 3, 3, 3}), {{2, 3, 8, 8}}) ==
+        Shapes{{2, 4, 4, 4}});
+  // asymmetric pads and strides: h: (7+0+1-2)/3+1 = 3, w: (5+2+0-2)/1+1 = 6
+  CHECK(infer(conv({{"strides", Ints{3, 1}}, {"pads", Ints{0, 2, 1, 0}}}, {1, 1, 2, 2}), {{1, 1, 7, 5}}) ==
+        Shapes{{1, 1, 3, 6}});
+  // groups and dilations: effective kernel 5, 5x5 -> 1x1
+  CHECK(infer(conv({{"group", 2}, {"dilations", Ints{2, 2}}}, {6, 2, 3, 3}, true, 6), {{1, 4, 5, 5}}) ==
+        Shapes{{1, 6, 1, 1}});
+  // depthwise
+  CHECK(infer(conv({{"group", 8}, {"pads", Ints{1, 1, 1, 1}}, {"act", "relu"}}, {8, 1, 3, 3}), {{1, 8, 9, 9}}) ==
+        Shapes{{1, 8, 9, 9}});
+
+  expect_error(conv({}, {4, 2, 3, 3}), {{1, 3, 8, 8}}, "weight");                       // channels
+  expect_error(conv({}, {4, 3, 3}), {{1, 3, 8, 8}}, "weight");                          // weight rank
+  expect_error(conv({{"group", 2}}, {4, 1, 3, 3}), {{1, 3, 8, 8}}, "group");            // 2 does not divide 3
+  expect_error(conv({{"group", 0}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "group");
+  expect_error(conv({}, {4, 3, 3, 3}, true, 5), {{1, 3, 8, 8}}, "bias");
+  expect_error(conv({}, {4, 3, 9, 9}), {{1, 3, 8, 8}}, "kernel");                       // larger than input
+  expect_error(conv({{"strides", Ints{0, 1}}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "strides");
+  expect_error(conv({{"strides", Ints{1, 1, 1}}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "strides");
+  expect_error(conv({{"pads", Ints{1, 1}}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "pads");
+  expect_error(conv({{"pads", Ints{-1, 0, 0, 0}}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "pads");
+  expect_error(conv({{"dilations", Ints{0, 1}}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "dilations");
+  expect_error(conv({{"act", "swish"}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "act");
+  expect_error(conv({{"act", "clip"}, {"act_min", 6.0}, {"act_max", 0.0}}, {4, 3, 3, 3}), {{1, 3, 8, 8}}, "act_min");
+  expect_error(conv({}, {4, 3, 3, 3}), {{3, 8, 8}}, "input");                           // rank 3
+  expect_error(L("conv2"), {{1, 3, 8, 8}}, "weight");                                  // missing weight
+  expect_error(conv({}, {4, 3, 3, 3}), {{1, 3, 8, 8}, {1, 3, 8, 8}}, "inputs");          // two inputs
+}
+
+TEST_CASE("shape inference: dense", "[core][shape]") {
+  auto dense = [](Shape wshape, int64_t bias_len = -1) {
+    std::map<std::string, Blob> ws{{"weight", w(wshape)}};
+    if (bias_len >= 0) ws["bias"] = w(Shape{bias_len});
+    return L("dense", {}, std::move(ws));
+  };
+  CHECK(infer(dense({4, 3}), {{2, 3}}) == Shapes{{2, 4}});
+  CHECK(infer(dense({4, 3}, 4), {{2, 5, 3}}) == Shapes{{2, 5, 4}});
+  CHECK(infer(dense({4, 3}), {{3}}) == Shapes{{4}});
+  expect_error(dense({4, 2}), {{2, 3}}, "weight");
+  expect_error(dense({4, 3, 1}), {{2, 3}}, "weight");
+  expect_error(dense({4, 3}, 3), {{2, 3}}, "bias");
+  expect_error(dense({4, 3}), {Shape{}}, "input");
+}
+
+TEST_CASE("shape inference: matmul", "[core][shape]") {
+  Layer mm = L("matmul", {}, {}, 2);
+  CHECK(infer(mm, {{3, 4}, {4, 5}}) == Shapes{{3, 5}});
+  CHECK(infer(mm, {{2, 3, 4}, {4, 5}}) == Shapes{{2, 3, 5}});
+  CHECK(infer(mm, {{2, 1, 3, 4}, {5, 4, 6}}) == Shapes{{2, 5, 3, 6}});
+  CHECK(infer(mm, {{4}, {4, 5}}) == Shapes{{5}});
+  CHECK(infer(mm, {{2, 3, 4}, {4}}) == Shapes{{2, 3}});
+  CHECK(infer(mm, {{4}, {4}}) == Shapes{Shape{}});
+  CHECK(infer(mm, {{4}, {2, 4, 5}}) == Shapes{{2, 5}});
+  expect_error(mm, {{3, 4}, {5, 6}}, "input");
+  expect_error(mm, {{2, 3, 4}, {3, 4, 5}}, "input");  // batch 2 vs 3
+  expect_error(mm, {Shape{}, {4, 5}}, "input");
+  expect_error(mm, {{3, 4}}, "inputs");
+}
+
+TEST_CASE("shape inference: pool2", "[core][shape]") {
+  auto pool = [](std::map<std::string, Attr> p) {
+    if (!p.count("mode")) p["mode"] = "max";
+    return L("pool2", std::move(p));
+  };
+  CHECK(infer(pool({{"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}), {{1, 2, 5, 5}}) == Shapes{{1, 2, 2, 2}});
+  CHECK(infer(pool({{"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"ceil_mode", 1}}), {{1, 2, 5, 5}}) ==
+        Shapes{{1, 2, 3, 3}});
+  // ceil_mode: (5+2-2)/2 rounds up to 3 -> 4 windows, but the 4th starts in the bottom pad and is dropped
+  CHECK(infer(pool({{"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", 1}}),
+              {{1, 2, 5, 5}}) == Shapes{{1, 2, 3, 3}});
+  CHECK(infer(pool({{"mode", "avg"}, {"kernel", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}), {{2, 3, 4, 6}}) ==
+        Shapes{{2, 3, 4, 6}});
+  CHECK(infer(pool({{"mode", "avg"}, {"global", 1}}), {{2, 3, 7, 5}}) == Shapes{{2, 3, 1, 1}});
+  expect_error(pool({{"mode", "min"}, {"kernel", Ints{2, 2}}}), {{1, 2, 5, 5}}, "mode");
+  expect_error(L("pool2", {{"kernel", Ints{2, 2}}}), {{1, 2, 5, 5}}, "mode");  // mode is required
+  expect_error(pool({}), {{1, 2, 5, 5}}, "kernel");                             // kernel is required
+  expect_error(pool({{"kernel", Ints{2, 2, 2}}}), {{1, 2, 5, 5}}, "kernel");
+  expect_error(pool({{"kernel", Ints{6, 2}}}), {{1, 2, 5, 5}}, "kernel");
+  expect_error(pool({{"kernel", Ints{2, 2}}}), {{2, 5, 5}}, "input");
+}
+
+TEST_CASE("shape inference: batchnorm", "[core][shape]") {
+  auto bn = [](int64_t c_var, std::map<std::string, Attr> p = {}) {
+    return L("batchnorm", std::move(p),
+             {{"scale", w(Shape{3})}, {"bias", w(Shape{3})}, {"mean", w(Shape{3})}, {"var", w(Shape{c_var})}});
+  };
+  CHECK(infer(bn(3), {{2, 3, 4, 4}}) == Shapes{{2, 3, 4, 4}});
+  CHECK(infer(bn(3), {{2, 3}}) == Shapes{{2, 3}});
+  expect_error(bn(4), {{2, 3, 4, 4}}, "var");
+  expect_error(bn(3), {{2, 4, 4, 4}}, "scale");
+  expect_error(bn(3, {{"epsilon", -1.0}}), {{2, 3, 4, 4}}, "epsilon");
+  expect_error(bn(3), {Shape{3}}, "input");
+  expect_error(L("batchnorm", {}, {{"scale", w(Shape{3})}}), {{2, 3, 4, 4}}, "bias");  // missing weights
+}
+
+TEST_CASE("shape inference: unary elementwise layers", "[core][shape]") {
+  for (const char* type : {"relu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "identity", "clip", "gelu"}) {
+    INFO(type);
+    Layer l = L(type);
+    CHECK(infer(l, {{2, 3, 4}}) == Shapes{{2, 3, 4}});
+    CHECK(infer(l, {Shape{}}) == Shapes{Shape{}});
+    expect_error(l, {{2, 3}, {2, 3}}, "inputs");
+    expect_error(l, {}, "inputs");
+    expect_error(L(type, {}, {}, 1, 2), {{2, 3}}, "outputs");
+  }
+  CHECK(infer(L("clip", {{"min", 0.0}, {"max", 6.0}}), {{5}}) == Shapes{{5}});
+  expect_error(L("clip", {{"min", 6.0}, {"max", 0.0}}), {{5}}, "min");
+  expect_error(L("clip", {{"min", "zero"}}), {{5}}, "min");  // mistyped parameter
+  CHECK(infer(L("gelu", {{"approximate", "tanh"}}), {{5}}) == Shapes{{5}});
+  expect_error(L("gelu", {{"approximate", "sigmoid"}}), {{5}}, "approximate");
+}
+
+TEST_CASE("shape inference: softmax", "[core][shape]") {
+  CHECK(infer(L("softmax"), {{2, 3}}) == Shapes{{2, 3}});
+  CHECK(infer(L("softmax", {{"axis", 0}}), {{2, 3}}) == Shapes{{2, 3}});
+  CHECK(infer(L("softmax", {{"axis", -2}}), {{2, 3}}) == Shapes{{2, 3}});
+  expect_error(L("softmax", {{"axis", 2}}), {{2, 3}}, "axis");
+  expect_error(L("softmax", {{"axis", -3}}), {{2, 3}}, "axis");
+}
+
+TEST_CASE("shape inference: layernorm", "[core][shape]") {
+  CHECK(infer(L("layernorm", {}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}) == Shapes{{2, 3, 4}});
+  CHECK(infer(L("layernorm", {{"axis", -2}}, {{"scale", w(Shape{3, 4})}, {"bias", w(Shape{3, 4})}}), {{2, 3, 4}}) ==
+        Shapes{{2, 3, 4}});
+  expect_error(L("layernorm", {{"axis", 1}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "scale");
+  expect_error(L("layernorm", {}, {{"scale", w(Shape{4})}, {"bias", w(Shape{3})}}), {{2, 3, 4}}, "bias");
+  expect_error(L("layernorm", {{"axis", 3}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "axis");
+  expect_error(L("layernorm"), {{2, 3, 4}}, "scale");
+}
+
+TEST_CASE("shape inference: binary broadcasting layers", "[core][shape]") {
+  for (const char* type : {"add", "sub", "mul", "div"}) {
+    INFO(type);
+    Layer l = L(type, {}, {}, 2);
+    CHECK(infer(l, {{2, 3}, {2, 3}}) == Shapes{{2, 3}});
+    CHECK(infer(l, {{2, 3, 1}, {4}}) == Shapes{{2, 3, 4}});
+    CHECK(infer(l, {{1, 3, 1}, {5, 1, 4}}) == Shapes{{5, 3, 4}});
+    CHECK(infer(l, {Shape{}, {2, 2}}) == Shapes{{2, 2}});
+    expect_error(l, {{3}, {4}}, "input");
+    expect_error(l, {{2, 3}, {3, 3}}, "input");
+    expect_error(l, {{3}}, "inputs");
+  }
+}
+
+TEST_CASE("shape inference: concat", "[core][shape]") {
+  CHECK(infer(L("concat", {{"axis", 1}}, {}, 2), {{1, 2, 3}, {1, 4, 3}}) == Shapes{{1, 6, 3}});
+  CHECK(infer(L("concat", {{"axis", -1}}, {}, 3), {{2, 1}, {2, 2}, {2, 3}}) == Shapes{{2, 6}});
+  CHECK(infer(L("concat", {{"axis", 0}}, {}, 1), {{2, 1}}) == Shapes{{2, 1}});
+  expect_error(L("concat", {{"axis", 1}}, {}, 2), {{1, 2, 3}, {1, 2, 4}}, "input");
+  expect_error(L("concat", {{"axis", 1}}, {}, 2), {{1, 2, 3}, {2, 3}}, "input");
+  expect_error(L("concat", {}, {}, 2), {{1, 2}, {1, 2}}, "axis");  // axis is required
+  expect_error(L("concat", {{"axis", 3}}, {}, 2), {{1, 2}, {1, 2}}, "axis");
+  expect_error(L("concat", {{"axis", 0}}, {}, 0), {}, "inputs");
+}
+
+TEST_CASE("shape inference: split", "[core][shape]") {
+  CHECK(infer(L("split", {{"axis", 1}}, {}, 1, 3), {{2, 6}}) == Shapes{{2, 2}, {2, 2}, {2, 2}});
+  CHECK(infer(L("split", {{"split", Ints{1, 5}}}, {}, 1, 2), {{6, 2}}) == Shapes{{1, 2}, {5, 2}});
+  CHECK(infer(L("split", {{"axis", -1}, {"split", Ints{2, 0, 1}}}, {}, 1, 3), {{4, 3}}) ==
+        Shapes{{4, 2}, {4, 0}, {4, 1}});
+  expect_error(L("split", {{"axis", 1}}, {}, 1, 4), {{2, 6}}, "split");
+  expect_error(L("split", {{"split", Ints{1, 2}}}, {}, 1, 2), {{6, 2}}, "split");      // sum 3 != 6
+  expect_error(L("split", {{"split", Ints{1, 2, 3}}}, {}, 1, 2), {{6, 2}}, "split");   // 3 sizes, 2 outputs
+  expect_error(L("split", {{"split", Ints{-1, 7}}}, {}, 1, 2), {{6, 2}}, "split");
+  expect_error(L("split", {{"axis", 2}}, {}, 1, 2), {{6, 2}}, "axis");
+  expect_error(L("split", {}, {}, 1, 0), {{6, 2}}, "outputs");
+}
+
+TEST_CASE("shape inference: reshape", "[core][shape]") {
+  CHECK(infer(L("reshape", {{"shape", Ints{0, -1}}}), {{2, 3, 4}}) == Shapes{{2, 12}});
+  CHECK(infer(L("reshape", {{"shape", Ints{4, -1, 2}}}), {{2, 3, 4}}) == Shapes{{4, 3, 2}});
+  CHECK(infer(L("reshape", {{"shape", Ints{24}}}), {{2, 3, 4}}) == Shapes{{24}});
+  CHECK(infer(L("reshape", {{"shape", Ints{}}}), {{1, 1}}) == Shapes{Shape{}});
+  expect_error(L("reshape", {{"shape", Ints{5, -1}}}), {{2, 3, 4}}, "shape");
+  expect_error(L("reshape", {{"shape", Ints{-1, -1}}}), {{2, 3, 4}}, "shape");
+  expect_error(L("reshape", {{"shape", Ints{2, 3}}}), {{2, 3, 4}}, "shape");
+  expect_error(L("reshape", {{"shape", Ints{-2, 12}}}), {{2, 3, 4}}, "shape");
+  expect_error(L("reshape", {{"shape", Ints{0, 0, 0, 0}}}), {{2, 3, 4}}, "shape");  // 0 past the rank
+  expect_error(L("reshape"), {{2, 3, 4}}, "shape");
+}
+
+TEST_CASE("shape inference: flatten", "[core][shape]") {
+  CHECK(infer(L("flatten"), {{2, 3, 4}}) == Shapes{{2, 12}});
+  CHECK(infer(L("flatten", {{"axis", 2}}), {{2, 3, 4}}) == Shapes{{6, 4}});
+  CHECK(infer(L("flatten", {{"axis", 0}}), {{2, 3, 4}}) == Shapes{{1, 24}});
+  CHECK(infer(L("flatten", {{"axis", 3}}), {{2, 3, 4}}) == Shapes{{24, 1}});
+  CHECK(infer(L("flatten", {{"axis", -1}}), {{2, 3, 4}}) == Shapes{{6, 4}});
+  expect_error(L("flatten", {{"axis", 4}}), {{2, 3, 4}}, "axis");
+  expect_error(L("flatten", {{"axis", -4}}), {{2, 3, 4}}, "axis");
+}
+
+TEST_CASE("shape inference: transpose", "[core][shape]") {
+  CHECK(infer(L("transpose"), {{2, 3, 4}}) == Shapes{{4, 3, 2}});
+  CHECK(infer(L("transpose", {{"perm", Ints{0, 2, 1}}}), {{2, 3, 4}}) == Shapes{{2, 4, 3}});
+  CHECK(infer(L("transpose", {{"perm", Ints{0, 2, 3, 1}}}), {{1, 3, 5, 7}}) == Shapes{{1, 5, 7, 3}});
+  expect_error(L("transpose", {{"perm", Ints{0, 0, 1}}}), {{2, 3, 4}}, "perm");
+  expect_error(L("transpose", {{"perm", Ints{0, 1}}}), {{2, 3, 4}}, "perm");
+  expect_error(L("transpose", {{"perm", Ints{0, 1, 3}}}), {{2, 3, 4}}, "perm");
+}
+
+TEST_CASE("shape inference: pad", "[core][shape]") {
+  CHECK(infer(L("pad", {{"pads", Ints{1, 0, 2, 1}}}), {{2, 3}}) == Shapes{{5, 4}});
+  CHECK(infer(L("pad", {{"pads", Ints{0, 0, 1, 1, 0, 0, 1, 1}}, {"mode", "reflect"}}), {{1, 2, 3, 3}}) ==
+        Shapes{{1, 2, 5, 5}});
+  CHECK(infer(L("pad", {{"pads", Ints{3, 3}}, {"mode", "edge"}}), {{1}}) == Shapes{{7}});
+  expect_error(L("pad", {{"pads", Ints{1, 1}}}), {{2, 3}}, "pads");
+  expect_error(L("pad", {{"pads", Ints{-1, 0, 0, 0}}}), {{2, 3}}, "pads");
+  expect_error(L("pad", {{"pads", Ints{0, 3, 0, 0}}, {"mode", "reflect"}}), {{2, 3}}, "pads");
+  expect_error(L("pad", {{"pads", Ints{1, 0, 0, 0}}, {"mode", "edge"}}), {{0, 3}}, "pads");
+  expect_error(L("pad", {{"pads", Ints{0, 0, 0, 0}}, {"mode", "wrap"}}), {{2, 3}}, "mode");
+  expect_error(L("pad"), {{2, 3}}, "pads");
+}
+
+TEST_CASE("shape inference: constant", "[core][shape]") {
+  CHECK(infer(L("constant", {}, {{"value", w(Shape{2, 2})}}, 0), {}) == Shapes{{2, 2}});
+  expect_error(L("constant", {}, {}, 0), {}, "value");
+  expect_error(L("constant", {}, {{"value", w(Shape{2, 2})}}, 1), {{2, 2}}, "inputs");
+}
+
+TEST_CASE("shape inference: unknown type", "[core][shape]") {
+  Layer l = make_layer("conv3", {}, {}, 1, 1, "bad_layer");
+  expect_error(l, {{1}}, "type");
+}
+
+// A layer type added to layer_types.cpp needs its cases above, then its name here.
+TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
+  const std::set<std::string> tested = {
+      "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
+      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
+      "split", "reshape", "flatten", "transpose", "pad", "identity", "constant"};
+  for (const auto& t : core::layer_types()) {
+    INFO(t.name);
+    CHECK(tested.count(std::string(t.name)) == 1);
+  }
+}

@@ -1,0 +1,216 @@
+// softneuro — the command-line program: inspect and run .dnn files.
+// Uses only the public API, as an app would.
+#include <softneuro/softneuro.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace sn = softneuro;
+
+namespace {
+
+const char* kUsage = R"(usage: softneuro [--plugin LIB.so ...] COMMAND ...
+
+commands:
+  --version                 print the library version
+  inspect FILE              layers, shapes, parameters and the routine path
+  routines [LAYER_TYPE]     descriptors of the registered routines (plugins included)
+  run FILE [options]        run a net and print its outputs and latency
+      --input NAME=x.npy    an input (default: seeded random normal values)
+      --output NAME=y.npy   write an output
+      --repeat N            timed runs after one warm-up (default 10)
+      --threads T           threads (default: all cores)
+      --seed S              seed of the random inputs (default 0)
+      --top K               top-K entries printed per output (default 5)
+)";
+
+struct Usage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::pair<std::string, std::string> split_assign(const std::string& s, const char* flag) {
+  auto eq = s.find('=');
+  if (eq == std::string::npos || eq == 0) throw Usage(fmt::format("{} expects NAME=FILE, got '{}'", flag, s));
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
+int parse_int(const std::string& s, const char* flag, int min) {
+  try {
+    std::size_t used = 0;
+    int v = std::stoi(s, &used);
+    if (used == s.size() && v >= min) return v;
+  } catch (...) {
+  }
+  throw Usage(fmt::format("{} expects an integer >= {}, got '{}'", flag, min, s));
+}
+
+std::string human_bytes(std::size_t b) {
+  if (b >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  if (b >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
+  return fmt::format("{} B", b);
+}
+
+int cmd_inspect(const std::vector<std::string>& args) {
+  if (args.size() != 1) throw Usage("inspect takes one FILE");
+  sn::Net net = sn::Net::load(args[0]);
+  fmt::print("model: {} ({})\n", net.name().empty() ? "(unnamed)" : net.name(), args[0]);
+  for (const auto& t : net.inputs()) fmt::print("input  {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
+  for (const auto& t : net.outputs()) fmt::print("output {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
+  auto fp = net.tuned_fingerprint();
+  fmt::print("routine path: {}\n", fp.empty() ? "untuned (default choice per layer)" : "tuned on " + fp);
+  fmt::print("memory: {} planned arena for {} of intermediate blobs\n\n", human_bytes(net.planned_bytes()),
+             human_bytes(net.unplanned_bytes()));
+  auto layers = net.layers();
+  std::size_t wn = 4, wt = 4, wd = 7;
+  for (const auto& l : layers) {
+    wn = std::max(wn, l.name.size());
+    wt = std::max(wt, l.type.size());
+    wd = std::max(wd, l.descriptor.size() + (l.routine_params.empty() ? 0 : l.routine_params.size() + 3));
+  }
+  fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}\n", "name", wn, "type", wt, "routine", wd, "output", "parameters");
+  int adapts = 0;
+  for (const auto& l : layers) {
+    std::string routine = l.descriptor + (l.routine_params.empty() ? "" : " (" + l.routine_params + ")");
+    std::string shapes;
+    for (const auto& s : l.output_shapes) shapes += (shapes.empty() ? "" : " ") + s.to_string();
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params,
+               l.tuned ? fmt::format("  [predicted {:.3f} ms]", l.predicted_ms) : "");
+    adapts += l.type == "adapt";
+  }
+  fmt::print("\n{} layers, {} adapts inserted\n", layers.size(), adapts);
+  return 0;
+}
+
+void print_output(const sn::NamedBlob& out, int top) {
+  const sn::Blob& b = out.blob;
+  const float* p = b.data_as<float>();
+  int64_t n = b.numel();
+  double sum = 0, mn = n ? p[0] : 0, mx = n ? p[0] : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    sum += p[i];
+    mn = std::min<double>(mn, p[i]);
+    mx = std::max<double>(mx, p[i]);
+  }
+  fmt::print("output {} {}: min {:.6g} max {:.6g} mean {:.6g}\n", out.name, b.shape().to_string(), mn, mx,
+             n ? sum / static_cast<double>(n) : 0.0);
+  if (top <= 0 || n < 2) return;
+  // Top-K over the last dimension of the first row (a batch-1 classifier's scores).
+  int64_t row = b.shape().rank() ? b.shape()[b.shape().rank() - 1] : n;
+  std::vector<int64_t> idx(static_cast<std::size_t>(row));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto k = std::min<int64_t>(top, row);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](auto a, auto c) { return p[a] > p[c]; });
+  fmt::print("  top-{}:", k);
+  for (int64_t i = 0; i < k; ++i) fmt::print(" #{}={:.6g}", idx[static_cast<std::size_t>(i)], p[idx[static_cast<std::size_t>(i)]]);
+  fmt::print("\n");
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::string file;
+  std::map<std::string, std::string> input_files, output_files;
+  int repeat = 10, threads = 0, top = 5;
+  unsigned seed = 0;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      if (i + 1 >= args.size()) throw Usage(fmt::format("{} needs a value", flag));
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    if (a == "--input") input_files.insert(split_assign(value("--input"), "--input"));
+    else if (a == "--output") output_files.insert(split_assign(value("--output"), "--output"));
+    else if (a == "--repeat") repeat = parse_int(value("--repeat"), "--repeat", 1);
+    else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
+    else if (a == "--top") top = parse_int(value("--top"), "--top", 0);
+    else if (a == "--seed") seed = static_cast<unsigned>(parse_int(value("--seed"), "--seed", 0));
+    else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
+    else if (file.empty()) file = a;
+    else throw Usage(fmt::format("unexpected argument '{}'", a));
+  }
+  if (file.empty()) throw Usage("run needs a FILE");
+  if (threads > 0) sn::set_num_threads(threads);
+  sn::Net net = sn::Net::load(file);
+
+  std::vector<sn::NamedBlob> inputs;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& t : net.inputs()) {
+    auto it = input_files.find(t.name);
+    if (it != input_files.end()) {
+      sn::Blob b = sn::load_npy(it->second);
+      if (b.dtype() != sn::DType::float32)
+        throw sn::Error(fmt::format("input '{}' must be float32, the file holds {}", t.name, sn::to_string(b.dtype())), it->second);
+      inputs.push_back({t.name, b});
+      input_files.erase(it);
+    } else {
+      sn::Blob b = sn::Blob::allocate(t.shape);
+      for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = normal(rng);
+      inputs.push_back({t.name, b});
+    }
+  }
+  if (!input_files.empty()) throw Usage(fmt::format("the net has no input named '{}'", input_files.begin()->first));
+  for (const auto& [name, path] : output_files) net.output_shape(name);  // unknown names fail before running
+
+  std::vector<sn::NamedBlob> outputs;
+  for (const auto& t : net.outputs()) outputs.push_back({t.name, sn::Blob::allocate(t.shape)});
+  net.run(inputs, outputs);  // warm-up
+  std::vector<double> ms;
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    net.run(inputs, outputs);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  for (const auto& o : outputs) print_output(o, top);
+  for (const auto& [name, path] : output_files)
+    for (const auto& o : outputs)
+      if (o.name == name) sn::save_npy(path, o.blob);
+  std::sort(ms.begin(), ms.end());
+  double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
+  fmt::print("latency over {} runs ({} threads): median {:.3f} ms, min {:.3f} ms, max {:.3f} ms\n", repeat,
+             sn::num_threads(), median, ms.front(), ms.back());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    while (args.size() >= 2 && args[0] == "--plugin") {
+      sn::load_plugin(args[1]);
+      args.erase(args.begin(), args.begin() + 2);
+    }
+    if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+      std::fputs(kUsage, args.empty() ? stderr : stdout);
+      return args.empty() ? 2 : 0;
+    }
+    if (args[0] == "--version") {
+      fmt::print("softneuro {}\n", sn::version());
+      return 0;
+    }
+    std::string cmd = args[0];
+    args.erase(args.begin());
+    if (cmd == "inspect") return cmd_inspect(args);
+    if (cmd == "run") return cmd_run(args);
+    if (cmd == "routines") {
+      if (args.size() > 1) throw Usage("routines takes at most one LAYER_TYPE");
+      for (const auto& d : sn::registered_routines(args.empty() ? "" : args[0])) fmt::print("{}\n", d);
+      return 0;
+    }
+    throw Usage(fmt::format("unknown command '{}'", cmd));
+  } catch (const Usage& e) {
+    fmt::print(stderr, "softneuro: {}\n\n{}", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "softneuro: error: {}\n", e.what());
+    return 1;
+  }
+}
