@@ -42,9 +42,9 @@
 // Complexity. Let F_i be the open layers when layer i is processed and
 // k = max_i |F_i| (Solution::max_open_constraints). Step i enumerates the
 // S^(|F_i|+1) schema assignments of F_i + {i}, each with 1 + indegree(i)
-// additions (indegree(i) <= |F_i| since every producer is open): time
-// O((N + E) * S^(k+1)), i.e. O(N * S^(k+1)) for bounded in-degree, and
-// O(N * S^2) = O(N) for fixed S on a straight net. The carried table has
+// additions (every producer of i is open, so a layer has at most |F_i|
+// distinct producers): time O((N + E) * S^(k+1)), i.e. O(N * S^(k+1)) for
+// bounded in-degree, and O(N * S^2) = O(N) for fixed S on a straight net. The carried table has
 // at most S^k entries (O(S^k) memory per table: layers closed at step i are
 // minimised out while enumerating, the S^(k+1) product is never stored);
 // back-pointers take at most S^k entries per step.

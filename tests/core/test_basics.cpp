@@ -1,0 +1,95 @@
+// Blobs, schemas, .npy files, the thread pool, the registry's answers.
+#include "core/layer_types.hpp"
+#include "core/registry.hpp"
+#include "core/thread_pool.hpp"
+#include "support/graphs.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/npy.hpp>
+#include <softneuro/routine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <fstream>
+#include <vector>
+
+using namespace softneuro;
+
+TEST_CASE("schemas parse and print canonically", "[basics]") {
+  CHECK(Schema::parse("cpu") == Schema{});
+  CHECK(Schema::parse("cpu:float32").to_string() == "cpu");
+  CHECK(Schema::parse("cpu:qint8").to_string() == "cpu:qint8");
+  CHECK(Schema::parse("cpu:float32:nhwc").to_string() == "cpu:float32:nhwc");
+  CHECK(Schema::parse("cuda:float16").device == Device::cuda);
+  CHECK_THROWS_AS(Schema::parse("tpu"), Error);
+  CHECK_THROWS_AS(Schema::parse("cpu:float33"), Error);
+  CHECK_THROWS_AS(Schema::parse("cpu:float32:nchw:x"), Error);
+  CHECK(make_descriptor(Schema::parse("cpu:qint8"), "onednn") == "cpu:qint8/onednn");
+}
+
+TEST_CASE("shapes and blobs", "[basics]") {
+  Shape s{2, 3, 4};
+  CHECK(s.numel() == 24);
+  CHECK(s.to_string() == "[2,3,4]");
+  CHECK(Shape{}.numel() == 1);
+  CHECK(storage_bytes({1, 3, 2, 2}, DType::float32, Layout::nchw8c) == 8 * 4 * 4);
+  Blob b = Blob::allocate({2, 2});
+  b.data_as<float>()[3] = 5;
+  Blob c = b.clone();
+  b.data_as<float>()[3] = 1;
+  CHECK(c.data_as<float>()[3] == 5);
+  CHECK(reinterpret_cast<uintptr_t>(b.data()) % 64 == 0);
+}
+
+TEST_CASE(".npy files round-trip", "[basics]") {
+  for (Shape s : {Shape{5}, Shape{1, 3, 4, 2}, Shape{}}) {
+    Blob b = test::iota_blob(s, 0.5f, -1.0f);
+    std::string p = test::temp_path("x.npy");
+    save_npy(p, b);
+    Blob back = load_npy(p);
+    CHECK(back.shape() == s);
+    CHECK(test::values(back) == test::values(b));
+  }
+  std::string bad = test::temp_path("bad.npy");
+  std::ofstream(bad) << "not numpy";
+  CHECK_THROWS_AS(load_npy(bad), Error);
+}
+
+TEST_CASE("parallel_for covers every index once, at any thread count", "[basics]") {
+  for (int t : {1, 2, 5}) {
+    set_num_threads(t);
+    CHECK(num_threads() == t);
+    for (int64_t n : {0, 1, 7, 1000, 100003}) {
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+      core::global_pool().parallel_for(n, 16, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)]++;
+        // Nested use runs inline rather than deadlocking.
+        core::global_pool().parallel_for(2, 1, [](int64_t, int64_t) {});
+      });
+      for (auto& h : hits) CHECK(h.load() == 1);
+    }
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("the registry explains why a routine is not a candidate", "[basics]") {
+  Layer l = test::make_layer("conv2", {}, {{"weight", Blob::allocate({2, 1, 3, 3}, DType::int32)}});
+  LayerInfo info{&l, {Shape{1, 1, 5, 5}}, {Shape{1, 2, 3, 3}}, {}, {}};
+  auto cands = core::RoutineRegistry::instance().candidates(info, Schema{});
+  REQUIRE_FALSE(cands.empty());
+  bool ref_said_no = false;
+  for (const auto& c : cands)
+    if (c.descriptor == "cpu/ref") ref_said_no = !c.support.ok && !c.support.reason.empty();
+  CHECK(ref_said_no);
+  CHECK_THROWS_WITH(core::RoutineRegistry::instance().default_choice(info, Schema{}), Catch::Contains("cpu/ref"));
+}
+
+TEST_CASE("every layer type has a cpu/ref routine", "[basics]") {
+  for (const auto& t : core::layer_types()) {
+    if (t.name == "constant") continue;  // bound to its weight, never run
+    auto d = registered_routines(t.name);
+    INFO(t.name);
+    CHECK(std::find(d.begin(), d.end(), "cpu/ref") != d.end());
+  }
+}

@@ -1,0 +1,199 @@
+// .dnn files: round trips, and damaged files rejected with an error, never a crash.
+#include "core/dnn_file.hpp"
+#include "core/hash.hpp"
+#include "core/net_impl.hpp"
+#include "support/graphs.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+using namespace softneuro;
+
+namespace {
+
+std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<float> run_once(Net& net) {
+  std::vector<NamedBlob> inputs;
+  unsigned seed = 1;
+  for (const auto& t : net.inputs()) {
+    Blob b = Blob::allocate(t.shape);
+    std::mt19937 rng(seed++);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = d(rng);
+    inputs.push_back({t.name, b});
+  }
+  std::vector<float> all;
+  for (const auto& o : net.run(inputs)) {
+    const float* p = o.blob.data_as<float>();
+    all.insert(all.end(), p, p + o.blob.numel());
+  }
+  return all;
+}
+
+// Loads bytes as Net::load would: parse, then check and prepare the graph.
+void load_bytes(const std::vector<unsigned char>& bytes) {
+  auto g = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem.dnn");
+  detail::NetImpl::build(std::move(g), "mem.dnn");
+}
+
+void rechecksum(std::vector<unsigned char>& b) {
+  uint64_t sum = core::xxh64(b.data() + 64, b.size() - 64, core::xxh64(b.data(), 56));
+  std::memcpy(b.data() + 56, &sum, 8);
+}
+
+}  // namespace
+
+TEST_CASE("xxh64 matches the reference vectors", "[dnn]") {
+  CHECK(core::xxh64("", 0) == 0xEF46DB3751D8E999ULL);
+  CHECK(core::xxh64("abc", 3) == 0x44BC2CF5AD770999ULL);
+  const char* s = "Nobody inspects the spammish repetition";
+  CHECK(core::xxh64(s, std::strlen(s)) == 0xFBCEA83C8A378BF1ULL);
+}
+
+TEST_CASE("save -> load -> save is byte-identical and runs identically", "[dnn]") {
+  for (auto graph : {test::chain_graph(10), test::multi_io_graph()}) {
+    std::string a = test::temp_path("a.dnn"), b = test::temp_path("b.dnn");
+    Net first(detail::NetImpl::build(graph));
+    first.save(a);
+    Net loaded = Net::load(a);
+    loaded.save(b);
+    CHECK(read_bytes(a) == read_bytes(b));
+    CHECK(run_once(first) == run_once(loaded));
+    CHECK(loaded.input_names() == first.input_names());
+    CHECK(loaded.output_names() == first.output_names());
+  }
+}
+
+TEST_CASE("the bundled demo model round-trips", "[dnn]") {
+  std::string b = test::temp_path("demo2.dnn");
+  Net net = Net::load(SOFTNEURO_DEMO_MODEL);
+  net.save(b);
+  CHECK(read_bytes(SOFTNEURO_DEMO_MODEL) == read_bytes(b));
+  Net again = Net::load(b);
+  CHECK(run_once(net) == run_once(again));
+}
+
+TEST_CASE("weights are 64-byte aligned in the mapped file", "[dnn]") {
+  std::string a = test::temp_path("aligned.dnn");
+  core::write_dnn(test::chain_graph(6), a);
+  auto g = core::read_dnn(a);
+  for (const auto& l : g.layers)
+    for (const auto& [k, w] : l.weights) CHECK(reinterpret_cast<uintptr_t>(w.data()) % 64 == 0);
+}
+
+TEST_CASE("a truncated file is rejected at every offset", "[dnn]") {
+  auto bytes = core::serialize_dnn(test::multi_io_graph());
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    std::vector<unsigned char> cut(bytes.begin(), bytes.begin() + static_cast<long>(n));
+    CHECK_THROWS_AS(load_bytes(cut), Error);
+  }
+  // And from a file on disk, through the public API.
+  std::string p = test::temp_path("cut.dnn");
+  for (std::size_t n : {std::size_t{0}, std::size_t{10}, std::size_t{63}, std::size_t{64}, bytes.size() / 2, bytes.size() - 1}) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(bytes.data()), static_cast<long>(n));
+    CHECK_THROWS_AS(Net::load(p), Error);
+  }
+}
+
+TEST_CASE("a flipped byte anywhere is detected", "[dnn]") {
+  auto bytes = core::serialize_dnn(test::multi_io_graph());
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    for (unsigned char mask : {0x01, 0x80, 0xff}) {
+      auto bad = bytes;
+      bad[i] ^= mask;
+      INFO("offset " << i << " mask " << int(mask));
+      CHECK_THROWS_AS(load_bytes(bad), Error);
+    }
+  }
+}
+
+TEST_CASE("damage behind a valid checksum is an error or a valid net, never a crash", "[dnn]") {
+  // Checksums only catch accidents; the verifier and index checks must stand alone.
+  auto bytes = core::serialize_dnn(test::multi_io_graph());
+  std::mt19937 rng(5);
+  int rejected = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (i >= 56 && i < 64) continue;  // the checksum itself
+    for (int k = 0; k < 3; ++k) {
+      auto bad = bytes;
+      bad[i] = static_cast<unsigned char>(rng());
+      rechecksum(bad);
+      try {
+        load_bytes(bad);
+      } catch (const Error&) {
+        ++rejected;
+      }
+    }
+  }
+  CHECK(rejected > 0);
+}
+
+TEST_CASE("a future format version is refused with the version named", "[dnn]") {
+  auto bytes = core::serialize_dnn(test::chain_graph(3));
+  uint32_t v = core::dnn_format_version + 1;
+  std::memcpy(bytes.data() + 8, &v, 4);
+  rechecksum(bytes);
+  try {
+    load_bytes(bytes);
+    FAIL("accepted a future version");
+  } catch (const Error& e) {
+    CHECK(e.field() == "header.format_version");
+    CHECK_THAT(e.what(), Catch::Contains("newer than the library"));
+  }
+}
+
+TEST_CASE("load errors name the file", "[dnn]") {
+  std::string p = test::temp_path("garbage.dnn");
+  std::ofstream(p) << "this is not a model file at all, just some text that is long enough for a header...";
+  try {
+    Net::load(p);
+    FAIL("accepted garbage");
+  } catch (const Error& e) {
+    CHECK(e.file() == p);
+    CHECK_THAT(e.what(), Catch::Contains("bad magic"));
+  }
+  CHECK_THROWS_AS(Net::load(test::temp_path("does-not-exist.dnn")), Error);
+}
+
+TEST_CASE("a failed save leaves the previous file intact and no temporary behind", "[dnn]") {
+  std::string p = test::temp_path("keep.dnn");
+  core::write_dnn(test::chain_graph(4), p);
+  auto before = read_bytes(p);
+  // A graph whose weight has no memory fails half-way through serialisation.
+  auto broken = test::chain_graph(4);
+  broken.layers[0].weights["weight"] = Blob::view(nullptr, Shape{4, 4, 3, 3});
+  CHECK_THROWS_AS(core::write_dnn(broken, p), Error);
+  CHECK(read_bytes(p) == before);
+  // A directory that does not exist: error, nothing written.
+  CHECK_THROWS_AS(core::write_dnn(test::chain_graph(4), test::temp_path("no/such/dir/x.dnn")), Error);
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(p).parent_path()))
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("the routine path survives a round trip", "[dnn]") {
+  auto g = test::chain_graph(3);
+  g.routine_path.device_fingerprint = "test-cpu avx2 t2";
+  g.routine_path.routines.push_back({"l0", "cpu/ref", {{"tile", 4}, {"block", 64}}, 1.5, 1.75});
+  g.routine_path.adapts.push_back({"b0", "l1", "cpu", "cpu:float32:nhwc", {"cpu/nchw_to_nhwc"}, 0.25});
+  auto back = core::read_dnn_bytes(core::serialize_dnn(g).data(), core::serialize_dnn(g).size(), "mem");
+  REQUIRE(back.routine_path.routines.size() == 1);
+  CHECK(back.routine_path.device_fingerprint == "test-cpu avx2 t2");
+  CHECK(back.routine_path.routines[0].params == g.routine_path.routines[0].params);
+  CHECK(back.routine_path.routines[0].predicted_ms == 1.5);
+  REQUIRE(back.routine_path.adapts.size() == 1);
+  CHECK(back.routine_path.adapts[0].steps == std::vector<std::string>{"cpu/nchw_to_nhwc"});
+  // A tuned choice is used when it applies.
+  Net net(detail::NetImpl::build(std::move(back)));
+  CHECK(net.layers()[0].tuned);
+  CHECK(net.tuned_fingerprint() == "test-cpu avx2 t2");
+}

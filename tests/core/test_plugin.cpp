@@ -1,0 +1,39 @@
+// Plugins: a good one registers its routines; a mismatched or broken one is refused.
+#include "support/run_layer.hpp"
+
+#include <softneuro/plugin.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace softneuro;
+
+namespace {
+std::string plugin(const char* name) { return std::string(SOFTNEURO_TEST_PLUGIN_DIR) + "/" + name + ".so"; }
+}  // namespace
+
+TEST_CASE("a plugin's routines are registered and run", "[plugin]") {
+  load_plugin(plugin("test_plugin_good"));
+  auto relus = registered_routines("relu");
+  CHECK(std::find(relus.begin(), relus.end(), "cpu/plugin_relu") != relus.end());
+  Layer l = test::make_layer("relu");
+  auto y = test::run_layer(l, {test::make_blob({4}, {-1, 2, -3, 4})}, "cpu/plugin_relu");
+  CHECK(test::values(y[0]) == std::vector<float>{0, 2, 0, 4});
+  load_plugin(plugin("test_plugin_good"));  // twice is a no-op, not a duplicate
+}
+
+TEST_CASE("a plugin built for another ABI version is refused", "[plugin]") {
+  try {
+    load_plugin(plugin("test_plugin_bad_abi"));
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(e.field() == "abi");
+    CHECK_THAT(e.what(), Catch::Contains("ABI version"));
+    CHECK(e.file() == plugin("test_plugin_bad_abi"));
+  }
+}
+
+TEST_CASE("a library that is not a plugin, or no library, is refused", "[plugin]") {
+  CHECK_THROWS_WITH(load_plugin(plugin("test_plugin_no_entry")), Catch::Contains("not a softneuro plugin"));
+  CHECK_THROWS_WITH(load_plugin(plugin("does_not_exist")), Catch::Contains("cannot load plugin"));
+  CHECK_THROWS_WITH(load_plugin(SOFTNEURO_DEMO_MODEL), Catch::Contains("cannot load plugin"));
+}

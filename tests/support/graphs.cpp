@@ -1,0 +1,77 @@
+#include "support/graphs.hpp"
+
+#include "support/run_layer.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <random>
+#include <unistd.h>
+
+namespace softneuro::test {
+
+namespace {
+Blob random_blob(const Shape& s, unsigned seed, float scale = 0.3f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, scale);
+  Blob b = Blob::allocate(s);
+  for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = d(rng);
+  return b;
+}
+Layer layer(std::string name, std::string type, std::vector<std::string> in, std::vector<std::string> out,
+            std::map<std::string, Attr> params = {}, std::map<std::string, Blob> weights = {}) {
+  Layer l;
+  l.name = std::move(name);
+  l.type = std::move(type);
+  l.inputs = std::move(in);
+  l.outputs = std::move(out);
+  l.params = std::move(params);
+  l.weights = std::move(weights);
+  return l;
+}
+}  // namespace
+
+core::Graph chain_graph(int length) {
+  core::Graph g;
+  g.name = "chain";
+  g.inputs = {{"input", Shape{1, 4, 8, 8}, DType::float32}};
+  std::string prev = "input";
+  const char* kinds[] = {"conv2", "relu", "sigmoid", "tanh", "hardswish"};
+  for (int i = 0; i < length; ++i) {
+    std::string type = kinds[i % 5];
+    std::string out = i + 1 == length ? "out" : fmt::format("b{}", i);
+    std::map<std::string, Blob> w;
+    std::map<std::string, Attr> p;
+    if (type == "conv2") {
+      w = {{"weight", random_blob({4, 4, 3, 3}, static_cast<unsigned>(i))}, {"bias", random_blob({4}, 99u + static_cast<unsigned>(i))}};
+      p = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    }
+    g.layers.push_back(layer(fmt::format("l{}", i), type, {prev}, {out}, p, w));
+    prev = out;
+  }
+  g.outputs = {"out"};
+  return g;
+}
+
+core::Graph multi_io_graph() {
+  core::Graph g;
+  g.name = "multi_io";
+  g.inputs = {{"a", Shape{1, 6, 4, 4}, DType::float32}, {"b", Shape{1, 6, 4, 4}, DType::float32}};
+  g.layers.push_back(layer("sum", "add", {"a", "b"}, {"s"}));
+  g.layers.push_back(layer("split", "split", {"s"}, {"s0", "s1"}, {{"axis", int64_t{1}}, {"split", std::vector<int64_t>{2, 4}}}));
+  g.layers.push_back(layer("act", "relu", {"s1"}, {"r"}));
+  g.layers.push_back(layer("cat", "concat", {"s0", "r", "a"}, {"c"}, {{"axis", int64_t{1}}}));
+  g.layers.push_back(layer("pool", "pool2", {"c"}, {"p"}, {{"mode", std::string("avg")}, {"global", int64_t{1}}}));
+  g.layers.push_back(layer("flat", "flatten", {"p"}, {"f"}));
+  g.layers.push_back(layer("fc", "dense", {"f"}, {"logits"}, {}, {{"weight", random_blob({5, 12}, 7)}}));
+  g.outputs = {"logits", "r"};
+  return g;
+}
+
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("softneuro-test-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+}  // namespace softneuro::test
