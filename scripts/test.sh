@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install dependencies, build (Release)
+# and run every test under CTest; then rebuild with AddressSanitizer + UBSan and
+# run the file-damage, net and plugin tests again under it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+jobs="$(nproc)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$jobs"
+ctest --test-dir build -j "$jobs" --output-on-failure
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTNEURO_ASAN=ON
+cmake --build build-asan -j "$jobs" --target softneuro_tests
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  ./build-asan/tests/softneuro_tests "[dnn],[net],[plugin],[basics]"
