@@ -12,5 +12,5 @@ ctest --test-dir build -j "$jobs" --output-on-failure
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTNEURO_ASAN=ON
 cmake --build build-asan -j "$jobs" --target softneuro_tests
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ./build-asan/tests/softneuro_tests "[dnn],[net],[plugin],[basics]"

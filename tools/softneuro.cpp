@@ -1,5 +1,6 @@
 // softneuro — the command-line program: inspect and run .dnn files.
 // Uses only the public API, as an app would.
+#include <softneuro/import.hpp>
 #include <softneuro/softneuro.hpp>
 
 #include <fmt/format.h>
@@ -22,8 +23,13 @@ const char* kUsage = R"(usage: softneuro [--plugin LIB.so ...] COMMAND ...
 
 commands:
   --version                 print the library version
-  inspect FILE              layers, shapes, parameters and the routine path
+  inspect FILE [--verbose]  layers, shapes, parameters and the routine path;
+                            --verbose: every routine considered per layer, and why not
   routines [LAYER_TYPE]     descriptors of the registered routines (plugins included)
+  import MODEL.onnx -o OUT.dnn [options]
+                            translate an ONNX model (opsets 11..17) and save it
+      --input-shape NAME=1x3x224x224   shape of an input with symbolic dims (default 1)
+      --no-passes           skip the graph passes (folding, fusion, clean-up)
   run FILE [options]        run a net and print its outputs and latency
       --input NAME=x.npy    an input (default: seeded random normal values)
       --output NAME=y.npy   write an output
@@ -60,16 +66,23 @@ std::string human_bytes(std::size_t b) {
 }
 
 int cmd_inspect(const std::vector<std::string>& args) {
-  if (args.size() != 1) throw Usage("inspect takes one FILE");
-  sn::Net net = sn::Net::load(args[0]);
-  fmt::print("model: {} ({})\n", net.name().empty() ? "(unnamed)" : net.name(), args[0]);
+  bool verbose = false;
+  std::vector<std::string> files;
+  for (const auto& a : args) {
+    if (a == "--verbose" || a == "-v") verbose = true;
+    else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
+    else files.push_back(a);
+  }
+  if (files.size() != 1) throw Usage("inspect takes one FILE");
+  sn::Net net = sn::Net::load(files[0]);
+  fmt::print("model: {} ({})\n", net.name().empty() ? "(unnamed)" : net.name(), files[0]);
   for (const auto& t : net.inputs()) fmt::print("input  {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
   for (const auto& t : net.outputs()) fmt::print("output {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
   auto fp = net.tuned_fingerprint();
   fmt::print("routine path: {}\n", fp.empty() ? "untuned (default choice per layer)" : "tuned on " + fp);
   fmt::print("memory: {} planned arena for {} of intermediate blobs\n\n", human_bytes(net.planned_bytes()),
              human_bytes(net.unplanned_bytes()));
-  auto layers = net.layers();
+  auto layers = net.layers(verbose);
   std::size_t wn = 4, wt = 4, wd = 7;
   for (const auto& l : layers) {
     wn = std::max(wn, l.name.size());
@@ -85,6 +98,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
     fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params,
                l.tuned ? fmt::format("  [predicted {:.3f} ms]", l.predicted_ms) : "");
     adapts += l.type == "adapt";
+    for (const auto& c : l.candidates)
+      fmt::print("    {} {}{}\n", c.supported ? "candidate    " : "not candidate", c.descriptor,
+                 c.supported ? "" : ": " + c.reason);
   }
   fmt::print("\n{} layers, {} adapts inserted\n", layers.size(), adapts);
   return 0;
@@ -112,6 +128,51 @@ void print_output(const sn::NamedBlob& out, int top) {
   fmt::print("  top-{}:", k);
   for (int64_t i = 0; i < k; ++i) fmt::print(" #{}={:.6g}", idx[static_cast<std::size_t>(i)], p[idx[static_cast<std::size_t>(i)]]);
   fmt::print("\n");
+}
+
+sn::Shape parse_shape(const std::string& text, const char* flag) {
+  std::vector<int64_t> dims;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t x = text.find('x', pos);
+    if (x == std::string::npos) x = text.size();
+    dims.push_back(parse_int(text.substr(pos, x - pos), flag, 1));
+    pos = x + 1;
+  }
+  if (dims.size() > static_cast<std::size_t>(sn::Shape::max_rank)) throw Usage(fmt::format("{}: too many dims in '{}'", flag, text));
+  return sn::Shape(dims);
+}
+
+int cmd_import(const std::vector<std::string>& args) {
+  std::string model, out;
+  sn::ImportOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      if (i + 1 >= args.size()) throw Usage(fmt::format("{} needs a value", flag));
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    if (a == "-o" || a == "--output") out = value("-o");
+    else if (a == "--input-shape") {
+      auto [name, dims] = split_assign(value("--input-shape"), "--input-shape");
+      options.input_shapes[name] = parse_shape(dims, "--input-shape");
+    } else if (a == "--no-passes") {
+      options.remove_identities = options.fold_constants = options.fold_batchnorm = false;
+      options.fold_bias_add = options.fuse_activations = options.eliminate_dead_layers = false;
+    } else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
+    else if (model.empty()) model = a;
+    else throw Usage(fmt::format("unexpected argument '{}'", a));
+  }
+  if (model.empty() || out.empty()) throw Usage("import needs MODEL.onnx and -o OUT.dnn");
+  auto t0 = std::chrono::steady_clock::now();
+  sn::Net net = sn::import_onnx(model, options);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  net.save(out);
+  fmt::print("imported {} in {:.1f} ms: {} layers", model, ms, net.layers().size());
+  for (const auto& t : net.inputs()) fmt::print(", input {} {}", t.name, t.shape.to_string());
+  for (const auto& t : net.outputs()) fmt::print(", output {} {}", t.name, t.shape.to_string());
+  fmt::print("\nwrote {}\n", out);
+  return 0;
 }
 
 int cmd_run(const std::vector<std::string>& args) {
@@ -200,6 +261,7 @@ int main(int argc, char** argv) {
     args.erase(args.begin());
     if (cmd == "inspect") return cmd_inspect(args);
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "import") return cmd_import(args);
     if (cmd == "routines") {
       if (args.size() > 1) throw Usage("routines takes at most one LAYER_TYPE");
       for (const auto& d : sn::registered_routines(args.empty() ? "" : args[0])) fmt::print("{}\n", d);

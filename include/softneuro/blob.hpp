@@ -90,7 +90,8 @@ class Blob {
   static Blob view(std::shared_ptr<const void> owner, const void* data, const Shape& shape,
                    DType dtype, Layout layout = Layout::nchw);
 
-  bool empty() const noexcept { return data_ == nullptr && shape_.numel() == 0; }
+  /// True for a default-constructed blob (no memory).
+  bool empty() const noexcept { return data_ == nullptr; }
   const Shape& shape() const noexcept { return shape_; }
   DType dtype() const noexcept { return dtype_; }
   Layout layout() const noexcept { return layout_; }

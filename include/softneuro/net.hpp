@@ -33,6 +33,14 @@ struct LayerSummary {
   std::string routine_params;  ///< "tile=4 ..." or empty
   bool tuned = false;      ///< whether the descriptor comes from a tuned routine path
   double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
+  /// Filled by layers(true): every registered routine of the layer's type, in
+  /// every schema, with why it is not a candidate (empty reason: it is one).
+  struct Candidate {
+    std::string descriptor;
+    bool supported = false;
+    std::string reason;
+  };
+  std::vector<Candidate> candidates;
 };
 
 /// A net: a DAG of layers with named inputs and outputs, routines prepared,
@@ -67,8 +75,9 @@ class Net {
   /// Convenience form: returns freshly allocated outputs, in outputs() order.
   std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
 
-  /// The layers in execution order with their chosen routines.
-  std::vector<LayerSummary> layers() const;
+  /// The layers in execution order with their chosen routines; with
+  /// `explain`, also every routine considered and why it was or was not a candidate.
+  std::vector<LayerSummary> layers(bool explain = false) const;
   /// Bytes of the planned arena shared by all intermediate blobs and
   /// workspaces, and the sum of those blobs' own sizes (what no plan would use).
   std::size_t planned_bytes() const;

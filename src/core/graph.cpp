@@ -91,11 +91,26 @@ void sort_topologically(Graph& g) {
   g.layers = std::move(sorted);
 }
 
+namespace {
+// Rejects shapes whose element count overflows or exceeds what any machine
+// holds (2^46 elements), so damaged files cannot make the planner wrap around.
+void check_size(const Shape& s, const std::string& layer, const std::string& field) {
+  constexpr int64_t kMax = int64_t{1} << 46;
+  int64_t n = 1;
+  for (auto d : s) {
+    if (d < 0) throw Error(fmt::format("negative dim in {}", s.to_string()), {}, layer, field);
+    if (d != 0 && n > kMax / d) throw Error(fmt::format("shape {} is too large", s.to_string()), {}, layer, field);
+    n *= d;
+  }
+}
+}  // namespace
+
 std::map<std::string, Shape> infer_shapes(const Graph& g) {
   std::map<std::string, Shape> shapes;
   for (const auto& in : g.inputs) {
     for (auto d : in.shape)
       if (d <= 0) throw Error(fmt::format("net input '{}' has a non-positive dim in {}", in.name, in.shape.to_string()), {}, {}, "inputs");
+    check_size(in.shape, {}, "inputs." + in.name);
     shapes[in.name] = in.shape;
   }
   std::vector<Shape> ins;
@@ -108,8 +123,7 @@ std::map<std::string, Shape> infer_shapes(const Graph& g) {
     }
     auto outs = infer_layer_shapes(l, ins);
     for (std::size_t k = 0; k < outs.size(); ++k) {
-      for (auto d : outs[k])
-        if (d < 0) throw Error(fmt::format("inferred a negative dim {}", outs[k].to_string()), {}, l.name, "outputs");
+      check_size(outs[k], l.name, "outputs");
       shapes[l.outputs[k]] = outs[k];
     }
   }

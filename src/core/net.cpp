@@ -78,7 +78,7 @@ std::vector<NamedBlob> Net::run(std::span<const NamedBlob> inputs) {
   return outs;
 }
 
-std::vector<LayerSummary> Net::layers() const {
+std::vector<LayerSummary> Net::layers(bool explain) const {
   std::vector<LayerSummary> out;
   for (const auto& step : impl_->executor->steps()) {
     LayerSummary s;
@@ -92,6 +92,9 @@ std::vector<LayerSummary> Net::layers() const {
     for (const auto& [k, v] : step->params) s.routine_params += fmt::format("{}{}={}", s.routine_params.empty() ? "" : " ", k, v);
     s.tuned = step->tuned;
     s.predicted_ms = step->predicted_ms;
+    if (explain)
+      for (const auto& c : core::RoutineRegistry::instance().candidates(step->info))
+        s.candidates.push_back({c.descriptor, c.support.ok, c.support.reason});
     out.push_back(std::move(s));
   }
   return out;

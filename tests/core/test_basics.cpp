@@ -40,6 +40,9 @@ TEST_CASE("shapes and blobs", "[basics]") {
   b.data_as<float>()[3] = 1;
   CHECK(c.data_as<float>()[3] == 5);
   CHECK(reinterpret_cast<uintptr_t>(b.data()) % 64 == 0);
+  // A default blob is empty (it once was not: its rank-0 shape counts one element).
+  CHECK(Blob{}.empty());
+  CHECK_FALSE(b.empty());
 }
 
 TEST_CASE(".npy files round-trip", "[basics]") {

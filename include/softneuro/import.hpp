@@ -1,0 +1,60 @@
+// softneuro/import.hpp — ONNX models into nets (library softneuro::onnx).
+//
+// Link softneuro::onnx (it brings protobuf and Debian's libonnx along privately);
+// apps that only load and run .dnn files link softneuro::softneuro alone.
+//
+//   softneuro::Net net = softneuro::import_onnx("resnet50.onnx");
+//   net.save("resnet50.dnn");
+#pragma once
+
+#include <softneuro/blob.hpp>
+#include <softneuro/net.hpp>
+
+#include <map>
+#include <string>
+
+namespace softneuro {
+
+/// What import_onnx does beyond translating operators into layers.
+struct ImportOptions {
+  /// Shapes of net inputs, by name. Needed for inputs whose ONNX shape has
+  /// symbolic (e.g. "batch") or unknown dims; without an entry such dims are 1.
+  /// An entry must agree with every fixed dim of the ONNX shape.
+  std::map<std::string, Shape> input_shapes;
+
+  /// Graph passes, run in this order after the translation (all on by default).
+  /// Each keeps the net's outputs the same (up to float rounding).
+  bool remove_identities = true;      ///< Identity and Dropout disappear
+  bool fold_constants = true;         ///< layers of constants only are computed once
+  bool fold_batchnorm = true;         ///< batchnorm into the preceding conv2/dense weights
+  bool fold_bias_add = true;          ///< add of a per-channel constant into conv2/dense bias
+  bool fuse_activations = true;       ///< relu/clip/hardswish/hardsigmoid/sigmoid into conv2/dense
+  bool eliminate_dead_layers = true;  ///< layers no output depends on
+
+  /// The net's name; empty: the ONNX graph's name, else the file's stem.
+  std::string name;
+};
+
+/// Reads an ONNX model (opsets 11 to 17, initializers inline or in external
+/// data files beside it), translates it into layers, runs the graph passes the
+/// options enable and prepares the net (ready to run() or save()).
+///
+/// Supported operators: Conv (2-D), Gemm, MatMul, Relu, Clip, HardSwish,
+/// HardSigmoid, Sigmoid, Tanh, Gelu, Add, Sub, Mul, Div, GlobalAveragePool,
+/// GlobalMaxPool, AveragePool, MaxPool, Flatten, Reshape, Squeeze, Unsqueeze,
+/// Concat, Split, Slice (step 1), Gather (constant index), Transpose, Pad,
+/// BatchNormalization, Softmax, LayerNormalization, ReduceMean (spatial, as a
+/// global pool), Constant, Identity, Dropout, Expand, Cast (float to float);
+/// shape computations (Shape, Gather, Unsqueeze, Concat, Cast, Range, ...) are
+/// computed during import. Erf is supported inside the GELU pattern
+/// x*0.5*(1+Erf(x/sqrt(2))) (fused into one gelu layer); a lone Erf is not.
+/// The LayerNormalization that exporters decompose below opset 17
+/// (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) is fused back.
+///
+/// Throws softneuro::Error naming the file, the ONNX node and the field at
+/// fault. A model with unsupported nodes is refused with one error listing
+/// every one of them (name, op type, opset). A malformed or truncated file is
+/// an error, never a crash.
+Net import_onnx(const std::string& path, const ImportOptions& options = {});
+
+}  // namespace softneuro

@@ -1,0 +1,363 @@
+#include "core/passes.hpp"
+
+#include "core/layer_types.hpp"
+#include "core/log.hpp"
+#include "core/registry.hpp"
+#include "core/thread_pool.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <set>
+#include <unordered_map>
+
+namespace softneuro::core {
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+/// Drops the layers flagged in `removed`, keeping the order of the others.
+void erase_flagged(Graph& g, const std::vector<bool>& removed) {
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < g.layers.size(); ++i)
+    if (!removed[i]) {
+      if (w != i) g.layers[w] = std::move(g.layers[i]);
+      ++w;
+    }
+  g.layers.resize(w);
+}
+
+/// Every read of blob `from` becomes a read of `to`.
+void rename_reads(Graph& g, const std::string& from, const std::string& to) {
+  for (auto& l : g.layers)
+    for (auto& in : l.inputs)
+      if (in == from) in = to;
+}
+
+/// A float32 CPU blob in plain layout: what the passes compute on.
+bool plain_float(const Blob& b) {
+  return b.dtype() == DType::float32 && b.layout() == Layout::nchw && b.device() == Device::cpu &&
+         (b.numel() == 0 || b.data() != nullptr);
+}
+
+bool is_conv_or_dense(const Layer& l) { return l.type == "conv2" || l.type == "dense"; }
+bool has_no_activation(const Layer& l) { return l.get_string("act", "none") == "none"; }
+
+/// What absorb_into_producers tells a rule about the graph.
+struct Context {
+  const std::map<std::string, Shape>& shapes;
+  const std::unordered_map<std::string, const Blob*>& constants;  ///< outputs of constant layers
+};
+
+/// The rule of one "producer absorbs its consumer" pass: given the layer P
+/// producing input `input` of consumer C, either changes P so that it computes
+/// C's output too (and returns true), or leaves P untouched (returns false).
+using AbsorbRule = std::function<bool(Layer& producer, const Layer& consumer, std::size_t input, const Context&)>;
+
+/// The shared skeleton of fold_batchnorm, fold_bias_add and fuse_activations:
+/// for each layer of `consumer_type`, when one of its inputs is produced by a
+/// single-output layer, read by nothing else and not a net output, `rule` may
+/// absorb the consumer into the producer; the producer then writes the
+/// consumer's output and the consumer goes. One sweep in topological order
+/// handles chains (conv2 -> batchnorm -> relu) since the producer map is kept current.
+int absorb_into_producers(Graph& g, std::string_view consumer_type, const AbsorbRule& rule) {
+  sort_topologically(g);
+  const auto shapes = infer_shapes(g);
+  std::unordered_map<std::string, std::size_t> producer;
+  std::unordered_map<std::string, int> reads;
+  std::unordered_map<std::string, const Blob*> constants;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    const Layer& l = g.layers[i];
+    for (const auto& o : l.outputs) producer[o] = i;
+    for (const auto& in : l.inputs) ++reads[in];
+    if (l.type == "constant" && l.outputs.size() == 1)
+      if (const Blob* v = l.find_weight("value")) constants[l.outputs[0]] = v;
+  }
+  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
+  const Context ctx{shapes, constants};
+
+  std::vector<bool> removed(g.layers.size());
+  int count = 0;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    const Layer& c = g.layers[i];
+    if (c.type != consumer_type || c.outputs.size() != 1) continue;
+    for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+      const std::string& x = c.inputs[k];
+      auto it = producer.find(x);
+      if (it == producer.end() || reads[x] != 1 || net_outputs.count(x)) continue;
+      Layer& p = g.layers[it->second];
+      if (p.outputs.size() != 1 || !rule(p, c, k, ctx)) continue;
+      p.outputs[0] = c.outputs[0];
+      producer[c.outputs[0]] = it->second;
+      removed[i] = true;
+      ++count;
+      break;
+    }
+  }
+  erase_flagged(g, removed);
+  return count;
+}
+
+/// Runs one layer on constant inputs with the registry's default routine.
+std::vector<Blob> evaluate(const Layer& l, const std::vector<Blob>& inputs) {
+  LayerInfo info;
+  info.layer = &l;
+  for (const Blob& b : inputs) info.input_shapes.push_back(b.shape());
+  info.output_shapes = infer_layer_shapes(l, info.input_shapes);
+  Candidate c = RoutineRegistry::instance().default_choice(info, Schema{});
+  std::unique_ptr<PreparedRoutine> prepared = c.routine->prepare(info, c.schema, {});
+  std::vector<Blob> outputs;
+  for (const Shape& s : info.output_shapes) outputs.push_back(Blob::allocate(s));
+  const std::size_t ws = prepared->workspace_bytes();
+  std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
+                                                   std::free);
+  if (ws && !workspace) throw Error(fmt::format("out of memory for a {}-byte workspace", ws), {}, l.name);
+  std::vector<const Blob*> in_ptrs;
+  for (const Blob& b : inputs) in_ptrs.push_back(&b);
+  std::vector<Blob*> out_ptrs;
+  for (Blob& b : outputs) out_ptrs.push_back(&b);
+  RunArgs args;
+  args.inputs = in_ptrs;
+  args.outputs = out_ptrs;
+  args.workspace = workspace.get();
+  args.pool = &global_pool();
+  prepared->run(args);
+  return outputs;
+}
+
+/// A new blob with `w`'s values, each block of `w.numel()/factors.size()`
+/// consecutive values (one output channel) multiplied by its factor.
+Blob scale_rows(const Blob& w, const std::vector<double>& factors) {
+  Blob out = Blob::allocate(w.shape());
+  const int64_t rows = static_cast<int64_t>(factors.size());
+  const int64_t per = w.numel() / rows;
+  const float* src = w.data_as<float>();
+  float* dst = out.data_as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < per; ++j) dst[r * per + j] = static_cast<float>(src[r * per + j] * factors[static_cast<std::size_t>(r)]);
+  return out;
+}
+
+/// Output channels of a conv2/dense (the first dim of its weight).
+int64_t output_channels(const Layer& l) { return l.weight("weight").shape()[0]; }
+
+/// The layer's bias as doubles (zeros when it has none).
+std::vector<double> bias_of(const Layer& l) {
+  std::vector<double> b(static_cast<std::size_t>(output_channels(l)), 0.0);
+  if (const Blob* bias = l.find_weight("bias"))
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = bias->data_as<float>()[i];
+  return b;
+}
+
+void set_bias(Layer& l, const std::vector<double>& b) {
+  Blob out = Blob::allocate(Shape{static_cast<int64_t>(b.size())});
+  for (std::size_t i = 0; i < b.size(); ++i) out.data_as<float>()[i] = static_cast<float>(b[i]);
+  l.weights["bias"] = out;
+}
+
+bool weights_plain(const Layer& l) {
+  for (const auto& [k, b] : l.weights)
+    if (!plain_float(b)) return false;
+  return true;
+}
+
+}  // namespace
+
+int remove_identities(Graph& g) {
+  sort_topologically(g);
+  int count = 0;
+  for (std::size_t i = 0; i < g.layers.size();) {
+    const Layer& l = g.layers[i];
+    if (l.type != "identity" || l.inputs.size() != 1 || l.outputs.size() != 1) {
+      ++i;
+      continue;
+    }
+    const std::string in = l.inputs[0], out = l.outputs[0];
+    if (!contains(g.outputs, out)) {
+      g.layers.erase(g.layers.begin() + static_cast<std::ptrdiff_t>(i));
+      rename_reads(g, out, in);
+      ++count;
+      continue;
+    }
+    // `out` leaves the net, so its name must stay: the producer of `in`
+    // writes `out` directly, unless `in` is a net input or output itself.
+    Layer* p = nullptr;
+    for (auto& other : g.layers)
+      if (contains(other.outputs, in)) p = &other;
+    if (p && !contains(g.outputs, in)) {
+      std::replace(p->outputs.begin(), p->outputs.end(), in, out);
+      g.layers.erase(g.layers.begin() + static_cast<std::ptrdiff_t>(i));
+      rename_reads(g, in, out);
+      ++count;
+      continue;
+    }
+    ++i;
+  }
+  sort_topologically(g);  // a renamed producer may now come after its readers' old position
+  return count;
+}
+
+int fold_constants(Graph& g) {
+  sort_topologically(g);
+  std::unordered_map<std::string, Blob> constants;
+  for (const auto& l : g.layers)
+    if (l.type == "constant" && l.outputs.size() == 1)
+      if (const Blob* v = l.find_weight("value"); v && plain_float(*v)) constants[l.outputs[0]] = *v;
+
+  std::vector<Layer> extra;  // constant layers for the 2nd, 3rd... output of folded layers
+  std::set<std::string> names;
+  for (const auto& l : g.layers) names.insert(l.name);
+  int count = 0;
+  for (auto& l : g.layers) {
+    if (l.type == "constant" || l.inputs.empty()) continue;
+    std::vector<Blob> inputs;
+    for (const auto& in : l.inputs) {
+      auto it = constants.find(in);
+      if (it == constants.end()) break;
+      inputs.push_back(it->second);
+    }
+    if (inputs.size() != l.inputs.size()) continue;
+    std::vector<Blob> outputs;
+    try {
+      outputs = evaluate(l, inputs);
+    } catch (const std::exception& e) {
+      // No routine computes it here (or it is invalid): it stays a layer and
+      // the net's own build reports real errors.
+      debug("fold_constants: layer '{}' not folded: {}", l.name, e.what());
+      continue;
+    }
+    const std::vector<std::string> outs = l.outputs;
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      Layer c;
+      c.type = "constant";
+      c.outputs = {outs[k]};
+      c.weights["value"] = outputs[k];
+      constants[outs[k]] = outputs[k];
+      if (k == 0) {
+        c.name = l.name;
+        l = std::move(c);
+      } else {
+        c.name = fmt::format("{}:{}", l.name, k);
+        while (!names.insert(c.name).second) c.name += "_";
+        extra.push_back(std::move(c));
+      }
+    }
+    ++count;
+  }
+  for (auto& c : extra) g.layers.push_back(std::move(c));
+  sort_topologically(g);
+  return count;
+}
+
+int fold_batchnorm(Graph& g) {
+  return absorb_into_producers(g, "batchnorm", [](Layer& p, const Layer& bn, std::size_t, const Context& ctx) {
+    if (!is_conv_or_dense(p) || !has_no_activation(p) || !weights_plain(p) || !weights_plain(bn)) return false;
+    // batchnorm normalises dim 1: a dense output's channels only when it is [N,O].
+    if (p.type == "dense" && ctx.shapes.at(p.outputs[0]).rank() != 2) return false;
+    const int64_t channels = output_channels(p);
+    const float* scale = bn.weight("scale").data_as<float>();
+    const float* shift = bn.weight("bias").data_as<float>();
+    const float* mean = bn.weight("mean").data_as<float>();
+    const float* var = bn.weight("var").data_as<float>();
+    const double eps = bn.get_float("epsilon", 1e-5);
+    std::vector<double> factor(static_cast<std::size_t>(channels));
+    std::vector<double> bias = bias_of(p);
+    for (std::size_t c = 0; c < factor.size(); ++c) {
+      factor[c] = double(scale[c]) / std::sqrt(double(var[c]) + eps);
+      bias[c] = (bias[c] - mean[c]) * factor[c] + shift[c];
+    }
+    p.weights["weight"] = scale_rows(p.weight("weight"), factor);
+    set_bias(p, bias);
+    return true;
+  });
+}
+
+int fold_bias_add(Graph& g) {
+  return absorb_into_producers(g, "add", [](Layer& p, const Layer& add, std::size_t input, const Context& ctx) {
+    if (!is_conv_or_dense(p) || !has_no_activation(p) || !weights_plain(p) || add.inputs.size() != 2) return false;
+    auto cit = ctx.constants.find(add.inputs[1 - input]);
+    if (cit == ctx.constants.end() || !plain_float(*cit->second)) return false;
+    const Blob& c = *cit->second;
+    const Shape& y = ctx.shapes.at(add.inputs[input]);
+    // c must add one value per output channel and not grow y by broadcasting.
+    if (ctx.shapes.at(add.outputs[0]) != y || c.shape().rank() > y.rank()) return false;
+    const int channel_dim = p.type == "conv2" ? 1 : y.rank() - 1;
+    const int64_t channels = output_channels(p);
+    if (c.numel() != channels) return false;
+    for (int d = 0; d < c.shape().rank(); ++d) {
+      const int yd = d + y.rank() - c.shape().rank();
+      if (c.shape()[d] != 1 && yd != channel_dim) return false;
+    }
+    std::vector<double> bias = bias_of(p);
+    for (std::size_t i = 0; i < bias.size(); ++i) bias[i] += c.data_as<float>()[i];
+    set_bias(p, bias);
+    return true;
+  });
+}
+
+int fuse_activations(Graph& g) {
+  int count = 0;
+  for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid"}) {
+    count += absorb_into_producers(g, type, [](Layer& p, const Layer& act, std::size_t, const Context&) {
+      if (!is_conv_or_dense(p) || !has_no_activation(p)) return false;
+      p.params["act"] = act.type;
+      if (act.type == "clip") {
+        if (act.has("min")) p.params["act_min"] = act.get_float("min");
+        if (act.has("max")) p.params["act_max"] = act.get_float("max");
+      } else if (act.type == "hardsigmoid") {
+        p.params["act_alpha"] = act.get_float("alpha", 0.2);
+        p.params["act_beta"] = act.get_float("beta", 0.5);
+      }
+      return true;
+    });
+  }
+  return count;
+}
+
+int eliminate_dead_layers(Graph& g) {
+  sort_topologically(g);
+  std::set<std::string> live(g.outputs.begin(), g.outputs.end());
+  std::vector<bool> removed(g.layers.size());
+  int count = 0;
+  for (std::size_t i = g.layers.size(); i-- > 0;) {
+    const Layer& l = g.layers[i];
+    bool needed = std::any_of(l.outputs.begin(), l.outputs.end(), [&](const auto& o) { return live.count(o) != 0; });
+    if (!needed) {
+      removed[i] = true;
+      ++count;
+      continue;
+    }
+    live.insert(l.inputs.begin(), l.inputs.end());
+  }
+  erase_flagged(g, removed);
+  return count;
+}
+
+void optimize(Graph& g, const PassOptions& o) {
+  struct Step {
+    bool on;
+    const char* name;
+    int (*pass)(Graph&);
+  };
+  const Step steps[] = {
+      {o.remove_identities, "remove_identities", remove_identities},
+      {o.fold_constants, "fold_constants", fold_constants},
+      {o.fold_batchnorm, "fold_batchnorm", fold_batchnorm},
+      {o.fold_bias_add, "fold_bias_add", fold_bias_add},
+      {o.fuse_activations, "fuse_activations", fuse_activations},
+      {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},
+  };
+  for (const auto& s : steps) {
+    if (!s.on) continue;
+    int n = s.pass(g);
+    info("{}: {} rewrites, {} layers left", s.name, n, g.layers.size());
+  }
+}
+
+}  // namespace softneuro::core

@@ -1,0 +1,64 @@
+// Graph passes: rewrites of a core::Graph that keep its outputs the same (up to
+// float rounding) and make it cheaper to run. Each pass is a small unit of its
+// own, tested on its own; the importer runs them in the order of PassOptions.
+//
+// Every pass checks and sorts the graph first (core::sort_topologically), so
+// it may be given layers in any order, and leaves them sorted. A pass never
+// writes into an existing weight blob (copies of a graph share weight memory):
+// it allocates new blobs for what it changes.
+#pragma once
+
+#include "core/graph.hpp"
+
+namespace softneuro::core {
+
+/// Removes identity layers: their consumers read the identity's input instead.
+/// An identity whose output is a net output renames its producer's output
+/// instead, when that producer is a layer whose output is not itself a net output.
+/// Returns the number of layers removed.
+int remove_identities(Graph& graph);
+
+/// Computes once every layer whose inputs are all outputs of constant layers
+/// (with the registry's default routine in the default schema, cpu/ref today)
+/// and replaces it by constant layers holding its outputs. Layers no routine
+/// supports are left alone. Returns the number of layers folded.
+int fold_constants(Graph& graph);
+
+/// Folds a batchnorm into the conv2 (or rank-2 dense) that produces its input,
+/// when that output has no other consumer, is not a net output and the conv2
+/// has no fused activation: the weights are scaled per output channel and the
+/// bias shifted. Returns the number of batchnorms folded.
+int fold_batchnorm(Graph& graph);
+
+/// Folds `add(x, c)` (either order), where x comes from a conv2/dense without
+/// fused activation, read by nothing else and not a net output, and c is a
+/// constant with one value per output channel (shape [O] or [1,..,1,O] for
+/// dense, [O,1,1] or [1,O,1,1] for conv2), into that layer's bias.
+/// Returns the number of adds folded.
+int fold_bias_add(Graph& graph);
+
+/// Fuses relu, clip, hardswish, hardsigmoid and sigmoid into the conv2/dense
+/// that produces their input (its `act` parameters), when that output has no
+/// other consumer, is not a net output and the layer has no activation yet.
+/// Returns the number of activations fused.
+int fuse_activations(Graph& graph);
+
+/// Removes layers none of whose outputs a net output depends on.
+/// Returns the number of layers removed.
+int eliminate_dead_layers(Graph& graph);
+
+/// Which passes optimize() runs.
+struct PassOptions {
+  bool remove_identities = true;
+  bool fold_constants = true;
+  bool fold_batchnorm = true;
+  bool fold_bias_add = true;
+  bool fuse_activations = true;
+  bool eliminate_dead_layers = true;
+};
+
+/// Runs the enabled passes in the order of PassOptions' fields (dead layers
+/// last, so that constants left unused by the other passes go too).
+void optimize(Graph& graph, const PassOptions& options = {});
+
+}  // namespace softneuro::core
