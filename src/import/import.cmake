@@ -1,0 +1,48 @@
+# The ONNX importer: a shared library of its own (softneuro::onnx), so that apps
+# that only run .dnn files never link protobuf. Included by the top-level
+# CMakeLists.txt with include(src/import/import.cmake), after softneuro_cli exists.
+# Reads ONNX with Debian's libonnx (CMake package ONNX; its targets need protobuf).
+find_package(Protobuf REQUIRED)
+find_package(ONNX REQUIRED)
+
+set(SOFTNEURO_IMPORT_DIR ${CMAKE_CURRENT_LIST_DIR})
+add_library(softneuro_onnx SHARED
+  ${SOFTNEURO_IMPORT_DIR}/onnx_importer.cpp
+  ${SOFTNEURO_IMPORT_DIR}/onnx_tensor.cpp)
+add_library(softneuro::onnx ALIAS softneuro_onnx)
+set_target_properties(softneuro_onnx PROPERTIES
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
+  EXPORT_NAME onnx)
+target_include_directories(softneuro_onnx PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_options(softneuro_onnx PRIVATE -Wall -Wextra)
+# onnx_proto brings ONNX_ML=1 and ONNX_NAMESPACE=onnx with its headers.
+target_link_libraries(softneuro_onnx
+  PUBLIC softneuro
+  PRIVATE onnx_proto protobuf::libprotobuf fmt::fmt)
+
+install(TARGETS softneuro_onnx EXPORT softneuroTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# The CLI's `import` command.
+target_link_libraries(softneuro_cli PRIVATE softneuro_onnx)
+
+if(BUILD_TESTING)
+  if(NOT TARGET Catch2::Catch2)
+    find_package(Catch2 REQUIRED)
+  endif()
+  include(Catch)
+  # Tests build ONNX models in C++ with libonnx (no Python) and check the
+  # importer and each graph pass against the cpu/ref routines.
+  file(GLOB SOFTNEURO_IMPORT_TEST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/import/*.cpp)
+  add_executable(softneuro_import_tests ${PROJECT_SOURCE_DIR}/tests/main.cpp ${SOFTNEURO_IMPORT_TEST_SOURCES})
+  target_include_directories(softneuro_import_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(softneuro_import_tests PRIVATE
+    softneuro_onnx softneuro onnx_proto protobuf::libprotobuf fmt::fmt Catch2::Catch2)
+  catch_discover_tests(softneuro_import_tests)
+
+  # The CLI's import command: it exists and refuses a missing file with the importer's message.
+  add_test(NAME cli_import_rejects_missing_file COMMAND softneuro_cli import /nonexistent.onnx -o /nonexistent.dnn)
+  set_tests_properties(cli_import_rejects_missing_file PROPERTIES PASS_REGULAR_EXPRESSION "nonexistent.onnx: cannot open the file")
+endif()

@@ -1,0 +1,1572 @@
+// The ONNX importer: ModelProto -> core::Graph -> graph passes -> NetImpl::build.
+//
+// Translation goes node by node in topological order. Every ONNX tensor is
+//  - a *constant*, known at import time: initializers, Constant nodes, and the
+//    results of the nodes the importer computes itself. Those are shape
+//    computations (Shape, Gather, Unsqueeze, Concat, Cast, Range, integer
+//    arithmetic...: the chains exporters emit around Reshape) and data movement
+//    of constants (Identity, Reshape, Transpose, Slice, ...), so that a weight
+//    reached through an Identity or a Transpose is still a weight;
+//  - or a *blob* computed at run time by a layer; its shape is inferred as the
+//    layer is added (shapes are static), which is why Shape has a constant answer.
+// Float arithmetic on constants (Add, Mul, Conv, ...) becomes layers like any
+// other; the fold_constants pass computes them once with the cpu/ref routines.
+// A constant that a layer reads as an input gets one constant layer.
+//
+// Two patterns are fused before translation: the GELU that exporters spell
+// x*0.5*(1+Erf(x/sqrt(2))) (a lone Erf is unsupported: there is no erf layer
+// type) and the LayerNormalization they decompose below opset 17.
+//
+// An unsupported node does not stop the translation: it is recorded, its
+// outputs are marked unavailable (nodes reading them are skipped silently),
+// and at the end one Error lists every unsupported node.
+#include "import/onnx_importer.hpp"
+
+#include "core/layer_types.hpp"
+#include "core/log.hpp"
+#include "core/net_impl.hpp"
+#include "import/onnx_tensor.hpp"
+
+#include <onnx/onnx_pb.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace softneuro {
+namespace onnx_import {
+namespace {
+
+constexpr int kMinOpset = 11, kMaxOpset = 17;
+
+/// Thrown by a converter for a node it cannot translate (recorded, not fatal at once).
+struct Unsupported {
+  std::string why;
+};
+
+// ---------------------------------------------------------------------------
+// One ONNX node with typed attribute access.
+
+class Node {
+ public:
+  Node(const onnx::NodeProto& p, std::string name, int opset, const std::string& file)
+      : name(std::move(name)), opset(opset), p_(p), file_(file) {}
+
+  const std::string name;  ///< for messages and the layer name
+  const int opset;         ///< the model's opset for the node's domain
+  const onnx::NodeProto& proto() const { return p_; }
+
+  const std::string& op() const { return p_.op_type(); }
+  int num_inputs() const { return p_.input_size(); }
+  int num_outputs() const { return p_.output_size(); }
+  /// Input / output k, empty when absent (ONNX marks skipped optional inputs with "").
+  std::string in(int k) const { return k < p_.input_size() ? p_.input(k) : std::string(); }
+  std::string out(int k) const { return k < p_.output_size() ? p_.output(k) : std::string(); }
+  bool has_in(int k) const { return !in(k).empty(); }
+
+  Error error(const std::string& msg, const std::string& field = {}) const { return Error(msg, file_, name, field); }
+
+  const onnx::AttributeProto* attr(std::string_view key) const {
+    for (const auto& a : p_.attribute())
+      if (a.name() == key) return &a;
+    return nullptr;
+  }
+  bool has(std::string_view key) const { return attr(key) != nullptr; }
+
+  int64_t get_int(const char* key, std::optional<int64_t> fallback = {}) const {
+    const auto* a = attr(key);
+    if (!a) return value_or_missing(key, fallback);
+    if (a->type() != onnx::AttributeProto::INT) throw error("expected an integer attribute", key);
+    return a->i();
+  }
+  double get_float(const char* key, std::optional<double> fallback = {}) const {
+    const auto* a = attr(key);
+    if (!a) return value_or_missing(key, fallback);
+    if (a->type() == onnx::AttributeProto::FLOAT) return a->f();
+    if (a->type() == onnx::AttributeProto::INT) return static_cast<double>(a->i());
+    throw error("expected a float attribute", key);
+  }
+  std::string get_string(const char* key, std::optional<std::string> fallback = {}) const {
+    const auto* a = attr(key);
+    if (!a) return value_or_missing(key, fallback);
+    if (a->type() != onnx::AttributeProto::STRING) throw error("expected a string attribute", key);
+    return a->s();
+  }
+  std::vector<int64_t> get_ints(const char* key, std::optional<std::vector<int64_t>> fallback = {}) const {
+    const auto* a = attr(key);
+    if (!a) return value_or_missing(key, fallback);
+    if (a->type() != onnx::AttributeProto::INTS) throw error("expected a list of integers", key);
+    return {a->ints().begin(), a->ints().end()};
+  }
+  /// A list attribute that must have `n` entries (the rank of a window).
+  std::vector<int64_t> get_ints_n(const char* key, std::size_t n, std::vector<int64_t> fallback) const {
+    auto v = get_ints(key, fallback);
+    if (v.size() != n) throw error(fmt::format("expected {} values, got {}", n, v.size()), key);
+    return v;
+  }
+
+ private:
+  template <class T>
+  T value_or_missing(const char* key, const std::optional<T>& fallback) const {
+    if (!fallback) throw error(fmt::format("required attribute of {} missing", op()), key);
+    return *fallback;
+  }
+  const onnx::NodeProto& p_;
+  const std::string& file_;
+};
+
+bool near(double a, double b) { return std::abs(a - b) <= 1e-4 * std::max(1.0, std::abs(b)); }
+
+// ---------------------------------------------------------------------------
+// A fused pattern: several nodes that become one layer.
+
+struct Fused {
+  enum Kind { gelu, layernorm } kind;
+  std::vector<int> members;  ///< node indices
+  std::string x, y;          ///< input and output tensors
+  std::vector<int64_t> axes; ///< layernorm: the reduced axes
+  double epsilon = 0;
+  std::string scale, bias;   ///< layernorm: constant tensors, empty when absent
+  int last() const { return *std::max_element(members.begin(), members.end()); }
+};
+
+// ---------------------------------------------------------------------------
+
+class Importer {
+ public:
+  Importer(onnx::ModelProto& model, const std::string& file, const ImportOptions& options)
+      : model_(model), g_(*model.mutable_graph()), file_(file), options_(options) {
+    src_.file = file;
+    const auto dir = std::filesystem::path(file).parent_path();
+    src_.dir = (dir.empty() ? std::filesystem::path(".") : dir).string();
+  }
+
+  core::Graph run();
+
+ private:
+  using Converter = void (Importer::*)(const Node&);
+  static const std::unordered_map<std::string, Converter>& converters();
+
+  // --- set-up
+  void read_opsets();
+  void read_initializers();
+  void read_inputs();
+  void order_nodes();
+  Node node(int i) const;
+  void convert(int i);
+  void finish_outputs();
+
+  // --- tensors
+  const Blob* constant(const std::string& name) const {
+    auto it = constants_.find(name);
+    return it == constants_.end() ? nullptr : &it->second;
+  }
+  const Blob& require_constant(const Node& n, int k, const char* field) const {
+    if (!n.has_in(k)) throw n.error("required input missing", field);
+    if (const Blob* c = constant(n.in(k))) return *c;
+    throw Unsupported{fmt::format("input {} '{}' must be a constant (an initializer or computable at import), "
+                                  "it is computed at run time", field, n.in(k))};
+  }
+  std::vector<int64_t> constant_ints(const Node& n, int k, const char* field) const {
+    return to_ints(require_constant(n, k, field));
+  }
+  double constant_scalar(const Node& n, int k, const char* field) const {
+    const Blob& b = require_constant(n, k, field);
+    if (b.numel() != 1) throw n.error(fmt::format("expected one value, got shape {}", b.shape().to_string()), field);
+    return to_doubles(b)[0];
+  }
+  /// The value of `name` if it is a one-element constant.
+  std::optional<double> scalar(const std::string& name) const {
+    const Blob* b = constant(name);
+    if (!b || b->numel() != 1) return std::nullopt;
+    return to_doubles(*b)[0];
+  }
+  Shape shape_of(const Node& n, const std::string& name) const {
+    if (const Blob* c = constant(name)) return c->shape();
+    auto it = shapes_.find(name);
+    if (it == shapes_.end()) throw n.error(fmt::format("tensor '{}' is not computed before this node", name), "input");
+    return it->second;
+  }
+  /// The blob of input k for a layer: a constant gets its constant layer here.
+  std::string input(const Node& n, int k) {
+    if (!n.has_in(k)) throw n.error(fmt::format("required input {} missing", k), "input");
+    return as_blob(n, n.in(k));
+  }
+  std::string as_blob(const Node& n, const std::string& name);
+  /// A new constant tensor made by the importer (e.g. a scaled bias), as a blob.
+  std::string add_constant(const std::string& base, const Blob& value);
+  /// Output k of the node; a fresh name when ONNX leaves it unnamed.
+  std::string output(const Node& n, int k) {
+    std::string o = n.out(k);
+    return o.empty() ? fresh_blob(fmt::format("{}/out{}", n.name, k)) : o;
+  }
+  bool used(const std::string& tensor) const {
+    return !tensor.empty() && (consumers_.count(tensor) || graph_outputs_.count(tensor));
+  }
+
+  // --- names
+  std::string fresh_blob(const std::string& base);
+  std::string fresh_layer(const std::string& base);
+
+  // --- layers
+  Layer make(const std::string& type, const std::string& name, std::vector<std::string> inputs,
+             std::vector<std::string> outputs) {
+    Layer l;
+    l.type = type;
+    l.name = fresh_layer(name);
+    l.inputs = std::move(inputs);
+    l.outputs = std::move(outputs);
+    return l;
+  }
+  /// Infers the layer's output shapes and appends it to the graph.
+  void add(Layer l);
+  /// Adds the one-input layer `type` from `x` into `y`.
+  void add_unary(const Node& n, const std::string& type, const std::string& x, const std::string& y,
+                 std::map<std::string, Attr> params = {}, const std::string& suffix = {}) {
+    Layer l = make(type, suffix.empty() ? n.name : n.name + "/" + suffix, {x}, {y});
+    l.params = std::move(params);
+    add(std::move(l));
+  }
+  /// `x` with another shape: a constant stays one, a blob gets a reshape layer.
+  void reshape_to(const Node& n, const std::string& x, const Shape& shape, const std::string& y);
+  /// Elements [begin, end) of `x` along `axis` into `y`, with split layers (step 1).
+  void slice_blob(const Node& n, const std::string& x, int axis, int64_t begin, int64_t end, const std::string& y);
+
+  // --- patterns
+  void find_patterns();
+  std::optional<Fused> match_gelu(int erf);
+  std::optional<Fused> match_layernorm(int reduce);
+  int producer(const std::string& t) const {
+    auto it = producers_.find(t);
+    return it == producers_.end() ? -1 : it->second;
+  }
+  /// The one node reading `t`, when exactly one does and `t` is no graph output; else -1.
+  int sole_consumer(const std::string& t) const {
+    auto it = consumers_.find(t);
+    if (it == consumers_.end() || it->second.size() != 1 || graph_outputs_.count(t)) return -1;
+    return it->second[0];
+  }
+  bool is(int i, const char* op) const { return i >= 0 && nodes_[static_cast<std::size_t>(i)]->op_type() == op; }
+  const onnx::NodeProto& at(int i) const { return *nodes_[static_cast<std::size_t>(i)]; }
+  /// For a two-input node reading `t`, its other input; empty otherwise.
+  std::string other_input(int i, const std::string& t) const {
+    const auto& p = at(i);
+    if (p.input_size() != 2) return {};
+    if (p.input(0) == t) return p.input(1);
+    if (p.input(1) == t) return p.input(0);
+    return {};
+  }
+  void emit_fused(const Fused& f);
+
+  // --- converters (one per ONNX operator family)
+  void conv(const Node&);
+  void gemm(const Node&);
+  void matmul(const Node&);
+  void unary(const Node&);
+  void clip(const Node&);
+  void binary_op(const Node&);
+  void pow(const Node&);
+  void pool(const Node&);
+  void global_pool(const Node&);
+  void reduce(const Node&);
+  void batchnorm(const Node&);
+  void softmax(const Node&);
+  void layernorm(const Node&);
+  void identity(const Node&);
+  void cast(const Node&);
+  void flatten(const Node&);
+  void reshape(const Node&);
+  void squeeze(const Node&);
+  void concat(const Node&);
+  void split(const Node&);
+  void slice(const Node&);
+  void gather(const Node&);
+  void transpose(const Node&);
+  void pad(const Node&);
+  void expand(const Node&);
+  void constant_node(const Node&);
+  void shape(const Node&);
+  void size(const Node&);
+  void constant_of_shape(const Node&);
+  void range(const Node&);
+  void equal(const Node&);
+  void where_op(const Node&);
+  void erf(const Node&);
+
+  std::vector<int64_t> window_pads(const Node& n, const Shape& x, const std::vector<int64_t>& kernel,
+                                   const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations) const;
+
+  onnx::ModelProto& model_;
+  onnx::GraphProto& g_;
+  const std::string file_;
+  const ImportOptions& options_;
+  TensorSource src_;
+  std::map<std::string, int> opsets_;  // domain -> version
+
+  core::Graph graph_;
+  std::vector<const onnx::NodeProto*> nodes_;       // topological order
+  std::unordered_map<std::string, int> producers_;  // tensor -> node index
+  std::unordered_map<std::string, std::vector<int>> consumers_;
+  std::unordered_set<std::string> graph_outputs_;
+  std::unordered_map<std::string, Blob> constants_;
+  std::unordered_map<std::string, Shape> shapes_;     // blobs computed at run time (and materialized constants)
+  std::unordered_set<std::string> taken_blobs_, taken_layers_;
+  std::unordered_set<std::string> unavailable_;       // outputs of unsupported nodes
+  std::vector<std::string> unsupported_;              // one line per unsupported node
+  std::vector<Fused> fused_;
+  std::vector<int> fused_of_;                         // node -> index into fused_, or -1
+  std::vector<bool> done_;                            // node already translated
+};
+
+const std::unordered_map<std::string, Importer::Converter>& Importer::converters() {
+  static const std::unordered_map<std::string, Converter> table = {
+      {"Conv", &Importer::conv},
+      {"Gemm", &Importer::gemm},
+      {"MatMul", &Importer::matmul},
+      {"Relu", &Importer::unary},
+      {"Sigmoid", &Importer::unary},
+      {"Tanh", &Importer::unary},
+      {"HardSwish", &Importer::unary},
+      {"HardSigmoid", &Importer::unary},
+      {"Gelu", &Importer::unary},
+      {"Clip", &Importer::clip},
+      {"Add", &Importer::binary_op},
+      {"Sub", &Importer::binary_op},
+      {"Mul", &Importer::binary_op},
+      {"Div", &Importer::binary_op},
+      {"Pow", &Importer::pow},
+      {"MaxPool", &Importer::pool},
+      {"AveragePool", &Importer::pool},
+      {"GlobalAveragePool", &Importer::global_pool},
+      {"GlobalMaxPool", &Importer::global_pool},
+      {"ReduceMean", &Importer::reduce},
+      {"ReduceMax", &Importer::reduce},
+      {"BatchNormalization", &Importer::batchnorm},
+      {"Softmax", &Importer::softmax},
+      {"LayerNormalization", &Importer::layernorm},
+      {"Identity", &Importer::identity},
+      {"Dropout", &Importer::identity},
+      {"Cast", &Importer::cast},
+      {"Flatten", &Importer::flatten},
+      {"Reshape", &Importer::reshape},
+      {"Squeeze", &Importer::squeeze},
+      {"Unsqueeze", &Importer::squeeze},
+      {"Concat", &Importer::concat},
+      {"Split", &Importer::split},
+      {"Slice", &Importer::slice},
+      {"Gather", &Importer::gather},
+      {"Transpose", &Importer::transpose},
+      {"Pad", &Importer::pad},
+      {"Expand", &Importer::expand},
+      {"Constant", &Importer::constant_node},
+      {"Shape", &Importer::shape},
+      {"Size", &Importer::size},
+      {"ConstantOfShape", &Importer::constant_of_shape},
+      {"Range", &Importer::range},
+      {"Equal", &Importer::equal},
+      {"Where", &Importer::where_op},
+      {"Erf", &Importer::erf},
+  };
+  return table;
+}
+
+// ---------------------------------------------------------------------------
+// Set-up
+
+void Importer::read_opsets() {
+  for (const auto& o : model_.opset_import()) opsets_[o.domain() == "ai.onnx" ? "" : o.domain()] = static_cast<int>(o.version());
+  auto it = opsets_.find("");
+  if (it == opsets_.end()) throw Error("the model imports no opset of the default ONNX domain", file_, {}, "opset_import");
+  if (it->second < kMinOpset || it->second > kMaxOpset)
+    throw Error(fmt::format("opset {} is outside the supported range {}..{} (re-export the model with "
+                            "opset_version between them)", it->second, kMinOpset, kMaxOpset),
+                file_, {}, "opset_import");
+}
+
+void Importer::read_initializers() {
+  for (auto& t : *g_.mutable_initializer()) {
+    if (t.name().empty()) throw Error("an initializer has no name", file_, {}, "initializer");
+    if (!constants_.emplace(t.name(), read_tensor(t, src_, {}, t.name())).second)
+      throw Error(fmt::format("initializer '{}' appears twice", t.name()), file_, {}, "initializer");
+    // The blob holds a copy now: free the model's bytes early (large models).
+    std::string().swap(*t.mutable_raw_data());
+  }
+}
+
+void Importer::read_inputs() {
+  std::set<std::string> seen;
+  for (const auto& in : g_.input()) {
+    const std::string& name = in.name();
+    if (name.empty()) throw Error("a graph input has no name", file_, {}, "input");
+    // Old exporters list initializers among the inputs too: those stay constants.
+    if (constants_.count(name)) continue;
+    if (!seen.insert(name).second) throw Error(fmt::format("graph input '{}' appears twice", name), file_, {}, name);
+    if (!in.type().has_tensor_type()) throw Error("graph input is not a tensor", file_, {}, name);
+    const auto& tt = in.type().tensor_type();
+    if (tt.elem_type() != onnx::TensorProto::FLOAT)
+      throw Error(fmt::format("graph input has element type {}; nets take float32 inputs",
+                              onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(tt.elem_type()))),
+                  file_, {}, name);
+    auto given = options_.input_shapes.find(name);
+    if (!tt.has_shape() && given == options_.input_shapes.end())
+      throw Error("graph input has no shape; give one in ImportOptions::input_shapes (--input-shape)", file_, {}, name);
+    Shape shape;
+    if (tt.has_shape()) {
+      if (tt.shape().dim_size() > Shape::max_rank) throw Error("graph input has too many dims", file_, {}, name);
+      for (const auto& d : tt.shape().dim()) shape.push_back(d.has_dim_value() && d.dim_value() > 0 ? d.dim_value() : -1);
+    }
+    if (given != options_.input_shapes.end()) {
+      const Shape& s = given->second;
+      bool fits = !tt.has_shape() || s.rank() == shape.rank();
+      for (int i = 0; fits && i < shape.rank(); ++i) fits = shape[i] < 0 || shape[i] == s[i];
+      if (!fits)
+        throw Error(fmt::format("the given shape {} does not fit the model's {}", s.to_string(), shape.to_string()), file_, {}, name);
+      shape = s;
+    }
+    for (int i = 0; i < shape.rank(); ++i)
+      if (shape[i] < 0) {
+        core::warn("{}: input '{}': dim {} is symbolic or unknown; using 1 (set another with --input-shape)", file_, name, i);
+        shape[i] = 1;
+      }
+    graph_.inputs.push_back({name, shape, DType::float32});
+    shapes_[name] = shape;
+  }
+  for (const auto& [name, s] : options_.input_shapes)
+    if (!shapes_.count(name)) throw Error("the model has no input of this name (given a shape)", file_, {}, name);
+}
+
+/// Sorts the nodes topologically (ONNX asks exporters to, not every one does)
+/// and checks that every tensor is produced once and every input exists.
+void Importer::order_nodes() {
+  const int n = g_.node_size();
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const auto& o : g_.node(i).output()) {
+      if (o.empty()) continue;
+      if (constants_.count(o) || shapes_.count(o) || !producer.emplace(o, i).second)
+        throw Error(fmt::format("tensor '{}' is produced twice", o), file_, g_.node(i).name(), "output");
+    }
+  std::vector<int> indegree(static_cast<std::size_t>(n));
+  std::vector<std::vector<int>> next(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    for (const auto& in : g_.node(i).input()) {
+      if (in.empty() || constants_.count(in) || shapes_.count(in)) continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        throw Error(fmt::format("input '{}' is produced by no node, initializer or graph input", in), file_,
+                    g_.node(i).name(), "input");
+      ++indegree[static_cast<std::size_t>(i)];
+      next[static_cast<std::size_t>(it->second)].push_back(i);
+    }
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;  // stable: file order where possible
+  for (int i = 0; i < n; ++i)
+    if (indegree[static_cast<std::size_t>(i)] == 0) ready.push(i);
+  while (!ready.empty()) {
+    int i = ready.top();
+    ready.pop();
+    nodes_.push_back(&g_.node(i));
+    for (int j : next[static_cast<std::size_t>(i)])
+      if (--indegree[static_cast<std::size_t>(j)] == 0) ready.push(j);
+  }
+  if (static_cast<int>(nodes_.size()) != n) throw Error("the graph has a cycle", file_, {}, "node");
+
+  for (int i = 0; i < n; ++i) {
+    const auto& p = *nodes_[static_cast<std::size_t>(i)];
+    for (const auto& o : p.output())
+      if (!o.empty()) producers_[o] = i;
+    for (const auto& in : p.input())
+      if (!in.empty()) consumers_[in].push_back(i);
+  }
+  for (const auto& o : g_.output()) {
+    if (o.name().empty()) throw Error("a graph output has no name", file_, {}, "output");
+    graph_outputs_.insert(o.name());
+  }
+  // Every name in the model is taken, so names the importer makes up never clash.
+  for (const auto& [k, v] : constants_) taken_blobs_.insert(k);
+  for (const auto& [k, v] : shapes_) taken_blobs_.insert(k);
+  for (const auto& [k, v] : producers_) taken_blobs_.insert(k);
+}
+
+Node Importer::node(int i) const {
+  const auto& p = at(i);
+  auto it = opsets_.find(p.domain() == "ai.onnx" ? "" : p.domain());
+  std::string name = p.name().empty() ? fmt::format("{}_{}", p.op_type(), i) : p.name();
+  return Node(p, std::move(name), it == opsets_.end() ? 0 : it->second, file_);
+}
+
+std::string Importer::fresh_blob(const std::string& base) {
+  std::string name = base;
+  for (int k = 1; !taken_blobs_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
+  return name;
+}
+
+std::string Importer::fresh_layer(const std::string& base) {
+  std::string name = base;
+  for (int k = 1; !taken_layers_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
+  return name;
+}
+
+std::string Importer::as_blob(const Node& n, const std::string& name) {
+  if (shapes_.count(name)) return name;
+  const Blob* c = constant(name);
+  if (!c) throw n.error(fmt::format("tensor '{}' is not computed before this node", name), "input");
+  // First use of a constant as a layer input: it gets a constant layer (float32, what layers read).
+  Layer l = make("constant", name, {}, {name});
+  l.weights["value"] = to_float(*c);
+  add(std::move(l));
+  return name;
+}
+
+std::string Importer::add_constant(const std::string& base, const Blob& value) {
+  std::string name = fresh_blob(base);
+  constants_[name] = value;
+  return name;
+}
+
+void Importer::add(Layer l) {
+  std::vector<Shape> ins;
+  for (const auto& i : l.inputs) ins.push_back(shapes_.at(i));
+  std::vector<Shape> outs = core::infer_layer_shapes(l, ins);
+  for (std::size_t k = 0; k < outs.size(); ++k) shapes_[l.outputs[k]] = outs[k];
+  graph_.layers.push_back(std::move(l));
+}
+
+void Importer::reshape_to(const Node& n, const std::string& x, const Shape& shape, const std::string& y) {
+  if (const Blob* c = constant(x)) {
+    constants_[y] = reshaped(*c, shape);
+    return;
+  }
+  add_unary(n, "reshape", as_blob(n, x), y, {{"shape", shape.to_vector()}});
+}
+
+void Importer::slice_blob(const Node& n, const std::string& x, int axis, int64_t begin, int64_t end,
+                          const std::string& y) {
+  const int64_t dim = shape_of(n, x)[axis];
+  if (begin == 0 && end == dim) {
+    add_unary(n, "identity", as_blob(n, x), y);
+    return;
+  }
+  // split into [0,begin) [begin,end) [end,dim), leaving out empty parts.
+  std::vector<int64_t> sizes;
+  std::vector<std::string> outs;
+  if (begin > 0) {
+    sizes.push_back(begin);
+    outs.push_back(fresh_blob(y + "/before"));
+  }
+  sizes.push_back(end - begin);
+  outs.push_back(y);
+  if (end < dim) {
+    sizes.push_back(dim - end);
+    outs.push_back(fresh_blob(y + "/after"));
+  }
+  Layer l = make("split", n.name, {as_blob(n, x)}, outs);
+  l.params["axis"] = int64_t{axis};
+  l.params["split"] = sizes;
+  add(std::move(l));
+}
+
+// ---------------------------------------------------------------------------
+// Patterns
+
+void Importer::find_patterns() {
+  fused_of_.assign(nodes_.size(), -1);
+  for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+    if (fused_of_[static_cast<std::size_t>(i)] >= 0) continue;
+    std::optional<Fused> f;
+    if (is(i, "Erf")) f = match_gelu(i);
+    else if (is(i, "ReduceMean")) f = match_layernorm(i);
+    if (!f) continue;
+    bool free = std::all_of(f->members.begin(), f->members.end(), [&](int m) { return fused_of_[static_cast<std::size_t>(m)] < 0; });
+    if (!free) continue;
+    for (int m : f->members) fused_of_[static_cast<std::size_t>(m)] = static_cast<int>(fused_.size());
+    fused_.push_back(std::move(*f));
+  }
+}
+
+/// x*0.5*(1+Erf(x/sqrt(2))) in the orders exporters write it:
+///   Mul(Mul(x, 1+erf), 0.5)   (PyTorch),  Mul(Mul(x, 0.5), 1+erf)  (x*0.5*(...)),
+///   Mul(x, Mul(1+erf, 0.5)),  with x/sqrt(2) as Div(x, 1.414..) or Mul(x, 0.707..).
+std::optional<Fused> Importer::match_gelu(int e) {
+  const std::string h = at(e).input_size() == 1 ? at(e).input(0) : std::string();
+  const int d = producer(h);
+  if (sole_consumer(h) != e || at(e).output_size() != 1) return std::nullopt;
+  std::string x;
+  if (is(d, "Div") && at(d).input_size() == 2 && scalar(at(d).input(1)) && near(*scalar(at(d).input(1)), std::sqrt(2.0)))
+    x = at(d).input(0);
+  else if (is(d, "Mul") && at(d).input_size() == 2)
+    for (int k = 0; k < 2; ++k)
+      if (auto v = scalar(at(d).input(k)); v && near(*v, 1 / std::sqrt(2.0))) x = at(d).input(1 - k);
+  if (x.empty()) return std::nullopt;
+
+  const int a = sole_consumer(at(e).output(0));
+  if (!is(a, "Add")) return std::nullopt;
+  auto one = scalar(other_input(a, at(e).output(0)));
+  if (!one || !near(*one, 1.0)) return std::nullopt;
+  const std::string ao = at(a).output(0);
+  const int m1 = sole_consumer(ao);
+  if (!is(m1, "Mul")) return std::nullopt;
+  const std::string other = other_input(m1, ao);
+  auto is_half = [&](const std::string& t) { auto v = scalar(t); return v && near(*v, 0.5); };
+
+  Fused f{Fused::gelu, {d, e, a, m1}, x, {}, {}, 0, {}, {}};
+  if (other == x) {  // Mul(Mul(x, 1+erf), 0.5)
+    const int m2 = sole_consumer(at(m1).output(0));
+    if (!is(m2, "Mul") || !is_half(other_input(m2, at(m1).output(0)))) return std::nullopt;
+    f.members.push_back(m2);
+    f.y = at(m2).output(0);
+  } else if (is_half(other)) {  // Mul(x, Mul(1+erf, 0.5))
+    const int m2 = sole_consumer(at(m1).output(0));
+    if (!is(m2, "Mul") || other_input(m2, at(m1).output(0)) != x) return std::nullopt;
+    f.members.push_back(m2);
+    f.y = at(m2).output(0);
+  } else {  // Mul(Mul(x, 0.5), 1+erf)
+    const int hx = producer(other);
+    if (!is(hx, "Mul") || sole_consumer(other) != m1 || !is_half(other_input(hx, x))) return std::nullopt;
+    f.members.push_back(hx);
+    f.y = at(m1).output(0);
+  }
+  return f;
+}
+
+/// The LayerNormalization exporters emit below opset 17:
+///   m = ReduceMean(x); d = x - m; v = ReduceMean(Pow(d, 2)); y = d / Sqrt(v + eps)
+///   [y = y * scale] [y = y + bias]   (scale and bias constants).
+std::optional<Fused> Importer::match_layernorm(int r1) {
+  auto axes_of = [&](int r) -> std::optional<std::vector<int64_t>> {
+    const Node n = node(r);
+    if (n.get_int("keepdims", 1) != 1 || n.num_inputs() != 1) return std::nullopt;
+    auto axes = n.get_ints("axes", std::vector<int64_t>{});
+    if (axes.empty()) return std::nullopt;
+    return axes;
+  };
+  const auto axes = axes_of(r1);
+  if (!axes) return std::nullopt;
+  const std::string x = at(r1).input(0), mean = at(r1).output(0);
+  const int s = sole_consumer(mean);
+  if (!is(s, "Sub") || at(s).input(0) != x || at(s).input(1) != mean) return std::nullopt;
+  const std::string d = at(s).output(0);
+  auto dc = consumers_.find(d);
+  if (dc == consumers_.end() || dc->second.size() != 2 || graph_outputs_.count(d)) return std::nullopt;
+  int p = -1, dv = -1;
+  for (int c : dc->second) {
+    if (is(c, "Pow") && at(c).input(0) == d) p = c;
+    if (is(c, "Div") && at(c).input(0) == d) dv = c;
+  }
+  if (p < 0 || dv < 0) return std::nullopt;
+  auto two = scalar(at(p).input_size() == 2 ? at(p).input(1) : std::string());
+  if (!two || *two != 2.0) return std::nullopt;
+  const int r2 = sole_consumer(at(p).output(0));
+  if (!is(r2, "ReduceMean") || axes_of(r2) != axes) return std::nullopt;
+  const int ad = sole_consumer(at(r2).output(0));
+  if (!is(ad, "Add")) return std::nullopt;
+  auto eps = scalar(other_input(ad, at(r2).output(0)));
+  if (!eps) return std::nullopt;
+  const int sq = sole_consumer(at(ad).output(0));
+  if (!is(sq, "Sqrt") || sole_consumer(at(sq).output(0)) != dv || at(dv).input(1) != at(sq).output(0)) return std::nullopt;
+
+  Fused f{Fused::layernorm, {r1, s, p, r2, ad, sq, dv}, x, at(dv).output(0), *axes, *eps, {}, {}};
+  // Optional affine part: a Mul and an Add by constants.
+  if (int mu = sole_consumer(f.y); is(mu, "Mul")) {
+    std::string c = other_input(mu, f.y);
+    if (!c.empty() && constant(c)) {
+      f.members.push_back(mu);
+      f.scale = c;
+      f.y = at(mu).output(0);
+    }
+  }
+  if (int ab = sole_consumer(f.y); is(ab, "Add")) {
+    std::string c = other_input(ab, f.y);
+    if (!c.empty() && constant(c)) {
+      f.members.push_back(ab);
+      f.bias = c;
+      f.y = at(ab).output(0);
+    }
+  }
+  return f;
+}
+
+void Importer::emit_fused(const Fused& f) {
+  const Node n = node(f.last());
+  if (f.kind == Fused::gelu) {
+    add_unary(n, "gelu", as_blob(n, f.x), f.y, {{"approximate", std::string("none")}});
+    return;
+  }
+  const Shape xs = shape_of(n, f.x);
+  const int rank = xs.rank();
+  std::vector<int64_t> axes = f.axes;
+  for (auto& a : axes) {
+    if (a < -rank || a >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", a, rank), "axes");
+    if (a < 0) a += rank;
+  }
+  std::sort(axes.begin(), axes.end());
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] != rank - static_cast<int64_t>(axes.size() - i))
+      throw Unsupported{"the decomposed LayerNormalization reduces axes that are not the last ones"};
+  const int axis = static_cast<int>(axes[0]);
+  Shape norm;
+  for (int i = axis; i < rank; ++i) norm.push_back(xs[i]);
+  // scale/bias fold into the layer when they only vary over the normalised dims.
+  auto per_norm = [&](const std::string& t) -> std::optional<Blob> {
+    const Blob& c = *constant(t);
+    if (c.shape().rank() > rank) return std::nullopt;
+    for (int d = 0; d < c.shape().rank(); ++d)
+      if (d + rank - c.shape().rank() < axis && c.shape()[d] != 1) return std::nullopt;
+    try {
+      Blob e = expanded(to_float(c), norm);
+      if (e.shape() != norm) return std::nullopt;
+      return e;
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  };
+  const Blob ones = expanded(float_blob({}, {1.0f}), norm);
+  std::optional<Blob> scale = f.scale.empty() ? std::optional<Blob>(ones) : per_norm(f.scale);
+  const bool mul_after = !scale;  // a scale that does not fold stays a mul layer...
+  std::optional<Blob> bias = f.bias.empty() || mul_after ? std::nullopt : per_norm(f.bias);
+  const bool add_after = !f.bias.empty() && !bias;  // ...and so does the bias after it
+  const std::string ln_out = mul_after || add_after ? fresh_blob(f.y + "/norm") : f.y;
+  Layer l = make("layernorm", n.name, {as_blob(n, f.x)}, {ln_out});
+  l.params["axis"] = int64_t{axis};
+  l.params["epsilon"] = f.epsilon;
+  l.weights["scale"] = scale ? *scale : ones;
+  if (bias) l.weights["bias"] = *bias;
+  add(std::move(l));
+  std::string cur = ln_out;
+  if (mul_after) {
+    const std::string next = add_after ? fresh_blob(f.y + "/scaled") : f.y;
+    add(make("mul", n.name + "/scale", {cur, as_blob(n, f.scale)}, {next}));
+    cur = next;
+  }
+  if (add_after) add(make("add", n.name + "/bias", {cur, as_blob(n, f.bias)}, {f.y}));
+}
+
+// ---------------------------------------------------------------------------
+// Converters
+
+std::vector<int64_t> Importer::window_pads(const Node& n, const Shape& x, const std::vector<int64_t>& kernel,
+                                           const std::vector<int64_t>& strides,
+                                           const std::vector<int64_t>& dilations) const {
+  const std::string mode = n.get_string("auto_pad", "NOTSET");
+  if (mode == "NOTSET") {
+    auto pads = n.get_ints_n("pads", 4, {0, 0, 0, 0});  // ONNX [h_begin, w_begin, h_end, w_end] = ours
+    for (auto p : pads)
+      if (p < 0) throw n.error("negative pads", "pads");
+    return pads;
+  }
+  if (mode == "VALID") return {0, 0, 0, 0};
+  if (mode != "SAME_UPPER" && mode != "SAME_LOWER") throw n.error(fmt::format("unknown auto_pad '{}'", mode), "auto_pad");
+  // SAME: output = ceil(input / stride); the odd pad goes at the end (UPPER) or the beginning (LOWER).
+  std::vector<int64_t> pads(4);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = x[2 + i], s = strides[static_cast<std::size_t>(i)];
+    const int64_t k = (kernel[static_cast<std::size_t>(i)] - 1) * dilations[static_cast<std::size_t>(i)] + 1;
+    const int64_t out = (in + s - 1) / s;
+    const int64_t total = std::max<int64_t>(0, (out - 1) * s + k - in);
+    const int64_t small = total / 2, large = total - small;
+    pads[static_cast<std::size_t>(i)] = mode == "SAME_UPPER" ? small : large;
+    pads[static_cast<std::size_t>(i + 2)] = mode == "SAME_UPPER" ? large : small;
+  }
+  return pads;
+}
+
+void Importer::conv(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const Blob& w = require_constant(n, 1, "W");
+  if (xs.rank() != 4 || w.shape().rank() != 4)
+    throw Unsupported{fmt::format("only 2-D convolutions (input {}, weight {})", xs.to_string(), w.shape().to_string())};
+  const auto kernel = n.get_ints_n("kernel_shape", 2, {w.shape()[2], w.shape()[3]});
+  if (kernel[0] != w.shape()[2] || kernel[1] != w.shape()[3])
+    throw n.error(fmt::format("kernel_shape [{}] differs from the weight's {}", fmt::join(kernel, ","), w.shape().to_string()), "kernel_shape");
+  const auto strides = n.get_ints_n("strides", 2, {1, 1});
+  const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
+  Layer l = make("conv2", n.name, {input(n, 0)}, {n.out(0)});
+  l.weights["weight"] = to_float(w);
+  if (n.has_in(2)) l.weights["bias"] = to_float(require_constant(n, 2, "B"));
+  l.params["strides"] = strides;
+  l.params["dilations"] = dilations;
+  l.params["group"] = n.get_int("group", 1);
+  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
+  add(std::move(l));
+}
+
+void Importer::gemm(const Node& n) {
+  const double alpha = n.get_float("alpha", 1.0), beta = n.get_float("beta", 1.0);
+  const bool trans_a = n.get_int("transA", 0) != 0, trans_b = n.get_int("transB", 0) != 0;
+  if (shape_of(n, n.in(0)).rank() != 2 || shape_of(n, n.in(1)).rank() != 2) throw n.error("Gemm takes 2-D A and B", "input");
+  std::string a = input(n, 0);
+  if (trans_a) {
+    std::string t = fresh_blob(n.out(0) + "/a_t");
+    add_unary(n, "transpose", a, t, {{"perm", std::vector<int64_t>{1, 0}}}, "transpose_a");
+    a = t;
+  }
+  const std::string y = n.out(0);
+  const Blob* b = constant(n.in(1));
+  const Blob* c = n.has_in(2) ? constant(n.in(2)) : nullptr;
+  if (b) {
+    // y = alpha * a * B' + beta * C as a dense layer: weight [N,K] = alpha * B' transposed.
+    Blob w = trans_b ? to_float(*b) : transposed(to_float(*b), {1, 0});
+    if (alpha != 1.0) w = binary(BinaryOp::mul, w, float_blob({}, {static_cast<float>(alpha)}));
+    const int64_t nn = w.shape()[0];
+    // C folds into the bias when it is one row ([N], [1,N], or a scalar).
+    const bool row = c && c->shape().rank() <= 2 && (c->numel() == 1 || (c->numel() == nn && c->shape()[c->shape().rank() - 1] == nn));
+    const bool add_after = n.has_in(2) && !row;
+    Layer d = make("dense", n.name, {a}, {add_after ? fresh_blob(y + "/matmul") : y});
+    d.weights["weight"] = w;
+    if (row) d.weights["bias"] = expanded(binary(BinaryOp::mul, to_float(*c), float_blob({}, {static_cast<float>(beta)})), Shape{nn});
+    const std::string product = d.outputs[0];
+    add(std::move(d));
+    if (!add_after) return;
+    std::string cb = input(n, 2);
+    if (beta != 1.0) {
+      std::string scaled = fresh_blob(y + "/beta_c");
+      Layer m = make("mul", n.name + "/beta", {cb, as_blob(n, add_constant(y + "/beta", float_blob({}, {static_cast<float>(beta)})))}, {scaled});
+      add(std::move(m));
+      cb = scaled;
+    }
+    add(make("add", n.name + "/add_c", {product, cb}, {y}));
+    return;
+  }
+  // B computed at run time: matmul, then the scalings and C as layers.
+  std::string bb = input(n, 1);
+  if (trans_b) {
+    std::string t = fresh_blob(y + "/b_t");
+    add_unary(n, "transpose", bb, t, {{"perm", std::vector<int64_t>{1, 0}}}, "transpose_b");
+    bb = t;
+  }
+  std::string cur = (alpha != 1.0 || n.has_in(2)) ? fresh_blob(y + "/matmul") : y;
+  add(make("matmul", n.name, {a, bb}, {cur}));
+  if (alpha != 1.0) {
+    std::string next = n.has_in(2) ? fresh_blob(y + "/alpha_ab") : y;
+    add(make("mul", n.name + "/alpha", {cur, as_blob(n, add_constant(y + "/alpha", float_blob({}, {static_cast<float>(alpha)})))}, {next}));
+    cur = next;
+  }
+  if (n.has_in(2)) {
+    std::string cb = input(n, 2);
+    if (beta != 1.0) {
+      std::string scaled = fresh_blob(y + "/beta_c");
+      add(make("mul", n.name + "/beta", {cb, as_blob(n, add_constant(y + "/beta", float_blob({}, {static_cast<float>(beta)})))}, {scaled}));
+      cb = scaled;
+    }
+    add(make("add", n.name + "/add_c", {cur, cb}, {y}));
+  }
+}
+
+void Importer::matmul(const Node& n) {
+  const Blob* b = constant(n.in(1));
+  // A constant 2-D right operand is a weight: dense computes [...,K] x [K,N] with weight [N,K].
+  if (b && b->shape().rank() == 2 && !constant(n.in(0)) && shape_of(n, n.in(0)).rank() >= 1) {
+    Layer d = make("dense", n.name, {input(n, 0)}, {n.out(0)});
+    d.weights["weight"] = transposed(to_float(*b), {1, 0});
+    add(std::move(d));
+    return;
+  }
+  add(make("matmul", n.name, {input(n, 0), input(n, 1)}, {n.out(0)}));
+}
+
+void Importer::unary(const Node& n) {
+  static const std::map<std::string, std::string> types = {
+      {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"HardSwish", "hardswish"},
+      {"HardSigmoid", "hardsigmoid"}, {"Gelu", "gelu"}};
+  std::map<std::string, Attr> params;
+  if (n.op() == "HardSigmoid") {
+    params["alpha"] = n.get_float("alpha", 0.2);
+    params["beta"] = n.get_float("beta", 0.5);
+  } else if (n.op() == "Gelu") {
+    params["approximate"] = n.get_string("approximate", "none");
+  }
+  add_unary(n, types.at(n.op()), input(n, 0), n.out(0), std::move(params));
+}
+
+void Importer::clip(const Node& n) {
+  std::map<std::string, Attr> params;
+  if (n.opset < 11) {
+    if (n.has("min")) params["min"] = n.get_float("min");
+    if (n.has("max")) params["max"] = n.get_float("max");
+  } else {
+    // Opset 11 made the bounds inputs (exporters pass Constant nodes or initializers).
+    if (n.has_in(1)) params["min"] = constant_scalar(n, 1, "min");
+    if (n.has_in(2)) params["max"] = constant_scalar(n, 2, "max");
+  }
+  add_unary(n, "clip", input(n, 0), n.out(0), std::move(params));
+}
+
+void Importer::binary_op(const Node& n) {
+  static const std::map<std::string, std::pair<std::string, BinaryOp>> ops = {
+      {"Add", {"add", BinaryOp::add}}, {"Sub", {"sub", BinaryOp::sub}},
+      {"Mul", {"mul", BinaryOp::mul}}, {"Div", {"div", BinaryOp::div}}};
+  const auto& [type, op] = ops.at(n.op());
+  const Blob* a = constant(n.in(0));
+  const Blob* b = constant(n.in(1));
+  // Integer arithmetic is shape arithmetic: computed now. Float arithmetic is a layer.
+  if (a && b && (a->dtype() == DType::int64 || b->dtype() == DType::int64)) {
+    try {
+      constants_[n.out(0)] = binary(op, *a, *b);
+    } catch (const Error& e) {
+      throw n.error(e.message(), "input");
+    }
+    return;
+  }
+  add(make(type, n.name, {input(n, 0), input(n, 1)}, {n.out(0)}));
+}
+
+void Importer::pow(const Node& n) {
+  const Blob* e = constant(n.in(1));
+  if (!e || e->numel() != 1 || constant(n.in(0))) throw Unsupported{"Pow other than a run-time tensor squared"};
+  const double v = to_doubles(*e)[0];
+  if (v == 1.0) add_unary(n, "identity", input(n, 0), n.out(0));
+  else if (v == 2.0) add(make("mul", n.name, {input(n, 0), input(n, 0)}, {n.out(0)}));
+  else throw Unsupported{fmt::format("Pow with exponent {} (only 1 and 2)", v)};
+}
+
+void Importer::pool(const Node& n) {
+  const bool is_max = n.op() == "MaxPool";
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 4) throw Unsupported{fmt::format("only 2-D pooling (input {})", xs.to_string())};
+  if (is_max && used(n.out(1))) throw Unsupported{"MaxPool's Indices output"};
+  const auto kernel = n.get_ints_n("kernel_shape", 2, {});
+  const auto strides = n.get_ints_n("strides", 2, {1, 1});
+  const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
+  if (!is_max && (dilations[0] != 1 || dilations[1] != 1)) throw Unsupported{"AveragePool with dilations"};
+  Layer l = make("pool2", n.name, {input(n, 0)}, {n.out(0)});
+  l.params["mode"] = std::string(is_max ? "max" : "avg");
+  l.params["kernel"] = kernel;
+  l.params["strides"] = strides;
+  l.params["dilations"] = dilations;
+  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
+  l.params["ceil_mode"] = n.get_int("ceil_mode", 0);
+  if (!is_max) l.params["count_include_pad"] = n.get_int("count_include_pad", 0);
+  add(std::move(l));
+}
+
+void Importer::global_pool(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 4) throw Unsupported{fmt::format("only 2-D pooling (input {})", xs.to_string())};
+  add_unary(n, "pool2", input(n, 0), n.out(0),
+            {{"mode", std::string(n.op() == "GlobalMaxPool" ? "max" : "avg")}, {"global", int64_t{1}}});
+}
+
+void Importer::reduce(const Node& n) {
+  // ReduceMean/Max over contiguous axes a..b is a pool over H of x seen as
+  // [1, outer, mid, inner]: reshape, pool2 with kernel [mid, 1], reshape back.
+  if (constant(n.in(0))) throw Unsupported{"reduction of a constant"};
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  std::vector<int64_t> axes = n.opset >= 18 && n.has_in(1) ? constant_ints(n, 1, "axes") : n.get_ints("axes", std::vector<int64_t>{});
+  if (axes.empty())
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  for (auto& a : axes) {
+    if (a < -rank || a >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", a, rank), "axes");
+    if (a < 0) a += rank;
+  }
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  if (axes.back() - axes.front() + 1 != static_cast<int64_t>(axes.size()))
+    throw Unsupported{fmt::format("reduction over non-contiguous axes [{}]", fmt::join(axes, ","))};
+  const bool keep = n.get_int("keepdims", 1) != 0;
+  Shape out;
+  int64_t outer = 1, mid = 1, inner = 1;
+  for (int i = 0; i < rank; ++i) {
+    const bool reduced = i >= axes.front() && i <= axes.back();
+    (i < axes.front() ? outer : reduced ? mid : inner) *= xs[i];
+    if (!reduced) out.push_back(xs[i]);
+    else if (keep) out.push_back(1);
+  }
+  const std::string mode = n.op() == "ReduceMax" ? "max" : "avg";
+  const std::string y = n.out(0);
+  if (rank == 4 && axes == std::vector<int64_t>{2, 3} && keep) {
+    add_unary(n, "pool2", input(n, 0), y, {{"mode", mode}, {"global", int64_t{1}}});
+    return;
+  }
+  const std::string x4 = fresh_blob(y + "/4d"), p4 = fresh_blob(y + "/pooled");
+  add_unary(n, "reshape", input(n, 0), x4, {{"shape", std::vector<int64_t>{1, outer, mid, inner}}}, "to_4d");
+  add_unary(n, "pool2", x4, p4, {{"mode", mode}, {"kernel", std::vector<int64_t>{mid, 1}}});
+  add_unary(n, "reshape", p4, y, {{"shape", out.to_vector()}}, "from_4d");
+}
+
+void Importer::batchnorm(const Node& n) {
+  if (n.get_int("training_mode", 0) != 0) throw Unsupported{"BatchNormalization in training mode"};
+  for (int k = 1; k < n.num_outputs(); ++k)
+    if (used(n.out(k))) throw Unsupported{"BatchNormalization's running statistics outputs"};
+  Layer l = make("batchnorm", n.name, {input(n, 0)}, {n.out(0)});
+  l.weights["scale"] = to_float(require_constant(n, 1, "scale"));
+  l.weights["bias"] = to_float(require_constant(n, 2, "B"));
+  l.weights["mean"] = to_float(require_constant(n, 3, "input_mean"));
+  l.weights["var"] = to_float(require_constant(n, 4, "input_var"));
+  l.params["epsilon"] = n.get_float("epsilon", 1e-5);
+  add(std::move(l));
+}
+
+void Importer::softmax(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  if (n.opset >= 13) {  // one axis, default the last
+    add_unary(n, "softmax", input(n, 0), n.out(0), {{"axis", n.get_int("axis", -1)}});
+    return;
+  }
+  // Before opset 13: the input is seen as 2-D [prod(dims < axis), prod(dims >= axis)]
+  // and softmax runs over the second dim; axis defaults to 1.
+  int64_t axis = n.get_int("axis", 1);
+  if (axis < -rank || axis >= std::max(rank, 1)) throw n.error(fmt::format("axis {} out of range for rank {}", axis, rank), "axis");
+  if (axis < 0) axis += rank;
+  if (axis == rank - 1) {
+    add_unary(n, "softmax", input(n, 0), n.out(0), {{"axis", int64_t{-1}}});
+    return;
+  }
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < rank; ++i) (i < axis ? outer : inner) *= xs[i];
+  const std::string y = n.out(0), flat = fresh_blob(y + "/2d"), soft = fresh_blob(y + "/softmax");
+  add_unary(n, "reshape", input(n, 0), flat, {{"shape", std::vector<int64_t>{outer, inner}}}, "to_2d");
+  add_unary(n, "softmax", flat, soft, {{"axis", int64_t{-1}}});
+  add_unary(n, "reshape", soft, y, {{"shape", xs.to_vector()}}, "from_2d");
+}
+
+void Importer::layernorm(const Node& n) {
+  for (int k = 1; k < n.num_outputs(); ++k)
+    if (used(n.out(k))) throw Unsupported{"LayerNormalization's Mean and InvStdDev outputs"};
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  const int64_t axis_attr = n.get_int("axis", -1);
+  if (axis_attr < -rank || axis_attr >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", axis_attr, rank), "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  Shape norm;
+  for (int i = axis; i < rank; ++i) norm.push_back(xs[i]);
+  Layer l = make("layernorm", n.name, {input(n, 0)}, {n.out(0)});
+  l.params["axis"] = int64_t{axis};
+  l.params["epsilon"] = n.get_float("epsilon", 1e-5);
+  try {  // Scale and B broadcast to the normalised shape
+    l.weights["scale"] = expanded(to_float(require_constant(n, 1, "Scale")), norm);
+    if (n.has_in(2)) l.weights["bias"] = expanded(to_float(require_constant(n, 2, "B")), norm);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "Scale");
+  }
+  add(std::move(l));
+}
+
+void Importer::identity(const Node& n) {
+  if (n.op() == "Dropout") {
+    if (used(n.out(1))) throw Unsupported{"Dropout's mask output"};
+    if (n.opset >= 12 && n.has_in(2) && constant(n.in(2)) && to_ints(*constant(n.in(2)))[0] != 0)
+      throw Unsupported{"Dropout in training mode"};
+  }
+  if (const Blob* c = constant(n.in(0))) {  // e.g. an Identity fed by an initializer: the same constant
+    constants_[n.out(0)] = *c;
+    return;
+  }
+  add_unary(n, "identity", input(n, 0), n.out(0));
+}
+
+void Importer::cast(const Node& n) {
+  const auto to = static_cast<int>(n.get_int("to"));
+  using T = onnx::TensorProto;
+  const bool to_floating = to == T::FLOAT || to == T::FLOAT16 || to == T::DOUBLE || to == T::BFLOAT16;
+  if (const Blob* c = constant(n.in(0))) {
+    constants_[n.out(0)] = cast_to(*c, to_floating ? DType::float32 : DType::int64);
+    return;
+  }
+  if (!to_floating) throw Unsupported{"Cast of a run-time tensor to a non-float type"};
+  add_unary(n, "identity", input(n, 0), n.out(0));  // run-time tensors are float32 already
+}
+
+void Importer::flatten(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  int64_t axis = n.get_int("axis", 1);
+  if (axis < 0) axis += xs.rank();
+  if (axis < 0 || axis > xs.rank()) throw n.error(fmt::format("axis out of range for rank {}", xs.rank()), "axis");
+  int64_t a = 1, b = 1;
+  for (int i = 0; i < xs.rank(); ++i) (i < axis ? a : b) *= xs[i];
+  if (constant(n.in(0))) return reshape_to(n, n.in(0), Shape{a, b}, n.out(0));
+  add_unary(n, "flatten", input(n, 0), n.out(0), {{"axis", axis}});
+}
+
+void Importer::reshape(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const auto spec = constant_ints(n, 1, "shape");
+  const bool allow_zero = n.get_int("allowzero", 0) != 0;
+  if (spec.size() > static_cast<std::size_t>(Shape::max_rank)) throw n.error("too many dims", "shape");
+  // ONNX semantics resolved here: 0 copies the input dim (unless allowzero), -1 is inferred.
+  Shape out;
+  int infer = -1;
+  int64_t known = 1;
+  for (std::size_t i = 0; i < spec.size(); ++i) {
+    int64_t d = spec[i];
+    if (d == 0 && !allow_zero) {
+      if (static_cast<int>(i) >= xs.rank()) throw n.error("0 refers past the input's rank", "shape");
+      d = xs[static_cast<int>(i)];
+    } else if (d == -1) {
+      if (infer >= 0) throw n.error("more than one -1", "shape");
+      infer = static_cast<int>(i);
+      d = 1;
+    } else if (d < 0) {
+      throw n.error(fmt::format("invalid dim {}", d), "shape");
+    }
+    out.push_back(d);
+    if (static_cast<int>(i) != infer) known *= d;
+  }
+  if (infer >= 0) {
+    if (known == 0 || xs.numel() % known) throw n.error(fmt::format("cannot reshape {} into [{}]", xs.to_string(), fmt::join(spec, ",")), "shape");
+    out[infer] = xs.numel() / known;
+  }
+  if (out.numel() != xs.numel())
+    throw n.error(fmt::format("cannot reshape {} into {}", xs.to_string(), out.to_string()), "shape");
+  reshape_to(n, n.in(0), out, n.out(0));
+}
+
+void Importer::squeeze(const Node& n) {
+  const bool unsqueeze = n.op() == "Unsqueeze";
+  const Shape xs = shape_of(n, n.in(0));
+  // Opset 13 moved axes from an attribute to an input.
+  std::vector<int64_t> axes;
+  if (n.opset >= 13) {
+    if (n.has_in(1)) axes = constant_ints(n, 1, "axes");
+  } else {
+    axes = n.get_ints("axes", std::vector<int64_t>{});
+  }
+  const int out_rank = unsqueeze ? xs.rank() + static_cast<int>(axes.size()) : xs.rank();
+  if (unsqueeze && (axes.empty() || out_rank > Shape::max_rank)) throw n.error("invalid axes", "axes");
+  std::vector<bool> marked(static_cast<std::size_t>(out_rank));
+  for (auto a : axes) {
+    if (a < -out_rank || a >= out_rank) throw n.error(fmt::format("axis {} out of range", a), "axes");
+    marked[static_cast<std::size_t>(a < 0 ? a + out_rank : a)] = true;
+  }
+  Shape out;
+  if (unsqueeze) {
+    for (int i = 0, j = 0; i < out_rank; ++i) out.push_back(marked[static_cast<std::size_t>(i)] ? 1 : xs[j++]);
+  } else {
+    for (int i = 0; i < xs.rank(); ++i) {
+      const bool drop = axes.empty() ? xs[i] == 1 : marked[static_cast<std::size_t>(i)];
+      if (drop && xs[i] != 1) throw n.error(fmt::format("cannot squeeze dim {} of size {}", i, xs[i]), "axes");
+      if (!drop) out.push_back(xs[i]);
+    }
+  }
+  reshape_to(n, n.in(0), out, n.out(0));
+}
+
+void Importer::concat(const Node& n) {
+  const int64_t axis_attr = n.get_int("axis");
+  std::vector<const Blob*> parts;
+  for (int k = 0; k < n.num_inputs(); ++k) parts.push_back(constant(n.in(k)));
+  const int rank = shape_of(n, n.in(0)).rank();
+  if (axis_attr < -rank || axis_attr >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", axis_attr, rank), "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  if (std::all_of(parts.begin(), parts.end(), [](const Blob* b) { return b != nullptr; })) {
+    const bool ints = std::all_of(parts.begin(), parts.end(), [](const Blob* b) { return b->dtype() == DType::int64; });
+    std::vector<Blob> blobs;
+    for (const Blob* b : parts) blobs.push_back(cast_to(*b, ints ? DType::int64 : DType::float32));
+    try {
+      constants_[n.out(0)] = concatenated(blobs, axis);
+    } catch (const Error& e) {
+      throw n.error(e.message(), "input");
+    }
+    return;
+  }
+  std::vector<std::string> inputs;
+  for (int k = 0; k < n.num_inputs(); ++k)
+    if (!(parts[static_cast<std::size_t>(k)] && parts[static_cast<std::size_t>(k)]->numel() == 0)) inputs.push_back(input(n, k));
+  Layer l = make("concat", n.name, inputs, {n.out(0)});
+  l.params["axis"] = int64_t{axis};
+  add(std::move(l));
+}
+
+void Importer::split(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int64_t axis_attr = n.get_int("axis", 0);
+  if (axis_attr < -xs.rank() || axis_attr >= xs.rank()) throw n.error("axis out of range", "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + xs.rank() : axis_attr);
+  // Opset 13 moved the sizes from an attribute to an input; without them the parts are equal.
+  std::vector<int64_t> sizes = n.opset >= 13 ? (n.has_in(1) ? constant_ints(n, 1, "split") : std::vector<int64_t>{})
+                                             : n.get_ints("split", std::vector<int64_t>{});
+  const int parts = n.num_outputs();
+  if (sizes.empty()) {
+    if (parts == 0 || xs[axis] % parts) throw n.error(fmt::format("dim {} does not split into {} equal parts", xs[axis], parts), "split");
+    sizes.assign(static_cast<std::size_t>(parts), xs[axis] / parts);
+  }
+  if (static_cast<int>(sizes.size()) != parts) throw n.error(fmt::format("{} sizes for {} outputs", sizes.size(), parts), "split");
+  if (const Blob* c = constant(n.in(0))) {
+    int64_t begin = 0;
+    for (int k = 0; k < parts; ++k) {
+      const int64_t size = sizes[static_cast<std::size_t>(k)];
+      if (size < 0 || begin + size > xs[axis]) throw n.error("split sizes exceed the dim", "split");
+      if (!n.out(k).empty()) constants_[n.out(k)] = sliced(*c, {{axis, begin, begin + size, 1}});
+      begin += size;
+    }
+    return;
+  }
+  std::vector<std::string> outs;
+  for (int k = 0; k < parts; ++k) outs.push_back(output(n, k));
+  Layer l = make("split", n.name, {input(n, 0)}, outs);
+  l.params["axis"] = int64_t{axis};
+  l.params["split"] = sizes;
+  add(std::move(l));
+}
+
+void Importer::slice(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  const auto starts = constant_ints(n, 1, "starts"), ends = constant_ints(n, 2, "ends");
+  std::vector<int64_t> axes, steps;
+  if (n.has_in(3)) axes = constant_ints(n, 3, "axes");
+  else for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (n.has_in(4)) steps = constant_ints(n, 4, "steps");
+  else steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    throw n.error("starts, ends, axes and steps differ in length", "starts");
+  std::vector<SliceAxis> spec;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    int64_t a = axes[i];
+    if (a < -rank || a >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", a, rank), "axes");
+    if (a < 0) a += rank;
+    const int64_t dim = xs[static_cast<int>(a)], step = steps[i];
+    if (step == 0) throw n.error("step 0", "steps");
+    // ONNX clamping: negatives count from the end, then into [0,dim] ([-1,dim-1] going backwards).
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s = std::max<int64_t>(s, -dim) + dim;
+    if (e < 0) e = std::max<int64_t>(e, -dim - 1) + dim;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+    }
+    spec.push_back({static_cast<int>(a), s, e, step});
+  }
+  if (const Blob* c = constant(n.in(0))) {
+    constants_[n.out(0)] = sliced(*c, spec);
+    return;
+  }
+  // At run time: one split per sliced axis (step 1 only).
+  std::string cur = n.in(0);
+  std::vector<SliceAxis> cuts;
+  for (const auto& s : spec) {
+    if (s.step != 1) throw Unsupported{"Slice of a run-time tensor with a step other than 1"};
+    if (s.end <= s.start) throw Unsupported{"Slice of a run-time tensor to nothing"};
+    if (s.start != 0 || s.end != xs[s.axis]) cuts.push_back(s);
+  }
+  if (cuts.empty()) return add_unary(n, "identity", input(n, 0), n.out(0));
+  for (std::size_t i = 0; i < cuts.size(); ++i) {
+    const std::string next = i + 1 == cuts.size() ? n.out(0) : fresh_blob(fmt::format("{}/axis{}", n.out(0), cuts[i].axis));
+    slice_blob(n, cur, cuts[i].axis, cuts[i].start, cuts[i].end, next);
+    cur = next;
+  }
+}
+
+void Importer::gather(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int64_t axis_attr = n.get_int("axis", 0);
+  if (axis_attr < -xs.rank() || axis_attr >= xs.rank()) throw n.error("axis out of range", "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + xs.rank() : axis_attr);
+  const Blob* indices = constant(n.in(1));
+  if (!indices) throw Unsupported{"Gather with indices computed at run time"};
+  if (const Blob* data = constant(n.in(0))) {
+    try {
+      constants_[n.out(0)] = gathered(*data, *indices, axis);
+    } catch (const Error& e) {
+      throw n.error(e.message(), "indices");
+    }
+    return;
+  }
+  // Run-time data: a constant index (x[:, 0]) or a run of consecutive ones is a slice.
+  std::vector<int64_t> idx = to_ints(*indices);
+  const int64_t dim = xs[axis];
+  for (auto& i : idx) {
+    if (i < -dim || i >= dim) throw n.error(fmt::format("index {} out of range for a dim of {}", i, dim), "indices");
+    if (i < 0) i += dim;
+  }
+  const bool scalar_index = indices->shape().rank() == 0;
+  bool run = !idx.empty() && indices->shape().rank() <= 1;
+  for (std::size_t i = 1; run && i < idx.size(); ++i) run = idx[i] == idx[i - 1] + 1;
+  if (!run) throw Unsupported{"Gather of a run-time tensor with indices other than one or consecutive ones"};
+  const int64_t begin = idx.front(), end = idx.back() + 1;
+  if (!scalar_index) return slice_blob(n, n.in(0), axis, begin, end, n.out(0));
+  const std::string part = fresh_blob(n.out(0) + "/slice");
+  slice_blob(n, n.in(0), axis, begin, end, part);
+  Shape out;
+  for (int d = 0; d < xs.rank(); ++d)
+    if (d != axis) out.push_back(xs[d]);
+  add_unary(n, "reshape", part, n.out(0), {{"shape", out.to_vector()}}, "drop_axis");
+}
+
+void Importer::transpose(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  std::vector<int64_t> reversed;
+  for (int i = xs.rank() - 1; i >= 0; --i) reversed.push_back(i);
+  const auto perm = n.get_ints("perm", reversed);
+  if (const Blob* c = constant(n.in(0))) {
+    try {
+      constants_[n.out(0)] = transposed(*c, perm);
+    } catch (const Error& e) {
+      throw n.error(e.message(), "perm");
+    }
+    return;
+  }
+  add_unary(n, "transpose", input(n, 0), n.out(0), {{"perm", perm}});
+}
+
+void Importer::pad(const Node& n) {
+  const std::string mode = n.get_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") throw Unsupported{fmt::format("Pad mode '{}'", mode)};
+  if (n.has_in(3)) throw Unsupported{"Pad with axes"};
+  const auto pads = constant_ints(n, 1, "pads");
+  for (auto p : pads)
+    if (p < 0) throw Unsupported{"Pad with negative pads (cropping)"};
+  std::map<std::string, Attr> params{{"pads", pads}, {"mode", mode}};
+  if (n.has_in(2)) params["value"] = constant_scalar(n, 2, "constant_value");
+  add_unary(n, "pad", input(n, 0), n.out(0), std::move(params));
+}
+
+void Importer::expand(const Node& n) {
+  const auto dims = constant_ints(n, 1, "shape");
+  if (dims.size() > static_cast<std::size_t>(Shape::max_rank)) throw n.error("too many dims", "shape");
+  Shape target(dims);
+  Shape out;
+  try {
+    out = broadcast(shape_of(n, n.in(0)), target);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "shape");
+  }
+  if (const Blob* c = constant(n.in(0))) {
+    constants_[n.out(0)] = expanded(*c, out);
+    return;
+  }
+  if (out == shape_of(n, n.in(0))) return add_unary(n, "identity", input(n, 0), n.out(0));
+  // Broadcasting against zeros of the output's shape is an expand.
+  const std::string zeros = add_constant(n.out(0) + "/zeros", Blob::allocate(out));
+  add(make("add", n.name, {input(n, 0), as_blob(n, zeros)}, {n.out(0)}));
+}
+
+void Importer::constant_node(const Node& n) {
+  const std::string& y = n.out(0);
+  if (const auto* a = n.attr("value")) {
+    if (a->type() != onnx::AttributeProto::TENSOR) throw n.error("expected a tensor", "value");
+    constants_[y] = read_tensor(a->t(), src_, n.name, "value");
+  } else if (n.has("value_float")) {
+    constants_[y] = float_blob({}, {static_cast<float>(n.get_float("value_float"))});
+  } else if (const auto* fs = n.attr("value_floats")) {
+    constants_[y] = float_blob(Shape{fs->floats_size()}, {fs->floats().begin(), fs->floats().end()});
+  } else if (n.has("value_int")) {
+    constants_[y] = int_blob({}, {n.get_int("value_int")});
+  } else if (n.has("value_ints")) {
+    auto v = n.get_ints("value_ints");
+    constants_[y] = int_blob(Shape{static_cast<int64_t>(v.size())}, v);
+  } else {
+    throw Unsupported{"Constant of a sparse tensor or strings"};
+  }
+}
+
+void Importer::shape(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  int64_t start = n.get_int("start", 0), end = n.get_int("end", rank);  // opset 15
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  std::vector<int64_t> dims(xs.begin() + start, xs.begin() + end);
+  constants_[n.out(0)] = int_blob(Shape{static_cast<int64_t>(dims.size())}, dims);
+}
+
+void Importer::size(const Node& n) { constants_[n.out(0)] = int_blob({}, {shape_of(n, n.in(0)).numel()}); }
+
+void Importer::constant_of_shape(const Node& n) {
+  const auto dims = constant_ints(n, 0, "input");
+  if (dims.size() > static_cast<std::size_t>(Shape::max_rank)) throw n.error("too many dims", "input");
+  for (auto d : dims)
+    if (d < 0) throw n.error("negative dim", "input");
+  Blob value = float_blob({}, {0.0f});
+  if (const auto* a = n.attr("value")) {
+    if (a->type() != onnx::AttributeProto::TENSOR) throw n.error("expected a tensor", "value");
+    value = read_tensor(a->t(), src_, n.name, "value");
+    if (value.numel() != 1) throw n.error("expected one value", "value");
+  }
+  constants_[n.out(0)] = expanded(reshaped(value, Shape{}), Shape(dims));
+}
+
+void Importer::range(const Node& n) {
+  const Blob& s = require_constant(n, 0, "start");
+  const Blob& l = require_constant(n, 1, "limit");
+  const Blob& d = require_constant(n, 2, "delta");
+  const double start = to_doubles(s)[0], limit = to_doubles(l)[0], delta = to_doubles(d)[0];
+  if (delta == 0) throw n.error("delta 0", "delta");
+  const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+  if (count > (int64_t{1} << 31)) throw n.error("range too long", "limit");
+  std::vector<double> v(static_cast<std::size_t>(count));
+  for (int64_t i = 0; i < count; ++i) v[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * delta;
+  if (s.dtype() == DType::int64) {
+    std::vector<int64_t> iv(v.begin(), v.end());
+    constants_[n.out(0)] = int_blob(Shape{count}, iv);
+  } else {
+    constants_[n.out(0)] = float_blob(Shape{count}, std::vector<float>(v.begin(), v.end()));
+  }
+}
+
+void Importer::equal(const Node& n) {
+  const Blob& a = require_constant(n, 0, "A");
+  const Blob& b = require_constant(n, 1, "B");
+  try {
+    constants_[n.out(0)] = binary(BinaryOp::equal, a, b);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "input");
+  }
+}
+
+void Importer::where_op(const Node& n) {
+  const Blob& c = require_constant(n, 0, "condition");
+  const Blob& a = require_constant(n, 1, "X");
+  const Blob& b = require_constant(n, 2, "Y");
+  try {
+    constants_[n.out(0)] = where(c, a, b);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "input");
+  }
+}
+
+void Importer::erf(const Node&) {
+  throw Unsupported{"a lone Erf (there is no erf layer type); only the GELU pattern x*0.5*(1+Erf(x/sqrt(2))) is fused"};
+}
+
+// ---------------------------------------------------------------------------
+
+void Importer::convert(int i) {
+  const Node n = node(i);
+  auto record = [&](const std::string& why) {
+    unsupported_.push_back(fmt::format("node '{}' ({}{}, opset {}){}{}", n.name, n.proto().domain().empty() ? "" : n.proto().domain() + ".",
+                                       n.op(), n.opset, why.empty() ? "" : ": ", why));
+    for (const auto& o : n.proto().output()) unavailable_.insert(o);
+  };
+  const bool default_domain = n.proto().domain().empty() || n.proto().domain() == "ai.onnx";
+  auto conv_it = converters().find(n.op());
+  if (!default_domain || conv_it == converters().end()) return record("unsupported operator");
+  for (const auto& in : n.proto().input())
+    if (unavailable_.count(in)) {  // downstream of an unsupported node: nothing more to say
+      for (const auto& o : n.proto().output()) unavailable_.insert(o);
+      return;
+    }
+  if (n.num_outputs() < 1 || n.out(0).empty()) throw n.error("node has no output", "output");
+  try {
+    (this->*(conv_it->second))(n);
+  } catch (const Unsupported& u) {
+    record(u.why);
+  } catch (const Error& e) {
+    throw e.with_layer(n.name).with_file(file_);
+  }
+}
+
+void Importer::finish_outputs() {
+  for (const auto& o : g_.output()) {
+    const std::string& name = o.name();
+    if (unavailable_.count(name)) continue;  // already reported
+    if (std::any_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const TensorInfo& t) { return t.name == name; }))
+      throw Error("a graph output that is a graph input is not supported", file_, {}, name);
+    if (!shapes_.count(name)) {
+      if (!constant(name)) throw Error("graph output is produced by no node", file_, {}, name);
+      Layer l = make("constant", name, {}, {name});
+      l.weights["value"] = to_float(constants_.at(name));
+      add(std::move(l));
+    }
+    graph_.outputs.push_back(name);
+  }
+}
+
+core::Graph Importer::run() {
+  read_opsets();
+  read_initializers();
+  read_inputs();
+  order_nodes();
+  done_.assign(nodes_.size(), false);
+  // Constant nodes first (they read nothing): the patterns look at their values.
+  for (int i = 0; i < static_cast<int>(nodes_.size()); ++i)
+    if (is(i, "Constant")) {
+      convert(i);
+      done_[static_cast<std::size_t>(i)] = true;
+    }
+  find_patterns();
+  for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+    if (done_[static_cast<std::size_t>(i)]) continue;
+    if (int f = fused_of_[static_cast<std::size_t>(i)]; f >= 0) {
+      const Fused& fu = fused_[static_cast<std::size_t>(f)];
+      if (i != fu.last()) continue;  // the fused layer is added at its last node
+      const Node n = node(i);
+      if (unavailable_.count(fu.x)) {
+        unavailable_.insert(fu.y);
+        continue;
+      }
+      try {
+        emit_fused(fu);
+      } catch (const Unsupported& u) {
+        unsupported_.push_back(fmt::format("node '{}' ({}, opset {}): {}", n.name, n.op(), n.opset, u.why));
+        unavailable_.insert(fu.y);
+      } catch (const Error& e) {
+        throw e.with_layer(n.name).with_file(file_);
+      }
+      continue;
+    }
+    convert(i);
+  }
+  finish_outputs();
+  if (!unsupported_.empty()) {
+    throw Error(fmt::format("{} unsupported node{} (supported: opsets {}..{}; see softneuro/import.hpp):\n  {}",
+                            unsupported_.size(), unsupported_.size() == 1 ? "" : "s", kMinOpset, kMaxOpset,
+                            fmt::join(unsupported_, "\n  ")),
+                file_, {}, "op_type");
+  }
+  graph_.name = options_.name.empty() ? (g_.name().empty() ? std::filesystem::path(file_).stem().string() : g_.name())
+                                      : options_.name;
+  return std::move(graph_);
+}
+
+}  // namespace
+
+core::Graph import_graph(const std::string& path, const ImportOptions& options) {
+  try {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error("cannot open the file", path);
+    auto model = std::make_unique<onnx::ModelProto>();
+    if (!model->ParseFromIstream(&in))
+      throw Error("not an ONNX model: the protobuf message does not parse (truncated or another format)", path);
+    if (!model->has_graph()) throw Error("not an ONNX model: it holds no graph", path, {}, "graph");
+    Importer importer(*model, path, options);
+    return importer.run();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory while importing", path);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("import failed: {}", e.what()), path);
+  }
+}
+
+core::PassOptions pass_options(const ImportOptions& o) {
+  core::PassOptions p;
+  p.remove_identities = o.remove_identities;
+  p.fold_constants = o.fold_constants;
+  p.fold_batchnorm = o.fold_batchnorm;
+  p.fold_bias_add = o.fold_bias_add;
+  p.fuse_activations = o.fuse_activations;
+  p.eliminate_dead_layers = o.eliminate_dead_layers;
+  return p;
+}
+
+}  // namespace onnx_import
+
+Net import_onnx(const std::string& path, const ImportOptions& options) {
+  core::Graph graph = onnx_import::import_graph(path, options);
+  try {
+    core::optimize(graph, onnx_import::pass_options(options));
+  } catch (const Error& e) {
+    throw e.file().empty() ? e.with_file(path) : e;
+  }
+  return Net(detail::NetImpl::build(std::move(graph), path));
+}
+
+}  // namespace softneuro

@@ -1,0 +1,21 @@
+// The ONNX importer's internal entry points (import_onnx in <softneuro/import.hpp>
+// is these plus NetImpl::build).
+#pragma once
+
+#include "core/graph.hpp"
+#include "core/passes.hpp"
+
+#include <softneuro/import.hpp>
+
+#include <string>
+
+namespace softneuro::onnx_import {
+
+/// Reads the model at `path` and translates it into a graph, before any pass.
+/// Throws softneuro::Error naming the file, the ONNX node and the field.
+core::Graph import_graph(const std::string& path, const ImportOptions& options = {});
+
+/// The passes the options enable.
+core::PassOptions pass_options(const ImportOptions& options);
+
+}  // namespace softneuro::onnx_import

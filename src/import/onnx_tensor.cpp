@@ -1,0 +1,490 @@
+#include "import/onnx_tensor.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+namespace softneuro::onnx_import {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 40;  // far beyond any real tensor; guards overflow
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t man = h & 0x3ff;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
+    float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  uint32_t bits = exp == 31 ? sign | 0x7f800000u | (man << 13)  // inf / nan
+                            : sign | ((exp + 112) << 23) | (man << 13);
+  return std::bit_cast<float>(bits);
+}
+
+float bfloat_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+bool is_floating(int type) {
+  using T = onnx::TensorProto;
+  return type == T::FLOAT || type == T::FLOAT16 || type == T::BFLOAT16 || type == T::DOUBLE;
+}
+
+/// Bytes per element of an ONNX type in raw_data, 0 for types we do not read.
+std::size_t raw_size(int type) {
+  using T = onnx::TensorProto;
+  switch (type) {
+    case T::FLOAT: case T::INT32: case T::UINT32: return 4;
+    case T::UINT8: case T::INT8: case T::BOOL: return 1;
+    case T::UINT16: case T::INT16: case T::FLOAT16: case T::BFLOAT16: return 2;
+    case T::INT64: case T::UINT64: case T::DOUBLE: return 8;
+    default: return 0;
+  }
+}
+
+/// Value i of little-endian raw bytes of `type`, as double (floats) or int64.
+template <class Out>
+Out raw_value(const unsigned char* p, int type) {
+  using T = onnx::TensorProto;
+  auto load = [&](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (type) {
+    case T::FLOAT: return static_cast<Out>(load(float{}));
+    case T::DOUBLE: return static_cast<Out>(load(double{}));
+    case T::FLOAT16: return static_cast<Out>(half_to_float(load(uint16_t{})));
+    case T::BFLOAT16: return static_cast<Out>(bfloat_to_float(load(uint16_t{})));
+    case T::INT8: return static_cast<Out>(load(int8_t{}));
+    case T::UINT8: case T::BOOL: return static_cast<Out>(load(uint8_t{}));
+    case T::INT16: return static_cast<Out>(load(int16_t{}));
+    case T::UINT16: return static_cast<Out>(load(uint16_t{}));
+    case T::INT32: return static_cast<Out>(load(int32_t{}));
+    case T::UINT32: return static_cast<Out>(load(uint32_t{}));
+    case T::INT64: return static_cast<Out>(load(int64_t{}));
+    case T::UINT64: return static_cast<Out>(load(uint64_t{}));
+    default: return Out{};
+  }
+}
+
+/// Reads `bytes` bytes of external data into `out`, checking the path and every size.
+void read_external(const onnx::TensorProto& t, const TensorSource& src, std::size_t bytes, std::string& out,
+                   const std::string& node, const std::string& field) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : t.external_data()) {
+    try {
+      if (kv.key() == "location") location = kv.value();
+      else if (kv.key() == "offset") offset = std::stoll(kv.value());
+      else if (kv.key() == "length") length = std::stoll(kv.value());
+    } catch (const std::exception&) {
+      throw Error(fmt::format("external data {} '{}' is not a number", kv.key(), kv.value()), src.file, node, field);
+    }
+  }
+  if (location.empty()) throw Error("external data without a location", src.file, node, field);
+  // The data must lie beside the model: no absolute paths, no way out of its folder.
+  std::filesystem::path rel(location);
+  if (rel.is_absolute() || std::any_of(rel.begin(), rel.end(), [](const auto& p) { return p == ".."; }))
+    throw Error(fmt::format("external data location '{}' leaves the model's folder", location), src.file, node, field);
+  const std::filesystem::path path = std::filesystem::path(src.dir) / rel;
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error(fmt::format("cannot read external data '{}': {}", path.string(), ec.message()), src.file, node, field);
+  if (length < 0) length = static_cast<int64_t>(bytes);
+  if (offset < 0 || static_cast<std::size_t>(length) != bytes ||
+      static_cast<uint64_t>(offset) + static_cast<uint64_t>(length) > file_size)
+    throw Error(fmt::format("external data '{}' (offset {}, length {}) does not hold the {} bytes of the tensor "
+                            "(the file has {})", location, offset, length, bytes, file_size),
+                src.file, node, field);
+  std::ifstream in(path, std::ios::binary);
+  out.resize(bytes);
+  if (!in.seekg(offset) || !in.read(out.data(), static_cast<std::streamsize>(bytes)))
+    throw Error(fmt::format("cannot read external data '{}'", path.string()), src.file, node, field);
+}
+
+void contiguous_strides(const Shape& s, int64_t* st) {
+  int64_t v = 1;
+  for (int d = s.rank() - 1; d >= 0; --d) {
+    st[d] = v;
+    v *= s[d];
+  }
+}
+
+/// Calls f(T{}) with T = int64_t or float by the blob's dtype.
+template <class F>
+decltype(auto) by_dtype(DType d, F&& f) {
+  if (d == DType::int64) return f(int64_t{});
+  return f(float{});
+}
+
+/// Offsets into a blob of shape `from` broadcast to `to` (stride 0 on broadcast dims).
+void broadcast_strides(const Shape& from, const Shape& to, int64_t* st) {
+  int64_t c[Shape::max_rank];
+  contiguous_strides(from, c);
+  for (int d = 0; d < to.rank(); ++d) {
+    const int fd = d - (to.rank() - from.rank());
+    st[d] = (fd >= 0 && from[fd] != 1) ? c[fd] : 0;
+  }
+}
+
+/// For each linear index of `out`, the offset sum(coord_d * strides[d]).
+template <class F>
+void for_each_offset(const Shape& out, const int64_t* strides, F&& f) {
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, off = 0;
+    for (int d = out.rank() - 1; d >= 0; --d) {
+      off += (rem % out[d]) * strides[d];
+      rem /= out[d];
+    }
+    f(i, off);
+  }
+}
+
+}  // namespace
+
+Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
+                 const std::string& field) {
+  auto fail = [&](const std::string& msg) -> Error { return Error(msg, src.file, node, field); };
+  if (t.dims_size() > Shape::max_rank)
+    throw fail(fmt::format("tensor '{}' has rank {}, at most {} is supported", t.name(), t.dims_size(), Shape::max_rank));
+  Shape shape;
+  int64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0) throw fail(fmt::format("tensor '{}' has a negative dim {}", t.name(), d));
+    shape.push_back(d);
+    if (d > 0 && n > kMaxElements / d) throw fail(fmt::format("tensor '{}' is too large", t.name()));
+    n *= d;
+  }
+  const int type = t.data_type();
+  const std::size_t esize = raw_size(type);
+  if (esize == 0)
+    throw fail(fmt::format("tensor '{}' has data type {}, which the importer does not read", t.name(),
+                           onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))));
+  const DType dtype = is_floating(type) ? DType::float32 : DType::int64;
+  const auto count = static_cast<std::size_t>(n);
+
+  // Raw little-endian bytes: inline raw_data or an external file.
+  std::string external;
+  const std::string* raw = nullptr;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    read_external(t, src, count * esize, external, node, field);
+    raw = &external;
+  } else if (!t.raw_data().empty() || count == 0) {
+    raw = &t.raw_data();
+  }
+  Blob out = Blob::allocate(shape, dtype);
+  if (raw) {
+    if (raw->size() != count * esize)
+      throw fail(fmt::format("tensor '{}' {} holds {} bytes of data, expected {}", t.name(), shape.to_string(),
+                             raw->size(), count * esize));
+    const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
+    if (type == onnx::TensorProto::FLOAT) {
+      if (count) std::memcpy(out.data(), p, count * 4);  // the common case, in one copy
+    } else if (dtype == DType::float32) {
+      for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = raw_value<float>(p + i * esize, type);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) out.data_as<int64_t>()[i] = raw_value<int64_t>(p + i * esize, type);
+    }
+    return out;
+  }
+  // Typed fields: each ONNX type lives in one of them.
+  using T = onnx::TensorProto;
+  auto check = [&](int have) {
+    if (static_cast<std::size_t>(have) != count)
+      throw fail(fmt::format("tensor '{}' {} holds {} values, expected {}", t.name(), shape.to_string(), have, count));
+  };
+  switch (type) {
+    case T::FLOAT:
+      check(t.float_data_size());
+      std::copy(t.float_data().begin(), t.float_data().end(), out.data_as<float>());
+      break;
+    case T::DOUBLE:
+      check(t.double_data_size());
+      for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = static_cast<float>(t.double_data(static_cast<int>(i)));
+      break;
+    case T::FLOAT16: case T::BFLOAT16:
+      check(t.int32_data_size());
+      for (std::size_t i = 0; i < count; ++i) {
+        auto bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+        out.data_as<float>()[i] = type == T::FLOAT16 ? half_to_float(bits) : bfloat_to_float(bits);
+      }
+      break;
+    case T::INT64:
+      check(t.int64_data_size());
+      std::copy(t.int64_data().begin(), t.int64_data().end(), out.data_as<int64_t>());
+      break;
+    case T::UINT32: case T::UINT64:
+      check(t.uint64_data_size());
+      for (std::size_t i = 0; i < count; ++i) out.data_as<int64_t>()[i] = static_cast<int64_t>(t.uint64_data(static_cast<int>(i)));
+      break;
+    default:  // the small integer types and bool, one per int32
+      check(t.int32_data_size());
+      std::copy(t.int32_data().begin(), t.int32_data().end(), out.data_as<int64_t>());
+      break;
+  }
+  return out;
+}
+
+Blob int_blob(const Shape& shape, const std::vector<int64_t>& values) {
+  Blob b = Blob::allocate(shape, DType::int64);
+  std::copy(values.begin(), values.end(), b.data_as<int64_t>());
+  return b;
+}
+
+Blob float_blob(const Shape& shape, const std::vector<float>& values) {
+  Blob b = Blob::allocate(shape);
+  std::copy(values.begin(), values.end(), b.data_as<float>());
+  return b;
+}
+
+std::vector<int64_t> to_ints(const Blob& b) {
+  return by_dtype(b.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* p = b.data_as<T>();
+    std::vector<int64_t> v(static_cast<std::size_t>(b.numel()));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(p[i]);
+    return v;
+  });
+}
+
+std::vector<double> to_doubles(const Blob& b) {
+  return by_dtype(b.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* p = b.data_as<T>();
+    return std::vector<double>(p, p + b.numel());
+  });
+}
+
+Blob cast_to(const Blob& b, DType dtype) {
+  if (b.dtype() == dtype) return b;
+  Blob out = Blob::allocate(b.shape(), dtype);
+  by_dtype(b.dtype(), [&](auto s) {
+    using S = decltype(s);
+    by_dtype(dtype, [&](auto d) {
+      using D = decltype(d);
+      std::transform(b.data_as<S>(), b.data_as<S>() + b.numel(), out.data_as<D>(), [](S v) { return static_cast<D>(v); });
+      return 0;
+    });
+    return 0;
+  });
+  return out;
+}
+
+Blob to_float(const Blob& b) { return cast_to(b, DType::float32); }
+
+Blob reshaped(const Blob& b, const Shape& shape) {
+  if (shape.numel() != b.numel())
+    throw Error(fmt::format("cannot reshape {} into {}", b.shape().to_string(), shape.to_string()));
+  Blob r = b;  // copies share memory: only the shape differs
+  r.reshape(shape);
+  return r;
+}
+
+Blob transposed(const Blob& b, const std::vector<int64_t>& perm) {
+  const Shape& s = b.shape();
+  if (static_cast<int>(perm.size()) != s.rank()) throw Error(fmt::format("perm has {} entries for rank {}", perm.size(), s.rank()));
+  int64_t st[Shape::max_rank], ost[Shape::max_rank];
+  contiguous_strides(s, st);
+  Shape out;
+  std::vector<bool> seen(perm.size());
+  for (std::size_t d = 0; d < perm.size(); ++d) {
+    const int64_t p = perm[d];
+    if (p < 0 || p >= s.rank() || seen[static_cast<std::size_t>(p)]) throw Error("perm is not a permutation");
+    seen[static_cast<std::size_t>(p)] = true;
+    out.push_back(s[static_cast<int>(p)]);
+    ost[d] = st[p];
+  }
+  Blob r = Blob::allocate(out, b.dtype());
+  by_dtype(b.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* x = b.data_as<T>();
+    T* y = r.data_as<T>();
+    for_each_offset(out, ost, [&](int64_t i, int64_t off) { y[i] = x[off]; });
+    return 0;
+  });
+  return r;
+}
+
+Blob concatenated(const std::vector<Blob>& parts, int axis) {
+  if (parts.empty()) throw Error("concat of nothing");
+  const Shape& first = parts[0].shape();
+  const DType dtype = parts[0].dtype();
+  if (axis < 0 || axis >= first.rank()) throw Error(fmt::format("axis {} out of range for rank {}", axis, first.rank()));
+  Shape out = first;
+  out[axis] = 0;
+  for (const Blob& p : parts) {
+    if (p.shape().rank() != first.rank() || p.dtype() != dtype) throw Error("concat inputs differ in rank or type");
+    for (int d = 0; d < first.rank(); ++d)
+      if (d != axis && p.shape()[d] != first[d])
+        throw Error(fmt::format("concat inputs {} and {} differ off the axis", first.to_string(), p.shape().to_string()));
+    out[axis] += p.shape()[axis];
+  }
+  int64_t outer = 1;
+  for (int d = 0; d < axis; ++d) outer *= first[d];
+  Blob r = Blob::allocate(out, dtype);
+  by_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    T* y = r.data_as<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (const Blob& p : parts) {
+        const int64_t chunk = outer ? p.numel() / outer : 0;
+        y = std::copy_n(p.data_as<T>() + o * chunk, chunk, y);
+      }
+    return 0;
+  });
+  return r;
+}
+
+Blob gathered(const Blob& data, const Blob& indices, int axis) {
+  const Shape& s = data.shape();
+  if (axis < 0 || axis >= s.rank()) throw Error(fmt::format("axis {} out of range for rank {}", axis, s.rank()));
+  Shape out;
+  for (int d = 0; d < axis; ++d) out.push_back(s[d]);
+  if (s.rank() - 1 + indices.shape().rank() > Shape::max_rank) throw Error("gather result has too many dims");
+  for (auto d : indices.shape()) out.push_back(d);
+  for (int d = axis + 1; d < s.rank(); ++d) out.push_back(s[d]);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= s[d];
+  for (int d = axis + 1; d < s.rank(); ++d) inner *= s[d];
+  const int64_t len = s[axis];
+  std::vector<int64_t> idx = to_ints(indices);
+  for (auto& i : idx) {
+    if (i < -len || i >= len) throw Error(fmt::format("index {} out of range for a dim of {}", i, len));
+    if (i < 0) i += len;
+  }
+  Blob r = Blob::allocate(out, data.dtype());
+  by_dtype(data.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* x = data.data_as<T>();
+    T* y = r.data_as<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i : idx) y = std::copy_n(x + (o * len + i) * inner, inner, y);
+    return 0;
+  });
+  return r;
+}
+
+Blob sliced(const Blob& data, const std::vector<SliceAxis>& axes) {
+  const Shape& s = data.shape();
+  int64_t st[Shape::max_rank], start[Shape::max_rank] = {}, step[Shape::max_rank];
+  contiguous_strides(s, st);
+  Shape out = s;
+  for (int d = 0; d < s.rank(); ++d) step[d] = 1;
+  for (const auto& a : axes) {
+    if (a.axis < 0 || a.axis >= s.rank() || a.step == 0) throw Error("invalid slice");
+    start[a.axis] = a.start;
+    step[a.axis] = a.step;
+    const int64_t n = a.step > 0 ? (a.end - a.start + a.step - 1) / a.step : (a.start - a.end - a.step - 1) / -a.step;
+    out[a.axis] = std::max<int64_t>(0, n);
+  }
+  int64_t ost[Shape::max_rank];
+  int64_t base = 0;
+  for (int d = 0; d < s.rank(); ++d) {
+    ost[d] = st[d] * step[d];
+    base += start[d] * st[d];
+  }
+  Blob r = Blob::allocate(out, data.dtype());
+  by_dtype(data.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* x = data.data_as<T>();
+    T* y = r.data_as<T>();
+    for_each_offset(out, ost, [&](int64_t i, int64_t off) { y[i] = x[base + off]; });
+    return 0;
+  });
+  return r;
+}
+
+Shape broadcast(const Shape& a, const Shape& b) {
+  const int rank = std::max(a.rank(), b.rank());
+  Shape out;
+  for (int i = 0; i < rank; ++i) {
+    const int ia = i - (rank - a.rank()), ib = i - (rank - b.rank());
+    const int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw Error(fmt::format("shapes {} and {} do not broadcast", a.to_string(), b.to_string()));
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+
+Blob expanded(const Blob& b, const Shape& shape) {
+  const Shape out = broadcast(b.shape(), shape);
+  int64_t st[Shape::max_rank];
+  broadcast_strides(b.shape(), out, st);
+  Blob r = Blob::allocate(out, b.dtype());
+  by_dtype(b.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* x = b.data_as<T>();
+    T* y = r.data_as<T>();
+    for_each_offset(out, st, [&](int64_t i, int64_t off) { y[i] = x[off]; });
+    return 0;
+  });
+  return r;
+}
+
+Blob binary(BinaryOp op, const Blob& a, const Blob& b) {
+  const Shape out = broadcast(a.shape(), b.shape());
+  const bool ints = a.dtype() == DType::int64 && b.dtype() == DType::int64;
+  Blob r = Blob::allocate(out, ints || op == BinaryOp::equal ? DType::int64 : DType::float32);
+  // Broadcast offsets of both operands by walking the output once per operand.
+  std::vector<int64_t> oa(static_cast<std::size_t>(out.numel())), ob(oa.size());
+  int64_t sa[Shape::max_rank], sb[Shape::max_rank];
+  broadcast_strides(a.shape(), out, sa);
+  broadcast_strides(b.shape(), out, sb);
+  for_each_offset(out, sa, [&](int64_t i, int64_t off) { oa[static_cast<std::size_t>(i)] = off; });
+  for_each_offset(out, sb, [&](int64_t i, int64_t off) { ob[static_cast<std::size_t>(i)] = off; });
+  if (ints) {
+    const int64_t* x = a.data_as<int64_t>();
+    const int64_t* y = b.data_as<int64_t>();
+    int64_t* z = r.data_as<int64_t>();
+    for (std::size_t i = 0; i < oa.size(); ++i) {
+      const int64_t u = x[oa[i]], v = y[ob[i]];
+      switch (op) {
+        case BinaryOp::add: z[i] = u + v; break;
+        case BinaryOp::sub: z[i] = u - v; break;
+        case BinaryOp::mul: z[i] = u * v; break;
+        case BinaryOp::div:
+          if (v == 0) throw Error("integer division by zero");
+          z[i] = u / v;
+          break;
+        case BinaryOp::equal: z[i] = u == v; break;
+      }
+    }
+    return r;
+  }
+  const std::vector<double> x = to_doubles(a), y = to_doubles(b);
+  for (std::size_t i = 0; i < oa.size(); ++i) {
+    const double u = x[static_cast<std::size_t>(oa[i])], v = y[static_cast<std::size_t>(ob[i])];
+    switch (op) {
+      case BinaryOp::add: r.data_as<float>()[i] = static_cast<float>(u + v); break;
+      case BinaryOp::sub: r.data_as<float>()[i] = static_cast<float>(u - v); break;
+      case BinaryOp::mul: r.data_as<float>()[i] = static_cast<float>(u * v); break;
+      case BinaryOp::div: r.data_as<float>()[i] = static_cast<float>(u / v); break;
+      case BinaryOp::equal: r.data_as<int64_t>()[i] = u == v; break;
+    }
+  }
+  return r;
+}
+
+Blob where(const Blob& cond, const Blob& a, const Blob& b) {
+  const Shape out = broadcast(cond.shape(), broadcast(a.shape(), b.shape()));
+  const Blob c = expanded(cond, out), x = expanded(a, out), y = expanded(b, out);
+  const DType dtype = a.dtype() == DType::int64 && b.dtype() == DType::int64 ? DType::int64 : DType::float32;
+  const Blob xs = cast_to(x, dtype), ys = cast_to(y, dtype);
+  const std::vector<int64_t> cv = to_ints(c);
+  Blob r = Blob::allocate(out, dtype);
+  by_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    for (std::size_t i = 0; i < cv.size(); ++i) r.data_as<T>()[i] = cv[i] ? xs.data_as<T>()[i] : ys.data_as<T>()[i];
+    return 0;
+  });
+  return r;
+}
+
+}  // namespace softneuro::onnx_import

@@ -1,0 +1,68 @@
+// Constants during ONNX import: tensors read from the model (inline or
+// external data) and the small computations the importer does on them at
+// import time (shape arithmetic and data movement, see onnx_importer.cpp).
+//
+// A constant is a Blob of dtype float32 (every floating ONNX type) or int64
+// (every integer type and bool): two types are all shape computations need,
+// and float32 is what layers read.
+#pragma once
+
+#include <softneuro/blob.hpp>
+#include <softneuro/error.hpp>
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace softneuro::onnx_import {
+
+/// Where tensors come from: the model file (for messages) and its folder (for external data).
+struct TensorSource {
+  std::string file;
+  std::string dir;
+};
+
+/// Reads a TensorProto into a float32 or int64 blob, checking every size.
+/// Errors name the file, `node` and `field`.
+Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
+                 const std::string& field);
+
+/// A blob of ints / floats with the given shape.
+Blob int_blob(const Shape& shape, const std::vector<int64_t>& values);
+Blob float_blob(const Shape& shape, const std::vector<float>& values);
+
+/// The values of a float32 or int64 blob as int64 (floats truncated) / double.
+std::vector<int64_t> to_ints(const Blob& b);
+std::vector<double> to_doubles(const Blob& b);
+/// The blob as float32 (a copy when it is int64).
+Blob to_float(const Blob& b);
+/// The blob converted to float32 or int64.
+Blob cast_to(const Blob& b, DType dtype);
+
+/// Import-time evaluation; every function returns a new blob (or a view with another shape).
+/// Errors name no layer: the caller adds the node.
+Blob reshaped(const Blob& b, const Shape& shape);  ///< same values, other shape (shares memory)
+Blob transposed(const Blob& b, const std::vector<int64_t>& perm);
+Blob concatenated(const std::vector<Blob>& parts, int axis);
+/// data.take(indices, axis) (NumPy), negative indices counted from the end.
+Blob gathered(const Blob& data, const Blob& indices, int axis);
+/// One axis: elements start, start+step, ... before end (already clamped, ONNX Slice rules).
+struct SliceAxis {
+  int axis;
+  int64_t start, end, step;
+};
+Blob sliced(const Blob& data, const std::vector<SliceAxis>& axes);
+/// NumPy broadcast of `b` to `shape`.
+Blob expanded(const Blob& b, const Shape& shape);
+enum class BinaryOp { add, sub, mul, div, equal };
+/// Elementwise with NumPy broadcasting; int64 when both are int64 (equal: int64 0/1).
+Blob binary(BinaryOp op, const Blob& a, const Blob& b);
+/// cond ? a : b, broadcast.
+Blob where(const Blob& cond, const Blob& a, const Blob& b);
+
+/// NumPy broadcast of two shapes; throws Error (no layer) when they do not broadcast.
+Shape broadcast(const Shape& a, const Shape& b);
+
+}  // namespace softneuro::onnx_import
