@@ -109,7 +109,10 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
              rc->descriptor, why.reason);
       }
     }
-    if (!chosen) step->routine = registry.default_choice(step->info, Schema{});
+    if (!chosen) {
+      Schema preferred = layer.inputs.empty() ? Schema{} : slots_[static_cast<std::size_t>(blob_index.at(layer.inputs[0]))].schema;
+      step->routine = registry.default_choice_any_schema(step->info, preferred);
+    }
     const Schema schema = step->routine.schema;
 
     for (const auto& i : layer.inputs) step->input_blobs.push_back(in_schema(blob_index.at(i), schema, layer.name));

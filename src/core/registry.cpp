@@ -106,6 +106,22 @@ Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& 
               {}, layer.layer->name, "type");
 }
 
+Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, const Schema& preferred) const {
+  auto all = candidates(layer);
+  const Candidate* best = nullptr;
+  int best_score = 0;
+  for (const auto& c : all) {
+    if (!c.support.ok) continue;
+    int score = c.routine->default_priority() + (c.schema == preferred ? kStayBonus : 0);
+    if (!best || score > best_score) {
+      best = &c;
+      best_score = score;
+    }
+  }
+  if (best) return *best;
+  return default_choice(layer, Schema{});  // throws, listing every routine's reason
+}
+
 std::vector<std::string> RoutineRegistry::descriptors(std::string_view layer_type) const {
   std::vector<std::string> out;
   std::lock_guard lock(mutex_);

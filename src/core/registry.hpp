@@ -43,6 +43,13 @@ class RoutineRegistry {
   /// reason when none supports the layer.
   Candidate default_choice(const LayerInfo& layer, const Schema& schema) const;
 
+  /// The untuned default over every schema: the supported routine of highest
+  /// default_priority(), plus a small bonus (kStayBonus) for computing in
+  /// `preferred` (the schema the layer's input already has), so chains of
+  /// layers stay in one layout and only the edges pay adapts.
+  static constexpr int kStayBonus = 5;
+  Candidate default_choice_any_schema(const LayerInfo& layer, const Schema& preferred) const;
+
   /// Every descriptor registered for a layer type ("" = all types), sorted.
   std::vector<std::string> descriptors(std::string_view layer_type = {}) const;
 

@@ -1,0 +1,106 @@
+// Layout adapts: every pair round-trips exactly; the executor inserts them
+// where a routine computes in another schema, and results do not change.
+#include "core/net_impl.hpp"
+#include "core/registry.hpp"
+#include "core/thread_pool.hpp"
+#include "support/graphs.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+using namespace softneuro;
+
+namespace {
+
+Blob convert(const Blob& in, Layout from, Layout to) {
+  Layer l = test::make_layer("adapt", {{"from", Schema{Device::cpu, DType::float32, from}.to_string()}});
+  Schema target{Device::cpu, DType::float32, to};
+  const Routine* r = core::RoutineRegistry::instance().find("adapt", make_descriptor(target, "reorder"), nullptr);
+  REQUIRE(r);
+  LayerInfo info{&l, {in.shape()}, {in.shape()}, {}, {}};
+  REQUIRE(r->supports(info, target).ok);
+  auto prepared = r->prepare(info, target, {});
+  Blob out = Blob::allocate(in.shape(), DType::float32, to);
+  std::fill_n(out.data_as<float>(), out.byte_size() / 4, 123.0f);  // padding must be zeroed
+  const Blob* ins[] = {&in};
+  Blob* outs[] = {&out};
+  prepared->run(RunArgs{ins, outs, nullptr, &core::global_pool()});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("layout adapts round-trip every pair exactly", "[adapt]") {
+  const Layout layouts[] = {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c};
+  std::mt19937 rng(11);
+  for (Shape s : {Shape{1, 3, 5, 7}, Shape{2, 8, 4, 4}, Shape{1, 17, 3, 2}, Shape{3, 20}, Shape{2, 9, 2, 3, 2}}) {
+    Blob x = test::iota_blob(s, 0.25f, -3.0f);
+    for (Layout a : layouts)
+      for (Layout b : layouts) {
+        if (a == b) continue;
+        INFO(s.to_string() << " " << to_string(a) << " -> " << to_string(b));
+        Blob in_a = a == Layout::nchw ? x : convert(x, Layout::nchw, a);
+        Blob in_b = convert(in_a, a, b);
+        if (int64_t blk = b == Layout::nchw8c ? 8 : b == Layout::nchw16c ? 16 : 0) {
+          // Padded channels are zero.
+          int64_t c = s[1], cb = (c + blk - 1) / blk, sp = s.numel() / s[0] / c;
+          const float* p = in_b.data_as<float>();
+          for (int64_t n = 0; n < s[0]; ++n)
+            for (int64_t ch = c; ch < cb * blk; ++ch)
+              for (int64_t k = 0; k < sp; ++k) CHECK(p[((n * cb + ch / blk) * sp + k) * blk + ch % blk] == 0.0f);
+        }
+        Blob back = b == Layout::nchw ? in_b : convert(in_b, b, Layout::nchw);
+        CHECK(test::values(Blob::view(back.data(), s)) == test::values(x));
+      }
+  }
+}
+
+namespace {
+// A tanh computing in nhwc, preferred over cpu/ref, so the default choice puts
+// the layer in another layout and the executor must insert adapts around it.
+class NhwcTanh final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "tanh"; }
+  std::string_view algorithm() const override { return "test_nhwc"; }
+  std::vector<Schema> schemas() const override { return {Schema::parse("cpu:float32:nhwc")}; }
+  int default_priority() const override { return 1000; }  // wins over every built-in routine
+  Support supports(const LayerInfo&, const Schema&) const override { return Support::yes(); }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    struct P final : PreparedRoutine {
+      void run(const RunArgs& a) override {
+        const float* x = a.inputs[0]->data_as<float>();
+        float* y = a.outputs[0]->data_as<float>();
+        for (int64_t i = 0, n = a.inputs[0]->numel(); i < n; ++i) y[i] = std::tanh(x[i]);
+      }
+    };
+    return std::make_unique<P>();
+  }
+};
+}  // namespace
+
+TEST_CASE("the executor inserts adapts where schemas differ, and results hold", "[adapt]") {
+  auto g = test::chain_graph(10);  // has tanh layers between nchw layers
+  Blob x = test::iota_blob({1, 4, 8, 8}, 0.01f, -1.0f);
+  std::vector<NamedBlob> in{{"input", x}};
+  auto want = test::values(Net(detail::NetImpl::build(g)).run(in)[0].blob);
+
+  static bool registered = false;
+  if (!registered) register_routine(std::make_unique<NhwcTanh>());
+  registered = true;
+  Net net(detail::NetImpl::build(g));
+  int adapts = 0, nhwc = 0;
+  for (const auto& l : net.layers()) {
+    adapts += l.type == "adapt";
+    nhwc += l.descriptor == "cpu:float32:nhwc/test_nhwc";
+  }
+  CHECK(nhwc == 2);
+  CHECK(adapts >= 4);  // at least into and out of nhwc around each tanh
+  auto got = test::values(net.run(in)[0].blob);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+}
