@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace sn = softneuro;
 
 namespace {
@@ -30,6 +32,18 @@ commands:
                             translate an ONNX model (opsets 11..17) and save it
       --input-shape NAME=1x3x224x224   shape of an input with symbolic dims (default 1)
       --no-passes           skip the graph passes (folding, fusion, clean-up)
+  tune IN.dnn -o OUT.dnn [options]
+                            measure routines on this device, pick the fastest routine path (DPRS)
+      --schemas A,B,...     schemas to consider (default: every float32 CPU schema)
+      --cache DIR           profile cache folder ('-': none; default $SOFTNEURO_CACHE_DIR or ~/.cache/softneuro)
+      --candidates K        candidates per layer and schema kept for integrated profiling (default 2)
+      --unit-budget-ms X    measuring time per candidate (default 30)
+      --time-budget S       overall budget in seconds (default: none)
+      --pin LAYER=DESC      layers matching LAYER (glob) may only use descriptors matching DESC
+      --ban LAYER=DESC      layers matching LAYER never use descriptors matching DESC
+      --report FILE         write the tuning report as text (default: print it)
+      --json FILE           write the tuning report as JSON
+      --threads T           threads to tune for
   run FILE [options]        run a net and print its outputs and latency
       --input NAME=x.npy    an input (default: seeded random normal values)
       --output NAME=y.npy   write an output
@@ -57,6 +71,12 @@ int parse_int(const std::string& s, const char* flag, int min) {
   } catch (...) {
   }
   throw Usage(fmt::format("{} expects an integer >= {}, got '{}'", flag, min, s));
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+    throw sn::Error("cannot write", path);
 }
 
 std::string human_bytes(std::size_t b) {
@@ -175,6 +195,71 @@ int cmd_import(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    auto comma = s.find(',', start);
+    auto item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+int cmd_tune(const std::vector<std::string>& args) {
+  std::string in, out, report_path, json_path;
+  sn::TuneOptions opt;
+  int threads = 0;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      if (i + 1 >= args.size()) throw Usage(fmt::format("{} needs a value", flag));
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    auto rule = [&](const char* flag) {
+      auto [l, d] = split_assign(value(flag), flag);
+      return sn::RoutineRule{l, d};
+    };
+    if (a == "-o" || a == "--output") out = value("-o");
+    else if (a == "--schemas") opt.schemas = split_list(value("--schemas"));
+    else if (a == "--cache") opt.cache_dir = value("--cache");
+    else if (a == "--candidates") opt.candidates_per_schema = parse_int(value("--candidates"), "--candidates", 1);
+    else if (a == "--unit-budget-ms") opt.unit_budget_ms = parse_int(value("--unit-budget-ms"), "--unit-budget-ms", 0);
+    else if (a == "--time-budget") opt.time_budget_s = parse_int(value("--time-budget"), "--time-budget", 0);
+    else if (a == "--pin") opt.pin.push_back(rule("--pin"));
+    else if (a == "--ban") opt.ban.push_back(rule("--ban"));
+    else if (a == "--report") report_path = value("--report");
+    else if (a == "--json") json_path = value("--json");
+    else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
+    else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
+    else if (in.empty()) in = a;
+    else throw Usage(fmt::format("unexpected argument '{}'", a));
+  }
+  if (in.empty() || out.empty()) throw Usage("tune needs IN.dnn and -o OUT.dnn");
+  for (const auto& s : opt.schemas) (void)sn::Schema::parse(s);  // reject typos before measuring
+  if (threads > 0) sn::set_num_threads(threads);
+  sn::Net net = sn::Net::load(in);
+  if (isatty(fileno(stderr))) {
+    opt.progress = [](const sn::TuneProgress& p) {
+      int width = 30, filled = p.total ? width * p.done / p.total : width;
+      fmt::print(stderr, "\r{:<22} [{}{}] {:>4}/{:<4} {:<30.30}", p.stage, std::string(static_cast<std::size_t>(filled), '#'),
+                 std::string(static_cast<std::size_t>(width - filled), '.'), p.done, p.total, p.item);
+      if (p.stage == "done") fmt::print(stderr, "\n");
+    };
+  }
+  sn::TuneReport report = net.tune(opt);
+  net.save(out);
+  std::string text = report.to_text();
+  if (report_path.empty()) fmt::print("{}", text);
+  else write_text(report_path, text);
+  if (!json_path.empty()) write_text(json_path, report.to_json());
+  fmt::print("wrote {} (predicted {:.3f} ms, measured {:.3f} ms, tuned in {:.2f} s)\n", out, report.predicted_ms,
+             report.measured_ms, report.tuning_s);
+  return 0;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   std::string file;
   std::map<std::string, std::string> input_files, output_files;
@@ -261,6 +346,7 @@ int main(int argc, char** argv) {
     args.erase(args.begin());
     if (cmd == "inspect") return cmd_inspect(args);
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "tune") return cmd_tune(args);
     if (cmd == "import") return cmd_import(args);
     if (cmd == "routines") {
       if (args.size() > 1) throw Usage("routines takes at most one LAYER_TYPE");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <softneuro/blob.hpp>
+#include <softneuro/tune.hpp>
 
 #include <memory>
 #include <span>
@@ -74,6 +75,13 @@ class Net {
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
   /// Convenience form: returns freshly allocated outputs, in outputs() order.
   std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
+
+  /// Measures the candidate routines of every layer on this device (unit
+  /// profiling, then integrated profiling in whole-net runs), picks the
+  /// fastest routine path with DPRS, adapts included, and keeps it in the
+  /// net: run() uses it from now on and save() stores it with this device's
+  /// fingerprint. Throws softneuro::Error when no path exists.
+  TuneReport tune(const TuneOptions& options = {});
 
   /// The layers in execution order with their chosen routines; with
   /// `explain`, also every routine considered and why it was or was not a candidate.

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -179,7 +180,7 @@ void Executor::bind_outputs_to_arena() {
     if (slots_[i].request >= 0) blobs_[i].rebind(base + plan_.offsets[static_cast<std::size_t>(slots_[i].request)]);
 }
 
-void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
+void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {
   for (const auto& given : inputs) {
     bool known = false;
     for (std::size_t k = 0; k < net_inputs_.size(); ++k) {
@@ -218,9 +219,16 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
 
   ThreadPool* pool = &global_pool();
   auto* base = static_cast<char*>(arena_.get());
-  for (auto& step : steps_) {
-    RunArgs args{step->inputs, step->outputs, step->workspace_bytes ? base + step->workspace_offset : nullptr, pool};
-    step->prepared->run(args);
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    Step& step = *steps_[t];
+    RunArgs args{step.inputs, step.outputs, step.workspace_bytes ? base + step.workspace_offset : nullptr, pool};
+    if (!step_ms) {
+      step.prepared->run(args);
+      continue;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    step.prepared->run(args);
+    step_ms[t] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
   // Outputs that are net inputs or constants are copied.

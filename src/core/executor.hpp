@@ -41,7 +41,9 @@ class Executor {
   /// routine and plans memory. Throws Error naming the layer at fault.
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes);
 
-  void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
+  /// Runs every step. With `step_ms` (steps().size() entries), also stores
+  /// each step's wall time in milliseconds (integrated profiling).
+  void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms = nullptr);
 
   const std::vector<std::unique_ptr<Step>>& steps() const { return steps_; }
   std::size_t arena_bytes() const { return plan_.arena_bytes; }

@@ -1,6 +1,8 @@
 #include "core/net_impl.hpp"
 
+#include "core/device.hpp"
 #include "core/dnn_file.hpp"
+#include "core/log.hpp"
 
 #include <fmt/format.h>
 
@@ -37,6 +39,10 @@ Net Net::load(const std::string& path) {
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
+  const std::string& tuned_on = g.routine_path.device_fingerprint;
+  if (!tuned_on.empty() && tuned_on != core::device_fingerprint())
+    core::warn("{}: tuned on another device ({}); this is {}. It runs, but re-tune for the best speed", path,
+               tuned_on, core::device_fingerprint());
   return Net(detail::NetImpl::build(std::move(g), path));
 }
 

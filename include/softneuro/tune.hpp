@@ -1,0 +1,76 @@
+// softneuro/tune.hpp — Net::tune(): pick the fastest routine path on this device.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace softneuro {
+
+/// Progress of a tuning run, for progress bars.
+struct TuneProgress {
+  std::string stage;  ///< "unit profiling", "adapts", "integrated profiling", "dprs"
+  int done = 0;
+  int total = 0;
+  std::string item;  ///< the layer or edge being measured
+};
+
+/// A (layer-name pattern, descriptor pattern) rule; patterns are globs (* and ?).
+struct RoutineRule {
+  std::string layer;
+  std::string descriptor;
+};
+
+struct TuneOptions {
+  /// Schemas to consider, e.g. {"cpu", "cpu:float32:nhwc"}; empty: every
+  /// schema some registered routine offers for float32 on the CPU.
+  std::vector<std::string> schemas;
+  /// Profile cache folder; empty: $SOFTNEURO_CACHE_DIR, else
+  /// $XDG_CACHE_HOME/softneuro, else ~/.cache/softneuro. "-" disables the cache.
+  std::string cache_dir;
+  /// Measurement time per candidate in unit profiling (ms): repetitions until spent.
+  double unit_budget_ms = 30;
+  /// Candidates kept per (layer, schema) for integrated profiling.
+  int candidates_per_schema = 2;
+  /// Whole-net runs per integrated-profiling round.
+  int integrated_runs = 5;
+  /// Overall time budget in seconds (0: none); when spent, remaining
+  /// candidates are measured with a minimal budget.
+  double time_budget_s = 0;
+  /// Pin: layers matching `layer` may only use descriptors matching `descriptor`.
+  std::vector<RoutineRule> pin;
+  /// Ban: layers matching `layer` never use descriptors matching `descriptor`.
+  std::vector<RoutineRule> ban;
+  /// Skip cpu/ref routines when anything else supports the layer (they are the oracle).
+  bool skip_reference = true;
+  std::function<void(const TuneProgress&)> progress;
+};
+
+/// What tuning chose and measured (SoftNeuro's Table III), as text and JSON.
+struct TuneReport {
+  struct LayerLine {
+    std::string layer, type, descriptor, routine_params;
+    double unit_ms = 0;        ///< best unit-profiled time
+    double integrated_ms = 0;  ///< time in context of whole-net runs (0 if not measured)
+    int candidates = 0;        ///< routine × parameter combinations measured
+  };
+  struct AdaptLine {
+    std::string blob, consumer, from_schema, to_schema, descriptor;
+    double ms = 0;
+  };
+  std::string device_fingerprint;
+  int threads = 0;
+  std::vector<LayerLine> layers;
+  std::vector<AdaptLine> adapts;
+  double predicted_ms = 0;  ///< DPRS's total for the chosen path
+  double measured_ms = 0;   ///< median end-to-end time of the tuned net
+  double tuning_s = 0;
+  int measurements = 0;     ///< timings taken (not from the cache)
+  int cache_hits = 0;
+  bool exact = true;        ///< DPRS solved exactly (no fallback)
+
+  std::string to_text() const;
+  std::string to_json() const;
+};
+
+}  // namespace softneuro

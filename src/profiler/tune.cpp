@@ -1,0 +1,536 @@
+// Net::tune(): unit profiling -> adapt costs -> DPRS -> integrated profiling
+// -> DPRS again -> the routine path stored in the net. The runtime core never
+// includes this file; it only stores and follows the path.
+#include "core/device.hpp"
+#include "core/log.hpp"
+#include "core/net_impl.hpp"
+#include "core/thread_pool.hpp"
+#include "dprs/dprs.hpp"
+#include "profiler/profile_cache.hpp"
+#include "profiler/timing.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fnmatch.h>
+#include <limits>
+#include <random>
+
+namespace softneuro {
+namespace {
+
+using core::Candidate;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+bool glob(const std::string& pattern, const std::string& text) {
+  return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
+
+std::string params_text(const RoutineParams& p) {
+  std::string s;
+  for (const auto& [k, v] : p) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  return s;
+}
+
+/// Every combination of a routine's parameter choices (capped: the profiler
+/// measures each, so a routine with a huge space must offer fewer choices).
+std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& space, std::size_t cap = 64) {
+  std::vector<RoutineParams> out{{}};
+  for (const auto& spec : space) {
+    std::vector<RoutineParams> next;
+    for (const auto& partial : out)
+      for (auto v : spec.choices) {
+        if (next.size() >= cap) break;
+        auto p = partial;
+        p.emplace_back(spec.name, v);
+        next.push_back(std::move(p));
+      }
+    if (!spec.choices.empty()) out = std::move(next);
+  }
+  return out;
+}
+
+/// A blob filled with small random values in the schema's dtype and layout.
+Blob random_blob(const Shape& shape, const Schema& s, std::mt19937& rng) {
+  Blob b = Blob::allocate(shape, s.dtype, s.layout);
+  auto* bytes = static_cast<unsigned char*>(b.data());
+  if (s.dtype == DType::float32) {
+    std::uniform_real_distribution<float> d(-1, 1);
+    float* f = b.data_as<float>();
+    for (std::size_t i = 0; i < b.byte_size() / 4; ++i) f[i] = d(rng);
+  } else {
+    for (std::size_t i = 0; i < b.byte_size(); ++i) bytes[i] = static_cast<unsigned char>(rng() & 0x3f);
+  }
+  return b;
+}
+
+/// One measured (routine, schema, parameters) for a layer.
+struct Measured {
+  Candidate cand;
+  RoutineParams params;
+  double unit_ms = kInf;
+  double integrated_ms = 0;
+};
+
+struct LayerProfile {
+  const Layer* layer = nullptr;
+  LayerInfo info;
+  std::vector<Measured> measured;  // sorted by unit_ms
+  int node = -1;                   // DPRS node
+};
+
+struct Tuner {
+  detail::NetImpl& net;
+  const TuneOptions& opt;
+  profiler::ProfileCache cache;
+  TuneReport report;
+  std::vector<Schema> schemas;
+  std::mt19937 rng{1234};
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::string key_prefix;
+
+  Tuner(detail::NetImpl& n, const TuneOptions& o)
+      : net(n), opt(o), cache(o.cache_dir.empty() ? profiler::ProfileCache::default_dir() : o.cache_dir) {
+    report.device_fingerprint = core::device_fingerprint();
+    report.threads = num_threads();
+    key_prefix = fmt::format("{}|t{}|v{}", report.device_fingerprint, report.threads, version());
+  }
+
+  void progress(const char* stage, int done, int total, const std::string& item) {
+    if (opt.progress) opt.progress(TuneProgress{stage, done, total, item});
+  }
+
+  double budget_ms() const {
+    if (opt.time_budget_s <= 0) return opt.unit_budget_ms;
+    double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return spent > opt.time_budget_s ? 0.0 : opt.unit_budget_ms;  // over budget: one timed run each
+  }
+
+  bool schema_allowed(const Schema& s) const {
+    if (opt.schemas.empty()) return s.device == Device::cpu && s.dtype == DType::float32;
+    for (const auto& text : opt.schemas)
+      if (Schema::parse(text) == s) return true;
+    return false;
+  }
+
+  bool rule_allows(const std::string& layer, const std::string& descriptor) const {
+    for (const auto& r : opt.ban)
+      if (glob(r.layer, layer) && glob(r.descriptor, descriptor)) return false;
+    bool pinned = false, match = false;
+    for (const auto& r : opt.pin)
+      if (glob(r.layer, layer)) {
+        pinned = true;
+        match = match || glob(r.descriptor, descriptor);
+      }
+    return !pinned || match;
+  }
+
+  std::string signature(const LayerInfo& info) const {
+    std::string shapes;
+    for (const auto& s : info.input_shapes) shapes += s.to_string();
+    return fmt::format("{}({}){}", info.layer->type, core::describe_params(*info.layer), shapes);
+  }
+
+  /// Times one prepared routine in isolation on the layer's real shapes.
+  double time_routine(const Routine& r, const Schema& s, const LayerInfo& info, const RoutineParams& params,
+                      const std::string& key) {
+    if (auto hit = cache.find(key)) {
+      report.cache_hits += !cache.is_fresh(key);
+      return *hit;
+    }
+    std::unique_ptr<PreparedRoutine> prepared;
+    try {
+      prepared = r.prepare(info, s, params);
+    } catch (const std::exception& e) {
+      core::info("{}: {} cannot be prepared with ({}): {}", info.layer->name, make_descriptor(s, r.algorithm()),
+                 params_text(params), e.what());
+      return kInf;
+    }
+    std::vector<Blob> ins, outs;
+    for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, s, rng));
+    for (const auto& shape : info.output_shapes) outs.push_back(Blob::allocate(shape, s.dtype, s.layout));
+    std::vector<const Blob*> in_ptrs;
+    std::vector<Blob*> out_ptrs;
+    for (auto& b : ins) in_ptrs.push_back(&b);
+    for (auto& b : outs) out_ptrs.push_back(&b);
+    Blob workspace = Blob::allocate(Shape{static_cast<int64_t>(prepared->workspace_bytes())}, DType::quint8);
+    RunArgs args{in_ptrs, out_ptrs, prepared->workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
+    double ms = profiler::measure([&] { prepared->run(args); }, budget_ms()).median_ms;
+    ++report.measurements;
+    cache.put(key, ms);
+    return ms;
+  }
+
+  /// The cheapest adapt of a blob of `shape` from one schema to another (kInf: none).
+  std::pair<double, std::string> adapt_cost(const Shape& shape, const Schema& from, const Schema& to) {
+    if (from == to) return {0.0, {}};
+    Layer l;
+    l.name = "adapt";
+    l.type = "adapt";
+    l.inputs = {"x"};
+    l.outputs = {"y"};
+    l.params["from"] = from.to_string();
+    l.params["to"] = to.to_string();
+    LayerInfo info{&l, {shape}, {shape}, {}, {}};
+    double best = kInf;
+    std::string best_desc;
+    for (const auto& c : core::RoutineRegistry::instance().candidates(info, to)) {
+      if (!c.support.ok) continue;
+      std::string key = fmt::format("{}|adapt{}|{}|{}", key_prefix, shape.to_string(), from.to_string(), c.descriptor);
+      // Adapt inputs are in the source schema: time with a routine that reads `from`.
+      double ms = time_adapt(*c.routine, from, to, info, key);
+      if (ms < best) best = ms, best_desc = c.descriptor;
+    }
+    return {best, best_desc};
+  }
+
+  double time_adapt(const Routine& r, const Schema& from, const Schema& to, const LayerInfo& info, const std::string& key) {
+    if (auto hit = cache.find(key)) {
+      report.cache_hits += !cache.is_fresh(key);
+      return *hit;
+    }
+    auto prepared = r.prepare(info, to, {});
+    Blob in = random_blob(info.input_shapes[0], from, rng);
+    Blob out = Blob::allocate(info.output_shapes[0], to.dtype, to.layout);
+    const Blob* ins[] = {&in};
+    Blob* outs[] = {&out};
+    Blob workspace = Blob::allocate(Shape{static_cast<int64_t>(prepared->workspace_bytes())}, DType::quint8);
+    RunArgs args{ins, outs, prepared->workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
+    double ms = profiler::measure([&] { prepared->run(args); }, budget_ms()).median_ms;
+    ++report.measurements;
+    cache.put(key, ms);
+    return ms;
+  }
+
+  std::vector<LayerProfile> unit_profile() {
+    auto& registry = core::RoutineRegistry::instance();
+    std::vector<LayerProfile> profiles;
+    int total = 0;
+    for (const auto& l : net.graph.layers) total += l.type != "constant";
+    int done = 0;
+    for (const auto& layer : net.graph.layers) {
+      if (layer.type == "constant") continue;
+      LayerProfile p;
+      p.layer = &layer;
+      p.info.layer = &layer;
+      for (const auto& i : layer.inputs) p.info.input_shapes.push_back(net.shapes.at(i));
+      for (const auto& o : layer.outputs) p.info.output_shapes.push_back(net.shapes.at(o));
+      progress("unit profiling", done++, total, layer.name);
+      std::vector<Candidate> cands;
+      for (auto& c : registry.candidates(p.info)) {
+        if (!c.support.ok) {
+          core::debug("{}: {} is not a candidate: {}", layer.name, c.descriptor, c.support.reason);
+          continue;
+        }
+        if (!schema_allowed(c.schema) || !rule_allows(layer.name, c.descriptor)) continue;
+        cands.push_back(std::move(c));
+      }
+      bool has_fast = std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
+      std::string sig = signature(p.info);
+      for (const auto& c : cands) {
+        if (opt.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
+        for (const auto& params : combinations(c.routine->param_space(p.info, c.schema))) {
+          std::string key = fmt::format("{}|{}|{}|{}", key_prefix, sig, c.descriptor, params_text(params));
+          double ms = time_routine(*c.routine, c.schema, p.info, params, key);
+          if (ms < kInf) p.measured.push_back({c, params, ms, 0});
+        }
+      }
+      if (p.measured.empty())
+        throw Error(fmt::format("no routine can run this {} layer within the schemas and rules given", layer.type), net.file,
+                    layer.name, "routine");
+      std::stable_sort(p.measured.begin(), p.measured.end(), [](const Measured& a, const Measured& b) { return a.unit_ms < b.unit_ms; });
+      profiles.push_back(std::move(p));
+    }
+    progress("unit profiling", total, total, "");
+    return profiles;
+  }
+
+  int schema_index(const Schema& s) {
+    for (std::size_t i = 0; i < schemas.size(); ++i)
+      if (schemas[i] == s) return static_cast<int>(i);
+    schemas.push_back(s);
+    return static_cast<int>(schemas.size()) - 1;
+  }
+
+  // The cost graph: net inputs, constants and net outputs are zero-cost nodes
+  // fixed to the schema they have at run time (the paper's auxiliary nodes).
+  struct Problem {
+    dprs::CostGraph graph;
+    std::vector<std::string> blob_of_edge, consumer_of_edge;
+    std::vector<std::vector<std::string>> adapt_desc;  // per edge, S*S
+  };
+
+  Problem build_problem(std::vector<LayerProfile>& profiles, bool integrated) {
+    Problem pb;
+    schemas.clear();
+    schema_index(Schema{});
+    for (auto& p : profiles)
+      for (auto& m : p.measured) schema_index(m.cand.schema);
+    const int S = static_cast<int>(schemas.size());
+    pb.graph.num_schemas = S;
+    std::map<std::string, int> producer_node;  // blob -> node
+    auto fixed_node = [&](const Schema& s) {
+      std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+      cost[static_cast<std::size_t>(schema_index(s))] = 0;
+      return pb.graph.add_node(cost);
+    };
+    for (const auto& in : net.graph.inputs) producer_node[in.name] = fixed_node(Schema{});
+    for (const auto& l : net.graph.layers)
+      if (l.type == "constant") producer_node[l.outputs[0]] = fixed_node(Schema{Device::cpu, l.weight("value").dtype(), Layout::nchw});
+    auto add_edge = [&](const std::string& blob, int to, const std::string& consumer) {
+      std::vector<double> adapt(static_cast<std::size_t>(S * S), kInf);
+      std::vector<std::string> desc(static_cast<std::size_t>(S * S));
+      const Shape& shape = net.shapes.at(blob);
+      for (int a = 0; a < S; ++a)
+        for (int b = 0; b < S; ++b) {
+          auto [ms, d] = adapt_cost(shape, schemas[static_cast<std::size_t>(a)], schemas[static_cast<std::size_t>(b)]);
+          adapt[static_cast<std::size_t>(a * S + b)] = ms;
+          desc[static_cast<std::size_t>(a * S + b)] = d;
+        }
+      pb.graph.add_edge(producer_node.at(blob), to, adapt);
+      pb.blob_of_edge.push_back(blob);
+      pb.consumer_of_edge.push_back(consumer);
+      pb.adapt_desc.push_back(std::move(desc));
+    };
+    int edges_total = 0;
+    for (auto& p : profiles) edges_total += static_cast<int>(p.layer->inputs.size());
+    int done = 0;
+    for (auto& p : profiles) {
+      std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+      for (const auto& m : p.measured) {
+        double t = integrated && m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms;
+        auto& c = cost[static_cast<std::size_t>(schema_index(m.cand.schema))];
+        c = std::min(c, t);
+      }
+      p.node = pb.graph.add_node(cost);
+      for (const auto& in : p.layer->inputs) {
+        if (!integrated) progress("adapts", done++, edges_total, in + " -> " + p.layer->name);
+        add_edge(in, p.node, p.layer->name);
+      }
+      for (const auto& o : p.layer->outputs) producer_node[o] = p.node;
+    }
+    for (const auto& o : net.graph.outputs) add_edge(o, fixed_node(Schema{}), "output");
+    return pb;
+  }
+
+  static Measured& measured_entry(LayerProfile& p, const Measured* m) {
+    return p.measured[static_cast<std::size_t>(m - p.measured.data())];
+  }
+
+  /// The best measured candidate of a layer in a schema (integrated time first when known).
+  static const Measured* best_in(const LayerProfile& p, const Schema& s, bool integrated) {
+    const Measured* best = nullptr;
+    auto t = [&](const Measured& m) { return integrated && m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms; };
+    for (const auto& m : p.measured)
+      if (m.cand.schema == s && (!best || t(m) < t(*best))) best = &m;
+    return best;
+  }
+
+  core::RoutinePath path_from(const std::vector<const Measured*>& picks, const std::vector<LayerProfile>& profiles) {
+    core::RoutinePath path;
+    path.device_fingerprint = report.device_fingerprint;
+    for (std::size_t i = 0; i < profiles.size(); ++i)
+      path.routines.push_back({profiles[i].layer->name, picks[i]->cand.descriptor, picks[i]->params, 0, 0});
+    return path;
+  }
+
+  /// Runs a whole net with `path` and returns the median per-step times and the median total.
+  std::pair<std::map<std::string, double>, double> run_in_context(const core::RoutinePath& path, int runs) {
+    core::Graph g = net.graph;
+    g.routine_path = path;
+    core::Executor exec(g, net.shapes);
+    std::vector<NamedBlob> ins, outs;
+    for (const auto& t : net.inputs) ins.push_back({t.name, random_blob(t.shape, Schema{}, rng)});
+    for (const auto& t : net.outputs) outs.push_back({t.name, Blob::allocate(t.shape)});
+    const auto& steps = exec.steps();
+    std::vector<double> step_ms(steps.size());
+    std::vector<std::vector<double>> samples(steps.size());
+    std::vector<double> totals;
+    exec.run(ins, outs);  // warm-up
+    for (int r = 0; r < std::max(1, runs); ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      exec.run(ins, outs, step_ms.data());
+      totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      for (std::size_t i = 0; i < steps.size(); ++i) samples[i].push_back(step_ms[i]);
+    }
+    std::map<std::string, double> per_step;
+    for (std::size_t i = 0; i < steps.size(); ++i) per_step[steps[i]->name] = profiler::robust_median(samples[i]);
+    return {per_step, profiler::robust_median(totals)};
+  }
+
+  TuneReport run() {
+    if (num_threads() < 1) throw Error("no threads");
+    auto profiles = unit_profile();
+
+    // DPRS on unit costs.
+    Problem pb = build_problem(profiles, false);
+    progress("dprs", 0, 1, "");
+    auto sol = dprs::solve(pb.graph);
+    if (!sol.feasible) throw Error("no routine path exists: some edge has no adapt between the schemas its layers allow", net.file);
+
+    // Integrated profiling: the best few candidates per (layer, chosen schema), in whole-net runs.
+    auto pick = [&](bool integrated) {
+      std::vector<const Measured*> picks;
+      for (const auto& p : profiles) picks.push_back(best_in(p, schemas[static_cast<std::size_t>(sol.schema[static_cast<std::size_t>(p.node)])], integrated));
+      return picks;
+    };
+    int rounds = std::max(1, opt.candidates_per_schema);
+    for (int k = 0; k < rounds; ++k) {
+      progress("integrated profiling", k, rounds, "");
+      std::vector<const Measured*> picks = pick(false);
+      bool any = k == 0;
+      for (std::size_t i = 0; i < profiles.size(); ++i) {
+        const Schema& s = picks[i]->cand.schema;
+        int seen = 0;
+        for (const auto& m : profiles[i].measured)
+          if (m.cand.schema == s && seen++ == k) {
+            picks[i] = &m;
+            any = true;
+          }
+      }
+      if (!any) break;
+      auto [per_step, total] = run_in_context(path_from(picks, profiles), opt.integrated_runs);
+      for (std::size_t i = 0; i < profiles.size(); ++i) {
+        auto it = per_step.find(profiles[i].layer->name);
+        if (it != per_step.end()) measured_entry(profiles[i], picks[i]).integrated_ms = it->second;
+      }
+    }
+    progress("integrated profiling", rounds, rounds, "");
+
+    // DPRS again with in-context costs where measured.
+    pb = build_problem(profiles, true);
+    sol = dprs::solve(pb.graph);
+    if (!sol.feasible) throw Error("no routine path exists", net.file);
+    report.exact = sol.exact;
+    auto picks = pick(true);
+    core::RoutinePath path = path_from(picks, profiles);
+    report.predicted_ms = sol.total;
+    const int S = pb.graph.num_schemas;
+    for (std::size_t e = 0; e < pb.graph.edges.size(); ++e) {
+      const auto& edge = pb.graph.edges[e];
+      int a = sol.schema[static_cast<std::size_t>(edge.from)], b = sol.schema[static_cast<std::size_t>(edge.to)];
+      if (a == b) continue;
+      double ms = edge.adapt[static_cast<std::size_t>(a * S + b)];
+      std::string d = pb.adapt_desc[e][static_cast<std::size_t>(a * S + b)];
+      path.adapts.push_back({pb.blob_of_edge[e], pb.consumer_of_edge[e], schemas[static_cast<std::size_t>(a)].to_string(),
+                             schemas[static_cast<std::size_t>(b)].to_string(), {d}, ms});
+      report.adapts.push_back({pb.blob_of_edge[e], pb.consumer_of_edge[e], schemas[static_cast<std::size_t>(a)].to_string(),
+                               schemas[static_cast<std::size_t>(b)].to_string(), d, ms});
+    }
+    for (std::size_t i = 0; i < profiles.size(); ++i) {
+      auto& rc = path.routines[i];
+      rc.predicted_ms = picks[i]->integrated_ms > 0 ? picks[i]->integrated_ms : picks[i]->unit_ms;
+      report.layers.push_back({profiles[i].layer->name, profiles[i].layer->type, rc.descriptor, params_text(rc.params),
+                               picks[i]->unit_ms, picks[i]->integrated_ms, static_cast<int>(profiles[i].measured.size())});
+    }
+
+    // Measure the tuned net end to end; never hand back a path slower than the untuned default.
+    auto [tuned_steps, tuned_ms] = run_in_context(path, std::max(5, opt.integrated_runs));
+    auto [default_steps, default_ms] = run_in_context(core::RoutinePath{}, std::max(5, opt.integrated_runs));
+    for (auto& rc : path.routines)
+      if (auto it = tuned_steps.find(rc.layer); it != tuned_steps.end()) rc.measured_ms = it->second;
+    report.measured_ms = tuned_ms;
+    // (Only when the default itself obeys the user's schemas, pins and bans.)
+    bool default_allowed = true;
+    {
+      core::Graph g = net.graph;
+      core::Executor exec(g, net.shapes);
+      for (const auto& step : exec.steps())
+        if (step->layer->type != "adapt")
+          default_allowed = default_allowed && schema_allowed(step->routine.schema) &&
+                            rule_allows(step->name, step->routine.descriptor);
+    }
+    if (default_allowed && default_ms < tuned_ms * 0.97) {
+      core::warn("the tuned path measured {:.3f} ms, the untuned default {:.3f} ms: keeping the default's routines", tuned_ms,
+                 default_ms);
+      core::RoutinePath fallback;
+      fallback.device_fingerprint = report.device_fingerprint;
+      core::Graph g = net.graph;
+      core::Executor exec(g, net.shapes);
+      for (const auto& step : exec.steps())
+        if (step->layer->type != "adapt")
+          fallback.routines.push_back({step->name, step->routine.descriptor, step->params, default_steps[step->name], default_steps[step->name]});
+      path = fallback;
+      report.measured_ms = default_ms;
+      report.predicted_ms = 0;
+      for (const auto& r : path.routines) report.predicted_ms += r.predicted_ms;
+      report.layers.clear();
+      report.adapts.clear();
+      for (const auto& r : path.routines) report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params), r.predicted_ms, r.measured_ms, 1});
+    }
+
+    net.graph.routine_path = path;
+    net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
+    cache.save();
+    report.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    progress("done", 1, 1, "");
+    return report;
+  }
+};
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", static_cast<int>(c));
+    else o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+TuneReport Net::tune(const TuneOptions& options) {
+  Tuner tuner(*impl_, options);
+  return tuner.run();
+}
+
+std::string TuneReport::to_text() const {
+  std::string s = fmt::format("device: {}\nthreads: {}\n", device_fingerprint, threads);
+  std::size_t wn = 5, wd = 7;
+  for (const auto& l : layers) {
+    wn = std::max(wn, l.layer.size());
+    wd = std::max(wd, l.descriptor.size() + (l.routine_params.empty() ? 0 : l.routine_params.size() + 3));
+  }
+  s += fmt::format("\n{:<{}}  {:<12} {:<{}}  {:>10}  {:>10}  {:>5}\n", "layer", wn, "type", "routine", wd, "unit ms", "in-net ms", "cands");
+  for (const auto& l : layers)
+    s += fmt::format("{:<{}}  {:<12} {:<{}}  {:>10.4f}  {:>10.4f}  {:>5}\n", l.layer, wn, l.type,
+                     l.descriptor + (l.routine_params.empty() ? "" : " (" + l.routine_params + ")"), wd, l.unit_ms,
+                     l.integrated_ms, l.candidates);
+  double adapt_ms = 0;
+  for (const auto& a : adapts) adapt_ms += a.ms;
+  s += fmt::format("\n{} adapts, {:.4f} ms in all\n", adapts.size(), adapt_ms);
+  for (const auto& a : adapts)
+    s += fmt::format("  {} -> {}: {} -> {} by {} ({:.4f} ms)\n", a.blob, a.consumer, a.from_schema, a.to_schema, a.descriptor, a.ms);
+  s += fmt::format("\npredicted (DPRS{}) {:.3f} ms, measured {:.3f} ms end to end\n", exact ? "" : ", heuristic fallback",
+                   predicted_ms, measured_ms);
+  s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
+  return s;
+}
+
+std::string TuneReport::to_json() const {
+  std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"predicted_ms\": {},\n  \"measured_ms\": {},\n"
+                              "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n  \"layers\": [",
+                              json_escape(device_fingerprint), threads, predicted_ms, measured_ms, tuning_s, measurements,
+                              cache_hits, exact);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    s += fmt::format("{}\n    {{\"layer\": \"{}\", \"type\": \"{}\", \"descriptor\": \"{}\", \"routine_params\": \"{}\", "
+                     "\"unit_ms\": {}, \"integrated_ms\": {}, \"candidates\": {}}}",
+                     i ? "," : "", json_escape(l.layer), json_escape(l.type), json_escape(l.descriptor),
+                     json_escape(l.routine_params), l.unit_ms, l.integrated_ms, l.candidates);
+  }
+  s += "\n  ],\n  \"adapts\": [";
+  for (std::size_t i = 0; i < adapts.size(); ++i) {
+    const auto& a = adapts[i];
+    s += fmt::format("{}\n    {{\"blob\": \"{}\", \"consumer\": \"{}\", \"from\": \"{}\", \"to\": \"{}\", \"descriptor\": \"{}\", \"ms\": {}}}",
+                     i ? "," : "", json_escape(a.blob), json_escape(a.consumer), json_escape(a.from_schema),
+                     json_escape(a.to_schema), json_escape(a.descriptor), a.ms);
+  }
+  s += "\n  ]\n}\n";
+  return s;
+}
+
+}  // namespace softneuro

@@ -1,0 +1,129 @@
+// Net::tune(): a routine path is chosen, stored, saved and followed; the
+// profile cache is reused and never trusted when damaged; pins and bans hold.
+#include "core/net_impl.hpp"
+#include "profiler/profile_cache.hpp"
+#include "support/graphs.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace softneuro;
+
+namespace {
+
+TuneOptions quick(const std::string& cache) {
+  TuneOptions o;
+  o.cache_dir = cache;
+  o.unit_budget_ms = 0.5;
+  o.integrated_runs = 2;
+  return o;
+}
+
+std::vector<float> run_net(Net& net) {
+  std::vector<NamedBlob> in;
+  for (const auto& t : net.inputs()) in.push_back({t.name, test::iota_blob(t.shape, 0.01f, -0.5f)});
+  return test::values(net.run(in)[0].blob);
+}
+
+std::string fresh_dir(const std::string& name) {
+  auto d = test::temp_path(name);
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("tuning stores a routine path that save and load keep", "[tune]") {
+  Net net(detail::NetImpl::build(test::multi_io_graph()));
+  auto want = run_net(net);
+  TuneReport r = net.tune(quick(fresh_dir("cache1")));
+  CHECK(r.layers.size() == 7);
+  CHECK(r.measured_ms > 0);
+  CHECK_FALSE(r.device_fingerprint.empty());
+  CHECK_THAT(r.to_text(), Catch::Contains("predicted"));
+  CHECK_THAT(r.to_json(), Catch::Contains("\"layers\": ["));
+  for (const auto& l : net.layers()) CHECK((l.tuned || l.type == "adapt"));
+  auto got = run_net(net);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-4).margin(1e-5));
+
+  std::string path = test::temp_path("tuned.dnn");
+  net.save(path);
+  Net loaded = Net::load(path);
+  CHECK(loaded.tuned_fingerprint() == r.device_fingerprint);
+  auto a = net.layers(), b = loaded.layers();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].descriptor == b[i].descriptor);
+}
+
+TEST_CASE("a warm profile cache answers every unit measurement", "[tune]") {
+  std::string dir = fresh_dir("cache2");
+  Net first(detail::NetImpl::build(test::chain_graph(6)));
+  TuneReport cold = first.tune(quick(dir));
+  CHECK(cold.measurements > 0);
+  CHECK(std::filesystem::exists(dir + "/profiles.tsv"));
+  Net second(detail::NetImpl::build(test::chain_graph(6)));
+  TuneReport warm = second.tune(quick(dir));
+  CHECK(warm.measurements == 0);
+  CHECK(warm.cache_hits > 0);
+}
+
+TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
+  std::string dir = fresh_dir("cache3");
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/profiles.tsv");
+    f << "garbage line\n" << "softneuro-profile-v1\tkey\t0.001\tdeadbeefdeadbeef\n" << std::string(100, '\0') << "\n";
+  }
+  profiler::ProfileCache cache(dir);
+  CHECK_FALSE(cache.find("key").has_value());
+  Net net(detail::NetImpl::build(test::chain_graph(3)));
+  TuneReport r = net.tune(quick(dir));
+  CHECK(r.measurements > 0);
+  // A record whose value was edited fails its checksum.
+  std::string text;
+  {
+    std::ifstream in(dir + "/profiles.tsv");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto tab = text.find('\t', text.find('\t') + 1);
+  text[tab + 1] = text[tab + 1] == '9' ? '8' : '9';
+  std::ofstream(dir + "/profiles.tsv") << text;
+  profiler::ProfileCache reread(dir);
+  auto first_key = text.substr(text.find('\t') + 1, tab - text.find('\t') - 1);
+  CHECK_FALSE(reread.find(first_key).has_value());
+}
+
+TEST_CASE("pins and bans constrain the routine path", "[tune]") {
+  SECTION("pin") {
+    Net net(detail::NetImpl::build(test::chain_graph(5)));
+    auto o = quick("-");
+    o.pin.push_back({"l*", "cpu/ref"});
+    net.tune(o);
+    for (const auto& l : net.layers())
+      if (l.type != "adapt") CHECK(l.descriptor == "cpu/ref");
+  }
+  SECTION("ban everything for a layer: an error naming it") {
+    Net net(detail::NetImpl::build(test::chain_graph(5)));
+    auto o = quick("-");
+    o.ban.push_back({"l2", "*"});
+    try {
+      net.tune(o);
+      FAIL("tuned without routines for l2");
+    } catch (const Error& e) {
+      CHECK(e.layer() == "l2");
+    }
+  }
+  SECTION("schemas restrict the candidates") {
+    Net net(detail::NetImpl::build(test::chain_graph(5)));
+    auto o = quick("-");
+    o.schemas = {"cpu"};
+    net.tune(o);
+    for (const auto& l : net.layers()) CHECK(l.type != "adapt");
+  }
+}
