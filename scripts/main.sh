@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: install dependencies, build (Release), then
-# load the bundled model and run it, printing its top-5 output and median latency.
+# The main job on a fresh machine: install dependencies, build (Release), tune
+# the bundled model on this machine (profile cache in build/profile-cache), then
+# run the untuned and the tuned model, printing top-5 outputs and median latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
 cmake --build build -j "$(nproc)"
 ./build/softneuro inspect build/models/demo.dnn | head -8
+./build/softneuro tune build/models/demo.dnn -o build/models/demo.tuned.dnn --cache build/profile-cache \
+  --report build/models/demo.tuning.txt --json build/models/demo.tuning.json
+tail -3 build/models/demo.tuning.txt
+echo "== untuned"
 ./build/softneuro run build/models/demo.dnn --repeat 50
+echo "== tuned"
+./build/softneuro run build/models/demo.tuned.dnn --repeat 50
