@@ -23,7 +23,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 1;
+inline constexpr uint32_t abi_version = 2;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -149,6 +149,8 @@ class PreparedRoutine {
   virtual ~PreparedRoutine() = default;
   /// Scratch memory run() needs; the executor plans it with the blobs.
   virtual std::size_t workspace_bytes() const { return 0; }
+  /// Where the workspace lives (a CUDA routine wants device memory).
+  virtual Device workspace_device() const { return Device::cpu; }
   virtual void run(const RunArgs& args) = 0;
 };
 
@@ -176,6 +178,20 @@ class Routine {
   /// supported routines of the default schema. Reference routines use 0.
   virtual int default_priority() const { return 0; }
 };
+
+/// Memory of a device other than the CPU, provided by its backend (e.g. CUDA)
+/// when the device is present, so the executor can plan device blobs like
+/// host ones: one arena per device, allocated once.
+struct DeviceMemory {
+  void* (*allocate)(std::size_t bytes) = nullptr;  ///< nullptr on failure
+  void (*release)(void* ptr) = nullptr;
+  /// Waits until the work queued by routines on this device is done.
+  void (*synchronize)() = nullptr;
+};
+/// Registers the memory of `device` (called by the backend when it finds one).
+void register_device_memory(Device device, const DeviceMemory& memory);
+/// The registered memory of `device`, or nullptr when the device is unavailable.
+const DeviceMemory* device_memory(Device device);
 
 /// "schema/algorithm"
 std::string make_descriptor(const Schema& schema, std::string_view algorithm);

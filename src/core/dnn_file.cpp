@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <cmath>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -188,6 +189,19 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
         g.routine_path.adapts.push_back({r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
                                          r.str(a->to_schema()), strings(a->steps()), a->predicted_ms()});
   }
+  if (m->blob_quant())
+    for (auto q : *m->blob_quant()) {
+      QuantParams qp;
+      if (q->scales()) qp.scales.assign(q->scales()->begin(), q->scales()->end());
+      if (q->zero_points()) qp.zero_points.assign(q->zero_points()->begin(), q->zero_points()->end());
+      qp.axis = q->axis();
+      std::string field = "blob_quant." + r.str(q->blob());
+      if (qp.scales.empty() || (!qp.zero_points.empty() && qp.zero_points.size() != qp.scales.size()) || qp.axis < -1)
+        bad(file, field, "inconsistent scales, zero points or axis");
+      for (float sc : qp.scales)
+        if (!(sc > 0) || !std::isfinite(sc)) bad(file, field, fmt::format("scale {} is not a positive finite number", sc));
+      if (!g.blob_quant.emplace(r.str(q->blob()), std::move(qp)).second) bad(file, field, "duplicate entry");
+    }
   return g;
 }
 
@@ -293,8 +307,14 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
     path = fb::CreateRoutinePath(fbb, fbb.CreateString(g.routine_path.device_fingerprint), fbb.CreateVector(rcs),
                                  fbb.CreateVector(acs));
   }
+  std::vector<flatbuffers::Offset<fb::BlobQuant>> quants;
+  for (const auto& [blob, q] : g.blob_quant) {
+    auto zps = q.zero_points.empty() ? 0 : fbb.CreateVector(q.zero_points);
+    quants.push_back(fb::CreateBlobQuant(fbb, fbb.CreateString(blob), fbb.CreateVector(q.scales), zps, q.axis));
+  }
+  auto quant_vec = quants.empty() ? 0 : fbb.CreateVector(quants);
   auto model = fb::CreateModel(fbb, fbb.CreateString(g.name), fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
-                               fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path);
+                               fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path, quant_vec);
   fb::FinishModelBuffer(fbb, model);
 
   Header h{};

@@ -29,6 +29,9 @@ int Executor::add_blob(const std::string& name, BlobKind kind, const Shape& shap
   s.last = s.first;
   slots_.push_back(std::move(s));
   blobs_.push_back(Blob::view(nullptr, shape, schema.dtype, schema.layout, schema.device));
+  // Calibrated quantisation travels with the blob (adapted copies "x@schema" share x's).
+  auto q = graph_.blob_quant.find(name.substr(0, name.find('@')));
+  if (q != graph_.blob_quant.end()) blobs_.back().quant() = q->second;
   return static_cast<int>(slots_.size()) - 1;
 }
 
@@ -58,6 +61,8 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     step->info.layer = step->layer;
     step->info.input_shapes = {shape};
     step->info.output_shapes = {shape};
+    step->info.input_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
+    step->info.output_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
     auto cands = registry.candidates(step->info, want);
     const Candidate* pick = nullptr;
     for (const auto& c : cands)
@@ -90,8 +95,18 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     step->name = layer.name;
     step->layer = &layer;
     step->info.layer = &layer;
-    for (const auto& i : layer.inputs) step->info.input_shapes.push_back(shapes.at(i));
-    for (const auto& o : layer.outputs) step->info.output_shapes.push_back(shapes.at(o));
+    auto quant_of = [&](const std::string& blob) {
+      auto q = graph.blob_quant.find(blob);
+      return q == graph.blob_quant.end() ? QuantParams{} : q->second;
+    };
+    for (const auto& i : layer.inputs) {
+      step->info.input_shapes.push_back(shapes.at(i));
+      step->info.input_quant.push_back(quant_of(i));
+    }
+    for (const auto& o : layer.outputs) {
+      step->info.output_shapes.push_back(shapes.at(o));
+      step->info.output_quant.push_back(quant_of(o));
+    }
 
     // The tuned choice where it still applies here, else the default.
     bool chosen = false;
@@ -143,29 +158,43 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
   const int end = static_cast<int>(steps_.size());
   for (int s : net_outputs_) slots_[static_cast<std::size_t>(s)].last = end;
 
-  // Memory plan: planned blobs and each step's workspace share one arena.
-  std::vector<BufferRequest> requests;
+  // Memory plan: planned blobs and workspaces share one arena per device.
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].kind != BlobKind::planned) continue;
-    slots_[i].request = static_cast<int>(requests.size());
-    requests.push_back({blobs_[i].byte_size(), slots_[i].first, slots_[i].last});
+    Arena& a = arena(slots_[i].schema.device);
+    slots_[i].request = static_cast<int>(a.requests.size());
+    a.requests.push_back({blobs_[i].byte_size(), slots_[i].first, slots_[i].last});
     unplanned_bytes_ += blobs_[i].byte_size();
   }
   std::vector<int> workspace_request(steps_.size(), -1);
   for (std::size_t t = 0; t < steps_.size(); ++t) {
-    steps_[t]->workspace_bytes = steps_[t]->prepared->workspace_bytes();
-    if (steps_[t]->workspace_bytes == 0) continue;
-    workspace_request[t] = static_cast<int>(requests.size());
-    requests.push_back({steps_[t]->workspace_bytes, static_cast<int>(t), static_cast<int>(t)});
-    unplanned_bytes_ += steps_[t]->workspace_bytes;
+    Step& step = *steps_[t];
+    step.workspace_bytes = step.prepared->workspace_bytes();
+    step.workspace_device = step.prepared->workspace_device();
+    if (step.workspace_bytes == 0) continue;
+    Arena& a = arena(step.workspace_device);
+    workspace_request[t] = static_cast<int>(a.requests.size());
+    a.requests.push_back({step.workspace_bytes, static_cast<int>(t), static_cast<int>(t)});
+    unplanned_bytes_ += step.workspace_bytes;
   }
-  plan_ = plan_memory(requests);
-  std::size_t bytes = std::max<std::size_t>(64, plan_.arena_bytes);
-  void* arena = std::aligned_alloc(64, bytes);
-  if (!arena) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
-  arena_ = std::shared_ptr<void>(arena, [](void* p) { std::free(p); });
+  for (Arena& a : arenas_) {
+    a.plan = plan_memory(a.requests);
+    std::size_t bytes = std::max<std::size_t>(64, a.plan.arena_bytes);
+    if (a.device == Device::cpu) {
+      void* p = std::aligned_alloc(64, bytes);
+      if (!p) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
+      a.memory = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    } else {
+      const DeviceMemory* dm = device_memory(a.device);
+      if (!dm) throw Error(fmt::format("no {} device is available", to_string(a.device)));
+      void* p = dm->allocate(bytes);
+      if (!p) throw Error(fmt::format("out of {} memory: the net's arena needs {} bytes", to_string(a.device), bytes));
+      a.memory = std::shared_ptr<void>(p, [release = dm->release](void* q) { release(q); });
+    }
+  }
   for (std::size_t t = 0; t < steps_.size(); ++t)
-    if (workspace_request[t] >= 0) steps_[t]->workspace_offset = plan_.offsets[static_cast<std::size_t>(workspace_request[t])];
+    if (workspace_request[t] >= 0)
+      steps_[t]->workspace_offset = arena(steps_[t]->workspace_device).plan.offsets[static_cast<std::size_t>(workspace_request[t])];
   bind_outputs_to_arena();
 
   for (auto& step : steps_) {
@@ -174,10 +203,25 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
   }
 }
 
+Executor::Arena& Executor::arena(Device d) {
+  for (auto& a : arenas_)
+    if (a.device == d) return a;
+  arenas_.push_back(Arena{});
+  arenas_.back().device = d;
+  return arenas_.back();
+}
+
+std::size_t Executor::arena_bytes() const {
+  std::size_t n = 0;
+  for (const auto& a : arenas_) n += a.plan.arena_bytes;
+  return n;
+}
+
 void Executor::bind_outputs_to_arena() {
-  auto* base = static_cast<char*>(arena_.get());
   for (std::size_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].request >= 0) blobs_[i].rebind(base + plan_.offsets[static_cast<std::size_t>(slots_[i].request)]);
+    if (slots_[i].request >= 0)
+      blobs_[i].rebind(arena(slots_[i].schema.device).base() +
+                       arena(slots_[i].schema.device).plan.offsets[static_cast<std::size_t>(slots_[i].request)]);
 }
 
 void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {
@@ -218,10 +262,10 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
   }
 
   ThreadPool* pool = &global_pool();
-  auto* base = static_cast<char*>(arena_.get());
   for (std::size_t t = 0; t < steps_.size(); ++t) {
     Step& step = *steps_[t];
-    RunArgs args{step.inputs, step.outputs, step.workspace_bytes ? base + step.workspace_offset : nullptr, pool};
+    RunArgs args{step.inputs, step.outputs,
+                 step.workspace_bytes ? arena(step.workspace_device).base() + step.workspace_offset : nullptr, pool};
     if (!step_ms) {
       step.prepared->run(args);
       continue;
@@ -230,6 +274,10 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
     step.prepared->run(args);
     step_ms[t] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
+
+  // Work queued on devices finishes before the outputs are handed back.
+  for (const auto& a : arenas_)
+    if (a.device != Device::cpu) device_memory(a.device)->synchronize();
 
   // Outputs that are net inputs or constants are copied.
   for (auto& given : outputs)

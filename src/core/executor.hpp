@@ -32,6 +32,7 @@ struct Step {
   std::vector<Blob*> outputs;
   std::size_t workspace_offset = 0;
   std::size_t workspace_bytes = 0;
+  Device workspace_device = Device::cpu;
 };
 
 class Executor {
@@ -46,7 +47,8 @@ class Executor {
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms = nullptr);
 
   const std::vector<std::unique_ptr<Step>>& steps() const { return steps_; }
-  std::size_t arena_bytes() const { return plan_.arena_bytes; }
+  /// Bytes of all arenas (host and devices).
+  std::size_t arena_bytes() const;
   std::size_t unplanned_bytes() const { return unplanned_bytes_; }
 
  private:
@@ -56,8 +58,17 @@ class Executor {
     BlobKind kind = BlobKind::planned;
     Schema schema;
     int first = 0, last = 0;  ///< lifetime in steps
-    int request = -1;         ///< index into the memory plan
+    int request = -1;         ///< index into its device's memory plan
   };
+  /// One arena per device: the plan of the blobs and workspaces living there.
+  struct Arena {
+    Device device = Device::cpu;
+    std::vector<BufferRequest> requests;
+    MemoryPlan plan;
+    std::shared_ptr<void> memory;
+    char* base() const { return static_cast<char*>(memory.get()); }
+  };
+  Arena& arena(Device d);
   int add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema);
   void bind_outputs_to_arena();
 
@@ -66,9 +77,8 @@ class Executor {
   std::vector<Blob> blobs_;  ///< never resized after construction: steps point into it
   std::vector<std::unique_ptr<Step>> steps_;
   std::vector<int> net_inputs_, net_outputs_;
-  MemoryPlan plan_;
+  std::vector<Arena> arenas_;
   std::size_t unplanned_bytes_ = 0;
-  std::shared_ptr<void> arena_;
 };
 
 }  // namespace softneuro::core

@@ -47,6 +47,8 @@ struct Graph {
   std::vector<std::string> outputs;
   std::vector<Layer> layers;
   RoutinePath routine_path;
+  /// Quantisation of activation blobs (from calibration), by blob name.
+  std::map<std::string, QuantParams> blob_quant;
   /// Keeps memory alive that weights view (e.g. a memory-mapped file).
   std::shared_ptr<const void> storage;
 

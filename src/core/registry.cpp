@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 namespace softneuro {
 
@@ -12,6 +13,25 @@ void register_routine(std::unique_ptr<Routine> routine) {
 
 std::vector<std::string> registered_routines(std::string_view layer_type) {
   return core::RoutineRegistry::instance().descriptors(layer_type);
+}
+
+namespace {
+std::mutex g_device_mutex;
+std::map<Device, DeviceMemory> g_device_memory;
+}  // namespace
+
+void register_device_memory(Device device, const DeviceMemory& memory) {
+  if (device == Device::cpu) throw Error("the CPU's memory is not registered");
+  if (!memory.allocate || !memory.release || !memory.synchronize)
+    throw Error(fmt::format("incomplete memory functions for device {}", to_string(device)));
+  std::lock_guard lock(g_device_mutex);
+  g_device_memory[device] = memory;
+}
+
+const DeviceMemory* device_memory(Device device) {
+  std::lock_guard lock(g_device_mutex);
+  auto it = g_device_memory.find(device);
+  return it == g_device_memory.end() ? nullptr : &it->second;
 }
 
 namespace core {

@@ -5,6 +5,7 @@
 #include "support/graphs.hpp"
 
 #include <softneuro/net.hpp>
+#include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -196,4 +197,24 @@ TEST_CASE("the routine path survives a round trip", "[dnn]") {
   Net net(detail::NetImpl::build(std::move(back)));
   CHECK(net.layers()[0].tuned);
   CHECK(net.tuned_fingerprint() == "test-cpu avx2 t2");
+}
+
+TEST_CASE("calibrated blob quantisation survives a round trip and reaches routines", "[dnn]") {
+  auto g = test::chain_graph(3);
+  g.blob_quant["b0"] = QuantParams{{0.05f}, {3}, -1};
+  g.blob_quant["out"] = QuantParams{{0.1f, 0.2f}, {}, 1};
+  auto bytes = core::serialize_dnn(g);
+  auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
+  CHECK(back.blob_quant == g.blob_quant);
+  Net net(detail::NetImpl::build(std::move(back)));
+  // A non-positive scale is damage, not data.
+  g.blob_quant["b0"].scales = {-1.0f};
+  auto bad = core::serialize_dnn(g);
+  CHECK_THROWS_WITH(core::read_dnn_bytes(bad.data(), bad.size(), "mem"), Catch::Contains("blob_quant.b0"));
+}
+
+TEST_CASE("devices without registered memory are unavailable", "[dnn]") {
+  CHECK(device_memory(Device::cpu) == nullptr);
+  CHECK_THROWS_AS(register_device_memory(Device::cpu, DeviceMemory{}), Error);
+  CHECK_THROWS_AS(register_device_memory(Device::cuda, DeviceMemory{}), Error);  // incomplete
 }
