@@ -88,7 +88,7 @@ class Blob {
                    Layout layout = Layout::nchw, Device device = Device::cpu);
   /// Views memory kept alive by `owner` (e.g. a memory-mapped file).
   static Blob view(std::shared_ptr<const void> owner, const void* data, const Shape& shape,
-                   DType dtype, Layout layout = Layout::nchw);
+                   DType dtype, Layout layout = Layout::nchw, Device device = Device::cpu);
 
   /// True for a default-constructed blob (no memory).
   bool empty() const noexcept { return data_ == nullptr; }

@@ -106,8 +106,8 @@ Blob Blob::view(void* data, const Shape& shape, DType dtype, Layout layout, Devi
 }
 
 Blob Blob::view(std::shared_ptr<const void> owner, const void* data, const Shape& shape, DType dtype,
-                Layout layout) {
-  Blob b = view(const_cast<void*>(data), shape, dtype, layout);
+                Layout layout, Device device) {
+  Blob b = view(const_cast<void*>(data), shape, dtype, layout, device);
   b.owner_ = std::move(owner);
   return b;
 }

@@ -6,6 +6,7 @@
 #include "core/net_impl.hpp"
 #include "core/thread_pool.hpp"
 #include "dprs/dprs.hpp"
+#include "profiler/calibrate.hpp"
 #include "profiler/profile_cache.hpp"
 #include "profiler/timing.hpp"
 
@@ -52,8 +53,18 @@ std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& spa
   return out;
 }
 
-/// A blob filled with small random values in the schema's dtype and layout.
+/// A blob filled with small random values in the schema's dtype and layout;
+/// on another device, zero-filled device memory from the device's backend.
 Blob random_blob(const Shape& shape, const Schema& s, std::mt19937& rng) {
+  if (s.device != Device::cpu) {
+    const DeviceMemory* dm = device_memory(s.device);
+    if (!dm) throw Error(fmt::format("no {} device is available", to_string(s.device)));
+    std::size_t bytes = std::max<std::size_t>(64, storage_bytes(shape, s.dtype, s.layout));
+    void* p = dm->allocate(bytes);
+    if (!p) throw Error(fmt::format("out of {} memory ({} bytes)", to_string(s.device), bytes));
+    std::shared_ptr<const void> owner(p, [release = dm->release](const void* q) { release(const_cast<void*>(q)); });
+    return Blob::view(owner, p, shape, s.dtype, s.layout, s.device);
+  }
   Blob b = Blob::allocate(shape, s.dtype, s.layout);
   auto* bytes = static_cast<unsigned char*>(b.data());
   if (s.dtype == DType::float32) {
@@ -96,6 +107,12 @@ struct Tuner {
     report.device_fingerprint = core::device_fingerprint();
     report.threads = num_threads();
     key_prefix = fmt::format("{}|t{}|v{}", report.device_fingerprint, report.threads, version());
+  }
+
+  /// The calibrated quantisation of a blob (empty when uncalibrated).
+  QuantParams quant_of(const std::string& blob) const {
+    auto q = net.graph.blob_quant.find(blob);
+    return q == net.graph.blob_quant.end() ? QuantParams{} : q->second;
   }
 
   void progress(const char* stage, int done, int total, const std::string& item) {
@@ -150,21 +167,26 @@ struct Tuner {
     }
     std::vector<Blob> ins, outs;
     for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, s, rng));
-    for (const auto& shape : info.output_shapes) outs.push_back(Blob::allocate(shape, s.dtype, s.layout));
+    for (const auto& shape : info.output_shapes) outs.push_back(random_blob(shape, s, rng));
     std::vector<const Blob*> in_ptrs;
     std::vector<Blob*> out_ptrs;
     for (auto& b : ins) in_ptrs.push_back(&b);
     for (auto& b : outs) out_ptrs.push_back(&b);
-    Blob workspace = Blob::allocate(Shape{static_cast<int64_t>(prepared->workspace_bytes())}, DType::quint8);
+    Blob workspace = random_blob(Shape{static_cast<int64_t>(prepared->workspace_bytes())},
+                                 Schema{prepared->workspace_device(), DType::quint8, Layout::nchw}, rng);
     RunArgs args{in_ptrs, out_ptrs, prepared->workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
-    double ms = profiler::measure([&] { prepared->run(args); }, budget_ms()).median_ms;
+    const DeviceMemory* device = s.device == Device::cpu ? nullptr : device_memory(s.device);
+    double ms = profiler::measure([&] {
+                  prepared->run(args);
+                  if (device) device->synchronize();  // time the work, not its queueing
+                }, budget_ms()).median_ms;
     ++report.measurements;
     cache.put(key, ms);
     return ms;
   }
 
   /// The cheapest adapt of a blob of `shape` from one schema to another (kInf: none).
-  std::pair<double, std::string> adapt_cost(const Shape& shape, const Schema& from, const Schema& to) {
+  std::pair<double, std::string> adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to) {
     if (from == to) return {0.0, {}};
     Layer l;
     l.name = "adapt";
@@ -173,7 +195,7 @@ struct Tuner {
     l.outputs = {"y"};
     l.params["from"] = from.to_string();
     l.params["to"] = to.to_string();
-    LayerInfo info{&l, {shape}, {shape}, {}, {}};
+    LayerInfo info{&l, {shape}, {shape}, {quant}, {quant}};  // quantising adapts need the blob's calibration
     double best = kInf;
     std::string best_desc;
     for (const auto& c : core::RoutineRegistry::instance().candidates(info, to)) {
@@ -193,12 +215,18 @@ struct Tuner {
     }
     auto prepared = r.prepare(info, to, {});
     Blob in = random_blob(info.input_shapes[0], from, rng);
-    Blob out = Blob::allocate(info.output_shapes[0], to.dtype, to.layout);
+    Blob out = random_blob(info.output_shapes[0], to, rng);
     const Blob* ins[] = {&in};
     Blob* outs[] = {&out};
-    Blob workspace = Blob::allocate(Shape{static_cast<int64_t>(prepared->workspace_bytes())}, DType::quint8);
+    Blob workspace = random_blob(Shape{static_cast<int64_t>(prepared->workspace_bytes())},
+                                 Schema{prepared->workspace_device(), DType::quint8, Layout::nchw}, rng);
     RunArgs args{ins, outs, prepared->workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
-    double ms = profiler::measure([&] { prepared->run(args); }, budget_ms()).median_ms;
+    const Device dev = from.device != Device::cpu ? from.device : to.device;
+    const DeviceMemory* device = dev == Device::cpu ? nullptr : device_memory(dev);
+    double ms = profiler::measure([&] {
+                  prepared->run(args);
+                  if (device) device->synchronize();
+                }, budget_ms()).median_ms;
     ++report.measurements;
     cache.put(key, ms);
     return ms;
@@ -215,8 +243,8 @@ struct Tuner {
       LayerProfile p;
       p.layer = &layer;
       p.info.layer = &layer;
-      for (const auto& i : layer.inputs) p.info.input_shapes.push_back(net.shapes.at(i));
-      for (const auto& o : layer.outputs) p.info.output_shapes.push_back(net.shapes.at(o));
+      for (const auto& i : layer.inputs) p.info.input_shapes.push_back(net.shapes.at(i)), p.info.input_quant.push_back(quant_of(i));
+      for (const auto& o : layer.outputs) p.info.output_shapes.push_back(net.shapes.at(o)), p.info.output_quant.push_back(quant_of(o));
       progress("unit profiling", done++, total, layer.name);
       std::vector<Candidate> cands;
       for (auto& c : registry.candidates(p.info)) {
@@ -226,6 +254,17 @@ struct Tuner {
         }
         if (!schema_allowed(c.schema) || !rule_allows(layer.name, c.descriptor)) continue;
         cands.push_back(std::move(c));
+      }
+      if (cands.empty() && !opt.schemas.empty()) {
+        // The user's schemas leave this layer nothing (e.g. qint8-only and no qint8
+        // routine for its type): it falls back to float32 on the CPU rather than failing.
+        for (auto& c : registry.candidates(p.info))
+          if (c.support.ok && c.schema.device == Device::cpu && c.schema.dtype == DType::float32 &&
+              rule_allows(layer.name, c.descriptor))
+            cands.push_back(std::move(c));
+        if (!cands.empty())
+          core::warn("layer '{}' ({}): no routine in the schemas given supports it; it stays float32 on the CPU",
+                     layer.name, layer.type);
       }
       bool has_fast = std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
       std::string sig = signature(p.info);
@@ -285,7 +324,7 @@ struct Tuner {
       const Shape& shape = net.shapes.at(blob);
       for (int a = 0; a < S; ++a)
         for (int b = 0; b < S; ++b) {
-          auto [ms, d] = adapt_cost(shape, schemas[static_cast<std::size_t>(a)], schemas[static_cast<std::size_t>(b)]);
+          auto [ms, d] = adapt_cost(shape, quant_of(blob), schemas[static_cast<std::size_t>(a)], schemas[static_cast<std::size_t>(b)]);
           adapt[static_cast<std::size_t>(a * S + b)] = ms;
           desc[static_cast<std::size_t>(a * S + b)] = d;
         }
@@ -362,6 +401,13 @@ struct Tuner {
 
   TuneReport run() {
     if (num_threads() < 1) throw Error("no threads");
+    // qint8 routines need every blob's quantisation: calibrate when none is stored yet.
+    bool wants_qint8 = std::any_of(opt.schemas.begin(), opt.schemas.end(),
+                                   [](const std::string& s) { return Schema::parse(s).dtype == DType::qint8; });
+    if (wants_qint8 && net.graph.blob_quant.empty()) {
+      progress("calibration", 0, 1, "");
+      profiler::calibrate(net, opt.calibration);
+    }
     auto profiles = unit_profile();
 
     // DPRS on unit costs.
