@@ -34,7 +34,8 @@ commands:
       --no-passes           skip the graph passes (folding, fusion, clean-up)
   tune IN.dnn -o OUT.dnn [options]
                             measure routines on this device, pick the fastest routine path (DPRS)
-      --schemas A,B,...     schemas to consider (default: every float32 CPU schema)
+      --schemas A,B,...     schemas to consider, or globs over device:dtype:layout
+                            (default: every float32 CPU schema, i.e. cpu:float32:*; hybrid: cpu:float32:*,cpu:qint8:*)
       --cache DIR           profile cache folder ('-': none; default $SOFTNEURO_CACHE_DIR or ~/.cache/softneuro)
       --candidates K        candidates per layer and schema kept for integrated profiling (default 2)
       --unit-budget-ms X    measuring time per candidate (default 30)
@@ -238,7 +239,8 @@ int cmd_tune(const std::vector<std::string>& args) {
     else throw Usage(fmt::format("unexpected argument '{}'", a));
   }
   if (in.empty() || out.empty()) throw Usage("tune needs IN.dnn and -o OUT.dnn");
-  for (const auto& s : opt.schemas) (void)sn::Schema::parse(s);  // reject typos before measuring
+  for (const auto& s : opt.schemas)  // reject typos before measuring (globs are matched later)
+    if (s.find_first_of("*?[") == std::string::npos) (void)sn::Schema::parse(s);
   if (threads > 0) sn::set_num_threads(threads);
   sn::Net net = sn::Net::load(in);
   if (isatty(fileno(stderr))) {

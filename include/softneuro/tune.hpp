@@ -22,8 +22,9 @@ struct RoutineRule {
 };
 
 struct TuneOptions {
-  /// Schemas to consider, e.g. {"cpu", "cpu:float32:nhwc"}; empty: every
-  /// schema some registered routine offers for float32 on the CPU.
+  /// Schemas to consider, e.g. {"cpu", "cpu:float32:nhwc"}, or globs over the
+  /// full form device:dtype:layout ({"cpu:float32:*", "cpu:qint8:*"} = hybrid);
+  /// empty: every float32 CPU schema.
   std::vector<std::string> schemas;
   /// Profile cache folder; empty: $SOFTNEURO_CACHE_DIR, else
   /// $XDG_CACHE_HOME/softneuro, else ~/.cache/softneuro. "-" disables the cache.

@@ -127,8 +127,12 @@ struct Tuner {
 
   bool schema_allowed(const Schema& s) const {
     if (opt.schemas.empty()) return s.device == Device::cpu && s.dtype == DType::float32;
-    for (const auto& text : opt.schemas)
-      if (Schema::parse(text) == s) return true;
+    // Entries are schemas ("cpu:qint8") or globs over the full form
+    // device:dtype:layout ("cpu:float32:*" = every float32 CPU schema).
+    std::string full = fmt::format("{}:{}:{}", to_string(s.device), to_string(s.dtype), to_string(s.layout));
+    for (const auto& text : opt.schemas) {
+      if (text.find_first_of("*?[") != std::string::npos ? glob(text, full) : Schema::parse(text) == s) return true;
+    }
     return false;
   }
 

@@ -127,3 +127,15 @@ TEST_CASE("pins and bans constrain the routine path", "[tune]") {
     for (const auto& l : net.layers()) CHECK(l.type != "adapt");
   }
 }
+
+TEST_CASE("schema globs select families of schemas", "[tune]") {
+  Net net(detail::NetImpl::build(test::chain_graph(4)));
+  auto o = quick("-");
+  o.schemas = {"cpu:float32:nchw"};  // the full form of "cpu"
+  net.tune(o);
+  for (const auto& l : net.layers()) CHECK(l.type != "adapt");
+  o.schemas = {"cpu:float32:*"};
+  CHECK_NOTHROW(net.tune(o));
+  o.schemas = {"gpu:*"};
+  CHECK_THROWS_AS(net.tune(o), Error);
+}
