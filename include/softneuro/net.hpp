@@ -2,6 +2,7 @@
 #pragma once
 
 #include <softneuro/blob.hpp>
+#include <softneuro/calibrate.hpp>
 #include <softneuro/tune.hpp>
 
 #include <memory>
@@ -82,6 +83,12 @@ class Net {
   /// net: run() uses it from now on and save() stores it with this device's
   /// fingerprint. Throws softneuro::Error when no path exists.
   TuneReport tune(const TuneOptions& options = {});
+
+  /// Measures the range of every blob on calibration inputs (float32, with
+  /// the reference routines) and stores each blob's int8 quantisation in the
+  /// net (save() keeps it), so qint8 routines become candidates. Replaces any
+  /// earlier calibration. Throws softneuro::Error on mismatched inputs.
+  void calibrate(const CalibrationOptions& options = {});
 
   /// The layers in execution order with their chosen routines; with
   /// `explain`, also every routine considered and why it was or was not a candidate.

@@ -1,6 +1,8 @@
 // softneuro/tune.hpp — Net::tune(): pick the fastest routine path on this device.
 #pragma once
 
+#include <softneuro/calibrate.hpp>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -44,6 +46,8 @@ struct TuneOptions {
   std::vector<RoutineRule> ban;
   /// Skip cpu/ref routines when anything else supports the layer (they are the oracle).
   bool skip_reference = true;
+  /// Used when a qint8 schema is among `schemas` and the net is not calibrated yet.
+  CalibrationOptions calibration;
   std::function<void(const TuneProgress&)> progress;
 };
 

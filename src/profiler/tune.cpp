@@ -403,11 +403,40 @@ struct Tuner {
     return {per_step, profiler::robust_median(totals)};
   }
 
+  /// Every schema some registered routine computes in.
+  static std::vector<Schema> registered_schemas() {
+    std::vector<Schema> out;
+    for (const auto& d : registered_routines()) {
+      Schema s = Schema::parse(d.substr(0, d.find('/')));
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+    return out;
+  }
+
+  /// A schema entry that matches no registered routine is a typo, not a wish.
+  void check_schema_entries() const {
+    auto known = registered_schemas();
+    for (const auto& text : opt.schemas) {
+      TuneOptions one;
+      one.schemas = {text};
+      one.cache_dir = "-";
+      Tuner probe_rules(net, one);
+      bool matched = std::any_of(known.begin(), known.end(), [&](const Schema& s) { return probe_rules.schema_allowed(s); });
+      if (!matched) {
+        std::string list;
+        for (const auto& s : known) list += (list.empty() ? "" : ", ") + s.to_string();
+        throw Error(fmt::format("no registered routine computes in '{}' (available: {})", text, list), {}, {}, "schemas");
+      }
+    }
+  }
+
   TuneReport run() {
     if (num_threads() < 1) throw Error("no threads");
+    check_schema_entries();
     // qint8 routines need every blob's quantisation: calibrate when none is stored yet.
-    bool wants_qint8 = std::any_of(opt.schemas.begin(), opt.schemas.end(),
-                                   [](const std::string& s) { return Schema::parse(s).dtype == DType::qint8; });
+    bool wants_qint8 = false;
+    for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
+      wants_qint8 = wants_qint8 || schema_allowed(Schema{Device::cpu, DType::qint8, l});
     if (wants_qint8 && net.graph.blob_quant.empty()) {
       progress("calibration", 0, 1, "");
       profiler::calibrate(net, opt.calibration);

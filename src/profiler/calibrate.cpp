@@ -1,0 +1,191 @@
+// Net::calibrate(): run the float32 net with the reference routines on
+// calibration inputs, record every blob's range, and store each blob's
+// asymmetric int8 quantisation in graph.blob_quant (saved in the .dnn).
+//
+// Every intermediate blob is seen by making it an output of a private copy of
+// the graph: the executor then writes each one straight into memory of ours
+// (outputs are zero-copy), where the shared arena would have reused it.
+#include "profiler/calibrate.hpp"
+
+#include "core/log.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+
+namespace softneuro {
+namespace profiler {
+namespace {
+
+constexpr int kBins = 2048;
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  std::vector<uint64_t> hist;  // percentile pass: kBins over [lo, hi]
+  uint64_t count = 0;
+
+  void observe(const float* p, int64_t n) {
+    double a = lo, b = hi;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(p[i])) continue;
+      a = std::min(a, double(p[i]));
+      b = std::max(b, double(p[i]));
+    }
+    lo = a;
+    hi = b;
+  }
+  void histogram(const float* p, int64_t n) {
+    if (hist.empty()) hist.assign(kBins, 0);
+    const double width = hi - lo;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(p[i])) continue;
+      int bin = width > 0 ? static_cast<int>((double(p[i]) - lo) / width * kBins) : 0;
+      ++hist[static_cast<std::size_t>(std::clamp(bin, 0, kBins - 1))];
+      ++count;
+    }
+  }
+  /// [lower, upper] percentile bounds from the histogram (bin edges, conservative).
+  std::pair<double, double> clipped(double percentile) const {
+    if (hist.empty() || count == 0 || !(hi > lo)) return {lo, hi};
+    const double width = (hi - lo) / kBins;
+    const double tail = (100.0 - percentile) / 100.0 * double(count);
+    double a = lo, b = hi;
+    uint64_t cum = 0;
+    for (int i = 0; i < kBins; ++i) {
+      cum += hist[static_cast<std::size_t>(i)];
+      if (double(cum) > tail) {
+        a = lo + width * i;
+        break;
+      }
+    }
+    cum = 0;
+    for (int i = kBins - 1; i >= 0; --i) {
+      cum += hist[static_cast<std::size_t>(i)];
+      if (double(cum) > tail) {
+        b = lo + width * (i + 1);
+        break;
+      }
+    }
+    return {std::max(lo, a), std::min(hi, b)};
+  }
+};
+
+std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net, int batches) {
+  std::vector<std::vector<NamedBlob>> out;
+  for (int b = 0; b < std::max(1, batches); ++b) {
+    std::mt19937 rng(0x5eedu + static_cast<unsigned>(b));
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<NamedBlob> batch;
+    for (const auto& t : net.inputs) {
+      Blob x = Blob::allocate(t.shape);
+      float* p = x.data_as<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) p[i] = d(rng);
+      batch.push_back({t.name, x});
+    }
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
+}  // namespace
+
+QuantParams quant_from_range(double lo, double hi) {
+  lo = std::min(lo, 0.0);
+  hi = std::max(hi, 0.0);
+  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 0;  // nothing observed
+  double scale = (hi - lo) / 255.0;
+  if (!(scale > 0) || !std::isfinite(float(scale)) || float(scale) <= 0) scale = 1.0 / 255.0;  // max == min (== 0)
+  const float s = static_cast<float>(scale);
+  double zp = std::nearbyint(-128.0 - lo / double(s));
+  QuantParams q;
+  q.scales = {s};
+  q.zero_points = {static_cast<int32_t>(std::clamp(zp, -128.0, 127.0))};
+  q.axis = -1;
+  return q;
+}
+
+void calibrate(detail::NetImpl& net, const CalibrationOptions& options) {
+  if (!(options.percentile > 0 && options.percentile <= 100))
+    throw Error(fmt::format("calibration percentile {} is not in (0, 100]", options.percentile), net.file, {},
+                "percentile");
+  // A private copy of the graph: every layer pinned to the oracle, every
+  // layer output made a net output so that the run leaves it in our memory.
+  core::Graph g = net.graph;
+  g.routine_path = {};
+  g.blob_quant.clear();
+  std::set<std::string> seen(g.outputs.begin(), g.outputs.end());
+  for (const Layer& l : g.layers) {
+    if (l.type == "constant") continue;
+    g.routine_path.routines.push_back({l.name, "cpu/ref", {}, 0, 0});
+    for (const auto& o : l.outputs)
+      if (seen.insert(o).second) g.outputs.push_back(o);
+  }
+  // Outputs that are constants or net inputs are measured from their data directly.
+  std::set<std::string> direct;
+  for (const auto& in : g.inputs) direct.insert(in.name);
+  for (const Layer& l : g.layers)
+    if (l.type == "constant") direct.insert(l.outputs[0]);
+  std::vector<std::string> outs;
+  for (const auto& o : g.outputs)
+    if (!direct.count(o)) outs.push_back(o);
+  g.outputs = outs;
+
+  core::Executor exec(g, net.shapes);
+  std::vector<NamedBlob> results;
+  for (const auto& o : outs) results.push_back({o, Blob::allocate(net.shapes.at(o))});
+
+  auto given = options.inputs.empty() ? synthetic_inputs(net, options.synthetic_batches) : options.inputs;
+  std::map<std::string, Range> ranges;
+  const bool clip = options.percentile < 100;
+  for (int pass = 0; pass < (clip ? 2 : 1); ++pass) {
+    for (const auto& batch : given) {
+      for (const auto& in : batch) {
+        if (in.blob.dtype() != DType::float32 || in.blob.layout() != Layout::nchw || !in.blob.data())
+          throw Error(fmt::format("calibration input '{}' must be float32 nchw with memory", in.name), net.file, {},
+                      in.name);
+        Range& r = ranges[in.name];
+        pass == 0 ? r.observe(in.blob.data_as<float>(), in.blob.numel())
+                  : r.histogram(in.blob.data_as<float>(), in.blob.numel());
+      }
+      try {
+        exec.run(batch, results);
+      } catch (const Error& e) {
+        throw e.file().empty() ? e.with_file(net.file) : e;
+      }
+      for (const auto& o : results) {
+        Range& r = ranges[o.name];
+        pass == 0 ? r.observe(o.blob.data_as<float>(), o.blob.numel())
+                  : r.histogram(o.blob.data_as<float>(), o.blob.numel());
+      }
+    }
+  }
+  // Constants: their values are their range.
+  for (const Layer& l : net.graph.layers) {
+    if (l.type != "constant") continue;
+    const Blob* v = l.find_weight("value");
+    if (!v || v->dtype() != DType::float32 || !v->data()) continue;
+    ranges[l.outputs[0]].observe(v->data_as<float>(), v->numel());
+  }
+
+  net.graph.blob_quant.clear();
+  for (auto& [name, r] : ranges) {
+    auto [lo, hi] = clip && name.size() && !r.hist.empty() ? r.clipped(options.percentile) : std::make_pair(r.lo, r.hi);
+    net.graph.blob_quant[name] = quant_from_range(lo, hi);
+  }
+  core::info("calibrated {} blobs on {} batch(es){}", net.graph.blob_quant.size(), given.size(),
+             clip ? fmt::format(", {}th percentile", options.percentile) : std::string());
+  net.executor.reset();  // it points into the graph's routine path; rebuild with the quantisation
+  net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
+}
+
+}  // namespace profiler
+
+void Net::calibrate(const CalibrationOptions& options) { profiler::calibrate(*impl_, options); }
+
+}  // namespace softneuro

@@ -1,0 +1,20 @@
+// Calibration: the body of Net::calibrate(), also used by Net::tune() when a
+// qint8 schema is considered and the net has no calibration yet.
+#pragma once
+
+#include "core/net_impl.hpp"
+
+#include <softneuro/calibrate.hpp>
+
+namespace softneuro::profiler {
+
+/// Runs the float32 net with cpu/ref routines on the calibration inputs, sets
+/// net.graph.blob_quant for every blob (net inputs, constants and every layer
+/// output) and rebuilds net.executor so its blobs carry the quantisation.
+void calibrate(detail::NetImpl& net, const CalibrationOptions& options);
+
+/// The asymmetric int8 quantisation of the range [lo, hi] (widened to include 0):
+/// scale = (hi - lo) / 255, zero_point = round(-128 - lo / scale) in [-128, 127].
+QuantParams quant_from_range(double lo, double hi);
+
+}  // namespace softneuro::profiler
