@@ -169,19 +169,27 @@ struct Tuner {
                  params_text(params), e.what());
       return kInf;
     }
+    return time_prepared(*prepared, s, s, info, key);
+  }
+
+  /// The median time of a prepared routine reading blobs in schema `in` and
+  /// writing blobs in `out` (device work synchronised inside the timed region).
+  double time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
+                       const std::string& key) {
     std::vector<Blob> ins, outs;
-    for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, s, rng));
-    for (const auto& shape : info.output_shapes) outs.push_back(random_blob(shape, s, rng));
+    for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, in, rng));
+    for (const auto& shape : info.output_shapes) outs.push_back(random_blob(shape, out, rng));
     std::vector<const Blob*> in_ptrs;
     std::vector<Blob*> out_ptrs;
     for (auto& b : ins) in_ptrs.push_back(&b);
     for (auto& b : outs) out_ptrs.push_back(&b);
-    Blob workspace = random_blob(Shape{static_cast<int64_t>(prepared->workspace_bytes())},
-                                 Schema{prepared->workspace_device(), DType::quint8, Layout::nchw}, rng);
-    RunArgs args{in_ptrs, out_ptrs, prepared->workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
-    const DeviceMemory* device = s.device == Device::cpu ? nullptr : device_memory(s.device);
+    Blob workspace = random_blob(Shape{static_cast<int64_t>(prepared.workspace_bytes())},
+                                 Schema{prepared.workspace_device(), DType::quint8, Layout::nchw}, rng);
+    RunArgs args{in_ptrs, out_ptrs, prepared.workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
+    const Device dev = in.device != Device::cpu ? in.device : out.device;
+    const DeviceMemory* device = dev == Device::cpu ? nullptr : device_memory(dev);
     double ms = profiler::measure([&] {
-                  prepared->run(args);
+                  prepared.run(args);
                   if (device) device->synchronize();  // time the work, not its queueing
                 }, budget_ms()).median_ms;
     ++report.measurements;
@@ -218,22 +226,7 @@ struct Tuner {
       return *hit;
     }
     auto prepared = r.prepare(info, to, {});
-    Blob in = random_blob(info.input_shapes[0], from, rng);
-    Blob out = random_blob(info.output_shapes[0], to, rng);
-    const Blob* ins[] = {&in};
-    Blob* outs[] = {&out};
-    Blob workspace = random_blob(Shape{static_cast<int64_t>(prepared->workspace_bytes())},
-                                 Schema{prepared->workspace_device(), DType::quint8, Layout::nchw}, rng);
-    RunArgs args{ins, outs, prepared->workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
-    const Device dev = from.device != Device::cpu ? from.device : to.device;
-    const DeviceMemory* device = dev == Device::cpu ? nullptr : device_memory(dev);
-    double ms = profiler::measure([&] {
-                  prepared->run(args);
-                  if (device) device->synchronize();
-                }, budget_ms()).median_ms;
-    ++report.measurements;
-    cache.put(key, ms);
-    return ms;
+    return time_prepared(*prepared, from, to, info, key);
   }
 
   std::vector<LayerProfile> unit_profile() {
