@@ -201,6 +201,13 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     for (int s : step->input_blobs) step->inputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
     for (int s : step->output_blobs) step->outputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
   }
+  // [device graphs] Record and replay runs when a device backend can take every step.
+  std::vector<Device> devices;
+  std::vector<const PreparedRoutine*> prepared;
+  for (const Arena& a : arenas_)
+    if (a.device != Device::cpu) devices.push_back(a.device);
+  for (const auto& step : steps_) prepared.push_back(step->prepared.get());
+  device_graph_.init(devices, prepared);
 }
 
 Executor::Arena& Executor::arena(Device d) {
@@ -262,18 +269,25 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
   }
 
   ThreadPool* pool = &global_pool();
-  for (std::size_t t = 0; t < steps_.size(); ++t) {
-    Step& step = *steps_[t];
-    RunArgs args{step.inputs, step.outputs,
-                 step.workspace_bytes ? arena(step.workspace_device).base() + step.workspace_offset : nullptr, pool};
-    if (!step_ms) {
+  auto run_steps = [&](double* times) {
+    for (std::size_t t = 0; t < steps_.size(); ++t) {
+      Step& step = *steps_[t];
+      RunArgs args{step.inputs, step.outputs,
+                   step.workspace_bytes ? arena(step.workspace_device).base() + step.workspace_offset : nullptr, pool};
+      if (!times) {
+        step.prepared->run(args);
+        continue;
+      }
+      auto t0 = std::chrono::steady_clock::now();
       step.prepared->run(args);
-      continue;
+      // [device graphs] a device step's time is its work, not its queueing
+      for (const auto& a : arenas_)
+        if (a.device != Device::cpu) device_memory(a.device)->synchronize();
+      times[t] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
-    auto t0 = std::chrono::steady_clock::now();
-    step.prepared->run(args);
-    step_ms[t] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  }
+  };
+  // [device graphs] replay a recorded run where possible (never when timing steps)
+  if (step_ms || !device_graph_.run([&] { run_steps(nullptr); })) run_steps(step_ms);
 
   // Work queued on devices finishes before the outputs are handed back.
   for (const auto& a : arenas_)

@@ -2,6 +2,7 @@
 // arena by liveness, and a run loop that allocates nothing.
 #pragma once
 
+#include "core/device_graph.hpp"
 #include "core/graph.hpp"
 #include "core/memory_plan.hpp"
 #include "core/registry.hpp"
@@ -79,6 +80,7 @@ class Executor {
   std::vector<int> net_inputs_, net_outputs_;
   std::vector<Arena> arenas_;
   std::size_t unplanned_bytes_ = 0;
+  DeviceGraph device_graph_;  ///< [device graphs] replays the device work of a run (core/device_graph.hpp)
 };
 
 }  // namespace softneuro::core

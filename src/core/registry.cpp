@@ -16,22 +16,32 @@ std::vector<std::string> registered_routines(std::string_view layer_type) {
 }
 
 namespace {
-std::mutex g_device_mutex;
-std::map<Device, DeviceMemory> g_device_memory;
+// A function-local static: backends register from their own static
+// initialisers, whose order relative to this file's is unspecified.
+struct DeviceMemoryTable {
+  std::mutex mutex;
+  std::map<Device, DeviceMemory> memory;
+};
+DeviceMemoryTable& device_table() {
+  static DeviceMemoryTable* table = new DeviceMemoryTable;
+  return *table;
+}
 }  // namespace
 
 void register_device_memory(Device device, const DeviceMemory& memory) {
   if (device == Device::cpu) throw Error("the CPU's memory is not registered");
   if (!memory.allocate || !memory.release || !memory.synchronize)
     throw Error(fmt::format("incomplete memory functions for device {}", to_string(device)));
-  std::lock_guard lock(g_device_mutex);
-  g_device_memory[device] = memory;
+  auto& t = device_table();
+  std::lock_guard lock(t.mutex);
+  t.memory[device] = memory;
 }
 
 const DeviceMemory* device_memory(Device device) {
-  std::lock_guard lock(g_device_mutex);
-  auto it = g_device_memory.find(device);
-  return it == g_device_memory.end() ? nullptr : &it->second;
+  auto& t = device_table();
+  std::lock_guard lock(t.mutex);
+  auto it = t.memory.find(device);
+  return it == t.memory.end() ? nullptr : &it->second;
 }
 
 namespace core {

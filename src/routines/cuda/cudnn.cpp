@@ -1,0 +1,230 @@
+// conv2 through cuDNN's convolution API (the legacy one, still in cuDNN 9
+// beside its graph API): "cuda[:float16][:nhwc]/cudnn".
+//
+// Routine parameter "algo": every cudnnConvolutionFwdAlgo_t (0..7), so the
+// profiler measures every algorithm cuDNN offers for the shape instead of
+// trusting its heuristic; prepare() rejects an algorithm cuDNN refuses for the
+// shape (CUDNN_STATUS_NOT_SUPPORTED from the workspace query or from a trial
+// run on scratch buffers, or a workspace that cannot be allocated), and
+// reports the algorithm's workspace through
+// workspace_bytes() (device memory, planned by the executor). Without "algo"
+// (the untuned default) cuDNN's heuristic picks.
+//
+// float32 uses FMA math (no TF32: float32 stays float32); float16 uses tensor
+// cores with float32 accumulation. Bias and the fused activation run after
+// the convolution in one pass of our kernel. Pads must be symmetric.
+#include "core/layer_types.hpp"
+#include "routines/cuda/common.hpp"
+#include "routines/cuda/cuda_libs.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace softneuro::cuda {
+namespace {
+
+constexpr const char* kAlgoNames[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM",     "DIRECT",
+                                      "FFT",           "FFT_TILING",            "WINOGRAD", "WINOGRAD_NONFUSED"};
+static_assert(sizeof(kAlgoNames) / sizeof(kAlgoNames[0]) == CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+
+std::string algo_name(int a) {
+  return a >= 0 && a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT ? fmt::format("{} ({})", a, kAlgoNames[a]) : std::to_string(a);
+}
+
+/// The four descriptors of one convolution, destroyed together.
+struct Descriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  Descriptors() = default;
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+  ~Descriptors() {
+    const CudnnApi& f = cudnn().api;
+    if (x) f.cudnnDestroyTensorDescriptor(x);
+    if (y) f.cudnnDestroyTensorDescriptor(y);
+    if (w) f.cudnnDestroyFilterDescriptor(w);
+    if (conv) f.cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+void describe(Descriptors& d, const core::Window2d& g, const Schema& s) {
+  const CudnnApi& f = cudnn().api;
+  const cudnnDataType_t t = s.dtype == DType::float16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  const cudnnTensorFormat_t fmt = s.layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+  check_cudnn(f.cudnnCreateTensorDescriptor(&d.x), "cudnnCreateTensorDescriptor");
+  check_cudnn(f.cudnnCreateTensorDescriptor(&d.y), "cudnnCreateTensorDescriptor");
+  check_cudnn(f.cudnnCreateFilterDescriptor(&d.w), "cudnnCreateFilterDescriptor");
+  check_cudnn(f.cudnnCreateConvolutionDescriptor(&d.conv), "cudnnCreateConvolutionDescriptor");
+  check_cudnn(f.cudnnSetTensor4dDescriptor(d.x, fmt, t, i(g.n), i(g.c), i(g.h), i(g.w)), "cudnnSetTensor4dDescriptor (input)");
+  check_cudnn(f.cudnnSetTensor4dDescriptor(d.y, fmt, t, i(g.n), i(g.oc), i(g.oh), i(g.ow)),
+              "cudnnSetTensor4dDescriptor (output)");
+  check_cudnn(f.cudnnSetFilter4dDescriptor(d.w, t, fmt, i(g.oc), i(g.c / g.group), i(g.kh), i(g.kw)),
+              "cudnnSetFilter4dDescriptor");
+  check_cudnn(f.cudnnSetConvolution2dDescriptor(d.conv, i(g.pt), i(g.pl), i(g.sh), i(g.sw), i(g.dh), i(g.dw),
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+              "cudnnSetConvolution2dDescriptor");
+  check_cudnn(f.cudnnSetConvolutionGroupCount(d.conv, i(g.group)), "cudnnSetConvolutionGroupCount");
+  check_cudnn(f.cudnnSetConvolutionMathType(d.conv, s.dtype == DType::float16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+              "cudnnSetConvolutionMathType");
+  int n = 0, c = 0, h = 0, w = 0;
+  check_cudnn(f.cudnnGetConvolution2dForwardOutputDim(d.conv, d.x, d.w, &n, &c, &h, &w),
+              "cudnnGetConvolution2dForwardOutputDim");
+  if (n != g.n || c != g.oc || h != g.oh || w != g.ow)
+    throw Error(fmt::format("cuDNN computes output [{},{},{},{}], the layer [{},{},{},{}]", n, c, h, w, g.n, g.oc,
+                            g.oh, g.ow));
+}
+
+class PreparedConv final : public Prepared {
+ public:
+  PreparedConv(const LayerInfo& info, const Schema& s, int algo_param)
+      : g_(core::conv2_window(*info.layer, info.input_shapes[0])),
+        act_(act_params(core::fused_activation(*info.layer))),
+        schema_(s) {
+    const Cudnn& lib = cudnn();
+    describe(d_, g_, s);
+
+    // Weights [O, C/g, KH, KW] (nhwc: [O, KH, KW, C/g]) in the schema's dtype; bias float32.
+    std::vector<float> w = weight_values(info.layer->weight("weight"));
+    if (s.layout == Layout::nhwc) {
+      const int64_t icg = g_.c / g_.group, khw = g_.kh * g_.kw;
+      std::vector<float> r(w.size());
+      for (int64_t o = 0; o < g_.oc; ++o)
+        for (int64_t c = 0; c < icg; ++c)
+          for (int64_t k = 0; k < khw; ++k)
+            r[static_cast<std::size_t>((o * khw + k) * icg + c)] = w[static_cast<std::size_t>((o * icg + c) * khw + k)];
+      w.swap(r);
+    }
+    w_ = upload_floats(w, s.dtype);
+    if (const Blob* b = info.layer->find_weight("bias")) bias_ = upload_floats(weight_values(*b), DType::float32);
+
+    if (algo_param >= 0) {
+      if (algo_param >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT)
+        throw Error(fmt::format("cuDNN has no convolution algorithm {}", algo_param), {}, info.layer->name, "algo");
+      std::string why = try_algorithm(static_cast<cudnnConvolutionFwdAlgo_t>(algo_param));
+      if (!why.empty()) throw Error(why, {}, info.layer->name, "algo");
+      return;
+    }
+    // No "algo" (the untuned default): cuDNN's heuristic order, the first that works.
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    check_cudnn(lib.api.cudnnGetConvolutionForwardAlgorithm_v7(lib.handle, d_.x, d_.w, d_.conv, d_.y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
+                "cudnnGetConvolutionForwardAlgorithm_v7");
+    std::string tried;
+    for (int i = 0; i < returned; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      std::string why;
+      try {
+        why = try_algorithm(perf[i].algo);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      if (why.empty()) return;
+      tried += "; " + why;
+    }
+    throw Error("cuDNN's heuristic offers no algorithm that runs this convolution" + tried, {}, info.layer->name,
+                "algo");
+  }
+
+  std::size_t workspace_bytes() const override { return ws_; }
+
+  void run(const RunArgs& a) override {
+    void* y = a.outputs[0]->data();
+    check_cudnn(forward(a.inputs[0]->data(), y, a.workspace), "cudnnConvolutionForward");
+    if (bias_ || act_.kind != kern::Act::none)
+      check(kern::channel_affine(elem(schema_.dtype), y, y, nullptr, bias_.as<float>(), g_.n, g_.oc, g_.oh * g_.ow,
+                                 schema_.layout == Layout::nhwc, act_, stream()),
+            "bias/activation kernel");
+  }
+
+ private:
+  /// Makes `algo` the algorithm when cuDNN accepts it for this convolution
+  /// (workspace query, then a trial run on scratch buffers: some algorithms
+  /// pass the query and still refuse the shape when run); else says why not.
+  std::string try_algorithm(cudnnConvolutionFwdAlgo_t algo) {
+    const Cudnn& lib = cudnn();
+    const int a = static_cast<int>(algo);
+    std::size_t ws = 0;
+    cudnnStatus_t st = lib.api.cudnnGetConvolutionForwardWorkspaceSize(lib.handle, d_.x, d_.w, d_.conv, d_.y, algo, &ws);
+    if (st == CUDNN_STATUS_NOT_SUPPORTED)
+      return fmt::format("cuDNN algorithm {} does not support this convolution", algo_name(a));
+    check_cudnn(st, "cudnnGetConvolutionForwardWorkspaceSize");
+    algo_ = algo;
+    ws_ = ws;
+    const std::size_t es = elem_bytes(schema_.dtype);
+    DeviceBuffer x(static_cast<std::size_t>(g_.n * g_.c * g_.h * g_.w) * es);
+    DeviceBuffer y(static_cast<std::size_t>(g_.n * g_.oc * g_.oh * g_.ow) * es);
+    DeviceBuffer scratch(ws_);  // throws "out of CUDA memory" for a workspace that cannot be had
+    st = forward(x.get(), y.get(), scratch.get());
+    check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (cuDNN trial run)");
+    if (st == CUDNN_STATUS_NOT_SUPPORTED)
+      return fmt::format("cuDNN algorithm {} does not support this convolution (trial run)", algo_name(a));
+    check_cudnn(st, "cudnnConvolutionForward (trial run)");
+    return {};
+  }
+
+  cudnnStatus_t forward(const void* x, void* y, void* ws) const {
+    const float one = 1.0f, zero = 0.0f;
+    const Cudnn& lib = cudnn();
+    return lib.api.cudnnConvolutionForward(lib.handle, &one, d_.x, x, d_.w, w_.get(), d_.conv, algo_,
+                                           ws_ ? ws : nullptr, ws_, &zero, d_.y, y);
+  }
+
+  core::Window2d g_;
+  kern::ActParams act_;
+  Schema schema_;
+  Descriptors d_;
+  cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  std::size_t ws_ = 0;
+  DeviceBuffer w_, bias_;
+};
+
+class CudnnConv2 final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "cudnn"; }
+  std::vector<Schema> schemas() const override {
+    std::vector<Schema> out;
+    for (DType t : {DType::float32, DType::float16})
+      for (Layout l : {Layout::nchw, Layout::nhwc}) out.push_back(Schema{Device::cuda, t, l});
+    return out;
+  }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (Support s = schema_support(schema, true); !s) return s;
+    if (Support s = cudnn_support(); !s) return s;
+    if (!info.layer) return Support::no("no layer");
+    if (info.input_shapes.at(0).rank() != 4) return Support::no("input is not [N,C,H,W]");
+    core::Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+    if (g.pt != g.pb || g.pl != g.pr)
+      return Support::no(fmt::format("cuDNN pads symmetrically; pads are [{},{},{},{}]", g.pt, g.pl, g.pb, g.pr));
+    const int64_t limit = int64_t{1} << 31;
+    if (g.n * g.c * g.h * g.w >= limit || g.n * g.oc * g.oh * g.ow >= limit)
+      return Support::no("tensor has 2^31 elements or more");
+    return float_weights(*info.layer, {"weight", "bias"});
+  }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    RoutineParamSpec algo{"algo", {}};
+    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) algo.choices.push_back(a);
+    return {algo};
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
+                                           const RoutineParams& params) const override {
+    if (Support s = supports(info, schema); !s)
+      throw Error(fmt::format("{} cannot run this layer: {}", make_descriptor(schema, "cudnn"), s.reason), {},
+                  info.layer ? info.layer->name : std::string(), "routine");
+    return std::make_unique<PreparedConv>(info, schema, static_cast<int>(routine_param(params, "algo", -1)));
+  }
+};
+
+}  // namespace
+
+SOFTNEURO_REGISTER_ROUTINE(CudnnConv2);
+
+}  // namespace softneuro::cuda

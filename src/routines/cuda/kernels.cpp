@@ -1,0 +1,468 @@
+// cuda:float32 / cuda:float16 routines "kernel": our own CUDA kernels
+// (kernels.cu) for the elementwise activations, broadcasting arithmetic,
+// pooling, depthwise convolution, batchnorm, softmax, layernorm, concat/split
+// (strided copies), transpose and the plain copies (reshape, flatten, identity).
+// Layout-agnostic ones also run in nhwc. Weights are uploaded as float32 in
+// prepare(); run() only queues work on the backend's stream.
+//
+// Structure as cpu/ref: each layer type has a prepared class P with
+//   static constexpr std::string_view kType;     the layer type
+//   static constexpr bool kNhwc;                 also computes in nhwc
+//   static Support supports(const LayerInfo&, const Schema&);
+//   P(const LayerInfo&, const Schema&);          = prepare()
+//   void run(const RunArgs&);                    queues kernels, no allocation
+// and Kernel<P> is the registered Routine.
+#include "core/layer_types.hpp"
+#include "routines/cuda/common.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace softneuro::cuda {
+namespace {
+
+int64_t prod(const Shape& s, int begin, int end) {
+  int64_t p = 1;
+  for (int d = begin; d < end; ++d) p *= s[d];
+  return p;
+}
+
+struct KernelPrepared : Prepared {
+  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+};
+
+template <class P>
+class Kernel final : public Routine {
+ public:
+  std::string_view layer_type() const override { return P::kType; }
+  std::string_view algorithm() const override { return "kernel"; }
+  std::vector<Schema> schemas() const override {
+    std::vector<Schema> out;
+    for (DType t : {DType::float32, DType::float16}) {
+      out.push_back(Schema{Device::cuda, t, Layout::nchw});
+      if (P::kNhwc) out.push_back(Schema{Device::cuda, t, Layout::nhwc});
+    }
+    return out;
+  }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (Support s = schema_support(schema, P::kNhwc); !s) return s;
+    if (!info.layer) return Support::no("no layer");
+    return P::supports(info, schema);
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
+                                           const RoutineParams&) const override {
+    if (Support s = supports(info, schema); !s)
+      throw Error(fmt::format("{} cannot run this layer: {}", make_descriptor(schema, "kernel"), s.reason), {},
+                  info.layer ? info.layer->name : std::string(), "routine");
+    return std::make_unique<P>(info, schema);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Elementwise activations (any layout).
+
+template <class Op>
+struct Unary final : KernelPrepared {
+  static constexpr std::string_view kType = Op::kType;
+  static constexpr bool kNhwc = true;
+  kern::ActParams act;
+  kern::Elem t;
+  int64_t n;
+  Unary(const LayerInfo& info, const Schema& s)
+      : act(Op::params(*info.layer)), t(elem(s.dtype)), n(info.input_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    check(kern::unary(t, act, a.inputs[0]->data(), a.outputs[0]->data(), n, stream()), "unary kernel");
+  }
+};
+
+struct ReluOp {
+  static constexpr std::string_view kType = "relu";
+  static kern::ActParams params(const Layer&) { return {kern::Act::relu, 0, 0}; }
+};
+struct ClipOp {
+  static constexpr std::string_view kType = "clip";
+  static kern::ActParams params(const Layer& l) {
+    return {kern::Act::clip, static_cast<float>(l.get_float("min", -std::numeric_limits<double>::infinity())),
+            static_cast<float>(l.get_float("max", std::numeric_limits<double>::infinity()))};
+  }
+};
+struct HardswishOp {
+  static constexpr std::string_view kType = "hardswish";
+  static kern::ActParams params(const Layer&) { return {kern::Act::hardswish, 0, 0}; }
+};
+struct HardsigmoidOp {
+  static constexpr std::string_view kType = "hardsigmoid";
+  static kern::ActParams params(const Layer& l) {
+    return {kern::Act::hardsigmoid, static_cast<float>(l.get_float("alpha", 0.2)),
+            static_cast<float>(l.get_float("beta", 0.5))};
+  }
+};
+struct SigmoidOp {
+  static constexpr std::string_view kType = "sigmoid";
+  static kern::ActParams params(const Layer&) { return {kern::Act::sigmoid, 0, 0}; }
+};
+struct TanhOp {
+  static constexpr std::string_view kType = "tanh";
+  static kern::ActParams params(const Layer&) { return {kern::Act::tanh, 0, 0}; }
+};
+struct GeluOp {
+  static constexpr std::string_view kType = "gelu";
+  static kern::ActParams params(const Layer& l) {
+    return {l.get_string("approximate", "none") == "tanh" ? kern::Act::gelu_tanh : kern::Act::gelu, 0, 0};
+  }
+};
+
+// ---------------------------------------------------------------------------
+// add, sub, mul, div with NumPy broadcasting, in either layout.
+
+template <kern::BinOp Op, const char* Name>
+struct Binary final : KernelPrepared {
+  static constexpr std::string_view kType = Name;
+  static constexpr bool kNhwc = true;
+  kern::Elem t;
+  int64_t n;
+  bool same;
+  kern::Strided st;
+  static Support supports(const LayerInfo& info, const Schema&) {
+    if (info.output_shapes[0].rank() > kern::Strided::max_rank)
+      return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
+    return Support::yes();
+  }
+  Binary(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)) {
+    const Shape& out = info.output_shapes[0];
+    const Shape& a = info.input_shapes[0];
+    const Shape& b = info.input_shapes[1];
+    n = out.numel();
+    same = a == out && b == out;
+    const int rank = out.rank();
+    auto p = physical_order(rank, s.layout);
+    auto la = logical_strides(a, s.layout), lb = logical_strides(b, s.layout);
+    st.rank = rank;
+    for (int k = 0; k < rank; ++k) {
+      const int d = p[static_cast<std::size_t>(k)];
+      st.dims[k] = out[d];
+      const int da = d - (rank - a.rank()), db = d - (rank - b.rank());
+      st.sa[k] = (da >= 0 && a[da] != 1) ? la[static_cast<std::size_t>(da)] : 0;
+      st.sb[k] = (db >= 0 && b[db] != 1) ? lb[static_cast<std::size_t>(db)] : 0;
+    }
+  }
+  void run(const RunArgs& a) override {
+    check(kern::binary(t, Op, a.inputs[0]->data(), a.inputs[1]->data(), a.outputs[0]->data(), n, st, same, stream()),
+          "binary kernel");
+  }
+};
+constexpr char kAdd[] = "add", kSub[] = "sub", kMul[] = "mul", kDiv[] = "div";
+using Add = Binary<kern::BinOp::add, kAdd>;
+using Sub = Binary<kern::BinOp::sub, kSub>;
+using Mul = Binary<kern::BinOp::mul, kMul>;
+using Div = Binary<kern::BinOp::div, kDiv>;
+
+// ---------------------------------------------------------------------------
+// pool2 (max/avg, pads, strides, dilations, ceil mode, count_include_pad, global).
+
+struct Pool2 final : KernelPrepared {
+  static constexpr std::string_view kType = "pool2";
+  static constexpr bool kNhwc = true;
+  kern::Window g;
+  bool is_max, include_pad, nhwc;
+  kern::Elem t;
+  Pool2(const LayerInfo& info, const Schema& s)
+      : g(window(core::pool2_window(*info.layer, info.input_shapes[0]))),
+        is_max(info.layer->get_string("mode") == "max"),
+        include_pad(info.layer->get_int("count_include_pad", 0) != 0),
+        nhwc(s.layout == Layout::nhwc),
+        t(elem(s.dtype)) {}
+  void run(const RunArgs& a) override {
+    check(kern::pool2(t, is_max, include_pad, g, nhwc, a.inputs[0]->data(), a.outputs[0]->data(), stream()),
+          "pool2 kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
+// conv2, depthwise only (group == input channels; any channel multiplier):
+// direct, with bias and the fused activation; pads may be asymmetric.
+
+struct Depthwise final : KernelPrepared {
+  static constexpr std::string_view kType = "conv2";
+  static constexpr bool kNhwc = true;
+  kern::Window g;
+  kern::ActParams act;
+  bool nhwc;
+  kern::Elem t;
+  DeviceBuffer w, bias;
+  static Support supports(const LayerInfo& info, const Schema&) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("input is not [N,C,H,W]");
+    core::Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+    if (g.group != g.c)
+      return Support::no(fmt::format("depthwise only (group {} != input channels {})", g.group, g.c));
+    return float_weights(*info.layer, {"weight", "bias"});
+  }
+  Depthwise(const LayerInfo& info, const Schema& s)
+      : g(window(core::conv2_window(*info.layer, info.input_shapes[0]))),
+        act(act_params(core::fused_activation(*info.layer))),
+        nhwc(s.layout == Layout::nhwc),
+        t(elem(s.dtype)) {
+    const Blob& wb = info.layer->weight("weight");
+    w = upload_floats(wb.data_as<float>(), static_cast<std::size_t>(wb.numel()), DType::float32);
+    if (const Blob* b = info.layer->find_weight("bias"))
+      bias = upload_floats(b->data_as<float>(), static_cast<std::size_t>(b->numel()), DType::float32);
+  }
+  void run(const RunArgs& a) override {
+    check(kern::depthwise(t, g, nhwc, a.inputs[0]->data(), w.as<float>(), bias.as<float>(), act, a.outputs[0]->data(),
+                          stream()),
+          "depthwise conv2 kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
+// batchnorm: y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = bias - mean * a.
+
+struct Batchnorm final : KernelPrepared {
+  static constexpr std::string_view kType = "batchnorm";
+  static constexpr bool kNhwc = true;
+  int64_t n, c, inner;
+  bool channels_last;
+  kern::Elem t;
+  DeviceBuffer scale, shift;
+  static Support supports(const LayerInfo& info, const Schema&) {
+    return float_weights(*info.layer, {"scale", "bias", "mean", "var"});
+  }
+  Batchnorm(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)) {
+    const Shape& x = info.input_shapes[0];
+    n = x[0];
+    c = x[1];
+    inner = prod(x, 2, x.rank());
+    channels_last = s.layout == Layout::nhwc && x.rank() >= 3;
+    const Layer& l = *info.layer;
+    const double eps = l.get_float("epsilon", 1e-5);
+    auto sc = weight_values(l.weight("scale")), bi = weight_values(l.weight("bias"));
+    auto mu = weight_values(l.weight("mean")), va = weight_values(l.weight("var"));
+    std::vector<float> a(static_cast<std::size_t>(c)), b(static_cast<std::size_t>(c));
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double inv = 1.0 / std::sqrt(double(va[i]) + eps);
+      a[i] = static_cast<float>(double(sc[i]) * inv);
+      b[i] = static_cast<float>(double(bi[i]) - double(mu[i]) * double(sc[i]) * inv);
+    }
+    scale = upload_floats(a, DType::float32);
+    shift = upload_floats(b, DType::float32);
+  }
+  void run(const RunArgs& a) override {
+    check(kern::channel_affine(t, a.inputs[0]->data(), a.outputs[0]->data(), scale.as<float>(), shift.as<float>(), n,
+                               c, inner, channels_last, {}, stream()),
+          "batchnorm kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
+// softmax along one axis (in either layout: the axis is found in memory order).
+
+struct Softmax final : KernelPrepared {
+  static constexpr std::string_view kType = "softmax";
+  static constexpr bool kNhwc = true;
+  int64_t outer = 1, len = 1, inner = 1;
+  kern::Elem t;
+  Softmax(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)) {
+    const Shape& x = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), x.rank());
+    auto p = physical_order(x.rank(), s.layout);
+    bool after = false;
+    for (int d : p) {
+      if (d == axis) {
+        len = x[d];
+        after = true;
+      } else if (after) {
+        inner *= x[d];
+      } else {
+        outer *= x[d];
+      }
+    }
+  }
+  void run(const RunArgs& a) override {
+    check(kern::softmax(t, a.inputs[0]->data(), a.outputs[0]->data(), outer, len, inner, stream()), "softmax kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
+// layernorm over dims axis..rank-1 (nchw: those are contiguous rows).
+
+struct Layernorm final : KernelPrepared {
+  static constexpr std::string_view kType = "layernorm";
+  static constexpr bool kNhwc = false;
+  int64_t outer, inner;
+  float eps;
+  kern::Elem t;
+  DeviceBuffer scale, bias;
+  static Support supports(const LayerInfo& info, const Schema&) { return float_weights(*info.layer, {"scale", "bias"}); }
+  Layernorm(const LayerInfo& info, const Schema& s)
+      : eps(static_cast<float>(info.layer->get_float("epsilon", 1e-5))), t(elem(s.dtype)) {
+    const Shape& x = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), x.rank());
+    outer = prod(x, 0, axis);
+    inner = prod(x, axis, x.rank());
+    const Blob& sc = info.layer->weight("scale");
+    scale = upload_floats(sc.data_as<float>(), static_cast<std::size_t>(sc.numel()), DType::float32);
+    if (const Blob* b = info.layer->find_weight("bias"))
+      bias = upload_floats(b->data_as<float>(), static_cast<std::size_t>(b->numel()), DType::float32);
+  }
+  void run(const RunArgs& a) override {
+    check(kern::layernorm(t, a.inputs[0]->data(), a.outputs[0]->data(), scale.as<float>(), bias.as<float>(), outer,
+                          inner, eps, stream()),
+          "layernorm kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
+// concat / split along an axis: per outer index, contiguous chunks in memory
+// order, copied as 2D (pitched) device-to-device copies.
+
+struct AxisChunks {
+  int64_t outer = 1;              // product of the memory-order dims before the axis
+  std::vector<int64_t> chunks;    // per part: bytes of its axis slab
+  int64_t whole = 0;              // bytes of the whole slab
+};
+AxisChunks axis_chunks(const Layer& l, const Shape& whole, const std::vector<Shape>& parts, int64_t axis_param,
+                       Layout layout, std::size_t elem_size) {
+  AxisChunks c;
+  const int axis = core::normalize_axis(l, "axis", axis_param, whole.rank());
+  auto p = physical_order(whole.rank(), layout);
+  std::size_t k = 0;
+  while (p[k] != axis) c.outer *= whole[p[k++]];
+  auto slab = [&](const Shape& s) {
+    int64_t v = 1;
+    for (std::size_t j = k; j < p.size(); ++j) v *= s[p[j]];
+    return v * static_cast<int64_t>(elem_size);
+  };
+  c.whole = slab(whole);
+  for (const Shape& s : parts) c.chunks.push_back(slab(s));
+  return c;
+}
+
+void copy_2d(void* dst, int64_t dpitch, const void* src, int64_t spitch, int64_t width, int64_t height) {
+  if (width == 0 || height == 0) return;
+  if (height == 1 || (width == dpitch && width == spitch)) {
+    check(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(width * height), cudaMemcpyDeviceToDevice, stream()),
+          "cudaMemcpyAsync");
+    return;
+  }
+  check(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dpitch), src, static_cast<std::size_t>(spitch),
+                          static_cast<std::size_t>(width), static_cast<std::size_t>(height), cudaMemcpyDeviceToDevice,
+                          stream()),
+        "cudaMemcpy2DAsync");
+}
+
+struct Concat final : KernelPrepared {
+  static constexpr std::string_view kType = "concat";
+  static constexpr bool kNhwc = true;
+  AxisChunks c;
+  Concat(const LayerInfo& info, const Schema& s)
+      : c(axis_chunks(*info.layer, info.output_shapes[0], info.input_shapes, info.layer->get_int("axis"), s.layout,
+                      elem_bytes(s.dtype))) {}
+  void run(const RunArgs& a) override {
+    auto* y = static_cast<char*>(a.outputs[0]->data());
+    int64_t off = 0;
+    for (std::size_t i = 0; i < c.chunks.size(); ++i) {
+      copy_2d(y + off, c.whole, a.inputs[i]->data(), c.chunks[i], c.chunks[i], c.outer);
+      off += c.chunks[i];
+    }
+  }
+};
+
+struct Split final : KernelPrepared {
+  static constexpr std::string_view kType = "split";
+  static constexpr bool kNhwc = true;
+  AxisChunks c;
+  Split(const LayerInfo& info, const Schema& s)
+      : c(axis_chunks(*info.layer, info.input_shapes[0], info.output_shapes, info.layer->get_int("axis", 0), s.layout,
+                      elem_bytes(s.dtype))) {}
+  void run(const RunArgs& a) override {
+    const auto* x = static_cast<const char*>(a.inputs[0]->data());
+    int64_t off = 0;
+    for (std::size_t i = 0; i < c.chunks.size(); ++i) {
+      copy_2d(a.outputs[i]->data(), c.chunks[i], x + off, c.whole, c.chunks[i], c.outer);
+      off += c.chunks[i];
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// transpose (nchw: logical order is memory order).
+
+struct Transpose final : KernelPrepared {
+  static constexpr std::string_view kType = "transpose";
+  static constexpr bool kNhwc = false;
+  kern::Strided st;
+  int64_t n;
+  kern::Elem t;
+  static Support supports(const LayerInfo& info, const Schema&) {
+    if (info.input_shapes[0].rank() > kern::Strided::max_rank) return Support::no("rank above 8");
+    return Support::yes();
+  }
+  Transpose(const LayerInfo& info, const Schema& s) : n(info.input_shapes[0].numel()), t(elem(s.dtype)) {
+    const Shape& x = info.input_shapes[0];
+    const int rank = x.rank();
+    std::vector<int64_t> def(static_cast<std::size_t>(rank));
+    for (int i = 0; i < rank; ++i) def[static_cast<std::size_t>(i)] = rank - 1 - i;
+    auto perm = info.layer->get_ints("perm", def);
+    auto strides = logical_strides(x, Layout::nchw);
+    st.rank = rank;
+    for (int d = 0; d < rank; ++d) {
+      st.dims[d] = info.output_shapes[0][d];
+      st.sa[d] = strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(d)])];
+    }
+  }
+  void run(const RunArgs& a) override {
+    check(kern::strided_copy(t, a.inputs[0]->data(), a.outputs[0]->data(), n, st, stream()), "transpose kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
+// reshape, flatten, identity: the same elements in the same (nchw) order.
+
+template <const char* Name>
+struct Copy final : KernelPrepared {
+  static constexpr std::string_view kType = Name;
+  static constexpr bool kNhwc = false;
+  std::size_t bytes;
+  Copy(const LayerInfo& info, const Schema& s)
+      : bytes(static_cast<std::size_t>(info.input_shapes[0].numel()) * elem_bytes(s.dtype)) {}
+  void run(const RunArgs& a) override {
+    if (bytes && a.inputs[0]->data() != a.outputs[0]->data())
+      check(cudaMemcpyAsync(a.outputs[0]->data(), a.inputs[0]->data(), bytes, cudaMemcpyDeviceToDevice, stream()),
+            "cudaMemcpyAsync");
+  }
+};
+constexpr char kReshape[] = "reshape", kFlatten[] = "flatten", kIdentity[] = "identity";
+
+}  // namespace
+
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Unary<ReluOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Unary<ClipOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Unary<HardswishOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Unary<HardsigmoidOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Unary<SigmoidOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Unary<TanhOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Unary<GeluOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Add>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Sub>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Mul>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Div>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Pool2>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Depthwise>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Batchnorm>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Softmax>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Layernorm>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Concat>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Split>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Transpose>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Copy<kReshape>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Copy<kFlatten>>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Copy<kIdentity>>);
+
+}  // namespace softneuro::cuda

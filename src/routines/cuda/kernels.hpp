@@ -1,0 +1,84 @@
+// Our CUDA kernels, as host functions that queue them on a stream. Plain C++
+// (no CUDA syntax, no project headers): kernels.cu and src/adapt/cuda_cast.cu
+// define them with nvcc; the routines in kernels.cpp, cudnn.cpp, cublas.cpp
+// and src/adapt/cuda_transfer.cpp call them. Elements are float32 or float16
+// (IEEE binary16); arithmetic is float32 either way. Every launcher returns
+// the launch's error (cudaSuccess when queued).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace softneuro::cuda::kern {
+
+enum class Elem : int { f32 = 0, f16 = 1 };
+
+/// Activations (the fused ones of conv2/dense, and the unary layer types).
+enum class Act : int { none = 0, relu, clip, hardswish, hardsigmoid, sigmoid, tanh, gelu, gelu_tanh };
+struct ActParams {
+  Act kind = Act::none;
+  float a = 0, b = 0;  ///< clip: [a, b]; hardsigmoid: max(0, min(1, a*x + b))
+};
+
+/// y[i] = act(x[i]) for n elements (any layout: elementwise).
+cudaError_t unary(Elem t, ActParams act, const void* x, void* y, int64_t n, cudaStream_t s);
+
+/// Per-channel affine and activation over a blob seen as [outer, C, inner]
+/// (channels_last: [outer, inner, C]): y = act(x * scale[c] + shift[c]).
+/// scale/shift are float32 device arrays of C, or nullptr (1 and 0). x may be y.
+cudaError_t channel_affine(Elem t, const void* x, void* y, const float* scale, const float* shift, int64_t outer,
+                           int64_t channels, int64_t inner, bool channels_last, ActParams act, cudaStream_t s);
+
+/// Strided addressing of up to 8 dims: an output walked in row-major order of
+/// `dims`, and the element strides of one or two operands along each dim
+/// (0 where an operand is broadcast).
+struct Strided {
+  static constexpr int max_rank = 8;
+  int rank = 0;
+  int64_t dims[max_rank] = {};
+  int64_t sa[max_rank] = {};
+  int64_t sb[max_rank] = {};
+};
+
+enum class BinOp : int { add = 0, sub, mul, div };
+/// y = a op b with NumPy broadcasting expressed by `st` over n output elements.
+/// `same`: a and b are laid out like y (no index arithmetic).
+cudaError_t binary(Elem t, BinOp op, const void* a, const void* b, void* y, int64_t n, const Strided& st, bool same,
+                   cudaStream_t s);
+
+/// y[i] = x[offset(i)]: a permutation (transpose) or any gather by strides (sa).
+cudaError_t strided_copy(Elem t, const void* x, void* y, int64_t n, const Strided& st, cudaStream_t s);
+
+/// Geometry of conv2/pool2 (as core::Window2d).
+struct Window {
+  int64_t n, c, h, w;
+  int64_t oc, oh, ow;
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr;
+};
+
+/// Max or average pooling (count_include_pad: divide by the taps inside the
+/// padded input; ceil-mode overhang never counts). An all-padding max window gives -inf.
+cudaError_t pool2(Elem t, bool is_max, bool count_include_pad, const Window& g, bool nhwc, const void* x, void* y,
+                  cudaStream_t s);
+
+/// Depthwise convolution: output channel o reads input channel o / (oc / c);
+/// w float32 [oc, 1, kh, kw]; bias float32 [oc] or nullptr; then the activation.
+cudaError_t depthwise(Elem t, const Window& g, bool nhwc, const void* x, const float* w, const float* bias,
+                      ActParams act, void* y, cudaStream_t s);
+
+/// Softmax over `len` elements of stride `inner`, for outer * inner rows.
+cudaError_t softmax(Elem t, const void* x, void* y, int64_t outer, int64_t len, int64_t inner, cudaStream_t s);
+
+/// Layer normalisation of `outer` contiguous rows of `inner`: scale (and bias,
+/// or nullptr) float32 [inner].
+cudaError_t layernorm(Elem t, const void* x, void* y, const float* scale, const float* bias, int64_t outer,
+                      int64_t inner, float epsilon, cudaStream_t s);
+
+/// Dtype and layout conversion of a blob seen as [N, C, S] (nhwc: [N, S, C]),
+/// any of float32/float16 x nchw/nhwc to any (defined in src/adapt/cuda_cast.cu).
+cudaError_t convert(Elem from, bool from_nhwc, Elem to, bool to_nhwc, const void* x, void* y, int64_t n,
+                    int64_t c, int64_t spatial, cudaStream_t s);
+
+}  // namespace softneuro::cuda::kern

@@ -1,0 +1,140 @@
+// Whole nets on the device: routine paths that put every layer on CUDA (the
+// executor inserts the transfers, plans one device arena, records the second
+// run into a CUDA graph and replays it), and hybrid tuning over
+// cpu, cuda:float32 and cuda:float16.
+#include "cuda_harness.hpp"
+
+#include "core/net_impl.hpp"
+#include "routines/cuda/cuda_stats.hpp"
+#include "support/graphs.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+using namespace softneuro;
+using namespace softneuro::cudatest;
+
+namespace {
+
+/// Every layer on `schema` ("cuda" or "cuda:float16"): cuDNN for conv2,
+/// cuBLAS for dense, our kernels for the rest.
+core::Graph on_device(core::Graph g, const std::string& schema) {
+  g.routine_path = {};
+  for (const Layer& l : g.layers) {
+    if (l.type == "constant") continue;
+    const char* algo = l.type == "conv2" ? "cudnn" : l.type == "dense" ? "cublas" : "kernel";
+    g.routine_path.routines.push_back({l.name, fmt::format("{}/{}", schema, algo), {}, 0, 0});
+  }
+  return g;
+}
+
+std::vector<NamedBlob> inputs_of(const Net& net, std::mt19937& rng) {
+  std::vector<NamedBlob> in;
+  for (const auto& t : net.inputs()) in.push_back({t.name, random_blob(t.shape, rng)});
+  return in;
+}
+
+void check_same(const std::vector<NamedBlob>& got, const std::vector<NamedBlob>& want, const Tolerance& tol,
+                const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) close(got[i].blob, want[i].blob, tol, what + " output " + got[i].name);
+}
+
+}  // namespace
+
+TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[net]") {
+  for (const std::string schema : {"cuda", "cuda:float16"}) {
+    for (int which = 0; which < 2; ++which) {
+      core::Graph g = which ? test::multi_io_graph() : test::chain_graph(6);
+      Net cpu(detail::NetImpl::build(g));
+      Net gpu(detail::NetImpl::build(on_device(g, schema)));
+      for (const auto& l : gpu.layers()) {
+        INFO(l.name << " " << l.descriptor);
+        CHECK((l.descriptor.rfind("cuda", 0) == 0 || l.type == "adapt"));
+      }
+      CHECK(gpu.planned_bytes() > 0);
+      const cuda::GraphStats before = cuda::graph_stats();
+      std::mt19937 rng(31);
+      for (int run = 0; run < 4; ++run) {  // fresh inputs and output blobs each time
+        auto in = inputs_of(cpu, rng);
+        auto want = cpu.run(in);
+        auto got = gpu.run(in);
+        check_same(got, want, tolerance_for(Schema::parse(schema), 5.0), fmt::format("{} net {} run {}", schema, which, run));
+      }
+      const cuda::GraphStats after = cuda::graph_stats();
+      const char* env = std::getenv("SOFTNEURO_CUDA_GRAPHS");
+      if (!env || std::string(env) != "0") {
+        CHECK(after.captures == before.captures + 1);  // recorded on the second run
+        CHECK(after.launches >= before.launches + 3);  // replayed from then on
+        CHECK(after.failures == before.failures);
+      }
+      // Outputs written in place into the caller's blobs, on a replay too.
+      std::vector<NamedBlob> in = inputs_of(cpu, rng), outs;
+      for (const auto& t : gpu.outputs()) outs.push_back({t.name, Blob::allocate(t.shape)});
+      gpu.run(in, outs);
+      check_same(outs, cpu.run(in), tolerance_for(Schema::parse(schema), 5.0), schema + " in-place outputs");
+    }
+  }
+}
+
+TEST_CASE("hybrid tuning over cpu, cuda:float32 and cuda:float16 runs", "[net]") {
+  for (int which = 0; which < 2; ++which) {
+    core::Graph g = which ? test::multi_io_graph() : test::chain_graph(6);
+    Net cpu(detail::NetImpl::build(g));
+    Net net(detail::NetImpl::build(g));
+    TuneOptions opt;
+    opt.schemas = {"cpu", "cuda:float32", "cuda:float16"};
+    opt.cache_dir = "-";
+    opt.unit_budget_ms = 1;
+    opt.integrated_runs = 2;
+    TuneReport r = net.tune(opt);
+    INFO(r.to_text());
+    CHECK(r.measured_ms > 0);
+    CHECK(r.measurements > 0);
+    std::mt19937 rng(32);
+    for (int run = 0; run < 3; ++run) {
+      auto in = inputs_of(cpu, rng);
+      check_same(net.run(in), cpu.run(in), tolerance_for(Schema::parse("cuda:float16"), 5.0),
+                 fmt::format("hybrid net {} run {}", which, run));
+    }
+    // The tuned path saves and loads; on this device it loads as tuned.
+    const std::string path = test::temp_path(fmt::format("cuda_hybrid_{}.dnn", which));
+    net.save(path);
+    Net loaded = Net::load(path);
+    auto a = net.layers(), b = loaded.layers();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].descriptor == b[i].descriptor);
+    auto in = inputs_of(cpu, rng);
+    check_same(loaded.run(in), net.run(in), Tolerance{1e-6, 1e-6}, "reloaded tuned net");
+  }
+}
+
+TEST_CASE("tuning pinned to the device measures cuDNN algorithms and keeps a CUDA path", "[net]") {
+  core::Graph g = test::chain_graph(6);
+  Net cpu(detail::NetImpl::build(g));
+  Net net(detail::NetImpl::build(g));
+  TuneOptions opt;
+  opt.schemas = {"cuda:float32"};
+  opt.cache_dir = "-";
+  opt.unit_budget_ms = 1;
+  opt.integrated_runs = 2;
+  opt.pin = {{"*", "cuda*"}};
+  TuneReport r = net.tune(opt);
+  INFO(r.to_text());
+  for (const auto& l : r.layers) CHECK(l.descriptor.rfind("cuda", 0) == 0);
+  for (const auto& l : r.layers)
+    if (l.type == "conv2" && l.descriptor == "cuda/cudnn") {
+      CHECK(l.candidates >= 2);  // several algorithms measured
+      CHECK_THAT(l.routine_params, Catch::Contains("algo="));
+    }
+  std::mt19937 rng(33);
+  auto in = inputs_of(cpu, rng);
+  check_same(net.run(in), cpu.run(in), tolerance_for(Schema{Device::cuda}, 10.0), "pinned net");
+}
