@@ -39,17 +39,23 @@ struct ImportOptions {
 /// data files beside it), translates it into layers, runs the graph passes the
 /// options enable and prepares the net (ready to run() or save()).
 ///
-/// Supported operators: Conv (2-D), Gemm, MatMul, Relu, Clip, HardSwish,
-/// HardSigmoid, Sigmoid, Tanh, Gelu, Add, Sub, Mul, Div, GlobalAveragePool,
-/// GlobalMaxPool, AveragePool, MaxPool, Flatten, Reshape, Squeeze, Unsqueeze,
-/// Concat, Split, Slice (step 1), Gather (constant index), Transpose, Pad,
-/// BatchNormalization, Softmax, LayerNormalization, ReduceMean (spatial, as a
-/// global pool), Constant, Identity, Dropout, Expand, Cast (float to float);
-/// shape computations (Shape, Gather, Unsqueeze, Concat, Cast, Range, ...) are
-/// computed during import. Erf is supported inside the GELU pattern
-/// x*0.5*(1+Erf(x/sqrt(2))) (fused into one gelu layer); a lone Erf is not.
-/// The LayerNormalization that exporters decompose below opset 17
-/// (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) is fused back.
+/// Supported operators (default domain): Conv (2-D), Gemm, MatMul, Einsum
+/// (batched matrix products), Relu, Clip, HardSwish, HardSigmoid, Sigmoid,
+/// Tanh, Gelu, Add, Sub, Mul, Div, Pow (squares), GlobalAveragePool,
+/// GlobalMaxPool, AveragePool, MaxPool (ceil_mode, asymmetric pads, auto_pad),
+/// ReduceMean/ReduceMax (contiguous axes), Flatten, Reshape, Squeeze,
+/// Unsqueeze, Concat, Split, Slice (forward steps), Gather (constant indices),
+/// Transpose, Pad, Expand, BatchNormalization, Softmax (both the opset < 13 and
+/// the >= 13 meaning of axis), LayerNormalization, Constant, Identity,
+/// Dropout, Cast. Computed during import when their inputs are constants:
+/// Shape, Size, Gather, Unsqueeze, Concat, Cast, Range, ConstantOfShape,
+/// Equal, Where, Mod, Less, Greater, And, Or, Not, Neg, Abs, Sqrt, Floor,
+/// Ceil, ScatterND and the arithmetic above (the shape, index and mask
+/// computations exporters emit). Erf is supported inside the GELU pattern
+/// x*0.5*(1+Erf(x/sqrt(2))), fused into one gelu layer; a lone Erf is not.
+/// The LayerNormalization exporters decompose below opset 17 (ReduceMean,
+/// Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) is fused back into one layer.
+/// Initializers listed among the graph inputs (old exporters) stay constants.
 ///
 /// Throws softneuro::Error naming the file, the ONNX node and the field at
 /// fault. A model with unsupported nodes is refused with one error listing

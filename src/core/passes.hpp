@@ -19,9 +19,9 @@ namespace softneuro::core {
 int remove_identities(Graph& graph);
 
 /// Computes once every layer whose inputs are all outputs of constant layers
-/// (with the registry's default routine in the default schema, cpu/ref today)
-/// and replaces it by constant layers holding its outputs. Layers no routine
-/// supports are left alone. Returns the number of layers folded.
+/// (with the cpu/ref routine through the registry, else the default choice in
+/// the default schema) and replaces it by constant layers holding its outputs.
+/// Layers no routine supports are left alone. Returns the number of layers folded.
 int fold_constants(Graph& graph);
 
 /// Folds a batchnorm into the conv2 (or rank-2 dense) that produces its input,

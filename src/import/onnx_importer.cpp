@@ -3,14 +3,15 @@
 // Translation goes node by node in topological order. Every ONNX tensor is
 //  - a *constant*, known at import time: initializers, Constant nodes, and the
 //    results of the nodes the importer computes itself. Those are shape
-//    computations (Shape, Gather, Unsqueeze, Concat, Cast, Range, integer
-//    arithmetic...: the chains exporters emit around Reshape) and data movement
-//    of constants (Identity, Reshape, Transpose, Slice, ...), so that a weight
-//    reached through an Identity or a Transpose is still a weight;
+//    computations (Shape, Gather, Unsqueeze, Concat, Cast, Range, arithmetic...:
+//    the chains exporters emit around Reshape, and index/mask computations),
+//    and data movement of constants (Identity, Reshape, Transpose, Slice, ...),
+//    so that a weight reached through an Identity or a Transpose is still a weight;
 //  - or a *blob* computed at run time by a layer; its shape is inferred as the
 //    layer is added (shapes are static), which is why Shape has a constant answer.
-// Float arithmetic on constants (Add, Mul, Conv, ...) becomes layers like any
-// other; the fold_constants pass computes them once with the cpu/ref routines.
+// Other layer types with constant inputs (Conv, Softmax, Relu, Pad, ...) become
+// layers like any other; the fold_constants pass computes them once with the
+// cpu/ref routines.
 // A constant that a layer reads as an input gets one constant layer.
 //
 // Two patterns are fused before translation: the GELU that exporters spell
@@ -32,6 +33,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +45,14 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace softneuro {
 namespace onnx_import {
@@ -204,6 +214,8 @@ class Importer {
     return as_blob(n, n.in(k));
   }
   std::string as_blob(const Node& n, const std::string& name);
+  /// Gives the constant `name` its constant layer.
+  void materialize(const std::string& name);
   /// A new constant tensor made by the importer (e.g. a scaled bias), as a blob.
   std::string add_constant(const std::string& base, const Blob& value);
   /// Output k of the node; a fresh name when ONNX leaves it unnamed.
@@ -217,7 +229,7 @@ class Importer {
 
   // --- names
   std::string fresh_blob(const std::string& base);
-  std::string fresh_layer(const std::string& base);
+  std::string fresh_layer(const std::string& base, bool node_layer = true);
 
   // --- layers
   Layer make(const std::string& type, const std::string& name, std::vector<std::string> inputs,
@@ -242,6 +254,9 @@ class Importer {
   void reshape_to(const Node& n, const std::string& x, const Shape& shape, const std::string& y);
   /// Elements [begin, end) of `x` along `axis` into `y`, with split layers (step 1).
   void slice_blob(const Node& n, const std::string& x, int axis, int64_t begin, int64_t end, const std::string& y);
+  /// `count` elements of `x` along `axis` from `start`, every `step`-th, into `y`.
+  void slice_strided(const Node& n, const std::string& x, int axis, int64_t start, int64_t count, int64_t step,
+                     const std::string& y);
 
   // --- patterns
   void find_patterns();
@@ -273,6 +288,7 @@ class Importer {
   void conv(const Node&);
   void gemm(const Node&);
   void matmul(const Node&);
+  void einsum(const Node&);
   void unary(const Node&);
   void clip(const Node&);
   void binary_op(const Node&);
@@ -303,6 +319,7 @@ class Importer {
   void equal(const Node&);
   void where_op(const Node&);
   void erf(const Node&);
+  void constant_math(const Node&);
 
   std::vector<int64_t> window_pads(const Node& n, const Shape& x, const std::vector<int64_t>& kernel,
                                    const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations) const;
@@ -321,7 +338,7 @@ class Importer {
   std::unordered_set<std::string> graph_outputs_;
   std::unordered_map<std::string, Blob> constants_;
   std::unordered_map<std::string, Shape> shapes_;     // blobs computed at run time (and materialized constants)
-  std::unordered_set<std::string> taken_blobs_, taken_layers_;
+  std::unordered_set<std::string> taken_blobs_, taken_layers_, node_names_;
   std::unordered_set<std::string> unavailable_;       // outputs of unsupported nodes
   std::vector<std::string> unsupported_;              // one line per unsupported node
   std::vector<Fused> fused_;
@@ -334,6 +351,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Conv", &Importer::conv},
       {"Gemm", &Importer::gemm},
       {"MatMul", &Importer::matmul},
+      {"Einsum", &Importer::einsum},
       {"Relu", &Importer::unary},
       {"Sigmoid", &Importer::unary},
       {"Tanh", &Importer::unary},
@@ -377,6 +395,19 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Equal", &Importer::equal},
       {"Where", &Importer::where_op},
       {"Erf", &Importer::erf},
+      // Computed at import when their inputs are constants (index and mask arithmetic).
+      {"Mod", &Importer::constant_math},
+      {"Less", &Importer::constant_math},
+      {"Greater", &Importer::constant_math},
+      {"And", &Importer::constant_math},
+      {"Or", &Importer::constant_math},
+      {"Not", &Importer::constant_math},
+      {"Neg", &Importer::constant_math},
+      {"Abs", &Importer::constant_math},
+      {"Sqrt", &Importer::constant_math},
+      {"Floor", &Importer::constant_math},
+      {"Ceil", &Importer::constant_math},
+      {"ScatterND", &Importer::constant_math},
   };
   return table;
 }
@@ -492,6 +523,7 @@ void Importer::order_nodes() {
     if (o.name().empty()) throw Error("a graph output has no name", file_, {}, "output");
     graph_outputs_.insert(o.name());
   }
+  for (int i = 0; i < n; ++i) node_names_.insert(node(i).name);
   // Every name in the model is taken, so names the importer makes up never clash.
   for (const auto& [k, v] : constants_) taken_blobs_.insert(k);
   for (const auto& [k, v] : shapes_) taken_blobs_.insert(k);
@@ -511,21 +543,31 @@ std::string Importer::fresh_blob(const std::string& base) {
   return name;
 }
 
-std::string Importer::fresh_layer(const std::string& base) {
+std::string Importer::fresh_layer(const std::string& base, bool node_layer) {
+  // A layer named after a node keeps the node's name; others (constants) avoid every node's name.
+  auto free = [&](const std::string& n) { return !taken_layers_.count(n) && (node_layer || !node_names_.count(n)); };
   std::string name = base;
-  for (int k = 1; !taken_layers_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
+  for (int k = 1; !free(name); ++k) name = fmt::format("{}_{}", base, k);
+  taken_layers_.insert(name);
   return name;
 }
 
 std::string Importer::as_blob(const Node& n, const std::string& name) {
   if (shapes_.count(name)) return name;
+  if (!constant(name)) throw n.error(fmt::format("tensor '{}' is not computed before this node", name), "input");
+  materialize(name);
+  return name;
+}
+
+void Importer::materialize(const std::string& name) {
+  // First use of a constant as a blob: it gets a constant layer (float32, what layers read).
   const Blob* c = constant(name);
-  if (!c) throw n.error(fmt::format("tensor '{}' is not computed before this node", name), "input");
-  // First use of a constant as a layer input: it gets a constant layer (float32, what layers read).
-  Layer l = make("constant", name, {}, {name});
+  Layer l;
+  l.type = "constant";
+  l.name = fresh_layer(name, false);
+  l.outputs = {name};
   l.weights["value"] = to_float(*c);
   add(std::move(l));
-  return name;
 }
 
 std::string Importer::add_constant(const std::string& base, const Blob& value) {
@@ -874,6 +916,50 @@ void Importer::matmul(const Node& n) {
   add(make("matmul", n.name, {input(n, 0), input(n, 1)}, {n.out(0)}));
 }
 
+void Importer::einsum(const Node& n) {
+  // The batched matrix products attention blocks write as Einsum
+  // ("bhid,bhjd->bhij", "...ij,...jk->...ik"): a matmul, with the operands'
+  // last two dims swapped where the equation says so. Other equations are refused.
+  std::string eq;
+  for (char ch : n.get_string("equation"))
+    if (ch != ' ') eq += ch;
+  const auto comma = eq.find(','), arrow = eq.find("->");
+  if (n.num_inputs() != 2 || comma == std::string::npos || arrow == std::string::npos || arrow < comma)
+    throw Unsupported{fmt::format("Einsum '{}' (only batched matrix products of two operands)", eq)};
+  std::string a = eq.substr(0, comma), b = eq.substr(comma + 1, arrow - comma - 1), c = eq.substr(arrow + 2);
+  auto strip_ellipsis = [](std::string& t) {
+    if (t.rfind("...", 0) != 0) return false;
+    t = t.substr(3);
+    return true;
+  };
+  const bool ea = strip_ellipsis(a), eb = strip_ellipsis(b), ec = strip_ellipsis(c);
+  const std::size_t r = c.size();
+  const bool shapes_fit = ea == eb && eb == ec && a.size() == r && b.size() == r && r >= 2 &&
+                          a.compare(0, r - 2, c, 0, r - 2) == 0 && b.compare(0, r - 2, c, 0, r - 2) == 0;
+  const std::string a2 = shapes_fit ? a.substr(r - 2) : "", b2 = shapes_fit ? b.substr(r - 2) : "", c2 = shapes_fit ? c.substr(r - 2) : "";
+  // c2 = "ij": i from a2, j from b2, the contracted k in both and not in c2.
+  const bool product = shapes_fit && a2[0] != a2[1] && b2[0] != b2[1] && c2[0] != c2[1] &&
+                       a2.find(c2[0]) != std::string::npos && b2.find(c2[1]) != std::string::npos;
+  const char k = product ? a2[a2[0] == c2[0] ? 1 : 0] : 0;
+  if (!product || b2.find(k) == std::string::npos || c2.find(k) != std::string::npos)
+    throw Unsupported{fmt::format("Einsum '{}' (only batched matrix products of two operands)", eq)};
+  auto operand = [&](int idx, bool transpose, const char* which) {
+    std::string x = input(n, idx);
+    if (!transpose) return x;
+    const auto rank = static_cast<std::size_t>(shape_of(n, x).rank());
+    if (rank < 2) throw n.error("Einsum operand of rank < 2", "equation");
+    std::vector<int64_t> swap_last(rank);
+    std::iota(swap_last.begin(), swap_last.end(), 0);
+    std::swap(swap_last[rank - 1], swap_last[rank - 2]);
+    std::string t = fresh_blob(fmt::format("{}/{}_t", n.out(0), which));
+    add_unary(n, "transpose", x, t, {{"perm", swap_last}}, std::string("transpose_") + which);
+    return t;
+  };
+  const std::string lhs = operand(0, a2[1] != k, "a");  // wants [.., i, k]
+  const std::string rhs = operand(1, b2[0] != k, "b");  // wants [.., k, j]
+  add(make("matmul", n.name, {lhs, rhs}, {n.out(0)}));
+}
+
 void Importer::unary(const Node& n) {
   static const std::map<std::string, std::string> types = {
       {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"HardSwish", "hardswish"},
@@ -908,8 +994,9 @@ void Importer::binary_op(const Node& n) {
   const auto& [type, op] = ops.at(n.op());
   const Blob* a = constant(n.in(0));
   const Blob* b = constant(n.in(1));
-  // Integer arithmetic is shape arithmetic: computed now. Float arithmetic is a layer.
-  if (a && b && (a->dtype() == DType::int64 || b->dtype() == DType::int64)) {
+  // Arithmetic on constants is computed now: shape arithmetic, and the index and
+  // mask computations some exporters emit, whose results later nodes need as constants.
+  if (a && b) {
     try {
       constants_[n.out(0)] = binary(op, *a, *b);
     } catch (const Error& e) {
@@ -922,7 +1009,8 @@ void Importer::binary_op(const Node& n) {
 
 void Importer::pow(const Node& n) {
   const Blob* e = constant(n.in(1));
-  if (!e || e->numel() != 1 || constant(n.in(0))) throw Unsupported{"Pow other than a run-time tensor squared"};
+  if (e && constant(n.in(0))) return constant_math(n);
+  if (!e || e->numel() != 1) throw Unsupported{"Pow of a run-time tensor other than squared"};
   const double v = to_doubles(*e)[0];
   if (v == 1.0) add_unary(n, "identity", input(n, 0), n.out(0));
   else if (v == 2.0) add(make("mul", n.name, {input(n, 0), input(n, 0)}, {n.out(0)}));
@@ -1056,8 +1144,14 @@ void Importer::layernorm(const Node& n) {
 void Importer::identity(const Node& n) {
   if (n.op() == "Dropout") {
     if (used(n.out(1))) throw Unsupported{"Dropout's mask output"};
-    if (n.opset >= 12 && n.has_in(2) && constant(n.in(2)) && to_ints(*constant(n.in(2)))[0] != 0)
-      throw Unsupported{"Dropout in training mode"};
+    // Training mode drops values at random, unless the ratio is 0 (exporters emit
+    // F.dropout(x, p=0.0, training=True) like that): then it is an identity too.
+    const Blob* training = n.opset >= 12 && n.has_in(2) ? constant(n.in(2)) : nullptr;
+    if (training && training->numel() == 1 && to_ints(*training)[0] != 0) {
+      const Blob* ratio = n.has_in(1) ? constant(n.in(1)) : nullptr;
+      if (!ratio || ratio->numel() != 1 || to_doubles(*ratio)[0] != 0.0)
+        throw Unsupported{"Dropout in training mode with a ratio other than 0"};
+    }
   }
   if (const Blob* c = constant(n.in(0))) {  // e.g. an Identity fed by an initializer: the same constant
     constants_[n.out(0)] = *c;
@@ -1245,20 +1339,51 @@ void Importer::slice(const Node& n) {
     constants_[n.out(0)] = sliced(*c, spec);
     return;
   }
-  // At run time: one split per sliced axis (step 1 only).
+  // At run time: split layers, one cut per sliced axis (see slice_blob and slice_strided).
   std::string cur = n.in(0);
   std::vector<SliceAxis> cuts;
   for (const auto& s : spec) {
-    if (s.step != 1) throw Unsupported{"Slice of a run-time tensor with a step other than 1"};
+    if (s.step < 1) throw Unsupported{"Slice of a run-time tensor going backwards"};
     if (s.end <= s.start) throw Unsupported{"Slice of a run-time tensor to nothing"};
-    if (s.start != 0 || s.end != xs[s.axis]) cuts.push_back(s);
+    if (s.start != 0 || s.end != xs[s.axis] || s.step != 1) cuts.push_back(s);
   }
   if (cuts.empty()) return add_unary(n, "identity", input(n, 0), n.out(0));
   for (std::size_t i = 0; i < cuts.size(); ++i) {
-    const std::string next = i + 1 == cuts.size() ? n.out(0) : fresh_blob(fmt::format("{}/axis{}", n.out(0), cuts[i].axis));
-    slice_blob(n, cur, cuts[i].axis, cuts[i].start, cuts[i].end, next);
+    const auto& c = cuts[i];
+    const std::string next = i + 1 == cuts.size() ? n.out(0) : fresh_blob(fmt::format("{}/axis{}", n.out(0), c.axis));
+    if (c.step == 1) slice_blob(n, cur, c.axis, c.start, c.end, next);
+    else slice_strided(n, cur, c.axis, c.start, (c.end - c.start + c.step - 1) / c.step, c.step, next);
     cur = next;
   }
+}
+
+void Importer::slice_strided(const Node& n, const std::string& x, int axis, int64_t start, int64_t count, int64_t step,
+                             const std::string& y) {
+  // Every step-th element (x[..., 1::2] in patch merging): a run of count*step
+  // elements seen as [count, step], of which one column is kept. The run starts
+  // j <= start % step before `start`, wherever it fits in the dim.
+  const Shape xs = shape_of(n, x);
+  const int64_t dim = xs[axis];
+  int64_t j = 0;
+  while (j < step && j <= start && start - j + count * step > dim) ++j;
+  if (j == step || j > start || xs.rank() + 1 > Shape::max_rank)
+    throw Unsupported{fmt::format("Slice of a run-time tensor with step {} that does not tile the dim", step)};
+  const int64_t base = start - j;
+  const std::string run = fresh_blob(y + "/run"), grid = fresh_blob(y + "/grid"), column = fresh_blob(y + "/column");
+  slice_blob(n, x, axis, base, base + count * step, run);
+  std::vector<int64_t> grid_shape, out_shape = xs.to_vector();
+  for (int d = 0; d < xs.rank(); ++d) {
+    if (d == axis) {
+      grid_shape.push_back(count);
+      grid_shape.push_back(step);
+    } else {
+      grid_shape.push_back(xs[d]);
+    }
+  }
+  out_shape[static_cast<std::size_t>(axis)] = count;
+  add_unary(n, "reshape", run, grid, {{"shape", grid_shape}}, "grid");
+  slice_blob(n, grid, axis + 1, j, j + 1, column);
+  add_unary(n, "reshape", column, y, {{"shape", out_shape}}, "strided");
 }
 
 void Importer::gather(const Node& n) {
@@ -1399,7 +1524,7 @@ void Importer::range(const Node& n) {
   const double start = to_doubles(s)[0], limit = to_doubles(l)[0], delta = to_doubles(d)[0];
   if (delta == 0) throw n.error("delta 0", "delta");
   const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
-  if (count > (int64_t{1} << 31)) throw n.error("range too long", "limit");
+  if (count > (int64_t{1} << 28)) throw n.error("range too long", "limit");
   std::vector<double> v(static_cast<std::size_t>(count));
   for (int64_t i = 0; i < count; ++i) v[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * delta;
   if (s.dtype() == DType::int64) {
@@ -1426,6 +1551,36 @@ void Importer::where_op(const Node& n) {
   const Blob& b = require_constant(n, 2, "Y");
   try {
     constants_[n.out(0)] = where(c, a, b);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "input");
+  }
+}
+
+void Importer::constant_math(const Node& n) {
+  std::vector<const Blob*> in;
+  for (int k = 0; k < n.num_inputs(); ++k) {
+    if (!constant(n.in(k))) throw Unsupported{fmt::format("{} of a tensor computed at run time", n.op())};
+    in.push_back(constant(n.in(k)));
+  }
+  static const std::map<std::string, BinaryOp> binary_ops = {
+      {"Pow", BinaryOp::pow}, {"Less", BinaryOp::less}, {"Greater", BinaryOp::greater},
+      {"And", BinaryOp::logical_and}, {"Or", BinaryOp::logical_or}};
+  static const std::map<std::string, UnaryOp> unary_ops = {
+      {"Not", UnaryOp::logical_not}, {"Neg", UnaryOp::neg}, {"Abs", UnaryOp::abs},
+      {"Sqrt", UnaryOp::sqrt}, {"Floor", UnaryOp::floor}, {"Ceil", UnaryOp::ceil}};
+  const std::size_t want = n.op() == "ScatterND" ? 3 : unary_ops.count(n.op()) ? 1 : 2;
+  if (in.size() != want) throw n.error(fmt::format("{} takes {} inputs", n.op(), want), "input");
+  try {
+    if (n.op() == "Mod") {
+      constants_[n.out(0)] = binary(n.get_int("fmod", 0) ? BinaryOp::fmod : BinaryOp::mod, *in[0], *in[1]);
+    } else if (n.op() == "ScatterND") {
+      if (n.get_string("reduction", "none") != "none") throw Unsupported{"ScatterND with a reduction"};
+      constants_[n.out(0)] = scattered(*in[0], *in[1], *in[2]);
+    } else if (auto b = binary_ops.find(n.op()); b != binary_ops.end()) {
+      constants_[n.out(0)] = binary(b->second, *in[0], *in[1]);
+    } else {
+      constants_[n.out(0)] = onnx_import::unary(unary_ops.at(n.op()), *in[0]);
+    }
   } catch (const Error& e) {
     throw n.error(e.message(), "input");
   }
@@ -1470,9 +1625,7 @@ void Importer::finish_outputs() {
       throw Error("a graph output that is a graph input is not supported", file_, {}, name);
     if (!shapes_.count(name)) {
       if (!constant(name)) throw Error("graph output is produced by no node", file_, {}, name);
-      Layer l = make("constant", name, {}, {name});
-      l.weights["value"] = to_float(constants_.at(name));
-      add(std::move(l));
+      materialize(name);  // a constant output: its constant layer
     }
     graph_.outputs.push_back(name);
   }
@@ -1527,13 +1680,33 @@ core::Graph Importer::run() {
 
 }  // namespace
 
+/// Parses the file straight from a read-only memory map: no copy of the bytes
+/// on the heap (the initializers alone can be hundreds of MB).
+void parse_file(const std::string& path, onnx::ModelProto& model) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("cannot open the file: {}", std::strerror(errno)), path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error("cannot read the file: not a regular file", path);
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    ::close(fd);
+    throw Error("the file is larger than the 2 GB a protobuf message can hold (store weights as external data)", path);
+  }
+  void* map = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  ::close(fd);
+  if (map == MAP_FAILED) throw Error(fmt::format("cannot map the file: {}", std::strerror(errno)), path);
+  const bool ok = model.ParseFromArray(map, static_cast<int>(size));
+  if (map) ::munmap(map, size);
+  if (!ok) throw Error("not an ONNX model: the protobuf message does not parse (truncated or another format)", path);
+}
+
 core::Graph import_graph(const std::string& path, const ImportOptions& options) {
   try {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot open the file", path);
     auto model = std::make_unique<onnx::ModelProto>();
-    if (!model->ParseFromIstream(&in))
-      throw Error("not an ONNX model: the protobuf message does not parse (truncated or another format)", path);
+    parse_file(path, *model);
     if (!model->has_graph()) throw Error("not an ONNX model: it holds no graph", path, {}, "graph");
     Importer importer(*model, path, options);
     return importer.run();
@@ -1560,13 +1733,21 @@ core::PassOptions pass_options(const ImportOptions& o) {
 }  // namespace onnx_import
 
 Net import_onnx(const std::string& path, const ImportOptions& options) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  const auto t0 = clock::now();
   core::Graph graph = onnx_import::import_graph(path, options);
+  const auto t1 = clock::now();
   try {
     core::optimize(graph, onnx_import::pass_options(options));
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
-  return Net(detail::NetImpl::build(std::move(graph), path));
+  const auto t2 = clock::now();
+  Net net(detail::NetImpl::build(std::move(graph), path));
+  core::info("{}: read and translated in {:.1f} ms, graph passes {:.1f} ms, net prepared in {:.1f} ms", path,
+             ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
+  return net;
 }
 
 }  // namespace softneuro

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <type_traits>
 
 namespace softneuro::onnx_import {
 namespace {
@@ -107,6 +109,16 @@ void read_external(const onnx::TensorProto& t, const TensorSource& src, std::siz
     throw Error(fmt::format("cannot read external data '{}'", path.string()), src.file, node, field);
 }
 
+/// A 64-byte aligned blob left uninitialised: Blob::allocate zero-fills, which
+/// for hundreds of MB of weights about to be overwritten is wasted time.
+Blob uninitialized_blob(const Shape& shape, DType dtype) {
+  const std::size_t bytes = std::max<std::size_t>(64, (storage_bytes(shape, dtype, Layout::nchw) + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
+  std::shared_ptr<const void> owner(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return Blob::view(std::move(owner), p, shape, dtype);
+}
+
 void contiguous_strides(const Shape& s, int64_t* st) {
   int64_t v = 1;
   for (int d = s.rank() - 1; d >= 0; --d) {
@@ -169,22 +181,33 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
   const DType dtype = is_floating(type) ? DType::float32 : DType::int64;
   const auto count = static_cast<std::size_t>(n);
 
-  // Raw little-endian bytes: inline raw_data or an external file.
+  // Where the values are, and whether there are as many as the dims say:
+  // checked before allocating, so absurd dims never allocate.
+  using T = onnx::TensorProto;
   std::string external;
   const std::string* raw = nullptr;
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+  if (t.data_location() == T::EXTERNAL) {
     read_external(t, src, count * esize, external, node, field);
     raw = &external;
   } else if (!t.raw_data().empty() || count == 0) {
     raw = &t.raw_data();
-  }
-  Blob out = Blob::allocate(shape, dtype);
-  if (raw) {
     if (raw->size() != count * esize)
       throw fail(fmt::format("tensor '{}' {} holds {} bytes of data, expected {}", t.name(), shape.to_string(),
                              raw->size(), count * esize));
+  } else {
+    const int have = type == T::FLOAT ? t.float_data_size()
+                     : type == T::DOUBLE ? t.double_data_size()
+                     : type == T::INT64 ? t.int64_data_size()
+                     : type == T::UINT32 || type == T::UINT64 ? t.uint64_data_size()
+                     : t.int32_data_size();  // the small integer types, bool and the 16-bit floats
+    if (static_cast<std::size_t>(have) != count)
+      throw fail(fmt::format("tensor '{}' {} holds {} values, expected {}", t.name(), shape.to_string(), have, count));
+  }
+
+  Blob out = uninitialized_blob(shape, dtype);  // every element is written below
+  if (raw) {
     const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
-    if (type == onnx::TensorProto::FLOAT) {
+    if (type == T::FLOAT) {
       if (count) std::memcpy(out.data(), p, count * 4);  // the common case, in one copy
     } else if (dtype == DType::float32) {
       for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = raw_value<float>(p + i * esize, type);
@@ -193,38 +216,26 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
     }
     return out;
   }
-  // Typed fields: each ONNX type lives in one of them.
-  using T = onnx::TensorProto;
-  auto check = [&](int have) {
-    if (static_cast<std::size_t>(have) != count)
-      throw fail(fmt::format("tensor '{}' {} holds {} values, expected {}", t.name(), shape.to_string(), have, count));
-  };
   switch (type) {
     case T::FLOAT:
-      check(t.float_data_size());
       std::copy(t.float_data().begin(), t.float_data().end(), out.data_as<float>());
       break;
     case T::DOUBLE:
-      check(t.double_data_size());
       for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = static_cast<float>(t.double_data(static_cast<int>(i)));
       break;
     case T::FLOAT16: case T::BFLOAT16:
-      check(t.int32_data_size());
       for (std::size_t i = 0; i < count; ++i) {
         auto bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
         out.data_as<float>()[i] = type == T::FLOAT16 ? half_to_float(bits) : bfloat_to_float(bits);
       }
       break;
     case T::INT64:
-      check(t.int64_data_size());
       std::copy(t.int64_data().begin(), t.int64_data().end(), out.data_as<int64_t>());
       break;
     case T::UINT32: case T::UINT64:
-      check(t.uint64_data_size());
       for (std::size_t i = 0; i < count; ++i) out.data_as<int64_t>()[i] = static_cast<int64_t>(t.uint64_data(static_cast<int>(i)));
       break;
     default:  // the small integer types and bool, one per int32
-      check(t.int32_data_size());
       std::copy(t.int32_data().begin(), t.int32_data().end(), out.data_as<int64_t>());
       break;
   }
@@ -305,7 +316,15 @@ Blob transposed(const Blob& b, const std::vector<int64_t>& perm) {
     using T = decltype(t);
     const T* x = b.data_as<T>();
     T* y = r.data_as<T>();
-    for_each_offset(out, ost, [&](int64_t i, int64_t off) { y[i] = x[off]; });
+    if (s.rank() == 2 && perm[0] == 1) {  // a matrix (MatMul weights): cache-friendly tiles
+      const int64_t rows = s[0], cols = s[1], tile = 64;
+      for (int64_t i0 = 0; i0 < rows; i0 += tile)
+        for (int64_t j0 = 0; j0 < cols; j0 += tile)
+          for (int64_t i = i0; i < std::min(rows, i0 + tile); ++i)
+            for (int64_t j = j0; j < std::min(cols, j0 + tile); ++j) y[j * rows + i] = x[i * cols + j];
+    } else {
+      for_each_offset(out, ost, [&](int64_t i, int64_t off) { y[i] = x[off]; });
+    }
     return 0;
   });
   return r;
@@ -428,47 +447,135 @@ Blob expanded(const Blob& b, const Shape& shape) {
   return r;
 }
 
+namespace {
+
+bool is_logic(BinaryOp op) {
+  return op == BinaryOp::equal || op == BinaryOp::less || op == BinaryOp::greater || op == BinaryOp::logical_and ||
+         op == BinaryOp::logical_or;
+}
+
+/// One element of a binary op, in T (int64_t or double).
+template <class T>
+T apply_binary(BinaryOp op, T u, T v) {
+  switch (op) {
+    case BinaryOp::add: return u + v;
+    case BinaryOp::sub: return u - v;
+    case BinaryOp::mul: return u * v;
+    case BinaryOp::div:
+      if constexpr (std::is_integral_v<T>) {
+        if (v == 0) throw Error("integer division by zero");
+      }
+      return u / v;
+    case BinaryOp::mod:
+    case BinaryOp::fmod:
+      if constexpr (std::is_integral_v<T>) {
+        if (v == 0) throw Error("integer division by zero");
+        T r = u % v;
+        if (op == BinaryOp::mod && r != 0 && ((r < 0) != (v < 0))) r += v;
+        return r;
+      } else {
+        T r = std::fmod(u, v);
+        if (op == BinaryOp::mod && r != 0 && ((r < 0) != (v < 0))) r += v;
+        return r;
+      }
+    case BinaryOp::pow:
+      if constexpr (std::is_integral_v<T>) {
+        return static_cast<T>(std::llround(std::pow(static_cast<double>(u), static_cast<double>(v))));
+      } else {
+        return std::pow(u, v);
+      }
+    case BinaryOp::equal: return u == v;
+    case BinaryOp::less: return u < v;
+    case BinaryOp::greater: return u > v;
+    case BinaryOp::logical_and: return u && v;
+    case BinaryOp::logical_or: return u || v;
+  }
+  return T{};
+}
+
+}  // namespace
+
 Blob binary(BinaryOp op, const Blob& a, const Blob& b) {
   const Shape out = broadcast(a.shape(), b.shape());
   const bool ints = a.dtype() == DType::int64 && b.dtype() == DType::int64;
-  Blob r = Blob::allocate(out, ints || op == BinaryOp::equal ? DType::int64 : DType::float32);
-  // Broadcast offsets of both operands by walking the output once per operand.
-  std::vector<int64_t> oa(static_cast<std::size_t>(out.numel())), ob(oa.size());
+  Blob r = Blob::allocate(out, ints || is_logic(op) ? DType::int64 : DType::float32);
   int64_t sa[Shape::max_rank], sb[Shape::max_rank];
   broadcast_strides(a.shape(), out, sa);
   broadcast_strides(b.shape(), out, sb);
-  for_each_offset(out, sa, [&](int64_t i, int64_t off) { oa[static_cast<std::size_t>(i)] = off; });
-  for_each_offset(out, sb, [&](int64_t i, int64_t off) { ob[static_cast<std::size_t>(i)] = off; });
-  if (ints) {
-    const int64_t* x = a.data_as<int64_t>();
-    const int64_t* y = b.data_as<int64_t>();
-    int64_t* z = r.data_as<int64_t>();
-    for (std::size_t i = 0; i < oa.size(); ++i) {
-      const int64_t u = x[oa[i]], v = y[ob[i]];
-      switch (op) {
-        case BinaryOp::add: z[i] = u + v; break;
-        case BinaryOp::sub: z[i] = u - v; break;
-        case BinaryOp::mul: z[i] = u * v; break;
-        case BinaryOp::div:
-          if (v == 0) throw Error("integer division by zero");
-          z[i] = u / v;
-          break;
-        case BinaryOp::equal: z[i] = u == v; break;
-      }
+  auto get = [](const Blob& x, int64_t off) -> double {
+    return x.dtype() == DType::int64 ? static_cast<double>(x.data_as<int64_t>()[off]) : x.data_as<float>()[off];
+  };
+  // Walk the output once, keeping both operands' offsets (no per-element tables: weights can be large).
+  const int rank = out.rank();
+  int64_t coord[Shape::max_rank] = {}, oa = 0, ob = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (ints) {
+      r.data_as<int64_t>()[i] = apply_binary<int64_t>(op, a.data_as<int64_t>()[oa], b.data_as<int64_t>()[ob]);
+    } else {
+      const double z = apply_binary<double>(op, get(a, oa), get(b, ob));
+      if (is_logic(op)) r.data_as<int64_t>()[i] = static_cast<int64_t>(z);
+      else r.data_as<float>()[i] = static_cast<float>(z);
     }
-    return r;
+    for (int d = rank - 1; d >= 0; --d) {  // next coordinate, odometer style
+      oa += sa[d];
+      ob += sb[d];
+      if (++coord[d] < out[d]) break;
+      oa -= sa[d] * out[d];
+      ob -= sb[d] * out[d];
+      coord[d] = 0;
+    }
   }
-  const std::vector<double> x = to_doubles(a), y = to_doubles(b);
-  for (std::size_t i = 0; i < oa.size(); ++i) {
-    const double u = x[static_cast<std::size_t>(oa[i])], v = y[static_cast<std::size_t>(ob[i])];
+  return r;
+}
+
+Blob unary(UnaryOp op, const Blob& a) {
+  const DType dtype = op == UnaryOp::logical_not ? DType::int64 : a.dtype();
+  Blob r = Blob::allocate(a.shape(), dtype);
+  const std::vector<double> x = to_doubles(a);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double v = x[i];
     switch (op) {
-      case BinaryOp::add: r.data_as<float>()[i] = static_cast<float>(u + v); break;
-      case BinaryOp::sub: r.data_as<float>()[i] = static_cast<float>(u - v); break;
-      case BinaryOp::mul: r.data_as<float>()[i] = static_cast<float>(u * v); break;
-      case BinaryOp::div: r.data_as<float>()[i] = static_cast<float>(u / v); break;
-      case BinaryOp::equal: r.data_as<int64_t>()[i] = u == v; break;
+      case UnaryOp::neg: v = -v; break;
+      case UnaryOp::abs: v = std::abs(v); break;
+      case UnaryOp::sqrt: v = std::sqrt(v); break;
+      case UnaryOp::floor: v = std::floor(v); break;
+      case UnaryOp::ceil: v = std::ceil(v); break;
+      case UnaryOp::logical_not: v = v == 0; break;
     }
+    if (dtype == DType::int64) r.data_as<int64_t>()[i] = static_cast<int64_t>(v);
+    else r.data_as<float>()[i] = static_cast<float>(v);
   }
+  return r;
+}
+
+Blob scattered(const Blob& data, const Blob& indices, const Blob& updates) {
+  const Shape& s = data.shape();
+  const Shape& is = indices.shape();
+  if (is.rank() < 1) throw Error("ScatterND indices need rank >= 1");
+  const int k = static_cast<int>(is[is.rank() - 1]);
+  if (k < 1 || k > s.rank()) throw Error(fmt::format("ScatterND index tuples of {} for data of rank {}", k, s.rank()));
+  int64_t slice = 1;
+  for (int d = k; d < s.rank(); ++d) slice *= s[d];
+  const int64_t tuples = is.numel() / k;
+  if (updates.numel() != tuples * slice) throw Error("ScatterND updates do not match the indices");
+  int64_t st[Shape::max_rank];
+  contiguous_strides(s, st);
+  const std::vector<int64_t> idx = to_ints(indices);
+  Blob r = cast_to(data, data.dtype()).clone();
+  const Blob u = cast_to(updates, data.dtype());
+  by_dtype(data.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int64_t j = 0; j < tuples; ++j) {
+      int64_t off = 0;
+      for (int d = 0; d < k; ++d) {
+        int64_t i = idx[static_cast<std::size_t>(j * k + d)];
+        if (i < -s[d] || i >= s[d]) throw Error(fmt::format("ScatterND index {} out of range for a dim of {}", i, s[d]));
+        off += (i < 0 ? i + s[d] : i) * st[d];
+      }
+      std::copy_n(u.data_as<T>() + j * slice, slice, r.data_as<T>() + off);
+    }
+    return 0;
+  });
   return r;
 }
 

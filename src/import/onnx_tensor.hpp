@@ -56,9 +56,14 @@ struct SliceAxis {
 Blob sliced(const Blob& data, const std::vector<SliceAxis>& axes);
 /// NumPy broadcast of `b` to `shape`.
 Blob expanded(const Blob& b, const Shape& shape);
-enum class BinaryOp { add, sub, mul, div, equal };
-/// Elementwise with NumPy broadcasting; int64 when both are int64 (equal: int64 0/1).
+enum class BinaryOp { add, sub, mul, div, mod, fmod, pow, equal, less, greater, logical_and, logical_or };
+/// Elementwise with NumPy broadcasting; int64 when both are int64, and for the
+/// comparisons and logic (0/1). mod: the sign of the divisor (ONNX Mod fmod=0); fmod: C's.
 Blob binary(BinaryOp op, const Blob& a, const Blob& b);
+enum class UnaryOp { neg, abs, sqrt, floor, ceil, logical_not };
+Blob unary(UnaryOp op, const Blob& a);
+/// ONNX ScatterND (no reduction): data with the slices at `indices` replaced by `updates`.
+Blob scattered(const Blob& data, const Blob& indices, const Blob& updates);
 /// cond ? a : b, broadcast.
 Blob where(const Blob& cond, const Blob& a, const Blob& b);
 

@@ -1,0 +1,73 @@
+// Helpers of the importer tests: ONNX models built in C++ with libonnx (no
+// Python), imported and run through the public API, and small references.
+#pragma once
+
+#include "core/graph.hpp"
+
+#include <softneuro/import.hpp>
+#include <softneuro/net.hpp>
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace softneuro::test {
+
+/// One node being built: chainable attribute setters.
+struct NodeRef {
+  onnx::NodeProto* p;
+  NodeRef& i(const std::string& name, int64_t v);
+  NodeRef& f(const std::string& name, float v);
+  NodeRef& s(const std::string& name, const std::string& v);
+  NodeRef& ints(const std::string& name, const std::vector<int64_t>& v);
+  NodeRef& t(const std::string& name, const onnx::TensorProto& v);
+};
+
+/// An ONNX model under construction (default domain at `opset`).
+class OnnxModel {
+ public:
+  explicit OnnxModel(int opset = 13);
+  onnx::ModelProto proto;
+  onnx::GraphProto& graph() { return *proto.mutable_graph(); }
+
+  /// A float input; a dim of -1 is symbolic ("N").
+  OnnxModel& input(const std::string& name, const std::vector<int64_t>& dims);
+  OnnxModel& output(const std::string& name);
+  OnnxModel& init(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values);
+  OnnxModel& init_ints(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& values);
+  NodeRef node(const std::string& op, const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+               const std::string& name = {});
+  /// Writes the model into the test folder; returns its path.
+  std::string save(const std::string& file) const;
+};
+
+onnx::TensorProto float_tensor(const std::vector<int64_t>& dims, const std::vector<float>& values);
+onnx::TensorProto int_tensor(const std::vector<int64_t>& dims, const std::vector<int64_t>& values);
+
+/// A fresh folder for this test run's files.
+std::string test_dir();
+/// Deterministic values in [-1, 1).
+std::vector<float> random_values(std::size_t n, unsigned seed);
+Blob make_input(const Shape& shape, const std::vector<float>& values);
+
+/// A net's output: its shape and values.
+struct Output {
+  Shape shape;
+  std::vector<float> values;
+};
+/// Runs a net on named inputs; returns every output in order.
+std::vector<Output> run_net(Net& net, const std::vector<NamedBlob>& inputs);
+/// Saves, imports (with `options`) and runs a model with one input "x" and one output "y".
+Output run_model(const OnnxModel& m, const std::string& file, const Shape& x_shape, const std::vector<float>& x,
+                 const ImportOptions& options = {});
+/// The graph the importer makes (before any pass).
+core::Graph import_without_passes(const std::string& path);
+/// Number of layers of a type in a net.
+int count_layers(const Net& net, const std::string& type);
+
+/// Max |a - b|, infinity when the sizes differ.
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace softneuro::test

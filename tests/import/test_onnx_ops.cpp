@@ -1,0 +1,721 @@
+// Each supported ONNX operator (and its opset variants), imported and run on
+// the cpu/ref routines, against values computed here by plain loops.
+#include "import/onnx_test_util.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+using namespace softneuro;
+using namespace softneuro::test;
+
+namespace {
+
+constexpr double kTol = 1e-5;
+
+/// Reference 2-D convolution, NCHW, pads {top, left, bottom, right}.
+std::vector<float> ref_conv(const std::vector<float>& x, const Shape& xs, const std::vector<float>& w, const Shape& ws,
+                            const std::vector<float>& b, std::array<int64_t, 2> s, std::array<int64_t, 4> p,
+                            std::array<int64_t, 2> d, int64_t group, Shape* out_shape) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], oc = ws[0], kh = ws[2], kw = ws[3];
+  const int64_t oh = (h + p[0] + p[2] - d[0] * (kh - 1) - 1) / s[0] + 1;
+  const int64_t ow = (wd + p[1] + p[3] - d[1] * (kw - 1) - 1) / s[1] + 1;
+  *out_shape = Shape{n, oc, oh, ow};
+  std::vector<float> y(static_cast<std::size_t>(n * oc * oh * ow));
+  const int64_t icg = c / group, ocg = oc / group;
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t o = 0; o < oc; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double acc = b.empty() ? 0 : b[static_cast<std::size_t>(o)];
+          for (int64_t ci = 0; ci < icg; ++ci)
+            for (int64_t ki = 0; ki < kh; ++ki)
+              for (int64_t kj = 0; kj < kw; ++kj) {
+                const int64_t yy = i * s[0] - p[0] + ki * d[0], xx = j * s[1] - p[1] + kj * d[1];
+                if (yy < 0 || yy >= h || xx < 0 || xx >= wd) continue;
+                const int64_t cc = (o / ocg) * icg + ci;
+                acc += double(x[static_cast<std::size_t>(((in * c + cc) * h + yy) * wd + xx)]) *
+                       w[static_cast<std::size_t>(((o * icg + ci) * kh + ki) * kw + kj)];
+              }
+          y[static_cast<std::size_t>(((in * oc + o) * oh + i) * ow + j)] = static_cast<float>(acc);
+        }
+  return y;
+}
+
+std::vector<float> map_values(const std::vector<float>& x, float (*f)(float)) {
+  std::vector<float> y(x.size());
+  std::transform(x.begin(), x.end(), y.begin(), f);
+  return y;
+}
+
+/// A model x -> OP -> y with the given extra inputs; returns the node for attributes.
+NodeRef unary_model(OnnxModel& m, const std::string& op, const Shape& xs, std::vector<std::string> extra = {}) {
+  m.input("x", xs.to_vector()).output("y");
+  std::vector<std::string> ins{"x"};
+  ins.insert(ins.end(), extra.begin(), extra.end());
+  return m.node(op, ins, {"y"}, op);
+}
+
+}  // namespace
+
+TEST_CASE("Conv: strides, asymmetric pads, dilations, bias", "[onnx][conv]") {
+  const Shape xs{1, 2, 7, 6}, ws{3, 2, 3, 3};
+  auto x = random_values(static_cast<std::size_t>(xs.numel()), 1);
+  auto w = random_values(static_cast<std::size_t>(ws.numel()), 2);
+  auto b = random_values(3, 3);
+  OnnxModel m(13);
+  m.init("W", ws.to_vector(), w).init("B", {3}, b);
+  unary_model(m, "Conv", xs, {"W", "B"}).ints("strides", {2, 1}).ints("pads", {1, 0, 0, 2}).ints("dilations", {1, 2}).ints("kernel_shape", {3, 3});
+  Output got = run_model(m, "conv.onnx", xs, x);
+  Shape es;
+  auto expected = ref_conv(x, xs, w, ws, b, {2, 1}, {1, 0, 0, 2}, {1, 2}, 1, &es);
+  CHECK(got.shape == es);
+  CHECK(max_abs_diff(got.values, expected) < kTol);
+}
+
+TEST_CASE("Conv: depthwise with auto_pad SAME_UPPER and SAME_LOWER", "[onnx][conv]") {
+  const Shape xs{1, 4, 6, 6}, ws{4, 1, 2, 2};
+  auto x = random_values(static_cast<std::size_t>(xs.numel()), 4);
+  auto w = random_values(static_cast<std::size_t>(ws.numel()), 5);
+  for (const char* mode : {"SAME_UPPER", "SAME_LOWER"}) {
+    OnnxModel m(11);
+    m.init("W", ws.to_vector(), w);
+    unary_model(m, "Conv", xs, {"W"}).i("group", 4).s("auto_pad", mode);
+    Output got = run_model(m, "conv_same.onnx", xs, x);
+    // kernel 2, stride 1: one pad in total, at the end (UPPER) or the beginning (LOWER).
+    std::array<int64_t, 4> pads = std::string(mode) == "SAME_UPPER" ? std::array<int64_t, 4>{0, 0, 1, 1} : std::array<int64_t, 4>{1, 1, 0, 0};
+    Shape es;
+    auto expected = ref_conv(x, xs, w, ws, {}, {1, 1}, pads, {1, 1}, 4, &es);
+    CHECK(got.shape == Shape{1, 4, 6, 6});
+    CHECK(max_abs_diff(got.values, expected) < kTol);
+  }
+}
+
+TEST_CASE("Conv weights through Identity of an initializer", "[onnx][conv][identity]") {
+  // Exporters share weights as Identity(initializer): the weight must stay a constant.
+  const Shape xs{1, 2, 4, 4}, ws{2, 2, 1, 1};
+  auto x = random_values(32, 6);
+  auto w = random_values(4, 7);
+  OnnxModel m(13);
+  m.init("W0", ws.to_vector(), w);
+  m.input("x", xs.to_vector()).output("y");
+  m.node("Identity", {"W0"}, {"W"});
+  m.node("Conv", {"x", "W"}, {"y"});
+  Output got = run_model(m, "conv_identity.onnx", xs, x);
+  Shape es;
+  CHECK(max_abs_diff(got.values, ref_conv(x, xs, w, ws, {}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, &es)) < kTol);
+}
+
+TEST_CASE("Gemm: transA/transB, alpha, beta, C as bias or full matrix, B at run time", "[onnx][gemm]") {
+  const int64_t M = 3, K = 4, N = 5;
+  auto a = random_values(M * K, 8), b = random_values(K * N, 9), c_row = random_values(N, 10), c_full = random_values(M * N, 11);
+  auto expected = [&](const std::vector<float>& c, bool full, float alpha, float beta) {
+    std::vector<float> y(M * N);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += double(a[i * K + k]) * b[k * N + j];
+        y[i * N + j] = static_cast<float>(alpha * acc + beta * (full ? c[i * N + j] : c[j]));
+      }
+    return y;
+  };
+  SECTION("constant B (transposed), C one row: one dense layer") {
+    std::vector<float> bt(K * N);  // B' stored [N,K]
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) bt[j * K + k] = b[k * N + j];
+    OnnxModel m(13);
+    m.init("B", {N, K}, bt).init("C", {N}, c_row);
+    unary_model(m, "Gemm", Shape{M, K}, {"B", "C"}).i("transB", 1).f("alpha", 0.5f).f("beta", 2.0f);
+    Net net = import_onnx(m.save("gemm1.onnx"));
+    CHECK(count_layers(net, "dense") == 1);
+    CHECK(net.layers().size() == 1);
+    auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}})[0];
+    CHECK(max_abs_diff(got.values, expected(c_row, false, 0.5f, 2.0f)) < kTol);
+  }
+  SECTION("transA, C a full matrix") {
+    std::vector<float> at(M * K);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) at[k * M + i] = a[i * K + k];
+    OnnxModel m(11);
+    m.init("B", {K, N}, b).init("C", {M, N}, c_full);
+    unary_model(m, "Gemm", Shape{K, M}, {"B", "C"}).i("transA", 1).f("beta", 0.25f);
+    auto got = run_model(m, "gemm2.onnx", Shape{K, M}, at);
+    CHECK(max_abs_diff(got.values, expected(c_full, true, 1.0f, 0.25f)) < kTol);
+  }
+  SECTION("B computed at run time") {
+    OnnxModel m(13);
+    m.input("x", {M, K}).input("b", {K, N}).init("C", {N}, c_row).output("y");
+    m.node("Gemm", {"x", "b", "C"}, {"y"}).f("alpha", 2.0f);
+    Net net = import_onnx(m.save("gemm3.onnx"));
+    CHECK(count_layers(net, "matmul") == 1);
+    auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}, {"b", make_input(Shape{K, N}, b)}})[0];
+    CHECK(max_abs_diff(got.values, expected(c_row, false, 2.0f, 1.0f)) < kTol);
+  }
+}
+
+TEST_CASE("MatMul: constant weight becomes dense, run-time operands a batched matmul", "[onnx][matmul]") {
+  const int64_t B = 2, M = 3, K = 4, N = 2;
+  auto a = random_values(B * M * K, 12), w = random_values(K * N, 13), b2 = random_values(B * K * N, 14);
+  auto ref = [&](const std::vector<float>& rhs, bool batched) {
+    std::vector<float> y(B * M * N);
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; ++k) acc += double(a[(bb * M + i) * K + k]) * rhs[(batched ? bb * K * N : 0) + k * N + j];
+          y[(bb * M + i) * N + j] = static_cast<float>(acc);
+        }
+    return y;
+  };
+  {
+    OnnxModel m(13);
+    m.init("W", {K, N}, w);
+    unary_model(m, "MatMul", Shape{B, M, K}, {"W"});
+    Net net = import_onnx(m.save("matmul1.onnx"));
+    CHECK(count_layers(net, "dense") == 1);
+    auto got = run_net(net, {{"x", make_input(Shape{B, M, K}, a)}})[0];
+    CHECK(got.shape == Shape{B, M, N});
+    CHECK(max_abs_diff(got.values, ref(w, false)) < kTol);
+  }
+  {
+    OnnxModel m(13);
+    m.input("x", {B, M, K}).input("w", {B, K, N}).output("y");
+    m.node("MatMul", {"x", "w"}, {"y"});
+    Net net = import_onnx(m.save("matmul2.onnx"));
+    auto got = run_net(net, {{"x", make_input(Shape{B, M, K}, a)}, {"w", make_input(Shape{B, K, N}, b2)}})[0];
+    CHECK(max_abs_diff(got.values, ref(b2, true)) < kTol);
+  }
+}
+
+TEST_CASE("Einsum batched matrix products (attention) become matmul", "[onnx][matmul]") {
+  const int64_t B = 2, I = 3, J = 4, D = 5;
+  auto q = random_values(B * I * D, 34), k = random_values(B * J * D, 35);
+  OnnxModel m(13);
+  m.input("q", {B, I, D}).input("k", {B, J, D}).output("s").output("o");
+  m.node("Einsum", {"q", "k"}, {"s"}).s("equation", "b i d, b j d -> b i j");  // q k^T
+  m.node("Einsum", {"s", "k"}, {"o"}).s("equation", "...ij,...jd->...id");    // s k
+  Net net = import_onnx(m.save("einsum.onnx"));
+  auto outs = run_net(net, {{"q", make_input(Shape{B, I, D}, q)}, {"k", make_input(Shape{B, J, D}, k)}});
+  REQUIRE(outs[0].shape == Shape{B, I, J});
+  REQUIRE(outs[1].shape == Shape{B, I, D});
+  std::vector<float> s(B * I * J), o(B * I * D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < I; ++i)
+      for (int64_t j = 0; j < J; ++j) {
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += double(q[(b * I + i) * D + d]) * k[(b * J + j) * D + d];
+        s[(b * I + i) * J + j] = static_cast<float>(acc);
+      }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < I; ++i)
+      for (int64_t d = 0; d < D; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j < J; ++j) acc += double(s[(b * I + i) * J + j]) * k[(b * J + j) * D + d];
+        o[(b * I + i) * D + d] = static_cast<float>(acc);
+      }
+  CHECK(max_abs_diff(outs[0].values, s) < kTol);
+  CHECK(max_abs_diff(outs[1].values, o) < kTol);
+  OnnxModel bad(13);
+  bad.input("x", {3, 3}).output("y");
+  bad.node("Einsum", {"x"}, {"y"}).s("equation", "ii->i");
+  CHECK_THROWS_WITH(import_onnx(bad.save("einsum_bad.onnx")), Catch::Contains("Einsum 'ii->i'"));
+}
+
+TEST_CASE("Activations: Relu, Sigmoid, Tanh, HardSwish, HardSigmoid, Gelu", "[onnx][activation]") {
+  const Shape xs{2, 8};
+  std::vector<float> x = random_values(16, 15);
+  for (auto& v : x) v *= 5;
+  struct Case {
+    const char* op;
+    std::function<float(float)> f;
+  };
+  const Case cases[] = {
+      {"Relu", [](float v) { return std::max(v, 0.0f); }},
+      {"Sigmoid", [](float v) { return 1.0f / (1.0f + std::exp(-v)); }},
+      {"Tanh", [](float v) { return std::tanh(v); }},
+      {"HardSwish", [](float v) { return v * std::clamp(v + 3.0f, 0.0f, 6.0f) / 6.0f; }},
+      {"HardSigmoid", [](float v) { return std::clamp(0.3f * v + 0.4f, 0.0f, 1.0f); }},
+      {"Gelu", [](float v) { return 0.5f * v * (1.0f + std::erf(v / std::sqrt(2.0f))); }},
+  };
+  for (const auto& c : cases) {
+    INFO(c.op);
+    OnnxModel m(14);
+    auto n = unary_model(m, c.op, xs);
+    if (std::string(c.op) == "HardSigmoid") n.f("alpha", 0.3f).f("beta", 0.4f);
+    auto got = run_model(m, std::string(c.op) + ".onnx", xs, x);
+    std::vector<float> expected(x.size());
+    std::transform(x.begin(), x.end(), expected.begin(), c.f);
+    CHECK(max_abs_diff(got.values, expected) < kTol);
+  }
+}
+
+TEST_CASE("Clip: opset-13 bounds as inputs (initializer, Constant node, absent), opset-11 attributes-free", "[onnx][clip]") {
+  const Shape xs{1, 10};
+  std::vector<float> x = random_values(10, 16);
+  for (auto& v : x) v *= 10;
+  SECTION("min and max initializers (relu6)") {
+    OnnxModel m(13);
+    m.init("lo", {}, {0.0f}).init("hi", {}, {6.0f});
+    unary_model(m, "Clip", xs, {"lo", "hi"});
+    auto got = run_model(m, "clip1.onnx", xs, x);
+    CHECK(max_abs_diff(got.values, map_values(x, [](float v) { return std::clamp(v, 0.0f, 6.0f); })) < kTol);
+  }
+  SECTION("max from a Constant node, min skipped with an empty name") {
+    OnnxModel m(13);
+    m.node("Constant", {}, {"hi"}).t("value", float_tensor({}, {2.5f}));
+    unary_model(m, "Clip", xs, {"", "hi"});
+    auto got = run_model(m, "clip2.onnx", xs, x);
+    CHECK(max_abs_diff(got.values, map_values(x, [](float v) { return std::min(v, 2.5f); })) < kTol);
+  }
+  SECTION("no bounds") {
+    OnnxModel m(11);
+    unary_model(m, "Clip", xs);
+    auto got = run_model(m, "clip3.onnx", xs, x);
+    CHECK(max_abs_diff(got.values, x) < kTol);
+  }
+}
+
+TEST_CASE("Add, Sub, Mul, Div with broadcast constants", "[onnx][binary]") {
+  const Shape xs{2, 3, 4};
+  auto x = random_values(24, 17), c = random_values(4, 18);
+  for (auto& v : c) v += 2;  // no division by ~0
+  const std::pair<const char*, float (*)(float, float)> ops[] = {
+      {"Add", [](float a, float b) { return a + b; }}, {"Sub", [](float a, float b) { return a - b; }},
+      {"Mul", [](float a, float b) { return a * b; }}, {"Div", [](float a, float b) { return a / b; }}};
+  for (const auto& [op, f] : ops) {
+    INFO(op);
+    OnnxModel m(13);
+    m.init("c", {4}, c);
+    unary_model(m, op, xs, {"c"});
+    auto got = run_model(m, std::string(op) + ".onnx", xs, x);
+    std::vector<float> expected(24);
+    for (std::size_t i = 0; i < 24; ++i) expected[i] = f(x[i], c[i % 4]);
+    CHECK(max_abs_diff(got.values, expected) < kTol);
+  }
+}
+
+TEST_CASE("Pooling: MaxPool ceil_mode with pads, AveragePool count_include_pad, global pools", "[onnx][pool]") {
+  const Shape xs{1, 2, 5, 5};
+  auto x = random_values(50, 19);
+  auto at = [&](int64_t c, int64_t i, int64_t j) { return x[static_cast<std::size_t>((c * 5 + i) * 5 + j)]; };
+  SECTION("MaxPool 2x2 stride 2 ceil_mode: 3x3 out, the last window cut") {
+    OnnxModel m(13);
+    unary_model(m, "MaxPool", xs).ints("kernel_shape", {2, 2}).ints("strides", {2, 2}).i("ceil_mode", 1);
+    auto got = run_model(m, "maxpool.onnx", xs, x);
+    REQUIRE(got.shape == Shape{1, 2, 3, 3});
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 3; ++j) {
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t a = 2 * i; a < std::min<int64_t>(2 * i + 2, 5); ++a)
+            for (int64_t b = 2 * j; b < std::min<int64_t>(2 * j + 2, 5); ++b) mx = std::max(mx, at(c, a, b));
+          CHECK(got.values[static_cast<std::size_t>((c * 3 + i) * 3 + j)] == mx);
+        }
+  }
+  for (int include : {0, 1}) {
+    OnnxModel m(13);
+    unary_model(m, "AveragePool", xs).ints("kernel_shape", {3, 3}).ints("pads", {1, 1, 1, 1}).i("count_include_pad", include);
+    auto got = run_model(m, "avgpool.onnx", xs, x);
+    REQUIRE(got.shape == xs);
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          double sum = 0;
+          int count = 0;
+          for (int64_t a = i - 1; a <= i + 1; ++a)
+            for (int64_t b = j - 1; b <= j + 1; ++b)
+              if (a >= 0 && a < 5 && b >= 0 && b < 5) {
+                sum += at(c, a, b);
+                ++count;
+              }
+          CHECK(got.values[static_cast<std::size_t>((c * 5 + i) * 5 + j)] == Approx(sum / (include ? 9 : count)).margin(kTol));
+        }
+  }
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    OnnxModel m(13);
+    unary_model(m, op, xs);
+    auto got = run_model(m, "global.onnx", xs, x);
+    REQUIRE(got.shape == Shape{1, 2, 1, 1});
+    for (int64_t c = 0; c < 2; ++c) {
+      auto first = x.begin() + c * 25, last = first + 25;
+      float e = std::string(op) == "GlobalMaxPool" ? *std::max_element(first, last) : std::accumulate(first, last, 0.0f) / 25;
+      CHECK(got.values[static_cast<std::size_t>(c)] == Approx(e).margin(kTol));
+    }
+  }
+}
+
+TEST_CASE("ReduceMean over spatial and trailing axes", "[onnx][reduce]") {
+  const Shape xs{2, 3, 4};
+  auto x = random_values(24, 20);
+  OnnxModel m(13);
+  unary_model(m, "ReduceMean", xs).ints("axes", {1, 2}).i("keepdims", 0);
+  auto got = run_model(m, "reducemean.onnx", xs, x);
+  REQUIRE(got.shape == Shape{2});
+  for (int b = 0; b < 2; ++b)
+    CHECK(got.values[static_cast<std::size_t>(b)] == Approx(std::accumulate(x.begin() + b * 12, x.begin() + b * 12 + 12, 0.0) / 12).margin(kTol));
+}
+
+TEST_CASE("BatchNormalization, alone and after a conv (folded)", "[onnx][batchnorm]") {
+  const Shape xs{1, 3, 4, 4};
+  auto x = random_values(48, 21);
+  std::vector<float> scale{1.5f, -0.5f, 2.0f}, bias{0.1f, 0.2f, -0.3f}, mean{0.05f, -0.1f, 0.2f}, var{0.5f, 1.5f, 0.25f};
+  auto bn = [&](const std::vector<float>& in) {
+    std::vector<float> y(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      std::size_t c = (i / 16) % 3;
+      y[i] = static_cast<float>(scale[c] * (in[i] - mean[c]) / std::sqrt(var[c] + 1e-3) + bias[c]);
+    }
+    return y;
+  };
+  OnnxModel m(13);
+  m.init("s", {3}, scale).init("b", {3}, bias).init("m", {3}, mean).init("v", {3}, var);
+  unary_model(m, "BatchNormalization", xs, {"s", "b", "m", "v"}).f("epsilon", 1e-3f);
+  CHECK(max_abs_diff(run_model(m, "bn.onnx", xs, x).values, bn(x)) < kTol);
+
+  auto w = random_values(9, 22);
+  OnnxModel m2(13);
+  m2.init("W", {3, 3, 1, 1}, w).init("s", {3}, scale).init("b", {3}, bias).init("m", {3}, mean).init("v", {3}, var);
+  m2.input("x", xs.to_vector()).output("y");
+  m2.node("Conv", {"x", "W"}, {"c"});
+  m2.node("BatchNormalization", {"c", "s", "b", "m", "v"}, {"y"}).f("epsilon", 1e-3f);
+  Net net = import_onnx(m2.save("conv_bn.onnx"));
+  CHECK(count_layers(net, "batchnorm") == 0);
+  Shape es;
+  auto conv = ref_conv(x, xs, w, Shape{3, 3, 1, 1}, {}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, &es);
+  CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, bn(conv)) < 1e-4);
+}
+
+TEST_CASE("Softmax: opset 11 coerces to 2-D at axis, opset 13 normalises one axis", "[onnx][softmax]") {
+  const Shape xs{2, 3, 4};
+  auto x = random_values(24, 23);
+  auto softmax_groups = [&](int64_t groups, int64_t len, int64_t inner) {
+    std::vector<float> y(x.size());
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t in = 0; in < inner; ++in) {
+        double sum = 0;
+        for (int64_t k = 0; k < len; ++k) sum += std::exp(double(x[static_cast<std::size_t>((g * len + k) * inner + in)]));
+        for (int64_t k = 0; k < len; ++k) {
+          auto i = static_cast<std::size_t>((g * len + k) * inner + in);
+          y[i] = static_cast<float>(std::exp(double(x[i])) / sum);
+        }
+      }
+    return y;
+  };
+  OnnxModel m11(11);
+  unary_model(m11, "Softmax", xs).i("axis", 1);  // over the 12 values of each batch row
+  CHECK(max_abs_diff(run_model(m11, "softmax11.onnx", xs, x).values, softmax_groups(2, 12, 1)) < kTol);
+  OnnxModel m11d(11);
+  unary_model(m11d, "Softmax", xs);  // default axis 1 too
+  CHECK(max_abs_diff(run_model(m11d, "softmax11d.onnx", xs, x).values, softmax_groups(2, 12, 1)) < kTol);
+  OnnxModel m13(13);
+  unary_model(m13, "Softmax", xs).i("axis", 1);  // over the 3 values of dim 1
+  CHECK(max_abs_diff(run_model(m13, "softmax13.onnx", xs, x).values, softmax_groups(2, 3, 4)) < kTol);
+  OnnxModel m13d(13);
+  unary_model(m13d, "Softmax", xs);  // default: the last axis
+  CHECK(max_abs_diff(run_model(m13d, "softmax13d.onnx", xs, x).values, softmax_groups(6, 4, 1)) < kTol);
+}
+
+namespace {
+std::vector<float> ref_layernorm(const std::vector<float>& x, int64_t rows, int64_t len, const std::vector<float>& g,
+                                 const std::vector<float>& b, double eps) {
+  std::vector<float> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < len; ++i) mean += x[static_cast<std::size_t>(r * len + i)];
+    mean /= double(len);
+    for (int64_t i = 0; i < len; ++i) var += std::pow(x[static_cast<std::size_t>(r * len + i)] - mean, 2);
+    var /= double(len);
+    for (int64_t i = 0; i < len; ++i) {
+      auto k = static_cast<std::size_t>(r * len + i);
+      y[k] = static_cast<float>((x[k] - mean) / std::sqrt(var + eps) * g[static_cast<std::size_t>(i)] + b[static_cast<std::size_t>(i)]);
+    }
+  }
+  return y;
+}
+}  // namespace
+
+TEST_CASE("LayerNormalization (opset 17) and the pattern exporters decompose it into (opset 13)", "[onnx][layernorm]") {
+  const Shape xs{2, 3, 8};
+  auto x = random_values(48, 24), g = random_values(8, 25), b = random_values(8, 26);
+  auto expected = ref_layernorm(x, 6, 8, g, b, 1e-5);
+  {
+    OnnxModel m(17);
+    m.init("g", {8}, g).init("b", {8}, b);
+    unary_model(m, "LayerNormalization", xs, {"g", "b"}).i("axis", -1);
+    CHECK(max_abs_diff(run_model(m, "ln17.onnx", xs, x).values, expected) < 1e-4);
+  }
+  {
+    OnnxModel m(13);
+    m.init("g", {8}, g).init("b", {8}, b).init("two", {}, {2.0f}).init("eps", {}, {1e-5f});
+    m.input("x", xs.to_vector()).output("y");
+    m.node("ReduceMean", {"x"}, {"mean"}).ints("axes", {-1});
+    m.node("Sub", {"x", "mean"}, {"d"});
+    m.node("Pow", {"d", "two"}, {"sq"});
+    m.node("ReduceMean", {"sq"}, {"var"}).ints("axes", {-1});
+    m.node("Add", {"var", "eps"}, {"ve"});
+    m.node("Sqrt", {"ve"}, {"sd"});
+    m.node("Div", {"d", "sd"}, {"n"});
+    m.node("Mul", {"n", "g"}, {"ng"});
+    m.node("Add", {"ng", "b"}, {"y"});
+    Net net = import_onnx(m.save("ln13.onnx"));
+    CHECK(net.layers().size() == 1);
+    CHECK(count_layers(net, "layernorm") == 1);
+    CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < 1e-4);
+  }
+}
+
+TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer", "[onnx][gelu]") {
+  const Shape xs{2, 6};
+  std::vector<float> x = random_values(12, 27);
+  for (auto& v : x) v *= 3;
+  auto expected = map_values(x, [](float v) { return static_cast<float>(0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))); });
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant);
+    OnnxModel m(13);
+    m.input("x", xs.to_vector()).output("y");
+    m.node("Constant", {}, {"sqrt2"}).t("value", float_tensor({}, {1.4142135f}));
+    m.init("one", {}, {1.0f}).init("half", {}, {0.5f});
+    m.node("Div", {"x", "sqrt2"}, {"h"});
+    m.node("Erf", {"h"}, {"e"});
+    m.node("Add", {"one", "e"}, {"a"});
+    if (variant == 0) {  // PyTorch: (x * (1 + erf)) * 0.5
+      m.node("Mul", {"x", "a"}, {"m"});
+      m.node("Mul", {"m", "half"}, {"y"});
+    } else if (variant == 1) {  // x * 0.5 * (1 + erf)
+      m.node("Mul", {"x", "half"}, {"xh"});
+      m.node("Mul", {"xh", "a"}, {"y"});
+    } else {  // x * ((1 + erf) * 0.5)
+      m.node("Mul", {"a", "half"}, {"ah"});
+      m.node("Mul", {"x", "ah"}, {"y"});
+    }
+    Net net = import_onnx(m.save("gelu.onnx"));
+    CHECK(net.layers().size() == 1);
+    CHECK(count_layers(net, "gelu") == 1);
+    CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < kTol);
+  }
+}
+
+TEST_CASE("Shape/Gather/Unsqueeze/Concat chains around Reshape fold to constants", "[onnx][shape]") {
+  const Shape xs{2, 3, 4};
+  auto x = random_values(24, 28);
+  OnnxModel m(13);
+  m.input("x", xs.to_vector()).output("y");
+  m.init_ints("i0", {}, {0}).init_ints("axes", {1}, {0}).init_ints("minus1", {1}, {-1});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i0"}, {"batch"}).i("axis", 0);
+  m.node("Unsqueeze", {"batch", "axes"}, {"b1"});
+  m.node("Concat", {"b1", "minus1"}, {"target"}).i("axis", 0);
+  m.node("Reshape", {"x", "target"}, {"y"});
+  Net net = import_onnx(m.save("shape_chain.onnx"));
+  CHECK(net.layers().size() == 1);  // the reshape alone
+  auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
+  CHECK(got.shape == Shape{2, 12});
+  CHECK(got.values == x);
+}
+
+TEST_CASE("Layout operators: Flatten, Reshape 0/-1, Squeeze/Unsqueeze by opset, Transpose, Concat, Split, Pad", "[onnx][layout]") {
+  const Shape xs{2, 3, 4};
+  auto x = random_values(24, 29);
+  auto value = [&](int64_t a, int64_t b, int64_t c) { return x[static_cast<std::size_t>((a * 3 + b) * 4 + c)]; };
+  SECTION("Flatten axis 2") {
+    OnnxModel m(13);
+    unary_model(m, "Flatten", xs).i("axis", 2);
+    auto got = run_model(m, "flatten.onnx", xs, x);
+    CHECK(got.shape == Shape{6, 4});
+    CHECK(got.values == x);
+  }
+  SECTION("Reshape with 0 and -1") {
+    OnnxModel m(13);
+    m.init_ints("shape", {3}, {0, -1, 2});
+    unary_model(m, "Reshape", xs, {"shape"});
+    CHECK(run_model(m, "reshape.onnx", xs, x).shape == Shape{2, 6, 2});
+  }
+  SECTION("Unsqueeze then Squeeze: axes attribute (opset 11) and input (opset 13)") {
+    for (int opset : {11, 13}) {
+      OnnxModel m(opset);
+      m.input("x", xs.to_vector()).output("y");
+      if (opset >= 13) {
+        m.init_ints("ax", {2}, {0, -1});
+        m.node("Unsqueeze", {"x", "ax"}, {"u"});
+        m.init_ints("sx", {1}, {0});
+        m.node("Squeeze", {"u", "sx"}, {"y"});
+      } else {
+        m.node("Unsqueeze", {"x"}, {"u"}).ints("axes", {0, -1});
+        m.node("Squeeze", {"u"}, {"y"}).ints("axes", {0});
+      }
+      auto got = run_model(m, "squeeze.onnx", xs, x);
+      CHECK(got.shape == Shape{2, 3, 4, 1});
+      CHECK(got.values == x);
+    }
+  }
+  SECTION("Transpose") {
+    OnnxModel m(13);
+    unary_model(m, "Transpose", xs).ints("perm", {2, 0, 1});
+    auto got = run_model(m, "transpose.onnx", xs, x);
+    REQUIRE(got.shape == Shape{4, 2, 3});
+    CHECK(got.values[static_cast<std::size_t>((3 * 2 + 1) * 3 + 2)] == value(1, 2, 3));
+  }
+  SECTION("Concat of a run-time tensor and a constant") {
+    OnnxModel m(13);
+    m.init("c", {2, 1, 4}, std::vector<float>(8, 7.0f));
+    unary_model(m, "Concat", xs, {"c"}).i("axis", -2);
+    auto got = run_model(m, "concat.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 4, 4});
+    CHECK(got.values[12] == 7.0f);
+    CHECK(got.values[16] == value(1, 0, 0));
+  }
+  SECTION("Split: sizes as attribute (opset 11) and as input (opset 13)") {
+    for (int opset : {11, 13}) {
+      OnnxModel m(opset);
+      m.input("x", xs.to_vector()).output("y").output("z");
+      if (opset >= 13) {
+        m.init_ints("sizes", {2}, {1, 3});
+        m.node("Split", {"x", "sizes"}, {"y", "z"}).i("axis", 2);
+      } else {
+        m.node("Split", {"x"}, {"y", "z"}).i("axis", 2).ints("split", {1, 3});
+      }
+      Net net = import_onnx(m.save("split.onnx"));
+      auto outs = run_net(net, {{"x", make_input(xs, x)}});
+      CHECK(outs[0].shape == Shape{2, 3, 1});
+      CHECK(outs[1].shape == Shape{2, 3, 3});
+      CHECK(outs[1].values[0] == value(0, 0, 1));
+    }
+  }
+  SECTION("Pad: constant value and reflect") {
+    OnnxModel m(13);
+    m.init_ints("pads", {6}, {0, 1, 0, 0, 0, 2}).init("v", {}, {-9.0f});
+    unary_model(m, "Pad", xs, {"pads", "v"});
+    auto got = run_model(m, "pad.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 4, 6});
+    CHECK(got.values[0] == -9.0f);
+    CHECK(got.values[6] == value(0, 0, 0));
+    OnnxModel r(13);
+    r.init_ints("pads", {6}, {0, 0, 1, 0, 0, 1});
+    unary_model(r, "Pad", xs, {"pads"}).s("mode", "reflect");
+    auto rg = run_model(r, "pad_reflect.onnx", xs, x);
+    REQUIRE(rg.shape == Shape{2, 3, 6});
+    CHECK(rg.values[0] == value(0, 0, 1));
+  }
+}
+
+TEST_CASE("Slice and Gather of run-time tensors", "[onnx][slice]") {
+  const Shape xs{2, 5, 6};
+  auto x = random_values(60, 30);
+  auto value = [&](int64_t a, int64_t b, int64_t c) { return x[static_cast<std::size_t>((a * 5 + b) * 6 + c)]; };
+  SECTION("Slice over two axes with negative and clamped bounds") {
+    OnnxModel m(13);
+    m.init_ints("starts", {2}, {1, -4}).init_ints("ends", {2}, {4, 1000}).init_ints("axes", {2}, {1, -1});
+    unary_model(m, "Slice", xs, {"starts", "ends", "axes"});
+    auto got = run_model(m, "slice.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 3, 4});
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t c = 0; c < 4; ++c) CHECK(got.values[static_cast<std::size_t>((a * 3 + b) * 4 + c)] == value(a, b + 1, c + 2));
+  }
+  SECTION("Slice with step 2 (patch merging: x[:, 1::2, 0::2])") {
+    OnnxModel m(13);
+    m.init_ints("starts", {2}, {1, 0}).init_ints("ends", {2}, {5, 6}).init_ints("axes", {2}, {1, 2}).init_ints("steps", {2}, {2, 2});
+    unary_model(m, "Slice", xs, {"starts", "ends", "axes", "steps"});
+    auto got = run_model(m, "slice_step.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 2, 3});
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t c = 0; c < 3; ++c) CHECK(got.values[static_cast<std::size_t>((a * 2 + b) * 3 + c)] == value(a, 1 + 2 * b, 2 * c));
+  }
+  SECTION("Gather with a scalar index drops the axis (x[:, 2])") {
+    OnnxModel m(13);
+    m.init_ints("i", {}, {-3});
+    unary_model(m, "Gather", xs, {"i"}).i("axis", 1);
+    auto got = run_model(m, "gather.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 6});
+    CHECK(got.values[7] == value(1, 2, 1));
+  }
+  SECTION("Gather with a non-consecutive index list is refused") {
+    OnnxModel m(13);
+    m.init_ints("i", {2}, {0, 2});
+    unary_model(m, "Gather", xs, {"i"}).i("axis", 1);
+    CHECK_THROWS_WITH(import_onnx(m.save("gather_bad.onnx")), Catch::Contains("Gather") && Catch::Contains("consecutive"));
+  }
+}
+
+TEST_CASE("Constant node attributes, Dropout, Expand, Cast", "[onnx][constant]") {
+  const Shape xs{2, 3};
+  auto x = random_values(6, 31);
+  OnnxModel m(13);
+  m.input("x", xs.to_vector()).output("y");
+  m.node("Constant", {}, {"c"}).t("value", float_tensor({3}, {1, 2, 3}));
+  m.node("Constant", {}, {"shape"}).ints("value_ints", {2, 3});
+  m.node("Expand", {"c", "shape"}, {"ce"});  // constant, computed at import
+  m.node("Dropout", {"x"}, {"xd"});
+  m.node("Cast", {"xd"}, {"xc"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Add", {"xc", "ce"}, {"y"});
+  auto got = run_model(m, "constants.onnx", xs, x);
+  for (std::size_t i = 0; i < 6; ++i) CHECK(got.values[i] == Approx(x[i] + float(i % 3 + 1)));
+}
+
+TEST_CASE("Arithmetic on constants is computed at import, other layers of constants by fold_constants", "[onnx][fold]") {
+  const Shape xs{1, 4};
+  auto x = random_values(4, 32);
+  OnnxModel m(13);
+  m.init("a", {4}, {1, 2, 3, 4}).init("b", {}, {0.5f});
+  m.input("x", xs.to_vector()).output("y");
+  m.node("Mul", {"a", "b"}, {"ab"});     // computed by the importer
+  m.node("Tanh", {"ab"}, {"t"});         // a layer of a constant: the pass folds it
+  m.node("Add", {"x", "t"}, {"y"});
+  Net net = import_onnx(m.save("fold.onnx"));
+  CHECK(net.layers().size() == 1);  // the add alone
+  auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
+  for (std::size_t i = 0; i < 4; ++i) CHECK(got.values[i] == Approx(x[i] + std::tanh(0.5f * float(i + 1))));
+  ImportOptions no_fold;
+  no_fold.fold_constants = false;
+  Net unfolded = import_onnx(m.save("fold.onnx"), no_fold);
+  CHECK(count_layers(unfolded, "tanh") == 1);
+  CHECK(count_layers(unfolded, "mul") == 0);
+  CHECK(max_abs_diff(run_net(unfolded, {{"x", make_input(xs, x)}})[0].values, got.values) < 1e-6);
+}
+
+TEST_CASE("Index and mask arithmetic on constants is computed at import", "[onnx][constant]") {
+  // A Swin-like attention mask: ScatterND into zeros, Mod, Equal, Where, Not, Pow, Dropout(p=0, training).
+  const Shape xs{2, 3};
+  auto x = random_values(6, 33);
+  OnnxModel m(13);
+  m.input("x", xs.to_vector()).output("y");
+  m.init_ints("shape", {2}, {2, 3}).init_ints("idx", {2, 2}, {0, 1, 1, 2}).init("upd", {2}, {5, 7});
+  m.init_ints("seven", {}, {7}).init_ints("three", {}, {3}).init("zero", {}, {0.0f}).init("two", {}, {2.0f});
+  m.node("ConstantOfShape", {"shape"}, {"zeros"}).t("value", float_tensor({1}, {0.0f}));
+  m.node("ScatterND", {"zeros", "idx", "upd"}, {"mask"});          // [[0,5,0],[0,0,7]]
+  m.node("Mod", {"seven", "three"}, {"one_i"});                      // 1
+  m.node("Cast", {"one_i"}, {"one"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Equal", {"mask", "zero"}, {"is_zero"});
+  m.node("Not", {"is_zero"}, {"set"});
+  m.node("Pow", {"two", "one"}, {"two_again"});                      // 2
+  m.node("Where", {"set", "two_again", "mask"}, {"bias"});           // [[0,2,0],[0,0,2]]
+  m.init("ratio", {}, {0.0f});
+  m.init_ints("training", {}, {1});
+  m.node("Dropout", {"x", "ratio", "training"}, {"xd"});
+  m.node("Add", {"xd", "bias"}, {"y"});
+  Net net = import_onnx(m.save("mask.onnx"));
+  CHECK(net.layers().size() == 1);
+  auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
+  const float bias[] = {0, 2, 0, 0, 0, 2};
+  for (std::size_t i = 0; i < 6; ++i) CHECK(got.values[i] == Approx(x[i] + bias[i]));
+}
+
+TEST_CASE("Input shapes: symbolic dims default to 1 or come from the options", "[onnx][inputs]") {
+  OnnxModel m(13);
+  unary_model(m, "Relu", Shape{-1, 3});  // symbolic batch
+  std::string path = m.save("symbolic.onnx");
+  CHECK(import_onnx(path).input_shape("x") == Shape{1, 3});
+  ImportOptions o;
+  o.input_shapes["x"] = Shape{4, 3};
+  CHECK(import_onnx(path, o).input_shape("x") == Shape{4, 3});
+  o.input_shapes["x"] = Shape{4, 5};
+  CHECK_THROWS_AS(import_onnx(path, o), Error);
+  ImportOptions unknown;
+  unknown.input_shapes["nope"] = Shape{1};
+  CHECK_THROWS_WITH(import_onnx(path, unknown), Catch::Contains("nope"));
+}

@@ -1,0 +1,209 @@
+// Graph passes, each on its own: graphs built directly as layers, run through
+// the public Net API (cpu/ref routines) before and after; outputs must agree.
+#include "core/net_impl.hpp"
+#include "core/passes.hpp"
+#include "import/onnx_test_util.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+
+using namespace softneuro;
+using namespace softneuro::test;
+
+namespace {
+
+Layer layer(const std::string& type, const std::string& name, std::vector<std::string> in, std::vector<std::string> out,
+            std::map<std::string, Attr> params = {}) {
+  Layer l;
+  l.type = type;
+  l.name = name;
+  l.inputs = std::move(in);
+  l.outputs = std::move(out);
+  l.params = std::move(params);
+  return l;
+}
+
+Blob random_blob(const Shape& s, unsigned seed, float offset = 0) {
+  auto v = random_values(static_cast<std::size_t>(s.numel()), seed);
+  for (auto& x : v) x += offset;
+  return make_input(s, v);
+}
+
+Layer constant(const std::string& name, const Blob& value) {
+  Layer l = layer("constant", name, {}, {name});
+  l.weights["value"] = value;
+  return l;
+}
+
+Layer conv(const std::string& name, const std::string& in, const std::string& out, int64_t c, int64_t o, unsigned seed) {
+  Layer l = layer("conv2", name, {in}, {out}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  l.weights["weight"] = random_blob(Shape{o, c, 3, 3}, seed);
+  l.weights["bias"] = random_blob(Shape{o}, seed + 1);
+  return l;
+}
+
+Layer dense(const std::string& name, const std::string& in, const std::string& out, int64_t k, int64_t o, unsigned seed) {
+  Layer l = layer("dense", name, {in}, {out});
+  l.weights["weight"] = random_blob(Shape{o, k}, seed);
+  return l;
+}
+
+Layer batchnorm(const std::string& name, const std::string& in, const std::string& out, int64_t c, unsigned seed) {
+  Layer l = layer("batchnorm", name, {in}, {out}, {{"epsilon", 1e-3}});
+  l.weights["scale"] = random_blob(Shape{c}, seed);
+  l.weights["bias"] = random_blob(Shape{c}, seed + 1);
+  l.weights["mean"] = random_blob(Shape{c}, seed + 2);
+  l.weights["var"] = random_blob(Shape{c}, seed + 3, 1.5f);  // positive
+  return l;
+}
+
+/// Runs a graph (a copy) on seeded inputs; every output's values in order.
+std::vector<Output> run_graph(const core::Graph& g) {
+  Net net(detail::NetImpl::build(g));
+  std::vector<NamedBlob> inputs;
+  unsigned seed = 100;
+  for (const auto& t : g.inputs) inputs.push_back({t.name, random_blob(t.shape, seed++)});
+  return run_net(net, inputs);
+}
+
+/// Applies `pass` to a copy of `g`, checks that outputs agree, returns the rewritten graph.
+core::Graph check_pass(const core::Graph& g, int (*pass)(core::Graph&), int expected_rewrites, double tol = 1e-5) {
+  const auto before = run_graph(g);
+  core::Graph after = g;
+  CHECK(pass(after) == expected_rewrites);
+  const auto got = run_graph(after);
+  REQUIRE(got.size() == before.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].shape == before[i].shape);
+    CHECK(max_abs_diff(got[i].values, before[i].values) <= tol);
+  }
+  return after;
+}
+
+int count(const core::Graph& g, const std::string& type) {
+  int n = 0;
+  for (const auto& l : g.layers) n += l.type == type;
+  return n;
+}
+
+core::Graph graph(std::vector<TensorInfo> inputs, std::vector<std::string> outputs, std::vector<Layer> layers) {
+  core::Graph g;
+  g.inputs = std::move(inputs);
+  g.outputs = std::move(outputs);
+  g.layers = std::move(layers);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("remove_identities: readers rewired, a net output keeps its name", "[passes][identity]") {
+  auto g = graph({{"x", Shape{1, 2, 4, 4}}}, {"y", "z"},
+                 {layer("identity", "i1", {"x"}, {"a"}), conv("c1", "a", "b", 2, 3, 1),
+                  layer("identity", "i2", {"b"}, {"y"}),  // net output: c1 writes y instead
+                  layer("relu", "r", {"b"}, {"r1"}), layer("identity", "i3", {"r1"}, {"z"})});
+  auto after = check_pass(g, core::remove_identities, 3);
+  CHECK(count(after, "identity") == 0);
+  CHECK(after.find_layer("c1")->outputs[0] == "y");
+  CHECK(after.find_layer("c1")->inputs[0] == "x");
+
+  // Input straight to output: the identity has to stay.
+  auto io = graph({{"x", Shape{2}}}, {"y"}, {layer("identity", "i", {"x"}, {"y"})});
+  check_pass(io, core::remove_identities, 0);
+}
+
+TEST_CASE("fold_constants: layers of constants are computed once", "[passes][fold]") {
+  auto g = graph({{"x", Shape{2, 3}}}, {"y", "s1"},
+                 {constant("a", random_blob(Shape{2, 3}, 2)), constant("b", random_blob(Shape{3}, 3)),
+                  layer("mul", "ab", {"a", "b"}, {"ab_out"}), layer("relu", "relu_ab", {"ab_out"}, {"r"}),
+                  layer("split", "sp", {"r"}, {"s0", "s1"}, {{"axis", int64_t{0}}}),
+                  layer("add", "sum", {"x", "s0"}, {"y"})});
+  auto after = check_pass(g, core::fold_constants, 3);
+  CHECK(count(after, "mul") == 0);
+  CHECK(count(after, "split") == 0);
+  CHECK(count(after, "add") == 1);  // reads the net input: stays
+  CHECK(after.find_layer("sp")->type == "constant");
+}
+
+TEST_CASE("fold_batchnorm: into conv2 and dense, not when the output is shared", "[passes][batchnorm]") {
+  SECTION("conv2 -> batchnorm, grouped conv2 -> batchnorm") {
+    Layer grouped = layer("conv2", "g", {"b"}, {"c"}, {{"group", int64_t{2}}});
+    grouped.weights["weight"] = random_blob(Shape{4, 2, 1, 1}, 30);  // no bias: one is made
+    auto g = graph({{"x", Shape{1, 3, 5, 5}}}, {"y"},
+                   {conv("c1", "x", "a", 3, 4, 10), batchnorm("bn1", "a", "b", 4, 20), grouped,
+                    batchnorm("bn2", "c", "y", 4, 40)});
+    auto after = check_pass(g, core::fold_batchnorm, 2, 1e-4);
+    CHECK(count(after, "batchnorm") == 0);
+    CHECK(after.find_layer("g")->find_weight("bias") != nullptr);
+  }
+  SECTION("dense -> batchnorm on [N,O]") {
+    auto g = graph({{"x", Shape{3, 6}}}, {"y"}, {dense("d", "x", "a", 6, 4, 50), batchnorm("bn", "a", "y", 4, 60)});
+    check_pass(g, core::fold_batchnorm, 1, 1e-4);
+  }
+  SECTION("shared output, net output, activation already fused: left alone") {
+    Layer with_act = conv("c3", "x", "e", 3, 4, 90);
+    with_act.params["act"] = std::string("relu");
+    auto g = graph({{"x", Shape{1, 3, 4, 4}}}, {"y", "z", "a2"},
+                   {conv("c1", "x", "a", 3, 4, 70), batchnorm("bn1", "a", "y", 4, 71), layer("relu", "r", {"a"}, {"z"}),
+                    conv("c2", "x", "a2", 3, 4, 80), batchnorm("bn2", "a2", "b2", 4, 81), with_act,
+                    batchnorm("bn3", "e", "f", 4, 91), layer("add", "sum", {"b2", "f"}, {"w"})});
+    g.outputs.push_back("w");
+    auto after = check_pass(g, core::fold_batchnorm, 0);
+    CHECK(count(after, "batchnorm") == 3);
+  }
+}
+
+TEST_CASE("fold_bias_add: per-channel constants into conv2/dense bias", "[passes][bias]") {
+  auto g = graph({{"x", Shape{1, 3, 4, 4}}, {"v", Shape{2, 5}}}, {"y", "w", "u"},
+                 {conv("c", "x", "a", 3, 4, 1), constant("cb", random_blob(Shape{1, 4, 1, 1}, 2)),
+                  layer("add", "add_c", {"cb", "a"}, {"y"}),  // constant first: still folds
+                  dense("d", "v", "b", 5, 3, 3), constant("db", random_blob(Shape{3}, 4)),
+                  layer("add", "add_d", {"b", "db"}, {"w"}),
+                  dense("d2", "v", "e", 5, 3, 5), constant("full", random_blob(Shape{2, 3}, 6)),
+                  layer("add", "add_full", {"e", "full"}, {"u"})});  // not per channel: stays
+  auto after = check_pass(g, core::fold_bias_add, 2);
+  CHECK(count(after, "add") == 1);
+  CHECK(after.find_layer("d")->outputs[0] == "w");
+}
+
+TEST_CASE("fuse_activations: relu, clip, hardswish, hardsigmoid, sigmoid into conv2/dense", "[passes][act]") {
+  auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"v", Shape{2, 5}}}, {"y1", "y2", "y3", "y4", "y5", "y6"},
+                 {conv("c1", "x", "a1", 2, 3, 1), layer("relu", "r", {"a1"}, {"y1"}),
+                  conv("c2", "x", "a2", 2, 3, 2), layer("clip", "cl", {"a2"}, {"y2"}, {{"min", 0.0}, {"max", 0.5}}),
+                  conv("c3", "x", "a3", 2, 3, 3), layer("hardswish", "hs", {"a3"}, {"y3"}),
+                  dense("d4", "v", "a4", 5, 3, 4), layer("hardsigmoid", "hsg", {"a4"}, {"y4"}, {{"alpha", 0.3}, {"beta", 0.4}}),
+                  dense("d5", "v", "a5", 5, 3, 5), layer("sigmoid", "sg", {"a5"}, {"y5"}),
+                  // shared: the conv output is also read by the add, so the relu stays
+                  conv("c6", "x", "a6", 2, 3, 6), layer("relu", "r6", {"a6"}, {"b6"}),
+                  layer("add", "add6", {"a6", "b6"}, {"y6"})});
+  auto after = check_pass(g, core::fuse_activations, 5);
+  CHECK(after.find_layer("c1")->get_string("act") == "relu");
+  CHECK(after.find_layer("c2")->get_float("act_max") == 0.5);
+  CHECK(after.find_layer("d4")->get_float("act_alpha") == 0.3);
+  CHECK(count(after, "relu") == 1);
+}
+
+TEST_CASE("eliminate_dead_layers: only what an output needs stays", "[passes][dead]") {
+  auto g = graph({{"x", Shape{2, 3}}}, {"y"},
+                 {layer("relu", "live", {"x"}, {"y"}), layer("sigmoid", "dead1", {"x"}, {"d1"}),
+                  layer("tanh", "dead2", {"d1"}, {"d2"}), constant("unused", random_blob(Shape{3}, 1))});
+  auto after = check_pass(g, core::eliminate_dead_layers, 3);
+  CHECK(after.layers.size() == 1);
+}
+
+TEST_CASE("optimize: every pass in order on a conv/bn/relu/identity net", "[passes][optimize]") {
+  auto g = graph({{"x", Shape{1, 3, 6, 6}}}, {"y"},
+                 {conv("c1", "x", "a", 3, 4, 1), batchnorm("bn", "a", "b", 4, 2), layer("relu", "r", {"b"}, {"c"}),
+                  layer("identity", "id", {"c"}, {"d"}), constant("k", random_blob(Shape{4, 1, 1}, 3)),
+                  layer("mul", "k2", {"k", "k"}, {"kk"}), layer("add", "add", {"d", "kk"}, {"e"}),
+                  layer("flatten", "fl", {"e"}, {"f"}), dense("fc", "f", "y", 144, 5, 4)});
+  const auto before = run_graph(g);
+  core::Graph after = g;
+  core::optimize(after);
+  // conv2 (bn folded, relu fused), add (of the folded constant), flatten, dense + its constant.
+  CHECK(count(after, "batchnorm") == 0);
+  CHECK(count(after, "relu") == 0);
+  CHECK(count(after, "identity") == 0);
+  CHECK(count(after, "mul") == 0);
+  CHECK(max_abs_diff(run_graph(after)[0].values, before[0].values) < 1e-4);
+}
