@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 jobs="$(nproc)"
+# Tests run side by side on few cores: idle OpenMP workers (oneDNN) must not
+# spin against the other test processes (a spinning barrier costs whole time slices).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j "$jobs"
 ctest --test-dir build -j "$jobs" --output-on-failure

@@ -59,7 +59,7 @@ class RoutineRegistry {
     std::string origin;
     std::vector<std::pair<Schema, std::string>> schemas;  // with their descriptors
   };
-  mutable std::mutex mutex_;
+  mutable std::recursive_mutex mutex_;  // recursive: a composing adapt (src/adapt/compose.cpp) asks the registry from supports()
   std::vector<Entry> entries_;
 };
 

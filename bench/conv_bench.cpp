@@ -1,0 +1,412 @@
+// conv_bench — times every registered conv2 routine, in every schema it lists,
+// on the convolution shapes of VGG16, ResNet50 and MobileNetV2 (batch 1, 224²
+// input), and prints GFLOP/s next to the machine's measured FMA peak.
+//
+//   conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING]
+//              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
+//              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
+//
+// Only run() is timed: inputs are made in the routine's schema beforehand, so
+// layout conversions (adapts) are excluded. CPU schemas only; quantised ones get
+// per-tensor int8 calibration (input scale 0.02, output 0.05, zero points 0). Each (shape, routine) gets two
+// warm-up runs, then up to --runs timed runs or --budget seconds (at least 3
+// runs), and the median is reported. GFLOP/s counts direct-convolution FLOPs:
+// 2 * N * OC * OH * OW * (IC / group) * KH * KW. cpu/ref is skipped unless
+// --with-ref (it is the oracle, never meant to be fast).
+//
+// OpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, or --omp-spin is
+// given, the bench re-executes itself with OMP_WAIT_POLICY=passive: on a shared
+// 2-core machine libgomp's default spinning made every oneDNN conv take 8-24 ms
+// (whole scheduler slices) whatever its size.
+//
+// The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
+// and AVX-512 where the CPU has it), on all threads at once. Percentages are
+// of the highest ISA's peak, or of the AVX2 one with --peak avx2 (the target
+// machines of GOALS.md have no AVX-512).
+#include "core/layer_types.hpp"
+#include "core/registry.hpp"
+#include "core/thread_pool.hpp"
+
+#include <softneuro/net.hpp>
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace softneuro;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// The FMA probe
+
+constexpr int64_t kProbeIters = 1 << 22;
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iters) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(1.0f + 1e-3f * static_cast<float>(i));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t k = 0; k < iters; ++k)
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+  __m256 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + 1e-3f * static_cast<float>(i));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t k = 0; k < iters; ++k)
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+/// GFLOP/s of `threads` threads each running the probe at once: the best of 20
+/// short bursts (~10 ms each), so that on a shared machine one burst likely
+/// runs unpreempted.
+double probe_peak(int threads, bool avx512) {
+  const double flops_per_iter = 12.0 * 2.0 * (avx512 ? 16 : 8);
+  double best = 0;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::atomic<float> sink{0};
+    auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&] {
+        float v = avx512 ? fma_chains_avx512(kProbeIters) : fma_chains_avx2(kProbeIters);
+        sink.store(v, std::memory_order_relaxed);
+      });
+    for (auto& t : pool) t.join();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, flops_per_iter * double(kProbeIters) * threads / s / 1e9);
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------
+// The shapes
+
+struct ConvShape {
+  std::string model, name;
+  int64_t c, oc, k, stride, pad, group, hw;  ///< square kernels and inputs
+  int count = 1;                             ///< how often the model has it
+  double gflop() const {
+    const int64_t o = (hw + 2 * pad - k) / stride + 1;
+    return 2.0 * double(oc) * double(o * o) * double(c / group) * double(k * k) / 1e9;
+  }
+  std::string text() const {
+    return fmt::format("{}x{} {}->{}{} s{} @{}", k, k, c, oc, group == 1 ? "" : group == c ? " dw" : fmt::format(" g{}", group),
+                       stride, hw);
+  }
+};
+
+/// Adds a layer to `out`, merging it with an identical shape of the same model.
+void add(std::vector<ConvShape>& out, const std::string& model, int64_t c, int64_t oc, int64_t k, int64_t s,
+         int64_t hw, int64_t group = 1) {
+  for (auto& e : out)
+    if (e.model == model && e.c == c && e.oc == oc && e.k == k && e.stride == s && e.hw == hw && e.group == group) {
+      ++e.count;
+      return;
+    }
+  out.push_back({model, {}, c, oc, k, s, k / 2, group, hw});
+  out.back().name = out.back().text();
+}
+
+std::vector<ConvShape> model_shapes() {
+  std::vector<ConvShape> v;
+  // VGG16: 13 3x3 convolutions, pad 1.
+  const int64_t vgg[][3] = {{3, 64, 224},   {64, 64, 224},  {64, 128, 112}, {128, 128, 112}, {128, 256, 56},
+                            {256, 256, 56}, {256, 256, 56}, {256, 512, 28}, {512, 512, 28},  {512, 512, 28},
+                            {512, 512, 14}, {512, 512, 14}, {512, 512, 14}};
+  for (auto& l : vgg) add(v, "vgg16", l[0], l[1], 3, 1, l[2]);
+  // ResNet50 (v1.5: stride in the 3x3 of each stage's first block).
+  add(v, "resnet50", 3, 64, 7, 2, 224);
+  int64_t in = 64, hw = 56;
+  const int64_t stages[][3] = {{64, 3, 1}, {128, 4, 2}, {256, 6, 2}, {512, 3, 2}};  // width, blocks, stride
+  for (auto& st : stages) {
+    const int64_t w = st[0], out = 4 * w;
+    for (int64_t b = 0; b < st[1]; ++b) {
+      const int64_t s = b == 0 ? st[2] : 1;
+      add(v, "resnet50", in, w, 1, 1, hw);
+      add(v, "resnet50", w, w, 3, s, hw);
+      const int64_t ohw = hw / s;
+      add(v, "resnet50", w, out, 1, 1, ohw);
+      if (b == 0) add(v, "resnet50", in, out, 1, s, hw);  // downsample
+      in = out;
+      hw = ohw;
+    }
+  }
+  // MobileNetV2: stem, inverted residual blocks (expand 1x1, depthwise 3x3, project 1x1), head.
+  add(v, "mobilenetv2", 3, 32, 3, 2, 224);
+  const int64_t blocks[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                               {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};  // t, c, n, s
+  in = 32;
+  hw = 112;
+  for (auto& bl : blocks)
+    for (int64_t i = 0; i < bl[2]; ++i) {
+      const int64_t s = i == 0 ? bl[3] : 1, mid = in * bl[0];
+      if (bl[0] != 1) add(v, "mobilenetv2", in, mid, 1, 1, hw);
+      add(v, "mobilenetv2", mid, mid, 3, s, hw, mid);
+      hw /= s;
+      add(v, "mobilenetv2", mid, bl[1], 1, 1, hw);
+      in = bl[1];
+    }
+  add(v, "mobilenetv2", 320, 1280, 1, 1, 7);
+  return v;
+}
+
+// ---------------------------------------------------------------------------
+// Timing one routine on one shape
+
+/// Random values (float32 in [-1,1], int8 in [-100,100]) in a blob of any
+/// layout; the padded channels of blocked layouts stay zero.
+void fill_random(Blob& x, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const Shape& s = x.shape();
+  const int64_t block = x.layout() == Layout::nchw8c ? 8 : x.layout() == Layout::nchw16c ? 16 : 0;
+  const bool f32 = x.dtype() == DType::float32;
+  const int64_t count = static_cast<int64_t>(x.byte_size() / dtype_size(x.dtype()));
+  for (int64_t i = 0; i < count; ++i) {
+    bool pad = false;
+    if (block) {
+      const int64_t cb = (s[1] + block - 1) / block;
+      pad = (i / (block * s[2] * s[3])) % cb * block + i % block >= s[1];
+    }
+    const float v = pad ? 0.0f : u(rng);
+    if (f32) x.data_as<float>()[i] = v;
+    else x.data_as<int8_t>()[i] = static_cast<int8_t>(v * 100.0f);
+  }
+}
+
+std::string load_average() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return "?";
+  char buf[64] = {};
+  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  std::string s = ok ? buf : "?";
+  return s.substr(0, s.find(' ', s.find(' ', s.find(' ') + 1) + 1));
+}
+
+struct Result {
+  bool ok = false;
+  std::string why;
+  double ms = 0;
+  int runs = 0;
+};
+
+Result time_routine(const Routine& routine, const Schema& schema, const ConvShape& cs, int max_runs, double budget_s,
+                    std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
+  Blob b = Blob::allocate({cs.oc});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng) * 0.1f;
+  Layer layer;
+  layer.name = cs.name;
+  layer.type = "conv2";
+  layer.inputs = {"x"};
+  layer.outputs = {"y"};
+  layer.params["strides"] = std::vector<int64_t>{cs.stride, cs.stride};
+  layer.params["pads"] = std::vector<int64_t>{cs.pad, cs.pad, cs.pad, cs.pad};
+  layer.params["group"] = cs.group;
+  layer.params["act"] = std::string("relu");
+  layer.weights["weight"] = w;
+  layer.weights["bias"] = b;
+  LayerInfo info;
+  info.layer = &layer;
+  info.input_shapes = {Shape{1, cs.c, cs.hw, cs.hw}};
+  info.output_shapes = core::infer_layer_shapes(layer, info.input_shapes);
+  // Calibration as a quantised routine would get it (per tensor, int8 activations).
+  info.input_quant = {QuantParams{{0.02f}, {0}, -1}};
+  info.output_quant = {QuantParams{{0.05f}, {0}, -1}};
+
+  Result r;
+  Support s = routine.supports(info, schema);
+  if (!s) {
+    r.why = s.reason;
+    return r;
+  }
+  auto prepared = routine.prepare(info, schema, {});
+  Blob x = Blob::allocate(info.input_shapes[0], schema.dtype, schema.layout);
+  fill_random(x, rng);
+  Blob y = Blob::allocate(info.output_shapes[0], schema.dtype, schema.layout);
+  const std::size_t ws = prepared->workspace_bytes();
+  std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
+                                                   std::free);
+  const Blob* ins[] = {&x};
+  Blob* outs[] = {&y};
+  RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
+  prepared->run(args);
+  prepared->run(args);
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (static_cast<int>(times.size()) < max_runs) {
+    auto t0 = Clock::now();
+    prepared->run(args);
+    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (times.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > budget_s) break;
+  }
+  std::sort(times.begin(), times.end());
+  r.ok = true;
+  r.runs = static_cast<int>(times.size());
+  r.ms = times[times.size() / 2];
+  return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+  // libgomp reads its wait policy when it is loaded, so a passive policy needs a
+  // fresh process: re-run ourselves with OMP_WAIT_POLICY=passive unless the
+  // caller chose one (or asked for libgomp's spinning default with --omp-spin).
+  bool omp_spin = false;
+  for (int i = 1; i < argc; ++i) omp_spin = omp_spin || std::strcmp(argv[i], "--omp-spin") == 0;
+  if (!omp_spin && !std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  }
+  std::string model_filter, shape_filter, routine_filter, peak_isa = "max";
+  bool with_ref = false, list = false;
+  int threads = 2, runs = 20;
+  double budget = 0.4;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        fmt::print(stderr, "conv_bench: {} needs a value\n", a);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") model_filter = value();
+    else if (a == "--shape") shape_filter = value();
+    else if (a == "--routine") routine_filter = value();
+    else if (a == "--with-ref") with_ref = true;
+    else if (a == "--threads") threads = std::atoi(value().c_str());
+    else if (a == "--runs") runs = std::max(3, std::atoi(value().c_str()));
+    else if (a == "--budget") budget = std::atof(value().c_str());
+    else if (a == "--list") list = true;
+    else if (a == "--peak") peak_isa = value();
+    else if (a == "--omp-spin") continue;
+    else {
+      fmt::print(stderr,
+                 "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
+                 "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
+                 "                  [--list]\n");
+      return 2;
+    }
+  }
+
+  std::vector<ConvShape> shapes;
+  for (const auto& cs : model_shapes())
+    if ((model_filter.empty() || cs.model == model_filter) &&
+        (shape_filter.empty() || cs.name.find(shape_filter) != std::string::npos))
+      shapes.push_back(cs);
+  if (list) {
+    for (const auto& cs : shapes) fmt::print("{:<12} {:<24} x{} {:.3f} GFLOP\n", cs.model, cs.name, cs.count, cs.gflop());
+    return 0;
+  }
+
+  struct Col {
+    std::string descriptor;
+    const Routine* routine;
+    Schema schema;
+  };
+  std::vector<Col> cols;
+  for (const std::string& d : registered_routines("conv2")) {
+    if (!with_ref && d == "cpu/ref") continue;
+    if (!routine_filter.empty() && d.find(routine_filter) == std::string::npos) continue;
+    Schema schema;
+    const Routine* r = core::RoutineRegistry::instance().find("conv2", d, &schema);
+    if (r && schema.device == Device::cpu) cols.push_back({d, r, schema});
+  }
+
+  set_num_threads(threads);
+  const double peak2 = probe_peak(threads, false);
+  const bool has512 = __builtin_cpu_supports("avx512f");
+  const double peak512 = has512 ? probe_peak(threads, true) : 0;
+  const bool use512 = has512 && peak_isa != "avx2";
+  const double peak = use512 ? peak512 : peak2;
+  fmt::print("conv_bench: batch 1, {} threads, median of <= {} runs (budget {:.2f} s per cell), fused relu + bias\n",
+             threads, runs, budget);
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  fmt::print("OpenMP (oneDNN): OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}; load average at start {}\n", policy ? policy : "(unset)",
+             spin ? spin : "(unset)", load_average());
+  fmt::print("FMA peak (12 chains/thread, all threads): AVX2 {:.1f} GFLOP/s{}\n", peak2,
+             has512 ? fmt::format(", AVX-512 {:.1f} GFLOP/s", peak512) : std::string());
+  fmt::print("cells: ms / GFLOP/s / % of the {} peak; n/a = not supported (reasons below)\n\n",
+             use512 ? "AVX-512" : "AVX2");
+
+  fmt::print("{:<12} {:<22} {:>7} {:>2}", "model", "layer", "GFLOP", "x");
+  for (const auto& c : cols) fmt::print(" | {:^24}", c.descriptor.size() > 24 ? c.descriptor.substr(0, 24) : c.descriptor);
+  fmt::print("\n");
+
+  std::mt19937 rng(42);
+  std::map<std::string, std::string> reasons;  // "descriptor: reason" -> first shape
+  // Per model and column: total ms (count-weighted) and whether every shape ran.
+  std::map<std::string, std::vector<std::pair<double, bool>>> totals;
+  std::map<std::string, double> best_total;
+  for (const auto& cs : shapes) {
+    fmt::print("{:<12} {:<22} {:>7.3f} {:>2}", cs.model, cs.name, cs.gflop(), cs.count);
+    std::fflush(stdout);
+    auto& tot = totals[cs.model];
+    tot.resize(cols.size(), {0.0, true});
+    double best = 0;
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      Result r = time_routine(*cols[i].routine, cols[i].schema, cs, runs, budget, rng);
+      if (!r.ok) {
+        fmt::print(" | {:^24}", "n/a");
+        reasons.emplace(cols[i].descriptor + ": " + r.why, cs.name);
+        tot[i].second = false;
+      } else {
+        const double gf = cs.gflop() / (r.ms / 1e3);
+        fmt::print(" | {:>8.3f} {:>6.1f} {:>6.1f}%", r.ms, gf, 100.0 * gf / peak);
+        tot[i].first += r.ms * cs.count;
+        if (best == 0 || r.ms < best) best = r.ms;
+      }
+      std::fflush(stdout);
+    }
+    best_total[cs.model] += best * cs.count;
+    fmt::print("\n");
+  }
+  fmt::print("\nconv time per model (sum over its conv layers, count-weighted; best = best routine per layer):\n");
+  for (const auto& [model, tot] : totals) {
+    fmt::print("  {:<12}", model);
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      if (tot[i].second) fmt::print("  {} {:.2f} ms", cols[i].descriptor, tot[i].first);
+      else fmt::print("  {} (incomplete)", cols[i].descriptor);
+    fmt::print("  best {:.2f} ms\n", best_total[model]);
+  }
+  fmt::print("\nFMA peak probed again after the table: AVX2 {:.1f} GFLOP/s{} (a large change means a noisy machine)\n",
+             probe_peak(threads, false), has512 ? fmt::format(", AVX-512 {:.1f}", probe_peak(threads, true)) : std::string());
+  if (!reasons.empty()) {
+    fmt::print("\nnot supported (first shape):\n");
+    for (const auto& [why, shape] : reasons) fmt::print("  {} [{}]\n", why, shape);
+  }
+  return 0;
+}

@@ -1,0 +1,245 @@
+// "<target schema>/chain": converts a (from, to) schema pair that no single
+// adapt routine converts (e.g. cpu:float32:nchw8c -> cpu:qint8:nhwc) by
+// composing registered single-step adapts: the shortest chain found by
+// breadth-first search over the schemas the registered adapts produce (ties:
+// the chain whose intermediate blobs are smallest, then registration order).
+// Each step is prepared once; intermediate blobs live in the workspace, so a
+// run allocates nothing. Only CPU chains are composed (an intermediate blob
+// lives in the CPU workspace). A pair some single adapt converts is left to
+// it (this routine says no), so the executor and the tuner never see two
+// routines for one conversion.
+#include "core/registry.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+constexpr int kMaxSteps = 4;
+
+const std::vector<Schema>& chain_targets() {
+  static const std::vector<Schema> targets = [] {
+    std::vector<Schema> t;
+    for (DType d : {DType::float32, DType::qint8, DType::float16, DType::bfloat16})
+      for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c}) t.push_back(Schema{Device::cpu, d, l});
+    return t;
+  }();
+  return targets;
+}
+
+/// One registered single-step adapt routine and the schema it produces.
+struct Step {
+  const Routine* routine = nullptr;
+  Schema to;
+  std::string descriptor;
+};
+
+std::vector<Step> single_step_adapts() {
+  auto& reg = core::RoutineRegistry::instance();
+  std::vector<Step> out;
+  for (const auto& d : reg.descriptors("adapt")) {
+    Schema s;
+    const Routine* r = reg.find("adapt", d, &s);
+    if (!r || r->algorithm() == "chain" || s.device != Device::cpu) continue;
+    out.push_back({r, s, d});
+  }
+  return out;
+}
+
+/// A synthetic adapt layer converting `from` -> `to` for a blob of the given shape and quantisation.
+struct StepLayer {
+  Layer layer;
+  LayerInfo info;
+  StepLayer(const Schema& from, const Schema& to, const LayerInfo& base) {
+    layer.name = base.layer->name;
+    layer.type = "adapt";
+    layer.inputs = base.layer->inputs;
+    layer.outputs = base.layer->outputs;
+    layer.params["from"] = from.to_string();
+    layer.params["to"] = to.to_string();
+    info = base;
+    info.layer = &layer;
+  }
+  StepLayer(const StepLayer&) = delete;
+};
+
+bool converts(const Step& s, const Schema& from, const LayerInfo& base) {
+  if (s.to == from) return false;
+  StepLayer l(from, s.to, base);
+  try {
+    return s.routine->supports(l.info, s.to).ok;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+/// The shortest chain of single-step adapts from -> to (empty when none; one step when direct).
+std::vector<Step> find_chain(const Schema& from, const Schema& to, const LayerInfo& base) {
+  const auto steps = single_step_adapts();
+  // BFS over schemas; each node remembers how it was reached.
+  struct Node {
+    Schema schema;
+    int parent = -1;
+    int step = -1;  // index into steps
+    std::size_t bytes = 0;  // intermediate bytes so far
+  };
+  std::vector<Node> nodes{{from, -1, -1, 0}};
+  std::vector<int> frontier{0};
+  const Shape& shape = base.input_shapes.at(0);
+  for (int depth = 0; depth < kMaxSteps && !frontier.empty(); ++depth) {
+    std::vector<int> next;
+    int best = -1;
+    for (int ni : frontier) {
+      const Schema cur = nodes[static_cast<std::size_t>(ni)].schema;
+      for (std::size_t k = 0; k < steps.size(); ++k) {
+        const Step& s = steps[k];
+        bool seen = false;
+        for (const auto& n : nodes) seen = seen || n.schema == s.to;
+        if (seen && !(s.to == to)) continue;
+        if (!converts(s, cur, base)) continue;
+        std::size_t bytes = nodes[static_cast<std::size_t>(ni)].bytes + (ni == 0 ? 0 : storage_bytes(shape, cur.dtype, cur.layout));
+        if (s.to == to) {
+          if (best < 0 || bytes < nodes[static_cast<std::size_t>(best)].bytes) {
+            nodes.push_back({s.to, ni, static_cast<int>(k), bytes});
+            best = static_cast<int>(nodes.size()) - 1;
+          }
+          continue;
+        }
+        nodes.push_back({s.to, ni, static_cast<int>(k), bytes});
+        next.push_back(static_cast<int>(nodes.size()) - 1);
+      }
+    }
+    if (best >= 0) {
+      std::vector<Step> chain;
+      for (int n = best; nodes[static_cast<std::size_t>(n)].parent >= 0; n = nodes[static_cast<std::size_t>(n)].parent)
+        chain.insert(chain.begin(), steps[static_cast<std::size_t>(nodes[static_cast<std::size_t>(n)].step)]);
+      return chain;
+    }
+    frontier = std::move(next);
+  }
+  return {};
+}
+
+class Chain final : public PreparedRoutine {
+ public:
+  struct Part {
+    std::unique_ptr<StepLayer> layer;
+    std::unique_ptr<PreparedRoutine> prepared;
+    Blob out;  // intermediate (unused for the last step)
+    std::size_t offset = 0;  // of `out` in the workspace
+    const Blob* in_ptr[1] = {nullptr};
+    Blob* out_ptr[1] = {nullptr};
+  };
+  std::vector<Part> parts;
+  std::size_t scratch_offset = 0, bytes = 0;
+
+  std::size_t workspace_bytes() const override { return bytes; }
+  void run(const RunArgs& a) override {
+    char* ws = static_cast<char*>(a.workspace);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      Part& p = parts[i];
+      p.in_ptr[0] = i == 0 ? a.inputs[0] : &parts[i - 1].out;
+      if (i + 1 == parts.size()) {
+        p.out_ptr[0] = a.outputs[0];
+      } else {
+        p.out.rebind(ws + p.offset);
+        p.out_ptr[0] = &p.out;
+      }
+      RunArgs step{p.in_ptr, p.out_ptr, ws ? ws + scratch_offset : nullptr, a.pool};
+      p.prepared->run(step);
+    }
+  }
+};
+
+std::string chain_text(const std::vector<Step>& chain) {
+  std::string s;
+  for (const auto& c : chain) s += (s.empty() ? "" : " -> ") + c.descriptor;
+  return s;
+}
+
+class ChainAdapt final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "adapt"; }
+  std::string_view algorithm() const override { return "chain"; }
+  std::vector<Schema> schemas() const override { return chain_targets(); }
+  int default_priority() const override { return -1; }
+
+  Support supports(const LayerInfo& info, const Schema& to) const override {
+    const Schema from = Schema::parse(info.layer->get_string("from"));
+    if (from == to) return Support::no("nothing to convert");
+    if (from.device != Device::cpu) return Support::no("composes CPU adapts only");
+    const std::string key = cache_key(info, from, to);
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    }
+    // Not under our lock: the registry calls other routines' supports().
+    auto chain = find_chain(from, to, info);
+    Support s = chain.empty() ? Support::no(fmt::format("no chain of at most {} adapts converts {} to {}", kMaxSteps,
+                                                        from.to_string(), to.to_string()))
+                : chain.size() == 1 ? Support::no(fmt::format("a single adapt converts this pair ({})", chain[0].descriptor))
+                                    : Support::yes();
+    std::lock_guard lock(mutex_);
+    cache_[key] = s;
+    return s;
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& to, const RoutineParams&) const override {
+    const Schema from = Schema::parse(info.layer->get_string("from"));
+    auto chain = find_chain(from, to, info);
+    if (chain.size() < 2)
+      throw Error(fmt::format("no chain of adapts converts {} to {}", from.to_string(), to.to_string()));
+    auto prepared = std::make_unique<Chain>();
+    const Shape& shape = info.input_shapes.at(0);
+    const QuantParams quant = !info.input_quant.empty() ? info.input_quant[0] : QuantParams{};
+    Schema cur = from;
+    std::size_t offset = 0, scratch = 0;
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      Chain::Part p;
+      p.layer = std::make_unique<StepLayer>(cur, chain[i].to, info);
+      p.prepared = chain[i].routine->prepare(p.layer->info, chain[i].to, {});
+      if (p.prepared->workspace_device() != Device::cpu)
+        throw Error(fmt::format("chain step {} wants device workspace", chain[i].descriptor));
+      scratch = std::max(scratch, p.prepared->workspace_bytes());
+      if (i + 1 < chain.size()) {
+        p.out = Blob::view(nullptr, shape, chain[i].to.dtype, chain[i].to.layout);
+        p.out.quant() = quant;
+        p.offset = offset;
+        offset += (storage_bytes(shape, chain[i].to.dtype, chain[i].to.layout) + 63) / 64 * 64;
+      }
+      cur = chain[i].to;
+      prepared->parts.push_back(std::move(p));
+    }
+    prepared->scratch_offset = offset;
+    prepared->bytes = offset + scratch;
+    return prepared;
+  }
+
+  /// For messages and tests: the steps this routine would take.
+  static std::string describe(const LayerInfo& info, const Schema& to) {
+    return chain_text(find_chain(Schema::parse(info.layer->get_string("from")), to, info));
+  }
+
+ private:
+  static std::string cache_key(const LayerInfo& info, const Schema& from, const Schema& to) {
+    const QuantParams* q = info.input_quant.empty() ? nullptr : &info.input_quant[0];
+    return fmt::format("{}>{}|{}|q{}|n{}", from.to_string(), to.to_string(), info.input_shapes.at(0).to_string(),
+                       q ? q->scales.size() * 10 + (q->axis + 1) : 0, core::RoutineRegistry::instance().descriptors("adapt").size());
+  }
+  mutable std::mutex mutex_;
+  mutable std::map<std::string, Support> cache_;
+};
+
+SOFTNEURO_REGISTER_ROUTINE(ChainAdapt);
+
+}  // namespace
+}  // namespace softneuro

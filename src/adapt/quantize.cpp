@@ -1,0 +1,226 @@
+// Adapt routines between float32 and qint8 on the CPU, in nchw and nhwc:
+//   "<cpu:qint8[:nhwc]>/quantize"     float32 -> qint8   q = clamp(round(x / scale) + zp, -128, 127)
+//   "<cpu[:float32:nhwc]>/dequantize" qint8 -> float32   x = scale * (q - zp)
+//   "<cpu:qint8[:nhwc]>/reorder"      qint8 nchw <-> nhwc (the blob keeps its quantisation)
+// Each converts the layout in the same pass when the two schemas' layouts
+// differ. The quantisation is the blob's calibrated one (per tensor), from
+// LayerInfo (input_quant, which the executor sets to the blob's); a blob
+// without calibration is refused. Rounding is to nearest even (x * (1/scale)
+// then the CPU's rounding), identical in the AVX2 and scalar paths.
+//
+// Blobs of rank >= 3 are seen as [N, C, S] (S: product of the spatial dims),
+// as the layout adapts do; for rank <= 2 the layouts coincide.
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace softneuro {
+namespace {
+
+bool cpu_has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+struct Nc {
+  int64_t n = 1, c = 1, s = 1;
+  explicit Nc(const Shape& shape) {
+    if (shape.rank() < 2) {
+      s = shape.numel();
+      return;
+    }
+    n = shape[0];
+    c = shape[1];
+    for (int i = 2; i < shape.rank(); ++i) s *= shape[i];
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Element kernels. The scalar ones define the result; the AVX2 ones match them bit for bit.
+
+inline int8_t quantize_one(float x, float inv, int32_t zp) {
+  float v = x * inv;
+  if (!(v >= -65536.0f)) v = -65536.0f;  // NaN and -inf too
+  if (v > 65536.0f) v = 65536.0f;
+  int32_t q = static_cast<int32_t>(std::nearbyint(v)) + zp;
+  return static_cast<int8_t>(std::clamp(q, -128, 127));
+}
+inline float dequantize_one(int8_t q, float scale, int32_t zp) {
+  return scale * static_cast<float>(static_cast<int32_t>(q) - zp);
+}
+
+__attribute__((target("avx2,fma"), always_inline)) inline __m256i quantize8(const float* p, __m256 vinv, __m256i vzp) {
+  __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p), vinv);
+  v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-65536.0f)), _mm256_set1_ps(65536.0f));  // maxps(NaN, lo) = lo, like the scalar path
+  return _mm256_add_epi32(_mm256_cvtps_epi32(v), vzp);
+}
+
+__attribute__((target("avx2,fma"))) void quantize_avx2(const float* x, int8_t* y, int64_t n, float inv, int32_t zp) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i vzp = _mm256_set1_epi32(zp);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i a = quantize8(x + i, vinv, vzp), b = quantize8(x + i + 8, vinv, vzp), c = quantize8(x + i + 16, vinv, vzp),
+            d = quantize8(x + i + 24, vinv, vzp);
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);  // per 128-bit lane
+    __m256i r = _mm256_packs_epi16(ab, cd);
+    r = _mm256_permutevar8x32_epi32(r, perm);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), r);
+  }
+  for (; i < n; ++i) y[i] = quantize_one(x[i], inv, zp);
+}
+
+__attribute__((target("avx2,fma"))) void dequantize_avx2(const int8_t* x, float* y, int64_t n, float scale, int32_t zp) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256i vzp = _mm256_set1_epi32(zp);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i));
+    __m256i v = _mm256_sub_epi32(_mm256_cvtepi8_epi32(b), vzp);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(v)));
+  }
+  for (; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
+}
+
+void quantize_run(const float* x, int8_t* y, int64_t n, float inv, int32_t zp) {
+  if (cpu_has_avx2()) return quantize_avx2(x, y, n, inv, zp);
+  for (int64_t i = 0; i < n; ++i) y[i] = quantize_one(x[i], inv, zp);
+}
+void dequantize_run(const int8_t* x, float* y, int64_t n, float scale, int32_t zp) {
+  if (cpu_has_avx2()) return dequantize_avx2(x, y, n, scale, zp);
+  for (int64_t i = 0; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
+}
+
+// ---------------------------------------------------------------------------
+
+enum class Op { quantize, dequantize, reorder };
+
+class Convert final : public PreparedRoutine {
+ public:
+  Convert(Op op, const Shape& shape, Layout from, Layout to, float scale, int32_t zp)
+      : op_(op), g_(shape), from_(from), to_(to), scale_(scale), inv_(1.0f / scale), zp_(zp) {
+    if (shape.rank() < 3) from_ = to_ = Layout::nchw;  // the same memory order
+  }
+  void run(const RunArgs& a) override {
+    const void* x = a.inputs[0]->data();
+    void* y = a.outputs[0]->data();
+    const int64_t per = g_.c * g_.s, total = g_.n * per;
+    if (from_ == to_) {
+      // Same layout: a flat elementwise pass in chunks.
+      a.pool->parallel_for(total, 16384, [&](int64_t b, int64_t e) { flat(x, y, b, e - b); });
+      return;
+    }
+    // nchw <-> nhwc: per image, tiles of 32 channels x 32 positions.
+    switch (op_) {
+      case Op::quantize: return transpose(a, static_cast<const float*>(x), static_cast<int8_t*>(y), [this](float v) { return quantize_one(v, inv_, zp_); });
+      case Op::dequantize: return transpose(a, static_cast<const int8_t*>(x), static_cast<float*>(y), [this](int8_t v) { return dequantize_one(v, scale_, zp_); });
+      case Op::reorder: return transpose(a, static_cast<const int8_t*>(x), static_cast<int8_t*>(y), [](int8_t v) { return v; });
+    }
+  }
+
+ private:
+  void flat(const void* x, void* y, int64_t off, int64_t n) const {
+    switch (op_) {
+      case Op::quantize: quantize_run(static_cast<const float*>(x) + off, static_cast<int8_t*>(y) + off, n, inv_, zp_); break;
+      case Op::dequantize: dequantize_run(static_cast<const int8_t*>(x) + off, static_cast<float*>(y) + off, n, scale_, zp_); break;
+      case Op::reorder: std::memcpy(static_cast<int8_t*>(y) + off, static_cast<const int8_t*>(x) + off, static_cast<std::size_t>(n)); break;
+    }
+  }
+  template <class In, class Out, class F>
+  void transpose(const RunArgs& a, const In* x, Out* y, F f) const {
+    const int64_t C = g_.c, S = g_.s, ct = (C + 31) / 32, st = (S + 31) / 32;
+    const bool to_nhwc = to_ == Layout::nhwc;
+    a.pool->parallel_for(g_.n * st, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t img = t / st, s0 = (t % st) * 32, s1 = std::min(S, s0 + 32);
+        const In* xi = x + img * C * S;
+        Out* yi = y + img * C * S;
+        for (int64_t cb = 0; cb < ct; ++cb) {
+          const int64_t c0 = cb * 32, c1 = std::min(C, c0 + 32);
+          if (to_nhwc) {
+            for (int64_t p = s0; p < s1; ++p)
+              for (int64_t c = c0; c < c1; ++c) yi[p * C + c] = f(xi[c * S + p]);
+          } else {
+            for (int64_t c = c0; c < c1; ++c)
+              for (int64_t p = s0; p < s1; ++p) yi[c * S + p] = f(xi[p * C + c]);
+          }
+        }
+      }
+    });
+  }
+  Op op_;
+  Nc g_;
+  Layout from_, to_;
+  float scale_, inv_;
+  int32_t zp_;
+};
+
+bool plain_layout(Layout l) { return l == Layout::nchw || l == Layout::nhwc; }
+
+/// The blob's per-tensor quantisation, or why it cannot be used.
+Support blob_quant(const LayerInfo& info, float* scale, int32_t* zp) {
+  const QuantParams* q = !info.input_quant.empty() && !info.input_quant[0].empty() ? &info.input_quant[0]
+                         : !info.output_quant.empty() && !info.output_quant[0].empty() ? &info.output_quant[0]
+                                                                                         : nullptr;
+  if (!q) return Support::no("not calibrated: run calibration first");
+  if (q->scales.size() != 1 || q->axis != -1) return Support::no("per-channel quantisation of activations is not supported");
+  if (!(q->scales[0] > 0) || !std::isfinite(q->scales[0])) return Support::no("the blob's scale is not a positive number");
+  *scale = q->scales[0];
+  *zp = q->zero_points.empty() ? 0 : q->zero_points[0];
+  if (*zp < -128 || *zp > 127) return Support::no(fmt::format("zero point {} is outside int8", *zp));
+  return Support::yes();
+}
+
+template <Op kOp>
+class QuantAdapt final : public Routine {
+  static constexpr DType kFrom = kOp == Op::quantize ? DType::float32 : DType::qint8;
+  static constexpr DType kTo = kOp == Op::dequantize ? DType::float32 : DType::qint8;
+
+ public:
+  std::string_view layer_type() const override { return "adapt"; }
+  std::string_view algorithm() const override {
+    return kOp == Op::quantize ? "quantize" : kOp == Op::dequantize ? "dequantize" : "reorder";
+  }
+  std::vector<Schema> schemas() const override {
+    return {Schema{Device::cpu, kTo, Layout::nchw}, Schema{Device::cpu, kTo, Layout::nhwc}};
+  }
+  Support supports(const LayerInfo& info, const Schema& to) const override {
+    Schema from = Schema::parse(info.layer->get_string("from"));
+    if (from.device != Device::cpu || from.dtype != kFrom || !plain_layout(from.layout))
+      return Support::no(fmt::format("converts from {} in nchw or nhwc on the CPU, not from {}", to_string(kFrom),
+                                     from.to_string()));
+    if (to.device != Device::cpu || to.dtype != kTo || !plain_layout(to.layout))
+      return Support::no(fmt::format("converts to {} in nchw or nhwc", to_string(kTo)));
+    if (kOp == Op::reorder && from.layout == to.layout) return Support::no("nothing to convert");
+    float scale;
+    int32_t zp;
+    if (kOp != Op::reorder) {
+      Support q = blob_quant(info, &scale, &zp);
+      if (!q) return q;
+    }
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& to, const RoutineParams&) const override {
+    Support ok = supports(info, to);
+    if (!ok) throw Error(fmt::format("{} cannot convert: {}", make_descriptor(to, algorithm()), ok.reason));
+    float scale = 1;
+    int32_t zp = 0;
+    if (kOp != Op::reorder) blob_quant(info, &scale, &zp);
+    return std::make_unique<Convert>(kOp, info.input_shapes.at(0), Schema::parse(info.layer->get_string("from")).layout,
+                                     to.layout, scale, zp);
+  }
+};
+
+SOFTNEURO_REGISTER_ROUTINE(QuantAdapt<Op::quantize>);
+SOFTNEURO_REGISTER_ROUTINE(QuantAdapt<Op::dequantize>);
+SOFTNEURO_REGISTER_ROUTINE(QuantAdapt<Op::reorder>);
+
+}  // namespace
+}  // namespace softneuro

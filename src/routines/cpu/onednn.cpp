@@ -1,0 +1,886 @@
+// cpu/onednn — routines wrapping oneDNN 2.6 (Debian's libdnnl, the 2.x API:
+// operation descriptor → primitive descriptor → primitive), float32 only.
+//
+// One routine per (layer type, schema): the activation layout is fixed by the
+// schema (cpu → plain row-major, cpu:float32:nhwc → nhwc, cpu:float32:nchw8c →
+// nChw8c, cpu:float32:nchw16c → nChw16c, the latter only where oneDNN can use
+// AVX-512); weights take the layout oneDNN picks (format_tag::any) and are
+// reordered once in prepare.
+//
+// Structure: each operation is a struct Op with
+//   static constexpr std::string_view kType;                    the layer type
+//   static Support check(const LayerInfo&, Layout);             cheap checks, with the reason
+//   static Plan plan(const LayerInfo&, Layout, bool prepare);   the primitive descriptor and its arguments
+//   static int priority(Layout);                                 rank in the untuned default
+// and Onednn<Op, Layout> turns it into the registered Routine. supports() also
+// builds the primitive descriptor, so it says no (with oneDNN's words) where
+// oneDNN cannot create one, and where oneDNN would only run its slow reference
+// implementation ("ref:any").
+//
+// Runs allocate nothing of ours: the primitives, their memory objects, the
+// stream and the exec-argument arrays are made in prepare; scratchpads are
+// "user" mode and, with any temporaries, come from the executor's workspace;
+// run() only sets data handles (when they changed) and executes through the C
+// API. oneDNN itself still allocates inside dnnl_primitive_execute (it copies
+// the arguments into a std::unordered_map, and builds its scratchpad grantor):
+// measured 6 operator-new calls of 8-104 bytes per convolution execute. The
+// public API has no way around that.
+//
+// Threads: oneDNN here runs on OpenMP (libgomp). A thread-count hook sets
+// OpenMP's count, and every prepare/run makes the calling thread's OpenMP
+// setting match (omp_set_num_threads is per calling thread in libgomp). A
+// primitive keeps the thread count it was created with, so a count changed
+// after prepare reaches oneDNN routines only when they are prepared again.
+// libgomp reads its wait policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT) once, when it
+// is loaded, before any code of ours runs, so it cannot be changed from here.
+#include "core/layer_types.hpp"
+#include "core/log.hpp"
+#include "core/thread_pool.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using core::Activation;
+using core::Window2d;
+using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+// ---------------------------------------------------------------------------
+// The engine, the CPU's ISA, the thread count
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
+  return *e;
+}
+
+std::string_view isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
+
+/// Whether oneDNN dispatches to AVX-512 (core) kernels on this CPU: nChw16c is
+/// only worth it there (elsewhere oneDNN would run reference code on it).
+bool has_avx512() {
+  static const bool yes = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  }();
+  return yes;
+}
+
+std::atomic<int> g_threads{0};  // the library's thread count, from the hook
+
+/// Makes the calling thread's OpenMP team size the library's thread count.
+/// libgomp keeps this setting per thread, so every thread that prepares or runs
+/// a oneDNN routine checks it (cheap: one call to omp_get_max_threads).
+void match_threads() {
+  const int n = g_threads.load(std::memory_order_relaxed);
+  if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
+}
+
+void thread_count_hook(int threads) {
+  g_threads.store(threads, std::memory_order_relaxed);
+  omp_set_num_threads(threads);
+}
+
+/// Says once (at info level) how OpenMP will wait between oneDNN layers.
+/// Measured on 2 vCPUs, a 64->64 3x3 conv at 28x28 (2 threads) followed by a
+/// 10 us relu on our pool: idle machine, libgomp's default (spin up to
+/// GOMP_SPINCOUNT=300000 pauses) 0.33 ms per conv, the pool relu after it
+/// +15-25 us slower than alone (an OpenMP worker spins on the second core);
+/// OMP_WAIT_POLICY=passive 0.37-0.39 ms per conv, no penalty after it. At load
+/// 6-9 (other processes): spinning 12-16 ms per conv (a barrier waits whole
+/// time slices for a preempted thread), passive 0.6 ms, GOMP_SPINCOUNT=1000
+/// 0.36-0.6 ms.
+void note_wait_policy() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    if (!policy && !spin)
+      core::info("cpu/onednn: OpenMP threads spin between oneDNN layers (libgomp's default); on shared or "
+                 "oversubscribed machines start the process with OMP_WAIT_POLICY=passive");
+    else
+      core::info("cpu/onednn: OpenMP wait policy from the environment: OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
+                 policy ? policy : "(unset)", spin ? spin : "(unset)");
+  });
+}
+
+const bool g_hook_registered = [] {
+  core::add_thread_count_hook(&thread_count_hook);
+  return true;
+}();
+
+// ---------------------------------------------------------------------------
+// Memory descriptors in a schema's layout
+
+dims to_dims(const Shape& s) { return dims(s.begin(), s.end()); }
+
+/// The descriptor of an activation blob of `shape` in `layout` (rank 4 unless plain).
+dnnl::memory::desc act_md(const Shape& shape, Layout layout) {
+  switch (layout) {
+    case Layout::nhwc: return {to_dims(shape), dt::f32, tag::nhwc};
+    case Layout::nchw8c: return {to_dims(shape), dt::f32, tag::nChw8c};
+    case Layout::nchw16c: return {to_dims(shape), dt::f32, tag::nChw16c};
+    case Layout::nchw: break;
+  }
+  dims strides(shape.size());
+  dnnl::memory::dim st = 1;
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    strides[static_cast<std::size_t>(d)] = st;
+    st *= shape[d];
+  }
+  return {to_dims(shape), dt::f32, strides};
+}
+
+/// A plain row-major descriptor for a weight of `d` dims.
+dnnl::memory::desc plain_md(const dims& d) {
+  dims strides(d.size());
+  dnnl::memory::dim st = 1;
+  for (std::size_t i = d.size(); i-- > 0;) {
+    strides[i] = st;
+    st *= d[i];
+  }
+  return {d, dt::f32, strides};
+}
+
+Support rank4_unless_plain(const Shape& s, Layout layout, std::string_view what) {
+  if (layout != Layout::nchw && s.rank() != 4)
+    return Support::no(fmt::format("{} layout needs rank-4 [N,C,H,W] blobs; {} is {}", to_string(layout), what,
+                                   s.to_string()));
+  if (s.rank() < 1 || s.rank() > DNNL_MAX_NDIMS)
+    return Support::no(fmt::format("{} has rank {}; oneDNN takes 1..{}", what, s.rank(), DNNL_MAX_NDIMS));
+  if (s.numel() == 0) return Support::no(fmt::format("{} {} is empty", what, s.to_string()));
+  return Support::yes();
+}
+
+/// Weights read here must be plain float32 CPU blobs with memory.
+Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    const Blob* b = l.find_weight(k);
+    if (!b) continue;
+    if (b->dtype() != DType::float32)
+      return Support::no(fmt::format("weight '{}' is {}, cpu/onednn reads float32", k, to_string(b->dtype())));
+    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
+    if (b->layout() != Layout::nchw)
+      return Support::no(fmt::format("weight '{}' has layout {}, cpu/onednn reads plain", k, to_string(b->layout())));
+    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
+  }
+  return Support::yes();
+}
+
+/// A oneDNN memory over a weight blob's memory (oneDNN only reads it).
+dnnl::memory weight_memory(const dnnl::memory::desc& md, const Blob& b) {
+  return dnnl::memory(md, cpu_engine(), const_cast<void*>(b.data()));
+}
+
+/// `user` in the layout `want` (a reorder, run once), or `user` itself when they agree.
+dnnl::memory reorder_to(const dnnl::memory& user, const dnnl::memory::desc& want) {
+  if (user.get_desc() == want) return user;
+  dnnl::memory out(want, cpu_engine());
+  dnnl::stream s(cpu_engine());
+  dnnl::reorder(user, out).execute(s, const_cast<dnnl::memory&>(user), out);
+  s.wait();
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Fused activations as post-ops
+
+/// Appends `act` to `ops`; none appends nothing.
+void append_activation(dnnl::post_ops& ops, const Activation& a) {
+  using alg = dnnl::algorithm;
+  switch (a.kind) {
+    case Activation::none: break;
+    case Activation::relu: ops.append_eltwise(1.0f, alg::eltwise_relu, 0.0f, 0.0f); break;
+    case Activation::clip: ops.append_eltwise(1.0f, alg::eltwise_clip, a.min, a.max); break;
+    case Activation::hardswish: ops.append_eltwise(1.0f, alg::eltwise_hardswish, 0.0f, 0.0f); break;
+    case Activation::hardsigmoid:  // oneDNN 2.6 has no hardsigmoid: linear, then clip to [0,1]
+      ops.append_eltwise(1.0f, alg::eltwise_linear, a.alpha, a.beta);
+      ops.append_eltwise(1.0f, alg::eltwise_clip, 0.0f, 1.0f);
+      break;
+    case Activation::sigmoid: ops.append_eltwise(1.0f, alg::eltwise_logistic, 0.0f, 0.0f); break;
+  }
+}
+
+dnnl::primitive_attr make_attr(const dnnl::post_ops* ops = nullptr) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (ops) attr.set_post_ops(*ops);
+  return attr;
+}
+
+// ---------------------------------------------------------------------------
+// Plans and the prepared routine
+
+/// Where an execution argument's memory lives: a blob the routine reads or
+/// writes, a fixed memory made in prepare (weights), or a temporary carved from
+/// the workspace.
+struct Mem {
+  enum Kind { input, output, fixed, temp } kind;
+  int index;
+  bool operator==(const Mem&) const = default;
+};
+
+/// What an operation hands the prepared routine: one or more primitives run in
+/// order (e.g. a reorder, then a convolution), each with its arguments.
+struct Plan {
+  struct Step {
+    dnnl::primitive_desc_base pd;
+    std::vector<std::pair<int, Mem>> args;  ///< (DNNL_ARG_*, memory); the scratchpad is added
+  };
+  std::vector<Step> steps;
+  std::vector<dnnl::memory> fixed;        ///< Mem::fixed, by index
+  std::vector<dnnl::memory::desc> temps;  ///< Mem::temp, by index
+  std::vector<Blob> keep;                 ///< weights the fixed memories point into
+
+  /// The common case: one primitive reading inputs and writing output 0.
+  static Plan single(const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, Mem>> args) {
+    Plan p;
+    p.steps.push_back({pd, std::move(args)});
+    return p;
+  }
+  int add_fixed(const dnnl::memory& m) {
+    fixed.push_back(m);
+    return static_cast<int>(fixed.size()) - 1;
+  }
+};
+
+constexpr Mem in0{Mem::input, 0}, out0{Mem::output, 0};
+
+/// The implementation oneDNN picked, or an empty view when none is "ref" (for supports()).
+std::string_view reference_impl(const Plan& p) {
+  for (const auto& s : p.steps) {
+    std::string_view impl = s.pd.impl_info_str();
+    if (impl.substr(0, 3) == "ref") return impl;
+  }
+  return {};
+}
+
+class Prepared final : public PreparedRoutine {
+ public:
+  explicit Prepared(Plan plan) : stream_(cpu_engine()), keep_(std::move(plan.keep)) {
+    // One oneDNN memory per blob, fixed memory and temporary, shared by the steps.
+    std::vector<std::pair<Mem, dnnl_memory_t>> handles;
+    for (const auto& m : plan.fixed) {
+      mems_.push_back(m);
+      handles.push_back({Mem{Mem::fixed, static_cast<int>(handles.size())}, m.get()});
+    }
+    auto workspace_memory = [&](const dnnl::memory::desc& md) {
+      mems_.emplace_back(md, cpu_engine(), nullptr);
+      carved_.push_back({mems_.back().get(), workspace_bytes_});
+      workspace_bytes_ += (md.get_size() + 63) / 64 * 64;
+      return mems_.back().get();
+    };
+    for (std::size_t t = 0; t < plan.temps.size(); ++t)
+      handles.push_back({Mem{Mem::temp, static_cast<int>(t)}, workspace_memory(plan.temps[t])});
+    for (const auto& step : plan.steps) {
+      Step s;
+      s.prim = dnnl::primitive(step.pd.get());
+      for (auto [arg, mem] : step.args) {
+        auto it = std::find_if(handles.begin(), handles.end(), [&](const auto& h) { return h.first == mem; });
+        if (it == handles.end()) {  // a blob: its descriptor from the first step that uses it
+          mems_.emplace_back(step.pd.query_md(dnnl::query::exec_arg_md, arg), cpu_engine(), nullptr);
+          binds_.push_back({mems_.back().get(), mem.kind == Mem::output, mem.index, nullptr});
+          handles.push_back({mem, mems_.back().get()});
+          it = handles.end() - 1;
+        }
+        s.args.push_back({arg, it->second});
+      }
+      const dnnl::memory::desc scratch = step.pd.scratchpad_desc();
+      if (scratch.get_size()) s.args.push_back({DNNL_ARG_SCRATCHPAD, workspace_memory(scratch)});
+      steps_.push_back(std::move(s));
+    }
+  }
+
+  std::size_t workspace_bytes() const override { return workspace_bytes_; }
+
+  void run(const RunArgs& a) override {
+    match_threads();
+    for (Bind& b : binds_) {
+      const void* p = b.output ? a.outputs[static_cast<std::size_t>(b.index)]->data()
+                               : a.inputs[static_cast<std::size_t>(b.index)]->data();
+      if (p != b.last) set_handle(b.memory, const_cast<void*>(p));
+      b.last = p;
+    }
+    if (workspace_bytes_ && a.workspace != workspace_last_) {
+      for (const Carved& c : carved_) set_handle(c.memory, static_cast<char*>(a.workspace) + c.offset);
+      workspace_last_ = a.workspace;
+    }
+    dnnl_status_t st = dnnl_success;
+    for (std::size_t i = 0; i < steps_.size() && st == dnnl_success; ++i)
+      st = dnnl_primitive_execute(steps_[i].prim.get(), stream_.get(), static_cast<int>(steps_[i].args.size()),
+                                  steps_[i].args.data());
+    if (st == dnnl_success) st = dnnl_stream_wait(stream_.get());
+    if (st != dnnl_success) throw Error(fmt::format("oneDNN failed to execute (status {})", static_cast<int>(st)));
+  }
+
+ private:
+  struct Step {
+    dnnl::primitive prim;
+    std::vector<dnnl_exec_arg_t> args;
+  };
+  struct Bind {
+    dnnl_memory_t memory;
+    bool output;
+    int index;
+    const void* last;
+  };
+  struct Carved {
+    dnnl_memory_t memory;
+    std::size_t offset;
+  };
+  // Handles change only when the executor rebinds a blob (first run, new
+  // caller memory), so the zero-padding oneDNN does on a new handle is rare.
+  void set_handle(dnnl_memory_t m, void* p) {
+    dnnl_status_t st = dnnl_memory_set_data_handle_v2(m, p, stream_.get());
+    if (st != dnnl_success) throw Error(fmt::format("oneDNN refused a data handle (status {})", static_cast<int>(st)));
+  }
+
+  dnnl::stream stream_;
+  std::vector<dnnl::memory> mems_;
+  std::vector<Step> steps_;
+  std::vector<Bind> binds_;
+  std::vector<Carved> carved_;
+  std::size_t workspace_bytes_ = 0;
+  const void* workspace_last_ = nullptr;
+  std::vector<Blob> keep_;
+};
+
+/// The registered Routine for operation Op in one layout.
+template <class Op, Layout L>
+class Onednn final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::float32, L};
+
+  std::string_view layer_type() const override { return Op::kType; }
+  std::string_view algorithm() const override { return "onednn"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kSchema))
+      return Support::no(fmt::format("this routine computes in {}, not {}", kSchema.to_string(), schema.to_string()));
+    if (L == Layout::nchw16c && !has_avx512())
+      return Support::no(fmt::format("nchw16c needs AVX-512; oneDNN's ISA on this CPU is {}",
+                                     isa_name(dnnl::get_effective_cpu_isa())));
+    if (!info.layer) return Support::no("no layer");
+    try {
+      Support s = Op::check(info, L);
+      if (!s) return s;
+      match_threads();
+      const Plan p = Op::plan(info, L, false);
+      if (std::string_view impl = reference_impl(p); Op::kRefuseReference && !impl.empty())
+        return Support::no(fmt::format("oneDNN has only its reference implementation ({}) for this", impl));
+      return Support::yes();
+    } catch (const dnnl::error& e) {
+      return Support::no(fmt::format("oneDNN 2.6 cannot create it: {}", e.what()));
+    } catch (const Error& e) {
+      return Support::no(e.what());
+    }
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
+                                           const RoutineParams&) const override {
+    try {
+      match_threads();
+      note_wait_policy();
+      Plan plan = Op::plan(info, L, true);
+      if (core::log_enabled(core::LogLevel::debug)) {
+        std::string impls;
+        for (const auto& s : plan.steps) impls += (impls.empty() ? "" : " + ") + std::string(s.pd.impl_info_str());
+        core::debug("layer '{}': {}/onednn runs oneDNN {}", info.layer->name, kSchema.to_string(), impls);
+      }
+      return std::make_unique<Prepared>(std::move(plan));
+    } catch (const dnnl::error& e) {
+      throw Error(fmt::format("{}/onednn: oneDNN failed: {}", kSchema.to_string(), e.what()));
+    }
+  }
+
+  int default_priority() const override { return Op::priority(L); }
+};
+
+/// Rank of the non-convolution routines: above cpu/ref (0), below conv/dense,
+/// blocked layouts first so that chains of oneDNN layers stay blocked.
+int elementwise_priority(Layout l) {
+  switch (l) {
+    case Layout::nchw8c:
+    case Layout::nchw16c: return 60;
+    case Layout::nhwc: return 55;
+    case Layout::nchw: break;
+  }
+  return 50;
+}
+
+// ---------------------------------------------------------------------------
+// conv2: groups (depthwise included), strides, dilations, asymmetric pads,
+// bias, fused activation as post-ops.
+
+struct Conv2 {
+  static constexpr std::string_view kType = "conv2";
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
+    return float_weights(*info.layer, {"weight", "bias"});
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+    const Layer& layer = *info.layer;
+    const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
+    const Activation act = core::fused_activation(layer);
+    const Blob& w = layer.weight("weight");
+    const Blob* bias = layer.find_weight("bias");
+
+    const dims wd = g.group > 1 ? dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw}
+                                : dims{g.oc, g.c, g.kh, g.kw};
+    const dnnl::memory::desc w_any(wd, dt::f32, tag::any);
+    const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
+    dnnl::post_ops ops;
+    append_activation(ops, act);
+    auto make_pd = [&](const dnnl::memory::desc& src) {
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                        src, w_any, b_md, act_md(info.output_shapes[0], l), {g.sh, g.sw},
+                                        {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
+      return dnnl::convolution_forward::primitive_desc(d, make_attr(&ops), cpu_engine());
+    };
+    const Shape& in = info.input_shapes[0];
+    dnnl::convolution_forward::primitive_desc pd = make_pd(act_md(in, l));
+
+    // Blocked input with channels that do not fill a block (a first conv on RGB):
+    // oneDNN's fast kernels read such inputs plain, so reorder it first (to the
+    // workspace) when that turns a reference implementation into a JIT one.
+    Plan p;
+    Mem src = in0;
+    const bool blocked = l == Layout::nchw8c || l == Layout::nchw16c;
+    if (blocked && g.group == 1 && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") {
+      auto plain = make_pd(act_md(in, Layout::nchw));
+      if (std::string_view(plain.impl_info_str()).substr(0, 3) != "ref") {
+        pd = plain;
+        p.temps.push_back(act_md(in, Layout::nchw));
+        src = Mem{Mem::temp, 0};
+        dnnl::reorder::primitive_desc r(cpu_engine(), act_md(in, l), cpu_engine(), p.temps[0], make_attr());
+        p.steps.push_back({r, {{DNNL_ARG_FROM, in0}, {DNNL_ARG_TO, src}}});
+      }
+    }
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, out0}};
+    if (prepare) {
+      const dnnl::memory wm = reorder_to(weight_memory(plain_md(wd), w), pd.weights_desc());
+      args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
+      p.keep.push_back(w);  // wm may be the weight itself when oneDNN takes it plain
+      if (bias) {
+        args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
+        p.keep.push_back(*bias);
+      }
+    }
+    p.steps.push_back({pd, std::move(args)});
+    return p;
+  }
+
+  static int priority(Layout l) {
+    switch (l) {
+      case Layout::nchw16c: return 100;
+      case Layout::nchw8c: return has_avx512() ? 98 : 100;
+      case Layout::nhwc: return 85;
+      case Layout::nchw: break;
+    }
+    return 90;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// dense: inner product on [N,K] with bias and fused activation.
+
+struct Dense {
+  static constexpr std::string_view kType = "dense";
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout) {
+    const Shape& s = info.input_shapes[0];
+    if (s.rank() != 2)
+      return Support::no(fmt::format("cpu/onednn dense takes an input [N,K]; {} has rank {} (flatten it first)",
+                                     s.to_string(), s.rank()));
+    if (s.numel() == 0) return Support::no("the input is empty");
+    return float_weights(*info.layer, {"weight", "bias"});
+  }
+
+  static Plan plan(const LayerInfo& info, Layout, bool prepare) {
+    const Layer& layer = *info.layer;
+    const Blob& w = layer.weight("weight");
+    const Blob* bias = layer.find_weight("bias");
+    const int64_t n = info.input_shapes[0][0], k = info.input_shapes[0][1], o = w.shape()[0];
+    const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({o}, dt::f32, tag::x) : dnnl::memory::desc();
+    dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, plain_md({n, k}),
+                                        dnnl::memory::desc({o, k}, dt::f32, tag::any), b_md, plain_md({n, o}));
+    dnnl::post_ops ops;
+    append_activation(ops, core::fused_activation(layer));
+    dnnl::inner_product_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
+    Plan p;
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
+    if (prepare) {
+      const dnnl::memory wm = reorder_to(weight_memory(plain_md({o, k}), w), pd.weights_desc());
+      args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
+      p.keep.push_back(w);
+      if (bias) {
+        args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
+        p.keep.push_back(*bias);
+      }
+    }
+    p.steps.push_back({pd, std::move(args)});
+    return p;
+  }
+
+  static int priority(Layout) { return 90; }
+};
+
+// ---------------------------------------------------------------------------
+// pool2: max, avg (excluding or including padding), global; dilations; ceil
+// mode by widening the bottom/right padding to what the last window needs.
+
+struct Pool2 {
+  static constexpr std::string_view kType = "pool2";
+  static constexpr bool kRefuseReference = true;
+
+  /// Bottom (or right) padding oneDNN needs so that its floor formula gives `out`.
+  static int64_t padding_r(int64_t in, int64_t pad_l, int64_t pad_r, int64_t k, int64_t s, int64_t d, int64_t out) {
+    const int64_t ext = (k - 1) * d + 1;
+    return std::max(pad_r, (out - 1) * s + ext - in - pad_l);
+  }
+  /// Whether some window along one axis covers padding only.
+  static bool empty_window(int64_t in, int64_t pad_l, int64_t k, int64_t s, int64_t d, int64_t out) {
+    for (int64_t o = 0; o < out; ++o) {
+      bool any = false;
+      for (int64_t t = 0; t < k && !any; ++t) {
+        const int64_t i = o * s - pad_l + t * d;
+        any = i >= 0 && i < in;
+      }
+      if (!any) return true;
+    }
+    return false;
+  }
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
+    if (info.input_shapes[0].rank() != 4) return Support::no("pool2 needs an input [N,C,H,W]");
+    const Layer& layer = *info.layer;
+    const Window2d g = core::pool2_window(layer, info.input_shapes[0]);
+    if (empty_window(g.h, g.pt, g.kh, g.sh, g.dh, g.oh) || empty_window(g.w, g.pl, g.kw, g.sw, g.dw, g.ow))
+      return Support::no("a window covers only padding (cpu/ref gives -inf or 0 there; oneDNN does not)");
+    const bool include_pad = layer.get_string("mode") == "avg" && layer.get_int("count_include_pad", 0) != 0;
+    if (include_pad && (padding_r(g.h, g.pt, g.pb, g.kh, g.sh, g.dh, g.oh) > g.pb ||
+                        padding_r(g.w, g.pl, g.pr, g.kw, g.sw, g.dw, g.ow) > g.pr))
+      return Support::no("ceil_mode windows hang past the padding and count_include_pad=1: oneDNN would count "
+                         "the overhang, cpu/ref does not");
+    return Support::yes();
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool) {
+    const Layer& layer = *info.layer;
+    const Window2d g = core::pool2_window(layer, info.input_shapes[0]);
+    const bool is_max = layer.get_string("mode") == "max";
+    const bool include_pad = layer.get_int("count_include_pad", 0) != 0;
+    const auto alg = is_max ? dnnl::algorithm::pooling_max
+                     : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                   : dnnl::algorithm::pooling_avg_exclude_padding;
+    dnnl::pooling_v2_forward::desc d(
+        dnnl::prop_kind::forward_inference, alg, act_md(info.input_shapes[0], l), act_md(info.output_shapes[0], l),
+        {g.sh, g.sw}, {g.kh, g.kw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl},
+        {padding_r(g.h, g.pt, g.pb, g.kh, g.sh, g.dh, g.oh), padding_r(g.w, g.pl, g.pr, g.kw, g.sw, g.dw, g.ow)});
+    return Plan::single(dnnl::pooling_v2_forward::primitive_desc(d, make_attr(), cpu_engine()),
+                        {{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}});
+  }
+
+  static int priority(Layout l) { return elementwise_priority(l); }
+};
+
+// ---------------------------------------------------------------------------
+// Elementwise activations: one input, same shape out.
+
+struct Eltwise {
+  dnnl::algorithm alg;
+  float alpha = 0, beta = 0;
+  bool then_clip01 = false;  ///< hardsigmoid: linear, then clip to [0,1]
+};
+
+template <class K>
+struct Unary {
+  static constexpr std::string_view kType = K::kType;
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    return rank4_unless_plain(info.input_shapes[0], l, "the input");
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool) {
+    const Eltwise e = K::get(*info.layer);
+    const dnnl::memory::desc md = act_md(info.input_shapes[0], l);
+    dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, e.alg, md, e.alpha, e.beta);
+    Plan p = Plan::single(dnnl::eltwise_forward::primitive_desc(d, make_attr(), cpu_engine()),
+                          {{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}});
+    if (e.then_clip01) {
+      // As a post-op of an eltwise, oneDNN 2.6 runs its reference code: a second pass, in place, instead.
+      dnnl::eltwise_forward::desc clip(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_clip, md, 0.0f, 1.0f);
+      p.steps.push_back({dnnl::eltwise_forward::primitive_desc(clip, make_attr(), cpu_engine()),
+                         {{DNNL_ARG_SRC, out0}, {DNNL_ARG_DST, out0}}});
+    }
+    return p;
+  }
+
+  static int priority(Layout l) { return elementwise_priority(l); }
+};
+
+struct ReluK {
+  static constexpr std::string_view kType = "relu";
+  static Eltwise get(const Layer&) { return {dnnl::algorithm::eltwise_relu}; }
+};
+struct ClipK {
+  static constexpr std::string_view kType = "clip";
+  static Eltwise get(const Layer& l) {
+    return {dnnl::algorithm::eltwise_clip,
+            static_cast<float>(l.get_float("min", -std::numeric_limits<double>::infinity())),
+            static_cast<float>(l.get_float("max", std::numeric_limits<double>::infinity()))};
+  }
+};
+struct HardswishK {
+  static constexpr std::string_view kType = "hardswish";
+  static Eltwise get(const Layer&) { return {dnnl::algorithm::eltwise_hardswish}; }
+};
+struct HardsigmoidK {
+  static constexpr std::string_view kType = "hardsigmoid";
+  static Eltwise get(const Layer& l) {
+    return {dnnl::algorithm::eltwise_linear, static_cast<float>(l.get_float("alpha", 0.2)),
+            static_cast<float>(l.get_float("beta", 0.5)), true};
+  }
+};
+struct SigmoidK {
+  static constexpr std::string_view kType = "sigmoid";
+  static Eltwise get(const Layer&) { return {dnnl::algorithm::eltwise_logistic}; }
+};
+struct TanhK {
+  static constexpr std::string_view kType = "tanh";
+  static Eltwise get(const Layer&) { return {dnnl::algorithm::eltwise_tanh}; }
+};
+struct GeluK {
+  static constexpr std::string_view kType = "gelu";
+  static Eltwise get(const Layer& l) {
+    return {l.get_string("approximate", "none") == "tanh" ? dnnl::algorithm::eltwise_gelu_tanh
+                                                          : dnnl::algorithm::eltwise_gelu_erf};
+  }
+};
+
+// ---------------------------------------------------------------------------
+// add, mul: same shapes, or one input broadcast (oneDNN broadcasts only its
+// second source, so a broadcast first input is swapped; both commute).
+
+template <class K>
+struct Binary {
+  static constexpr std::string_view kType = K::kType;
+  static constexpr bool kRefuseReference = true;
+
+  /// Index of the input that has the output's shape (-1: neither).
+  static int full_input(const LayerInfo& info) {
+    if (info.input_shapes[0] == info.output_shapes[0]) return 0;
+    if (info.input_shapes[1] == info.output_shapes[0]) return 1;
+    return -1;
+  }
+
+  static Support check(const LayerInfo& info, Layout l) {
+    for (int i = 0; i < 2; ++i)
+      if (Support s = rank4_unless_plain(info.input_shapes[static_cast<std::size_t>(i)], l,
+                                         i ? "the second input" : "the first input");
+          !s)
+        return s;
+    if (full_input(info) < 0)
+      return Support::no(fmt::format("both inputs {} and {} broadcast; oneDNN's binary broadcasts only one",
+                                     info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    return Support::yes();
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool) {
+    const int full = full_input(info), other = 1 - full;
+    const Shape& out = info.output_shapes[0];
+    Shape small;  // the other input with leading 1s up to the output's rank
+    const Shape& o = info.input_shapes[static_cast<std::size_t>(other)];
+    for (int d = 0; d < out.rank() - o.rank(); ++d) small.push_back(1);
+    for (int64_t v : o) small.push_back(v);
+    dnnl::binary::desc d(K::kAlg, act_md(out, l), act_md(small, l), act_md(out, l));
+    return Plan::single(dnnl::binary::primitive_desc(d, make_attr(), cpu_engine()),
+                        {{DNNL_ARG_SRC_0, Mem{Mem::input, full}}, {DNNL_ARG_SRC_1, Mem{Mem::input, other}},
+                         {DNNL_ARG_DST, out0}});
+  }
+
+  static int priority(Layout l) { return elementwise_priority(l); }
+};
+
+struct AddK {
+  static constexpr std::string_view kType = "add";
+  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_add;
+};
+struct MulK {
+  static constexpr std::string_view kType = "mul";
+  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_mul;
+};
+
+// ---------------------------------------------------------------------------
+// batchnorm (inference): global statistics, scale and shift.
+
+struct Batchnorm {
+  static constexpr std::string_view kType = "batchnorm";
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
+    if (info.input_shapes[0].rank() < 2 || info.input_shapes[0].rank() > 5)
+      return Support::no("oneDNN's batch normalization takes [N,C], [N,C,W], [N,C,H,W] or [N,C,D,H,W]");
+    return float_weights(*info.layer, {"scale", "bias", "mean", "var"});
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+    const Layer& layer = *info.layer;
+    const float eps = static_cast<float>(layer.get_float("epsilon", 1e-5));
+    const auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
+                       dnnl::normalization_flags::use_shift;
+    dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference,
+                                              act_md(info.input_shapes[0], l), eps, flags);
+    Plan p;
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
+    if (prepare) {
+      const dnnl::memory::desc c_md({info.input_shapes[0][1]}, dt::f32, tag::x);
+      const std::pair<int, const char*> ws[] = {
+          {DNNL_ARG_MEAN, "mean"}, {DNNL_ARG_VARIANCE, "var"}, {DNNL_ARG_SCALE, "scale"}, {DNNL_ARG_SHIFT, "bias"}};
+      for (auto [arg, key] : ws) {
+        const Blob& b = layer.weight(key);
+        args.push_back({arg, Mem{Mem::fixed, p.add_fixed(weight_memory(c_md, b))}});
+        p.keep.push_back(b);
+      }
+    }
+    p.steps.push_back({dnnl::batch_normalization_forward::primitive_desc(d, make_attr(), cpu_engine()), std::move(args)});
+    return p;
+  }
+
+  static int priority(Layout l) { return elementwise_priority(l); }
+};
+
+// ---------------------------------------------------------------------------
+// concat: any axis in plain layout, channels (axis 1) in the others.
+
+struct Concat {
+  static constexpr std::string_view kType = "concat";
+  // oneDNN's "ref:any" concat is a reorder per input into views of the output: fine.
+  static constexpr bool kRefuseReference = false;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    for (const Shape& s : info.input_shapes)
+      if (Support r = rank4_unless_plain(s, l, "an input"); !r) return r;
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"),
+                                          info.output_shapes[0].rank());
+    if (l != Layout::nchw && axis != 1)
+      return Support::no(fmt::format("in {} cpu/onednn concatenates channels (axis 1) only, not axis {}",
+                                     to_string(l), axis));
+    return Support::yes();
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool) {
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"),
+                                          info.output_shapes[0].rank());
+    std::vector<dnnl::memory::desc> srcs;
+    for (const Shape& s : info.input_shapes) srcs.push_back(act_md(s, l));
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_DST, out0}};
+    for (std::size_t i = 0; i < srcs.size(); ++i)
+      args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), Mem{Mem::input, static_cast<int>(i)}});
+    return Plan::single(
+        dnnl::concat::primitive_desc(act_md(info.output_shapes[0], l), axis, srcs, cpu_engine(), make_attr()),
+        std::move(args));
+  }
+
+  static int priority(Layout l) { return elementwise_priority(l); }
+};
+
+// ---------------------------------------------------------------------------
+// softmax along any axis (plain layout).
+
+struct Softmax {
+  static constexpr std::string_view kType = "softmax";
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    return rank4_unless_plain(info.input_shapes[0], l, "the input");
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, act_md(s, l), axis);
+    return Plan::single(dnnl::softmax_forward::primitive_desc(d, make_attr(), cpu_engine()),
+                        {{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}});
+  }
+
+  static int priority(Layout) { return 50; }
+};
+
+// ---------------------------------------------------------------------------
+// Registration: every operation in each of its layouts.
+
+template <class Op, Layout... Ls>
+void register_layouts() {
+  (register_routine(std::make_unique<Onednn<Op, Ls>>()), ...);
+}
+
+template <class Op>
+void register_all_layouts() {
+  register_layouts<Op, Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c>();
+}
+
+const bool g_registered = [] {
+  register_all_layouts<Conv2>();
+  register_layouts<Dense, Layout::nchw>();
+  register_all_layouts<Pool2>();
+  register_all_layouts<Unary<ReluK>>();
+  register_all_layouts<Unary<ClipK>>();
+  register_all_layouts<Unary<HardswishK>>();
+  register_all_layouts<Unary<HardsigmoidK>>();
+  register_all_layouts<Unary<SigmoidK>>();
+  register_all_layouts<Unary<TanhK>>();
+  register_all_layouts<Unary<GeluK>>();
+  register_all_layouts<Binary<AddK>>();
+  register_all_layouts<Binary<MulK>>();
+  register_all_layouts<Batchnorm>();
+  register_all_layouts<Concat>();
+  register_layouts<Softmax, Layout::nchw>();
+  return true;
+}();
+
+}  // namespace
+}  // namespace softneuro

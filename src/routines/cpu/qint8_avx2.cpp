@@ -1,0 +1,1161 @@
+// cpu:qint8 "avx2" routines: int8 inference with our own AVX2 kernels
+// (qint8_kernels_avx2.cpp), in cpu:qint8 (nchw) and cpu:qint8:nhwc.
+//
+// Conventions (fixed for every qint8 routine of the project):
+//  - activations: signed int8, asymmetric, per tensor, real = scale * (q - zero_point),
+//    from the blob's calibrated QuantParams (LayerInfo::input_quant/output_quant);
+//    a layer without calibration is refused ("not calibrated: run calibration first");
+//  - weights stay float32 in the .dnn; prepare() quantises them per output
+//    channel, symmetric: s_w[oc] = max|w[oc]| / 127, q = round(w / s_w) in [-127, 127];
+//    bias -> int32 at s_in * s_w[oc];
+//  - the int32 accumulator is requantised to the output's scale and zero point,
+//    with the fused activation in the epilogue (relu/clip as clamps in the
+//    quantised domain; hardswish/hardsigmoid on the real value before rounding).
+//
+// Arithmetic choice (see qint8_kernels.hpp): activations minus their zero point
+// are widened to int16 and multiplied with int16 weights by vpmaddwd (pairs
+// summed into int32). This is exact: the accumulators are the true integer
+// dot products, weights keep all 8 bits, and nothing saturates (vpmaddubsw
+// would need 7-bit weights or risk int16 saturation). Only the requantisation
+// rounds (float multiply, round to nearest even): outputs are within one
+// quantisation step of the exact real-valued result of the same quantised
+// computation, and usually equal to it.
+//
+// With AVX-VNNI (checked at run time), "avxvnni" routines use vpdpbusd on u8
+// activations (q + 128, the offset folded into the bias): also exact, with
+// the same accumulators, four products per lane and instruction.
+//
+// Routines (layer type: what it supports):
+//  conv2   "avx2", "avxvnni": any kernel/stride/pad/dilation, groups (not
+//          depthwise), dot products up to 32768 terms; im2col of a block of
+//          output pixels, GEMM tiles of 4 (AVX2) or 6 (VNNI) pixels x 16 output
+//          channels; AVX2 splits K above 1024 into L1-sized chunks. Routine
+//          parameter "mb" (pixels per block; 0 or absent: automatic) is
+//          honoured when a routine path sets it; the tuner does not vary it.
+//  conv2   "avx2dw": depthwise (one input and one output channel per group),
+//          kernels up to 64 taps, vectors over channels (NHWC inside).
+//  dense   "avx2", "avxvnni": the conv2 GEMM with rows as pixels (any rank in nchw; rank <= 2 in nhwc).
+//  pool2   "avx2": max and avg (count_include_pad, ceil_mode, global), requantising.
+//  add     "avx2": same-shape inputs with different scales, requantising.
+//  mul     "avx2": same shapes, or a per-channel gate [N or 1, C, 1, 1] (squeeze-excite).
+//  concat  "avx2": any axis, requantising each input to the output's scale.
+//  relu, clip "avx2": in the quantised domain (a requantisation with clamps).
+//  hardsigmoid, hardswish, sigmoid, tanh, gelu "avx2": a 256-entry table per layer
+//          (the cpu/ref formula on every int8 value: bit-exact against the reference).
+//  flatten, reshape, identity "avx2": copies (requantising when scales differ).
+// nchw blobs are transposed to nhwc in the workspace where the kernels want channels last.
+// Every routine needs AVX2 and FMA, checked at run time ("CPU lacks AVX2" otherwise);
+// default_priority 10: above cpu/ref, below the oneDNN routines (the tuner decides; an
+// uncalibrated net never considers them).
+#include "core/layer_types.hpp"
+#include "routines/cpu/qint8_kernels.hpp"
+
+#include <softneuro/net.hpp>
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using core::Activation;
+using core::Window2d;
+using qint8::Epilogue;
+
+constexpr Schema kNchw{Device::cpu, DType::qint8, Layout::nchw};
+constexpr Schema kNhwc{Device::cpu, DType::qint8, Layout::nhwc};
+
+std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int32_t clamp8(double v) { return static_cast<int32_t>(std::clamp(v, -128.0, 127.0)); }
+
+/// Per-tensor quantisation of one blob.
+struct TQ {
+  float scale = 1;
+  int32_t zp = 0;
+};
+
+Support tensor_quant(const std::vector<QuantParams>& qs, std::size_t i, const char* what, TQ* out) {
+  if (i >= qs.size() || qs[i].empty()) return Support::no("not calibrated: run calibration first");
+  const QuantParams& q = qs[i];
+  if (q.scales.size() != 1 || q.axis != -1)
+    return Support::no(fmt::format("{} {} is quantised per channel; activations must be per tensor", what, i));
+  if (!(q.scales[0] > 0) || !std::isfinite(q.scales[0]))
+    return Support::no(fmt::format("{} {} has scale {}, not a positive number", what, i, q.scales[0]));
+  int32_t zp = q.zero_points.empty() ? 0 : q.zero_points[0];
+  if (zp < -128 || zp > 127) return Support::no(fmt::format("{} {} has zero point {} outside int8", what, i, zp));
+  if (out) *out = TQ{q.scales[0], zp};
+  return Support::yes();
+}
+
+/// What every routine here needs: AVX2, a qint8 schema, calibration of every blob.
+Support common(const LayerInfo& info, const Schema& s) {
+  if (!qint8::avx2_usable()) return Support::no("CPU lacks AVX2 (or FMA)");
+  if (!(s == kNchw || s == kNhwc)) return Support::no(fmt::format("computes in cpu:qint8[:nhwc], not {}", s.to_string()));
+  for (std::size_t i = 0; i < info.input_shapes.size(); ++i)
+    if (Support q = tensor_quant(info.input_quant, i, "input", nullptr); !q) return q;
+  for (std::size_t i = 0; i < info.output_shapes.size(); ++i)
+    if (Support q = tensor_quant(info.output_quant, i, "output", nullptr); !q) return q;
+  return Support::yes();
+}
+
+TQ in_q(const LayerInfo& info, std::size_t i) {
+  TQ t;
+  tensor_quant(info.input_quant, i, "input", &t);
+  return t;
+}
+TQ out_q(const LayerInfo& info, std::size_t i = 0) {
+  TQ t;
+  tensor_quant(info.output_quant, i, "output", &t);
+  return t;
+}
+
+Support float_weight(const Layer& l, const char* key, bool required) {
+  const Blob* b = l.find_weight(key);
+  if (!b) return required ? Support::no(fmt::format("weight '{}' is missing", key)) : Support::yes();
+  if (b->dtype() != DType::float32 || b->device() != Device::cpu || b->layout() != Layout::nchw)
+    return Support::no(fmt::format("weight '{}' must be float32 on the CPU (it is quantised in prepare)", key));
+  if (b->numel() > 0 && !b->data()) return Support::no(fmt::format("weight '{}' has no data", key));
+  return Support::yes();
+}
+
+/// The fused activation as an epilogue, or why it cannot be one.
+Support activation_epilogue(const Layer& l, const TQ& out, Epilogue* ep) {
+  Activation a = core::fused_activation(l);
+  Epilogue e;
+  e.zp = out.zp;
+  e.inv_out = 1.0f / out.scale;
+  auto q = [&](double v) { return clamp8(std::nearbyint(v / out.scale) + out.zp); };
+  switch (a.kind) {
+    case Activation::none: break;
+    case Activation::relu: e.lo = std::max(-128, out.zp); break;
+    case Activation::clip:
+      e.lo = std::isfinite(a.min) ? q(a.min) : -128;
+      e.hi = std::isfinite(a.max) ? q(a.max) : 127;
+      break;
+    case Activation::hardswish: e.act = Epilogue::hardswish; break;
+    case Activation::hardsigmoid:
+      e.act = Epilogue::hardsigmoid;
+      e.alpha = a.alpha;
+      e.beta = a.beta;
+      break;
+    case Activation::sigmoid: return Support::no("fused sigmoid has no qint8 epilogue");
+  }
+  if (ep) *ep = e;
+  return Support::yes();
+}
+
+/// Runs fn(task, slot) for every task in [0, tasks) on the pool; each slot
+/// (a scratch area) is used by one thread at a time. Tasks are taken in order
+/// by whichever thread is free (dynamic balance), without allocating.
+template <class F>
+void run_tasks(ThreadPool* pool, int64_t slots, int64_t tasks, F&& fn) {
+  std::atomic<int64_t> next{0};
+  pool->parallel_for(std::max<int64_t>(1, std::min(slots, tasks)), 1, [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s)
+      for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) fn(t, s);
+  });
+}
+
+int64_t thread_slots() { return std::max(1, num_threads()); }
+
+/// [n][c][s] <-> [n][s][c] for int8, in tiles of 64 positions.
+void transpose_to_nhwc(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t s, ThreadPool* pool) {
+  const int64_t tiles = ceil_div(s, 64);
+  pool->parallel_for(n * tiles, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / tiles, s0 = (t % tiles) * 64, s1 = std::min(s, s0 + 64);
+      const int8_t* xi = x + img * c * s;
+      int8_t* yi = y + img * s * c;
+      for (int64_t p = s0; p < s1; ++p)
+        for (int64_t ch = 0; ch < c; ++ch) yi[p * c + ch] = xi[ch * s + p];
+    }
+  });
+}
+void transpose_to_nchw(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t s, ThreadPool* pool) {
+  const int64_t tiles = ceil_div(s, 64);
+  pool->parallel_for(n * tiles, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / tiles, s0 = (t % tiles) * 64, s1 = std::min(s, s0 + 64);
+      const int8_t* xi = x + img * s * c;
+      int8_t* yi = y + img * c * s;
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t p = s0; p < s1; ++p) yi[ch * s + p] = xi[p * c + ch];
+    }
+  });
+}
+
+/// Per-output-channel symmetric weight quantisation (the project's convention).
+struct QuantWeights {
+  std::vector<int8_t> q;      // [oc][k]
+  std::vector<float> scale;   // [oc]
+};
+QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k) {
+  QuantWeights r;
+  r.q.resize(static_cast<std::size_t>(oc * k));
+  r.scale.resize(static_cast<std::size_t>(oc));
+  for (int64_t o = 0; o < oc; ++o) {
+    float mx = 0;
+    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(w[o * k + i]));
+    const float s = mx > 0 ? mx / 127.0f : 1.0f;
+    r.scale[static_cast<std::size_t>(o)] = s;
+    for (int64_t i = 0; i < k; ++i)
+      r.q[static_cast<std::size_t>(o * k + i)] =
+          static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(w[o * k + i] / s)), -127, 127));
+  }
+  return r;
+}
+int32_t quantise_bias(float b, float s_in, float s_w) {
+  return static_cast<int32_t>(std::clamp(std::nearbyint(double(b) / (double(s_in) * double(s_w))), -1073741824.0, 1073741824.0));
+}
+float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
+  return ep.act == Epilogue::linear ? static_cast<float>(double(s_in) * double(s_w) / double(s_out))
+                                    : static_cast<float>(double(s_in) * double(s_w));
+}
+
+// ---------------------------------------------------------------------------
+// conv2 (and dense): im2col blocks x packed weights, 4x16 GEMM tiles.
+
+/// K pairs per chunk of the K-blocked AVX2 GEMM (16 KiB of weights per output-channel block).
+constexpr int64_t kKChunk = 256;
+
+class GemmConv final : public PreparedRoutine {
+ public:
+  /// w: [oc][icg][kh][kw] float32; bias may be null. nhwc_*: the blobs' layouts.
+  /// vnni: AVX-VNNI kernels (u8 activations, K in quads), else AVX2 (int16, K in pairs).
+  GemmConv(const Window2d& g, const float* w, const float* bias, const Epilogue& ep, TQ in, TQ out, bool nhwc_in,
+           bool nhwc_out, int64_t mb, bool vnni)
+      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), vnni_(vnni) {
+    icg_ = g.c / g.group;
+    ocg_ = g.oc / g.group;
+    k_ = g.kh * g.kw * icg_;
+    const int64_t kstep = vnni ? 4 : 2;
+    ksteps_ = ceil_div(k_, kstep);
+    kpad_ = ksteps_ * kstep;
+    es_ = vnni ? 1 : 2;
+    tile_m_ = vnni ? qint8::kTileMVnni : qint8::kTileM;
+    pad_u8_ = static_cast<uint8_t>(in.zp + 128);  // a real 0, as u8
+    ocb_ = ceil_div(ocg_, qint8::kTileN);
+    // Weights in K order (ki, kj, ic), quantised per output channel, packed
+    // [group][ocb][ksteps][16][kstep] (int16 pairs for AVX2, int8 quads for VNNI).
+    std::vector<float> wk(static_cast<std::size_t>(g.oc * k_));
+    for (int64_t o = 0; o < g.oc; ++o)
+      for (int64_t ic = 0; ic < icg_; ++ic)
+        for (int64_t ki = 0; ki < g.kh; ++ki)
+          for (int64_t kj = 0; kj < g.kw; ++kj)
+            wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] = w[((o * icg_ + ic) * g.kh + ki) * g.kw + kj];
+    QuantWeights qw = quantise_weights(wk.data(), g.oc, k_);
+    const int64_t blocks = g.group * ocb_;
+    block_bytes_ = ksteps_ * 64;  // 16 lanes x (2 int16 or 4 int8)
+    packed_ = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
+    bias_.assign(static_cast<std::size_t>(blocks * 16), 0);
+    mult_.assign(static_cast<std::size_t>(blocks * 16), 0.0f);
+    for (int64_t grp = 0; grp < g.group; ++grp)
+      for (int64_t jb = 0; jb < ocb_; ++jb)
+        for (int lane = 0; lane < 16; ++lane) {
+          const int64_t ocl = jb * 16 + lane;
+          if (ocl >= ocg_) continue;
+          const int64_t o = grp * ocg_ + ocl;
+          const std::size_t slot = static_cast<std::size_t>((grp * ocb_ + jb) * 16 + lane);
+          const float sw = qw.scale[static_cast<std::size_t>(o)];
+          const int8_t* wq = qw.q.data() + o * k_;
+          int64_t wsum = 0;
+          for (int64_t kk = 0; kk < k_; ++kk) wsum += wq[kk];
+          bias_[slot] = (bias ? quantise_bias(bias[o], in.scale, sw) : 0) -
+                        (vnni ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
+          mult_[slot] = output_multiplier(ep, in.scale, sw, out.scale);
+          char* vb = static_cast<char*>(packed_.data()) + (grp * ocb_ + jb) * block_bytes_;
+          for (int64_t kk = 0; kk < k_; ++kk) {
+            if (vnni) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
+            else reinterpret_cast<int16_t*>(vb)[(kk / 2) * 32 + lane * 2 + (kk & 1)] = wq[kk];
+          }
+        }
+    // Blocks of output pixels: about 96 KiB of rows, a multiple of the tile height.
+    const int64_t P = g.oh * g.ow;
+    if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
+    // Enough tasks for the threads to balance (taken dynamically): smaller pixel
+    // blocks first (no work is repeated), then output-channel chunks (each repeats the im2col).
+    slots_ = thread_slots();
+    const int64_t want = slots_ == 1 ? 1 : 4 * slots_, outer = g.n * g.group;
+    int64_t pb = ceil_div(P, mb);
+    if (outer * pb < want) pb = std::max(pb, std::min(ceil_div(P, 16), ceil_div(want, outer)));
+    mbe_ = ceil_div(P, pb);
+    pblocks_ = ceil_div(P, mbe_);
+    occ_ = outer * pblocks_ < want ? std::min(ocb_, ceil_div(want, outer * pblocks_)) : 1;
+    jpc_ = ceil_div(ocb_, occ_);
+    occ_ = ceil_div(ocb_, jpc_);
+    contiguous_taps_ = g.group == 1 && g.dw == 1;
+    ldu_ = kpad_ * es_;
+    xbytes_ = nhwc_in_ ? 0 : align64(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
+    ubytes_ = align64(static_cast<std::size_t>(mbe_ * ldu_) + 64);
+    obytes_ = nhwc_out_ ? 0 : align64(static_cast<std::size_t>(mbe_ * jpc_ * 16));
+    // Long dot products on AVX2: K chunks whose weight blocks stay in L1, int32 partial sums in the workspace.
+    kc_ = !vnni_ && ksteps_ > 2 * kKChunk ? kKChunk : 0;
+    abytes_ = kc_ ? align64(static_cast<std::size_t>(round_up(mbe_, tile_m_) * jpc_ * 16) * sizeof(int32_t)) : 0;
+  }
+
+  std::size_t workspace_bytes() const override {
+    return xbytes_ + static_cast<std::size_t>(slots_) * slot_bytes();
+  }
+  std::size_t slot_bytes() const { return ubytes_ + obytes_ + abytes_; }
+
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    char* ws = static_cast<char*>(a.workspace);
+    if (!nhwc_in_) {
+      transpose_to_nhwc(x, reinterpret_cast<int8_t*>(ws), g_.n, g_.c, g_.h * g_.w, a.pool);
+      x = reinterpret_cast<const int8_t*>(ws);
+    }
+    const int64_t tasks = g_.n * g_.group * pblocks_ * occ_;
+    run_tasks(a.pool, slots_, tasks, [&](int64_t t, int64_t slot) {
+      char* mine = ws + xbytes_ + static_cast<std::size_t>(slot) * slot_bytes();
+      task(t, x, y, mine, reinterpret_cast<int8_t*>(mine + ubytes_), reinterpret_cast<int32_t*>(mine + ubytes_ + obytes_));
+    });
+  }
+
+ private:
+  /// `count` activations (int8) -> the kernel's input format at dst.
+  void convert(const int8_t* src, char* dst, int64_t count) const {
+    if (vnni_) qint8::to_u8(src, reinterpret_cast<uint8_t*>(dst), count);
+    else qint8::widen(src, reinterpret_cast<int16_t*>(dst), count, zp_in_);
+  }
+  /// `count` activations of real value 0 (padding).
+  void zero(char* dst, int64_t count) const {
+    if (vnni_) std::memset(dst, pad_u8_, static_cast<std::size_t>(count));
+    else std::memset(dst, 0, static_cast<std::size_t>(count) * 2);
+  }
+
+  void task(int64_t t, const int8_t* x, int8_t* y, char* u, int8_t* otile, int32_t* acc) const {
+    const int64_t occ = t % occ_;
+    t /= occ_;
+    const int64_t pb = t % pblocks_;
+    t /= pblocks_;
+    const int64_t grp = t % g_.group, n = t / g_.group;
+    const int64_t P = g_.oh * g_.ow, p0 = pb * mbe_, p1 = std::min(P, p0 + mbe_), np = p1 - p0;
+    if (np <= 0) return;
+    // im2col: one row of K activations (in the kernel's format) per output pixel.
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t oy = p / g_.ow, ox = p % g_.ow;
+      char* row = u + (p - p0) * ldu_;
+      for (int64_t ki = 0; ki < g_.kh; ++ki) {
+        const int64_t iy = oy * g_.sh - g_.pt + ki * g_.dh;
+        if (contiguous_taps_) {
+          // One group, no horizontal dilation: the taps of a kernel row that lie
+          // inside the input are one contiguous run of pixels (all channels).
+          char* seg = row + ki * g_.kw * icg_ * es_;
+          const int64_t ix0 = ox * g_.sw - g_.pl;
+          const int64_t kj0 = iy < 0 || iy >= g_.h ? g_.kw : std::clamp<int64_t>(-ix0, 0, g_.kw);
+          const int64_t kj1 = iy < 0 || iy >= g_.h ? g_.kw : std::clamp<int64_t>(g_.w - ix0, kj0, g_.kw);
+          if (kj0 > 0) zero(seg, kj0 * icg_);
+          if (kj1 > kj0) convert(x + ((n * g_.h + iy) * g_.w + ix0 + kj0) * g_.c, seg + kj0 * icg_ * es_, (kj1 - kj0) * icg_);
+          if (kj1 < g_.kw) zero(seg + kj1 * icg_ * es_, (g_.kw - kj1) * icg_);
+          continue;
+        }
+        for (int64_t kj = 0; kj < g_.kw; ++kj) {
+          const int64_t ix = ox * g_.sw - g_.pl + kj * g_.dw;
+          char* dst = row + (ki * g_.kw + kj) * icg_ * es_;
+          if (iy < 0 || iy >= g_.h || ix < 0 || ix >= g_.w) zero(dst, icg_);
+          else convert(x + ((n * g_.h + iy) * g_.w + ix) * g_.c + grp * icg_, dst, icg_);
+        }
+      }
+      if (kpad_ > k_) std::memset(row + k_ * es_, 0, static_cast<std::size_t>((kpad_ - k_) * es_));  // weights are 0 there
+    }
+    const int64_t jb0 = occ * jpc_, jb1 = std::min(ocb_, jb0 + jpc_);
+    const int64_t ldo = jpc_ * 16;
+    const int64_t mpad = round_up(np, tile_m_);
+    // K-blocked: for each K chunk, every (output-channel block, row tile) adds its partial sums.
+    for (int64_t k0 = 0; kc_ && k0 < ksteps_; k0 += kc_) {
+      const int64_t kn = std::min(kc_, ksteps_ - k0);
+      for (int64_t jb = jb0; jb < jb1; ++jb) {
+        const char* v = static_cast<const char*>(packed_.data()) + static_cast<int64_t>(grp * ocb_ + jb) * block_bytes_ + k0 * 64;
+        for (int64_t r0 = 0; r0 < np; r0 += tile_m_) {
+          const int mr = static_cast<int>(std::min<int64_t>(tile_m_, np - r0));
+          qint8::gemm_tile_partial(mr, reinterpret_cast<const int16_t*>(u + r0 * ldu_) + 2 * k0, ldu_ / 2,
+                                   reinterpret_cast<const int16_t*>(v), kn, acc + ((jb - jb0) * mpad + r0) * 16, k0 == 0);
+        }
+      }
+    }
+    for (int64_t jb = jb0; jb < jb1; ++jb) {
+      Epilogue ep = ep_;
+      const std::size_t blk = static_cast<std::size_t>(grp * ocb_ + jb);
+      ep.bias = bias_.data() + blk * 16;
+      ep.mult = mult_.data() + blk * 16;
+      const char* v = static_cast<const char*>(packed_.data()) + static_cast<int64_t>(blk) * block_bytes_;
+      const int nvalid = static_cast<int>(std::min<int64_t>(16, ocg_ - jb * 16));
+      for (int64_t r0 = 0; r0 < np; r0 += tile_m_) {
+        const int mr = static_cast<int>(std::min<int64_t>(tile_m_, np - r0));
+        int8_t* dst = nhwc_out_ ? y + (n * P + p0 + r0) * g_.oc + grp * ocg_ + jb * 16 : otile + r0 * ldo + (jb - jb0) * 16;
+        const int64_t ldd = nhwc_out_ ? g_.oc : ldo;
+        if (kc_)
+          qint8::gemm_epilogue(mr, acc + ((jb - jb0) * mpad + r0) * 16, ep, dst, ldd, nvalid);
+        else if (vnni_)
+          qint8::gemm_tile_vnni(mr, reinterpret_cast<const uint8_t*>(u + r0 * ldu_), ldu_, reinterpret_cast<const int8_t*>(v),
+                                ksteps_, ep, dst, ldd, nvalid);
+        else
+          qint8::gemm_tile(mr, reinterpret_cast<const int16_t*>(u + r0 * ldu_), ldu_ / 2, reinterpret_cast<const int16_t*>(v),
+                           ksteps_, ep, dst, ldd, nvalid);
+      }
+    }
+    if (!nhwc_out_)
+      for (int64_t jb = jb0; jb < jb1; ++jb)
+        for (int64_t lane = 0; lane < 16 && jb * 16 + lane < ocg_; ++lane) {
+          int8_t* dst = y + (n * g_.oc + grp * ocg_ + jb * 16 + lane) * P + p0;
+          const int8_t* src = otile + (jb - jb0) * 16 + lane;
+          for (int64_t r = 0; r < np; ++r) dst[r] = src[r * ldo];
+        }
+  }
+
+  Window2d g_;
+  Epilogue ep_;
+  int32_t zp_in_;
+  bool nhwc_in_, nhwc_out_, vnni_, contiguous_taps_ = false;
+  uint8_t pad_u8_ = 128;
+  int64_t icg_, ocg_, k_, ksteps_ = 0, kpad_ = 0, es_ = 2, tile_m_ = 4, ocb_, block_bytes_ = 0, ldu_ = 0;
+  int64_t mbe_ = 1, pblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
+  Blob packed_;
+  std::vector<int32_t> bias_;
+  std::vector<float> mult_;
+  int64_t kc_ = 0;  ///< K chunk (pairs) of the K-blocked AVX2 path; 0: one pass
+  std::size_t xbytes_ = 0, ubytes_ = 0, obytes_ = 0, abytes_ = 0;
+};
+
+/// Longest dot product: 127 * 255 * K plus a bias of at most 2^30 stays inside int32.
+constexpr int64_t kMaxK = 32768;
+
+/// The instruction set a GEMM routine's kernels use.
+enum class Isa { avx2, avxvnni };
+Support isa_support(Isa isa) {
+  if (isa == Isa::avxvnni && !qint8::vnni_usable()) return Support::no("CPU lacks AVX-VNNI");
+  return Support::yes();
+}
+
+bool is_depthwise(const Window2d& g) { return g.group > 1 && g.c == g.group && g.oc == g.group; }
+
+template <Isa kIsa>
+class ConvRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return kIsa == Isa::avx2 ? "avx2" : "avxvnni"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    if (Support i = isa_support(kIsa); !i) return i;
+    const Layer& l = *info.layer;
+    if (Support w = float_weight(l, "weight", true); !w) return w;
+    if (Support b = float_weight(l, "bias", false); !b) return b;
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 input must be 4-D");
+    Window2d g = core::conv2_window(l, info.input_shapes[0]);
+    if (is_depthwise(g)) return Support::no("depthwise: computed by cpu:qint8/avx2dw");
+    if (g.kh * g.kw * (g.c / g.group) > kMaxK) return Support::no(fmt::format("a dot product of more than {} terms could overflow int32", kMaxK));
+    return activation_epilogue(l, out_q(info), nullptr);
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{} cannot run this conv2: {}", make_descriptor(s, algorithm()), ok.reason));
+    const Layer& l = *info.layer;
+    Window2d g = core::conv2_window(l, info.input_shapes[0]);
+    Epilogue ep;
+    activation_epilogue(l, out_q(info), &ep);
+    const Blob* b = l.find_weight("bias");
+    const bool nhwc = s == kNhwc;
+    return std::make_unique<GemmConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
+                                      in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), kIsa == Isa::avxvnni);
+  }
+};
+
+template <Isa kIsa>
+class DenseRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "dense"; }
+  std::string_view algorithm() const override { return kIsa == Isa::avx2 ? "avx2" : "avxvnni"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    if (Support i = isa_support(kIsa); !i) return i;
+    const Layer& l = *info.layer;
+    if (Support w = float_weight(l, "weight", true); !w) return w;
+    if (Support b = float_weight(l, "bias", false); !b) return b;
+    const Shape& x = info.input_shapes[0];
+    if (x.rank() < 1) return Support::no("dense needs an input of rank >= 1");
+    if (s == kNhwc && x.rank() > 2) return Support::no("in nhwc, dense reads rank <= 2 inputs (the rows must be contiguous)");
+    if (l.weight("weight").shape().rank() != 2) return Support::no("dense weight must be [O, K]");
+    if (x[x.rank() - 1] > kMaxK) return Support::no(fmt::format("a dot product of more than {} terms could overflow int32", kMaxK));
+    return activation_epilogue(l, out_q(info), nullptr);
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{} cannot run this dense: {}", make_descriptor(s, algorithm()), ok.reason));
+    const Layer& l = *info.layer;
+    const Shape& x = info.input_shapes[0];
+    const Blob& w = l.weight("weight");
+    Window2d g{};
+    g.n = 1;
+    g.c = x[x.rank() - 1];
+    g.h = x.numel() / std::max<int64_t>(1, g.c);
+    g.w = 1;
+    g.oc = w.shape()[0];
+    g.oh = g.h;
+    g.ow = 1;
+    g.kh = g.kw = g.sh = g.sw = g.dh = g.dw = 1;
+    g.pt = g.pl = g.pb = g.pr = 0;
+    g.group = 1;
+    Epilogue ep;
+    activation_epilogue(l, out_q(info), &ep);
+    const Blob* b = l.find_weight("bias");
+    return std::make_unique<GemmConv>(g, w.data_as<float>(), b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
+                                      out_q(info), true, true, routine_param(params, "mb", 0), kIsa == Isa::avxvnni);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Depthwise conv2: vectors over channels, tap pairs by vpmaddwd.
+
+constexpr int kMaxTaps = 64;
+
+class DepthwiseConv final : public PreparedRoutine {
+ public:
+  DepthwiseConv(const Window2d& g, const float* w, const float* bias, const Epilogue& ep, TQ in, TQ out, bool nhwc)
+      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_(nhwc) {
+    taps_ = static_cast<int>(g.kh * g.kw);
+    cpad_ = round_up(g.c, 16);
+    QuantWeights qw = quantise_weights(w, g.c, taps_);
+    const int64_t pairs = ceil_div(taps_, 2);
+    packed_ = Blob::allocate(Shape{pairs * cpad_ * 2 * 2}, DType::quint8);
+    auto* v = static_cast<int16_t*>(packed_.data());
+    bias_.assign(static_cast<std::size_t>(cpad_), 0);
+    mult_.assign(static_cast<std::size_t>(cpad_), 0.0f);
+    for (int64_t ch = 0; ch < g.c; ++ch) {
+      const int pi = qint8::dw_pack_index(static_cast<int>(ch));
+      const float sw = qw.scale[static_cast<std::size_t>(ch)];
+      bias_[static_cast<std::size_t>(pi)] = bias ? quantise_bias(bias[ch], in.scale, sw) : 0;
+      mult_[static_cast<std::size_t>(pi)] = output_multiplier(ep, in.scale, sw, out.scale);
+      for (int t = 0; t < taps_; ++t) v[((t / 2) * cpad_ + pi) * 2 + (t & 1)] = qw.q[static_cast<std::size_t>(ch * taps_ + t)];
+    }
+    ep_.bias = bias_.data();
+    ep_.mult = mult_.data();
+    in_bytes_ = nhwc ? 0 : align64(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
+    out_bytes_ = nhwc ? 0 : align64(static_cast<std::size_t>(g.n * g.c * g.oh * g.ow));
+  }
+  std::size_t workspace_bytes() const override { return in_bytes_ + out_bytes_; }
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    char* ws = static_cast<char*>(a.workspace);
+    int8_t* yn = y;
+    if (!nhwc_) {
+      transpose_to_nhwc(x, reinterpret_cast<int8_t*>(ws), g_.n, g_.c, g_.h * g_.w, a.pool);
+      x = reinterpret_cast<const int8_t*>(ws);
+      yn = reinterpret_cast<int8_t*>(ws + in_bytes_);
+    }
+    a.pool->parallel_for(g_.n * g_.oh, 1, [&](int64_t b, int64_t e) {
+      const int8_t* taps[kMaxTaps];
+      for (int64_t row = b; row < e; ++row) {
+        const int64_t n = row / g_.oh, oy = row % g_.oh;
+        for (int64_t ox = 0; ox < g_.ow; ++ox) {
+          for (int64_t ki = 0; ki < g_.kh; ++ki) {
+            const int64_t iy = oy * g_.sh - g_.pt + ki * g_.dh;
+            for (int64_t kj = 0; kj < g_.kw; ++kj) {
+              const int64_t ix = ox * g_.sw - g_.pl + kj * g_.dw;
+              taps[ki * g_.kw + kj] =
+                  iy < 0 || iy >= g_.h || ix < 0 || ix >= g_.w ? nullptr : x + ((n * g_.h + iy) * g_.w + ix) * g_.c;
+            }
+          }
+          qint8::depthwise_pixel(taps, taps_, g_.c, cpad_, static_cast<const int16_t*>(packed_.data()), zp_in_, ep_,
+                                 yn + ((n * g_.oh + oy) * g_.ow + ox) * g_.c);
+        }
+      }
+    });
+    if (!nhwc_) transpose_to_nchw(yn, y, g_.n, g_.c, g_.oh * g_.ow, a.pool);
+  }
+
+ private:
+  Window2d g_;
+  Epilogue ep_;
+  int32_t zp_in_;
+  bool nhwc_;
+  int taps_ = 0;
+  int64_t cpad_ = 0;
+  Blob packed_;
+  std::vector<int32_t> bias_;
+  std::vector<float> mult_;
+  std::size_t in_bytes_ = 0, out_bytes_ = 0;
+};
+
+class DepthwiseRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "avx2dw"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    const Layer& l = *info.layer;
+    if (Support w = float_weight(l, "weight", true); !w) return w;
+    if (Support b = float_weight(l, "bias", false); !b) return b;
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 input must be 4-D");
+    Window2d g = core::conv2_window(l, info.input_shapes[0]);
+    if (!is_depthwise(g)) return Support::no("not depthwise (one input and one output channel per group)");
+    if (g.kh * g.kw > kMaxTaps) return Support::no(fmt::format("kernel of {} taps; at most {}", g.kh * g.kw, kMaxTaps));
+    return activation_epilogue(l, out_q(info), nullptr);
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2dw cannot run this conv2: {}", ok.reason));
+    const Layer& l = *info.layer;
+    Window2d g = core::conv2_window(l, info.input_shapes[0]);
+    Epilogue ep;
+    activation_epilogue(l, out_q(info), &ep);
+    const Blob* b = l.find_weight("bias");
+    return std::make_unique<DepthwiseConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
+                                           in_q(info, 0), out_q(info), s == kNhwc);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// pool2: max (then requantised; requantisation is monotonic) and avg (int32 sums).
+
+class Pool final : public PreparedRoutine {
+ public:
+  Pool(const Window2d& g, bool is_max, bool include_pad, TQ in, TQ out, bool nhwc)
+      : g_(g), max_(is_max), include_pad_(include_pad), in_(in), out_(out), nhwc_(nhwc) {
+    m_ = static_cast<float>(double(in.scale) / double(out.scale));
+    slots_ = thread_slots();
+    slot_bytes_ = align64(static_cast<std::size_t>(g.c) * sizeof(int32_t));
+  }
+  std::size_t workspace_bytes() const override { return nhwc_ ? static_cast<std::size_t>(slots_) * slot_bytes_ : 0; }
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    if (!nhwc_) return run_nchw(x, y, a.pool);
+    char* ws = static_cast<char*>(a.workspace);
+    run_tasks(a.pool, slots_, g_.n * g_.oh, [&](int64_t row, int64_t slot) {
+      char* scratch = ws + static_cast<std::size_t>(slot) * slot_bytes_;
+      const int64_t n = row / g_.oh, oy = row % g_.oh;
+      for (int64_t ox = 0; ox < g_.ow; ++ox) {
+        int8_t* dst = y + ((n * g_.oh + oy) * g_.ow + ox) * g_.c;
+        int64_t inside = 0, padded = 0;
+        auto* acc8 = reinterpret_cast<int8_t*>(scratch);
+        auto* acc32 = reinterpret_cast<int32_t*>(scratch);
+        if (max_) std::memset(acc8, -128, static_cast<std::size_t>(g_.c));
+        else std::memset(acc32, 0, static_cast<std::size_t>(g_.c) * sizeof(int32_t));
+        for (int64_t ki = 0; ki < g_.kh; ++ki) {
+          const int64_t iy = oy * g_.sh - g_.pt + ki * g_.dh;
+          for (int64_t kj = 0; kj < g_.kw; ++kj) {
+            const int64_t ix = ox * g_.sw - g_.pl + kj * g_.dw;
+            if (iy >= -g_.pt && iy < g_.h + g_.pb && ix >= -g_.pl && ix < g_.w + g_.pr) ++padded;
+            if (iy < 0 || iy >= g_.h || ix < 0 || ix >= g_.w) continue;
+            ++inside;
+            const int8_t* src = x + ((n * g_.h + iy) * g_.w + ix) * g_.c;
+            if (max_) qint8::max_s8(acc8, src, g_.c);
+            else qint8::sum_s8(acc32, src, g_.c);
+          }
+        }
+        if (max_) {
+          if (inside == 0) std::memset(dst, -128, static_cast<std::size_t>(g_.c));  // -inf
+          else qint8::requant(acc8, dst, g_.c, in_.zp, m_, out_.zp, -128, 127);
+        } else {
+          const int64_t div = include_pad_ ? padded : inside;
+          const float m = div ? static_cast<float>(double(in_.scale) / (double(out_.scale) * double(div))) : 0.0f;
+          qint8::sum_requant(acc32, dst, g_.c, static_cast<int32_t>(inside * in_.zp), m, out_.zp);
+        }
+      }
+    });
+  }
+
+ private:
+  void run_nchw(const int8_t* x, int8_t* y, ThreadPool* pool) const {
+    if (g_.oh == 1 && g_.ow == 1 && g_.kh == g_.h && g_.kw == g_.w && g_.pt == 0 && g_.pl == 0) {
+      // One window over each whole plane (global pooling): vector reductions.
+      const int64_t plane = g_.h * g_.w;
+      const float m = static_cast<float>(double(in_.scale) / (double(out_.scale) * double(plane)));  // every tap is inside
+      pool->parallel_for(g_.n * g_.c, 16, [&](int64_t b, int64_t e) {
+        for (int64_t nc = b; nc < e; ++nc) {
+          const int8_t* xp = x + nc * plane;
+          y[nc] = max_ ? qint8::requant_one(qint8::max_all_s8(xp, plane) - in_.zp, m_, out_.zp, -128, 127)
+                       : qint8::requant_one(qint8::sum_all_s8(xp, plane) - static_cast<int32_t>(plane) * in_.zp, m, out_.zp, -128, 127);
+        }
+      });
+      return;
+    }
+    pool->parallel_for(g_.n * g_.c, 1, [&](int64_t b, int64_t e) {
+      for (int64_t nc = b; nc < e; ++nc) {
+        const int8_t* xp = x + nc * g_.h * g_.w;
+        int8_t* yp = y + nc * g_.oh * g_.ow;
+        for (int64_t oy = 0; oy < g_.oh; ++oy)
+          for (int64_t ox = 0; ox < g_.ow; ++ox) {
+            int32_t mx = -128, sum = 0;
+            int64_t inside = 0, padded = 0;
+            for (int64_t ki = 0; ki < g_.kh; ++ki) {
+              const int64_t iy = oy * g_.sh - g_.pt + ki * g_.dh;
+              for (int64_t kj = 0; kj < g_.kw; ++kj) {
+                const int64_t ix = ox * g_.sw - g_.pl + kj * g_.dw;
+                if (iy >= -g_.pt && iy < g_.h + g_.pb && ix >= -g_.pl && ix < g_.w + g_.pr) ++padded;
+                if (iy < 0 || iy >= g_.h || ix < 0 || ix >= g_.w) continue;
+                ++inside;
+                const int32_t v = xp[iy * g_.w + ix];
+                mx = std::max(mx, v);
+                sum += v;
+              }
+            }
+            int8_t& out = yp[oy * g_.ow + ox];
+            if (max_) {
+              out = inside ? qint8::requant_one(mx - in_.zp, m_, out_.zp, -128, 127) : int8_t{-128};
+            } else {
+              const int64_t div = include_pad_ ? padded : inside;
+              const float m = div ? static_cast<float>(double(in_.scale) / (double(out_.scale) * double(div))) : 0.0f;
+              out = qint8::requant_one(sum - static_cast<int32_t>(inside) * in_.zp, m, out_.zp, -128, 127);
+            }
+          }
+      }
+    });
+  }
+
+  Window2d g_;
+  bool max_, include_pad_;
+  TQ in_, out_;
+  bool nhwc_;
+  float m_ = 1;
+  int64_t slots_ = 1;
+  std::size_t slot_bytes_ = 0;
+};
+
+class PoolRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "pool2"; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    const std::string mode = info.layer->get_string("mode", "");
+    if (mode != "max" && mode != "avg") return Support::no(fmt::format("pool mode '{}' (max and avg only)", mode));
+    if (info.input_shapes[0].rank() != 4) return Support::no("pool2 input must be 4-D");
+    Window2d g = core::pool2_window(*info.layer, info.input_shapes[0]);
+    if (g.kh * g.kw > (int64_t{1} << 23)) return Support::no("window too large for int32 sums");
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this pool2: {}", ok.reason));
+    const Layer& l = *info.layer;
+    return std::make_unique<Pool>(core::pool2_window(l, info.input_shapes[0]), l.get_string("mode") == "max",
+                                  l.get_int("count_include_pad", 0) != 0, in_q(info, 0), out_q(info), s == kNhwc);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// add: same shapes, each input requantised to the output scale (one fma).
+
+class Add final : public PreparedRoutine {
+ public:
+  Add(int64_t n, TQ a, TQ b, TQ y) : n_(n), a_(a), b_(b), y_(y) {
+    ma_ = static_cast<float>(double(a.scale) / double(y.scale));
+    mb_ = static_cast<float>(double(b.scale) / double(y.scale));
+  }
+  void run(const RunArgs& args) override {
+    const int8_t* a = args.inputs[0]->data_as<int8_t>();
+    const int8_t* b = args.inputs[1]->data_as<int8_t>();
+    int8_t* y = args.outputs[0]->data_as<int8_t>();
+    args.pool->parallel_for(ceil_div(n_, 64), 256, [&](int64_t lo, int64_t hi) {
+      const int64_t s = lo * 64, e = std::min(n_, hi * 64);
+      qint8::add_requant(a + s, b + s, y + s, e - s, a_.zp, ma_, b_.zp, mb_, y_.zp, -128, 127);
+    });
+  }
+
+ private:
+  int64_t n_;
+  TQ a_, b_, y_;
+  float ma_ = 1, mb_ = 1;
+};
+
+class AddRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "add"; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    if (info.input_shapes[0] != info.input_shapes[1] || info.input_shapes[0] != info.output_shapes[0])
+      return Support::no(fmt::format("inputs {} and {} differ: no broadcasting in qint8 add",
+                                     info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this add: {}", ok.reason));
+    return std::make_unique<Add>(info.output_shapes[0].numel(), in_q(info, 0), in_q(info, 1), out_q(info));
+  }
+};
+
+// ---------------------------------------------------------------------------
+// mul: same shapes, or one input broadcast per channel ([N or 1, C, 1, 1], the
+// squeeze-excite gate): y = s_a s_b (a - za)(b - zb) / s_y, requantised.
+
+class Mul final : public PreparedRoutine {
+ public:
+  Mul(const LayerInfo& info, bool nhwc) : nhwc_(nhwc) {
+    const Shape& a = info.input_shapes[0];
+    const Shape& b = info.input_shapes[1];
+    big_ = a == info.output_shapes[0] ? 0 : 1;  // the input with the output's shape
+    const TQ qa = in_q(info, 0), qb = in_q(info, 1);
+    q_big_ = big_ == 0 ? qa : qb;
+    q_small_ = big_ == 0 ? qb : qa;
+    y_ = out_q(info);
+    m_ = static_cast<float>(double(qa.scale) * double(qb.scale) / double(y_.scale));
+    const Shape& out = info.output_shapes[0];
+    n_ = out.numel();
+    broadcast_ = a != b;
+    if (broadcast_) {
+      batch_ = out[0];
+      c_ = out[1];
+      plane_ = out.numel() / (out[0] * out[1]);
+      small_batch_ = (big_ == 0 ? b : a)[0];
+      per_channel_.resize(static_cast<std::size_t>(batch_ * c_));
+    }
+  }
+  void run(const RunArgs& args) override {
+    const int8_t* big = args.inputs[static_cast<std::size_t>(big_)]->data_as<int8_t>();
+    const int8_t* small = args.inputs[static_cast<std::size_t>(1 - big_)]->data_as<int8_t>();
+    int8_t* y = args.outputs[0]->data_as<int8_t>();
+    if (!broadcast_) {
+      args.pool->parallel_for(ceil_div(n_, 64), 256, [&](int64_t b, int64_t e) {
+        const int64_t s = b * 64, t = std::min(n_, e * 64);
+        qint8::mul_requant(big + s, small + s, y + s, t - s, q_big_.zp, q_small_.zp, m_, y_.zp);
+      });
+      return;
+    }
+    // One multiplier per (image, channel): m * (gate - zero point).
+    for (int64_t i = 0; i < batch_ * c_; ++i) {
+      const int64_t img = small_batch_ == 1 ? 0 : i / c_, ch = i % c_;
+      per_channel_[static_cast<std::size_t>(i)] = m_ * static_cast<float>(small[img * c_ + ch] - q_small_.zp);
+    }
+    const float* f = per_channel_.data();
+    if (!nhwc_) {
+      args.pool->parallel_for(batch_ * c_, 4, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          qint8::requant(big + i * plane_, y + i * plane_, plane_, q_big_.zp, f[i], y_.zp, -128, 127);
+      });
+    } else {
+      args.pool->parallel_for(batch_ * plane_, 16, [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p)
+          qint8::requant_each(big + p * c_, y + p * c_, c_, q_big_.zp, f + (p / plane_) * c_, y_.zp);
+      });
+    }
+  }
+
+ private:
+  bool nhwc_, broadcast_ = false;
+  int big_ = 0;
+  TQ q_big_, q_small_, y_;
+  float m_ = 1;
+  int64_t n_ = 0, batch_ = 1, c_ = 1, plane_ = 1, small_batch_ = 1;
+  std::vector<float> per_channel_;  // sized in prepare; run() only writes it
+};
+
+class MulRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "mul"; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    const Shape& a = info.input_shapes[0];
+    const Shape& b = info.input_shapes[1];
+    const Shape& out = info.output_shapes[0];
+    if (a == b) return Support::yes();
+    // One input [N or 1, C, 1, ...] against the other of the output's shape.
+    const Shape& big = a == out ? a : b;
+    const Shape& small = a == out ? b : a;
+    if (big != out || out.rank() < 3 || small.rank() != out.rank())
+      return Support::no(fmt::format("broadcasts only a per-channel gate, not {} x {}", a.to_string(), b.to_string()));
+    bool gate = (small[0] == 1 || small[0] == out[0]) && small[1] == out[1];
+    for (int d = 2; d < out.rank(); ++d) gate = gate && small[d] == 1;
+    if (!gate) return Support::no(fmt::format("broadcasts only a per-channel gate [N,C,1,1], not {}", small.to_string()));
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this mul: {}", ok.reason));
+    return std::make_unique<Mul>(info, s == kNhwc);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Elementwise requantisation: relu, clip (clamps in the quantised domain) and copies.
+
+class Requant final : public PreparedRoutine {
+ public:
+  Requant(int64_t n, TQ x, TQ y, int32_t lo, int32_t hi) : n_(n), x_(x), y_(y), lo_(lo), hi_(hi) {
+    m_ = static_cast<float>(double(x.scale) / double(y.scale));
+    identity_ = x.scale == y.scale && x.zp == y.zp && lo == -128 && hi == 127;
+  }
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    if (identity_) {
+      if (x != y) std::memmove(y, x, static_cast<std::size_t>(n_));
+      return;
+    }
+    a.pool->parallel_for(ceil_div(n_, 64), 256, [&](int64_t b, int64_t e) {
+      const int64_t s = b * 64, t = std::min(n_, e * 64);
+      qint8::requant(x + s, y + s, t - s, x_.zp, m_, y_.zp, lo_, hi_);
+    });
+  }
+
+ private:
+  int64_t n_;
+  TQ x_, y_;
+  int32_t lo_, hi_;
+  float m_ = 1;
+  bool identity_ = false;
+};
+
+/// relu / clip: y = quantise_out(act(dequantise_in(x))) = requantisation clamped to act's bounds.
+template <bool kClip>
+class ActRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return kClip ? "clip" : "relu"; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", layer_type(), ok.reason));
+    const TQ y = out_q(info);
+    int32_t lo = -128, hi = 127;
+    auto q = [&](double v) { return clamp8(std::nearbyint(v / y.scale) + y.zp); };
+    if (kClip) {
+      const double mn = info.layer->get_float("min", -std::numeric_limits<double>::infinity());
+      const double mx = info.layer->get_float("max", std::numeric_limits<double>::infinity());
+      if (std::isfinite(mn)) lo = q(mn);
+      if (std::isfinite(mx)) hi = q(mx);
+    } else {
+      lo = std::max(-128, y.zp);
+    }
+    return std::make_unique<Requant>(info.input_shapes[0].numel(), in_q(info, 0), y, lo, hi);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Other unary activations by a 256-entry table: every int8 input value maps to
+// quantise_out(f(dequantise_in(q))), with f computed exactly as cpu/ref does,
+// so the results equal the reference's bit for bit.
+
+class Lut final : public PreparedRoutine {
+ public:
+  Lut(int64_t n, const int8_t* table) : n_(n) { std::memcpy(table_, table, 256); }
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = table_[static_cast<uint8_t>(x[i])];
+    });
+  }
+
+ private:
+  int64_t n_;
+  int8_t table_[256];
+};
+
+template <class F>
+void fill_table(int8_t* table, TQ x, TQ y, F f) {
+  for (int q = -128; q < 128; ++q) {
+    const float real = x.scale * static_cast<float>(q - x.zp);
+    const float v = f(real);
+    const double r = std::nearbyint(double(v) / double(y.scale)) + y.zp;
+    table[static_cast<uint8_t>(static_cast<int8_t>(q))] = static_cast<int8_t>(std::clamp(std::isfinite(r) ? r : -128.0, -128.0, 127.0));
+  }
+}
+
+class LutRoutine : public Routine {
+ public:
+  explicit LutRoutine(std::string_view type) : type_(type) {}
+  std::string_view layer_type() const override { return type_; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", type_, ok.reason));
+    const Layer& l = *info.layer;
+    int8_t table[256];
+    const TQ x = in_q(info, 0), y = out_q(info);
+    // The formulas of cpu/ref (src/routines/cpu/ref.cpp), in the same precision.
+    if (type_ == "hardsigmoid") {
+      const double alpha = l.get_float("alpha", 0.2), beta = l.get_float("beta", 0.5);
+      fill_table(table, x, y, [&](float v) { return static_cast<float>(std::min(std::max(alpha * double(v) + beta, 0.0), 1.0)); });
+    } else if (type_ == "hardswish") {
+      fill_table(table, x, y, [](float v) {
+        const double r6 = std::min(std::max(double(v) + 3.0, 0.0), 6.0);
+        return static_cast<float>(double(v) * r6 / 6.0);
+      });
+    } else if (type_ == "sigmoid") {
+      fill_table(table, x, y, [](float v) { return static_cast<float>(1.0 / (1.0 + std::exp(-double(v)))); });
+    } else if (type_ == "tanh") {
+      fill_table(table, x, y, [](float v) { return static_cast<float>(std::tanh(double(v))); });
+    } else {  // gelu
+      const bool tanh_approx = l.get_string("approximate", "none") == "tanh";
+      fill_table(table, x, y, [&](float v) {
+        const double d = v;
+        if (tanh_approx) {
+          const double k = std::sqrt(2.0 / 3.14159265358979323846);
+          return static_cast<float>(0.5 * d * (1.0 + std::tanh(k * (d + 0.044715 * d * d * d))));
+        }
+        return static_cast<float>(0.5 * d * (1.0 + std::erf(d / std::sqrt(2.0))));
+      });
+    }
+    return std::make_unique<Lut>(info.input_shapes[0].numel(), table);
+  }
+
+ private:
+  std::string_view type_;
+};
+
+struct HardsigmoidLut : LutRoutine { HardsigmoidLut() : LutRoutine("hardsigmoid") {} };
+struct HardswishLut : LutRoutine { HardswishLut() : LutRoutine("hardswish") {} };
+struct SigmoidLut : LutRoutine { SigmoidLut() : LutRoutine("sigmoid") {} };
+struct TanhLut : LutRoutine { TanhLut() : LutRoutine("tanh") {} };
+struct GeluLut : LutRoutine { GeluLut() : LutRoutine("gelu") {} };
+
+/// Whether a blob of `shape` lies in the same memory order in nchw and nhwc.
+bool layout_trivial(const Shape& s) {
+  if (s.rank() < 3) return true;
+  int64_t sp = 1;
+  for (int i = 2; i < s.rank(); ++i) sp *= s[i];
+  return sp == 1 || s[1] == 1;
+}
+
+class CopyRoutine : public Routine {
+ public:
+  explicit CopyRoutine(std::string_view type) : type_(type) {}
+  std::string_view layer_type() const override { return type_; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    const bool same_shape = info.input_shapes[0] == info.output_shapes[0];
+    if (s == kNhwc && !same_shape && !(layout_trivial(info.input_shapes[0]) && layout_trivial(info.output_shapes[0])))
+      return Support::no("in nhwc the element order changes; computed in cpu:qint8 (nchw)");
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", type_, ok.reason));
+    return std::make_unique<Requant>(info.input_shapes[0].numel(), in_q(info, 0), out_q(info), -128, 127);
+  }
+
+ private:
+  std::string_view type_;
+};
+
+// ---------------------------------------------------------------------------
+// concat along any axis: per outer index, each input's chunk copied or requantised.
+
+class Concat final : public PreparedRoutine {
+ public:
+  Concat(const LayerInfo& info, const Schema& s) {
+    const Shape& out = info.output_shapes[0];
+    const int rank = out.rank();
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"), rank);
+    // Physical dims: nhwc puts dim 1 last (for rank >= 3).
+    std::vector<int> order;
+    for (int d = 0; d < rank; ++d) order.push_back(d);
+    if (s == kNhwc && rank >= 3) {
+      order.erase(order.begin() + 1);
+      order.push_back(1);
+    }
+    const int pa = static_cast<int>(std::find(order.begin(), order.end(), axis) - order.begin());
+    outer_ = 1;
+    for (int i = 0; i < pa; ++i) outer_ *= out[order[static_cast<std::size_t>(i)]];
+    const TQ y = out_q(info);
+    out_chunk_ = 0;
+    for (std::size_t k = 0; k < info.input_shapes.size(); ++k) {
+      int64_t c = 1;
+      for (int i = pa; i < rank; ++i) c *= info.input_shapes[k][order[static_cast<std::size_t>(i)]];
+      const TQ x = in_q(info, k);
+      parts_.push_back({c, out_chunk_, x.zp, static_cast<float>(double(x.scale) / double(y.scale)),
+                        x.scale == y.scale && x.zp == y.zp});
+      out_chunk_ += c;
+    }
+    zy_ = y.zp;
+  }
+  void run(const RunArgs& a) override {
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, out_chunk_));
+    a.pool->parallel_for(outer_, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o)
+        for (std::size_t k = 0; k < parts_.size(); ++k) {
+          const Part& p = parts_[k];
+          const int8_t* src = a.inputs[k]->data_as<int8_t>() + o * p.chunk;
+          int8_t* dst = y + o * out_chunk_ + p.offset;
+          if (p.same) std::memcpy(dst, src, static_cast<std::size_t>(p.chunk));
+          else qint8::requant(src, dst, p.chunk, p.zp, p.m, zy_, -128, 127);
+        }
+    });
+  }
+
+ private:
+  struct Part {
+    int64_t chunk, offset;
+    int32_t zp;
+    float m;
+    bool same;
+  };
+  std::vector<Part> parts_;
+  int64_t outer_ = 1, out_chunk_ = 0;
+  int32_t zy_ = 0;
+};
+
+class ConcatRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "concat"; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  int default_priority() const override { return 10; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (Support c = common(info, s); !c) return c;
+    if (!info.layer->has("axis")) return Support::no("concat needs an axis");
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this concat: {}", ok.reason));
+    return std::make_unique<Concat>(info, s);
+  }
+};
+
+struct FlattenCopy : CopyRoutine { FlattenCopy() : CopyRoutine("flatten") {} };
+struct ReshapeCopy : CopyRoutine { ReshapeCopy() : CopyRoutine("reshape") {} };
+struct IdentityCopy : CopyRoutine { IdentityCopy() : CopyRoutine("identity") {} };
+
+}  // namespace
+
+SOFTNEURO_REGISTER_ROUTINE(ConvRoutine<Isa::avx2>);
+SOFTNEURO_REGISTER_ROUTINE(ConvRoutine<Isa::avxvnni>);
+SOFTNEURO_REGISTER_ROUTINE(DepthwiseRoutine);
+SOFTNEURO_REGISTER_ROUTINE(DenseRoutine<Isa::avx2>);
+SOFTNEURO_REGISTER_ROUTINE(DenseRoutine<Isa::avxvnni>);
+SOFTNEURO_REGISTER_ROUTINE(PoolRoutine);
+SOFTNEURO_REGISTER_ROUTINE(AddRoutine);
+SOFTNEURO_REGISTER_ROUTINE(MulRoutine);
+SOFTNEURO_REGISTER_ROUTINE(ConcatRoutine);
+SOFTNEURO_REGISTER_ROUTINE(ActRoutine<false>);
+SOFTNEURO_REGISTER_ROUTINE(ActRoutine<true>);
+SOFTNEURO_REGISTER_ROUTINE(HardsigmoidLut);
+SOFTNEURO_REGISTER_ROUTINE(HardswishLut);
+SOFTNEURO_REGISTER_ROUTINE(SigmoidLut);
+SOFTNEURO_REGISTER_ROUTINE(TanhLut);
+SOFTNEURO_REGISTER_ROUTINE(GeluLut);
+SOFTNEURO_REGISTER_ROUTINE(FlattenCopy);
+SOFTNEURO_REGISTER_ROUTINE(ReshapeCopy);
+SOFTNEURO_REGISTER_ROUTINE(IdentityCopy);
+
+}  // namespace softneuro

@@ -1,0 +1,47 @@
+// The requantising epilogue shared by the per-ISA qint8 kernel files (each
+// built for AVX2 or better). Internal linkage: every including file gets its
+// own copy, compiled for its own ISA (no inline function shared across files).
+#pragma once
+
+#include "routines/cpu/qint8_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace softneuro::qint8 {
+namespace {
+
+constexpr float kClampF = 1048576.0f;  // |value| bound before float -> int32 (no overflow)
+
+/// Requantises 8 int32 accumulators (bias included) with per-lane multipliers.
+inline __m256i requant8(__m256i acc, __m256 mult, const Epilogue& ep) {
+  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), mult);
+  if (ep.act == Epilogue::hardswish) {
+    const __m256 r6 = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(f, _mm256_set1_ps(3.0f)), _mm256_setzero_ps()),
+                                    _mm256_set1_ps(6.0f));
+    f = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(f, r6), _mm256_set1_ps(1.0f / 6.0f)), _mm256_set1_ps(ep.inv_out));
+  } else if (ep.act == Epilogue::hardsigmoid) {
+    const __m256 h = _mm256_fmadd_ps(f, _mm256_set1_ps(ep.alpha), _mm256_set1_ps(ep.beta));
+    f = _mm256_mul_ps(_mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f)), _mm256_set1_ps(ep.inv_out));
+  }
+  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(-kClampF)), _mm256_set1_ps(kClampF));
+  __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(ep.zp));
+  return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(ep.hi)), _mm256_set1_epi32(ep.lo));
+}
+
+/// 16 int32 in order (lo: 0-7, hi: 8-15) -> 16 int8 stored at dst (the first n).
+inline void store16(__m256i lo, __m256i hi, int8_t* dst, int n) {
+  __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);
+  __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  if (n == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), b);
+  } else {
+    alignas(16) int8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
+    std::memcpy(dst, tmp, static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace
+}  // namespace softneuro::qint8

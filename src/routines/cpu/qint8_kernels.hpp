@@ -1,0 +1,98 @@
+// Inner kernels of the cpu:qint8 "avx2" routines (src/routines/cpu/qint8_avx2.cpp).
+// Implemented in qint8_kernels_avx2.cpp, the one file built with -mavx2 -mfma;
+// callers check avx2_usable() first. Plain types only in this interface.
+//
+// Arithmetic: activations enter the kernels as int16 values (q - zero_point),
+// in [-255, 255]; weights are int8 in [-127, 127] stored as int16. Products
+// are summed in pairs by vpmaddwd into int32, which is exact (no int16
+// saturation as with vpmaddubsw, so weights keep their full 8 bits): the
+// int32 accumulators equal the mathematically exact integer dot products.
+// Requantisation is in float: q = round_to_nearest_even(acc * multiplier) + zp.
+#pragma once
+
+#include <cstdint>
+
+namespace softneuro::qint8 {
+
+/// Whether this CPU runs the AVX2 + FMA kernels.
+bool avx2_usable();
+
+/// How a tile's int32 accumulators become int8 outputs.
+struct Epilogue {
+  enum Act : int32_t { linear = 0, hardswish = 1, hardsigmoid = 2 };
+  const int32_t* bias = nullptr;  ///< 16 per tile (added to the accumulators)
+  const float* mult = nullptr;    ///< 16: linear: s_in*s_w/s_out; otherwise s_in*s_w (the real value)
+  float inv_out = 1;              ///< 1/s_out (hardswish, hardsigmoid)
+  float alpha = 0, beta = 0;      ///< hardsigmoid
+  int32_t act = linear;
+  int32_t zp = 0;                 ///< output zero point
+  int32_t lo = -128, hi = 127;    ///< clamp in the quantised domain (fused relu/clip)
+};
+
+/// Number of output columns of a GEMM tile (and of a packed weight block).
+inline constexpr int kTileN = 16;
+/// Most rows of a GEMM tile: 4 rows x 16 columns keep the 8 accumulators, two
+/// weight vectors, the broadcast and the product in the 16 ymm registers (6 rows spill).
+inline constexpr int kTileM = 4;
+
+/// C[r][j] = sum_k U[r][k] * V[k][j] for r < mr (1..kTileM), j < 16, then the
+/// epilogue; row r's 16 outputs go to dst + r*ldd (the first `nvalid` of them).
+/// U: int16 rows, `ldu` elements apart, K padded with zeros to 2*k2.
+/// V: packed as [k2][16][2] int16 (64-byte aligned).
+void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, const Epilogue& ep, int8_t* dst,
+               int64_t ldd, int nvalid);
+
+/// The K-blocked form of gemm_tile for long dot products (the weight block of a
+/// K chunk stays in L1): acc (mr x 16 int32, row-major) += U x V over k2 pairs,
+/// starting from zero when `first`; then gemm_epilogue turns acc into outputs.
+void gemm_tile_partial(int mr, const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, int32_t* acc, bool first);
+void gemm_epilogue(int mr, const int32_t* acc, const Epilogue& ep, int8_t* dst, int64_t ldd, int nvalid);
+
+/// y[i] = x[i] - zp as int16.
+void widen(const int8_t* x, int16_t* y, int64_t n, int32_t zp);
+
+// AVX-VNNI (qint8_kernels_vnni.cpp, built with -mavxvnni): vpdpbusd, u8 x s8.
+/// Whether this CPU runs the AVX-VNNI kernels.
+bool vnni_usable();
+/// Most rows of a VNNI GEMM tile (12 accumulators: vpdpbusd needs no product register).
+inline constexpr int kTileMVnni = 6;
+/// As gemm_tile, with U as u8 rows (q + 128, K padded with zeros to 4*k4) and
+/// V packed as [k4][16][4] int8 (64-byte aligned); the caller's bias holds
+/// -(128 + zero_point) * sum(w) so that the accumulators equal gemm_tile's.
+void gemm_tile_vnni(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
+                    int64_t ldd, int nvalid);
+/// y[i] = x[i] + 128 as u8.
+void to_u8(const int8_t* x, uint8_t* y, int64_t n);
+
+/// Depthwise convolution of one output pixel over all channels (NHWC).
+/// taps: pointers to the input pixel of each tap (nullptr: padding), ntaps of them;
+/// w: packed weights [ceil(ntaps/2)][cpad][2] int16 in the order of dw_pack_index;
+/// bias/mult per channel in the same permuted order, cpad of them (cpad: multiple of 16).
+void depthwise_pixel(const int8_t* const* taps, int ntaps, int64_t c, int64_t cpad, const int16_t* w,
+                     int32_t zp_in, const Epilogue& ep, int8_t* dst);
+/// Where channel `ch` of a tap pair lies in the depthwise packing (in int16 pairs within a 16-channel block).
+int dw_pack_index(int ch);
+
+/// y = clamp(round(float(x - zx) * m) + zy, lo, hi), elementwise.
+void requant(const int8_t* x, int8_t* y, int64_t n, int32_t zx, float m, int32_t zy, int32_t lo, int32_t hi);
+/// y = clamp(round(float(a - za) * ma + float(b - zb) * mb) + zy, lo, hi), elementwise (fma).
+void add_requant(const int8_t* a, const int8_t* b, int8_t* y, int64_t n, int32_t za, float ma, int32_t zb, float mb,
+                 int32_t zy, int32_t lo, int32_t hi);
+/// y = clamp(round(float(a - za) * float(b - zb) * m) + zy, -128, 127), elementwise.
+void mul_requant(const int8_t* a, const int8_t* b, int8_t* y, int64_t n, int32_t za, int32_t zb, float m, int32_t zy);
+/// y[i] = clamp(round(float(x[i] - zx) * m[i]) + zy, -128, 127): a multiplier per element (per channel).
+void requant_each(const int8_t* x, int8_t* y, int64_t n, int32_t zx, const float* m, int32_t zy);
+/// acc[i] = max(acc[i], x[i]).
+void max_s8(int8_t* acc, const int8_t* x, int64_t n);
+/// acc[i] += x[i] (int32 accumulators).
+void sum_s8(int32_t* acc, const int8_t* x, int64_t n);
+/// Sum and maximum of n int8 values.
+int32_t sum_all_s8(const int8_t* x, int64_t n);
+int8_t max_all_s8(const int8_t* x, int64_t n);
+/// y[i] = clamp(round(float(acc[i] - count*zx) * m) + zy, -128, 127).
+void sum_requant(const int32_t* acc, int8_t* y, int64_t n, int32_t bias, float m, int32_t zy);
+
+/// Scalar definitions of the elementwise formulas above (tails and tests use them).
+int8_t requant_one(int32_t v, float m, int32_t zy, int32_t lo, int32_t hi);
+
+}  // namespace softneuro::qint8

@@ -1,0 +1,334 @@
+// AVX2 + FMA kernels of the cpu:qint8 "avx2" routines; see qint8_kernels.hpp.
+// This is the only file built with -mavx2 -mfma (CMakeLists.txt). It must not
+// instantiate inline functions or templates shared with other files (std::min,
+// std::vector, ...): the linker could keep this file's AVX2 copy for everyone,
+// and a CPU without AVX2 would then crash far from here. Everything but the
+// exported kernels is in an anonymous namespace, and only intrinsics are used.
+#include "routines/cpu/qint8_kernels.hpp"
+#include "routines/cpu/qint8_epilogue.inl"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace softneuro::qint8 {
+namespace {
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <int MR>
+void tile(const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, const Epilogue& ep, int8_t* dst, int64_t ldd,
+          int nvalid) {
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
+  for (int64_t k = 0; k < k2; ++k) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 32));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 32 + 16));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, u + r * ldu + 2 * k, 4);
+      const __m256i a = _mm256_set1_epi32(pair);
+      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a, b0));
+      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a, b1));
+    }
+  }
+  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+    store16(requant8(_mm256_add_epi32(c0[r], bias0), m0, ep), requant8(_mm256_add_epi32(c1[r], bias1), m1, ep),
+            dst + r * ldd, nvalid);
+}
+
+template <int MR>
+void tile_partial(const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, int32_t* acc, bool first) {
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = first ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + r * 16));
+    c1[r] = first ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + r * 16 + 8));
+  }
+  for (int64_t k = 0; k < k2; ++k) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 32));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 32 + 16));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, u + r * ldu + 2 * k, 4);
+      const __m256i a = _mm256_set1_epi32(pair);
+      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a, b0));
+      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a, b1));
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * 16), c0[r]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * 16 + 8), c1[r]);
+  }
+}
+
+/// 16 int8 (the first n, the rest 0) minus zp as 16 int16.
+inline __m256i load16_minus(const int8_t* p, int64_t n, __m256i zp) {
+  __m128i b;
+  if (n >= 16) {
+    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  } else {
+    alignas(16) int8_t tmp[16] = {};
+    std::memcpy(tmp, p, static_cast<std::size_t>(n));
+    b = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+  }
+  return _mm256_sub_epi16(_mm256_cvtepi8_epi16(b), zp);
+}
+
+inline int32_t round_clamp(float f) {
+  f = f < -kClampF ? -kClampF : f > kClampF ? kClampF : f;
+  return _mm_cvtss_si32(_mm_set_ss(f));  // round to nearest even, as vcvtps2dq
+}
+inline int32_t clamp32(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+}  // namespace
+
+bool avx2_usable() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, const Epilogue& ep, int8_t* dst,
+               int64_t ldd, int nvalid) {
+  static_assert(kTileM == 4);
+  switch (mr) {
+    case 1: return tile<1>(u, ldu, v, k2, ep, dst, ldd, nvalid);
+    case 2: return tile<2>(u, ldu, v, k2, ep, dst, ldd, nvalid);
+    case 3: return tile<3>(u, ldu, v, k2, ep, dst, ldd, nvalid);
+    default: return tile<4>(u, ldu, v, k2, ep, dst, ldd, nvalid);
+  }
+}
+
+void gemm_tile_partial(int mr, const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, int32_t* acc, bool first) {
+  switch (mr) {
+    case 1: return tile_partial<1>(u, ldu, v, k2, acc, first);
+    case 2: return tile_partial<2>(u, ldu, v, k2, acc, first);
+    case 3: return tile_partial<3>(u, ldu, v, k2, acc, first);
+    default: return tile_partial<4>(u, ldu, v, k2, acc, first);
+  }
+}
+
+void gemm_epilogue(int mr, const int32_t* acc, const Epilogue& ep, int8_t* dst, int64_t ldd, int nvalid) {
+  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);
+  for (int r = 0; r < mr; ++r) {
+    const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + r * 16));
+    const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + r * 16 + 8));
+    store16(requant8(_mm256_add_epi32(c0, bias0), m0, ep), requant8(_mm256_add_epi32(c1, bias1), m1, ep), dst + r * ldd, nvalid);
+  }
+}
+
+void widen(const int8_t* x, int16_t* y, int64_t n, int32_t zp) {
+  const __m256i vzp = _mm256_set1_epi16(static_cast<int16_t>(zp));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), vzp));
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm_sub_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i))), _mm256_castsi256_si128(vzp)));
+  for (; i < n; ++i) y[i] = static_cast<int16_t>(x[i] - zp);
+}
+
+int dw_pack_index(int ch) {
+  const int b = ch & ~15, c = ch & 15;
+  const int p = c < 4 ? c : c < 8 ? c + 4 : c < 12 ? c - 4 : c;
+  return b + p;
+}
+
+void depthwise_pixel(const int8_t* const* taps, int ntaps, int64_t c, int64_t cpad, const int16_t* w, int32_t zp_in,
+                     const Epilogue& ep, int8_t* dst) {
+  const __m256i vzp = _mm256_set1_epi16(static_cast<int16_t>(zp_in));
+  for (int64_t cb = 0; cb < cpad && cb < c; cb += 16) {
+    const int64_t n = min64(16, c - cb);
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    for (int t = 0; t < ntaps; t += 2) {
+      const __m256i xa = taps[t] ? load16_minus(taps[t] + cb, n, vzp) : _mm256_setzero_si256();
+      const __m256i xb = t + 1 < ntaps && taps[t + 1] ? load16_minus(taps[t + 1] + cb, n, vzp) : _mm256_setzero_si256();
+      const int16_t* wp = w + ((t / 2) * cpad + cb) * 2;
+      acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_unpacklo_epi16(xa, xb),
+                                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(wp))));
+      acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_unpackhi_epi16(xa, xb),
+                                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 16))));
+    }
+    // acc0 holds channels 0-3 | 8-11, acc1 4-7 | 12-15 (bias and multipliers are packed alike).
+    const __m256i q0 = requant8(_mm256_add_epi32(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + cb))),
+                                _mm256_loadu_ps(ep.mult + cb), ep);
+    const __m256i q1 = requant8(_mm256_add_epi32(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + cb + 8))),
+                                _mm256_loadu_ps(ep.mult + cb + 8), ep);
+    const __m256i p = _mm256_packs_epi32(q0, q1);  // channels 0-7 | 8-15 already in order
+    const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    if (n == 16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + cb), b);
+    } else {
+      alignas(16) int8_t tmp[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
+      std::memcpy(dst + cb, tmp, static_cast<std::size_t>(n));
+    }
+  }
+}
+
+int8_t requant_one(int32_t v, float m, int32_t zy, int32_t lo, int32_t hi) {
+  return static_cast<int8_t>(clamp32(round_clamp(static_cast<float>(v) * m) + zy, lo, hi));
+}
+
+void requant(const int8_t* x, int8_t* y, int64_t n, int32_t zx, float m, int32_t zy, int32_t lo, int32_t hi) {
+  const __m256i vzx = _mm256_set1_epi32(zx), vzy = _mm256_set1_epi32(zy), vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+  const __m256 vm = _mm256_set1_ps(m), cl = _mm256_set1_ps(kClampF);
+  const __m256 ncl = _mm256_set1_ps(-kClampF);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  auto q8 = [&](const int8_t* p) {
+    __m256i v = _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), vzx);
+    __m256 f = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), vm), ncl), cl);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzy);
+    return _mm256_max_epi32(_mm256_min_epi32(q, vhi), vlo);
+  };
+  for (; i + 32 <= n; i += 32) {
+    __m256i r = _mm256_packs_epi16(_mm256_packs_epi32(q8(x + i), q8(x + i + 8)), _mm256_packs_epi32(q8(x + i + 16), q8(x + i + 24)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_permutevar8x32_epi32(r, perm));
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256i q = q8(x + i);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packs_epi16(w, w));
+  }
+  for (; i < n; ++i) y[i] = requant_one(x[i] - zx, m, zy, lo, hi);
+}
+
+void add_requant(const int8_t* a, const int8_t* b, int8_t* y, int64_t n, int32_t za, float ma, int32_t zb, float mb,
+                 int32_t zy, int32_t lo, int32_t hi) {
+  const __m256i vza = _mm256_set1_epi32(za), vzb = _mm256_set1_epi32(zb), vzy = _mm256_set1_epi32(zy);
+  const __m256i vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+  const __m256 vma = _mm256_set1_ps(ma), vmb = _mm256_set1_ps(mb), cl = _mm256_set1_ps(kClampF), ncl = _mm256_set1_ps(-kClampF);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  auto q8 = [&](int64_t i) {
+    __m256 fa = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + i))), vza));
+    __m256 fb = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + i))), vzb));
+    __m256 f = _mm256_min_ps(_mm256_max_ps(_mm256_fmadd_ps(fa, vma, _mm256_mul_ps(fb, vmb)), ncl), cl);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzy);
+    return _mm256_max_epi32(_mm256_min_epi32(q, vhi), vlo);
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i r = _mm256_packs_epi16(_mm256_packs_epi32(q8(i), q8(i + 8)), _mm256_packs_epi32(q8(i + 16), q8(i + 24)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_permutevar8x32_epi32(r, perm));
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256i q = q8(i);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packs_epi16(w, w));
+  }
+  for (; i < n; ++i) {
+    // The same operations as the vector lanes: one fma of the two scaled terms.
+    const float fa = static_cast<float>(a[i] - za), fb = static_cast<float>(b[i] - zb);
+    const __m128 f = _mm_fmadd_ss(_mm_set_ss(fa), _mm_set_ss(ma), _mm_set_ss(fb * mb));
+    y[i] = static_cast<int8_t>(clamp32(round_clamp(_mm_cvtss_f32(f)) + zy, lo, hi));
+  }
+}
+
+void mul_requant(const int8_t* a, const int8_t* b, int8_t* y, int64_t n, int32_t za, int32_t zb, float m, int32_t zy) {
+  const __m256i vza = _mm256_set1_epi32(za), vzb = _mm256_set1_epi32(zb), vzy = _mm256_set1_epi32(zy);
+  const __m256 vm = _mm256_set1_ps(m), cl = _mm256_set1_ps(kClampF), ncl = _mm256_set1_ps(-kClampF);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // (a - za) * (b - zb) is at most 65025 in magnitude: exact in int32 and in float.
+    __m256i p = _mm256_mullo_epi32(_mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + i))), vza),
+                                   _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + i))), vzb));
+    __m256 f = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), vm), ncl), cl);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzy);
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packs_epi16(w, w));
+  }
+  for (; i < n; ++i) y[i] = requant_one((a[i] - za) * (b[i] - zb), m, zy, -128, 127);
+}
+
+void requant_each(const int8_t* x, int8_t* y, int64_t n, int32_t zx, const float* m, int32_t zy) {
+  const __m256i vzx = _mm256_set1_epi32(zx), vzy = _mm256_set1_epi32(zy);
+  const __m256 cl = _mm256_set1_ps(kClampF), ncl = _mm256_set1_ps(-kClampF);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i v = _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i))), vzx);
+    __m256 f = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(m + i)), ncl), cl);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzy);
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packs_epi16(w, w));
+  }
+  for (; i < n; ++i) y[i] = requant_one(x[i] - zx, m[i], zy, -128, 127);
+}
+
+void max_s8(int8_t* acc, const int8_t* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + i), _mm256_max_epi8(a, b));
+  }
+  for (; i + 16 <= n; i += 16) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + i), _mm_max_epi8(a, b));
+  }
+  for (; i < n; ++i) acc[i] = acc[i] > x[i] ? acc[i] : x[i];
+}
+
+void sum_s8(int32_t* acc, const int8_t* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i)));
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + i), _mm256_add_epi32(a, v));
+  }
+  for (; i < n; ++i) acc[i] += x[i];
+}
+
+int32_t sum_all_s8(const int8_t* x, int64_t n) {
+  __m256i acc = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), ones));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  s = _mm_hadd_epi32(s, s);
+  s = _mm_hadd_epi32(s, s);
+  int32_t total = _mm_cvtsi128_si32(s);
+  for (; i < n; ++i) total += x[i];
+  return total;
+}
+
+int8_t max_all_s8(const int8_t* x, int64_t n) {
+  __m128i m = _mm_set1_epi8(-128);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) m = _mm_max_epi8(m, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+  alignas(16) int8_t lanes[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), m);
+  int8_t best = -128;
+  for (int k = 0; k < 16; ++k) best = lanes[k] > best ? lanes[k] : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+void sum_requant(const int32_t* acc, int8_t* y, int64_t n, int32_t bias, float m, int32_t zy) {
+  const __m256i vb = _mm256_set1_epi32(bias), vzy = _mm256_set1_epi32(zy);
+  const __m256 vm = _mm256_set1_ps(m), cl = _mm256_set1_ps(kClampF), ncl = _mm256_set1_ps(-kClampF);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i v = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i)), vb);
+    __m256 f = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), vm), ncl), cl);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzy);
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packs_epi16(w, w));
+  }
+  for (; i < n; ++i) y[i] = requant_one(acc[i] - bias, m, zy, -128, 127);
+}
+
+}  // namespace softneuro::qint8

@@ -1,0 +1,87 @@
+// AVX-VNNI kernels of the cpu:qint8 "avxvnni" routines; see qint8_kernels.hpp.
+// Built with -mavx2 -mfma -mavxvnni (CMakeLists.txt); callers check
+// vnni_usable() first. The same rules as qint8_kernels_avx2.cpp: nothing but
+// intrinsics and this file's own internal functions.
+//
+// vpdpbusd multiplies unsigned bytes by signed bytes, four products summed into
+// each int32 lane without intermediate saturation: exact. Activations enter as
+// u8 = q + 128 (the caller folds (128 + zero_point) * sum(w) into the bias, and
+// pads with zero_point + 128, the value of a real 0), weights as int8 in
+// [-127, 127]; the accumulators equal those of the AVX2 kernels exactly.
+#include "routines/cpu/qint8_kernels.hpp"
+#include "routines/cpu/qint8_epilogue.inl"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace softneuro::qint8 {
+namespace {
+
+template <int MR>
+void tile_vnni(const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst, int64_t ldd,
+               int nvalid) {
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
+  for (int64_t k = 0; k < k4; ++k) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64 + 32));
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, u + r * ldu + 4 * k, 4);
+      const __m256i a = _mm256_set1_epi32(quad);
+      c0[r] = _mm256_dpbusd_avx_epi32(c0[r], a, b0);
+      c1[r] = _mm256_dpbusd_avx_epi32(c1[r], a, b1);
+    }
+  }
+  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+    store16(requant8(_mm256_add_epi32(c0[r], bias0), m0, ep), requant8(_mm256_add_epi32(c1[r], bias1), m1, ep),
+            dst + r * ldd, nvalid);
+}
+
+bool cpuid_avxvnni() {
+  // CPUID.(EAX=7, ECX=1):EAX bit 4; and the OS must save ymm state (checked by __builtin_cpu_supports("avx2")).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+  return (a >> 4) & 1u;
+}
+
+}  // namespace
+
+bool vnni_usable() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_avxvnni();
+  return yes;
+}
+
+void gemm_tile_vnni(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
+                    int64_t ldd, int nvalid) {
+  static_assert(kTileMVnni == 6);
+  switch (mr) {
+    case 1: return tile_vnni<1>(u, ldu, v, k4, ep, dst, ldd, nvalid);
+    case 2: return tile_vnni<2>(u, ldu, v, k4, ep, dst, ldd, nvalid);
+    case 3: return tile_vnni<3>(u, ldu, v, k4, ep, dst, ldd, nvalid);
+    case 4: return tile_vnni<4>(u, ldu, v, k4, ep, dst, ldd, nvalid);
+    case 5: return tile_vnni<5>(u, ldu, v, k4, ep, dst, ldd, nvalid);
+    default: return tile_vnni<6>(u, ldu, v, k4, ep, dst, ldd, nvalid);
+  }
+}
+
+void to_u8(const int8_t* x, uint8_t* y, int64_t n) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), flip));
+  for (; i + 16 <= n; i += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)), _mm256_castsi256_si128(flip)));
+  for (; i < n; ++i) y[i] = static_cast<uint8_t>(x[i] ^ 0x80);
+}
+
+}  // namespace softneuro::qint8

@@ -1,0 +1,500 @@
+// cpu:qint8 routines against a float32 reference of the same quantised
+// computation: every registered qint8 routine of a layer type (GENERATE over
+// registered_routines, so routines added later are tested too), in its own
+// schema, on randomised shapes and parameters (strides, pads, dilations,
+// groups, depthwise, odd sizes, batch 1 and 4).
+//
+// The reference dequantises the int8 inputs, replaces conv2/dense weights by
+// their per-output-channel quantised values (s_w = max|w|/127, round(w/s_w))
+// and the bias by its int32 quantisation at s_in*s_w, runs cpu/ref, and
+// quantises the result with the output's quantisation (chosen from the
+// reference's range, as calibration would). Tolerance: every element within
+// one quantisation step; where the arithmetic is integer (same scale in and
+// out: max pool, relu, copies, concat) bit-exact; conv/dense also mostly
+// exact (their int32 accumulators are exact; only the requantisation rounds).
+#include "core/layer_types.hpp"
+#include "core/registry.hpp"
+#include "core/thread_pool.hpp"
+#include "profiler/calibrate.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace softneuro;
+
+namespace {
+
+const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "relu", "clip",
+                                     "hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu", "flatten", "reshape", "identity"};
+/// Types computed by a table of the reference's own formula: bit-exact.
+const std::set<std::string> kTableTypes = {"hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu"};
+
+std::vector<std::string> qint8_routines(std::string_view type) {
+  std::vector<std::string> out;
+  for (const std::string& d : registered_routines(type))
+    if (Schema::parse(d.substr(0, d.rfind('/'))).dtype == DType::qint8) out.push_back(d);
+  return out;
+}
+
+/// An int8 blob in logical (nchw) order with its quantisation.
+struct QBlob {
+  Shape shape;
+  std::vector<int8_t> q;
+  QuantParams quant;
+};
+
+QuantParams make_quant(float scale, int32_t zp) { return QuantParams{{scale}, {zp}, -1}; }
+
+QuantParams random_quant(std::mt19937& rng) {
+  std::uniform_real_distribution<float> s(0.004f, 0.06f);
+  std::uniform_int_distribution<int> z(-110, 110);
+  return make_quant(s(rng), z(rng));
+}
+
+QBlob random_qblob(const Shape& shape, std::mt19937& rng, QuantParams quant) {
+  QBlob b{shape, std::vector<int8_t>(static_cast<std::size_t>(shape.numel())), std::move(quant)};
+  std::uniform_int_distribution<int> d(-128, 127);
+  for (auto& v : b.q) v = static_cast<int8_t>(d(rng));
+  return b;
+}
+
+Blob dequantize(const QBlob& b) {
+  Blob f = Blob::allocate(b.shape);
+  for (std::size_t i = 0; i < b.q.size(); ++i)
+    f.data_as<float>()[i] = b.quant.scales[0] * static_cast<float>(b.q[i] - b.quant.zero_points[0]);
+  return f;
+}
+
+std::vector<int8_t> quantize(const Blob& f, const QuantParams& q) {
+  std::vector<int8_t> out(static_cast<std::size_t>(f.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    double v = std::nearbyint(double(f.data_as<float>()[i]) / q.scales[0]) + q.zero_points[0];
+    out[i] = static_cast<int8_t>(std::clamp(std::isfinite(v) ? v : -128.0, -128.0, 127.0));
+  }
+  return out;
+}
+
+/// Position of logical element i (nchw order) in a blob of `shape` laid out in `layout`.
+int64_t physical(const Shape& s, Layout layout, int64_t i) {
+  if (layout == Layout::nchw || s.rank() < 3) return i;
+  int64_t sp = 1;
+  for (int d = 2; d < s.rank(); ++d) sp *= s[d];
+  const int64_t c = s[1], n = i / (c * sp), ch = (i / sp) % c, p = i % sp;
+  return (n * sp + p) * c + ch;
+}
+
+/// The qint8 routine's outputs (logical order), or its refusal.
+struct QRun {
+  Support support;
+  std::vector<std::vector<int8_t>> outputs;
+};
+
+QRun run_qint8(const Layer& layer, const std::vector<QBlob>& ins, const std::vector<QuantParams>& out_quant,
+               const std::string& descriptor) {
+  LayerInfo info;
+  info.layer = &layer;
+  for (const auto& b : ins) info.input_shapes.push_back(b.shape), info.input_quant.push_back(b.quant);
+  info.output_shapes = core::infer_layer_shapes(layer, info.input_shapes);
+  info.output_quant = out_quant;
+  Schema schema;
+  const Routine* routine = core::RoutineRegistry::instance().find(layer.type, descriptor, &schema);
+  REQUIRE(routine);
+  QRun r;
+  r.support = routine->supports(info, schema);
+  if (!r.support) return r;
+  auto prepared = routine->prepare(info, schema, {});
+  std::vector<Blob> inputs, outputs;
+  for (const auto& b : ins) {
+    Blob x = Blob::allocate(b.shape, DType::qint8, schema.layout);
+    for (int64_t i = 0; i < b.shape.numel(); ++i) x.data_as<int8_t>()[physical(b.shape, schema.layout, i)] = b.q[static_cast<std::size_t>(i)];
+    x.quant() = b.quant;
+    inputs.push_back(x);
+  }
+  for (std::size_t k = 0; k < info.output_shapes.size(); ++k) {
+    Blob y = Blob::allocate(info.output_shapes[k], DType::qint8, schema.layout);
+    std::memset(y.data(), 0x5a, y.byte_size());  // unwritten elements show up
+    y.quant() = out_quant[k];
+    outputs.push_back(y);
+  }
+  const std::size_t ws = prepared->workspace_bytes();
+  std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr, std::free);
+  std::vector<const Blob*> in_ptrs;
+  for (const Blob& b : inputs) in_ptrs.push_back(&b);
+  std::vector<Blob*> out_ptrs;
+  for (Blob& b : outputs) out_ptrs.push_back(&b);
+  RunArgs args{in_ptrs, out_ptrs, workspace.get(), &core::global_pool()};
+  prepared->run(args);
+  for (Blob& b : outputs) std::memset(b.data(), 0xa5, b.byte_size());
+  prepared->run(args);  // twice: nothing may depend on the first run or on the outputs' old contents
+  for (const Blob& b : outputs) {
+    std::vector<int8_t> v(static_cast<std::size_t>(b.numel()));
+    for (int64_t i = 0; i < b.numel(); ++i) v[static_cast<std::size_t>(i)] = b.data_as<int8_t>()[physical(b.shape(), schema.layout, i)];
+    r.outputs.push_back(std::move(v));
+  }
+  return r;
+}
+
+/// The layer as the reference runs it: conv2/dense weights and bias replaced by
+/// their quantised values (the project's weight convention), dequantised.
+Layer reference_layer(const Layer& layer, const QuantParams& in_quant) {
+  Layer l = layer;
+  if (layer.type != "conv2" && layer.type != "dense") return l;
+  const Blob& w = layer.weight("weight");
+  const int64_t oc = w.shape()[0], k = w.numel() / oc;
+  Blob wq = Blob::allocate(w.shape());
+  const float* src = w.data_as<float>();
+  std::vector<float> sw(static_cast<std::size_t>(oc));
+  for (int64_t o = 0; o < oc; ++o) {
+    float mx = 0;
+    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(src[o * k + i]));
+    const float s = mx > 0 ? mx / 127.0f : 1.0f;
+    sw[static_cast<std::size_t>(o)] = s;
+    for (int64_t i = 0; i < k; ++i)
+      wq.data_as<float>()[o * k + i] = static_cast<float>(std::clamp(static_cast<int>(std::nearbyint(src[o * k + i] / s)), -127, 127)) * s;
+  }
+  l.weights["weight"] = wq;
+  if (const Blob* b = layer.find_weight("bias")) {
+    Blob bq = Blob::allocate(b->shape());
+    const double sx = in_quant.scales[0];
+    for (int64_t o = 0; o < oc; ++o) {
+      const double unit = sx * double(sw[static_cast<std::size_t>(o)]);
+      bq.data_as<float>()[o] = static_cast<float>(std::nearbyint(double(b->data_as<float>()[o]) / unit) * unit);
+    }
+    l.weights["bias"] = bq;
+  }
+  return l;
+}
+
+struct Case {
+  std::string label;
+  Layer layer;
+  std::vector<QBlob> inputs;
+  /// Output quantisation: empty: from the reference output's range.
+  std::vector<QuantParams> out_quant;
+  bool exact = false;  ///< integer arithmetic: bit-exact expected
+};
+
+struct Tally {
+  int supported = 0, total = 0;
+  std::map<std::string, int> reasons;
+};
+
+void check_case(const Case& c, const std::string& descriptor, Tally& tally) {
+  ++tally.total;
+  INFO(descriptor << " on " << c.label);
+  // The float32 reference of the quantised computation.
+  std::vector<Blob> fin;
+  for (const auto& b : c.inputs) fin.push_back(dequantize(b));
+  Layer ref_layer = reference_layer(c.layer, c.inputs[0].quant);
+  std::vector<Blob> want = test::run_layer(ref_layer, fin, "cpu/ref");
+  std::vector<QuantParams> out_quant = c.out_quant;
+  if (out_quant.empty())
+    for (const Blob& w : want) {
+      double lo = 0, hi = 0;
+      for (int64_t i = 0; i < w.numel(); ++i)
+        if (std::isfinite(w.data_as<float>()[i])) lo = std::min(lo, double(w.data_as<float>()[i])), hi = std::max(hi, double(w.data_as<float>()[i]));
+      out_quant.push_back(profiler::quant_from_range(lo, hi));
+    }
+  QRun got = run_qint8(c.layer, c.inputs, out_quant, descriptor);
+  if (!got.support) {
+    ++tally.reasons[got.support.reason];
+    return;
+  }
+  ++tally.supported;
+  REQUIRE(got.outputs.size() == want.size());
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    std::vector<int8_t> wq = quantize(want[k], out_quant[k]);
+    REQUIRE(got.outputs[k].size() == wq.size());
+    int64_t off = 0, worst = 0, first_bad = -1;
+    for (std::size_t i = 0; i < wq.size(); ++i) {
+      const int64_t d = std::abs(int64_t(got.outputs[k][i]) - int64_t(wq[i]));
+      off += d != 0;
+      if (d > worst) worst = d, first_bad = static_cast<int64_t>(i);
+    }
+    INFO("output " << k << ": " << off << " of " << wq.size() << " elements differ, worst by " << worst
+                   << (first_bad >= 0 ? " at " + std::to_string(first_bad) + " (got " + std::to_string(got.outputs[k][static_cast<std::size_t>(first_bad)]) +
+                                            ", want " + std::to_string(wq[static_cast<std::size_t>(first_bad)]) + ")"
+                                      : std::string()));
+    if (c.exact) CHECK(off == 0);
+    CHECK(worst <= 1);
+    // Only ties and float rounding of the requantisation may differ.
+    CHECK(off <= 2 + static_cast<int64_t>(wq.size()) / 20);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Case generators, one per layer type.
+
+int pick(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+Blob normal_blob(const Shape& s, std::mt19937& rng, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  Blob b = Blob::allocate(s);
+  for (int64_t i = 0; i < s.numel(); ++i) b.data_as<float>()[i] = d(rng);
+  return b;
+}
+
+void add_activation(std::map<std::string, Attr>& p, std::mt19937& rng, std::string& label) {
+  switch (pick(rng, 0, 5)) {
+    case 1: p["act"] = std::string("relu"); break;
+    case 2:
+      p["act"] = std::string("clip");
+      p["act_min"] = 0.0;
+      p["act_max"] = 0.5;
+      break;
+    case 3: p["act"] = std::string("hardswish"); break;
+    case 4:
+      p["act"] = std::string("hardsigmoid");
+      p["act_alpha"] = 0.25;
+      p["act_beta"] = 0.5;
+      break;
+    default: break;
+  }
+  if (p.count("act")) label += " act=" + std::get<std::string>(p["act"]);
+}
+
+bool shapes_ok(const Layer& l, const std::vector<Shape>& in) {
+  try {
+    core::infer_layer_shapes(l, in);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::vector<Case> conv_cases(std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  while (static_cast<int>(out.size()) < count) {
+    const int kind = pick(rng, 0, 3);  // 0,1: dense groups; 2: grouped; 3: depthwise
+    const int64_t n = pick(rng, 0, 5) == 0 ? 4 : 1;
+    int64_t c = pick(rng, 1, 24), group = 1, oc = pick(rng, 1, 40);
+    if (kind == 2) {
+      group = pick(rng, 2, 4);
+      c = group * pick(rng, 1, 6);
+      oc = group * pick(rng, 1, 9);
+    } else if (kind == 3) {
+      c = pick(rng, 1, 40);
+      group = c;
+      oc = c;
+    }
+    if (kind < 2 && pick(rng, 0, 9) == 0) c = pick(rng, 120, 160);  // K = c*kh*kw > 1024 with 3x3 and 5x5
+    const int64_t h = pick(rng, 1, 13), w = pick(rng, 1, 13);
+    const int64_t k = std::array<int64_t, 5>{1, 1, 3, 3, 5}[static_cast<std::size_t>(pick(rng, 0, 4))];
+    const int64_t kh = k, kw = pick(rng, 0, 3) == 0 ? pick(rng, 1, 3) : k;
+    std::map<std::string, Attr> p;
+    p["strides"] = std::vector<int64_t>{pick(rng, 1, 3), pick(rng, 1, 2)};
+    p["pads"] = std::vector<int64_t>{pick(rng, 0, 2), pick(rng, 0, 2), pick(rng, 0, 2), pick(rng, 0, 2)};
+    p["dilations"] = std::vector<int64_t>{pick(rng, 0, 4) == 0 ? 2 : 1, 1};
+    p["group"] = group;
+    std::ostringstream label;
+    label << "conv2 n=" << n << " c=" << c << " " << h << "x" << w << " oc=" << oc << " k=" << kh << "x" << kw
+          << " group=" << group << " strides=" << std::get<std::vector<int64_t>>(p["strides"])[0] << ","
+          << std::get<std::vector<int64_t>>(p["strides"])[1];
+    std::string lab = label.str();
+    add_activation(p, rng, lab);
+    std::map<std::string, Blob> weights{{"weight", normal_blob(Shape{oc, c / group, kh, kw}, rng, 0.3f)}};
+    if (pick(rng, 0, 3)) weights["bias"] = normal_blob(Shape{oc}, rng, 0.5f);
+    Layer l = test::make_layer("conv2", p, weights);
+    Shape in{n, c, h, w};
+    if (!shapes_ok(l, {in})) continue;
+    out.push_back({lab, l, {random_qblob(in, rng, random_quant(rng))}, {}, false});
+  }
+  return out;
+}
+
+std::vector<Case> dense_cases(std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    // Some long dot products (K > 1024: the K-blocked AVX2 path).
+    const int64_t k = i % 5 == 4 ? pick(rng, 1025, 2600) : pick(rng, 1, 70), o = pick(rng, 1, 40);
+    Shape in = pick(rng, 0, 3) == 0 ? Shape{2, pick(rng, 1, 3), k} : Shape{pick(rng, 0, 2) ? 1 : pick(rng, 2, 7), k};
+    std::map<std::string, Attr> p;
+    std::string lab = "dense " + in.to_string() + " o=" + std::to_string(o);
+    add_activation(p, rng, lab);
+    std::map<std::string, Blob> weights{{"weight", normal_blob(Shape{o, k}, rng, 0.2f)}};
+    if (pick(rng, 0, 2)) weights["bias"] = normal_blob(Shape{o}, rng, 0.5f);
+    out.push_back({lab, test::make_layer("dense", p, weights), {random_qblob(in, rng, random_quant(rng))}, {}, false});
+  }
+  return out;
+}
+
+std::vector<Case> pool_cases(std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  while (static_cast<int>(out.size()) < count) {
+    const bool is_max = pick(rng, 0, 1) == 0, global = pick(rng, 0, 5) == 0;
+    Shape in{pick(rng, 0, 5) == 0 ? 4 : 1, pick(rng, 1, 40), pick(rng, 1, 12), pick(rng, 1, 12)};
+    std::map<std::string, Attr> p{{"mode", std::string(is_max ? "max" : "avg")}};
+    std::string lab = std::string("pool2 ") + (is_max ? "max " : "avg ") + in.to_string();
+    if (global) {
+      p["global"] = int64_t{1};
+      lab += " global";
+    } else {
+      const int64_t k = pick(rng, 1, 4);
+      p["kernel"] = std::vector<int64_t>{k, pick(rng, 1, 4)};
+      p["strides"] = std::vector<int64_t>{pick(rng, 1, 3), pick(rng, 1, 3)};
+      const int64_t pad = pick(rng, 0, 1);
+      p["pads"] = std::vector<int64_t>{pad, pad, pad, 0};
+      p["ceil_mode"] = int64_t{pick(rng, 0, 1)};
+      p["count_include_pad"] = int64_t{pick(rng, 0, 1)};
+      lab += " k=" + std::to_string(k) + " pad=" + std::to_string(pad);
+    }
+    Layer l = test::make_layer("pool2", p);
+    if (!shapes_ok(l, {in})) continue;
+    QuantParams q = random_quant(rng);
+    const bool same = is_max && pick(rng, 0, 1) == 0;
+    out.push_back({lab + (same ? " same-quant" : ""), l, {random_qblob(in, rng, q)}, same ? std::vector<QuantParams>{q} : std::vector<QuantParams>{}, same});
+  }
+  return out;
+}
+
+Shape random_shape(std::mt19937& rng) {
+  switch (pick(rng, 0, 3)) {
+    case 0: return Shape{pick(rng, 1, 4), pick(rng, 1, 33)};
+    case 1: return Shape{pick(rng, 1, 2), pick(rng, 1, 20), pick(rng, 1, 9)};
+    default: return Shape{pick(rng, 0, 4) == 0 ? 4 : 1, pick(rng, 1, 40), pick(rng, 1, 11), pick(rng, 1, 11)};
+  }
+}
+
+std::vector<Case> add_cases(std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    Shape s = random_shape(rng);
+    out.push_back({"add " + s.to_string(), test::make_layer("add", {}, {}, 2),
+                   {random_qblob(s, rng, random_quant(rng)), random_qblob(s, rng, random_quant(rng))}, {}, false});
+  }
+  return out;
+}
+
+std::vector<Case> mul_cases(std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    Shape s = random_shape(rng);
+    Shape t = s;
+    const int kind = s.rank() >= 3 ? pick(rng, 0, 2) : 0;  // 0: same shapes; 1, 2: a per-channel gate first or second
+    if (kind) {
+      for (int d = 2; d < t.rank(); ++d) t[d] = 1;
+      if (pick(rng, 0, 1)) t[0] = 1;
+    }
+    std::vector<QBlob> ins{random_qblob(s, rng, random_quant(rng)), random_qblob(t, rng, random_quant(rng))};
+    if (kind == 2) std::swap(ins[0], ins[1]);
+    out.push_back({"mul " + ins[0].shape.to_string() + " x " + ins[1].shape.to_string(), test::make_layer("mul", {}, {}, 2), ins, {}, false});
+  }
+  return out;
+}
+
+std::vector<Case> concat_cases(std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    Shape base = random_shape(rng);
+    const int axis = pick(rng, 0, 2) ? 1 : pick(rng, 0, base.rank() - 1);
+    const int inputs = pick(rng, 1, 3);
+    const bool same = pick(rng, 0, 2) == 0;
+    QuantParams shared = random_quant(rng);
+    std::vector<QBlob> ins;
+    for (int k = 0; k < inputs; ++k) {
+      Shape s = base;
+      s[axis] = pick(rng, 1, 9);
+      ins.push_back(random_qblob(s, rng, same ? shared : random_quant(rng)));
+    }
+    out.push_back({"concat axis=" + std::to_string(axis) + " of " + std::to_string(inputs) + " like " + base.to_string() + (same ? " same-quant" : ""),
+                   test::make_layer("concat", {{"axis", int64_t{axis}}}, {}, inputs), ins,
+                   same ? std::vector<QuantParams>{shared} : std::vector<QuantParams>{}, same});
+  }
+  return out;
+}
+
+std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    Shape s = random_shape(rng);
+    if (pick(rng, 0, 1) == 0 && s.rank() == 4) s[2] = s[3] = 1;  // layout-trivial, for nhwc copies
+    std::map<std::string, Attr> p;
+    std::string lab = type + " " + s.to_string();
+    if (type == "clip") {
+      if (pick(rng, 0, 3)) p["min"] = -0.5 * pick(rng, 0, 2);
+      if (pick(rng, 0, 3)) p["max"] = 0.25 * pick(rng, 1, 8);
+    }
+    if (type == "flatten") p["axis"] = int64_t{1};
+    if (type == "hardsigmoid" && pick(rng, 0, 1)) p["alpha"] = 1.0 / 6, p["beta"] = 0.5;
+    if (type == "gelu" && pick(rng, 0, 1)) p["approximate"] = std::string("tanh");
+    if (type == "reshape") p["shape"] = std::vector<int64_t>{s[0], -1};
+    QuantParams q = random_quant(rng);
+    const bool same = pick(rng, 0, 1) == 0;
+    out.push_back({lab + (same ? " same-quant" : ""), test::make_layer(type, p), {random_qblob(s, rng, q)},
+                   same ? std::vector<QuantParams>{q} : std::vector<QuantParams>{}, same || kTableTypes.count(type) != 0});
+  }
+  return out;
+}
+
+std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
+  if (type == "conv2") return conv_cases(rng, 80);
+  if (type == "dense") return dense_cases(rng, 30);
+  if (type == "pool2") return pool_cases(rng, 40);
+  if (type == "add") return add_cases(rng, 20);
+  if (type == "mul") return mul_cases(rng, 30);
+  if (type == "concat") return concat_cases(rng, 20);
+  return unary_cases(type, rng, 30);
+}
+
+}  // namespace
+
+TEST_CASE("every cpu:qint8 routine matches the quantised float32 reference", "[qint8][routines]") {
+  const std::string type = GENERATE(from_range(std::begin(kCoveredTypes), std::end(kCoveredTypes)));
+  const auto routines = qint8_routines(type);
+  for (const std::string& descriptor : routines) {
+    DYNAMIC_SECTION(descriptor << " (" << type << ")") {
+      std::mt19937 rng(std::hash<std::string>{}(descriptor) & 0xffffffu);
+      Tally tally;
+      for (const Case& c : cases_for(type, rng)) check_case(c, descriptor, tally);
+      std::ostringstream why;
+      for (const auto& [r, n] : tally.reasons) why << "\n  " << n << "x " << r;
+      INFO(descriptor << " supported " << tally.supported << " of " << tally.total << " cases; refused:" << why.str());
+      if (tally.reasons.size() == 1 && tally.reasons.begin()->first.find("AVX2") != std::string::npos) {
+        WARN(descriptor << ": this CPU lacks AVX2, nothing to compare");
+      } else {
+        CHECK(tally.supported >= std::min(10, tally.total));  // each routine is exercised on many cases
+      }
+    }
+  }
+}
+
+TEST_CASE("qint8 routines refuse layers without calibration", "[qint8][routines]") {
+  std::mt19937 rng(3);
+  for (const char* type : kCoveredTypes)
+    for (const std::string& descriptor : qint8_routines(type)) {
+      Case c = cases_for(type, rng).front();
+      LayerInfo info;
+      info.layer = &c.layer;
+      for (const auto& b : c.inputs) info.input_shapes.push_back(b.shape);
+      info.output_shapes = core::infer_layer_shapes(c.layer, info.input_shapes);
+      Schema schema;
+      const Routine* r = core::RoutineRegistry::instance().find(type, descriptor, &schema);
+      REQUIRE(r);
+      Support s = r->supports(info, schema);
+      INFO(descriptor);
+      CHECK_FALSE(s.ok);
+    }
+}
+
+TEST_CASE("every registered qint8 routine's layer type has test cases here", "[qint8][routines]") {
+  std::set<std::string> covered(std::begin(kCoveredTypes), std::end(kCoveredTypes));
+  for (const auto& t : core::layer_types()) {
+    std::string type(t.name);
+    if (!qint8_routines(type).empty() && !covered.count(type))
+      WARN("qint8 routines for layer type '" << type << "' have no case generator in tests/routines/test_qint8.cpp");
+  }
+}
