@@ -2,7 +2,7 @@
 // adapt routine converts (e.g. cpu:float32:nchw8c -> cpu:qint8:nhwc) by
 // composing registered single-step adapts: the shortest chain found by
 // breadth-first search over the schemas the registered adapts produce (ties:
-// the chain whose intermediate blobs are smallest, then registration order).
+// the chain whose intermediate blobs are smallest, then descriptor order).
 // Each step is prepared once; intermediate blobs live in the workspace, so a
 // run allocates nothing. Only CPU chains are composed (an intermediate blob
 // lives in the CPU workspace). A pair some single adapt converts is left to

@@ -141,7 +141,9 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
   const Candidate* best = nullptr;
   int best_score = 0;
   for (const auto& c : all) {
-    if (!c.support.ok) continue;
+    // The untuned default computes in float32 on the CPU; other dtypes and
+    // devices need calibration or transfers that only the tuner can weigh.
+    if (!c.support.ok || c.schema.dtype != DType::float32 || c.schema.device != Device::cpu) continue;
     int score = c.routine->default_priority() + (c.schema == preferred ? kStayBonus : 0);
     if (!best || score > best_score) {
       best = &c;

@@ -43,7 +43,7 @@ class RoutineRegistry {
   /// reason when none supports the layer.
   Candidate default_choice(const LayerInfo& layer, const Schema& schema) const;
 
-  /// The untuned default over every schema: the supported routine of highest
+  /// The untuned default over every float32 CPU schema: the supported routine of highest
   /// default_priority(), plus a small bonus (kStayBonus) for computing in
   /// `preferred` (the schema the layer's input already has), so chains of
   /// layers stay in one layout and only the edges pay adapts.

@@ -212,3 +212,15 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     CHECK(again == got);
   }
 }
+
+TEST_CASE("a calibrated but untuned net computes in float32 on the CPU", "[calibrate]") {
+  // qint8 routines once won the untuned default on calibrated nets (their
+  // priority beat cpu/ref's), inserting quantise/dequantise adapts nobody asked for.
+  // multi_io_graph has a flatten (float32: cpu/ref only) after a pool that oneDNN runs blocked.
+  softneuro::Net net(softneuro::detail::NetImpl::build(softneuro::test::multi_io_graph()));
+  net.calibrate();
+  for (const auto& l : net.layers()) {
+    INFO(l.name << " " << l.descriptor);
+    CHECK(l.descriptor.find("qint8") == std::string::npos);
+  }
+}

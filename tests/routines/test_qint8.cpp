@@ -463,8 +463,8 @@ TEST_CASE("every cpu:qint8 routine matches the quantised float32 reference", "[q
       std::ostringstream why;
       for (const auto& [r, n] : tally.reasons) why << "\n  " << n << "x " << r;
       INFO(descriptor << " supported " << tally.supported << " of " << tally.total << " cases; refused:" << why.str());
-      if (tally.reasons.size() == 1 && tally.reasons.begin()->first.find("AVX2") != std::string::npos) {
-        WARN(descriptor << ": this CPU lacks AVX2, nothing to compare");
+      if (tally.supported == 0 && tally.reasons.size() == 1 && tally.reasons.begin()->first.find("CPU lacks") != std::string::npos) {
+        WARN(descriptor << ": " << tally.reasons.begin()->first << ", nothing to compare on this machine");
       } else {
         CHECK(tally.supported >= std::min(10, tally.total));  // each routine is exercised on many cases
       }
