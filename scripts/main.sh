@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
 cmake --build build -j "$(nproc)"
-./build/softneuro inspect build/models/demo.dnn | head -8
+# (into a file: piping into head would end inspect with SIGPIPE under pipefail)
+./build/softneuro inspect build/models/demo.dnn > build/models/demo.inspect.txt
+head -8 build/models/demo.inspect.txt
 ./build/softneuro tune build/models/demo.dnn -o build/models/demo.tuned.dnn --cache build/profile-cache \
   --report build/models/demo.tuning.txt --json build/models/demo.tuning.json
 tail -3 build/models/demo.tuning.txt
