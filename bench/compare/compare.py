@@ -330,16 +330,19 @@ def prepare_softneuro(a, m, onnx, work, wanted, res):
             continue
         cache = os.path.join(work, "cache-" + cid[3:])
         shutil.rmtree(cache, ignore_errors=True)
-        rep = os.path.join(work, cid[3:] + ".tune.json")
         times, cold_report, warm_error = [], None, None
         for phase in ("cold", "warm"):
+            # The cold run's file is the one benchmarked (what a first tuning gives);
+            # the warm run only measures tuning time with a filled profile cache.
+            sfx = "" if phase == "cold" else ".warm"
+            rep = os.path.join(work, cid[3:] + sfx + ".tune.json")
             if os.path.exists(rep):
                 os.remove(rep)
             t0 = time.monotonic()
             try:
-                sh([a.cli, "tune", base, "-o", out_dnn, "--schemas", SCHEMAS[cid], "--cache", cache, "--threads",
-                    str(a.threads), "--json", rep, "--report", os.path.join(work, cid[3:] + ".tune.txt")]
-                   + a.tune_args, timeout=a.tune_timeout)
+                sh([a.cli, "tune", base, "-o", os.path.join(work, cid[3:] + sfx + ".dnn"), "--schemas", SCHEMAS[cid],
+                    "--cache", cache, "--threads", str(a.threads), "--json", rep,
+                    "--report", os.path.join(work, cid[3:] + sfx + ".tune.txt")] + a.tune_args, timeout=a.tune_timeout)
             except subprocess.TimeoutExpired:
                 err = f"tune ({phase} cache) took more than {a.tune_timeout} s"
             except Failed as e:
@@ -359,13 +362,21 @@ def prepare_softneuro(a, m, onnx, work, wanted, res):
             break
         if not times:
             continue
-        r = json.load(open(rep)) if len(times) > 1 else cold_report
+        w = r if len(times) > 1 else {}
+
+        def path_of(rr):
+            return ([(l.get("layer"), l.get("descriptor"), l.get("routine_params")) for l in rr.get("layers", [])],
+                    [(x.get("blob"), x.get("consumer"), x.get("descriptor")) for x in rr.get("adapts", [])])
+        c = cold_report
         res["tuning"][cid] = {"cold_s": times[0], "warm_s": times[1] if len(times) > 1 else None, "warm_error": warm_error,
-                              "tuning_s_reported": [cold_report.get("tuning_s"), r.get("tuning_s") if len(times) > 1 else None],
-                              "predicted_ms": r.get("predicted_ms"), "measured_ms": r.get("measured_ms"),
-                              "measurements": [cold_report.get("measurements"), r.get("measurements")],
-                              "cache_hits": [cold_report.get("cache_hits"), r.get("cache_hits")],
-                              "adapts": len(r.get("adapts", [])), "layers": len(r.get("layers", []))}
+                              "tuning_s_reported": [c.get("tuning_s"), w.get("tuning_s")],
+                              "predicted_ms": c.get("predicted_ms"), "measured_ms": c.get("measured_ms"),
+                              "warm_predicted_ms": w.get("predicted_ms"), "warm_measured_ms": w.get("measured_ms"),
+                              "warm_same_path": path_of(c) == path_of(w) if w else None,
+                              "measurements": [c.get("measurements"), w.get("measurements")],
+                              "cache_hits": [c.get("cache_hits"), w.get("cache_hits")],
+                              "adapts": len(c.get("adapts", [])), "layers": len(c.get("layers", [])),
+                              "qint8_layers": sum(1 for l in c.get("layers", []) if ":qint8" in l.get("descriptor", ""))}
         files[cid] = out_dnn
     json.dump({k: v for k, v in res["tuning"].items()}, open(prev_path, "w"), indent=1)
     return files
@@ -664,10 +675,12 @@ def write_reports(a, meta, results, models, contenders):
     tuned = [c for c in contenders if c in SCHEMAS]
     if tuned:
         md += ["", "## softneuro tuning time (SoftNeuro Table IV): wall clock of `softneuro tune`, s", "",
-               "Cold: fresh profile cache folder; warm: the same command again with that cache. "
-               "Predicted: DPRS's end-to-end estimate; measured: the tuner's own end-to-end measurement (ms).", "",
-               "| model | variant | schemas | cold s | warm s | predicted ms | measured ms | layers | adapts |",
-               "|---|---|---|---|---|---|---|---|---|"]
+               "Cold: fresh profile cache folder (its output is the file benchmarked above); warm: the same command "
+               "again with that cache (output kept apart). Predicted: DPRS's end-to-end estimate; measured: the tuner's "
+               "own end-to-end measurement (ms), cold run, then warm run. Same path: whether the warm run chose the same "
+               "routine path.", "",
+               "| model | variant | schemas | cold s | warm s | predicted ms | measured ms | same path | qint8 layers / layers | adapts |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
         for m in models:
             imp = results[m].get("import_s")
             for cid in tuned:
@@ -675,13 +688,20 @@ def write_reports(a, meta, results, models, contenders):
                 if not t:
                     c = results[m]["contenders"].get(cid, {})
                     md.append(f"| {m} | {cid[3:]} | `{SCHEMAS[cid]}` | {c.get('status', 'failed')} "
-                              f"{note(c.get('reason', '?'))} | | | | | |")
+                              f"{note(c.get('reason', '?'))} | | | | | | |")
                     continue
-                warm = f"{t['warm_s']:.1f}" if t.get("warm_s") is not None else "—"
+                warm = f"{t['warm_s']:.1f}" if t.get("warm_s") is not None else \
+                    ("failed " + note(t["warm_error"]) if t.get("warm_error") else "—")
+
+                def two(x, y):
+                    return f"{x:.2f}" + (f" / {y:.2f}" if y is not None else "")
+                same = {True: "yes", False: "no", None: "—"}[t.get("warm_same_path")]
                 md.append(f"| {m} | {cid[3:]} | `{SCHEMAS[cid]}` | {t['cold_s']:.1f}{' (reused)' if t.get('reused') else ''} | "
-                          f"{warm} | {t['predicted_ms']:.2f} | {t['measured_ms']:.2f} | {t['layers']} | {t['adapts']} |")
+                          f"{warm} | {two(t['predicted_ms'], t.get('warm_predicted_ms'))} | "
+                          f"{two(t['measured_ms'], t.get('warm_measured_ms'))} | {same} | "
+                          f"{t.get('qint8_layers', '?')} / {t['layers']} | {t['adapts']} |")
             if imp is not None:
-                md.append(f"| {m} | import | | {imp:.2f} | | | | | |")
+                md.append(f"| {m} | import | | {imp:.2f} | | | | | | |")
 
     if notes:
         md += ["", "## Failed and skipped contenders", ""]
