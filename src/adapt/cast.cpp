@@ -7,6 +7,7 @@
 // otherwise a scalar conversion with the same results.
 // bfloat16: the upper half of a float32, round to nearest even; NaN stays a
 // (quiet) NaN.
+#include "core/cpu_features.hpp"
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
@@ -72,12 +73,10 @@ float bf16_to_f32(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16);
 // Vector paths.
 
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return yes;
+  return core::cpu_features().f16c && core::cpu_features().avx;
 }
 bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
+  return core::cpu_features().avx2;
 }
 
 __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* x, uint16_t* y, int64_t n) {

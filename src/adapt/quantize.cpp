@@ -10,6 +10,7 @@
 //
 // Blobs of rank >= 3 are seen as [N, C, S] (S: product of the spatial dims),
 // as the layout adapts do; for rank <= 2 the layouts coincide.
+#include "core/cpu_features.hpp"
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
@@ -24,8 +25,7 @@ namespace softneuro {
 namespace {
 
 bool cpu_has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
+  return core::cpu_features().avx2_fma();
 }
 
 struct Nc {

@@ -8,6 +8,7 @@
 // u8 = q + 128 (the caller folds (128 + zero_point) * sum(w) into the bias, and
 // pads with zero_point + 128, the value of a real 0), weights as int8 in
 // [-127, 127]; the accumulators equal those of the AVX2 kernels exactly.
+#include "core/cpu_features.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/qint8_epilogue.inl"
 
@@ -45,18 +46,10 @@ void tile_vnni(const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const
             dst + r * ldd, nvalid);
 }
 
-bool cpuid_avxvnni() {
-  // CPUID.(EAX=7, ECX=1):EAX bit 4; and the OS must save ymm state (checked by __builtin_cpu_supports("avx2")).
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-  return (a >> 4) & 1u;
-}
-
 }  // namespace
 
 bool vnni_usable() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_avxvnni();
-  return yes;
+  return core::cpu_features().avx2_fma() && core::cpu_features().avx_vnni;
 }
 
 void gemm_tile_vnni(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
