@@ -432,7 +432,7 @@ struct Tuner {
       wants_qint8 = wants_qint8 || schema_allowed(Schema{Device::cpu, DType::qint8, l});
     if (wants_qint8 && net.graph.blob_quant.empty()) {
       progress("calibration", 0, 1, "");
-      profiler::calibrate(net, opt.calibration);
+      profiler::calibrate(net, opt.calibration, opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir);
     }
     auto profiles = unit_profile();
 
