@@ -471,13 +471,28 @@ struct Tuner {
     }
     progress("integrated profiling", rounds, rounds, "");
 
-    // DPRS again with in-context costs where measured.
-    pb = build_problem(profiles, true);
-    sol = dprs::solve(pb.graph);
-    if (!sol.feasible) throw Error("no routine path exists", net.file);
+    // DPRS again with in-context costs where measured. A path that picks
+    // candidates measured only in isolation is run in context once more and
+    // solved again, until the chosen path's costs are all in-context ones (or
+    // three rounds): its predicted time is then a sum of in-context times.
+    std::vector<const Measured*> picks;
+    core::RoutinePath path;
+    for (int round = 0;; ++round) {
+      pb = build_problem(profiles, true);
+      sol = dprs::solve(pb.graph);
+      if (!sol.feasible) throw Error("no routine path exists", net.file);
+      picks = pick(true);
+      path = path_from(picks, profiles);
+      bool all_in_context = true;
+      for (const auto* m : picks) all_in_context = all_in_context && m->integrated_ms > 0;
+      if (all_in_context || round == 2) break;
+      progress("integrated profiling", rounds + round, rounds + round + 1, "");
+      auto [per_step, total] = run_in_context(path, opt.integrated_runs);
+      for (std::size_t i = 0; i < profiles.size(); ++i)
+        if (auto it = per_step.find(profiles[i].layer->name); it != per_step.end())
+          measured_entry(profiles[i], picks[i]).integrated_ms = it->second;
+    }
     report.exact = sol.exact;
-    auto picks = pick(true);
-    core::RoutinePath path = path_from(picks, profiles);
     report.predicted_ms = sol.total;
     const int S = pb.graph.num_schemas;
     for (std::size_t e = 0; e < pb.graph.edges.size(); ++e) {
