@@ -113,18 +113,30 @@ int cmd_inspect(const std::vector<std::string>& args) {
   }
   fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}\n", "name", wn, "type", wt, "routine", wd, "output", "parameters");
   int adapts = 0;
+  double adapt_ms = 0, predicted_ms = 0, measured_ms = 0;
   for (const auto& l : layers) {
     std::string routine = l.descriptor + (l.routine_params.empty() ? "" : " (" + l.routine_params + ")");
     std::string shapes;
     for (const auto& s : l.output_shapes) shapes += (shapes.empty() ? "" : " ") + s.to_string();
-    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params,
-               l.tuned ? fmt::format("  [predicted {:.3f} ms]", l.predicted_ms) : "");
-    adapts += l.type == "adapt";
+    std::string times;
+    if (l.tuned) times = fmt::format("  [predicted {:.3f} ms{}]", l.predicted_ms,
+                                     l.measured_ms > 0 ? fmt::format(", measured {:.3f} ms", l.measured_ms) : "");
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params, times);
+    if (l.type == "adapt") {
+      ++adapts;
+      adapt_ms += l.predicted_ms;
+    }
+    predicted_ms += l.predicted_ms;
+    measured_ms += l.measured_ms;
     for (const auto& c : l.candidates)
       fmt::print("    {} {}{}\n", c.supported ? "candidate    " : "not candidate", c.descriptor,
                  c.supported ? "" : ": " + c.reason);
   }
-  fmt::print("\n{} layers, {} adapts inserted\n", layers.size(), adapts);
+  fmt::print("\n{} layers, {} adapts inserted", layers.size(), adapts);
+  if (!fp.empty())
+    fmt::print(" (predicted {:.3f} ms); predicted {:.3f} ms in all, layers measured in the tuner's whole-net run {:.3f} ms",
+               adapt_ms, predicted_ms, measured_ms);
+  fmt::print("\n");
   return 0;
 }
 

@@ -65,8 +65,18 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     step->info.output_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
     auto cands = registry.candidates(step->info, want);
     const Candidate* pick = nullptr;
-    for (const auto& c : cands)
-      if (c.support.ok && (!pick || c.routine->default_priority() > pick->routine->default_priority())) pick = &c;
+    // The adapt the tuner chose for this edge (measured cheapest), where it still applies.
+    for (const auto& ac : graph.routine_path.adapts)
+      if (ac.blob == from.name && ac.consumer == consumer && ac.to_schema == want.to_string() && !ac.steps.empty())
+        for (const auto& c : cands)
+          if (c.support.ok && c.descriptor == ac.steps[0]) {
+            pick = &c;
+            step->tuned = true;
+            step->predicted_ms = ac.predicted_ms;
+          }
+    if (!pick)
+      for (const auto& c : cands)
+        if (c.support.ok && (!pick || c.routine->default_priority() > pick->routine->default_priority())) pick = &c;
     if (!pick)
       throw Error(fmt::format("no adapt routine converts blob '{}' from {} to {}", from.name,
                               from.schema.to_string(), want.to_string()),
@@ -119,6 +129,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
         step->params = rc->params;
         step->tuned = true;
         step->predicted_ms = rc->predicted_ms;
+        step->measured_ms = rc->measured_ms;
         chosen = true;
       } else {
         warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,

@@ -26,6 +26,7 @@ struct Step {
   RoutineParams params;
   bool tuned = false;
   double predicted_ms = 0;
+  double measured_ms = 0;    ///< in-net time the tuner measured for the chosen path (0: none)
   LayerInfo info;
   std::unique_ptr<PreparedRoutine> prepared;
   std::vector<int> input_blobs, output_blobs;  ///< indices into the blob table

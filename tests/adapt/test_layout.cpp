@@ -105,3 +105,39 @@ TEST_CASE("the executor inserts adapts where schemas differ, and results hold", 
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
 }
+
+TEST_CASE("the executor takes an edge's adapt from the routine path and shows its times", "[adapt]") {
+  auto g = test::chain_graph(4);
+  const Layer& first = g.layers.front();
+  const Layer& second = g.layers[1];
+  // Run the first layer in nchw8c, the second in nhwc: one adapt between them.
+  Schema blocked{Device::cpu, DType::float32, Layout::nchw8c};
+  g.routine_path.device_fingerprint = "test";
+  auto pick = [&](const Layer& l, Layout layout) {
+    for (const auto& d : registered_routines(l.type))
+      if (d.rfind(Schema{Device::cpu, DType::float32, layout}.to_string() + "/", 0) == 0) return d;
+    return std::string();
+  };
+  std::string d1 = pick(first, Layout::nchw8c), d2 = pick(second, Layout::nhwc);
+  REQUIRE(!d1.empty());  // oneDNN routines exist for every layout
+  REQUIRE(!d2.empty());
+  g.routine_path.routines.push_back({first.name, d1, {}, 0.5, 0.6});
+  g.routine_path.routines.push_back({second.name, d2, {}, 0.25, 0.3});
+  g.routine_path.adapts.push_back({first.outputs[0], second.name, blocked.to_string(), "cpu:float32:nhwc",
+                                   {"cpu:float32:nhwc/reorder"}, 0.125});
+  Net net(detail::NetImpl::build(g));
+  bool found = false;
+  for (const auto& l : net.layers()) {
+    if (l.name == first.name) {
+      CHECK(l.predicted_ms == 0.5);
+      CHECK(l.measured_ms == 0.6);
+    }
+    if (l.type == "adapt" && l.inputs[0] == first.outputs[0]) {
+      found = true;
+      CHECK(l.descriptor == "cpu:float32:nhwc/reorder");
+      CHECK(l.tuned);
+      CHECK(l.predicted_ms == 0.125);
+    }
+  }
+  CHECK(found);
+}
