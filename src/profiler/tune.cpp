@@ -18,6 +18,7 @@
 #include <fnmatch.h>
 #include <limits>
 #include <random>
+#include <set>
 
 namespace softneuro {
 namespace {
@@ -495,11 +496,20 @@ struct Tuner {
     report.exact = sol.exact;
     report.predicted_ms = sol.total;
     const int S = pb.graph.num_schemas;
+    // The executor converts a blob once per target schema and shares the copy
+    // among its consumers there; DPRS (per-edge costs) counted each edge. The
+    // prediction counts what will run. (The search itself may so overrate
+    // paths that convert a branching blob: a known, conservative bias.)
+    std::set<std::pair<std::string, int>> converted;
     for (std::size_t e = 0; e < pb.graph.edges.size(); ++e) {
       const auto& edge = pb.graph.edges[e];
       int a = sol.schema[static_cast<std::size_t>(edge.from)], b = sol.schema[static_cast<std::size_t>(edge.to)];
       if (a == b) continue;
       double ms = edge.adapt[static_cast<std::size_t>(a * S + b)];
+      if (!converted.insert({pb.blob_of_edge[e], b}).second) {
+        report.predicted_ms -= ms;
+        continue;
+      }
       std::string d = pb.adapt_desc[e][static_cast<std::size_t>(a * S + b)];
       path.adapts.push_back({pb.blob_of_edge[e], pb.consumer_of_edge[e], schemas[static_cast<std::size_t>(a)].to_string(),
                              schemas[static_cast<std::size_t>(b)].to_string(), {d}, ms});
