@@ -80,7 +80,7 @@ const Routine* xnn_routine(const std::string& type, Schema* schema) {
 }
 
 /// Runs `layer` with the XNNPACK routine in nhwc: plain inputs converted, outputs back plain.
-Outcome run_xnn(const Layer& layer, const std::vector<Blob>& plain_inputs) {
+Outcome run_xnn(const Layer& layer, const std::vector<Blob>& plain_inputs, const RoutineParams& params = {}) {
   LayerInfo info;
   info.layer = &layer;
   for (const Blob& b : plain_inputs) info.input_shapes.push_back(b.shape());
@@ -92,7 +92,7 @@ Outcome run_xnn(const Layer& layer, const std::vector<Blob>& plain_inputs) {
   if (!out.support) return out;
   std::vector<Blob> inputs, outputs;
   for (const Blob& b : plain_inputs) inputs.push_back(to_nhwc(b));
-  auto prepared = routine->prepare(info, schema, {});
+  auto prepared = routine->prepare(info, schema, params);
   for (const Shape& s : info.output_shapes) {
     outputs.push_back(Blob::allocate(s, DType::float32, Layout::nhwc));
     test::fill_bytes(outputs.back(), std::numeric_limits<float>::quiet_NaN());
@@ -125,8 +125,9 @@ void check_close(const Blob& got, const Blob& want) {
   CHECK(max_err <= kTolerance * max_ref + 1e-6);
 }
 
-bool check_case(const Layer& layer, const std::vector<Blob>& inputs, std::string* reason = nullptr) {
-  Outcome got = run_xnn(layer, inputs);
+bool check_case(const Layer& layer, const std::vector<Blob>& inputs, std::string* reason = nullptr,
+                const RoutineParams& params = {}) {
+  Outcome got = run_xnn(layer, inputs, params);
   if (!got.support) {
     if (reason) *reason = got.support.reason;
     return false;
@@ -379,7 +380,7 @@ TEST_CASE("xnnpack softmax matches cpu/ref along the innermost dim", "[xnnpack][
   CHECK(s.reason.find("innermost") != std::string::npos);
 }
 
-TEST_CASE("xnnpack runs with one thread and with two", "[xnnpack][threads]") {
+TEST_CASE("xnnpack runs with one, two and three threads, workers yielding or spinning", "[xnnpack][threads]") {
   if (!xnnpack_available()) return;
   std::mt19937 rng(2);
   Layer l = test::make_layer("conv2", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}},
@@ -389,6 +390,7 @@ TEST_CASE("xnnpack runs with one thread and with two", "[xnnpack][threads]") {
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     CHECK(check_case(l, {x}));
+    CHECK(check_case(l, {x}, nullptr, {{"spin_workers", 1}}));  // workers left spinning
   }
   set_num_threads(before);
 }

@@ -264,6 +264,15 @@ struct Op {
   }
 };
 
+/// The operators a routine runs, in order, as prepare() creates them, and the
+/// flags they are created with.
+struct Build {
+  std::vector<std::unique_ptr<Op>> ops;
+  uint32_t flags = 0;
+  void push_back(std::unique_ptr<Op> o) { ops.push_back(std::move(o)); }
+  const std::unique_ptr<Op>& back() const { return ops.back(); }
+};
+
 /// Sets up every operator of a routine for these pointers and this pool.
 using SetupFn = std::function<void(const void* const* in, void* out, pthreadpool_t pool)>;
 
@@ -313,11 +322,11 @@ class Prepared final : public PreparedRoutine {
 };
 
 /// Appends the operator applying `after` in place over `count` floats; returns it or nullptr.
-xnn_operator_t add_after(std::vector<std::unique_ptr<Op>>& ops, Clamp::After after) {
+xnn_operator_t add_after(Build& ops, Clamp::After after) {
   if (after == Clamp::none) return nullptr;
   auto o = std::make_unique<Op>();
-  if (after == Clamp::hardswish) xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, 0, &o->op), "xnn_create_hardswish_nc_f32");
-  else xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, 0, &o->op), "xnn_create_sigmoid_nc_f32");
+  if (after == Clamp::hardswish) xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_hardswish_nc_f32");
+  else xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_sigmoid_nc_f32");
   xnn_operator_t raw = o->op;
   ops.push_back(std::move(o));
   return raw;
@@ -355,13 +364,25 @@ class Xnnpack final : public Routine {
     }
   }
 
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+  /// spin_workers: 0 (default) lets pthreadpool's workers sleep as soon as an
+  /// operator is done (XNN_FLAG_YIELD_WORKERS); 1 keeps them spinning for the
+  /// next operator, which saves a wake-up between XNNPACK layers on an idle
+  /// machine but, on a loaded one, has them preempted mid-spin (measured: a
+  /// 1x1 96->24 conv at 56x56, 2 threads, load 7 on 2 cores, 16-24 ms spinning
+  /// against 0.12 ms yielding; 0.054 ms spinning when the machine was quiet).
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"spin_workers", {0, 1}}};
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
+                                           const RoutineParams& params) const override {
     xcheck(init_status(), "xnn_initialize");
     if (Support s = K::check(info); !s)
       throw Error(fmt::format("cpu:float32:nhwc/xnnpack cannot compute layer '{}': {}", info.layer->name, s.reason));
-    std::vector<std::unique_ptr<Op>> ops;
+    Build ops;
+    ops.flags = routine_param(params, "spin_workers", 0) ? 0 : XNN_FLAG_YIELD_WORKERS;
     SetupFn setup = K::create(info, ops);
-    return std::make_unique<Prepared>(std::move(ops), std::move(setup), info);
+    return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
   }
 
   int default_priority() const override { return K::kPriority; }
@@ -381,7 +402,7 @@ struct Conv2 {
     return fused_support(core::fused_activation(*info.layer));
   }
 
-  static SetupFn create(const LayerInfo& info, std::vector<std::unique_ptr<Op>>& ops) {
+  static SetupFn create(const LayerInfo& info, Build& ops) {
     const Layer& layer = *info.layer;
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
     const Clamp c = to_clamp(core::fused_activation(layer));
@@ -402,7 +423,7 @@ struct Conv2 {
               static_cast<uint32_t>(g.sh), static_cast<uint32_t>(g.sw), static_cast<uint32_t>(g.dh),
               static_cast<uint32_t>(g.dw), static_cast<uint32_t>(g.group), static_cast<size_t>(gi),
               static_cast<size_t>(go), static_cast<size_t>(g.c), static_cast<size_t>(g.oc), kernel.data(),
-              bias ? bias->data_as<float>() : nullptr, c.min, c.max, 0, &conv->op),
+              bias ? bias->data_as<float>() : nullptr, c.min, c.max, ops.flags, &conv->op),
           "xnn_create_convolution2d_nhwc_f32");
     xnn_operator_t op = conv->op;
     ops.push_back(std::move(conv));
@@ -434,7 +455,7 @@ struct Dense {
     return fused_support(core::fused_activation(*info.layer));
   }
 
-  static SetupFn create(const LayerInfo& info, std::vector<std::unique_ptr<Op>>& ops) {
+  static SetupFn create(const LayerInfo& info, Build& ops) {
     const Layer& layer = *info.layer;
     const Blob& w = layer.weight("weight");
     const Blob* bias = layer.find_weight("bias");
@@ -443,7 +464,7 @@ struct Dense {
     const Clamp c = to_clamp(core::fused_activation(layer));
     auto fc = std::make_unique<Op>();
     xcheck(xnn_create_fully_connected_nc_f32(k, o, k, o, w.data_as<float>(), bias ? bias->data_as<float>() : nullptr,
-                                            c.min, c.max, 0, &fc->op),
+                                            c.min, c.max, ops.flags, &fc->op),
           "xnn_create_fully_connected_nc_f32");
     xnn_operator_t op = fc->op;
     ops.push_back(std::move(fc));
@@ -518,7 +539,7 @@ struct Pool2 {
                            "the input");
     }
     // The rest (stride vs window limits) XNNPACK says itself: create one without data.
-    std::vector<std::unique_ptr<Op>> ops;
+    Build ops;
     try {
       make(p, ops);
     } catch (const Error& e) {
@@ -527,26 +548,26 @@ struct Pool2 {
     return Support::yes();
   }
 
-  static void make(const Geometry& p, std::vector<std::unique_ptr<Op>>& ops) {
+  static void make(const Geometry& p, Build& ops) {
     const Window2d& g = p.g;
     auto o = std::make_unique<Op>();
     const size_t c = static_cast<size_t>(g.c);
     const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
     if (p.global_avg)
-      xcheck(xnn_create_global_average_pooling_nwc_f32(c, c, c, -kInf, kInf, 0, &o->op),
+      xcheck(xnn_create_global_average_pooling_nwc_f32(c, c, c, -kInf, kInf, ops.flags, &o->op),
             "xnn_create_global_average_pooling_nwc_f32");
     else if (p.is_max)
       xcheck(xnn_create_max_pooling2d_nhwc_f32(u(g.pt), u(p.pr), u(p.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
-                                              u(g.dh), u(g.dw), c, c, c, -kInf, kInf, 0, &o->op),
+                                              u(g.dh), u(g.dw), c, c, c, -kInf, kInf, ops.flags, &o->op),
             "xnn_create_max_pooling2d_nhwc_f32");
     else
       xcheck(xnn_create_average_pooling2d_nhwc_f32(u(g.pt), u(p.pr), u(p.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh),
-                                                  u(g.sw), c, c, c, -kInf, kInf, 0, &o->op),
+                                                  u(g.sw), c, c, c, -kInf, kInf, ops.flags, &o->op),
             "xnn_create_average_pooling2d_nhwc_f32");
     ops.push_back(std::move(o));
   }
 
-  static SetupFn create(const LayerInfo& info, std::vector<std::unique_ptr<Op>>& ops) {
+  static SetupFn create(const LayerInfo& info, Build& ops) {
     const Geometry p = geometry(info);
     make(p, ops);
     xnn_operator_t op = ops.back()->op;
@@ -577,9 +598,9 @@ struct Unary {
 
   static Support check(const LayerInfo& info) { return K::check(*info.layer); }
 
-  static SetupFn create(const LayerInfo& info, std::vector<std::unique_ptr<Op>>& ops) {
+  static SetupFn create(const LayerInfo& info, Build& ops) {
     auto o = std::make_unique<Op>();
-    K::create(*info.layer, &o->op);
+    K::create(*info.layer, ops.flags, &o->op);
     xnn_operator_t op = o->op;
     ops.push_back(std::move(o));
     const size_t count = static_cast<size_t>(info.input_shapes[0].numel());
@@ -597,8 +618,8 @@ struct ClampSetup {
 struct ReluK : ClampSetup {
   static constexpr std::string_view kType = "relu";
   static Support check(const Layer&) { return Support::yes(); }
-  static void create(const Layer&, xnn_operator_t* op) {
-    xcheck(xnn_create_clamp_nc_f32(1, 1, 1, 0.0f, kInf, 0, op), "xnn_create_clamp_nc_f32");
+  static void create(const Layer&, uint32_t flags, xnn_operator_t* op) {
+    xcheck(xnn_create_clamp_nc_f32(1, 1, 1, 0.0f, kInf, flags, op), "xnn_create_clamp_nc_f32");
   }
 };
 struct ClipK : ClampSetup {
@@ -611,16 +632,16 @@ struct ClipK : ClampSetup {
     if (!(lo < hi)) return Support::no(fmt::format("clip range [{}, {}] is empty; XNNPACK's clamp needs min < max", lo, hi));
     return Support::yes();
   }
-  static void create(const Layer& l, xnn_operator_t* op) {
+  static void create(const Layer& l, uint32_t flags, xnn_operator_t* op) {
     auto [lo, hi] = range(l);
-    xcheck(xnn_create_clamp_nc_f32(1, 1, 1, lo, hi, 0, op), "xnn_create_clamp_nc_f32");
+    xcheck(xnn_create_clamp_nc_f32(1, 1, 1, lo, hi, flags, op), "xnn_create_clamp_nc_f32");
   }
 };
 struct HardswishK {
   static constexpr std::string_view kType = "hardswish";
   static Support check(const Layer&) { return Support::yes(); }
-  static void create(const Layer&, xnn_operator_t* op) {
-    xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, 0, op), "xnn_create_hardswish_nc_f32");
+  static void create(const Layer&, uint32_t flags, xnn_operator_t* op) {
+    xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, flags, op), "xnn_create_hardswish_nc_f32");
   }
   static void setup(xnn_operator_t op, size_t n, const float* x, float* y, pthreadpool_t pool) {
     xcheck(xnn_setup_hardswish_nc_f32(op, n, x, y, pool), "xnn_setup_hardswish_nc_f32");
@@ -629,8 +650,8 @@ struct HardswishK {
 struct SigmoidK {
   static constexpr std::string_view kType = "sigmoid";
   static Support check(const Layer&) { return Support::yes(); }
-  static void create(const Layer&, xnn_operator_t* op) {
-    xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, 0, op), "xnn_create_sigmoid_nc_f32");
+  static void create(const Layer&, uint32_t flags, xnn_operator_t* op) {
+    xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, flags, op), "xnn_create_sigmoid_nc_f32");
   }
   static void setup(xnn_operator_t op, size_t n, const float* x, float* y, pthreadpool_t pool) {
     xcheck(xnn_setup_sigmoid_nc_f32(op, n, x, y, pool), "xnn_setup_sigmoid_nc_f32");
@@ -671,9 +692,9 @@ struct Binary {
     return Support::yes();
   }
 
-  static SetupFn create(const LayerInfo& info, std::vector<std::unique_ptr<Op>>& ops) {
+  static SetupFn create(const LayerInfo& info, Build& ops) {
     auto o = std::make_unique<Op>();
-    K::create(&o->op);
+    K::create(ops.flags, &o->op);
     xnn_operator_t op = o->op;
     ops.push_back(std::move(o));
     const int rank = info.output_shapes[0].rank();
@@ -688,7 +709,7 @@ struct Binary {
 #define SOFTNEURO_XNN_BINARY(Name, type, fn)                                                                    \
   struct Name {                                                                                                 \
     static constexpr std::string_view kType = type;                                                             \
-    static void create(xnn_operator_t* op) { xcheck(xnn_create_##fn##_nd_f32(-kInf, kInf, 0, op), #fn); }         \
+    static void create(uint32_t flags, xnn_operator_t* op) { xcheck(xnn_create_##fn##_nd_f32(-kInf, kInf, flags, op), #fn); } \
     static void setup(xnn_operator_t op, size_t na, const size_t* a, size_t nb, const size_t* b, const float* x, \
                       const float* y, float* z, pthreadpool_t pool) {                                           \
       xcheck(xnn_setup_##fn##_nd_f32(op, na, a, nb, b, x, y, z, pool), #fn);                                     \
@@ -723,12 +744,12 @@ struct Softmax {
     return Support::yes();
   }
 
-  static SetupFn create(const LayerInfo& info, std::vector<std::unique_ptr<Op>>& ops) {
+  static SetupFn create(const LayerInfo& info, Build& ops) {
     const Shape& s = info.input_shapes[0];
     const size_t channels = static_cast<size_t>(s[axis_of(info)]);
     const size_t batch = static_cast<size_t>(s.numel()) / channels;
     auto o = std::make_unique<Op>();
-    xcheck(xnn_create_softmax_nc_f32(channels, channels, channels, 0, &o->op), "xnn_create_softmax_nc_f32");
+    xcheck(xnn_create_softmax_nc_f32(channels, channels, channels, ops.flags, &o->op), "xnn_create_softmax_nc_f32");
     xnn_operator_t op = o->op;
     ops.push_back(std::move(o));
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
