@@ -5,6 +5,12 @@
 //   conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING]
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
+//              [--max-combos N] [--defaults]
+//
+// Routines with parameters (param_space) are prepared and timed once per
+// combination (at most --max-combos, default 64, evenly spaced; --defaults:
+// none), each with its share of the budget; the cell shows the best median
+// and the best combination is listed after the table.
 //
 // Only run() is timed: inputs are made in the routine's schema beforehand, so
 // layout conversions (adapts) are excluded. CPU schemas only; quantised ones get
@@ -217,8 +223,37 @@ struct Result {
   int runs = 0;
 };
 
+/// Every combination of a routine's parameters (its param_space cross
+/// product), at most `cap` of them (evenly spaced), or just the defaults.
+std::vector<RoutineParams> param_combinations(const std::vector<RoutineParamSpec>& space, std::size_t cap) {
+  std::vector<RoutineParams> out{{}};
+  for (const auto& spec : space) {
+    if (spec.choices.empty()) continue;
+    std::vector<RoutineParams> next;
+    for (const auto& p : out)
+      for (int64_t c : spec.choices) {
+        RoutineParams q = p;
+        q.emplace_back(spec.name, c);
+        next.push_back(std::move(q));
+      }
+    out = std::move(next);
+  }
+  if (out.size() > cap && cap > 0) {
+    std::vector<RoutineParams> kept;
+    for (std::size_t i = 0; i < cap; ++i) kept.push_back(out[i * out.size() / cap]);
+    out = std::move(kept);
+  }
+  return out;
+}
+
+std::string params_text(const RoutineParams& p) {
+  std::string s;
+  for (const auto& [k, v] : p) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  return s.empty() ? "(defaults)" : s;
+}
+
 Result time_routine(const Routine& routine, const Schema& schema, const ConvShape& cs, int max_runs, double budget_s,
-                    std::mt19937& rng) {
+                    std::mt19937& rng, std::size_t max_combos, RoutineParams* best_params) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
   Blob b = Blob::allocate({cs.oc});
@@ -248,30 +283,41 @@ Result time_routine(const Routine& routine, const Schema& schema, const ConvShap
     r.why = s.reason;
     return r;
   }
-  auto prepared = routine.prepare(info, schema, {});
   Blob x = Blob::allocate(info.input_shapes[0], schema.dtype, schema.layout);
   fill_random(x, rng);
   Blob y = Blob::allocate(info.output_shapes[0], schema.dtype, schema.layout);
-  const std::size_t ws = prepared->workspace_bytes();
-  std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
-                                                   std::free);
-  const Blob* ins[] = {&x};
-  Blob* outs[] = {&y};
-  RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
-  prepared->run(args);
-  prepared->run(args);
-  std::vector<double> times;
-  const auto start = Clock::now();
-  while (static_cast<int>(times.size()) < max_runs) {
-    auto t0 = Clock::now();
+  // Each parameter combination is prepared and timed (its share of the budget);
+  // the best median wins.
+  const std::vector<RoutineParams> combos = param_combinations(routine.param_space(info, schema), max_combos);
+  for (const RoutineParams& params : combos) {
+    auto prepared = routine.prepare(info, schema, params);
+    const std::size_t ws = prepared->workspace_bytes();
+    std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
+                                                     std::free);
+    const Blob* ins[] = {&x};
+    Blob* outs[] = {&y};
+    RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
     prepared->run(args);
-    times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    if (times.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > budget_s) break;
+    prepared->run(args);
+    std::vector<double> times;
+    const double share = combos.size() > 1 ? budget_s / double(combos.size()) : budget_s;
+    const int runs = combos.size() > 1 ? std::max(3, std::min(max_runs, 5)) : max_runs;
+    const auto start = Clock::now();
+    while (static_cast<int>(times.size()) < runs) {
+      auto t0 = Clock::now();
+      prepared->run(args);
+      times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (times.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > share) break;
+    }
+    std::sort(times.begin(), times.end());
+    const double ms = times[times.size() / 2];
+    if (!r.ok || ms < r.ms) {
+      r.ms = ms;
+      r.runs = static_cast<int>(times.size());
+      if (best_params) *best_params = params;
+    }
+    r.ok = true;
   }
-  std::sort(times.begin(), times.end());
-  r.ok = true;
-  r.runs = static_cast<int>(times.size());
-  r.ms = times[times.size() / 2];
   return r;
 }
 
@@ -291,7 +337,7 @@ int main(int argc, char** argv) {
   }
   std::string model_filter, shape_filter, routine_filter, peak_isa = "max";
   bool with_ref = false, list = false;
-  int threads = 2, runs = 20;
+  int threads = 2, runs = 20, max_combos = 64;
   double budget = 0.4;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -312,11 +358,13 @@ int main(int argc, char** argv) {
     else if (a == "--list") list = true;
     else if (a == "--peak") peak_isa = value();
     else if (a == "--omp-spin") continue;
+    else if (a == "--max-combos") max_combos = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--defaults") max_combos = 1;
     else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
-                 "                  [--list]\n");
+                 "                  [--list] [--max-combos N] [--defaults]\n");
       return 2;
     }
   }
@@ -371,6 +419,7 @@ int main(int argc, char** argv) {
   // Per model and column: total ms (count-weighted) and whether every shape ran.
   std::map<std::string, std::vector<std::pair<double, bool>>> totals;
   std::map<std::string, double> best_total;
+  std::vector<std::string> tuned;  // "shape descriptor: best parameters"
   for (const auto& cs : shapes) {
     fmt::print("{:<12} {:<22} {:>7.3f} {:>2}", cs.model, cs.name, cs.gflop(), cs.count);
     std::fflush(stdout);
@@ -378,7 +427,11 @@ int main(int argc, char** argv) {
     tot.resize(cols.size(), {0.0, true});
     double best = 0;
     for (std::size_t i = 0; i < cols.size(); ++i) {
-      Result r = time_routine(*cols[i].routine, cols[i].schema, cs, runs, budget, rng);
+      RoutineParams best_params;
+      Result r = time_routine(*cols[i].routine, cols[i].schema, cs, runs, budget, rng,
+                              static_cast<std::size_t>(max_combos), &best_params);
+      if (r.ok && !best_params.empty())
+        tuned.push_back(fmt::format("{:<22} {:<32} {}", cs.name, cols[i].descriptor, params_text(best_params)));
       if (!r.ok) {
         fmt::print(" | {:^24}", "n/a");
         reasons.emplace(cols[i].descriptor + ": " + r.why, cs.name);
@@ -404,6 +457,10 @@ int main(int argc, char** argv) {
   }
   fmt::print("\nFMA peak probed again after the table: AVX2 {:.1f} GFLOP/s{} (a large change means a noisy machine)\n",
              probe_peak(threads, false), has512 ? fmt::format(", AVX-512 {:.1f}", probe_peak(threads, true)) : std::string());
+  if (!tuned.empty()) {
+    fmt::print("\nbest routine parameters (each combination of param_space timed, the best median reported):\n");
+    for (const auto& t : tuned) fmt::print("  {}\n", t);
+  }
   if (!reasons.empty()) {
     fmt::print("\nnot supported (first shape):\n");
     for (const auto& [why, shape] : reasons) fmt::print("  {} [{}]\n", why, shape);

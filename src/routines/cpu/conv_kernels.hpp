@@ -1,0 +1,69 @@
+// Per-ISA inner kernels of our direct (direct.cpp) and depthwise
+// (depthwise.cpp) float32 convolutions, in blocked layouts. Implemented in
+// conv_kernels.inl, built twice: conv_kernels_avx2.cpp (-mavx2 -mfma, vectors
+// of 8: nchw8c) and conv_kernels_avx512.cpp (AVX-512 F/BW/VL/DQ, vectors of 16:
+// nchw16c). Plain types only; callers check the CPU first (kernels_for()).
+#pragma once
+
+#include "routines/cpu/gemm.hpp"
+
+#include <cstdint>
+
+namespace softneuro::cpu::conv {
+
+/// One register tile of the direct convolution: OCB output-channel blocks x W
+/// output pixels of one output row, over `icbs` input-channel blocks.
+///   x: padded input at (first ic block, input row oh*sh, input column ow0*sw);
+///      layout [icb][Hp][Wp][V], x_icb and x_row floats apart.
+///   w: packed weights of this OCB group at its first ic block, layout
+///      [icb][kh][kw][V ic][OCB][V oc], w_icb floats between ic blocks.
+///   y: output at (first oc block, oh, ow0), layout [ocb][OH][OW][V], y_ocb apart.
+struct DirectTile {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  float* y = nullptr;
+  int64_t icbs = 0, x_icb = 0, x_row = 0, w_icb = 0, y_ocb = 0;
+  int kh = 1, kw = 1, dh = 1, dw = 1, sw = 1;
+  bool load_y = false;  ///< accumulate onto y (a later ic pass)
+  bool last = false;    ///< apply bias + activation and zero the padded channels
+  const float* bias = nullptr;  ///< OCB*V biases (zero-padded), or null
+  int valid_last = 0;           ///< valid lanes of the tile's last oc block (V when full)
+};
+using DirectFn = void (*)(const DirectTile&, const gemm::Epilogue&);
+
+/// One output row of a depthwise convolution over one channel vector.
+///   x: input of this channel vector at row 0 (pixels px floats apart, rows rx apart),
+///   w: KH*KW weight vectors (V floats each), bias: V floats or null,
+///   y: output row (pixels py apart). Channels past `valid` are zero in the
+///   output (blocked) or not written (masked, nhwc).
+struct DepthwiseRow {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t h = 0, w_in = 0, px = 0, rx = 0, py = 0, ow = 0;
+  int64_t ih0 = 0;  ///< oh*sh - pad_top
+  int kh = 3, kw = 3, sh = 1, sw = 1, dh = 1, dw = 1, pl = 0;
+  int valid = 0;       ///< valid channels of this vector (V when full)
+  bool masked = false; ///< nhwc tail: load/store only `valid` lanes
+};
+using DepthwiseFn = void (*)(const DepthwiseRow&, const gemm::Epilogue&);
+
+/// The direct kernels of one ISA: tile shapes (oc blocks, pixels) they are
+/// instantiated for, for strides 1, 2 and any (runtime).
+struct Kernels {
+  const char* isa = "";
+  int vec = 0;
+  static constexpr int kMaxTiles = 8;
+  int ntiles = 0;
+  int tile_ocb[kMaxTiles] = {}, tile_w[kMaxTiles] = {};
+  /// direct[t][s]: tile t, stride s = 0 (any), 1, 2.
+  DirectFn direct[kMaxTiles][3] = {};
+  DepthwiseFn depthwise = nullptr;
+};
+
+/// The AVX2 (V=8) and AVX-512 (V=16) kernels; nullptr when the CPU lacks the ISA.
+const Kernels* kernels_avx2();
+const Kernels* kernels_avx512();
+
+}  // namespace softneuro::cpu::conv

@@ -1,0 +1,214 @@
+// Direct and depthwise convolution kernels, one build per ISA (included by
+// conv_kernels_avx2.cpp and conv_kernels_avx512.cpp after defining
+// SN_F32_AVX512). See conv_kernels.hpp.
+#include "routines/cpu/conv_kernels.hpp"
+#include "routines/cpu/f32_simd.hpp"
+#include "core/cpu_features.hpp"
+
+namespace softneuro::cpu::SN_F32_NS {
+namespace {
+
+using conv::DirectTile;
+using conv::DepthwiseRow;
+
+/// OCB x W accumulators; stride S (0: t.sw at run time).
+template <int OCB, int W, int S>
+void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
+  vf acc[OCB][W];
+  if (t.load_y) {
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) acc[j][i] = vload(t.y + j * t.y_ocb + i * kV);
+  } else {
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) acc[j][i] = vzero();
+  }
+  const int64_t sx = (S == 0 ? t.sw : S) * kV;
+  const int taps = t.kh * t.kw;
+  for (int64_t icb = 0; icb < t.icbs; ++icb) {
+    const float* xb = t.x + icb * t.x_icb;
+    const float* wb = t.w + icb * t.w_icb;
+    for (int kh = 0; kh < t.kh; ++kh)
+      for (int kw = 0; kw < t.kw; ++kw) {
+        const float* xp = xb + kh * t.dh * t.x_row + kw * t.dw * kV;
+        const float* wp = wb + (kh * t.kw + kw) * (kV * OCB * kV);
+#pragma GCC unroll 2
+        for (int ic = 0; ic < kV; ++ic) {
+          vf wv[OCB];
+#pragma GCC unroll 4
+          for (int j = 0; j < OCB; ++j) wv[j] = vload(wp + (ic * OCB + j) * kV);
+#pragma GCC unroll 32
+          for (int i = 0; i < W; ++i) {
+            const vf xv = vbcast(xp + i * sx + ic);
+#pragma GCC unroll 4
+            for (int j = 0; j < OCB; ++j) acc[j][i] = vfma(xv, wv[j], acc[j][i]);
+          }
+        }
+      }
+    (void)taps;
+  }
+  if (t.last) {
+    const VAct act(ep);
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j) {
+      const vf b = t.bias ? vload(t.bias + j * kV) : vzero();
+      const bool mask = j == OCB - 1 && t.valid_last < kV;
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) {
+        vf v = act(vadd(acc[j][i], b));
+        if (mask) v = vkeep_n(v, t.valid_last);
+        acc[j][i] = v;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+    for (int i = 0; i < W; ++i) vstore(t.y + j * t.y_ocb + i * kV, acc[j][i]);
+}
+
+// ---------------------------------------------------------------------------
+// Depthwise: one output row of one channel vector.
+
+inline vf dw_load(const DepthwiseRow& r, const float* p) { return r.masked ? vload_n(p, r.valid) : vload(p); }
+
+/// One output pixel with every bound checked.
+inline vf dw_pixel(const DepthwiseRow& r, int64_t ow) {
+  vf acc = vzero();
+  for (int kh = 0; kh < r.kh; ++kh) {
+    const int64_t ih = r.ih0 + kh * r.dh;
+    if (ih < 0 || ih >= r.h) continue;
+    for (int kw = 0; kw < r.kw; ++kw) {
+      const int64_t iw = ow * r.sw - r.pl + kw * r.dw;
+      if (iw < 0 || iw >= r.w_in) continue;
+      acc = vfma(dw_load(r, r.x + ih * r.rx + iw * r.px), vload(r.w + (kh * r.kw + kw) * kV), acc);
+    }
+  }
+  return acc;
+}
+
+inline void dw_store(const DepthwiseRow& r, const VAct& act, vf bias, int64_t ow, vf acc) {
+  vf v = act(vadd(acc, bias));
+  float* p = r.y + ow * r.py;
+  if (r.masked) vstore_n(p, v, r.valid);
+  else vstore(p, r.valid < kV ? vkeep_n(v, r.valid) : v);
+}
+
+/// Interior pixels (all taps in the row valid), 4 at a time; KH rows checked once.
+template <int K>
+void dw_interior(const DepthwiseRow& r, const VAct& act, vf bias, int64_t lo, int64_t hi) {
+  int khs = 0, khe = K;
+  while (khs < K && r.ih0 + khs * r.dh < 0) ++khs;
+  while (khe > khs && r.ih0 + (khe - 1) * r.dh >= r.h) --khe;
+  vf wv[K * K];
+#pragma GCC unroll 25
+  for (int i = 0; i < K * K; ++i) wv[i] = vload(r.w + i * kV);
+  const int64_t sx = r.sw * r.px;
+  int64_t ow = lo;
+  for (; ow + 4 <= hi; ow += 4) {
+    vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+    for (int kh = khs; kh < khe; ++kh) {
+      const float* xr = r.x + (r.ih0 + kh * r.dh) * r.rx + (ow * r.sw - r.pl) * r.px;
+#pragma GCC unroll 5
+      for (int kw = 0; kw < K; ++kw) {
+        const float* p = xr + kw * r.dw * r.px;
+        const vf w = wv[kh * K + kw];
+        a0 = vfma(dw_load(r, p), w, a0);
+        a1 = vfma(dw_load(r, p + sx), w, a1);
+        a2 = vfma(dw_load(r, p + 2 * sx), w, a2);
+        a3 = vfma(dw_load(r, p + 3 * sx), w, a3);
+      }
+    }
+    dw_store(r, act, bias, ow, a0);
+    dw_store(r, act, bias, ow + 1, a1);
+    dw_store(r, act, bias, ow + 2, a2);
+    dw_store(r, act, bias, ow + 3, a3);
+  }
+  for (; ow < hi; ++ow) {
+    vf a = vzero();
+    for (int kh = khs; kh < khe; ++kh) {
+      const float* xr = r.x + (r.ih0 + kh * r.dh) * r.rx + (ow * r.sw - r.pl) * r.px;
+#pragma GCC unroll 5
+      for (int kw = 0; kw < K; ++kw) a = vfma(dw_load(r, xr + kw * r.dw * r.px), wv[kh * K + kw], a);
+    }
+    dw_store(r, act, bias, ow, a);
+  }
+}
+
+void depthwise_row(const DepthwiseRow& r, const gemm::Epilogue& ep) {
+  const VAct act(ep);
+  const vf bias = r.bias ? vload(r.bias) : vzero();
+  // Interior: ow*sw - pl >= 0 and ow*sw - pl + (kw-1)*dw <= w_in - 1.
+  int64_t lo = (r.pl + r.sw - 1) / r.sw;
+  const int64_t last = r.w_in - 1 + r.pl - (r.kw - 1) * r.dw;
+  int64_t hi = last < 0 ? 0 : last / r.sw + 1;
+  hi = std::min(hi, r.ow);
+  lo = std::min(lo, r.ow);
+  if (hi < lo) hi = lo;
+  for (int64_t ow = 0; ow < lo; ++ow) dw_store(r, act, bias, ow, dw_pixel(r, ow));
+  if (r.kh == 3 && r.kw == 3) dw_interior<3>(r, act, bias, lo, hi);
+  else if (r.kh == 5 && r.kw == 5) dw_interior<5>(r, act, bias, lo, hi);
+  else
+    for (int64_t ow = lo; ow < hi; ++ow) dw_store(r, act, bias, ow, dw_pixel(r, ow));
+  for (int64_t ow = hi; ow < r.ow; ++ow) dw_store(r, act, bias, ow, dw_pixel(r, ow));
+}
+
+// ---------------------------------------------------------------------------
+
+template <int OCB, int W>
+void add_tile(conv::Kernels& k) {
+  const int t = k.ntiles++;
+  k.tile_ocb[t] = OCB;
+  k.tile_w[t] = W;
+  k.direct[t][0] = &direct_tile<OCB, W, 0>;
+  k.direct[t][1] = &direct_tile<OCB, W, 1>;
+  k.direct[t][2] = &direct_tile<OCB, W, 2>;
+}
+
+conv::Kernels make_kernels() {
+  conv::Kernels k;
+  k.vec = kV;
+#if SN_F32_AVX512
+  k.isa = "avx512";
+  // 32 zmm: OCB*W accumulators + OCB weights (+ the broadcast, often folded into the FMA).
+  add_tile<1, 14>(k);
+  add_tile<1, 28>(k);
+  add_tile<2, 7>(k);
+  add_tile<2, 14>(k);
+  add_tile<4, 4>(k);
+  add_tile<4, 6>(k);
+  add_tile<4, 7>(k);
+#else
+  k.isa = "avx2";
+  // 16 ymm: OCB*W accumulators + OCB weights + the broadcast.
+  add_tile<1, 6>(k);
+  add_tile<1, 12>(k);
+  add_tile<2, 4>(k);
+  add_tile<2, 6>(k);
+  add_tile<4, 2>(k);
+#endif
+  k.depthwise = &depthwise_row;
+  return k;
+}
+
+}  // namespace
+}  // namespace softneuro::cpu::SN_F32_NS
+
+namespace softneuro::cpu::conv {
+#if SN_F32_AVX512
+const Kernels* kernels_avx512() {
+  if (!core::cpu_features().avx512_core()) return nullptr;  // before any AVX-512 code runs
+  static const Kernels k = avx512::make_kernels();
+  return &k;
+}
+#else
+const Kernels* kernels_avx2() {
+  if (!core::cpu_features().avx2_fma()) return nullptr;
+  static const Kernels k = avx2::make_kernels();
+  return &k;
+}
+#endif
+}  // namespace softneuro::cpu::conv

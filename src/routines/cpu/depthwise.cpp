@@ -1,0 +1,165 @@
+// cpu:float32:nhwc/depthwise, cpu:float32:nchw16c/depthwise and
+// cpu:float32:nchw8c/depthwise — depthwise conv2 (group = C = OC), 3x3 and
+// 5x5 kernels, any stride, padding and dilation, bias and fused activation
+// (all but sigmoid) in the kernel.
+//
+// Vectors run along channels: nchw16c uses the AVX-512 kernels (V = 16),
+// nchw8c the AVX2 ones (V = 8), nhwc the widest the CPU has (channel tail
+// masked). Per output row the interior pixels (every tap inside the image) go
+// 4 at a time with the KHxKW weight vectors in registers; border pixels check
+// each tap (conv_kernels.inl). Weights are packed once as [C/V][KH*KW][V].
+// Tasks: (image, channel block, output row) for blocked layouts, (image,
+// output row) for nhwc, on the library's pool. No parameters to tune.
+#include "routines/cpu/conv_kernels.hpp"
+#include "routines/cpu/f32_common.hpp"
+
+#include "core/layer_types.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using core::Window2d;
+namespace conv = cpu::conv;
+
+const conv::Kernels* kernels_for(Layout l) {
+  if (l == Layout::nchw16c) return conv::kernels_avx512();
+  if (l == Layout::nchw8c) return conv::kernels_avx2();
+  if (const conv::Kernels* k = conv::kernels_avx512()) return k;
+  return conv::kernels_avx2();
+}
+
+class PreparedDepthwise final : public PreparedRoutine {
+ public:
+  PreparedDepthwise(const LayerInfo& info, Layout layout, const conv::Kernels& k) : k_(k), layout_(layout) {
+    const Layer& layer = *info.layer;
+    g_ = core::conv2_window(layer, info.input_shapes[0]);
+    v_ = k.vec;
+    cb_ = (g_.c + v_ - 1) / v_;
+    const int64_t taps = g_.kh * g_.kw;
+    const float* w = layer.weight("weight").data_as<float>();
+    packed_.assign(static_cast<std::size_t>(cb_ * taps * v_), 0.0f);
+    for (int64_t c = 0; c < g_.c; ++c)
+      for (int64_t t = 0; t < taps; ++t) packed_[(c / v_ * taps + t) * v_ + c % v_] = w[c * taps + t];
+    bias_.assign(static_cast<std::size_t>(cb_ * v_), 0.0f);
+    if (const Blob* b = layer.find_weight("bias")) std::copy(b->data_as<float>(), b->data_as<float>() + g_.c, bias_.begin());
+    cpu::to_epilogue(core::fused_activation(layer), ep_);
+  }
+
+  void run(const RunArgs& args) override {
+    const float* x = args.inputs[0]->data_as<float>();
+    float* y = args.outputs[0]->data_as<float>();
+    const int64_t taps = g_.kh * g_.kw, v = v_;
+    conv::DepthwiseRow base;
+    base.h = g_.h;
+    base.w_in = g_.w;
+    base.ow = g_.ow;
+    base.kh = static_cast<int>(g_.kh);
+    base.kw = static_cast<int>(g_.kw);
+    base.sh = static_cast<int>(g_.sh);
+    base.sw = static_cast<int>(g_.sw);
+    base.dh = static_cast<int>(g_.dh);
+    base.dw = static_cast<int>(g_.dw);
+    base.pl = static_cast<int>(g_.pl);
+    if (layout_ == Layout::nhwc) {
+      const int64_t items = g_.n * g_.oh;
+      auto body = [&](int64_t b, int64_t e) {
+        conv::DepthwiseRow r = base;
+        r.px = g_.c;
+        r.rx = g_.w * g_.c;
+        r.py = g_.c;
+        for (int64_t it = b; it < e; ++it) {
+          const int64_t oh = it % g_.oh, n = it / g_.oh;
+          r.ih0 = oh * g_.sh - g_.pt;
+          for (int64_t cb = 0; cb < cb_; ++cb) {
+            r.x = x + n * g_.h * g_.w * g_.c + cb * v;
+            r.y = y + (n * g_.oh + oh) * g_.ow * g_.c + cb * v;
+            r.w = packed_.data() + cb * taps * v;
+            r.bias = bias_.data() + cb * v;
+            r.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
+            r.masked = r.valid < v;
+            k_.depthwise(r, ep_);
+          }
+        }
+      };
+      if (args.pool) args.pool->parallel_for(items, 1, body);
+      else body(0, items);
+      return;
+    }
+    const int64_t items = g_.n * cb_ * g_.oh;
+    auto body = [&](int64_t b, int64_t e) {
+      conv::DepthwiseRow r = base;
+      r.px = v;
+      r.rx = g_.w * v;
+      r.py = v;
+      for (int64_t it = b; it < e; ++it) {
+        const int64_t oh = it % g_.oh, plane = it / g_.oh, cb = plane % cb_;
+        r.ih0 = oh * g_.sh - g_.pt;
+        r.x = x + plane * g_.h * g_.w * v;
+        r.y = y + (plane * g_.oh + oh) * g_.ow * v;
+        r.w = packed_.data() + cb * taps * v;
+        r.bias = bias_.data() + cb * v;
+        r.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
+        r.masked = false;
+        k_.depthwise(r, ep_);
+      }
+    };
+    if (args.pool) args.pool->parallel_for(items, 4, body);
+    else body(0, items);
+  }
+
+ private:
+  const conv::Kernels& k_;
+  Layout layout_;
+  Window2d g_{};
+  int64_t v_ = 0, cb_ = 0;
+  std::vector<float> packed_, bias_;
+  cpu::gemm::Epilogue ep_;
+};
+
+template <Layout L>
+class Depthwise final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::float32, L};
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "depthwise"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kSchema)) return Support::no(fmt::format("cpu/depthwise computes in {}", kSchema.to_string()));
+    if (!kernels_for(L))
+      return Support::no(L == Layout::nchw16c ? "nchw16c/depthwise needs AVX-512 (F, BW, VL, DQ)"
+                                              : "depthwise needs AVX2 + FMA");
+    if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
+      return Support::no("conv2 needs an input [N,C,H,W]");
+    if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, "cpu/depthwise"); !s) return s;
+    if (Support s = cpu::check_activation(*info.layer); !s) return s;
+    const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+    if (!(g.group == g.c && g.oc == g.c)) return Support::no("not a depthwise convolution (group = C = OC)");
+    if (!(g.kh == g.kw && (g.kh == 3 || g.kh == 5))) return Support::no("depthwise kernels are 3x3 or 5x5");
+    if (g.oh <= 0 || g.ow <= 0) return Support::no("empty output");
+    return Support::yes();
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    const conv::Kernels* k = kernels_for(L);
+    if (!k) throw Error(fmt::format("{}/depthwise: the CPU lacks the ISA", kSchema.to_string()));
+    return std::make_unique<PreparedDepthwise>(info, L, *k);
+  }
+
+  int default_priority() const override { return 40; }
+};
+
+SOFTNEURO_REGISTER_ROUTINE(Depthwise<Layout::nhwc>);
+SOFTNEURO_REGISTER_ROUTINE(Depthwise<Layout::nchw16c>);
+SOFTNEURO_REGISTER_ROUTINE(Depthwise<Layout::nchw8c>);
+
+}  // namespace
+}  // namespace softneuro

@@ -1,0 +1,279 @@
+// cpu:float32:nchw16c/direct and cpu:float32:nchw8c/direct — our direct
+// convolution in the blocked layouts (channel blocks of V = 16 or 8 innermost,
+// C padded up with zeros; see include/softneuro/blob.hpp), on register tiles
+// of OCB output-channel blocks x W output pixels (conv_kernels.inl: AVX-512
+// for nchw16c, AVX2+FMA for nchw8c, chosen at run time; no scalar path).
+//
+// prepare: weights packed once as [OC group of OCB blocks][ic block][kh][kw][V ic][OCB][V oc]
+//          (zero-padded channels), bias padded to whole blocks.
+// run:     1. the input is copied into the workspace with its spatial padding
+//             made explicit ([n][icb][H+pt+pb][W+pl+pr][V]), so the kernels
+//             never test bounds (any stride, pad, dilation);
+//          2. tasks over (image, OC group, output row) on the library's pool;
+//             each walks its row in tiles of W pixels, over the input-channel
+//             blocks in passes of ic_block (partial sums stay in the output).
+// Groups: 1, or any count whose channels per group are whole blocks (grouped
+// convolutions with other counts, depthwise included, are refused: see
+// cpu/depthwise and cpu/im2col). Bias and fused activation (all but sigmoid)
+// are applied in the kernel's epilogue; padded output channels are written 0.
+//
+// Routine parameters (the profiler tries the combinations):
+//   oc_block  output-channel blocks per register tile and task (1, 2, 4;
+//             reduced to a divisor of the blocks per group),
+//   ow_tile   output pixels per register tile (the largest instantiated tile
+//             width <= the value for that oc_block),
+//   ic_block  input-channel blocks per pass (0: as many as keep the pass's
+//             weights within 32 KiB, i.e. in L1).
+#include "routines/cpu/conv_kernels.hpp"
+#include "routines/cpu/f32_common.hpp"
+
+#include "core/layer_types.hpp"
+#include "core/log.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using core::Window2d;
+namespace conv = cpu::conv;
+
+const conv::Kernels* kernels_for(Layout l) {
+  return l == Layout::nchw16c ? conv::kernels_avx512() : conv::kernels_avx2();
+}
+
+struct Config {
+  int tile = 0;  ///< index into Kernels' tiles
+  int ocb = 1, w = 1;
+  int64_t icb = 0;
+};
+
+class PreparedDirect final : public PreparedRoutine {
+ public:
+  PreparedDirect(const LayerInfo& info, const conv::Kernels& k, const RoutineParams& params) : k_(k) {
+    const Layer& layer = *info.layer;
+    g_ = core::conv2_window(layer, info.input_shapes[0]);
+    v_ = k.vec;
+    icg_ = g_.c / g_.group;
+    ocg_ = g_.oc / g_.group;
+    icbg_ = (icg_ + v_ - 1) / v_;
+    ocbg_ = (ocg_ + v_ - 1) / v_;
+    icb_total_ = (g_.c + v_ - 1) / v_;
+    ocb_total_ = (g_.oc + v_ - 1) / v_;  // = group * ocbg_ (whole blocks per group when group > 1)
+
+    // The tile: oc_block reduced to a divisor of the blocks per group, then the widest tile <= ow_tile.
+    int want_ocb = static_cast<int>(routine_param(params, "oc_block", v_ == 16 ? 2 : 1));
+    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 12);
+    int ocb = 1;
+    for (int c : {4, 2, 1})
+      if (c <= want_ocb && ocbg_ % c == 0) {
+        bool have = false;
+        for (int t = 0; t < k.ntiles; ++t) have = have || k.tile_ocb[t] == c;
+        if (have) {
+          ocb = c;
+          break;
+        }
+      }
+    int best = -1;
+    for (int t = 0; t < k.ntiles; ++t) {
+      if (k.tile_ocb[t] != ocb) continue;
+      const bool fits = k.tile_w[t] <= want_w;
+      if (best < 0) best = t;
+      else if (fits && (k.tile_w[best] > want_w || k.tile_w[t] > k.tile_w[best])) best = t;
+      else if (!fits && k.tile_w[best] > want_w && k.tile_w[t] < k.tile_w[best]) best = t;
+    }
+    cfg_.tile = best;
+    cfg_.ocb = ocb;
+    cfg_.w = k.tile_w[best];
+    const int64_t taps = g_.kh * g_.kw;
+    int64_t icb = routine_param(params, "ic_block", 0);
+    if (icb <= 0) icb = std::max<int64_t>(1, (32 * 1024) / (taps * v_ * ocb * v_ * 4));
+    cfg_.icb = std::min(icb, icbg_);
+    stride_idx_ = g_.sw == 1 ? 1 : g_.sw == 2 ? 2 : 0;
+
+    // Weights: [og][icb][kh][kw][ic][ocb][oc].
+    const Blob& w = layer.weight("weight");
+    const float* wd = w.data_as<float>();
+    const int64_t ogs = ocb_total_ / ocb;
+    w_icb_ = taps * v_ * ocb * v_;
+    w_og_ = icbg_ * w_icb_;
+    packed_.assign(static_cast<std::size_t>(ogs * w_og_), 0.0f);
+    for (int64_t og = 0; og < ogs; ++og)
+      for (int64_t j = 0; j < ocb; ++j)
+        for (int64_t oc = 0; oc < v_; ++oc) {
+          const int64_t ob = og * ocb + j;                          // global oc block
+          const int64_t gi = g_.group == 1 ? 0 : ob / ocbg_;        // its group
+          const int64_t o = g_.group == 1 ? ob * v_ + oc : gi * ocg_ + (ob % ocbg_) * v_ + oc;
+          if ((g_.group == 1 ? ob * v_ + oc : (ob % ocbg_) * v_ + oc) >= ocg_) continue;
+          for (int64_t ib = 0; ib < icbg_; ++ib)
+            for (int64_t ic = 0; ic < v_; ++ic) {
+              const int64_t i = ib * v_ + ic;
+              if (i >= icg_) continue;
+              for (int64_t t = 0; t < taps; ++t)
+                packed_[og * w_og_ + ib * w_icb_ + t * (v_ * ocb * v_) + ic * ocb * v_ + j * v_ + oc] =
+                    wd[(o * icg_ + i) * taps + t];
+            }
+        }
+    bias_.assign(static_cast<std::size_t>(ocb_total_ * v_), 0.0f);
+    if (const Blob* b = layer.find_weight("bias"))
+      for (int64_t o = 0; o < g_.oc; ++o) {
+        // Output channel o sits at block (o / ocg) * ocbg + (o % ocg) / v, lane (o % ocg) % v.
+        const int64_t gi = o / ocg_, r = o % ocg_;
+        bias_[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
+      }
+    cpu::to_epilogue(core::fused_activation(layer), ep_);
+
+    hp_ = g_.h + g_.pt + g_.pb;
+    wp_ = g_.w + g_.pl + g_.pr;
+    // Reads of a tile past the row end (the last tile of a row) stay inside the buffer.
+    slack_ = (int64_t(cfg_.w) * g_.sw + (g_.kw - 1) * g_.dw + 1) * v_ + wp_ * v_;
+    pad_floats_ = g_.n * icb_total_ * hp_ * wp_ * v_;
+  }
+
+  std::size_t workspace_bytes() const override { return sizeof(float) * (pad_floats_ + slack_); }
+
+  void run(const RunArgs& args) override {
+    const float* x = args.inputs[0]->data_as<float>();
+    float* y = args.outputs[0]->data_as<float>();
+    float* xp = static_cast<float*>(args.workspace);
+    const int64_t v = v_, row_in = g_.w * v, row_pad = wp_ * v;
+    // 1. The padded input.
+    const int64_t rows = g_.n * icb_total_ * hp_;
+    auto pad_rows = [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t ih = r % hp_ - g_.pt, plane = r / hp_;
+        float* d = xp + r * row_pad;
+        if (ih < 0 || ih >= g_.h) {
+          std::memset(d, 0, sizeof(float) * row_pad);
+          continue;
+        }
+        std::memset(d, 0, sizeof(float) * g_.pl * v);
+        std::memcpy(d + g_.pl * v, x + (plane * g_.h + ih) * row_in, sizeof(float) * row_in);
+        std::memset(d + (g_.pl + g_.w) * v, 0, sizeof(float) * g_.pr * v);
+      }
+    };
+    if (args.pool) args.pool->parallel_for(rows, 16, pad_rows);
+    else pad_rows(0, rows);
+    std::memset(xp + pad_floats_, 0, sizeof(float) * slack_);
+
+    // 2. Tiles.
+    const int ocb = cfg_.ocb, tw = cfg_.w;
+    const int64_t ogs = ocb_total_ / ocb, items = g_.n * ogs * g_.oh;
+    const conv::DirectFn fn = k_.direct[cfg_.tile][stride_idx_];
+    const int64_t plane_out = g_.oh * g_.ow * v, plane_in = hp_ * row_pad;
+    auto body = [&](int64_t b, int64_t e) {
+      alignas(64) float tmp[4 * 32 * 16];
+      for (int64_t it = b; it < e; ++it) {
+        const int64_t oh = it % g_.oh, og = it / g_.oh % ogs, n = it / g_.oh / ogs;
+        const int64_t ob0 = og * ocb;
+        const int64_t gi = g_.group == 1 ? 0 : ob0 / ocbg_;
+        const int64_t icb0 = g_.group == 1 ? 0 : gi * icbg_;
+        int valid_last = static_cast<int>(v);
+        if (g_.group == 1) valid_last = static_cast<int>(std::min<int64_t>(v, g_.oc - (ob0 + ocb - 1) * v));
+        const float* xrow = xp + (n * icb_total_ + icb0) * plane_in + oh * g_.sh * row_pad;
+        float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * g_.ow * v;
+        conv::DirectTile t;
+        t.x_icb = plane_in;
+        t.x_row = row_pad;
+        t.w_icb = w_icb_;
+        t.kh = static_cast<int>(g_.kh);
+        t.kw = static_cast<int>(g_.kw);
+        t.dh = static_cast<int>(g_.dh);
+        t.dw = static_cast<int>(g_.dw);
+        t.sw = static_cast<int>(g_.sw);
+        t.bias = bias_.data() + ob0 * v;
+        t.valid_last = valid_last;
+        for (int64_t ic0 = 0; ic0 < icbg_; ic0 += cfg_.icb) {
+          t.icbs = std::min(cfg_.icb, icbg_ - ic0);
+          t.load_y = ic0 > 0;
+          t.last = ic0 + cfg_.icb >= icbg_;
+          t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
+          for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
+            t.x = xrow + ic0 * plane_in + ow0 * g_.sw * v;
+            const int64_t wcur = std::min<int64_t>(tw, g_.ow - ow0);
+            if (wcur == tw) {
+              t.y = yrow + ow0 * v;
+              t.y_ocb = plane_out;
+              fn(t, ep_);
+              continue;
+            }
+            // The row's last, narrower tile: through a stack tile.
+            t.y = tmp;
+            t.y_ocb = tw * v;
+            if (t.load_y)
+              for (int j = 0; j < ocb; ++j)
+                std::memcpy(tmp + j * tw * v, yrow + j * plane_out + ow0 * v, sizeof(float) * wcur * v);
+            fn(t, ep_);
+            for (int j = 0; j < ocb; ++j)
+              std::memcpy(yrow + j * plane_out + ow0 * v, tmp + j * tw * v, sizeof(float) * wcur * v);
+          }
+        }
+      }
+    };
+    if (args.pool) args.pool->parallel_for(items, 1, body);
+    else body(0, items);
+  }
+
+ private:
+  const conv::Kernels& k_;
+  Window2d g_{};
+  int64_t v_ = 0, icg_ = 0, ocg_ = 0, icbg_ = 0, ocbg_ = 0, icb_total_ = 0, ocb_total_ = 0;
+  int64_t w_icb_ = 0, w_og_ = 0, hp_ = 0, wp_ = 0, slack_ = 0, pad_floats_ = 0;
+  int stride_idx_ = 1;
+  Config cfg_;
+  std::vector<float> packed_, bias_;
+  cpu::gemm::Epilogue ep_;
+};
+
+template <Layout L>
+class Direct final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::float32, L};
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "direct"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kSchema)) return Support::no(fmt::format("cpu/direct computes in {}", kSchema.to_string()));
+    if (!kernels_for(L))
+      return Support::no(L == Layout::nchw16c ? "nchw16c/direct needs AVX-512 (F, BW, VL, DQ)"
+                                              : "nchw8c/direct needs AVX2 + FMA");
+    if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
+      return Support::no("conv2 needs an input [N,C,H,W]");
+    if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, "cpu/direct"); !s) return s;
+    if (Support s = cpu::check_activation(*info.layer); !s) return s;
+    const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+    const int64_t v = L == Layout::nchw16c ? 16 : 8;
+    if (g.group > 1 && ((g.c / g.group) % v != 0 || (g.oc / g.group) % v != 0))
+      return Support::no(fmt::format("groups need whole blocks of {} channels per group", v));
+    if (g.oh <= 0 || g.ow <= 0) return Support::no("empty output");
+    return Support::yes();
+  }
+
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    if (L == Layout::nchw16c) return {{"oc_block", {1, 2, 4}}, {"ow_tile", {6, 7, 14, 28}}, {"ic_block", {0, 1024}}};
+    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 6, 12}}, {"ic_block", {0, 1024}}};
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
+                                           const RoutineParams& params) const override {
+    const conv::Kernels* k = kernels_for(L);
+    if (!k) throw Error(fmt::format("{}/direct: the CPU lacks the ISA", kSchema.to_string()));
+    return std::make_unique<PreparedDirect>(info, *k, params);
+  }
+
+  int default_priority() const override { return 40; }
+};
+
+SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nchw16c>);
+SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nchw8c>);
+
+}  // namespace
+}  // namespace softneuro

@@ -1,0 +1,82 @@
+// Small helpers shared by our float32 CPU routines (im2col.cpp, direct.cpp,
+// depthwise.cpp, eigen.cpp): weight checks, the fused activation as a GEMM
+// epilogue, and per-thread workspace slots.
+#pragma once
+
+#include "core/layer_types.hpp"
+#include "core/thread_pool.hpp"
+#include "routines/cpu/gemm.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace softneuro::cpu {
+
+/// Float32 CPU weights (present ones) with data, plain layout.
+inline Support float_weights(const Layer& l, std::initializer_list<const char*> keys, std::string_view who) {
+  for (const char* k : keys) {
+    const Blob* b = l.find_weight(k);
+    if (!b) continue;
+    if (b->dtype() != DType::float32)
+      return Support::no(fmt::format("weight '{}' is {}, {} reads float32", k, to_string(b->dtype()), who));
+    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
+    if (b->layout() != Layout::nchw)
+      return Support::no(fmt::format("weight '{}' has layout {}, {} reads plain", k, to_string(b->layout()), who));
+    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
+  }
+  return Support::yes();
+}
+
+/// The layer's fused activation as an epilogue; false (sigmoid) when our kernels lack it.
+inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
+  switch (a.kind) {
+    case core::Activation::none: e.act = gemm::Act::none; return true;
+    case core::Activation::relu: e.act = gemm::Act::relu; return true;
+    case core::Activation::clip:
+      e.act = gemm::Act::clip;
+      e.lo = a.min;
+      e.hi = a.max;
+      return true;
+    case core::Activation::hardswish: e.act = gemm::Act::hardswish; return true;
+    case core::Activation::hardsigmoid:
+      e.act = gemm::Act::hardsigmoid;
+      e.alpha = a.alpha;
+      e.beta = a.beta;
+      return true;
+    case core::Activation::sigmoid: return false;
+  }
+  return false;
+}
+
+/// Support::no when the layer's activation is one our epilogues lack.
+inline Support check_activation(const Layer& l) {
+  gemm::Epilogue e;
+  if (!to_epilogue(core::fused_activation(l), e)) return Support::no("fused sigmoid is not in our epilogues");
+  return Support::yes();
+}
+
+/// Threads a prepared routine sizes its per-thread workspace for (the pool's
+/// size at prepare time; run() uses at most that many slots).
+inline int workspace_slots() { return std::max(1, core::global_pool().num_threads()); }
+
+/// Runs task(t, slot) for t in [0, tasks) on the pool with at most `slots`
+/// concurrent slots: slot s takes tasks s, s+used, s+2*used, ... (static round robin).
+template <class F>
+void for_each_task(ThreadPool* pool, int slots, int64_t tasks, F&& task) {
+  const int64_t used = std::max<int64_t>(
+      1, std::min<int64_t>({static_cast<int64_t>(slots), tasks, pool ? int64_t(pool->num_threads()) : 1}));
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s)
+      for (int64_t t = s; t < tasks; t += used) task(t, static_cast<int>(s));
+  };
+  if (pool && used > 1) pool->parallel_for(used, 1, body);
+  else body(0, used);
+}
+
+}  // namespace softneuro::cpu

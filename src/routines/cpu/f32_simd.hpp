@@ -1,0 +1,81 @@
+// One float32 vector type per ISA for the kernel files of our float32 routines
+// (gemm_kernels_*.cpp, conv_kernels_*.cpp). Include only from a file built
+// with the ISA's flags, after defining SN_F32_AVX512 to 1 (AVX-512F/BW/VL/DQ)
+// or 0 (AVX2+FMA). Everything is in namespace softneuro::cpu::SN_F32_NS, so the
+// two builds never share a symbol.
+#pragma once
+
+#include "routines/cpu/gemm.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#if SN_F32_AVX512
+#define SN_F32_NS avx512
+#else
+#define SN_F32_NS avx2
+#endif
+
+namespace softneuro::cpu::SN_F32_NS {
+
+#if SN_F32_AVX512
+using vf = __m512;
+inline constexpr int kV = 16;
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vset1(float x) { return _mm512_set1_ps(x); }
+inline vf vbcast(const float* p) { return _mm512_set1_ps(*p); }
+inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+/// Lanes [0, n) of p (the rest read as zero); n in 0..kV.
+inline vf vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p); }
+inline void vstore_n(float* p, vf v, int n) { _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v); }
+/// Lanes >= n set to zero.
+inline vf vkeep_n(vf v, int n) { return _mm512_maskz_mov_ps(static_cast<__mmask16>((1u << n) - 1), v); }
+#else
+using vf = __m256;
+inline constexpr int kV = 8;
+inline vf vzero() { return _mm256_setzero_ps(); }
+inline vf vset1(float x) { return _mm256_set1_ps(x); }
+inline vf vbcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
+inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline vf vload_n(const float* p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
+inline void vstore_n(float* p, vf v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
+inline vf vkeep_n(vf v, int n) { return _mm256_and_ps(v, _mm256_castsi256_ps(lane_mask(n))); }
+#endif
+
+/// The activation of an epilogue, with its constants in registers.
+struct VAct {
+  gemm::Act act;
+  vf lo, hi, alpha, beta;
+  explicit VAct(const gemm::Epilogue& e)
+      : act(e.act), lo(vset1(e.lo)), hi(vset1(e.hi)), alpha(vset1(e.alpha)), beta(vset1(e.beta)) {}
+  vf operator()(vf x) const {
+    switch (act) {
+      case gemm::Act::none: return x;
+      case gemm::Act::relu: return vmax(x, vzero());
+      case gemm::Act::clip: return vmin(vmax(x, lo), hi);
+      case gemm::Act::hardswish:
+        return vmul(x, vmul(vmin(vmax(vadd(x, vset1(3.0f)), vzero()), vset1(6.0f)), vset1(1.0f / 6.0f)));
+      case gemm::Act::hardsigmoid: return vmin(vmax(vfma(alpha, x, beta), vzero()), vset1(1.0f));
+    }
+    return x;
+  }
+};
+
+}  // namespace softneuro::cpu::SN_F32_NS

@@ -1,0 +1,96 @@
+// Internal float32 GEMM of our CPU routines (cpu/im2col, cpu/gemm1x1, and any
+// routine that wants one: Winograd's wgconv, ...):
+//
+//   C[M,N] (+)= A[M,K] · B[K,N], then per element: + bias, activation
+//
+// with both operands in *packed panels* (BLIS style) and an MR x NR register
+// tile computed by a per-ISA micro-kernel (gemm_kernels_avx2.cpp, built with
+// -mavx2 -mfma; gemm_kernels_avx512.cpp, built with -mavx512f/bw/vl/dq).
+// Chosen at run time from core::cpu_features(); there is no scalar kernel.
+//
+// Packed layouts (K split into blocks of at most kc; every block is stored
+// whole before the next):
+//   A: for each K block [k0, k0+kcb): for each panel of MR rows:
+//        [kcb][MR] floats (rows past M are zero)        — offset k0*Mp + p*kcb*MR
+//   B: for each K block: for each panel of NR columns:
+//        [kcb][NR] floats (columns past N are zero)     — offset k0*Np + q*kcb*NR
+// with Mp = M rounded up to MR, Np = N rounded up to NR. Pack weights once
+// (in prepare) and activations per run into the workspace.
+//
+// Usage:
+//   const gemm::Kernel& k = gemm::best_kernel();       // nullptr-free; check gemm::available()
+//   std::vector<float> pa(gemm::packed_a_size(k, M, K)); gemm::pack_a(k, M, K, kc, A, lda, false, pa.data());
+//   gemm::pack_b(k, K, N, kc, B, ldb, false, pb);       // into the workspace
+//   gemm::Epilogue ep; ep.bias_m = bias; ep.act = gemm::Act::relu;
+//   gemm::gemm(k, pool, M, N, K, kc, pa.data(), pb, C, ldc, ep);
+#pragma once
+
+#include <softneuro/routine.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace softneuro::cpu::gemm {
+
+/// Fused activation applied after the bias (same semantics as core::apply_activation).
+enum class Act : int32_t { none = 0, relu = 1, clip = 2, hardswish = 3, hardsigmoid = 4 };
+
+/// What happens to a finished tile.
+struct Epilogue {
+  const float* bias_m = nullptr;  ///< one per row of C (e.g. output channels of nchw conv), or null
+  const float* bias_n = nullptr;  ///< one per column of C (e.g. nhwc / dense outputs), or null
+  Act act = Act::none;
+  float lo = 0, hi = 0;           ///< clip bounds
+  float alpha = 0, beta = 0;      ///< hardsigmoid
+  bool accumulate = false;        ///< C += A·B (bias/activation still applied once, at the end)
+};
+
+/// The micro-kernel of one ISA: C[MR,NR] (row stride ldc) = (load_c ? C : 0)
+/// + sum over kc of a[k][MR] ⊗ b[k][NR]; when `last`, + bias and activation.
+/// bias_m points at the tile's MR row biases, bias_n at its NR column biases.
+using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool load_c,
+                             bool last, const float* bias_m, const float* bias_n, const Epilogue& ep);
+
+struct Kernel {
+  const char* isa = "";  ///< "avx2" or "avx512"
+  int mr = 0, nr = 0;    ///< register tile
+  int vec = 0;           ///< floats per vector register
+  MicroKernel micro = nullptr;
+};
+
+/// The AVX2+FMA kernel (6x16) and the AVX-512 one (12x32); nullptr when the CPU lacks the ISA.
+const Kernel* kernel_avx2();
+const Kernel* kernel_avx512();
+/// The widest kernel this CPU runs (AVX-512, else AVX2), or nullptr (no AVX2+FMA).
+const Kernel* best_kernel();
+
+/// Default K block: the B panel (kc x NR) and a few A panels stay in L1/L2.
+inline int64_t default_kc(const Kernel&) { return 256; }
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+/// Floats of a packed A (M x K) and a packed B (K x N).
+inline int64_t packed_a_size(const Kernel& k, int64_t m, int64_t kk) { return round_up(m, k.mr) * kk; }
+inline int64_t packed_b_size(const Kernel& k, int64_t kk, int64_t n) { return kk * round_up(n, k.nr); }
+
+/// Packs A (row-major M x K with row stride lda, or, when `trans`, stored K x M
+/// with row stride lda, i.e. A[m][k] = a[k*lda + m]) into `out` (packed_a_size floats).
+void pack_a(const Kernel& k, int64_t m, int64_t kk, int64_t kc, const float* a, int64_t lda, bool trans, float* out);
+/// Packs B (row-major K x N with row stride ldb, or, when `trans`, stored N x K:
+/// B[k][n] = b[n*ldb + k], e.g. dense weights [O,K]) into `out` (packed_b_size floats).
+/// Columns [n0, n0+n) of a wider matrix: pass b offset by n0 (or n0*ldb when trans).
+void pack_b(const Kernel& k, int64_t kk, int64_t n, int64_t kc, const float* b, int64_t ldb, bool trans, float* out);
+
+/// Single-threaded: rows [m_begin, m_end) (multiples of MR except at M) and
+/// columns [n_begin, n_end) (multiples of NR except at N) of C = A·B with epilogue.
+/// pa/pb are the whole packed operands (M, N, K as packed). Tiles at the edges
+/// go through a stack buffer; nothing is allocated.
+void gemm_block(const Kernel& k, int64_t m, int64_t n, int64_t kk, int64_t kc, const float* pa, const float* pb,
+                float* c, int64_t ldc, const Epilogue& ep, int64_t m_begin, int64_t m_end, int64_t n_begin,
+                int64_t n_end);
+
+/// The whole C, split into (row block x column block) tasks over `pool`
+/// (serial when pool is null).
+void gemm(const Kernel& k, ThreadPool* pool, int64_t m, int64_t n, int64_t kk, int64_t kc, const float* pa,
+          const float* pb, float* c, int64_t ldc, const Epilogue& ep);
+
+}  // namespace softneuro::cpu::gemm

@@ -1,0 +1,97 @@
+// cpu:float32:nchw16c/direct and nchw8c/direct against cpu/ref: randomised
+// shapes (batch 1 and 4, groups with whole channel blocks, strides 1-3,
+// dilations, asymmetric pads, odd sizes, channel counts not multiples of the
+// vector width), every routine parameter combination on some cases.
+#include "routines/f32_check.hpp"
+
+#include <sstream>
+
+using namespace softneuro;
+using namespace softneuro::test::f32;
+
+TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
+  std::mt19937 rng(4321);
+  // Parameter combinations of the routine (the profiler's cross product).
+  std::vector<RoutineParams> combos;
+  for (int64_t ocb : {1, 2, 4})
+    for (int64_t w : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 6, 12}))
+      for (int64_t icb : {0, 1})
+        combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}});
+  int supported = 0;
+  std::string reason;
+  for (int t = 0; t < 40; ++t) {
+    const int64_t n = t % 4 == 3 ? 4 : 1;
+    int64_t group = 1, c, oc;
+    if (t % 5 == 4) {
+      group = pick(rng, 2, 3);
+      c = group * v * pick(rng, 1, 2);
+      oc = group * v * pick(rng, 1, 4);
+    } else if (t % 2) {
+      c = pick(rng, 1, 40);
+      oc = pick(rng, 1, 70);
+    } else {
+      c = v * pick(rng, 1, 4);
+      oc = v * pick(rng, 1, 8);
+    }
+    const int64_t kh = std::vector<int64_t>{1, 3, 5, 3, 7}[static_cast<std::size_t>(pick(rng, 0, 4))];
+    const int64_t kw = t % 7 == 6 ? pick(rng, 1, 4) : kh;
+    const int64_t sh = pick(rng, 1, 3), sw = t % 6 == 5 ? pick(rng, 1, 3) : sh;
+    const int64_t dh = t % 4 == 1 ? 2 : 1, dw = t % 8 == 1 ? 1 : dh;
+    const int64_t ph = std::min<int64_t>(3, (kh - 1) * dh), pw = std::min<int64_t>(3, (kw - 1) * dw);
+    const int64_t pt = pick(rng, 0, int(ph)), pl = pick(rng, 0, int(pw));
+    const int64_t pb = t % 2 ? pick(rng, 0, int(ph)) : pt, pr = t % 2 ? pick(rng, 0, int(pw)) : pl;
+    const int64_t h = std::max<int64_t>(pick(rng, 3, 31), (kh - 1) * dh + 1);
+    const int64_t w = std::max<int64_t>(pick(rng, 3, 40), (kw - 1) * dw + 1);
+    Layer l = conv_layer(c, oc, group, kh, kw, sh, sw, dh, dw, {pt, pl, pb, pr}, t % 3 != 2, rng);
+    set_act(l, kActs[t % 5], rng);
+    std::ostringstream label;
+    label << "case " << t << ": n" << n << " c" << c << " oc" << oc << " g" << group << " k" << kh << "x" << kw
+          << " s" << sh << "x" << sw << " d" << dh << "x" << dw << " pads " << pt << "," << pl << "," << pb << ","
+          << pr << " in " << h << "x" << w << " act " << kActs[t % 5];
+    INFO(label.str());
+    const Blob x = random_blob({n, c, h, w}, rng);
+    // Defaults, plus a few combinations per case (all of them over the cases).
+    std::string why;
+    if (!check_case(l, {x}, descriptor, {}, &why)) {
+      if (isa_missing(why)) {
+        WARN(descriptor << " skipped: " << why);
+        return;
+      }
+      FAIL("unsupported: " << why);
+    }
+    ++supported;
+    for (int j = 0; j < 3; ++j) {
+      const RoutineParams& p = combos[static_cast<std::size_t>((t * 3 + j) % combos.size())];
+      INFO("oc_block " << p[0].second << " ow_tile " << p[1].second << " ic_block " << p[2].second);
+      check_case(l, {x}, descriptor, p);
+    }
+  }
+  CHECK(supported == 40);
+}
+
+TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter combination)", "[direct][conv2]") {
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(77);
+  const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
+  for (auto [c, oc, s, hw] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 14}, {128, 128, 2, 15}, {3, 64, 1, 9}}) {
+    Layer l = conv_layer(c, oc, 1, 3, 3, s, s, 1, 1, {1, 1, 1, 1}, true, rng);
+    set_act(l, "relu", rng);
+    const Blob x = random_blob({1, c, hw, hw}, rng);
+    for (int64_t ocb : {1, 2, 4})
+      for (int64_t w : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 6, 12}))
+        for (int64_t icb : {0, 2, 1024}) {
+          INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
+                   << " ic_block " << icb);
+          std::string why;
+          if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}}, &why)) {
+            REQUIRE(isa_missing(why));
+            WARN(descriptor << " skipped: " << why);
+            return;
+          }
+        }
+  }
+}
