@@ -185,9 +185,13 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
         g.routine_path.routines.push_back(std::move(rc));
       }
     if (p->adapts())
-      for (auto a : *p->adapts())
-        g.routine_path.adapts.push_back({r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
-                                         r.str(a->to_schema()), strings(a->steps()), a->predicted_ms()});
+      for (auto a : *p->adapts()) {
+        AdaptChoice ac{r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
+                       r.str(a->to_schema()), strings(a->steps()), a->predicted_ms(), {}};
+        if (a->params())
+          for (auto kv : *a->params()) ac.params.emplace_back(r.str(kv->name()), kv->value());
+        g.routine_path.adapts.push_back(std::move(ac));
+      }
   }
   if (m->blob_quant())
     for (auto q : *m->blob_quant()) {
@@ -300,10 +304,14 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
                                             fbb.CreateVector(ps), c.predicted_ms, c.measured_ms));
     }
     std::vector<flatbuffers::Offset<fb::AdaptChoice>> acs;
-    for (const auto& a : g.routine_path.adapts)
+    for (const auto& a : g.routine_path.adapts) {
+      std::vector<flatbuffers::Offset<fb::RoutineParam>> ps;
+      for (const auto& [k, v] : a.params) ps.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
       acs.push_back(fb::CreateAdaptChoice(fbb, fbb.CreateString(a.blob), fbb.CreateString(a.consumer),
                                           fbb.CreateString(a.from_schema), fbb.CreateString(a.to_schema),
-                                          fbb.CreateVectorOfStrings(a.steps), a.predicted_ms));
+                                          fbb.CreateVectorOfStrings(a.steps), a.predicted_ms,
+                                          ps.empty() ? 0 : fbb.CreateVector(ps)));
+    }
     path = fb::CreateRoutinePath(fbb, fbb.CreateString(g.routine_path.device_fingerprint), fbb.CreateVector(rcs),
                                  fbb.CreateVector(acs));
   }

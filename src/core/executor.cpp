@@ -73,6 +73,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
             pick = &c;
             step->tuned = true;
             step->predicted_ms = ac.predicted_ms;
+            step->params = ac.params;
           }
     if (!pick)
       for (const auto& c : cands)
@@ -83,7 +84,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
                   {}, consumer, "inputs");
     step->routine = *pick;
     step->input_blobs = {slot};
-    step->prepared = pick->routine->prepare(step->info, want, {});
+    step->prepared = pick->routine->prepare(step->info, want, step->params);
     slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
     int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
     step->output_blobs = {out};

@@ -30,6 +30,7 @@ struct AdaptChoice {
   std::string to_schema;
   std::vector<std::string> steps;
   double predicted_ms = 0;
+  RoutineParams params;  ///< of the adapt routine (steps[0]), as the tuner measured it
 };
 
 /// One routine per layer plus the adapts it implies, and the device it was tuned on.

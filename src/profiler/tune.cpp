@@ -198,9 +198,17 @@ struct Tuner {
     return ms;
   }
 
-  /// The cheapest adapt of a blob of `shape` from one schema to another (kInf: none).
-  std::pair<double, std::string> adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to) {
-    if (from == to) return {0.0, {}};
+  /// An adapt routine with its parameters, as measured.
+  struct AdaptPick {
+    double ms = kInf;
+    std::string descriptor;
+    RoutineParams params;
+  };
+
+  /// The cheapest adapt of a blob of `shape` from one schema to another (ms kInf: none),
+  /// over every adapt routine and routine-parameter combination (e.g. a chain's order of steps).
+  AdaptPick adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to) {
+    if (from == to) return {0.0, {}, {}};
     Layer l;
     l.name = "adapt";
     l.type = "adapt";
@@ -209,24 +217,27 @@ struct Tuner {
     l.params["from"] = from.to_string();
     l.params["to"] = to.to_string();
     LayerInfo info{&l, {shape}, {shape}, {quant}, {quant}};  // quantising adapts need the blob's calibration
-    double best = kInf;
-    std::string best_desc;
+    AdaptPick best;
     for (const auto& c : core::RoutineRegistry::instance().candidates(info, to)) {
       if (!c.support.ok) continue;
-      std::string key = fmt::format("{}|adapt{}|{}|{}", key_prefix, shape.to_string(), from.to_string(), c.descriptor);
-      // Adapt inputs are in the source schema: time with a routine that reads `from`.
-      double ms = time_adapt(*c.routine, from, to, info, key);
-      if (ms < best) best = ms, best_desc = c.descriptor;
+      for (const auto& params : combinations(c.routine->param_space(info, to))) {
+        std::string key = fmt::format("{}|adapt{}|{}|{}{}", key_prefix, shape.to_string(), from.to_string(), c.descriptor,
+                                      params.empty() ? std::string() : "|" + params_text(params));
+        // Adapt inputs are in the source schema: time with a routine that reads `from`.
+        double ms = time_adapt(*c.routine, from, to, info, params, key);
+        if (ms < best.ms) best = {ms, c.descriptor, params};
+      }
     }
-    return {best, best_desc};
+    return best;
   }
 
-  double time_adapt(const Routine& r, const Schema& from, const Schema& to, const LayerInfo& info, const std::string& key) {
+  double time_adapt(const Routine& r, const Schema& from, const Schema& to, const LayerInfo& info, const RoutineParams& params,
+                    const std::string& key) {
     if (auto hit = cache.find(key)) {
       report.cache_hits += !cache.is_fresh(key);
       return *hit;
     }
-    auto prepared = r.prepare(info, to, {});
+    auto prepared = r.prepare(info, to, params);
     return time_prepared(*prepared, from, to, info, key);
   }
 
@@ -296,7 +307,7 @@ struct Tuner {
   struct Problem {
     dprs::CostGraph graph;
     std::vector<std::string> blob_of_edge, consumer_of_edge;
-    std::vector<std::vector<std::string>> adapt_desc;  // per edge, S*S
+    std::vector<std::vector<AdaptPick>> adapt_pick;  // per edge, S*S
   };
 
   Problem build_problem(std::vector<LayerProfile>& profiles, bool integrated) {
@@ -318,18 +329,18 @@ struct Tuner {
       if (l.type == "constant") producer_node[l.outputs[0]] = fixed_node(Schema{Device::cpu, l.weight("value").dtype(), Layout::nchw});
     auto add_edge = [&](const std::string& blob, int to, const std::string& consumer) {
       std::vector<double> adapt(static_cast<std::size_t>(S * S), kInf);
-      std::vector<std::string> desc(static_cast<std::size_t>(S * S));
+      std::vector<AdaptPick> picks(static_cast<std::size_t>(S * S));
       const Shape& shape = net.shapes.at(blob);
       for (int a = 0; a < S; ++a)
         for (int b = 0; b < S; ++b) {
-          auto [ms, d] = adapt_cost(shape, quant_of(blob), schemas[static_cast<std::size_t>(a)], schemas[static_cast<std::size_t>(b)]);
-          adapt[static_cast<std::size_t>(a * S + b)] = ms;
-          desc[static_cast<std::size_t>(a * S + b)] = d;
+          auto& p = picks[static_cast<std::size_t>(a * S + b)];
+          p = adapt_cost(shape, quant_of(blob), schemas[static_cast<std::size_t>(a)], schemas[static_cast<std::size_t>(b)]);
+          adapt[static_cast<std::size_t>(a * S + b)] = p.ms;
         }
       pb.graph.add_edge(producer_node.at(blob), to, adapt);
       pb.blob_of_edge.push_back(blob);
       pb.consumer_of_edge.push_back(consumer);
-      pb.adapt_desc.push_back(std::move(desc));
+      pb.adapt_pick.push_back(std::move(picks));
     };
     int edges_total = 0;
     for (auto& p : profiles) edges_total += static_cast<int>(p.layer->inputs.size());
@@ -537,11 +548,13 @@ struct Tuner {
         report.predicted_ms -= ms;
         continue;
       }
-      std::string d = pb.adapt_desc[e][static_cast<std::size_t>(a * S + b)];
+      const AdaptPick& ap = pb.adapt_pick[e][static_cast<std::size_t>(a * S + b)];
+      const std::string& d = ap.descriptor;
       path.adapts.push_back({pb.blob_of_edge[e], pb.consumer_of_edge[e], schemas[static_cast<std::size_t>(a)].to_string(),
-                             schemas[static_cast<std::size_t>(b)].to_string(), {d}, ms});
+                             schemas[static_cast<std::size_t>(b)].to_string(), {d}, ms, ap.params});
       report.adapts.push_back({pb.blob_of_edge[e], pb.consumer_of_edge[e], schemas[static_cast<std::size_t>(a)].to_string(),
-                               schemas[static_cast<std::size_t>(b)].to_string(), d, ms});
+                               schemas[static_cast<std::size_t>(b)].to_string(),
+                               d + (ap.params.empty() ? std::string() : " (" + params_text(ap.params) + ")"), ms});
     }
     for (std::size_t i = 0; i < profiles.size(); ++i) {
       auto& rc = path.routines[i];
