@@ -23,7 +23,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 2;
+inline constexpr uint32_t abi_version = 3;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -177,6 +177,13 @@ class Routine {
   /// Rank of this routine in the untuned default choice: higher wins among the
   /// supported routines of the default schema. Reference routines use 0.
   virtual int default_priority() const { return 0; }
+  /// The rank for one layer, where a routine's speed against the others depends
+  /// on the layer's shapes (e.g. a library that wins on small convolutions and
+  /// loses on large ones); by default default_priority().
+  virtual int default_priority_for(const LayerInfo& layer) const {
+    (void)layer;
+    return default_priority();
+  }
 };
 
 /// Memory of a device other than the CPU, provided by its backend (e.g. CUDA)

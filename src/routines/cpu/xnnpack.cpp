@@ -4,12 +4,13 @@
 //
 // Layer types: conv2 (any group count, depthwise included; strides, pads,
 // dilations; bias; fused relu/clip as XNNPACK's output clamp, fused hardswish
-// and sigmoid as a second, in-place operator), dense (rank-2 input [N,K]: in
-// the nhwc schema a rank-2 blob lies row-major, as in nchw), pool2 (max; avg
-// without counting padding; global avg and max), relu, clip, hardswish,
-// sigmoid, add, sub, mul, div (NumPy broadcasting, in the blobs' physical
-// order), softmax (along the physically innermost dim: channels for rank >= 3,
-// the last dim for rank <= 2).
+// and sigmoid as a second, in-place operator, fused hardsigmoid as our own
+// in-place loop on the same thread pool, XNNPACK having none), dense (rank-2
+// input [N,K]: in the nhwc schema a rank-2 blob lies row-major, as in nchw),
+// pool2 (max; avg without counting padding; global avg and max), relu, clip,
+// hardswish, sigmoid, hardsigmoid (ours), add, sub, mul, div (NumPy
+// broadcasting, in the blobs' physical order), softmax (along the physically
+// innermost dim: channels for rank >= 3, the last dim for rank <= 2).
 //
 // Physical order: a blob of rank >= 3 in the nhwc schema lies as [N, D2, ...,
 // Dr-1, C] (as src/adapt/layout.cpp writes it); one of rank <= 2 lies row-major.
@@ -223,13 +224,12 @@ Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
 
 struct Clamp {
   float min = -kInf, max = kInf;
-  enum After { none, hardswish, sigmoid } after = none;
+  enum After { none, hardswish, sigmoid, hardsigmoid } after = none;
+  float alpha = 0, beta = 0;  ///< hardsigmoid
 };
 
 Support fused_support(const Activation& a) {
   switch (a.kind) {
-    case Activation::hardsigmoid:
-      return Support::no("XNNPACK has no hardsigmoid (nor a linear operator to build one)");
     case Activation::clip:
       if (!(a.min < a.max))
         return Support::no(fmt::format("clip range [{}, {}] is empty; XNNPACK's clamp needs min < max", a.min, a.max));
@@ -246,6 +246,11 @@ Clamp to_clamp(const Activation& a) {
     case Activation::clip: c.min = a.min; c.max = a.max; break;
     case Activation::hardswish: c.after = Clamp::hardswish; break;
     case Activation::sigmoid: c.after = Clamp::sigmoid; break;
+    case Activation::hardsigmoid:
+      c.after = Clamp::hardsigmoid;
+      c.alpha = a.alpha;
+      c.beta = a.beta;
+      break;
     default: break;
   }
   return c;
@@ -254,8 +259,28 @@ Clamp to_clamp(const Activation& a) {
 // ---------------------------------------------------------------------------
 // The prepared routine: operators run in order, set up when pointers change.
 
+/// hardsigmoid, which XNNPACK lacks: max(0, min(1, alpha * x + beta)), our own
+/// loop, run on the same pthreadpool (pthreadpool_parallelize_1d_tile_1d).
+struct Hardsigmoid {
+  const float* x = nullptr;
+  float* y = nullptr;
+  size_t n = 0;
+  float alpha = 0, beta = 0;
+  uint32_t flags = 0;  ///< pthreadpool flags
+};
+constexpr size_t kHardsigmoidTile = 4096;
+
+void hardsigmoid_tile(void* ctx, size_t start, size_t count) {
+  const auto& h = *static_cast<const Hardsigmoid*>(ctx);
+  const float* x = h.x + start;
+  float* y = h.y + start;
+  for (size_t i = 0; i < count; ++i) y[i] = std::min(1.0f, std::max(0.0f, h.alpha * x[i] + h.beta));
+}
+
+/// One step of a routine: an XNNPACK operator, or (op == nullptr) our hardsigmoid.
 struct Op {
   xnn_operator_t op = nullptr;
+  Hardsigmoid hs;
   Op() = default;
   Op(const Op&) = delete;
   Op& operator=(const Op&) = delete;
@@ -310,7 +335,10 @@ class Prepared final : public PreparedRoutine {
       last_pool_ = pool;
       set_ = true;
     }
-    for (const auto& o : ops_) xcheck(xnn_run_operator(o->op, pool), "xnn_run_operator");
+    for (const auto& o : ops_) {
+      if (o->op) xcheck(xnn_run_operator(o->op, pool), "xnn_run_operator");
+      else pthreadpool_parallelize_1d_tile_1d(pool, &hardsigmoid_tile, &o->hs, o->hs.n, kHardsigmoidTile, o->hs.flags);
+    }
   }
 
   std::vector<std::unique_ptr<Op>> ops_;
@@ -322,21 +350,46 @@ class Prepared final : public PreparedRoutine {
 };
 
 /// Appends the operator applying `after` in place over `count` floats; returns it or nullptr.
-xnn_operator_t add_after(Build& ops, Clamp::After after) {
-  if (after == Clamp::none) return nullptr;
+/// Appends our hardsigmoid step; returns it.
+Op* add_hardsigmoid(Build& ops, float alpha, float beta) {
   auto o = std::make_unique<Op>();
-  if (after == Clamp::hardswish) xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_hardswish_nc_f32");
-  else xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_sigmoid_nc_f32");
-  xnn_operator_t raw = o->op;
+  o->hs.alpha = alpha;
+  o->hs.beta = beta;
+  o->hs.flags = (ops.flags & XNN_FLAG_YIELD_WORKERS) ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0;
+  Op* raw = o.get();
   ops.push_back(std::move(o));
   return raw;
 }
 
-void setup_after(xnn_operator_t op, Clamp::After after, size_t count, void* out, pthreadpool_t pool) {
-  if (!op) return;
+/// Appends the step applying `c.after` in place on the output; returns it or nullptr.
+Op* add_after(Build& ops, const Clamp& c) {
+  if (c.after == Clamp::none) return nullptr;
+  if (c.after == Clamp::hardsigmoid) return add_hardsigmoid(ops, c.alpha, c.beta);
+  auto o = std::make_unique<Op>();
+  if (c.after == Clamp::hardswish)
+    xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_hardswish_nc_f32");
+  else
+    xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_sigmoid_nc_f32");
+  Op* raw = o.get();
+  ops.push_back(std::move(o));
+  return raw;
+}
+
+void setup_after(Op* step, Clamp::After after, size_t count, void* out, pthreadpool_t pool) {
+  if (!step) return;
   float* y = static_cast<float*>(out);
-  if (after == Clamp::hardswish) xcheck(xnn_setup_hardswish_nc_f32(op, count, y, y, pool), "xnn_setup_hardswish_nc_f32");
-  else xcheck(xnn_setup_sigmoid_nc_f32(op, count, y, y, pool), "xnn_setup_sigmoid_nc_f32");
+  switch (after) {
+    case Clamp::hardswish:
+      xcheck(xnn_setup_hardswish_nc_f32(step->op, count, y, y, pool), "xnn_setup_hardswish_nc_f32");
+      break;
+    case Clamp::sigmoid: xcheck(xnn_setup_sigmoid_nc_f32(step->op, count, y, y, pool), "xnn_setup_sigmoid_nc_f32"); break;
+    case Clamp::hardsigmoid:
+      step->hs.x = y;
+      step->hs.y = y;
+      step->hs.n = count;
+      break;
+    case Clamp::none: break;
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -386,6 +439,18 @@ class Xnnpack final : public Routine {
   }
 
   int default_priority() const override { return K::kPriority; }
+  /// Other layer types: 56 on images (rank >= 3), one above oneDNN's nhwc
+  /// routines so that a nhwc chain stays with one library (and one thread
+  /// pool); 54 on rank <= 2 blobs, below oneDNN's plain routines (50 + the stay
+  /// bonus), where nhwc is no layout worth moving to.
+  int default_priority_for(const LayerInfo& info) const override {
+    if constexpr (requires { K::priority_for(info); }) {
+      return K::priority_for(info);
+    } else {
+      if (info.input_shapes.empty() || info.input_shapes[0].rank() < 3) return K::kPriority - 2;
+      return K::kPriority;
+    }
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -393,7 +458,29 @@ class Xnnpack final : public Routine {
 
 struct Conv2 {
   static constexpr std::string_view kType = "conv2";
-  static constexpr int kPriority = 80;
+  /// Untuned default (see the measurements in the file comment): small
+  /// convolutions, up to kSmallFlops direct-convolution FLOPs, rank 101, just
+  /// above oneDNN's nchw16c (100), so that a net of small convolutions
+  /// (MobileNetV2: every conv, depthwise and pointwise, is below 0.05 GFLOP)
+  /// starts in nhwc with XNNPACK and stays there (101 + the stay bonus 5 beats
+  /// 100), while a small one after a nchw16c producer stays with oneDNN (100 +
+  /// 5 beats 101) instead of paying two reorders. Larger ones rank 84, below
+  /// oneDNN's nhwc (85): oneDNN's AVX-512 kernels win there (ResNet50).
+  static constexpr int kPriority = 84;
+  static constexpr int kSmallPriority = 101;
+  static constexpr double kSmallFlops = 5e7;
+
+  static int priority_for(const LayerInfo& info) {
+    if (!info.layer || info.input_shapes.empty() || info.input_shapes[0].rank() != 4) return kPriority;
+    try {
+      const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+      const double flops = 2.0 * double(g.n) * double(g.oc) * double(g.oh) * double(g.ow) *
+                           double(g.c / g.group) * double(g.kh) * double(g.kw);
+      return flops <= kSmallFlops ? kSmallPriority : kPriority;
+    } catch (const Error&) {
+      return kPriority;
+    }
+  }
 
   static Support check(const LayerInfo& info) {
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
@@ -427,7 +514,7 @@ struct Conv2 {
           "xnn_create_convolution2d_nhwc_f32");
     xnn_operator_t op = conv->op;
     ops.push_back(std::move(conv));
-    xnn_operator_t after = add_after(ops, c.after);
+    Op* after = add_after(ops, c);
     const size_t count = static_cast<size_t>(info.output_shapes[0].numel());
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
       xcheck(xnn_setup_convolution2d_nhwc_f32(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
@@ -444,7 +531,7 @@ struct Conv2 {
 
 struct Dense {
   static constexpr std::string_view kType = "dense";
-  static constexpr int kPriority = 55;
+  static constexpr int kPriority = 56;
 
   static Support check(const LayerInfo& info) {
     const Shape& s = info.input_shapes[0];
@@ -468,7 +555,7 @@ struct Dense {
           "xnn_create_fully_connected_nc_f32");
     xnn_operator_t op = fc->op;
     ops.push_back(std::move(fc));
-    xnn_operator_t after = add_after(ops, c.after);
+    Op* after = add_after(ops, c);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
       xcheck(xnn_setup_fully_connected_nc_f32(op, n, static_cast<const float*>(in[0]), static_cast<float*>(out), pool),
             "xnn_setup_fully_connected_nc_f32");
@@ -484,7 +571,7 @@ struct Dense {
 
 struct Pool2 {
   static constexpr std::string_view kType = "pool2";
-  static constexpr int kPriority = 55;
+  static constexpr int kPriority = 56;
 
   static int64_t padding_r(int64_t in, int64_t pad_l, int64_t pad_r, int64_t k, int64_t s, int64_t d, int64_t out) {
     const int64_t ext = (k - 1) * d + 1;
@@ -594,7 +681,7 @@ struct Pool2 {
 template <class K>
 struct Unary {
   static constexpr std::string_view kType = K::kType;
-  static constexpr int kPriority = 55;
+  static constexpr int kPriority = 56;
 
   static Support check(const LayerInfo& info) { return K::check(*info.layer); }
 
@@ -658,13 +745,32 @@ struct SigmoidK {
   }
 };
 
+struct HardsigmoidLayer {
+  static constexpr std::string_view kType = "hardsigmoid";
+  static constexpr int kPriority = 56;
+
+  static Support check(const LayerInfo&) { return Support::yes(); }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& l = *info.layer;
+    Op* step = add_hardsigmoid(ops, static_cast<float>(l.get_float("alpha", 0.2)),
+                               static_cast<float>(l.get_float("beta", 0.5)));
+    const size_t count = static_cast<size_t>(info.input_shapes[0].numel());
+    return [=](const void* const* in, void* out, pthreadpool_t) {
+      step->hs.x = static_cast<const float*>(in[0]);
+      step->hs.y = static_cast<float*>(out);
+      step->hs.n = count;
+    };
+  }
+};
+
 // ---------------------------------------------------------------------------
 // add, sub, mul, div: NumPy broadcasting over the blobs' physical dims.
 
 template <class K>
 struct Binary {
   static constexpr std::string_view kType = K::kType;
-  static constexpr int kPriority = 55;
+  static constexpr int kPriority = 56;
 
   /// The physical dims XNNPACK broadcasts: each input's logical shape, padded
   /// with leading 1s to the output's rank, in the output's physical order.
@@ -726,7 +832,7 @@ SOFTNEURO_XNN_BINARY(DivK, "div", divide)
 
 struct Softmax {
   static constexpr std::string_view kType = "softmax";
-  static constexpr int kPriority = 55;
+  static constexpr int kPriority = 56;
 
   static int axis_of(const LayerInfo& info) {
     const Shape& s = info.input_shapes[0];
@@ -769,6 +875,7 @@ const bool g_registered = [] {
   register_routine(std::make_unique<Xnnpack<Unary<ClipK>>>());
   register_routine(std::make_unique<Xnnpack<Unary<HardswishK>>>());
   register_routine(std::make_unique<Xnnpack<Unary<SigmoidK>>>());
+  register_routine(std::make_unique<Xnnpack<HardsigmoidLayer>>());
   register_routine(std::make_unique<Xnnpack<Binary<AddK>>>());
   register_routine(std::make_unique<Xnnpack<Binary<SubK>>>());
   register_routine(std::make_unique<Xnnpack<Binary<MulK>>>());
