@@ -19,7 +19,8 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
   for (int64_t ocb : {1, 2, 4})
     for (int64_t w : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 6, 12}))
       for (int64_t icb : {0, 1})
-        combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}});
+        for (int64_t ohb : {1, 0})
+        combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}});
   int supported = 0;
   std::string reason;
   for (int t = 0; t < 40; ++t) {
@@ -84,10 +85,11 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
     for (int64_t ocb : {1, 2, 4})
       for (int64_t w : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 6, 12}))
         for (int64_t icb : {0, 2, 1024}) {
+          const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
           INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
                    << " ic_block " << icb);
           std::string why;
-          if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}}, &why)) {
+          if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}}, &why)) {
             REQUIRE(isa_missing(why));
             WARN(descriptor << " skipped: " << why);
             return;

@@ -9,9 +9,11 @@
 // run:     1. the input is copied into the workspace with its spatial padding
 //             made explicit ([n][icb][H+pt+pb][W+pl+pr][V]), so the kernels
 //             never test bounds (any stride, pad, dilation);
-//          2. tasks over (image, OC group, output row) on the library's pool;
-//             each walks its row in tiles of W pixels, over the input-channel
-//             blocks in passes of ic_block (partial sums stay in the output).
+//          2. tasks over (image, OC group, block of oh_block output rows) on the
+//             library's pool; each makes passes over the input-channel blocks
+//             (ic_block at a time: the pass's weights stay in cache for all
+//             its rows; partial sums stay in the output), walking each row in
+//             tiles of W pixels.
 // Groups: 1, or any count whose channels per group are whole blocks (grouped
 // convolutions with other counts, depthwise included, are refused: see
 // cpu/depthwise and cpu/im2col). Bias and fused activation (all but sigmoid)
@@ -23,7 +25,8 @@
 //   ow_tile   output pixels per register tile (the largest instantiated tile
 //             width <= the value for that oc_block),
 //   ic_block  input-channel blocks per pass (0: as many as keep the pass's
-//             weights within 32 KiB, i.e. in L1).
+//             weights within 32 KiB, i.e. in L1),
+//   oh_block  output rows per task (0: all), the task granularity.
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 
@@ -53,6 +56,7 @@ struct Config {
   int tile = 0;  ///< index into Kernels' tiles
   int ocb = 1, w = 1;
   int64_t icb = 0;
+  int64_t ohb = 1;  ///< output rows per task
 };
 
 class PreparedDirect final : public PreparedRoutine {
@@ -96,6 +100,8 @@ class PreparedDirect final : public PreparedRoutine {
     int64_t icb = routine_param(params, "ic_block", 0);
     if (icb <= 0) icb = std::max<int64_t>(1, (32 * 1024) / (taps * v_ * ocb * v_ * 4));
     cfg_.icb = std::min(icb, icbg_);
+    const int64_t ohb = routine_param(params, "oh_block", 1);
+    cfg_.ohb = ohb <= 0 ? g_.oh : std::min<int64_t>(ohb, g_.oh);
     stride_idx_ = g_.sw == 1 ? 1 : g_.sw == 2 ? 2 : 0;
 
     // Weights: [og][icb][kh][kw][ic][ocb][oc].
@@ -165,20 +171,19 @@ class PreparedDirect final : public PreparedRoutine {
 
     // 2. Tiles.
     const int ocb = cfg_.ocb, tw = cfg_.w;
-    const int64_t ogs = ocb_total_ / ocb, items = g_.n * ogs * g_.oh;
+    const int64_t ogs = ocb_total_ / ocb, rbs = (g_.oh + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
     const conv::DirectFn fn = k_.direct[cfg_.tile][stride_idx_];
     const int64_t plane_out = g_.oh * g_.ow * v, plane_in = hp_ * row_pad;
     auto body = [&](int64_t b, int64_t e) {
       alignas(64) float tmp[4 * 32 * 16];
       for (int64_t it = b; it < e; ++it) {
-        const int64_t oh = it % g_.oh, og = it / g_.oh % ogs, n = it / g_.oh / ogs;
+        const int64_t rb = it % rbs, og = it / rbs % ogs, n = it / rbs / ogs;
+        const int64_t oh_begin = rb * cfg_.ohb, oh_end = std::min(g_.oh, oh_begin + cfg_.ohb);
         const int64_t ob0 = og * ocb;
         const int64_t gi = g_.group == 1 ? 0 : ob0 / ocbg_;
         const int64_t icb0 = g_.group == 1 ? 0 : gi * icbg_;
         int valid_last = static_cast<int>(v);
         if (g_.group == 1) valid_last = static_cast<int>(std::min<int64_t>(v, g_.oc - (ob0 + ocb - 1) * v));
-        const float* xrow = xp + (n * icb_total_ + icb0) * plane_in + oh * g_.sh * row_pad;
-        float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * g_.ow * v;
         conv::DirectTile t;
         t.x_icb = plane_in;
         t.x_row = row_pad;
@@ -190,29 +195,34 @@ class PreparedDirect final : public PreparedRoutine {
         t.sw = static_cast<int>(g_.sw);
         t.bias = bias_.data() + ob0 * v;
         t.valid_last = valid_last;
+        // Input-channel passes outermost: a pass's weights are reused by every row of the task.
         for (int64_t ic0 = 0; ic0 < icbg_; ic0 += cfg_.icb) {
           t.icbs = std::min(cfg_.icb, icbg_ - ic0);
           t.load_y = ic0 > 0;
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
-          for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
-            t.x = xrow + ic0 * plane_in + ow0 * g_.sw * v;
-            const int64_t wcur = std::min<int64_t>(tw, g_.ow - ow0);
-            if (wcur == tw) {
-              t.y = yrow + ow0 * v;
-              t.y_ocb = plane_out;
+          for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+            const float* xrow = xp + (n * icb_total_ + icb0 + ic0) * plane_in + oh * g_.sh * row_pad;
+            float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * g_.ow * v;
+            for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
+              t.x = xrow + ow0 * g_.sw * v;
+              const int64_t wcur = std::min<int64_t>(tw, g_.ow - ow0);
+              if (wcur == tw) {
+                t.y = yrow + ow0 * v;
+                t.y_ocb = plane_out;
+                fn(t, ep_);
+                continue;
+              }
+              // The row's last, narrower tile: through a stack tile.
+              t.y = tmp;
+              t.y_ocb = tw * v;
+              if (t.load_y)
+                for (int j = 0; j < ocb; ++j)
+                  std::memcpy(tmp + j * tw * v, yrow + j * plane_out + ow0 * v, sizeof(float) * wcur * v);
               fn(t, ep_);
-              continue;
-            }
-            // The row's last, narrower tile: through a stack tile.
-            t.y = tmp;
-            t.y_ocb = tw * v;
-            if (t.load_y)
               for (int j = 0; j < ocb; ++j)
-                std::memcpy(tmp + j * tw * v, yrow + j * plane_out + ow0 * v, sizeof(float) * wcur * v);
-            fn(t, ep_);
-            for (int j = 0; j < ocb; ++j)
-              std::memcpy(yrow + j * plane_out + ow0 * v, tmp + j * tw * v, sizeof(float) * wcur * v);
+                std::memcpy(yrow + j * plane_out + ow0 * v, tmp + j * tw * v, sizeof(float) * wcur * v);
+            }
           }
         }
       }
@@ -258,8 +268,9 @@ class Direct final : public Routine {
   }
 
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    if (L == Layout::nchw16c) return {{"oc_block", {1, 2, 4}}, {"ow_tile", {6, 7, 14, 28}}, {"ic_block", {0, 1024}}};
-    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 6, 12}}, {"ic_block", {0, 1024}}};
+    if (L == Layout::nchw16c)
+      return {{"oc_block", {1, 2, 4}}, {"ow_tile", {7, 14, 28}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
+    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 6, 12}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
   }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
