@@ -522,7 +522,7 @@ struct Tuner {
       core::Graph g = net.graph;
       core::Executor exec(g, net.shapes);
       for (const auto& step : exec.steps())
-        if (step->layer->type != "adapt")
+        if (step->layer->type != "adapt" && step->parent.empty())  // a childnet's children follow their parent's default
           fallback.routines.push_back({step->name, step->routine.descriptor, step->params, default_steps[step->name], default_steps[step->name]});
       path = fallback;
       report.measured_ms = default_ms;
