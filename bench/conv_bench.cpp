@@ -20,7 +20,12 @@
 // (whole scheduler slices) whatever its size.
 //
 // The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
-// and AVX-512 where the CPU has it), on all threads at once. Percentages are
+// and AVX-512 where the CPU has it), on all threads at once.
+//
+// Childnet routines (cpu/wg: Winograd wgenc -> wgconv -> wgdec) run as a
+// one-layer net of their children, each child with its default routine (the
+// fastest ISA's); a routine with parameters gets a column per combination
+// ("cpu/wg tile=2", "tile=4", "tile=6"), filtered by --routine like the rest. Percentages are
 // of the highest ISA's peak, or of the AVX2 one with --peak avx2 (the target
 // machines of GOALS.md have no AVX-512).
 #include "core/layer_types.hpp"
@@ -217,8 +222,8 @@ struct Result {
   int runs = 0;
 };
 
-Result time_routine(const Routine& routine, const Schema& schema, const ConvShape& cs, int max_runs, double budget_s,
-                    std::mt19937& rng) {
+Result time_routine(const Routine& routine, const Schema& schema, const RoutineParams& params, const ConvShape& cs,
+                    int max_runs, double budget_s, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
   Blob b = Blob::allocate({cs.oc});
@@ -248,7 +253,9 @@ Result time_routine(const Routine& routine, const Schema& schema, const ConvShap
     r.why = s.reason;
     return r;
   }
-  auto prepared = routine.prepare(info, schema, {});
+  // A childnet routine (cpu/wg) prepares as a one-layer net of its children,
+  // each child with its default routine (core/childnet.hpp).
+  auto prepared = routine.prepare(info, schema, params);
   Blob x = Blob::allocate(info.input_shapes[0], schema.dtype, schema.layout);
   fill_random(x, rng);
   Blob y = Blob::allocate(info.output_shapes[0], schema.dtype, schema.layout);
@@ -332,17 +339,44 @@ int main(int argc, char** argv) {
   }
 
   struct Col {
-    std::string descriptor;
+    std::string descriptor;  ///< with its routine parameters, e.g. "cpu/wg tile=4"
     const Routine* routine;
     Schema schema;
+    RoutineParams params;
   };
+  // Routines with parameters (cpu/wg's tile) get a column per combination: their
+  // space as a 3x3 stride-1 layer reports it.
+  Layer probe_layer;
+  probe_layer.name = "probe";
+  probe_layer.type = "conv2";
+  probe_layer.inputs = {"x"};
+  probe_layer.outputs = {"y"};
+  probe_layer.params["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  probe_layer.weights["weight"] = Blob::allocate({64, 64, 3, 3});
+  LayerInfo probe{&probe_layer, {Shape{1, 64, 56, 56}}, {Shape{1, 64, 56, 56}}, {}, {}};
   std::vector<Col> cols;
   for (const std::string& d : registered_routines("conv2")) {
     if (!with_ref && d == "cpu/ref") continue;
-    if (!routine_filter.empty() && d.find(routine_filter) == std::string::npos) continue;
     Schema schema;
     const Routine* r = core::RoutineRegistry::instance().find("conv2", d, &schema);
-    if (r && schema.device == Device::cpu) cols.push_back({d, r, schema});
+    if (!r || schema.device != Device::cpu) continue;
+    std::vector<RoutineParams> combos{{}};
+    for (const auto& spec : r->param_space(probe, schema)) {
+      std::vector<RoutineParams> next;
+      for (const auto& c : combos)
+        for (int64_t v : spec.choices) {
+          auto p = c;
+          p.emplace_back(spec.name, v);
+          next.push_back(std::move(p));
+        }
+      if (!spec.choices.empty()) combos = std::move(next);
+    }
+    for (const auto& p : combos) {
+      std::string name = d;
+      for (const auto& [k, v] : p) name += fmt::format(" {}={}", k, v);
+      if (!routine_filter.empty() && name.find(routine_filter) == std::string::npos) continue;
+      cols.push_back({name, r, schema, p});
+    }
   }
 
   set_num_threads(threads);
@@ -378,7 +412,7 @@ int main(int argc, char** argv) {
     tot.resize(cols.size(), {0.0, true});
     double best = 0;
     for (std::size_t i = 0; i < cols.size(); ++i) {
-      Result r = time_routine(*cols[i].routine, cols[i].schema, cs, runs, budget, rng);
+      Result r = time_routine(*cols[i].routine, cols[i].schema, cols[i].params, cs, runs, budget, rng);
       if (!r.ok) {
         fmt::print(" | {:^24}", "n/a");
         reasons.emplace(cols[i].descriptor + ": " + r.why, cs.name);
