@@ -193,3 +193,33 @@ TEST_CASE("cpu/wg says no to what it cannot compute", "[winograd]") {
   check_no({}, Shape{4, 4, 5, 5});
   check_no({{"group", int64_t{2}}}, Shape{4, 2, 3, 3});
 }
+
+TEST_CASE("cpu/conv: dense as reshape -> conv2 1x1 -> reshape matches cpu/ref", "[childnet][dense]") {
+  std::mt19937 rng(5);
+  for (const Shape& xs : {Shape{3, 17}, Shape{1, 64}, Shape{2, 3, 9}, Shape{5}}) {
+    for (bool bias : {false, true}) {
+      const int64_t k = xs[xs.rank() - 1], o = 13;
+      std::map<std::string, Blob> weights{{"weight", random_blob(Shape{o, k}, rng)}};
+      if (bias) weights["bias"] = random_blob(Shape{o}, rng);
+      Layer l = test::make_layer("dense", {{"act", std::string("relu")}}, weights);
+      Blob x = random_blob(xs, rng);
+      auto want = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
+      // Standalone (prepare_childnet) and inside a net, with the conv child on cpu/ref.
+      auto got = test::values(test::run_layer(l, {x}, "cpu/conv")[0]);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
+      core::Graph g;
+      g.inputs = {{"x0", xs, DType::float32}};
+      g.layers = {l};
+      g.outputs = {"y0"};
+      g.routine_path.routines = {{"L", "cpu/conv", {}, 0, 0, {{"L/conv", "cpu/ref", {}, 0, 0, {}}}}};
+      Net net(detail::NetImpl::build(g));
+      std::vector<std::string> names;
+      for (const auto& s : net.layers()) names.push_back(s.name + "=" + s.descriptor);
+      CHECK(names[1] == "L/conv=cpu/ref");
+      std::vector<NamedBlob> in{{"x0", x}};
+      auto in_net = test::values(net.run(in)[0].blob);
+      for (std::size_t i = 0; i < want.size(); ++i) CHECK(in_net[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
+    }
+  }
+}
