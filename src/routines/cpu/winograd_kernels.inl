@@ -10,6 +10,8 @@
 // vector extensions: WG_ROWS x WG_VECS accumulators, broadcasts of U, loads of V.
 #include "routines/cpu/winograd_kernels.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,80 +19,84 @@
 namespace softneuro::wg::WG_NS {
 namespace {
 
-constexpr int kTileBlock = 32;  // tiles of one row transformed together
+constexpr int kL = 16;  // tiles transformed together: Tp is a multiple of 16
 
 template <int M>
 inline constexpr Matrices<M> kMat = make_matrices<M>();
+
+/// The batch, row and column of tile `tile`'s top-left output pixel.
+struct TilePos {
+  int64_t n, row, col;
+};
+inline TilePos tile_pos(const core::WinogradTiles& t, int64_t tile, int m) {
+  const int64_t tx = tile % t.tx, rest = tile / t.tx;
+  return {rest / t.ty, (rest % t.ty) * m, tx * m};
+}
 
 template <int M>
 void encode_m(const Geometry& g, const float* x, float* v, ThreadPool& pool) {
   constexpr int A = M + 2;
   constexpr auto mat = kMat<M>;
   const auto& t = g.t;
-  const int64_t pstride = g.c * t.tp;
-  const int64_t rows = t.n * g.c * t.ty;
-  pool.parallel_for(rows, 1, [&](int64_t b0, int64_t b1) {
-    alignas(64) float d[A][A][kTileBlock];
-    alignas(64) float s[A][A][kTileBlock];
-    for (int64_t r = b0; r < b1; ++r) {
-      const int64_t ty = r % t.ty, c = (r / t.ty) % g.c, n = r / (t.ty * g.c);
-      const float* xc = x + (n * g.c + c) * g.h * g.w;
-      const int64_t tbase = (n * t.ty + ty) * t.tx;
-      for (int64_t tx0 = 0; tx0 < t.tx; tx0 += kTileBlock) {
-        const int nb = static_cast<int>(std::min<int64_t>(kTileBlock, t.tx - tx0));
-        for (int a = 0; a < A; ++a) {
-          const int64_t row = ty * M + a - g.pt;
-          if (row < 0 || row >= g.h) {
-            for (int b = 0; b < A; ++b)
-              for (int i = 0; i < nb; ++i) d[a][b][i] = 0.0f;
-            continue;
-          }
-          const float* xr = xc + row * g.w;
-          const int64_t col0 = tx0 * M - g.pl;
-          if (col0 >= 0 && col0 + (nb - 1) * M + A <= g.w) {
-            for (int i = 0; i < nb; ++i)
-              for (int b = 0; b < A; ++b) d[a][b][i] = xr[col0 + i * M + b];
-          } else {
-            for (int i = 0; i < nb; ++i)
-              for (int b = 0; b < A; ++b) {
-                const int64_t col = col0 + i * M + b;
-                d[a][b][i] = col >= 0 && col < g.w ? xr[col] : 0.0f;
-              }
-          }
+  const int64_t pstride = g.c * t.tp, nblk = t.tp / kL;
+  pool.parallel_for(g.c * nblk, 4, [&](int64_t b0, int64_t b1) {
+    alignas(64) float d[A][A][kL];
+    alignas(64) float s[A][A][kL];
+    for (int64_t idx = b0; idx < b1; ++idx) {
+      const int64_t c = idx / nblk, t0 = (idx % nblk) * kL;
+      // Gather the 16 tiles' input patches (zero outside the padded input).
+      for (int q = 0; q < kL; ++q) {
+        if (t0 + q >= t.t) {
+          for (int a = 0; a < A; ++a)
+            for (int b = 0; b < A; ++b) d[a][b][q] = 0.0f;
+          continue;
         }
-        // s = B^T d (over a), then V = s B (over b).
+        const TilePos tp = tile_pos(t, t0 + q, M);
+        const int64_t r0 = tp.row - g.pt, c0 = tp.col - g.pl;
+        const float* xc = x + (tp.n * g.c + c) * g.h * g.w;
+        if (r0 >= 0 && c0 >= 0 && r0 + A <= g.h && c0 + A <= g.w) {
 #pragma GCC unroll 8
-        for (int i = 0; i < A; ++i)
+          for (int a = 0; a < A; ++a)
+#pragma GCC unroll 8
+            for (int b = 0; b < A; ++b) d[a][b][q] = xc[(r0 + a) * g.w + c0 + b];
+        } else {
+          for (int a = 0; a < A; ++a)
+            for (int b = 0; b < A; ++b) {
+              const int64_t r = r0 + a, col = c0 + b;
+              d[a][b][q] = r >= 0 && r < g.h && col >= 0 && col < g.w ? xc[r * g.w + col] : 0.0f;
+            }
+        }
+      }
+      // s = B^T d (over a), then V = s B (over b); 16 tiles per vector op.
+#pragma GCC unroll 8
+      for (int i = 0; i < A; ++i)
+#pragma GCC unroll 8
+        for (int b = 0; b < A; ++b) {
+          float acc[kL] = {};
+#pragma GCC unroll 8
+          for (int a = 0; a < A; ++a) {
+            if (mat.bt[i][a] == 0.0) continue;
+            const float f = static_cast<float>(mat.bt[i][a]);
+            for (int q = 0; q < kL; ++q) acc[q] += f * d[a][b][q];
+          }
+          for (int q = 0; q < kL; ++q) s[i][b][q] = acc[q];
+        }
+#pragma GCC unroll 8
+      for (int i = 0; i < A; ++i)
+#pragma GCC unroll 8
+        for (int j = 0; j < A; ++j) {
+          float acc[kL] = {};
 #pragma GCC unroll 8
           for (int b = 0; b < A; ++b) {
-            float* out = s[i][b];
-            for (int q = 0; q < nb; ++q) {
-              float acc = 0.0f;
-#pragma GCC unroll 8
-              for (int a = 0; a < A; ++a)
-                if (mat.bt[i][a] != 0.0) acc += static_cast<float>(mat.bt[i][a]) * d[a][b][q];
-              out[q] = acc;
-            }
+            if (mat.bt[j][b] == 0.0) continue;
+            const float f = static_cast<float>(mat.bt[j][b]);
+            for (int q = 0; q < kL; ++q) acc[q] += f * s[i][b][q];
           }
-#pragma GCC unroll 8
-        for (int i = 0; i < A; ++i)
-#pragma GCC unroll 8
-          for (int j = 0; j < A; ++j) {
-            float* out = v + (i * A + j) * pstride + c * t.tp + tbase + tx0;
-            for (int q = 0; q < nb; ++q) {
-              float acc = 0.0f;
-#pragma GCC unroll 8
-              for (int b = 0; b < A; ++b)
-                if (mat.bt[j][b] != 0.0) acc += s[i][b][q] * static_cast<float>(mat.bt[j][b]);
-              out[q] = acc;
-            }
-          }
-      }
+          float* out = v + (i * A + j) * pstride + c * t.tp + t0;
+          for (int q = 0; q < kL; ++q) out[q] = acc[q];
+        }
     }
   });
-  // Padding tiles are zero, so the GEMM reads numbers there.
-  if (t.tp > t.t)
-    for (int64_t pc = 0; pc < t.p * g.c; ++pc) std::memset(v + pc * t.tp + t.t, 0, sizeof(float) * static_cast<std::size_t>(t.tp - t.t));
 }
 
 template <int M>
@@ -98,59 +104,59 @@ void decode_m(const Geometry& g, const Epilogue& e, const float* mm, float* y, T
   constexpr int A = M + 2;
   constexpr auto mat = kMat<M>;
   const auto& t = g.t;
-  const int64_t pstride = g.k * t.tp;
-  const int64_t rows = t.n * g.k * t.ty;
+  const int64_t pstride = g.k * t.tp, nblk = t.tp / kL;
   const auto kind = e.act.kind;
-  pool.parallel_for(rows, 1, [&](int64_t b0, int64_t b1) {
-    alignas(64) float s[M][A][kTileBlock];
-    alignas(64) float o[M][M][kTileBlock];
-    for (int64_t r = b0; r < b1; ++r) {
-      const int64_t ty = r % t.ty, k = (r / t.ty) % g.k, n = r / (t.ty * g.k);
+  pool.parallel_for(g.k * nblk, 4, [&](int64_t b0, int64_t b1) {
+    alignas(64) float s[M][A][kL];
+    alignas(64) float o[M][M][kL];
+    for (int64_t idx = b0; idx < b1; ++idx) {
+      const int64_t k = idx / nblk, t0 = (idx % nblk) * kL;
+      if (t0 >= t.t) continue;
       const float bias = e.bias ? e.bias[k] : 0.0f;
-      float* yk = y + (n * g.k + k) * t.oh * t.ow;
-      const int64_t tbase = (n * t.ty + ty) * t.tx;
-      for (int64_t tx0 = 0; tx0 < t.tx; tx0 += kTileBlock) {
-        const int nb = static_cast<int>(std::min<int64_t>(kTileBlock, t.tx - tx0));
-        const float* src = mm + k * t.tp + tbase + tx0;
+      const float* src = mm + k * t.tp + t0;
 #pragma GCC unroll 8
-        for (int i = 0; i < M; ++i)
+      for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+        for (int b = 0; b < A; ++b) {
+          float acc[kL] = {};
+#pragma GCC unroll 8
+          for (int a = 0; a < A; ++a) {
+            if (mat.at[i][a] == 0.0) continue;
+            const float f = static_cast<float>(mat.at[i][a]);
+            const float* row = src + (a * A + b) * pstride;
+            for (int q = 0; q < kL; ++q) acc[q] += f * row[q];
+          }
+          for (int q = 0; q < kL; ++q) s[i][b][q] = acc[q];
+        }
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+        for (int j = 0; j < M; ++j) {
+          float acc[kL];
+          for (int q = 0; q < kL; ++q) acc[q] = bias;
 #pragma GCC unroll 8
           for (int b = 0; b < A; ++b) {
-            float* out = s[i][b];
-            for (int q = 0; q < nb; ++q) {
-              float acc = 0.0f;
-#pragma GCC unroll 8
-              for (int a = 0; a < A; ++a)
-                if (mat.at[i][a] != 0.0) acc += static_cast<float>(mat.at[i][a]) * src[(a * A + b) * pstride + q];
-              out[q] = acc;
-            }
+            if (mat.at[j][b] == 0.0) continue;
+            const float f = static_cast<float>(mat.at[j][b]);
+            for (int q = 0; q < kL; ++q) acc[q] += f * s[i][b][q];
           }
-#pragma GCC unroll 8
-        for (int i = 0; i < M; ++i)
-#pragma GCC unroll 8
-          for (int j = 0; j < M; ++j) {
-            float* out = o[i][j];
-            for (int q = 0; q < nb; ++q) {
-              float acc = bias;
-#pragma GCC unroll 8
-              for (int b = 0; b < A; ++b)
-                if (mat.at[j][b] != 0.0) acc += s[i][b][q] * static_cast<float>(mat.at[j][b]);
-              out[q] = acc;
-            }
-          }
-        // Scatter into the output rows, clipped to OH x OW, with the activation.
-        for (int i = 0; i < M; ++i) {
-          const int64_t row = ty * M + i;
-          if (row >= t.oh) break;
-          float* yr = yk + row * t.ow + tx0 * M;
-          const int64_t cols = std::min<int64_t>(static_cast<int64_t>(nb) * M, t.ow - tx0 * M);
-          if (kind == core::Activation::none) {
-            for (int64_t cidx = 0; cidx < cols; ++cidx) yr[cidx] = o[i][cidx % M][cidx / M];
-          } else if (kind == core::Activation::relu) {
-            for (int64_t cidx = 0; cidx < cols; ++cidx) yr[cidx] = std::max(0.0f, o[i][cidx % M][cidx / M]);
-          } else {
-            for (int64_t cidx = 0; cidx < cols; ++cidx) yr[cidx] = core::apply_activation(e.act, o[i][cidx % M][cidx / M]);
-          }
+          if (kind == core::Activation::relu)
+            for (int q = 0; q < kL; ++q) acc[q] = acc[q] > 0.0f ? acc[q] : 0.0f;
+          for (int q = 0; q < kL; ++q) o[i][j][q] = acc[q];
+        }
+      // Scatter the 16 tiles into the output, clipped to OH x OW.
+      const bool other_act = kind != core::Activation::none && kind != core::Activation::relu;
+      for (int q = 0; q < kL && t0 + q < t.t; ++q) {
+        const TilePos tp = tile_pos(t, t0 + q, M);
+        float* yk = y + (tp.n * g.k + k) * t.oh * t.ow;
+        const int rows = static_cast<int>(std::min<int64_t>(M, t.oh - tp.row));
+        const int cols = static_cast<int>(std::min<int64_t>(M, t.ow - tp.col));
+        for (int i = 0; i < rows; ++i) {
+          float* yr = yk + (tp.row + i) * t.ow + tp.col;
+          if (other_act)
+            for (int j = 0; j < cols; ++j) yr[j] = core::apply_activation(e.act, o[i][j][q]);
+          else
+            for (int j = 0; j < cols; ++j) yr[j] = o[i][j][q];
         }
       }
     }
@@ -162,28 +168,40 @@ void decode_m(const Geometry& g, const Epilogue& e, const float* mm, float* y, T
 typedef float vf __attribute__((vector_size(WG_LANES * 4)));
 typedef float vfu __attribute__((vector_size(WG_LANES * 4), aligned(4)));
 
-template <int R, int NV>
-inline void micro(const float* __restrict u, const float* __restrict v, int64_t ldv, float* __restrict out, int64_t ldo,
-                  int64_t c, int rows) {
-  vf acc[R][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
+inline vf bcast(const float* p) {
+#if WG_LANES == 16
+  return _mm512_set1_ps(*p);
+#else
+  return _mm256_set1_ps(*p);
+#endif
+}
+
+/// PG panels of WG_ROWS output channels (panel stride `ps`) x NV vectors of tiles.
+template <int PG, int NV>
+inline void micro(const float* __restrict u, int64_t ps, const float* __restrict v, int64_t ldv, float* __restrict out,
+                  int64_t ldo, int64_t c, int rows) {
+  constexpr int R = WG_ROWS;
+  vf acc[PG * R][NV];
+#pragma GCC unroll 32
+  for (int r = 0; r < PG * R; ++r)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[r][j] = vf{};
   for (int64_t ci = 0; ci < c; ++ci) {
     vf b[NV];
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) b[j] = *reinterpret_cast<const vfu*>(v + ci * ldv + j * WG_LANES);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const vf a = vf{} + u[ci * R + r];
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[r][j] += a * b[j];
-    }
+    for (int pg = 0; pg < PG; ++pg)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const vf a = bcast(u + pg * ps + ci * R + r);
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) acc[pg * R + r][j] += a * b[j];
+      }
   }
-  if (rows == R) {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
+  if (rows == PG * R) {
+#pragma GCC unroll 32
+    for (int r = 0; r < PG * R; ++r)
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) *reinterpret_cast<vfu*>(out + r * ldo + j * WG_LANES) = acc[r][j];
   } else {
@@ -192,9 +210,22 @@ inline void micro(const float* __restrict u, const float* __restrict v, int64_t 
   }
 }
 
+/// Every panel of U over NV vectors of tile columns starting at `t`: panel
+/// groups sized so the accumulators fill the register file.
 template <int NV>
-void micro_n(const float* u, const float* v, int64_t ldv, float* out, int64_t ldo, int64_t c, int rows) {
-  micro<WG_ROWS, NV>(u, v, ldv, out, ldo, c, rows);
+inline void columns(const float* up, int64_t panels, int64_t c, int64_t k, const float* vp, float* mp, int64_t tp, int64_t t) {
+  constexpr int kAcc = WG_LANES == 16 ? 24 : 12;
+  constexpr int PG = std::max(1, kAcc / (WG_ROWS * NV));
+  const int64_t ps = c * WG_ROWS;
+  int64_t panel = 0;
+  for (; panel + PG <= panels; panel += PG) {
+    const int rows = static_cast<int>(std::min<int64_t>(PG * WG_ROWS, k - panel * WG_ROWS));
+    micro<PG, NV>(up + panel * ps, ps, vp + t, tp, mp + panel * WG_ROWS * tp + t, tp, c, rows);
+  }
+  for (; panel < panels; ++panel) {
+    const int rows = static_cast<int>(std::min<int64_t>(WG_ROWS, k - panel * WG_ROWS));
+    micro<1, NV>(up + panel * ps, ps, vp + t, tp, mp + panel * WG_ROWS * tp + t, tp, c, rows);
+  }
 }
 
 }  // namespace
@@ -231,7 +262,7 @@ PackedU pack(const float* u, int64_t p, int64_t c, int64_t k) {
 void gemm(const PackedU& u, int64_t p, int64_t c, int64_t k, int64_t tp, const float* v, float* mm, ThreadPool& pool) {
   constexpr int64_t kCols = WG_LANES * WG_VECS;
   // Tasks: (position, block of tile columns); the V block (C x cols) stays in L2
-  // while every panel of U streams over it from L1.
+  // while the panels of U stream over it.
   const int64_t block = std::max<int64_t>(kCols, std::min<int64_t>(tp, (int64_t{96} * 1024 / 4 / std::max<int64_t>(c, 1)) / kCols * kCols));
   const int64_t nblocks = (tp + block - 1) / block;
   pool.parallel_for(p * nblocks, 1, [&](int64_t b0, int64_t b1) {
@@ -239,14 +270,14 @@ void gemm(const PackedU& u, int64_t p, int64_t c, int64_t k, int64_t tp, const f
       const int64_t pi = task / nblocks, t0 = (task % nblocks) * block, t1 = std::min(tp, t0 + block);
       const float* vp = v + pi * c * tp;
       float* mp = mm + pi * k * tp;
-      for (int64_t panel = 0; panel < u.panels; ++panel) {
-        const float* up = u.data.data() + (pi * u.panels + panel) * c * WG_ROWS;
-        const int rows = static_cast<int>(std::min<int64_t>(WG_ROWS, k - panel * WG_ROWS));
-        float* out = mp + panel * WG_ROWS * tp;
-        int64_t t = t0;
-        for (; t + kCols <= t1; t += kCols) micro_n<WG_VECS>(up, vp + t, tp, out + t, tp, c, rows);
-        for (; t + WG_LANES <= t1; t += WG_LANES) micro<WG_ROWS, 1>(up, vp + t, tp, out + t, tp, c, rows);
-      }
+      const float* up = u.data.data() + pi * u.panels * c * WG_ROWS;
+      int64_t t = t0;
+      for (; t + kCols <= t1; t += kCols) columns<WG_VECS>(up, u.panels, c, k, vp, mp, tp, t);
+      // Tails (Tp is a multiple of 16): fewer vectors, more panels at once.
+#if WG_LANES == 16
+      if (t + 32 <= t1) columns<2>(up, u.panels, c, k, vp, mp, tp, t), t += 32;
+#endif
+      for (; t + WG_LANES <= t1; t += WG_LANES) columns<1>(up, u.panels, c, k, vp, mp, tp, t);
     }
   });
 }
