@@ -27,7 +27,12 @@
 // (whole scheduler slices) whatever its size.
 //
 // The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
-// and AVX-512 where the CPU has it), on all threads at once. Percentages are
+// and AVX-512 where the CPU has it), on all threads at once.
+//
+// Childnet routines (cpu/wg: Winograd wgenc -> wgconv -> wgdec) run as a
+// one-layer net of their children, each child with its default routine (the
+// fastest ISA's); a routine with parameters gets a column per combination
+// ("cpu/wg tile=2", "tile=4", "tile=6"), filtered by --routine like the rest. Percentages are
 // of the highest ISA's peak, or of the AVX2 one with --peak avx2 (the target
 // machines of GOALS.md have no AVX-512).
 #include "core/layer_types.hpp"
@@ -256,8 +261,10 @@ std::string params_text(const RoutineParams& p) {
   return s.empty() ? "(defaults)" : s;
 }
 
-Result time_routine(const Routine& routine, const Schema& schema, const ConvShape& cs, int max_runs, double budget_s,
-                    std::mt19937& rng, std::size_t max_combos, RoutineParams* best_params) {
+/// Times `routine` with `fixed` parameters, or (when `fixed` is empty) with
+/// each of at most `max_combos` combinations of its parameters, keeping the best.
+Result time_routine(const Routine& routine, const Schema& schema, const RoutineParams& fixed, const ConvShape& cs,
+                    int max_runs, double budget_s, std::mt19937& rng, std::size_t max_combos, RoutineParams* best_params) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
   Blob b = Blob::allocate({cs.oc});
@@ -292,7 +299,10 @@ Result time_routine(const Routine& routine, const Schema& schema, const ConvShap
   Blob y = Blob::allocate(info.output_shapes[0], schema.dtype, schema.layout);
   // Each parameter combination is prepared and timed (its share of the budget);
   // the best median wins.
-  const std::vector<RoutineParams> combos = param_combinations(routine.param_space(info, schema), max_combos);
+  // A childnet routine (cpu/wg) prepares as a one-layer net of its children,
+  // each child with its default routine (core/childnet.hpp).
+  const std::vector<RoutineParams> combos =
+      fixed.empty() ? param_combinations(routine.param_space(info, schema), max_combos) : std::vector<RoutineParams>{fixed};
   for (const RoutineParams& params : combos) {
     auto prepared = routine.prepare(info, schema, params);
     const std::size_t ws = prepared->workspace_bytes();
@@ -385,17 +395,47 @@ int main(int argc, char** argv) {
   }
 
   struct Col {
-    std::string descriptor;
+    std::string descriptor;  ///< with its routine parameters, e.g. "cpu/wg tile=4"
     const Routine* routine;
     Schema schema;
+    RoutineParams params;
   };
+  // Routines with parameters (cpu/wg's tile) get a column per combination: their
+  // space as a 3x3 stride-1 layer reports it.
+  Layer probe_layer;
+  probe_layer.name = "probe";
+  probe_layer.type = "conv2";
+  probe_layer.inputs = {"x"};
+  probe_layer.outputs = {"y"};
+  probe_layer.params["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  probe_layer.weights["weight"] = Blob::allocate({64, 64, 3, 3});
+  LayerInfo probe{&probe_layer, {Shape{1, 64, 56, 56}}, {Shape{1, 64, 56, 56}}, {}, {}};
   std::vector<Col> cols;
   for (const std::string& d : registered_routines("conv2")) {
     if (!with_ref && d == "cpu/ref") continue;
-    if (!routine_filter.empty() && d.find(routine_filter) == std::string::npos) continue;
     Schema schema;
     const Routine* r = core::RoutineRegistry::instance().find("conv2", d, &schema);
-    if (r && schema.device == Device::cpu) cols.push_back({d, r, schema});
+    if (!r || schema.device != Device::cpu) continue;
+    std::vector<RoutineParams> combos{{}};
+    for (const auto& spec : r->param_space(probe, schema)) {
+      std::vector<RoutineParams> next;
+      for (const auto& c : combos)
+        for (int64_t v : spec.choices) {
+          auto p = c;
+          p.emplace_back(spec.name, v);
+          next.push_back(std::move(p));
+        }
+      if (!spec.choices.empty()) combos = std::move(next);
+    }
+    // A few combinations (Winograd's tile): a column each; many (cache
+    // blocking): one column, the best combination per shape.
+    if (combos.size() > 4) combos = {{}};
+    for (const auto& p : combos) {
+      std::string name = d;
+      for (const auto& [k, v] : p) name += fmt::format(" {}={}", k, v);
+      if (!routine_filter.empty() && name.find(routine_filter) == std::string::npos) continue;
+      cols.push_back({name, r, schema, p});
+    }
   }
 
   set_num_threads(threads);
@@ -433,9 +473,9 @@ int main(int argc, char** argv) {
     double best = 0;
     for (std::size_t i = 0; i < cols.size(); ++i) {
       RoutineParams best_params;
-      Result r = time_routine(*cols[i].routine, cols[i].schema, cs, runs, budget, rng,
+      Result r = time_routine(*cols[i].routine, cols[i].schema, cols[i].params, cs, runs, budget, rng,
                               static_cast<std::size_t>(max_combos), &best_params);
-      if (r.ok && !best_params.empty())
+      if (r.ok && cols[i].params.empty() && !best_params.empty())
         tuned.push_back(fmt::format("{:<22} {:<32} {}", cs.name, cols[i].descriptor, params_text(best_params)));
       if (!r.ok) {
         fmt::print(" | {:^24}", "n/a");

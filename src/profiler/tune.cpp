@@ -2,6 +2,7 @@
 // -> DPRS again -> the routine path stored in the net. The runtime core never
 // includes this file; it only stores and follows the path.
 #include "core/device.hpp"
+#include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/net_impl.hpp"
 #include "core/thread_pool.hpp"
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <fnmatch.h>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -84,6 +86,7 @@ struct Measured {
   RoutineParams params;
   double unit_ms = kInf;
   double integrated_ms = 0;
+  std::vector<core::RoutineChoice> children;  ///< a childnet candidate's child choices
 };
 
 struct LayerProfile {
@@ -241,6 +244,123 @@ struct Tuner {
     return time_prepared(*prepared, from, to, info, key);
   }
 
+  /// The unit cost of a childnet candidate (-1 when the routine is not a childnet
+  /// here; kInf when its children cannot run) and, in `choices`, its children's
+  /// routines. Solved innermost-first: every child's candidates are unit-profiled
+  /// (a childnet child recursively), then the cheapest child path is picked with
+  /// the adapts between child schemas, the parent's input arriving and its output
+  /// leaving in the candidate's schema: a DP over schemas along the chain of
+  /// children (a childnet whose children are not a chain takes each child's
+  /// cheapest routine in the schema the childnet gave it). The children of cpu/wg
+  /// all run in cpu:float32 and no child routine computes in another schema, so
+  /// there the per-child minimum is exact. The sum is the candidate's unit cost.
+  double childnet_cost(const Routine& r, const Schema& schema, const LayerInfo& info, const RoutineParams& params,
+                       std::vector<core::RoutineChoice>& choices, int depth = 0) {
+    std::optional<Childnet> cn;
+    try {
+      cn = r.childnet(info, schema, params);
+    } catch (const std::exception& e) {
+      core::info("{}: {} cannot build its childnet with ({}): {}", info.layer->name, make_descriptor(schema, r.algorithm()),
+                 params_text(params), e.what());
+      return kInf;
+    }
+    if (!cn) return -1;
+    if (depth > 8 || cn->inputs.size() != info.input_shapes.size() || cn->schemas.size() != cn->layers.size()) return kInf;
+    auto& registry = core::RoutineRegistry::instance();
+    std::map<std::string, Shape> shape;
+    for (std::size_t i = 0; i < cn->inputs.size(); ++i) shape[cn->inputs[i]] = info.input_shapes[i];
+    struct Option {
+      Schema schema;
+      double ms;
+      core::RoutineChoice choice;
+    };
+    std::vector<std::vector<Option>> options(cn->layers.size());
+    std::vector<LayerInfo> infos(cn->layers.size());
+    bool chain = true;
+    for (std::size_t k = 0; k < cn->layers.size(); ++k) {
+      const Layer& child = cn->layers[k];
+      LayerInfo& ci = infos[k];
+      ci.layer = &child;
+      try {
+        for (const auto& i : child.inputs) ci.input_shapes.push_back(shape.at(i));
+        ci.output_shapes = core::infer_layer_shapes(child, ci.input_shapes);
+      } catch (const std::exception& e) {
+        core::info("{}: childnet child '{}' is inconsistent: {}", info.layer->name, child.name, e.what());
+        return kInf;
+      }
+      for (std::size_t o = 0; o < child.outputs.size(); ++o) shape[child.outputs[o]] = ci.output_shapes[o];
+      for (const auto& i : child.inputs) {
+        bool from_prev = k == 0 ? std::find(cn->inputs.begin(), cn->inputs.end(), i) != cn->inputs.end()
+                                : std::find(cn->layers[k - 1].outputs.begin(), cn->layers[k - 1].outputs.end(), i) !=
+                                      cn->layers[k - 1].outputs.end();
+        chain = chain && from_prev;
+      }
+      const std::string sig = signature(ci);
+      std::vector<Candidate> cands;
+      for (auto& c : registry.candidates(ci))
+        if (c.support.ok && (schema_allowed(c.schema) || c.schema == cn->schemas[k]) && rule_allows(child.name, c.descriptor))
+          cands.push_back(std::move(c));
+      bool has_fast = std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
+      for (const auto& c : cands) {
+        if (opt.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
+        for (const auto& cp : combinations(c.routine->param_space(ci, c.schema))) {
+          std::vector<core::RoutineChoice> grandchildren;
+          double ms = childnet_cost(*c.routine, c.schema, ci, cp, grandchildren, depth + 1);
+          if (ms < 0)
+            ms = time_routine(*c.routine, c.schema, ci, cp,
+                              fmt::format("{}|{}|{}|{}", key_prefix, sig, c.descriptor, params_text(cp)));
+          if (ms < kInf) options[k].push_back({c.schema, ms, {child.name, c.descriptor, cp, ms, 0, std::move(grandchildren)}});
+        }
+      }
+      if (options[k].empty()) return kInf;
+    }
+    if (!chain) {
+      double total = 0;
+      for (std::size_t k = 0; k < options.size(); ++k) {
+        const Option* best = nullptr;
+        for (const auto& o : options[k])
+          if (o.schema == cn->schemas[k] && (!best || o.ms < best->ms)) best = &o;
+        if (!best) return kInf;
+        total += best->ms;
+        choices.push_back(best->choice);
+      }
+      return total;
+    }
+    // DP along the chain: best[k][j] = cheapest path ending with option j of child k.
+    auto edge_cost = [&](const std::vector<Shape>& shapes, const Schema& from, const Schema& to) {
+      double ms = 0;
+      for (const auto& sh : shapes) ms += adapt_cost(sh, {}, from, to).ms;
+      return ms;
+    };
+    std::vector<std::vector<double>> best(options.size());
+    std::vector<std::vector<int>> from(options.size());
+    for (std::size_t k = 0; k < options.size(); ++k)
+      for (const auto& o : options[k]) {
+        double b = kInf;
+        int arg = -1;
+        if (k == 0) {
+          b = edge_cost(info.input_shapes, schema, o.schema);
+        } else {
+          for (std::size_t j = 0; j < options[k - 1].size(); ++j) {
+            double v = best[k - 1][j] + edge_cost(infos[k].input_shapes, options[k - 1][j].schema, o.schema);
+            if (v < b) b = v, arg = static_cast<int>(j);
+          }
+        }
+        if (k + 1 == options.size()) b += edge_cost(infos[k].output_shapes, o.schema, schema);
+        best[k].push_back(b + o.ms);
+        from[k].push_back(arg);
+      }
+    auto last = std::min_element(best.back().begin(), best.back().end());
+    if (*last >= kInf) return kInf;
+    std::vector<core::RoutineChoice> rev;
+    for (int k = static_cast<int>(options.size()) - 1, j = static_cast<int>(last - best.back().begin()); k >= 0; --k) {
+      rev.push_back(options[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)].choice);
+      j = from[static_cast<std::size_t>(k)][static_cast<std::size_t>(j)];
+    }
+    choices.assign(rev.rbegin(), rev.rend());
+    return *last;
+  }
+
   std::vector<LayerProfile> unit_profile() {
     auto& registry = core::RoutineRegistry::instance();
     std::vector<LayerProfile> profiles;
@@ -281,8 +401,10 @@ struct Tuner {
         if (opt.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
         for (const auto& params : combinations(c.routine->param_space(p.info, c.schema))) {
           std::string key = fmt::format("{}|{}|{}|{}", key_prefix, sig, c.descriptor, params_text(params));
-          double ms = time_routine(*c.routine, c.schema, p.info, params, key);
-          if (ms < kInf) p.measured.push_back({c, params, ms, 0});
+          std::vector<core::RoutineChoice> children;
+          double ms = childnet_cost(*c.routine, c.schema, p.info, params, children);
+          if (ms < 0) ms = time_routine(*c.routine, c.schema, p.info, params, key);
+          if (ms < kInf) p.measured.push_back({c, params, ms, 0, std::move(children)});
         }
       }
       if (p.measured.empty())
@@ -380,7 +502,7 @@ struct Tuner {
     core::RoutinePath path;
     path.device_fingerprint = report.device_fingerprint;
     for (std::size_t i = 0; i < profiles.size(); ++i)
-      path.routines.push_back({profiles[i].layer->name, picks[i]->cand.descriptor, picks[i]->params, 0, 0});
+      path.routines.push_back({profiles[i].layer->name, picks[i]->cand.descriptor, picks[i]->params, 0, 0, picks[i]->children});
     return path;
   }
 
@@ -591,7 +713,7 @@ struct Tuner {
       core::Graph g = net.graph;
       core::Executor exec(g, net.shapes);
       for (const auto& step : exec.steps())
-        if (step->layer->type != "adapt")
+        if (step->layer->type != "adapt" && step->parent.empty())  // a childnet's children follow their parent's default
           fallback.routines.push_back({step->name, step->routine.descriptor, step->params, default_steps[step->name], default_steps[step->name]});
       path = fallback;
       report.measured_ms = default_ms;
