@@ -5,7 +5,7 @@
 //   conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING]
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
-//              [--max-combos N] [--defaults] [--fastest]
+//              [--max-combos N] [--defaults] [--fastest] [--cpu-time]
 //
 // Routines with parameters (param_space) are prepared and timed once per
 // combination (at most --max-combos, default 64, evenly spaced; --defaults:
@@ -28,6 +28,11 @@
 //
 // The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
 // and AVX-512 where the CPU has it), on all threads at once.
+//
+// --cpu-time: every time (routines and the FMA probe alike) is the process's
+// CPU time divided by the thread count instead of wall time, so that on a
+// loaded machine the time our threads spent descheduled does not count (it
+// assumes threads that sleep when idle: OMP_WAIT_POLICY=passive and our pool).
 //
 // Childnet routines (cpu/wg: Winograd wgenc -> wgconv -> wgdec) run as a
 // one-layer net of their children, each child with its default routine (the
@@ -59,6 +64,7 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 using namespace softneuro;
@@ -98,11 +104,21 @@ __attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters) {
 /// GFLOP/s of `threads` threads each running the probe at once: the best of 20
 /// short bursts (~10 ms each), so that on a shared machine one burst likely
 /// runs unpreempted.
+bool g_cpu_time = false;  // --cpu-time
+
+/// Process CPU time in seconds.
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
 double probe_peak(int threads, bool avx512) {
   const double flops_per_iter = 12.0 * 2.0 * (avx512 ? 16 : 8);
   double best = 0;
   for (int rep = 0; rep < 20; ++rep) {
     std::atomic<float> sink{0};
+    const double c0 = cpu_seconds();
     auto t0 = Clock::now();
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t)
@@ -111,7 +127,7 @@ double probe_peak(int threads, bool avx512) {
         sink.store(v, std::memory_order_relaxed);
       });
     for (auto& t : pool) t.join();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double s = g_cpu_time ? (cpu_seconds() - c0) / threads : std::chrono::duration<double>(Clock::now() - t0).count();
     best = std::max(best, flops_per_iter * double(kProbeIters) * threads / s / 1e9);
   }
   return best;
@@ -317,10 +333,13 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
     const double share = combos.size() > 1 ? budget_s / double(combos.size()) : budget_s;
     const int runs = combos.size() > 1 ? std::max(3, std::min(max_runs, 5)) : max_runs;
     const auto start = Clock::now();
+    const int threads = num_threads();
     while (static_cast<int>(times.size()) < runs) {
+      const double c0 = cpu_seconds();
       auto t0 = Clock::now();
       prepared->run(args);
-      times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      times.push_back(g_cpu_time ? (cpu_seconds() - c0) * 1e3 / threads
+                                 : std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (times.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > share) break;
     }
     std::sort(times.begin(), times.end());
@@ -375,11 +394,12 @@ int main(int argc, char** argv) {
     else if (a == "--max-combos") max_combos = std::max(1, std::atoi(value().c_str()));
     else if (a == "--defaults") max_combos = 1;
     else if (a == "--fastest") g_fastest = true;
+    else if (a == "--cpu-time") g_cpu_time = true;
     else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
-                 "                  [--list] [--max-combos N] [--defaults] [--fastest]\n");
+                 "                  [--list] [--max-combos N] [--defaults] [--fastest] [--cpu-time]\n");
       return 2;
     }
   }
@@ -444,8 +464,9 @@ int main(int argc, char** argv) {
   const double peak512 = has512 ? probe_peak(threads, true) : 0;
   const bool use512 = has512 && peak_isa != "avx2";
   const double peak = use512 ? peak512 : peak2;
-  fmt::print("conv_bench: batch 1, {} threads, {} of <= {} runs (budget {:.2f} s per cell), fused relu + bias\n",
-             threads, g_fastest ? "fastest" : "median", runs, budget);
+  fmt::print("conv_bench: batch 1, {} threads, {} of <= {} runs (budget {:.2f} s per cell), fused relu + bias{}\n",
+             threads, g_fastest ? "fastest" : "median", runs, budget,
+             g_cpu_time ? "; CPU time / threads, not wall time" : "");
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   fmt::print("OpenMP (oneDNN): OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}; load average at start {}\n", policy ? policy : "(unset)",

@@ -15,6 +15,7 @@
 #include "support/run_layer.hpp"
 
 #include <softneuro/net.hpp>
+#include <softneuro/tune.hpp>
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
@@ -222,4 +223,40 @@ TEST_CASE("cpu/conv: dense as reshape -> conv2 1x1 -> reshape matches cpu/ref", 
       for (std::size_t i = 0; i < want.size(); ++i) CHECK(in_net[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
     }
   }
+}
+
+TEST_CASE("tuning a cpu/wg candidate solves its children and records their choices", "[winograd][tune]") {
+  std::mt19937 rng(13);
+  ConvCase cc{1, 16, 14, 14, 16, {1, 1, 1, 1}, true, "relu"};
+  auto g = conv_graph(cc, rng);
+  Blob x = random_blob(Shape{1, 16, 14, 14}, rng);
+  auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
+  Net net(detail::NetImpl::build(g));
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.5;
+  o.integrated_runs = 2;
+  o.pin = {{"conv", "cpu/wg"}};
+  net.tune(o);
+  std::vector<std::string> names;
+  for (const auto& l : net.layers()) {
+    names.push_back(l.name);
+    CHECK(l.tuned);
+  }
+  CHECK(names == std::vector<std::string>{"conv/wgenc", "conv/wgconv", "conv/wgdec"});
+  std::vector<NamedBlob> in{{"x", x}};
+  auto got = test::values(net.run(in)[0].blob);
+  double scale = 0, err = max_err(got, want, &scale);
+  CHECK(err <= tolerance(6) * scale);
+  // The child choices are in the saved path.
+  const std::string path = test::temp_path("wg_tuned.dnn");
+  net.save(path);
+  Net back = Net::load(path);
+  auto a = net.layers(), b = back.layers();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].descriptor == b[i].descriptor);
+    CHECK(b[i].tuned);
+  }
+  std::remove(path.c_str());
 }

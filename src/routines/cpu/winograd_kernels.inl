@@ -32,6 +32,16 @@ inline TilePos tile_pos(const core::WinogradTiles& t, int64_t tile, int m) {
   const int64_t tx = tile % t.tx, rest = tile / t.tx;
   return {rest / t.ty, (rest % t.ty) * m, tx * m};
 }
+/// The next tile's position.
+inline void step(const core::WinogradTiles& t, TilePos& p, int m) {
+  p.col += m;
+  if (p.col < t.tx * m) return;
+  p.col = 0;
+  p.row += m;
+  if (p.row < t.ty * m) return;
+  p.row = 0;
+  ++p.n;
+}
 
 template <int M>
 void encode_m(const Geometry& g, const float* x, float* v, ThreadPool& pool) {
@@ -45,13 +55,14 @@ void encode_m(const Geometry& g, const float* x, float* v, ThreadPool& pool) {
     for (int64_t idx = b0; idx < b1; ++idx) {
       const int64_t c = idx / nblk, t0 = (idx % nblk) * kL;
       // Gather the 16 tiles' input patches (zero outside the padded input).
+      TilePos tp = tile_pos(t, std::min(t0, t.t - 1), M);  // then stepped, no divisions
       for (int q = 0; q < kL; ++q) {
         if (t0 + q >= t.t) {
           for (int a = 0; a < A; ++a)
             for (int b = 0; b < A; ++b) d[a][b][q] = 0.0f;
           continue;
         }
-        const TilePos tp = tile_pos(t, t0 + q, M);
+        if (q > 0) step(t, tp, M);
         const int64_t r0 = tp.row - g.pt, c0 = tp.col - g.pl;
         const float* xc = x + (tp.n * g.c + c) * g.h * g.w;
         if (r0 >= 0 && c0 >= 0 && r0 + A <= g.h && c0 + A <= g.w) {
@@ -146,11 +157,20 @@ void decode_m(const Geometry& g, const Epilogue& e, const float* mm, float* y, T
         }
       // Scatter the 16 tiles into the output, clipped to OH x OW.
       const bool other_act = kind != core::Activation::none && kind != core::Activation::relu;
+      TilePos tp = tile_pos(t, t0, M);  // then stepped, no divisions
       for (int q = 0; q < kL && t0 + q < t.t; ++q) {
-        const TilePos tp = tile_pos(t, t0 + q, M);
+        if (q > 0) step(t, tp, M);
         float* yk = y + (tp.n * g.k + k) * t.oh * t.ow;
         const int rows = static_cast<int>(std::min<int64_t>(M, t.oh - tp.row));
         const int cols = static_cast<int>(std::min<int64_t>(M, t.ow - tp.col));
+        if (rows == M && cols == M && !other_act) {
+          float* yq = yk + tp.row * t.ow + tp.col;
+#pragma GCC unroll 8
+          for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+            for (int j = 0; j < M; ++j) yq[i * t.ow + j] = o[i][j][q];
+          continue;
+        }
         for (int i = 0; i < rows; ++i) {
           float* yr = yk + (tp.row + i) * t.ow + tp.col;
           if (other_act)
