@@ -544,7 +544,13 @@ struct Tuner {
     std::vector<InContext> out(paths.size());
     for (std::size_t p = 0; p < paths.size(); ++p) {
       const auto& steps = execs[p]->steps();
-      for (std::size_t i = 0; i < steps.size(); ++i) out[p].per_step[steps[i]->name] = profiler::robust_median(samples[p][i]);
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const double ms = profiler::robust_median(samples[p][i]);
+        out[p].per_step[steps[i]->name] = ms;
+        // A childnet's children run as steps of their own: the parent layer's
+        // in-context time is their sum.
+        if (!steps[i]->parent.empty()) out[p].per_step[steps[i]->parent] += ms;
+      }
       std::sort(round_medians[p].begin(), round_medians[p].end());
       out[p].total_ms = round_medians[p][round_medians[p].size() / 2];
     }
