@@ -1,6 +1,7 @@
 // cpu/xnnpack — routines wrapping XNNPACK (Debian's libxnnpack-dev, the
 // 2022-02-16 snapshot: operators are create → setup → run, no reshape step),
-// float32 in channels-last: descriptor "cpu:float32:nhwc/xnnpack".
+// in channels-last: "cpu:float32:nhwc/xnnpack" (below) and
+// "cpu:qint8:nhwc/xnnpack" (conv2, dense, add, pool2; see its section).
 //
 // Layer types: conv2 (any group count, depthwise included; strides, pads,
 // dilations; bias; fused relu/clip as XNNPACK's output clamp, fused hardswish
@@ -43,7 +44,33 @@
 // library's thread count (set_num_threads → the thread-count hook below →
 // g_threads). One thread means no pool (XNNPACK runs on the caller). The
 // caller thread takes part in every parallel region; pthreadpool's workers
-// spin for a while after a region and then sleep on a futex.
+// spin for a while after a region and then sleep on a futex (here they sleep
+// at once by default: spin_workers below). pthreadpool runs one parallel
+// region at a time (a mutex): nets running XNNPACK layers on several threads
+// at once share the pool and take turns.
+//
+// Untuned default: conv2 ranks 84 (below every oneDNN conv), the others 54, so
+// the default keeps oneDNN and XNNPACK is the tuner's to choose. Measured on
+// the shared 2-vCPU Xeon (AVX-512; load 7-8 from other jobs), 2 threads,
+// OMP_WAIT_POLICY=passive:
+//  - conv alone (build/conv_bench --model mobilenetv2 --threads 2 --routine
+//    float32): sum over MobileNetV2's convs XNNPACK 3.52 ms, oneDNN nhwc 3.88,
+//    nchw16c 4.15; XNNPACK wins the depthwise and pointwise convs at 112x112
+//    and 56x56 (e.g. dw 3x3 144 @56: 0.098 vs 0.131 ms nchw16c) and the large
+//    pointwise ones at 14x14 and 7x7, loses small depthwise ones (dw 3x3 192
+//    @28: 0.038 vs 0.028). ResNet50's convs (--model resnet50): XNNPACK 113 ms
+//    against oneDNN 64-69 (noisy, but oneDNN wins nearly every large conv).
+//  - whole MobileNetV2 (softneuro run, untuned), every conv, add and pool in
+//    nhwc on XNNPACK against main's nchw16c oneDNN path: 2 threads at nice
+//    -10, medians 5.3 / 14.1 / 22.7 ms (min 4.7) against 5.8-6.3 ms (min
+//    5.6); at nice 0 10-49 ms against 5.5-17 ms; 1 thread medians 18.4-19.0
+//    against 13.8-15.1 ms (min 10.1 against 9.5). pthreadpool's caller spins
+//    (up to 10^6 pauses) waiting for a worker that the loaded machine has not
+//    scheduled yet, where OpenMP's passive caller sleeps: XNNPACK is faster
+//    only when the machine is quiet. Spinning workers (spin_workers=1) were
+//    far worse here: medians 64-115 ms, single runs up to 1 s. Again once our
+//    own pool ran on OpenMP (main at b0be198), 2 threads, nice -10: XNNPACK
+//    chain medians 31.7-32.9 ms against oneDNN's 5.4-10.6 ms.
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
@@ -277,10 +304,35 @@ void hardsigmoid_tile(void* ctx, size_t start, size_t count) {
   for (size_t i = 0; i < count; ++i) y[i] = std::min(1.0f, std::max(0.0f, h.alpha * x[i] + h.beta));
 }
 
-/// One step of a routine: an XNNPACK operator, or (op == nullptr) our hardsigmoid.
+/// Requantisation of int8 values in place (qint8 max pooling between different
+/// scales), our own loop on the pthreadpool: dequantised to float as the
+/// reference does (si * (x - zi)), then quantised (round half to even): where
+/// the scales' ratio makes exact halves common (2.5 = 255 / 102), any other
+/// float arithmetic rounds those ties differently.
+struct Requant {
+  const int8_t* x = nullptr;
+  int8_t* y = nullptr;
+  size_t n = 0;
+  int32_t zi = 0, zo = 0;
+  float si = 1, so = 1;
+  uint32_t flags = 0;  ///< pthreadpool flags
+};
+
+void requant_tile(void* ctx, size_t start, size_t count) {
+  const auto& r = *static_cast<const Requant*>(ctx);
+  for (size_t i = start; i < start + count; ++i) {
+    const float real = r.si * static_cast<float>(r.x[i] - r.zi);
+    const double v = std::nearbyint(double(real) / double(r.so)) + r.zo;
+    r.y[i] = static_cast<int8_t>(std::clamp(v, -128.0, 127.0));
+  }
+}
+
+/// One step of a routine: an XNNPACK operator, or (op == nullptr) one of our loops.
 struct Op {
   xnn_operator_t op = nullptr;
+  enum Kind { xnn, hardsigmoid, requant } kind = xnn;
   Hardsigmoid hs;
+  Requant rq;
   Op() = default;
   Op(const Op&) = delete;
   Op& operator=(const Op&) = delete;
@@ -336,8 +388,15 @@ class Prepared final : public PreparedRoutine {
       set_ = true;
     }
     for (const auto& o : ops_) {
-      if (o->op) xcheck(xnn_run_operator(o->op, pool), "xnn_run_operator");
-      else pthreadpool_parallelize_1d_tile_1d(pool, &hardsigmoid_tile, &o->hs, o->hs.n, kHardsigmoidTile, o->hs.flags);
+      switch (o->kind) {
+        case Op::xnn: xcheck(xnn_run_operator(o->op, pool), "xnn_run_operator"); break;
+        case Op::hardsigmoid:
+          pthreadpool_parallelize_1d_tile_1d(pool, &hardsigmoid_tile, &o->hs, o->hs.n, kHardsigmoidTile, o->hs.flags);
+          break;
+        case Op::requant:
+          pthreadpool_parallelize_1d_tile_1d(pool, &requant_tile, &o->rq, o->rq.n, kHardsigmoidTile, o->rq.flags);
+          break;
+      }
     }
   }
 
@@ -353,6 +412,7 @@ class Prepared final : public PreparedRoutine {
 /// Appends our hardsigmoid step; returns it.
 Op* add_hardsigmoid(Build& ops, float alpha, float beta) {
   auto o = std::make_unique<Op>();
+  o->kind = Op::hardsigmoid;
   o->hs.alpha = alpha;
   o->hs.beta = beta;
   o->hs.flags = (ops.flags & XNN_FLAG_YIELD_WORKERS) ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0;
@@ -394,6 +454,11 @@ void setup_after(Op* step, Clamp::After after, size_t count, void* out, pthreadp
 
 // ---------------------------------------------------------------------------
 // The registered routine for operation K.
+
+/// Layer types other than conv2: above cpu/ref, below oneDNN's routines (50 in
+/// plain + the stay bonus 5, 55 in nhwc, 60 blocked), so the untuned default
+/// takes XNNPACK only where nothing but cpu/ref computes the layer (sub, div).
+constexpr int kElementwisePriority = 54;
 
 template <class K>
 class Xnnpack final : public Routine {
@@ -439,18 +504,6 @@ class Xnnpack final : public Routine {
   }
 
   int default_priority() const override { return K::kPriority; }
-  /// Other layer types: 56 on images (rank >= 3), one above oneDNN's nhwc
-  /// routines so that a nhwc chain stays with one library (and one thread
-  /// pool); 54 on rank <= 2 blobs, below oneDNN's plain routines (50 + the stay
-  /// bonus), where nhwc is no layout worth moving to.
-  int default_priority_for(const LayerInfo& info) const override {
-    if constexpr (requires { K::priority_for(info); }) {
-      return K::priority_for(info);
-    } else {
-      if (info.input_shapes.empty() || info.input_shapes[0].rank() < 3) return K::kPriority - 2;
-      return K::kPriority;
-    }
-  }
 };
 
 // ---------------------------------------------------------------------------
@@ -458,29 +511,9 @@ class Xnnpack final : public Routine {
 
 struct Conv2 {
   static constexpr std::string_view kType = "conv2";
-  /// Untuned default (see the measurements in the file comment): small
-  /// convolutions, up to kSmallFlops direct-convolution FLOPs, rank 101, just
-  /// above oneDNN's nchw16c (100), so that a net of small convolutions
-  /// (MobileNetV2: every conv, depthwise and pointwise, is below 0.05 GFLOP)
-  /// starts in nhwc with XNNPACK and stays there (101 + the stay bonus 5 beats
-  /// 100), while a small one after a nchw16c producer stays with oneDNN (100 +
-  /// 5 beats 101) instead of paying two reorders. Larger ones rank 84, below
-  /// oneDNN's nhwc (85): oneDNN's AVX-512 kernels win there (ResNet50).
+  /// Below oneDNN's nhwc conv (85): the untuned default keeps oneDNN (see
+  /// "Untuned default" in the file comment); the tuner measures XNNPACK.
   static constexpr int kPriority = 84;
-  static constexpr int kSmallPriority = 101;
-  static constexpr double kSmallFlops = 5e7;
-
-  static int priority_for(const LayerInfo& info) {
-    if (!info.layer || info.input_shapes.empty() || info.input_shapes[0].rank() != 4) return kPriority;
-    try {
-      const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
-      const double flops = 2.0 * double(g.n) * double(g.oc) * double(g.oh) * double(g.ow) *
-                           double(g.c / g.group) * double(g.kh) * double(g.kw);
-      return flops <= kSmallFlops ? kSmallPriority : kPriority;
-    } catch (const Error&) {
-      return kPriority;
-    }
-  }
 
   static Support check(const LayerInfo& info) {
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
@@ -531,7 +564,7 @@ struct Conv2 {
 
 struct Dense {
   static constexpr std::string_view kType = "dense";
-  static constexpr int kPriority = 56;
+  static constexpr int kPriority = kElementwisePriority;
 
   static Support check(const LayerInfo& info) {
     const Shape& s = info.input_shapes[0];
@@ -571,7 +604,7 @@ struct Dense {
 
 struct Pool2 {
   static constexpr std::string_view kType = "pool2";
-  static constexpr int kPriority = 56;
+  static constexpr int kPriority = kElementwisePriority;
 
   static int64_t padding_r(int64_t in, int64_t pad_l, int64_t pad_r, int64_t k, int64_t s, int64_t d, int64_t out) {
     const int64_t ext = (k - 1) * d + 1;
@@ -681,7 +714,7 @@ struct Pool2 {
 template <class K>
 struct Unary {
   static constexpr std::string_view kType = K::kType;
-  static constexpr int kPriority = 56;
+  static constexpr int kPriority = kElementwisePriority;
 
   static Support check(const LayerInfo& info) { return K::check(*info.layer); }
 
@@ -747,7 +780,7 @@ struct SigmoidK {
 
 struct HardsigmoidLayer {
   static constexpr std::string_view kType = "hardsigmoid";
-  static constexpr int kPriority = 56;
+  static constexpr int kPriority = kElementwisePriority;
 
   static Support check(const LayerInfo&) { return Support::yes(); }
 
@@ -770,7 +803,7 @@ struct HardsigmoidLayer {
 template <class K>
 struct Binary {
   static constexpr std::string_view kType = K::kType;
-  static constexpr int kPriority = 56;
+  static constexpr int kPriority = kElementwisePriority;
 
   /// The physical dims XNNPACK broadcasts: each input's logical shape, padded
   /// with leading 1s to the output's rank, in the output's physical order.
@@ -832,7 +865,7 @@ SOFTNEURO_XNN_BINARY(DivK, "div", divide)
 
 struct Softmax {
   static constexpr std::string_view kType = "softmax";
-  static constexpr int kPriority = 56;
+  static constexpr int kPriority = kElementwisePriority;
 
   static int axis_of(const LayerInfo& info) {
     const Shape& s = info.input_shapes[0];
@@ -866,6 +899,322 @@ struct Softmax {
 };
 
 // ---------------------------------------------------------------------------
+// cpu:qint8:nhwc/xnnpack: conv2 (XNNPACK's qc8: per-output-channel weights),
+// dense (as a 1x1 qc8 convolution over N pixels, rank-2 inputs), add (same
+// shapes, qs8), pool2 (global average: qs8; max: s8, then our requantisation
+// where the output's quantisation differs). The project's qint8 conventions
+// (see src/routines/cpu/qint8_avx2.cpp): activations int8, per tensor, from
+// LayerInfo::input_quant/output_quant; weights float32 in the .dnn, quantised
+// here per output channel, symmetric (s_w = max|w|/127, q = round(w/s_w)),
+// bias to int32 at s_in*s_w. XNNPACK requantises in float (round to nearest
+// even), so outputs are within one step of the exact quantised computation.
+
+constexpr Schema kQSchema{Device::cpu, DType::qint8, Layout::nhwc};
+
+/// Per-tensor quantisation of one activation blob.
+struct TQ {
+  float scale = 1;
+  int32_t zp = 0;
+};
+
+Support tensor_quant(const std::vector<QuantParams>& qs, std::size_t i, const char* what, TQ* out) {
+  if (i >= qs.size() || qs[i].empty()) return Support::no("not calibrated: run calibration first");
+  const QuantParams& q = qs[i];
+  if (q.scales.size() != 1 || q.axis != -1)
+    return Support::no(fmt::format("{} {} is quantised per channel; activations must be per tensor", what, i));
+  if (!(q.scales[0] > 0) || !std::isfinite(q.scales[0]))
+    return Support::no(fmt::format("{} {} has scale {}, not a positive number", what, i, q.scales[0]));
+  const int32_t zp = q.zero_points.empty() ? 0 : q.zero_points[0];
+  if (zp < -128 || zp > 127) return Support::no(fmt::format("{} {} has zero point {} outside int8", what, i, zp));
+  if (out) *out = TQ{q.scales[0], zp};
+  return Support::yes();
+}
+TQ in_q(const LayerInfo& info, std::size_t i = 0) {
+  TQ t;
+  tensor_quant(info.input_quant, i, "input", &t);
+  return t;
+}
+TQ out_q(const LayerInfo& info) {
+  TQ t;
+  tensor_quant(info.output_quant, 0, "output", &t);
+  return t;
+}
+int8_t to_i8(double v) { return static_cast<int8_t>(std::clamp(v, -128.0, 127.0)); }
+
+/// The fused activation as XNNPACK's int8 output range, or why it cannot be one.
+Support int8_range(const Layer& l, const TQ& out, int8_t* lo, int8_t* hi) {
+  const Activation a = core::fused_activation(l);
+  int8_t mn = -128, mx = 127;
+  switch (a.kind) {
+    case Activation::none: break;
+    case Activation::relu: mn = to_i8(out.zp); break;
+    case Activation::clip:
+      if (std::isfinite(a.min)) mn = to_i8(std::nearbyint(double(a.min) / out.scale) + out.zp);
+      if (std::isfinite(a.max)) mx = to_i8(std::nearbyint(double(a.max) / out.scale) + out.zp);
+      break;
+    default: return Support::no("fused activations other than relu/clip have no XNNPACK int8 form");
+  }
+  if (mn >= mx) return Support::no(fmt::format("the activation leaves the int8 range [{}, {}] empty", mn, mx));
+  if (lo) *lo = mn;
+  if (hi) *hi = mx;
+  return Support::yes();
+}
+
+/// Weights [O, K] (K in XNNPACK's order) quantised per output channel; bias at s_in * s_w.
+struct QWeights {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> bias;
+};
+QWeights quantise(const std::vector<float>& w, int64_t oc, int64_t k, const Blob* bias, float s_in) {
+  QWeights r;
+  r.q.resize(static_cast<std::size_t>(oc * k));
+  r.scale.resize(static_cast<std::size_t>(oc));
+  r.bias.assign(static_cast<std::size_t>(oc), 0);
+  for (int64_t o = 0; o < oc; ++o) {
+    float mx = 0;
+    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(w[static_cast<std::size_t>(o * k + i)]));
+    const float s = mx > 0 ? mx / 127.0f : 1.0f;
+    r.scale[static_cast<std::size_t>(o)] = s;
+    for (int64_t i = 0; i < k; ++i)
+      r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(
+          std::clamp(static_cast<int>(std::nearbyint(w[static_cast<std::size_t>(o * k + i)] / s)), -127, 127));
+    if (bias)
+      r.bias[static_cast<std::size_t>(o)] = static_cast<int32_t>(
+          std::clamp(std::nearbyint(double(bias->data_as<float>()[o]) / (double(s_in) * double(s))), -1073741824.0,
+                     1073741824.0));
+  }
+  return r;
+}
+
+/// The registered qint8 routine for operation K.
+template <class K>
+class XnnpackQ final : public Routine {
+ public:
+  std::string_view layer_type() const override { return K::kType; }
+  std::string_view algorithm() const override { return "xnnpack"; }
+  std::vector<Schema> schemas() const override { return {kQSchema}; }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kQSchema))
+      return Support::no(fmt::format("this routine computes in {}, not {}", kQSchema.to_string(), schema.to_string()));
+    if (!info.layer) return Support::no("no layer");
+    if (const xnn_status s = init_status(); s != xnn_status_success)
+      return Support::no(fmt::format("XNNPACK failed to initialise ({})", status_name(s)));
+    for (std::size_t i = 0; i < info.input_shapes.size(); ++i) {
+      if (info.input_shapes[i].numel() == 0) return Support::no("an input is empty");
+      if (Support q = tensor_quant(info.input_quant, i, "input", nullptr); !q) return q;
+    }
+    if (Support q = tensor_quant(info.output_quant, 0, "output", nullptr); !q) return q;
+    try {
+      if (Support s = K::check(info); !s) return s;
+      // The rest (scale ratios XNNPACK accepts, ...) XNNPACK says itself: create the operators once.
+      Build ops;
+      K::create(info, ops);
+      return Support::yes();
+    } catch (const Error& e) {
+      return Support::no(e.what());
+    }
+  }
+
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"spin_workers", {0, 1}}};
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
+                                           const RoutineParams& params) const override {
+    xcheck(init_status(), "xnn_initialize");
+    if (Support s = K::check(info); !s)
+      throw Error(fmt::format("cpu:qint8:nhwc/xnnpack cannot compute layer '{}': {}", info.layer->name, s.reason));
+    Build ops;
+    ops.flags = routine_param(params, "spin_workers", 0) ? 0 : XNN_FLAG_YIELD_WORKERS;
+    SetupFn setup = K::create(info, ops);
+    return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
+  }
+
+  /// Below our own qint8 routines (10): the tuner decides.
+  int default_priority() const override { return 9; }
+};
+
+/// A qc8 convolution over nhwc int8 blobs; dense is one with 1x1 kernels.
+xnn_operator_t create_qconv(const Window2d& g, const std::vector<float>& w_okc, const Blob* bias, const TQ& in,
+                            const TQ& out, int8_t lo, int8_t hi, Build& ops) {
+  const int64_t gi = g.c / g.group, go = g.oc / g.group;
+  const QWeights q = quantise(w_okc, g.oc, g.kh * g.kw * gi, bias, in.scale);
+  auto o = std::make_unique<Op>();
+  const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  xcheck(xnn_create_convolution2d_nhwc_qc8(u(g.pt), u(g.pr), u(g.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
+                                           u(g.dh), u(g.dw), u(g.group), static_cast<size_t>(gi),
+                                           static_cast<size_t>(go), static_cast<size_t>(g.c),
+                                           static_cast<size_t>(g.oc), static_cast<int8_t>(in.zp), in.scale,
+                                           q.scale.data(), q.q.data(), q.bias.data(), static_cast<int8_t>(out.zp),
+                                           out.scale, lo, hi, ops.flags, &o->op),
+         "xnn_create_convolution2d_nhwc_qc8");
+  xnn_operator_t op = o->op;
+  ops.push_back(std::move(o));
+  return op;
+}
+
+struct QConv2 {
+  static constexpr std::string_view kType = "conv2";
+
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
+    if (Support s = float_weights(*info.layer, {"weight", "bias"}); !s) return s;
+    core::conv2_window(*info.layer, info.input_shapes[0]);
+    return int8_range(*info.layer, out_q(info), nullptr, nullptr);
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& layer = *info.layer;
+    const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
+    int8_t lo = -128, hi = 127;
+    if (Support s = int8_range(layer, out_q(info), &lo, &hi); !s) throw Error(s.reason);
+    const int64_t gi = g.c / g.group, kk = g.kh * g.kw;
+    // [O, C/g, KH, KW] → [O, KH, KW, C/g], XNNPACK's per-group order.
+    std::vector<float> w(static_cast<std::size_t>(g.oc * gi * kk));
+    const float* src = layer.weight("weight").data_as<float>();
+    for (int64_t o = 0; o < g.oc; ++o)
+      for (int64_t i = 0; i < gi; ++i)
+        for (int64_t k = 0; k < kk; ++k) w[static_cast<std::size_t>((o * kk + k) * gi + i)] = src[(o * gi + i) * kk + k];
+    xnn_operator_t op = create_qconv(g, w, layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_convolution2d_nhwc_qc8(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
+                                              static_cast<size_t>(g.w), static_cast<const int8_t*>(in[0]),
+                                              static_cast<int8_t*>(out), pool),
+             "xnn_setup_convolution2d_nhwc_qc8");
+    };
+  }
+};
+
+struct QDense {
+  static constexpr std::string_view kType = "dense";
+
+  static Support check(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    if (s.rank() != 2)
+      return Support::no(fmt::format("cpu:qint8:nhwc/xnnpack dense takes an input [N,K]; {} has rank {}", s.to_string(),
+                                     s.rank()));
+    if (Support r = float_weights(*info.layer, {"weight", "bias"}); !r) return r;
+    return int8_range(*info.layer, out_q(info), nullptr, nullptr);
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& layer = *info.layer;
+    int8_t lo = -128, hi = 127;
+    if (Support s = int8_range(layer, out_q(info), &lo, &hi); !s) throw Error(s.reason);
+    const Blob& wb = layer.weight("weight");
+    const int64_t n = info.input_shapes[0][0], k = info.input_shapes[0][1], o = wb.shape()[0];
+    Window2d g{};
+    g.n = n;
+    g.c = k;
+    g.h = g.w = g.oh = g.ow = 1;
+    g.oc = o;
+    g.kh = g.kw = g.sh = g.sw = g.dh = g.dw = 1;
+    g.group = 1;
+    std::vector<float> w(wb.data_as<float>(), wb.data_as<float>() + o * k);
+    xnn_operator_t op = create_qconv(g, w, layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_convolution2d_nhwc_qc8(op, static_cast<size_t>(n), 1, 1, static_cast<const int8_t*>(in[0]),
+                                              static_cast<int8_t*>(out), pool),
+             "xnn_setup_convolution2d_nhwc_qc8");
+    };
+  }
+};
+
+struct QAdd {
+  static constexpr std::string_view kType = "add";
+
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes[0] != info.input_shapes[1])
+      return Support::no(fmt::format("cpu:qint8:nhwc/xnnpack adds same shapes only, not {} and {}",
+                                     info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    return Support::yes();
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const TQ a = in_q(info, 0), b = in_q(info, 1), y = out_q(info);
+    auto o = std::make_unique<Op>();
+    xcheck(xnn_create_add_nd_qs8(static_cast<int8_t>(a.zp), a.scale, static_cast<int8_t>(b.zp), b.scale,
+                                 static_cast<int8_t>(y.zp), y.scale, -128, 127, ops.flags, &o->op),
+           "xnn_create_add_nd_qs8");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    const size_t n = static_cast<size_t>(info.output_shapes[0].numel());
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_add_nd_qs8(op, 1, &n, 1, &n, static_cast<const int8_t*>(in[0]), static_cast<const int8_t*>(in[1]),
+                                  static_cast<int8_t*>(out), pool),
+             "xnn_setup_add_nd_qs8");
+    };
+  }
+};
+
+struct QPool2 {
+  static constexpr std::string_view kType = "pool2";
+
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("pool2 needs an input [N,C,H,W]");
+    const Pool2::Geometry p = Pool2::geometry(info);
+    const Window2d& g = p.g;
+    if (p.global_avg) return Support::yes();
+    if (!p.is_max) return Support::no("XNNPACK has no int8 (qs8) average pooling but the global one");
+    if (g.kh * g.kw == 1) return Support::no("XNNPACK refuses 1x1 pooling windows");
+    if (Pool2::empty_window(g.h, g.pt, g.kh, g.sh, g.dh, g.oh) || Pool2::empty_window(g.w, g.pl, g.kw, g.sw, g.dw, g.ow))
+      return Support::no("a window covers only padding");
+    return Support::yes();
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Pool2::Geometry p = Pool2::geometry(info);
+    const Window2d g = p.g;
+    const TQ in = in_q(info), y = out_q(info);
+    const size_t c = static_cast<size_t>(g.c);
+    const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+    auto o = std::make_unique<Op>();
+    if (p.global_avg)
+      xcheck(xnn_create_global_average_pooling_nwc_qs8(c, c, c, static_cast<int8_t>(in.zp), in.scale,
+                                                       static_cast<int8_t>(y.zp), y.scale, -128, 127, ops.flags, &o->op),
+             "xnn_create_global_average_pooling_nwc_qs8");
+    else
+      xcheck(xnn_create_max_pooling2d_nhwc_s8(u(g.pt), u(p.pr), u(p.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
+                                              u(g.dh), u(g.dw), c, c, c, -128, 127, ops.flags, &o->op),
+             "xnn_create_max_pooling2d_nhwc_s8");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    // Max pooling keeps the input's quantisation: requantise after it where the output's differs.
+    Op* rq = nullptr;
+    if (!p.global_avg && (in.scale != y.scale || in.zp != y.zp)) {
+      auto r = std::make_unique<Op>();
+      r->kind = Op::requant;
+      r->rq.zi = in.zp;
+      r->rq.zo = y.zp;
+      r->rq.si = in.scale;
+      r->rq.so = y.scale;
+      r->rq.flags = (ops.flags & XNN_FLAG_YIELD_WORKERS) ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0;
+      rq = r.get();
+      ops.push_back(std::move(r));
+    }
+    const bool global_avg = p.global_avg;
+    const size_t count = static_cast<size_t>(info.output_shapes[0].numel());
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      const int8_t* x = static_cast<const int8_t*>(in[0]);
+      int8_t* yy = static_cast<int8_t*>(out);
+      const size_t n = static_cast<size_t>(g.n), h = static_cast<size_t>(g.h), w = static_cast<size_t>(g.w);
+      if (global_avg)
+        xcheck(xnn_setup_global_average_pooling_nwc_qs8(op, n, h * w, x, yy, pool),
+               "xnn_setup_global_average_pooling_nwc_qs8");
+      else
+        xcheck(xnn_setup_max_pooling2d_nhwc_s8(op, n, h, w, x, yy, pool), "xnn_setup_max_pooling2d_nhwc_s8");
+      if (rq) {
+        rq->rq.x = yy;
+        rq->rq.y = yy;
+        rq->rq.n = count;
+      }
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------
 
 const bool g_registered = [] {
   register_routine(std::make_unique<Xnnpack<Conv2>>());
@@ -881,6 +1230,10 @@ const bool g_registered = [] {
   register_routine(std::make_unique<Xnnpack<Binary<MulK>>>());
   register_routine(std::make_unique<Xnnpack<Binary<DivK>>>());
   register_routine(std::make_unique<Xnnpack<Softmax>>());
+  register_routine(std::make_unique<XnnpackQ<QConv2>>());
+  register_routine(std::make_unique<XnnpackQ<QDense>>());
+  register_routine(std::make_unique<XnnpackQ<QAdd>>());
+  register_routine(std::make_unique<XnnpackQ<QPool2>>());
   return true;
 }();
 
