@@ -39,7 +39,7 @@ commands:
                             (default: every float32 CPU schema, i.e. cpu:float32:*; hybrid: cpu:float32:*,cpu:qint8:*)
       --cache DIR           profile cache folder ('-': none; default $SOFTNEURO_CACHE_DIR or ~/.cache/softneuro)
       --candidates K        candidates per layer and schema kept for integrated profiling (default 2)
-      --unit-budget-ms X    measuring time per candidate (default 30)
+      --unit-budget-ms X    measuring time per candidate (default 15)
       --time-budget S       overall budget in seconds (default: none)
       --pin LAYER=DESC      layers matching LAYER (glob) may only use descriptors matching DESC
       --ban LAYER=DESC      layers matching LAYER never use descriptors matching DESC

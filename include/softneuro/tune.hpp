@@ -32,7 +32,7 @@ struct TuneOptions {
   /// $XDG_CACHE_HOME/softneuro, else ~/.cache/softneuro. "-" disables the cache.
   std::string cache_dir;
   /// Measurement time per candidate in unit profiling (ms): repetitions until spent.
-  double unit_budget_ms = 30;
+  double unit_budget_ms = 15;
   /// Candidates kept per (layer, schema) for integrated profiling.
   int candidates_per_schema = 2;
   /// Whole-net runs per integrated-profiling round.

@@ -15,7 +15,7 @@ double robust_median(std::vector<double> s) {
   return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
-Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, int max_reps) {
+Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, int max_reps, double cutoff_ms) {
   using clock = std::chrono::steady_clock;
   fn();  // warm-up: caches, lazy initialisation in wrapped libraries
   std::vector<double> samples;
@@ -25,6 +25,7 @@ Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, 
     fn();
     auto t1 = clock::now();
     samples.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (cutoff_ms > 0 && samples.size() == 1 && samples[0] > cutoff_ms) break;
     double spent = std::chrono::duration<double, std::milli>(t1 - start).count();
     if (static_cast<int>(samples.size()) >= min_reps && spent >= budget_ms) break;
   }
