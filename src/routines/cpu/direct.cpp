@@ -73,8 +73,8 @@ class PreparedDirect final : public PreparedRoutine {
     ocb_total_ = (g_.oc + v_ - 1) / v_;  // = group * ocbg_ (whole blocks per group when group > 1)
 
     // The tile: oc_block reduced to a divisor of the blocks per group, then the widest tile <= ow_tile.
-    int want_ocb = static_cast<int>(routine_param(params, "oc_block", v_ == 16 ? 2 : 1));
-    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 12);
+    int want_ocb = static_cast<int>(routine_param(params, "oc_block", 2));
+    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 4);
     int ocb = 1;
     for (int c : {4, 2, 1})
       if (c <= want_ocb && ocbg_ % c == 0) {
