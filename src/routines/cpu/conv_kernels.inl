@@ -27,7 +27,6 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
       for (int i = 0; i < W; ++i) acc[j][i] = vzero();
   }
   const int64_t sx = (S == 0 ? t.sw : S) * kV;
-  const int taps = t.kh * t.kw;
   for (int64_t icb = 0; icb < t.icbs; ++icb) {
     const float* xb = t.x + icb * t.x_icb;
     const float* wb = t.w + icb * t.w_icb;
@@ -35,7 +34,13 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
       for (int kw = 0; kw < t.kw; ++kw) {
         const float* xp = xb + kh * t.dh * t.x_row + kw * t.dw * kV;
         const float* wp = wb + (kh * t.kw + kw) * (kV * OCB * kV);
-#pragma GCC unroll 2
+        // The whole vector of input channels unrolled (AVX2: 8, short enough
+        // that loop overhead per tap would otherwise show); AVX-512: 4 at a time.
+#if SN_F32_AVX512
+#pragma GCC unroll 4
+#else
+#pragma GCC unroll 8
+#endif
         for (int ic = 0; ic < kV; ++ic) {
           vf wv[OCB];
 #pragma GCC unroll 4
@@ -48,7 +53,6 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
           }
         }
       }
-    (void)taps;
   }
   if (t.last) {
     const VAct act(ep);
@@ -220,7 +224,9 @@ conv::Kernels make_kernels() {
   k.isa = "avx2";
   // 16 ymm: OCB*W accumulators + OCB weights + the broadcast.
   add_tile<1, 6>(k);
+  add_tile<1, 7>(k);
   add_tile<1, 12>(k);
+  add_tile<1, 14>(k);
   add_tile<2, 4>(k);
   add_tile<2, 6>(k);
   add_tile<4, 2>(k);

@@ -270,7 +270,7 @@ class Direct final : public Routine {
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
     if (L == Layout::nchw16c)
       return {{"oc_block", {1, 2, 4}}, {"ow_tile", {7, 14, 28}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
-    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 6, 12}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
+    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
   }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
