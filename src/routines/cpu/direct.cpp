@@ -238,7 +238,7 @@ class PreparedDirect final : public PreparedRoutine {
   int64_t w_icb_ = 0, w_og_ = 0, hp_ = 0, wp_ = 0, slack_ = 0, pad_floats_ = 0;
   int stride_idx_ = 1;
   Config cfg_;
-  std::vector<float> packed_, bias_;
+  cpu::AlignedFloats packed_, bias_;
   cpu::gemm::Epilogue ep_;
 };
 

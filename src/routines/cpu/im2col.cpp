@@ -161,7 +161,8 @@ class PreparedNchw final : public PreparedRoutine {
   const Kernel* k_ = nullptr;
   int64_t ocg_ = 0, kk_ = 0, kc_ = 0, pb_ = 0, pa_size_ = 0, slot_floats_ = 0;
   int slots_ = 1;
-  std::vector<float> packed_, bias_;
+  cpu::AlignedFloats packed_;
+  std::vector<float> bias_;
   gemm::Epilogue ep_;
 };
 
@@ -240,7 +241,8 @@ class PreparedNhwc final : public PreparedRoutine {
   const Kernel* k_ = nullptr;
   int64_t cg_ = 0, ocg_ = 0, kc_ = 0, mb_ = 0, pb_size_ = 0, slot_floats_ = 0;
   int slots_ = 1;
-  std::vector<float> packed_, bias_;
+  cpu::AlignedFloats packed_;
+  std::vector<float> bias_;
   gemm::Epilogue ep_;
 };
 
