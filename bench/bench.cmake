@@ -4,3 +4,9 @@
 add_executable(conv_bench ${CMAKE_CURRENT_LIST_DIR}/conv_bench.cpp)
 target_include_directories(conv_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(conv_bench PRIVATE softneuro fmt::fmt Threads::Threads)
+
+# adapt_bench: every CPU adapt routine (quantise, dequantise, casts, layout
+# changes, chains) on activation shapes, ms and GB/s.
+add_executable(adapt_bench ${CMAKE_CURRENT_LIST_DIR}/adapt_bench.cpp)
+target_include_directories(adapt_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(adapt_bench PRIVATE softneuro fmt::fmt)

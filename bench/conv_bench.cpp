@@ -5,7 +5,7 @@
 //   conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING]
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
-//              [--max-combos N] [--defaults] [--fastest]
+//              [--max-combos N] [--defaults] [--fastest] [--cpu-time]
 //
 // Routines with parameters (param_space) are prepared and timed once per
 // combination (at most --max-combos, default 64, evenly spaced; --defaults:
@@ -27,7 +27,17 @@
 // (whole scheduler slices) whatever its size.
 //
 // The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
-// and AVX-512 where the CPU has it), on all threads at once. Percentages are
+// and AVX-512 where the CPU has it), on all threads at once.
+//
+// --cpu-time: every time (routines and the FMA probe alike) is the process's
+// CPU time divided by the thread count instead of wall time, so that on a
+// loaded machine the time our threads spent descheduled does not count (it
+// assumes threads that sleep when idle: OMP_WAIT_POLICY=passive and our pool).
+//
+// Childnet routines (cpu/wg: Winograd wgenc -> wgconv -> wgdec) run as a
+// one-layer net of their children, each child with its default routine (the
+// fastest ISA's); a routine with parameters gets a column per combination
+// ("cpu/wg tile=2", "tile=4", "tile=6"), filtered by --routine like the rest. Percentages are
 // of the highest ISA's peak, or of the AVX2 one with --peak avx2 (the target
 // machines of GOALS.md have no AVX-512).
 #include "core/layer_types.hpp"
@@ -54,6 +64,7 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 using namespace softneuro;
@@ -93,11 +104,21 @@ __attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters) {
 /// GFLOP/s of `threads` threads each running the probe at once: the best of 20
 /// short bursts (~10 ms each), so that on a shared machine one burst likely
 /// runs unpreempted.
+bool g_cpu_time = false;  // --cpu-time
+
+/// Process CPU time in seconds.
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
 double probe_peak(int threads, bool avx512) {
   const double flops_per_iter = 12.0 * 2.0 * (avx512 ? 16 : 8);
   double best = 0;
   for (int rep = 0; rep < 20; ++rep) {
     std::atomic<float> sink{0};
+    const double c0 = cpu_seconds();
     auto t0 = Clock::now();
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t)
@@ -106,7 +127,7 @@ double probe_peak(int threads, bool avx512) {
         sink.store(v, std::memory_order_relaxed);
       });
     for (auto& t : pool) t.join();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double s = g_cpu_time ? (cpu_seconds() - c0) / threads : std::chrono::duration<double>(Clock::now() - t0).count();
     best = std::max(best, flops_per_iter * double(kProbeIters) * threads / s / 1e9);
   }
   return best;
@@ -256,8 +277,10 @@ std::string params_text(const RoutineParams& p) {
   return s.empty() ? "(defaults)" : s;
 }
 
-Result time_routine(const Routine& routine, const Schema& schema, const ConvShape& cs, int max_runs, double budget_s,
-                    std::mt19937& rng, std::size_t max_combos, RoutineParams* best_params) {
+/// Times `routine` with `fixed` parameters, or (when `fixed` is empty) with
+/// each of at most `max_combos` combinations of its parameters, keeping the best.
+Result time_routine(const Routine& routine, const Schema& schema, const RoutineParams& fixed, const ConvShape& cs,
+                    int max_runs, double budget_s, std::mt19937& rng, std::size_t max_combos, RoutineParams* best_params) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
   Blob b = Blob::allocate({cs.oc});
@@ -292,7 +315,10 @@ Result time_routine(const Routine& routine, const Schema& schema, const ConvShap
   Blob y = Blob::allocate(info.output_shapes[0], schema.dtype, schema.layout);
   // Each parameter combination is prepared and timed (its share of the budget);
   // the best median wins.
-  const std::vector<RoutineParams> combos = param_combinations(routine.param_space(info, schema), max_combos);
+  // A childnet routine (cpu/wg) prepares as a one-layer net of its children,
+  // each child with its default routine (core/childnet.hpp).
+  const std::vector<RoutineParams> combos =
+      fixed.empty() ? param_combinations(routine.param_space(info, schema), max_combos) : std::vector<RoutineParams>{fixed};
   for (const RoutineParams& params : combos) {
     auto prepared = routine.prepare(info, schema, params);
     const std::size_t ws = prepared->workspace_bytes();
@@ -307,10 +333,13 @@ Result time_routine(const Routine& routine, const Schema& schema, const ConvShap
     const double share = combos.size() > 1 ? budget_s / double(combos.size()) : budget_s;
     const int runs = combos.size() > 1 ? std::max(3, std::min(max_runs, 5)) : max_runs;
     const auto start = Clock::now();
+    const int threads = num_threads();
     while (static_cast<int>(times.size()) < runs) {
+      const double c0 = cpu_seconds();
       auto t0 = Clock::now();
       prepared->run(args);
-      times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      times.push_back(g_cpu_time ? (cpu_seconds() - c0) * 1e3 / threads
+                                 : std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (times.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > share) break;
     }
     std::sort(times.begin(), times.end());
@@ -365,11 +394,12 @@ int main(int argc, char** argv) {
     else if (a == "--max-combos") max_combos = std::max(1, std::atoi(value().c_str()));
     else if (a == "--defaults") max_combos = 1;
     else if (a == "--fastest") g_fastest = true;
+    else if (a == "--cpu-time") g_cpu_time = true;
     else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
-                 "                  [--list] [--max-combos N] [--defaults] [--fastest]\n");
+                 "                  [--list] [--max-combos N] [--defaults] [--fastest] [--cpu-time]\n");
       return 2;
     }
   }
@@ -385,17 +415,47 @@ int main(int argc, char** argv) {
   }
 
   struct Col {
-    std::string descriptor;
+    std::string descriptor;  ///< with its routine parameters, e.g. "cpu/wg tile=4"
     const Routine* routine;
     Schema schema;
+    RoutineParams params;
   };
+  // Routines with parameters (cpu/wg's tile) get a column per combination: their
+  // space as a 3x3 stride-1 layer reports it.
+  Layer probe_layer;
+  probe_layer.name = "probe";
+  probe_layer.type = "conv2";
+  probe_layer.inputs = {"x"};
+  probe_layer.outputs = {"y"};
+  probe_layer.params["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  probe_layer.weights["weight"] = Blob::allocate({64, 64, 3, 3});
+  LayerInfo probe{&probe_layer, {Shape{1, 64, 56, 56}}, {Shape{1, 64, 56, 56}}, {}, {}};
   std::vector<Col> cols;
   for (const std::string& d : registered_routines("conv2")) {
     if (!with_ref && d == "cpu/ref") continue;
-    if (!routine_filter.empty() && d.find(routine_filter) == std::string::npos) continue;
     Schema schema;
     const Routine* r = core::RoutineRegistry::instance().find("conv2", d, &schema);
-    if (r && schema.device == Device::cpu) cols.push_back({d, r, schema});
+    if (!r || schema.device != Device::cpu) continue;
+    std::vector<RoutineParams> combos{{}};
+    for (const auto& spec : r->param_space(probe, schema)) {
+      std::vector<RoutineParams> next;
+      for (const auto& c : combos)
+        for (int64_t v : spec.choices) {
+          auto p = c;
+          p.emplace_back(spec.name, v);
+          next.push_back(std::move(p));
+        }
+      if (!spec.choices.empty()) combos = std::move(next);
+    }
+    // A few combinations (Winograd's tile): a column each; many (cache
+    // blocking): one column, the best combination per shape.
+    if (combos.size() > 4) combos = {{}};
+    for (const auto& p : combos) {
+      std::string name = d;
+      for (const auto& [k, v] : p) name += fmt::format(" {}={}", k, v);
+      if (!routine_filter.empty() && name.find(routine_filter) == std::string::npos) continue;
+      cols.push_back({name, r, schema, p});
+    }
   }
 
   set_num_threads(threads);
@@ -404,8 +464,9 @@ int main(int argc, char** argv) {
   const double peak512 = has512 ? probe_peak(threads, true) : 0;
   const bool use512 = has512 && peak_isa != "avx2";
   const double peak = use512 ? peak512 : peak2;
-  fmt::print("conv_bench: batch 1, {} threads, {} of <= {} runs (budget {:.2f} s per cell), fused relu + bias\n",
-             threads, g_fastest ? "fastest" : "median", runs, budget);
+  fmt::print("conv_bench: batch 1, {} threads, {} of <= {} runs (budget {:.2f} s per cell), fused relu + bias{}\n",
+             threads, g_fastest ? "fastest" : "median", runs, budget,
+             g_cpu_time ? "; CPU time / threads, not wall time" : "");
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   fmt::print("OpenMP (oneDNN): OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}; load average at start {}\n", policy ? policy : "(unset)",
@@ -433,9 +494,9 @@ int main(int argc, char** argv) {
     double best = 0;
     for (std::size_t i = 0; i < cols.size(); ++i) {
       RoutineParams best_params;
-      Result r = time_routine(*cols[i].routine, cols[i].schema, cs, runs, budget, rng,
+      Result r = time_routine(*cols[i].routine, cols[i].schema, cols[i].params, cs, runs, budget, rng,
                               static_cast<std::size_t>(max_combos), &best_params);
-      if (r.ok && !best_params.empty())
+      if (r.ok && cols[i].params.empty() && !best_params.empty())
         tuned.push_back(fmt::format("{:<22} {:<32} {}", cs.name, cols[i].descriptor, params_text(best_params)));
       if (!r.ok) {
         fmt::print(" | {:^24}", "n/a");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -112,18 +113,30 @@ int cmd_inspect(const std::vector<std::string>& args) {
   }
   fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}\n", "name", wn, "type", wt, "routine", wd, "output", "parameters");
   int adapts = 0;
+  double adapt_ms = 0, predicted_ms = 0, measured_ms = 0;
   for (const auto& l : layers) {
     std::string routine = l.descriptor + (l.routine_params.empty() ? "" : " (" + l.routine_params + ")");
     std::string shapes;
     for (const auto& s : l.output_shapes) shapes += (shapes.empty() ? "" : " ") + s.to_string();
-    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params,
-               l.tuned ? fmt::format("  [predicted {:.3f} ms]", l.predicted_ms) : "");
-    adapts += l.type == "adapt";
+    std::string times;
+    if (l.tuned) times = fmt::format("  [predicted {:.3f} ms{}]", l.predicted_ms,
+                                     l.measured_ms > 0 ? fmt::format(", measured {:.3f} ms", l.measured_ms) : "");
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params, times);
+    if (l.type == "adapt") {
+      ++adapts;
+      adapt_ms += l.predicted_ms;
+    }
+    predicted_ms += l.predicted_ms;
+    measured_ms += l.measured_ms;
     for (const auto& c : l.candidates)
       fmt::print("    {} {}{}\n", c.supported ? "candidate    " : "not candidate", c.descriptor,
                  c.supported ? "" : ": " + c.reason);
   }
-  fmt::print("\n{} layers, {} adapts inserted\n", layers.size(), adapts);
+  fmt::print("\n{} layers, {} adapts inserted", layers.size(), adapts);
+  if (!fp.empty())
+    fmt::print(" (predicted {:.3f} ms); predicted {:.3f} ms in all, layers measured in the tuner's whole-net run {:.3f} ms",
+               adapt_ms, predicted_ms, measured_ms);
+  fmt::print("\n");
   return 0;
 }
 
@@ -329,7 +342,25 @@ int cmd_run(const std::vector<std::string>& args) {
 
 }  // namespace
 
+namespace {
+
+/// libgomp (the OpenMP runtime under oneDNN and our thread pool) busy-waits at
+/// every barrier unless told otherwise, and reads that setting once, when it
+/// loads. On a machine whose cores are shared, a spinning thread keeps its
+/// descheduled peer from finishing: ResNet50 at 2 threads ran 1.2 s instead of
+/// 0.13 s at load 7 (and MobileNetV2 55 ms instead of 5 ms even with
+/// GOMP_SPINCOUNT=10000). So the CLI restarts itself once with a passive wait
+/// policy unless the user chose one (OMP_WAIT_POLICY or GOMP_SPINCOUNT).
+void prefer_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: run on as we are
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  prefer_passive_openmp(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     while (args.size() >= 2 && args[0] == "--plugin") {

@@ -35,6 +35,7 @@ struct LayerSummary {
   std::string routine_params;  ///< "tile=4 ..." or empty
   bool tuned = false;      ///< whether the descriptor comes from a tuned routine path
   double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
+  double measured_ms = 0;  ///< time the tuner measured in a whole-net run of the chosen path (0: none)
   /// Filled by layers(true): every registered routine of the layer's type, in
   /// every schema, with why it is not a candidate (empty reason: it is one).
   struct Candidate {

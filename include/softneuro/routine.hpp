@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,7 +24,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 2;
+inline constexpr uint32_t abi_version = 3;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -154,6 +155,26 @@ class PreparedRoutine {
   virtual void run(const RunArgs& args) = 0;
 };
 
+/// A routine implemented as a small net of sub-layers (SoftNeuro's childnets,
+/// e.g. dense = reshape -> conv2 -> reshape; Winograd conv2 = wgenc -> wgconv ->
+/// wgdec). The executor expands it into one step per child at prepare time;
+/// each child's routine is chosen like a layer's (the routine path names it by
+/// the child's layer name, else the default choice in the child's schema), and
+/// the blobs between children are planned with the net's other blobs.
+struct Childnet {
+  /// The child layers in execution order, with their own weights (e.g. a
+  /// transformed kernel, computed once when the childnet is built). Names are
+  /// "<parent>/<child>" (e.g. "conv1/wgconv"); they key the children's choices.
+  std::vector<Layer> layers;
+  /// The schema each child computes in by default (one per layer).
+  std::vector<Schema> schemas;
+  /// The names under which the children read the parent's inputs (one per parent input).
+  std::vector<std::string> inputs;
+  /// The child blobs that are the parent's outputs (one per parent output).
+  /// Every other blob a child writes is internal to the childnet.
+  std::vector<std::string> outputs;
+};
+
 /// How to compute one layer type, for the schemas it lists. Identified by its
 /// descriptor "schema/algorithm" (e.g. "cpu/ref", "cpu:qint8/onednn").
 class Routine {
@@ -177,6 +198,19 @@ class Routine {
   /// Rank of this routine in the untuned default choice: higher wins among the
   /// supported routines of the default schema. Reference routines use 0.
   virtual int default_priority() const { return 0; }
+  /// The rank for one layer, where a routine's speed against the others depends
+  /// on the layer's shapes (e.g. a library that wins on small convolutions and
+  /// loses on large ones); by default default_priority().
+  virtual int default_priority_for(const LayerInfo& layer) const {
+    (void)layer;
+    return default_priority();
+  }
+  /// A childnet routine returns its children here (and nullopt otherwise);
+  /// the executor then runs the children instead of calling prepare(). Throws
+  /// softneuro::Error when the childnet cannot be built with these parameters.
+  virtual std::optional<Childnet> childnet(const LayerInfo&, const Schema&, const RoutineParams&) const {
+    return std::nullopt;
+  }
 };
 
 /// Memory of a device other than the CPU, provided by its backend (e.g. CUDA)

@@ -1,8 +1,9 @@
 // "<target schema>/chain": converts a (from, to) schema pair that no single
 // adapt routine converts (e.g. cpu:float32:nchw8c -> cpu:qint8:nhwc) by
-// composing registered single-step adapts: the shortest chain found by
-// breadth-first search over the schemas the registered adapts produce (ties:
-// the chain whose intermediate blobs are smallest, then descriptor order).
+// composing registered single-step adapts: the shortest chains found by
+// breadth-first search over the schemas the registered adapts produce, ordered
+// by the size of their intermediate blobs; routine parameter "via" picks one,
+// so the tuner measures each and keeps the cheapest.
 // Each step is prepared once; intermediate blobs live in the workspace, so a
 // run allocates nothing. Only CPU chains are composed (an intermediate blob
 // lives in the CPU workspace). A pair some single adapt converts is left to
@@ -14,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -82,51 +84,68 @@ bool converts(const Step& s, const Schema& from, const LayerInfo& base) {
   }
 }
 
-/// The shortest chain of single-step adapts from -> to (empty when none; one step when direct).
-std::vector<Step> find_chain(const Schema& from, const Schema& to, const LayerInfo& base) {
+/// Every shortest chain of single-step adapts from -> to (none: empty; a
+/// direct conversion: one chain of one step), ordered by the bytes of their
+/// intermediate blobs, then by their text, so an index ("via") names one
+/// chain reproducibly. At most kMaxChains are kept.
+constexpr std::size_t kMaxChains = 8;
+std::vector<std::vector<Step>> find_chains(const Schema& from, const Schema& to, const LayerInfo& base) {
   const auto steps = single_step_adapts();
-  // BFS over schemas; each node remembers how it was reached.
-  struct Node {
-    Schema schema;
-    int parent = -1;
-    int step = -1;  // index into steps
-    std::size_t bytes = 0;  // intermediate bytes so far
-  };
-  std::vector<Node> nodes{{from, -1, -1, 0}};
-  std::vector<int> frontier{0};
   const Shape& shape = base.input_shapes.at(0);
-  for (int depth = 0; depth < kMaxSteps && !frontier.empty(); ++depth) {
-    std::vector<int> next;
-    int best = -1;
-    for (int ni : frontier) {
-      const Schema cur = nodes[static_cast<std::size_t>(ni)].schema;
+  // Breadth-first over partial chains; a schema is not visited twice within a chain.
+  struct Partial {
+    std::vector<int> steps;
+    Schema at;
+    std::size_t bytes = 0;
+  };
+  std::vector<Partial> frontier{{{}, from, 0}};
+  std::vector<std::pair<std::size_t, std::vector<Step>>> found;
+  std::map<std::pair<std::string, std::size_t>, bool> can;  // (schema, step) -> converts
+  auto converts_from = [&](const Schema& at, std::size_t k) {
+    auto key = std::make_pair(at.to_string(), k);
+    auto it = can.find(key);
+    return it != can.end() ? it->second : (can[key] = converts(steps[k], at, base));
+  };
+  for (int depth = 0; depth < kMaxSteps && found.empty() && !frontier.empty(); ++depth) {
+    std::vector<Partial> next;
+    std::map<std::string, std::size_t> reaching;  // partial chains kept per schema reached
+    for (const auto& p : frontier)
       for (std::size_t k = 0; k < steps.size(); ++k) {
         const Step& s = steps[k];
-        bool seen = false;
-        for (const auto& n : nodes) seen = seen || n.schema == s.to;
-        if (seen && !(s.to == to)) continue;
-        if (!converts(s, cur, base)) continue;
-        std::size_t bytes = nodes[static_cast<std::size_t>(ni)].bytes + (ni == 0 ? 0 : storage_bytes(shape, cur.dtype, cur.layout));
+        if (s.to == from) continue;
+        bool revisits = false;
+        for (int i : p.steps) revisits = revisits || steps[static_cast<std::size_t>(i)].to == s.to;
+        if (revisits || !converts_from(p.at, k)) continue;
+        Partial q{p.steps, s.to, p.bytes + (p.steps.empty() ? 0 : storage_bytes(shape, p.at.dtype, p.at.layout))};
+        q.steps.push_back(static_cast<int>(k));
         if (s.to == to) {
-          if (best < 0 || bytes < nodes[static_cast<std::size_t>(best)].bytes) {
-            nodes.push_back({s.to, ni, static_cast<int>(k), bytes});
-            best = static_cast<int>(nodes.size()) - 1;
-          }
-          continue;
+          std::vector<Step> chain;
+          for (int i : q.steps) chain.push_back(steps[static_cast<std::size_t>(i)]);
+          found.push_back({q.bytes, std::move(chain)});
+        } else if (reaching[s.to.to_string()]++ < kMaxChains) {
+          next.push_back(std::move(q));
         }
-        nodes.push_back({s.to, ni, static_cast<int>(k), bytes});
-        next.push_back(static_cast<int>(nodes.size()) - 1);
       }
-    }
-    if (best >= 0) {
-      std::vector<Step> chain;
-      for (int n = best; nodes[static_cast<std::size_t>(n)].parent >= 0; n = nodes[static_cast<std::size_t>(n)].parent)
-        chain.insert(chain.begin(), steps[static_cast<std::size_t>(nodes[static_cast<std::size_t>(n)].step)]);
-      return chain;
-    }
     frontier = std::move(next);
   }
-  return {};
+  std::vector<std::vector<Step>> out;
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    std::string ta, tb;
+    for (const auto& s : a.second) ta += s.descriptor + ' ';
+    for (const auto& s : b.second) tb += s.descriptor + ' ';
+    return ta < tb;
+  });
+  for (auto& f : found)
+    if (out.size() < kMaxChains) out.push_back(std::move(f.second));
+  return out;
+}
+
+/// The chain `via` names (the first when out of range), or empty.
+std::vector<Step> find_chain(const Schema& from, const Schema& to, const LayerInfo& base, int64_t via = 0) {
+  auto chains = find_chains(from, to, base);
+  if (chains.empty()) return {};
+  return chains[static_cast<std::size_t>(via >= 0 && via < static_cast<int64_t>(chains.size()) ? via : 0)];
 }
 
 class Chain final : public PreparedRoutine {
@@ -193,9 +212,29 @@ class ChainAdapt final : public Routine {
     return s;
   }
 
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& to, const RoutineParams&) const override {
+  /// Several shortest chains (e.g. quantise then reorder, or reorder then
+  /// quantise): the tuner measures each and keeps the cheapest.
+  std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema& to) const override {
+    const std::string key = cache_key(info, Schema::parse(info.layer->get_string("from")), to);
+    int64_t n = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = count_cache_.find(key); it != count_cache_.end()) n = it->second;
+    }
+    if (n == 0) {
+      n = static_cast<int64_t>(find_chains(Schema::parse(info.layer->get_string("from")), to, info).size());
+      std::lock_guard lock(mutex_);
+      count_cache_[key] = std::max<int64_t>(1, n);
+    }
+    if (n < 2) return {};
+    RoutineParamSpec via{"via", {}};
+    for (int64_t i = 0; i < n; ++i) via.choices.push_back(i);
+    return {via};
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& to, const RoutineParams& params) const override {
     const Schema from = Schema::parse(info.layer->get_string("from"));
-    auto chain = find_chain(from, to, info);
+    auto chain = find_chain(from, to, info, routine_param(params, "via", 0));
     if (chain.size() < 2)
       throw Error(fmt::format("no chain of adapts converts {} to {}", from.to_string(), to.to_string()));
     auto prepared = std::make_unique<Chain>();
@@ -225,8 +264,8 @@ class ChainAdapt final : public Routine {
   }
 
   /// For messages and tests: the steps this routine would take.
-  static std::string describe(const LayerInfo& info, const Schema& to) {
-    return chain_text(find_chain(Schema::parse(info.layer->get_string("from")), to, info));
+  static std::string describe(const LayerInfo& info, const Schema& to, int64_t via = 0) {
+    return chain_text(find_chain(Schema::parse(info.layer->get_string("from")), to, info, via));
   }
 
  private:
@@ -237,6 +276,7 @@ class ChainAdapt final : public Routine {
   }
   mutable std::mutex mutex_;
   mutable std::map<std::string, Support> cache_;
+  mutable std::map<std::string, int64_t> count_cache_;  // chains per key (param_space)
 };
 
 SOFTNEURO_REGISTER_ROUTINE(ChainAdapt);

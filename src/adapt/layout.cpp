@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace softneuro {
@@ -52,14 +53,57 @@ class Reorder final : public PreparedRoutine {
     float* y = a.outputs[0]->data_as<float>();
     const Addressing src(from_, c_, s_), dst(to_, c_, s_);
     if (dst.block) std::memset(y, 0, static_cast<std::size_t>(n_ * dst.per_image()) * sizeof(float));  // zero the padding
-    // Parallel over (image, channel); the inner loop walks the spatial dim.
-    const int64_t n = n_, c = c_, s = s_;
-    a.pool->parallel_for(n * c, 8, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        int64_t img = i / c, ch = i % c;
-        int64_t si = src.offset(img, ch, 0), di = dst.offset(img, ch, 0);
-        int64_t sstep = src.offset(img, ch, s > 1 ? 1 : 0) - si, dstep = dst.offset(img, ch, s > 1 ? 1 : 0) - di;
-        for (int64_t k = 0; k < s; ++k) y[di + k * dstep] = x[si + k * sstep];
+    // Tiles of kTileS positions x kTileC channels, so that both the reads and
+    // the strided writes of a transpose stay in L1 (a pass over whole channels
+    // wrote nhwc at 0.5 GB/s: every store touched a line evicted since the last
+    // channel). Parallel over (image, position tile).
+    constexpr int64_t kTileS = 32, kTileC = 64;
+    const int64_t n = n_, c = c_, s = s_, stiles = (s + kTileS - 1) / kTileS;
+    const bool plain = (from_ == Layout::nchw && to_ == Layout::nhwc) || (from_ == Layout::nhwc && to_ == Layout::nchw);
+    if (plain && s > 1 && c > 1) {
+      // nchw <-> nhwc: a transpose per image of [C, S] <-> [S, C] through a
+      // stack tile, so that both sides are read and written in rows.
+      constexpr int64_t T = 32;
+      const bool to_nhwc = to_ == Layout::nhwc;
+      a.pool->parallel_for(n * stiles, 1, [&](int64_t b, int64_t e) {
+        alignas(64) float tile[T * T];
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t img = t / stiles, s0 = (t % stiles) * T, sw = std::min(s, s0 + T) - s0;
+          const float* xi = x + img * c * s;
+          float* yi = y + img * c * s;
+          for (int64_t c0 = 0; c0 < c; c0 += T) {
+            const int64_t cw = std::min(c, c0 + T) - c0;
+            if (to_nhwc) {
+              for (int64_t ch = 0; ch < cw; ++ch)
+                for (int64_t p = 0; p < sw; ++p) tile[p * T + ch] = xi[(c0 + ch) * s + s0 + p];
+              for (int64_t p = 0; p < sw; ++p)
+                std::memcpy(yi + (s0 + p) * c + c0, tile + p * T, static_cast<std::size_t>(cw) * sizeof(float));
+            } else {
+              for (int64_t p = 0; p < sw; ++p)
+                for (int64_t ch = 0; ch < cw; ++ch) tile[ch * T + p] = xi[(s0 + p) * c + c0 + ch];
+              for (int64_t ch = 0; ch < cw; ++ch)
+                std::memcpy(yi + (c0 + ch) * s + s0, tile + ch * T, static_cast<std::size_t>(sw) * sizeof(float));
+            }
+          }
+        }
+      });
+      return;
+    }
+    a.pool->parallel_for(n * stiles, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t img = t / stiles, s0 = (t % stiles) * kTileS, len = std::min(s, s0 + kTileS) - s0;
+        for (int64_t c0 = 0; c0 < c; c0 += kTileC) {
+          const int64_t c1 = std::min(c, c0 + kTileC);
+          for (int64_t ch = c0; ch < c1; ++ch) {
+            const int64_t si = src.offset(img, ch, s0), di = dst.offset(img, ch, s0);
+            const int64_t sstep = src.offset(img, ch, s0 + 1) - si, dstep = dst.offset(img, ch, s0 + 1) - di;
+            if (sstep == 1 && dstep == 1) {
+              std::memcpy(y + di, x + si, static_cast<std::size_t>(len) * sizeof(float));
+            } else {
+              for (int64_t k = 0; k < len; ++k) y[di + k * dstep] = x[si + k * sstep];
+            }
+          }
+        }
       }
     });
   }

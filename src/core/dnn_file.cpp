@@ -177,17 +177,25 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
     }
   if (auto p = m->routine_path()) {
     g.routine_path.device_fingerprint = r.str(p->device_fingerprint());
+    // A childnet routine's choice holds its children's, recursively.
+    auto choice = [&](auto&& self, const fb::RoutineChoice* c) -> RoutineChoice {
+      RoutineChoice rc{r.str(c->layer()), r.str(c->descriptor()), {}, c->predicted_ms(), c->measured_ms(), {}};
+      if (c->params())
+        for (auto kv : *c->params()) rc.params.emplace_back(r.str(kv->name()), kv->value());
+      if (c->children())
+        for (auto child : *c->children()) rc.children.push_back(self(self, child));
+      return rc;
+    };
     if (p->routines())
-      for (auto c : *p->routines()) {
-        RoutineChoice rc{r.str(c->layer()), r.str(c->descriptor()), {}, c->predicted_ms(), c->measured_ms()};
-        if (c->params())
-          for (auto kv : *c->params()) rc.params.emplace_back(r.str(kv->name()), kv->value());
-        g.routine_path.routines.push_back(std::move(rc));
-      }
+      for (auto c : *p->routines()) g.routine_path.routines.push_back(choice(choice, c));
     if (p->adapts())
-      for (auto a : *p->adapts())
-        g.routine_path.adapts.push_back({r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
-                                         r.str(a->to_schema()), strings(a->steps()), a->predicted_ms()});
+      for (auto a : *p->adapts()) {
+        AdaptChoice ac{r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
+                       r.str(a->to_schema()), strings(a->steps()), a->predicted_ms(), {}};
+        if (a->params())
+          for (auto kv : *a->params()) ac.params.emplace_back(r.str(kv->name()), kv->value());
+        g.routine_path.adapts.push_back(std::move(ac));
+      }
   }
   if (m->blob_quant())
     for (auto q : *m->blob_quant()) {
@@ -293,17 +301,25 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
   flatbuffers::Offset<fb::RoutinePath> path = 0;
   if (!g.routine_path.empty() || !g.routine_path.device_fingerprint.empty()) {
     std::vector<flatbuffers::Offset<fb::RoutineChoice>> rcs;
-    for (const auto& c : g.routine_path.routines) {
+    auto choice = [&](auto&& self, const RoutineChoice& c) -> flatbuffers::Offset<fb::RoutineChoice> {
+      std::vector<flatbuffers::Offset<fb::RoutineChoice>> children;
+      for (const auto& child : c.children) children.push_back(self(self, child));
+      auto children_vec = children.empty() ? 0 : fbb.CreateVector(children);  // absent: what older writers wrote
       std::vector<flatbuffers::Offset<fb::RoutineParam>> ps;
       for (const auto& [k, v] : c.params) ps.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
-      rcs.push_back(fb::CreateRoutineChoice(fbb, fbb.CreateString(c.layer), fbb.CreateString(c.descriptor),
-                                            fbb.CreateVector(ps), c.predicted_ms, c.measured_ms));
-    }
+      return fb::CreateRoutineChoice(fbb, fbb.CreateString(c.layer), fbb.CreateString(c.descriptor),
+                                     fbb.CreateVector(ps), c.predicted_ms, c.measured_ms, children_vec);
+    };
+    for (const auto& c : g.routine_path.routines) rcs.push_back(choice(choice, c));
     std::vector<flatbuffers::Offset<fb::AdaptChoice>> acs;
-    for (const auto& a : g.routine_path.adapts)
+    for (const auto& a : g.routine_path.adapts) {
+      std::vector<flatbuffers::Offset<fb::RoutineParam>> ps;
+      for (const auto& [k, v] : a.params) ps.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
       acs.push_back(fb::CreateAdaptChoice(fbb, fbb.CreateString(a.blob), fbb.CreateString(a.consumer),
                                           fbb.CreateString(a.from_schema), fbb.CreateString(a.to_schema),
-                                          fbb.CreateVectorOfStrings(a.steps), a.predicted_ms));
+                                          fbb.CreateVectorOfStrings(a.steps), a.predicted_ms,
+                                          ps.empty() ? 0 : fbb.CreateVector(ps)));
+    }
     path = fb::CreateRoutinePath(fbb, fbb.CreateString(g.routine_path.device_fingerprint), fbb.CreateVector(rcs),
                                  fbb.CreateVector(acs));
   }

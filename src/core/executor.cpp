@@ -1,5 +1,6 @@
 #include "core/executor.hpp"
 
+#include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace softneuro::core {
 namespace {
@@ -35,52 +37,191 @@ int Executor::add_blob(const std::string& name, BlobKind kind, const Shape& shap
   return static_cast<int>(slots_.size()) - 1;
 }
 
-Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes) : graph_(graph) {
+int Executor::in_schema(int slot, const Schema& want, const std::string& consumer) {
   auto& registry = RoutineRegistry::instance();
-  std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
-  std::map<std::pair<int, std::string>, int> adapted;  // (slot, schema) -> adapted slot
-
-  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, in.shape, Schema{});
-
-  // The blob `slot` as a consumer in `want` sees it: itself, or an adapt step's output.
-  auto in_schema = [&](int slot, const Schema& want, const std::string& consumer) -> int {
-    if (slots_[static_cast<std::size_t>(slot)].schema == want) return slot;
-    auto key = std::make_pair(slot, want.to_string());
-    if (auto it = adapted.find(key); it != adapted.end()) return it->second;
-    const BlobSlot& from = slots_[static_cast<std::size_t>(slot)];
-    auto step = std::make_unique<Step>();
-    step->name = fmt::format("adapt:{}->{}", from.name, consumer);
-    step->adapt_layer.name = step->name;
-    step->adapt_layer.type = "adapt";
-    step->adapt_layer.inputs = {from.name};
-    step->adapt_layer.outputs = {fmt::format("{}@{}", from.name, want.to_string())};
-    step->adapt_layer.params["from"] = from.schema.to_string();
-    step->adapt_layer.params["to"] = want.to_string();
-    step->layer = &step->adapt_layer;
-    const Shape& shape = blobs_[static_cast<std::size_t>(slot)].shape();
-    step->info.layer = step->layer;
-    step->info.input_shapes = {shape};
-    step->info.output_shapes = {shape};
-    step->info.input_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
-    step->info.output_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
-    auto cands = registry.candidates(step->info, want);
-    const Candidate* pick = nullptr;
+  if (slots_[static_cast<std::size_t>(slot)].schema == want) return slot;
+  auto key = std::make_pair(slot, want.to_string());
+  if (auto it = adapted_.find(key); it != adapted_.end()) return it->second;
+  const BlobSlot& from = slots_[static_cast<std::size_t>(slot)];
+  auto step = std::make_unique<Step>();
+  step->name = fmt::format("adapt:{}->{}", from.name, consumer);
+  step->adapt_layer.name = step->name;
+  step->adapt_layer.type = "adapt";
+  step->adapt_layer.inputs = {from.name};
+  step->adapt_layer.outputs = {fmt::format("{}@{}", from.name, want.to_string())};
+  step->adapt_layer.params["from"] = from.schema.to_string();
+  step->adapt_layer.params["to"] = want.to_string();
+  step->layer = &step->adapt_layer;
+  const Shape& shape = blobs_[static_cast<std::size_t>(slot)].shape();
+  step->info.layer = step->layer;
+  step->info.input_shapes = {shape};
+  step->info.output_shapes = {shape};
+  step->info.input_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
+  step->info.output_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
+  auto cands = registry.candidates(step->info, want);
+  const Candidate* pick = nullptr;
+  // The adapt the tuner chose for this edge (measured cheapest), where it still applies.
+  for (const auto& ac : graph_.routine_path.adapts)
+    if (ac.blob == from.name && ac.consumer == consumer && ac.to_schema == want.to_string() && !ac.steps.empty())
+      for (const auto& c : cands)
+        if (c.support.ok && c.descriptor == ac.steps[0]) {
+          pick = &c;
+          step->tuned = true;
+          step->predicted_ms = ac.predicted_ms;
+          step->params = ac.params;
+        }
+  if (!pick)
     for (const auto& c : cands)
       if (c.support.ok && (!pick || c.routine->default_priority() > pick->routine->default_priority())) pick = &c;
-    if (!pick)
-      throw Error(fmt::format("no adapt routine converts blob '{}' from {} to {}", from.name,
-                              from.schema.to_string(), want.to_string()),
-                  {}, consumer, "inputs");
-    step->routine = *pick;
-    step->input_blobs = {slot};
-    step->prepared = pick->routine->prepare(step->info, want, {});
-    slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
-    int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
-    step->output_blobs = {out};
-    steps_.push_back(std::move(step));
-    adapted[key] = out;
-    return out;
-  };
+  if (!pick)
+    throw Error(fmt::format("no adapt routine converts blob '{}' from {} to {}", from.name,
+                            from.schema.to_string(), want.to_string()),
+                {}, consumer, "inputs");
+  step->routine = *pick;
+  step->input_blobs = {slot};
+  step->prepared = pick->routine->prepare(step->info, want, step->params);
+  slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
+  int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
+  step->output_blobs = {out};
+  steps_.push_back(std::move(step));
+  adapted_[key] = out;
+  return out;
+}
+
+std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>& input_slots,
+                                     const std::vector<Shape>& output_shapes,
+                                     const std::vector<QuantParams>& output_quant, const RoutineChoice* rc,
+                                     const Schema* child_schema, const std::string& parent) {
+  auto& registry = RoutineRegistry::instance();
+  auto step = std::make_unique<Step>();
+  step->name = layer.name;
+  step->parent = parent;
+  step->layer = &layer;
+  step->info.layer = &layer;
+  for (int s : input_slots) {
+    step->info.input_shapes.push_back(blobs_[static_cast<std::size_t>(s)].shape());
+    step->info.input_quant.push_back(blobs_[static_cast<std::size_t>(s)].quant());
+  }
+  step->info.output_shapes = output_shapes;
+  step->info.output_quant = output_quant;
+
+  // The tuned choice where it still applies here, else the default.
+  bool chosen = false;
+  if (rc) {
+    Schema schema;
+    const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
+    Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
+    if (why.ok) {
+      step->routine = Candidate{r, schema, rc->descriptor, why};
+      step->params = rc->params;
+      step->tuned = true;
+      step->predicted_ms = rc->predicted_ms;
+      step->measured_ms = rc->measured_ms;
+      chosen = true;
+    } else {
+      warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,
+           rc->descriptor, why.reason);
+    }
+  }
+  if (!chosen) {
+    if (child_schema) {
+      // A child computes in the schema its childnet gave it.
+      step->routine = registry.default_choice(step->info, *child_schema);
+    } else {
+      Schema preferred = input_slots.empty() ? Schema{} : slots_[static_cast<std::size_t>(input_slots[0])].schema;
+      step->routine = registry.default_choice_any_schema(step->info, preferred);
+    }
+  }
+  const Schema schema = step->routine.schema;
+
+  // A childnet routine: its children become steps here, their blobs planned like any other.
+  std::optional<Childnet> children;
+  try {
+    children = step->routine.routine->childnet(step->info, schema, step->params);
+  } catch (const Error& e) {
+    throw e.with_layer(layer.name);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{} failed to build its childnet: {}", step->routine.descriptor, e.what()), {}, layer.name, "routine");
+  }
+  if (children) {
+    const Childnet& cn = *childnets_.emplace_back(std::make_unique<Childnet>(std::move(*children)));
+    if (cn.inputs.size() != input_slots.size() || cn.outputs.size() != output_shapes.size() ||
+        cn.schemas.size() != cn.layers.size())
+      throw Error(fmt::format("{} built an inconsistent childnet ({} inputs, {} outputs, {} layers, {} schemas)",
+                              step->routine.descriptor, cn.inputs.size(), cn.outputs.size(), cn.layers.size(),
+                              cn.schemas.size()), {}, layer.name, "routine");
+    std::map<std::string, int> local;  // child blob name -> slot
+    for (std::size_t i = 0; i < input_slots.size(); ++i) local[cn.inputs[i]] = input_slots[i];
+    std::vector<int> outs(output_shapes.size(), -1);
+    for (std::size_t k = 0; k < cn.layers.size(); ++k) {
+      const Layer& child = cn.layers[k];
+      std::vector<int> child_in;
+      std::vector<Shape> child_in_shapes;
+      for (const auto& i : child.inputs) {
+        auto it = local.find(i);
+        if (it == local.end())
+          throw Error(fmt::format("child layer '{}' reads blob '{}' that no earlier child writes", child.name, i), {},
+                      layer.name, "routine");
+        child_in.push_back(it->second);
+        child_in_shapes.push_back(blobs_[static_cast<std::size_t>(it->second)].shape());
+      }
+      std::vector<Shape> child_out_shapes = infer_layer_shapes(child, child_in_shapes);
+      // The parent's outputs keep their shapes and quantisation; internal blobs have none.
+      std::vector<QuantParams> child_out_quant(child.outputs.size());
+      for (std::size_t o = 0; o < child.outputs.size(); ++o)
+        for (std::size_t j = 0; j < cn.outputs.size(); ++j)
+          if (cn.outputs[j] == child.outputs[o]) {
+            if (child_out_shapes[o] != output_shapes[j])
+              throw Error(fmt::format("child layer '{}' writes {} for the layer's output {}", child.name,
+                                      child_out_shapes[o].to_string(), output_shapes[j].to_string()), {}, layer.name, "routine");
+            if (j < output_quant.size()) child_out_quant[o] = output_quant[j];
+          }
+      const RoutineChoice* child_rc = rc && step->tuned ? rc->find_child(child.name) : nullptr;
+      if (!child_rc) child_rc = graph_.routine_path.find(child.name);
+      std::vector<int> produced = add_layer(child, child_in, child_out_shapes, child_out_quant, child_rc, &cn.schemas[k],
+                                            parent.empty() ? layer.name : parent);
+      for (std::size_t o = 0; o < child.outputs.size(); ++o) {
+        local[child.outputs[o]] = produced[o];
+        for (std::size_t j = 0; j < cn.outputs.size(); ++j)
+          if (cn.outputs[j] == child.outputs[o]) outs[j] = produced[o];
+      }
+    }
+    for (std::size_t j = 0; j < outs.size(); ++j)
+      if (outs[j] < 0)
+        throw Error(fmt::format("no child layer writes the layer's output '{}'", cn.outputs[j]), {}, layer.name, "routine");
+    // The parent's outputs carry the parent's blob names (messages, quantisation).
+    for (std::size_t j = 0; j < outs.size(); ++j)
+      slots_[static_cast<std::size_t>(outs[j])].name = parent.empty() ? layer.outputs[j] : parent + "/" + layer.outputs[j];
+    return outs;
+  }
+
+  for (int s : input_slots) step->input_blobs.push_back(in_schema(s, schema, layer.name));
+  try {
+    step->prepared = step->routine.routine->prepare(step->info, schema, step->params);
+  } catch (const Error& e) {
+    throw e.with_layer(layer.name);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{} failed to prepare: {}", step->routine.descriptor, e.what()), {}, layer.name, "routine");
+  }
+  int here = static_cast<int>(steps_.size());
+  for (int s : step->input_blobs) slots_[static_cast<std::size_t>(s)].last = here;
+  std::vector<int> outs;
+  for (std::size_t k = 0; k < layer.outputs.size(); ++k) {
+    // A child's internal blobs are named after the layer they belong to.
+    std::string name = parent.empty() ? layer.outputs[k] : parent + "/" + layer.outputs[k];
+    int slot = add_blob(name, BlobKind::planned, step->info.output_shapes[k], schema);
+    if (k < output_quant.size()) blobs_[static_cast<std::size_t>(slot)].quant() = output_quant[k];
+    step->output_blobs.push_back(slot);
+    outs.push_back(slot);
+  }
+  steps_.push_back(std::move(step));
+  return outs;
+}
+
+Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes) : graph_(graph) {
+  std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
+
+  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, in.shape, Schema{});
 
   for (const Layer& layer : graph.layers) {
     if (layer.type == "constant") {
@@ -91,62 +232,20 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
       blob_index[layer.outputs[0]] = slot;
       continue;
     }
-    auto step = std::make_unique<Step>();
-    step->name = layer.name;
-    step->layer = &layer;
-    step->info.layer = &layer;
     auto quant_of = [&](const std::string& blob) {
       auto q = graph.blob_quant.find(blob);
       return q == graph.blob_quant.end() ? QuantParams{} : q->second;
     };
-    for (const auto& i : layer.inputs) {
-      step->info.input_shapes.push_back(shapes.at(i));
-      step->info.input_quant.push_back(quant_of(i));
-    }
+    std::vector<int> ins;
+    for (const auto& i : layer.inputs) ins.push_back(blob_index.at(i));
+    std::vector<Shape> out_shapes;
+    std::vector<QuantParams> out_quant;
     for (const auto& o : layer.outputs) {
-      step->info.output_shapes.push_back(shapes.at(o));
-      step->info.output_quant.push_back(quant_of(o));
+      out_shapes.push_back(shapes.at(o));
+      out_quant.push_back(quant_of(o));
     }
-
-    // The tuned choice where it still applies here, else the default.
-    bool chosen = false;
-    if (const RoutineChoice* rc = graph.routine_path.find(layer.name)) {
-      Schema schema;
-      const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
-      Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
-      if (why.ok) {
-        step->routine = Candidate{r, schema, rc->descriptor, why};
-        step->params = rc->params;
-        step->tuned = true;
-        step->predicted_ms = rc->predicted_ms;
-        chosen = true;
-      } else {
-        warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,
-             rc->descriptor, why.reason);
-      }
-    }
-    if (!chosen) {
-      Schema preferred = layer.inputs.empty() ? Schema{} : slots_[static_cast<std::size_t>(blob_index.at(layer.inputs[0]))].schema;
-      step->routine = registry.default_choice_any_schema(step->info, preferred);
-    }
-    const Schema schema = step->routine.schema;
-
-    for (const auto& i : layer.inputs) step->input_blobs.push_back(in_schema(blob_index.at(i), schema, layer.name));
-    try {
-      step->prepared = step->routine.routine->prepare(step->info, schema, step->params);
-    } catch (const Error& e) {
-      throw e.with_layer(layer.name);
-    } catch (const std::exception& e) {
-      throw Error(fmt::format("{} failed to prepare: {}", step->routine.descriptor, e.what()), {}, layer.name, "routine");
-    }
-    int here = static_cast<int>(steps_.size());
-    for (int s : step->input_blobs) slots_[static_cast<std::size_t>(s)].last = here;
-    for (std::size_t k = 0; k < layer.outputs.size(); ++k) {
-      int slot = add_blob(layer.outputs[k], BlobKind::planned, step->info.output_shapes[k], schema);
-      blob_index[layer.outputs[k]] = slot;
-      step->output_blobs.push_back(slot);
-    }
-    steps_.push_back(std::move(step));
+    auto outs = add_layer(layer, ins, out_shapes, out_quant, graph.routine_path.find(layer.name), nullptr, {});
+    for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
   }
 
   // Net outputs leave in the default schema (float32, nchw, on the CPU).

@@ -20,12 +20,14 @@ namespace softneuro::core {
 /// One prepared layer (or inserted adapt) in execution order.
 struct Step {
   std::string name;          ///< layer name, or "adapt:<blob>-><consumer>"
+  std::string parent;        ///< for a childnet's child: the layer whose routine it implements
   const Layer* layer = nullptr;
   Layer adapt_layer;         ///< the synthetic layer of an adapt step
   Candidate routine;
   RoutineParams params;
   bool tuned = false;
   double predicted_ms = 0;
+  double measured_ms = 0;    ///< in-net time the tuner measured for the chosen path (0: none)
   LayerInfo info;
   std::unique_ptr<PreparedRoutine> prepared;
   std::vector<int> input_blobs, output_blobs;  ///< indices into the blob table
@@ -71,12 +73,21 @@ class Executor {
   };
   Arena& arena(Device d);
   int add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema);
+  /// The blob `slot` as a consumer in `want` sees it: itself, or an adapt step's output.
+  int in_schema(int slot, const Schema& want, const std::string& consumer);
+  /// Chooses, prepares and appends the step(s) of one layer reading `input_slots`:
+  /// one step, or a childnet routine's child steps (recursively). Returns its output slots.
+  std::vector<int> add_layer(const Layer& layer, const std::vector<int>& input_slots,
+                             const std::vector<Shape>& output_shapes, const std::vector<QuantParams>& output_quant,
+                             const RoutineChoice* choice, const Schema* child_schema, const std::string& parent);
   void bind_outputs_to_arena();
 
   const Graph& graph_;
   std::vector<BlobSlot> slots_;
   std::vector<Blob> blobs_;  ///< never resized after construction: steps point into it
   std::vector<std::unique_ptr<Step>> steps_;
+  std::map<std::pair<int, std::string>, int> adapted_;  ///< (slot, schema) -> adapted slot
+  std::vector<std::unique_ptr<Childnet>> childnets_;    ///< own the child layers steps point to
   std::vector<int> net_inputs_, net_outputs_;
   std::vector<Arena> arenas_;
   std::size_t unplanned_bytes_ = 0;

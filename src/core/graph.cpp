@@ -16,6 +16,12 @@ const RoutineChoice* RoutinePath::find(const std::string& layer) const {
   return nullptr;
 }
 
+const RoutineChoice* RoutineChoice::find_child(const std::string& l) const {
+  for (const auto& c : children)
+    if (c.layer == l) return &c;
+  return nullptr;
+}
+
 const Layer* Graph::find_layer(const std::string& n) const {
   for (const auto& l : layers)
     if (l.name == n) return &l;

@@ -12,13 +12,17 @@
 
 namespace softneuro::core {
 
-/// The routine chosen for one layer.
+/// The routine chosen for one layer. For a childnet routine, `children` holds
+/// the choices of its child layers (named "<parent>/<child>"), recursively.
 struct RoutineChoice {
   std::string layer;
   std::string descriptor;
   RoutineParams params;
   double predicted_ms = 0;
   double measured_ms = 0;
+  std::vector<RoutineChoice> children;
+  /// The child choice for child layer `layer`, or nullptr.
+  const RoutineChoice* find_child(const std::string& layer) const;
 };
 
 /// An adapt routine on an edge: the blob `blob` as read by `consumer` is
@@ -30,6 +34,7 @@ struct AdaptChoice {
   std::string to_schema;
   std::vector<std::string> steps;
   double predicted_ms = 0;
+  RoutineParams params;  ///< of the adapt routine (steps[0]), as the tuner measured it
 };
 
 /// One routine per layer plus the adapts it implies, and the device it was tuned on.

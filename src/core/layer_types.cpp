@@ -250,6 +250,45 @@ std::vector<Shape> infer_pad(const Layer& l, std::span<const Shape> in) {
   return {out};
 }
 
+int64_t winograd_m(const Layer& l) {
+  int64_t m = l.get_int("tile");
+  if (m != 2 && m != 4 && m != 6) fail(l, "tile", fmt::format("tile {} is not one of 2, 4, 6", m));
+  return m;
+}
+
+std::vector<Shape> infer_wgenc(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 4);
+  const int64_t m = winograd_m(l);
+  auto pads = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
+  for (auto v : pads)
+    if (v < 0) fail(l, "pads", "pads must be non-negative");
+  const int64_t oh = in[0][2] + pads[0] + pads[2] - 2, ow = in[0][3] + pads[1] + pads[3] - 2;
+  if (oh < 1 || ow < 1) fail(l, "input", fmt::format("input {} is smaller than the 3x3 kernel", in[0].to_string()));
+  WinogradTiles t = winograd_tiles(m, in[0][0], oh, ow);
+  return {Shape{t.p, in[0][1], t.tp}};
+}
+
+std::vector<Shape> infer_wgconv(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 3);
+  const Shape& w = weight_shape(l, "weight");
+  if (w.rank() != 3 || w[0] != in[0][0] || w[1] != in[0][1])
+    fail(l, "weight", fmt::format("weight has shape {}, expected [{},{},K]", w.to_string(), in[0][0], in[0][1]));
+  return {Shape{in[0][0], w[2], in[0][2]}};
+}
+
+std::vector<Shape> infer_wgdec(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 3);
+  const int64_t m = winograd_m(l);
+  auto out = ints_of_size(l, "out_shape", 4, {});
+  WinogradTiles t = winograd_tiles(m, out[0], out[2], out[3]);
+  if (in[0][0] != t.p || in[0][1] != out[1] || in[0][2] != t.tp)
+    fail(l, "input", fmt::format("input has shape {}, expected [{},{},{}] for tile {} and out_shape [{},{},{},{}]",
+                                 in[0].to_string(), t.p, out[1], t.tp, m, out[0], out[1], out[2], out[3]));
+  check_optional_bias(l, out[1]);
+  fused_activation(l);
+  return {Shape{out[0], out[1], out[2], out[3]}};
+}
+
 std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
   return {l.weight("value").shape()};
 }
@@ -268,9 +307,18 @@ const LayerType kTypes[] = {
     {"reshape", 1, 1, infer_reshape},    {"flatten", 1, 1, infer_flatten},
     {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
     {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
+    {"wgenc", 1, 1, infer_wgenc},        {"wgconv", 1, 1, infer_wgconv},
+    {"wgdec", 1, 1, infer_wgdec},
 };
 
 }  // namespace
+
+WinogradTiles winograd_tiles(int64_t m, int64_t n, int64_t oh, int64_t ow) {
+  WinogradTiles t{m, (m + 2) * (m + 2), n, oh, ow, (oh + m - 1) / m, (ow + m - 1) / m, 0, 0};
+  t.t = n * t.ty * t.tx;
+  t.tp = (t.t + 15) / 16 * 16;
+  return t;
+}
 
 const LayerType* find_layer_type(std::string_view name) {
   for (const auto& t : kTypes)

@@ -27,6 +27,16 @@
 //            mode = constant|reflect|edge; value=0.
 //  identity  out = in.
 //  constant  no inputs; weight value; out = value.
+//  Winograd sub-layers (children of the cpu/wg conv2 childnet, F(m,3), P = (m+2)^2
+//  transformed positions, tiles t = (n*TY + ty)*TX + tx, T = N*TY*TX padded to Tp,
+//  a multiple of 16, so kernels vectorise over tiles without tails):
+//  wgenc     in [N,C,H,W]; tile = m (2|4|6), pads [t,l,b,r]=0; out V [P,C,Tp],
+//            V[p][c][t] = (B^T d B)[p] of the (m+2)x(m+2) input patch of tile t
+//            (zero outside the padded input; padding tiles t >= T are zero).
+//  wgconv    in V [P,C,Tp]; weight [P,C,K] (U = G g G^T per position); out M [P,K,Tp],
+//            M[p][k][t] = sum_c U[p][c][k] V[p][c][t].
+//  wgdec     in M [P,K,Tp]; tile = m; out_shape [N,K,OH,OW]; bias [K] optional;
+//            fused act as conv2; out = act(A^T M A + bias), clipped to OH x OW.
 #pragma once
 
 #include <softneuro/routine.hpp>
@@ -63,6 +73,15 @@ struct Window2d {
 };
 Window2d conv2_window(const Layer& layer, const Shape& input);
 Window2d pool2_window(const Layer& layer, const Shape& input);
+
+/// Tiling of a Winograd F(m,3) convolution with output N x OH x OW (wgenc/wgconv/wgdec).
+struct WinogradTiles {
+  int64_t m, p;          ///< output tile size, transformed positions (m+2)^2
+  int64_t n, oh, ow;     ///< batch and output size
+  int64_t ty, tx;        ///< tiles per column and row
+  int64_t t, tp;         ///< tiles in all, padded to a multiple of 16
+};
+WinogradTiles winograd_tiles(int64_t m, int64_t n, int64_t oh, int64_t ow);
 
 /// Fused activation of conv2/dense, resolved from parameters.
 struct Activation {

@@ -98,6 +98,7 @@ std::vector<LayerSummary> Net::layers(bool explain) const {
     for (const auto& [k, v] : step->params) s.routine_params += fmt::format("{}{}={}", s.routine_params.empty() ? "" : " ", k, v);
     s.tuned = step->tuned;
     s.predicted_ms = step->predicted_ms;
+    s.measured_ms = step->measured_ms;
     if (explain)
       for (const auto& c : core::RoutineRegistry::instance().candidates(step->info))
         s.candidates.push_back({c.descriptor, c.support.ok, c.support.reason});

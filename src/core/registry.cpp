@@ -127,7 +127,8 @@ Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& 
   auto all = candidates(layer, schema);
   const Candidate* best = nullptr;
   for (const auto& c : all)
-    if (c.support.ok && (!best || c.routine->default_priority() > best->routine->default_priority())) best = &c;
+    if (c.support.ok && (!best || c.routine->default_priority_for(layer) > best->routine->default_priority_for(layer)))
+      best = &c;
   if (best) return *best;
   std::string why;
   for (const auto& c : all) why += fmt::format("\n  {}: {}", c.descriptor, c.support.reason);
@@ -144,7 +145,7 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
     // The untuned default computes in float32 on the CPU; other dtypes and
     // devices need calibration or transfers that only the tuner can weigh.
     if (!c.support.ok || c.schema.dtype != DType::float32 || c.schema.device != Device::cpu) continue;
-    int score = c.routine->default_priority() + (c.schema == preferred ? kStayBonus : 0);
+    int score = c.routine->default_priority_for(layer) + (c.schema == preferred ? kStayBonus : 0);
     if (!best || score > best_score) {
       best = &c;
       best_score = score;

@@ -38,13 +38,13 @@ class RoutineRegistry {
   /// The routine registered for (layer type, descriptor), or nullptr; sets *schema.
   const Routine* find(std::string_view layer_type, std::string_view descriptor, Schema* schema) const;
 
-  /// The untuned default: the supported routine of highest default_priority()
+  /// The untuned default: the supported routine of highest default_priority_for(layer)
   /// in `schema` (ties: first registered). Throws Error listing every routine's
   /// reason when none supports the layer.
   Candidate default_choice(const LayerInfo& layer, const Schema& schema) const;
 
   /// The untuned default over every float32 CPU schema: the supported routine of highest
-  /// default_priority(), plus a small bonus (kStayBonus) for computing in
+  /// default_priority_for(layer), plus a small bonus (kStayBonus) for computing in
   /// `preferred` (the schema the layer's input already has), so chains of
   /// layers stay in one layout and only the edges pay adapts.
   static constexpr int kStayBonus = 5;

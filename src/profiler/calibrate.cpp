@@ -1,20 +1,30 @@
-// Net::calibrate(): run the float32 net with the reference routines on
-// calibration inputs, record every blob's range, and store each blob's
-// asymmetric int8 quantisation in graph.blob_quant (saved in the .dnn).
+// Net::calibrate(): run the float32 net with its default (fast) float32
+// routines on calibration inputs, record every blob's range, and store each
+// blob's asymmetric int8 quantisation in graph.blob_quant (saved in the .dnn).
+// The tuner keeps the result in its cache folder, keyed by the net's layers and
+// weights and the calibration options, so tuning the same net again skips it.
 //
 // Every intermediate blob is seen by making it an output of a private copy of
 // the graph: the executor then writes each one straight into memory of ours
 // (outputs are zero-copy), where the shared arena would have reused it.
 #include "profiler/calibrate.hpp"
 
+#include "core/dnn_file.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <map>
+#include <optional>
+#include <variant>
 #include <random>
 #include <set>
 
@@ -93,6 +103,92 @@ std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net,
   return out;
 }
 
+constexpr const char* kCalibrationVersion = "softneuro-calibration-v1";
+
+/// What the calibration result depends on: the layers (types, wiring,
+/// parameters, weight bytes), the inputs' shapes, the options and the inputs given.
+std::string calibration_key(const detail::NetImpl& net, const CalibrationOptions& options) {
+  std::string s = fmt::format("{}|{}|p{}|b{}|", kCalibrationVersion, version(), options.percentile,
+                              options.inputs.empty() ? options.synthetic_batches : -1);
+  for (const auto& t : net.inputs) s += fmt::format("in {} {}|", t.name, t.shape.to_string());
+  for (const Layer& l : net.graph.layers) {
+    s += l.name + ' ' + l.type + " <";
+    for (const auto& i : l.inputs) s += i + ',';
+    s += "> <";
+    for (const auto& o : l.outputs) s += o + ',';
+    s += ">";
+    for (const auto& [k, v] : l.params)
+      std::visit([&](const auto& x) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::vector<int64_t>> ||
+                      std::is_same_v<std::decay_t<decltype(x)>, std::vector<double>>)
+          s += fmt::format(" {}=[{}]", k, fmt::join(x, ","));
+        else
+          s += fmt::format(" {}={}", k, x);
+      }, v);
+    for (const auto& [k, w] : l.weights)
+      s += fmt::format(" w:{}:{}:{:016x}", k, w.shape().to_string(),
+                       w.data() ? core::xxh64(w.data(), w.byte_size()) : 0);
+    s += '|';
+  }
+  for (const auto& batch : options.inputs)
+    for (const auto& in : batch)
+      s += fmt::format("x {} {:016x}|", in.name, in.blob.data() ? core::xxh64(in.blob.data(), in.blob.byte_size()) : 0);
+  return fmt::format("{:016x}{:016x}", core::xxh64(s.data(), s.size()), core::xxh64(s.data(), s.size(), 0x9e3779b9));
+}
+
+std::string cache_file(const std::string& dir, const std::string& key) {
+  return dir + "/calibration/" + key + ".tsv";
+}
+
+/// The cached quantisation, or nothing (missing, damaged: warned and ignored).
+std::optional<std::map<std::string, QuantParams>> load_calibration(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  // Last line: the checksum of everything before it.
+  auto cut = text.rfind('\n', text.size() >= 2 ? text.size() - 2 : 0);
+  auto damaged = [&](const char* why) {
+    core::warn("calibration cache {}: {}; calibrating again", path, why);
+    return std::nullopt;
+  };
+  if (cut == std::string::npos) return damaged("truncated");
+  std::string body = text.substr(0, cut + 1), sum = text.substr(cut + 1);
+  if (!sum.empty() && sum.back() == '\n') sum.pop_back();
+  if (sum != fmt::format("{:016x}", core::xxh64(body.data(), body.size()))) return damaged("checksum mismatch");
+  std::istringstream lines(body);
+  std::string line;
+  if (!std::getline(lines, line) || line != kCalibrationVersion) return damaged("another version");
+  std::map<std::string, QuantParams> out;
+  while (std::getline(lines, line)) {
+    auto a = line.find('\t'), b = line.find('\t', a == std::string::npos ? a : a + 1);
+    if (a == std::string::npos || b == std::string::npos) return damaged("malformed record");
+    char* end = nullptr;
+    float scale = std::strtof(line.c_str() + a + 1, &end);
+    long zp = std::strtol(line.c_str() + b + 1, &end, 10);
+    if (!(scale > 0) || zp < -128 || zp > 127) return damaged("bad record");
+    QuantParams q;
+    q.scales = {scale};
+    q.zero_points = {static_cast<int32_t>(zp)};
+    q.axis = -1;
+    out[line.substr(0, a)] = q;
+  }
+  return out;
+}
+
+void save_calibration(const std::string& path, const std::map<std::string, QuantParams>& quant) {
+  std::string body = std::string(kCalibrationVersion) + "\n";
+  for (const auto& [name, q] : quant) body += fmt::format("{}\t{:.9g}\t{}\n", name, q.scales.at(0), q.zero_points.at(0));
+  body += fmt::format("{:016x}\n", core::xxh64(body.data(), body.size()));
+  try {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    core::write_file_atomically(path, body.data(), body.size());
+  } catch (const std::exception& e) {
+    core::warn("could not save the calibration to {}: {}", path, e.what());
+  }
+}
+
 }  // namespace
 
 QuantParams quant_from_range(double lo, double hi) {
@@ -110,19 +206,31 @@ QuantParams quant_from_range(double lo, double hi) {
   return q;
 }
 
-void calibrate(detail::NetImpl& net, const CalibrationOptions& options) {
+void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir) {
   if (!(options.percentile > 0 && options.percentile <= 100))
     throw Error(fmt::format("calibration percentile {} is not in (0, 100]", options.percentile), net.file, {},
                 "percentile");
-  // A private copy of the graph: every layer pinned to the oracle, every
-  // layer output made a net output so that the run leaves it in our memory.
+  const bool cached = !cache_dir.empty() && cache_dir != "-";
+  const std::string path = cached ? cache_file(cache_dir, calibration_key(net, options)) : std::string();
+  if (cached) {
+    if (auto quant = load_calibration(path)) {
+      net.graph.blob_quant = std::move(*quant);
+      core::info("calibration of {} blobs read from {}", net.graph.blob_quant.size(), path);
+      net.executor.reset();
+      net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
+      return;
+    }
+  }
+  // A private copy of the graph with the default float32 routines (not the
+  // cpu/ref oracle: ranges do not need its exactness, and it took ~100 s of a
+  // ResNet50 tuning), every layer output made a net output so that the run
+  // leaves it in our memory.
   core::Graph g = net.graph;
   g.routine_path = {};
   g.blob_quant.clear();
   std::set<std::string> seen(g.outputs.begin(), g.outputs.end());
   for (const Layer& l : g.layers) {
     if (l.type == "constant") continue;
-    g.routine_path.routines.push_back({l.name, "cpu/ref", {}, 0, 0});
     for (const auto& o : l.outputs)
       if (seen.insert(o).second) g.outputs.push_back(o);
   }
@@ -180,12 +288,13 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options) {
   }
   core::info("calibrated {} blobs on {} batch(es){}", net.graph.blob_quant.size(), given.size(),
              clip ? fmt::format(", {}th percentile", options.percentile) : std::string());
+  if (cached) save_calibration(path, net.graph.blob_quant);
   net.executor.reset();  // it points into the graph's routine path; rebuild with the quantisation
   net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
 }
 
 }  // namespace profiler
 
-void Net::calibrate(const CalibrationOptions& options) { profiler::calibrate(*impl_, options); }
+void Net::calibrate(const CalibrationOptions& options) { profiler::calibrate(*impl_, options, {}); }
 
 }  // namespace softneuro

@@ -6,12 +6,16 @@
 
 #include <softneuro/calibrate.hpp>
 
+#include <string>
+
 namespace softneuro::profiler {
 
-/// Runs the float32 net with cpu/ref routines on the calibration inputs, sets
-/// net.graph.blob_quant for every blob (net inputs, constants and every layer
-/// output) and rebuilds net.executor so its blobs carry the quantisation.
-void calibrate(detail::NetImpl& net, const CalibrationOptions& options);
+/// Runs the float32 net with its default routines on the calibration inputs,
+/// sets net.graph.blob_quant for every blob (net inputs, constants and every
+/// layer output) and rebuilds net.executor so its blobs carry the quantisation.
+/// With a `cache_dir` ("" or "-": none) the result is read from / kept in
+/// cache_dir/calibration/, keyed by the net's layers, weights and the options.
+void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir);
 
 /// The asymmetric int8 quantisation of the range [lo, hi] (widened to include 0):
 /// scale = (hi - lo) / 255, zero_point = round(-128 - lo / scale) in [-128, 127].

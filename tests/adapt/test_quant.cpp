@@ -27,7 +27,8 @@ const Routine* adapt_routine(const std::string& descriptor) {
 }
 
 /// Runs the adapt `descriptor` on `in` (a blob in schema `from`), quantisation `q`.
-Support convert(const std::string& descriptor, const Blob& in, const Schema& from, const QuantParams& q, Blob* out) {
+Support convert(const std::string& descriptor, const Blob& in, const Schema& from, const QuantParams& q, Blob* out,
+                const RoutineParams& params = {}) {
   Schema to;
   const Routine* r = core::RoutineRegistry::instance().find("adapt", descriptor, &to);
   REQUIRE(r);
@@ -35,7 +36,7 @@ Support convert(const std::string& descriptor, const Blob& in, const Schema& fro
   LayerInfo info{&l, {in.shape()}, {in.shape()}, {q}, {q}};
   Support s = r->supports(info, to);
   if (!s) return s;
-  auto prepared = r->prepare(info, to, {});
+  auto prepared = r->prepare(info, to, params);
   *out = Blob::allocate(in.shape(), to.dtype, to.layout);
   std::memset(out->data(), 0x7b, out->byte_size());
   const std::size_t ws = prepared->workspace_bytes();
@@ -273,6 +274,30 @@ TEST_CASE("chains compose single adapts where none converts the pair directly", 
   Support uncalibrated = convert("cpu:qint8:nhwc/chain", x8, Schema::parse("cpu:float32:nchw8c"), QuantParams{}, &unused);
   CHECK_FALSE(uncalibrated.ok);
   CHECK_THAT(uncalibrated.reason, Catch::Contains("no chain"));
+}
+
+TEST_CASE("a chain offers each shortest order of steps as 'via', all giving the same result", "[adapt][chain]") {
+  const QuantParams q{{0.03f}, {5}, -1};
+  const Shape s{1, 19, 5, 3};
+  Blob x = random_floats(s, -3, 3, 22), x8, expect;
+  REQUIRE(convert("cpu:float32:nchw8c/reorder", x, Schema{}, {}, &x8));
+  REQUIRE(convert("cpu:qint8:nhwc/quantize", x, Schema{}, q, &expect));
+  Schema to;
+  const Routine* chain = core::RoutineRegistry::instance().find("adapt", "cpu:qint8:nhwc/chain", &to);
+  REQUIRE(chain);
+  Layer l = test::make_layer("adapt", {{"from", "cpu:float32:nchw8c"}, {"to", to.to_string()}});
+  LayerInfo info{&l, {s}, {s}, {q}, {q}};
+  auto space = chain->param_space(info, to);
+  // e.g. reorder to nhwc then quantise, or reorder to nchw then quantise to nhwc.
+  REQUIRE(space.size() == 1);
+  CHECK(space[0].name == "via");
+  CHECK(space[0].choices.size() >= 2);
+  for (int64_t via : space[0].choices) {
+    INFO("via " << via);
+    Blob out;
+    REQUIRE(convert("cpu:qint8:nhwc/chain", x8, Schema::parse("cpu:float32:nchw8c"), q, &out, {{"via", via}}));
+    CHECK(std::memcmp(out.data(), expect.data(), expect.byte_size()) == 0);
+  }
 }
 
 TEST_CASE("the executor inserts quantising adapts and chains around qint8 layers", "[adapt][qint8]") {

@@ -185,7 +185,7 @@ TEST_CASE("the routine path survives a round trip", "[dnn]") {
   auto g = test::chain_graph(3);
   g.routine_path.device_fingerprint = "test-cpu avx2 t2";
   g.routine_path.routines.push_back({"l0", "cpu/ref", {{"tile", 4}, {"block", 64}}, 1.5, 1.75});
-  g.routine_path.adapts.push_back({"b0", "l1", "cpu", "cpu:float32:nhwc", {"cpu/nchw_to_nhwc"}, 0.25});
+  g.routine_path.adapts.push_back({"b0", "l1", "cpu", "cpu:float32:nhwc", {"cpu/nchw_to_nhwc"}, 0.25, {{"via", 1}}});
   auto back = core::read_dnn_bytes(core::serialize_dnn(g).data(), core::serialize_dnn(g).size(), "mem");
   REQUIRE(back.routine_path.routines.size() == 1);
   CHECK(back.routine_path.device_fingerprint == "test-cpu avx2 t2");
@@ -193,6 +193,7 @@ TEST_CASE("the routine path survives a round trip", "[dnn]") {
   CHECK(back.routine_path.routines[0].predicted_ms == 1.5);
   REQUIRE(back.routine_path.adapts.size() == 1);
   CHECK(back.routine_path.adapts[0].steps == std::vector<std::string>{"cpu/nchw_to_nhwc"});
+  CHECK(back.routine_path.adapts[0].params == RoutineParams{{"via", 1}});
   // A tuned choice is used when it applies.
   Net net(detail::NetImpl::build(std::move(back)));
   CHECK(net.layers()[0].tuned);

@@ -182,6 +182,37 @@ TEST_CASE("Net::run allocates nothing on its second call", "[net]") {
   }
 }
 
+TEST_CASE("a net with childnet routines (cpu/wg, cpu/conv) allocates nothing on its second call", "[net][childnet]") {
+  core::Graph g;
+  g.inputs = {{"x", Shape{1, 8, 10, 10}, DType::float32}};
+  Layer conv;
+  conv.name = "conv";
+  conv.type = "conv2";
+  conv.inputs = {"x"};
+  conv.outputs = {"c"};
+  conv.params["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  conv.weights["weight"] = random_input(Shape{8, 8, 3, 3}, 3);
+  conv.weights["bias"] = random_input(Shape{8}, 4);
+  Layer dense;
+  dense.name = "dense";
+  dense.type = "dense";
+  dense.inputs = {"c"};
+  dense.outputs = {"y"};
+  dense.weights["weight"] = random_input(Shape{5, 10}, 5);
+  g.layers = {conv, dense};
+  g.outputs = {"y"};
+  g.routine_path.routines = {{"conv", "cpu/wg", {{"tile", 4}}, 0, 0, {}}, {"dense", "cpu/conv", {}, 0, 0, {{"dense/conv", "cpu/ref", {}, 0, 0, {}}}}};  // oneDNN allocates (see above): our routines only
+  Net net = build(g);
+  std::vector<NamedBlob> inputs{{"x", random_input(Shape{1, 8, 10, 10}, 1)}};
+  std::vector<NamedBlob> outputs{{"y", Blob::allocate(Shape{1, 8, 10, 5})}};
+  net.run(inputs, outputs);
+  g_allocations = 0;
+  g_counting = true;
+  net.run(inputs, outputs);
+  g_counting = false;
+  CHECK(g_allocations.load() == 0);
+}
+
 TEST_CASE("the demo model runs without allocating after its first call", "[net]") {
   set_num_threads(2);
   Net net(detail::NetImpl::build(pinned_to_ours(core::read_dnn(SOFTNEURO_DEMO_MODEL))));

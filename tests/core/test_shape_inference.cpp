@@ -90,6 +90,18 @@ TEST_CASE("shape inference: conv2", "[core][shape]") {
   expect_error(conv({}, {4, 3, 3, 3}), {{1, 3, 8, 8}, {1, 3, 8, 8}}, "inputs");          // two inputs
 }
 
+TEST_CASE("shape inference: Winograd sub-layers", "[core][shape]") {
+  // 3x3 conv of [2,5,7,9] with pads 1: out 7x9; tile 4: 2x3 tiles per image, 12 tiles -> 16.
+  CHECK(infer(L("wgenc", {{"tile", int64_t{4}}, {"pads", Ints{1, 1, 1, 1}}}), {Shape{2, 5, 7, 9}}) == Shapes{Shape{36, 5, 16}});
+  CHECK(infer(L("wgenc", {{"tile", int64_t{2}}}), {Shape{1, 3, 6, 6}}) == Shapes{Shape{16, 3, 16}});
+  CHECK(infer(L("wgconv", {}, {{"weight", w(Shape{36, 5, 8})}}), {Shape{36, 5, 16}}) == Shapes{Shape{36, 8, 16}});
+  CHECK(infer(L("wgdec", {{"tile", int64_t{4}}, {"out_shape", Ints{2, 8, 7, 9}}}), {Shape{36, 8, 16}}) ==
+        Shapes{Shape{2, 8, 7, 9}});
+  expect_error(L("wgenc", {{"tile", int64_t{3}}}), {Shape{1, 3, 6, 6}}, "tile");
+  expect_error(L("wgconv", {}, {{"weight", w(Shape{36, 4, 8})}}), {Shape{36, 5, 16}}, "weight");
+  expect_error(L("wgdec", {{"tile", int64_t{4}}, {"out_shape", Ints{2, 8, 7, 9}}}), {Shape{36, 8, 32}}, "input");
+}
+
 TEST_CASE("shape inference: dense", "[core][shape]") {
   auto dense = [](Shape wshape, int64_t bias_len = -1) {
     std::map<std::string, Blob> ws{{"weight", w(wshape)}};
@@ -290,7 +302,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
-      "split", "reshape", "flatten", "transpose", "pad", "identity", "constant"};
+      "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec"};
   for (const auto& t : core::layer_types()) {
     INFO(t.name);
     CHECK(tested.count(std::string(t.name)) == 1);

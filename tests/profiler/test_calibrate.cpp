@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 
@@ -223,4 +224,38 @@ TEST_CASE("a calibrated but untuned net computes in float32 on the CPU", "[calib
     INFO(l.name << " " << l.descriptor);
     CHECK(l.descriptor.find("qint8") == std::string::npos);
   }
+}
+
+TEST_CASE("the calibration cache returns the same quantisation and ignores a damaged file", "[calibrate]") {
+  namespace fs = std::filesystem;
+  const std::string dir = test::temp_path("calibration-cache");
+  fs::remove_all(dir);
+  Net fresh(detail::NetImpl::build(conv_net()));
+  profiler::calibrate(fresh.impl(), {}, dir);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(fs::path(dir) / "calibration")) files.push_back(e.path());
+  REQUIRE(files.size() == 1);
+
+  Net cached(detail::NetImpl::build(conv_net()));
+  profiler::calibrate(cached.impl(), {}, dir);
+  CHECK(cached.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
+
+  // Other options (or another net) mean another key, never the cached answer.
+  Net clipped(detail::NetImpl::build(conv_net()));
+  CalibrationOptions p99;
+  p99.percentile = 99.0;
+  profiler::calibrate(clipped.impl(), p99, dir);
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(fs::path(dir) / "calibration")) ++count;
+  CHECK(count == 2);
+
+  // A flipped byte: warned about, calibrated again, same result.
+  {
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('#');
+  }
+  Net damaged(detail::NetImpl::build(conv_net()));
+  profiler::calibrate(damaged.impl(), {}, dir);
+  CHECK(damaged.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
 }

@@ -6,6 +6,12 @@
 // non-zero channel padding in blocked layouts are caught.
 //
 // Tolerance: max |got - ref| <= 1e-4 * max |ref| (+1e-6 absolute), per output.
+//
+// cpu:bfloat16 routines (only where the CPU has AVX-512 BF16 or AMX-BF16; they
+// refuse elsewhere and the test says so): inputs are rounded to bfloat16 first
+// (the reference sees the same inputs), weights are rounded inside the routine
+// and outputs are bfloat16 (8 significant bits, relative rounding 2^-9), so
+// the stated tolerance is max |got - ref| <= 1.5e-2 * max |ref| (+1e-3 absolute).
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -20,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -33,11 +40,48 @@ using namespace softneuro;
 namespace {
 
 constexpr double kTolerance = 1e-4;
+constexpr double kBf16Tolerance = 1.5e-2;
+
+bool is_bf16(const std::string& descriptor) {
+  return Schema::parse(descriptor.substr(0, descriptor.rfind('/'))).dtype == DType::bfloat16;
+}
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// Element-by-element cast of a blob's whole storage (padding included) between float32 and bfloat16.
+Blob cast_storage(const Blob& b, DType to) {
+  Blob out = Blob::allocate(b.shape(), to, b.layout());
+  if (to == DType::bfloat16) {
+    const std::size_t n = b.byte_size() / 4;
+    for (std::size_t i = 0; i < n; ++i) out.data_as<uint16_t>()[i] = to_bf16(b.data_as<float>()[i]);
+  } else {
+    const std::size_t n = b.byte_size() / 2;
+    for (std::size_t i = 0; i < n; ++i) out.data_as<float>()[i] = from_bf16(b.data_as<uint16_t>()[i]);
+  }
+  return out;
+}
+
+/// A float32 blob with its values rounded to bfloat16.
+Blob round_bf16(const Blob& b) { return cast_storage(cast_storage(b, DType::bfloat16), DType::float32); }
 
 std::vector<std::string> onednn_routines(std::string_view type) {
   std::vector<std::string> out;
   for (const std::string& d : registered_routines(type))
-    if (d.size() > 7 && d.compare(d.size() - 7, 7, "/onednn") == 0) out.push_back(d);
+    if (d.size() > 7 && d.compare(d.size() - 7, 7, "/onednn") == 0 &&
+        Schema::parse(d.substr(0, d.size() - 7)).dtype != DType::qint8)  // qint8: tests/routines/test_qint8.cpp
+      out.push_back(d);
   return out;
 }
 
@@ -69,12 +113,18 @@ Outcome run_in_schema(const Layer& layer, const std::vector<Blob>& plain_inputs,
   if (!out.support) return out;
 
   std::vector<Blob> inputs, outputs;
-  for (const Blob& b : plain_inputs)
-    inputs.push_back(schema.layout == Layout::nchw ? b : test::to_layout(b, schema.layout));
+  const bool bf16 = schema.dtype == DType::bfloat16;
+  for (const Blob& b : plain_inputs) {
+    Blob x = schema.layout == Layout::nchw ? b : test::to_layout(b, schema.layout);
+    inputs.push_back(bf16 ? cast_storage(x, DType::bfloat16) : x);
+  }
   auto prepared = routine->prepare(info, schema, {});
   for (const Shape& s : info.output_shapes) {
-    outputs.push_back(Blob::allocate(s, DType::float32, schema.layout));
-    test::fill_bytes(outputs.back(), std::numeric_limits<float>::quiet_NaN());
+    outputs.push_back(Blob::allocate(s, schema.dtype, schema.layout));
+    if (bf16)
+      std::fill_n(outputs.back().data_as<uint16_t>(), outputs.back().byte_size() / 2, uint16_t{0x7fc0});  // NaN
+    else
+      test::fill_bytes(outputs.back(), std::numeric_limits<float>::quiet_NaN());
   }
   const std::size_t ws_bytes = prepared->workspace_bytes();
   std::unique_ptr<void, void (*)(void*)> workspace(
@@ -86,15 +136,19 @@ Outcome run_in_schema(const Layer& layer, const std::vector<Blob>& plain_inputs,
   RunArgs args{in_ptrs, out_ptrs, workspace.get(), &core::global_pool()};
   prepared->run(args);
   prepared->run(args);  // twice: the second run reuses the bound handles
-  for (const Blob& b : outputs) {
+  for (const Blob& o : outputs) {
+    const Blob b = bf16 ? cast_storage(o, DType::float32) : o;
     out.padding_zero = out.padding_zero && test::padding_is_zero(b);
     out.outputs.push_back(schema.layout == Layout::nchw ? b : test::to_plain(b));
   }
   return out;
 }
 
-/// max |got - want| <= kTolerance * max |want| + 1e-6; NaN anywhere fails.
-void check_close(const Blob& got, const Blob& want) {
+/// max |got - want| <= tolerance * max |want| + absolute; NaN anywhere fails.
+/// `magnitude`: when given, it replaces max |want| (the bf16 check passes the
+/// magnitude before a fused activation: rounding errors scale with that).
+void check_close(const Blob& got, const Blob& want, double tolerance = kTolerance, double absolute = 1e-6,
+                 double magnitude = -1) {
   REQUIRE(got.shape() == want.shape());
   double max_ref = 0, max_err = 0;
   bool nan = false;
@@ -105,15 +159,31 @@ void check_close(const Blob& got, const Blob& want) {
     if (std::isfinite(w) && std::isfinite(g)) max_err = std::max(max_err, std::abs(g - w));
     else if (w != g && !(std::isnan(w) && std::isnan(g))) nan = true;
   }
+  if (magnitude >= 0) max_ref = std::max(max_ref, magnitude);
   INFO("max |ref| = " << max_ref << ", max error = " << max_err);
   CHECK_FALSE(nan);
-  CHECK(max_err <= kTolerance * max_ref + 1e-6);
+  CHECK(max_err <= tolerance * max_ref + absolute);
 }
+
+bool check_case_exact_inputs(const Layer& layer, const std::vector<Blob>& inputs, const std::string& descriptor,
+                             std::string* reason, bool bf16);
 
 /// Runs one case through `descriptor` and cpu/ref and compares; returns
 /// whether the routine supported it (with the reason kept for the summary).
+/// bfloat16 routines: inputs rounded to bf16 for both, bf16 tolerance.
 bool check_case(const Layer& layer, const std::vector<Blob>& inputs, const std::string& descriptor,
                 std::string* reason = nullptr) {
+  const bool bf16 = is_bf16(descriptor);
+  if (bf16) {  // the reference sees the same (rounded) inputs
+    std::vector<Blob> rounded;
+    for (const Blob& b : inputs) rounded.push_back(round_bf16(b));
+    return check_case_exact_inputs(layer, rounded, descriptor, reason, true);
+  }
+  return check_case_exact_inputs(layer, inputs, descriptor, reason, false);
+}
+
+bool check_case_exact_inputs(const Layer& layer, const std::vector<Blob>& inputs, const std::string& descriptor,
+                             std::string* reason, bool bf16) {
   Outcome got = run_in_schema(layer, inputs, descriptor);
   if (!got.support) {
     if (reason) *reason = got.support.reason;
@@ -122,7 +192,24 @@ bool check_case(const Layer& layer, const std::vector<Blob>& inputs, const std::
   std::vector<Blob> want = test::run_layer(layer, inputs, "cpu/ref");
   REQUIRE(got.outputs.size() == want.size());
   CHECK(got.padding_zero);
-  for (std::size_t i = 0; i < want.size(); ++i) check_close(got.outputs[i], want[i]);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!bf16) {
+      check_close(got.outputs[i], want[i]);
+      continue;
+    }
+    // bf16 rounds the products before the fused activation: measure against the
+    // magnitude of the pre-activation values (clip can make the output tiny).
+    double magnitude = -1;
+    if (layer.has("act")) {
+      Layer plain_layer = layer;
+      plain_layer.params.erase("act");
+      const Blob pre = test::run_layer(plain_layer, inputs, "cpu/ref")[i];
+      magnitude = 0;
+      for (int64_t k = 0; k < pre.numel(); ++k)
+        if (std::isfinite(pre.data_as<float>()[k])) magnitude = std::max(magnitude, double(std::abs(pre.data_as<float>()[k])));
+    }
+    check_close(got.outputs[i], want[i], kBf16Tolerance, 1e-3, magnitude);
+  }
   return true;
 }
 
@@ -272,7 +359,8 @@ TEST_CASE("onednn dense matches cpu/ref; rank > 2 inputs are refused", "[onednn]
   Layer l3 = test::make_layer("dense", {}, {{"weight", random_blob({5, 6}, rng)}});
   Outcome r = run_in_schema(l3, {random_blob({2, 3, 6}, rng)}, descriptor);
   CHECK_FALSE(r.support.ok);
-  CHECK(r.support.reason.find("rank 3") != std::string::npos);
+  if (r.support.reason.find("CPU lacks") == std::string::npos)  // bf16 without the instructions refuses first
+    CHECK(r.support.reason.find("rank 3") != std::string::npos);
 }
 
 TEST_CASE("onednn pool2 matches cpu/ref", "[onednn][pool2]") {

@@ -1,5 +1,10 @@
 // cpu/onednn — routines wrapping oneDNN 2.6 (Debian's libdnnl, the 2.x API:
-// operation descriptor → primitive descriptor → primitive), float32 only.
+// operation descriptor → primitive descriptor → primitive), in float32, and in
+// bfloat16 (cpu:bfloat16[:layout]/onednn, conv2/dense/pool2/activations/add/
+// mul/concat) only where the CPU has AVX-512 BF16 or AMX-BF16: elsewhere those
+// refuse ("CPU lacks bfloat16 instructions") rather than run emulated or
+// reference code. bf16 activations; weights reordered to bf16 once in prepare;
+// accumulation, bias and post-ops in float32. (qint8: onednn_int8.cpp.)
 //
 // One routine per (layer type, schema): the activation layout is fixed by the
 // schema (cpu → plain row-major, cpu:float32:nhwc → nhwc, cpu:float32:nchw8c →
@@ -33,9 +38,11 @@
 // after prepare reaches oneDNN routines only when they are prepared again.
 // libgomp reads its wait policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT) once, when it
 // is loaded, before any code of ours runs, so it cannot be changed from here.
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
+#include "routines/cpu/onednn_common.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -65,95 +72,30 @@ using core::Window2d;
 using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
+using namespace onednn_common;  // engine, threads, post-ops, Plan, Prepared (shared with the int8/bf16 routines)
 
 // ---------------------------------------------------------------------------
-// The engine, the CPU's ISA, the thread count
+// Memory descriptors in a schema's layout and data type
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
-  return *e;
-}
-
-std::string_view isa_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "unknown";
-  }
-}
-
-/// Whether oneDNN dispatches to AVX-512 (core) kernels on this CPU: nChw16c is
-/// only worth it there (elsewhere oneDNN would run reference code on it).
-bool has_avx512() {
-  static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  }();
-  return yes;
-}
-
-std::atomic<int> g_threads{0};  // the library's thread count, from the hook
-
-/// Makes the calling thread's OpenMP team size the library's thread count.
-/// libgomp keeps this setting per thread, so every thread that prepares or runs
-/// a oneDNN routine checks it (cheap: one call to omp_get_max_threads).
-void match_threads() {
-  const int n = g_threads.load(std::memory_order_relaxed);
-  if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
-}
-
-void thread_count_hook(int threads) {
-  g_threads.store(threads, std::memory_order_relaxed);
-  omp_set_num_threads(threads);
-}
-
-/// Says once (at info level) how OpenMP will wait between oneDNN layers.
-/// Measured on 2 vCPUs, a 64->64 3x3 conv at 28x28 (2 threads) followed by a
-/// 10 us relu on our pool: idle machine, libgomp's default (spin up to
-/// GOMP_SPINCOUNT=300000 pauses) 0.33 ms per conv, the pool relu after it
-/// +15-25 us slower than alone (an OpenMP worker spins on the second core);
-/// OMP_WAIT_POLICY=passive 0.37-0.39 ms per conv, no penalty after it. At load
-/// 6-9 (other processes): spinning 12-16 ms per conv (a barrier waits whole
-/// time slices for a preempted thread), passive 0.6 ms, GOMP_SPINCOUNT=1000
-/// 0.36-0.6 ms.
-void note_wait_policy() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* policy = std::getenv("OMP_WAIT_POLICY");
-    const char* spin = std::getenv("GOMP_SPINCOUNT");
-    if (!policy && !spin)
-      core::info("cpu/onednn: OpenMP threads spin between oneDNN layers (libgomp's default); on shared or "
-                 "oversubscribed machines start the process with OMP_WAIT_POLICY=passive");
-    else
-      core::info("cpu/onednn: OpenMP wait policy from the environment: OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
-                 policy ? policy : "(unset)", spin ? spin : "(unset)");
-  });
-}
-
-const bool g_hook_registered = [] {
-  core::add_thread_count_hook(&thread_count_hook);
-  return true;
-}();
-
-// ---------------------------------------------------------------------------
-// Memory descriptors in a schema's layout
+/// The activation data type of the routine being planned (float32, or bf16 for
+/// the cpu:bfloat16 routines): set by Onednn<> around every check/plan call.
+thread_local dt g_act_dt = dt::f32;
+struct ActType {
+  dt prev;
+  explicit ActType(dt t) : prev(g_act_dt) { g_act_dt = t; }
+  ~ActType() { g_act_dt = prev; }
+  ActType(const ActType&) = delete;
+  ActType& operator=(const ActType&) = delete;
+};
 
 dims to_dims(const Shape& s) { return dims(s.begin(), s.end()); }
 
 /// The descriptor of an activation blob of `shape` in `layout` (rank 4 unless plain).
 dnnl::memory::desc act_md(const Shape& shape, Layout layout) {
   switch (layout) {
-    case Layout::nhwc: return {to_dims(shape), dt::f32, tag::nhwc};
-    case Layout::nchw8c: return {to_dims(shape), dt::f32, tag::nChw8c};
-    case Layout::nchw16c: return {to_dims(shape), dt::f32, tag::nChw16c};
+    case Layout::nhwc: return {to_dims(shape), g_act_dt, tag::nhwc};
+    case Layout::nchw8c: return {to_dims(shape), g_act_dt, tag::nChw8c};
+    case Layout::nchw16c: return {to_dims(shape), g_act_dt, tag::nChw16c};
     case Layout::nchw: break;
   }
   dims strides(shape.size());
@@ -162,7 +104,7 @@ dnnl::memory::desc act_md(const Shape& shape, Layout layout) {
     strides[static_cast<std::size_t>(d)] = st;
     st *= shape[d];
   }
-  return {to_dims(shape), dt::f32, strides};
+  return {to_dims(shape), g_act_dt, strides};
 }
 
 /// A plain row-major descriptor for a weight of `d` dims.
@@ -201,189 +143,29 @@ Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
   return Support::yes();
 }
 
-/// A oneDNN memory over a weight blob's memory (oneDNN only reads it).
-dnnl::memory weight_memory(const dnnl::memory::desc& md, const Blob& b) {
-  return dnnl::memory(md, cpu_engine(), const_cast<void*>(b.data()));
+
+/// Whether the CPU has bfloat16 instructions (AVX-512 BF16 or AMX-BF16): the
+/// cpu:bfloat16 routines refuse everything elsewhere (oneDNN would emulate or
+/// run reference code).
+/// (oneDNN's own ISA limit, DNNL_MAX_CPU_ISA, counts too.)
+bool has_bf16() {
+  static const bool yes = [] {
+    const core::CpuFeatures& f = core::cpu_features();
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    return (f.avx512_bf16 || f.amx_bf16) &&
+           (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  }();
+  return yes;
 }
 
-/// `user` in the layout `want` (a reorder, run once), or `user` itself when they agree.
-dnnl::memory reorder_to(const dnnl::memory& user, const dnnl::memory::desc& want) {
-  if (user.get_desc() == want) return user;
-  dnnl::memory out(want, cpu_engine());
-  dnnl::stream s(cpu_engine());
-  dnnl::reorder(user, out).execute(s, const_cast<dnnl::memory&>(user), out);
-  s.wait();
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// Fused activations as post-ops
-
-/// Appends `act` to `ops`; none appends nothing.
-void append_activation(dnnl::post_ops& ops, const Activation& a) {
-  using alg = dnnl::algorithm;
-  switch (a.kind) {
-    case Activation::none: break;
-    case Activation::relu: ops.append_eltwise(1.0f, alg::eltwise_relu, 0.0f, 0.0f); break;
-    case Activation::clip: ops.append_eltwise(1.0f, alg::eltwise_clip, a.min, a.max); break;
-    case Activation::hardswish: ops.append_eltwise(1.0f, alg::eltwise_hardswish, 0.0f, 0.0f); break;
-    case Activation::hardsigmoid:  // oneDNN 2.6 has no hardsigmoid: linear, then clip to [0,1]
-      ops.append_eltwise(1.0f, alg::eltwise_linear, a.alpha, a.beta);
-      ops.append_eltwise(1.0f, alg::eltwise_clip, 0.0f, 1.0f);
-      break;
-    case Activation::sigmoid: ops.append_eltwise(1.0f, alg::eltwise_logistic, 0.0f, 0.0f); break;
-  }
-}
-
-dnnl::primitive_attr make_attr(const dnnl::post_ops* ops = nullptr) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (ops) attr.set_post_ops(*ops);
-  return attr;
-}
-
-// ---------------------------------------------------------------------------
-// Plans and the prepared routine
-
-/// Where an execution argument's memory lives: a blob the routine reads or
-/// writes, a fixed memory made in prepare (weights), or a temporary carved from
-/// the workspace.
-struct Mem {
-  enum Kind { input, output, fixed, temp } kind;
-  int index;
-  bool operator==(const Mem&) const = default;
-};
-
-/// What an operation hands the prepared routine: one or more primitives run in
-/// order (e.g. a reorder, then a convolution), each with its arguments.
-struct Plan {
-  struct Step {
-    dnnl::primitive_desc_base pd;
-    std::vector<std::pair<int, Mem>> args;  ///< (DNNL_ARG_*, memory); the scratchpad is added
-  };
-  std::vector<Step> steps;
-  std::vector<dnnl::memory> fixed;        ///< Mem::fixed, by index
-  std::vector<dnnl::memory::desc> temps;  ///< Mem::temp, by index
-  std::vector<Blob> keep;                 ///< weights the fixed memories point into
-
-  /// The common case: one primitive reading inputs and writing output 0.
-  static Plan single(const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, Mem>> args) {
-    Plan p;
-    p.steps.push_back({pd, std::move(args)});
-    return p;
-  }
-  int add_fixed(const dnnl::memory& m) {
-    fixed.push_back(m);
-    return static_cast<int>(fixed.size()) - 1;
-  }
-};
-
-constexpr Mem in0{Mem::input, 0}, out0{Mem::output, 0};
-
-/// The implementation oneDNN picked, or an empty view when none is "ref" (for supports()).
-std::string_view reference_impl(const Plan& p) {
-  for (const auto& s : p.steps) {
-    std::string_view impl = s.pd.impl_info_str();
-    if (impl.substr(0, 3) == "ref") return impl;
-  }
-  return {};
-}
-
-class Prepared final : public PreparedRoutine {
- public:
-  explicit Prepared(Plan plan) : stream_(cpu_engine()), keep_(std::move(plan.keep)) {
-    // One oneDNN memory per blob, fixed memory and temporary, shared by the steps.
-    std::vector<std::pair<Mem, dnnl_memory_t>> handles;
-    for (const auto& m : plan.fixed) {
-      mems_.push_back(m);
-      handles.push_back({Mem{Mem::fixed, static_cast<int>(handles.size())}, m.get()});
-    }
-    auto workspace_memory = [&](const dnnl::memory::desc& md) {
-      mems_.emplace_back(md, cpu_engine(), nullptr);
-      carved_.push_back({mems_.back().get(), workspace_bytes_});
-      workspace_bytes_ += (md.get_size() + 63) / 64 * 64;
-      return mems_.back().get();
-    };
-    for (std::size_t t = 0; t < plan.temps.size(); ++t)
-      handles.push_back({Mem{Mem::temp, static_cast<int>(t)}, workspace_memory(plan.temps[t])});
-    for (const auto& step : plan.steps) {
-      Step s;
-      s.prim = dnnl::primitive(step.pd.get());
-      for (auto [arg, mem] : step.args) {
-        auto it = std::find_if(handles.begin(), handles.end(), [&](const auto& h) { return h.first == mem; });
-        if (it == handles.end()) {  // a blob: its descriptor from the first step that uses it
-          mems_.emplace_back(step.pd.query_md(dnnl::query::exec_arg_md, arg), cpu_engine(), nullptr);
-          binds_.push_back({mems_.back().get(), mem.kind == Mem::output, mem.index, nullptr});
-          handles.push_back({mem, mems_.back().get()});
-          it = handles.end() - 1;
-        }
-        s.args.push_back({arg, it->second});
-      }
-      const dnnl::memory::desc scratch = step.pd.scratchpad_desc();
-      if (scratch.get_size()) s.args.push_back({DNNL_ARG_SCRATCHPAD, workspace_memory(scratch)});
-      steps_.push_back(std::move(s));
-    }
-  }
-
-  std::size_t workspace_bytes() const override { return workspace_bytes_; }
-
-  void run(const RunArgs& a) override {
-    match_threads();
-    for (Bind& b : binds_) {
-      const void* p = b.output ? a.outputs[static_cast<std::size_t>(b.index)]->data()
-                               : a.inputs[static_cast<std::size_t>(b.index)]->data();
-      if (p != b.last) set_handle(b.memory, const_cast<void*>(p));
-      b.last = p;
-    }
-    if (workspace_bytes_ && a.workspace != workspace_last_) {
-      for (const Carved& c : carved_) set_handle(c.memory, static_cast<char*>(a.workspace) + c.offset);
-      workspace_last_ = a.workspace;
-    }
-    dnnl_status_t st = dnnl_success;
-    for (std::size_t i = 0; i < steps_.size() && st == dnnl_success; ++i)
-      st = dnnl_primitive_execute(steps_[i].prim.get(), stream_.get(), static_cast<int>(steps_[i].args.size()),
-                                  steps_[i].args.data());
-    if (st == dnnl_success) st = dnnl_stream_wait(stream_.get());
-    if (st != dnnl_success) throw Error(fmt::format("oneDNN failed to execute (status {})", static_cast<int>(st)));
-  }
-
- private:
-  struct Step {
-    dnnl::primitive prim;
-    std::vector<dnnl_exec_arg_t> args;
-  };
-  struct Bind {
-    dnnl_memory_t memory;
-    bool output;
-    int index;
-    const void* last;
-  };
-  struct Carved {
-    dnnl_memory_t memory;
-    std::size_t offset;
-  };
-  // Handles change only when the executor rebinds a blob (first run, new
-  // caller memory), so the zero-padding oneDNN does on a new handle is rare.
-  void set_handle(dnnl_memory_t m, void* p) {
-    dnnl_status_t st = dnnl_memory_set_data_handle_v2(m, p, stream_.get());
-    if (st != dnnl_success) throw Error(fmt::format("oneDNN refused a data handle (status {})", static_cast<int>(st)));
-  }
-
-  dnnl::stream stream_;
-  std::vector<dnnl::memory> mems_;
-  std::vector<Step> steps_;
-  std::vector<Bind> binds_;
-  std::vector<Carved> carved_;
-  std::size_t workspace_bytes_ = 0;
-  const void* workspace_last_ = nullptr;
-  std::vector<Blob> keep_;
-};
-
-/// The registered Routine for operation Op in one layout.
-template <class Op, Layout L>
+/// The registered Routine for operation Op in one layout and data type
+/// (float32, or bfloat16: activations bf16, weights reordered to bf16 in
+/// prepare, accumulation and bias in float32, post-ops on float32 values).
+template <class Op, Layout L, DType D = DType::float32>
 class Onednn final : public Routine {
  public:
-  static constexpr Schema kSchema{Device::cpu, DType::float32, L};
+  static constexpr Schema kSchema{Device::cpu, D, L};
+  static constexpr dt kDt = D == DType::bfloat16 ? dt::bf16 : dt::f32;
 
   std::string_view layer_type() const override { return Op::kType; }
   std::string_view algorithm() const override { return "onednn"; }
@@ -395,7 +177,10 @@ class Onednn final : public Routine {
     if (L == Layout::nchw16c && !has_avx512())
       return Support::no(fmt::format("nchw16c needs AVX-512; oneDNN's ISA on this CPU is {}",
                                      isa_name(dnnl::get_effective_cpu_isa())));
+    if (D == DType::bfloat16 && !has_bf16())
+      return Support::no("CPU lacks bfloat16 instructions (AVX-512 BF16 or AMX-BF16)");
     if (!info.layer) return Support::no("no layer");
+    const ActType act_type(kDt);
     try {
       Support s = Op::check(info, L);
       if (!s) return s;
@@ -413,6 +198,9 @@ class Onednn final : public Routine {
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
                                            const RoutineParams&) const override {
+    if (D == DType::bfloat16 && !has_bf16())
+      throw Error("cpu:bfloat16/onednn: CPU lacks bfloat16 instructions (AVX-512 BF16 or AMX-BF16)");
+    const ActType act_type(kDt);
     try {
       match_threads();
       note_wait_policy();
@@ -466,7 +254,7 @@ struct Conv2 {
 
     const dims wd = g.group > 1 ? dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw}
                                 : dims{g.oc, g.c, g.kh, g.kw};
-    const dnnl::memory::desc w_any(wd, dt::f32, tag::any);
+    const dnnl::memory::desc w_any(wd, g_act_dt, tag::any);
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
     dnnl::post_ops ops;
     append_activation(ops, act);
@@ -542,8 +330,9 @@ struct Dense {
     const Blob* bias = layer.find_weight("bias");
     const int64_t n = info.input_shapes[0][0], k = info.input_shapes[0][1], o = w.shape()[0];
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({o}, dt::f32, tag::x) : dnnl::memory::desc();
-    dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, plain_md({n, k}),
-                                        dnnl::memory::desc({o, k}, dt::f32, tag::any), b_md, plain_md({n, o}));
+    dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, act_md(Shape{n, k}, Layout::nchw),
+                                        dnnl::memory::desc({o, k}, g_act_dt, tag::any), b_md,
+                                        act_md(Shape{n, o}, Layout::nchw));
     dnnl::post_ops ops;
     append_activation(ops, core::fused_activation(layer));
     dnnl::inner_product_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
@@ -858,6 +647,14 @@ void register_layouts() {
   (register_routine(std::make_unique<Onednn<Op, Ls>>()), ...);
 }
 
+template <class Op, Layout... Ls>
+void register_bf16() {
+  if constexpr (sizeof...(Ls) == 0)
+    register_bf16<Op, Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c>();
+  else
+    (register_routine(std::make_unique<Onednn<Op, Ls, DType::bfloat16>>()), ...);
+}
+
 template <class Op>
 void register_all_layouts() {
   register_layouts<Op, Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c>();
@@ -879,6 +676,21 @@ const bool g_registered = [] {
   register_all_layouts<Batchnorm>();
   register_all_layouts<Concat>();
   register_layouts<Softmax, Layout::nchw>();
+  // bfloat16 (where the CPU has the instructions): the compute-heavy and the
+  // common elementwise layers, in every layout.
+  register_bf16<Conv2, Layout::nchw, Layout::nhwc, Layout::nchw16c>();  // nChw8c bf16 convolution is reference code
+  register_bf16<Dense, Layout::nchw>();
+  register_bf16<Pool2, Layout::nchw, Layout::nhwc, Layout::nchw16c>();  // nChw8c bf16 pooling is reference code
+  register_bf16<Unary<ReluK>>();
+  register_bf16<Unary<ClipK>>();
+  register_bf16<Unary<HardswishK>>();
+  register_bf16<Unary<HardsigmoidK>>();
+  register_bf16<Unary<SigmoidK>>();
+  register_bf16<Unary<TanhK>>();
+  register_bf16<Unary<GeluK>>();
+  register_bf16<Binary<AddK>>();
+  register_bf16<Binary<MulK>>();
+  register_bf16<Concat>();
   return true;
 }();
 

@@ -1,0 +1,26 @@
+// Childnet routines outside a net: a PreparedRoutine that runs a childnet
+// routine's layer through its own small executor (which expands the childnet
+// into its child steps), so a childnet routine can be prepared and run like any
+// other (unit tests, benchmarks, constant folding). Inside a net the net's
+// executor expands childnets into steps itself (core/executor.cpp).
+#pragma once
+
+#include "core/graph.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace softneuro::core {
+
+/// Prepares the layer with childnet routine `schema/algorithm` and `params`:
+/// children chosen from `children` (by child layer name) or by default in
+/// their childnet schema, their blobs planned once into an arena of its own.
+/// The layer's inputs and outputs must be float32 nchw CPU blobs.
+std::unique_ptr<PreparedRoutine> prepare_childnet(const LayerInfo& layer, const Schema& schema,
+                                                  std::string_view algorithm, const RoutineParams& params,
+                                                  const std::vector<RoutineChoice>& children = {});
+
+}  // namespace softneuro::core

@@ -1,0 +1,694 @@
+// cpu:qint8/onednn and cpu:qint8:nhwc/onednn — int8 routines wrapping oneDNN
+// 2.6 (s8 activations × s8 weights → s32, requantised to s8 in the primitive's
+// epilogue), for conv2 (depthwise and grouped included), dense, pool2 (max, avg,
+// global), add and concat.
+//
+// The project's qint8 conventions (see qint8_avx2.cpp) hold unchanged:
+//  - activations: signed int8, asymmetric, per tensor (LayerInfo::input_quant /
+//    output_quant); uncalibrated layers are refused;
+//  - weights: float32 in the .dnn, quantised here in prepare per output channel,
+//    symmetric, s_w[oc] = max|w[oc]| / 127, q = round(w / s_w) in [-127, 127],
+//    reordered once into the layout oneDNN picks; bias → int32 at s_in·s_w[oc];
+//  - requantisation in float: oneDNN 2.x computes
+//        dst = saturate_s8(round(post_ops(scale[oc] · (acc_s32 + bias_s32))) + zp_dst)
+//    with scale[oc] = s_in·s_w[oc] / s_out (relu and clip are post-ops on that
+//    value, in output units); hardswish/hardsigmoid/sigmoid need the real
+//    value, so for them scale[oc] = s_in·s_w[oc] and a linear post-op divides
+//    by s_out afterwards.
+//
+// Zero points (what oneDNN 2.6 accepts on x64, checked on AMX and AVX-512 VNNI):
+//  - conv2: runtime src and dst zero points (DNNL_ARG_ATTR_ZERO_POINTS): the
+//    kernels compensate for padding themselves, so an asymmetric input with
+//    padding stays exact. Output scales must be constants (runtime output
+//    scales are refused for int8 convolution), fine: quantisation is fixed at
+//    prepare.
+//  - dense (inner product): no zero points at all. The src zero point is
+//    folded into the int32 bias exactly (no padding: bias' = bias − z_in·Σ_k w_q);
+//    the dst zero point is a linear post-op (+z_out) before rounding, which
+//    equals adding it after rounding except for exact .5 ties.
+//  - pool2: avg pooling rounds once, after a linear post-op (s_in/s_out,
+//    z_out − z_in·s_in/s_out); max pooling runs s8 → s8 (exact), then, where
+//    the output's quantisation differs, a requantising reorder (monotonic, so
+//    the max commutes with it). oneDNN pads avg windows with q = 0, which is
+//    real −s·z: count_include_pad with padding and z_in ≠ 0 is refused.
+//  - add: binary with per-source scales s_a/s_out, s_b/s_out and a linear
+//    post-op adding z_out − (s_a·z_a + s_b·z_b)/s_out.
+//  - concat: one concat primitive (a copy); inputs quantised differently from
+//    the output are first requantised by a reorder into a workspace temporary
+//    (2.6's reorder silently drops zero points when writing into a part of a
+//    larger tensor, so not directly into the output).
+//
+// Layouts: int8 oneDNN wants channels last. In cpu:qint8:nhwc the blobs are
+// read as they are; in cpu:qint8 (nchw) a conv2 whose nchw primitive would be
+// oneDNN's reference code reorders its input and output through nhwc
+// temporaries in the workspace.
+//
+// On CPUs without AVX-512 VNNI (AVX2 only, e.g. Zen 3) oneDNN 2.6's int8
+// convolution and inner product use vpmaddubsw and halve the weights inside
+// (scale_adjust 0.5, against int16 saturation): 7-bit weights, off the
+// project's 8-bit convention by up to two output steps (measured with
+// DNNL_MAX_CPU_ISA=AVX2). conv2 and dense refuse there ("needs VNNI"; our
+// exact AVX2 routines run instead); pool2, add and concat have no weights and
+// run on AVX2 too.
+//
+// Priority 20 (above our AVX2 qint8 routines' 10): measured faster on the AMX
+// machine for conv2/dense (see bench/quant_agreement.py and the branch report);
+// only matters for forced qint8 schemas, the tuner decides by measurement.
+//
+// Engine, threads, scratchpad and the allocation-free run are shared with the
+// float32 routines (onednn_common.hpp).
+#include "routines/cpu/onednn_common.hpp"
+
+#include "core/layer_types.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using namespace onednn_common;
+using core::Activation;
+using core::Window2d;
+
+[[maybe_unused]] const bool g_hook = onednn_common::g_hook_registered;
+
+// ---------------------------------------------------------------------------
+// Quantisation parameters
+
+struct TQ {
+  float scale = 1;
+  int32_t zp = 0;
+};
+
+Support tensor_quant(const std::vector<QuantParams>& qs, std::size_t i, const char* what, TQ* out) {
+  if (i >= qs.size() || qs[i].empty()) return Support::no("not calibrated: run calibration first");
+  const QuantParams& q = qs[i];
+  if (q.scales.size() != 1 || q.axis != -1)
+    return Support::no(fmt::format("{} {} is quantised per channel; activations must be per tensor", what, i));
+  if (!(q.scales[0] > 0) || !std::isfinite(q.scales[0]))
+    return Support::no(fmt::format("{} {} has scale {}, not a positive number", what, i, q.scales[0]));
+  const int32_t zp = q.zero_points.empty() ? 0 : q.zero_points[0];
+  if (zp < -128 || zp > 127) return Support::no(fmt::format("{} {} has zero point {} outside int8", what, i, zp));
+  if (out) *out = TQ{q.scales[0], zp};
+  return Support::yes();
+}
+
+TQ in_q(const LayerInfo& info, std::size_t i) {
+  TQ t;
+  tensor_quant(info.input_quant, i, "input", &t);
+  return t;
+}
+TQ out_q(const LayerInfo& info) {
+  TQ t;
+  tensor_quant(info.output_quant, 0, "output", &t);
+  return t;
+}
+
+Support calibrated(const LayerInfo& info) {
+  for (std::size_t i = 0; i < info.input_shapes.size(); ++i)
+    if (Support q = tensor_quant(info.input_quant, i, "input", nullptr); !q) return q;
+  for (std::size_t i = 0; i < info.output_shapes.size(); ++i)
+    if (Support q = tensor_quant(info.output_quant, i, "output", nullptr); !q) return q;
+  return Support::yes();
+}
+
+Support float_weight(const Layer& l, const char* key, bool required) {
+  const Blob* b = l.find_weight(key);
+  if (!b) return required ? Support::no(fmt::format("weight '{}' is missing", key)) : Support::yes();
+  if (b->dtype() != DType::float32 || b->device() != Device::cpu || b->layout() != Layout::nchw)
+    return Support::no(fmt::format("weight '{}' must be float32 on the CPU (it is quantised in prepare)", key));
+  if (b->numel() > 0 && !b->data()) return Support::no(fmt::format("weight '{}' has no data", key));
+  return Support::yes();
+}
+
+/// Per-output-channel symmetric int8 weights (the project's convention), [oc][k].
+struct QuantWeights {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<int64_t> row_sum;  ///< Σ_k q[oc][k]
+};
+
+QuantWeights quantize_weights(const Blob& w, int64_t oc) {
+  const int64_t k = w.numel() / oc;
+  const float* src = w.data_as<float>();
+  QuantWeights r;
+  r.q.resize(static_cast<std::size_t>(oc * k));
+  r.scale.resize(static_cast<std::size_t>(oc));
+  r.row_sum.assign(static_cast<std::size_t>(oc), 0);
+  for (int64_t o = 0; o < oc; ++o) {
+    float mx = 0;
+    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(src[o * k + i]));
+    const float s = mx > 0 ? mx / 127.0f : 1.0f;
+    r.scale[static_cast<std::size_t>(o)] = s;
+    for (int64_t i = 0; i < k; ++i) {
+      const int q = std::clamp(static_cast<int>(std::nearbyint(src[o * k + i] / s)), -127, 127);
+      r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(q);
+      r.row_sum[static_cast<std::size_t>(o)] += q;
+    }
+  }
+  return r;
+}
+
+/// int32 bias at s_in·s_w[oc] (zeros without a bias weight), minus z_in·row_sum when folding a zero point.
+std::vector<int32_t> quantize_bias(const Blob* bias, const QuantWeights& qw, float s_in, int32_t fold_zp) {
+  std::vector<int32_t> b(qw.scale.size(), 0);
+  for (std::size_t o = 0; o < b.size(); ++o) {
+    double v = 0;
+    if (bias) v = std::nearbyint(double(bias->data_as<float>()[o]) / (double(s_in) * double(qw.scale[o])));
+    v -= double(fold_zp) * double(qw.row_sum[o]);
+    b[o] = static_cast<int32_t>(std::clamp(v, -2147483648.0, 2147483647.0));
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------------------
+// Memory descriptors
+
+using Dims = dnnl::memory::dims;
+
+Dims dims_of(const Shape& s) { return Dims(s.begin(), s.end()); }
+
+dnnl::memory::desc plain(const Dims& d, dt type) {
+  Dims strides(d.size());
+  dnnl::memory::dim st = 1;
+  for (std::size_t i = d.size(); i-- > 0;) {
+    strides[i] = st;
+    st *= d[i];
+  }
+  return {d, type, strides};
+}
+
+/// An activation of `shape` in `layout` (nhwc only for rank 4; lower ranks are plain in both).
+dnnl::memory::desc act(const Shape& shape, Layout layout, dt type = dt::s8) {
+  if (layout == Layout::nhwc && shape.rank() == 4) return {dims_of(shape), type, tag::nhwc};
+  return plain(dims_of(shape), type);
+}
+
+Support layout_ok(const Shape& s, Layout layout, std::string_view what) {
+  if (s.rank() < 1 || s.rank() > DNNL_MAX_NDIMS)
+    return Support::no(fmt::format("{} has rank {}; oneDNN takes 1..{}", what, s.rank(), DNNL_MAX_NDIMS));
+  if (s.numel() == 0) return Support::no(fmt::format("{} {} is empty", what, s.to_string()));
+  if (layout == Layout::nhwc && s.rank() > 2 && s.rank() != 4)
+    return Support::no(fmt::format("in nhwc, {} must have rank 4 or at most 2; {} has rank {}", what, s.to_string(), s.rank()));
+  return Support::yes();
+}
+
+/// A fixed oneDNN memory holding `values` (copied; the memory owns its buffer).
+template <class T>
+dnnl::memory owned(const dnnl::memory::desc& md, const std::vector<T>& values) {
+  dnnl::memory m(md, cpu_engine());
+  std::memcpy(m.get_data_handle(), values.data(), values.size() * sizeof(T));
+  return m;
+}
+
+dnnl::memory zero_point_memory(int32_t zp) { return owned(dnnl::memory::desc({1}, dt::s32, tag::x), std::vector<int32_t>{zp}); }
+
+dnnl::primitive_attr attr_base() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+/// A requantising reorder from `from` (quantisation a) to `to` (quantisation b):
+/// q_b = round(s_a/s_b · (q_a − z_a)) + z_b. Zero points as fixed memories.
+void add_requant_reorder(Plan& p, const dnnl::memory::desc& from_md, Mem from, const dnnl::memory::desc& to_md, Mem to,
+                         TQ a, TQ b, bool prepare) {
+  dnnl::primitive_attr attr = attr_base();
+  attr.set_output_scales(0, {a.scale / b.scale});
+  if (a.zp) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  if (b.zp) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::reorder::primitive_desc r(cpu_engine(), from_md, cpu_engine(), to_md, attr);
+  std::vector<std::pair<int, Mem>> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  if (prepare) {
+    if (a.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_FROM, Mem{Mem::fixed, p.add_fixed(zero_point_memory(a.zp))}});
+    if (b.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_TO, Mem{Mem::fixed, p.add_fixed(zero_point_memory(b.zp))}});
+  }
+  p.steps.push_back({r, std::move(args)});
+}
+
+// ---------------------------------------------------------------------------
+// Requantising epilogue of conv2/dense: output scales per channel and post-ops.
+
+struct Epilogue {
+  std::vector<float> scales;  ///< per output channel, applied to acc + bias
+  dnnl::post_ops ops;
+};
+
+Support epilogue_ok(const Layer& l) {
+  (void)core::fused_activation(l);  // throws on an unknown activation
+  return Support::yes();
+}
+
+/// `dst_zp_as_post_op`: add z_out by a linear post-op (inner product has no dst zero points).
+Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in, TQ out, bool dst_zp_as_post_op) {
+  const Activation a = core::fused_activation(l);
+  const bool real_valued = a.kind != Activation::none && a.kind != Activation::relu && a.kind != Activation::clip;
+  Epilogue e;
+  e.scales.resize(w_scales.size());
+  for (std::size_t o = 0; o < e.scales.size(); ++o) {
+    const double s = double(in.scale) * double(w_scales[o]);
+    e.scales[o] = static_cast<float>(real_valued ? s : s / double(out.scale));
+  }
+  const float inv = 1.0f / out.scale;
+  switch (a.kind) {
+    case Activation::none: break;
+    case Activation::relu: e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+    case Activation::clip: {
+      const float lo = std::isfinite(a.min) ? a.min * inv : std::numeric_limits<float>::lowest();
+      const float hi = std::isfinite(a.max) ? a.max * inv : std::numeric_limits<float>::max();
+      e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, lo, hi);
+      break;
+    }
+    case Activation::hardsigmoid: {
+      // clip(alpha·x + beta, 0, 1) / s_out in two post-ops, the division (and
+      // the zero point, when added here) folded in. (Linear, clip, linear — three
+      // eltwise post-ops — gave wrong results in oneDNN 2.6's int8 kernels.)
+      const float z = dst_zp_as_post_op ? static_cast<float>(out.zp) : 0.0f;
+      e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, a.alpha * inv, a.beta * inv + z);
+      e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, z, inv + z);
+      return e;
+    }
+    default:
+      append_activation(e.ops, a);
+      break;
+  }
+  const float shift = dst_zp_as_post_op ? static_cast<float>(out.zp) : 0.0f;
+  if (real_valued) e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, inv, shift);
+  else if (shift != 0.0f) e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, shift);
+  return e;
+}
+
+/// Whether oneDNN's int8 kernels multiply with VNNI (or AMX) here, i.e. keep all 8 weight bits.
+Support int8_weights_exact() {
+  static const bool yes = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni;
+  }();
+  if (yes) return Support::yes();
+  return Support::no(fmt::format("CPU lacks AVX-512 VNNI: without it oneDNN 2.6 halves int8 weights (7 bits); oneDNN's ISA here is {}",
+                                 isa_name(dnnl::get_effective_cpu_isa())));
+}
+
+// ---------------------------------------------------------------------------
+// The registered routine: Op as in onednn.cpp (kType, check, plan, priority).
+
+template <class Op, Layout L>
+class OnednnQ final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::qint8, L};
+
+  std::string_view layer_type() const override { return Op::kType; }
+  std::string_view algorithm() const override { return "onednn"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kSchema))
+      return Support::no(fmt::format("this routine computes in {}, not {}", kSchema.to_string(), schema.to_string()));
+    if (Op::kHasWeights)
+      if (Support s = int8_weights_exact(); !s) return s;
+    if (!info.layer) return Support::no("no layer");
+    if (Support s = calibrated(info); !s) return s;
+    try {
+      for (std::size_t i = 0; i < info.input_shapes.size(); ++i)
+        if (Support s = layout_ok(info.input_shapes[i], L, "an input"); !s) return s;
+      if (Support s = layout_ok(info.output_shapes[0], L, "the output"); !s) return s;
+      if (Support s = Op::check(info, L); !s) return s;
+      match_threads();
+      const Plan p = Op::plan(info, L, false);
+      if (std::string_view impl = reference_impl(p); Op::kRefuseReference && !impl.empty())
+        return Support::no(fmt::format("oneDNN has only its reference implementation ({}) for this", impl));
+      return Support::yes();
+    } catch (const dnnl::error& e) {
+      return Support::no(fmt::format("oneDNN 2.6 cannot create it: {}", e.what()));
+    } catch (const Error& e) {
+      return Support::no(e.what());
+    }
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    try {
+      match_threads();
+      note_wait_policy();
+      Plan plan = Op::plan(info, L, true);
+      if (core::log_enabled(core::LogLevel::debug)) {
+        std::string impls;
+        for (const auto& s : plan.steps) impls += (impls.empty() ? "" : " + ") + std::string(s.pd.impl_info_str());
+        core::debug("layer '{}': {}/onednn runs oneDNN {}", info.layer->name, kSchema.to_string(), impls);
+      }
+      return std::make_unique<Prepared>(std::move(plan));
+    } catch (const dnnl::error& e) {
+      throw Error(fmt::format("{}/onednn: oneDNN failed: {}", kSchema.to_string(), e.what()));
+    }
+  }
+
+  int default_priority() const override { return Op::priority(L); }
+};
+
+bool is_reference(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).substr(0, 3) == "ref";
+}
+
+// ---------------------------------------------------------------------------
+// conv2
+
+struct Conv2 {
+  static constexpr std::string_view kType = "conv2";
+  static constexpr bool kRefuseReference = true;
+  static constexpr bool kHasWeights = true;
+
+  static Support check(const LayerInfo& info, Layout) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
+    if (Support s = float_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = float_weight(*info.layer, "bias", false); !s) return s;
+    const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+    if (g.kh * g.kw * (g.c / g.group) > (int64_t{1} << 16))
+      return Support::no("a dot product of more than 65536 int8 terms could overflow int32");
+    return epilogue_ok(*info.layer);
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+    const Layer& layer = *info.layer;
+    const Shape& in = info.input_shapes[0];
+    const Shape& out = info.output_shapes[0];
+    const Window2d g = core::conv2_window(layer, in);
+    const TQ qi = in_q(info, 0), qo = out_q(info);
+    const Blob& w = layer.weight("weight");
+    const Blob* bias = layer.find_weight("bias");
+    // Weights are quantised in prepare only; supports() builds the primitive with
+    // placeholder scales (their values do not change oneDNN's choice).
+    const QuantWeights qw = prepare ? quantize_weights(w, g.oc) : QuantWeights{};
+    Epilogue ep = make_epilogue(layer, prepare ? qw.scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi, qo, false);
+
+    const Dims wd = g.group > 1 ? Dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw} : Dims{g.oc, g.c, g.kh, g.kw};
+    const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::s32, tag::x) : dnnl::memory::desc();
+    auto make_pd = [&](Layout act_layout) {
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                        act(in, act_layout), dnnl::memory::desc(wd, dt::s8, tag::any), b_md,
+                                        act(out, act_layout), {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl},
+                                        {g.pb, g.pr});
+      dnnl::primitive_attr attr = attr_base();
+      attr.set_output_scales(1 << 1, ep.scales);
+      if (qi.zp) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      if (qo.zp) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      attr.set_post_ops(ep.ops);
+      return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+    };
+    dnnl::convolution_forward::primitive_desc pd = make_pd(l);
+    Plan p;
+    Mem src = in0, dst = out0;
+    if (l == Layout::nchw && is_reference(pd)) {
+      // nchw int8 is oneDNN's reference code: go through nhwc temporaries.
+      dnnl::convolution_forward::primitive_desc nhwc = make_pd(Layout::nhwc);
+      if (!is_reference(nhwc)) {
+        pd = nhwc;
+        p.temps = {act(in, Layout::nhwc), act(out, Layout::nhwc)};
+        src = Mem{Mem::temp, 0};
+        dst = Mem{Mem::temp, 1};
+        p.steps.push_back({dnnl::reorder::primitive_desc(cpu_engine(), act(in, l), cpu_engine(), p.temps[0], attr_base()),
+                           {{DNNL_ARG_FROM, in0}, {DNNL_ARG_TO, src}}});
+      }
+    }
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+    if (prepare) {
+      const dnnl::memory wm = reorder_to(owned(plain(wd, dt::s8), qw.q), pd.weights_desc());
+      args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
+      if (bias) args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(bias, qw, qi.scale, 0)))}});
+      if (qi.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qi.zp))}});
+      if (qo.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qo.zp))}});
+    }
+    p.steps.push_back({pd, std::move(args)});
+    if (dst == Mem{Mem::temp, 1})
+      p.steps.push_back({dnnl::reorder::primitive_desc(cpu_engine(), p.temps[1], cpu_engine(), act(out, l), attr_base()),
+                         {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, out0}}});
+    return p;
+  }
+
+  static int priority(Layout) { return 20; }
+};
+
+// ---------------------------------------------------------------------------
+// dense: inner product on [M,K] (leading dims flattened in plain layout).
+
+struct Dense {
+  static constexpr std::string_view kType = "dense";
+  static constexpr bool kRefuseReference = true;
+  static constexpr bool kHasWeights = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (Support s = float_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = float_weight(*info.layer, "bias", false); !s) return s;
+    if (info.layer->weight("weight").shape().rank() != 2) return Support::no("dense weight must be [O, K]");
+    if (l == Layout::nhwc && info.input_shapes[0].rank() > 2)
+      return Support::no("in nhwc, dense reads rank <= 2 inputs (the rows must be contiguous)");
+    if (info.input_shapes[0][info.input_shapes[0].rank() - 1] > (int64_t{1} << 16))
+      return Support::no("a dot product of more than 65536 int8 terms could overflow int32");
+    return epilogue_ok(*info.layer);
+  }
+
+  static Plan plan(const LayerInfo& info, Layout, bool prepare) {
+    const Layer& layer = *info.layer;
+    const Shape& x = info.input_shapes[0];
+    const Blob& w = layer.weight("weight");
+    const int64_t k = x[x.rank() - 1], o = w.shape()[0], m = x.numel() / k;
+    const TQ qi = in_q(info, 0), qo = out_q(info);
+    const QuantWeights qw = prepare ? quantize_weights(w, o) : QuantWeights{};
+    Epilogue ep = make_epilogue(layer, prepare ? qw.scale : std::vector<float>(static_cast<std::size_t>(o), 1.0f), qi, qo, true);
+    const dnnl::memory::desc b_md({o}, dt::s32, tag::x);
+    dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, plain({m, k}, dt::s8),
+                                        dnnl::memory::desc({o, k}, dt::s8, tag::any), b_md, plain({m, o}, dt::s8));
+    dnnl::primitive_attr attr = attr_base();
+    attr.set_output_scales(1 << 1, ep.scales);
+    attr.set_post_ops(ep.ops);
+    dnnl::inner_product_forward::primitive_desc pd(d, attr, cpu_engine());
+    Plan p;
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
+    if (prepare) {
+      const dnnl::memory wm = reorder_to(owned(plain({o, k}, dt::s8), qw.q), pd.weights_desc());
+      args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
+      // The src zero point folded into the bias (exact: no padding in a dense layer).
+      args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(layer.find_weight("bias"), qw, qi.scale, qi.zp)))}});
+    }
+    p.steps.push_back({pd, std::move(args)});
+    return p;
+  }
+
+  static int priority(Layout) { return 20; }
+};
+
+// ---------------------------------------------------------------------------
+// pool2: max and avg (exclude/include padding, ceil mode, global).
+
+struct Pool2 {
+  static constexpr std::string_view kType = "pool2";
+  static constexpr bool kRefuseReference = true;
+  static constexpr bool kHasWeights = false;
+
+  static int64_t padding_r(int64_t in, int64_t pad_l, int64_t pad_r, int64_t k, int64_t s, int64_t d, int64_t out) {
+    return std::max(pad_r, (out - 1) * s + (k - 1) * d + 1 - in - pad_l);
+  }
+  static bool empty_window(int64_t in, int64_t pad_l, int64_t k, int64_t s, int64_t d, int64_t out) {
+    for (int64_t o = 0; o < out; ++o) {
+      bool any = false;
+      for (int64_t t = 0; t < k && !any; ++t) {
+        const int64_t i = o * s - pad_l + t * d;
+        any = i >= 0 && i < in;
+      }
+      if (!any) return true;
+    }
+    return false;
+  }
+
+  static Support check(const LayerInfo& info, Layout) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("pool2 needs an input [N,C,H,W]");
+    const Layer& layer = *info.layer;
+    const std::string mode = layer.get_string("mode");
+    if (mode != "max" && mode != "avg") return Support::no(fmt::format("pool mode '{}' (max and avg only)", mode));
+    const Window2d g = core::pool2_window(layer, info.input_shapes[0]);
+    if (empty_window(g.h, g.pt, g.kh, g.sh, g.dh, g.oh) || empty_window(g.w, g.pl, g.kw, g.sw, g.dw, g.ow))
+      return Support::no("a window covers only padding");
+    const bool include_pad = mode == "avg" && layer.get_int("count_include_pad", 0) != 0;
+    const bool padded = g.pt || g.pl || g.pb || g.pr;
+    if (include_pad && padded && in_q(info, 0).zp != 0)
+      return Support::no("count_include_pad with padding and a nonzero input zero point: oneDNN pads with q = 0, not the real 0");
+    if (include_pad && (padding_r(g.h, g.pt, g.pb, g.kh, g.sh, g.dh, g.oh) > g.pb ||
+                        padding_r(g.w, g.pl, g.pr, g.kw, g.sw, g.dw, g.ow) > g.pr))
+      return Support::no("ceil_mode windows hang past the padding and count_include_pad=1: oneDNN would count the overhang");
+    return Support::yes();
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+    const Layer& layer = *info.layer;
+    const Shape& in = info.input_shapes[0];
+    const Shape& out = info.output_shapes[0];
+    const Window2d g = core::pool2_window(layer, in);
+    const bool is_max = layer.get_string("mode") == "max";
+    const bool include_pad = layer.get_int("count_include_pad", 0) != 0;
+    const TQ qi = in_q(info, 0), qo = out_q(info);
+    const auto alg = is_max ? dnnl::algorithm::pooling_max
+                     : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                   : dnnl::algorithm::pooling_avg_exclude_padding;
+    const bool requant = qi.scale != qo.scale || qi.zp != qo.zp;
+    dnnl::primitive_attr attr = attr_base();
+    if (!is_max && requant) {
+      const double r = double(qi.scale) / double(qo.scale);
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, static_cast<float>(r),
+                         static_cast<float>(double(qo.zp) - double(qi.zp) * r));
+      attr.set_post_ops(ops);
+    }
+    auto make_pd = [&](Layout pl) {
+      dnnl::pooling_v2_forward::desc d(
+          dnnl::prop_kind::forward_inference, alg, act(in, pl), act(out, pl), {g.sh, g.sw}, {g.kh, g.kw},
+          {g.dh - 1, g.dw - 1}, {g.pt, g.pl},
+          {padding_r(g.h, g.pt, g.pb, g.kh, g.sh, g.dh, g.oh), padding_r(g.w, g.pl, g.pr, g.kw, g.sw, g.dw, g.ow)});
+      return dnnl::pooling_v2_forward::primitive_desc(d, attr, cpu_engine());
+    };
+    dnnl::pooling_v2_forward::primitive_desc pd = make_pd(l);
+    Layout pl = l;  // the layout the pooling runs in
+    Plan p;
+    Mem src = in0;
+    if (l == Layout::nchw && is_reference(pd)) {  // nchw int8 pooling is reference code: through nhwc
+      pd = make_pd(Layout::nhwc);
+      pl = Layout::nhwc;
+      p.temps.push_back(act(in, pl));
+      src = Mem{Mem::temp, 0};
+      p.steps.push_back({dnnl::reorder::primitive_desc(cpu_engine(), act(in, l), cpu_engine(), p.temps[0], attr_base()),
+                         {{DNNL_ARG_FROM, in0}, {DNNL_ARG_TO, src}}});
+    }
+    const bool via_temp = (is_max && requant) || pl != l;
+    Mem dst = out0;
+    if (via_temp) {
+      p.temps.push_back(act(out, pl));
+      dst = Mem{Mem::temp, static_cast<int>(p.temps.size()) - 1};
+    }
+    p.steps.push_back({pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}});
+    if (is_max && requant)  // max commutes with the (increasing) requantisation
+      add_requant_reorder(p, p.temps.back(), dst, act(out, l), out0, qi, qo, prepare);
+    else if (via_temp)
+      p.steps.push_back({dnnl::reorder::primitive_desc(cpu_engine(), p.temps.back(), cpu_engine(), act(out, l), attr_base()),
+                         {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, out0}}});
+    return p;
+  }
+
+  static int priority(Layout) { return 20; }
+};
+
+// ---------------------------------------------------------------------------
+// add: same shapes (no broadcasting), requantising.
+
+struct Add {
+  static constexpr std::string_view kType = "add";
+  static constexpr bool kRefuseReference = true;
+  static constexpr bool kHasWeights = false;
+
+  static Support check(const LayerInfo& info, Layout) {
+    if (info.input_shapes[0] != info.input_shapes[1])
+      return Support::no(fmt::format("inputs {} and {} differ: no broadcasting in cpu:qint8/onednn add",
+                                     info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    return Support::yes();
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool) {
+    const TQ a = in_q(info, 0), b = in_q(info, 1), o = out_q(info);
+    const dnnl::memory::desc md = act(info.output_shapes[0], l);
+    dnnl::binary::desc d(dnnl::algorithm::binary_add, md, md, md);
+    dnnl::primitive_attr attr = attr_base();
+    attr.set_scales(DNNL_ARG_SRC_0, 0, {a.scale / o.scale});
+    attr.set_scales(DNNL_ARG_SRC_1, 0, {b.scale / o.scale});
+    const double shift = double(o.zp) - (double(a.scale) * a.zp + double(b.scale) * b.zp) / double(o.scale);
+    if (shift != 0) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, static_cast<float>(shift));
+      attr.set_post_ops(ops);
+    }
+    return Plan::single(dnnl::binary::primitive_desc(d, attr, cpu_engine()),
+                        {{DNNL_ARG_SRC_0, in0}, {DNNL_ARG_SRC_1, Mem{Mem::input, 1}}, {DNNL_ARG_DST, out0}});
+  }
+
+  static int priority(Layout) { return 20; }
+};
+
+// ---------------------------------------------------------------------------
+// concat: channels (axis 1) in nhwc, any axis in plain layout.
+
+struct Concat {
+  static constexpr std::string_view kType = "concat";
+  static constexpr bool kRefuseReference = false;  // oneDNN's "ref" concat is a reorder per input: fine
+  static constexpr bool kHasWeights = false;
+
+  static int axis(const LayerInfo& info) {
+    return core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"), info.output_shapes[0].rank());
+  }
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (!info.layer->has("axis")) return Support::no("concat needs an axis");
+    const int ax = axis(info);
+    if (l == Layout::nhwc && info.output_shapes[0].rank() == 4 && ax != 1)
+      return Support::no(fmt::format("in nhwc cpu:qint8/onednn concatenates channels (axis 1) only, not axis {}", ax));
+    return Support::yes();
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+    const int ax = axis(info);
+    const Shape& out = info.output_shapes[0];
+    const TQ qo = out_q(info);
+    // Inputs quantised differently from the output are requantised into dense
+    // temporaries first (oneDNN 2.6's reorder ignores zero points when it writes
+    // into a part of a larger tensor, so it cannot requantise into the output
+    // directly), then one concat copies.
+    Plan p;
+    std::vector<dnnl::memory::desc> srcs;
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_DST, out0}};
+    for (std::size_t i = 0; i < info.input_shapes.size(); ++i) {
+      const dnnl::memory::desc md = act(info.input_shapes[i], l);
+      const TQ qi = in_q(info, i);
+      Mem src{Mem::input, static_cast<int>(i)};
+      if (qi.scale != qo.scale || qi.zp != qo.zp) {
+        p.temps.push_back(md);
+        const Mem t{Mem::temp, static_cast<int>(p.temps.size()) - 1};
+        add_requant_reorder(p, md, src, md, t, qi, qo, prepare);
+        src = t;
+      }
+      srcs.push_back(md);
+      args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), src});
+    }
+    p.steps.push_back({dnnl::concat::primitive_desc(act(out, l), ax, srcs, cpu_engine(), attr_base()), std::move(args)});
+    return p;
+  }
+
+  static int priority(Layout) { return 20; }
+};
+
+// ---------------------------------------------------------------------------
+// Registration
+
+template <class Op>
+void register_both() {
+  register_routine(std::make_unique<OnednnQ<Op, Layout::nchw>>());
+  register_routine(std::make_unique<OnednnQ<Op, Layout::nhwc>>());
+}
+
+const bool g_registered = [] {
+  register_both<Conv2>();
+  register_both<Dense>();
+  register_both<Pool2>();
+  register_both<Add>();
+  register_both<Concat>();
+  return true;
+}();
+
+}  // namespace
+}  // namespace softneuro

@@ -1,0 +1,340 @@
+// cpu/wg — Winograd F(m,3) convolution as a childnet (SoftNeuro III-A/B):
+//   conv2 3x3, stride 1, dilation 1, group 1 (any channels, any pads), routine
+//   parameter tile = m in {2, 4, 6}, expands to three children
+//     <layer>/wgenc   V = B^T d B of every input tile           [P][C][Tp]
+//     <layer>/wgconv  M[p] = U[p]^T V[p], one GEMM per position  [P][K][Tp]
+//                     (weight U = G g G^T, transformed once here)
+//     <layer>/wgdec   y = act(A^T M A + bias), clipped           [N][K][OH][OW]
+//   whose routines are chosen like any layer's: cpu/ref (here, the oracle) and
+//   cpu/avx2, cpu/avx512 (winograd_kernels_*.cpp, per-file ISA flags).
+// The transforms are in winograd_kernels.hpp (built at compile time).
+// Default priority: below oneDNN's conv2 (85-100), so the untuned default keeps
+// oneDNN; the tuner picks cpu/wg where it measures faster.
+#include "core/childnet.hpp"
+#include "core/cpu_features.hpp"
+#include "core/layer_types.hpp"
+#include "routines/cpu/winograd_kernels.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using core::WinogradTiles;
+
+template <int M>
+constexpr wg::Matrices<M> kMat = wg::make_matrices<M>();
+
+/// Runs f with the compile-time tile size m.
+template <class F>
+decltype(auto) with_m(int64_t m, F&& f) {
+  switch (m) {
+    case 2: return f(kMat<2>);
+    case 4: return f(kMat<4>);
+    default: return f(kMat<6>);
+  }
+}
+
+Support float_cpu(const Blob* b, const char* key) {
+  if (!b) return Support::yes();
+  if (b->dtype() != DType::float32 || b->device() != Device::cpu || b->layout() != Layout::nchw || (b->numel() && !b->data()))
+    return Support::no(fmt::format("weight '{}' must be plain float32 on the CPU", key));
+  return Support::yes();
+}
+
+// ---------------------------------------------------------------------------
+// conv2 -> wgenc -> wgconv -> wgdec
+
+class WinogradConv final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "wg"; }
+  int default_priority() const override { return 50; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
+    const Layer& l = *info.layer;
+    if (info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4) return Support::no("needs one NCHW input");
+    const Blob* w = l.find_weight("weight");
+    if (!w || w->shape().rank() != 4) return Support::no("needs a 4-d weight");
+    core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
+    if (g.kh != 3 || g.kw != 3) return Support::no(fmt::format("kernel {}x{}, Winograd F(m,3) needs 3x3", g.kh, g.kw));
+    if (g.sh != 1 || g.sw != 1) return Support::no("stride must be 1");
+    if (g.dh != 1 || g.dw != 1) return Support::no("dilation must be 1");
+    if (g.group != 1) return Support::no("group must be 1");
+    if (auto f = float_cpu(w, "weight"); !f) return f;
+    return float_cpu(l.find_weight("bias"), "bias");
+  }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"tile", {2, 4, 6}}};
+  }
+  std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
+    const Layer& l = *info.layer;
+    const int64_t m = routine_param(params, "tile", 4);
+    if (m != 2 && m != 4 && m != 6) throw Error(fmt::format("tile {} is not one of 2, 4, 6", m), {}, l.name, "routine_params");
+    core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
+    const int64_t c = g.c, k = g.oc, a = m + 2, p = a * a;
+    // U[p][c][k] = (G g G^T)[p] for every (k, c), in double.
+    Blob u = Blob::allocate(Shape{p, c, k});
+    const float* w = l.weight("weight").data_as<float>();
+    float* ud = u.data_as<float>();
+    with_m(m, [&](const auto& mat) {
+      for (int64_t ki = 0; ki < k; ++ki)
+        for (int64_t ci = 0; ci < c; ++ci) {
+          const float* gk = w + (ki * c + ci) * 9;
+          double tmp[8][3];
+          for (int64_t i = 0; i < a; ++i)
+            for (int j = 0; j < 3; ++j) {
+              double s = 0;
+              for (int q = 0; q < 3; ++q) s += mat.g[i][q] * gk[q * 3 + j];
+              tmp[i][j] = s;
+            }
+          for (int64_t i = 0; i < a; ++i)
+            for (int64_t j = 0; j < a; ++j) {
+              double s = 0;
+              for (int q = 0; q < 3; ++q) s += tmp[i][q] * mat.g[j][q];
+              ud[((i * a + j) * c + ci) * k + ki] = static_cast<float>(s);
+            }
+        }
+      return 0;
+    });
+    Childnet cn;
+    Layer enc;
+    enc.name = l.name + "/wgenc";
+    enc.type = "wgenc";
+    enc.inputs = {"x"};
+    enc.outputs = {"V"};
+    enc.params["tile"] = m;
+    enc.params["pads"] = std::vector<int64_t>{g.pt, g.pl, g.pb, g.pr};
+    Layer mul;
+    mul.name = l.name + "/wgconv";
+    mul.type = "wgconv";
+    mul.inputs = {"V"};
+    mul.outputs = {"M"};
+    mul.weights["weight"] = u;
+    Layer dec;
+    dec.name = l.name + "/wgdec";
+    dec.type = "wgdec";
+    dec.inputs = {"M"};
+    dec.outputs = {"y"};
+    dec.params["tile"] = m;
+    dec.params["out_shape"] = std::vector<int64_t>{g.n, g.oc, g.oh, g.ow};
+    for (const auto& [key, v] : l.params)
+      if (key.rfind("act", 0) == 0) dec.params[key] = v;
+    if (const Blob* b = l.find_weight("bias")) dec.weights["bias"] = *b;
+    cn.layers = {std::move(enc), std::move(mul), std::move(dec)};
+    cn.schemas = {Schema{}, Schema{}, Schema{}};
+    cn.inputs = {"x"};
+    cn.outputs = {"y"};
+    return cn;
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
+                                           const RoutineParams& params) const override {
+    return core::prepare_childnet(info, schema, algorithm(), params);
+  }
+};
+SOFTNEURO_REGISTER_ROUTINE(WinogradConv);
+
+// ---------------------------------------------------------------------------
+// The children's routines: cpu/ref (obviously correct, double accumulation)
+// and one per ISA.
+
+enum class Isa { ref, avx2, avx512 };
+
+Support isa_support(Isa isa) {
+  const auto& f = core::cpu_features();
+  if (isa == Isa::avx2 && !f.avx2_fma()) return Support::no("CPU lacks AVX2/FMA");
+  if (isa == Isa::avx512 && !(f.avx512_core() && f.fma)) return Support::no("CPU lacks AVX-512 (F/BW/VL/DQ)");
+  return Support::yes();
+}
+
+constexpr std::string_view isa_name(Isa isa) { return isa == Isa::ref ? "ref" : isa == Isa::avx2 ? "avx2" : "avx512"; }
+constexpr int isa_priority(Isa isa) { return isa == Isa::ref ? 0 : isa == Isa::avx2 ? 50 : 60; }
+
+wg::Geometry geometry(const LayerInfo& info) {
+  const Layer& l = *info.layer;
+  wg::Geometry g;
+  const int64_t m = l.get_int("tile");
+  if (l.type == "wgenc") {
+    const Shape& x = info.input_shapes[0];
+    auto pads = l.get_ints("pads", {0, 0, 0, 0});
+    g.c = x[1], g.h = x[2], g.w = x[3], g.pt = pads[0], g.pl = pads[1];
+    g.t = core::winograd_tiles(m, x[0], g.h + pads[0] + pads[2] - 2, g.w + pads[1] + pads[3] - 2);
+  } else {
+    auto out = l.get_ints("out_shape");
+    g.k = out[1];
+    g.t = core::winograd_tiles(m, out[0], out[2], out[3]);
+  }
+  return g;
+}
+
+// --- wgenc
+
+template <Isa I>
+struct EncPrepared final : PreparedRoutine {
+  int m;
+  wg::Geometry g;
+  explicit EncPrepared(const LayerInfo& info) : m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* v = a.outputs[0]->data_as<float>();
+    if constexpr (I == Isa::avx2) {
+      wg::avx2::encode(m, g, x, v, *a.pool);
+    } else if constexpr (I == Isa::avx512) {
+      wg::avx512::encode(m, g, x, v, *a.pool);
+    } else {
+      const auto& t = g.t;
+      with_m(m, [&](const auto& mat) {
+        const int64_t A = m + 2;
+        a.pool->parallel_for(g.c * t.tp, 1, [&](int64_t b0, int64_t b1) {
+          for (int64_t idx = b0; idx < b1; ++idx) {
+            const int64_t c = idx / t.tp, tile = idx % t.tp;
+            double d[8][8] = {};
+            if (tile < t.t) {
+              const int64_t tx = tile % t.tx, ty = (tile / t.tx) % t.ty, n = tile / (t.tx * t.ty);
+              for (int64_t i = 0; i < A; ++i)
+                for (int64_t j = 0; j < A; ++j) {
+                  const int64_t r = ty * m + i - g.pt, col = tx * m + j - g.pl;
+                  d[i][j] = r >= 0 && r < g.h && col >= 0 && col < g.w ? x[((n * g.c + c) * g.h + r) * g.w + col] : 0.0;
+                }
+            }
+            for (int64_t i = 0; i < A; ++i)
+              for (int64_t j = 0; j < A; ++j) {
+                double s = 0;
+                for (int64_t p = 0; p < A; ++p)
+                  for (int64_t q = 0; q < A; ++q) s += mat.bt[i][p] * d[p][q] * mat.bt[j][q];
+                v[((i * A + j) * g.c + c) * t.tp + tile] = static_cast<float>(s);
+              }
+          }
+        });
+        return 0;
+      });
+    }
+  }
+};
+
+// --- wgconv
+
+template <Isa I>
+struct ConvPrepared final : PreparedRoutine {
+  int64_t p, c, k, tp;
+  Blob u;
+  wg::PackedU packed;
+  explicit ConvPrepared(const LayerInfo& info)
+      : p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), k(info.output_shapes[0][1]), tp(info.input_shapes[0][2]),
+        u(info.layer->weight("weight")) {
+    if constexpr (I == Isa::avx2) packed = wg::avx2::pack(u.data_as<float>(), p, c, k);
+    if constexpr (I == Isa::avx512) packed = wg::avx512::pack(u.data_as<float>(), p, c, k);
+  }
+  void run(const RunArgs& a) override {
+    const float* v = a.inputs[0]->data_as<float>();
+    float* mm = a.outputs[0]->data_as<float>();
+    if constexpr (I == Isa::avx2) {
+      wg::avx2::gemm(packed, p, c, k, tp, v, mm, *a.pool);
+    } else if constexpr (I == Isa::avx512) {
+      wg::avx512::gemm(packed, p, c, k, tp, v, mm, *a.pool);
+    } else {
+      const float* ud = u.data_as<float>();
+      a.pool->parallel_for(p * k, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t idx = b0; idx < b1; ++idx) {
+          const int64_t pi = idx / k, ki = idx % k;
+          for (int64_t t = 0; t < tp; ++t) {
+            double s = 0;
+            for (int64_t ci = 0; ci < c; ++ci) s += double(ud[(pi * c + ci) * k + ki]) * v[(pi * c + ci) * tp + t];
+            mm[(pi * k + ki) * tp + t] = static_cast<float>(s);
+          }
+        }
+      });
+    }
+  }
+};
+
+// --- wgdec
+
+template <Isa I>
+struct DecPrepared final : PreparedRoutine {
+  int m;
+  wg::Geometry g;
+  wg::Epilogue e;
+  Blob bias;
+  explicit DecPrepared(const LayerInfo& info) : m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)) {
+    e.act = core::fused_activation(*info.layer);
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+    e.bias = bias.numel() ? bias.data_as<float>() : nullptr;
+  }
+  void run(const RunArgs& a) override {
+    const float* mm = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    if constexpr (I == Isa::avx2) {
+      wg::avx2::decode(m, g, e, mm, y, *a.pool);
+    } else if constexpr (I == Isa::avx512) {
+      wg::avx512::decode(m, g, e, mm, y, *a.pool);
+    } else {
+      const auto& t = g.t;
+      with_m(m, [&](const auto& mat) {
+        const int64_t A = m + 2;
+        a.pool->parallel_for(g.k * t.t, 1, [&](int64_t b0, int64_t b1) {
+          for (int64_t idx = b0; idx < b1; ++idx) {
+            const int64_t k = idx / t.t, tile = idx % t.t;
+            const int64_t tx = tile % t.tx, ty = (tile / t.tx) % t.ty, n = tile / (t.tx * t.ty);
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < m; ++j) {
+                const int64_t r = ty * m + i, col = tx * m + j;
+                if (r >= t.oh || col >= t.ow) continue;
+                double s = e.bias ? e.bias[k] : 0.0;
+                for (int64_t p = 0; p < A; ++p)
+                  for (int64_t q = 0; q < A; ++q) s += mat.at[i][p] * double(mm[((p * A + q) * g.k + k) * t.tp + tile]) * mat.at[j][q];
+                y[((n * g.k + k) * t.oh + r) * t.ow + col] = core::apply_activation(e.act, static_cast<float>(s));
+              }
+          }
+        });
+        return 0;
+      });
+    }
+  }
+};
+
+template <template <Isa> class P, Isa I>
+class WgRoutine final : public Routine {
+ public:
+  explicit WgRoutine(std::string_view type) : type_(type) {}
+  std::string_view layer_type() const override { return type_; }
+  std::string_view algorithm() const override { return isa_name(I); }
+  int default_priority() const override { return isa_priority(I); }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
+    if (auto ok = isa_support(I); !ok) return ok;
+    if (auto ok = float_cpu(info.layer->find_weight("weight"), "weight"); !ok) return ok;
+    return float_cpu(info.layer->find_weight("bias"), "bias");
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    return std::make_unique<P<I>>(info);
+  }
+
+ private:
+  std::string_view type_;
+};
+
+struct Registrations {
+  Registrations() {
+    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::ref>>("wgenc"));
+    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::avx2>>("wgenc"));
+    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::avx512>>("wgenc"));
+    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::ref>>("wgconv"));
+    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::avx2>>("wgconv"));
+    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::avx512>>("wgconv"));
+    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::ref>>("wgdec"));
+    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::avx2>>("wgdec"));
+    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::avx512>>("wgdec"));
+  }
+};
+const Registrations registrations;
+
+}  // namespace
+}  // namespace softneuro

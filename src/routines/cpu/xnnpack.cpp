@@ -1,0 +1,891 @@
+// cpu/xnnpack — routines wrapping XNNPACK (Debian's libxnnpack-dev, the
+// 2022-02-16 snapshot: operators are create → setup → run, no reshape step),
+// float32 in channels-last: descriptor "cpu:float32:nhwc/xnnpack".
+//
+// Layer types: conv2 (any group count, depthwise included; strides, pads,
+// dilations; bias; fused relu/clip as XNNPACK's output clamp, fused hardswish
+// and sigmoid as a second, in-place operator, fused hardsigmoid as our own
+// in-place loop on the same thread pool, XNNPACK having none), dense (rank-2
+// input [N,K]: in the nhwc schema a rank-2 blob lies row-major, as in nchw),
+// pool2 (max; avg without counting padding; global avg and max), relu, clip,
+// hardswish, sigmoid, hardsigmoid (ours), add, sub, mul, div (NumPy
+// broadcasting, in the blobs' physical order), softmax (along the physically
+// innermost dim: channels for rank >= 3, the last dim for rank <= 2).
+//
+// Physical order: a blob of rank >= 3 in the nhwc schema lies as [N, D2, ...,
+// Dr-1, C] (as src/adapt/layout.cpp writes it); one of rank <= 2 lies row-major.
+//
+// Weights: conv2's [O, C/g, KH, KW] is transposed once to XNNPACK's
+// [g, O/g, KH, KW, C/g] in prepare; XNNPACK then packs it into its own memory
+// when the operator is created (prepare), and the transposed copy is freed.
+//
+// Runs: the operators are set up (xnn_setup_*) only when the input/output
+// pointers or the thread pool differ from the previous run, then run
+// (xnn_run_operator). Allocation, measured with a counting xnn_allocator
+// (xnnpack_allocations() below; tests/routines/test_xnnpack.cpp checks it):
+// create + first setup of a 3x3 convolution made 4 allocations, of a padded
+// 3x3 average pooling 6 (packed weights, indirection buffer, per-pixel
+// multipliers); a setup with the same shapes and new pointers makes none
+// (XNNPACK keeps its indirection buffer and shifts by the pointer difference),
+// nor does xnn_run_operator. The first setup happens in prepare() on scratch
+// buffers, so runs allocate nothing, whatever pointers they get.
+// pthreadpool_parallelize allocates nothing either.
+//
+// XNNPACK may read up to XNN_EXTRA_BYTES (16) past the end of an input (never
+// using what it reads). Our inputs are the executor's planned blobs, 64-byte
+// rounded (a net input, plain, reaches this nhwc schema through an adapt), so
+// only the arena's last blob is read past, inside the arena's heap block's page.
+//
+// Threads: XNNPACK runs on pthreadpool, its own thread pool. Like OpenMP for
+// oneDNN, it is the wrapped library's pool, not ours: one pthreadpool per
+// thread count, created lazily (in prepare, or at the first run after the
+// count changed) and shared by every XNNPACK routine; its size follows the
+// library's thread count (set_num_threads → the thread-count hook below →
+// g_threads). One thread means no pool (XNNPACK runs on the caller). The
+// caller thread takes part in every parallel region; pthreadpool's workers
+// spin for a while after a region and then sleep on a futex.
+#include "core/layer_types.hpp"
+#include "core/log.hpp"
+#include "core/thread_pool.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <pthreadpool.h>
+#include <xnnpack.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace softneuro {
+
+/// Allocations XNNPACK has made through our allocator since the library loaded
+/// (for tests that check that steady-state runs allocate nothing).
+uint64_t xnnpack_allocations();
+
+namespace {
+
+using core::Activation;
+using core::Window2d;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr Schema kSchema{Device::cpu, DType::float32, Layout::nhwc};
+
+// ---------------------------------------------------------------------------
+// Initialisation, with a counting allocator
+
+std::atomic<uint64_t> g_allocs{0};
+
+void* xa_allocate(void*, size_t size) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size);
+}
+void* xa_reallocate(void*, void* p, size_t size) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  return std::realloc(p, size);
+}
+void xa_deallocate(void*, void* p) { std::free(p); }
+void* xa_aligned_allocate(void*, size_t alignment, size_t size) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  void* p = nullptr;
+  if (posix_memalign(&p, std::max(alignment, sizeof(void*)), size ? size : 1) != 0) return nullptr;
+  return p;
+}
+void xa_aligned_deallocate(void*, void* p) { std::free(p); }
+
+const xnn_allocator g_allocator{nullptr, xa_allocate, xa_reallocate, xa_deallocate, xa_aligned_allocate,
+                                xa_aligned_deallocate};
+
+std::string_view status_name(xnn_status s) {
+  switch (s) {
+    case xnn_status_success: return "success";
+    case xnn_status_uninitialized: return "uninitialized";
+    case xnn_status_invalid_parameter: return "invalid parameter";
+    case xnn_status_invalid_state: return "invalid state";
+    case xnn_status_unsupported_parameter: return "unsupported parameter";
+    case xnn_status_unsupported_hardware: return "unsupported hardware";
+    case xnn_status_out_of_memory: return "out of memory";
+  }
+  return "unknown status";
+}
+
+/// XNNPACK initialised once; its status (unsupported_hardware on a CPU without SSE2).
+xnn_status init_status() {
+  static const xnn_status s = [] {
+    const xnn_status st = xnn_initialize(&g_allocator);
+    if (st != xnn_status_success) core::warn("cpu/xnnpack: xnn_initialize failed ({})", status_name(st));
+    return st;
+  }();
+  return s;
+}
+
+void xcheck(xnn_status s, std::string_view what) {
+  if (s != xnn_status_success) throw Error(fmt::format("cpu/xnnpack: {} failed ({})", what, status_name(s)));
+}
+
+// ---------------------------------------------------------------------------
+// Threads: one pthreadpool per thread count, shared by every XNNPACK routine.
+
+std::atomic<int> g_threads{1};  // the library's thread count, from the hook
+
+void thread_count_hook(int threads) { g_threads.store(std::max(1, threads), std::memory_order_relaxed); }
+
+const bool g_hook_registered = [] {
+  core::add_thread_count_hook(&thread_count_hook);
+  return true;
+}();
+
+constexpr int kMaxPoolThreads = 256;
+std::array<std::atomic<pthreadpool_t>, kMaxPoolThreads + 1> g_pools{};
+std::mutex g_pools_mutex;
+
+/// The pthreadpool for the current thread count (nullptr for one thread: XNNPACK runs on the caller).
+/// Pools are created on first use and kept (idle workers sleep) until the process exits.
+pthreadpool_t current_pool() {
+  const int n = std::min(g_threads.load(std::memory_order_relaxed), kMaxPoolThreads);
+  if (n <= 1) return nullptr;
+  pthreadpool_t p = g_pools[static_cast<std::size_t>(n)].load(std::memory_order_acquire);
+  if (p) return p;
+  std::lock_guard lock(g_pools_mutex);
+  p = g_pools[static_cast<std::size_t>(n)].load(std::memory_order_relaxed);
+  if (!p) {
+    p = pthreadpool_create(static_cast<size_t>(n));
+    if (!p) throw Error(fmt::format("cpu/xnnpack: could not create a pthreadpool of {} threads", n));
+    g_pools[static_cast<std::size_t>(n)].store(p, std::memory_order_release);
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Physical shapes in the nhwc schema
+
+/// The dims of a blob of `s` in the order they lie in memory in the nhwc schema.
+std::vector<size_t> physical_dims(const Shape& s) {
+  std::vector<size_t> d;
+  if (s.rank() < 3) {
+    for (int64_t v : s) d.push_back(static_cast<size_t>(v));
+    return d;
+  }
+  d.push_back(static_cast<size_t>(s[0]));
+  for (int i = 2; i < s.rank(); ++i) d.push_back(static_cast<size_t>(s[i]));
+  d.push_back(static_cast<size_t>(s[1]));
+  return d;
+}
+
+/// Physical index of each logical dim in the nhwc schema.
+std::vector<int> physical_position(int rank) {
+  std::vector<int> pos(static_cast<std::size_t>(rank));
+  for (int i = 0; i < rank; ++i) pos[static_cast<std::size_t>(i)] = i;
+  if (rank >= 3) {
+    pos[1] = rank - 1;
+    for (int i = 2; i < rank; ++i) pos[static_cast<std::size_t>(i)] = i - 1;
+  }
+  return pos;
+}
+
+std::vector<size_t> non_unit(const std::vector<size_t>& d) {
+  std::vector<size_t> out;
+  for (size_t v : d)
+    if (v != 1) out.push_back(v);
+  return out;
+}
+
+/// Weights read here must be plain float32 CPU blobs with memory.
+Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    const Blob* b = l.find_weight(k);
+    if (!b) continue;
+    if (b->dtype() != DType::float32)
+      return Support::no(fmt::format("weight '{}' is {}, cpu/xnnpack reads float32", k, to_string(b->dtype())));
+    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
+    if (b->layout() != Layout::nchw)
+      return Support::no(fmt::format("weight '{}' has layout {}, cpu/xnnpack reads plain", k, to_string(b->layout())));
+    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
+  }
+  return Support::yes();
+}
+
+// ---------------------------------------------------------------------------
+// Fused activations: XNNPACK's output clamp, or a second operator in place.
+
+struct Clamp {
+  float min = -kInf, max = kInf;
+  enum After { none, hardswish, sigmoid, hardsigmoid } after = none;
+  float alpha = 0, beta = 0;  ///< hardsigmoid
+};
+
+Support fused_support(const Activation& a) {
+  switch (a.kind) {
+    case Activation::clip:
+      if (!(a.min < a.max))
+        return Support::no(fmt::format("clip range [{}, {}] is empty; XNNPACK's clamp needs min < max", a.min, a.max));
+      break;
+    default: break;
+  }
+  return Support::yes();
+}
+
+Clamp to_clamp(const Activation& a) {
+  Clamp c;
+  switch (a.kind) {
+    case Activation::relu: c.min = 0; break;
+    case Activation::clip: c.min = a.min; c.max = a.max; break;
+    case Activation::hardswish: c.after = Clamp::hardswish; break;
+    case Activation::sigmoid: c.after = Clamp::sigmoid; break;
+    case Activation::hardsigmoid:
+      c.after = Clamp::hardsigmoid;
+      c.alpha = a.alpha;
+      c.beta = a.beta;
+      break;
+    default: break;
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// The prepared routine: operators run in order, set up when pointers change.
+
+/// hardsigmoid, which XNNPACK lacks: max(0, min(1, alpha * x + beta)), our own
+/// loop, run on the same pthreadpool (pthreadpool_parallelize_1d_tile_1d).
+struct Hardsigmoid {
+  const float* x = nullptr;
+  float* y = nullptr;
+  size_t n = 0;
+  float alpha = 0, beta = 0;
+  uint32_t flags = 0;  ///< pthreadpool flags
+};
+constexpr size_t kHardsigmoidTile = 4096;
+
+void hardsigmoid_tile(void* ctx, size_t start, size_t count) {
+  const auto& h = *static_cast<const Hardsigmoid*>(ctx);
+  const float* x = h.x + start;
+  float* y = h.y + start;
+  for (size_t i = 0; i < count; ++i) y[i] = std::min(1.0f, std::max(0.0f, h.alpha * x[i] + h.beta));
+}
+
+/// One step of a routine: an XNNPACK operator, or (op == nullptr) our hardsigmoid.
+struct Op {
+  xnn_operator_t op = nullptr;
+  Hardsigmoid hs;
+  Op() = default;
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+  ~Op() {
+    if (op) xnn_delete_operator(op);
+  }
+};
+
+/// The operators a routine runs, in order, as prepare() creates them, and the
+/// flags they are created with.
+struct Build {
+  std::vector<std::unique_ptr<Op>> ops;
+  uint32_t flags = 0;
+  void push_back(std::unique_ptr<Op> o) { ops.push_back(std::move(o)); }
+  const std::unique_ptr<Op>& back() const { return ops.back(); }
+};
+
+/// Sets up every operator of a routine for these pointers and this pool.
+using SetupFn = std::function<void(const void* const* in, void* out, pthreadpool_t pool)>;
+
+class Prepared final : public PreparedRoutine {
+ public:
+  Prepared(std::vector<std::unique_ptr<Op>> ops, SetupFn setup, const LayerInfo& info)
+      : ops_(std::move(ops)), setup_(std::move(setup)) {
+    // A first setup and run on scratch buffers, so that the one-time allocations
+    // of setup (indirection buffers) happen here, not in the first Net::run.
+    std::vector<std::vector<float>> in(info.input_shapes.size());
+    const void* ptrs[2] = {nullptr, nullptr};
+    for (std::size_t i = 0; i < in.size() && i < 2; ++i) {
+      in[i].assign(static_cast<std::size_t>(info.input_shapes[i].numel()) + XNN_EXTRA_BYTES / sizeof(float), 0.0f);
+      ptrs[i] = in[i].data();
+    }
+    std::vector<float> out(static_cast<std::size_t>(info.output_shapes[0].numel()) + XNN_EXTRA_BYTES / sizeof(float));
+    run_ops(ptrs, out.data());
+    last_in_[0] = last_in_[1] = nullptr;  // scratch memory is gone: set up again on the first run
+    last_out_ = nullptr;
+  }
+
+  void run(const RunArgs& a) override {
+    const void* in[2] = {a.inputs[0]->data(), a.inputs.size() > 1 ? a.inputs[1]->data() : nullptr};
+    run_ops(in, a.outputs[0]->data());
+  }
+
+ private:
+  void run_ops(const void* const* in, void* out) {
+    pthreadpool_t pool = current_pool();
+    if (in[0] != last_in_[0] || in[1] != last_in_[1] || out != last_out_ || pool != last_pool_ || !set_) {
+      setup_(in, out, pool);
+      last_in_[0] = in[0];
+      last_in_[1] = in[1];
+      last_out_ = out;
+      last_pool_ = pool;
+      set_ = true;
+    }
+    for (const auto& o : ops_) {
+      if (o->op) xcheck(xnn_run_operator(o->op, pool), "xnn_run_operator");
+      else pthreadpool_parallelize_1d_tile_1d(pool, &hardsigmoid_tile, &o->hs, o->hs.n, kHardsigmoidTile, o->hs.flags);
+    }
+  }
+
+  std::vector<std::unique_ptr<Op>> ops_;
+  SetupFn setup_;
+  const void* last_in_[2] = {nullptr, nullptr};
+  void* last_out_ = nullptr;
+  pthreadpool_t last_pool_ = nullptr;
+  bool set_ = false;
+};
+
+/// Appends the operator applying `after` in place over `count` floats; returns it or nullptr.
+/// Appends our hardsigmoid step; returns it.
+Op* add_hardsigmoid(Build& ops, float alpha, float beta) {
+  auto o = std::make_unique<Op>();
+  o->hs.alpha = alpha;
+  o->hs.beta = beta;
+  o->hs.flags = (ops.flags & XNN_FLAG_YIELD_WORKERS) ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0;
+  Op* raw = o.get();
+  ops.push_back(std::move(o));
+  return raw;
+}
+
+/// Appends the step applying `c.after` in place on the output; returns it or nullptr.
+Op* add_after(Build& ops, const Clamp& c) {
+  if (c.after == Clamp::none) return nullptr;
+  if (c.after == Clamp::hardsigmoid) return add_hardsigmoid(ops, c.alpha, c.beta);
+  auto o = std::make_unique<Op>();
+  if (c.after == Clamp::hardswish)
+    xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_hardswish_nc_f32");
+  else
+    xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_sigmoid_nc_f32");
+  Op* raw = o.get();
+  ops.push_back(std::move(o));
+  return raw;
+}
+
+void setup_after(Op* step, Clamp::After after, size_t count, void* out, pthreadpool_t pool) {
+  if (!step) return;
+  float* y = static_cast<float*>(out);
+  switch (after) {
+    case Clamp::hardswish:
+      xcheck(xnn_setup_hardswish_nc_f32(step->op, count, y, y, pool), "xnn_setup_hardswish_nc_f32");
+      break;
+    case Clamp::sigmoid: xcheck(xnn_setup_sigmoid_nc_f32(step->op, count, y, y, pool), "xnn_setup_sigmoid_nc_f32"); break;
+    case Clamp::hardsigmoid:
+      step->hs.x = y;
+      step->hs.y = y;
+      step->hs.n = count;
+      break;
+    case Clamp::none: break;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The registered routine for operation K.
+
+template <class K>
+class Xnnpack final : public Routine {
+ public:
+  std::string_view layer_type() const override { return K::kType; }
+  std::string_view algorithm() const override { return "xnnpack"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kSchema))
+      return Support::no(fmt::format("this routine computes in {}, not {}", kSchema.to_string(), schema.to_string()));
+    if (!info.layer) return Support::no("no layer");
+    if (const xnn_status s = init_status(); s != xnn_status_success)
+      return Support::no(fmt::format("XNNPACK failed to initialise ({})", status_name(s)));
+    for (const Shape& s : info.input_shapes)
+      if (s.numel() == 0) return Support::no(fmt::format("input {} is empty", s.to_string()));
+    try {
+      return K::check(info);
+    } catch (const Error& e) {
+      return Support::no(e.what());
+    }
+  }
+
+  /// spin_workers: 0 (default) lets pthreadpool's workers sleep as soon as an
+  /// operator is done (XNN_FLAG_YIELD_WORKERS); 1 keeps them spinning for the
+  /// next operator, which saves a wake-up between XNNPACK layers on an idle
+  /// machine but, on a loaded one, has them preempted mid-spin (measured: a
+  /// 1x1 96->24 conv at 56x56, 2 threads, load 7 on 2 cores, 16-24 ms spinning
+  /// against 0.12 ms yielding; 0.054 ms spinning when the machine was quiet).
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"spin_workers", {0, 1}}};
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
+                                           const RoutineParams& params) const override {
+    xcheck(init_status(), "xnn_initialize");
+    if (Support s = K::check(info); !s)
+      throw Error(fmt::format("cpu:float32:nhwc/xnnpack cannot compute layer '{}': {}", info.layer->name, s.reason));
+    Build ops;
+    ops.flags = routine_param(params, "spin_workers", 0) ? 0 : XNN_FLAG_YIELD_WORKERS;
+    SetupFn setup = K::create(info, ops);
+    return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
+  }
+
+  int default_priority() const override { return K::kPriority; }
+  /// Other layer types: 56 on images (rank >= 3), one above oneDNN's nhwc
+  /// routines so that a nhwc chain stays with one library (and one thread
+  /// pool); 54 on rank <= 2 blobs, below oneDNN's plain routines (50 + the stay
+  /// bonus), where nhwc is no layout worth moving to.
+  int default_priority_for(const LayerInfo& info) const override {
+    if constexpr (requires { K::priority_for(info); }) {
+      return K::priority_for(info);
+    } else {
+      if (info.input_shapes.empty() || info.input_shapes[0].rank() < 3) return K::kPriority - 2;
+      return K::kPriority;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// conv2
+
+struct Conv2 {
+  static constexpr std::string_view kType = "conv2";
+  /// Untuned default (see the measurements in the file comment): small
+  /// convolutions, up to kSmallFlops direct-convolution FLOPs, rank 101, just
+  /// above oneDNN's nchw16c (100), so that a net of small convolutions
+  /// (MobileNetV2: every conv, depthwise and pointwise, is below 0.05 GFLOP)
+  /// starts in nhwc with XNNPACK and stays there (101 + the stay bonus 5 beats
+  /// 100), while a small one after a nchw16c producer stays with oneDNN (100 +
+  /// 5 beats 101) instead of paying two reorders. Larger ones rank 84, below
+  /// oneDNN's nhwc (85): oneDNN's AVX-512 kernels win there (ResNet50).
+  static constexpr int kPriority = 84;
+  static constexpr int kSmallPriority = 101;
+  static constexpr double kSmallFlops = 5e7;
+
+  static int priority_for(const LayerInfo& info) {
+    if (!info.layer || info.input_shapes.empty() || info.input_shapes[0].rank() != 4) return kPriority;
+    try {
+      const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+      const double flops = 2.0 * double(g.n) * double(g.oc) * double(g.oh) * double(g.ow) *
+                           double(g.c / g.group) * double(g.kh) * double(g.kw);
+      return flops <= kSmallFlops ? kSmallPriority : kPriority;
+    } catch (const Error&) {
+      return kPriority;
+    }
+  }
+
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
+    if (Support s = float_weights(*info.layer, {"weight", "bias"}); !s) return s;
+    core::conv2_window(*info.layer, info.input_shapes[0]);  // throws on inconsistent parameters
+    return fused_support(core::fused_activation(*info.layer));
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& layer = *info.layer;
+    const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
+    const Clamp c = to_clamp(core::fused_activation(layer));
+    const Blob& w = layer.weight("weight");
+    const Blob* bias = layer.find_weight("bias");
+    const int64_t gi = g.c / g.group, go = g.oc / g.group, kk = g.kh * g.kw;
+    // [O, C/g, KH, KW] → [O, KH, KW, C/g] (O ordered by group already): XNNPACK's
+    // [g, O/g, KH, KW, C/g]. With C/g = 1 (depthwise) the two are the same memory.
+    std::vector<float> kernel(static_cast<std::size_t>(g.oc * gi * kk));
+    const float* src = w.data_as<float>();
+    for (int64_t o = 0; o < g.oc; ++o)
+      for (int64_t i = 0; i < gi; ++i)
+        for (int64_t k = 0; k < kk; ++k) kernel[static_cast<std::size_t>((o * kk + k) * gi + i)] = src[(o * gi + i) * kk + k];
+    auto conv = std::make_unique<Op>();
+    xcheck(xnn_create_convolution2d_nhwc_f32(
+              static_cast<uint32_t>(g.pt), static_cast<uint32_t>(g.pr), static_cast<uint32_t>(g.pb),
+              static_cast<uint32_t>(g.pl), static_cast<uint32_t>(g.kh), static_cast<uint32_t>(g.kw),
+              static_cast<uint32_t>(g.sh), static_cast<uint32_t>(g.sw), static_cast<uint32_t>(g.dh),
+              static_cast<uint32_t>(g.dw), static_cast<uint32_t>(g.group), static_cast<size_t>(gi),
+              static_cast<size_t>(go), static_cast<size_t>(g.c), static_cast<size_t>(g.oc), kernel.data(),
+              bias ? bias->data_as<float>() : nullptr, c.min, c.max, ops.flags, &conv->op),
+          "xnn_create_convolution2d_nhwc_f32");
+    xnn_operator_t op = conv->op;
+    ops.push_back(std::move(conv));
+    Op* after = add_after(ops, c);
+    const size_t count = static_cast<size_t>(info.output_shapes[0].numel());
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_convolution2d_nhwc_f32(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
+                                             static_cast<size_t>(g.w), static_cast<const float*>(in[0]),
+                                             static_cast<float*>(out), pool),
+            "xnn_setup_convolution2d_nhwc_f32");
+      setup_after(after, c.after, count, out, pool);
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------
+// dense: fully connected on [N,K]
+
+struct Dense {
+  static constexpr std::string_view kType = "dense";
+  static constexpr int kPriority = 56;
+
+  static Support check(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    if (s.rank() != 2)
+      return Support::no(fmt::format("cpu/xnnpack dense takes an input [N,K]; {} has rank {} (flatten it first)",
+                                     s.to_string(), s.rank()));
+    if (Support r = float_weights(*info.layer, {"weight", "bias"}); !r) return r;
+    return fused_support(core::fused_activation(*info.layer));
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& layer = *info.layer;
+    const Blob& w = layer.weight("weight");
+    const Blob* bias = layer.find_weight("bias");
+    const size_t n = static_cast<size_t>(info.input_shapes[0][0]), k = static_cast<size_t>(info.input_shapes[0][1]);
+    const size_t o = static_cast<size_t>(w.shape()[0]);
+    const Clamp c = to_clamp(core::fused_activation(layer));
+    auto fc = std::make_unique<Op>();
+    xcheck(xnn_create_fully_connected_nc_f32(k, o, k, o, w.data_as<float>(), bias ? bias->data_as<float>() : nullptr,
+                                            c.min, c.max, ops.flags, &fc->op),
+          "xnn_create_fully_connected_nc_f32");
+    xnn_operator_t op = fc->op;
+    ops.push_back(std::move(fc));
+    Op* after = add_after(ops, c);
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_fully_connected_nc_f32(op, n, static_cast<const float*>(in[0]), static_cast<float*>(out), pool),
+            "xnn_setup_fully_connected_nc_f32");
+      setup_after(after, c.after, n * o, out, pool);
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------
+// pool2: max (padding ignored), avg (dividing by the taps inside the input),
+// global avg/max. ceil_mode by widening the bottom/right padding to what the
+// last window needs (XNNPACK's output size is the floor formula).
+
+struct Pool2 {
+  static constexpr std::string_view kType = "pool2";
+  static constexpr int kPriority = 56;
+
+  static int64_t padding_r(int64_t in, int64_t pad_l, int64_t pad_r, int64_t k, int64_t s, int64_t d, int64_t out) {
+    const int64_t ext = (k - 1) * d + 1;
+    return std::max(pad_r, (out - 1) * s + ext - in - pad_l);
+  }
+  static bool empty_window(int64_t in, int64_t pad_l, int64_t k, int64_t s, int64_t d, int64_t out) {
+    for (int64_t o = 0; o < out; ++o) {
+      bool any = false;
+      for (int64_t t = 0; t < k && !any; ++t) {
+        const int64_t i = o * s - pad_l + t * d;
+        any = i >= 0 && i < in;
+      }
+      if (!any) return true;
+    }
+    return false;
+  }
+
+  struct Geometry {
+    Window2d g;
+    bool is_max, global_avg;
+    int64_t pb, pr;  // widened for ceil_mode
+  };
+
+  static Geometry geometry(const LayerInfo& info) {
+    const Layer& layer = *info.layer;
+    Geometry r;
+    r.g = core::pool2_window(layer, info.input_shapes[0]);
+    r.is_max = layer.get_string("mode") == "max";
+    const Window2d& g = r.g;
+    r.pb = padding_r(g.h, g.pt, g.pb, g.kh, g.sh, g.dh, g.oh);
+    r.pr = padding_r(g.w, g.pl, g.pr, g.kw, g.sw, g.dw, g.ow);
+    r.global_avg = !r.is_max && g.oh == 1 && g.ow == 1 && g.kh == g.h && g.kw == g.w && g.pt == 0 && g.pl == 0 &&
+                   r.pb == 0 && r.pr == 0 && g.dh == 1 && g.dw == 1;
+    return r;
+  }
+
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("pool2 needs an input [N,C,H,W]");
+    const Layer& layer = *info.layer;
+    const std::string mode = layer.get_string("mode");
+    if (mode != "max" && mode != "avg") return Support::no(fmt::format("pool2 mode '{}'", mode));
+    const Geometry p = geometry(info);
+    const Window2d& g = p.g;
+    if (p.global_avg) return Support::yes();
+    if (g.kh * g.kw == 1) return Support::no("XNNPACK refuses 1x1 pooling windows");
+    if (empty_window(g.h, g.pt, g.kh, g.sh, g.dh, g.oh) || empty_window(g.w, g.pl, g.kw, g.sw, g.dw, g.ow))
+      return Support::no("a window covers only padding (cpu/ref gives -inf or 0 there; XNNPACK does not)");
+    if (!p.is_max) {
+      if (g.dh != 1 || g.dw != 1) return Support::no("XNNPACK's average pooling has no dilation");
+      if (layer.get_int("count_include_pad", 0) != 0 && (g.pt | g.pl | g.pb | g.pr) != 0)
+        return Support::no("count_include_pad=1 with padding: XNNPACK's average pooling divides by the taps inside "
+                           "the input");
+    }
+    // The rest (stride vs window limits) XNNPACK says itself: create one without data.
+    Build ops;
+    try {
+      make(p, ops);
+    } catch (const Error& e) {
+      return Support::no(e.what());
+    }
+    return Support::yes();
+  }
+
+  static void make(const Geometry& p, Build& ops) {
+    const Window2d& g = p.g;
+    auto o = std::make_unique<Op>();
+    const size_t c = static_cast<size_t>(g.c);
+    const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+    if (p.global_avg)
+      xcheck(xnn_create_global_average_pooling_nwc_f32(c, c, c, -kInf, kInf, ops.flags, &o->op),
+            "xnn_create_global_average_pooling_nwc_f32");
+    else if (p.is_max)
+      xcheck(xnn_create_max_pooling2d_nhwc_f32(u(g.pt), u(p.pr), u(p.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
+                                              u(g.dh), u(g.dw), c, c, c, -kInf, kInf, ops.flags, &o->op),
+            "xnn_create_max_pooling2d_nhwc_f32");
+    else
+      xcheck(xnn_create_average_pooling2d_nhwc_f32(u(g.pt), u(p.pr), u(p.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh),
+                                                  u(g.sw), c, c, c, -kInf, kInf, ops.flags, &o->op),
+            "xnn_create_average_pooling2d_nhwc_f32");
+    ops.push_back(std::move(o));
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Geometry p = geometry(info);
+    make(p, ops);
+    xnn_operator_t op = ops.back()->op;
+    const Window2d g = p.g;
+    const bool global_avg = p.global_avg, is_max = p.is_max;
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      const float* x = static_cast<const float*>(in[0]);
+      float* y = static_cast<float*>(out);
+      const size_t n = static_cast<size_t>(g.n), h = static_cast<size_t>(g.h), w = static_cast<size_t>(g.w);
+      if (global_avg)
+        xcheck(xnn_setup_global_average_pooling_nwc_f32(op, n, h * w, x, y, pool),
+              "xnn_setup_global_average_pooling_nwc_f32");
+      else if (is_max)
+        xcheck(xnn_setup_max_pooling2d_nhwc_f32(op, n, h, w, x, y, pool), "xnn_setup_max_pooling2d_nhwc_f32");
+      else
+        xcheck(xnn_setup_average_pooling2d_nhwc_f32(op, n, h, w, x, y, pool), "xnn_setup_average_pooling2d_nhwc_f32");
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Elementwise activations, layout-agnostic: the blob as one vector.
+
+template <class K>
+struct Unary {
+  static constexpr std::string_view kType = K::kType;
+  static constexpr int kPriority = 56;
+
+  static Support check(const LayerInfo& info) { return K::check(*info.layer); }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    auto o = std::make_unique<Op>();
+    K::create(*info.layer, ops.flags, &o->op);
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    const size_t count = static_cast<size_t>(info.input_shapes[0].numel());
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      K::setup(op, count, static_cast<const float*>(in[0]), static_cast<float*>(out), pool);
+    };
+  }
+};
+
+struct ClampSetup {
+  static void setup(xnn_operator_t op, size_t n, const float* x, float* y, pthreadpool_t pool) {
+    xcheck(xnn_setup_clamp_nc_f32(op, n, x, y, pool), "xnn_setup_clamp_nc_f32");
+  }
+};
+struct ReluK : ClampSetup {
+  static constexpr std::string_view kType = "relu";
+  static Support check(const Layer&) { return Support::yes(); }
+  static void create(const Layer&, uint32_t flags, xnn_operator_t* op) {
+    xcheck(xnn_create_clamp_nc_f32(1, 1, 1, 0.0f, kInf, flags, op), "xnn_create_clamp_nc_f32");
+  }
+};
+struct ClipK : ClampSetup {
+  static constexpr std::string_view kType = "clip";
+  static std::pair<float, float> range(const Layer& l) {
+    return {static_cast<float>(l.get_float("min", -kInf)), static_cast<float>(l.get_float("max", kInf))};
+  }
+  static Support check(const Layer& l) {
+    auto [lo, hi] = range(l);
+    if (!(lo < hi)) return Support::no(fmt::format("clip range [{}, {}] is empty; XNNPACK's clamp needs min < max", lo, hi));
+    return Support::yes();
+  }
+  static void create(const Layer& l, uint32_t flags, xnn_operator_t* op) {
+    auto [lo, hi] = range(l);
+    xcheck(xnn_create_clamp_nc_f32(1, 1, 1, lo, hi, flags, op), "xnn_create_clamp_nc_f32");
+  }
+};
+struct HardswishK {
+  static constexpr std::string_view kType = "hardswish";
+  static Support check(const Layer&) { return Support::yes(); }
+  static void create(const Layer&, uint32_t flags, xnn_operator_t* op) {
+    xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, flags, op), "xnn_create_hardswish_nc_f32");
+  }
+  static void setup(xnn_operator_t op, size_t n, const float* x, float* y, pthreadpool_t pool) {
+    xcheck(xnn_setup_hardswish_nc_f32(op, n, x, y, pool), "xnn_setup_hardswish_nc_f32");
+  }
+};
+struct SigmoidK {
+  static constexpr std::string_view kType = "sigmoid";
+  static Support check(const Layer&) { return Support::yes(); }
+  static void create(const Layer&, uint32_t flags, xnn_operator_t* op) {
+    xcheck(xnn_create_sigmoid_nc_f32(1, 1, 1, flags, op), "xnn_create_sigmoid_nc_f32");
+  }
+  static void setup(xnn_operator_t op, size_t n, const float* x, float* y, pthreadpool_t pool) {
+    xcheck(xnn_setup_sigmoid_nc_f32(op, n, x, y, pool), "xnn_setup_sigmoid_nc_f32");
+  }
+};
+
+struct HardsigmoidLayer {
+  static constexpr std::string_view kType = "hardsigmoid";
+  static constexpr int kPriority = 56;
+
+  static Support check(const LayerInfo&) { return Support::yes(); }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& l = *info.layer;
+    Op* step = add_hardsigmoid(ops, static_cast<float>(l.get_float("alpha", 0.2)),
+                               static_cast<float>(l.get_float("beta", 0.5)));
+    const size_t count = static_cast<size_t>(info.input_shapes[0].numel());
+    return [=](const void* const* in, void* out, pthreadpool_t) {
+      step->hs.x = static_cast<const float*>(in[0]);
+      step->hs.y = static_cast<float*>(out);
+      step->hs.n = count;
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------
+// add, sub, mul, div: NumPy broadcasting over the blobs' physical dims.
+
+template <class K>
+struct Binary {
+  static constexpr std::string_view kType = K::kType;
+  static constexpr int kPriority = 56;
+
+  /// The physical dims XNNPACK broadcasts: each input's logical shape, padded
+  /// with leading 1s to the output's rank, in the output's physical order.
+  /// Empty when that is not how the input lies in memory (or too many dims).
+  static std::vector<size_t> broadcast_dims(const Shape& in, int out_rank) {
+    Shape padded;
+    for (int d = 0; d < out_rank - in.rank(); ++d) padded.push_back(1);
+    for (int64_t v : in) padded.push_back(v);
+    std::vector<size_t> dims = physical_dims(padded);
+    if (non_unit(dims) != non_unit(physical_dims(in))) return {};
+    // Leading 1s are implied; XNNPACK takes at most XNN_MAX_TENSOR_DIMS.
+    while (dims.size() > 1 && dims.front() == 1) dims.erase(dims.begin());
+    if (dims.size() > XNN_MAX_TENSOR_DIMS) return {};
+    return dims;
+  }
+
+  static Support check(const LayerInfo& info) {
+    const int rank = info.output_shapes[0].rank();
+    for (std::size_t i = 0; i < 2; ++i)
+      if (broadcast_dims(info.input_shapes[i], rank).empty())
+        return Support::no(fmt::format(
+            "input {} broadcast to {} does not lie in memory as XNNPACK would read it in the nhwc schema, or has "
+            "more than {} dims",
+            info.input_shapes[i].to_string(), info.output_shapes[0].to_string(), XNN_MAX_TENSOR_DIMS));
+    return Support::yes();
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    auto o = std::make_unique<Op>();
+    K::create(ops.flags, &o->op);
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    const int rank = info.output_shapes[0].rank();
+    const std::vector<size_t> a = broadcast_dims(info.input_shapes[0], rank), b = broadcast_dims(info.input_shapes[1], rank);
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      K::setup(op, a.size(), a.data(), b.size(), b.data(), static_cast<const float*>(in[0]),
+               static_cast<const float*>(in[1]), static_cast<float*>(out), pool);
+    };
+  }
+};
+
+#define SOFTNEURO_XNN_BINARY(Name, type, fn)                                                                    \
+  struct Name {                                                                                                 \
+    static constexpr std::string_view kType = type;                                                             \
+    static void create(uint32_t flags, xnn_operator_t* op) { xcheck(xnn_create_##fn##_nd_f32(-kInf, kInf, flags, op), #fn); } \
+    static void setup(xnn_operator_t op, size_t na, const size_t* a, size_t nb, const size_t* b, const float* x, \
+                      const float* y, float* z, pthreadpool_t pool) {                                           \
+      xcheck(xnn_setup_##fn##_nd_f32(op, na, a, nb, b, x, y, z, pool), #fn);                                     \
+    }                                                                                                           \
+  };
+SOFTNEURO_XNN_BINARY(AddK, "add", add)
+SOFTNEURO_XNN_BINARY(SubK, "sub", subtract)
+SOFTNEURO_XNN_BINARY(MulK, "mul", multiply)
+SOFTNEURO_XNN_BINARY(DivK, "div", divide)
+#undef SOFTNEURO_XNN_BINARY
+
+// ---------------------------------------------------------------------------
+// softmax along the physically innermost dim (or one followed only by 1s).
+
+struct Softmax {
+  static constexpr std::string_view kType = "softmax";
+  static constexpr int kPriority = 56;
+
+  static int axis_of(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    return core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+  }
+
+  static Support check(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = axis_of(info);
+    const std::vector<size_t> dims = physical_dims(s);
+    const int pos = physical_position(s.rank())[static_cast<std::size_t>(axis)];
+    for (std::size_t i = static_cast<std::size_t>(pos) + 1; i < dims.size(); ++i)
+      if (dims[i] != 1)
+        return Support::no(fmt::format("softmax axis {} of {} is not innermost in the nhwc schema", axis, s.to_string()));
+    return Support::yes();
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Shape& s = info.input_shapes[0];
+    const size_t channels = static_cast<size_t>(s[axis_of(info)]);
+    const size_t batch = static_cast<size_t>(s.numel()) / channels;
+    auto o = std::make_unique<Op>();
+    xcheck(xnn_create_softmax_nc_f32(channels, channels, channels, ops.flags, &o->op), "xnn_create_softmax_nc_f32");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_softmax_nc_f32(op, batch, static_cast<const float*>(in[0]), static_cast<float*>(out), pool),
+            "xnn_setup_softmax_nc_f32");
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+const bool g_registered = [] {
+  register_routine(std::make_unique<Xnnpack<Conv2>>());
+  register_routine(std::make_unique<Xnnpack<Dense>>());
+  register_routine(std::make_unique<Xnnpack<Pool2>>());
+  register_routine(std::make_unique<Xnnpack<Unary<ReluK>>>());
+  register_routine(std::make_unique<Xnnpack<Unary<ClipK>>>());
+  register_routine(std::make_unique<Xnnpack<Unary<HardswishK>>>());
+  register_routine(std::make_unique<Xnnpack<Unary<SigmoidK>>>());
+  register_routine(std::make_unique<Xnnpack<HardsigmoidLayer>>());
+  register_routine(std::make_unique<Xnnpack<Binary<AddK>>>());
+  register_routine(std::make_unique<Xnnpack<Binary<SubK>>>());
+  register_routine(std::make_unique<Xnnpack<Binary<MulK>>>());
+  register_routine(std::make_unique<Xnnpack<Binary<DivK>>>());
+  register_routine(std::make_unique<Xnnpack<Softmax>>());
+  return true;
+}();
+
+}  // namespace
+
+uint64_t xnnpack_allocations() { return g_allocs.load(std::memory_order_relaxed); }
+
+}  // namespace softneuro

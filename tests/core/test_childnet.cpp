@@ -1,0 +1,132 @@
+// Childnet routines: the executor expands them into child steps whose routines
+// come from the routine path (by child layer name) or the default choice; the
+// child choices survive a .dnn round trip; prepare_childnet runs one standalone.
+#include "core/childnet.hpp"
+#include "core/dnn_file.hpp"
+#include "core/net_impl.hpp"
+#include "support/graphs.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/net.hpp>
+#include <softneuro/routine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+using namespace softneuro;
+
+namespace {
+
+/// relu as a childnet: identity -> relu (a test of the mechanism only; never a default).
+class ReluChildnet final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "relu"; }
+  std::string_view algorithm() const override { return "test_childnet"; }
+  Support supports(const LayerInfo&, const Schema&) const override { return Support::yes(); }
+  int default_priority() const override { return -100; }
+  std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    const Layer& l = *info.layer;
+    Childnet cn;
+    Layer a;
+    a.name = l.name + "/a";
+    a.type = "identity";
+    a.inputs = {"x"};
+    a.outputs = {"t"};
+    Layer b;
+    b.name = l.name + "/b";
+    b.type = "relu";
+    b.inputs = {"t"};
+    b.outputs = {"y"};
+    cn.layers = {a, b};
+    cn.schemas = {Schema{}, Schema{}};
+    cn.inputs = {"x"};
+    cn.outputs = {"y"};
+    return cn;
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
+                                           const RoutineParams& params) const override {
+    return core::prepare_childnet(info, schema, algorithm(), params);
+  }
+};
+SOFTNEURO_REGISTER_ROUTINE(ReluChildnet);
+
+std::vector<float> run_net(Net& net) {
+  std::vector<NamedBlob> inputs;
+  for (const auto& t : net.inputs()) {
+    Blob b = Blob::allocate(t.shape);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = d(rng);
+    inputs.push_back({t.name, b});
+  }
+  auto outs = net.run(inputs);
+  return test::values(outs[0].blob);
+}
+
+}  // namespace
+
+TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
+  auto g = test::chain_graph(3);
+  Net plain(detail::NetImpl::build(g));
+  auto want = run_net(plain);
+  g.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 0, 0, {}});
+  Net net(detail::NetImpl::build(g));
+  std::vector<std::string> names;
+  for (const auto& l : net.layers()) names.push_back(l.name);
+  CHECK(std::find(names.begin(), names.end(), "l1/a") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "l1/b") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "l1") == names.end());
+  CHECK(run_net(net) == want);
+
+  SECTION("a child's routine comes from the parent's child choices") {
+    g.routine_path.routines.back().children = {{"l1/b", "cpu/ref", {}, 0.5, 0, {}}};
+    Net tuned(detail::NetImpl::build(g));
+    for (const auto& l : tuned.layers()) {
+      if (l.name == "l1/b") {
+        CHECK(l.tuned);
+        CHECK(l.descriptor == "cpu/ref");
+      }
+      if (l.name == "l1/a") CHECK_FALSE(l.tuned);
+    }
+    CHECK(run_net(tuned) == want);
+  }
+  SECTION("a child choice that does not exist falls back to the default") {
+    g.routine_path.routines.back().children = {{"l1/b", "cpu/not_in_this_build", {}, 0, 0, {}}};
+    Net tuned(detail::NetImpl::build(g));
+    CHECK(run_net(tuned) == want);
+  }
+}
+
+TEST_CASE("child choices survive a .dnn round trip", "[childnet][dnn]") {
+  auto g = test::chain_graph(3);
+  core::RoutineChoice inner{"l1/b/x", "cpu/ref", {{"k", 3}}, 0.125, 0, {}};
+  core::RoutineChoice child{"l1/b", "cpu/ref", {{"tile", 4}}, 0.25, 0.5, {inner}};
+  g.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 1.0, 2.0, {child, {"l1/a", "cpu/ref", {}, 0, 0, {}}}});
+  auto bytes = core::serialize_dnn(g);
+  auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
+  REQUIRE(back.routine_path.routines.size() == 1);
+  const auto& rc = back.routine_path.routines[0];
+  REQUIRE(rc.children.size() == 2);
+  CHECK(rc.children[0].layer == "l1/b");
+  CHECK(rc.children[0].params == RoutineParams{{"tile", 4}});
+  CHECK(rc.children[0].predicted_ms == 0.25);
+  CHECK(rc.children[0].measured_ms == 0.5);
+  REQUIRE(rc.children[0].children.size() == 1);
+  CHECK(rc.children[0].children[0].layer == "l1/b/x");
+  CHECK(rc.children[0].children[0].params == RoutineParams{{"k", 3}});
+  CHECK(rc.children[1].layer == "l1/a");
+  CHECK(rc.children[1].children.empty());
+  // Byte-identical when written again, and the net runs with the choices.
+  CHECK(core::serialize_dnn(back) == bytes);
+  Net net(detail::NetImpl::build(std::move(back)));
+  for (const auto& l : net.layers())
+    if (l.name == "l1/b") CHECK(l.tuned);
+}
+
+TEST_CASE("a childnet routine prepares and runs standalone", "[childnet]") {
+  Layer l = test::make_layer("relu");
+  Blob x = test::iota_blob(Shape{2, 3, 4}, 0.5f, -5.0f);
+  auto want = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
+  CHECK(test::values(test::run_layer(l, {x}, "cpu/test_childnet")[0]) == want);
+}
