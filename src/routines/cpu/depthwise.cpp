@@ -120,7 +120,7 @@ class PreparedDepthwise final : public PreparedRoutine {
   Layout layout_;
   Window2d g_{};
   int64_t v_ = 0, cb_ = 0;
-  std::vector<float> packed_, bias_;
+  cpu::AlignedFloats packed_, bias_;
   cpu::gemm::Epilogue ep_;
 };
 

@@ -73,8 +73,8 @@ class PreparedDirect final : public PreparedRoutine {
     ocb_total_ = (g_.oc + v_ - 1) / v_;  // = group * ocbg_ (whole blocks per group when group > 1)
 
     // The tile: oc_block reduced to a divisor of the blocks per group, then the widest tile <= ow_tile.
-    int want_ocb = static_cast<int>(routine_param(params, "oc_block", v_ == 16 ? 2 : 1));
-    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 12);
+    int want_ocb = static_cast<int>(routine_param(params, "oc_block", 2));
+    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 4);
     int ocb = 1;
     for (int c : {4, 2, 1})
       if (c <= want_ocb && ocbg_ % c == 0) {
@@ -238,7 +238,7 @@ class PreparedDirect final : public PreparedRoutine {
   int64_t w_icb_ = 0, w_og_ = 0, hp_ = 0, wp_ = 0, slack_ = 0, pad_floats_ = 0;
   int stride_idx_ = 1;
   Config cfg_;
-  std::vector<float> packed_, bias_;
+  cpu::AlignedFloats packed_, bias_;
   cpu::gemm::Epilogue ep_;
 };
 
@@ -270,7 +270,7 @@ class Direct final : public Routine {
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
     if (L == Layout::nchw16c)
       return {{"oc_block", {1, 2, 4}}, {"ow_tile", {7, 14, 28}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
-    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 6, 12}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
+    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
   }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,

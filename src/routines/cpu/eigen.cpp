@@ -9,9 +9,6 @@
 // blocked GEMM, called with packing buffers carved from our workspace (one
 // slot per thread) so that run() allocates nothing. Weights are used as they
 // are (Eigen packs its blocks on the fly); nothing to prepare but the geometry.
-#define EIGEN_DONT_PARALLELIZE
-#define EIGEN_NO_DEBUG
-
 #include "routines/cpu/f32_common.hpp"
 
 #include "core/cpu_features.hpp"
@@ -19,31 +16,26 @@
 
 #include <softneuro/routine.hpp>
 
-#include <Eigen/Core>
-
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 namespace softneuro {
+
+// eigen_avx2.cpp (-mavx2 -mfma); call only where core::cpu_features().avx2_fma().
+namespace cpu::eigen_avx2 {
+void blocking_sizes(int64_t& kc, int64_t& mc, int64_t& nc);
+/// y[no] += W[no, k] (row-major) · x[k]
+void gemv(const float* w, const float* x, float* y, int64_t no, int64_t k);
+/// Y[nr, no] += X[nr, k] · W[no, k]ᵀ with Eigen's packing buffers block_a (kc*mc), block_b (kc*nc).
+void gemm(int64_t nr, int64_t no, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
+          int64_t ldy, float* block_a, float* block_b, int64_t kc, int64_t mc, int64_t nc);
+}  // namespace cpu::eigen_avx2
+
 namespace {
-
-using Index = Eigen::Index;
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-/// Eigen's GEMM blocking over packing buffers we own.
-class WorkspaceBlocking final : public Eigen::internal::level3_blocking<float, float> {
- public:
-  WorkspaceBlocking(float* a, float* b, Index mc, Index nc, Index kc) {
-    this->m_blockA = a;
-    this->m_blockB = b;
-    this->m_mc = mc;
-    this->m_nc = nc;
-    this->m_kc = kc;
-  }
-};
 
 class PreparedEigen final : public PreparedRoutine {
  public:
@@ -68,7 +60,7 @@ class PreparedEigen final : public PreparedRoutine {
       kc_ = k_;
       mc_ = ocols_;
       nc_ = orows_;
-      Eigen::internal::computeProductBlockingSizes<float, float, 1, Index>(kc_, mc_, nc_, Index(1));
+      cpu::eigen_avx2::blocking_sizes(kc_, mc_, nc_);
       slot_floats_ = (kc_ * mc_ + kc_ * nc_ + 64) / 16 * 16;
     }
   }
@@ -89,19 +81,12 @@ class PreparedEigen final : public PreparedRoutine {
         for (int64_t o = o0; o < o1; ++o) y[r * o_ + o] = bias ? bias[o] : 0.0f;
       if (k_ > 0) {
         if (nr == 1) {
-          Eigen::Map<const RowMat> wb(w + o0 * k_, no, k_);
-          Eigen::Map<const Eigen::VectorXf> xv(x + r0 * k_, k_);
-          Eigen::Map<Eigen::VectorXf> yv(y + r0 * o_ + o0, no);
-          yv.noalias() += wb * xv;
+          cpu::eigen_avx2::gemv(w + o0 * k_, x + r0 * k_, y + r0 * o_ + o0, no, k_);
         } else {
           float* mine = ws + slot * slot_floats_;
           float* a = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(mine) + 63) & ~uintptr_t(63));
-          WorkspaceBlocking blocking(a, a + (kc_ * mc_ + 15) / 16 * 16, mc_, nc_, kc_);
-          Eigen::internal::general_matrix_matrix_product<Index, float, Eigen::RowMajor, false, float, Eigen::ColMajor,
-                                                         false, Eigen::RowMajor, 1>::run(nr, no, k_, x + r0 * k_, k_,
-                                                                                         w + o0 * k_, k_,
-                                                                                         y + r0 * o_ + o0, 1, o_, 1.0f,
-                                                                                         blocking, nullptr);
+          cpu::eigen_avx2::gemm(nr, no, k_, x + r0 * k_, k_, w + o0 * k_, k_, y + r0 * o_ + o0, o_, a,
+                                a + (kc_ * mc_ + 15) / 16 * 16, kc_, mc_, nc_);
         }
       }
       if (act_.kind != core::Activation::none)
@@ -112,7 +97,7 @@ class PreparedEigen final : public PreparedRoutine {
 
  private:
   int64_t k_ = 0, r_ = 0, o_ = 0, cb_ = 1, rb_ = 1, ocols_ = 0, orows_ = 0;
-  Index kc_ = 0, mc_ = 0, nc_ = 0;
+  int64_t kc_ = 0, mc_ = 0, nc_ = 0;
   int64_t slot_floats_ = 0;
   int slots_ = 1;
   Blob w_, bias_;

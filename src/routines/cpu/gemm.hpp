@@ -15,7 +15,14 @@
 //   B: for each K block: for each panel of NR columns:
 //        [kcb][NR] floats (columns past N are zero)     — offset k0*Np + q*kcb*NR
 // with Mp = M rounded up to MR, Np = N rounded up to NR. Pack weights once
-// (in prepare) and activations per run into the workspace.
+// (in prepare) and activations per run into the workspace. Keep packed B
+// 64-byte aligned (cpu::AlignedFloats in f32_common.hpp, or a workspace offset
+// that is a multiple of 16 floats): the kernels load its rows as whole vectors
+// and a split cache line costs 10-20%. Packed A is only broadcast from.
+//
+// Threads: gemm() splits C into blocks of about 96 rows x 256 columns over the
+// pool; gemm_block() is the single-threaded piece for callers that make their
+// own tasks (im2col.cpp packs B per task into a per-thread workspace slot).
 //
 // Usage:
 //   const gemm::Kernel& k = gemm::best_kernel();       // nullptr-free; check gemm::available()
