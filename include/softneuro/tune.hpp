@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace softneuro {
@@ -73,6 +74,9 @@ struct TuneReport {
   int measurements = 0;     ///< timings taken (not from the cache)
   int cache_hits = 0;
   bool exact = true;        ///< DPRS solved exactly (no fallback)
+  /// Wall-clock seconds per stage (calibration, unit profiling, adapts, dprs,
+  /// integrated profiling, final measurement), in order.
+  std::vector<std::pair<std::string, double>> stage_s;
 
   std::string to_text() const;
   std::string to_json() const;

@@ -13,7 +13,7 @@ struct Timing {
 };
 
 /// Runs `fn` once to warm up, then repeatedly until `budget_ms` is spent
-/// (at least `min_reps`, at most `max_reps` times) and returns the median of
+/// (at least `min_reps` — 2 when the warm-up alone took the budget — at most `max_reps` times) and returns the median of
 /// the samples left after rejecting those above Q3 + 1.5 IQR (preemptions).
 /// With a `cutoff_ms`: a first timed run slower than it ends the measurement
 /// there (a candidate that much slower than the best known is not worth the budget).

@@ -164,8 +164,17 @@ struct Tuner {
   }
 
   void progress(const char* stage, int done, int total, const std::string& item) {
+    // Stage times for the report: a stage runs until the next one starts.
+    const auto now = std::chrono::steady_clock::now();
+    if (report.stage_s.empty() || report.stage_s.back().first != stage) {
+      if (!report.stage_s.empty())
+        report.stage_s.back().second = std::chrono::duration<double>(now - stage_start).count();
+      report.stage_s.emplace_back(stage, 0.0);
+      stage_start = now;
+    }
     if (opt.progress) opt.progress(TuneProgress{stage, done, total, item});
   }
+  std::chrono::steady_clock::time_point stage_start = std::chrono::steady_clock::now();
 
   double budget_ms() const {
     if (opt.time_budget_s <= 0) return opt.unit_budget_ms;
@@ -749,6 +758,7 @@ struct Tuner {
     // Measure the tuned net end to end; never hand back a path slower than the untuned default.
     // Interleaved rounds: a comparison of two back-to-back measurements on a
     // busy machine once kept the default over a path 1.5x faster.
+    progress("final measurement", 0, 1, "");
     auto measured = run_interleaved({path, core::RoutinePath{}}, std::max(3, opt.integrated_runs), 3);
     auto& tuned_steps = measured[0].per_step;
     auto& default_steps = measured[1].per_step;
@@ -790,6 +800,7 @@ struct Tuner {
     cache.save();
     report.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress("done", 1, 1, "");
+    report.stage_s.pop_back();  // "done" itself
     return report;
   }
 };
@@ -831,6 +842,7 @@ std::string TuneReport::to_text() const {
   s += fmt::format("\npredicted (DPRS{}) {:.3f} ms, measured {:.3f} ms end to end\n", exact ? "" : ", heuristic fallback",
                    predicted_ms, measured_ms);
   s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
+  for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
   return s;
 }
 
@@ -846,7 +858,10 @@ std::string TuneReport::to_json() const {
                      i ? "," : "", json_escape(l.layer), json_escape(l.type), json_escape(l.descriptor),
                      json_escape(l.routine_params), l.unit_ms, l.integrated_ms, l.candidates);
   }
-  s += "\n  ],\n  \"adapts\": [";
+  s += "\n  ],\n  \"stages\": [";
+  for (std::size_t i = 0; i < stage_s.size(); ++i)
+    s += fmt::format("{}{{\"stage\": \"{}\", \"s\": {}}}", i ? ", " : "", json_escape(stage_s[i].first), stage_s[i].second);
+  s += "],\n  \"adapts\": [";
   for (std::size_t i = 0; i < adapts.size(); ++i) {
     const auto& a = adapts[i];
     s += fmt::format("{}\n    {{\"blob\": \"{}\", \"consumer\": \"{}\", \"from\": \"{}\", \"to\": \"{}\", \"descriptor\": \"{}\", \"ms\": {}}}",
