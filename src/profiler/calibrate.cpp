@@ -17,6 +17,8 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
+#include <utility>
 
 namespace softneuro {
 namespace profiler {
@@ -91,6 +93,36 @@ std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net,
     out.push_back(std::move(batch));
   }
   return out;
+}
+
+/// The part of a blob's range its consumers can tell apart: when every
+/// consumer is a relu (or a clip), values below 0 (outside [min, max]) all give
+/// the same result, so the range can stop there and the 256 levels cover only
+/// what matters — what a framework gets by fusing the relu into the producer's
+/// requantisation (e.g. ResNet's add -> relu: the add's negative half is wasted
+/// otherwise). Net outputs keep their full range.
+std::pair<double, double> consumer_range(const core::Graph& g, const std::string& blob, double lo, double hi) {
+  if (std::find(g.outputs.begin(), g.outputs.end(), blob) != g.outputs.end()) return {lo, hi};
+  double floor = std::numeric_limits<double>::infinity(), ceil = -std::numeric_limits<double>::infinity();
+  int consumers = 0;
+  for (const Layer& l : g.layers) {
+    if (std::find(l.inputs.begin(), l.inputs.end(), blob) == l.inputs.end()) continue;
+    ++consumers;
+    double a = -std::numeric_limits<double>::infinity(), b = std::numeric_limits<double>::infinity();
+    if (l.type == "relu") {
+      a = 0;
+    } else if (l.type == "clip") {
+      a = l.get_float("min", -std::numeric_limits<double>::infinity());
+      b = l.get_float("max", std::numeric_limits<double>::infinity());
+    } else {
+      return {lo, hi};  // some consumer reads every value
+    }
+    floor = std::min(floor, a);
+    ceil = std::max(ceil, b);
+  }
+  if (consumers == 0) return {lo, hi};
+  const double nlo = std::max(lo, floor), nhi = std::min(hi, ceil);
+  return nlo < nhi ? std::make_pair(nlo, nhi) : std::make_pair(lo, hi);
 }
 
 }  // namespace
@@ -176,6 +208,7 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options) {
   net.graph.blob_quant.clear();
   for (auto& [name, r] : ranges) {
     auto [lo, hi] = clip && name.size() && !r.hist.empty() ? r.clipped(options.percentile) : std::make_pair(r.lo, r.hi);
+    std::tie(lo, hi) = consumer_range(net.graph, name, lo, hi);
     net.graph.blob_quant[name] = quant_from_range(lo, hi);
   }
   core::info("calibrated {} blobs on {} batch(es){}", net.graph.blob_quant.size(), given.size(),
