@@ -18,6 +18,15 @@ bench/models/export_zoo.py, never re-exported here) it runs
 for S = 1000 .. 1000+N-1 (seeded N(0,1) inputs, other seeds than calibration's)
 and prints per model the cosine similarity of the two outputs (min and mean over
 the inputs), the top-1 agreement, and whether it passes (min cosine >= 0.99).
+
+--latency R: afterwards, per model, R interleaved rounds of
+    softneuro run MODEL.dnn --repeat 20 --threads T        (float32-only, untuned default)
+    softneuro run MODEL.qint8.dnn --repeat 20 --threads T  (qint8-only)
+    ONNX Runtime on a statically quantised QDQ copy of the model (quantize_static:
+    per-channel int8 weights, uint8 activations, MinMax on 8 seeded N(0,1) batches),
+    20 timed runs after 3 warm-ups, intra_op_num_threads T
+and the median over rounds of each round's median (ms) and the float32/qint8 factor.
+With --inputs 0 only the latency is measured.
 """
 import argparse
 import os
@@ -43,9 +52,9 @@ def sh(cmd, env):
 
 def output_name(cli, dnn, env):
     out = sh([cli, "inspect", dnn], env)
-    m = re.search(r"^outputs?:\s*(\S+)", out, re.M)
+    m = re.search(r"^output\s+(\S+)\s+\[", out, re.M)  # "output NAME [1,1000] float32"
     if m:
-        return m.group(1).split("[")[0].rstrip(",")
+        return m.group(1)
     raise RuntimeError(f"cannot find the output name in `softneuro inspect {dnn}`:\n{out[:2000]}")
 
 
@@ -54,12 +63,16 @@ def model_row(name, a, env, tmp):
     f32 = os.path.join(tmp, name + ".dnn")
     q8 = os.path.join(tmp, name + ".qint8.dnn")
     t0 = time.time()
-    sh([a.cli, "import", onnx_path, "-o", f32], env)
-    tune = [a.cli, "tune", f32, "-o", q8, "--schemas", "cpu:qint8:*", "--threads", str(a.threads),
-            "--unit-budget-ms", str(a.unit_budget_ms), "--cache", "-", "--report", os.path.join(tmp, name + ".report.txt")]
-    sh(tune, env)
+    if not (a.reuse and os.path.exists(f32) and os.path.exists(q8)):
+        sh([a.cli, "import", onnx_path, "-o", f32], env)
+        budget = a.unit_budget_ms if a.unit_budget_ms is not None else (30 if a.latency else 5)
+        tune = [a.cli, "tune", f32, "-o", q8, "--schemas", "cpu:qint8:*", "--threads", str(a.threads),
+                "--unit-budget-ms", str(budget), "--cache", "-", "--report", os.path.join(tmp, name + ".report.txt")]
+        sh(tune, env)
     tune_s = time.time() - t0
     out = a.output or output_name(a.cli, f32, env)
+    if a.inputs == 0:
+        return {"model": name, "f32": f32, "q8": q8, "tune_s": tune_s, "ok": True, "n": 0}
     cos, agree = [], 0
     for i in range(a.inputs):
         seed = str(1000 + i)
@@ -75,7 +88,77 @@ def model_row(name, a, env, tmp):
         agree += int(np.argmax(f) == np.argmax(q))
     cos = np.array(cos)
     return {"model": name, "min": float(cos.min()), "mean": float(cos.mean()), "top1": agree / a.inputs,
-            "n": a.inputs, "tune_s": tune_s, "ok": bool(cos.min() >= 0.99)}
+            "n": a.inputs, "tune_s": tune_s, "ok": bool(cos.min() >= 0.99), "f32": f32, "q8": q8}
+
+
+def cli_median_ms(cli, dnn, threads, env):
+    out = sh([cli, "run", dnn, "--repeat", "20", "--top", "0", "--threads", str(threads)], env)
+    return float(re.search(r"median ([0-9.]+) ms", out).group(1))
+
+
+def ort_qdq(onnx_path, tmp):
+    """A QDQ int8 copy of the model (as bench/compare does) and its input name."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+    sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    name, shape = sess.get_inputs()[0].name, [d if isinstance(d, int) else 1 for d in sess.get_inputs()[0].shape]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{name: np.random.default_rng(s).standard_normal(shape).astype(np.float32)} for s in range(8)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    pre = os.path.join(tmp, "ort_pre.onnx")
+    try:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+        quant_pre_process(onnx_path, pre)
+    except Exception:
+        pre = onnx_path
+    out = os.path.join(tmp, "ort_int8.onnx")
+    quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
+    return out, name, shape
+
+
+def ort_median_ms(path, name, shape, threads):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    x = {name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    for _ in range(3):
+        sess.run(None, x)
+    ts = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        sess.run(None, x)
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(ts))
+
+
+def latency(r, a, env, tmp):
+    onnx_path = os.path.join(a.zoo, r["model"] + ".onnx")
+    try:
+        qdq = ort_qdq(onnx_path, tmp)
+    except Exception as e:  # ONNX Runtime missing or quantisation failed: our two nets only
+        print(f"  (ONNX Runtime QDQ unavailable: {type(e).__name__}: {e})")
+        qdq = None
+    f, q, o = [], [], []
+    for _ in range(a.latency):
+        f.append(cli_median_ms(a.cli, r["f32"], a.threads, env))
+        q.append(cli_median_ms(a.cli, r["q8"], a.threads, env))
+        if qdq:
+            o.append(ort_median_ms(*qdq, a.threads))
+    fm, qm = float(np.median(f)), float(np.median(q))
+    line = (f"  latency, {a.threads} threads, median of {a.latency} rounds x 20 runs: float32 {fm:.2f} ms, "
+            f"qint8 {qm:.2f} ms (x{fm / qm:.2f})")
+    if o:
+        line += f", ONNX Runtime QDQ int8 {float(np.median(o)):.2f} ms"
+    print(line, flush=True)
+    print(f"    rounds: float32 {['%.1f' % v for v in f]}, qint8 {['%.1f' % v for v in q]}"
+          + (f", ort int8 {['%.1f' % v for v in o]}" if o else ""), flush=True)
 
 
 def main():
@@ -85,9 +168,13 @@ def main():
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "softneuro"))
     ap.add_argument("--inputs", type=int, default=50, help="synthetic inputs per model (default 50)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--unit-budget-ms", type=int, default=5, help="tuning time per candidate (accuracy only: small)")
+    ap.add_argument("--unit-budget-ms", type=int, default=None,
+                    help="tuning time per candidate (default 5 ms, 30 ms with --latency)")
     ap.add_argument("--output", help="output blob name (default: from softneuro inspect)")
     ap.add_argument("--keep", help="folder to keep the .dnn files and tuning reports in")
+    ap.add_argument("--reuse", action="store_true", help="with --keep: reuse MODEL.dnn and MODEL.qint8.dnn found there")
+    ap.add_argument("--latency", type=int, default=0, metavar="R",
+                    help="also time float32, qint8 and ONNX Runtime QDQ int8, R interleaved rounds")
     a = ap.parse_args()
     models = a.models or sorted(f[:-5] for f in os.listdir(a.zoo) if f.endswith(".onnx"))
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
@@ -103,9 +190,12 @@ def main():
                 print(f"{name:<22} error: {e}", flush=True)
                 rows.append({"model": name, "ok": False})
                 continue
-        rows.append(r)
-        print(f"{r['model']:<22} {r['min']:8.4f} {r['mean']:9.4f} {100 * r['top1']:6.1f}% {r['n']:6d}  "
-              f"{'yes' if r['ok'] else 'NO'}   (import+tune {r['tune_s']:.0f} s)", flush=True)
+            rows.append(r)
+            if r["n"]:
+                print(f"{r['model']:<22} {r['min']:8.4f} {r['mean']:9.4f} {100 * r['top1']:6.1f}% {r['n']:6d}  "
+                      f"{'yes' if r['ok'] else 'NO'}   (import+tune {r['tune_s']:.0f} s)", flush=True)
+            if a.latency:
+                latency(r, a, env, tmp)
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -27,6 +27,8 @@
 #include <variant>
 #include <random>
 #include <set>
+#include <tuple>
+#include <utility>
 
 namespace softneuro {
 namespace profiler {
@@ -103,7 +105,7 @@ std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net,
   return out;
 }
 
-constexpr const char* kCalibrationVersion = "softneuro-calibration-v1";
+constexpr const char* kCalibrationVersion = "softneuro-calibration-v2";  // v2: ranges clipped to what relu/clip consumers tell apart
 
 /// What the calibration result depends on: the layers (types, wiring,
 /// parameters, weight bytes), the inputs' shapes, the options and the inputs given.
@@ -187,6 +189,36 @@ void save_calibration(const std::string& path, const std::map<std::string, Quant
   } catch (const std::exception& e) {
     core::warn("could not save the calibration to {}: {}", path, e.what());
   }
+}
+
+/// The part of a blob's range its consumers can tell apart: when every
+/// consumer is a relu (or a clip), values below 0 (outside [min, max]) all give
+/// the same result, so the range can stop there and the 256 levels cover only
+/// what matters — what a framework gets by fusing the relu into the producer's
+/// requantisation (e.g. ResNet's add -> relu: the add's negative half is wasted
+/// otherwise). Net outputs keep their full range.
+std::pair<double, double> consumer_range(const core::Graph& g, const std::string& blob, double lo, double hi) {
+  if (std::find(g.outputs.begin(), g.outputs.end(), blob) != g.outputs.end()) return {lo, hi};
+  double floor = std::numeric_limits<double>::infinity(), ceil = -std::numeric_limits<double>::infinity();
+  int consumers = 0;
+  for (const Layer& l : g.layers) {
+    if (std::find(l.inputs.begin(), l.inputs.end(), blob) == l.inputs.end()) continue;
+    ++consumers;
+    double a = -std::numeric_limits<double>::infinity(), b = std::numeric_limits<double>::infinity();
+    if (l.type == "relu") {
+      a = 0;
+    } else if (l.type == "clip") {
+      a = l.get_float("min", -std::numeric_limits<double>::infinity());
+      b = l.get_float("max", std::numeric_limits<double>::infinity());
+    } else {
+      return {lo, hi};  // some consumer reads every value
+    }
+    floor = std::min(floor, a);
+    ceil = std::max(ceil, b);
+  }
+  if (consumers == 0) return {lo, hi};
+  const double nlo = std::max(lo, floor), nhi = std::min(hi, ceil);
+  return nlo < nhi ? std::make_pair(nlo, nhi) : std::make_pair(lo, hi);
 }
 
 }  // namespace
@@ -284,6 +316,7 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
   net.graph.blob_quant.clear();
   for (auto& [name, r] : ranges) {
     auto [lo, hi] = clip && name.size() && !r.hist.empty() ? r.clipped(options.percentile) : std::make_pair(r.lo, r.hi);
+    std::tie(lo, hi) = consumer_range(net.graph, name, lo, hi);
     net.graph.blob_quant[name] = quant_from_range(lo, hi);
   }
   core::info("calibrated {} blobs on {} batch(es){}", net.graph.blob_quant.size(), given.size(),
