@@ -6,6 +6,8 @@
 // + 1e-5. Routines the CPU cannot run (no AVX2/FMA) are skipped with a warning.
 #include "routines/f32_check.hpp"
 
+#include "core/cpu_features.hpp"
+
 #include <softneuro/net.hpp>
 
 #include <string>
@@ -189,5 +191,33 @@ TEST_CASE("vec routines outrank cpu/ref in the untuned default", "[vec]") {
     REQUIRE(ref);
     REQUIRE(vec);
     CHECK(vec->default_priority() > ref->default_priority());
+  }
+}
+
+TEST_CASE("the untuned default on ViT-B/16 shapes is the fastest measured routine (bench/ops_bench)", "[vec]") {
+  if (!core::cpu_features().avx2_fma()) {
+    WARN("cpu/vec needs AVX2/FMA; not checked");
+    return;
+  }
+  std::mt19937 rng(61);
+  std::map<std::string, Blob> w{{"scale", random_blob({768}, rng)}, {"bias", random_blob({768}, rng)}};
+  const struct {
+    Layer layer;
+    std::vector<Shape> in;
+    const char* want;
+  } cases[] = {
+      {test::make_layer("layernorm", {}, w), {Shape{1, 197, 768}}, "cpu/vec"},
+      {test::make_layer("softmax"), {Shape{1, 12, 197, 197}}, "cpu/vec"},
+      {test::make_layer("gelu"), {Shape{1, 197, 3072}}, "cpu/vec"},
+      {test::make_layer("concat", {{"axis", int64_t{1}}}, {}, 2), {Shape{1, 1, 768}, Shape{1, 196, 768}}, "cpu/vec"},
+      {test::make_layer("matmul", {}, {}, 2), {Shape{12, 197, 64}, Shape{12, 64, 197}}, "cpu/onednn"},
+  };
+  for (const auto& c : cases) {
+    LayerInfo info;
+    info.layer = &c.layer;
+    info.input_shapes = c.in;
+    info.output_shapes = core::infer_layer_shapes(c.layer, c.in);
+    INFO(c.layer.type);
+    CHECK(core::RoutineRegistry::instance().default_choice(info, Schema{}).descriptor == c.want);
   }
 }

@@ -700,6 +700,7 @@ struct Layernorm {
     return p;
   }
 
+  // bench/ops_bench [1,197,768]: 19.8 us against cpu/ref 224 and cpu/vec 17.6 (1 thread).
   static int priority(Layout l) { return elementwise_priority(l); }
 };
 
@@ -751,6 +752,8 @@ struct Matmul {
                         {{DNNL_ARG_SRC, in0}, {DNNL_ARG_WEIGHTS, Mem{Mem::input, 1}}, {DNNL_ARG_DST, out0}});
   }
 
+  // bench/ops_bench, 1 thread: [12,197,64]x[12,64,197] 335 us, [12,197,197]x[12,197,64]
+  // 276 us, against cpu/ref 25 ms (the only other float32 CPU matmul).
   static int priority(Layout) { return 50; }
 };
 

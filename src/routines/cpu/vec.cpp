@@ -19,6 +19,15 @@
 //
 // Work is split with args.pool->parallel_for (rows for layernorm/softmax,
 // elements for gelu and concat); run() allocates nothing.
+//
+// Default priority 65: above cpu/onednn (50-60) and cpu:float32:nhwc/xnnpack
+// (56), from bench/ops_bench on ViT-B/16 shapes (Xeon with AVX-512, 2 vCPUs at
+// load 4-7, medians of 1 thread, us): layernorm [1,197,768] vec 17.6 (256-bit
+// 22.2), onednn 19.8, ref 224; softmax [1,12,197,197] vec 172 (223), onednn
+// 242, ref 4336; gelu erf [1,197,3072] vec 245 (332), onednn 260, ref 10454;
+// gelu tanh vec 183 (253), onednn 235; concat [1,1,768]+[1,196,768] vec 10.4,
+// ref 10.4, onednn 149; channel concat [1,128,28,28]+[1,32,28,28] vec 9.1,
+// onednn 122 (nhwc: vec 10.5, onednn 14.5).
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "routines/cpu/vec_kernels.hpp"
@@ -242,7 +251,9 @@ struct Concat final : PreparedRoutine {
   void run(const RunArgs& a) override {
     float* y = a.outputs[0]->data_as<float>();
     const std::size_t ni = chunks.size();
-    a.pool->parallel_for(outer * out_chunk, kGrainElems * 4, [&](int64_t b, int64_t e) {
+    // At least 1 MiB per task: ops_bench's 600 KiB concats took 10.4 us on one
+    // thread and 13.7 us split across two (256 KiB grain, loaded machine).
+    a.pool->parallel_for(outer * out_chunk, int64_t{1} << 18, [&](int64_t b, int64_t e) {
       // Elements [b, e) of the output: row by row, input by input.
       for (int64_t o = b / out_chunk; o * out_chunk < e; ++o) {
         const int64_t row_lo = std::max(b - o * out_chunk, int64_t{0});
