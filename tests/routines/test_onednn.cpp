@@ -511,6 +511,49 @@ TEST_CASE("onednn softmax matches cpu/ref", "[onednn][softmax]") {
   CHECK(supported > 0);
 }
 
+TEST_CASE("onednn layernorm matches cpu/ref", "[onednn][layernorm]") {
+  const std::string descriptor = GENERATE(from_range(onednn_routines("layernorm")));
+  INFO(descriptor);
+  std::mt19937 rng(31);
+  Tally tally{descriptor};
+  // Odd sizes, batch 1 and 4, one and several normalised dims, with and without bias.
+  const std::pair<Shape, int64_t> cases[] = {{Shape{1, 7, 33}, -1}, {Shape{4, 5, 17}, -1}, {Shape{4, 3, 5, 7}, 1},
+                                             {Shape{1, 197, 64}, 2},  {Shape{3, 11}, -1},    {Shape{2, 6, 9}, 1}};
+  int t = 0;
+  for (const auto& [s, axis] : cases) {
+    Shape norm;
+    const int a = static_cast<int>(axis < 0 ? axis + s.rank() : axis);
+    for (int d = a; d < s.rank(); ++d) norm.push_back(s[d]);
+    std::map<std::string, Blob> w{{"scale", random_blob(norm, rng, 0.5f, 1.5f)}};
+    if (t % 2 == 0) w["bias"] = random_blob(norm, rng);
+    Layer l = test::make_layer("layernorm", {{"axis", axis}, {"epsilon", t == 4 ? 1e-3 : 1e-5}}, w);
+    INFO("shape " << s.to_string() << " axis " << axis);
+    tally.run(l, {random_blob(s, rng, -3.0f, 2.0f)});
+    ++t;
+  }
+  tally.check();
+}
+
+TEST_CASE("onednn matmul matches cpu/ref (batch dims broadcast)", "[onednn][matmul]") {
+  const std::string descriptor = GENERATE(from_range(onednn_routines("matmul")));
+  INFO(descriptor);
+  std::mt19937 rng(37);
+  Tally tally{descriptor};
+  const std::pair<Shape, Shape> cases[] = {
+      {Shape{5, 7}, Shape{7, 3}},             {Shape{1, 13, 9}, Shape{1, 9, 11}},
+      {Shape{4, 13, 9}, Shape{4, 9, 11}},     {Shape{3, 17, 8}, Shape{3, 8, 17}},
+      {Shape{2, 1, 5, 7}, Shape{3, 7, 6}},    {Shape{4, 6, 7}, Shape{7, 5}},
+      {Shape{6, 7}, Shape{4, 7, 5}},          {Shape{7}, Shape{4, 7, 3}},
+      {Shape{4, 2, 5}, Shape{5}},             {Shape{1, 3, 19, 16}, Shape{1, 3, 16, 19}}};
+  for (const auto& [a, b] : cases) {
+    INFO("shapes " << a.to_string() << " x " << b.to_string());
+    Layer l = test::make_layer("matmul", {}, {}, 2);
+    tally.run(l, {random_blob(a, rng), random_blob(b, rng)});
+  }
+  tally.check();
+  CHECK(tally.supported == tally.total);
+}
+
 TEST_CASE("onednn routines say why they refuse", "[onednn]") {
   std::mt19937 rng(1);
   // nchw16c: only where oneDNN can use AVX-512; the reason names it otherwise.
@@ -534,7 +577,8 @@ TEST_CASE("onednn routines say why they refuse", "[onednn]") {
 }
 
 TEST_CASE("onednn routines outrank cpu/ref in the untuned default", "[onednn]") {
-  for (const char* type : {"conv2", "dense", "pool2", "relu", "add", "batchnorm", "concat", "softmax"}) {
+  for (const char* type : {"conv2", "dense", "pool2", "relu", "add", "batchnorm", "concat", "softmax",
+                           "layernorm", "matmul"}) {
     Schema schema;
     const Routine* ref = core::RoutineRegistry::instance().find(type, "cpu/ref", &schema);
     const Routine* dnn = core::RoutineRegistry::instance().find(type, "cpu/onednn", &schema);

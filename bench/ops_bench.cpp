@@ -1,0 +1,217 @@
+// ops_bench — times every registered float32 CPU routine of the transformer
+// layer types (layernorm, softmax, gelu, matmul, concat) on ViT-B/16-like
+// shapes, at 1 and 2 threads (or --threads T), in every float32 CPU schema it
+// lists and every routine-parameter combination it offers (cpu/vec:
+// vector_bits 512 and 256).
+//
+//   ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T]
+//             [--runs N] [--budget SECONDS]
+//
+// Shapes: layernorm [1,197,768] over the last axis (scale and bias); softmax
+// [1,12,197,197] last axis; gelu [1,197,3072] (erf and tanh forms); matmul
+// [12,197,64] x [12,64,197] (attention scores) and [12,197,197] x [12,197,64]
+// (attention times values); concat [1,1,768] + [1,196,768] on axis 1 (class
+// token) and a DenseNet-like channel concat [1,128,28,28] + [1,32,28,28].
+//
+// Only run() is timed, inputs already in the routine's schema. Each cell: two
+// warm-up runs, then up to --runs (default 200) timed runs or --budget seconds
+// (default 0.5, at least 5 runs); the median (and the fastest run) in
+// microseconds, wall time. The routine is prepared again for each thread count
+// (oneDNN primitives keep the OpenMP team size they were created with).
+//
+// OpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, the bench
+// re-executes itself with OMP_WAIT_POLICY=passive (see conv_bench.cpp).
+#include "core/layer_types.hpp"
+#include "core/registry.hpp"
+#include "core/thread_pool.hpp"
+
+#include <softneuro/net.hpp>
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace softneuro;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Case {
+  std::string name;
+  Layer layer;
+  std::vector<Shape> inputs;
+};
+
+Blob random_blob(const Shape& s, std::mt19937& rng, Layout layout = Layout::nchw) {
+  Blob b = Blob::allocate(s, DType::float32, layout);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  const std::size_t n = b.byte_size() / sizeof(float);
+  for (std::size_t i = 0; i < n; ++i) b.data_as<float>()[i] = u(rng);
+  return b;
+}
+
+Layer make(std::string type, std::map<std::string, Attr> params, std::map<std::string, Blob> weights, int inputs) {
+  Layer l;
+  l.name = "L";
+  l.type = std::move(type);
+  for (int i = 0; i < inputs; ++i) l.inputs.push_back(fmt::format("x{}", i));
+  l.outputs = {"y0"};
+  l.params = std::move(params);
+  l.weights = std::move(weights);
+  return l;
+}
+
+std::vector<Case> cases(std::mt19937& rng) {
+  std::vector<Case> c;
+  c.push_back({"layernorm [1,197,768]",
+               make("layernorm", {}, {{"scale", random_blob({768}, rng)}, {"bias", random_blob({768}, rng)}}, 1),
+               {Shape{1, 197, 768}}});
+  c.push_back({"softmax [1,12,197,197]", make("softmax", {{"axis", int64_t{-1}}}, {}, 1), {Shape{1, 12, 197, 197}}});
+  c.push_back({"gelu erf [1,197,3072]", make("gelu", {}, {}, 1), {Shape{1, 197, 3072}}});
+  c.push_back({"gelu tanh [1,197,3072]", make("gelu", {{"approximate", std::string("tanh")}}, {}, 1),
+               {Shape{1, 197, 3072}}});
+  c.push_back({"matmul [12,197,64]x[12,64,197]", make("matmul", {}, {}, 2), {Shape{12, 197, 64}, Shape{12, 64, 197}}});
+  c.push_back({"matmul [12,197,197]x[12,197,64]", make("matmul", {}, {}, 2),
+               {Shape{12, 197, 197}, Shape{12, 197, 64}}});
+  c.push_back({"concat [1,1,768]+[1,196,768] axis 1", make("concat", {{"axis", int64_t{1}}}, {}, 2),
+               {Shape{1, 1, 768}, Shape{1, 196, 768}}});
+  c.push_back({"concat [1,128,28,28]+[1,32,28,28] axis 1", make("concat", {{"axis", int64_t{1}}}, {}, 2),
+               {Shape{1, 128, 28, 28}, Shape{1, 32, 28, 28}}});
+  return c;
+}
+
+std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& space) {
+  std::vector<RoutineParams> out{{}};
+  for (const auto& spec : space) {
+    std::vector<RoutineParams> next;
+    for (const auto& p : out)
+      for (int64_t v : spec.choices) {
+        RoutineParams q = p;
+        q.emplace_back(spec.name, v);
+        next.push_back(std::move(q));
+      }
+    if (!next.empty()) out = std::move(next);
+  }
+  return out;
+}
+
+std::string params_text(const RoutineParams& p) {
+  std::string s;
+  for (const auto& [k, v] : p) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  return s;
+}
+
+struct Timing {
+  double median_us = 0, min_us = 0;
+  int runs = 0;
+};
+
+Timing time_routine(const Routine& r, const LayerInfo& info, const Schema& schema, const RoutineParams& params,
+                    std::vector<Blob>& ins, std::vector<Blob>& outs, int max_runs, double budget_s) {
+  auto prepared = r.prepare(info, schema, params);
+  const std::size_t ws = prepared->workspace_bytes();
+  std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
+                                                   std::free);
+  std::vector<const Blob*> in_ptrs;
+  for (const Blob& b : ins) in_ptrs.push_back(&b);
+  std::vector<Blob*> out_ptrs;
+  for (Blob& b : outs) out_ptrs.push_back(&b);
+  RunArgs args{in_ptrs, out_ptrs, workspace.get(), &core::global_pool()};
+  prepared->run(args);
+  prepared->run(args);
+  std::vector<double> t;
+  const auto start = Clock::now();
+  while (static_cast<int>(t.size()) < max_runs) {
+    const auto t0 = Clock::now();
+    prepared->run(args);
+    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (t.size() >= 5 && std::chrono::duration<double>(Clock::now() - start).count() > budget_s) break;
+  }
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front(), static_cast<int>(t.size())};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  }
+  std::string type_filter, routine_filter;
+  std::vector<int> thread_counts{1, 2};
+  int runs = 200;
+  double budget = 0.5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--type") type_filter = next();
+    else if (a == "--routine") routine_filter = next();
+    else if (a == "--threads") thread_counts = {std::atoi(next().c_str())};
+    else if (a == "--runs") runs = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--budget") budget = std::atof(next().c_str());
+    else {
+      std::fprintf(stderr,
+                   "usage: ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T] [--runs N] "
+                   "[--budget SECONDS]\n");
+      return 2;
+    }
+  }
+  std::mt19937 rng(7);
+  fmt::print("ops_bench: median (fastest) run() time in us, wall clock; OMP_WAIT_POLICY={}\n",
+             std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "(unset)");
+  std::string header = fmt::format("{:<42} {:<30} {:<16}", "case", "routine", "params");
+  for (int t : thread_counts) header += fmt::format(" {:>22}", fmt::format("{} thread{}", t, t > 1 ? "s" : ""));
+  fmt::print("{}\n", header);
+  for (Case& c : cases(rng)) {
+    if (!type_filter.empty() && c.name.find(type_filter) == std::string::npos) continue;
+    LayerInfo info;
+    info.layer = &c.layer;
+    info.input_shapes = c.inputs;
+    info.output_shapes = core::infer_layer_shapes(c.layer, info.input_shapes);
+    for (const std::string& d : registered_routines(c.layer.type)) {
+      if (!routine_filter.empty() && d.find(routine_filter) == std::string::npos) continue;
+      Schema schema;
+      const Routine* r = core::RoutineRegistry::instance().find(c.layer.type, d, &schema);
+      if (!r || schema.device != Device::cpu || schema.dtype != DType::float32) continue;
+      const Support s = r->supports(info, schema);
+      if (!s) {
+        fmt::print("{:<42} {:<30} unsupported: {}\n", c.name, d, s.reason);
+        continue;
+      }
+      std::vector<Blob> ins, outs;
+      for (const Shape& sh : info.input_shapes) ins.push_back(random_blob(sh, rng, schema.layout));
+      for (const Shape& sh : info.output_shapes) outs.push_back(Blob::allocate(sh, DType::float32, schema.layout));
+      for (const RoutineParams& p : combinations(r->param_space(info, schema))) {
+        std::string line = fmt::format("{:<42} {:<30} {:<16}", c.name, d, params_text(p));
+        for (int t : thread_counts) {
+          set_num_threads(t);
+          const Timing tm = time_routine(*r, info, schema, p, ins, outs, runs, budget);
+          line += fmt::format(" {:>22}", fmt::format("{:.1f} ({:.1f})", tm.median_us, tm.min_us));
+        }
+        fmt::print("{}\n", line);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,278 @@
+// cpu/vec — our own vectorised float32 routines for the layers of transformer
+// blocks that are memory-bound: layernorm, softmax and gelu (AVX2+FMA and
+// AVX-512 kernels in vec_kernels_*.cpp, picked at run time), and concat
+// (memcpy, no ISA needed).
+//
+//  layernorm  cpu: any axis (the normalised dims axis..rank-1 are one
+//             contiguous row per outer index); mean and variance in one pass.
+//  softmax    cpu: the last axis (rows), max-subtracted, vectorised exp.
+//  gelu       cpu and cpu:float32:nhwc (elementwise, layout-agnostic): erf or
+//             tanh form as the layer's `approximate` says.
+//  concat     cpu (any axis) and cpu:float32:nhwc (any axis of a rank-4 blob,
+//             mapped to its physical axis: channels are the innermost): the
+//             output is split into equal element ranges across threads, each
+//             copied with memcpy from the inputs that cover it.
+//
+// Routine parameter `vector_bits` (layernorm/softmax/gelu): 512 (AVX-512, where
+// the CPU has avx512_core) or 256 (AVX2+FMA); the default is the widest. The
+// CPU lacking AVX2+FMA makes them say unsupported.
+//
+// Work is split with args.pool->parallel_for (rows for layernorm/softmax,
+// elements for gelu and concat); run() allocates nothing.
+//
+// Default priority 65: above cpu/onednn (50-60) and cpu:float32:nhwc/xnnpack
+// (56), from bench/ops_bench on ViT-B/16 shapes (Xeon with AVX-512, 2 vCPUs at
+// load 4-7, medians of 1 thread, us): layernorm [1,197,768] vec 17.6 (256-bit
+// 22.2), onednn 19.8, ref 224; softmax [1,12,197,197] vec 172 (223), onednn
+// 242, ref 4336; gelu erf [1,197,3072] vec 245 (332), onednn 260, ref 10454;
+// gelu tanh vec 183 (253), onednn 235; concat [1,1,768]+[1,196,768] vec 10.4,
+// ref 10.4, onednn 149; channel concat [1,128,28,28]+[1,32,28,28] vec 9.1,
+// onednn 122 (nhwc: vec 10.5, onednn 14.5).
+#include "core/cpu_features.hpp"
+#include "core/layer_types.hpp"
+#include "routines/cpu/vec_kernels.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+namespace vk = cpu::vec;
+
+int64_t prod(const Shape& s, int begin, int end) {
+  int64_t p = 1;
+  for (int d = begin; d < end; ++d) p *= s[d];
+  return p;
+}
+
+/// Elements a task should have at least (about 16-64 KiB of traffic).
+constexpr int64_t kGrainElems = 4096;
+
+std::vector<int64_t> bits_choices() {
+  if (core::cpu_features().avx512_core()) return {512, 256};
+  return {256};
+}
+
+const vk::Kernels& kernels_for(int64_t bits) {
+  return bits == 512 ? vk::avx512::kKernels : vk::avx2::kKernels;
+}
+
+Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    const Blob* b = l.find_weight(k);
+    if (!b) continue;
+    if (b->dtype() != DType::float32 || b->device() != Device::cpu || b->layout() != Layout::nchw)
+      return Support::no(fmt::format("weight '{}' must be a plain float32 CPU blob", k));
+    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
+  }
+  return Support::yes();
+}
+
+/// The registered Routine for prepared class P, which provides
+///   static constexpr std::string_view kType; static constexpr bool kSimd;
+///   static constexpr int kPriority; static std::vector<Schema> schemas();
+///   static Support supports(const LayerInfo&, const Schema&);
+///   P(const LayerInfo&, const Schema&, const vk::Kernels&)   (= prepare)
+template <class P>
+class Vec final : public Routine {
+ public:
+  std::string_view layer_type() const override { return P::kType; }
+  std::string_view algorithm() const override { return "vec"; }
+  std::vector<Schema> schemas() const override { return P::schemas(); }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    const auto ss = P::schemas();
+    if (std::find(ss.begin(), ss.end(), schema) == ss.end())
+      return Support::no(fmt::format("cpu/vec {} does not compute in {}", P::kType, schema.to_string()));
+    if (P::kSimd && !core::cpu_features().avx2_fma()) return Support::no("CPU lacks AVX2/FMA (cpu/vec needs them)");
+    if (!info.layer) return Support::no("no layer");
+    for (const Shape& s : info.input_shapes)
+      if (s.numel() == 0) return Support::no(fmt::format("an input {} is empty", s.to_string()));
+    if (schema.layout == Layout::nhwc)
+      for (const Shape& s : info.input_shapes)
+        if (s.rank() != 4)
+          return Support::no(fmt::format("nhwc layout needs rank-4 [N,C,H,W] blobs; an input is {}", s.to_string()));
+    return P::supports(info, schema);
+  }
+
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    if (!P::kSimd) return {};
+    return {{"vector_bits", bits_choices()}};
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
+                                           const RoutineParams& params) const override {
+    if (P::kSimd && !core::cpu_features().avx2_fma()) throw Error("cpu/vec: CPU lacks AVX2/FMA");
+    const int64_t bits = routine_param(params, "vector_bits", bits_choices().front());
+    if (bits != 256 && bits != 512) throw Error(fmt::format("cpu/vec: vector_bits {} is not 256 or 512", bits));
+    if (bits == 512 && !core::cpu_features().avx512_core())
+      throw Error("cpu/vec: vector_bits 512 needs AVX-512 (F/BW/VL/DQ), which this CPU lacks");
+    return std::make_unique<P>(info, schema, kernels_for(bits));
+  }
+
+  int default_priority() const override { return P::kPriority; }
+};
+
+const Schema kPlain{};
+const Schema kNhwc{Device::cpu, DType::float32, Layout::nhwc};
+
+// ---------------------------------------------------------------------------
+
+struct Layernorm final : PreparedRoutine {
+  static constexpr std::string_view kType = "layernorm";
+  static constexpr bool kSimd = true;
+  static constexpr int kPriority = 65;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo& info, const Schema&) {
+    return float_weights(*info.layer, {"scale", "bias"});
+  }
+
+  const vk::Kernels& k;
+  int64_t outer, inner;
+  float eps;
+  Blob scale, bias;
+  Layernorm(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), eps(static_cast<float>(info.layer->get_float("epsilon", 1e-5))),
+        scale(info.layer->weight("scale")) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    outer = prod(s, 0, axis);
+    inner = prod(s, axis, s.rank());
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const float* sc = scale.data_as<float>();
+    const float* bi = bias.numel() ? bias.data_as<float>() : nullptr;
+    a.pool->parallel_for(outer, std::max<int64_t>(1, kGrainElems / inner), [&](int64_t b, int64_t e) {
+      k.layernorm_rows(x + b * inner, y + b * inner, e - b, inner, sc, bi, eps);
+    });
+  }
+};
+
+struct Softmax final : PreparedRoutine {
+  static constexpr std::string_view kType = "softmax";
+  static constexpr bool kSimd = true;
+  static constexpr int kPriority = 65;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo& info, const Schema&) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    if (axis != s.rank() - 1)
+      return Support::no(fmt::format("cpu/vec softmax takes the last axis only, not axis {} of {}", axis,
+                                     s.to_string()));
+    return Support::yes();
+  }
+
+  const vk::Kernels& k;
+  int64_t rows, n;
+  Softmax(const LayerInfo& info, const Schema&, const vk::Kernels& kernels) : k(kernels) {
+    const Shape& s = info.input_shapes[0];
+    n = s[s.rank() - 1];
+    rows = s.numel() / n;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(rows, std::max<int64_t>(1, kGrainElems / n), [&](int64_t b, int64_t e) {
+      k.softmax_rows(x + b * n, y + b * n, e - b, n);
+    });
+  }
+};
+
+struct Gelu final : PreparedRoutine {
+  static constexpr std::string_view kType = "gelu";
+  static constexpr bool kSimd = true;
+  static constexpr int kPriority = 65;
+  static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
+  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+
+  const vk::Kernels& k;
+  int64_t n;
+  bool tanh_form;
+  Gelu(const LayerInfo& info, const Schema& schema, const vk::Kernels& kernels)
+      : k(kernels), tanh_form(info.layer->get_string("approximate", "none") == "tanh") {
+    n = static_cast<int64_t>(storage_bytes(info.input_shapes[0], DType::float32, schema.layout) / sizeof(float));
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for((n + 15) / 16, kGrainElems / 16, [&](int64_t b, int64_t e) {
+      const int64_t lo = b * 16, hi = std::min(n, e * 16);
+      k.gelu(x + lo, y + lo, hi - lo, tanh_form);
+    });
+  }
+};
+
+/// concat: the output, in its physical order, is `outer` rows of `out_chunk`
+/// elements, each the inputs' rows of chunks[i] elements one after the other.
+struct Concat final : PreparedRoutine {
+  static constexpr std::string_view kType = "concat";
+  static constexpr bool kSimd = false;
+  static constexpr int kPriority = 65;
+  static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
+  static Support supports(const LayerInfo& info, const Schema&) {
+    for (const Shape& s : info.input_shapes)
+      if (s.numel() == 0) return Support::no("an input is empty");
+    return Support::yes();
+  }
+
+  int64_t outer, out_chunk;
+  std::vector<int64_t> chunks, starts;  // per input: row length; start of its part in an output row
+  Concat(const LayerInfo& info, const Schema& schema, const vk::Kernels&) {
+    Shape s = info.output_shapes[0];
+    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"), s.rank());
+    std::vector<Shape> ins(info.input_shapes.begin(), info.input_shapes.end());
+    if (schema.layout == Layout::nhwc) {  // physical order N,H,W,C
+      auto phys = [](const Shape& x) { return Shape{x[0], x[2], x[3], x[1]}; };
+      s = phys(s);
+      for (Shape& x : ins) x = phys(x);
+      constexpr int kPhysAxis[4] = {0, 3, 1, 2};
+      axis = kPhysAxis[axis];
+    }
+    outer = prod(s, 0, axis);
+    out_chunk = prod(s, axis, s.rank());
+    int64_t at = 0;
+    for (const Shape& x : ins) {
+      chunks.push_back(prod(x, axis, x.rank()));
+      starts.push_back(at);
+      at += chunks.back();
+    }
+  }
+  void run(const RunArgs& a) override {
+    float* y = a.outputs[0]->data_as<float>();
+    const std::size_t ni = chunks.size();
+    // At least 1 MiB per task: ops_bench's 600 KiB concats took 10.4 us on one
+    // thread and 13.7 us split across two (256 KiB grain, loaded machine).
+    a.pool->parallel_for(outer * out_chunk, int64_t{1} << 18, [&](int64_t b, int64_t e) {
+      // Elements [b, e) of the output: row by row, input by input.
+      for (int64_t o = b / out_chunk; o * out_chunk < e; ++o) {
+        const int64_t row_lo = std::max(b - o * out_chunk, int64_t{0});
+        const int64_t row_hi = std::min(e - o * out_chunk, out_chunk);
+        for (std::size_t i = 0; i < ni; ++i) {
+          const int64_t lo = std::max(row_lo, starts[i]), hi = std::min(row_hi, starts[i] + chunks[i]);
+          if (lo >= hi) continue;
+          std::memcpy(y + o * out_chunk + lo, a.inputs[i]->data_as<float>() + o * chunks[i] + (lo - starts[i]),
+                      sizeof(float) * static_cast<std::size_t>(hi - lo));
+        }
+      }
+    });
+  }
+};
+
+SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Softmax>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Gelu>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Concat>);
+
+}  // namespace
+}  // namespace softneuro

@@ -1,0 +1,31 @@
+// Kernels of the cpu/vec routines (vec.cpp): one set per ISA, built from
+// vec_kernels.inl with that ISA's flags (vec_kernels_avx2.cpp: AVX2+FMA,
+// vec_kernels_avx512.cpp: AVX-512F/BW/VL/DQ). vec.cpp picks a set at run time
+// from core::cpu_features(). Internal to src/routines/cpu.
+#pragma once
+
+#include <cstdint>
+
+namespace softneuro::cpu::vec {
+
+struct Kernels {
+  /// rows x n, row-major: y = (x - mean) / sqrt(var + eps) * scale + bias per
+  /// row (bias may be null); mean and variance in one pass (shifted by the
+  /// row's first element against cancellation).
+  void (*layernorm_rows)(const float* x, float* y, int64_t rows, int64_t n, const float* scale, const float* bias,
+                         float eps);
+  /// rows x n, row-major: softmax of each row (max-subtracted, vectorised exp).
+  void (*softmax_rows)(const float* x, float* y, int64_t rows, int64_t n);
+  /// y[i] = gelu(x[i]), i < n: erf form (Abramowitz-Stegun 7.1.26 erfc, |error|
+  /// <= 1.5e-7) or tanh form (x / (1 + exp(-2u))).
+  void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form);
+};
+
+namespace avx2 {
+extern const Kernels kKernels;
+}
+namespace avx512 {
+extern const Kernels kKernels;
+}
+
+}  // namespace softneuro::cpu::vec

@@ -1,0 +1,247 @@
+// The cpu/vec kernels (vec_kernels.hpp), written once over a small vector
+// abstraction and built per ISA: include only from a file built with the ISA's
+// flags, after defining SN_VEC_AVX512 to 1 (AVX-512F/BW/VL/DQ) or 0 (AVX2+FMA).
+// Everything is in namespace softneuro::cpu::vec::{avx2,avx512}, so the two
+// builds never share a symbol.
+#include "routines/cpu/vec_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#if SN_VEC_AVX512
+#define SN_VEC_NS avx512
+#else
+#define SN_VEC_NS avx2
+#endif
+
+namespace softneuro::cpu::vec::SN_VEC_NS {
+namespace {
+
+#if SN_VEC_AVX512
+using vf = __m512;
+constexpr int kV = 16;
+inline vf vset1(float x) { return _mm512_set1_ps(x); }
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
+inline __mmask16 kmask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+/// Lanes [0, n) of p, the others `fill`; n in 0..kV-1.
+inline vf vload_n(const float* p, int64_t n, float fill = 0.0f) {
+  return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), kmask(n), p);
+}
+inline void vstore_n(float* p, vf v, int64_t n) { _mm512_mask_storeu_ps(p, kmask(n), v); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vfnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a*b
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+inline vf vabs(vf a) { return _mm512_abs_ps(a); }
+inline vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/// 2^n for integral n in [-126, 127] held as floats.
+inline vf vpow2i(vf n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+/// a where x >= 0, b where x < 0.
+inline vf vselect_neg(vf x, vf a, vf b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, vzero(), _CMP_LT_OQ), a, b); }
+inline float hsum(vf v) { return _mm512_reduce_add_ps(v); }
+inline float hmax(vf v) { return _mm512_reduce_max_ps(v); }
+#else
+using vf = __m256;
+constexpr int kV = 8;
+inline vf vset1(float x) { return _mm256_set1_ps(x); }
+inline vf vzero() { return _mm256_setzero_ps(); }
+inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
+inline __m256i lane_mask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline vf vload_n(const float* p, int64_t n, float fill = 0.0f) {
+  const __m256i m = lane_mask(n);
+  return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+inline void vstore_n(float* p, vf v, int64_t n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
+inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf vfnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
+inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+inline vf vabs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vpow2i(vf n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline vf vselect_neg(vf x, vf a, vf b) { return _mm256_blendv_ps(a, b, x); }  // by x's sign bit
+inline float hsum(vf v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float hmax(vf v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+/// exp(x), x clamped to [-87.3, 88.3] (so 2^n stays a normal float): n =
+/// round(x log2 e), r = x - n ln 2 (two-part ln 2), Cephes' degree-6
+/// polynomial on |r| <= ln2/2 (relative error ~1e-7), times 2^n.
+inline vf vexp(vf x) {
+  x = vmin(vmax(x, vset1(-87.3f)), vset1(88.3f));
+  const vf n = vround(vmul(x, vset1(1.44269504088896341f)));
+  vf r = vfnma(n, vset1(0.693359375f), x);
+  r = vfnma(n, vset1(-2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+  return vmul(p, vpow2i(n));
+}
+
+/// gelu, erf form: 0.5 x (1 + erf(x/sqrt2)) = 0.5 x erfc(|z|) for x < 0 and
+/// 0.5 x (2 - erfc(|z|)) otherwise (no cancellation for large negative x),
+/// erfc(z) = t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z).
+inline vf vgelu_erf(vf x) {
+  const vf z = vmul(vabs(x), vset1(0.70710678118654752f));
+  const vf t = vdiv(vset1(1.0f), vfma(z, vset1(0.3275911f), vset1(1.0f)));
+  vf p = vset1(1.061405429f);
+  p = vfma(p, t, vset1(-1.453152027f));
+  p = vfma(p, t, vset1(1.421413741f));
+  p = vfma(p, t, vset1(-0.284496736f));
+  p = vfma(p, t, vset1(0.254829592f));
+  const vf q = vmul(vmul(p, t), vexp(vmul(vsub(vzero(), z), z)));  // erfc(|z|)
+  const vf f = vselect_neg(x, vsub(vset1(2.0f), q), q);
+  return vmul(vmul(vset1(0.5f), x), f);
+}
+
+/// gelu, tanh form: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+inline vf vgelu_tanh(vf x) {
+  const vf x2 = vmul(x, x);
+  const vf u2 = vmul(vmul(x, vset1(-2.0f * 0.79788456080286536f)), vfma(x2, vset1(0.044715f), vset1(1.0f)));
+  return vdiv(x, vadd(vset1(1.0f), vexp(u2)));
+}
+
+void layernorm_rows(const float* x, float* y, int64_t rows, int64_t n, const float* scale, const float* bias,
+                    float eps) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * n;
+    float* yr = y + row * n;
+    const vf k = vset1(xr[0]);
+    vf s0 = vzero(), s1 = vzero(), q0 = vzero(), q1 = vzero();
+    int64_t i = 0;
+    for (; i + 2 * kV <= n; i += 2 * kV) {
+      const vf d0 = vsub(vload(xr + i), k), d1 = vsub(vload(xr + i + kV), k);
+      s0 = vadd(s0, d0);
+      s1 = vadd(s1, d1);
+      q0 = vfma(d0, d0, q0);
+      q1 = vfma(d1, d1, q1);
+    }
+    for (; i + kV <= n; i += kV) {
+      const vf d = vsub(vload(xr + i), k);
+      s0 = vadd(s0, d);
+      q0 = vfma(d, d, q0);
+    }
+    if (i < n) {
+      const vf d = vsub(vload_n(xr + i, n - i, xr[0]), k);  // missing lanes read as the shift: d = 0
+      s1 = vadd(s1, d);
+      q1 = vfma(d, d, q1);
+    }
+    const float inv_n = 1.0f / static_cast<float>(n);
+    const float md = hsum(vadd(s0, s1)) * inv_n;
+    const float var = std::max(hsum(vadd(q0, q1)) * inv_n - md * md, 0.0f);
+    const vf mean = vset1(xr[0] + md), inv = vset1(1.0f / std::sqrt(var + eps));
+    i = 0;
+    if (bias) {
+      for (; i + kV <= n; i += kV)
+        vstore(yr + i, vfma(vmul(vsub(vload(xr + i), mean), inv), vload(scale + i), vload(bias + i)));
+      if (i < n)
+        vstore_n(yr + i,
+                 vfma(vmul(vsub(vload_n(xr + i, n - i), mean), inv), vload_n(scale + i, n - i),
+                      vload_n(bias + i, n - i)),
+                 n - i);
+    } else {
+      for (; i + kV <= n; i += kV) vstore(yr + i, vmul(vmul(vsub(vload(xr + i), mean), inv), vload(scale + i)));
+      if (i < n)
+        vstore_n(yr + i, vmul(vmul(vsub(vload_n(xr + i, n - i), mean), inv), vload_n(scale + i, n - i)), n - i);
+    }
+  }
+}
+
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * n;
+    float* yr = y + row * n;
+    vf m0 = vset1(-INFINITY), m1 = m0;
+    int64_t i = 0;
+    for (; i + 2 * kV <= n; i += 2 * kV) {
+      m0 = vmax(m0, vload(xr + i));
+      m1 = vmax(m1, vload(xr + i + kV));
+    }
+    for (; i + kV <= n; i += kV) m0 = vmax(m0, vload(xr + i));
+    if (i < n) m1 = vmax(m1, vload_n(xr + i, n - i, -INFINITY));
+    const vf mx = vset1(hmax(vmax(m0, m1)));
+    vf s0 = vzero(), s1 = vzero();
+    i = 0;
+    for (; i + 2 * kV <= n; i += 2 * kV) {
+      const vf e0 = vexp(vsub(vload(xr + i), mx)), e1 = vexp(vsub(vload(xr + i + kV), mx));
+      vstore(yr + i, e0);
+      vstore(yr + i + kV, e1);
+      s0 = vadd(s0, e0);
+      s1 = vadd(s1, e1);
+    }
+    for (; i + kV <= n; i += kV) {
+      const vf e = vexp(vsub(vload(xr + i), mx));
+      vstore(yr + i, e);
+      s0 = vadd(s0, e);
+    }
+    if (i < n) {
+      const vf e = vexp(vsub(vload_n(xr + i, n - i, -INFINITY), mx));  // missing lanes: exp(-inf) = 0 (clamped: ~1e-38)
+      vstore_n(yr + i, e, n - i);
+      vf keep = vload_n(yr + i, n - i);  // the stored lanes, the others 0
+      s1 = vadd(s1, keep);
+    }
+    const vf inv = vset1(1.0f / hsum(vadd(s0, s1)));
+    i = 0;
+    for (; i + kV <= n; i += kV) vstore(yr + i, vmul(vload(yr + i), inv));
+    if (i < n) vstore_n(yr + i, vmul(vload_n(yr + i, n - i), inv), n - i);
+  }
+}
+
+template <vf (*F)(vf)>
+void map(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 2 * kV <= n; i += 2 * kV) {
+    const vf a = F(vload(x + i)), b = F(vload(x + i + kV));
+    vstore(y + i, a);
+    vstore(y + i + kV, b);
+  }
+  for (; i + kV <= n; i += kV) vstore(y + i, F(vload(x + i)));
+  if (i < n) vstore_n(y + i, F(vload_n(x + i, n - i)), n - i);
+}
+
+void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
+  if (tanh_form)
+    map<vgelu_tanh>(x, y, n);
+  else
+    map<vgelu_erf>(x, y, n);
+}
+
+}  // namespace
+
+const Kernels kKernels{layernorm_rows, softmax_rows, gelu};
+
+}  // namespace softneuro::cpu::vec::SN_VEC_NS
