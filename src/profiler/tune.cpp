@@ -138,7 +138,38 @@ struct LayerProfile {
   LayerInfo info;
   std::vector<Measured> measured;  // sorted by unit_ms
   int node = -1;                   // DPRS node
+  /// In-context time over unit time, from this layer's candidates measured in
+  /// context (else the net's median ratio): a candidate measured only alone is
+  /// estimated at unit_ms * context_ratio, so it does not look cheaper than the
+  /// measured ones just because isolation keeps caches warm (VGG16's 400 MB
+  /// dense layer: 4.1 ms alone, several times that in the net).
+  double context_ratio = 1;
+  /// The time DPRS uses for a candidate: in context where measured, else estimated.
+  double cost(const Measured& m, bool integrated) const {
+    return !integrated ? m.unit_ms : m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms * context_ratio;
+  }
 };
+
+/// Sets every layer's context_ratio from the candidates measured in context.
+void update_context_ratios(std::vector<LayerProfile>& profiles) {
+  std::vector<double> all;
+  for (auto& p : profiles)
+    for (const auto& m : p.measured)
+      if (m.integrated_ms > 0 && m.unit_ms > 0) all.push_back(m.integrated_ms / m.unit_ms);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 1.0 : v[v.size() / 2];
+  };
+  const double global = std::max(1.0, median(all));
+  for (auto& p : profiles) {
+    std::vector<double> mine;
+    for (const auto& m : p.measured)
+      if (m.integrated_ms > 0 && m.unit_ms > 0) mine.push_back(m.integrated_ms / m.unit_ms);
+    // Never below 1: a candidate alone is not slower than in a net, and
+    // estimating it cheaper than measured would chase unmeasured candidates.
+    p.context_ratio = mine.empty() ? global : std::max(1.0, median(mine));
+  }
+}
 
 struct Tuner {
   detail::NetImpl& net;
@@ -354,16 +385,25 @@ struct Tuner {
         if (c.support.ok && (schema_allowed(c.schema) || c.schema == cn->schemas[k]) && rule_allows(child.name, c.descriptor))
           cands.push_back(std::move(c));
       bool has_fast = std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
+      std::map<std::string, double> best_in_schema;  // cut-off, as in unit_profile()
       for (const auto& c : cands) {
         if (opt.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
-        for (const auto& cp : combinations(c.routine->param_space(ci, c.schema))) {
+        const std::string schema_text = c.schema.to_string();
+        search_params(c.routine->param_space(ci, c.schema), [&](const RoutineParams& cp) {
           std::vector<core::RoutineChoice> grandchildren;
           double ms = childnet_cost(*c.routine, c.schema, ci, cp, grandchildren, depth + 1);
-          if (ms < 0)
-            ms = time_routine(*c.routine, c.schema, ci, cp,
-                              fmt::format("{}|{}|{}|{}", key_prefix, sig, c.descriptor, params_text(cp)));
-          if (ms < kInf) options[k].push_back({c.schema, ms, {child.name, c.descriptor, cp, ms, 0, std::move(grandchildren)}});
-        }
+          if (ms < 0) {
+            auto b = best_in_schema.find(schema_text);
+            ms = time_routine(*c.routine, c.schema, ci, cp, fmt::format("{}|{}|{}|{}", key_prefix, sig, c.descriptor, params_text(cp)),
+                              b == best_in_schema.end() ? 0 : 3 * b->second);
+          }
+          if (ms < kInf) {
+            options[k].push_back({c.schema, ms, {child.name, c.descriptor, cp, ms, 0, std::move(grandchildren)}});
+            auto& b = best_in_schema.try_emplace(schema_text, ms).first->second;
+            b = std::min(b, ms);
+          }
+          return ms;
+        });
       }
       if (options[k].empty()) return kInf;
     }
@@ -428,6 +468,8 @@ struct Tuner {
       for (const auto& i : layer.inputs) p.info.input_shapes.push_back(net.shapes.at(i)), p.info.input_quant.push_back(quant_of(i));
       for (const auto& o : layer.outputs) p.info.output_shapes.push_back(net.shapes.at(o)), p.info.output_quant.push_back(quant_of(o));
       progress("unit profiling", done++, total, layer.name);
+      const auto layer_start = std::chrono::steady_clock::now();
+      const int measured_before = report.measurements;
       std::vector<Candidate> cands;
       for (auto& c : registry.candidates(p.info)) {
         if (!c.support.ok) {
@@ -475,6 +517,9 @@ struct Tuner {
         throw Error(fmt::format("no routine can run this {} layer within the schemas and rules given", layer.type), net.file,
                     layer.name, "routine");
       std::stable_sort(p.measured.begin(), p.measured.end(), [](const Measured& a, const Measured& b) { return a.unit_ms < b.unit_ms; });
+      core::debug("unit profiling {}: {} candidates, {} measurements, {:.2f} s", layer.name, p.measured.size(),
+                  report.measurements - measured_before,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start).count());
       profiles.push_back(std::move(p));
     }
     progress("unit profiling", total, total, "");
@@ -534,7 +579,7 @@ struct Tuner {
     for (auto& p : profiles) {
       std::vector<double> cost(static_cast<std::size_t>(S), kInf);
       for (const auto& m : p.measured) {
-        double t = integrated && m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms;
+        double t = p.cost(m, integrated);
         auto& c = cost[static_cast<std::size_t>(schema_index(m.cand.schema))];
         c = std::min(c, t);
       }
@@ -556,7 +601,7 @@ struct Tuner {
   /// The best measured candidate of a layer in a schema (integrated time first when known).
   static const Measured* best_in(const LayerProfile& p, const Schema& s, bool integrated) {
     const Measured* best = nullptr;
-    auto t = [&](const Measured& m) { return integrated && m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms; };
+    auto t = [&](const Measured& m) { return p.cost(m, integrated); };
     for (const auto& m : p.measured)
       if (m.cand.schema == s && (!best || t(m) < t(*best))) best = &m;
     return best;
@@ -705,10 +750,11 @@ struct Tuner {
     // DPRS again with in-context costs where measured. A path that picks
     // candidates measured only in isolation is run in context once more and
     // solved again, until the chosen path's costs are all in-context ones (or
-    // three rounds): its predicted time is then a sum of in-context times.
+    // four rounds): its predicted time is then a sum of in-context times.
     std::vector<const Measured*> picks;
     core::RoutinePath path;
     for (int round = 0;; ++round) {
+      update_context_ratios(profiles);
       pb = build_problem(profiles, true);
       sol = dprs::solve(pb.graph);
       if (!sol.feasible) throw Error("no routine path exists", net.file);
@@ -716,7 +762,7 @@ struct Tuner {
       path = path_from(picks, profiles);
       bool all_in_context = true;
       for (const auto* m : picks) all_in_context = all_in_context && m->integrated_ms > 0;
-      if (all_in_context || round == 2) break;
+      if (all_in_context || round == 3) break;
       progress("integrated profiling", rounds + round, rounds + round + 1, "");
       auto [per_step, total] = run_in_context(path, opt.integrated_runs);
       for (std::size_t i = 0; i < profiles.size(); ++i)
@@ -750,7 +796,7 @@ struct Tuner {
     }
     for (std::size_t i = 0; i < profiles.size(); ++i) {
       auto& rc = path.routines[i];
-      rc.predicted_ms = picks[i]->integrated_ms > 0 ? picks[i]->integrated_ms : picks[i]->unit_ms;
+      rc.predicted_ms = profiles[i].cost(*picks[i], true);
       report.layers.push_back({profiles[i].layer->name, profiles[i].layer->type, rc.descriptor, params_text(rc.params),
                                picks[i]->unit_ms, picks[i]->integrated_ms, static_cast<int>(profiles[i].measured.size())});
     }
