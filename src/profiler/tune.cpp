@@ -699,6 +699,47 @@ struct Tuner {
     }
   }
 
+  struct Alternative {
+    std::string name;
+    core::RoutinePath path;  ///< routines only: the executor adds its adapts
+    double predicted_ms = 0;
+  };
+
+  /// DPRS within each dtype the candidates span (when more than one), each
+  /// layer keeping the float32 CPU candidates where that dtype has none.
+  std::vector<Alternative> single_dtype_paths(const std::vector<LayerProfile>& profiles) {
+    std::set<DType> dtypes;
+    for (const auto& p : profiles)
+      for (const auto& m : p.measured) dtypes.insert(m.cand.schema.dtype);
+    std::vector<Alternative> out;
+    if (dtypes.size() < 2) return out;
+    for (DType d : dtypes) {
+      std::vector<LayerProfile> restricted = profiles;
+      bool possible = true;
+      for (auto& p : restricted) {
+        std::vector<Measured> keep;
+        for (const auto& m : p.measured)
+          if (m.cand.schema.dtype == d) keep.push_back(m);
+        if (keep.empty())
+          for (const auto& m : p.measured)
+            if (m.cand.schema.device == Device::cpu && m.cand.schema.dtype == DType::float32) keep.push_back(m);
+        if (keep.empty()) possible = false;
+        p.measured = std::move(keep);
+      }
+      if (!possible) continue;
+      Problem rpb = build_problem(restricted, true);
+      auto rsol = dprs::solve(rpb.graph);
+      if (!rsol.feasible) continue;
+      std::vector<const Measured*> picks;
+      for (const auto& p : restricted)
+        picks.push_back(best_in(p, schemas[static_cast<std::size_t>(rsol.schema[static_cast<std::size_t>(p.node)])], true));
+      Alternative alt{fmt::format("{}-only", to_string(d)), path_from(picks, restricted), rsol.total};
+      for (std::size_t i = 0; i < restricted.size(); ++i) alt.path.routines[i].predicted_ms = restricted[i].cost(*picks[i], true);
+      out.push_back(std::move(alt));
+    }
+    return out;
+  }
+
   TuneReport run() {
     if (num_threads() < 1) throw Error("no threads");
     check_schema_entries();
@@ -804,13 +845,37 @@ struct Tuner {
     // Measure the tuned net end to end; never hand back a path slower than the untuned default.
     // Interleaved rounds: a comparison of two back-to-back measurements on a
     // busy machine once kept the default over a path 1.5x faster.
+    // With several dtypes allowed (hybrid), the best path within each dtype
+    // alone is measured beside it: in-context costs measured around a mixed
+    // path can hide that a single-dtype path runs faster as a whole, and a
+    // hybrid tuning must never hand back a path slower than those.
+    std::vector<Alternative> alternatives = single_dtype_paths(profiles);
     progress("final measurement", 0, 1, "");
-    auto measured = run_interleaved({path, core::RoutinePath{}}, std::max(3, opt.integrated_runs), 3);
+    std::vector<core::RoutinePath> to_measure{path, core::RoutinePath{}};
+    for (const auto& alt : alternatives) to_measure.push_back(alt.path);
+    auto measured = run_interleaved(to_measure, std::max(3, opt.integrated_runs), 3);
+    for (std::size_t k = 0; k < alternatives.size(); ++k) {
+      const auto& m = measured[2 + k];
+      if (m.total_ms < measured[0].total_ms * 0.97) {
+        core::info("the {} path measured {:.3f} ms, the tuned path {:.3f} ms: taking the {} path", alternatives[k].name,
+                   m.total_ms, measured[0].total_ms, alternatives[k].name);
+        path = alternatives[k].path;
+        measured[0] = m;
+        report.predicted_ms = alternatives[k].predicted_ms;
+        report.adapts.clear();  // the executor's adapts (see the inspect output)
+        report.layers.clear();
+        for (const auto& r : path.routines)
+          report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
+                                   r.predicted_ms, 0, 0});
+      }
+    }
     auto& tuned_steps = measured[0].per_step;
     auto& default_steps = measured[1].per_step;
     const double tuned_ms = measured[0].total_ms, default_ms = measured[1].total_ms;
     for (auto& rc : path.routines)
       if (auto it = tuned_steps.find(rc.layer); it != tuned_steps.end()) rc.measured_ms = it->second;
+    for (auto& l : report.layers)
+      if (auto it = tuned_steps.find(l.layer); it != tuned_steps.end() && l.integrated_ms == 0) l.integrated_ms = it->second;
     report.measured_ms = tuned_ms;
     // (Only when the default itself obeys the user's schemas, pins and bans.)
     bool default_allowed = true;

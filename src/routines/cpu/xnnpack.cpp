@@ -482,15 +482,17 @@ class Xnnpack final : public Routine {
     }
   }
 
-  /// spin_workers: 0 (default) lets pthreadpool's workers sleep as soon as an
-  /// operator is done (XNN_FLAG_YIELD_WORKERS); 1 keeps them spinning for the
-  /// next operator, which saves a wake-up between XNNPACK layers on an idle
-  /// machine but, on a loaded one, has them preempted mid-spin (measured: a
-  /// 1x1 96->24 conv at 56x56, 2 threads, load 7 on 2 cores, 16-24 ms spinning
-  /// against 0.12 ms yielding; 0.054 ms spinning when the machine was quiet).
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    return {{"spin_workers", {0, 1}}};
-  }
+  /// spin_workers: 0 (what the tuner uses) lets pthreadpool's workers sleep as
+  /// soon as an operator is done (XNN_FLAG_YIELD_WORKERS); 1 keeps them
+  /// spinning for the next operator, which saves a wake-up between XNNPACK
+  /// layers on an idle machine but, on a loaded one, has them preempted
+  /// mid-spin (measured: a 1x1 96->24 conv at 56x56, 2 threads, load 7 on 2
+  /// cores, 16-24 ms spinning against 0.12 ms yielding; 0.054 ms spinning when
+  /// the machine was quiet). It is not offered to the tuner: measured alone it
+  /// wins, but in a net the spinning workers take the cores from the OpenMP team
+  /// of the layers that follow (ResNet50 hybrid: layers summed 9.4 ms, the run
+  /// took 18.2 ms after a spinning XNNPACK max pool). A path may still name it.
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {}; }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
                                            const RoutineParams& params) const override {
@@ -1017,9 +1019,8 @@ class XnnpackQ final : public Routine {
     }
   }
 
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    return {{"spin_workers", {0, 1}}};
-  }
+  /// spin_workers: as for the float32 routines, not offered to the tuner.
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {}; }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
                                            const RoutineParams& params) const override {
