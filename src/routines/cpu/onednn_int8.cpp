@@ -58,6 +58,7 @@
 // Engine, threads, scratchpad and the allocation-free run are shared with the
 // float32 routines (onednn_common.hpp).
 #include "routines/cpu/onednn_common.hpp"
+#include "routines/cpu/quant_params.hpp"
 
 #include "core/layer_types.hpp"
 
@@ -79,6 +80,12 @@
 namespace softneuro {
 namespace {
 
+using cpu::TQ;
+using cpu::calibrated;
+using cpu::in_q;
+using cpu::out_q;
+using cpu::tensor_quant;
+
 using namespace onednn_common;
 using core::Activation;
 using core::Window2d;
@@ -88,42 +95,8 @@ using core::Window2d;
 // ---------------------------------------------------------------------------
 // Quantisation parameters
 
-struct TQ {
-  float scale = 1;
-  int32_t zp = 0;
-};
 
-Support tensor_quant(const std::vector<QuantParams>& qs, std::size_t i, const char* what, TQ* out) {
-  if (i >= qs.size() || qs[i].empty()) return Support::no("not calibrated: run calibration first");
-  const QuantParams& q = qs[i];
-  if (q.scales.size() != 1 || q.axis != -1)
-    return Support::no(fmt::format("{} {} is quantised per channel; activations must be per tensor", what, i));
-  if (!(q.scales[0] > 0) || !std::isfinite(q.scales[0]))
-    return Support::no(fmt::format("{} {} has scale {}, not a positive number", what, i, q.scales[0]));
-  const int32_t zp = q.zero_points.empty() ? 0 : q.zero_points[0];
-  if (zp < -128 || zp > 127) return Support::no(fmt::format("{} {} has zero point {} outside int8", what, i, zp));
-  if (out) *out = TQ{q.scales[0], zp};
-  return Support::yes();
-}
 
-TQ in_q(const LayerInfo& info, std::size_t i) {
-  TQ t;
-  tensor_quant(info.input_quant, i, "input", &t);
-  return t;
-}
-TQ out_q(const LayerInfo& info) {
-  TQ t;
-  tensor_quant(info.output_quant, 0, "output", &t);
-  return t;
-}
-
-Support calibrated(const LayerInfo& info) {
-  for (std::size_t i = 0; i < info.input_shapes.size(); ++i)
-    if (Support q = tensor_quant(info.input_quant, i, "input", nullptr); !q) return q;
-  for (std::size_t i = 0; i < info.output_shapes.size(); ++i)
-    if (Support q = tensor_quant(info.output_quant, i, "output", nullptr); !q) return q;
-  return Support::yes();
-}
 
 Support float_weight(const Layer& l, const char* key, bool required) {
   const Blob* b = l.find_weight(key);

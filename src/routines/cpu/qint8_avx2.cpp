@@ -49,6 +49,7 @@
 // uncalibrated net never considers them).
 #include "core/layer_types.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
+#include "routines/cpu/quant_params.hpp"
 
 #include <softneuro/net.hpp>
 #include <softneuro/routine.hpp>
@@ -67,6 +68,12 @@
 namespace softneuro {
 namespace {
 
+using cpu::TQ;
+using cpu::calibrated;
+using cpu::in_q;
+using cpu::out_q;
+using cpu::tensor_quant;
+
 using core::Activation;
 using core::Window2d;
 using qint8::Epilogue;
@@ -79,24 +86,6 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int32_t clamp8(double v) { return static_cast<int32_t>(std::clamp(v, -128.0, 127.0)); }
 
-/// Per-tensor quantisation of one blob.
-struct TQ {
-  float scale = 1;
-  int32_t zp = 0;
-};
-
-Support tensor_quant(const std::vector<QuantParams>& qs, std::size_t i, const char* what, TQ* out) {
-  if (i >= qs.size() || qs[i].empty()) return Support::no("not calibrated: run calibration first");
-  const QuantParams& q = qs[i];
-  if (q.scales.size() != 1 || q.axis != -1)
-    return Support::no(fmt::format("{} {} is quantised per channel; activations must be per tensor", what, i));
-  if (!(q.scales[0] > 0) || !std::isfinite(q.scales[0]))
-    return Support::no(fmt::format("{} {} has scale {}, not a positive number", what, i, q.scales[0]));
-  int32_t zp = q.zero_points.empty() ? 0 : q.zero_points[0];
-  if (zp < -128 || zp > 127) return Support::no(fmt::format("{} {} has zero point {} outside int8", what, i, zp));
-  if (out) *out = TQ{q.scales[0], zp};
-  return Support::yes();
-}
 
 /// What every routine here needs: AVX2, a qint8 schema, calibration of every blob.
 Support common(const LayerInfo& info, const Schema& s) {
@@ -109,16 +98,6 @@ Support common(const LayerInfo& info, const Schema& s) {
   return Support::yes();
 }
 
-TQ in_q(const LayerInfo& info, std::size_t i) {
-  TQ t;
-  tensor_quant(info.input_quant, i, "input", &t);
-  return t;
-}
-TQ out_q(const LayerInfo& info, std::size_t i = 0) {
-  TQ t;
-  tensor_quant(info.output_quant, i, "output", &t);
-  return t;
-}
 
 Support float_weight(const Layer& l, const char* key, bool required) {
   const Blob* b = l.find_weight(key);

@@ -74,6 +74,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
+#include "routines/cpu/quant_params.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -107,6 +108,10 @@ uint64_t xnnpack_allocations();
 namespace {
 
 using core::Activation;
+using cpu::TQ;
+using cpu::in_q;
+using cpu::out_q;
+using cpu::tensor_quant;
 using core::Window2d;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -913,34 +918,6 @@ struct Softmax {
 
 constexpr Schema kQSchema{Device::cpu, DType::qint8, Layout::nhwc};
 
-/// Per-tensor quantisation of one activation blob.
-struct TQ {
-  float scale = 1;
-  int32_t zp = 0;
-};
-
-Support tensor_quant(const std::vector<QuantParams>& qs, std::size_t i, const char* what, TQ* out) {
-  if (i >= qs.size() || qs[i].empty()) return Support::no("not calibrated: run calibration first");
-  const QuantParams& q = qs[i];
-  if (q.scales.size() != 1 || q.axis != -1)
-    return Support::no(fmt::format("{} {} is quantised per channel; activations must be per tensor", what, i));
-  if (!(q.scales[0] > 0) || !std::isfinite(q.scales[0]))
-    return Support::no(fmt::format("{} {} has scale {}, not a positive number", what, i, q.scales[0]));
-  const int32_t zp = q.zero_points.empty() ? 0 : q.zero_points[0];
-  if (zp < -128 || zp > 127) return Support::no(fmt::format("{} {} has zero point {} outside int8", what, i, zp));
-  if (out) *out = TQ{q.scales[0], zp};
-  return Support::yes();
-}
-TQ in_q(const LayerInfo& info, std::size_t i = 0) {
-  TQ t;
-  tensor_quant(info.input_quant, i, "input", &t);
-  return t;
-}
-TQ out_q(const LayerInfo& info) {
-  TQ t;
-  tensor_quant(info.output_quant, 0, "output", &t);
-  return t;
-}
 int8_t to_i8(double v) { return static_cast<int8_t>(std::clamp(v, -128.0, 127.0)); }
 
 /// The fused activation as XNNPACK's int8 output range, or why it cannot be one.

@@ -1,0 +1,57 @@
+// The per-tensor int8 quantisation of activation blobs, as every qint8 routine
+// family reads it from LayerInfo (our AVX2/VNNI kernels, oneDNN int8, XNNPACK).
+// Internal to src/routines/cpu.
+#pragma once
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace softneuro::cpu {
+
+/// Per-tensor quantisation of one blob.
+struct TQ {
+  float scale = 1;
+  int32_t zp = 0;
+};
+
+/// Blob i's per-tensor quantisation, or why it cannot be used.
+inline Support tensor_quant(const std::vector<QuantParams>& qs, std::size_t i, const char* what, TQ* out) {
+  if (i >= qs.size() || qs[i].empty()) return Support::no("not calibrated: run calibration first");
+  const QuantParams& q = qs[i];
+  if (q.scales.size() != 1 || q.axis != -1)
+    return Support::no(fmt::format("{} {} is quantised per channel; activations must be per tensor", what, i));
+  if (!(q.scales[0] > 0) || !std::isfinite(q.scales[0]))
+    return Support::no(fmt::format("{} {} has scale {}, not a positive number", what, i, q.scales[0]));
+  const int32_t zp = q.zero_points.empty() ? 0 : q.zero_points[0];
+  if (zp < -128 || zp > 127) return Support::no(fmt::format("{} {} has zero point {} outside int8", what, i, zp));
+  if (out) *out = TQ{q.scales[0], zp};
+  return Support::yes();
+}
+
+/// Every input and output of the layer has a usable per-tensor quantisation.
+inline Support calibrated(const LayerInfo& info) {
+  for (std::size_t i = 0; i < info.input_shapes.size(); ++i)
+    if (Support q = tensor_quant(info.input_quant, i, "input", nullptr); !q) return q;
+  for (std::size_t i = 0; i < info.output_shapes.size(); ++i)
+    if (Support q = tensor_quant(info.output_quant, i, "output", nullptr); !q) return q;
+  return Support::yes();
+}
+
+/// Input i's / output i's quantisation (after supports() said yes).
+inline TQ in_q(const LayerInfo& info, std::size_t i = 0) {
+  TQ t;
+  tensor_quant(info.input_quant, i, "input", &t);
+  return t;
+}
+inline TQ out_q(const LayerInfo& info, std::size_t i = 0) {
+  TQ t;
+  tensor_quant(info.output_quant, i, "output", &t);
+  return t;
+}
+
+}  // namespace softneuro::cpu
