@@ -100,6 +100,20 @@ std::vector<std::pair<RoutineParams, double>> search_params(const std::vector<Ro
   return out;
 }
 
+/// The best time measured so far per schema for one layer: a candidate three
+/// times slower than it gets one timed run (measure()'s cut-off), not the budget.
+struct CutOff {
+  std::map<std::string, double> best;  // schema text -> ms
+  double limit(const std::string& schema) const {
+    auto b = best.find(schema);
+    return b == best.end() ? 0 : 3 * b->second;
+  }
+  void seen(const std::string& schema, double ms) {
+    auto& b = best.try_emplace(schema, ms).first->second;
+    b = std::min(b, ms);
+  }
+};
+
 /// A blob filled with small random values in the schema's dtype and layout;
 /// on another device, zero-filled device memory from the device's backend.
 Blob random_blob(const Shape& shape, const Schema& s, std::mt19937& rng) {
@@ -385,22 +399,19 @@ struct Tuner {
         if (c.support.ok && (schema_allowed(c.schema) || c.schema == cn->schemas[k]) && rule_allows(child.name, c.descriptor))
           cands.push_back(std::move(c));
       bool has_fast = std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
-      std::map<std::string, double> best_in_schema;  // cut-off, as in unit_profile()
+      CutOff cutoff;
       for (const auto& c : cands) {
         if (opt.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
         const std::string schema_text = c.schema.to_string();
         search_params(c.routine->param_space(ci, c.schema), [&](const RoutineParams& cp) {
           std::vector<core::RoutineChoice> grandchildren;
           double ms = childnet_cost(*c.routine, c.schema, ci, cp, grandchildren, depth + 1);
-          if (ms < 0) {
-            auto b = best_in_schema.find(schema_text);
+          if (ms < 0)
             ms = time_routine(*c.routine, c.schema, ci, cp, fmt::format("{}|{}|{}|{}", key_prefix, sig, c.descriptor, params_text(cp)),
-                              b == best_in_schema.end() ? 0 : 3 * b->second);
-          }
+                              cutoff.limit(schema_text));
           if (ms < kInf) {
             options[k].push_back({c.schema, ms, {child.name, c.descriptor, cp, ms, 0, std::move(grandchildren)}});
-            auto& b = best_in_schema.try_emplace(schema_text, ms).first->second;
-            b = std::min(b, ms);
+            cutoff.seen(schema_text, ms);
           }
           return ms;
         });
@@ -492,7 +503,7 @@ struct Tuner {
       }
       bool has_fast = std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
       std::string sig = signature(p.info);
-      std::map<std::string, double> best_in_schema;  // for the cut-off of hopeless candidates
+      CutOff cutoff;
       for (const auto& c : cands) {
         if (opt.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
         const std::string schema_text = c.schema.to_string();
@@ -500,15 +511,10 @@ struct Tuner {
           std::string key = fmt::format("{}|{}|{}|{}", key_prefix, sig, c.descriptor, params_text(params));
           std::vector<core::RoutineChoice> children;
           double ms = childnet_cost(*c.routine, c.schema, p.info, params, children);
-          if (ms < 0) {
-            // Three times slower than the best of its schema so far: one timed run says enough.
-            auto b = best_in_schema.find(schema_text);
-            ms = time_routine(*c.routine, c.schema, p.info, params, key, b == best_in_schema.end() ? 0 : 3 * b->second);
-          }
+          if (ms < 0) ms = time_routine(*c.routine, c.schema, p.info, params, key, cutoff.limit(schema_text));
           if (ms < kInf) {
             p.measured.push_back({c, params, ms, 0, std::move(children)});
-            auto& b = best_in_schema.try_emplace(schema_text, ms).first->second;
-            b = std::min(b, ms);
+            cutoff.seen(schema_text, ms);
           }
           return ms;
         });
@@ -896,7 +902,7 @@ struct Tuner {
       core::Executor exec(g, net.shapes);
       for (const auto& step : exec.steps())
         if (step->layer->type != "adapt" && step->parent.empty())  // a childnet's children follow their parent's default
-          fallback.routines.push_back({step->name, step->routine.descriptor, step->params, default_steps[step->name], default_steps[step->name]});
+          fallback.routines.push_back({step->name, step->routine.descriptor, step->params, default_steps[step->name], default_steps[step->name], {}});
       path = fallback;
       report.measured_ms = default_ms;
       report.predicted_ms = 0;

@@ -91,11 +91,7 @@ int32_t clamp8(double v) { return static_cast<int32_t>(std::clamp(v, -128.0, 127
 Support common(const LayerInfo& info, const Schema& s) {
   if (!qint8::avx2_usable()) return Support::no("CPU lacks AVX2 (or FMA)");
   if (!(s == kNchw || s == kNhwc)) return Support::no(fmt::format("computes in cpu:qint8[:nhwc], not {}", s.to_string()));
-  for (std::size_t i = 0; i < info.input_shapes.size(); ++i)
-    if (Support q = tensor_quant(info.input_quant, i, "input", nullptr); !q) return q;
-  for (std::size_t i = 0; i < info.output_shapes.size(); ++i)
-    if (Support q = tensor_quant(info.output_quant, i, "output", nullptr); !q) return q;
-  return Support::yes();
+  return calibrated(info);
 }
 
 
