@@ -97,3 +97,26 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
         }
   }
 }
+
+TEST_CASE("direct conv2 on first-layer shapes (1-4 input channels: the narrow kernels)", "[direct][conv2]") {
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(99);
+  for (int64_t c = 1; c <= 5; ++c)  // 5: just past the narrow kernels
+    for (auto [k, s, pad, n] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 1, 1, 1}, {7, 2, 3, 2}, {3, 2, 0, 1}}) {
+      const int64_t oc = c == 3 ? 64 : 8 * c + 3;
+      Layer l = conv_layer(c, oc, 1, k, k, s, s, 1, 1, {pad, pad, pad, pad}, true, rng);
+      set_act(l, "relu", rng);
+      const Blob x = random_blob({n, c, 23, 30}, rng);
+      for (int64_t ocb : {1, 2, 4})
+        for (int64_t w : {4, 7, 14}) {
+          INFO("c" << c << " oc" << oc << " k" << k << " s" << s << " n" << n << " oc_block " << ocb << " ow_tile " << w);
+          std::string why;
+          if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}}, &why)) {
+            REQUIRE(isa_missing(why));
+            WARN(descriptor << " skipped: " << why);
+            return;
+          }
+        }
+    }
+}

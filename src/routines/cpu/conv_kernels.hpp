@@ -28,7 +28,12 @@ struct DirectTile {
   bool last = false;    ///< apply bias + activation and zero the padded channels
   const float* bias = nullptr;  ///< OCB*V biases (zero-padded), or null
   int valid_last = 0;           ///< valid lanes of the tile's last oc block (V when full)
+  int ic_valid = 0;  ///< narrow kernels: the input's channels (1..kNarrowPx)
 };
+
+/// Floats per pixel of the padded input of the narrow kernels (inputs of at
+/// most this many channels: a net's first layer), instead of a whole vector.
+constexpr int kNarrowPx = 4;
 using DirectFn = void (*)(const DirectTile&, const gemm::Epilogue&);
 
 /// One output row of a depthwise convolution over one channel vector.
@@ -59,6 +64,9 @@ struct Kernels {
   int tile_ocb[kMaxTiles] = {}, tile_w[kMaxTiles] = {};
   /// direct[t][s]: tile t, stride s = 0 (any), 1, 2.
   DirectFn direct[kMaxTiles][3] = {};
+  /// narrow[t][s]: the same for inputs of at most kNarrowPx channels, whose
+  /// padded copy holds kNarrowPx floats per pixel (DirectTile::ic_valid read).
+  DirectFn narrow[kMaxTiles][3] = {};
   DepthwiseFn depthwise = nullptr;
 };
 

@@ -11,33 +11,35 @@ namespace {
 using conv::DirectTile;
 using conv::DepthwiseRow;
 
-/// OCB x W accumulators; stride S (0: t.sw at run time).
-template <int OCB, int W, int S>
+/// OCB x W accumulators; stride S (0: t.sw at run time). NARROW: one block
+/// of fewer channels than a vector (a net's first layer, 3 channels), stored
+/// conv::kNarrowPx floats per pixel; only t.ic_valid of them are read.
+template <int OCB, int W, int S, bool NARROW>
 void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
+  const float* tx = t.x;
+  float* ty = t.y;
   vf acc[OCB][W];
   if (t.load_y) {
 #pragma GCC unroll 4
     for (int j = 0; j < OCB; ++j)
 #pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) acc[j][i] = vload(t.y + j * t.y_ocb + i * kV);
+      for (int i = 0; i < W; ++i) acc[j][i] = vload(ty + j * t.y_ocb + i * kV);
   } else {
 #pragma GCC unroll 4
     for (int j = 0; j < OCB; ++j)
 #pragma GCC unroll 32
       for (int i = 0; i < W; ++i) acc[j][i] = vzero();
   }
-  const int64_t sx = (S == 0 ? t.sw : S) * kV;
+  constexpr int64_t px = NARROW ? conv::kNarrowPx : kV;  // floats between input pixels
+  const int64_t sx = (S == 0 ? t.sw : S) * px;
   for (int64_t icb = 0; icb < t.icbs; ++icb) {
-    const float* xb = t.x + icb * t.x_icb;
+    const float* xb = tx + icb * t.x_icb;
     const float* wb = t.w + icb * t.w_icb;
     for (int kh = 0; kh < t.kh; ++kh)
       for (int kw = 0; kw < t.kw; ++kw) {
-        const float* xp = xb + kh * t.dh * t.x_row + kw * t.dw * kV;
+        const float* xp = xb + kh * t.dh * t.x_row + kw * t.dw * px;
         const float* wp = wb + (kh * t.kw + kw) * (kV * OCB * kV);
-        // The whole vector of input channels unrolled: the loop overhead per
-        // tap would otherwise show (up to ~10% on the narrow tiles).
-#pragma GCC unroll 16
-        for (int ic = 0; ic < kV; ++ic) {
+        auto step = [&](int ic) __attribute__((always_inline)) {
           vf wv[OCB];
 #pragma GCC unroll 4
           for (int j = 0; j < OCB; ++j) wv[j] = vload(wp + (ic * OCB + j) * kV);
@@ -47,6 +49,19 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
 #pragma GCC unroll 4
             for (int j = 0; j < OCB; ++j) acc[j][i] = vfma(xv, wv[j], acc[j][i]);
           }
+        };
+        if constexpr (NARROW) {
+          switch (t.ic_valid) {  // unrolled per count: the loop overhead would show on 3 steps
+            case 1: step(0); break;
+            case 2: step(0); step(1); break;
+            case 3: step(0); step(1); step(2); break;
+            default: step(0); step(1); step(2); step(3); break;
+          }
+        } else {
+          // The whole vector of input channels unrolled: the loop overhead per
+          // tap would otherwise show (up to ~10% on the narrow tiles).
+#pragma GCC unroll 16
+          for (int ic = 0; ic < kV; ++ic) step(ic);
         }
       }
   }
@@ -67,7 +82,7 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
 #pragma GCC unroll 4
   for (int j = 0; j < OCB; ++j)
 #pragma GCC unroll 32
-    for (int i = 0; i < W; ++i) vstore(t.y + j * t.y_ocb + i * kV, acc[j][i]);
+    for (int i = 0; i < W; ++i) vstore(ty + j * t.y_ocb + i * kV, acc[j][i]);
 }
 
 // ---------------------------------------------------------------------------
@@ -198,9 +213,12 @@ void add_tile(conv::Kernels& k) {
   const int t = k.ntiles++;
   k.tile_ocb[t] = OCB;
   k.tile_w[t] = W;
-  k.direct[t][0] = &direct_tile<OCB, W, 0>;
-  k.direct[t][1] = &direct_tile<OCB, W, 1>;
-  k.direct[t][2] = &direct_tile<OCB, W, 2>;
+  k.direct[t][0] = &direct_tile<OCB, W, 0, false>;
+  k.direct[t][1] = &direct_tile<OCB, W, 1, false>;
+  k.direct[t][2] = &direct_tile<OCB, W, 2, false>;
+  k.narrow[t][0] = &direct_tile<OCB, W, 0, true>;
+  k.narrow[t][1] = &direct_tile<OCB, W, 1, true>;
+  k.narrow[t][2] = &direct_tile<OCB, W, 2, true>;
 }
 
 conv::Kernels make_kernels() {

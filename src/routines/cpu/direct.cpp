@@ -138,9 +138,14 @@ class PreparedDirect final : public PreparedRoutine {
 
     hp_ = g_.h + g_.pt + g_.pb;
     wp_ = g_.w + g_.pl + g_.pr;
+    // A first layer (3 channels): the padded copy keeps kNarrowPx floats per
+    // pixel instead of a whole zero-padded vector, and the kernels skip the
+    // padded channels (4x less to copy and to read, 5x fewer FMAs than V=16).
+    narrow_ = g_.group == 1 && icg_ <= conv::kNarrowPx;
+    px_ = narrow_ ? conv::kNarrowPx : v_;
     // Reads of a tile past the row end (the last tile of a row) stay inside the buffer.
-    slack_ = (int64_t(cfg_.w) * g_.sw + (g_.kw - 1) * g_.dw + 1) * v_ + wp_ * v_;
-    pad_floats_ = g_.n * icb_total_ * hp_ * wp_ * v_;
+    slack_ = (int64_t(cfg_.w) * g_.sw + (g_.kw - 1) * g_.dw + 1) * px_ + wp_ * px_;
+    pad_floats_ = g_.n * icb_total_ * hp_ * wp_ * px_;
   }
 
   std::size_t workspace_bytes() const override { return sizeof(float) * (pad_floats_ + slack_); }
@@ -149,7 +154,7 @@ class PreparedDirect final : public PreparedRoutine {
     const float* x = args.inputs[0]->data_as<float>();
     float* y = args.outputs[0]->data_as<float>();
     float* xp = static_cast<float*>(args.workspace);
-    const int64_t v = v_, row_in = g_.w * v, row_pad = wp_ * v;
+    const int64_t v = v_, px = px_, row_in = g_.w * v, row_pad = wp_ * px;
     // 1. The padded input.
     const int64_t rows = g_.n * icb_total_ * hp_;
     auto pad_rows = [&](int64_t b, int64_t e) {
@@ -160,9 +165,16 @@ class PreparedDirect final : public PreparedRoutine {
           std::memset(d, 0, sizeof(float) * row_pad);
           continue;
         }
-        std::memset(d, 0, sizeof(float) * g_.pl * v);
-        std::memcpy(d + g_.pl * v, x + (plane * g_.h + ih) * row_in, sizeof(float) * row_in);
-        std::memset(d + (g_.pl + g_.w) * v, 0, sizeof(float) * g_.pr * v);
+        std::memset(d, 0, sizeof(float) * g_.pl * px);
+        const float* src = x + (plane * g_.h + ih) * row_in;
+        if (!narrow_) {
+          std::memcpy(d + g_.pl * v, src, sizeof(float) * row_in);
+        } else {
+          float* dp = d + g_.pl * px;
+          for (int64_t iw = 0; iw < g_.w; ++iw)
+            for (int64_t c = 0; c < px; ++c) dp[iw * px + c] = c < icg_ ? src[iw * v + c] : 0.0f;
+        }
+        std::memset(d + (g_.pl + g_.w) * px, 0, sizeof(float) * g_.pr * px);
       }
     };
     if (args.pool) args.pool->parallel_for(rows, 16, pad_rows);
@@ -172,7 +184,7 @@ class PreparedDirect final : public PreparedRoutine {
     // 2. Tiles.
     const int ocb = cfg_.ocb, tw = cfg_.w;
     const int64_t ogs = ocb_total_ / ocb, rbs = (g_.oh + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
-    const conv::DirectFn fn = k_.direct[cfg_.tile][stride_idx_];
+    const conv::DirectFn fn = (narrow_ ? k_.narrow : k_.direct)[cfg_.tile][stride_idx_];
     const int64_t plane_out = g_.oh * g_.ow * v, plane_in = hp_ * row_pad;
     auto body = [&](int64_t b, int64_t e) {
       alignas(64) float tmp[4 * 32 * 16];
@@ -195,6 +207,7 @@ class PreparedDirect final : public PreparedRoutine {
         t.sw = static_cast<int>(g_.sw);
         t.bias = bias_.data() + ob0 * v;
         t.valid_last = valid_last;
+        t.ic_valid = static_cast<int>(icg_);  // read by the narrow kernels only
         // Input-channel passes outermost: a pass's weights are reused by every row of the task.
         for (int64_t ic0 = 0; ic0 < icbg_; ic0 += cfg_.icb) {
           t.icbs = std::min(cfg_.icb, icbg_ - ic0);
@@ -205,7 +218,7 @@ class PreparedDirect final : public PreparedRoutine {
             const float* xrow = xp + (n * icb_total_ + icb0 + ic0) * plane_in + oh * g_.sh * row_pad;
             float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * g_.ow * v;
             for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
-              t.x = xrow + ow0 * g_.sw * v;
+              t.x = xrow + ow0 * g_.sw * px;
               const int64_t wcur = std::min<int64_t>(tw, g_.ow - ow0);
               if (wcur == tw) {
                 t.y = yrow + ow0 * v;
@@ -237,6 +250,8 @@ class PreparedDirect final : public PreparedRoutine {
   int64_t v_ = 0, icg_ = 0, ocg_ = 0, icbg_ = 0, ocbg_ = 0, icb_total_ = 0, ocb_total_ = 0;
   int64_t w_icb_ = 0, w_og_ = 0, hp_ = 0, wp_ = 0, slack_ = 0, pad_floats_ = 0;
   int stride_idx_ = 1;
+  bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
+  int64_t px_ = 0;       ///< floats per pixel of the padded input
   Config cfg_;
   cpu::AlignedFloats packed_, bias_;
   cpu::gemm::Epilogue ep_;
