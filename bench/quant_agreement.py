@@ -15,9 +15,18 @@ bench/models/export_zoo.py, never re-exported here) it runs
          in a qint8 routine: a qint8-only net)
     softneuro run MODEL.dnn       --seed S --output NAME=f.npy   (float32, untuned default)
     softneuro run MODEL.qint8.dnn --seed S --output NAME=q.npy   (qint8-only)
-for S = 1000 .. 1000+N-1 (seeded N(0,1) inputs, other seeds than calibration's)
-and prints per model the cosine similarity of the two outputs (min and mean over
-the inputs), the top-1 agreement, and whether it passes (min cosine >= 0.99).
+for N inputs x drawn from N(0,1) by numpy (seeds 1000 .. 1000+N-1, other values
+than calibration's) and prints per model the cosine similarity of the two outputs
+(min and mean over the inputs), the top-1 agreement, and whether it passes
+(min cosine >= 0.99).
+
+Two more columns say how much agreement the float32 net itself allows:
+  "f32, input in int8": the float32 net on x rounded to an int8 grid (asymmetric,
+      scale = (max - min) / 255 over 8 N(0,1) batches, as calibration does for
+      the input blob) against the float32 net on x: the error of the very first
+      quantise step of every qint8 net, with everything after it exact;
+  "unrelated": the float32 net's outputs for two different inputs (x_i, x_i+1),
+      the cosine that says nothing about agreement.
 
 --latency R: afterwards, per model, R interleaved rounds of
     softneuro run MODEL.dnn --repeat 20 --threads T        (float32-only, untuned default)
@@ -50,12 +59,31 @@ def sh(cmd, env):
     return r.stdout
 
 
-def output_name(cli, dnn, env):
+def io_names(cli, dnn, env):
+    """(input name, input shape, output name) from `softneuro inspect`."""
     out = sh([cli, "inspect", dnn], env)
-    m = re.search(r"^output\s+(\S+)\s+\[", out, re.M)  # "output NAME [1,1000] float32"
-    if m:
-        return m.group(1)
-    raise RuntimeError(f"cannot find the output name in `softneuro inspect {dnn}`:\n{out[:2000]}")
+    i = re.search(r"^input\s+(\S+)\s+\[([0-9,]+)\]", out, re.M)  # "input NAME [1,3,224,224] float32"
+    o = re.search(r"^output\s+(\S+)\s+\[", out, re.M)
+    if i and o:
+        return i.group(1), [int(d) for d in i.group(2).split(",")], o.group(1)
+    raise RuntimeError(f"cannot find the input/output names in `softneuro inspect {dnn}`:\n{out[:2000]}")
+
+
+def int8_grid(shape):
+    """The input's asymmetric int8 grid as calibration makes it: [min, max] (with 0)
+    over 8 batches of N(0,1) values, scale = (max - min) / 255."""
+    lo = hi = 0.0
+    for s in range(8):
+        v = np.random.default_rng(s).standard_normal(shape)
+        lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
+    scale = (hi - lo) / 255.0
+    zp = float(np.clip(np.round(-128.0 - lo / scale), -128, 127))
+    return scale, zp
+
+
+def cosine(a, b):
+    d = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / d) if d > 0 else 0.0
 
 
 def model_row(name, a, env, tmp):
@@ -70,24 +98,34 @@ def model_row(name, a, env, tmp):
                 "--unit-budget-ms", str(budget), "--cache", "-", "--report", os.path.join(tmp, name + ".report.txt")]
         sh(tune, env)
     tune_s = time.time() - t0
-    out = a.output or output_name(a.cli, f32, env)
+    in_name, in_shape, out = io_names(a.cli, f32, env)
+    out = a.output or out
     if a.inputs == 0:
         return {"model": name, "f32": f32, "q8": q8, "tune_s": tune_s, "ok": True, "n": 0}
-    cos, agree = [], 0
+    scale, zp = int8_grid(in_shape)
+
+    def run(dnn, x, tag):
+        xp, y = os.path.join(tmp, f"{name}.x{tag}.npy"), os.path.join(tmp, f"{name}.{tag}.npy")
+        np.save(xp, x)
+        sh([a.cli, "run", dnn, "--input", f"{in_name}={xp}", "--output", f"{out}={y}", "--repeat", "1", "--top", "0",
+            "--threads", str(a.threads)], env)
+        return np.load(y).astype(np.float64).ravel()
+
+    cos, cos_in8, cos_other, agree, prev = [], [], [], 0, None
     for i in range(a.inputs):
-        seed = str(1000 + i)
-        ys = []
-        for dnn, tag in ((f32, "f"), (q8, "q")):
-            y = os.path.join(tmp, f"{name}.{tag}.npy")
-            sh([a.cli, "run", dnn, "--seed", seed, "--output", f"{out}={y}", "--repeat", "1", "--top", "0",
-                "--threads", str(a.threads)], env)
-            ys.append(np.load(y).astype(np.float64).ravel())
-        f, q = ys
-        denom = np.linalg.norm(f) * np.linalg.norm(q)
-        cos.append(float(f @ q / denom) if denom > 0 else 0.0)
+        x = np.random.default_rng(1000 + i).standard_normal(in_shape).astype(np.float32)
+        x8 = ((np.clip(np.round(x / scale) + zp, -128, 127) - zp) * scale).astype(np.float32)
+        f, q, f8 = run(f32, x, "f"), run(q8, x, "q"), run(f32, x8, "f8")
+        cos.append(cosine(f, q))
+        cos_in8.append(cosine(f, f8))
+        if prev is not None:
+            cos_other.append(cosine(prev, f))
+        prev = f
         agree += int(np.argmax(f) == np.argmax(q))
     cos = np.array(cos)
     return {"model": name, "min": float(cos.min()), "mean": float(cos.mean()), "top1": agree / a.inputs,
+            "in8_min": float(np.min(cos_in8)), "in8_mean": float(np.mean(cos_in8)),
+            "other": float(np.mean(cos_other)) if cos_other else float("nan"),
             "n": a.inputs, "tune_s": tune_s, "ok": bool(cos.min() >= 0.99), "f32": f32, "q8": q8}
 
 
@@ -179,7 +217,9 @@ def main():
     models = a.models or sorted(f[:-5] for f in os.listdir(a.zoo) if f.endswith(".onnx"))
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
     rows = []
-    print(f"{'model':<22} {'cos min':>8} {'cos mean':>9} {'top-1':>7} {'inputs':>6}  pass")
+    print(f"{'':<22} {'qint8 vs float32':^26} {'f32, input in int8':^19} {'unrelated':>10}")
+    print(f"{'model':<22} {'cos min':>8} {'cos mean':>9} {'top-1':>7} {'cos min':>9} {'cos mean':>9} {'cos mean':>10} "
+          f"{'inputs':>6}  pass")
     for name in models:
         with tempfile.TemporaryDirectory() as t:
             tmp = a.keep or t
@@ -192,8 +232,9 @@ def main():
                 continue
             rows.append(r)
             if r["n"]:
-                print(f"{r['model']:<22} {r['min']:8.4f} {r['mean']:9.4f} {100 * r['top1']:6.1f}% {r['n']:6d}  "
-                      f"{'yes' if r['ok'] else 'NO'}   (import+tune {r['tune_s']:.0f} s)", flush=True)
+                print(f"{r['model']:<22} {r['min']:8.4f} {r['mean']:9.4f} {100 * r['top1']:6.1f}% {r['in8_min']:9.4f} "
+                      f"{r['in8_mean']:9.4f} {r['other']:10.4f} {r['n']:6d}  {'yes' if r['ok'] else 'NO'}   "
+                      f"(import+tune {r['tune_s']:.0f} s)", flush=True)
             if a.latency:
                 latency(r, a, env, tmp)
     return 0 if all(r["ok"] for r in rows) else 1

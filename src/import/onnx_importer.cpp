@@ -1725,6 +1725,7 @@ core::PassOptions pass_options(const ImportOptions& o) {
   p.fold_constants = o.fold_constants;
   p.fold_batchnorm = o.fold_batchnorm;
   p.fold_bias_add = o.fold_bias_add;
+  p.fuse_hardswish = o.fuse_hardswish;
   p.fuse_activations = o.fuse_activations;
   p.eliminate_dead_layers = o.eliminate_dead_layers;
   return p;

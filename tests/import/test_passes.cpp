@@ -183,6 +183,33 @@ TEST_CASE("fuse_activations: relu, clip, hardswish, hardsigmoid, sigmoid into co
   CHECK(count(after, "relu") == 1);
 }
 
+TEST_CASE("fuse_hardswish: mul(x, hardsigmoid(x)) with alpha 1/6 becomes hardswish(x), then fuses", "[passes][act]") {
+  const double sixth = 1.0 / 6.0;
+  auto g = graph({{"x", Shape{1, 2, 4, 4}}}, {"y1", "y2", "y3", "y4"},
+                 {conv("c1", "x", "a1", 2, 3, 1),  // the MobileNetV3 shape: conv -> x * hardsigmoid(x)
+                  layer("hardsigmoid", "h1", {"a1"}, {"s1"}, {{"alpha", sixth}, {"beta", 0.5}}),
+                  layer("mul", "m1", {"a1", "s1"}, {"y1"}),
+                  // operands swapped, and on a net input
+                  layer("hardsigmoid", "h2", {"x"}, {"s2"}, {{"alpha", sixth}, {"beta", 0.5}}),
+                  layer("mul", "m2", {"s2", "x"}, {"y2"}),
+                  // not hardswish: ONNX's default alpha 0.2
+                  layer("hardsigmoid", "h3", {"x"}, {"s3"}), layer("mul", "m3", {"x", "s3"}, {"y3"}),
+                  // not hardswish: a gate on another blob (squeeze-excitation)
+                  conv("c4", "x", "a4", 2, 2, 4),
+                  layer("hardsigmoid", "h4", {"a4"}, {"s4"}, {{"alpha", sixth}, {"beta", 0.5}}),
+                  layer("mul", "m4", {"x", "s4"}, {"y4"})});
+  auto after = check_pass(g, core::fuse_hardswish, 2);
+  CHECK(count(after, "hardswish") == 2);
+  CHECK(count(after, "mul") == 2);
+  CHECK(after.find_layer("h2")->type == "hardswish");
+  CHECK(after.find_layer("h2")->outputs[0] == "y2");
+  // c1's output is now read by the hardswish alone: it fuses into the conv
+  // (as c4's gate does, which stayed a hardsigmoid).
+  auto fused = check_pass(after, core::fuse_activations, 2);
+  CHECK(fused.find_layer("c1")->get_string("act") == "hardswish");
+  CHECK(fused.find_layer("c4")->get_string("act") == "hardsigmoid");
+}
+
 TEST_CASE("eliminate_dead_layers: only what an output needs stays", "[passes][dead]") {
   auto g = graph({{"x", Shape{2, 3}}}, {"y"},
                  {layer("relu", "live", {"x"}, {"y"}), layer("sigmoid", "dead1", {"x"}, {"d1"}),
