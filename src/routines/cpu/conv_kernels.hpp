@@ -54,6 +54,24 @@ struct DepthwiseRow {
 };
 using DepthwiseFn = void (*)(const DepthwiseRow&, const gemm::Epilogue&);
 
+/// Output rows [oh0, oh1) of one channel vector of a depthwise convolution in
+/// a blocked layout, dilation 1, square K x K taps, stride S in both
+/// directions (kernels for K 3, 5 and S 1, 2): the K*K weight vectors stay in
+/// registers for the whole block; interior pixels several at a time with no
+/// bound checks, edge pixels checking each tap.
+///   x: the channel vector's input plane ([H][W][V]), y: its output plane ([OH][OW][V]),
+///   w: K*K weight vectors, bias: V floats or null.
+struct DepthwiseBlock {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t h = 0, w_in = 0, ow = 0, oh0 = 0, oh1 = 0;
+  int pt = 0, pl = 0;
+  int valid = 0;  ///< valid channels of this vector; lanes past it are written 0
+};
+using DepthwiseBlockFn = void (*)(const DepthwiseBlock&, const gemm::Epilogue&);
+
 /// The direct kernels of one ISA: tile shapes (oc blocks, pixels) they are
 /// instantiated for, for strides 1, 2 and any (runtime).
 struct Kernels {
@@ -68,6 +86,8 @@ struct Kernels {
   /// padded copy holds kNarrowPx floats per pixel (DirectTile::ic_valid read).
   DirectFn narrow[kMaxTiles][3] = {};
   DepthwiseFn depthwise = nullptr;
+  /// depthwise_block[k][s]: k = 0 for 3x3, 1 for 5x5; s = 0 for stride 1, 1 for stride 2.
+  DepthwiseBlockFn depthwise_block[2][2] = {};
 };
 
 /// The AVX2 (V=8) and AVX-512 (V=16) kernels; nullptr when the CPU lacks the ISA.

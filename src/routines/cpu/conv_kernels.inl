@@ -5,6 +5,8 @@
 #include "routines/cpu/f32_simd.hpp"
 #include "core/cpu_features.hpp"
 
+#include <cstring>
+
 namespace softneuro::cpu::SN_F32_NS {
 namespace {
 
@@ -207,6 +209,102 @@ void depthwise_row(const DepthwiseRow& r, const gemm::Epilogue& ep) {
 }
 
 // ---------------------------------------------------------------------------
+// Depthwise on a block of output rows of one channel vector (conv::DepthwiseBlock).
+
+/// P output pixels of one row at once (P independent sums over the K*K taps),
+/// every column tap inside the image; rows outside it skipped unless ALL_ROWS.
+/// x0: input at (row ih0, column ow*S - pl) of the first pixel.
+template <int K, int S, int P, bool ALL_ROWS>
+__attribute__((always_inline)) inline void dwb_pixels(const float* x0, int64_t row, const bool* rv, const vf* wv,
+                                                      const VAct& act, vf bias, int valid, float* yp) {
+  vf a[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) a[p] = vzero();
+#pragma GCC unroll 5
+  for (int kh = 0; kh < K; ++kh) {
+    if (!ALL_ROWS && !rv[kh]) continue;
+#pragma GCC unroll 5
+    for (int kw = 0; kw < K; ++kw) {
+      const float* q = x0 + kh * row + kw * kV;
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) a[p] = vfma(vload(q + p * S * kV), wv[kh * K + kw], a[p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    vf v = act(vadd(a[p], bias));
+    if (valid < kV) v = vkeep_n(v, valid);
+    vstore(yp + p * kV, v);
+  }
+}
+
+/// One output pixel near the left or right edge: each tap's column checked.
+template <int K, int S>
+__attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& b, const float* xrow, const bool* rv,
+                                                    const vf* wv, const VAct& act, vf bias, int64_t ow, float* yp) {
+  vf a = vzero();
+  const int64_t iw0 = ow * S - b.pl;
+#pragma GCC unroll 5
+  for (int kh = 0; kh < K; ++kh) {
+    if (!rv[kh]) continue;
+#pragma GCC unroll 5
+    for (int kw = 0; kw < K; ++kw)
+      if (iw0 + kw >= 0 && iw0 + kw < b.w_in) a = vfma(vload(xrow + kh * b.w_in * kV + (iw0 + kw) * kV), wv[kh * K + kw], a);
+  }
+  vf v = act(vadd(a, bias));
+  if (b.valid < kV) v = vkeep_n(v, b.valid);
+  vstore(yp, v);
+}
+
+/// The interior pixels [lo, hi) of one output row: kDwPix at a time, then 4, 2, 1.
+template <int K, int S, bool ALL_ROWS>
+__attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlock& b, const float* xrow,
+                                                        const bool* rv, const vf* wv, const VAct& act, vf bias,
+                                                        int64_t lo, int64_t hi, float* yr) {
+  constexpr int P = K == 3 ? kDwPix : 4;  // K = 5: 25 weight vectors stay in registers beside 4 sums
+  const int64_t row = b.w_in * kV;
+  int64_t ow = lo;
+  auto at = [&](int64_t o) { return xrow + (o * S - b.pl) * kV; };
+  for (; ow + P <= hi; ow += P) dwb_pixels<K, S, P, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+  if constexpr (P > 4)
+    if (ow + 4 <= hi) {
+      dwb_pixels<K, S, 4, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+      ow += 4;
+    }
+  if (ow + 2 <= hi) {
+    dwb_pixels<K, S, 2, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+    ow += 2;
+  }
+  if (ow < hi) dwb_pixels<K, S, 1, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+}
+
+template <int K, int S>
+void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
+  const VAct act(ep);
+  const vf bias = b.bias ? vload(b.bias) : vzero();
+  vf wv[K * K];
+#pragma GCC unroll 25
+  for (int i = 0; i < K * K; ++i) wv[i] = vload(b.w + i * kV);
+  // Interior columns: every tap inside, ow*S - pl >= 0 and ow*S - pl + K-1 <= w_in - 1.
+  const int64_t lo = std::min<int64_t>(b.ow, (b.pl + S - 1) / S);
+  const int64_t last = b.w_in - 1 + b.pl - (K - 1);
+  const int64_t hi = std::max(lo, std::min<int64_t>(b.ow, last < 0 ? 0 : last / S + 1));
+  for (int64_t oh = b.oh0; oh < b.oh1; ++oh) {
+    const int64_t ih0 = oh * S - b.pt;
+    bool rv[K];
+    bool all = true;
+#pragma GCC unroll 5
+    for (int kh = 0; kh < K; ++kh) all &= rv[kh] = ih0 + kh >= 0 && ih0 + kh < b.h;
+    const float* xrow = b.x + ih0 * b.w_in * kV;  // row ih0 (only rows inside are read)
+    float* yr = b.y + oh * b.ow * kV;
+    for (int64_t ow = 0; ow < lo; ++ow) dwb_edge<K, S>(b, xrow, rv, wv, act, bias, ow, yr + ow * kV);
+    if (all) dwb_interior<K, S, true>(b, xrow, rv, wv, act, bias, lo, hi, yr);
+    else dwb_interior<K, S, false>(b, xrow, rv, wv, act, bias, lo, hi, yr);
+    for (int64_t ow = hi; ow < b.ow; ++ow) dwb_edge<K, S>(b, xrow, rv, wv, act, bias, ow, yr + ow * kV);
+  }
+}
+
+// ---------------------------------------------------------------------------
 
 template <int OCB, int W>
 void add_tile(conv::Kernels& k) {
@@ -246,6 +344,10 @@ conv::Kernels make_kernels() {
   add_tile<4, 2>(k);
 #endif
   k.depthwise = &depthwise_row;
+  k.depthwise_block[0][0] = &depthwise_block<3, 1>;
+  k.depthwise_block[0][1] = &depthwise_block<3, 2>;
+  k.depthwise_block[1][0] = &depthwise_block<5, 1>;
+  k.depthwise_block[1][1] = &depthwise_block<5, 2>;
   return k;
 }
 

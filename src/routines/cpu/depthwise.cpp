@@ -5,11 +5,13 @@
 //
 // Vectors run along channels: nchw16c uses the AVX-512 kernels (V = 16),
 // nchw8c the AVX2 ones (V = 8), nhwc the widest the CPU has (channel tail
-// masked). Per output row the interior pixels (every tap inside the image) go
-// 4 at a time with the KHxKW weight vectors in registers; border pixels check
-// each tap (conv_kernels.inl). Weights are packed once as [C/V][KH*KW][V].
-// Tasks: (image, channel block, output row) for blocked layouts, (image,
-// output row) for nhwc, on the library's pool. No parameters to tune.
+// masked). Blocked layouts with strides 1/2 and no dilation (MobileNets):
+// blocks of output rows with the KxK weight vectors in registers throughout,
+// interior pixels several at a time unguarded, edge pixels checking each tap;
+// tasks (image, channel block, row block). Otherwise per output row: interior pixels (every tap inside the
+// image) several at a time, border pixels checking each tap; tasks (image,
+// channel block, row), or (image, row) for nhwc. Weights are packed once as
+// [C/V][KH*KW][V]. No parameters to tune.
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 
@@ -51,6 +53,16 @@ class PreparedDepthwise final : public PreparedRoutine {
     bias_.assign(static_cast<std::size_t>(cb_ * v_), 0.0f);
     if (const Blob* b = layer.find_weight("bias")) std::copy(b->data_as<float>(), b->data_as<float>() + g_.c, bias_.begin());
     cpu::to_epilogue(core::fused_activation(layer), ep_);
+
+    // Blocked layouts, 3x3/5x5 taps, strides 1/2 alike, no dilation (MobileNets'
+    // depthwise layers): the row-block kernels.
+    if (layout_ != Layout::nhwc && g_.dh == 1 && g_.dw == 1 && g_.sh == g_.sw && (g_.sh == 1 || g_.sh == 2)) {
+      block_fn_ = k.depthwise_block[g_.kh == 5 ? 1 : 0][g_.sh == 2 ? 1 : 0];
+      // Rows per block: whole planes, split so that the layer has at least
+      // 16 tasks (every thread gets some, the last ones stay short).
+      const int64_t planes = g_.n * cb_, want_blocks = (16 + planes - 1) / planes;
+      rows_ = std::max<int64_t>(1, (g_.oh + want_blocks - 1) / want_blocks);
+    }
   }
 
   void run(const RunArgs& args) override {
@@ -93,6 +105,32 @@ class PreparedDepthwise final : public PreparedRoutine {
       else body(0, items);
       return;
     }
+    if (block_fn_) {
+      // Tasks: (image, channel block, block of rows_ output rows).
+      const int64_t blocks = (g_.oh + rows_ - 1) / rows_, items = g_.n * cb_ * blocks;
+      auto body = [&](int64_t b, int64_t e) {
+        conv::DepthwiseBlock d;
+        d.h = g_.h;
+        d.w_in = g_.w;
+        d.ow = g_.ow;
+        d.pt = static_cast<int>(g_.pt);
+        d.pl = static_cast<int>(g_.pl);
+        for (int64_t it = b; it < e; ++it) {
+          const int64_t rb = it % blocks, plane = it / blocks, cb = plane % cb_;
+          d.x = x + plane * g_.h * g_.w * v;
+          d.y = y + plane * g_.oh * g_.ow * v;
+          d.w = packed_.data() + cb * taps * v;
+          d.bias = bias_.data() + cb * v;
+          d.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
+          d.oh0 = rb * rows_;
+          d.oh1 = std::min(g_.oh, d.oh0 + rows_);
+          block_fn_(d, ep_);
+        }
+      };
+      if (args.pool) args.pool->parallel_for(items, 1, body);
+      else body(0, items);
+      return;
+    }
     const int64_t items = g_.n * cb_ * g_.oh;
     auto body = [&](int64_t b, int64_t e) {
       conv::DepthwiseRow r = base;
@@ -122,6 +160,8 @@ class PreparedDepthwise final : public PreparedRoutine {
   int64_t v_ = 0, cb_ = 0;
   cpu::AlignedFloats packed_, bias_;
   cpu::gemm::Epilogue ep_;
+  conv::DepthwiseBlockFn block_fn_ = nullptr;  ///< the row-block kernel, when it applies
+  int64_t rows_ = 1;                           ///< output rows per block
 };
 
 template <Layout L>
