@@ -13,8 +13,11 @@ namespace softneuro::cpu::conv {
 
 /// One register tile of the direct convolution: OCB output-channel blocks x W
 /// output pixels of one output row, over `icbs` input-channel blocks.
-///   x: padded input at (first ic block, input row oh*sh, input column ow0*sw);
-///      layout [icb][Hp][Wp][V], x_icb and x_row floats apart.
+///   x: input at (first ic block, the row of kernel row kh0, column col0), i.e.
+///      row oh*sh - pad_top + kh0*dh, column ow0*sw - pad_left (which may lie
+///      outside the input: the edge kernels then read zeros for it);
+///      layout [icb][H][W][V] (the narrow kernels: a padded copy, [H+pads][W+pads][kNarrowPx]),
+///      x_icb and x_row floats apart.
 ///   w: packed weights of this OCB group at its first ic block, layout
 ///      [icb][kh][kw][V ic][OCB][V oc], w_icb floats between ic blocks.
 ///   y: output at (first oc block, oh, ow0), layout [ocb][OH][OW][V], y_ocb apart.
@@ -24,6 +27,9 @@ struct DirectTile {
   float* y = nullptr;
   int64_t icbs = 0, x_icb = 0, x_row = 0, w_icb = 0, y_ocb = 0;
   int kh = 1, kw = 1, dh = 1, dw = 1, sw = 1;
+  int kh0 = 0;                  ///< first kernel row inside the input (kh: one past the last)
+  int64_t col0 = 0, w_in = 0;   ///< edge kernels: input column of pixel 0 at kw 0, input width
+  const float* zeros = nullptr; ///< edge kernels: V zero floats, read for taps outside the input
   bool load_y = false;  ///< accumulate onto y (a later ic pass)
   bool last = false;    ///< apply bias + activation and zero the padded channels
   const float* bias = nullptr;  ///< OCB*V biases (zero-padded), or null
@@ -82,6 +88,8 @@ struct Kernels {
   int tile_ocb[kMaxTiles] = {}, tile_w[kMaxTiles] = {};
   /// direct[t][s]: tile t, stride s = 0 (any), 1, 2.
   DirectFn direct[kMaxTiles][3] = {};
+  /// direct_edge[t][s]: the same for tiles with taps outside the input's columns.
+  DirectFn direct_edge[kMaxTiles][3] = {};
   /// narrow[t][s]: the same for inputs of at most kNarrowPx channels, whose
   /// padded copy holds kNarrowPx floats per pixel (DirectTile::ic_valid read).
   DirectFn narrow[kMaxTiles][3] = {};

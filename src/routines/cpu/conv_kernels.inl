@@ -15,8 +15,11 @@ using conv::DepthwiseRow;
 
 /// OCB x W accumulators; stride S (0: t.sw at run time). NARROW: one block
 /// of fewer channels than a vector (a net's first layer, 3 channels), stored
-/// conv::kNarrowPx floats per pixel; only t.ic_valid of them are read.
-template <int OCB, int W, int S, bool NARROW>
+/// conv::kNarrowPx floats per pixel; only t.ic_valid of them are read. EDGE:
+/// some pixel's tap falls outside the input's columns [0, t.w_in) (a tile at
+/// the left or right edge, or the row's last, narrower one): such taps read
+/// t.zeros instead. Only the kernel rows [t.kh0, t.kh) are visited.
+template <int OCB, int W, int S, bool NARROW, bool EDGE>
 void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
   const float* tx = t.x;
   float* ty = t.y;
@@ -33,21 +36,31 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
       for (int i = 0; i < W; ++i) acc[j][i] = vzero();
   }
   constexpr int64_t px = NARROW ? conv::kNarrowPx : kV;  // floats between input pixels
-  const int64_t sx = (S == 0 ? t.sw : S) * px;
+  const int64_t sw = S == 0 ? t.sw : S, sx = sw * px;
   for (int64_t icb = 0; icb < t.icbs; ++icb) {
     const float* xb = tx + icb * t.x_icb;
     const float* wb = t.w + icb * t.w_icb;
-    for (int kh = 0; kh < t.kh; ++kh)
+    for (int kh = t.kh0; kh < t.kh; ++kh)
       for (int kw = 0; kw < t.kw; ++kw) {
-        const float* xp = xb + kh * t.dh * t.x_row + kw * t.dw * px;
+        const float* xp = xb + (kh - t.kh0) * t.dh * t.x_row + kw * t.dw * px;
         const float* wp = wb + (kh * t.kw + kw) * (kV * OCB * kV);
+        // EDGE: each pixel's source for this tap, its column or the zeros.
+        const float* src[EDGE ? W : 1];
+        if constexpr (EDGE) {
+          const int64_t c0 = t.col0 + kw * t.dw;
+#pragma GCC unroll 32
+          for (int i = 0; i < W; ++i) {
+            const int64_t c = c0 + i * sw;
+            src[i] = c >= 0 && c < t.w_in ? xp + i * sx : t.zeros;
+          }
+        }
         auto step = [&](int ic) __attribute__((always_inline)) {
           vf wv[OCB];
 #pragma GCC unroll 4
           for (int j = 0; j < OCB; ++j) wv[j] = vload(wp + (ic * OCB + j) * kV);
 #pragma GCC unroll 32
           for (int i = 0; i < W; ++i) {
-            const vf xv = vbcast(xp + i * sx + ic);
+            const vf xv = EDGE ? vbcast(src[i] + ic) : vbcast(xp + i * sx + ic);
 #pragma GCC unroll 4
             for (int j = 0; j < OCB; ++j) acc[j][i] = vfma(xv, wv[j], acc[j][i]);
           }
@@ -311,12 +324,15 @@ void add_tile(conv::Kernels& k) {
   const int t = k.ntiles++;
   k.tile_ocb[t] = OCB;
   k.tile_w[t] = W;
-  k.direct[t][0] = &direct_tile<OCB, W, 0, false>;
-  k.direct[t][1] = &direct_tile<OCB, W, 1, false>;
-  k.direct[t][2] = &direct_tile<OCB, W, 2, false>;
-  k.narrow[t][0] = &direct_tile<OCB, W, 0, true>;
-  k.narrow[t][1] = &direct_tile<OCB, W, 1, true>;
-  k.narrow[t][2] = &direct_tile<OCB, W, 2, true>;
+  k.direct[t][0] = &direct_tile<OCB, W, 0, false, false>;
+  k.direct[t][1] = &direct_tile<OCB, W, 1, false, false>;
+  k.direct[t][2] = &direct_tile<OCB, W, 2, false, false>;
+  k.direct_edge[t][0] = &direct_tile<OCB, W, 0, false, true>;
+  k.direct_edge[t][1] = &direct_tile<OCB, W, 1, false, true>;
+  k.direct_edge[t][2] = &direct_tile<OCB, W, 2, false, true>;
+  k.narrow[t][0] = &direct_tile<OCB, W, 0, true, false>;
+  k.narrow[t][1] = &direct_tile<OCB, W, 1, true, false>;
+  k.narrow[t][2] = &direct_tile<OCB, W, 2, true, false>;
 }
 
 conv::Kernels make_kernels() {

@@ -148,44 +148,54 @@ class PreparedDirect final : public PreparedRoutine {
     pad_floats_ = g_.n * icb_total_ * hp_ * wp_ * px_;
   }
 
-  std::size_t workspace_bytes() const override { return sizeof(float) * (pad_floats_ + slack_); }
+  std::size_t workspace_bytes() const override { return narrow_ ? sizeof(float) * (pad_floats_ + slack_) : 0; }
 
   void run(const RunArgs& args) override {
     const float* x = args.inputs[0]->data_as<float>();
     float* y = args.outputs[0]->data_as<float>();
-    float* xp = static_cast<float*>(args.workspace);
-    const int64_t v = v_, px = px_, row_in = g_.w * v, row_pad = wp_ * px;
-    // 1. The padded input.
-    const int64_t rows = g_.n * icb_total_ * hp_;
-    auto pad_rows = [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t ih = r % hp_ - g_.pt, plane = r / hp_;
-        float* d = xp + r * row_pad;
-        if (ih < 0 || ih >= g_.h) {
-          std::memset(d, 0, sizeof(float) * row_pad);
-          continue;
-        }
-        std::memset(d, 0, sizeof(float) * g_.pl * px);
-        const float* src = x + (plane * g_.h + ih) * row_in;
-        if (!narrow_) {
-          std::memcpy(d + g_.pl * v, src, sizeof(float) * row_in);
-        } else {
+    const int64_t v = v_;
+    // The narrow kernels (a first layer) read a compact copy with the padding
+    // made explicit; the others read the input itself, skipping kernel rows
+    // outside it and reading zeros for columns outside it (edge kernels).
+    const float* src = x;
+    int64_t px = v, row_len = g_.w * v, plane_in = g_.h * g_.w * v, top = g_.pt, left = g_.pl;
+    if (narrow_) {
+      float* xp = static_cast<float*>(args.workspace);
+      px = px_;
+      row_len = wp_ * px;
+      plane_in = hp_ * row_len;
+      top = left = 0;
+      const int64_t rows = g_.n * icb_total_ * hp_, row_in = g_.w * v;
+      auto pad_rows = [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t ih = r % hp_ - g_.pt, plane = r / hp_;
+          float* d = xp + r * row_len;
+          if (ih < 0 || ih >= g_.h) {
+            std::memset(d, 0, sizeof(float) * row_len);
+            continue;
+          }
+          std::memset(d, 0, sizeof(float) * g_.pl * px);
+          const float* from = x + (plane * g_.h + ih) * row_in;
           float* dp = d + g_.pl * px;
           for (int64_t iw = 0; iw < g_.w; ++iw)
-            for (int64_t c = 0; c < px; ++c) dp[iw * px + c] = c < icg_ ? src[iw * v + c] : 0.0f;
+            for (int64_t c = 0; c < px; ++c) dp[iw * px + c] = c < icg_ ? from[iw * v + c] : 0.0f;
+          std::memset(d + (g_.pl + g_.w) * px, 0, sizeof(float) * g_.pr * px);
         }
-        std::memset(d + (g_.pl + g_.w) * px, 0, sizeof(float) * g_.pr * px);
-      }
-    };
-    if (args.pool) args.pool->parallel_for(rows, 16, pad_rows);
-    else pad_rows(0, rows);
-    std::memset(xp + pad_floats_, 0, sizeof(float) * slack_);
+      };
+      if (args.pool) args.pool->parallel_for(rows, 16, pad_rows);
+      else pad_rows(0, rows);
+      std::memset(xp + pad_floats_, 0, sizeof(float) * slack_);
+      src = xp;
+    }
+    const int64_t h_in = narrow_ ? hp_ : g_.h, w_in = narrow_ ? wp_ : g_.w;
 
-    // 2. Tiles.
+    // Tiles.
     const int ocb = cfg_.ocb, tw = cfg_.w;
     const int64_t ogs = ocb_total_ / ocb, rbs = (g_.oh + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
     const conv::DirectFn fn = (narrow_ ? k_.narrow : k_.direct)[cfg_.tile][stride_idx_];
-    const int64_t plane_out = g_.oh * g_.ow * v, plane_in = hp_ * row_pad;
+    const conv::DirectFn fn_edge = narrow_ ? fn : k_.direct_edge[cfg_.tile][stride_idx_];
+    const int64_t plane_out = g_.oh * g_.ow * v;
+    alignas(64) static const float zeros[16] = {};
     auto body = [&](int64_t b, int64_t e) {
       alignas(64) float tmp[4 * 32 * 16];
       for (int64_t it = b; it < e; ++it) {
@@ -198,9 +208,8 @@ class PreparedDirect final : public PreparedRoutine {
         if (g_.group == 1) valid_last = static_cast<int>(std::min<int64_t>(v, g_.oc - (ob0 + ocb - 1) * v));
         conv::DirectTile t;
         t.x_icb = plane_in;
-        t.x_row = row_pad;
+        t.x_row = row_len;
         t.w_icb = w_icb_;
-        t.kh = static_cast<int>(g_.kh);
         t.kw = static_cast<int>(g_.kw);
         t.dh = static_cast<int>(g_.dh);
         t.dw = static_cast<int>(g_.dw);
@@ -208,6 +217,8 @@ class PreparedDirect final : public PreparedRoutine {
         t.bias = bias_.data() + ob0 * v;
         t.valid_last = valid_last;
         t.ic_valid = static_cast<int>(icg_);  // read by the narrow kernels only
+        t.w_in = w_in;
+        t.zeros = zeros;
         // Input-channel passes outermost: a pass's weights are reused by every row of the task.
         for (int64_t ic0 = 0; ic0 < icbg_; ic0 += cfg_.icb) {
           t.icbs = std::min(cfg_.icb, icbg_ - ic0);
@@ -215,15 +226,28 @@ class PreparedDirect final : public PreparedRoutine {
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
           for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
-            const float* xrow = xp + (n * icb_total_ + icb0 + ic0) * plane_in + oh * g_.sh * row_pad;
+            // Kernel rows inside the input: [kh0, kh1).
+            const int64_t ih0 = oh * g_.sh - top;
+            int64_t kh0 = 0, kh1 = g_.kh;
+            while (kh0 < kh1 && ih0 + kh0 * g_.dh < 0) ++kh0;
+            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= h_in) --kh1;
+            t.kh0 = static_cast<int>(kh0);
+            t.kh = static_cast<int>(kh1);
+            const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
+            const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_len;
             float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * g_.ow * v;
             for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
-              t.x = xrow + ow0 * g_.sw * px;
+              const int64_t col0 = ow0 * g_.sw - left;
+              t.col0 = col0;
+              t.x = xrow + col0 * px;
               const int64_t wcur = std::min<int64_t>(tw, g_.ow - ow0);
+              // Any tap of the tile's tw pixels outside the input's columns?
+              const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= w_in;
+              const conv::DirectFn f = edge ? fn_edge : fn;
               if (wcur == tw) {
                 t.y = yrow + ow0 * v;
                 t.y_ocb = plane_out;
-                fn(t, ep_);
+                f(t, ep_);
                 continue;
               }
               // The row's last, narrower tile: through a stack tile.
@@ -232,7 +256,7 @@ class PreparedDirect final : public PreparedRoutine {
               if (t.load_y)
                 for (int j = 0; j < ocb; ++j)
                   std::memcpy(tmp + j * tw * v, yrow + j * plane_out + ow0 * v, sizeof(float) * wcur * v);
-              fn(t, ep_);
+              f(t, ep_);
               for (int j = 0; j < ocb; ++j)
                 std::memcpy(yrow + j * plane_out + ow0 * v, tmp + j * tw * v, sizeof(float) * wcur * v);
             }
