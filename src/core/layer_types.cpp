@@ -289,6 +289,38 @@ std::vector<Shape> infer_wgdec(const Layer& l, std::span<const Shape> in) {
   return {Shape{out[0], out[1], out[2], out[3]}};
 }
 
+// The blocked Winograd children (cpu:float32:nchw16c/wg, nchw8c/wg): the same
+// computation with 4-d shapes, so that a blocked layout stores V and M with
+// channels innermost: V [P, C, T, 1], M [P, K, T, 1], T = tiles (unpadded).
+std::vector<Shape> infer_wgencb(const Layer& l, std::span<const Shape> in) {
+  const Shape v = infer_wgenc(l, in)[0];  // checks the input, tile and pads
+  const auto pads = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
+  const int64_t oh = in[0][2] + pads[0] + pads[2] - 2, ow = in[0][3] + pads[1] + pads[3] - 2;
+  return {Shape{v[0], v[1], winograd_tiles(winograd_m(l), in[0][0], oh, ow).t, 1}};
+}
+
+std::vector<Shape> infer_wgconvb(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 4);
+  const Shape& w = weight_shape(l, "weight");
+  if (w.rank() != 3 || w[0] != in[0][0] || w[1] != in[0][1] || in[0][3] != 1)
+    fail(l, "weight", fmt::format("weight has shape {} for input {}, expected [{},{},K]", w.to_string(),
+                                  in[0].to_string(), in[0][0], in[0][1]));
+  return {Shape{in[0][0], w[2], in[0][2], 1}};
+}
+
+std::vector<Shape> infer_wgdecb(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 4);
+  const int64_t m = winograd_m(l);
+  auto out = ints_of_size(l, "out_shape", 4, {});
+  WinogradTiles t = winograd_tiles(m, out[0], out[2], out[3]);
+  if (in[0][0] != t.p || in[0][1] != out[1] || in[0][2] != t.t || in[0][3] != 1)
+    fail(l, "input", fmt::format("input has shape {}, expected [{},{},{},1] for tile {} and out_shape [{},{},{},{}]",
+                                 in[0].to_string(), t.p, out[1], t.t, m, out[0], out[1], out[2], out[3]));
+  check_optional_bias(l, out[1]);
+  fused_activation(l);
+  return {Shape{out[0], out[1], out[2], out[3]}};
+}
+
 std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
   return {l.weight("value").shape()};
 }
@@ -308,7 +340,8 @@ const LayerType kTypes[] = {
     {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
     {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
     {"wgenc", 1, 1, infer_wgenc},        {"wgconv", 1, 1, infer_wgconv},
-    {"wgdec", 1, 1, infer_wgdec},
+    {"wgdec", 1, 1, infer_wgdec},        {"wgencb", 1, 1, infer_wgencb},
+    {"wgconvb", 1, 1, infer_wgconvb},    {"wgdecb", 1, 1, infer_wgdecb},
 };
 
 }  // namespace

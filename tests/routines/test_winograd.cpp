@@ -138,6 +138,55 @@ TEST_CASE("cpu/wg matches cpu/ref conv2 for every tile and child routine", "[win
   }
 }
 
+TEST_CASE("cpu:float32:nchw16c/wg and nchw8c/wg (blocked children) match cpu/ref conv2", "[winograd][routines]") {
+  std::mt19937 rng(2025);
+  std::vector<ConvCase> cases = {
+      {1, 3, 8, 8, 5, {1, 1, 1, 1}, true, "none"},
+      {1, 17, 13, 11, 19, {1, 1, 1, 1}, true, "relu"},
+      {4, 5, 7, 9, 16, {0, 0, 0, 0}, false, "none"},
+      {4, 13, 5, 15, 7, {2, 0, 1, 2}, true, "clip"},
+      {1, 1, 3, 3, 1, {0, 0, 0, 0}, false, "hardswish"},
+      {1, 33, 16, 16, 40, {1, 1, 1, 1}, true, "relu"},
+      {1, 64, 14, 14, 72, {1, 1, 1, 1}, true, "hardsigmoid"},  // whole vectors, a partial last one
+  };
+  for (int r = 0; r < 6; ++r) {
+    std::uniform_int_distribution<int64_t> size(3, 19), ch(1, 37), pad(0, 2), batch(0, 1);
+    cases.push_back({batch(rng) ? 4 : 1, ch(rng), size(rng), size(rng), ch(rng), {pad(rng), pad(rng), pad(rng), pad(rng)},
+                     r % 2 == 0, r % 3 == 0 ? "relu" : "none"});
+  }
+  for (const std::string desc : {"cpu:float32:nchw16c/wg", "cpu:float32:nchw8c/wg"}) {
+    Schema schema;
+    const Routine* parent = core::RoutineRegistry::instance().find("conv2", desc, &schema);
+    REQUIRE(parent);
+    for (const auto& cc : cases) {
+      auto g = conv_graph(cc, rng);
+      Blob x = random_blob(Shape{cc.n, cc.c, cc.h, cc.w}, rng);
+      auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
+      for (int64_t m : {2, 4, 6}) {
+        INFO(desc << " n=" << cc.n << " c=" << cc.c << " h=" << cc.h << " w=" << cc.w << " k=" << cc.k << " pads="
+                  << cc.pads[0] << cc.pads[1] << cc.pads[2] << cc.pads[3] << " act=" << cc.act << " tile=" << m);
+        LayerInfo info{&g.layers[0], {Shape{cc.n, cc.c, cc.h, cc.w}}, {}, {}, {}};
+        if (Support ok = parent->supports(info, schema); !ok) {
+          REQUIRE(ok.reason.find("needs") != std::string::npos);  // only the ISA may be missing
+          WARN("skipped " << desc << ": " << ok.reason);
+          break;
+        }
+        g.routine_path.routines = {{"conv", desc, {{"tile", m}}, 0, 0, {}}};
+        Net net(detail::NetImpl::build(g));
+        std::vector<std::string> types;
+        for (const auto& l : net.layers())
+          if (l.type != "adapt") types.push_back(l.type);
+        CHECK(types == std::vector<std::string>{"wgencb", "wgconvb", "wgdecb"});
+        std::vector<NamedBlob> in{{"x", x}};
+        auto got = test::values(net.run(in)[0].blob);
+        REQUIRE(got.size() == want.size());
+        double scale = 0, err = max_err(got, want, &scale);
+        CHECK(err <= tolerance(m) * scale + 1e-6);
+      }
+    }
+  }
+}
+
 TEST_CASE("a net whose routine path chooses cpu/wg tile 4 runs its children and matches", "[winograd][net]") {
   std::mt19937 rng(7);
   ConvCase cc{1, 16, 14, 14, 24, {1, 1, 1, 1}, true, "relu"};

@@ -13,6 +13,8 @@
 #include "core/childnet.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "routines/cpu/f32_common.hpp"
+#include "routines/cpu/winograd_blocked.hpp"
 #include "routines/cpu/winograd_kernels.hpp"
 
 #include <softneuro/routine.hpp>
@@ -49,6 +51,86 @@ Support float_cpu(const Blob* b, const char* key) {
   return Support::yes();
 }
 
+/// U[p][c][k] = (G g G^T)[p] for every (k, c) of a [K, C, 3, 3] weight, in double.
+Blob transformed_weights(int64_t m, const float* w, int64_t c, int64_t k) {
+  const int64_t a = m + 2, p = a * a;
+  Blob u = Blob::allocate(Shape{p, c, k});
+  float* ud = u.data_as<float>();
+  with_m(m, [&](const auto& mat) {
+    for (int64_t ki = 0; ki < k; ++ki)
+      for (int64_t ci = 0; ci < c; ++ci) {
+        const float* gk = w + (ki * c + ci) * 9;
+        double tmp[8][3];
+        for (int64_t i = 0; i < a; ++i)
+          for (int j = 0; j < 3; ++j) {
+            double s = 0;
+            for (int q = 0; q < 3; ++q) s += mat.g[i][q] * gk[q * 3 + j];
+            tmp[i][j] = s;
+          }
+        for (int64_t i = 0; i < a; ++i)
+          for (int64_t j = 0; j < a; ++j) {
+            double s = 0;
+            for (int q = 0; q < 3; ++q) s += tmp[i][q] * mat.g[j][q];
+            ud[((i * a + j) * c + ci) * k + ki] = static_cast<float>(s);
+          }
+      }
+    return 0;
+  });
+  return u;
+}
+
+/// What both conv2 -> Winograd routines (plain and blocked) require.
+Support winograd_conv_support(const LayerInfo& info) {
+  const Layer& l = *info.layer;
+  if (info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4) return Support::no("needs one NCHW input");
+  const Blob* w = l.find_weight("weight");
+  if (!w || w->shape().rank() != 4) return Support::no("needs a 4-d weight");
+  core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
+  if (g.kh != 3 || g.kw != 3) return Support::no(fmt::format("kernel {}x{}, Winograd F(m,3) needs 3x3", g.kh, g.kw));
+  if (g.sh != 1 || g.sw != 1) return Support::no("stride must be 1");
+  if (g.dh != 1 || g.dw != 1) return Support::no("dilation must be 1");
+  if (g.group != 1) return Support::no("group must be 1");
+  if (auto f = float_cpu(w, "weight"); !f) return f;
+  return float_cpu(l.find_weight("bias"), "bias");
+}
+
+/// The three children of a Winograd conv2 (types enc/mul/dec, all in `schema`).
+Childnet winograd_childnet(const Layer& l, const LayerInfo& info, int64_t m, const char* enc_type,
+                           const char* mul_type, const char* dec_type, const Schema& schema) {
+  if (m != 2 && m != 4 && m != 6) throw Error(fmt::format("tile {} is not one of 2, 4, 6", m), {}, l.name, "routine_params");
+  core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
+  Blob u = transformed_weights(m, l.weight("weight").data_as<float>(), g.c, g.oc);
+  Childnet cn;
+  Layer enc;
+  enc.name = l.name + "/wgenc";
+  enc.type = enc_type;
+  enc.inputs = {"x"};
+  enc.outputs = {"V"};
+  enc.params["tile"] = m;
+  enc.params["pads"] = std::vector<int64_t>{g.pt, g.pl, g.pb, g.pr};
+  Layer mul;
+  mul.name = l.name + "/wgconv";
+  mul.type = mul_type;
+  mul.inputs = {"V"};
+  mul.outputs = {"M"};
+  mul.weights["weight"] = u;
+  Layer dec;
+  dec.name = l.name + "/wgdec";
+  dec.type = dec_type;
+  dec.inputs = {"M"};
+  dec.outputs = {"y"};
+  dec.params["tile"] = m;
+  dec.params["out_shape"] = std::vector<int64_t>{g.n, g.oc, g.oh, g.ow};
+  for (const auto& [key, v] : l.params)
+    if (key.rfind("act", 0) == 0) dec.params[key] = v;
+  if (const Blob* b = l.find_weight("bias")) dec.weights["bias"] = *b;
+  cn.layers = {std::move(enc), std::move(mul), std::move(dec)};
+  cn.schemas = {schema, schema, schema};
+  cn.inputs = {"x"};
+  cn.outputs = {"y"};
+  return cn;
+}
+
 // ---------------------------------------------------------------------------
 // conv2 -> wgenc -> wgconv -> wgdec
 
@@ -59,80 +141,13 @@ class WinogradConv final : public Routine {
   int default_priority() const override { return 50; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
-    const Layer& l = *info.layer;
-    if (info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4) return Support::no("needs one NCHW input");
-    const Blob* w = l.find_weight("weight");
-    if (!w || w->shape().rank() != 4) return Support::no("needs a 4-d weight");
-    core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
-    if (g.kh != 3 || g.kw != 3) return Support::no(fmt::format("kernel {}x{}, Winograd F(m,3) needs 3x3", g.kh, g.kw));
-    if (g.sh != 1 || g.sw != 1) return Support::no("stride must be 1");
-    if (g.dh != 1 || g.dw != 1) return Support::no("dilation must be 1");
-    if (g.group != 1) return Support::no("group must be 1");
-    if (auto f = float_cpu(w, "weight"); !f) return f;
-    return float_cpu(l.find_weight("bias"), "bias");
+    return winograd_conv_support(info);
   }
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
     return {{"tile", {2, 4, 6}}};
   }
   std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
-    const Layer& l = *info.layer;
-    const int64_t m = routine_param(params, "tile", 4);
-    if (m != 2 && m != 4 && m != 6) throw Error(fmt::format("tile {} is not one of 2, 4, 6", m), {}, l.name, "routine_params");
-    core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
-    const int64_t c = g.c, k = g.oc, a = m + 2, p = a * a;
-    // U[p][c][k] = (G g G^T)[p] for every (k, c), in double.
-    Blob u = Blob::allocate(Shape{p, c, k});
-    const float* w = l.weight("weight").data_as<float>();
-    float* ud = u.data_as<float>();
-    with_m(m, [&](const auto& mat) {
-      for (int64_t ki = 0; ki < k; ++ki)
-        for (int64_t ci = 0; ci < c; ++ci) {
-          const float* gk = w + (ki * c + ci) * 9;
-          double tmp[8][3];
-          for (int64_t i = 0; i < a; ++i)
-            for (int j = 0; j < 3; ++j) {
-              double s = 0;
-              for (int q = 0; q < 3; ++q) s += mat.g[i][q] * gk[q * 3 + j];
-              tmp[i][j] = s;
-            }
-          for (int64_t i = 0; i < a; ++i)
-            for (int64_t j = 0; j < a; ++j) {
-              double s = 0;
-              for (int q = 0; q < 3; ++q) s += tmp[i][q] * mat.g[j][q];
-              ud[((i * a + j) * c + ci) * k + ki] = static_cast<float>(s);
-            }
-        }
-      return 0;
-    });
-    Childnet cn;
-    Layer enc;
-    enc.name = l.name + "/wgenc";
-    enc.type = "wgenc";
-    enc.inputs = {"x"};
-    enc.outputs = {"V"};
-    enc.params["tile"] = m;
-    enc.params["pads"] = std::vector<int64_t>{g.pt, g.pl, g.pb, g.pr};
-    Layer mul;
-    mul.name = l.name + "/wgconv";
-    mul.type = "wgconv";
-    mul.inputs = {"V"};
-    mul.outputs = {"M"};
-    mul.weights["weight"] = u;
-    Layer dec;
-    dec.name = l.name + "/wgdec";
-    dec.type = "wgdec";
-    dec.inputs = {"M"};
-    dec.outputs = {"y"};
-    dec.params["tile"] = m;
-    dec.params["out_shape"] = std::vector<int64_t>{g.n, g.oc, g.oh, g.ow};
-    for (const auto& [key, v] : l.params)
-      if (key.rfind("act", 0) == 0) dec.params[key] = v;
-    if (const Blob* b = l.find_weight("bias")) dec.weights["bias"] = *b;
-    cn.layers = {std::move(enc), std::move(mul), std::move(dec)};
-    cn.schemas = {Schema{}, Schema{}, Schema{}};
-    cn.inputs = {"x"};
-    cn.outputs = {"y"};
-    return cn;
+    return winograd_childnet(*info.layer, info, routine_param(params, "tile", 4), "wgenc", "wgconv", "wgdec", Schema{});
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
                                            const RoutineParams& params) const override {
@@ -161,7 +176,7 @@ wg::Geometry geometry(const LayerInfo& info) {
   const Layer& l = *info.layer;
   wg::Geometry g;
   const int64_t m = l.get_int("tile");
-  if (l.type == "wgenc") {
+  if (l.type == "wgenc" || l.type == "wgencb") {
     const Shape& x = info.input_shapes[0];
     auto pads = l.get_ints("pads", {0, 0, 0, 0});
     g.c = x[1], g.h = x[2], g.w = x[3], g.pt = pads[0], g.pl = pads[1];
@@ -321,8 +336,124 @@ class WgRoutine final : public Routine {
   std::string_view type_;
 };
 
+// ---------------------------------------------------------------------------
+// Blocked layouts: cpu:float32:nchw16c/wg (AVX-512) and cpu:float32:nchw8c/wg
+// (AVX2), conv2 -> wgencb -> wgconvb -> wgdecb, every value a vector of
+// channels (winograd_blocked.hpp), the layer's neighbours stay blocked.
+
+const wg::blocked::Kernels* blocked_kernels(Layout l) {
+  return l == Layout::nchw16c ? wg::blocked::kernels_avx512() : wg::blocked::kernels_avx2();
+}
+const char* blocked_isa(Layout l) { return l == Layout::nchw16c ? "AVX-512 (F, BW, VL, DQ)" : "AVX2 + FMA"; }
+
+template <Layout L>
+class WinogradBlockedConv final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::float32, L};
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "wg"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+  int default_priority() const override { return 50; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (!(s == kSchema)) return Support::no(fmt::format("computes in {}", kSchema.to_string()));
+    if (!blocked_kernels(L)) return Support::no(fmt::format("{}/wg needs {}", kSchema.to_string(), blocked_isa(L)));
+    if (Support ok = winograd_conv_support(info); !ok) return ok;
+    return cpu::check_activation(*info.layer);
+  }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"tile", {2, 4, 6}}};
+  }
+  std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
+    return winograd_childnet(*info.layer, info, routine_param(params, "tile", 4), "wgencb", "wgconvb", "wgdecb", kSchema);
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
+                                           const RoutineParams& params) const override {
+    return core::prepare_childnet(info, schema, algorithm(), params);
+  }
+};
+SOFTNEURO_REGISTER_ROUTINE(WinogradBlockedConv<Layout::nchw16c>);
+SOFTNEURO_REGISTER_ROUTINE(WinogradBlockedConv<Layout::nchw8c>);
+
+/// wgencb / wgconvb / wgdecb: one routine per blocked layout, named by its ISA.
+template <Layout L>
+struct BlockedEnc final : PreparedRoutine {
+  const wg::blocked::Kernels& k;
+  int m;
+  wg::Geometry g;
+  BlockedEnc(const LayerInfo& info, const wg::blocked::Kernels& kernels)
+      : k(kernels), m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)) {}
+  void run(const RunArgs& a) override { k.encode(m, g, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool); }
+};
+
+template <Layout L>
+struct BlockedConv final : PreparedRoutine {
+  const wg::blocked::Kernels& k;
+  int64_t p, c, t;
+  wg::blocked::PackedU u;
+  BlockedConv(const LayerInfo& info, const wg::blocked::Kernels& kernels)
+      : k(kernels), p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), t(info.input_shapes[0][2]) {
+    const Blob& w = info.layer->weight("weight");
+    u = k.pack(w.data_as<float>(), p, c, w.shape()[2]);
+  }
+  void run(const RunArgs& a) override {
+    k.gemm(u, p, c, t, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool);
+  }
+};
+
+template <Layout L>
+struct BlockedDec final : PreparedRoutine {
+  const wg::blocked::Kernels& k;
+  int m;
+  wg::Geometry g;
+  cpu::gemm::Epilogue ep;
+  std::vector<float> bias;  ///< padded to whole vectors
+  BlockedDec(const LayerInfo& info, const wg::blocked::Kernels& kernels)
+      : k(kernels), m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)) {
+    cpu::to_epilogue(core::fused_activation(*info.layer), ep);
+    if (const Blob* b = info.layer->find_weight("bias")) {
+      bias.assign(static_cast<std::size_t>((g.k + k.vec - 1) / k.vec * k.vec), 0.0f);
+      std::copy(b->data_as<float>(), b->data_as<float>() + g.k, bias.begin());
+    }
+  }
+  void run(const RunArgs& a) override {
+    k.decode(m, g, ep, bias.empty() ? nullptr : bias.data(), a.inputs[0]->data_as<float>(),
+             a.outputs[0]->data_as<float>(), *a.pool);
+  }
+};
+
+template <template <Layout> class P, Layout L>
+class WgBlockedRoutine final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::float32, L};
+  explicit WgBlockedRoutine(std::string_view type) : type_(type) {}
+  std::string_view layer_type() const override { return type_; }
+  std::string_view algorithm() const override { return L == Layout::nchw16c ? "avx512" : "avx2"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (!(s == kSchema)) return Support::no(fmt::format("computes in {}", kSchema.to_string()));
+    if (!blocked_kernels(L)) return Support::no(fmt::format("needs {}", blocked_isa(L)));
+    if (auto ok = float_cpu(info.layer->find_weight("weight"), "weight"); !ok) return ok;
+    if (auto ok = float_cpu(info.layer->find_weight("bias"), "bias"); !ok) return ok;
+    return cpu::check_activation(*info.layer);
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    const wg::blocked::Kernels* k = blocked_kernels(L);
+    if (!k) throw Error(fmt::format("{}: the CPU lacks {}", kSchema.to_string(), blocked_isa(L)));
+    return std::make_unique<P<L>>(info, *k);
+  }
+
+ private:
+  std::string_view type_;
+};
+
 struct Registrations {
   Registrations() {
+    register_routine(std::make_unique<WgBlockedRoutine<BlockedEnc, Layout::nchw16c>>("wgencb"));
+    register_routine(std::make_unique<WgBlockedRoutine<BlockedConv, Layout::nchw16c>>("wgconvb"));
+    register_routine(std::make_unique<WgBlockedRoutine<BlockedDec, Layout::nchw16c>>("wgdecb"));
+    register_routine(std::make_unique<WgBlockedRoutine<BlockedEnc, Layout::nchw8c>>("wgencb"));
+    register_routine(std::make_unique<WgBlockedRoutine<BlockedConv, Layout::nchw8c>>("wgconvb"));
+    register_routine(std::make_unique<WgBlockedRoutine<BlockedDec, Layout::nchw8c>>("wgdecb"));
     register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::ref>>("wgenc"));
     register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::avx2>>("wgenc"));
     register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::avx512>>("wgenc"));

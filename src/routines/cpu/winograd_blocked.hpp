@@ -1,0 +1,41 @@
+// Winograd F(m,3) in the blocked layouts (cpu:float32:nchw16c/wg with AVX-512,
+// cpu:float32:nchw8c/wg with AVX2): the children wgencb -> wgconvb -> wgdecb
+// of src/routines/cpu/winograd.cpp. Every value is a vector of V channels, so
+// the transforms are plain vector arithmetic (no gathers) and nothing around
+// the layer changes layout. Blobs, in the blocked layout of V channels:
+//   x [N, C, H, W]   V [P, C, T, 1]   M [P, K, T, 1]   y [N, K, OH, OW]
+// (P = (m+2)^2 positions, T tiles t = (n*TY + ty)*TX + tx, unpadded), i.e. V is
+// [P][C/V][T][V] in memory and each GEMM M[p] = V[p] U[p] has tiles as rows.
+// Kernels in winograd_blocked_kernels.inl, built per ISA (winograd_blocked_avx2.cpp,
+// winograd_blocked_avx512.cpp); callers check the CPU through kernels_*().
+#pragma once
+
+#include "routines/cpu/gemm.hpp"
+#include "routines/cpu/winograd_kernels.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace softneuro::wg::blocked {
+
+/// U [P][C][K] packed for a GEMM of one ISA: [P][K/V][C padded to V][V], zero-padded.
+struct PackedU {
+  int64_t kb = 0, cpad = 0;
+  std::vector<float> data;
+};
+
+struct Kernels {
+  int vec = 0;  ///< channels per vector, the layout's block
+  void (*encode)(int m, const Geometry& g, const float* x, float* v, ThreadPool& pool) = nullptr;
+  PackedU (*pack)(const float* u, int64_t p, int64_t c, int64_t k) = nullptr;
+  void (*gemm)(const PackedU& u, int64_t p, int64_t c, int64_t t, const float* v, float* mm, ThreadPool& pool) = nullptr;
+  /// bias: K padded to whole vectors (zeros past K), or null.
+  void (*decode)(int m, const Geometry& g, const cpu::gemm::Epilogue& e, const float* bias, const float* mm, float* y,
+                 ThreadPool& pool) = nullptr;
+};
+
+/// The AVX-512 (V = 16) and AVX2 (V = 8) kernels; nullptr when the CPU lacks the ISA.
+const Kernels* kernels_avx512();
+const Kernels* kernels_avx2();
+
+}  // namespace softneuro::wg::blocked

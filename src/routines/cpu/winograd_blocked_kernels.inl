@@ -1,0 +1,280 @@
+// Blocked-layout Winograd kernels (see winograd_blocked.hpp), included once per
+// ISA after defining SN_F32_AVX512, built with that ISA's flags and
+// -ffp-contract=fast. Values are vectors of kV channels throughout; the
+// transform coefficients are compile-time constants (zeros vanish, ones are adds).
+#include "routines/cpu/f32_simd.hpp"
+#include "routines/cpu/winograd_blocked.hpp"
+#include "core/cpu_features.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+namespace softneuro::cpu::SN_F32_NS {
+namespace {
+
+namespace wgb = softneuro::wg::blocked;
+
+template <int M>
+inline constexpr wg::Matrices<M> kWgMat = wg::make_matrices<M>();
+
+/// f(std::integral_constant<int, 0>{}) ... f(<N-1>): loops whose indices are
+/// compile-time constants, so every transform coefficient is one too.
+template <int N, class F, int... I>
+__attribute__((always_inline)) inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+__attribute__((always_inline)) inline void static_for(F&& f) {
+  static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
+
+/// acc + F * x for a compile-time coefficient F (0: nothing, +-1: add/sub).
+template <double F>
+__attribute__((always_inline)) inline vf madd(vf acc, vf x) {
+  if constexpr (F == 0.0) return acc;
+  else if constexpr (F == 1.0) return acc + x;
+  else if constexpr (F == -1.0) return acc - x;
+  else return acc + x * static_cast<float>(F);
+}
+
+/// out[i] = sum_a C[i][a] * in[a] for i < R, a < A, C a compile-time matrix.
+template <int R, int A, const auto& C>
+__attribute__((always_inline)) inline void combine(const vf* in, vf* out, vf init) {
+  static_for<R>([&](auto i) __attribute__((always_inline)) {
+    vf acc = init;
+    static_for<A>([&](auto a) __attribute__((always_inline)) { acc = madd<C[i][a]>(acc, in[a]); });
+    out[i] = acc;
+  });
+}
+
+/// The batch, row and column of tile `tile`'s top-left output pixel.
+inline void tile_origin(const core::WinogradTiles& t, int64_t tile, int m, int64_t& n, int64_t& row, int64_t& col) {
+  col = tile % t.tx * m;
+  const int64_t rest = tile / t.tx;
+  row = rest % t.ty * m;
+  n = rest / t.ty;
+}
+
+// --- encode: V[p][cb][t] = (B^T d B)[p] of tile t's (m+2)^2 input pixels ------
+
+template <int M>
+void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool) {
+  constexpr int A = M + 2;
+  const auto& t = g.t;
+  const int64_t cbs = (g.c + kV - 1) / kV, T = t.t, plane = g.h * g.w * kV;
+  pool.parallel_for(cbs * T, 8, [&](int64_t b0, int64_t b1) {
+    vf d[A][A], s[A][A];
+    for (int64_t idx = b0; idx < b1; ++idx) {
+      const int64_t cb = idx / T, tile = idx % T;
+      int64_t n, row, col;
+      tile_origin(t, tile, M, n, row, col);
+      const int64_t r0 = row - g.pt, c0 = col - g.pl;
+      const float* xc = x + (n * cbs + cb) * plane;
+      if (r0 >= 0 && c0 >= 0 && r0 + A <= g.h && c0 + A <= g.w) {
+        static_for<A>([&](auto a) __attribute__((always_inline)) {
+          static_for<A>([&](auto b) __attribute__((always_inline)) { d[a][b] = vload(xc + ((r0 + a) * g.w + c0 + b) * kV); });
+        });
+      } else {  // a border tile: pixels outside the input are zeros
+        const int64_t b_lo = std::max<int64_t>(0, -c0), b_hi = std::min<int64_t>(A, g.w - c0);
+        static_for<A>([&](auto a) __attribute__((always_inline)) {
+          const int64_t r = r0 + a;
+          const bool row_in = r >= 0 && r < g.h;
+          static_for<A>([&](auto b) __attribute__((always_inline)) {
+            d[a][b] = row_in && b >= b_lo && b < b_hi ? vload(xc + (r * g.w + c0 + b) * kV) : vzero();
+          });
+        });
+      }
+      // s = B^T d (column by column), then V = s B (row by row: V[i] = B^T s[i]).
+      static_for<A>([&](auto b) __attribute__((always_inline)) {
+        vf col[A], out[A];
+        static_for<A>([&](auto a) __attribute__((always_inline)) { col[a] = d[a][b]; });
+        combine<A, A, kWgMat<M>.bt>(col, out, vzero());
+        static_for<A>([&](auto i) __attribute__((always_inline)) { s[i][b] = out[i]; });
+      });
+      static_for<A>([&](auto i) __attribute__((always_inline)) {
+        vf out[A];
+        combine<A, A, kWgMat<M>.bt>(s[i], out, vzero());
+        static_for<A>([&](auto j) __attribute__((always_inline)) { vstore(v + (((i * A + j) * cbs + cb) * T + tile) * kV, out[j]); });
+      });
+    }
+  });
+}
+
+// --- GEMM: M[p][kb][t] = sum_c V[p][c/kV][t][c%kV] * U[p][kb][c] --------------
+
+#if SN_F32_AVX512
+constexpr int kRT = 6, kNK = 4;  // 24 sums + 4 weight vectors + a broadcast of 32 zmm
+#else
+constexpr int kRT = 6, kNK = 2;  // 12 sums + 2 + 1 of 16 ymm
+#endif
+
+/// RT tiles (rows) x NK vectors of output channels over all input channels.
+///   v: V[p][cb 0][t0], v_cb floats between channel blocks; u: U[p][kb0][c 0], u_kb between kb;
+///   mm: M[p][kb0][t0], m_kb between kb.
+template <int RT, int NK>
+void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, int64_t u_kb, float* mm, int64_t m_kb) {
+  vf acc[RT][NK];
+#pragma GCC unroll 8
+  for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < NK; ++j) acc[r][j] = vzero();
+  for (int64_t cb = 0; cb < cbs; ++cb) {
+    const float* vb = v + cb * v_cb;
+    const float* ub = u + cb * kV * kV;
+#pragma GCC unroll 16
+    for (int ci = 0; ci < kV; ++ci) {
+      vf w[NK];
+#pragma GCC unroll 4
+      for (int j = 0; j < NK; ++j) w[j] = vload(ub + j * u_kb + ci * kV);
+#pragma GCC unroll 8
+      for (int r = 0; r < RT; ++r) {
+        const vf xv = vbcast(vb + r * kV + ci);
+#pragma GCC unroll 4
+        for (int j = 0; j < NK; ++j) acc[r][j] = vfma(xv, w[j], acc[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < NK; ++j) vstore(mm + j * m_kb + r * kV, acc[r][j]);
+}
+
+template <int NK>
+void gemm_rows(const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, int64_t u_kb, float* mm, int64_t m_kb) {
+  int64_t t = 0;
+  for (; t + kRT <= T; t += kRT) gemm_micro<kRT, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb);
+  switch (T - t) {  // the last rows
+    case 5: gemm_micro<5, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
+    case 4: gemm_micro<4, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
+    case 3: gemm_micro<3, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
+    case 2: gemm_micro<2, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
+    case 1: gemm_micro<1, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
+    default: break;
+  }
+}
+
+wgb::PackedU pack(const float* u, int64_t p, int64_t c, int64_t k) {
+  wgb::PackedU pk;
+  pk.kb = (k + kV - 1) / kV;
+  pk.cpad = (c + kV - 1) / kV * kV;
+  pk.data.assign(static_cast<std::size_t>(p * pk.kb * pk.cpad * kV), 0.0f);
+  for (int64_t pi = 0; pi < p; ++pi)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t ki = 0; ki < k; ++ki)
+        pk.data[static_cast<std::size_t>(((pi * pk.kb + ki / kV) * pk.cpad + ci) * kV + ki % kV)] = u[(pi * c + ci) * k + ki];
+  return pk;
+}
+
+void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v, float* mm, ThreadPool& pool) {
+  const int64_t cbs = (c + kV - 1) / kV, kbs = u.kb, groups = (kbs + kNK - 1) / kNK;
+  const int64_t v_cb = T * kV, u_kb = u.cpad * kV, m_kb = T * kV;
+  // Tasks: (position, group of kNK output-channel vectors); the task's U panel
+  // (C x kNK*kV floats) streams once per kRT tiles from L1/L2, V[p] stays in L2.
+  pool.parallel_for(p * groups, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t task = b0; task < b1; ++task) {
+      const int64_t pi = task / groups, kb0 = task % groups * kNK, nk = std::min<int64_t>(kNK, kbs - kb0);
+      const float* vp = v + pi * cbs * v_cb;
+      const float* up = u.data.data() + (pi * kbs + kb0) * u_kb;
+      float* mp = mm + (pi * kbs + kb0) * m_kb;
+      switch (nk) {
+#if SN_F32_AVX512
+        case 4: gemm_rows<4>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
+        case 3: gemm_rows<3>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
+#endif
+        case 2: gemm_rows<2>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
+        default: gemm_rows<1>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
+      }
+    }
+  });
+}
+
+// --- decode: y = act(A^T M A + bias), clipped to OH x OW -------------------------
+
+template <int M>
+void decode_m(const wg::Geometry& g, const gemm::Epilogue& ep, const float* bias, const float* mm, float* y,
+              ThreadPool& pool) {
+  constexpr int A = M + 2;
+  const auto& t = g.t;
+  const int64_t kbs = (g.k + kV - 1) / kV, T = t.t, pstride = kbs * T * kV;
+  const int valid_last = static_cast<int>(g.k - (kbs - 1) * kV);
+  pool.parallel_for(kbs * T, 8, [&](int64_t b0, int64_t b1) {
+    const VAct act(ep);
+    vf s[M][A];
+    for (int64_t idx = b0; idx < b1; ++idx) {
+      const int64_t kb = idx / T, tile = idx % T;
+      int64_t n, row, col;
+      tile_origin(t, tile, M, n, row, col);
+      const float* src = mm + (kb * T + tile) * kV;
+      // s = A^T M (column by column), then o = s A (row by row: o[i] = A^T s[i]) + bias.
+      static_for<A>([&](auto b) __attribute__((always_inline)) {
+        vf col[A], out[M];
+        static_for<A>([&](auto a) __attribute__((always_inline)) { col[a] = vload(src + (a * A + b) * pstride); });
+        combine<M, A, kWgMat<M>.at>(col, out, vzero());
+        static_for<M>([&](auto i) __attribute__((always_inline)) { s[i][b] = out[i]; });
+      });
+      const vf bv = bias ? vload(bias + kb * kV) : vzero();
+      const int valid = kb == kbs - 1 ? valid_last : kV;
+      const int64_t rows = std::min<int64_t>(M, t.oh - row), cols = std::min<int64_t>(M, t.ow - col);
+      float* yk = y + ((n * kbs + kb) * t.oh + row) * t.ow * kV + col * kV;
+      static_for<M>([&](auto i) __attribute__((always_inline)) {
+        if (i >= rows) return;
+        vf out[M];
+        combine<M, A, kWgMat<M>.at>(s[i], out, bv);
+        for (int j = 0; j < M && j < cols; ++j) {
+          vf o = act(out[j]);
+          if (valid < kV) o = vkeep_n(o, valid);
+          vstore(yk + (i * t.ow + j) * kV, o);
+        }
+      });
+    }
+  });
+}
+
+void encode(int m, const wg::Geometry& g, const float* x, float* v, ThreadPool& pool) {
+  switch (m) {
+    case 2: return encode_m<2>(g, x, v, pool);
+    case 4: return encode_m<4>(g, x, v, pool);
+    default: return encode_m<6>(g, x, v, pool);
+  }
+}
+
+void decode(int m, const wg::Geometry& g, const gemm::Epilogue& e, const float* bias, const float* mm, float* y,
+            ThreadPool& pool) {
+  switch (m) {
+    case 2: return decode_m<2>(g, e, bias, mm, y, pool);
+    case 4: return decode_m<4>(g, e, bias, mm, y, pool);
+    default: return decode_m<6>(g, e, bias, mm, y, pool);
+  }
+}
+
+wgb::Kernels make_kernels() {
+  wgb::Kernels k;
+  k.vec = kV;
+  k.encode = &encode;
+  k.pack = &pack;
+  k.gemm = &gemm;
+  k.decode = &decode;
+  return k;
+}
+
+}  // namespace
+}  // namespace softneuro::cpu::SN_F32_NS
+
+namespace softneuro::wg::blocked {
+#if SN_F32_AVX512
+const Kernels* kernels_avx512() {
+  if (!core::cpu_features().avx512_core()) return nullptr;  // before any AVX-512 code runs
+  static const Kernels k = cpu::avx512::make_kernels();
+  return &k;
+}
+#else
+const Kernels* kernels_avx2() {
+  if (!core::cpu_features().avx2_fma()) return nullptr;
+  static const Kernels k = cpu::avx2::make_kernels();
+  return &k;
+}
+#endif
+}  // namespace softneuro::wg::blocked
