@@ -100,6 +100,14 @@ TEST_CASE("shape inference: Winograd sub-layers", "[core][shape]") {
   expect_error(L("wgenc", {{"tile", int64_t{3}}}), {Shape{1, 3, 6, 6}}, "tile");
   expect_error(L("wgconv", {}, {{"weight", w(Shape{36, 4, 8})}}), {Shape{36, 5, 16}}, "weight");
   expect_error(L("wgdec", {{"tile", int64_t{4}}, {"out_shape", Ints{2, 8, 7, 9}}}), {Shape{36, 8, 32}}, "input");
+  // The blocked variants: 4-d, tiles unpadded (12).
+  CHECK(infer(L("wgencb", {{"tile", int64_t{4}}, {"pads", Ints{1, 1, 1, 1}}}), {Shape{2, 5, 7, 9}}) ==
+        Shapes{Shape{36, 5, 12, 1}});
+  CHECK(infer(L("wgconvb", {}, {{"weight", w(Shape{36, 5, 8})}}), {Shape{36, 5, 12, 1}}) == Shapes{Shape{36, 8, 12, 1}});
+  CHECK(infer(L("wgdecb", {{"tile", int64_t{4}}, {"out_shape", Ints{2, 8, 7, 9}}}), {Shape{36, 8, 12, 1}}) ==
+        Shapes{Shape{2, 8, 7, 9}});
+  expect_error(L("wgconvb", {}, {{"weight", w(Shape{36, 4, 8})}}), {Shape{36, 5, 12, 1}}, "weight");
+  expect_error(L("wgdecb", {{"tile", int64_t{4}}, {"out_shape", Ints{2, 8, 7, 9}}}), {Shape{36, 8, 16, 1}}, "input");
 }
 
 TEST_CASE("shape inference: dense", "[core][shape]") {
@@ -302,7 +310,8 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
-      "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec"};
+      "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
+      "wgencb", "wgconvb", "wgdecb"};
   for (const auto& t : core::layer_types()) {
     INFO(t.name);
     CHECK(tested.count(std::string(t.name)) == 1);

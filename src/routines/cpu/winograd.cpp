@@ -195,7 +195,9 @@ template <Isa I>
 struct EncPrepared final : PreparedRoutine {
   int m;
   wg::Geometry g;
-  explicit EncPrepared(const LayerInfo& info) : m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)) {}
+  int64_t ts;  ///< V's row of tiles: Tp (wgenc), T (wgencb, whose cpu/ref this also is, in plain layout)
+  explicit EncPrepared(const LayerInfo& info)
+      : m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)), ts(info.output_shapes[0][2]) {}
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* v = a.outputs[0]->data_as<float>();
@@ -207,9 +209,9 @@ struct EncPrepared final : PreparedRoutine {
       const auto& t = g.t;
       with_m(m, [&](const auto& mat) {
         const int64_t A = m + 2;
-        a.pool->parallel_for(g.c * t.tp, 1, [&](int64_t b0, int64_t b1) {
+        a.pool->parallel_for(g.c * ts, 1, [&](int64_t b0, int64_t b1) {
           for (int64_t idx = b0; idx < b1; ++idx) {
-            const int64_t c = idx / t.tp, tile = idx % t.tp;
+            const int64_t c = idx / ts, tile = idx % ts;
             double d[8][8] = {};
             if (tile < t.t) {
               const int64_t tx = tile % t.tx, ty = (tile / t.tx) % t.ty, n = tile / (t.tx * t.ty);
@@ -224,7 +226,7 @@ struct EncPrepared final : PreparedRoutine {
                 double s = 0;
                 for (int64_t p = 0; p < A; ++p)
                   for (int64_t q = 0; q < A; ++q) s += mat.bt[i][p] * d[p][q] * mat.bt[j][q];
-                v[((i * A + j) * g.c + c) * t.tp + tile] = static_cast<float>(s);
+                v[((i * A + j) * g.c + c) * ts + tile] = static_cast<float>(s);
               }
           }
         });
@@ -278,7 +280,9 @@ struct DecPrepared final : PreparedRoutine {
   wg::Geometry g;
   wg::Epilogue e;
   Blob bias;
-  explicit DecPrepared(const LayerInfo& info) : m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)) {
+  int64_t ts;  ///< M's row of tiles: Tp (wgdec), T (wgdecb, whose cpu/ref this also is, in plain layout)
+  explicit DecPrepared(const LayerInfo& info)
+      : m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)), ts(info.input_shapes[0][2]) {
     e.act = core::fused_activation(*info.layer);
     if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
     e.bias = bias.numel() ? bias.data_as<float>() : nullptr;
@@ -304,7 +308,7 @@ struct DecPrepared final : PreparedRoutine {
                 if (r >= t.oh || col >= t.ow) continue;
                 double s = e.bias ? e.bias[k] : 0.0;
                 for (int64_t p = 0; p < A; ++p)
-                  for (int64_t q = 0; q < A; ++q) s += mat.at[i][p] * double(mm[((p * A + q) * g.k + k) * t.tp + tile]) * mat.at[j][q];
+                  for (int64_t q = 0; q < A; ++q) s += mat.at[i][p] * double(mm[((p * A + q) * g.k + k) * ts + tile]) * mat.at[j][q];
                 y[((n * g.k + k) * t.oh + r) * t.ow + col] = core::apply_activation(e.act, static_cast<float>(s));
               }
           }
@@ -448,6 +452,10 @@ class WgBlockedRoutine final : public Routine {
 
 struct Registrations {
   Registrations() {
+    // The blocked children's cpu/ref: the plain routines' reference code on 4-d shapes.
+    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::ref>>("wgencb"));
+    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::ref>>("wgconvb"));
+    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::ref>>("wgdecb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedEnc, Layout::nchw16c>>("wgencb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedConv, Layout::nchw16c>>("wgconvb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedDec, Layout::nchw16c>>("wgdecb"));

@@ -1,0 +1,35 @@
+// The blocked Winograd children (wgencb, wgconvb, wgdecb in nchw16c with
+// AVX-512 and nchw8c with AVX2) each against its cpu/ref on its own: random
+// inputs in the blocked layout, padded channel lanes must come out zero. The
+// whole childnet against conv2's cpu/ref is in test_winograd.cpp.
+#include "core/layer_types.hpp"
+#include "routines/f32_check.hpp"
+
+using namespace softneuro;
+using namespace softneuro::test::f32;
+
+TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]") {
+  std::mt19937 rng(31);
+  for (const std::string desc : {"cpu:float32:nchw16c/avx512", "cpu:float32:nchw8c/avx2"}) {
+    INFO(desc);
+    for (auto [n, c, k, h, w, m] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 3, 5, 8, 8, 2},
+                                     {2, 17, 24, 9, 13, 4}, {1, 40, 9, 14, 14, 6}, {1, 16, 16, 5, 7, 4}}) {
+      INFO("n" << n << " c" << c << " k" << k << " " << h << "x" << w << " tile " << m);
+      const core::WinogradTiles t = core::winograd_tiles(m, n, h, w);  // pads 1: output h x w
+      const int64_t p = (m + 2) * (m + 2);
+      Layer enc = test::make_layer("wgencb", {{"tile", m}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}, {});
+      Layer mul = test::make_layer("wgconvb", {}, {{"weight", random_blob(Shape{p, c, k}, rng)}});
+      Layer dec = test::make_layer("wgdecb", {{"tile", m}, {"out_shape", std::vector<int64_t>{n, k, h, w}},
+                                              {"act", std::string("hardsigmoid")}},
+                                   {{"bias", random_blob(Shape{k}, rng)}});
+      std::string why;
+      if (!check_case(enc, {random_blob(Shape{n, c, h, w}, rng)}, desc, {}, &why)) {
+        REQUIRE(isa_missing(why));
+        WARN(desc << " skipped: " << why);
+        break;
+      }
+      CHECK(check_case(mul, {random_blob(Shape{p, c, t.t, 1}, rng)}, desc));
+      CHECK(check_case(dec, {random_blob(Shape{p, k, t.t, 1}, rng)}, desc));
+    }
+  }
+}
