@@ -18,7 +18,9 @@
 
 namespace softneuro::wg::blocked {
 
-/// U [P][C][K] packed for a GEMM of one ISA: [P][K/V][C padded to V][V], zero-padded.
+/// U [P][C][K] packed for the GEMM of one ISA: per position, groups of the
+/// ISA's number of output-channel vectors, each [C padded to V][vectors][V]
+/// (the vectors one input channel multiplies are adjacent), zero-padded.
 struct PackedU {
   int64_t kb = 0, cpad = 0;
   std::vector<float> data;

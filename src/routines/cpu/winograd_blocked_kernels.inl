@@ -104,30 +104,42 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
 
 // --- GEMM: M[p][kb][t] = sum_c V[p][c/kV][t][c%kV] * U[p][kb][c] --------------
 
+#ifndef WGB_RT
 #if SN_F32_AVX512
-constexpr int kRT = 6, kNK = 4;  // 24 sums + 4 weight vectors + a broadcast of 32 zmm
+#define WGB_RT 6  // 24 sums + 4 weight vectors + a broadcast of 32 zmm
+#define WGB_NK 4
 #else
-constexpr int kRT = 6, kNK = 2;  // 12 sums + 2 + 1 of 16 ymm
+#define WGB_RT 6  // 12 sums + 2 + 1 of 16 ymm
+#define WGB_NK 2
 #endif
+#endif
+#ifndef WGB_CU
+#define WGB_CU 16
+#endif
+#define WGB_PRAGMA(x) _Pragma(#x)
+#define WGB_UNROLL(n) WGB_PRAGMA(GCC unroll n)
+constexpr int kRT = WGB_RT, kNK = WGB_NK;
 
-/// RT tiles (rows) x NK vectors of output channels over all input channels.
+/// RT tiles (rows) x NK vectors of output channels over `cbs` input-channel
+/// blocks, onto the sums already in mm when `load`.
 ///   v: V[p][cb 0][t0], v_cb floats between channel blocks; u: U[p][kb0][c 0], u_kb between kb;
 ///   mm: M[p][kb0][t0], m_kb between kb.
 template <int RT, int NK>
-void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, int64_t u_kb, float* mm, int64_t m_kb) {
+void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, int64_t u_kb, float* mm, int64_t m_kb,
+                bool load) {
   vf acc[RT][NK];
 #pragma GCC unroll 8
   for (int r = 0; r < RT; ++r)
 #pragma GCC unroll 4
-    for (int j = 0; j < NK; ++j) acc[r][j] = vzero();
+    for (int j = 0; j < NK; ++j) acc[r][j] = load ? vload(mm + j * m_kb + r * kV) : vzero();
   for (int64_t cb = 0; cb < cbs; ++cb) {
     const float* vb = v + cb * v_cb;
-    const float* ub = u + cb * kV * kV;
-#pragma GCC unroll 16
+    const float* ub = u + cb * kV * NK * kV;
+    WGB_UNROLL(WGB_CU)
     for (int ci = 0; ci < kV; ++ci) {
       vf w[NK];
 #pragma GCC unroll 4
-      for (int j = 0; j < NK; ++j) w[j] = vload(ub + j * u_kb + ci * kV);
+      for (int j = 0; j < NK; ++j) w[j] = vload(ub + (ci * NK + j) * kV);
 #pragma GCC unroll 8
       for (int r = 0; r < RT; ++r) {
         const vf xv = vbcast(vb + r * kV + ci);
@@ -142,17 +154,40 @@ void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, int64
     for (int j = 0; j < NK; ++j) vstore(mm + j * m_kb + r * kV, acc[r][j]);
 }
 
+/// The last rows (fewer than kRT) of a panel.
+template <int NK, int R = kRT - 1>
+void gemm_tail(int64_t rows, const float* v, int64_t v_cb, int64_t cbs, const float* u, int64_t u_kb, float* mm,
+               int64_t m_kb, bool load) {
+  if constexpr (R >= 1) {
+    if (rows == R) return gemm_micro<R, NK>(v, v_cb, cbs, u, u_kb, mm, m_kb, load);
+    gemm_tail<NK, R - 1>(rows, v, v_cb, cbs, u, u_kb, mm, m_kb, load);
+  }
+}
+
+/// Every row of M[p] for NK output-channel vectors: input channels in chunks
+/// whose U panel (chunk x NK*kV floats) stays in L1 across all the rows.
 template <int NK>
 void gemm_rows(const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, int64_t u_kb, float* mm, int64_t m_kb) {
-  int64_t t = 0;
-  for (; t + kRT <= T; t += kRT) gemm_micro<kRT, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb);
-  switch (T - t) {  // the last rows
-    case 5: gemm_micro<5, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
-    case 4: gemm_micro<4, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
-    case 3: gemm_micro<3, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
-    case 2: gemm_micro<2, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
-    case 1: gemm_micro<1, NK>(v + t * kV, v_cb, cbs, u, u_kb, mm + t * kV, m_kb); break;
-    default: break;
+  // Channel blocks per chunk: the panel within ~40 KiB, chunks of equal size.
+  constexpr int64_t kMaxChunk = std::max(1, (40 * 1024) / (kV * kV * NK * 4));
+  const int64_t chunks = (cbs + kMaxChunk - 1) / kMaxChunk, chunk = (cbs + chunks - 1) / chunks;
+  for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk) {
+    const int64_t n = std::min(chunk, cbs - cb0);
+    const float* vc = v + cb0 * v_cb;
+    const float* uc = u + cb0 * kV * NK * kV;
+    int64_t t = 0;
+    for (; t + kRT <= T; t += kRT) gemm_micro<kRT, NK>(vc + t * kV, v_cb, n, uc, u_kb, mm + t * kV, m_kb, cb0 > 0);
+    gemm_tail<NK>(T - t, vc + t * kV, v_cb, n, uc, u_kb, mm + t * kV, m_kb, cb0 > 0);
+  }
+}
+
+/// Every output-channel group of nk <= kNK vectors.
+template <int NK = kNK>
+void gemm_group(int64_t nk, const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, int64_t u_kb,
+                float* mm, int64_t m_kb) {
+  if constexpr (NK >= 1) {
+    if (nk == NK) return gemm_rows<NK>(v, v_cb, cbs, T, u, u_kb, mm, m_kb);
+    gemm_group<NK - 1>(nk, v, v_cb, cbs, T, u, u_kb, mm, m_kb);
   }
 }
 
@@ -161,32 +196,34 @@ wgb::PackedU pack(const float* u, int64_t p, int64_t c, int64_t k) {
   pk.kb = (k + kV - 1) / kV;
   pk.cpad = (c + kV - 1) / kV * kV;
   pk.data.assign(static_cast<std::size_t>(p * pk.kb * pk.cpad * kV), 0.0f);
+  // Groups of kNK output-channel vectors (the last may have fewer, nk), each
+  // [C][nk][kV]: the vectors one input channel multiplies are adjacent.
   for (int64_t pi = 0; pi < p; ++pi)
-    for (int64_t ci = 0; ci < c; ++ci)
-      for (int64_t ki = 0; ki < k; ++ki)
-        pk.data[static_cast<std::size_t>(((pi * pk.kb + ki / kV) * pk.cpad + ci) * kV + ki % kV)] = u[(pi * c + ci) * k + ki];
+    for (int64_t kb0 = 0; kb0 < pk.kb; kb0 += kNK) {
+      const int64_t nk = std::min<int64_t>(kNK, pk.kb - kb0);
+      float* grp = pk.data.data() + (pi * pk.kb + kb0) * pk.cpad * kV;
+      for (int64_t ci = 0; ci < c; ++ci)
+        for (int64_t j = 0; j < nk; ++j)
+          for (int64_t l = 0; l < kV; ++l) {
+            const int64_t ki = (kb0 + j) * kV + l;
+            if (ki < k) grp[(ci * nk + j) * kV + l] = u[(pi * c + ci) * k + ki];
+          }
+    }
   return pk;
 }
 
 void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v, float* mm, ThreadPool& pool) {
   const int64_t cbs = (c + kV - 1) / kV, kbs = u.kb, groups = (kbs + kNK - 1) / kNK;
   const int64_t v_cb = T * kV, u_kb = u.cpad * kV, m_kb = T * kV;
-  // Tasks: (position, group of kNK output-channel vectors); the task's U panel
-  // (C x kNK*kV floats) streams once per kRT tiles from L1/L2, V[p] stays in L2.
+  // Tasks: (position, group of kNK output-channel vectors); per chunk of input
+  // channels the task's U panel stays in L1 while every row streams over it.
   pool.parallel_for(p * groups, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t task = b0; task < b1; ++task) {
       const int64_t pi = task / groups, kb0 = task % groups * kNK, nk = std::min<int64_t>(kNK, kbs - kb0);
       const float* vp = v + pi * cbs * v_cb;
       const float* up = u.data.data() + (pi * kbs + kb0) * u_kb;
       float* mp = mm + (pi * kbs + kb0) * m_kb;
-      switch (nk) {
-#if SN_F32_AVX512
-        case 4: gemm_rows<4>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
-        case 3: gemm_rows<3>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
-#endif
-        case 2: gemm_rows<2>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
-        default: gemm_rows<1>(vp, v_cb, cbs, T, up, u_kb, mp, m_kb); break;
-      }
+      gemm_group(nk, vp, v_cb, cbs, T, up, u_kb, mp, m_kb);
     }
   });
 }
