@@ -14,7 +14,7 @@ class PreparedChildnet final : public PreparedRoutine {
     const Layer& l = *info.layer;
     graph_.name = l.name;
     for (std::size_t i = 0; i < l.inputs.size(); ++i) {
-      graph_.inputs.push_back({l.inputs[i], info.input_shapes[i], DType::float32});
+      graph_.inputs.push_back({l.inputs[i], info.input_shapes[i], schema.dtype});
       shapes_[l.inputs[i]] = info.input_shapes[i];
     }
     for (std::size_t i = 0; i < l.outputs.size(); ++i) shapes_[l.outputs[i]] = info.output_shapes[i];
@@ -24,14 +24,15 @@ class PreparedChildnet final : public PreparedRoutine {
     graph_.routine_path.routines = {rc};
     for (std::size_t i = 0; i < info.output_quant.size(); ++i)
       if (!info.output_quant[i].scales.empty()) graph_.blob_quant[l.outputs[i]] = info.output_quant[i];
-    executor_ = std::make_unique<Executor>(graph_, shapes_);
+    // Inputs and outputs in the parent's schema (its caller's blobs are).
+    executor_ = std::make_unique<Executor>(graph_, shapes_, schema);
     for (const auto& step : executor_->steps())
       if (step->parent != l.name && step->layer->type != "adapt")
         throw Error(fmt::format("{} is not a childnet routine here", rc.descriptor), {}, l.name, "routine");
     for (std::size_t i = 0; i < l.inputs.size(); ++i)
-      ins_.push_back({l.inputs[i], Blob::view(nullptr, info.input_shapes[i], DType::float32, Layout::nchw, Device::cpu)});
+      ins_.push_back({l.inputs[i], Blob::view(nullptr, info.input_shapes[i], schema.dtype, schema.layout, schema.device)});
     for (std::size_t i = 0; i < l.outputs.size(); ++i)
-      outs_.push_back({l.outputs[i], Blob::view(nullptr, info.output_shapes[i], DType::float32, Layout::nchw, Device::cpu)});
+      outs_.push_back({l.outputs[i], Blob::view(nullptr, info.output_shapes[i], schema.dtype, schema.layout, schema.device)});
   }
   void run(const RunArgs& a) override {
     for (std::size_t i = 0; i < ins_.size(); ++i) ins_[i].blob.rebind(const_cast<void*>(a.inputs[i]->data()));

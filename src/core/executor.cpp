@@ -218,10 +218,11 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   return outs;
 }
 
-Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes) : graph_(graph) {
+Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema)
+    : graph_(graph), io_schema_(io_schema) {
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
 
-  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, in.shape, Schema{});
+  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, in.shape, io_schema);
 
   for (const Layer& layer : graph.layers) {
     if (layer.type == "constant") {
@@ -248,9 +249,9 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
   }
 
-  // Net outputs leave in the default schema (float32, nchw, on the CPU).
+  // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU).
   for (const auto& o : graph.outputs) {
-    int slot = in_schema(blob_index.at(o), Schema{}, "output");
+    int slot = in_schema(blob_index.at(o), io_schema, "output");
     net_outputs_.push_back(slot);
   }
   for (const auto& in : graph.inputs) net_inputs_.push_back(blob_index.at(in.name));
@@ -339,8 +340,9 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
       Blob& b = blobs_[static_cast<std::size_t>(net_inputs_[k])];
       if (given.blob.shape() != b.shape())
         throw Error(fmt::format("input '{}' has shape {}, the net expects {}", given.name, given.blob.shape().to_string(), b.shape().to_string()), {}, {}, given.name);
-      if (given.blob.dtype() != DType::float32 || given.blob.layout() != Layout::nchw || given.blob.device() != Device::cpu)
-        throw Error(fmt::format("input '{}' must be float32 nchw on the CPU", given.name), {}, {}, given.name);
+      if (given.blob.dtype() != io_schema_.dtype || given.blob.layout() != io_schema_.layout ||
+          given.blob.device() != io_schema_.device)
+        throw Error(fmt::format("input '{}' must be {}", given.name, io_schema_.to_string()), {}, {}, given.name);
       if (!given.blob.data()) throw Error(fmt::format("input '{}' has no memory", given.name), {}, {}, given.name);
       b.rebind(const_cast<void*>(given.blob.data()));  // routines never write their inputs
     }
@@ -358,9 +360,10 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
       if (graph_.outputs[k] != given.name) continue;
       known = true;
       auto slot = static_cast<std::size_t>(net_outputs_[k]);
-      if (given.blob.shape() != blobs_[slot].shape() || given.blob.dtype() != DType::float32 ||
-          given.blob.layout() != Layout::nchw || !given.blob.data())
-        throw Error(fmt::format("output '{}' must be float32 nchw {} with memory", given.name, blobs_[slot].shape().to_string()), {}, {}, given.name);
+      if (given.blob.shape() != blobs_[slot].shape() || given.blob.dtype() != io_schema_.dtype ||
+          given.blob.layout() != io_schema_.layout || given.blob.device() != io_schema_.device || !given.blob.data())
+        throw Error(fmt::format("output '{}' must be {} {} with memory", given.name, io_schema_.to_string(),
+                                blobs_[slot].shape().to_string()), {}, {}, given.name);
       // Zero-copy: the producing routine writes straight into the caller's memory.
       if (slots_[slot].kind == BlobKind::planned) blobs_[slot].rebind(given.blob.data());
     }

@@ -43,7 +43,9 @@ class Executor {
   /// Chooses routines (the graph's routine path where valid, the default
   /// choice otherwise), inserts adapts where schemas differ, prepares every
   /// routine and plans memory. Throws Error naming the layer at fault.
-  Executor(const Graph& graph, const std::map<std::string, Shape>& shapes);
+  /// Net inputs arrive and outputs leave in `io_schema` (a childnet routine
+  /// prepared on its own: its parent's schema; a net: the default one).
+  Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{});
 
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
@@ -55,6 +57,7 @@ class Executor {
   std::size_t unplanned_bytes() const { return unplanned_bytes_; }
 
  private:
+  Schema io_schema_;
   enum class BlobKind { net_input, constant, planned };
   struct BlobSlot {
     std::string name;

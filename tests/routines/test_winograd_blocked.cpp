@@ -33,3 +33,26 @@ TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]
     }
   }
 }
+
+// A childnet routine prepared on its own (conv_bench, run_layer) takes and
+// gives blobs in its own schema: before, its inner net expected plain nchw and
+// refused (or misread) the blocked blobs its caller passed.
+TEST_CASE("blocked Winograd prepared on its own reads and writes the blocked layout", "[winograd][childnet]") {
+  std::mt19937 rng(41);
+  for (const std::string desc : {"cpu:float32:nchw16c/wg", "cpu:float32:nchw8c/wg"}) {
+    INFO(desc);
+    for (auto [c, k] : {std::pair<int64_t, int64_t>{5, 19}, {32, 16}}) {
+      Layer l = conv_layer(c, k, 1, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, true, rng);
+      set_act(l, "relu", rng);
+      std::string why;
+      for (int64_t m : {2, 4, 6}) {
+        INFO("c" << c << " k" << k << " tile " << m);
+        if (!check_case(l, {random_blob(Shape{2, c, 9, 11}, rng)}, desc, {{"tile", m}}, &why)) {
+          REQUIRE(isa_missing(why));
+          WARN(desc << " skipped: " << why);
+          break;
+        }
+      }
+    }
+  }
+}
