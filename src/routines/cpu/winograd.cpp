@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace softneuro {
@@ -51,31 +52,32 @@ Support float_cpu(const Blob* b, const char* key) {
   return Support::yes();
 }
 
-/// U[p][c][k] = (G g G^T)[p] for every (k, c) of a [K, C, 3, 3] weight, in double.
+template <int M>
+void transform_weights_m(const float* w, int64_t c, int64_t k, float* ud) {
+  constexpr int A = M + 2;
+  constexpr const auto& g = kMat<M>.g;  // compile-time: zeros and ones fold away
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t ki = 0; ki < k; ++ki) {
+      const float* gk = w + (ki * c + ci) * 9;
+      double tmp[A][3];
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < 3; ++j) tmp[i][j] = g[i][0] * gk[j] + g[i][1] * gk[3 + j] + g[i][2] * gk[6 + j];
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < A; ++j)
+          ud[((i * A + j) * c + ci) * k + ki] = static_cast<float>(tmp[i][0] * g[j][0] + tmp[i][1] * g[j][1] + tmp[i][2] * g[j][2]);
+    }
+}
+
+/// U[p][c][k] = (G g G^T)[p] for every (k, c) of a [K, C, 3, 3] weight, in
+/// double. Input channel outermost so that the writes run along k in each of
+/// the P rows (a k-outer order scattered them: seconds for a 512-channel
+/// layer, paid by every tuning run that lists the candidate).
 Blob transformed_weights(int64_t m, const float* w, int64_t c, int64_t k) {
-  const int64_t a = m + 2, p = a * a;
-  Blob u = Blob::allocate(Shape{p, c, k});
+  Blob u = Blob::allocate(Shape{(m + 2) * (m + 2), c, k});
   float* ud = u.data_as<float>();
-  with_m(m, [&](const auto& mat) {
-    for (int64_t ki = 0; ki < k; ++ki)
-      for (int64_t ci = 0; ci < c; ++ci) {
-        const float* gk = w + (ki * c + ci) * 9;
-        double tmp[8][3];
-        for (int64_t i = 0; i < a; ++i)
-          for (int j = 0; j < 3; ++j) {
-            double s = 0;
-            for (int q = 0; q < 3; ++q) s += mat.g[i][q] * gk[q * 3 + j];
-            tmp[i][j] = s;
-          }
-        for (int64_t i = 0; i < a; ++i)
-          for (int64_t j = 0; j < a; ++j) {
-            double s = 0;
-            for (int q = 0; q < 3; ++q) s += tmp[i][q] * mat.g[j][q];
-            ud[((i * a + j) * c + ci) * k + ki] = static_cast<float>(s);
-          }
-      }
-    return 0;
-  });
+  if (m == 2) transform_weights_m<2>(w, c, k, ud);
+  else if (m == 4) transform_weights_m<4>(w, c, k, ud);
+  else transform_weights_m<6>(w, c, k, ud);
   return u;
 }
 
