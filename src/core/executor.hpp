@@ -57,7 +57,6 @@ class Executor {
   std::size_t unplanned_bytes() const { return unplanned_bytes_; }
 
  private:
-  Schema io_schema_;
   enum class BlobKind { net_input, constant, planned };
   struct BlobSlot {
     std::string name;
@@ -86,6 +85,7 @@ class Executor {
   void bind_outputs_to_arena();
 
   const Graph& graph_;
+  Schema io_schema_;  ///< of the net inputs and outputs
   std::vector<BlobSlot> slots_;
   std::vector<Blob> blobs_;  ///< never resized after construction: steps point into it
   std::vector<std::unique_ptr<Step>> steps_;

@@ -122,11 +122,11 @@ constexpr int kRT = WGB_RT, kNK = WGB_NK;
 
 /// RT tiles (rows) x NK vectors of output channels over `cbs` input-channel
 /// blocks, onto the sums already in mm when `load`.
-///   v: V[p][cb 0][t0], v_cb floats between channel blocks; u: U[p][kb0][c 0], u_kb between kb;
+///   v: V[p][cb 0][t0], v_cb floats between channel blocks; u: U's group at input channel 0
+///   ([C][NK][kV]);
 ///   mm: M[p][kb0][t0], m_kb between kb.
 template <int RT, int NK>
-void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, int64_t u_kb, float* mm, int64_t m_kb,
-                bool load) {
+void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, float* mm, int64_t m_kb, bool load) {
   vf acc[RT][NK];
 #pragma GCC unroll 8
   for (int r = 0; r < RT; ++r)
@@ -156,18 +156,18 @@ void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, int64
 
 /// The last rows (fewer than kRT) of a panel.
 template <int NK, int R = kRT - 1>
-void gemm_tail(int64_t rows, const float* v, int64_t v_cb, int64_t cbs, const float* u, int64_t u_kb, float* mm,
-               int64_t m_kb, bool load) {
+void gemm_tail(int64_t rows, const float* v, int64_t v_cb, int64_t cbs, const float* u, float* mm, int64_t m_kb,
+               bool load) {
   if constexpr (R >= 1) {
-    if (rows == R) return gemm_micro<R, NK>(v, v_cb, cbs, u, u_kb, mm, m_kb, load);
-    gemm_tail<NK, R - 1>(rows, v, v_cb, cbs, u, u_kb, mm, m_kb, load);
+    if (rows == R) return gemm_micro<R, NK>(v, v_cb, cbs, u, mm, m_kb, load);
+    gemm_tail<NK, R - 1>(rows, v, v_cb, cbs, u, mm, m_kb, load);
   }
 }
 
 /// Every row of M[p] for NK output-channel vectors: input channels in chunks
 /// whose U panel (chunk x NK*kV floats) stays in L1 across all the rows.
 template <int NK>
-void gemm_rows(const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, int64_t u_kb, float* mm, int64_t m_kb) {
+void gemm_rows(const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, float* mm, int64_t m_kb) {
   // Channel blocks per chunk: the panel within ~40 KiB, chunks of equal size.
   constexpr int64_t kMaxChunk = std::max(1, (40 * 1024) / (kV * kV * NK * 4));
   const int64_t chunks = (cbs + kMaxChunk - 1) / kMaxChunk, chunk = (cbs + chunks - 1) / chunks;
@@ -176,18 +176,18 @@ void gemm_rows(const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float
     const float* vc = v + cb0 * v_cb;
     const float* uc = u + cb0 * kV * NK * kV;
     int64_t t = 0;
-    for (; t + kRT <= T; t += kRT) gemm_micro<kRT, NK>(vc + t * kV, v_cb, n, uc, u_kb, mm + t * kV, m_kb, cb0 > 0);
-    gemm_tail<NK>(T - t, vc + t * kV, v_cb, n, uc, u_kb, mm + t * kV, m_kb, cb0 > 0);
+    for (; t + kRT <= T; t += kRT) gemm_micro<kRT, NK>(vc + t * kV, v_cb, n, uc, mm + t * kV, m_kb, cb0 > 0);
+    gemm_tail<NK>(T - t, vc + t * kV, v_cb, n, uc, mm + t * kV, m_kb, cb0 > 0);
   }
 }
 
 /// Every output-channel group of nk <= kNK vectors.
 template <int NK = kNK>
-void gemm_group(int64_t nk, const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, int64_t u_kb,
-                float* mm, int64_t m_kb) {
+void gemm_group(int64_t nk, const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, float* mm,
+                int64_t m_kb) {
   if constexpr (NK >= 1) {
-    if (nk == NK) return gemm_rows<NK>(v, v_cb, cbs, T, u, u_kb, mm, m_kb);
-    gemm_group<NK - 1>(nk, v, v_cb, cbs, T, u, u_kb, mm, m_kb);
+    if (nk == NK) return gemm_rows<NK>(v, v_cb, cbs, T, u, mm, m_kb);
+    gemm_group<NK - 1>(nk, v, v_cb, cbs, T, u, mm, m_kb);
   }
 }
 
@@ -223,7 +223,7 @@ void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v
       const float* vp = v + pi * cbs * v_cb;
       const float* up = u.data.data() + (pi * kbs + kb0) * u_kb;
       float* mp = mm + (pi * kbs + kb0) * m_kb;
-      gemm_group(nk, vp, v_cb, cbs, T, up, u_kb, mp, m_kb);
+      gemm_group(nk, vp, v_cb, cbs, T, up, mp, m_kb);
     }
   });
 }
