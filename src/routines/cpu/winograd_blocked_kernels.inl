@@ -104,21 +104,13 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
 
 // --- GEMM: M[p][kb][t] = sum_c V[p][c/kV][t][c%kV] * U[p][kb][c] --------------
 
-#ifndef WGB_RT
 #if SN_F32_AVX512
-#define WGB_RT 8  // 24 sums + 3 weight vectors + a broadcast of 32 zmm (measured
-#define WGB_NK 3  // better than 6 x 4 and 7 x 3 on ResNet50/VGG16's layers)
+// 24 sums + 3 weight vectors + a broadcast of 32 zmm (measured better than
+// 6 x 4 and 7 x 3 on ResNet50/VGG16's layers).
+constexpr int kRT = 8, kNK = 3;
 #else
-#define WGB_RT 6  // 12 sums + 2 + 1 of 16 ymm
-#define WGB_NK 2
+constexpr int kRT = 6, kNK = 2;  // 12 sums + 2 + 1 of 16 ymm
 #endif
-#endif
-#ifndef WGB_CU
-#define WGB_CU 16
-#endif
-#define WGB_PRAGMA(x) _Pragma(#x)
-#define WGB_UNROLL(n) WGB_PRAGMA(GCC unroll n)
-constexpr int kRT = WGB_RT, kNK = WGB_NK;
 
 /// RT tiles (rows) x NK vectors of output channels over `cbs` input-channel
 /// blocks, onto the sums already in mm when `load`.
@@ -135,7 +127,7 @@ void gemm_micro(const float* v, int64_t v_cb, int64_t cbs, const float* u, float
   for (int64_t cb = 0; cb < cbs; ++cb) {
     const float* vb = v + cb * v_cb;
     const float* ub = u + cb * kV * NK * kV;
-    WGB_UNROLL(WGB_CU)
+#pragma GCC unroll 16
     for (int ci = 0; ci < kV; ++ci) {
       vf w[NK];
 #pragma GCC unroll 4

@@ -465,6 +465,19 @@ void setup_after(Op* step, Clamp::After after, size_t count, void* out, pthreadp
 /// takes XNNPACK only where nothing but cpu/ref computes the layer (sub, div).
 constexpr int kElementwisePriority = 54;
 
+/// prepare() of the float32 and qint8 routines alike: operation K's operators,
+/// created once (workers yield after each operator unless spin_workers is 1).
+template <class K>
+std::unique_ptr<PreparedRoutine> prepare_xnnpack(const LayerInfo& info, const RoutineParams& params, const Schema& schema) {
+  xcheck(init_status(), "xnn_initialize");
+  if (Support s = K::check(info); !s)
+    throw Error(fmt::format("{}/xnnpack cannot compute layer '{}': {}", schema.to_string(), info.layer->name, s.reason));
+  Build ops;
+  ops.flags = routine_param(params, "spin_workers", 0) ? 0 : XNN_FLAG_YIELD_WORKERS;
+  SetupFn setup = K::create(info, ops);
+  return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
+}
+
 template <class K>
 class Xnnpack final : public Routine {
  public:
@@ -501,13 +514,7 @@ class Xnnpack final : public Routine {
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
                                            const RoutineParams& params) const override {
-    xcheck(init_status(), "xnn_initialize");
-    if (Support s = K::check(info); !s)
-      throw Error(fmt::format("cpu:float32:nhwc/xnnpack cannot compute layer '{}': {}", info.layer->name, s.reason));
-    Build ops;
-    ops.flags = routine_param(params, "spin_workers", 0) ? 0 : XNN_FLAG_YIELD_WORKERS;
-    SetupFn setup = K::create(info, ops);
-    return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
+    return prepare_xnnpack<K>(info, params, kSchema);
   }
 
   int default_priority() const override { return K::kPriority; }
@@ -1001,13 +1008,7 @@ class XnnpackQ final : public Routine {
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
                                            const RoutineParams& params) const override {
-    xcheck(init_status(), "xnn_initialize");
-    if (Support s = K::check(info); !s)
-      throw Error(fmt::format("cpu:qint8:nhwc/xnnpack cannot compute layer '{}': {}", info.layer->name, s.reason));
-    Build ops;
-    ops.flags = routine_param(params, "spin_workers", 0) ? 0 : XNN_FLAG_YIELD_WORKERS;
-    SetupFn setup = K::create(info, ops);
-    return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
+    return prepare_xnnpack<K>(info, params, kQSchema);
   }
 
   /// Below our own qint8 routines (10): the tuner decides.
