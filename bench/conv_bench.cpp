@@ -5,11 +5,11 @@
 //   conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING]
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
-//              [--max-combos N] [--defaults] [--fastest] [--cpu-time]
+//              [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]
 //
 // Routines with parameters (param_space) are prepared and timed once per
 // combination (at most --max-combos, default 64, evenly spaced; --defaults:
-// none), each with its share of the budget; the cell shows the best median
+// none; --params: exactly these values, e.g. oc_block=2,ow_tile=14), each with its share of the budget; the cell shows the best median
 // and the best combination is listed after the table. --fastest reports the
 // fastest run instead of the median: kernel efficiency on a loaded machine.
 //
@@ -271,6 +271,25 @@ std::vector<RoutineParams> param_combinations(const std::vector<RoutineParamSpec
   return out;
 }
 
+/// "k=v,k=v" (--params) as routine parameters.
+RoutineParams parse_params(const std::string& text) {
+  RoutineParams out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      fmt::print(stderr, "conv_bench: --params wants k=v,k=v, got '{}'\n", item);
+      std::exit(2);
+    }
+    out.emplace_back(item.substr(0, eq), std::atoll(item.c_str() + eq + 1));
+    pos = end + 1;
+  }
+  return out;
+}
+
 std::string params_text(const RoutineParams& p) {
   std::string s;
   for (const auto& [k, v] : p) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
@@ -371,6 +390,7 @@ int main(int argc, char** argv) {
   std::string model_filter, shape_filter, routine_filter, peak_isa = "max";
   bool with_ref = false, list = false;
   int threads = 2, runs = 20, max_combos = 64;
+  RoutineParams fixed_params;  // --params: these values instead of the search
   double budget = 0.4;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -393,13 +413,14 @@ int main(int argc, char** argv) {
     else if (a == "--omp-spin") continue;
     else if (a == "--max-combos") max_combos = std::max(1, std::atoi(value().c_str()));
     else if (a == "--defaults") max_combos = 1;
+    else if (a == "--params") fixed_params = parse_params(value());
     else if (a == "--fastest") g_fastest = true;
     else if (a == "--cpu-time") g_cpu_time = true;
     else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
-                 "                  [--list] [--max-combos N] [--defaults] [--fastest] [--cpu-time]\n");
+                 "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]\n");
       return 2;
     }
   }
@@ -494,7 +515,8 @@ int main(int argc, char** argv) {
     double best = 0;
     for (std::size_t i = 0; i < cols.size(); ++i) {
       RoutineParams best_params;
-      Result r = time_routine(*cols[i].routine, cols[i].schema, cols[i].params, cs, runs, budget, rng,
+      Result r = time_routine(*cols[i].routine, cols[i].schema, cols[i].params.empty() ? fixed_params : cols[i].params,
+                              cs, runs, budget, rng,
                               static_cast<std::size_t>(max_combos), &best_params);
       if (r.ok && cols[i].params.empty() && !best_params.empty())
         tuned.push_back(fmt::format("{:<22} {:<32} {}", cs.name, cols[i].descriptor, params_text(best_params)));

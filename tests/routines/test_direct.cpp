@@ -120,3 +120,59 @@ TEST_CASE("direct conv2 on first-layer shapes (1-4 input channels: the narrow ke
         }
     }
 }
+
+TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)", "[direct][conv2]") {
+  // Stride 1: each plane walked as one run of pixels, tiles spanning rows, the
+  // plane's last tile partial (its reads past the plane must see zeros).
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(123);
+  const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
+  for (auto [c, oc, s, h, w, n] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 7, 7, 1},
+                                   {48, 80, 1, 5, 9, 2}, {40, 37, 1, 14, 14, 1}, {64, 128, 2, 14, 14, 1},
+                                   {32, 48, 2, 9, 7, 2}}) {
+    Layer l = conv_layer(c, oc, 1, 1, 1, s, s, 1, 1, {0, 0, 0, 0}, true, rng);
+    set_act(l, "relu", rng);
+    const Blob x = random_blob({n, c, h, w}, rng);
+    for (int64_t ocb : {1, 2, 4})
+      for (int64_t tw : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 7, 14}))
+        for (int64_t icb : {0, 1}) {
+            INFO("c" << c << " oc" << oc << " s" << s << " " << h << "x" << w << " n" << n << " oc_block " << ocb
+                     << " ow_tile " << tw << " ic_block " << icb);
+            std::string why;
+            if (!check_case(l, {x}, descriptor,
+                            {{"oc_block", ocb}, {"ow_tile", tw}, {"ic_block", icb}, {"oh_block", icb ? 2 : 0}},
+                            &why)) {
+              REQUIRE(isa_missing(why));
+              WARN(descriptor << " skipped: " << why);
+              return;
+            }
+          }
+  }
+}
+
+TEST_CASE("direct conv2: edge tiles over many channel blocks, rows of padding only", "[direct][conv2]") {
+  // Edge tiles copy their columns zero-padded, a few ic blocks at a time
+  // (nchw16c: 256 channels at stride 2 take two copies per pass); a 1x1
+  // convolution padded by 2 has output rows and columns that see no input.
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(31);
+  struct Case { int64_t c, oc, k, s, pad, hw; };
+  for (Case cs : {Case{256, 32, 3, 2, 1, 9}, Case{320, 64, 3, 1, 1, 6}, Case{24, 40, 1, 1, 2, 5}, Case{40, 16, 1, 2, 2, 7}}) {
+    Layer l = conv_layer(cs.c, cs.oc, 1, cs.k, cs.k, cs.s, cs.s, 1, 1, {cs.pad, cs.pad, cs.pad, cs.pad}, true, rng);
+    set_act(l, "relu", rng);
+    const Blob x = random_blob({1, cs.c, cs.hw, cs.hw}, rng);
+    for (int64_t ocb : {1, 2, 4})
+      for (int64_t icb : {0, 1024}) {
+        INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " pad " << cs.pad << " oc_block " << ocb
+                 << " ic_block " << icb);
+        std::string why;
+        if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", 28}, {"ic_block", icb}, {"oh_block", 0}}, &why)) {
+          REQUIRE(isa_missing(why));
+          WARN(descriptor << " skipped: " << why);
+          return;
+        }
+      }
+  }
+}

@@ -7,6 +7,7 @@
 
 #include "routines/cpu/gemm.hpp"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace softneuro::cpu::conv {
@@ -36,6 +37,52 @@ struct DirectTile {
   int valid_last = 0;           ///< valid lanes of the tile's last oc block (V when full)
   int ic_valid = 0;  ///< narrow kernels: the input's channels (1..kNarrowPx)
 };
+
+/// One register tile in assembly (AVX-512, gen_direct_asm.py): OCB output-channel
+/// blocks x W pixels accumulated over `icbs` input-channel blocks and `ntaps` taps.
+///   acc:   OCB*W vectors, [j][i] (j: oc block, i: pixel); read first when `load`,
+///          always written at the end (the caller applies bias and activation);
+///   x:     input of pixel 0 at the first ic block; tap t reads x + tap_x[t] bytes,
+///          pixel i stride*64 bytes further on; x_icb_bytes between ic blocks;
+///   w:     packed weights [icb][tap][V ic][OCB][V oc] of the taps in tap_x order,
+///          w_icb_bytes between ic blocks.
+/// The field order is the generator's (F_* offsets): keep both in step.
+struct AsmTile {
+  float* acc = nullptr;
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const int64_t* tap_x = nullptr;
+  int64_t ntaps = 0, icbs = 0, x_icb_bytes = 0, w_icb_bytes = 0;
+  int64_t load = 0;
+};
+static_assert(offsetof(AsmTile, load) == 64, "gen_direct_asm.py reads AsmTile by offset");
+using AsmTileFn = void (*)(const AsmTile&);
+/// Widest assembly tile of any OCB (the accumulator buffer's size).
+constexpr int kMaxAsmW = 28;
+
+/// One output row (or, for a flat 1x1 plane, one run of pixels) of the direct
+/// convolution in assembly tiles, over one input-channel pass (AVX-512).
+///   x: input at (the pass's first ic block, the row of kernel row kh0, column 0),
+///      [icb][rows][w_in][V], x_icb / x_row floats apart;
+///   w: packed weights of the OC group at the pass's first ic block and tap kh0*kw;
+///   y: output at (first oc block, the row, column 0), y_ocb floats between oc blocks.
+/// Tiles whose taps reach outside the input's columns read a zero-padded copy.
+struct AsmRow {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  float* y = nullptr;
+  int64_t icbs = 0, x_icb = 0, x_row = 0, w_icb = 0, y_ocb = 0;
+  int64_t ow = 0, w_in = 0;  ///< output pixels of the row; input columns
+  int ocb = 1, tw = 1;       ///< oc blocks per tile (1, 2, 4); pixels per tile
+  int kh_n = 1, kw = 1, dh = 1, dw = 1, sw = 1, pl = 0;  ///< kh_n: kernel rows inside the input
+  bool load_y = false, last = false;
+  const float* bias = nullptr;
+  int valid_last = 0;
+};
+using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);
+/// Floats of the zero-padded copy an edge tile reads (per ic block at least
+/// kh_n rows x ((kw-1)*dw + 1) pixels must fit, else the layer takes the other kernels).
+constexpr int64_t kAsmEdgeFloats = 8192;
 
 /// Floats per pixel of the padded input of the narrow kernels (inputs of at
 /// most this many channels: a net's first layer), instead of a whole vector.
@@ -93,6 +140,13 @@ struct Kernels {
   /// narrow[t][s]: the same for inputs of at most kNarrowPx channels, whose
   /// padded copy holds kNarrowPx floats per pixel (DirectTile::ic_valid read).
   DirectFn narrow[kMaxTiles][3] = {};
+  /// pointwise[t][s]: the same for 1x1 unpadded convolutions (kh0 = 0, kh = kw = 1, never an edge).
+  DirectFn pointwise[kMaxTiles][3] = {};
+  /// asm_tile[o][s][w]: OCB = 1, 2, 4 (o = 0, 1, 2), stride 1, 2 (s = 0, 1),
+  /// w = 1..asm_max_w[o] pixels; null where not built (AVX2).
+  AsmTileFn asm_tile[3][2][kMaxAsmW + 1] = {};
+  int asm_max_w[3] = {};
+  AsmRowFn asm_row = nullptr;  ///< null where the tiles are not built
   DepthwiseFn depthwise = nullptr;
   /// depthwise_block[k][s]: k = 0 for 3x3, 1 for 5x5; s = 0 for stride 1, 1 for stride 2.
   DepthwiseBlockFn depthwise_block[2][2] = {};

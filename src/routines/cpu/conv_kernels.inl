@@ -100,6 +100,66 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
     for (int i = 0; i < W; ++i) vstore(ty + j * t.y_ocb + i * kV, acc[j][i]);
 }
 
+/// A 1x1 unpadded convolution's tile (pointwise): direct_tile without the tap
+/// loop, one flat run over the input-channel blocks, and the next block's input
+/// lines prefetched while this one is multiplied (the blocks are whole planes
+/// apart: one stream per block, more than the hardware prefetcher follows).
+template <int OCB, int W, int S>
+void pointwise_tile(const DirectTile& t, const gemm::Epilogue& ep) {
+  float* ty = t.y;
+  vf acc[OCB][W];
+  if (t.load_y) {
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) acc[j][i] = vload(ty + j * t.y_ocb + i * kV);
+  } else {
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) acc[j][i] = vzero();
+  }
+  const int64_t sx = (S == 0 ? t.sw : S) * kV;
+  const float* xb = t.x;
+  const float* wp = t.w;
+  for (int64_t icb = 0; icb < t.icbs; ++icb, xb += t.x_icb, wp += t.w_icb) {
+    const float* xn = icb + 1 < t.icbs ? xb + t.x_icb : xb;
+#pragma GCC unroll 16
+    for (int ic = 0; ic < kV; ++ic) {
+      if (ic < W) _mm_prefetch(reinterpret_cast<const char*>(xn + ic * sx), _MM_HINT_T0);
+      if (ic == kV - 1)
+        for (int i = kV; i < W; ++i) _mm_prefetch(reinterpret_cast<const char*>(xn + i * sx), _MM_HINT_T0);
+      vf wv[OCB];
+#pragma GCC unroll 4
+      for (int j = 0; j < OCB; ++j) wv[j] = vload(wp + (ic * OCB + j) * kV);
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) {
+        const vf xv = vbcast(xb + i * sx + ic);
+#pragma GCC unroll 4
+        for (int j = 0; j < OCB; ++j) acc[j][i] = vfma(xv, wv[j], acc[j][i]);
+      }
+    }
+  }
+  if (t.last) {
+    const VAct act(ep);
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j) {
+      const vf b = t.bias ? vload(t.bias + j * kV) : vzero();
+      const bool mask = j == OCB - 1 && t.valid_last < kV;
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) {
+        vf v = act(vadd(acc[j][i], b));
+        if (mask) v = vkeep_n(v, t.valid_last);
+        acc[j][i] = v;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+    for (int i = 0; i < W; ++i) vstore(ty + j * t.y_ocb + i * kV, acc[j][i]);
+}
+
 // ---------------------------------------------------------------------------
 // Depthwise: one output row of one channel vector.
 
@@ -333,7 +393,95 @@ void add_tile(conv::Kernels& k) {
   k.narrow[t][0] = &direct_tile<OCB, W, 0, true, false>;
   k.narrow[t][1] = &direct_tile<OCB, W, 1, true, false>;
   k.narrow[t][2] = &direct_tile<OCB, W, 2, true, false>;
+  k.pointwise[t][0] = &pointwise_tile<OCB, W, 0>;
+  k.pointwise[t][1] = &pointwise_tile<OCB, W, 1>;
+  k.pointwise[t][2] = &pointwise_tile<OCB, W, 2>;
 }
+
+#if SN_F32_AVX512
+using conv::AsmTile;
+#include "routines/cpu/direct_asm_avx512.inc"
+
+/// conv::AsmRow: the row in tiles of r.tw pixels (the last one narrower), each
+/// an assembly tile; bias, activation and the padded lanes in C++ afterwards.
+void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
+  const conv::Kernels& k = *conv::kernels_avx512();
+  const int oi = r.ocb == 4 ? 2 : r.ocb - 1, si = r.sw - 1;
+  alignas(64) float acc[conv::kMaxAsmW * kV];
+  alignas(64) float pad[conv::kAsmEdgeFloats];
+  int64_t taps[64], taps_pad[64];
+  const int ntaps = r.kh_n * r.kw;  // the caller checks ntaps <= 64
+  for (int kh = 0; kh < r.kh_n; ++kh)
+    for (int kw = 0; kw < r.kw; ++kw)
+      taps[kh * r.kw + kw] = (kh * r.dh * r.x_row + kw * r.dw * kV) * int64_t(sizeof(float));
+  const VAct act(ep);
+  for (int64_t ow0 = 0; ow0 < r.ow; ow0 += r.tw) {
+    const int w = static_cast<int>(std::min<int64_t>(r.tw, r.ow - ow0));
+    const int64_t col0 = ow0 * r.sw - r.pl;
+    const int64_t span = int64_t(w - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1;  // input columns read
+    const bool edge = col0 < 0 || col0 + span > r.w_in;
+    if (r.load_y || ntaps == 0)  // the sums so far (a later ic pass); zeros when no tap is inside
+      for (int j = 0; j < r.ocb; ++j)
+        for (int i = 0; i < w; ++i)
+          vstore(acc + (j * w + i) * kV, r.load_y ? vload(r.y + j * r.y_ocb + (ow0 + i) * kV) : vzero());
+    AsmTile t;
+    t.acc = acc;
+    t.w = r.w;
+    t.ntaps = ntaps;
+    t.w_icb_bytes = r.w_icb * int64_t(sizeof(float));
+    t.load = r.load_y;  // else the tile starts from zero
+    const conv::AsmTileFn fn = k.asm_tile[oi][si][w];
+    if (ntaps == 0) {
+      // No kernel row inside the input (padding only): the sums stay as they are.
+    } else if (!edge) {
+      t.x = r.x + col0 * kV;
+      t.tap_x = taps;
+      t.icbs = r.icbs;
+      t.x_icb_bytes = r.x_icb * int64_t(sizeof(float));
+      fn(t);
+    } else {
+      // A zero-padded copy of the columns [col0, col0 + span) of the kh_n rows,
+      // as many ic blocks at a time as fit.
+      const int64_t block = int64_t(r.kh_n) * span * kV;
+      const int64_t chunk = std::max<int64_t>(1, conv::kAsmEdgeFloats / block);
+      for (int kh = 0; kh < r.kh_n; ++kh)
+        for (int kw = 0; kw < r.kw; ++kw)
+          taps_pad[kh * r.kw + kw] = (kh * span + kw * r.dw) * kV * int64_t(sizeof(float));
+      t.tap_x = taps_pad;
+      t.x = pad;
+      t.x_icb_bytes = block * int64_t(sizeof(float));
+      for (int64_t c0 = 0; c0 < r.icbs; c0 += chunk) {
+        const int64_t cn = std::min(chunk, r.icbs - c0);
+        for (int64_t c = 0; c < cn; ++c)
+          for (int kh = 0; kh < r.kh_n; ++kh) {
+            const float* src = r.x + (c0 + c) * r.x_icb + kh * r.dh * r.x_row;
+            float* dst = pad + c * block + kh * span * kV;
+            for (int64_t p = 0; p < span; ++p) {
+              const int64_t col = col0 + p;
+              vstore(dst + p * kV, col >= 0 && col < r.w_in ? vload(src + col * kV) : vzero());
+            }
+          }
+        t.icbs = cn;
+        t.w = r.w + c0 * r.w_icb;
+        t.load = c0 > 0 || r.load_y;
+        fn(t);
+      }
+    }
+    for (int j = 0; j < r.ocb; ++j) {
+      const vf b = r.last && r.bias ? vload(r.bias + j * kV) : vzero();
+      const bool mask = r.last && j == r.ocb - 1 && r.valid_last < kV;
+      for (int i = 0; i < w; ++i) {
+        vf v = vload(acc + (j * w + i) * kV);
+        if (r.last) {
+          v = act(vadd(v, b));
+          if (mask) v = vkeep_n(v, r.valid_last);
+        }
+        vstore(r.y + j * r.y_ocb + (ow0 + i) * kV, v);
+      }
+    }
+  }
+}
+#endif
 
 conv::Kernels make_kernels() {
   conv::Kernels k;
@@ -348,6 +496,8 @@ conv::Kernels make_kernels() {
   add_tile<4, 4>(k);
   add_tile<4, 6>(k);
   add_tile<4, 7>(k);
+  fill_asm_tiles(k);
+  k.asm_row = &asm_row;
 #else
   k.isa = "avx2";
   // 16 ymm: OCB*W accumulators + OCB weights + the broadcast.

@@ -1,19 +1,22 @@
 // cpu:float32:nchw16c/direct and cpu:float32:nchw8c/direct — our direct
 // convolution in the blocked layouts (channel blocks of V = 16 or 8 innermost,
 // C padded up with zeros; see include/softneuro/blob.hpp), on register tiles
-// of OCB output-channel blocks x W output pixels (conv_kernels.inl: AVX-512
-// for nchw16c, AVX2+FMA for nchw8c, chosen at run time; no scalar path).
+// of OCB output-channel blocks x W output pixels. Kernels, chosen at run time
+// (no scalar path): AVX-512 tiles in inline assembly for strides 1 and 2
+// (gen_direct_asm.py, driven row by row by conv::AsmRow), intrinsics
+// otherwise and for AVX2 (conv_kernels.inl).
 //
 // prepare: weights packed once as [OC group of OCB blocks][ic block][kh][kw][V ic][OCB][V oc]
 //          (zero-padded channels), bias padded to whole blocks.
-// run:     1. the input is copied into the workspace with its spatial padding
-//             made explicit ([n][icb][H+pt+pb][W+pl+pr][V]), so the kernels
-//             never test bounds (any stride, pad, dilation);
-//          2. tasks over (image, OC group, block of oh_block output rows) on the
-//             library's pool; each makes passes over the input-channel blocks
-//             (ic_block at a time: the pass's weights stay in cache for all
-//             its rows; partial sums stay in the output), walking each row in
-//             tiles of W pixels.
+// run:     tasks over (image, OC group, block of oh_block output rows) on the
+//          library's pool; each makes passes over the input-channel blocks
+//          (ic_block at a time: the pass's weights stay in cache for all its
+//          rows; partial sums stay in the output), walking each row in tiles
+//          of W pixels. The input is read in place: kernel rows outside it are
+//          skipped per output row, tiles reaching past its columns read zeros
+//          there. A 1x1 stride-1 unpadded convolution walks each plane as one
+//          run of pixels (tiles span image rows). Only a first layer (at most
+//          4 input channels) is copied, compacted to 4 floats per pixel.
 // Groups: 1, or any count whose channels per group are whole blocks (grouped
 // convolutions with other counts, depthwise included, are refused: see
 // cpu/depthwise and cpu/im2col). Bias and fused activation (all but sigmoid)
@@ -22,8 +25,9 @@
 // Routine parameters (the profiler tries the combinations):
 //   oc_block  output-channel blocks per register tile and task (1, 2, 4;
 //             reduced to a divisor of the blocks per group),
-//   ow_tile   output pixels per register tile (the largest instantiated tile
-//             width <= the value for that oc_block),
+//   ow_tile   output pixels per register tile (the value, capped by the
+//             registers: 7 for 4 blocks, 14 for 2, 28 for 1; the intrinsic
+//             kernels take their largest instantiated width <= the value),
 //   ic_block  input-channel blocks per pass (0: as many as keep the pass's
 //             weights within 32 KiB, i.e. in L1),
 //   oh_block  output rows per task (0: all), the task granularity.
@@ -103,6 +107,12 @@ class PreparedDirect final : public PreparedRoutine {
     const int64_t ohb = routine_param(params, "oh_block", 1);
     cfg_.ohb = ohb <= 0 ? g_.oh : std::min<int64_t>(ohb, g_.oh);
     stride_idx_ = g_.sw == 1 ? 1 : g_.sw == 2 ? 2 : 0;
+    // The assembly tiles (AVX-512): strides 1 and 2, at most 64 taps, an edge
+    // tile's padded copy of one ic block within conv::kAsmEdgeFloats.
+    const int oi = ocb == 4 ? 2 : ocb - 1;
+    use_asm_ = k.asm_row && !(g_.group == 1 && icg_ <= conv::kNarrowPx) && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
+               g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
+    if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
 
     // Weights: [og][icb][kh][kw][ic][ocb][oc].
     const Blob& w = layer.weight("weight");
@@ -190,9 +200,18 @@ class PreparedDirect final : public PreparedRoutine {
     const int64_t h_in = narrow_ ? hp_ : g_.h, w_in = narrow_ ? wp_ : g_.w;
 
     // Tiles.
-    const int ocb = cfg_.ocb, tw = cfg_.w;
-    const int64_t ogs = ocb_total_ / ocb, rbs = (g_.oh + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
-    const conv::DirectFn fn = (narrow_ ? k_.narrow : k_.direct)[cfg_.tile][stride_idx_];
+    const int ocb = cfg_.ocb, tw = use_asm_ ? asm_w_ : cfg_.w;
+    const bool pointwise = !narrow_ && g_.kh == 1 && g_.kw == 1 && g_.pt == 0 && g_.pl == 0;
+    // A 1x1 stride-1 unpadded convolution sees each plane as one run of OH*OW
+    // pixels: walked as "rows" of tw pixels, so tiles span image rows (a 7x7
+    // plane takes 14-pixel tiles) and only the plane's last tile is partial.
+    const bool flat = pointwise && g_.sh == 1 && g_.sw == 1;
+    const int64_t pixels = g_.oh * g_.ow;
+    const int64_t oh_n = flat ? (pixels + tw - 1) / tw : g_.oh;        // rows walked
+    const int64_t ow_n = flat ? tw : g_.ow;                            // pixels per row walked
+    const int64_t row_in = flat ? tw * v : row_len, h_walk = flat ? oh_n : h_in;
+    const int64_t ogs = ocb_total_ / ocb, rbs = (oh_n + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
+    const conv::DirectFn fn = (narrow_ ? k_.narrow : pointwise ? k_.pointwise : k_.direct)[cfg_.tile][stride_idx_];
     const conv::DirectFn fn_edge = narrow_ ? fn : k_.direct_edge[cfg_.tile][stride_idx_];
     const int64_t plane_out = g_.oh * g_.ow * v;
     alignas(64) static const float zeros[16] = {};
@@ -200,7 +219,7 @@ class PreparedDirect final : public PreparedRoutine {
       alignas(64) float tmp[4 * 32 * 16];
       for (int64_t it = b; it < e; ++it) {
         const int64_t rb = it % rbs, og = it / rbs % ogs, n = it / rbs / ogs;
-        const int64_t oh_begin = rb * cfg_.ohb, oh_end = std::min(g_.oh, oh_begin + cfg_.ohb);
+        const int64_t oh_begin = rb * cfg_.ohb, oh_end = std::min(oh_n, oh_begin + cfg_.ohb);
         const int64_t ob0 = og * ocb;
         const int64_t gi = g_.group == 1 ? 0 : ob0 / ocbg_;
         const int64_t icb0 = g_.group == 1 ? 0 : gi * icbg_;
@@ -208,7 +227,7 @@ class PreparedDirect final : public PreparedRoutine {
         if (g_.group == 1) valid_last = static_cast<int>(std::min<int64_t>(v, g_.oc - (ob0 + ocb - 1) * v));
         conv::DirectTile t;
         t.x_icb = plane_in;
-        t.x_row = row_len;
+        t.x_row = row_in;
         t.w_icb = w_icb_;
         t.kw = static_cast<int>(g_.kw);
         t.dh = static_cast<int>(g_.dh);
@@ -217,7 +236,6 @@ class PreparedDirect final : public PreparedRoutine {
         t.bias = bias_.data() + ob0 * v;
         t.valid_last = valid_last;
         t.ic_valid = static_cast<int>(icg_);  // read by the narrow kernels only
-        t.w_in = w_in;
         t.zeros = zeros;
         // Input-channel passes outermost: a pass's weights are reused by every row of the task.
         for (int64_t ic0 = 0; ic0 < icbg_; ic0 += cfg_.icb) {
@@ -230,19 +248,49 @@ class PreparedDirect final : public PreparedRoutine {
             const int64_t ih0 = oh * g_.sh - top;
             int64_t kh0 = 0, kh1 = g_.kh;
             while (kh0 < kh1 && ih0 + kh0 * g_.dh < 0) ++kh0;
-            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= h_in) --kh1;
+            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= h_walk) --kh1;
             t.kh0 = static_cast<int>(kh0);
             t.kh = static_cast<int>(kh1);
             const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
-            const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_len;
-            float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * g_.ow * v;
-            for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
+            const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_in;
+            float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
+            // Flat: the last row walked may be partial; its pixels past the plane read zeros.
+            const int64_t row_w = flat ? std::min<int64_t>(tw, pixels - oh * tw) : ow_n;
+            t.w_in = flat ? row_w : w_in;
+            if (use_asm_) {
+              conv::AsmRow r;
+              r.x = xrow;
+              r.w = t.w + kh0 * g_.kw * (v * ocb * v);
+              r.y = yrow;
+              r.icbs = t.icbs;
+              r.x_icb = plane_in;
+              r.x_row = row_in;
+              r.w_icb = w_icb_;
+              r.y_ocb = plane_out;
+              r.ow = row_w;
+              r.w_in = t.w_in;
+              r.ocb = ocb;
+              r.tw = tw;
+              r.kh_n = static_cast<int>(kh1 - kh0);
+              r.kw = t.kw;
+              r.dh = t.dh;
+              r.dw = t.dw;
+              r.sw = t.sw;
+              r.pl = static_cast<int>(left);
+              r.load_y = t.load_y;
+              r.last = t.last;
+              r.bias = t.bias;
+              r.valid_last = valid_last;
+              k_.asm_row(r, ep_);
+              continue;
+            }
+            for (int64_t ow0 = 0; ow0 < row_w; ow0 += tw) {
               const int64_t col0 = ow0 * g_.sw - left;
               t.col0 = col0;
               t.x = xrow + col0 * px;
-              const int64_t wcur = std::min<int64_t>(tw, g_.ow - ow0);
+              const int64_t wcur = std::min<int64_t>(tw, row_w - ow0);
               // Any tap of the tile's tw pixels outside the input's columns?
-              const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= w_in;
+              const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= t.w_in;
               const conv::DirectFn f = edge ? fn_edge : fn;
               if (wcur == tw) {
                 t.y = yrow + ow0 * v;
@@ -274,6 +322,8 @@ class PreparedDirect final : public PreparedRoutine {
   int64_t v_ = 0, icg_ = 0, ocg_ = 0, icbg_ = 0, ocbg_ = 0, icb_total_ = 0, ocb_total_ = 0;
   int64_t w_icb_ = 0, w_og_ = 0, hp_ = 0, wp_ = 0, slack_ = 0, pad_floats_ = 0;
   int stride_idx_ = 1;
+  bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
+  int asm_w_ = 0;
   bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
   int64_t px_ = 0;       ///< floats per pixel of the padded input
   Config cfg_;
