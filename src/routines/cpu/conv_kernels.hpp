@@ -39,23 +39,30 @@ struct DirectTile {
 };
 
 /// One register tile in assembly (AVX-512, gen_direct_asm.py): OCB output-channel
-/// blocks x W pixels accumulated over `icbs` input-channel blocks and `ntaps` taps.
-///   acc:   OCB*W vectors, [j][i] (j: oc block, i: pixel); read first when `load`,
-///          always written at the end (the caller applies bias and activation);
+/// blocks x W output pixels accumulated over `icbs` input-channel blocks and `ntaps` taps.
+///   y:     the tile's output: pixel i of oc block j at y + j*y_ocb_bytes + i*64 bytes;
+///          read first when `load` (the sums so far), written at the end;
 ///   x:     input of pixel 0 at the first ic block; tap t reads x + tap_x[t] bytes,
 ///          pixel i stride*64 bytes further on; x_icb_bytes between ic blocks;
 ///   w:     packed weights [icb][tap][V ic][OCB][V oc] of the taps in tap_x order,
-///          w_icb_bytes between ic blocks.
+///          w_icb_bytes between ic blocks;
+///   last:  0 raw sums; 1 + bias (OCB*V floats); 2 + bias, then clamped to [lo, hi].
 /// The field order is the generator's (F_* offsets): keep both in step.
 struct AsmTile {
-  float* acc = nullptr;
+  float* y = nullptr;
   const float* x = nullptr;
   const float* w = nullptr;
   const int64_t* tap_x = nullptr;
   int64_t ntaps = 0, icbs = 0, x_icb_bytes = 0, w_icb_bytes = 0;
   int64_t load = 0;
+  int64_t y_ocb_bytes = 0;
+  const float* bias = nullptr;
+  float lo = 0, hi = 0;
+  int64_t last = 0;
 };
-static_assert(offsetof(AsmTile, load) == 64, "gen_direct_asm.py reads AsmTile by offset");
+static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
+                  offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96,
+              "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
 /// Widest assembly tile of any OCB (the accumulator buffer's size).
 constexpr int kMaxAsmW = 28;

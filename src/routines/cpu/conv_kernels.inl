@@ -6,6 +6,7 @@
 #include "core/cpu_features.hpp"
 
 #include <cstring>
+#include <limits>
 
 namespace softneuro::cpu::SN_F32_NS {
 namespace {
@@ -403,7 +404,10 @@ using conv::AsmTile;
 #include "routines/cpu/direct_asm_avx512.inc"
 
 /// conv::AsmRow: the row in tiles of r.tw pixels (the last one narrower), each
-/// an assembly tile; bias, activation and the padded lanes in C++ afterwards.
+/// an assembly tile. Bias and relu/clip are applied by the tile itself, which
+/// reads and writes y; other activations, a partial last channel block (its
+/// padded lanes written 0) and rows seeing no input go through a stack copy
+/// and the C++ epilogue.
 void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   const conv::Kernels& k = *conv::kernels_avx512();
   const int oi = r.ocb == 4 ? 2 : r.ocb - 1, si = r.sw - 1;
@@ -414,22 +418,34 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   for (int kh = 0; kh < r.kh_n; ++kh)
     for (int kw = 0; kw < r.kw; ++kw)
       taps[kh * r.kw + kw] = (kh * r.dh * r.x_row + kw * r.dw * kV) * int64_t(sizeof(float));
+  const bool clamp = ep.act == gemm::Act::relu || ep.act == gemm::Act::clip;
+  const bool in_asm = ntaps > 0 && (ep.act == gemm::Act::none || clamp) && (!r.last || r.valid_last == kV);
   const VAct act(ep);
   for (int64_t ow0 = 0; ow0 < r.ow; ow0 += r.tw) {
     const int w = static_cast<int>(std::min<int64_t>(r.tw, r.ow - ow0));
     const int64_t col0 = ow0 * r.sw - r.pl;
     const int64_t span = int64_t(w - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1;  // input columns read
     const bool edge = col0 < 0 || col0 + span > r.w_in;
-    if (r.load_y || ntaps == 0)  // the sums so far (a later ic pass); zeros when no tap is inside
-      for (int j = 0; j < r.ocb; ++j)
-        for (int i = 0; i < w; ++i)
-          vstore(acc + (j * w + i) * kV, r.load_y ? vload(r.y + j * r.y_ocb + (ow0 + i) * kV) : vzero());
     AsmTile t;
-    t.acc = acc;
     t.w = r.w;
     t.ntaps = ntaps;
     t.w_icb_bytes = r.w_icb * int64_t(sizeof(float));
-    t.load = r.load_y;  // else the tile starts from zero
+    t.load = r.load_y;
+    if (in_asm) {
+      t.y = r.y + ow0 * kV;
+      t.y_ocb_bytes = r.y_ocb * int64_t(sizeof(float));
+      t.bias = r.bias;
+      t.lo = ep.act == gemm::Act::relu ? 0.0f : ep.lo;
+      t.hi = ep.act == gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep.hi;
+    } else {
+      t.y = acc;
+      t.y_ocb_bytes = int64_t(w) * kV * int64_t(sizeof(float));
+      if (r.load_y || ntaps == 0)  // the sums so far (a later ic pass); zeros when no tap is inside
+        for (int j = 0; j < r.ocb; ++j)
+          for (int i = 0; i < w; ++i)
+            vstore(acc + (j * w + i) * kV, r.load_y ? vload(r.y + j * r.y_ocb + (ow0 + i) * kV) : vzero());
+    }
+    const int64_t last = in_asm && r.last ? (clamp ? 2 : 1) : 0;
     const conv::AsmTileFn fn = k.asm_tile[oi][si][w];
     if (ntaps == 0) {
       // No kernel row inside the input (padding only): the sums stay as they are.
@@ -438,6 +454,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
       t.tap_x = taps;
       t.icbs = r.icbs;
       t.x_icb_bytes = r.x_icb * int64_t(sizeof(float));
+      t.last = last;
       fn(t);
     } else {
       // A zero-padded copy of the columns [col0, col0 + span) of the kh_n rows,
@@ -464,9 +481,11 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
         t.icbs = cn;
         t.w = r.w + c0 * r.w_icb;
         t.load = c0 > 0 || r.load_y;
+        t.last = c0 + cn >= r.icbs ? last : 0;
         fn(t);
       }
     }
+    if (in_asm) continue;
     for (int j = 0; j < r.ocb; ++j) {
       const vf b = r.last && r.bias ? vload(r.bias + j * kV) : vzero();
       const bool mask = r.last && j == r.ocb - 1 && r.valid_last < kV;

@@ -28,7 +28,13 @@ STRIDES = [1, 2]
 UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 
 # AsmTile field offsets (conv_kernels.hpp): keep in step with the struct.
-F_ACC, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32, 40, 48, 56, 64
+F_Y, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32, 40, 48, 56, 64
+F_YOCB, F_BIAS, F_LO, F_HI, F_LAST = 72, 80, 88, 92, 96
+
+
+def y_addr(j, i):
+    """Accumulator (j, i) in y: block j at y + j * y_ocb (rax, r12 = y_ocb, r13 = rax + 2 * r12)."""
+    return [f"{i * 64}(%%rax)", f"{i * 64}(%%rax,%%r12,1)", f"{i * 64}(%%r13)", f"{i * 64}(%%r13,%%r12,1)"][j]
 
 
 def tile_fn(ocb, w, s):
@@ -45,12 +51,15 @@ def tile_fn(ocb, w, s):
     def emit(line):
         a.append(f'      "{line}\\n\\t"')
 
-    # Accumulators: loaded from acc (a later input-channel pass) or zeroed.
-    emit(f"mov {F_ACC}(%[t]), %%rax")
+    # Accumulators: loaded from y (a later input-channel pass) or zeroed.
+    emit(f"mov {F_Y}(%[t]), %%rax")
+    emit(f"mov {F_YOCB}(%[t]), %%r12")
+    emit("lea (%%rax,%%r12,2), %%r13")
     emit(f"cmpq $0, {F_LOAD}(%[t])")
     emit("je 10f")
-    for k in range(n):
-        emit(f"vmovups {k * 64}(%%rax), %%zmm{k}")
+    for j in range(ocb):
+        for i in range(w):
+            emit(f"vmovups {y_addr(j, i)}, %%zmm{j * w + i}")
     emit("jmp 11f")
     emit("10:")
     for k in range(n):
@@ -98,8 +107,23 @@ def tile_fn(ocb, w, s):
     emit(f"add {F_WICB}(%[t]), %%r10")
     emit("dec %%r11")
     emit("jnz 1b")
+    # last: 1 adds the bias, 2 also clamps to [lo, hi] (relu, clip); then y.
+    emit(f"mov {F_LAST}(%[t]), %%rcx")
+    emit("test %%rcx, %%rcx")
+    emit("je 12f")
+    emit(f"mov {F_BIAS}(%[t]), %%r14")
+    for j in range(ocb):
+        for i in range(w):
+            emit(f"vaddps {j * 64}(%%r14), %%zmm{j * w + i}, %%zmm{j * w + i}")
+    emit("cmp $1, %%rcx")
+    emit("je 12f")
     for k in range(n):
-        emit(f"vmovups %%zmm{k}, {k * 64}(%%rax)")
+        emit(f"vmaxps {F_LO}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
+        emit(f"vminps {F_HI}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
+    emit("12:")
+    for j in range(ocb):
+        for i in range(w):
+            emit(f"vmovups %%zmm{j * w + i}, {y_addr(j, i)}")
     used = sorted(set(range(n)) | set(wreg) | used_tmps)
     clob = ", ".join(f'"xmm{r}"' for r in used)
     body = "\n".join(a)
@@ -108,7 +132,7 @@ def tile_fn(ocb, w, s):
 {body}
       :
       : [t] "r"(&t)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "memory", "cc", {clob});
+      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "memory", "cc", {clob});
 }}
 """
 
