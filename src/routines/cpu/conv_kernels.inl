@@ -426,6 +426,40 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     const int64_t col0 = ow0 * r.sw - r.pl;
     const int64_t span = int64_t(w - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1;  // input columns read
     const bool edge = col0 < 0 || col0 + span > r.w_in;
+    if (edge && ntaps > 0) {
+      // The intrinsic edge kernel of the same shape reads zeros for the columns
+      // outside (a zero-padded copy would be made for every tile of a small plane).
+      int it = -1;
+      for (int q = 0; q < k.ntiles; ++q)
+        if (k.tile_ocb[q] == r.ocb && k.tile_w[q] == w) it = q;
+      if (it >= 0) {
+        alignas(64) static const float zeros[kV] = {};
+        conv::DirectTile d;
+        d.x = r.x + col0 * kV;
+        d.w = r.w;
+        d.y = r.y + ow0 * kV;
+        d.icbs = r.icbs;
+        d.x_icb = r.x_icb;
+        d.x_row = r.x_row;
+        d.w_icb = r.w_icb;
+        d.y_ocb = r.y_ocb;
+        d.kh0 = 0;  // x and w start at the first kernel row inside the input
+        d.kh = r.kh_n;
+        d.kw = r.kw;
+        d.dh = r.dh;
+        d.dw = r.dw;
+        d.sw = r.sw;
+        d.col0 = col0;
+        d.w_in = r.w_in;
+        d.zeros = zeros;
+        d.load_y = r.load_y;
+        d.last = r.last;
+        d.bias = r.bias;
+        d.valid_last = r.valid_last;
+        k.direct_edge[it][si + 1](d, ep);
+        continue;
+      }
+    }
     AsmTile t;
     t.w = r.w;
     t.ntaps = ntaps;

@@ -65,6 +65,7 @@ def tile_fn(ocb, w, s):
     for k in range(n):
         emit(f"vpxord %%zmm{k}, %%zmm{k}, %%zmm{k}")
     emit("11:")
+    emit(f"mov {F_XICB}(%[t]), %%r15")
     emit(f"mov {F_X}(%[t]), %%r9")
     emit(f"mov {F_W}(%[t]), %%r10")
     emit(f"mov {F_ICBS}(%[t]), %%r11")
@@ -75,6 +76,10 @@ def tile_fn(ocb, w, s):
     emit("2:")  # taps
     emit("mov (%%rsi), %%rdx")
     emit("add %%r9, %%rdx")
+    # This tap's pixels in the next ic block, a whole plane further on: one
+    # stream per block, more than the hardware prefetchers follow on large planes.
+    for i in range(w):
+        emit(f"prefetcht0 {i * s * 64}(%%rdx,%%r15,1)")
     emit(f"mov ${16 // UNROLL}, %%ecx")
     emit("3:")  # channels of the block
     t = 0
@@ -132,7 +137,7 @@ def tile_fn(ocb, w, s):
 {body}
       :
       : [t] "r"(&t)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "memory", "cc", {clob});
+      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", {clob});
 }}
 """
 
