@@ -153,6 +153,8 @@ struct Kernels {
   /// w = 1..asm_max_w[o] pixels; null where not built (AVX2).
   AsmTileFn asm_tile[3][2][kMaxAsmW + 1] = {};
   int asm_max_w[3] = {};
+  /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.
+  int tile_of[3][kMaxAsmW + 1] = {};
   AsmRowFn asm_row = nullptr;  ///< null where the tiles are not built
   DepthwiseFn depthwise = nullptr;
   /// depthwise_block[k][s]: k = 0 for 3x3, 1 for 5x5; s = 0 for stride 1, 1 for stride 2.

@@ -14,6 +14,46 @@ namespace {
 using conv::DirectTile;
 using conv::DepthwiseRow;
 
+/// A tile's accumulators at the start: the sums so far in y (a later ic pass) or zero.
+template <int OCB, int W>
+__attribute__((always_inline)) inline void tile_begin(vf (&acc)[OCB][W], const DirectTile& t) {
+  if (t.load_y) {
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) acc[j][i] = vload(t.y + j * t.y_ocb + i * kV);
+  } else {
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) acc[j][i] = vzero();
+  }
+}
+
+/// A tile's accumulators into y; on the last pass with bias and activation,
+/// the padded lanes of a partial last oc block written 0.
+template <int OCB, int W>
+__attribute__((always_inline)) inline void tile_end(vf (&acc)[OCB][W], const DirectTile& t, const gemm::Epilogue& ep) {
+  if (t.last) {
+    const VAct act(ep);
+#pragma GCC unroll 4
+    for (int j = 0; j < OCB; ++j) {
+      const vf b = t.bias ? vload(t.bias + j * kV) : vzero();
+      const bool mask = j == OCB - 1 && t.valid_last < kV;
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) {
+        vf v = act(vadd(acc[j][i], b));
+        if (mask) v = vkeep_n(v, t.valid_last);
+        acc[j][i] = v;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < OCB; ++j)
+#pragma GCC unroll 32
+    for (int i = 0; i < W; ++i) vstore(t.y + j * t.y_ocb + i * kV, acc[j][i]);
+}
+
 /// OCB x W accumulators; stride S (0: t.sw at run time). NARROW: one block
 /// of fewer channels than a vector (a net's first layer, 3 channels), stored
 /// conv::kNarrowPx floats per pixel; only t.ic_valid of them are read. EDGE:
@@ -23,19 +63,8 @@ using conv::DepthwiseRow;
 template <int OCB, int W, int S, bool NARROW, bool EDGE>
 void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
   const float* tx = t.x;
-  float* ty = t.y;
   vf acc[OCB][W];
-  if (t.load_y) {
-#pragma GCC unroll 4
-    for (int j = 0; j < OCB; ++j)
-#pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) acc[j][i] = vload(ty + j * t.y_ocb + i * kV);
-  } else {
-#pragma GCC unroll 4
-    for (int j = 0; j < OCB; ++j)
-#pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) acc[j][i] = vzero();
-  }
+  tile_begin(acc, t);
   constexpr int64_t px = NARROW ? conv::kNarrowPx : kV;  // floats between input pixels
   const int64_t sw = S == 0 ? t.sw : S, sx = sw * px;
   for (int64_t icb = 0; icb < t.icbs; ++icb) {
@@ -81,24 +110,7 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
         }
       }
   }
-  if (t.last) {
-    const VAct act(ep);
-#pragma GCC unroll 4
-    for (int j = 0; j < OCB; ++j) {
-      const vf b = t.bias ? vload(t.bias + j * kV) : vzero();
-      const bool mask = j == OCB - 1 && t.valid_last < kV;
-#pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) {
-        vf v = act(vadd(acc[j][i], b));
-        if (mask) v = vkeep_n(v, t.valid_last);
-        acc[j][i] = v;
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < OCB; ++j)
-#pragma GCC unroll 32
-    for (int i = 0; i < W; ++i) vstore(ty + j * t.y_ocb + i * kV, acc[j][i]);
+  tile_end(acc, t, ep);
 }
 
 /// A 1x1 unpadded convolution's tile (pointwise): direct_tile without the tap
@@ -107,19 +119,8 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
 /// apart: one stream per block, more than the hardware prefetcher follows).
 template <int OCB, int W, int S>
 void pointwise_tile(const DirectTile& t, const gemm::Epilogue& ep) {
-  float* ty = t.y;
   vf acc[OCB][W];
-  if (t.load_y) {
-#pragma GCC unroll 4
-    for (int j = 0; j < OCB; ++j)
-#pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) acc[j][i] = vload(ty + j * t.y_ocb + i * kV);
-  } else {
-#pragma GCC unroll 4
-    for (int j = 0; j < OCB; ++j)
-#pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) acc[j][i] = vzero();
-  }
+  tile_begin(acc, t);
   const int64_t sx = (S == 0 ? t.sw : S) * kV;
   const float* xb = t.x;
   const float* wp = t.w;
@@ -141,24 +142,7 @@ void pointwise_tile(const DirectTile& t, const gemm::Epilogue& ep) {
       }
     }
   }
-  if (t.last) {
-    const VAct act(ep);
-#pragma GCC unroll 4
-    for (int j = 0; j < OCB; ++j) {
-      const vf b = t.bias ? vload(t.bias + j * kV) : vzero();
-      const bool mask = j == OCB - 1 && t.valid_last < kV;
-#pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) {
-        vf v = act(vadd(acc[j][i], b));
-        if (mask) v = vkeep_n(v, t.valid_last);
-        acc[j][i] = v;
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < OCB; ++j)
-#pragma GCC unroll 32
-    for (int i = 0; i < W; ++i) vstore(ty + j * t.y_ocb + i * kV, acc[j][i]);
+  tile_end(acc, t, ep);
 }
 
 // ---------------------------------------------------------------------------
@@ -383,6 +367,7 @@ void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
 template <int OCB, int W>
 void add_tile(conv::Kernels& k) {
   const int t = k.ntiles++;
+  if constexpr (W <= conv::kMaxAsmW) k.tile_of[OCB == 4 ? 2 : OCB - 1][W] = t;
   k.tile_ocb[t] = OCB;
   k.tile_w[t] = W;
   k.direct[t][0] = &direct_tile<OCB, W, 0, false, false>;
@@ -429,10 +414,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     if (edge && ntaps > 0) {
       // The intrinsic edge kernel of the same shape reads zeros for the columns
       // outside (a zero-padded copy would be made for every tile of a small plane).
-      int it = -1;
-      for (int q = 0; q < k.ntiles; ++q)
-        if (k.tile_ocb[q] == r.ocb && k.tile_w[q] == w) it = q;
-      if (it >= 0) {
+      if (const int it = k.tile_of[oi][w]; it >= 0) {
         alignas(64) static const float zeros[kV] = {};
         conv::DirectTile d;
         d.x = r.x + col0 * kV;
@@ -538,6 +520,8 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
 
 conv::Kernels make_kernels() {
   conv::Kernels k;
+  for (auto& row : k.tile_of)
+    for (int& t : row) t = -1;
   k.vec = kV;
 #if SN_F32_AVX512
   k.isa = "avx512";

@@ -102,24 +102,20 @@ Childnet winograd_childnet(const Layer& l, const LayerInfo& info, int64_t m, con
   core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
   Blob u = transformed_weights(m, l.weight("weight").data_as<float>(), g.c, g.oc);
   Childnet cn;
-  Layer enc;
-  enc.name = l.name + "/wgenc";
-  enc.type = enc_type;
-  enc.inputs = {"x"};
-  enc.outputs = {"V"};
+  auto child = [&](const char* suffix, const char* type, const char* in, const char* out) {
+    Layer c;
+    c.name = l.name + suffix;
+    c.type = type;
+    c.inputs = {in};
+    c.outputs = {out};
+    return c;
+  };
+  Layer enc = child("/wgenc", enc_type, "x", "V");
   enc.params["tile"] = m;
   enc.params["pads"] = std::vector<int64_t>{g.pt, g.pl, g.pb, g.pr};
-  Layer mul;
-  mul.name = l.name + "/wgconv";
-  mul.type = mul_type;
-  mul.inputs = {"V"};
-  mul.outputs = {"M"};
+  Layer mul = child("/wgconv", mul_type, "V", "M");
   mul.weights["weight"] = u;
-  Layer dec;
-  dec.name = l.name + "/wgdec";
-  dec.type = dec_type;
-  dec.inputs = {"M"};
-  dec.outputs = {"y"};
+  Layer dec = child("/wgdec", dec_type, "M", "y");
   dec.params["tile"] = m;
   dec.params["out_shape"] = std::vector<int64_t>{g.n, g.oc, g.oh, g.ow};
   for (const auto& [key, v] : l.params)
