@@ -21,10 +21,12 @@
 // 2 * N * OC * OH * OW * (IC / group) * KH * KW. cpu/ref is skipped unless
 // --with-ref (it is the oracle, never meant to be fast).
 //
-// OpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, or --omp-spin is
-// given, the bench re-executes itself with OMP_WAIT_POLICY=passive: on a shared
-// 2-core machine libgomp's default spinning made every oneDNN conv take 8-24 ms
-// (whole scheduler slices) whatever its size.
+// OpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, or --omp-spin
+// (libgomp's default) is given, the bench chooses as the softneuro CLI does
+// (softneuro::choose_openmp_wait): a short spin on a quiet machine, passive when
+// the load fills every core. Passive on a quiet VM wakes a sleeping vCPU per
+// parallel region, which can take most of a 0.7 ms conv: timings then are
+// those of one thread.
 //
 // The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
 // and AVX-512 where the CPU has it), on all threads at once.
@@ -378,15 +380,11 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
 // ---------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
-  // libgomp reads its wait policy when it is loaded, so a passive policy needs a
-  // fresh process: re-run ourselves with OMP_WAIT_POLICY=passive unless the
-  // caller chose one (or asked for libgomp's spinning default with --omp-spin).
+  // libgomp reads its wait policy when it is loaded: the CLI's choice, in a
+  // fresh process, unless the caller asked for libgomp's spinning default.
   bool omp_spin = false;
   for (int i = 1; i < argc; ++i) omp_spin = omp_spin || std::strcmp(argv[i], "--omp-spin") == 0;
-  if (!omp_spin && !std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-  }
+  if (!omp_spin) choose_openmp_wait(argv);
   std::string model_filter, shape_filter, routine_filter, peak_isa = "max";
   bool with_ref = false, list = false;
   int threads = 2, runs = 20, max_combos = 64;

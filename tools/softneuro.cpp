@@ -342,35 +342,8 @@ int cmd_run(const std::vector<std::string>& args) {
 
 }  // namespace
 
-namespace {
-
-/// libgomp (the OpenMP runtime under oneDNN and our thread pool) reads its
-/// wait policy once, when it loads, so the CLI restarts itself once with one
-/// chosen for the machine as it finds it, unless the user set OMP_WAIT_POLICY
-/// or GOMP_SPINCOUNT. Measured at 2 threads on 2 cores:
-///   quiet machine (load 1.1): MobileNetV2 2.8 ms with a short spin
-///     (GOMP_SPINCOUNT=10000), 3.1 ms spinning (libgomp's default), 6.8 ms
-///     passive (every parallel region wakes sleeping workers);
-///   busy machine (load 7.5): 55 ms with the short spin, 5 ms passive (a
-///     spinning thread keeps its descheduled peer from finishing; ResNet50
-///     took 1.2 s instead of 0.13 s with libgomp's default).
-///   moderately loaded (load 1.5-1.7, a benchmark harness beside us): passive
-///     made MobileNetV3-Small 6-14 ms against ONNX Runtime's 1.2 ms.
-/// So: a short spin unless the 1-minute load already fills every core.
-void choose_openmp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  double load[1] = {0};
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  const bool busy = getloadavg(load, 1) == 1 && load[0] >= static_cast<double>(std::max(1L, cpus));
-  if (busy) setenv("OMP_WAIT_POLICY", "passive", 1);
-  else setenv("GOMP_SPINCOUNT", "10000", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: run on as we are
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  choose_openmp_wait(argv);
+  sn::choose_openmp_wait(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     while (args.size() >= 2 && args[0] == "--plugin") {

@@ -117,6 +117,14 @@ class Net {
 void set_num_threads(int threads);
 int num_threads();
 
+/// Call first thing in main(): the OpenMP runtime under the thread pool
+/// (libgomp) reads how idle threads wait once, when it loads, and the right way
+/// depends on the machine. Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set,
+/// re-executes the program once (same argv) with a short spin
+/// (GOMP_SPINCOUNT=10000), or with OMP_WAIT_POLICY=passive when the 1-minute
+/// load already fills every core. Returns only when it did not re-execute.
+void choose_openmp_wait(char** argv);
+
 /// The library's version, e.g. "0.1.0".
 const char* version();
 
