@@ -1,4 +1,4 @@
-// cpu:float32:nchw16c/direct and nchw8c/direct against cpu/ref: randomised
+// cpu:float32:nchw16c/direct, nchw8c/direct and nhwc/direct (first layers) against cpu/ref: randomised
 // shapes (batch 1 and 4, groups with whole channel blocks, strides 1-3,
 // dilations, asymmetric pads, odd sizes, channel counts not multiples of the
 // vector width), every routine parameter combination on some cases.
@@ -174,5 +174,67 @@ TEST_CASE("direct conv2: edge tiles over many channel blocks, rows of padding on
           return;
         }
       }
+  }
+}
+
+TEST_CASE("nhwc direct conv2 on first layers (1-4 input channels read in place, RGB in assembly)", "[direct][conv2]") {
+  const std::string descriptor = "cpu:float32:nhwc/direct";
+  std::mt19937 rng(2026);
+  // (c, oc, kh, kw, stride, dilation h, pads t/l/b/r, batch, act): the stems of
+  // MobileNetV2 (3x3 s2), ResNet50 (7x7 s2 pad 3), VGG16 (3x3 s1); stride 3,
+  // a kernel row dilation, asymmetric pads, padding wider than the kernel
+  // reaches (rows that see no input), every activation, 1, 2 and 4 channels.
+  struct Case {
+    int64_t c, oc, kh, kw, s, dh, pt, pl, pb, pr, n;
+    const char* act;
+  };
+  const Case cases[] = {
+      {3, 32, 3, 3, 2, 1, 1, 1, 1, 1, 1, "relu"},      {3, 64, 7, 7, 2, 1, 3, 3, 3, 3, 2, "relu"},
+      {3, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, "none"},      {3, 48, 3, 3, 1, 1, 0, 2, 1, 0, 1, "clip"},
+      {3, 16, 5, 5, 3, 1, 2, 2, 2, 2, 1, "hardswish"}, {3, 32, 3, 3, 1, 2, 2, 1, 2, 1, 2, "relu"},
+      {3, 16, 3, 3, 2, 1, 4, 4, 4, 4, 1, "relu"},      {1, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, "relu"},
+      {2, 16, 5, 3, 2, 1, 2, 1, 2, 1, 1, "none"},      {4, 64, 3, 3, 2, 1, 1, 1, 1, 1, 2, "hardsigmoid"},
+  };
+  for (const Case& k : cases) {
+    Layer l = conv_layer(k.c, k.oc, 1, k.kh, k.kw, k.s, k.s, k.dh, 1, {k.pt, k.pl, k.pb, k.pr}, true, rng);
+    set_act(l, k.act, rng);
+    const Blob x = random_blob({k.n, k.c, 29, 61}, rng);
+    for (int64_t ocb : {1, 2, 4})
+      for (int64_t w : {6, 7, 14, 28}) {
+        INFO("c" << k.c << " oc" << k.oc << " k" << k.kh << "x" << k.kw << " s" << k.s << " dh" << k.dh << " pads "
+                 << k.pt << "," << k.pl << "," << k.pb << "," << k.pr << " n" << k.n << " act " << k.act
+                 << " oc_block " << ocb << " ow_tile " << w);
+        std::string why;
+        if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}}, &why)) {
+          REQUIRE(isa_missing(why));
+          WARN(descriptor << " skipped: " << why);
+          return;
+        }
+      }
+  }
+}
+
+TEST_CASE("nhwc direct conv2 refuses all but first layers, saying why", "[direct][conv2]") {
+  std::mt19937 rng(5);
+  const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu:float32:nhwc/direct", nullptr);
+  REQUIRE(r != nullptr);
+  const Schema nhwc = Schema::parse("cpu:float32:nhwc");
+  auto support = [&](int64_t c, int64_t oc, int64_t dw) {
+    Layer l = conv_layer(c, oc, 1, 3, 3, 1, 1, 1, dw, {1, 1, 1, 1}, true, rng);
+    LayerInfo info;
+    info.layer = &l;
+    info.input_shapes = {Shape{1, c, 20, 20}};
+    info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
+    return r->supports(info, nhwc);
+  };
+  const Support ok = support(3, 32, 1);
+  if (!ok && isa_missing(ok.reason)) {
+    WARN("nhwc/direct skipped: " << ok.reason);
+    return;
+  }
+  CHECK(ok);
+  for (const Support& s : {support(5, 32, 1), support(16, 32, 1), support(3, 20, 1), support(3, 32, 2)}) {
+    CHECK_FALSE(s);
+    CHECK(s.reason.find("first layers only") != std::string::npos);
   }
 }

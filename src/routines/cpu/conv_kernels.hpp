@@ -17,11 +17,13 @@ namespace softneuro::cpu::conv {
 ///   x: input at (first ic block, the row of kernel row kh0, column col0), i.e.
 ///      row oh*sh - pad_top + kh0*dh, column ow0*sw - pad_left (which may lie
 ///      outside the input: the edge kernels then read zeros for it);
-///      layout [icb][H][W][V] (the narrow kernels: a padded copy, [H+pads][W+pads][kNarrowPx]),
+///      layout [icb][H][W][V] (the narrow kernels: a padded copy [H+pads][W+pads][kNarrowPx];
+///      first_nhwc: the nhwc input, pixels x_px floats apart),
 ///      x_icb and x_row floats apart.
 ///   w: packed weights of this OCB group at its first ic block, layout
 ///      [icb][kh][kw][V ic][OCB][V oc], w_icb floats between ic blocks.
-///   y: output at (first oc block, oh, ow0), layout [ocb][OH][OW][V], y_ocb apart.
+///   y: output at (first oc block, oh, ow0), layout [ocb][OH][OW][V], y_ocb apart
+///      (the narrow kernels: pixels y_px apart, so also nhwc: y_ocb = V, y_px = OC).
 struct DirectTile {
   const float* x = nullptr;
   const float* w = nullptr;
@@ -36,6 +38,8 @@ struct DirectTile {
   const float* bias = nullptr;  ///< OCB*V biases (zero-padded), or null
   int valid_last = 0;           ///< valid lanes of the tile's last oc block (V when full)
   int ic_valid = 0;  ///< narrow kernels: the input's channels (1..kNarrowPx)
+  int64_t x_px = 0;  ///< first_nhwc: floats between input pixels (C)
+  int64_t y_px = 0;  ///< narrow and first_nhwc: floats between output pixels (V blocked, OC in nhwc)
 };
 
 /// One register tile in assembly (AVX-512, gen_direct_asm.py): OCB output-channel
@@ -64,6 +68,30 @@ static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) ==
                   offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96,
               "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
+
+/// A first layer's register tile in assembly (AVX-512): nhwc, 3 input channels
+/// read in place, dilation 1 (gen_direct_asm.py, first_fn). OCB blocks x W pixels.
+///   y:    pixel i's OCB blocks at y + i*y_px_bytes (adjacent, 64 bytes apart);
+///         read first when `load`, written at the end;
+///   x:    input of pixel 0; kernel row r reads x + row_x[r] bytes, its kw*3 floats contiguous;
+///   w:    packed weights [row][kw][3][OCB][V] from the first row read;
+///   last: as AsmTile's.
+struct AsmFirstTile {
+  float* y = nullptr;
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const int64_t* row_x = nullptr;
+  int64_t rows = 0, kw = 0, y_px_bytes = 0, load = 0;
+  const float* bias = nullptr;
+  float lo = 0, hi = 0;
+  int64_t last = 0;
+};
+static_assert(offsetof(AsmFirstTile, rows) == 32 && offsetof(AsmFirstTile, kw) == 40 &&
+                  offsetof(AsmFirstTile, y_px_bytes) == 48 && offsetof(AsmFirstTile, load) == 56 &&
+                  offsetof(AsmFirstTile, bias) == 64 && offsetof(AsmFirstTile, lo) == 72 &&
+                  offsetof(AsmFirstTile, hi) == 76 && offsetof(AsmFirstTile, last) == 80,
+              "gen_direct_asm.py reads AsmFirstTile by offset");
+using AsmFirstFn = void (*)(const AsmFirstTile&);
 /// Widest assembly tile of any OCB (the accumulator buffer's size).
 constexpr int kMaxAsmW = 28;
 
@@ -147,12 +175,19 @@ struct Kernels {
   /// narrow[t][s]: the same for inputs of at most kNarrowPx channels, whose
   /// padded copy holds kNarrowPx floats per pixel (DirectTile::ic_valid read).
   DirectFn narrow[kMaxTiles][3] = {};
+  /// first_nhwc[t][s]: a first layer in nhwc, read in place (x_px = C), dilation 1:
+  /// weights [kh][kw][C][OCB][V]; edge tiles need a zero-padded patch (no checks).
+  DirectFn first_nhwc[kMaxTiles][3] = {};
+  /// first_nhwc_rgb[t][s]: the same for C = 3 (strides known at compile time).
+  DirectFn first_nhwc_rgb[kMaxTiles][3] = {};
   /// pointwise[t][s]: the same for 1x1 unpadded convolutions (kh0 = 0, kh = kw = 1, never an edge).
   DirectFn pointwise[kMaxTiles][3] = {};
   /// asm_tile[o][s][w]: OCB = 1, 2, 4 (o = 0, 1, 2), stride 1, 2 (s = 0, 1),
   /// w = 1..asm_max_w[o] pixels; null where not built (AVX2).
   AsmTileFn asm_tile[3][2][kMaxAsmW + 1] = {};
   int asm_max_w[3] = {};
+  /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
+  AsmFirstFn asm_first[3][2][kMaxAsmW + 1] = {};
   /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.
   int tile_of[3][kMaxAsmW + 1] = {};
   AsmRowFn asm_row = nullptr;  ///< null where the tiles are not built

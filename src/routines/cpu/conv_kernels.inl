@@ -15,13 +15,14 @@ using conv::DirectTile;
 using conv::DepthwiseRow;
 
 /// A tile's accumulators at the start: the sums so far in y (a later ic pass) or zero.
+/// ypx: floats between output pixels.
 template <int OCB, int W>
-__attribute__((always_inline)) inline void tile_begin(vf (&acc)[OCB][W], const DirectTile& t) {
+__attribute__((always_inline)) inline void tile_begin(vf (&acc)[OCB][W], const DirectTile& t, int64_t ypx = kV) {
   if (t.load_y) {
 #pragma GCC unroll 4
     for (int j = 0; j < OCB; ++j)
 #pragma GCC unroll 32
-      for (int i = 0; i < W; ++i) acc[j][i] = vload(t.y + j * t.y_ocb + i * kV);
+      for (int i = 0; i < W; ++i) acc[j][i] = vload(t.y + j * t.y_ocb + i * ypx);
   } else {
 #pragma GCC unroll 4
     for (int j = 0; j < OCB; ++j)
@@ -33,7 +34,8 @@ __attribute__((always_inline)) inline void tile_begin(vf (&acc)[OCB][W], const D
 /// A tile's accumulators into y; on the last pass with bias and activation,
 /// the padded lanes of a partial last oc block written 0.
 template <int OCB, int W>
-__attribute__((always_inline)) inline void tile_end(vf (&acc)[OCB][W], const DirectTile& t, const gemm::Epilogue& ep) {
+__attribute__((always_inline)) inline void tile_end(vf (&acc)[OCB][W], const DirectTile& t, const gemm::Epilogue& ep,
+                                                   int64_t ypx = kV) {
   if (t.last) {
     const VAct act(ep);
 #pragma GCC unroll 4
@@ -51,7 +53,7 @@ __attribute__((always_inline)) inline void tile_end(vf (&acc)[OCB][W], const Dir
 #pragma GCC unroll 4
   for (int j = 0; j < OCB; ++j)
 #pragma GCC unroll 32
-    for (int i = 0; i < W; ++i) vstore(t.y + j * t.y_ocb + i * kV, acc[j][i]);
+    for (int i = 0; i < W; ++i) vstore(t.y + j * t.y_ocb + i * ypx, acc[j][i]);
 }
 
 /// OCB x W accumulators; stride S (0: t.sw at run time). NARROW: one block
@@ -64,7 +66,8 @@ template <int OCB, int W, int S, bool NARROW, bool EDGE>
 void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
   const float* tx = t.x;
   vf acc[OCB][W];
-  tile_begin(acc, t);
+  const int64_t ypx = NARROW ? t.y_px : kV;  // NARROW: also nhwc outputs
+  tile_begin(acc, t, ypx);
   constexpr int64_t px = NARROW ? conv::kNarrowPx : kV;  // floats between input pixels
   const int64_t sw = S == 0 ? t.sw : S, sx = sw * px;
   for (int64_t icb = 0; icb < t.icbs; ++icb) {
@@ -110,7 +113,7 @@ void direct_tile(const DirectTile& t, const gemm::Epilogue& ep) {
         }
       }
   }
-  tile_end(acc, t, ep);
+  tile_end(acc, t, ep, ypx);
 }
 
 /// A 1x1 unpadded convolution's tile (pointwise): direct_tile without the tap
@@ -143,6 +146,40 @@ void pointwise_tile(const DirectTile& t, const gemm::Epilogue& ep) {
     }
   }
   tile_end(acc, t, ep);
+}
+
+/// A first layer in nhwc (conv::Kernels::first_nhwc): t.x_px = C input
+/// channels per pixel, read in place. With dilation 1 the KW*C floats a pixel
+/// reads from one input row are contiguous, so the taps of a kernel row and the
+/// channels fold into one loop of KW*C steps (weights packed [kh][kw][C][OCB][V]):
+/// no per-tap loop overhead on 3-channel taps. No edge handling: the caller
+/// gives edge tiles a zero-padded patch. Output pixels t.y_px floats apart.
+/// C: the channels when known at compile time (3: RGB), 0 for t.x_px: with
+/// run-time pixel strides GCC keeps a pointer per pixel and spills.
+template <int OCB, int W, int S, int C>
+void first_nhwc_tile(const DirectTile& t, const gemm::Epilogue& ep) {
+  vf acc[OCB][W];
+  tile_begin(acc, t, t.y_px);
+  const int64_t c = C == 0 ? t.x_px : C;
+  const int64_t sx = (S == 0 ? t.sw : S) * c;
+  const int64_t steps = int64_t(t.kw) * c;
+  for (int kh = t.kh0; kh < t.kh; ++kh) {
+    const float* xp = t.x + (kh - t.kh0) * t.dh * t.x_row;
+    const float* wp = t.w + kh * steps * (OCB * kV);
+#pragma GCC unroll 3
+    for (int64_t st = 0; st < steps; ++st) {
+      vf wv[OCB];
+#pragma GCC unroll 4
+      for (int j = 0; j < OCB; ++j) wv[j] = vload(wp + (st * OCB + j) * kV);
+#pragma GCC unroll 32
+      for (int i = 0; i < W; ++i) {
+        const vf xv = vbcast(xp + i * sx + st);
+#pragma GCC unroll 4
+        for (int j = 0; j < OCB; ++j) acc[j][i] = vfma(xv, wv[j], acc[j][i]);
+      }
+    }
+  }
+  tile_end(acc, t, ep, t.y_px);
 }
 
 // ---------------------------------------------------------------------------
@@ -379,6 +416,12 @@ void add_tile(conv::Kernels& k) {
   k.narrow[t][0] = &direct_tile<OCB, W, 0, true, false>;
   k.narrow[t][1] = &direct_tile<OCB, W, 1, true, false>;
   k.narrow[t][2] = &direct_tile<OCB, W, 2, true, false>;
+  k.first_nhwc[t][0] = &first_nhwc_tile<OCB, W, 0, 0>;
+  k.first_nhwc[t][1] = &first_nhwc_tile<OCB, W, 1, 0>;
+  k.first_nhwc[t][2] = &first_nhwc_tile<OCB, W, 2, 0>;
+  k.first_nhwc_rgb[t][0] = &first_nhwc_tile<OCB, W, 0, 3>;
+  k.first_nhwc_rgb[t][1] = &first_nhwc_tile<OCB, W, 1, 3>;
+  k.first_nhwc_rgb[t][2] = &first_nhwc_tile<OCB, W, 2, 3>;
   k.pointwise[t][0] = &pointwise_tile<OCB, W, 0>;
   k.pointwise[t][1] = &pointwise_tile<OCB, W, 1>;
   k.pointwise[t][2] = &pointwise_tile<OCB, W, 2>;
@@ -386,6 +429,7 @@ void add_tile(conv::Kernels& k) {
 
 #if SN_F32_AVX512
 using conv::AsmTile;
+using conv::AsmFirstTile;
 #include "routines/cpu/direct_asm_avx512.inc"
 
 /// conv::AsmRow: the row in tiles of r.tw pixels (the last one narrower), each

@@ -1,6 +1,9 @@
 // cpu:float32:nchw16c/direct and cpu:float32:nchw8c/direct — our direct
 // convolution in the blocked layouts (channel blocks of V = 16 or 8 innermost,
-// C padded up with zeros; see include/softneuro/blob.hpp), on register tiles
+// C padded up with zeros; see include/softneuro/blob.hpp) — and
+// cpu:float32:nhwc/direct for first layers only (at most 4 input channels,
+// output channels in whole vectors: the 3-channel input is read compact, where
+// a blocked one holds 16 floats per pixel; AVX-512 or AVX2 kernels), on register tiles
 // of OCB output-channel blocks x W output pixels. Kernels, chosen at run time
 // (no scalar path): AVX-512 tiles in inline assembly for strides 1 and 2
 // (gen_direct_asm.py, driven row by row by conv::AsmRow), intrinsics
@@ -43,6 +46,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -53,8 +57,12 @@ using core::Window2d;
 namespace conv = cpu::conv;
 
 const conv::Kernels* kernels_for(Layout l) {
+  if (l == Layout::nhwc) return conv::kernels_avx512() ? conv::kernels_avx512() : conv::kernels_avx2();
   return l == Layout::nchw16c ? conv::kernels_avx512() : conv::kernels_avx2();
 }
+
+/// Floats of an nhwc edge tile's zero-padded patch (kh rows x the tile's input columns x C).
+constexpr int64_t kPatchFloats = 4096;
 
 struct Config {
   int tile = 0;  ///< index into Kernels' tiles
@@ -65,7 +73,8 @@ struct Config {
 
 class PreparedDirect final : public PreparedRoutine {
  public:
-  PreparedDirect(const LayerInfo& info, const conv::Kernels& k, const RoutineParams& params) : k_(k) {
+  PreparedDirect(const LayerInfo& info, const conv::Kernels& k, Layout layout, const RoutineParams& params)
+      : k_(k), nhwc_(layout == Layout::nhwc) {
     const Layer& layer = *info.layer;
     g_ = core::conv2_window(layer, info.input_shapes[0]);
     v_ = k.vec;
@@ -101,6 +110,7 @@ class PreparedDirect final : public PreparedRoutine {
     cfg_.ocb = ocb;
     cfg_.w = k.tile_w[best];
     const int64_t taps = g_.kh * g_.kw;
+    ics_ = nhwc_ ? g_.c : v_;  // input-channel slots per block in the packed weights
     int64_t icb = routine_param(params, "ic_block", 0);
     if (icb <= 0) icb = std::max<int64_t>(1, (32 * 1024) / (taps * v_ * ocb * v_ * 4));
     cfg_.icb = std::min(icb, icbg_);
@@ -114,11 +124,11 @@ class PreparedDirect final : public PreparedRoutine {
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
 
-    // Weights: [og][icb][kh][kw][ic][ocb][oc].
+    // Weights: [og][icb][kh][kw][ic < ics][ocb][oc].
     const Blob& w = layer.weight("weight");
     const float* wd = w.data_as<float>();
     const int64_t ogs = ocb_total_ / ocb;
-    w_icb_ = taps * v_ * ocb * v_;
+    w_icb_ = taps * ics_ * ocb * v_;
     w_og_ = icbg_ * w_icb_;
     packed_.assign(static_cast<std::size_t>(ogs * w_og_), 0.0f);
     for (int64_t og = 0; og < ogs; ++og)
@@ -129,11 +139,11 @@ class PreparedDirect final : public PreparedRoutine {
           const int64_t o = g_.group == 1 ? ob * v_ + oc : gi * ocg_ + (ob % ocbg_) * v_ + oc;
           if ((g_.group == 1 ? ob * v_ + oc : (ob % ocbg_) * v_ + oc) >= ocg_) continue;
           for (int64_t ib = 0; ib < icbg_; ++ib)
-            for (int64_t ic = 0; ic < v_; ++ic) {
-              const int64_t i = ib * v_ + ic;
+            for (int64_t ic = 0; ic < ics_; ++ic) {
+              const int64_t i = ib * ics_ + ic;
               if (i >= icg_) continue;
               for (int64_t t = 0; t < taps; ++t)
-                packed_[og * w_og_ + ib * w_icb_ + t * (v_ * ocb * v_) + ic * ocb * v_ + j * v_ + oc] =
+                packed_[og * w_og_ + ib * w_icb_ + t * (ics_ * ocb * v_) + ic * ocb * v_ + j * v_ + oc] =
                     wd[(o * icg_ + i) * taps + t];
             }
         }
@@ -145,6 +155,11 @@ class PreparedDirect final : public PreparedRoutine {
         bias_[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
       }
     cpu::to_epilogue(core::fused_activation(layer), ep_);
+    // nhwc RGB first layers on AVX-512: the assembly first-layer tiles, which
+    // apply bias and relu/clip themselves (other activations: the intrinsics).
+    first_asm_ = nhwc_ && g_.c == 3 && k.asm_row && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
+                 (ep_.act == cpu::gemm::Act::none || ep_.act == cpu::gemm::Act::relu || ep_.act == cpu::gemm::Act::clip);
+    if (first_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
 
     hp_ = g_.h + g_.pt + g_.pb;
     wp_ = g_.w + g_.pl + g_.pr;
@@ -156,20 +171,25 @@ class PreparedDirect final : public PreparedRoutine {
     // Reads of a tile past the row end (the last tile of a row) stay inside the buffer.
     slack_ = (int64_t(cfg_.w) * g_.sw + (g_.kw - 1) * g_.dw + 1) * px_ + wp_ * px_;
     pad_floats_ = g_.n * icb_total_ * hp_ * wp_ * px_;
+    // nhwc (first layers only, supports()): the input is already compact (C
+    // floats per pixel), read in place by the first_nhwc kernels (edge tiles
+    // from a zero-padded patch); the output written OC floats per pixel.
+    copy_ = narrow_ && !nhwc_;
+    y_px_ = nhwc_ ? g_.oc : v_;
   }
 
-  std::size_t workspace_bytes() const override { return narrow_ ? sizeof(float) * (pad_floats_ + slack_) : 0; }
+  std::size_t workspace_bytes() const override { return copy_ ? sizeof(float) * (pad_floats_ + slack_) : 0; }
 
   void run(const RunArgs& args) override {
     const float* x = args.inputs[0]->data_as<float>();
     float* y = args.outputs[0]->data_as<float>();
     const int64_t v = v_;
-    // The narrow kernels (a first layer) read a compact copy with the padding
-    // made explicit; the others read the input itself, skipping kernel rows
-    // outside it and reading zeros for columns outside it (edge kernels).
+    // The narrow kernels (a blocked first layer) read a compact copy with the
+    // padding made explicit; the others read the input itself, skipping kernel
+    // rows outside it and reading zeros for columns outside it (edge kernels).
     const float* src = x;
-    int64_t px = v, row_len = g_.w * v, plane_in = g_.h * g_.w * v, top = g_.pt, left = g_.pl;
-    if (narrow_) {
+    int64_t px = nhwc_ ? g_.c : v, row_len = g_.w * px, plane_in = g_.h * row_len, top = g_.pt, left = g_.pl;
+    if (copy_) {
       float* xp = static_cast<float*>(args.workspace);
       px = px_;
       row_len = wp_ * px;
@@ -197,10 +217,10 @@ class PreparedDirect final : public PreparedRoutine {
       std::memset(xp + pad_floats_, 0, sizeof(float) * slack_);
       src = xp;
     }
-    const int64_t h_in = narrow_ ? hp_ : g_.h, w_in = narrow_ ? wp_ : g_.w;
+    const int64_t h_in = copy_ ? hp_ : g_.h, w_in = copy_ ? wp_ : g_.w;
 
     // Tiles.
-    const int ocb = cfg_.ocb, tw = use_asm_ ? asm_w_ : cfg_.w;
+    const int ocb = cfg_.ocb, tw = use_asm_ || first_asm_ ? asm_w_ : cfg_.w;
     const bool pointwise = !narrow_ && g_.kh == 1 && g_.kw == 1 && g_.pt == 0 && g_.pl == 0;
     // A 1x1 stride-1 unpadded convolution sees each plane as one run of OH*OW
     // pixels: walked as "rows" of tw pixels, so tiles span image rows (a 7x7
@@ -211,12 +231,15 @@ class PreparedDirect final : public PreparedRoutine {
     const int64_t ow_n = flat ? tw : g_.ow;                            // pixels per row walked
     const int64_t row_in = flat ? tw * v : row_len, h_walk = flat ? oh_n : h_in;
     const int64_t ogs = ocb_total_ / ocb, rbs = (oh_n + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
-    const conv::DirectFn fn = (narrow_ ? k_.narrow : pointwise ? k_.pointwise : k_.direct)[cfg_.tile][stride_idx_];
+    const conv::DirectFn fn =
+        (nhwc_ ? (g_.c == 3 ? k_.first_nhwc_rgb : k_.first_nhwc) : narrow_ ? k_.narrow : pointwise ? k_.pointwise : k_.direct)[cfg_.tile][stride_idx_];
     const conv::DirectFn fn_edge = narrow_ ? fn : k_.direct_edge[cfg_.tile][stride_idx_];
-    const int64_t plane_out = g_.oh * g_.ow * v;
+    // Output: oc blocks y_ocb apart, pixels y_px apart; blocked [n][ocb][OH][OW][V], nhwc [n][OH][OW][OC].
+    const int64_t plane_out = g_.oh * g_.ow * v, y_px = y_px_, y_ocb = nhwc_ ? v : plane_out;
     alignas(64) static const float zeros[16] = {};
     auto body = [&](int64_t b, int64_t e) {
       alignas(64) float tmp[4 * 32 * 16];
+      alignas(64) float patch[kPatchFloats];  // nhwc: an edge tile's input, zero-padded
       for (int64_t it = b; it < e; ++it) {
         const int64_t rb = it % rbs, og = it / rbs % ogs, n = it / rbs / ogs;
         const int64_t oh_begin = rb * cfg_.ohb, oh_end = std::min(oh_n, oh_begin + cfg_.ohb);
@@ -236,6 +259,8 @@ class PreparedDirect final : public PreparedRoutine {
         t.bias = bias_.data() + ob0 * v;
         t.valid_last = valid_last;
         t.ic_valid = static_cast<int>(icg_);  // read by the narrow kernels only
+        t.x_px = px;
+        t.y_px = y_px;
         t.zeros = zeros;
         // Input-channel passes outermost: a pass's weights are reused by every row of the task.
         for (int64_t ic0 = 0; ic0 < icbg_; ic0 += cfg_.icb) {
@@ -253,10 +278,15 @@ class PreparedDirect final : public PreparedRoutine {
             t.kh = static_cast<int>(kh1);
             const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
             const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_in;
-            float* yrow = y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
+            float* yrow = nhwc_ ? y + (n * g_.oh + oh) * g_.ow * y_px + ob0 * v
+                                : y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
             // Flat: the last row walked may be partial; its pixels past the plane read zeros.
             const int64_t row_w = flat ? std::min<int64_t>(tw, pixels - oh * tw) : ow_n;
             t.w_in = flat ? row_w : w_in;
+            if (first_asm_) {
+              first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in, tw);
+              continue;
+            }
             if (use_asm_) {
               conv::AsmRow r;
               r.x = xrow;
@@ -288,25 +318,49 @@ class PreparedDirect final : public PreparedRoutine {
               const int64_t col0 = ow0 * g_.sw - left;
               t.col0 = col0;
               t.x = xrow + col0 * px;
+              t.x_row = row_in;  // an nhwc edge tile's patch changes these
+              t.dh = static_cast<int>(g_.dh);
               const int64_t wcur = std::min<int64_t>(tw, row_w - ow0);
               // Any tap of the tile's tw pixels outside the input's columns?
               const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= t.w_in;
               const conv::DirectFn f = edge ? fn_edge : fn;
+              if (nhwc_ && edge) {
+                // Columns [col0, col0 + span) of the tile's kernel rows, zeros outside the input.
+                const int64_t span = (tw - 1) * g_.sw + g_.kw, c = g_.c;
+                for (int64_t r = 0; r < kh1 - kh0; ++r) {
+                  const float* from = xrow + r * g_.dh * row_in;
+                  for (int64_t p = 0; p < span; ++p)
+                    for (int64_t ch = 0; ch < c; ++ch) {
+                      const int64_t col = col0 + p;
+                      patch[(r * span + p) * c + ch] = col >= 0 && col < g_.w ? from[col * c + ch] : 0.0f;
+                    }
+                }
+                t.x = patch;
+                t.x_row = span * c;
+                t.dh = 1;
+              }
               if (wcur == tw) {
-                t.y = yrow + ow0 * v;
-                t.y_ocb = plane_out;
+                t.y = yrow + ow0 * y_px;
+                t.y_ocb = y_ocb;
+                t.y_px = y_px;
                 f(t, ep_);
                 continue;
               }
-              // The row's last, narrower tile: through a stack tile.
+              // The row's last, narrower tile: through a stack tile ([ocb][tw][V]).
               t.y = tmp;
               t.y_ocb = tw * v;
-              if (t.load_y)
+              t.y_px = v;
+              auto copy = [&](bool out) {
                 for (int j = 0; j < ocb; ++j)
-                  std::memcpy(tmp + j * tw * v, yrow + j * plane_out + ow0 * v, sizeof(float) * wcur * v);
+                  for (int64_t i = 0; i < wcur; ++i) {
+                    float* yp = yrow + j * y_ocb + (ow0 + i) * y_px;
+                    float* tp = tmp + (j * tw + i) * v;
+                    std::memcpy(out ? yp : tp, out ? tp : yp, sizeof(float) * v);
+                  }
+              };
+              if (t.load_y) copy(false);
               f(t, ep_);
-              for (int j = 0; j < ocb; ++j)
-                std::memcpy(yrow + j * plane_out + ow0 * v, tmp + j * tw * v, sizeof(float) * wcur * v);
+              copy(true);
             }
           }
         }
@@ -317,12 +371,67 @@ class PreparedDirect final : public PreparedRoutine {
   }
 
  private:
+  /// One output row of an nhwc RGB first layer in assembly tiles (first_asm_):
+  /// x at the first kernel row read (rows of row_in floats, dh apart), w the
+  /// weights from that row, rows read: kh_n; tiles of tw pixels, the last one
+  /// narrower; edge tiles read a zero-padded patch.
+  void first_row(const float* x, const float* w, float* y, int kh_n, const float* bias, int64_t row_in, int tw) const {
+    const int oi = cfg_.ocb == 4 ? 2 : cfg_.ocb - 1, si = static_cast<int>(g_.sw) - 1;
+    const int64_t c = 3;
+    alignas(64) float patch[kPatchFloats];
+    int64_t rows[64], rows_patch[64];
+    for (int r = 0; r < kh_n; ++r) rows[r] = r * g_.dh * row_in * int64_t(sizeof(float));
+    conv::AsmFirstTile a;
+    a.w = w;
+    a.rows = kh_n;
+    a.kw = g_.kw;
+    a.y_px_bytes = y_px_ * int64_t(sizeof(float));
+    a.bias = bias;
+    a.last = ep_.act == cpu::gemm::Act::none ? 1 : 2;
+    a.lo = ep_.act == cpu::gemm::Act::relu ? 0.0f : ep_.lo;
+    a.hi = ep_.act == cpu::gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep_.hi;
+    for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
+      const int wcur = static_cast<int>(std::min<int64_t>(tw, g_.ow - ow0));
+      const int64_t col0 = ow0 * g_.sw - g_.pl, span = (wcur - 1) * g_.sw + g_.kw;
+      a.y = y + ow0 * y_px_;
+      if (kh_n == 0) {  // no kernel row inside the input: the bias (and activation) alone
+        for (int64_t i = 0; i < wcur; ++i)
+          for (int64_t o = 0; o < cfg_.ocb * v_; ++o)
+            a.y[i * y_px_ + o] = a.last == 1 ? bias[o] : std::clamp(bias[o], a.lo, a.hi);
+        continue;
+      }
+      if (col0 >= 0 && col0 + span <= g_.w) {
+        a.x = x + col0 * c;
+        a.row_x = rows;
+      } else {
+        // Columns [col0, col0 + span) of the rows read, zeros outside the input.
+        for (int r = 0; r < kh_n; ++r) {
+          const float* from = x + r * g_.dh * row_in;
+          for (int64_t p = 0; p < span; ++p) {
+            const int64_t col = col0 + p;
+            for (int64_t ch = 0; ch < c; ++ch)
+              patch[(r * span + p) * c + ch] = col >= 0 && col < g_.w ? from[col * c + ch] : 0.0f;
+          }
+          rows_patch[r] = r * span * c * int64_t(sizeof(float));
+        }
+        a.x = patch;
+        a.row_x = rows_patch;
+      }
+      k_.asm_first[oi][si][wcur](a);
+    }
+  }
+
   const conv::Kernels& k_;
   Window2d g_{};
   int64_t v_ = 0, icg_ = 0, ocg_ = 0, icbg_ = 0, ocbg_ = 0, icb_total_ = 0, ocb_total_ = 0;
   int64_t w_icb_ = 0, w_og_ = 0, hp_ = 0, wp_ = 0, slack_ = 0, pad_floats_ = 0;
   int stride_idx_ = 1;
+  bool nhwc_ = false;             ///< nhwc input and output (a first layer; else blocked)
+  bool copy_ = false;             ///< the narrow kernels read a compact padded copy (blocked layouts)
+  int64_t ics_ = 0;               ///< input-channel slots per block of the packed weights (V, or C in nhwc)
+  int64_t y_px_ = 0;              ///< floats between output pixels
   bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
+  bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
   int asm_w_ = 0;
   bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
   int64_t px_ = 0;       ///< floats per pixel of the padded input
@@ -341,23 +450,36 @@ class Direct final : public Routine {
 
   Support supports(const LayerInfo& info, const Schema& schema) const override {
     if (!(schema == kSchema)) return Support::no(fmt::format("cpu/direct computes in {}", kSchema.to_string()));
-    if (!kernels_for(L))
+    const conv::Kernels* k = kernels_for(L);
+    if (!k)
       return Support::no(L == Layout::nchw16c ? "nchw16c/direct needs AVX-512 (F, BW, VL, DQ)"
-                                              : "nchw8c/direct needs AVX2 + FMA");
+                         : L == Layout::nchw8c ? "nchw8c/direct needs AVX2 + FMA"
+                                               : "nhwc/direct needs AVX2 + FMA or AVX-512");
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("conv2 needs an input [N,C,H,W]");
     if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, "cpu/direct"); !s) return s;
     if (Support s = cpu::check_activation(*info.layer); !s) return s;
     const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
-    const int64_t v = L == Layout::nchw16c ? 16 : 8;
+    const int64_t v = k->vec;
     if (g.group > 1 && ((g.c / g.group) % v != 0 || (g.oc / g.group) % v != 0))
       return Support::no(fmt::format("groups need whole blocks of {} channels per group", v));
+    if (L == Layout::nhwc) {
+      if (g.group != 1 || g.c > conv::kNarrowPx || g.oc % k->vec != 0 || g.dw != 1)
+        return Support::no(fmt::format("nhwc/direct computes first layers only: group 1, at most {} input channels, "
+                                       "output channels a multiple of {}, column dilation 1 (nchw16c/direct "
+                                       "computes the others)", conv::kNarrowPx, k->vec));
+      int max_w = 0;
+      for (int t = 0; t < k->ntiles; ++t) max_w = std::max(max_w, k->tile_w[t]);
+      if (g.kh * ((max_w - 1) * g.sw + g.kw) * g.c > kPatchFloats)
+        return Support::no(fmt::format("nhwc/direct: a {}x{} kernel at stride {} reads more than an edge tile's "
+                                       "patch of {} floats", g.kh, g.kw, g.sw, kPatchFloats));
+    }
     if (g.oh <= 0 || g.ow <= 0) return Support::no("empty output");
     return Support::yes();
   }
 
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    if (L == Layout::nchw16c)
+    if (kernels_for(L) && kernels_for(L)->vec == 16)
       return {{"oc_block", {1, 2, 4}}, {"ow_tile", {7, 14, 28}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
     return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
   }
@@ -366,7 +488,7 @@ class Direct final : public Routine {
                                            const RoutineParams& params) const override {
     const conv::Kernels* k = kernels_for(L);
     if (!k) throw Error(fmt::format("{}/direct: the CPU lacks the ISA", kSchema.to_string()));
-    return std::make_unique<PreparedDirect>(info, *k, params);
+    return std::make_unique<PreparedDirect>(info, *k, L, params);
   }
 
   int default_priority() const override { return 40; }
@@ -374,6 +496,7 @@ class Direct final : public Routine {
 
 SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nchw16c>);
 SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nchw8c>);
+SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nhwc>);
 
 }  // namespace
 }  // namespace softneuro
