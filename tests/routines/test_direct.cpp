@@ -78,7 +78,9 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
   INFO(descriptor);
   std::mt19937 rng(77);
   const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
-  for (auto [c, oc, s, hw] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 14}, {128, 128, 2, 15}, {3, 64, 1, 9}}) {
+  // 40 and 20 channels: a partial last ic block (the assembly tiles skip its padded channels).
+  for (auto [c, oc, s, hw] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 14}, {128, 128, 2, 15}, {3, 64, 1, 9},
+                              {40, 64, 1, 11}, {20, 32, 2, 13}}) {
     Layer l = conv_layer(c, oc, 1, 3, 3, s, s, 1, 1, {1, 1, 1, 1}, true, rng);
     set_act(l, "relu", rng);
     const Blob x = random_blob({1, c, hw, hw}, rng);
@@ -123,14 +125,15 @@ TEST_CASE("direct conv2 on first-layer shapes (1-4 input channels: the narrow ke
 
 TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)", "[direct][conv2]") {
   // Stride 1: each plane walked as one run of pixels, tiles spanning rows, the
-  // plane's last tile partial (its reads past the plane must see zeros).
+  // plane's last tile partial (its reads past the plane must see zeros);
+  // 40, 24, 20 channels: a partial last ic block.
   const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
   INFO(descriptor);
   std::mt19937 rng(123);
   const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
   for (auto [c, oc, s, h, w, n] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 7, 7, 1},
                                    {48, 80, 1, 5, 9, 2}, {40, 37, 1, 14, 14, 1}, {64, 128, 2, 14, 14, 1},
-                                   {32, 48, 2, 9, 7, 2}}) {
+                                   {32, 48, 2, 9, 7, 2}, {24, 144, 1, 12, 12, 1}, {20, 32, 1, 6, 6, 2}}) {
     Layer l = conv_layer(c, oc, 1, 1, 1, s, s, 1, 1, {0, 0, 0, 0}, true, rng);
     set_act(l, "relu", rng);
     const Blob x = random_blob({n, c, h, w}, rng);

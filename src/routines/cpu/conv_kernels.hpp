@@ -50,7 +50,9 @@ struct DirectTile {
 ///          pixel i stride*64 bytes further on; x_icb_bytes between ic blocks;
 ///   w:     packed weights [icb][tap][V ic][OCB][V oc] of the taps in tap_x order,
 ///          w_icb_bytes between ic blocks;
-///   last:  0 raw sums; 1 + bias (OCB*V floats); 2 + bias, then clamped to [lo, hi].
+///   last:  0 raw sums; 1 + bias (OCB*V floats); 2 + bias, then clamped to [lo, hi];
+///   last_steps: the last ic block's channels / 4, rounded up (1..4; its weights
+///          still take V slots per tap: the rest are skipped).
 /// The field order is the generator's (F_* offsets): keep both in step.
 struct AsmTile {
   float* y = nullptr;
@@ -63,8 +65,9 @@ struct AsmTile {
   const float* bias = nullptr;
   float lo = 0, hi = 0;
   int64_t last = 0;
+  int64_t last_steps = 4;
 };
-static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
+static_assert(offsetof(AsmTile, last_steps) == 104 && offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
                   offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96,
               "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
@@ -113,6 +116,7 @@ struct AsmRow {
   bool load_y = false, last = false;
   const float* bias = nullptr;
   int valid_last = 0;
+  int last_steps = 4;  ///< the pass's last ic block's channels / 4, rounded up (AsmTile)
 };
 using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);
 /// Floats of the zero-padded copy an edge tile reads (per ic block at least

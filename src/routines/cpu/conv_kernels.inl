@@ -515,6 +515,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
       t.icbs = r.icbs;
       t.x_icb_bytes = r.x_icb * int64_t(sizeof(float));
       t.last = last;
+      t.last_steps = r.last_steps;
       fn(t);
     } else {
       // A zero-padded copy of the columns [col0, col0 + span) of the kh_n rows,
@@ -542,6 +543,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
         t.w = r.w + c0 * r.w_icb;
         t.load = c0 > 0 || r.load_y;
         t.last = c0 + cn >= r.icbs ? last : 0;
+        t.last_steps = c0 + cn >= r.icbs ? r.last_steps : 4;
         fn(t);
       }
     }

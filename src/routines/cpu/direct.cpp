@@ -268,7 +268,8 @@ class PreparedDirect final : public PreparedRoutine {
           t.load_y = ic0 > 0;
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
-          for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+          // Flat: the task's rows walked are one run of pixels (one call of the row driver).
+          for (int64_t oh = oh_begin; oh < oh_end; oh += flat ? oh_end - oh_begin : 1) {
             // Kernel rows inside the input: [kh0, kh1).
             const int64_t ih0 = oh * g_.sh - top;
             int64_t kh0 = 0, kh1 = g_.kh;
@@ -280,8 +281,8 @@ class PreparedDirect final : public PreparedRoutine {
             const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_in;
             float* yrow = nhwc_ ? y + (n * g_.oh + oh) * g_.ow * y_px + ob0 * v
                                 : y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
-            // Flat: the last row walked may be partial; its pixels past the plane read zeros.
-            const int64_t row_w = flat ? std::min<int64_t>(tw, pixels - oh * tw) : ow_n;
+            // Flat: the run ends at the plane's end (the last tile may be partial; past it, zeros).
+            const int64_t row_w = flat ? std::min<int64_t>((oh_end - oh) * tw, pixels - oh * tw) : ow_n;
             t.w_in = flat ? row_w : w_in;
             if (first_asm_) {
               first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in, tw);
@@ -311,6 +312,8 @@ class PreparedDirect final : public PreparedRoutine {
               r.last = t.last;
               r.bias = t.bias;
               r.valid_last = valid_last;
+              // Channels of the last block, in steps of 4 (only the pass holding it).
+              r.last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : 4;
               k_.asm_row(r, ep_);
               continue;
             }

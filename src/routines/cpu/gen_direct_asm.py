@@ -15,7 +15,8 @@ take it from memory (L1).
 A tile: OCB output-channel blocks (zmm weights) x W output pixels, OCB*W
 accumulators. For OCB = 1 the broadcast feeds a single FMA, so it is folded.
 Loops inside the assembly: input-channel blocks, then the kernel taps (byte
-offsets from a table), then the 16 channels of the block (4 steps unrolled).
+offsets from a table), then the 16 channels of the block (4 steps unrolled;
+the last block only its channels rounded up to 4).
 
 First-layer tiles (first_fn, conv::AsmFirstTile): nhwc input of 3 channels
 read in place; per kernel row one loop over its columns, 3 channels each.
@@ -32,7 +33,7 @@ UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 
 # AsmTile field offsets (conv_kernels.hpp): keep in step with the struct.
 F_Y, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32, 40, 48, 56, 64
-F_YOCB, F_BIAS, F_LO, F_HI, F_LAST = 72, 80, 88, 92, 96
+F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
 
 
 def y_addr(j, i):
@@ -73,6 +74,21 @@ def tile_fn(ocb, w, s):
     emit(f"mov {F_W}(%[t]), %%r10")
     emit(f"mov {F_ICBS}(%[t]), %%r11")
     emit("1:")  # input-channel blocks
+    # ebx: channel steps of this block; r13: weight bytes to skip after each
+    # tap (a partial last block: its padded channels are neither multiplied
+    # nor their zero weights read; 24 channels = 1.5 blocks).
+    emit(f"mov ${16 // UNROLL}, %%ebx")
+    emit("xor %%r13d, %%r13d")
+    emit("cmp $1, %%r11")
+    emit("jne 4f")
+    # The last block prefetches itself (lines it is loading anyway): a block
+    # past it would be traffic for nothing (a 1x1 layer of 16 channels: a plane).
+    emit("xor %%r15d, %%r15d")
+    emit(f"mov {F_LSTEPS}(%[t]), %%rbx")
+    emit(f"mov ${16 // UNROLL}, %%r13")
+    emit("sub %%rbx, %%r13")
+    emit(f"imul ${UNROLL * ocb * 64}, %%r13, %%r13")
+    emit("4:")
     emit(f"mov {F_TAP}(%[t]), %%rsi")
     emit(f"mov {F_NTAPS}(%[t]), %%rdi")
     emit("mov %%r10, %%r8")
@@ -83,7 +99,7 @@ def tile_fn(ocb, w, s):
     # stream per block, more than the hardware prefetchers follow on large planes.
     for i in range(w):
         emit(f"prefetcht0 {i * s * 64}(%%rdx,%%r15,1)")
-    emit(f"mov ${16 // UNROLL}, %%ecx")
+    emit("mov %%ebx, %%ecx")
     emit("3:")  # channels of the block
     t = 0
     used_tmps = set()
@@ -108,6 +124,7 @@ def tile_fn(ocb, w, s):
     emit(f"add ${UNROLL * ocb * 64}, %%r8")
     emit("dec %%ecx")
     emit("jnz 3b")
+    emit("add %%r13, %%r8")
     emit("add $8, %%rsi")
     emit("dec %%rdi")
     emit("jnz 2b")
@@ -116,6 +133,7 @@ def tile_fn(ocb, w, s):
     emit("dec %%r11")
     emit("jnz 1b")
     # last: 1 adds the bias, 2 also clamps to [lo, hi] (relu, clip); then y.
+    emit("lea (%%rax,%%r12,2), %%r13")  # y_addr's third block again
     emit(f"mov {F_LAST}(%[t]), %%rcx")
     emit("test %%rcx, %%rcx")
     emit("je 12f")
@@ -140,7 +158,7 @@ def tile_fn(ocb, w, s):
 {body}
       :
       : [t] "r"(&t)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", {clob});
+      : "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", {clob});
 }}
 """
 
