@@ -51,6 +51,7 @@ struct DirectTile {
 ///   w:     packed weights [icb][tap][V ic][OCB][V oc] of the taps in tap_x order,
 ///          w_icb_bytes between ic blocks;
 ///   last:  0 raw sums; 1 + bias (OCB*V floats); 2 + bias, then clamped to [lo, hi];
+///          3 + bias, then max(lo) only (relu);
 ///   last_steps: the last ic block's channels / 4, rounded up (1..4; its weights
 ///          still take V slots per tap: the rest are skipped).
 /// The field order is the generator's (F_* offsets): keep both in step.

@@ -505,7 +505,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
           for (int i = 0; i < w; ++i)
             vstore(acc + (j * w + i) * kV, r.load_y ? vload(r.y + j * r.y_ocb + (ow0 + i) * kV) : vzero());
     }
-    const int64_t last = in_asm && r.last ? (clamp ? 2 : 1) : 0;
+    const int64_t last = in_asm && r.last ? (ep.act == gemm::Act::relu ? 3 : clamp ? 2 : 1) : 0;
     const conv::AsmTileFn fn = k.asm_tile[oi][si][w];
     if (ntaps == 0) {
       // No kernel row inside the input (padding only): the sums stay as they are.

@@ -390,7 +390,7 @@ class PreparedDirect final : public PreparedRoutine {
     a.kw = g_.kw;
     a.y_px_bytes = y_px_ * int64_t(sizeof(float));
     a.bias = bias;
-    a.last = ep_.act == cpu::gemm::Act::none ? 1 : 2;
+    a.last = ep_.act == cpu::gemm::Act::none ? 1 : ep_.act == cpu::gemm::Act::relu ? 3 : 2;
     a.lo = ep_.act == cpu::gemm::Act::relu ? 0.0f : ep_.lo;
     a.hi = ep_.act == cpu::gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep_.hi;
     for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {

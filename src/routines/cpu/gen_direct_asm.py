@@ -41,6 +41,20 @@ def y_addr(j, i):
     return [f"{i * 64}(%%rax)", f"{i * 64}(%%rax,%%r12,1)", f"{i * 64}(%%r13)", f"{i * 64}(%%r13,%%r12,1)"][j]
 
 
+def clamp(emit, n, f_last, f_lo, f_hi):
+    """last (in rcx): 2 clamps to [lo, hi] (clip), 3 only from below (relu:
+    no vminps against +inf); 1 leaves the sums (+ bias) as they are."""
+    emit("cmp $1, %%rcx")
+    emit("je 12f")
+    for k in range(n):
+        emit(f"vmaxps {f_lo}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
+    emit("cmp $3, %%rcx")
+    emit("je 12f")
+    for k in range(n):
+        emit(f"vminps {f_hi}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
+    emit("12:")
+
+
 def tile_fn(ocb, w, s):
     n = ocb * w
     # Weight vectors in registers; when the accumulators leave no room for all
@@ -55,7 +69,8 @@ def tile_fn(ocb, w, s):
     def emit(line):
         a.append(f'      "{line}\\n\\t"')
 
-    # Accumulators: loaded from y (a later input-channel pass) or zeroed.
+    # Accumulators: loaded from y (a later input-channel pass), else the bias
+    # (a whole pass with the epilogue: no add at the end), else zero.
     emit(f"mov {F_Y}(%[t]), %%rax")
     emit(f"mov {F_YOCB}(%[t]), %%r12")
     emit("lea (%%rax,%%r12,2), %%r13")
@@ -66,6 +81,14 @@ def tile_fn(ocb, w, s):
             emit(f"vmovups {y_addr(j, i)}, %%zmm{j * w + i}")
     emit("jmp 11f")
     emit("10:")
+    emit(f"cmpq $0, {F_LAST}(%[t])")
+    emit("je 13f")
+    emit(f"mov {F_BIAS}(%[t]), %%r14")
+    for j in range(ocb):
+        for i in range(w):
+            emit(f"vmovups {j * 64}(%%r14), %%zmm{j * w + i}")
+    emit("jmp 11f")
+    emit("13:")
     for k in range(n):
         emit(f"vpxord %%zmm{k}, %%zmm{k}, %%zmm{k}")
     emit("11:")
@@ -132,21 +155,19 @@ def tile_fn(ocb, w, s):
     emit(f"add {F_WICB}(%[t]), %%r10")
     emit("dec %%r11")
     emit("jnz 1b")
-    # last: 1 adds the bias, 2 also clamps to [lo, hi] (relu, clip); then y.
+    # last >= 1: the bias (added here when the sums came from y), then clamp(); then y.
     emit("lea (%%rax,%%r12,2), %%r13")  # y_addr's third block again
     emit(f"mov {F_LAST}(%[t]), %%rcx")
     emit("test %%rcx, %%rcx")
     emit("je 12f")
+    emit(f"cmpq $0, {F_LOAD}(%[t])")
+    emit("je 14f")
     emit(f"mov {F_BIAS}(%[t]), %%r14")
     for j in range(ocb):
         for i in range(w):
             emit(f"vaddps {j * 64}(%%r14), %%zmm{j * w + i}, %%zmm{j * w + i}")
-    emit("cmp $1, %%rcx")
-    emit("je 12f")
-    for k in range(n):
-        emit(f"vmaxps {F_LO}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
-        emit(f"vminps {F_HI}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
-    emit("12:")
+    emit("14:")
+    clamp(emit, n, F_LO, F_HI)
     for j in range(ocb):
         for i in range(w):
             emit(f"vmovups %%zmm{j * w + i}, {y_addr(j, i)}")
@@ -244,12 +265,7 @@ def first_fn(ocb, w, s):
     for j in range(ocb):
         for i in range(w):
             emit(f"vaddps {j * 64}(%%r14), %%zmm{j * w + i}, %%zmm{j * w + i}")
-    emit("cmp $1, %%rcx")
-    emit("je 12f")
-    for k in range(n):
-        emit(f"vmaxps {G_LO}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
-        emit(f"vminps {G_HI}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
-    emit("12:")
+    clamp(emit, n, G_LO, G_HI)
     walk_y(lambda j, i, m: emit(f"vmovups %%zmm{j * w + i}, {m}"))
     used = sorted(set(range(n)) | set(wreg) | used_tmps)
     clob = ", ".join(f'"xmm{r}"' for r in used)
