@@ -41,7 +41,7 @@ def y_addr(j, i):
     return [f"{i * 64}(%%rax)", f"{i * 64}(%%rax,%%r12,1)", f"{i * 64}(%%r13)", f"{i * 64}(%%r13,%%r12,1)"][j]
 
 
-def clamp(emit, n, f_last, f_lo, f_hi):
+def clamp(emit, n, f_lo, f_hi):
     """last (in rcx): 2 clamps to [lo, hi] (clip), 3 only from below (relu:
     no vminps against +inf); 1 leaves the sums (+ bias) as they are."""
     emit("cmp $1, %%rcx")
