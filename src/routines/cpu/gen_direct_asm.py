@@ -97,19 +97,20 @@ def tile_fn(ocb, w, s):
     emit(f"mov {F_W}(%[t]), %%r10")
     emit(f"mov {F_ICBS}(%[t]), %%r11")
     emit("1:")  # input-channel blocks
-    # ebx: channel steps of this block; r13: weight bytes to skip after each
+    # r14 (the bias pointer outside the loops): channel steps of this block;
+    # r13: weight bytes to skip after each
     # tap (a partial last block: its padded channels are neither multiplied
     # nor their zero weights read; 24 channels = 1.5 blocks).
-    emit(f"mov ${16 // UNROLL}, %%ebx")
+    emit(f"mov ${16 // UNROLL}, %%r14d")
     emit("xor %%r13d, %%r13d")
     emit("cmp $1, %%r11")
     emit("jne 4f")
     # The last block prefetches itself (lines it is loading anyway): a block
     # past it would be traffic for nothing (a 1x1 layer of 16 channels: a plane).
     emit("xor %%r15d, %%r15d")
-    emit(f"mov {F_LSTEPS}(%[t]), %%rbx")
+    emit(f"mov {F_LSTEPS}(%[t]), %%r14")
     emit(f"mov ${16 // UNROLL}, %%r13")
-    emit("sub %%rbx, %%r13")
+    emit("sub %%r14, %%r13")
     emit(f"imul ${UNROLL * ocb * 64}, %%r13, %%r13")
     emit("4:")
     emit(f"mov {F_TAP}(%[t]), %%rsi")
@@ -122,7 +123,7 @@ def tile_fn(ocb, w, s):
     # stream per block, more than the hardware prefetchers follow on large planes.
     for i in range(w):
         emit(f"prefetcht0 {i * s * 64}(%%rdx,%%r15,1)")
-    emit("mov %%ebx, %%ecx")
+    emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
     t = 0
     used_tmps = set()
@@ -174,12 +175,14 @@ def tile_fn(ocb, w, s):
     used = sorted(set(range(n)) | set(wreg) | used_tmps)
     clob = ", ".join(f'"xmm{r}"' for r in used)
     body = "\n".join(a)
+    # 13 general registers at most: with a frame pointer (the ASan build) rbp is
+    # taken, and %[t] needs one of the 14 others.
     return f"""void asm_tile_{ocb}x{w}_s{s}(const AsmTile& t) {{
   asm volatile(
 {body}
       :
       : [t] "r"(&t)
-      : "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", {clob});
+      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", {clob});
 }}
 """
 
