@@ -67,7 +67,6 @@
 #include <vector>
 
 #include <time.h>
-#include <unistd.h>
 
 using namespace softneuro;
 using Clock = std::chrono::steady_clock;

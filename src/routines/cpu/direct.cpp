@@ -328,18 +328,10 @@ class PreparedDirect final : public PreparedRoutine {
               const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= t.w_in;
               const conv::DirectFn f = edge ? fn_edge : fn;
               if (nhwc_ && edge) {
-                // Columns [col0, col0 + span) of the tile's kernel rows, zeros outside the input.
-                const int64_t span = (tw - 1) * g_.sw + g_.kw, c = g_.c;
-                for (int64_t r = 0; r < kh1 - kh0; ++r) {
-                  const float* from = xrow + r * g_.dh * row_in;
-                  for (int64_t p = 0; p < span; ++p)
-                    for (int64_t ch = 0; ch < c; ++ch) {
-                      const int64_t col = col0 + p;
-                      patch[(r * span + p) * c + ch] = col >= 0 && col < g_.w ? from[col * c + ch] : 0.0f;
-                    }
-                }
+                const int64_t span = (tw - 1) * g_.sw + g_.kw;
+                fill_patch(xrow, row_in, static_cast<int>(kh1 - kh0), col0, span, patch);
                 t.x = patch;
-                t.x_row = span * c;
+                t.x_row = span * g_.c;
                 t.dh = 1;
               }
               if (wcur == tw) {
@@ -374,6 +366,21 @@ class PreparedDirect final : public PreparedRoutine {
   }
 
  private:
+  /// nhwc: an edge tile's input as a zero-padded patch [rows][span][C]: the
+  /// columns [col0, col0 + span) of `rows` kernel rows from x (rows dh apart,
+  /// row_in floats each), zeros outside the input.
+  void fill_patch(const float* x, int64_t row_in, int rows, int64_t col0, int64_t span, float* patch) const {
+    const int64_t c = g_.c;
+    for (int r = 0; r < rows; ++r) {
+      const float* from = x + r * g_.dh * row_in;
+      for (int64_t p = 0; p < span; ++p) {
+        const int64_t col = col0 + p;
+        for (int64_t ch = 0; ch < c; ++ch)
+          patch[(r * span + p) * c + ch] = col >= 0 && col < g_.w ? from[col * c + ch] : 0.0f;
+      }
+    }
+  }
+
   /// One output row of an nhwc RGB first layer in assembly tiles (first_asm_):
   /// x at the first kernel row read (rows of row_in floats, dh apart), w the
   /// weights from that row, rows read: kh_n; tiles of tw pixels, the last one
@@ -407,16 +414,8 @@ class PreparedDirect final : public PreparedRoutine {
         a.x = x + col0 * c;
         a.row_x = rows;
       } else {
-        // Columns [col0, col0 + span) of the rows read, zeros outside the input.
-        for (int r = 0; r < kh_n; ++r) {
-          const float* from = x + r * g_.dh * row_in;
-          for (int64_t p = 0; p < span; ++p) {
-            const int64_t col = col0 + p;
-            for (int64_t ch = 0; ch < c; ++ch)
-              patch[(r * span + p) * c + ch] = col >= 0 && col < g_.w ? from[col * c + ch] : 0.0f;
-          }
-          rows_patch[r] = r * span * c * int64_t(sizeof(float));
-        }
+        fill_patch(x, row_in, kh_n, col0, span, patch);
+        for (int r = 0; r < kh_n; ++r) rows_patch[r] = r * span * c * int64_t(sizeof(float));
         a.x = patch;
         a.row_x = rows_patch;
       }

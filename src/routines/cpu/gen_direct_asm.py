@@ -41,6 +41,50 @@ def y_addr(j, i):
     return [f"{i * 64}(%%rax)", f"{i * 64}(%%rax,%%r12,1)", f"{i * 64}(%%r13)", f"{i * 64}(%%r13,%%r12,1)"][j]
 
 
+def registers(ocb, w):
+    """Accumulators 0..n-1, the weight registers, the broadcast temporaries.
+    When the accumulators leave no room for all weight vectors and a broadcast
+    register (4 x 7), the last ones are FMA memory operands."""
+    n = ocb * w
+    in_regs = ocb if ocb == 1 else min(ocb, 31 - n)
+    assert in_regs >= 1, (ocb, w)
+    tmps = list(range(n + in_regs, 32))
+    assert ocb == 1 or tmps, (ocb, w)
+    return n, [n + j for j in range(in_regs)], tmps
+
+
+def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps):
+    """`steps` input channels: weights [step][OCB][16] at r8, pixel i's channel
+    at rdx + i * pixel_bytes + 4 * step. Returns the temporaries used."""
+    t = 0
+    used = set()
+    for u in range(steps):
+        for j in range(len(wreg)):
+            emit(f"vmovups {(u * ocb + j) * 64}(%%r8), %%zmm{wreg[j]}")
+        for i in range(w):
+            off = i * pixel_bytes + u * 4
+            if ocb == 1:
+                emit(f"vfmadd231ps {off}(%%rdx)%{{1to16%}}, %%zmm{wreg[0]}, %%zmm{i}")
+                continue
+            r = tmps[t % len(tmps)]
+            used.add(r)
+            t += 1
+            emit(f"vbroadcastss {off}(%%rdx), %%zmm{r}")
+            for j in range(ocb):
+                if j < len(wreg):
+                    emit(f"vfmadd231ps %%zmm{r}, %%zmm{wreg[j]}, %%zmm{j * w + i}")
+                else:
+                    emit(f"vfmadd231ps {(u * ocb + j) * 64}(%%r8), %%zmm{r}, %%zmm{j * w + i}")
+    return used
+
+
+def add_bias(emit, ocb, w):
+    """The bias (r14: OCB vectors) onto every accumulator."""
+    for j in range(ocb):
+        for i in range(w):
+            emit(f"vaddps {j * 64}(%%r14), %%zmm{j * w + i}, %%zmm{j * w + i}")
+
+
 def clamp(emit, n, f_lo, f_hi):
     """last (in rcx): 2 clamps to [lo, hi] (clip), 3 only from below (relu:
     no vminps against +inf); 1 leaves the sums (+ bias) as they are."""
@@ -56,14 +100,7 @@ def clamp(emit, n, f_lo, f_hi):
 
 
 def tile_fn(ocb, w, s):
-    n = ocb * w
-    # Weight vectors in registers; when the accumulators leave no room for all
-    # of them and a broadcast register (4 x 7), the last ones are FMA memory operands.
-    in_regs = ocb if ocb == 1 else min(ocb, 31 - n)
-    assert in_regs >= 1, (ocb, w)
-    wreg = [n + j for j in range(in_regs)]
-    tmps = list(range(n + in_regs, 32))
-    assert ocb == 1 or tmps, (ocb, w)
+    n, wreg, tmps = registers(ocb, w)
     a = []
 
     def emit(line):
@@ -125,25 +162,7 @@ def tile_fn(ocb, w, s):
         emit(f"prefetcht0 {i * s * 64}(%%rdx,%%r15,1)")
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
-    t = 0
-    used_tmps = set()
-    for u in range(UNROLL):
-        for j in range(in_regs):
-            emit(f"vmovups {(u * ocb + j) * 64}(%%r8), %%zmm{wreg[j]}")
-        for i in range(w):
-            off = i * s * 64 + u * 4
-            if ocb == 1:
-                emit(f"vfmadd231ps {off}(%%rdx)%{{1to16%}}, %%zmm{wreg[0]}, %%zmm{i}")
-                continue
-            r = tmps[t % len(tmps)]
-            used_tmps.add(r)
-            t += 1
-            emit(f"vbroadcastss {off}(%%rdx), %%zmm{r}")
-            for j in range(ocb):
-                if j < in_regs:
-                    emit(f"vfmadd231ps %%zmm{r}, %%zmm{wreg[j]}, %%zmm{j * w + i}")
-                else:
-                    emit(f"vfmadd231ps {(u * ocb + j) * 64}(%%r8), %%zmm{r}, %%zmm{j * w + i}")
+    used_tmps = fma_steps(emit, ocb, w, UNROLL, s * 64, wreg, tmps)
     emit(f"add ${UNROLL * 4}, %%rdx")
     emit(f"add ${UNROLL * ocb * 64}, %%r8")
     emit("dec %%ecx")
@@ -164,9 +183,7 @@ def tile_fn(ocb, w, s):
     emit(f"cmpq $0, {F_LOAD}(%[t])")
     emit("je 14f")
     emit(f"mov {F_BIAS}(%[t]), %%r14")
-    for j in range(ocb):
-        for i in range(w):
-            emit(f"vaddps {j * 64}(%%r14), %%zmm{j * w + i}, %%zmm{j * w + i}")
+    add_bias(emit, ocb, w)
     emit("14:")
     clamp(emit, n, F_LO, F_HI)
     for j in range(ocb):
@@ -198,10 +215,7 @@ def first_fn(ocb, w, s):
     input row are contiguous, so per kernel row one loop over the KW columns,
     3 channel steps each (weights [kh][kw][3][OCB][16]). Output pixels
     y_px_bytes apart (nhwc: OC floats), their OCB blocks adjacent."""
-    n = ocb * w
-    in_regs = ocb if ocb == 1 else min(ocb, 31 - n)
-    wreg = [n + j for j in range(in_regs)]
-    tmps = list(range(n + in_regs, 32))
+    n, wreg, tmps = registers(ocb, w)
     px = s * FIRST_C * 4  # bytes between the input pixels of the tile
     a = []
 
@@ -235,25 +249,7 @@ def first_fn(ocb, w, s):
     emit("add %%r9, %%rdx")
     emit(f"mov {G_KW}(%[t]), %%rcx")
     emit("3:")  # kernel columns, 3 channels each
-    t = 0
-    used_tmps = set()
-    for u in range(FIRST_C):
-        for j in range(in_regs):
-            emit(f"vmovups {(u * ocb + j) * 64}(%%r8), %%zmm{wreg[j]}")
-        for i in range(w):
-            off = i * px + u * 4
-            if ocb == 1:
-                emit(f"vfmadd231ps {off}(%%rdx)%{{1to16%}}, %%zmm{wreg[0]}, %%zmm{i}")
-                continue
-            r = tmps[t % len(tmps)]
-            used_tmps.add(r)
-            t += 1
-            emit(f"vbroadcastss {off}(%%rdx), %%zmm{r}")
-            for j in range(ocb):
-                if j < in_regs:
-                    emit(f"vfmadd231ps %%zmm{r}, %%zmm{wreg[j]}, %%zmm{j * w + i}")
-                else:
-                    emit(f"vfmadd231ps {(u * ocb + j) * 64}(%%r8), %%zmm{r}, %%zmm{j * w + i}")
+    used_tmps = fma_steps(emit, ocb, w, FIRST_C, px, wreg, tmps)
     emit(f"add ${FIRST_C * 4}, %%rdx")
     emit(f"add ${FIRST_C * ocb * 64}, %%r8")
     emit("dec %%rcx")
@@ -265,9 +261,7 @@ def first_fn(ocb, w, s):
     emit("test %%rcx, %%rcx")
     emit("je 12f")
     emit(f"mov {G_BIAS}(%[t]), %%r14")
-    for j in range(ocb):
-        for i in range(w):
-            emit(f"vaddps {j * 64}(%%r14), %%zmm{j * w + i}, %%zmm{j * w + i}")
+    add_bias(emit, ocb, w)
     clamp(emit, n, G_LO, G_HI)
     walk_y(lambda j, i, m: emit(f"vmovups %%zmm{j * w + i}, {m}"))
     used = sorted(set(range(n)) | set(wreg) | used_tmps)
