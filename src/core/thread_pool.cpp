@@ -33,17 +33,24 @@ class Pool final : public ThreadPool {
     if (n <= 0) return;
     const int threads = num_threads();
     grain = std::max<int64_t>(1, grain);
-    // Aim for a few chunks per thread so uneven chunks balance out.
-    const int64_t chunk = std::max(grain, (n + threads * 4 - 1) / (threads * 4));
-    const int64_t chunks = (n + chunk - 1) / chunk;
+    const int64_t units = (n + grain - 1) / grain;  // chunks start at multiples of grain
+    const int team = static_cast<int>(std::min<int64_t>(threads, units));
     // A nested parallel_for (from inside a chunk) runs serially on its thread.
-    if (threads == 1 || chunks == 1 || omp_in_parallel()) {
+    if (team <= 1 || omp_in_parallel()) {
       fn(ctx, 0, n);
       return;
     }
-    const int team = static_cast<int>(std::min<int64_t>(threads, chunks));
-#pragma omp parallel for num_threads(team) schedule(dynamic, 1)
-    for (int64_t c = 0; c < chunks; ++c) fn(ctx, c * chunk, std::min(n, (c + 1) * chunk));
+    // One contiguous chunk per thread, the same one on every call: a layer run
+    // again (or the next layer over the same rows) finds its data in the cache
+    // of the core that touched it last. Dynamic chunks moved it between the
+    // cores' L2 on every call: MobileNetV2's depthwise 960@7 ran 10 us at 2
+    // threads against 11 us at one (oneDNN, which splits statically: 6 us).
+#pragma omp parallel num_threads(team)
+    {
+      const int t = omp_get_thread_num(), size = omp_get_num_threads();
+      const int64_t b = std::min(n, units * t / size * grain), e = std::min(n, units * (t + 1) / size * grain);
+      if (b < e) fn(ctx, b, e);
+    }
   }
 
  private:

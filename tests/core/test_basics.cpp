@@ -11,6 +11,9 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <fstream>
 #include <vector>
 
@@ -71,6 +74,35 @@ TEST_CASE("parallel_for covers every index once, at any thread count", "[basics]
         core::global_pool().parallel_for(2, 1, [](int64_t, int64_t) {});
       });
       for (auto& h : hits) CHECK(h.load() == 1);
+    }
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("parallel_for gives each thread the same chunk on every call", "[basics]") {
+  // Cache affinity: a layer run again finds its rows in the cache of the core
+  // that computed them (dynamic chunks moved them between cores every call).
+  set_num_threads(2);
+  for (int64_t n : {8, 60, 1001}) {
+    for (int64_t grain : {1, 4}) {
+      auto chunks = [&] {
+        std::mutex m;
+        std::map<std::pair<int64_t, int64_t>, std::thread::id> by_chunk;
+        core::global_pool().parallel_for(n, grain, [&](int64_t b, int64_t e) {
+          std::lock_guard lock(m);
+          by_chunk[{b, e}] = std::this_thread::get_id();
+        });
+        return by_chunk;
+      };
+      const auto first = chunks();
+      REQUIRE(first.size() == 2);  // one contiguous chunk per thread
+      const auto [lo, hi] = std::pair{first.begin()->first, first.rbegin()->first};
+      CHECK(lo.first == 0);
+      CHECK(lo.second % grain == 0);
+      CHECK(lo.second == hi.first);
+      CHECK(hi.second == n);
+      CHECK(first.begin()->second != first.rbegin()->second);
+      for (int call = 0; call < 20; ++call) CHECK(chunks() == first);
     }
   }
   set_num_threads(0);
