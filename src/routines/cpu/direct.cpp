@@ -370,14 +370,15 @@ class PreparedDirect final : public PreparedRoutine {
   /// columns [col0, col0 + span) of `rows` kernel rows from x (rows dh apart,
   /// row_in floats each), zeros outside the input.
   void fill_patch(const float* x, int64_t row_in, int rows, int64_t col0, int64_t span, float* patch) const {
+    // nhwc: a row's pixels are contiguous, so per row zeros | a copy | zeros.
     const int64_t c = g_.c;
+    const int64_t lo = std::clamp<int64_t>(-col0, 0, span), hi = std::clamp<int64_t>(g_.w - col0, lo, span);
     for (int r = 0; r < rows; ++r) {
-      const float* from = x + r * g_.dh * row_in;
-      for (int64_t p = 0; p < span; ++p) {
-        const int64_t col = col0 + p;
-        for (int64_t ch = 0; ch < c; ++ch)
-          patch[(r * span + p) * c + ch] = col >= 0 && col < g_.w ? from[col * c + ch] : 0.0f;
-      }
+      const float* from = x + r * g_.dh * row_in + (col0 + lo) * c;
+      float* to = patch + r * span * c;
+      std::fill(to, to + lo * c, 0.0f);
+      std::copy(from, from + (hi - lo) * c, to + lo * c);
+      std::fill(to + hi * c, to + span * c, 0.0f);
     }
   }
 
