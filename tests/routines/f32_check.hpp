@@ -146,4 +146,15 @@ inline bool isa_missing(const std::string& reason) {
   return reason.find("AVX") != std::string::npos;
 }
 
+/// check_case, where the only acceptable refusal is a missing ISA: then a
+/// warning, and false (the caller skips the rest of the routine's cases).
+inline bool check_or_skip(const Layer& layer, const std::vector<Blob>& inputs, const std::string& descriptor,
+                          const RoutineParams& params = {}) {
+  std::string why;
+  if (check_case(layer, inputs, descriptor, params, &why)) return true;
+  REQUIRE(isa_missing(why));
+  WARN(descriptor << " skipped: " << why);
+  return false;
+}
+
 }  // namespace softneuro::test::f32

@@ -90,12 +90,7 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
           const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
           INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
                    << " ic_block " << icb);
-          std::string why;
-          if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}}, &why)) {
-            REQUIRE(isa_missing(why));
-            WARN(descriptor << " skipped: " << why);
-            return;
-          }
+          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}})) return;
         }
   }
 }
@@ -113,12 +108,7 @@ TEST_CASE("direct conv2 on first-layer shapes (1-4 input channels: the narrow ke
       for (int64_t ocb : {1, 2, 4})
         for (int64_t w : {4, 7, 14}) {
           INFO("c" << c << " oc" << oc << " k" << k << " s" << s << " n" << n << " oc_block " << ocb << " ow_tile " << w);
-          std::string why;
-          if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}}, &why)) {
-            REQUIRE(isa_missing(why));
-            WARN(descriptor << " skipped: " << why);
-            return;
-          }
+          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}})) return;
         }
     }
 }
@@ -142,14 +132,7 @@ TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)"
         for (int64_t icb : {0, 1}) {
             INFO("c" << c << " oc" << oc << " s" << s << " " << h << "x" << w << " n" << n << " oc_block " << ocb
                      << " ow_tile " << tw << " ic_block " << icb);
-            std::string why;
-            if (!check_case(l, {x}, descriptor,
-                            {{"oc_block", ocb}, {"ow_tile", tw}, {"ic_block", icb}, {"oh_block", icb ? 2 : 0}},
-                            &why)) {
-              REQUIRE(isa_missing(why));
-              WARN(descriptor << " skipped: " << why);
-              return;
-            }
+            if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", tw}, {"ic_block", icb}, {"oh_block", icb ? 2 : 0}})) return;
           }
   }
 }
@@ -170,12 +153,7 @@ TEST_CASE("direct conv2: edge tiles over many channel blocks, rows of padding on
       for (int64_t icb : {0, 1024}) {
         INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " pad " << cs.pad << " oc_block " << ocb
                  << " ic_block " << icb);
-        std::string why;
-        if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", 28}, {"ic_block", icb}, {"oh_block", 0}}, &why)) {
-          REQUIRE(isa_missing(why));
-          WARN(descriptor << " skipped: " << why);
-          return;
-        }
+        if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", 28}, {"ic_block", icb}, {"oh_block", 0}})) return;
       }
   }
 }
@@ -207,12 +185,7 @@ TEST_CASE("nhwc direct conv2 on first layers (1-4 input channels read in place, 
         INFO("c" << k.c << " oc" << k.oc << " k" << k.kh << "x" << k.kw << " s" << k.s << " dh" << k.dh << " pads "
                  << k.pt << "," << k.pl << "," << k.pb << "," << k.pr << " n" << k.n << " act " << k.act
                  << " oc_block " << ocb << " ow_tile " << w);
-        std::string why;
-        if (!check_case(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}}, &why)) {
-          REQUIRE(isa_missing(why));
-          WARN(descriptor << " skipped: " << why);
-          return;
-        }
+        if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}})) return;
       }
   }
 }

@@ -99,6 +99,22 @@ def clamp(emit, n, f_lo, f_hi):
     emit("12:")
 
 
+def asm_function(name, struct, lines, zmm_used, gprs):
+    """A C++ function running `lines` (emitted asm) on `const struct& t`,
+    clobbering the general registers `gprs` and the vector registers used."""
+    clob = ", ".join(f'"xmm{r}"' for r in sorted(zmm_used))
+    gpr = ", ".join(f'"{r}"' for r in gprs)
+    body = "\n".join(lines)
+    return f"""void {name}(const {struct}& t) {{
+  asm volatile(
+{body}
+      :
+      : [t] "r"(&t)
+      : {gpr}, "memory", "cc", {clob});
+}}
+"""
+
+
 def tile_fn(ocb, w, s):
     n, wreg, tmps = registers(ocb, w)
     a = []
@@ -193,19 +209,10 @@ def tile_fn(ocb, w, s):
     for j in range(ocb):
         for i in range(w):
             emit(f"vmovups %%zmm{j * w + i}, {y_addr(j, i)}")
-    used = sorted(set(range(n)) | set(wreg) | used_tmps)
-    clob = ", ".join(f'"xmm{r}"' for r in used)
-    body = "\n".join(a)
     # 13 general registers at most: with a frame pointer (the ASan build) rbp is
     # taken, and %[t] needs one of the 14 others.
-    return f"""void asm_tile_{ocb}x{w}_s{s}(const AsmTile& t) {{
-  asm volatile(
-{body}
-      :
-      : [t] "r"(&t)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", {clob});
-}}
-"""
+    return asm_function(f"asm_tile_{ocb}x{w}_s{s}", "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
+                        ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"])
 
 
 # AsmFirstTile field offsets (conv_kernels.hpp).
@@ -268,17 +275,8 @@ def first_fn(ocb, w, s):
     add_bias(emit, ocb, w)
     clamp(emit, n, G_LO, G_HI)
     walk_y(lambda j, i, m: emit(f"vmovups %%zmm{j * w + i}, {m}"))
-    used = sorted(set(range(n)) | set(wreg) | used_tmps)
-    clob = ", ".join(f'"xmm{r}"' for r in used)
-    body = "\n".join(a)
-    return f"""void asm_first_{ocb}x{w}_s{s}(const AsmFirstTile& t) {{
-  asm volatile(
-{body}
-      :
-      : [t] "r"(&t)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r12", "r14", "memory", "cc", {clob});
-}}
-"""
+    return asm_function(f"asm_first_{ocb}x{w}_s{s}", "AsmFirstTile", a, set(range(n)) | set(wreg) | used_tmps,
+                        ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r12", "r14"])
 
 
 def main():
