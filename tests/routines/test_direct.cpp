@@ -20,7 +20,8 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
     for (int64_t w : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 7, 14}))
       for (int64_t icb : {0, 1})
         for (int64_t ohb : {1, 0})
-        combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}});
+          for (int64_t pad_copy : {1, 0})
+            combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}, {"pad_copy", pad_copy}});
   int supported = 0;
   std::string reason;
   for (int t = 0; t < 40; ++t) {
@@ -66,7 +67,8 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
     ++supported;
     for (int j = 0; j < 3; ++j) {
       const RoutineParams& p = combos[static_cast<std::size_t>((t * 3 + j) % combos.size())];
-      INFO("oc_block " << p[0].second << " ow_tile " << p[1].second << " ic_block " << p[2].second);
+      INFO("oc_block " << p[0].second << " ow_tile " << p[1].second << " ic_block " << p[2].second << " oh_block "
+                        << p[3].second << " pad_copy " << p[4].second);
       check_case(l, {x}, descriptor, p);
     }
   }
@@ -79,19 +81,25 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
   std::mt19937 rng(77);
   const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
   // 40 and 20 channels: a partial last ic block (the assembly tiles skip its padded channels).
+  // Planes of 7 and 5 pixels: two-row tiles (ow_tile >= 2 rows, oc_block 2, the
+  // padded copy); 24 output channels: a partial last oc block (their stack copy);
+  // 7 and 5 rows: a pair, then a single row.
   for (auto [c, oc, s, hw] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 14}, {128, 128, 2, 15}, {3, 64, 1, 9},
-                              {40, 64, 1, 11}, {20, 32, 2, 13}}) {
+                              {40, 64, 1, 11}, {20, 32, 2, 13}, {64, 64, 1, 7}, {48, 24, 2, 13}, {40, 32, 1, 5}}) {
     Layer l = conv_layer(c, oc, 1, 3, 3, s, s, 1, 1, {1, 1, 1, 1}, true, rng);
     set_act(l, "relu", rng);
     const Blob x = random_blob({1, c, hw, hw}, rng);
     for (int64_t ocb : {1, 2, 4})
       for (int64_t w : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 7, 14}))
-        for (int64_t icb : {0, 2, 1024}) {
-          const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
-          INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
-                   << " ic_block " << icb);
-          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}})) return;
-        }
+        for (int64_t icb : {0, 2, 1024})
+          for (int64_t pad_copy : {0, 1}) {
+            const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
+            INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
+                     << " ic_block " << icb << " pad_copy " << pad_copy);
+            if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb},
+                                                    {"pad_copy", pad_copy}}))
+              return;
+          }
   }
 }
 
@@ -140,21 +148,26 @@ TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)"
 TEST_CASE("direct conv2: edge tiles over many channel blocks, rows of padding only", "[direct][conv2]") {
   // Edge tiles copy their columns zero-padded, a few ic blocks at a time
   // (nchw16c: 256 channels at stride 2 take two copies per pass); a 1x1
-  // convolution padded by 2 has output rows and columns that see no input.
+  // convolution padded by 2 has output rows and columns that see no input
+  // (32 channels on a 3x3 input: two-row tiles whose rows both see none).
   const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
   INFO(descriptor);
   std::mt19937 rng(31);
   struct Case { int64_t c, oc, k, s, pad, hw; };
-  for (Case cs : {Case{256, 32, 3, 2, 1, 9}, Case{320, 64, 3, 1, 1, 6}, Case{24, 40, 1, 1, 2, 5}, Case{40, 16, 1, 2, 2, 7}}) {
+  for (Case cs : {Case{256, 32, 3, 2, 1, 9}, Case{320, 64, 3, 1, 1, 6}, Case{24, 40, 1, 1, 2, 5}, Case{40, 16, 1, 2, 2, 7},
+                  Case{24, 32, 1, 1, 2, 3}}) {
     Layer l = conv_layer(cs.c, cs.oc, 1, cs.k, cs.k, cs.s, cs.s, 1, 1, {cs.pad, cs.pad, cs.pad, cs.pad}, true, rng);
     set_act(l, "relu", rng);
     const Blob x = random_blob({1, cs.c, cs.hw, cs.hw}, rng);
     for (int64_t ocb : {1, 2, 4})
-      for (int64_t icb : {0, 1024}) {
-        INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " pad " << cs.pad << " oc_block " << ocb
-                 << " ic_block " << icb);
-        if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", 28}, {"ic_block", icb}, {"oh_block", 0}})) return;
-      }
+      for (int64_t icb : {0, 1024})
+        for (int64_t pad_copy : {0, 1}) {
+          INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " pad " << cs.pad << " oc_block " << ocb
+                   << " ic_block " << icb << " pad_copy " << pad_copy);
+          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", 28}, {"ic_block", icb}, {"oh_block", 0},
+                                                  {"pad_copy", pad_copy}}))
+            return;
+        }
   }
 }
 

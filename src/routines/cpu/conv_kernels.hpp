@@ -53,7 +53,10 @@ struct DirectTile {
 ///   last:  0 raw sums; 1 + bias (OCB*V floats); 2 + bias, then clamped to [lo, hi];
 ///          3 + bias, then max(lo) only (relu);
 ///   last_steps: the last ic block's channels / 4, rounded up (1..4; its weights
-///          still take V slots per tap: the rest are skipped).
+///          still take V slots per tap: the rest are skipped);
+///   x_row2_bytes, y_row_bytes: a two-row tile (asm_tile2r) also computes the W
+///          pixels of the next output row: its input x_row2_bytes after the
+///          first's, its output y_row_bytes after (accumulators [OCB][2][W]).
 /// The field order is the generator's (F_* offsets): keep both in step.
 struct AsmTile {
   float* y = nullptr;
@@ -67,8 +70,10 @@ struct AsmTile {
   float lo = 0, hi = 0;
   int64_t last = 0;
   int64_t last_steps = 4;
+  int64_t x_row2_bytes = 0, y_row_bytes = 0;
 };
-static_assert(offsetof(AsmTile, last_steps) == 104 && offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
+static_assert(offsetof(AsmTile, last_steps) == 104 && offsetof(AsmTile, x_row2_bytes) == 112 &&
+                  offsetof(AsmTile, y_row_bytes) == 120 && offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
                   offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96,
               "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
@@ -98,6 +103,8 @@ static_assert(offsetof(AsmFirstTile, rows) == 32 && offsetof(AsmFirstTile, kw) =
 using AsmFirstFn = void (*)(const AsmFirstTile&);
 /// Widest assembly tile of any OCB (the accumulator buffer's size).
 constexpr int kMaxAsmW = 28;
+/// Widest row of a two-row assembly tile (OCB 2: 2 x 2 x 7 accumulators).
+constexpr int kMaxAsm2rW = 7;
 
 /// One output row (or, for a flat 1x1 plane, one run of pixels) of the direct
 /// convolution in assembly tiles, over one input-channel pass (AVX-512).
@@ -118,6 +125,10 @@ struct AsmRow {
   const float* bias = nullptr;
   int valid_last = 0;
   int last_steps = 4;  ///< the pass's last ic block's channels / 4, rounded up (AsmTile)
+  /// 2: two output rows at once (ocb 2, ow <= kMaxAsm2rW, an input without
+  /// edges): the second row's input x_row2 floats after the first's, its output y_row.
+  int rows = 1;
+  int64_t x_row2 = 0, y_row = 0;
 };
 using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);
 /// Floats of the zero-padded copy an edge tile reads (per ic block at least
@@ -191,6 +202,9 @@ struct Kernels {
   /// w = 1..asm_max_w[o] pixels; null where not built (AVX2).
   AsmTileFn asm_tile[3][2][kMaxAsmW + 1] = {};
   int asm_max_w[3] = {};
+  /// asm_tile2r[s][w]: two-row tiles, OCB = 2, w = 1..kMaxAsm2rW pixels per row;
+  /// they read an input without edges (AsmRow::rows).
+  AsmTileFn asm_tile2r[2][kMaxAsm2rW + 1] = {};
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
   AsmFirstFn asm_first[3][2][kMaxAsmW + 1] = {};
   /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.

@@ -5,6 +5,7 @@
 #include "routines/cpu/f32_simd.hpp"
 #include "core/cpu_features.hpp"
 
+#include <cassert>
 #include <cstring>
 #include <limits>
 
@@ -440,7 +441,7 @@ using conv::AsmFirstTile;
 void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   const conv::Kernels& k = *conv::kernels_avx512();
   const int oi = r.ocb == 4 ? 2 : r.ocb - 1, si = r.sw - 1;
-  alignas(64) float acc[conv::kMaxAsmW * kV];
+  alignas(64) float acc[conv::kMaxAsmW * kV];  // [ocb][rows][w]: at most 4 x 7, 2 x 2 x 7, 1 x 28
   alignas(64) float pad[conv::kAsmEdgeFloats];
   int64_t taps[64], taps_pad[64];
   const int ntaps = r.kh_n * r.kw;  // the caller checks ntaps <= 64
@@ -455,6 +456,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     const int64_t col0 = ow0 * r.sw - r.pl;
     const int64_t span = int64_t(w - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1;  // input columns read
     const bool edge = col0 < 0 || col0 + span > r.w_in;
+    assert(r.rows == 1 || !edge);  // two-row tiles: the caller pads the input (no intrinsic two-row edge tile)
     if (edge && ntaps > 0) {
       // The intrinsic edge kernel of the same shape reads zeros for the columns
       // outside (a zero-padded copy would be made for every tile of a small plane).
@@ -491,22 +493,29 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     t.ntaps = ntaps;
     t.w_icb_bytes = r.w_icb * int64_t(sizeof(float));
     t.load = r.load_y;
+    t.x_row2_bytes = r.x_row2 * int64_t(sizeof(float));
+    // Pixel i of row q of oc block j in y, and in the stack copy acc.
+    const int rows = r.rows;
+    auto y_at = [&](int j, int q, int i) { return r.y + j * r.y_ocb + q * r.y_row + (ow0 + i) * kV; };
+    auto acc_at = [&](int j, int q, int i) { return acc + ((j * rows + q) * w + i) * kV; };
     if (in_asm) {
       t.y = r.y + ow0 * kV;
+      t.y_row_bytes = r.y_row * int64_t(sizeof(float));
       t.y_ocb_bytes = r.y_ocb * int64_t(sizeof(float));
       t.bias = r.bias;
       t.lo = ep.act == gemm::Act::relu ? 0.0f : ep.lo;
       t.hi = ep.act == gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep.hi;
     } else {
       t.y = acc;
-      t.y_ocb_bytes = int64_t(w) * kV * int64_t(sizeof(float));
+      t.y_row_bytes = int64_t(w) * kV * int64_t(sizeof(float));
+      t.y_ocb_bytes = rows * t.y_row_bytes;
       if (r.load_y || ntaps == 0)  // the sums so far (a later ic pass); zeros when no tap is inside
         for (int j = 0; j < r.ocb; ++j)
-          for (int i = 0; i < w; ++i)
-            vstore(acc + (j * w + i) * kV, r.load_y ? vload(r.y + j * r.y_ocb + (ow0 + i) * kV) : vzero());
+          for (int q = 0; q < rows; ++q)
+            for (int i = 0; i < w; ++i) vstore(acc_at(j, q, i), r.load_y ? vload(y_at(j, q, i)) : vzero());
     }
     const int64_t last = in_asm && r.last ? (ep.act == gemm::Act::relu ? 3 : clamp ? 2 : 1) : 0;
-    const conv::AsmTileFn fn = k.asm_tile[oi][si][w];
+    const conv::AsmTileFn fn = rows == 2 ? k.asm_tile2r[si][w] : k.asm_tile[oi][si][w];
     if (ntaps == 0) {
       // No kernel row inside the input (padding only): the sums stay as they are.
     } else if (!edge) {
@@ -551,14 +560,15 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     for (int j = 0; j < r.ocb; ++j) {
       const vf b = r.last && r.bias ? vload(r.bias + j * kV) : vzero();
       const bool mask = r.last && j == r.ocb - 1 && r.valid_last < kV;
-      for (int i = 0; i < w; ++i) {
-        vf v = vload(acc + (j * w + i) * kV);
-        if (r.last) {
-          v = act(vadd(v, b));
-          if (mask) v = vkeep_n(v, r.valid_last);
+      for (int q = 0; q < rows; ++q)
+        for (int i = 0; i < w; ++i) {
+          vf v = vload(acc_at(j, q, i));
+          if (r.last) {
+            v = act(vadd(v, b));
+            if (mask) v = vkeep_n(v, r.valid_last);
+          }
+          vstore(y_at(j, q, i), v);
         }
-        vstore(r.y + j * r.y_ocb + (ow0 + i) * kV, v);
-      }
     }
   }
 }

@@ -33,7 +33,13 @@
 //             kernels take their largest instantiated width <= the value),
 //   ic_block  input-channel blocks per pass (0: as many as keep the pass's
 //             weights within 32 KiB, i.e. in L1),
-//   oh_block  output rows per task (0: all), the task granularity.
+//   oh_block  output rows per task (0: all), the task granularity;
+//   pad_copy  (padded layers, AVX-512 assembly tiles) 1: the tiles read a copy
+//             of the input zero-padded on every side, so none is an edge tile
+//             (those run the intrinsic kernels) and rows of <= 7 pixels take
+//             two-row tiles (2 blocks x 2 rows, when ow_tile >= 2 rows and
+//             oc_block is 2): each weight vector feeds 14 FMAs instead of 7;
+//             0: the input read in place.
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 
@@ -123,6 +129,14 @@ class PreparedDirect final : public PreparedRoutine {
     use_asm_ = k.asm_row && !(g_.group == 1 && icg_ <= conv::kNarrowPx) && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
+    // pad_copy: the assembly tiles read a copy of the input padded on every
+    // side, so no tile is an edge tile (those run the intrinsic kernels) and
+    // the two-row tiles can run; it costs one pass over the input per run.
+    const bool padded = g_.pt > 0 || g_.pb > 0 || g_.pl > 0 || g_.pr > 0;
+    pad_copy_ = use_asm_ && padded && routine_param(params, "pad_copy", 1) != 0;
+    // Two-row tiles (2 blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for both rows.
+    rows2_ = pad_copy_ && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW && want_w >= 2 * g_.ow;
+    if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
 
     // Weights: [og][icb][kh][kw][ic < ics][ocb][oc].
     const Blob& w = layer.weight("weight");
@@ -174,7 +188,7 @@ class PreparedDirect final : public PreparedRoutine {
     // nhwc (first layers only, supports()): the input is already compact (C
     // floats per pixel), read in place by the first_nhwc kernels (edge tiles
     // from a zero-padded patch); the output written OC floats per pixel.
-    copy_ = narrow_ && !nhwc_;
+    copy_ = (narrow_ && !nhwc_) || pad_copy_;
     y_px_ = nhwc_ ? g_.oc : v_;
   }
 
@@ -207,8 +221,11 @@ class PreparedDirect final : public PreparedRoutine {
           std::memset(d, 0, sizeof(float) * g_.pl * px);
           const float* from = x + (plane * g_.h + ih) * row_in;
           float* dp = d + g_.pl * px;
-          for (int64_t iw = 0; iw < g_.w; ++iw)
-            for (int64_t c = 0; c < px; ++c) dp[iw * px + c] = c < icg_ ? from[iw * v + c] : 0.0f;
+          if (px == v)
+            std::memcpy(dp, from, sizeof(float) * row_in);
+          else
+            for (int64_t iw = 0; iw < g_.w; ++iw)
+              for (int64_t c = 0; c < px; ++c) dp[iw * px + c] = c < icg_ ? from[iw * v + c] : 0.0f;
           std::memset(d + (g_.pl + g_.w) * px, 0, sizeof(float) * g_.pr * px);
         }
       };
@@ -218,6 +235,9 @@ class PreparedDirect final : public PreparedRoutine {
       src = xp;
     }
     const int64_t h_in = copy_ ? hp_ : g_.h, w_in = copy_ ? wp_ : g_.w;
+    // Rows holding input: kernel rows outside them are skipped (the padded copy's
+    // zero rows too, except where a two-row tile's other row needs that kernel row).
+    const int64_t in_lo = pad_copy_ ? g_.pt : 0, in_hi = pad_copy_ ? g_.pt + g_.h : h_in;
 
     // Tiles.
     const int ocb = cfg_.ocb, tw = use_asm_ || first_asm_ ? asm_w_ : cfg_.w;
@@ -269,12 +289,13 @@ class PreparedDirect final : public PreparedRoutine {
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
           // Flat: the task's rows walked are one run of pixels (one call of the row driver).
-          for (int64_t oh = oh_begin; oh < oh_end; oh += flat ? oh_end - oh_begin : 1) {
-            // Kernel rows inside the input: [kh0, kh1).
-            const int64_t ih0 = oh * g_.sh - top;
+          for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += flat ? oh_end - oh_begin : rows) {
+            rows = rows2_ && oh + 1 < oh_end ? 2 : 1;
+            // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
+            const int64_t ih0 = oh * g_.sh - top, ih_last = ih0 + (rows - 1) * g_.sh;
             int64_t kh0 = 0, kh1 = g_.kh;
-            while (kh0 < kh1 && ih0 + kh0 * g_.dh < 0) ++kh0;
-            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= h_walk) --kh1;
+            while (kh0 < kh1 && ih_last + kh0 * g_.dh < in_lo) ++kh0;
+            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= (flat ? h_walk : in_hi)) --kh1;
             t.kh0 = static_cast<int>(kh0);
             t.kh = static_cast<int>(kh1);
             const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
@@ -314,6 +335,9 @@ class PreparedDirect final : public PreparedRoutine {
               r.valid_last = valid_last;
               // Channels of the last block, in steps of 4 (only the pass holding it).
               r.last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : 4;
+              r.rows = static_cast<int>(rows);
+              r.x_row2 = g_.sh * row_in;
+              r.y_row = ow_n * v;
               k_.asm_row(r, ep_);
               continue;
             }
@@ -434,6 +458,8 @@ class PreparedDirect final : public PreparedRoutine {
   int64_t ics_ = 0;               ///< input-channel slots per block of the packed weights (V, or C in nhwc)
   int64_t y_px_ = 0;              ///< floats between output pixels
   bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
+  bool pad_copy_ = false;  ///< use_asm_: they read a copy padded on every side (copy_ too)
+  bool rows2_ = false;     ///< pad_copy_: two-row tiles for rows of <= kMaxAsm2rW pixels
   bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
   int asm_w_ = 0;
   bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
@@ -481,13 +507,22 @@ class Direct final : public Routine {
     return Support::yes();
   }
 
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    if (kernels_for(L) && kernels_for(L)->vec == 16)
+  std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema&) const override {
+    // The first choice of each is the profiler's starting point (it then varies
+    // one parameter at a time): 2 x 14 tiles over all input channels, all rows per task.
+    if (kernels_for(L) && kernels_for(L)->vec == 16) {
       // ow_tile 6: the 4 x 6 tile keeps all four weight vectors in registers (4 x 7
       // takes one from memory per FMA); with its narrower last tile it still ran
       // 4-11% faster than 4 x 7 on ResNet50's 3x3 layers of 14-56 pixel rows.
-      return {{"oc_block", {1, 2, 4}}, {"ow_tile", {6, 7, 14, 28}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
-    return {{"oc_block", {1, 2, 4}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {0, 1024}}, {"oh_block", {1, 4, 0}}};
+      std::vector<RoutineParamSpec> space{
+          {"oc_block", {2, 4, 1}}, {"ow_tile", {14, 6, 7, 28}}, {"ic_block", {1024, 0}}, {"oh_block", {0, 4, 1}}};
+      const Window2d g = info.layer && info.input_shapes.size() == 1 && info.input_shapes[0].rank() == 4
+                             ? core::conv2_window(*info.layer, info.input_shapes[0])
+                             : Window2d{};
+      if (L != Layout::nhwc && (g.pt > 0 || g.pb > 0 || g.pl > 0 || g.pr > 0)) space.push_back({"pad_copy", {1, 0}});
+      return space;
+    }
+    return {{"oc_block", {2, 4, 1}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {1024, 0}}, {"oh_block", {0, 4, 1}}};
   }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,

@@ -28,16 +28,25 @@ import sys
 
 # (OCB, largest W): registers = OCB*W accumulators + OCB weights + temporaries.
 TILES = [(4, 7), (2, 14), (1, 28)]
+# Two-row tiles (OCB 2, W pixels of each of two output rows): a 7-pixel row
+# alone gives each weight vector 7 FMAs, two rows give 14, halving the weight
+# traffic that bounds small planes with many channels (ResNet50's 512@7).
+# They read an input padded on every side (no edge tiles).
+TILES_2ROW = [(2, 7)]
 STRIDES = [1, 2]
 UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 
 # AsmTile field offsets (conv_kernels.hpp): keep in step with the struct.
 F_Y, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32, 40, 48, 56, 64
 F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
+F_XROW2, F_YROW = 112, 120
 
 
-def y_addr(j, i):
-    """Accumulator (j, i) in y: block j at y + j * y_ocb (rax, r12 = y_ocb, r13 = rax + 2 * r12)."""
+def y_addr(j, i, r=0):
+    """Accumulator (j, i) of row r in y: block j at y + j * y_ocb (rax, r12 = y_ocb,
+    r13 = rax + 2 * r12); a two-row tile's second row at rsi = rax + y_row."""
+    if r == 1:
+        return [f"{i * 64}(%%rsi)", f"{i * 64}(%%rsi,%%r12,1)"][j]
     return [f"{i * 64}(%%rax)", f"{i * 64}(%%rax,%%r12,1)", f"{i * 64}(%%r13)", f"{i * 64}(%%r13,%%r12,1)"][j]
 
 
@@ -53,23 +62,26 @@ def registers(ocb, w):
     return n, [n + j for j in range(in_regs)], tmps
 
 
-def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps):
+def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None):
     """`steps` input channels: weights [step][OCB][16] at r8, pixel i's channel
-    at rdx + i * pixel_bytes + 4 * step. Returns the temporaries used."""
+    at rdx + i * pixel_bytes + 4 * step; with row_w (two-row tiles), pixel i is
+    column i % row_w of row i // row_w, the second row r12 bytes further.
+    Returns the temporaries used."""
     t = 0
     used = set()
     for u in range(steps):
         for j in range(len(wreg)):
             emit(f"vmovups {(u * ocb + j) * 64}(%%r8), %%zmm{wreg[j]}")
         for i in range(w):
-            off = i * pixel_bytes + u * 4
+            col, row = (i, 0) if row_w is None else (i % row_w, i // row_w)
+            src = f"{col * pixel_bytes + u * 4}(%%rdx{',%%r12,1' if row else ''})"
             if ocb == 1:
-                emit(f"vfmadd231ps {off}(%%rdx)%{{1to16%}}, %%zmm{wreg[0]}, %%zmm{i}")
+                emit(f"vfmadd231ps {src}%{{1to16%}}, %%zmm{wreg[0]}, %%zmm{i}")
                 continue
             r = tmps[t % len(tmps)]
             used.add(r)
             t += 1
-            emit(f"vbroadcastss {off}(%%rdx), %%zmm{r}")
+            emit(f"vbroadcastss {src}, %%zmm{r}")
             for j in range(ocb):
                 if j < len(wreg):
                     emit(f"vfmadd231ps %%zmm{r}, %%zmm{wreg[j]}, %%zmm{j * w + i}")
@@ -115,12 +127,24 @@ def asm_function(name, struct, lines, zmm_used, gprs):
 """
 
 
-def tile_fn(ocb, w, s):
-    n, wreg, tmps = registers(ocb, w)
+def tile_fn(ocb, w, s, rows=1):
+    """OCB blocks x W pixels of `rows` output rows (1, or 2: AsmTile's x_row2_bytes
+    and y_row_bytes apart, accumulator j * rows * W + row * W + i)."""
+    px = rows * w  # pixels of the tile
+    n, wreg, tmps = registers(ocb, px)
     a = []
 
     def emit(line):
         a.append(f'      "{line}\\n\\t"')
+
+    def each_y(op):
+        if rows == 2:
+            emit(f"mov {F_YROW}(%[t]), %%rsi")
+            emit("add %%rax, %%rsi")
+        for j in range(ocb):
+            for r in range(rows):
+                for i in range(w):
+                    op(j * px + r * w + i, y_addr(j, i, r))
 
     # Accumulators: loaded from y (a later input-channel pass), else the bias
     # (a whole pass with the epilogue: no add at the end), else zero.
@@ -129,22 +153,22 @@ def tile_fn(ocb, w, s):
     emit("lea (%%rax,%%r12,2), %%r13")
     emit(f"cmpq $0, {F_LOAD}(%[t])")
     emit("je 10f")
-    for j in range(ocb):
-        for i in range(w):
-            emit(f"vmovups {y_addr(j, i)}, %%zmm{j * w + i}")
+    each_y(lambda k, m: emit(f"vmovups {m}, %%zmm{k}"))
     emit("jmp 11f")
     emit("10:")
     emit(f"cmpq $0, {F_LAST}(%[t])")
     emit("je 13f")
     emit(f"mov {F_BIAS}(%[t]), %%r14")
     for j in range(ocb):
-        for i in range(w):
-            emit(f"vmovups {j * 64}(%%r14), %%zmm{j * w + i}")
+        for i in range(px):
+            emit(f"vmovups {j * 64}(%%r14), %%zmm{j * px + i}")
     emit("jmp 11f")
     emit("13:")
     for k in range(n):
         emit(f"vpxord %%zmm{k}, %%zmm{k}, %%zmm{k}")
     emit("11:")
+    if rows == 2:
+        emit(f"mov {F_XROW2}(%[t]), %%r12")  # y_ocb again at the end
     emit(f"mov {F_XICB}(%[t]), %%r15")
     emit(f"mov {F_X}(%[t]), %%r9")
     emit(f"mov {F_W}(%[t]), %%r10")
@@ -159,12 +183,15 @@ def tile_fn(ocb, w, s):
     emit("cmp $1, %%r11")
     emit("jne 4f")
     # The last block prefetches the first block two tiles further along the
-    # row (x + 2 * W * stride pixels): a block past it would be traffic for
-    # nothing, and its own lines came too late (MobileNetV2's 1x1 16->96 @112
-    # at one thread: 0.29 ms, now 0.25; oneDNN 0.25).
+    # row (x + 2 * W * stride pixels; a two-row tile: four rows down): a block
+    # past it would be traffic for nothing, and its own lines came too late
+    # (MobileNetV2's 1x1 16->96 @112 at one thread: 0.29 ms, now 0.25; oneDNN 0.25).
     emit(f"mov {F_X}(%[t]), %%r15")
     emit("sub %%r9, %%r15")
-    emit(f"add ${2 * w * s * 64}, %%r15")
+    if rows == 2:
+        emit("lea (%%r15,%%r12,4), %%r15")
+    else:
+        emit(f"add ${2 * w * s * 64}, %%r15")
     emit(f"mov {F_LSTEPS}(%[t]), %%r14")
     emit(f"mov ${16 // UNROLL}, %%r13")
     emit("sub %%r14, %%r13")
@@ -180,9 +207,13 @@ def tile_fn(ocb, w, s):
     # stream per block, more than the hardware prefetchers follow on large planes.
     for i in range(w):
         emit(f"prefetcht0 {i * s * 64}(%%rdx,%%r15,1)")
+    if rows == 2:
+        emit("lea (%%rdx,%%r12,1), %%rax")  # rax: y only outside the loops
+        for i in range(w):
+            emit(f"prefetcht0 {i * s * 64}(%%rax,%%r15,1)")
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
-    used_tmps = fma_steps(emit, ocb, w, UNROLL, s * 64, wreg, tmps)
+    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * 64, wreg, tmps, w if rows == 2 else None)
     emit(f"add ${UNROLL * 4}, %%rdx")
     emit(f"add ${UNROLL * ocb * 64}, %%r8")
     emit("dec %%ecx")
@@ -196,6 +227,9 @@ def tile_fn(ocb, w, s):
     emit("dec %%r11")
     emit("jnz 1b")
     # last >= 1: the bias (added here when the sums came from y), then clamp(); then y.
+    if rows == 2:
+        emit(f"mov {F_Y}(%[t]), %%rax")
+        emit(f"mov {F_YOCB}(%[t]), %%r12")
     emit("lea (%%rax,%%r12,2), %%r13")  # y_addr's third block again
     emit(f"mov {F_LAST}(%[t]), %%rcx")
     emit("test %%rcx, %%rcx")
@@ -203,15 +237,14 @@ def tile_fn(ocb, w, s):
     emit(f"cmpq $0, {F_LOAD}(%[t])")
     emit("je 14f")
     emit(f"mov {F_BIAS}(%[t]), %%r14")
-    add_bias(emit, ocb, w)
+    add_bias(emit, ocb, px)
     emit("14:")
     clamp(emit, n, F_LO, F_HI)
-    for j in range(ocb):
-        for i in range(w):
-            emit(f"vmovups %%zmm{j * w + i}, {y_addr(j, i)}")
+    each_y(lambda k, m: emit(f"vmovups %%zmm{k}, {m}"))
     # 13 general registers at most: with a frame pointer (the ASan build) rbp is
     # taken, and %[t] needs one of the 14 others.
-    return asm_function(f"asm_tile_{ocb}x{w}_s{s}", "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
+    name = f"asm_tile_{ocb}x{w}_s{s}" if rows == 1 else f"asm_tile2r_{ocb}x{w}_s{s}"
+    return asm_function(name, "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
                         ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"])
 
 
@@ -291,6 +324,10 @@ def main():
         for s in STRIDES:
             for w in range(1, wmax + 1):
                 out.append(tile_fn(ocb, w, s))
+    for ocb, wmax in TILES_2ROW:
+        for s in STRIDES:
+            for w in range(1, wmax + 1):
+                out.append(tile_fn(ocb, w, s, rows=2))
     for ocb, wmax in TILES:
         for s in STRIDES:
             for w in range(1, wmax + 1):
@@ -302,6 +339,10 @@ def main():
             for w in range(1, wmax + 1):
                 out.append(f"  k.asm_tile[{oi}][{si}][{w}] = &asm_tile_{ocb}x{w}_s{s};")
                 out.append(f"  k.asm_first[{oi}][{si}][{w}] = &asm_first_{ocb}x{w}_s{s};")
+    for ocb, wmax in TILES_2ROW:
+        for si, s in enumerate(STRIDES):
+            for w in range(1, wmax + 1):
+                out.append(f"  k.asm_tile2r[{si}][{w}] = &asm_tile2r_{ocb}x{w}_s{s};")
     for ocb, wmax in TILES:
         out.append(f"  k.asm_max_w[{ {1: 0, 2: 1, 4: 2}[ocb]}] = {wmax};")
     out.append("}")
