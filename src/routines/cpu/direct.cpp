@@ -15,9 +15,10 @@
 //          library's pool; each makes passes over the input-channel blocks
 //          (ic_block at a time: the pass's weights stay in cache for all its
 //          rows; partial sums stay in the output), walking each row in tiles
-//          of W pixels. The input is read in place: kernel rows outside it are
-//          skipped per output row, tiles reaching past its columns read zeros
-//          there. A 1x1 stride-1 unpadded convolution walks each plane as one
+//          of W pixels (two rows at once where pad_copy allows). The input is
+//          read in place: kernel rows outside it are skipped per output row,
+//          tiles reaching past its columns read zeros there; or (pad_copy) from
+//          a copy zero-padded on every side, made once per run. A 1x1 stride-1 unpadded convolution walks each plane as one
 //          run of pixels (tiles span image rows). Only a first layer (at most
 //          4 input channels) is copied, compacted to 4 floats per pixel.
 // Groups: 1, or any count whose channels per group are whole blocks (grouped
