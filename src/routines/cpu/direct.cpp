@@ -236,9 +236,6 @@ class PreparedDirect final : public PreparedRoutine {
       src = xp;
     }
     const int64_t h_in = copy_ ? hp_ : g_.h, w_in = copy_ ? wp_ : g_.w;
-    // Rows holding input: kernel rows outside them are skipped (the padded copy's
-    // zero rows too, except where a two-row tile's other row needs that kernel row).
-    const int64_t in_lo = pad_copy_ ? g_.pt : 0, in_hi = pad_copy_ ? g_.pt + g_.h : h_in;
 
     // Tiles.
     const int ocb = cfg_.ocb, tw = use_asm_ || first_asm_ ? asm_w_ : cfg_.w;
@@ -251,6 +248,9 @@ class PreparedDirect final : public PreparedRoutine {
     const int64_t oh_n = flat ? (pixels + tw - 1) / tw : g_.oh;        // rows walked
     const int64_t ow_n = flat ? tw : g_.ow;                            // pixels per row walked
     const int64_t row_in = flat ? tw * v : row_len, h_walk = flat ? oh_n : h_in;
+    // Rows holding input: kernel rows outside them are skipped (the padded copy's
+    // zero rows too, except where a two-row tile's other row needs that kernel row).
+    const int64_t in_lo = pad_copy_ ? g_.pt : 0, in_hi = pad_copy_ ? g_.pt + g_.h : h_walk;
     const int64_t ogs = ocb_total_ / ocb, rbs = (oh_n + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
     const conv::DirectFn fn =
         (nhwc_ ? (g_.c == 3 ? k_.first_nhwc_rgb : k_.first_nhwc) : narrow_ ? k_.narrow : pointwise ? k_.pointwise : k_.direct)[cfg_.tile][stride_idx_];
@@ -296,7 +296,7 @@ class PreparedDirect final : public PreparedRoutine {
             const int64_t ih0 = oh * g_.sh - top, ih_last = ih0 + (rows - 1) * g_.sh;
             int64_t kh0 = 0, kh1 = g_.kh;
             while (kh0 < kh1 && ih_last + kh0 * g_.dh < in_lo) ++kh0;
-            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= (flat ? h_walk : in_hi)) --kh1;
+            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= in_hi) --kh1;
             t.kh0 = static_cast<int>(kh0);
             t.kh = static_cast<int>(kh1);
             const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
