@@ -34,6 +34,12 @@ TILES = [(4, 7), (2, 14), (1, 28)]
 # They read an input padded on every side (no edge tiles).
 TILES_2ROW = [(2, 7)]
 STRIDES = [1, 2]
+# Each channel step prefetches its weight lines this many bytes ahead (into L1).
+# The weights stream from L3 on layers with many channels (ResNet50's 512@7:
+# 9.4 MB), and the hardware prefetchers stop at every 4 KB page: a tile then
+# waits on L3 at each page. 4 KB ahead covers the L3 latency at our pace (128
+# bytes per 14 cycles); past a block's end it fetches the next block's weights.
+W_PREFETCH = 4096
 UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 
 # AsmTile field offsets (conv_kernels.hpp): keep in step with the struct.
@@ -62,7 +68,7 @@ def registers(ocb, w):
     return n, [n + j for j in range(in_regs)], tmps
 
 
-def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None):
+def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0):
     """`steps` input channels: weights [step][OCB][16] at r8, pixel i's channel
     at rdx + i * pixel_bytes + 4 * step; with row_w (two-row tiles), pixel i is
     column i % row_w of row i // row_w, the second row r12 bytes further.
@@ -72,6 +78,9 @@ def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None):
     for u in range(steps):
         for j in range(len(wreg)):
             emit(f"vmovups {(u * ocb + j) * 64}(%%r8), %%zmm{wreg[j]}")
+        if w_prefetch:
+            for j in range(ocb):
+                emit(f"prefetcht0 {w_prefetch + (u * ocb + j) * 64}(%%r8)")
         for i in range(w):
             col, row = (i, 0) if row_w is None else (i % row_w, i // row_w)
             src = f"{col * pixel_bytes + u * 4}(%%rdx{',%%r12,1' if row else ''})"
@@ -213,7 +222,7 @@ def tile_fn(ocb, w, s, rows=1):
             emit(f"prefetcht0 {i * s * 64}(%%rax,%%r15,1)")
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
-    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * 64, wreg, tmps, w if rows == 2 else None)
+    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * 64, wreg, tmps, w if rows == 2 else None, W_PREFETCH)
     emit(f"add ${UNROLL * 4}, %%rdx")
     emit(f"add ${UNROLL * ocb * 64}, %%r8")
     emit("dec %%ecx")
