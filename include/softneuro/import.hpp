@@ -29,7 +29,7 @@ struct ImportOptions {
   bool fold_batchnorm = true;         ///< batchnorm into the preceding conv2/dense weights
   bool fold_bias_add = true;          ///< add of a per-channel constant into conv2/dense bias
   bool fuse_hardswish = true;         ///< mul(x, hardsigmoid(x)) (pre-opset-14 hardswish) into one hardswish
-  bool fuse_activations = true;       ///< relu/clip/hardswish/hardsigmoid/sigmoid into conv2/dense
+  bool fuse_activations = true;       ///< relu/clip/hardswish/hardsigmoid/sigmoid into conv2/dense; relu/clip into add
   bool eliminate_dead_layers = true;  ///< layers no output depends on
 
   /// The net's name; empty: the ONNX graph's name, else the file's stem.

@@ -125,6 +125,11 @@ std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
 }
 
 std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
+  // add may carry a fused relu or clip (fuse_activations: ResNet's add -> relu);
+  // the other binaries none, so no routine can skip one silently.
+  const Activation a = fused_activation(l);
+  if (a.kind != Activation::none && (l.type != "add" || (a.kind != Activation::relu && a.kind != Activation::clip)))
+    fail(l, "act", fmt::format("{} takes no fused activation '{}' (add takes relu or clip)", l.type, l.get_string("act")));
   return {broadcast_shapes(l, in[0], in[1])};
 }
 

@@ -47,6 +47,11 @@ bool plain_float(const Blob& b) {
 }
 
 bool is_conv_or_dense(const Layer& l) { return l.type == "conv2" || l.type == "dense"; }
+/// A producer that can take a fused activation of this kind: conv2 and dense
+/// take all; add takes relu and clip (every add routine applies them).
+bool takes_activation(const Layer& p, const std::string& act) {
+  return is_conv_or_dense(p) || (p.type == "add" && (act == "relu" || act == "clip"));
+}
 bool has_no_activation(const Layer& l) { return l.get_string("act", "none") == "none"; }
 
 /// What absorb_into_producers tells a rule about the graph.
@@ -289,7 +294,10 @@ int fold_batchnorm(Graph& g) {
 
 int fold_bias_add(Graph& g) {
   return absorb_into_producers(g, "add", [](Layer& p, const Layer& add, std::size_t input, const Context& ctx) {
-    if (!is_conv_or_dense(p) || !has_no_activation(p) || !weights_plain(p) || add.inputs.size() != 2) return false;
+    // (An add with a fused activation is not a bias: folding it would drop the activation.)
+    if (!is_conv_or_dense(p) || !has_no_activation(p) || !has_no_activation(add) || !weights_plain(p) ||
+        add.inputs.size() != 2)
+      return false;
     auto cit = ctx.constants.find(add.inputs[1 - input]);
     if (cit == ctx.constants.end() || !plain_float(*cit->second)) return false;
     const Blob& c = *cit->second;
@@ -330,7 +338,7 @@ int fuse_activations(Graph& g) {
   int count = 0;
   for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid"}) {
     count += absorb_into_producers(g, type, [](Layer& p, const Layer& act, std::size_t, const Context&) {
-      if (!is_conv_or_dense(p) || !has_no_activation(p)) return false;
+      if (!takes_activation(p, act.type) || !has_no_activation(p)) return false;
       p.params["act"] = act.type;
       if (act.type == "clip") {
         if (act.has("min")) p.params["act_min"] = act.get_float("min");

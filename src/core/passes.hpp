@@ -46,8 +46,10 @@ int fold_bias_add(Graph& graph);
 int fuse_hardswish(Graph& graph);
 
 /// Fuses relu, clip, hardswish, hardsigmoid and sigmoid into the conv2/dense
-/// that produces their input (its `act` parameters), when that output has no
-/// other consumer, is not a net output and the layer has no activation yet.
+/// that produces their input (its `act` parameters), and relu and clip into an
+/// add (ResNet's residual add -> relu: one pass over the blob instead of two),
+/// when that output has no other consumer, is not a net output and the layer
+/// has no activation yet.
 /// Returns the number of activations fused.
 int fuse_activations(Graph& graph);
 

@@ -327,6 +327,12 @@ TEST_CASE("cpu/ref binary broadcasting", "[ref][elementwise]") {
   SECTION("same shapes") {
     check_layer(make_layer("sub", {}, {}, 2), {B({2}, {5, 1}), B({2}, {2, 3})}, {2}, {3, -2});
   }
+  SECTION("add with a fused relu, and clip") {
+    check_layer(make_layer("add", {{"act", std::string("relu")}}, {}, 2), {B({4}, {1, -2, 3, -4}), B({4}, {1, 1, -5, 5})},
+                {4}, {2, 0, 0, 1});
+    check_layer(make_layer("add", {{"act", std::string("clip")}, {"act_min", -1.0}, {"act_max", 1.5}}, {}, 2),
+                {B({4}, {1, -2, 3, -4}), B({4}, {1, 1, -5, 4.25f})}, {4}, {1.5f, -1, -1, 0.25f});
+  }
 }
 
 TEST_CASE("cpu/ref concat", "[ref][concat]") {

@@ -138,6 +138,14 @@ TEST_CASE("add/sub/mul/div broadcast like NumPy in both layouts", "[routines]") 
                                              fmt::format("{} {} {}", type, a.to_string(), b.to_string()));
       CHECK(compared == 4);
     }
+  // add's fused relu and clip (a residual add)
+  for (const auto& p : std::vector<std::map<std::string, Attr>>{
+           {{"act", std::string("relu")}}, {{"act", std::string("clip")}, {"act_min", -0.5}, {"act_max", 1.0}}}) {
+    const Shape a{2, 3, 4, 5}, b{3, 1, 1};
+    int compared = check_all_cuda_routines(make_layer("add", p, {}, 2), {random_blob(a, rng, -2, 2), random_blob(b, rng, -2, 2)},
+                                           "add " + std::get<std::string>(p.at("act")));
+    CHECK(compared == 4);
+  }
 }
 
 TEST_CASE("pool2 max/avg with pads, strides, dilations, ceil mode, global", "[routines]") {

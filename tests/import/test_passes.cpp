@@ -1,5 +1,6 @@
 // Graph passes, each on its own: graphs built directly as layers, run through
 // the public Net API (cpu/ref routines) before and after; outputs must agree.
+#include "core/layer_types.hpp"
 #include "core/net_impl.hpp"
 #include "core/passes.hpp"
 #include "import/onnx_test_util.hpp"
@@ -181,6 +182,42 @@ TEST_CASE("fuse_activations: relu, clip, hardswish, hardsigmoid, sigmoid into co
   CHECK(after.find_layer("c2")->get_float("act_max") == 0.5);
   CHECK(after.find_layer("d4")->get_float("act_alpha") == 0.3);
   CHECK(count(after, "relu") == 1);
+}
+
+TEST_CASE("fuse_activations: relu and clip into add (a residual add), not others", "[passes][act]") {
+  auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"z", Shape{1, 2, 4, 4}}}, {"y1", "y2", "y3", "y4"},
+                 {layer("add", "a1", {"x", "z"}, {"s1"}), layer("relu", "r1", {"s1"}, {"y1"}),
+                  layer("add", "a2", {"x", "z"}, {"s2"}), layer("clip", "c2", {"s2"}, {"y2"}, {{"min", -0.5}, {"max", 0.5}}),
+                  layer("add", "a3", {"x", "z"}, {"s3"}), layer("sigmoid", "g3", {"s3"}, {"y3"}),  // add takes no sigmoid
+                  layer("mul", "m4", {"x", "z"}, {"s4"}), layer("relu", "r4", {"s4"}, {"y4"})});    // nor does mul
+  auto after = check_pass(g, core::fuse_activations, 2);
+  CHECK(after.find_layer("a1")->get_string("act") == "relu");
+  CHECK(after.find_layer("a1")->outputs[0] == "y1");
+  CHECK(after.find_layer("a2")->get_float("act_min") == -0.5);
+  CHECK(count(after, "relu") == 1);
+  CHECK(count(after, "sigmoid") == 1);
+}
+
+TEST_CASE("fold_bias_add leaves an add with a fused activation alone", "[passes][bias]") {
+  // conv -> add(bias constant, act relu): folding it into the bias would drop the relu.
+  auto g = graph({{"x", Shape{1, 3, 4, 4}}}, {"y"},
+                 {conv("c", "x", "a", 3, 4, 1), constant("cb", random_blob(Shape{1, 4, 1, 1}, 2)),
+                  layer("add", "add_c", {"a", "cb"}, {"y"}, {{"act", std::string("relu")}})});
+  auto after = check_pass(g, core::fold_bias_add, 0);
+  CHECK(count(after, "add") == 1);
+}
+
+TEST_CASE("a fused activation on sub/mul/div, or other than relu/clip on add, is an error", "[passes][act]") {
+  const std::vector<Shape> kTwo{Shape{2, 3}, Shape{2, 3}};
+  for (const char* type : {"sub", "mul"})
+    CHECK_THROWS_AS(core::infer_layer_shapes(layer(type, "b", {"x", "z"}, {"y"}, {{"act", std::string("relu")}}),
+                                      kTwo),
+                    Error);
+  CHECK_THROWS_AS(core::infer_layer_shapes(layer("add", "b", {"x", "z"}, {"y"}, {{"act", std::string("sigmoid")}}),
+                                    kTwo),
+                  Error);
+  CHECK(core::infer_layer_shapes(layer("add", "b", {"x", "z"}, {"y"}, {{"act", std::string("relu")}}),
+                          kTwo)[0] == Shape{2, 3});
 }
 
 TEST_CASE("fuse_hardswish: mul(x, hardsigmoid(x)) with alpha 1/6 becomes hardswish(x), then fuses", "[passes][act]") {

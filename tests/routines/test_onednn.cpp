@@ -446,7 +446,10 @@ TEST_CASE("onednn add and mul match cpu/ref (same shapes, channel broadcast)", "
         if (t == 3) a = Shape{1, c, 1, 1};      // the broadcast one first
         if (t == 7) b = Shape{c, 1, 1};         // lower rank (plain layout only)
         INFO("shapes " << a.to_string() << " " << b.to_string());
-        Layer l = test::make_layer(type, {}, {}, 2);
+        std::map<std::string, Attr> p;  // add's fused relu/clip (a residual add)
+        if (std::string(type) == "add" && t % 3 == 1) p["act"] = std::string("relu");
+        if (std::string(type) == "add" && t % 3 == 2) p = {{"act", std::string("clip")}, {"act_min", -0.25}, {"act_max", 0.5}};
+        Layer l = test::make_layer(type, p, {}, 2);
         tally.run(l, {random_blob(a, rng), random_blob(b, rng)});
       }
       tally.check();

@@ -373,7 +373,10 @@ std::vector<Case> add_cases(std::mt19937& rng, int count) {
   std::vector<Case> out;
   for (int i = 0; i < count; ++i) {
     Shape s = random_shape(rng);
-    out.push_back({"add " + s.to_string(), test::make_layer("add", {}, {}, 2),
+    std::map<std::string, Attr> p;  // a fused relu or clip (ResNet's add -> relu)
+    if (i % 3 == 1) p["act"] = std::string("relu");
+    if (i % 3 == 2) p = {{"act", std::string("clip")}, {"act_min", -0.5}, {"act_max", 1.0}};
+    out.push_back({"add " + s.to_string() + (p.empty() ? "" : " " + std::get<std::string>(p["act"])), test::make_layer("add", p, {}, 2),
                    {random_qblob(s, rng, random_quant(rng)), random_qblob(s, rng, random_quant(rng))}, {}, false});
   }
   return out;

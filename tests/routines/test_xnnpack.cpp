@@ -353,7 +353,10 @@ TEST_CASE("xnnpack add, sub, mul, div match cpu/ref (broadcasting)", "[xnnpack][
       if (t == 7) { a = Shape{n, c}; b = Shape{c}; }
       if (t == 8) { a = Shape{n, c}; b = Shape{1}; }
       INFO("shapes " << a.to_string() << " " << b.to_string());
-      Layer l = test::make_layer(type, {}, {}, 2);
+      std::map<std::string, Attr> p;  // add's fused relu/clip (a residual add)
+      if (std::string(type) == "add" && t % 3 == 1) p["act"] = std::string("relu");
+      if (std::string(type) == "add" && t % 3 == 2) p = {{"act", std::string("clip")}, {"act_min", 0.25}, {"act_max", 1.5}};
+      Layer l = test::make_layer(type, p, {}, 2);
       CHECK(check_case(l, {random_blob(a, rng), random_blob(b, rng, 0.5f, 1.5f)}));
     }
   }

@@ -525,9 +525,26 @@ struct Binary {
     for (int d = 0; d < out.rank() - o.rank(); ++d) small.push_back(1);
     for (int64_t v : o) small.push_back(v);
     dnnl::binary::desc d(K::kAlg, act_md(out, l), act_md(small, l), act_md(out, l));
-    return Plan::single(dnnl::binary::primitive_desc(d, make_attr(), cpu_engine()),
-                        {{DNNL_ARG_SRC_0, Mem{Mem::input, full}}, {DNNL_ARG_SRC_1, Mem{Mem::input, other}},
-                         {DNNL_ARG_DST, out0}});
+    // add's fused relu/clip: a post-op. oneDNN 2.6's binary with an eltwise
+    // post-op writes wrong values on a blocked layout whose channels do not fill
+    // the last block (jit:uni, nChw8c with 2 or 12 channels): there it is a
+    // second pass, in place.
+    const Activation act = core::fused_activation(*info.layer);
+    const int64_t block = l == Layout::nchw8c ? 8 : l == Layout::nchw16c ? 16 : 1;
+    const bool post_op = block == 1 || out.rank() < 2 || out[1] % block == 0;
+    dnnl::post_ops ops;
+    if (post_op) append_activation(ops, act);
+    Plan p = Plan::single(dnnl::binary::primitive_desc(d, make_attr(&ops), cpu_engine()),
+                          {{DNNL_ARG_SRC_0, Mem{Mem::input, full}}, {DNNL_ARG_SRC_1, Mem{Mem::input, other}},
+                           {DNNL_ARG_DST, out0}});
+    if (!post_op && act.kind != Activation::none) {
+      const bool relu = act.kind == Activation::relu;
+      dnnl::eltwise_forward::desc e(dnnl::prop_kind::forward_inference,
+                                    relu ? dnnl::algorithm::eltwise_relu : dnnl::algorithm::eltwise_clip, act_md(out, l),
+                                    relu ? 0.0f : act.min, relu ? 0.0f : act.max);
+      p.steps.push_back({dnnl::eltwise_forward::primitive_desc(e, make_attr(), cpu_engine()), {{DNNL_ARG_SRC, out0}, {DNNL_ARG_DST, out0}}});
+    }
+    return p;
   }
 
   static int priority(Layout l) { return elementwise_priority(l); }

@@ -560,7 +560,8 @@ struct Pool2 {
 };
 
 // ---------------------------------------------------------------------------
-// add: same shapes (no broadcasting), requantising.
+// add: same shapes (no broadcasting), requantising; a fused relu or clip as a
+// clip post-op in the output's quantised units.
 
 struct Add {
   static constexpr std::string_view kType = "add";
@@ -582,11 +583,19 @@ struct Add {
     attr.set_scales(DNNL_ARG_SRC_0, 0, {a.scale / o.scale});
     attr.set_scales(DNNL_ARG_SRC_1, 0, {b.scale / o.scale});
     const double shift = double(o.zp) - (double(a.scale) * a.zp + double(b.scale) * b.zp) / double(o.scale);
-    if (shift != 0) {
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, static_cast<float>(shift));
-      attr.set_post_ops(ops);
+    dnnl::post_ops ops;
+    if (shift != 0) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, static_cast<float>(shift));
+    // The sum is now q = z_out + real / s_out: relu is q >= z_out, clip [min, max] is
+    // q in [z_out + min / s_out, z_out + max / s_out] (the int8 range saturates the rest).
+    const Activation act = core::fused_activation(*info.layer);
+    if (act.kind == Activation::relu || act.kind == Activation::clip) {
+      const float inv = 1.0f / o.scale, z = static_cast<float>(o.zp);
+      const bool clip = act.kind == Activation::clip;
+      const float lo = clip && !std::isfinite(act.min) ? -128.0f : z + (clip ? act.min : 0.0f) * inv;
+      const float hi = clip && std::isfinite(act.max) ? z + act.max * inv : 127.0f;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, std::max(lo, -128.0f), std::min(hi, 127.0f));
     }
+    if (ops.len() > 0) attr.set_post_ops(ops);
     return Plan::single(dnnl::binary::primitive_desc(d, attr, cpu_engine()),
                         {{DNNL_ARG_SRC_0, in0}, {DNNL_ARG_SRC_1, Mem{Mem::input, 1}}, {DNNL_ARG_DST, out0}});
   }

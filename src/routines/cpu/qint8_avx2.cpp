@@ -728,11 +728,12 @@ class PoolRoutine final : public Routine {
 };
 
 // ---------------------------------------------------------------------------
-// add: same shapes, each input requantised to the output scale (one fma).
+// add: same shapes, each input requantised to the output scale (one fma);
+// a fused relu or clip is the clamp of the requantised sum.
 
 class Add final : public PreparedRoutine {
  public:
-  Add(int64_t n, TQ a, TQ b, TQ y) : n_(n), a_(a), b_(b), y_(y) {
+  Add(int64_t n, TQ a, TQ b, TQ y, int lo, int hi) : n_(n), a_(a), b_(b), y_(y), lo_(lo), hi_(hi) {
     ma_ = static_cast<float>(double(a.scale) / double(y.scale));
     mb_ = static_cast<float>(double(b.scale) / double(y.scale));
   }
@@ -742,13 +743,14 @@ class Add final : public PreparedRoutine {
     int8_t* y = args.outputs[0]->data_as<int8_t>();
     args.pool->parallel_for(ceil_div(n_, 64), 256, [&](int64_t lo, int64_t hi) {
       const int64_t s = lo * 64, e = std::min(n_, hi * 64);
-      qint8::add_requant(a + s, b + s, y + s, e - s, a_.zp, ma_, b_.zp, mb_, y_.zp, -128, 127);
+      qint8::add_requant(a + s, b + s, y + s, e - s, a_.zp, ma_, b_.zp, mb_, y_.zp, lo_, hi_);
     });
   }
 
  private:
   int64_t n_;
   TQ a_, b_, y_;
+  int lo_, hi_;
   float ma_ = 1, mb_ = 1;
 };
 
@@ -767,7 +769,10 @@ class AddRoutine final : public Routine {
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this add: {}", ok.reason));
-    return std::make_unique<Add>(info.output_shapes[0].numel(), in_q(info, 0), in_q(info, 1), out_q(info));
+    Epilogue ep;  // relu/clip (the only activations add takes): the clamp bounds
+    if (Support ok = activation_epilogue(*info.layer, out_q(info), &ep); !ok)
+      throw Error(fmt::format("cpu:qint8/avx2 cannot run this add: {}", ok.reason));
+    return std::make_unique<Add>(info.output_shapes[0].numel(), in_q(info, 0), in_q(info, 1), out_q(info), ep.lo, ep.hi);
   }
 };
 

@@ -197,16 +197,18 @@ struct GeluOp {
 };
 
 // ---------------------------------------------------------------------------
-// Elementwise: two inputs, NumPy broadcasting.
+// Elementwise: two inputs, NumPy broadcasting; add's fused activation.
 
 template <class Op>
 struct Binary final : RefPrepared {
   static constexpr std::string_view kType = Op::kType;
   Broadcast2 bc;
   int64_t n;
+  Activation act;
   explicit Binary(const LayerInfo& info)
       : bc(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]),
-        n(info.output_shapes[0].numel()) {}
+        n(info.output_shapes[0].numel()),
+        act(core::fused_activation(*info.layer)) {}
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     const float* y = a.inputs[1]->data_as<float>();
@@ -215,7 +217,7 @@ struct Binary final : RefPrepared {
       for (int64_t i = b; i < e; ++i) {
         int64_t ox, oy;
         bc.offsets(i, ox, oy);
-        z[i] = Op{}(x[ox], y[oy]);
+        z[i] = core::apply_activation(act, Op{}(x[ox], y[oy]));
       }
     });
   }

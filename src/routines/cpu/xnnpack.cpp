@@ -812,7 +812,8 @@ struct HardsigmoidLayer {
 };
 
 // ---------------------------------------------------------------------------
-// add, sub, mul, div: NumPy broadcasting over the blobs' physical dims.
+// add, sub, mul, div: NumPy broadcasting over the blobs' physical dims; add's
+// fused relu/clip as XNNPACK's output range.
 
 template <class K>
 struct Binary {
@@ -842,12 +843,13 @@ struct Binary {
             "input {} broadcast to {} does not lie in memory as XNNPACK would read it in the nhwc schema, or has "
             "more than {} dims",
             info.input_shapes[i].to_string(), info.output_shapes[0].to_string(), XNN_MAX_TENSOR_DIMS));
-    return Support::yes();
+    return fused_support(core::fused_activation(*info.layer));
   }
 
   static SetupFn create(const LayerInfo& info, Build& ops) {
     auto o = std::make_unique<Op>();
-    K::create(ops.flags, &o->op);
+    const Clamp c = to_clamp(core::fused_activation(*info.layer));  // add's relu/clip: the output range
+    K::create(c.min, c.max, ops.flags, &o->op);
     xnn_operator_t op = o->op;
     ops.push_back(std::move(o));
     const int rank = info.output_shapes[0].rank();
@@ -862,7 +864,9 @@ struct Binary {
 #define SOFTNEURO_XNN_BINARY(Name, type, fn)                                                                    \
   struct Name {                                                                                                 \
     static constexpr std::string_view kType = type;                                                             \
-    static void create(uint32_t flags, xnn_operator_t* op) { xcheck(xnn_create_##fn##_nd_f32(-kInf, kInf, flags, op), #fn); } \
+    static void create(float lo, float hi, uint32_t flags, xnn_operator_t* op) {                                \
+      xcheck(xnn_create_##fn##_nd_f32(lo, hi, flags, op), #fn);                                                 \
+    }                                                                                                           \
     static void setup(xnn_operator_t op, size_t na, const size_t* a, size_t nb, const size_t* b, const float* x, \
                       const float* y, float* z, pthreadpool_t pool) {                                           \
       xcheck(xnn_setup_##fn##_nd_f32(op, na, a, nb, b, x, y, z, pool), #fn);                                     \
@@ -1108,14 +1112,16 @@ struct QAdd {
     if (info.input_shapes[0] != info.input_shapes[1])
       return Support::no(fmt::format("cpu:qint8:nhwc/xnnpack adds same shapes only, not {} and {}",
                                      info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
-    return Support::yes();
+    return int8_range(*info.layer, out_q(info), nullptr, nullptr);
   }
 
   static SetupFn create(const LayerInfo& info, Build& ops) {
     const TQ a = in_q(info, 0), b = in_q(info, 1), y = out_q(info);
+    int8_t lo = -128, hi = 127;  // a fused relu/clip
+    if (Support s = int8_range(*info.layer, y, &lo, &hi); !s) throw Error(s.reason);
     auto o = std::make_unique<Op>();
     xcheck(xnn_create_add_nd_qs8(static_cast<int8_t>(a.zp), a.scale, static_cast<int8_t>(b.zp), b.scale,
-                                 static_cast<int8_t>(y.zp), y.scale, -128, 127, ops.flags, &o->op),
+                                 static_cast<int8_t>(y.zp), y.scale, lo, hi, ops.flags, &o->op),
            "xnn_create_add_nd_qs8");
     xnn_operator_t op = o->op;
     ops.push_back(std::move(o));

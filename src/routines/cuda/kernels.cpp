@@ -120,7 +120,7 @@ struct GeluOp {
 };
 
 // ---------------------------------------------------------------------------
-// add, sub, mul, div with NumPy broadcasting, in either layout.
+// add, sub, mul, div with NumPy broadcasting, in either layout; add's fused activation.
 
 template <kern::BinOp Op, const char* Name>
 struct Binary final : KernelPrepared {
@@ -130,12 +130,13 @@ struct Binary final : KernelPrepared {
   int64_t n;
   bool same;
   kern::Strided st;
+  kern::ActParams act;
   static Support supports(const LayerInfo& info, const Schema&) {
     if (info.output_shapes[0].rank() > kern::Strided::max_rank)
       return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
     return Support::yes();
   }
-  Binary(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)) {
+  Binary(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)), act(act_params(core::fused_activation(*info.layer))) {
     const Shape& out = info.output_shapes[0];
     const Shape& a = info.input_shapes[0];
     const Shape& b = info.input_shapes[1];
@@ -154,7 +155,7 @@ struct Binary final : KernelPrepared {
     }
   }
   void run(const RunArgs& a) override {
-    check(kern::binary(t, Op, a.inputs[0]->data(), a.inputs[1]->data(), a.outputs[0]->data(), n, st, same, stream()),
+    check(kern::binary(t, Op, a.inputs[0]->data(), a.inputs[1]->data(), a.outputs[0]->data(), n, st, same, act, stream()),
           "binary kernel");
   }
 };

@@ -40,13 +40,13 @@ __device__ __forceinline__ float binop(BinOp op, float a, float b) {
 
 template <class T>
 __global__ void binary_same_kernel(BinOp op, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
-                                   int64_t n) {
-  SOFTNEURO_GRID_LOOP(i, n) st(y, i, binop(op, ld(a, i), ld(b, i)));
+                                   int64_t n, ActParams act) {
+  SOFTNEURO_GRID_LOOP(i, n) st(y, i, activate(act, binop(op, ld(a, i), ld(b, i))));
 }
 
 template <class T>
 __global__ void binary_strided_kernel(BinOp op, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
-                                      int64_t n, Strided s) {
+                                      int64_t n, Strided s, ActParams act) {
   SOFTNEURO_GRID_LOOP(i, n) {
     int64_t rem = i, oa = 0, ob = 0;
     for (int d = s.rank - 1; d >= 0; --d) {
@@ -55,7 +55,7 @@ __global__ void binary_strided_kernel(BinOp op, const T* __restrict__ a, const T
       oa += c * s.sa[d];
       ob += c * s.sb[d];
     }
-    st(y, i, binop(op, ld(a, oa), ld(b, ob)));
+    st(y, i, activate(act, binop(op, ld(a, oa), ld(b, ob))));
   }
 }
 
@@ -238,20 +238,20 @@ cudaError_t channel_affine(Elem t, const void* x, void* y, const float* scale, c
 }
 
 cudaError_t binary(Elem t, BinOp op, const void* a, const void* b, void* y, int64_t n, const Strided& st, bool same,
-                   cudaStream_t s) {
+                   ActParams act, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   if (t == Elem::f16) {
     auto A = static_cast<const __half*>(a);
     auto B = static_cast<const __half*>(b);
     auto Y = static_cast<__half*>(y);
-    if (same) binary_same_kernel<__half><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n);
-    else binary_strided_kernel<__half><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, st);
+    if (same) binary_same_kernel<__half><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, act);
+    else binary_strided_kernel<__half><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, st, act);
   } else {
     auto A = static_cast<const float*>(a);
     auto B = static_cast<const float*>(b);
     auto Y = static_cast<float*>(y);
-    if (same) binary_same_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n);
-    else binary_strided_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, st);
+    if (same) binary_same_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, act);
+    else binary_strided_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, st, act);
   }
   return cudaGetLastError();
 }

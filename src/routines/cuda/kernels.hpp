@@ -42,10 +42,10 @@ struct Strided {
 };
 
 enum class BinOp : int { add = 0, sub, mul, div };
-/// y = a op b with NumPy broadcasting expressed by `st` over n output elements.
+/// y = act(a op b) with NumPy broadcasting expressed by `st` over n output elements.
 /// `same`: a and b are laid out like y (no index arithmetic).
 cudaError_t binary(Elem t, BinOp op, const void* a, const void* b, void* y, int64_t n, const Strided& st, bool same,
-                   cudaStream_t s);
+                   ActParams act, cudaStream_t s);
 
 /// y[i] = x[offset(i)]: a permutation (transpose) or any gather by strides (sa).
 cudaError_t strided_copy(Elem t, const void* x, void* y, int64_t n, const Strided& st, cudaStream_t s);
