@@ -214,7 +214,7 @@ std::vector<ConvShape> model_shapes() {
 void fill_random(Blob& x, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const Shape& s = x.shape();
-  const int64_t block = x.layout() == Layout::nchw8c ? 8 : x.layout() == Layout::nchw16c ? 16 : 0;
+  const int64_t block = channel_block(x.layout());
   const bool f32 = x.dtype() == DType::float32;
   const int64_t count = static_cast<int64_t>(x.byte_size() / dtype_size(x.dtype()));
   for (int64_t i = 0; i < count; ++i) {

@@ -21,6 +21,10 @@ enum class DType : uint8_t { float32 = 0, float16, bfloat16, qint8, quint8, int3
 ///  - nhwc: channels last;
 ///  - nchw8c / nchw16c: channel blocks of 8/16 innermost, C padded up (oneDNN's nChw8c).
 enum class Layout : uint8_t { nchw = 0, nhwc, nchw8c, nchw16c };
+/// Channels per block of a blocked layout (8, 16); 0 for nchw and nhwc.
+constexpr int64_t channel_block(Layout l) noexcept {
+  return l == Layout::nchw8c ? 8 : l == Layout::nchw16c ? 16 : 0;
+}
 
 enum class Device : uint8_t { cpu = 0, cuda };
 

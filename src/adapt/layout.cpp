@@ -20,13 +20,11 @@ namespace {
 
 const Layout kLayouts[] = {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c};
 
-int64_t block_of(Layout l) { return l == Layout::nchw8c ? 8 : l == Layout::nchw16c ? 16 : 0; }
-
 // Offset of logical element (n, c, s) in a blob of [N, C, S] in `layout`.
 struct Addressing {
   Layout layout;
   int64_t C, S, block, cb;  // cb: channel blocks
-  Addressing(Layout l, int64_t c, int64_t s) : layout(l), C(c), S(s), block(block_of(l)), cb(block ? (c + block - 1) / block : 0) {}
+  Addressing(Layout l, int64_t c, int64_t s) : layout(l), C(c), S(s), block(channel_block(l)), cb(block ? (c + block - 1) / block : 0) {}
   int64_t offset(int64_t n, int64_t c, int64_t s) const {
     switch (layout) {
       case Layout::nchw: return (n * C + c) * S + s;
@@ -128,7 +126,7 @@ class LayoutAdapt final : public Routine {
       return Support::no(fmt::format("converts float32 CPU layouts only, not from {}", from.to_string()));
     if (from.layout == to.layout) return Support::no("nothing to convert");
     const Shape& s = info.input_shapes.at(0);
-    if ((block_of(from.layout) || block_of(to.layout)) && s.rank() < 2)
+    if ((channel_block(from.layout) || channel_block(to.layout)) && s.rank() < 2)
       return Support::no(fmt::format("blocked layouts need a channel dim; shape {}", s.to_string()));
     return Support::yes();
   }

@@ -70,8 +70,7 @@ bool Shape::operator==(const Shape& o) const noexcept {
 
 std::size_t storage_bytes(const Shape& s, DType dtype, Layout layout) noexcept {
   int64_t n = s.numel();
-  if ((layout == Layout::nchw8c || layout == Layout::nchw16c) && s.rank() >= 2 && s[1] > 0) {
-    int64_t b = layout == Layout::nchw8c ? 8 : 16;
+  if (const int64_t b = channel_block(layout); b && s.rank() >= 2 && s[1] > 0) {
     n = n / s[1] * ((s[1] + b - 1) / b * b);
   }
   return static_cast<std::size_t>(n) * dtype_size(dtype);

@@ -18,9 +18,10 @@
 //          of W pixels (two rows at once where pad_copy allows). The input is
 //          read in place: kernel rows outside it are skipped per output row,
 //          tiles reaching past its columns read zeros there; or (pad_copy) from
-//          a copy zero-padded on every side, made once per run. A 1x1 stride-1 unpadded convolution walks each plane as one
-//          run of pixels (tiles span image rows). Only a first layer (at most
-//          4 input channels) is copied, compacted to 4 floats per pixel.
+//          a copy zero-padded on every side, made once per run. A 1x1 stride-1
+//          unpadded convolution walks each plane as one run of pixels (tiles
+//          span image rows). A blocked first layer (at most 4 input channels)
+//          is copied too, compacted to 4 floats per pixel.
 // Groups: 1, or any count whose channels per group are whole blocks (grouped
 // convolutions with other counts, depthwise included, are refused: see
 // cpu/depthwise and cpu/im2col). Bias and fused activation (all but sigmoid)
@@ -62,6 +63,9 @@ namespace {
 
 using core::Window2d;
 namespace conv = cpu::conv;
+
+/// Any padding (the layers where pad_copy is a choice).
+bool padded(const Window2d& g) { return g.pt > 0 || g.pb > 0 || g.pl > 0 || g.pr > 0; }
 
 const conv::Kernels* kernels_for(Layout l) {
   if (l == Layout::nhwc) return conv::kernels_avx512() ? conv::kernels_avx512() : conv::kernels_avx2();
@@ -133,8 +137,7 @@ class PreparedDirect final : public PreparedRoutine {
     // pad_copy: the assembly tiles read a copy of the input padded on every
     // side, so no tile is an edge tile (those run the intrinsic kernels) and
     // the two-row tiles can run; it costs one pass over the input per run.
-    const bool padded = g_.pt > 0 || g_.pb > 0 || g_.pl > 0 || g_.pr > 0;
-    pad_copy_ = use_asm_ && padded && routine_param(params, "pad_copy", 1) != 0;
+    pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", 1) != 0;
     // Two-row tiles (2 blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for both rows.
     rows2_ = pad_copy_ && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW && want_w >= 2 * g_.ow;
     if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
@@ -520,7 +523,7 @@ class Direct final : public Routine {
       const Window2d g = info.layer && info.input_shapes.size() == 1 && info.input_shapes[0].rank() == 4
                              ? core::conv2_window(*info.layer, info.input_shapes[0])
                              : Window2d{};
-      if (L != Layout::nhwc && (g.pt > 0 || g.pb > 0 || g.pl > 0 || g.pr > 0)) space.push_back({"pad_copy", {1, 0}});
+      if (L != Layout::nhwc && padded(g)) space.push_back({"pad_copy", {1, 0}});
       return space;
     }
     return {{"oc_block", {2, 4, 1}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {1024, 0}}, {"oh_block", {0, 4, 1}}};

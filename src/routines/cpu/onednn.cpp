@@ -530,8 +530,8 @@ struct Binary {
     // the last block (jit:uni, nChw8c with 2 or 12 channels): there it is a
     // second pass, in place.
     const Activation act = core::fused_activation(*info.layer);
-    const int64_t block = l == Layout::nchw8c ? 8 : l == Layout::nchw16c ? 16 : 1;
-    const bool post_op = block == 1 || out.rank() < 2 || out[1] % block == 0;
+    const int64_t block = channel_block(l);
+    const bool post_op = block == 0 || out.rank() < 2 || out[1] % block == 0;
     dnnl::post_ops ops;
     if (post_op) append_activation(ops, act);
     Plan p = Plan::single(dnnl::binary::primitive_desc(d, make_attr(&ops), cpu_engine()),
