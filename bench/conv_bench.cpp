@@ -6,12 +6,15 @@
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
 //              [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]
+//              [--cold]
 //
 // Routines with parameters (param_space) are prepared and timed once per
 // combination (at most --max-combos, default 64, evenly spaced; --defaults:
 // none; --params: exactly these values, e.g. oc_block=2,ow_tile=14), each with its share of the budget; the cell shows the best median
 // and the best combination is listed after the table. --fastest reports the
 // fastest run instead of the median: kernel efficiency on a loaded machine.
+// --cold evicts the caches before each timed run (the input read back in):
+// a layer's weights as a net sees them, from DRAM, not from the last run.
 //
 // Only run() is timed: inputs are made in the routine's schema beforehand, so
 // layout conversions (adapts) are excluded. CPU schemas only; quantised ones get
@@ -248,6 +251,26 @@ struct Result {
 
 /// --fastest: report the fastest run instead of the median (kernel efficiency on a loaded machine).
 bool g_fastest = false;
+bool g_cold = false;  // --cold
+
+/// --cold: before each timed run, evict the caches by reading a buffer larger
+/// than the last-level cache, then read the input back in. In a net a layer's
+/// input was just written by the layer before it, but its weights were last
+/// read a whole inference ago: they come from DRAM (ResNet50: 100 MB of them).
+void evict_caches(const Blob& x) {
+  static const std::size_t floats = (std::size_t(512) << 20) / sizeof(float);
+  static std::unique_ptr<float[]> big = [] {
+    std::unique_ptr<float[]> b(new float[floats]);
+    std::fill(b.get(), b.get() + floats, 1.0f);
+    return b;
+  }();
+  float sum = 0;
+  for (std::size_t i = 0; i < floats; i += 16) sum += big[i];
+  const float* xp = static_cast<const float*>(x.data());
+  for (std::size_t i = 0, n = x.byte_size() / sizeof(float); i < n; i += 16) sum += xp[i];
+  static volatile float sink;
+  sink = sum;
+}
 
 /// Every combination of a routine's parameters (its param_space cross
 /// product), at most `cap` of them (evenly spaced), or just the defaults.
@@ -355,6 +378,7 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
     const auto start = Clock::now();
     const int threads = num_threads();
     while (static_cast<int>(times.size()) < runs) {
+      if (g_cold) evict_caches(x);
       const double c0 = cpu_seconds();
       auto t0 = Clock::now();
       prepared->run(args);
@@ -377,6 +401,52 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
 }  // namespace
 
 // ---------------------------------------------------------------------------
+
+/// The goals per shape, from the table's cells (float32 routines only:
+/// the bfloat16 and int8 ones compute something else): our best routine against
+/// oneDNN's best (goal: within 10%, i.e. ratio <= 1.10); the best direct or GEMM
+/// routine's share of the FMA peak (goal >= 85% on the 3x3 layers of VGG16 and
+/// ResNet50); the best Winograd routine's, by the same direct-convolution FLOPs
+/// (goal >= 150% on 3x3 stride-1 layers with >= 128 channels; Winograd computes
+/// stride 1 only).
+template <class Cols>
+void print_goals(const std::vector<ConvShape>& shapes, const Cols& cols, const std::vector<std::vector<double>>& cell_ms,
+                 double peak) {
+  auto algorithm = [](const std::string& d) {
+    const auto slash = d.find('/');
+    return d.substr(slash + 1, d.find(' ', slash) - slash - 1);
+  };
+  fmt::print("\ngoals per layer (float32 routines; ok / MISSED / - where the goal does not apply or a column is missing):\n");
+  fmt::print("{:<12} {:<22} | {:<34} {:>8} | {:>9} {:>6} {:<6} | {:>13} {:<6} | {:>12} {:<6}\n", "model", "layer",
+             "best of ours", "ms", "oneDNN ms", "ratio", "<=1.10", "direct/GEMM %", ">=85%", "Winograd %", ">=150%");
+  for (std::size_t s = 0; s < shapes.size(); ++s) {
+    const ConvShape& cs = shapes[s];
+    double ours = 0, onednn = 0, dg = 0, wg = 0;
+    std::string ours_name;
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      const double ms = cell_ms[s][i];
+      if (ms <= 0 || cols[i].schema.dtype != DType::float32 || cols[i].descriptor == "cpu/ref") continue;
+      const std::string a = algorithm(cols[i].descriptor);
+      auto take = [ms](double& best) { best = best == 0 ? ms : std::min(best, ms); };
+      if (a == "onednn") {
+        take(onednn);
+        continue;
+      }
+      if (ours == 0 || ms < ours) ours_name = cols[i].descriptor;
+      take(ours);
+      if (a == "direct" || a == "im2col" || a == "gemm1x1") take(dg);
+      if (a == "wg") take(wg);
+    }
+    auto pct = [&](double ms) { return ms > 0 ? 100.0 * cs.gflop() / (ms / 1e3) / peak : 0.0; };
+    auto verdict = [](bool applies, bool have, bool met) { return !applies || !have ? "-" : met ? "ok" : "MISSED"; };
+    const bool dense3 = cs.k == 3 && cs.group == 1 && (cs.model == "vgg16" || cs.model == "resnet50");
+    const bool wide3 = dense3 && cs.stride == 1 && cs.c >= 128 && cs.oc >= 128;
+    const double ratio = ours > 0 && onednn > 0 ? ours / onednn : 0;
+    fmt::print("{:<12} {:<22} | {:<34} {:>8.3f} | {:>9.3f} {:>6.2f} {:<6} | {:>12.1f}% {:<6} | {:>11.1f}% {:<6}\n", cs.model,
+               cs.name, ours_name.substr(0, 34), ours, onednn, ratio, verdict(true, ratio > 0, ratio <= 1.10), pct(dg),
+               verdict(dense3, dg > 0, pct(dg) >= 85), pct(wg), verdict(wide3, wg > 0, pct(wg) >= 150));
+  }
+}
 
 int main(int argc, char** argv) {
   // libgomp reads its wait policy when it is loaded: the CLI's choice, in a
@@ -412,12 +482,13 @@ int main(int argc, char** argv) {
     else if (a == "--defaults") max_combos = 1;
     else if (a == "--params") fixed_params = parse_params(value());
     else if (a == "--fastest") g_fastest = true;
+    else if (a == "--cold") g_cold = true;
     else if (a == "--cpu-time") g_cpu_time = true;
     else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
-                 "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]\n");
+                 "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time] [--cold]\n");
       return 2;
     }
   }
@@ -482,8 +553,9 @@ int main(int argc, char** argv) {
   const double peak512 = has512 ? probe_peak(threads, true) : 0;
   const bool use512 = has512 && peak_isa != "avx2";
   const double peak = use512 ? peak512 : peak2;
-  fmt::print("conv_bench: batch 1, {} threads, {} of <= {} runs (budget {:.2f} s per cell), fused relu + bias{}\n",
+  fmt::print("conv_bench: batch 1, {} threads, {} of <= {} runs (budget {:.2f} s per cell), fused relu + bias{}{}\n",
              threads, g_fastest ? "fastest" : "median", runs, budget,
+             g_cold ? "; cold: caches evicted before each run, the input read back in" : "",
              g_cpu_time ? "; CPU time / threads, not wall time" : "");
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");
@@ -504,7 +576,9 @@ int main(int argc, char** argv) {
   std::map<std::string, std::vector<std::pair<double, bool>>> totals;
   std::map<std::string, double> best_total;
   std::vector<std::string> tuned;  // "shape descriptor: best parameters"
+  std::vector<std::vector<double>> cell_ms;  // per shape, per column: ms (0: n/a)
   for (const auto& cs : shapes) {
+    cell_ms.emplace_back(cols.size(), 0.0);
     fmt::print("{:<12} {:<22} {:>7.3f} {:>2}", cs.model, cs.name, cs.gflop(), cs.count);
     std::fflush(stdout);
     auto& tot = totals[cs.model];
@@ -526,6 +600,7 @@ int main(int argc, char** argv) {
         fmt::print(" | {:>8.3f} {:>6.1f} {:>6.1f}%", r.ms, gf, 100.0 * gf / peak);
         tot[i].first += r.ms * cs.count;
         if (best == 0 || r.ms < best) best = r.ms;
+        cell_ms.back()[i] = r.ms;
       }
       std::fflush(stdout);
     }
@@ -540,6 +615,7 @@ int main(int argc, char** argv) {
       else fmt::print("  {} (incomplete)", cols[i].descriptor);
     fmt::print("  best {:.2f} ms\n", best_total[model]);
   }
+  print_goals(shapes, cols, cell_ms, peak);
   fmt::print("\nFMA peak probed again after the table: AVX2 {:.1f} GFLOP/s{} (a large change means a noisy machine)\n",
              probe_peak(threads, false), has512 ? fmt::format(", AVX-512 {:.1f}", probe_peak(threads, true)) : std::string());
   if (!tuned.empty()) {
