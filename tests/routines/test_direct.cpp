@@ -83,9 +83,11 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
   // 40 and 20 channels: a partial last ic block (the assembly tiles skip its padded channels).
   // Planes of 7 and 5 pixels: two-row tiles (ow_tile >= 2 rows, oc_block 2, the
   // padded copy); 24 output channels: a partial last oc block (their stack copy);
-  // 7 and 5 rows: a pair, then a single row.
+  // 7 and 5 rows: a pair, then a single row. 48 and 144 output channels (3 and 9
+  // blocks of 16): oc_block 4 takes the 3-block tiles.
   for (auto [c, oc, s, hw] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 14}, {128, 128, 2, 15}, {3, 64, 1, 9},
-                              {40, 64, 1, 11}, {20, 32, 2, 13}, {64, 64, 1, 7}, {48, 24, 2, 13}, {40, 32, 1, 5}}) {
+                              {40, 64, 1, 11}, {20, 32, 2, 13}, {64, 64, 1, 7}, {48, 24, 2, 13}, {40, 32, 1, 5},
+                              {32, 48, 1, 9}, {24, 144, 2, 11}}) {
     Layer l = conv_layer(c, oc, 1, 3, 3, s, s, 1, 1, {1, 1, 1, 1}, true, rng);
     set_act(l, "relu", rng);
     const Blob x = random_blob({1, c, hw, hw}, rng);

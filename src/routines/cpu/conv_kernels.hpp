@@ -102,6 +102,10 @@ static_assert(offsetof(AsmFirstTile, rows) == 32 && offsetof(AsmFirstTile, kw) =
                   offsetof(AsmFirstTile, hi) == 76 && offsetof(AsmFirstTile, last) == 80,
               "gen_direct_asm.py reads AsmFirstTile by offset");
 using AsmFirstFn = void (*)(const AsmFirstTile&);
+/// Most output-channel blocks of a tile, and a tile's index by its OCB in the
+/// per-OCB tables of Kernels (asm_tile, asm_first, asm_max_w, tile_of).
+constexpr int kMaxOcb = 4;
+constexpr int ocb_index(int ocb) { return ocb - 1; }
 /// Widest assembly tile of any OCB (the accumulator buffer's size).
 constexpr int kMaxAsmW = 28;
 /// Widest row of a two-row assembly tile (OCB 2: 2 x 2 x 7 accumulators).
@@ -199,17 +203,17 @@ struct Kernels {
   DirectFn first_nhwc_rgb[kMaxTiles][3] = {};
   /// pointwise[t][s]: the same for 1x1 unpadded convolutions (kh0 = 0, kh = kw = 1, never an edge).
   DirectFn pointwise[kMaxTiles][3] = {};
-  /// asm_tile[o][s][w]: OCB = 1, 2, 4 (o = 0, 1, 2), stride 1, 2 (s = 0, 1),
+  /// asm_tile[o][s][w]: OCB = o + 1 (1 to 4, see ocb_index), stride 1, 2 (s = 0, 1),
   /// w = 1..asm_max_w[o] pixels; null where not built (AVX2).
-  AsmTileFn asm_tile[3][2][kMaxAsmW + 1] = {};
-  int asm_max_w[3] = {};
+  AsmTileFn asm_tile[kMaxOcb][2][kMaxAsmW + 1] = {};
+  int asm_max_w[kMaxOcb] = {};
   /// asm_tile2r[s][w]: two-row tiles, OCB = 2, w = 1..kMaxAsm2rW pixels per row;
   /// they read an input without edges (AsmRow::rows).
   AsmTileFn asm_tile2r[2][kMaxAsm2rW + 1] = {};
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
-  AsmFirstFn asm_first[3][2][kMaxAsmW + 1] = {};
+  AsmFirstFn asm_first[kMaxOcb][2][kMaxAsmW + 1] = {};
   /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.
-  int tile_of[3][kMaxAsmW + 1] = {};
+  int tile_of[kMaxOcb][kMaxAsmW + 1] = {};
   AsmRowFn asm_row = nullptr;  ///< null where the tiles are not built
   DepthwiseFn depthwise = nullptr;
   /// depthwise_block[k][s]: k = 0 for 3x3, 1 for 5x5; s = 0 for stride 1, 1 for stride 2.

@@ -405,7 +405,7 @@ void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
 template <int OCB, int W>
 void add_tile(conv::Kernels& k) {
   const int t = k.ntiles++;
-  if constexpr (W <= conv::kMaxAsmW) k.tile_of[OCB == 4 ? 2 : OCB - 1][W] = t;
+  if constexpr (W <= conv::kMaxAsmW) k.tile_of[conv::ocb_index(OCB)][W] = t;
   k.tile_ocb[t] = OCB;
   k.tile_w[t] = W;
   k.direct[t][0] = &direct_tile<OCB, W, 0, false, false>;
@@ -440,8 +440,8 @@ using conv::AsmFirstTile;
 /// and the C++ epilogue.
 void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   const conv::Kernels& k = *conv::kernels_avx512();
-  const int oi = r.ocb == 4 ? 2 : r.ocb - 1, si = r.sw - 1;
-  alignas(64) float acc[conv::kMaxAsmW * kV];  // [ocb][rows][w]: at most 4 x 7, 2 x 2 x 7, 1 x 28
+  const int oi = conv::ocb_index(r.ocb), si = r.sw - 1;
+  alignas(64) float acc[conv::kMaxAsmW * kV];  // [ocb][rows][w]: at most 4 x 7, 3 x 8, 2 x 2 x 7, 1 x 28
   alignas(64) float pad[conv::kAsmEdgeFloats];
   int64_t taps[64], taps_pad[64];
   const int ntaps = r.kh_n * r.kw;  // the caller checks ntaps <= 64
@@ -586,6 +586,7 @@ conv::Kernels make_kernels() {
   add_tile<1, 28>(k);
   add_tile<2, 7>(k);
   add_tile<2, 14>(k);
+  add_tile<3, 8>(k);  // 9 blocks (144 channels) take no 2 or 4
   add_tile<4, 4>(k);
   add_tile<4, 6>(k);
   add_tile<4, 7>(k);

@@ -29,9 +29,10 @@
 //
 // Routine parameters (the profiler tries the combinations):
 //   oc_block  output-channel blocks per register tile and task (1, 2, 4;
-//             reduced to a divisor of the blocks per group),
+//             reduced to the largest of 4, 3, 2, 1 dividing the blocks per
+//             group: 3 on AVX-512 for 9 blocks, MobileNetV2's 144 channels),
 //   ow_tile   output pixels per register tile (the value, capped by the
-//             registers: 7 for 4 blocks, 14 for 2, 28 for 1; the intrinsic
+//             registers: 7 for 4 blocks, 8 for 3, 14 for 2, 28 for 1; the intrinsic
 //             kernels take their largest instantiated width <= the value),
 //   ic_block  input-channel blocks per pass (0: as many as keep the pass's
 //             weights within 32 KiB, i.e. in L1),
@@ -100,7 +101,7 @@ class PreparedDirect final : public PreparedRoutine {
     int want_ocb = static_cast<int>(routine_param(params, "oc_block", 2));
     const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 4);
     int ocb = 1;
-    for (int c : {4, 2, 1})
+    for (int c : {4, 3, 2, 1})
       if (c <= want_ocb && ocbg_ % c == 0) {
         bool have = false;
         for (int t = 0; t < k.ntiles; ++t) have = have || k.tile_ocb[t] == c;
@@ -130,7 +131,7 @@ class PreparedDirect final : public PreparedRoutine {
     stride_idx_ = g_.sw == 1 ? 1 : g_.sw == 2 ? 2 : 0;
     // The assembly tiles (AVX-512): strides 1 and 2, at most 64 taps, an edge
     // tile's padded copy of one ic block within conv::kAsmEdgeFloats.
-    const int oi = ocb == 4 ? 2 : ocb - 1;
+    const int oi = conv::ocb_index(ocb);
     use_asm_ = k.asm_row && !(g_.group == 1 && icg_ <= conv::kNarrowPx) && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
@@ -415,7 +416,7 @@ class PreparedDirect final : public PreparedRoutine {
   /// weights from that row, rows read: kh_n; tiles of tw pixels, the last one
   /// narrower; edge tiles read a zero-padded patch.
   void first_row(const float* x, const float* w, float* y, int kh_n, const float* bias, int64_t row_in, int tw) const {
-    const int oi = cfg_.ocb == 4 ? 2 : cfg_.ocb - 1, si = static_cast<int>(g_.sw) - 1;
+    const int oi = conv::ocb_index(cfg_.ocb), si = static_cast<int>(g_.sw) - 1;
     const int64_t c = 3;
     alignas(64) float patch[kPatchFloats];
     int64_t rows[64], rows_patch[64];

@@ -27,7 +27,7 @@ import pathlib
 import sys
 
 # (OCB, largest W): registers = OCB*W accumulators + OCB weights + temporaries.
-TILES = [(4, 7), (2, 14), (1, 28)]
+TILES = [(4, 7), (3, 8), (2, 14), (1, 28)]
 # Two-row tiles (OCB 2, W pixels of each of two output rows): a 7-pixel row
 # alone gives each weight vector 7 FMAs, two rows give 14, halving the weight
 # traffic that bounds small planes with many channels (ResNet50's 512@7).
@@ -343,7 +343,7 @@ def main():
                 out.append(first_fn(ocb, w, s))
     out.append("void fill_asm_tiles(conv::Kernels& k) {")
     for ocb, wmax in TILES:
-        oi = {1: 0, 2: 1, 4: 2}[ocb]
+        oi = ocb - 1
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
                 out.append(f"  k.asm_tile[{oi}][{si}][{w}] = &asm_tile_{ocb}x{w}_s{s};")
@@ -353,7 +353,7 @@ def main():
             for w in range(1, wmax + 1):
                 out.append(f"  k.asm_tile2r[{si}][{w}] = &asm_tile2r_{ocb}x{w}_s{s};")
     for ocb, wmax in TILES:
-        out.append(f"  k.asm_max_w[{ {1: 0, 2: 1, 4: 2}[ocb]}] = {wmax};")
+        out.append(f"  k.asm_max_w[{ocb - 1}] = {wmax};")
     out.append("}")
     path = pathlib.Path(sys.argv[1])
     path.parent.mkdir(parents=True, exist_ok=True)
