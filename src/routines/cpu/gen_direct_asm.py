@@ -48,6 +48,11 @@ F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
 F_XROW2, F_YROW = 112, 120
 
 
+def ocb_index(ocb):
+    """A tile's index in the per-OCB tables of conv::Kernels (conv::ocb_index)."""
+    return ocb - 1
+
+
 def y_addr(j, i, r=0):
     """Accumulator (j, i) of row r in y: block j at y + j * y_ocb (rax, r12 = y_ocb,
     r13 = rax + 2 * r12); a two-row tile's second row at rsi = rax + y_row."""
@@ -343,7 +348,7 @@ def main():
                 out.append(first_fn(ocb, w, s))
     out.append("void fill_asm_tiles(conv::Kernels& k) {")
     for ocb, wmax in TILES:
-        oi = ocb - 1
+        oi = ocb_index(ocb)
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
                 out.append(f"  k.asm_tile[{oi}][{si}][{w}] = &asm_tile_{ocb}x{w}_s{s};")
@@ -353,7 +358,7 @@ def main():
             for w in range(1, wmax + 1):
                 out.append(f"  k.asm_tile2r[{si}][{w}] = &asm_tile2r_{ocb}x{w}_s{s};")
     for ocb, wmax in TILES:
-        out.append(f"  k.asm_max_w[{ocb - 1}] = {wmax};")
+        out.append(f"  k.asm_max_w[{ocb_index(ocb)}] = {wmax};")
     out.append("}")
     path = pathlib.Path(sys.argv[1])
     path.parent.mkdir(parents=True, exist_ok=True)
