@@ -572,18 +572,12 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(42);
   std::map<std::string, std::string> reasons;  // "descriptor: reason" -> first shape
-  // Per model and column: total ms (count-weighted) and whether every shape ran.
-  std::map<std::string, std::vector<std::pair<double, bool>>> totals;
-  std::map<std::string, double> best_total;
   std::vector<std::string> tuned;  // "shape descriptor: best parameters"
   std::vector<std::vector<double>> cell_ms;  // per shape, per column: ms (0: n/a)
   for (const auto& cs : shapes) {
     cell_ms.emplace_back(cols.size(), 0.0);
     fmt::print("{:<12} {:<22} {:>7.3f} {:>2}", cs.model, cs.name, cs.gflop(), cs.count);
     std::fflush(stdout);
-    auto& tot = totals[cs.model];
-    tot.resize(cols.size(), {0.0, true});
-    double best = 0;
     for (std::size_t i = 0; i < cols.size(); ++i) {
       RoutineParams best_params;
       Result r = time_routine(*cols[i].routine, cols[i].schema, cols[i].params.empty() ? fixed_params : cols[i].params,
@@ -594,20 +588,31 @@ int main(int argc, char** argv) {
       if (!r.ok) {
         fmt::print(" | {:^24}", "n/a");
         reasons.emplace(cols[i].descriptor + ": " + r.why, cs.name);
-        tot[i].second = false;
       } else {
         const double gf = cs.gflop() / (r.ms / 1e3);
         fmt::print(" | {:>8.3f} {:>6.1f} {:>6.1f}%", r.ms, gf, 100.0 * gf / peak);
-        tot[i].first += r.ms * cs.count;
-        if (best == 0 || r.ms < best) best = r.ms;
         cell_ms.back()[i] = r.ms;
       }
       std::fflush(stdout);
     }
-    best_total[cs.model] += best * cs.count;
     fmt::print("\n");
   }
   fmt::print("\nconv time per model (sum over its conv layers, count-weighted; best = best routine per layer):\n");
+  // Per model and column: total ms (count-weighted), incomplete where a shape did not run.
+  std::map<std::string, std::vector<std::pair<double, bool>>> totals;
+  std::map<std::string, double> best_total;
+  for (std::size_t s = 0; s < shapes.size(); ++s) {
+    auto& tot = totals[shapes[s].model];
+    tot.resize(cols.size(), {0.0, true});
+    double best = 0;
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      const double ms = cell_ms[s][i];
+      tot[i].first += ms * shapes[s].count;
+      tot[i].second = tot[i].second && ms > 0;
+      if (ms > 0 && (best == 0 || ms < best)) best = ms;
+    }
+    best_total[shapes[s].model] += best * shapes[s].count;
+  }
   for (const auto& [model, tot] : totals) {
     fmt::print("  {:<12}", model);
     for (std::size_t i = 0; i < cols.size(); ++i)

@@ -80,9 +80,11 @@
 namespace softneuro {
 namespace {
 
+using cpu::Int8Bounds;
 using cpu::TQ;
 using cpu::calibrated;
 using cpu::in_q;
+using cpu::int8_bounds;
 using cpu::out_q;
 using cpu::tensor_quant;
 
@@ -585,15 +587,11 @@ struct Add {
     const double shift = double(o.zp) - (double(a.scale) * a.zp + double(b.scale) * b.zp) / double(o.scale);
     dnnl::post_ops ops;
     if (shift != 0) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, static_cast<float>(shift));
-    // The sum is now q = z_out + real / s_out: relu is q >= z_out, clip [min, max] is
-    // q in [z_out + min / s_out, z_out + max / s_out] (the int8 range saturates the rest).
+    // The sum is now in the output's quantised units: relu/clip clamp it there.
     const Activation act = core::fused_activation(*info.layer);
     if (act.kind == Activation::relu || act.kind == Activation::clip) {
-      const float inv = 1.0f / o.scale, z = static_cast<float>(o.zp);
-      const bool clip = act.kind == Activation::clip;
-      const float lo = clip && !std::isfinite(act.min) ? -128.0f : z + (clip ? act.min : 0.0f) * inv;
-      const float hi = clip && std::isfinite(act.max) ? z + act.max * inv : 127.0f;
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, std::max(lo, -128.0f), std::min(hi, 127.0f));
+      const Int8Bounds q = int8_bounds(act, o);
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, static_cast<float>(q.lo), static_cast<float>(q.hi));
     }
     if (ops.len() > 0) attr.set_post_ops(ops);
     return Plan::single(dnnl::binary::primitive_desc(d, attr, cpu_engine()),

@@ -68,9 +68,11 @@
 namespace softneuro {
 namespace {
 
+using cpu::Int8Bounds;
 using cpu::TQ;
 using cpu::calibrated;
 using cpu::in_q;
+using cpu::int8_bounds;
 using cpu::out_q;
 using cpu::tensor_quant;
 
@@ -84,8 +86,6 @@ constexpr Schema kNhwc{Device::cpu, DType::qint8, Layout::nhwc};
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int32_t clamp8(double v) { return static_cast<int32_t>(std::clamp(v, -128.0, 127.0)); }
-
 
 /// What every routine here needs: AVX2, a qint8 schema, calibration of every blob.
 Support common(const LayerInfo& info, const Schema& s) {
@@ -110,14 +110,15 @@ Support activation_epilogue(const Layer& l, const TQ& out, Epilogue* ep) {
   Epilogue e;
   e.zp = out.zp;
   e.inv_out = 1.0f / out.scale;
-  auto q = [&](double v) { return clamp8(std::nearbyint(v / out.scale) + out.zp); };
   switch (a.kind) {
     case Activation::none: break;
-    case Activation::relu: e.lo = std::max(-128, out.zp); break;
-    case Activation::clip:
-      e.lo = std::isfinite(a.min) ? q(a.min) : -128;
-      e.hi = std::isfinite(a.max) ? q(a.max) : 127;
+    case Activation::relu:
+    case Activation::clip: {
+      const Int8Bounds b = int8_bounds(a, out);
+      e.lo = b.lo;
+      e.hi = b.hi;
       break;
+    }
     case Activation::hardswish: e.act = Epilogue::hardswish; break;
     case Activation::hardsigmoid:
       e.act = Epilogue::hardsigmoid;
@@ -911,17 +912,12 @@ class ActRoutine final : public Routine {
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", layer_type(), ok.reason));
     const TQ y = out_q(info);
-    int32_t lo = -128, hi = 127;
-    auto q = [&](double v) { return clamp8(std::nearbyint(v / y.scale) + y.zp); };
-    if (kClip) {
-      const double mn = info.layer->get_float("min", -std::numeric_limits<double>::infinity());
-      const double mx = info.layer->get_float("max", std::numeric_limits<double>::infinity());
-      if (std::isfinite(mn)) lo = q(mn);
-      if (std::isfinite(mx)) hi = q(mx);
-    } else {
-      lo = std::max(-128, y.zp);
-    }
-    return std::make_unique<Requant>(info.input_shapes[0].numel(), in_q(info, 0), y, lo, hi);
+    core::Activation act;  // the layer as the activation it would be if fused
+    act.kind = kClip ? core::Activation::clip : core::Activation::relu;
+    act.min = static_cast<float>(info.layer->get_float("min", -std::numeric_limits<double>::infinity()));
+    act.max = static_cast<float>(info.layer->get_float("max", std::numeric_limits<double>::infinity()));
+    const Int8Bounds b = int8_bounds(act, y);
+    return std::make_unique<Requant>(info.input_shapes[0].numel(), in_q(info, 0), y, b.lo, b.hi);
   }
 };
 

@@ -3,10 +3,13 @@
 // Internal to src/routines/cpu.
 #pragma once
 
+#include "core/layer_types.hpp"
+
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -52,6 +55,23 @@ inline TQ out_q(const LayerInfo& info, std::size_t i = 0) {
   TQ t;
   tensor_quant(info.output_quant, i, "output", &t);
   return t;
+}
+
+/// A fused relu or clip as bounds on the quantised output q = round(v / s) + z,
+/// saturated to int8: clamping q to them gives what dequantise -> activation ->
+/// quantise gives. [-128, 127] for no activation (and the others, which are no clamp).
+struct Int8Bounds {
+  int lo = -128, hi = 127;
+};
+inline Int8Bounds int8_bounds(const core::Activation& a, const TQ& out) {
+  auto q = [&](float v) { return static_cast<int>(std::clamp(std::nearbyint(double(v) / out.scale) + out.zp, -128.0, 127.0)); };
+  Int8Bounds b;
+  if (a.kind == core::Activation::relu) b.lo = out.zp;
+  if (a.kind == core::Activation::clip) {
+    if (std::isfinite(a.min)) b.lo = q(a.min);
+    if (std::isfinite(a.max)) b.hi = q(a.max);
+  }
+  return b;
 }
 
 }  // namespace softneuro::cpu

@@ -108,8 +108,10 @@ uint64_t xnnpack_allocations();
 namespace {
 
 using core::Activation;
+using cpu::Int8Bounds;
 using cpu::TQ;
 using cpu::in_q;
+using cpu::int8_bounds;
 using cpu::out_q;
 using cpu::tensor_quant;
 using core::Window2d;
@@ -929,21 +931,13 @@ struct Softmax {
 
 constexpr Schema kQSchema{Device::cpu, DType::qint8, Layout::nhwc};
 
-int8_t to_i8(double v) { return static_cast<int8_t>(std::clamp(v, -128.0, 127.0)); }
-
 /// The fused activation as XNNPACK's int8 output range, or why it cannot be one.
 Support int8_range(const Layer& l, const TQ& out, int8_t* lo, int8_t* hi) {
   const Activation a = core::fused_activation(l);
-  int8_t mn = -128, mx = 127;
-  switch (a.kind) {
-    case Activation::none: break;
-    case Activation::relu: mn = to_i8(out.zp); break;
-    case Activation::clip:
-      if (std::isfinite(a.min)) mn = to_i8(std::nearbyint(double(a.min) / out.scale) + out.zp);
-      if (std::isfinite(a.max)) mx = to_i8(std::nearbyint(double(a.max) / out.scale) + out.zp);
-      break;
-    default: return Support::no("fused activations other than relu/clip have no XNNPACK int8 form");
-  }
+  if (a.kind != Activation::none && a.kind != Activation::relu && a.kind != Activation::clip)
+    return Support::no("fused activations other than relu/clip have no XNNPACK int8 form");
+  const Int8Bounds b = int8_bounds(a, out);
+  const auto mn = static_cast<int8_t>(b.lo), mx = static_cast<int8_t>(b.hi);
   if (mn >= mx) return Support::no(fmt::format("the activation leaves the int8 range [{}, {}] empty", mn, mx));
   if (lo) *lo = mn;
   if (hi) *hi = mx;
