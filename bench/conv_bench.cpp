@@ -6,7 +6,7 @@
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
 //              [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]
-//              [--cold]
+//              [--cold] [--rounds N]
 //
 // Routines with parameters (param_space) are prepared and timed once per
 // combination (at most --max-combos, default 64, evenly spaced; --defaults:
@@ -15,6 +15,9 @@
 // fastest run instead of the median: kernel efficiency on a loaded machine.
 // --cold evicts the caches before each timed run (the input read back in):
 // a layer's weights as a net sees them, from DRAM, not from the last run.
+// The goals table after it times each shape's finalists again, interleaved
+// with FMA probes (--rounds N rounds, default 11; 0: the cells and the start's
+// peak instead): see print_goals.
 //
 // Only run() is timed: inputs are made in the routine's schema beforehand, so
 // layout conversions (adapts) are excluded. CPU schemas only; quantised ones get
@@ -117,23 +120,27 @@ double cpu_seconds() {
   return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
 }
 
-double probe_peak(int threads, bool avx512) {
+/// GFLOP/s of one probe: `iters` iterations of the FMA chains on `threads` threads at once.
+double probe_once(int threads, bool avx512, int64_t iters) {
   const double flops_per_iter = 12.0 * 2.0 * (avx512 ? 16 : 8);
+  std::atomic<float> sink{0};
+  const double c0 = cpu_seconds();
+  auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      float v = avx512 ? fma_chains_avx512(iters) : fma_chains_avx2(iters);
+      sink.store(v, std::memory_order_relaxed);
+    });
+  for (auto& t : pool) t.join();
+  const double s = g_cpu_time ? (cpu_seconds() - c0) / threads : std::chrono::duration<double>(Clock::now() - t0).count();
+  return flops_per_iter * double(iters) * threads / s / 1e9;
+}
+
+/// The machine's peak: the best of 20 probes.
+double probe_peak(int threads, bool avx512) {
   double best = 0;
-  for (int rep = 0; rep < 20; ++rep) {
-    std::atomic<float> sink{0};
-    const double c0 = cpu_seconds();
-    auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&] {
-        float v = avx512 ? fma_chains_avx512(kProbeIters) : fma_chains_avx2(kProbeIters);
-        sink.store(v, std::memory_order_relaxed);
-      });
-    for (auto& t : pool) t.join();
-    const double s = g_cpu_time ? (cpu_seconds() - c0) / threads : std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, flops_per_iter * double(kProbeIters) * threads / s / 1e9);
-  }
+  for (int rep = 0; rep < 20; ++rep) best = std::max(best, probe_once(threads, avx512, kProbeIters));
   return best;
 }
 
@@ -320,33 +327,70 @@ std::string params_text(const RoutineParams& p) {
   return s.empty() ? "(defaults)" : s;
 }
 
+/// A conv2 layer of the shape (random weights, fused bias + relu) and what a
+/// routine is told about it. Not movable: info points at layer.
+struct ConvCase {
+  Layer layer;
+  LayerInfo info;
+  ConvCase(const ConvCase&) = delete;
+  ConvCase(const ConvShape& cs, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
+    Blob b = Blob::allocate({cs.oc});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng) * 0.1f;
+    layer.name = cs.name;
+    layer.type = "conv2";
+    layer.inputs = {"x"};
+    layer.outputs = {"y"};
+    layer.params["strides"] = std::vector<int64_t>{cs.stride, cs.stride};
+    layer.params["pads"] = std::vector<int64_t>{cs.pad, cs.pad, cs.pad, cs.pad};
+    layer.params["group"] = cs.group;
+    layer.params["act"] = std::string("relu");
+    layer.weights["weight"] = w;
+    layer.weights["bias"] = b;
+    info.layer = &layer;
+    info.input_shapes = {Shape{1, cs.c, cs.hw, cs.hw}};
+    info.output_shapes = core::infer_layer_shapes(layer, info.input_shapes);
+    // Calibration as a quantised routine would get it (per tensor, int8 activations).
+    info.input_quant = {QuantParams{{0.02f}, {0}, -1}};
+    info.output_quant = {QuantParams{{0.05f}, {0}, -1}};
+  }
+};
+
+/// A prepared routine with its input, output and workspace, ready to run.
+struct PreparedCase {
+  std::unique_ptr<PreparedRoutine> prepared;
+  std::unique_ptr<void, void (*)(void*)> workspace{nullptr, std::free};
+  const Blob* ins[1];
+  Blob* outs[1];
+  PreparedCase(const Routine& routine, const ConvCase& c, const Schema& schema, const RoutineParams& params, const Blob& x,
+               Blob& y)
+      : prepared(routine.prepare(c.info, schema, params)), ins{&x}, outs{&y} {
+    const std::size_t ws = prepared->workspace_bytes();
+    if (ws) workspace.reset(std::aligned_alloc(64, (ws + 63) / 64 * 64));
+  }
+  /// One run's time in ms (wall, or --cpu-time: CPU time / threads; --cold: caches evicted first).
+  double time_run(int threads) {
+    RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
+    if (g_cold) evict_caches(*ins[0]);
+    const double c0 = cpu_seconds();
+    auto t0 = Clock::now();
+    prepared->run(args);
+    return g_cpu_time ? (cpu_seconds() - c0) * 1e3 / threads
+                      : std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+  void run() {
+    RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
+    prepared->run(args);
+  }
+};
+
 /// Times `routine` with `fixed` parameters, or (when `fixed` is empty) with
 /// each of at most `max_combos` combinations of its parameters, keeping the best.
 Result time_routine(const Routine& routine, const Schema& schema, const RoutineParams& fixed, const ConvShape& cs,
                     int max_runs, double budget_s, std::mt19937& rng, std::size_t max_combos, RoutineParams* best_params) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
-  Blob b = Blob::allocate({cs.oc});
-  for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng) * 0.1f;
-  Layer layer;
-  layer.name = cs.name;
-  layer.type = "conv2";
-  layer.inputs = {"x"};
-  layer.outputs = {"y"};
-  layer.params["strides"] = std::vector<int64_t>{cs.stride, cs.stride};
-  layer.params["pads"] = std::vector<int64_t>{cs.pad, cs.pad, cs.pad, cs.pad};
-  layer.params["group"] = cs.group;
-  layer.params["act"] = std::string("relu");
-  layer.weights["weight"] = w;
-  layer.weights["bias"] = b;
-  LayerInfo info;
-  info.layer = &layer;
-  info.input_shapes = {Shape{1, cs.c, cs.hw, cs.hw}};
-  info.output_shapes = core::infer_layer_shapes(layer, info.input_shapes);
-  // Calibration as a quantised routine would get it (per tensor, int8 activations).
-  info.input_quant = {QuantParams{{0.02f}, {0}, -1}};
-  info.output_quant = {QuantParams{{0.05f}, {0}, -1}};
-
+  const ConvCase c(cs, rng);
+  const LayerInfo& info = c.info;
   Result r;
   Support s = routine.supports(info, schema);
   if (!s) {
@@ -363,27 +407,16 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
   const std::vector<RoutineParams> combos =
       fixed.empty() ? param_combinations(routine.param_space(info, schema), max_combos) : std::vector<RoutineParams>{fixed};
   for (const RoutineParams& params : combos) {
-    auto prepared = routine.prepare(info, schema, params);
-    const std::size_t ws = prepared->workspace_bytes();
-    std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
-                                                     std::free);
-    const Blob* ins[] = {&x};
-    Blob* outs[] = {&y};
-    RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
-    prepared->run(args);
-    prepared->run(args);
+    PreparedCase pc(routine, c, schema, params, x, y);
+    pc.run();
+    pc.run();
     std::vector<double> times;
     const double share = combos.size() > 1 ? budget_s / double(combos.size()) : budget_s;
     const int runs = combos.size() > 1 ? std::max(3, std::min(max_runs, 5)) : max_runs;
     const auto start = Clock::now();
     const int threads = num_threads();
     while (static_cast<int>(times.size()) < runs) {
-      if (g_cold) evict_caches(x);
-      const double c0 = cpu_seconds();
-      auto t0 = Clock::now();
-      prepared->run(args);
-      times.push_back(g_cpu_time ? (cpu_seconds() - c0) * 1e3 / threads
-                                 : std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      times.push_back(pc.time_run(threads));
       if (times.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > share) break;
     }
     std::sort(times.begin(), times.end());
@@ -402,49 +435,139 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
 
 // ---------------------------------------------------------------------------
 
-/// The goals per shape, from the table's cells (float32 routines only:
-/// the bfloat16 and int8 ones compute something else): our best routine against
-/// oneDNN's best (goal: within 10%, i.e. ratio <= 1.10); the best direct or GEMM
-/// routine's share of the FMA peak (goal >= 85% on the 3x3 layers of VGG16 and
-/// ResNet50); the best Winograd routine's, by the same direct-convolution FLOPs
-/// (goal >= 150% on 3x3 stride-1 layers with >= 128 channels; Winograd computes
-/// stride 1 only).
+/// Median of `v` (not empty).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Timed runs of a finalist per round (their median is the round's time).
+constexpr int kRunsPerRound = 3;
+
+/// How the goals are measured (--rounds).
+struct GoalsSetup {
+  int rounds = 11;  ///< interleaved rounds per shape; 0: from the table's cells and the peak probed at the start
+  int threads = 2;
+  bool avx512 = true;
+  double peak = 0;  ///< the start's peak (rounds == 0)
+};
+
+/// The goals per shape (float32 routines only: the bfloat16 and int8
+/// ones compute something else): our best routine against oneDNN's best (goal:
+/// within 10%, i.e. ratio <= 1.10); the best direct or GEMM routine's share of
+/// the FMA peak (goal >= 85% on the 3x3 layers of VGG16 and ResNet50); the best
+/// Winograd routine's, by the same direct-convolution FLOPs (goal >= 150% on
+/// 3x3 stride-1 layers with >= 128 channels; Winograd computes stride 1 only).
+///
+/// The finalists come from the table: per shape the best cell of ours, of
+/// oneDNN, of direct/GEMM and of Winograd, with their best parameters. On a
+/// shared machine both the routines' times and the FMA peak drift by 10-30%
+/// within minutes, so (rounds > 0) the finalists are timed again interleaved:
+/// each round probes the peak (before and after, averaged), then runs every
+/// finalist in a rotated order (an untimed run, then the median of
+/// kRunsPerRound); the goals are the medians over rounds of each round's
+/// ratios (ours / oneDNN, FLOP/s / that round's peak).
 template <class Cols>
 void print_goals(const std::vector<ConvShape>& shapes, const Cols& cols, const std::vector<std::vector<double>>& cell_ms,
-                 double peak) {
+                 const std::vector<std::vector<RoutineParams>>& cell_params, const GoalsSetup& setup,
+                 std::mt19937& rng) {
   auto algorithm = [](const std::string& d) {
     const auto slash = d.find('/');
     return d.substr(slash + 1, d.find(' ', slash) - slash - 1);
   };
-  fmt::print("\ngoals per layer (float32 routines; ok / MISSED / - where the goal does not apply or a column is missing):\n");
+  fmt::print("\ngoals per layer (float32 routines; ok / MISSED / - where the goal does not apply or a column is missing)");
+  if (setup.rounds > 0)
+    fmt::print(",\nthe finalists timed again interleaved: medians of {} rounds (each: an FMA probe, every finalist's "
+               "median of {} runs, a probe):\n", setup.rounds, kRunsPerRound);
+  else
+    fmt::print(", from the cells above and the peak probed at the start:\n");
   fmt::print("{:<12} {:<22} | {:<34} {:>8} | {:>9} {:>6} {:<6} | {:>13} {:<6} | {:>12} {:<6}\n", "model", "layer",
              "best of ours", "ms", "oneDNN ms", "ratio", "<=1.10", "direct/GEMM %", ">=85%", "Winograd %", ">=150%");
   for (std::size_t s = 0; s < shapes.size(); ++s) {
     const ConvShape& cs = shapes[s];
-    double ours = 0, onednn = 0, dg = 0, wg = 0;
-    std::string ours_name;
+    // The finalists: columns (-1: none).
+    int ours = -1, onednn = -1, dg = -1, wg = -1;
     for (std::size_t i = 0; i < cols.size(); ++i) {
       const double ms = cell_ms[s][i];
       if (ms <= 0 || cols[i].schema.dtype != DType::float32 || cols[i].descriptor == "cpu/ref") continue;
       const std::string a = algorithm(cols[i].descriptor);
-      auto take = [ms](double& best) { best = best == 0 ? ms : std::min(best, ms); };
+      auto take = [&](int& best) {
+        if (best < 0 || ms < cell_ms[s][best]) best = static_cast<int>(i);
+      };
       if (a == "onednn") {
         take(onednn);
         continue;
       }
-      if (ours == 0 || ms < ours) ours_name = cols[i].descriptor;
       take(ours);
       if (a == "direct" || a == "im2col" || a == "gemm1x1") take(dg);
       if (a == "wg") take(wg);
     }
-    auto pct = [&](double ms) { return ms > 0 ? 100.0 * cs.gflop() / (ms / 1e3) / peak : 0.0; };
+    // Per finalist, its time in each round; per round, the peak.
+    std::vector<int> fin;
+    for (int f : {ours, onednn, dg, wg})
+      if (f >= 0 && std::find(fin.begin(), fin.end(), f) == fin.end()) fin.push_back(f);
+    std::map<int, std::vector<double>> times;
+    std::vector<double> peaks;
+    if (setup.rounds > 0 && !fin.empty()) {
+      const ConvCase c(cs, rng);
+      std::vector<Blob> xs, ys;
+      xs.reserve(fin.size());
+      ys.reserve(fin.size());
+      std::vector<std::unique_ptr<PreparedCase>> pcs;
+      for (int f : fin) {
+        xs.push_back(Blob::allocate(c.info.input_shapes[0], cols[f].schema.dtype, cols[f].schema.layout));
+        fill_random(xs.back(), rng);
+        ys.push_back(Blob::allocate(c.info.output_shapes[0], cols[f].schema.dtype, cols[f].schema.layout));
+        pcs.push_back(std::make_unique<PreparedCase>(*cols[f].routine, c, cols[f].schema, cell_params[s][f], xs.back(),
+                                                     ys.back()));
+        pcs.back()->run();
+        pcs.back()->run();
+      }
+      auto probe = [&] { return probe_once(setup.threads, setup.avx512, kProbeIters); };
+      for (int r = 0; r < setup.rounds; ++r) {
+        const double before = probe();
+        for (std::size_t k = 0; k < fin.size(); ++k) {
+          const std::size_t j = (k + r) % fin.size();
+          pcs[j]->run();  // untimed: the first run after the probe wakes the pool and brings the weights back
+          std::vector<double> runs;
+          for (int k = 0; k < kRunsPerRound; ++k) runs.push_back(pcs[j]->time_run(setup.threads));
+          times[fin[j]].push_back(median(runs));
+        }
+        peaks.push_back((before + probe()) / 2);
+      }
+    } else {
+      for (int f : fin) times[f] = {cell_ms[s][f]};
+      peaks = {setup.peak};
+    }
+    // Medians over rounds: a finalist's time, our best of a round, ratios of a round.
+    const std::size_t n = peaks.size();
+    auto ours_at = [&](std::size_t r) {
+      double best = 0;
+      for (int f : {ours, dg, wg})
+        if (f >= 0) best = best == 0 ? times[f][r] : std::min(best, times[f][r]);
+      return best;
+    };
+    auto over_rounds = [&](auto fn) {
+      std::vector<double> v;
+      for (std::size_t r = 0; r < n; ++r) v.push_back(fn(r));
+      return median(v);
+    };
+    const double ours_ms = ours >= 0 ? over_rounds(ours_at) : 0;
+    const double onednn_ms = onednn >= 0 ? median(times[onednn]) : 0;
+    const double ratio = ours >= 0 && onednn >= 0 ? over_rounds([&](std::size_t r) { return ours_at(r) / times[onednn][r]; }) : 0;
+    auto pct = [&](int f) {
+      return f < 0 ? 0.0 : over_rounds([&](std::size_t r) { return 100.0 * cs.gflop() / (times[f][r] / 1e3) / peaks[r]; });
+    };
+    const double dg_pct = pct(dg), wg_pct = pct(wg);
     auto verdict = [](bool applies, bool have, bool met) { return !applies || !have ? "-" : met ? "ok" : "MISSED"; };
     const bool dense3 = cs.k == 3 && cs.group == 1 && (cs.model == "vgg16" || cs.model == "resnet50");
     const bool wide3 = dense3 && cs.stride == 1 && cs.c >= 128 && cs.oc >= 128;
-    const double ratio = ours > 0 && onednn > 0 ? ours / onednn : 0;
-    fmt::print("{:<12} {:<22} | {:<34} {:>8.3f} | {:>9.3f} {:>6.2f} {:<6} | {:>12.1f}% {:<6} | {:>11.1f}% {:<6}\n", cs.model,
-               cs.name, ours_name.substr(0, 34), ours, onednn, ratio, verdict(true, ratio > 0, ratio <= 1.10), pct(dg),
-               verdict(dense3, dg > 0, pct(dg) >= 85), pct(wg), verdict(wide3, wg > 0, pct(wg) >= 150));
+    const std::string ours_name = ours >= 0 ? cols[ours].descriptor : std::string();
+    fmt::print("{:<12} {:<22} | {:<34} {:>8.3f} | {:>9.3f} {:>6.2f} {:<6} | {:>12.1f}% {:<6} | {:>11.1f}% {:<6}{}\n", cs.model,
+               cs.name, ours_name.substr(0, 34), ours_ms, onednn_ms, ratio, verdict(true, ratio > 0, ratio <= 1.10), dg_pct,
+               verdict(dense3, dg >= 0, dg_pct >= 85), wg_pct, verdict(wide3, wg >= 0, wg_pct >= 150),
+               n > 1 ? fmt::format("  peak {:.0f}", median(peaks)) : std::string());
+    std::fflush(stdout);
   }
 }
 
@@ -459,6 +582,7 @@ int main(int argc, char** argv) {
   int threads = 2, runs = 20, max_combos = 64;
   RoutineParams fixed_params;  // --params: these values instead of the search
   double budget = 0.4;
+  GoalsSetup goals;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -484,11 +608,13 @@ int main(int argc, char** argv) {
     else if (a == "--fastest") g_fastest = true;
     else if (a == "--cold") g_cold = true;
     else if (a == "--cpu-time") g_cpu_time = true;
+    else if (a == "--rounds") goals.rounds = std::max(0, std::atoi(value().c_str()));
     else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
-                 "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time] [--cold]\n");
+                 "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time] [--cold]\n"
+                 "                  [--rounds N]\n");
       return 2;
     }
   }
@@ -574,8 +700,10 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> reasons;  // "descriptor: reason" -> first shape
   std::vector<std::string> tuned;  // "shape descriptor: best parameters"
   std::vector<std::vector<double>> cell_ms;  // per shape, per column: ms (0: n/a)
+  std::vector<std::vector<RoutineParams>> cell_params;  // per shape, per column: the best parameters
   for (const auto& cs : shapes) {
     cell_ms.emplace_back(cols.size(), 0.0);
+    cell_params.emplace_back(cols.size());
     fmt::print("{:<12} {:<22} {:>7.3f} {:>2}", cs.model, cs.name, cs.gflop(), cs.count);
     std::fflush(stdout);
     for (std::size_t i = 0; i < cols.size(); ++i) {
@@ -592,6 +720,7 @@ int main(int argc, char** argv) {
         const double gf = cs.gflop() / (r.ms / 1e3);
         fmt::print(" | {:>8.3f} {:>6.1f} {:>6.1f}%", r.ms, gf, 100.0 * gf / peak);
         cell_ms.back()[i] = r.ms;
+        cell_params.back()[i] = best_params;
       }
       std::fflush(stdout);
     }
@@ -620,7 +749,10 @@ int main(int argc, char** argv) {
       else fmt::print("  {} (incomplete)", cols[i].descriptor);
     fmt::print("  best {:.2f} ms\n", best_total[model]);
   }
-  print_goals(shapes, cols, cell_ms, peak);
+  goals.threads = threads;
+  goals.avx512 = use512;
+  goals.peak = peak;
+  print_goals(shapes, cols, cell_ms, cell_params, goals, rng);
   fmt::print("\nFMA peak probed again after the table: AVX2 {:.1f} GFLOP/s{} (a large change means a noisy machine)\n",
              probe_peak(threads, false), has512 ? fmt::format(", AVX-512 {:.1f}", probe_peak(threads, true)) : std::string());
   if (!tuned.empty()) {
