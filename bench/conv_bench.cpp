@@ -369,19 +369,18 @@ struct PreparedCase {
     const std::size_t ws = prepared->workspace_bytes();
     if (ws) workspace.reset(std::aligned_alloc(64, (ws + 63) / 64 * 64));
   }
-  /// One run's time in ms (wall, or --cpu-time: CPU time / threads; --cold: caches evicted first).
-  double time_run(int threads) {
-    RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
-    if (g_cold) evict_caches(*ins[0]);
-    const double c0 = cpu_seconds();
-    auto t0 = Clock::now();
-    prepared->run(args);
-    return g_cpu_time ? (cpu_seconds() - c0) * 1e3 / threads
-                      : std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  }
   void run() {
     RunArgs args{ins, outs, workspace.get(), &core::global_pool()};
     prepared->run(args);
+  }
+  /// One run's time in ms (wall, or --cpu-time: CPU time / threads; --cold: caches evicted first).
+  double time_run(int threads) {
+    if (g_cold) evict_caches(*ins[0]);
+    const double c0 = cpu_seconds();
+    auto t0 = Clock::now();
+    run();
+    return g_cpu_time ? (cpu_seconds() - c0) * 1e3 / threads
+                      : std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 };
 
