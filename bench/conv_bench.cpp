@@ -51,6 +51,7 @@
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
+#include "conv_layer.hpp"
 
 #include <softneuro/net.hpp>
 #include <softneuro/routine.hpp>
@@ -327,27 +328,20 @@ std::string params_text(const RoutineParams& p) {
   return s.empty() ? "(defaults)" : s;
 }
 
+/// Median of `v` (not empty).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 /// A conv2 layer of the shape (random weights, fused bias + relu) and what a
 /// routine is told about it. Not movable: info points at layer.
 struct ConvCase {
   Layer layer;
   LayerInfo info;
   ConvCase(const ConvCase&) = delete;
-  ConvCase(const ConvShape& cs, std::mt19937& rng) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k});
-    Blob b = Blob::allocate({cs.oc});
-    for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng) * 0.1f;
-    layer.name = cs.name;
-    layer.type = "conv2";
-    layer.inputs = {"x"};
-    layer.outputs = {"y"};
-    layer.params["strides"] = std::vector<int64_t>{cs.stride, cs.stride};
-    layer.params["pads"] = std::vector<int64_t>{cs.pad, cs.pad, cs.pad, cs.pad};
-    layer.params["group"] = cs.group;
-    layer.params["act"] = std::string("relu");
-    layer.weights["weight"] = w;
-    layer.weights["bias"] = b;
+  ConvCase(const ConvShape& cs, std::mt19937& rng)
+      : layer(bench::conv_layer(cs.name, cs.c, cs.oc, cs.k, cs.stride, cs.pad, cs.group, rng)) {
     info.layer = &layer;
     info.input_shapes = {Shape{1, cs.c, cs.hw, cs.hw}};
     info.output_shapes = core::infer_layer_shapes(layer, info.input_shapes);
@@ -418,8 +412,7 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
       times.push_back(pc.time_run(threads));
       if (times.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > share) break;
     }
-    std::sort(times.begin(), times.end());
-    const double ms = g_fastest ? times.front() : times[times.size() / 2];
+    const double ms = g_fastest ? *std::min_element(times.begin(), times.end()) : median(times);
     if (!r.ok || ms < r.ms) {
       r.ms = ms;
       r.runs = static_cast<int>(times.size());
@@ -434,12 +427,6 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
 
 // ---------------------------------------------------------------------------
 
-/// Median of `v` (not empty).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 /// Timed runs of a finalist per round (their median is the round's time).
 constexpr int kRunsPerRound = 3;
 
@@ -450,6 +437,39 @@ struct GoalsSetup {
   bool avx512 = true;
   double peak = 0;  ///< the start's peak (rounds == 0)
 };
+
+/// The interleaved rounds of print_goals: per finalist (a column of `cols`,
+/// run with `params[column]`) its time in each round, and each round's peak.
+template <class Cols>
+void time_interleaved(const ConvShape& cs, const Cols& cols, const std::vector<int>& fin,
+                      const std::vector<RoutineParams>& params, const GoalsSetup& setup, std::mt19937& rng,
+                      std::map<int, std::vector<double>>& times, std::vector<double>& peaks) {
+  const ConvCase c(cs, rng);
+  std::vector<Blob> xs, ys;
+  xs.reserve(fin.size());
+  ys.reserve(fin.size());
+  std::vector<std::unique_ptr<PreparedCase>> pcs;
+  for (int f : fin) {
+    xs.push_back(Blob::allocate(c.info.input_shapes[0], cols[f].schema.dtype, cols[f].schema.layout));
+    fill_random(xs.back(), rng);
+    ys.push_back(Blob::allocate(c.info.output_shapes[0], cols[f].schema.dtype, cols[f].schema.layout));
+    pcs.push_back(std::make_unique<PreparedCase>(*cols[f].routine, c, cols[f].schema, params[f], xs.back(), ys.back()));
+    pcs.back()->run();
+    pcs.back()->run();
+  }
+  auto probe = [&] { return probe_once(setup.threads, setup.avx512, kProbeIters); };
+  for (int r = 0; r < setup.rounds; ++r) {
+    const double before = probe();
+    for (std::size_t k = 0; k < fin.size(); ++k) {
+      const std::size_t j = (k + r) % fin.size();
+      pcs[j]->run();  // untimed: the first run after the probe wakes the pool and brings the weights back
+      std::vector<double> runs;
+      for (int run = 0; run < kRunsPerRound; ++run) runs.push_back(pcs[j]->time_run(setup.threads));
+      times[fin[j]].push_back(median(runs));
+    }
+    peaks.push_back((before + probe()) / 2);
+  }
+}
 
 /// The goals per shape (float32 routines only: the bfloat16 and int8
 /// ones compute something else): our best routine against oneDNN's best (goal:
@@ -508,32 +528,7 @@ void print_goals(const std::vector<ConvShape>& shapes, const Cols& cols, const s
     std::map<int, std::vector<double>> times;
     std::vector<double> peaks;
     if (setup.rounds > 0 && !fin.empty()) {
-      const ConvCase c(cs, rng);
-      std::vector<Blob> xs, ys;
-      xs.reserve(fin.size());
-      ys.reserve(fin.size());
-      std::vector<std::unique_ptr<PreparedCase>> pcs;
-      for (int f : fin) {
-        xs.push_back(Blob::allocate(c.info.input_shapes[0], cols[f].schema.dtype, cols[f].schema.layout));
-        fill_random(xs.back(), rng);
-        ys.push_back(Blob::allocate(c.info.output_shapes[0], cols[f].schema.dtype, cols[f].schema.layout));
-        pcs.push_back(std::make_unique<PreparedCase>(*cols[f].routine, c, cols[f].schema, cell_params[s][f], xs.back(),
-                                                     ys.back()));
-        pcs.back()->run();
-        pcs.back()->run();
-      }
-      auto probe = [&] { return probe_once(setup.threads, setup.avx512, kProbeIters); };
-      for (int r = 0; r < setup.rounds; ++r) {
-        const double before = probe();
-        for (std::size_t k = 0; k < fin.size(); ++k) {
-          const std::size_t j = (k + r) % fin.size();
-          pcs[j]->run();  // untimed: the first run after the probe wakes the pool and brings the weights back
-          std::vector<double> runs;
-          for (int k = 0; k < kRunsPerRound; ++k) runs.push_back(pcs[j]->time_run(setup.threads));
-          times[fin[j]].push_back(median(runs));
-        }
-        peaks.push_back((before + probe()) / 2);
-      }
+      time_interleaved(cs, cols, fin, cell_params[s], setup, rng, times, peaks);
     } else {
       for (int f : fin) times[f] = {cell_ms[s][f]};
       peaks = {setup.peak};

@@ -13,6 +13,7 @@
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 #include "routines/cuda/cuda_stats.hpp"
+#include "conv_layer.hpp"
 
 #include <softneuro/net.hpp>
 #include <softneuro/routine.hpp>
@@ -77,22 +78,9 @@ std::shared_ptr<void> device_bytes(std::size_t n) {
 
 void bench_convs(int runs) {
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
   fmt::print("{:<28} {:<26} {:>6} {:>10} {:>9}\n", "shape", "routine", "algo", "ms", "GFLOP/s");
   for (const ConvShape& cs : kShapes) {
-    Layer l;
-    l.name = cs.name;
-    l.type = "conv2";
-    l.inputs = {"x"};
-    l.outputs = {"y"};
-    l.params["strides"] = std::vector<int64_t>{cs.stride, cs.stride};
-    l.params["pads"] = std::vector<int64_t>{cs.pad, cs.pad, cs.pad, cs.pad};
-    l.params["group"] = cs.group;
-    l.params["act"] = std::string("relu");
-    Blob w = Blob::allocate({cs.oc, cs.c / cs.group, cs.k, cs.k}), b = Blob::allocate({cs.oc});
-    for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng);
-    l.weights["weight"] = w;
-    l.weights["bias"] = b;
+    Layer l = bench::conv_layer(cs.name, cs.c, cs.oc, cs.k, cs.stride, cs.pad, cs.group, rng);
     LayerInfo info;
     info.layer = &l;
     info.input_shapes = {Shape{1, cs.c, cs.hw, cs.hw}};
