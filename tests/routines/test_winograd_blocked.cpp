@@ -13,7 +13,12 @@ TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]
   for (const std::string desc : {"cpu:float32:nchw16c/avx512", "cpu:float32:nchw8c/avx2"}) {
     INFO(desc);
     for (auto [n, c, k, h, w, m] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 3, 5, 8, 8, 2},
-                                     {2, 17, 24, 9, 13, 4}, {1, 40, 9, 14, 14, 6}, {1, 16, 16, 5, 7, 4}}) {
+                                     {2, 17, 24, 9, 13, 4}, {1, 40, 9, 14, 14, 6}, {1, 16, 16, 5, 7, 4},
+                                     // wgconvb on AVX-512 (the direct convolution's assembly tiles): 4
+                                     // tiles, groups of 4 and 3 output vectors, two input-channel chunks,
+                                     // a last block of 8 channels; 9 tiles, groups of 2 and 1 vectors,
+                                     // two chunks, a last block of 4 channels.
+                                     {1, 200, 112, 4, 4, 2}, {1, 340, 40, 6, 6, 2}}) {
       INFO("n" << n << " c" << c << " k" << k << " " << h << "x" << w << " tile " << m);
       const core::WinogradTiles t = core::winograd_tiles(m, n, h, w);  // pads 1: output h x w
       const int64_t p = (m + 2) * (m + 2);

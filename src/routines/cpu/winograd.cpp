@@ -394,7 +394,7 @@ struct BlockedConv final : PreparedRoutine {
   BlockedConv(const LayerInfo& info, const wg::blocked::Kernels& kernels)
       : k(kernels), p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), t(info.input_shapes[0][2]) {
     const Blob& w = info.layer->weight("weight");
-    u = k.pack(w.data_as<float>(), p, c, w.shape()[2]);
+    u = k.pack(w.data_as<float>(), p, c, w.shape()[2], t);
   }
   void run(const RunArgs& a) override {
     k.gemm(u, p, c, t, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool);

@@ -18,18 +18,21 @@
 
 namespace softneuro::wg::blocked {
 
-/// U [P][C][K] packed for the GEMM of one ISA: per position, groups of the
-/// ISA's number of output-channel vectors, each [C padded to V][vectors][V]
-/// (the vectors one input channel multiplies are adjacent), zero-padded.
+/// U [P][C][K] packed for the GEMM of one ISA: per position, groups of `nk`
+/// output-channel vectors (the last group may have fewer), each [C padded to
+/// V][vectors][V] (the vectors one input channel multiplies are adjacent),
+/// zero-padded.
 struct PackedU {
   int64_t kb = 0, cpad = 0;
+  int nk = 1;
   std::vector<float> data;
 };
 
 struct Kernels {
   int vec = 0;  ///< channels per vector, the layout's block
   void (*encode)(int m, const Geometry& g, const float* x, float* v, ThreadPool& pool) = nullptr;
-  PackedU (*pack)(const float* u, int64_t p, int64_t c, int64_t k) = nullptr;
+  /// t: the tiles (GEMM rows) the packing is for (the group size may depend on it).
+  PackedU (*pack)(const float* u, int64_t p, int64_t c, int64_t k, int64_t t) = nullptr;
   void (*gemm)(const PackedU& u, int64_t p, int64_t c, int64_t t, const float* v, float* mm, ThreadPool& pool) = nullptr;
   /// bias: K padded to whole vectors (zeros past K), or null.
   void (*decode)(int m, const Geometry& g, const cpu::gemm::Epilogue& e, const float* bias, const float* mm, float* y,
