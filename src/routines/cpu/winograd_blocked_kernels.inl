@@ -105,6 +105,19 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
 
 // --- GEMM: M[p][kb][t] = sum_c V[p][c/kV][t][c%kV] * U[p][kb][c] --------------
 
+/// The size of the fewest equal parts of n that are at most `most` each.
+inline int64_t equal_part(int64_t n, int64_t most) {
+  const int64_t parts = (n + most - 1) / most;
+  return (n + parts - 1) / parts;
+}
+
+/// Input-channel blocks per chunk of a GEMM over nk output-channel vectors:
+/// the chunk's U panel (chunk x nk x kV x kV floats) within ~40 KiB, so it stays
+/// in L1 while every row streams over it; chunks of equal size.
+inline int64_t l1_chunk(int64_t cbs, int64_t nk) {
+  return equal_part(cbs, std::max<int64_t>(1, (40 * 1024) / (kV * kV * nk * 4)));
+}
+
 #if !SN_F32_AVX512
 // AVX2: an intrinsic micro-kernel (AVX-512 runs the direct convolution's
 // assembly tiles: gemm_rows_asm below).
@@ -158,9 +171,7 @@ void gemm_tail(int64_t rows, const float* v, int64_t v_cb, int64_t cbs, const fl
 /// whose U panel (chunk x NK*kV floats) stays in L1 across all the rows.
 template <int NK>
 void gemm_rows(const float* v, int64_t v_cb, int64_t cbs, int64_t T, const float* u, float* mm, int64_t m_kb) {
-  // Channel blocks per chunk: the panel within ~40 KiB, chunks of equal size.
-  constexpr int64_t kMaxChunk = std::max(1, (40 * 1024) / (kV * kV * NK * 4));
-  const int64_t chunks = (cbs + kMaxChunk - 1) / kMaxChunk, chunk = (cbs + chunks - 1) / chunks;
+  const int64_t chunk = l1_chunk(cbs, NK);
   for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk) {
     const int64_t n = std::min(chunk, cbs - cb0);
     const float* vc = v + cb0 * v_cb;
@@ -225,9 +236,7 @@ wgb::PackedU pack(const float* u, int64_t p, int64_t c, int64_t k, int64_t T) {
 void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, int64_t T, const float* u, float* mm) {
   static constexpr int64_t kOneTap[1] = {0};
   const int64_t cbs = (c + kV - 1) / kV, v_cb = T * kV;
-  const int64_t max_chunk = std::max<int64_t>(1, (40 * 1024) / (kV * kV * nk * 4));
-  const int64_t chunks = (cbs + max_chunk - 1) / max_chunk, chunk = (cbs + chunks - 1) / chunks;
-  const int64_t maxw = ck.asm_max_w[conv::ocb_index(nk)], tiles = (T + maxw - 1) / maxw, tw = (T + tiles - 1) / tiles;
+  const int64_t chunk = l1_chunk(cbs, nk), tw = equal_part(T, ck.asm_max_w[conv::ocb_index(nk)]);
   // The last ic block's channels in steps of 4 (its padded channels are zeros in V and U).
   const int64_t last_steps = (c - (cbs - 1) * kV + 3) / 4;
   conv::AsmTile a;
