@@ -17,8 +17,10 @@ TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]
                                      // wgconvb on AVX-512 (the direct convolution's assembly tiles): 4
                                      // tiles, groups of 4 and 3 output vectors, two input-channel chunks,
                                      // a last block of 8 channels; 9 tiles, groups of 2 and 1 vectors,
-                                     // two chunks, a last block of 4 channels.
-                                     {1, 200, 112, 4, 4, 2}, {1, 340, 40, 6, 6, 2}}) {
+                                     // two chunks, a last block of 4 channels; 16 tiles in one row
+                                     // tile of 1-vector groups over 44 input blocks in one chunk, a
+                                     // last block of 12 channels.
+                                     {1, 200, 112, 4, 4, 2}, {1, 340, 40, 6, 6, 2}, {1, 700, 20, 7, 7, 2}}) {
       INFO("n" << n << " c" << c << " k" << k << " " << h << "x" << w << " tile " << m);
       const core::WinogradTiles t = core::winograd_tiles(m, n, h, w);  // pads 1: output h x w
       const int64_t p = (m + 2) * (m + 2);

@@ -196,8 +196,16 @@ void gemm_group(int64_t nk, const float* v, int64_t v_cb, int64_t cbs, int64_t T
 /// Output-channel vectors per group for T rows. AVX-512: the assembly tiles of
 /// 2 vectors take up to 14 rows (28 sums); fewer than 8 rows would leave too
 /// few independent sums to cover the FMA latency, so those take 4 vectors.
+/// 15 to 28 rows take 1 vector, all rows in one tile: each U value is then
+/// read once, its stream spread over the whole GEMM, where 2 vectors in two
+/// row tiles read U from L3 in the first and from L1 in the second (the
+/// first waiting on L3). Measured on the GEMM alone, 2 threads, U from L3:
+/// 512->512 F(2,3) at 7x7 (T 16) 0.60 -> 0.48 ms, F(4,3) at 14x14 (T 16)
+/// 2.1-2.4 -> 1.8-1.9 ms, F(6,3) at 28x28 (T 25) 5.1 -> 4.0 ms; 256->256
+/// F(4,3) at 14x14 0.38 -> 0.34 ms. Past 28 rows 2 vectors stay (T 49 and 196,
+/// U in L2: 4-7% faster than 1 vector in two or more tiles).
 #if SN_F32_AVX512
-int group_vectors(int64_t T) { return T < 8 ? 4 : 2; }
+int group_vectors(int64_t T) { return T < 8 ? 4 : T <= 14 || T > 28 ? 2 : 1; }
 #else
 int group_vectors(int64_t) { return kNK; }
 #endif
@@ -236,7 +244,9 @@ wgb::PackedU pack(const float* u, int64_t p, int64_t c, int64_t k, int64_t T) {
 void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, int64_t T, const float* u, float* mm) {
   static constexpr int64_t kOneTap[1] = {0};
   const int64_t cbs = (c + kV - 1) / kV, v_cb = T * kV;
-  const int64_t chunk = l1_chunk(cbs, nk), tw = equal_part(T, ck.asm_max_w[conv::ocb_index(nk)]);
+  const int64_t tw = equal_part(T, ck.asm_max_w[conv::ocb_index(nk)]);
+  // One row tile reads each U value once: no panel to keep in L1, one chunk.
+  const int64_t chunk = tw >= T ? cbs : l1_chunk(cbs, nk);
   // The last ic block's channels in steps of 4 (its padded channels are zeros in V and U).
   const int64_t last_steps = (c - (cbs - 1) * kV + 3) / 4;
   conv::AsmTile a;
