@@ -2,8 +2,12 @@
 // AVX-512 and nchw8c with AVX2) each against its cpu/ref on its own: random
 // inputs in the blocked layout, padded channel lanes must come out zero. The
 // whole childnet against conv2's cpu/ref is in test_winograd.cpp.
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "routines/cpu/winograd_blocked.hpp"
 #include "routines/f32_check.hpp"
+
+#include <cstdint>
 
 using namespace softneuro;
 using namespace softneuro::test::f32;
@@ -52,4 +56,20 @@ TEST_CASE("blocked Winograd prepared on its own reads and writes the blocked lay
       }
     }
   }
+}
+
+// U's vectors are read with 64-byte loads on every GEMM: a packing in a plain
+// std::vector (16-byte aligned from malloc) split every one across two lines.
+TEST_CASE("packed Winograd kernels are 64-byte aligned", "[winograd]") {
+  std::vector<float> u(static_cast<std::size_t>(16 * 40 * 24), 0.5f);
+  for (const wg::blocked::Kernels* k : {wg::blocked::kernels_avx512(), wg::blocked::kernels_avx2()}) {
+    if (!k) continue;
+    for (int64_t t : {4, 16, 49}) {
+      const wg::blocked::PackedU pk = k->pack(u.data(), 16, 40, 24, t);
+      CHECK(reinterpret_cast<std::uintptr_t>(pk.data.data()) % 64 == 0);
+    }
+  }
+  if (core::cpu_features().avx2_fma()) CHECK(reinterpret_cast<std::uintptr_t>(wg::avx2::pack(u.data(), 16, 40, 24).data.data()) % 64 == 0);
+  if (core::cpu_features().avx512_core())
+    CHECK(reinterpret_cast<std::uintptr_t>(wg::avx512::pack(u.data(), 16, 40, 24).data.data()) % 64 == 0);
 }

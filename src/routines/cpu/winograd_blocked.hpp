@@ -10,22 +10,22 @@
 // winograd_blocked_avx512.cpp); callers check the CPU through kernels_*().
 #pragma once
 
+#include "routines/cpu/f32_common.hpp"
 #include "routines/cpu/gemm.hpp"
 #include "routines/cpu/winograd_kernels.hpp"
 
 #include <cstdint>
-#include <vector>
 
 namespace softneuro::wg::blocked {
 
 /// U [P][C][K] packed for the GEMM of one ISA: per position, groups of `nk`
 /// output-channel vectors (the last group may have fewer), each [C padded to
 /// V][vectors][V] (the vectors one input channel multiplies are adjacent),
-/// zero-padded.
+/// zero-padded. 64-byte aligned: a vector of U never splits a cache line.
 struct PackedU {
   int64_t kb = 0, cpad = 0;
   int nk = 1;
-  std::vector<float> data;
+  cpu::AlignedFloats data;
 };
 
 struct Kernels {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/layer_types.hpp"
+#include "routines/cpu/f32_common.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -103,7 +104,7 @@ struct Epilogue {
 struct PackedU {
   int rows = 0;
   int64_t panels = 0;
-  std::vector<float> data;  ///< [P][panels][C][rows]
+  cpu::AlignedFloats data;  ///< [P][panels][C][rows], 64-byte aligned
 };
 
 namespace avx2 {
