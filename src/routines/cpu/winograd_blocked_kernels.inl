@@ -239,8 +239,8 @@ wgb::PackedU pack(const float* u, int64_t p, int64_t c, int64_t k, int64_t T) {
 /// weights, M[p] [K/16][T][16]). Those tiles ran the GEMMs of ResNet50's and
 /// VGG16's 3x3 layers 3-10% faster at 2 threads, up to 15% at one, than the
 /// 8 x 3 intrinsic micro-kernel they replace (GCC moved and spilled its 24
-/// sums). Input channels in chunks whose U panel stays in L1 across the row
-/// tiles; rows in tiles of equal width.
+/// sums). Rows in tiles of equal width; with more than one row tile, input
+/// channels in chunks whose U panel stays in L1 across them.
 void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, int64_t T, const float* u, float* mm) {
   static constexpr int64_t kOneTap[1] = {0};
   const int64_t cbs = (c + kV - 1) / kV, v_cb = T * kV;
@@ -276,8 +276,8 @@ void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v
 #if SN_F32_AVX512
   const conv::Kernels& ck = *conv::kernels_avx512();
 #endif
-  // Tasks: (position, group of output-channel vectors); per chunk of input
-  // channels the task's U panel stays in L1 while every row streams over it.
+  // Tasks: (position, group of output-channel vectors), each over every row of
+  // M[p] (gemm_rows_asm / gemm_rows: how U is reused across the rows).
   pool.parallel_for(p * groups, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t task = b0; task < b1; ++task) {
       const int64_t pi = task / groups, kb0 = task % groups * u.nk, nk = std::min<int64_t>(u.nk, kbs - kb0);
