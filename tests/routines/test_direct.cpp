@@ -173,6 +173,36 @@ TEST_CASE("direct conv2: edge tiles over many channel blocks, rows of padding on
   }
 }
 
+TEST_CASE("direct conv2: edge tiles in place (pad_copy 0: columns outside the input read zeros)", "[direct][conv2]") {
+  // Pads up to the stride: a tile's first and last columns read zeros through
+  // the assembly tiles' tap flags, two-row tiles (rows of <= 7 pixels) pair the
+  // rows that see the same kernel rows, unpadded planes take them with no copy.
+  // Dilation 2 with pad 2 puts two columns outside: the intrinsic edge tiles.
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(57);
+  struct Case { int64_t c, oc, s, d, pt, pl, pb, pr, h, w; };
+  for (Case cs : {Case{64, 32, 2, 1, 1, 1, 1, 1, 14, 14}, Case{40, 32, 2, 1, 1, 1, 1, 1, 13, 13},
+                  Case{48, 32, 1, 1, 1, 1, 1, 1, 7, 7}, Case{32, 48, 1, 1, 0, 0, 0, 0, 9, 9},
+                  Case{32, 32, 1, 2, 2, 2, 2, 2, 11, 11}, Case{24, 32, 1, 1, 1, 1, 0, 0, 8, 8},
+                  Case{32, 32, 1, 1, 1, 1, 1, 1, 3, 1}, Case{32, 64, 1, 1, 1, 1, 1, 1, 5, 2},
+                  Case{32, 32, 2, 1, 0, 1, 2, 0, 10, 15}}) {
+    Layer l = conv_layer(cs.c, cs.oc, 1, 3, 3, cs.s, cs.s, cs.d, cs.d, {cs.pt, cs.pl, cs.pb, cs.pr}, true, rng);
+    set_act(l, "relu", rng);
+    const Blob x = random_blob({1, cs.c, cs.h, cs.w}, rng);
+    for (int64_t ocb : {1, 2, 4})
+      for (int64_t w : {6, 7, 14, 28})
+        for (int64_t ohb : {0, 1, 3}) {
+          INFO("c" << cs.c << " oc" << cs.oc << " s" << cs.s << " d" << cs.d << " pads " << cs.pt << "," << cs.pl << ","
+                   << cs.pb << "," << cs.pr << " in " << cs.h << "x" << cs.w << " oc_block " << ocb << " ow_tile " << w
+                   << " oh_block " << ohb);
+          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", ohb == 3 ? 1 : 1024},
+                                                  {"oh_block", ohb}, {"pad_copy", 0}}))
+            return;
+        }
+  }
+}
+
 TEST_CASE("nhwc direct conv2 on first layers (1-4 input channels read in place, RGB in assembly)", "[direct][conv2]") {
   const std::string descriptor = "cpu:float32:nhwc/direct";
   std::mt19937 rng(2026);

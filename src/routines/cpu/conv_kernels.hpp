@@ -56,7 +56,11 @@ struct DirectTile {
 ///          still take V slots per tap: the rest are skipped);
 ///   x_row2_bytes, y_row_bytes: a two-row tile (asm_tile2r) also computes the W
 ///          pixels of the next output row: its input x_row2_bytes after the
-///          first's, its output y_row_bytes after (accumulators [OCB][2][W]).
+///          first's, its output y_row_bytes after (accumulators [OCB][2][W]);
+///   tap flags: the low 2 bits of tap_x[t] (offsets are whole floats) say which
+///          columns of tap t lie outside the input: 1 the first (of a tile of
+///          one pixel: that pixel), 2 the last. Those pixels read `zeros`
+///          instead, which then holds at least x_row2_bytes + 64 bytes of zeros.
 /// The field order is the generator's (F_* offsets): keep both in step.
 struct AsmTile {
   float* y = nullptr;
@@ -71,11 +75,12 @@ struct AsmTile {
   int64_t last = 0;
   int64_t last_steps = 4;
   int64_t x_row2_bytes = 0, y_row_bytes = 0;
+  const float* zeros = nullptr;  ///< read only by taps with flags
 };
 static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
                   offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96 &&
                   offsetof(AsmTile, last_steps) == 104 && offsetof(AsmTile, x_row2_bytes) == 112 &&
-                  offsetof(AsmTile, y_row_bytes) == 120,
+                  offsetof(AsmTile, y_row_bytes) == 120 && offsetof(AsmTile, zeros) == 128,
               "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
 
@@ -139,6 +144,19 @@ using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);
 /// Floats of the zero-padded copy an edge tile reads (per ic block at least
 /// kh_n rows x ((kw-1)*dw + 1) pixels must fit, else the layer takes the other kernels).
 constexpr int64_t kAsmEdgeFloats = 8192;
+/// Floats of zeros the tap flags of an edge tile point at (AsmTile::zeros): a
+/// two-row tile reads them x_row2 floats further too.
+constexpr int64_t kAsmZeroFloats = 4096;
+/// AsmTile's tap flags for the columns c0 + i * s (i < w) of one tap in an
+/// input of w_in columns: 0 all inside, 1 the first outside (a tile of one
+/// pixel: it), 2 the last, 3 both; -1 when another column is outside (the tile
+/// then cannot run in place).
+inline int edge_tap_flags(int64_t c0, int w, int s, int64_t w_in) {
+  auto out = [&](int64_t c) { return c < 0 || c >= w_in; };
+  if (w == 1) return out(c0) ? 1 : 0;
+  if (w > 2 && (out(c0 + s) || out(c0 + int64_t(w - 2) * s))) return -1;  // the columns ascend
+  return (out(c0) ? 1 : 0) | (out(c0 + int64_t(w - 1) * s) ? 2 : 0);
+}
 
 /// Floats per pixel of the padded input of the narrow kernels (inputs of at
 /// most this many channels: a net's first layer), instead of a whole vector.

@@ -443,7 +443,8 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   const int oi = conv::ocb_index(r.ocb), si = r.sw - 1;
   alignas(64) float acc[conv::kMaxAsmW * kV];  // [ocb][rows][w]: at most 4 x 7, 3 x 8, 2 x 2 x 7, 1 x 28
   alignas(64) float pad[conv::kAsmEdgeFloats];
-  int64_t taps[64], taps_pad[64];
+  alignas(64) static const float zeros[conv::kAsmZeroFloats] = {};
+  int64_t taps[64], taps_pad[64], taps_edge[64];
   const int ntaps = r.kh_n * r.kw;  // the caller checks ntaps <= 64
   for (int kh = 0; kh < r.kh_n; ++kh)
     for (int kw = 0; kw < r.kw; ++kw)
@@ -456,8 +457,18 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     const int64_t col0 = ow0 * r.sw - r.pl;
     const int64_t span = int64_t(w - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1;  // input columns read
     const bool edge = col0 < 0 || col0 + span > r.w_in;
-    assert(r.rows == 1 || !edge);  // two-row tiles: the caller pads the input (no intrinsic two-row edge tile)
-    if (edge && ntaps > 0) {
+    // An edge tile runs in place when only its first and last columns leave the
+    // input (pads of at most the stride, as 3x3 pad 1): those pixels read zeros
+    // (AsmTile's tap flags), x stays at the row's column 0 (col0 goes into the offsets).
+    bool in_place = edge && ntaps > 0 && (r.rows == 1 || r.x_row2 + kV <= conv::kAsmZeroFloats);
+    for (int kw = 0; in_place && kw < r.kw; ++kw) {
+      const int flags = conv::edge_tap_flags(col0 + int64_t(kw) * r.dw, w, r.sw, r.w_in);
+      in_place = flags >= 0;
+      for (int kh = 0; in_place && kh < r.kh_n; ++kh)
+        taps_edge[kh * r.kw + kw] = (taps[kh * r.kw + kw] + col0 * kV * int64_t(sizeof(float))) | flags;
+    }
+    assert(r.rows == 1 || !edge || in_place);  // no intrinsic two-row edge tile: the caller checks
+    if (edge && !in_place && ntaps > 0) {
       // The intrinsic edge kernel of the same shape reads zeros for the columns
       // outside (a zero-padded copy would be made for every tile of a small plane).
       if (const int it = k.tile_of[oi][w]; it >= 0) {
@@ -518,9 +529,10 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     const conv::AsmTileFn fn = rows == 2 ? k.asm_tile2r[si][w] : k.asm_tile[oi][si][w];
     if (ntaps == 0) {
       // No kernel row inside the input (padding only): the sums stay as they are.
-    } else if (!edge) {
-      t.x = r.x + col0 * kV;
-      t.tap_x = taps;
+    } else if (!edge || in_place) {
+      t.x = in_place ? r.x : r.x + col0 * kV;
+      t.tap_x = in_place ? taps_edge : taps;
+      t.zeros = zeros;
       t.icbs = r.icbs;
       t.x_icb_bytes = r.x_icb * int64_t(sizeof(float));
       t.last = last;

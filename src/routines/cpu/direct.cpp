@@ -15,7 +15,7 @@
 //          library's pool; each makes passes over the input-channel blocks
 //          (ic_block at a time: the pass's weights stay in cache for all its
 //          rows; partial sums stay in the output), walking each row in tiles
-//          of W pixels (two rows at once where pad_copy allows). The input is
+//          of W pixels (two rows at once on rows of <= 7 pixels). The input is
 //          read in place: kernel rows outside it are skipped per output row,
 //          tiles reaching past its columns read zeros there; or (pad_copy) from
 //          a copy zero-padded on every side, made once per run. A 1x1 stride-1
@@ -39,10 +39,15 @@
 //   oh_block  output rows per task (0: all), the task granularity;
 //   pad_copy  (padded layers, AVX-512 assembly tiles) 1: the tiles read a copy
 //             of the input zero-padded on every side, so none is an edge tile
-//             (those run the intrinsic kernels) and rows of <= 7 pixels take
-//             two-row tiles (2 blocks x 2 rows, when ow_tile >= 2 rows and
-//             oc_block is 2): each weight vector feeds 14 FMAs instead of 7;
-//             0: the input read in place.
+//             and every pair of rows of <= 7 pixels takes a two-row tile (2
+//             blocks x 2 rows, when ow_tile >= 2 rows and oc_block is 2): each
+//             weight vector feeds 14 FMAs instead of 7;
+//             0: the input read in place. Where only a tile's first and last
+//             columns leave the input (pads up to the stride: 3x3 pad 1), the
+//             assembly tiles run there too, those columns reading zeros (tap
+//             flags), and two-row tiles take the pairs of rows that see the
+//             same kernel rows; other edge tiles run the intrinsic kernels.
+//             Default (and the profiler's first choice): default_pad_copy().
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 
@@ -67,6 +72,52 @@ namespace conv = cpu::conv;
 
 /// Any padding (the layers where pad_copy is a choice).
 bool padded(const Window2d& g) { return g.pt > 0 || g.pb > 0 || g.pl > 0 || g.pr > 0; }
+
+/// The kernel rows [kh0, kh1) inside the input rows [lo, hi) for both output
+/// rows first and last (input row of output row r, kernel row k: r*sh - top + k*dh).
+std::pair<int64_t, int64_t> kernel_rows(const Window2d& g, int64_t first, int64_t last, int64_t top, int64_t lo,
+                                        int64_t hi) {
+  const int64_t ih0 = first * g.sh - top, ih_last = last * g.sh - top;
+  int64_t kh0 = 0, kh1 = g.kh;
+  while (kh0 < kh1 && ih_last + kh0 * g.dh < lo) ++kh0;
+  while (kh1 > kh0 && ih0 + (kh1 - 1) * g.dh >= hi) --kh1;
+  return {kh0, kh1};
+}
+
+/// Whether the assembly tiles compute the edges of a row in place (no padded
+/// copy): only its first and last columns may lie outside the input, per tap
+/// (AsmTile's tap flags; pads of at most the stride, as 3x3 pad 1). Then so
+/// does any tile within the row.
+bool columns_in_place(const Window2d& g) {
+  for (int64_t kw = 0; kw < g.kw; ++kw)
+    if (conv::edge_tap_flags(kw * g.dw - g.pl, static_cast<int>(g.ow), static_cast<int>(g.sw), g.w) < 0) return false;
+  return true;
+}
+
+/// Whether two-row tiles (rows of ow <= kMaxAsm2rW) read the input in place:
+/// the columns in place, and the zeros of an edge column cover the second row's offset.
+bool rows_in_place(const Window2d& g, int64_t v) {
+  return columns_in_place(g) && g.sh * g.w * v + v <= conv::kAsmZeroFloats;
+}
+
+/// pad_copy's default: the copy costs a pass over the input (7-9% of ResNet50's
+/// stride-2 3x3 layers); it pays where the edges cannot run in place, and on
+/// planes of two-row tiles where the in-place walk pairs fewer rows (a pair
+/// needs rows seeing the same kernel rows: ResNet50's 512@7 pairs 2 of its 7
+/// rows' 3 pairs; its 512 s2@14, 3 of 3).
+bool default_pad_copy(const Window2d& g, int64_t v) {
+  if (!padded(g)) return false;
+  if (!columns_in_place(g)) return true;
+  if (g.ow > conv::kMaxAsm2rW || g.oh < 2) return false;
+  if (!rows_in_place(g, v)) return true;
+  int64_t pairs = 0;
+  for (int64_t oh = 0; oh + 1 < g.oh;) {
+    const bool pair = kernel_rows(g, oh, oh, g.pt, 0, g.h) == kernel_rows(g, oh + 1, oh + 1, g.pt, 0, g.h);
+    pairs += pair;
+    oh += pair ? 2 : 1;
+  }
+  return pairs < g.oh / 2;
+}
 
 const conv::Kernels* kernels_for(Layout l) {
   if (l == Layout::nhwc) return conv::kernels_avx512() ? conv::kernels_avx512() : conv::kernels_avx2();
@@ -138,9 +189,15 @@ class PreparedDirect final : public PreparedRoutine {
     // pad_copy: the assembly tiles read a copy of the input padded on every
     // side, so no tile is an edge tile (those run the intrinsic kernels) and
     // the two-row tiles can run; it costs one pass over the input per run.
-    pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", 1) != 0;
-    // Two-row tiles (2 blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for both rows.
-    rows2_ = pad_copy_ && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW && want_w >= 2 * g_.ow;
+    pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", default_pad_copy(g_, v_)) != 0;
+    // Two-row tiles (2 blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
+    // both rows. Without the padded copy they need rows whose tile runs in place
+    // (only its first and last columns outside the input), and only pairs of
+    // rows that see the same kernel rows take them (run()).
+    // (A 1x1 stride-1 unpadded plane is walked flat, as runs of pixels: no rows.)
+    const bool flat = g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 && !padded(g_);
+    rows2_ = use_asm_ && !flat && (pad_copy_ || rows_in_place(g_, v_)) && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
+             want_w >= 2 * g_.ow;
     if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
 
     // Weights: [og][icb][kh][kw][ic < ics][ocb][oc].
@@ -294,13 +351,13 @@ class PreparedDirect final : public PreparedRoutine {
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
           // Flat: the task's rows walked are one run of pixels (one call of the row driver).
+          auto rows_read = [&](int64_t first, int64_t last) { return kernel_rows(g_, first, last, top, in_lo, in_hi); };
           for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += flat ? oh_end - oh_begin : rows) {
-            rows = rows2_ && oh + 1 < oh_end ? 2 : 1;
+            // A pair in place: both rows see the same kernel rows (the input has no zero rows).
+            rows = rows2_ && oh + 1 < oh_end && (pad_copy_ || rows_read(oh, oh) == rows_read(oh + 1, oh + 1)) ? 2 : 1;
             // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
-            const int64_t ih0 = oh * g_.sh - top, ih_last = ih0 + (rows - 1) * g_.sh;
-            int64_t kh0 = 0, kh1 = g_.kh;
-            while (kh0 < kh1 && ih_last + kh0 * g_.dh < in_lo) ++kh0;
-            while (kh1 > kh0 && ih0 + (kh1 - 1) * g_.dh >= in_hi) --kh1;
+            const int64_t ih0 = oh * g_.sh - top;
+            const auto [kh0, kh1] = rows_read(oh, oh + rows - 1);
             t.kh0 = static_cast<int>(kh0);
             t.kh = static_cast<int>(kh1);
             const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
@@ -524,7 +581,10 @@ class Direct final : public Routine {
       const Window2d g = info.layer && info.input_shapes.size() == 1 && info.input_shapes[0].rank() == 4
                              ? core::conv2_window(*info.layer, info.input_shapes[0])
                              : Window2d{};
-      if (L != Layout::nhwc && padded(g)) space.push_back({"pad_copy", {1, 0}});
+      if (L != Layout::nhwc && padded(g)) {
+        const int64_t copy = default_pad_copy(g, 16);
+        space.push_back({"pad_copy", {copy, 1 - copy}});
+      }
       return space;
     }
     return {{"oc_block", {2, 4, 1}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {1024, 0}}, {"oh_block", {0, 4, 1}}};

@@ -45,7 +45,7 @@ UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 # AsmTile field offsets (conv_kernels.hpp): keep in step with the struct.
 F_Y, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32, 40, 48, 56, 64
 F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
-F_XROW2, F_YROW = 112, 120
+F_XROW2, F_YROW, F_ZEROS = 112, 120, 128
 
 
 def ocb_index(ocb):
@@ -73,10 +73,12 @@ def registers(ocb, w):
     return n, [n + j for j in range(in_regs)], tmps
 
 
-def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0):
+def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0, edge_regs=False):
     """`steps` input channels: weights [step][OCB][16] at r8, pixel i's channel
     at rdx + i * pixel_bytes + 4 * step; with row_w (two-row tiles), pixel i is
     column i % row_w of row i // row_w, the second row r12 bytes further.
+    edge_regs: a row's first column read at rax, its last (of more than one)
+    at r13, instead of from rdx (tile_fn: either may point at zeros).
     Returns the temporaries used."""
     t = 0
     used = set()
@@ -88,7 +90,13 @@ def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefet
                 emit(f"prefetcht0 {w_prefetch + (u * ocb + j) * 64}(%%r8)")
         for i in range(w):
             col, row = (i, 0) if row_w is None else (i % row_w, i // row_w)
-            src = f"{col * pixel_bytes + u * 4}(%%rdx{',%%r12,1' if row else ''})"
+            cols = w if row_w is None else row_w
+            base, off = "rdx", col * pixel_bytes
+            if edge_regs and col == 0:
+                base, off = "rax", 0
+            elif edge_regs and col == cols - 1:
+                base, off = "r13", 0
+            src = f"{off + u * 4}(%%{base}{',%%r12,1' if row else ''})"
             if ocb == 1:
                 emit(f"vfmadd231ps {src}%{{1to16%}}, %%zmm{wreg[0]}, %%zmm{i}")
                 continue
@@ -188,12 +196,11 @@ def tile_fn(ocb, w, s, rows=1):
     emit(f"mov {F_W}(%[t]), %%r10")
     emit(f"mov {F_ICBS}(%[t]), %%r11")
     emit("1:")  # input-channel blocks
-    # r14 (the bias pointer outside the loops): channel steps of this block;
-    # r13: weight bytes to skip after each
-    # tap (a partial last block: its padded channels are neither multiplied
-    # nor their zero weights read; 24 channels = 1.5 blocks).
+    # r14 (the bias pointer outside the loops): channel steps of this block
+    # (a partial last block: its padded channels are neither multiplied nor
+    # their zero weights read, they are skipped after each tap; 24 channels =
+    # 1.5 blocks).
     emit(f"mov ${16 // UNROLL}, %%r14d")
-    emit("xor %%r13d, %%r13d")
     emit("cmp $1, %%r11")
     emit("jne 4f")
     # The last block prefetches the first block two tiles further along the
@@ -207,15 +214,19 @@ def tile_fn(ocb, w, s, rows=1):
     else:
         emit(f"add ${2 * w * s * 64}, %%r15")
     emit(f"mov {F_LSTEPS}(%[t]), %%r14")
-    emit(f"mov ${16 // UNROLL}, %%r13")
-    emit("sub %%r14, %%r13")
-    emit(f"imul ${UNROLL * ocb * 64}, %%r13, %%r13")
     emit("4:")
     emit(f"mov {F_TAP}(%[t]), %%rsi")
     emit(f"mov {F_NTAPS}(%[t]), %%rdi")
     emit("mov %%r10, %%r8")
     emit("2:")  # taps
+    # A tap's offset carries flags in its low 2 bits (offsets are whole floats):
+    # 1: the row's first column lies outside the input, 2: its last one (of
+    # more than one column). Those columns then read zeros (AsmTile::zeros)
+    # through rax / r13 instead of the input: a tile on the input's edge runs
+    # in place, in the same loop, without a padded copy.
     emit("mov (%%rsi), %%rdx")
+    emit("mov %%edx, %%ecx")
+    emit("and $-4, %%rdx")
     emit("add %%r9, %%rdx")
     # This tap's pixels in the next ic block, a whole plane further on: one
     # stream per block, more than the hardware prefetchers follow on large planes.
@@ -225,14 +236,28 @@ def tile_fn(ocb, w, s, rows=1):
         emit("lea (%%rdx,%%r12,1), %%rax")  # rax: y only outside the loops
         for i in range(w):
             emit(f"prefetcht0 {i * s * 64}(%%rax,%%r15,1)")
+    emit("mov %%rdx, %%rax")
+    emit(f"test ${3 if w == 1 else 1}, %%ecx")
+    emit(f"cmovnz {F_ZEROS}(%[t]), %%rax")
+    if w > 1:
+        emit(f"lea {(w - 1) * s * 64}(%%rdx), %%r13")
+        emit("test $2, %%ecx")
+        emit(f"cmovnz {F_ZEROS}(%[t]), %%r13")
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
-    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * 64, wreg, tmps, w if rows == 2 else None, W_PREFETCH)
+    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * 64, wreg, tmps, w if rows == 2 else None, W_PREFETCH, True)
     emit(f"add ${UNROLL * 4}, %%rdx")
+    emit(f"add ${UNROLL * 4}, %%rax")
+    if w > 1:
+        emit(f"add ${UNROLL * 4}, %%r13")
     emit(f"add ${UNROLL * ocb * 64}, %%r8")
     emit("dec %%ecx")
     emit("jnz 3b")
-    emit("add %%r13, %%r8")
+    # The channel steps a partial last block skipped (r14 of 16 / UNROLL ran).
+    emit(f"mov ${16 // UNROLL}, %%ecx")
+    emit("sub %%r14d, %%ecx")
+    emit(f"imul ${UNROLL * ocb * 64}, %%ecx, %%ecx")
+    emit("add %%rcx, %%r8")
     emit("add $8, %%rsi")
     emit("dec %%rdi")
     emit("jnz 2b")
@@ -241,8 +266,8 @@ def tile_fn(ocb, w, s, rows=1):
     emit("dec %%r11")
     emit("jnz 1b")
     # last >= 1: the bias (added here when the sums came from y), then clamp(); then y.
+    emit(f"mov {F_Y}(%[t]), %%rax")
     if rows == 2:
-        emit(f"mov {F_Y}(%[t]), %%rax")
         emit(f"mov {F_YOCB}(%[t]), %%r12")
     emit("lea (%%rax,%%r12,2), %%r13")  # y_addr's third block again
     emit(f"mov {F_LAST}(%[t]), %%rcx")
