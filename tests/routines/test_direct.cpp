@@ -203,6 +203,27 @@ TEST_CASE("direct conv2: edge tiles in place (pad_copy 0: columns outside the in
   }
 }
 
+TEST_CASE("direct conv2: 1x1 stride-1 convolutions padded only below or right", "[direct][conv2]") {
+  // Their output plane is not the input's (no flat walk: that corrupted the
+  // heap), and rows or columns of padding only read nothing (not the pointwise
+  // kernels, which read every tap: wrong sums on nchw8c).
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(8);
+  for (auto [pb, pr, hw] : {std::tuple<int64_t, int64_t, int64_t>{1, 0, 6}, {0, 1, 5}, {2, 1, 3}}) {
+    Layer l = conv_layer(32, 32, 1, 1, 1, 1, 1, 1, 1, {0, 0, pb, pr}, true, rng);
+    set_act(l, "relu", rng);
+    const Blob x = random_blob({1, 32, hw, hw}, rng);
+    for (int64_t w : {14, 28})
+      for (int64_t pad_copy : {0, 1}) {
+        INFO("pads 0,0," << pb << "," << pr << " in " << hw << "x" << hw << " ow_tile " << w << " pad_copy " << pad_copy);
+        if (!check_or_skip(l, {x}, descriptor, {{"oc_block", 2}, {"ow_tile", w}, {"ic_block", 1024}, {"oh_block", 0},
+                                                {"pad_copy", pad_copy}}))
+          return;
+      }
+  }
+}
+
 TEST_CASE("nhwc direct conv2 on first layers (1-4 input channels read in place, RGB in assembly)", "[direct][conv2]") {
   const std::string descriptor = "cpu:float32:nhwc/direct";
   std::mt19937 rng(2026);

@@ -183,7 +183,15 @@ class PreparedDirect final : public PreparedRoutine {
     // The assembly tiles (AVX-512): strides 1 and 2, at most 64 taps, an edge
     // tile's padded copy of one ic block within conv::kAsmEdgeFloats.
     const int oi = conv::ocb_index(ocb);
-    use_asm_ = k.asm_row && !(g_.group == 1 && icg_ <= conv::kNarrowPx) && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
+    // A first layer (at most kNarrowPx input channels): the narrow kernels.
+    narrow_ = g_.group == 1 && icg_ <= conv::kNarrowPx;
+    // An unpadded 1x1 convolution: the pointwise kernels (every tap inside the
+    // input; a padded one has rows and columns of padding only). At stride 1
+    // the output plane is the input's: each is walked flat, as one run of
+    // OH*OW pixels (tiles span image rows).
+    pointwise_ = !narrow_ && g_.kh == 1 && g_.kw == 1 && !padded(g_);
+    flat_ = pointwise_ && g_.sh == 1 && g_.sw == 1;
+    use_asm_ = k.asm_row && !narrow_ && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
     // pad_copy: the assembly tiles read a copy of the input padded on every
@@ -194,9 +202,8 @@ class PreparedDirect final : public PreparedRoutine {
     // both rows. Without the padded copy they need rows whose tile runs in place
     // (only its first and last columns outside the input), and only pairs of
     // rows that see the same kernel rows take them (run()).
-    // (A 1x1 stride-1 unpadded plane is walked flat, as runs of pixels: no rows.)
-    const bool flat = g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 && !padded(g_);
-    rows2_ = use_asm_ && !flat && (pad_copy_ || rows_in_place(g_, v_)) && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
+    // (A flat plane is walked as runs of pixels: no rows.)
+    rows2_ = use_asm_ && !flat_ && (pad_copy_ || rows_in_place(g_, v_)) && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
              want_w >= 2 * g_.ow;
     if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
 
@@ -242,7 +249,6 @@ class PreparedDirect final : public PreparedRoutine {
     // A first layer (3 channels): the padded copy keeps kNarrowPx floats per
     // pixel instead of a whole zero-padded vector, and the kernels skip the
     // padded channels (4x less to copy and to read, 5x fewer FMAs than V=16).
-    narrow_ = g_.group == 1 && icg_ <= conv::kNarrowPx;
     px_ = narrow_ ? conv::kNarrowPx : v_;
     // Reads of a tile past the row end (the last tile of a row) stay inside the buffer.
     slack_ = (int64_t(cfg_.w) * g_.sw + (g_.kw - 1) * g_.dw + 1) * px_ + wp_ * px_;
@@ -300,11 +306,9 @@ class PreparedDirect final : public PreparedRoutine {
 
     // Tiles.
     const int ocb = cfg_.ocb, tw = use_asm_ || first_asm_ ? asm_w_ : cfg_.w;
-    const bool pointwise = !narrow_ && g_.kh == 1 && g_.kw == 1 && g_.pt == 0 && g_.pl == 0;
-    // A 1x1 stride-1 unpadded convolution sees each plane as one run of OH*OW
-    // pixels: walked as "rows" of tw pixels, so tiles span image rows (a 7x7
-    // plane takes 14-pixel tiles) and only the plane's last tile is partial.
-    const bool flat = pointwise && g_.sh == 1 && g_.sw == 1;
+    // A flat plane is walked as "rows" of tw pixels, so tiles span image rows (a
+    // 7x7 plane takes 14-pixel tiles) and only the plane's last tile is partial.
+    const bool flat = flat_;
     const int64_t pixels = g_.oh * g_.ow;
     const int64_t oh_n = flat ? (pixels + tw - 1) / tw : g_.oh;        // rows walked
     const int64_t ow_n = flat ? tw : g_.ow;                            // pixels per row walked
@@ -314,7 +318,7 @@ class PreparedDirect final : public PreparedRoutine {
     const int64_t in_lo = pad_copy_ ? g_.pt : 0, in_hi = pad_copy_ ? g_.pt + g_.h : h_walk;
     const int64_t ogs = ocb_total_ / ocb, rbs = (oh_n + cfg_.ohb - 1) / cfg_.ohb, items = g_.n * ogs * rbs;
     const conv::DirectFn fn =
-        (nhwc_ ? (g_.c == 3 ? k_.first_nhwc_rgb : k_.first_nhwc) : narrow_ ? k_.narrow : pointwise ? k_.pointwise : k_.direct)[cfg_.tile][stride_idx_];
+        (nhwc_ ? (g_.c == 3 ? k_.first_nhwc_rgb : k_.first_nhwc) : narrow_ ? k_.narrow : pointwise_ ? k_.pointwise : k_.direct)[cfg_.tile][stride_idx_];
     const conv::DirectFn fn_edge = narrow_ ? fn : k_.direct_edge[cfg_.tile][stride_idx_];
     // Output: oc blocks y_ocb apart, pixels y_px apart; blocked [n][ocb][OH][OW][V], nhwc [n][OH][OW][OC].
     const int64_t plane_out = g_.oh * g_.ow * v, y_px = y_px_, y_ocb = nhwc_ ? v : plane_out;
@@ -525,6 +529,8 @@ class PreparedDirect final : public PreparedRoutine {
   bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
   int asm_w_ = 0;
   bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
+  bool pointwise_ = false;  ///< unpadded 1x1: the pointwise kernels
+  bool flat_ = false;       ///< pointwise_ at stride 1: planes walked as runs of pixels
   int64_t px_ = 0;       ///< floats per pixel of the padded input
   Config cfg_;
   cpu::AlignedFloats packed_, bias_;
