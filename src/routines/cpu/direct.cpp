@@ -100,6 +100,15 @@ bool rows_in_place(const Window2d& g, int64_t v) {
   return columns_in_place(g) && g.sh * g.w * v + v <= conv::kAsmZeroFloats;
 }
 
+/// For each output row r but the last: whether rows r and r + 1 read the same
+/// kernel rows of the input (without the padded copy, a two-row tile pairs only those).
+std::vector<char> same_kernel_rows(const Window2d& g) {
+  std::vector<char> same(static_cast<std::size_t>(std::max<int64_t>(g.oh - 1, 0)));
+  for (int64_t r = 0; r + 1 < g.oh; ++r)
+    same[static_cast<std::size_t>(r)] = kernel_rows(g, r, r, g.pt, 0, g.h) == kernel_rows(g, r + 1, r + 1, g.pt, 0, g.h);
+  return same;
+}
+
 /// pad_copy's default: the copy costs a pass over the input (7-9% of ResNet50's
 /// stride-2 3x3 layers); it pays where the edges cannot run in place, and on
 /// planes of two-row tiles where the in-place walk pairs fewer rows (a pair
@@ -110,12 +119,9 @@ bool default_pad_copy(const Window2d& g, int64_t v) {
   if (!columns_in_place(g)) return true;
   if (g.ow > conv::kMaxAsm2rW || g.oh < 2) return false;
   if (!rows_in_place(g, v)) return true;
+  const std::vector<char> same = same_kernel_rows(g);
   int64_t pairs = 0;
-  for (int64_t oh = 0; oh + 1 < g.oh;) {
-    const bool pair = kernel_rows(g, oh, oh, g.pt, 0, g.h) == kernel_rows(g, oh + 1, oh + 1, g.pt, 0, g.h);
-    pairs += pair;
-    oh += pair ? 2 : 1;
-  }
+  for (std::size_t r = 0; r < same.size(); r += same[r] ? 2 : 1) pairs += same[r];
   return pairs < g.oh / 2;
 }
 
@@ -195,8 +201,8 @@ class PreparedDirect final : public PreparedRoutine {
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
     // pad_copy: the assembly tiles read a copy of the input padded on every
-    // side, so no tile is an edge tile (those run the intrinsic kernels) and
-    // the two-row tiles can run; it costs one pass over the input per run.
+    // side, so no tile is an edge tile and every pair of rows can take a
+    // two-row tile; it costs one pass over the input per run.
     pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", default_pad_copy(g_, v_)) != 0;
     // Two-row tiles (2 blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
     // both rows. Without the padded copy they need rows whose tile runs in place
@@ -206,6 +212,7 @@ class PreparedDirect final : public PreparedRoutine {
     rows2_ = use_asm_ && !flat_ && (pad_copy_ || rows_in_place(g_, v_)) && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
              want_w >= 2 * g_.ow;
     if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
+    if (rows2_ && !pad_copy_) same_rows_ = same_kernel_rows(g_);
 
     // Weights: [og][icb][kh][kw][ic < ics][ocb][oc].
     const Blob& w = layer.weight("weight");
@@ -355,13 +362,12 @@ class PreparedDirect final : public PreparedRoutine {
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
           // Flat: the task's rows walked are one run of pixels (one call of the row driver).
-          auto rows_read = [&](int64_t first, int64_t last) { return kernel_rows(g_, first, last, top, in_lo, in_hi); };
           for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += flat ? oh_end - oh_begin : rows) {
             // A pair in place: both rows see the same kernel rows (the input has no zero rows).
-            rows = rows2_ && oh + 1 < oh_end && (pad_copy_ || rows_read(oh, oh) == rows_read(oh + 1, oh + 1)) ? 2 : 1;
+            rows = rows2_ && oh + 1 < oh_end && (pad_copy_ || same_rows_[static_cast<std::size_t>(oh)]) ? 2 : 1;
             // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
             const int64_t ih0 = oh * g_.sh - top;
-            const auto [kh0, kh1] = rows_read(oh, oh + rows - 1);
+            const auto [kh0, kh1] = kernel_rows(g_, oh, oh + rows - 1, top, in_lo, in_hi);
             t.kh0 = static_cast<int>(kh0);
             t.kh = static_cast<int>(kh1);
             const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
@@ -525,7 +531,8 @@ class PreparedDirect final : public PreparedRoutine {
   int64_t y_px_ = 0;              ///< floats between output pixels
   bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
   bool pad_copy_ = false;  ///< use_asm_: they read a copy padded on every side (copy_ too)
-  bool rows2_ = false;     ///< pad_copy_: two-row tiles for rows of <= kMaxAsm2rW pixels
+  bool rows2_ = false;     ///< two-row tiles for rows of <= kMaxAsm2rW pixels
+  std::vector<char> same_rows_;  ///< rows2_ in place: same_kernel_rows()
   bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
   int asm_w_ = 0;
   bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
