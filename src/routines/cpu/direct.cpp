@@ -361,97 +361,104 @@ class PreparedDirect final : public PreparedRoutine {
           t.load_y = ic0 > 0;
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
-          // Flat: the task's rows walked are one run of pixels (one call of the row driver).
-          for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += flat ? oh_end - oh_begin : rows) {
-            // A pair in place: both rows see the same kernel rows (the input has no zero rows).
-            rows = rows2_ && oh + 1 < oh_end && (pad_copy_ || same_rows_[static_cast<std::size_t>(oh)]) ? 2 : 1;
-            // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
-            const int64_t ih0 = oh * g_.sh - top;
-            const auto [kh0, kh1] = kernel_rows(g_, oh, oh + rows - 1, top, in_lo, in_hi);
-            t.kh0 = static_cast<int>(kh0);
-            t.kh = static_cast<int>(kh1);
-            const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
-            const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_in;
-            float* yrow = nhwc_ ? y + (n * g_.oh + oh) * g_.ow * y_px + ob0 * v
-                                : y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
-            // Flat: the run ends at the plane's end (the last tile may be partial; past it, zeros).
-            const int64_t row_w = flat ? std::min<int64_t>((oh_end - oh) * tw, pixels - oh * tw) : ow_n;
-            t.w_in = flat ? row_w : w_in;
-            if (first_asm_) {
-              first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in, tw);
-              continue;
-            }
-            if (use_asm_) {
-              conv::AsmRow r;
-              r.x = xrow;
-              r.w = t.w + kh0 * g_.kw * (v * ocb * v);
-              r.y = yrow;
-              r.icbs = t.icbs;
-              r.x_icb = plane_in;
-              r.x_row = row_in;
-              r.w_icb = w_icb_;
-              r.y_ocb = plane_out;
-              r.ow = row_w;
-              r.w_in = t.w_in;
-              r.ocb = ocb;
-              r.tw = tw;
-              r.kh_n = static_cast<int>(kh1 - kh0);
-              r.kw = t.kw;
-              r.dh = t.dh;
-              r.dw = t.dw;
-              r.sw = t.sw;
-              r.pl = static_cast<int>(left);
-              r.load_y = t.load_y;
-              r.last = t.last;
-              r.bias = t.bias;
-              r.valid_last = valid_last;
-              // Channels of the last block, in steps of 4 (only the pass holding it).
-              r.last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : 4;
-              r.rows = static_cast<int>(rows);
-              r.x_row2 = g_.sh * row_in;
-              r.y_row = ow_n * v;
-              k_.asm_row(r, ep_);
-              continue;
-            }
-            for (int64_t ow0 = 0; ow0 < row_w; ow0 += tw) {
-              const int64_t col0 = ow0 * g_.sw - left;
-              t.col0 = col0;
-              t.x = xrow + col0 * px;
-              t.x_row = row_in;  // an nhwc edge tile's patch changes these
-              t.dh = static_cast<int>(g_.dh);
-              const int64_t wcur = std::min<int64_t>(tw, row_w - ow0);
-              // Any tap of the tile's tw pixels outside the input's columns?
-              const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= t.w_in;
-              const conv::DirectFn f = edge ? fn_edge : fn;
-              if (nhwc_ && edge) {
-                const int64_t span = (tw - 1) * g_.sw + g_.kw;
-                fill_patch(xrow, row_in, static_cast<int>(kh1 - kh0), col0, span, patch);
-                t.x = patch;
-                t.x_row = span * g_.c;
-                t.dh = 1;
-              }
-              if (wcur == tw) {
-                t.y = yrow + ow0 * y_px;
-                t.y_ocb = y_ocb;
-                t.y_px = y_px;
-                f(t, ep_);
+          // Pairs first, then single rows: a pass's first call reads its weights from
+          // L3 on layers with many channels, and a pair gives each weight twice the
+          // FMAs of a row (ResNet50's 512 s2@14: its top row, 2 of 3 kernel rows, took
+          // as long as a pair when it came first).
+          for (int sweep = rows2_ ? 0 : 1; sweep < 2; ++sweep) {
+            // Flat: the task's rows walked are one run of pixels (one call of the row driver).
+            for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += flat ? oh_end - oh_begin : rows) {
+              // A pair in place: both rows see the same kernel rows (the input has no zero rows).
+              rows = rows2_ && oh + 1 < oh_end && (pad_copy_ || same_rows_[static_cast<std::size_t>(oh)]) ? 2 : 1;
+              if ((rows == 2) != (sweep == 0)) continue;
+              // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
+              const int64_t ih0 = oh * g_.sh - top;
+              const auto [kh0, kh1] = kernel_rows(g_, oh, oh + rows - 1, top, in_lo, in_hi);
+              t.kh0 = static_cast<int>(kh0);
+              t.kh = static_cast<int>(kh1);
+              const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
+              const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_in;
+              float* yrow = nhwc_ ? y + (n * g_.oh + oh) * g_.ow * y_px + ob0 * v
+                                  : y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
+              // Flat: the run ends at the plane's end (the last tile may be partial; past it, zeros).
+              const int64_t row_w = flat ? std::min<int64_t>((oh_end - oh) * tw, pixels - oh * tw) : ow_n;
+              t.w_in = flat ? row_w : w_in;
+              if (first_asm_) {
+                first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in, tw);
                 continue;
               }
-              // The row's last, narrower tile: through a stack tile ([ocb][tw][V]).
-              t.y = tmp;
-              t.y_ocb = tw * v;
-              t.y_px = v;
-              auto copy = [&](bool out) {
-                for (int j = 0; j < ocb; ++j)
-                  for (int64_t i = 0; i < wcur; ++i) {
-                    float* yp = yrow + j * y_ocb + (ow0 + i) * y_px;
-                    float* tp = tmp + (j * tw + i) * v;
-                    std::memcpy(out ? yp : tp, out ? tp : yp, sizeof(float) * v);
-                  }
-              };
-              if (t.load_y) copy(false);
-              f(t, ep_);
-              copy(true);
+              if (use_asm_) {
+                conv::AsmRow r;
+                r.x = xrow;
+                r.w = t.w + kh0 * g_.kw * (v * ocb * v);
+                r.y = yrow;
+                r.icbs = t.icbs;
+                r.x_icb = plane_in;
+                r.x_row = row_in;
+                r.w_icb = w_icb_;
+                r.y_ocb = plane_out;
+                r.ow = row_w;
+                r.w_in = t.w_in;
+                r.ocb = ocb;
+                r.tw = tw;
+                r.kh_n = static_cast<int>(kh1 - kh0);
+                r.kw = t.kw;
+                r.dh = t.dh;
+                r.dw = t.dw;
+                r.sw = t.sw;
+                r.pl = static_cast<int>(left);
+                r.load_y = t.load_y;
+                r.last = t.last;
+                r.bias = t.bias;
+                r.valid_last = valid_last;
+                // Channels of the last block, in steps of 4 (only the pass holding it).
+                r.last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : 4;
+                r.rows = static_cast<int>(rows);
+                r.x_row2 = g_.sh * row_in;
+                r.y_row = ow_n * v;
+                k_.asm_row(r, ep_);
+                continue;
+              }
+              for (int64_t ow0 = 0; ow0 < row_w; ow0 += tw) {
+                const int64_t col0 = ow0 * g_.sw - left;
+                t.col0 = col0;
+                t.x = xrow + col0 * px;
+                t.x_row = row_in;  // an nhwc edge tile's patch changes these
+                t.dh = static_cast<int>(g_.dh);
+                const int64_t wcur = std::min<int64_t>(tw, row_w - ow0);
+                // Any tap of the tile's tw pixels outside the input's columns?
+                const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= t.w_in;
+                const conv::DirectFn f = edge ? fn_edge : fn;
+                if (nhwc_ && edge) {
+                  const int64_t span = (tw - 1) * g_.sw + g_.kw;
+                  fill_patch(xrow, row_in, static_cast<int>(kh1 - kh0), col0, span, patch);
+                  t.x = patch;
+                  t.x_row = span * g_.c;
+                  t.dh = 1;
+                }
+                if (wcur == tw) {
+                  t.y = yrow + ow0 * y_px;
+                  t.y_ocb = y_ocb;
+                  t.y_px = y_px;
+                  f(t, ep_);
+                  continue;
+                }
+                // The row's last, narrower tile: through a stack tile ([ocb][tw][V]).
+                t.y = tmp;
+                t.y_ocb = tw * v;
+                t.y_px = v;
+                auto copy = [&](bool out) {
+                  for (int j = 0; j < ocb; ++j)
+                    for (int64_t i = 0; i < wcur; ++i) {
+                      float* yp = yrow + j * y_ocb + (ow0 + i) * y_px;
+                      float* tp = tmp + (j * tw + i) * v;
+                      std::memcpy(out ? yp : tp, out ? tp : yp, sizeof(float) * v);
+                    }
+                };
+                if (t.load_y) copy(false);
+                f(t, ep_);
+                copy(true);
+              }
             }
           }
         }
