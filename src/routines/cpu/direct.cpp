@@ -15,7 +15,9 @@
 //          library's pool; each makes passes over the input-channel blocks
 //          (ic_block at a time: the pass's weights stay in cache for all its
 //          rows; partial sums stay in the output), walking each row in tiles
-//          of W pixels (two rows at once on rows of <= 7 pixels). The input is
+//          of W pixels (two rows at once on rows of <= 7 pixels, those pairs
+//          before the rows left single: a pass's first call fetches its
+//          weights, and a pair does twice the work per weight). The input is
 //          read in place: kernel rows outside it are skipped per output row,
 //          tiles reaching past its columns read zeros there; or (pad_copy) from
 //          a copy zero-padded on every side, made once per run. A 1x1 stride-1
