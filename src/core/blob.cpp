@@ -1,6 +1,8 @@
 #include <softneuro/blob.hpp>
 #include <softneuro/error.hpp>
 
+#include "core/aligned_memory.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -86,7 +88,7 @@ Blob Blob::allocate(const Shape& shape, DType dtype, Layout layout) {
   b.dtype_ = dtype;
   b.layout_ = layout;
   std::size_t bytes = (b.byte_size() + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  void* p = core::allocate_aligned(bytes == 0 ? 64 : bytes);
   if (!p) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
   std::memset(p, 0, bytes == 0 ? 64 : bytes);
   b.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });

@@ -1,5 +1,6 @@
 #include "core/executor.hpp"
 
+#include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
@@ -281,7 +282,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     a.plan = plan_memory(a.requests);
     std::size_t bytes = std::max<std::size_t>(64, a.plan.arena_bytes);
     if (a.device == Device::cpu) {
-      void* p = std::aligned_alloc(64, bytes);
+      void* p = allocate_aligned(bytes);
       if (!p) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
       a.memory = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
     } else {

@@ -1,4 +1,5 @@
 // Blobs, schemas, .npy files, the thread pool, the registry's answers.
+#include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -11,6 +12,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -46,6 +49,29 @@ TEST_CASE("shapes and blobs", "[basics]") {
   // A default blob is empty (it once was not: its rank-0 shape counts one element).
   CHECK(Blob{}.empty());
   CHECK_FALSE(b.empty());
+}
+
+TEST_CASE("long-lived buffers: 64-byte aligned, 2 MiB aligned from 2 MiB up, zeroed blobs", "[basics]") {
+  for (std::size_t bytes : {std::size_t(0), std::size_t(100), core::kHugePageBytes - 64, core::kHugePageBytes,
+                            core::kHugePageBytes * 3 + 1000}) {
+    void* p = core::allocate_aligned(bytes);
+    REQUIRE(p != nullptr);
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    CHECK(at % 64 == 0);
+    if (bytes >= core::kHugePageBytes) CHECK(at % core::kHugePageBytes == 0);
+    // Every byte asked for is there (the tail past the last 2 MiB boundary too).
+    if (bytes) {
+      std::memset(p, 0xab, bytes);
+      CHECK(static_cast<unsigned char*>(p)[bytes - 1] == 0xab);
+    }
+    std::free(p);
+  }
+  // A large blob (huge pages) is zero-filled like a small one.
+  Blob big = Blob::allocate({3, 1024, 1024});
+  const float* f = big.data_as<float>();
+  CHECK(reinterpret_cast<uintptr_t>(f) % core::kHugePageBytes == 0);
+  CHECK(f[0] == 0.0f);
+  CHECK(f[big.numel() - 1] == 0.0f);
 }
 
 TEST_CASE(".npy files round-trip", "[basics]") {

@@ -3,6 +3,7 @@
 // epilogue, and per-thread workspace slots.
 #pragma once
 
+#include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
 #include "core/thread_pool.hpp"
 #include "routines/cpu/gemm.hpp"
@@ -26,7 +27,7 @@ namespace softneuro::cpu {
 class AlignedFloats {
  public:
   void assign(std::size_t n, float value) {
-    p_.reset(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64)));
+    p_.reset(static_cast<float*>(core::allocate_aligned((n * sizeof(float) + 63) / 64 * 64 + 64)));
     if (!p_) throw std::bad_alloc();
     n_ = n;
     std::fill(p_.get(), p_.get() + n, value);
