@@ -10,6 +10,7 @@
 // the file but the checksum itself is covered, header, padding and weights alike.
 #include "core/dnn_file.hpp"
 
+#include "core/aligned_memory.hpp"
 #include "core/hash.hpp"
 #include "dnn_generated.h"
 
@@ -236,7 +237,7 @@ Graph read_dnn(const std::string& path) {
 }
 
 Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name) {
-  void* copy = std::aligned_alloc(kAlign, align_up(std::max<std::size_t>(size, 1)));
+  void* copy = allocate_aligned(align_up(std::max<std::size_t>(size, 1)));
   if (!copy) throw Error("out of memory", name);
   std::shared_ptr<const void> owner(copy, [](const void* q) { std::free(const_cast<void*>(q)); });
   if (size) std::memcpy(copy, data, size);

@@ -1,5 +1,6 @@
 #include "core/passes.hpp"
 
+#include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/registry.hpp"
@@ -129,7 +130,7 @@ std::vector<Blob> evaluate(const Layer& l, const std::vector<Blob>& inputs) {
   std::vector<Blob> outputs;
   for (const Shape& s : info.output_shapes) outputs.push_back(Blob::allocate(s));
   const std::size_t ws = prepared->workspace_bytes();
-  std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
+  std::unique_ptr<void, void (*)(void*)> workspace(ws ? allocate_aligned((ws + 63) / 64 * 64) : nullptr,
                                                    std::free);
   if (ws && !workspace) throw Error(fmt::format("out of memory for a {}-byte workspace", ws), {}, l.name);
   std::vector<const Blob*> in_ptrs;
