@@ -119,7 +119,9 @@ int num_threads();
 
 /// Call first thing in main(): the OpenMP runtime under the thread pool
 /// (libgomp) reads how idle threads wait once, when it loads, and the right way
-/// depends on the machine. Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set,
+/// depends on the machine. Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, or
+/// a thread binding (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY: a re-executed
+/// program would inherit the one CPU libgomp bound the first one to),
 /// re-executes the program once (same argv) with a short spin
 /// (GOMP_SPINCOUNT=10000), or with OMP_WAIT_POLICY=passive when the 1-minute
 /// load already fills every core. Returns only when it did not re-execute.
