@@ -4,6 +4,8 @@
 // vector width), every routine parameter combination on some cases.
 #include "routines/f32_check.hpp"
 
+#include <softneuro/net.hpp>
+
 #include <sstream>
 
 using namespace softneuro;
@@ -201,6 +203,37 @@ TEST_CASE("direct conv2: edge tiles in place (pad_copy 0: columns outside the in
             return;
         }
   }
+}
+
+TEST_CASE("direct conv2: task_order 1 (row blocks outermost, each for every OC group)", "[direct][conv2]") {
+  // Another order of the tasks and, with oh_block 0, one block of rows per
+  // thread: every output row of every OC group is still computed exactly once.
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(77);
+  struct Case {
+    int64_t c, oc, k, s, pad, n, h, w;
+  };
+  for (Case cs : {Case{64, 96, 3, 1, 1, 1, 14, 14}, Case{48, 64, 3, 2, 1, 2, 13, 13}, Case{64, 128, 1, 2, 0, 1, 14, 14},
+                  Case{32, 64, 1, 1, 0, 1, 9, 9}, Case{64, 64, 3, 1, 1, 1, 7, 7}}) {
+    Layer l = conv_layer(cs.c, cs.oc, 1, cs.k, cs.k, cs.s, cs.s, 1, 1, {cs.pad, cs.pad, cs.pad, cs.pad}, true, rng);
+    set_act(l, "relu", rng);
+    const Blob x = random_blob({cs.n, cs.c, cs.h, cs.w}, rng);
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      for (int64_t ohb : {0, 1, 3})
+        for (int64_t ocb : {1, 2}) {
+          INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " pad " << cs.pad << " n" << cs.n << " in "
+                   << cs.h << "x" << cs.w << " threads " << threads << " oh_block " << ohb << " oc_block " << ocb);
+          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", 14}, {"ic_block", 1024}, {"oh_block", ohb},
+                                                  {"task_order", 1}})) {
+            set_num_threads(0);
+            return;
+          }
+        }
+    }
+  }
+  set_num_threads(0);
 }
 
 TEST_CASE("direct conv2: 1x1 stride-1 convolutions padded only below or right", "[direct][conv2]") {
