@@ -55,12 +55,7 @@ Blob filled(const Shape& shape, const Schema& s, std::mt19937& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Not under a user's thread binding either: libgomp pins the first thread to
-  // one CPU when it loads, and the re-executed bench would keep only that CPU.
-  bool user_omp = false;
-  for (const char* v : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
-    user_omp = user_omp || std::getenv(v) != nullptr;
-  if (!user_omp) {
+  if (!core::openmp_set_by_user()) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);
   }

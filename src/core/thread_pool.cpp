@@ -79,6 +79,12 @@ State& state() {
 
 ThreadPool& global_pool() { return state().pool; }
 
+bool openmp_set_by_user() {
+  for (const char* v : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
 void add_thread_count_hook(ThreadCountHook hook) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
@@ -110,13 +116,8 @@ int num_threads() { return core::global_pool().num_threads(); }
 //     took 1.2 s instead of 0.13 s with libgomp's default);
 //   moderately loaded (load 1.5-1.7, a benchmark harness beside us): passive
 //     made MobileNetV3-Small 6-14 ms against ONNX Runtime's 1.2 ms.
-// A user's thread binding (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY) leaves
-// the choice to the user too: libgomp binds the initial thread to one CPU when
-// it loads, and the re-executed program inherited that mask, its whole team
-// then on one CPU (ResNet50 at 2 threads: 56 ms against 29).
 void choose_openmp_wait(char** argv) {
-  for (const char* user : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
-    if (std::getenv(user)) return;
+  if (core::openmp_set_by_user()) return;
   double load[1] = {0};
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   const bool busy = getloadavg(load, 1) == 1 && load[0] >= static_cast<double>(std::max(1L, cpus));

@@ -223,7 +223,10 @@ class PreparedDirect final : public PreparedRoutine {
     rows2_ = use_asm_ && !flat_ && (pad_copy_ || rows_in_place(g_, v_)) && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
              want_w >= 2 * g_.ow;
     if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
-    if (rows2_ && !pad_copy_) same_rows_ = same_kernel_rows(g_);
+    // Which rows pair with the next: any with the padded copy, else those
+    // seeing the same kernel rows.
+    if (rows2_)
+      pair_next_ = pad_copy_ ? std::vector<char>(static_cast<std::size_t>(g_.oh - 1), 1) : same_kernel_rows(g_);
 
     // Weights: [og][icb][kh][kw][ic < ics][ocb][oc].
     const Blob& w = layer.weight("weight");
@@ -380,6 +383,8 @@ class PreparedDirect final : public PreparedRoutine {
           t.load_y = ic0 > 0;
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
+          // Channels of the last block, in steps of 4 (only the pass holding it).
+          const int last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : 4;
           // Pairs first, then single rows: a pass's first call reads its weights from
           // L3 on layers with many channels, and a pair gives each weight twice the
           // FMAs of a row (ResNet50's 512 s2@14: its top row, 2 of 3 kernel rows, took
@@ -387,8 +392,8 @@ class PreparedDirect final : public PreparedRoutine {
           for (int sweep = rows2_ ? 0 : 1; sweep < 2; ++sweep) {
             // Flat: the task's rows walked are one run of pixels (one call of the row driver).
             for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += flat ? oh_end - oh_begin : rows) {
-              // A pair in place: both rows see the same kernel rows (the input has no zero rows).
-              rows = rows2_ && oh + 1 < oh_end && (pad_copy_ || same_rows_[static_cast<std::size_t>(oh)]) ? 2 : 1;
+              // A pair: two rows sharing a two-row tile (pair_next_).
+              rows = rows2_ && oh + 1 < oh_end && pair_next_[static_cast<std::size_t>(oh)] ? 2 : 1;
               if ((rows == 2) != (sweep == 0)) continue;
               // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
               const int64_t ih0 = oh * g_.sh - top;
@@ -430,8 +435,7 @@ class PreparedDirect final : public PreparedRoutine {
                 r.last = t.last;
                 r.bias = t.bias;
                 r.valid_last = valid_last;
-                // Channels of the last block, in steps of 4 (only the pass holding it).
-                r.last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : 4;
+                r.last_steps = last_steps;
                 r.rows = static_cast<int>(rows);
                 r.x_row2 = g_.sh * row_in;
                 r.y_row = ow_n * v;
@@ -558,7 +562,7 @@ class PreparedDirect final : public PreparedRoutine {
   bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
   bool pad_copy_ = false;  ///< use_asm_: they read a copy padded on every side (copy_ too)
   bool rows2_ = false;     ///< two-row tiles for rows of <= kMaxAsm2rW pixels
-  std::vector<char> same_rows_;  ///< rows2_ in place: same_kernel_rows()
+  std::vector<char> pair_next_;  ///< rows2_: whether row r and r + 1 take a two-row tile
   bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
   int asm_w_ = 0;
   bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
