@@ -49,6 +49,7 @@
 // ("cpu/wg tile=2", "tile=4", "tile=6"), filtered by --routine like the rest. Percentages are
 // of the highest ISA's peak, or of the AVX2 one with --peak avx2 (the target
 // machines of GOALS.md have no AVX-512).
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -669,7 +670,8 @@ int main(int argc, char** argv) {
 
   set_num_threads(threads);
   const double peak2 = probe_peak(threads, false);
-  const bool has512 = __builtin_cpu_supports("avx512f");
+  // Within SOFTNEURO_MAX_CPU_ISA, like the routines: capped at avx2, the AVX2 peak.
+  const bool has512 = softneuro::core::cpu_features().avx512_core();
   const double peak512 = has512 ? probe_peak(threads, true) : 0;
   const bool use512 = has512 && peak_isa != "avx2";
   const double peak = use512 ? peak512 : peak2;

@@ -1,6 +1,14 @@
 #include "core/cpu_features.hpp"
 
+#include "core/log.hpp"
+
 #include <cpuinfo.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdlib>
+#include <string>
 
 namespace softneuro::core {
 namespace {
@@ -57,10 +65,62 @@ CpuFeatures detect() {
   return f;
 }
 
+constexpr std::array<std::pair<CpuIsa, std::string_view>, 8> kIsaNames{{{CpuIsa::sse41, "sse41"},
+                                                                          {CpuIsa::avx2, "avx2"},
+                                                                          {CpuIsa::avx2_vnni, "avx2_vnni"},
+                                                                          {CpuIsa::avx512_core, "avx512_core"},
+                                                                          {CpuIsa::avx512_core_vnni, "avx512_core_vnni"},
+                                                                          {CpuIsa::avx512_core_bf16, "avx512_core_bf16"},
+                                                                          {CpuIsa::avx512_core_amx, "avx512_core_amx"},
+                                                                          {CpuIsa::all, "all"}}};
+
 }  // namespace
 
+std::optional<CpuIsa> parse_cpu_isa(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& [isa, n] : kIsaNames)
+    if (n == lower) return isa;
+  return std::nullopt;
+}
+
+std::string_view cpu_isa_name(CpuIsa isa) {
+  for (const auto& [i, n] : kIsaNames)
+    if (i == isa) return n;
+  return "?";
+}
+
+CpuFeatures cap_cpu_features(CpuFeatures f, CpuIsa max) {
+  auto below = [&](CpuIsa level) { return max < level; };
+  if (below(CpuIsa::avx2)) f.avx = f.avx2 = f.fma = f.f16c = false;
+  if (below(CpuIsa::avx2_vnni)) f.avx_vnni = false;
+  if (below(CpuIsa::avx512_core)) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = false;
+  if (below(CpuIsa::avx512_core_vnni)) f.avx512_vnni = false;
+  if (below(CpuIsa::avx512_core_bf16)) f.avx512_bf16 = false;
+  // Sapphire Rapids brought AMX and AVX-512 FP16 together.
+  if (below(CpuIsa::avx512_core_amx)) f.amx_tile = f.amx_int8 = f.amx_bf16 = f.avx512_fp16 = false;
+  return f;
+}
+
+CpuIsa max_cpu_isa() {
+  static const CpuIsa cap = [] {
+    const char* env = std::getenv("SOFTNEURO_MAX_CPU_ISA");
+    if (!env || !*env) return CpuIsa::all;
+    if (auto isa = parse_cpu_isa(env)) return *isa;
+    std::string names;
+    for (const auto& [i, n] : kIsaNames) names += (names.empty() ? "" : ", ") + std::string(n);
+    warn("SOFTNEURO_MAX_CPU_ISA={}: unknown level, ignored (levels: {})", env, names);
+    return CpuIsa::all;
+  }();
+  return cap;
+}
+
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures features = detect();
+  static const CpuFeatures features = [] {
+    const CpuIsa cap = max_cpu_isa();
+    if (cap != CpuIsa::all) info("SOFTNEURO_MAX_CPU_ISA={}: routines dispatch as on a CPU without more", cpu_isa_name(cap));
+    return cap_cpu_features(detect(), cap);
+  }();
   return features;
 }
 

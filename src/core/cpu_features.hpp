@@ -2,7 +2,15 @@
 // for what Debian's cpuinfo predates). Routines whose instructions the CPU or
 // the OS (saved register state) lacks say unsupported, so a binary built on one
 // machine runs correctly on another.
+//
+// SOFTNEURO_MAX_CPU_ISA caps what is detected (oneDNN's DNNL_MAX_CPU_ISA names
+// and order): a machine then dispatches as one with less would, so an AVX2
+// target's routine choice, tuning and test suite can be reproduced on an
+// AVX-512 machine. oneDNN is capped with it; XNNPACK picks its kernels itself.
 #pragma once
+
+#include <optional>
+#include <string_view>
 
 namespace softneuro::core {
 
@@ -19,7 +27,19 @@ struct CpuFeatures {
   bool avx512_core() const { return avx512f && avx512bw && avx512vl && avx512dq; }
 };
 
-/// The features of the CPU running this process (detected on first call, thread-safe).
+/// Instruction-set levels, each including those before it (oneDNN's order).
+enum class CpuIsa { sse41, avx2, avx2_vnni, avx512_core, avx512_core_vnni, avx512_core_bf16, avx512_core_amx, all };
+
+/// The level named `name` (as SOFTNEURO_MAX_CPU_ISA spells it, any case), or none.
+std::optional<CpuIsa> parse_cpu_isa(std::string_view name);
+std::string_view cpu_isa_name(CpuIsa isa);
+/// `f` without the features above `max` (pure: the test of the cap).
+CpuFeatures cap_cpu_features(CpuFeatures f, CpuIsa max);
+/// The cap from SOFTNEURO_MAX_CPU_ISA (read once; `all` when unset, or unknown: then a warning).
+CpuIsa max_cpu_isa();
+
+/// The features of the CPU running this process, within max_cpu_isa()
+/// (detected on first call, thread-safe).
 const CpuFeatures& cpu_features();
 
 }  // namespace softneuro::core

@@ -1,5 +1,7 @@
 #include "core/device.hpp"
 
+#include "core/cpu_features.hpp"
+
 #include <fmt/format.h>
 
 #include <fstream>
@@ -26,12 +28,26 @@ const std::string& device_fingerprint() {
         for (std::string w; words >> w;) flags.insert(w);
       }
     }
-    // Only the extensions that change which routines can run or how fast.
+    // Only the extensions that change which routines can run or how fast, and
+    // of those only the ones SOFTNEURO_MAX_CPU_ISA leaves (a capped machine is
+    // another device: its profiles and tuned paths are its own).
+    CpuFeatures every;
+    every.avx = every.avx2 = every.fma = every.f16c = every.avx512f = every.avx512bw = every.avx512vl = every.avx512dq = true;
+    every.avx512_vnni = every.avx512_bf16 = every.avx512_fp16 = every.avx_vnni = true;
+    every.amx_tile = every.amx_int8 = every.amx_bf16 = true;
+    const CpuIsa cap = max_cpu_isa();
+    const CpuFeatures left = cap_cpu_features(every, cap);
+    const std::pair<const char*, bool> known[] = {
+        {"avx2", left.avx2},         {"fma", left.fma},           {"f16c", left.f16c},
+        {"avx512f", left.avx512f},   {"avx512bw", left.avx512bw}, {"avx512_vnni", left.avx512_vnni},
+        {"avx_vnni", left.avx_vnni}, {"avx512_bf16", left.avx512_bf16}, {"amx_tile", left.amx_tile},
+        {"amx_int8", left.amx_int8}, {"amx_bf16", left.amx_bf16}};
     std::vector<std::string> isa;
-    for (const char* f : {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
-                          "amx_tile", "amx_int8", "amx_bf16"})
-      if (flags.count(f)) isa.push_back(f);
-    return fmt::format("{} | {} | {} cpus", model, fmt::join(isa, " "), std::thread::hardware_concurrency());
+    for (const auto& [f, allowed] : known)
+      if (allowed && flags.count(f)) isa.push_back(f);
+    return fmt::format("{} | {}{} | {} cpus", model, fmt::join(isa, " "),
+                       cap == CpuIsa::all ? std::string() : fmt::format(" (max isa {})", cpu_isa_name(cap)),
+                       std::thread::hardware_concurrency());
   }();
   return fingerprint;
 }

@@ -1,5 +1,6 @@
 // Blobs, schemas, .npy files, the thread pool, the registry's answers.
 #include "core/aligned_memory.hpp"
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -72,6 +73,52 @@ TEST_CASE("long-lived buffers: 64-byte aligned, 2 MiB aligned from 2 MiB up, zer
   CHECK(reinterpret_cast<uintptr_t>(f) % core::kHugePageBytes == 0);
   CHECK(f[0] == 0.0f);
   CHECK(f[big.numel() - 1] == 0.0f);
+}
+
+TEST_CASE("SOFTNEURO_MAX_CPU_ISA levels: names, order, what each cap leaves", "[basics]") {
+  using core::CpuIsa;
+  CHECK(core::parse_cpu_isa("avx2") == CpuIsa::avx2);
+  CHECK(core::parse_cpu_isa("AVX512_CORE") == CpuIsa::avx512_core);
+  CHECK(core::parse_cpu_isa("all") == CpuIsa::all);
+  CHECK_FALSE(core::parse_cpu_isa("avx512").has_value());  // oneDNN's names only
+  CHECK_FALSE(core::parse_cpu_isa("").has_value());
+  for (CpuIsa i : {CpuIsa::sse41, CpuIsa::avx2, CpuIsa::avx2_vnni, CpuIsa::avx512_core, CpuIsa::avx512_core_vnni,
+                   CpuIsa::avx512_core_bf16, CpuIsa::avx512_core_amx, CpuIsa::all})
+    CHECK(core::parse_cpu_isa(core::cpu_isa_name(i)) == i);
+
+  core::CpuFeatures every;
+  every.avx = every.avx2 = every.fma = every.f16c = true;
+  every.avx512f = every.avx512bw = every.avx512vl = every.avx512dq = true;
+  every.avx512_vnni = every.avx512_bf16 = every.avx512_fp16 = every.avx_vnni = true;
+  every.amx_tile = every.amx_int8 = every.amx_bf16 = true;
+  const auto sse = core::cap_cpu_features(every, CpuIsa::sse41);
+  CHECK_FALSE(sse.avx);
+  CHECK_FALSE(sse.avx2_fma());
+  CHECK_FALSE(sse.avx512_core());
+  CHECK_FALSE(sse.amx_int8);
+  const auto avx2 = core::cap_cpu_features(every, CpuIsa::avx2);
+  CHECK(avx2.avx2_fma());
+  CHECK(avx2.f16c);
+  CHECK_FALSE(avx2.avx_vnni);
+  CHECK_FALSE(avx2.avx512f);
+  CHECK_FALSE(avx2.avx512_vnni);
+  const auto vnni = core::cap_cpu_features(every, CpuIsa::avx512_core_vnni);
+  CHECK(vnni.avx512_core());
+  CHECK(vnni.avx_vnni);
+  CHECK(vnni.avx512_vnni);
+  CHECK_FALSE(vnni.avx512_bf16);
+  CHECK_FALSE(vnni.amx_tile);
+  const auto amx = core::cap_cpu_features(every, CpuIsa::avx512_core_amx);
+  CHECK(amx.amx_int8);
+  CHECK(amx.avx512_fp16);
+  // A cap never adds what the CPU lacks.
+  const auto none = core::cap_cpu_features(core::CpuFeatures{}, CpuIsa::all);
+  CHECK_FALSE(none.avx2);
+  CHECK_FALSE(none.avx512f);
+  // This process: within its cap (the CTests all_tests_at_* run everything capped).
+  const auto& here = core::cpu_features();
+  if (core::max_cpu_isa() < CpuIsa::avx512_core) CHECK_FALSE(here.avx512f);
+  if (core::max_cpu_isa() < CpuIsa::avx2) CHECK_FALSE(here.avx2);
 }
 
 TEST_CASE(".npy files round-trip", "[basics]") {

@@ -111,7 +111,7 @@ TEST_CASE("vec softmax matches cpu/ref on the last axis and refuses others", "[v
   Layer l = test::make_layer("softmax", {{"axis", int64_t{1}}});
   std::string why;
   CHECK_FALSE(check_case(l, {random_blob({2, 5, 3}, rng)}, descriptor, {}, &why));
-  CHECK(why.find("last axis") != std::string::npos);
+  if (!isa_missing(why)) CHECK(why.find("last axis") != std::string::npos);
 }
 
 TEST_CASE("vec gelu matches cpu/ref (erf and tanh forms)", "[vec][gelu]") {

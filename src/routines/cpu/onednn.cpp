@@ -151,7 +151,7 @@ Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
 bool has_bf16() {
   static const bool yes = [] {
     const core::CpuFeatures& f = core::cpu_features();
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto isa = static_cast<unsigned>(onednn_isa());
     return (f.avx512_bf16 || f.amx_bf16) &&
            (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
   }();
@@ -176,7 +176,7 @@ class Onednn final : public Routine {
       return Support::no(fmt::format("this routine computes in {}, not {}", kSchema.to_string(), schema.to_string()));
     if (L == Layout::nchw16c && !has_avx512())
       return Support::no(fmt::format("nchw16c needs AVX-512; oneDNN's ISA on this CPU is {}",
-                                     isa_name(dnnl::get_effective_cpu_isa())));
+                                     isa_name(onednn_isa())));
     if (D == DType::bfloat16 && !has_bf16())
       return Support::no("CPU lacks bfloat16 instructions (AVX-512 BF16 or AMX-BF16)");
     if (!info.layer) return Support::no("no layer");

@@ -4,6 +4,7 @@
 // comment at the top of onednn.cpp). Internal to src/routines/cpu.
 #pragma once
 
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
@@ -35,11 +36,6 @@ using tag = dnnl::memory::format_tag;
 // ---------------------------------------------------------------------------
 // The engine, the CPU's ISA, the thread count
 
-inline dnnl::engine& cpu_engine() {
-  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
-  return *e;
-}
-
 inline std::string_view isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
     case dnnl::cpu_isa::sse41: return "sse41";
@@ -56,11 +52,49 @@ inline std::string_view isa_name(dnnl::cpu_isa isa) {
   }
 }
 
+/// SOFTNEURO_MAX_CPU_ISA for oneDNN too (core/cpu_features.hpp), set before
+/// oneDNN's first use fixes its ISA; DNNL_MAX_CPU_ISA, where set, stays the user's.
+inline void cap_onednn_isa() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const core::CpuIsa cap = core::max_cpu_isa();
+    if (cap == core::CpuIsa::all || std::getenv("DNNL_MAX_CPU_ISA")) return;
+    dnnl::cpu_isa isa = dnnl::cpu_isa::all;
+    switch (cap) {
+      case core::CpuIsa::sse41: isa = dnnl::cpu_isa::sse41; break;
+      case core::CpuIsa::avx2: isa = dnnl::cpu_isa::avx2; break;
+      case core::CpuIsa::avx2_vnni: isa = dnnl::cpu_isa::avx2_vnni; break;
+      case core::CpuIsa::avx512_core: isa = dnnl::cpu_isa::avx512_core; break;
+      case core::CpuIsa::avx512_core_vnni: isa = dnnl::cpu_isa::avx512_core_vnni; break;
+      case core::CpuIsa::avx512_core_bf16: isa = dnnl::cpu_isa::avx512_core_bf16; break;
+      case core::CpuIsa::avx512_core_amx: isa = dnnl::cpu_isa::avx512_core_amx; break;
+      case core::CpuIsa::all: break;
+    }
+    if (dnnl::set_max_cpu_isa(isa) != dnnl::status::success)
+      core::warn("SOFTNEURO_MAX_CPU_ISA={}: oneDNN had already fixed its ISA ({}); it is not capped",
+                 core::cpu_isa_name(cap), isa_name(dnnl::get_effective_cpu_isa()));
+  });
+}
+
+/// The ISA oneDNN dispatches to (within SOFTNEURO_MAX_CPU_ISA).
+inline dnnl::cpu_isa onednn_isa() {
+  cap_onednn_isa();
+  return dnnl::get_effective_cpu_isa();
+}
+
+inline dnnl::engine& cpu_engine() {
+  static dnnl::engine* e = [] {
+    cap_onednn_isa();
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
+  }();
+  return *e;
+}
+
 /// Whether oneDNN dispatches to AVX-512 (core) kernels on this CPU: nChw16c is
 /// only worth it there (elsewhere oneDNN would run reference code on it).
 inline bool has_avx512() {
   static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto isa = static_cast<unsigned>(onednn_isa());
     return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
   }();
   return yes;

@@ -269,12 +269,12 @@ Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in
 /// Whether oneDNN's int8 kernels multiply with VNNI (or AMX) here, i.e. keep all 8 weight bits.
 Support int8_weights_exact() {
   static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto isa = static_cast<unsigned>(onednn_isa());
     return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni;
   }();
   if (yes) return Support::yes();
   return Support::no(fmt::format("CPU lacks AVX-512 VNNI: without it oneDNN 2.6 halves int8 weights (7 bits); oneDNN's ISA here is {}",
-                                 isa_name(dnnl::get_effective_cpu_isa())));
+                                 isa_name(onednn_isa())));
 }
 
 // ---------------------------------------------------------------------------
