@@ -113,11 +113,11 @@ constexpr int kMaxOcb = 4;
 constexpr int ocb_index(int ocb) { return ocb - 1; }
 /// Widest assembly tile of any OCB (the accumulator buffer's size).
 constexpr int kMaxAsmW = 28;
-/// Widest row of a two-row assembly tile (OCB 2: 2 x 2 x 7 accumulators).
+/// Widest row of a two-row assembly tile (AVX-512 OCB 2: 2 x 2 x 7 accumulators; AVX2 OCB 1).
 constexpr int kMaxAsm2rW = 7;
 
 /// One output row (or, for a flat 1x1 plane, one run of pixels) of the direct
-/// convolution in assembly tiles, over one input-channel pass (AVX-512).
+/// convolution in assembly tiles, over one input-channel pass (AVX-512, AVX2).
 ///   x: input at (the pass's first ic block, the row of kernel row kh0, column 0),
 ///      [icb][rows][w_in][V], x_icb / x_row floats apart;
 ///   w: packed weights of the OC group at the pass's first ic block and tap kh0*kw;
@@ -135,7 +135,7 @@ struct AsmRow {
   const float* bias = nullptr;
   int valid_last = 0;
   int last_steps = 4;  ///< the pass's last ic block's channels / 4, rounded up (AsmTile)
-  /// 2: two output rows at once (ocb 2, ow <= kMaxAsm2rW, an input without
+  /// 2: two output rows at once (ocb Kernels::asm2r_ocb, ow <= kMaxAsm2rW, an input without
   /// edges): the second row's input x_row2 floats after the first's, its output y_row.
   int rows = 1;
   int64_t x_row2 = 0, y_row = 0;
@@ -222,12 +222,13 @@ struct Kernels {
   /// pointwise[t][s]: the same for 1x1 unpadded convolutions (kh0 = 0, kh = kw = 1, never an edge).
   DirectFn pointwise[kMaxTiles][3] = {};
   /// asm_tile[o][s][w]: OCB = o + 1 (1 to 4, see ocb_index), stride 1, 2 (s = 0, 1),
-  /// w = 1..asm_max_w[o] pixels; null where not built (AVX2).
+  /// w = 1..asm_max_w[o] pixels; null where not built.
   AsmTileFn asm_tile[kMaxOcb][2][kMaxAsmW + 1] = {};
   int asm_max_w[kMaxOcb] = {};
-  /// asm_tile2r[s][w]: two-row tiles, OCB = 2, w = 1..kMaxAsm2rW pixels per row;
+  /// asm_tile2r[s][w]: two-row tiles, OCB = asm2r_ocb, w = 1..kMaxAsm2rW pixels per row;
   /// they read an input without edges (AsmRow::rows).
   AsmTileFn asm_tile2r[2][kMaxAsm2rW + 1] = {};
+  int asm2r_ocb = 0;  ///< 2 on AVX-512, 1 on AVX2 (16 registers); 0: none
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
   AsmFirstFn asm_first[kMaxOcb][2][kMaxAsmW + 1] = {};
   /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.

@@ -428,10 +428,13 @@ void add_tile(conv::Kernels& k) {
   k.pointwise[t][2] = &pointwise_tile<OCB, W, 2>;
 }
 
-#if SN_F32_AVX512
 using conv::AsmTile;
 using conv::AsmFirstTile;
+#if SN_F32_AVX512
 #include "routines/cpu/direct_asm_avx512.inc"
+#else
+#include "routines/cpu/direct_asm_avx2.inc"
+#endif
 
 /// conv::AsmRow: the row in tiles of r.tw pixels (the last one narrower), each
 /// an assembly tile. Bias and relu/clip are applied by the tile itself, which
@@ -439,7 +442,11 @@ using conv::AsmFirstTile;
 /// padded lanes written 0) and rows seeing no input go through a stack copy
 /// and the C++ epilogue.
 void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
+#if SN_F32_AVX512
   const conv::Kernels& k = *conv::kernels_avx512();
+#else
+  const conv::Kernels& k = *conv::kernels_avx2();
+#endif
   const int oi = conv::ocb_index(r.ocb), si = r.sw - 1;
   alignas(64) float acc[conv::kMaxAsmW * kV];  // [ocb][rows][w]: at most 4 x 7, 3 x 8, 2 x 2 x 7, 1 x 28
   alignas(64) float pad[conv::kAsmEdgeFloats];
@@ -564,7 +571,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
         t.w = r.w + c0 * r.w_icb;
         t.load = c0 > 0 || r.load_y;
         t.last = c0 + cn >= r.icbs ? last : 0;
-        t.last_steps = c0 + cn >= r.icbs ? r.last_steps : 4;
+        t.last_steps = c0 + cn >= r.icbs ? r.last_steps : kV / 4;
         fn(t);
       }
     }
@@ -584,7 +591,6 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     }
   }
 }
-#endif
 
 conv::Kernels make_kernels() {
   conv::Kernels k;
@@ -614,6 +620,10 @@ conv::Kernels make_kernels() {
   add_tile<2, 4>(k);
   add_tile<2, 6>(k);
   add_tile<4, 2>(k);
+  // The assembly tiles (4 x 3, 2 x 6, 1 x 14); the intrinsic ones above take
+  // the edge tiles they cannot run in place and the layers they do not cover.
+  fill_asm_tiles(k);
+  k.asm_row = &asm_row;
 #endif
   k.depthwise = &depthwise_row;
   k.depthwise_block[0][0] = &depthwise_block<3, 1>;

@@ -44,11 +44,11 @@
 //             every OC group (the input read once: layers whose input dwarfs
 //             their weights, ResNet50's 1x1 256->512 s2@56: 0.84 -> 0.72 ms);
 //             with oh_block 0, one block of rows per thread;
-//   pad_copy  (padded layers, AVX-512 assembly tiles) 1: the tiles read a copy
+//   pad_copy  (padded layers, assembly tiles) 1: the tiles read a copy
 //             of the input zero-padded on every side, so none is an edge tile
-//             and every pair of rows of <= 7 pixels takes a two-row tile (2
-//             blocks x 2 rows, when ow_tile >= 2 rows and oc_block is 2): each
-//             weight vector feeds 14 FMAs instead of 7;
+//             and every pair of rows of <= 7 pixels takes a two-row tile (when
+//             ow_tile >= 2 rows; AVX-512: 2 blocks x 2 rows, oc_block 2; AVX2:
+//             1 block x 2 rows, oc_block 1): each weight vector feeds 14 FMAs instead of 7;
 //             0: the input read in place. Where only a tile's first and last
 //             columns leave the input (pads up to the stride: 3x3 pad 1), the
 //             assembly tiles run there too, those columns reading zeros (tap
@@ -120,11 +120,11 @@ std::vector<char> same_kernel_rows(const Window2d& g) {
 /// stride-2 3x3 layers); it pays where the edges cannot run in place, and on
 /// planes of two-row tiles where the in-place walk pairs fewer rows (a pair
 /// needs rows seeing the same kernel rows: ResNet50's 512@7 pairs 2 of its 7
-/// rows' 3 pairs; its 512 s2@14, 3 of 3).
-bool default_pad_copy(const Window2d& g, int64_t v) {
+/// rows' 3 pairs; its 512 s2@14, 3 of 3). two_rows: the ISA has two-row tiles.
+bool default_pad_copy(const Window2d& g, int64_t v, bool two_rows) {
   if (!padded(g)) return false;
   if (!columns_in_place(g)) return true;
-  if (g.ow > conv::kMaxAsm2rW || g.oh < 2) return false;
+  if (!two_rows || g.ow > conv::kMaxAsm2rW || g.oh < 2) return false;
   if (!rows_in_place(g, v)) return true;
   const std::vector<char> same = same_kernel_rows(g);
   int64_t pairs = 0;
@@ -197,7 +197,7 @@ class PreparedDirect final : public PreparedRoutine {
     cfg_.all_rows = ohb <= 0;
     cfg_.rows_outer = routine_param(params, "task_order", 0) != 0;
     stride_idx_ = g_.sw == 1 ? 1 : g_.sw == 2 ? 2 : 0;
-    // The assembly tiles (AVX-512): strides 1 and 2, at most 64 taps, an edge
+    // The assembly tiles (AVX-512, AVX2): strides 1 and 2, at most 64 taps, an edge
     // tile's padded copy of one ic block within conv::kAsmEdgeFloats.
     const int oi = conv::ocb_index(ocb);
     // A first layer (at most kNarrowPx input channels): the narrow kernels.
@@ -214,13 +214,13 @@ class PreparedDirect final : public PreparedRoutine {
     // pad_copy: the assembly tiles read a copy of the input padded on every
     // side, so no tile is an edge tile and every pair of rows can take a
     // two-row tile; it costs one pass over the input per run.
-    pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", default_pad_copy(g_, v_)) != 0;
-    // Two-row tiles (2 blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
+    pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", default_pad_copy(g_, v_, k.asm2r_ocb > 0)) != 0;
+    // Two-row tiles (asm2r_ocb blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
     // both rows. Without the padded copy they need rows whose tile runs in place
     // (only its first and last columns outside the input), and only pairs of
     // rows that see the same kernel rows take them (run()).
     // (A flat plane is walked as runs of pixels: no rows.)
-    rows2_ = use_asm_ && !flat_ && (pad_copy_ || rows_in_place(g_, v_)) && ocb == 2 && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
+    rows2_ = use_asm_ && ocb == k.asm2r_ocb && !flat_ && (pad_copy_ || rows_in_place(g_, v_)) && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
              want_w >= 2 * g_.ow;
     if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
     // Which rows pair with the next: any with the padded copy, else those
@@ -261,7 +261,7 @@ class PreparedDirect final : public PreparedRoutine {
     cpu::to_epilogue(core::fused_activation(layer), ep_);
     // nhwc RGB first layers on AVX-512: the assembly first-layer tiles, which
     // apply bias and relu/clip themselves (other activations: the intrinsics).
-    first_asm_ = nhwc_ && g_.c == 3 && k.asm_row && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
+    first_asm_ = nhwc_ && g_.c == 3 && k.asm_first[oi][0][1] && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
                  (ep_.act == cpu::gemm::Act::none || ep_.act == cpu::gemm::Act::relu || ep_.act == cpu::gemm::Act::clip);
     if (first_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
 
@@ -384,7 +384,7 @@ class PreparedDirect final : public PreparedRoutine {
           t.last = ic0 + cfg_.icb >= icbg_;
           t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
           // Channels of the last block, in steps of 4 (only the pass holding it).
-          const int last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : 4;
+          const int last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : static_cast<int>(v / 4);
           // Pairs first, then single rows: a pass's first call reads its weights from
           // L3 on layers with many channels, and a pair gives each weight twice the
           // FMAs of a row (ResNet50's 512 s2@14: its top row, 2 of 3 kernel rows, took
@@ -614,27 +614,28 @@ class Direct final : public Routine {
 
   std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema&) const override {
     // The first choice of each is the profiler's starting point (it then varies
-    // one parameter at a time): 2 x 14 tiles over all input channels, all rows per task.
-    if (kernels_for(L) && kernels_for(L)->vec == 16) {
-      // ow_tile 6: the 4 x 6 tile keeps all four weight vectors in registers (4 x 7
-      // takes one from memory per FMA); with its narrower last tile it still ran
-      // 4-11% faster than 4 x 7 on ResNet50's 3x3 layers of 14-56 pixel rows.
-      std::vector<RoutineParamSpec> space{{"oc_block", {2, 4, 1}},
-                                          {"ow_tile", {14, 6, 7, 28}},
-                                          {"ic_block", {1024, 0}},
-                                          {"oh_block", {0, 4, 1}},
-                                          {"task_order", {0, 1}}};
+    // one parameter at a time): 2 x 14 tiles (AVX2: 2 x 6) over all input channels, all rows per task.
+    const conv::Kernels* k = kernels_for(L);
+    // ow_tile 6 on AVX-512: the 4 x 6 tile keeps all four weight vectors in
+    // registers (4 x 7 takes one from memory per FMA); with its narrower last tile
+    // it still ran 4-11% faster than 4 x 7 on ResNet50's 3x3 layers of 14-56 pixel
+    // rows. On AVX2 (16 ymm) 6 is the 2 x 6 tile, 4 x 3 and 1 x 14 the others.
+    std::vector<RoutineParamSpec> space{{"oc_block", {2, 4, 1}},
+                                        {"ow_tile", k && k->vec == 16 ? std::vector<int64_t>{14, 6, 7, 28}
+                                                                      : std::vector<int64_t>{6, 4, 7, 14}},
+                                        {"ic_block", {1024, 0}},
+                                        {"oh_block", {0, 4, 1}},
+                                        {"task_order", {0, 1}}};
+    if (k && k->asm_row && L != Layout::nhwc) {
       const Window2d g = info.layer && info.input_shapes.size() == 1 && info.input_shapes[0].rank() == 4
                              ? core::conv2_window(*info.layer, info.input_shapes[0])
                              : Window2d{};
-      if (L != Layout::nhwc && padded(g)) {
-        const int64_t copy = default_pad_copy(g, 16);
+      if (padded(g)) {
+        const int64_t copy = default_pad_copy(g, k->vec, k->asm2r_ocb > 0);
         space.push_back({"pad_copy", {copy, 1 - copy}});
       }
-      return space;
     }
-    return {{"oc_block", {2, 4, 1}}, {"ow_tile", {4, 7, 14}}, {"ic_block", {1024, 0}}, {"oh_block", {0, 4, 1}},
-            {"task_order", {0, 1}}};
+    return space;
   }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,

@@ -34,6 +34,31 @@ TILES = [(4, 7), (3, 8), (2, 14), (1, 28)]
 # They read an input padded on every side (no edge tiles).
 TILES_2ROW = [(2, 7)]
 STRIDES = [1, 2]
+# AVX2 (16 ymm, no embedded broadcast: every tile broadcasts into a register):
+# 12 accumulators + weights + the broadcast. No first-layer tiles.
+TILES_AVX2 = [(4, 3), (2, 6), (1, 14)]
+# AVX2 two-row tiles: 1 block x 2 rows of 7 (14 accumulators): rows of 7
+# (ResNet50's 512-channel planes) otherwise take 1 x 7, whose 7 accumulators
+# cannot hide the FMA latency (4 cycles x 2 ports), or leave a 1-pixel tail.
+TILES_2ROW_AVX2 = [(1, 7)]
+
+# The instruction set being written (set_isa): register name, registers,
+# bytes and floats per vector, whether an FMA can broadcast from memory.
+R, NREG, VB, V, EMB = "zmm", 32, 64, 16, True
+
+
+def set_isa(isa):
+    global R, NREG, VB, V, EMB
+    R, NREG, VB, V, EMB = ("zmm", 32, 64, 16, True) if isa == "avx512" else ("ymm", 16, 32, 8, False)
+
+
+def lines_of(first, nbytes):
+    """Offsets of one byte in each 64-byte line of [first, first + nbytes),
+    from a base aligned to a vector (half a line on AVX2)."""
+    offs = list(range(first, first + nbytes, 64))
+    if VB < 64 and nbytes > 32 and (first + nbytes - 1) not in offs:
+        offs.append(first + nbytes - 1)
+    return offs
 # Each channel step prefetches its weight lines this many bytes ahead (into L1).
 # The weights stream from L3 on layers with many channels (ResNet50's 512@7:
 # 9.4 MB), and the hardware prefetchers stop at every 4 KB page: a tile then
@@ -56,9 +81,10 @@ def ocb_index(ocb):
 def y_addr(j, i, r=0):
     """Accumulator (j, i) of row r in y: block j at y + j * y_ocb (rax, r12 = y_ocb,
     r13 = rax + 2 * r12); a two-row tile's second row at rsi = rax + y_row."""
+    o = i * VB
     if r == 1:
-        return [f"{i * 64}(%%rsi)", f"{i * 64}(%%rsi,%%r12,1)"][j]
-    return [f"{i * 64}(%%rax)", f"{i * 64}(%%rax,%%r12,1)", f"{i * 64}(%%r13)", f"{i * 64}(%%r13,%%r12,1)"][j]
+        return [f"{o}(%%rsi)", f"{o}(%%rsi,%%r12,1)"][j]
+    return [f"{o}(%%rax)", f"{o}(%%rax,%%r12,1)", f"{o}(%%r13)", f"{o}(%%r13,%%r12,1)"][j]
 
 
 def registers(ocb, w):
@@ -66,10 +92,11 @@ def registers(ocb, w):
     When the accumulators leave no room for all weight vectors and a broadcast
     register (4 x 7), the last ones are FMA memory operands."""
     n = ocb * w
-    in_regs = ocb if ocb == 1 else min(ocb, 31 - n)
+    fold = EMB and ocb == 1  # the broadcast folded into the FMA
+    in_regs = ocb if fold else min(ocb, NREG - 1 - n)
     assert in_regs >= 1, (ocb, w)
-    tmps = list(range(n + in_regs, 32))
-    assert ocb == 1 or tmps, (ocb, w)
+    tmps = list(range(n + in_regs, NREG))
+    assert fold or tmps, (ocb, w)
     return n, [n + j for j in range(in_regs)], tmps
 
 
@@ -84,10 +111,11 @@ def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefet
     used = set()
     for u in range(steps):
         for j in range(len(wreg)):
-            emit(f"vmovups {(u * ocb + j) * 64}(%%r8), %%zmm{wreg[j]}")
+            emit(f"vmovups {(u * ocb + j) * VB}(%%r8), %%{R}{wreg[j]}")
         if w_prefetch:
-            for j in range(ocb):
-                emit(f"prefetcht0 {w_prefetch + (u * ocb + j) * 64}(%%r8)")
+            for off in range(u * ocb * VB, (u + 1) * ocb * VB, VB):
+                if off % 64 == 0:
+                    emit(f"prefetcht0 {w_prefetch + off}(%%r8)")
         for i in range(w):
             col, row = (i, 0) if row_w is None else (i % row_w, i // row_w)
             cols = w if row_w is None else row_w
@@ -97,18 +125,18 @@ def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefet
             elif edge_regs and col == cols - 1:
                 base, off = "r13", 0
             src = f"{off + u * 4}(%%{base}{',%%r12,1' if row else ''})"
-            if ocb == 1:
-                emit(f"vfmadd231ps {src}%{{1to16%}}, %%zmm{wreg[0]}, %%zmm{i}")
+            if EMB and ocb == 1:
+                emit(f"vfmadd231ps {src}%{{1to16%}}, %%{R}{wreg[0]}, %%{R}{i}")
                 continue
             r = tmps[t % len(tmps)]
             used.add(r)
             t += 1
-            emit(f"vbroadcastss {src}, %%zmm{r}")
+            emit(f"vbroadcastss {src}, %%{R}{r}")
             for j in range(ocb):
                 if j < len(wreg):
-                    emit(f"vfmadd231ps %%zmm{r}, %%zmm{wreg[j]}, %%zmm{j * w + i}")
+                    emit(f"vfmadd231ps %%{R}{r}, %%{R}{wreg[j]}, %%{R}{j * w + i}")
                 else:
-                    emit(f"vfmadd231ps {(u * ocb + j) * 64}(%%r8), %%zmm{r}, %%zmm{j * w + i}")
+                    emit(f"vfmadd231ps {(u * ocb + j) * VB}(%%r8), %%{R}{r}, %%{R}{j * w + i}")
     return used
 
 
@@ -116,20 +144,28 @@ def add_bias(emit, ocb, w):
     """The bias (r14: OCB vectors) onto every accumulator."""
     for j in range(ocb):
         for i in range(w):
-            emit(f"vaddps {j * 64}(%%r14), %%zmm{j * w + i}, %%zmm{j * w + i}")
+            emit(f"vaddps {j * VB}(%%r14), %%{R}{j * w + i}, %%{R}{j * w + i}")
 
 
 def clamp(emit, n, f_lo, f_hi):
     """last (in rcx): 2 clamps to [lo, hi] (clip), 3 only from below (relu:
-    no vminps against +inf); 1 leaves the sums (+ bias) as they are."""
+    no vminps against +inf); 1 leaves the sums (+ bias) as they are.
+    AVX2 broadcasts the bound into register n (a weight register, free here)."""
+    def bound(f):
+        if EMB:
+            return f"{f}(%[t])%{{1to16%}}"
+        emit(f"vbroadcastss {f}(%[t]), %%{R}{n}")
+        return f"%%{R}{n}"
     emit("cmp $1, %%rcx")
     emit("je 12f")
+    b = bound(f_lo)
     for k in range(n):
-        emit(f"vmaxps {f_lo}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
+        emit(f"vmaxps {b}, %%{R}{k}, %%{R}{k}")
     emit("cmp $3, %%rcx")
     emit("je 12f")
+    b = bound(f_hi)
     for k in range(n):
-        emit(f"vminps {f_hi}(%[t])%{{1to16%}}, %%zmm{k}, %%zmm{k}")
+        emit(f"vminps {b}, %%{R}{k}, %%{R}{k}")
     emit("12:")
 
 
@@ -175,7 +211,7 @@ def tile_fn(ocb, w, s, rows=1):
     emit("lea (%%rax,%%r12,2), %%r13")
     emit(f"cmpq $0, {F_LOAD}(%[t])")
     emit("je 10f")
-    each_y(lambda k, m: emit(f"vmovups {m}, %%zmm{k}"))
+    each_y(lambda k, m: emit(f"vmovups {m}, %%{R}{k}"))
     emit("jmp 11f")
     emit("10:")
     emit(f"cmpq $0, {F_LAST}(%[t])")
@@ -183,11 +219,11 @@ def tile_fn(ocb, w, s, rows=1):
     emit(f"mov {F_BIAS}(%[t]), %%r14")
     for j in range(ocb):
         for i in range(px):
-            emit(f"vmovups {j * 64}(%%r14), %%zmm{j * px + i}")
+            emit(f"vmovups {j * VB}(%%r14), %%{R}{j * px + i}")
     emit("jmp 11f")
     emit("13:")
     for k in range(n):
-        emit(f"vpxord %%zmm{k}, %%zmm{k}, %%zmm{k}")
+        emit(f"{'vpxord' if EMB else 'vxorps'} %%{R}{k}, %%{R}{k}, %%{R}{k}")
     emit("11:")
     if rows == 2:
         emit(f"mov {F_XROW2}(%[t]), %%r12")  # y_ocb again at the end
@@ -200,7 +236,7 @@ def tile_fn(ocb, w, s, rows=1):
     # (a partial last block: its padded channels are neither multiplied nor
     # their zero weights read, they are skipped after each tap; 24 channels =
     # 1.5 blocks).
-    emit(f"mov ${16 // UNROLL}, %%r14d")
+    emit(f"mov ${V // UNROLL}, %%r14d")
     emit("cmp $1, %%r11")
     emit("jne 4f")
     # The last block prefetches the first block two tiles further along the
@@ -212,7 +248,7 @@ def tile_fn(ocb, w, s, rows=1):
     if rows == 2:
         emit("lea (%%r15,%%r12,4), %%r15")
     else:
-        emit(f"add ${2 * w * s * 64}, %%r15")
+        emit(f"add ${2 * w * s * VB}, %%r15")
     emit(f"mov {F_LSTEPS}(%[t]), %%r14")
     emit("4:")
     emit(f"mov {F_TAP}(%[t]), %%rsi")
@@ -230,33 +266,34 @@ def tile_fn(ocb, w, s, rows=1):
     emit("add %%r9, %%rdx")
     # This tap's pixels in the next ic block, a whole plane further on: one
     # stream per block, more than the hardware prefetchers follow on large planes.
-    for i in range(w):
-        emit(f"prefetcht0 {i * s * 64}(%%rdx,%%r15,1)")
+    row_lines = lines_of(0, ((w - 1) * s + 1) * VB) if s * VB < 64 else [i * s * VB for i in range(w)]
+    for off in row_lines:
+        emit(f"prefetcht0 {off}(%%rdx,%%r15,1)")
     if rows == 2:
         emit("lea (%%rdx,%%r12,1), %%rax")  # rax: y only outside the loops
-        for i in range(w):
-            emit(f"prefetcht0 {i * s * 64}(%%rax,%%r15,1)")
+        for off in row_lines:
+            emit(f"prefetcht0 {off}(%%rax,%%r15,1)")
     emit("mov %%rdx, %%rax")
     emit(f"test ${3 if w == 1 else 1}, %%ecx")
     emit(f"cmovnz {F_ZEROS}(%[t]), %%rax")
     if w > 1:
-        emit(f"lea {(w - 1) * s * 64}(%%rdx), %%r13")
+        emit(f"lea {(w - 1) * s * VB}(%%rdx), %%r13")
         emit("test $2, %%ecx")
         emit(f"cmovnz {F_ZEROS}(%[t]), %%r13")
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
-    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * 64, wreg, tmps, w if rows == 2 else None, W_PREFETCH, True)
+    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, W_PREFETCH, True)
     emit(f"add ${UNROLL * 4}, %%rdx")
     emit(f"add ${UNROLL * 4}, %%rax")
     if w > 1:
         emit(f"add ${UNROLL * 4}, %%r13")
-    emit(f"add ${UNROLL * ocb * 64}, %%r8")
+    emit(f"add ${UNROLL * ocb * VB}, %%r8")
     emit("dec %%ecx")
     emit("jnz 3b")
-    # The channel steps a partial last block skipped (r14 of 16 / UNROLL ran).
-    emit(f"mov ${16 // UNROLL}, %%ecx")
+    # The channel steps a partial last block skipped (r14 of V / UNROLL ran).
+    emit(f"mov ${V // UNROLL}, %%ecx")
     emit("sub %%r14d, %%ecx")
-    emit(f"imul ${UNROLL * ocb * 64}, %%ecx, %%ecx")
+    emit(f"imul ${UNROLL * ocb * VB}, %%ecx, %%ecx")
     emit("add %%rcx, %%r8")
     emit("add $8, %%rsi")
     emit("dec %%rdi")
@@ -279,7 +316,7 @@ def tile_fn(ocb, w, s, rows=1):
     add_bias(emit, ocb, px)
     emit("14:")
     clamp(emit, n, F_LO, F_HI)
-    each_y(lambda k, m: emit(f"vmovups %%zmm{k}, {m}"))
+    each_y(lambda k, m: emit(f"vmovups %%{R}{k}, {m}"))
     # 13 general registers at most: with a frame pointer (the ASan build) rbp is
     # taken, and %[t] needs one of the 14 others.
     name = f"asm_tile_{ocb}x{w}_s{s}" if rows == 1 else f"asm_tile2r_{ocb}x{w}_s{s}"
@@ -352,40 +389,46 @@ def first_fn(ocb, w, s):
 
 
 def main():
+    """gen_direct_asm.py ISA OUTPUT: ISA avx512 or avx2 (no first-layer tiles)."""
+    isa, path = sys.argv[1], pathlib.Path(sys.argv[2])
+    assert isa in ("avx512", "avx2"), isa
+    set_isa(isa)
+    tiles, tiles2, first = (TILES, TILES_2ROW, True) if isa == "avx512" else (TILES_AVX2, TILES_2ROW_AVX2, False)
     out = [
         "// Generated by src/routines/cpu/gen_direct_asm.py at build time: change the generator.",
-        "// AVX-512 register tiles of cpu:float32:nchw16c/direct (see conv_kernels.hpp, AsmTile).",
-        "// Included by conv_kernels.inl inside namespace softneuro::cpu::avx512.",
+        f"// {isa.upper().replace('AVX512', 'AVX-512')} register tiles of the float32 direct convolution (see conv_kernels.hpp, AsmTile).",
+        f"// Included by conv_kernels.inl inside namespace softneuro::cpu::{isa}.",
         "",
     ]
-    table = []
-    for ocb, wmax in TILES:
+    for ocb, wmax in tiles:
         for s in STRIDES:
             for w in range(1, wmax + 1):
                 out.append(tile_fn(ocb, w, s))
-    for ocb, wmax in TILES_2ROW:
+    for ocb, wmax in tiles2:
         for s in STRIDES:
             for w in range(1, wmax + 1):
                 out.append(tile_fn(ocb, w, s, rows=2))
-    for ocb, wmax in TILES:
-        for s in STRIDES:
-            for w in range(1, wmax + 1):
-                out.append(first_fn(ocb, w, s))
+    if first:
+        for ocb, wmax in tiles:
+            for s in STRIDES:
+                for w in range(1, wmax + 1):
+                    out.append(first_fn(ocb, w, s))
     out.append("void fill_asm_tiles(conv::Kernels& k) {")
-    for ocb, wmax in TILES:
+    for ocb, wmax in tiles:
         oi = ocb_index(ocb)
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
                 out.append(f"  k.asm_tile[{oi}][{si}][{w}] = &asm_tile_{ocb}x{w}_s{s};")
-                out.append(f"  k.asm_first[{oi}][{si}][{w}] = &asm_first_{ocb}x{w}_s{s};")
-    for ocb, wmax in TILES_2ROW:
+                if first:
+                    out.append(f"  k.asm_first[{oi}][{si}][{w}] = &asm_first_{ocb}x{w}_s{s};")
+    for ocb, wmax in tiles2:
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
                 out.append(f"  k.asm_tile2r[{si}][{w}] = &asm_tile2r_{ocb}x{w}_s{s};")
-    for ocb, wmax in TILES:
+        out.append(f"  k.asm2r_ocb = {ocb};")
+    for ocb, wmax in tiles:
         out.append(f"  k.asm_max_w[{ocb_index(ocb)}] = {wmax};")
     out.append("}")
-    path = pathlib.Path(sys.argv[1])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(out) + "\n")
 
