@@ -45,11 +45,13 @@ TILES_2ROW_AVX2 = [(1, 7)]
 # The instruction set being written (set_isa): register name, registers,
 # bytes and floats per vector, whether an FMA can broadcast from memory.
 R, NREG, VB, V, EMB = "zmm", 32, 64, 16, True
+UNROLL_BLOCK = False  # a block's channel steps unrolled whole (tile_fn)
 
 
 def set_isa(isa):
-    global R, NREG, VB, V, EMB
+    global R, NREG, VB, V, EMB, UNROLL_BLOCK
     R, NREG, VB, V, EMB = ("zmm", 32, 64, 16, True) if isa == "avx512" else ("ymm", 16, 32, 8, False)
+    UNROLL_BLOCK = isa == "avx2"
 
 
 def lines_of(first, nbytes):
@@ -100,7 +102,7 @@ def registers(ocb, w):
     return n, [n + j for j in range(in_regs)], tmps
 
 
-def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0, edge_regs=False):
+def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0, edge_regs=False, first=0):
     """`steps` input channels: weights [step][OCB][16] at r8, pixel i's channel
     at rdx + i * pixel_bytes + 4 * step; with row_w (two-row tiles), pixel i is
     column i % row_w of row i // row_w, the second row r12 bytes further.
@@ -109,7 +111,7 @@ def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefet
     Returns the temporaries used."""
     t = 0
     used = set()
-    for u in range(steps):
+    for u in range(first, first + steps):
         for j in range(len(wreg)):
             emit(f"vmovups {(u * ocb + j) * VB}(%%r8), %%{R}{wreg[j]}")
         if w_prefetch:
@@ -281,6 +283,20 @@ def tile_fn(ocb, w, s, rows=1):
         emit("test $2, %%ecx")
         emit(f"cmovnz {F_ZEROS}(%[t]), %%r13")
     emit("mov %%r14d, %%ecx")
+    if UNROLL_BLOCK:
+        # The block's channels unrolled in groups of UNROLL steps, a partial
+        # last block (r14 groups) leaving after its last: no loop and no
+        # pointer updates per group (AVX2: +5-6% on ResNet50's 3x3 layers).
+        used_tmps = set()
+        for g in range(V // UNROLL):
+            used_tmps |= fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, W_PREFETCH,
+                                   True, first=g * UNROLL)
+            if g + 1 < V // UNROLL:
+                emit(f"cmp ${g + 1}, %%r14d")
+                emit("je 5f")
+        emit("5:")
+        emit(f"add ${V * ocb * VB}, %%r8")
+        return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps)
     emit("3:")  # channels of the block
     used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, W_PREFETCH, True)
     emit(f"add ${UNROLL * 4}, %%rdx")
@@ -295,6 +311,20 @@ def tile_fn(ocb, w, s, rows=1):
     emit("sub %%r14d, %%ecx")
     emit(f"imul ${UNROLL * ocb * VB}, %%ecx, %%ecx")
     emit("add %%rcx, %%r8")
+    return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps)
+
+
+def finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps):
+    """tile_fn's end: the next tap, block; the epilogue; y."""
+    def each_y(op):
+        if rows == 2:
+            emit(f"mov {F_YROW}(%[t]), %%rsi")
+            emit("add %%rax, %%rsi")
+        for j in range(ocb):
+            for r in range(rows):
+                for i in range(w):
+                    op(j * px + r * w + i, y_addr(j, i, r))
+
     emit("add $8, %%rsi")
     emit("dec %%rdi")
     emit("jnz 2b")
