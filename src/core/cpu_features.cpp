@@ -115,13 +115,32 @@ CpuIsa max_cpu_isa() {
   return cap;
 }
 
+namespace {
+const CpuFeatures& detected() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+}  // namespace
+
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     const CpuIsa cap = max_cpu_isa();
     if (cap != CpuIsa::all) info("SOFTNEURO_MAX_CPU_ISA={}: routines dispatch as on a CPU without more", cpu_isa_name(cap));
-    return cap_cpu_features(detect(), cap);
+    return cap_cpu_features(detected(), cap);
   }();
   return features;
+}
+
+bool cpu_features_capped() {
+  static const bool capped = [] {
+    const CpuFeatures& a = detected();
+    const CpuFeatures& b = cpu_features();
+    return a.avx != b.avx || a.avx2 != b.avx2 || a.fma != b.fma || a.f16c != b.f16c || a.avx512f != b.avx512f ||
+           a.avx512bw != b.avx512bw || a.avx512vl != b.avx512vl || a.avx512dq != b.avx512dq ||
+           a.avx512_vnni != b.avx512_vnni || a.avx512_bf16 != b.avx512_bf16 || a.avx512_fp16 != b.avx512_fp16 ||
+           a.avx_vnni != b.avx_vnni || a.amx_tile != b.amx_tile || a.amx_int8 != b.amx_int8 || a.amx_bf16 != b.amx_bf16;
+  }();
+  return capped;
 }
 
 }  // namespace softneuro::core

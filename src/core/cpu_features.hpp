@@ -6,7 +6,8 @@
 // SOFTNEURO_MAX_CPU_ISA caps what is detected (oneDNN's DNNL_MAX_CPU_ISA names
 // and order): a machine then dispatches as one with less would, so an AVX2
 // target's routine choice, tuning and test suite can be reproduced on an
-// AVX-512 machine. oneDNN is capped with it; XNNPACK picks its kernels itself.
+// AVX-512 machine. oneDNN is capped with it; XNNPACK, which picks its kernels
+// itself, stays out (its routines say unsupported under a cap).
 #pragma once
 
 #include <optional>
@@ -41,5 +42,8 @@ CpuIsa max_cpu_isa();
 /// The features of the CPU running this process, within max_cpu_isa()
 /// (detected on first call, thread-safe).
 const CpuFeatures& cpu_features();
+/// Whether max_cpu_isa() takes away an instruction set this CPU has: code that
+/// picks its kernels itself (XNNPACK) must then stay out.
+bool cpu_features_capped();
 
 }  // namespace softneuro::core

@@ -141,9 +141,10 @@ inline Layer conv_layer(int64_t c, int64_t oc, int64_t group, int64_t kh, int64_
                     weights);
 }
 
-/// Whether the routine's ISA is missing here (then tests skip it with a message).
+/// Whether the routine's ISA is missing here, or capped away by
+/// SOFTNEURO_MAX_CPU_ISA (then tests skip it with a message).
 inline bool isa_missing(const std::string& reason) {
-  return reason.find("AVX") != std::string::npos;
+  return reason.find("AVX") != std::string::npos || reason.find("SOFTNEURO_MAX_CPU_ISA") != std::string::npos;
 }
 
 /// check_case, where the only acceptable refusal is a missing ISA: then a

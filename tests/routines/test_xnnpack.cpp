@@ -6,6 +6,7 @@
 // the routines refuse and the tests say so (WARN) instead of checking numbers.
 //
 // Tolerance: max |got - ref| <= 1e-4 * max |ref| (+1e-6 absolute), per output.
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -186,6 +187,22 @@ int pick(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distributi
 }  // namespace
 
 // ---------------------------------------------------------------------------
+
+TEST_CASE("xnnpack stays out under a SOFTNEURO_MAX_CPU_ISA that takes something away", "[xnnpack]") {
+  // XNNPACK picks its kernels from the CPU itself: under the cap it would run
+  // what the cap forbids (the CTests all_tests_at_* exercise this branch).
+  Layer relu = test::make_layer("relu");
+  LayerInfo info{&relu, {Shape{1, 4}}, {Shape{1, 4}}, {}, {}};
+  Schema schema;
+  const Routine* r = xnn_routine("relu", &schema);
+  const Support s = r->supports(info, schema);
+  if (core::cpu_features_capped()) {
+    CHECK_FALSE(s.ok);
+    CHECK(s.reason.find("SOFTNEURO_MAX_CPU_ISA") != std::string::npos);
+  } else {
+    CHECK(s.reason.find("SOFTNEURO_MAX_CPU_ISA") == std::string::npos);
+  }
+}
 
 TEST_CASE("xnnpack conv2 matches cpu/ref", "[xnnpack][conv2]") {
   if (!xnnpack_available()) return;

@@ -71,6 +71,7 @@
 //    far worse here: medians 64-115 ms, single runs up to 1 s. Again once our
 //    own pool ran on OpenMP (main at b0be198), 2 threads, nice -10: XNNPACK
 //    chain medians 31.7-32.9 ms against oneDNN's 5.4-10.6 ms.
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
@@ -165,6 +166,18 @@ xnn_status init_status() {
     return st;
   }();
   return s;
+}
+
+/// Whether the XNNPACK routines may run here: it initialised, and no
+/// SOFTNEURO_MAX_CPU_ISA takes away what the CPU has (XNNPACK picks its
+/// kernels from the CPU itself and would run them anyway).
+Support xnnpack_available() {
+  if (core::cpu_features_capped())
+    return Support::no(fmt::format("SOFTNEURO_MAX_CPU_ISA={}: XNNPACK picks its kernels itself and cannot be capped",
+                                   core::cpu_isa_name(core::max_cpu_isa())));
+  if (const xnn_status s = init_status(); s != xnn_status_success)
+    return Support::no(fmt::format("XNNPACK failed to initialise ({})", status_name(s)));
+  return Support::yes();
 }
 
 void xcheck(xnn_status s, std::string_view what) {
@@ -491,8 +504,7 @@ class Xnnpack final : public Routine {
     if (!(schema == kSchema))
       return Support::no(fmt::format("this routine computes in {}, not {}", kSchema.to_string(), schema.to_string()));
     if (!info.layer) return Support::no("no layer");
-    if (const xnn_status s = init_status(); s != xnn_status_success)
-      return Support::no(fmt::format("XNNPACK failed to initialise ({})", status_name(s)));
+    if (Support a = xnnpack_available(); !a) return a;
     for (const Shape& s : info.input_shapes)
       if (s.numel() == 0) return Support::no(fmt::format("input {} is empty", s.to_string()));
     try {
@@ -983,8 +995,7 @@ class XnnpackQ final : public Routine {
     if (!(schema == kQSchema))
       return Support::no(fmt::format("this routine computes in {}, not {}", kQSchema.to_string(), schema.to_string()));
     if (!info.layer) return Support::no("no layer");
-    if (const xnn_status s = init_status(); s != xnn_status_success)
-      return Support::no(fmt::format("XNNPACK failed to initialise ({})", status_name(s)));
+    if (Support a = xnnpack_available(); !a) return a;
     for (std::size_t i = 0; i < info.input_shapes.size(); ++i) {
       if (info.input_shapes[i].numel() == 0) return Support::no("an input is empty");
       if (Support q = tensor_quant(info.input_quant, i, "input", nullptr); !q) return q;
