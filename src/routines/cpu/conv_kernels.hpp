@@ -42,17 +42,18 @@ struct DirectTile {
   int64_t y_px = 0;  ///< narrow and first_nhwc: floats between output pixels (V blocked, OC in nhwc)
 };
 
-/// One register tile in assembly (AVX-512, gen_direct_asm.py): OCB output-channel
-/// blocks x W output pixels accumulated over `icbs` input-channel blocks and `ntaps` taps.
-///   y:     the tile's output: pixel i of oc block j at y + j*y_ocb_bytes + i*64 bytes;
+/// One register tile in assembly (AVX-512 or AVX2, gen_direct_asm.py): OCB output-channel
+/// blocks x W output pixels accumulated over `icbs` input-channel blocks and `ntaps` taps
+/// (B = the vector's bytes: 64, or 32 on AVX2).
+///   y:     the tile's output: pixel i of oc block j at y + j*y_ocb_bytes + i*B bytes;
 ///          read first when `load` (the sums so far), written at the end;
 ///   x:     input of pixel 0 at the first ic block; tap t reads x + tap_x[t] bytes,
-///          pixel i stride*64 bytes further on; x_icb_bytes between ic blocks;
+///          pixel i stride*B bytes further on; x_icb_bytes between ic blocks;
 ///   w:     packed weights [icb][tap][V ic][OCB][V oc] of the taps in tap_x order,
 ///          w_icb_bytes between ic blocks;
 ///   last:  0 raw sums; 1 + bias (OCB*V floats); 2 + bias, then clamped to [lo, hi];
 ///          3 + bias, then max(lo) only (relu);
-///   last_steps: the last ic block's channels / 4, rounded up (1..4; its weights
+///   last_steps: the last ic block's channels / 4, rounded up (1..V/4; its weights
 ///          still take V slots per tap: the rest are skipped);
 ///   x_row2_bytes, y_row_bytes: a two-row tile (asm_tile2r) also computes the W
 ///          pixels of the next output row: its input x_row2_bytes after the
@@ -60,7 +61,7 @@ struct DirectTile {
 ///   tap flags: the low 2 bits of tap_x[t] (offsets are whole floats) say which
 ///          columns of tap t lie outside the input: 1 the first (of a tile of
 ///          one pixel: that pixel), 2 the last. Those pixels read `zeros`
-///          instead, which then holds at least x_row2_bytes + 64 bytes of zeros.
+///          instead, which then holds at least x_row2_bytes + B bytes of zeros.
 /// The field order is the generator's (F_* offsets): keep both in step.
 struct AsmTile {
   float* y = nullptr;
@@ -84,9 +85,9 @@ static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) ==
               "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
 
-/// A first layer's register tile in assembly (AVX-512): nhwc, 3 input channels
+/// A first layer's register tile in assembly (AVX-512 or AVX2): nhwc, 3 input channels
 /// read in place, dilation 1 (gen_direct_asm.py, first_fn). OCB blocks x W pixels.
-///   y:    pixel i's OCB blocks at y + i*y_px_bytes (adjacent, 64 bytes apart);
+///   y:    pixel i's OCB blocks at y + i*y_px_bytes (adjacent, a vector apart);
 ///         read first when `load`, written at the end;
 ///   x:    input of pixel 0; kernel row r reads x + row_x[r] bytes, its kw*3 floats contiguous;
 ///   w:    packed weights [row][kw][3][OCB][V] from the first row read;

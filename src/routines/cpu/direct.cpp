@@ -5,9 +5,9 @@
 // output channels in whole vectors: the 3-channel input is read compact, where
 // a blocked one holds 16 floats per pixel; AVX-512 or AVX2 kernels), on register tiles
 // of OCB output-channel blocks x W output pixels. Kernels, chosen at run time
-// (no scalar path): AVX-512 tiles in inline assembly for strides 1 and 2
-// (gen_direct_asm.py, driven row by row by conv::AsmRow), intrinsics
-// otherwise and for AVX2 (conv_kernels.inl).
+// (no scalar path): AVX-512 or AVX2 tiles in inline assembly for strides 1
+// and 2 (gen_direct_asm.py, driven row by row by conv::AsmRow), intrinsics
+// otherwise (conv_kernels.inl).
 //
 // prepare: weights packed once as [OC group of OCB blocks][ic block][kh][kw][V ic][OCB][V oc]
 //          (zero-padded channels), bias padded to whole blocks.

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes direct_asm_avx512.inc: the AVX-512 register tiles of our direct
-convolution (cpu:float32:nchw16c/direct) as inline assembly.
+"""Writes direct_asm_avx512.inc or direct_asm_avx2.inc: the register tiles
+of our direct convolution (cpu:float32:nchw16c/direct, .../nchw8c/direct and
+the nhwc first layers) as inline assembly, for AVX-512 (zmm) or AVX2 (ymm).
 
 Why assembly: the tiles use 28-32 of the 32 zmm registers. With intrinsics,
 GCC 12 spills accumulators or folds every broadcast into its FMA
@@ -17,6 +18,12 @@ accumulators. For OCB = 1 the broadcast feeds a single FMA, so it is folded.
 Loops inside the assembly: input-channel blocks, then the kernel taps (byte
 offsets from a table), then the 16 channels of the block (4 steps unrolled;
 the last block only its channels rounded up to 4).
+
+AVX2: 16 ymm and no embedded broadcast, so every tile broadcasts into a
+register: 4 x 3 (one weight vector from memory), 2 x 6, 1 x 14 and the
+two-row 1 x 2 x 7; a block's 8 channels are unrolled whole. Intrinsics
+(GCC) had reached 59-79% of the AVX2 peak on ResNet50's 3x3 layers, these
+80-92% (SOFTNEURO_MAX_CPU_ISA=avx2 bench/conv_bench).
 
 First-layer tiles (first_fn, conv::AsmFirstTile): nhwc input of 3 channels
 read in place; per kernel row one loop over its columns, 3 channels each.
