@@ -132,15 +132,17 @@ const CpuFeatures& cpu_features() {
 }
 
 bool cpu_features_capped() {
-  static const bool capped = [] {
-    const CpuFeatures& a = detected();
-    const CpuFeatures& b = cpu_features();
-    return a.avx != b.avx || a.avx2 != b.avx2 || a.fma != b.fma || a.f16c != b.f16c || a.avx512f != b.avx512f ||
-           a.avx512bw != b.avx512bw || a.avx512vl != b.avx512vl || a.avx512dq != b.avx512dq ||
-           a.avx512_vnni != b.avx512_vnni || a.avx512_bf16 != b.avx512_bf16 || a.avx512_fp16 != b.avx512_fp16 ||
-           a.avx_vnni != b.avx_vnni || a.amx_tile != b.amx_tile || a.amx_int8 != b.amx_int8 || a.amx_bf16 != b.amx_bf16;
-  }();
+  static const bool capped = !(detected() == cpu_features());
   return capped;
+}
+
+CpuFeatures CpuFeatures::every() {
+  CpuFeatures f;
+  f.avx = f.avx2 = f.fma = f.f16c = true;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
+  f.avx512_vnni = f.avx512_bf16 = f.avx512_fp16 = f.avx_vnni = true;
+  f.amx_tile = f.amx_int8 = f.amx_bf16 = true;
+  return f;
 }
 
 }  // namespace softneuro::core

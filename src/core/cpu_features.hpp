@@ -26,6 +26,9 @@ struct CpuFeatures {
   bool avx2_fma() const { return avx2 && fma; }
   /// AVX-512 F+BW+VL+DQ ("avx512_core"), what our 512-bit kernels use.
   bool avx512_core() const { return avx512f && avx512bw && avx512vl && avx512dq; }
+  bool operator==(const CpuFeatures&) const = default;
+  /// Every feature set (what a cap leaves of a CPU that has everything).
+  static CpuFeatures every();
 };
 
 /// Instruction-set levels, each including those before it (oneDNN's order).

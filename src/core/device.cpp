@@ -31,12 +31,8 @@ const std::string& device_fingerprint() {
     // Only the extensions that change which routines can run or how fast, and
     // of those only the ones SOFTNEURO_MAX_CPU_ISA leaves (a capped machine is
     // another device: its profiles and tuned paths are its own).
-    CpuFeatures every;
-    every.avx = every.avx2 = every.fma = every.f16c = every.avx512f = every.avx512bw = every.avx512vl = every.avx512dq = true;
-    every.avx512_vnni = every.avx512_bf16 = every.avx512_fp16 = every.avx_vnni = true;
-    every.amx_tile = every.amx_int8 = every.amx_bf16 = true;
     const CpuIsa cap = max_cpu_isa();
-    const CpuFeatures left = cap_cpu_features(every, cap);
+    const CpuFeatures left = cap_cpu_features(CpuFeatures::every(), cap);
     const std::pair<const char*, bool> known[] = {
         {"avx2", left.avx2},         {"fma", left.fma},           {"f16c", left.f16c},
         {"avx512f", left.avx512f},   {"avx512bw", left.avx512bw}, {"avx512_vnni", left.avx512_vnni},

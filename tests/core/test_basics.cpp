@@ -86,11 +86,8 @@ TEST_CASE("SOFTNEURO_MAX_CPU_ISA levels: names, order, what each cap leaves", "[
                    CpuIsa::avx512_core_bf16, CpuIsa::avx512_core_amx, CpuIsa::all})
     CHECK(core::parse_cpu_isa(core::cpu_isa_name(i)) == i);
 
-  core::CpuFeatures every;
-  every.avx = every.avx2 = every.fma = every.f16c = true;
-  every.avx512f = every.avx512bw = every.avx512vl = every.avx512dq = true;
-  every.avx512_vnni = every.avx512_bf16 = every.avx512_fp16 = every.avx_vnni = true;
-  every.amx_tile = every.amx_int8 = every.amx_bf16 = true;
+  const core::CpuFeatures every = core::CpuFeatures::every();
+  CHECK(core::cap_cpu_features(every, CpuIsa::all) == every);
   const auto sse = core::cap_cpu_features(every, CpuIsa::sse41);
   CHECK_FALSE(sse.avx);
   CHECK_FALSE(sse.avx2_fma());

@@ -165,7 +165,7 @@ class PreparedDirect final : public PreparedRoutine {
 
     // The tile: oc_block reduced to a divisor of the blocks per group, then the widest tile <= ow_tile.
     int want_ocb = static_cast<int>(routine_param(params, "oc_block", 2));
-    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 4);
+    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 6);  // param_space's first choice
     int ocb = 1;
     for (int c : {4, 3, 2, 1})
       if (c <= want_ocb && ocbg_ % c == 0) {
@@ -208,7 +208,7 @@ class PreparedDirect final : public PreparedRoutine {
     // OH*OW pixels (tiles span image rows).
     pointwise_ = !narrow_ && g_.kh == 1 && g_.kw == 1 && !padded(g_);
     flat_ = pointwise_ && g_.sh == 1 && g_.sw == 1;
-    use_asm_ = k.asm_row && !narrow_ && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
+    use_asm_ = k.asm_row && k.asm_max_w[oi] > 0 && !narrow_ && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
     // pad_copy: the assembly tiles read a copy of the input padded on every
@@ -259,7 +259,7 @@ class PreparedDirect final : public PreparedRoutine {
         bias_[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
       }
     cpu::to_epilogue(core::fused_activation(layer), ep_);
-    // nhwc RGB first layers on AVX-512: the assembly first-layer tiles, which
+    // nhwc RGB first layers: the assembly first-layer tiles, which
     // apply bias and relu/clip themselves (other activations: the intrinsics).
     first_asm_ = nhwc_ && g_.c == 3 && k.asm_first[oi][0][1] && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
                  (ep_.act == cpu::gemm::Act::none || ep_.act == cpu::gemm::Act::relu || ep_.act == cpu::gemm::Act::clip);
