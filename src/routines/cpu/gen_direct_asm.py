@@ -194,6 +194,18 @@ def asm_function(name, struct, lines, zmm_used, gprs):
 """
 
 
+def tile_y(emit, ocb, w, rows, op):
+    """op(accumulator, its place in y) for each of a tile's accumulators
+    (j * rows * W + row * W + i); a two-row tile's second row through rsi."""
+    if rows == 2:
+        emit(f"mov {F_YROW}(%[t]), %%rsi")
+        emit("add %%rax, %%rsi")
+    for j in range(ocb):
+        for r in range(rows):
+            for i in range(w):
+                op(j * rows * w + r * w + i, y_addr(j, i, r))
+
+
 def tile_fn(ocb, w, s, rows=1):
     """OCB blocks x W pixels of `rows` output rows (1, or 2: AsmTile's x_row2_bytes
     and y_row_bytes apart, accumulator j * rows * W + row * W + i)."""
@@ -205,13 +217,7 @@ def tile_fn(ocb, w, s, rows=1):
         a.append(f'      "{line}\\n\\t"')
 
     def each_y(op):
-        if rows == 2:
-            emit(f"mov {F_YROW}(%[t]), %%rsi")
-            emit("add %%rax, %%rsi")
-        for j in range(ocb):
-            for r in range(rows):
-                for i in range(w):
-                    op(j * px + r * w + i, y_addr(j, i, r))
+        tile_y(emit, ocb, w, rows, op)
 
     # Accumulators: loaded from y (a later input-channel pass), else the bias
     # (a whole pass with the epilogue: no add at the end), else zero.
@@ -324,13 +330,7 @@ def tile_fn(ocb, w, s, rows=1):
 def finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps):
     """tile_fn's end: the next tap, block; the epilogue; y."""
     def each_y(op):
-        if rows == 2:
-            emit(f"mov {F_YROW}(%[t]), %%rsi")
-            emit("add %%rax, %%rsi")
-        for j in range(ocb):
-            for r in range(rows):
-                for i in range(w):
-                    op(j * px + r * w + i, y_addr(j, i, r))
+        tile_y(emit, ocb, w, rows, op)
 
     emit("add $8, %%rsi")
     emit("dec %%rdi")
