@@ -74,6 +74,10 @@ struct TuneReport {
   int measurements = 0;     ///< timings taken (not from the cache)
   int cache_hits = 0;
   bool exact = true;        ///< DPRS solved exactly (no fallback)
+  /// CPUs other processes (and a hypervisor) kept busy on average while tuning;
+  /// -1 where the system does not say. From 0.5 up the times measured may not
+  /// hold on a quiet machine (Net::tune then warns).
+  double others_cpus = -1;
   /// Wall-clock seconds per stage (calibration, unit profiling, adapts, dprs,
   /// integrated profiling, final measurement), in order.
   std::vector<std::pair<std::string, double>> stage_s;

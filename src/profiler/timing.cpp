@@ -2,8 +2,41 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 namespace softneuro::profiler {
+
+CpuClock cpu_clock() {
+  CpuClock c;
+  c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0)
+    c.ours_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  // "cpu  user nice system idle iowait irq softirq steal ...", in clock ticks.
+  std::ifstream stat("/proc/stat");
+  std::string line, label;
+  const long hz = sysconf(_SC_CLK_TCK);
+  if (stat && std::getline(stat, line) && hz > 0) {
+    std::istringstream in(line);
+    double v[8] = {};
+    in >> label;
+    for (double& x : v) in >> x;
+    if (label == "cpu" && in) c.machine_s = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / static_cast<double>(hz);
+  }
+  return c;
+}
+
+double others_cpus(const CpuClock& from, const CpuClock& to) {
+  const double wall = to.wall_s - from.wall_s;
+  if (from.machine_s < 0 || to.machine_s < 0 || wall <= 0) return -1;
+  return std::max(0.0, (to.machine_s - from.machine_s) - (to.ours_s - from.ours_s)) / wall;
+}
 
 double robust_median(std::vector<double> s) {
   if (s.empty()) return 0;

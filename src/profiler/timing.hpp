@@ -23,4 +23,18 @@ Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps =
 /// The robust median used by measure(), for samples gathered elsewhere.
 double robust_median(std::vector<double> samples);
 
+/// CPU time spent by the whole machine (all CPUs busy, a hypervisor's steal
+/// included; from /proc/stat, -1 where unknown) and by this process, and the
+/// wall clock: two readings tell how much of the machine others took between them.
+struct CpuClock {
+  double machine_s = -1, ours_s = 0, wall_s = 0;
+};
+CpuClock cpu_clock();
+/// CPUs that other processes (and the hypervisor) kept busy on average between
+/// two readings; -1 where unknown. Times measured while others take half a CPU
+/// or more can mislead: a tuning on a busy 2-CPU machine picked a path of
+/// XNNPACK and oneDNN layers whose thread pools then fought (1.0 ms on the
+/// quiet machine, where the untuned default ran 0.31).
+double others_cpus(const CpuClock& from, const CpuClock& to);
+
 }  // namespace softneuro::profiler

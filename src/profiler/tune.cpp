@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 namespace softneuro {
 namespace {
@@ -193,6 +194,7 @@ struct Tuner {
   std::vector<Schema> schemas;
   std::mt19937 rng{1234};
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  profiler::CpuClock cpu_at_start = profiler::cpu_clock();
   std::string key_prefix;
 
   Tuner(detail::NetImpl& n, const TuneOptions& o)
@@ -916,6 +918,11 @@ struct Tuner {
     net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
     cache.save();
     report.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.others_cpus = profiler::others_cpus(cpu_at_start, profiler::cpu_clock());
+    if (report.others_cpus >= 0.5)
+      core::warn("other processes kept {:.1f} of {} CPUs busy while tuning: the times measured may not hold on a quiet "
+                 "machine; tune again when it is quiet",
+                 report.others_cpus, std::thread::hardware_concurrency());
     progress("done", 1, 1, "");
     report.stage_s.pop_back();  // "done" itself
     return report;
@@ -959,15 +966,17 @@ std::string TuneReport::to_text() const {
   s += fmt::format("\npredicted (DPRS{}) {:.3f} ms, measured {:.3f} ms end to end\n", exact ? "" : ", heuristic fallback",
                    predicted_ms, measured_ms);
   s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
+  if (others_cpus >= 0) s += fmt::format("other processes meanwhile: {:.2f} CPUs busy on average\n", others_cpus);
   for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
   return s;
 }
 
 std::string TuneReport::to_json() const {
   std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"predicted_ms\": {},\n  \"measured_ms\": {},\n"
-                              "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n  \"layers\": [",
+                              "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n"
+                              "  \"others_cpus\": {},\n  \"layers\": [",
                               json_escape(device_fingerprint), threads, predicted_ms, measured_ms, tuning_s, measurements,
-                              cache_hits, exact);
+                              cache_hits, exact, others_cpus);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     s += fmt::format("{}\n    {{\"layer\": \"{}\", \"type\": \"{}\", \"descriptor\": \"{}\", \"routine_params\": \"{}\", "

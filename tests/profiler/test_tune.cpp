@@ -2,12 +2,18 @@
 // profile cache is reused and never trusted when damaged; pins and bans hold.
 #include "core/net_impl.hpp"
 #include "profiler/profile_cache.hpp"
+#include "profiler/timing.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
 #include <softneuro/net.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include <filesystem>
 #include <fstream>
@@ -37,6 +43,28 @@ std::string fresh_dir(const std::string& name) {
 }
 
 }  // namespace
+
+TEST_CASE("the CPUs other processes take while we measure", "[tune]") {
+  using profiler::CpuClock;
+  // The machine's CPU time less ours, over the wall time between two readings.
+  CHECK(profiler::others_cpus(CpuClock{10, 1, 100}, CpuClock{14, 3, 102}) == Approx(1.0));
+  CHECK(profiler::others_cpus(CpuClock{10, 1, 100}, CpuClock{12, 3, 102}) == Approx(0.0));
+  CHECK(profiler::others_cpus(CpuClock{-1, 1, 100}, CpuClock{12, 3, 102}) == -1);  // no /proc/stat
+  // Live: a child spinning for 0.4 s shows up as others' (whatever else runs only adds).
+  const CpuClock a = profiler::cpu_clock();
+  if (a.machine_s < 0) return;
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+    volatile unsigned x = 0;
+    while (std::chrono::steady_clock::now() < until) x = x + 1;
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(profiler::others_cpus(a, profiler::cpu_clock()) >= 0.3);
+}
 
 TEST_CASE("tuning stores a routine path that save and load keep", "[tune]") {
   Net net(detail::NetImpl::build(test::multi_io_graph()));
