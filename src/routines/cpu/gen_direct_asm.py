@@ -53,12 +53,16 @@ TILES_2ROW_AVX2 = [(1, 7)]
 # bytes and floats per vector, whether an FMA can broadcast from memory.
 R, NREG, VB, V, EMB = "zmm", 32, 64, 16, True
 UNROLL_BLOCK = False  # a block's channel steps unrolled whole (tile_fn)
+Y_PREFETCH = False  # the next tile's output lines prefetched for writing (tile_fn)
 
 
 def set_isa(isa):
-    global R, NREG, VB, V, EMB, UNROLL_BLOCK
+    global R, NREG, VB, V, EMB, UNROLL_BLOCK, Y_PREFETCH
     R, NREG, VB, V, EMB = ("zmm", 32, 64, 16, True) if isa == "avx512" else ("ymm", 16, 32, 8, False)
     UNROLL_BLOCK = isa == "avx2"
+    # AVX2 only: ResNet50's 1x1 64->256@56 and 128->512@28 ran 3% faster
+    # (0.57 -> 0.55, 0.55 -> 0.53 ms); on AVX-512 they ran 3-5% slower.
+    Y_PREFETCH = isa == "avx2"
 
 
 def lines_of(first, nbytes):
@@ -240,6 +244,13 @@ def tile_fn(ocb, w, s, rows=1):
     for k in range(n):
         emit(f"{'vpxord' if EMB else 'vxorps'} %%{R}{k}, %%{R}{k}, %%{R}{k}")
     emit("11:")
+    if Y_PREFETCH and rows == 1:
+        # The next tile's output lines (w pixels on), for writing: their RFOs
+        # overlap this tile's FMAs (short tiles of 1x1 layers wait on them).
+        for j in range(ocb):
+            base = ["(%%rax)", "(%%rax,%%r12,1)", "(%%r13)", "(%%r13,%%r12,1)"][j]
+            for off in lines_of(w * VB, w * VB):
+                emit(f"prefetchw {off}{base}")
     if rows == 2:
         emit(f"mov {F_XROW2}(%[t]), %%r12")  # y_ocb again at the end
     emit(f"mov {F_XICB}(%[t]), %%r15")
