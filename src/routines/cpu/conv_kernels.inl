@@ -458,6 +458,10 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
       taps[kh * r.kw + kw] = (kh * r.dh * r.x_row + kw * r.dw * kV) * int64_t(sizeof(float));
   const bool clamp = ep.act == gemm::Act::relu || ep.act == gemm::Act::clip;
   const bool in_asm = ntaps > 0 && (ep.act == gemm::Act::none || clamp) && (!r.last || r.valid_last == kV);
+  // The tiles' own epilogue (in_asm): AsmTile::last, lo and hi.
+  const int64_t last = in_asm && r.last ? (ep.act == gemm::Act::relu ? 3 : clamp ? 2 : 1) : 0;
+  const float lo = ep.act == gemm::Act::relu ? 0.0f : ep.lo;
+  const float hi = ep.act == gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep.hi;
   const VAct act(ep);
   // A row without edge tiles whose epilogue the tiles apply (1x1 layers' flat
   // runs, padded copies, interior rows): the tile's description filled once,
@@ -474,9 +478,9 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     t.load = r.load_y;
     t.y_ocb_bytes = r.y_ocb * int64_t(sizeof(float));
     t.bias = r.bias;
-    t.lo = ep.act == gemm::Act::relu ? 0.0f : ep.lo;
-    t.hi = ep.act == gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep.hi;
-    t.last = r.last ? (ep.act == gemm::Act::relu ? 3 : clamp ? 2 : 1) : 0;
+    t.lo = lo;
+    t.hi = hi;
+    t.last = last;
     t.last_steps = r.last_steps;
     t.x_row2_bytes = r.x_row2 * int64_t(sizeof(float));
     t.y_row_bytes = r.y_row * int64_t(sizeof(float));
@@ -558,8 +562,8 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
       t.y_row_bytes = r.y_row * int64_t(sizeof(float));
       t.y_ocb_bytes = r.y_ocb * int64_t(sizeof(float));
       t.bias = r.bias;
-      t.lo = ep.act == gemm::Act::relu ? 0.0f : ep.lo;
-      t.hi = ep.act == gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep.hi;
+      t.lo = lo;
+      t.hi = hi;
     } else {
       t.y = acc;
       t.y_row_bytes = int64_t(w) * kV * int64_t(sizeof(float));
@@ -569,7 +573,6 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
           for (int q = 0; q < rows; ++q)
             for (int i = 0; i < w; ++i) vstore(acc_at(j, q, i), r.load_y ? vload(y_at(j, q, i)) : vzero());
     }
-    const int64_t last = in_asm && r.last ? (ep.act == gemm::Act::relu ? 3 : clamp ? 2 : 1) : 0;
     const conv::AsmTileFn fn = rows == 2 ? k.asm_tile2r[si][w] : k.asm_tile[oi][si][w];
     if (ntaps == 0) {
       // No kernel row inside the input (padding only): the sums stay as they are.
