@@ -458,33 +458,33 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
       taps[kh * r.kw + kw] = (kh * r.dh * r.x_row + kw * r.dw * kV) * int64_t(sizeof(float));
   const bool clamp = ep.act == gemm::Act::relu || ep.act == gemm::Act::clip;
   const bool in_asm = ntaps > 0 && (ep.act == gemm::Act::none || clamp) && (!r.last || r.valid_last == kV);
-  // The tiles' own epilogue (in_asm): AsmTile::last, lo and hi.
   const int64_t last = in_asm && r.last ? (ep.act == gemm::Act::relu ? 3 : clamp ? 2 : 1) : 0;
-  const float lo = ep.act == gemm::Act::relu ? 0.0f : ep.lo;
-  const float hi = ep.act == gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep.hi;
   const VAct act(ep);
+  // The row's tile description, filled once: a tile in place on y with the
+  // tiles' own epilogue (in_asm); each tile sets its x and y, and what differs
+  // for it (edge tiles, the stack copy, padded chunks). Short tiles (a 1x1
+  // layer of 64 input channels: 64 channel steps) lost 15% to filling it per tile.
+  AsmTile row_t;
+  row_t.w = r.w;
+  row_t.tap_x = taps;
+  row_t.ntaps = ntaps;
+  row_t.icbs = r.icbs;
+  row_t.x_icb_bytes = r.x_icb * int64_t(sizeof(float));
+  row_t.w_icb_bytes = r.w_icb * int64_t(sizeof(float));
+  row_t.load = r.load_y;
+  row_t.y_ocb_bytes = r.y_ocb * int64_t(sizeof(float));
+  row_t.bias = r.bias;
+  row_t.lo = ep.act == gemm::Act::relu ? 0.0f : ep.lo;
+  row_t.hi = ep.act == gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep.hi;
+  row_t.last = last;
+  row_t.last_steps = r.last_steps;
+  row_t.x_row2_bytes = r.x_row2 * int64_t(sizeof(float));
+  row_t.y_row_bytes = r.y_row * int64_t(sizeof(float));
+  row_t.zeros = zeros;
   // A row without edge tiles whose epilogue the tiles apply (1x1 layers' flat
-  // runs, padded copies, interior rows): the tile's description filled once,
-  // only x and y per tile. Short tiles (a 1x1 layer of 64 input channels: 64
-  // channel steps) lost 15% to filling it per tile.
+  // runs, padded copies, interior rows): only x and y per tile.
   if (in_asm && r.pl == 0 && (r.ow - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1 <= r.w_in) {
-    AsmTile t;
-    t.w = r.w;
-    t.tap_x = taps;
-    t.ntaps = ntaps;
-    t.icbs = r.icbs;
-    t.x_icb_bytes = r.x_icb * int64_t(sizeof(float));
-    t.w_icb_bytes = r.w_icb * int64_t(sizeof(float));
-    t.load = r.load_y;
-    t.y_ocb_bytes = r.y_ocb * int64_t(sizeof(float));
-    t.bias = r.bias;
-    t.lo = lo;
-    t.hi = hi;
-    t.last = last;
-    t.last_steps = r.last_steps;
-    t.x_row2_bytes = r.x_row2 * int64_t(sizeof(float));
-    t.y_row_bytes = r.y_row * int64_t(sizeof(float));
-    t.zeros = zeros;
+    AsmTile t = row_t;
     const int64_t whole = r.ow / r.tw * r.tw;
     const conv::AsmTileFn fn = r.rows == 2 ? k.asm_tile2r[si][r.tw] : k.asm_tile[oi][si][r.tw];
     for (int64_t ow0 = 0; ow0 < whole; ow0 += r.tw) {
@@ -547,23 +547,13 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
         continue;
       }
     }
-    AsmTile t;
-    t.w = r.w;
-    t.ntaps = ntaps;
-    t.w_icb_bytes = r.w_icb * int64_t(sizeof(float));
-    t.load = r.load_y;
-    t.x_row2_bytes = r.x_row2 * int64_t(sizeof(float));
+    AsmTile t = row_t;
     // Pixel i of row q of oc block j in y, and in the stack copy acc.
     const int rows = r.rows;
     auto y_at = [&](int j, int q, int i) { return r.y + j * r.y_ocb + q * r.y_row + (ow0 + i) * kV; };
     auto acc_at = [&](int j, int q, int i) { return acc + ((j * rows + q) * w + i) * kV; };
     if (in_asm) {
       t.y = r.y + ow0 * kV;
-      t.y_row_bytes = r.y_row * int64_t(sizeof(float));
-      t.y_ocb_bytes = r.y_ocb * int64_t(sizeof(float));
-      t.bias = r.bias;
-      t.lo = lo;
-      t.hi = hi;
     } else {
       t.y = acc;
       t.y_row_bytes = int64_t(w) * kV * int64_t(sizeof(float));
@@ -579,11 +569,6 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     } else if (!edge || in_place) {
       t.x = in_place ? r.x : r.x + col0 * kV;
       t.tap_x = in_place ? taps_edge : taps;
-      t.zeros = zeros;
-      t.icbs = r.icbs;
-      t.x_icb_bytes = r.x_icb * int64_t(sizeof(float));
-      t.last = last;
-      t.last_steps = r.last_steps;
       fn(t);
     } else {
       // A zero-padded copy of the columns [col0, col0 + span) of the kh_n rows,

@@ -72,6 +72,8 @@ def lines_of(first, nbytes):
     if VB < 64 and nbytes > 32 and (first + nbytes - 1) not in offs:
         offs.append(first + nbytes - 1)
     return offs
+
+
 # Each channel step prefetches its weight lines this many bytes ahead (into L1).
 # The weights stream from L3 on layers with many channels (ResNet50's 512@7:
 # 9.4 MB), and the hardware prefetchers stop at every 4 KB page: a tile then
@@ -91,13 +93,17 @@ def ocb_index(ocb):
     return ocb - 1
 
 
-def y_addr(j, i, r=0):
-    """Accumulator (j, i) of row r in y: block j at y + j * y_ocb (rax, r12 = y_ocb,
+def y_base(j, r=0):
+    """Where oc block j of row r starts in y: block j at y + j * y_ocb (rax, r12 = y_ocb,
     r13 = rax + 2 * r12); a two-row tile's second row at rsi = rax + y_row."""
-    o = i * VB
     if r == 1:
-        return [f"{o}(%%rsi)", f"{o}(%%rsi,%%r12,1)"][j]
-    return [f"{o}(%%rax)", f"{o}(%%rax,%%r12,1)", f"{o}(%%r13)", f"{o}(%%r13,%%r12,1)"][j]
+        return ["(%%rsi)", "(%%rsi,%%r12,1)"][j]
+    return ["(%%rax)", "(%%rax,%%r12,1)", "(%%r13)", "(%%r13,%%r12,1)"][j]
+
+
+def y_addr(j, i, r=0):
+    """Accumulator (j, i) of row r in y."""
+    return f"{i * VB}{y_base(j, r)}"
 
 
 def registers(ocb, w):
@@ -248,9 +254,8 @@ def tile_fn(ocb, w, s, rows=1):
         # The next tile's output lines (w pixels on), for writing: their RFOs
         # overlap this tile's FMAs (short tiles of 1x1 layers wait on them).
         for j in range(ocb):
-            base = ["(%%rax)", "(%%rax,%%r12,1)", "(%%r13)", "(%%r13,%%r12,1)"][j]
             for off in lines_of(w * VB, w * VB):
-                emit(f"prefetchw {off}{base}")
+                emit(f"prefetchw {off}{y_base(j)}")
     if rows == 2:
         emit(f"mov {F_XROW2}(%[t]), %%r12")  # y_ocb again at the end
     emit(f"mov {F_XICB}(%[t]), %%r15")
@@ -306,7 +311,6 @@ def tile_fn(ocb, w, s, rows=1):
         emit(f"lea {(w - 1) * s * VB}(%%rdx), %%r13")
         emit("test $2, %%ecx")
         emit(f"cmovnz {F_ZEROS}(%[t]), %%r13")
-    emit("mov %%r14d, %%ecx")
     if UNROLL_BLOCK:
         # The block's channels unrolled in groups of UNROLL steps, a partial
         # last block (r14 groups) leaving after its last: no loop and no
@@ -321,6 +325,7 @@ def tile_fn(ocb, w, s, rows=1):
         emit("5:")
         emit(f"add ${V * ocb * VB}, %%r8")
         return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps)
+    emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
     used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, W_PREFETCH, True)
     emit(f"add ${UNROLL * 4}, %%rdx")
