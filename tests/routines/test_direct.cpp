@@ -23,7 +23,8 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
       for (int64_t icb : {0, 1})
         for (int64_t ohb : {1, 0})
           for (int64_t pad_copy : {1, 0})
-            combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}, {"pad_copy", pad_copy}});
+            combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}, {"pad_copy", pad_copy},
+                              {"w_prefetch", (ocb + w + icb + ohb + pad_copy) % 2}, {"compact", (ocb + icb) % 2}});
   int supported = 0;
   std::string reason;
   for (int t = 0; t < 40; ++t) {
@@ -70,7 +71,7 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
     for (int j = 0; j < 3; ++j) {
       const RoutineParams& p = combos[static_cast<std::size_t>((t * 3 + j) % combos.size())];
       INFO("oc_block " << p[0].second << " ow_tile " << p[1].second << " ic_block " << p[2].second << " oh_block "
-                        << p[3].second << " pad_copy " << p[4].second);
+                        << p[3].second << " pad_copy " << p[4].second << " w_prefetch " << p[5].second << " compact " << p[6].second);
       check_case(l, {x}, descriptor, p);
     }
   }
@@ -96,14 +97,15 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
     for (int64_t ocb : {1, 2, 4})
       for (int64_t w : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 6, 7, 14}))
         for (int64_t icb : {0, 2, 1024})
-          for (int64_t pad_copy : {0, 1}) {
-            const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
-            INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
-                     << " ic_block " << icb << " pad_copy " << pad_copy);
-            if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb},
-                                                    {"pad_copy", pad_copy}}))
-              return;
-          }
+          for (int64_t pad_copy : {0, 1})
+            for (int64_t w_prefetch : {0, 1}) {  // AVX2's two forms of every assembly tile
+              const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
+              INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
+                       << " ic_block " << icb << " pad_copy " << pad_copy << " w_prefetch " << w_prefetch);
+              if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb},
+                                                      {"pad_copy", pad_copy}, {"w_prefetch", w_prefetch}}))
+                return;
+            }
   }
 }
 
@@ -135,16 +137,21 @@ TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)"
   const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
   for (auto [c, oc, s, h, w, n] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{64, 64, 1, 7, 7, 1},
                                    {48, 80, 1, 5, 9, 2}, {40, 37, 1, 14, 14, 1}, {64, 128, 2, 14, 14, 1},
-                                   {32, 48, 2, 9, 7, 2}, {24, 144, 1, 12, 12, 1}, {20, 32, 1, 6, 6, 2}}) {
+                                   {32, 48, 2, 9, 7, 2}, {24, 40, 3, 10, 11, 2}, {24, 144, 1, 12, 12, 1}, {20, 32, 1, 6, 6, 2}}) {
     Layer l = conv_layer(c, oc, 1, 1, 1, s, s, 1, 1, {0, 0, 0, 0}, true, rng);
     set_act(l, "relu", rng);
     const Blob x = random_blob({n, c, h, w}, rng);
     for (int64_t ocb : {1, 2, 4})
       for (int64_t tw : (v == 16 ? std::vector<int64_t>{6, 7, 14, 28} : std::vector<int64_t>{4, 7, 14}))
-        for (int64_t icb : {0, 1}) {
+        for (int64_t icb : {0, 1})
+          for (int64_t w_prefetch : {0, 1}) {
+            // Strided: compact (the pixels read copied, then a flat stride-1 walk) or in place.
+            const int64_t compact = (icb + w_prefetch + ocb) % 2;
             INFO("c" << c << " oc" << oc << " s" << s << " " << h << "x" << w << " n" << n << " oc_block " << ocb
-                     << " ow_tile " << tw << " ic_block " << icb);
-            if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", tw}, {"ic_block", icb}, {"oh_block", icb ? 2 : 0}})) return;
+                     << " ow_tile " << tw << " ic_block " << icb << " w_prefetch " << w_prefetch << " compact " << compact);
+            if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", tw}, {"ic_block", icb}, {"oh_block", icb ? 2 : 0},
+                                                    {"w_prefetch", w_prefetch}, {"compact", compact}}))
+              return;
           }
   }
 }

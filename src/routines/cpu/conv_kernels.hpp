@@ -140,6 +140,7 @@ struct AsmRow {
   /// edges): the second row's input x_row2 floats after the first's, its output y_row.
   int rows = 1;
   int64_t x_row2 = 0, y_row = 0;
+  bool w_prefetch = true;  ///< the tiles prefetch their weights (Kernels::asm_tile's p)
 };
 using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);
 /// Floats of the zero-padded copy an edge tile reads (per ic block at least
@@ -222,13 +223,18 @@ struct Kernels {
   DirectFn first_nhwc_rgb[kMaxTiles][3] = {};
   /// pointwise[t][s]: the same for 1x1 unpadded convolutions (kh0 = 0, kh = kw = 1, never an edge).
   DirectFn pointwise[kMaxTiles][3] = {};
-  /// asm_tile[o][s][w]: OCB = o + 1 (1 to 4, see ocb_index), stride 1, 2 (s = 0, 1),
+  /// asm_tile[p][o][s][w]: p = 1 each channel step prefetches its weights ahead
+  /// (streamed weights), 0 not (weights that stay in cache; AVX2 only, see
+  /// w_prefetch_choice); OCB = o + 1 (1 to 4, see ocb_index), stride 1, 2 (s = 0, 1),
   /// w = 1..asm_max_w[o] pixels; null where not built.
-  AsmTileFn asm_tile[kMaxOcb][2][kMaxAsmW + 1] = {};
+  AsmTileFn asm_tile[2][kMaxOcb][2][kMaxAsmW + 1] = {};
   int asm_max_w[kMaxOcb] = {};
-  /// asm_tile2r[s][w]: two-row tiles, OCB = asm2r_ocb, w = 1..kMaxAsm2rW pixels per row;
+  /// asm_tile2r[p][s][w]: two-row tiles, OCB = asm2r_ocb, w = 1..kMaxAsm2rW pixels per row;
   /// they read an input without edges (AsmRow::rows).
-  AsmTileFn asm_tile2r[2][kMaxAsm2rW + 1] = {};
+  AsmTileFn asm_tile2r[2][2][kMaxAsm2rW + 1] = {};  ///< [p][s][w], p as in asm_tile
+  /// Whether asm_tile[0] differs from asm_tile[1] (AVX2); on AVX-512 both are
+  /// the prefetching tiles, which measured the same either way.
+  bool w_prefetch_choice = false;
   int asm2r_ocb = 0;  ///< 2 on AVX-512, 1 on AVX2 (16 registers); 0: none
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
   AsmFirstFn asm_first[kMaxOcb][2][kMaxAsmW + 1] = {};

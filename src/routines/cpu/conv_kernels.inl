@@ -447,7 +447,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
 #else
   const conv::Kernels& k = *conv::kernels_avx2();
 #endif
-  const int oi = conv::ocb_index(r.ocb), si = r.sw - 1;
+  const int oi = conv::ocb_index(r.ocb), si = r.sw - 1, pf = r.w_prefetch ? 1 : 0;
   alignas(64) float acc[conv::kMaxAsmW * kV];  // [ocb][rows][w]: at most 4 x 7, 3 x 8, 2 x 2 x 7, 1 x 28
   alignas(64) float pad[conv::kAsmEdgeFloats];
   alignas(64) static const float zeros[conv::kAsmZeroFloats] = {};
@@ -486,7 +486,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   if (in_asm && r.pl == 0 && (r.ow - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1 <= r.w_in) {
     AsmTile t = row_t;
     const int64_t whole = r.ow / r.tw * r.tw;
-    const conv::AsmTileFn fn = r.rows == 2 ? k.asm_tile2r[si][r.tw] : k.asm_tile[oi][si][r.tw];
+    const conv::AsmTileFn fn = r.rows == 2 ? k.asm_tile2r[pf][si][r.tw] : k.asm_tile[pf][oi][si][r.tw];
     for (int64_t ow0 = 0; ow0 < whole; ow0 += r.tw) {
       t.x = r.x + ow0 * r.sw * kV;
       t.y = r.y + ow0 * kV;
@@ -496,7 +496,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
       const int w = static_cast<int>(r.ow - whole);
       t.x = r.x + whole * r.sw * kV;
       t.y = r.y + whole * kV;
-      (r.rows == 2 ? k.asm_tile2r[si][w] : k.asm_tile[oi][si][w])(t);
+      (r.rows == 2 ? k.asm_tile2r[pf][si][w] : k.asm_tile[pf][oi][si][w])(t);
     }
     return;
   }
@@ -563,7 +563,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
           for (int q = 0; q < rows; ++q)
             for (int i = 0; i < w; ++i) vstore(acc_at(j, q, i), r.load_y ? vload(y_at(j, q, i)) : vzero());
     }
-    const conv::AsmTileFn fn = rows == 2 ? k.asm_tile2r[si][w] : k.asm_tile[oi][si][w];
+    const conv::AsmTileFn fn = rows == 2 ? k.asm_tile2r[pf][si][w] : k.asm_tile[pf][oi][si][w];
     if (ntaps == 0) {
       // No kernel row inside the input (padding only): the sums stay as they are.
     } else if (!edge || in_place) {

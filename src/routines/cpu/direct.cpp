@@ -55,6 +55,13 @@
 //             flags), and two-row tiles take the pairs of rows that see the
 //             same kernel rows; other edge tiles run the intrinsic kernels.
 //             Default (and the profiler's first choice): default_pad_copy().
+//   compact   (1x1 unpadded layers at a stride > 1) 1: the input's pixels the
+//             layer reads copied into a compact plane first, which then runs
+//             as a stride-1 layer walked flat; 0: read in place.
+//   w_prefetch (AVX2 assembly tiles) 1: each channel step prefetches its
+//             weights 4 KB ahead, for weights streamed from L3; 0: not (a
+//             load-port uop per step where the weights stay in cache). Default:
+//             default_w_prefetch(). AVX-512's tiles always prefetch.
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 
@@ -132,6 +139,34 @@ bool default_pad_copy(const Window2d& g, int64_t v, bool two_rows) {
   return pairs < g.oh / 2;
 }
 
+/// Whether `compact` applies: an unpadded 1x1 convolution at a stride > 1 over
+/// inputs of more channels than the narrow kernels take (first layers).
+bool compactable(const Window2d& g) {
+  return g.kh == 1 && g.kw == 1 && !padded(g) && (g.sh > 1 || g.sw > 1) && g.c / g.group > conv::kNarrowPx;
+}
+
+/// compact's default: where the rows are short and leave a narrow last tile
+/// (w: ow_tile's default) that the flat walk avoids. Measured (conv_bench
+/// --params, ResNet50's strided 1x1 layers): AVX2 512->1024 s2@28 (rows of 14
+/// in 6 + 6 + 2) 1.13-1.15 ms in place, 1.09-1.10 compact; 1024->2048 s2@14
+/// (rows of 7) 1.75-1.83 -> 1.38-1.41; 256->512 s2@56 (rows of 28) 1.03-1.04 in
+/// place, 1.08 compact (the copy's pass). AVX-512 (tiles of 14) likewise only at 7.
+bool default_compact(const Window2d& g, int64_t v) {
+  const int64_t w = v == 16 ? 14 : 6;
+  return g.ow % w != 0 && g.ow < 3 * w;
+}
+
+/// w_prefetch's default (AVX2's tiles, Kernels::w_prefetch_choice): a prefetch per
+/// channel step pays only where the weights stream from L3 into tiles that use
+/// each vector a few times: a kernel of several taps over more weights than
+/// two L2 caches hold (ResNet50's 3x3 512-channel layers, 9.4 MB: 512@7 1.14-1.21
+/// ms with it, 1.25-1.33 without). Elsewhere it cost 5-8% (its 1x1 layers, even
+/// 1024->2048 s2 with 8 MB; its 3x3 layers to 256 channels).
+bool default_w_prefetch(const Window2d& g) {
+  const int64_t weight_bytes = g.kh * g.kw * (g.c / g.group) * g.oc * int64_t(sizeof(float));
+  return g.kh * g.kw > 1 && weight_bytes > (4 << 20);
+}
+
 const conv::Kernels* kernels_for(Layout l) {
   if (l == Layout::nhwc) return conv::kernels_avx512() ? conv::kernels_avx512() : conv::kernels_avx2();
   return l == Layout::nchw16c ? conv::kernels_avx512() : conv::kernels_avx2();
@@ -156,6 +191,19 @@ class PreparedDirect final : public PreparedRoutine {
     const Layer& layer = *info.layer;
     g_ = core::conv2_window(layer, info.input_shapes[0]);
     v_ = k.vec;
+    // compact: a strided 1x1 convolution reads a copy of just the pixels it
+    // uses and then runs as a stride-1 one over that plane, walked flat (whole
+    // tiles across its rows).
+    compact_ = compactable(g_) && routine_param(params, "compact", default_compact(g_, k.vec)) != 0;
+    if (compact_) {
+      src_h_ = g_.h;
+      src_w_ = g_.w;
+      src_sh_ = g_.sh;
+      src_sw_ = g_.sw;
+      g_.h = g_.oh;
+      g_.w = g_.ow;
+      g_.sh = g_.sw = 1;
+    }
     icg_ = g_.c / g_.group;
     ocg_ = g_.oc / g_.group;
     icbg_ = (icg_ + v_ - 1) / v_;
@@ -215,6 +263,7 @@ class PreparedDirect final : public PreparedRoutine {
     // side, so no tile is an edge tile and every pair of rows can take a
     // two-row tile; it costs one pass over the input per run.
     pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", default_pad_copy(g_, v_, k.asm2r_ocb > 0)) != 0;
+    w_prefetch_ = !k.w_prefetch_choice || routine_param(params, "w_prefetch", default_w_prefetch(g_)) != 0;
     // Two-row tiles (asm2r_ocb blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
     // both rows. Without the padded copy they need rows whose tile runs in place
     // (only its first and last columns outside the input), and only pairs of
@@ -277,7 +326,7 @@ class PreparedDirect final : public PreparedRoutine {
     // nhwc (first layers only, supports()): the input is already compact (C
     // floats per pixel), read in place by the first_nhwc kernels (edge tiles
     // from a zero-padded patch); the output written OC floats per pixel.
-    copy_ = (narrow_ && !nhwc_) || pad_copy_;
+    copy_ = (narrow_ && !nhwc_) || pad_copy_ || compact_;
     y_px_ = nhwc_ ? g_.oc : v_;
   }
 
@@ -303,6 +352,11 @@ class PreparedDirect final : public PreparedRoutine {
         for (int64_t r = b; r < e; ++r) {
           const int64_t ih = r % hp_ - g_.pt, plane = r / hp_;
           float* d = xp + r * row_len;
+          if (compact_) {  // the pixels of input row ih * sh a strided 1x1 convolution reads
+            const float* from = x + ((plane * src_h_ + ih * src_sh_) * src_w_) * v;
+            for (int64_t iw = 0; iw < g_.w; ++iw) std::memcpy(d + iw * v, from + iw * src_sw_ * v, sizeof(float) * v);
+            continue;
+          }
           if (ih < 0 || ih >= g_.h) {
             std::memset(d, 0, sizeof(float) * row_len);
             continue;
@@ -437,6 +491,7 @@ class PreparedDirect final : public PreparedRoutine {
                 r.valid_last = valid_last;
                 r.last_steps = last_steps;
                 r.rows = static_cast<int>(rows);
+                r.w_prefetch = w_prefetch_;
                 r.x_row2 = g_.sh * row_in;
                 r.y_row = ow_n * v;
                 k_.asm_row(r, ep_);
@@ -562,6 +617,9 @@ class PreparedDirect final : public PreparedRoutine {
   bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
   bool pad_copy_ = false;  ///< use_asm_: they read a copy padded on every side (copy_ too)
   bool rows2_ = false;     ///< two-row tiles for rows of <= kMaxAsm2rW pixels
+  bool w_prefetch_ = true;  ///< use_asm_: the tiles prefetch their weights (w_prefetch)
+  bool compact_ = false;  ///< a strided 1x1 layer run at stride 1 over a copy of the pixels it reads (copy_ too)
+  int64_t src_h_ = 0, src_w_ = 0, src_sh_ = 1, src_sw_ = 1;  ///< compact_: the input's own rows, columns, strides
   std::vector<char> pair_next_;  ///< rows2_: whether row r and r + 1 take a two-row tile
   bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
   int asm_w_ = 0;
@@ -633,6 +691,14 @@ class Direct final : public Routine {
       if (padded(g)) {
         const int64_t copy = default_pad_copy(g, k->vec, k->asm2r_ocb > 0);
         space.push_back({"pad_copy", {copy, 1 - copy}});
+      }
+      if (compactable(g)) {
+        const int64_t c = default_compact(g, k->vec);
+        space.push_back({"compact", {c, 1 - c}});
+      }
+      if (k->w_prefetch_choice && g.kh > 0) {
+        const int64_t pf = default_w_prefetch(g);
+        space.push_back({"w_prefetch", {pf, 1 - pf}});
       }
     }
     return space;

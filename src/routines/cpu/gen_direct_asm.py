@@ -57,12 +57,13 @@ Y_PREFETCH = False  # the next tile's output lines prefetched for writing (tile_
 
 
 def set_isa(isa):
-    global R, NREG, VB, V, EMB, UNROLL_BLOCK, Y_PREFETCH
+    global R, NREG, VB, V, EMB, UNROLL_BLOCK, Y_PREFETCH, W_PREFETCH_CHOICE
     R, NREG, VB, V, EMB = ("zmm", 32, 64, 16, True) if isa == "avx512" else ("ymm", 16, 32, 8, False)
     UNROLL_BLOCK = isa == "avx2"
     # AVX2 only: ResNet50's 1x1 64->256@56 and 128->512@28 ran 3% faster
     # (0.57 -> 0.55, 0.55 -> 0.53 ms); on AVX-512 they ran 3-5% slower.
     Y_PREFETCH = isa == "avx2"
+    W_PREFETCH_CHOICE = isa == "avx2"
 
 
 def lines_of(first, nbytes):
@@ -80,6 +81,13 @@ def lines_of(first, nbytes):
 # waits on L3 at each page. 4 KB ahead covers the L3 latency at our pace (128
 # bytes per 14 cycles); past a block's end it fetches the next block's weights.
 W_PREFETCH = 4096
+# AVX2 also gets every tile without it (the _l2 tiles, AsmRow::w_prefetch 0):
+# a prefetch per channel step costs 5-7% where the weights stay in L1/L2 (a
+# probe of the 2 x 6 tile's steps in L1: 114-120 -> 107-112 GFLOP/s on one
+# core; ResNet50's 1x1 layers 5-8%), where only the streamed weights of its
+# 3x3 512-channel layers (9.4 MB) need it. AVX-512 tiles measured the same
+# either way (VGG16's 3x3 layers), so they keep the one form.
+W_PREFETCH_CHOICE = False
 UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 
 # AsmTile field offsets (conv_kernels.hpp): keep in step with the struct.
@@ -216,9 +224,16 @@ def tile_y(emit, ocb, w, rows, op):
                 op(j * rows * w + r * w + i, y_addr(j, i, r))
 
 
-def tile_fn(ocb, w, s, rows=1):
+def tile_name(ocb, w, s, rows, w_prefetch):
+    base = f"asm_tile_{ocb}x{w}_s{s}" if rows == 1 else f"asm_tile2r_{ocb}x{w}_s{s}"
+    return base if w_prefetch else base + "_l2"
+
+
+def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
     """OCB blocks x W pixels of `rows` output rows (1, or 2: AsmTile's x_row2_bytes
-    and y_row_bytes apart, accumulator j * rows * W + row * W + i)."""
+    and y_row_bytes apart, accumulator j * rows * W + row * W + i); w_prefetch:
+    each channel step prefetches its weights W_PREFETCH bytes ahead."""
+    wpf = W_PREFETCH if w_prefetch else 0
     px = rows * w  # pixels of the tile
     n, wreg, tmps = registers(ocb, px)
     a = []
@@ -317,17 +332,17 @@ def tile_fn(ocb, w, s, rows=1):
         # pointer updates per group (AVX2: +5-6% on ResNet50's 3x3 layers).
         used_tmps = set()
         for g in range(V // UNROLL):
-            used_tmps |= fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, W_PREFETCH,
+            used_tmps |= fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, wpf,
                                    True, first=g * UNROLL)
             if g + 1 < V // UNROLL:
                 emit(f"cmp ${g + 1}, %%r14d")
                 emit("je 5f")
         emit("5:")
         emit(f"add ${V * ocb * VB}, %%r8")
-        return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps)
+        return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps, w_prefetch)
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
-    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, W_PREFETCH, True)
+    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, wpf, True)
     emit(f"add ${UNROLL * 4}, %%rdx")
     emit(f"add ${UNROLL * 4}, %%rax")
     if w > 1:
@@ -340,10 +355,10 @@ def tile_fn(ocb, w, s, rows=1):
     emit("sub %%r14d, %%ecx")
     emit(f"imul ${UNROLL * ocb * VB}, %%ecx, %%ecx")
     emit("add %%rcx, %%r8")
-    return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps)
+    return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps, w_prefetch)
 
 
-def finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps):
+def finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps, w_prefetch):
     """tile_fn's end: the next tap, block; the epilogue; y."""
     def each_y(op):
         tile_y(emit, ocb, w, rows, op)
@@ -372,8 +387,7 @@ def finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps):
     each_y(lambda k, m: emit(f"vmovups %%{R}{k}, {m}"))
     # 13 general registers at most: with a frame pointer (the ASan build) rbp is
     # taken, and %[t] needs one of the 14 others.
-    name = f"asm_tile_{ocb}x{w}_s{s}" if rows == 1 else f"asm_tile2r_{ocb}x{w}_s{s}"
-    return asm_function(name, "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
+    return asm_function(tile_name(ocb, w, s, rows, w_prefetch), "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
                         ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"])
 
 
@@ -453,14 +467,16 @@ def main():
         f"// Included by conv_kernels.inl inside namespace softneuro::cpu::{isa}.",
         "",
     ]
-    for ocb, wmax in tiles:
-        for s in STRIDES:
-            for w in range(1, wmax + 1):
-                out.append(tile_fn(ocb, w, s))
-    for ocb, wmax in tiles2:
-        for s in STRIDES:
-            for w in range(1, wmax + 1):
-                out.append(tile_fn(ocb, w, s, rows=2))
+    forms = (True, False) if W_PREFETCH_CHOICE else (True,)
+    for pf in forms:
+        for ocb, wmax in tiles:
+            for s in STRIDES:
+                for w in range(1, wmax + 1):
+                    out.append(tile_fn(ocb, w, s, w_prefetch=pf))
+        for ocb, wmax in tiles2:
+            for s in STRIDES:
+                for w in range(1, wmax + 1):
+                    out.append(tile_fn(ocb, w, s, rows=2, w_prefetch=pf))
     for ocb, wmax in tiles:
         for s in STRIDES:
             for w in range(1, wmax + 1):
@@ -470,15 +486,20 @@ def main():
         oi = ocb_index(ocb)
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
-                out.append(f"  k.asm_tile[{oi}][{si}][{w}] = &asm_tile_{ocb}x{w}_s{s};")
+                for pf in (1, 0):
+                    fn = tile_name(ocb, w, s, 1, pf or not W_PREFETCH_CHOICE)
+                    out.append(f"  k.asm_tile[{pf}][{oi}][{si}][{w}] = &{fn};")
                 out.append(f"  k.asm_first[{oi}][{si}][{w}] = &asm_first_{ocb}x{w}_s{s};")
     for ocb, wmax in tiles2:
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
-                out.append(f"  k.asm_tile2r[{si}][{w}] = &asm_tile2r_{ocb}x{w}_s{s};")
+                for pf in (1, 0):
+                    fn = tile_name(ocb, w, s, 2, pf or not W_PREFETCH_CHOICE)
+                    out.append(f"  k.asm_tile2r[{pf}][{si}][{w}] = &{fn};")
         out.append(f"  k.asm2r_ocb = {ocb};")
     for ocb, wmax in tiles:
         out.append(f"  k.asm_max_w[{ocb_index(ocb)}] = {wmax};")
+    out.append(f"  k.w_prefetch_choice = {'true' if W_PREFETCH_CHOICE else 'false'};")
     out.append("}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(out) + "\n")

@@ -264,7 +264,7 @@ void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, i
       const int64_t w = std::min(tw, T - t);
       a.x = v + cb0 * v_cb + t * kV;
       a.y = mm + t * kV;
-      ck.asm_tile[conv::ocb_index(nk)][0][w](a);
+      ck.asm_tile[1][conv::ocb_index(nk)][0][w](a);
     }
   }
 }
