@@ -225,6 +225,7 @@ def tile_y(emit, ocb, w, rows, op):
 
 
 def tile_name(ocb, w, s, rows, w_prefetch):
+    """A tile's function name; the form without the weight prefetch ends in _l2."""
     base = f"asm_tile_{ocb}x{w}_s{s}" if rows == 1 else f"asm_tile2r_{ocb}x{w}_s{s}"
     return base if w_prefetch else base + "_l2"
 
@@ -339,7 +340,7 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
                 emit("je 5f")
         emit("5:")
         emit(f"add ${V * ocb * VB}, %%r8")
-        return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps, w_prefetch)
+        return finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, tile_name(ocb, w, s, rows, w_prefetch))
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
     used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, wpf, True)
@@ -355,11 +356,11 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
     emit("sub %%r14d, %%ecx")
     emit(f"imul ${UNROLL * ocb * VB}, %%ecx, %%ecx")
     emit("add %%rcx, %%r8")
-    return finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps, w_prefetch)
+    return finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, tile_name(ocb, w, s, rows, w_prefetch))
 
 
-def finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps, w_prefetch):
-    """tile_fn's end: the next tap, block; the epilogue; y."""
+def finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, name):
+    """tile_fn's end: the next tap, block; the epilogue; y; the function `name`."""
     def each_y(op):
         tile_y(emit, ocb, w, rows, op)
 
@@ -387,7 +388,7 @@ def finish_tile(emit, a, ocb, w, s, rows, n, px, wreg, used_tmps, w_prefetch):
     each_y(lambda k, m: emit(f"vmovups %%{R}{k}, {m}"))
     # 13 general registers at most: with a frame pointer (the ASan build) rbp is
     # taken, and %[t] needs one of the 14 others.
-    return asm_function(tile_name(ocb, w, s, rows, w_prefetch), "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
+    return asm_function(name, "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
                         ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"])
 
 
@@ -486,7 +487,7 @@ def main():
         oi = ocb_index(ocb)
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
-                for pf in (1, 0):
+                for pf in (1, 0):  # without the choice both entries take the prefetching tile
                     fn = tile_name(ocb, w, s, 1, pf or not W_PREFETCH_CHOICE)
                     out.append(f"  k.asm_tile[{pf}][{oi}][{si}][{w}] = &{fn};")
                 out.append(f"  k.asm_first[{oi}][{si}][{w}] = &asm_first_{ocb}x{w}_s{s};")
