@@ -24,7 +24,8 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
         for (int64_t ohb : {1, 0})
           for (int64_t pad_copy : {1, 0})
             combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}, {"pad_copy", pad_copy},
-                              {"w_prefetch", (ocb + w + icb + ohb + pad_copy) % 2}, {"compact", (ocb + icb) % 2}});
+                              {"w_prefetch", (ocb + w + icb + ohb + pad_copy) % 2}, {"compact", (ocb + icb) % 2},
+                              {"span_rows", (w + icb + ohb) % 2}});
   int supported = 0;
   std::string reason;
   for (int t = 0; t < 40; ++t) {
@@ -71,7 +72,8 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
     for (int j = 0; j < 3; ++j) {
       const RoutineParams& p = combos[static_cast<std::size_t>((t * 3 + j) % combos.size())];
       INFO("oc_block " << p[0].second << " ow_tile " << p[1].second << " ic_block " << p[2].second << " oh_block "
-                        << p[3].second << " pad_copy " << p[4].second << " w_prefetch " << p[5].second << " compact " << p[6].second);
+                        << p[3].second << " pad_copy " << p[4].second << " w_prefetch " << p[5].second << " compact " << p[6].second
+                        << " span_rows " << p[7].second);
       check_case(l, {x}, descriptor, p);
     }
   }
@@ -100,10 +102,11 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
           for (int64_t pad_copy : {0, 1})
             for (int64_t w_prefetch : {0, 1}) {  // AVX2's two forms of every assembly tile
               const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
+              const int64_t span = pad_copy ^ w_prefetch;  // both values at each pad_copy
               INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
-                       << " ic_block " << icb << " pad_copy " << pad_copy << " w_prefetch " << w_prefetch);
+                       << " ic_block " << icb << " pad_copy " << pad_copy << " w_prefetch " << w_prefetch << " span_rows " << span);
               if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb},
-                                                      {"pad_copy", pad_copy}, {"w_prefetch", w_prefetch}}))
+                                                      {"pad_copy", pad_copy}, {"w_prefetch", w_prefetch}, {"span_rows", span}}))
                 return;
             }
   }
@@ -153,6 +156,37 @@ TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)"
                                                     {"w_prefetch", w_prefetch}, {"compact", compact}}))
               return;
           }
+  }
+}
+
+TEST_CASE("direct conv2: planes walked across their rows (span_rows: split tiles)", "[direct][conv2]") {
+  // A run of tiles over the whole plane, a tile reaching past its row's end
+  // split across two rows (the next row's input x_row2 further): every split
+  // point of the 2 x 4 and 2 x 6 tiles (rows of 4 to 13 pixels), strides 1 to 3
+  // (3: the intrinsic kernels, span_rows ignored), dilation 2, padded (a copy)
+  // and unpadded (in place) inputs, a partial last ic block, tasks of a few
+  // runs (oh_block 2) and of whole planes, batch 2, each fused activation.
+  const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
+  INFO(descriptor);
+  std::mt19937 rng(202);
+  struct Case { int64_t c, oc, k, s, d, pad, h, w, n; };
+  int t = 0;
+  for (Case cs : {Case{16, 32, 3, 1, 1, 1, 7, 7, 1}, Case{40, 32, 3, 1, 1, 1, 5, 4, 2}, Case{24, 32, 3, 2, 1, 1, 14, 14, 1},
+                  Case{16, 48, 3, 1, 1, 0, 11, 13, 1}, Case{16, 32, 3, 1, 2, 2, 9, 10, 2}, Case{32, 32, 1, 2, 1, 0, 11, 11, 1},
+                  Case{16, 32, 3, 2, 1, 1, 17, 23, 1}, Case{16, 32, 5, 1, 1, 2, 8, 8, 1}, Case{16, 32, 3, 3, 1, 1, 13, 13, 1}}) {
+    Layer l = conv_layer(cs.c, cs.oc, 1, cs.k, cs.k, cs.s, cs.s, cs.d, cs.d, {cs.pad, cs.pad, cs.pad, cs.pad}, true, rng);
+    set_act(l, kActs[t == 8 ? 3 : t % 3], rng);  // hardswish: not the tiles' own epilogue (no span)
+    ++t;
+    const Blob x = random_blob({cs.n, cs.c, cs.h, cs.w}, rng);
+    for (int64_t tw : {4, 6, 5})
+      for (int64_t ohb : {0, 2})
+        for (int64_t w_prefetch : {0, 1}) {
+          INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " d" << cs.d << " pad " << cs.pad << " "
+                   << cs.h << "x" << cs.w << " n" << cs.n << " ow_tile " << tw << " oh_block " << ohb << " w_prefetch " << w_prefetch);
+          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", 2}, {"ow_tile", tw}, {"ic_block", ohb ? 1 : 0}, {"oh_block", ohb},
+                                                  {"w_prefetch", w_prefetch}, {"span_rows", 1}}))
+            return;
+        }
   }
 }
 

@@ -58,6 +58,8 @@ struct DirectTile {
 ///   x_row2_bytes, y_row_bytes: a two-row tile (asm_tile2r) also computes the W
 ///          pixels of the next output row: its input x_row2_bytes after the
 ///          first's, its output y_row_bytes after (accumulators [OCB][2][W]);
+///          a split tile (asm_tile_split, split k) reads its pixels k.. x_row2_bytes
+///          further than pixel k's place in a straight row (the next row's start);
 ///   tap flags: the low 2 bits of tap_x[t] (offsets are whole floats) say which
 ///          columns of tap t lie outside the input: 1 the first (of a tile of
 ///          one pixel: that pixel), 2 the last. Those pixels read `zeros`
@@ -77,11 +79,15 @@ struct AsmTile {
   int64_t last_steps = 4;
   int64_t x_row2_bytes = 0, y_row_bytes = 0;
   const float* zeros = nullptr;  ///< read only by taps with flags
+  /// Split tiles: each tap prefetches kWNextPerTap bytes from here on into L2
+  /// (the next pass's weights; AsmRow spreads them over a pass's tiles).
+  const float* w_next = nullptr;
 };
 static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
                   offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96 &&
                   offsetof(AsmTile, last_steps) == 104 && offsetof(AsmTile, x_row2_bytes) == 112 &&
-                  offsetof(AsmTile, y_row_bytes) == 120 && offsetof(AsmTile, zeros) == 128,
+                  offsetof(AsmTile, y_row_bytes) == 120 && offsetof(AsmTile, zeros) == 128 &&
+                  offsetof(AsmTile, w_next) == 136,
               "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
 
@@ -116,6 +122,10 @@ constexpr int ocb_index(int ocb) { return ocb - 1; }
 constexpr int kMaxAsmW = 28;
 /// Widest row of a two-row assembly tile (AVX-512 OCB 2: 2 x 2 x 7 accumulators; AVX2 OCB 1).
 constexpr int kMaxAsm2rW = 7;
+/// Widest split tile (Kernels::asm_tile_split).
+constexpr int kMaxSplitW = 6;
+/// Bytes each tap of a split tile prefetches at AsmTile::w_next (gen_direct_asm.py's W_NEXT_PER_TAP).
+constexpr int64_t kWNextPerTap = 128;
 
 /// One output row (or, for a flat 1x1 plane, one run of pixels) of the direct
 /// convolution in assembly tiles, over one input-channel pass (AVX-512, AVX2).
@@ -141,6 +151,13 @@ struct AsmRow {
   int rows = 1;
   int64_t x_row2 = 0, y_row = 0;
   bool w_prefetch = true;  ///< the tiles prefetch their weights (Kernels::asm_tile's p)
+  /// > 0: the run is ow pixels of a plane walked flat across its output rows of
+  /// span_ow pixels (input without edges: a padded copy, or no padding), from its
+  /// pixel p0; x at the plane's input row 0, column 0 (the pass's first ic block),
+  /// y at pixel p0, x_row2 floats between the input of two output rows. Tiles
+  /// across two rows take the split tiles (Kernels::asm_tile_split; tw <= span_ow,
+  /// tw <= asm_split_max_w). The tiles' own epilogue only (AsmRow's caller checks).
+  int64_t span_ow = 0, p0 = 0;
 };
 using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);
 /// Floats of the zero-padded copy an edge tile reads (per ic block at least
@@ -236,6 +253,11 @@ struct Kernels {
   /// the prefetching tiles, which measured the same either way.
   bool w_prefetch_choice = false;
   int asm2r_ocb = 0;  ///< 2 on AVX-512, 1 on AVX2 (16 registers); 0: none
+  /// asm_tile_split[p][o][s][w][k]: a tile of w pixels whose first k (1..w-1) end
+  /// an output row and the rest start the next (AsmTile's x_row2_bytes, AsmRow::span_ow);
+  /// p, o, s as in asm_tile, w up to asm_split_max_w[o] (0: none for that OCB).
+  AsmTileFn asm_tile_split[2][kMaxOcb][2][kMaxSplitW + 1][kMaxSplitW] = {};
+  int asm_split_max_w[kMaxOcb] = {};
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
   AsmFirstFn asm_first[kMaxOcb][2][kMaxAsmW + 1] = {};
   /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.

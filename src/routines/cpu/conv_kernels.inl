@@ -481,6 +481,27 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   row_t.x_row2_bytes = r.x_row2 * int64_t(sizeof(float));
   row_t.y_row_bytes = r.y_row * int64_t(sizeof(float));
   row_t.zeros = zeros;
+  if (r.span_ow > 0) {
+    // A plane walked flat across its rows: a tile reaching past its row's end
+    // takes the split tile whose first `left` pixels end that row.
+    assert(in_asm && r.tw <= r.span_ow && r.tw <= k.asm_split_max_w[oi]);
+    AsmTile t = row_t;
+    t.x_row2_bytes = (r.x_row2 - r.span_ow * r.sw * kV) * int64_t(sizeof(float));
+    // Tile after tile, the next pass's weights (right after this pass's: the
+    // next ic pass, or the next OC group's first) prefetched a slice each; the
+    // tiles past them prefetch their own weights (in cache: no traffic).
+    const int64_t pass = r.icbs * r.w_icb, slice = r.icbs * ntaps * conv::kWNextPerTap / int64_t(sizeof(float));
+    int64_t next = pass;
+    for (int64_t i = 0; i < r.ow; i += r.tw, next += slice) {
+      t.w_next = next < 2 * pass ? r.w + next : r.w;
+      const int w = static_cast<int>(std::min<int64_t>(r.tw, r.ow - i));
+      const int64_t p = r.p0 + i, oy = p / r.span_ow, ox = p % r.span_ow, left = r.span_ow - ox;
+      t.x = r.x + oy * r.x_row2 + ox * r.sw * kV;
+      t.y = r.y + i * kV;
+      (left < w ? k.asm_tile_split[pf][oi][si][w][left] : k.asm_tile[pf][oi][si][w])(t);
+    }
+    return;
+  }
   // A row without edge tiles whose epilogue the tiles apply (1x1 layers' flat
   // runs, padded copies, interior rows): only x and y per tile.
   if (in_asm && r.pl == 0 && (r.ow - 1) * r.sw + int64_t(r.kw - 1) * r.dw + 1 <= r.w_in) {

@@ -62,6 +62,17 @@
 //             weights 4 KB ahead, for weights streamed from L3; 0: not (a
 //             load-port uop per step where the weights stay in cache). Default:
 //             default_w_prefetch(). AVX-512's tiles always prefetch.
+//   span_rows (assembly tiles with split forms: AVX2 oc_block 2, ow_tile <= 6;
+//             fused none/relu/clip, whole oc blocks) 1: each plane walked flat
+//             across its output rows like a 1x1 one (no narrow last tile per
+//             row), a tile reaching past a row's end taking the split tile of
+//             two rows; the input a padded copy (pad_copy implied) or unpadded;
+//             each pass's tiles prefetch the next pass's weights into L2 (its
+//             first tile otherwise streams them from L3 faster than L3 gives
+//             one core). 0: row by row. Default: default_span(). Measured (AVX2,
+//             conv_bench --params): ResNet50's 3x3 256@14 1.19 -> 1.09 ms,
+//             512 s2@14 1.27-1.40 (two-row tiles) -> 1.18-1.26, 512@7 1.15-1.22
+//             -> 1.10-1.16.
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 
@@ -156,15 +167,32 @@ bool default_compact(const Window2d& g, int64_t v) {
   return g.ow % w != 0 && g.ow < 3 * w;
 }
 
+/// Whether span_rows applies: assembly tiles of split_w (Kernels::asm_split_max_w)
+/// pixels at most, a tile of tw pixels spanning two rows at most, the tiles'
+/// own epilogue (their activations, whole output-channel blocks), and a plane
+/// that is not walked flat already (an unpadded stride-1 1x1 layer).
+bool spannable(const Window2d& g, int64_t v, int tw, int split_w, cpu::gemm::Act act) {
+  const bool pointwise_flat = g.kh == 1 && g.kw == 1 && !padded(g) && g.sh == 1 && g.sw == 1;
+  return split_w >= tw && g.ow >= tw && (g.oc / g.group) % v == 0 && !pointwise_flat &&
+         (act == cpu::gemm::Act::none || act == cpu::gemm::Act::relu || act == cpu::gemm::Act::clip);
+}
+
+/// span_rows' default: rows that end in a narrow tile (w: the tile's width),
+/// short ones, where that tile is a large share of the row and a padded copy
+/// costs little next to the weights (ResNet50's 3x3 layers at 7 and 14 pixels).
+bool default_span(const Window2d& g, int w) { return g.ow % w != 0 && g.ow < 3 * w; }
+
 /// w_prefetch's default (AVX2's tiles, Kernels::w_prefetch_choice): a prefetch per
 /// channel step pays only where the weights stream from L3 into tiles that use
 /// each vector a few times: a kernel of several taps over more weights than
 /// two L2 caches hold (ResNet50's 3x3 512-channel layers, 9.4 MB: 512@7 1.14-1.21
 /// ms with it, 1.25-1.33 without). Elsewhere it cost 5-8% (its 1x1 layers, even
-/// 1024->2048 s2 with 8 MB; its 3x3 layers to 256 channels).
-bool default_w_prefetch(const Window2d& g) {
+/// 1024->2048 s2 with 8 MB; its 3x3 layers to 256 channels). A spanned plane's
+/// split tiles prefetch the next pass's weights into L2 themselves (512@7 at
+/// AVX2: 1.13-1.16 ms without the per-step prefetch, 1.18-1.27 with it).
+bool default_w_prefetch(const Window2d& g, bool span) {
   const int64_t weight_bytes = g.kh * g.kw * (g.c / g.group) * g.oc * int64_t(sizeof(float));
-  return g.kh * g.kw > 1 && weight_bytes > (4 << 20);
+  return !span && g.kh * g.kw > 1 && weight_bytes > (4 << 20);
 }
 
 const conv::Kernels* kernels_for(Layout l) {
@@ -259,17 +287,23 @@ class PreparedDirect final : public PreparedRoutine {
     use_asm_ = k.asm_row && k.asm_max_w[oi] > 0 && !narrow_ && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
+    cpu::to_epilogue(core::fused_activation(layer), ep_);
+    // span_rows: the plane walked flat across its output rows (tiles across two
+    // rows take the split tiles) over an input without edges: a padded copy.
+    span_ = use_asm_ && !compact_ && spannable(g_, v_, asm_w_, k.asm_split_max_w[oi], ep_.act) &&
+            routine_param(params, "span_rows", default_span(g_, asm_w_)) != 0;
     // pad_copy: the assembly tiles read a copy of the input padded on every
     // side, so no tile is an edge tile and every pair of rows can take a
     // two-row tile; it costs one pass over the input per run.
-    pad_copy_ = use_asm_ && padded(g_) && routine_param(params, "pad_copy", default_pad_copy(g_, v_, k.asm2r_ocb > 0)) != 0;
-    w_prefetch_ = !k.w_prefetch_choice || routine_param(params, "w_prefetch", default_w_prefetch(g_)) != 0;
+    pad_copy_ = use_asm_ && padded(g_) &&
+                (span_ || routine_param(params, "pad_copy", default_pad_copy(g_, v_, k.asm2r_ocb > 0)) != 0);
+    w_prefetch_ = !k.w_prefetch_choice || routine_param(params, "w_prefetch", default_w_prefetch(g_, span_)) != 0;
     // Two-row tiles (asm2r_ocb blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
     // both rows. Without the padded copy they need rows whose tile runs in place
     // (only its first and last columns outside the input), and only pairs of
     // rows that see the same kernel rows take them (run()).
     // (A flat plane is walked as runs of pixels: no rows.)
-    rows2_ = use_asm_ && ocb == k.asm2r_ocb && !flat_ && (pad_copy_ || rows_in_place(g_, v_)) && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
+    rows2_ = use_asm_ && ocb == k.asm2r_ocb && !flat_ && !span_ && (pad_copy_ || rows_in_place(g_, v_)) && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
              want_w >= 2 * g_.ow;
     if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
     // Which rows pair with the next: any with the padded copy, else those
@@ -307,7 +341,6 @@ class PreparedDirect final : public PreparedRoutine {
         const int64_t gi = o / ocg_, r = o % ocg_;
         bias_[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
       }
-    cpu::to_epilogue(core::fused_activation(layer), ep_);
     // nhwc RGB first layers: the assembly first-layer tiles, which
     // apply bias and relu/clip themselves (other activations: the intrinsics).
     first_asm_ = nhwc_ && g_.c == 3 && k.asm_first[oi][0][1] && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
@@ -382,12 +415,13 @@ class PreparedDirect final : public PreparedRoutine {
     // Tiles.
     const int ocb = cfg_.ocb, tw = use_asm_ || first_asm_ ? asm_w_ : cfg_.w;
     // A flat plane is walked as "rows" of tw pixels, so tiles span image rows (a
-    // 7x7 plane takes 14-pixel tiles) and only the plane's last tile is partial.
-    const bool flat = flat_;
+    // 7x7 plane takes 14-pixel tiles) and only the plane's last tile is partial;
+    // so is a spanned one (span_rows), whose rows in the input stay apart.
+    const bool flat = flat_ || span_;
     const int64_t pixels = g_.oh * g_.ow;
     const int64_t oh_n = flat ? (pixels + tw - 1) / tw : g_.oh;        // rows walked
     const int64_t ow_n = flat ? tw : g_.ow;                            // pixels per row walked
-    const int64_t row_in = flat ? tw * v : row_len, h_walk = flat ? oh_n : h_in;
+    const int64_t row_in = flat_ ? tw * v : row_len, h_walk = flat_ ? oh_n : h_in;
     // Rows holding input: kernel rows outside them are skipped (the padded copy's
     // zero rows too, except where a two-row tile's other row needs that kernel row).
     const int64_t in_lo = pad_copy_ ? g_.pt : 0, in_hi = pad_copy_ ? g_.pt + g_.h : h_walk;
@@ -450,8 +484,10 @@ class PreparedDirect final : public PreparedRoutine {
               rows = rows2_ && oh + 1 < oh_end && pair_next_[static_cast<std::size_t>(oh)] ? 2 : 1;
               if ((rows == 2) != (sweep == 0)) continue;
               // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
-              const int64_t ih0 = oh * g_.sh - top;
-              const auto [kh0, kh1] = kernel_rows(g_, oh, oh + rows - 1, top, in_lo, in_hi);
+              // (A spanned run: all of them, its input without edges.)
+              const int64_t ih0 = span_ ? 0 : oh * g_.sh - top;
+              const auto [kh0, kh1] = span_ ? std::pair<int64_t, int64_t>{0, g_.kh}
+                                            : kernel_rows(g_, oh, oh + rows - 1, top, in_lo, in_hi);
               t.kh0 = static_cast<int>(kh0);
               t.kh = static_cast<int>(kh1);
               const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
@@ -460,7 +496,7 @@ class PreparedDirect final : public PreparedRoutine {
                                   : y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
               // Flat: the run ends at the plane's end (the last tile may be partial; past it, zeros).
               const int64_t row_w = flat ? std::min<int64_t>((oh_end - oh) * tw, pixels - oh * tw) : ow_n;
-              t.w_in = flat ? row_w : w_in;
+              t.w_in = flat_ ? row_w : w_in;
               if (first_asm_) {
                 first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in, tw);
                 continue;
@@ -494,6 +530,8 @@ class PreparedDirect final : public PreparedRoutine {
                 r.w_prefetch = w_prefetch_;
                 r.x_row2 = g_.sh * row_in;
                 r.y_row = ow_n * v;
+                r.span_ow = span_ ? g_.ow : 0;
+                r.p0 = oh * tw;
                 k_.asm_row(r, ep_);
                 continue;
               }
@@ -617,6 +655,7 @@ class PreparedDirect final : public PreparedRoutine {
   bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
   bool pad_copy_ = false;  ///< use_asm_: they read a copy padded on every side (copy_ too)
   bool rows2_ = false;     ///< two-row tiles for rows of <= kMaxAsm2rW pixels
+  bool span_ = false;      ///< use_asm_: planes walked flat across their rows (AsmRow::span_ow)
   bool w_prefetch_ = true;  ///< use_asm_: the tiles prefetch their weights (w_prefetch)
   bool compact_ = false;  ///< a strided 1x1 layer run at stride 1 over a copy of the pixels it reads (copy_ too)
   int64_t src_h_ = 0, src_w_ = 0, src_sh_ = 1, src_sw_ = 1;  ///< compact_: the input's own rows, columns, strides
@@ -696,8 +735,18 @@ class Direct final : public Routine {
         const int64_t c = default_compact(g, k->vec);
         space.push_back({"compact", {c, 1 - c}});
       }
+      // span_rows where the first choice's tiles (oc_block 2, ow_tile's first) have split forms.
+      cpu::gemm::Epilogue ep;
+      if (info.layer) cpu::to_epilogue(core::fused_activation(*info.layer), ep);
+      const int tw = static_cast<int>(space[1].choices[0]);
+      int64_t span = 0;
+      if (info.layer && g.kh > 0 && !(compactable(g) && default_compact(g, k->vec)) &&
+          spannable(g, k->vec, tw, k->asm_split_max_w[conv::ocb_index(2)], ep.act)) {
+        span = default_span(g, tw);
+        space.push_back({"span_rows", {span, 1 - span}});
+      }
       if (k->w_prefetch_choice && g.kh > 0) {
-        const int64_t pf = default_w_prefetch(g);
+        const int64_t pf = default_w_prefetch(g, span != 0);
         space.push_back({"w_prefetch", {pf, 1 - pf}});
       }
     }

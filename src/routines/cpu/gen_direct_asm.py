@@ -48,6 +48,15 @@ TILES_AVX2 = [(4, 3), (2, 6), (1, 14)]
 # (ResNet50's 512-channel planes) otherwise take 1 x 7, whose 7 accumulators
 # cannot hide the FMA latency (4 cycles x 2 ports), or leave a 1-pixel tail.
 TILES_2ROW_AVX2 = [(1, 7)]
+# Split tiles (OCB, largest W): a tile of a plane walked flat across its rows
+# (AsmRow::span_ow, over an input without edges): its first `split` pixels end
+# one row, the others start the next, x_row2_bytes further than a straight
+# walk would put them. Rows of 7 or 14 pixels then take whole 2 x 6 tiles
+# instead of a narrow last tile per row (2 x 1, 2 x 2: FMA-latency bound) or
+# the two-row 1 x 2 x 7 (15 loads per 14 FMAs: load-port bound, ResNet50's
+# 512@7 at 84% of the AVX2 peak).
+TILES_SPLIT_AVX2 = [(2, 6)]
+TILES_SPLIT = []
 
 # The instruction set being written (set_isa): register name, registers,
 # bytes and floats per vector, whether an FMA can broadcast from memory.
@@ -93,7 +102,10 @@ UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 # AsmTile field offsets (conv_kernels.hpp): keep in step with the struct.
 F_Y, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32, 40, 48, 56, 64
 F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
-F_XROW2, F_YROW, F_ZEROS = 112, 120, 128
+F_XROW2, F_YROW, F_ZEROS, F_WNEXT = 112, 120, 128, 136
+# Split tiles: bytes of the next pass's weights each tap prefetches into L2
+# (AsmTile::w_next), a quarter of what the tap reads on 2 x 6 AVX2 tiles.
+W_NEXT_PER_TAP = 128
 
 
 def ocb_index(ocb):
@@ -127,10 +139,12 @@ def registers(ocb, w):
     return n, [n + j for j in range(in_regs)], tmps
 
 
-def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0, edge_regs=False, first=0):
+def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0, edge_regs=False, first=0,
+              split=0):
     """`steps` input channels: weights [step][OCB][16] at r8, pixel i's channel
     at rdx + i * pixel_bytes + 4 * step; with row_w (two-row tiles), pixel i is
-    column i % row_w of row i // row_w, the second row r12 bytes further.
+    column i % row_w of row i // row_w, the second row r12 bytes further; with
+    split (split tiles), pixels from `split` on r12 bytes further.
     edge_regs: a row's first column read at rax, its last (of more than one)
     at r13, instead of from rdx (tile_fn: either may point at zeros).
     Returns the temporaries used."""
@@ -145,6 +159,8 @@ def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefet
                     emit(f"prefetcht0 {w_prefetch + off}(%%r8)")
         for i in range(w):
             col, row = (i, 0) if row_w is None else (i % row_w, i // row_w)
+            if split:
+                col, row = i, int(i >= split)
             cols = w if row_w is None else row_w
             base, off = "rdx", col * pixel_bytes
             if edge_regs and col == 0:
@@ -224,16 +240,20 @@ def tile_y(emit, ocb, w, rows, op):
                 op(j * rows * w + r * w + i, y_addr(j, i, r))
 
 
-def tile_name(ocb, w, s, rows, w_prefetch):
+def tile_name(ocb, w, s, rows, w_prefetch, split=0):
     """A tile's function name; the form without the weight prefetch ends in _l2."""
     base = f"asm_tile_{ocb}x{w}_s{s}" if rows == 1 else f"asm_tile2r_{ocb}x{w}_s{s}"
+    if split:
+        base = f"asm_tile_{ocb}x{w}_s{s}_split{split}"
     return base if w_prefetch else base + "_l2"
 
 
-def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
+def tile_fn(ocb, w, s, rows=1, w_prefetch=True, split=0):
     """OCB blocks x W pixels of `rows` output rows (1, or 2: AsmTile's x_row2_bytes
     and y_row_bytes apart, accumulator j * rows * W + row * W + i); w_prefetch:
-    each channel step prefetches its weights W_PREFETCH bytes ahead."""
+    each channel step prefetches its weights W_PREFETCH bytes ahead; split
+    (0 < split < W, one row): the input of pixels split.. x_row2_bytes further
+    (a tile across two rows of a plane walked flat; no edge columns)."""
     wpf = W_PREFETCH if w_prefetch else 0
     px = rows * w  # pixels of the tile
     n, wreg, tmps = registers(ocb, px)
@@ -272,8 +292,10 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
         for j in range(ocb):
             for off in lines_of(w * VB, w * VB):
                 emit(f"prefetchw {off}{y_base(j)}")
-    if rows == 2:
+    if rows == 2 or split:
         emit(f"mov {F_XROW2}(%[t]), %%r12")  # y_ocb again at the end
+    if split:
+        emit(f"mov {F_WNEXT}(%[t]), %%r13")  # y's third block again at the end
     emit(f"mov {F_XICB}(%[t]), %%r15")
     emit(f"mov {F_X}(%[t]), %%r9")
     emit(f"mov {F_W}(%[t]), %%r10")
@@ -313,20 +335,34 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
     emit("add %%r9, %%rdx")
     # This tap's pixels in the next ic block, a whole plane further on: one
     # stream per block, more than the hardware prefetchers follow on large planes.
-    row_lines = lines_of(0, ((w - 1) * s + 1) * VB) if s * VB < 64 else [i * s * VB for i in range(w)]
+    def pixel_lines(first, count):  # of pixels first .. first + count - 1
+        if s * VB < 64:
+            return lines_of(first * s * VB, ((count - 1) * s + 1) * VB)
+        return [(first + i) * s * VB for i in range(count)]
+
+    row_lines = pixel_lines(0, split or w)
     for off in row_lines:
         emit(f"prefetcht0 {off}(%%rdx,%%r15,1)")
-    if rows == 2:
+    if rows == 2 or split:
         emit("lea (%%rdx,%%r12,1), %%rax")  # rax: y only outside the loops
-        for off in row_lines:
+        for off in (row_lines if rows == 2 else pixel_lines(split, w - split)):
             emit(f"prefetcht0 {off}(%%rax,%%r15,1)")
-    emit("mov %%rdx, %%rax")
-    emit(f"test ${3 if w == 1 else 1}, %%ecx")
-    emit(f"cmovnz {F_ZEROS}(%[t]), %%rax")
-    if w > 1:
-        emit(f"lea {(w - 1) * s * VB}(%%rdx), %%r13")
-        emit("test $2, %%ecx")
-        emit(f"cmovnz {F_ZEROS}(%[t]), %%r13")
+    if split:
+        # The next pass's weights into L2, spread over the taps of the pass's
+        # tiles: a pass's first tile otherwise streams them from L3 at the rate
+        # it reads them (2 x 6 AVX2: 64 bytes per 6 cycles, more than L3 gives
+        # one core), every later tile of the pass finding them in L1.
+        for off in range(0, W_NEXT_PER_TAP, 64):
+            emit(f"prefetcht1 {off}(%%r13)")
+        emit(f"add ${W_NEXT_PER_TAP}, %%r13")
+    else:  # a split tile has no edge columns (no tap flags)
+        emit("mov %%rdx, %%rax")
+        emit(f"test ${3 if w == 1 else 1}, %%ecx")
+        emit(f"cmovnz {F_ZEROS}(%[t]), %%rax")
+        if w > 1:
+            emit(f"lea {(w - 1) * s * VB}(%%rdx), %%r13")
+            emit("test $2, %%ecx")
+            emit(f"cmovnz {F_ZEROS}(%[t]), %%r13")
     if UNROLL_BLOCK:
         # The block's channels unrolled in groups of UNROLL steps, a partial
         # last block (r14 groups) leaving after its last: no loop and no
@@ -334,19 +370,22 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
         used_tmps = set()
         for g in range(V // UNROLL):
             used_tmps |= fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, wpf,
-                                   True, first=g * UNROLL)
+                                   not split, first=g * UNROLL, split=split)
             if g + 1 < V // UNROLL:
                 emit(f"cmp ${g + 1}, %%r14d")
                 emit("je 5f")
         emit("5:")
         emit(f"add ${V * ocb * VB}, %%r8")
-        return finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, tile_name(ocb, w, s, rows, w_prefetch))
+        return finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, tile_name(ocb, w, s, rows, w_prefetch, split),
+                           split)
     emit("mov %%r14d, %%ecx")
     emit("3:")  # channels of the block
-    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, wpf, True)
+    used_tmps = fma_steps(emit, ocb, px, UNROLL, s * VB, wreg, tmps, w if rows == 2 else None, wpf, not split,
+                          split=split)
     emit(f"add ${UNROLL * 4}, %%rdx")
-    emit(f"add ${UNROLL * 4}, %%rax")
-    if w > 1:
+    if not split:
+        emit(f"add ${UNROLL * 4}, %%rax")
+    if w > 1 and not split:
         emit(f"add ${UNROLL * 4}, %%r13")
     emit(f"add ${UNROLL * ocb * VB}, %%r8")
     emit("dec %%ecx")
@@ -356,10 +395,11 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True):
     emit("sub %%r14d, %%ecx")
     emit(f"imul ${UNROLL * ocb * VB}, %%ecx, %%ecx")
     emit("add %%rcx, %%r8")
-    return finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, tile_name(ocb, w, s, rows, w_prefetch))
+    return finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, tile_name(ocb, w, s, rows, w_prefetch, split),
+                       split)
 
 
-def finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, name):
+def finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, name, split=0):
     """tile_fn's end: the next tap, block; the epilogue; y; the function `name`."""
     def each_y(op):
         tile_y(emit, ocb, w, rows, op)
@@ -373,7 +413,7 @@ def finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, name):
     emit("jnz 1b")
     # last >= 1: the bias (added here when the sums came from y), then clamp(); then y.
     emit(f"mov {F_Y}(%[t]), %%rax")
-    if rows == 2:
+    if rows == 2 or split:
         emit(f"mov {F_YOCB}(%[t]), %%r12")
     emit("lea (%%rax,%%r12,2), %%r13")  # y_addr's third block again
     emit(f"mov {F_LAST}(%[t]), %%rcx")
@@ -461,7 +501,8 @@ def main():
     isa, path = sys.argv[1], pathlib.Path(sys.argv[2])
     assert isa in ("avx512", "avx2"), isa
     set_isa(isa)
-    tiles, tiles2 = (TILES, TILES_2ROW) if isa == "avx512" else (TILES_AVX2, TILES_2ROW_AVX2)
+    tiles, tiles2, split = (TILES, TILES_2ROW, TILES_SPLIT) if isa == "avx512" else (TILES_AVX2, TILES_2ROW_AVX2,
+                                                                                     TILES_SPLIT_AVX2)
     out = [
         "// Generated by src/routines/cpu/gen_direct_asm.py at build time: change the generator.",
         f"// {isa.upper().replace('AVX512', 'AVX-512')} register tiles of the float32 direct convolution (see conv_kernels.hpp, AsmTile).",
@@ -478,6 +519,11 @@ def main():
             for s in STRIDES:
                 for w in range(1, wmax + 1):
                     out.append(tile_fn(ocb, w, s, rows=2, w_prefetch=pf))
+        for ocb, wmax in split:
+            for s in STRIDES:
+                for w in range(2, wmax + 1):
+                    for j in range(1, w):
+                        out.append(tile_fn(ocb, w, s, w_prefetch=pf, split=j))
     for ocb, wmax in tiles:
         for s in STRIDES:
             for w in range(1, wmax + 1):
@@ -498,6 +544,15 @@ def main():
                     fn = tile_name(ocb, w, s, 2, pf or not W_PREFETCH_CHOICE)
                     out.append(f"  k.asm_tile2r[{pf}][{si}][{w}] = &{fn};")
         out.append(f"  k.asm2r_ocb = {ocb};")
+    for ocb, wmax in split:
+        assert wmax <= 6, "conv::kMaxSplitW"
+        for si, s in enumerate(STRIDES):
+            for w in range(2, wmax + 1):
+                for j in range(1, w):
+                    for pf in (1, 0):
+                        fn = tile_name(ocb, w, s, 1, pf or not W_PREFETCH_CHOICE, j)
+                        out.append(f"  k.asm_tile_split[{pf}][{ocb_index(ocb)}][{si}][{w}][{j}] = &{fn};")
+        out.append(f"  k.asm_split_max_w[{ocb_index(ocb)}] = {wmax};")
     for ocb, wmax in tiles:
         out.append(f"  k.asm_max_w[{ocb_index(ocb)}] = {wmax};")
     out.append(f"  k.w_prefetch_choice = {'true' if W_PREFETCH_CHOICE else 'false'};")
