@@ -151,13 +151,15 @@ struct AsmRow {
   int rows = 1;
   int64_t x_row2 = 0, y_row = 0;
   bool w_prefetch = true;  ///< the tiles prefetch their weights (Kernels::asm_tile's p)
-  /// > 0: the run is ow pixels of a plane walked flat across its output rows of
-  /// span_ow pixels (input without edges: a padded copy, or no padding), from its
-  /// pixel p0; x at the plane's input row 0, column 0 (the pass's first ic block),
-  /// y at pixel p0, x_row2 floats between the input of two output rows. Tiles
-  /// across two rows take the split tiles (Kernels::asm_tile_split; tw <= span_ow,
-  /// tw <= asm_split_max_w). The tiles' own epilogue only (AsmRow's caller checks).
-  int64_t span_ow = 0, p0 = 0;
+  /// span_ow > 0: a plane of span_px pixels in output rows of span_ow, walked flat
+  /// across its rows in span_tiles tiles of as even widths as whole pixels allow
+  /// (tile i: pixels [i * span_px / span_tiles, (i + 1) * span_px / span_tiles),
+  /// at most tw); the run is tiles [tile0, tile1). The input has no edges (a padded
+  /// copy, or no padding): x at its row 0, column 0 (the pass's first ic block),
+  /// x_row2 floats between the input of two output rows; y at the plane's pixel 0.
+  /// Tiles across two rows take the split tiles (Kernels::asm_tile_split; tw <=
+  /// span_ow, tw <= asm_split_max_w). The tiles' own epilogue only (the caller checks).
+  int64_t span_ow = 0, span_px = 0, span_tiles = 0, tile0 = 0, tile1 = 0;
 };
 using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);
 /// Floats of the zero-padded copy an edge tile reads (per ic block at least

@@ -483,7 +483,9 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   row_t.zeros = zeros;
   if (r.span_ow > 0) {
     // A plane walked flat across its rows: a tile reaching past its row's end
-    // takes the split tile whose first `left` pixels end that row.
+    // takes the split tile whose first `left` pixels end that row. Even widths:
+    // ResNet50's 7x7 planes in 5 + 4 tiles of 6 and 5 pixels (49 steps of the
+    // FMA ports) rather than 8 of 6 and one of 1 (2 FMAs per 4-cycle latency: 52).
     assert(in_asm && r.tw <= r.span_ow && r.tw <= k.asm_split_max_w[oi]);
     AsmTile t = row_t;
     t.x_row2_bytes = (r.x_row2 - r.span_ow * r.sw * kV) * int64_t(sizeof(float));
@@ -492,12 +494,13 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     // tiles past them prefetch their own weights (in cache: no traffic).
     const int64_t pass = r.icbs * r.w_icb, slice = r.icbs * ntaps * conv::kWNextPerTap / int64_t(sizeof(float));
     int64_t next = pass;
-    for (int64_t i = 0; i < r.ow; i += r.tw, next += slice) {
+    for (int64_t i = r.tile0; i < r.tile1; ++i, next += slice) {
       t.w_next = next < 2 * pass ? r.w + next : r.w;
-      const int w = static_cast<int>(std::min<int64_t>(r.tw, r.ow - i));
-      const int64_t p = r.p0 + i, oy = p / r.span_ow, ox = p % r.span_ow, left = r.span_ow - ox;
+      const int64_t p = i * r.span_px / r.span_tiles;
+      const int w = static_cast<int>((i + 1) * r.span_px / r.span_tiles - p);
+      const int64_t oy = p / r.span_ow, ox = p % r.span_ow, left = r.span_ow - ox;
       t.x = r.x + oy * r.x_row2 + ox * r.sw * kV;
-      t.y = r.y + i * kV;
+      t.y = r.y + p * kV;
       (left < w ? k.asm_tile_split[pf][oi][si][w][left] : k.asm_tile[pf][oi][si][w])(t);
     }
     return;

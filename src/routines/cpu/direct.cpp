@@ -493,7 +493,7 @@ class PreparedDirect final : public PreparedRoutine {
               const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
               const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_in;
               float* yrow = nhwc_ ? y + (n * g_.oh + oh) * g_.ow * y_px + ob0 * v
-                                  : y + (n * ocb_total_ + ob0) * plane_out + oh * ow_n * v;
+                                  : y + (n * ocb_total_ + ob0) * plane_out + (span_ ? 0 : oh * ow_n * v);
               // Flat: the run ends at the plane's end (the last tile may be partial; past it, zeros).
               const int64_t row_w = flat ? std::min<int64_t>((oh_end - oh) * tw, pixels - oh * tw) : ow_n;
               t.w_in = flat_ ? row_w : w_in;
@@ -531,7 +531,10 @@ class PreparedDirect final : public PreparedRoutine {
                 r.x_row2 = g_.sh * row_in;
                 r.y_row = ow_n * v;
                 r.span_ow = span_ ? g_.ow : 0;
-                r.p0 = oh * tw;
+                r.span_px = pixels;
+                r.span_tiles = oh_n;
+                r.tile0 = oh;
+                r.tile1 = oh_end;
                 k_.asm_row(r, ep_);
                 continue;
               }
