@@ -24,7 +24,11 @@ TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]
                                      // two chunks, a last block of 4 channels; 16 tiles in one row
                                      // tile of 1-vector groups over 44 input blocks in one chunk, a
                                      // last block of 12 channels.
-                                     {1, 200, 112, 4, 4, 2}, {1, 340, 40, 6, 6, 2}, {1, 700, 20, 7, 7, 2}}) {
+                                     {1, 200, 112, 4, 4, 2}, {1, 340, 40, 6, 6, 2}, {1, 700, 20, 7, 7, 2},
+                                     // AVX2: U over 4 MB (kAsmGemmBytes) takes the assembly tiles, 16
+                                     // tiles in row tiles of 6, 6, 4 prefetching the next panel (groups
+                                     // of 2 vectors; the last group 1 vector: no split forms), two chunks.
+                                     {1, 660, 104, 7, 7, 2}}) {
       INFO("n" << n << " c" << c << " k" << k << " " << h << "x" << w << " tile " << m);
       const core::WinogradTiles t = core::winograd_tiles(m, n, h, w);  // pads 1: output h x w
       const int64_t p = (m + 2) * (m + 2);

@@ -125,7 +125,7 @@ constexpr int kMaxAsm2rW = 7;
 /// Widest split tile (Kernels::asm_tile_split).
 constexpr int kMaxSplitW = 6;
 /// Bytes each tap of a split tile prefetches at AsmTile::w_next (gen_direct_asm.py's W_NEXT_PER_TAP).
-constexpr int64_t kWNextPerTap = 128;
+constexpr int64_t kWNextPerTap = 192;
 
 /// One output row (or, for a flat 1x1 plane, one run of pixels) of the direct
 /// convolution in assembly tiles, over one input-channel pass (AVX-512, AVX2).

@@ -105,7 +105,7 @@ F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
 F_XROW2, F_YROW, F_ZEROS, F_WNEXT = 112, 120, 128, 136
 # Split tiles: bytes of the next pass's weights each tap prefetches into L2
 # (AsmTile::w_next), a quarter of what the tap reads on 2 x 6 AVX2 tiles.
-W_NEXT_PER_TAP = 128
+W_NEXT_PER_TAP = 192
 
 
 def ocb_index(ocb):

@@ -232,14 +232,13 @@ wgb::PackedU pack(const float* u, int64_t p, int64_t c, int64_t k, int64_t T) {
   return pk;
 }
 
-#if SN_F32_AVX512
 /// Every row of M[p] for nk output-channel vectors on the direct convolution's
 /// assembly tiles: M[p] = V[p] U[p] is a 1x1 convolution of T pixels in
-/// nchw16c (V[p] is [C/16][T][16], the group's U [C][nk][16] its packed
-/// weights, M[p] [K/16][T][16]). Those tiles ran the GEMMs of ResNet50's and
+/// nchw16c / nchw8c (V[p] is [C/V][T][V], the group's U [C][nk][V] its packed
+/// weights, M[p] [K/V][T][V]). Those tiles ran the GEMMs of ResNet50's and
 /// VGG16's 3x3 layers 3-10% faster at 2 threads, up to 15% at one, than the
-/// 8 x 3 intrinsic micro-kernel they replace (GCC moved and spilled its 24
-/// sums). Rows in tiles of equal width; with more than one row tile, input
+/// AVX-512 8 x 3 intrinsic micro-kernel they replaced (GCC moved and spilled its
+/// 24 sums). Rows in tiles of equal width; with more than one row tile, input
 /// channels in chunks whose U panel stays in L1 across them.
 void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, int64_t T, const float* u, float* mm) {
   static constexpr int64_t kOneTap[1] = {0};
@@ -255,26 +254,52 @@ void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, i
   a.x_icb_bytes = v_cb * 4;
   a.w_icb_bytes = kV * nk * kV * 4;
   a.y_ocb_bytes = T * kV * 4;
+  const int oi = conv::ocb_index(nk);
+  // Where the tiles have split forms (AVX2's 2 x W), they run as tiles of one
+  // run (no jump between their pixels) that prefetch the next chunk's U into L2
+  // (AsmTile::w_next: the next group's at the last chunk), spread over the
+  // chunk's row tiles: the first otherwise streams U from L3 at the rate it
+  // reads it. (One row tile reads U once: its per-step prefetch then.)
+  const bool spread = ck.asm_split_max_w[oi] >= tw && tw >= 2 && tw < T;
   for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk) {
     a.icbs = std::min(chunk, cbs - cb0);
     a.load = cb0 > 0;
     a.last_steps = cb0 + a.icbs == cbs ? last_steps : 4;
     a.w = u + cb0 * kV * nk * kV;
-    for (int64_t t = 0; t < T; t += tw) {
+    const int64_t panel = a.icbs * kV * nk * kV, slice = a.icbs * conv::kWNextPerTap / int64_t(sizeof(float));
+    int64_t next = panel;
+    for (int64_t t = 0; t < T; t += tw, next += slice) {
       const int64_t w = std::min(tw, T - t);
       a.x = v + cb0 * v_cb + t * kV;
       a.y = mm + t * kV;
-      ck.asm_tile[1][conv::ocb_index(nk)][0][w](a);
+      if (spread && w >= 2) {
+        a.w_next = next < 2 * panel ? a.w + next : a.w;
+        ck.asm_tile_split[0][oi][0][w][1](a);
+      } else {
+        ck.asm_tile[1][oi][0][w](a);
+      }
     }
   }
 }
-#endif
+
+/// AVX2: U streamed from L3 (more than the two cores' L2 hold) runs on the
+/// assembly tiles, whose split forms spread its stream (gemm_rows_asm); U in
+/// L2, on the intrinsic micro-kernel (inlined: less per tile). Measured
+/// (SOFTNEURO_MAX_CPU_ISA=avx2 conv_bench --routine nchw8c/wg, four runs):
+/// ResNet50's 512@7 F(2,3) (U 16 MB) 124-131% -> 134-140% of the peak, in the
+/// interleaved goal rounds (U cold) its best Winograd 67-74% -> 108-126%;
+/// 256@14 F(4,3) (9.4 MB) 152-202% -> 216-223%; but with every GEMM on them,
+/// 64@56 F(4,3) (0.6 MB) 226-229% -> 202-208%, 128@28 (2.4 MB) 254-265% -> 244-247%.
+constexpr int64_t kAsmGemmBytes = 4 << 20;
 
 void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v, float* mm, ThreadPool& pool) {
   const int64_t cbs = (c + kV - 1) / kV, kbs = u.kb, groups = (kbs + u.nk - 1) / u.nk;
   const int64_t v_cb = T * kV, u_kb = u.cpad * kV, m_kb = T * kV;
 #if SN_F32_AVX512
   const conv::Kernels& ck = *conv::kernels_avx512();
+#else
+  const conv::Kernels& ck = *conv::kernels_avx2();
+  const bool streamed = p * kbs * u_kb * int64_t(sizeof(float)) > kAsmGemmBytes;
 #endif
   // Tasks: (position, group of output-channel vectors), each over every row of
   // M[p] (gemm_rows_asm / gemm_rows: how U is reused across the rows).
@@ -287,7 +312,8 @@ void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v
 #if SN_F32_AVX512
       gemm_rows_asm(ck, static_cast<int>(nk), vp, c, T, up, mp);
 #else
-      gemm_group(nk, vp, v_cb, cbs, T, up, mp, m_kb);
+      if (streamed) gemm_rows_asm(ck, static_cast<int>(nk), vp, c, T, up, mp);
+      else gemm_group(nk, vp, v_cb, cbs, T, up, mp, m_kb);
 #endif
     }
   });
