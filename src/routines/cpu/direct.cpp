@@ -289,7 +289,8 @@ class PreparedDirect final : public PreparedRoutine {
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
     cpu::to_epilogue(core::fused_activation(layer), ep_);
     // span_rows: the plane walked flat across its output rows (tiles across two
-    // rows take the split tiles) over an input without edges: a padded copy.
+    // rows take the split tiles) over an input without edges: a padded copy
+    // (pad_copy_ below), or an unpadded input read in place.
     span_ = use_asm_ && !compact_ && spannable(g_, v_, asm_w_, k.asm_split_max_w[oi], ep_.act) &&
             routine_param(params, "span_rows", default_span(g_, asm_w_)) != 0;
     // pad_copy: the assembly tiles read a copy of the input padded on every
