@@ -150,10 +150,13 @@ TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)"
           for (int64_t w_prefetch : {0, 1}) {
             // Strided: compact (the pixels read copied, then a flat stride-1 walk) or in place.
             const int64_t compact = (icb + w_prefetch + ocb) % 2;
+            // span_rows: tiles of even widths (with a row jump in place at a stride: split tiles).
+            const int64_t span = (tw + icb) % 2;
             INFO("c" << c << " oc" << oc << " s" << s << " " << h << "x" << w << " n" << n << " oc_block " << ocb
-                     << " ow_tile " << tw << " ic_block " << icb << " w_prefetch " << w_prefetch << " compact " << compact);
+                     << " ow_tile " << tw << " ic_block " << icb << " w_prefetch " << w_prefetch << " compact " << compact
+                     << " span_rows " << span);
             if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", tw}, {"ic_block", icb}, {"oh_block", icb ? 2 : 0},
-                                                    {"w_prefetch", w_prefetch}, {"compact", compact}}))
+                                                    {"w_prefetch", w_prefetch}, {"compact", compact}, {"span_rows", span}}))
               return;
           }
   }

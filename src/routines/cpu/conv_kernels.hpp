@@ -255,10 +255,11 @@ struct Kernels {
   /// the prefetching tiles, which measured the same either way.
   bool w_prefetch_choice = false;
   int asm2r_ocb = 0;  ///< 2 on AVX-512, 1 on AVX2 (16 registers); 0: none
-  /// asm_tile_split[p][o][s][w][k]: a tile of w pixels whose first k (1..w-1) end
-  /// an output row and the rest start the next (AsmTile's x_row2_bytes, AsmRow::span_ow);
-  /// p, o, s as in asm_tile, w up to asm_split_max_w[o] (0: none for that OCB).
-  AsmTileFn asm_tile_split[2][kMaxOcb][2][kMaxSplitW + 1][kMaxSplitW] = {};
+  /// asm_tile_split[p][o][s][w][k]: a tile of w pixels whose first k (1..w; w: all)
+  /// end an output row and the rest start the next (AsmTile's x_row2_bytes,
+  /// AsmRow::span_ow), its taps prefetching AsmTile::w_next; p, o, s as in
+  /// asm_tile, w up to asm_split_max_w[o] (0: none for that OCB).
+  AsmTileFn asm_tile_split[2][kMaxOcb][2][kMaxSplitW + 1][kMaxSplitW + 1] = {};
   int asm_split_max_w[kMaxOcb] = {};
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
   AsmFirstFn asm_first[kMaxOcb][2][kMaxAsmW + 1] = {};

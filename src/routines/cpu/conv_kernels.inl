@@ -501,7 +501,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
       const int64_t oy = p / r.span_ow, ox = p % r.span_ow, left = r.span_ow - ox;
       t.x = r.x + oy * r.x_row2 + ox * r.sw * kV;
       t.y = r.y + p * kV;
-      (left < w ? k.asm_tile_split[pf][oi][si][w][left] : k.asm_tile[pf][oi][si][w])(t);
+      k.asm_tile_split[pf][oi][si][w][std::min<int64_t>(left, w)](t);
     }
     return;
   }

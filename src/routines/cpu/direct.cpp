@@ -65,8 +65,10 @@
 //   span_rows (assembly tiles with split forms: AVX2 oc_block 2, ow_tile <= 6;
 //             fused none/relu/clip, whole oc blocks) 1: each plane walked flat
 //             across its output rows like a 1x1 one (no narrow last tile per
-//             row), a tile reaching past a row's end taking the split tile of
-//             two rows; the input a padded copy (pad_copy implied) or unpadded;
+//             row), in tiles of even widths, a tile reaching past a row's end
+//             taking the split tile of two rows; the input a padded copy
+//             (pad_copy implied) or unpadded (1x1 layers: flat ones, compact
+//             copies and strided ones in place);
 //             each pass's tiles prefetch the next pass's weights into L2 (its
 //             first tile otherwise streams them from L3 faster than L3 gives
 //             one core). 0: row by row. Default: default_span(). Measured (AVX2,
@@ -169,18 +171,21 @@ bool default_compact(const Window2d& g, int64_t v) {
 
 /// Whether span_rows applies: assembly tiles of split_w (Kernels::asm_split_max_w)
 /// pixels at most, a tile of tw pixels spanning two rows at most, the tiles'
-/// own epilogue (their activations, whole output-channel blocks), and a plane
-/// that is not walked flat already (an unpadded stride-1 1x1 layer).
+/// own epilogue (their activations, whole output-channel blocks).
 bool spannable(const Window2d& g, int64_t v, int tw, int split_w, cpu::gemm::Act act) {
-  const bool pointwise_flat = g.kh == 1 && g.kw == 1 && !padded(g) && g.sh == 1 && g.sw == 1;
-  return split_w >= tw && g.ow >= tw && (g.oc / g.group) % v == 0 && !pointwise_flat &&
+  return split_w >= tw && g.ow >= tw && (g.oc / g.group) % v == 0 &&
          (act == cpu::gemm::Act::none || act == cpu::gemm::Act::relu || act == cpu::gemm::Act::clip);
 }
 
-/// span_rows' default: rows that end in a narrow tile (w: the tile's width),
-/// short ones, where that tile is a large share of the row and a padded copy
-/// costs little next to the weights (ResNet50's 3x3 layers at 7 and 14 pixels).
-bool default_span(const Window2d& g, int w) { return g.ow % w != 0 && g.ow < 3 * w; }
+/// span_rows' default: kernels of several taps whose rows end in a narrow tile
+/// (w: the tile's width), short ones, where that tile is a large share of the
+/// row and a padded copy costs little next to the weights (ResNet50's 3x3
+/// layers at 7 and 14 pixels). 1x1 layers, walked flat already (or compact),
+/// measured the same either way (AVX2, ResNet50's 1x1 layers, conv_bench
+/// --params oc_block=2,ow_tile=6,span_rows=0/1: 2048->512@7 0.597 / 0.584 ms,
+/// 512->2048@7 0.579 / 0.612, 128->512@28 0.635 / 0.667, 256->512 s2@56 in
+/// place 1.376 / 1.294): the tuner tries both.
+bool default_span(const Window2d& g, int w) { return g.kh * g.kw > 1 && g.ow % w != 0 && g.ow < 3 * w; }
 
 /// w_prefetch's default (AVX2's tiles, Kernels::w_prefetch_choice): a prefetch per
 /// channel step pays only where the weights stream from L3 into tiles that use
@@ -291,7 +296,7 @@ class PreparedDirect final : public PreparedRoutine {
     // span_rows: the plane walked flat across its output rows (tiles across two
     // rows take the split tiles) over an input without edges: a padded copy
     // (pad_copy_ below), or an unpadded input read in place.
-    span_ = use_asm_ && !compact_ && spannable(g_, v_, asm_w_, k.asm_split_max_w[oi], ep_.act) &&
+    span_ = use_asm_ && spannable(g_, v_, asm_w_, k.asm_split_max_w[oi], ep_.act) &&
             routine_param(params, "span_rows", default_span(g_, asm_w_)) != 0;
     // pad_copy: the assembly tiles read a copy of the input padded on every
     // side, so no tile is an edge tile and every pair of rows can take a
@@ -422,7 +427,7 @@ class PreparedDirect final : public PreparedRoutine {
     const int64_t pixels = g_.oh * g_.ow;
     const int64_t oh_n = flat ? (pixels + tw - 1) / tw : g_.oh;        // rows walked
     const int64_t ow_n = flat ? tw : g_.ow;                            // pixels per row walked
-    const int64_t row_in = flat_ ? tw * v : row_len, h_walk = flat_ ? oh_n : h_in;
+    const int64_t row_in = flat_ && !span_ ? tw * v : row_len, h_walk = flat_ ? oh_n : h_in;
     // Rows holding input: kernel rows outside them are skipped (the padded copy's
     // zero rows too, except where a two-row tile's other row needs that kernel row).
     const int64_t in_lo = pad_copy_ ? g_.pt : 0, in_hi = pad_copy_ ? g_.pt + g_.h : h_walk;
@@ -744,7 +749,7 @@ class Direct final : public Routine {
       if (info.layer) cpu::to_epilogue(core::fused_activation(*info.layer), ep);
       const int tw = static_cast<int>(space[1].choices[0]);
       int64_t span = 0;
-      if (info.layer && g.kh > 0 && !(compactable(g) && default_compact(g, k->vec)) &&
+      if (info.layer && g.kh > 0 &&
           spannable(g, k->vec, tw, k->asm_split_max_w[conv::ocb_index(2)], ep.act)) {
         span = default_span(g, tw);
         space.push_back({"span_rows", {span, 1 - span}});

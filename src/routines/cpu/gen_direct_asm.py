@@ -50,8 +50,9 @@ TILES_AVX2 = [(4, 3), (2, 6), (1, 14)]
 TILES_2ROW_AVX2 = [(1, 7)]
 # Split tiles (OCB, largest W): a tile of a plane walked flat across its rows
 # (AsmRow::span_ow, over an input without edges): its first `split` pixels end
-# one row, the others start the next, x_row2_bytes further than a straight
-# walk would put them. Rows of 7 or 14 pixels then take whole 2 x 6 tiles
+# one row, the others (none when split = W) start the next, x_row2_bytes
+# further than a straight walk would put them; every tap prefetches
+# W_NEXT_PER_TAP bytes of the next pass's weights into L2 (AsmTile::w_next). Rows of 7 or 14 pixels then take whole 2 x 6 tiles
 # instead of a narrow last tile per row (2 x 1, 2 x 2: FMA-latency bound) or
 # the two-row 1 x 2 x 7 (15 loads per 14 FMAs: load-port bound, ResNet50's
 # 512@7 at 84% of the AVX2 peak).
@@ -252,8 +253,9 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True, split=0):
     """OCB blocks x W pixels of `rows` output rows (1, or 2: AsmTile's x_row2_bytes
     and y_row_bytes apart, accumulator j * rows * W + row * W + i); w_prefetch:
     each channel step prefetches its weights W_PREFETCH bytes ahead; split
-    (0 < split < W, one row): the input of pixels split.. x_row2_bytes further
-    (a tile across two rows of a plane walked flat; no edge columns)."""
+    (0 < split <= W, one row): the input of pixels split.. x_row2_bytes further
+    (a tile across two rows of a plane walked flat; no edge columns), each tap
+    prefetching the next pass's weights (AsmTile::w_next)."""
     wpf = W_PREFETCH if w_prefetch else 0
     px = rows * w  # pixels of the tile
     n, wreg, tmps = registers(ocb, px)
@@ -343,7 +345,7 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True, split=0):
     row_lines = pixel_lines(0, split or w)
     for off in row_lines:
         emit(f"prefetcht0 {off}(%%rdx,%%r15,1)")
-    if rows == 2 or split:
+    if rows == 2 or 0 < split < w:
         emit("lea (%%rdx,%%r12,1), %%rax")  # rax: y only outside the loops
         for off in (row_lines if rows == 2 else pixel_lines(split, w - split)):
             emit(f"prefetcht0 {off}(%%rax,%%r15,1)")
@@ -521,8 +523,8 @@ def main():
                     out.append(tile_fn(ocb, w, s, rows=2, w_prefetch=pf))
         for ocb, wmax in split:
             for s in STRIDES:
-                for w in range(2, wmax + 1):
-                    for j in range(1, w):
+                for w in range(1, wmax + 1):
+                    for j in range(1, w + 1):
                         out.append(tile_fn(ocb, w, s, w_prefetch=pf, split=j))
     for ocb, wmax in tiles:
         for s in STRIDES:
@@ -547,8 +549,8 @@ def main():
     for ocb, wmax in split:
         assert wmax <= 6, "conv::kMaxSplitW"
         for si, s in enumerate(STRIDES):
-            for w in range(2, wmax + 1):
-                for j in range(1, w):
+            for w in range(1, wmax + 1):
+                for j in range(1, w + 1):
                     for pf in (1, 0):
                         fn = tile_name(ocb, w, s, 1, pf or not W_PREFETCH_CHOICE, j)
                         out.append(f"  k.asm_tile_split[{pf}][{ocb_index(ocb)}][{si}][{w}][{j}] = &{fn};")

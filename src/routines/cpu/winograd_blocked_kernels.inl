@@ -255,12 +255,12 @@ void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, i
   a.w_icb_bytes = kV * nk * kV * 4;
   a.y_ocb_bytes = T * kV * 4;
   const int oi = conv::ocb_index(nk);
-  // Where the tiles have split forms (AVX2's 2 x W), they run as tiles of one
-  // run (no jump between their pixels) that prefetch the next chunk's U into L2
-  // (AsmTile::w_next: the next group's at the last chunk), spread over the
-  // chunk's row tiles: the first otherwise streams U from L3 at the rate it
-  // reads it. (One row tile reads U once: its per-step prefetch then.)
-  const bool spread = ck.asm_split_max_w[oi] >= tw && tw >= 2 && tw < T;
+  // Where the tiles have split forms (AVX2's 2 x W), their unsplit ones (all
+  // pixels in one run) prefetch the next chunk's U into L2 (AsmTile::w_next:
+  // the next group's at the last chunk), spread over the chunk's row tiles:
+  // the first otherwise streams U from L3 at the rate it reads it. (One row
+  // tile reads U once: its per-step prefetch then.)
+  const bool spread = ck.asm_split_max_w[oi] >= tw && tw < T;
   for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk) {
     a.icbs = std::min(chunk, cbs - cb0);
     a.load = cb0 > 0;
@@ -272,9 +272,9 @@ void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, i
       const int64_t w = std::min(tw, T - t);
       a.x = v + cb0 * v_cb + t * kV;
       a.y = mm + t * kV;
-      if (spread && w >= 2) {
+      if (spread) {
         a.w_next = next < 2 * panel ? a.w + next : a.w;
-        ck.asm_tile_split[0][oi][0][w][1](a);
+        ck.asm_tile_split[0][oi][0][w][w](a);
       } else {
         ck.asm_tile[1][oi][0][w](a);
       }
