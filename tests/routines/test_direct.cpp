@@ -165,7 +165,7 @@ TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)"
 TEST_CASE("direct conv2: planes walked across their rows (span_rows: split tiles)", "[direct][conv2]") {
   // A run of tiles over the whole plane, a tile reaching past its row's end
   // split across two rows (the next row's input x_row2 further): every split
-  // point of the 2 x 4 and 2 x 6 tiles (rows of 4 to 13 pixels), strides 1 to 3
+  // point of the 2 x 4 and 2 x 6 tiles (rows of 4 to 17 pixels), strides 1 to 3
   // (3: the intrinsic kernels, span_rows ignored), dilation 2, padded (a copy)
   // and unpadded (in place) inputs, a partial last ic block, tasks of a few
   // runs (oh_block 2) and of whole planes, batch 2, each fused activation.
@@ -176,7 +176,8 @@ TEST_CASE("direct conv2: planes walked across their rows (span_rows: split tiles
   int t = 0;
   for (Case cs : {Case{16, 32, 3, 1, 1, 1, 7, 7, 1}, Case{40, 32, 3, 1, 1, 1, 5, 4, 2}, Case{24, 32, 3, 2, 1, 1, 14, 14, 1},
                   Case{16, 48, 3, 1, 1, 0, 11, 13, 1}, Case{16, 32, 3, 1, 2, 2, 9, 10, 2}, Case{32, 32, 1, 2, 1, 0, 11, 11, 1},
-                  Case{16, 32, 3, 2, 1, 1, 17, 23, 1}, Case{16, 32, 5, 1, 1, 2, 8, 8, 1}, Case{16, 32, 3, 3, 1, 1, 13, 13, 1}}) {
+                  Case{16, 32, 3, 2, 1, 1, 17, 23, 1}, Case{16, 32, 5, 1, 1, 2, 8, 8, 1}, Case{16, 32, 3, 3, 1, 1, 13, 13, 1},
+                  Case{48, 32, 3, 1, 1, 1, 15, 17, 1}}) {
     Layer l = conv_layer(cs.c, cs.oc, 1, cs.k, cs.k, cs.s, cs.s, cs.d, cs.d, {cs.pad, cs.pad, cs.pad, cs.pad}, true, rng);
     set_act(l, kActs[t == 8 ? 3 : t % 3], rng);  // hardswish: not the tiles' own epilogue (no span)
     ++t;

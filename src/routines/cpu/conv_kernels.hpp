@@ -79,7 +79,7 @@ struct AsmTile {
   int64_t last_steps = 4;
   int64_t x_row2_bytes = 0, y_row_bytes = 0;
   const float* zeros = nullptr;  ///< read only by taps with flags
-  /// Split tiles: each tap prefetches kWNextPerTap bytes from here on into L2
+  /// Split tiles: each tap prefetches Kernels::w_next_per_tap bytes from here on into L2
   /// (the next pass's weights; AsmRow spreads them over a pass's tiles).
   const float* w_next = nullptr;
 };
@@ -123,9 +123,7 @@ constexpr int kMaxAsmW = 28;
 /// Widest row of a two-row assembly tile (AVX-512 OCB 2: 2 x 2 x 7 accumulators; AVX2 OCB 1).
 constexpr int kMaxAsm2rW = 7;
 /// Widest split tile (Kernels::asm_tile_split).
-constexpr int kMaxSplitW = 6;
-/// Bytes each tap of a split tile prefetches at AsmTile::w_next (gen_direct_asm.py's W_NEXT_PER_TAP).
-constexpr int64_t kWNextPerTap = 192;
+constexpr int kMaxSplitW = 14;
 
 /// One output row (or, for a flat 1x1 plane, one run of pixels) of the direct
 /// convolution in assembly tiles, over one input-channel pass (AVX-512, AVX2).
@@ -258,9 +256,10 @@ struct Kernels {
   /// asm_tile_split[p][o][s][w][k]: a tile of w pixels whose first k (1..w; w: all)
   /// end an output row and the rest start the next (AsmTile's x_row2_bytes,
   /// AsmRow::span_ow), its taps prefetching AsmTile::w_next; p, o, s as in
-  /// asm_tile, w up to asm_split_max_w[o] (0: none for that OCB).
+  /// asm_tile, w from asm_split_min_w[o] to asm_split_max_w[o] (0: none for that OCB).
   AsmTileFn asm_tile_split[2][kMaxOcb][2][kMaxSplitW + 1][kMaxSplitW + 1] = {};
-  int asm_split_max_w[kMaxOcb] = {};
+  int asm_split_max_w[kMaxOcb] = {}, asm_split_min_w[kMaxOcb] = {};
+  int64_t w_next_per_tap = 0;  ///< bytes each tap of a split tile prefetches at AsmTile::w_next
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
   AsmFirstFn asm_first[kMaxOcb][2][kMaxAsmW + 1] = {};
   /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.

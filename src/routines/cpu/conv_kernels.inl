@@ -492,7 +492,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     // Tile after tile, the next pass's weights (right after this pass's: the
     // next ic pass, or the next OC group's first) prefetched a slice each; the
     // tiles past them prefetch their own weights (in cache: no traffic).
-    const int64_t pass = r.icbs * r.w_icb, slice = r.icbs * ntaps * conv::kWNextPerTap / int64_t(sizeof(float));
+    const int64_t pass = r.icbs * r.w_icb, slice = r.icbs * ntaps * k.w_next_per_tap / int64_t(sizeof(float));
     int64_t next = pass;
     for (int64_t i = r.tile0; i < r.tile1; ++i, next += slice) {
       t.w_next = next < 2 * pass ? r.w + next : r.w;

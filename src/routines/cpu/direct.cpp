@@ -62,7 +62,7 @@
 //             weights 4 KB ahead, for weights streamed from L3; 0: not (a
 //             load-port uop per step where the weights stay in cache). Default:
 //             default_w_prefetch(). AVX-512's tiles always prefetch.
-//   span_rows (assembly tiles with split forms: AVX2 oc_block 2, ow_tile <= 6;
+//   span_rows (assembly tiles with split forms: AVX2, oc_block 2, ow_tile <= 6;
 //             fused none/relu/clip, whole oc blocks) 1: each plane walked flat
 //             across its output rows like a 1x1 one (no narrow last tile per
 //             row), in tiles of even widths, a tile reaching past a row's end
@@ -169,11 +169,13 @@ bool default_compact(const Window2d& g, int64_t v) {
   return g.ow % w != 0 && g.ow < 3 * w;
 }
 
-/// Whether span_rows applies: assembly tiles of split_w (Kernels::asm_split_max_w)
-/// pixels at most, a tile of tw pixels spanning two rows at most, the tiles'
-/// own epilogue (their activations, whole output-channel blocks).
-bool spannable(const Window2d& g, int64_t v, int tw, int split_w, cpu::gemm::Act act) {
-  return split_w >= tw && g.ow >= tw && (g.oc / g.group) % v == 0 &&
+/// Whether span_rows applies: split tiles (Kernels::asm_tile_split) of the
+/// OCB index o for every even width of a plane in tiles of at most tw pixels,
+/// a tile spanning two rows at most, the tiles' own epilogue (their
+/// activations, whole output-channel blocks).
+bool spannable(const Window2d& g, int64_t v, int tw, const conv::Kernels& k, int o, cpu::gemm::Act act) {
+  const int64_t pixels = g.oh * g.ow, narrowest = pixels / ((pixels + tw - 1) / tw);
+  return k.asm_split_max_w[o] >= tw && narrowest >= k.asm_split_min_w[o] && g.ow >= tw && (g.oc / g.group) % v == 0 &&
          (act == cpu::gemm::Act::none || act == cpu::gemm::Act::relu || act == cpu::gemm::Act::clip);
 }
 
@@ -296,7 +298,7 @@ class PreparedDirect final : public PreparedRoutine {
     // span_rows: the plane walked flat across its output rows (tiles across two
     // rows take the split tiles) over an input without edges: a padded copy
     // (pad_copy_ below), or an unpadded input read in place.
-    span_ = use_asm_ && spannable(g_, v_, asm_w_, k.asm_split_max_w[oi], ep_.act) &&
+    span_ = use_asm_ && spannable(g_, v_, asm_w_, k, oi, ep_.act) &&
             routine_param(params, "span_rows", default_span(g_, asm_w_)) != 0;
     // pad_copy: the assembly tiles read a copy of the input padded on every
     // side, so no tile is an edge tile and every pair of rows can take a
@@ -750,7 +752,7 @@ class Direct final : public Routine {
       const int tw = static_cast<int>(space[1].choices[0]);
       int64_t span = 0;
       if (info.layer && g.kh > 0 &&
-          spannable(g, k->vec, tw, k->asm_split_max_w[conv::ocb_index(2)], ep.act)) {
+          spannable(g, k->vec, tw, *k, conv::ocb_index(2), ep.act)) {
         span = default_span(g, tw);
         space.push_back({"span_rows", {span, 1 - span}});
       }

@@ -52,11 +52,15 @@ TILES_2ROW_AVX2 = [(1, 7)]
 # (AsmRow::span_ow, over an input without edges): its first `split` pixels end
 # one row, the others (none when split = W) start the next, x_row2_bytes
 # further than a straight walk would put them; every tap prefetches
-# W_NEXT_PER_TAP bytes of the next pass's weights into L2 (AsmTile::w_next). Rows of 7 or 14 pixels then take whole 2 x 6 tiles
-# instead of a narrow last tile per row (2 x 1, 2 x 2: FMA-latency bound) or
-# the two-row 1 x 2 x 7 (15 loads per 14 FMAs: load-port bound, ResNet50's
-# 512@7 at 84% of the AVX2 peak).
-TILES_SPLIT_AVX2 = [(2, 6)]
+# W_NEXT_PER_TAP bytes of the next pass's weights into L2 (AsmTile::w_next).
+# AVX2: rows of 7 or 14 pixels then take whole 2 x 6 tiles instead of a narrow
+# last tile per row (2 x 1, 2 x 2: FMA-latency bound) or the two-row 1 x 2 x 7
+# (15 loads per 14 FMAs: load-port bound, ResNet50's 512@7 at 84% of the AVX2
+# peak). (OCB, largest W, smallest W.) AVX-512 has none: ResNet50's and
+# VGG16's rows (7 to 224 pixels, multiples of 7) take whole tiles of 7 or 14
+# without splitting, and a 7x7 plane in 2 x 7 tiles that prefetch the next
+# pass (0.73-0.79 ms) lost to the two-row 2 x 2 x 7 tiles (0.61-0.66 ms).
+TILES_SPLIT_AVX2 = [(2, 6, 1)]
 TILES_SPLIT = []
 
 # The instruction set being written (set_isa): register name, registers,
@@ -105,7 +109,9 @@ F_Y, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32
 F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
 F_XROW2, F_YROW, F_ZEROS, F_WNEXT = 112, 120, 128, 136
 # Split tiles: bytes of the next pass's weights each tap prefetches into L2
-# (AsmTile::w_next), a quarter of what the tap reads on 2 x 6 AVX2 tiles.
+# (AsmTile::w_next, Kernels::w_next_per_tap): 3/8 of what a tap reads per
+# block on 2 x W AVX2 tiles (512 bytes), so that a pass of 3 tiles or more
+# prefetches all of the next.
 W_NEXT_PER_TAP = 192
 
 
@@ -521,9 +527,9 @@ def main():
             for s in STRIDES:
                 for w in range(1, wmax + 1):
                     out.append(tile_fn(ocb, w, s, rows=2, w_prefetch=pf))
-        for ocb, wmax in split:
+        for ocb, wmax, wmin in split:
             for s in STRIDES:
-                for w in range(1, wmax + 1):
+                for w in range(wmin, wmax + 1):
                     for j in range(1, w + 1):
                         out.append(tile_fn(ocb, w, s, w_prefetch=pf, split=j))
     for ocb, wmax in tiles:
@@ -546,15 +552,17 @@ def main():
                     fn = tile_name(ocb, w, s, 2, pf or not W_PREFETCH_CHOICE)
                     out.append(f"  k.asm_tile2r[{pf}][{si}][{w}] = &{fn};")
         out.append(f"  k.asm2r_ocb = {ocb};")
-    for ocb, wmax in split:
-        assert wmax <= 6, "conv::kMaxSplitW"
+    for ocb, wmax, wmin in split:
+        assert wmax <= 14, "conv::kMaxSplitW"
         for si, s in enumerate(STRIDES):
-            for w in range(1, wmax + 1):
+            for w in range(wmin, wmax + 1):
                 for j in range(1, w + 1):
                     for pf in (1, 0):
                         fn = tile_name(ocb, w, s, 1, pf or not W_PREFETCH_CHOICE, j)
                         out.append(f"  k.asm_tile_split[{pf}][{ocb_index(ocb)}][{si}][{w}][{j}] = &{fn};")
         out.append(f"  k.asm_split_max_w[{ocb_index(ocb)}] = {wmax};")
+        out.append(f"  k.asm_split_min_w[{ocb_index(ocb)}] = {wmin};")
+    out.append(f"  k.w_next_per_tap = {W_NEXT_PER_TAP};")
     for ocb, wmax in tiles:
         out.append(f"  k.asm_max_w[{ocb_index(ocb)}] = {wmax};")
     out.append(f"  k.w_prefetch_choice = {'true' if W_PREFETCH_CHOICE else 'false'};")

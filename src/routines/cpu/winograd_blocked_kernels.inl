@@ -261,18 +261,19 @@ void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, i
   // the first otherwise streams U from L3 at the rate it reads it. (One row
   // tile reads U once: its per-step prefetch then.)
   const bool spread = ck.asm_split_max_w[oi] >= tw && tw < T;
+  const int64_t spread_min = ck.asm_split_min_w[oi];
   for (int64_t cb0 = 0; cb0 < cbs; cb0 += chunk) {
     a.icbs = std::min(chunk, cbs - cb0);
     a.load = cb0 > 0;
     a.last_steps = cb0 + a.icbs == cbs ? last_steps : 4;
     a.w = u + cb0 * kV * nk * kV;
-    const int64_t panel = a.icbs * kV * nk * kV, slice = a.icbs * conv::kWNextPerTap / int64_t(sizeof(float));
+    const int64_t panel = a.icbs * kV * nk * kV, slice = a.icbs * ck.w_next_per_tap / int64_t(sizeof(float));
     int64_t next = panel;
     for (int64_t t = 0; t < T; t += tw, next += slice) {
       const int64_t w = std::min(tw, T - t);
       a.x = v + cb0 * v_cb + t * kV;
       a.y = mm + t * kV;
-      if (spread) {
+      if (spread && w >= spread_min) {
         a.w_next = next < 2 * panel ? a.w + next : a.w;
         ck.asm_tile_split[0][oi][0][w][w](a);
       } else {
