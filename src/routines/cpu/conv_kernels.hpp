@@ -123,7 +123,7 @@ constexpr int kMaxAsmW = 28;
 /// Widest row of a two-row assembly tile (AVX-512 OCB 2: 2 x 2 x 7 accumulators; AVX2 OCB 1).
 constexpr int kMaxAsm2rW = 7;
 /// Widest split tile (Kernels::asm_tile_split).
-constexpr int kMaxSplitW = 14;
+constexpr int kMaxSplitW = 6;
 
 /// One output row (or, for a flat 1x1 plane, one run of pixels) of the direct
 /// convolution in assembly tiles, over one input-channel pass (AVX-512, AVX2).

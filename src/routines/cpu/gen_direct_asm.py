@@ -553,7 +553,7 @@ def main():
                     out.append(f"  k.asm_tile2r[{pf}][{si}][{w}] = &{fn};")
         out.append(f"  k.asm2r_ocb = {ocb};")
     for ocb, wmax, wmin in split:
-        assert wmax <= 14, "conv::kMaxSplitW"
+        assert wmax <= 6, "conv::kMaxSplitW"
         for si, s in enumerate(STRIDES):
             for w in range(wmin, wmax + 1):
                 for j in range(1, w + 1):
