@@ -21,7 +21,8 @@ the last block only its channels rounded up to 4).
 
 AVX2: 16 ymm and no embedded broadcast, so every tile broadcasts into a
 register: 4 x 3 (one weight vector from memory), 2 x 6, 1 x 14 and the
-two-row 1 x 2 x 7; a block's 8 channels are unrolled whole. Intrinsics
+two-row 1 x 2 x 7, and the split 2 x W tiles of planes walked flat across
+their rows (TILES_SPLIT_AVX2); a block's 8 channels are unrolled whole. Intrinsics
 (GCC) had reached 59-79% of the AVX2 peak on ResNet50's 3x3 layers, these
 80-92% (SOFTNEURO_MAX_CPU_ISA=avx2 bench/conv_bench).
 
