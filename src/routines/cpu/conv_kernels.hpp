@@ -155,8 +155,9 @@ struct AsmRow {
   /// at most tw); the run is tiles [tile0, tile1). The input has no edges (a padded
   /// copy, or no padding): x at its row 0, column 0 (the pass's first ic block),
   /// x_row2 floats between the input of two output rows; y at the plane's pixel 0.
-  /// Tiles across two rows take the split tiles (Kernels::asm_tile_split; tw <=
-  /// span_ow, tw <= asm_split_max_w). The tiles' own epilogue only (the caller checks).
+  /// Every tile is a split tile (Kernels::asm_tile_split, k: its pixels left in its
+  /// row, at most all; tw <= span_ow, tw <= asm_split_max_w), which also prefetches
+  /// a slice of the next pass's weights. The tiles' own epilogue only (the caller checks).
   int64_t span_ow = 0, span_px = 0, span_tiles = 0, tile0 = 0, tile1 = 0;
 };
 using AsmRowFn = void (*)(const AsmRow&, const gemm::Epilogue&);

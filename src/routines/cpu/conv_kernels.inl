@@ -482,8 +482,8 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
   row_t.y_row_bytes = r.y_row * int64_t(sizeof(float));
   row_t.zeros = zeros;
   if (r.span_ow > 0) {
-    // A plane walked flat across its rows: a tile reaching past its row's end
-    // takes the split tile whose first `left` pixels end that row. Even widths:
+    // A plane walked flat across its rows: each tile is the split tile whose
+    // first `left` pixels end its row (all of them inside a row). Even widths:
     // ResNet50's 7x7 planes in 5 + 4 tiles of 6 and 5 pixels (49 steps of the
     // FMA ports) rather than 8 of 6 and one of 1 (2 FMAs per 4-cycle latency: 52).
     assert(in_asm && r.tw <= r.span_ow && r.tw <= k.asm_split_max_w[oi]);

@@ -746,13 +746,13 @@ class Direct final : public Routine {
         const int64_t c = default_compact(g, k->vec);
         space.push_back({"compact", {c, 1 - c}});
       }
-      // span_rows where the first choice's tiles (oc_block 2, ow_tile's first) have split forms.
+      // span_rows where the first choice's tiles (oc_block's and ow_tile's first) have split forms.
       cpu::gemm::Epilogue ep;
       if (info.layer) cpu::to_epilogue(core::fused_activation(*info.layer), ep);
-      const int tw = static_cast<int>(space[1].choices[0]);
+      const int ocb = static_cast<int>(space[0].choices[0]), tw = static_cast<int>(space[1].choices[0]);
       int64_t span = 0;
       if (info.layer && g.kh > 0 &&
-          spannable(g, k->vec, tw, *k, conv::ocb_index(2), ep.act)) {
+          spannable(g, k->vec, tw, *k, conv::ocb_index(ocb), ep.act)) {
         span = default_span(g, tw);
         space.push_back({"span_rows", {span, 1 - span}});
       }

@@ -301,7 +301,7 @@ def tile_fn(ocb, w, s, rows=1, w_prefetch=True, split=0):
         for j in range(ocb):
             for off in lines_of(w * VB, w * VB):
                 emit(f"prefetchw {off}{y_base(j)}")
-    if rows == 2 or split:
+    if rows == 2 or 0 < split < w:
         emit(f"mov {F_XROW2}(%[t]), %%r12")  # y_ocb again at the end
     if split:
         emit(f"mov {F_WNEXT}(%[t]), %%r13")  # y's third block again at the end
@@ -422,7 +422,7 @@ def finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, name, split=0):
     emit("jnz 1b")
     # last >= 1: the bias (added here when the sums came from y), then clamp(); then y.
     emit(f"mov {F_Y}(%[t]), %%rax")
-    if rows == 2 or split:
+    if rows == 2 or 0 < split < w:
         emit(f"mov {F_YOCB}(%[t]), %%r12")
     emit("lea (%%rax,%%r12,2), %%r13")  # y_addr's third block again
     emit(f"mov {F_LAST}(%[t]), %%rcx")
