@@ -60,8 +60,7 @@ inline void tile_origin(const core::WinogradTiles& t, int64_t tile, int m, int64
 
 // --- encode: V[p][cb][t] = (B^T d B)[p] of tile t's (m+2)^2 input pixels ------
 
-/// Tiles one encode task transforms before writing them out: 256 bytes (4
-/// cache lines) of V per position.
+/// Most tiles per encode task: 256 bytes (4 cache lines) of V per position.
 constexpr int64_t kEncodeTiles = 64 / kV;
 
 template <int M>
@@ -69,22 +68,30 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
   constexpr int A = M + 2;
   const auto& t = g.t;
   const int64_t cbs = (g.c + kV - 1) / kV, T = t.t, plane = g.h * g.w * kV;
-  const int64_t blocks = (T + kEncodeTiles - 1) / kEncodeTiles;
-  // Tasks: (channel block, run of kEncodeTiles tiles). A task transforms its
-  // tiles into `staged` (L1) and then copies each position's run out whole.
-  // Stored straight to V, a tile's (M+2)^2 vectors went to addresses a
-  // multiple of 4 KB apart wherever cbs * T * kV * 4 is one (most of ResNet50's
-  // and VGG16's layers): all into one L1 set of 12 ways, each line evicted
-  // half-written and fetched again for the next tile. Measured on the encode
-  // alone (AVX2, 2 threads): VGG16's 64@224 F(2,3) 4.0 -> 2.4 ms, 512@56 F(6,3)
-  // 1.7 -> 1.06 ms, ResNet50's 512@7 F(2,3) 27 -> 16 us; a few small planes
-  // 5-10% slower (256@28 F(4,3) 80 -> 85-91 us).
+  // Runs of equal length (a plane of 9 tiles: 3 runs of 3 at AVX-512, not 4, 4, 1).
+  const int64_t blocks = (T + kEncodeTiles - 1) / kEncodeTiles, run = (T + blocks - 1) / blocks;
+  // Staged in L1 (below) where a vector is half a cache line (AVX2), and for
+  // F(2,3) at AVX-512, where it measured faster.
+  constexpr bool kStageEncode = kV * 4 < 64 || M == 2;
+  // Tasks: (channel block, run of tiles), the tiles' origins stepped along.
+  // Staged, a task transforms them into `staged` (L1) and then copies each
+  // position's run out whole. Stored straight to V, a tile's (M+2)^2 vectors
+  // go to addresses a multiple of 4 KB apart wherever cbs * T * kV * 4 is one
+  // (most of ResNet50's and VGG16's layers), all into one L1 set of 12 ways;
+  // at AVX2 each line was evicted half-written and fetched again for the next
+  // tile. Measured on the encode alone (2 threads, old and new in one run):
+  // AVX2, no shape slower, VGG16's 64@224 F(2,3) 4.0 -> 2.4 ms, F(6,3) 3.7 ->
+  // 2.5 ms, 512@28 F(2,3) 0.47 -> 0.24 ms, ResNet50's 512@7 F(2,3) 39 -> 19 us;
+  // AVX-512, F(2,3) 128@112 1.13 -> 0.82 ms, 512@28 0.28 -> 0.21 ms (small
+  // planes 2-6 us slower: 512@14 30 -> 34 us), while staged F(4,3) and F(6,3)
+  // ran up to 28% slower on small planes (128@28 F(6,3) 35 -> 45 us).
   pool.parallel_for(cbs * blocks, 1, [&](int64_t b0, int64_t b1) {
-    alignas(64) float staged[A * A][kEncodeTiles * kV];
+    alignas(64) float staged[kStageEncode ? A * A : 1][kEncodeTiles * kV];
+    const int64_t pstride = cbs * T * kV;  // floats between positions in V
     vf d[A][A], s[A][A];
     for (int64_t task = b0; task < b1; ++task) {
-      const int64_t cb = task / blocks, tile0 = task % blocks * kEncodeTiles;
-      const int64_t nt = std::min(kEncodeTiles, T - tile0);
+      const int64_t cb = task / blocks, tile0 = task % blocks * run;
+      const int64_t nt = std::min(run, T - tile0);
       int64_t n, row, col;
       tile_origin(t, tile0, M, n, row, col);
       const float* xc0 = x + cb * plane;
@@ -112,10 +119,13 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
           combine<A, A, kWgMat<M>.bt>(colv, out, vzero());
           static_for<A>([&](auto i) __attribute__((always_inline)) { s[i][b] = out[i]; });
         });
+        // Where V[p] of this tile goes: locals, which no vector store can alias.
+        float* const dst = kStageEncode ? &staged[0][k * kV] : v + (cb * T + tile0 + k) * kV;
+        const int64_t dst_p = kStageEncode ? kEncodeTiles * kV : pstride;
         static_for<A>([&](auto i) __attribute__((always_inline)) {
           vf out[A];
           combine<A, A, kWgMat<M>.bt>(s[i], out, vzero());
-          static_for<A>([&](auto j) __attribute__((always_inline)) { vstore(&staged[i * A + j][k * kV], out[j]); });
+          static_for<A>([&](auto j) __attribute__((always_inline)) { vstore(dst + (i * A + j) * dst_p, out[j]); });
         });
         // The next tile: along the row, then down, then the next image.
         if ((col += M) >= t.tx * M) {
@@ -123,9 +133,11 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
           if ((row += M) >= t.ty * M) row = 0, ++n;
         }
       }
-      float* vt = v + (cb * T + tile0) * kV;
-      for (int q = 0; q < A * A; ++q, vt += cbs * T * kV)
-        for (int64_t k = 0; k < nt * kV; k += kV) vstore(vt + k, vload(&staged[q][k]));
+      if constexpr (kStageEncode) {
+        float* vt = v + (cb * T + tile0) * kV;
+        for (int q = 0; q < A * A; ++q, vt += pstride)
+          for (int64_t k = 0; k < nt * kV; k += kV) vstore(vt + k, vload(&staged[q][k]));
+      }
     }
   });
 }
