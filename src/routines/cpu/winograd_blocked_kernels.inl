@@ -58,6 +58,12 @@ inline void tile_origin(const core::WinogradTiles& t, int64_t tile, int m, int64
   n = rest / t.ty;
 }
 
+/// The size of the fewest equal parts of n that are at most `most` each.
+inline int64_t equal_part(int64_t n, int64_t most) {
+  const int64_t parts = (n + most - 1) / most;
+  return (n + parts - 1) / parts;
+}
+
 // --- encode: V[p][cb][t] = (B^T d B)[p] of tile t's (m+2)^2 input pixels ------
 
 /// Most tiles per encode task: 256 bytes (4 cache lines) of V per position.
@@ -69,22 +75,19 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
   const auto& t = g.t;
   const int64_t cbs = (g.c + kV - 1) / kV, T = t.t, plane = g.h * g.w * kV;
   // Runs of equal length (a plane of 9 tiles: 3 runs of 3 at AVX-512, not 4, 4, 1).
-  const int64_t blocks = (T + kEncodeTiles - 1) / kEncodeTiles, run = (T + blocks - 1) / blocks;
+  const int64_t run = equal_part(T, kEncodeTiles), blocks = (T + run - 1) / run;
   // Staged in L1 (below) where a vector is half a cache line (AVX2), and for
   // F(2,3) at AVX-512, where it measured faster.
   constexpr bool kStageEncode = kV * 4 < 64 || M == 2;
   // Tasks: (channel block, run of tiles), the tiles' origins stepped along.
-  // Staged, a task transforms them into `staged` (L1) and then copies each
+  // Staged, a task transforms them into `staged` (L1), then copies each
   // position's run out whole. Stored straight to V, a tile's (M+2)^2 vectors
-  // go to addresses a multiple of 4 KB apart wherever cbs * T * kV * 4 is one
-  // (most of ResNet50's and VGG16's layers), all into one L1 set of 12 ways;
-  // at AVX2 each line was evicted half-written and fetched again for the next
-  // tile. Measured on the encode alone (2 threads, old and new in one run):
-  // AVX2, no shape slower, VGG16's 64@224 F(2,3) 4.0 -> 2.4 ms, F(6,3) 3.7 ->
-  // 2.5 ms, 512@28 F(2,3) 0.47 -> 0.24 ms, ResNet50's 512@7 F(2,3) 39 -> 19 us;
-  // AVX-512, F(2,3) 128@112 1.13 -> 0.82 ms, 512@28 0.28 -> 0.21 ms (small
-  // planes 2-6 us slower: 512@14 30 -> 34 us), while staged F(4,3) and F(6,3)
-  // ran up to 28% slower on small planes (128@28 F(6,3) 35 -> 45 us).
+  // go 4 KB-aliased into one L1 set wherever cbs * T * kV * 4 is a multiple of
+  // 4 KB (most of ResNet50's and VGG16's layers); at AVX2 each line was then
+  // evicted half-written and fetched again for the next tile. Encode alone,
+  // 2 threads: AVX2 no shape slower (64@224 F(2,3) 4.0 -> 2.4 ms, 512@7 39 ->
+  // 19 us); AVX-512 F(2,3) 128@112 1.13 -> 0.82 ms (small planes 2-6 us
+  // slower), but staged F(4,3)/F(6,3) up to 28% slower on small planes.
   pool.parallel_for(cbs * blocks, 1, [&](int64_t b0, int64_t b1) {
     alignas(64) float staged[kStageEncode ? A * A : 1][kEncodeTiles * kV];
     const int64_t pstride = cbs * T * kV;  // floats between positions in V
@@ -143,12 +146,6 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
 }
 
 // --- GEMM: M[p][kb][t] = sum_c V[p][c/kV][t][c%kV] * U[p][kb][c] --------------
-
-/// The size of the fewest equal parts of n that are at most `most` each.
-inline int64_t equal_part(int64_t n, int64_t most) {
-  const int64_t parts = (n + most - 1) / most;
-  return (n + parts - 1) / parts;
-}
 
 /// Input-channel blocks per chunk of a GEMM over nk output-channel vectors:
 /// the chunk's U panel (chunk x nk x kV x kV floats) within ~40 KiB, so it stays
