@@ -93,23 +93,24 @@ using AsmTileFn = void (*)(const AsmTile&);
 
 /// A first layer's register tile in assembly (AVX-512 or AVX2): nhwc, 3 input channels
 /// read in place, dilation 1 (gen_direct_asm.py, first_fn). OCB blocks x W pixels.
-///   y:    pixel i's OCB blocks at y + i*y_px_bytes (adjacent, a vector apart);
-///         read first when `load`, written at the end;
-///   x:    input of pixel 0; kernel row r reads x + row_x[r] bytes, its kw*3 floats contiguous;
-///   w:    packed weights [row][kw][3][OCB][V] from the first row read;
-///   last: as AsmTile's.
+///   y:     pixel i's OCB blocks at y + i*y_px_bytes (adjacent, a vector apart);
+///   x:     input of pixel 0; kernel row r reads x + row_x[r] bytes, its kw*3 floats contiguous;
+///   w:     packed weights [row][kw][3][OCB][V] from the first row read;
+///   tiles: Kernels::asm_first_run only: that many tiles along the row, the next
+///          one's input W*stride pixels further, its output W pixels (rows, kw: 3);
+///   last:  1, 2 or 3 as AsmTile's (the bias always added).
 struct AsmFirstTile {
   float* y = nullptr;
   const float* x = nullptr;
   const float* w = nullptr;
   const int64_t* row_x = nullptr;
-  int64_t rows = 0, kw = 0, y_px_bytes = 0, load = 0;
+  int64_t rows = 0, kw = 0, y_px_bytes = 0, tiles = 1;
   const float* bias = nullptr;
   float lo = 0, hi = 0;
   int64_t last = 0;
 };
 static_assert(offsetof(AsmFirstTile, rows) == 32 && offsetof(AsmFirstTile, kw) == 40 &&
-                  offsetof(AsmFirstTile, y_px_bytes) == 48 && offsetof(AsmFirstTile, load) == 56 &&
+                  offsetof(AsmFirstTile, y_px_bytes) == 48 && offsetof(AsmFirstTile, tiles) == 56 &&
                   offsetof(AsmFirstTile, bias) == 64 && offsetof(AsmFirstTile, lo) == 72 &&
                   offsetof(AsmFirstTile, hi) == 76 && offsetof(AsmFirstTile, last) == 80,
               "gen_direct_asm.py reads AsmFirstTile by offset");
@@ -263,6 +264,10 @@ struct Kernels {
   int64_t w_next_per_tap = 0;  ///< bytes each tap of a split tile prefetches at AsmTile::w_next
   /// asm_first[o][s][w]: the first-layer tiles (AsmFirstTile), indexed as asm_tile.
   AsmFirstFn asm_first[kMaxOcb][2][kMaxAsmW + 1] = {};
+  /// asm_first_run[o][s][w]: a run of AsmFirstTile::tiles such tiles of a 3x3 kernel
+  /// (3 rows read), its 27 channel steps unrolled; built for ow_tile's choices
+  /// only (gen_direct_asm.py FIRST_RUN_W), null for other widths.
+  AsmFirstFn asm_first_run[kMaxOcb][2][kMaxAsmW + 1] = {};
   /// tile_of[o][w]: the intrinsic tile of OCB (o as in asm_tile) x w pixels, -1 when none.
   int tile_of[kMaxOcb][kMaxAsmW + 1] = {};
   AsmRowFn asm_row = nullptr;  ///< null where the tiles are not built

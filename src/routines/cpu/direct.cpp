@@ -615,7 +615,8 @@ class PreparedDirect final : public PreparedRoutine {
   /// One output row of an nhwc RGB first layer in assembly tiles (first_asm_):
   /// x at the first kernel row read (rows of row_in floats, dh apart), w the
   /// weights from that row, rows read: kh_n; tiles of tw pixels, the last one
-  /// narrower; edge tiles read a zero-padded patch.
+  /// narrower; edge tiles read a zero-padded patch. Inner tiles of a 3x3
+  /// kernel reading all 3 rows go in runs (Kernels::asm_first_run).
   void first_row(const float* x, const float* w, float* y, int kh_n, const float* bias, int64_t row_in, int tw) const {
     const int oi = conv::ocb_index(cfg_.ocb), si = static_cast<int>(g_.sw) - 1;
     const int64_t c = 3;
@@ -631,17 +632,33 @@ class PreparedDirect final : public PreparedRoutine {
     a.last = ep_.act == cpu::gemm::Act::none ? 1 : ep_.act == cpu::gemm::Act::relu ? 3 : 2;
     a.lo = ep_.act == cpu::gemm::Act::relu ? 0.0f : ep_.lo;
     a.hi = ep_.act == cpu::gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep_.hi;
-    for (int64_t ow0 = 0; ow0 < g_.ow; ow0 += tw) {
-      const int wcur = static_cast<int>(std::min<int64_t>(tw, g_.ow - ow0));
+    const conv::AsmFirstFn run = kh_n == 3 && g_.kh == 3 && g_.kw == 3 ? k_.asm_first_run[oi][si][tw] : nullptr;
+    // Tiles of tw pixels; a remainder with fewer accumulators than hide the FMA
+    // latency (2 ports x 4 cycles) shares the last full tile's pixels instead
+    // (VGG16's 224 = 37 x 6 + 2 -> 36 x 6 + 4 + 4).
+    int64_t full = g_.ow / tw;
+    int64_t rem = g_.ow % tw;
+    int tail[2] = {static_cast<int>(rem), 0};
+    if (full > 0 && rem > 0 && cfg_.ocb * rem < 8) {
+      --full;
+      tail[0] = static_cast<int>((tw + rem + 1) / 2);
+      tail[1] = static_cast<int>((tw + rem) / 2);
+    }
+    auto inner = [&](int64_t ow0, int wcur) {
+      const int64_t col0 = ow0 * g_.sw - g_.pl;
+      return col0 >= 0 && col0 + (wcur - 1) * g_.sw + g_.kw <= g_.w;
+    };
+    auto tile = [&](int64_t ow0, int wcur) {
       const int64_t col0 = ow0 * g_.sw - g_.pl, span = (wcur - 1) * g_.sw + g_.kw;
       a.y = y + ow0 * y_px_;
+      a.tiles = 1;
       if (kh_n == 0) {  // no kernel row inside the input: the bias (and activation) alone
         for (int64_t i = 0; i < wcur; ++i)
           for (int64_t o = 0; o < cfg_.ocb * v_; ++o)
             a.y[i * y_px_ + o] = a.last == 1 ? bias[o] : std::clamp(bias[o], a.lo, a.hi);
-        continue;
+        return;
       }
-      if (col0 >= 0 && col0 + span <= g_.w) {
+      if (inner(ow0, wcur)) {
         a.x = x + col0 * c;
         a.row_x = rows;
       } else {
@@ -651,7 +668,27 @@ class PreparedDirect final : public PreparedRoutine {
         a.row_x = rows_patch;
       }
       k_.asm_first[oi][si][wcur](a);
+    };
+    for (int64_t i = 0; i < full;) {
+      int64_t n = 1;
+      if (run && inner(i * tw, tw)) {
+        while (i + n < full && inner((i + n) * tw, tw)) ++n;
+        a.y = y + i * tw * y_px_;
+        a.x = x + (i * tw * g_.sw - g_.pl) * c;
+        a.row_x = rows;
+        a.tiles = n;
+        run(a);
+      } else {
+        tile(i * tw, tw);
+      }
+      i += n;
     }
+    int64_t ow0 = full * tw;
+    for (int part : tail)
+      if (part > 0) {
+        tile(ow0, part);
+        ow0 += part;
+      }
   }
 
   const conv::Kernels& k_;

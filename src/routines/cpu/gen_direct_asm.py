@@ -148,13 +148,14 @@ def registers(ocb, w):
 
 
 def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefetch=0, edge_regs=False, first=0,
-              split=0):
+              split=0, x_reg="rdx", x_from=0):
     """`steps` input channels: weights [step][OCB][16] at r8, pixel i's channel
     at rdx + i * pixel_bytes + 4 * step; with row_w (two-row tiles), pixel i is
     column i % row_w of row i // row_w, the second row r12 bytes further; with
     split (split tiles), pixels from `split` on r12 bytes further.
     edge_regs: a row's first column read at rax, its last (of more than one)
     at r13, instead of from rdx (tile_fn: either may point at zeros).
+    x_reg, x_from: the input read at x_reg, step u's channel at (u - x_from) * 4.
     Returns the temporaries used."""
     t = 0
     used = set()
@@ -170,12 +171,12 @@ def fma_steps(emit, ocb, w, steps, pixel_bytes, wreg, tmps, row_w=None, w_prefet
             if split:
                 col, row = i, int(i >= split)
             cols = w if row_w is None else row_w
-            base, off = "rdx", col * pixel_bytes
+            base, off = x_reg, col * pixel_bytes
             if edge_regs and col == 0:
                 base, off = "rax", 0
             elif edge_regs and col == cols - 1:
                 base, off = "r13", 0
-            src = f"{off + u * 4}(%%{base}{',%%r12,1' if row else ''})"
+            src = f"{off + (u - x_from) * 4}(%%{base}{',%%r12,1' if row else ''})"
             if EMB and ocb == 1:
                 emit(f"vfmadd231ps {src}%{{1to16%}}, %%{R}{wreg[0]}, %%{R}{i}")
                 continue
@@ -442,16 +443,26 @@ def finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, name, split=0):
 
 
 # AsmFirstTile field offsets (conv_kernels.hpp).
-G_Y, G_X, G_W, G_ROWX, G_ROWS, G_KW, G_YPX, G_LOAD, G_BIAS, G_LO, G_HI, G_LAST = 0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 76, 80
+G_Y, G_X, G_W, G_ROWX, G_ROWS, G_KW, G_YPX, G_TILES, G_BIAS, G_LO, G_HI, G_LAST = 0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 76, 80
 FIRST_C = 3  # input channels of the first-layer tiles (RGB)
+# Widths of the run forms (first_fn run=True): ow_tile's choices in direct.cpp's
+# param_space, each capped at a tile's widest (AVX2 6, 4, 7, 14; AVX-512 14, 6,
+# 7, 28). Other widths run tile by tile; all of them would add 0.6 MB of code.
+FIRST_RUN_W = {"avx2": (6, 4, 7, 14), "avx512": (14, 6, 7, 28)}
 
 
-def first_fn(ocb, w, s):
+def first_fn(ocb, w, s, run=False):
     """A first layer in nhwc (3 channels, read in place): OCB output-channel
     blocks x W pixels. With dilation 1 the KW*3 floats a pixel reads from one
     input row are contiguous, so per kernel row one loop over the KW columns,
     3 channel steps each (weights [kh][kw][3][OCB][V]). Output pixels
-    y_px_bytes apart (nhwc: OC floats), their OCB blocks adjacent."""
+    y_px_bytes apart (nhwc: OC floats), their OCB blocks adjacent.
+    run: a run of t.tiles tiles along the row (the next tile's input W*S
+    pixels further, its output W pixels), each a 3x3 kernel of 3 rows unrolled
+    whole (27 channel steps). On one core (2 x 6, AVX2, output streamed) a
+    tile per call with the kernel loops ran 108 GFLOP/s, the run in one call
+    114, unrolled 118 against a probe of 129: the loops' and the call's scalar
+    instructions take FMA ports, and 27 steps leave little to hide them in."""
     n, wreg, tmps = registers(ocb, w)
     px = s * FIRST_C * 4  # bytes between the input pixels of the tile
     a = []
@@ -459,50 +470,69 @@ def first_fn(ocb, w, s):
     def emit(line):
         a.append(f'      "{line}\\n\\t"')
 
-    def walk_y(op):
-        # Pixel by pixel (rax), its blocks a vector apart: y_px is known only at run time.
+    if run:
+        emit(f"mov {G_ROWX}(%[t]), %%rsi")
+        emit(f"mov {G_X}(%[t]), %%r9")
+        emit("mov (%%rsi), %%r15")  # kernel rows 0, 1, 2 at these byte offsets from x
+        emit("mov 8(%%rsi), %%r10")
+        emit("mov 16(%%rsi), %%r11")
         emit(f"mov {G_Y}(%[t]), %%rax")
         emit(f"mov {G_YPX}(%[t]), %%r12")
-        for i in range(w):
-            for j in range(ocb):
-                op(j, i, f"{j * VB}(%%rax)")
-            if i + 1 < w:
-                emit("add %%r12, %%rax")
-
-    emit(f"cmpq $0, {G_LOAD}(%[t])")
-    emit("je 10f")
-    walk_y(lambda j, i, m: emit(f"vmovups {m}, %%{R}{j * w + i}"))
-    emit("jmp 11f")
-    emit("10:")
+        emit(f"mov {G_TILES}(%[t]), %%rdi")
+        emit(f"mov {G_LAST}(%[t]), %%rcx")
+        emit(f"mov {G_BIAS}(%[t]), %%r14")
+        emit(f"mov {G_W}(%[t]), %%r8")
+        emit("1:")
     for k in range(n):
         emit(f"{'vpxord' if EMB else 'vxorps'} %%{R}{k}, %%{R}{k}, %%{R}{k}")
-    emit("11:")
-    emit(f"mov {G_X}(%[t]), %%r9")
-    emit(f"mov {G_W}(%[t]), %%r8")
-    emit(f"mov {G_ROWX}(%[t]), %%rsi")
-    emit(f"mov {G_ROWS}(%[t]), %%rdi")
-    emit("2:")  # kernel rows
-    emit("mov (%%rsi), %%rdx")
-    emit("add %%r9, %%rdx")
-    emit(f"mov {G_KW}(%[t]), %%rcx")
-    emit("3:")  # kernel columns, 3 channels each
-    used_tmps = fma_steps(emit, ocb, w, FIRST_C, px, wreg, tmps)
-    emit(f"add ${FIRST_C * 4}, %%rdx")
-    emit(f"add ${FIRST_C * ocb * VB}, %%r8")
-    emit("dec %%rcx")
-    emit("jnz 3b")
-    emit("add $8, %%rsi")
-    emit("dec %%rdi")
-    emit("jnz 2b")
-    emit(f"mov {G_LAST}(%[t]), %%rcx")
-    emit("test %%rcx, %%rcx")
-    emit("je 12f")
-    emit(f"mov {G_BIAS}(%[t]), %%r14")
+    if run:
+        used_tmps = set()
+        emit("lea (%%r9,%%r15,1), %%rsi")
+        emit("lea (%%r9,%%r10,1), %%rdx")
+        emit("lea (%%r9,%%r11,1), %%r13")
+        for kh, base in enumerate(["rsi", "rdx", "r13"]):
+            # Kernel row kh: steps kh*9 .. kh*9+8 (weights at r8 by step), its input at base.
+            used_tmps |= fma_steps(emit, ocb, w, 3 * FIRST_C, px, wreg, tmps, first=kh * 3 * FIRST_C, x_reg=base,
+                                   x_from=kh * 3 * FIRST_C)
+    else:
+        emit(f"mov {G_X}(%[t]), %%r9")
+        emit(f"mov {G_W}(%[t]), %%r8")
+        emit(f"mov {G_ROWX}(%[t]), %%rsi")
+        emit(f"mov {G_ROWS}(%[t]), %%rdi")
+        emit("2:")  # kernel rows
+        emit("mov (%%rsi), %%rdx")
+        emit("add %%r9, %%rdx")
+        emit(f"mov {G_KW}(%[t]), %%rcx")
+        emit("3:")  # kernel columns, 3 channels each
+        used_tmps = fma_steps(emit, ocb, w, FIRST_C, px, wreg, tmps)
+        emit(f"add ${FIRST_C * 4}, %%rdx")
+        emit(f"add ${FIRST_C * ocb * VB}, %%r8")
+        emit("dec %%rcx")
+        emit("jnz 3b")
+        emit("add $8, %%rsi")
+        emit("dec %%rdi")
+        emit("jnz 2b")
+        emit(f"mov {G_LAST}(%[t]), %%rcx")
+        emit(f"mov {G_BIAS}(%[t]), %%r14")
     add_bias(emit, ocb, w)
     clamp(emit, n, G_LO, G_HI)
-    walk_y(lambda j, i, m: emit(f"vmovups %%{R}{j * w + i}, {m}"))
-    return asm_function(f"asm_first_{ocb}x{w}_s{s}", "AsmFirstTile", a, set(range(n)) | set(wreg) | used_tmps,
-                        ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r12", "r14"])
+    # Pixel by pixel (rdx), its blocks a vector apart: y_px is known only at run time.
+    emit("mov %%rax, %%rdx" if run else f"mov {G_Y}(%[t]), %%rdx")
+    if not run:
+        emit(f"mov {G_YPX}(%[t]), %%r12")
+    for i in range(w):
+        for j in range(ocb):
+            emit(f"vmovups %%{R}{j * w + i}, {j * VB}(%%rdx)")
+        if i + 1 < w or run:
+            emit("add %%r12, %%rdx")
+    if run:
+        emit("mov %%rdx, %%rax")
+        emit(f"add ${w * px}, %%r9")
+        emit("dec %%rdi")
+        emit("jnz 1b")
+    name = f"asm_first_{'run_' if run else ''}{ocb}x{w}_s{s}"
+    return asm_function(name, "AsmFirstTile", a, set(range(n)) | set(wreg) | used_tmps,
+                        ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"])
 
 
 def main():
@@ -537,6 +567,8 @@ def main():
         for s in STRIDES:
             for w in range(1, wmax + 1):
                 out.append(first_fn(ocb, w, s))
+            for w in sorted({min(w, wmax) for w in FIRST_RUN_W[isa]}):
+                out.append(first_fn(ocb, w, s, run=True))
     out.append("void fill_asm_tiles(conv::Kernels& k) {")
     for ocb, wmax in tiles:
         oi = ocb_index(ocb)
@@ -546,6 +578,8 @@ def main():
                     fn = tile_name(ocb, w, s, 1, pf or not W_PREFETCH_CHOICE)
                     out.append(f"  k.asm_tile[{pf}][{oi}][{si}][{w}] = &{fn};")
                 out.append(f"  k.asm_first[{oi}][{si}][{w}] = &asm_first_{ocb}x{w}_s{s};")
+            for w in sorted({min(w, wmax) for w in FIRST_RUN_W[isa]}):
+                out.append(f"  k.asm_first_run[{oi}][{si}][{w}] = &asm_first_run_{ocb}x{w}_s{s};")
     for ocb, wmax in tiles2:
         for si, s in enumerate(STRIDES):
             for w in range(1, wmax + 1):
