@@ -27,7 +27,8 @@ their rows (TILES_SPLIT_AVX2); a block's 8 channels are unrolled whole. Intrinsi
 80-92% (SOFTNEURO_MAX_CPU_ISA=avx2 bench/conv_bench).
 
 First-layer tiles (first_fn, conv::AsmFirstTile): nhwc input of 3 channels
-read in place; per kernel row one loop over its columns, 3 channels each.
+read in place; per kernel row one loop over its columns, 3 channels each; a
+3x3 kernel's inner tiles also as runs along a row, the 27 steps unrolled.
 
 The build runs it (CMakeLists.txt): python3 gen_direct_asm.py OUTPUT.
 """
