@@ -323,14 +323,19 @@ TEST_CASE("nhwc direct conv2 on first layers (1-4 input channels read in place, 
   for (const Case& k : cases) {
     Layer l = conv_layer(k.c, k.oc, 1, k.kh, k.kw, k.s, k.s, k.dh, 1, {k.pt, k.pl, k.pb, k.pr}, true, rng);
     set_act(l, k.act, rng);
-    const Blob x = random_blob({k.n, k.c, 29, 61}, rng);
-    for (int64_t ocb : {1, 2, 4})
-      for (int64_t w : {6, 7, 14, 28}) {
-        INFO("c" << k.c << " oc" << k.oc << " k" << k.kh << "x" << k.kw << " s" << k.s << " dh" << k.dh << " pads "
-                 << k.pt << "," << k.pl << "," << k.pb << "," << k.pr << " n" << k.n << " act " << k.act
-                 << " oc_block " << ocb << " ow_tile " << w);
-        if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}})) return;
-      }
+    // 61 columns: rows end in a narrow tile; 60 (3x3 pad 1: 60 pixels, whole tiles
+    // of 3 and 6): in a full edge tile after the inner tiles' run.
+    for (int64_t width : {61, 60}) {
+      const Blob x = random_blob({k.n, k.c, 29, width}, rng);
+      for (int64_t ocb : {1, 2, 4})
+        for (int64_t w : {6, 7, 14, 28}) {
+          INFO("c" << k.c << " oc" << k.oc << " k" << k.kh << "x" << k.kw << " s" << k.s << " dh" << k.dh << " pads "
+                   << k.pt << "," << k.pl << "," << k.pb << "," << k.pr << " n" << k.n << " act " << k.act
+                   << " width " << width << " oc_block " << ocb << " ow_tile " << w);
+          if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", 0}, {"oh_block", 4}}))
+            return;
+        }
+    }
   }
 }
 

@@ -353,7 +353,26 @@ class PreparedDirect final : public PreparedRoutine {
     // apply bias and relu/clip themselves (other activations: the intrinsics).
     first_asm_ = nhwc_ && g_.c == 3 && k.asm_first[oi][0][1] && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
                  (ep_.act == cpu::gemm::Act::none || ep_.act == cpu::gemm::Act::relu || ep_.act == cpu::gemm::Act::clip);
-    if (first_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
+    if (first_asm_) {
+      asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
+      // first_row's tiling, the same for every row. A remainder with fewer
+      // accumulators than hide the FMA latency (2 ports x 4 cycles) shares the
+      // last full tile's pixels (VGG16's 224 = 37 x 6 + 2 -> 36 x 6 + 4 + 4).
+      const int tw = asm_w_;
+      const int64_t rem = g_.ow % tw;
+      first_full_ = g_.ow / tw;
+      first_tail_[0] = static_cast<int>(rem);
+      if (first_full_ > 0 && rem > 0 && cfg_.ocb * rem < 8) {
+        --first_full_;
+        first_tail_[0] = static_cast<int>((tw + rem + 1) / 2);
+        first_tail_[1] = static_cast<int>((tw + rem) / 2);
+      }
+      // The full tiles inside the input's columns are consecutive: one run per row.
+      while (first_run_lo_ < first_full_ && !first_inner(first_run_lo_ * tw, tw)) ++first_run_lo_;
+      first_run_hi_ = first_run_lo_;
+      while (first_run_hi_ < first_full_ && first_inner(first_run_hi_ * tw, tw)) ++first_run_hi_;
+      if (g_.kh == 3 && g_.kw == 3) first_run_ = k.asm_first_run[oi][g_.sw - 1][tw];
+    }
 
     hp_ = g_.h + g_.pt + g_.pb;
     wp_ = g_.w + g_.pl + g_.pr;
@@ -506,7 +525,7 @@ class PreparedDirect final : public PreparedRoutine {
               const int64_t row_w = flat ? std::min<int64_t>((oh_end - oh) * tw, pixels - oh * tw) : ow_n;
               t.w_in = flat_ ? row_w : w_in;
               if (first_asm_) {
-                first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in, tw);
+                first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in);
                 continue;
               }
               if (use_asm_) {
@@ -612,13 +631,21 @@ class PreparedDirect final : public PreparedRoutine {
     }
   }
 
+  /// Whether a first-layer tile of wcur pixels from output column ow0 reads only
+  /// columns inside the input (else an edge tile: a zero-padded patch).
+  bool first_inner(int64_t ow0, int wcur) const {
+    const int64_t col0 = ow0 * g_.sw - g_.pl;
+    return col0 >= 0 && col0 + (wcur - 1) * g_.sw + g_.kw <= g_.w;
+  }
+
   /// One output row of an nhwc RGB first layer in assembly tiles (first_asm_):
   /// x at the first kernel row read (rows of row_in floats, dh apart), w the
-  /// weights from that row, rows read: kh_n; tiles of tw pixels, the last one
-  /// narrower; edge tiles read a zero-padded patch. Inner tiles of a 3x3
-  /// kernel reading all 3 rows go in runs (Kernels::asm_first_run).
-  void first_row(const float* x, const float* w, float* y, int kh_n, const float* bias, int64_t row_in, int tw) const {
-    const int oi = conv::ocb_index(cfg_.ocb), si = static_cast<int>(g_.sw) - 1;
+  /// weights from that row, rows read: kh_n; tiles of asm_w_ pixels as planned
+  /// in the constructor (first_full_, first_tail_); edge tiles read a zero-padded
+  /// patch. A row reading all 3 rows of a 3x3 kernel takes its inner tiles in
+  /// one run (first_run_).
+  void first_row(const float* x, const float* w, float* y, int kh_n, const float* bias, int64_t row_in) const {
+    const int oi = conv::ocb_index(cfg_.ocb), si = static_cast<int>(g_.sw) - 1, tw = asm_w_;
     const int64_t c = 3;
     alignas(64) float patch[kPatchFloats];
     int64_t rows[64], rows_patch[64];
@@ -632,33 +659,18 @@ class PreparedDirect final : public PreparedRoutine {
     a.last = ep_.act == cpu::gemm::Act::none ? 1 : ep_.act == cpu::gemm::Act::relu ? 3 : 2;
     a.lo = ep_.act == cpu::gemm::Act::relu ? 0.0f : ep_.lo;
     a.hi = ep_.act == cpu::gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep_.hi;
-    const conv::AsmFirstFn run = kh_n == 3 && g_.kh == 3 && g_.kw == 3 ? k_.asm_first_run[oi][si][tw] : nullptr;
-    // Tiles of tw pixels; a remainder with fewer accumulators than hide the FMA
-    // latency (2 ports x 4 cycles) shares the last full tile's pixels instead
-    // (VGG16's 224 = 37 x 6 + 2 -> 36 x 6 + 4 + 4).
-    int64_t full = g_.ow / tw;
-    int64_t rem = g_.ow % tw;
-    int tail[2] = {static_cast<int>(rem), 0};
-    if (full > 0 && rem > 0 && cfg_.ocb * rem < 8) {
-      --full;
-      tail[0] = static_cast<int>((tw + rem + 1) / 2);
-      tail[1] = static_cast<int>((tw + rem) / 2);
-    }
-    auto inner = [&](int64_t ow0, int wcur) {
-      const int64_t col0 = ow0 * g_.sw - g_.pl;
-      return col0 >= 0 && col0 + (wcur - 1) * g_.sw + g_.kw <= g_.w;
-    };
-    auto tile = [&](int64_t ow0, int wcur) {
+    // Tiles from output column ow0 (count: a run's, of tw pixels; else one of wcur).
+    auto tiles = [&](int64_t ow0, int wcur, int64_t count, conv::AsmFirstFn fn) {
       const int64_t col0 = ow0 * g_.sw - g_.pl, span = (wcur - 1) * g_.sw + g_.kw;
       a.y = y + ow0 * y_px_;
-      a.tiles = 1;
+      a.tiles = count;
       if (kh_n == 0) {  // no kernel row inside the input: the bias (and activation) alone
         for (int64_t i = 0; i < wcur; ++i)
           for (int64_t o = 0; o < cfg_.ocb * v_; ++o)
             a.y[i * y_px_ + o] = a.last == 1 ? bias[o] : std::clamp(bias[o], a.lo, a.hi);
         return;
       }
-      if (inner(ow0, wcur)) {
+      if (first_inner(ow0, wcur)) {
         a.x = x + col0 * c;
         a.row_x = rows;
       } else {
@@ -667,26 +679,21 @@ class PreparedDirect final : public PreparedRoutine {
         a.x = patch;
         a.row_x = rows_patch;
       }
-      k_.asm_first[oi][si][wcur](a);
+      fn(a);
     };
-    for (int64_t i = 0; i < full;) {
-      int64_t n = 1;
-      if (run && inner(i * tw, tw)) {
-        while (i + n < full && inner((i + n) * tw, tw)) ++n;
-        a.y = y + i * tw * y_px_;
-        a.x = x + (i * tw * g_.sw - g_.pl) * c;
-        a.row_x = rows;
-        a.tiles = n;
-        run(a);
+    const bool run = first_run_ && kh_n == 3 && first_run_hi_ > first_run_lo_;
+    for (int64_t i = 0; i < first_full_; ++i) {
+      if (run && i == first_run_lo_) {
+        tiles(i * tw, tw, first_run_hi_ - first_run_lo_, first_run_);
+        i = first_run_hi_ - 1;
       } else {
-        tile(i * tw, tw);
+        tiles(i * tw, tw, 1, k_.asm_first[oi][si][tw]);
       }
-      i += n;
     }
-    int64_t ow0 = full * tw;
-    for (int part : tail)
+    int64_t ow0 = first_full_ * tw;
+    for (int part : first_tail_)
       if (part > 0) {
-        tile(ow0, part);
+        tiles(ow0, part, 1, k_.asm_first[oi][si][part]);
         ow0 += part;
       }
   }
@@ -709,6 +716,12 @@ class PreparedDirect final : public PreparedRoutine {
   int64_t src_h_ = 0, src_w_ = 0, src_sh_ = 1, src_sw_ = 1;  ///< compact_: the input's own rows, columns, strides
   std::vector<char> pair_next_;  ///< rows2_: whether row r and r + 1 take a two-row tile
   bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
+  /// first_asm_: each row's first_full_ tiles of asm_w_ pixels, then first_tail_'s
+  /// widths (0: none); the full tiles [first_run_lo_, first_run_hi_) read inside the
+  /// input, one call of first_run_ (null: none) where all kernel rows are read.
+  int64_t first_full_ = 0, first_run_lo_ = 0, first_run_hi_ = 0;
+  int first_tail_[2] = {};
+  conv::AsmFirstFn first_run_ = nullptr;
   int asm_w_ = 0;
   bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
   bool pointwise_ = false;  ///< unpadded 1x1: the pointwise kernels
