@@ -681,15 +681,12 @@ class PreparedDirect final : public PreparedRoutine {
       }
       fn(a);
     };
+    // Full tiles: those before the run, the run, those after (without a run, all one by one).
     const bool run = first_run_ && kh_n == 3 && first_run_hi_ > first_run_lo_;
-    for (int64_t i = 0; i < first_full_; ++i) {
-      if (run && i == first_run_lo_) {
-        tiles(i * tw, tw, first_run_hi_ - first_run_lo_, first_run_);
-        i = first_run_hi_ - 1;
-      } else {
-        tiles(i * tw, tw, 1, k_.asm_first[oi][si][tw]);
-      }
-    }
+    const int64_t lo = run ? first_run_lo_ : first_full_, hi = run ? first_run_hi_ : first_full_;
+    for (int64_t i = 0; i < lo; ++i) tiles(i * tw, tw, 1, k_.asm_first[oi][si][tw]);
+    if (run) tiles(lo * tw, tw, hi - lo, first_run_);
+    for (int64_t i = hi; i < first_full_; ++i) tiles(i * tw, tw, 1, k_.asm_first[oi][si][tw]);
     int64_t ow0 = first_full_ * tw;
     for (int part : first_tail_)
       if (part > 0) {
