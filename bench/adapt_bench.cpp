@@ -6,8 +6,7 @@
 //
 //   adapt_bench [--threads T] [--runs N] [--from SUBSTRING] [--to SUBSTRING]
 //
-// Like conv_bench, it re-executes itself with OMP_WAIT_POLICY=passive unless a
-// wait policy is set (libgomp spinning on a shared 2-core machine).
+// OpenMP waits as in the softneuro CLI (tools/openmp_preinit.cpp).
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 
@@ -55,10 +54,6 @@ Blob filled(const Shape& shape, const Schema& s, std::mt19937& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!core::openmp_set_by_user()) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-  }
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

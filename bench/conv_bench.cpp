@@ -4,7 +4,7 @@
 //
 //   conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING]
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
-//              [--budget SECONDS] [--peak avx2|max] [--omp-spin] [--list]
+//              [--budget SECONDS] [--peak avx2|max] [--list]
 //              [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]
 //              [--cold] [--rounds N]
 //
@@ -28,12 +28,10 @@
 // 2 * N * OC * OH * OW * (IC / group) * KH * KW. cpu/ref is skipped unless
 // --with-ref (it is the oracle, never meant to be fast).
 //
-// OpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, or --omp-spin
-// (libgomp's default) is given, the bench chooses as the softneuro CLI does
-// (softneuro::choose_openmp_wait): a short spin on a quiet machine, passive when
-// the load fills every core. Passive on a quiet VM wakes a sleeping vCPU per
-// parallel region, which can take most of a 0.7 ms conv: timings then are
-// those of one thread.
+// OpenMP: the bench waits as the softneuro CLI does (tools/openmp_preinit.cpp:
+// a short spin, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set). Passive on a
+// quiet VM wakes a sleeping vCPU per parallel region, which can take most of a
+// 0.7 ms conv: timings then are those of one thread.
 //
 // The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
 // and AVX-512 where the CPU has it), on all threads at once.
@@ -566,11 +564,6 @@ void print_goals(const std::vector<ConvShape>& shapes, const Cols& cols, const s
 }
 
 int main(int argc, char** argv) {
-  // libgomp reads its wait policy when it is loaded: the CLI's choice, in a
-  // fresh process, unless the caller asked for libgomp's spinning default.
-  bool omp_spin = false;
-  for (int i = 1; i < argc; ++i) omp_spin = omp_spin || std::strcmp(argv[i], "--omp-spin") == 0;
-  if (!omp_spin) choose_openmp_wait(argv);
   std::string model_filter, shape_filter, routine_filter, peak_isa = "max";
   bool with_ref = false, list = false;
   // 128 combinations: the direct routine's 288 sampled as densely as its 144 were at 64.
@@ -596,7 +589,6 @@ int main(int argc, char** argv) {
     else if (a == "--budget") budget = std::atof(value().c_str());
     else if (a == "--list") list = true;
     else if (a == "--peak") peak_isa = value();
-    else if (a == "--omp-spin") continue;
     else if (a == "--max-combos") max_combos = std::max(1, std::atoi(value().c_str()));
     else if (a == "--defaults") max_combos = 1;
     else if (a == "--params") fixed_params = parse_params(value());
@@ -607,7 +599,7 @@ int main(int argc, char** argv) {
     else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
-                 "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max] [--omp-spin]\n"
+                 "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max]\n"
                  "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time] [--cold]\n"
                  "                  [--rounds N]\n");
       return 2;
@@ -679,10 +671,7 @@ int main(int argc, char** argv) {
              threads, g_fastest ? "fastest" : "median", runs, budget,
              g_cold ? "; cold: caches evicted before each run, the input read back in" : "",
              g_cpu_time ? "; CPU time / threads, not wall time" : "");
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  fmt::print("OpenMP (oneDNN): OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}; load average at start {}\n", policy ? policy : "(unset)",
-             spin ? spin : "(unset)", load_average());
+  fmt::print("OpenMP wait: {}; load average at start {}\n", softneuro::openmp_wait(), load_average());
   fmt::print("FMA peak (12 chains/thread, all threads): AVX2 {:.1f} GFLOP/s{}\n", peak2,
              has512 ? fmt::format(", AVX-512 {:.1f} GFLOP/s", peak512) : std::string());
   fmt::print("cells: ms / GFLOP/s / % of the {} peak; n/a = not supported (reasons below)\n\n",

@@ -19,8 +19,7 @@
 // microseconds, wall time. The routine is prepared again for each thread count
 // (oneDNN primitives keep the OpenMP team size they were created with).
 //
-// OpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, the bench
-// re-executes itself with OMP_WAIT_POLICY=passive (see conv_bench.cpp).
+// OpenMP waits as its environment says (softneuro::openmp_wait(), printed).
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -147,10 +146,6 @@ Timing time_routine(const Routine& r, const LayerInfo& info, const Schema& schem
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!core::openmp_set_by_user()) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-  }
   std::string type_filter, routine_filter;
   std::vector<int> thread_counts{1, 2};
   int runs = 200;
@@ -177,8 +172,7 @@ int main(int argc, char** argv) {
     }
   }
   std::mt19937 rng(7);
-  fmt::print("ops_bench: median (fastest) run() time in us, wall clock; OMP_WAIT_POLICY={}\n",
-             std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "(unset)");
+  fmt::print("ops_bench: median (fastest) run() time in us, wall clock; OpenMP wait {}\n", softneuro::openmp_wait());
   std::string header = fmt::format("{:<42} {:<30} {:<16}", "case", "routine", "params");
   for (int t : thread_counts) header += fmt::format(" {:>22}", fmt::format("{} thread{}", t, t > 1 ? "s" : ""));
   fmt::print("{}\n", header);

@@ -337,13 +337,15 @@ int cmd_run(const std::vector<std::string>& args) {
   double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
   fmt::print("latency over {} runs ({} threads): median {:.3f} ms, min {:.3f} ms, max {:.3f} ms\n", repeat,
              sn::num_threads(), median, ms.front(), ms.back());
+  const std::string tuned_wait = net.tuned_openmp_wait();
+  fmt::print("OpenMP wait: {}{}\n", sn::openmp_wait(),
+             tuned_wait.empty() ? "" : tuned_wait == sn::openmp_wait() ? " (as tuned)" : fmt::format(" (tuned under {})", tuned_wait));
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  sn::choose_openmp_wait(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     while (args.size() >= 2 && args[0] == "--plugin") {

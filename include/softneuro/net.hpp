@@ -100,6 +100,9 @@ class Net {
   std::size_t unplanned_bytes() const;
   /// The device fingerprint a tuned path was made on, empty when untuned.
   std::string tuned_fingerprint() const;
+  /// How OpenMP threads waited while the tuned path was measured (see
+  /// openmp_wait()); empty when untuned or not recorded.
+  std::string tuned_openmp_wait() const;
   /// The name of the model (from the file).
   const std::string& name() const;
 
@@ -117,15 +120,15 @@ class Net {
 void set_num_threads(int threads);
 int num_threads();
 
-/// Call first thing in main(): the OpenMP runtime under the thread pool
-/// (libgomp) reads how idle threads wait once, when it loads, and the right way
-/// depends on the machine. Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, or
-/// a thread binding (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY: a re-executed
-/// program would inherit the one CPU libgomp bound the first one to),
-/// re-executes the program once (same argv) with a short spin
-/// (GOMP_SPINCOUNT=10000), or with OMP_WAIT_POLICY=passive when the 1-minute
-/// load already fills every core. Returns only when it did not re-execute.
-void choose_openmp_wait(char** argv);
+/// How the idle threads of the library's team (libgomp's, shared with oneDNN
+/// and XNNPACK) wait between parallel regions: "passive" (they sleep at once),
+/// "spin=N" (N spins, then sleep) or "active". libgomp reads it once, when it
+/// loads, from OMP_WAIT_POLICY and GOMP_SPINCOUNT (default spin=300000): set
+/// those in the environment the process starts with. A tuned routine path
+/// stores the wait it was measured under, and Net::load warns where the
+/// process waits otherwise (a path measured with sleeping threads can lose
+/// where they spin, and the other way round).
+std::string openmp_wait();
 
 /// The library's version, e.g. "0.1.0".
 const char* version();

@@ -66,10 +66,16 @@ struct TuneReport {
   };
   std::string device_fingerprint;
   int threads = 0;
+  std::string openmp_wait;  ///< how idle OpenMP threads waited while measuring (softneuro::openmp_wait())
   std::vector<LayerLine> layers;
   std::vector<AdaptLine> adapts;
   double predicted_ms = 0;  ///< DPRS's total for the chosen path
   double measured_ms = 0;   ///< median end-to-end time of the tuned net
+  /// The untuned default's median, measured interleaved with the tuned path in
+  /// fresh executors (0 where the default breaks the schemas, pins or bans). A
+  /// tuned path that is not faster than it is not kept: the default is.
+  double default_ms = 0;
+  bool kept_default = false;  ///< the final check kept the untuned default's routines
   double tuning_s = 0;
   int measurements = 0;     ///< timings taken (not from the cache)
   int cache_hits = 0;

@@ -178,6 +178,13 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
     }
   if (auto p = m->routine_path()) {
     g.routine_path.device_fingerprint = r.str(p->device_fingerprint());
+    g.routine_path.openmp_wait = r.str(p->openmp_wait());
+    if (const std::string& w = g.routine_path.openmp_wait; !w.empty()) {
+      const bool count = w.size() > 5 && w.size() <= 25 && w.rfind("spin=", 0) == 0 &&
+                         w.find_first_not_of("0123456789", 5) == std::string::npos;
+      if (!(w == "passive" || w == "active" || count))
+        bad(file, "routine_path.openmp_wait", fmt::format("'{}' is not passive, active or spin=N", w.substr(0, 40)));
+    }
     // A childnet routine's choice holds its children's, recursively.
     auto choice = [&](auto&& self, const fb::RoutineChoice* c) -> RoutineChoice {
       RoutineChoice rc{r.str(c->layer()), r.str(c->descriptor()), {}, c->predicted_ms(), c->measured_ms(), {}};
@@ -322,7 +329,8 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
                                           ps.empty() ? 0 : fbb.CreateVector(ps)));
     }
     path = fb::CreateRoutinePath(fbb, fbb.CreateString(g.routine_path.device_fingerprint), fbb.CreateVector(rcs),
-                                 fbb.CreateVector(acs));
+                                 fbb.CreateVector(acs),
+                                 g.routine_path.openmp_wait.empty() ? 0 : fbb.CreateString(g.routine_path.openmp_wait));
   }
   std::vector<flatbuffers::Offset<fb::BlobQuant>> quants;
   for (const auto& [blob, q] : g.blob_quant) {

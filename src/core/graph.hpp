@@ -42,6 +42,8 @@ struct RoutinePath {
   std::string device_fingerprint;
   std::vector<RoutineChoice> routines;
   std::vector<AdaptChoice> adapts;
+  /// softneuro::openmp_wait() when the path was measured (empty: not recorded).
+  std::string openmp_wait;
   bool empty() const { return routines.empty(); }
   const RoutineChoice* find(const std::string& layer) const;
 };

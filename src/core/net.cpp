@@ -43,6 +43,11 @@ Net Net::load(const std::string& path) {
   if (!tuned_on.empty() && tuned_on != core::device_fingerprint())
     core::warn("{}: tuned on another device ({}); this is {}. It runs, but re-tune for the best speed", path,
                tuned_on, core::device_fingerprint());
+  const std::string& tuned_wait = g.routine_path.openmp_wait;
+  if (!tuned_wait.empty() && tuned_wait != openmp_wait())
+    core::warn("{}: tuned while OpenMP threads waited '{}', this process waits '{}': its times may differ from the "
+               "tuner's (set GOMP_SPINCOUNT or OMP_WAIT_POLICY before the process starts; see softneuro::openmp_wait)",
+               path, tuned_wait, openmp_wait());
   return Net(detail::NetImpl::build(std::move(g), path));
 }
 
@@ -110,6 +115,7 @@ std::vector<LayerSummary> Net::layers(bool explain) const {
 std::size_t Net::planned_bytes() const { return impl_->executor->arena_bytes(); }
 std::size_t Net::unplanned_bytes() const { return impl_->executor->unplanned_bytes(); }
 std::string Net::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
+std::string Net::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
 const std::string& Net::name() const { return impl_->graph.name; }
 
 const char* version() { return SOFTNEURO_VERSION; }

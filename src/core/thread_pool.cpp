@@ -9,12 +9,15 @@
 
 #include <omp.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 namespace softneuro::core {
@@ -79,12 +82,6 @@ State& state() {
 
 ThreadPool& global_pool() { return state().pool; }
 
-bool openmp_set_by_user() {
-  for (const char* v : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 void add_thread_count_hook(ThreadCountHook hook) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
@@ -105,25 +102,50 @@ void set_num_threads(int threads) {
 
 int num_threads() { return core::global_pool().num_threads(); }
 
-// Measured at 2 threads on 2 cores:
-//   quiet machine (load 1.1): MobileNetV2 2.8 ms with a short spin
-//     (GOMP_SPINCOUNT=10000), 3.1 ms spinning (libgomp's default), 6.8 ms
-//     passive (every parallel region wakes sleeping workers; on a VM a sleeping
-//     vCPU can take most of a 0.7 ms conv to wake: ResNet50's 3x3 64->64 @56
-//     direct ran 1.36 ms passive, 0.69 ms spinning, its 1-thread time 1.31);
-//   busy machine (load 7.5): 55 ms with the short spin, 5 ms passive (a
-//     spinning thread keeps its descheduled peer from finishing; ResNet50
-//     took 1.2 s instead of 0.13 s with libgomp's default);
-//   moderately loaded (load 1.5-1.7, a benchmark harness beside us): passive
-//     made MobileNetV3-Small 6-14 ms against ONNX Runtime's 1.2 ms.
-void choose_openmp_wait(char** argv) {
-  if (core::openmp_set_by_user()) return;
-  double load[1] = {0};
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  const bool busy = getloadavg(load, 1) == 1 && load[0] >= static_cast<double>(std::max(1L, cpus));
-  if (busy) setenv("OMP_WAIT_POLICY", "passive", 1);
-  else setenv("GOMP_SPINCOUNT", "10000", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: run on as we are
+namespace {
+
+/// libgomp's spin count as its constructor computes it from the environment
+/// (libgomp/env.c: GOMP_SPINCOUNT wins, with k/M/G/T suffixes or "infinite";
+/// else OMP_WAIT_POLICY: active 3e10, unset 300000, passive 0).
+std::string wait_from_environment() {
+  constexpr unsigned long long kInfinite = 30000000000ULL;
+  unsigned long long spin = 300000;
+  bool have_count = false;
+  if (const char* c = std::getenv("GOMP_SPINCOUNT")) {
+    std::string v(c);
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (v == "infinite" || v == "infinity") {
+      spin = kInfinite, have_count = true;
+    } else {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      unsigned long long mult = 1;
+      if (end && *end) {
+        const std::string suffix(end);
+        mult = suffix == "k" ? 1000ULL : suffix == "m" ? 1000000ULL : suffix == "g" ? 1000000000ULL
+             : suffix == "t" ? 1000000000000ULL : 0;
+      }
+      if (errno == 0 && end != v.c_str() && mult) spin = n * mult, have_count = true;
+    }
+  }
+  if (!have_count)
+    if (const char* p = std::getenv("OMP_WAIT_POLICY")) {
+      std::string v(p);
+      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      if (v == "passive") spin = 0;
+      else if (v == "active") spin = kInfinite;
+    }
+  if (spin == 0) return "passive";
+  if (spin >= kInfinite) return "active";
+  return fmt::format("spin={}", spin);
 }
+
+// Read when the library loads, right after libgomp (a dependency) read the same variables.
+const std::string g_openmp_wait = wait_from_environment();
+
+}  // namespace
+
+std::string openmp_wait() { return g_openmp_wait; }
 
 }  // namespace softneuro

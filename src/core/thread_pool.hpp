@@ -14,12 +14,11 @@ ThreadPool& global_pool();
 using ThreadCountHook = void (*)(int threads);
 void add_thread_count_hook(ThreadCountHook hook);
 
-/// Whether the user set how OpenMP threads wait or where they run
-/// (OMP_WAIT_POLICY, GOMP_SPINCOUNT, OMP_PROC_BIND, OMP_PLACES,
-/// GOMP_CPU_AFFINITY): then no program of ours re-executes itself to choose the
-/// wait. Under a binding, libgomp pins the initial thread to one CPU when it
-/// loads, and a re-executed program inherited that mask, its whole team then on
-/// one CPU (ResNet50 at 2 threads: 56 ms against 29).
-bool openmp_set_by_user();
+/// Parallel loops run through the library's pthreadpool API (src/core/pthreadpool.cpp),
+/// for tests that check XNNPACK runs on our team.
+uint64_t pthreadpool_loops();
+/// Whether the process resolves the pthreadpool API to ours (false where the real
+/// libpthreadpool was in the global scope first: then XNNPACK must get no pool).
+bool pthreadpool_interposed();
 
 }  // namespace softneuro::core

@@ -201,7 +201,9 @@ struct Tuner {
       : net(n), opt(o), cache(o.cache_dir.empty() ? profiler::ProfileCache::default_dir() : o.cache_dir) {
     report.device_fingerprint = core::device_fingerprint();
     report.threads = num_threads();
-    key_prefix = fmt::format("{}|t{}|v{}", report.device_fingerprint, report.threads, version());
+    report.openmp_wait = openmp_wait();
+    // Times measured while idle threads slept do not hold where they spin, and the other way round.
+    key_prefix = fmt::format("{}|t{}|{}|v{}", report.device_fingerprint, report.threads, report.openmp_wait, version());
   }
 
   /// The calibrated quantisation of a blob (empty when uncalibrated).
@@ -861,7 +863,12 @@ struct Tuner {
     progress("final measurement", 0, 1, "");
     std::vector<core::RoutinePath> to_measure{path, core::RoutinePath{}};
     for (const auto& alt : alternatives) to_measure.push_back(alt.path);
-    auto measured = run_interleaved(to_measure, std::max(3, opt.integrated_runs), 3);
+    // Fresh executors of each path (as `softneuro run` prepares one), alternated
+    // round by round; each round runs a path for about 25 ms (5 to 100 runs), so
+    // that a small net's comparison is not decided by a handful of runs.
+    const int final_runs = std::clamp(static_cast<int>(25.0 / std::max(0.01, report.predicted_ms)),
+                                      std::max(5, opt.integrated_runs), 100);
+    auto measured = run_interleaved(to_measure, final_runs, 5);
     for (std::size_t k = 0; k < alternatives.size(); ++k) {
       const auto& m = measured[2 + k];
       if (m.total_ms < measured[0].total_ms * 0.97) {
@@ -895,7 +902,10 @@ struct Tuner {
           default_allowed = default_allowed && schema_allowed(step->routine.schema) &&
                             rule_allows(step->name, step->routine.descriptor);
     }
-    if (default_allowed && default_ms < tuned_ms * 0.97) {
+    if (default_allowed) report.default_ms = default_ms;
+    // A tuned path is kept only where it measured faster than the default.
+    if (default_allowed && default_ms <= tuned_ms) {
+      report.kept_default = true;
       core::warn("the tuned path measured {:.3f} ms, the untuned default {:.3f} ms: keeping the default's routines", tuned_ms,
                  default_ms);
       core::RoutinePath fallback;
@@ -914,6 +924,7 @@ struct Tuner {
       for (const auto& r : path.routines) report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params), r.predicted_ms, r.measured_ms, 1});
     }
 
+    path.openmp_wait = report.openmp_wait;
     net.graph.routine_path = path;
     net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
     cache.save();
@@ -947,7 +958,7 @@ TuneReport Net::tune(const TuneOptions& options) {
 }
 
 std::string TuneReport::to_text() const {
-  std::string s = fmt::format("device: {}\nthreads: {}\n", device_fingerprint, threads);
+  std::string s = fmt::format("device: {}\nthreads: {}\nOpenMP wait: {}\n", device_fingerprint, threads, openmp_wait);
   std::size_t wn = 5, wd = 7;
   for (const auto& l : layers) {
     wn = std::max(wn, l.layer.size());
@@ -965,6 +976,9 @@ std::string TuneReport::to_text() const {
     s += fmt::format("  {} -> {}: {} -> {} by {} ({:.4f} ms)\n", a.blob, a.consumer, a.from_schema, a.to_schema, a.descriptor, a.ms);
   s += fmt::format("\npredicted (DPRS{}) {:.3f} ms, measured {:.3f} ms end to end\n", exact ? "" : ", heuristic fallback",
                    predicted_ms, measured_ms);
+  if (default_ms > 0)
+    s += kept_default ? fmt::format("the untuned default measured {:.3f} ms beside it: its routines are kept\n", default_ms)
+                      : fmt::format("the untuned default measured {:.3f} ms beside it\n", default_ms);
   s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
   if (others_cpus >= 0) s += fmt::format("other processes meanwhile: {:.2f} CPUs busy on average\n", others_cpus);
   for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
@@ -972,10 +986,11 @@ std::string TuneReport::to_text() const {
 }
 
 std::string TuneReport::to_json() const {
-  std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"predicted_ms\": {},\n  \"measured_ms\": {},\n"
+  std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"openmp_wait\": \"{}\",\n"
+                              "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
                               "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
-                              json_escape(device_fingerprint), threads, predicted_ms, measured_ms, tuning_s, measurements,
+                              json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default, tuning_s, measurements,
                               cache_hits, exact, others_cpus);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];

@@ -194,10 +194,34 @@ TEST_CASE("the routine path survives a round trip", "[dnn]") {
   REQUIRE(back.routine_path.adapts.size() == 1);
   CHECK(back.routine_path.adapts[0].steps == std::vector<std::string>{"cpu/nchw_to_nhwc"});
   CHECK(back.routine_path.adapts[0].params == RoutineParams{{"via", 1}});
+  CHECK(back.routine_path.openmp_wait.empty());  // not recorded: older files
   // A tuned choice is used when it applies.
   Net net(detail::NetImpl::build(std::move(back)));
   CHECK(net.layers()[0].tuned);
   CHECK(net.tuned_fingerprint() == "test-cpu avx2 t2");
+}
+
+TEST_CASE("the OpenMP wait a path was tuned under survives a round trip; a malformed one is refused", "[dnn]") {
+  auto g = test::chain_graph(3);
+  g.routine_path.device_fingerprint = "test-cpu avx2 t2";
+  g.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
+  for (const char* wait : {"passive", "active", "spin=10000", "spin=0"}) {
+    g.routine_path.openmp_wait = wait;
+    auto bytes = core::serialize_dnn(g);
+    CHECK(core::read_dnn_bytes(bytes.data(), bytes.size(), "mem").routine_path.openmp_wait == wait);
+  }
+  for (const std::string& wait : std::vector<std::string>{"spin=", "spin=12a", "sleepy", "spin=-5", std::string(100, '9'),
+                                                       "spin=" + std::string(30, '1')}) {
+    g.routine_path.openmp_wait = wait;
+    auto bytes = core::serialize_dnn(g);
+    try {
+      core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
+      FAIL("accepted openmp_wait '" << wait << "'");
+    } catch (const Error& e) {
+      CHECK(e.field() == "routine_path.openmp_wait");
+      CHECK(e.file() == "mem");
+    }
+  }
 }
 
 TEST_CASE("calibrated blob quantisation survives a round trip and reaches routines", "[dnn]") {

@@ -72,6 +72,8 @@ TEST_CASE("tuning stores a routine path that save and load keep", "[tune]") {
   TuneReport r = net.tune(quick(fresh_dir("cache1")));
   CHECK(r.layers.size() == 7);
   CHECK(r.measured_ms > 0);
+  CHECK(r.default_ms > 0);  // the untuned default, measured beside it
+  CHECK(r.openmp_wait == openmp_wait());
   CHECK_FALSE(r.device_fingerprint.empty());
   CHECK_THAT(r.to_text(), Catch::Contains("predicted"));
   CHECK_THAT(r.to_json(), Catch::Contains("\"layers\": ["));
@@ -84,6 +86,7 @@ TEST_CASE("tuning stores a routine path that save and load keep", "[tune]") {
   net.save(path);
   Net loaded = Net::load(path);
   CHECK(loaded.tuned_fingerprint() == r.device_fingerprint);
+  CHECK(loaded.tuned_openmp_wait() == openmp_wait());
   auto a = net.layers(), b = loaded.layers();
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].descriptor == b[i].descriptor);

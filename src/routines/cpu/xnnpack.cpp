@@ -37,40 +37,15 @@
 // rounded (a net input, plain, reaches this nhwc schema through an adapt), so
 // only the arena's last blob is read past, inside the arena's heap block's page.
 //
-// Threads: XNNPACK runs on pthreadpool, its own thread pool. Like OpenMP for
-// oneDNN, it is the wrapped library's pool, not ours: one pthreadpool per
-// thread count, created lazily (in prepare, or at the first run after the
-// count changed) and shared by every XNNPACK routine; its size follows the
-// library's thread count (set_num_threads → the thread-count hook below →
-// g_threads). One thread means no pool (XNNPACK runs on the caller). The
-// caller thread takes part in every parallel region; pthreadpool's workers
-// spin for a while after a region and then sleep on a futex (here they sleep
-// at once by default: spin_workers below). pthreadpool runs one parallel
-// region at a time (a mutex): nets running XNNPACK layers on several threads
-// at once share the pool and take turns.
+// Threads: XNNPACK calls the pthreadpool API, which the library serves on its
+// one OpenMP team (src/core/pthreadpool.cpp): XNNPACK layers run on the same
+// threads as oneDNN and our routines, which wait between layers as libgomp's
+// policy says. One pool handle per thread count (XNNPACK sizes its tiles by it),
+// created lazily; one thread means no pool (XNNPACK runs on the caller).
 //
 // Untuned default: conv2 ranks 84 (below every oneDNN conv), the others 54, so
-// the default keeps oneDNN and XNNPACK is the tuner's to choose. Measured on
-// the shared 2-vCPU Xeon (AVX-512; load 7-8 from other jobs), 2 threads,
-// OMP_WAIT_POLICY=passive:
-//  - conv alone (build/conv_bench --model mobilenetv2 --threads 2 --routine
-//    float32): sum over MobileNetV2's convs XNNPACK 3.52 ms, oneDNN nhwc 3.88,
-//    nchw16c 4.15; XNNPACK wins the depthwise and pointwise convs at 112x112
-//    and 56x56 (e.g. dw 3x3 144 @56: 0.098 vs 0.131 ms nchw16c) and the large
-//    pointwise ones at 14x14 and 7x7, loses small depthwise ones (dw 3x3 192
-//    @28: 0.038 vs 0.028). ResNet50's convs (--model resnet50): XNNPACK 113 ms
-//    against oneDNN 64-69 (noisy, but oneDNN wins nearly every large conv).
-//  - whole MobileNetV2 (softneuro run, untuned), every conv, add and pool in
-//    nhwc on XNNPACK against main's nchw16c oneDNN path: 2 threads at nice
-//    -10, medians 5.3 / 14.1 / 22.7 ms (min 4.7) against 5.8-6.3 ms (min
-//    5.6); at nice 0 10-49 ms against 5.5-17 ms; 1 thread medians 18.4-19.0
-//    against 13.8-15.1 ms (min 10.1 against 9.5). pthreadpool's caller spins
-//    (up to 10^6 pauses) waiting for a worker that the loaded machine has not
-//    scheduled yet, where OpenMP's passive caller sleeps: XNNPACK is faster
-//    only when the machine is quiet. Spinning workers (spin_workers=1) were
-//    far worse here: medians 64-115 ms, single runs up to 1 s. Again once our
-//    own pool ran on OpenMP (main at b0be198), 2 threads, nice -10: XNNPACK
-//    chain medians 31.7-32.9 ms against oneDNN's 5.4-10.6 ms.
+// the default keeps oneDNN and XNNPACK is the tuner's to choose (Debian's build
+// runs its convolutions at about 37% of the FMA peak: shared/GOALS.md).
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
@@ -200,11 +175,20 @@ constexpr int kMaxPoolThreads = 256;
 std::array<std::atomic<pthreadpool_t>, kMaxPoolThreads + 1> g_pools{};
 std::mutex g_pools_mutex;
 
-/// The pthreadpool for the current thread count (nullptr for one thread: XNNPACK runs on the caller).
-/// Pools are created on first use and kept (idle workers sleep) until the process exits.
+/// The pool handle for the current thread count (nullptr for one thread: XNNPACK runs on the
+/// caller). Handles are created on first use and kept until the process exits.
 pthreadpool_t current_pool() {
   const int n = std::min(g_threads.load(std::memory_order_relaxed), kMaxPoolThreads);
   if (n <= 1) return nullptr;
+  if (!core::pthreadpool_interposed()) {
+    static const bool warned = [] {
+      core::warn("cpu/xnnpack: the process resolves pthreadpool to another library than softneuro, so XNNPACK "
+                 "layers run on one thread (load softneuro before anything that loads libpthreadpool)");
+      return true;
+    }();
+    (void)warned;
+    return nullptr;
+  }
   pthreadpool_t p = g_pools[static_cast<std::size_t>(n)].load(std::memory_order_acquire);
   if (p) return p;
   std::lock_guard lock(g_pools_mutex);
@@ -435,7 +419,6 @@ Op* add_hardsigmoid(Build& ops, float alpha, float beta) {
   o->kind = Op::hardsigmoid;
   o->hs.alpha = alpha;
   o->hs.beta = beta;
-  o->hs.flags = (ops.flags & XNN_FLAG_YIELD_WORKERS) ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0;
   Op* raw = o.get();
   ops.push_back(std::move(o));
   return raw;
@@ -481,14 +464,13 @@ void setup_after(Op* step, Clamp::After after, size_t count, void* out, pthreadp
 constexpr int kElementwisePriority = 54;
 
 /// prepare() of the float32 and qint8 routines alike: operation K's operators,
-/// created once (workers yield after each operator unless spin_workers is 1).
+/// created once.
 template <class K>
-std::unique_ptr<PreparedRoutine> prepare_xnnpack(const LayerInfo& info, const RoutineParams& params, const Schema& schema) {
+std::unique_ptr<PreparedRoutine> prepare_xnnpack(const LayerInfo& info, const Schema& schema) {
   xcheck(init_status(), "xnn_initialize");
   if (Support s = K::check(info); !s)
     throw Error(fmt::format("{}/xnnpack cannot compute layer '{}': {}", schema.to_string(), info.layer->name, s.reason));
   Build ops;
-  ops.flags = routine_param(params, "spin_workers", 0) ? 0 : XNN_FLAG_YIELD_WORKERS;
   SetupFn setup = K::create(info, ops);
   return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
 }
@@ -514,21 +496,11 @@ class Xnnpack final : public Routine {
     }
   }
 
-  /// spin_workers: 0 (what the tuner uses) lets pthreadpool's workers sleep as
-  /// soon as an operator is done (XNN_FLAG_YIELD_WORKERS); 1 keeps them
-  /// spinning for the next operator, which saves a wake-up between XNNPACK
-  /// layers on an idle machine but, on a loaded one, has them preempted
-  /// mid-spin (measured: a 1x1 96->24 conv at 56x56, 2 threads, load 7 on 2
-  /// cores, 16-24 ms spinning against 0.12 ms yielding; 0.054 ms spinning when
-  /// the machine was quiet). It is not offered to the tuner: measured alone it
-  /// wins, but in a net the spinning workers take the cores from the OpenMP team
-  /// of the layers that follow (ResNet50 hybrid: layers summed 9.4 ms, the run
-  /// took 18.2 ms after a spinning XNNPACK max pool). A path may still name it.
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {}; }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
-                                           const RoutineParams& params) const override {
-    return prepare_xnnpack<K>(info, params, kSchema);
+                                           const RoutineParams&) const override {
+    return prepare_xnnpack<K>(info, kSchema);
   }
 
   int default_priority() const override { return K::kPriority; }
@@ -600,6 +572,15 @@ struct Dense {
       return Support::no(fmt::format("cpu/xnnpack dense takes an input [N,K]; {} has rank {} (flatten it first)",
                                      s.to_string(), s.rank()));
     if (Support r = float_weights(*info.layer, {"weight", "bias"}); !r) return r;
+    // Debian's XNNPACK (2022-02) packs the weights of its AVX2 shuffle kernels
+    // with K padded to 4 but strides its output-channel tiles by K unpadded: on
+    // more than one thread every tile after the first read the wrong weights
+    // (K=5, 18 outputs, 2 threads: error 0.9 on outputs of 0.5; a null pool,
+    // one tile, was right).
+    if (s[1] % 4 != 0)
+      return Support::no(fmt::format("XNNPACK's fully connected operator computes wrong outputs on several threads "
+                                     "where K ({}) is not a multiple of 4",
+                                     s[1]));
     return fused_support(core::fused_activation(*info.layer));
   }
 
@@ -1012,12 +993,11 @@ class XnnpackQ final : public Routine {
     }
   }
 
-  /// spin_workers: as for the float32 routines, not offered to the tuner.
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {}; }
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
-                                           const RoutineParams& params) const override {
-    return prepare_xnnpack<K>(info, params, kQSchema);
+                                           const RoutineParams&) const override {
+    return prepare_xnnpack<K>(info, kQSchema);
   }
 
   /// Below our own qint8 routines (10): the tuner decides.
@@ -1180,7 +1160,6 @@ struct QPool2 {
       r->rq.zo = y.zp;
       r->rq.si = in.scale;
       r->rq.so = y.scale;
-      r->rq.flags = (ops.flags & XNN_FLAG_YIELD_WORKERS) ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0;
       rq = r.get();
       ops.push_back(std::move(r));
     }
