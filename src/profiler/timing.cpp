@@ -1,5 +1,9 @@
 #include "profiler/timing.hpp"
 
+#include "core/thread_pool.hpp"
+
+#include <softneuro/net.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -7,6 +11,7 @@
 #include <string>
 
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace softneuro::profiler {
@@ -48,6 +53,43 @@ double robust_median(std::vector<double> s) {
   return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
+namespace {
+
+long involuntary_switches() {
+  rusage ru{};
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_nivcsw : 0;
+}
+
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+}
+
+}  // namespace
+
+void PreemptionProbe::start() {
+  switches_ = involuntary_switches();
+  if (team_spins_) cpu_ms_ = process_cpu_ms();
+}
+
+bool PreemptionProbe::preempted(double wall_ms) const {
+  if (involuntary_switches() != switches_) return true;
+  if (!team_spins_) return false;
+  // A thread kept off its CPU for a tenth of the run made it slower by about that much.
+  const double lost_ms = threads_ * wall_ms - (process_cpu_ms() - cpu_ms_);
+  return lost_ms > 0.1 * wall_ms + 0.005;
+}
+
+PreemptionProbe pool_preemption_probe() {
+  return PreemptionProbe(core::global_pool().num_threads(), openmp_wait() != "passive");
+}
+
+double Samples::estimate() const {
+  if (!clean.empty()) return robust_median(clean);
+  return preempted.empty() ? 0 : *std::min_element(preempted.begin(), preempted.end());
+}
+
 Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, int max_reps, double cutoff_ms) {
   using clock = std::chrono::steady_clock;
   auto w0 = clock::now();
@@ -55,18 +97,23 @@ Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, 
   // A routine whose one run already takes the whole budget (VGG16's large
   // convolutions, 400 MB dense layers) gets two timed runs, not three.
   if (std::chrono::duration<double, std::milli>(clock::now() - w0).count() >= budget_ms) min_reps = std::min(min_reps, 2);
-  std::vector<double> samples;
+  Samples samples;
+  PreemptionProbe probe = pool_preemption_probe();
   auto start = clock::now();
   while (static_cast<int>(samples.size()) < max_reps) {
+    probe.start();
     auto t0 = clock::now();
     fn();
     auto t1 = clock::now();
-    samples.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    if (cutoff_ms > 0 && samples.size() == 1 && samples[0] > cutoff_ms) break;
-    double spent = std::chrono::duration<double, std::milli>(t1 - start).count();
-    if (static_cast<int>(samples.size()) >= min_reps && spent >= budget_ms) break;
+    const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    samples.add(ms, probe.preempted(ms));
+    if (cutoff_ms > 0 && samples.size() == 1 && ms > cutoff_ms) break;
+    const double spent = std::chrono::duration<double, std::milli>(t1 - start).count();
+    const bool enough_clean = static_cast<int>(samples.clean.size()) >= min_reps;
+    if (static_cast<int>(samples.size()) >= min_reps && spent >= budget_ms && (enough_clean || spent >= 4 * budget_ms))
+      break;
   }
-  return {robust_median(samples), static_cast<int>(samples.size())};
+  return {samples.estimate(), static_cast<int>(samples.size())};
 }
 
 }  // namespace softneuro::profiler

@@ -1,7 +1,8 @@
 // The one timer of the profiler: warm-up, repetitions until a time budget,
-// median with outliers rejected.
+// median with outliers rejected, samples another process preempted left out.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <vector>
 
@@ -14,7 +15,10 @@ struct Timing {
 
 /// Runs `fn` once to warm up, then repeatedly until `budget_ms` is spent
 /// (at least `min_reps` — 2 when the warm-up alone took the budget — at most `max_reps` times) and returns the median of
-/// the samples left after rejecting those above Q3 + 1.5 IQR (preemptions).
+/// the samples left after rejecting those above Q3 + 1.5 IQR. Samples during
+/// which one of our threads was preempted are left out where any sample was not
+/// (on a busy machine the budget stretches to 4x to find `min_reps` such); where
+/// every sample was, the fastest is the least disturbed and is returned.
 /// With a `cutoff_ms`: a first timed run slower than it ends the measurement
 /// there (a candidate that much slower than the best known is not worth the budget).
 Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps = 3, int max_reps = 200,
@@ -22,6 +26,40 @@ Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps =
 
 /// The robust median used by measure(), for samples gathered elsewhere.
 double robust_median(std::vector<double> samples);
+
+/// Tells whether another process took a CPU from our threads during a timed
+/// run: one of them was preempted (involuntary context switches, all threads),
+/// or, where the team spins between regions (every thread on a CPU for the
+/// whole run), the process got less than threads x wall of CPU time: a thread
+/// preempted before the run and waited for during it. No per-thread run delay
+/// is needed (schedstats, often missing in VMs' kernels).
+class PreemptionProbe {
+ public:
+  /// `threads`: the team's size; `team_spins`: whether idle team threads spin.
+  PreemptionProbe(int threads, bool team_spins) : threads_(threads), team_spins_(team_spins) {}
+  /// Before a run.
+  void start();
+  /// After a run of `wall_ms`: whether it was preempted.
+  bool preempted(double wall_ms) const;
+
+ private:
+  int threads_;
+  bool team_spins_;
+  long switches_ = 0;
+  double cpu_ms_ = 0;
+};
+
+/// A probe for runs on the library's pool under the process's OpenMP wait.
+PreemptionProbe pool_preemption_probe();
+
+/// Samples of one quantity, each marked whether it was preempted; the estimate
+/// is measure()'s: robust median of the undisturbed ones, else the fastest.
+struct Samples {
+  std::vector<double> clean, preempted;
+  void add(double ms, bool was_preempted) { (was_preempted ? preempted : clean).push_back(ms); }
+  std::size_t size() const { return clean.size() + preempted.size(); }
+  double estimate() const;
+};
 
 /// CPU time spent by the whole machine (all CPUs busy, a hypervisor's steal
 /// included; from /proc/stat, -1 where unknown) and by this process, and the

@@ -645,26 +645,32 @@ struct Tuner {
       execs.push_back(std::make_unique<core::Executor>(graphs[p], net.shapes));
       execs.back()->run(ins, outs);  // warm-up
     }
-    std::vector<std::vector<std::vector<double>>> samples(paths.size());
+    // Runs another process preempted are left out where a clean one exists (profiler::Samples).
+    std::vector<std::vector<profiler::Samples>> samples(paths.size());
     std::vector<std::vector<double>> round_medians(paths.size());
+    profiler::PreemptionProbe probe = profiler::pool_preemption_probe();
     for (int round = 0; round < std::max(1, rounds); ++round)
       for (std::size_t p = 0; p < paths.size(); ++p) {
         const auto& steps = execs[p]->steps();
         samples[p].resize(steps.size());
-        std::vector<double> step_ms(steps.size()), totals;
+        std::vector<double> step_ms(steps.size());
+        profiler::Samples totals;
         for (int r = 0; r < std::max(1, runs); ++r) {
+          probe.start();
           auto t0 = std::chrono::steady_clock::now();
           execs[p]->run(ins, outs, step_ms.data());
-          totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-          for (std::size_t i = 0; i < steps.size(); ++i) samples[p][i].push_back(step_ms[i]);
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          const bool preempted = probe.preempted(ms);
+          totals.add(ms, preempted);
+          for (std::size_t i = 0; i < steps.size(); ++i) samples[p][i].add(step_ms[i], preempted);
         }
-        round_medians[p].push_back(profiler::robust_median(totals));
+        round_medians[p].push_back(totals.estimate());
       }
     std::vector<InContext> out(paths.size());
     for (std::size_t p = 0; p < paths.size(); ++p) {
       const auto& steps = execs[p]->steps();
       for (std::size_t i = 0; i < steps.size(); ++i) {
-        const double ms = profiler::robust_median(samples[p][i]);
+        const double ms = samples[p][i].estimate();
         out[p].per_step[steps[i]->name] = ms;
         // A childnet's children run as steps of their own: the parent layer's
         // in-context time is their sum.
