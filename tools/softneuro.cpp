@@ -6,14 +6,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -53,6 +56,14 @@ commands:
       --threads T           threads (default: all cores)
       --seed S              seed of the random inputs (default 0)
       --top K               top-K entries printed per output (default 5)
+  bench FILE [options]      latency and throughput: N sessions of one model, each in its own thread;
+                            outputs checked identical across sessions and runs; per-run percentiles
+      --sessions N          sessions (default 1: latency mode)
+      --threads T           threads per session (default: cores / sessions, at least 1)
+      --time S              seconds to run (default 5), or
+      --runs N              runs per session
+      --input NAME=x.npy    an input (default: seeded random normal values)
+      --seed S              seed of the random inputs (default 0)
 )";
 
 struct Usage : std::runtime_error {
@@ -275,6 +286,146 @@ int cmd_tune(const std::vector<std::string>& args) {
   return 0;
 }
 
+/// The inputs of a run: from .npy files where given (NAME=FILE), else seeded random normal values.
+std::vector<sn::NamedBlob> make_inputs(const std::vector<sn::TensorInfo>& wanted, std::map<std::string, std::string> files,
+                                       unsigned seed) {
+  std::vector<sn::NamedBlob> inputs;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& t : wanted) {
+    auto it = files.find(t.name);
+    if (it != files.end()) {
+      sn::Blob b = sn::load_npy(it->second);
+      if (b.dtype() != sn::DType::float32)
+        throw sn::Error(fmt::format("input '{}' must be float32, the file holds {}", t.name, sn::to_string(b.dtype())), it->second);
+      inputs.push_back({t.name, b});
+      files.erase(it);
+    } else {
+      sn::Blob b = sn::Blob::allocate(t.shape);
+      for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = normal(rng);
+      inputs.push_back({t.name, b});
+    }
+  }
+  if (!files.empty()) throw Usage(fmt::format("the net has no input named '{}'", files.begin()->first));
+  return inputs;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const double at = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(at);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (at - static_cast<double>(lo));
+}
+
+/// Resident memory of this process ("VmRSS") or its peak ("VmHWM"), in bytes (0 where unknown).
+std::size_t resident_bytes(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  std::size_t kb = 0;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') kb = std::strtoull(line + n + 1, nullptr, 10);
+  std::fclose(f);
+  return kb * 1024;
+}
+
+int cmd_bench(const std::vector<std::string>& args) {
+  std::string file;
+  std::map<std::string, std::string> input_files;
+  int sessions = 1, threads = 0, runs = 0;
+  double seconds = 5;
+  unsigned seed = 0;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      if (i + 1 >= args.size()) throw Usage(fmt::format("{} needs a value", flag));
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    if (a == "--input") input_files.insert(split_assign(value("--input"), "--input"));
+    else if (a == "--sessions") sessions = parse_int(value("--sessions"), "--sessions", 1);
+    else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
+    else if (a == "--runs") runs = parse_int(value("--runs"), "--runs", 1);
+    else if (a == "--time") seconds = parse_int(value("--time"), "--time", 1);
+    else if (a == "--seed") seed = static_cast<unsigned>(parse_int(value("--seed"), "--seed", 0));
+    else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
+    else if (file.empty()) file = a;
+    else throw Usage(fmt::format("unexpected argument '{}'", a));
+  }
+  if (file.empty()) throw Usage("bench needs a FILE");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads == 0) threads = std::max(1, cores / sessions);
+  const std::size_t rss_before = resident_bytes("VmRSS");
+  sn::Model model = sn::Model::load(file);
+  const std::vector<sn::NamedBlob> inputs = make_inputs(model.inputs(), input_files, seed);
+
+  // Each session is made, run once and then timed in its own thread; timing starts when all
+  // are made (memory is measured with all of them alive). Nothing runs on this thread: a
+  // team of its own would be one more set of OpenMP threads, and libgomp stops spinning
+  // (waits sleeping) wherever it manages more threads than there are cores.
+  std::vector<std::vector<sn::NamedBlob>> outputs(static_cast<std::size_t>(sessions));
+  std::vector<std::vector<double>> ms(static_cast<std::size_t>(sessions));
+  std::vector<int> differing(static_cast<std::size_t>(sessions), 0);
+  std::atomic<int> made{0};
+  std::atomic<bool> go{false};
+  std::vector<std::string> errors(static_cast<std::size_t>(sessions));
+  auto identical = [&](const std::vector<sn::NamedBlob>& a, const std::vector<sn::NamedBlob>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(a[i].blob.data(), b[i].blob.data(), a[i].blob.byte_size()) != 0) return false;
+    return true;
+  };
+  std::vector<std::thread> workers;
+  for (int k = 0; k < sessions; ++k)
+    workers.emplace_back([&, k] {
+      const auto ku = static_cast<std::size_t>(k);
+      std::optional<sn::Session> session;
+      try {
+        session.emplace(model, sn::SessionOptions{threads});
+        outputs[ku] = session->run(inputs);
+      } catch (const std::exception& e) {
+        errors[ku] = e.what();
+      }
+      ++made;
+      while (!go.load()) std::this_thread::yield();
+      if (!session) return;
+      std::vector<sn::NamedBlob> out;
+      for (const auto& t : model.outputs()) out.push_back({t.name, sn::Blob::allocate(t.shape)});
+      const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+      for (int r = 0; runs ? r < runs : std::chrono::steady_clock::now() < end; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        session->run(inputs, out);
+        ms[ku].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        differing[ku] += !identical(out, outputs[ku]);
+      }
+    });
+  while (made.load() < sessions) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::size_t rss_sessions = resident_bytes("VmRSS");
+  const auto wall0 = std::chrono::steady_clock::now();
+  go = true;
+  for (auto& w : workers) w.join();
+  for (const auto& e : errors)
+    if (!e.empty()) throw sn::Error(e, file);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+
+  std::vector<double> every;
+  int wrong = 0;
+  for (int k = 0; k < sessions; ++k) {
+    every.insert(every.end(), ms[static_cast<std::size_t>(k)].begin(), ms[static_cast<std::size_t>(k)].end());
+    wrong += differing[static_cast<std::size_t>(k)] + !identical(outputs[static_cast<std::size_t>(k)], outputs[0]);
+  }
+  fmt::print("{}: {} session(s) x {} thread(s) on {} cores, {} runs in {:.2f} s\n", file, sessions, threads, cores,
+             every.size(), wall_s);
+  fmt::print("throughput: {:.1f} inferences/s\n", static_cast<double>(every.size()) / wall_s);
+  fmt::print("latency ms: p50 {:.3f}  p90 {:.3f}  p99 {:.3f}  min {:.3f}  max {:.3f}\n", percentile(every, 50),
+             percentile(every, 90), percentile(every, 99), percentile(every, 0), percentile(every, 100));
+  fmt::print("resident memory: {} with the model and {} session(s) ({} before loading; peak {})\n",
+             human_bytes(rss_sessions), sessions, human_bytes(rss_before), human_bytes(resident_bytes("VmHWM")));
+  fmt::print("outputs: {}\n", wrong ? fmt::format("{} run(s) differ from the first session's first run", wrong)
+                                   : std::string("identical in every session and run"));
+  return wrong ? 1 : 0;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   std::string file;
   std::map<std::string, std::string> input_files, output_files;
@@ -300,24 +451,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (threads > 0) sn::set_num_threads(threads);
   sn::Net net = sn::Net::load(file);
 
-  std::vector<sn::NamedBlob> inputs;
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const auto& t : net.inputs()) {
-    auto it = input_files.find(t.name);
-    if (it != input_files.end()) {
-      sn::Blob b = sn::load_npy(it->second);
-      if (b.dtype() != sn::DType::float32)
-        throw sn::Error(fmt::format("input '{}' must be float32, the file holds {}", t.name, sn::to_string(b.dtype())), it->second);
-      inputs.push_back({t.name, b});
-      input_files.erase(it);
-    } else {
-      sn::Blob b = sn::Blob::allocate(t.shape);
-      for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = normal(rng);
-      inputs.push_back({t.name, b});
-    }
-  }
-  if (!input_files.empty()) throw Usage(fmt::format("the net has no input named '{}'", input_files.begin()->first));
+  std::vector<sn::NamedBlob> inputs = make_inputs(net.inputs(), input_files, seed);
   for (const auto& [name, path] : output_files) net.output_shape(name);  // unknown names fail before running
 
   std::vector<sn::NamedBlob> outputs;
@@ -364,6 +498,7 @@ int main(int argc, char** argv) {
     args.erase(args.begin());
     if (cmd == "inspect") return cmd_inspect(args);
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "bench") return cmd_bench(args);
     if (cmd == "tune") return cmd_tune(args);
     if (cmd == "import") return cmd_import(args);
     if (cmd == "routines") {

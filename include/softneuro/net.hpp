@@ -3,6 +3,7 @@
 
 #include <softneuro/blob.hpp>
 #include <softneuro/calibrate.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/tune.hpp>
 
 #include <memory>
@@ -16,44 +17,17 @@ namespace detail {
 struct NetImpl;
 }
 
-/// A net input or output: its name, logical shape and dtype.
-struct TensorInfo {
-  std::string name;
-  Shape shape;
-  DType dtype = DType::float32;
-};
-
-/// One layer as `softneuro inspect` shows it, with the routine that runs it.
-struct LayerSummary {
-  std::string name;
-  std::string type;
-  std::vector<std::string> inputs;
-  std::vector<std::string> outputs;
-  std::vector<Shape> output_shapes;
-  std::string params;      ///< "strides=[1,1] group=1 ..." (weights as "name:shape")
-  std::string descriptor;  ///< the routine chosen to run it, e.g. "cpu/ref"
-  std::string routine_params;  ///< "tile=4 ..." or empty
-  bool tuned = false;      ///< whether the descriptor comes from a tuned routine path
-  double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
-  double measured_ms = 0;  ///< time the tuner measured in a whole-net run of the chosen path (0: none)
-  /// Filled by layers(true): every registered routine of the layer's type, in
-  /// every schema, with why it is not a candidate (empty reason: it is one).
-  struct Candidate {
-    std::string descriptor;
-    bool supported = false;
-    std::string reason;
-  };
-  std::vector<Candidate> candidates;
-};
-
-/// A net: a DAG of layers with named inputs and outputs, routines prepared,
-/// memory planned. Move-only. Not safe to run from two threads at once.
+/// A model and one session of it, for the simple case (and the tuner and
+/// calibration, which change the model): load, run, tune, save. Its session is
+/// prepared at the first run() or layers(). Move-only. Not safe to use from two
+/// threads at once: for concurrent runs, take model() and one Session per thread.
 class Net {
  public:
-  /// Reads a .dnn file (memory-mapped; weights used in place), checks it fully
-  /// (format version, checksum, every index and size) and prepares its routines.
-  /// Throws softneuro::Error naming the file, layer and field at fault.
+  /// Model::load: reads and checks a .dnn file; prepares nothing yet.
   static Net load(const std::string& path);
+  /// The model as it is now (a snapshot: a later tune() or calibrate() changes
+  /// this net, not models taken before).
+  Model model() const;
   /// Writes a .dnn file atomically: a temporary file renamed over `path`, so a
   /// failed save leaves any previous file intact.
   void save(const std::string& path) const;

@@ -11,6 +11,7 @@
 #include <softneuro/error.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 3;
+inline constexpr uint32_t abi_version = 4;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -78,6 +79,27 @@ struct Layer {
   const Blob* find_weight(const std::string& key) const;
 };
 
+/// What a routine derives from its weights in prepare (packed, reordered,
+/// transformed, quantised), shared by every session of a model: eight sessions
+/// must not hold eight copies. The store is scoped to one layer, routine,
+/// routine parameters, shapes and quantisation, so a key need only tell apart
+/// one routine's own objects ("weights", "bias"). Safe from several threads.
+class SharedWeights {
+ public:
+  virtual ~SharedWeights() = default;
+  /// The object stored under `key`, built by `make()` (returning a T) on first
+  /// use; kept while any prepared routine holds it.
+  template <class T, class F>
+  std::shared_ptr<const T> get(std::string_view key, F&& make) {
+    return std::static_pointer_cast<const T>(
+        get_or_make(key, [&]() -> std::shared_ptr<const void> { return std::make_shared<const T>(make()); }));
+  }
+
+ protected:
+  virtual std::shared_ptr<const void> get_or_make(std::string_view key,
+                                                  const std::function<std::shared_ptr<const void>()>& make) = 0;
+};
+
 /// What a routine sees of a layer when it decides, prepares and runs: the layer
 /// and the shapes (and, for quantised schemas, quantisation) of its blobs.
 struct LayerInfo {
@@ -86,7 +108,16 @@ struct LayerInfo {
   std::vector<Shape> output_shapes;
   std::vector<QuantParams> input_quant;   ///< empty unless calibrated
   std::vector<QuantParams> output_quant;  ///< empty unless calibrated
+  /// In prepare: the model's store of derived weights (nullptr: build your own).
+  SharedWeights* shared = nullptr;
 };
+
+/// `make()` (a T) from the model's shared store where `info` has one, else a copy of one's own.
+template <class T, class F>
+std::shared_ptr<const T> shared_weights(const LayerInfo& info, std::string_view key, F&& make) {
+  if (info.shared) return info.shared->get<T>(key, std::forward<F>(make));
+  return std::make_shared<const T>(make());
+}
 
 // ---------------------------------------------------------------------------
 // Threads

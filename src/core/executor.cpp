@@ -80,6 +80,7 @@ int Executor::in_schema(int slot, const Schema& want, const std::string& consume
                 {}, consumer, "inputs");
   step->routine = *pick;
   step->input_blobs = {slot};
+  share_weights(*step);
   step->prepared = pick->routine->prepare(step->info, want, step->params);
   slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
   int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
@@ -197,6 +198,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   }
 
   for (int s : input_slots) step->input_blobs.push_back(in_schema(s, schema, layer.name));
+  share_weights(*step);
   try {
     step->prepared = step->routine.routine->prepare(step->info, schema, step->params);
   } catch (const Error& e) {
@@ -219,11 +221,30 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   return outs;
 }
 
-Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema)
-    : graph_(graph), io_schema_(io_schema) {
+void Executor::share_weights(Step& step) const {
+  if (!weights_) return;
+  // Everything a routine's derived weights depend on besides the layer's own weights.
+  std::string scope = fmt::format("{}|{}|", step.name, step.routine.descriptor);
+  for (const auto& [k, v] : step.params) scope += fmt::format("{}={},", k, v);
+  auto quant = [&](const QuantParams& q) {
+    scope += fmt::format("q{}:", q.axis);
+    for (float f : q.scales) scope += fmt::format("{},", f);
+    for (int32_t z : q.zero_points) scope += fmt::format("{},", z);
+  };
+  for (const auto& sh : step.info.input_shapes) scope += "|" + sh.to_string();
+  for (const auto& sh : step.info.output_shapes) scope += "|" + sh.to_string();
+  for (const auto& q : step.info.input_quant) quant(q);
+  for (const auto& q : step.info.output_quant) quant(q);
+  step.shared_weights = std::make_unique<ScopedWeights>(weights_, std::move(scope));
+  step.info.shared = step.shared_weights.get();
+}
+
+Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
+                   std::shared_ptr<WeightStore> weights)
+    : graph_(graph), io_schema_(io_schema), weights_(std::move(weights)) {
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
 
-  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, in.shape, io_schema);
+  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), io_schema);
 
   for (const Layer& layer : graph.layers) {
     if (layer.type == "constant") {

@@ -6,6 +6,7 @@
 #include "core/graph.hpp"
 #include "core/memory_plan.hpp"
 #include "core/registry.hpp"
+#include "core/weight_store.hpp"
 
 #include <softneuro/net.hpp>
 
@@ -29,6 +30,7 @@ struct Step {
   double predicted_ms = 0;
   double measured_ms = 0;    ///< in-net time the tuner measured for the chosen path (0: none)
   LayerInfo info;
+  std::unique_ptr<ScopedWeights> shared_weights;  ///< info.shared: the model's store, scoped to this step
   std::unique_ptr<PreparedRoutine> prepared;
   std::vector<int> input_blobs, output_blobs;  ///< indices into the blob table
   std::vector<const Blob*> inputs;             ///< filled once; spans of RunArgs
@@ -45,7 +47,10 @@ class Executor {
   /// routine and plans memory. Throws Error naming the layer at fault.
   /// Net inputs arrive and outputs leave in `io_schema` (a childnet routine
   /// prepared on its own: its parent's schema; a net: the default one).
-  Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{});
+  /// Routines derive their packed weights through `weights` (a model's store,
+  /// shared by its sessions) where given.
+  Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
+           std::shared_ptr<WeightStore> weights = nullptr);
 
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
@@ -84,8 +89,12 @@ class Executor {
                              const RoutineChoice* choice, const Schema* child_schema, const std::string& parent);
   void bind_outputs_to_arena();
 
+  /// Gives `step` its view of the weight store before it is prepared.
+  void share_weights(Step& step) const;
+
   const Graph& graph_;
-  Schema io_schema_;  ///< of the net inputs and outputs
+  Schema io_schema_;
+  std::shared_ptr<WeightStore> weights_;  ///< of the net inputs and outputs
   std::vector<BlobSlot> slots_;
   std::vector<Blob> blobs_;  ///< never resized after construction: steps point into it
   std::vector<std::unique_ptr<Step>> steps_;

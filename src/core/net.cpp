@@ -3,42 +3,65 @@
 #include "core/device.hpp"
 #include "core/dnn_file.hpp"
 #include "core/log.hpp"
+#include "core/thread_pool.hpp"
 
 #include <fmt/format.h>
 
 namespace softneuro {
 namespace detail {
 
-std::unique_ptr<NetImpl> NetImpl::build(core::Graph graph, const std::string& file) {
-  auto impl = std::make_unique<NetImpl>();
-  impl->file = file;
+void ModelImpl::build(core::Graph g, const std::string& from) {
+  file = from;
   try {
-    core::sort_topologically(graph);
-    impl->shapes = core::infer_shapes(graph);
-    impl->graph = std::move(graph);
-    impl->inputs = impl->graph.inputs;
-    for (const auto& o : impl->graph.outputs) impl->outputs.push_back({o, impl->shapes.at(o), DType::float32});
-    impl->executor = std::make_unique<core::Executor>(impl->graph, impl->shapes);
+    core::sort_topologically(g);
+    shapes = core::infer_shapes(g);
+    graph = std::move(g);
+    inputs = graph.inputs;
+    outputs.clear();
+    for (const auto& o : graph.outputs) outputs.push_back({o, shapes.at(o), DType::float32});
   } catch (const Error& e) {
     throw file.empty() ? e : e.with_file(file);
   }
+}
+
+std::unique_ptr<core::Executor> ModelImpl::prepare() const {
+  try {
+    return std::make_unique<core::Executor>(graph, shapes, Schema{}, weights);
+  } catch (const Error& e) {
+    throw file.empty() || !e.file().empty() ? e : e.with_file(file);
+  }
+}
+
+std::unique_ptr<NetImpl> NetImpl::build(core::Graph graph, const std::string& file) {
+  auto impl = std::make_unique<NetImpl>();
+  impl->ModelImpl::build(std::move(graph), file);
   return impl;
 }
 
-}  // namespace detail
+core::Executor& NetImpl::prepared() const {
+  if (!executor) executor = prepare();
+  return *executor;
+}
 
-Net::Net(std::unique_ptr<detail::NetImpl> impl) : impl_(std::move(impl)) {}
-Net::Net(Net&&) noexcept = default;
-Net& Net::operator=(Net&&) noexcept = default;
-Net::~Net() = default;
+void NetImpl::changed() {
+  executor.reset();
+  weights = std::make_shared<core::WeightStore>();
+}
 
-Net Net::load(const std::string& path) {
-  core::Graph g;
-  try {
-    g = core::read_dnn(path);
-  } catch (const Error& e) {
-    throw e.file().empty() ? e.with_file(path) : e;
-  }
+SessionImpl::SessionImpl(const Model& m, const SessionOptions& o) : model(m), options(o) {
+  if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), model.impl().file, {}, "threads");
+  core::SessionThreads threads(options.threads);  // routines prepare for the team they will run on
+  executor = model.impl().prepare();
+  if (options.memory_limit && executor->arena_bytes() > options.memory_limit)
+    throw Error(fmt::format("the session's arena needs {} bytes, over its memory limit of {}", executor->arena_bytes(),
+                            options.memory_limit),
+                model.impl().file, {}, "memory_limit");
+}
+
+namespace {
+
+/// Warnings where a tuned path was made under other conditions than this process's.
+void check_tuned_conditions(const core::Graph& g, const std::string& path) {
   const std::string& tuned_on = g.routine_path.device_fingerprint;
   if (!tuned_on.empty() && tuned_on != core::device_fingerprint())
     core::warn("{}: tuned on another device ({}); this is {}. It runs, but re-tune for the best speed", path,
@@ -48,50 +71,34 @@ Net Net::load(const std::string& path) {
     core::warn("{}: tuned while OpenMP threads waited '{}', this process waits '{}': its times may differ from the "
                "tuner's (set GOMP_SPINCOUNT or OMP_WAIT_POLICY before the process starts; see softneuro::openmp_wait)",
                path, tuned_wait, openmp_wait());
-  return Net(detail::NetImpl::build(std::move(g), path));
 }
 
-void Net::save(const std::string& path) const { core::write_dnn(impl_->graph, path); }
-
-const std::vector<TensorInfo>& Net::inputs() const { return impl_->inputs; }
-const std::vector<TensorInfo>& Net::outputs() const { return impl_->outputs; }
-
-std::vector<std::string> Net::input_names() const {
-  std::vector<std::string> v;
-  for (const auto& t : impl_->inputs) v.push_back(t.name);
-  return v;
-}
-std::vector<std::string> Net::output_names() const {
-  std::vector<std::string> v;
-  for (const auto& t : impl_->outputs) v.push_back(t.name);
-  return v;
+core::Graph read_checked(const std::string& path) {
+  core::Graph g;
+  try {
+    g = core::read_dnn(path);
+  } catch (const Error& e) {
+    throw e.file().empty() ? e.with_file(path) : e;
+  }
+  check_tuned_conditions(g, path);
+  return g;
 }
 
-namespace {
 Shape find_shape(const std::vector<TensorInfo>& ts, const std::string& name, const char* what) {
   for (const auto& t : ts)
     if (t.name == name) return t.shape;
-  throw Error(fmt::format("the net has no {} named '{}'", what, name), {}, {}, name);
-}
-}  // namespace
-
-Shape Net::input_shape(const std::string& name) const { return find_shape(impl_->inputs, name, "input"); }
-Shape Net::output_shape(const std::string& name) const { return find_shape(impl_->outputs, name, "output"); }
-
-void Net::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
-  impl_->executor->run(inputs, outputs);
+  throw Error(fmt::format("the model has no {} named '{}'", what, name), {}, {}, name);
 }
 
-std::vector<NamedBlob> Net::run(std::span<const NamedBlob> inputs) {
+std::vector<NamedBlob> allocate_outputs(const std::vector<TensorInfo>& outputs) {
   std::vector<NamedBlob> outs;
-  for (const auto& t : impl_->outputs) outs.push_back({t.name, Blob::allocate(t.shape)});
-  run(inputs, outs);
+  for (const auto& t : outputs) outs.push_back({t.name, Blob::allocate(t.shape)});
   return outs;
 }
 
-std::vector<LayerSummary> Net::layers(bool explain) const {
+std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain) {
   std::vector<LayerSummary> out;
-  for (const auto& step : impl_->executor->steps()) {
+  for (const auto& step : executor.steps()) {
     LayerSummary s;
     s.name = step->name;
     s.type = step->layer->type;
@@ -112,8 +119,100 @@ std::vector<LayerSummary> Net::layers(bool explain) const {
   return out;
 }
 
-std::size_t Net::planned_bytes() const { return impl_->executor->arena_bytes(); }
-std::size_t Net::unplanned_bytes() const { return impl_->executor->unplanned_bytes(); }
+}  // namespace
+}  // namespace detail
+
+// --- Model
+
+Model::Model(std::shared_ptr<const detail::ModelImpl> impl) : impl_(std::move(impl)) {}
+
+Model Model::load(const std::string& path) {
+  auto impl = std::make_shared<detail::ModelImpl>();
+  impl->build(detail::read_checked(path), path);
+  return Model(std::move(impl));
+}
+
+void Model::save(const std::string& path) const { core::write_dnn(impl_->graph, path); }
+const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
+const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
+Shape Model::input_shape(const std::string& name) const { return detail::find_shape(impl_->inputs, name, "input"); }
+Shape Model::output_shape(const std::string& name) const { return detail::find_shape(impl_->outputs, name, "output"); }
+std::string Model::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
+std::string Model::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
+const std::string& Model::name() const { return impl_->graph.name; }
+
+// --- Session
+
+Session::Session(const Model& model, const SessionOptions& options)
+    : impl_(std::make_unique<detail::SessionImpl>(model, options)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+void Session::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
+  core::SessionThreads threads(impl_->options.threads);
+  impl_->executor->run(inputs, outputs);
+}
+
+std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
+  auto outs = detail::allocate_outputs(impl_->model.outputs());
+  run(inputs, outs);
+  return outs;
+}
+
+const Model& Session::model() const { return impl_->model; }
+std::vector<LayerSummary> Session::layers(bool explain) const { return detail::summarize(*impl_->executor, explain); }
+std::size_t Session::planned_bytes() const { return impl_->executor->arena_bytes(); }
+std::size_t Session::unplanned_bytes() const { return impl_->executor->unplanned_bytes(); }
+
+// --- Net
+
+Net::Net(std::unique_ptr<detail::NetImpl> impl) : impl_(std::move(impl)) {}
+Net::Net(Net&&) noexcept = default;
+Net& Net::operator=(Net&&) noexcept = default;
+Net::~Net() = default;
+
+Net Net::load(const std::string& path) { return Net(detail::NetImpl::build(detail::read_checked(path), path)); }
+
+Model Net::model() const {
+  return Model(std::make_shared<const detail::ModelImpl>(static_cast<const detail::ModelImpl&>(*impl_)));
+}
+
+void Net::save(const std::string& path) const { core::write_dnn(impl_->graph, path); }
+
+const std::vector<TensorInfo>& Net::inputs() const { return impl_->inputs; }
+const std::vector<TensorInfo>& Net::outputs() const { return impl_->outputs; }
+
+std::vector<std::string> Net::input_names() const {
+  std::vector<std::string> v;
+  for (const auto& t : impl_->inputs) v.push_back(t.name);
+  return v;
+}
+std::vector<std::string> Net::output_names() const {
+  std::vector<std::string> v;
+  for (const auto& t : impl_->outputs) v.push_back(t.name);
+  return v;
+}
+
+Shape Net::input_shape(const std::string& name) const { return detail::find_shape(impl_->inputs, name, "input"); }
+Shape Net::output_shape(const std::string& name) const { return detail::find_shape(impl_->outputs, name, "output"); }
+
+void Net::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
+  impl_->prepared().run(inputs, outputs);
+}
+
+std::vector<NamedBlob> Net::run(std::span<const NamedBlob> inputs) {
+  auto outs = detail::allocate_outputs(impl_->outputs);
+  run(inputs, outs);
+  return outs;
+}
+
+std::vector<LayerSummary> Net::layers(bool explain) const {
+  return detail::summarize(impl_->prepared(), explain);
+}
+
+std::size_t Net::planned_bytes() const { return impl_->prepared().arena_bytes(); }
+std::size_t Net::unplanned_bytes() const { return impl_->prepared().unplanned_bytes(); }
 std::string Net::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
 std::string Net::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
 const std::string& Net::name() const { return impl_->graph.name; }

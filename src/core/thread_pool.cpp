@@ -23,11 +23,16 @@
 namespace softneuro::core {
 namespace {
 
+/// A session's own thread count on the thread running it (0: the library's).
+thread_local int t_session_threads = 0;
+
 class Pool final : public ThreadPool {
  public:
   explicit Pool(int threads) { resize(threads); }
 
-  int num_threads() const noexcept override { return threads_.load(std::memory_order_relaxed); }
+  int num_threads() const noexcept override {
+    return t_session_threads > 0 ? t_session_threads : threads_.load(std::memory_order_relaxed);
+  }
 
   void resize(int threads) { threads_.store(std::max(1, threads), std::memory_order_relaxed); }
 
@@ -87,6 +92,17 @@ void add_thread_count_hook(ThreadCountHook hook) {
   std::lock_guard lock(s.mutex);
   s.hooks.push_back(hook);
   hook(s.pool.num_threads());
+}
+
+SessionThreads::SessionThreads(int threads) : previous_(t_session_threads), previous_omp_(omp_get_max_threads()) {
+  t_session_threads = threads > 0 ? threads : 0;
+  const int n = global_pool().num_threads();
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);  // what oneDNN reads
+}
+
+SessionThreads::~SessionThreads() {
+  t_session_threads = previous_;
+  if (omp_get_max_threads() != previous_omp_) omp_set_num_threads(previous_omp_);
 }
 
 }  // namespace softneuro::core

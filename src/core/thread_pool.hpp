@@ -9,6 +9,20 @@ namespace softneuro::core {
 /// The pool every routine runs on. Sized by set_num_threads (default: all cores).
 ThreadPool& global_pool();
 
+/// While alive, on the calling thread only: the pool's team (and OpenMP's, which
+/// oneDNN reads) has `threads` threads (a session's own count; 0: the library's).
+/// Sessions in several threads so run side by side, each on its own team.
+class SessionThreads {
+ public:
+  explicit SessionThreads(int threads);
+  ~SessionThreads();
+  SessionThreads(const SessionThreads&) = delete;
+  SessionThreads& operator=(const SessionThreads&) = delete;
+
+ private:
+  int previous_, previous_omp_;
+};
+
 /// Called with the new thread count whenever it changes (and once at
 /// registration), so wrapped libraries (oneDNN, XNNPACK, Eigen) follow it.
 using ThreadCountHook = void (*)(int threads);

@@ -248,8 +248,7 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
     if (auto quant = load_calibration(path)) {
       net.graph.blob_quant = std::move(*quant);
       core::info("calibration of {} blobs read from {}", net.graph.blob_quant.size(), path);
-      net.executor.reset();
-      net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
+      net.changed();
       return;
     }
   }
@@ -322,8 +321,7 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
   core::info("calibrated {} blobs on {} batch(es){}", net.graph.blob_quant.size(), given.size(),
              clip ? fmt::format(", {}th percentile", options.percentile) : std::string());
   if (cached) save_calibration(path, net.graph.blob_quant);
-  net.executor.reset();  // it points into the graph's routine path; rebuild with the quantisation
-  net.executor = std::make_unique<core::Executor>(net.graph, net.shapes);
+  net.changed();  // prepared again, with the quantisation, at the next run
 }
 
 }  // namespace profiler

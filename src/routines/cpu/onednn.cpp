@@ -285,7 +285,7 @@ struct Conv2 {
     }
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, out0}};
     if (prepare) {
-      const dnnl::memory wm = reorder_to(weight_memory(plain_md(wd), w), pd.weights_desc());
+      const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(plain_md(wd), w), pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       p.keep.push_back(w);  // wm may be the weight itself when oneDNN takes it plain
       if (bias) {
@@ -339,7 +339,7 @@ struct Dense {
     Plan p;
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {
-      const dnnl::memory wm = reorder_to(weight_memory(plain_md({o, k}), w), pd.weights_desc());
+      const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(plain_md({o, k}), w), pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       p.keep.push_back(w);
       if (bias) {

@@ -7,6 +7,7 @@
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
+#include "core/hash.hpp"
 #include "core/thread_pool.hpp"
 
 #include <softneuro/routine.hpp>
@@ -100,20 +101,15 @@ inline bool has_avx512() {
   return yes;
 }
 
-inline std::atomic<int> g_threads{0};  // the library's thread count, from the hook
-
-/// Makes the calling thread's OpenMP team size the library's thread count.
+/// Makes the calling thread's OpenMP team size the library's thread count (or its session's).
 /// libgomp keeps this setting per thread, so every thread that prepares or runs
 /// a oneDNN routine checks it (cheap: one call to omp_get_max_threads).
 inline void match_threads() {
-  const int n = g_threads.load(std::memory_order_relaxed);
+  const int n = core::global_pool().num_threads();  // a session's own count where it has one
   if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
-inline void thread_count_hook(int threads) {
-  g_threads.store(threads, std::memory_order_relaxed);
-  omp_set_num_threads(threads);
-}
+inline void thread_count_hook(int threads) { omp_set_num_threads(threads); }
 
 /// Says once (at info level) how OpenMP will wait between oneDNN layers.
 /// Measured on 2 vCPUs, a 64->64 3x3 conv at 28x28 (2 threads) followed by a
@@ -156,6 +152,18 @@ inline dnnl::memory reorder_to(const dnnl::memory& user, const dnnl::memory::des
   dnnl::reorder(user, out).execute(s, const_cast<dnnl::memory&>(user), out);
   s.wait();
   return out;
+}
+
+/// The weight `user` in the layout `want`, reordered once per model: every
+/// session of it shares the copy (LayerInfo::shared); `hold` keeps it alive.
+inline dnnl::memory shared_reorder(const LayerInfo& info, std::vector<std::shared_ptr<const void>>& hold,
+                                   std::string_view key, const dnnl::memory& user, const dnnl::memory::desc& want) {
+  if (user.get_desc() == want) return user;  // the model's own weight memory
+  // The layout oneDNN wants may differ between sessions (thread counts): part of the key.
+  const std::string k = fmt::format("{}/{:016x}", key, core::xxh64(&want.data, sizeof(want.data)));
+  auto m = shared_weights<dnnl::memory>(info, k, [&] { return reorder_to(user, want); });
+  hold.push_back(m);
+  return *m;
 }
 // ---------------------------------------------------------------------------
 // Fused activations as post-ops
@@ -206,6 +214,7 @@ struct Plan {
   std::vector<dnnl::memory> fixed;        ///< Mem::fixed, by index
   std::vector<dnnl::memory::desc> temps;  ///< Mem::temp, by index
   std::vector<Blob> keep;                 ///< weights the fixed memories point into
+  std::vector<std::shared_ptr<const void>> shared;  ///< derived weights of the model's store in use
 
   /// The common case: one primitive reading inputs and writing output 0.
   static Plan single(const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, Mem>> args) {
@@ -232,7 +241,7 @@ inline std::string_view reference_impl(const Plan& p) {
 
 class Prepared final : public PreparedRoutine {
  public:
-  explicit Prepared(Plan plan) : stream_(cpu_engine()), keep_(std::move(plan.keep)) {
+  explicit Prepared(Plan plan) : stream_(cpu_engine()), keep_(std::move(plan.keep)), shared_(std::move(plan.shared)) {
     // One oneDNN memory per blob, fixed memory and temporary, shared by the steps.
     std::vector<std::pair<Mem, dnnl_memory_t>> handles;
     for (const auto& m : plan.fixed) {
@@ -318,5 +327,6 @@ class Prepared final : public PreparedRoutine {
   std::size_t workspace_bytes_ = 0;
   const void* workspace_last_ = nullptr;
   std::vector<Blob> keep_;
+  std::vector<std::shared_ptr<const void>> shared_;
 };
 }  // namespace softneuro::onednn_common

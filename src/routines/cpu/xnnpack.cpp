@@ -160,16 +160,8 @@ void xcheck(xnn_status s, std::string_view what) {
 }
 
 // ---------------------------------------------------------------------------
-// Threads: one pthreadpool per thread count, shared by every XNNPACK routine.
-
-std::atomic<int> g_threads{1};  // the library's thread count, from the hook
-
-void thread_count_hook(int threads) { g_threads.store(std::max(1, threads), std::memory_order_relaxed); }
-
-const bool g_hook_registered = [] {
-  core::add_thread_count_hook(&thread_count_hook);
-  return true;
-}();
+// Threads: one pthreadpool handle per thread count (the library's, or a
+// session's own), shared by every XNNPACK routine; its loops run on our pool.
 
 constexpr int kMaxPoolThreads = 256;
 std::array<std::atomic<pthreadpool_t>, kMaxPoolThreads + 1> g_pools{};
@@ -178,7 +170,7 @@ std::mutex g_pools_mutex;
 /// The pool handle for the current thread count (nullptr for one thread: XNNPACK runs on the
 /// caller). Handles are created on first use and kept until the process exits.
 pthreadpool_t current_pool() {
-  const int n = std::min(g_threads.load(std::memory_order_relaxed), kMaxPoolThreads);
+  const int n = std::min(core::global_pool().num_threads(), kMaxPoolThreads);
   if (n <= 1) return nullptr;
   if (!core::pthreadpool_interposed()) {
     static const bool warned = [] {

@@ -1,0 +1,132 @@
+// softneuro/session.hpp — a model, loaded once, and the sessions that run it.
+#pragma once
+
+#include <softneuro/blob.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace softneuro {
+
+namespace detail {
+struct ModelImpl;
+class SessionImpl;
+}
+
+/// A net input or output: its name, logical shape and dtype.
+struct TensorInfo {
+  std::string name;
+  /// An input's default shape (what a session prepares for at creation), an
+  /// output's shape at the default input shapes.
+  Shape shape;
+  DType dtype = DType::float32;
+  /// An input's dims that may take any size at run (symbolic in the source
+  /// model, e.g. batch or image width); the other dims must be as in `shape`.
+  std::vector<int> dynamic_dims;
+};
+
+/// One layer as `softneuro inspect` shows it, with the routine that runs it.
+struct LayerSummary {
+  std::string name;
+  std::string type;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::vector<Shape> output_shapes;
+  std::string params;      ///< "strides=[1,1] group=1 ..." (weights as "name:shape")
+  std::string descriptor;  ///< the routine chosen to run it, e.g. "cpu/ref"
+  std::string routine_params;  ///< "tile=4 ..." or empty
+  bool tuned = false;      ///< whether the descriptor comes from a tuned routine path
+  double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
+  double measured_ms = 0;  ///< time the tuner measured in a whole-net run of the chosen path (0: none)
+  /// Filled by layers(true): every registered routine of the layer's type, in
+  /// every schema, with why it is not a candidate (empty reason: it is one).
+  struct Candidate {
+    std::string descriptor;
+    bool supported = false;
+    std::string reason;
+  };
+  std::vector<Candidate> candidates;
+};
+
+/// A loaded model: the layers, their weights (memory-mapped from the file) and
+/// the tuned routine path. Immutable: every member is safe from any number of
+/// threads at once. A cheap handle: copies share the model. Loading, inspecting
+/// and saving prepare nothing; sessions do.
+class Model {
+ public:
+  /// Reads a .dnn file (memory-mapped; weights used in place) and checks it
+  /// fully (format version, checksum, every index and size). Throws
+  /// softneuro::Error naming the file, layer and field at fault.
+  static Model load(const std::string& path);
+  /// Writes a .dnn file atomically (a temporary file renamed over `path`).
+  void save(const std::string& path) const;
+
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  /// Shape of the named input or output; throws softneuro::Error for an unknown name.
+  Shape input_shape(const std::string& name) const;
+  Shape output_shape(const std::string& name) const;
+  /// The device fingerprint a tuned path was made on, empty when untuned.
+  std::string tuned_fingerprint() const;
+  /// How OpenMP threads waited while the tuned path was measured (openmp_wait()).
+  std::string tuned_openmp_wait() const;
+  const std::string& name() const;
+
+  /// For the library's own modules; not for apps.
+  explicit Model(std::shared_ptr<const detail::ModelImpl> impl);
+  const detail::ModelImpl& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<const detail::ModelImpl> impl_;
+};
+
+/// How a session runs its model.
+struct SessionOptions {
+  /// Threads of this session's runs (0: the library's count, set_num_threads).
+  /// Sessions run in several threads side by side, each with its own team.
+  /// Keep the threads of all teams that run at once within the cores, counting
+  /// a team any other thread of the app ran: where libgomp manages more threads
+  /// than cores, its idle threads sleep at once instead of spinning (a session
+  /// at 2 threads ran 2x slower beside the main thread's idle team on 2 cores).
+  int threads = 0;
+  /// The most bytes the session's planned arena (intermediate blobs and
+  /// workspaces) may take; 0: no limit. A larger plan is an Error at creation.
+  std::size_t memory_limit = 0;
+};
+
+/// The prepared run state of a model: routines prepared, memory planned, one
+/// arena. Derived weights (packed, reordered, transformed) are the model's,
+/// shared by all its sessions. run() is safe from one thread at a time per
+/// session; sessions of one model run concurrently with identical outputs.
+/// Keeps its model alive. Move-only.
+class Session {
+ public:
+  explicit Session(const Model& model, const SessionOptions& options = {});
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+
+  /// Runs the model. Inputs are read in place (zero-copy); each output is
+  /// written straight into the memory of the caller's blob of that name, which
+  /// must have the output's shape. After the first call this performs no heap
+  /// allocation of ours. Throws softneuro::Error on a missing, unknown or mis-shaped blob.
+  void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
+  /// Convenience form: returns freshly allocated outputs, in outputs() order.
+  std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
+
+  const Model& model() const;
+  /// The layers in execution order with their chosen routines; with `explain`,
+  /// also every routine considered and why it was or was not a candidate.
+  std::vector<LayerSummary> layers(bool explain = false) const;
+  /// Bytes of the planned arena, and the sum of the planned blobs' own sizes.
+  std::size_t planned_bytes() const;
+  std::size_t unplanned_bytes() const;
+
+ private:
+  std::unique_ptr<detail::SessionImpl> impl_;
+};
+
+}  // namespace softneuro

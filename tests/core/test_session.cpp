@@ -1,0 +1,112 @@
+// Model and Session: loading prepares nothing; sessions of one model share
+// derived weights and run concurrently with identical outputs.
+#include "core/net_impl.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+using namespace softneuro;
+
+namespace {
+
+std::vector<NamedBlob> random_inputs(const Model& model, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<NamedBlob> ins;
+  for (const auto& t : model.inputs()) {
+    Blob b = Blob::allocate(t.shape);
+    for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = u(rng);
+    ins.push_back({t.name, b});
+  }
+  return ins;
+}
+
+bool same(const std::vector<NamedBlob>& a, const std::vector<NamedBlob>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].blob.byte_size() != b[i].blob.byte_size() ||
+        std::memcmp(a[i].blob.data(), b[i].blob.data(), a[i].blob.byte_size()) != 0)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("session: loading and inspecting a model prepares nothing", "[session]") {
+  Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  CHECK(!model.inputs().empty());
+  CHECK(model.output_shape(model.outputs()[0].name) == model.outputs()[0].shape);
+  CHECK(model.impl().weights->built() == 0);
+  Session s(model);
+  CHECK(model.impl().weights->built() > 0);  // the demo's oneDNN convolutions reorder their weights
+}
+
+TEST_CASE("session: sessions of one model share derived weights", "[session]") {
+  Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  Session first(model);
+  const uint64_t built = model.impl().weights->built();
+  REQUIRE(built > 0);
+  {
+    Session second(model), third(model);
+    CHECK(model.impl().weights->built() == built);  // nothing packed again
+    auto in = random_inputs(model, 1);
+    CHECK(same(first.run(in), second.run(in)));
+  }
+  // With every session gone, the model holds no derived weights; a new session builds them again.
+  Session s(Model::load(SOFTNEURO_DEMO_MODEL));
+  CHECK(s.model().impl().weights->built() == built);
+}
+
+TEST_CASE("session: sessions of one model run concurrently with identical outputs", "[session][threads]") {
+  Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  constexpr int kSessions = 4, kRuns = 25;
+  std::vector<std::vector<NamedBlob>> inputs, expected;
+  {
+    Session one(model, SessionOptions{1});
+    for (int k = 0; k < kRuns; ++k) {
+      inputs.push_back(random_inputs(model, static_cast<unsigned>(k)));
+      expected.push_back(one.run(inputs.back()));
+    }
+  }
+  std::vector<int> wrong(kSessions, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kSessions; ++t)
+    threads.emplace_back([&, t] {
+      Session s(model, SessionOptions{1});
+      for (int k = 0; k < kRuns; ++k) {
+        const int i = (k + t * 7) % kRuns;  // sessions at different inputs at any moment
+        wrong[static_cast<std::size_t>(t)] += !same(s.run(inputs[static_cast<std::size_t>(i)]), expected[static_cast<std::size_t>(i)]);
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kSessions; ++t) CHECK(wrong[static_cast<std::size_t>(t)] == 0);
+}
+
+TEST_CASE("session: a session at two threads matches one at one thread", "[session][threads]") {
+  Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  auto in = random_inputs(model, 3);
+  Session one(model, SessionOptions{1}), two(model, SessionOptions{2});
+  auto a = one.run(in), b = two.run(in);
+  REQUIRE(a.size() == b.size());
+  const float* x = a[0].blob.data_as<float>();
+  const float* y = b[0].blob.data_as<float>();
+  for (int64_t i = 0; i < a[0].blob.numel(); ++i) CHECK(std::abs(x[i] - y[i]) <= 1e-4f * (1 + std::abs(x[i])));
+}
+
+TEST_CASE("session: bad options are clear errors", "[session]") {
+  Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  try {
+    Session s(model, SessionOptions{0, 64});
+    FAIL("a 64-byte memory limit was accepted");
+  } catch (const Error& e) {
+    CHECK(e.field() == "memory_limit");
+    CHECK(std::string(e.what()).find("memory limit") != std::string::npos);
+  }
+  CHECK_THROWS_AS(Session(model, SessionOptions{-1}), Error);
+}
