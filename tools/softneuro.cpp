@@ -34,7 +34,9 @@ commands:
   routines [LAYER_TYPE]     descriptors of the registered routines (plugins included)
   import MODEL.onnx -o OUT.dnn [options]
                             translate an ONNX model (opsets 11..17) and save it
-      --input-shape NAME=1x3x224x224   shape of an input with symbolic dims (default 1)
+      --input-shape NAME=1x3x48x?      fixes an input's symbolic dims; '?' keeps one dynamic.
+                            Symbolic dims stay dynamic where the model runs at any size
+                            of them (default size: 1 for a leading dim, 64 for others)
       --no-passes           skip the graph passes (folding, fusion, clean-up)
   tune IN.dnn -o OUT.dnn [options]
                             measure routines on this device, pick the fastest routine path (DPRS)
@@ -50,8 +52,9 @@ commands:
       --json FILE           write the tuning report as JSON
       --threads T           threads to tune for
   run FILE [options]        run a net and print its outputs and latency
-      --input NAME=x.npy    an input (default: seeded random normal values)
-      --output NAME=y.npy   write an output
+      --input NAME=x.npy    an input (default: seeded random normal values); NAME=a.npy,b.npy,...:
+                            input sets run one after another in the one session (shapes may differ)
+      --output NAME=y.npy   write an output (several input sets: y.0.npy, y.1.npy, ...)
       --repeat N            timed runs after one warm-up (default 10)
       --threads T           threads (default: all cores)
       --seed S              seed of the random inputs (default 0)
@@ -92,6 +95,17 @@ void write_text(const std::string& path, const std::string& text) {
     throw sn::Error("cannot write", path);
 }
 
+/// "[1,3,224,224]", or with dynamic dims "[?,3,48,?] (default [1,3,48,64])".
+std::string input_shape_text(const sn::TensorInfo& t) {
+  if (t.dynamic_dims.empty()) return t.shape.to_string();
+  std::string text = "[";
+  for (int i = 0; i < t.shape.rank(); ++i) {
+    const bool dynamic = std::find(t.dynamic_dims.begin(), t.dynamic_dims.end(), i) != t.dynamic_dims.end();
+    text += fmt::format("{}{}", i ? "," : "", dynamic ? std::string("?") : std::to_string(t.shape[i]));
+  }
+  return text + fmt::format("] (default {})", t.shape.to_string());
+}
+
 std::string human_bytes(std::size_t b) {
   if (b >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
   if (b >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
@@ -109,7 +123,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   if (files.size() != 1) throw Usage("inspect takes one FILE");
   sn::Net net = sn::Net::load(files[0]);
   fmt::print("model: {} ({})\n", net.name().empty() ? "(unnamed)" : net.name(), files[0]);
-  for (const auto& t : net.inputs()) fmt::print("input  {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
+  for (const auto& t : net.inputs()) fmt::print("input  {} {} {}\n", t.name, input_shape_text(t), sn::to_string(t.dtype));
   for (const auto& t : net.outputs()) fmt::print("output {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
   auto fp = net.tuned_fingerprint();
   fmt::print("routine path: {}\n", fp.empty() ? "untuned (default choice per layer)" : "tuned on " + fp);
@@ -175,13 +189,15 @@ void print_output(const sn::NamedBlob& out, int top) {
   fmt::print("\n");
 }
 
-sn::Shape parse_shape(const std::string& text, const char* flag) {
+/// "1x3x224x224"; with `symbolic`, a "?" dim (kept dynamic) is -1.
+sn::Shape parse_shape(const std::string& text, const char* flag, bool symbolic = false) {
   std::vector<int64_t> dims;
   std::size_t pos = 0;
   while (pos <= text.size()) {
     std::size_t x = text.find('x', pos);
     if (x == std::string::npos) x = text.size();
-    dims.push_back(parse_int(text.substr(pos, x - pos), flag, 1));
+    const std::string dim = text.substr(pos, x - pos);
+    dims.push_back(symbolic && dim == "?" ? -1 : parse_int(dim, flag, 1));
     pos = x + 1;
   }
   if (dims.size() > static_cast<std::size_t>(sn::Shape::max_rank)) throw Usage(fmt::format("{}: too many dims in '{}'", flag, text));
@@ -200,7 +216,7 @@ int cmd_import(const std::vector<std::string>& args) {
     if (a == "-o" || a == "--output") out = value("-o");
     else if (a == "--input-shape") {
       auto [name, dims] = split_assign(value("--input-shape"), "--input-shape");
-      options.input_shapes[name] = parse_shape(dims, "--input-shape");
+      options.input_shapes[name] = parse_shape(dims, "--input-shape", true);
     } else if (a == "--no-passes") {
       options.remove_identities = options.fold_constants = options.fold_batchnorm = false;
       options.fold_bias_add = options.fuse_activations = options.eliminate_dead_layers = false;
@@ -214,7 +230,7 @@ int cmd_import(const std::vector<std::string>& args) {
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   net.save(out);
   fmt::print("imported {} in {:.1f} ms: {} layers", model, ms, net.layers().size());
-  for (const auto& t : net.inputs()) fmt::print(", input {} {}", t.name, t.shape.to_string());
+  for (const auto& t : net.inputs()) fmt::print(", input {} {}", t.name, input_shape_text(t));
   for (const auto& t : net.outputs()) fmt::print(", output {} {}", t.name, t.shape.to_string());
   fmt::print("\nwrote {}\n", out);
   return 0;
@@ -390,7 +406,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       while (!go.load()) std::this_thread::yield();
       if (!session) return;
       std::vector<sn::NamedBlob> out;
-      for (const auto& t : model.outputs()) out.push_back({t.name, sn::Blob::allocate(t.shape)});
+      for (const auto& t : model.outputs()) out.push_back({t.name, sn::Blob::allocate(session->output_shape(t.name))});
       const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
       for (int r = 0; runs ? r < runs : std::chrono::steady_clock::now() < end; ++r) {
         auto t0 = std::chrono::steady_clock::now();
@@ -450,27 +466,57 @@ int cmd_run(const std::vector<std::string>& args) {
   if (file.empty()) throw Usage("run needs a FILE");
   if (threads > 0) sn::set_num_threads(threads);
   sn::Net net = sn::Net::load(file);
-
-  std::vector<sn::NamedBlob> inputs = make_inputs(net.inputs(), input_files, seed);
   for (const auto& [name, path] : output_files) net.output_shape(name);  // unknown names fail before running
 
-  std::vector<sn::NamedBlob> outputs;
-  for (const auto& t : net.outputs()) outputs.push_back({t.name, sn::Blob::allocate(t.shape)});
-  net.run(inputs, outputs);  // warm-up
-  std::vector<double> ms;
-  for (int r = 0; r < repeat; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    net.run(inputs, outputs);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  // NAME=a.npy,b.npy: input sets run one after another in the one net (inputs of several shapes).
+  std::map<std::string, std::vector<std::string>> lists;
+  std::size_t sets = 1;
+  for (const auto& [name, paths] : input_files) {
+    auto& list = lists[name];
+    for (std::size_t pos = 0; pos <= paths.size();) {
+      std::size_t comma = std::min(paths.find(',', pos), paths.size());
+      list.push_back(paths.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    if (sets > 1 && list.size() > 1 && list.size() != sets)
+      throw Usage(fmt::format("--input lists of {} and {} files: give every input one file or the same number", sets, list.size()));
+    sets = std::max(sets, list.size());
   }
-  for (const auto& o : outputs) print_output(o, top);
-  for (const auto& [name, path] : output_files)
-    for (const auto& o : outputs)
-      if (o.name == name) sn::save_npy(path, o.blob);
-  std::sort(ms.begin(), ms.end());
-  double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
-  fmt::print("latency over {} runs ({} threads): median {:.3f} ms, min {:.3f} ms, max {:.3f} ms\n", repeat,
-             sn::num_threads(), median, ms.front(), ms.back());
+  for (std::size_t set = 0; set < sets; ++set) {
+    std::map<std::string, std::string> files;
+    for (const auto& [name, list] : lists) files[name] = list[std::min(set, list.size() - 1)];
+    std::vector<sn::NamedBlob> inputs = make_inputs(net.inputs(), files, seed);
+    if (sets > 1) {
+      std::string shapes;
+      for (const auto& in : inputs) shapes += fmt::format(" {}={}", in.name, in.blob.shape().to_string());
+      fmt::print("input set {}:{}\n", set, shapes);
+    }
+    std::vector<sn::NamedBlob> outputs = net.run(inputs);  // warm-up; outputs at these inputs' shapes
+    std::vector<double> ms;
+    for (int r = 0; r < repeat; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      net.run(inputs, outputs);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    for (const auto& o : outputs) print_output(o, top);
+    for (const auto& [name, path] : output_files)
+      for (const auto& o : outputs)
+        if (o.name == name) {
+          // Several input sets: y.npy becomes y.0.npy, y.1.npy, ...
+          std::string at = path;
+          if (sets > 1) {
+            const std::size_t dot = at.rfind('.');
+            const std::size_t slash = at.rfind('/');
+            const std::size_t cut = dot != std::string::npos && (slash == std::string::npos || dot > slash) ? dot : at.size();
+            at.insert(cut, fmt::format(".{}", set));
+          }
+          sn::save_npy(at, o.blob);
+        }
+    std::sort(ms.begin(), ms.end());
+    double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
+    fmt::print("latency over {} runs ({} threads): median {:.3f} ms, min {:.3f} ms, max {:.3f} ms\n", repeat,
+               sn::num_threads(), median, ms.front(), ms.back());
+  }
   const std::string tuned_wait = net.tuned_openmp_wait();
   fmt::print("OpenMP wait: {}{}\n", sn::openmp_wait(),
              tuned_wait.empty() ? "" : tuned_wait == sn::openmp_wait() ? " (as tuned)" : fmt::format(" (tuned under {})", tuned_wait));

@@ -17,9 +17,14 @@ namespace softneuro {
 
 /// What import_onnx does beyond translating operators into layers.
 struct ImportOptions {
-  /// Shapes of net inputs, by name. Needed for inputs whose ONNX shape has
-  /// symbolic (e.g. "batch") or unknown dims; without an entry such dims are 1.
-  /// An entry must agree with every fixed dim of the ONNX shape.
+  /// Shapes of net inputs, by name: a dim given here fixes a symbolic (e.g.
+  /// "batch") or unknown dim of the ONNX shape; -1 leaves it symbolic. An entry
+  /// must agree with every fixed dim of the ONNX shape. Symbolic dims stay
+  /// dynamic (TensorInfo::dynamic_dims: sessions take any size there) where the
+  /// model runs at any size of them: the importer imports again with each at
+  /// another size and keeps it where every difference is a reshape target it
+  /// can express; otherwise the dim stays at its default with a warning naming
+  /// the layer. Default sizes: 1 for a leading dim, 64 for others.
   std::map<std::string, Shape> input_shapes;
 
   /// Graph passes, run in this order after the translation (all on by default).

@@ -4,6 +4,7 @@
 #include <softneuro/blob.hpp>
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,6 +96,9 @@ struct SessionOptions {
   /// The most bytes the session's planned arena (intermediate blobs and
   /// workspaces) may take; 0: no limit. A larger plan is an Error at creation.
   std::size_t memory_limit = 0;
+  /// Input shapes whose prepared state (routines, memory plan, arena) the
+  /// session keeps, the least recently used dropped first (at least 1).
+  std::size_t shape_cache = 4;
 };
 
 /// The prepared run state of a model: routines prepared, memory planned, one
@@ -111,11 +115,21 @@ class Session {
 
   /// Runs the model. Inputs are read in place (zero-copy); each output is
   /// written straight into the memory of the caller's blob of that name, which
-  /// must have the output's shape. After the first call this performs no heap
-  /// allocation of ours. Throws softneuro::Error on a missing, unknown or mis-shaped blob.
+  /// must have output_shape() at these inputs' shapes. Inputs may take any size
+  /// in their dynamic dims: a new shape is prepared once (shape inference,
+  /// routines, memory plan) and kept (SessionOptions::shape_cache); runs at a
+  /// shape seen before perform no heap allocation of ours. Throws
+  /// softneuro::Error on a missing, unknown or mis-shaped blob, naming it.
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
   /// Convenience form: returns freshly allocated outputs, in outputs() order.
   std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
+  /// Prepares for these input shapes now (inputs not named: their default
+  /// shape), so that the next run at them does no preparation, and makes them
+  /// the shapes output_shape() answers for.
+  void reshape(const std::map<std::string, Shape>& input_shapes);
+  /// The named output's shape at the input shapes of the last run or reshape
+  /// (at first: the default ones).
+  Shape output_shape(const std::string& name) const;
 
   const Model& model() const;
   /// The layers in execution order with their chosen routines; with `explain`,

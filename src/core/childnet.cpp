@@ -14,7 +14,7 @@ class PreparedChildnet final : public PreparedRoutine {
     const Layer& l = *info.layer;
     graph_.name = l.name;
     for (std::size_t i = 0; i < l.inputs.size(); ++i) {
-      graph_.inputs.push_back({l.inputs[i], info.input_shapes[i], schema.dtype});
+      graph_.inputs.push_back({l.inputs[i], info.input_shapes[i], schema.dtype, {}});
       shapes_[l.inputs[i]] = info.input_shapes[i];
     }
     for (std::size_t i = 0; i < l.outputs.size(); ++i) shapes_[l.outputs[i]] = info.output_shapes[i];

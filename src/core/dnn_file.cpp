@@ -156,7 +156,15 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
   if (m->inputs())
     for (auto t : *m->inputs()) {
       std::string name = r.str(t->name());
-      g.inputs.push_back({name, r.shape(t->shape(), {}, "inputs." + name), r.dtype(t->dtype(), {}, "inputs." + name)});
+      TensorInfo info{name, r.shape(t->shape(), {}, "inputs." + name), r.dtype(t->dtype(), {}, "inputs." + name), {}};
+      if (t->dynamic_dims())
+        for (int d : *t->dynamic_dims()) {
+          if (d < 0 || d >= info.shape.rank() || (!info.dynamic_dims.empty() && d <= info.dynamic_dims.back()))
+            throw Error(fmt::format("dynamic dim {} is out of range or order for the rank-{} shape", d, info.shape.rank()),
+                        file, {}, "inputs." + name + ".dynamic_dims");
+          info.dynamic_dims.push_back(d);
+        }
+      g.inputs.push_back(std::move(info));
     }
   g.outputs = strings(m->outputs());
   if (m->layers())
@@ -262,7 +270,8 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
   auto ints = [&](const Shape& s) { return fbb.CreateVector(s.to_vector()); };
   std::vector<flatbuffers::Offset<fb::Tensor>> inputs;
   for (const auto& t : g.inputs)
-    inputs.push_back(fb::CreateTensor(fbb, fbb.CreateString(t.name), static_cast<uint8_t>(t.dtype), ints(t.shape)));
+    inputs.push_back(fb::CreateTensor(fbb, fbb.CreateString(t.name), static_cast<uint8_t>(t.dtype), ints(t.shape),
+                                      t.dynamic_dims.empty() ? 0 : fbb.CreateVector(t.dynamic_dims)));
   std::vector<flatbuffers::Offset<fb::Layer>> layers;
   for (const auto& l : g.layers) {
     std::vector<flatbuffers::Offset<fb::Attr>> params;

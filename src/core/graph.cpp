@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -112,12 +114,36 @@ void check_size(const Shape& s, const std::string& layer, const std::string& fie
 }  // namespace
 
 std::map<std::string, Shape> infer_shapes(const Graph& g) {
+  std::map<std::string, Shape> inputs;
+  for (const auto& in : g.inputs) inputs[in.name] = in.shape;
+  return infer_shapes(g, inputs);
+}
+
+void check_input_shape(const TensorInfo& in, const Shape& s) {
+  bool fits = s.rank() == in.shape.rank();
+  for (int i = 0; fits && i < s.rank(); ++i)
+    fits = s[i] == in.shape[i] ||
+           (s[i] > 0 && std::find(in.dynamic_dims.begin(), in.dynamic_dims.end(), i) != in.dynamic_dims.end());
+  if (fits) return;
+  std::string want = "[";
+  for (int i = 0; i < in.shape.rank(); ++i) {
+    const bool dynamic = std::find(in.dynamic_dims.begin(), in.dynamic_dims.end(), i) != in.dynamic_dims.end();
+    want += fmt::format("{}{}", i ? "," : "", dynamic ? std::string("?") : std::to_string(in.shape[i]));
+  }
+  throw Error(fmt::format("input '{}' has shape {}; the model takes {} (? : any size)", in.name, s.to_string(), want + "]"),
+              {}, {}, in.name);
+}
+
+std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::string, Shape>& input_shapes) {
   std::map<std::string, Shape> shapes;
   for (const auto& in : g.inputs) {
-    for (auto d : in.shape)
-      if (d <= 0) throw Error(fmt::format("net input '{}' has a non-positive dim in {}", in.name, in.shape.to_string()), {}, {}, "inputs");
-    check_size(in.shape, {}, "inputs." + in.name);
-    shapes[in.name] = in.shape;
+    auto given = input_shapes.find(in.name);
+    if (given == input_shapes.end()) throw Error(fmt::format("no shape for net input '{}'", in.name), {}, {}, in.name);
+    const Shape& s = given->second;
+    for (auto d : s)
+      if (d <= 0) throw Error(fmt::format("net input '{}' has a non-positive dim in {}", in.name, s.to_string()), {}, {}, "inputs");
+    check_size(s, {}, "inputs." + in.name);
+    shapes[in.name] = s;
   }
   std::vector<Shape> ins;
   for (const auto& l : g.layers) {

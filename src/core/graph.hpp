@@ -74,6 +74,11 @@ void sort_topologically(Graph& graph);
 /// Shape of every blob of a checked, sorted graph: net inputs and each layer's
 /// outputs, via each layer type's shape inference. Throws Error naming the layer.
 std::map<std::string, Shape> infer_shapes(const Graph& graph);
+/// The same at other input shapes (every net input named in `input_shapes`).
+std::map<std::string, Shape> infer_shapes(const Graph& graph, const std::map<std::string, Shape>& input_shapes);
+/// Throws Error naming the input where `shape` is not one it takes: another
+/// rank, or another size in a dim that is not dynamic.
+void check_input_shape(const TensorInfo& input, const Shape& shape);
 
 /// "strides=[1,1] group=1 weight:[64,3,7,7]" for inspect and error messages.
 std::string describe_params(const Layer& layer);

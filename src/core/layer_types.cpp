@@ -177,15 +177,24 @@ std::vector<Shape> infer_split(const Layer& l, std::span<const Shape> in) {
   return out;
 }
 
+// shape: ONNX's target (0 copies the input dim at the same index, -1 is
+// inferred); copy_dims (optional, one per output dim): an input dim index to
+// copy, or -1 to take `shape` (lets a model with dynamic dims squeeze and
+// unsqueeze them).
 std::vector<Shape> infer_reshape(const Layer& l, std::span<const Shape> in) {
   auto spec = l.get_ints("shape");
+  const auto copy = l.get_ints("copy_dims", {});
   if (spec.size() > static_cast<std::size_t>(Shape::max_rank)) fail(l, "shape", "too many dims");
+  if (!copy.empty() && copy.size() != spec.size()) fail(l, "copy_dims", "not one per output dim");
   Shape out;
   int infer_at = -1;
   int64_t known = 1;
   for (std::size_t i = 0; i < spec.size(); ++i) {
     int64_t d = spec[i];
-    if (d == 0) {
+    if (!copy.empty() && copy[i] != -1) {
+      if (copy[i] < 0 || copy[i] >= in[0].rank()) fail(l, "copy_dims", fmt::format("dim {} is not one of the input's", copy[i]));
+      d = in[0][static_cast<int>(copy[i])];
+    } else if (d == 0) {
       if (static_cast<int>(i) >= in[0].rank()) fail(l, "shape", "0 refers past the input's rank");
       d = in[0][static_cast<int>(i)];
     } else if (d == -1) {

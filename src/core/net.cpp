@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 namespace softneuro {
 namespace detail {
 
@@ -18,7 +20,7 @@ void ModelImpl::build(core::Graph g, const std::string& from) {
     graph = std::move(g);
     inputs = graph.inputs;
     outputs.clear();
-    for (const auto& o : graph.outputs) outputs.push_back({o, shapes.at(o), DType::float32});
+    for (const auto& o : graph.outputs) outputs.push_back({o, shapes.at(o), DType::float32, {}});
   } catch (const Error& e) {
     throw file.empty() ? e : e.with_file(file);
   }
@@ -38,22 +40,101 @@ std::unique_ptr<NetImpl> NetImpl::build(core::Graph graph, const std::string& fi
   return impl;
 }
 
-core::Executor& NetImpl::prepared() const {
-  if (!executor) executor = prepare();
-  return *executor;
+core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
+  std::map<std::string, Shape> inputs;
+  for (const auto& in : model_.inputs) {
+    auto it = given.find(in.name);
+    if (it == given.end()) {
+      inputs[in.name] = in.shape;
+      continue;
+    }
+    try {
+      core::check_input_shape(in, it->second);
+    } catch (const Error& e) {
+      throw model_.file.empty() ? e : e.with_file(model_.file);
+    }
+    inputs[in.name] = it->second;
+  }
+  for (const auto& [name, shape] : given)
+    if (!inputs.count(name)) throw Error(fmt::format("the model has no input named '{}'", name), model_.file, {}, name);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (it->inputs == inputs) {
+      entries_.splice(entries_.begin(), entries_, it);
+      return *entries_.front().executor;
+    }
+  const auto t0 = std::chrono::steady_clock::now();
+  Entry e;
+  e.inputs = inputs;
+  try {
+    e.shapes = core::infer_shapes(model_.graph, inputs);
+    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights);
+  } catch (const Error& err) {
+    throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
+  }
+  bool default_shapes = true;
+  for (const auto& in : model_.inputs) default_shapes = default_shapes && inputs.at(in.name) == in.shape;
+  if (!default_shapes) {
+    std::string text;
+    for (const auto& [name, shape] : inputs) text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, shape.to_string());
+    core::info("{}: prepared for input shapes {} in {:.1f} ms{}", model_.file.empty() ? model_.graph.name : model_.file, text,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+               model_.graph.routine_path.empty() ? ""
+                                                 : "; the tuned routines were measured at the default shapes and run "
+                                                   "where they support these (others: the default choice)");
+  }
+  entries_.push_front(std::move(e));
+  while (entries_.size() > capacity_) entries_.pop_back();
+  return *entries_.front().executor;
 }
 
+core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
+  // The common case, the shapes of the last run, without building a map.
+  if (!entries_.empty()) {
+    const auto& last = entries_.front().inputs;
+    bool same = inputs.size() == last.size();
+    for (std::size_t i = 0; same && i < inputs.size(); ++i) {
+      auto it = last.find(inputs[i].name);
+      same = it != last.end() && it->second == inputs[i].blob.shape();
+    }
+    if (same) return *entries_.front().executor;
+  }
+  std::map<std::string, Shape> shapes;
+  for (const auto& in : inputs) shapes[in.name] = in.blob.shape();
+  return at(shapes);
+}
+
+core::Executor& ShapedExecutors::current() {
+  if (entries_.empty()) return at({});
+  return *entries_.front().executor;
+}
+
+const std::map<std::string, Shape>& ShapedExecutors::current_shapes() {
+  current();
+  return entries_.front().shapes;
+}
+
+ShapedExecutors& NetImpl::shaped() const {
+  if (!executors) executors = std::make_unique<ShapedExecutors>(*this, SessionOptions{}.shape_cache);
+  return *executors;
+}
+
+core::Executor& NetImpl::prepared() const { return shaped().at({}); }
+
 void NetImpl::changed() {
-  executor.reset();
+  executors.reset();
   weights = std::make_shared<core::WeightStore>();
 }
 
-SessionImpl::SessionImpl(const Model& m, const SessionOptions& o) : model(m), options(o) {
+SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
+    : model(m), options(o), executors(model.impl(), o.shape_cache) {
   if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), model.impl().file, {}, "threads");
   core::SessionThreads threads(options.threads);  // routines prepare for the team they will run on
-  executor = model.impl().prepare();
-  if (options.memory_limit && executor->arena_bytes() > options.memory_limit)
-    throw Error(fmt::format("the session's arena needs {} bytes, over its memory limit of {}", executor->arena_bytes(),
+  check_memory(executors.current());
+}
+
+void SessionImpl::check_memory(const core::Executor& executor) const {
+  if (options.memory_limit && executor.arena_bytes() > options.memory_limit)
+    throw Error(fmt::format("the session's arena needs {} bytes, over its memory limit of {}", executor.arena_bytes(),
                             options.memory_limit),
                 model.impl().file, {}, "memory_limit");
 }
@@ -90,9 +171,9 @@ Shape find_shape(const std::vector<TensorInfo>& ts, const std::string& name, con
   throw Error(fmt::format("the model has no {} named '{}'", what, name), {}, {}, name);
 }
 
-std::vector<NamedBlob> allocate_outputs(const std::vector<TensorInfo>& outputs) {
+std::vector<NamedBlob> allocate_outputs(const std::vector<TensorInfo>& outputs, const std::map<std::string, Shape>& shapes) {
   std::vector<NamedBlob> outs;
-  for (const auto& t : outputs) outs.push_back({t.name, Blob::allocate(t.shape)});
+  for (const auto& t : outputs) outs.push_back({t.name, Blob::allocate(shapes.at(t.name))});
   return outs;
 }
 
@@ -151,19 +232,31 @@ Session::~Session() = default;
 
 void Session::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
   core::SessionThreads threads(impl_->options.threads);
-  impl_->executor->run(inputs, outputs);
+  impl_->executor_for(inputs).run(inputs, outputs);
 }
 
 std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
-  auto outs = detail::allocate_outputs(impl_->model.outputs());
-  run(inputs, outs);
+  core::SessionThreads threads(impl_->options.threads);
+  core::Executor& executor = impl_->executor_for(inputs);
+  auto outs = detail::allocate_outputs(impl_->model.outputs(), impl_->executors.current_shapes());
+  executor.run(inputs, outs);
   return outs;
 }
 
+void Session::reshape(const std::map<std::string, Shape>& input_shapes) {
+  core::SessionThreads threads(impl_->options.threads);
+  impl_->check_memory(impl_->executors.at(input_shapes));
+}
+
+Shape Session::output_shape(const std::string& name) const {
+  detail::find_shape(impl_->model.outputs(), name, "output");
+  return impl_->executors.current_shapes().at(name);
+}
+
 const Model& Session::model() const { return impl_->model; }
-std::vector<LayerSummary> Session::layers(bool explain) const { return detail::summarize(*impl_->executor, explain); }
-std::size_t Session::planned_bytes() const { return impl_->executor->arena_bytes(); }
-std::size_t Session::unplanned_bytes() const { return impl_->executor->unplanned_bytes(); }
+std::vector<LayerSummary> Session::layers(bool explain) const { return detail::summarize(impl_->executors.current(), explain); }
+std::size_t Session::planned_bytes() const { return impl_->executors.current().arena_bytes(); }
+std::size_t Session::unplanned_bytes() const { return impl_->executors.current().unplanned_bytes(); }
 
 // --- Net
 
@@ -198,21 +291,22 @@ Shape Net::input_shape(const std::string& name) const { return detail::find_shap
 Shape Net::output_shape(const std::string& name) const { return detail::find_shape(impl_->outputs, name, "output"); }
 
 void Net::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
-  impl_->prepared().run(inputs, outputs);
+  impl_->shaped().for_inputs(inputs).run(inputs, outputs);
 }
 
 std::vector<NamedBlob> Net::run(std::span<const NamedBlob> inputs) {
-  auto outs = detail::allocate_outputs(impl_->outputs);
-  run(inputs, outs);
+  core::Executor& executor = impl_->shaped().for_inputs(inputs);
+  auto outs = detail::allocate_outputs(impl_->outputs, impl_->shaped().current_shapes());
+  executor.run(inputs, outs);
   return outs;
 }
 
 std::vector<LayerSummary> Net::layers(bool explain) const {
-  return detail::summarize(impl_->prepared(), explain);
+  return detail::summarize(impl_->shaped().current(), explain);
 }
 
-std::size_t Net::planned_bytes() const { return impl_->prepared().arena_bytes(); }
-std::size_t Net::unplanned_bytes() const { return impl_->prepared().unplanned_bytes(); }
+std::size_t Net::planned_bytes() const { return impl_->shaped().current().arena_bytes(); }
+std::size_t Net::unplanned_bytes() const { return impl_->shaped().current().unplanned_bytes(); }
 std::string Net::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
 std::string Net::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
 const std::string& Net::name() const { return impl_->graph.name; }

@@ -7,8 +7,11 @@
 
 #include <softneuro/net.hpp>
 
+#include <algorithm>
+#include <list>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,13 +33,41 @@ struct ModelImpl {
   std::unique_ptr<core::Executor> prepare() const;
 };
 
-/// A Net: a model it may change (tune, calibrate) and its one executor, prepared on first use.
+/// A model's executors by input shapes: one per shape seen, the least recently
+/// used dropped first beyond `capacity`. Shape inference, preparation and the
+/// memory plan run once per new shape, never per run.
+class ShapedExecutors {
+ public:
+  ShapedExecutors(const ModelImpl& model, std::size_t capacity) : model_(model), capacity_(std::max<std::size_t>(1, capacity)) {}
+  /// The executor of these input shapes (net inputs by name; missing: the
+  /// default shape). Throws Error naming the input whose shape the model does not take.
+  core::Executor& at(const std::map<std::string, Shape>& input_shapes);
+  /// The executor of the shapes of these input blobs.
+  core::Executor& for_inputs(std::span<const NamedBlob> inputs);
+  /// The executor used last (prepared at the default shapes where none was).
+  core::Executor& current();
+  /// Blob shapes of the executor used last.
+  const std::map<std::string, Shape>& current_shapes();
+
+ private:
+  struct Entry {
+    std::map<std::string, Shape> inputs;
+    std::map<std::string, Shape> shapes;  ///< every blob's, as the executor was planned
+    std::unique_ptr<core::Executor> executor;
+  };
+  const ModelImpl& model_;
+  std::size_t capacity_;
+  std::list<Entry> entries_;  ///< most recently used first
+};
+
+/// A Net: a model it may change (tune, calibrate) and its executors, prepared on first use.
 struct NetImpl : ModelImpl {
-  mutable std::unique_ptr<core::Executor> executor;
+  mutable std::unique_ptr<ShapedExecutors> executors;
 
   static std::unique_ptr<NetImpl> build(core::Graph graph, const std::string& file = {});
-  /// The executor, prepared now if it was not.
+  /// The executor at the default input shapes, prepared now if it was not.
   core::Executor& prepared() const;
+  ShapedExecutors& shaped() const;
   /// After the graph changed (routine path, quantisation): the executor is
   /// dropped and derived weights are no longer shared with earlier models.
   void changed();
@@ -47,7 +78,16 @@ class SessionImpl {
   SessionImpl(const Model& model, const SessionOptions& options);
   Model model;
   SessionOptions options;
-  std::unique_ptr<core::Executor> executor;
+  ShapedExecutors executors;
+
+  /// The executor of these inputs' shapes, within the memory limit.
+  core::Executor& executor_for(std::span<const NamedBlob> inputs) {
+    core::Executor& e = executors.for_inputs(inputs);
+    check_memory(e);
+    return e;
+  }
+  /// Throws Error where the executor's arena is over options.memory_limit.
+  void check_memory(const core::Executor& executor) const;
 };
 
 }  // namespace softneuro::detail

@@ -8,7 +8,8 @@ find_package(ONNX REQUIRED)
 set(SOFTNEURO_IMPORT_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_library(softneuro_onnx SHARED
   ${SOFTNEURO_IMPORT_DIR}/onnx_importer.cpp
-  ${SOFTNEURO_IMPORT_DIR}/onnx_tensor.cpp)
+  ${SOFTNEURO_IMPORT_DIR}/onnx_tensor.cpp
+  ${SOFTNEURO_IMPORT_DIR}/dynamic_dims.cpp)
 add_library(softneuro::onnx ALIAS softneuro_onnx)
 set_target_properties(softneuro_onnx PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}

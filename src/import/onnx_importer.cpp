@@ -26,6 +26,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/net_impl.hpp"
+#include "import/dynamic_dims.hpp"
 #include "import/onnx_tensor.hpp"
 
 #include <onnx/onnx_pb.h>
@@ -458,19 +459,27 @@ void Importer::read_inputs() {
       for (const auto& d : tt.shape().dim()) shape.push_back(d.has_dim_value() && d.dim_value() > 0 ? d.dim_value() : -1);
     }
     if (given != options_.input_shapes.end()) {
+      // A given dim fixes a symbolic one; a given -1 leaves it symbolic.
       const Shape& s = given->second;
       bool fits = !tt.has_shape() || s.rank() == shape.rank();
-      for (int i = 0; fits && i < shape.rank(); ++i) fits = shape[i] < 0 || shape[i] == s[i];
+      for (int i = 0; fits && i < shape.rank(); ++i) fits = shape[i] < 0 || s[i] < 0 || shape[i] == s[i];
+      for (int i = 0; fits && i < s.rank(); ++i) fits = s[i] > 0 || s[i] == -1;
       if (!fits)
         throw Error(fmt::format("the given shape {} does not fit the model's {}", s.to_string(), shape.to_string()), file_, {}, name);
-      shape = s;
+      if (!tt.has_shape()) shape = s;
+      for (int i = 0; i < shape.rank(); ++i)
+        if (s[i] > 0) shape[i] = s[i];
     }
+    // Symbolic dims stay dynamic (import_onnx checks which really can vary);
+    // the model's default shape takes 1 for a leading (batch) dim, 64 for others.
+    TensorInfo info{name, shape, DType::float32, {}};
     for (int i = 0; i < shape.rank(); ++i)
       if (shape[i] < 0) {
-        core::warn("{}: input '{}': dim {} is symbolic or unknown; using 1 (set another with --input-shape)", file_, name, i);
-        shape[i] = 1;
+        info.shape[i] = i == 0 ? 1 : 64;
+        info.dynamic_dims.push_back(i);
       }
-    graph_.inputs.push_back({name, shape, DType::float32});
+    shape = info.shape;
+    graph_.inputs.push_back(std::move(info));
     shapes_[name] = shape;
   }
   for (const auto& [name, s] : options_.input_shapes)
@@ -1733,21 +1742,70 @@ core::PassOptions pass_options(const ImportOptions& o) {
 
 }  // namespace onnx_import
 
+namespace onnx_import {
+namespace {
+
+core::Graph import_optimized(const std::string& path, const ImportOptions& options) {
+  core::Graph graph = import_graph(path, options);
+  try {
+    core::optimize(graph, pass_options(options));
+  } catch (const Error& e) {
+    throw e.file().empty() ? e.with_file(path) : e;
+  }
+  return graph;
+}
+
+/// Imports the model again with one dynamic dim at another size, one dim at a
+/// time; keeps the dims whose every effect `generalize` expresses, fixes the
+/// others at their default size (with a warning naming the layer that needs it).
+void keep_dynamic_dims(core::Graph& graph, const std::string& path, const ImportOptions& options) {
+  std::vector<BlobShapes> sizes;
+  ReshapeSpecs specs;
+  for (auto& in : graph.inputs) {
+    std::vector<int> kept;
+    for (int d : in.dynamic_dims) {
+      if (sizes.empty()) sizes.push_back(core::infer_shapes(graph));
+      ImportOptions probe_options = options;
+      for (const auto& i : graph.inputs) probe_options.input_shapes[i.name] = i.shape;
+      Shape& probe_shape = probe_options.input_shapes[in.name];
+      probe_shape[d] = probe_shape[d] == 1 ? 2 : probe_shape[d] + probe_shape[d] / 2;
+      std::string why;
+      try {
+        why = generalize(graph, import_optimized(path, probe_options), sizes, specs);
+      } catch (const Error& e) {
+        why = e.message();
+      }
+      if (why.empty()) {
+        kept.push_back(d);
+        continue;
+      }
+      core::warn("{}: input '{}' dim {} is symbolic, but the model runs at one size of it only, {} (at {}: {}); "
+                 "it stays {} (give another with --input-shape)",
+                 path, in.name, d, in.shape[d], probe_shape.to_string(), why, in.shape[d]);
+    }
+    in.dynamic_dims = std::move(kept);
+  }
+  for (const auto& [i, spec] : specs) spec.apply(graph.layers[i]);
+}
+
+}  // namespace
+}  // namespace onnx_import
+
 Net import_onnx(const std::string& path, const ImportOptions& options) {
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   const auto t0 = clock::now();
-  core::Graph graph = onnx_import::import_graph(path, options);
+  core::Graph graph = onnx_import::import_optimized(path, options);
   const auto t1 = clock::now();
-  try {
-    core::optimize(graph, onnx_import::pass_options(options));
-  } catch (const Error& e) {
-    throw e.file().empty() ? e.with_file(path) : e;
-  }
+  onnx_import::keep_dynamic_dims(graph, path, options);
   const auto t2 = clock::now();
+  for (const auto& in : graph.inputs)
+    if (!in.dynamic_dims.empty())
+      core::info("{}: input '{}' takes any size in dims [{}] (default shape {})", path, in.name,
+                 fmt::join(in.dynamic_dims, ","), in.shape.to_string());
   Net net(detail::NetImpl::build(std::move(graph), path));
-  core::info("{}: read and translated in {:.1f} ms, graph passes {:.1f} ms, net prepared in {:.1f} ms", path,
-             ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
+  core::info("{}: read, translated and optimized in {:.1f} ms, dynamic dims checked in {:.1f} ms, net built in {:.1f} ms",
+             path, ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
   return net;
 }
 

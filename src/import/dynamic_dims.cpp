@@ -1,0 +1,133 @@
+#include "import/dynamic_dims.hpp"
+
+#include "core/layer_types.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace softneuro::onnx_import {
+
+void ReshapeSpec::apply(Layer& reshape) const {
+  reshape.params["shape"] = shape;
+  if (copy_dims.empty()) reshape.params.erase("copy_dims");
+  else reshape.params["copy_dims"] = copy_dims;
+}
+
+namespace {
+
+bool same_blob(const Blob& a, const Blob& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.layout() != b.layout() || a.quant() != b.quant()) return false;
+  const std::size_t n = a.byte_size();
+  return n == b.byte_size() && (n == 0 || std::memcmp(a.data(), b.data(), n) == 0);
+}
+
+/// Why two layers at the same place differ otherwise than in a reshape target; empty: they do not.
+std::string compare_layers(const Layer& a, const Layer& b) {
+  if (a.name != b.name || a.type != b.type) return fmt::format("layer '{}' ({}) becomes '{}' ({})", a.name, a.type, b.name, b.type);
+  if (a.inputs != b.inputs || a.outputs != b.outputs) return fmt::format("layer '{}' reads or writes other blobs", a.name);
+  for (const auto& [k, v] : a.params) {
+    auto it = b.params.find(k);
+    if (it == b.params.end() || (it->second != v && !(a.type == "reshape" && (k == "shape" || k == "copy_dims"))))
+      return fmt::format("layer '{}' ({}) parameter '{}' changes", a.name, a.type, k);
+  }
+  if (a.params.size() != b.params.size()) return fmt::format("layer '{}' ({}) gains a parameter", a.name, a.type);
+  if (a.weights.size() != b.weights.size()) return fmt::format("layer '{}' ({}) gains a weight", a.name, a.type);
+  for (const auto& [k, w] : a.weights) {
+    auto it = b.weights.find(k);
+    if (it == b.weights.end() || !same_blob(w, it->second))
+      return fmt::format("layer '{}' ({}) weight '{}' changes", a.name, a.type, k);
+  }
+  return {};
+}
+
+/// The target (shape and copy_dims of the reshape layer) that turns `in[g]`
+/// into `out[g]` in every graph g, or why there is none. A dim that changes is
+/// copied from the input dim that changes alike (the same index first), else inferred.
+std::string reshape_spec(const std::vector<Shape>& in, const std::vector<Shape>& out, std::vector<int64_t>& shape,
+                         std::vector<int64_t>& copy) {
+  const int rank = out[0].rank();
+  for (std::size_t g = 0; g < out.size(); ++g)
+    if (out[g].rank() != rank || in[g].rank() != in[0].rank()) return "its rank changes";
+  shape.assign(static_cast<std::size_t>(rank), 0);
+  copy.assign(static_cast<std::size_t>(rank), -1);
+  auto copies = [&](int i, int k) {
+    if (k >= in[0].rank()) return false;
+    for (std::size_t g = 0; g < out.size(); ++g)
+      if (in[g][k] != out[g][i]) return false;
+    return true;
+  };
+  int inferred = -1;
+  for (int i = 0; i < rank; ++i) {
+    bool constant = true;
+    for (const auto& o : out) constant = constant && o[i] == out[0][i];
+    if (constant) {
+      if (out[0][i] == 0) return "it makes an empty dim";
+      shape[static_cast<std::size_t>(i)] = out[0][i];
+      continue;
+    }
+    int from = copies(i, i) ? i : -1;
+    for (int k = 0; from < 0 && k < in[0].rank(); ++k)
+      if (copies(i, k)) from = k;
+    if (from >= 0) {
+      copy[static_cast<std::size_t>(i)] = from;
+      shape[static_cast<std::size_t>(i)] = 1;
+      continue;
+    }
+    if (inferred >= 0) return fmt::format("its dims {} and {} both change unlike any input dim", inferred, i);
+    inferred = i;
+    shape[static_cast<std::size_t>(i)] = -1;
+  }
+  bool copied = false;
+  for (auto k : copy) copied = copied || k >= 0;
+  if (!copied) copy.clear();
+  return {};
+}
+
+}  // namespace
+
+std::string generalize(const core::Graph& base, const core::Graph& probe, std::vector<BlobShapes>& sizes,
+                       ReshapeSpecs& specs) {
+  if (probe.layers.size() != base.layers.size())
+    return fmt::format("the graph has {} layers at one size and {} at another", base.layers.size(), probe.layers.size());
+  if (probe.outputs != base.outputs) return "the net's outputs change";
+  for (std::size_t i = 0; i < base.layers.size(); ++i)
+    if (auto why = compare_layers(base.layers[i], probe.layers[i]); !why.empty()) return why;
+  std::vector<BlobShapes> all = sizes;
+  all.push_back(core::infer_shapes(probe));
+  ReshapeSpecs found;
+  for (std::size_t i = 0; i < base.layers.size(); ++i) {
+    const Layer& l = base.layers[i];
+    if (l.type != "reshape") continue;
+    std::vector<Shape> in, out;
+    for (const auto& s : all) {
+      in.push_back(s.at(l.inputs[0]));
+      out.push_back(s.at(l.outputs[0]));
+    }
+    bool differs = false;
+    for (const auto& o : out) differs = differs || o != out[0];
+    if (!differs) continue;
+    ReshapeSpec spec;
+    if (auto why = reshape_spec(in, out, spec.shape, spec.copy_dims); !why.empty())
+      return fmt::format("the target of reshape '{}' depends on the size and {}", l.name, why);
+    // The spec must give every size's shape (a -1 infers from the element count).
+    Layer generic = l;
+    spec.apply(generic);
+    for (std::size_t g = 0; g < in.size(); ++g) {
+      std::vector<Shape> got;
+      try {
+        got = core::infer_layer_shapes(generic, std::span<const Shape>(&in[g], 1));
+      } catch (const Error&) {
+        got.clear();
+      }
+      if (got.size() != 1 || got[0] != out[g])
+        return fmt::format("the target of reshape '{}' depends on the size in a way 0 and -1 do not express", l.name);
+    }
+    found[i] = std::move(spec);
+  }
+  sizes = std::move(all);
+  specs = std::move(found);
+  return {};
+}
+
+}  // namespace softneuro::onnx_import

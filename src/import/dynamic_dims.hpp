@@ -1,0 +1,39 @@
+// Symbolic input dims kept dynamic: the importer resolves every shape while it
+// translates (shape subgraphs fold into constants), so a model imported at one
+// size holds layer parameters of that size. Importing again with one symbolic
+// dim at another size and comparing the two graphs shows which parameters
+// depend on it; where each is a reshape target that ONNX's 0 (copy the input
+// dim), -1 (infer) and copies of other input dims express for every size
+// tried, the dim stays dynamic.
+#pragma once
+
+#include "core/graph.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace softneuro::onnx_import {
+
+/// A reshape target that holds for every size tried (the reshape layer's
+/// `shape` and `copy_dims` parameters).
+struct ReshapeSpec {
+  std::vector<int64_t> shape, copy_dims;
+  void apply(Layer& reshape) const;
+};
+/// By layer index.
+using ReshapeSpecs = std::map<std::size_t, ReshapeSpec>;
+/// The blob shapes of one import, by blob name.
+using BlobShapes = std::map<std::string, Shape>;
+
+/// Compares `base` with `probe`, the same model imported with other input
+/// sizes. `sizes` holds the blob shapes of base and of every probe accepted so
+/// far. Where every difference is a reshape target that one spec of 0s, -1 and
+/// constants resolves to at every size, appends the probe's shapes to `sizes`,
+/// fills `specs` and returns an empty string; otherwise returns why not (the
+/// first layer that differs otherwise) and changes neither.
+std::string generalize(const core::Graph& base, const core::Graph& probe, std::vector<BlobShapes>& sizes,
+                       ReshapeSpecs& specs);
+
+}  // namespace softneuro::onnx_import

@@ -1,0 +1,135 @@
+// Symbolic input dims stay dynamic: one session runs a model at several input
+// shapes, each output equal to the same model imported at that fixed shape.
+#include "import/onnx_test_util.hpp"
+
+#include <softneuro/session.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+using namespace softneuro;
+using namespace softneuro::test;
+
+namespace {
+
+/// x [N,4,H,W] -> conv 3x3 -> reshape to [N,6,H*W] through a shape subgraph
+/// (Shape, Gather, Mul, Unsqueeze, Concat) -> transpose -> unsqueeze/squeeze
+/// of a leading dim -> relu. Every dim but the channels is symbolic.
+OnnxModel shape_subgraph_model() {
+  OnnxModel m(13);
+  m.input("x", {-1, 4, -1, -1}).output("y");
+  m.init("w", {6, 4, 3, 3}, random_values(6 * 4 * 9, 7)).init("b", {6}, random_values(6, 8));
+  m.init_ints("i0", {}, {0}).init_ints("i2", {}, {2}).init_ints("i3", {}, {3}).init_ints("ax0", {1}, {0});
+  m.init_ints("six", {1}, {6});
+  m.node("Conv", {"x", "w", "b"}, {"c"}).ints("pads", {1, 1, 1, 1});
+  m.node("Shape", {"c"}, {"s"});
+  m.node("Gather", {"s", "i0"}, {"n"});
+  m.node("Gather", {"s", "i2"}, {"h"});
+  m.node("Gather", {"s", "i3"}, {"w_"});
+  m.node("Mul", {"h", "w_"}, {"hw"});
+  m.node("Unsqueeze", {"n", "ax0"}, {"n1"});
+  m.node("Unsqueeze", {"hw", "ax0"}, {"hw1"});
+  m.node("Concat", {"n1", "six", "hw1"}, {"target"}).i("axis", 0);
+  m.node("Reshape", {"c", "target"}, {"r"});
+  m.node("Transpose", {"r"}, {"t"}).ints("perm", {0, 2, 1});
+  m.node("Unsqueeze", {"t", "ax0"}, {"u"});
+  m.node("Relu", {"u"}, {"ru"});
+  m.node("Squeeze", {"ru", "ax0"}, {"y"});
+  return m;
+}
+
+std::vector<NamedBlob> input_of(const Shape& s, unsigned seed) {
+  return {{"x", make_input(s, random_values(static_cast<std::size_t>(s.numel()), seed))}};
+}
+
+}  // namespace
+
+TEST_CASE("dynamic shapes: one session runs three input shapes, each as the model imported at that shape",
+          "[onnx][dynamic]") {
+  const std::string path = shape_subgraph_model().save("dynamic.onnx");
+  Net net = import_onnx(path);
+  REQUIRE(net.inputs().size() == 1);
+  CHECK(net.inputs()[0].shape == Shape{1, 4, 64, 64});
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
+
+  // Through a .dnn file: the dynamic dims are kept.
+  const std::string dnn = test_dir() + "/dynamic.dnn";
+  net.save(dnn);
+  Model model = Model::load(dnn);
+  CHECK(model.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
+
+  SessionOptions options;
+  options.shape_cache = 2;  // three shapes in turn: prepared again after being dropped
+  Session session(model, options);
+  const std::vector<Shape> shapes{{1, 4, 5, 7}, {2, 4, 9, 3}, {1, 4, 16, 40}};
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      const Shape& s = shapes[k];
+      INFO("shape " << s.to_string() << " round " << round);
+      auto ins = input_of(s, static_cast<unsigned>(k));
+      auto got = session.run(ins);
+      CHECK(session.output_shape("y") == Shape{s[0], s[2] * s[3], 6});
+      ImportOptions fixed;
+      fixed.input_shapes["x"] = s;
+      Net at_shape = import_onnx(path, fixed);
+      CHECK(at_shape.inputs()[0].dynamic_dims.empty());
+      auto want = at_shape.run(ins);
+      REQUIRE(got[0].blob.shape() == want[0].blob.shape());
+      const float* g = got[0].blob.data_as<float>();
+      const float* w = want[0].blob.data_as<float>();
+      double diff = 0;
+      for (int64_t i = 0; i < want[0].blob.numel(); ++i) diff = std::max(diff, double(std::abs(g[i] - w[i])));
+      CHECK(diff == 0);
+      // The caller-allocated form takes outputs of this shape.
+      std::vector<NamedBlob> outs{{"y", Blob::allocate(session.output_shape("y"))}};
+      session.run(ins, outs);
+      CHECK(std::memcmp(outs[0].blob.data(), got[0].blob.data(), got[0].blob.byte_size()) == 0);
+    }
+  // An explicit reshape prepares ahead and answers output_shape.
+  session.reshape({{"x", Shape{3, 4, 2, 2}}});
+  CHECK(session.output_shape("y") == Shape{3, 4, 6});
+}
+
+TEST_CASE("dynamic shapes: a shape the model does not take is an error naming the input", "[onnx][dynamic]") {
+  Net net = import_onnx(shape_subgraph_model().save("dynamic_bad.onnx"));
+  Session session(net.model());
+  for (const Shape& bad : {Shape{1, 5, 8, 8}, Shape{1, 4, 8}, Shape{1, 4, 8, 8, 1}}) {
+    INFO(bad.to_string());
+    auto ins = input_of(bad, 1);
+    CHECK_THROWS_WITH(session.run(ins), Catch::Contains("input 'x'") && Catch::Contains("[?,4,?,?]"));
+  }
+  CHECK_THROWS_WITH(session.reshape({{"nope", Shape{1}}}), Catch::Contains("nope"));
+}
+
+TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a warning", "[onnx][dynamic]") {
+  // y = x[..., :W-1] along the last dim: the slice's sizes change with W, so W cannot vary; N can.
+  OnnxModel m(13);
+  m.input("x", {-1, 2, 8, -1}).output("y");
+  m.init_ints("i3", {}, {3}).init_ints("one", {1}, {1}).init_ints("zero", {1}, {0}).init_ints("ax", {1}, {3});
+  m.init_ints("ax0", {1}, {0});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i3"}, {"w"});
+  m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
+  m.node("Sub", {"w1", "one"}, {"end"});
+  m.node("Slice", {"x", "zero", "end", "ax"}, {"y"});
+  Net net = import_onnx(m.save("fixed_dim.onnx"));
+  CHECK(net.inputs()[0].shape == Shape{1, 2, 8, 64});
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0});
+  Session session(net.model());
+  auto ok = session.run(input_of(Shape{3, 2, 8, 64}, 2));
+  CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 63});
+  CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
+}
+
+TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one dynamic", "[onnx][dynamic]") {
+  const std::string path = shape_subgraph_model().save("dynamic_given.onnx");
+  ImportOptions o;
+  o.input_shapes["x"] = Shape{2, 4, 32, -1};
+  Net net = import_onnx(path, o);
+  CHECK(net.inputs()[0].shape == Shape{2, 4, 32, 64});
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{3});
+  o.input_shapes["x"] = Shape{2, 5, 32, -1};  // the channels are fixed by the model
+  CHECK_THROWS_WITH(import_onnx(path, o), Catch::Contains("does not fit"));
+}
