@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install dependencies, build (Release)
 # and run every test under CTest; then rebuild with AddressSanitizer + UBSan and
-# run the file-damage, net and plugin tests again under it.
+# run the file-damage, net and plugin tests again under it; then rebuild with
+# ThreadSanitizer and run the concurrency tests (sessions of one model in
+# several threads) under it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -18,3 +20,11 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTNEURO_
 cmake --build build-asan -j "$jobs" --target softneuro_tests
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ./build-asan/tests/softneuro_tests "[dnn],[net],[plugin],[basics]"
+
+# ThreadSanitizer: -O1 (builds faster; TSan's advice). The concurrency tests run
+# sessions at one thread each: libgomp is not instrumented, so a team's fork and
+# join are invisible to TSan and a parallel region would report false races.
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DSOFTNEURO_TSAN=ON -DBUILD_TESTING=ON
+cmake --build build-tsan -j "$jobs" --target softneuro_tests softneuro_import_tests
+TSAN_OPTIONS=halt_on_error=1:abort_on_error=1 ./build-tsan/tests/softneuro_tests "[concurrency]"
+TSAN_OPTIONS=halt_on_error=1:abort_on_error=1 ./build-tsan/softneuro_import_tests "[concurrency]"

@@ -51,6 +51,8 @@ commands:
       --report FILE         write the tuning report as text (default: print it)
       --json FILE           write the tuning report as JSON
       --threads T           threads to tune for
+      --shapes NAME=S1,S2   input shapes to tune at, one routine path each (a model with dynamic
+                            dims; e.g. x=1x3x48x320,1x3x48x640); other shapes run the nearest one's
   run FILE [options]        run a net and print its outputs and latency
       --input NAME=x.npy    an input (default: seeded random normal values); NAME=a.npy,b.npy,...:
                             input sets run one after another in the one session (shapes may differ)
@@ -127,6 +129,12 @@ int cmd_inspect(const std::vector<std::string>& args) {
   for (const auto& t : net.outputs()) fmt::print("output {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
   auto fp = net.tuned_fingerprint();
   fmt::print("routine path: {}\n", fp.empty() ? "untuned (default choice per layer)" : "tuned on " + fp);
+  const auto buckets = net.tuned_shapes();
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    std::string text;
+    for (const auto& [name, shape] : buckets[k]) text += fmt::format(" {}={}", name, shape.to_string());
+    fmt::print("  tuned at{}\n", text);
+  }
   fmt::print("memory: {} planned arena for {} of intermediate blobs\n\n", human_bytes(net.planned_bytes()),
              human_bytes(net.unplanned_bytes()));
   auto layers = net.layers(verbose);
@@ -274,6 +282,16 @@ int cmd_tune(const std::vector<std::string>& args) {
     else if (a == "--report") report_path = value("--report");
     else if (a == "--json") json_path = value("--json");
     else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
+    else if (a == "--shapes") {
+      // NAME=S1,S2,...: one shape bucket per entry (several inputs: the same number of entries each).
+      auto [name, list] = split_assign(value("--shapes"), "--shapes");
+      std::vector<sn::Shape> shapes;
+      for (const auto& text : split_list(list)) shapes.push_back(parse_shape(text, "--shapes"));
+      if (opt.shapes.empty()) opt.shapes.resize(shapes.size());
+      if (shapes.size() != opt.shapes.size())
+        throw Usage(fmt::format("--shapes: {} shapes for '{}', {} for another input", shapes.size(), name, opt.shapes.size()));
+      for (std::size_t k = 0; k < shapes.size(); ++k) opt.shapes[k][name] = shapes[k];
+    }
     else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
     else if (in.empty()) in = a;
     else throw Usage(fmt::format("unexpected argument '{}'", a));

@@ -77,6 +77,8 @@ class Net {
   /// How OpenMP threads waited while the tuned path was measured (see
   /// openmp_wait()); empty when untuned or not recorded.
   std::string tuned_openmp_wait() const;
+  /// Model::tuned_shapes.
+  std::vector<std::map<std::string, Shape>> tuned_shapes() const;
   /// The name of the model (from the file).
   const std::string& name() const;
 

@@ -74,6 +74,9 @@ class Model {
   std::string tuned_fingerprint() const;
   /// How OpenMP threads waited while the tuned path was measured (openmp_wait()).
   std::string tuned_openmp_wait() const;
+  /// The input shapes of each tuned routine path (tune --shapes; empty: none
+  /// or tuned at the default shapes only).
+  std::vector<std::map<std::string, Shape>> tuned_shapes() const;
   const std::string& name() const;
 
   /// For the library's own modules; not for apps.

@@ -4,6 +4,7 @@
 #include <softneuro/calibrate.hpp>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,10 @@ struct TuneOptions {
   bool skip_reference = true;
   /// Used when a qint8 schema is among `schemas` and the net is not calibrated yet.
   CalibrationOptions calibration;
+  /// Input shapes to tune at, one routine path each (a shape bucket), for a
+  /// model with dynamic dims; inputs not named keep their default shape. A
+  /// session at other shapes runs the nearest bucket's path. Empty: the default shapes.
+  std::vector<std::map<std::string, Shape>> shapes;
   std::function<void(const TuneProgress&)> progress;
 };
 
@@ -87,6 +92,10 @@ struct TuneReport {
   /// Wall-clock seconds per stage (calibration, unit profiling, adapts, dprs,
   /// integrated profiling, final measurement), in order.
   std::vector<std::pair<std::string, double>> stage_s;
+  /// The input shapes this path was tuned at (TuneOptions::shapes; empty: the defaults).
+  std::map<std::string, Shape> input_shapes;
+  /// With several TuneOptions::shapes: the reports of the shapes after the first.
+  std::vector<TuneReport> other_shapes;
 
   std::string to_text() const;
   std::string to_json() const;

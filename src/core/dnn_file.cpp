@@ -184,14 +184,15 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
             bad(file, "weights." + r.str(w->name()), "duplicate weight", l.name);
       g.layers.push_back(std::move(l));
     }
-  if (auto p = m->routine_path()) {
-    g.routine_path.device_fingerprint = r.str(p->device_fingerprint());
-    g.routine_path.openmp_wait = r.str(p->openmp_wait());
-    if (const std::string& w = g.routine_path.openmp_wait; !w.empty()) {
+  auto read_path = [&](const fb::RoutinePath* p, const std::string& field) {
+    RoutinePath path;
+    path.device_fingerprint = r.str(p->device_fingerprint());
+    path.openmp_wait = r.str(p->openmp_wait());
+    if (const std::string& w = path.openmp_wait; !w.empty()) {
       const bool count = w.size() > 5 && w.size() <= 25 && w.rfind("spin=", 0) == 0 &&
                          w.find_first_not_of("0123456789", 5) == std::string::npos;
       if (!(w == "passive" || w == "active" || count))
-        bad(file, "routine_path.openmp_wait", fmt::format("'{}' is not passive, active or spin=N", w.substr(0, 40)));
+        bad(file, field + ".openmp_wait", fmt::format("'{}' is not passive, active or spin=N", w.substr(0, 40)));
     }
     // A childnet routine's choice holds its children's, recursively.
     auto choice = [&](auto&& self, const fb::RoutineChoice* c) -> RoutineChoice {
@@ -203,15 +204,39 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
       return rc;
     };
     if (p->routines())
-      for (auto c : *p->routines()) g.routine_path.routines.push_back(choice(choice, c));
+      for (auto c : *p->routines()) path.routines.push_back(choice(choice, c));
     if (p->adapts())
       for (auto a : *p->adapts()) {
         AdaptChoice ac{r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
                        r.str(a->to_schema()), strings(a->steps()), a->predicted_ms(), {}};
         if (a->params())
           for (auto kv : *a->params()) ac.params.emplace_back(r.str(kv->name()), kv->value());
-        g.routine_path.adapts.push_back(std::move(ac));
+        path.adapts.push_back(std::move(ac));
       }
+    if (p->input_shapes())
+      for (auto t : *p->input_shapes()) {
+        const std::string name = r.str(t->name());
+        const TensorInfo* in = nullptr;
+        for (const auto& i : g.inputs)
+          if (i.name == name) in = &i;
+        if (!in) bad(file, field + ".input_shapes", fmt::format("the model has no input '{}'", name.substr(0, 80)));
+        const Shape shape = r.shape(t->shape(), {}, field + ".input_shapes." + name);
+        try {
+          check_input_shape(*in, shape);
+        } catch (const Error& e) {
+          bad(file, field + ".input_shapes." + name, e.message());
+        }
+        path.input_shapes[name] = shape;
+      }
+    return path;
+  };
+  if (auto p = m->routine_path()) g.routine_path = read_path(p, "routine_path");
+  if (m->shape_paths()) {
+    for (auto p : *m->shape_paths()) {
+      const std::string field = fmt::format("shape_paths[{}]", g.shape_paths.size());
+      g.shape_paths.push_back(read_path(p, field));
+      if (g.shape_paths.back().input_shapes.empty()) bad(file, field + ".input_shapes", "a shape bucket's path names no input shapes");
+    }
   }
   if (m->blob_quant())
     for (auto q : *m->blob_quant()) {
@@ -315,8 +340,7 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
                                      fbb.CreateVectorOfStrings(l.inputs), fbb.CreateVectorOfStrings(l.outputs),
                                      fbb.CreateVector(params), fbb.CreateVector(weights)));
   }
-  flatbuffers::Offset<fb::RoutinePath> path = 0;
-  if (!g.routine_path.empty() || !g.routine_path.device_fingerprint.empty()) {
+  auto write_path = [&](const RoutinePath& p) {
     std::vector<flatbuffers::Offset<fb::RoutineChoice>> rcs;
     auto choice = [&](auto&& self, const RoutineChoice& c) -> flatbuffers::Offset<fb::RoutineChoice> {
       std::vector<flatbuffers::Offset<fb::RoutineChoice>> children;
@@ -327,9 +351,9 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
       return fb::CreateRoutineChoice(fbb, fbb.CreateString(c.layer), fbb.CreateString(c.descriptor),
                                      fbb.CreateVector(ps), c.predicted_ms, c.measured_ms, children_vec);
     };
-    for (const auto& c : g.routine_path.routines) rcs.push_back(choice(choice, c));
+    for (const auto& c : p.routines) rcs.push_back(choice(choice, c));
     std::vector<flatbuffers::Offset<fb::AdaptChoice>> acs;
-    for (const auto& a : g.routine_path.adapts) {
+    for (const auto& a : p.adapts) {
       std::vector<flatbuffers::Offset<fb::RoutineParam>> ps;
       for (const auto& [k, v] : a.params) ps.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
       acs.push_back(fb::CreateAdaptChoice(fbb, fbb.CreateString(a.blob), fbb.CreateString(a.consumer),
@@ -337,10 +361,17 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
                                           fbb.CreateVectorOfStrings(a.steps), a.predicted_ms,
                                           ps.empty() ? 0 : fbb.CreateVector(ps)));
     }
-    path = fb::CreateRoutinePath(fbb, fbb.CreateString(g.routine_path.device_fingerprint), fbb.CreateVector(rcs),
-                                 fbb.CreateVector(acs),
-                                 g.routine_path.openmp_wait.empty() ? 0 : fbb.CreateString(g.routine_path.openmp_wait));
-  }
+    std::vector<flatbuffers::Offset<fb::Tensor>> shapes;
+    for (const auto& [name, shape] : p.input_shapes)
+      shapes.push_back(fb::CreateTensor(fbb, fbb.CreateString(name), static_cast<uint8_t>(DType::float32), ints(shape)));
+    return fb::CreateRoutinePath(fbb, fbb.CreateString(p.device_fingerprint), fbb.CreateVector(rcs), fbb.CreateVector(acs),
+                                 p.openmp_wait.empty() ? 0 : fbb.CreateString(p.openmp_wait),
+                                 shapes.empty() ? 0 : fbb.CreateVector(shapes));
+  };
+  flatbuffers::Offset<fb::RoutinePath> path = 0;
+  if (!g.routine_path.empty() || !g.routine_path.device_fingerprint.empty()) path = write_path(g.routine_path);
+  std::vector<flatbuffers::Offset<fb::RoutinePath>> shape_paths;
+  for (const auto& p : g.shape_paths) shape_paths.push_back(write_path(p));
   std::vector<flatbuffers::Offset<fb::BlobQuant>> quants;
   for (const auto& [blob, q] : g.blob_quant) {
     auto zps = q.zero_points.empty() ? 0 : fbb.CreateVector(q.zero_points);
@@ -348,7 +379,8 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
   }
   auto quant_vec = quants.empty() ? 0 : fbb.CreateVector(quants);
   auto model = fb::CreateModel(fbb, fbb.CreateString(g.name), fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
-                               fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path, quant_vec);
+                               fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path, quant_vec,
+                               shape_paths.empty() ? 0 : fbb.CreateVector(shape_paths));
   fb::FinishModelBuffer(fbb, model);
 
   Header h{};

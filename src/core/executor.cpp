@@ -62,7 +62,7 @@ int Executor::in_schema(int slot, const Schema& want, const std::string& consume
   auto cands = registry.candidates(step->info, want);
   const Candidate* pick = nullptr;
   // The adapt the tuner chose for this edge (measured cheapest), where it still applies.
-  for (const auto& ac : graph_.routine_path.adapts)
+  for (const auto& ac : path_.adapts)
     if (ac.blob == from.name && ac.consumer == consumer && ac.to_schema == want.to_string() && !ac.steps.empty())
       for (const auto& c : cands)
         if (c.support.ok && c.descriptor == ac.steps[0]) {
@@ -179,7 +179,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
             if (j < output_quant.size()) child_out_quant[o] = output_quant[j];
           }
       const RoutineChoice* child_rc = rc && step->tuned ? rc->find_child(child.name) : nullptr;
-      if (!child_rc) child_rc = graph_.routine_path.find(child.name);
+      if (!child_rc) child_rc = path_.find(child.name);
       std::vector<int> produced = add_layer(child, child_in, child_out_shapes, child_out_quant, child_rc, &cn.schemas[k],
                                             parent.empty() ? layer.name : parent);
       for (std::size_t o = 0; o < child.outputs.size(); ++o) {
@@ -240,8 +240,8 @@ void Executor::share_weights(Step& step) const {
 }
 
 Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
-                   std::shared_ptr<WeightStore> weights)
-    : graph_(graph), io_schema_(io_schema), weights_(std::move(weights)) {
+                   std::shared_ptr<WeightStore> weights, const RoutinePath* path)
+    : graph_(graph), path_(path ? *path : graph.routine_path), io_schema_(io_schema), weights_(std::move(weights)) {
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
 
   for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), io_schema);
@@ -267,7 +267,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
       out_shapes.push_back(shapes.at(o));
       out_quant.push_back(quant_of(o));
     }
-    auto outs = add_layer(layer, ins, out_shapes, out_quant, graph.routine_path.find(layer.name), nullptr, {});
+    auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
   }
 

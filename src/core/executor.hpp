@@ -49,8 +49,9 @@ class Executor {
   /// prepared on its own: its parent's schema; a net: the default one).
   /// Routines derive their packed weights through `weights` (a model's store,
   /// shared by its sessions) where given.
+  /// `path`: the routine path to follow (default: the graph's).
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
-           std::shared_ptr<WeightStore> weights = nullptr);
+           std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr);
 
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
@@ -93,6 +94,7 @@ class Executor {
   void share_weights(Step& step) const;
 
   const Graph& graph_;
+  const RoutinePath& path_;
   Schema io_schema_;
   std::shared_ptr<WeightStore> weights_;  ///< of the net inputs and outputs
   std::vector<BlobSlot> slots_;

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include <queue>
 #include <set>
@@ -117,6 +119,31 @@ std::map<std::string, Shape> infer_shapes(const Graph& g) {
   std::map<std::string, Shape> inputs;
   for (const auto& in : g.inputs) inputs[in.name] = in.shape;
   return infer_shapes(g, inputs);
+}
+
+const RoutinePath& path_for(const Graph& g, const std::map<std::string, Shape>& inputs, bool* exact) {
+  auto shapes_of = [&](const RoutinePath& p) {
+    if (!p.input_shapes.empty()) return p.input_shapes;
+    std::map<std::string, Shape> d;
+    for (const auto& in : g.inputs) d[in.name] = in.shape;
+    return d;
+  };
+  auto distance = [&](const std::map<std::string, Shape>& at) {
+    double d = 0;
+    for (const auto& [name, s] : inputs) {
+      auto it = at.find(name);
+      if (it == at.end() || it->second.rank() != s.rank()) return std::numeric_limits<double>::infinity();
+      for (int i = 0; i < s.rank(); ++i)
+        d += std::abs(std::log(static_cast<double>(s[i]) / static_cast<double>(std::max<int64_t>(1, it->second[i]))));
+    }
+    return d;
+  };
+  const RoutinePath* best = &g.routine_path;
+  double best_d = distance(shapes_of(g.routine_path));
+  for (const auto& p : g.shape_paths)
+    if (double d = distance(shapes_of(p)); d < best_d) best = &p, best_d = d;
+  if (exact) *exact = best_d == 0;
+  return *best;
 }
 
 void check_input_shape(const TensorInfo& in, const Shape& s) {

@@ -44,6 +44,8 @@ struct RoutinePath {
   std::vector<AdaptChoice> adapts;
   /// softneuro::openmp_wait() when the path was measured (empty: not recorded).
   std::string openmp_wait;
+  /// The net input shapes it was measured at (empty: the model's default shapes).
+  std::map<std::string, Shape> input_shapes;
   bool empty() const { return routines.empty(); }
   const RoutineChoice* find(const std::string& layer) const;
 };
@@ -54,6 +56,8 @@ struct Graph {
   std::vector<std::string> outputs;
   std::vector<Layer> layers;
   RoutinePath routine_path;
+  /// Routine paths tuned at other input shapes (tune --shapes), one per shape bucket.
+  std::vector<RoutinePath> shape_paths;
   /// Quantisation of activation blobs (from calibration), by blob name.
   std::map<std::string, QuantParams> blob_quant;
   /// Keeps memory alive that weights view (e.g. a memory-mapped file).
@@ -76,6 +80,9 @@ void sort_topologically(Graph& graph);
 std::map<std::string, Shape> infer_shapes(const Graph& graph);
 /// The same at other input shapes (every net input named in `input_shapes`).
 std::map<std::string, Shape> infer_shapes(const Graph& graph, const std::map<std::string, Shape>& input_shapes);
+/// The routine path to run at these input shapes: the one tuned at them, else
+/// the nearest (dims compared by ratio); `exact` says which.
+const RoutinePath& path_for(const Graph& graph, const std::map<std::string, Shape>& input_shapes, bool* exact);
 /// Throws Error naming the input where `shape` is not one it takes: another
 /// rank, or another size in a dim that is not dynamic.
 void check_input_shape(const TensorInfo& input, const Shape& shape);

@@ -65,22 +65,30 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   const auto t0 = std::chrono::steady_clock::now();
   Entry e;
   e.inputs = inputs;
+  bool exact = false;
+  const core::RoutinePath& path = core::path_for(model_.graph, inputs, &exact);
   try {
     e.shapes = core::infer_shapes(model_.graph, inputs);
-    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights);
+    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path);
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
   bool default_shapes = true;
   for (const auto& in : model_.inputs) default_shapes = default_shapes && inputs.at(in.name) == in.shape;
-  if (!default_shapes) {
-    std::string text;
-    for (const auto& [name, shape] : inputs) text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, shape.to_string());
-    core::info("{}: prepared for input shapes {} in {:.1f} ms{}", model_.file.empty() ? model_.graph.name : model_.file, text,
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-               model_.graph.routine_path.empty() ? ""
-                                                 : "; the tuned routines were measured at the default shapes and run "
-                                                   "where they support these (others: the default choice)");
+  if (!default_shapes || !exact) {
+    auto text = [](const std::map<std::string, Shape>& shapes) {
+      std::string t;
+      for (const auto& [name, shape] : shapes) t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, shape.to_string());
+      return t;
+    };
+    std::string tuned;
+    if (!path.empty() && !exact)
+      tuned = fmt::format("; no routine path was tuned at these shapes: the one tuned at {} runs where its routines "
+                          "support them (others: the default choice)",
+                          path.input_shapes.empty() ? "the default shapes" : text(path.input_shapes));
+    core::info("{}: prepared for input shapes {} in {:.1f} ms{}", model_.file.empty() ? model_.graph.name : model_.file,
+               text(inputs), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+               tuned);
   }
   entries_.push_front(std::move(e));
   while (entries_.size() > capacity_) entries_.pop_back();
@@ -220,6 +228,13 @@ Shape Model::input_shape(const std::string& name) const { return detail::find_sh
 Shape Model::output_shape(const std::string& name) const { return detail::find_shape(impl_->outputs, name, "output"); }
 std::string Model::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
 std::string Model::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
+static std::vector<std::map<std::string, Shape>> tuned_shapes_of(const core::Graph& g) {
+  std::vector<std::map<std::string, Shape>> out;
+  if (!g.routine_path.input_shapes.empty()) out.push_back(g.routine_path.input_shapes);
+  for (const auto& p : g.shape_paths) out.push_back(p.input_shapes);
+  return out;
+}
+std::vector<std::map<std::string, Shape>> Model::tuned_shapes() const { return tuned_shapes_of(impl_->graph); }
 const std::string& Model::name() const { return impl_->graph.name; }
 
 // --- Session
@@ -309,6 +324,7 @@ std::size_t Net::planned_bytes() const { return impl_->shaped().current().arena_
 std::size_t Net::unplanned_bytes() const { return impl_->shaped().current().unplanned_bytes(); }
 std::string Net::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
 std::string Net::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
+std::vector<std::map<std::string, Shape>> Net::tuned_shapes() const { return tuned_shapes_of(impl_->graph); }
 const std::string& Net::name() const { return impl_->graph.name; }
 
 const char* version() { return SOFTNEURO_VERSION; }

@@ -974,12 +974,54 @@ std::string json_escape(const std::string& s) {
 }  // namespace
 
 TuneReport Net::tune(const TuneOptions& options) {
-  Tuner tuner(*impl_, options);
-  return tuner.run();
+  if (options.shapes.empty()) {
+    Tuner tuner(*impl_, options);
+    return tuner.run();
+  }
+  // One routine path per shape bucket: the net tuned as if its default shapes were the bucket's.
+  TuneOptions each = options;
+  each.shapes.clear();
+  TuneReport first;
+  std::vector<core::RoutinePath> paths;
+  for (const auto& bucket : options.shapes) {
+    core::Graph g = impl_->graph;
+    for (const auto& [name, shape] : bucket) {
+      auto in = std::find_if(g.inputs.begin(), g.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
+      if (in == g.inputs.end()) throw Error(fmt::format("the model has no input named '{}'", name), impl_->file, {}, "shapes");
+      try {
+        core::check_input_shape(*in, shape);
+      } catch (const Error& e) {
+        throw Error(e.message(), impl_->file, {}, "shapes");
+      }
+      in->shape = shape;
+    }
+    auto at = detail::NetImpl::build(std::move(g), impl_->file);
+    TuneReport report = Tuner(*at, each).run();
+    core::RoutinePath path = at->graph.routine_path;
+    for (const auto& in : at->graph.inputs) path.input_shapes[in.name] = in.shape;
+    report.input_shapes = path.input_shapes;
+    paths.push_back(std::move(path));
+    if (paths.size() == 1) {
+      first = std::move(report);
+      impl_->graph.blob_quant = at->graph.blob_quant;  // calibrated once, for every bucket
+    } else {
+      first.other_shapes.push_back(std::move(report));
+    }
+  }
+  impl_->graph.routine_path = paths.front();
+  impl_->graph.shape_paths.assign(paths.begin() + 1, paths.end());
+  impl_->changed();
+  return first;
 }
 
 std::string TuneReport::to_text() const {
-  std::string s = fmt::format("device: {}\nthreads: {}\nOpenMP wait: {}\n", device_fingerprint, threads, openmp_wait);
+  std::string s;
+  if (!input_shapes.empty()) {
+    s += "input shapes:";
+    for (const auto& [name, shape] : input_shapes) s += fmt::format(" {}={}", name, shape.to_string());
+    s += "\n";
+  }
+  s += fmt::format("device: {}\nthreads: {}\nOpenMP wait: {}\n", device_fingerprint, threads, openmp_wait);
   std::size_t wn = 5, wd = 7;
   for (const auto& l : layers) {
     wn = std::max(wn, l.layer.size());
@@ -1003,6 +1045,7 @@ std::string TuneReport::to_text() const {
   s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
   if (others_cpus >= 0) s += fmt::format("other processes meanwhile: {:.2f} CPUs busy on average\n", others_cpus);
   for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
+  for (const auto& o : other_shapes) s += "\n" + o.to_text();
   return s;
 }
 
@@ -1030,7 +1073,13 @@ std::string TuneReport::to_json() const {
                      i ? "," : "", json_escape(a.blob), json_escape(a.consumer), json_escape(a.from_schema),
                      json_escape(a.to_schema), json_escape(a.descriptor), a.ms);
   }
-  s += "\n  ]\n}\n";
+  s += "\n  ],\n  \"input_shapes\": {";
+  std::size_t k = 0;
+  for (const auto& [name, shape] : input_shapes)
+    s += fmt::format("{}\"{}\": [{}]", k++ ? ", " : "", json_escape(name), fmt::join(shape.to_vector(), ", "));
+  s += "},\n  \"other_shapes\": [";
+  for (std::size_t i = 0; i < other_shapes.size(); ++i) s += (i ? ",\n" : "\n") + other_shapes[i].to_json();
+  s += "]\n}\n";
   return s;
 }
 

@@ -224,6 +224,47 @@ TEST_CASE("the OpenMP wait a path was tuned under survives a round trip; a malfo
   }
 }
 
+TEST_CASE("dynamic dims and shape-bucket paths survive a round trip; bad ones are refused", "[dnn]") {
+  auto g = test::chain_graph(3);
+  g.inputs[0].dynamic_dims = {0, 2, 3};
+  g.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
+  g.routine_path.input_shapes = {{"input", Shape{1, 4, 8, 8}}};
+  core::RoutinePath bucket;
+  bucket.routines.push_back({"l0", "cpu/ref", {}, 4.0, 4.5});
+  bucket.input_shapes = {{"input", Shape{2, 4, 32, 16}}};
+  g.shape_paths.push_back(bucket);
+  auto bytes = core::serialize_dnn(g);
+  auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
+  CHECK(back.inputs[0].dynamic_dims == std::vector<int>{0, 2, 3});
+  CHECK(back.routine_path.input_shapes == g.routine_path.input_shapes);
+  REQUIRE(back.shape_paths.size() == 1);
+  CHECK(back.shape_paths[0].input_shapes == bucket.input_shapes);
+  CHECK(back.shape_paths[0].routines[0].predicted_ms == 4.0);
+
+  auto refused = [](const core::Graph& bad, const std::string& field) {
+    auto b = core::serialize_dnn(bad);
+    try {
+      core::read_dnn_bytes(b.data(), b.size(), "mem");
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.field() == field);
+      CHECK(e.file() == "mem");
+    }
+  };
+  auto bad = g;
+  bad.inputs[0].dynamic_dims = {0, 4};  // past the rank
+  refused(bad, "inputs.input.dynamic_dims");
+  bad.inputs[0].dynamic_dims = {2, 0};  // out of order
+  refused(bad, "inputs.input.dynamic_dims");
+  bad = g;
+  bad.shape_paths[0].input_shapes = {{"input", Shape{2, 5, 32, 16}}};  // a fixed dim changed
+  refused(bad, "shape_paths[0].input_shapes.input");
+  bad.shape_paths[0].input_shapes = {{"nope", Shape{1}}};
+  refused(bad, "shape_paths[0].input_shapes");
+  bad.shape_paths[0].input_shapes.clear();
+  refused(bad, "shape_paths[0].input_shapes");
+}
+
 TEST_CASE("calibrated blob quantisation survives a round trip and reaches routines", "[dnn]") {
   auto g = test::chain_graph(3);
   g.blob_quant["b0"] = QuantParams{{0.05f}, {3}, -1};

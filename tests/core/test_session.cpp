@@ -63,7 +63,7 @@ TEST_CASE("session: sessions of one model share derived weights", "[session]") {
   CHECK(s.model().impl().weights->built() == built);
 }
 
-TEST_CASE("session: sessions of one model run concurrently with identical outputs", "[session][threads]") {
+TEST_CASE("session: sessions of one model run concurrently with identical outputs", "[session][threads][concurrency]") {
   Model model = Model::load(SOFTNEURO_DEMO_MODEL);
   constexpr int kSessions = 4, kRuns = 25;
   std::vector<std::vector<NamedBlob>> inputs, expected;

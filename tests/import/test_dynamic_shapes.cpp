@@ -2,12 +2,15 @@
 // shapes, each output equal to the same model imported at that fixed shape.
 #include "import/onnx_test_util.hpp"
 
+#include "core/net_impl.hpp"
+
 #include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 using namespace softneuro;
 using namespace softneuro::test;
@@ -132,4 +135,83 @@ TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{3});
   o.input_shapes["x"] = Shape{2, 5, 32, -1};  // the channels are fixed by the model
   CHECK_THROWS_WITH(import_onnx(path, o), Catch::Contains("does not fit"));
+}
+
+TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per shape bucket", "[onnx][dynamic][tune]") {
+  const std::string path = shape_subgraph_model().save("buckets.onnx");
+  Net net = import_onnx(path);
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 1;
+  o.integrated_runs = 2;
+  o.shapes = {{{"x", Shape{1, 4, 8, 8}}}, {{"x", Shape{1, 4, 32, 32}}}};
+  TuneReport report = net.tune(o);
+  CHECK(report.input_shapes.at("x") == Shape{1, 4, 8, 8});
+  REQUIRE(report.other_shapes.size() == 1);
+  CHECK(report.other_shapes[0].input_shapes.at("x") == Shape{1, 4, 32, 32});
+  CHECK(report.to_text().find("x=[1,4,32,32]") != std::string::npos);
+
+  const std::string dnn = test_dir() + "/buckets.dnn";
+  net.save(dnn);
+  Model model = Model::load(dnn);
+  const core::Graph& g = model.impl().graph;
+  CHECK(g.routine_path.input_shapes.at("x") == Shape{1, 4, 8, 8});
+  REQUIRE(g.shape_paths.size() == 1);
+  CHECK(g.shape_paths[0].input_shapes.at("x") == Shape{1, 4, 32, 32});
+  CHECK(!g.shape_paths[0].routines.empty());
+
+  // The bucket of a shape: its own, else the nearest by dim ratios.
+  bool exact = false;
+  CHECK(&core::path_for(g, {{"x", Shape{1, 4, 32, 32}}}, &exact) == &g.shape_paths[0]);
+  CHECK(exact);
+  CHECK(&core::path_for(g, {{"x", Shape{1, 4, 24, 30}}}, &exact) == &g.shape_paths[0]);
+  CHECK(!exact);
+  CHECK(&core::path_for(g, {{"x", Shape{1, 4, 9, 7}}}, &exact) == &g.routine_path);
+
+  // Every bucket's path, and a shape between them, computes what the untuned model does.
+  Session session(model);
+  for (const Shape& s : {Shape{1, 4, 8, 8}, Shape{1, 4, 32, 32}, Shape{2, 4, 20, 12}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 5);
+    auto got = session.run(ins);
+    ImportOptions fixed;
+    fixed.input_shapes["x"] = s;
+    Net at_shape = import_onnx(path, fixed);
+    auto want = at_shape.run(ins);
+    REQUIRE(got[0].blob.shape() == want[0].blob.shape());
+    for (int64_t i = 0; i < want[0].blob.numel(); ++i)
+      REQUIRE(std::abs(got[0].blob.data_as<float>()[i] - want[0].blob.data_as<float>()[i]) <=
+              1e-4f * (1 + std::abs(want[0].blob.data_as<float>()[i])));
+  }
+}
+
+TEST_CASE("dynamic shapes: sessions of one model at different shapes in several threads", "[onnx][dynamic][concurrency]") {
+  Net net = import_onnx(shape_subgraph_model().save("dynamic_threads.onnx"));
+  Model model = net.model();
+  const std::vector<Shape> shapes{{1, 4, 6, 6}, {2, 4, 5, 9}, {1, 4, 12, 4}};
+  std::vector<std::vector<NamedBlob>> inputs, expected;
+  {
+    Session one(model, SessionOptions{1});
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      inputs.push_back(input_of(shapes[k], static_cast<unsigned>(k)));
+      expected.push_back(one.run(inputs.back()));
+    }
+  }
+  constexpr int kThreads = 3, kRuns = 12;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      SessionOptions o{1};
+      o.shape_cache = 2;  // shapes dropped and prepared again while other sessions run
+      Session s(model, o);
+      for (int r = 0; r < kRuns; ++r) {
+        const auto k = static_cast<std::size_t>((r + t) % 3);
+        auto got = s.run(inputs[k]);
+        wrong[static_cast<std::size_t>(t)] += std::memcmp(got[0].blob.data(), expected[k][0].blob.data(),
+                                                          expected[k][0].blob.byte_size()) != 0;
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) CHECK(wrong[static_cast<std::size_t>(t)] == 0);
 }

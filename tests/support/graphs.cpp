@@ -34,7 +34,7 @@ Layer layer(std::string name, std::string type, std::vector<std::string> in, std
 core::Graph chain_graph(int length) {
   core::Graph g;
   g.name = "chain";
-  g.inputs = {{"input", Shape{1, 4, 8, 8}, DType::float32}};
+  g.inputs = {{"input", Shape{1, 4, 8, 8}, DType::float32, {}}};
   std::string prev = "input";
   const char* kinds[] = {"conv2", "relu", "sigmoid", "tanh", "hardswish"};
   for (int i = 0; i < length; ++i) {
