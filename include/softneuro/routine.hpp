@@ -40,6 +40,10 @@ struct Schema {
   static Schema parse(std::string_view text);
   /// Canonical text: trailing defaults dropped ("cpu", "cpu:qint8", "cpu:float32:nhwc").
   std::string to_string() const;
+  /// Whether this is the schema `pattern` names ("cpu:qint8"), or one a glob
+  /// over the full form device:dtype:layout matches ("cpu:float32:*").
+  /// Throws softneuro::Error where a pattern without * ? [ is not a schema.
+  bool matches(std::string_view pattern) const;
   bool operator==(const Schema&) const = default;
 };
 

@@ -99,6 +99,12 @@ struct SessionOptions {
   /// The most bytes the session's planned arena (intermediate blobs and
   /// workspaces) may take; 0: no limit. A larger plan is an Error at creation.
   std::size_t memory_limit = 0;
+  /// Schemas the session's routines may compute in: schemas ("cpu",
+  /// "cpu:qint8") or globs over device:dtype:layout ("cpu:float32:*"), as
+  /// TuneOptions::schemas. Where the model's tuned routine for a layer computes
+  /// in another, the default choice among these runs it. Empty: the tuned
+  /// path's schemas, and float32 on the CPU for the default choice.
+  std::vector<std::string> schemas;
   /// Input shapes whose prepared state (routines, memory plan, arena) the
   /// session keeps, the least recently used dropped first (at least 1).
   std::size_t shape_cache = 4;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -113,6 +114,13 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     Schema schema;
     const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
     Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
+    if (why.ok && !allowed(schema)) {
+      why = Support::no(fmt::format("it computes in {}, which the session does not allow", schema.to_string()));
+      info("layer '{}': tuned routine {} skipped ({}); using the default choice", layer.name, rc->descriptor, why.reason);
+    } else if (!why.ok) {
+      warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,
+           rc->descriptor, why.reason);
+    }
     if (why.ok) {
       step->routine = Candidate{r, schema, rc->descriptor, why};
       step->params = rc->params;
@@ -120,9 +128,6 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
       step->predicted_ms = rc->predicted_ms;
       step->measured_ms = rc->measured_ms;
       chosen = true;
-    } else {
-      warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,
-           rc->descriptor, why.reason);
     }
   }
   if (!chosen) {
@@ -132,6 +137,20 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     } else {
       Schema preferred = input_slots.empty() ? Schema{} : slots_[static_cast<std::size_t>(input_slots[0])].schema;
       step->routine = registry.default_choice_any_schema(step->info, preferred);
+      if (!allowed(step->routine.schema)) {
+        // The best supported routine of the allowed float32 schemas (the default choice's rule, restricted).
+        const Candidate* best = nullptr;
+        auto all = registry.candidates(step->info);
+        for (const auto& c : all)
+          if (c.support.ok && c.schema.dtype == DType::float32 && allowed(c.schema) &&
+              (!best || c.routine->default_priority_for(step->info) > best->routine->default_priority_for(step->info)))
+            best = &c;
+        if (!best)
+          throw Error(fmt::format("no float32 routine in the session's schemas ({}) supports this layer",
+                                  fmt::join(schemas_, ", ")),
+                      {}, layer.name, "schemas");
+        step->routine = *best;
+      }
     }
   }
   const Schema schema = step->routine.schema;
@@ -239,9 +258,17 @@ void Executor::share_weights(Step& step) const {
   step.info.shared = step.shared_weights.get();
 }
 
+bool Executor::allowed(const Schema& s) const {
+  return schemas_.empty() || std::any_of(schemas_.begin(), schemas_.end(), [&](const std::string& p) { return s.matches(p); });
+}
+
 Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
-                   std::shared_ptr<WeightStore> weights, const RoutinePath* path)
-    : graph_(graph), path_(path ? *path : graph.routine_path), io_schema_(io_schema), weights_(std::move(weights)) {
+                   std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas)
+    : graph_(graph),
+      path_(path ? *path : graph.routine_path),
+      schemas_(std::move(schemas)),
+      io_schema_(io_schema),
+      weights_(std::move(weights)) {
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
 
   for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), io_schema);

@@ -49,9 +49,12 @@ class Executor {
   /// prepared on its own: its parent's schema; a net: the default one).
   /// Routines derive their packed weights through `weights` (a model's store,
   /// shared by its sessions) where given.
-  /// `path`: the routine path to follow (default: the graph's).
+  /// `path`: the routine path to follow (default: the graph's). `schemas`
+  /// (Schema::matches patterns; empty: any): where a tuned routine computes in
+  /// another schema, the default choice among these runs the layer instead.
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
-           std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr);
+           std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr,
+           std::vector<std::string> schemas = {});
 
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
@@ -95,6 +98,8 @@ class Executor {
 
   const Graph& graph_;
   const RoutinePath& path_;
+  std::vector<std::string> schemas_;  ///< allowed schemas (empty: any)
+  bool allowed(const Schema& s) const;
   Schema io_schema_;
   std::shared_ptr<WeightStore> weights_;  ///< of the net inputs and outputs
   std::vector<BlobSlot> slots_;

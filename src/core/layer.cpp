@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <fnmatch.h>
+
 namespace softneuro {
 namespace {
 
@@ -104,6 +106,14 @@ std::string Schema::to_string() const {
   if (dtype != DType::float32 || layout != Layout::nchw) s += fmt::format(":{}", softneuro::to_string(dtype));
   if (layout != Layout::nchw) s += fmt::format(":{}", softneuro::to_string(layout));
   return s;
+}
+
+bool Schema::matches(std::string_view pattern) const {
+  const std::string p(pattern);
+  if (p.find_first_of("*?[") == std::string::npos) return parse(p) == *this;
+  const std::string full = fmt::format("{}:{}:{}", softneuro::to_string(device), softneuro::to_string(dtype),
+                                       softneuro::to_string(layout));
+  return ::fnmatch(p.c_str(), full.c_str(), 0) == 0;
 }
 
 std::string make_descriptor(const Schema& schema, std::string_view algorithm) {

@@ -69,7 +69,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   const core::RoutinePath& path = core::path_for(model_.graph, inputs, &exact);
   try {
     e.shapes = core::infer_shapes(model_.graph, inputs);
-    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path);
+    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_);
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
@@ -122,7 +122,7 @@ const std::map<std::string, Shape>& ShapedExecutors::current_shapes() {
 }
 
 ShapedExecutors& NetImpl::shaped() const {
-  if (!executors) executors = std::make_unique<ShapedExecutors>(*this, SessionOptions{}.shape_cache);
+  if (!executors) executors = std::make_unique<ShapedExecutors>(*this, SessionOptions{});
   return *executors;
 }
 
@@ -134,8 +134,15 @@ void NetImpl::changed() {
 }
 
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
-    : model(m), options(o), executors(model.impl(), o.shape_cache) {
+    : model(m), options(o), executors(model.impl(), o) {
   if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), model.impl().file, {}, "threads");
+  for (const auto& p : options.schemas) {
+    try {
+      (void)Schema{}.matches(p);  // a pattern that is no schema and no glob
+    } catch (const Error& e) {
+      throw Error(e.message(), model.impl().file, {}, "schemas");
+    }
+  }
   core::SessionThreads threads(options.threads);  // routines prepare for the team they will run on
   check_memory(executors.current());
 }

@@ -38,7 +38,8 @@ struct ModelImpl {
 /// memory plan run once per new shape, never per run.
 class ShapedExecutors {
  public:
-  ShapedExecutors(const ModelImpl& model, std::size_t capacity) : model_(model), capacity_(std::max<std::size_t>(1, capacity)) {}
+  ShapedExecutors(const ModelImpl& model, const SessionOptions& options)
+      : model_(model), capacity_(std::max<std::size_t>(1, options.shape_cache)), schemas_(options.schemas) {}
   /// The executor of these input shapes (net inputs by name; missing: the
   /// default shape). Throws Error naming the input whose shape the model does not take.
   core::Executor& at(const std::map<std::string, Shape>& input_shapes);
@@ -57,6 +58,7 @@ class ShapedExecutors {
   };
   const ModelImpl& model_;
   std::size_t capacity_;
+  std::vector<std::string> schemas_;
   std::list<Entry> entries_;  ///< most recently used first
 };
 

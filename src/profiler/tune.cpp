@@ -233,13 +233,7 @@ struct Tuner {
 
   bool schema_allowed(const Schema& s) const {
     if (opt.schemas.empty()) return s.device == Device::cpu && s.dtype == DType::float32;
-    // Entries are schemas ("cpu:qint8") or globs over the full form
-    // device:dtype:layout ("cpu:float32:*" = every float32 CPU schema).
-    std::string full = fmt::format("{}:{}:{}", to_string(s.device), to_string(s.dtype), to_string(s.layout));
-    for (const auto& text : opt.schemas) {
-      if (text.find_first_of("*?[") != std::string::npos ? glob(text, full) : Schema::parse(text) == s) return true;
-    }
-    return false;
+    return std::any_of(opt.schemas.begin(), opt.schemas.end(), [&](const std::string& p) { return s.matches(p); });
   }
 
   bool rule_allows(const std::string& layer, const std::string& descriptor) const {
@@ -938,8 +932,9 @@ struct Tuner {
           fallback.routines.push_back({step->name, step->routine.descriptor, step->params, default_steps[step->name], default_steps[step->name], {}});
       path = fallback;
       report.measured_ms = default_ms;
+      // Every step's in-context time, adapts and childnet children included.
       report.predicted_ms = 0;
-      for (const auto& r : path.routines) report.predicted_ms += r.predicted_ms;
+      for (const auto& step : exec.steps()) report.predicted_ms += default_steps[step->name];
       report.layers.clear();
       report.adapts.clear();
       for (const auto& r : path.routines) report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params), r.predicted_ms, r.measured_ms, 1});

@@ -110,3 +110,49 @@ TEST_CASE("session: bad options are clear errors", "[session]") {
   }
   CHECK_THROWS_AS(Session(model, SessionOptions{-1}), Error);
 }
+
+TEST_CASE("session: schemas restrict the routines a session runs, tuned ones included", "[session]") {
+  Net net = Net::load(SOFTNEURO_DEMO_MODEL);
+  // A routine path that runs the first layer outside plain "cpu", where a routine can.
+  std::string layer, descriptor;
+  for (const auto& l : net.layers(true)) {
+    if (l.type == "adapt") continue;
+    for (const auto& c : l.candidates)
+      if (c.supported && c.descriptor.rfind("cpu/", 0) != 0 && c.descriptor.rfind("cpu:float32", 0) == 0) {
+        layer = l.name;
+        descriptor = c.descriptor;
+        break;
+      }
+    if (!layer.empty()) break;
+  }
+  REQUIRE(!layer.empty());
+  net.impl().graph.routine_path.routines = {{layer, descriptor, {}, 0.1, 0}};
+  net.impl().changed();
+  Model model = net.model();
+
+  auto descriptor_of = [&](const Session& s) {
+    for (const auto& l : s.layers())
+      if (l.name == layer) return std::make_pair(l.descriptor, l.tuned);
+    return std::make_pair(std::string(), false);
+  };
+  Session tuned(model);
+  CHECK(descriptor_of(tuned) == std::make_pair(descriptor, true));
+
+  SessionOptions o;
+  o.schemas = {"cpu"};
+  Session plain(model, o);
+  CHECK(descriptor_of(plain).first.rfind("cpu/", 0) == 0);
+  CHECK(!descriptor_of(plain).second);
+  for (const auto& l : plain.layers())
+    if (l.type != "adapt") CHECK(l.descriptor.rfind("cpu/", 0) == 0);
+  auto in = random_inputs(model, 4);
+  auto a = plain.run(in), b = tuned.run(in);
+  const float* x = a[0].blob.data_as<float>();
+  const float* y = b[0].blob.data_as<float>();
+  for (int64_t i = 0; i < a[0].blob.numel(); ++i) CHECK(std::abs(x[i] - y[i]) <= 1e-4f * (1 + std::abs(x[i])));
+
+  o.schemas = {"cpu:float33"};
+  CHECK_THROWS_WITH(Session(model, o), Catch::Contains("float33"));
+  o.schemas = {"gpu9:*"};  // a glob no routine's schema matches
+  CHECK_THROWS_WITH(Session(model, o), Catch::Contains("session's schemas"));
+}
