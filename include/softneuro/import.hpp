@@ -51,7 +51,8 @@ struct ImportOptions {
 /// GlobalMaxPool, AveragePool, MaxPool (ceil_mode, asymmetric pads, auto_pad),
 /// ReduceMean/ReduceMax (contiguous axes), Flatten, Reshape, Squeeze,
 /// Unsqueeze, Concat, Split, Slice (forward steps), Gather (constant indices),
-/// Transpose, Pad, Expand, BatchNormalization, Softmax (both the opset < 13 and
+/// Transpose, Pad, Expand, Resize (nearest with every nearest_mode, linear;
+/// every coordinate_transformation_mode; scales or sizes), BatchNormalization, Softmax (both the opset < 13 and
 /// the >= 13 meaning of axis), LayerNormalization, Constant, Identity,
 /// Dropout, Cast. Computed during import when their inputs are constants:
 /// Shape, Size, Gather, Unsqueeze, Concat, Cast, Range, ConstantOfShape,

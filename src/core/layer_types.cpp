@@ -335,6 +335,31 @@ std::vector<Shape> infer_wgdecb(const Layer& l, std::span<const Shape> in) {
   return {Shape{out[0], out[1], out[2], out[3]}};
 }
 
+std::vector<Shape> infer_resize(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 4);
+  Shape out = in[0];
+  if (l.has("sizes")) {
+    auto sizes = ints_of_size(l, "sizes", 4, {});
+    for (int d = 0; d < 4; ++d) {
+      if (sizes[static_cast<std::size_t>(d)] <= 0) fail(l, "sizes", "sizes must be positive");
+      out[d] = sizes[static_cast<std::size_t>(d)];
+    }
+  } else {
+    auto scales = l.get_floats("scales");
+    if (scales.size() != 4) fail(l, "scales", fmt::format("expected 4 values, got {}", scales.size()));
+    for (int d = 0; d < 4; ++d) {
+      const double sc = scales[static_cast<std::size_t>(d)];
+      if (!(sc > 0) || !std::isfinite(sc) || sc > 1e6) fail(l, "scales", fmt::format("scale {} is not a positive factor", sc));
+      out[d] = static_cast<int64_t>(std::floor(static_cast<double>(in[0][d]) * sc));
+      if (out[d] <= 0) fail(l, "scales", fmt::format("scale {} makes dim {} of {} empty", sc, d, in[0].to_string()));
+    }
+  }
+  if (out[0] != in[0][0] || out[1] != in[0][1])
+    fail(l, l.has("sizes") ? "sizes" : "scales", "resize changes the batch or channel dim; it resizes H and W only");
+  resize_geometry(l, in[0], out);  // checks the modes
+  return {out};
+}
+
 std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
   return {l.weight("value").shape()};
 }
@@ -356,9 +381,82 @@ const LayerType kTypes[] = {
     {"wgenc", 1, 1, infer_wgenc},        {"wgconv", 1, 1, infer_wgconv},
     {"wgdec", 1, 1, infer_wgdec},        {"wgencb", 1, 1, infer_wgencb},
     {"wgconvb", 1, 1, infer_wgconvb},    {"wgdecb", 1, 1, infer_wgdecb},
+    {"resize", 1, 1, infer_resize},
 };
 
 }  // namespace
+
+double ResizeAxis::source(int64_t x) const {
+  const double xr = static_cast<double>(x), len_in = static_cast<double>(in), len_out = static_cast<double>(out);
+  switch (transform) {
+    case half_pixel: return (xr + 0.5) / scale - 0.5;
+    case half_pixel_symmetric: {
+      const double adjustment = len_out / (scale * len_in);
+      return len_in / 2 * (1 - adjustment) + (xr + 0.5) / scale - 0.5;
+    }
+    case pytorch_half_pixel: return out > 1 ? (xr + 0.5) / scale - 0.5 : 0.0;
+    case align_corners: return out > 1 ? xr * (len_in - 1) / (len_out - 1) : 0.0;
+    case asymmetric: return xr / scale;
+    case tf_half_pixel_for_nn: return (xr + 0.5) / scale;
+    case tf_crop_and_resize:
+      return out > 1 ? roi_start * (len_in - 1) + xr * (roi_end - roi_start) * (len_in - 1) / (len_out - 1)
+                     : 0.5 * (roi_start + roi_end) * (len_in - 1);
+  }
+  return 0;
+}
+
+int64_t ResizeAxis::nearest(double src) const {
+  double r;
+  switch (rounding) {
+    case floor: r = std::floor(src); break;
+    case ceil: r = std::ceil(src); break;
+    case round_prefer_ceil: r = std::floor(src + 0.5); break;
+    default: r = src - std::floor(src) == 0.5 ? std::floor(src) : std::round(src); break;
+  }
+  return std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1);
+}
+
+ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& output) {
+  ResizeGeometry g;
+  const std::string mode = l.get_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear") fail(l, "mode", fmt::format("mode '{}' is not nearest or linear", mode));
+  g.linear = mode == "linear";
+  g.extrapolation_value = static_cast<float>(l.get_float("extrapolation_value", 0.0));
+  static const std::pair<const char*, ResizeAxis::Transform> transforms[] = {
+      {"half_pixel", ResizeAxis::half_pixel}, {"half_pixel_symmetric", ResizeAxis::half_pixel_symmetric},
+      {"pytorch_half_pixel", ResizeAxis::pytorch_half_pixel}, {"align_corners", ResizeAxis::align_corners},
+      {"asymmetric", ResizeAxis::asymmetric}, {"tf_half_pixel_for_nn", ResizeAxis::tf_half_pixel_for_nn},
+      {"tf_crop_and_resize", ResizeAxis::tf_crop_and_resize}};
+  static const std::pair<const char*, ResizeAxis::Rounding> roundings[] = {
+      {"round_prefer_floor", ResizeAxis::round_prefer_floor}, {"round_prefer_ceil", ResizeAxis::round_prefer_ceil},
+      {"floor", ResizeAxis::floor}, {"ceil", ResizeAxis::ceil}};
+  const std::string t = l.get_string("coordinate_transformation_mode", "half_pixel");
+  const std::string r = l.get_string("nearest_mode", "round_prefer_floor");
+  auto transform = std::find_if(std::begin(transforms), std::end(transforms), [&](const auto& p) { return t == p.first; });
+  auto rounding = std::find_if(std::begin(roundings), std::end(roundings), [&](const auto& p) { return r == p.first; });
+  if (transform == std::end(transforms)) fail(l, "coordinate_transformation_mode", fmt::format("unknown mode '{}'", t));
+  if (rounding == std::end(roundings)) fail(l, "nearest_mode", fmt::format("unknown mode '{}'", r));
+  std::vector<double> roi;
+  if (transform->second == ResizeAxis::tf_crop_and_resize) {
+    roi = l.get_floats("roi");
+    if (roi.size() != 8) fail(l, "roi", fmt::format("expected 8 values (4 starts, 4 ends), got {}", roi.size()));
+  }
+  const auto scales = l.get_floats("scales", {});
+  for (int d : {2, 3}) {
+    ResizeAxis& a = d == 2 ? g.h : g.w;
+    a.transform = transform->second;
+    a.rounding = rounding->second;
+    a.in = input[d];
+    a.out = output[d];
+    a.scale = l.has("sizes") || scales.size() != 4 ? static_cast<double>(a.out) / static_cast<double>(a.in)
+                                                   : scales[static_cast<std::size_t>(d)];
+    if (!roi.empty()) {
+      a.roi_start = roi[static_cast<std::size_t>(d)];
+      a.roi_end = roi[static_cast<std::size_t>(d + 4)];
+    }
+  }
+  return g;
+}
 
 WinogradTiles winograd_tiles(int64_t m, int64_t n, int64_t oh, int64_t ow) {
   WinogradTiles t{m, (m + 2) * (m + 2), n, oh, ow, (oh + m - 1) / m, (ow + m - 1) / m, 0, 0};

@@ -20,7 +20,15 @@
 //  add, sub, mul, div: two inputs, NumPy broadcasting.
 //  concat    axis (required), one or more inputs.
 //  split     axis=0; split = sizes (default: equal parts, one per output).
-//  reshape   shape: ONNX semantics (0 copies the input dim, -1 is inferred).
+//  reshape   shape: ONNX semantics (0 copies the input dim, -1 is inferred);
+//            copy_dims (optional, one per output dim): input dim to copy, -1: shape's.
+//  resize    in [N,C,H,W]; out [N,C,OH,OW] = sizes [N,C,OH,OW] where given, else
+//            floor(in * scales) (scales [1,1,sh,sw]); mode = nearest|linear;
+//            coordinate_transformation_mode = half_pixel (default)|half_pixel_symmetric|
+//            pytorch_half_pixel|align_corners|asymmetric|tf_half_pixel_for_nn|
+//            tf_crop_and_resize (roi [4 starts, 4 ends], extrapolation_value=0);
+//            nearest_mode = round_prefer_floor (default)|round_prefer_ceil|floor|ceil
+//            (ONNX Resize; linear clamps the source coordinate into the input).
 //  flatten   axis=1: out [prod(in[:axis]), prod(in[axis:])].
 //  transpose perm (default: reversed dims).
 //  pad       pads [begin_0..begin_r-1, end_0..end_r-1] (non-negative);
@@ -92,6 +100,28 @@ struct Activation {
 Activation fused_activation(const Layer& layer);
 /// Applies an activation to one value (reference semantics).
 float apply_activation(const Activation& act, float x);
+
+/// One resized axis of a resize layer: where output index x reads (ONNX Resize).
+struct ResizeAxis {
+  enum Transform { half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric,
+                   tf_half_pixel_for_nn, tf_crop_and_resize } transform = half_pixel;
+  enum Rounding { round_prefer_floor, round_prefer_ceil, floor, ceil } rounding = round_prefer_floor;
+  int64_t in = 1, out = 1;
+  double scale = 1;              ///< out/in where sizes were given, else the given scale
+  double roi_start = 0, roi_end = 1;
+  /// The source coordinate of output index x (may lie outside [0, in-1]).
+  double source(int64_t x) const;
+  /// tf_crop_and_resize reads outside the input there: the output is extrapolation_value.
+  bool outside(double src) const { return transform == tf_crop_and_resize && (src < 0 || src > double(in - 1)); }
+  /// The nearest input index of a source coordinate, clamped into the input.
+  int64_t nearest(double src) const;
+};
+struct ResizeGeometry {
+  bool linear = false;
+  float extrapolation_value = 0;
+  ResizeAxis h, w;
+};
+ResizeGeometry resize_geometry(const Layer& layer, const Shape& input, const Shape& output);
 
 /// NumPy broadcast of two shapes; throws Error naming the layer when incompatible.
 Shape broadcast_shapes(const Layer& layer, const Shape& a, const Shape& b);

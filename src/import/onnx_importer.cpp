@@ -311,6 +311,7 @@ class Importer {
   void gather(const Node&);
   void transpose(const Node&);
   void pad(const Node&);
+  void resize(const Node&);
   void expand(const Node&);
   void constant_node(const Node&);
   void shape(const Node&);
@@ -387,6 +388,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Gather", &Importer::gather},
       {"Transpose", &Importer::transpose},
       {"Pad", &Importer::pad},
+      {"Resize", &Importer::resize},
       {"Expand", &Importer::expand},
       {"Constant", &Importer::constant_node},
       {"Shape", &Importer::shape},
@@ -1457,6 +1459,38 @@ void Importer::pad(const Node& n) {
   std::map<std::string, Attr> params{{"pads", pads}, {"mode", mode}};
   if (n.has_in(2)) params["value"] = constant_scalar(n, 2, "constant_value");
   add_unary(n, "pad", input(n, 0), n.out(0), std::move(params));
+}
+
+// Resize (opset 11+): inputs X, roi, scales, sizes (roi and scales optional from 13).
+void Importer::resize(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 4) throw Unsupported{fmt::format("Resize of a rank-{} tensor (images [N,C,H,W] only)", xs.rank())};
+  const std::string mode = n.get_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear") throw Unsupported{fmt::format("Resize mode '{}'", mode)};
+  if (n.get_int("antialias", 0) != 0) throw Unsupported{"Resize with antialias"};
+  if (n.has("axes")) throw Unsupported{"Resize with axes"};
+  if (n.get_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+    throw Unsupported{"Resize with keep_aspect_ratio_policy other than stretch"};
+  if (mode == "linear" && n.get_int("exclude_outside", 0) != 0) throw Unsupported{"linear Resize with exclude_outside"};
+  std::map<std::string, Attr> params{
+      {"mode", mode},
+      {"coordinate_transformation_mode", n.get_string("coordinate_transformation_mode", "half_pixel")},
+      {"nearest_mode", n.get_string("nearest_mode", "round_prefer_floor")}};
+  auto present = [&](int k) { return n.has_in(k) && shape_of(n, n.in(k)).numel() > 0; };
+  if (present(3)) {
+    params["sizes"] = constant_ints(n, 3, "sizes");
+  } else if (present(2)) {
+    const Blob& b = require_constant(n, 2, "scales");
+    params["scales"] = to_doubles(b);
+  } else {
+    throw n.error("neither scales nor sizes given", "scales");
+  }
+  if (std::get<std::string>(params["coordinate_transformation_mode"]) == "tf_crop_and_resize") {
+    if (!present(1)) throw n.error("tf_crop_and_resize needs roi", "roi");
+    params["roi"] = to_doubles(require_constant(n, 1, "roi"));
+    params["extrapolation_value"] = n.get_float("extrapolation_value", 0.0);
+  }
+  add_unary(n, "resize", input(n, 0), n.out(0), std::move(params));
 }
 
 void Importer::expand(const Node& n) {

@@ -260,6 +260,27 @@ TEST_CASE("shape inference: reshape", "[core][shape]") {
   expect_error(L("reshape", {{"shape", Ints{-2, 12}}}), {{2, 3, 4}}, "shape");
   expect_error(L("reshape", {{"shape", Ints{0, 0, 0, 0}}}), {{2, 3, 4}}, "shape");  // 0 past the rank
   expect_error(L("reshape"), {{2, 3, 4}}, "shape");
+  // copy_dims: dims copied from any input dim (dynamic shapes' squeezes).
+  CHECK(infer(L("reshape", {{"shape", Ints{1, 1, -1}}, {"copy_dims", Ints{2, -1, -1}}}), {{2, 3, 4}}) == Shapes{{4, 1, 6}});
+  CHECK(infer(L("reshape", {{"shape", Ints{1, 1}}, {"copy_dims", Ints{2, 0}}}), {{2, 1, 4}}) == Shapes{{4, 2}});
+  expect_error(L("reshape", {{"shape", Ints{1, -1}}, {"copy_dims", Ints{3, -1}}}), {{2, 3, 4}}, "copy_dims");
+  expect_error(L("reshape", {{"shape", Ints{1, -1}}, {"copy_dims", Ints{0}}}), {{2, 3, 4}}, "copy_dims");
+}
+
+TEST_CASE("shape inference: resize", "[core][shape]") {
+  using Floats = std::vector<double>;
+  CHECK(infer(L("resize", {{"scales", Floats{1, 1, 2, 2}}}), {{1, 3, 5, 7}}) == Shapes{{1, 3, 10, 14}});
+  CHECK(infer(L("resize", {{"scales", Floats{1, 1, 0.5, 1.5}}}), {{1, 3, 5, 7}}) == Shapes{{1, 3, 2, 10}});  // floor
+  CHECK(infer(L("resize", {{"sizes", Ints{1, 3, 4, 9}}}), {{1, 3, 5, 7}}) == Shapes{{1, 3, 4, 9}});
+  expect_error(L("resize", {{"scales", Floats{1, 2, 2, 2}}}), {{1, 3, 5, 7}}, "scales");
+  expect_error(L("resize", {{"sizes", Ints{2, 3, 4, 9}}}), {{1, 3, 5, 7}}, "sizes");
+  expect_error(L("resize", {{"scales", Floats{1, 1, 2}}}), {{1, 3, 5, 7}}, "scales");
+  expect_error(L("resize", {{"scales", Floats{1, 1, 0, 2}}}), {{1, 3, 5, 7}}, "scales");
+  expect_error(L("resize", {{"scales", Floats{1, 1, 2, 2}}}), {{3, 5, 7}}, "input");
+  expect_error(L("resize", {{"scales", Floats{1, 1, 2, 2}}, {"mode", std::string("cubic")}}), {{1, 3, 5, 7}}, "mode");
+  expect_error(L("resize", {{"scales", Floats{1, 1, 2, 2}}, {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}),
+               {{1, 3, 5, 7}}, "roi");
+  expect_error(L("resize"), {{1, 3, 5, 7}}, "scales");
 }
 
 TEST_CASE("shape inference: flatten", "[core][shape]") {
@@ -311,7 +332,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
-      "wgencb", "wgconvb", "wgdecb"};
+      "wgencb", "wgconvb", "wgdecb", "resize"};
   for (const auto& t : core::layer_types()) {
     INFO(t.name);
     CHECK(tested.count(std::string(t.name)) == 1);

@@ -658,6 +658,45 @@ struct Transpose final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// resize: each output pixel from its source coordinate (ONNX Resize), nearest
+// or bilinear, computed per pixel.
+
+struct Resize final : RefPrepared {
+  static constexpr std::string_view kType = "resize";
+  core::ResizeGeometry g;
+  int64_t planes;
+  explicit Resize(const LayerInfo& info)
+      : g(core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0])),
+        planes(info.input_shapes[0][0] * info.input_shapes[0][1]) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t ih = g.h.in, iw = g.w.in, oh = g.h.out, ow = g.w.out;
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const double sy = g.h.source(i), sx = g.w.source(j);
+          float& out = y[(p * oh + i) * ow + j];
+          if (g.h.outside(sy) || g.w.outside(sx)) {
+            out = g.extrapolation_value;
+            continue;
+          }
+          const float* plane = x + p * ih * iw;
+          if (!g.linear) {
+            out = plane[g.h.nearest(sy) * iw + g.w.nearest(sx)];
+            continue;
+          }
+          const double cy = std::clamp(sy, 0.0, double(ih - 1)), cx = std::clamp(sx, 0.0, double(iw - 1));
+          const int64_t y0 = static_cast<int64_t>(cy), x0 = static_cast<int64_t>(cx);
+          const int64_t y1 = std::min(y0 + 1, ih - 1), x1 = std::min(x0 + 1, iw - 1);
+          const double fy = cy - double(y0), fx = cx - double(x0);
+          out = static_cast<float>((1 - fy) * ((1 - fx) * plane[y0 * iw + x0] + fx * plane[y0 * iw + x1]) +
+                                   fy * ((1 - fx) * plane[y1 * iw + x0] + fx * plane[y1 * iw + x1]));
+        }
+  }
+};
+
+// ---------------------------------------------------------------------------
 // pad: constant value, reflect (mirror without repeating the edge), or edge.
 
 struct Pad final : RefPrepared {
@@ -736,6 +775,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"reshape">>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"flatten">>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"identity">>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Transpose>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Resize>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Pad>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Constant>);
 

@@ -1,0 +1,123 @@
+// cpu/resample — resize (ONNX Resize, nearest or bilinear) from index tables:
+// where each output row and column reads, and with which weights, is computed
+// once in prepare (the coordinate transform, rounding and clamping of
+// core::ResizeAxis), so a run only gathers (nearest) or blends two rows and two
+// columns (bilinear), rows in parallel. NCHW float32.
+#include "core/layer_types.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+/// Where one output index reads: two source indices and their weights (nearest:
+/// i1 = i0, w1 = 0); `outside`: tf_crop_and_resize extrapolates there.
+struct Tap {
+  int64_t i0 = 0, i1 = 0;
+  float w0 = 1, w1 = 0;
+  bool outside = false;
+};
+
+std::vector<Tap> taps(const core::ResizeAxis& a, bool linear) {
+  std::vector<Tap> t(static_cast<std::size_t>(a.out));
+  for (int64_t x = 0; x < a.out; ++x) {
+    Tap& tap = t[static_cast<std::size_t>(x)];
+    const double src = a.source(x);
+    tap.outside = a.outside(src);
+    if (!linear) {
+      tap.i0 = tap.i1 = a.nearest(src);
+      continue;
+    }
+    const double c = std::clamp(src, 0.0, static_cast<double>(a.in - 1));
+    tap.i0 = static_cast<int64_t>(c);
+    tap.i1 = std::min(tap.i0 + 1, a.in - 1);
+    tap.w1 = static_cast<float>(c - static_cast<double>(tap.i0));
+    tap.w0 = 1.0f - tap.w1;
+  }
+  return t;
+}
+
+class PreparedResample final : public PreparedRoutine {
+ public:
+  explicit PreparedResample(const LayerInfo& info)
+      : g_(core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0])),
+        planes_(info.input_shapes[0][0] * info.input_shapes[0][1]),
+        rows_(taps(g_.h, g_.linear)),
+        cols_(taps(g_.w, g_.linear)) {
+    // Columns as plain arrays for the inner loops.
+    for (const Tap& c : cols_) {
+      col0_.push_back(c.i0);
+      col1_.push_back(c.i1);
+      cw1_.push_back(c.w1);
+      any_outside_ = any_outside_ || c.outside;
+    }
+    for (const Tap& r : rows_) any_outside_ = any_outside_ || r.outside;
+  }
+
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t ih = g_.h.in, iw = g_.w.in, oh = g_.h.out, ow = g_.w.out;
+    const int64_t* c0 = col0_.data();
+    const int64_t* c1 = col1_.data();
+    const float* w1 = cw1_.data();
+    a.pool->parallel_for(planes_ * oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, ow)), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t p = row / oh, i = row % oh;
+        const Tap& r = rows_[static_cast<std::size_t>(i)];
+        float* out = y + row * ow;
+        const float* top = x + (p * ih + r.i0) * iw;
+        if (!g_.linear) {
+          for (int64_t j = 0; j < ow; ++j) out[j] = top[c0[j]];
+        } else {
+          const float* bottom = x + (p * ih + r.i1) * iw;
+          const float wt = r.w0, wb = r.w1;
+          for (int64_t j = 0; j < ow; ++j) {
+            const float left = wt * top[c0[j]] + wb * bottom[c0[j]];
+            const float right = wt * top[c1[j]] + wb * bottom[c1[j]];
+            out[j] = left + w1[j] * (right - left);
+          }
+        }
+        if (any_outside_)
+          for (int64_t j = 0; j < ow; ++j)
+            if (r.outside || cols_[static_cast<std::size_t>(j)].outside) out[j] = g_.extrapolation_value;
+      }
+    });
+  }
+
+ private:
+  core::ResizeGeometry g_;
+  int64_t planes_;
+  std::vector<Tap> rows_, cols_;
+  std::vector<int64_t> col0_, col1_;
+  std::vector<float> cw1_;
+  bool any_outside_ = false;
+};
+
+class Resample final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "resize"; }
+  std::string_view algorithm() const override { return "resample"; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == Schema{})) return Support::no(fmt::format("cpu/resample computes in cpu, not {}", schema.to_string()));
+    if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
+      return Support::no("resize needs an input [N,C,H,W]");
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    return std::make_unique<PreparedResample>(info);
+  }
+  int default_priority() const override { return 10; }
+};
+
+SOFTNEURO_REGISTER_ROUTINE(Resample);
+
+}  // namespace
+}  // namespace softneuro
