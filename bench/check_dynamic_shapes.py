@@ -6,7 +6,7 @@ and checks every output against ONNX Runtime at that shape.
 
 Models come from ../shared/real-models/fetch.sh (default folder
 ~/.cache/softneuro/real-models). For each model it runs
-    softneuro import MODEL.onnx -o MODEL.dnn --input-shape x=?x3x48x?
+    softneuro import MODEL.onnx -o MODEL.dnn [--input-shape x=?x3x48x?]
     softneuro run MODEL.dnn --input x=a.npy,b.npy,c.npy --output y=y.npy --repeat 1
 (one process, one net: the shapes follow one another in one session) and ONNX
 Runtime on the same inputs; passes where max |diff| <= 1e-4 * max |ORT| + 1e-5
@@ -28,6 +28,7 @@ ROOT = os.path.dirname(HERE)
 MODELS = [
     ("ch_PP-OCRv4_rec_infer.onnx", "x=?x3x48x?", [(1, 3, 48, 160), (1, 3, 48, 320), (1, 3, 48, 640)]),
     ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "x=?x3x48x?", [(1, 3, 48, 192), (2, 3, 48, 192), (1, 3, 48, 320)]),
+    ("ch_PP-OCRv4_det_infer.onnx", None, [(1, 3, 320, 320), (1, 3, 480, 640), (1, 3, 640, 480)]),
 ]
 
 

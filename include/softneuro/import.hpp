@@ -45,7 +45,8 @@ struct ImportOptions {
 /// data files beside it), translates it into layers, runs the graph passes the
 /// options enable and prepares the net (ready to run() or save()).
 ///
-/// Supported operators (default domain): Conv (2-D), Gemm, MatMul, Einsum
+/// Supported operators (default domain): Conv (2-D), ConvTranspose (2-D: groups,
+/// strides, dilations, pads, output_padding, output_shape, auto_pad), Gemm, MatMul, Einsum
 /// (batched matrix products), Relu, Clip, HardSwish, HardSigmoid, Sigmoid,
 /// Tanh, Gelu, Add, Sub, Mul, Div, Pow (squares), GlobalAveragePool,
 /// GlobalMaxPool, AveragePool, MaxPool (ceil_mode, asymmetric pads, auto_pad),

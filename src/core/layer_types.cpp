@@ -335,6 +335,12 @@ std::vector<Shape> infer_wgdecb(const Layer& l, std::span<const Shape> in) {
   return {Shape{out[0], out[1], out[2], out[3]}};
 }
 
+std::vector<Shape> infer_deconv2(const Layer& l, std::span<const Shape> in) {
+  const Deconv2Window g = deconv2_window(l, in[0]);
+  fused_activation(l);
+  return {Shape{g.n, g.oc, g.oh, g.ow}};
+}
+
 std::vector<Shape> infer_resize(const Layer& l, std::span<const Shape> in) {
   expect_rank(l, in[0], 4);
   Shape out = in[0];
@@ -381,7 +387,7 @@ const LayerType kTypes[] = {
     {"wgenc", 1, 1, infer_wgenc},        {"wgconv", 1, 1, infer_wgconv},
     {"wgdec", 1, 1, infer_wgdec},        {"wgencb", 1, 1, infer_wgencb},
     {"wgconvb", 1, 1, infer_wgconvb},    {"wgdecb", 1, 1, infer_wgdecb},
-    {"resize", 1, 1, infer_resize},
+    {"resize", 1, 1, infer_resize},     {"deconv2", 1, 1, infer_deconv2},
 };
 
 }  // namespace
@@ -540,6 +546,40 @@ Window2d conv2_window(const Layer& l, const Shape& x) {
   if (w[1] * g.group != g.c)
     fail(l, "weight", fmt::format("weight {} expects {} input channels, input {} has {}", w.to_string(),
                                   w[1] * g.group, x.to_string(), g.c));
+  check_optional_bias(l, g.oc);
+  return g;
+}
+
+Deconv2Window deconv2_window(const Layer& l, const Shape& x) {
+  expect_rank(l, x, 4);
+  const Shape& w = weight_shape(l, "weight");
+  if (w.rank() != 4) fail(l, "weight", fmt::format("weight has shape {}, expected [C,O/group,KH,KW]", w.to_string()));
+  Deconv2Window g{};
+  g.n = x[0]; g.c = x[1]; g.h = x[2]; g.w = x[3];
+  g.kh = w[2]; g.kw = w[3];
+  auto s = ints_of_size(l, "strides", 2, {1, 1});
+  auto p = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
+  auto d = ints_of_size(l, "dilations", 2, {1, 1});
+  auto op = ints_of_size(l, "output_padding", 2, {0, 0});
+  g.sh = s[0]; g.sw = s[1];
+  g.pt = p[0]; g.pl = p[1]; g.pb = p[2]; g.pr = p[3];
+  g.dh = d[0]; g.dw = d[1];
+  g.oph = op[0]; g.opw = op[1];
+  g.group = l.get_int("group", 1);
+  if (g.sh < 1 || g.sw < 1) fail(l, "strides", "strides must be >= 1");
+  if (g.dh < 1 || g.dw < 1) fail(l, "dilations", "dilations must be >= 1");
+  for (auto v : p)
+    if (v < 0) fail(l, "pads", "pads must be >= 0");
+  if (g.kh < 1 || g.kw < 1) fail(l, "weight", "kernel must be >= 1");
+  if (g.oph < 0 || g.opw < 0 || (g.oph >= g.sh && g.oph >= g.dh) || (g.opw >= g.sw && g.opw >= g.dw))
+    fail(l, "output_padding", fmt::format("output_padding [{},{}] must be below the stride or the dilation", g.oph, g.opw));
+  if (g.group < 1) fail(l, "group", "group must be >= 1");
+  if (w[0] != g.c) fail(l, "weight", fmt::format("weight {} expects {} input channels, input {} has {}", w.to_string(), w[0], x.to_string(), g.c));
+  if (g.c % g.group != 0) fail(l, "group", fmt::format("group {} does not divide input channels {}", g.group, g.c));
+  g.oc = w[1] * g.group;
+  g.oh = g.sh * (g.h - 1) + g.oph + g.dh * (g.kh - 1) + 1 - g.pt - g.pb;
+  g.ow = g.sw * (g.w - 1) + g.opw + g.dw * (g.kw - 1) + 1 - g.pl - g.pr;
+  if (g.oh < 1 || g.ow < 1) fail(l, "pads", fmt::format("pads leave an empty output for input {}", x.to_string()));
   check_optional_bias(l, g.oc);
   return g;
 }

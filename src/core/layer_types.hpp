@@ -6,6 +6,10 @@
 //            strides [sh,sw]=1, pads [top,left,bottom,right]=0, dilations [dh,dw]=1, group=1;
 //            fused activation: act = none|relu|clip|hardswish|hardsigmoid|sigmoid,
 //            act_min/act_max (clip), act_alpha/act_beta (hardsigmoid).
+//  deconv2   transposed convolution (ONNX ConvTranspose): in [N,C,H,W]; weight
+//            [C,O/group,KH,KW], bias [O] optional; strides, pads, dilations, group as
+//            conv2; output_padding [oph,opw]=0 (each below its stride or dilation);
+//            OH = sh*(H-1) + oph + dh*(KH-1) + 1 - pt - pb (OW alike).
 //  dense     in [...,K]; weight [O,K], bias [O] optional; out [...,O]; fused act as conv2.
 //  matmul    two inputs, NumPy matmul (batch dims broadcast).
 //  pool2     in [N,C,H,W]; mode = max|avg; kernel [kh,kw]; strides=1; pads=0;
@@ -81,6 +85,11 @@ struct Window2d {
 };
 Window2d conv2_window(const Layer& layer, const Shape& input);
 Window2d pool2_window(const Layer& layer, const Shape& input);
+/// Geometry of deconv2 (oc, oh, ow: its output; oph, opw: output_padding).
+struct Deconv2Window : Window2d {
+  int64_t oph = 0, opw = 0;
+};
+Deconv2Window deconv2_window(const Layer& layer, const Shape& input);
 
 /// Tiling of a Winograd F(m,3) convolution with output N x OH x OW (wgenc/wgconv/wgdec).
 struct WinogradTiles {

@@ -312,6 +312,7 @@ class Importer {
   void transpose(const Node&);
   void pad(const Node&);
   void resize(const Node&);
+  void conv_transpose(const Node&);
   void expand(const Node&);
   void constant_node(const Node&);
   void shape(const Node&);
@@ -389,6 +390,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Transpose", &Importer::transpose},
       {"Pad", &Importer::pad},
       {"Resize", &Importer::resize},
+      {"ConvTranspose", &Importer::conv_transpose},
       {"Expand", &Importer::expand},
       {"Constant", &Importer::constant_node},
       {"Shape", &Importer::shape},
@@ -850,6 +852,56 @@ void Importer::conv(const Node& n) {
   l.params["dilations"] = dilations;
   l.params["group"] = n.get_int("group", 1);
   l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
+  add(std::move(l));
+}
+
+// ConvTranspose (2-D): weight [C, O/group, KH, KW]; pads from pads, auto_pad or output_shape.
+void Importer::conv_transpose(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const Blob& w = require_constant(n, 1, "W");
+  if (xs.rank() != 4 || w.shape().rank() != 4)
+    throw Unsupported{fmt::format("only 2-D transposed convolutions (input {}, weight {})", xs.to_string(), w.shape().to_string())};
+  const auto kernel = n.get_ints_n("kernel_shape", 2, {w.shape()[2], w.shape()[3]});
+  if (kernel[0] != w.shape()[2] || kernel[1] != w.shape()[3])
+    throw n.error(fmt::format("kernel_shape [{}] differs from the weight's {}", fmt::join(kernel, ","), w.shape().to_string()), "kernel_shape");
+  const auto strides = n.get_ints_n("strides", 2, {1, 1});
+  const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
+  auto output_padding = n.get_ints_n("output_padding", 2, {0, 0});
+  std::vector<int64_t> pads = n.get_ints_n("pads", 4, {0, 0, 0, 0});
+  const std::string auto_pad = n.get_string("auto_pad", "NOTSET");
+  const bool given_shape = n.has("output_shape");
+  if (given_shape || (auto_pad != "NOTSET" && auto_pad != "VALID")) {
+    // The ONNX rule: total padding = stride*(in-1) + output_padding + (k-1)*d + 1 - out,
+    // split evenly, the odd one at the end for SAME_UPPER and at the begin otherwise.
+    std::vector<int64_t> out(2);
+    if (given_shape) {
+      out = n.get_ints("output_shape");
+      if (out.size() == 4) out = {out[2], out[3]};
+      if (out.size() != 2) throw n.error("expected 2 (or 4) dims", "output_shape");
+    } else {
+      out = {xs[2] * strides[0], xs[3] * strides[1]};
+    }
+    for (int i = 0; i < 2; ++i) {
+      const auto iu = static_cast<std::size_t>(i);
+      int64_t total = strides[iu] * (xs[2 + i] - 1) + output_padding[iu] + (kernel[iu] - 1) * dilations[iu] + 1 - out[iu];
+      if (total < 0) {  // a larger output than the kernel covers: output_padding makes up the rest
+        output_padding[iu] -= total;
+        total = 0;
+      }
+      pads[iu] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[iu + 2] = total - pads[iu];
+    }
+  } else if (auto_pad == "VALID") {
+    pads = {0, 0, 0, 0};
+  }
+  Layer l = make("deconv2", n.name, {input(n, 0)}, {n.out(0)});
+  l.weights["weight"] = to_float(w);
+  if (n.has_in(2)) l.weights["bias"] = to_float(require_constant(n, 2, "B"));
+  l.params["strides"] = strides;
+  l.params["dilations"] = dilations;
+  l.params["group"] = n.get_int("group", 1);
+  l.params["pads"] = pads;
+  if (output_padding != std::vector<int64_t>{0, 0}) l.params["output_padding"] = output_padding;
   add(std::move(l));
 }
 

@@ -267,6 +267,27 @@ TEST_CASE("shape inference: reshape", "[core][shape]") {
   expect_error(L("reshape", {{"shape", Ints{1, -1}}, {"copy_dims", Ints{0}}}), {{2, 3, 4}}, "copy_dims");
 }
 
+TEST_CASE("shape inference: deconv2", "[core][shape]") {
+  auto deconv = [](std::map<std::string, Attr> p, Shape wshape, int64_t bias_len = 0) {
+    std::map<std::string, Blob> ws{{"weight", w(wshape)}};
+    if (bias_len) ws["bias"] = w(Shape{bias_len});
+    return L("deconv2", std::move(p), std::move(ws));
+  };
+  // OH = sh*(H-1) + oph + dh*(KH-1) + 1 - pt - pb
+  CHECK(infer(deconv({{"strides", Ints{2, 2}}}, {3, 4, 2, 2}), {{1, 3, 5, 6}}) == Shapes{{1, 4, 10, 12}});
+  CHECK(infer(deconv({{"strides", Ints{2, 3}}, {"pads", Ints{1, 0, 0, 2}}, {"dilations", Ints{2, 1}},
+                      {"output_padding", Ints{1, 2}}},
+                     {4, 3, 3, 2}, 3),
+              {{1, 4, 3, 3}}) == Shapes{{1, 3, 9, 8}});
+  CHECK(infer(deconv({{"group", int64_t{2}}}, {4, 3, 1, 1}), {{2, 4, 5, 5}}) == Shapes{{2, 6, 5, 5}});
+  expect_error(deconv({}, {5, 3, 1, 1}), {{1, 4, 5, 5}}, "weight");
+  expect_error(deconv({{"group", int64_t{3}}}, {4, 1, 1, 1}), {{1, 4, 5, 5}}, "group");
+  expect_error(deconv({{"output_padding", Ints{1, 0}}}, {4, 3, 2, 2}), {{1, 4, 5, 5}}, "output_padding");
+  expect_error(deconv({{"pads", Ints{2, 0, 2, 0}}}, {4, 3, 1, 1}), {{1, 4, 1, 5}}, "pads");
+  expect_error(deconv({}, {4, 3, 2, 2}, 4), {{1, 4, 5, 5}}, "bias");
+  expect_error(deconv({}, {4, 3, 2, 2}), {{4, 5, 5}}, "input");
+}
+
 TEST_CASE("shape inference: resize", "[core][shape]") {
   using Floats = std::vector<double>;
   CHECK(infer(L("resize", {{"scales", Floats{1, 1, 2, 2}}}), {{1, 3, 5, 7}}) == Shapes{{1, 3, 10, 14}});
@@ -332,7 +353,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
-      "wgencb", "wgconvb", "wgdecb", "resize"};
+      "wgencb", "wgconvb", "wgdecb", "resize", "deconv2"};
   for (const auto& t : core::layer_types()) {
     INFO(t.name);
     CHECK(tested.count(std::string(t.name)) == 1);

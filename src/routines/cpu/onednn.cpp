@@ -309,6 +309,58 @@ struct Conv2 {
 };
 
 // ---------------------------------------------------------------------------
+// deconv2: oneDNN's deconvolution (groups, strides, dilations, pads, bias,
+// fused activation); output_padding by a smaller right padding.
+
+struct Deconv2 {
+  static constexpr std::string_view kType = "deconv2";
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
+    if (info.input_shapes[0].rank() != 4) return Support::no("deconv2 needs an input [N,C,H,W]");
+    return float_weights(*info.layer, {"weight", "bias"});
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+    const Layer& layer = *info.layer;
+    const core::Deconv2Window g = core::deconv2_window(layer, info.input_shapes[0]);
+    const Activation act = core::fused_activation(layer);
+    const Blob& w = layer.weight("weight");
+    const Blob* bias = layer.find_weight("bias");
+    const dnnl::memory::dim icg = g.c / g.group, ocg = g.oc / g.group;
+    // oneDNN's logical weights are [G,] O/G, C/G, KH, KW; ours (ONNX's) are stored [G, C/G, O/G, KH, KW].
+    const dims wd = g.group > 1 ? dims{g.group, ocg, icg, g.kh, g.kw} : dims{g.oc, g.c, g.kh, g.kw};
+    const dims user_strides = g.group > 1 ? dims{icg * ocg * g.kh * g.kw, g.kh * g.kw, ocg * g.kh * g.kw, g.kw, 1}
+                                          : dims{g.kh * g.kw, ocg * g.kh * g.kw, g.kw, 1};
+    const dnnl::memory::desc w_any(wd, g_act_dt, tag::any);
+    const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
+    dnnl::post_ops ops;
+    append_activation(ops, act);
+    dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                        act_md(info.input_shapes[0], l), w_any, b_md, act_md(info.output_shapes[0], l),
+                                        {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb - g.oph, g.pr - g.opw});
+    dnnl::deconvolution_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
+    Plan p;
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
+    if (prepare) {
+      const dnnl::memory::desc user(wd, dt::f32, user_strides);
+      const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(user, w), pd.weights_desc());
+      args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
+      p.keep.push_back(w);
+      if (bias) {
+        args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
+        p.keep.push_back(*bias);
+      }
+    }
+    p.steps.push_back({pd, std::move(args)});
+    return p;
+  }
+
+  static int priority(Layout l) { return Conv2::priority(l); }
+};
+
+// ---------------------------------------------------------------------------
 // dense: inner product on [N,K] with bias and fused activation.
 
 struct Dense {
@@ -797,6 +849,7 @@ void register_all_layouts() {
 
 const bool g_registered = [] {
   register_all_layouts<Conv2>();
+  register_all_layouts<Deconv2>();
   register_layouts<Dense, Layout::nchw>();
   register_all_layouts<Pool2>();
   register_all_layouts<Unary<ReluK>>();

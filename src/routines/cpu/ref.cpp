@@ -329,6 +329,59 @@ struct Conv2 final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// deconv2: each output pixel gathers the input pixels whose kernel taps land on
+// it, y[n,o,i,j] = b[o] + sum x[n,c,ih,iw] * W[c,o%ocg,ki,kj] over
+// i = ih*sh - pt + ki*dh, j = iw*sw - pl + kj*dw, c in o's group.
+
+struct Deconv2 final : RefPrepared {
+  static constexpr std::string_view kType = "deconv2";
+  core::Deconv2Window g;
+  Activation act;
+  Blob weight, bias;  // bias empty when absent
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"weight", "bias"}); }
+  explicit Deconv2(const LayerInfo& info)
+      : g(core::deconv2_window(*info.layer, info.input_shapes[0])),
+        act(core::fused_activation(*info.layer)),
+        weight(info.layer->weight("weight")) {
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* w = weight.data_as<float>();
+    const float* bs = bias.data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t icg = g.c / g.group, ocg = g.oc / g.group;
+    a.pool->parallel_for(g.n * g.oc, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t no = begin; no < end; ++no) {
+        const int64_t n = no / g.oc, oc = no % g.oc, grp = oc / ocg, o = oc % ocg;
+        for (int64_t oh = 0; oh < g.oh; ++oh)
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            double acc = bs ? bs[oc] : 0.0;
+            for (int64_t ki = 0; ki < g.kh; ++ki) {
+              const int64_t th = oh + g.pt - ki * g.dh;  // = ih * sh
+              if (th < 0 || th % g.sh) continue;
+              const int64_t ih = th / g.sh;
+              if (ih >= g.h) continue;
+              for (int64_t kj = 0; kj < g.kw; ++kj) {
+                const int64_t tw = ow + g.pl - kj * g.dw;
+                if (tw < 0 || tw % g.sw) continue;
+                const int64_t iw = tw / g.sw;
+                if (iw >= g.w) continue;
+                for (int64_t ic = 0; ic < icg; ++ic) {
+                  const int64_t c = grp * icg + ic;
+                  acc += double(x[((n * g.c + c) * g.h + ih) * g.w + iw]) *
+                         double(w[((c * ocg + o) * g.kh + ki) * g.kw + kj]);
+                }
+              }
+            }
+            y[((n * g.oc + oc) * g.oh + oh) * g.ow + ow] = core::apply_activation(act, static_cast<float>(acc));
+          }
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
 // dense: y[..., o] = sum_k x[..., k] * W[o, k] + b[o], then the fused activation.
 
 struct Dense final : RefPrepared {
@@ -776,6 +829,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"flatten">>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"identity">>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Transpose>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Resize>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Deconv2>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Pad>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Constant>);
 

@@ -1,0 +1,69 @@
+// deconv2: cpu/ref against ONNX Runtime's ConvTranspose (tests/import/test_onnx_deconv.cpp),
+// and */onednn in every layout against cpu/ref over groups, strides, dilations,
+// pads, output_padding, bias and fused activations.
+#include "routines/f32_check.hpp"
+
+using namespace softneuro;
+using namespace softneuro::test;
+using namespace softneuro::test::f32;
+
+namespace {
+
+Layer deconv_layer(int64_t c, int64_t oc, int64_t group, int64_t k, int64_t s, int64_t d, std::vector<int64_t> pads,
+                   std::vector<int64_t> output_padding, bool bias, std::mt19937& rng) {
+  std::map<std::string, Blob> weights{{"weight", random_blob({c, oc / group, k, k + 1}, rng)}};
+  if (bias) weights["bias"] = random_blob({oc}, rng);
+  return make_layer("deconv2",
+                    {{"strides", std::vector<int64_t>{s, s + 1}},
+                     {"pads", pads},
+                     {"dilations", std::vector<int64_t>{d, 1}},
+                     {"output_padding", output_padding},
+                     {"group", group}},
+                    weights);
+}
+
+}  // namespace
+
+TEST_CASE("deconv2: */onednn matches cpu/ref in every layout", "[deconv][onednn]") {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (const char* descriptor : {"cpu/onednn", "cpu:float32:nhwc/onednn", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn"})
+    for (int trial = 0; trial < 12; ++trial) {
+      const int64_t group = trial % 3 == 2 ? 2 : 1;
+      const int64_t c = 4 * group * pick(rng, 1, 3), oc = 2 * group * pick(rng, 1, 4);
+      const int64_t k = pick(rng, 1, 3), s = pick(rng, 1, 3), d = trial % 4 == 1 ? 2 : 1;
+      std::vector<int64_t> pads{pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1)};
+      std::vector<int64_t> op{trial % 2 ? std::min<int64_t>(s - 1, 1) : 0, trial % 5 == 3 ? std::min<int64_t>(s, 1) : 0};
+      Layer l = deconv_layer(c, oc, group, k, s, d, pads, op, trial % 3 != 1, rng);
+      if (trial % 4 == 3) set_act(l, kActs[trial % 5], rng);
+      INFO(descriptor << " trial " << trial << " c " << c << " oc " << oc << " group " << group << " k " << k << " s " << s
+                      << " d " << d);
+      Blob x = random_blob({trial % 2 ? 2 : 1, c, pick(rng, 2, 7), pick(rng, 2, 7)}, rng);
+      std::string why;
+      if (check_case(l, {x}, descriptor, {}, &why)) {
+        ++checked;
+        continue;
+      }
+      // Refusals: a missing ISA, or a case oneDNN has only reference code for.
+      INFO(why);
+      CHECK((isa_missing(why) || why.find("reference implementation") != std::string::npos));
+    }
+  CHECK(checked >= 24);
+}
+
+TEST_CASE("deconv2: bad parameters are errors naming the field", "[deconv]") {
+  std::mt19937 rng(1);
+  Blob x = random_blob({1, 4, 3, 3}, rng);
+  auto field_of = [&](const Layer& l) {
+    try {
+      run_layer(l, {x});
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return std::string("(no error)");
+  };
+  CHECK(field_of(deconv_layer(4, 2, 1, 2, 1, 1, {0, 0, 0, 0}, {1, 0}, true, rng)) == "output_padding");  // not below stride 1
+  CHECK(field_of(deconv_layer(4, 3, 3, 2, 2, 1, {0, 0, 0, 0}, {0, 0}, false, rng)) == "group");  // 3 groups of 4 channels
+  CHECK(field_of(deconv_layer(6, 2, 1, 2, 2, 1, {0, 0, 0, 0}, {0, 0}, true, rng)) == "weight");  // 6 input channels in the weight, 4 given
+  CHECK(field_of(deconv_layer(4, 2, 1, 1, 1, 1, {2, 0, 2, 0}, {0, 0}, true, rng)) == "pads");     // empty output
+}
