@@ -835,16 +835,32 @@ std::vector<int64_t> Importer::window_pads(const Node& n, const Shape& x, const 
   return pads;
 }
 
+namespace {
+
+/// The window attributes Conv and ConvTranspose share, checked against the weight.
+struct ConvAttrs {
+  std::vector<int64_t> kernel, strides, dilations;
+};
+
+ConvAttrs conv_attrs(const Node& n, const Shape& xs, const Blob& w) {
+  if (xs.rank() != 4 || w.shape().rank() != 4)
+    throw Unsupported{fmt::format("only 2-D {} (input {}, weight {})", n.op() == "Conv" ? "convolutions" : "transposed convolutions",
+                                  xs.to_string(), w.shape().to_string())};
+  ConvAttrs a;
+  a.kernel = n.get_ints_n("kernel_shape", 2, {w.shape()[2], w.shape()[3]});
+  if (a.kernel[0] != w.shape()[2] || a.kernel[1] != w.shape()[3])
+    throw n.error(fmt::format("kernel_shape [{}] differs from the weight's {}", fmt::join(a.kernel, ","), w.shape().to_string()), "kernel_shape");
+  a.strides = n.get_ints_n("strides", 2, {1, 1});
+  a.dilations = n.get_ints_n("dilations", 2, {1, 1});
+  return a;
+}
+
+}  // namespace
+
 void Importer::conv(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const Blob& w = require_constant(n, 1, "W");
-  if (xs.rank() != 4 || w.shape().rank() != 4)
-    throw Unsupported{fmt::format("only 2-D convolutions (input {}, weight {})", xs.to_string(), w.shape().to_string())};
-  const auto kernel = n.get_ints_n("kernel_shape", 2, {w.shape()[2], w.shape()[3]});
-  if (kernel[0] != w.shape()[2] || kernel[1] != w.shape()[3])
-    throw n.error(fmt::format("kernel_shape [{}] differs from the weight's {}", fmt::join(kernel, ","), w.shape().to_string()), "kernel_shape");
-  const auto strides = n.get_ints_n("strides", 2, {1, 1});
-  const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
+  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
   Layer l = make("conv2", n.name, {input(n, 0)}, {n.out(0)});
   l.weights["weight"] = to_float(w);
   if (n.has_in(2)) l.weights["bias"] = to_float(require_constant(n, 2, "B"));
@@ -859,13 +875,7 @@ void Importer::conv(const Node& n) {
 void Importer::conv_transpose(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const Blob& w = require_constant(n, 1, "W");
-  if (xs.rank() != 4 || w.shape().rank() != 4)
-    throw Unsupported{fmt::format("only 2-D transposed convolutions (input {}, weight {})", xs.to_string(), w.shape().to_string())};
-  const auto kernel = n.get_ints_n("kernel_shape", 2, {w.shape()[2], w.shape()[3]});
-  if (kernel[0] != w.shape()[2] || kernel[1] != w.shape()[3])
-    throw n.error(fmt::format("kernel_shape [{}] differs from the weight's {}", fmt::join(kernel, ","), w.shape().to_string()), "kernel_shape");
-  const auto strides = n.get_ints_n("strides", 2, {1, 1});
-  const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
+  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
   auto output_padding = n.get_ints_n("output_padding", 2, {0, 0});
   std::vector<int64_t> pads = n.get_ints_n("pads", 4, {0, 0, 0, 0});
   const std::string auto_pad = n.get_string("auto_pad", "NOTSET");

@@ -239,9 +239,10 @@ struct Conv2 {
   static constexpr std::string_view kType = "conv2";
   static constexpr bool kRefuseReference = true;
 
+  /// conv2's and deconv2's: an image input and float32 weights.
   static Support check(const LayerInfo& info, Layout l) {
     if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
-    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
+    if (info.input_shapes[0].rank() != 4) return Support::no(fmt::format("{} needs an input [N,C,H,W]", info.layer->type));
     return float_weights(*info.layer, {"weight", "bias"});
   }
 
@@ -316,11 +317,7 @@ struct Deconv2 {
   static constexpr std::string_view kType = "deconv2";
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout l) {
-    if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
-    if (info.input_shapes[0].rank() != 4) return Support::no("deconv2 needs an input [N,C,H,W]");
-    return float_weights(*info.layer, {"weight", "bias"});
-  }
+  static Support check(const LayerInfo& info, Layout l) { return Conv2::check(info, l); }
 
   static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
     const Layer& layer = *info.layer;
