@@ -3,8 +3,7 @@
 // It uses the layer types torchvision classifiers need: conv2 with groups and
 // fused activations, batchnorm, pooling, residual adds, a squeeze-excite block
 // (global pool, mul broadcast), concat, dense and softmax.
-#include "core/dnn_file.hpp"
-#include "core/graph.hpp"
+#include <softneuro/softneuro.hpp>
 
 #include <fmt/format.h>
 
@@ -17,7 +16,7 @@ using namespace softneuro;
 namespace {
 
 struct Builder {
-  core::Graph g;
+  std::vector<Layer> layers;
   std::mt19937 rng{20261121};
   int counter = 0;
 
@@ -42,8 +41,8 @@ struct Builder {
     l.outputs = {l.name};
     l.params = std::move(params);
     l.weights = std::move(weights);
-    g.layers.push_back(std::move(l));
-    return g.layers.back().name;
+    layers.push_back(std::move(l));
+    return layers.back().name;
   }
   std::string conv(const std::string& x, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t group = 1,
                    const std::string& act = "none") {
@@ -75,8 +74,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   Builder b;
-  b.g.name = "softneuro-demo-classifier";
-  b.g.inputs = {{"input", Shape{1, 3, 96, 96}, DType::float32}};
   auto x = b.add("relu", {b.bn(b.conv("input", 3, 16, 3, 2), 16)});                       // 48x48
   x = b.add("pool2", {x}, {{"mode", std::string("max")}, {"kernel", std::vector<int64_t>{3, 3}},
                            {"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});  // 24x24
@@ -102,12 +99,11 @@ int main(int argc, char** argv) {
   x = b.add("flatten", {x}, {{"axis", int64_t{1}}});
   x = b.add("dense", {x}, {}, {{"weight", b.random({100, 32}, 0.08f)}, {"bias", b.random({100}, 0.1f)}});
   x = b.add("softmax", {x}, {{"axis", int64_t{-1}}});
-  b.g.layers.back().outputs = {"probabilities"};
-  b.g.outputs = {"probabilities"};
+  b.layers.back().outputs = {"probabilities"};
   try {
-    core::check_and_order(b.g);
-    core::infer_shapes(b.g);
-    core::write_dnn(b.g, argv[1]);
+    Model::build("softneuro-demo-classifier", {{"input", Shape{1, 3, 96, 96}, DType::float32}}, std::move(b.layers),
+                 {"probabilities"})
+        .save(argv[1]);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "make_demo_model: %s\n", ex.what());
     return 1;

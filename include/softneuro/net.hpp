@@ -56,13 +56,16 @@ class Net {
   /// profiling, then integrated profiling in whole-net runs), picks the
   /// fastest routine path with DPRS, adapts included, and keeps it in the
   /// net: run() uses it from now on and save() stores it with this device's
-  /// fingerprint. Throws softneuro::Error when no path exists.
+  /// fingerprint. Throws softneuro::Error when no path exists. Defined in the
+  /// tuner's library (CMake softneuro::tune): an app that only runs tuned
+  /// models links the runtime alone.
   TuneReport tune(const TuneOptions& options = {});
 
   /// Measures the range of every blob on calibration inputs (float32, with
   /// the reference routines) and stores each blob's int8 quantisation in the
   /// net (save() keeps it), so qint8 routines become candidates. Replaces any
   /// earlier calibration. Throws softneuro::Error on mismatched inputs.
+  /// Defined in the tuner's library (softneuro::tune), as tune() is.
   void calibrate(const CalibrationOptions& options = {});
 
   /// The layers in execution order with their chosen routines; with

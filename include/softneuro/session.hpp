@@ -2,6 +2,7 @@
 #pragma once
 
 #include <softneuro/blob.hpp>
+#include <softneuro/routine.hpp>  // Layer, for Model::build
 
 #include <cstddef>
 #include <map>
@@ -62,6 +63,13 @@ class Model {
   /// fully (format version, checksum, every index and size). Throws
   /// softneuro::Error naming the file, layer and field at fault.
   static Model load(const std::string& path);
+  /// Builds a model in code from layers of the documented layer types
+  /// (docs/layer-types.md), e.g. a generated test model. The
+  /// layers may come in any order; blobs are named by the layers' inputs and
+  /// outputs. Checks the graph and infers every shape as load does; throws
+  /// softneuro::Error naming the layer and field at fault.
+  static Model build(std::string name, std::vector<TensorInfo> inputs, std::vector<Layer> layers,
+                     std::vector<std::string> outputs);
   /// Writes a .dnn file atomically (a temporary file renamed over `path`).
   void save(const std::string& path) const;
 

@@ -228,6 +228,18 @@ Model Model::load(const std::string& path) {
   return Model(std::move(impl));
 }
 
+Model Model::build(std::string name, std::vector<TensorInfo> inputs, std::vector<Layer> layers,
+                   std::vector<std::string> outputs) {
+  core::Graph g;
+  g.name = std::move(name);
+  g.inputs = std::move(inputs);
+  g.layers = std::move(layers);
+  g.outputs = std::move(outputs);
+  auto impl = std::make_shared<detail::ModelImpl>();
+  impl->build(std::move(g), {});
+  return Model(std::move(impl));
+}
+
 void Model::save(const std::string& path) const { core::write_dnn(impl_->graph, path); }
 const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }

@@ -2,9 +2,8 @@
 # depends on nothing else in the project. Included by the top-level
 # CMakeLists.txt with include(src/dprs/dprs.cmake); users include "dprs/dprs.hpp".
 add_library(softneuro_dprs STATIC ${CMAKE_CURRENT_LIST_DIR}/dprs.cpp)
-target_include_directories(softneuro_dprs PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
-target_compile_features(softneuro_dprs PUBLIC cxx_std_20)
-set_target_properties(softneuro_dprs PROPERTIES POSITION_INDEPENDENT_CODE ON)
+softneuro_component(softneuro_dprs dprs)
+target_include_directories(softneuro_dprs INTERFACE ${SOFTNEURO_VIEWS_DIR}/softneuro_dprs)
 
 if(BUILD_TESTING)
   # Another part of the build may have found Catch2 already.

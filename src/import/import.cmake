@@ -14,8 +14,8 @@ add_library(softneuro::onnx ALIAS softneuro_onnx)
 set_target_properties(softneuro_onnx PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   EXPORT_NAME onnx)
-target_include_directories(softneuro_onnx PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_compile_options(softneuro_onnx PRIVATE -Wall -Wextra)
+softneuro_component(softneuro_onnx core import)
+target_link_options(softneuro_onnx PRIVATE -Wl,--no-undefined)
 # onnx_proto brings ONNX_ML=1 and ONNX_NAMESPACE=onnx with its headers.
 target_link_libraries(softneuro_onnx
   PUBLIC softneuro
@@ -40,7 +40,7 @@ if(BUILD_TESTING)
   add_executable(softneuro_import_tests ${PROJECT_SOURCE_DIR}/tests/main.cpp ${SOFTNEURO_IMPORT_TEST_SOURCES})
   target_include_directories(softneuro_import_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(softneuro_import_tests PRIVATE
-    softneuro_onnx softneuro onnx_proto protobuf::libprotobuf fmt::fmt Catch2::Catch2)
+    softneuro_onnx softneuro softneuro_tune onnx_proto protobuf::libprotobuf fmt::fmt Catch2::Catch2)
   catch_discover_tests(softneuro_import_tests)
 
   # The CLI's import command: it exists and refuses a missing file with the importer's message.

@@ -156,3 +156,46 @@ TEST_CASE("session: schemas restrict the routines a session runs, tuned ones inc
   o.schemas = {"gpu9:*"};  // a glob no routine's schema matches
   CHECK_THROWS_WITH(Session(model, o), Catch::Contains("session's schemas"));
 }
+
+TEST_CASE("session: Model::build makes a model from layers in code, checked like a file", "[session]") {
+  Layer dense;
+  dense.name = "fc";
+  dense.type = "dense";
+  dense.inputs = {"x"};
+  dense.outputs = {"h"};
+  Blob w = Blob::allocate({2, 3});
+  const float wv[] = {1, 0, 0, 0, 1, 1};
+  std::memcpy(w.data(), wv, sizeof wv);
+  dense.weights["weight"] = w;
+  Layer relu;
+  relu.name = "act";
+  relu.type = "relu";
+  relu.inputs = {"h"};
+  relu.outputs = {"y"};
+  // Given out of order: build sorts them.
+  Model model = Model::build("tiny", {{"x", Shape{1, 3}, DType::float32}}, {relu, dense}, {"y"});
+  CHECK(model.name() == "tiny");
+  CHECK(model.output_shape("y") == Shape{1, 2});
+  Session session(model);
+  Blob x = Blob::allocate({1, 3});
+  const float xv[] = {-2, 3, 4};
+  std::memcpy(x.data(), xv, sizeof xv);
+  std::vector<NamedBlob> ins{{"x", x}};
+  auto outs = session.run(ins);
+  CHECK(outs.at(0).blob.data_as<float>()[0] == 0.f);  // relu(-2)
+  CHECK(outs.at(0).blob.data_as<float>()[1] == 7.f);
+
+  // A round trip through a file keeps it.
+  const std::string path = "/tmp/softneuro_model_build_test.dnn";
+  model.save(path);
+  CHECK(Model::load(path).output_shape("y") == Shape{1, 2});
+  std::remove(path.c_str());
+
+  // Errors name the layer and field.
+  relu.inputs = {"missing"};
+  CHECK_THROWS_WITH(Model::build("bad", {{"x", Shape{1, 3}, DType::float32}}, {dense, relu}, {"y"}),
+                    Catch::Contains("act") && Catch::Contains("missing"));
+  dense.weights["weight"] = Blob::allocate({2, 4});
+  CHECK_THROWS_WITH(Model::build("bad", {{"x", Shape{1, 3}, DType::float32}}, {dense}, {"h"}),
+                    Catch::Contains("fc") && Catch::Contains("weight"));
+}

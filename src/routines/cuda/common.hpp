@@ -1,5 +1,5 @@
 // Helpers shared by the CUDA routine files (kernels.cpp, cudnn.cpp, cublas.cpp,
-// src/adapt/cuda_transfer.cpp): element types, activations, geometry and
+// transfer.cpp): element types, activations, geometry and
 // physical dimension orders of the cuda:* layouts.
 #pragma once
 

@@ -86,39 +86,39 @@ if(SOFTNEURO_HAVE_CUDA)
   # -Wall/-Wextra (and sanitizer flags) are host-compiler options nvcc refuses.
   add_library(softneuro_cuda_kernels OBJECT
     ${CMAKE_CURRENT_LIST_DIR}/kernels.cu
-    ${PROJECT_SOURCE_DIR}/src/adapt/cuda_cast.cu)
+    ${CMAKE_CURRENT_LIST_DIR}/transfer_kernels.cu)
+  set_target_properties(softneuro_cuda_kernels PROPERTIES COMPILE_OPTIONS "")
+  softneuro_component(softneuro_cuda_kernels core routines)
   set_target_properties(softneuro_cuda_kernels PROPERTIES
-    COMPILE_OPTIONS ""
-    POSITION_INDEPENDENT_CODE ON
     CUDA_STANDARD 17
     CUDA_STANDARD_REQUIRED ON
     CUDA_RUNTIME_LIBRARY Static
     CUDA_SEPARABLE_COMPILATION OFF)
-  target_include_directories(softneuro_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(softneuro_cuda_kernels PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall --expt-relaxed-constexpr>)
 
-  target_sources(softneuro PRIVATE
+  add_library(softneuro_cuda OBJECT
     ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cuda_libs.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kernels.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cudnn.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cublas.cpp
-    ${PROJECT_SOURCE_DIR}/src/adapt/cuda_transfer.cpp
-    $<TARGET_OBJECTS:softneuro_cuda_kernels>)
-  target_include_directories(softneuro SYSTEM PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/transfer.cpp)
+  softneuro_component(softneuro_cuda core routines)
+  target_include_directories(softneuro_cuda SYSTEM PRIVATE
     ${CUDAToolkit_INCLUDE_DIRS} ${SOFTNEURO_CUBLAS_INCLUDE_DIR} ${SOFTNEURO_CUDNN_INCLUDE_DIR})
-  target_compile_definitions(softneuro PRIVATE
-    SOFTNEURO_HAVE_CUDA=1
+  target_compile_definitions(softneuro_cuda PRIVATE
     SOFTNEURO_CUDA_MIN_ARCH=${_sn_min_arch}
     SOFTNEURO_CUDA_LIBDIR="${CUDAToolkit_LIBRARY_DIR}")
+  target_link_libraries(softneuro_cuda PRIVATE fmt::fmt)
+  target_sources(softneuro PRIVATE $<TARGET_OBJECTS:softneuro_cuda> $<TARGET_OBJECTS:softneuro_cuda_kernels>)
   # The runtime statically; cuBLAS, cuBLASLt and cuDNN are dlopen-ed (see above).
   target_link_libraries(softneuro PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
 
   # cuda_bench: cuDNN algorithms per conv shape, and a net's batch-1 latency with and without CUDA graphs.
   add_executable(cuda_bench ${PROJECT_SOURCE_DIR}/bench/cuda_bench.cpp)
   target_include_directories(cuda_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(cuda_bench PRIVATE softneuro fmt::fmt)
+  target_link_libraries(cuda_bench PRIVATE softneuro softneuro_tune fmt::fmt)
 
   # Tests: one executable; without a usable GPU it exits 77, which CTest reports as skipped.
   if(BUILD_TESTING)
@@ -133,8 +133,8 @@ if(SOFTNEURO_HAVE_CUDA)
       ${PROJECT_SOURCE_DIR}/tests/support/graphs.cpp)
     add_dependencies(softneuro_cuda_tests dnn_schema)
     target_include_directories(softneuro_cuda_tests PRIVATE
-      ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests ${GEN_DIR})
-    target_link_libraries(softneuro_cuda_tests PRIVATE softneuro fmt::fmt Catch2::Catch2)
+      ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests ${DNN_GEN_DIR})
+    target_link_libraries(softneuro_cuda_tests PRIVATE softneuro softneuro_tune fmt::fmt Catch2::Catch2)
     foreach(part routines transfer net)
       add_test(NAME cuda_${part} COMMAND softneuro_cuda_tests "[${part}]")
       set_tests_properties(cuda_${part} PROPERTIES SKIP_RETURN_CODE 77 LABELS cuda)

@@ -1,7 +1,7 @@
 // Our CUDA kernels, as host functions that queue them on a stream. Plain C++
-// (no CUDA syntax, no project headers): kernels.cu and src/adapt/cuda_cast.cu
+// (no CUDA syntax, no project headers): kernels.cu and transfer_kernels.cu
 // define them with nvcc; the routines in kernels.cpp, cudnn.cpp, cublas.cpp
-// and src/adapt/cuda_transfer.cpp call them. Elements are float32 or float16
+// and transfer.cpp call them. Elements are float32 or float16
 // (IEEE binary16); arithmetic is float32 either way. Every launcher returns
 // the launch's error (cudaSuccess when queued).
 #pragma once
@@ -77,7 +77,7 @@ cudaError_t layernorm(Elem t, const void* x, void* y, const float* scale, const 
                       int64_t inner, float epsilon, cudaStream_t s);
 
 /// Dtype and layout conversion of a blob seen as [N, C, S] (nhwc: [N, S, C]),
-/// any of float32/float16 x nchw/nhwc to any (defined in src/adapt/cuda_cast.cu).
+/// any of float32/float16 x nchw/nhwc to any (defined in transfer_kernels.cu).
 cudaError_t convert(Elem from, bool from_nhwc, Elem to, bool to_nhwc, const void* x, void* y, int64_t n,
                     int64_t c, int64_t spatial, cudaStream_t s);
 

@@ -1,5 +1,5 @@
 // On-device dtype and layout conversion for the CUDA adapts
-// (src/adapt/cuda_transfer.cpp): float32 <-> float16 (round to nearest even)
+// (transfer.cpp): float32 <-> float16 (round to nearest even)
 // and nchw <-> nhwc, any combination in one pass. A blob is seen as [N, C, S]
 // (S: the spatial dims), as the CPU layout adapts see it.
 #include "routines/cuda/kernels_common.cuh"
