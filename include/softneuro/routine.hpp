@@ -269,6 +269,22 @@ std::string make_descriptor(const Schema& schema, std::string_view algorithm);
 /// and layer type are already registered is refused with an Error.
 void register_routine(std::unique_ptr<Routine> routine);
 
+/// Output shapes of a layer from its input shapes; throws softneuro::Error
+/// naming the layer and field when they are inconsistent.
+using ShapeInference = std::vector<Shape> (*)(const Layer& layer, std::span<const Shape> inputs);
+
+/// A layer type a routine family or plugin adds beside the built-in ones
+/// (docs/layer-types.md), e.g. the sub-layers of its childnets.
+struct LayerTypeSpec {
+  std::string name;
+  int min_inputs = 1;
+  int max_inputs = 1;  ///< -1: any number
+  ShapeInference infer = nullptr;
+};
+
+/// Adds a layer type. A name already taken, or no shape inference, is an Error.
+void register_layer_type(const LayerTypeSpec& spec);
+
 /// Descriptors of every registered routine for `layer_type` (all types when empty), sorted.
 std::vector<std::string> registered_routines(std::string_view layer_type = {});
 

@@ -3,37 +3,40 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
+#include <mutex>
+#include <shared_mutex>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 namespace softneuro::core {
-namespace {
 
-[[noreturn]] void fail(const Layer& l, const std::string& field, const std::string& msg) {
-  throw Error(msg, {}, l.name, field);
-}
+void fail_field(const Layer& l, const std::string& field, const std::string& msg) { throw Error(msg, {}, l.name, field); }
 
-void expect_rank(const Layer& l, const Shape& s, int rank, const char* what = "input") {
+void expect_rank(const Layer& l, const Shape& s, int rank, const char* what) {
   if (s.rank() != rank)
-    fail(l, what, fmt::format("{} has shape {}, expected rank {}", what, s.to_string(), rank));
+    fail_field(l, what, fmt::format("{} has shape {}, expected rank {}", what, s.to_string(), rank));
 }
 
-std::vector<int64_t> ints_of_size(const Layer& l, const char* key, std::size_t n,
-                                  std::vector<int64_t> fallback) {
+std::vector<int64_t> ints_of_size(const Layer& l, const char* key, std::size_t n, std::vector<int64_t> fallback) {
   auto v = l.get_ints(key, std::move(fallback));
-  if (v.size() != n) fail(l, key, fmt::format("expected {} values, got {}", n, v.size()));
+  if (v.size() != n) fail_field(l, key, fmt::format("expected {} values, got {}", n, v.size()));
   return v;
 }
-
-const Shape& weight_shape(const Layer& l, const char* key) { return l.weight(key).shape(); }
 
 void check_optional_bias(const Layer& l, int64_t channels) {
   if (const Blob* b = l.find_weight("bias")) {
     if (b->shape().rank() != 1 || b->shape()[0] != channels)
-      fail(l, "bias", fmt::format("bias has shape {}, expected [{}]", b->shape().to_string(), channels));
+      fail_field(l, "bias", fmt::format("bias has shape {}, expected [{}]", b->shape().to_string(), channels));
   }
 }
+
+namespace {
+
+[[noreturn]] void fail(const Layer& l, const std::string& field, const std::string& msg) { fail_field(l, field, msg); }
+
+const Shape& weight_shape(const Layer& l, const char* key) { return l.weight(key).shape(); }
 
 std::vector<Shape> infer_conv2(const Layer& l, std::span<const Shape> in) {
   Window2d g = conv2_window(l, in[0]);
@@ -264,77 +267,6 @@ std::vector<Shape> infer_pad(const Layer& l, std::span<const Shape> in) {
   return {out};
 }
 
-int64_t winograd_m(const Layer& l) {
-  int64_t m = l.get_int("tile");
-  if (m != 2 && m != 4 && m != 6) fail(l, "tile", fmt::format("tile {} is not one of 2, 4, 6", m));
-  return m;
-}
-
-std::vector<Shape> infer_wgenc(const Layer& l, std::span<const Shape> in) {
-  expect_rank(l, in[0], 4);
-  const int64_t m = winograd_m(l);
-  auto pads = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
-  for (auto v : pads)
-    if (v < 0) fail(l, "pads", "pads must be non-negative");
-  const int64_t oh = in[0][2] + pads[0] + pads[2] - 2, ow = in[0][3] + pads[1] + pads[3] - 2;
-  if (oh < 1 || ow < 1) fail(l, "input", fmt::format("input {} is smaller than the 3x3 kernel", in[0].to_string()));
-  WinogradTiles t = winograd_tiles(m, in[0][0], oh, ow);
-  return {Shape{t.p, in[0][1], t.tp}};
-}
-
-std::vector<Shape> infer_wgconv(const Layer& l, std::span<const Shape> in) {
-  expect_rank(l, in[0], 3);
-  const Shape& w = weight_shape(l, "weight");
-  if (w.rank() != 3 || w[0] != in[0][0] || w[1] != in[0][1])
-    fail(l, "weight", fmt::format("weight has shape {}, expected [{},{},K]", w.to_string(), in[0][0], in[0][1]));
-  return {Shape{in[0][0], w[2], in[0][2]}};
-}
-
-std::vector<Shape> infer_wgdec(const Layer& l, std::span<const Shape> in) {
-  expect_rank(l, in[0], 3);
-  const int64_t m = winograd_m(l);
-  auto out = ints_of_size(l, "out_shape", 4, {});
-  WinogradTiles t = winograd_tiles(m, out[0], out[2], out[3]);
-  if (in[0][0] != t.p || in[0][1] != out[1] || in[0][2] != t.tp)
-    fail(l, "input", fmt::format("input has shape {}, expected [{},{},{}] for tile {} and out_shape [{},{},{},{}]",
-                                 in[0].to_string(), t.p, out[1], t.tp, m, out[0], out[1], out[2], out[3]));
-  check_optional_bias(l, out[1]);
-  fused_activation(l);
-  return {Shape{out[0], out[1], out[2], out[3]}};
-}
-
-// The blocked Winograd children (cpu:float32:nchw16c/wg, nchw8c/wg): the same
-// computation with 4-d shapes, so that a blocked layout stores V and M with
-// channels innermost: V [P, C, T, 1], M [P, K, T, 1], T = tiles (unpadded).
-std::vector<Shape> infer_wgencb(const Layer& l, std::span<const Shape> in) {
-  const Shape v = infer_wgenc(l, in)[0];  // checks the input, tile and pads
-  const auto pads = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
-  const int64_t oh = in[0][2] + pads[0] + pads[2] - 2, ow = in[0][3] + pads[1] + pads[3] - 2;
-  return {Shape{v[0], v[1], winograd_tiles(winograd_m(l), in[0][0], oh, ow).t, 1}};
-}
-
-std::vector<Shape> infer_wgconvb(const Layer& l, std::span<const Shape> in) {
-  expect_rank(l, in[0], 4);
-  const Shape& w = weight_shape(l, "weight");
-  if (w.rank() != 3 || w[0] != in[0][0] || w[1] != in[0][1] || in[0][3] != 1)
-    fail(l, "weight", fmt::format("weight has shape {} for input {}, expected [{},{},K]", w.to_string(),
-                                  in[0].to_string(), in[0][0], in[0][1]));
-  return {Shape{in[0][0], w[2], in[0][2], 1}};
-}
-
-std::vector<Shape> infer_wgdecb(const Layer& l, std::span<const Shape> in) {
-  expect_rank(l, in[0], 4);
-  const int64_t m = winograd_m(l);
-  auto out = ints_of_size(l, "out_shape", 4, {});
-  WinogradTiles t = winograd_tiles(m, out[0], out[2], out[3]);
-  if (in[0][0] != t.p || in[0][1] != out[1] || in[0][2] != t.t || in[0][3] != 1)
-    fail(l, "input", fmt::format("input has shape {}, expected [{},{},{},1] for tile {} and out_shape [{},{},{},{}]",
-                                 in[0].to_string(), t.p, out[1], t.t, m, out[0], out[1], out[2], out[3]));
-  check_optional_bias(l, out[1]);
-  fused_activation(l);
-  return {Shape{out[0], out[1], out[2], out[3]}};
-}
-
 std::vector<Shape> infer_deconv2(const Layer& l, std::span<const Shape> in) {
   const Deconv2Window g = deconv2_window(l, in[0]);
   fused_activation(l);
@@ -370,7 +302,7 @@ std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
   return {l.weight("value").shape()};
 }
 
-const LayerType kTypes[] = {
+const LayerType kBuiltinTypes[] = {
     {"conv2", 1, 1, infer_conv2},        {"dense", 1, 1, infer_dense},
     {"matmul", 2, 2, infer_matmul},      {"pool2", 1, 1, infer_pool2},
     {"batchnorm", 1, 1, infer_batchnorm},{"relu", 1, 1, infer_same},
@@ -384,9 +316,6 @@ const LayerType kTypes[] = {
     {"reshape", 1, 1, infer_reshape},    {"flatten", 1, 1, infer_flatten},
     {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
     {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
-    {"wgenc", 1, 1, infer_wgenc},        {"wgconv", 1, 1, infer_wgconv},
-    {"wgdec", 1, 1, infer_wgdec},        {"wgencb", 1, 1, infer_wgencb},
-    {"wgconvb", 1, 1, infer_wgconvb},    {"wgdecb", 1, 1, infer_wgdecb},
     {"resize", 1, 1, infer_resize},     {"deconv2", 1, 1, infer_deconv2},
 };
 
@@ -464,20 +393,53 @@ ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& 
   return g;
 }
 
-WinogradTiles winograd_tiles(int64_t m, int64_t n, int64_t oh, int64_t ow) {
-  WinogradTiles t{m, (m + 2) * (m + 2), n, oh, ow, (oh + m - 1) / m, (ow + m - 1) / m, 0, 0};
-  t.t = n * t.ty * t.tx;
-  t.tp = (t.t + 15) / 16 * 16;
-  return t;
-}
+// The built-in types, then those registered (a deque: pointers to its
+// elements stay valid while plugins add more).
+struct LayerTypeTable {
+  std::shared_mutex mutex;
+  std::deque<LayerType> types{std::begin(kBuiltinTypes), std::end(kBuiltinTypes)};
+  std::deque<std::string> names;  // the registered types' names, which their string_views view
+  static LayerTypeTable& instance() {
+    static LayerTypeTable table;
+    return table;
+  }
+};
 
 const LayerType* find_layer_type(std::string_view name) {
-  for (const auto& t : kTypes)
+  auto& table = LayerTypeTable::instance();
+  std::shared_lock lock(table.mutex);
+  for (const auto& t : table.types)
     if (t.name == name) return &t;
   return nullptr;
 }
 
-std::span<const LayerType> layer_types() { return kTypes; }
+std::vector<LayerType> layer_types() {
+  auto& table = LayerTypeTable::instance();
+  std::shared_lock lock(table.mutex);
+  return {table.types.begin(), table.types.end()};
+}
+
+}  // namespace softneuro::core
+
+namespace softneuro {
+
+void register_layer_type(const LayerTypeSpec& spec) {
+  if (spec.name.empty()) throw Error("register_layer_type: the type has no name");
+  if (!spec.infer) throw Error(fmt::format("register_layer_type: layer type '{}' has no shape inference", spec.name));
+  if (spec.min_inputs < 0 || (spec.max_inputs >= 0 && spec.max_inputs < spec.min_inputs))
+    throw Error(fmt::format("register_layer_type: layer type '{}' takes {} to {} inputs", spec.name, spec.min_inputs,
+                            spec.max_inputs));
+  auto& table = core::LayerTypeTable::instance();
+  std::unique_lock lock(table.mutex);
+  for (const auto& t : table.types)
+    if (t.name == spec.name) throw Error(fmt::format("register_layer_type: layer type '{}' is already registered", spec.name));
+  table.names.push_back(spec.name);
+  table.types.push_back({table.names.back(), spec.min_inputs, spec.max_inputs, spec.infer});
+}
+
+}  // namespace softneuro
+
+namespace softneuro::core {
 
 std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape> inputs) {
   const LayerType* t = find_layer_type(layer.type);

@@ -39,16 +39,8 @@
 //            mode = constant|reflect|edge; value=0.
 //  identity  out = in.
 //  constant  no inputs; weight value; out = value.
-//  Winograd sub-layers (children of the cpu/wg conv2 childnet, F(m,3), P = (m+2)^2
-//  transformed positions, tiles t = (n*TY + ty)*TX + tx, T = N*TY*TX padded to Tp,
-//  a multiple of 16, so kernels vectorise over tiles without tails):
-//  wgenc     in [N,C,H,W]; tile = m (2|4|6), pads [t,l,b,r]=0; out V [P,C,Tp],
-//            V[p][c][t] = (B^T d B)[p] of the (m+2)x(m+2) input patch of tile t
-//            (zero outside the padded input; padding tiles t >= T are zero).
-//  wgconv    in V [P,C,Tp]; weight [P,C,K] (U = G g G^T per position); out M [P,K,Tp],
-//            M[p][k][t] = sum_c U[p][c][k] V[p][c][t].
-//  wgdec     in M [P,K,Tp]; tile = m; out_shape [N,K,OH,OW]; bias [K] optional;
-//            fused act as conv2; out = act(A^T M A + bias), clipped to OH x OW.
+//  Routine families add their own types (register_layer_type), e.g. the
+//  Winograd sub-layers wgenc/wgconv/wgdec in src/routines/cpu/winograd.cpp.
 #pragma once
 
 #include <softneuro/routine.hpp>
@@ -64,13 +56,22 @@ struct LayerType {
   int min_inputs;
   int max_inputs;  ///< -1: any number
   /// Output shapes from input shapes; throws Error (field named) on inconsistency.
-  std::vector<Shape> (*infer)(const Layer& layer, std::span<const Shape> inputs);
+  ShapeInference infer;
 };
 
-/// The type named `name`, or nullptr.
+/// The type named `name` (built in or registered), or nullptr.
 const LayerType* find_layer_type(std::string_view name);
-/// Every layer type, for tests and `inspect`.
-std::span<const LayerType> layer_types();
+/// Every layer type, built in and registered, for tests and `inspect`.
+std::vector<LayerType> layer_types();
+
+/// Helpers for shape inference functions (the built-in ones and those of
+/// registered types): each throws Error naming the layer and field.
+[[noreturn]] void fail_field(const Layer& layer, const std::string& field, const std::string& message);
+void expect_rank(const Layer& layer, const Shape& shape, int rank, const char* what = "input");
+/// The integer list `key` (or `fallback`), which must have n values.
+std::vector<int64_t> ints_of_size(const Layer& layer, const char* key, std::size_t n, std::vector<int64_t> fallback);
+/// An optional bias weight must be [channels].
+void check_optional_bias(const Layer& layer, int64_t channels);
 
 /// Checks input/output counts and runs the type's shape inference; errors name the layer.
 std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape> inputs);
@@ -90,15 +91,6 @@ struct Deconv2Window : Window2d {
   int64_t oph = 0, opw = 0;
 };
 Deconv2Window deconv2_window(const Layer& layer, const Shape& input);
-
-/// Tiling of a Winograd F(m,3) convolution with output N x OH x OW (wgenc/wgconv/wgdec).
-struct WinogradTiles {
-  int64_t m, p;          ///< output tile size, transformed positions (m+2)^2
-  int64_t n, oh, ow;     ///< batch and output size
-  int64_t ty, tx;        ///< tiles per column and row
-  int64_t t, tp;         ///< tiles in all, padded to a multiple of 16
-};
-WinogradTiles winograd_tiles(int64_t m, int64_t n, int64_t oh, int64_t ow);
 
 /// Fused activation of conv2/dense, resolved from parameters.
 struct Activation {

@@ -110,23 +110,16 @@ int absorb_into_producers(Graph& g, std::string_view consumer_type, const Absorb
   return count;
 }
 
-/// Runs one layer on constant inputs, once: with cpu/ref (the reference
-/// routines, exact rather than fast) when it supports the layer, else with the
-/// registry's default choice in the default schema.
+/// Runs one layer on constant inputs, once, with the registry's default
+/// choice in the default schema (core names no routine).
 std::vector<Blob> evaluate(const Layer& l, const std::vector<Blob>& inputs) {
   LayerInfo info;
   info.layer = &l;
   for (const Blob& b : inputs) info.input_shapes.push_back(b.shape());
   info.output_shapes = infer_layer_shapes(l, info.input_shapes);
   const auto& registry = RoutineRegistry::instance();
-  Schema schema;
-  const Routine* routine = registry.find(l.type, "cpu/ref", &schema);
-  if (!routine || !(schema == Schema{}) || !routine->supports(info, schema)) {
-    Candidate c = registry.default_choice(info, Schema{});
-    routine = c.routine;
-    schema = c.schema;
-  }
-  std::unique_ptr<PreparedRoutine> prepared = routine->prepare(info, schema, {});
+  const Candidate c = registry.default_choice(info, Schema{});
+  std::unique_ptr<PreparedRoutine> prepared = c.routine->prepare(info, c.schema, {});
   std::vector<Blob> outputs;
   for (const Shape& s : info.output_shapes) outputs.push_back(Blob::allocate(s));
   const std::size_t ws = prepared->workspace_bytes();

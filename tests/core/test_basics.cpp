@@ -193,8 +193,38 @@ TEST_CASE("the registry explains why a routine is not a candidate", "[basics]") 
 TEST_CASE("every layer type has a cpu/ref routine", "[basics]") {
   for (const auto& t : core::layer_types()) {
     if (t.name == "constant") continue;  // bound to its weight, never run
+    if (t.name.starts_with("test_")) continue;  // registered by a test below
     auto d = registered_routines(t.name);
     INFO(t.name);
     CHECK(std::find(d.begin(), d.end(), "cpu/ref") != d.end());
   }
+}
+
+namespace {
+std::vector<Shape> infer_twice_wide(const Layer& l, std::span<const Shape> in) {
+  core::expect_rank(l, in[0], 2);
+  return {Shape{in[0][0], 2 * in[0][1]}};
+}
+}  // namespace
+
+TEST_CASE("a routine family registers the layer types it needs", "[basics]") {
+  // The Winograd family's children are registered by src/routines/cpu/winograd.cpp, not core.
+  CHECK(core::find_layer_type("wgenc") != nullptr);
+  CHECK(core::find_layer_type("test_twice_wide") == nullptr);
+  register_layer_type({"test_twice_wide", 1, 1, infer_twice_wide});
+  const core::LayerType* t = core::find_layer_type("test_twice_wide");
+  REQUIRE(t != nullptr);
+  Layer l;
+  l.name = "wide";
+  l.type = "test_twice_wide";
+  l.inputs = {"x"};
+  l.outputs = {"y"};
+  const Shape in[] = {Shape{3, 4}};
+  CHECK(core::infer_layer_shapes(l, in).at(0) == Shape{3, 8});
+  const Shape bad[] = {Shape{3, 4, 5}};
+  CHECK_THROWS_WITH(core::infer_layer_shapes(l, bad), Catch::Contains("expected rank 2"));
+  CHECK_THROWS_WITH(register_layer_type({"test_twice_wide", 1, 1, infer_twice_wide}), Catch::Contains("already registered"));
+  CHECK_THROWS_WITH(register_layer_type({"conv2", 1, 1, infer_twice_wide}), Catch::Contains("already registered"));
+  CHECK_THROWS_WITH(register_layer_type({"test_no_inference", 1, 1, nullptr}), Catch::Contains("no shape inference"));
+  CHECK_THROWS_WITH(register_layer_type({"test_bad_counts", 2, 1, infer_twice_wide}), Catch::Contains("2 to 1 inputs"));
 }

@@ -30,7 +30,7 @@ TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]
                                      // of 2 vectors; the last group 1 vector: no split forms), two chunks.
                                      {1, 660, 104, 7, 7, 2}}) {
       INFO("n" << n << " c" << c << " k" << k << " " << h << "x" << w << " tile " << m);
-      const core::WinogradTiles t = core::winograd_tiles(m, n, h, w);  // pads 1: output h x w
+      const wg::WinogradTiles t = wg::winograd_tiles(m, n, h, w);  // pads 1: output h x w
       const int64_t p = (m + 2) * (m + 2);
       Layer enc = test::make_layer("wgencb", {{"tile", m}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}, {});
       Layer mul = test::make_layer("wgconvb", {}, {{"weight", random_blob(Shape{p, c, k}, rng)}});

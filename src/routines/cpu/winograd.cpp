@@ -29,7 +29,100 @@
 namespace softneuro {
 namespace {
 
-using core::WinogradTiles;
+using wg::WinogradTiles;
+using wg::winograd_tiles;
+
+// ---------------------------------------------------------------------------
+// The layer types of the children (registered here, beside the built-in ones;
+// children of the cpu/wg conv2 childnet, F(m,3), P = (m+2)^2
+// transformed positions, tiles t = (n*TY + ty)*TX + tx, T = N*TY*TX padded to Tp,
+// a multiple of 16, so kernels vectorise over tiles without tails):
+// wgenc     in [N,C,H,W]; tile = m (2|4|6), pads [t,l,b,r]=0; out V [P,C,Tp],
+//           V[p][c][t] = (B^T d B)[p] of the (m+2)x(m+2) input patch of tile t
+//           (zero outside the padded input; padding tiles t >= T are zero).
+// wgconv    in V [P,C,Tp]; weight [P,C,K] (U = G g G^T per position); out M [P,K,Tp],
+//           M[p][k][t] = sum_c U[p][c][k] V[p][c][t].
+// wgdec     in M [P,K,Tp]; tile = m; out_shape [N,K,OH,OW]; bias [K] optional;
+//           fused act as conv2; out = act(A^T M A + bias), clipped to OH x OW.
+
+using core::check_optional_bias;
+using core::expect_rank;
+using core::fused_activation;
+using core::ints_of_size;
+[[noreturn]] void fail(const Layer& l, const std::string& field, const std::string& msg) { core::fail_field(l, field, msg); }
+const Shape& weight_shape(const Layer& l, const char* key) { return l.weight(key).shape(); }
+
+int64_t winograd_m(const Layer& l) {
+  int64_t m = l.get_int("tile");
+  if (m != 2 && m != 4 && m != 6) fail(l, "tile", fmt::format("tile {} is not one of 2, 4, 6", m));
+  return m;
+}
+
+std::vector<Shape> infer_wgenc(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 4);
+  const int64_t m = winograd_m(l);
+  auto pads = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
+  for (auto v : pads)
+    if (v < 0) fail(l, "pads", "pads must be non-negative");
+  const int64_t oh = in[0][2] + pads[0] + pads[2] - 2, ow = in[0][3] + pads[1] + pads[3] - 2;
+  if (oh < 1 || ow < 1) fail(l, "input", fmt::format("input {} is smaller than the 3x3 kernel", in[0].to_string()));
+  WinogradTiles t = winograd_tiles(m, in[0][0], oh, ow);
+  return {Shape{t.p, in[0][1], t.tp}};
+}
+
+std::vector<Shape> infer_wgconv(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 3);
+  const Shape& w = weight_shape(l, "weight");
+  if (w.rank() != 3 || w[0] != in[0][0] || w[1] != in[0][1])
+    fail(l, "weight", fmt::format("weight has shape {}, expected [{},{},K]", w.to_string(), in[0][0], in[0][1]));
+  return {Shape{in[0][0], w[2], in[0][2]}};
+}
+
+std::vector<Shape> infer_wgdec(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 3);
+  const int64_t m = winograd_m(l);
+  auto out = ints_of_size(l, "out_shape", 4, {});
+  WinogradTiles t = winograd_tiles(m, out[0], out[2], out[3]);
+  if (in[0][0] != t.p || in[0][1] != out[1] || in[0][2] != t.tp)
+    fail(l, "input", fmt::format("input has shape {}, expected [{},{},{}] for tile {} and out_shape [{},{},{},{}]",
+                                 in[0].to_string(), t.p, out[1], t.tp, m, out[0], out[1], out[2], out[3]));
+  check_optional_bias(l, out[1]);
+  fused_activation(l);
+  return {Shape{out[0], out[1], out[2], out[3]}};
+}
+
+// The blocked Winograd children (cpu:float32:nchw16c/wg, nchw8c/wg): the same
+// computation with 4-d shapes, so that a blocked layout stores V and M with
+// channels innermost: V [P, C, T, 1], M [P, K, T, 1], T = tiles (unpadded).
+std::vector<Shape> infer_wgencb(const Layer& l, std::span<const Shape> in) {
+  const Shape v = infer_wgenc(l, in)[0];  // checks the input, tile and pads
+  const auto pads = ints_of_size(l, "pads", 4, {0, 0, 0, 0});
+  const int64_t oh = in[0][2] + pads[0] + pads[2] - 2, ow = in[0][3] + pads[1] + pads[3] - 2;
+  return {Shape{v[0], v[1], winograd_tiles(winograd_m(l), in[0][0], oh, ow).t, 1}};
+}
+
+std::vector<Shape> infer_wgconvb(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 4);
+  const Shape& w = weight_shape(l, "weight");
+  if (w.rank() != 3 || w[0] != in[0][0] || w[1] != in[0][1] || in[0][3] != 1)
+    fail(l, "weight", fmt::format("weight has shape {} for input {}, expected [{},{},K]", w.to_string(),
+                                  in[0].to_string(), in[0][0], in[0][1]));
+  return {Shape{in[0][0], w[2], in[0][2], 1}};
+}
+
+std::vector<Shape> infer_wgdecb(const Layer& l, std::span<const Shape> in) {
+  expect_rank(l, in[0], 4);
+  const int64_t m = winograd_m(l);
+  auto out = ints_of_size(l, "out_shape", 4, {});
+  WinogradTiles t = winograd_tiles(m, out[0], out[2], out[3]);
+  if (in[0][0] != t.p || in[0][1] != out[1] || in[0][2] != t.t || in[0][3] != 1)
+    fail(l, "input", fmt::format("input has shape {}, expected [{},{},{},1] for tile {} and out_shape [{},{},{},{}]",
+                                 in[0].to_string(), t.p, out[1], t.t, m, out[0], out[1], out[2], out[3]));
+  check_optional_bias(l, out[1]);
+  fused_activation(l);
+  return {Shape{out[0], out[1], out[2], out[3]}};
+}
+
 
 template <int M>
 constexpr wg::Matrices<M> kMat = wg::make_matrices<M>();
@@ -177,11 +270,11 @@ wg::Geometry geometry(const LayerInfo& info) {
     const Shape& x = info.input_shapes[0];
     auto pads = l.get_ints("pads", {0, 0, 0, 0});
     g.c = x[1], g.h = x[2], g.w = x[3], g.pt = pads[0], g.pl = pads[1];
-    g.t = core::winograd_tiles(m, x[0], g.h + pads[0] + pads[2] - 2, g.w + pads[1] + pads[3] - 2);
+    g.t = winograd_tiles(m, x[0], g.h + pads[0] + pads[2] - 2, g.w + pads[1] + pads[3] - 2);
   } else {
     auto out = l.get_ints("out_shape");
     g.k = out[1];
-    g.t = core::winograd_tiles(m, out[0], out[2], out[3]);
+    g.t = winograd_tiles(m, out[0], out[2], out[3]);
   }
   return g;
 }
@@ -449,6 +542,12 @@ class WgBlockedRoutine final : public Routine {
 
 struct Registrations {
   Registrations() {
+    register_layer_type({"wgenc", 1, 1, infer_wgenc});
+    register_layer_type({"wgconv", 1, 1, infer_wgconv});
+    register_layer_type({"wgdec", 1, 1, infer_wgdec});
+    register_layer_type({"wgencb", 1, 1, infer_wgencb});
+    register_layer_type({"wgconvb", 1, 1, infer_wgconvb});
+    register_layer_type({"wgdecb", 1, 1, infer_wgdecb});
     // The blocked children's cpu/ref: the plain routines' reference code on 4-d shapes.
     register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::ref>>("wgencb"));
     register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::ref>>("wgconvb"));

@@ -51,7 +51,7 @@ __attribute__((always_inline)) inline void combine(const vf* in, vf* out, vf ini
 }
 
 /// The batch, row and column of tile `tile`'s top-left output pixel.
-inline void tile_origin(const core::WinogradTiles& t, int64_t tile, int m, int64_t& n, int64_t& row, int64_t& col) {
+inline void tile_origin(const wg::WinogradTiles& t, int64_t tile, int m, int64_t& n, int64_t& row, int64_t& col) {
   col = tile % t.tx * m;
   const int64_t rest = tile / t.tx;
   row = rest % t.ty * m;

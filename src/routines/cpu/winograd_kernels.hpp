@@ -3,7 +3,7 @@
 // winograd_kernels_avx512.cpp: the same code, winograd_kernels.inl, compiled
 // with each ISA's flags; callers check core::cpu_features() first).
 //
-// Layouts (src/core/layer_types.hpp): V [P][C][Tp], M [P][K][Tp], P = (m+2)^2,
+// Layouts (the wg* layer types, src/routines/cpu/winograd.cpp): V [P][C][Tp], M [P][K][Tp], P = (m+2)^2,
 // tiles t = (n*TY + ty)*TX + tx, Tp a multiple of 16. Kernels vectorise over
 // tiles (contiguous in V and M), so encode/decode need no transposes and the
 // GEMM's columns are tiles.
@@ -18,6 +18,20 @@
 #include <cstdint>
 
 namespace softneuro::wg {
+
+/// Tiling of a Winograd F(m,3) convolution with output N x OH x OW (wgenc/wgconv/wgdec).
+struct WinogradTiles {
+  int64_t m, p;          ///< output tile size, transformed positions (m+2)^2
+  int64_t n, oh, ow;     ///< batch and output size
+  int64_t ty, tx;        ///< tiles per column and row
+  int64_t t, tp;         ///< tiles in all, padded to a multiple of 16
+};
+inline WinogradTiles winograd_tiles(int64_t m, int64_t n, int64_t oh, int64_t ow) {
+  WinogradTiles t{m, (m + 2) * (m + 2), n, oh, ow, (oh + m - 1) / m, (ow + m - 1) / m, 0, 0};
+  t.t = n * t.ty * t.tx;
+  t.tp = (t.t + 15) / 16 * 16;
+  return t;
+}
 
 // ---------------------------------------------------------------------------
 // Transform matrices, built at compile time by Toom-Cook: points 0, ±1, ±2, ±1/2
@@ -87,7 +101,7 @@ constexpr Matrices<M> make_matrices() {
 
 /// Geometry shared by the three children.
 struct Geometry {
-  core::WinogradTiles t;
+  WinogradTiles t;
   int64_t c = 0, h = 0, w = 0;  ///< encode: input channels and size
   int64_t pt = 0, pl = 0;       ///< encode: top and left pads
   int64_t k = 0;                ///< output channels (wgconv, wgdec)

@@ -28,12 +28,12 @@ inline constexpr Matrices<M> kMat = make_matrices<M>();
 struct TilePos {
   int64_t n, row, col;
 };
-inline TilePos tile_pos(const core::WinogradTiles& t, int64_t tile, int m) {
+inline TilePos tile_pos(const wg::WinogradTiles& t, int64_t tile, int m) {
   const int64_t tx = tile % t.tx, rest = tile / t.tx;
   return {rest / t.ty, (rest % t.ty) * m, tx * m};
 }
 /// The next tile's position.
-inline void step(const core::WinogradTiles& t, TilePos& p, int m) {
+inline void step(const wg::WinogradTiles& t, TilePos& p, int m) {
   p.col += m;
   if (p.col < t.tx * m) return;
   p.col = 0;
