@@ -30,7 +30,8 @@ const char* kUsage = R"(usage: softneuro [--plugin LIB.so ...] COMMAND ...
 commands:
   --version                 print the library version
   inspect FILE [--verbose]  layers, shapes, parameters and the routine path;
-                            --verbose: every routine considered per layer, and why not
+                            --verbose: every routine per layer in the untuned default's
+                            order (tier 1 first; src/routines/default_order.cpp), and why not
   routines [LAYER_TYPE]     descriptors of the registered routines (plugins included)
   import MODEL.onnx -o OUT.dnn [options]
                             translate an ONNX model (opsets 11..17) and save it
@@ -162,8 +163,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
     predicted_ms += l.predicted_ms;
     measured_ms += l.measured_ms;
     for (const auto& c : l.candidates)
-      fmt::print("    {} {}{}\n", c.supported ? "candidate    " : "not candidate", c.descriptor,
-                 c.supported ? "" : ": " + c.reason);
+      fmt::print("    {:>7} {} {}{}\n", c.default_tier >= 0 ? fmt::format("tier {}", c.default_tier + 1) : "unlisted",
+                 c.supported ? "candidate    " : "not candidate", c.descriptor, c.supported ? "" : ": " + c.reason);
   }
   fmt::print("\n{} layers, {} adapts inserted", layers.size(), adapts);
   if (!fp.empty())

@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 4;
+inline constexpr uint32_t abi_version = 5;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -230,16 +230,6 @@ class Routine {
   /// One-time work (weight packing, transforms). Throws softneuro::Error when impossible.
   virtual std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& layer, const Schema& schema,
                                                    const RoutineParams& params) const = 0;
-  /// Rank of this routine in the untuned default choice: higher wins among the
-  /// supported routines of the default schema. Reference routines use 0.
-  virtual int default_priority() const { return 0; }
-  /// The rank for one layer, where a routine's speed against the others depends
-  /// on the layer's shapes (e.g. a library that wins on small convolutions and
-  /// loses on large ones); by default default_priority().
-  virtual int default_priority_for(const LayerInfo& layer) const {
-    (void)layer;
-    return default_priority();
-  }
   /// A childnet routine returns its children here (and nullopt otherwise);
   /// the executor then runs the children instead of calling prepare(). Throws
   /// softneuro::Error when the childnet cannot be built with these parameters.
@@ -284,6 +274,16 @@ struct LayerTypeSpec {
 
 /// Adds a layer type. A name already taken, or no shape inference, is an Error.
 void register_layer_type(const LayerTypeSpec& spec);
+
+/// The untuned default's order for a layer type (src/routines/default_order.cpp
+/// holds the built-in ones): tiers of descriptors, best first. The default runs
+/// a layer with the first routine of the first tier that supports it, except
+/// that within that tier a routine computing in the schema the layer's input
+/// already has is taken first (it saves an adapt). Routines not listed come
+/// after the list in the order they registered: the tuner measures them all.
+/// A descriptor may be written "*/algorithm": that algorithm in every schema.
+/// Replaces the type's earlier order.
+void set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers);
 
 /// Descriptors of every registered routine for `layer_type` (all types when empty), sorted.
 std::vector<std::string> registered_routines(std::string_view layer_type = {});

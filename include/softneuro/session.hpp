@@ -44,11 +44,13 @@ struct LayerSummary {
   double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
   double measured_ms = 0;  ///< time the tuner measured in a whole-net run of the chosen path (0: none)
   /// Filled by layers(true): every registered routine of the layer's type, in
-  /// every schema, with why it is not a candidate (empty reason: it is one).
+  /// every schema, in the untuned default's order (set_default_order), with
+  /// why it is not a candidate (empty reason: it is one).
   struct Candidate {
     std::string descriptor;
     bool supported = false;
     std::string reason;
+    int default_tier = -1;  ///< its tier in the default order (0: first); -1: not listed
   };
   std::vector<Candidate> candidates;
 };

@@ -190,7 +190,6 @@ class ChainAdapt final : public Routine {
   std::string_view layer_type() const override { return "adapt"; }
   std::string_view algorithm() const override { return "chain"; }
   std::vector<Schema> schemas() const override { return chain_targets(); }
-  int default_priority() const override { return -1; }
 
   Support supports(const LayerInfo& info, const Schema& to) const override {
     const Schema from = Schema::parse(info.layer->get_string("from"));

@@ -74,7 +74,9 @@ int Executor::in_schema(int slot, const Schema& want, const std::string& consume
         }
   if (!pick)
     for (const auto& c : cands)
-      if (c.support.ok && (!pick || c.routine->default_priority() > pick->routine->default_priority())) pick = &c;
+      if (c.support.ok && (!pick || registry.default_rank("adapt", c.descriptor) <
+                                        registry.default_rank("adapt", pick->descriptor)))
+        pick = &c;
   if (!pick)
     throw Error(fmt::format("no adapt routine converts blob '{}' from {} to {}", from.name,
                             from.schema.to_string(), want.to_string()),
@@ -136,21 +138,11 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
       step->routine = registry.default_choice(step->info, *child_schema);
     } else {
       Schema preferred = input_slots.empty() ? Schema{} : slots_[static_cast<std::size_t>(input_slots[0])].schema;
-      step->routine = registry.default_choice_any_schema(step->info, preferred);
-      if (!allowed(step->routine.schema)) {
-        // The best supported routine of the allowed float32 schemas (the default choice's rule, restricted).
-        const Candidate* best = nullptr;
-        auto all = registry.candidates(step->info);
-        for (const auto& c : all)
-          if (c.support.ok && c.schema.dtype == DType::float32 && allowed(c.schema) &&
-              (!best || c.routine->default_priority_for(step->info) > best->routine->default_priority_for(step->info)))
-            best = &c;
-        if (!best)
-          throw Error(fmt::format("no float32 routine in the session's schemas ({}) supports this layer",
-                                  fmt::join(schemas_, ", ")),
-                      {}, layer.name, "schemas");
-        step->routine = *best;
-      }
+      step->routine = registry.default_choice_any_schema(step->info, preferred, [this](const Schema& s) { return allowed(s); });
+      if (!allowed(step->routine.schema))
+        throw Error(fmt::format("no float32 routine in the session's schemas ({}) supports this layer",
+                                fmt::join(schemas_, ", ")),
+                    {}, layer.name, "schemas");
     }
   }
   const Schema schema = step->routine.schema;

@@ -207,9 +207,18 @@ std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain
     s.tuned = step->tuned;
     s.predicted_ms = step->predicted_ms;
     s.measured_ms = step->measured_ms;
-    if (explain)
-      for (const auto& c : core::RoutineRegistry::instance().candidates(step->info))
-        s.candidates.push_back({c.descriptor, c.support.ok, c.support.reason});
+    if (explain) {
+      const auto& registry = core::RoutineRegistry::instance();
+      auto all = registry.candidates(step->info);
+      const int listed_tiers = static_cast<int>(registry.default_order(s.type).size());
+      std::vector<std::pair<std::pair<int, int>, LayerSummary::Candidate>> ranked;
+      for (const auto& c : all) {
+        const auto rank = registry.default_rank(s.type, c.descriptor);
+        ranked.push_back({rank, {c.descriptor, c.support.ok, c.support.reason, rank.first < listed_tiers ? rank.first : -1}});
+      }
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (auto& [rank, c] : ranked) s.candidates.push_back(std::move(c));
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -11,6 +11,10 @@ void register_routine(std::unique_ptr<Routine> routine) {
   core::RoutineRegistry::instance().add(std::move(routine), "builtin");
 }
 
+void set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers) {
+  core::RoutineRegistry::instance().set_default_order(layer_type, std::move(tiers));
+}
+
 std::vector<std::string> registered_routines(std::string_view layer_type) {
   return core::RoutineRegistry::instance().descriptors(layer_type);
 }
@@ -123,12 +127,53 @@ const Routine* RoutineRegistry::find(std::string_view layer_type, std::string_vi
   return nullptr;
 }
 
+std::pair<int, int> RoutineRegistry::default_rank(std::string_view layer_type, std::string_view descriptor) const {
+  std::lock_guard lock(mutex_);
+  auto order = default_order_.find(layer_type);
+  if (order != default_order_.end()) {
+    const std::string_view algorithm = descriptor.substr(descriptor.find('/') + 1);
+    for (std::size_t t = 0; t < order->second.size(); ++t)
+      for (std::size_t i = 0; i < order->second[t].size(); ++i) {
+        const std::string& d = order->second[t][i];
+        if (d == descriptor || (d.starts_with("*/") && std::string_view(d).substr(2) == algorithm))
+          return {static_cast<int>(t), static_cast<int>(i)};
+      }
+  }
+  const int unlisted = order == default_order_.end() ? 0 : static_cast<int>(order->second.size());
+  int registered = 0;
+  for (const auto& e : entries_) {
+    if (e.routine->layer_type() != layer_type) continue;
+    for (const auto& [s, d] : e.schemas) {
+      if (d == descriptor) return {unlisted, registered};
+      ++registered;
+    }
+  }
+  return {unlisted, registered};
+}
+
+std::vector<std::vector<std::string>> RoutineRegistry::default_order(std::string_view layer_type) const {
+  std::lock_guard lock(mutex_);
+  auto order = default_order_.find(layer_type);
+  return order == default_order_.end() ? std::vector<std::vector<std::string>>{} : order->second;
+}
+
+void RoutineRegistry::set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers) {
+  std::lock_guard lock(mutex_);
+  default_order_[std::string(layer_type)] = std::move(tiers);
+}
+
 Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& schema) const {
   auto all = candidates(layer, schema);
   const Candidate* best = nullptr;
-  for (const auto& c : all)
-    if (c.support.ok && (!best || c.routine->default_priority_for(layer) > best->routine->default_priority_for(layer)))
+  std::pair<int, int> best_rank;
+  for (const auto& c : all) {
+    if (!c.support.ok) continue;
+    const auto rank = default_rank(layer.layer->type, c.descriptor);
+    if (!best || rank < best_rank) {
       best = &c;
+      best_rank = rank;
+    }
+  }
   if (best) return *best;
   std::string why;
   for (const auto& c : all) why += fmt::format("\n  {}: {}", c.descriptor, c.support.reason);
@@ -137,18 +182,26 @@ Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& 
               {}, layer.layer->name, "type");
 }
 
-Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, const Schema& preferred) const {
+Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, const Schema& preferred,
+                                                     const std::function<bool(const Schema&)>& allowed) const {
   auto all = candidates(layer);
   const Candidate* best = nullptr;
-  int best_score = 0;
+  std::pair<int, int> best_rank;
+  bool best_stays = false;
   for (const auto& c : all) {
     // The untuned default computes in float32 on the CPU; other dtypes and
     // devices need calibration or transfers that only the tuner can weigh.
     if (!c.support.ok || c.schema.dtype != DType::float32 || c.schema.device != Device::cpu) continue;
-    int score = c.routine->default_priority_for(layer) + (c.schema == preferred ? kStayBonus : 0);
-    if (!best || score > best_score) {
+    if (allowed && !allowed(c.schema)) continue;
+    const auto rank = default_rank(layer.layer->type, c.descriptor);
+    const bool stays = c.schema == preferred;
+    // An earlier tier wins; in one tier, staying in the input's schema, then list order.
+    const bool better = !best || rank.first < best_rank.first ||
+                        (rank.first == best_rank.first && (stays != best_stays ? stays : rank.second < best_rank.second));
+    if (better) {
       best = &c;
-      best_score = score;
+      best_rank = rank;
+      best_stays = stays;
     }
   }
   if (best) return *best;

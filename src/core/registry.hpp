@@ -5,6 +5,8 @@
 
 #include <softneuro/routine.hpp>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,17 +40,25 @@ class RoutineRegistry {
   /// The routine registered for (layer type, descriptor), or nullptr; sets *schema.
   const Routine* find(std::string_view layer_type, std::string_view descriptor, Schema* schema) const;
 
-  /// The untuned default: the supported routine of highest default_priority_for(layer)
-  /// in `schema` (ties: first registered). Throws Error listing every routine's
-  /// reason when none supports the layer.
+  /// The untuned default in `schema`: the supported routine first in the layer
+  /// type's default order (set_default_order). Throws Error listing every
+  /// routine's reason when none supports the layer.
   Candidate default_choice(const LayerInfo& layer, const Schema& schema) const;
 
-  /// The untuned default over every float32 CPU schema: the supported routine of highest
-  /// default_priority_for(layer), plus a small bonus (kStayBonus) for computing in
-  /// `preferred` (the schema the layer's input already has), so chains of
-  /// layers stay in one layout and only the edges pay adapts.
-  static constexpr int kStayBonus = 5;
-  Candidate default_choice_any_schema(const LayerInfo& layer, const Schema& preferred) const;
+  /// The untuned default over every float32 CPU schema that `allowed` accepts
+  /// (all when empty): the first tier of the default order with a supported
+  /// routine, and in it the routine computing in `preferred` (the schema the
+  /// layer's input already has) where there is one, else the first. So chains
+  /// of layers stay in one layout and only the edges pay adapts.
+  Candidate default_choice_any_schema(const LayerInfo& layer, const Schema& preferred,
+                                      const std::function<bool(const Schema&)>& allowed = {}) const;
+
+  /// A descriptor's place in the default order of `layer_type`: (tier, position);
+  /// unlisted descriptors come after every tier, in registration order.
+  std::pair<int, int> default_rank(std::string_view layer_type, std::string_view descriptor) const;
+  /// The default order of a layer type as set (empty when none).
+  std::vector<std::vector<std::string>> default_order(std::string_view layer_type) const;
+  void set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers);
 
   /// Every descriptor registered for a layer type ("" = all types), sorted.
   std::vector<std::string> descriptors(std::string_view layer_type = {}) const;
@@ -59,6 +69,7 @@ class RoutineRegistry {
     std::string origin;
     std::vector<std::pair<Schema, std::string>> schemas;  // with their descriptors
   };
+  std::map<std::string, std::vector<std::vector<std::string>>, std::less<>> default_order_;
   mutable std::recursive_mutex mutex_;  // recursive: a composing adapt (src/adapt/compose.cpp) asks the registry from supports()
   std::vector<Entry> entries_;
 };

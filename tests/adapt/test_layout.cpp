@@ -64,14 +64,13 @@ TEST_CASE("layout adapts round-trip every pair exactly", "[adapt]") {
 }
 
 namespace {
-// A tanh computing in nhwc, preferred over cpu/ref, so the default choice puts
+// A tanh computing in nhwc, put first in tanh's default order, so the default choice puts
 // the layer in another layout and the executor must insert adapts around it.
 class NhwcTanh final : public Routine {
  public:
   std::string_view layer_type() const override { return "tanh"; }
   std::string_view algorithm() const override { return "test_nhwc"; }
   std::vector<Schema> schemas() const override { return {Schema::parse("cpu:float32:nhwc")}; }
-  int default_priority() const override { return 1000; }  // wins over every built-in routine
   Support supports(const LayerInfo&, const Schema&) const override { return Support::yes(); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
     struct P final : PreparedRoutine {
@@ -93,7 +92,12 @@ TEST_CASE("the executor inserts adapts where schemas differ, and results hold", 
   auto want = test::values(Net(detail::NetImpl::build(g)).run(in)[0].blob);
 
   static bool registered = false;
-  if (!registered) register_routine(std::make_unique<NhwcTanh>());
+  if (!registered) {
+    register_routine(std::make_unique<NhwcTanh>());
+    auto order = core::RoutineRegistry::instance().default_order("tanh");
+    order.insert(order.begin(), {"cpu:float32:nhwc/test_nhwc"});  // ahead of every built-in routine
+    set_default_order("tanh", order);
+  }
   registered = true;
   Net net(detail::NetImpl::build(g));
   int adapts = 0, nhwc = 0;

@@ -228,3 +228,62 @@ TEST_CASE("a routine family registers the layer types it needs", "[basics]") {
   CHECK_THROWS_WITH(register_layer_type({"test_no_inference", 1, 1, nullptr}), Catch::Contains("no shape inference"));
   CHECK_THROWS_WITH(register_layer_type({"test_bad_counts", 2, 1, infer_twice_wide}), Catch::Contains("2 to 1 inputs"));
 }
+
+namespace {
+// A routine of layer type test_order in one schema that supports the layer unless told not to.
+class OrderProbe final : public Routine {
+ public:
+  OrderProbe(std::string algorithm, std::string schema) : algorithm_(std::move(algorithm)), schema_(std::move(schema)) {}
+  std::string_view layer_type() const override { return "test_order"; }
+  std::string_view algorithm() const override { return algorithm_; }
+  std::vector<Schema> schemas() const override { return {Schema::parse(schema_)}; }
+  Support supports(const LayerInfo& info, const Schema&) const override {
+    return info.layer->get_string("refuse", "") == algorithm_ ? Support::no("told to refuse") : Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    return nullptr;
+  }
+
+ private:
+  std::string algorithm_, schema_;
+};
+std::vector<Shape> infer_same_shape(const Layer&, std::span<const Shape> in) { return {in[0]}; }
+}  // namespace
+
+TEST_CASE("the default order: first tier with a supported routine, staying in the input's schema within it", "[basics]") {
+  register_layer_type({"test_order", 1, 1, infer_same_shape});
+  register_routine(std::make_unique<OrderProbe>("blocked", "cpu:float32:nchw16c"));
+  register_routine(std::make_unique<OrderProbe>("channels_last", "cpu:float32:nhwc"));
+  register_routine(std::make_unique<OrderProbe>("plain", "cpu"));
+  register_routine(std::make_unique<OrderProbe>("unlisted", "cpu"));
+  set_default_order("test_order", {{"cpu:float32:nchw16c/blocked", "*/channels_last"}, {"cpu/plain"}});
+  const auto& registry = core::RoutineRegistry::instance();
+  CHECK(registry.default_rank("test_order", "cpu:float32:nhwc/channels_last") == std::pair{0, 1});
+  CHECK(registry.default_rank("test_order", "cpu/plain") == std::pair{1, 0});
+  CHECK(registry.default_rank("test_order", "cpu/unlisted").first == 2);
+
+  Layer l;
+  l.name = "probe";
+  l.type = "test_order";
+  l.inputs = {"x"};
+  l.outputs = {"y"};
+  LayerInfo info{&l, {Shape{1, 16, 4, 4}}, {Shape{1, 16, 4, 4}}, {}, {}};
+  auto choice = [&](const char* preferred) {
+    return registry.default_choice_any_schema(info, Schema::parse(preferred)).descriptor;
+  };
+  CHECK(choice("cpu") == "cpu:float32:nchw16c/blocked");  // a later tier does not win by staying
+  CHECK(choice("cpu:float32:nhwc") == "cpu:float32:nhwc/channels_last");  // staying wins within the tier
+  CHECK(choice("cpu:float32:nchw16c") == "cpu:float32:nchw16c/blocked");
+  l.params["refuse"] = std::string("blocked");
+  CHECK(choice("cpu") == "cpu:float32:nhwc/channels_last");
+  l.params["refuse"] = std::string("channels_last");
+  CHECK(choice("cpu:float32:nhwc") == "cpu:float32:nchw16c/blocked");
+  // In one schema: list order; unlisted routines after the list.
+  CHECK(registry.default_choice(info, Schema{}).descriptor == "cpu/plain");
+  l.params["refuse"] = std::string("plain");
+  CHECK(registry.default_choice(info, Schema{}).descriptor == "cpu/unlisted");
+  // Only the schemas a session allows.
+  l.params.erase("refuse");
+  auto only_plain = [](const Schema& s) { return s == Schema{}; };
+  CHECK(registry.default_choice_any_schema(info, Schema::parse("cpu:float32:nhwc"), only_plain).descriptor == "cpu/plain");
+}

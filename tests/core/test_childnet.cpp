@@ -24,7 +24,6 @@ class ReluChildnet final : public Routine {
   std::string_view layer_type() const override { return "relu"; }
   std::string_view algorithm() const override { return "test_childnet"; }
   Support supports(const LayerInfo&, const Schema&) const override { return Support::yes(); }
-  int default_priority() const override { return -100; }
   std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     const Layer& l = *info.layer;
     Childnet cn;

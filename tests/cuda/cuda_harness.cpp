@@ -35,7 +35,9 @@ std::shared_ptr<void> scratch(std::size_t bytes, Device where) {
 const core::Candidate* pick(const std::vector<core::Candidate>& cands) {
   const core::Candidate* best = nullptr;
   for (const auto& c : cands)
-    if (c.support.ok && (!best || c.routine->default_priority() > best->routine->default_priority())) best = &c;
+    if (c.support.ok && (!best || core::RoutineRegistry::instance().default_rank(c.routine->layer_type(), c.descriptor) <
+                                      core::RoutineRegistry::instance().default_rank(best->routine->layer_type(), best->descriptor)))
+      best = &c;
   return best;
 }
 

@@ -9,7 +9,6 @@ class PluginRelu final : public softneuro::Routine {
  public:
   std::string_view layer_type() const override { return "relu"; }
   std::string_view algorithm() const override { return "plugin_relu"; }
-  int default_priority() const override { return -1; }  // never the untuned default
   softneuro::Support supports(const softneuro::LayerInfo&, const softneuro::Schema&) const override {
     return softneuro::Support::yes();
   }

@@ -495,7 +495,8 @@ TEST_CASE("xnnpack routines outrank cpu/ref and refuse other schemas", "[xnnpack
     const Routine* ref = core::RoutineRegistry::instance().find(type, "cpu/ref", nullptr);
     const Routine* xnn = xnn_routine(type, &schema);
     REQUIRE(ref);
-    CHECK(xnn->default_priority() > ref->default_priority());
+    const auto& registry = core::RoutineRegistry::instance();
+    CHECK(registry.default_rank(type, make_descriptor(schema, xnn->algorithm())) < registry.default_rank(type, "cpu/ref"));
     Layer l = test::make_layer(type);
     LayerInfo info{&l, {Shape{1, 4, 2, 2}}, {Shape{1, 4, 2, 2}}, {}, {}};
     CHECK_FALSE(xnn->supports(info, Schema{}).ok);
@@ -503,15 +504,16 @@ TEST_CASE("xnnpack routines outrank cpu/ref and refuse other schemas", "[xnnpack
 }
 
 TEST_CASE("xnnpack conv2 ranks below oneDNN's convs in the untuned default", "[xnnpack]") {
-  // See "Untuned default" in src/routines/cpu/xnnpack.cpp: on a loaded machine
+  // See "Untuned default" in src/routines/cpu/xnnpack.cpp and src/routines/default_order.cpp: on a loaded machine
   // XNNPACK's thread pool made whole nets slower; the tuner measures it instead.
   Schema schema;
   const Routine* xnn = xnn_routine("conv2", &schema);
+  const auto& registry = core::RoutineRegistry::instance();
   for (const char* d : {"cpu/onednn", "cpu:float32:nhwc/onednn", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn"}) {
     INFO(d);
     const Routine* dnn = core::RoutineRegistry::instance().find("conv2", d, nullptr);
     REQUIRE(dnn);
-    CHECK(xnn->default_priority() < dnn->default_priority());
+    CHECK(registry.default_rank("conv2", make_descriptor(schema, xnn->algorithm())) > registry.default_rank("conv2", d));
   }
 }
 

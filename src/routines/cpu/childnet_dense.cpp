@@ -4,8 +4,8 @@
 //   <layer>/reshape_in   x [..., K]   -> [rows, K, 1, 1]
 //   <layer>/conv         conv2 1x1, weight [O, K, 1, 1], bias and fused activation as the dense
 //   <layer>/reshape_out  [rows, O, 1, 1] -> [..., O]
-// Default priority -1: below cpu/ref, so the untuned default never picks it; the
-// tuner does where measured faster.
+// Last in the default order, after cpu/ref, so the untuned default never picks
+// it; the tuner does where measured faster.
 #include "core/childnet.hpp"
 
 #include <softneuro/routine.hpp>
@@ -21,7 +21,6 @@ class DenseAsConv final : public Routine {
  public:
   std::string_view layer_type() const override { return "dense"; }
   std::string_view algorithm() const override { return "conv"; }
-  int default_priority() const override { return -1; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
     if (info.input_shapes.size() != 1 || info.input_shapes[0].rank() < 1) return Support::no("needs one input of rank >= 1");

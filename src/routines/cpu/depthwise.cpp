@@ -194,7 +194,6 @@ class Depthwise final : public Routine {
     return std::make_unique<PreparedDepthwise>(info, L, *k);
   }
 
-  int default_priority() const override { return 40; }
 };
 
 SOFTNEURO_REGISTER_ROUTINE(Depthwise<Layout::nhwc>);

@@ -818,7 +818,6 @@ class Direct final : public Routine {
     return std::make_unique<PreparedDirect>(info, *k, L, params);
   }
 
-  int default_priority() const override { return 40; }
 };
 
 SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nchw16c>);

@@ -123,7 +123,6 @@ class EigenDense final : public Routine {
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     return std::make_unique<PreparedEigen>(info);
   }
-  int default_priority() const override { return 40; }
 };
 
 SOFTNEURO_REGISTER_ROUTINE(EigenDense);

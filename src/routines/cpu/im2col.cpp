@@ -191,7 +191,6 @@ class ConvGemmNchw final : public Routine {
   /// measured it faster on every ResNet50 1x1 stride-1 layer at 1 and 2 threads
   /// (1.2-10x; oneDNN 2.6 has no fast plain-layout 1x1 kernel). cpu/im2col
   /// stays below: oneDNN wins some 3x3 layers.
-  int default_priority() const override { return kPointwise ? 91 : 40; }
 };
 
 // ---------------------------------------------------------------------------
@@ -265,7 +264,6 @@ class ConvGemmNhwc final : public Routine {
                                            const RoutineParams& params) const override {
     return std::make_unique<PreparedNhwc>(info, routine_param(params, "m_block", 96));
   }
-  int default_priority() const override { return 40; }
 };
 
 SOFTNEURO_REGISTER_ROUTINE(ConvGemmNchw<false>);

@@ -16,7 +16,6 @@
 //   static constexpr std::string_view kType;                    the layer type
 //   static Support check(const LayerInfo&, Layout);             cheap checks, with the reason
 //   static Plan plan(const LayerInfo&, Layout, bool prepare);   the primitive descriptor and its arguments
-//   static int priority(Layout);                                 rank in the untuned default
 // and Onednn<Op, Layout> turns it into the registered Routine. supports() also
 // builds the primitive descriptor, so it says no (with oneDNN's words) where
 // oneDNN cannot create one, and where oneDNN would only run its slow reference
@@ -216,20 +215,8 @@ class Onednn final : public Routine {
     }
   }
 
-  int default_priority() const override { return Op::priority(L); }
 };
 
-/// Rank of the non-convolution routines: above cpu/ref (0), below conv/dense,
-/// blocked layouts first so that chains of oneDNN layers stay blocked.
-int elementwise_priority(Layout l) {
-  switch (l) {
-    case Layout::nchw8c:
-    case Layout::nchw16c: return 60;
-    case Layout::nhwc: return 55;
-    case Layout::nchw: break;
-  }
-  return 50;
-}
 
 // ---------------------------------------------------------------------------
 // conv2: groups (depthwise included), strides, dilations, asymmetric pads,
@@ -297,16 +284,6 @@ struct Conv2 {
     p.steps.push_back({pd, std::move(args)});
     return p;
   }
-
-  static int priority(Layout l) {
-    switch (l) {
-      case Layout::nchw16c: return 100;
-      case Layout::nchw8c: return has_avx512() ? 98 : 100;
-      case Layout::nhwc: return 85;
-      case Layout::nchw: break;
-    }
-    return 90;
-  }
 };
 
 // ---------------------------------------------------------------------------
@@ -354,7 +331,6 @@ struct Deconv2 {
     return p;
   }
 
-  static int priority(Layout l) { return Conv2::priority(l); }
 };
 
 // ---------------------------------------------------------------------------
@@ -400,7 +376,6 @@ struct Dense {
     return p;
   }
 
-  static int priority(Layout) { return 90; }
 };
 
 // ---------------------------------------------------------------------------
@@ -460,7 +435,6 @@ struct Pool2 {
                         {{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}});
   }
 
-  static int priority(Layout l) { return elementwise_priority(l); }
 };
 
 // ---------------------------------------------------------------------------
@@ -496,7 +470,6 @@ struct Unary {
     return p;
   }
 
-  static int priority(Layout l) { return elementwise_priority(l); }
 };
 
 struct ReluK {
@@ -596,7 +569,6 @@ struct Binary {
     return p;
   }
 
-  static int priority(Layout l) { return elementwise_priority(l); }
 };
 
 struct AddK {
@@ -645,7 +617,6 @@ struct Batchnorm {
     return p;
   }
 
-  static int priority(Layout l) { return elementwise_priority(l); }
 };
 
 // ---------------------------------------------------------------------------
@@ -680,7 +651,6 @@ struct Concat {
         std::move(args));
   }
 
-  static int priority(Layout l) { return elementwise_priority(l); }
 };
 
 // ---------------------------------------------------------------------------
@@ -702,7 +672,6 @@ struct Softmax {
                         {{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}});
   }
 
-  static int priority(Layout) { return 50; }
 };
 
 // ---------------------------------------------------------------------------
@@ -767,7 +736,6 @@ struct Layernorm {
   }
 
   // bench/ops_bench [1,197,768]: 19.8 us against cpu/ref 224 and cpu/vec 17.6 (1 thread).
-  static int priority(Layout l) { return elementwise_priority(l); }
 };
 
 // ---------------------------------------------------------------------------
@@ -820,7 +788,6 @@ struct Matmul {
 
   // bench/ops_bench, 1 thread: [12,197,64]x[12,64,197] 335 us, [12,197,197]x[12,197,64]
   // 276 us, against cpu/ref 25 ms (the only other float32 CPU matmul).
-  static int priority(Layout) { return 50; }
 };
 
 // ---------------------------------------------------------------------------

@@ -51,8 +51,8 @@
 // exact AVX2 routines run instead); pool2, add and concat have no weights and
 // run on AVX2 too.
 //
-// Priority 20 (above our AVX2 qint8 routines' 10): measured faster on the AMX
-// machine for conv2/dense (see bench/quant_agreement.py and the branch report);
+// Ranked above our AVX2 qint8 routines in src/routines/default_order.cpp:
+// measured faster on the AMX machine for conv2/dense (bench/quant_agreement.py);
 // only matters for forced qint8 schemas, the tuner decides by measurement.
 //
 // Engine, threads, scratchpad and the allocation-free run are shared with the
@@ -278,7 +278,7 @@ Support int8_weights_exact() {
 }
 
 // ---------------------------------------------------------------------------
-// The registered routine: Op as in onednn.cpp (kType, check, plan, priority).
+// The registered routine: Op as in onednn.cpp (kType, check, plan).
 
 template <class Op, Layout L>
 class OnednnQ final : public Routine {
@@ -329,7 +329,6 @@ class OnednnQ final : public Routine {
     }
   }
 
-  int default_priority() const override { return Op::priority(L); }
 };
 
 bool is_reference(const dnnl::primitive_desc_base& pd) {
@@ -411,7 +410,6 @@ struct Conv2 {
     return p;
   }
 
-  static int priority(Layout) { return 20; }
 };
 
 // ---------------------------------------------------------------------------
@@ -460,7 +458,6 @@ struct Dense {
     return p;
   }
 
-  static int priority(Layout) { return 20; }
 };
 
 // ---------------------------------------------------------------------------
@@ -558,7 +555,6 @@ struct Pool2 {
     return p;
   }
 
-  static int priority(Layout) { return 20; }
 };
 
 // ---------------------------------------------------------------------------
@@ -598,7 +594,6 @@ struct Add {
                         {{DNNL_ARG_SRC_0, in0}, {DNNL_ARG_SRC_1, Mem{Mem::input, 1}}, {DNNL_ARG_DST, out0}});
   }
 
-  static int priority(Layout) { return 20; }
 };
 
 // ---------------------------------------------------------------------------
@@ -649,7 +644,6 @@ struct Concat {
     return p;
   }
 
-  static int priority(Layout) { return 20; }
 };
 
 // ---------------------------------------------------------------------------

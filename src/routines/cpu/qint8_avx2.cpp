@@ -45,7 +45,7 @@
 //  flatten, reshape, identity "avx2": copies (requantising when scales differ).
 // nchw blobs are transposed to nhwc in the workspace where the kernels want channels last.
 // Every routine needs AVX2 and FMA, checked at run time ("CPU lacks AVX2" otherwise);
-// default_priority 10: above cpu/ref, below the oneDNN routines (the tuner decides; an
+// In the default order below the oneDNN int8 routines (the tuner decides; an
 // uncalibrated net never considers them).
 #include "core/layer_types.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
@@ -424,7 +424,6 @@ class ConvRoutine final : public Routine {
   std::string_view layer_type() const override { return "conv2"; }
   std::string_view algorithm() const override { return kIsa == Isa::avx2 ? "avx2" : "avxvnni"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     if (Support i = isa_support(kIsa); !i) return i;
@@ -456,7 +455,6 @@ class DenseRoutine final : public Routine {
   std::string_view layer_type() const override { return "dense"; }
   std::string_view algorithm() const override { return kIsa == Isa::avx2 ? "avx2" : "avxvnni"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     if (Support i = isa_support(kIsa); !i) return i;
@@ -573,7 +571,6 @@ class DepthwiseRoutine final : public Routine {
   std::string_view layer_type() const override { return "conv2"; }
   std::string_view algorithm() const override { return "avx2dw"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     const Layer& l = *info.layer;
@@ -710,7 +707,6 @@ class PoolRoutine final : public Routine {
   std::string_view layer_type() const override { return "pool2"; }
   std::string_view algorithm() const override { return "avx2"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     const std::string mode = info.layer->get_string("mode", "");
@@ -760,7 +756,6 @@ class AddRoutine final : public Routine {
   std::string_view layer_type() const override { return "add"; }
   std::string_view algorithm() const override { return "avx2"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     if (info.input_shapes[0] != info.input_shapes[1] || info.input_shapes[0] != info.output_shapes[0])
@@ -847,7 +842,6 @@ class MulRoutine final : public Routine {
   std::string_view layer_type() const override { return "mul"; }
   std::string_view algorithm() const override { return "avx2"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     const Shape& a = info.input_shapes[0];
@@ -907,7 +901,6 @@ class ActRoutine final : public Routine {
   std::string_view layer_type() const override { return kClip ? "clip" : "relu"; }
   std::string_view algorithm() const override { return "avx2"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", layer_type(), ok.reason));
@@ -958,7 +951,6 @@ class LutRoutine : public Routine {
   std::string_view layer_type() const override { return type_; }
   std::string_view algorithm() const override { return "avx2"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", type_, ok.reason));
@@ -1016,7 +1008,6 @@ class CopyRoutine : public Routine {
   std::string_view layer_type() const override { return type_; }
   std::string_view algorithm() const override { return "avx2"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     const bool same_shape = info.input_shapes[0] == info.output_shapes[0];
@@ -1096,7 +1087,6 @@ class ConcatRoutine final : public Routine {
   std::string_view layer_type() const override { return "concat"; }
   std::string_view algorithm() const override { return "avx2"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  int default_priority() const override { return 10; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     if (!info.layer->has("axis")) return Support::no("concat needs an axis");

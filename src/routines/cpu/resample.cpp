@@ -114,7 +114,6 @@ class Resample final : public Routine {
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     return std::make_unique<PreparedResample>(info);
   }
-  int default_priority() const override { return 10; }
 };
 
 SOFTNEURO_REGISTER_ROUTINE(Resample);

@@ -20,8 +20,8 @@
 // Work is split with args.pool->parallel_for (rows for layernorm/softmax,
 // elements for gelu and concat); run() allocates nothing.
 //
-// Default priority 65: above cpu/onednn (50-60) and cpu:float32:nhwc/xnnpack
-// (56), from bench/ops_bench on ViT-B/16 shapes (Xeon with AVX-512, 2 vCPUs at
+// First in the default order (src/routines/default_order.cpp), above cpu/onednn
+// and cpu:float32:nhwc/xnnpack, from bench/ops_bench on ViT-B/16 shapes (Xeon with AVX-512, 2 vCPUs at
 // load 4-7, medians of 1 thread, us): layernorm [1,197,768] vec 17.6 (256-bit
 // 22.2), onednn 19.8, ref 224; softmax [1,12,197,197] vec 172 (223), onednn
 // 242, ref 4336; gelu erf [1,197,3072] vec 245 (332), onednn 260, ref 10454;
@@ -78,7 +78,7 @@ Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
 
 /// The registered Routine for prepared class P, which provides
 ///   static constexpr std::string_view kType; static constexpr bool kSimd;
-///   static constexpr int kPriority; static std::vector<Schema> schemas();
+///   static std::vector<Schema> schemas();
 ///   static Support supports(const LayerInfo&, const Schema&);
 ///   P(const LayerInfo&, const Schema&, const vk::Kernels&)   (= prepare)
 template <class P>
@@ -118,7 +118,6 @@ class Vec final : public Routine {
     return std::make_unique<P>(info, schema, kernels_for(bits));
   }
 
-  int default_priority() const override { return P::kPriority; }
 };
 
 const Schema kPlain{};
@@ -129,7 +128,6 @@ const Schema kNhwc{Device::cpu, DType::float32, Layout::nhwc};
 struct Layernorm final : PreparedRoutine {
   static constexpr std::string_view kType = "layernorm";
   static constexpr bool kSimd = true;
-  static constexpr int kPriority = 65;
   static std::vector<Schema> schemas() { return {kPlain}; }
   static Support supports(const LayerInfo& info, const Schema&) {
     return float_weights(*info.layer, {"scale", "bias"});
@@ -162,7 +160,6 @@ struct Layernorm final : PreparedRoutine {
 struct Softmax final : PreparedRoutine {
   static constexpr std::string_view kType = "softmax";
   static constexpr bool kSimd = true;
-  static constexpr int kPriority = 65;
   static std::vector<Schema> schemas() { return {kPlain}; }
   static Support supports(const LayerInfo& info, const Schema&) {
     const Shape& s = info.input_shapes[0];
@@ -192,7 +189,6 @@ struct Softmax final : PreparedRoutine {
 struct Gelu final : PreparedRoutine {
   static constexpr std::string_view kType = "gelu";
   static constexpr bool kSimd = true;
-  static constexpr int kPriority = 65;
   static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
   static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
 
@@ -218,7 +214,6 @@ struct Gelu final : PreparedRoutine {
 struct Concat final : PreparedRoutine {
   static constexpr std::string_view kType = "concat";
   static constexpr bool kSimd = false;
-  static constexpr int kPriority = 65;
   static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
   static Support supports(const LayerInfo& info, const Schema&) {
     for (const Shape& s : info.input_shapes)

@@ -8,7 +8,7 @@
 //   whose routines are chosen like any layer's: cpu/ref (here, the oracle) and
 //   cpu/avx2, cpu/avx512 (winograd_kernels_*.cpp, per-file ISA flags).
 // The transforms are in winograd_kernels.hpp (built at compile time).
-// Default priority: below oneDNN's conv2 (85-100), so the untuned default keeps
+// In the default order below oneDNN's conv2, so the untuned default keeps
 // oneDNN; the tuner picks cpu/wg where it measures faster.
 #include "core/childnet.hpp"
 #include "core/cpu_features.hpp"
@@ -228,7 +228,6 @@ class WinogradConv final : public Routine {
  public:
   std::string_view layer_type() const override { return "conv2"; }
   std::string_view algorithm() const override { return "wg"; }
-  int default_priority() const override { return 50; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
     return winograd_conv_support(info);
@@ -260,7 +259,6 @@ Support isa_support(Isa isa) {
 }
 
 constexpr std::string_view isa_name(Isa isa) { return isa == Isa::ref ? "ref" : isa == Isa::avx2 ? "avx2" : "avx512"; }
-constexpr int isa_priority(Isa isa) { return isa == Isa::ref ? 0 : isa == Isa::avx2 ? 50 : 60; }
 
 wg::Geometry geometry(const LayerInfo& info) {
   const Layer& l = *info.layer;
@@ -415,7 +413,6 @@ class WgRoutine final : public Routine {
   explicit WgRoutine(std::string_view type) : type_(type) {}
   std::string_view layer_type() const override { return type_; }
   std::string_view algorithm() const override { return isa_name(I); }
-  int default_priority() const override { return isa_priority(I); }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
     if (auto ok = isa_support(I); !ok) return ok;
@@ -447,7 +444,6 @@ class WinogradBlockedConv final : public Routine {
   std::string_view layer_type() const override { return "conv2"; }
   std::string_view algorithm() const override { return "wg"; }
   std::vector<Schema> schemas() const override { return {kSchema}; }
-  int default_priority() const override { return 50; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == kSchema)) return Support::no(fmt::format("computes in {}", kSchema.to_string()));
     if (!blocked_kernels(L)) return Support::no(fmt::format("{}/wg needs {}", kSchema.to_string(), blocked_isa(L)));

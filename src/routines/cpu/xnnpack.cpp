@@ -450,10 +450,6 @@ void setup_after(Op* step, Clamp::After after, size_t count, void* out, pthreadp
 // ---------------------------------------------------------------------------
 // The registered routine for operation K.
 
-/// Layer types other than conv2: above cpu/ref, below oneDNN's routines (50 in
-/// plain + the stay bonus 5, 55 in nhwc, 60 blocked), so the untuned default
-/// takes XNNPACK only where nothing but cpu/ref computes the layer (sub, div).
-constexpr int kElementwisePriority = 54;
 
 /// prepare() of the float32 and qint8 routines alike: operation K's operators,
 /// created once.
@@ -495,7 +491,6 @@ class Xnnpack final : public Routine {
     return prepare_xnnpack<K>(info, kSchema);
   }
 
-  int default_priority() const override { return K::kPriority; }
 };
 
 // ---------------------------------------------------------------------------
@@ -505,7 +500,6 @@ struct Conv2 {
   static constexpr std::string_view kType = "conv2";
   /// Below oneDNN's nhwc conv (85): the untuned default keeps oneDNN (see
   /// "Untuned default" in the file comment); the tuner measures XNNPACK.
-  static constexpr int kPriority = 84;
 
   static Support check(const LayerInfo& info) {
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
@@ -556,7 +550,6 @@ struct Conv2 {
 
 struct Dense {
   static constexpr std::string_view kType = "dense";
-  static constexpr int kPriority = kElementwisePriority;
 
   static Support check(const LayerInfo& info) {
     const Shape& s = info.input_shapes[0];
@@ -605,7 +598,6 @@ struct Dense {
 
 struct Pool2 {
   static constexpr std::string_view kType = "pool2";
-  static constexpr int kPriority = kElementwisePriority;
 
   static int64_t padding_r(int64_t in, int64_t pad_l, int64_t pad_r, int64_t k, int64_t s, int64_t d, int64_t out) {
     const int64_t ext = (k - 1) * d + 1;
@@ -715,7 +707,6 @@ struct Pool2 {
 template <class K>
 struct Unary {
   static constexpr std::string_view kType = K::kType;
-  static constexpr int kPriority = kElementwisePriority;
 
   static Support check(const LayerInfo& info) { return K::check(*info.layer); }
 
@@ -781,7 +772,6 @@ struct SigmoidK {
 
 struct HardsigmoidLayer {
   static constexpr std::string_view kType = "hardsigmoid";
-  static constexpr int kPriority = kElementwisePriority;
 
   static Support check(const LayerInfo&) { return Support::yes(); }
 
@@ -805,7 +795,6 @@ struct HardsigmoidLayer {
 template <class K>
 struct Binary {
   static constexpr std::string_view kType = K::kType;
-  static constexpr int kPriority = kElementwisePriority;
 
   /// The physical dims XNNPACK broadcasts: each input's logical shape, padded
   /// with leading 1s to the output's rank, in the output's physical order.
@@ -870,7 +859,6 @@ SOFTNEURO_XNN_BINARY(DivK, "div", divide)
 
 struct Softmax {
   static constexpr std::string_view kType = "softmax";
-  static constexpr int kPriority = kElementwisePriority;
 
   static int axis_of(const LayerInfo& info) {
     const Shape& s = info.input_shapes[0];
@@ -993,7 +981,6 @@ class XnnpackQ final : public Routine {
   }
 
   /// Below our own qint8 routines (10): the tuner decides.
-  int default_priority() const override { return 9; }
 };
 
 /// A qc8 convolution over nhwc int8 blobs; dense is one with 1x1 kernels.

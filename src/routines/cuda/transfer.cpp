@@ -166,7 +166,6 @@ class CudaAdapt final : public Routine {
                               to.to_string(), s.reason));
     return std::make_unique<P>(info.input_shapes.at(0), from, to);
   }
-  int default_priority() const override { return 1; }  // one step beats any chain of them
 
  private:
   std::string_view algorithm_;

@@ -1,0 +1,211 @@
+// The untuned default routine choice: one ordered list per layer type, the
+// one place it is decided (like oneDNN's implementation lists). Each line is a
+// tier, best first. The default runs a layer with the first routine of the
+// first tier that supports it, except that within that tier a routine
+// computing in the schema the layer's input already has is taken first (it
+// saves an adapt), so chains of layers stay in one layout. Schemas other than
+// float32 on the CPU matter only among themselves: a tuned path that needs a
+// default in cpu:qint8 or cuda takes that schema's first supported routine.
+// Routines not listed (new ones, plugins') come after the list: the tuner
+// measures every routine whatever its place here. `softneuro inspect --verbose`
+// shows each layer's candidates in this order with every refusal.
+//
+// Why this order: oneDNN's blocked layouts first for convolutions and what
+// follows them (fastest untuned on AVX2 and AVX-512, bench/conv_bench), our
+// vectorised kernels where they beat oneDNN (cpu/vec: gelu, softmax, layernorm,
+// concat), XNNPACK where it alone covers an op (sub, div), our own convolution
+// kernels and Winograd after them (each wins only on some shapes: the tuner
+// picks them there), int8 routines by the same rule, the cpu/ref oracle last.
+#include <softneuro/routine.hpp>
+
+#include <string>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+struct LayerOrder {
+  const char* layer_type;
+  std::vector<std::vector<std::string>> tiers;
+};
+
+// relu, clip, hardswish, hardsigmoid, sigmoid, mul
+const std::vector<std::vector<std::string>> kActivation = {
+    {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn"},
+    {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+    {"cpu/ref"},
+    {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+};
+
+// sub, div
+const std::vector<std::vector<std::string>> kXnnpackOnly = {
+    {"cpu:float32:nhwc/xnnpack"},
+    {"cpu/ref"},
+    {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+};
+
+// reshape, flatten, identity
+const std::vector<std::vector<std::string>> kCopy = {
+    {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+    {"cpu/ref"},
+    {"cuda/kernel", "cuda:float16/kernel"},
+};
+
+// pad, constant
+const std::vector<std::vector<std::string>> kReferenceOnly = {
+    {"cpu/ref"},
+};
+
+// wgencb, wgconvb, wgdecb
+const std::vector<std::vector<std::string>> kWinogradBlocked = {
+    {"cpu/ref", "cpu:float32:nchw16c/avx512", "cpu:float32:nchw8c/avx2"},
+};
+
+// wgenc, wgconv, wgdec
+const std::vector<std::vector<std::string>> kWinograd = {
+    {"cpu/avx512", "cpu/avx2"},
+    {"cpu/ref"},
+};
+
+const LayerOrder kDefaultOrder[] = {
+    {"conv2",
+     {
+      {"cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nchw8c/onednn"},
+      {"cpu/gemm1x1", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack"},
+      {"cpu/wg", "cpu:float32:nchw16c/wg", "cpu:float32:nchw8c/wg"},
+      {"cpu/im2col", "cpu:float32:nhwc/gemm1x1", "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct", "cpu:float32:nhwc/direct", "cpu:float32:nhwc/depthwise", "cpu:float32:nchw16c/depthwise", "cpu:float32:nchw8c/depthwise"},
+      {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
+      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8/avxvnni", "cpu:qint8:nhwc/avxvnni", "cpu:qint8/avx2dw", "cpu:qint8:nhwc/avx2dw", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel", "cuda/cudnn", "cuda:float32:nhwc/cudnn", "cuda:float16/cudnn", "cuda:float16:nhwc/cudnn"},
+     }},
+    {"dense",
+     {
+      {"cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:float32:nhwc/xnnpack"},
+      {"cpu/eigen"},
+      {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
+      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8/avxvnni", "cpu:qint8:nhwc/avxvnni", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu/ref", "cpu/conv"},
+      {"cuda/cublas", "cuda:float16/cublas", "cuda/cublaslt", "cuda:float16/cublaslt"},
+     }},
+    {"matmul",
+     {
+      {"cpu/onednn"},
+      {"cpu/ref"},
+      {"cuda/cublas", "cuda:float16/cublas"},
+     }},
+    {"pool2",
+     {
+      {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
+      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"batchnorm",
+     {
+      {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu/onednn"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"relu", kActivation},
+    {"clip", kActivation},
+    {"hardswish", kActivation},
+    {"hardsigmoid", kActivation},
+    {"sigmoid", kActivation},
+    {"tanh",
+     {
+      {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"gelu",
+     {
+      {"cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"softmax",
+     {
+      {"cpu/vec", "cpu:float32:nhwc/xnnpack", "cpu/onednn"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"layernorm",
+     {
+      {"cpu/vec", "cpu/onednn"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float16/kernel"},
+     }},
+    {"add",
+     {
+      {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
+      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"sub", kXnnpackOnly},
+    {"mul", kActivation},
+    {"div", kXnnpackOnly},
+    {"concat",
+     {
+      {"cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
+      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"split",
+     {
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
+     }},
+    {"reshape", kCopy},
+    {"flatten", kCopy},
+    {"identity", kCopy},
+    {"transpose",
+     {
+      {"cpu/ref"},
+      {"cuda/kernel", "cuda:float16/kernel"},
+     }},
+    {"resize",
+     {
+      {"cpu/resample"},
+      {"cpu/ref"},
+     }},
+    {"deconv2",
+     {
+      {"cpu:float32:nchw16c/onednn", "cpu:float32:nchw8c/onednn"},
+      {"cpu/onednn", "cpu:float32:nhwc/onednn"},
+      {"cpu/ref"},
+     }},
+    {"pad", kReferenceOnly},
+    {"constant", kReferenceOnly},
+    {"wgencb", kWinogradBlocked},
+    {"wgconvb", kWinogradBlocked},
+    {"wgdecb", kWinogradBlocked},
+    {"wgenc", kWinograd},
+    {"wgconv", kWinograd},
+    {"wgdec", kWinograd},
+    {"adapt",
+     {
+      {"cpu/transfer", "cpu:float32:nhwc/transfer", "cpu:float16/transfer", "cpu:float16:nhwc/transfer", "cpu/reorder", "cpu:float32:nhwc/reorder", "cpu:float32:nchw8c/reorder", "cpu:float32:nchw16c/reorder", "cpu:qint8/quantize", "cpu:qint8:nhwc/quantize", "cpu/dequantize", "cpu:float32:nhwc/dequantize", "cpu:qint8/reorder", "cpu:qint8:nhwc/reorder", "cpu/cast", "cpu:float32:nhwc/cast", "cpu:float32:nchw8c/cast", "cpu:float32:nchw16c/cast", "cpu:float16/cast", "cpu:float16:nhwc/cast", "cpu:float16:nchw8c/cast", "cpu:float16:nchw16c/cast", "cpu:bfloat16/cast", "cpu:bfloat16:nhwc/cast", "cpu:bfloat16:nchw8c/cast", "cpu:bfloat16:nchw16c/cast", "cpu/chain", "cpu:float32:nhwc/chain", "cpu:float32:nchw8c/chain", "cpu:float32:nchw16c/chain", "cpu:qint8/chain", "cpu:qint8:nhwc/chain", "cpu:qint8:nchw8c/chain", "cpu:qint8:nchw16c/chain", "cpu:float16/chain", "cpu:float16:nhwc/chain", "cpu:float16:nchw8c/chain", "cpu:float16:nchw16c/chain", "cpu:bfloat16/chain", "cpu:bfloat16:nhwc/chain", "cpu:bfloat16:nchw8c/chain", "cpu:bfloat16:nchw16c/chain"},
+      {"cuda/transfer", "cuda:float32:nhwc/transfer", "cuda:float16/transfer", "cuda:float16:nhwc/transfer", "cuda/convert", "cuda:float32:nhwc/convert", "cuda:float16/convert", "cuda:float16:nhwc/convert"},
+     }},
+
+};
+
+struct Registration {
+  Registration() {
+    for (const auto& o : kDefaultOrder) set_default_order(o.layer_type, o.tiers);
+  }
+};
+const Registration registration;
+
+}  // namespace
+}  // namespace softneuro
