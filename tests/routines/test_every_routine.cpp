@@ -1,0 +1,344 @@
+// The one test generator of the float32 and bfloat16 CPU routines (the qint8
+// ones have theirs in test_qint8.cpp): every registered routine of each layer
+// type runs every case below that it supports, at its default parameters and
+// over its parameter space, in a one-layer net whose routine path pins it (so
+// childnets and layouts run as in a real net), against cpu/ref. A routine
+// registered tomorrow is tested by this file the day it is registered; one that
+// supports no case here fails until a case is added. Family test files keep
+// only their edge cases.
+#include "core/cpu_features.hpp"
+#include "core/graph.hpp"
+#include "core/net_impl.hpp"
+#include "core/registry.hpp"
+#include "routines/f32_check.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace softneuro;
+using test::f32::random_blob;
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+struct Case {
+  std::string what;
+  Layer layer;
+  std::vector<Blob> inputs;
+};
+
+Layer layer_of(const std::string& type, std::map<std::string, Attr> params, std::map<std::string, Blob> weights,
+               int inputs = 1, int outputs = 1) {
+  return test::make_layer(type, std::move(params), std::move(weights), inputs, outputs);
+}
+
+std::vector<Case> conv2_cases(std::mt19937& rng) {
+  struct C {
+    int64_t n, c, h, w, k, kh, kw, stride, dilation, group, pad;
+    const char* act;
+  };
+  const C shapes[] = {
+      {1, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, "none"},  {1, 3, 17, 19, 16, 3, 3, 2, 1, 1, 1, "relu"},
+      {1, 32, 9, 9, 24, 1, 1, 1, 1, 1, 0, "clip"},    {1, 24, 10, 10, 40, 1, 1, 2, 1, 1, 0, "none"},
+      {1, 32, 12, 12, 32, 3, 3, 1, 1, 32, 1, "relu"}, {1, 48, 11, 11, 48, 3, 3, 2, 1, 48, 1, "hardswish"},
+      {2, 8, 8, 8, 12, 3, 3, 1, 2, 1, 2, "sigmoid"},  {1, 16, 7, 9, 16, 5, 5, 1, 1, 4, 2, "hardsigmoid"},
+      {1, 20, 13, 13, 36, 3, 3, 1, 1, 1, 0, "none"},  {1, 64, 6, 6, 64, 3, 3, 1, 1, 1, 1, "relu"},
+  };
+  std::vector<Case> out;
+  for (const C& s : shapes) {
+    std::map<std::string, Attr> p{{"strides", Ints{s.stride, s.stride}},
+                                  {"pads", Ints{s.pad, s.pad, s.pad, s.pad}},
+                                  {"dilations", Ints{s.dilation, s.dilation}},
+                                  {"group", s.group},
+                                  {"act", std::string(s.act)}};
+    if (std::string(s.act) == "clip") p["act_min"] = 0.0, p["act_max"] = 0.5;
+    std::map<std::string, Blob> w{{"weight", random_blob({s.k, s.c / s.group, s.kh, s.kw}, rng, -0.3f, 0.3f)},
+                                  {"bias", random_blob({s.k}, rng)}};
+    out.push_back({fmt::format("{}x{}x{}x{} -> {} k{}x{} s{} d{} g{} p{} {}", s.n, s.c, s.h, s.w, s.k, s.kh, s.kw,
+                               s.stride, s.dilation, s.group, s.pad, s.act),
+                   layer_of("conv2", p, w), {random_blob({s.n, s.c, s.h, s.w}, rng)}});
+  }
+  return out;
+}
+
+std::vector<Case> deconv2_cases(std::mt19937& rng) {
+  std::vector<Case> out;
+  struct C {
+    int64_t c, h, k, kernel, stride, pad, group, output_padding;
+  };
+  for (const C& s : {C{16, 8, 8, 2, 2, 0, 1, 0}, C{8, 5, 12, 3, 2, 1, 1, 1}, C{12, 6, 12, 4, 2, 1, 4, 0}}) {
+    std::map<std::string, Attr> p{{"strides", Ints{s.stride, s.stride}}, {"pads", Ints{s.pad, s.pad, s.pad, s.pad}},
+                                  {"group", s.group}, {"output_padding", Ints{s.output_padding, s.output_padding}}};
+    out.push_back({fmt::format("deconv {}x{} -> {} k{} s{} p{} g{}", s.c, s.h, s.k, s.kernel, s.stride, s.pad, s.group),
+                   layer_of("deconv2", p,
+                            {{"weight", random_blob({s.c, s.k / s.group, s.kernel, s.kernel}, rng, -0.3f, 0.3f)},
+                             {"bias", random_blob({s.k}, rng)}}),
+                   {random_blob({1, s.c, s.h, s.h}, rng)}});
+  }
+  return out;
+}
+
+std::vector<Case> dense_cases(std::mt19937& rng) {
+  std::vector<Case> out;
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 10}, {3, 37, 19}, {8, 128, 96}})
+    out.push_back({fmt::format("dense [{},{}] x {}", m, k, n),
+                   layer_of("dense", {{"act", std::string(n == 19 ? "relu" : "none")}},
+                            {{"weight", random_blob({n, k}, rng, -0.2f, 0.2f)}, {"bias", random_blob({n}, rng)}}),
+                   {random_blob({m, k}, rng)}});
+  return out;
+}
+
+std::vector<Case> matmul_cases(std::mt19937& rng) {
+  return {{"matmul [2,5,7] x [7,3]", layer_of("matmul", {}, {}, 2), {random_blob({2, 5, 7}, rng), random_blob({7, 3}, rng)}},
+          {"matmul [2,3,4,8] x [2,3,8,5]", layer_of("matmul", {}, {}, 2),
+           {random_blob({2, 3, 4, 8}, rng), random_blob({2, 3, 8, 5}, rng)}}};
+}
+
+std::vector<Case> pool2_cases(std::mt19937& rng) {
+  std::vector<Case> out;
+  auto add = [&](std::string what, std::map<std::string, Attr> p, Shape s) {
+    out.push_back({std::move(what), layer_of("pool2", std::move(p), {}), {random_blob(s, rng)}});
+  };
+  add("max 3x3 s2 p1", {{"mode", std::string("max")}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}},
+      {1, 24, 13, 13});
+  add("avg 2x2 s2", {{"mode", std::string("avg")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}, {1, 16, 8, 10});
+  add("avg 3x3 s1 p1 ceil", {{"mode", std::string("avg")}, {"kernel", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}},
+      {1, 20, 7, 7});
+  add("global avg", {{"mode", std::string("avg")}, {"global", int64_t{1}}}, {2, 40, 7, 7});
+  add("global max", {{"mode", std::string("max")}, {"global", int64_t{1}}}, {1, 17, 5, 6});
+  return out;
+}
+
+std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng) {
+  std::vector<Case> out;
+  std::vector<std::map<std::string, Attr>> params{{}};
+  if (type == "clip") params = {{{"min", 0.0}, {"max", 6.0}}, {{"min", -0.5}, {"max", 0.5}}};
+  if (type == "gelu") params = {{{"approximate", std::string("none")}}, {{"approximate", std::string("tanh")}}};
+  if (type == "hardsigmoid") params = {{}, {{"alpha", 0.1}, {"beta", 0.3}}};
+  for (const auto& p : params)
+    for (Shape s : {Shape{1, 16, 7, 7}, Shape{2, 19, 5, 3}, Shape{3, 40}})
+      out.push_back({fmt::format("{} {}", type, s.to_string()), layer_of(type, p, {}), {random_blob(s, rng, -4.f, 4.f)}});
+  return out;
+}
+
+std::vector<Case> binary_cases(const std::string& type, std::mt19937& rng) {
+  std::vector<Case> out;
+  const std::pair<Shape, Shape> shapes[] = {{{1, 16, 6, 6}, {1, 16, 6, 6}}, {{1, 24, 5, 7}, {1, 24, 1, 1}},
+                                            {{2, 8, 4, 4}, {1, 8, 4, 4}}, {{3, 10}, {10}}};
+  for (const auto& [a, b] : shapes) {
+    Blob y = random_blob(b, rng, 0.5f, 2.0f);  // away from zero: div
+    out.push_back({fmt::format("{} {} {}", type, a.to_string(), b.to_string()), layer_of(type, {}, {}, 2),
+                   {random_blob(a, rng), y}});
+  }
+  if (type == "add")
+    out.push_back({"add relu", layer_of("add", {{"act", std::string("relu")}}, {}, 2),
+                   {random_blob({1, 16, 6, 6}, rng), random_blob({1, 16, 6, 6}, rng)}});
+  return out;
+}
+
+std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
+  if (type == "conv2") return conv2_cases(rng);
+  if (type == "deconv2") return deconv2_cases(rng);
+  if (type == "dense") return dense_cases(rng);
+  if (type == "matmul") return matmul_cases(rng);
+  if (type == "pool2") return pool2_cases(rng);
+  if (type == "batchnorm") {
+    std::vector<Case> out;
+    for (int64_t c : {16, 19}) {
+      std::map<std::string, Blob> w{{"scale", random_blob({c}, rng)}, {"bias", random_blob({c}, rng)},
+                                    {"mean", random_blob({c}, rng)}, {"var", random_blob({c}, rng, 0.5f, 2.f)}};
+      out.push_back({fmt::format("batchnorm c={}", c), layer_of("batchnorm", {{"epsilon", 1e-5}}, w),
+                     {random_blob({1, c, 5, 6}, rng)}});
+    }
+    return out;
+  }
+  for (const char* t : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "tanh", "gelu", "identity"})
+    if (type == t) return unary_cases(type, rng);
+  for (const char* t : {"add", "sub", "mul", "div"})
+    if (type == t) return binary_cases(type, rng);
+  if (type == "softmax")
+    return {{"softmax last", layer_of("softmax", {{"axis", int64_t{-1}}}, {}), {random_blob({2, 12, 37}, rng, -5.f, 5.f)}},
+            {"softmax channels", layer_of("softmax", {{"axis", int64_t{1}}}, {}), {random_blob({1, 10, 3, 3}, rng, -5.f, 5.f)}}};
+  if (type == "layernorm")
+    return {{"layernorm [2,9,48]", layer_of("layernorm", {{"axis", int64_t{-1}}}, {{"scale", random_blob({48}, rng)}, {"bias", random_blob({48}, rng)}}),
+             {random_blob({2, 9, 48}, rng)}}};
+  if (type == "concat")
+    return {{"concat channels", layer_of("concat", {{"axis", int64_t{1}}}, {}, 3),
+             {random_blob({1, 16, 5, 5}, rng), random_blob({1, 8, 5, 5}, rng), random_blob({1, 13, 5, 5}, rng)}},
+            {"concat last", layer_of("concat", {{"axis", int64_t{-1}}}, {}, 2), {random_blob({1, 6, 32}, rng), random_blob({1, 6, 17}, rng)}}};
+  if (type == "split")
+    return {{"split channels", layer_of("split", {{"axis", int64_t{1}}, {"split", Ints{8, 5, 3}}}, {}, 1, 3),
+             {random_blob({1, 16, 4, 4}, rng)}}};
+  if (type == "reshape")
+    return {{"reshape", layer_of("reshape", {{"shape", Ints{0, -1}}}, {}), {random_blob({2, 3, 4, 5}, rng)}}};
+  if (type == "flatten") return {{"flatten", layer_of("flatten", {}, {}), {random_blob({2, 16, 3, 3}, rng)}}};
+  if (type == "transpose")
+    return {{"transpose", layer_of("transpose", {{"perm", Ints{0, 2, 3, 1}}}, {}), {random_blob({1, 6, 4, 5}, rng)}}};
+  if (type == "pad")
+    return {{"pad reflect", layer_of("pad", {{"pads", Ints{0, 0, 1, 2, 0, 0, 2, 1}}, {"mode", std::string("reflect")}}, {}),
+             {random_blob({1, 3, 5, 5}, rng)}}};
+  if (type == "resize") {
+    std::vector<Case> out;
+    for (const char* mode : {"nearest", "linear"})
+      for (const char* t : {"half_pixel", "align_corners", "asymmetric"})
+        out.push_back({fmt::format("resize {} {}", mode, t),
+                       layer_of("resize", {{"mode", std::string(mode)}, {"coordinate_transformation_mode", std::string(t)},
+                                           {"scales", std::vector<double>{1, 1, 2, 1.5}}}, {}),
+                       {random_blob({1, 8, 6, 7}, rng)}});
+    return out;
+  }
+  return {};
+}
+
+// Layer types whose routines this file does not run: constant (bound to its
+// weight, never run), the Winograd children (run by cpu/wg's childnets here,
+// and alone in test_winograd.cpp).
+bool generated(std::string_view type) {
+  return type != "constant" && !type.starts_with("wg") && !type.starts_with("test_");
+}
+
+/// max |got - want| allowed, relative to max |want|, by dtype and algorithm.
+double tolerance(const Schema& schema, std::string_view algorithm, const RoutineParams& params) {
+  if (schema.dtype == DType::bfloat16) return 3e-2;  // 8-bit mantissa inputs
+  if (algorithm == "wg") return routine_param(params, "tile", 4) == 6 ? 2e-3 : 5e-4;  // Winograd transforms
+  return 1e-4;
+}
+
+/// The parameter points to run: the routine's defaults, every choice of each
+/// parameter with the others at their first choice, and the whole product
+/// where it has at most 32 points.
+std::vector<RoutineParams> parameter_points(const std::vector<RoutineParamSpec>& space) {
+  std::vector<RoutineParams> points{{}};
+  std::size_t product = 1;
+  for (const auto& s : space) product *= std::max<std::size_t>(1, s.choices.size());
+  if (product <= 32) {
+    std::vector<RoutineParams> all{{}};
+    for (const auto& s : space) {
+      std::vector<RoutineParams> next;
+      for (const auto& p : all)
+        for (int64_t v : s.choices) {
+          RoutineParams q = p;
+          q.emplace_back(s.name, v);
+          next.push_back(std::move(q));
+        }
+      all = std::move(next);
+    }
+    points.insert(points.end(), all.begin(), all.end());
+    return points;
+  }
+  for (std::size_t i = 0; i < space.size(); ++i)
+    for (int64_t v : space[i].choices) {
+      RoutineParams q;
+      for (std::size_t j = 0; j < space.size(); ++j)
+        if (!space[j].choices.empty()) q.emplace_back(space[j].name, j == i ? v : space[j].choices.front());
+      points.push_back(std::move(q));
+    }
+  return points;
+}
+
+core::Graph one_layer_graph(const Case& c) {
+  core::Graph g;
+  g.name = "generated";
+  for (std::size_t i = 0; i < c.inputs.size(); ++i)
+    g.inputs.push_back({c.layer.inputs[i], c.inputs[i].shape(), DType::float32});
+  g.layers = {c.layer};
+  g.outputs = c.layer.outputs;
+  return g;
+}
+
+/// Runs the case's net with `choice` pinned; false when the executor did not
+/// run that routine (it refused the layer).
+bool run_pinned(const Case& c, const core::RoutineChoice& choice, std::vector<Blob>& outputs) {
+  core::Graph g = one_layer_graph(c);
+  g.routine_path.routines = {choice};
+  Net net(detail::NetImpl::build(std::move(g)));
+  bool ran = false;  // the layer on that routine, or a childnet's children (named layer/child)
+  for (const auto& l : net.layers())
+    ran = ran || (l.name == c.layer.name && l.descriptor == choice.descriptor) || l.name.starts_with(c.layer.name + "/");
+  if (!ran) return false;
+  std::vector<NamedBlob> in;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) in.push_back({c.layer.inputs[i], c.inputs[i]});
+  outputs.clear();
+  for (auto& o : net.run(in)) outputs.push_back(o.blob);
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("every float32 and bfloat16 CPU routine matches cpu/ref on every generated case it supports", "[routines][generator]") {
+  std::mt19937 rng(20261123);
+  const core::CpuFeatures& cpu = core::cpu_features();
+  const bool every_isa = !core::cpu_features_capped() && cpu.avx512_core() && cpu.avx512_bf16 && cpu.avx512_vnni;
+  for (const auto& type_info : core::layer_types()) {
+    const std::string type(type_info.name);
+    if (!generated(type)) continue;
+    const std::vector<Case> cases = cases_for(type, rng);
+    INFO("layer type " << type);
+    REQUIRE_FALSE(cases.empty());  // a new layer type needs cases above
+    for (const std::string& descriptor : registered_routines(type)) {
+      Schema schema;
+      const Routine* routine = core::RoutineRegistry::instance().find(type, descriptor, &schema);
+      REQUIRE(routine);
+      if (schema.device != Device::cpu || (schema.dtype != DType::float32 && schema.dtype != DType::bfloat16)) continue;
+      if (descriptor == "cpu/ref") continue;
+      INFO("routine " << descriptor);
+      int ran = 0;
+      std::string refusals;
+      for (const Case& c : cases) {
+        INFO("case " << c.what);
+        LayerInfo info;
+        info.layer = &c.layer;
+        for (const Blob& b : c.inputs) info.input_shapes.push_back(b.shape());
+        info.output_shapes = core::infer_layer_shapes(c.layer, info.input_shapes);
+        if (Support s = routine->supports(info, schema); !s) {
+          refusals += fmt::format("\n  {}: {}", c.what, s.reason);
+          continue;
+        }
+        std::vector<Blob> want;
+        REQUIRE(run_pinned(c, {c.layer.name, "cpu/ref", {}, 0, 0, {}}, want));
+        for (const RoutineParams& params : parameter_points(routine->param_space(info, schema))) {
+          std::string point;
+          for (const auto& [k, v] : params) point += fmt::format(" {}={}", k, v);
+          INFO("parameters" << (point.empty() ? " (defaults)" : point));
+          std::vector<Blob> got;
+          REQUIRE(run_pinned(c, {c.layer.name, descriptor, params, 0, 0, {}}, got));
+          REQUIRE(got.size() == want.size());
+          const double tol = tolerance(schema, routine->algorithm(), params);
+          for (std::size_t o = 0; o < got.size(); ++o) {
+            const auto g = test::values(got[o]), w = test::values(want[o]);
+            REQUIRE(g.size() == w.size());
+            double scale = 0, err = 0;
+            for (std::size_t i = 0; i < w.size(); ++i) {
+              scale = std::max(scale, std::fabs(static_cast<double>(w[i])));
+              const double d = std::fabs(static_cast<double>(g[i]) - w[i]);
+              err = std::isnan(d) ? INFINITY : std::max(err, d);
+            }
+            INFO("output " << o << ": max |diff| " << err << ", max |ref| " << scale);
+            CHECK(err <= tol * scale + 1e-5);
+          }
+        }
+        ++ran;
+      }
+      // On a CPU with every instruction set our routines use (AVX-512 with BF16
+      // and VNNI, uncapped), every routine must run some case; elsewhere a
+      // routine may refuse them all for want of instructions.
+      if (ran == 0 && every_isa)
+        FAIL_CHECK("no generated case is supported by " << descriptor << ": add one to tests/routines/test_every_routine.cpp"
+                                                         << refusals);
+      else if (ran == 0)
+        WARN(descriptor << " runs no case on this CPU:" << refusals);
+    }
+  }
+}
