@@ -280,19 +280,8 @@ void evict_caches(const Blob& x) {
 
 /// Every combination of a routine's parameters (its param_space cross
 /// product), at most `cap` of them (evenly spaced), or just the defaults.
-std::vector<RoutineParams> param_combinations(const std::vector<RoutineParamSpec>& space, std::size_t cap) {
-  std::vector<RoutineParams> out{{}};
-  for (const auto& spec : space) {
-    if (spec.choices.empty()) continue;
-    std::vector<RoutineParams> next;
-    for (const auto& p : out)
-      for (int64_t c : spec.choices) {
-        RoutineParams q = p;
-        q.emplace_back(spec.name, c);
-        next.push_back(std::move(q));
-      }
-    out = std::move(next);
-  }
+std::vector<RoutineParams> capped_combinations(const std::vector<RoutineParamSpec>& space, std::size_t cap) {
+  std::vector<RoutineParams> out = param_combinations(space);
   if (out.size() > cap && cap > 0) {
     std::vector<RoutineParams> kept;
     for (std::size_t i = 0; i < cap; ++i) kept.push_back(out[i * out.size() / cap]);
@@ -396,7 +385,7 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
   // A childnet routine (cpu/wg) prepares as a one-layer net of its children,
   // each child with its default routine (core/childnet.hpp).
   const std::vector<RoutineParams> combos =
-      fixed.empty() ? param_combinations(routine.param_space(info, schema), max_combos) : std::vector<RoutineParams>{fixed};
+      fixed.empty() ? capped_combinations(routine.param_space(info, schema), max_combos) : std::vector<RoutineParams>{fixed};
   for (const RoutineParams& params : combos) {
     PreparedCase pc(routine, c, schema, params, x, y);
     pc.run();
@@ -638,17 +627,7 @@ int main(int argc, char** argv) {
     Schema schema;
     const Routine* r = core::RoutineRegistry::instance().find("conv2", d, &schema);
     if (!r || schema.device != Device::cpu) continue;
-    std::vector<RoutineParams> combos{{}};
-    for (const auto& spec : r->param_space(probe, schema)) {
-      std::vector<RoutineParams> next;
-      for (const auto& c : combos)
-        for (int64_t v : spec.choices) {
-          auto p = c;
-          p.emplace_back(spec.name, v);
-          next.push_back(std::move(p));
-        }
-      if (!spec.choices.empty()) combos = std::move(next);
-    }
+    std::vector<RoutineParams> combos = param_combinations(r->param_space(probe, schema));
     // A few combinations (Winograd's tile): a column each; many (cache
     // blocking): one column, the best combination per shape.
     if (combos.size() > 4) combos = {{}};

@@ -92,20 +92,6 @@ std::vector<Case> cases(std::mt19937& rng) {
   return c;
 }
 
-std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& space) {
-  std::vector<RoutineParams> out{{}};
-  for (const auto& spec : space) {
-    std::vector<RoutineParams> next;
-    for (const auto& p : out)
-      for (int64_t v : spec.choices) {
-        RoutineParams q = p;
-        q.emplace_back(spec.name, v);
-        next.push_back(std::move(q));
-      }
-    if (!next.empty()) out = std::move(next);
-  }
-  return out;
-}
 
 std::string params_text(const RoutineParams& p) {
   std::string s;
@@ -195,7 +181,7 @@ int main(int argc, char** argv) {
       std::vector<Blob> ins, outs;
       for (const Shape& sh : info.input_shapes) ins.push_back(random_blob(sh, rng, schema.layout));
       for (const Shape& sh : info.output_shapes) outs.push_back(Blob::allocate(sh, DType::float32, schema.layout));
-      for (const RoutineParams& p : combinations(r->param_space(info, schema))) {
+      for (const RoutineParams& p : param_combinations(r->param_space(info, schema))) {
         std::string line = fmt::format("{:<42} {:<30} {:<16}", c.name, d, params_text(p));
         for (int t : thread_counts) {
           set_num_threads(t);

@@ -169,6 +169,11 @@ using RoutineParams = std::vector<std::pair<std::string, int64_t>>;
 /// The value of `key` in `params`, or `fallback`.
 int64_t routine_param(const RoutineParams& params, std::string_view key, int64_t fallback);
 
+/// Every combination of a parameter space's choices (its cross product; the
+/// first parameter varies slowest). A space without parameters gives one empty
+/// combination: the routine's defaults.
+std::vector<RoutineParams> param_combinations(const std::vector<RoutineParamSpec>& space);
+
 /// What a prepared routine gets on every run. Input and output blobs carry
 /// their memory; `workspace` is scratch of workspace_bytes() planned by the executor.
 struct RunArgs {

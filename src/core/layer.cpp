@@ -126,4 +126,20 @@ int64_t routine_param(const RoutineParams& params, std::string_view key, int64_t
   return fallback;
 }
 
+std::vector<RoutineParams> param_combinations(const std::vector<RoutineParamSpec>& space) {
+  std::vector<RoutineParams> out{{}};
+  for (const auto& spec : space) {
+    if (spec.choices.empty()) continue;
+    std::vector<RoutineParams> next;
+    for (const auto& partial : out)
+      for (int64_t v : spec.choices) {
+        RoutineParams p = partial;
+        p.emplace_back(spec.name, v);
+        next.push_back(std::move(p));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
 }  // namespace softneuro

@@ -39,21 +39,11 @@ std::string params_text(const RoutineParams& p) {
   return s;
 }
 
-/// Every combination of a routine's parameter choices (capped: the profiler
-/// measures each, so a routine with a huge space must offer fewer choices).
-std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& space, std::size_t cap = 64) {
-  std::vector<RoutineParams> out{{}};
-  for (const auto& spec : space) {
-    std::vector<RoutineParams> next;
-    for (const auto& partial : out)
-      for (auto v : spec.choices) {
-        if (next.size() >= cap) break;
-        auto p = partial;
-        p.emplace_back(spec.name, v);
-        next.push_back(std::move(p));
-      }
-    if (!spec.choices.empty()) out = std::move(next);
-  }
+/// Every combination of a routine's parameter choices, the first 64 (the
+/// profiler measures each, so a routine with a huge space must offer fewer choices).
+std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& space) {
+  auto out = param_combinations(space);
+  if (out.size() > 64) out.resize(64);
   return out;
 }
 

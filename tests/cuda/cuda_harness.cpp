@@ -57,21 +57,6 @@ struct AdaptLayer {
   }
 };
 
-std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& space) {
-  std::vector<RoutineParams> out{{}};
-  for (const auto& spec : space) {
-    if (spec.choices.empty()) continue;
-    std::vector<RoutineParams> next;
-    for (const auto& partial : out)
-      for (auto v : spec.choices) {
-        auto p = partial;
-        p.emplace_back(spec.name, v);
-        next.push_back(std::move(p));
-      }
-    out = std::move(next);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -244,7 +229,7 @@ int check_all_cuda_routines(const Layer& layer, const std::vector<Blob>& inputs,
     }
     const std::vector<Blob> seen = as_seen_by(inputs, schema);
     const std::vector<Blob> want = test::run_layer(layer, seen, "cpu/ref");
-    for (const RoutineParams& params : combinations(r->param_space(info, schema))) {
+    for (const RoutineParams& params : param_combinations(r->param_space(info, schema))) {
       std::string params_text;
       for (const auto& [k, v] : params) params_text += fmt::format(" {}={}", k, v);
       const std::string name = fmt::format("{} {}{}", what, d, params_text);

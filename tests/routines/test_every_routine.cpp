@@ -224,17 +224,7 @@ std::vector<RoutineParams> parameter_points(const std::vector<RoutineParamSpec>&
   std::size_t product = 1;
   for (const auto& s : space) product *= std::max<std::size_t>(1, s.choices.size());
   if (product <= 32) {
-    std::vector<RoutineParams> all{{}};
-    for (const auto& s : space) {
-      std::vector<RoutineParams> next;
-      for (const auto& p : all)
-        for (int64_t v : s.choices) {
-          RoutineParams q = p;
-          q.emplace_back(s.name, v);
-          next.push_back(std::move(q));
-        }
-      all = std::move(next);
-    }
+    const auto all = param_combinations(space);
     points.insert(points.end(), all.begin(), all.end());
     return points;
   }
