@@ -1,80 +1,12 @@
-// cpu:float32:nchw16c/direct and cpu:float32:nchw8c/direct — our direct
-// convolution in the blocked layouts (channel blocks of V = 16 or 8 innermost,
-// C padded up with zeros; see include/softneuro/blob.hpp) — and
-// cpu:float32:nhwc/direct for first layers only (at most 4 input channels,
-// output channels in whole vectors: the 3-channel input is read compact, where
-// a blocked one holds 16 floats per pixel; AVX-512 or AVX2 kernels), on register tiles
-// of OCB output-channel blocks x W output pixels. Kernels, chosen at run time
-// (no scalar path): AVX-512 or AVX2 tiles in inline assembly for strides 1
-// and 2 (gen_direct_asm.py, driven row by row by conv::AsmRow), intrinsics
-// otherwise (conv_kernels.inl).
-//
-// prepare: weights packed once as [OC group of OCB blocks][ic block][kh][kw][V ic][OCB][V oc]
-//          (zero-padded channels), bias padded to whole blocks.
-// run:     tasks over (image, OC group, block of oh_block output rows) on the
-//          library's pool; each makes passes over the input-channel blocks
-//          (ic_block at a time: the pass's weights stay in cache for all its
-//          rows; partial sums stay in the output), walking each row in tiles
-//          of W pixels (two rows at once on rows of <= 7 pixels, those pairs
-//          before the rows left single: a pass's first call fetches its
-//          weights, and a pair does twice the work per weight). The input is
-//          read in place: kernel rows outside it are skipped per output row,
-//          tiles reaching past its columns read zeros there; or (pad_copy) from
-//          a copy zero-padded on every side, made once per run. A 1x1 stride-1
-//          unpadded convolution walks each plane as one run of pixels (tiles
-//          span image rows). A blocked first layer (at most 4 input channels)
-//          is copied too, compacted to 4 floats per pixel.
-// Groups: 1, or any count whose channels per group are whole blocks (grouped
-// convolutions with other counts, depthwise included, are refused: see
-// cpu/depthwise and cpu/im2col). Bias and fused activation (all but sigmoid)
-// are applied in the kernel's epilogue; padded output channels are written 0.
-//
-// Routine parameters (the profiler tries the combinations):
-//   oc_block  output-channel blocks per register tile and task (1, 2, 4;
-//             reduced to the largest of 4, 3, 2, 1 dividing the blocks per
-//             group: 3 on AVX-512 for 9 blocks, MobileNetV2's 144 channels),
-//   ow_tile   output pixels per register tile (the value, capped by the
-//             registers: 7 for 4 blocks, 8 for 3, 14 for 2, 28 for 1; the intrinsic
-//             kernels take their largest instantiated width <= the value),
-//   ic_block  input-channel blocks per pass (0: as many as keep the pass's
-//             weights within 32 KiB, i.e. in L1),
-//   oh_block  output rows per task (0: all), the task granularity;
-//   task_order 0: each thread's tasks go OC group by OC group (a group's
-//             weights read once); 1: block of rows by block of rows, each for
-//             every OC group (the input read once: layers whose input dwarfs
-//             their weights, ResNet50's 1x1 256->512 s2@56: 0.84 -> 0.72 ms);
-//             with oh_block 0, one block of rows per thread;
-//   pad_copy  (padded layers, assembly tiles) 1: the tiles read a copy
-//             of the input zero-padded on every side, so none is an edge tile
-//             and every pair of rows of <= 7 pixels takes a two-row tile (when
-//             ow_tile >= 2 rows; AVX-512: 2 blocks x 2 rows, oc_block 2; AVX2:
-//             1 block x 2 rows, oc_block 1): each weight vector feeds 14 FMAs instead of 7;
-//             0: the input read in place. Where only a tile's first and last
-//             columns leave the input (pads up to the stride: 3x3 pad 1), the
-//             assembly tiles run there too, those columns reading zeros (tap
-//             flags), and two-row tiles take the pairs of rows that see the
-//             same kernel rows; other edge tiles run the intrinsic kernels.
-//             Default (and the profiler's first choice): default_pad_copy().
-//   compact   (1x1 unpadded layers at a stride > 1) 1: the input's pixels the
-//             layer reads copied into a compact plane first, which then runs
-//             as a stride-1 layer walked flat; 0: read in place.
-//   w_prefetch (AVX2 assembly tiles) 1: each channel step prefetches its
-//             weights 4 KB ahead, for weights streamed from L3; 0: not (a
-//             load-port uop per step where the weights stay in cache). Default:
-//             default_w_prefetch(). AVX-512's tiles always prefetch.
-//   span_rows (assembly tiles with split forms: AVX2, oc_block 2, ow_tile <= 6;
-//             fused none/relu/clip, whole oc blocks) 1: each plane walked flat
-//             across its output rows like a 1x1 one (no narrow last tile per
-//             row), in tiles of even widths, a tile reaching past a row's end
-//             taking the split tile of two rows; the input a padded copy
-//             (pad_copy implied) or unpadded (1x1 layers: flat ones, compact
-//             copies and strided ones in place);
-//             each pass's tiles prefetch the next pass's weights into L2 (its
-//             first tile otherwise streams them from L3 faster than L3 gives
-//             one core). 0: row by row. Default: default_span(). Measured (AVX2,
-//             conv_bench --params): ResNet50's 3x3 256@14 1.19 -> 1.09 ms,
-//             512 s2@14 1.27-1.40 (two-row tiles) -> 1.18-1.26, 512@7 1.15-1.22
-//             -> 1.10-1.16.
+// cpu:float32:nchw16c/direct, cpu:float32:nchw8c/direct: our direct convolution
+// in the blocked layouts, on register tiles of output-channel blocks x output
+// pixels (AVX-512 or AVX2 tiles in inline assembly from gen_direct_asm.py for
+// strides 1 and 2, intrinsics otherwise); cpu:float32:nhwc/direct for first
+// layers of at most 4 input channels. Weights packed once in prepare; tasks over
+// (image, output-channel group, block of rows) on the library's pool. Groups: 1
+// or whole blocks per group. Bias and fused activation in the epilogue.
+// The layouts, the passes, every routine parameter and their measurements:
+// docs/routines/direct.md.
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 

@@ -3,7 +3,7 @@
 // epilogue), for conv2 (depthwise and grouped included), dense, pool2 (max, avg,
 // global), add and concat.
 //
-// The project's qint8 conventions (see qint8_avx2.cpp) hold unchanged:
+// The project's qint8 conventions (see qint8.cpp) hold unchanged:
 //  - activations: signed int8, asymmetric, per tensor (LayerInfo::input_quant /
 //    output_quant); uncalibrated layers are refused;
 //  - weights: float32 in the .dnn, quantised here in prepare per output channel,

@@ -1,4 +1,4 @@
-// Inner kernels of the cpu:qint8 "avx2" routines (src/routines/cpu/qint8_avx2.cpp).
+// Inner kernels of the cpu:qint8 "avx2" routines (src/routines/cpu/qint8.cpp).
 // Implemented in qint8_kernels_avx2.cpp, the one file built with -mavx2 -mfma;
 // callers check avx2_usable() first. Plain types only in this interface.
 //

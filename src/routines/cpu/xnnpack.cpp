@@ -896,7 +896,7 @@ struct Softmax {
 // dense (as a 1x1 qc8 convolution over N pixels, rank-2 inputs), add (same
 // shapes, qs8), pool2 (global average: qs8; max: s8, then our requantisation
 // where the output's quantisation differs). The project's qint8 conventions
-// (see src/routines/cpu/qint8_avx2.cpp): activations int8, per tensor, from
+// (see src/routines/cpu/qint8.cpp): activations int8, per tensor, from
 // LayerInfo::input_quant/output_quant; weights float32 in the .dnn, quantised
 // here per output channel, symmetric (s_w = max|w|/127, q = round(w/s_w)),
 // bias to int32 at s_in*s_w. XNNPACK requantises in float (round to nearest
