@@ -33,7 +33,7 @@ struct ImportOptions {
   bool fold_constants = true;         ///< layers of constants only are computed once
   bool fold_batchnorm = true;         ///< batchnorm into the preceding conv2/dense weights
   bool fold_bias_add = true;          ///< add of a per-channel constant into conv2/dense bias
-  bool fuse_hardswish = true;         ///< mul(x, hardsigmoid(x)) (pre-opset-14 hardswish) into one hardswish
+  bool fuse_self_gating = true;       ///< mul(x, hardsigmoid(x)) into hardswish, mul(x, sigmoid(x)) into silu
   bool fuse_activations = true;       ///< relu/clip/hardswish/hardsigmoid/sigmoid into conv2/dense; relu/clip into add
   bool eliminate_dead_layers = true;  ///< layers no output depends on
 

@@ -110,6 +110,50 @@ std::vector<Shape> infer_gelu(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+std::vector<Shape> infer_leaky_relu(const Layer& l, std::span<const Shape> in) {
+  if (!std::isfinite(l.get_float("alpha", 0.01))) fail(l, "alpha", "alpha must be finite");
+  return {in[0]};
+}
+
+std::vector<Shape> infer_prelu(const Layer& l, std::span<const Shape> in) {
+  // ONNX PRelu: slope broadcasts to the input (unidirectionally).
+  const Shape& slope = weight_shape(l, "slope");
+  bool fits = slope.rank() <= in[0].rank();
+  for (int i = 1; fits && i <= slope.rank(); ++i)
+    fits = slope[slope.rank() - i] == 1 || slope[slope.rank() - i] == in[0][in[0].rank() - i];
+  if (!fits)
+    fail(l, "slope", fmt::format("slope of shape {} does not broadcast to the input {}", slope.to_string(), in[0].to_string()));
+  return {in[0]};
+}
+
+std::vector<Shape> infer_pow(const Layer& l, std::span<const Shape> in) {
+  // pow(x, y) with NumPy broadcasting, or pow(x) with a constant `exponent`.
+  if (in.size() == 2) {
+    if (l.has("exponent")) fail(l, "exponent", "pow takes an exponent input or an exponent parameter, not both");
+    return {broadcast_shapes(l, in[0], in[1])};
+  }
+  if (!l.has("exponent")) fail(l, "exponent", "pow with one input needs the exponent parameter");
+  if (!std::isfinite(l.get_float("exponent"))) fail(l, "exponent", "the exponent must be finite");
+  return {in[0]};
+}
+
+std::vector<Shape> infer_reduce(const Layer& l, std::span<const Shape> in) {
+  static const char* const modes[] = {"mean", "sum", "max", "min", "l2"};
+  const std::string mode = l.get_string("mode");
+  if (std::find(std::begin(modes), std::end(modes), mode) == std::end(modes))
+    fail(l, "mode", fmt::format("mode '{}' is not one of mean, sum, max, min, l2", mode));
+  const std::vector<bool> reduced = reduced_axes(l, in[0]);
+  const bool keep = l.get_int("keepdims", 1) != 0;
+  Shape out;
+  for (int d = 0; d < in[0].rank(); ++d) {
+    if (!reduced[static_cast<std::size_t>(d)]) out.push_back(in[0][d]);
+    else if (keep) out.push_back(1);
+    if (reduced[static_cast<std::size_t>(d)] && in[0][d] == 0 && (mode == "max" || mode == "min"))
+      fail(l, "axes", fmt::format("{} over an empty axis {}", mode, d));
+  }
+  return {out};
+}
+
 std::vector<Shape> infer_softmax(const Layer& l, std::span<const Shape> in) {
   normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
   return {in[0]};
@@ -317,6 +361,13 @@ const LayerType kBuiltinTypes[] = {
     {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
     {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
     {"resize", 1, 1, infer_resize},     {"deconv2", 1, 1, infer_deconv2},
+    {"abs", 1, 1, infer_same},           {"neg", 1, 1, infer_same},
+    {"sqrt", 1, 1, infer_same},          {"exp", 1, 1, infer_same},
+    {"log", 1, 1, infer_same},           {"erf", 1, 1, infer_same},
+    {"reciprocal", 1, 1, infer_same},    {"silu", 1, 1, infer_same},
+    {"mish", 1, 1, infer_same},          {"leaky_relu", 1, 1, infer_leaky_relu},
+    {"prelu", 1, 1, infer_prelu},        {"pow", 1, 2, infer_pow},
+    {"reduce", 1, 1, infer_reduce},
 };
 
 }  // namespace
@@ -602,6 +653,18 @@ Shape broadcast_shapes(const Layer& l, const Shape& a, const Shape& b) {
     out.push_back(da == 1 ? db : da);
   }
   return out;
+}
+
+std::vector<bool> reduced_axes(const Layer& l, const Shape& input) {
+  std::vector<bool> reduced(static_cast<std::size_t>(input.rank()), false);
+  const auto axes = l.get_ints("axes", {});
+  if (axes.empty()) reduced.assign(reduced.size(), true);  // ONNX: no axes reduces every axis
+  for (int64_t a : axes) {
+    const auto d = static_cast<std::size_t>(normalize_axis(l, "axes", a, input.rank()));
+    if (reduced[d]) fail_field(l, "axes", fmt::format("axis {} is listed twice", a));
+    reduced[d] = true;
+  }
+  return reduced;
 }
 
 int normalize_axis(const Layer& l, const char* field, int64_t axis, int rank) {

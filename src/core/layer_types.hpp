@@ -22,6 +22,12 @@
 //  layernorm axis=-1 (normalises over dims axis..rank-1), epsilon=1e-5;
 //            weights scale (shape = in.shape[axis:]), bias optional.
 //  add, sub, mul, div: two inputs, NumPy broadcasting.
+//  pow       pow(x, y), NumPy broadcasting; or one input and exponent (a constant).
+//  abs, neg, sqrt, exp, log, erf, reciprocal (1/x); silu (x * sigmoid(x));
+//  mish (x * tanh(softplus(x))); leaky_relu (alpha=0.01: x < 0 ? alpha*x : x).
+//  prelu     weight slope, broadcast to the input: x < 0 ? slope*x : x.
+//  reduce    mode = mean|sum|max|min|l2 (sqrt of the sum of squares); axes (any
+//            order, negative from the end; none: every axis); keepdims=1.
 //  concat    axis (required), one or more inputs.
 //  split     axis=0; split = sizes (default: equal parts, one per output).
 //  reshape   shape: ONNX semantics (0 copies the input dim, -1 is inferred);
@@ -128,5 +134,7 @@ ResizeGeometry resize_geometry(const Layer& layer, const Shape& input, const Sha
 Shape broadcast_shapes(const Layer& layer, const Shape& a, const Shape& b);
 /// Normalises a possibly negative axis for a given rank; throws Error naming the field.
 int normalize_axis(const Layer& layer, const char* field, int64_t axis, int rank);
+/// reduce: which axes of `input` the layer reduces (its `axes`; none given: all).
+std::vector<bool> reduced_axes(const Layer& layer, const Shape& input);
 
 }  // namespace softneuro::core

@@ -312,16 +312,17 @@ int fold_bias_add(Graph& g) {
   });
 }
 
-int fuse_hardswish(Graph& g) {
+int fuse_self_gating(Graph& g) {
   return absorb_into_producers(g, "mul", [](Layer& p, const Layer& mul, std::size_t input, const Context& ctx) {
-    if (p.type != "hardsigmoid" || p.inputs.size() != 1 || mul.inputs.size() != 2) return false;
+    if ((p.type != "hardsigmoid" && p.type != "sigmoid") || p.inputs.size() != 1 || mul.inputs.size() != 2) return false;
     const std::string& x = mul.inputs[1 - input];
     if (p.inputs[0] != x) return false;
     // ONNX HardSigmoid's defaults are alpha 0.2, beta 0.5; hardswish needs 1/6.
-    if (std::abs(p.get_float("alpha", 0.2) - 1.0 / 6.0) > 1e-6 || std::abs(p.get_float("beta", 0.5) - 0.5) > 1e-6)
+    if (p.type == "hardsigmoid" &&
+        (std::abs(p.get_float("alpha", 0.2) - 1.0 / 6.0) > 1e-6 || std::abs(p.get_float("beta", 0.5) - 0.5) > 1e-6))
       return false;
     if (ctx.shapes.at(mul.outputs[0]) != ctx.shapes.at(x)) return false;
-    p.type = "hardswish";
+    p.type = p.type == "sigmoid" ? "silu" : "hardswish";
     p.params.erase("alpha");
     p.params.erase("beta");
     return true;
@@ -377,7 +378,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fold_constants, "fold_constants", fold_constants},
       {o.fold_batchnorm, "fold_batchnorm", fold_batchnorm},
       {o.fold_bias_add, "fold_bias_add", fold_bias_add},
-      {o.fuse_hardswish, "fuse_hardswish", fuse_hardswish},
+      {o.fuse_self_gating, "fuse_self_gating", fuse_self_gating},
       {o.fuse_activations, "fuse_activations", fuse_activations},
       {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},
   };

@@ -39,11 +39,12 @@ int fold_bias_add(Graph& graph);
 
 /// Rewrites `mul(x, hardsigmoid(x))` with alpha 1/6 and beta 0.5 (either
 /// order; how exporters before ONNX opset 14 write hardswish) into one
-/// `hardswish(x)`, when the hardsigmoid's output has no other consumer and is
-/// not a net output. Fewer layers, and a conv2 before it can fuse the
-/// activation; in qint8 nets two fewer blobs to quantise.
-/// Returns the number of rewrites.
-int fuse_hardswish(Graph& graph);
+/// `hardswish(x)`, and `mul(x, sigmoid(x))` (how exporters write SiLU/Swish:
+/// YOLOv5/v8, EfficientNet) into one `silu(x)`, when the gate's output has no
+/// other consumer and is not a net output. One pass over the blob instead of
+/// two, and a conv2 before a hardswish can fuse it; in qint8 nets two fewer
+/// blobs to quantise. Returns the number of rewrites.
+int fuse_self_gating(Graph& graph);
 
 /// Fuses relu, clip, hardswish, hardsigmoid and sigmoid into the conv2/dense
 /// that produces their input (its `act` parameters), and relu and clip into an
@@ -63,7 +64,7 @@ struct PassOptions {
   bool fold_constants = true;
   bool fold_batchnorm = true;
   bool fold_bias_add = true;
-  bool fuse_hardswish = true;
+  bool fuse_self_gating = true;
   bool fuse_activations = true;
   bool eliminate_dead_layers = true;
 };

@@ -321,7 +321,7 @@ class Importer {
   void range(const Node&);
   void equal(const Node&);
   void where_op(const Node&);
-  void erf(const Node&);
+  void prelu(const Node&);
   void constant_math(const Node&);
 
   std::vector<int64_t> window_pads(const Node& n, const Shape& x, const std::vector<int64_t>& kernel,
@@ -361,6 +361,16 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"HardSwish", &Importer::unary},
       {"HardSigmoid", &Importer::unary},
       {"Gelu", &Importer::unary},
+      {"Abs", &Importer::unary},
+      {"Neg", &Importer::unary},
+      {"Sqrt", &Importer::unary},
+      {"Exp", &Importer::unary},
+      {"Log", &Importer::unary},
+      {"Erf", &Importer::unary},
+      {"Reciprocal", &Importer::unary},
+      {"LeakyRelu", &Importer::unary},
+      {"Mish", &Importer::unary},
+      {"PRelu", &Importer::prelu},
       {"Clip", &Importer::clip},
       {"Add", &Importer::binary_op},
       {"Sub", &Importer::binary_op},
@@ -373,6 +383,9 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"GlobalMaxPool", &Importer::global_pool},
       {"ReduceMean", &Importer::reduce},
       {"ReduceMax", &Importer::reduce},
+      {"ReduceMin", &Importer::reduce},
+      {"ReduceSum", &Importer::reduce},
+      {"ReduceL2", &Importer::reduce},
       {"BatchNormalization", &Importer::batchnorm},
       {"Softmax", &Importer::softmax},
       {"LayerNormalization", &Importer::layernorm},
@@ -399,7 +412,6 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Range", &Importer::range},
       {"Equal", &Importer::equal},
       {"Where", &Importer::where_op},
-      {"Erf", &Importer::erf},
       // Computed at import when their inputs are constants (index and mask arithmetic).
       {"Mod", &Importer::constant_math},
       {"Less", &Importer::constant_math},
@@ -407,9 +419,6 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"And", &Importer::constant_math},
       {"Or", &Importer::constant_math},
       {"Not", &Importer::constant_math},
-      {"Neg", &Importer::constant_math},
-      {"Abs", &Importer::constant_math},
-      {"Sqrt", &Importer::constant_math},
       {"Floor", &Importer::constant_math},
       {"Ceil", &Importer::constant_math},
       {"ScatterND", &Importer::constant_math},
@@ -1036,9 +1045,15 @@ void Importer::einsum(const Node& n) {
 void Importer::unary(const Node& n) {
   static const std::map<std::string, std::string> types = {
       {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"HardSwish", "hardswish"},
-      {"HardSigmoid", "hardsigmoid"}, {"Gelu", "gelu"}};
+      {"HardSigmoid", "hardsigmoid"}, {"Gelu", "gelu"}, {"Abs", "abs"}, {"Neg", "neg"}, {"Sqrt", "sqrt"},
+      {"Exp", "exp"}, {"Log", "log"}, {"Erf", "erf"}, {"Reciprocal", "reciprocal"}, {"LeakyRelu", "leaky_relu"},
+      {"Mish", "mish"}};
+  // Index arithmetic on constants (shape subgraphs) is computed here, in its own dtype.
+  if (constant(n.in(0)) && (n.op() == "Neg" || n.op() == "Abs" || n.op() == "Sqrt")) return constant_math(n);
   std::map<std::string, Attr> params;
-  if (n.op() == "HardSigmoid") {
+  if (n.op() == "LeakyRelu") {
+    params["alpha"] = n.get_float("alpha", 0.01);
+  } else if (n.op() == "HardSigmoid") {
     params["alpha"] = n.get_float("alpha", 0.2);
     params["beta"] = n.get_float("beta", 0.5);
   } else if (n.op() == "Gelu") {
@@ -1083,11 +1098,21 @@ void Importer::binary_op(const Node& n) {
 void Importer::pow(const Node& n) {
   const Blob* e = constant(n.in(1));
   if (e && constant(n.in(0))) return constant_math(n);
-  if (!e || e->numel() != 1) throw Unsupported{"Pow of a run-time tensor other than squared"};
+  if (!e || e->numel() != 1) {  // x ** y, y computed or not a scalar
+    add(make("pow", n.name, {input(n, 0), input(n, 1)}, {n.out(0)}));
+    return;
+  }
   const double v = to_doubles(*e)[0];
+  if (!std::isfinite(v)) throw n.error(fmt::format("exponent {} is not finite", v), "Y");
   if (v == 1.0) add_unary(n, "identity", input(n, 0), n.out(0));
-  else if (v == 2.0) add(make("mul", n.name, {input(n, 0), input(n, 0)}, {n.out(0)}));
-  else throw Unsupported{fmt::format("Pow with exponent {} (only 1 and 2)", v)};
+  else if (v == 2.0) add(make("mul", n.name, {input(n, 0), input(n, 0)}, {n.out(0)}));  // one pass, any routine
+  else add_unary(n, "pow", input(n, 0), n.out(0), {{"exponent", v}});
+}
+
+void Importer::prelu(const Node& n) {
+  Layer l = make("prelu", n.name, {input(n, 0)}, {n.out(0)});
+  l.weights["slope"] = to_float(require_constant(n, 1, "slope"));
+  add(std::move(l));
 }
 
 void Importer::pool(const Node& n) {
@@ -1118,41 +1143,32 @@ void Importer::global_pool(const Node& n) {
 }
 
 void Importer::reduce(const Node& n) {
-  // ReduceMean/Max over contiguous axes a..b is a pool over H of x seen as
-  // [1, outer, mid, inner]: reshape, pool2 with kernel [mid, 1], reshape back.
-  if (constant(n.in(0))) throw Unsupported{"reduction of a constant"};
+  static const std::map<std::string, std::string> modes = {
+      {"ReduceMean", "mean"}, {"ReduceMax", "max"}, {"ReduceMin", "min"}, {"ReduceSum", "sum"}, {"ReduceL2", "l2"}};
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
-  std::vector<int64_t> axes = n.opset >= 18 && n.has_in(1) ? constant_ints(n, 1, "axes") : n.get_ints("axes", std::vector<int64_t>{});
-  if (axes.empty())
-    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  // ReduceSum took its axes as an input from opset 13, the others from opset 18.
+  const bool axes_input = n.opset >= (n.op() == "ReduceSum" ? 13 : 18);
+  std::vector<int64_t> axes = axes_input ? (n.has_in(1) ? constant_ints(n, 1, "axes") : std::vector<int64_t>{})
+                                         : n.get_ints("axes", std::vector<int64_t>{});
+  if (axes.empty() && axes_input && n.get_int("noop_with_empty_axes", 0) != 0) {
+    add_unary(n, "identity", input(n, 0), n.out(0));
+    return;
+  }
   for (auto& a : axes) {
     if (a < -rank || a >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", a, rank), "axes");
     if (a < 0) a += rank;
   }
-  std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  if (axes.back() - axes.front() + 1 != static_cast<int64_t>(axes.size()))
-    throw Unsupported{fmt::format("reduction over non-contiguous axes [{}]", fmt::join(axes, ","))};
   const bool keep = n.get_int("keepdims", 1) != 0;
-  Shape out;
-  int64_t outer = 1, mid = 1, inner = 1;
-  for (int i = 0; i < rank; ++i) {
-    const bool reduced = i >= axes.front() && i <= axes.back();
-    (i < axes.front() ? outer : reduced ? mid : inner) *= xs[i];
-    if (!reduced) out.push_back(xs[i]);
-    else if (keep) out.push_back(1);
-  }
-  const std::string mode = n.op() == "ReduceMax" ? "max" : "avg";
-  const std::string y = n.out(0);
-  if (rank == 4 && axes == std::vector<int64_t>{2, 3} && keep) {
-    add_unary(n, "pool2", input(n, 0), y, {{"mode", mode}, {"global", int64_t{1}}});
+  const std::string mode = modes.at(n.op());
+  std::sort(axes.begin(), axes.end());
+  if (rank == 4 && axes == std::vector<int64_t>{2, 3} && keep && (mode == "mean" || mode == "max")) {
+    add_unary(n, "pool2", input(n, 0), n.out(0), {{"mode", std::string(mode == "max" ? "max" : "avg")}, {"global", int64_t{1}}});
     return;
   }
-  const std::string x4 = fresh_blob(y + "/4d"), p4 = fresh_blob(y + "/pooled");
-  add_unary(n, "reshape", input(n, 0), x4, {{"shape", std::vector<int64_t>{1, outer, mid, inner}}}, "to_4d");
-  add_unary(n, "pool2", x4, p4, {{"mode", mode}, {"kernel", std::vector<int64_t>{mid, 1}}});
-  add_unary(n, "reshape", p4, y, {{"shape", out.to_vector()}}, "from_4d");
+  std::map<std::string, Attr> params{{"mode", mode}, {"keepdims", int64_t{keep ? 1 : 0}}};
+  if (!axes.empty()) params["axes"] = axes;
+  add_unary(n, "reduce", input(n, 0), n.out(0), std::move(params));
 }
 
 void Importer::batchnorm(const Node& n) {
@@ -1691,10 +1707,6 @@ void Importer::constant_math(const Node& n) {
   }
 }
 
-void Importer::erf(const Node&) {
-  throw Unsupported{"a lone Erf (there is no erf layer type); only the GELU pattern x*0.5*(1+Erf(x/sqrt(2))) is fused"};
-}
-
 // ---------------------------------------------------------------------------
 
 void Importer::convert(int i) {
@@ -1830,7 +1842,7 @@ core::PassOptions pass_options(const ImportOptions& o) {
   p.fold_constants = o.fold_constants;
   p.fold_batchnorm = o.fold_batchnorm;
   p.fold_bias_add = o.fold_bias_add;
-  p.fuse_hardswish = o.fuse_hardswish;
+  p.fuse_self_gating = o.fuse_self_gating;
   p.fuse_activations = o.fuse_activations;
   p.eliminate_dead_layers = o.eliminate_dead_layers;
   return p;

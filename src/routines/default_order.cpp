@@ -67,6 +67,13 @@ const std::vector<std::vector<std::string>> kWinograd = {
     {"cpu/ref"},
 };
 
+// abs, neg, sqrt, exp, log, reciprocal, silu, mish, leaky_relu, pow, prelu
+// (oneDNN in every layout: they follow their input)
+const std::vector<std::vector<std::string>> kOnednnEltwise = {
+    {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu/onednn"},
+    {"cpu/ref"},
+};
+
 const LayerOrder kDefaultOrder[] = {
     {"conv2",
      {
@@ -198,6 +205,19 @@ const LayerOrder kDefaultOrder[] = {
       {"cuda/transfer", "cuda:float32:nhwc/transfer", "cuda:float16/transfer", "cuda:float16:nhwc/transfer", "cuda/convert", "cuda:float32:nhwc/convert", "cuda:float16/convert", "cuda:float16:nhwc/convert"},
      }},
 
+    {"abs", kOnednnEltwise},
+    {"neg", kOnednnEltwise},
+    {"sqrt", kOnednnEltwise},
+    {"exp", kOnednnEltwise},
+    {"log", kOnednnEltwise},
+    {"reciprocal", kOnednnEltwise},
+    {"silu", kOnednnEltwise},
+    {"mish", kOnednnEltwise},
+    {"leaky_relu", kOnednnEltwise},
+    {"pow", kOnednnEltwise},
+    {"erf", {{"cpu/vec", "cpu:float32:nhwc/vec"}, {"cpu/ref"}}},
+    {"prelu", kOnednnEltwise},
+    {"reduce", {{"cpu/onednn"}, {"cpu/ref"}}},
 };
 
 struct Registration {

@@ -177,7 +177,8 @@ TEST_CASE("shape inference: batchnorm", "[core][shape]") {
 }
 
 TEST_CASE("shape inference: unary elementwise layers", "[core][shape]") {
-  for (const char* type : {"relu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "identity", "clip", "gelu"}) {
+  for (const char* type : {"relu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "identity", "clip", "gelu", "abs", "neg",
+                           "sqrt", "exp", "log", "erf", "reciprocal", "silu", "mish", "leaky_relu"}) {
     INFO(type);
     Layer l = L(type);
     CHECK(infer(l, {{2, 3, 4}}) == Shapes{{2, 3, 4}});
@@ -191,6 +192,30 @@ TEST_CASE("shape inference: unary elementwise layers", "[core][shape]") {
   expect_error(L("clip", {{"min", "zero"}}), {{5}}, "min");  // mistyped parameter
   CHECK(infer(L("gelu", {{"approximate", "tanh"}}), {{5}}) == Shapes{{5}});
   expect_error(L("gelu", {{"approximate", "sigmoid"}}), {{5}}, "approximate");
+}
+
+TEST_CASE("shape inference: prelu, pow, reduce", "[core][shape]") {
+  CHECK(infer(L("prelu", {}, {{"slope", w({3, 1, 1})}}), {{2, 3, 4, 5}}) == Shapes{{2, 3, 4, 5}});
+  CHECK(infer(L("prelu", {}, {{"slope", w({1})}}), {{7}}) == Shapes{{7}});
+  expect_error(L("prelu", {}, {{"slope", w({4, 1, 1})}}), {{2, 3, 4, 5}}, "slope");
+  expect_error(L("prelu", {}, {{"slope", w({2, 3, 4, 5, 1})}}), {{2, 3, 4, 5}}, "slope");  // would grow the output
+  expect_error(L("prelu"), {{2, 3}}, "slope");
+
+  CHECK(infer(L("pow", {{"exponent", 0.5}}), {{2, 3}}) == Shapes{{2, 3}});
+  CHECK(infer(L("pow", {}, {}, 2), {{2, 3}, {3}}) == Shapes{{2, 3}});
+  expect_error(L("pow"), {{2, 3}}, "exponent");
+  expect_error(L("pow", {{"exponent", 2.0}}, {}, 2), {{2, 3}, {3}}, "exponent");
+  expect_error(L("pow", {}, {}, 2), {{2, 3}, {4}}, "input");
+
+  CHECK(infer(L("reduce", {{"mode", "mean"}, {"axes", Ints{2, 3}}}), {{1, 8, 4, 4}}) == Shapes{{1, 8, 1, 1}});
+  CHECK(infer(L("reduce", {{"mode", "sum"}, {"axes", Ints{-1, 0}}, {"keepdims", int64_t{0}}}), {{2, 3, 4}}) == Shapes{{3}});
+  CHECK(infer(L("reduce", {{"mode", "l2"}, {"keepdims", int64_t{0}}}), {{2, 3}}) == Shapes{Shape{}});
+  CHECK(infer(L("reduce", {{"mode", "max"}}), {{2, 3}}) == Shapes{{1, 1}});
+  expect_error(L("reduce", {{"mode", "median"}}), {{2, 3}}, "mode");
+  expect_error(L("reduce"), {{2, 3}}, "mode");
+  expect_error(L("reduce", {{"mode", "sum"}, {"axes", Ints{2}}}), {{2, 3}}, "axes");
+  expect_error(L("reduce", {{"mode", "sum"}, {"axes", Ints{1, -1}}}), {{2, 3}}, "axes");  // twice
+  expect_error(L("reduce", {{"mode", "max"}, {"axes", Ints{1}}}), {{2, 0}}, "axes");      // max of nothing
 }
 
 TEST_CASE("shape inference: softmax", "[core][shape]") {
@@ -353,7 +378,8 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
-      "wgencb", "wgconvb", "wgdecb", "resize", "deconv2"};
+      "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
+      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

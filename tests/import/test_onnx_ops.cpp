@@ -46,7 +46,8 @@ std::vector<float> ref_conv(const std::vector<float>& x, const Shape& xs, const 
   return y;
 }
 
-std::vector<float> map_values(const std::vector<float>& x, float (*f)(float)) {
+template <class F>
+std::vector<float> map_values(const std::vector<float>& x, F f) {
   std::vector<float> y(x.size());
   std::transform(x.begin(), x.end(), y.begin(), f);
   return y;
@@ -253,6 +254,76 @@ TEST_CASE("Activations: Relu, Sigmoid, Tanh, HardSwish, HardSigmoid, Gelu", "[on
   }
 }
 
+TEST_CASE("Unary math and activations: Abs, Neg, Sqrt, Exp, Log, Erf, Reciprocal, LeakyRelu, PRelu", "[onnx][activation]") {
+  const Shape xs{1, 3, 2, 2};
+  std::vector<float> x = random_values(12, 31);
+  std::vector<float> positive = x;
+  for (auto& v : positive) v = std::fabs(v) + 0.25f;  // Sqrt, Log, Reciprocal
+  struct Case {
+    const char* op;
+    bool positive_input;
+    std::function<float(float)> f;
+  };
+  const Case cases[] = {
+      {"Abs", false, [](float v) { return std::fabs(v); }},
+      {"Neg", false, [](float v) { return -v; }},
+      {"Sqrt", true, [](float v) { return std::sqrt(v); }},
+      {"Exp", false, [](float v) { return std::exp(v); }},
+      {"Log", true, [](float v) { return std::log(v); }},
+      {"Erf", false, [](float v) { return std::erf(v); }},
+      {"Reciprocal", true, [](float v) { return 1.0f / v; }},
+      {"LeakyRelu", false, [](float v) { return v < 0 ? 0.2f * v : v; }},
+  };
+  for (const auto& c : cases) {
+    INFO(c.op);
+    OnnxModel m(13);
+    auto n = unary_model(m, c.op, xs);
+    if (std::string(c.op) == "LeakyRelu") n.f("alpha", 0.2f);
+    const auto& in = c.positive_input ? positive : x;
+    auto got = run_model(m, std::string(c.op) + ".onnx", xs, in);
+    CHECK(max_abs_diff(got.values, map_values(in, c.f)) < kTol);
+  }
+  SECTION("PRelu with a per-channel slope") {
+    OnnxModel m(13);
+    m.init("slope", {3, 1, 1}, {0.1f, 0.5f, -1.0f});
+    unary_model(m, "PRelu", xs, {"slope"});
+    auto got = run_model(m, "prelu.onnx", xs, x);
+    std::vector<float> want(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float slope = std::vector<float>{0.1f, 0.5f, -1.0f}[i / 4];
+      want[i] = x[i] < 0 ? slope * x[i] : x[i];
+    }
+    CHECK(max_abs_diff(got.values, want) < kTol);
+  }
+}
+
+TEST_CASE("Pow: squared as mul, a constant exponent, a run-time exponent", "[onnx][pow]") {
+  const Shape xs{2, 5};
+  std::vector<float> x = random_values(10, 32);
+  for (auto& v : x) v = std::fabs(v) + 0.5f;
+  for (float e : {2.0f, 0.5f, 3.0f}) {
+    INFO("exponent " << e);
+    OnnxModel m(13);
+    m.init("e", {}, {e});
+    unary_model(m, "Pow", xs, {"e"});
+    auto got = run_model(m, "pow.onnx", xs, x);
+    CHECK(max_abs_diff(got.values, map_values(x, [e](float v) { return std::pow(v, e); })) < kTol);
+  }
+  SECTION("exponent per column, computed at run time") {
+    OnnxModel m(13);
+    m.input("x", xs.to_vector()).output("y");
+    m.init("k", {5}, {1, 2, 0.5f, -1, 3});
+    m.node("Abs", {"x"}, {"e"});          // run-time values
+    m.node("Mul", {"e", "k"}, {"e2"});
+    m.node("Pow", {"x", "e2"}, {"y"});
+    auto got = run_model(m, "pow_runtime.onnx", xs, x);
+    std::vector<float> want(x.size());
+    const float k[] = {1, 2, 0.5f, -1, 3};
+    for (std::size_t i = 0; i < x.size(); ++i) want[i] = std::pow(x[i], std::fabs(x[i]) * k[i % 5]);
+    CHECK(max_abs_diff(got.values, want) < 1e-4);
+  }
+}
+
 TEST_CASE("Clip: opset-13 bounds as inputs (initializer, Constant node, absent), opset-11 attributes-free", "[onnx][clip]") {
   const Shape xs{1, 10};
   std::vector<float> x = random_values(10, 16);
@@ -357,6 +428,43 @@ TEST_CASE("ReduceMean over spatial and trailing axes", "[onnx][reduce]") {
   REQUIRE(got.shape == Shape{2});
   for (int b = 0; b < 2; ++b)
     CHECK(got.values[static_cast<std::size_t>(b)] == Approx(std::accumulate(x.begin() + b * 12, x.begin() + b * 12 + 12, 0.0) / 12).margin(kTol));
+}
+
+TEST_CASE("ReduceSum (axes input), ReduceMin, ReduceL2 over any axes become the reduce layer", "[onnx][reduce]") {
+  const Shape xs{2, 3, 4};
+  auto x = random_values(24, 21);
+  auto at = [&](int a, int b, int c) { return x[static_cast<std::size_t>((a * 3 + b) * 4 + c)]; };
+  SECTION("ReduceSum over axes 0 and 2 (opset 13: axes as an input), keepdims") {
+    OnnxModel m(13);
+    m.init_ints("axes", {2}, {0, -1});
+    unary_model(m, "ReduceSum", xs, {"axes"});
+    auto got = run_model(m, "reducesum.onnx", xs, x);
+    REQUIRE(got.shape == Shape{1, 3, 1});
+    for (int b = 0; b < 3; ++b) {
+      double sum = 0;
+      for (int a = 0; a < 2; ++a)
+        for (int c = 0; c < 4; ++c) sum += at(a, b, c);
+      CHECK(got.values[static_cast<std::size_t>(b)] == Approx(sum).margin(kTol));
+    }
+  }
+  SECTION("ReduceMin over axis 1, keepdims 0") {
+    OnnxModel m(13);
+    unary_model(m, "ReduceMin", xs).ints("axes", {1}).i("keepdims", 0);
+    auto got = run_model(m, "reducemin.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 4});
+    for (int a = 0; a < 2; ++a)
+      for (int c = 0; c < 4; ++c)
+        CHECK(got.values[static_cast<std::size_t>(a * 4 + c)] == std::min({at(a, 0, c), at(a, 1, c), at(a, 2, c)}));
+  }
+  SECTION("ReduceL2 over every axis") {
+    OnnxModel m(13);
+    unary_model(m, "ReduceL2", xs).i("keepdims", 0);
+    auto got = run_model(m, "reducel2.onnx", xs, x);
+    double sq = 0;
+    for (float v : x) sq += double(v) * v;
+    REQUIRE(got.values.size() == 1);
+    CHECK(got.values[0] == Approx(std::sqrt(sq)).margin(kTol));
+  }
 }
 
 TEST_CASE("BatchNormalization, alone and after a conv (folded)", "[onnx][batchnorm]") {

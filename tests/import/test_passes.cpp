@@ -220,7 +220,7 @@ TEST_CASE("a fused activation on sub/mul/div, or other than relu/clip on add, is
                           kTwo)[0] == Shape{2, 3});
 }
 
-TEST_CASE("fuse_hardswish: mul(x, hardsigmoid(x)) with alpha 1/6 becomes hardswish(x), then fuses", "[passes][act]") {
+TEST_CASE("fuse_self_gating: mul(x, hardsigmoid(x)) with alpha 1/6 becomes hardswish(x), then fuses", "[passes][act]") {
   const double sixth = 1.0 / 6.0;
   auto g = graph({{"x", Shape{1, 2, 4, 4}}}, {"y1", "y2", "y3", "y4"},
                  {conv("c1", "x", "a1", 2, 3, 1),  // the MobileNetV3 shape: conv -> x * hardsigmoid(x)
@@ -235,7 +235,7 @@ TEST_CASE("fuse_hardswish: mul(x, hardsigmoid(x)) with alpha 1/6 becomes hardswi
                   conv("c4", "x", "a4", 2, 2, 4),
                   layer("hardsigmoid", "h4", {"a4"}, {"s4"}, {{"alpha", sixth}, {"beta", 0.5}}),
                   layer("mul", "m4", {"x", "s4"}, {"y4"})});
-  auto after = check_pass(g, core::fuse_hardswish, 2);
+  auto after = check_pass(g, core::fuse_self_gating, 2);
   CHECK(count(after, "hardswish") == 2);
   CHECK(count(after, "mul") == 2);
   CHECK(after.find_layer("h2")->type == "hardswish");
@@ -245,6 +245,20 @@ TEST_CASE("fuse_hardswish: mul(x, hardsigmoid(x)) with alpha 1/6 becomes hardswi
   auto fused = check_pass(after, core::fuse_activations, 2);
   CHECK(fused.find_layer("c1")->get_string("act") == "hardswish");
   CHECK(fused.find_layer("c4")->get_string("act") == "hardsigmoid");
+}
+
+TEST_CASE("fuse_self_gating: mul(x, sigmoid(x)) becomes silu(x), a gate on another blob stays", "[passes][act]") {
+  auto g = graph({{"x", Shape{1, 2, 4, 4}}}, {"y1", "y2", "y3"},
+                 {conv("c1", "x", "a1", 2, 3, 1),  // YOLOv8's conv -> x * sigmoid(x)
+                  layer("sigmoid", "s1", {"a1"}, {"g1"}), layer("mul", "m1", {"a1", "g1"}, {"y1"}),
+                  layer("sigmoid", "s2", {"x"}, {"g2"}), layer("mul", "m2", {"g2", "x"}, {"y2"}),  // swapped
+                  conv("c3", "x", "a3", 2, 2, 4),  // squeeze-excitation: the gate reads another blob
+                  layer("sigmoid", "s3", {"a3"}, {"g3"}), layer("mul", "m3", {"x", "g3"}, {"y3"})});
+  auto after = check_pass(g, core::fuse_self_gating, 2);
+  CHECK(count(after, "silu") == 2);
+  CHECK(count(after, "mul") == 1);
+  CHECK(after.find_layer("s1")->outputs[0] == "y1");
+  CHECK(after.find_layer("s3")->type == "sigmoid");
 }
 
 TEST_CASE("eliminate_dead_layers: only what an output needs stays", "[passes][dead]") {

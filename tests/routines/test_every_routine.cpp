@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -127,9 +128,17 @@ std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng) {
   if (type == "clip") params = {{{"min", 0.0}, {"max", 6.0}}, {{"min", -0.5}, {"max", 0.5}}};
   if (type == "gelu") params = {{{"approximate", std::string("none")}}, {{"approximate", std::string("tanh")}}};
   if (type == "hardsigmoid") params = {{}, {{"alpha", 0.1}, {"beta", 0.3}}};
+  if (type == "leaky_relu") params = {{}, {{"alpha", 0.3}}};
+  if (type == "pow") params = {{{"exponent", 0.5}}, {{"exponent", 3.0}}};
+  // Positive inputs where the function needs them (NaN is compared as a failure).
+  const bool positive = type == "sqrt" || type == "log" || type == "reciprocal" || type == "pow";
   for (const auto& p : params)
     for (Shape s : {Shape{1, 16, 7, 7}, Shape{2, 19, 5, 3}, Shape{3, 40}})
-      out.push_back({fmt::format("{} {}", type, s.to_string()), layer_of(type, p, {}), {random_blob(s, rng, -4.f, 4.f)}});
+      out.push_back({fmt::format("{} {}", type, s.to_string()), layer_of(type, p, {}),
+                     {positive ? random_blob(s, rng, 0.25f, 4.f) : random_blob(s, rng, -4.f, 4.f)}});
+  if (type == "pow")
+    out.push_back({"pow x ** y", layer_of("pow", {}, {}, 2),
+                   {random_blob({1, 8, 3, 3}, rng, 0.25f, 4.f), random_blob({1, 8, 1, 1}, rng, -2.f, 2.f)}});
   return out;
 }
 
@@ -164,8 +173,23 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     }
     return out;
   }
-  for (const char* t : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "tanh", "gelu", "identity"})
+  for (const char* t : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "tanh", "gelu", "identity", "abs", "neg",
+                        "sqrt", "exp", "log", "erf", "reciprocal", "silu", "mish", "leaky_relu", "pow"})
     if (type == t) return unary_cases(type, rng);
+  if (type == "prelu")
+    return {{"prelu per channel", layer_of("prelu", {}, {{"slope", random_blob({16, 1, 1}, rng)}}), {random_blob({1, 16, 5, 5}, rng)}},
+            {"prelu scalar", layer_of("prelu", {}, {{"slope", random_blob({1}, rng)}}), {random_blob({2, 7}, rng)}}};
+  if (type == "reduce") {
+    std::vector<Case> out;
+    for (const char* mode : {"mean", "sum", "max", "min", "l2"})
+      for (const auto& [axes, keep] : {std::pair<Ints, int64_t>{{2, 3}, 1}, {{1}, 0}, {{0, 2}, 1}, {{-1}, 0}, {{}, 0}}) {
+        std::map<std::string, Attr> p{{"mode", std::string(mode)}, {"keepdims", keep}};
+        if (!axes.empty()) p["axes"] = axes;
+        out.push_back({fmt::format("reduce {} axes [{}] keepdims {}", mode, fmt::join(axes, ","), keep), layer_of("reduce", p, {}),
+                       {random_blob({2, 5, 4, 6}, rng)}});
+      }
+    return out;
+  }
   for (const char* t : {"add", "sub", "mul", "div"})
     if (type == t) return binary_cases(type, rng);
   if (type == "softmax")

@@ -440,6 +440,14 @@ struct Pool2 {
 // ---------------------------------------------------------------------------
 // Elementwise activations: one input, same shape out.
 
+/// A string usable as a template argument (a layer type name).
+template <std::size_t N>
+struct FixedName {
+  char s[N];
+  constexpr FixedName(const char (&str)[N]) { std::copy_n(str, N, s); }
+  constexpr operator std::string_view() const { return {s, N - 1}; }
+};
+
 struct Eltwise {
   dnnl::algorithm alg;
   float alpha = 0, beta = 0;
@@ -452,6 +460,8 @@ struct Unary {
   static constexpr bool kRefuseReference = true;
 
   static Support check(const LayerInfo& info, Layout l) {
+    if constexpr (requires { K::check(info); })
+      if (Support s = K::check(info); !s) return s;
     return rank4_unless_plain(info.input_shapes[0], l, "the input");
   }
 
@@ -508,6 +518,68 @@ struct GeluK {
   static Eltwise get(const Layer& l) {
     return {l.get_string("approximate", "none") == "tanh" ? dnnl::algorithm::eltwise_gelu_tanh
                                                           : dnnl::algorithm::eltwise_gelu_erf};
+  }
+};
+
+template <FixedName Name, dnnl::algorithm A, int Alpha = 0, int Beta = 0>
+struct SimpleK {
+  static constexpr std::string_view kType = Name;
+  static Eltwise get(const Layer&) { return {A, static_cast<float>(Alpha), static_cast<float>(Beta)}; }
+};
+using AbsK = SimpleK<"abs", dnnl::algorithm::eltwise_abs>;
+using NegK = SimpleK<"neg", dnnl::algorithm::eltwise_linear, -1, 0>;
+using SqrtK = SimpleK<"sqrt", dnnl::algorithm::eltwise_sqrt>;
+using ExpK = SimpleK<"exp", dnnl::algorithm::eltwise_exp>;
+using LogK = SimpleK<"log", dnnl::algorithm::eltwise_log>;
+using ReciprocalK = SimpleK<"reciprocal", dnnl::algorithm::eltwise_pow, 1, -1>;
+using SiluK = SimpleK<"silu", dnnl::algorithm::eltwise_swish, 1>;
+using MishK = SimpleK<"mish", dnnl::algorithm::eltwise_mish>;
+struct LeakyReluK {
+  static constexpr std::string_view kType = "leaky_relu";
+  static Eltwise get(const Layer& l) {
+    return {dnnl::algorithm::eltwise_relu, static_cast<float>(l.get_float("alpha", 0.01))};
+  }
+};
+/// pow with a constant exponent (x ** y with y an input has no oneDNN eltwise).
+struct PowK {
+  static constexpr std::string_view kType = "pow";
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes.size() != 1) return Support::no("computes x ** exponent with a constant exponent, not x ** y");
+    return Support::yes();
+  }
+  static Eltwise get(const Layer& l) {
+    return {dnnl::algorithm::eltwise_pow, 1.0f, static_cast<float>(l.get_float("exponent"))};
+  }
+};
+
+// ---------------------------------------------------------------------------
+// reduce: mean, sum, max, min, l2 over any axes (plain layout; oneDNN's
+// reduction keeps the reduced dims as 1, which has our keepdims=0 layout too).
+
+struct Reduce {
+  static constexpr std::string_view kType = "reduce";
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (l != Layout::nchw) return Support::no("reduces in the plain layout only");
+    return rank4_unless_plain(info.input_shapes[0], l, "the input");
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool) {
+    const Shape& in = info.input_shapes[0];
+    const std::vector<bool> reduced = core::reduced_axes(*info.layer, in);
+    Shape kept = in;
+    for (int d = 0; d < in.rank(); ++d)
+      if (reduced[static_cast<std::size_t>(d)]) kept[d] = 1;
+    const std::string mode = info.layer->get_string("mode");
+    const dnnl::algorithm alg = mode == "mean" ? dnnl::algorithm::reduction_mean
+                                : mode == "sum" ? dnnl::algorithm::reduction_sum
+                                : mode == "max" ? dnnl::algorithm::reduction_max
+                                : mode == "min" ? dnnl::algorithm::reduction_min
+                                                : dnnl::algorithm::reduction_norm_lp_sum;
+    dnnl::reduction::desc d(alg, act_md(in, l), act_md(kept, l), mode == "l2" ? 2.0f : 0.0f, 0.0f);
+    return Plan::single(dnnl::reduction::primitive_desc(d, make_attr(), cpu_engine()),
+                        {{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}});
   }
 };
 
@@ -617,6 +689,37 @@ struct Batchnorm {
     return p;
   }
 
+};
+
+// ---------------------------------------------------------------------------
+// prelu: the slope weight broadcast to the input (as plain weights with the
+// input's rank; where oneDNN takes that only with its reference code, it says no).
+
+struct Prelu {
+  static constexpr std::string_view kType = "prelu";
+  static constexpr bool kRefuseReference = true;
+
+  static Support check(const LayerInfo& info, Layout l) {
+    if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
+    return float_weights(*info.layer, {"slope"});
+  }
+
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+    const Shape& x = info.input_shapes[0];
+    const Blob& slope = info.layer->weight("slope");
+    dims wd(static_cast<std::size_t>(x.rank()), 1);
+    for (int i = 0; i < slope.shape().rank(); ++i)
+      wd[static_cast<std::size_t>(x.rank() - slope.shape().rank() + i)] = slope.shape()[i];
+    dnnl::prelu_forward::desc d(dnnl::prop_kind::forward_inference, act_md(x, l), plain_md(wd));
+    Plan p;
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
+    if (prepare) {
+      args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(weight_memory(plain_md(wd), slope))}});
+      p.keep.push_back(slope);
+    }
+    p.steps.push_back({dnnl::prelu_forward::primitive_desc(d, make_attr(), cpu_engine()), std::move(args)});
+    return p;
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -823,6 +926,18 @@ const bool g_registered = [] {
   register_all_layouts<Unary<SigmoidK>>();
   register_all_layouts<Unary<TanhK>>();
   register_all_layouts<Unary<GeluK>>();
+  register_all_layouts<Unary<AbsK>>();
+  register_all_layouts<Unary<NegK>>();
+  register_all_layouts<Unary<SqrtK>>();
+  register_all_layouts<Unary<ExpK>>();
+  register_all_layouts<Unary<LogK>>();
+  register_all_layouts<Unary<ReciprocalK>>();
+  register_all_layouts<Unary<SiluK>>();
+  register_all_layouts<Unary<MishK>>();
+  register_all_layouts<Unary<LeakyReluK>>();
+  register_all_layouts<Unary<PowK>>();
+  register_layouts<Reduce, Layout::nchw>();
+  register_all_layouts<Prelu>();
   register_all_layouts<Binary<AddK>>();
   register_all_layouts<Binary<MulK>>();
   register_all_layouts<Batchnorm>();

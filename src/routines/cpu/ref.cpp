@@ -196,6 +196,61 @@ struct GeluOp {
   }
 };
 
+struct AbsOp {
+  static constexpr std::string_view kType = "abs";
+  explicit AbsOp(const Layer&) {}
+  float operator()(float x) const { return std::fabs(x); }
+};
+struct NegOp {
+  static constexpr std::string_view kType = "neg";
+  explicit NegOp(const Layer&) {}
+  float operator()(float x) const { return -x; }
+};
+struct SqrtOp {
+  static constexpr std::string_view kType = "sqrt";
+  explicit SqrtOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(std::sqrt(double(x))); }
+};
+struct ExpOp {
+  static constexpr std::string_view kType = "exp";
+  explicit ExpOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(std::exp(double(x))); }
+};
+struct LogOp {
+  static constexpr std::string_view kType = "log";
+  explicit LogOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(std::log(double(x))); }
+};
+struct ErfOp {
+  static constexpr std::string_view kType = "erf";
+  explicit ErfOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(std::erf(double(x))); }
+};
+struct ReciprocalOp {
+  static constexpr std::string_view kType = "reciprocal";
+  explicit ReciprocalOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(1.0 / double(x)); }
+};
+struct SiluOp {
+  static constexpr std::string_view kType = "silu";
+  explicit SiluOp(const Layer&) {}
+  float operator()(float x) const { return static_cast<float>(double(x) / (1.0 + std::exp(-double(x)))); }
+};
+struct MishOp {
+  static constexpr std::string_view kType = "mish";
+  explicit MishOp(const Layer&) {}
+  float operator()(float xf) const {
+    const double x = xf, softplus = x > 20 ? x : std::log1p(std::exp(x));
+    return static_cast<float>(x * std::tanh(softplus));
+  }
+};
+struct LeakyReluOp {
+  static constexpr std::string_view kType = "leaky_relu";
+  double alpha;
+  explicit LeakyReluOp(const Layer& l) : alpha(l.get_float("alpha", 0.01)) {}
+  float operator()(float x) const { return x < 0 ? static_cast<float>(alpha * double(x)) : x; }
+};
+
 // ---------------------------------------------------------------------------
 // Elementwise: two inputs, NumPy broadcasting; add's fused activation.
 
@@ -238,6 +293,117 @@ struct MulOp {
 struct DivOp {
   static constexpr std::string_view kType = "div";
   float operator()(float a, float b) const { return a / b; }
+};
+
+/// pow: x ** y with y broadcast, or x ** exponent (one input).
+struct Pow final : RefPrepared {
+  static constexpr std::string_view kType = "pow";
+  bool two_inputs;
+  double exponent;
+  Broadcast2 bc;
+  int64_t n;
+  explicit Pow(const LayerInfo& info)
+      : two_inputs(info.input_shapes.size() == 2),
+        exponent(two_inputs ? 0.0 : info.layer->get_float("exponent")),
+        bc(two_inputs ? Broadcast2(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]) : Broadcast2()),
+        n(info.output_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* y = two_inputs ? a.inputs[1]->data_as<float>() : nullptr;
+    float* z = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (!two_inputs) {
+          z[i] = static_cast<float>(std::pow(double(x[i]), exponent));
+          continue;
+        }
+        int64_t ox, oy;
+        bc.offsets(i, ox, oy);
+        z[i] = static_cast<float>(std::pow(double(x[ox]), double(y[oy])));
+      }
+    });
+  }
+};
+
+/// prelu: x < 0 ? slope * x : x, the slope weight broadcast to the input.
+struct Prelu final : RefPrepared {
+  static constexpr std::string_view kType = "prelu";
+  Broadcast2 bc;
+  int64_t n;
+  const float* slope;
+  explicit Prelu(const LayerInfo& info)
+      : bc(info.input_shapes[0], info.input_shapes[0], info.layer->weight("slope").shape()),
+        n(info.input_shapes[0].numel()),
+        slope(info.layer->weight("slope").data_as<float>()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t ox, os;
+        bc.offsets(i, ox, os);
+        y[i] = x[i] < 0 ? slope[os] * x[i] : x[i];
+      }
+    });
+  }
+};
+
+/// reduce: each output element walks its reduced sub-space (double accumulation).
+struct Reduce final : RefPrepared {
+  static constexpr std::string_view kType = "reduce";
+  enum Mode { mean, sum, max, min, l2 } mode;
+  int kept = 0, red = 0;                        // kept and reduced dims
+  int64_t kept_dims[kMaxRank] = {}, kept_strides[kMaxRank] = {};
+  int64_t red_dims[kMaxRank] = {}, red_strides[kMaxRank] = {};
+  int64_t outputs = 1, count = 1;               // output elements, elements reduced into each
+  explicit Reduce(const LayerInfo& info) {
+    const std::string m = info.layer->get_string("mode");
+    mode = m == "mean" ? mean : m == "sum" ? sum : m == "max" ? max : m == "min" ? min : l2;
+    const Shape& in = info.input_shapes[0];
+    const std::vector<bool> reduced = core::reduced_axes(*info.layer, in);
+    int64_t strides[kMaxRank];
+    contiguous_strides(in, strides);
+    for (int d = 0; d < in.rank(); ++d) {
+      if (reduced[static_cast<std::size_t>(d)]) {
+        red_dims[red] = in[d];
+        red_strides[red++] = strides[d];
+        count *= in[d];
+      } else {
+        kept_dims[kept] = in[d];
+        kept_strides[kept++] = strides[d];
+        outputs *= in[d];
+      }
+    }
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(outputs, 64, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        int64_t base = 0;
+        for (int64_t d = kept - 1, rest = o; d >= 0; --d) {
+          base += rest % kept_dims[d] * kept_strides[d];
+          rest /= kept_dims[d];
+        }
+        double acc = mode == max ? -INFINITY : mode == min ? INFINITY : 0.0;
+        for (int64_t r = 0; r < count; ++r) {
+          int64_t off = base;
+          for (int64_t d = red - 1, rest = r; d >= 0; --d) {
+            off += rest % red_dims[d] * red_strides[d];
+            rest /= red_dims[d];
+          }
+          const double v = x[off];
+          if (mode == max) acc = std::max(acc, v);
+          else if (mode == min) acc = std::min(acc, v);
+          else if (mode == l2) acc += v * v;
+          else acc += v;
+        }
+        if (mode == mean) acc = count ? acc / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
+        if (mode == l2) acc = std::sqrt(acc);
+        y[o] = static_cast<float>(acc);
+      }
+    });
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -832,5 +998,18 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Resize>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Deconv2>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Pad>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Constant>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<AbsOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<NegOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<SqrtOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<ExpOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<LogOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<ErfOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<ReciprocalOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<SiluOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<MishOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<LeakyReluOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Pow>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Prelu>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Reduce>);
 
 }  // namespace softneuro

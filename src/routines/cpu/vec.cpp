@@ -186,17 +186,18 @@ struct Softmax final : PreparedRoutine {
   }
 };
 
-struct Gelu final : PreparedRoutine {
-  static constexpr std::string_view kType = "gelu";
+/// One input, same shape out, element by element with a kernel of the set.
+template <class K>
+struct Elementwise final : PreparedRoutine {
+  static constexpr std::string_view kType = K::kType;
   static constexpr bool kSimd = true;
   static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
   static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
 
   const vk::Kernels& k;
+  K op;
   int64_t n;
-  bool tanh_form;
-  Gelu(const LayerInfo& info, const Schema& schema, const vk::Kernels& kernels)
-      : k(kernels), tanh_form(info.layer->get_string("approximate", "none") == "tanh") {
+  Elementwise(const LayerInfo& info, const Schema& schema, const vk::Kernels& kernels) : k(kernels), op(*info.layer) {
     n = static_cast<int64_t>(storage_bytes(info.input_shapes[0], DType::float32, schema.layout) / sizeof(float));
   }
   void run(const RunArgs& a) override {
@@ -204,9 +205,22 @@ struct Gelu final : PreparedRoutine {
     float* y = a.outputs[0]->data_as<float>();
     a.pool->parallel_for((n + 15) / 16, kGrainElems / 16, [&](int64_t b, int64_t e) {
       const int64_t lo = b * 16, hi = std::min(n, e * 16);
-      k.gelu(x + lo, y + lo, hi - lo, tanh_form);
+      op(k, x + lo, y + lo, hi - lo);
     });
   }
+};
+
+struct GeluK {
+  static constexpr std::string_view kType = "gelu";
+  bool tanh_form;
+  explicit GeluK(const Layer& l) : tanh_form(l.get_string("approximate", "none") == "tanh") {}
+  void operator()(const vk::Kernels& k, const float* x, float* y, int64_t n) const { k.gelu(x, y, n, tanh_form); }
+};
+
+struct ErfK {
+  static constexpr std::string_view kType = "erf";
+  explicit ErfK(const Layer&) {}
+  void operator()(const vk::Kernels& k, const float* x, float* y, int64_t n) const { k.erf(x, y, n); }
 };
 
 /// concat: the output, in its physical order, is `outer` rows of `out_chunk`
@@ -266,7 +280,8 @@ struct Concat final : PreparedRoutine {
 
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Softmax>);
-SOFTNEURO_REGISTER_ROUTINE(Vec<Gelu>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<GeluK>>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<ErfK>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Concat>);
 
 }  // namespace

@@ -19,6 +19,8 @@ struct Kernels {
   /// y[i] = gelu(x[i]), i < n: erf form (Abramowitz-Stegun 7.1.26 erfc, |error|
   /// <= 1.5e-7) or tanh form (x / (1 + exp(-2u))).
   void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form);
+  /// y[i] = erf(x[i]), i < n (the same erfc, |error| <= 1.5e-7).
+  void (*erf)(const float* x, float* y, int64_t n);
 };
 
 namespace avx2 {

@@ -112,20 +112,30 @@ inline vf vexp(vf x) {
   return vmul(p, vpow2i(n));
 }
 
-/// gelu, erf form: 0.5 x (1 + erf(x/sqrt2)) = 0.5 x erfc(|z|) for x < 0 and
-/// 0.5 x (2 - erfc(|z|)) otherwise (no cancellation for large negative x),
-/// erfc(z) = t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z).
-inline vf vgelu_erf(vf x) {
-  const vf z = vmul(vabs(x), vset1(0.70710678118654752f));
+/// erfc(z) for z >= 0: t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z)
+/// (Abramowitz-Stegun 7.1.26, |error| <= 1.5e-7).
+inline vf verfc_nonneg(vf z) {
   const vf t = vdiv(vset1(1.0f), vfma(z, vset1(0.3275911f), vset1(1.0f)));
   vf p = vset1(1.061405429f);
   p = vfma(p, t, vset1(-1.453152027f));
   p = vfma(p, t, vset1(1.421413741f));
   p = vfma(p, t, vset1(-0.284496736f));
   p = vfma(p, t, vset1(0.254829592f));
-  const vf q = vmul(vmul(p, t), vexp(vmul(vsub(vzero(), z), z)));  // erfc(|z|)
+  return vmul(vmul(p, t), vexp(vmul(vsub(vzero(), z), z)));
+}
+
+/// gelu, erf form: 0.5 x (1 + erf(x/sqrt2)) = 0.5 x erfc(|z|) for x < 0 and
+/// 0.5 x (2 - erfc(|z|)) otherwise (no cancellation for large negative x).
+inline vf vgelu_erf(vf x) {
+  const vf q = verfc_nonneg(vmul(vabs(x), vset1(0.70710678118654752f)));
   const vf f = vselect_neg(x, vsub(vset1(2.0f), q), q);
   return vmul(vmul(vset1(0.5f), x), f);
+}
+
+/// erf(x) = sign(x) (1 - erfc(|x|)).
+inline vf verf(vf x) {
+  const vf e = vsub(vset1(1.0f), verfc_nonneg(vabs(x)));
+  return vselect_neg(x, e, vsub(vzero(), e));
 }
 
 /// gelu, tanh form: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
@@ -240,8 +250,10 @@ void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
     map<vgelu_erf>(x, y, n);
 }
 
+void erf(const float* x, float* y, int64_t n) { map<verf>(x, y, n); }
+
 }  // namespace
 
-const Kernels kKernels{layernorm_rows, softmax_rows, gelu};
+const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
