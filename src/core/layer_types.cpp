@@ -626,6 +626,7 @@ Activation fused_activation(const Layer& l) {
     a.alpha = static_cast<float>(l.get_float("act_alpha", 0.2));
     a.beta = static_cast<float>(l.get_float("act_beta", 0.5));
   } else if (kind == "sigmoid") a.kind = Activation::sigmoid;
+  else if (kind == "silu") a.kind = Activation::silu;
   else fail(l, "act", fmt::format("unknown fused activation '{}'", kind));
   return a;
 }
@@ -638,6 +639,7 @@ float apply_activation(const Activation& a, float x) {
     case Activation::hardswish: return x * std::min(std::max(x + 3.0f, 0.0f), 6.0f) / 6.0f;
     case Activation::hardsigmoid: return std::min(std::max(a.alpha * x + a.beta, 0.0f), 1.0f);
     case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-x));
+    case Activation::silu: return x / (1.0f + std::exp(-x));
   }
   return x;
 }

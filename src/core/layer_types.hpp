@@ -4,7 +4,7 @@
 // Conventions (logical shapes, images NCHW):
 //  conv2     in [N,C,H,W]; weight [O,C/group,KH,KW], bias [O] optional;
 //            strides [sh,sw]=1, pads [top,left,bottom,right]=0, dilations [dh,dw]=1, group=1;
-//            fused activation: act = none|relu|clip|hardswish|hardsigmoid|sigmoid,
+//            fused activation: act = none|relu|clip|hardswish|hardsigmoid|sigmoid|silu,
 //            act_min/act_max (clip), act_alpha/act_beta (hardsigmoid).
 //  deconv2   transposed convolution (ONNX ConvTranspose): in [N,C,H,W]; weight
 //            [C,O/group,KH,KW], bias [O] optional; strides, pads, dilations, group as
@@ -100,7 +100,7 @@ Deconv2Window deconv2_window(const Layer& layer, const Shape& input);
 
 /// Fused activation of conv2/dense, resolved from parameters.
 struct Activation {
-  enum Kind { none, relu, clip, hardswish, hardsigmoid, sigmoid } kind = none;
+  enum Kind { none, relu, clip, hardswish, hardsigmoid, sigmoid, silu } kind = none;
   float min = 0, max = 0;       ///< clip bounds
   float alpha = 0, beta = 0;    ///< hardsigmoid
 };

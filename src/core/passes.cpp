@@ -331,7 +331,7 @@ int fuse_self_gating(Graph& g) {
 
 int fuse_activations(Graph& g) {
   int count = 0;
-  for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid"}) {
+  for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu"}) {
     count += absorb_into_producers(g, type, [](Layer& p, const Layer& act, std::size_t, const Context&) {
       if (!takes_activation(p, act.type) || !has_no_activation(p)) return false;
       p.params["act"] = act.type;

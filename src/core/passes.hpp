@@ -46,7 +46,7 @@ int fold_bias_add(Graph& graph);
 /// blobs to quantise. Returns the number of rewrites.
 int fuse_self_gating(Graph& graph);
 
-/// Fuses relu, clip, hardswish, hardsigmoid and sigmoid into the conv2/dense
+/// Fuses relu, clip, hardswish, hardsigmoid, sigmoid and silu into the conv2/dense
 /// that produces their input (its `act` parameters), and relu and clip into an
 /// add (ResNet's residual add -> relu: one pass over the blob instead of two),
 /// when that output has no other consumer, is not a net output and the layer

@@ -259,6 +259,10 @@ TEST_CASE("fuse_self_gating: mul(x, sigmoid(x)) becomes silu(x), a gate on anoth
   CHECK(count(after, "mul") == 1);
   CHECK(after.find_layer("s1")->outputs[0] == "y1");
   CHECK(after.find_layer("s3")->type == "sigmoid");
+  // c1's output is now read by the silu alone: it fuses into the conv.
+  auto fused = check_pass(after, core::fuse_activations, 2);
+  CHECK(fused.find_layer("c1")->get_string("act") == "silu");
+  CHECK(fused.find_layer("c3")->get_string("act") == "sigmoid");
 }
 
 TEST_CASE("eliminate_dead_layers: only what an output needs stays", "[passes][dead]") {

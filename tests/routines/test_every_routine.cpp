@@ -56,6 +56,7 @@ std::vector<Case> conv2_cases(std::mt19937& rng) {
       {1, 32, 12, 12, 32, 3, 3, 1, 1, 32, 1, "relu"}, {1, 48, 11, 11, 48, 3, 3, 2, 1, 48, 1, "hardswish"},
       {2, 8, 8, 8, 12, 3, 3, 1, 2, 1, 2, "sigmoid"},  {1, 16, 7, 9, 16, 5, 5, 1, 1, 4, 2, "hardsigmoid"},
       {1, 20, 13, 13, 36, 3, 3, 1, 1, 1, 0, "none"},  {1, 64, 6, 6, 64, 3, 3, 1, 1, 1, 1, "relu"},
+      {1, 16, 10, 10, 32, 3, 3, 1, 1, 1, 1, "silu"},  {1, 32, 8, 8, 16, 1, 1, 1, 1, 1, 0, "silu"},
   };
   std::vector<Case> out;
   for (const C& s : shapes) {
@@ -95,7 +96,7 @@ std::vector<Case> dense_cases(std::mt19937& rng) {
   std::vector<Case> out;
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 10}, {3, 37, 19}, {8, 128, 96}})
     out.push_back({fmt::format("dense [{},{}] x {}", m, k, n),
-                   layer_of("dense", {{"act", std::string(n == 19 ? "relu" : "none")}},
+                   layer_of("dense", {{"act", std::string(n == 19 ? "relu" : n == 96 ? "silu" : "none")}},
                             {{"weight", random_blob({n, k}, rng, -0.2f, 0.2f)}, {"bias", random_blob({n}, rng)}}),
                    {random_blob({m, k}, rng)}});
   return out;

@@ -79,7 +79,8 @@ inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
       e.alpha = a.alpha;
       e.beta = a.beta;
       return true;
-    case core::Activation::sigmoid: return false;
+    case core::Activation::sigmoid:
+    case core::Activation::silu: return false;
   }
   return false;
 }
@@ -87,7 +88,7 @@ inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
 /// Support::no when the layer's activation is one our epilogues lack.
 inline Support check_activation(const Layer& l) {
   gemm::Epilogue e;
-  if (!to_epilogue(core::fused_activation(l), e)) return Support::no("fused sigmoid is not in our epilogues");
+  if (!to_epilogue(core::fused_activation(l), e)) return Support::no(fmt::format("fused {} is not in our epilogues", l.get_string("act")));
   return Support::yes();
 }
 

@@ -181,6 +181,7 @@ inline void append_activation(dnnl::post_ops& ops, const Activation& a) {
       ops.append_eltwise(1.0f, alg::eltwise_clip, 0.0f, 1.0f);
       break;
     case Activation::sigmoid: ops.append_eltwise(1.0f, alg::eltwise_logistic, 0.0f, 0.0f); break;
+    case Activation::silu: ops.append_eltwise(1.0f, alg::eltwise_swish, 1.0f, 0.0f); break;
   }
 }
 

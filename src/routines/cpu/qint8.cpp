@@ -126,6 +126,7 @@ Support activation_epilogue(const Layer& l, const TQ& out, Epilogue* ep) {
       e.beta = a.beta;
       break;
     case Activation::sigmoid: return Support::no("fused sigmoid has no qint8 epilogue");
+    case Activation::silu: return Support::no("fused silu has no qint8 epilogue");
   }
   if (ep) *ep = e;
   return Support::yes();

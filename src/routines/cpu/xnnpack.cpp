@@ -257,6 +257,7 @@ Support fused_support(const Activation& a) {
       if (!(a.min < a.max))
         return Support::no(fmt::format("clip range [{}, {}] is empty; XNNPACK's clamp needs min < max", a.min, a.max));
       break;
+    case Activation::silu: return Support::no("XNNPACK (2022-02) has no SiLU operator to run after it");
     default: break;
   }
   return Support::yes();

@@ -22,6 +22,7 @@ inline kern::ActParams act_params(const core::Activation& a) {
     case core::Activation::hardswish: p.kind = kern::Act::hardswish; break;
     case core::Activation::hardsigmoid: p.kind = kern::Act::hardsigmoid, p.a = a.alpha, p.b = a.beta; break;
     case core::Activation::sigmoid: p.kind = kern::Act::sigmoid; break;
+    case core::Activation::silu: p.kind = kern::Act::silu; break;
   }
   return p;
 }

@@ -15,7 +15,7 @@ namespace softneuro::cuda::kern {
 enum class Elem : int { f32 = 0, f16 = 1 };
 
 /// Activations (the fused ones of conv2/dense, and the unary layer types).
-enum class Act : int { none = 0, relu, clip, hardswish, hardsigmoid, sigmoid, tanh, gelu, gelu_tanh };
+enum class Act : int { none = 0, relu, clip, hardswish, hardsigmoid, sigmoid, tanh, gelu, gelu_tanh, silu };
 struct ActParams {
   Act kind = Act::none;
   float a = 0, b = 0;  ///< clip: [a, b]; hardsigmoid: max(0, min(1, a*x + b))

@@ -37,6 +37,7 @@ __device__ __forceinline__ float activate(const ActParams& a, float x) {
     case Act::hardswish: return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f;
     case Act::hardsigmoid: return fminf(fmaxf(a.a * x + a.b, 0.f), 1.f);
     case Act::sigmoid: return 1.f / (1.f + expf(-x));
+    case Act::silu: return x / (1.f + expf(-x));
     case Act::tanh: return tanhf(x);
     case Act::gelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
     case Act::gelu_tanh: return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
