@@ -29,6 +29,8 @@ MODELS = [
     ("ch_PP-OCRv4_rec_infer.onnx", "x=?x3x48x?", [(1, 3, 48, 160), (1, 3, 48, 320), (1, 3, 48, 640)]),
     ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "x=?x3x48x?", [(1, 3, 48, 192), (2, 3, 48, 192), (1, 3, 48, 320)]),
     ("ch_PP-OCRv4_det_infer.onnx", None, [(1, 3, 320, 320), (1, 3, 480, 640), (1, 3, 640, 480)]),
+    # YOLOv8n: H and W fixed (its anchor constants depend on them), the batch dynamic; SiLU fused into its convs
+    ("320n.onnx", "images=?x3x320x320", [(1, 3, 320, 320), (2, 3, 320, 320)]),
 ]
 
 
