@@ -12,7 +12,7 @@ then, with the machine quiet again, times the untuned and every tuned file in se
 Pass per tuned file: its median over the rounds is at most the untuned median (+3%), and
 DPRS's prediction is within 15% of that fresh-process median.
 
-    bench/tuned_vs_untuned.py [--models demo,mobilenet_v2,...] [--rounds 5] [--repeat 20]
+    bench/tuned_vs_untuned.py [--models demo,mobilenet_v2,...] [--rounds 5] [--repeat N]
                               [--variants float32,hybrid] [--conditions quiet,loaded]
 
 Needs a Release build in build/ (the `softneuro` CLI), the zoo (bench/models/export_zoo.py) and
@@ -114,7 +114,9 @@ def main():
     ap.add_argument("--variants", default="float32,hybrid")
     ap.add_argument("--conditions", default="quiet,loaded")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--repeat", type=int, default=20, help="runs per fresh process (after one warm-up)")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="runs per fresh process (after one warm-up); default: enough for about 0.3 s of the untuned "
+                         "model, 20 to 1000 (20 runs of a 0.25 ms model left 10%% noise between identical files)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "tuned_vs_untuned"))
     ap.add_argument("--cli", default=CLI)
@@ -142,14 +144,15 @@ def main():
                     reports[tag] = tune(dnn, out, VARIANTS[variant], a.threads, a.work, tag)
                 files[tag] = out
         time.sleep(2.0)
+        repeat = a.repeat or max(20, min(1000, int(300 / max(0.01, run_median(dnn, 20, a.threads)))))
         samples = {k: [] for k in files}
         keys = list(files)
         for r in range(a.rounds):
             order = keys[r % len(keys):] + keys[:r % len(keys)]
             for k in order:
-                samples[k].append(run_median(files[k], a.repeat, a.threads))
+                samples[k].append(run_median(files[k], repeat, a.threads))
         untuned = statistics.median(samples["untuned"])
-        rows = {"untuned": {"median_ms": untuned, "rounds_ms": samples["untuned"]}}
+        rows = {"untuned": {"median_ms": untuned, "rounds_ms": samples["untuned"], "repeat": repeat}}
         for k in keys[1:]:
             med = statistics.median(samples[k])
             rep = reports[k]
@@ -177,7 +180,7 @@ def main():
         json.dump({"meta": meta, "results": results}, f, indent=1)
     lines = [f"# Tuned vs untuned, fresh `softneuro run` processes ({meta['date']})", "",
              f"{meta['cpu']}, {a.threads} threads{', SOFTNEURO_MAX_CPU_ISA=' + meta['max_cpu_isa'] if meta['max_cpu_isa'] else ''}; "
-             f"medians over {a.rounds} interleaved rounds of `softneuro run --repeat {a.repeat}`. "
+             f"medians over {a.rounds} interleaved rounds of `softneuro run --repeat N` (N: {a.repeat or 'about 0.3 s of runs'}). "
              "Command: `bench/tuned_vs_untuned.py`.", "",
              "| model | tuned | tuned under | median ms | untuned ms | ratio | predicted ms | prediction | default kept | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -39,14 +39,48 @@ int Executor::add_blob(const std::string& name, BlobKind kind, const Shape& shap
   return static_cast<int>(slots_.size()) - 1;
 }
 
+const AdaptChoice* Executor::tuned_adapt(const std::string& blob, const std::string& consumer, const Schema& to) const {
+  const std::string want = to.to_string();
+  for (const auto& ac : path_.adapts)
+    if (ac.blob == blob && ac.consumer == consumer && ac.to_schema == want && !ac.steps.empty()) return &ac;
+  return nullptr;
+}
+
 int Executor::in_schema(int slot, const Schema& want, const std::string& consumer) {
-  auto& registry = RoutineRegistry::instance();
   if (slots_[static_cast<std::size_t>(slot)].schema == want) return slot;
+  const std::string blob = slots_[static_cast<std::size_t>(slot)].name;
+  // The tuned path names the schema each adapt converts from: the blob as its
+  // producer wrote it, or the blob's shared copy in another schema (an adapt of
+  // its own, consumer ""), which is then made first.
+  const AdaptChoice* tuned = tuned_adapt(blob, consumer, want);
+  if (!tuned) {
+    // The consumer reads the shared copy in its own schema.
+    const AdaptChoice* shared = tuned_adapt(blob, "", want);
+    if (shared && shared->from_schema == slots_[static_cast<std::size_t>(slot)].schema.to_string())
+      return convert(slot, want, "", shared);
+  }
+  if (tuned && tuned->from_schema != slots_[static_cast<std::size_t>(slot)].schema.to_string()) {
+    const Schema via = Schema::parse(tuned->from_schema);
+    const AdaptChoice* shared = tuned_adapt(blob, "", via);
+    if (shared && shared->from_schema == slots_[static_cast<std::size_t>(slot)].schema.to_string()) {
+      slot = convert(slot, via, "", shared);
+      if (slots_[static_cast<std::size_t>(slot)].schema == want) return slot;
+    } else {
+      tuned = nullptr;  // the path's producer schema did not hold (a tuned routine fell back): convert directly
+    }
+  }
+  return convert(slot, want, consumer, tuned);
+}
+
+int Executor::convert(int slot, const Schema& want, const std::string& consumer, const AdaptChoice* tuned) {
+  auto& registry = RoutineRegistry::instance();
   auto key = std::make_pair(slot, want.to_string());
-  if (auto it = adapted_.find(key); it != adapted_.end()) return it->second;
+  if (auto it = adapted_.find(key); it != adapted_.end()) return it->second;  // converted once, whoever reads it
   const BlobSlot& from = slots_[static_cast<std::size_t>(slot)];
   auto step = std::make_unique<Step>();
-  step->name = fmt::format("adapt:{}->{}", from.name, consumer);
+  step->name = consumer.empty() ? fmt::format("adapt:{}@{}", from.name, want.to_string())
+                                : fmt::format("adapt:{}->{}", from.name, consumer);
+  step->adapt_consumer = consumer;
   step->adapt_layer.name = step->name;
   step->adapt_layer.type = "adapt";
   step->adapt_layer.inputs = {from.name};
@@ -62,16 +96,15 @@ int Executor::in_schema(int slot, const Schema& want, const std::string& consume
   step->info.output_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
   auto cands = registry.candidates(step->info, want);
   const Candidate* pick = nullptr;
-  // The adapt the tuner chose for this edge (measured cheapest), where it still applies.
-  for (const auto& ac : path_.adapts)
-    if (ac.blob == from.name && ac.consumer == consumer && ac.to_schema == want.to_string() && !ac.steps.empty())
-      for (const auto& c : cands)
-        if (c.support.ok && c.descriptor == ac.steps[0]) {
-          pick = &c;
-          step->tuned = true;
-          step->predicted_ms = ac.predicted_ms;
-          step->params = ac.params;
-        }
+  // The adapt routine the tuner measured cheapest for this conversion, where it still applies.
+  if (tuned)
+    for (const auto& c : cands)
+      if (c.support.ok && c.descriptor == tuned->steps[0]) {
+        pick = &c;
+        step->tuned = true;
+        step->predicted_ms = tuned->predicted_ms;
+        step->params = tuned->params;
+      }
   if (!pick)
     for (const auto& c : cands)
       if (c.support.ok && (!pick || registry.default_rank("adapt", c.descriptor) <

@@ -22,6 +22,7 @@ namespace softneuro::core {
 struct Step {
   std::string name;          ///< layer name, or "adapt:<blob>-><consumer>"
   std::string parent;        ///< for a childnet's child: the layer whose routine it implements
+  std::string adapt_consumer;  ///< of an adapt step: the layer reading its output ("output": the net; "": shared by several)
   const Layer* layer = nullptr;
   Layer adapt_layer;         ///< the synthetic layer of an adapt step
   Candidate routine;
@@ -86,6 +87,10 @@ class Executor {
   int add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema);
   /// The blob `slot` as a consumer in `want` sees it: itself, or an adapt step's output.
   int in_schema(int slot, const Schema& want, const std::string& consumer);
+  /// An adapt step converting `slot` to `want` (once per slot and schema), with the tuned routine where it applies.
+  int convert(int slot, const Schema& want, const std::string& consumer, const AdaptChoice* tuned);
+  /// The routine path's adapt of `blob` read by `consumer` in schema `to` (nullptr: none).
+  const AdaptChoice* tuned_adapt(const std::string& blob, const std::string& consumer, const Schema& to) const;
   /// Chooses, prepares and appends the step(s) of one layer reading `input_slots`:
   /// one step, or a childnet routine's child steps (recursively). Returns its output slots.
   std::vector<int> add_layer(const Layer& layer, const std::vector<int>& input_slots,

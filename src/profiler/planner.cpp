@@ -1,0 +1,128 @@
+#include "profiler/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace softneuro::profiler {
+
+Plan build_plan(const detail::NetImpl& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
+                bool integrated, double step_ms, const Profiler::Progress& progress) {
+  Plan plan;
+  auto index = [&](const Schema& s) {
+    auto it = std::find(plan.schemas.begin(), plan.schemas.end(), s);
+    if (it != plan.schemas.end()) return static_cast<int>(it - plan.schemas.begin());
+    plan.schemas.push_back(s);
+    return static_cast<int>(plan.schemas.size()) - 1;
+  };
+  index(Schema{});
+  for (const auto& p : profiles)
+    for (const auto& m : p.measured) index(m.cand.schema);
+  const int S = static_cast<int>(plan.schemas.size());
+  auto& g = plan.graph;
+  g.num_schemas = S;
+
+  std::map<std::string, int> readers;  // blob -> edges reading it
+  for (const auto& p : profiles)
+    for (const auto& i : p.layer->inputs) ++readers[i];
+  for (const auto& o : net.graph.outputs) ++readers[o];
+  int edges_total = 0, edges_done = 0;
+  for (const auto& [blob, n] : readers) edges_total += n + (n > 1);
+
+  // Adapt costs by (shape, quantisation, from, to): many blobs share them.
+  std::map<std::string, AdaptPick> adapt_memo;
+  auto adapt = [&](const Shape& shape, const QuantParams& q, int a, int b) {
+    std::string key = fmt::format("{}|{}|{}|{}|{}", shape.to_string(), q.axis, q.scales.size(), a, b);
+    auto it = adapt_memo.find(key);
+    if (it == adapt_memo.end())
+      it = adapt_memo.emplace(key, profiler.adapt_cost(shape, q, plan.schemas[static_cast<std::size_t>(a)],
+                                                       plan.schemas[static_cast<std::size_t>(b)])).first;
+    return it->second;
+  };
+  auto add_edge = [&](const std::string& blob, int from, int to, const std::string& consumer) {
+    if (progress && !integrated) progress("adapts", edges_done++, edges_total, blob + " -> " + consumer);
+    const Shape& shape = net.shapes.at(blob);
+    const QuantParams q = profiler.quant_of(blob);
+    std::vector<double> cost(static_cast<std::size_t>(S * S));
+    std::vector<AdaptPick> picks(static_cast<std::size_t>(S * S));
+    for (int a = 0; a < S; ++a)
+      for (int b = 0; b < S; ++b) {
+        auto& p = picks[static_cast<std::size_t>(a * S + b)];
+        p = adapt(shape, q, a, b);
+        cost[static_cast<std::size_t>(a * S + b)] = p.ms + (a != b && p.ms < kInf ? step_ms : 0);
+      }
+    g.add_edge(from, to, std::move(cost));
+    plan.edges.push_back({blob, consumer, std::move(picks)});
+  };
+  std::map<std::string, int> source;  // blob -> the node its readers read it from
+  auto produced = [&](const std::string& blob, int node) {
+    auto r = readers.find(blob);
+    if (r == readers.end() || r->second < 2) {
+      source[blob] = node;
+      return;
+    }
+    // Converted once per target schema and shared, as the executor runs it:
+    // a node of its own whose schema is the copy's.
+    int shared = g.add_node(std::vector<double>(static_cast<std::size_t>(S), 0.0));
+    add_edge(blob, node, shared, "");
+    source[blob] = shared;
+  };
+  auto fixed_node = [&](const Schema& s) {
+    std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+    cost[static_cast<std::size_t>(index(s))] = 0;
+    return g.add_node(std::move(cost));
+  };
+  for (const auto& in : net.graph.inputs) produced(in.name, fixed_node(Schema{}));
+  for (const auto& l : net.graph.layers)
+    if (l.type == "constant")
+      produced(l.outputs[0], fixed_node(Schema{Device::cpu, l.weight("value").dtype(), Layout::nchw}));
+  for (const auto& p : profiles) {
+    std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+    for (const auto& m : p.measured) {
+      auto& c = cost[static_cast<std::size_t>(index(m.cand.schema))];
+      c = std::min(c, p.cost(m, integrated) + step_ms);
+    }
+    const int node = g.add_node(std::move(cost));
+    plan.node_of.push_back(node);
+    for (const auto& in : p.layer->inputs) add_edge(in, source.at(in), node, p.layer->name);
+    for (const auto& o : p.layer->outputs) produced(o, node);
+  }
+  for (const auto& o : net.graph.outputs) add_edge(o, source.at(o), fixed_node(Schema{}), "output");
+  return plan;
+}
+
+PlannedPath read_path(const Plan& plan, const dprs::Solution& solution, const std::vector<LayerProfile>& profiles,
+                      bool integrated, const std::string& device_fingerprint) {
+  PlannedPath out;
+  out.path.device_fingerprint = device_fingerprint;
+  const auto schema_of = [&](int node) { return solution.schema[static_cast<std::size_t>(node)]; };
+  for (std::size_t i = 0; i < profiles.size(); ++i) {
+    const Measured* m = profiles[i].best_in(plan.schemas[static_cast<std::size_t>(schema_of(plan.node_of[i]))], integrated);
+    out.picks.push_back(m);
+    out.path.routines.push_back({profiles[i].layer->name, m->cand.descriptor, m->params, profiles[i].cost(*m, integrated), 0,
+                                 m->children});
+  }
+  out.predicted_ms = solution.total;
+  const int S = plan.graph.num_schemas;
+  std::set<std::tuple<std::string, int, int>> converted;
+  for (std::size_t e = 0; e < plan.graph.edges.size(); ++e) {
+    const auto& edge = plan.graph.edges[e];
+    const int a = schema_of(edge.from), b = schema_of(edge.to);
+    if (a == b) continue;
+    double ms = edge.adapt[static_cast<std::size_t>(a * S + b)];
+    // The executor converts a blob from one schema to another once, whoever reads it.
+    if (!converted.insert({plan.edges[e].blob, a, b}).second) {
+      out.predicted_ms -= ms;
+      ms = 0;
+    }
+    const AdaptPick& pick = plan.edges[e].picks[static_cast<std::size_t>(a * S + b)];
+    out.path.adapts.push_back({plan.edges[e].blob, plan.edges[e].consumer, plan.schemas[static_cast<std::size_t>(a)].to_string(),
+                               plan.schemas[static_cast<std::size_t>(b)].to_string(), {pick.descriptor}, ms, pick.params});
+  }
+  return out;
+}
+
+}  // namespace softneuro::profiler

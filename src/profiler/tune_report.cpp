@@ -1,0 +1,93 @@
+// The tuning report as text and JSON.
+#include <softneuro/tune.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace softneuro {
+namespace {
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", static_cast<int>(c));
+    else o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string TuneReport::to_text() const {
+  std::string s;
+  if (!input_shapes.empty()) {
+    s += "input shapes:";
+    for (const auto& [name, shape] : input_shapes) s += fmt::format(" {}={}", name, shape.to_string());
+    s += "\n";
+  }
+  s += fmt::format("device: {}\nthreads: {}\nOpenMP wait: {}\n", device_fingerprint, threads, openmp_wait);
+  std::size_t wn = 5, wd = 7;
+  for (const auto& l : layers) {
+    wn = std::max(wn, l.layer.size());
+    wd = std::max(wd, l.descriptor.size() + (l.routine_params.empty() ? 0 : l.routine_params.size() + 3));
+  }
+  s += fmt::format("\n{:<{}}  {:<12} {:<{}}  {:>10}  {:>10}  {:>5}\n", "layer", wn, "type", "routine", wd, "unit ms", "in-net ms", "cands");
+  for (const auto& l : layers)
+    s += fmt::format("{:<{}}  {:<12} {:<{}}  {:>10.4f}  {:>10.4f}  {:>5}\n", l.layer, wn, l.type,
+                     l.descriptor + (l.routine_params.empty() ? "" : " (" + l.routine_params + ")"), wd, l.unit_ms,
+                     l.integrated_ms, l.candidates);
+  double adapt_ms = 0;
+  for (const auto& a : adapts) adapt_ms += a.ms;
+  s += fmt::format("\n{} adapts, {:.4f} ms in all\n", adapts.size(), adapt_ms);
+  for (const auto& a : adapts)
+    s += fmt::format("  {} -> {}: {} -> {} by {} ({:.4f} ms)\n", a.blob, a.consumer, a.from_schema, a.to_schema, a.descriptor, a.ms);
+  s += fmt::format("\npredicted (DPRS{}) {:.3f} ms, measured {:.3f} ms end to end\n", exact ? "" : ", heuristic fallback",
+                   predicted_ms, measured_ms);
+  if (default_ms > 0)
+    s += kept_default ? fmt::format("the untuned default measured {:.3f} ms beside it: its routines are kept\n", default_ms)
+                      : fmt::format("the untuned default measured {:.3f} ms beside it\n", default_ms);
+  s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
+  if (others_cpus >= 0) s += fmt::format("other processes meanwhile: {:.2f} CPUs busy on average\n", others_cpus);
+  for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
+  for (const auto& o : other_shapes) s += "\n" + o.to_text();
+  return s;
+}
+
+std::string TuneReport::to_json() const {
+  std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"openmp_wait\": \"{}\",\n"
+                              "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
+                              "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n"
+                              "  \"others_cpus\": {},\n  \"layers\": [",
+                              json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default, tuning_s, measurements,
+                              cache_hits, exact, others_cpus);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    s += fmt::format("{}\n    {{\"layer\": \"{}\", \"type\": \"{}\", \"descriptor\": \"{}\", \"routine_params\": \"{}\", "
+                     "\"unit_ms\": {}, \"integrated_ms\": {}, \"candidates\": {}}}",
+                     i ? "," : "", json_escape(l.layer), json_escape(l.type), json_escape(l.descriptor),
+                     json_escape(l.routine_params), l.unit_ms, l.integrated_ms, l.candidates);
+  }
+  s += "\n  ],\n  \"stages\": [";
+  for (std::size_t i = 0; i < stage_s.size(); ++i)
+    s += fmt::format("{}{{\"stage\": \"{}\", \"s\": {}}}", i ? ", " : "", json_escape(stage_s[i].first), stage_s[i].second);
+  s += "],\n  \"adapts\": [";
+  for (std::size_t i = 0; i < adapts.size(); ++i) {
+    const auto& a = adapts[i];
+    s += fmt::format("{}\n    {{\"blob\": \"{}\", \"consumer\": \"{}\", \"from\": \"{}\", \"to\": \"{}\", \"descriptor\": \"{}\", \"ms\": {}}}",
+                     i ? "," : "", json_escape(a.blob), json_escape(a.consumer), json_escape(a.from_schema),
+                     json_escape(a.to_schema), json_escape(a.descriptor), a.ms);
+  }
+  s += "\n  ],\n  \"input_shapes\": {";
+  std::size_t k = 0;
+  for (const auto& [name, shape] : input_shapes)
+    s += fmt::format("{}\"{}\": [{}]", k++ ? ", " : "", json_escape(name), fmt::join(shape.to_vector(), ", "));
+  s += "},\n  \"other_shapes\": [";
+  for (std::size_t i = 0; i < other_shapes.size(); ++i) s += (i ? ",\n" : "\n") + other_shapes[i].to_json();
+  s += "]\n}\n";
+  return s;
+}
+
+}  // namespace softneuro

@@ -1,0 +1,491 @@
+#include "profiler/unit_profile.hpp"
+
+#include "core/device.hpp"
+#include "core/layer_types.hpp"
+#include "core/log.hpp"
+#include "core/thread_pool.hpp"
+#include "dprs/dprs.hpp"
+#include "profiler/timing.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fnmatch.h>
+#include <optional>
+
+namespace softneuro::profiler {
+
+using core::Candidate;
+
+namespace {
+
+bool glob(const std::string& pattern, const std::string& text) {
+  return ::fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
+
+/// Every combination of a routine's parameter choices, the first 64 (the
+/// profiler measures each, so a routine with a huge space must offer fewer choices).
+std::vector<RoutineParams> combinations(const std::vector<RoutineParamSpec>& space) {
+  auto out = param_combinations(space);
+  if (out.size() > 64) out.resize(64);
+  return out;
+}
+
+/// Which parameter combinations of a routine to measure, measuring them as it
+/// goes (`measure` returns ms). Up to 8 combinations: all of them. Beyond
+/// (cache blocking: dozens), coordinate descent: from the first choice of each
+/// parameter, try every choice of one parameter at a time with the others
+/// fixed, keep the best, two passes at most. A few dozen combinations cost
+/// ~10 measurements (ResNet50 hybrid tuning made 3863 measurements exhaustive).
+template <class F>
+std::vector<std::pair<RoutineParams, double>> search_params(const std::vector<RoutineParamSpec>& space, F&& measure) {
+  std::vector<std::pair<RoutineParams, double>> out;
+  auto all = combinations(space);
+  if (all.size() <= 8) {
+    for (auto& p : all) out.push_back({p, measure(p)});
+    return out;
+  }
+  std::vector<const RoutineParamSpec*> specs;
+  RoutineParams cur;
+  for (const auto& s : space)
+    if (!s.choices.empty()) {
+      specs.push_back(&s);
+      cur.emplace_back(s.name, s.choices[0]);
+    }
+  std::map<std::string, double> seen;
+  auto eval = [&](const RoutineParams& p) {
+    std::string k = params_text(p);
+    if (auto it = seen.find(k); it != seen.end()) return it->second;
+    double ms = measure(p);
+    out.push_back({p, ms});
+    return seen[k] = ms;
+  };
+  double best = eval(cur);
+  for (int pass = 0; pass < 2; ++pass) {
+    bool improved = false;
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      for (int64_t v : specs[i]->choices) {
+        RoutineParams p = cur;
+        p[i].second = v;
+        double t = eval(p);
+        if (t < best) best = t, cur = p, improved = true;
+      }
+    if (!improved) break;
+  }
+  return out;
+}
+
+/// The best time measured so far per schema for one layer: a candidate three
+/// times slower than it gets one timed run (measure()'s cut-off), not the budget.
+struct CutOff {
+  std::map<std::string, double> best;  // schema text -> ms
+  double limit(const std::string& schema) const {
+    auto b = best.find(schema);
+    return b == best.end() ? 0 : 3 * b->second;
+  }
+  void seen(const std::string& schema, double ms) {
+    auto& b = best.try_emplace(schema, ms).first->second;
+    b = std::min(b, ms);
+  }
+};
+
+/// A blob filled with small random values in the schema's dtype and layout;
+/// on another device, zero-filled device memory from the device's backend.
+Blob random_blob(const Shape& shape, const Schema& s, std::mt19937& rng) {
+  if (s.device != Device::cpu) {
+    const DeviceMemory* dm = device_memory(s.device);
+    if (!dm) throw Error(fmt::format("no {} device is available", to_string(s.device)));
+    std::size_t bytes = std::max<std::size_t>(64, storage_bytes(shape, s.dtype, s.layout));
+    void* p = dm->allocate(bytes);
+    if (!p) throw Error(fmt::format("out of {} memory ({} bytes)", to_string(s.device), bytes));
+    std::shared_ptr<const void> owner(p, [release = dm->release](const void* q) { release(const_cast<void*>(q)); });
+    return Blob::view(owner, p, shape, s.dtype, s.layout, s.device);
+  }
+  Blob b = Blob::allocate(shape, s.dtype, s.layout);
+  auto* bytes = static_cast<unsigned char*>(b.data());
+  if (s.dtype == DType::float32) {
+    std::uniform_real_distribution<float> d(-1, 1);
+    float* f = b.data_as<float>();
+    for (std::size_t i = 0; i < b.byte_size() / 4; ++i) f[i] = d(rng);
+  } else {
+    for (std::size_t i = 0; i < b.byte_size(); ++i) bytes[i] = static_cast<unsigned char>(rng() & 0x3f);
+  }
+  return b;
+}
+
+}  // namespace
+
+std::string params_text(const RoutineParams& p) {
+  std::string s;
+  for (const auto& [k, v] : p) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  return s;
+}
+
+bool Rules::schema_allowed(const Schema& s) const {
+  if (schemas.empty()) return s.device == Device::cpu && s.dtype == DType::float32;
+  return std::any_of(schemas.begin(), schemas.end(), [&](const std::string& p) { return s.matches(p); });
+}
+
+bool Rules::allows(const std::string& layer, const std::string& descriptor) const {
+  for (const auto& r : ban)
+    if (glob(r.layer, layer) && glob(r.descriptor, descriptor)) return false;
+  bool pinned = false, match = false;
+  for (const auto& r : pin)
+    if (glob(r.layer, layer)) {
+      pinned = true;
+      match = match || glob(r.descriptor, descriptor);
+    }
+  return !pinned || match;
+}
+
+const Measured* LayerProfile::best_in(const Schema& s, bool integrated) const {
+  const Measured* best = nullptr;
+  for (const auto& m : measured)
+    if (m.cand.schema == s && (!best || cost(m, integrated) < cost(*best, integrated))) best = &m;
+  return best;
+}
+
+void update_context_ratios(std::vector<LayerProfile>& profiles) {
+  std::vector<double> all;
+  for (auto& p : profiles)
+    for (const auto& m : p.measured)
+      if (m.integrated_ms > 0 && m.unit_ms > 0) all.push_back(m.integrated_ms / m.unit_ms);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 1.0 : v[v.size() / 2];
+  };
+  const double global = std::max(1.0, median(all));
+  for (auto& p : profiles) {
+    std::vector<double> mine;
+    for (const auto& m : p.measured)
+      if (m.integrated_ms > 0 && m.unit_ms > 0) mine.push_back(m.integrated_ms / m.unit_ms);
+    // Never below 1: a candidate alone is not slower than in a net, and
+    // estimating it cheaper than measured would chase unmeasured candidates.
+    p.context_ratio = mine.empty() ? global : std::max(1.0, median(mine));
+  }
+}
+
+Profiler::Profiler(detail::NetImpl& net, const TuneOptions& options, Rules rules, std::string key_prefix, Progress progress)
+    : net_(net),
+      opt_(options),
+      rules_(std::move(rules)),
+      cache_(options.cache_dir.empty() ? ProfileCache::default_dir() : options.cache_dir),
+      key_prefix_(std::move(key_prefix)),
+      progress_(std::move(progress)) {}
+
+QuantParams Profiler::quant_of(const std::string& blob) const {
+  auto q = net_.graph.blob_quant.find(blob);
+  return q == net_.graph.blob_quant.end() ? QuantParams{} : q->second;
+}
+
+double Profiler::budget_ms() const {
+  if (opt_.time_budget_s <= 0) return opt_.unit_budget_ms;
+  double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return spent > opt_.time_budget_s ? 0.0 : opt_.unit_budget_ms;  // over budget: one timed run each
+}
+
+std::string Profiler::signature(const LayerInfo& info) const {
+  std::string shapes;
+  for (const auto& s : info.input_shapes) shapes += s.to_string();
+  return fmt::format("{}({}){}", info.layer->type, core::describe_params(*info.layer), shapes);
+}
+
+double Profiler::time_routine(const Routine& r, const Schema& s, const LayerInfo& info, const RoutineParams& params,
+                              const std::string& key, double cutoff_ms) {
+  if (auto hit = cache_.find(key)) {
+    cache_hits_ += !cache_.is_fresh(key);
+    return *hit;
+  }
+  std::unique_ptr<PreparedRoutine> prepared;
+  try {
+    prepared = r.prepare(info, s, params);
+  } catch (const std::exception& e) {
+    core::info("{}: {} cannot be prepared with ({}): {}", info.layer->name, make_descriptor(s, r.algorithm()),
+               params_text(params), e.what());
+    return kInf;
+  }
+  return time_prepared(*prepared, s, s, info, key, cutoff_ms);
+}
+
+/// The median time of a prepared routine reading blobs in schema `in` and
+/// writing blobs in `out` (device work synchronised inside the timed region).
+double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
+                               const std::string& key, double cutoff_ms) {
+  std::vector<Blob> ins, outs;
+  for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, in, rng_));
+  for (const auto& shape : info.output_shapes) outs.push_back(random_blob(shape, out, rng_));
+  std::vector<const Blob*> in_ptrs;
+  std::vector<Blob*> out_ptrs;
+  for (auto& b : ins) in_ptrs.push_back(&b);
+  for (auto& b : outs) out_ptrs.push_back(&b);
+  Blob workspace = random_blob(Shape{static_cast<int64_t>(prepared.workspace_bytes())},
+                               Schema{prepared.workspace_device(), DType::quint8, Layout::nchw}, rng_);
+  RunArgs args{in_ptrs, out_ptrs, prepared.workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
+  const Device dev = in.device != Device::cpu ? in.device : out.device;
+  const DeviceMemory* device = dev == Device::cpu ? nullptr : device_memory(dev);
+  double ms = measure([&] {
+                prepared.run(args);
+                if (device) device->synchronize();  // time the work, not its queueing
+              }, budget_ms(), 3, 200, cutoff_ms).median_ms;
+  ++measurements_;
+  cache_.put(key, ms);
+  return ms;
+}
+
+AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to) {
+  if (from == to) return {0.0, {}, {}};
+  Layer l;
+  l.name = "adapt";
+  l.type = "adapt";
+  l.inputs = {"x"};
+  l.outputs = {"y"};
+  l.params["from"] = from.to_string();
+  l.params["to"] = to.to_string();
+  LayerInfo info{&l, {shape}, {shape}, {quant}, {quant}};  // quantising adapts need the blob's calibration
+  AdaptPick best;
+  for (const auto& c : core::RoutineRegistry::instance().candidates(info, to)) {
+    if (!c.support.ok) continue;
+    for (const auto& params : combinations(c.routine->param_space(info, to))) {
+      std::string key = fmt::format("{}|adapt{}|{}|{}{}", key_prefix_, shape.to_string(), from.to_string(), c.descriptor,
+                                    params.empty() ? std::string() : "|" + params_text(params));
+      double ms;
+      if (auto hit = cache_.find(key)) {
+        cache_hits_ += !cache_.is_fresh(key);
+        ms = *hit;
+      } else {
+        // Adapt inputs are in the source schema: timed with blobs read in `from`.
+        auto prepared = c.routine->prepare(info, to, params);
+        ms = time_prepared(*prepared, from, to, info, key);
+      }
+      if (ms < best.ms) best = {ms, c.descriptor, params};
+    }
+  }
+  return best;
+}
+
+std::vector<Measured> Profiler::measure_candidates(const LayerInfo& info, const std::vector<Candidate>& cands, int depth) {
+  std::vector<Measured> out;
+  const bool has_fast =
+      std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
+  const std::string sig = signature(info);
+  CutOff cutoff;
+  for (const auto& c : cands) {
+    if (opt_.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
+    const std::string schema_text = c.schema.to_string();
+    search_params(c.routine->param_space(info, c.schema), [&](const RoutineParams& params) {
+      std::vector<core::RoutineChoice> children;
+      double ms = childnet_cost(*c.routine, c.schema, info, params, children, depth);
+      if (ms < 0)
+        ms = time_routine(*c.routine, c.schema, info, params,
+                          fmt::format("{}|{}|{}|{}", key_prefix_, sig, c.descriptor, params_text(params)),
+                          cutoff.limit(schema_text));
+      if (ms < kInf) {
+        out.push_back({c, params, ms, 0, std::move(children)});
+        cutoff.seen(schema_text, ms);
+      }
+      return ms;
+    });
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Measured& a, const Measured& b) { return a.unit_ms < b.unit_ms; });
+  return out;
+}
+
+/// The unit cost of a childnet candidate (-1 when the routine is not a childnet
+/// here; kInf when its children cannot run) and, in `choices`, its children's
+/// routines. Solved innermost-first: every child's candidates are measured (a
+/// childnet child recursively), then the children form a cost graph of their
+/// own, entered and left in the candidate's schema, which DPRS solves with the
+/// adapts between child schemas priced; its total is the candidate's unit cost.
+double Profiler::childnet_cost(const Routine& r, const Schema& schema, const LayerInfo& info, const RoutineParams& params,
+                               std::vector<core::RoutineChoice>& choices, int depth) {
+  std::optional<Childnet> cn;
+  try {
+    cn = r.childnet(info, schema, params);
+  } catch (const std::exception& e) {
+    core::info("{}: {} cannot build its childnet with ({}): {}", info.layer->name, make_descriptor(schema, r.algorithm()),
+               params_text(params), e.what());
+    return kInf;
+  }
+  if (!cn) return -1;
+  if (depth > 8 || cn->inputs.size() != info.input_shapes.size() || cn->outputs.size() != info.output_shapes.size() ||
+      cn->schemas.size() != cn->layers.size())
+    return kInf;
+  auto& registry = core::RoutineRegistry::instance();
+  std::map<std::string, Shape> shape;
+  for (std::size_t i = 0; i < cn->inputs.size(); ++i) shape[cn->inputs[i]] = info.input_shapes[i];
+  std::vector<LayerInfo> infos(cn->layers.size());
+  std::vector<std::vector<Measured>> options(cn->layers.size());
+  for (std::size_t k = 0; k < cn->layers.size(); ++k) {
+    const Layer& child = cn->layers[k];
+    LayerInfo& ci = infos[k];
+    ci.layer = &child;
+    try {
+      for (const auto& i : child.inputs) ci.input_shapes.push_back(shape.at(i));
+      ci.output_shapes = core::infer_layer_shapes(child, ci.input_shapes);
+    } catch (const std::exception& e) {
+      core::info("{}: childnet child '{}' is inconsistent: {}", info.layer->name, child.name, e.what());
+      return kInf;
+    }
+    for (std::size_t o = 0; o < child.outputs.size(); ++o) shape[child.outputs[o]] = ci.output_shapes[o];
+    std::vector<Candidate> cands;
+    for (auto& c : registry.candidates(ci))
+      if (c.support.ok && (rules_.schema_allowed(c.schema) || c.schema == cn->schemas[k]) && rules_.allows(child.name, c.descriptor))
+        cands.push_back(std::move(c));
+    options[k] = measure_candidates(ci, cands, depth + 1);
+    if (options[k].empty()) return kInf;
+  }
+  // The children's cost graph: node 0 the parent's inputs arriving in `schema`,
+  // one node per child, a last node the parent's outputs leaving in `schema`.
+  std::vector<Schema> schemas{schema};
+  auto index = [&](const Schema& s) {
+    auto it = std::find(schemas.begin(), schemas.end(), s);
+    if (it != schemas.end()) return static_cast<int>(it - schemas.begin());
+    schemas.push_back(s);
+    return static_cast<int>(schemas.size()) - 1;
+  };
+  for (const auto& o : options)
+    for (const auto& m : o) index(m.cand.schema);
+  const int S = static_cast<int>(schemas.size());
+  dprs::CostGraph g;
+  g.num_schemas = S;
+  auto boundary = [&] {
+    std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+    cost[0] = 0;
+    return g.add_node(cost);
+  };
+  auto add_edge = [&](int from, int to, const Shape& sh) {
+    std::vector<double> adapt(static_cast<std::size_t>(S * S));
+    for (int a = 0; a < S; ++a)
+      for (int b = 0; b < S; ++b)
+        adapt[static_cast<std::size_t>(a * S + b)] = adapt_cost(sh, {}, schemas[static_cast<std::size_t>(a)], schemas[static_cast<std::size_t>(b)]).ms;
+    g.add_edge(from, to, std::move(adapt));
+  };
+  std::map<std::string, int> producer;
+  const int entry = boundary();
+  for (const auto& i : cn->inputs) producer[i] = entry;
+  std::vector<int> node(cn->layers.size());
+  for (std::size_t k = 0; k < cn->layers.size(); ++k) {
+    std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+    for (const auto& m : options[k]) {
+      auto& c = cost[static_cast<std::size_t>(index(m.cand.schema))];
+      c = std::min(c, m.unit_ms);
+    }
+    node[k] = g.add_node(std::move(cost));
+    for (const auto& i : cn->layers[k].inputs) add_edge(producer.at(i), node[k], shape.at(i));
+    for (const auto& o : cn->layers[k].outputs) producer[o] = node[k];
+  }
+  const int exit = boundary();
+  for (const auto& o : cn->outputs) {
+    auto it = producer.find(o);
+    if (it == producer.end()) return kInf;
+    add_edge(it->second, exit, shape.at(o));
+  }
+  const dprs::Solution sol = dprs::solve(g);
+  if (!sol.feasible) return kInf;
+  for (std::size_t k = 0; k < cn->layers.size(); ++k) {
+    const Schema& s = schemas[static_cast<std::size_t>(sol.schema[static_cast<std::size_t>(node[k])])];
+    const Measured* best = nullptr;
+    for (const auto& m : options[k])
+      if (m.cand.schema == s && (!best || m.unit_ms < best->unit_ms)) best = &m;
+    choices.push_back({cn->layers[k].name, best->cand.descriptor, best->params, best->unit_ms, 0, best->children});
+  }
+  return sol.total;
+}
+
+std::vector<LayerProfile> Profiler::unit_profile() {
+  auto& registry = core::RoutineRegistry::instance();
+  std::vector<LayerProfile> profiles;
+  int total = 0;
+  for (const auto& l : net_.graph.layers) total += l.type != "constant";
+  int done = 0;
+  for (const auto& layer : net_.graph.layers) {
+    if (layer.type == "constant") continue;
+    LayerProfile p;
+    p.layer = &layer;
+    p.info.layer = &layer;
+    for (const auto& i : layer.inputs) p.info.input_shapes.push_back(net_.shapes.at(i)), p.info.input_quant.push_back(quant_of(i));
+    for (const auto& o : layer.outputs) p.info.output_shapes.push_back(net_.shapes.at(o)), p.info.output_quant.push_back(quant_of(o));
+    progress_("unit profiling", done++, total, layer.name);
+    const auto layer_start = std::chrono::steady_clock::now();
+    const int measured_before = measurements_;
+    std::vector<Candidate> cands;
+    for (auto& c : registry.candidates(p.info)) {
+      if (!c.support.ok) {
+        core::debug("{}: {} is not a candidate: {}", layer.name, c.descriptor, c.support.reason);
+        continue;
+      }
+      if (rules_.schema_allowed(c.schema) && rules_.allows(layer.name, c.descriptor)) cands.push_back(std::move(c));
+    }
+    if (cands.empty() && !rules_.schemas.empty()) {
+      // The user's schemas leave this layer nothing (e.g. qint8-only and no qint8
+      // routine for its type): it falls back to float32 on the CPU rather than failing.
+      for (auto& c : registry.candidates(p.info))
+        if (c.support.ok && c.schema.device == Device::cpu && c.schema.dtype == DType::float32 &&
+            rules_.allows(layer.name, c.descriptor))
+          cands.push_back(std::move(c));
+      if (!cands.empty())
+        core::warn("layer '{}' ({}): no routine in the schemas given supports it; it stays float32 on the CPU",
+                   layer.name, layer.type);
+    }
+    p.measured = measure_candidates(p.info, cands, 0);
+    if (p.measured.empty())
+      throw Error(fmt::format("no routine can run this {} layer within the schemas and rules given", layer.type), net_.file,
+                  layer.name, "routine");
+    core::debug("unit profiling {}: {} candidates, {} measurements, {:.2f} s", layer.name, p.measured.size(),
+                measurements_ - measured_before,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start).count());
+    profiles.push_back(std::move(p));
+  }
+  progress_("unit profiling", total, total, "");
+  return profiles;
+}
+
+std::vector<InContext> Profiler::run_interleaved(const std::vector<core::RoutinePath>& paths, int runs, int rounds) {
+  std::vector<NamedBlob> ins, outs;
+  for (const auto& t : net_.inputs) ins.push_back({t.name, random_blob(t.shape, Schema{}, rng_)});
+  for (const auto& t : net_.outputs) outs.push_back({t.name, Blob::allocate(t.shape)});
+  std::vector<core::Graph> graphs(paths.size(), net_.graph);
+  std::vector<std::unique_ptr<core::Executor>> execs;
+  for (std::size_t p = 0; p < paths.size(); ++p) {
+    graphs[p].routine_path = paths[p];
+    execs.push_back(std::make_unique<core::Executor>(graphs[p], net_.shapes, Schema{}, net_.weights));
+    execs.back()->run(ins, outs);  // warm-up
+  }
+  // Runs another process preempted are left out where a clean one exists (Samples).
+  std::vector<std::vector<Samples>> samples(paths.size());
+  std::vector<std::vector<double>> round_medians(paths.size());
+  PreemptionProbe probe = pool_preemption_probe();
+  for (int round = 0; round < std::max(1, rounds); ++round)
+    for (std::size_t p = 0; p < paths.size(); ++p) {
+      const auto& steps = execs[p]->steps();
+      samples[p].resize(steps.size());
+      std::vector<double> step_ms(steps.size());
+      Samples totals;
+      for (int r = 0; r < std::max(1, runs); ++r) {
+        probe.start();
+        auto t0 = std::chrono::steady_clock::now();
+        execs[p]->run(ins, outs, step_ms.data());
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const bool preempted = probe.preempted(ms);
+        totals.add(ms, preempted);
+        for (std::size_t i = 0; i < steps.size(); ++i) samples[p][i].add(step_ms[i], preempted);
+      }
+      round_medians[p].push_back(totals.estimate());
+    }
+  std::vector<InContext> out(paths.size());
+  for (std::size_t p = 0; p < paths.size(); ++p) {
+    const auto& steps = execs[p]->steps();
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const double ms = samples[p][i].estimate();
+      out[p].per_step[steps[i]->name] = ms;
+      // A childnet's children run as steps of their own: the parent layer's
+      // in-context time is their sum.
+      if (!steps[i]->parent.empty()) out[p].per_step[steps[i]->parent] += ms;
+    }
+    std::sort(round_medians[p].begin(), round_medians[p].end());
+    out[p].total_ms = round_medians[p][round_medians[p].size() / 2];
+  }
+  return out;
+}
+
+}  // namespace softneuro::profiler

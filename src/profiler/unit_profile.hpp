@@ -1,0 +1,127 @@
+// Profiling, the tuner's measuring half: every candidate routine of every layer
+// timed alone on the layer's real shapes (unit profiling, childnets folded
+// innermost-first), the cost of every adapt between two schemas, and whole-net
+// runs of routine paths (in context). Every unit time goes through the profile
+// cache. What to do with the times is the planner's and the tuner's business.
+#pragma once
+
+#include "core/graph.hpp"
+#include "core/net_impl.hpp"
+#include "core/registry.hpp"
+#include "profiler/profile_cache.hpp"
+
+#include <softneuro/tune.hpp>
+
+#include <chrono>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace softneuro::profiler {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string params_text(const RoutineParams& p);
+
+/// What the user lets the tuner choose from: schemas (globs), pins and bans.
+struct Rules {
+  std::vector<std::string> schemas;  ///< empty: every float32 CPU schema
+  std::vector<RoutineRule> pin, ban;
+  bool schema_allowed(const Schema& s) const;
+  /// Whether `layer` may use `descriptor` (bans first, then pins).
+  bool allows(const std::string& layer, const std::string& descriptor) const;
+};
+
+/// One measured (routine, schema, parameters) for a layer.
+struct Measured {
+  core::Candidate cand;
+  RoutineParams params;
+  double unit_ms = kInf;
+  double integrated_ms = 0;
+  std::vector<core::RoutineChoice> children;  ///< a childnet candidate's child choices
+};
+
+struct LayerProfile {
+  const Layer* layer = nullptr;
+  LayerInfo info;
+  std::vector<Measured> measured;  ///< sorted by unit_ms
+  /// In-context time over unit time, from this layer's candidates measured in
+  /// context (else the net's median ratio): a candidate measured only alone is
+  /// estimated at unit_ms * context_ratio, so it does not look cheaper than the
+  /// measured ones just because isolation keeps caches warm (VGG16's 400 MB
+  /// dense layer: 4.1 ms alone, several times that in the net).
+  double context_ratio = 1;
+  /// The time the planner uses for a candidate: in context where measured, else estimated.
+  double cost(const Measured& m, bool integrated) const {
+    return !integrated ? m.unit_ms : m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms * context_ratio;
+  }
+  /// The best candidate in schema `s` (nullptr: none).
+  const Measured* best_in(const Schema& s, bool integrated) const;
+  Measured& entry(const Measured* m) { return measured[static_cast<std::size_t>(m - measured.data())]; }
+};
+
+/// Sets every layer's context_ratio from the candidates measured in context.
+void update_context_ratios(std::vector<LayerProfile>& profiles);
+
+/// An adapt routine with its parameters, as measured.
+struct AdaptPick {
+  double ms = kInf;
+  std::string descriptor;
+  RoutineParams params;
+};
+
+/// Whole-net runs of one routine path.
+struct InContext {
+  std::map<std::string, double> per_step;  ///< median ms per step name (a childnet parent: its children's sum)
+  double total_ms = 0;                     ///< median of the round medians
+};
+
+class Profiler {
+ public:
+  using Progress = std::function<void(const char* stage, int done, int total, const std::string& item)>;
+
+  /// `key_prefix`: what every cached time depends on beyond the layer (device, threads, wait, version).
+  Profiler(detail::NetImpl& net, const TuneOptions& options, Rules rules, std::string key_prefix, Progress progress);
+
+  /// Unit profiling: every allowed candidate of every non-constant layer, over its parameter space.
+  std::vector<LayerProfile> unit_profile();
+  /// The cheapest adapt of a blob from one schema to another (ms kInf: none), over
+  /// every adapt routine and parameter combination.
+  AdaptPick adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to);
+  /// Runs the net with each of `paths` in fresh executors, `rounds` rounds of `runs`
+  /// runs each, interleaved, so that a burst of load elsewhere hits every path alike.
+  std::vector<InContext> run_interleaved(const std::vector<core::RoutinePath>& paths, int runs, int rounds);
+
+  void save_cache() { cache_.save(); }
+  int measurements() const { return measurements_; }
+  int cache_hits() const { return cache_hits_; }
+  const Rules& rules() const { return rules_; }
+  QuantParams quant_of(const std::string& blob) const;
+
+ private:
+  double budget_ms() const;
+  std::string signature(const LayerInfo& info) const;
+  double time_routine(const Routine& r, const Schema& s, const LayerInfo& info, const RoutineParams& params,
+                      const std::string& key, double cutoff_ms = 0);
+  double time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
+                       const std::string& key, double cutoff_ms = 0);
+  /// Candidates of a layer (or childnet child) the rules allow, measured over their parameter spaces.
+  std::vector<Measured> measure_candidates(const LayerInfo& info, const std::vector<core::Candidate>& cands, int depth);
+  double childnet_cost(const Routine& r, const Schema& schema, const LayerInfo& info, const RoutineParams& params,
+                       std::vector<core::RoutineChoice>& choices, int depth);
+
+  detail::NetImpl& net_;
+  const TuneOptions& opt_;
+  Rules rules_;
+  ProfileCache cache_;
+  std::string key_prefix_;
+  Progress progress_;
+  std::mt19937 rng_{1234};
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  int measurements_ = 0, cache_hits_ = 0;
+};
+
+}  // namespace softneuro::profiler

@@ -1,0 +1,118 @@
+// The planner: a blob several layers read is converted once (its shared copy is
+// a node of the cost graph), the path read back names every adapt with the
+// schema it converts from, and the executor runs exactly those conversions.
+#include "core/net_impl.hpp"
+#include "profiler/planner.hpp"
+#include "support/run_layer.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <set>
+
+using namespace softneuro;
+
+namespace {
+
+// x -> r0 -> b; b -> r1 -> y1; b -> r2 -> y2 (b read twice).
+core::Graph fork_graph() {
+  core::Graph g;
+  g.name = "fork";
+  g.inputs = {{"x", Shape{1, 16, 8, 8}, DType::float32, {}}};
+  auto relu = [](std::string name, std::string in, std::string out) {
+    Layer l;
+    l.name = std::move(name);
+    l.type = "relu";
+    l.inputs = {std::move(in)};
+    l.outputs = {std::move(out)};
+    return l;
+  };
+  g.layers = {relu("r0", "x", "b"), relu("r1", "b", "y1"), relu("r2", "b", "y2")};
+  g.outputs = {"y1", "y2"};
+  return g;
+}
+
+/// Keeps only the layer's candidates in `schema` that are no childnets.
+void only(profiler::LayerProfile& p, const Schema& schema) {
+  std::vector<profiler::Measured> keep;
+  for (const auto& m : p.measured)
+    if (m.cand.schema == schema && m.children.empty()) keep.push_back(m);
+  REQUIRE(!keep.empty());
+  p.measured = std::move(keep);
+}
+
+}  // namespace
+
+TEST_CASE("the planner converts a blob several layers read once, and the executor follows the path", "[tune][planner]") {
+  auto net = detail::NetImpl::build(fork_graph());
+  TuneOptions opt;
+  opt.cache_dir = "-";
+  opt.unit_budget_ms = 0.2;
+  profiler::Profiler prof(*net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {});
+  auto profiles = prof.unit_profile();
+  REQUIRE(profiles.size() == 3);
+  const Schema plain = Schema::parse("cpu:float32:nchw"), blocked = Schema::parse("cpu:float32:nchw8c");
+  only(profiles[0], plain);
+  only(profiles[1], blocked);
+  only(profiles[2], blocked);
+
+  profiler::Plan plan = profiler::build_plan(*net, profiles, prof, false);
+  // 3 layers, x and the two outputs fixed, b's shared copy.
+  CHECK(plan.graph.num_nodes() == 7);
+  const dprs::Solution sol = dprs::solve(plan.graph);
+  REQUIRE(sol.feasible);
+  const profiler::PlannedPath planned = profiler::read_path(plan, sol, profiles, false, "here");
+  // The cost graph itself counts b's conversion once: nothing left to deduplicate.
+  CHECK(planned.predicted_ms == Approx(sol.total));
+
+  std::multiset<std::string> conversions;
+  for (const auto& a : planned.path.adapts) {
+    conversions.insert(a.blob + ":" + a.consumer + ":" + a.to_schema);
+    UNSCOPED_INFO(a.blob << " " << a.consumer << " " << a.from_schema << " -> " << a.to_schema);
+  }
+  CHECK(conversions.count("b::cpu:float32:nchw8c") == 1);      // the shared copy
+  CHECK(conversions.count("y1:output:" + Schema{}.to_string()) == 1);
+  CHECK(conversions.count("y2:output:" + Schema{}.to_string()) == 1);
+  CHECK(planned.path.adapts.size() == 3);
+
+  // The executor runs exactly the path's conversions, with the path's routines.
+  core::Graph g = net->graph;
+  g.routine_path = planned.path;
+  core::Executor exec(g, net->shapes);
+  std::vector<std::string> adapt_steps;
+  for (const auto& step : exec.steps())
+    if (step->layer->type == "adapt") {
+      adapt_steps.push_back(step->name);
+      UNSCOPED_INFO(step->name);
+      CHECK(step->tuned);
+    }
+  CHECK(adapt_steps.size() == 3);
+  CHECK(std::count(adapt_steps.begin(), adapt_steps.end(), "adapt:b@cpu:float32:nchw8c") == 1);
+
+  // And computes what the untuned net computes.
+  Net tuned(detail::NetImpl::build(g)), plain_net(detail::NetImpl::build(fork_graph()));
+  std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 16, 8, 8}, 0.01f, -0.5f)}};
+  auto a = tuned.run(in), b = plain_net.run(in);
+  for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
+}
+
+TEST_CASE("a path whose shared copy no longer applies converts directly", "[tune][planner]") {
+  // The path says r1 converts b from a shared nhwc copy made from nchw16c, but
+  // r0 runs in nchw here: the executor converts b for r1 directly.
+  core::Graph g = fork_graph();
+  core::RoutinePath path;
+  path.routines = {{"r0", "cpu/ref", {}, 0, 0, {}}, {"r1", "cpu:float32:nchw8c/onednn", {}, 0, 0, {}}};
+  path.adapts = {{"b", "", "cpu:float32:nchw16c", "cpu:float32:nhwc", {"cpu:float32:nhwc/reorder"}, 0, {}},
+                 {"b", "r1", "cpu:float32:nhwc", "cpu:float32:nchw8c", {"cpu:float32:nchw8c/reorder"}, 0, {}}};
+  g.routine_path = path;
+  auto net = detail::NetImpl::build(g);
+  core::Executor exec(net->graph, net->shapes);
+  int adapts = 0;
+  for (const auto& step : exec.steps()) adapts += step->layer->type == "adapt";
+  CHECK(adapts == 2);  // b for r1, y1 back to the net's schema
+  Net tuned(detail::NetImpl::build(g)), plain_net(detail::NetImpl::build(fork_graph()));
+  std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 16, 8, 8}, 0.01f, -0.5f)}};
+  auto a = tuned.run(in), b = plain_net.run(in);
+  for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
+}
