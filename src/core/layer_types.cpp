@@ -342,6 +342,15 @@ std::vector<Shape> infer_resize(const Layer& l, std::span<const Shape> in) {
   return {out};
 }
 
+std::vector<Shape> infer_rnn(const Layer& l, std::span<const Shape> in) {
+  const RnnGeometry g = rnn_geometry(l, in);
+  const int64_t T = g.seq, B = g.batch, D = g.directions, H = g.hidden;
+  Shape y = g.batch_first ? Shape{B, T, D, H} : Shape{T, D, B, H};
+  Shape state = g.batch_first ? Shape{B, D, H} : Shape{D, B, H};
+  if (l.type == "gru") return {y, state};
+  return {y, state, state};
+}
+
 std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
   return {l.weight("value").shape()};
 }
@@ -356,7 +365,7 @@ const LayerType kBuiltinTypes[] = {
     {"softmax", 1, 1, infer_softmax},    {"layernorm", 1, 1, infer_layernorm},
     {"add", 2, 2, infer_binary},         {"sub", 2, 2, infer_binary},
     {"mul", 2, 2, infer_binary},         {"div", 2, 2, infer_binary},
-    {"concat", 1, -1, infer_concat},     {"split", 1, 1, infer_split},
+    {"concat", 1, -1, infer_concat},     {"split", 1, 1, infer_split, 0},
     {"reshape", 1, 1, infer_reshape},    {"flatten", 1, 1, infer_flatten},
     {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
     {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
@@ -368,6 +377,7 @@ const LayerType kBuiltinTypes[] = {
     {"mish", 1, 1, infer_same},          {"leaky_relu", 1, 1, infer_leaky_relu},
     {"prelu", 1, 1, infer_prelu},        {"pow", 1, 2, infer_pow},
     {"reduce", 1, 1, infer_reduce},
+    {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
 };
 
 }  // namespace
@@ -444,6 +454,51 @@ ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& 
   return g;
 }
 
+RnnGeometry rnn_geometry(const Layer& l, std::span<const Shape> in) {
+  RnnGeometry g;
+  g.gates = l.type == "gru" ? 3 : 4;
+  if (in.empty()) fail(l, "inputs", "needs the input sequence");
+  expect_rank(l, in[0], 3);
+  g.batch_first = l.get_int("layout", 0) != 0;
+  g.seq = g.batch_first ? in[0][1] : in[0][0];
+  g.batch = g.batch_first ? in[0][0] : in[0][1];
+  g.input = in[0][2];
+  g.hidden = l.get_int("hidden_size", 0);
+  if (g.hidden <= 0 || g.hidden > (int64_t{1} << 24)) fail(l, "hidden_size", fmt::format("hidden_size {} is not a positive size", g.hidden));
+  const std::string dir = l.get_string("direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    fail(l, "direction", fmt::format("direction '{}' is not forward, reverse or bidirectional", dir));
+  g.directions = dir == "bidirectional" ? 2 : 1;
+  g.reverse = dir == "reverse";
+  g.clip = static_cast<float>(l.get_float("clip", 0.0));
+  if (!(g.clip >= 0) || !std::isfinite(g.clip)) fail(l, "clip", fmt::format("clip {} is not a non-negative bound", g.clip));
+  g.linear_before_reset = l.type == "gru" && l.get_int("linear_before_reset", 0) != 0;
+  g.input_forget = l.type == "lstm" && l.get_int("input_forget", 0) != 0;
+  const int64_t D = g.directions, H = g.hidden, G = g.gates;
+  auto expect_weight = [&](const char* key, Shape want, bool required) {
+    const Blob* w = l.find_weight(key);
+    if (!w) {
+      if (required) fail(l, key, fmt::format("weight '{}' is missing", key));
+      return false;
+    }
+    if (w->shape() != want) fail(l, key, fmt::format("weight '{}' is {}, expected {}", key, w->shape().to_string(), want.to_string()));
+    return true;
+  };
+  expect_weight("W", Shape{D, G * H, g.input}, true);
+  expect_weight("R", Shape{D, G * H, H}, true);
+  g.has_bias = expect_weight("B", Shape{D, 2 * G * H}, false);
+  g.has_peephole = l.type == "lstm" && expect_weight("P", Shape{D, 3 * H}, false);
+  const Shape state = g.batch_first ? Shape{g.batch, D, H} : Shape{D, g.batch, H};
+  const int max_inputs = l.type == "gru" ? 2 : 3;
+  if (static_cast<int>(in.size()) > max_inputs) fail(l, "inputs", fmt::format("{} takes at most {} inputs", l.type, max_inputs));
+  for (std::size_t k = 1; k < in.size(); ++k)
+    if (in[k] != state)
+      fail(l, "inputs", fmt::format("initial {} state is {}, expected {}", k == 1 ? "hidden" : "cell", in[k].to_string(), state.to_string()));
+  g.has_initial_h = in.size() > 1;
+  g.has_initial_c = in.size() > 2;
+  return g;
+}
+
 // The built-in types, then those registered (a deque: pointers to its
 // elements stay valid while plugins add more).
 struct LayerTypeTable {
@@ -500,10 +555,10 @@ std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape>
     throw Error(fmt::format("{} takes {}{} inputs, got {}", layer.type, t->min_inputs,
                             t->max_inputs == t->min_inputs ? "" : (t->max_inputs < 0 ? " or more" : fmt::format(" to {}", t->max_inputs)), n),
                 {}, layer.name, "inputs");
-  std::size_t want_outputs = layer.type == "split" ? layer.outputs.size() : 1;
+  const std::size_t want_outputs = t->outputs > 0 ? static_cast<std::size_t>(t->outputs) : layer.outputs.size();
   if (layer.outputs.size() != want_outputs || want_outputs == 0)
     throw Error(fmt::format("{} has {} outputs, expected {}", layer.type, layer.outputs.size(),
-                            layer.type == "split" ? "at least 1" : "1"),
+                            t->outputs > 0 ? std::to_string(t->outputs) : std::string("at least 1")),
                 {}, layer.name, "outputs");
   try {
     return t->infer(layer, inputs);

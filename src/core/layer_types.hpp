@@ -44,6 +44,15 @@
 //  pad       pads [begin_0..begin_r-1, end_0..end_r-1] (non-negative);
 //            mode = constant|reflect|edge; value=0.
 //  identity  out = in.
+//  lstm      ONNX LSTM: in x [T,B,I] (layout=0) or [B,T,I] (layout=1), optional
+//            initial_h and initial_c [D,B,H] ([B,D,H] for layout=1) as inputs 2 and 3;
+//            weights W [D,4H,I], R [D,4H,H] (gates i,o,f,c), B [D,8H] (Wb then Rb)
+//            and P [D,3H] (peepholes i,o,f) optional; hidden_size H; direction =
+//            forward|reverse|bidirectional (D = 2); clip (0: none); input_forget=0;
+//            activations sigmoid, tanh, tanh. Outputs y [T,D,B,H] ([B,T,D,H]),
+//            y_h and y_c [D,B,H] ([B,D,H]): all three, unused ones unread.
+//  gru       ONNX GRU: as lstm with 3 gates (z,r,h), no initial_c or P, outputs y and
+//            y_h; linear_before_reset=0.
 //  constant  no inputs; weight value; out = value.
 //  Routine families add their own types (register_layer_type), e.g. the
 //  Winograd sub-layers wgenc/wgconv/wgdec in src/routines/cpu/winograd.cpp.
@@ -63,6 +72,7 @@ struct LayerType {
   int max_inputs;  ///< -1: any number
   /// Output shapes from input shapes; throws Error (field named) on inconsistency.
   ShapeInference infer;
+  int outputs = 1;  ///< outputs a layer of this type has; 0: as many as it names (at least 1)
 };
 
 /// The type named `name` (built in or registered), or nullptr.
@@ -129,6 +139,29 @@ struct ResizeGeometry {
   ResizeAxis h, w;
 };
 ResizeGeometry resize_geometry(const Layer& layer, const Shape& input, const Shape& output);
+
+/// Geometry of lstm and gru (`gates`: 4 or 3), checked against the weights.
+struct RnnGeometry {
+  int64_t seq = 0, batch = 0, input = 0, hidden = 0;
+  int directions = 1;
+  bool reverse = false;      ///< direction = reverse (one direction, run backwards)
+  bool batch_first = false;  ///< layout = 1
+  int gates = 4;
+  float clip = 0;            ///< 0: none
+  bool has_bias = false, has_peephole = false, has_initial_h = false, has_initial_c = false;
+  bool linear_before_reset = false;  ///< gru
+  bool input_forget = false;         ///< lstm
+  /// Offsets into x, y ([T,B,*] or [B,T,*]) and the states ([D,B,H] or [B,D,H]).
+  int64_t row(int64_t t, int64_t b) const { return batch_first ? b * seq + t : t * batch + b; }
+  int64_t x_at(int64_t t, int64_t b) const { return row(t, b) * input; }
+  int64_t y_at(int64_t t, int d, int64_t b) const {
+    return (batch_first ? (b * seq + t) * directions + d : (t * directions + d) * batch + b) * hidden;
+  }
+  int64_t state_at(int d, int64_t b) const { return (batch_first ? b * directions + d : d * batch + b) * hidden; }
+  /// Whether direction d walks the sequence from its end.
+  bool backwards(int d) const { return d == 1 || reverse; }
+};
+RnnGeometry rnn_geometry(const Layer& layer, std::span<const Shape> inputs);
 
 /// NumPy broadcast of two shapes; throws Error naming the layer when incompatible.
 Shape broadcast_shapes(const Layer& layer, const Shape& a, const Shape& b);

@@ -94,17 +94,11 @@ struct Tuner {
   /// Runs `path` in context and stores each measured candidate's in-context time.
   void measure_in_context(std::vector<LayerProfile>& profiles, const profiler::PlannedPath& planned) {
     auto r = prof.run_interleaved({planned.path}, opt.integrated_runs, 1)[0];
-    double steps_sum = 0;
-    for (const auto& [name, ms] : r.per_step) steps_sum += ms;
     for (std::size_t i = 0; i < profiles.size(); ++i) {
       auto it = r.per_step.find(profiles[i].layer->name);
       if (it != r.per_step.end()) profiles[i].entry(planned.picks[i]).integrated_ms = it->second;
-      // A childnet parent's time is its children's sum: counted in steps_sum already.
-      if (it != r.per_step.end() && !planned.picks[i]->children.empty()) steps_sum -= it->second;
     }
-    std::size_t steps = r.per_step.size();
-    for (const auto* m : planned.picks) steps -= !m->children.empty();  // parents are no steps of their own
-    if (steps > 0) step_ms = std::max(0.0, (r.total_ms - steps_sum) / static_cast<double>(steps));
+    step_ms = r.step_gap_ms;
   }
 
   /// With several dtypes allowed (hybrid): the best path within each dtype alone,
@@ -172,7 +166,10 @@ struct Tuner {
     std::vector<LayerProfile> restricted = profiles;
     for (auto& p : restricted) {
       auto it = chosen.find(p.layer->name);
-      if (it == chosen.end()) return out;
+      if (it == chosen.end()) {
+        core::debug("default path: layer '{}' has no step of its own", p.layer->name);
+        return out;
+      }
       const core::Step& step = *it->second;
       // The step runs the routine's defaults: the first choice of each parameter, as profiled.
       const auto combos = param_combinations(step.routine.routine->param_space(p.info, step.routine.schema));
@@ -180,7 +177,17 @@ struct Tuner {
       std::vector<Measured> keep;
       for (const auto& m : p.measured)
         if (m.cand.descriptor == step.routine.descriptor && m.params == params) keep.push_back(m);
-      if (keep.empty()) return out;
+      if (keep.empty()) {  // unit profiling skipped it (cpu/ref where faster ones exist): measured now
+        Measured m = prof.measure_one(p.info, step.routine, params);
+        if (m.unit_ms == kInf) {
+          core::debug("default path: {} ({}) of layer '{}' cannot be measured", step.routine.descriptor, params_text(params),
+                      p.layer->name);
+          return out;
+        }
+        m.unit_ms *= p.context_ratio;  // in context, as the others' costs
+        m.integrated_ms = m.unit_ms;
+        keep.push_back(std::move(m));
+      }
       p.measured = std::move(keep);
     }
     profiler::Plan plan = profiler::build_plan(net, restricted, prof, true, step_ms);

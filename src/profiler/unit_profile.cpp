@@ -290,6 +290,15 @@ std::vector<Measured> Profiler::measure_candidates(const LayerInfo& info, const 
   return out;
 }
 
+Measured Profiler::measure_one(const LayerInfo& info, const Candidate& c, const RoutineParams& params) {
+  Measured m{c, params, kInf, 0, {}};
+  m.unit_ms = childnet_cost(*c.routine, c.schema, info, params, m.children, 0);
+  if (m.unit_ms < 0)
+    m.unit_ms = time_routine(*c.routine, c.schema, info, params,
+                             fmt::format("{}|{}|{}|{}", key_prefix_, signature(info), c.descriptor, params_text(params)));
+  return m;
+}
+
 /// The unit cost of a childnet candidate (-1 when the routine is not a childnet
 /// here; kInf when its children cannot run) and, in `choices`, its children's
 /// routines. Solved innermost-first: every child's candidates are measured (a
@@ -454,6 +463,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
   // Runs another process preempted are left out where a clean one exists (Samples).
   std::vector<std::vector<Samples>> samples(paths.size());
   std::vector<std::vector<double>> round_medians(paths.size());
+  std::vector<double> gaps(paths.size(), kInf);
   PreemptionProbe probe = pool_preemption_probe();
   for (int round = 0; round < std::max(1, rounds); ++round)
     for (std::size_t p = 0; p < paths.size(); ++p) {
@@ -468,7 +478,12 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         const bool preempted = probe.preempted(ms);
         totals.add(ms, preempted);
-        for (std::size_t i = 0; i < steps.size(); ++i) samples[p][i].add(step_ms[i], preempted);
+        double sum = 0;
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          samples[p][i].add(step_ms[i], preempted);
+          sum += step_ms[i];
+        }
+        gaps[p] = std::min(gaps[p], std::max(0.0, ms - sum) / static_cast<double>(std::max<std::size_t>(1, steps.size())));
       }
       round_medians[p].push_back(totals.estimate());
     }
@@ -484,6 +499,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
     }
     std::sort(round_medians[p].begin(), round_medians[p].end());
     out[p].total_ms = round_medians[p][round_medians[p].size() / 2];
+    out[p].step_gap_ms = gaps[p] < kInf ? gaps[p] : 0;
   }
   return out;
 }

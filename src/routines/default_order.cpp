@@ -218,6 +218,8 @@ const LayerOrder kDefaultOrder[] = {
     {"erf", {{"cpu/vec", "cpu:float32:nhwc/vec"}, {"cpu/ref"}}},
     {"prelu", kOnednnEltwise},
     {"reduce", {{"cpu/onednn"}, {"cpu/ref"}}},
+    {"lstm", {{"cpu/eigen"}, {"cpu/ref"}}},
+    {"gru", {{"cpu/eigen"}, {"cpu/ref"}}},
 };
 
 struct Registration {

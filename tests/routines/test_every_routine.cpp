@@ -158,7 +158,42 @@ std::vector<Case> binary_cases(const std::string& type, std::mt19937& rng) {
   return out;
 }
 
+/// lstm (gates 4) and gru (3): directions, layouts, initial states, biases, peepholes, clip.
+std::vector<Case> rnn_cases(const std::string& type, std::mt19937& rng) {
+  const int64_t G = type == "lstm" ? 4 : 3;
+  struct C {
+    int64_t seq, batch, input, hidden;
+    const char* direction;
+    int64_t layout;
+    bool bias, states, extra;  // extra: lstm peepholes + clip, gru linear_before_reset
+  };
+  std::vector<Case> out;
+  for (const C& s : {C{5, 1, 8, 16, "forward", 0, true, false, false}, C{4, 2, 6, 20, "reverse", 0, true, true, true},
+                     C{3, 3, 5, 7, "bidirectional", 1, false, true, false}, C{6, 1, 32, 40, "bidirectional", 0, true, false, true}}) {
+    const int64_t D = std::string(s.direction) == "bidirectional" ? 2 : 1;
+    std::map<std::string, Attr> p{{"hidden_size", s.hidden}, {"direction", std::string(s.direction)}, {"layout", s.layout}};
+    std::map<std::string, Blob> w{{"W", random_blob({D, G * s.hidden, s.input}, rng, -0.4f, 0.4f)},
+                                  {"R", random_blob({D, G * s.hidden, s.hidden}, rng, -0.4f, 0.4f)}};
+    if (s.bias) w["B"] = random_blob({D, 2 * G * s.hidden}, rng, -0.3f, 0.3f);
+    if (s.extra && G == 4) {
+      w["P"] = random_blob({D, 3 * s.hidden}, rng, -0.3f, 0.3f);
+      p["clip"] = 1.5;
+    }
+    if (s.extra && G == 3) p["linear_before_reset"] = int64_t{1};
+    const Shape x = s.layout ? Shape{s.batch, s.seq, s.input} : Shape{s.seq, s.batch, s.input};
+    const Shape state = s.layout ? Shape{s.batch, D, s.hidden} : Shape{D, s.batch, s.hidden};
+    const int inputs = s.states ? (G == 4 ? 3 : 2) : 1;
+    std::vector<Blob> in{random_blob(x, rng)};
+    for (int k = 1; k < inputs; ++k) in.push_back(random_blob(state, rng, -0.5f, 0.5f));
+    out.push_back({fmt::format("{} T{} B{} I{} H{} {} layout {}{}{}{}", type, s.seq, s.batch, s.input, s.hidden, s.direction,
+                               s.layout, s.bias ? " bias" : "", s.states ? " initial states" : "", s.extra ? " extra" : ""),
+                   layer_of(type, p, w, inputs, G == 4 ? 3 : 2), std::move(in)});
+  }
+  return out;
+}
+
 std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
+  if (type == "lstm" || type == "gru") return rnn_cases(type, rng);
   if (type == "conv2") return conv2_cases(rng);
   if (type == "deconv2") return deconv2_cases(rng);
   if (type == "dense") return dense_cases(rng);

@@ -968,6 +968,113 @@ struct Pad final : RefPrepared {
 }  // namespace
 
 // ---------------------------------------------------------------------------
+// lstm, gru: the ONNX recurrences, one time step after another, double sums.
+
+template <int Gates>
+struct Rnn final : RefPrepared {
+  static constexpr std::string_view kType = Gates == 4 ? "lstm" : "gru";
+  core::RnnGeometry g;
+  Blob w, r, bias, peep;
+  std::vector<double> h, c, pre, hr;  // state, gate pre-activations, gru's h·Rh
+
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"W", "R", "B", "P"}); }
+  explicit Rnn(const LayerInfo& info) : g(core::rnn_geometry(*info.layer, info.input_shapes)) {
+    const Layer& l = *info.layer;
+    w = l.weight("W");
+    r = l.weight("R");
+    if (g.has_bias) bias = l.weight("B");
+    if (g.has_peephole) peep = l.weight("P");
+    h.resize(static_cast<std::size_t>(g.hidden));
+    c.resize(h.size());
+    pre.resize(static_cast<std::size_t>(Gates * g.hidden));
+    hr.resize(h.size());
+  }
+  static double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+  double clipped(double x) const { return g.clip > 0 ? std::clamp(x, -double(g.clip), double(g.clip)) : x; }
+  static double dot(const float* a, const float* b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(a[i]) * b[i];
+    return s;
+  }
+  static double dot(const float* a, const std::vector<double>& b) {
+    double s = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) s += a[i] * b[i];
+    return s;
+  }
+
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* h0 = g.has_initial_h ? a.inputs[1]->data_as<float>() : nullptr;
+    const float* c0 = g.has_initial_c ? a.inputs[2]->data_as<float>() : nullptr;
+    float* y = a.outputs[0]->data_as<float>();
+    float* yh = a.outputs[1]->data_as<float>();
+    float* yc = Gates == 4 ? a.outputs[2]->data_as<float>() : nullptr;
+    const int64_t H = g.hidden, I = g.input, G = Gates;
+    for (int d = 0; d < g.directions; ++d) {
+      const float* W = w.data_as<float>() + d * G * H * I;
+      const float* R = r.data_as<float>() + d * G * H * H;
+      const float* Wb = g.has_bias ? bias.data_as<float>() + d * 2 * G * H : nullptr;
+      const float* Rb = Wb ? Wb + G * H : nullptr;
+      const float* P = g.has_peephole ? peep.data_as<float>() + d * 3 * H : nullptr;
+      for (int64_t b = 0; b < g.batch; ++b) {
+        const int64_t s0 = g.state_at(d, b);
+        for (int64_t j = 0; j < H; ++j) {
+          h[static_cast<std::size_t>(j)] = h0 ? h0[s0 + j] : 0.0;
+          c[static_cast<std::size_t>(j)] = c0 ? c0[s0 + j] : 0.0;
+        }
+        for (int64_t step = 0; step < g.seq; ++step) {
+          const int64_t t = g.backwards(d) ? g.seq - 1 - step : step;
+          const float* xt = x + g.x_at(t, b);
+          for (int64_t k = 0; k < G * H; ++k) {
+            double v = dot(W + k * I, xt, I) + (Wb ? Wb[k] : 0.0);
+            const double rk = dot(R + k * H, h) + (Rb ? Rb[k] : 0.0);
+            if (Gates == 3 && k >= 2 * H) {
+              hr[static_cast<std::size_t>(k - 2 * H)] = rk;  // gru's candidate: h·Rh + Rbh, used after the reset gate
+            } else {
+              v += rk;
+            }
+            pre[static_cast<std::size_t>(k)] = v;
+          }
+          if constexpr (Gates == 4) {
+            for (int64_t j = 0; j < H; ++j) {
+              const auto J = static_cast<std::size_t>(j);
+              const double cp = c[J];
+              const double i = sigmoid(clipped(pre[J] + (P ? P[j] * cp : 0.0)));
+              const double f = g.input_forget ? 1 - i : sigmoid(clipped(pre[J + 2 * H] + (P ? P[2 * H + j] * cp : 0.0)));
+              const double cc = std::tanh(clipped(pre[J + 3 * H]));
+              c[J] = f * cp + i * cc;
+              const double o = sigmoid(clipped(pre[J + H] + (P ? P[H + j] * c[J] : 0.0)));
+              h[J] = o * std::tanh(c[J]);
+            }
+          } else {
+            for (int64_t j = 0; j < 2 * H; ++j) pre[static_cast<std::size_t>(j)] = sigmoid(clipped(pre[static_cast<std::size_t>(j)]));
+            for (int64_t j = 0; j < H; ++j) {
+              const auto J = static_cast<std::size_t>(j);
+              const double z = pre[J], rr = pre[J + H];
+              double cand = pre[J + 2 * H];
+              if (g.linear_before_reset) {
+                cand += rr * hr[J];  // r ⊙ (h·Rh + Rbh)
+              } else {
+                for (int64_t m = 0; m < H; ++m)  // (r ⊙ h)·Rh + Rbh
+                  cand += double(R[(2 * H + j) * H + m]) * pre[static_cast<std::size_t>(m + H)] * h[static_cast<std::size_t>(m)];
+                cand += Rb ? Rb[2 * H + j] : 0.0;
+              }
+              c[J] = (1 - z) * std::tanh(clipped(cand)) + z * h[J];  // c holds the new h until every unit has its own
+            }
+            h = c;
+          }
+          for (int64_t j = 0; j < H; ++j) y[g.y_at(t, d, b) + j] = static_cast<float>(h[static_cast<std::size_t>(j)]);
+        }
+        for (int64_t j = 0; j < H; ++j) {
+          yh[s0 + j] = static_cast<float>(h[static_cast<std::size_t>(j)]);
+          if (yc) yc[s0 + j] = static_cast<float>(c[static_cast<std::size_t>(j)]);
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
 // Registration: one line per layer type.
 
 SOFTNEURO_REGISTER_ROUTINE(Ref<Conv2>);
@@ -1011,5 +1118,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<LeakyReluOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Pow>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Prelu>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Reduce>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<4>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<3>>);
 
 }  // namespace softneuro
