@@ -372,6 +372,29 @@ TEST_CASE("shape inference: unknown type", "[core][shape]") {
   expect_error(l, {{1}}, "type");
 }
 
+TEST_CASE("shape inference: lstm and gru", "[core][shape]") {
+  auto lstm = [](std::map<std::string, Attr> p, int64_t dirs, int inputs = 1) {
+    return L("lstm", std::move(p), {{"W", w(Shape{dirs, 16, 3})}, {"R", w(Shape{dirs, 16, 4})}}, inputs, 3);
+  };
+  CHECK(infer(lstm({{"hidden_size", int64_t{4}}}, 1), {{5, 2, 3}}) == Shapes{{5, 1, 2, 4}, {1, 2, 4}, {1, 2, 4}});
+  CHECK(infer(lstm({{"hidden_size", int64_t{4}}, {"direction", "bidirectional"}, {"layout", int64_t{1}}}, 2), {{2, 5, 3}}) ==
+        Shapes{{2, 5, 2, 4}, {2, 2, 4}, {2, 2, 4}});
+  CHECK(infer(lstm({{"hidden_size", int64_t{4}}}, 1, 3), {{5, 2, 3}, {1, 2, 4}, {1, 2, 4}}).size() == 3);
+  Layer gru = L("gru", {{"hidden_size", int64_t{4}}, {"direction", "reverse"}},
+                {{"W", w(Shape{1, 12, 3})}, {"R", w(Shape{1, 12, 4})}, {"B", w(Shape{1, 24})}}, 1, 2);
+  CHECK(infer(gru, {{7, 1, 3}}) == Shapes{{7, 1, 1, 4}, {1, 1, 4}});
+  expect_error(lstm({{"hidden_size", int64_t{5}}}, 1), {{5, 2, 3}}, "W");        // W is [1,16,3], not [1,20,3]
+  expect_error(lstm({{"hidden_size", int64_t{4}}}, 1), {{5, 2, 4}}, "W");        // input size 4, W's 3
+  expect_error(lstm({{"hidden_size", int64_t{0}}}, 1), {{5, 2, 3}}, "hidden_size");
+  expect_error(lstm({{"hidden_size", int64_t{4}}, {"direction", "sideways"}}, 1), {{5, 2, 3}}, "direction");
+  expect_error(lstm({{"hidden_size", int64_t{4}}, {"clip", -1.0}}, 1), {{5, 2, 3}}, "clip");
+  expect_error(lstm({{"hidden_size", int64_t{4}}}, 1), {{5, 3}}, "input");
+  expect_error(lstm({{"hidden_size", int64_t{4}}}, 1, 2), {{5, 2, 3}, {1, 3, 4}}, "inputs");  // initial_h's batch
+  expect_error(L("lstm", {{"hidden_size", int64_t{4}}}, {{"R", w(Shape{1, 16, 4})}}, 1, 3), {{5, 2, 3}}, "W");
+  expect_error(L("lstm", {{"hidden_size", int64_t{4}}}, {{"W", w(Shape{1, 16, 3})}, {"R", w(Shape{1, 16, 4})}}, 1, 1),
+               {{5, 2, 3}}, "outputs");
+}
+
 // A layer type added to layer_types.cpp needs its cases above, then its name here.
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
@@ -379,7 +402,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
-      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce"};
+      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);
