@@ -290,15 +290,6 @@ std::vector<Measured> Profiler::measure_candidates(const LayerInfo& info, const 
   return out;
 }
 
-Measured Profiler::measure_one(const LayerInfo& info, const Candidate& c, const RoutineParams& params) {
-  Measured m{c, params, kInf, 0, {}};
-  m.unit_ms = childnet_cost(*c.routine, c.schema, info, params, m.children, 0);
-  if (m.unit_ms < 0)
-    m.unit_ms = time_routine(*c.routine, c.schema, info, params,
-                             fmt::format("{}|{}|{}|{}", key_prefix_, signature(info), c.descriptor, params_text(params)));
-  return m;
-}
-
 /// The unit cost of a childnet candidate (-1 when the routine is not a childnet
 /// here; kInf when its children cannot run) and, in `choices`, its children's
 /// routines. Solved innermost-first: every child's candidates are measured (a
@@ -493,6 +484,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const double ms = samples[p][i].estimate();
       out[p].per_step[steps[i]->name] = ms;
+      out[p].steps_ms += ms;
       // A childnet's children run as steps of their own: the parent layer's
       // in-context time is their sum.
       if (!steps[i]->parent.empty()) out[p].per_step[steps[i]->parent] += ms;
@@ -500,6 +492,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
     std::sort(round_medians[p].begin(), round_medians[p].end());
     out[p].total_ms = round_medians[p][round_medians[p].size() / 2];
     out[p].step_gap_ms = gaps[p] < kInf ? gaps[p] : 0;
+    out[p].steps = static_cast<int>(steps.size());
   }
   return out;
 }

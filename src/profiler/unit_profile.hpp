@@ -80,6 +80,8 @@ struct InContext {
   /// Per step, what a whole run took beyond the sum of its steps (dispatch,
   /// pool wake-ups): the smallest over the runs, the one a preemption did not stretch.
   double step_gap_ms = 0;
+  double steps_ms = 0;  ///< the sum of the steps' times (childnets: their children's)
+  int steps = 0;
 };
 
 class Profiler {
@@ -91,9 +93,6 @@ class Profiler {
 
   /// Unit profiling: every allowed candidate of every non-constant layer, over its parameter space.
   std::vector<LayerProfile> unit_profile();
-  /// One candidate with given parameters, measured like unit profiling's (e.g. a
-  /// default routine unit profiling skipped: cpu/ref where faster ones exist).
-  Measured measure_one(const LayerInfo& info, const core::Candidate& cand, const RoutineParams& params);
   /// The cheapest adapt of a blob from one schema to another (ms kInf: none), over
   /// every adapt routine and parameter combination.
   AdaptPick adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to);
