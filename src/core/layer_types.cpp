@@ -171,6 +171,19 @@ std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+std::vector<Shape> infer_group_norm(const Layer& l, std::span<const Shape> in) {
+  if (in[0].rank() < 2) fail(l, "input", fmt::format("group_norm needs [N,C,...], got {}", in[0].to_string()));
+  const int64_t c = in[0][1], groups = l.get_int("groups", 0);
+  if (groups <= 0 || c % groups != 0) fail(l, "groups", fmt::format("{} groups do not divide {} channels", groups, c));
+  const double eps = l.get_float("epsilon", 1e-5);
+  if (!(eps >= 0) || !std::isfinite(eps)) fail(l, "epsilon", fmt::format("epsilon {} is not a non-negative number", eps));
+  if (weight_shape(l, "scale") != Shape{c})
+    fail(l, "scale", fmt::format("scale has shape {}, expected [{}]", weight_shape(l, "scale").to_string(), c));
+  if (const Blob* b = l.find_weight("bias"); b && b->shape() != Shape{c})
+    fail(l, "bias", fmt::format("bias has shape {}, expected [{}]", b->shape().to_string(), c));
+  return {in[0]};
+}
+
 std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
   // add may carry a fused relu or clip (fuse_activations: ResNet's add -> relu);
   // the other binaries none, so no routine can skip one silently.
@@ -378,6 +391,7 @@ const LayerType kBuiltinTypes[] = {
     {"prelu", 1, 1, infer_prelu},        {"pow", 1, 2, infer_pow},
     {"reduce", 1, 1, infer_reduce},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
+    {"group_norm", 1, 1, infer_group_norm},
 };
 
 }  // namespace

@@ -21,6 +21,10 @@
 //  softmax   axis=-1.
 //  layernorm axis=-1 (normalises over dims axis..rank-1), epsilon=1e-5;
 //            weights scale (shape = in.shape[axis:]), bias optional.
+//  group_norm in [N,C,...]; groups (divides C); epsilon=1e-5; weights scale [C],
+//            bias [C] optional: each group of C/groups channels (all their
+//            positions) normalised by its mean and variance, then per channel
+//            y*scale + bias (ONNX InstanceNormalization: groups = C).
 //  add, sub, mul, div: two inputs, NumPy broadcasting.
 //  pow       pow(x, y), NumPy broadcasting; or one input and exponent (a constant).
 //  abs, neg, sqrt, exp, log, erf, reciprocal (1/x); silu (x * sigmoid(x));

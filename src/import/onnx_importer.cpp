@@ -60,7 +60,7 @@ namespace softneuro {
 namespace onnx_import {
 namespace {
 
-constexpr int kMinOpset = 11, kMaxOpset = 17;
+constexpr int kMinOpset = 11, kMaxOpset = 18;
 
 /// Thrown by a converter for a node it cannot translate (recorded, not fatal at once).
 struct Unsupported {
@@ -315,6 +315,8 @@ class Importer {
   void resize(const Node&);
   void conv_transpose(const Node&);
   void rnn(const Node&);
+  void group_norm(const Node&);
+  void tile(const Node&);
   void expand(const Node&);
   void constant_node(const Node&);
   void shape(const Node&);
@@ -407,6 +409,9 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Resize", &Importer::resize},
       {"ConvTranspose", &Importer::conv_transpose},
       {"LSTM", &Importer::rnn},
+      {"InstanceNormalization", &Importer::group_norm},
+      {"GroupNormalization", &Importer::group_norm},
+      {"Tile", &Importer::tile},
       {"GRU", &Importer::rnn},
       {"Expand", &Importer::expand},
       {"Constant", &Importer::constant_node},
@@ -985,6 +990,71 @@ void Importer::rnn(const Node& n) {
   add(std::move(l));
 }
 
+// InstanceNormalization (a group per channel) and GroupNormalization (opset 18:
+// scale and bias per group, given to each of the group's channels).
+void Importer::group_norm(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() < 3) throw n.error(fmt::format("input must be [N,C,...] with positions, it is {}", xs.to_string()), "input");
+  const int64_t c = xs[1];
+  const bool instance = n.op() == "InstanceNormalization";
+  const int64_t groups = instance ? c : n.get_int("num_groups");
+  if (groups <= 0 || c % groups != 0) throw n.error(fmt::format("{} groups do not divide {} channels", groups, c), "num_groups");
+  auto per_channel = [&](int k, const char* field) {
+    Blob v = to_float(require_constant(n, k, field));
+    if (v.numel() == c) return reshaped(v, Shape{c});
+    if (!instance && v.numel() == groups) {  // opset 18's per-group form
+      std::vector<float> out(static_cast<std::size_t>(c));
+      for (int64_t ch = 0; ch < c; ++ch) out[static_cast<std::size_t>(ch)] = v.data_as<float>()[ch / (c / groups)];
+      return float_blob(Shape{c}, out);
+    }
+    throw n.error(fmt::format("{} has {} values for {} channels in {} groups", field, v.numel(), c, groups), field);
+  };
+  Layer l = make("group_norm", n.name, {input(n, 0)}, {n.out(0)});
+  l.params["groups"] = groups;
+  l.params["epsilon"] = n.get_float("epsilon", 1e-5);
+  l.weights["scale"] = per_channel(1, "scale");
+  l.weights["bias"] = per_channel(2, instance ? "B" : "bias");
+  add(std::move(l));
+}
+
+// Tile: a constant is tiled at import; a blob becomes a concat of its copies
+// along each tiled axis (repeats must be constant).
+void Importer::tile(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const auto repeats = constant_ints(n, 1, "repeats");
+  if (static_cast<int>(repeats.size()) != xs.rank())
+    throw n.error(fmt::format("{} repeats for a rank-{} input", repeats.size(), xs.rank()), "repeats");
+  int64_t total = 1;
+  for (int64_t r : repeats) {
+    if (r < 1) throw n.error(fmt::format("repeat {} is not a positive count", r), "repeats");
+    if (r > 4096 || (total *= r) > 4096) throw Unsupported{fmt::format("Tile by {} in all (at most 4096 copies)", total)};
+  }
+  if (const Blob* cst = constant(n.in(0))) {
+    if (cst->numel() * total > (int64_t{1} << 26))
+      throw n.error(fmt::format("tiling a constant of {} values {} times makes more than 2^26", cst->numel(), total), "repeats");
+    Blob cur = *cst;
+    for (int axis = 0; axis < xs.rank(); ++axis)
+      if (repeats[static_cast<std::size_t>(axis)] > 1)
+        cur = concatenated(std::vector<Blob>(static_cast<std::size_t>(repeats[static_cast<std::size_t>(axis)]), cur), axis);
+    constants_[n.out(0)] = cur;
+    return;
+  }
+  std::string cur = input(n, 0);
+  int last = -1;
+  for (int axis = 0; axis < xs.rank(); ++axis)
+    if (repeats[static_cast<std::size_t>(axis)] > 1) last = axis;
+  if (last < 0) return add_unary(n, "identity", cur, n.out(0));
+  for (int axis = 0; axis <= last; ++axis) {
+    const int64_t r = repeats[static_cast<std::size_t>(axis)];
+    if (r == 1) continue;
+    const std::string next = axis == last ? n.out(0) : fresh_blob(fmt::format("{}/tile{}", n.out(0), axis));
+    Layer l = make("concat", fmt::format("{}/axis{}", n.name, axis), std::vector<std::string>(static_cast<std::size_t>(r), cur), {next});
+    l.params["axis"] = int64_t{axis};
+    add(std::move(l));
+    cur = next;
+  }
+}
+
 void Importer::gemm(const Node& n) {
   const double alpha = n.get_float("alpha", 1.0), beta = n.get_float("beta", 1.0);
   const bool trans_a = n.get_int("transA", 0) != 0, trans_b = n.get_int("transB", 0) != 0;
@@ -1431,6 +1501,13 @@ void Importer::split(const Node& n) {
   std::vector<int64_t> sizes = n.opset >= 13 ? (n.has_in(1) ? constant_ints(n, 1, "split") : std::vector<int64_t>{})
                                              : n.get_ints("split", std::vector<int64_t>{});
   const int parts = n.num_outputs();
+  if (sizes.empty() && n.opset >= 18 && n.has("num_outputs")) {
+    // Opset 18: num_outputs chunks of ceil(dim / num_outputs), the last one smaller.
+    const int64_t num = n.get_int("num_outputs");
+    if (num != parts) throw n.error(fmt::format("num_outputs {} for {} outputs", num, parts), "num_outputs");
+    const int64_t chunk = (xs[axis] + num - 1) / std::max<int64_t>(1, num);
+    for (int64_t k = 0; k < num; ++k) sizes.push_back(std::max<int64_t>(0, std::min(chunk, xs[axis] - k * chunk)));
+  }
   if (sizes.empty()) {
     if (parts == 0 || xs[axis] % parts) throw n.error(fmt::format("dim {} does not split into {} equal parts", xs[axis], parts), "split");
     sizes.assign(static_cast<std::size_t>(parts), xs[axis] / parts);

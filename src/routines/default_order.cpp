@@ -220,6 +220,7 @@ const LayerOrder kDefaultOrder[] = {
     {"reduce", {{"cpu/onednn"}, {"cpu/ref"}}},
     {"lstm", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"gru", {{"cpu/eigen"}, {"cpu/ref"}}},
+    {"group_norm", {{"cpu/vec"}, {"cpu/ref"}}},
 };
 
 struct Registration {

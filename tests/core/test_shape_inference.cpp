@@ -395,6 +395,19 @@ TEST_CASE("shape inference: lstm and gru", "[core][shape]") {
                {{5, 2, 3}}, "outputs");
 }
 
+TEST_CASE("shape inference: group_norm", "[core][shape]") {
+  auto gn = [](int64_t groups, int64_t c) {
+    return L("group_norm", {{"groups", groups}}, {{"scale", w(Shape{c})}, {"bias", w(Shape{c})}});
+  };
+  CHECK(infer(gn(2, 4), {{1, 4, 5, 5}}) == Shapes{{1, 4, 5, 5}});
+  CHECK(infer(gn(4, 4), {{2, 4, 7}}) == Shapes{{2, 4, 7}});
+  expect_error(gn(3, 4), {{1, 4, 5, 5}}, "groups");
+  expect_error(gn(0, 4), {{1, 4, 5, 5}}, "groups");
+  expect_error(gn(2, 6), {{1, 4, 5, 5}}, "scale");
+  expect_error(L("group_norm", {{"groups", int64_t{2}}, {"epsilon", -1.0}}, {{"scale", w(Shape{4})}}), {{1, 4, 2, 2}}, "epsilon");
+  expect_error(gn(1, 4), {{4}}, "input");
+}
+
 // A layer type added to layer_types.cpp needs its cases above, then its name here.
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
@@ -402,7 +415,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
-      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru"};
+      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

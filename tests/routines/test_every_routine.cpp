@@ -194,6 +194,17 @@ std::vector<Case> rnn_cases(const std::string& type, std::mt19937& rng) {
 
 std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   if (type == "lstm" || type == "gru") return rnn_cases(type, rng);
+  if (type == "group_norm") {
+    std::vector<Case> out;
+    for (auto [shape, groups] : {std::pair<Shape, int64_t>{{1, 8, 5, 7}, 2}, {{2, 6, 9, 9}, 6}, {{1, 32, 33}, 8}, {{1, 4, 70, 70}, 1}}) {
+      const int64_t c = shape[1];
+      out.push_back({fmt::format("group_norm {} groups {}", shape.to_string(), groups),
+                     layer_of("group_norm", {{"groups", groups}, {"epsilon", 1e-5}},
+                              {{"scale", random_blob({c}, rng)}, {"bias", random_blob({c}, rng)}}),
+                     {random_blob(shape, rng, -2.0f, 3.0f)}});
+    }
+    return out;
+  }
   if (type == "conv2") return conv2_cases(rng);
   if (type == "deconv2") return deconv2_cases(rng);
   if (type == "dense") return dense_cases(rng);

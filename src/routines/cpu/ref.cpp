@@ -786,6 +786,51 @@ struct Layernorm final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// group_norm: per (n, group) mean and variance over the group's channels and
+// positions, then y = (x - mean) / sqrt(var + eps) * scale[c] + bias[c].
+
+struct GroupNorm final : RefPrepared {
+  static constexpr std::string_view kType = "group_norm";
+  int64_t n, c, groups, spatial;
+  double eps;
+  Blob scale, bias;
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"scale", "bias"}); }
+  explicit GroupNorm(const LayerInfo& info)
+      : eps(info.layer->get_float("epsilon", 1e-5)), scale(info.layer->weight("scale")) {
+    const Shape& s = info.input_shapes[0];
+    n = s[0];
+    c = s[1];
+    groups = info.layer->get_int("groups");
+    spatial = prod(s, 2, s.rank());
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const float* sc = scale.data_as<float>();
+    const float* bi = bias.numel() ? bias.data_as<float>() : nullptr;
+    const int64_t per = c / groups, len = per * spatial;
+    a.pool->parallel_for(n * groups, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t ng = begin; ng < end; ++ng) {
+        const float* xr = x + ng * len;
+        float* yr = y + ng * len;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < len; ++i) mean += xr[i];
+        mean /= double(len);
+        for (int64_t i = 0; i < len; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= double(len);
+        const double inv = 1.0 / std::sqrt(var + eps);
+        for (int64_t k = 0; k < per; ++k) {
+          const int64_t ch = ng % groups * per + k;
+          for (int64_t i = k * spatial; i < (k + 1) * spatial; ++i)
+            yr[i] = static_cast<float>((xr[i] - mean) * inv * sc[ch] + (bi ? bi[ch] : 0.0));
+        }
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
 // concat / split along an axis: per outer index, contiguous chunks of axis*inner.
 
 struct Concat final : RefPrepared {
@@ -1120,5 +1165,6 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Prelu>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Reduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<4>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<3>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<GroupNorm>);
 
 }  // namespace softneuro

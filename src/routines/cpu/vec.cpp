@@ -5,6 +5,7 @@
 //
 //  layernorm  cpu: any axis (the normalised dims axis..rank-1 are one
 //             contiguous row per outer index); mean and variance in one pass.
+//  group_norm cpu: [N,C,...], one task per (n, group): the group's planes are contiguous.
 //  softmax    cpu: the last axis (rows), max-subtracted, vectorised exp.
 //  gelu       cpu and cpu:float32:nhwc (elementwise, layout-agnostic): erf or
 //             tanh form as the layer's `approximate` says.
@@ -157,6 +158,43 @@ struct Layernorm final : PreparedRoutine {
   }
 };
 
+struct GroupNorm final : PreparedRoutine {
+  static constexpr std::string_view kType = "group_norm";
+  static constexpr bool kSimd = true;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo& info, const Schema&) {
+    return float_weights(*info.layer, {"scale", "bias"});
+  }
+
+  const vk::Kernels& k;
+  int64_t n, c, groups, spatial;
+  float eps;
+  Blob scale, bias;
+  GroupNorm(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), eps(static_cast<float>(info.layer->get_float("epsilon", 1e-5))),
+        scale(info.layer->weight("scale")) {
+    const Shape& s = info.input_shapes[0];
+    n = s[0];
+    c = s[1];
+    groups = info.layer->get_int("groups");
+    spatial = prod(s, 2, s.rank());
+    if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const float* sc = scale.data_as<float>();
+    const float* bi = bias.numel() ? bias.data_as<float>() : nullptr;
+    const int64_t per = c / groups, len = per * spatial;
+    a.pool->parallel_for(n * groups, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(1, len)), [&](int64_t b, int64_t e) {
+      for (int64_t ng = b; ng < e; ++ng) {
+        const int64_t c0 = ng % groups * per;
+        k.group_norm(x + ng * len, y + ng * len, per, spatial, sc + c0, bi ? bi + c0 : nullptr, eps);
+      }
+    });
+  }
+};
+
 struct Softmax final : PreparedRoutine {
   static constexpr std::string_view kType = "softmax";
   static constexpr bool kSimd = true;
@@ -279,6 +317,7 @@ struct Concat final : PreparedRoutine {
 };
 
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Softmax>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<GeluK>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<ErfK>>);

@@ -21,6 +21,11 @@ struct Kernels {
   void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form);
   /// y[i] = erf(x[i]), i < n (the same erfc, |error| <= 1.5e-7).
   void (*erf)(const float* x, float* y, int64_t n);
+  /// One group of group_norm: `channels` planes of `spatial` floats, normalised
+  /// by the group's mean and variance, then per channel y * scale[c] + bias[c]
+  /// (bias may be null). Sums per plane in float vectors, across planes in double.
+  void (*group_norm)(const float* x, float* y, int64_t channels, int64_t spatial, const float* scale, const float* bias,
+                     float eps);
 };
 
 namespace avx2 {

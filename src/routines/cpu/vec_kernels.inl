@@ -191,6 +191,53 @@ void layernorm_rows(const float* x, float* y, int64_t rows, int64_t n, const flo
   }
 }
 
+void group_norm(const float* x, float* y, int64_t channels, int64_t spatial, const float* scale, const float* bias,
+                float eps) {
+  const int64_t n = channels * spatial;
+  if (n == 0) return;
+  const float shift = x[0];  // against cancellation, as layernorm_rows
+  const vf k = vset1(shift);
+  double sum = 0, sq = 0;
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    const float* xr = x + ch * spatial;
+    vf s0 = vzero(), s1 = vzero(), q0 = vzero(), q1 = vzero();
+    int64_t i = 0;
+    for (; i + 2 * kV <= spatial; i += 2 * kV) {
+      const vf d0 = vsub(vload(xr + i), k), d1 = vsub(vload(xr + i + kV), k);
+      s0 = vadd(s0, d0);
+      s1 = vadd(s1, d1);
+      q0 = vfma(d0, d0, q0);
+      q1 = vfma(d1, d1, q1);
+    }
+    for (; i + kV <= spatial; i += kV) {
+      const vf d = vsub(vload(xr + i), k);
+      s0 = vadd(s0, d);
+      q0 = vfma(d, d, q0);
+    }
+    if (i < spatial) {
+      const vf d = vsub(vload_n(xr + i, spatial - i, shift), k);  // missing lanes read as the shift: d = 0
+      s1 = vadd(s1, d);
+      q1 = vfma(d, d, q1);
+    }
+    sum += hsum(vadd(s0, s1));
+    sq += hsum(vadd(q0, q1));
+  }
+  const double md = sum / static_cast<double>(n);
+  const double var = std::max(sq / static_cast<double>(n) - md * md, 0.0);
+  const double mean = shift + md, inv = 1.0 / std::sqrt(var + eps);
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    // y = x * a + b with a = inv * scale, b = bias - mean * a
+    const float a = static_cast<float>(inv * scale[ch]);
+    const float b = static_cast<float>((bias ? bias[ch] : 0.0) - mean * inv * scale[ch]);
+    const float* xr = x + ch * spatial;
+    float* yr = y + ch * spatial;
+    const vf va = vset1(a), vb = vset1(b);
+    int64_t i = 0;
+    for (; i + kV <= spatial; i += kV) vstore(yr + i, vfma(vload(xr + i), va, vb));
+    if (i < spatial) vstore_n(yr + i, vfma(vload_n(xr + i, spatial - i), va, vb), spatial - i);
+  }
+}
+
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * n;
@@ -254,6 +301,6 @@ void erf(const float* x, float* y, int64_t n) { map<verf>(x, y, n); }
 
 }  // namespace
 
-const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf};
+const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
