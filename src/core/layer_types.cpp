@@ -184,6 +184,15 @@ std::vector<Shape> infer_group_norm(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+std::vector<Shape> infer_fake_quant(const Layer& l, std::span<const Shape> in) {
+  fake_quant_params(l);
+  return {in[0]};
+}
+
+std::vector<Shape> infer_dynamic_quantize(const Layer&, std::span<const Shape> in) {
+  return {in[0], Shape{}, Shape{}};
+}
+
 std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
   // add may carry a fused relu or clip (fuse_activations: ResNet's add -> relu);
   // the other binaries none, so no routine can skip one silently.
@@ -392,6 +401,8 @@ const LayerType kBuiltinTypes[] = {
     {"reduce", 1, 1, infer_reduce},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
     {"group_norm", 1, 1, infer_group_norm},
+    {"fake_quant", 1, 1, infer_fake_quant},
+    {"dynamic_quantize", 1, 1, infer_dynamic_quantize, 3},
 };
 
 }  // namespace
@@ -511,6 +522,37 @@ RnnGeometry rnn_geometry(const Layer& l, std::span<const Shape> in) {
   g.has_initial_h = in.size() > 1;
   g.has_initial_c = in.size() > 2;
   return g;
+}
+
+FakeQuant fake_quant_params(const Layer& l) {
+  FakeQuant q;
+  const double scale = l.get_float("scale", 0.0);
+  if (!(scale > 0) || !std::isfinite(scale) || scale > 1e30 || scale < 1e-30)
+    fail(l, "scale", fmt::format("scale {} is not a positive finite number", scale));
+  q.scale = static_cast<float>(scale);
+  const int64_t qmin = l.get_int("qmin", 0), qmax = l.get_int("qmax", 255);
+  if (!((qmin == 0 && qmax == 255) || (qmin == -128 && qmax == 127)))
+    fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", qmin, qmax));
+  const int64_t zp = l.get_int("zero_point", 0);
+  if (zp < qmin || zp > qmax) fail(l, "zero_point", fmt::format("zero point {} lies outside [{}, {}]", zp, qmin, qmax));
+  q.qmin = static_cast<int32_t>(qmin);
+  q.qmax = static_cast<int32_t>(qmax);
+  q.zero_point = static_cast<int32_t>(zp);
+  return q;
+}
+
+QuantParams FakeQuant::as_int8() const {
+  QuantParams p;
+  p.scales = {scale};
+  p.zero_points = {zero_point - (qmin == 0 ? 128 : 0)};  // uint8 q is int8 q + 128: the same real values
+  return p;
+}
+
+void dynamic_quant_params(float min, float max, float& scale, float& zero_point) {
+  min = std::min(min, 0.0f);
+  max = std::max(max, 0.0f);
+  scale = max == min ? 1.0f : (max - min) / 255.0f;
+  zero_point = std::nearbyint(std::clamp(-min / scale, 0.0f, 255.0f));
 }
 
 // The built-in types, then those registered (a deque: pointers to its

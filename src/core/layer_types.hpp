@@ -25,6 +25,15 @@
 //            bias [C] optional: each group of C/groups channels (all their
 //            positions) normalised by its mean and variance, then per channel
 //            y*scale + bias (ONNX InstanceNormalization: groups = C).
+//  fake_quant quantise and dequantise (an ONNX QuantizeLinear -> DequantizeLinear
+//            pair, or a quantised tensor as its real values): scale > 0,
+//            zero_point, qmin/qmax (0/255 for uint8, -128/127 for int8);
+//            y = (clamp(nearbyint(x / scale) + zero_point, qmin, qmax) - zero_point) * scale
+//            in float, as ONNX Runtime computes it.
+//  dynamic_quantize ONNX DynamicQuantizeLinear: outputs y (uint8 values, held as
+//            floats), scale and zero_point (shape []): min/max of x widened to
+//            include 0, scale = (max - min) / 255 (1 when max = min), zero_point =
+//            nearbyint(clamp(-min / scale, 0, 255)), y = clamp(nearbyint(x / scale) + zero_point, 0, 255).
 //  add, sub, mul, div: two inputs, NumPy broadcasting.
 //  pow       pow(x, y), NumPy broadcasting; or one input and exponent (a constant).
 //  abs, neg, sqrt, exp, log, erf, reciprocal (1/x); silu (x * sigmoid(x));
@@ -64,6 +73,8 @@
 
 #include <softneuro/routine.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -166,6 +177,24 @@ struct RnnGeometry {
   bool backwards(int d) const { return d == 1 || reverse; }
 };
 RnnGeometry rnn_geometry(const Layer& layer, std::span<const Shape> inputs);
+
+/// Parameters of a fake_quant layer, checked.
+struct FakeQuant {
+  float scale = 1;
+  int32_t zero_point = 0, qmin = 0, qmax = 255;
+  /// The ONNX QuantizeLinear -> DequantizeLinear of one value, in float as ONNX Runtime does.
+  float apply(float x) const {
+    const float q = std::clamp(std::nearbyint(x / scale) + static_cast<float>(zero_point), static_cast<float>(qmin),
+                               static_cast<float>(qmax));
+    return (q - static_cast<float>(zero_point)) * scale;
+  }
+  /// The same quantisation in int8 terms (qint8 routines: zero point in [-128, 127]).
+  QuantParams as_int8() const;
+};
+FakeQuant fake_quant_params(const Layer& layer);
+
+/// ONNX DynamicQuantizeLinear's scale and zero point for a tensor's min and max.
+void dynamic_quant_params(float min, float max, float& scale, float& zero_point);
 
 /// NumPy broadcast of two shapes; throws Error naming the layer when incompatible.
 Shape broadcast_shapes(const Layer& layer, const Shape& a, const Shape& b);

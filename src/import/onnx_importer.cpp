@@ -315,6 +315,27 @@ class Importer {
   void resize(const Node&);
   void conv_transpose(const Node&);
   void rnn(const Node&);
+  void quantize_linear(const Node&);
+  void dequantize_linear(const Node&);
+  void qlinear_conv(const Node&);
+  void qlinear_matmul(const Node&);
+  void dynamic_quantize_linear(const Node&);
+  void conv_integer(const Node&);
+  void matmul_integer(const Node&);
+  /// Scale and zero point of a quantisation (inputs scale_k and zp_k), the range from the zero point's type.
+  struct QParams {
+    std::vector<float> scales;
+    std::vector<int64_t> zero_points;
+    int64_t qmin = 0, qmax = 255;
+  };
+  /// `int32`: the zero point may be int32 (a DequantizeLinear of a constant bias).
+  QParams qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32 = false);
+  /// A per-tensor QParams as a fake_quant layer's parameters.
+  core::FakeQuant per_tensor(const Node& n, const QParams& q, const char* what) const;
+  /// Adds the fake_quant layer x -> y; y then holds a quantised tensor as its real values.
+  void add_fake_quant(const Node& n, const std::string& x, const std::string& y, const core::FakeQuant& q);
+  /// An integer constant (or a float one holding integers) as real values: (v - zp) * scale, per `axis` where several.
+  Blob dequantized(const Node& n, const Blob& v, const QParams& q, int axis, const char* what) const;
   void group_norm(const Node&);
   void tile(const Node&);
   void expand(const Node&);
@@ -344,6 +365,11 @@ class Importer {
   std::unordered_map<std::string, std::vector<int>> consumers_;
   std::unordered_set<std::string> graph_outputs_;
   std::unordered_map<std::string, Blob> constants_;
+  std::unordered_map<std::string, int> onnx_types_;   // initializers and Constant outputs: their ONNX element type
+  /// Tensors held as the real values of a quantised tensor (QuantizeLinear, QLinearConv, ...): their quantisation.
+  std::unordered_map<std::string, core::FakeQuant> quantized_;
+  /// DynamicQuantizeLinear's integer outputs (held as floats): their scale and zero point blobs.
+  std::unordered_map<std::string, std::pair<std::string, std::string>> int_valued_;
   std::unordered_map<std::string, Shape> shapes_;     // blobs computed at run time (and materialized constants)
   std::unordered_set<std::string> taken_blobs_, taken_layers_, node_names_;
   std::unordered_set<std::string> unavailable_;       // outputs of unsupported nodes
@@ -409,6 +435,13 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Resize", &Importer::resize},
       {"ConvTranspose", &Importer::conv_transpose},
       {"LSTM", &Importer::rnn},
+      {"QuantizeLinear", &Importer::quantize_linear},
+      {"DequantizeLinear", &Importer::dequantize_linear},
+      {"QLinearConv", &Importer::qlinear_conv},
+      {"QLinearMatMul", &Importer::qlinear_matmul},
+      {"DynamicQuantizeLinear", &Importer::dynamic_quantize_linear},
+      {"ConvInteger", &Importer::conv_integer},
+      {"MatMulInteger", &Importer::matmul_integer},
       {"InstanceNormalization", &Importer::group_norm},
       {"GroupNormalization", &Importer::group_norm},
       {"Tile", &Importer::tile},
@@ -453,6 +486,7 @@ void Importer::read_initializers() {
     if (t.name().empty()) throw Error("an initializer has no name", file_, {}, "initializer");
     if (!constants_.emplace(t.name(), read_tensor(t, src_, {}, t.name())).second)
       throw Error(fmt::format("initializer '{}' appears twice", t.name()), file_, {}, "initializer");
+    onnx_types_[t.name()] = t.data_type();
     // The blob holds a copy now: free the model's bytes early (large models).
     std::string().swap(*t.mutable_raw_data());
   }
@@ -1053,6 +1087,246 @@ void Importer::tile(const Node& n) {
     add(std::move(l));
     cur = next;
   }
+}
+
+// ---------------------------------------------------------------------------
+// Quantised ONNX. A quantised tensor is held as its real values (a float blob
+// made by a fake_quant layer, whose quantisation the qint8 routines then use:
+// record_quantisation), so QDQ pairs, QLinearConv and QLinearMatMul compute
+// what ONNX Runtime computes, and tuning with qint8 schemas runs them on our
+// int8 routines with the model's own scales. Quantised weights are dequantised
+// at import. DynamicQuantizeLinear's integers are held as floats with their
+// run-time scale and zero point; ConvInteger and MatMulInteger subtract the
+// zero points and run as float convolutions and products (exact integers).
+
+Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32) {
+  QParams q;
+  for (double v : to_doubles(require_constant(n, scale_k, "scale"))) {
+    if (!(v > 0) || !std::isfinite(v) || v > 1e30 || v < 1e-30)
+      throw n.error(fmt::format("{} scale {} is not a positive finite number", what, v), "scale");
+    q.scales.push_back(static_cast<float>(v));
+  }
+  if (q.scales.empty()) throw n.error(fmt::format("{} has no scale", what), "scale");
+  int type = onnx::TensorProto::UINT8;
+  if (n.has_in(zp_k)) {
+    q.zero_points = constant_ints(n, zp_k, "zero_point");
+    auto t = onnx_types_.find(n.in(zp_k));
+    if (t != onnx_types_.end()) type = t->second;
+  }
+  if (type == onnx::TensorProto::INT8) {
+    q.qmin = -128;
+    q.qmax = 127;
+  } else if (int32 && type == onnx::TensorProto::INT32) {
+    q.qmin = std::numeric_limits<int32_t>::min();
+    q.qmax = std::numeric_limits<int32_t>::max();
+  } else if (type != onnx::TensorProto::UINT8) {
+    throw Unsupported{fmt::format("{} with {} zero points (uint8 and int8 are supported)", n.op(),
+                                  onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type)))};
+  }
+  if (q.zero_points.empty()) q.zero_points.assign(q.scales.size(), 0);
+  if (q.zero_points.size() != q.scales.size())
+    throw n.error(fmt::format("{} zero points for {} scales", q.zero_points.size(), q.scales.size()), "zero_point");
+  for (int64_t z : q.zero_points)
+    if (z < q.qmin || z > q.qmax) throw n.error(fmt::format("zero point {} outside [{}, {}]", z, q.qmin, q.qmax), "zero_point");
+  return q;
+}
+
+core::FakeQuant Importer::per_tensor(const Node& n, const QParams& q, const char* what) const {
+  if (q.scales.size() != 1)
+    throw Unsupported{fmt::format("{} with {} quantised per axis ({} scales): activations are quantised per tensor", n.op(), what, q.scales.size())};
+  core::FakeQuant f;
+  f.scale = q.scales[0];
+  f.zero_point = static_cast<int32_t>(q.zero_points[0]);
+  f.qmin = static_cast<int32_t>(q.qmin);
+  f.qmax = static_cast<int32_t>(q.qmax);
+  return f;
+}
+
+void Importer::add_fake_quant(const Node& n, const std::string& x, const std::string& y, const core::FakeQuant& q) {
+  Layer l = make("fake_quant", y == n.out(0) ? n.name : n.name + "/quantize", {x}, {y});
+  l.params["scale"] = static_cast<double>(q.scale);
+  l.params["zero_point"] = int64_t{q.zero_point};
+  l.params["qmin"] = int64_t{q.qmin};
+  l.params["qmax"] = int64_t{q.qmax};
+  add(std::move(l));
+  quantized_[y] = q;
+}
+
+Blob Importer::dequantized(const Node& n, const Blob& v, const QParams& q, int axis, const char* what) const {
+  const Shape& s = v.shape();
+  const std::vector<double> values = to_doubles(v);
+  Blob out = Blob::allocate(s);
+  int64_t inner = 1, dim = 1;
+  if (q.scales.size() > 1) {
+    if (axis < 0) axis += s.rank();
+    if (axis < 0 || axis >= s.rank() || s[axis] != static_cast<int64_t>(q.scales.size()))
+      throw n.error(fmt::format("{} scales along axis {} of {} {}", q.scales.size(), axis, what, s.to_string()), "axis");
+    dim = s[axis];
+    for (int d = axis + 1; d < s.rank(); ++d) inner *= s[d];
+  }
+  float* o = out.data_as<float>();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto c = static_cast<std::size_t>(q.scales.size() > 1 ? static_cast<int64_t>(i) / inner % dim : 0);
+    o[i] = static_cast<float>(values[i] - static_cast<double>(q.zero_points[c])) * q.scales[c];
+  }
+  return out;
+}
+
+void Importer::quantize_linear(const Node& n) {
+  const QParams q = qparams(n, 1, 2, "y");
+  const int axis = static_cast<int>(n.get_int("axis", 1));
+  if (const Blob* c = constant(n.in(0))) {
+    // A constant: quantised now, held as its real values.
+    const Shape& s = c->shape();
+    Blob out = Blob::allocate(s);
+    const std::vector<double> v = to_doubles(*c);
+    int64_t inner = 1, dim = 1;
+    int ax = axis < 0 ? axis + s.rank() : axis;
+    if (q.scales.size() > 1) {
+      if (ax < 0 || ax >= s.rank() || s[ax] != static_cast<int64_t>(q.scales.size())) throw n.error("scales do not match the axis", "axis");
+      dim = s[ax];
+      for (int d = ax + 1; d < s.rank(); ++d) inner *= s[d];
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto ch = static_cast<std::size_t>(q.scales.size() > 1 ? static_cast<int64_t>(i) / inner % dim : 0);
+      core::FakeQuant f{q.scales[ch], static_cast<int32_t>(q.zero_points[ch]), static_cast<int32_t>(q.qmin), static_cast<int32_t>(q.qmax)};
+      out.data_as<float>()[i] = f.apply(static_cast<float>(v[i]));
+    }
+    constants_[n.out(0)] = out;
+    if (q.scales.size() == 1) quantized_[n.out(0)] = per_tensor(n, q, "y");
+    return;
+  }
+  add_fake_quant(n, input(n, 0), n.out(0), per_tensor(n, q, "the input"));
+}
+
+void Importer::dequantize_linear(const Node& n) {
+  const std::string& x = n.in(0);
+  const int axis = static_cast<int>(n.get_int("axis", 1));
+  if (auto it = quantized_.find(x); it != quantized_.end()) {
+    // Already held as real values: the dequantisation must be the quantisation's.
+    const QParams q = qparams(n, 1, 2, "x");
+    const core::FakeQuant f = per_tensor(n, q, "x");
+    if (f.scale != it->second.scale || f.zero_point != it->second.zero_point)
+      throw Unsupported{fmt::format("DequantizeLinear with scale {} and zero point {} of '{}', quantised with {} and {}", f.scale,
+                                    f.zero_point, x, it->second.scale, it->second.zero_point)};
+    if (const Blob* c = constant(x)) {
+      constants_[n.out(0)] = *c;
+      return;
+    }
+    return add_unary(n, "identity", input(n, 0), n.out(0));
+  }
+  if (const Blob* c = constant(x)) {  // quantised weights, biases
+    if (c->dtype() == DType::float32) throw n.error("a float constant is not quantised", "x");
+    QParams q = qparams(n, 1, 2, "x", true);
+    if (!n.has_in(2)) {  // no zero point: the range from x's own type
+      auto t = onnx_types_.find(x);
+      if (t != onnx_types_.end() && t->second == onnx::TensorProto::INT8) q.qmin = -128, q.qmax = 127;
+    }
+    constants_[n.out(0)] = dequantized(n, *c, q, axis, "x");
+    return;
+  }
+  if (auto it = int_valued_.find(x); it != int_valued_.end()) {
+    // DynamicQuantizeLinear's integers: (x - zero_point) * scale, with the node's own scale and zero point.
+    std::string centred = fresh_blob(n.out(0) + "/centred");
+    add(make("sub", n.name + "/zero_point", {input(n, 0), input(n, 2)}, {centred}));
+    add(make("mul", n.name, {centred, input(n, 1)}, {n.out(0)}));
+    return;
+  }
+  throw Unsupported{fmt::format("DequantizeLinear of '{}', a run-time tensor no QuantizeLinear or DynamicQuantizeLinear made", x)};
+}
+
+void Importer::qlinear_conv(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (!quantized_.count(n.in(0)) && !constant(n.in(0))) throw Unsupported{"QLinearConv of a tensor no QuantizeLinear made"};
+  const QParams xq = qparams(n, 1, 2, "x"), wq = qparams(n, 4, 5, "w"), yq = qparams(n, 6, 7, "y");
+  const Blob& w_int = require_constant(n, 3, "w");
+  Blob w = dequantized(n, w_int, wq, 0, "w");
+  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
+  const std::string tmp = fresh_blob(n.out(0) + "/real");
+  Layer l = make("conv2", n.name + "/conv", {input(n, 0)}, {tmp});
+  if (n.has_in(8)) {  // int32 bias at scale x_scale * w_scale (per output channel)
+    const std::vector<double> b = to_doubles(require_constant(n, 8, "B"));
+    const int64_t oc = w.shape()[0];
+    if (static_cast<int64_t>(b.size()) != oc) throw n.error(fmt::format("{} bias values for {} output channels", b.size(), oc), "B");
+    std::vector<float> bias(b.size());
+    for (std::size_t c = 0; c < b.size(); ++c)
+      bias[c] = static_cast<float>(b[c] * static_cast<double>(xq.scales[0]) * static_cast<double>(wq.scales[wq.scales.size() > 1 ? c : 0]));
+    l.weights["bias"] = float_blob(Shape{oc}, bias);
+  }
+  per_tensor(n, xq, "x");
+  l.weights["weight"] = w;
+  l.params["strides"] = strides;
+  l.params["dilations"] = dilations;
+  l.params["group"] = n.get_int("group", 1);
+  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
+  add(std::move(l));
+  add_fake_quant(n, tmp, n.out(0), per_tensor(n, yq, "y"));
+}
+
+void Importer::qlinear_matmul(const Node& n) {
+  if (!quantized_.count(n.in(0)) && !constant(n.in(0))) throw Unsupported{"QLinearMatMul of a tensor no QuantizeLinear made"};
+  const QParams aq = qparams(n, 1, 2, "a"), bq = qparams(n, 4, 5, "b"), yq = qparams(n, 6, 7, "y");
+  per_tensor(n, aq, "a");
+  const std::string tmp = fresh_blob(n.out(0) + "/real");
+  const Blob* b = constant(n.in(3));
+  if (b && b->shape().rank() == 2) {
+    // Per-column scales of B ([K, N]) lie along axis 1.
+    Layer d = make("dense", n.name + "/matmul", {input(n, 0)}, {tmp});
+    d.weights["weight"] = transposed(dequantized(n, *b, bq, 1, "b"), {1, 0});
+    add(std::move(d));
+  } else {
+    if (!quantized_.count(n.in(3))) throw Unsupported{"QLinearMatMul of a B no QuantizeLinear made"};
+    add(make("matmul", n.name + "/matmul", {input(n, 0), input(n, 3)}, {tmp}));
+  }
+  add_fake_quant(n, tmp, n.out(0), per_tensor(n, yq, "y"));
+}
+
+void Importer::dynamic_quantize_linear(const Node& n) {
+  std::vector<std::string> outs{output(n, 0), output(n, 1), output(n, 2)};
+  add(make("dynamic_quantize", n.name, {input(n, 0)}, outs));
+  int_valued_[outs[0]] = {outs[1], outs[2]};
+}
+
+void Importer::conv_integer(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (!int_valued_.count(n.in(0))) throw Unsupported{"ConvInteger of a tensor no DynamicQuantizeLinear made"};
+  QParams wq;
+  wq.scales.assign(1, 1.0f);
+  wq.zero_points = n.has_in(3) ? constant_ints(n, 3, "w_zero_point") : std::vector<int64_t>{0};
+  wq.scales.assign(wq.zero_points.size(), 1.0f);
+  const Blob w = dequantized(n, require_constant(n, 1, "w"), wq, 0, "w");  // w - w_zero_point, exact
+  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
+  std::string x = input(n, 0);
+  if (n.has_in(2)) {  // padding reads (x - x_zero_point) = 0, as ONNX Runtime pads with the zero point
+    std::string centred = fresh_blob(n.out(0) + "/centred");
+    add(make("sub", n.name + "/zero_point", {x, input(n, 2)}, {centred}));
+    x = centred;
+  }
+  Layer l = make("conv2", n.name, {x}, {n.out(0)});
+  l.weights["weight"] = w;
+  l.params["strides"] = strides;
+  l.params["dilations"] = dilations;
+  l.params["group"] = n.get_int("group", 1);
+  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
+  add(std::move(l));
+}
+
+void Importer::matmul_integer(const Node& n) {
+  if (!int_valued_.count(n.in(0))) throw Unsupported{"MatMulInteger of an A no DynamicQuantizeLinear made"};
+  const Blob* b = constant(n.in(1));
+  if (!b || b->shape().rank() != 2) throw Unsupported{"MatMulInteger with a B that is not a 2-D constant"};
+  QParams bq;
+  bq.zero_points = n.has_in(3) ? constant_ints(n, 3, "b_zero_point") : std::vector<int64_t>{0};
+  bq.scales.assign(bq.zero_points.size(), 1.0f);
+  std::string a = input(n, 0);
+  if (n.has_in(2)) {
+    std::string centred = fresh_blob(n.out(0) + "/centred");
+    add(make("sub", n.name + "/zero_point", {a, input(n, 2)}, {centred}));
+    a = centred;
+  }
+  Layer d = make("dense", n.name, {a}, {n.out(0)});
+  d.weights["weight"] = transposed(dequantized(n, *b, bq, 1, "b"), {1, 0});  // B - b_zero_point, [N, K]
+  add(std::move(d));
 }
 
 void Importer::gemm(const Node& n) {
@@ -1734,6 +2008,7 @@ void Importer::constant_node(const Node& n) {
   if (const auto* a = n.attr("value")) {
     if (a->type() != onnx::AttributeProto::TENSOR) throw n.error("expected a tensor", "value");
     constants_[y] = read_tensor(a->t(), src_, n.name, "value");
+    onnx_types_[y] = a->t().data_type();
   } else if (n.has("value_float")) {
     constants_[y] = float_blob({}, {static_cast<float>(n.get_float("value_float"))});
   } else if (const auto* fs = n.attr("value_floats")) {
@@ -1991,6 +2266,18 @@ core::PassOptions pass_options(const ImportOptions& o) {
 namespace onnx_import {
 namespace {
 
+/// A quantised model's own quantisation, for the qint8 routines: each fake_quant
+/// layer's on its output, and on its input where nothing else gave that one
+/// (the layer before then writes int8 straight at it, as QLinearConv does).
+void record_quantisation(core::Graph& graph) {
+  for (const auto& l : graph.layers)
+    if (l.type == "fake_quant") {
+      const QuantParams q = core::fake_quant_params(l).as_int8();
+      graph.blob_quant[l.outputs[0]] = q;
+      graph.blob_quant.emplace(l.inputs[0], q);
+    }
+}
+
 core::Graph import_optimized(const std::string& path, const ImportOptions& options) {
   core::Graph graph = import_graph(path, options);
   try {
@@ -1998,6 +2285,7 @@ core::Graph import_optimized(const std::string& path, const ImportOptions& optio
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
+  record_quantisation(graph);
   return graph;
 }
 

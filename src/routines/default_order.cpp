@@ -221,6 +221,8 @@ const LayerOrder kDefaultOrder[] = {
     {"lstm", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"gru", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"group_norm", {{"cpu/vec"}, {"cpu/ref"}}},
+    {"fake_quant", {{"cpu/vec", "cpu:float32:nhwc/vec"}, {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"}, {"cpu/ref"}}},
+    {"dynamic_quantize", {{"cpu/vec"}, {"cpu/ref"}}},
 };
 
 struct Registration {

@@ -408,6 +408,20 @@ TEST_CASE("shape inference: group_norm", "[core][shape]") {
   expect_error(gn(1, 4), {{4}}, "input");
 }
 
+TEST_CASE("shape inference: fake_quant and dynamic_quantize", "[core][shape]") {
+  auto fq = [](double scale, int64_t zp, int64_t qmin, int64_t qmax) {
+    return L("fake_quant", {{"scale", scale}, {"zero_point", zp}, {"qmin", qmin}, {"qmax", qmax}});
+  };
+  CHECK(infer(fq(0.1, 128, 0, 255), {{1, 3, 4}}) == Shapes{{1, 3, 4}});
+  CHECK(infer(fq(0.1, -5, -128, 127), {{7}}) == Shapes{{7}});
+  expect_error(fq(0.0, 0, 0, 255), {{7}}, "scale");
+  expect_error(fq(-1.0, 0, 0, 255), {{7}}, "scale");
+  expect_error(fq(0.1, 300, 0, 255), {{7}}, "zero_point");
+  expect_error(fq(0.1, 0, 0, 127), {{7}}, "qmin");
+  CHECK(infer(L("dynamic_quantize", {}, {}, 1, 3), {{2, 5}}) == Shapes{{2, 5}, {}, {}});
+  expect_error(L("dynamic_quantize", {}, {}, 1, 1), {{2, 5}}, "outputs");
+}
+
 // A layer type added to layer_types.cpp needs its cases above, then its name here.
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
@@ -415,7 +429,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
-      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm"};
+      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

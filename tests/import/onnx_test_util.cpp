@@ -111,6 +111,16 @@ OnnxModel& OnnxModel::init_ints(const std::string& name, const std::vector<int64
   return *this;
 }
 
+OnnxModel& OnnxModel::init_typed(const std::string& name, int onnx_type, const std::vector<int64_t>& dims,
+                                 const std::vector<int64_t>& values) {
+  auto* t = graph().add_initializer();
+  t->set_data_type(onnx_type);
+  for (auto d : dims) t->add_dims(d);
+  for (auto v : values) t->add_int32_data(static_cast<int32_t>(v));
+  t->set_name(name);
+  return *this;
+}
+
 NodeRef OnnxModel::node(const std::string& op, const std::vector<std::string>& inputs,
                         const std::vector<std::string>& outputs, const std::string& name) {
   auto* n = graph().add_node();

@@ -37,6 +37,9 @@ class OnnxModel {
   OnnxModel& output(const std::string& name);
   OnnxModel& init(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values);
   OnnxModel& init_ints(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& values);
+  /// An integer initializer of another ONNX type (INT8, UINT8, INT32), values in its int32_data field.
+  OnnxModel& init_typed(const std::string& name, int onnx_type, const std::vector<int64_t>& dims,
+                        const std::vector<int64_t>& values);
   NodeRef node(const std::string& op, const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
                const std::string& name = {});
   /// Writes the model into the test folder; returns its path.

@@ -194,6 +194,23 @@ std::vector<Case> rnn_cases(const std::string& type, std::mt19937& rng) {
 
 std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   if (type == "lstm" || type == "gru") return rnn_cases(type, rng);
+  if (type == "fake_quant") {
+    std::vector<Case> out;
+    for (auto [scale, zp, qmin, qmax] : {std::tuple<double, int64_t, int64_t, int64_t>{0.05, 100, 0, 255}, {0.1, -3, -128, 127}}) {
+      out.push_back({fmt::format("fake_quant scale {} zero point {} [{}, {}]", scale, zp, qmin, qmax),
+                     layer_of("fake_quant", {{"scale", scale}, {"zero_point", zp}, {"qmin", qmin}, {"qmax", qmax}}, {}),
+                     {random_blob({1, 8, 5, 7}, rng, -8.0f, 8.0f)}});
+    }
+    return out;
+  }
+  if (type == "dynamic_quantize") {
+    std::vector<Case> out;
+    for (const Shape& shape : {Shape{2, 3, 7, 7}, Shape{1, 5000}})
+      out.push_back({fmt::format("dynamic_quantize {}", shape.to_string()), layer_of("dynamic_quantize", {}, {}, 1, 3),
+                     {random_blob(shape, rng, -3.0f, 5.0f)}});
+    out.push_back({"dynamic_quantize, all positive", layer_of("dynamic_quantize", {}, {}, 1, 3), {random_blob({300}, rng, 1.0f, 2.0f)}});
+    return out;
+  }
   if (type == "group_norm") {
     std::vector<Case> out;
     for (auto [shape, groups] : {std::pair<Shape, int64_t>{{1, 8, 5, 7}, 2}, {{2, 6, 9, 9}, 6}, {{1, 32, 33}, 8}, {{1, 4, 70, 70}, 1}}) {

@@ -39,7 +39,8 @@ using namespace softneuro;
 namespace {
 
 const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "relu", "clip",
-                                     "hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu", "flatten", "reshape", "identity"};
+                                     "hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu", "flatten", "reshape", "identity",
+                                     "fake_quant"};
 /// Types computed by a table of the reference's own formula: bit-exact.
 const std::set<std::string> kTableTypes = {"hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu"};
 
@@ -435,6 +436,13 @@ std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng, int co
     if (type == "hardsigmoid" && pick(rng, 0, 1)) p["alpha"] = 1.0 / 6, p["beta"] = 0.5;
     if (type == "gelu" && pick(rng, 0, 1)) p["approximate"] = std::string("tanh");
     if (type == "reshape") p["shape"] = std::vector<int64_t>{s[0], -1};
+    if (type == "fake_quant") {
+      const bool u8 = pick(rng, 0, 1) == 0;
+      p["scale"] = 0.01 * pick(rng, 1, 20);
+      p["qmin"] = int64_t{u8 ? 0 : -128};
+      p["qmax"] = int64_t{u8 ? 255 : 127};
+      p["zero_point"] = int64_t{u8 ? pick(rng, 0, 255) : pick(rng, -128, 127)};
+    }
     QuantParams q = random_quant(rng);
     const bool same = pick(rng, 0, 1) == 0;
     out.push_back({lab + (same ? " same-quant" : ""), test::make_layer(type, p), {random_qblob(s, rng, q)},

@@ -989,6 +989,24 @@ class LutRoutine : public Routine {
   std::string_view type_;
 };
 
+/// fake_quant by the same table: quantise_out(FakeQuant::apply(dequantise_in(q))),
+/// exact for any input and output quantisation (an imported QDQ model's blobs
+/// carry the layer's own: then the table is the identity).
+class FakeQuantRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "fake_quant"; }
+  std::string_view algorithm() const override { return "avx2"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this fake_quant: {}", ok.reason));
+    const core::FakeQuant q = core::fake_quant_params(*info.layer);
+    int8_t table[256];
+    fill_table(table, in_q(info, 0), out_q(info), [&](float v) { return q.apply(v); });
+    return std::make_unique<Lut>(info.input_shapes[0].numel(), table);
+  }
+};
+
 struct HardsigmoidLut : LutRoutine { HardsigmoidLut() : LutRoutine("hardsigmoid") {} };
 struct HardswishLut : LutRoutine { HardswishLut() : LutRoutine("hardswish") {} };
 struct SigmoidLut : LutRoutine { SigmoidLut() : LutRoutine("sigmoid") {} };
@@ -1124,5 +1142,6 @@ SOFTNEURO_REGISTER_ROUTINE(GeluLut);
 SOFTNEURO_REGISTER_ROUTINE(FlattenCopy);
 SOFTNEURO_REGISTER_ROUTINE(ReshapeCopy);
 SOFTNEURO_REGISTER_ROUTINE(IdentityCopy);
+SOFTNEURO_REGISTER_ROUTINE(FakeQuantRoutine);
 
 }  // namespace softneuro

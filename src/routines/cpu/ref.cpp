@@ -831,6 +831,39 @@ struct GroupNorm final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// fake_quant: quantise and dequantise each value (FakeQuant::apply, ONNX Runtime's float steps).
+// dynamic_quantize: min and max, then ONNX DynamicQuantizeLinear's scale, zero point and values.
+
+struct FakeQuantRef final : RefPrepared {
+  static constexpr std::string_view kType = "fake_quant";
+  core::FakeQuant q;
+  int64_t n;
+  explicit FakeQuantRef(const LayerInfo& info) : q(core::fake_quant_params(*info.layer)), n(info.input_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    for (int64_t i = 0; i < n; ++i) y[i] = q.apply(x[i]);
+  }
+};
+
+struct DynamicQuantize final : RefPrepared {
+  static constexpr std::string_view kType = "dynamic_quantize";
+  int64_t n;
+  explicit DynamicQuantize(const LayerInfo& info) : n(info.input_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float lo = 0, hi = 0;
+    for (int64_t i = 0; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+    float scale, zp;
+    core::dynamic_quant_params(lo, hi, scale, zp);
+    float* y = a.outputs[0]->data_as<float>();
+    for (int64_t i = 0; i < n; ++i) y[i] = std::clamp(std::nearbyint(x[i] / scale) + zp, 0.0f, 255.0f);
+    *a.outputs[1]->data_as<float>() = scale;
+    *a.outputs[2]->data_as<float>() = zp;
+  }
+};
+
+// ---------------------------------------------------------------------------
 // concat / split along an axis: per outer index, contiguous chunks of axis*inner.
 
 struct Concat final : RefPrepared {
@@ -1166,5 +1199,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Reduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<4>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<3>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GroupNorm>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<FakeQuantRef>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<DynamicQuantize>);
 
 }  // namespace softneuro

@@ -6,6 +6,8 @@
 //  layernorm  cpu: any axis (the normalised dims axis..rank-1 are one
 //             contiguous row per outer index); mean and variance in one pass.
 //  group_norm cpu: [N,C,...], one task per (n, group): the group's planes are contiguous.
+//  fake_quant cpu and cpu:float32:nhwc (elementwise): ONNX Runtime's quantise-dequantise.
+//  dynamic_quantize cpu: min/max in chunks across threads, then the values.
 //  softmax    cpu: the last axis (rows), max-subtracted, vectorised exp.
 //  gelu       cpu and cpu:float32:nhwc (elementwise, layout-agnostic): erf or
 //             tanh form as the layer's `approximate` says.
@@ -195,6 +197,60 @@ struct GroupNorm final : PreparedRoutine {
   }
 };
 
+struct FakeQuantVec final : PreparedRoutine {
+  static constexpr std::string_view kType = "fake_quant";
+  static constexpr bool kSimd = true;
+  static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
+  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+
+  const vk::Kernels& k;
+  core::FakeQuant q;
+  int64_t n;
+  FakeQuantVec(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), q(core::fake_quant_params(*info.layer)), n(info.input_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, kGrainElems, [&](int64_t b, int64_t e) {
+      k.quantize(x + b, y + b, e - b, q.scale, static_cast<float>(q.zero_point), static_cast<float>(q.qmin),
+                 static_cast<float>(q.qmax), true);
+    });
+  }
+};
+
+struct DynamicQuantizeVec final : PreparedRoutine {
+  static constexpr std::string_view kType = "dynamic_quantize";
+  static constexpr bool kSimd = true;
+  static constexpr int64_t kChunks = 64;  // min/max partials, one slot each: no allocation at run time
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+
+  const vk::Kernels& k;
+  int64_t n;
+  float lo[kChunks], hi[kChunks];
+  DynamicQuantizeVec(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), n(info.input_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const int64_t chunks = std::clamp<int64_t>(n / kGrainElems, 1, kChunks), per = (n + chunks - 1) / chunks;
+    a.pool->parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        const int64_t s = c * per, t = std::min(n, s + per);
+        lo[c] = hi[c] = 0;
+        if (s < t) k.min_max(x + s, t - s, &lo[c], &hi[c]);
+      }
+    });
+    float mn = 0, mx = 0;
+    for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lo[c]), mx = std::max(mx, hi[c]);
+    float scale, zp;
+    core::dynamic_quant_params(mn, mx, scale, zp);
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, kGrainElems, [&](int64_t b, int64_t e) { k.quantize(x + b, y + b, e - b, scale, zp, 0.0f, 255.0f, false); });
+    *a.outputs[1]->data_as<float>() = scale;
+    *a.outputs[2]->data_as<float>() = zp;
+  }
+};
+
 struct Softmax final : PreparedRoutine {
   static constexpr std::string_view kType = "softmax";
   static constexpr bool kSimd = true;
@@ -318,6 +374,8 @@ struct Concat final : PreparedRoutine {
 
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantVec>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<DynamicQuantizeVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Softmax>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<GeluK>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<ErfK>>);

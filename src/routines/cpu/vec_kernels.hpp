@@ -26,6 +26,11 @@ struct Kernels {
   /// (bias may be null). Sums per plane in float vectors, across planes in double.
   void (*group_norm)(const float* x, float* y, int64_t channels, int64_t spatial, const float* scale, const float* bias,
                      float eps);
+  /// q = clamp(round(x[i] / scale) + zp, qmin, qmax), i < n (round: to nearest even; a division,
+  /// not a multiplication by 1/scale, as ONNX Runtime rounds); y[i] = dequantize ? (q - zp) * scale : q.
+  void (*quantize)(const float* x, float* y, int64_t n, float scale, float zp, float qmin, float qmax, bool dequantize);
+  /// min and max of x[0..n) (n > 0).
+  void (*min_max)(const float* x, int64_t n, float* min, float* max);
 };
 
 namespace avx2 {

@@ -238,6 +238,34 @@ void group_norm(const float* x, float* y, int64_t channels, int64_t spatial, con
   }
 }
 
+void quantize(const float* x, float* y, int64_t n, float scale, float zp, float qmin, float qmax, bool dequantize) {
+  const vf s = vset1(scale), z = vset1(zp), lo = vset1(qmin), hi = vset1(qmax);
+  auto q = [&](vf v) {
+    const vf r = vmin(vmax(vadd(vround(vdiv(v, s)), z), lo), hi);
+    return dequantize ? vmul(vsub(r, z), s) : r;
+  };
+  int64_t i = 0;
+  for (; i + kV <= n; i += kV) vstore(y + i, q(vload(x + i)));
+  if (i < n) vstore_n(y + i, q(vload_n(x + i, n - i)), n - i);
+}
+
+void min_max(const float* x, int64_t n, float* min, float* max) {
+  vf lo = vset1(x[0]), hi = lo;
+  int64_t i = 0;
+  for (; i + kV <= n; i += kV) {
+    const vf v = vload(x + i);
+    lo = vmin(lo, v);
+    hi = vmax(hi, v);
+  }
+  if (i < n) {
+    const vf v = vload_n(x + i, n - i, x[0]);  // missing lanes read as x[0], already counted
+    lo = vmin(lo, v);
+    hi = vmax(hi, v);
+  }
+  *min = -hmax(vsub(vzero(), lo));
+  *max = hmax(hi);
+}
+
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * n;
@@ -301,6 +329,6 @@ void erf(const float* x, float* y, int64_t n) { map<verf>(x, y, n); }
 
 }  // namespace
 
-const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm};
+const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm, quantize, min_max};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS

@@ -1,0 +1,159 @@
+// Quantised ONNX: QDQ pairs, QLinearConv, DynamicQuantizeLinear with
+// MatMulInteger and ConvInteger, against ONNX Runtime 1.32 (values below);
+// and a QDQ model tuned onto the qint8 routines with its own scales.
+#include "core/cpu_features.hpp"
+#include "core/net_impl.hpp"
+#include "import/onnx_test_util.hpp"
+
+#include <softneuro/tune.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using namespace softneuro;
+using namespace softneuro::test;
+
+namespace {
+
+using T = onnx::TensorProto;
+
+std::vector<float> pattern(std::size_t n, int mod, float shift, float div) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = (static_cast<float>(static_cast<int>(i) % mod) - shift) / div;
+  return v;
+}
+std::vector<int64_t> ints(std::size_t n, int mod, int shift) {
+  std::vector<int64_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>(i) % mod - shift;
+  return v;
+}
+
+/// x [1,3,5,5] quantised (0.02, 128 uint8); weights int8 [4,3,3,3] per output channel; int32 bias; y (0.03, 0 uint8).
+void conv_initializers(OnnxModel& m) {
+  m.init("xs", {}, {0.02f}).init_typed("xz", T::UINT8, {}, {128});
+  m.init_typed("w", T::INT8, {4, 3, 3, 3}, ints(108, 11, 5));
+  m.init("ws", {4}, {0.05f, 0.04f, 0.03f, 0.06f}).init_typed("wz", T::INT8, {4}, {0, 0, 0, 0});
+  m.init_typed("b", T::INT32, {4}, {100, -50, 0, 25});
+  m.init("bs", {4}, {0.05f * 0.02f, 0.04f * 0.02f, 0.03f * 0.02f, 0.06f * 0.02f}).init_typed("bz", T::INT32, {4}, {0, 0, 0, 0});
+  m.init("ys", {}, {0.03f}).init_typed("yz", T::UINT8, {}, {0});
+}
+
+OnnxModel qdq_conv() {
+  OnnxModel m(13);
+  m.input("x", {1, 3, 5, 5}).output("y");
+  conv_initializers(m);
+  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  m.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
+  m.node("DequantizeLinear", {"w", "ws", "wz"}, {"wd"}).i("axis", 0);
+  m.node("DequantizeLinear", {"b", "bs", "bz"}, {"bd"}).i("axis", 0);
+  m.node("Conv", {"xd", "wd", "bd"}, {"c"}).ints("pads", {1, 1, 1, 1});
+  m.node("QuantizeLinear", {"c", "ys", "yz"}, {"cq"});
+  m.node("DequantizeLinear", {"cq", "ys", "yz"}, {"y"});
+  return m;
+}
+
+const std::vector<float> kQdq = {0.0f, 0.69f, 1.6799999f, 0.87f, 0.41999999f, 2.01f, 1.26f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.23999999f, 0.81f, 0.65999997f, 0.89999998f, 1.92f, 0.89999998f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.32999998f, 1.77f, 1.05f, 0.41999999f, 0.65999997f, 0.20999999f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.26999998f, 0.69f, 0.75f, 0.81f, 0.47999999f, 0.12f, 0.89999998f, 0.75f, 0.29999998f, 0.0f, 0.47999999f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.089999996f, 0.63f, 0.29999998f, 0.53999996f, 0.81f, 0.75f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.12f, 0.0f, 0.26999998f, 2.04f, 2.8799999f, 1.02f, 0.38999999f, 0.26999998f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.81f, 1.4399999f, 1.3199999f, 1.23f, 0.65999997f};
+const std::vector<float> kQLinearConv = {0.0f, 0.69f, 1.6799999f, 0.87f, 0.41999999f, 2.01f, 1.26f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.23999999f, 0.81f, 0.65999997f, 0.89999998f, 1.92f, 0.89999998f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.32999998f, 1.77f, 1.05f, 0.41999999f, 0.65999997f, 0.20999999f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.26999998f, 0.69f, 0.75f, 0.81f, 0.47999999f, 0.12f, 0.89999998f, 0.75f, 0.29999998f, 0.0f, 0.47999999f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.089999996f, 0.63f, 0.29999998f, 0.53999996f, 0.81f, 0.75f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.12f, 0.0f, 0.26999998f, 2.04f, 2.8799999f, 1.02f, 0.38999999f, 0.26999998f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.81f, 1.4399999f, 1.3199999f, 1.23f, 0.65999997f};
+const std::vector<float> kDynamicMatMul = {0.19764708f, 0.36235297f, 0.028988238f, -0.05534118f, -0.586353f, -0.13901177f, -0.1956706f, -0.25232944f};
+const std::vector<float> kDynamicConv = {0.020235296f, -0.28988239f, -0.31858826f, 0.041411769f, -0.021176472f, 0.25976473f, 0.15058824f, 0.24941179f, 0.47952944f, 0.09882354f, 0.00094117655f, 0.00047058827f, -0.29129413f, -0.058823533f, -0.48988238f, 0.0014117649f, -0.018352943f, 0.07858824f, 0.18117648f, 0.35105884f, -0.1604706f, 0.0098823542f, -0.00094117655f, -0.0098823542f, 0.090352952f, -0.38023531f, -0.04941177f, 0.20941179f, -0.18211766f, -0.039058827f, 0.35105884f, -0.25176471f, 0.25082356f, -0.031058826f, -0.33976474f, 0.15058824f, 0.29788238f, 0.15011767f, -0.25929415f, -0.0014117649f, -0.17882355f, -0.32141179f, -0.077647068f, 0.29129413f, -0.051764712f, 0.14917648f, 0.069647066f, 0.089411773f, 0.11058825f, 0.039058827f};
+
+std::vector<float> x_values() { return pattern(75, 13, 6, 5); }
+
+}  // namespace
+
+TEST_CASE("QDQ: QuantizeLinear/DequantizeLinear pairs compute what ONNX Runtime computes", "[onnx][quant]") {
+  auto y = run_model(qdq_conv(), "qdq_conv.onnx", Shape{1, 3, 5, 5}, x_values());
+  REQUIRE(y.shape == Shape{1, 4, 5, 5});
+  // Equal up to float rounding at a quantisation step's edge: at most one step (0.03) anywhere, mostly exact.
+  int off = 0;
+  for (std::size_t i = 0; i < y.values.size(); ++i) {
+    CHECK(std::fabs(y.values[i] - kQdq[i]) <= 0.03f + 1e-6f);
+    off += std::fabs(y.values[i] - kQdq[i]) > 1e-6f;
+  }
+  CHECK(off <= 2);
+  // The model's own quantisation is recorded for the qint8 routines.
+  Net net = import_onnx(qdq_conv().save("qdq_conv_q.onnx"));
+  int fake_quant = count_layers(net, "fake_quant");
+  CHECK(fake_quant == 2);
+}
+
+TEST_CASE("QLinearConv: the QOperator form, as ONNX Runtime computes it", "[onnx][quant]") {
+  OnnxModel m(13);
+  m.input("x", {1, 3, 5, 5}).output("y");
+  conv_initializers(m);
+  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  m.node("QLinearConv", {"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"cq"}).ints("pads", {1, 1, 1, 1});
+  m.node("DequantizeLinear", {"cq", "ys", "yz"}, {"y"});
+  auto y = run_model(m, "qlinearconv.onnx", Shape{1, 3, 5, 5}, x_values());
+  for (std::size_t i = 0; i < y.values.size(); ++i) CHECK(std::fabs(y.values[i] - kQLinearConv[i]) <= 0.03f + 1e-6f);
+}
+
+TEST_CASE("Dynamic quantisation: DynamicQuantizeLinear, MatMulInteger and ConvInteger as ONNX Runtime computes them", "[onnx][quant]") {
+  SECTION("MatMulInteger") {
+    OnnxModel m(13);
+    m.input("x", {2, 6}).output("y");
+    m.init_typed("B", T::INT8, {6, 4}, ints(24, 9, 4)).init_typed("bz", T::INT8, {}, {0}).init("bs", {}, {0.07f});
+    m.node("DynamicQuantizeLinear", {"x"}, {"aq", "as", "az"});
+    m.node("MatMulInteger", {"aq", "B", "az", "bz"}, {"acc"});
+    m.node("Cast", {"acc"}, {"accf"}).i("to", T::FLOAT);
+    m.node("Mul", {"as", "bs"}, {"s"});
+    m.node("Mul", {"accf", "s"}, {"y"});
+    auto y = run_model(m, "dyn_matmul.onnx", Shape{2, 6}, pattern(12, 7, 3, 2.5f));
+    CHECK(max_abs_diff(y.values, kDynamicMatMul) < 1e-6);
+  }
+  SECTION("ConvInteger") {
+    OnnxModel m(13);
+    m.input("x", {1, 3, 5, 5}).output("y");
+    std::vector<int64_t> w(54);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int64_t>(i % 7 + 120);
+    m.init_typed("w", T::UINT8, {2, 3, 3, 3}, w).init_typed("wz", T::UINT8, {}, {123}).init("ws", {}, {0.05f});
+    m.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+    m.node("ConvInteger", {"xq", "w", "xz", "wz"}, {"acc"}).ints("pads", {1, 1, 1, 1});
+    m.node("Cast", {"acc"}, {"accf"}).i("to", T::FLOAT);
+    m.node("Mul", {"xs", "ws"}, {"s"});
+    m.node("Mul", {"accf", "s"}, {"y"});
+    auto y = run_model(m, "dyn_conv.onnx", Shape{1, 3, 5, 5}, x_values());
+    CHECK(max_abs_diff(y.values, kDynamicConv) < 1e-5);
+  }
+}
+
+TEST_CASE("Quantised ONNX: bad quantisation is refused naming the node and field", "[onnx][quant]") {
+  SECTION("a zero scale") {
+    OnnxModel m(13);
+    m.input("x", {1, 4}).output("y");
+    m.init("s", {}, {0.0f}).init_typed("z", T::UINT8, {}, {3});
+    m.node("QuantizeLinear", {"x", "s", "z"}, {"q"}, "quantize");
+    m.node("DequantizeLinear", {"q", "s", "z"}, {"y"});
+    CHECK_THROWS_WITH(import_onnx(m.save("qdq_zero_scale.onnx")), Catch::Contains("quantize") && Catch::Contains("scale"));
+  }
+  SECTION("a zero point outside its type") {
+    OnnxModel m(13);
+    m.input("x", {1, 4}).output("y");
+    m.init("s", {}, {0.1f}).init_typed("z", T::INT8, {}, {200});
+    m.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+    m.node("DequantizeLinear", {"q", "s", "z"}, {"y"});
+    CHECK_THROWS_WITH(import_onnx(m.save("qdq_bad_zp.onnx")), Catch::Contains("zero point"));
+  }
+}
+
+TEST_CASE("A QDQ model tuned with qint8 schemas runs on int8 routines with its own scales", "[onnx][quant][tune]") {
+  Net net = import_onnx(qdq_conv().save("qdq_conv_tune.onnx"));
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  const auto floats = run_net(net, in)[0].values;
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.2;
+  o.integrated_runs = 2;
+  o.schemas = {"cpu:qint8:*", "cpu:float32:*"};
+  o.pin = {{"*", "cpu:qint8*"}};  // every layer on a qint8 routine
+  if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
+  net.tune(o);
+  bool int8_conv = false;
+  for (const auto& l : net.layers()) int8_conv = int8_conv || (l.type == "conv2" && l.descriptor.starts_with("cpu:qint8"));
+  CHECK(int8_conv);
+  const auto int8 = run_net(net, in)[0].values;
+  // No calibration ran: the conv writes int8 at the model's output scale, so
+  // its result is the float path's to within one step of 0.03.
+  for (std::size_t i = 0; i < int8.size(); ++i) CHECK(std::fabs(int8[i] - floats[i]) <= 0.03f + 1e-5f);
+}
