@@ -1282,6 +1282,22 @@ void Importer::qlinear_matmul(const Node& n) {
 }
 
 void Importer::dynamic_quantize_linear(const Node& n) {
+  if (const Blob* c = constant(n.in(0))) {
+    // Of a constant (an exporter's weights): computed now, as the layer would.
+    const Blob x = to_float(*c);
+    const float* v = x.data_as<float>();
+    float lo = 0, hi = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) lo = std::min(lo, v[i]), hi = std::max(hi, v[i]);
+    float scale, zp;
+    core::dynamic_quant_params(lo, hi, scale, zp);
+    Blob y = Blob::allocate(x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) y.data_as<float>()[i] = std::clamp(std::nearbyint(v[i] / scale) + zp, 0.0f, 255.0f);
+    constants_[n.out(0)] = y;
+    if (!n.out(1).empty()) constants_[n.out(1)] = float_blob({}, {scale});
+    if (!n.out(2).empty()) constants_[n.out(2)] = int_blob({}, {static_cast<int64_t>(zp)});
+    int_valued_[n.out(0)] = {n.out(1), n.out(2)};
+    return;
+  }
   std::vector<std::string> outs{output(n, 0), output(n, 1), output(n, 2)};
   add(make("dynamic_quantize", n.name, {input(n, 0)}, outs));
   int_valued_[outs[0]] = {outs[1], outs[2]};

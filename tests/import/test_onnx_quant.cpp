@@ -102,6 +102,20 @@ TEST_CASE("Dynamic quantisation: DynamicQuantizeLinear, MatMulInteger and ConvIn
     auto y = run_model(m, "dyn_matmul.onnx", Shape{2, 6}, pattern(12, 7, 3, 2.5f));
     CHECK(max_abs_diff(y.values, kDynamicMatMul) < 1e-6);
   }
+  SECTION("DynamicQuantizeLinear of constant weights, computed at import") {
+    OnnxModel m(11);
+    m.input("x", {1, 3, 5, 5}).output("y");
+    m.init("w", {2, 3, 3, 3}, pattern(54, 7, 3.3f, 4));
+    m.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+    m.node("DynamicQuantizeLinear", {"w"}, {"wq", "ws", "wz"});
+    m.node("ConvInteger", {"xq", "wq", "xz", "wz"}, {"acc"}).ints("pads", {1, 1, 1, 1});
+    m.node("Cast", {"acc"}, {"accf"}).i("to", T::FLOAT);
+    m.node("Mul", {"xs", "ws"}, {"s"});
+    m.node("Mul", {"accf", "s"}, {"y"});
+    const std::vector<float> want = {0.2357924f, -1.0939794f, -1.1098685f, 0.61143255f, 0.077176474f, 1.1148512f, 0.57140487f, 1.2509344f, 2.5792665f, 0.66917652f, 0.23125261f, 0.13862976f, -1.5244292f, -0.38294813f, -2.4520969f, 0.050325263f, -0.22316957f, 0.048996542f, 0.54732186f, 1.5824499f, -0.44047061f, 0.45204157f, 0.12877509f, -0.18579932f, 0.27044985f, -1.7688582f, 0.11892042f, 1.5271419f, -0.50734949f, -0.018103808f, 1.5824499f, -1.4368443f, 1.2544776f, 0.023418687f, -1.514353f, 0.97533572f, 1.624526f, 0.67443603f, -1.3853011f, 0.002546713f, -0.84739107f, -1.7442769f, -0.72979933f, 1.100789f, -0.44694811f, 1.1059932f, 0.75559866f, 0.58463669f, 0.42004156f, 0.015778547f};
+    auto y = run_model(m, "dyn_weights.onnx", Shape{1, 3, 5, 5}, x_values());
+    CHECK(max_abs_diff(y.values, want) < 1e-5);
+  }
   SECTION("ConvInteger") {
     OnnxModel m(13);
     m.input("x", {1, 3, 5, 5}).output("y");
