@@ -14,8 +14,11 @@ bench/real/check_real.py at 1x3x48x192) it writes
 imports each (`softneuro import`), runs N seeded inputs through softneuro and
 ONNX Runtime and reports, per model, the cosine of the outputs (min over inputs),
 the largest difference in units of the output's quantisation step (QDQ: the
-last QuantizeLinear's scale) and top-1 agreement. Pass: every element within one
-step, or min cosine >= 0.999. --tune also tunes the QDQ model onto the qint8
+last QuantizeLinear's scale) and top-1 agreement; beside it ONNX Runtime against
+itself, its fused int8 kernels (the default) against its unfused graph (no graph
+optimisation: Q and DQ run literally in float, which our float path computes), the
+variation rounding at quantisation-step edges alone causes. Pass: every element
+within one step, or min cosine >= 0.999. --tune also tunes the QDQ model onto the qint8
 routines (`--schemas 'cpu:qint8:*,cpu:float32:*'`, its own scales, no
 calibration) and checks that the same way. Exit status 1 when any check fails.
 """
@@ -71,8 +74,15 @@ def output_step(path):
     return None
 
 
+def cosine(a, b):
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
 def compare(cli, dnn, path, name, shape, n, work, label):
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unfused = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     out_name = sess.get_outputs()[0].name
     rng = np.random.default_rng(2)
     xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(n)]
@@ -87,17 +97,21 @@ def compare(cli, dnn, path, name, shape, n, work, label):
         print(f"{label}: run failed: {r.stderr.strip()[-500:]}")
         return False
     step = output_step(path)
-    cos, worst, agree = [], 0.0, 0
+    cos, cos_ort, cos_unfused, worst, agree = [], [], [], 0.0, 0
     for k, x in enumerate(xs):
         ref = sess.run([out_name], {name: x})[0].reshape(-1).astype(np.float64)
+        plain = unfused.run([out_name], {name: x})[0].reshape(-1).astype(np.float64)
         got = np.load(os.path.join(work, f"y.{k}.npy") if n > 1 else out).reshape(-1).astype(np.float64)
-        cos.append(float(ref @ got / (np.linalg.norm(ref) * np.linalg.norm(got) + 1e-30)))
+        cos.append(cosine(ref, got))
+        cos_unfused.append(cosine(plain, got))
+        cos_ort.append(cosine(ref, plain))
         worst = max(worst, float(np.max(np.abs(ref - got))))
         agree += int(np.argmax(ref) == np.argmax(got))
     steps = worst / step if step else None
     ok = (steps is not None and steps <= 1.0 + 1e-3) or min(cos) >= 0.999
     print(f"{label}: {n} inputs, min cosine {min(cos):.6f}, max |diff| {worst:.3g}"
-          f"{f' = {steps:.2f} output steps' if steps is not None else ''}, top-1 agreement {agree}/{n}  {'ok' if ok else 'FAIL'}")
+          f"{f' = {steps:.2f} output steps' if steps is not None else ''}, top-1 agreement {agree}/{n}; against ONNX Runtime "
+          f"unfused {min(cos_unfused):.6f}; ONNX Runtime fused against unfused {min(cos_ort):.6f}  {'ok' if ok else 'FAIL'}")
     return ok
 
 
