@@ -6,7 +6,12 @@
 
 #include <softneuro/net.hpp>
 
+#include "core/layer_types.hpp"
+#include "core/registry.hpp"
+
+#include <set>
 #include <sstream>
+#include <tuple>
 
 using namespace softneuro;
 using namespace softneuro::test::f32;
@@ -23,9 +28,9 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
       for (int64_t icb : {0, 1})
         for (int64_t ohb : {1, 0})
           for (int64_t pad_copy : {1, 0})
-            combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb}, {"pad_copy", pad_copy},
-                              {"w_prefetch", (ocb + w + icb + ohb + pad_copy) % 2}, {"compact", (ocb + icb) % 2},
-                              {"span_rows", (w + icb + ohb) % 2}});
+            combos.push_back({{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb},
+                              {"input_mode", (w + icb + ohb) % 2 ? 2 : pad_copy},
+                              {"w_prefetch", (ocb + w + icb + ohb + pad_copy) % 2}, {"compact", (ocb + icb) % 2}});
   int supported = 0;
   std::string reason;
   for (int t = 0; t < 40; ++t) {
@@ -72,8 +77,8 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
     for (int j = 0; j < 3; ++j) {
       const RoutineParams& p = combos[static_cast<std::size_t>((t * 3 + j) % combos.size())];
       INFO("oc_block " << p[0].second << " ow_tile " << p[1].second << " ic_block " << p[2].second << " oh_block "
-                        << p[3].second << " pad_copy " << p[4].second << " w_prefetch " << p[5].second << " compact " << p[6].second
-                        << " span_rows " << p[7].second);
+                        << p[3].second << " input_mode " << p[4].second << " w_prefetch " << p[5].second << " compact "
+                        << p[6].second);
       check_case(l, {x}, descriptor, p);
     }
   }
@@ -104,9 +109,9 @@ TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter co
               const int64_t ohb = icb == 2 ? 3 : icb == 0 ? 0 : 1;
               const int64_t span = pad_copy ^ w_prefetch;  // both values at each pad_copy
               INFO("c" << c << " oc" << oc << " s" << s << " hw" << hw << " oc_block " << ocb << " ow_tile " << w
-                       << " ic_block " << icb << " pad_copy " << pad_copy << " w_prefetch " << w_prefetch << " span_rows " << span);
+                       << " ic_block " << icb << " input_mode " << (span ? 2 : pad_copy) << " w_prefetch " << w_prefetch);
               if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", icb}, {"oh_block", ohb},
-                                                      {"pad_copy", pad_copy}, {"w_prefetch", w_prefetch}, {"span_rows", span}}))
+                                                      {"input_mode", span ? 2 : pad_copy}, {"w_prefetch", w_prefetch}}))
                 return;
             }
   }
@@ -150,23 +155,23 @@ TEST_CASE("direct conv2 on 1x1 unpadded shapes (pointwise kernels, flat planes)"
           for (int64_t w_prefetch : {0, 1}) {
             // Strided: compact (the pixels read copied, then a flat stride-1 walk) or in place.
             const int64_t compact = (icb + w_prefetch + ocb) % 2;
-            // span_rows: tiles of even widths (with a row jump in place at a stride: split tiles).
+            // input_mode 2 (spanned): tiles of even widths (with a row jump in place at a stride: split tiles).
             const int64_t span = (tw + icb) % 2;
             INFO("c" << c << " oc" << oc << " s" << s << " " << h << "x" << w << " n" << n << " oc_block " << ocb
                      << " ow_tile " << tw << " ic_block " << icb << " w_prefetch " << w_prefetch << " compact " << compact
-                     << " span_rows " << span);
+                     << " input_mode " << 2 * span);
             if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", tw}, {"ic_block", icb}, {"oh_block", icb ? 2 : 0},
-                                                    {"w_prefetch", w_prefetch}, {"compact", compact}, {"span_rows", span}}))
+                                                    {"w_prefetch", w_prefetch}, {"compact", compact}, {"input_mode", 2 * span}}))
               return;
           }
   }
 }
 
-TEST_CASE("direct conv2: planes walked across their rows (span_rows: split tiles)", "[direct][conv2]") {
+TEST_CASE("direct conv2: planes walked across their rows (input_mode 2: split tiles)", "[direct][conv2]") {
   // A run of tiles over the whole plane, a tile reaching past its row's end
   // split across two rows (the next row's input x_row2 further): every split
   // point of the 2 x 4 and 2 x 6 tiles (rows of 4 to 17 pixels), strides 1 to 3
-  // (3: the intrinsic kernels, span_rows ignored), dilation 2, padded (a copy)
+  // (3: the intrinsic kernels, the mode ignored), dilation 2, padded (a copy)
   // and unpadded (in place) inputs, a partial last ic block, tasks of a few
   // runs (oh_block 2) and of whole planes, batch 2, each fused activation.
   const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
@@ -188,7 +193,7 @@ TEST_CASE("direct conv2: planes walked across their rows (span_rows: split tiles
           INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " d" << cs.d << " pad " << cs.pad << " "
                    << cs.h << "x" << cs.w << " n" << cs.n << " ow_tile " << tw << " oh_block " << ohb << " w_prefetch " << w_prefetch);
           if (!check_or_skip(l, {x}, descriptor, {{"oc_block", 2}, {"ow_tile", tw}, {"ic_block", ohb ? 1 : 0}, {"oh_block", ohb},
-                                                  {"w_prefetch", w_prefetch}, {"span_rows", 1}}))
+                                                  {"w_prefetch", w_prefetch}, {"input_mode", 2}}))
             return;
         }
   }
@@ -212,15 +217,15 @@ TEST_CASE("direct conv2: edge tiles over many channel blocks, rows of padding on
       for (int64_t icb : {0, 1024})
         for (int64_t pad_copy : {0, 1}) {
           INFO("c" << cs.c << " oc" << cs.oc << " k" << cs.k << " s" << cs.s << " pad " << cs.pad << " oc_block " << ocb
-                   << " ic_block " << icb << " pad_copy " << pad_copy);
+                   << " ic_block " << icb << " input_mode " << pad_copy);
           if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", 28}, {"ic_block", icb}, {"oh_block", 0},
-                                                  {"pad_copy", pad_copy}}))
+                                                  {"input_mode", pad_copy}}))
             return;
         }
   }
 }
 
-TEST_CASE("direct conv2: edge tiles in place (pad_copy 0: columns outside the input read zeros)", "[direct][conv2]") {
+TEST_CASE("direct conv2: edge tiles in place (input_mode 0: columns outside the input read zeros)", "[direct][conv2]") {
   // Pads up to the stride: a tile's first and last columns read zeros through
   // the assembly tiles' tap flags, two-row tiles (rows of <= 7 pixels) pair the
   // rows that see the same kernel rows, unpadded planes take them with no copy.
@@ -244,7 +249,7 @@ TEST_CASE("direct conv2: edge tiles in place (pad_copy 0: columns outside the in
                    << cs.pb << "," << cs.pr << " in " << cs.h << "x" << cs.w << " oc_block " << ocb << " ow_tile " << w
                    << " oh_block " << ohb);
           if (!check_or_skip(l, {x}, descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"ic_block", ohb == 3 ? 1 : 1024},
-                                                  {"oh_block", ohb}, {"pad_copy", 0}}))
+                                                  {"oh_block", ohb}, {"input_mode", 0}}))
             return;
         }
   }
@@ -361,5 +366,47 @@ TEST_CASE("nhwc direct conv2 refuses all but first layers, saying why", "[direct
   for (const Support& s : {support(5, 32, 1), support(16, 32, 1), support(3, 20, 1), support(3, 32, 2)}) {
     CHECK_FALSE(s);
     CHECK(s.reason.find("first layers only") != std::string::npos);
+  }
+}
+
+TEST_CASE("direct conv2: the parameter space lists only distinct configurations", "[direct][conv2]") {
+  // oc_block choices reducing to the same blocks, and ow_tile choices picking
+  // the same tile, measure one configuration twice; pad_copy and span_rows
+  // (span forced the copy) became one input_mode listing the modes that apply.
+  std::mt19937 rng(5);
+  for (const std::string descriptor : {"cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct"}) {
+    Schema schema;
+    const Routine* r = core::RoutineRegistry::instance().find("conv2", descriptor, &schema);
+    REQUIRE(r);
+    const int64_t v = descriptor.find("16c") != std::string::npos ? 16 : 8;
+    for (auto [c, oc, k, pad, hw] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{144, 144, 3, 1, 14},
+                                     {64, 64, 3, 1, 7}, {256, 512, 1, 0, 28}, {96, 24, 1, 0, 56}}) {
+      Layer l = conv_layer(c, oc, 1, k, k, 1, 1, 1, 1, {pad, pad, pad, pad}, true, rng);
+      LayerInfo info;
+      info.layer = &l;
+      info.input_shapes = {Shape{1, c, hw, hw}};
+      info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
+      if (!r->supports(info, schema)) continue;  // an ISA this CPU lacks
+      INFO(descriptor << " " << c << "->" << oc << " k" << k << " @" << hw);
+      const auto space = r->param_space(info, schema);
+      const int64_t blocks = (oc + v - 1) / v;
+      for (const auto& p : space) {
+        CHECK(p.name != "pad_copy");
+        CHECK(p.name != "span_rows");
+        std::set<int64_t> distinct(p.choices.begin(), p.choices.end());
+        CHECK(distinct.size() == p.choices.size());
+        if (p.name == "oc_block") {
+          std::set<int64_t> runs;  // the blocks each choice runs (the largest of 4, 3, 2, 1 at most it dividing `blocks`)
+          for (int64_t want : p.choices)
+            for (int64_t b : {4, 3, 2, 1})
+              if (b <= want && blocks % b == 0) {
+                runs.insert(b);
+                break;
+              }
+          CHECK(runs.size() == p.choices.size());
+        }
+        if (p.name == "input_mode") CHECK(p.choices.size() >= 2);
+      }
+    }
   }
 }

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -29,7 +30,7 @@ namespace {
 using core::Window2d;
 namespace conv = cpu::conv;
 
-/// Any padding (the layers where pad_copy is a choice).
+/// Any padding (the layers where input_mode's padded copy applies).
 bool padded(const Window2d& g) { return g.pt > 0 || g.pb > 0 || g.pl > 0 || g.pr > 0; }
 
 /// The kernel rows [kh0, kh1) inside the input rows [lo, hi) for both output
@@ -68,7 +69,7 @@ std::vector<char> same_kernel_rows(const Window2d& g) {
   return same;
 }
 
-/// pad_copy's default: the copy costs a pass over the input (7-9% of ResNet50's
+/// The padded copy's default (input_mode 1): the copy costs a pass over the input (7-9% of ResNet50's
 /// stride-2 3x3 layers); it pays where the edges cannot run in place, and on
 /// planes of two-row tiles where the in-place walk pairs fewer rows (a pair
 /// needs rows seeing the same kernel rows: ResNet50's 512@7 pairs 2 of its 7
@@ -101,7 +102,7 @@ bool default_compact(const Window2d& g, int64_t v) {
   return g.ow % w != 0 && g.ow < 3 * w;
 }
 
-/// Whether span_rows applies: split tiles (Kernels::asm_tile_split) of the
+/// Whether the spanned mode (input_mode 2) applies: split tiles (Kernels::asm_tile_split) of the
 /// OCB index o for every even width of a plane in tiles of at most tw pixels,
 /// a tile spanning two rows at most, the tiles' own epilogue (their
 /// activations, whole output-channel blocks).
@@ -111,12 +112,12 @@ bool spannable(const Window2d& g, int64_t v, int tw, const conv::Kernels& k, int
          (act == cpu::gemm::Act::none || act == cpu::gemm::Act::relu || act == cpu::gemm::Act::clip);
 }
 
-/// span_rows' default: kernels of several taps whose rows end in a narrow tile
+/// The spanned mode's default: kernels of several taps whose rows end in a narrow tile
 /// (w: the tile's width), short ones, where that tile is a large share of the
 /// row and a padded copy costs little next to the weights (ResNet50's 3x3
 /// layers at 7 and 14 pixels). 1x1 layers, walked flat already (or compact),
 /// measured the same either way (AVX2, ResNet50's 1x1 layers, conv_bench
-/// --params oc_block=2,ow_tile=6,span_rows=0/1: 2048->512@7 0.597 / 0.584 ms,
+/// --params oc_block=2,ow_tile=6,input_mode=0/2: 2048->512@7 0.597 / 0.584 ms,
 /// 512->2048@7 0.579 / 0.612, 128->512@28 0.635 / 0.667, 256->512 s2@56 in
 /// place 1.376 / 1.294): the tuner tries both.
 bool default_span(const Window2d& g, int w) { return g.kh * g.kw > 1 && g.ow % w != 0 && g.ow < 3 * w; }
@@ -132,6 +133,47 @@ bool default_span(const Window2d& g, int w) { return g.kh * g.kw > 1 && g.ow % w
 bool default_w_prefetch(const Window2d& g, bool span) {
   const int64_t weight_bytes = g.kh * g.kw * (g.c / g.group) * g.oc * int64_t(sizeof(float));
   return !span && g.kh * g.kw > 1 && weight_bytes > (4 << 20);
+}
+
+/// oc_block as it runs: the largest of 4, 3, 2, 1 at most `want` that divides
+/// the blocks per group and has tiles.
+int effective_ocb(const conv::Kernels& k, int64_t blocks_per_group, int want) {
+  for (int c : {4, 3, 2, 1})
+    if (c <= want && blocks_per_group % c == 0)
+      for (int t = 0; t < k.ntiles; ++t)
+        if (k.tile_ocb[t] == c) return c;
+  return 1;
+}
+
+/// The register tile of `ocb` blocks for ow_tile `want_w`: the widest at most
+/// `want_w`, else the narrowest.
+int effective_tile(const conv::Kernels& k, int ocb, int64_t want_w) {
+  int best = -1;
+  for (int t = 0; t < k.ntiles; ++t) {
+    if (k.tile_ocb[t] != ocb) continue;
+    const bool fits = k.tile_w[t] <= want_w;
+    if (best < 0) best = t;
+    else if (fits && (k.tile_w[best] > want_w || k.tile_w[t] > k.tile_w[best])) best = t;
+    else if (!fits && k.tile_w[best] > want_w && k.tile_w[t] < k.tile_w[best]) best = t;
+  }
+  return best;
+}
+
+/// input_mode: how the assembly tiles read the input (one parameter, as the
+/// choices are not independent: a spanned plane over a padded input needs the copy).
+///   0 in place: edge tiles where the kernel leaves the input;
+///   1 padded copy: a copy padded on every side, no edge tiles, every pair of
+///     rows a two-row tile (a pass over the input per run);
+///   2 spanned: the plane walked flat across its rows (split tiles), over the
+///     padded copy of a padded input or in place over an unpadded one.
+/// A mode that does not apply to the layer runs as the nearest one that does.
+enum InputMode : int64_t { kInPlace = 0, kPaddedCopy = 1, kSpanned = 2 };
+
+/// input_mode's default: spanned where default_span says so, else the padded
+/// copy where default_pad_copy does. `can_span`: spannable at the default tiles.
+int64_t default_input_mode(const Window2d& g, int64_t v, bool two_rows, bool can_span, int w) {
+  if (can_span && default_span(g, w)) return kSpanned;
+  return default_pad_copy(g, v, two_rows) ? kPaddedCopy : kInPlace;
 }
 
 const conv::Kernels* kernels_for(Layout l) {
@@ -179,26 +221,9 @@ class PreparedDirect final : public PreparedRoutine {
     ocb_total_ = (g_.oc + v_ - 1) / v_;  // = group * ocbg_ (whole blocks per group when group > 1)
 
     // The tile: oc_block reduced to a divisor of the blocks per group, then the widest tile <= ow_tile.
-    int want_ocb = static_cast<int>(routine_param(params, "oc_block", 2));
     const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 6);  // param_space's first choice
-    int ocb = 1;
-    for (int c : {4, 3, 2, 1})
-      if (c <= want_ocb && ocbg_ % c == 0) {
-        bool have = false;
-        for (int t = 0; t < k.ntiles; ++t) have = have || k.tile_ocb[t] == c;
-        if (have) {
-          ocb = c;
-          break;
-        }
-      }
-    int best = -1;
-    for (int t = 0; t < k.ntiles; ++t) {
-      if (k.tile_ocb[t] != ocb) continue;
-      const bool fits = k.tile_w[t] <= want_w;
-      if (best < 0) best = t;
-      else if (fits && (k.tile_w[best] > want_w || k.tile_w[t] > k.tile_w[best])) best = t;
-      else if (!fits && k.tile_w[best] > want_w && k.tile_w[t] < k.tile_w[best]) best = t;
-    }
+    const int ocb = effective_ocb(k, ocbg_, static_cast<int>(routine_param(params, "oc_block", 2)));
+    const int best = effective_tile(k, ocb, want_w);
     cfg_.tile = best;
     cfg_.ocb = ocb;
     cfg_.w = k.tile_w[best];
@@ -227,16 +252,17 @@ class PreparedDirect final : public PreparedRoutine {
                g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
     if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
     cpu::to_epilogue(core::fused_activation(layer), ep_);
-    // span_rows: the plane walked flat across its output rows (tiles across two
+    // input_mode 2: the plane walked flat across its output rows (tiles across two
     // rows take the split tiles) over an input without edges: a padded copy
     // (pad_copy_ below), or an unpadded input read in place.
-    span_ = use_asm_ && spannable(g_, v_, asm_w_, k, oi, ep_.act) &&
-            routine_param(params, "span_rows", default_span(g_, asm_w_)) != 0;
-    // pad_copy: the assembly tiles read a copy of the input padded on every
-    // side, so no tile is an edge tile and every pair of rows can take a
+    const bool can_span = use_asm_ && spannable(g_, v_, asm_w_, k, oi, ep_.act);
+    const int64_t mode =
+        routine_param(params, "input_mode", default_input_mode(g_, v_, k.asm2r_ocb > 0, can_span, asm_w_));
+    span_ = can_span && mode == kSpanned;
+    // The padded copy: the assembly tiles read a copy of the input padded on
+    // every side, so no tile is an edge tile and every pair of rows can take a
     // two-row tile; it costs one pass over the input per run.
-    pad_copy_ = use_asm_ && padded(g_) &&
-                (span_ || routine_param(params, "pad_copy", default_pad_copy(g_, v_, k.asm2r_ocb > 0)) != 0);
+    pad_copy_ = use_asm_ && padded(g_) && mode != kInPlace;
     w_prefetch_ = !k.w_prefetch_choice || routine_param(params, "w_prefetch", default_w_prefetch(g_, span_)) != 0;
     // Two-row tiles (asm2r_ocb blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
     // both rows. Without the padded copy they need rows whose tile runs in place
@@ -375,7 +401,7 @@ class PreparedDirect final : public PreparedRoutine {
     const int ocb = cfg_.ocb, tw = use_asm_ || first_asm_ ? asm_w_ : cfg_.w;
     // A flat plane is walked as "rows" of tw pixels, so tiles span image rows (a
     // 7x7 plane takes 14-pixel tiles) and only the plane's last tile is partial;
-    // so is a spanned one (span_rows), whose rows in the input stay apart.
+    // so is a spanned one (input_mode 2), whose rows in the input stay apart.
     const bool flat = flat_ || span_;
     const int64_t pixels = g_.oh * g_.ow;
     const int64_t oh_n = flat ? (pixels + tw - 1) / tw : g_.oh;        // rows walked
@@ -713,30 +739,50 @@ class Direct final : public Routine {
                                         {"ic_block", {1024, 0}},
                                         {"oh_block", {0, 4, 1}},
                                         {"task_order", {0, 1}}};
-    if (k && k->asm_row && L != Layout::nhwc) {
-      const Window2d g = info.layer && info.input_shapes.size() == 1 && info.input_shapes[0].rank() == 4
-                             ? core::conv2_window(*info.layer, info.input_shapes[0])
-                             : Window2d{};
-      if (padded(g)) {
-        const int64_t copy = default_pad_copy(g, k->vec, k->asm2r_ocb > 0);
-        space.push_back({"pad_copy", {copy, 1 - copy}});
+    const Window2d g = info.layer && info.input_shapes.size() == 1 && info.input_shapes[0].rank() == 4
+                           ? core::conv2_window(*info.layer, info.input_shapes[0])
+                           : Window2d{};
+    // Only choices that run differently here: an oc_block that reduces to the
+    // blocks of an earlier one goes (AVX-512, MobileNetV2's 144 channels, 9
+    // blocks: 2 ran 1 block, as 1 does), and an ow_tile deciding what an
+    // earlier one decides.
+    if (k && g.kh > 0 && g.group > 0) {
+      const int64_t blocks = (g.oc / g.group + k->vec - 1) / k->vec;
+      std::vector<int64_t> ocbs, seen;
+      for (int64_t c : space[0].choices) {
+        const int e = effective_ocb(*k, blocks, static_cast<int>(c));
+        if (std::find(seen.begin(), seen.end(), e) == seen.end()) seen.push_back(e), ocbs.push_back(c);
       }
+      space[0].choices = ocbs;
+      const int ocb = effective_ocb(*k, blocks, static_cast<int>(ocbs[0]));
+      const int64_t asm_max = k->asm_row ? k->asm_max_w[conv::ocb_index(ocb)] : 0;
+      // (What ow_tile decides: the tile, the assembly width, whether two rows fit.)
+      std::vector<int64_t> widths;
+      std::vector<std::tuple<int, int64_t, bool>> runs;
+      for (int64_t w : space[1].choices) {
+        const std::tuple<int, int64_t, bool> r{effective_tile(*k, ocb, w), std::min(w, asm_max), w >= 2 * g.ow};
+        if (std::find(runs.begin(), runs.end(), r) == runs.end()) runs.push_back(r), widths.push_back(w);
+      }
+      space[1].choices = widths;
+    }
+    if (k && k->asm_row && L != Layout::nhwc) {
       if (compactable(g)) {
         const int64_t c = default_compact(g, k->vec);
         space.push_back({"compact", {c, 1 - c}});
       }
-      // span_rows where the first choice's tiles (oc_block's and ow_tile's first) have split forms.
+      // input_mode: the modes that apply (spanned where the first choice's
+      // tiles, oc_block's and ow_tile's first, have split forms), the default first.
       cpu::gemm::Epilogue ep;
       if (info.layer) cpu::to_epilogue(core::fused_activation(*info.layer), ep);
       const int ocb = static_cast<int>(space[0].choices[0]), tw = static_cast<int>(space[1].choices[0]);
-      int64_t span = 0;
-      if (info.layer && g.kh > 0 &&
-          spannable(g, k->vec, tw, *k, conv::ocb_index(ocb), ep.act)) {
-        span = default_span(g, tw);
-        space.push_back({"span_rows", {span, 1 - span}});
-      }
+      const bool can_span = info.layer && g.kh > 0 && spannable(g, k->vec, tw, *k, conv::ocb_index(ocb), ep.act);
+      const int64_t mode = default_input_mode(g, k->vec, k->asm2r_ocb > 0, can_span, tw);
+      std::vector<int64_t> modes{mode};
+      for (int64_t m : {kInPlace, kPaddedCopy, kSpanned})
+        if (m != mode && (m != kPaddedCopy || padded(g)) && (m != kSpanned || can_span)) modes.push_back(m);
+      if (modes.size() > 1) space.push_back({"input_mode", modes});
       if (k->w_prefetch_choice && g.kh > 0) {
-        const int64_t pf = default_w_prefetch(g, span != 0);
+        const int64_t pf = default_w_prefetch(g, mode == kSpanned);
         space.push_back({"w_prefetch", {pf, 1 - pf}});
       }
     }
