@@ -288,6 +288,9 @@ class Importer {
 
   // --- converters (one per ONNX operator family)
   void conv(const Node&);
+  /// A conv2 layer x -> y of a Conv-like node (Conv, QLinearConv, ConvInteger) with float weights `w`:
+  /// strides, dilations, group and pads from the node's attributes.
+  Layer conv2_layer(const Node& n, const std::string& name, const std::string& x, const std::string& y, Blob w);
   void gemm(const Node&);
   void matmul(const Node&);
   void einsum(const Node&);
@@ -910,17 +913,22 @@ ConvAttrs conv_attrs(const Node& n, const Shape& xs, const Blob& w) {
 }  // namespace
 
 void Importer::conv(const Node& n) {
-  const Shape xs = shape_of(n, n.in(0));
   const Blob& w = require_constant(n, 1, "W");
-  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
-  Layer l = make("conv2", n.name, {input(n, 0)}, {n.out(0)});
-  l.weights["weight"] = to_float(w);
+  Layer l = conv2_layer(n, n.name, input(n, 0), n.out(0), to_float(w));
   if (n.has_in(2)) l.weights["bias"] = to_float(require_constant(n, 2, "B"));
+  add(std::move(l));
+}
+
+Layer Importer::conv2_layer(const Node& n, const std::string& name, const std::string& x, const std::string& y, Blob w) {
+  const Shape xs = shape_of(n, n.in(0));
+  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
+  Layer l = make("conv2", name, {x}, {y});
   l.params["strides"] = strides;
   l.params["dilations"] = dilations;
   l.params["group"] = n.get_int("group", 1);
   l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
-  add(std::move(l));
+  l.weights["weight"] = std::move(w);
+  return l;
 }
 
 // ConvTranspose (2-D): weight [C, O/group, KH, KW]; pads from pads, auto_pad or output_shape.
@@ -1236,14 +1244,12 @@ void Importer::dequantize_linear(const Node& n) {
 }
 
 void Importer::qlinear_conv(const Node& n) {
-  const Shape xs = shape_of(n, n.in(0));
   if (!quantized_.count(n.in(0)) && !constant(n.in(0))) throw Unsupported{"QLinearConv of a tensor no QuantizeLinear made"};
   const QParams xq = qparams(n, 1, 2, "x"), wq = qparams(n, 4, 5, "w"), yq = qparams(n, 6, 7, "y");
   const Blob& w_int = require_constant(n, 3, "w");
   Blob w = dequantized(n, w_int, wq, 0, "w");
-  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
   const std::string tmp = fresh_blob(n.out(0) + "/real");
-  Layer l = make("conv2", n.name + "/conv", {input(n, 0)}, {tmp});
+  Layer l = conv2_layer(n, n.name + "/conv", input(n, 0), tmp, w);
   if (n.has_in(8)) {  // int32 bias at scale x_scale * w_scale (per output channel)
     const std::vector<double> b = to_doubles(require_constant(n, 8, "B"));
     const int64_t oc = w.shape()[0];
@@ -1254,11 +1260,6 @@ void Importer::qlinear_conv(const Node& n) {
     l.weights["bias"] = float_blob(Shape{oc}, bias);
   }
   per_tensor(n, xq, "x");
-  l.weights["weight"] = w;
-  l.params["strides"] = strides;
-  l.params["dilations"] = dilations;
-  l.params["group"] = n.get_int("group", 1);
-  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
   add(std::move(l));
   add_fake_quant(n, tmp, n.out(0), per_tensor(n, yq, "y"));
 }
@@ -1304,27 +1305,18 @@ void Importer::dynamic_quantize_linear(const Node& n) {
 }
 
 void Importer::conv_integer(const Node& n) {
-  const Shape xs = shape_of(n, n.in(0));
   if (!int_valued_.count(n.in(0))) throw Unsupported{"ConvInteger of a tensor no DynamicQuantizeLinear made"};
   QParams wq;
-  wq.scales.assign(1, 1.0f);
   wq.zero_points = n.has_in(3) ? constant_ints(n, 3, "w_zero_point") : std::vector<int64_t>{0};
   wq.scales.assign(wq.zero_points.size(), 1.0f);
-  const Blob w = dequantized(n, require_constant(n, 1, "w"), wq, 0, "w");  // w - w_zero_point, exact
-  const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
+  Blob w = dequantized(n, require_constant(n, 1, "w"), wq, 0, "w");  // w - w_zero_point, exact
   std::string x = input(n, 0);
   if (n.has_in(2)) {  // padding reads (x - x_zero_point) = 0, as ONNX Runtime pads with the zero point
     std::string centred = fresh_blob(n.out(0) + "/centred");
     add(make("sub", n.name + "/zero_point", {x, input(n, 2)}, {centred}));
     x = centred;
   }
-  Layer l = make("conv2", n.name, {x}, {n.out(0)});
-  l.weights["weight"] = w;
-  l.params["strides"] = strides;
-  l.params["dilations"] = dilations;
-  l.params["group"] = n.get_int("group", 1);
-  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
-  add(std::move(l));
+  add(conv2_layer(n, n.name, x, n.out(0), std::move(w)));
 }
 
 void Importer::matmul_integer(const Node& n) {

@@ -163,6 +163,12 @@ std::vector<float> random_values(std::size_t n, unsigned seed) {
   return v;
 }
 
+std::vector<float> pattern(std::size_t n, int mod, float shift, float div) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = (static_cast<float>(static_cast<int>(i) % mod) - shift) / div;
+  return v;
+}
+
 Blob make_input(const Shape& shape, const std::vector<float>& values) {
   Blob b = Blob::allocate(shape);
   std::memcpy(b.data(), values.data(), values.size() * sizeof(float));

@@ -53,6 +53,8 @@ onnx::TensorProto int_tensor(const std::vector<int64_t>& dims, const std::vector
 std::string test_dir();
 /// Deterministic values in [-1, 1).
 std::vector<float> random_values(std::size_t n, unsigned seed);
+/// (i % mod - shift) / div for i < n: the inputs and weights whose ONNX Runtime outputs the tests hold.
+std::vector<float> pattern(std::size_t n, int mod, float shift, float div);
 Blob make_input(const Shape& shape, const std::vector<float>& values);
 
 /// A net's output: its shape and values.

@@ -14,11 +14,6 @@ using namespace softneuro::test;
 
 namespace {
 
-std::vector<float> pattern(std::size_t n, int mod, float shift, float div) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = (static_cast<float>(static_cast<int>(i) % mod) - shift) / div;
-  return v;
-}
 
 Output run_case(const std::string& name, const std::vector<int64_t>& wshape, bool bias, const std::function<void(NodeRef&)>& attrs) {
   OnnxModel m(13);

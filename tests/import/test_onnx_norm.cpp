@@ -10,11 +10,6 @@ using namespace softneuro::test;
 
 namespace {
 
-std::vector<float> pattern(std::size_t n, int mod, float shift, float div) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = (static_cast<float>(static_cast<int>(i) % mod) - shift) / div;
-  return v;
-}
 
 std::vector<float> x_values(std::size_t n) {
   auto v = pattern(n, 11, 5, 3);

@@ -18,11 +18,6 @@ namespace {
 
 using T = onnx::TensorProto;
 
-std::vector<float> pattern(std::size_t n, int mod, float shift, float div) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = (static_cast<float>(static_cast<int>(i) % mod) - shift) / div;
-  return v;
-}
 std::vector<int64_t> ints(std::size_t n, int mod, int shift) {
   std::vector<int64_t> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>(i) % mod - shift;
