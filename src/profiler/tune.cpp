@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <optional>
 #include <set>
 #include <thread>
 
