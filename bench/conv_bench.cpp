@@ -41,10 +41,10 @@
 // loaded machine the time our threads spent descheduled does not count (it
 // assumes threads that sleep when idle: OMP_WAIT_POLICY=passive and our pool).
 //
-// Childnet routines (cpu/wg: Winograd wgenc -> wgconv -> wgdec) run as a
+// Childnet routines (cpu/winograd: Winograd wgenc -> wgconv -> wgdec) run as a
 // one-layer net of their children, each child with its default routine (the
 // fastest ISA's); a routine with parameters gets a column per combination
-// ("cpu/wg tile=2", "tile=4", "tile=6"), filtered by --routine like the rest. Percentages are
+// ("cpu/winograd tile=2", "tile=4", "tile=6"), filtered by --routine like the rest. Percentages are
 // of the highest ISA's peak, or of the AVX2 one with --peak avx2 (the target
 // machines of GOALS.md have no AVX-512).
 #include "core/cpu_features.hpp"
@@ -382,7 +382,7 @@ Result time_routine(const Routine& routine, const Schema& schema, const RoutineP
   Blob y = Blob::allocate(info.output_shapes[0], schema.dtype, schema.layout);
   // Each parameter combination is prepared and timed (its share of the budget);
   // the best median wins.
-  // A childnet routine (cpu/wg) prepares as a one-layer net of its children,
+  // A childnet routine (cpu/winograd) prepares as a one-layer net of its children,
   // each child with its default routine (core/childnet.hpp).
   const std::vector<RoutineParams> combos =
       fixed.empty() ? capped_combinations(routine.param_space(info, schema), max_combos) : std::vector<RoutineParams>{fixed};
@@ -606,12 +606,12 @@ int main(int argc, char** argv) {
   }
 
   struct Col {
-    std::string descriptor;  ///< with its routine parameters, e.g. "cpu/wg tile=4"
+    std::string descriptor;  ///< with its routine parameters, e.g. "cpu/winograd tile=4"
     const Routine* routine;
     Schema schema;
     RoutineParams params;
   };
-  // Routines with parameters (cpu/wg's tile) get a column per combination: their
+  // Routines with parameters (cpu/winograd's tile) get a column per combination: their
   // space as a 3x3 stride-1 layer reports it.
   Layer probe_layer;
   probe_layer.name = "probe";

@@ -290,6 +290,14 @@ void register_layer_type(const LayerTypeSpec& spec);
 /// Replaces the type's earlier order.
 void set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers);
 
+/// A descriptor a routine was once registered under, so routine paths in
+/// older `.dnn` files keep their choices: at load, `old_descriptor` becomes
+/// `new_descriptor` and gains `params` (the parameter the rename turned the
+/// old name into, e.g. "cpu:qint8/avxvnni" -> "cpu:qint8/qint8" with vnni=1).
+/// A descriptor that is registered, or already an alias, is an Error.
+void register_descriptor_alias(std::string_view old_descriptor, std::string_view new_descriptor,
+                               RoutineParams params = {});
+
 /// Descriptors of every registered routine for `layer_type` (all types when empty), sorted.
 std::vector<std::string> registered_routines(std::string_view layer_type = {});
 

@@ -12,10 +12,12 @@
 
 #include "core/aligned_memory.hpp"
 #include "core/hash.hpp"
+#include "core/registry.hpp"
 #include "dnn_generated.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cerrno>
@@ -199,6 +201,13 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
       RoutineChoice rc{r.str(c->layer()), r.str(c->descriptor()), {}, c->predicted_ms(), c->measured_ms(), {}};
       if (c->params())
         for (auto kv : *c->params()) rc.params.emplace_back(r.str(kv->name()), kv->value());
+      // A routine renamed since the file was written: its new name and parameter.
+      if (const RoutineRegistry::Alias* a = RoutineRegistry::instance().alias(rc.descriptor)) {
+        rc.descriptor = a->descriptor;
+        for (const auto& [name, value] : a->params)
+          if (std::none_of(rc.params.begin(), rc.params.end(), [&](const auto& p) { return p.first == name; }))
+            rc.params.emplace_back(name, value);
+      }
       if (c->children())
         for (auto child : *c->children()) rc.children.push_back(self(self, child));
       return rc;

@@ -15,6 +15,10 @@ void set_default_order(std::string_view layer_type, std::vector<std::vector<std:
   core::RoutineRegistry::instance().set_default_order(layer_type, std::move(tiers));
 }
 
+void register_descriptor_alias(std::string_view old_descriptor, std::string_view new_descriptor, RoutineParams params) {
+  core::RoutineRegistry::instance().add_alias(old_descriptor, new_descriptor, std::move(params));
+}
+
 std::vector<std::string> registered_routines(std::string_view layer_type) {
   return core::RoutineRegistry::instance().descriptors(layer_type);
 }
@@ -206,6 +210,25 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
   }
   if (best) return *best;
   return default_choice(layer, Schema{});  // throws, listing every routine's reason
+}
+
+void RoutineRegistry::add_alias(std::string_view old_descriptor, std::string_view new_descriptor, RoutineParams params) {
+  if (old_descriptor.empty() || new_descriptor.empty() || old_descriptor == new_descriptor)
+    throw Error(fmt::format("descriptor alias '{}' -> '{}': both must be given and differ", old_descriptor, new_descriptor));
+  std::lock_guard lock(mutex_);
+  if (aliases_.count(old_descriptor))
+    throw Error(fmt::format("descriptor alias '{}' is already registered", old_descriptor));
+  aliases_.emplace(std::string(old_descriptor), Alias{std::string(new_descriptor), std::move(params)});
+}
+
+const RoutineRegistry::Alias* RoutineRegistry::alias(std::string_view descriptor) const {
+  std::lock_guard lock(mutex_);
+  auto it = aliases_.find(descriptor);
+  if (it == aliases_.end()) return nullptr;
+  for (const auto& e : entries_)
+    for (const auto& [s, d] : e.schemas)
+      if (d == descriptor) return nullptr;  // registered again (e.g. by a plugin): the name holds
+  return &it->second;
 }
 
 std::vector<std::string> RoutineRegistry::descriptors(std::string_view layer_type) const {

@@ -60,6 +60,15 @@ class RoutineRegistry {
   std::vector<std::vector<std::string>> default_order(std::string_view layer_type) const;
   void set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers);
 
+  /// Renamed descriptors (register_descriptor_alias).
+  struct Alias {
+    std::string descriptor;
+    RoutineParams params;
+  };
+  void add_alias(std::string_view old_descriptor, std::string_view new_descriptor, RoutineParams params);
+  /// The alias of a descriptor that is no longer registered, or nullptr.
+  const Alias* alias(std::string_view descriptor) const;
+
   /// Every descriptor registered for a layer type ("" = all types), sorted.
   std::vector<std::string> descriptors(std::string_view layer_type = {}) const;
 
@@ -70,7 +79,8 @@ class RoutineRegistry {
     std::vector<std::pair<Schema, std::string>> schemas;  // with their descriptors
   };
   std::map<std::string, std::vector<std::vector<std::string>>, std::less<>> default_order_;
-  mutable std::recursive_mutex mutex_;  // recursive: a composing adapt (src/adapt/compose.cpp) asks the registry from supports()
+  std::map<std::string, Alias, std::less<>> aliases_;
+  mutable std::recursive_mutex mutex_;  // recursive: a composing adapt (src/adapt/chain.cpp) asks the registry from supports()
   std::vector<Entry> entries_;
 };
 

@@ -140,7 +140,7 @@ struct Tuner {
     core::RoutinePath path;
     bool allowed = true;
   };
-  DefaultPath default_path(const std::vector<LayerProfile>& profiles) {
+  DefaultPath default_path() {
     DefaultPath out;
     out.path.device_fingerprint = report.device_fingerprint;
     core::Graph g = net.graph;
@@ -257,7 +257,7 @@ struct Tuner {
     // In-context costs measured around a mixed path can hide that a
     // single-dtype path runs faster as a whole: those are measured beside it.
     auto alternatives = single_dtype_paths(profiles);
-    DefaultPath fallback = default_path(profiles);
+    DefaultPath fallback = default_path();
     progress("final measurement", 0, 1, "");
     std::vector<core::RoutinePath> to_measure{planned.path, core::RoutinePath{}};
     for (const auto& alt : alternatives) to_measure.push_back(alt.second.path);

@@ -32,7 +32,7 @@ struct LayerOrder {
 // relu, clip, hardswish, hardsigmoid, sigmoid, mul
 const std::vector<std::vector<std::string>> kActivation = {
     {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn"},
-    {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+    {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
     {"cpu/ref"},
     {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
 };
@@ -46,7 +46,7 @@ const std::vector<std::vector<std::string>> kXnnpackOnly = {
 
 // reshape, flatten, identity
 const std::vector<std::vector<std::string>> kCopy = {
-    {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+    {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
     {"cpu/ref"},
     {"cuda/kernel", "cuda:float16/kernel"},
 };
@@ -58,12 +58,12 @@ const std::vector<std::vector<std::string>> kReferenceOnly = {
 
 // wgencb, wgconvb, wgdecb
 const std::vector<std::vector<std::string>> kWinogradBlocked = {
-    {"cpu/ref", "cpu:float32:nchw16c/avx512", "cpu:float32:nchw8c/avx2"},
+    {"cpu/ref", "cpu:float32:nchw16c/winograd", "cpu:float32:nchw8c/winograd"},
 };
 
 // wgenc, wgconv, wgdec
 const std::vector<std::vector<std::string>> kWinograd = {
-    {"cpu/avx512", "cpu/avx2"},
+    {"cpu/winograd"},
     {"cpu/ref"},
 };
 
@@ -80,10 +80,10 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nchw8c/onednn"},
       {"cpu/gemm1x1", "cpu/onednn", "cpu:bfloat16/onednn"},
       {"cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack"},
-      {"cpu/wg", "cpu:float32:nchw16c/wg", "cpu:float32:nchw8c/wg"},
+      {"cpu/winograd", "cpu:float32:nchw16c/winograd", "cpu:float32:nchw8c/winograd"},
       {"cpu/im2col", "cpu:float32:nhwc/gemm1x1", "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct", "cpu:float32:nhwc/direct", "cpu:float32:nhwc/depthwise", "cpu:float32:nchw16c/depthwise", "cpu:float32:nchw8c/depthwise"},
       {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
-      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8/avxvnni", "cpu:qint8:nhwc/avxvnni", "cpu:qint8/avx2dw", "cpu:qint8:nhwc/avx2dw", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8:nhwc/xnnpack"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel", "cuda/cudnn", "cuda:float32:nhwc/cudnn", "cuda:float16/cudnn", "cuda:float16:nhwc/cudnn"},
      }},
@@ -93,7 +93,7 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu:float32:nhwc/xnnpack"},
       {"cpu/eigen"},
       {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
-      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8/avxvnni", "cpu:qint8:nhwc/avxvnni", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8:nhwc/xnnpack"},
       {"cpu/ref", "cpu/conv"},
       {"cuda/cublas", "cuda:float16/cublas", "cuda/cublaslt", "cuda:float16/cublaslt"},
      }},
@@ -107,7 +107,7 @@ const LayerOrder kDefaultOrder[] = {
      {
       {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn"},
       {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
-      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8:nhwc/xnnpack"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
@@ -125,14 +125,14 @@ const LayerOrder kDefaultOrder[] = {
     {"tanh",
      {
       {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu/onednn", "cpu:bfloat16/onednn"},
-      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
     {"gelu",
      {
       {"cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu/onednn", "cpu:bfloat16/onednn"},
-      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
@@ -152,7 +152,7 @@ const LayerOrder kDefaultOrder[] = {
      {
       {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn"},
       {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
-      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2", "cpu:qint8:nhwc/xnnpack"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8:nhwc/xnnpack"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
@@ -163,7 +163,7 @@ const LayerOrder kDefaultOrder[] = {
      {
       {"cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu/onednn", "cpu:bfloat16/onednn"},
       {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
-      {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
@@ -221,7 +221,7 @@ const LayerOrder kDefaultOrder[] = {
     {"lstm", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"gru", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"group_norm", {{"cpu/vec"}, {"cpu/ref"}}},
-    {"fake_quant", {{"cpu/vec", "cpu:float32:nhwc/vec"}, {"cpu:qint8/avx2", "cpu:qint8:nhwc/avx2"}, {"cpu/ref"}}},
+    {"fake_quant", {{"cpu/vec", "cpu:float32:nhwc/vec"}, {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"}, {"cpu/ref"}}},
     {"dynamic_quantize", {{"cpu/vec"}, {"cpu/ref"}}},
 };
 

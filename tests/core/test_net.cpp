@@ -182,7 +182,7 @@ TEST_CASE("Net::run allocates nothing on its second call", "[net]") {
   }
 }
 
-TEST_CASE("a net with childnet routines (cpu/wg, cpu/conv) allocates nothing on its second call", "[net][childnet]") {
+TEST_CASE("a net with childnet routines (cpu/winograd, cpu/conv) allocates nothing on its second call", "[net][childnet]") {
   core::Graph g;
   g.inputs = {{"x", Shape{1, 8, 10, 10}, DType::float32}};
   Layer conv;
@@ -201,7 +201,7 @@ TEST_CASE("a net with childnet routines (cpu/wg, cpu/conv) allocates nothing on 
   dense.weights["weight"] = random_input(Shape{5, 10}, 5);
   g.layers = {conv, dense};
   g.outputs = {"y"};
-  g.routine_path.routines = {{"conv", "cpu/wg", {{"tile", 4}}, 0, 0, {}}, {"dense", "cpu/conv", {}, 0, 0, {{"dense/conv", "cpu/ref", {}, 0, 0, {}}}}};  // oneDNN allocates (see above): our routines only
+  g.routine_path.routines = {{"conv", "cpu/winograd", {{"tile", 4}}, 0, 0, {}}, {"dense", "cpu/conv", {}, 0, 0, {{"dense/conv", "cpu/ref", {}, 0, 0, {}}}}};  // oneDNN allocates (see above): our routines only
   Net net = build(g);
   std::vector<NamedBlob> inputs{{"x", random_input(Shape{1, 8, 10, 10}, 1)}};
   std::vector<NamedBlob> outputs{{"y", Blob::allocate(Shape{1, 8, 10, 5})}};

@@ -213,7 +213,7 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     const auto got = run_net(net, x);
     INFO("qint8 layers: " << quantised);
     CHECK(cosine(got, want) >= 0.99);
-    // Every layer type of this net has a qint8 routine, with AVX2 (cpu:qint8:nhwc/avx2).
+    // Every layer type of this net has a qint8 routine, with AVX2 (cpu:qint8:nhwc/qint8).
     if (core::cpu_features().avx2_fma()) CHECK(quantised >= 8);
     std::string path = test::temp_path("q8.dnn");
     net.save(path);

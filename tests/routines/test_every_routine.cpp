@@ -291,7 +291,7 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
 }
 
 // Layer types whose routines this file does not run: constant (bound to its
-// weight, never run), the Winograd children (run by cpu/wg's childnets here,
+// weight, never run), the Winograd children (run by cpu/winograd's childnets here,
 // and alone in test_winograd.cpp).
 bool generated(std::string_view type) {
   return type != "constant" && !type.starts_with("wg") && !type.starts_with("test_");
@@ -300,7 +300,7 @@ bool generated(std::string_view type) {
 /// max |got - want| allowed, relative to max |want|, by dtype and algorithm.
 double tolerance(const Schema& schema, std::string_view algorithm, const RoutineParams& params) {
   if (schema.dtype == DType::bfloat16) return 3e-2;  // 8-bit mantissa inputs
-  if (algorithm == "wg") return routine_param(params, "tile", 4) == 6 ? 2e-3 : 5e-4;  // Winograd transforms
+  if (algorithm == "winograd") return routine_param(params, "tile", 4) == 6 ? 2e-3 : 5e-4;  // Winograd transforms
   return 1e-4;
 }
 

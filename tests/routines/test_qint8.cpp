@@ -21,6 +21,7 @@
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -102,10 +103,11 @@ int64_t physical(const Shape& s, Layout layout, int64_t i) {
 struct QRun {
   Support support;
   std::vector<std::vector<int8_t>> outputs;
+  std::vector<RoutineParams> param_points;  ///< every combination of the routine's parameter space here
 };
 
 QRun run_qint8(const Layer& layer, const std::vector<QBlob>& ins, const std::vector<QuantParams>& out_quant,
-               const std::string& descriptor) {
+               const std::string& descriptor, const RoutineParams& params = {}) {
   LayerInfo info;
   info.layer = &layer;
   for (const auto& b : ins) info.input_shapes.push_back(b.shape), info.input_quant.push_back(b.quant);
@@ -117,7 +119,8 @@ QRun run_qint8(const Layer& layer, const std::vector<QBlob>& ins, const std::vec
   QRun r;
   r.support = routine->supports(info, schema);
   if (!r.support) return r;
-  auto prepared = routine->prepare(info, schema, {});
+  r.param_points = param_combinations(routine->param_space(info, schema));
+  auto prepared = routine->prepare(info, schema, params);
   std::vector<Blob> inputs, outputs;
   for (const auto& b : ins) {
     Blob x = Blob::allocate(b.shape, DType::qint8, schema.layout);
@@ -216,24 +219,34 @@ void check_case(const Case& c, const std::string& descriptor, Tally& tally) {
     return;
   }
   ++tally.supported;
-  REQUIRE(got.outputs.size() == want.size());
-  for (std::size_t k = 0; k < want.size(); ++k) {
-    std::vector<int8_t> wq = quantize(want[k], out_quant[k]);
-    REQUIRE(got.outputs[k].size() == wq.size());
-    int64_t off = 0, worst = 0, first_bad = -1;
-    for (std::size_t i = 0; i < wq.size(); ++i) {
-      const int64_t d = std::abs(int64_t(got.outputs[k][i]) - int64_t(wq[i]));
-      off += d != 0;
-      if (d > worst) worst = d, first_bad = static_cast<int64_t>(i);
+  // The default parameters, then every point of the parameter space (e.g. vnni=0/1).
+  std::vector<RoutineParams> points{{}};
+  for (const RoutineParams& p : got.param_points)
+    if (!p.empty()) points.push_back(p);
+  for (std::size_t pi = 0; pi < points.size(); ++pi) {
+    std::string point;
+    for (const auto& [k, v] : points[pi]) point += fmt::format(" {}={}", k, v);
+    INFO("parameters:" << (point.empty() ? " default" : point));
+    if (pi > 0) got = run_qint8(c.layer, c.inputs, out_quant, descriptor, points[pi]);
+    REQUIRE(got.outputs.size() == want.size());
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      std::vector<int8_t> wq = quantize(want[k], out_quant[k]);
+      REQUIRE(got.outputs[k].size() == wq.size());
+      int64_t off = 0, worst = 0, first_bad = -1;
+      for (std::size_t i = 0; i < wq.size(); ++i) {
+        const int64_t d = std::abs(int64_t(got.outputs[k][i]) - int64_t(wq[i]));
+        off += d != 0;
+        if (d > worst) worst = d, first_bad = static_cast<int64_t>(i);
+      }
+      INFO("output " << k << ": " << off << " of " << wq.size() << " elements differ, worst by " << worst
+                     << (first_bad >= 0 ? " at " + std::to_string(first_bad) + " (got " + std::to_string(got.outputs[k][static_cast<std::size_t>(first_bad)]) +
+                                              ", want " + std::to_string(wq[static_cast<std::size_t>(first_bad)]) + ")"
+                                        : std::string()));
+      if (c.exact) CHECK(off == 0);
+      CHECK(worst <= 1);
+      // Only ties and float rounding of the requantisation may differ.
+      CHECK(off <= 2 + static_cast<int64_t>(wq.size()) / 20);
     }
-    INFO("output " << k << ": " << off << " of " << wq.size() << " elements differ, worst by " << worst
-                   << (first_bad >= 0 ? " at " + std::to_string(first_bad) + " (got " + std::to_string(got.outputs[k][static_cast<std::size_t>(first_bad)]) +
-                                            ", want " + std::to_string(wq[static_cast<std::size_t>(first_bad)]) + ")"
-                                      : std::string()));
-    if (c.exact) CHECK(off == 0);
-    CHECK(worst <= 1);
-    // Only ties and float rounding of the requantisation may differ.
-    CHECK(off <= 2 + static_cast<int64_t>(wq.size()) / 20);
   }
 }
 

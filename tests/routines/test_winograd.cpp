@@ -1,6 +1,6 @@
-// cpu/wg (Winograd F(m,3) childnet: wgenc -> wgconv -> wgdec) against cpu/ref
+// cpu/winograd (Winograd F(m,3) childnet: wgenc -> wgconv -> wgdec) against cpu/ref
 // conv2, run the way a net runs it: a one-layer net whose routine path names
-// cpu/wg with its tile and each child's routine, so the executor's childnet
+// cpu/winograd with its tile and each child's routine, so the executor's childnet
 // expansion is what is tested. Randomised shapes: pads 0-2 per side, odd sizes,
 // batch 1 and 4, channel counts that are not multiples of the vector width,
 // bias or none, fused activations.
@@ -9,6 +9,7 @@
 // the tile (the transforms' coefficients, up to 2^5 and 1/2^5 for F(6,3), cost
 // precision in float32):
 //   F(2,3): 1e-5    F(4,3): 1e-4    F(6,3): 1e-3
+#include "core/cpu_features.hpp"
 #include "core/net_impl.hpp"
 #include "core/registry.hpp"
 #include "support/graphs.hpp"
@@ -73,10 +74,11 @@ std::vector<float> run(core::Graph g, const Blob& x, std::vector<core::RoutineCh
   return test::values(net.run(in)[0].blob);
 }
 
-core::RoutineChoice wg_choice(int64_t m, const std::string& child_desc) {
-  core::RoutineChoice rc{"conv", "cpu/wg", {{"tile", m}}, 0, 0, {}};
+core::RoutineChoice wg_choice(int64_t m, const std::string& child_desc, const RoutineParams& child_params = {}) {
+  core::RoutineChoice rc{"conv", "cpu/winograd", {{"tile", m}}, 0, 0, {}};
   if (!child_desc.empty())
-    for (const char* c : {"wgenc", "wgconv", "wgdec"}) rc.children.push_back({std::string("conv/") + c, child_desc, {}, 0, 0, {}});
+    for (const char* c : {"wgenc", "wgconv", "wgdec"})
+      rc.children.push_back({std::string("conv/") + c, child_desc, child_params, 0, 0, {}});
   return rc;
 }
 
@@ -93,7 +95,7 @@ double max_err(const std::vector<float>& got, const std::vector<float>& want, do
 
 }  // namespace
 
-TEST_CASE("cpu/wg matches cpu/ref conv2 for every tile and child routine", "[winograd][routines]") {
+TEST_CASE("cpu/winograd matches cpu/ref conv2 for every tile and child routine", "[winograd][routines]") {
   std::mt19937 rng(2024);
   std::vector<ConvCase> cases = {
       {1, 3, 8, 8, 5, {1, 1, 1, 1}, true, "none"},
@@ -108,17 +110,27 @@ TEST_CASE("cpu/wg matches cpu/ref conv2 for every tile and child routine", "[win
     cases.push_back({batch(rng) ? 4 : 1, ch(rng), size(rng), size(rng), ch(rng), {pad(rng), pad(rng), pad(rng), pad(rng)},
                      r % 2 == 0, r % 3 == 0 ? "relu" : "none"});
   }
-  REQUIRE(registered_routines("wgconv").size() >= 3);
+  REQUIRE(registered_routines("wgconv").size() >= 2);
+  const bool has_avx512 = core::cpu_features().avx512_core() && core::cpu_features().fma;
   for (const auto& cc : cases) {
     auto g = conv_graph(cc, rng);
     Blob x = random_blob(Shape{cc.n, cc.c, cc.h, cc.w}, rng);
     auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
     for (int64_t m : {2, 4, 6}) {
-      for (std::string child : {"cpu/ref", "cpu/avx2", "cpu/avx512", ""}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        // the reference children, the AVX2 and the AVX-512 kernels, the default
+        const std::string child = variant == 0 ? "cpu/ref" : variant == 3 ? "" : "cpu/winograd";
+        const RoutineParams params = variant == 1 ? RoutineParams{{"avx512", 0}}
+                                           : variant == 2 ? RoutineParams{{"avx512", 1}}
+                                                          : RoutineParams{};
+        if (variant == 2 && !has_avx512) {
+          WARN("skipped the AVX-512 children: this CPU lacks AVX-512");
+          continue;
+        }
         INFO("n=" << cc.n << " c=" << cc.c << " h=" << cc.h << " w=" << cc.w << " k=" << cc.k << " pads=" << cc.pads[0]
                   << cc.pads[1] << cc.pads[2] << cc.pads[3] << " act=" << cc.act << " tile=" << m << " children="
-                  << (child.empty() ? "default" : child));
-        auto path = wg_choice(m, child);
+                  << (child.empty() ? "default" : child) << " variant=" << variant);
+        auto path = wg_choice(m, child, params);
         g.routine_path.routines = {path};
         Net net(detail::NetImpl::build(g));
         bool ran_child = child.empty();
@@ -138,7 +150,7 @@ TEST_CASE("cpu/wg matches cpu/ref conv2 for every tile and child routine", "[win
   }
 }
 
-TEST_CASE("cpu:float32:nchw16c/wg and nchw8c/wg (blocked children) match cpu/ref conv2", "[winograd][routines]") {
+TEST_CASE("cpu:float32:nchw16c/winograd and nchw8c/winograd (blocked children) match cpu/ref conv2", "[winograd][routines]") {
   std::mt19937 rng(2025);
   std::vector<ConvCase> cases = {
       {1, 3, 8, 8, 5, {1, 1, 1, 1}, true, "none"},
@@ -154,7 +166,7 @@ TEST_CASE("cpu:float32:nchw16c/wg and nchw8c/wg (blocked children) match cpu/ref
     cases.push_back({batch(rng) ? 4 : 1, ch(rng), size(rng), size(rng), ch(rng), {pad(rng), pad(rng), pad(rng), pad(rng)},
                      r % 2 == 0, r % 3 == 0 ? "relu" : "none"});
   }
-  for (const std::string desc : {"cpu:float32:nchw16c/wg", "cpu:float32:nchw8c/wg"}) {
+  for (const std::string desc : {"cpu:float32:nchw16c/winograd", "cpu:float32:nchw8c/winograd"}) {
     Schema schema;
     const Routine* parent = core::RoutineRegistry::instance().find("conv2", desc, &schema);
     REQUIRE(parent);
@@ -187,7 +199,7 @@ TEST_CASE("cpu:float32:nchw16c/wg and nchw8c/wg (blocked children) match cpu/ref
   }
 }
 
-TEST_CASE("a net whose routine path chooses cpu/wg tile 4 runs its children and matches", "[winograd][net]") {
+TEST_CASE("a net whose routine path chooses cpu/winograd tile 4 runs its children and matches", "[winograd][net]") {
   std::mt19937 rng(7);
   ConvCase cc{1, 16, 14, 14, 24, {1, 1, 1, 1}, true, "relu"};
   auto g = conv_graph(cc, rng);
@@ -206,7 +218,7 @@ TEST_CASE("a net whose routine path chooses cpu/wg tile 4 runs its children and 
   CHECK(test::values(net.run(in)[0].blob) == got);
 }
 
-TEST_CASE("a .dnn save/load round trip keeps cpu/wg's child choices", "[winograd][dnn]") {
+TEST_CASE("a .dnn save/load round trip keeps cpu/winograd's child choices", "[winograd][dnn]") {
   std::mt19937 rng(11);
   ConvCase cc{1, 8, 9, 9, 8, {1, 1, 1, 1}, false, "none"};
   auto g = conv_graph(cc, rng);
@@ -228,13 +240,41 @@ TEST_CASE("a .dnn save/load round trip keeps cpu/wg's child choices", "[winograd
   std::remove(path.c_str());
 }
 
-TEST_CASE("cpu/wg says no to what it cannot compute", "[winograd]") {
+// The family took its file's name (cpu/wg -> cpu/winograd, the children's
+// cpu/avx2 and cpu/avx512 -> cpu/winograd with parameter avx512): tuned files
+// written before keep their choices instead of falling back to the default.
+TEST_CASE("a .dnn written with the old Winograd names loads onto cpu/winograd", "[winograd][dnn]") {
+  std::mt19937 rng(12);
+  ConvCase cc{1, 8, 9, 9, 8, {1, 1, 1, 1}, true, "relu"};
+  auto g = conv_graph(cc, rng);
+  core::RoutineChoice rc{"conv", "cpu/wg", {{"tile", 4}}, 0, 0, {}};
+  for (const char* c : {"wgenc", "wgconv", "wgdec"})
+    rc.children.push_back({std::string("conv/") + c, c == std::string("wgconv") ? "cpu/avx512" : "cpu/avx2", {}, 0, 0, {}});
+  g.routine_path.routines = {rc};
+  const std::string path = test::temp_path("wg_old_names.dnn");
+  Net(detail::NetImpl::build(g)).save(path);  // written as given: the old names
+  Net back = Net::load(path);
+  std::vector<std::string> desc;
+  for (const auto& l : back.layers()) desc.push_back(l.name + "=" + l.descriptor + " " + l.routine_params);
+  if (core::cpu_features().avx2_fma())  // else cpu/winograd refuses and the default (cpu/ref) runs
+    CHECK(desc == std::vector<std::string>{"conv/wgenc=cpu/winograd avx512=0", "conv/wgconv=cpu/winograd avx512=1",
+                                           "conv/wgdec=cpu/winograd avx512=0"});
+  Blob x = random_blob(Shape{1, 8, 9, 9}, rng);
+  double scale = 0;
+  auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
+  std::vector<NamedBlob> in{{"x", x}};
+  const double err = max_err(test::values(back.run(in)[0].blob), want, &scale);
+  CHECK(err <= tolerance(4) * scale);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("cpu/winograd says no to what it cannot compute", "[winograd]") {
   std::mt19937 rng(3);
   auto check_no = [&](std::map<std::string, Attr> params, Shape w) {
     Layer l = test::make_layer("conv2", params, {{"weight", random_blob(w, rng)}});
     LayerInfo info{&l, {Shape{1, 4, 10, 10}}, {}, {}, {}};
     Schema s;
-    const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu/wg", &s);
+    const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu/winograd", &s);
     REQUIRE(r);
     CHECK_FALSE(r->supports(info, s).ok);
   };
@@ -274,7 +314,7 @@ TEST_CASE("cpu/conv: dense as reshape -> conv2 1x1 -> reshape matches cpu/ref", 
   }
 }
 
-TEST_CASE("tuning a cpu/wg candidate solves its children and records their choices", "[winograd][tune]") {
+TEST_CASE("tuning a cpu/winograd candidate solves its children and records their choices", "[winograd][tune]") {
   std::mt19937 rng(13);
   ConvCase cc{1, 16, 14, 14, 16, {1, 1, 1, 1}, true, "relu"};
   auto g = conv_graph(cc, rng);
@@ -285,7 +325,7 @@ TEST_CASE("tuning a cpu/wg candidate solves its children and records their choic
   o.cache_dir = "-";
   o.unit_budget_ms = 0.5;
   o.integrated_runs = 2;
-  o.pin = {{"conv", "cpu/wg"}};
+  o.pin = {{"conv", "cpu/winograd"}};
   net.tune(o);
   std::vector<std::string> names;
   for (const auto& l : net.layers()) {

@@ -14,7 +14,7 @@ using namespace softneuro::test::f32;
 
 TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]") {
   std::mt19937 rng(31);
-  for (const std::string desc : {"cpu:float32:nchw16c/avx512", "cpu:float32:nchw8c/avx2"}) {
+  for (const std::string desc : {"cpu:float32:nchw16c/winograd", "cpu:float32:nchw8c/winograd"}) {
     INFO(desc);
     for (auto [n, c, k, h, w, m] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 3, 5, 8, 8, 2},
                                      {2, 17, 24, 9, 13, 4}, {1, 40, 9, 14, 14, 6}, {1, 16, 16, 5, 7, 4},
@@ -49,7 +49,7 @@ TEST_CASE("blocked Winograd children match their cpu/ref", "[winograd][routines]
 // refused (or misread) the blocked blobs its caller passed.
 TEST_CASE("blocked Winograd prepared on its own reads and writes the blocked layout", "[winograd][childnet]") {
   std::mt19937 rng(41);
-  for (const std::string desc : {"cpu:float32:nchw16c/wg", "cpu:float32:nchw8c/wg"}) {
+  for (const std::string desc : {"cpu:float32:nchw16c/winograd", "cpu:float32:nchw8c/winograd"}) {
     INFO(desc);
     for (auto [c, k] : {std::pair<int64_t, int64_t>{5, 19}, {32, 16}}) {
       Layer l = conv_layer(c, k, 1, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, true, rng);

@@ -1,23 +1,15 @@
-// cpu/im2col and cpu/gemm1x1 — conv2 as GEMM on our packed float32 kernels
-// (gemm.hpp: AVX-512 12x32 or AVX2 6x16 register tiles, chosen at run time).
-//
-//   cpu/im2col               nchw, any kernel/stride/pad/dilation/groups: per
-//                            (image, group, block of output pixels) the input
-//                            patches are written straight into packed-B panels
-//                            in the workspace, then Y_g[OCg, P] = W_g · Col.
-//   cpu/gemm1x1              nchw, 1x1 stride 1 pad 0: the same GEMM with the
-//                            input itself as B (packed per pixel block, no im2col).
-//   cpu:float32:nhwc/gemm1x1 nhwc, 1x1 stride 1 pad 0: Y[HW, OCg] = X[HW, Cg] · W_gᵀ
-//                            (weights packed once as B; input rows packed per task).
-//
-// Weights are packed once in prepare; bias and fused activation (all but sigmoid)
-// are applied by the GEMM epilogue. Routine parameters:
-//   p_block (nchw): output pixels per task (the packed-B block; rounded to NR),
-//   m_block (nhwc): pixel rows per task.
+// cpu/im2col — conv2 as GEMM on our packed float32 kernels (gemm.hpp: AVX-512
+// 12x32 or AVX2 6x16 register tiles, chosen at run time), nchw, any
+// kernel/stride/pad/dilation/groups: per (image, group, block of output pixels)
+// the input patches are written straight into packed-B panels in the
+// workspace, then Y_g[OCg, P] = W_g · Col (a 1x1 stride-1 unpadded conv packs
+// the input itself). Weights are packed once in prepare; bias and fused
+// activation (all but sigmoid) are applied by the GEMM epilogue. Routine
+// parameter p_block: output pixels per task (the packed-B block; rounded to NR).
 // Work is split into tasks over (image, group, pixel block[, channel block]),
 // run on the library's pool with one workspace slot per thread.
-#include "routines/cpu/f32_common.hpp"
-#include "routines/cpu/gemm.hpp"
+// cpu/gemm1x1 (gemm1x1.cpp) runs the same code on pointwise convolutions only.
+#include "routines/cpu/im2col.hpp"
 
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
@@ -31,12 +23,10 @@
 #include <memory>
 #include <vector>
 
-namespace softneuro {
-namespace {
+namespace softneuro::cpu::conv_gemm {
 
 using core::Window2d;
 using cpu::gemm::Kernel;
-namespace gemm = cpu::gemm;
 
 bool is_pointwise(const Window2d& g) {
   return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.pb == 0 && g.pr == 0 &&
@@ -58,6 +48,8 @@ gemm::Epilogue make_epilogue(const Layer& layer) {
   cpu::to_epilogue(core::fused_activation(layer), ep);
   return ep;
 }
+
+namespace {
 
 /// Writes columns [p0, p0+ncols) of the im2col matrix of one image and group
 /// (rows k = (ic, kh, kw), K = Cg*KH*KW) as packed-B panels into `buf`.
@@ -102,8 +94,6 @@ void im2col_pack(const Kernel& k, const Window2d& g, const float* x, int64_t kk,
   }
 }
 
-// ---------------------------------------------------------------------------
-// nchw: cpu/im2col and cpu/gemm1x1
 
 class PreparedNchw final : public PreparedRoutine {
  public:
@@ -166,109 +156,20 @@ class PreparedNchw final : public PreparedRoutine {
   gemm::Epilogue ep_;
 };
 
-template <bool kPointwise>
-class ConvGemmNchw final : public Routine {
- public:
-  std::string_view layer_type() const override { return "conv2"; }
-  std::string_view algorithm() const override { return kPointwise ? "gemm1x1" : "im2col"; }
-  std::vector<Schema> schemas() const override { return {Schema{}}; }
-  Support supports(const LayerInfo& info, const Schema& schema) const override {
-    const char* who = kPointwise ? "cpu/gemm1x1" : "cpu/im2col";
-    if (Support s = common_checks(info, schema, Layout::nchw, who); !s) return s;
-    const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
-    if (kPointwise && !is_pointwise(g)) return Support::no("cpu/gemm1x1 takes 1x1 stride-1 unpadded convolutions");
-    if (g.oh <= 0 || g.ow <= 0) return Support::no("empty output");
-    return Support::yes();
-  }
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    return {{"p_block", {128, 256, 512, 1024}}};
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
-                                           const RoutineParams& params) const override {
-    return std::make_unique<PreparedNchw>(info, routine_param(params, "p_block", 256));
-  }
-  /// cpu/gemm1x1 ranks above cpu/onednn's nchw convolution (90): conv_bench
-  /// measured it faster on every ResNet50 1x1 stride-1 layer at 1 and 2 threads
-  /// (1.2-10x; oneDNN 2.6 has no fast plain-layout 1x1 kernel). cpu/im2col
-  /// stays below: oneDNN wins some 3x3 layers.
-};
+}  // namespace
 
-// ---------------------------------------------------------------------------
-// nhwc: cpu:float32:nhwc/gemm1x1
+std::unique_ptr<PreparedRoutine> prepare_nchw(const LayerInfo& info, int64_t p_block) {
+  return std::make_unique<PreparedNchw>(info, p_block);
+}
 
-class PreparedNhwc final : public PreparedRoutine {
- public:
-  PreparedNhwc(const LayerInfo& info, int64_t m_block) {
-    const Layer& layer = *info.layer;
-    g_ = core::conv2_window(layer, info.input_shapes[0]);
-    k_ = gemm::best_kernel();
-    cg_ = g_.c / g_.group;
-    ocg_ = g_.oc / g_.group;
-    kc_ = gemm::default_kc(*k_);
-    mb_ = std::max<int64_t>(k_->mr, m_block / k_->mr * k_->mr);
-    const Blob& w = layer.weight("weight");
-    pb_size_ = gemm::packed_b_size(*k_, cg_, ocg_);
-    packed_.assign(static_cast<std::size_t>(pb_size_ * g_.group), 0.0f);
-    for (int64_t gi = 0; gi < g_.group; ++gi)
-      gemm::pack_b(*k_, cg_, ocg_, kc_, w.data_as<float>() + gi * ocg_ * cg_, cg_, true, packed_.data() + gi * pb_size_);
-    if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
-    ep_ = make_epilogue(layer);
-    slots_ = cpu::workspace_slots();
-    slot_floats_ = gemm::round_up(gemm::packed_a_size(*k_, mb_, cg_), 16);
-  }
-  std::size_t workspace_bytes() const override { return sizeof(float) * slot_floats_ * slots_; }
+}  // namespace softneuro::cpu::conv_gemm
 
-  void run(const RunArgs& args) override {
-    const float* x = args.inputs[0]->data_as<float>();
-    float* y = args.outputs[0]->data_as<float>();
-    float* ws = static_cast<float*>(args.workspace);
-    const int64_t hw = g_.h * g_.w, mchunks = (hw + mb_ - 1) / mb_;
-    cpu::for_each_task(args.pool, slots_, g_.n * g_.group * mchunks, [&](int64_t t, int slot) {
-      const int64_t mc = t % mchunks, gi = t / mchunks % g_.group, n = t / mchunks / g_.group;
-      const int64_t m0 = mc * mb_, rows = std::min(mb_, hw - m0);
-      float* buf = ws + slot * slot_floats_;
-      gemm::pack_a(*k_, rows, cg_, kc_, x + (n * hw + m0) * g_.c + gi * cg_, g_.c, false, buf);
-      gemm::Epilogue ep = ep_;
-      ep.bias_n = bias_.empty() ? nullptr : bias_.data() + gi * ocg_;
-      gemm::gemm_block(*k_, rows, ocg_, cg_, kc_, buf, packed_.data() + gi * pb_size_,
-                       y + (n * hw + m0) * g_.oc + gi * ocg_, g_.oc, ep, 0, rows, 0, ocg_);
-    });
-  }
+namespace softneuro {
+namespace {
 
- private:
-  Window2d g_{};
-  const Kernel* k_ = nullptr;
-  int64_t cg_ = 0, ocg_ = 0, kc_ = 0, mb_ = 0, pb_size_ = 0, slot_floats_ = 0;
-  int slots_ = 1;
-  cpu::AlignedFloats packed_;
-  std::vector<float> bias_;
-  gemm::Epilogue ep_;
-};
-
-class ConvGemmNhwc final : public Routine {
- public:
-  static constexpr Schema kSchema{Device::cpu, DType::float32, Layout::nhwc};
-  std::string_view layer_type() const override { return "conv2"; }
-  std::string_view algorithm() const override { return "gemm1x1"; }
-  std::vector<Schema> schemas() const override { return {kSchema}; }
-  Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (Support s = common_checks(info, schema, Layout::nhwc, "cpu:float32:nhwc/gemm1x1"); !s) return s;
-    if (!is_pointwise(core::conv2_window(*info.layer, info.input_shapes[0])))
-      return Support::no("gemm1x1 takes 1x1 stride-1 unpadded convolutions");
-    return Support::yes();
-  }
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    return {{"m_block", {48, 96, 192, 384}}};
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
-                                           const RoutineParams& params) const override {
-    return std::make_unique<PreparedNhwc>(info, routine_param(params, "m_block", 96));
-  }
-};
+using namespace cpu::conv_gemm;
 
 SOFTNEURO_REGISTER_ROUTINE(ConvGemmNchw<false>);
-SOFTNEURO_REGISTER_ROUTINE(ConvGemmNchw<true>);
-SOFTNEURO_REGISTER_ROUTINE(ConvGemmNhwc);
 
 }  // namespace
 }  // namespace softneuro

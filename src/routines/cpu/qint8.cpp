@@ -1,5 +1,5 @@
-// cpu:qint8 "avx2" routines: int8 inference with our own AVX2 kernels
-// (qint8_kernels_avx2.cpp), in cpu:qint8 (nchw) and cpu:qint8:nhwc.
+// cpu:qint8/qint8: int8 inference with our own AVX2 and AVX-VNNI kernels
+// (qint8_kernels_avx2.cpp, qint8_kernels_vnni.cpp), in cpu:qint8 (nchw) and cpu:qint8:nhwc.
 //
 // Conventions (fixed for every qint8 routine of the project):
 //  - activations: signed int8, asymmetric, per tensor, real = scale * (q - zero_point),
@@ -21,28 +21,30 @@
 // quantisation step of the exact real-valued result of the same quantised
 // computation, and usually equal to it.
 //
-// With AVX-VNNI (checked at run time), "avxvnni" routines use vpdpbusd on u8
-// activations (q + 128, the offset folded into the bias): also exact, with
-// the same accumulators, four products per lane and instruction.
+// With AVX-VNNI (checked at run time), routine parameter vnni=1 of conv2 and
+// dense uses vpdpbusd on u8 activations (q + 128, the offset folded into the
+// bias): also exact, with the same accumulators, four products per lane and
+// instruction. The parameter is listed only where the CPU has AVX-VNNI; a file
+// tuned elsewhere asking for it runs the AVX2 kernels (the same results) here.
 //
-// Routines (layer type: what it supports):
-//  conv2   "avx2", "avxvnni": any kernel/stride/pad/dilation, groups (not
-//          depthwise), dot products up to 32768 terms; im2col of a block of
-//          output pixels, GEMM tiles of 4 (AVX2) or 6 (VNNI) pixels x 16 output
-//          channels; AVX2 splits K above 1024 into L1-sized chunks. Routine
-//          parameter "mb" (pixels per block; 0 or absent: automatic) is
-//          honoured when a routine path sets it; the tuner does not vary it.
-//  conv2   "avx2dw": depthwise (one input and one output channel per group),
-//          kernels up to 64 taps, vectors over channels (NHWC inside).
-//  dense   "avx2", "avxvnni": the conv2 GEMM with rows as pixels (any rank in nchw; rank <= 2 in nhwc).
-//  pool2   "avx2": max and avg (count_include_pad, ceil_mode, global), requantising.
-//  add     "avx2": same-shape inputs with different scales, requantising.
-//  mul     "avx2": same shapes, or a per-channel gate [N or 1, C, 1, 1] (squeeze-excite).
-//  concat  "avx2": any axis, requantising each input to the output's scale.
-//  relu, clip "avx2": in the quantised domain (a requantisation with clamps).
-//  hardsigmoid, hardswish, sigmoid, tanh, gelu "avx2": a 256-entry table per layer
+// What each layer type supports:
+//  conv2   any kernel/stride/pad/dilation, groups, dot products up to 32768
+//          terms; im2col of a block of output pixels, GEMM tiles of 4 (AVX2) or
+//          6 (VNNI) pixels x 16 output channels; AVX2 splits K above 1024 into
+//          L1-sized chunks. Routine parameter "mb" (pixels per block; 0 or
+//          absent: automatic) is honoured when a routine path sets it; the
+//          tuner does not vary it. Depthwise (one input and one output channel
+//          per group, up to 64 taps) runs its own kernel instead, vectors over
+//          channels (NHWC inside): a rule, decided in prepare.
+//  dense   the conv2 GEMM with rows as pixels (any rank in nchw; rank <= 2 in nhwc).
+//  pool2   max and avg (count_include_pad, ceil_mode, global), requantising.
+//  add     same-shape inputs with different scales, requantising.
+//  mul     same shapes, or a per-channel gate [N or 1, C, 1, 1] (squeeze-excite).
+//  concat  any axis, requantising each input to the output's scale.
+//  relu, clip in the quantised domain (a requantisation with clamps).
+//  hardsigmoid, hardswish, sigmoid, tanh, gelu: a 256-entry table per layer
 //          (the cpu/ref formula on every int8 value: bit-exact against the reference).
-//  flatten, reshape, identity "avx2": copies (requantising when scales differ).
+//  flatten, reshape, identity: copies (requantising when scales differ).
 // nchw blobs are transposed to nhwc in the workspace where the kernels want channels last.
 // Every routine needs AVX2 and FMA, checked at run time ("CPU lacks AVX2" otherwise);
 // In the default order below the oneDNN int8 routines (the tuner decides; an
@@ -410,55 +412,24 @@ class GemmConv final : public PreparedRoutine {
 /// Longest dot product: 127 * 255 * K plus a bias of at most 2^30 stays inside int32.
 constexpr int64_t kMaxK = 32768;
 
-/// The instruction set a GEMM routine's kernels use.
-enum class Isa { avx2, avxvnni };
-Support isa_support(Isa isa) {
-  if (isa == Isa::avxvnni && !qint8::vnni_usable()) return Support::no("CPU lacks AVX-VNNI");
-  return Support::yes();
+/// conv2 and dense's routine parameter vnni (0 or 1): listed only where the
+/// CPU has AVX-VNNI; 1 elsewhere runs the AVX2 kernels.
+std::vector<RoutineParamSpec> vnni_space() {
+  if (!qint8::vnni_usable()) return {};
+  return {{"vnni", {0, 1}}};
 }
+bool use_vnni(const RoutineParams& params) { return routine_param(params, "vnni", 0) != 0 && qint8::vnni_usable(); }
 
 bool is_depthwise(const Window2d& g) { return g.group > 1 && g.c == g.group && g.oc == g.group; }
 
-template <Isa kIsa>
-class ConvRoutine final : public Routine {
- public:
-  std::string_view layer_type() const override { return "conv2"; }
-  std::string_view algorithm() const override { return kIsa == Isa::avx2 ? "avx2" : "avxvnni"; }
-  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
-    if (Support i = isa_support(kIsa); !i) return i;
-    const Layer& l = *info.layer;
-    if (Support w = float_weight(l, "weight", true); !w) return w;
-    if (Support b = float_weight(l, "bias", false); !b) return b;
-    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 input must be 4-D");
-    Window2d g = core::conv2_window(l, info.input_shapes[0]);
-    if (is_depthwise(g)) return Support::no("depthwise: computed by cpu:qint8/avx2dw");
-    if (g.kh * g.kw * (g.c / g.group) > kMaxK) return Support::no(fmt::format("a dot product of more than {} terms could overflow int32", kMaxK));
-    return activation_epilogue(l, out_q(info), nullptr);
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{} cannot run this conv2: {}", make_descriptor(s, algorithm()), ok.reason));
-    const Layer& l = *info.layer;
-    Window2d g = core::conv2_window(l, info.input_shapes[0]);
-    Epilogue ep;
-    activation_epilogue(l, out_q(info), &ep);
-    const Blob* b = l.find_weight("bias");
-    const bool nhwc = s == kNhwc;
-    return std::make_unique<GemmConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
-                                      in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), kIsa == Isa::avxvnni);
-  }
-};
-
-template <Isa kIsa>
 class DenseRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return "dense"; }
-  std::string_view algorithm() const override { return kIsa == Isa::avx2 ? "avx2" : "avxvnni"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return vnni_space(); }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
-    if (Support i = isa_support(kIsa); !i) return i;
     const Layer& l = *info.layer;
     if (Support w = float_weight(l, "weight", true); !w) return w;
     if (Support b = float_weight(l, "bias", false); !b) return b;
@@ -489,7 +460,7 @@ class DenseRoutine final : public Routine {
     activation_epilogue(l, out_q(info), &ep);
     const Blob* b = l.find_weight("bias");
     return std::make_unique<GemmConv>(g, w.data_as<float>(), b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
-                                      out_q(info), true, true, routine_param(params, "mb", 0), kIsa == Isa::avxvnni);
+                                      out_q(info), true, true, routine_param(params, "mb", 0), use_vnni(params));
   }
 };
 
@@ -567,10 +538,21 @@ class DepthwiseConv final : public PreparedRoutine {
   std::size_t in_bytes_ = 0, out_bytes_ = 0;
 };
 
-class DepthwiseRoutine final : public Routine {
+Support depthwise_support(const LayerInfo& info, const Window2d& g) {
+  if (g.kh * g.kw > kMaxTaps) return Support::no(fmt::format("depthwise kernel of {} taps; at most {}", g.kh * g.kw, kMaxTaps));
+  return activation_epilogue(*info.layer, out_q(info), nullptr);
+}
+
+Support gemm_support(const LayerInfo& info, const Window2d& g) {
+  if (g.kh * g.kw * (g.c / g.group) > kMaxK) return Support::no(fmt::format("a dot product of more than {} terms could overflow int32", kMaxK));
+  return activation_epilogue(*info.layer, out_q(info), nullptr);
+}
+
+/// conv2: depthwise on its own kernel, everything else on the GEMM (a rule).
+class ConvRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return "conv2"; }
-  std::string_view algorithm() const override { return "avx2dw"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
@@ -579,19 +561,26 @@ class DepthwiseRoutine final : public Routine {
     if (Support b = float_weight(l, "bias", false); !b) return b;
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 input must be 4-D");
     Window2d g = core::conv2_window(l, info.input_shapes[0]);
-    if (!is_depthwise(g)) return Support::no("not depthwise (one input and one output channel per group)");
-    if (g.kh * g.kw > kMaxTaps) return Support::no(fmt::format("kernel of {} taps; at most {}", g.kh * g.kw, kMaxTaps));
-    return activation_epilogue(l, out_q(info), nullptr);
+    return is_depthwise(g) ? depthwise_support(info, g) : gemm_support(info, g);
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2dw cannot run this conv2: {}", ok.reason));
+  std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema&) const override {
+    if (info.input_shapes.empty() || info.input_shapes[0].rank() != 4) return {};
+    if (is_depthwise(core::conv2_window(*info.layer, info.input_shapes[0]))) return {};
+    return vnni_space();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{} cannot run this conv2: {}", make_descriptor(s, algorithm()), ok.reason));
     const Layer& l = *info.layer;
     Window2d g = core::conv2_window(l, info.input_shapes[0]);
     Epilogue ep;
     activation_epilogue(l, out_q(info), &ep);
     const Blob* b = l.find_weight("bias");
-    return std::make_unique<DepthwiseConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
-                                           in_q(info, 0), out_q(info), s == kNhwc);
+    const bool nhwc = s == kNhwc;
+    if (is_depthwise(g))
+      return std::make_unique<DepthwiseConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
+                                             in_q(info, 0), out_q(info), nhwc);
+    return std::make_unique<GemmConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
+                                      in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), use_vnni(params));
   }
 };
 
@@ -706,7 +695,7 @@ class Pool final : public PreparedRoutine {
 class PoolRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return "pool2"; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
@@ -718,7 +707,7 @@ class PoolRoutine final : public Routine {
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this pool2: {}", ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this pool2: {}", ok.reason));
     const Layer& l = *info.layer;
     return std::make_unique<Pool>(core::pool2_window(l, info.input_shapes[0]), l.get_string("mode") == "max",
                                   l.get_int("count_include_pad", 0) != 0, in_q(info, 0), out_q(info), s == kNhwc);
@@ -755,7 +744,7 @@ class Add final : public PreparedRoutine {
 class AddRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return "add"; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
@@ -765,10 +754,10 @@ class AddRoutine final : public Routine {
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this add: {}", ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this add: {}", ok.reason));
     Epilogue ep;  // relu/clip (the only activations add takes): the clamp bounds
     if (Support ok = activation_epilogue(*info.layer, out_q(info), &ep); !ok)
-      throw Error(fmt::format("cpu:qint8/avx2 cannot run this add: {}", ok.reason));
+      throw Error(fmt::format("cpu:qint8/qint8 cannot run this add: {}", ok.reason));
     return std::make_unique<Add>(info.output_shapes[0].numel(), in_q(info, 0), in_q(info, 1), out_q(info), ep.lo, ep.hi);
   }
 };
@@ -841,7 +830,7 @@ class Mul final : public PreparedRoutine {
 class MulRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return "mul"; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
@@ -860,7 +849,7 @@ class MulRoutine final : public Routine {
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this mul: {}", ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this mul: {}", ok.reason));
     return std::make_unique<Mul>(info, s == kNhwc);
   }
 };
@@ -900,11 +889,11 @@ template <bool kClip>
 class ActRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return kClip ? "clip" : "relu"; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", layer_type(), ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this {}: {}", layer_type(), ok.reason));
     const TQ y = out_q(info);
     core::Activation act;  // the layer as the activation it would be if fused
     act.kind = kClip ? core::Activation::clip : core::Activation::relu;
@@ -950,11 +939,11 @@ class LutRoutine : public Routine {
  public:
   explicit LutRoutine(std::string_view type) : type_(type) {}
   std::string_view layer_type() const override { return type_; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", type_, ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this {}: {}", type_, ok.reason));
     const Layer& l = *info.layer;
     int8_t table[256];
     const TQ x = in_q(info, 0), y = out_q(info);
@@ -995,11 +984,11 @@ class LutRoutine : public Routine {
 class FakeQuantRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return "fake_quant"; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this fake_quant: {}", ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this fake_quant: {}", ok.reason));
     const core::FakeQuant q = core::fake_quant_params(*info.layer);
     int8_t table[256];
     fill_table(table, in_q(info, 0), out_q(info), [&](float v) { return q.apply(v); });
@@ -1025,7 +1014,7 @@ class CopyRoutine : public Routine {
  public:
   explicit CopyRoutine(std::string_view type) : type_(type) {}
   std::string_view layer_type() const override { return type_; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
@@ -1035,7 +1024,7 @@ class CopyRoutine : public Routine {
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this {}: {}", type_, ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this {}: {}", type_, ok.reason));
     return std::make_unique<Requant>(info.input_shapes[0].numel(), in_q(info, 0), out_q(info), -128, 127);
   }
 
@@ -1104,7 +1093,7 @@ class Concat final : public PreparedRoutine {
 class ConcatRoutine final : public Routine {
  public:
   std::string_view layer_type() const override { return "concat"; }
-  std::string_view algorithm() const override { return "avx2"; }
+  std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
@@ -1112,7 +1101,7 @@ class ConcatRoutine final : public Routine {
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/avx2 cannot run this concat: {}", ok.reason));
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this concat: {}", ok.reason));
     return std::make_unique<Concat>(info, s);
   }
 };
@@ -1123,11 +1112,8 @@ struct IdentityCopy : CopyRoutine { IdentityCopy() : CopyRoutine("identity") {} 
 
 }  // namespace
 
-SOFTNEURO_REGISTER_ROUTINE(ConvRoutine<Isa::avx2>);
-SOFTNEURO_REGISTER_ROUTINE(ConvRoutine<Isa::avxvnni>);
-SOFTNEURO_REGISTER_ROUTINE(DepthwiseRoutine);
-SOFTNEURO_REGISTER_ROUTINE(DenseRoutine<Isa::avx2>);
-SOFTNEURO_REGISTER_ROUTINE(DenseRoutine<Isa::avxvnni>);
+SOFTNEURO_REGISTER_ROUTINE(ConvRoutine);
+SOFTNEURO_REGISTER_ROUTINE(DenseRoutine);
 SOFTNEURO_REGISTER_ROUTINE(PoolRoutine);
 SOFTNEURO_REGISTER_ROUTINE(AddRoutine);
 SOFTNEURO_REGISTER_ROUTINE(MulRoutine);
@@ -1143,5 +1129,19 @@ SOFTNEURO_REGISTER_ROUTINE(FlattenCopy);
 SOFTNEURO_REGISTER_ROUTINE(ReshapeCopy);
 SOFTNEURO_REGISTER_ROUTINE(IdentityCopy);
 SOFTNEURO_REGISTER_ROUTINE(FakeQuantRoutine);
+
+// Names before the family took its file's name (avx2dw: depthwise conv2, now a rule).
+namespace {
+const struct DescriptorAliases {
+  DescriptorAliases() {
+    for (const char* schema : {"cpu:qint8", "cpu:qint8:nhwc"}) {
+      const std::string s(schema);
+      register_descriptor_alias(s + "/avx2", s + "/qint8");
+      register_descriptor_alias(s + "/avxvnni", s + "/qint8", {{"vnni", 1}});
+      register_descriptor_alias(s + "/avx2dw", s + "/qint8");
+    }
+  }
+} descriptor_aliases;
+}  // namespace
 
 }  // namespace softneuro

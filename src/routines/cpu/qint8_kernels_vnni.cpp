@@ -1,4 +1,4 @@
-// AVX-VNNI kernels of the cpu:qint8 "avxvnni" routines; see qint8_kernels.hpp.
+// AVX-VNNI kernels of cpu:qint8/qint8 (routine parameter vnni=1); see qint8_kernels.hpp.
 // Built with -mavx2 -mfma -mavxvnni (CMakeLists.txt); callers check
 // vnni_usable() first. The same rules as qint8_kernels_avx2.cpp: nothing but
 // intrinsics and this file's own internal functions.

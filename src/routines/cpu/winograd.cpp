@@ -1,4 +1,4 @@
-// cpu/wg — Winograd F(m,3) convolution as a childnet (SoftNeuro III-A/B):
+// cpu/winograd — Winograd F(m,3) convolution as a childnet (SoftNeuro III-A/B):
 //   conv2 3x3, stride 1, dilation 1, group 1 (any channels, any pads), routine
 //   parameter tile = m in {2, 4, 6}, expands to three children
 //     <layer>/wgenc   V = B^T d B of every input tile           [P][C][Tp]
@@ -6,10 +6,10 @@
 //                     (weight U = G g G^T, transformed once here)
 //     <layer>/wgdec   y = act(A^T M A + bias), clipped           [N][K][OH][OW]
 //   whose routines are chosen like any layer's: cpu/ref (here, the oracle) and
-//   cpu/avx2, cpu/avx512 (winograd_kernels_*.cpp, per-file ISA flags).
+//   cpu/winograd (winograd_kernels_{avx2,avx512}.cpp, parameter avx512).
 // The transforms are in winograd_kernels.hpp (built at compile time).
 // In the default order below oneDNN's conv2, so the untuned default keeps
-// oneDNN; the tuner picks cpu/wg where it measures faster.
+// oneDNN; the tuner picks cpu/winograd where it measures faster.
 #include "core/childnet.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
@@ -34,7 +34,7 @@ using wg::winograd_tiles;
 
 // ---------------------------------------------------------------------------
 // The layer types of the children (registered here, beside the built-in ones;
-// children of the cpu/wg conv2 childnet, F(m,3), P = (m+2)^2
+// children of the cpu/winograd conv2 childnet, F(m,3), P = (m+2)^2
 // transformed positions, tiles t = (n*TY + ty)*TX + tx, T = N*TY*TX padded to Tp,
 // a multiple of 16, so kernels vectorise over tiles without tails):
 // wgenc     in [N,C,H,W]; tile = m (2|4|6), pads [t,l,b,r]=0; out V [P,C,Tp],
@@ -91,7 +91,7 @@ std::vector<Shape> infer_wgdec(const Layer& l, std::span<const Shape> in) {
   return {Shape{out[0], out[1], out[2], out[3]}};
 }
 
-// The blocked Winograd children (cpu:float32:nchw16c/wg, nchw8c/wg): the same
+// The blocked Winograd children (cpu:float32:nchw16c/winograd, nchw8c/winograd): the same
 // computation with 4-d shapes, so that a blocked layout stores V and M with
 // channels innermost: V [P, C, T, 1], M [P, K, T, 1], T = tiles (unpadded).
 std::vector<Shape> infer_wgencb(const Layer& l, std::span<const Shape> in) {
@@ -227,7 +227,7 @@ Childnet winograd_childnet(const Layer& l, const LayerInfo& info, int64_t m, con
 class WinogradConv final : public Routine {
  public:
   std::string_view layer_type() const override { return "conv2"; }
-  std::string_view algorithm() const override { return "wg"; }
+  std::string_view algorithm() const override { return "winograd"; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
     return winograd_conv_support(info);
@@ -247,7 +247,7 @@ SOFTNEURO_REGISTER_ROUTINE(WinogradConv);
 
 // ---------------------------------------------------------------------------
 // The children's routines: cpu/ref (obviously correct, double accumulation)
-// and one per ISA.
+// and cpu/winograd (AVX2 or AVX-512 kernels).
 
 enum class Isa { ref, avx2, avx512 };
 
@@ -257,8 +257,6 @@ Support isa_support(Isa isa) {
   if (isa == Isa::avx512 && !(f.avx512_core() && f.fma)) return Support::no("CPU lacks AVX-512 (F/BW/VL/DQ)");
   return Support::yes();
 }
-
-constexpr std::string_view isa_name(Isa isa) { return isa == Isa::ref ? "ref" : isa == Isa::avx2 ? "avx2" : "avx512"; }
 
 wg::Geometry geometry(const LayerInfo& info) {
   const Layer& l = *info.layer;
@@ -407,20 +405,50 @@ struct DecPrepared final : PreparedRoutine {
   }
 };
 
-template <template <Isa> class P, Isa I>
+/// cpu/ref for wgenc / wgconv / wgdec (and the blocked children on 4-d shapes).
+template <template <Isa> class P>
 class WgRoutine final : public Routine {
  public:
   explicit WgRoutine(std::string_view type) : type_(type) {}
   std::string_view layer_type() const override { return type_; }
-  std::string_view algorithm() const override { return isa_name(I); }
+  std::string_view algorithm() const override { return "ref"; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
-    if (auto ok = isa_support(I); !ok) return ok;
     if (auto ok = float_cpu(info.layer->find_weight("weight"), "weight"); !ok) return ok;
     return float_cpu(info.layer->find_weight("bias"), "bias");
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
-    return std::make_unique<P<I>>(info);
+    return std::make_unique<P<Isa::ref>>(info);
+  }
+
+ private:
+  std::string_view type_;
+};
+
+/// cpu/winograd for wgenc / wgconv / wgdec: the SIMD kernels. `avx512` (0 or 1,
+/// listed only where the CPU has AVX-512) picks the kernel set; the default is
+/// the widest the CPU has, and a file tuned elsewhere asking for AVX-512 runs
+/// the AVX2 kernels (the same arithmetic) where AVX-512 is missing.
+template <template <Isa> class P>
+class WgSimdRoutine final : public Routine {
+ public:
+  explicit WgSimdRoutine(std::string_view type) : type_(type) {}
+  std::string_view layer_type() const override { return type_; }
+  std::string_view algorithm() const override { return "winograd"; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
+    if (auto ok = isa_support(Isa::avx2); !ok) return ok;
+    if (auto ok = float_cpu(info.layer->find_weight("weight"), "weight"); !ok) return ok;
+    return float_cpu(info.layer->find_weight("bias"), "bias");
+  }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    if (!isa_support(Isa::avx512)) return {};
+    return {{"avx512", {1, 0}}};
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
+    const bool avx512 = isa_support(Isa::avx512).ok;
+    if (avx512 && routine_param(params, "avx512", 1) != 0) return std::make_unique<P<Isa::avx512>>(info);
+    return std::make_unique<P<Isa::avx2>>(info);
   }
 
  private:
@@ -428,7 +456,7 @@ class WgRoutine final : public Routine {
 };
 
 // ---------------------------------------------------------------------------
-// Blocked layouts: cpu:float32:nchw16c/wg (AVX-512) and cpu:float32:nchw8c/wg
+// Blocked layouts: cpu:float32:nchw16c/winograd (AVX-512) and cpu:float32:nchw8c/winograd
 // (AVX2), conv2 -> wgencb -> wgconvb -> wgdecb, every value a vector of
 // channels (winograd_blocked.hpp), the layer's neighbours stay blocked.
 
@@ -442,11 +470,11 @@ class WinogradBlockedConv final : public Routine {
  public:
   static constexpr Schema kSchema{Device::cpu, DType::float32, L};
   std::string_view layer_type() const override { return "conv2"; }
-  std::string_view algorithm() const override { return "wg"; }
+  std::string_view algorithm() const override { return "winograd"; }
   std::vector<Schema> schemas() const override { return {kSchema}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == kSchema)) return Support::no(fmt::format("computes in {}", kSchema.to_string()));
-    if (!blocked_kernels(L)) return Support::no(fmt::format("{}/wg needs {}", kSchema.to_string(), blocked_isa(L)));
+    if (!blocked_kernels(L)) return Support::no(fmt::format("{}/winograd needs {}", kSchema.to_string(), blocked_isa(L)));
     if (Support ok = winograd_conv_support(info); !ok) return ok;
     return cpu::check_activation(*info.layer);
   }
@@ -464,7 +492,8 @@ class WinogradBlockedConv final : public Routine {
 SOFTNEURO_REGISTER_ROUTINE(WinogradBlockedConv<Layout::nchw16c>);
 SOFTNEURO_REGISTER_ROUTINE(WinogradBlockedConv<Layout::nchw8c>);
 
-/// wgencb / wgconvb / wgdecb: one routine per blocked layout, named by its ISA.
+/// wgencb / wgconvb / wgdecb: cpu:float32:nchw16c/winograd (AVX-512) and
+/// cpu:float32:nchw8c/winograd (AVX2); the layout decides the kernels.
 template <Layout L>
 struct BlockedEnc final : PreparedRoutine {
   const wg::blocked::Kernels& k;
@@ -517,7 +546,7 @@ class WgBlockedRoutine final : public Routine {
   static constexpr Schema kSchema{Device::cpu, DType::float32, L};
   explicit WgBlockedRoutine(std::string_view type) : type_(type) {}
   std::string_view layer_type() const override { return type_; }
-  std::string_view algorithm() const override { return L == Layout::nchw16c ? "avx512" : "avx2"; }
+  std::string_view algorithm() const override { return "winograd"; }
   std::vector<Schema> schemas() const override { return {kSchema}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == kSchema)) return Support::no(fmt::format("computes in {}", kSchema.to_string()));
@@ -545,24 +574,29 @@ struct Registrations {
     register_layer_type({"wgconvb", 1, 1, infer_wgconvb});
     register_layer_type({"wgdecb", 1, 1, infer_wgdecb});
     // The blocked children's cpu/ref: the plain routines' reference code on 4-d shapes.
-    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::ref>>("wgencb"));
-    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::ref>>("wgconvb"));
-    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::ref>>("wgdecb"));
+    register_routine(std::make_unique<WgRoutine<EncPrepared>>("wgencb"));
+    register_routine(std::make_unique<WgRoutine<ConvPrepared>>("wgconvb"));
+    register_routine(std::make_unique<WgRoutine<DecPrepared>>("wgdecb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedEnc, Layout::nchw16c>>("wgencb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedConv, Layout::nchw16c>>("wgconvb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedDec, Layout::nchw16c>>("wgdecb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedEnc, Layout::nchw8c>>("wgencb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedConv, Layout::nchw8c>>("wgconvb"));
     register_routine(std::make_unique<WgBlockedRoutine<BlockedDec, Layout::nchw8c>>("wgdecb"));
-    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::ref>>("wgenc"));
-    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::avx2>>("wgenc"));
-    register_routine(std::make_unique<WgRoutine<EncPrepared, Isa::avx512>>("wgenc"));
-    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::ref>>("wgconv"));
-    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::avx2>>("wgconv"));
-    register_routine(std::make_unique<WgRoutine<ConvPrepared, Isa::avx512>>("wgconv"));
-    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::ref>>("wgdec"));
-    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::avx2>>("wgdec"));
-    register_routine(std::make_unique<WgRoutine<DecPrepared, Isa::avx512>>("wgdec"));
+    register_routine(std::make_unique<WgRoutine<EncPrepared>>("wgenc"));
+    register_routine(std::make_unique<WgSimdRoutine<EncPrepared>>("wgenc"));
+    register_routine(std::make_unique<WgRoutine<ConvPrepared>>("wgconv"));
+    register_routine(std::make_unique<WgSimdRoutine<ConvPrepared>>("wgconv"));
+    register_routine(std::make_unique<WgRoutine<DecPrepared>>("wgdec"));
+    register_routine(std::make_unique<WgSimdRoutine<DecPrepared>>("wgdec"));
+    // Names before the family took its file's name.
+    register_descriptor_alias("cpu/wg", "cpu/winograd");
+    register_descriptor_alias("cpu:float32:nchw16c/wg", "cpu:float32:nchw16c/winograd");
+    register_descriptor_alias("cpu:float32:nchw8c/wg", "cpu:float32:nchw8c/winograd");
+    register_descriptor_alias("cpu/avx2", "cpu/winograd", {{"avx512", 0}});
+    register_descriptor_alias("cpu/avx512", "cpu/winograd", {{"avx512", 1}});
+    register_descriptor_alias("cpu:float32:nchw16c/avx512", "cpu:float32:nchw16c/winograd");
+    register_descriptor_alias("cpu:float32:nchw8c/avx2", "cpu:float32:nchw8c/winograd");
   }
 };
 const Registrations registrations;

@@ -1,5 +1,5 @@
-// Winograd F(m,3) in the blocked layouts (cpu:float32:nchw16c/wg with AVX-512,
-// cpu:float32:nchw8c/wg with AVX2): the children wgencb -> wgconvb -> wgdecb
+// Winograd F(m,3) in the blocked layouts (cpu:float32:nchw16c/winograd with AVX-512,
+// cpu:float32:nchw8c/winograd with AVX2): the children wgencb -> wgconvb -> wgdecb
 // of src/routines/cpu/winograd.cpp. Every value is a vector of V channels, so
 // the transforms are plain vector arithmetic (no gathers) and nothing around
 // the layer changes layout. Blobs, in the blocked layout of V channels:

@@ -322,7 +322,7 @@ void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, i
 /// AVX2: U streamed from L3 (more than the two cores' L2 hold) runs on the
 /// assembly tiles, whose split forms spread its stream (gemm_rows_asm); U in
 /// L2, on the intrinsic micro-kernel (inlined: less per tile). Measured
-/// (SOFTNEURO_MAX_CPU_ISA=avx2 conv_bench --routine nchw8c/wg, four runs):
+/// (SOFTNEURO_MAX_CPU_ISA=avx2 conv_bench --routine nchw8c/winograd, four runs):
 /// ResNet50's 512@7 F(2,3) (U 16 MB) 124-131% -> 134-140% of the peak, in the
 /// interleaved goal rounds (U cold) its best Winograd 67-74% -> 108-126%;
 /// 256@14 F(4,3) (9.4 MB) 152-202% -> 216-223%; but with every GEMM on them,

@@ -1,4 +1,4 @@
-// Winograd F(m,3) kernels behind cpu/wg's children (src/routines/cpu/winograd.cpp):
+// Winograd F(m,3) kernels behind cpu/winograd's children (src/routines/cpu/winograd.cpp):
 // the transform matrices, and per-ISA kernels (winograd_kernels_avx2.cpp,
 // winograd_kernels_avx512.cpp: the same code, winograd_kernels.inl, compiled
 // with each ISA's flags; callers check core::cpu_features() first).

@@ -14,7 +14,7 @@
 // innermost dim: channels for rank >= 3, the last dim for rank <= 2).
 //
 // Physical order: a blob of rank >= 3 in the nhwc schema lies as [N, D2, ...,
-// Dr-1, C] (as src/adapt/layout.cpp writes it); one of rank <= 2 lies row-major.
+// Dr-1, C] (as src/adapt/reorder.cpp writes it); one of rank <= 2 lies row-major.
 //
 // Weights: conv2's [O, C/g, KH, KW] is transposed once to XNNPACK's
 // [g, O/g, KH, KW, C/g] in prepare; XNNPACK then packs it into its own memory
