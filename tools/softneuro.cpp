@@ -52,6 +52,11 @@ commands:
       --report FILE         write the tuning report as text (default: print it)
       --json FILE           write the tuning report as JSON
       --threads T           threads to tune for
+      --calibration DIR     samples of the input (one float32 .npy each): every fourth validates
+                            the accuracy budget, the others calibrate qint8 (default: synthetic
+                            inputs, accuracy then unchecked on real data)
+      --accuracy M:V        budget for qint8 paths against float32: top1:0.99 (default), cosine:0.999,
+                            rel-l2:0.02, or none; a path that misses it is not kept
       --shapes NAME=S1,S2   input shapes to tune at, one routine path each (a model with dynamic
                             dims; e.g. x=1x3x48x320,1x3x48x640); other shapes run the nearest one's
   run FILE [options]        run a net and print its outputs and latency
@@ -259,7 +264,7 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 int cmd_tune(const std::vector<std::string>& args) {
-  std::string in, out, report_path, json_path;
+  std::string in, out, report_path, json_path, calibration_dir;
   sn::TuneOptions opt;
   int threads = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -283,6 +288,8 @@ int cmd_tune(const std::vector<std::string>& args) {
     else if (a == "--report") report_path = value("--report");
     else if (a == "--json") json_path = value("--json");
     else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
+    else if (a == "--calibration") calibration_dir = value("--calibration");
+    else if (a == "--accuracy") opt.accuracy = value("--accuracy");
     else if (a == "--shapes") {
       // NAME=S1,S2,...: one shape bucket per entry (several inputs: the same number of entries each).
       auto [name, list] = split_assign(value("--shapes"), "--shapes");
@@ -302,6 +309,18 @@ int cmd_tune(const std::vector<std::string>& args) {
     if (s.find_first_of("*?[") == std::string::npos) (void)sn::Schema::parse(s);
   if (threads > 0) sn::set_num_threads(threads);
   sn::Net net = sn::Net::load(in);
+  if (!calibration_dir.empty()) {
+    if (net.inputs().size() != 1)
+      throw Usage(fmt::format("--calibration reads one .npy per sample: the model has {} inputs", net.inputs().size()));
+    auto samples = sn::load_samples(calibration_dir, net.inputs()[0].name);
+    // Every fourth sample validates the accuracy budget; the others calibrate.
+    for (std::size_t k = 0; k < samples.size(); ++k)
+      (samples.size() >= 2 && k % 4 == 3 ? opt.validation : opt.calibration.inputs).push_back(std::move(samples[k]));
+    if (opt.validation.empty()) {
+      fmt::print(stderr, "warning: one sample in {}: it calibrates and validates\n", calibration_dir);
+      opt.validation = opt.calibration.inputs;
+    }
+  }
   if (isatty(fileno(stderr))) {
     opt.progress = [](const sn::TuneProgress& p) {
       int width = 30, filled = p.total ? width * p.done / p.total : width;

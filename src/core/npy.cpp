@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -118,6 +120,31 @@ void save_npy(const std::string& path, const Blob& blob) {
   const auto* p = static_cast<const char*>(blob.data());
   out.insert(out.end(), p, p + blob.byte_size());
   core::write_file_atomically(path, out.data(), out.size());
+}
+
+std::vector<std::vector<NamedBlob>> load_samples(const std::string& dir, const std::string& input_name,
+                                                 std::size_t max_samples) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error("not a folder of samples", dir);
+  std::vector<std::string> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".npy" || !it->is_regular_file(ec)) continue;
+    if (files.size() == max_samples)
+      throw Error(fmt::format("more than {} .npy samples; give a smaller folder", max_samples), dir);
+    files.push_back(it->path().string());
+  }
+  if (ec) throw Error(fmt::format("cannot list the folder: {}", ec.message()), dir);
+  if (files.empty()) throw Error("no .npy samples in the folder", dir);
+  std::sort(files.begin(), files.end());
+  std::vector<std::vector<NamedBlob>> out;
+  for (const auto& f : files) {
+    Blob b = load_npy(f);
+    if (b.dtype() != DType::float32)
+      throw Error(fmt::format("a sample of input '{}' must be float32, the file holds {}", input_name, to_string(b.dtype())), f);
+    out.push_back({{input_name, b}});
+  }
+  return out;
 }
 
 }  // namespace softneuro

@@ -88,23 +88,6 @@ struct Range {
   }
 };
 
-std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net, int batches) {
-  std::vector<std::vector<NamedBlob>> out;
-  for (int b = 0; b < std::max(1, batches); ++b) {
-    std::mt19937 rng(0x5eedu + static_cast<unsigned>(b));
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<NamedBlob> batch;
-    for (const auto& t : net.inputs) {
-      Blob x = Blob::allocate(t.shape);
-      float* p = x.data_as<float>();
-      for (int64_t i = 0; i < x.numel(); ++i) p[i] = d(rng);
-      batch.push_back({t.name, x});
-    }
-    out.push_back(std::move(batch));
-  }
-  return out;
-}
-
 constexpr const char* kCalibrationVersion = "softneuro-calibration-v2";  // v2: ranges clipped to what relu/clip consumers tell apart
 
 /// What the calibration result depends on: the layers (types, wiring,
@@ -222,6 +205,24 @@ std::pair<double, double> consumer_range(const core::Graph& g, const std::string
 }
 
 }  // namespace
+
+std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net, int batches, unsigned first) {
+  std::vector<std::vector<NamedBlob>> out;
+  for (int b = 0; b < std::max(1, batches); ++b) {
+    std::mt19937 rng(0x5eedu + first + static_cast<unsigned>(b));
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<NamedBlob> batch;
+    for (const auto& t : net.inputs) {
+      Blob x = Blob::allocate(t.shape);
+      float* p = x.data_as<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) p[i] = d(rng);
+      batch.push_back({t.name, x});
+    }
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
 
 QuantParams quant_from_range(double lo, double hi) {
   lo = std::min(lo, 0.0);

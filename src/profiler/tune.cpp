@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "core/net_impl.hpp"
 #include "core/thread_pool.hpp"
+#include "profiler/accuracy.hpp"
 #include "profiler/calibrate.hpp"
 #include "profiler/planner.hpp"
 #include "profiler/timing.hpp"
@@ -32,6 +33,7 @@ using profiler::params_text;
 struct Tuner {
   detail::NetImpl& net;
   const TuneOptions& opt;
+  profiler::AccuracyBudget budget;  ///< none where the tuning allows no qint8
   TuneReport report;
   profiler::Profiler prof;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -113,6 +115,7 @@ struct Tuner {
     for (DType d : dtypes) {
       std::vector<LayerProfile> restricted = profiles;
       bool possible = true;
+      std::string missing;
       for (auto& p : restricted) {
         std::vector<Measured> keep;
         for (const auto& m : p.measured)
@@ -120,13 +123,20 @@ struct Tuner {
         if (keep.empty())
           for (const auto& m : p.measured)
             if (m.cand.schema.device == Device::cpu && m.cand.schema.dtype == DType::float32) keep.push_back(m);
+        if (keep.empty() && possible) missing = p.layer->name;
         possible = possible && !keep.empty();
         p.measured = std::move(keep);
       }
-      if (!possible) continue;
+      if (!possible) {
+        core::debug("no {}-only path: layer '{}' has no candidate in it", to_string(d), missing);
+        continue;
+      }
       profiler::Plan plan = profiler::build_plan(net, restricted, prof, true, step_ms);
       dprs::Solution sol = dprs::solve(plan.graph);
-      if (!sol.feasible) continue;
+      if (!sol.feasible) {
+        core::debug("no {}-only path: DPRS found none", to_string(d));
+        continue;
+      }
       out.push_back({fmt::format("{}-only", to_string(d)),
                      profiler::read_path(plan, sol, restricted, true, report.device_fingerprint)});
       out.back().second.picks.clear();  // they point into `restricted`
@@ -185,7 +195,10 @@ struct Tuner {
     bool wants_qint8 = false;
     for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
       wants_qint8 = wants_qint8 || prof.rules().schema_allowed(Schema{Device::cpu, DType::qint8, l});
-    if (wants_qint8 && net.graph.blob_quant.empty()) {
+    // Parsed first: a bad budget is an error before any measuring.
+    if (!opt.accuracy.empty() || wants_qint8) budget = profiler::parse_accuracy(opt.accuracy.empty() ? profiler::kDefaultAccuracy : opt.accuracy);
+    if (wants_qint8) report.accuracy_budget = budget.text;
+    if (wants_qint8 && (net.graph.blob_quant.empty() || !opt.calibration.inputs.empty())) {
       progress("calibration", 0, 1, "");
       profiler::calibrate(net, opt.calibration, opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir);
     }
@@ -250,6 +263,24 @@ struct Tuner {
     return finish();
   }
 
+  /// Whether `path` meets the accuracy budget on the validation samples (or,
+  /// without any, synthetic inputs); a path running nothing in qint8 does.
+  bool accuracy_ok(const core::RoutinePath& path) {
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return true;
+    std::vector<std::vector<NamedBlob>> samples = opt.validation;
+    report.validation_synthetic = samples.empty();
+    if (samples.empty()) {
+      samples = profiler::synthetic_inputs(net, 16, 1000);  // not the calibration's own inputs
+      core::warn("no validation samples: the accuracy budget {} is checked on {} synthetic inputs only, which say little "
+                 "about accuracy on real data (give samples: --calibration DIR)",
+                 budget.text, samples.size());
+    }
+    report.validation_samples = static_cast<int>(samples.size());
+    report.accuracy = profiler::measure_accuracy(net, path, samples, budget);
+    report.accuracy_missed = !budget.met_by(report.accuracy);
+    return !report.accuracy_missed;
+  }
+
   /// Measures the tuned path against the untuned default (and, in a hybrid
   /// tuning, the best single-dtype paths) in fresh executors, interleaved, as
   /// `softneuro run` prepares them; never hands back a path slower than the default.
@@ -279,6 +310,31 @@ struct Tuner {
         report_path(planned, profiles);
       }
     }
+    // The accuracy budget: a path that misses it gives way to the fastest float32 path measured.
+    bool force_default = false;
+    if (!accuracy_ok(planned.path)) {
+      int float_alt = -1;
+      for (std::size_t k = 0; k < alternatives.size(); ++k)
+        if (alternatives[k].first == "float32-only") float_alt = static_cast<int>(k);
+      const bool alt_faster = float_alt >= 0 && measured[2 + float_alt].total_ms < measured[1].total_ms;
+      if (float_alt >= 0 && (alt_faster || !fallback.allowed)) {
+        core::warn("the tuned path misses the accuracy budget {} ({:.4f}): taking the float32-only path ({:.3f} ms)",
+                   budget.text, report.accuracy, measured[2 + float_alt].total_ms);
+        planned = alternatives[static_cast<std::size_t>(float_alt)].second;
+        measured[0] = measured[2 + float_alt];
+        report.predicted_ms = planned.predicted_ms;
+        report_path(planned, profiles);
+      } else if (fallback.allowed) {
+        core::warn("the tuned path misses the accuracy budget {} ({:.4f}): keeping the untuned default's float32 routines",
+                   budget.text, report.accuracy);
+        force_default = true;
+      } else {
+        throw Error(fmt::format("the tuned path misses the accuracy budget {} (measured {:.4f}) and the schemas allowed "
+                                "leave no float32 path to keep instead; allow cpu:float32:* or loosen the budget",
+                                budget.text, report.accuracy),
+                    net.file, {}, "accuracy");
+      }
+    }
     core::RoutinePath path = planned.path;
     const double tuned_ms = measured[0].total_ms, default_ms = measured[1].total_ms;
     for (auto& rc : path.routines)
@@ -298,16 +354,19 @@ struct Tuner {
     // switches and the team's CPU time flagged 94% of the runs on a quiet
     // 2-core Xeon VM, our own threads preempting each other.)
     const bool disturbed = final_others >= 0.5;
-    if (default_allowed && (default_ms <= tuned_ms || disturbed)) {
+    if (default_allowed && (force_default || default_ms <= tuned_ms || disturbed)) {
       report.kept_default = true;
-      if (default_ms <= tuned_ms)
+      if (force_default) {
+        // (said above)
+      } else if (default_ms <= tuned_ms) {
         core::warn("the tuned path measured {:.3f} ms, the untuned default {:.3f} ms: keeping the default's routines",
                    tuned_ms, default_ms);
-      else
+      } else {
         core::warn("other processes kept {:.1f} CPUs busy during the final runs: the tuned path ({:.3f} ms against the "
                    "default's {:.3f}) cannot be trusted to be faster on a quiet machine; keeping the default's routines "
                    "(tune again when the machine is quiet)",
                    final_others, tuned_ms, default_ms);
+      }
       path = fallback.path;
       for (auto& rc : path.routines)
         if (auto it = measured[1].per_step.find(rc.layer); it != measured[1].per_step.end())

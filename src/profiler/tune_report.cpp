@@ -49,6 +49,17 @@ std::string TuneReport::to_text() const {
   if (default_ms > 0)
     s += kept_default ? fmt::format("the untuned default measured {:.3f} ms beside it: its routines are kept\n", default_ms)
                       : fmt::format("the untuned default measured {:.3f} ms beside it\n", default_ms);
+  if (!accuracy_budget.empty()) {
+    const std::string on = fmt::format("{} {} sample{}", validation_samples, validation_synthetic ? "synthetic" : "validation",
+                                       validation_samples == 1 ? "" : "s");
+    if (accuracy_budget == "none")
+      s += "accuracy budget none: not checked\n";
+    else if (accuracy < 0)
+      s += fmt::format("accuracy budget {}: the path runs nothing in qint8\n", accuracy_budget);
+    else
+      s += fmt::format("accuracy budget {}: measured {:.4f} on {} against float32{}\n", accuracy_budget, accuracy, on,
+                       accuracy_missed ? ": missed, a float32 path is kept" : "");
+  }
   s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
   if (others_cpus >= 0) s += fmt::format("other processes meanwhile: {:.2f} CPUs busy on average\n", others_cpus);
   for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
@@ -59,9 +70,13 @@ std::string TuneReport::to_text() const {
 std::string TuneReport::to_json() const {
   std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"openmp_wait\": \"{}\",\n"
                               "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
+                              "  \"accuracy_budget\": \"{}\",\n  \"accuracy\": {},\n  \"validation_samples\": {},\n"
+                              "  \"validation_synthetic\": {},\n  \"accuracy_missed\": {},\n"
                               "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
-                              json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default, tuning_s, measurements,
+                              json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default,
+                              json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, accuracy_missed,
+                              tuning_s, measurements,
                               cache_hits, exact, others_cpus);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];

@@ -265,12 +265,18 @@ AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, con
 
 std::vector<Measured> Profiler::measure_candidates(const LayerInfo& info, const std::vector<Candidate>& cands, int depth) {
   std::vector<Measured> out;
-  const bool has_fast =
-      std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.routine->algorithm() != "ref"; });
+  // The reference gives way to a faster routine of its own dtype only: a
+  // float32-only path (the accuracy budget's fallback in a hybrid tuning)
+  // needs a float32 candidate for every layer.
+  auto has_fast = [&](DType dtype) {
+    return std::any_of(cands.begin(), cands.end(), [&](const Candidate& c) {
+      return c.routine->algorithm() != "ref" && c.schema.dtype == dtype;
+    });
+  };
   const std::string sig = signature(info);
   CutOff cutoff;
   for (const auto& c : cands) {
-    if (opt_.skip_reference && has_fast && c.routine->algorithm() == "ref") continue;
+    if (opt_.skip_reference && c.routine->algorithm() == "ref" && has_fast(c.schema.dtype)) continue;
     const std::string schema_text = c.schema.to_string();
     search_params(c.routine->param_space(info, c.schema), [&](const RoutineParams& params) {
       std::vector<core::RoutineChoice> children;

@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -130,6 +131,30 @@ TEST_CASE(".npy files round-trip", "[basics]") {
   std::string bad = test::temp_path("bad.npy");
   std::ofstream(bad) << "not numpy";
   CHECK_THROWS_AS(load_npy(bad), Error);
+}
+
+TEST_CASE("a folder of .npy samples loads in name order; bad folders are clear errors", "[basics][npy]") {
+  namespace fs = std::filesystem;
+  const std::string dir = test::temp_path("samples");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  CHECK_THROWS_WITH(load_samples(dir, "x"), Catch::Contains("no .npy samples"));
+  for (int k : {2, 0, 1}) save_npy(dir + "/s" + std::to_string(k) + ".npy", test::iota_blob(Shape{1, 2}, 1.0f, float(k)));
+  std::ofstream(dir + "/notes.txt") << "skipped";
+  auto samples = load_samples(dir, "x");
+  REQUIRE(samples.size() == 3);
+  for (int k = 0; k < 3; ++k) {
+    REQUIRE(samples[k].size() == 1);
+    CHECK(samples[k][0].name == "x");
+    CHECK(test::values(samples[k][0].blob) == std::vector<float>{float(k), float(k) + 1});
+  }
+  CHECK_THROWS_WITH(load_samples(dir, "x", 2), Catch::Contains("more than 2"));
+  Blob ints = Blob::allocate(Shape{2}, DType::int32);
+  std::memset(ints.data(), 0, ints.byte_size());
+  save_npy(dir + "/s3.npy", ints);
+  CHECK_THROWS_WITH(load_samples(dir, "x"), Catch::Contains("must be float32"));
+  CHECK_THROWS_WITH(load_samples(dir + "/s0.npy", "x"), Catch::Contains("not a folder"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("parallel_for covers every index once, at any thread count", "[basics]") {

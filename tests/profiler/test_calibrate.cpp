@@ -206,7 +206,9 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
   }
   SECTION("qint8 only: layers without a qint8 routine fall back to float32") {
     Net net(detail::NetImpl::build(conv_net()));
-    net.tune(quick("calib-q8", {"cpu:qint8"}));
+    TuneOptions o = quick("calib-q8", {"cpu:qint8"});
+    o.accuracy = "cosine:0.99";  // this random net's logits are close: argmax agreement is not the point here
+    net.tune(o);
     int quantised = 0;
     for (const auto& l : net.layers())
       if (l.type != "adapt") quantised += l.descriptor.find("qint8") != std::string::npos;
@@ -220,6 +222,57 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     Net loaded = Net::load(path);
     const auto again = run_net(loaded, x);
     CHECK(again == got);
+  }
+}
+
+// Before, hybrid tuning chose qint8 wherever it measured faster, whatever it
+// did to the outputs (a trained OCR recogniser went from 19 of 20 lines to 0).
+TEST_CASE("a qint8 path that misses the accuracy budget is never saved", "[calibrate][tune][accuracy]") {
+  if (!core::cpu_features().avx2_fma()) return;  // no qint8 routine to pin
+  Blob x = normal_blob(Shape{1, 8, 16, 16}, 31);
+  Net reference(detail::NetImpl::build(conv_net()));
+  const auto want = run_net(reference, x);
+  SECTION("every layer pinned to qint8: no float32 path may replace it, so tuning refuses") {
+    Net net(detail::NetImpl::build(conv_net()));
+    TuneOptions o = quick("accuracy-pinned", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+    o.pin = {{"c*", "cpu:qint8*"}, {"dw", "cpu:qint8*"}, {"fc", "cpu:qint8*"}};
+    o.accuracy = "cosine:0.9999999";  // beyond what 8 bits can hold
+    o.validation = {{{"input", x}}};
+    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("misses the accuracy budget cosine:0.9999999"));
+  }
+  SECTION("hybrid under an impossible budget keeps a float32 path and says so") {
+    Net net(detail::NetImpl::build(conv_net()));
+    TuneOptions o = quick("accuracy-hybrid", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+    o.accuracy = "cosine:0.9999999";
+    o.validation = {{{"input", x}}};
+    TuneReport r = net.tune(o);
+    CHECK(r.accuracy_budget == "cosine:0.9999999");
+    for (const auto& l : net.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    if (r.accuracy >= 0) {  // DPRS chose some qint8 layer: measured, missed, replaced
+      CHECK(r.accuracy_missed);
+      CHECK(r.accuracy < 0.9999999);
+      CHECK(r.to_text().find("missed, a float32 path is kept") != std::string::npos);
+    }
+    CHECK(cosine(run_net(net, x), want) >= 0.99999);
+  }
+  SECTION("a budget it meets keeps the measured value in the report") {
+    Net net(detail::NetImpl::build(conv_net()));
+    TuneOptions o = quick("accuracy-loose", {"cpu:qint8", "cpu:qint8:nhwc"});
+    o.accuracy = "rel-l2:10";
+    TuneReport r = net.tune(o);  // no validation samples: synthetic, with a warning
+    CHECK(r.validation_synthetic);
+    CHECK(r.accuracy >= 0);
+    CHECK_FALSE(r.accuracy_missed);
+  }
+}
+
+TEST_CASE("accuracy budgets are parsed strictly", "[accuracy]") {
+  Net net(detail::NetImpl::build(conv_net()));
+  for (const char* bad : {"top1", "top1:1.5", "cosine:0", "rel-l2:-1", "l1:0.5", "top1:0.9x", "top1:nan"}) {
+    INFO(bad);
+    TuneOptions o = quick("accuracy-parse", {"cpu", "cpu:qint8"});
+    o.accuracy = bad;
+    CHECK_THROWS_AS(net.tune(o), Error);
   }
 }
 

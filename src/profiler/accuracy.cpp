@@ -1,0 +1,130 @@
+#include "profiler/accuracy.hpp"
+
+#include "core/executor.hpp"
+
+#include <softneuro/error.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+namespace softneuro::profiler {
+
+bool AccuracyBudget::met_by(double measured) const {
+  switch (metric) {
+    case Metric::none: return true;
+    case Metric::top1:
+    case Metric::cosine: return measured >= value;
+    case Metric::rel_l2: return measured <= value;
+  }
+  return false;
+}
+
+AccuracyBudget parse_accuracy(const std::string& text) {
+  AccuracyBudget b;
+  b.text = text;
+  if (text == "none") return b;
+  const auto colon = text.find(':');
+  const std::string metric = text.substr(0, colon);
+  const std::string value = colon == std::string::npos ? "" : text.substr(colon + 1);
+  char* end = nullptr;
+  const double v = value.empty() ? NAN : std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !std::isfinite(v))
+    throw Error(fmt::format("'{}' is not METRIC:VALUE (top1:0.99, cosine:0.999, rel-l2:0.02) or none", text.substr(0, 60)),
+                {}, {}, "accuracy");
+  if (metric == "top1" || metric == "cosine") {
+    if (!(v > 0 && v <= 1)) throw Error(fmt::format("{} must be in (0, 1], not {}", metric, value), {}, {}, "accuracy");
+    b.metric = metric == "top1" ? AccuracyBudget::Metric::top1 : AccuracyBudget::Metric::cosine;
+  } else if (metric == "rel-l2") {
+    if (!(v > 0)) throw Error(fmt::format("rel-l2 must be above 0, not {}", value), {}, {}, "accuracy");
+    b.metric = AccuracyBudget::Metric::rel_l2;
+  } else {
+    throw Error(fmt::format("unknown metric '{}' (top1, cosine, rel-l2)", metric.substr(0, 40)), {}, {}, "accuracy");
+  }
+  b.value = v;
+  return b;
+}
+
+bool uses_qint8(const core::RoutinePath& path) {
+  for (const auto& r : path.routines)
+    if (r.descriptor.rfind("cpu:qint8", 0) == 0 || r.descriptor.find(":qint8") != std::string::npos) return true;
+  return false;
+}
+
+namespace {
+
+struct Tally {
+  double sum = 0;
+  double count = 0;
+};
+
+/// Adds one output's comparison (`got` against the float32 `want`) to the tally.
+void compare(const AccuracyBudget& budget, const Blob& got, const Blob& want, Tally& t) {
+  const float* g = got.data_as<float>();
+  const float* w = want.data_as<float>();
+  const int64_t n = want.numel();
+  if (budget.metric == AccuracyBudget::Metric::top1) {
+    const int64_t last = want.shape().rank() ? want.shape()[want.shape().rank() - 1] : 1;
+    if (last < 2) return;  // nothing to choose between
+    for (int64_t p = 0; p < n / last; ++p) {
+      int64_t ag = 0, aw = 0;
+      for (int64_t i = 1; i < last; ++i) {
+        if (!(g[p * last + i] <= g[p * last + ag])) ag = i;  // a NaN wins: it never agrees by luck
+        if (w[p * last + i] > w[p * last + aw]) aw = i;
+      }
+      t.sum += std::isfinite(g[p * last + ag]) && ag == aw;
+      t.count += 1;
+    }
+    return;
+  }
+  double dot = 0, gg = 0, ww = 0, dd = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    dot += double(g[i]) * w[i], gg += double(g[i]) * g[i], ww += double(w[i]) * w[i];
+    dd += (double(g[i]) - w[i]) * (double(g[i]) - w[i]);
+  }
+  double v;
+  if (budget.metric == AccuracyBudget::Metric::cosine)
+    v = gg == 0 && ww == 0 ? 1.0 : gg == 0 || ww == 0 ? 0.0 : dot / std::sqrt(gg * ww);
+  else
+    v = ww == 0 ? (dd == 0 ? 0.0 : std::numeric_limits<double>::infinity()) : std::sqrt(dd / ww);
+  if (!std::isfinite(v)) v = budget.metric == AccuracyBudget::Metric::cosine ? 0.0 : std::numeric_limits<double>::infinity();
+  t.sum += v;
+  t.count += 1;
+}
+
+std::vector<NamedBlob> run(core::Executor& exec, const detail::NetImpl& net, const std::vector<NamedBlob>& sample) {
+  std::vector<NamedBlob> out;
+  for (const auto& o : net.graph.outputs) out.push_back({o, Blob::allocate(net.shapes.at(o))});
+  exec.run(sample, out);
+  return out;
+}
+
+}  // namespace
+
+double measure_accuracy(const detail::NetImpl& net, const core::RoutinePath& path,
+                        const std::vector<std::vector<NamedBlob>>& samples, const AccuracyBudget& budget) {
+  if (budget.metric == AccuracyBudget::Metric::none) return 0;
+  core::Graph ref_graph = net.graph;
+  ref_graph.routine_path = core::RoutinePath{};  // the float32 untuned default
+  ref_graph.shape_paths.clear();
+  core::Graph tuned_graph = net.graph;
+  tuned_graph.routine_path = path;
+  tuned_graph.shape_paths.clear();
+  core::Executor ref(ref_graph, net.shapes), tuned(tuned_graph, net.shapes);
+  Tally t;
+  for (const auto& sample : samples) {
+    const auto want = run(ref, net, sample);
+    const auto got = run(tuned, net, sample);
+    for (std::size_t k = 0; k < want.size(); ++k) compare(budget, got[k].blob, want[k].blob, t);
+  }
+  if (t.count == 0)
+    throw Error(fmt::format("accuracy budget {}: no output has a last axis of 2 or more entries to take the argmax "
+                            "of; give --accuracy cosine:V or rel-l2:V",
+                            budget.text),
+                net.file, {}, "accuracy");
+  return t.sum / t.count;
+}
+
+}  // namespace softneuro::profiler

@@ -1,0 +1,42 @@
+// The accuracy budget of a tuning that allows qint8: the tuned path's outputs
+// on validation samples against the float32 net's own (its untuned default).
+#pragma once
+
+#include "core/graph.hpp"
+#include "core/net_impl.hpp"
+
+#include <softneuro/blob.hpp>
+
+#include <string>
+#include <vector>
+
+namespace softneuro::profiler {
+
+struct AccuracyBudget {
+  enum class Metric { none, top1, cosine, rel_l2 };
+  Metric metric = Metric::none;
+  double value = 0;
+  std::string text;  ///< as the user wrote it, e.g. "top1:0.99"
+  /// Whether a measured value meets the budget (top1, cosine: at least; rel-l2: at most).
+  bool met_by(double measured) const;
+};
+
+/// The default budget of every tuning that allows qint8: argmax agreement over
+/// the last axis (per position for sequence outputs) on 99% of the positions.
+/// It is the decision a classifier or a CTC recogniser hands its user; a model
+/// whose outputs are not scores (boxes, embeddings) should pass cosine or rel-l2.
+inline constexpr const char* kDefaultAccuracy = "top1:0.99";
+
+/// Parses "top1:V" (V in (0,1]), "cosine:V" (V in (0,1]), "rel-l2:V" (V > 0) or
+/// "none"; anything else is an Error naming the field `accuracy`.
+AccuracyBudget parse_accuracy(const std::string& text);
+
+/// The budget's metric of `path` against the float32 default on `samples`
+/// (each binding every net input), averaged over samples and outputs.
+double measure_accuracy(const detail::NetImpl& net, const core::RoutinePath& path,
+                        const std::vector<std::vector<NamedBlob>>& samples, const AccuracyBudget& budget);
+
+/// Whether a path runs any layer in qint8 (only such a path can lose accuracy to quantisation).
+bool uses_qint8(const core::RoutinePath& path);
+
+}  // namespace softneuro::profiler
