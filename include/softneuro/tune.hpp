@@ -76,6 +76,10 @@ struct TuneReport {
     double unit_ms = 0;        ///< best unit-profiled time
     double integrated_ms = 0;  ///< time in context of whole-net runs (0 if not measured)
     int candidates = 0;        ///< routine × parameter combinations measured
+    /// Under an accuracy budget the path first chosen missed: the budget's
+    /// loss (1 - top1 or cosine, or rel-l2) with this layer alone in qint8;
+    /// -1 where not measured.
+    double sensitivity = -1;
   };
   struct AdaptLine {
     std::string blob, consumer, from_schema, to_schema, descriptor;

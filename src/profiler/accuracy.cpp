@@ -103,28 +103,36 @@ std::vector<NamedBlob> run(core::Executor& exec, const detail::NetImpl& net, con
 
 }  // namespace
 
-double measure_accuracy(const detail::NetImpl& net, const core::RoutinePath& path,
-                        const std::vector<std::vector<NamedBlob>>& samples, const AccuracyBudget& budget) {
-  if (budget.metric == AccuracyBudget::Metric::none) return 0;
-  core::Graph ref_graph = net.graph;
-  ref_graph.routine_path = core::RoutinePath{};  // the float32 untuned default
-  ref_graph.shape_paths.clear();
-  core::Graph tuned_graph = net.graph;
-  tuned_graph.routine_path = path;
-  tuned_graph.shape_paths.clear();
-  core::Executor ref(ref_graph, net.shapes), tuned(tuned_graph, net.shapes);
+Validator::Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget)
+    : net_(net), samples_(std::move(samples)), budget_(std::move(budget)) {
+  core::Graph g = net.graph;
+  g.routine_path = core::RoutinePath{};  // the float32 untuned default
+  g.shape_paths.clear();
+  core::Executor ref(g, net.shapes);
+  for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
+}
+
+double Validator::measure(const core::RoutinePath& path) const {
+  if (budget_.metric == AccuracyBudget::Metric::none) return 0;
+  core::Graph g = net_.graph;
+  g.routine_path = path;
+  g.shape_paths.clear();
+  core::Executor tuned(g, net_.shapes);
   Tally t;
-  for (const auto& sample : samples) {
-    const auto want = run(ref, net, sample);
-    const auto got = run(tuned, net, sample);
-    for (std::size_t k = 0; k < want.size(); ++k) compare(budget, got[k].blob, want[k].blob, t);
+  for (std::size_t k = 0; k < samples_.size(); ++k) {
+    const auto got = run(tuned, net_, samples_[k]);
+    for (std::size_t o = 0; o < got.size(); ++o) compare(budget_, got[o].blob, reference_[k][o].blob, t);
   }
   if (t.count == 0)
     throw Error(fmt::format("accuracy budget {}: no output has a last axis of 2 or more entries to take the argmax "
                             "of; give --accuracy cosine:V or rel-l2:V",
-                            budget.text),
-                net.file, {}, "accuracy");
+                            budget_.text),
+                net_.file, {}, "accuracy");
   return t.sum / t.count;
+}
+
+double Validator::error(double value) const {
+  return budget_.metric == AccuracyBudget::Metric::rel_l2 ? value : 1.0 - value;
 }
 
 }  // namespace softneuro::profiler

@@ -31,10 +31,24 @@ inline constexpr const char* kDefaultAccuracy = "top1:0.99";
 /// "none"; anything else is an Error naming the field `accuracy`.
 AccuracyBudget parse_accuracy(const std::string& text);
 
-/// The budget's metric of `path` against the float32 default on `samples`
-/// (each binding every net input), averaged over samples and outputs.
-double measure_accuracy(const detail::NetImpl& net, const core::RoutinePath& path,
-                        const std::vector<std::vector<NamedBlob>>& samples, const AccuracyBudget& budget);
+/// Measures paths against the float32 default on fixed samples (each binding
+/// every net input); the float32 outputs are computed once.
+class Validator {
+ public:
+  Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget);
+  /// The budget's metric of `path`, averaged over samples and outputs.
+  double measure(const core::RoutinePath& path) const;
+  /// What a measured value gives up: 1 - value for top1 and cosine, the value for rel-l2.
+  double error(double value) const;
+  const AccuracyBudget& budget() const { return budget_; }
+  std::size_t samples() const { return samples_.size(); }
+
+ private:
+  const detail::NetImpl& net_;
+  std::vector<std::vector<NamedBlob>> samples_;
+  AccuracyBudget budget_;
+  std::vector<std::vector<NamedBlob>> reference_;  ///< per sample, the float32 outputs
+};
 
 /// Whether a path runs any layer in qint8 (only such a path can lose accuracy to quantisation).
 bool uses_qint8(const core::RoutinePath& path);

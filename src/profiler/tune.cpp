@@ -18,7 +18,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -34,6 +36,9 @@ struct Tuner {
   detail::NetImpl& net;
   const TuneOptions& opt;
   profiler::AccuracyBudget budget;  ///< none where the tuning allows no qint8
+  std::optional<profiler::Validator> validator;
+  std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
+  std::map<std::string, double> sensitivity;    ///< by layer: the budget's loss with it alone in qint8
   TuneReport report;
   profiler::Profiler prof;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -180,7 +185,8 @@ struct Tuner {
       const Measured* m = i < planned.picks.size() ? planned.picks[i] : nullptr;
       report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
                                m ? m->unit_ms : r.predicted_ms, m ? m->integrated_ms : 0,
-                               i < profiles.size() ? static_cast<int>(profiles[i].measured.size()) : 0});
+                               i < profiles.size() ? static_cast<int>(profiles[i].measured.size()) : 0,
+                               sensitivity.count(r.layer) ? sensitivity.at(r.layer) : -1.0});
     }
     for (const auto& a : planned.path.adapts)
       report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema,
@@ -248,6 +254,7 @@ struct Tuner {
       measure_in_context(profiles, planned);
       last_run = planned.path;
     }
+    planned = meet_budget(profiles, std::move(planned));
     // The prediction: the chosen path's costs measured in its own context (the
     // minimum over noisy in-context costs DPRS took favours lucky samples).
     if (!same_routines(planned.path, last_run)) measure_in_context(profiles, planned);
@@ -263,22 +270,80 @@ struct Tuner {
     return finish();
   }
 
-  /// Whether `path` meets the accuracy budget on the validation samples (or,
-  /// without any, synthetic inputs); a path running nothing in qint8 does.
-  bool accuracy_ok(const core::RoutinePath& path) {
-    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return true;
-    std::vector<std::vector<NamedBlob>> samples = opt.validation;
-    report.validation_synthetic = samples.empty();
-    if (samples.empty()) {
-      samples = profiler::synthetic_inputs(net, 16, 1000);  // not the calibration's own inputs
-      core::warn("no validation samples: the accuracy budget {} is checked on {} synthetic inputs only, which say little "
-                 "about accuracy on real data (give samples: --calibration DIR)",
-                 budget.text, samples.size());
+  /// The validation samples (the user's, else synthetic, with a warning) and
+  /// the float32 outputs on them, made at the first use.
+  const profiler::Validator& validation() {
+    if (!validator) {
+      std::vector<std::vector<NamedBlob>> samples = opt.validation;
+      report.validation_synthetic = samples.empty();
+      if (samples.empty()) {
+        samples = profiler::synthetic_inputs(net, 16, 1000);  // not the calibration's own inputs
+        core::warn("no validation samples: the accuracy budget {} is checked on {} synthetic inputs only, which say "
+                   "little about accuracy on real data (give samples: --calibration DIR)",
+                   budget.text, samples.size());
+      }
+      report.validation_samples = static_cast<int>(samples.size());
+      validator.emplace(net, std::move(samples), budget);
     }
-    report.validation_samples = static_cast<int>(samples.size());
-    report.accuracy = profiler::measure_accuracy(net, path, samples, budget);
-    report.accuracy_missed = !budget.met_by(report.accuracy);
-    return !report.accuracy_missed;
+    return *validator;
+  }
+
+  /// The budget's metric of `path` on the validation samples; NaN where there
+  /// is nothing to check (no budget, or nothing in qint8: float32 itself).
+  double accuracy_of(const core::RoutinePath& path) {
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return NAN;
+    auto it = accuracy_seen.find(path_key(path));
+    if (it != accuracy_seen.end()) return it->second;
+    const double v = validation().measure(path);
+    accuracy_seen[path_key(path)] = v;
+    return v;
+  }
+  bool accuracy_ok(const core::RoutinePath& path) {
+    const double v = accuracy_of(path);
+    return std::isnan(v) || budget.met_by(v);
+  }
+  static std::string path_key(const core::RoutinePath& path) {
+    std::string k;
+    for (const auto& r : path.routines) k += r.layer + '=' + r.descriptor + ' ' + params_text(r.params) + ';';
+    return k;
+  }
+
+  /// Under an accuracy budget the path DPRS chose may miss it: then each layer's
+  /// sensitivity (the metric's loss with that layer alone in qint8) prices its
+  /// qint8 schemas, and the Lagrangian search finds the fastest path whose
+  /// validated accuracy meets the budget. Unchanged where it already does;
+  /// where no path passes, final_check falls back to float32.
+  profiler::PlannedPath meet_budget(std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
+    if (accuracy_ok(planned.path)) return planned;
+    const profiler::Validator& v = validation();
+    std::vector<double> error(profiles.size(), 0);
+    for (std::size_t i = 0; i < profiles.size(); ++i) {
+      const Measured* q = planned.picks[i] && planned.picks[i]->cand.schema.dtype == DType::qint8 ? planned.picks[i] : nullptr;
+      for (const auto& m : profiles[i].measured)
+        if (!q && m.cand.schema.dtype == DType::qint8) q = &m;
+      if (!q) continue;
+      progress("accuracy budget", static_cast<int>(i), static_cast<int>(profiles.size()), profiles[i].layer->name);
+      core::RoutinePath alone;
+      alone.routines.push_back({profiles[i].layer->name, q->cand.descriptor, q->params, 0, 0, q->children});
+      error[i] = std::max(0.0, v.error(v.measure(alone)));
+      sensitivity[profiles[i].layer->name] = error[i];
+    }
+    profiler::Plan plan = profiler::build_plan(net, profiles, prof, true, step_ms);
+    std::vector<std::vector<double>> node_error(plan.graph.node_cost.size(),
+                                                std::vector<double>(static_cast<std::size_t>(plan.graph.num_schemas), 0));
+    for (std::size_t i = 0; i < profiles.size(); ++i)
+      for (std::size_t s = 0; s < plan.schemas.size(); ++s)
+        if (plan.schemas[s].dtype == DType::qint8) node_error[static_cast<std::size_t>(plan.node_of[i])][s] = error[i];
+    int checks = 0;
+    dprs::Solution sol = dprs::solve_under_budget(plan.graph, node_error, [&](const dprs::Solution& candidate) {
+      progress("accuracy budget", ++checks, 10, "validating a path");
+      return accuracy_ok(profiler::read_path(plan, candidate, profiles, true, report.device_fingerprint).path);
+    }, 10);
+    if (!sol.feasible) return planned;
+    core::info("accuracy budget {}: {} of {} validated paths met it", budget.text,
+               std::count_if(accuracy_seen.begin(), accuracy_seen.end(), [&](const auto& kv) { return budget.met_by(kv.second); }),
+               accuracy_seen.size());
+    return profiler::read_path(plan, sol, profiles, true, report.device_fingerprint);
   }
 
   /// Measures the tuned path against the untuned default (and, in a hybrid
@@ -301,7 +366,7 @@ struct Tuner {
     const double final_others = profiler::others_cpus(final_start, profiler::cpu_clock());
     for (std::size_t k = 0; k < alternatives.size(); ++k) {
       const auto& m = measured[2 + k];
-      if (m.total_ms < measured[0].total_ms * 0.97) {
+      if (m.total_ms < measured[0].total_ms * 0.97 && accuracy_ok(alternatives[k].second.path)) {
         core::info("the {} path measured {:.3f} ms, the tuned path {:.3f} ms: taking the {} path", alternatives[k].first,
                    m.total_ms, measured[0].total_ms, alternatives[k].first);
         planned = alternatives[k].second;
@@ -312,7 +377,10 @@ struct Tuner {
     }
     // The accuracy budget: a path that misses it gives way to the fastest float32 path measured.
     bool force_default = false;
-    if (!accuracy_ok(planned.path)) {
+    report.accuracy = accuracy_of(planned.path);
+    if (std::isnan(report.accuracy)) report.accuracy = -1;
+    report.accuracy_missed = !accuracy_ok(planned.path);
+    if (report.accuracy_missed) {
       int float_alt = -1;
       for (std::size_t k = 0; k < alternatives.size(); ++k)
         if (alternatives[k].first == "float32-only") float_alt = static_cast<int>(k);

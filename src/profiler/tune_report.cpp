@@ -49,6 +49,13 @@ std::string TuneReport::to_text() const {
   if (default_ms > 0)
     s += kept_default ? fmt::format("the untuned default measured {:.3f} ms beside it: its routines are kept\n", default_ms)
                       : fmt::format("the untuned default measured {:.3f} ms beside it\n", default_ms);
+  if (std::any_of(layers.begin(), layers.end(), [](const LayerLine& l) { return l.sensitivity >= 0; })) {
+    s += "accuracy lost with the layer alone in qint8 (the budget's metric), and the dtype chosen:\n";
+    for (const auto& l : layers)
+      if (l.sensitivity >= 0)
+        s += fmt::format("  {:<{}} {:.5f}  {}\n", l.layer, wn, l.sensitivity,
+                         l.descriptor.find("qint8") != std::string::npos ? "qint8" : "float");
+  }
   if (!accuracy_budget.empty()) {
     const std::string on = fmt::format("{} {} sample{}", validation_samples, validation_synthetic ? "synthetic" : "validation",
                                        validation_samples == 1 ? "" : "s");
@@ -81,9 +88,9 @@ std::string TuneReport::to_json() const {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     s += fmt::format("{}\n    {{\"layer\": \"{}\", \"type\": \"{}\", \"descriptor\": \"{}\", \"routine_params\": \"{}\", "
-                     "\"unit_ms\": {}, \"integrated_ms\": {}, \"candidates\": {}}}",
+                     "\"unit_ms\": {}, \"integrated_ms\": {}, \"candidates\": {}, \"sensitivity\": {}}}",
                      i ? "," : "", json_escape(l.layer), json_escape(l.type), json_escape(l.descriptor),
-                     json_escape(l.routine_params), l.unit_ms, l.integrated_ms, l.candidates);
+                     json_escape(l.routine_params), l.unit_ms, l.integrated_ms, l.candidates, l.sensitivity);
   }
   s += "\n  ],\n  \"stages\": [";
   for (std::size_t i = 0; i < stage_s.size(); ++i)

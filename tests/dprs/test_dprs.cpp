@@ -641,3 +641,85 @@ TEST_CASE("evaluate sums layer and adapt costs", "[dprs]") {
   g.pin(0, 0);
   REQUIRE(evaluate(g, {1, 1}) == inf);
 }
+
+// ------------------------------------------------------------ accuracy budget
+
+// The Lagrangian search of the accuracy budget against brute force: schema 0
+// is error-free (float32), the others carry a random per-node error (a
+// layer's sensitivity), a path passes when its summed error is within the
+// budget. Every passing path is a candidate for brute force.
+TEST_CASE("the budget search against brute force on random graphs with error costs", "[dprs][random][budget]") {
+  Rng rng(20261123u);
+  int checked = 0, optimal = 0, unconstrained_passed = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    const int S = rng.integer(2, 3);
+    const int N = rng.integer(1, max_nodes(S) - 2);
+    CostGraph g = iter % 2 == 0 ? random_dag(rng, S, N) : random_series_parallel(rng, S, N);
+    for (auto& row : g.node_cost) row[0] = rng.uniform(1, 10);  // the float32 path always exists
+    for (auto& e : g.edges)
+      for (int a = 0; a < S; ++a) e.adapt[static_cast<std::size_t>(a * S + a)] = 0;
+    std::vector<std::vector<double>> err(static_cast<std::size_t>(g.num_nodes()), std::vector<double>(static_cast<std::size_t>(S), 0));
+    for (auto& row : err)
+      for (int s = 1; s < S; ++s) row[static_cast<std::size_t>(s)] = rng.chance(0.2) ? 0 : rng.uniform(0, 1);
+    const double budget = rng.uniform(0, 1.5);
+    auto error_of = [&](const std::vector<int>& a) {
+      double e = 0;
+      for (std::size_t n = 0; n < a.size(); ++n) e += err[n][static_cast<std::size_t>(a[n])];
+      return e;
+    };
+    INFO("iteration " << iter << ", S = " << S << ", N = " << g.num_nodes() << ", budget " << budget);
+    // Brute force: the fastest path within the budget, and the fastest of all.
+    double best_within = inf, best_any = inf;
+    std::vector<int> a(static_cast<std::size_t>(g.num_nodes()), 0), any_path;
+    while (true) {
+      const double t = evaluate(g, a);
+      if (t < best_any) best_any = t, any_path = a;
+      if (t < inf && error_of(a) <= budget + 1e-12) best_within = std::min(best_within, t);
+      int k = 0;
+      while (k < g.num_nodes() && ++a[static_cast<std::size_t>(k)] == S) a[static_cast<std::size_t>(k++)] = 0;
+      if (k == g.num_nodes()) break;
+    }
+    REQUIRE(best_within < inf);  // the error-free path
+    int calls = 0;
+    const Solution sol = solve_under_budget(g, err, [&](const Solution& s) {
+      ++calls;
+      return error_of(s.schema) <= budget + 1e-12;
+    }, 64);
+    REQUIRE(sol.feasible);
+    CHECK(error_of(sol.schema) <= budget + 1e-12);
+    CHECK(same_total(sol.total, evaluate(g, sol.schema)));
+    CHECK(sol.total >= best_within - 1e-9);
+    CHECK(calls <= 64);
+    // Where the fastest path of all is within the budget, it is the answer.
+    if (error_of(any_path) <= budget + 1e-12 || same_total(best_any, best_within)) {
+      ++unconstrained_passed;
+      CHECK(same_total(sol.total, best_within));
+    }
+    optimal += same_total(sol.total, best_within);
+    ++checked;
+  }
+  std::printf("budget search: %d random graphs, the constrained optimum found in %d (%d where the fastest path passed)\n",
+              checked, optimal, unconstrained_passed);
+  // A convex-hull method: a passing path above the hull of (error, time) is
+  // out of its reach (472 of 600 optimal when written), never worse than float32.
+  CHECK(optimal >= checked * 3 / 4);
+}
+
+TEST_CASE("the budget search returns nothing when no path passes", "[dprs][budget]") {
+  CostGraph g;
+  g.num_schemas = 2;
+  g.add_node({5, 1});
+  g.add_node({5, 4});
+  g.add_edge(0, 1, {0, 0, 0, 0});
+  std::vector<std::vector<double>> err{{0, 0.5}, {0, 0.5}};
+  int calls = 0;
+  const Solution none = solve_under_budget(g, err, [&](const Solution&) { return ++calls, false; });
+  CHECK_FALSE(none.feasible);
+  CHECK(calls >= 2);  // the fastest path, then the error-free one
+  const Solution one = solve_under_budget(g, err, [&](const Solution& s) { return s.schema[0] + s.schema[1] <= 1; });
+  REQUIRE(one.feasible);
+  REQUIRE(one.feasible);
+  CHECK(one.schema == std::vector<int>{1, 0});  // (error, time): (1, 5) fails, (0.5, 6) passes, (0, 10)
+  CHECK(one.total == 6);
+  CHECK_THROWS_AS(solve_under_budget(g, {{0, 1}}, [](const Solution&) { return true; }), std::invalid_argument);
+}
