@@ -321,19 +321,8 @@ void gemm_rows_asm(const conv::Kernels& ck, int nk, const float* v, int64_t c, i
 
 /// AVX2: U streamed from L3 (more than the two cores' L2 hold) runs on the
 /// assembly tiles, whose split forms spread its stream (gemm_rows_asm); U in
-/// L2, on the intrinsic micro-kernel (inlined: less per tile). Measured
-/// (SOFTNEURO_MAX_CPU_ISA=avx2 conv_bench --routine nchw8c/winograd, four runs):
-/// ResNet50's 512@7 F(2,3) (U 16 MB) 124-131% -> 134-140% of the peak, in the
-/// interleaved goal rounds (U cold) its best Winograd 67-74% -> 108-126%;
-/// 256@14 F(4,3) (9.4 MB) 152-202% -> 216-223%; but with every GEMM on them,
-/// 64@56 F(4,3) (0.6 MB) 226-229% -> 202-208%, 128@28 (2.4 MB) 254-265% -> 244-247%.
-/// Tried and dropped: U computed per run from the 3x3 kernels (9 floats per
-/// channel pair read instead of (m+2)^2), each group's U transformed into an L1
-/// scratch and multiplied from there. On 512@7 it lost to the prepared U: AVX2
-/// F(4,3) 0.785 ms against 0.684; AVX-512 F(2,3) 0.79 against 0.44, F(4,3) 1.0
-/// against 0.69; --cold no steadier gain. The transform's arithmetic is small,
-/// but it stores all (m+2)^2 values of U for every channel pair, and those
-/// stores plus the few-row GEMM (4 tiles) took longer than streaming U did.
+/// L2, on the intrinsic micro-kernel (inlined: less per tile). The
+/// measurements behind the 4 MB threshold: docs/routines/winograd.md.
 constexpr int64_t kAsmGemmBytes = 4 << 20;
 
 void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v, float* mm, ThreadPool& pool) {
