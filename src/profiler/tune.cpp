@@ -425,7 +425,7 @@ struct Tuner {
     if (default_allowed && (force_default || default_ms <= tuned_ms || disturbed)) {
       report.kept_default = true;
       if (force_default) {
-        // (said above)
+        // (said above; the report keeps the value the tuned path missed by)
       } else if (default_ms <= tuned_ms) {
         core::warn("the tuned path measured {:.3f} ms, the untuned default {:.3f} ms: keeping the default's routines",
                    tuned_ms, default_ms);
@@ -435,6 +435,7 @@ struct Tuner {
                    "(tune again when the machine is quiet)",
                    final_others, tuned_ms, default_ms);
       }
+      if (!force_default) report.accuracy = -1;  // the default runs nothing in qint8: no value of its own
       path = fallback.path;
       for (auto& rc : path.routines)
         if (auto it = measured[1].per_step.find(rc.layer); it != measured[1].per_step.end())
