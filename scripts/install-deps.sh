@@ -9,7 +9,7 @@ PKGS=(
   libeigen3-dev libdnnl-dev libxnnpack-dev libpthreadpool-dev libcpuinfo-dev
   flatbuffers-compiler libflatbuffers-dev libfmt-dev catch2
   libonnx-dev libprotobuf-dev protobuf-compiler
-  python3-numpy
+  python3-numpy zlib1g-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,6 +4,7 @@
 #include <softneuro/blob.hpp>
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,14 +13,20 @@ namespace softneuro {
 /// Reads a .npy file (little-endian float32/float16/int8/uint8/int32/int64, C order).
 /// Throws softneuro::Error naming the file on anything else.
 Blob load_npy(const std::string& path);
-/// Samples of a model's inputs from a folder, for calibration and validation:
-/// every regular `.npy` file (sorted by name) is one sample of the model's
-/// single input `input_name`, float32. Other files are skipped; a folder with
-/// none, a file that is not float32, or `max_samples` exceeded is an Error
-/// naming the folder or file.
-std::vector<std::vector<NamedBlob>> load_samples(const std::string& dir, const std::string& input_name,
+/// Reads a .npz archive (np.savez or np.savez_compressed): one array per
+/// member, named as the member without ".npy", in archive order.
+std::vector<NamedBlob> load_npz(const std::string& path);
+/// Samples of a model's inputs from a folder, for calibration and validation,
+/// one sample per file, sorted by name: a `.npy` file binds a model with a
+/// single input; a `.npz` binds every input by member name (np.savez(f, x=...,
+/// y=...)), and must name each input and nothing else. Values are float32.
+/// Other files are skipped; a folder with none, a wrong dtype or member, or
+/// more than `max_samples` files is an Error naming the folder or file.
+std::vector<std::vector<NamedBlob>> load_samples(const std::string& dir, const std::vector<std::string>& input_names,
                                                  std::size_t max_samples = 4096);
 /// Writes a blob (nchw layout) as .npy, atomically (temporary file, then rename).
 void save_npy(const std::string& path, const Blob& blob);
+/// Writes blobs as one .npz archive (stored members, as np.savez), atomically.
+void save_npz(const std::string& path, std::span<const NamedBlob> arrays);
 
 }  // namespace softneuro

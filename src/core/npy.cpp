@@ -4,8 +4,11 @@
 #include "core/dnn_file.hpp"
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -44,39 +47,40 @@ std::string dict_value(const std::string& header, const std::string& key, const 
   return header.substr(b, e - b);
 }
 
-}  // namespace
 
-Blob load_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open", path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) throw Error("not a .npy file", path);
-  int major = static_cast<unsigned char>(bytes[6]);
+/// A .npy image in memory (`label` names it in errors: a file, or an archive member).
+/// The data size the header claims is checked against the bytes there before anything is allocated.
+Blob parse_npy(const unsigned char* bytes, std::size_t size, const std::string& label) {
+  if (size < 10 || std::memcmp(bytes, "\x93NUMPY", 6) != 0) throw Error("not a .npy file", label);
+  int major = bytes[6];
   std::size_t header_len, start;
   if (major == 1) {
-    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    header_len = bytes[8] | (bytes[9] << 8);
     start = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) throw Error("truncated .npy header", path);
+    if (size < 12) throw Error("truncated .npy header", label);
     uint32_t n;
-    std::memcpy(&n, bytes.data() + 8, 4);
+    std::memcpy(&n, bytes + 8, 4);
     header_len = n;
     start = 12;
   } else {
-    throw Error(fmt::format("unsupported .npy version {}", major), path);
+    throw Error(fmt::format("unsupported .npy version {}", major), label);
   }
-  if (start + header_len > bytes.size()) throw Error("truncated .npy header", path);
-  std::string header(bytes.data() + start, header_len);
-  std::string descr = dict_value(header, "descr", path);
-  if (dict_value(header, "fortran_order", path).find("True") != std::string::npos)
-    throw Error("Fortran-ordered arrays are not supported; save with np.ascontiguousarray", path, {}, "fortran_order");
+  if (header_len > size - start) throw Error("truncated .npy header", label);
+  std::string header(reinterpret_cast<const char*>(bytes) + start, header_len);
+  std::string descr = dict_value(header, "descr", label);
+  if (dict_value(header, "fortran_order", label).find("True") != std::string::npos)
+    throw Error("Fortran-ordered arrays are not supported; save with np.ascontiguousarray", label, {}, "fortran_order");
   const Descr* d = nullptr;
   for (const auto& c : kDescrs)
     if (descr == c.text || (descr.size() == 3 && descr[0] == '=' && descr.substr(1) == std::string(c.text).substr(1))) d = &c;
-  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float32, float16, int8, uint8, int32, int64)", descr), path, {}, "descr");
+  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float32, float16, int8, uint8, int32, int64)", descr), label, {}, "descr");
   Shape shape;
-  std::string dims = dict_value(header, "shape", path);
+  std::string dims = dict_value(header, "shape", label);
   std::size_t p = 0;
+  const std::size_t data_bytes = size - start - header_len;
+  std::size_t need = dtype_size(d->dtype);  // bytes the shape claims so far (capped past what is there)
+  bool empty = false;
   while (p < dims.size()) {
     while (p < dims.size() && (dims[p] == ' ' || dims[p] == ',')) ++p;
     if (p >= dims.size()) break;
@@ -85,18 +89,161 @@ Blob load_npy(const std::string& path) {
     try {
       v = std::stoll(dims.substr(p), &used);
     } catch (...) {
-      throw Error(fmt::format("malformed shape '({})'", dims), path, {}, "shape");
+      throw Error(fmt::format("malformed shape '({})'", dims), label, {}, "shape");
     }
-    if (v < 0) throw Error("negative dim", path, {}, "shape");
+    if (v < 0) throw Error("negative dim", label, {}, "shape");
+    if (shape.rank() == Shape::max_rank) throw Error(fmt::format("rank exceeds the maximum {}", Shape::max_rank), label, {}, "shape");
     shape.push_back(v);
+    empty = empty || v == 0;
+    if (v > 0 && need > data_bytes / static_cast<std::size_t>(v)) need = data_bytes + 1;  // more than there is: stop growing
+    else need *= static_cast<std::size_t>(v);
     p += used;
   }
+  if (!empty && need > data_bytes)
+    throw Error(fmt::format("truncated: {} data bytes, shape ({}) of {} needs more", data_bytes, dims, to_string(d->dtype)), label,
+                {}, "shape");
   Blob b = Blob::allocate(shape, d->dtype);
-  std::size_t data_start = start + header_len;
-  if (bytes.size() - data_start < b.byte_size())
-    throw Error(fmt::format("truncated: {} data bytes for shape {} need {}", bytes.size() - data_start, shape.to_string(), b.byte_size()), path);
-  if (b.byte_size()) std::memcpy(b.data(), bytes.data() + data_start, b.byte_size());
+  if (b.byte_size()) std::memcpy(b.data(), bytes + start + header_len, b.byte_size());
   return b;
+}
+
+/// A whole regular file's bytes (a FIFO or a device would block or never end).
+std::vector<unsigned char> read_regular_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(ec ? "cannot open" : "not a regular file", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open", path);
+  return std::vector<unsigned char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// ---------------------------------------------------------------------------
+// .npz: a zip archive of .npy members (np.savez: stored; np.savez_compressed:
+// deflated), read through its central directory, zip64 included (numpy writes
+// zip64 extra fields).
+
+uint64_t le(const unsigned char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+struct ZipMember {
+  std::string name;
+  uint16_t method = 0;
+  uint32_t crc = 0;
+  uint64_t compressed = 0, size = 0, local_offset = 0;
+};
+
+std::vector<ZipMember> zip_directory(const std::vector<unsigned char>& z, const std::string& path) {
+  auto fail = [&](const std::string& why) -> Error { return Error(fmt::format("not a readable .npz (zip) archive: {}", why), path); };
+  if (z.size() < 22) throw fail("too short");
+  // The end of central directory record: its signature within the last 64 KiB + 22 bytes (a comment may follow it).
+  std::size_t eocd = std::string::npos;
+  for (std::size_t i = z.size() - 22 + 1; i-- > (z.size() > 65557 ? z.size() - 65557 : 0);)
+    if (le(&z[i], 4) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+  if (eocd == std::string::npos) throw fail("no end of central directory");
+  uint64_t entries = le(&z[eocd + 10], 2), cd_size = le(&z[eocd + 12], 4), cd_offset = le(&z[eocd + 16], 4);
+  if ((entries == 0xffff || cd_offset == 0xffffffff || cd_size == 0xffffffff) && eocd >= 20 && le(&z[eocd - 20], 4) == 0x07064b50) {
+    const uint64_t z64 = le(&z[eocd - 20 + 8], 8);
+    if (z64 > z.size() || z.size() - z64 < 56 || le(&z[z64], 4) != 0x06064b50) throw fail("bad zip64 end of central directory");
+    entries = le(&z[z64 + 32], 8);
+    cd_size = le(&z[z64 + 40], 8);
+    cd_offset = le(&z[z64 + 48], 8);
+  }
+  if (cd_offset > z.size() || cd_size > z.size() - cd_offset) throw fail("central directory outside the file");
+  if (entries > cd_size / 46) throw fail("more entries than the central directory holds");
+  std::vector<ZipMember> out;
+  std::size_t p = cd_offset;
+  const std::size_t end = cd_offset + cd_size;
+  for (uint64_t k = 0; k < entries; ++k) {
+    if (end - p < 46 || le(&z[p], 4) != 0x02014b50) throw fail("bad central directory entry");
+    ZipMember m;
+    m.method = static_cast<uint16_t>(le(&z[p + 10], 2));
+    m.crc = static_cast<uint32_t>(le(&z[p + 16], 4));
+    m.compressed = le(&z[p + 20], 4);
+    m.size = le(&z[p + 24], 4);
+    const std::size_t name_len = le(&z[p + 28], 2), extra_len = le(&z[p + 30], 2), comment_len = le(&z[p + 32], 2);
+    m.local_offset = le(&z[p + 42], 4);
+    if (end - p - 46 < name_len + extra_len + comment_len) throw fail("central directory entry overruns");
+    m.name.assign(reinterpret_cast<const char*>(&z[p + 46]), name_len);
+    // zip64: the 8-byte values of the fields that read 0xffffffff, in this order.
+    for (std::size_t e = p + 46 + name_len; e + 4 <= p + 46 + name_len + extra_len;) {
+      const std::size_t id = le(&z[e], 2), len = le(&z[e + 2], 2);
+      if (e + 4 + len > p + 46 + name_len + extra_len) throw fail("extra field overruns");
+      if (id == 1) {
+        std::size_t f = e + 4;
+        for (uint64_t* v : {&m.size, &m.compressed, &m.local_offset})
+          if (*v == 0xffffffff) {
+            if (f + 8 > e + 4 + len) throw fail("short zip64 extra field");
+            *v = le(&z[f], 8);
+            f += 8;
+          }
+      }
+      e += 4 + len;
+    }
+    p += 46 + name_len + extra_len + comment_len;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+/// A member's bytes, inflated where deflated, its size and CRC checked.
+std::vector<unsigned char> zip_extract(const std::vector<unsigned char>& z, const ZipMember& m, const std::string& path) {
+  const std::string label = path + ":" + m.name;
+  if (m.local_offset > z.size() || z.size() - m.local_offset < 30 || le(&z[m.local_offset], 4) != 0x04034b50)
+    throw Error("bad local header", label);
+  const std::size_t data = m.local_offset + 30 + le(&z[m.local_offset + 26], 2) + le(&z[m.local_offset + 28], 2);
+  if (data > z.size() || m.compressed > z.size() - data) throw Error("member data outside the archive", label);
+  // A deflated member can expand at most ~1032x; a size beyond that is a lie, not an allocation to make.
+  if (m.method == 8 ? m.size / 1032 > m.compressed + 1 : m.size != m.compressed)
+    throw Error(fmt::format("member claims {} bytes from {} stored", m.size, m.compressed), label);
+  std::vector<unsigned char> out;
+  if (m.method == 0) {
+    out.assign(z.begin() + static_cast<std::ptrdiff_t>(data), z.begin() + static_cast<std::ptrdiff_t>(data + m.size));
+  } else if (m.method == 8) {
+    out.resize(static_cast<std::size_t>(m.size));
+    z_stream s{};
+    if (inflateInit2(&s, -MAX_WBITS) != Z_OK) throw Error("zlib cannot start", label);
+    s.next_in = const_cast<Bytef*>(&z[data]);
+    s.avail_in = static_cast<uInt>(std::min<uint64_t>(m.compressed, std::numeric_limits<uInt>::max()));
+    s.next_out = out.data();
+    s.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size(), std::numeric_limits<uInt>::max()));
+    const int rc = inflate(&s, Z_FINISH);
+    const uint64_t produced = s.total_out;
+    inflateEnd(&s);
+    if (rc != Z_STREAM_END || produced != m.size) throw Error("corrupt deflate data", label);
+  } else {
+    throw Error(fmt::format("compression method {} (np.savez stores, np.savez_compressed deflates; nothing else)", m.method), label);
+  }
+  const uint32_t crc = static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), out.data(), static_cast<uInt>(out.size())));
+  if (crc != m.crc) throw Error("CRC mismatch: the archive is damaged", label);
+  return out;
+}
+
+}  // namespace
+
+Blob load_npy(const std::string& path) {
+  const auto bytes = read_regular_file(path);
+  return parse_npy(bytes.data(), bytes.size(), path);
+}
+
+std::vector<NamedBlob> load_npz(const std::string& path) {
+  const auto z = read_regular_file(path);
+  std::vector<NamedBlob> out;
+  for (const ZipMember& m : zip_directory(z, path)) {
+    if (m.name.size() < 5 || m.name.compare(m.name.size() - 4, 4, ".npy") != 0)
+      throw Error("every member of a .npz must be a .npy array", path + ":" + m.name);
+    const auto bytes = zip_extract(z, m, path);
+    std::string name = m.name.substr(0, m.name.size() - 4);
+    for (const auto& o : out)
+      if (o.name == name) throw Error("two members of one name", path + ":" + m.name);
+    out.push_back({name, parse_npy(bytes.data(), bytes.size(), path + ":" + m.name)});
+  }
+  if (out.empty()) throw Error("the archive holds no arrays", path);
+  return out;
 }
 
 void save_npy(const std::string& path, const Blob& blob) {
@@ -122,27 +269,107 @@ void save_npy(const std::string& path, const Blob& blob) {
   core::write_file_atomically(path, out.data(), out.size());
 }
 
-std::vector<std::vector<NamedBlob>> load_samples(const std::string& dir, const std::string& input_name,
+void save_npz(const std::string& path, std::span<const NamedBlob> arrays) {
+  // Stored members (what np.savez writes), no zip64: members and offsets below 4 GiB.
+  std::vector<unsigned char> z, directory;
+  auto put = [](std::vector<unsigned char>& v, uint64_t x, int bytes) {
+    for (int i = 0; i < bytes; ++i) v.push_back(static_cast<unsigned char>(x >> (8 * i)));
+  };
+  const std::string tmp = path + ".member.tmp";
+  for (const auto& a : arrays) {
+    if (a.name.empty() || a.name.find('/') != std::string::npos)
+      throw Error(fmt::format("array name '{}' cannot be a .npz member", a.name), path);
+    save_npy(tmp, a.blob);  // one way to write a .npy
+    std::vector<unsigned char> member;
+    try {
+      member = read_regular_file(tmp);
+    } catch (...) {
+      std::filesystem::remove(tmp);
+      throw;
+    }
+    std::filesystem::remove(tmp);
+    const std::string name = a.name + ".npy";
+    if (member.size() >= 0xffffffffu || z.size() >= 0xffffffffu - member.size() - 30 - name.size())
+      throw Error("a .npz of 4 GiB or more is not written (no zip64)", path, {}, a.name);
+    const uint32_t crc = static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), member.data(), static_cast<uInt>(member.size())));
+    const uint64_t offset = z.size();
+    for (auto* v : {&z, &directory}) {
+      const bool central = v == &directory;
+      put(*v, central ? 0x02014b50 : 0x04034b50, 4);
+      if (central) put(*v, 20, 2);  // made by
+      put(*v, 20, 2);               // version needed
+      put(*v, 0, 2);                // flags
+      put(*v, 0, 2);                // stored
+      put(*v, 0, 4);                // time, date
+      put(*v, crc, 4);
+      put(*v, member.size(), 4);
+      put(*v, member.size(), 4);
+      put(*v, name.size(), 2);
+      put(*v, 0, 2);  // extra
+      if (central) {
+        put(*v, 0, 2 + 2 + 2 + 4);  // comment, disk, internal and external attributes
+        put(*v, offset, 4);
+      }
+      v->insert(v->end(), name.begin(), name.end());
+    }
+    z.insert(z.end(), member.begin(), member.end());
+  }
+  const uint64_t cd_offset = z.size();
+  z.insert(z.end(), directory.begin(), directory.end());
+  put(z, 0x06054b50, 4);
+  put(z, 0, 4);  // disks
+  put(z, arrays.size(), 2);
+  put(z, arrays.size(), 2);
+  put(z, directory.size(), 4);
+  put(z, cd_offset, 4);
+  put(z, 0, 2);
+  core::write_file_atomically(path, z.data(), z.size());
+}
+
+std::vector<std::vector<NamedBlob>> load_samples(const std::string& dir, const std::vector<std::string>& input_names,
                                                  std::size_t max_samples) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error("not a folder of samples", dir);
+  if (input_names.empty()) throw Error("the model has no inputs to bind samples to", dir);
   std::vector<std::string> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().extension() != ".npy" || !it->is_regular_file(ec)) continue;
+    const auto ext = it->path().extension();
+    if ((ext != ".npy" && ext != ".npz") || !it->is_regular_file(ec)) continue;
     if (files.size() == max_samples)
-      throw Error(fmt::format("more than {} .npy samples; give a smaller folder", max_samples), dir);
+      throw Error(fmt::format("more than {} samples; give a smaller folder", max_samples), dir);
     files.push_back(it->path().string());
   }
   if (ec) throw Error(fmt::format("cannot list the folder: {}", ec.message()), dir);
-  if (files.empty()) throw Error("no .npy samples in the folder", dir);
+  if (files.empty()) throw Error("no .npy or .npz samples in the folder", dir);
   std::sort(files.begin(), files.end());
   std::vector<std::vector<NamedBlob>> out;
   for (const auto& f : files) {
-    Blob b = load_npy(f);
-    if (b.dtype() != DType::float32)
-      throw Error(fmt::format("a sample of input '{}' must be float32, the file holds {}", input_name, to_string(b.dtype())), f);
-    out.push_back({{input_name, b}});
+    std::vector<NamedBlob> sample;
+    if (fs::path(f).extension() == ".npy") {
+      if (input_names.size() != 1)
+        throw Error(fmt::format("a .npy sample binds one input, the model has {} ({}): give one .npz per sample, one "
+                                "member per input (np.savez(f, {}=..., ...))",
+                                input_names.size(), fmt::join(input_names, ", "), input_names[0]),
+                    f);
+      sample.push_back({input_names[0], load_npy(f)});
+    } else {
+      auto members = load_npz(f);
+      for (const auto& name : input_names) {
+        auto it = std::find_if(members.begin(), members.end(), [&](const NamedBlob& m) { return m.name == name; });
+        if (it == members.end()) throw Error(fmt::format("no member for the model's input '{}'", name), f, {}, name);
+        sample.push_back(*it);
+      }
+      for (const auto& m : members)
+        if (std::find(input_names.begin(), input_names.end(), m.name) == input_names.end())
+          throw Error(fmt::format("member '{}' names no input of the model ({})", m.name, fmt::join(input_names, ", ")), f, {},
+                      m.name);
+    }
+    for (const auto& in : sample)
+      if (in.blob.dtype() != DType::float32)
+        throw Error(fmt::format("a sample of input '{}' must be float32, the file holds {}", in.name, to_string(in.blob.dtype())), f,
+                    {}, in.name);
+    out.push_back(std::move(sample));
   }
   return out;
 }

@@ -138,22 +138,133 @@ TEST_CASE("a folder of .npy samples loads in name order; bad folders are clear e
   const std::string dir = test::temp_path("samples");
   fs::remove_all(dir);
   fs::create_directories(dir);
-  CHECK_THROWS_WITH(load_samples(dir, "x"), Catch::Contains("no .npy samples"));
+  CHECK_THROWS_WITH(load_samples(dir, {"x"}), Catch::Contains("no .npy or .npz samples"));
   for (int k : {2, 0, 1}) save_npy(dir + "/s" + std::to_string(k) + ".npy", test::iota_blob(Shape{1, 2}, 1.0f, float(k)));
   std::ofstream(dir + "/notes.txt") << "skipped";
-  auto samples = load_samples(dir, "x");
+  auto samples = load_samples(dir, {"x"});
   REQUIRE(samples.size() == 3);
   for (int k = 0; k < 3; ++k) {
     REQUIRE(samples[k].size() == 1);
     CHECK(samples[k][0].name == "x");
     CHECK(test::values(samples[k][0].blob) == std::vector<float>{float(k), float(k) + 1});
   }
-  CHECK_THROWS_WITH(load_samples(dir, "x", 2), Catch::Contains("more than 2"));
+  CHECK_THROWS_WITH(load_samples(dir, {"x"}, 2), Catch::Contains("more than 2 samples"));
   Blob ints = Blob::allocate(Shape{2}, DType::int32);
   std::memset(ints.data(), 0, ints.byte_size());
   save_npy(dir + "/s3.npy", ints);
-  CHECK_THROWS_WITH(load_samples(dir, "x"), Catch::Contains("must be float32"));
-  CHECK_THROWS_WITH(load_samples(dir + "/s0.npy", "x"), Catch::Contains("not a folder"));
+  CHECK_THROWS_WITH(load_samples(dir, {"x"}), Catch::Contains("must be float32"));
+  CHECK_THROWS_WITH(load_samples(dir + "/s0.npy", {"x"}), Catch::Contains("not a folder"));
+  fs::remove_all(dir);
+}
+
+// Archives numpy 1.24 wrote: np.savez(f, x=np.arange(6, dtype=np.float32).reshape(1, 2, 3),
+// y=np.array([[1.5, -2]], dtype=np.float32)), and the same with np.savez_compressed.
+const std::string kNumpySavez(
+    "\x50\x4b\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00\x21\x00\xa9\x7c\x8d\x2b\x98\x00\x00\x00\x98\x00\x00\x00\x05\x00\x14\x00\x78\x2e"
+    "\x6e\x70\x79\x01\x00\x10\x00\x98\x00\x00\x00\x00\x00\x00\x00\x98\x00\x00\x00\x00\x00\x00\x00\x93\x4e\x55\x4d\x50\x59\x01\x00\x76"
+    "\x00\x7b\x27\x64\x65\x73\x63\x72\x27\x3a\x20\x27\x3c\x66\x34\x27\x2c\x20\x27\x66\x6f\x72\x74\x72\x61\x6e\x5f\x6f\x72\x64\x65\x72"
+    "\x27\x3a\x20\x46\x61\x6c\x73\x65\x2c\x20\x27\x73\x68\x61\x70\x65\x27\x3a\x20\x28\x31\x2c\x20\x32\x2c\x20\x33\x29\x2c\x20\x7d\x20"
+    "\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20"
+    "\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x0a\x00\x00\x00\x00\x00\x00\x80\x3f\x00"
+    "\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40\x00\x00\xa0\x40\x50\x4b\x03\x04\x14\x00\x00\x00\x00\x00\x00\x00\x21\x00\xfd\xcf\xa5"
+    "\x08\x88\x00\x00\x00\x88\x00\x00\x00\x05\x00\x14\x00\x79\x2e\x6e\x70\x79\x01\x00\x10\x00\x88\x00\x00\x00\x00\x00\x00\x00\x88\x00"
+    "\x00\x00\x00\x00\x00\x00\x93\x4e\x55\x4d\x50\x59\x01\x00\x76\x00\x7b\x27\x64\x65\x73\x63\x72\x27\x3a\x20\x27\x3c\x66\x34\x27\x2c"
+    "\x20\x27\x66\x6f\x72\x74\x72\x61\x6e\x5f\x6f\x72\x64\x65\x72\x27\x3a\x20\x46\x61\x6c\x73\x65\x2c\x20\x27\x73\x68\x61\x70\x65\x27"
+    "\x3a\x20\x28\x31\x2c\x20\x32\x29\x2c\x20\x7d\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20"
+    "\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20\x20"
+    "\x20\x20\x20\x20\x20\x0a\x00\x00\xc0\x3f\x00\x00\x00\xc0\x50\x4b\x01\x02\x14\x03\x14\x00\x00\x00\x00\x00\x00\x00\x21\x00\xa9\x7c"
+    "\x8d\x2b\x98\x00\x00\x00\x98\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x01\x00\x00\x00\x00\x78\x2e\x6e\x70"
+    "\x79\x50\x4b\x01\x02\x14\x03\x14\x00\x00\x00\x00\x00\x00\x00\x21\x00\xfd\xcf\xa5\x08\x88\x00\x00\x00\x88\x00\x00\x00\x05\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x01\xcf\x00\x00\x00\x79\x2e\x6e\x70\x79\x50\x4b\x05\x06\x00\x00\x00\x00\x02\x00\x02\x00"
+    "\x66\x00\x00\x00\x8e\x01\x00\x00\x00\x00",
+    522);
+const std::string kNumpySavezCompressed(
+    "\x50\x4b\x03\x04\x14\x00\x00\x00\x08\x00\x00\x00\x21\x00\xa9\x7c\x8d\x2b\x58\x00\x00\x00\x98\x00\x00\x00\x05\x00\x14\x00\x78\x2e"
+    "\x6e\x70\x79\x01\x00\x10\x00\x98\x00\x00\x00\x00\x00\x00\x00\x58\x00\x00\x00\x00\x00\x00\x00\x9b\xec\x17\xea\x1b\x10\xc9\xc8\x50"
+    "\xc6\x50\xad\x9e\x92\x5a\x9c\x5c\xa4\x6e\xa5\xa0\x6e\x93\x66\xa2\xae\xa3\xa0\x9e\x96\x5f\x54\x52\x94\x98\x17\x9f\x5f\x94\x92\x0a"
+    "\x12\x77\x4b\xcc\x29\x4e\x05\x8a\x17\x67\x24\x16\xa4\x02\xf9\x1a\x86\x3a\x0a\x46\x3a\x0a\xc6\x9a\x3a\x0a\xb5\x0a\xe4\x01\x2e\x06"
+    "\x30\x68\xb0\x07\x12\x0e\x40\x04\xc4\x0d\x40\xbc\xc0\x01\x00\x50\x4b\x03\x04\x14\x00\x00\x00\x08\x00\x00\x00\x21\x00\xfd\xcf\xa5"
+    "\x08\x4d\x00\x00\x00\x88\x00\x00\x00\x05\x00\x14\x00\x79\x2e\x6e\x70\x79\x01\x00\x10\x00\x88\x00\x00\x00\x00\x00\x00\x00\x4d\x00"
+    "\x00\x00\x00\x00\x00\x00\x9b\xec\x17\xea\x1b\x10\xc9\xc8\x50\xc6\x50\xad\x9e\x92\x5a\x9c\x5c\xa4\x6e\xa5\xa0\x6e\x93\x66\xa2\xae"
+    "\xa3\xa0\x9e\x96\x5f\x54\x52\x94\x98\x17\x9f\x5f\x94\x92\x0a\x12\x77\x4b\xcc\x29\x4e\x05\x8a\x17\x67\x24\x16\xa4\x02\xf9\x1a\x86"
+    "\x3a\x0a\x46\x9a\x3a\x0a\xb5\x0a\x64\x03\x2e\x06\x86\x03\xf6\x0c\x40\x02\x00\x50\x4b\x01\x02\x14\x03\x14\x00\x00\x00\x08\x00\x00"
+    "\x00\x21\x00\xa9\x7c\x8d\x2b\x58\x00\x00\x00\x98\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x01\x00\x00\x00"
+    "\x00\x78\x2e\x6e\x70\x79\x50\x4b\x01\x02\x14\x03\x14\x00\x00\x00\x08\x00\x00\x00\x21\x00\xfd\xcf\xa5\x08\x4d\x00\x00\x00\x88\x00"
+    "\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x01\x8f\x00\x00\x00\x79\x2e\x6e\x70\x79\x50\x4b\x05\x06\x00\x00\x00"
+    "\x00\x02\x00\x02\x00\x66\x00\x00\x00\x13\x01\x00\x00\x00\x00",
+    399);
+
+TEST_CASE(".npz archives: numpy's stored and deflated ones read, ours round-trip, damage is a clear error", "[basics][npy]") {
+  const std::string p = test::temp_path("a.npz");
+  for (const std::string* bytes : {&kNumpySavez, &kNumpySavezCompressed}) {
+    std::ofstream(p, std::ios::binary) << *bytes;
+    auto arrays = load_npz(p);
+    REQUIRE(arrays.size() == 2);
+    CHECK(arrays[0].name == "x");
+    CHECK(arrays[0].blob.shape() == Shape{1, 2, 3});
+    CHECK(test::values(arrays[0].blob) == std::vector<float>{0, 1, 2, 3, 4, 5});
+    CHECK(arrays[1].name == "y");
+    CHECK(test::values(arrays[1].blob) == std::vector<float>{1.5f, -2.0f});
+    // Every single-byte change and every truncation ends in an Error or the same arrays, never a crash.
+    for (std::size_t i = 0; i < bytes->size(); ++i) {
+      std::string damaged = *bytes;
+      damaged[i] = static_cast<char>(damaged[i] ^ 0x5a);
+      std::ofstream(p, std::ios::binary | std::ios::trunc) << damaged;
+      try {
+        auto again = load_npz(p);
+        for (const auto& a : again) CHECK(a.blob.numel() <= 6);
+      } catch (const Error&) {
+      }
+      std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes->substr(0, i);
+      CHECK_THROWS_AS(load_npz(p), Error);
+    }
+  }
+  std::vector<NamedBlob> mine{{"a", test::iota_blob(Shape{2, 3}, 0.25f, -1.0f)}, {"b", test::iota_blob(Shape{4}, 1.0f, 0.0f)}};
+  save_npz(p, mine);
+  auto back = load_npz(p);
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].name == "a");
+  CHECK(back[0].blob.shape() == Shape{2, 3});
+  CHECK(test::values(back[0].blob) == test::values(mine[0].blob));
+  CHECK(test::values(back[1].blob) == test::values(mine[1].blob));
+  CHECK_THROWS_WITH(load_npz(test::temp_path("missing.npz")), Catch::Contains("cannot open"));
+}
+
+TEST_CASE("a .npy header claiming more than the file holds is refused before allocating", "[basics][npy]") {
+  const std::string p = test::temp_path("huge.npy");
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 16384, 16384), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header.push_back('\n');
+  std::string file = std::string("\x93NUMPY\x01\x00", 8) + char(header.size() & 0xff) + char(header.size() >> 8) + header + "12345678";
+  std::ofstream(p, std::ios::binary) << file;
+  CHECK_THROWS_WITH(load_npy(p), Catch::Contains("truncated"));
+  // A shape whose byte count overflows 64 bits is refused the same way.
+  std::string big = "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }";
+  big.append(64 - (10 + big.size() + 1) % 64, ' ');
+  big.push_back('\n');
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << std::string("\x93NUMPY\x01\x00", 8) + char(big.size() & 0xff) + char(big.size() >> 8) + big;
+  CHECK_THROWS_WITH(load_npy(p), Catch::Contains("truncated"));
+}
+
+TEST_CASE("samples of a model with several inputs come from .npz files, one member per input", "[basics][npy]") {
+  namespace fs = std::filesystem;
+  const std::string dir = test::temp_path("npz_samples");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (int k = 0; k < 2; ++k) {
+    std::vector<NamedBlob> s{{"image", test::iota_blob(Shape{1, 2}, 1.0f, float(k))}, {"mask", test::iota_blob(Shape{1}, 1.0f, -float(k))}};
+    save_npz(dir + "/s" + std::to_string(k) + ".npz", s);
+  }
+  auto samples = load_samples(dir, {"mask", "image"});
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[1][0].name == "mask");
+  CHECK(test::values(samples[1][0].blob) == std::vector<float>{-1.0f});
+  CHECK(samples[1][1].name == "image");
+  CHECK(test::values(samples[1][1].blob) == std::vector<float>{1.0f, 2.0f});
+  CHECK_THROWS_WITH(load_samples(dir, {"image", "mask", "extra"}), Catch::Contains("no member for the model's input 'extra'"));
+  CHECK_THROWS_WITH(load_samples(dir, {"image"}), Catch::Contains("member 'mask' names no input"));
+  save_npy(dir + "/s9.npy", test::iota_blob(Shape{1, 2}, 1.0f, 0.0f));
+  CHECK_THROWS_WITH(load_samples(dir, {"image", "mask"}), Catch::Contains("a .npy sample binds one input"));
   fs::remove_all(dir);
 }
 
