@@ -15,6 +15,9 @@ bench/models/export_zoo.py, never re-exported here) it runs
          in a qint8 routine: a qint8-only net)
     softneuro run MODEL.dnn       --seed S --output NAME=f.npy   (float32, untuned default)
     softneuro run MODEL.qint8.dnn --seed S --output NAME=q.npy   (qint8-only)
+(with --hybrid instead: tune MODEL.dnn --schemas 'cpu:float32:*,cpu:qint8:*' under the
+ default accuracy budget, top1:0.99, with --calibration on 32 N(0,1) samples, seeds
+ 0..31: a hybrid net that must keep the float32 net's top-1 on 99% of the inputs)
 for N inputs x drawn from N(0,1) by numpy (seeds 1000 .. 1000+N-1, other values
 than calibration's) and prints per model the cosine similarity of the two outputs
 (min and mean over the inputs), the top-1 agreement, and whether it passes
@@ -94,8 +97,16 @@ def model_row(name, a, env, tmp):
     if not (a.reuse and os.path.exists(f32) and os.path.exists(q8)):
         sh([a.cli, "import", onnx_path, "-o", f32], env)
         budget = a.unit_budget_ms if a.unit_budget_ms is not None else (30 if a.latency else 5)
-        tune = [a.cli, "tune", f32, "-o", q8, "--schemas", "cpu:qint8:*", "--threads", str(a.threads),
+        schemas = "cpu:float32:*,cpu:qint8:*" if a.hybrid else "cpu:qint8:*"
+        tune = [a.cli, "tune", f32, "-o", q8, "--schemas", schemas, "--threads", str(a.threads),
                 "--unit-budget-ms", str(budget), "--cache", "-", "--report", os.path.join(tmp, name + ".report.txt")]
+        if a.hybrid:
+            samples = os.path.join(tmp, name + ".calibration")
+            os.makedirs(samples, exist_ok=True)
+            in_name, in_shape, _ = io_names(a.cli, f32, env)
+            for s in range(32):
+                np.save(os.path.join(samples, f"s{s:02d}.npy"), np.random.default_rng(s).standard_normal(in_shape).astype(np.float32))
+            tune += ["--calibration", samples]
         sh(tune, env)
     tune_s = time.time() - t0
     in_name, in_shape, out = io_names(a.cli, f32, env)
@@ -123,10 +134,14 @@ def model_row(name, a, env, tmp):
         prev = f
         agree += int(np.argmax(f) == np.argmax(q))
     cos = np.array(cos)
+    report = open(os.path.join(tmp, name + ".report.txt")).read() if os.path.exists(os.path.join(tmp, name + ".report.txt")) else ""
+    qint8_layers = len(re.findall(r"^\s*\S+\s+\S+\s+cpu:qint8", report, re.M))
+    ok = agree / a.inputs >= 0.99 if a.hybrid else bool(cos.min() >= 0.99)
     return {"model": name, "min": float(cos.min()), "mean": float(cos.mean()), "top1": agree / a.inputs,
             "in8_min": float(np.min(cos_in8)), "in8_mean": float(np.mean(cos_in8)),
             "other": float(np.mean(cos_other)) if cos_other else float("nan"),
-            "n": a.inputs, "tune_s": tune_s, "ok": bool(cos.min() >= 0.99), "f32": f32, "q8": q8}
+            "n": a.inputs, "tune_s": tune_s, "ok": ok, "f32": f32, "q8": q8, "qint8_layers": qint8_layers,
+            "summary": "; ".join(l for l in report.splitlines() if l.startswith(("accuracy budget", "range method", "weights stored")))}
 
 
 def cli_median_ms(cli, dnn, threads, env):
@@ -209,6 +224,9 @@ def main():
     ap.add_argument("--unit-budget-ms", type=int, default=None,
                     help="tuning time per candidate (default 5 ms, 30 ms with --latency)")
     ap.add_argument("--output", help="output blob name (default: from softneuro inspect)")
+    ap.add_argument("--hybrid", action="store_true",
+                    help="tune hybrid (float32 and qint8) under the default budget with calibration samples; "
+                         "pass: top-1 agreement >= 99%%")
     ap.add_argument("--keep", help="folder to keep the .dnn files and tuning reports in")
     ap.add_argument("--reuse", action="store_true", help="with --keep: reuse MODEL.dnn and MODEL.qint8.dnn found there")
     ap.add_argument("--latency", type=int, default=0, metavar="R",
@@ -235,6 +253,8 @@ def main():
                 print(f"{r['model']:<22} {r['min']:8.4f} {r['mean']:9.4f} {100 * r['top1']:6.1f}% {r['in8_min']:9.4f} "
                       f"{r['in8_mean']:9.4f} {r['other']:10.4f} {r['n']:6d}  {'yes' if r['ok'] else 'NO'}   "
                       f"(import+tune {r['tune_s']:.0f} s)", flush=True)
+                if a.hybrid:
+                    print(f"    {r['qint8_layers']} layers in qint8; {r['summary']}", flush=True)
             if a.latency:
                 latency(r, a, env, tmp)
     return 0 if all(r["ok"] for r in rows) else 1

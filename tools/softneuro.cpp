@@ -52,11 +52,13 @@ commands:
       --report FILE         write the tuning report as text (default: print it)
       --json FILE           write the tuning report as JSON
       --threads T           threads to tune for
-      --calibration DIR     samples of the input (one float32 .npy each): every fourth validates
-                            the accuracy budget, the others calibrate qint8 (default: synthetic
-                            inputs, accuracy then unchecked on real data)
+      --calibration DIR     samples: a float32 .npy each, or one .npz per sample naming every input;
+                            every fourth validates the accuracy budget, the others calibrate qint8
+                            (default: synthetic inputs, accuracy then unchecked on real data)
       --accuracy M:V        budget for qint8 paths against float32: top1:0.99 (default), cosine:0.999,
                             rel-l2:0.02, or none; a path that misses it is not kept
+      --keep-float-weights  keep float32 weights where layers run in qint8 (default: stored as int8
+                            and per-channel scales, the values the qint8 routines compute with)
       --shapes NAME=S1,S2   input shapes to tune at, one routine path each (a model with dynamic
                             dims; e.g. x=1x3x48x320,1x3x48x640); other shapes run the nearest one's
   run FILE [options]        run a net and print its outputs and latency
@@ -290,6 +292,7 @@ int cmd_tune(const std::vector<std::string>& args) {
     else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
     else if (a == "--calibration") calibration_dir = value("--calibration");
     else if (a == "--accuracy") opt.accuracy = value("--accuracy");
+    else if (a == "--keep-float-weights") opt.keep_float_weights = true;
     else if (a == "--shapes") {
       // NAME=S1,S2,...: one shape bucket per entry (several inputs: the same number of entries each).
       auto [name, list] = split_assign(value("--shapes"), "--shapes");
@@ -310,9 +313,9 @@ int cmd_tune(const std::vector<std::string>& args) {
   if (threads > 0) sn::set_num_threads(threads);
   sn::Net net = sn::Net::load(in);
   if (!calibration_dir.empty()) {
-    if (net.inputs().size() != 1)
-      throw Usage(fmt::format("--calibration reads one .npy per sample: the model has {} inputs", net.inputs().size()));
-    auto samples = sn::load_samples(calibration_dir, net.inputs()[0].name);
+    std::vector<std::string> names;
+    for (const auto& t : net.inputs()) names.push_back(t.name);
+    auto samples = sn::load_samples(calibration_dir, names);
     // Every fourth sample validates the accuracy budget; the others calibrate.
     for (std::size_t k = 0; k < samples.size(); ++k)
       (samples.size() >= 2 && k % 4 == 3 ? opt.validation : opt.calibration.inputs).push_back(std::move(samples[k]));

@@ -4,26 +4,39 @@
 
 #include <softneuro/blob.hpp>
 
+#include <cstdint>
 #include <vector>
 
 namespace softneuro {
 
+/// How a blob's range is chosen from the values calibration saw.
+enum class RangeMethod : uint8_t {
+  minmax,      ///< the observed min and max
+  percentile,  ///< the [(100-p)-th, p-th] percentiles (CalibrationOptions::percentile): rare outliers clipped
+  mse,         ///< the clipping that minimises the expected squared error of quantising the values seen
+  entropy,     ///< the clipping that minimises the KL divergence between the values seen and their quantised
+               ///< histogram (TensorRT's entropy calibration)
+};
+const char* to_string(RangeMethod m);
+
 /// How Net::calibrate() measures the range of every blob.
 ///
-/// The float32 net runs with the reference routines (cpu/ref) on each batch;
-/// every blob's range [lo, hi] (widened to include 0) gives an asymmetric
-/// signed int8 quantisation: scale = (hi - lo) / 255,
-/// zero_point = round(-128 - lo / scale), clamped to [-128, 127].
+/// The float32 net runs with its default routines on each batch; every blob's
+/// range [lo, hi] (widened to include 0) gives an asymmetric signed int8
+/// quantisation: scale = (hi - lo) / 255, zero_point = round(-128 - lo / scale),
+/// clamped to [-128, 127].
 struct CalibrationOptions {
   /// Calibration batches: each one binds every net input by name. Empty:
   /// `synthetic_batches` batches of seeded N(0,1) values (fine for timing;
   /// representative inputs give better accuracy).
   std::vector<std::vector<NamedBlob>> inputs;
   int synthetic_batches = 8;
-  /// 100: the range is the observed min/max. Below 100 (e.g. 99.99): the
-  /// range is [(100-p)-th, p-th] percentile of each blob's values over all
-  /// batches, which clips rare outliers (a second pass fills histograms).
-  double percentile = 100;
+  /// The range methods to try. Net::calibrate() takes the first. Net::tune()
+  /// quantises with each, measures the path it chose with each on the
+  /// validation samples (the accuracy budget's metric, then cosine), and keeps
+  /// the best; its report names it. (Where the budget is "none", the first.)
+  std::vector<RangeMethod> methods = {RangeMethod::minmax, RangeMethod::percentile, RangeMethod::mse, RangeMethod::entropy};
+  /// The percentile method's p, in (50, 100].
+  double percentile = 99.99;
 };
-
 }  // namespace softneuro

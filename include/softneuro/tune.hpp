@@ -3,8 +3,10 @@
 
 #include <softneuro/calibrate.hpp>
 
+#include <cstddef>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,18 @@ struct TuneProgress {
 struct RoutineRule {
   std::string layer;
   std::string descriptor;
+};
+
+/// An accuracy metric of your own (TuneOptions::accuracy_metric): `score`
+/// compares one validation sample's outputs on a tuned path (`tuned`) with the
+/// float32 net's (`float32`), both in the net's output order; higher is
+/// better. A path meets the budget where the mean score over the validation
+/// samples is at least `min_score`; what a path gives up is the float32
+/// outputs' own mean score (score(float32, float32)) less its.
+struct AccuracyMetric {
+  std::string name;  ///< for the report, e.g. "exact-lines"
+  std::function<double(std::span<const NamedBlob> float32, std::span<const NamedBlob> tuned)> score;
+  double min_score = 0;
 };
 
 struct TuneOptions {
@@ -59,6 +73,8 @@ struct TuneOptions {
   /// is then unchecked). A path that misses it is never kept: the fastest
   /// float32 path measured is, and the report says so.
   std::string accuracy;
+  /// A metric of your own in place of `accuracy` (which must then be empty).
+  AccuracyMetric accuracy_metric;
   /// Validation samples, each binding every net input by name (load_samples()
   /// reads a folder of them); keep them apart from `calibration.inputs`.
   std::vector<std::vector<NamedBlob>> validation;
@@ -66,6 +82,14 @@ struct TuneOptions {
   /// model with dynamic dims; inputs not named keep their default shape. A
   /// session at other shapes runs the nearest bucket's path. Empty: the default shapes.
   std::vector<std::map<std::string, Shape>> shapes;
+  /// Layers that run in qint8 on every tuned path keep their weights on the
+  /// int8 grid their routine computes with, and the .dnn stores them as int8
+  /// and per-channel scales (a quarter of the bytes; the tuned path computes
+  /// exactly what it computed before). A session that later runs such a layer
+  /// in float32 computes with those values (and with the corrected bias where
+  /// bias correction was kept). True: every weight and bias stays as imported,
+  /// and bias correction is not tried.
+  bool keep_float_weights = false;
   std::function<void(const TuneProgress&)> progress;
 };
 
@@ -104,6 +128,17 @@ struct TuneReport {
   std::string accuracy_budget;
   double accuracy = -1;
   int validation_samples = 0;
+  /// The calibration's range method kept (CalibrationOptions::methods; "" where
+  /// the tuning did not calibrate), and each method tried with the value the
+  /// budget's metric measured for the chosen path under it.
+  std::string range_method;
+  std::vector<std::pair<std::string, double>> range_methods;
+  /// Bias correction (conv2/dense layers in qint8 get the bias that cancels
+  /// their int8 weights' mean output shift on the calibration data): kept only
+  /// where it measured better on the validation samples; the value measured
+  /// with it (-1: not tried).
+  bool bias_correction = false;
+  double bias_corrected_accuracy = -1;
   bool validation_synthetic = false;
   bool accuracy_missed = false;
   double tuning_s = 0;
@@ -119,6 +154,10 @@ struct TuneReport {
   std::vector<std::pair<std::string, double>> stage_s;
   /// The input shapes this path was tuned at (TuneOptions::shapes; empty: the defaults).
   std::map<std::string, Shape> input_shapes;
+  /// Weights moved onto their int8 grid (stored as int8, see
+  /// TuneOptions::keep_float_weights): how many layers, and their float32 bytes.
+  int int8_weight_layers = 0;
+  std::size_t int8_weight_float_bytes = 0;
   /// With several TuneOptions::shapes: the reports of the shapes after the first.
   std::vector<TuneReport> other_shapes;
 

@@ -13,6 +13,7 @@
 #include "core/aligned_memory.hpp"
 #include "core/hash.hpp"
 #include "core/registry.hpp"
+#include "core/weight_quant.hpp"
 #include "dnn_generated.h"
 
 #include <fmt/format.h>
@@ -23,6 +24,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <limits>
 #include <sys/mman.h>
@@ -105,6 +107,15 @@ struct Reader {
     b.quant().axis = w->quant_axis();
     if (b.quant().axis < -1 || b.quant().axis >= std::max(1, s.rank()))
       bad(file, field + ".quant_axis", fmt::format("axis {} out of range", b.quant().axis), layer);
+    // Weights stored quantised (int8 and scales, as the tuner writes the weights
+    // of layers that run in qint8) are computed with as float32, which keeps the scales.
+    if (dt == DType::qint8 || dt == DType::quint8) {
+      try {
+        return dequantize_weight(b, field);
+      } catch (const Error& e) {
+        bad(file, e.field(), e.message(), layer);
+      }
+    }
     return b;
   }
 
@@ -299,6 +310,7 @@ Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name
 std::vector<unsigned char> serialize_dnn(const Graph& g) {
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   std::vector<const Blob*> blobs;  // in weights-section order
+  std::deque<Blob> int8_weights;   // the int8 storage of weights on their int8 grid (stable addresses)
   std::size_t weights_size = 0;
 
   auto ints = [&](const Shape& s) { return fbb.CreateVector(s.to_vector()); };
@@ -332,18 +344,28 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
       params.push_back(a);
     }
     std::vector<flatbuffers::Offset<fb::Weight>> weights;
-    for (const auto& [k, b] : l.weights) {
-      if (b.layout() != Layout::nchw || b.device() != Device::cpu)
+    for (const auto& [k, given] : l.weights) {
+      if (given.layout() != Layout::nchw || given.device() != Device::cpu)
         throw Error("only plain CPU weights can be saved", {}, l.name, "weights." + k);
-      if (!b.data() && b.byte_size() != 0) throw Error("weight has no memory", {}, l.name, "weights." + k);
+      if (!given.data() && given.byte_size() != 0) throw Error("weight has no memory", {}, l.name, "weights." + k);
+      // A float32 weight on its int8 grid is stored as int8 and its scales;
+      // any other keeps its dtype, and a float32 one no scales.
+      const Blob* stored = &given;
+      QuantParams quant = given.quant();
+      if (auto q = int8_storage(given)) {
+        stored = &int8_weights.emplace_back(std::move(*q));
+      } else if (given.dtype() == DType::float32) {
+        quant = QuantParams{};
+      }
+      const Blob& b = *stored;
       std::size_t offset = weights_size;
       weights_size = align_up(weights_size + b.byte_size());
       blobs.push_back(&b);
-      auto scales = b.quant().scales.empty() ? 0 : fbb.CreateVector(b.quant().scales);
-      auto zps = b.quant().zero_points.empty() ? 0 : fbb.CreateVector(b.quant().zero_points);
+      auto scales = quant.scales.empty() ? 0 : fbb.CreateVector(quant.scales);
+      auto zps = quant.zero_points.empty() ? 0 : fbb.CreateVector(quant.zero_points);
       auto shape = ints(b.shape());
       weights.push_back(fb::CreateWeight(fbb, fbb.CreateString(k), static_cast<uint8_t>(b.dtype()), shape, offset,
-                                         b.byte_size(), scales, zps, b.quant().axis));
+                                         b.byte_size(), scales, zps, quant.axis));
     }
     layers.push_back(fb::CreateLayer(fbb, fbb.CreateString(l.name), fbb.CreateString(l.type),
                                      fbb.CreateVectorOfStrings(l.inputs), fbb.CreateVectorOfStrings(l.outputs),

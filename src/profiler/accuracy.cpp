@@ -18,6 +18,7 @@ bool AccuracyBudget::met_by(double measured) const {
     case Metric::top1:
     case Metric::cosine: return measured >= value;
     case Metric::rel_l2: return measured <= value;
+    case Metric::user: return measured >= value;
   }
   return false;
 }
@@ -44,6 +45,22 @@ AccuracyBudget parse_accuracy(const std::string& text) {
     throw Error(fmt::format("unknown metric '{}' (top1, cosine, rel-l2)", metric.substr(0, 40)), {}, {}, "accuracy");
   }
   b.value = v;
+  return b;
+}
+
+AccuracyBudget user_accuracy(const AccuracyMetric& metric) {
+  if (!metric.score) throw Error("a user metric needs its score function", {}, {}, "accuracy_metric.score");
+  if (metric.name.empty() || metric.name.size() > 60 ||
+      metric.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos)
+    throw Error(fmt::format("a user metric's name is a plain word (letters, digits, _-.), not '{}'", metric.name.substr(0, 60)),
+                {}, {}, "accuracy_metric.name");
+  if (!std::isfinite(metric.min_score))
+    throw Error(fmt::format("min_score {} is not finite", metric.min_score), {}, {}, "accuracy_metric.min_score");
+  AccuracyBudget b;
+  b.metric = AccuracyBudget::Metric::user;
+  b.value = metric.min_score;
+  b.text = fmt::format("{}:{}", metric.name, metric.min_score);
+  b.score = metric.score;
   return b;
 }
 
@@ -110,19 +127,48 @@ Validator::Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBl
   g.shape_paths.clear();
   core::Executor ref(g, net.shapes);
   for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
+  if (budget_.metric == AccuracyBudget::Metric::user) {
+    for (const auto& r : reference_) reference_score_ += user_score(r, r);
+    reference_score_ /= std::max<double>(1, static_cast<double>(reference_.size()));
+  }
 }
 
-double Validator::measure(const core::RoutinePath& path) const {
+double Validator::user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const {
+  double v;
+  try {
+    v = budget_.score(float32, tuned);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("the accuracy metric {} failed: {}", budget_.text, e.what()), net_.file, {}, "accuracy_metric");
+  }
+  if (!std::isfinite(v))
+    throw Error(fmt::format("the accuracy metric {} scored {}: not a finite value", budget_.text, v), net_.file, {},
+                "accuracy_metric");
+  return v;
+}
+
+double Validator::measure(const core::RoutinePath& path, double* cosine) const {
   if (budget_.metric == AccuracyBudget::Metric::none) return 0;
   core::Graph g = net_.graph;
   g.routine_path = path;
   g.shape_paths.clear();
+  if (transform_) transform_(g, path);
   core::Executor tuned(g, net_.shapes);
-  Tally t;
+  Tally t, c;
+  AccuracyBudget by_cosine;
+  by_cosine.metric = AccuracyBudget::Metric::cosine;
   for (std::size_t k = 0; k < samples_.size(); ++k) {
     const auto got = run(tuned, net_, samples_[k]);
-    for (std::size_t o = 0; o < got.size(); ++o) compare(budget_, got[o].blob, reference_[k][o].blob, t);
+    if (budget_.metric == AccuracyBudget::Metric::user) {
+      t.sum += user_score(reference_[k], got);
+      t.count += 1;
+    }
+    for (std::size_t o = 0; o < got.size(); ++o) {
+      if (budget_.metric != AccuracyBudget::Metric::user)
+      compare(budget_, got[o].blob, reference_[k][o].blob, t);
+      if (cosine) compare(by_cosine, got[o].blob, reference_[k][o].blob, c);
+    }
   }
+  if (cosine) *cosine = c.count ? c.sum / c.count : 1.0;
   if (t.count == 0)
     throw Error(fmt::format("accuracy budget {}: no output has a last axis of 2 or more entries to take the argmax "
                             "of; give --accuracy cosine:V or rel-l2:V",
@@ -132,7 +178,11 @@ double Validator::measure(const core::RoutinePath& path) const {
 }
 
 double Validator::error(double value) const {
-  return budget_.metric == AccuracyBudget::Metric::rel_l2 ? value : 1.0 - value;
+  switch (budget_.metric) {
+    case AccuracyBudget::Metric::rel_l2: return value;
+    case AccuracyBudget::Metric::user: return reference_score_ - value;
+    default: return 1.0 - value;
+  }
 }
 
 }  // namespace softneuro::profiler

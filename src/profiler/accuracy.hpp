@@ -6,6 +6,10 @@
 #include "core/net_impl.hpp"
 
 #include <softneuro/blob.hpp>
+#include <softneuro/tune.hpp>
+
+#include <functional>
+#include <span>
 
 #include <string>
 #include <vector>
@@ -13,10 +17,12 @@
 namespace softneuro::profiler {
 
 struct AccuracyBudget {
-  enum class Metric { none, top1, cosine, rel_l2 };
+  enum class Metric { none, top1, cosine, rel_l2, user };
   Metric metric = Metric::none;
   double value = 0;
-  std::string text;  ///< as the user wrote it, e.g. "top1:0.99"
+  std::string text;  ///< as the user wrote it, e.g. "top1:0.99"; a user metric: "NAME:MIN"
+  /// Metric::user: the user's score of a sample (TuneOptions::accuracy_metric).
+  std::function<double(std::span<const NamedBlob>, std::span<const NamedBlob>)> score;
   /// Whether a measured value meets the budget (top1, cosine: at least; rel-l2: at most).
   bool met_by(double measured) const;
 };
@@ -31,16 +37,26 @@ inline constexpr const char* kDefaultAccuracy = "top1:0.99";
 /// "none"; anything else is an Error naming the field `accuracy`.
 AccuracyBudget parse_accuracy(const std::string& text);
 
+/// The budget of a user metric: its name must be a plain word, its score set
+/// and its minimum finite; else an Error naming the field `accuracy_metric`.
+AccuracyBudget user_accuracy(const AccuracyMetric& metric);
+
 /// Measures paths against the float32 default on fixed samples (each binding
 /// every net input); the float32 outputs are computed once.
 class Validator {
  public:
   Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget);
-  /// The budget's metric of `path`, averaged over samples and outputs.
-  double measure(const core::RoutinePath& path) const;
+  /// The budget's metric of `path`, averaged over samples and outputs; with
+  /// `cosine`, also the mean cosine similarity (a finer tie-break than top1).
+  double measure(const core::RoutinePath& path, double* cosine = nullptr) const;
   /// What a measured value gives up: 1 - value for top1 and cosine, the value for rel-l2.
   double error(double value) const;
   const AccuracyBudget& budget() const { return budget_; }
+  /// How a path's graph will be stored (weights moved onto their int8 grid,
+  /// biases corrected): applied to the graph every path is measured with.
+  void set_store_transform(std::function<void(core::Graph&, const core::RoutinePath&)> t) { transform_ = std::move(t); }
+  /// A user metric's score of one sample, checked finite (an Error naming the metric otherwise).
+  double user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const;
   std::size_t samples() const { return samples_.size(); }
 
  private:
@@ -48,6 +64,8 @@ class Validator {
   std::vector<std::vector<NamedBlob>> samples_;
   AccuracyBudget budget_;
   std::vector<std::vector<NamedBlob>> reference_;  ///< per sample, the float32 outputs
+  std::function<void(core::Graph&, const core::RoutinePath&)> transform_;
+  double reference_score_ = 0;  ///< a user metric's mean score of the float32 outputs against themselves
 };
 
 /// Whether a path runs any layer in qint8 (only such a path can lose accuracy to quantisation).

@@ -34,12 +34,12 @@ namespace softneuro {
 namespace profiler {
 namespace {
 
-constexpr int kBins = 2048;
+constexpr int kBins = 8192;  // fine enough for the entropy search to shrink a range 16-fold
 
 struct Range {
   double lo = std::numeric_limits<double>::infinity();
   double hi = -std::numeric_limits<double>::infinity();
-  std::vector<uint64_t> hist;  // percentile pass: kBins over [lo, hi]
+  std::vector<uint64_t> hist;  // second pass: kBins over [lo, hi]
   uint64_t count = 0;
 
   void observe(const float* p, int64_t n) {
@@ -62,10 +62,13 @@ struct Range {
       ++count;
     }
   }
+  double bin_width() const { return (hi - lo) / kBins; }
+  double center(int i) const { return lo + bin_width() * (i + 0.5); }
+
   /// [lower, upper] percentile bounds from the histogram (bin edges, conservative).
   std::pair<double, double> clipped(double percentile) const {
     if (hist.empty() || count == 0 || !(hi > lo)) return {lo, hi};
-    const double width = (hi - lo) / kBins;
+    const double width = bin_width();
     const double tail = (100.0 - percentile) / 100.0 * double(count);
     double a = lo, b = hi;
     uint64_t cum = 0;
@@ -86,15 +89,97 @@ struct Range {
     }
     return {std::max(lo, a), std::min(hi, b)};
   }
+
+  /// The clipping [a, b] of least cost: each end (of the range widened to 0)
+  /// shrunk towards 0 by factors 1, 0.93, 0.93^2, ... down to 0.01, one end at
+  /// a time, twice over (outliers are often on one side only). Windows of fewer
+  /// than `min_bins` histogram bins are not tried.
+  template <class Cost>
+  std::pair<double, double> search(Cost cost, int min_bins) const {
+    if (hist.empty() || count == 0 || !(hi > lo)) return {lo, hi};
+    const double a0 = std::min(lo, 0.0), b0 = std::max(hi, 0.0);
+    double a = a0, b = b0, best = cost(a, b);
+    auto consider = [&](double na, double nb) {
+      if (nb - na < min_bins * bin_width()) return;
+      const double c = cost(na, nb);
+      if (c < best) best = c, a = na, b = nb;
+    };
+    for (int round = 0; round < 2; ++round) {
+      for (double f = 1.0; f >= 0.01; f *= 0.93) consider(a, b0 * f);
+      for (double f = 1.0; f >= 0.01; f *= 0.93) consider(a0 * f, b);
+    }
+    return {a, b};
+  }
+
+  /// Expected squared error of quantising the values seen into [a, b] (256
+  /// levels): clipped values lose their distance to the edge, others a uniform
+  /// rounding error of step^2 / 12.
+  double mse(double a, double b) const {
+    const double step = (b - a) / 255.0, inside = step * step / 12.0;
+    double e = 0;
+    for (int i = 0; i < kBins; ++i) {
+      const uint64_t n = hist[static_cast<std::size_t>(i)];
+      if (!n) continue;
+      const double c = center(i);
+      e += double(n) * (c < a ? (a - c) * (a - c) : c > b ? (c - b) * (c - b) : inside);
+    }
+    return e;
+  }
+
+  /// KL(P || Q): P the histogram within [a, b] with the values outside added to
+  /// its edge bins, Q the histogram within [a, b] merged into 255 quantisation
+  /// steps and spread back evenly over each step's non-empty bins.
+  double kl(double a, double b) const {
+    const double w = bin_width();
+    const int i0 = std::clamp(static_cast<int>(std::floor((a - lo) / w)), 0, kBins - 1);
+    const int i1 = std::clamp(static_cast<int>(std::ceil((b - lo) / w)), i0 + 1, kBins);
+    std::vector<double> p(hist.begin() + i0, hist.begin() + i1), q(p.size(), 0.0);
+    const std::vector<double> inside = p;
+    for (int i = 0; i < i0; ++i) p.front() += double(hist[static_cast<std::size_t>(i)]);
+    for (int i = i1; i < kBins; ++i) p.back() += double(hist[static_cast<std::size_t>(i)]);
+    const double step = (b - a) / 255.0;
+    auto level = [&](std::size_t k) {
+      return std::clamp(static_cast<int>((center(i0 + static_cast<int>(k)) - a) / step), 0, 254);
+    };
+    std::vector<double> total(255, 0.0), nonzero(255, 0.0);
+    for (std::size_t k = 0; k < inside.size(); ++k) {
+      total[static_cast<std::size_t>(level(k))] += inside[k];
+      nonzero[static_cast<std::size_t>(level(k))] += inside[k] > 0;
+    }
+    for (std::size_t k = 0; k < inside.size(); ++k)
+      if (inside[k] > 0) q[k] = total[static_cast<std::size_t>(level(k))] / nonzero[static_cast<std::size_t>(level(k))];
+    double sp = 0, sq = 0;
+    for (std::size_t k = 0; k < p.size(); ++k) sp += p[k], sq += q[k];
+    if (sp <= 0 || sq <= 0) return std::numeric_limits<double>::infinity();
+    double d = 0;
+    for (std::size_t k = 0; k < p.size(); ++k) {
+      if (p[k] <= 0) continue;
+      const double pk = p[k] / sp, qk = std::max(q[k], 0.5) / sq;  // an empty Q bin: half a value, not infinity
+      d += pk * std::log(pk / qk);
+    }
+    return d;
+  }
+
+  std::pair<double, double> range(RangeMethod m, double percentile) const {
+    switch (m) {
+      case RangeMethod::minmax: return {lo, hi};
+      case RangeMethod::percentile: return clipped(percentile);
+      case RangeMethod::mse: return search([this](double a, double b) { return mse(a, b); }, 1);
+      // (a window of fewer bins than 2 per step cannot show what the steps lose)
+      case RangeMethod::entropy: return search([this](double a, double b) { return kl(a, b); }, 512);
+    }
+    return {lo, hi};
+  }
 };
 
-constexpr const char* kCalibrationVersion = "softneuro-calibration-v2";  // v2: ranges clipped to what relu/clip consumers tell apart
+constexpr const char* kCalibrationVersion = "softneuro-calibration-v3";  // v3: one quantisation per range method, channel means
 
 /// What the calibration result depends on: the layers (types, wiring,
 /// parameters, weight bytes), the inputs' shapes, the options and the inputs given.
 std::string calibration_key(const detail::NetImpl& net, const CalibrationOptions& options) {
   std::string s = fmt::format("{}|{}|p{}|b{}|", kCalibrationVersion, version(), options.percentile,
                               options.inputs.empty() ? options.synthetic_batches : -1);
+  for (RangeMethod m : options.methods) s += fmt::format("m:{}|", to_string(m));
   for (const auto& t : net.inputs) s += fmt::format("in {} {}|", t.name, t.shape.to_string());
   for (const Layer& l : net.graph.layers) {
     s += l.name + ' ' + l.type + " <";
@@ -125,19 +210,25 @@ std::string cache_file(const std::string& dir, const std::string& key) {
   return dir + "/calibration/" + key + ".tsv";
 }
 
-/// The cached quantisation, or nothing (missing, damaged: warned and ignored).
-std::optional<std::map<std::string, QuantParams>> load_calibration(const std::string& path) {
+using Quantisation = std::map<std::string, QuantParams>;
+
+/// The cached quantisations (one per method, in the options' order), or nothing
+/// (missing, damaged, another method list: warned and ignored).
+std::optional<Calibration> load_calibration(const std::string& path, std::size_t methods) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  auto damaged = [&](const char* why) {
+    core::warn("calibration cache {}: {}; calibrating again", path, why);
+    return std::nullopt;
+  };
+  if (!std::filesystem::is_regular_file(path, ec)) return damaged("not a regular file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
+  if (!in) return damaged("cannot be read");
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
   // Last line: the checksum of everything before it.
   auto cut = text.rfind('\n', text.size() >= 2 ? text.size() - 2 : 0);
-  auto damaged = [&](const char* why) {
-    core::warn("calibration cache {}: {}; calibrating again", path, why);
-    return std::nullopt;
-  };
   if (cut == std::string::npos) return damaged("truncated");
   std::string body = text.substr(0, cut + 1), sum = text.substr(cut + 1);
   if (!sum.empty() && sum.back() == '\n') sum.pop_back();
@@ -145,26 +236,53 @@ std::optional<std::map<std::string, QuantParams>> load_calibration(const std::st
   std::istringstream lines(body);
   std::string line;
   if (!std::getline(lines, line) || line != kCalibrationVersion) return damaged("another version");
-  std::map<std::string, QuantParams> out;
+  Calibration out;
+  out.quants.resize(methods);
   while (std::getline(lines, line)) {
-    auto a = line.find('\t'), b = line.find('\t', a == std::string::npos ? a : a + 1);
-    if (a == std::string::npos || b == std::string::npos) return damaged("malformed record");
+    // method index, blob, scale, zero point; or "mean", blob, the channel means
+    std::vector<std::string> f;
+    for (std::size_t a = 0;;) {
+      auto b = line.find('\t', a);
+      f.push_back(line.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    if (f.size() >= 2 && f[0] == "mean") {
+      std::vector<double>& means = out.channel_means[f[1]];
+      for (std::size_t k = 2; k < f.size(); ++k) {
+        char* end = nullptr;
+        const double v = std::strtod(f[k].c_str(), &end);
+        if (end == f[k].c_str() || *end || !std::isfinite(v)) return damaged("bad channel mean");
+        means.push_back(v);
+      }
+      continue;
+    }
+    if (f.size() != 4) return damaged("malformed record");
     char* end = nullptr;
-    float scale = std::strtof(line.c_str() + a + 1, &end);
-    long zp = std::strtol(line.c_str() + b + 1, &end, 10);
-    if (!(scale > 0) || zp < -128 || zp > 127) return damaged("bad record");
+    const unsigned long m = std::strtoul(f[0].c_str(), &end, 10);
+    const float scale = std::strtof(f[2].c_str(), &end);
+    const long zp = std::strtol(f[3].c_str(), &end, 10);
+    if (m >= methods || !std::isfinite(scale) || !(scale > 0) || zp < -128 || zp > 127) return damaged("bad record");
     QuantParams q;
     q.scales = {scale};
     q.zero_points = {static_cast<int32_t>(zp)};
     q.axis = -1;
-    out[line.substr(0, a)] = q;
+    out.quants[m][f[1]] = q;
   }
+  for (const auto& q : out.quants)
+    if (q.empty()) return damaged("a method without records");
   return out;
 }
 
-void save_calibration(const std::string& path, const std::map<std::string, QuantParams>& quant) {
+void save_calibration(const std::string& path, const Calibration& c) {
   std::string body = std::string(kCalibrationVersion) + "\n";
-  for (const auto& [name, q] : quant) body += fmt::format("{}\t{:.9g}\t{}\n", name, q.scales.at(0), q.zero_points.at(0));
+  for (std::size_t m = 0; m < c.quants.size(); ++m)
+    for (const auto& [name, q] : c.quants[m]) body += fmt::format("{}\t{}\t{:.9g}\t{}\n", m, name, q.scales.at(0), q.zero_points.at(0));
+  for (const auto& [name, means] : c.channel_means) {
+    body += "mean\t" + name;
+    for (double v : means) body += fmt::format("\t{:.17g}", v);
+    body += "\n";
+  }
   body += fmt::format("{:016x}\n", core::xxh64(body.data(), body.size()));
   try {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -239,18 +357,18 @@ QuantParams quant_from_range(double lo, double hi) {
   return q;
 }
 
-void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir) {
-  if (!(options.percentile > 0 && options.percentile <= 100))
-    throw Error(fmt::format("calibration percentile {} is not in (0, 100]", options.percentile), net.file, {},
-                "percentile");
+Calibration calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir) {
+  if (options.methods.empty()) throw Error("no range method to calibrate with", net.file, {}, "methods");
+  if (!(options.percentile > 50 && options.percentile <= 100))
+    throw Error(fmt::format("calibration percentile {} is not in (50, 100]", options.percentile), net.file, {}, "percentile");
   const bool cached = !cache_dir.empty() && cache_dir != "-";
   const std::string path = cached ? cache_file(cache_dir, calibration_key(net, options)) : std::string();
   if (cached) {
-    if (auto quant = load_calibration(path)) {
-      net.graph.blob_quant = std::move(*quant);
+    if (auto c = load_calibration(path, options.methods.size())) {
+      net.graph.blob_quant = c->quants.front();
       core::info("calibration of {} blobs read from {}", net.graph.blob_quant.size(), path);
       net.changed();
-      return;
+      return std::move(*c);
     }
   }
   // A private copy of the graph with the default float32 routines (not the
@@ -259,6 +377,7 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
   // leaves it in our memory.
   core::Graph g = net.graph;
   g.routine_path = {};
+  g.shape_paths.clear();
   g.blob_quant.clear();
   std::set<std::string> seen(g.outputs.begin(), g.outputs.end());
   for (const Layer& l : g.layers) {
@@ -282,8 +401,37 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
 
   auto given = options.inputs.empty() ? synthetic_inputs(net, options.synthetic_batches) : options.inputs;
   std::map<std::string, Range> ranges;
-  const bool clip = options.percentile < 100;
-  for (int pass = 0; pass < (clip ? 2 : 1); ++pass) {
+  // Channel sums of conv2 and dense inputs (axis 1; dense: the last axis), for bias correction.
+  struct ChannelSums {
+    std::vector<double> sums;
+    double per_channel = 0;  ///< values added to each sum
+    bool last_axis = false;
+  };
+  std::map<std::string, ChannelSums> channel_sums;
+  for (const Layer& l : net.graph.layers)
+    if ((l.type == "conv2" || l.type == "dense") && !l.inputs.empty() && net.shapes.count(l.inputs[0]) &&
+        !channel_sums.count(l.inputs[0])) {
+      const Shape& x = net.shapes.at(l.inputs[0]);
+      if (x.rank() < 2) continue;
+      ChannelSums& c = channel_sums[l.inputs[0]];
+      c.last_axis = l.type == "dense";
+      c.sums.assign(static_cast<std::size_t>(c.last_axis ? x[x.rank() - 1] : x[1]), 0.0);
+    }
+  auto add_channel_sums = [&](const std::string& name, const Blob& b) {
+    auto it = channel_sums.find(name);
+    if (it == channel_sums.end()) return;
+    ChannelSums& c = it->second;
+    const int64_t channels = static_cast<int64_t>(c.sums.size());
+    if (channels == 0 || b.numel() % channels) return;
+    const int64_t inner = c.last_axis ? 1 : b.numel() / std::max<int64_t>(1, b.shape()[0] * channels);
+    const float* p = b.data_as<float>();
+    for (int64_t i = 0; i < b.numel(); ++i)
+      if (std::isfinite(p[i])) c.sums[static_cast<std::size_t>(c.last_axis ? i % channels : i / inner % channels)] += p[i];
+    c.per_channel += double(b.numel()) / double(channels);
+  };
+  // Min and max first; a second pass fills histograms over them where a method needs one.
+  const bool histograms = std::any_of(options.methods.begin(), options.methods.end(), [](RangeMethod m) { return m != RangeMethod::minmax; });
+  for (int pass = 0; pass < (histograms ? 2 : 1); ++pass) {
     for (const auto& batch : given) {
       for (const auto& in : batch) {
         if (in.blob.dtype() != DType::float32 || in.blob.layout() != Layout::nchw || !in.blob.data())
@@ -292,6 +440,7 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
         Range& r = ranges[in.name];
         pass == 0 ? r.observe(in.blob.data_as<float>(), in.blob.numel())
                   : r.histogram(in.blob.data_as<float>(), in.blob.numel());
+        if (pass == 0) add_channel_sums(in.name, in.blob);
       }
       try {
         exec.run(batch, results);
@@ -302,6 +451,7 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
         Range& r = ranges[o.name];
         pass == 0 ? r.observe(o.blob.data_as<float>(), o.blob.numel())
                   : r.histogram(o.blob.data_as<float>(), o.blob.numel());
+        if (pass == 0) add_channel_sums(o.name, o.blob);
       }
     }
   }
@@ -313,20 +463,64 @@ void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const st
     ranges[l.outputs[0]].observe(v->data_as<float>(), v->numel());
   }
 
-  net.graph.blob_quant.clear();
-  for (auto& [name, r] : ranges) {
-    auto [lo, hi] = clip && name.size() && !r.hist.empty() ? r.clipped(options.percentile) : std::make_pair(r.lo, r.hi);
-    std::tie(lo, hi) = consumer_range(net.graph, name, lo, hi);
-    net.graph.blob_quant[name] = quant_from_range(lo, hi);
+  Calibration result;
+  for (RangeMethod m : options.methods) {
+    Quantisation q;
+    for (auto& [name, r] : ranges) {
+      auto [lo, hi] = r.range(m, options.percentile);
+      std::tie(lo, hi) = consumer_range(net.graph, name, lo, hi);
+      q[name] = quant_from_range(lo, hi);
+    }
+    result.quants.push_back(std::move(q));
   }
-  core::info("calibrated {} blobs on {} batch(es){}", net.graph.blob_quant.size(), given.size(),
-             clip ? fmt::format(", {}th percentile", options.percentile) : std::string());
-  if (cached) save_calibration(path, net.graph.blob_quant);
+  for (auto& [name, c] : channel_sums) {
+    if (!(c.per_channel > 0)) continue;  // a constant input: nothing seen
+    for (double& v : c.sums) v /= c.per_channel;
+    result.channel_means[name] = std::move(c.sums);
+  }
+  net.graph.blob_quant = result.quants.front();
+  std::vector<std::string> names;
+  for (RangeMethod m : options.methods) names.push_back(to_string(m));
+  core::info("calibrated {} blobs on {} batch(es), range method{} {}", net.graph.blob_quant.size(), given.size(),
+             names.size() == 1 ? "" : "s", fmt::join(names, ", "));
+  if (cached) save_calibration(path, result);
   net.changed();  // prepared again, with the quantisation, at the next run
+  return result;
+}
+
+Blob corrected_bias(const Layer& l, const Blob& grid, const std::vector<double>& means) {
+  const Blob& w = l.weight("weight");
+  const Shape& s = w.shape();
+  const int64_t oc = s[0], k = w.numel() / std::max<int64_t>(1, oc);
+  const int64_t group = l.type == "conv2" ? l.get_int("group", 1) : 1;
+  const int64_t icg = s.rank() >= 2 ? s[1] : 1, taps = k / std::max<int64_t>(1, icg), per_group = oc / std::max<int64_t>(1, group);
+  if (static_cast<int64_t>(means.size()) != icg * group || grid.shape() != s)
+    throw Error(fmt::format("{} channel means for {} input channels", means.size(), icg * group), {}, l.name, "bias");
+  Blob b = Blob::allocate(Shape{oc});
+  const Blob* bias = l.find_weight("bias");
+  for (int64_t o = 0; o < oc; ++o) {
+    const int64_t first = o / per_group * icg;
+    double shift = 0;
+    for (int64_t i = 0; i < k; ++i)
+      shift += (double(grid.data_as<float>()[o * k + i]) - double(w.data_as<float>()[o * k + i])) *
+               means[static_cast<std::size_t>(first + i / taps)];
+    b.data_as<float>()[o] = static_cast<float>((bias ? double(bias->data_as<float>()[o]) : 0.0) - shift);
+  }
+  return b;
 }
 
 }  // namespace profiler
 
 void Net::calibrate(const CalibrationOptions& options) { profiler::calibrate(*impl_, options, {}); }
+
+const char* to_string(RangeMethod m) {
+  switch (m) {
+    case RangeMethod::minmax: return "minmax";
+    case RangeMethod::percentile: return "percentile";
+    case RangeMethod::mse: return "mse";
+    case RangeMethod::entropy: return "entropy";
+  }
+  return "?";
+}
 
 }  // namespace softneuro

@@ -6,17 +6,33 @@
 
 #include <softneuro/calibrate.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
 namespace softneuro::profiler {
 
-/// Runs the float32 net with its default routines on the calibration inputs,
-/// sets net.graph.blob_quant for every blob (net inputs, constants and every
-/// layer output) and rebuilds net.executor so its blobs carry the quantisation.
-/// With a `cache_dir` ("" or "-": none) the result is read from / kept in
-/// cache_dir/calibration/, keyed by the net's layers, weights and the options.
-void calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir);
+/// What calibration measured: every blob's quantisation (net inputs,
+/// constants and every layer output) under each of CalibrationOptions::methods,
+/// in that order, and the mean of every input channel of each conv2 and dense
+/// layer's input blob (axis 1; a dense layer's last axis), for bias correction.
+struct Calibration {
+  std::vector<std::map<std::string, QuantParams>> quants;
+  std::map<std::string, std::vector<double>> channel_means;
+};
+
+/// Runs the float32 net with its default routines on the calibration inputs;
+/// sets net.graph.blob_quant to the first method's quantisation and marks the
+/// net changed (prepared again). With a `cache_dir` ("" or "-": none) the result
+/// is read from / kept in cache_dir/calibration/, keyed by the net's layers,
+/// weights and the options.
+Calibration calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir);
+
+/// Bias correction (Nagel et al., data-free quantisation): `grid` (the int8
+/// grid of conv2/dense layer `l`'s float32 weight) shifts each output channel's
+/// mean by sum_k (grid - w)[o, k] * E[x_k]; the bias that cancels it.
+/// `means`: the layer input's channel means (Calibration::channel_means).
+Blob corrected_bias(const Layer& l, const Blob& grid, const std::vector<double>& means);
 
 /// `batches` batches of seeded N(0,1) values for every net input (the same on
 /// every call; batch k from seed `first` + k: calibration starts at 0).

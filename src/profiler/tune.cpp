@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "core/net_impl.hpp"
 #include "core/thread_pool.hpp"
+#include "core/weight_quant.hpp"
 #include "profiler/accuracy.hpp"
 #include "profiler/calibrate.hpp"
 #include "profiler/planner.hpp"
@@ -32,6 +33,27 @@ using profiler::LayerProfile;
 using profiler::Measured;
 using profiler::params_text;
 
+/// `g` as it is stored once tuned: the conv2 and dense layers named in
+/// `in_qint8` get their weights on the int8 grid their qint8 routine computes
+/// with (exactly what it computed before) and, with `means`, the bias that
+/// cancels the grid's mean output shift. Returns each moved layer's float32 weight bytes.
+std::map<std::string, std::size_t> as_stored(core::Graph& g, const std::set<std::string>& in_qint8,
+                                             const std::map<std::string, std::vector<double>>* means) {
+  std::map<std::string, std::size_t> moved;
+  for (Layer& l : g.layers) {
+    if ((l.type != "conv2" && l.type != "dense") || !in_qint8.count(l.name)) continue;
+    auto w = l.weights.find("weight");
+    if (w == l.weights.end() || core::stored_as_int8(w->second)) continue;
+    auto grid = core::on_int8_grid(w->second);
+    if (!grid) continue;
+    if (means)
+      if (auto m = means->find(l.inputs[0]); m != means->end()) l.weights["bias"] = profiler::corrected_bias(l, *grid, m->second);
+    moved[l.name] = w->second.byte_size();
+    l.weights["weight"] = std::move(*grid);
+  }
+  return moved;
+}
+
 struct Tuner {
   detail::NetImpl& net;
   const TuneOptions& opt;
@@ -39,6 +61,9 @@ struct Tuner {
   std::optional<profiler::Validator> validator;
   std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
   std::map<std::string, double> sensitivity;    ///< by layer: the budget's loss with it alone in qint8
+  /// What calibration measured: one quantisation per range method, and channel means.
+  profiler::Calibration calibration;
+  bool bias_correction = false;  ///< kept where it measured better
   TuneReport report;
   profiler::Profiler prof;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -202,11 +227,21 @@ struct Tuner {
     for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
       wants_qint8 = wants_qint8 || prof.rules().schema_allowed(Schema{Device::cpu, DType::qint8, l});
     // Parsed first: a bad budget is an error before any measuring.
-    if (!opt.accuracy.empty() || wants_qint8) budget = profiler::parse_accuracy(opt.accuracy.empty() ? profiler::kDefaultAccuracy : opt.accuracy);
+    if (opt.accuracy_metric.score || !opt.accuracy_metric.name.empty()) {
+      if (!opt.accuracy.empty())
+        throw Error(fmt::format("both accuracy '{}' and the metric '{}' given: one budget at a time", opt.accuracy,
+                                opt.accuracy_metric.name),
+                    net.file, {}, "accuracy");
+      budget = profiler::user_accuracy(opt.accuracy_metric);
+    } else if (!opt.accuracy.empty() || wants_qint8) {
+      budget = profiler::parse_accuracy(opt.accuracy.empty() ? profiler::kDefaultAccuracy : opt.accuracy);
+    }
     if (wants_qint8) report.accuracy_budget = budget.text;
     if (wants_qint8 && (net.graph.blob_quant.empty() || !opt.calibration.inputs.empty())) {
       progress("calibration", 0, 1, "");
-      profiler::calibrate(net, opt.calibration, opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir);
+      calibration = profiler::calibrate(net, opt.calibration,
+                                        opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir);
+      report.range_method = to_string(opt.calibration.methods.front());
     }
     auto profiles = prof.unit_profile();
 
@@ -254,6 +289,7 @@ struct Tuner {
       measure_in_context(profiles, planned);
       last_run = planned.path;
     }
+    choose_range_method(planned.path);
     planned = meet_budget(profiles, std::move(planned));
     // The prediction: the chosen path's costs measured in its own context (the
     // minimum over noisy in-context costs DPRS took favours lucky samples).
@@ -272,7 +308,7 @@ struct Tuner {
 
   /// The validation samples (the user's, else synthetic, with a warning) and
   /// the float32 outputs on them, made at the first use.
-  const profiler::Validator& validation() {
+  profiler::Validator& validation() {
     if (!validator) {
       std::vector<std::vector<NamedBlob>> samples = opt.validation;
       report.validation_synthetic = samples.empty();
@@ -284,6 +320,12 @@ struct Tuner {
       }
       report.validation_samples = static_cast<int>(samples.size());
       validator.emplace(net, std::move(samples), budget);
+      validator->set_store_transform([this](core::Graph& g, const core::RoutinePath& path) {
+        std::set<std::string> in_qint8;
+        for (const auto& r : path.routines)
+          if (Schema::parse(r.descriptor.substr(0, r.descriptor.find('/'))).dtype == DType::qint8) in_qint8.insert(r.layer);
+        as_stored(g, in_qint8, bias_correction ? &calibration.channel_means : nullptr);
+      });
     }
     return *validator;
   }
@@ -306,6 +348,48 @@ struct Tuner {
     std::string k;
     for (const auto& r : path.routines) k += r.layer + '=' + r.descriptor + ' ' + params_text(r.params) + ';';
     return k;
+  }
+
+  /// Calibration gave one quantisation per range method: the path DPRS chose
+  /// is validated under each (the budget's metric, then cosine to break ties)
+  /// and the best is kept. The times measured do not depend on the scales.
+  void choose_range_method(const core::RoutinePath& path) {
+    const auto& quants = calibration.quants;
+    if (quants.empty() || budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return;
+    profiler::Validator& v = validation();
+    auto better = [&](double value, double cosine, double than_value, double than_cosine) {
+      const double err = v.error(value), than = v.error(than_value);
+      return err < than - 1e-12 || (err <= than + 1e-12 && cosine > than_cosine);
+    };
+    std::size_t best = 0;
+    double best_value = 0, best_cosine = 0;
+    for (std::size_t k = 0; k < quants.size(); ++k) {
+      progress("range methods", static_cast<int>(k), static_cast<int>(quants.size()), to_string(opt.calibration.methods[k]));
+      net.graph.blob_quant = quants[k];
+      double cosine = 0;
+      const double value = quants.size() == 1 ? 0 : v.measure(path, &cosine);
+      if (quants.size() > 1) report.range_methods.emplace_back(to_string(opt.calibration.methods[k]), value);
+      if (k == 0 || better(value, cosine, best_value, best_cosine)) best = k, best_value = value, best_cosine = cosine;
+    }
+    net.graph.blob_quant = quants[best];
+    net.changed();
+    report.range_method = to_string(opt.calibration.methods[best]);
+    // Bias correction, under the method kept: measured, not assumed.
+    if (!opt.keep_float_weights && !calibration.channel_means.empty()) {
+      if (quants.size() == 1) best_value = v.measure(path, &best_cosine);
+      progress("range methods", static_cast<int>(quants.size()), static_cast<int>(quants.size()), "bias correction");
+      bias_correction = true;
+      double cosine = 0;
+      const double value = v.measure(path, &cosine);
+      report.bias_corrected_accuracy = value;
+      bias_correction = better(value, cosine, best_value, best_cosine);
+      if (bias_correction) best_value = value;
+    }
+    report.bias_correction = bias_correction;
+    accuracy_seen.clear();  // measured under other scales
+    accuracy_seen[path_key(path)] = best_value;
+    core::info("range method {}{} kept: the chosen path measured {:.4f}", report.range_method,
+               bias_correction ? " with bias correction" : "", best_value);
   }
 
   /// Under an accuracy budget the path DPRS chose may miss it: then each layer's
@@ -473,18 +557,46 @@ struct Tuner {
   }
 };
 
+/// The weights of conv2 and dense layers whose routine runs in qint8 on every
+/// tuned path move onto the int8 grid that routine computes with (every qint8
+/// routine quantises weights by core::quantize_per_channel), so the .dnn stores
+/// them as int8 and the path computes what it computed while tuned; with
+/// `means`, their biases are corrected as the path was validated.
+void store_int8_weights(detail::NetImpl& net, TuneReport& report, const std::map<std::string, std::vector<double>>* means) {
+  std::vector<const core::RoutinePath*> paths{&net.graph.routine_path};
+  for (const auto& p : net.graph.shape_paths) paths.push_back(&p);
+  std::set<std::string> in_qint8;
+  for (const Layer& l : net.graph.layers) {
+    const bool qint8_everywhere = std::all_of(paths.begin(), paths.end(), [&](const core::RoutinePath* p) {
+      auto rc = std::find_if(p->routines.begin(), p->routines.end(), [&](const auto& r) { return r.layer == l.name; });
+      return rc != p->routines.end() && Schema::parse(rc->descriptor.substr(0, rc->descriptor.find('/'))).dtype == DType::qint8;
+    });
+    if (qint8_everywhere) in_qint8.insert(l.name);
+  }
+  const auto moved = as_stored(net.graph, in_qint8, means);
+  report.int8_weight_layers = static_cast<int>(moved.size());
+  report.int8_weight_float_bytes = 0;
+  for (const auto& [layer, bytes] : moved) report.int8_weight_float_bytes += bytes;
+  if (!moved.empty()) net.changed();
+}
+
 }  // namespace
 
 TuneReport Net::tune(const TuneOptions& options) {
   if (options.shapes.empty()) {
     Tuner tuner(*impl_, options);
-    return tuner.run();
+    TuneReport report = tuner.run();
+    if (!options.keep_float_weights)
+      store_int8_weights(*impl_, report, tuner.bias_correction ? &tuner.calibration.channel_means : nullptr);
+    return report;
   }
   // One routine path per shape bucket: the net tuned as if its default shapes were the bucket's.
   TuneOptions each = options;
   each.shapes.clear();
   TuneReport first;
   std::vector<core::RoutinePath> paths;
+  bool correct_bias = true;
+  std::map<std::string, std::vector<double>> means;
   for (const auto& bucket : options.shapes) {
     core::Graph g = impl_->graph;
     for (const auto& [name, shape] : bucket) {
@@ -498,7 +610,11 @@ TuneReport Net::tune(const TuneOptions& options) {
       in->shape = shape;
     }
     auto at = detail::NetImpl::build(std::move(g), impl_->file);
-    TuneReport report = Tuner(*at, each).run();
+    Tuner tuner(*at, each);
+    TuneReport report = tuner.run();
+    // Biases are corrected where every bucket kept the correction (the first bucket's calibration).
+    correct_bias = correct_bias && tuner.bias_correction;
+    if (paths.empty()) means = tuner.calibration.channel_means;
     core::RoutinePath path = at->graph.routine_path;
     for (const auto& in : at->graph.inputs) path.input_shapes[in.name] = in.shape;
     report.input_shapes = path.input_shapes;
@@ -513,6 +629,7 @@ TuneReport Net::tune(const TuneOptions& options) {
   impl_->graph.routine_path = paths.front();
   impl_->graph.shape_paths.assign(paths.begin() + 1, paths.end());
   impl_->changed();
+  if (!options.keep_float_weights) store_int8_weights(*impl_, first, correct_bias ? &means : nullptr);
   return first;
 }
 

@@ -67,6 +67,20 @@ std::string TuneReport::to_text() const {
       s += fmt::format("accuracy budget {}: measured {:.4f} on {} against float32{}\n", accuracy_budget, accuracy, on,
                        accuracy_missed ? ": missed, a float32 path is kept" : "");
   }
+  if (!range_methods.empty()) {
+    s += fmt::format("range method {} kept; the chosen path measured", range_method);
+    for (const auto& [m, v] : range_methods) s += fmt::format(" {} {:.4f}", m, v);
+    s += "\n";
+  } else if (!range_method.empty()) {
+    s += fmt::format("range method {}\n", range_method);
+  }
+  if (bias_corrected_accuracy >= 0)
+    s += fmt::format("bias correction {}: the chosen path measured {:.4f} with it\n", bias_correction ? "kept" : "not kept",
+                     bias_corrected_accuracy);
+  if (int8_weight_layers > 0)
+    s += fmt::format("weights stored as int8: {} layer{} running in qint8, {:.2f} MiB of float32 -> {:.2f} MiB\n",
+                     int8_weight_layers, int8_weight_layers == 1 ? "" : "s", double(int8_weight_float_bytes) / 1048576.0,
+                     double(int8_weight_float_bytes) / 4.0 / 1048576.0);
   s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache\n", tuning_s, measurements, cache_hits);
   if (others_cpus >= 0) s += fmt::format("other processes meanwhile: {:.2f} CPUs busy on average\n", others_cpus);
   for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
@@ -79,11 +93,13 @@ std::string TuneReport::to_json() const {
                               "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
                               "  \"accuracy_budget\": \"{}\",\n  \"accuracy\": {},\n  \"validation_samples\": {},\n"
                               "  \"validation_synthetic\": {},\n  \"accuracy_missed\": {},\n"
+                              "  \"int8_weight_layers\": {},\n  \"int8_weight_float_bytes\": {},\n  \"range_method\": \"{}\",\n"
+                              "  \"bias_correction\": {},\n"
                               "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
                               json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default,
                               json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, accuracy_missed,
-                              tuning_s, measurements,
+                              int8_weight_layers, int8_weight_float_bytes, json_escape(range_method), bias_correction, tuning_s, measurements,
                               cache_hits, exact, others_cpus);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];

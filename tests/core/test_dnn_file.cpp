@@ -2,6 +2,7 @@
 #include "core/dnn_file.hpp"
 #include "core/hash.hpp"
 #include "core/net_impl.hpp"
+#include "core/weight_quant.hpp"
 #include "support/graphs.hpp"
 
 #include <softneuro/net.hpp>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 using namespace softneuro;
@@ -277,6 +279,58 @@ TEST_CASE("calibrated blob quantisation survives a round trip and reaches routin
   g.blob_quant["b0"].scales = {-1.0f};
   auto bad = core::serialize_dnn(g);
   CHECK_THROWS_WITH(core::read_dnn_bytes(bad.data(), bad.size(), "mem"), Catch::Contains("blob_quant.b0"));
+}
+
+TEST_CASE("weights on their int8 grid are stored as int8; damaged int8 weights are refused", "[dnn]") {
+  auto g = test::chain_graph(1);
+  Blob& w = g.layers[0].weights.at("weight");
+  auto grid = core::on_int8_grid(w);
+  REQUIRE(grid);
+  const auto float_bytes = core::serialize_dnn(g).size();
+  w = *grid;
+  auto bytes = core::serialize_dnn(g);
+  CHECK(bytes.size() < float_bytes);
+  auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
+  const Blob& got = back.layers[0].weights.at("weight");
+  CHECK(got.dtype() == DType::float32);
+  CHECK(got.quant() == w.quant());
+  CHECK(std::memcmp(got.data(), w.data(), w.byte_size()) == 0);
+  CHECK(core::serialize_dnn(back) == bytes);  // saved again: int8 again, byte for byte
+  // A float32 weight whose values are off its scales' grid is stored as float32, without them.
+  auto off = g;
+  Blob shifted = Blob::allocate(w.shape());
+  std::memcpy(shifted.data(), w.data(), w.byte_size());
+  shifted.data_as<float>()[5] += 1e-3f;
+  shifted.quant() = w.quant();
+  off.layers[0].weights["weight"] = shifted;
+  auto off_bytes = core::serialize_dnn(off);
+  auto off_back = core::read_dnn_bytes(off_bytes.data(), off_bytes.size(), "mem");
+  CHECK(off_back.layers[0].weights.at("weight").quant().empty());
+  CHECK(off_back.layers[0].weights.at("weight").data_as<float>()[5] == shifted.data_as<float>()[5]);
+
+  // int8 weights as another writer could store them, each damage refused naming the field.
+  auto refused = [&](QuantParams q, const std::string& field) {
+    auto bad = g;
+    Blob raw = Blob::allocate(w.shape(), DType::qint8);
+    raw.quant() = std::move(q);
+    bad.layers[0].weights["weight"] = raw;
+    auto b = core::serialize_dnn(bad);
+    try {
+      core::read_dnn_bytes(b.data(), b.size(), "mem");
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.field() == field);
+      CHECK(e.layer() == "l0");
+      CHECK(e.file() == "mem");
+    }
+  };
+  refused({{0.1f, 0.1f, 0.1f}, {}, 0}, "weights.weight.scales");  // 3 scales for 4 channels
+  refused({{0.1f, 0.1f, std::numeric_limits<float>::infinity(), 0.1f}, {}, 0}, "weights.weight.scales");
+  refused({{0.1f, 0.1f, 0.0f, 0.1f}, {}, 0}, "weights.weight.scales");
+  refused({{1e38f}, {}, -1}, "weights.weight.scales");
+  refused({{0.1f}, {200}, -1}, "weights.weight.zero_points");
+  refused({{0.1f}, {0, 0}, -1}, "weights.weight.zero_points");
+  refused({}, "weights.weight.scales");
 }
 
 TEST_CASE("devices without registered memory are unavailable", "[dnn]") {

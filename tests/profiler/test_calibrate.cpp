@@ -3,6 +3,7 @@
 // and stays close to its float32 results.
 #include "core/cpu_features.hpp"
 #include "core/net_impl.hpp"
+#include "core/weight_quant.hpp"
 #include "profiler/calibrate.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
@@ -165,11 +166,28 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     CHECK(hi - lo <= (mx - mn) * 1.0001 + 1e-6);
   }
 
-  // A percentile below 100 clips rare outliers: never a wider range.
-  Net clipped(detail::NetImpl::build(g));
-  opt.percentile = 99.0;
-  clipped.calibrate(opt);
-  for (const auto& [name, q] : clipped.impl().graph.blob_quant) CHECK(q.scales[0] <= bq.at(name).scales[0] * 1.0001);
+  // Every other range method clips: never a wider range than min/max (mse
+  // keeps these Gaussian ranges whole: clipping their few tail values costs more).
+  for (RangeMethod m : {RangeMethod::percentile, RangeMethod::mse, RangeMethod::entropy}) {
+    INFO(to_string(m));
+    Net clipped(detail::NetImpl::build(g));
+    CalibrationOptions one = opt;
+    one.methods = {m};
+    one.percentile = 99.0;
+    clipped.calibrate(one);
+    int narrower = 0;
+    for (const auto& [name, q] : clipped.impl().graph.blob_quant) {
+      CHECK(q.scales[0] <= bq.at(name).scales[0] * 1.0001);
+      narrower += q.scales[0] < bq.at(name).scales[0] * 0.999;
+    }
+    if (m != RangeMethod::mse) CHECK(narrower > 0);
+  }
+  // The tuner's list: one quantisation per method, in order; the net keeps the first.
+  Net all(detail::NetImpl::build(g));
+  auto quants = profiler::calibrate(all.impl(), opt, "-").quants;
+  REQUIRE(quants.size() == 4);
+  CHECK(quants[0] == bq);
+  CHECK(all.impl().graph.blob_quant == bq);
 
   // Bad inputs are errors naming the input.
   Net other(detail::NetImpl::build(g));
@@ -178,6 +196,80 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
   CHECK_THROWS_AS(other.calibrate(bad), Error);
   bad.percentile = 0;
   CHECK_THROWS_AS(other.calibrate(bad), Error);
+}
+
+TEST_CASE("mse and entropy ranges clip a rare outlier that min/max keeps", "[calibrate]") {
+  core::Graph g;
+  g.name = "outlier";
+  g.inputs = {{"input", Shape{1, 1, 100, 100}, DType::float32}};
+  g.layers.push_back(layer("act", "sigmoid", {"input"}, "out"));
+  g.outputs = {"out"};
+  Blob x = normal_blob(Shape{1, 1, 100, 100}, 5);
+  x.data_as<float>()[1234] = 100.0f;  // one value in 10000
+  CalibrationOptions opt;
+  opt.inputs = {{{"input", x}}};
+  Net net(detail::NetImpl::build(g));
+  auto quants = profiler::calibrate(net.impl(), opt, "-").quants;
+  REQUIRE(quants.size() == 4);
+  auto top = [&](std::size_t m) {
+    const QuantParams& q = quants[m].at("input");
+    return q.scales[0] * (127 - q.zero_points[0]);
+  };
+  CHECK(top(0) == Approx(100.0).epsilon(0.01));  // min/max
+  CHECK(top(1) < 10.0);                          // 99.99th percentile
+  CHECK(top(3) < 20.0);                          // entropy
+  CHECK(top(3) > 2.5);                           // ... the bulk of N(0, 1) stays inside
+  CHECK(top(2) > 90.0);  // mse: clipping the one value by 80 costs more than coarser steps for all
+
+  // A heavy tail (Laplace, 40000 values, max ~ 10.7): mse clips it a little
+  // (the known optimum for 8 bits is near 9.9 scale units).
+  std::mt19937 rng(5);
+  std::exponential_distribution<float> e(1.0f);
+  std::bernoulli_distribution sign;
+  Blob l = Blob::allocate(Shape{1, 1, 200, 200});
+  for (int64_t i = 0; i < l.numel(); ++i) l.data_as<float>()[i] = sign(rng) ? e(rng) : -e(rng);
+  opt.inputs = {{{"input", l}}};
+  g.inputs[0].shape = Shape{1, 1, 200, 200};
+  Net laplace(detail::NetImpl::build(g));
+  quants = profiler::calibrate(laplace.impl(), opt, "-").quants;
+  CHECK(top(2) < top(0) * 0.99);
+  CHECK(top(2) > top(0) * 0.6);
+}
+
+TEST_CASE("bias correction cancels the int8 grid's mean shift on the calibration data", "[calibrate]") {
+  // A conv of 2 groups: output channel o reads input channels of its group only.
+  core::Graph g;
+  g.name = "bias";
+  g.inputs = {{"input", Shape{1, 4, 6, 6}, DType::float32}};
+  g.layers.push_back(layer("conv", "conv2", {"input"}, "out", {{"group", int64_t{2}}},
+                           {{"weight", normal_blob(Shape{4, 2, 3, 3}, 3, 0.3f)}, {"bias", normal_blob(Shape{4}, 4, 0.1f)}}));
+  g.outputs = {"out"};
+  Blob x = normal_blob(Shape{1, 4, 6, 6}, 9);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] += float(i / 36 + 1);  // channel means near 1, 2, 3, 4
+  CalibrationOptions opt;
+  opt.inputs = {{{"input", x}}};
+  opt.methods = {RangeMethod::minmax};
+  Net net(detail::NetImpl::build(g));
+  auto c = profiler::calibrate(net.impl(), opt, "-");
+  REQUIRE(c.channel_means.count("input"));
+  const auto& means = c.channel_means.at("input");
+  REQUIRE(means.size() == 4);
+  for (int ch = 0; ch < 4; ++ch) {
+    double sum = 0;
+    for (int i = 0; i < 36; ++i) sum += x.data_as<float>()[ch * 36 + i];
+    CHECK(means[static_cast<std::size_t>(ch)] == Approx(sum / 36));
+  }
+  const Layer& l = net.impl().graph.layers[0];
+  auto grid = core::on_int8_grid(l.weight("weight"));
+  REQUIRE(grid);
+  Blob b = profiler::corrected_bias(l, *grid, means);
+  for (int o = 0; o < 4; ++o) {
+    double shift = 0;
+    for (int i = 0; i < 18; ++i)
+      shift += (grid->data_as<float>()[o * 18 + i] - l.weight("weight").data_as<float>()[o * 18 + i]) * means[static_cast<std::size_t>(o / 2 * 2 + i / 9)];
+    CHECK(b.data_as<float>()[o] == Approx(l.weight("bias").data_as<float>()[o] - shift).margin(1e-7));
+  }
+  CHECK_THROWS_AS(profiler::corrected_bias(l, *grid, {1.0, 2.0}), Error);
 }
 
 TEST_CASE("calibration survives a .dnn round trip and synthetic inputs are deterministic", "[calibrate]") {
@@ -224,6 +316,65 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     const auto again = run_net(loaded, x);
     CHECK(again == got);
   }
+}
+
+TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exactly as tuned", "[calibrate][tune][qint8]") {
+  if (!core::cpu_features().avx2_fma()) return;  // no qint8 routine
+  Blob x = normal_blob(Shape{1, 8, 16, 16}, 31);
+  auto tuned = [&](bool keep_float) {
+    Net net(detail::NetImpl::build(conv_net()));
+    TuneOptions o = quick(keep_float ? "int8w-float" : "int8w", {"cpu:qint8", "cpu:qint8:nhwc"});
+    o.accuracy = "none";
+    o.keep_float_weights = keep_float;
+    o.pin = {{"c*", "cpu:qint8*"}, {"fc", "cpu:qint8*"}};
+    TuneReport r = net.tune(o);
+    return std::make_pair(std::move(net), r);
+  };
+  auto [net, report] = tuned(false);
+  auto [kept, kept_report] = tuned(true);
+  CHECK(kept_report.int8_weight_layers == 0);
+  // c1, c2, c3 and fc were pinned to qint8 (dw may run either way).
+  CHECK(report.int8_weight_layers >= 4);
+  CHECK(report.int8_weight_float_bytes >= (16 * 8 * 9 + 16 * 16 * 9 + 16 * 16 + 10 * 32) * 4);
+  CHECK_THAT(report.to_text(), Catch::Contains("weights stored as int8"));
+  CHECK(report.bias_corrected_accuracy == -1);  // accuracy "none": nothing to measure it by
+  CHECK(kept_report.bias_corrected_accuracy == -1);
+  const auto got = run_net(net, x);
+  // The grid holds what the qint8 routines computed with: the float-weight
+  // tuning's path on grid weights computes exactly what it computed.
+  core::Graph g = kept.impl().graph;
+  int moved = 0;
+  for (const auto& step : kept.layers())
+    for (Layer& l : g.layers)
+      if (l.name == step.name && step.descriptor.find("qint8") != std::string::npos && (l.type == "conv2" || l.type == "dense")) {
+        auto grid = core::on_int8_grid(l.weights.at("weight"));
+        REQUIRE(grid);
+        l.weights["weight"] = *grid;
+        ++moved;
+      }
+  CHECK(moved >= 4);
+  Net on_grid(detail::NetImpl::build(g));
+  CHECK(run_net(on_grid, x) == run_net(kept, x));
+
+  const std::string small = test::temp_path("int8w.dnn"), large = test::temp_path("int8w-float.dnn");
+  net.save(small);
+  kept.save(large);
+  const auto small_bytes = std::filesystem::file_size(small), large_bytes = std::filesystem::file_size(large);
+  INFO(small_bytes << " bytes against " << large_bytes);
+  // A quarter of the bytes, less each weight's 64-byte alignment and a float scale per output channel.
+  CHECK(large_bytes - small_bytes >= report.int8_weight_float_bytes / 2);
+  Net loaded = Net::load(small);
+  for (const auto& l : loaded.impl().graph.layers) {
+    const Blob* w = l.find_weight("weight");
+    if (!w || net.impl().graph.find_layer(l.name)->weight("weight").quant().empty()) continue;
+    CHECK(w->dtype() == DType::float32);  // computed with as float32 values of the grid
+    CHECK(w->quant().scales.size() == static_cast<std::size_t>(w->shape()[0]));
+  }
+  CHECK(run_net(loaded, x) == got);
+  // Saved again, the weights stay int8.
+  const std::string again = test::temp_path("int8w-again.dnn");
+  loaded.save(again);
+  CHECK(std::filesystem::file_size(again) == small_bytes);
 }
 
 // Before, hybrid tuning chose qint8 wherever it measured faster, whatever it
@@ -279,6 +430,10 @@ TEST_CASE("a budget between float32 and the unconstrained hybrid path is met by 
   oq.validation = val;
   TuneReport rq = q.tune(oq);
   REQUIRE(rq.accuracy > 0);
+  // Each range method and then bias correction were measured on the path DPRS chose.
+  CHECK(rq.range_methods.size() == 4);
+  CHECK(rq.bias_corrected_accuracy >= 0);
+  CHECK_THAT(rq.to_text(), Catch::Contains("range method " + rq.range_method + " kept"));
   const double budget = 1 - (1 - rq.accuracy) / 3;  // a third of that loss
   INFO("qint8-only cosine " << rq.accuracy << ", budget " << budget);
   Net net(detail::NetImpl::build(conv_net()));
@@ -293,6 +448,62 @@ TEST_CASE("a budget between float32 and the unconstrained hybrid path is met by 
   double sum = 0;
   for (const auto& sample : val) sum += cosine(run_net(net, sample[0].blob), run_net(reference, sample[0].blob));
   CHECK(sum / static_cast<double>(val.size()) >= budget - 1e-6);
+}
+
+TEST_CASE("a user's accuracy metric decides like a built-in one, and its failures are clear errors", "[calibrate][tune][accuracy]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  Blob x = normal_blob(Shape{1, 8, 16, 16}, 32);
+  std::vector<std::vector<NamedBlob>> val{{{"input", x}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 33)}}};
+  auto options = [&](const std::string& cache) {
+    TuneOptions o = quick(cache, {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+    o.pin = {{"c*", "cpu:qint8*"}};  // qint8 where it can run: the metric must be asked
+    o.validation = val;
+    return o;
+  };
+  SECTION("a score no path reaches: a float32 path is kept and the report says so") {
+    int calls = 0;
+    TuneOptions o = options("user-metric-strict");
+    o.pin.clear();
+    o.accuracy_metric = {"exact", [&](std::span<const NamedBlob> want, std::span<const NamedBlob> got) {
+                           ++calls;
+                           REQUIRE(want.size() == 1);
+                           REQUIRE(got.size() == 1);
+                           CHECK(want[0].name == "logits");
+                           return test::values(want[0].blob) == test::values(got[0].blob) ? 1.0 : 0.0;
+                         },
+                         1.0};
+    Net net(detail::NetImpl::build(conv_net()));
+    TuneReport r = net.tune(o);
+    CHECK(r.accuracy_budget == "exact:1");
+    if (r.accuracy >= 0) {  // DPRS chose qint8 somewhere: measured, missed, replaced
+      CHECK(calls > 2);
+      CHECK(r.accuracy_missed);
+    }
+    for (const auto& l : net.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+  }
+  SECTION("a score every path reaches keeps qint8") {
+    TuneOptions o = options("user-metric-loose");
+    o.accuracy_metric = {"any", [](std::span<const NamedBlob>, std::span<const NamedBlob>) { return 1.0; }, 0.5};
+    Net net(detail::NetImpl::build(conv_net()));
+    TuneReport r = net.tune(o);
+    CHECK_FALSE(r.accuracy_missed);
+  }
+  SECTION("a metric that throws or scores NaN, or two budgets at once, is an error naming it") {
+    TuneOptions o = options("user-metric-bad");
+    o.accuracy_metric = {"boom", [](std::span<const NamedBlob>, std::span<const NamedBlob>) -> double {
+                           throw std::runtime_error("no labels");
+                         },
+                         0.5};
+    Net net(detail::NetImpl::build(conv_net()));
+    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("the accuracy metric boom:0.5 failed: no labels"));
+    o.accuracy_metric.score = [](std::span<const NamedBlob>, std::span<const NamedBlob>) { return std::nan(""); };
+    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("not a finite value"));
+    o.accuracy = "top1:0.99";
+    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("one budget at a time"));
+    o.accuracy.clear();
+    o.accuracy_metric.name = "two words";
+    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("plain word"));
+  }
 }
 
 TEST_CASE("accuracy budgets are parsed strictly", "[accuracy]") {

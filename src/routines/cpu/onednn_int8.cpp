@@ -61,6 +61,7 @@
 #include "routines/cpu/quant_params.hpp"
 
 #include "core/layer_types.hpp"
+#include "core/weight_quant.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -118,22 +119,10 @@ struct QuantWeights {
 
 QuantWeights quantize_weights(const Blob& w, int64_t oc) {
   const int64_t k = w.numel() / oc;
-  const float* src = w.data_as<float>();
-  QuantWeights r;
-  r.q.resize(static_cast<std::size_t>(oc * k));
-  r.scale.resize(static_cast<std::size_t>(oc));
-  r.row_sum.assign(static_cast<std::size_t>(oc), 0);
-  for (int64_t o = 0; o < oc; ++o) {
-    float mx = 0;
-    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(src[o * k + i]));
-    const float s = mx > 0 ? mx / 127.0f : 1.0f;
-    r.scale[static_cast<std::size_t>(o)] = s;
-    for (int64_t i = 0; i < k; ++i) {
-      const int q = std::clamp(static_cast<int>(std::nearbyint(src[o * k + i] / s)), -127, 127);
-      r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(q);
-      r.row_sum[static_cast<std::size_t>(o)] += q;
-    }
-  }
+  core::ChannelQuantized q = core::quantize_per_channel(w.data_as<float>(), oc, k);
+  QuantWeights r{std::move(q.q), std::move(q.scale), std::vector<int64_t>(static_cast<std::size_t>(oc), 0)};
+  for (int64_t o = 0; o < oc; ++o)
+    for (int64_t i = 0; i < k; ++i) r.row_sum[static_cast<std::size_t>(o)] += r.q[static_cast<std::size_t>(o * k + i)];
   return r;
 }
 

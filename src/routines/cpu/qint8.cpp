@@ -50,6 +50,7 @@
 // In the default order below the oneDNN int8 routines (the tuner decides; an
 // uncalibrated net never considers them).
 #include "core/layer_types.hpp"
+#include "core/weight_quant.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/quant_params.hpp"
 
@@ -174,26 +175,9 @@ void transpose_to_nchw(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t
   });
 }
 
-/// Per-output-channel symmetric weight quantisation (the project's convention).
-struct QuantWeights {
-  std::vector<int8_t> q;      // [oc][k]
-  std::vector<float> scale;   // [oc]
-};
-QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k) {
-  QuantWeights r;
-  r.q.resize(static_cast<std::size_t>(oc * k));
-  r.scale.resize(static_cast<std::size_t>(oc));
-  for (int64_t o = 0; o < oc; ++o) {
-    float mx = 0;
-    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(w[o * k + i]));
-    const float s = mx > 0 ? mx / 127.0f : 1.0f;
-    r.scale[static_cast<std::size_t>(o)] = s;
-    for (int64_t i = 0; i < k; ++i)
-      r.q[static_cast<std::size_t>(o * k + i)] =
-          static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(w[o * k + i] / s)), -127, 127));
-  }
-  return r;
-}
+/// Weights per output channel, symmetric (the project's convention, core/weight_quant.hpp).
+using QuantWeights = core::ChannelQuantized;
+QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k) { return core::quantize_per_channel(w, oc, k); }
 int32_t quantise_bias(float b, float s_in, float s_w) {
   return static_cast<int32_t>(std::clamp(std::nearbyint(double(b) / (double(s_in) * double(s_w))), -1073741824.0, 1073741824.0));
 }

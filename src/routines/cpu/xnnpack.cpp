@@ -47,6 +47,7 @@
 // the default keeps oneDNN and XNNPACK is the tuner's to choose (Debian's build
 // runs its convolutions at about 37% of the FMA peak: shared/GOALS.md).
 #include "core/cpu_features.hpp"
+#include "core/weight_quant.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
@@ -925,23 +926,13 @@ struct QWeights {
   std::vector<int32_t> bias;
 };
 QWeights quantise(const std::vector<float>& w, int64_t oc, int64_t k, const Blob* bias, float s_in) {
-  QWeights r;
-  r.q.resize(static_cast<std::size_t>(oc * k));
-  r.scale.resize(static_cast<std::size_t>(oc));
-  r.bias.assign(static_cast<std::size_t>(oc), 0);
-  for (int64_t o = 0; o < oc; ++o) {
-    float mx = 0;
-    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(w[static_cast<std::size_t>(o * k + i)]));
-    const float s = mx > 0 ? mx / 127.0f : 1.0f;
-    r.scale[static_cast<std::size_t>(o)] = s;
-    for (int64_t i = 0; i < k; ++i)
-      r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(
-          std::clamp(static_cast<int>(std::nearbyint(w[static_cast<std::size_t>(o * k + i)] / s)), -127, 127));
-    if (bias)
+  core::ChannelQuantized q = core::quantize_per_channel(w.data(), oc, k);
+  QWeights r{std::move(q.q), std::move(q.scale), std::vector<int32_t>(static_cast<std::size_t>(oc), 0)};
+  if (bias)
+    for (int64_t o = 0; o < oc; ++o)
       r.bias[static_cast<std::size_t>(o)] = static_cast<int32_t>(
-          std::clamp(std::nearbyint(double(bias->data_as<float>()[o]) / (double(s_in) * double(s))), -1073741824.0,
-                     1073741824.0));
-  }
+          std::clamp(std::nearbyint(double(bias->data_as<float>()[o]) / (double(s_in) * double(r.scale[static_cast<std::size_t>(o)]))),
+                     -1073741824.0, 1073741824.0));
   return r;
 }
 

@@ -1,0 +1,116 @@
+#include "core/weight_quant.hpp"
+
+#include <softneuro/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace softneuro::core {
+
+ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k) {
+  ChannelQuantized r;
+  r.q.resize(static_cast<std::size_t>(channels * k));
+  r.scale.resize(static_cast<std::size_t>(channels));
+  for (int64_t o = 0; o < channels; ++o) {
+    float mx = 0;
+    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(w[o * k + i]));
+    const float s = mx > 0 ? mx / 127.0f : 1.0f;
+    r.scale[static_cast<std::size_t>(o)] = s;
+    for (int64_t i = 0; i < k; ++i)
+      r.q[static_cast<std::size_t>(o * k + i)] =
+          static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(w[o * k + i] / s)), -127, 127));
+  }
+  return r;
+}
+
+std::optional<Blob> on_int8_grid(const Blob& w) {
+  if (w.dtype() != DType::float32 || w.layout() != Layout::nchw || w.shape().rank() < 1 || w.shape()[0] < 1 || !w.data())
+    return std::nullopt;
+  const int64_t channels = w.shape()[0], k = w.numel() / channels;
+  Blob out = Blob::allocate(w.shape());
+  float* v = out.data_as<float>();
+  std::vector<float> scales(static_cast<std::size_t>(channels));
+  for (int64_t o = 0; o < channels; ++o) {
+    const float* src = w.data_as<float>() + o * k;
+    for (int64_t i = 0; i < k; ++i)
+      if (!std::isfinite(src[i])) return std::nullopt;
+    // The grid's values q * s give back q and s when quantised again only where
+    // s is a fixed point of s -> fl(fl(127 s) / 127); a few steps find one.
+    ChannelQuantized q = quantize_per_channel(src, 1, k);
+    bool exact = false;
+    for (int step = 0; step < 4 && !exact; ++step) {
+      const float s = q.scale[0];
+      for (int64_t i = 0; i < k; ++i) v[o * k + i] = static_cast<float>(q.q[static_cast<std::size_t>(i)]) * s;
+      ChannelQuantized back = quantize_per_channel(v + o * k, 1, k);
+      exact = back.scale[0] == s && back.q == q.q;
+      q = std::move(back);
+    }
+    if (!exact) return std::nullopt;
+    scales[static_cast<std::size_t>(o)] = q.scale[0];
+  }
+  out.quant().scales = std::move(scales);
+  out.quant().axis = 0;
+  return out;
+}
+
+bool stored_as_int8(const Blob& w) {
+  return w.dtype() == DType::float32 && w.quant().axis == 0 && w.shape().rank() >= 1 &&
+         static_cast<int64_t>(w.quant().scales.size()) == w.shape()[0] &&
+         std::all_of(w.quant().zero_points.begin(), w.quant().zero_points.end(), [](int32_t z) { return z == 0; });
+}
+
+Blob dequantize_weight(const Blob& q, const std::string& field) {
+  const QuantParams& qp = q.quant();
+  const Shape& s = q.shape();
+  const bool per_axis = qp.axis >= 0;
+  if (per_axis && qp.axis >= s.rank()) throw Error(fmt::format("quantisation axis {} of a rank-{} weight", qp.axis, s.rank()), {}, {}, field);
+  const int64_t slices = per_axis ? s[qp.axis] : 1;
+  if (static_cast<int64_t>(qp.scales.size()) != slices)
+    throw Error(fmt::format("{} scales for {} slices", qp.scales.size(), slices), {}, {}, field + ".scales");
+  if (!qp.zero_points.empty() && qp.zero_points.size() != qp.scales.size())
+    throw Error(fmt::format("{} zero points for {} scales", qp.zero_points.size(), qp.scales.size()), {}, {}, field + ".zero_points");
+  const int32_t lo = q.dtype() == DType::qint8 ? -128 : 0, hi = q.dtype() == DType::qint8 ? 127 : 255;
+  for (std::size_t i = 0; i < qp.scales.size(); ++i) {
+    if (!std::isfinite(qp.scales[i]) || !(qp.scales[i] > 0) || qp.scales[i] > 1e30f)
+      throw Error(fmt::format("scale {} of slice {} is not a finite positive value", qp.scales[i], i), {}, {}, field + ".scales");
+    if (!qp.zero_points.empty() && (qp.zero_points[i] < lo || qp.zero_points[i] > hi))
+      throw Error(fmt::format("zero point {} of slice {} lies outside {}", qp.zero_points[i], i, to_string(q.dtype())), {}, {},
+                  field + ".zero_points");
+  }
+  Blob out = Blob::allocate(s);
+  // Slice k of axis a: index = (outer * slices + k) * inner + i.
+  int64_t inner = 1;
+  if (per_axis)
+    for (int d = qp.axis + 1; d < s.rank(); ++d) inner *= s[d];
+  const int64_t n = q.numel();
+  float* v = out.data_as<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const std::size_t k = per_axis ? static_cast<std::size_t>(i / inner % slices) : 0;
+    const int32_t raw = q.dtype() == DType::qint8 ? q.data_as<int8_t>()[i] : q.data_as<uint8_t>()[i];
+    v[i] = static_cast<float>(raw - (qp.zero_points.empty() ? 0 : qp.zero_points[k])) * qp.scales[k];
+  }
+  out.quant() = qp;
+  return out;
+}
+
+std::optional<Blob> int8_storage(const Blob& w) {
+  if (!stored_as_int8(w) || !w.data()) return std::nullopt;
+  const int64_t channels = w.shape()[0], k = channels ? w.numel() / channels : 0;
+  Blob q = Blob::allocate(w.shape(), DType::qint8);
+  for (int64_t o = 0; o < channels; ++o) {
+    const float s = w.quant().scales[static_cast<std::size_t>(o)];
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = w.data_as<float>()[o * k + i];
+      const float r = std::nearbyint(v / s);
+      if (!(r >= -127 && r <= 127) || r * s != v) return std::nullopt;  // not on the grid: keep float32
+      q.data_as<int8_t>()[o * k + i] = static_cast<int8_t>(r);
+    }
+  }
+  q.quant().scales = w.quant().scales;
+  q.quant().axis = 0;
+  return q;
+}
+
+}  // namespace softneuro::core

@@ -1,0 +1,43 @@
+// The project's int8 weight convention, shared by every qint8 routine, the
+// tuner (weights stored quantised) and the .dnn reader and writer.
+#pragma once
+
+#include <softneuro/blob.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace softneuro::core {
+
+/// Per output channel (the first `channels` rows of `k` values), symmetric:
+/// s[o] = max|w[o]| / 127 (1 where a channel is all zeros), q = round(w / s) in [-127, 127].
+struct ChannelQuantized {
+  std::vector<int8_t> q;     ///< [channels][k]
+  std::vector<float> scale;  ///< [channels]
+};
+ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k);
+
+/// `w` (float32, axis 0 = output channels) moved onto its int8 grid: values
+/// q * s whose quantize_per_channel gives back exactly those q and s, so a
+/// qint8 routine computes with it what it computed with `w`. The blob carries
+/// the scales (axis 0), which tells the .dnn writer to store it as int8.
+/// Nothing where no such scales are found (a channel with non-finite values).
+std::optional<Blob> on_int8_grid(const Blob& w);
+
+/// Whether a float32 weight carries the scales of its int8 grid (on_int8_grid's
+/// result, or a weight read from int8 storage).
+bool stored_as_int8(const Blob& w);
+
+/// The float32 values of an int8 weight (qint8 or quint8) with its scales and
+/// zero points (per tensor, or per slice of `quant().axis`), which it keeps.
+/// An Error naming `field` where the scales do not fit the shape or are not
+/// finite and positive, or a zero point lies outside the dtype.
+Blob dequantize_weight(const Blob& q, const std::string& field);
+
+/// The int8 storage of a weight that stored_as_int8(): exact (q * s gives back
+/// every value), else nothing (the weight is then stored as float32).
+std::optional<Blob> int8_storage(const Blob& w);
+
+}  // namespace softneuro::core
