@@ -150,6 +150,10 @@ def main():
         report = open(out + ".txt").read()
         m = re.search(r"accuracy budget .*", report)
         notes[name] = (m.group(0) if m else "") + (" (kept the untuned default)" if "its routines are kept" in report else "")
+        for pattern in (r"range method .*", r"bias correction .*", r"weights stored as int8.*"):
+            m = re.search(pattern, report)
+            if m:
+                notes[name] += "; " + m.group(0)
         files[name] = out
         print(f"tuned {name}: {notes[name]}", flush=True)
     rows = {}

@@ -33,8 +33,8 @@ struct CalibrationOptions {
   int synthetic_batches = 8;
   /// The range methods to try. Net::calibrate() takes the first. Net::tune()
   /// quantises with each, measures the path it chose with each on the
-  /// validation samples (the accuracy budget's metric, then cosine), and keeps
-  /// the best; its report names it. (Where the budget is "none", the first.)
+  /// validation samples (the accuracy budget's metric, then cosine; cosine
+  /// where the budget is "none"), and keeps the best; its report names it.
   std::vector<RangeMethod> methods = {RangeMethod::minmax, RangeMethod::percentile, RangeMethod::mse, RangeMethod::entropy};
   /// The percentile method's p, in (50, 100].
   double percentile = 99.99;

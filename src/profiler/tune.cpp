@@ -316,10 +316,13 @@ struct Tuner {
         samples = profiler::synthetic_inputs(net, 16, 1000);  // not the calibration's own inputs
         core::warn("no validation samples: the accuracy budget {} is checked on {} synthetic inputs only, which say "
                    "little about accuracy on real data (give samples: --calibration DIR)",
-                   budget.text, samples.size());
+                   budget.metric == profiler::AccuracyBudget::Metric::none ? "none (range methods compared by cosine)" : budget.text,
+                   samples.size());
       }
       report.validation_samples = static_cast<int>(samples.size());
-      validator.emplace(net, std::move(samples), budget);
+      // Without a budget the range methods are still compared, by cosine.
+      validator.emplace(net, std::move(samples),
+                        budget.metric == profiler::AccuracyBudget::Metric::none ? profiler::parse_accuracy("cosine:1") : budget);
       validator->set_store_transform([this](core::Graph& g, const core::RoutinePath& path) {
         std::set<std::string> in_qint8;
         for (const auto& r : path.routines)
@@ -355,7 +358,7 @@ struct Tuner {
   /// and the best is kept. The times measured do not depend on the scales.
   void choose_range_method(const core::RoutinePath& path) {
     const auto& quants = calibration.quants;
-    if (quants.empty() || budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return;
+    if (quants.empty() || !profiler::uses_qint8(path)) return;
     profiler::Validator& v = validation();
     auto better = [&](double value, double cosine, double than_value, double than_cosine) {
       const double err = v.error(value), than = v.error(than_value);
