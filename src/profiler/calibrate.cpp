@@ -464,10 +464,14 @@ Calibration calibrate(detail::NetImpl& net, const CalibrationOptions& options, c
   }
 
   Calibration result;
+  const std::set<std::string> net_outputs(net.graph.outputs.begin(), net.graph.outputs.end());
   for (RangeMethod m : options.methods) {
     Quantisation q;
     for (auto& [name, r] : ranges) {
-      auto [lo, hi] = r.range(m, options.percentile);
+      // Net outputs keep every value seen: their rare extremes (the winning
+      // class's score) are what the user reads, and clipping them cost the
+      // PP-OCR recogniser's softmax most of its argmax under the entropy method.
+      auto [lo, hi] = net_outputs.count(name) ? std::make_pair(r.lo, r.hi) : r.range(m, options.percentile);
       std::tie(lo, hi) = consumer_range(net.graph, name, lo, hi);
       q[name] = quant_from_range(lo, hi);
     }
