@@ -54,6 +54,7 @@ class Shape {
   const int64_t* begin() const noexcept { return dims_.data(); }
   const int64_t* end() const noexcept { return dims_.data() + rank_; }
   /// Number of elements (1 for a scalar of rank 0).
+  /// The product of the dims; INT64_MAX where it overflows (never wraps).
   int64_t numel() const noexcept;
   void push_back(int64_t d);
   std::vector<int64_t> to_vector() const { return {begin(), end()}; }
@@ -129,7 +130,8 @@ class Blob {
   QuantParams quant_;
 };
 
-/// Bytes needed for `shape` of `dtype` in `layout`.
+/// Bytes needed for `shape` of `dtype` in `layout`; the largest size_t where
+/// that overflows (never a wrapped, small value).
 std::size_t storage_bytes(const Shape& shape, DType dtype, Layout layout) noexcept;
 
 /// A blob with the name of the net input or output it binds to.

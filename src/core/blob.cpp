@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 namespace softneuro {
 
@@ -52,8 +53,13 @@ Shape::Shape(const std::vector<int64_t>& dims) {
 
 int64_t Shape::numel() const noexcept {
   int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[static_cast<std::size_t>(i)];
-  return n;
+  bool saturated = false;
+  for (int i = 0; i < rank_; ++i) {
+    const int64_t d = dims_[static_cast<std::size_t>(i)];
+    if (d == 0) return 0;
+    if (saturated || __builtin_mul_overflow(n, d, &n)) saturated = true;
+  }
+  return saturated ? std::numeric_limits<int64_t>::max() : n;
 }
 
 void Shape::push_back(int64_t d) {
@@ -71,11 +77,16 @@ bool Shape::operator==(const Shape& o) const noexcept {
 }
 
 std::size_t storage_bytes(const Shape& s, DType dtype, Layout layout) noexcept {
-  int64_t n = s.numel();
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  const int64_t numel = s.numel();
+  if (numel < 0 || numel == std::numeric_limits<int64_t>::max()) return kMax;
+  std::size_t n = static_cast<std::size_t>(numel);
   if (const int64_t b = channel_block(layout); b && s.rank() >= 2 && s[1] > 0) {
-    n = n / s[1] * ((s[1] + b - 1) / b * b);
+    const std::size_t padded = static_cast<std::size_t>((s[1] + b - 1) / b * b);
+    if (__builtin_mul_overflow(n / static_cast<std::size_t>(s[1]), padded, &n)) return kMax;
   }
-  return static_cast<std::size_t>(n) * dtype_size(dtype);
+  std::size_t bytes;
+  return __builtin_mul_overflow(n, dtype_size(dtype), &bytes) ? kMax : bytes;
 }
 
 std::size_t Blob::byte_size() const noexcept { return storage_bytes(shape_, dtype_, layout_); }
@@ -87,6 +98,8 @@ Blob Blob::allocate(const Shape& shape, DType dtype, Layout layout) {
   b.shape_ = shape;
   b.dtype_ = dtype;
   b.layout_ = layout;
+  if (b.byte_size() > std::numeric_limits<std::size_t>::max() / 2)
+    throw Error(fmt::format("shape {} of {} is too large to allocate", shape.to_string(), to_string(dtype)));
   std::size_t bytes = (b.byte_size() + 63) / 64 * 64;
   void* p = core::allocate_aligned(bytes == 0 ? 64 : bytes);
   if (!p) throw Error(fmt::format("out of memory allocating {} bytes", bytes));

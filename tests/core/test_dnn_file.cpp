@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -331,6 +332,40 @@ TEST_CASE("weights on their int8 grid are stored as int8; damaged int8 weights a
   refused({{0.1f}, {200}, -1}, "weights.weight.zero_points");
   refused({{0.1f}, {0, 0}, -1}, "weights.weight.zero_points");
   refused({}, "weights.weight.scales");
+}
+
+// Before, storage_bytes wrapped: a conv weight of shape [16,16,2^27,2^27]
+// needed 2^64 bytes, i.e. 0, and a file that claimed 0 bytes for it loaded.
+TEST_CASE("a weight whose byte size overflows is refused, not wrapped to a small size", "[dnn]") {
+  CHECK(storage_bytes(Shape{16, 16, int64_t{1} << 27, int64_t{1} << 27}, DType::float32, Layout::nchw) ==
+        std::numeric_limits<std::size_t>::max());
+  CHECK(Shape{int64_t{1} << 40, int64_t{1} << 40}.numel() == std::numeric_limits<int64_t>::max());
+  CHECK(Shape{int64_t{1} << 40, 0, int64_t{1} << 40}.numel() == 0);
+  CHECK_THROWS_WITH(Blob::allocate(Shape{int64_t{1} << 40, int64_t{1} << 40}), Catch::Contains("too large to allocate"));
+  auto g = test::chain_graph(1);  // l0: conv2, weight [4,4,3,3] (576 bytes), bias [4]
+  auto bytes = core::serialize_dnn(g);
+  auto find_all = [&](const std::vector<int64_t>& values) {
+    std::vector<std::size_t> at;
+    std::vector<unsigned char> pattern(values.size() * 8);
+    std::memcpy(pattern.data(), values.data(), pattern.size());
+    for (auto it = bytes.begin(); (it = std::search(it, bytes.end(), pattern.begin(), pattern.end())) != bytes.end(); ++it)
+      at.push_back(static_cast<std::size_t>(it - bytes.begin()));
+    return at;
+  };
+  auto dims = find_all({4, 4, 3, 3}), size = find_all({576});
+  REQUIRE(dims.size() == 1);
+  REQUIRE(size.size() == 1);
+  const std::vector<int64_t> huge{16, 16, int64_t{1} << 27, int64_t{1} << 27}, zero{0};
+  std::memcpy(bytes.data() + dims[0], huge.data(), 32);
+  std::memcpy(bytes.data() + size[0], zero.data(), 8);
+  rechecksum(bytes);
+  try {
+    load_bytes(bytes);
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(e.field() == "weights.weight");
+    CHECK(e.layer() == "l0");
+  }
 }
 
 TEST_CASE("devices without registered memory are unavailable", "[dnn]") {
