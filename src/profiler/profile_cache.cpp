@@ -6,7 +6,13 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <stdexcept>
+#include <sys/file.h>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -34,11 +40,20 @@ std::string ProfileCache::default_dir() {
   return ".softneuro-cache";
 }
 
-ProfileCache::ProfileCache(std::string dir) {
-  if (dir.empty() || dir == "-") return;
-  path_ = dir + "/profiles.tsv";
-  std::ifstream in(path_);
-  if (!in) return;
+namespace {
+
+/// The file's trusted records into `records` (a later tuner's override earlier
+/// ones); the number of damaged lines. Only a regular file is read: a FIFO or
+/// a device there would block or never end.
+int read_records(const std::string& path, std::map<std::string, double>& records) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return 0;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    core::warn("profile cache {}: not a regular file; ignored", path);
+    return 0;
+  }
+  std::ifstream in(path);
+  if (!in) return 0;
   int bad = 0;
   for (std::string line; std::getline(in, line);) {
     // version \t key \t ms \t checksum ; anything else is not trusted
@@ -55,9 +70,37 @@ ProfileCache::ProfileCache(std::string dir) {
       ++bad;
       continue;
     }
-    records_[key] = v;
+    records[key] = v;
   }
-  if (bad) core::warn("profile cache {}: ignored {} damaged record(s)", path_, bad);
+  return bad;
+}
+
+/// An exclusive lock on `path` + ".lock" while it lives (flock: released when
+/// the process dies, so a crashed tuner never leaves the cache locked).
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw std::runtime_error(fmt::format("cannot open {}.lock: {}", path, std::strerror(errno)));
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) {
+        ::close(fd_);
+        throw std::runtime_error(fmt::format("cannot lock {}.lock: {}", path, std::strerror(errno)));
+      }
+  }
+  ~FileLock() { ::close(fd_); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+ProfileCache::ProfileCache(std::string dir) {
+  if (dir.empty() || dir == "-") return;
+  path_ = dir + "/profiles.tsv";
+  if (int bad = read_records(path_, records_)) core::warn("profile cache {}: ignored {} damaged record(s)", path_, bad);
 }
 
 std::optional<double> ProfileCache::find(const std::string& key) const {
@@ -72,6 +115,10 @@ void ProfileCache::save() {
   if (path_.empty() || fresh_.empty()) return;
   try {
     std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+    // Under the lock, what other tuners saved since we read the file is merged
+    // in, so two tuners sharing a folder lose nothing (each rewrites the whole file).
+    FileLock lock(path_);
+    read_records(path_, records_);
     for (const auto& [k, v] : fresh_) records_[k] = v;
     std::string out;
     for (const auto& [k, v] : records_) out += format_record(k, v);

@@ -2,6 +2,7 @@
 // values observed; .dnn files keep it; a net tuned with qint8 schemas runs
 // and stays close to its float32 results.
 #include "core/cpu_features.hpp"
+#include "core/hash.hpp"
 #include "core/net_impl.hpp"
 #include "core/weight_quant.hpp"
 #include "profiler/calibrate.hpp"
@@ -20,6 +21,8 @@
 #include <fstream>
 #include <random>
 #include <set>
+
+#include <sys/stat.h>
 
 using namespace softneuro;
 
@@ -564,4 +567,27 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
   Net damaged(detail::NetImpl::build(conv_net()));
   profiler::calibrate(damaged.impl(), {}, dir);
   CHECK(damaged.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
+
+  // A scale of inf behind a valid checksum (before: accepted, and the .dnn
+  // written from it refused by our own loader): ignored, calibrated again.
+  std::string text;
+  {
+    std::ifstream in(files[0], std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto first = text.find('\n') + 1;  // the first record: method, blob, scale, zero point
+  const auto t1 = text.find('\t', first), t2 = text.find('\t', t1 + 1), t3 = text.find('\t', t2 + 1);
+  text.replace(t2 + 1, t3 - t2 - 1, "inf");
+  const auto body_end = text.rfind('\n', text.size() - 2) + 1;
+  text = text.substr(0, body_end) + fmt::format("{:016x}\n", core::xxh64(text.data(), body_end));
+  std::ofstream(files[0], std::ios::binary | std::ios::trunc) << text;
+  Net infinite(detail::NetImpl::build(conv_net()));
+  profiler::calibrate(infinite.impl(), {}, dir);
+  CHECK(infinite.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
+  // A FIFO in the record's place is not read (it would block).
+  fs::remove(files[0]);
+  REQUIRE(mkfifo(files[0].c_str(), 0600) == 0);
+  Net fifo(detail::NetImpl::build(conv_net()));
+  profiler::calibrate(fifo.impl(), {}, dir);
+  CHECK(fifo.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
 }

@@ -9,11 +9,14 @@
 #include <softneuro/net.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -128,6 +131,39 @@ TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
   profiler::ProfileCache reread(dir);
   auto first_key = text.substr(text.find('\t') + 1, tab - text.find('\t') - 1);
   CHECK_FALSE(reread.find(first_key).has_value());
+}
+
+// Before, two tuners sharing a cache folder each rewrote the file with what
+// they had read at their start: the first one's records were lost; and a FIFO
+// in the record file's place blocked the tuner forever.
+TEST_CASE("tuners sharing a cache folder lose nothing; only a regular file is read", "[tune]") {
+  std::string dir = fresh_dir("cache-shared");
+  profiler::ProfileCache a(dir), b(dir);  // both opened before either saved
+  a.put("from-a", 1.5);
+  b.put("from-b", 2.5);
+  a.save();
+  b.save();
+  profiler::ProfileCache both(dir);
+  CHECK(both.find("from-a") == 1.5);
+  CHECK(both.find("from-b") == 2.5);
+  // Concurrently, from several threads (one ProfileCache each, as tuners in one process or several).
+  std::vector<std::thread> tuners;
+  for (int t = 0; t < 4; ++t)
+    tuners.emplace_back([&, t] {
+      profiler::ProfileCache c(dir);
+      for (int k = 0; k < 20; ++k) c.put(fmt::format("t{}-k{}", t, k), t + k * 0.01);
+      c.save();
+    });
+  for (auto& t : tuners) t.join();
+  profiler::ProfileCache all(dir);
+  for (int t = 0; t < 4; ++t)
+    for (int k = 0; k < 20; ++k) CHECK(all.find(fmt::format("t{}-k{}", t, k)).has_value());
+
+  std::string fifo_dir = fresh_dir("cache-fifo");
+  std::filesystem::create_directories(fifo_dir);
+  REQUIRE(mkfifo((fifo_dir + "/profiles.tsv").c_str(), 0600) == 0);
+  profiler::ProfileCache fifo(fifo_dir);  // returns: nothing read
+  CHECK_FALSE(fifo.find("from-a").has_value());
 }
 
 TEST_CASE("pins and bans constrain the routine path", "[tune]") {
