@@ -128,6 +128,15 @@ struct TuneReport {
   std::string accuracy_budget;
   double accuracy = -1;
   int validation_samples = 0;
+  bool validation_synthetic = false;
+  bool accuracy_missed = false;
+  /// The same metric for the path kept, on the calibration samples: data the
+  /// search never chose paths by, so a path that met the budget on the
+  /// validation samples by luck misses here (-1: not measured).
+  double accuracy_confirmed = -1;
+  /// Why a path missed where the value alone does not say (validation too
+  /// small to resolve the budget, or missed on the calibration samples).
+  std::string accuracy_note;
   /// The calibration's range method kept (CalibrationOptions::methods; "" where
   /// the tuning did not calibrate), and each method tried with the value the
   /// budget's metric measured for the chosen path under it.
@@ -139,8 +148,6 @@ struct TuneReport {
   /// with it (-1: not tried).
   bool bias_correction = false;
   double bias_corrected_accuracy = -1;
-  bool validation_synthetic = false;
-  bool accuracy_missed = false;
   double tuning_s = 0;
   int measurements = 0;     ///< timings taken (not from the cache)
   int cache_hits = 0;

@@ -127,6 +127,13 @@ Validator::Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBl
   g.shape_paths.clear();
   core::Executor ref(g, net.shapes);
   for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
+  for (const auto& r : reference_)
+    for (const auto& o : r) {
+      const Shape& s = o.blob.shape();
+      const int64_t last = s.rank() ? s[s.rank() - 1] : 1;
+      if (budget_.metric != AccuracyBudget::Metric::top1) ++observations_;
+      else if (last >= 2) observations_ += static_cast<std::size_t>(o.blob.numel() / last);
+    }
   if (budget_.metric == AccuracyBudget::Metric::user) {
     for (const auto& r : reference_) reference_score_ += user_score(r, r);
     reference_score_ /= std::max<double>(1, static_cast<double>(reference_.size()));
@@ -175,6 +182,11 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
                             budget_.text),
                 net_.file, {}, "accuracy");
   return t.sum / t.count;
+}
+
+bool Validator::resolves_budget() const {
+  if (budget_.metric != AccuracyBudget::Metric::top1 || budget_.value >= 1) return observations_ > 0;
+  return static_cast<double>(observations_) >= std::ceil(1.0 / (1.0 - budget_.value) - 1e-9);
 }
 
 double Validator::error(double value) const {

@@ -58,6 +58,13 @@ class Validator {
   /// A user metric's score of one sample, checked finite (an Error naming the metric otherwise).
   double user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const;
   std::size_t samples() const { return samples_.size(); }
+  /// The decisions one measurement counts: top1, every position of every
+  /// output over all samples; other metrics, every output of every sample.
+  std::size_t observations() const { return observations_; }
+  /// Whether that many observations can tell the budget's value from 1: for
+  /// top1:V at least 1 / (1 - V) of them (a 1% budget needs 100 positions);
+  /// other metrics, any sample.
+  bool resolves_budget() const;
 
  private:
   const detail::NetImpl& net_;
@@ -65,7 +72,8 @@ class Validator {
   AccuracyBudget budget_;
   std::vector<std::vector<NamedBlob>> reference_;  ///< per sample, the float32 outputs
   std::function<void(core::Graph&, const core::RoutinePath&)> transform_;
-  double reference_score_ = 0;  ///< a user metric's mean score of the float32 outputs against themselves
+  double reference_score_ = 0;
+  std::size_t observations_ = 0;  ///< a user metric's mean score of the float32 outputs against themselves
 };
 
 /// Whether a path runs any layer in qint8 (only such a path can lose accuracy to quantisation).

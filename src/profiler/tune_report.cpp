@@ -64,8 +64,10 @@ std::string TuneReport::to_text() const {
     else if (accuracy < 0)
       s += fmt::format("accuracy budget {}: the path runs nothing in qint8\n", accuracy_budget);
     else
-      s += fmt::format("accuracy budget {}: measured {:.4f} on {} against float32{}\n", accuracy_budget, accuracy, on,
+      s += fmt::format("accuracy budget {}: measured {:.4f} on {} against float32{}{}\n", accuracy_budget, accuracy, on,
+                       accuracy_confirmed >= 0 ? fmt::format(", {:.4f} on the calibration samples", accuracy_confirmed) : "",
                        accuracy_missed ? ": missed, a float32 path is kept" : "");
+    if (!accuracy_note.empty()) s += fmt::format("  ({})\n", accuracy_note);
   }
   if (!range_methods.empty()) {
     s += fmt::format("range method {} kept; the chosen path measured", range_method);
@@ -92,13 +94,14 @@ std::string TuneReport::to_json() const {
   std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"openmp_wait\": \"{}\",\n"
                               "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
                               "  \"accuracy_budget\": \"{}\",\n  \"accuracy\": {},\n  \"validation_samples\": {},\n"
-                              "  \"validation_synthetic\": {},\n  \"accuracy_missed\": {},\n"
+                              "  \"validation_synthetic\": {},\n  \"accuracy_missed\": {},\n  \"accuracy_confirmed\": {},\n  \"accuracy_note\": \"{}\",\n"
                               "  \"int8_weight_layers\": {},\n  \"int8_weight_float_bytes\": {},\n  \"range_method\": \"{}\",\n"
                               "  \"bias_correction\": {},\n"
                               "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
                               json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default,
                               json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, accuracy_missed,
+                              accuracy_confirmed, json_escape(accuracy_note),
                               int8_weight_layers, int8_weight_float_bytes, json_escape(range_method), bias_correction, tuning_s, measurements,
                               cache_hits, exact, others_cpus);
   for (std::size_t i = 0; i < layers.size(); ++i) {

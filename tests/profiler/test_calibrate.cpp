@@ -513,6 +513,45 @@ TEST_CASE("a user's accuracy metric decides like a built-in one, and its failure
   }
 }
 
+// Before, a path that met top1:0.99 on 8 validation samples (all 8 agreeing,
+// after a dozen paths were tried) was kept, and agreed on 80% of 50 others.
+TEST_CASE("a budget the validation samples cannot resolve, or that only the validation samples meet, keeps float32",
+          "[calibrate][tune][accuracy]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  Blob x = normal_blob(Shape{1, 8, 16, 16}, 32), c = normal_blob(Shape{1, 8, 16, 16}, 34);
+  SECTION("top1:0.99 on 2 classifier outputs: 2 observations, 100 needed") {
+    Net net(detail::NetImpl::build(conv_net()));
+    TuneOptions o = quick("resolution", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+    o.validation = {{{"input", x}}, {{"input", c}}};
+    TuneReport r = net.tune(o);
+    CHECK_THAT(r.accuracy_note, Catch::Contains("validation too small: 2 observations cannot resolve top1:0.99 (it needs 100)"));
+    for (const auto& l : net.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    // A budget every sample resolves (cosine) is checked as before.
+    Net other(detail::NetImpl::build(conv_net()));
+    o.accuracy = "cosine:0.5";
+    TuneReport rc = other.tune(o);
+    CHECK(rc.accuracy_note.empty());
+  }
+  SECTION("met on the validation samples, missed on the calibration samples") {
+    // A metric that scores the validation sample 1 and the calibration sample 0
+    // (by its float32 output): every path meets it on validation only.
+    Net reference(detail::NetImpl::build(conv_net()));
+    const float marker = run_net(reference, x)[0];
+    TuneOptions o = quick("confirmation", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+    o.pin = {{"c*", "cpu:qint8*"}};
+    o.validation = {{{"input", x}}};
+    o.calibration.inputs = {{{"input", c}}};
+    o.accuracy_metric = {"marker", [&](std::span<const NamedBlob> want, std::span<const NamedBlob>) {
+                           return want[0].blob.data_as<float>()[0] == marker ? 1.0 : 0.0;
+                         },
+                         0.5};
+    Net net(detail::NetImpl::build(conv_net()));
+    // Pinned into qint8, no float32 path may replace it: an error that says why.
+    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("measured 1.0000; met on the validation samples, missed on the 1 "
+                                                   "calibration samples (0.0000)"));
+  }
+}
+
 TEST_CASE("accuracy budgets are parsed strictly", "[accuracy]") {
   Net net(detail::NetImpl::build(conv_net()));
   for (const char* bad : {"top1", "top1:1.5", "cosine:0", "rel-l2:-1", "l1:0.5", "top1:0.9x", "top1:nan"}) {
