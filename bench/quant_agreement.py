@@ -144,7 +144,7 @@ def model_row(name, a, env, tmp):
             "other": float(np.mean(cos_other)) if cos_other else float("nan"),
             "n": a.inputs, "tune_s": tune_s, "ok": ok, "f32": f32, "q8": q8, "qint8_layers": qint8_layers,
             "summary": "; ".join(l.strip() for l in report.splitlines()
-                                 if l.strip().startswith(("accuracy budget", "range method", "bias correction", "weights stored",
+                                 if l.strip().startswith(("accuracy budget", "range method ", "bias correction", "weights stored",
                                                           "(validation", "(met on")))}
 
 
