@@ -272,7 +272,7 @@ void save_npy(const std::string& path, const Blob& blob) {
 void save_npz(const std::string& path, std::span<const NamedBlob> arrays) {
   // Stored members (what np.savez writes), no zip64: members and offsets below 4 GiB.
   std::vector<unsigned char> z, directory;
-  auto put = [](std::vector<unsigned char>& v, uint64_t x, int bytes) {
+  auto put = [](std::vector<unsigned char>& v, uint64_t x, int bytes) {  // bytes <= 8
     for (int i = 0; i < bytes; ++i) v.push_back(static_cast<unsigned char>(x >> (8 * i)));
   };
   const std::string tmp = path + ".member.tmp";
@@ -307,7 +307,10 @@ void save_npz(const std::string& path, std::span<const NamedBlob> arrays) {
       put(*v, name.size(), 2);
       put(*v, 0, 2);  // extra
       if (central) {
-        put(*v, 0, 2 + 2 + 2 + 4);  // comment, disk, internal and external attributes
+        put(*v, 0, 2);  // comment length
+        put(*v, 0, 2);  // disk
+        put(*v, 0, 2);  // internal attributes
+        put(*v, 0, 4);  // external attributes
         put(*v, offset, 4);
       }
       v->insert(v->end(), name.begin(), name.end());
