@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -64,10 +65,12 @@ AccuracyBudget user_accuracy(const AccuracyMetric& metric) {
   return b;
 }
 
+bool runs_in_qint8(const core::RoutineChoice& routine) {
+  return Schema::parse(routine.descriptor.substr(0, routine.descriptor.find('/'))).dtype == DType::qint8;
+}
+
 bool uses_qint8(const core::RoutinePath& path) {
-  for (const auto& r : path.routines)
-    if (r.descriptor.rfind("cpu:qint8", 0) == 0 || r.descriptor.find(":qint8") != std::string::npos) return true;
-  return false;
+  return std::any_of(path.routines.begin(), path.routines.end(), runs_in_qint8);
 }
 
 namespace {
@@ -184,10 +187,12 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
   return t.sum / t.count;
 }
 
-bool Validator::resolves_budget() const {
-  if (budget_.metric != AccuracyBudget::Metric::top1 || budget_.value >= 1) return observations_ > 0;
-  return static_cast<double>(observations_) >= std::ceil(1.0 / (1.0 - budget_.value) - 1e-9);
+std::size_t Validator::observations_needed() const {
+  if (budget_.metric != AccuracyBudget::Metric::top1 || budget_.value >= 1) return 1;
+  return static_cast<std::size_t>(std::ceil(1.0 / (1.0 - budget_.value) - 1e-9));
 }
+
+bool Validator::resolves_budget() const { return observations_ >= observations_needed(); }
 
 double Validator::error(double value) const {
   switch (budget_.metric) {

@@ -65,6 +65,8 @@ class Validator {
   /// top1:V at least 1 / (1 - V) of them (a 1% budget needs 100 positions);
   /// other metrics, any sample.
   bool resolves_budget() const;
+  /// The observations resolves_budget() asks for.
+  std::size_t observations_needed() const;
 
  private:
   const detail::NetImpl& net_;
@@ -76,6 +78,8 @@ class Validator {
   std::size_t observations_ = 0;  ///< a user metric's mean score of the float32 outputs against themselves
 };
 
+/// Whether a routine computes in qint8 (its descriptor's schema).
+bool runs_in_qint8(const core::RoutineChoice& routine);
 /// Whether a path runs any layer in qint8 (only such a path can lose accuracy to quantisation).
 bool uses_qint8(const core::RoutinePath& path);
 

@@ -328,8 +328,7 @@ struct Tuner {
       if (budget.metric != profiler::AccuracyBudget::Metric::none && !validator->resolves_budget()) {
         report.accuracy_note = fmt::format("validation too small: {} observations cannot resolve {} (it needs {}); no qint8 "
                                            "path is kept",
-                                           validator->observations(), budget.text,
-                                           static_cast<int>(std::ceil(1.0 / (1.0 - budget.value) - 1e-9)));
+                                           validator->observations(), budget.text, validator->observations_needed());
         core::warn("{}: give more samples (--calibration DIR: every fourth validates), or a cosine or rel-l2 budget",
                    report.accuracy_note);
       }
@@ -376,7 +375,7 @@ struct Tuner {
     return [this](core::Graph& g, const core::RoutinePath& path) {
       std::set<std::string> in_qint8;
       for (const auto& r : path.routines)
-        if (Schema::parse(r.descriptor.substr(0, r.descriptor.find('/'))).dtype == DType::qint8) in_qint8.insert(r.layer);
+        if (profiler::runs_in_qint8(r)) in_qint8.insert(r.layer);
       as_stored(g, in_qint8, bias_correction ? &calibration.channel_means : nullptr);
     };
   }
@@ -608,7 +607,7 @@ void store_int8_weights(detail::NetImpl& net, TuneReport& report, const std::map
   for (const Layer& l : net.graph.layers) {
     const bool qint8_everywhere = std::all_of(paths.begin(), paths.end(), [&](const core::RoutinePath* p) {
       auto rc = std::find_if(p->routines.begin(), p->routines.end(), [&](const auto& r) { return r.layer == l.name; });
-      return rc != p->routines.end() && Schema::parse(rc->descriptor.substr(0, rc->descriptor.find('/'))).dtype == DType::qint8;
+      return rc != p->routines.end() && profiler::runs_in_qint8(*rc);
     });
     if (qint8_everywhere) in_qint8.insert(l.name);
   }
