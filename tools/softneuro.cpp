@@ -162,7 +162,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
     std::string times;
     if (l.tuned) times = fmt::format("  [predicted {:.3f} ms{}]", l.predicted_ms,
                                      l.measured_ms > 0 ? fmt::format(", measured {:.3f} ms", l.measured_ms) : "");
-    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params, times);
+    const std::string fused = l.fused_into.empty() ? "" : fmt::format("  [computed in one step with '{}']", l.fused_into);
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params, times, fused);
     if (l.type == "adapt") {
       ++adapts;
       adapt_ms += l.predicted_ms;

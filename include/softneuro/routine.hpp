@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 5;
+inline constexpr uint32_t abi_version = 6;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -240,6 +240,22 @@ class Routine {
   /// softneuro::Error when the childnet cannot be built with these parameters.
   virtual std::optional<Childnet> childnet(const LayerInfo&, const Schema&, const RoutineParams&) const {
     return std::nullopt;
+  }
+  /// Computes `previous` (a layer, or an adapt, run with `previous_routine` and
+  /// `previous_params`) and `layer` as one step, where `layer` reads nothing
+  /// but `previous`'s one output and is its only reader: the blob between them
+  /// is never written whole and needs no memory (after a 1x1 convolution,
+  /// oneDNN's fused depthwise one keeps MobileNet's expanded tensor to a few
+  /// rows; a first convolution reads the plain image, not a copy padded to 16
+  /// channels). The step reads `previous`'s inputs and writes `layer`'s
+  /// outputs. nullptr (the default): each runs on its own.
+  virtual std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous,
+                                                                 const Routine& previous_routine,
+                                                                 const RoutineParams& previous_params,
+                                                                 const LayerInfo& layer, const Schema& schema,
+                                                                 const RoutineParams& params) const {
+    (void)previous, (void)previous_routine, (void)previous_params, (void)layer, (void)schema, (void)params;
+    return nullptr;
   }
 };
 

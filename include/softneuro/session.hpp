@@ -43,6 +43,9 @@ struct LayerSummary {
   bool tuned = false;      ///< whether the descriptor comes from a tuned routine path
   double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
   double measured_ms = 0;  ///< time the tuner measured in a whole-net run of the chosen path (0: none)
+  /// The layer (or adapt) whose step computes this one too, so that the blob
+  /// between them is never written (Routine::prepare_with_previous); empty: none.
+  std::string fused_into;
   /// Filled by layers(true): every registered routine of the layer's type, in
   /// every schema, in the untuned default's order (set_default_order), with
   /// why it is not a candidate (empty reason: it is one).

@@ -16,6 +16,11 @@
 namespace softneuro::core {
 namespace {
 
+/// The step another step computes (Step::fused_into).
+struct ComputedElsewhere final : PreparedRoutine {
+  void run(const RunArgs&) override {}
+};
+
 std::string join_names(std::span<const NamedBlob> blobs) {
   std::string s;
   for (const auto& b : blobs) s += (s.empty() ? "" : ", ") + b.name;
@@ -331,6 +336,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
   for (const auto& in : graph.inputs) net_inputs_.push_back(blob_index.at(in.name));
   const int end = static_cast<int>(steps_.size());
   for (int s : net_outputs_) slots_[static_cast<std::size_t>(s)].last = end;
+  fuse_steps();
 
   // Memory plan: planned blobs and workspaces share one arena per device.
   for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -382,6 +388,39 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     if (a.device != Device::cpu) devices.push_back(a.device);
   for (const auto& step : steps_) prepared.push_back(step->prepared.get());
   device_graph_.init(devices, prepared);
+}
+
+void Executor::fuse_steps() {
+  std::vector<bool> absorbed(steps_.size(), false);  // a step already computing the one before it
+  for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
+    Step& a = *steps_[t];
+    Step& b = *steps_[t + 1];
+    if (b.layer->type == "adapt" || !a.parent.empty() || !b.parent.empty() || absorbed[t] ||
+        a.output_blobs.size() != 1 || b.input_blobs.size() != 1 || b.input_blobs[0] != a.output_blobs[0] ||
+        !(a.routine.schema == b.routine.schema))
+      continue;
+    BlobSlot& between = slots_[static_cast<std::size_t>(a.output_blobs[0])];
+    // Read by b alone: not a net output, no adapted copy, no later reader.
+    if (between.kind != BlobKind::planned || between.last != static_cast<int>(t) + 1) continue;
+    std::unique_ptr<PreparedRoutine> both;
+    try {
+      both = b.routine.routine->prepare_with_previous(a.info, *a.routine.routine, a.params, b.info, b.routine.schema,
+                                                      b.params);
+    } catch (const std::exception& e) {
+      debug("'{}' and '{}' run apart: {} could not fuse them ({})", a.name, b.name, b.routine.descriptor, e.what());
+    }
+    if (!both) continue;
+    debug("'{}' and '{}' run as one step of {}: blob '{}' is never written", a.name, b.name, b.routine.descriptor,
+          between.name);
+    b.prepared = std::move(both);
+    b.input_blobs = a.input_blobs;
+    for (int s : a.input_blobs) slots_[static_cast<std::size_t>(s)].last = std::max(slots_[static_cast<std::size_t>(s)].last, static_cast<int>(t) + 1);
+    between.kind = BlobKind::unwritten;
+    absorbed[t + 1] = true;
+    a.fused_into = b.name;
+    a.prepared = std::make_unique<ComputedElsewhere>();
+    a.output_blobs.clear();
+  }
 }
 
 Executor::Arena& Executor::arena(Device d) {

@@ -30,6 +30,7 @@ struct Step {
   bool tuned = false;
   double predicted_ms = 0;
   double measured_ms = 0;    ///< in-net time the tuner measured for the chosen path (0: none)
+  std::string fused_into;    ///< the step that computes this one too (Routine::prepare_with_previous); this one runs nothing
   LayerInfo info;
   std::unique_ptr<ScopedWeights> shared_weights;  ///< info.shared: the model's store, scoped to this step
   std::unique_ptr<PreparedRoutine> prepared;
@@ -67,7 +68,7 @@ class Executor {
   std::size_t unplanned_bytes() const { return unplanned_bytes_; }
 
  private:
-  enum class BlobKind { net_input, constant, planned };
+  enum class BlobKind { net_input, constant, planned, unwritten /* between two fused steps */ };
   struct BlobSlot {
     std::string name;
     BlobKind kind = BlobKind::planned;
@@ -97,6 +98,8 @@ class Executor {
                              const std::vector<Shape>& output_shapes, const std::vector<QuantParams>& output_quant,
                              const RoutineChoice* choice, const Schema* child_schema, const std::string& parent);
   void bind_outputs_to_arena();
+  /// Lets each layer's routine take in the step before it (Routine::prepare_with_previous) where the blob between them has no other use.
+  void fuse_steps();
 
   /// Gives `step` its view of the weight store before it is prepared.
   void share_weights(Step& step) const;

@@ -207,6 +207,7 @@ std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain
     s.tuned = step->tuned;
     s.predicted_ms = step->predicted_ms;
     s.measured_ms = step->measured_ms;
+    s.fused_into = step->fused_into;
     if (explain) {
       const auto& registry = core::RoutineRegistry::instance();
       auto all = registry.candidates(step->info);

@@ -6,10 +6,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace softneuro;
 
@@ -198,4 +203,92 @@ TEST_CASE("session: Model::build makes a model from layers in code, checked like
   dense.weights["weight"] = Blob::allocate({2, 4});
   CHECK_THROWS_WITH(Model::build("bad", {{"x", Shape{1, 3}, DType::float32}}, {dense}, {"h"}),
                     Catch::Contains("fc") && Catch::Contains("weight"));
+}
+
+namespace {
+
+Layer conv_layer(const std::string& name, const std::string& in, const std::string& out, int64_t ic, int64_t oc,
+                 int64_t k, int64_t stride, int64_t group, std::mt19937& rng) {
+  Layer l;
+  l.name = name;
+  l.type = "conv2";
+  l.inputs = {in};
+  l.outputs = {out};
+  l.params["strides"] = std::vector<int64_t>{stride, stride};
+  l.params["pads"] = std::vector<int64_t>(4, k / 2);
+  l.params["group"] = group;
+  l.params["act"] = std::string("clip");
+  l.params["act_min"] = 0.0;
+  l.params["act_max"] = 6.0;
+  std::normal_distribution<float> n(0.f, 1.f / std::sqrt(static_cast<float>(ic / group * k * k)));
+  Blob w = Blob::allocate({oc, ic / group, k, k}), b = Blob::allocate({oc});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = n(rng);
+  for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = 0.1f * n(rng);
+  l.weights["weight"] = w;
+  l.weights["bias"] = b;
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("session: a routine computes the step before it too, and the blob between them takes no memory",
+          "[session][fusion]") {
+  // A MobileNetV2 block's start: an RGB stem, a 1x1 expansion, a 3x3 depthwise
+  // convolution at stride 2. The untuned default runs them on oneDNN in a
+  // blocked layout, where the stem reads the plain image instead of its copy
+  // padded to a whole block, and the depthwise convolution takes in the
+  // expansion (oneDNN fuses it where the expanded tensor exceeds twice the L2
+  // caches of the team: one thread here, the size from this machine's L2).
+  const long l2 = std::max(256L * 1024, sysconf(_SC_LEVEL2_CACHE_SIZE));
+  const int64_t c = 96;
+  int64_t hw = 16;
+  while (c * hw * hw * 4 < 3 * l2) hw += 16;
+  std::mt19937 rng(7);
+  std::vector<Layer> layers{conv_layer("stem", "x", "s", 3, 16, 3, 1, 1, rng),
+                            conv_layer("expand", "s", "e", 16, c, 1, 1, 1, rng),
+                            conv_layer("depthwise", "e", "y", c, c, 3, 2, c, rng)};
+  const std::vector<TensorInfo> inputs{{"x", Shape{1, 3, hw, hw}, DType::float32}};
+  SessionOptions one_thread{1};
+  SessionOptions plain = one_thread;
+  plain.schemas = {"cpu"};  // oneDNN and our routines in plain nchw: nothing to fuse
+  auto check_close = [](const std::vector<NamedBlob>& a, const std::vector<NamedBlob>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      REQUIRE(a[k].blob.numel() == b[k].blob.numel());
+      int wrong = 0;
+      for (int64_t i = 0; i < a[k].blob.numel(); ++i) {
+        const float x = a[k].blob.data_as<float>()[i], y = b[k].blob.data_as<float>()[i];
+        wrong += std::abs(x - y) > 1e-4f * (1 + std::abs(x));
+      }
+      CHECK(wrong == 0);
+    }
+  };
+
+  Model model = Model::build("block", inputs, layers, {"y"});
+  Session fused(model, one_thread), apart(model, plain);
+  std::map<std::string, std::string> fused_into;
+  std::string stem_routine;
+  for (const auto& l : fused.layers()) {
+    fused_into[l.name] = l.fused_into;
+    if (l.name == "stem") stem_routine = l.descriptor;
+  }
+  auto in = random_inputs(model, 3);
+  check_close(fused.run(in), apart.run(in));
+  if (stem_routine.find("nchw16c/onednn") != std::string::npos || stem_routine.find("nchw8c/onednn") != std::string::npos) {
+    CHECK(fused_into["expand"] == "depthwise");
+    CHECK(fused_into["adapt:x->stem"] == "stem");
+    // The stem's output and the depthwise output are all there is (plus oneDNN's few rows).
+    const auto expanded = static_cast<std::size_t>(c * hw * hw * 4);
+    CHECK(fused.planned_bytes() < expanded);
+    CHECK(apart.planned_bytes() > expanded);
+  } else {
+    WARN("the stem runs on " << stem_routine << ": no blocked oneDNN path here to fuse");
+  }
+
+  // Where the expansion is also a net output, it is written: nothing fused there.
+  Model both = Model::build("block", inputs, layers, {"y", "e"});
+  Session fused_both(both, one_thread), apart_both(both, plain);
+  for (const auto& l : fused_both.layers())
+    if (l.name == "expand") CHECK(l.fused_into.empty());
+  check_close(fused_both.run(in), apart_both.run(in));
 }

@@ -58,6 +58,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -215,6 +216,30 @@ class Onednn final : public Routine {
     }
   }
 
+  std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous, const Routine& previous_routine,
+                                                         const RoutineParams&, const LayerInfo& info, const Schema&,
+                                                         const RoutineParams&) const override {
+    if constexpr (requires { Op::plan_with_previous(previous, info, L, true); }) {
+      if (D != DType::float32 || !previous.layer) return nullptr;
+      // A layer before it on this very routine (same operation, layout, data
+      // type), or the adapt that brought its input into this layout.
+      const bool adapt = previous.layer->type == "adapt";
+      if (!adapt && &previous_routine != this) return nullptr;
+      const ActType act_type(kDt);
+      try {
+        match_threads();
+        std::optional<Plan> plan = Op::plan_with_previous(previous, info, L, adapt);
+        if (!plan) return nullptr;
+        core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
+                    kSchema.to_string(), plan->steps.back().pd.impl_info_str());
+        return std::make_unique<Prepared>(std::move(*plan));
+      } catch (const dnnl::error&) {
+        return nullptr;  // oneDNN cannot compute these two together: they run apart
+      }
+    } else {
+      return nullptr;
+    }
+  }
 };
 
 
@@ -233,7 +258,8 @@ struct Conv2 {
     return float_weights(*info.layer, {"weight", "bias"});
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+  /// `plain_input`: the input arrives plain (an adapt to `l` taken in: plan_with_previous).
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare, bool plain_input = false) {
     const Layer& layer = *info.layer;
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
     const Activation act = core::fused_activation(layer);
@@ -253,7 +279,7 @@ struct Conv2 {
       return dnnl::convolution_forward::primitive_desc(d, make_attr(&ops), cpu_engine());
     };
     const Shape& in = info.input_shapes[0];
-    dnnl::convolution_forward::primitive_desc pd = make_pd(act_md(in, l));
+    dnnl::convolution_forward::primitive_desc pd = make_pd(act_md(in, plain_input ? Layout::nchw : l));
 
     // Blocked input with channels that do not fill a block (a first conv on RGB):
     // oneDNN's fast kernels read such inputs plain, so reorder it first (to the
@@ -261,7 +287,7 @@ struct Conv2 {
     Plan p;
     Mem src = in0;
     const bool blocked = l == Layout::nchw8c || l == Layout::nchw16c;
-    if (blocked && g.group == 1 && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") {
+    if (!plain_input && blocked && g.group == 1 && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") {
       auto plain = make_pd(act_md(in, Layout::nchw));
       if (std::string_view(plain.impl_info_str()).substr(0, 3) != "ref") {
         pd = plain;
@@ -280,6 +306,85 @@ struct Conv2 {
         args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
         p.keep.push_back(*bias);
       }
+    }
+    p.steps.push_back({pd, std::move(args)});
+    return p;
+  }
+
+  /// A first convolution (fewer input channels than a block) reading the plain
+  /// image its input adapt would have copied into the blocked layout: oneDNN's
+  /// JIT kernels read such inputs plain anyway (plan() copies them back into
+  /// the workspace), so the copy padded to 16 channels, 5.3x the image
+  /// (MobileNetV2: 3.1 MiB, the session's largest blob), is never made.
+  static std::optional<Plan> plan_from_plain(const LayerInfo& adapt, const LayerInfo& info, Layout l) {
+    if (l != Layout::nchw8c && l != Layout::nchw16c) return std::nullopt;
+    if (!(Schema::parse(adapt.layer->get_string("from")) == Schema{})) return std::nullopt;
+    const Shape& in = info.input_shapes[0];
+    if (in.rank() != 4 || in[1] >= channel_block(l) || !check(info, l)) return std::nullopt;
+    if (core::conv2_window(*info.layer, in).group != 1) return std::nullopt;
+    Plan p = plan(info, l, true, true);
+    if (!reference_impl(p).empty()) return std::nullopt;
+    return p;
+  }
+
+  /// A 1x1 convolution and the 3x3 depthwise one reading its output, as one
+  /// oneDNN primitive (post-op append_dw): its JIT kernel keeps a few rows of
+  /// the 1x1 output per thread in the scratchpad instead of the whole tensor
+  /// (MobileNetV2's 96x112x112 expansion, 4.6 MiB, was most of a session's
+  /// arena). Same speed as the two apart (16->96@112 then 3x3 s2: 0.329 against
+  /// 0.327 ms); nullopt where oneDNN would fuse only in its reference code.
+  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& next, Layout l, bool adapt) {
+    if (adapt) return plan_from_plain(previous, next, l);
+    const LayerInfo& info = previous;
+    const Layer& pw = *info.layer;
+    const Layer& dw = *next.layer;
+    if (pw.type != kType || l == Layout::nchw || info.input_shapes[0].rank() != 4) return std::nullopt;
+    if (!check(info, l) || !check(next, l)) return std::nullopt;
+    const Window2d a = core::conv2_window(pw, info.input_shapes[0]);
+    const Window2d b = core::conv2_window(dw, next.input_shapes[0]);
+    const bool pointwise = a.group == 1 && a.kh == 1 && a.kw == 1 && a.sh == 1 && a.sw == 1 && a.dh == 1 &&
+                           a.dw == 1 && a.pt == 0 && a.pl == 0 && a.pb == 0 && a.pr == 0;
+    const bool depthwise = b.group == b.c && b.oc == b.c && b.kh == 3 && b.kw == 3 && b.sh == b.sw &&
+                           (b.sh == 1 || b.sh == 2) && b.dh == 1 && b.dw == 1 && b.pt == 1 && b.pl == 1;
+    if (!pointwise || !depthwise) return std::nullopt;
+    const Activation act = core::fused_activation(pw), dw_act = core::fused_activation(dw);
+    const Blob& w = pw.weight("weight");
+    const Blob* bias = pw.find_weight("bias");
+    const Blob& dw_w = dw.weight("weight");
+    const Blob* dw_bias = dw.find_weight("bias");
+    const dims wd{a.oc, a.c, 1, 1};
+    const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({a.oc}, dt::f32, tag::x) : dnnl::memory::desc();
+    dnnl::post_ops ops;
+    append_activation(ops, act);
+    ops.append_dw(dt::f32, dw_bias ? dt::f32 : dt::undef, dt::f32, 3, b.sh, 1, 0, {});
+    append_activation(ops, dw_act);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                      act_md(info.input_shapes[0], l), dnnl::memory::desc(wd, dt::f32, tag::any),
+                                      b_md, act_md(info.output_shapes[0], l), {1, 1}, {0, 0}, {0, 0}, {0, 0});
+    dnnl::convolution_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
+    if (std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") return std::nullopt;
+    // oneDNN derives the depthwise output's size (its right padding) itself: it must be ours.
+    if (pd.dst_desc() != act_md(next.output_shapes[0], l)) return std::nullopt;
+
+    Plan p;
+    std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
+    const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(plain_md(wd), w), pd.weights_desc());
+    args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
+    p.keep.push_back(w);
+    if (bias) {
+      args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
+      p.keep.push_back(*bias);
+    }
+    constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
+    const dnnl::memory dwm = shared_reorder(info, p.shared, "dw_weight", weight_memory(plain_md({b.c, 1, 1, 3, 3}), dw_w),
+                                            pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
+    args.push_back({kDwWeights, Mem{Mem::fixed, p.add_fixed(dwm)}});
+    p.keep.push_back(dw_w);
+    if (dw_bias) {
+      const dnnl::memory::desc dwb_md({b.c}, dt::f32, tag::x);
+      if (pd.query_md(dnnl::query::exec_arg_md, kDwBias) != dwb_md) return std::nullopt;
+      args.push_back({kDwBias, Mem{Mem::fixed, p.add_fixed(weight_memory(dwb_md, *dw_bias))}});
+      p.keep.push_back(*dw_bias);
     }
     p.steps.push_back({pd, std::move(args)});
     return p;
