@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install dependencies, build (Release), tune
 # the bundled model on this machine (profile cache in build/profile-cache), then
-# run the untuned and the tuned model, printing top-5 outputs and median latency.
+# run the untuned and the tuned model, printing top-5 outputs and median latency,
+# then both again in fresh processes, interleaved (one run of each on a shared
+# VM differed by 8% with the very same routines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -17,3 +19,12 @@ echo "== untuned"
 ./build/softneuro run build/models/demo.dnn --repeat 50
 echo "== tuned"
 ./build/softneuro run build/models/demo.tuned.dnn --repeat 50
+echo "== untuned against tuned: fresh processes, interleaved, 7 rounds of 50 runs"
+median_of() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+untuned=() tuned=()
+for round in 1 2 3 4 5 6 7; do
+  untuned+=("$(./build/softneuro run build/models/demo.dnn --repeat 50 --top 0 | sed -n 's/.*median \([0-9.]*\) ms.*/\1/p')")
+  tuned+=("$(./build/softneuro run build/models/demo.tuned.dnn --repeat 50 --top 0 | sed -n 's/.*median \([0-9.]*\) ms.*/\1/p')")
+done
+echo "untuned: median $(printf '%s\n' "${untuned[@]}" | median_of) ms (rounds: ${untuned[*]})"
+echo "tuned:   median $(printf '%s\n' "${tuned[@]}" | median_of) ms (rounds: ${tuned[*]})"
