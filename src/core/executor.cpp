@@ -6,6 +6,7 @@
 #include "core/thread_pool.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,22 @@
 
 namespace softneuro::core {
 namespace {
+
+/// Whether every routine parameter a file names is one the routine offers for
+/// this layer: a value outside its space (a workspace size wrapped to 0 by a
+/// block of 0x3000...) never reaches prepare().
+Support params_in_space(const Routine& r, const LayerInfo& info, const Schema& schema, const RoutineParams& params) {
+  if (params.empty()) return Support::yes();
+  const std::vector<RoutineParamSpec> space = r.param_space(info, schema);
+  for (const auto& [name, value] : params) {
+    auto spec = std::find_if(space.begin(), space.end(), [&](const RoutineParamSpec& p) { return p.name == name; });
+    if (spec == space.end()) return Support::no(fmt::format("it has no routine parameter '{}' here", name));
+    if (std::find(spec->choices.begin(), spec->choices.end(), value) == spec->choices.end())
+      return Support::no(fmt::format("routine parameter {}={} is not one of its choices here ({})", name, value,
+                                     fmt::join(spec->choices, ", ")));
+  }
+  return Support::yes();
+}
 
 /// The step another step computes (Step::fused_into).
 struct ComputedElsewhere final : PreparedRoutine {
@@ -154,6 +171,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     Schema schema;
     const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
     Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
+    if (why.ok) why = params_in_space(*r, step->info, schema, rc->params);
     if (why.ok && !allowed(schema)) {
       why = Support::no(fmt::format("it computes in {}, which the session does not allow", schema.to_string()));
       info("layer '{}': tuned routine {} skipped ({}); using the default choice", layer.name, rc->descriptor, why.reason);

@@ -624,6 +624,22 @@ std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape>
 }
 
 namespace {
+/// Strides, dilations, pads and kernel sizes within [lo, kMaxWindowParam], the input's spatial size within kMaxSpatial.
+void check_window_limits(const Layer& l, const Shape& x, const std::vector<int64_t>& strides,
+                         const std::vector<int64_t>& pads, const std::vector<int64_t>& dilations, int64_t kh, int64_t kw,
+                         const char* kernel_field, int64_t kernel_max = kMaxWindowParam) {
+  auto within = [&](const std::vector<int64_t>& v, const char* field, int64_t lo, int64_t hi) {
+    for (int64_t x : v)
+      if (x < lo || x > hi) fail(l, field, fmt::format("{} must be between {} and {}, got {}", field, lo, hi, x));
+  };
+  within(strides, "strides", 1, kMaxWindowParam);
+  within(dilations, "dilations", 1, kMaxWindowParam);
+  within(pads, "pads", 0, kMaxWindowParam);
+  within({kh, kw}, kernel_field, 1, kernel_max);
+  if (x[2] > kMaxSpatial || x[3] > kMaxSpatial)
+    fail(l, "inputs", fmt::format("input {} is larger than {} in height or width", x.to_string(), kMaxSpatial));
+}
+
 Window2d window_common(const Layer& l, const Shape& x, int64_t kh, int64_t kw, bool ceil_mode) {
   expect_rank(l, x, 4);
   Window2d g{};
@@ -635,11 +651,9 @@ Window2d window_common(const Layer& l, const Shape& x, int64_t kh, int64_t kw, b
   g.sh = s[0]; g.sw = s[1];
   g.pt = p[0]; g.pl = p[1]; g.pb = p[2]; g.pr = p[3];
   g.dh = d[0]; g.dw = d[1];
-  if (g.sh < 1 || g.sw < 1) fail(l, "strides", "strides must be >= 1");
-  if (g.dh < 1 || g.dw < 1) fail(l, "dilations", "dilations must be >= 1");
-  for (auto v : p)
-    if (v < 0) fail(l, "pads", "pads must be >= 0");
-  if (kh < 1 || kw < 1) fail(l, "kernel", "kernel must be >= 1");
+  // (A global pool's window is its whole input.)
+  check_window_limits(l, x, s, p, d, kh, kw, l.type == "conv2" ? "weight" : "kernel",
+                      l.get_int("global", 0) ? kMaxSpatial : kMaxWindowParam);
   int64_t eh = g.h + g.pt + g.pb - g.dh * (kh - 1) - 1;
   int64_t ew = g.w + g.pl + g.pr - g.dw * (kw - 1) - 1;
   if (eh < 0 || ew < 0)
@@ -690,11 +704,7 @@ Deconv2Window deconv2_window(const Layer& l, const Shape& x) {
   g.dh = d[0]; g.dw = d[1];
   g.oph = op[0]; g.opw = op[1];
   g.group = l.get_int("group", 1);
-  if (g.sh < 1 || g.sw < 1) fail(l, "strides", "strides must be >= 1");
-  if (g.dh < 1 || g.dw < 1) fail(l, "dilations", "dilations must be >= 1");
-  for (auto v : p)
-    if (v < 0) fail(l, "pads", "pads must be >= 0");
-  if (g.kh < 1 || g.kw < 1) fail(l, "weight", "kernel must be >= 1");
+  check_window_limits(l, x, s, p, d, g.kh, g.kw, "weight");
   if (g.oph < 0 || g.opw < 0 || (g.oph >= g.sh && g.oph >= g.dh) || (g.opw >= g.sw && g.opw >= g.dw))
     fail(l, "output_padding", fmt::format("output_padding [{},{}] must be below the stride or the dilation", g.oph, g.opw));
   if (g.group < 1) fail(l, "group", "group must be >= 1");

@@ -108,6 +108,13 @@ void check_optional_bias(const Layer& layer, int64_t channels);
 std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape> inputs);
 
 /// Geometry of conv2 and pool2 (the two share it), derived once from parameters.
+/// The largest stride, dilation, pad and kernel size a window may have, and
+/// the largest spatial size of its input: every routine's 32-bit fields
+/// (XNNPACK's among them) hold products of these, and sizes computed from them
+/// cannot overflow int64_t. Larger values in a file are an Error naming the field.
+inline constexpr int64_t kMaxWindowParam = 1 << 16;
+inline constexpr int64_t kMaxSpatial = int64_t{1} << 30;
+
 struct Window2d {
   int64_t n, c, h, w;        ///< input
   int64_t oc, oh, ow;        ///< output channels and size

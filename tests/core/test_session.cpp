@@ -292,3 +292,32 @@ TEST_CASE("session: a routine computes the step before it too, and the blob betw
     if (l.name == "expand") CHECK(l.fused_into.empty());
   check_close(fused_both.run(in), apart_both.run(in));
 }
+
+TEST_CASE("session: routine parameters outside the routine's space fall back to the default choice", "[session][verifier]") {
+  // A file's parameters reach prepare() only where the routine offers them: a
+  // crafted block size of 0x3000... wrapped a workspace size to 0.
+  Net net = Net::load(SOFTNEURO_DEMO_MODEL);
+  std::string layer;
+  for (const auto& l : net.layers(true))
+    if (l.type == "conv2")
+      for (const auto& c : l.candidates)
+        if (c.supported && c.descriptor == "cpu/winograd") layer = l.name;
+  REQUIRE(!layer.empty());
+  Model untuned = net.model();
+  auto in = random_inputs(untuned, 9);
+  const auto expected = Session(untuned).run(in);
+  for (const RoutineParams& params : {RoutineParams{{"m_block", int64_t{0x3000000000}}}, RoutineParams{{"tile", 3}},
+                                      RoutineParams{{"tile", 4}}}) {
+    net.impl().graph.routine_path.routines = {{layer, "cpu/winograd", params, 0.1, 0}};
+    net.impl().changed();
+    Model model = net.model();
+    Session s(model);
+    bool tuned = false;  // Winograd's childnet runs as child steps "<layer>/wgenc", ...
+    for (const auto& l : s.layers()) tuned = tuned || l.name.rfind(layer + "/", 0) == 0;
+    CHECK(tuned == (params[0].first == "tile" && params[0].second == 4));
+    auto got = s.run(in);
+    const float* x = expected[0].blob.data_as<float>();
+    const float* y = got[0].blob.data_as<float>();
+    for (int64_t i = 0; i < expected[0].blob.numel(); ++i) REQUIRE(std::abs(x[i] - y[i]) <= 1e-3f * (1 + std::abs(x[i])));
+  }
+}

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <limits>
 #include <numeric>
 
 using namespace softneuro;
@@ -65,4 +66,33 @@ TEST_CASE("ConvTranspose: imported as deconv2, matches ONNX Runtime", "[onnx][de
     CHECK(y.shape == c.out);
     CHECK(max_abs_diff(y.values, c.want) < 1e-5);
   }
+}
+
+TEST_CASE("Window geometry beyond the limits is refused at import naming the field", "[onnx][limits]") {
+  // Strides of 2^32 + 1 reached XNNPACK truncated to 32 bits (an assertion at
+  // import); a dilation of INT64_MAX overflowed shape inference's arithmetic.
+  auto conv = [](const std::string& op, const std::function<void(NodeRef&)>& attrs) {
+    OnnxModel m(13);
+    m.input("x", {1, 4, 3, 3}).output("y");
+    std::vector<std::string> ins{"x"};
+    if (op != "MaxPool") {
+      m.init("w", {4, 4, 2, 2}, pattern(64, 5, 2, 3));
+      ins.push_back("w");
+    }
+    NodeRef n = m.node(op, ins, {"y"}, "layer");
+    attrs(n);
+    return run_model(m, "limits.onnx", Shape{1, 4, 3, 3}, pattern(36, 7, 3, 4));
+  };
+  constexpr int64_t big = (int64_t{1} << 32) + 1, max = std::numeric_limits<int64_t>::max();
+  for (const char* op : {"Conv", "ConvTranspose"}) {
+    INFO(op);
+    CHECK_THROWS_WITH(conv(op, [&](NodeRef& n) { n.ints("strides", {big, 1}); }),
+                      Catch::Contains("strides") && Catch::Contains("65536") && Catch::Contains("4294967297"));
+    CHECK_THROWS_WITH(conv(op, [&](NodeRef& n) { n.ints("dilations", {max, 1}); }), Catch::Contains("dilations"));
+    CHECK_THROWS_WITH(conv(op, [&](NodeRef& n) { n.ints("pads", {max, 1, 1, 1}); }), Catch::Contains("pads"));
+    CHECK_THROWS_WITH(conv(op, [&](NodeRef& n) { n.ints("strides", {0, 1}); }), Catch::Contains("strides"));
+  }
+  CHECK_THROWS_WITH(conv("MaxPool", [&](NodeRef& n) { n.ints("kernel_shape", {2, 2}).ints("strides", {big, 1}); }),
+                    Catch::Contains("strides"));
+  CHECK_THROWS_WITH(conv("MaxPool", [&](NodeRef& n) { n.ints("kernel_shape", {max, 2}); }), Catch::Contains("kernel"));
 }
