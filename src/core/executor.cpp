@@ -17,19 +17,27 @@
 namespace softneuro::core {
 namespace {
 
-/// Whether every routine parameter a file names is one the routine offers for
-/// this layer: a value outside its space (a workspace size wrapped to 0 by a
-/// block of 0x3000...) never reaches prepare().
-Support params_in_space(const Routine& r, const LayerInfo& info, const Schema& schema, const RoutineParams& params) {
+/// The routine parameters a file names, checked against the routine's space
+/// for this layer, so a wild value (a block of 0x3000... wrapped a workspace
+/// size to 0) never reaches prepare(). A parameter the routine does not have
+/// here refuses the routine (the default choice runs the layer); a value that
+/// is not one of its choices at this shape (a shape bucket's tuned value, when
+/// another shape runs on it) is dropped for the routine's default, said in `note`.
+Support params_in_space(const Routine& r, const LayerInfo& info, const Schema& schema, RoutineParams& params,
+                        std::string& note) {
   if (params.empty()) return Support::yes();
   const std::vector<RoutineParamSpec> space = r.param_space(info, schema);
+  RoutineParams kept;
   for (const auto& [name, value] : params) {
     auto spec = std::find_if(space.begin(), space.end(), [&](const RoutineParamSpec& p) { return p.name == name; });
     if (spec == space.end()) return Support::no(fmt::format("it has no routine parameter '{}' here", name));
-    if (std::find(spec->choices.begin(), spec->choices.end(), value) == spec->choices.end())
-      return Support::no(fmt::format("routine parameter {}={} is not one of its choices here ({})", name, value,
-                                     fmt::join(spec->choices, ", ")));
+    if (std::find(spec->choices.begin(), spec->choices.end(), value) != spec->choices.end())
+      kept.emplace_back(name, value);
+    else
+      note += fmt::format("{}{}={} is not one of its choices here ({})", note.empty() ? "" : "; ", name, value,
+                          fmt::join(spec->choices, ", "));
   }
+  params = std::move(kept);
   return Support::yes();
 }
 
@@ -171,7 +179,11 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     Schema schema;
     const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
     Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
-    if (why.ok) why = params_in_space(*r, step->info, schema, rc->params);
+    RoutineParams params = rc->params;
+    std::string dropped;
+    if (why.ok) why = params_in_space(*r, step->info, schema, params, dropped);
+    if (why.ok && !dropped.empty())
+      info("layer '{}': tuned routine {} runs with its default for {}", layer.name, rc->descriptor, dropped);
     if (why.ok && !allowed(schema)) {
       why = Support::no(fmt::format("it computes in {}, which the session does not allow", schema.to_string()));
       info("layer '{}': tuned routine {} skipped ({}); using the default choice", layer.name, rc->descriptor, why.reason);
@@ -181,7 +193,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     }
     if (why.ok) {
       step->routine = Candidate{r, schema, rc->descriptor, why};
-      step->params = rc->params;
+      step->params = std::move(params);
       step->tuned = true;
       step->predicted_ms = rc->predicted_ms;
       step->measured_ms = rc->measured_ms;

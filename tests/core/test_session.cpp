@@ -293,9 +293,11 @@ TEST_CASE("session: a routine computes the step before it too, and the blob betw
   check_close(fused_both.run(in), apart_both.run(in));
 }
 
-TEST_CASE("session: routine parameters outside the routine's space fall back to the default choice", "[session][verifier]") {
+TEST_CASE("session: routine parameters outside the routine's space never reach it", "[session][verifier]") {
   // A file's parameters reach prepare() only where the routine offers them: a
-  // crafted block size of 0x3000... wrapped a workspace size to 0.
+  // crafted block size of 0x3000... wrapped a workspace size to 0. A parameter
+  // the routine lacks makes the default choice run the layer; a value outside
+  // its choices runs the routine with its default.
   Net net = Net::load(SOFTNEURO_DEMO_MODEL);
   std::string layer;
   for (const auto& l : net.layers(true))
@@ -314,7 +316,7 @@ TEST_CASE("session: routine parameters outside the routine's space fall back to 
     Session s(model);
     bool tuned = false;  // Winograd's childnet runs as child steps "<layer>/wgenc", ...
     for (const auto& l : s.layers()) tuned = tuned || l.name.rfind(layer + "/", 0) == 0;
-    CHECK(tuned == (params[0].first == "tile" && params[0].second == 4));
+    CHECK(tuned == (params[0].first == "tile"));
     auto got = s.run(in);
     const float* x = expected[0].blob.data_as<float>();
     const float* y = got[0].blob.data_as<float>();
