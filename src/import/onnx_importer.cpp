@@ -1072,8 +1072,11 @@ void Importer::tile(const Node& n) {
     if (r > 4096 || (total *= r) > 4096) throw Unsupported{fmt::format("Tile by {} in all (at most 4096 copies)", total)};
   }
   if (const Blob* cst = constant(n.in(0))) {
-    if (cst->numel() * total > (int64_t{1} << 26))
-      throw n.error(fmt::format("tiling a constant of {} values {} times makes more than 2^26", cst->numel(), total), "repeats");
+    try {
+      check_folded_growth(Shape{cst->numel() * total}, cst->dtype(), cst->byte_size());
+    } catch (const Error& e) {
+      throw n.error(e.message(), "repeats");
+    }
     Blob cur = *cst;
     for (int axis = 0; axis < xs.rank(); ++axis)
       if (repeats[static_cast<std::size_t>(axis)] > 1)
@@ -2002,11 +2005,20 @@ void Importer::expand(const Node& n) {
     throw n.error(e.message(), "shape");
   }
   if (const Blob* c = constant(n.in(0))) {
-    constants_[n.out(0)] = expanded(*c, out);
+    try {
+      constants_[n.out(0)] = expanded(*c, out);
+    } catch (const Error& e) {
+      throw n.error(e.message(), "shape");
+    }
     return;
   }
   if (out == shape_of(n, n.in(0))) return add_unary(n, "identity", input(n, 0), n.out(0));
   // Broadcasting against zeros of the output's shape is an expand.
+  try {
+    check_folded_growth(out, DType::float32, 0);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "shape");
+  }
   const std::string zeros = add_constant(n.out(0) + "/zeros", Blob::allocate(out));
   add(make("add", n.name, {input(n, 0), as_blob(n, zeros)}, {n.out(0)}));
 }
@@ -2056,7 +2068,11 @@ void Importer::constant_of_shape(const Node& n) {
     value = read_tensor(a->t(), src_, n.name, "value");
     if (value.numel() != 1) throw n.error("expected one value", "value");
   }
-  constants_[n.out(0)] = expanded(reshaped(value, Shape{}), Shape(dims));
+  try {
+    constants_[n.out(0)] = expanded(reshaped(value, Shape{}), Shape(dims));
+  } catch (const Error& e) {
+    throw n.error(e.message(), "input");
+  }
 }
 
 void Importer::range(const Node& n) {

@@ -432,8 +432,17 @@ Shape broadcast(const Shape& a, const Shape& b) {
   return out;
 }
 
+void check_folded_growth(const Shape& shape, DType dtype, std::size_t from_bytes) {
+  const std::size_t bytes = storage_bytes(shape, dtype, Layout::nchw);
+  if (bytes > from_bytes && bytes > kMaxFoldedGrowthBytes)
+    throw Error(fmt::format("folding it makes a constant {} of {} bytes from {} bytes; a folded constant may grow to "
+                            "{} MiB at most",
+                            shape.to_string(), bytes, from_bytes, kMaxFoldedGrowthBytes >> 20));
+}
+
 Blob expanded(const Blob& b, const Shape& shape) {
   const Shape out = broadcast(b.shape(), shape);
+  check_folded_growth(out, b.dtype(), b.byte_size());
   int64_t st[Shape::max_rank];
   broadcast_strides(b.shape(), out, st);
   Blob r = Blob::allocate(out, b.dtype());
@@ -498,6 +507,7 @@ T apply_binary(BinaryOp op, T u, T v) {
 Blob binary(BinaryOp op, const Blob& a, const Blob& b) {
   const Shape out = broadcast(a.shape(), b.shape());
   const bool ints = a.dtype() == DType::int64 && b.dtype() == DType::int64;
+  check_folded_growth(out, ints || is_logic(op) ? DType::int64 : DType::float32, a.byte_size() + b.byte_size());
   Blob r = Blob::allocate(out, ints || is_logic(op) ? DType::int64 : DType::float32);
   int64_t sa[Shape::max_rank], sb[Shape::max_rank];
   broadcast_strides(a.shape(), out, sa);

@@ -55,6 +55,13 @@ struct SliceAxis {
 };
 Blob sliced(const Blob& data, const std::vector<SliceAxis>& axes);
 /// NumPy broadcast of `b` to `shape`.
+/// Constants folded at import may grow past their inputs' bytes only up to
+/// this (a 167-byte file's ConstantOfShape [8192,8192] made a 256 MiB model).
+inline constexpr std::size_t kMaxFoldedGrowthBytes = std::size_t{64} << 20;
+/// Throws Error where a folded constant of `shape` and `dtype`, made from
+/// `from_bytes` bytes of constants, grows past kMaxFoldedGrowthBytes.
+void check_folded_growth(const Shape& shape, DType dtype, std::size_t from_bytes);
+
 Blob expanded(const Blob& b, const Shape& shape);
 enum class BinaryOp { add, sub, mul, div, mod, fmod, pow, equal, less, greater, logical_and, logical_or };
 /// Elementwise with NumPy broadcasting; int64 when both are int64, and for the

@@ -96,3 +96,28 @@ TEST_CASE("Window geometry beyond the limits is refused at import naming the fie
                     Catch::Contains("strides"));
   CHECK_THROWS_WITH(conv("MaxPool", [&](NodeRef& n) { n.ints("kernel_shape", {max, 2}); }), Catch::Contains("kernel"));
 }
+
+TEST_CASE("Constants folded at import grow to 64 MiB at most", "[onnx][limits]") {
+  // A 167-byte file's ConstantOfShape [8192,8192] became a 256 MiB model.
+  auto model = [](const std::string& op, const std::vector<int64_t>& dims) {
+    OnnxModel m(13);
+    m.input("x", {1, 4}).output("y");
+    m.init_ints("dims", {static_cast<int64_t>(dims.size())}, dims);
+    if (op == "ConstantOfShape") {
+      m.node("ConstantOfShape", {"dims"}, {"c"}, "big");
+      m.node("Add", {"x", "c"}, {"y"}, "add");
+    } else if (op == "ExpandConstant") {
+      m.init("one", {1}, {1.0f});
+      m.node("Expand", {"one", "dims"}, {"c"}, "big");
+      m.node("Add", {"x", "c"}, {"y"}, "add");
+    } else {
+      m.node("Expand", {"x", "dims"}, {"y"}, "big");
+    }
+    return run_model(m, "folded.onnx", Shape{1, 4}, {1, 2, 3, 4});
+  };
+  for (const char* op : {"ConstantOfShape", "ExpandConstant", "ExpandInput"}) {
+    INFO(op);
+    CHECK_THROWS_WITH(model(op, {8192, 8192, 4}), Catch::Contains("big") && Catch::Contains("64 MiB"));
+    CHECK(model(op, {2, 3, 4}).shape == Shape{2, 3, 4});
+  }
+}
