@@ -93,8 +93,18 @@ void read_external(const onnx::TensorProto& t, const TensorSource& src, std::siz
   std::filesystem::path rel(location);
   if (rel.is_absolute() || std::any_of(rel.begin(), rel.end(), [](const auto& p) { return p == ".."; }))
     throw Error(fmt::format("external data location '{}' leaves the model's folder", location), src.file, node, field);
-  const std::filesystem::path path = std::filesystem::path(src.dir) / rel;
   std::error_code ec;
+  // Symlinks resolved: the file itself must lie in the model's folder, and be a regular file (a FIFO would block).
+  const std::filesystem::path dir = std::filesystem::canonical(src.dir.empty() ? "." : src.dir, ec);
+  if (ec) throw Error(fmt::format("cannot resolve the model's folder '{}': {}", src.dir, ec.message()), src.file, node, field);
+  const std::filesystem::path path = std::filesystem::canonical(dir / rel, ec);
+  if (ec) throw Error(fmt::format("cannot read external data '{}': {}", (dir / rel).string(), ec.message()), src.file, node, field);
+  if (std::mismatch(dir.begin(), dir.end(), path.begin(), path.end()).first != dir.end())
+    throw Error(fmt::format("external data location '{}' resolves to '{}', which leaves the model's folder", location,
+                            path.string()),
+                src.file, node, field);
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(fmt::format("external data '{}' is not a regular file", path.string()), src.file, node, field);
   const auto file_size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(fmt::format("cannot read external data '{}': {}", path.string(), ec.message()), src.file, node, field);
   if (length < 0) length = static_cast<int64_t>(bytes);

@@ -4,6 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -87,6 +90,25 @@ TEST_CASE("Initializers in an external data file", "[onnx][external]") {
   SECTION("a location outside the model's folder is refused") {
     CHECK_THAT(import_error(external("../weights.bin", false)), Catch::Contains("leaves the model's folder"));
     CHECK_THAT(import_error(external("/etc/passwd", false)), Catch::Contains("leaves the model's folder"));
+  }
+  SECTION("a symlink is resolved: out of the model's folder refused, inside it followed; a FIFO refused") {
+    const std::filesystem::path dir = std::filesystem::path(external("weights.bin", false)).parent_path();
+    const auto outside = std::filesystem::temp_directory_path() / ("softneuro_outside_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(outside);
+    std::filesystem::copy_file(dir / "weights.bin", outside / "weights.bin",
+                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::remove(dir / "link.bin");
+    std::filesystem::create_symlink(outside / "weights.bin", dir / "link.bin");
+    CHECK_THAT(import_error(external("link.bin", false)), Catch::Contains("leaves the model's folder"));
+    std::filesystem::remove(dir / "link.bin");
+    std::filesystem::create_symlink("weights.bin", dir / "link.bin");
+    CHECK(import_error(external("link.bin", false)) == "<imported>");
+    std::filesystem::remove(dir / "link.bin");
+    std::filesystem::remove_all(outside);
+    std::filesystem::remove(dir / "fifo.bin");
+    REQUIRE(::mkfifo((dir / "fifo.bin").c_str(), 0600) == 0);
+    CHECK_THAT(import_error(external("fifo.bin", false)), Catch::Contains("not a regular file"));
+    std::filesystem::remove(dir / "fifo.bin");
   }
   SECTION("a missing data file") {
     CHECK_THAT(import_error(external("missing.bin", false)), Catch::Contains("missing.bin"));
