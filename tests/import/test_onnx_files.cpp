@@ -4,12 +4,12 @@
 
 #include <catch2/catch.hpp>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <random>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace softneuro;
 using namespace softneuro::test;
