@@ -19,12 +19,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
-#include <cmath>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fcntl.h>
 #include <limits>
 #include <sys/mman.h>
@@ -441,8 +444,18 @@ void write_dnn(const Graph& graph, const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, const void* data, std::size_t size) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = ::mkstemp(tmp.data());
+  // The temporary file is created 0666 so that the user's umask decides the
+  // saved file's permissions, as for any file an application writes (mkstemp's
+  // 0600 made every model private, a fixed 0644 ignored a umask of 077).
+  static std::atomic<unsigned> counter{0};
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
+    tmp = fmt::format("{}.tmp.{}.{}.{:x}", path, ::getpid(), counter.fetch_add(1),
+                      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) throw Error(fmt::format("cannot create a temporary file beside it: {}", std::strerror(errno)), path);
   const auto* p = static_cast<const char*>(data);
   std::size_t left = size;
@@ -455,12 +468,18 @@ void write_file_atomically(const std::string& path, const void* data, std::size_
   }
   int err = ok ? 0 : errno;
   if (ok && ::fsync(fd) != 0) { ok = false; err = errno; }
-  if (::fchmod(fd, 0644) != 0) {}  // mkstemp makes 0600; a model file is not secret
   if (::close(fd) != 0 && ok) { ok = false; err = errno; }
   if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) { ok = false; err = errno; }
   if (!ok) {
     ::unlink(tmp.c_str());
     throw Error(fmt::format("cannot write: {}", std::strerror(err)), path);
+  }
+  // The rename itself reaches the disk with the folder's entry.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 

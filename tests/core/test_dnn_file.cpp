@@ -17,6 +17,8 @@
 #include <limits>
 #include <random>
 
+#include <sys/stat.h>
+
 using namespace softneuro;
 
 namespace {
@@ -374,4 +376,23 @@ TEST_CASE("devices without registered memory are unavailable", "[dnn]") {
   CHECK(device_memory(Device::cpu) == nullptr);
   CHECK_THROWS_AS(register_device_memory(Device::cpu, DeviceMemory{}), Error);
   CHECK_THROWS_AS(register_device_memory(Device::cuda, DeviceMemory{}), Error);  // incomplete
+}
+
+TEST_CASE("a saved file has the permissions the user's umask gives, and no temporary file is left", "[dnn][save]") {
+  // mkstemp's temporary made every file 0600, then a fixed chmod 0644 ignored a umask of 077.
+  const std::string p = test::temp_path("umask.dnn");
+  const auto graph = test::chain_graph(2);
+  for (const auto& [mask, mode] : {std::pair<mode_t, mode_t>{022, 0644}, {077, 0600}, {002, 0664}}) {
+    const mode_t before = ::umask(mask);
+    core::write_dnn(graph, p);
+    ::umask(before);
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == mode);
+  }
+  int left = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(p).parent_path()))
+    left += e.path().filename().string().rfind("umask.dnn.tmp", 0) == 0;
+  CHECK(left == 0);
+  std::remove(p.c_str());
 }
