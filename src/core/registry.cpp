@@ -8,6 +8,10 @@
 namespace softneuro {
 
 void register_routine(std::unique_ptr<Routine> routine) {
+  if (auto* captured = core::RoutineRegistry::captured_static_registrations()) {
+    captured->push_back(std::move(routine));  // a plugin's static initialiser: registered after its ABI check
+    return;
+  }
   core::RoutineRegistry::instance().add(std::move(routine), "builtin");
 }
 
@@ -60,25 +64,48 @@ RoutineRegistry& RoutineRegistry::instance() {
   return *registry;
 }
 
+namespace {
+thread_local std::vector<std::unique_ptr<Routine>>* t_captured = nullptr;
+}  // namespace
+
+void RoutineRegistry::capture_static_registrations(std::vector<std::unique_ptr<Routine>>* into) { t_captured = into; }
+std::vector<std::unique_ptr<Routine>>* RoutineRegistry::captured_static_registrations() { return t_captured; }
+
 void RoutineRegistry::add(std::unique_ptr<Routine> routine, const std::string& origin) {
-  if (!routine) throw Error("null routine", origin);
-  Entry e;
-  for (const Schema& s : routine->schemas()) e.schemas.emplace_back(s, make_descriptor(s, routine->algorithm()));
-  if (e.schemas.empty())
-    throw Error(fmt::format("routine '{}' for {} lists no schema", routine->algorithm(), routine->layer_type()), origin);
-  std::lock_guard lock(mutex_);
-  for (const auto& old : entries_) {
-    if (old.routine->layer_type() != routine->layer_type()) continue;
-    for (const auto& [s, d] : old.schemas)
-      for (const auto& [s2, d2] : e.schemas)
-        if (d == d2)
-          throw Error(fmt::format("routine {} for layer type {} is already registered (by {})", d,
-                                  routine->layer_type(), old.origin),
-                      origin);
+  std::vector<std::unique_ptr<Routine>> one;
+  one.push_back(std::move(routine));
+  add_all(std::move(one), origin);
+}
+
+void RoutineRegistry::add_all(std::vector<std::unique_ptr<Routine>> routines, const std::string& origin) {
+  std::vector<Entry> fresh;
+  for (auto& routine : routines) {
+    if (!routine) throw Error("null routine", origin);
+    Entry e;
+    for (const Schema& s : routine->schemas()) e.schemas.emplace_back(s, make_descriptor(s, routine->algorithm()));
+    if (e.schemas.empty())
+      throw Error(fmt::format("routine '{}' for {} lists no schema", routine->algorithm(), routine->layer_type()), origin);
+    e.routine = std::move(routine);
+    e.origin = origin;
+    fresh.push_back(std::move(e));
   }
-  e.routine = std::move(routine);
-  e.origin = origin;
-  entries_.push_back(std::move(e));
+  std::lock_guard lock(mutex_);
+  // Every descriptor checked against those registered and those before it here, before any is added.
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    const Entry& e = fresh[i];
+    auto clash = [&](const Entry& old) {
+      if (old.routine->layer_type() != e.routine->layer_type()) return;
+      for (const auto& [s, d] : old.schemas)
+        for (const auto& [s2, d2] : e.schemas)
+          if (d == d2)
+            throw Error(fmt::format("routine {} for layer type {} is already registered (by {})", d,
+                                    e.routine->layer_type(), old.origin),
+                        origin);
+    };
+    for (const auto& old : entries_) clash(old);
+    for (std::size_t j = 0; j < i; ++j) clash(fresh[j]);
+  }
+  for (auto& e : fresh) entries_.push_back(std::move(e));
 }
 
 std::vector<Candidate> RoutineRegistry::candidates(const LayerInfo& layer, const Schema& schema) const {

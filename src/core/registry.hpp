@@ -30,6 +30,16 @@ class RoutineRegistry {
   /// Adds a routine; `origin` is "builtin" or the plugin's path (for messages).
   /// Refuses a (layer type, descriptor) pair that is already registered.
   void add(std::unique_ptr<Routine> routine, const std::string& origin);
+  /// Adds all of them or, where any is refused (a descriptor registered
+  /// already, or twice among them), none: a plugin registers whole or not at all.
+  void add_all(std::vector<std::unique_ptr<Routine>> routines, const std::string& origin);
+
+  /// While a plugin library is being opened, the routines its static
+  /// initialisers register (SOFTNEURO_REGISTER_ROUTINE) go into `*into` instead
+  /// of the registry, on this thread (nullptr: register them): they are
+  /// registered only after the plugin's ABI version has been checked.
+  static void capture_static_registrations(std::vector<std::unique_ptr<Routine>>* into);
+  static std::vector<std::unique_ptr<Routine>>* captured_static_registrations();
 
   /// Every routine of the layer's type in `schema`, each with supports()'s answer
   /// (unsupported ones included, so verbose modes can say why).

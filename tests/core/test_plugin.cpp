@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 using namespace softneuro;
 
 namespace {
@@ -36,4 +38,21 @@ TEST_CASE("a library that is not a plugin, or no library, is refused", "[plugin]
   CHECK_THROWS_WITH(load_plugin(plugin("test_plugin_no_entry")), Catch::Contains("not a softneuro plugin"));
   CHECK_THROWS_WITH(load_plugin(plugin("does_not_exist")), Catch::Contains("cannot load plugin"));
   CHECK_THROWS_WITH(load_plugin(SOFTNEURO_DEMO_MODEL), Catch::Contains("cannot load plugin"));
+}
+
+TEST_CASE("a plugin's static registrations wait for its ABI check", "[plugin]") {
+  // A plugin registering from static initialisers put its routines in the
+  // registry when the library was opened, before the ABI check refused it.
+  CHECK_THROWS_WITH(load_plugin(plugin("test_plugin_static_bad_abi")), Catch::Contains("ABI version"));
+  auto relus = registered_routines("relu");
+  CHECK(std::find(relus.begin(), relus.end(), "cpu/static_bad_abi") == relus.end());
+  load_plugin(plugin("test_plugin_static_good"));
+  relus = registered_routines("relu");
+  CHECK(std::find(relus.begin(), relus.end(), "cpu/static_relu") != relus.end());
+}
+
+TEST_CASE("a plugin registers all its routines or none", "[plugin]") {
+  CHECK_THROWS_WITH(load_plugin(plugin("test_plugin_duplicate")), Catch::Contains("cpu/ref") && Catch::Contains("already registered"));
+  auto relus = registered_routines("relu");
+  CHECK(std::find(relus.begin(), relus.end(), "cpu/plugin_dup_first") == relus.end());
 }
