@@ -552,3 +552,45 @@ TEST_CASE("xnnpack qint8 routines take calibrated MobileNet-like layers and say 
   CHECK(supports(avg, {Shape{1, 8, 4, 4}}).reason.find("average") != std::string::npos);
   CHECK_FALSE(supports(add, {Shape{1, 24, 8, 8}, Shape{1, 24, 1, 1}}).ok);
 }
+
+TEST_CASE("xnnpack qint8 routines refuse quantisation scales XNNPACK cannot take", "[xnnpack][qint8][limits]") {
+  if (!xnnpack_available()) return;
+  std::mt19937 rng(13);
+  const Schema q{Device::cpu, DType::qint8, Layout::nhwc};
+  Layer pw = test::make_layer("conv2", {}, {{"weight", random_blob({16, 16, 1, 1}, rng)}});
+  Layer dw = test::make_layer("conv2", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{16}}},
+                              {{"weight", random_blob({16, 1, 3, 3}, rng)}});
+  Layer gap = test::make_layer("pool2", {{"mode", std::string("avg")}, {"global", int64_t{1}}});
+  Layer mx = test::make_layer("pool2", {{"mode", std::string("max")}, {"kernel", std::vector<int64_t>{2, 2}}});
+  Layer add = test::make_layer("add", {}, {}, 2);
+  Layer fc = test::make_layer("dense", {}, {{"weight", random_blob({10, 16}, rng)}});
+  for (float bad : {1e38f, 1e-38f, 3e30f, 1e-30f}) {
+    for (int side = 0; side < 2; ++side) {
+      INFO("scale " << bad << (side ? " on the output" : " on the input"));
+      const QuantParams ok{{0.05f}, {0}, -1}, odd{{bad}, {0}, -1};
+      for (const Layer* l : {&pw, &dw, &gap, &mx, &add, &fc}) {
+        INFO(l->type);
+        std::vector<Shape> in = l->type == "dense" ? std::vector<Shape>{Shape{2, 16}}
+                                : l->type == "add"  ? std::vector<Shape>{Shape{1, 16, 4, 4}, Shape{1, 16, 4, 4}}
+                                                    : std::vector<Shape>{Shape{1, 16, 4, 4}};
+        LayerInfo info{l, in, core::infer_layer_shapes(*l, in), {}, {}};
+        info.input_quant.assign(in.size(), side ? ok : odd);
+        info.output_quant = {side ? odd : ok};
+        const Routine* r = core::RoutineRegistry::instance().find(l->type, "cpu:qint8:nhwc/xnnpack", nullptr);
+        REQUIRE(r);
+        Support s = r->supports(info, q);  // an answer, never an abort
+        if (!s.ok) continue;
+        auto prepared = r->prepare(info, q, {});
+        std::vector<Blob> ins, outs;
+        for (const Shape& sh : in) ins.push_back(Blob::allocate(sh, DType::qint8, Layout::nhwc));
+        outs.push_back(Blob::allocate(info.output_shapes[0], DType::qint8, Layout::nhwc));
+        std::vector<const Blob*> in_ptrs;
+        for (auto& b : ins) in_ptrs.push_back(&b);
+        std::vector<Blob*> out_ptrs{&outs[0]};
+        std::vector<char> workspace(prepared->workspace_bytes() + 64);
+        RunArgs args{in_ptrs, out_ptrs, workspace.data(), &core::global_pool()};
+        prepared->run(args);  // nor at run
+      }
+    }
+  }
+}
