@@ -110,8 +110,13 @@ struct SessionOptions {
   /// at 2 threads ran 2x slower beside the main thread's idle team on 2 cores).
   int threads = 0;
   /// The most bytes the session's planned arena (intermediate blobs and
-  /// workspaces) may take; 0: no limit. A larger plan is an Error at creation.
+  /// workspaces) may take at any input shape, checked before it is allocated:
+  /// a larger plan is an Error naming `memory_limit` (at creation, reshape or
+  /// run). 0: three quarters of the machine's physical memory (a file whose
+  /// shapes ask for more is refused, not left to the system's out-of-memory
+  /// killer); kNoMemoryLimit: none.
   std::size_t memory_limit = 0;
+  static constexpr std::size_t kNoMemoryLimit = ~std::size_t{0};
   /// Schemas the session's routines may compute in: schemas ("cpu",
   /// "cpu:qint8") or globs over device:dtype:layout ("cpu:float32:*"), as
   /// TuneOptions::schemas. Where the model's tuned routine for a layer computes

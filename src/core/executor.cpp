@@ -323,7 +323,8 @@ bool Executor::allowed(const Schema& s) const {
 }
 
 Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
-                   std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas)
+                   std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
+                   std::size_t memory_limit)
     : graph_(graph),
       path_(path ? *path : graph.routine_path),
       schemas_(std::move(schemas)),
@@ -387,8 +388,12 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     a.requests.push_back({step.workspace_bytes, static_cast<int>(t), static_cast<int>(t)});
     unplanned_bytes_ += step.workspace_bytes;
   }
+  for (Arena& a : arenas_) a.plan = plan_memory(a.requests);
+  if (memory_limit && arena_bytes() > memory_limit)
+    throw Error(fmt::format("the session's arena needs {} bytes, over its memory limit of {} bytes", arena_bytes(),
+                            memory_limit),
+                {}, {}, "memory_limit");
   for (Arena& a : arenas_) {
-    a.plan = plan_memory(a.requests);
     std::size_t bytes = std::max<std::size_t>(64, a.plan.arena_bytes);
     if (a.device == Device::cpu) {
       void* p = allocate_aligned(bytes);

@@ -54,9 +54,11 @@ class Executor {
   /// `path`: the routine path to follow (default: the graph's). `schemas`
   /// (Schema::matches patterns; empty: any): where a tuned routine computes in
   /// another schema, the default choice among these runs the layer instead.
+  /// `memory_limit` (0: none): the most bytes the arenas may take, checked
+  /// once memory is planned and before any is allocated.
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
            std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr,
-           std::vector<std::string> schemas = {});
+           std::vector<std::string> schemas = {}, std::size_t memory_limit = 0);
 
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).

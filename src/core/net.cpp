@@ -9,6 +9,8 @@
 
 #include <chrono>
 
+#include <unistd.h>
+
 namespace softneuro {
 namespace detail {
 
@@ -40,6 +42,21 @@ std::unique_ptr<NetImpl> NetImpl::build(core::Graph graph, const std::string& fi
   return impl;
 }
 
+namespace {
+/// SessionOptions::memory_limit resolved: 0 is three quarters of the machine's physical memory.
+std::size_t memory_limit_of(const SessionOptions& options) {
+  if (options.memory_limit) return options.memory_limit == SessionOptions::kNoMemoryLimit ? 0 : options.memory_limit;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) / 4 * 3 * static_cast<std::size_t>(page) : 0;
+}
+}  // namespace
+
+ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options)
+    : model_(model),
+      capacity_(std::max<std::size_t>(1, options.shape_cache)),
+      schemas_(options.schemas),
+      memory_limit_(memory_limit_of(options)) {}
+
 core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   std::map<std::string, Shape> inputs;
   for (const auto& in : model_.inputs) {
@@ -69,7 +86,8 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   const core::RoutinePath& path = core::path_for(model_.graph, inputs, &exact);
   try {
     e.shapes = core::infer_shapes(model_.graph, inputs);
-    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_);
+    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_,
+                                                  memory_limit_);
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
@@ -144,15 +162,9 @@ SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
     }
   }
   core::SessionThreads threads(options.threads);  // routines prepare for the team they will run on
-  check_memory(executors.current());
+  executors.current();  // prepared at the default shapes now, within the memory limit
 }
 
-void SessionImpl::check_memory(const core::Executor& executor) const {
-  if (options.memory_limit && executor.arena_bytes() > options.memory_limit)
-    throw Error(fmt::format("the session's arena needs {} bytes, over its memory limit of {}", executor.arena_bytes(),
-                            options.memory_limit),
-                model.impl().file, {}, "memory_limit");
-}
 
 namespace {
 
@@ -289,7 +301,7 @@ std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
 
 void Session::reshape(const std::map<std::string, Shape>& input_shapes) {
   core::SessionThreads threads(impl_->options.threads);
-  impl_->check_memory(impl_->executors.at(input_shapes));
+  impl_->executors.at(input_shapes);
 }
 
 Shape Session::output_shape(const std::string& name) const {

@@ -38,8 +38,7 @@ struct ModelImpl {
 /// memory plan run once per new shape, never per run.
 class ShapedExecutors {
  public:
-  ShapedExecutors(const ModelImpl& model, const SessionOptions& options)
-      : model_(model), capacity_(std::max<std::size_t>(1, options.shape_cache)), schemas_(options.schemas) {}
+  ShapedExecutors(const ModelImpl& model, const SessionOptions& options);
   /// The executor of these input shapes (net inputs by name; missing: the
   /// default shape). Throws Error naming the input whose shape the model does not take.
   core::Executor& at(const std::map<std::string, Shape>& input_shapes);
@@ -59,6 +58,7 @@ class ShapedExecutors {
   const ModelImpl& model_;
   std::size_t capacity_;
   std::vector<std::string> schemas_;
+  std::size_t memory_limit_;  ///< of each executor's arena (SessionOptions::memory_limit, resolved)
   std::list<Entry> entries_;  ///< most recently used first
 };
 
@@ -82,14 +82,8 @@ class SessionImpl {
   SessionOptions options;
   ShapedExecutors executors;
 
-  /// The executor of these inputs' shapes, within the memory limit.
-  core::Executor& executor_for(std::span<const NamedBlob> inputs) {
-    core::Executor& e = executors.for_inputs(inputs);
-    check_memory(e);
-    return e;
-  }
-  /// Throws Error where the executor's arena is over options.memory_limit.
-  void check_memory(const core::Executor& executor) const;
+  /// The executor of these inputs' shapes (within the memory limit: the executor checks it).
+  core::Executor& executor_for(std::span<const NamedBlob> inputs) { return executors.for_inputs(inputs); }
 };
 
 }  // namespace softneuro::detail

@@ -114,6 +114,23 @@ TEST_CASE("session: bad options are clear errors", "[session]") {
     CHECK(std::string(e.what()).find("memory limit") != std::string::npos);
   }
   CHECK_THROWS_AS(Session(model, SessionOptions{-1}), Error);
+
+  // By default the limit is derived from the machine: a file whose shapes ask
+  // for an arena larger than the physical memory is refused before allocating.
+  Layer relu;
+  relu.name = "act";
+  relu.type = "relu";
+  relu.inputs = {"x"};
+  relu.outputs = {"y"};
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const int64_t floats = static_cast<int64_t>(pages) * page / 4 + 1;  // the output alone: more than all memory
+  Model huge = Model::build("huge", {{"x", Shape{1, floats}, DType::float32}}, {relu}, {"y"});
+  try {
+    Session s(huge);
+    FAIL("an arena larger than the machine's memory was planned");
+  } catch (const Error& e) {
+    CHECK(e.field() == "memory_limit");
+  }
 }
 
 TEST_CASE("session: schemas restrict the routines a session runs, tuned ones included", "[session]") {
