@@ -449,7 +449,10 @@ void Executor::fuse_steps() {
           between.name);
     b.prepared = std::move(both);
     b.input_blobs = a.input_blobs;
-    for (int s : a.input_blobs) slots_[static_cast<std::size_t>(s)].last = std::max(slots_[static_cast<std::size_t>(s)].last, static_cast<int>(t) + 1);
+    for (int s : a.input_blobs) {
+      int& last = slots_[static_cast<std::size_t>(s)].last;
+      last = std::max(last, static_cast<int>(t) + 1);
+    }
     between.kind = BlobKind::unwritten;
     absorbed[t + 1] = true;
     a.fused_into = b.name;
