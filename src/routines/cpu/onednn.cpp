@@ -287,9 +287,9 @@ struct Conv2 {
     Plan p;
     Mem src = in0;
     const bool blocked = l == Layout::nchw8c || l == Layout::nchw16c;
-    if (!plain_input && blocked && g.group == 1 && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") {
+    if (!plain_input && blocked && g.group == 1 && is_reference(pd)) {
       auto plain = make_pd(act_md(in, Layout::nchw));
-      if (std::string_view(plain.impl_info_str()).substr(0, 3) != "ref") {
+      if (!is_reference(plain)) {
         pd = plain;
         p.temps.push_back(act_md(in, Layout::nchw));
         src = Mem{Mem::temp, 0};
@@ -298,17 +298,22 @@ struct Conv2 {
       }
     }
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, out0}};
-    if (prepare) {
-      const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(plain_md(wd), w), pd.weights_desc());
-      args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
-      p.keep.push_back(w);  // wm may be the weight itself when oneDNN takes it plain
-      if (bias) {
-        args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
-        p.keep.push_back(*bias);
-      }
-    }
+    if (prepare) bind_weights(info, p, args, w, wd, pd.weights_desc(), bias, b_md);
     p.steps.push_back({pd, std::move(args)});
     return p;
+  }
+
+  /// The weight (reordered once per model to `want`) and bias as fixed arguments of a convolution.
+  static void bind_weights(const LayerInfo& info, Plan& p, std::vector<std::pair<int, Mem>>& args, const Blob& w,
+                           const dims& wd, const dnnl::memory::desc& want, const Blob* bias,
+                           const dnnl::memory::desc& b_md) {
+    const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(plain_md(wd), w), want);
+    args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
+    p.keep.push_back(w);  // wm may be the weight itself when oneDNN takes it plain
+    if (bias) {
+      args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
+      p.keep.push_back(*bias);
+    }
   }
 
   /// A first convolution (fewer input channels than a block) reading the plain
@@ -362,19 +367,13 @@ struct Conv2 {
                                       act_md(info.input_shapes[0], l), dnnl::memory::desc(wd, dt::f32, tag::any),
                                       b_md, act_md(info.output_shapes[0], l), {1, 1}, {0, 0}, {0, 0}, {0, 0});
     dnnl::convolution_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
-    if (std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") return std::nullopt;
+    if (is_reference(pd)) return std::nullopt;
     // oneDNN derives the depthwise output's size (its right padding) itself: it must be ours.
     if (pd.dst_desc() != act_md(next.output_shapes[0], l)) return std::nullopt;
 
     Plan p;
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
-    const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(plain_md(wd), w), pd.weights_desc());
-    args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
-    p.keep.push_back(w);
-    if (bias) {
-      args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(b_md, *bias))}});
-      p.keep.push_back(*bias);
-    }
+    bind_weights(info, p, args, w, wd, pd.weights_desc(), bias, b_md);
     constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
     const dnnl::memory dwm = shared_reorder(info, p.shared, "dw_weight", weight_memory(plain_md({b.c, 1, 1, 3, 3}), dw_w),
                                             pd.query_md(dnnl::query::exec_arg_md, kDwWeights));

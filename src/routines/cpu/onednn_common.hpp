@@ -231,12 +231,15 @@ struct Plan {
 
 inline constexpr Mem in0{Mem::input, 0}, out0{Mem::output, 0};
 
+/// Whether oneDNN picked its reference implementation for `pd`.
+inline bool is_reference(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).substr(0, 3) == "ref";
+}
+
 /// The implementation oneDNN picked, or an empty view when none is "ref" (for supports()).
 inline std::string_view reference_impl(const Plan& p) {
-  for (const auto& s : p.steps) {
-    std::string_view impl = s.pd.impl_info_str();
-    if (impl.substr(0, 3) == "ref") return impl;
-  }
+  for (const auto& s : p.steps)
+    if (is_reference(s.pd)) return s.pd.impl_info_str();
   return {};
 }
 

@@ -320,10 +320,6 @@ class OnednnQ final : public Routine {
 
 };
 
-bool is_reference(const dnnl::primitive_desc_base& pd) {
-  return std::string_view(pd.impl_info_str()).substr(0, 3) == "ref";
-}
-
 // ---------------------------------------------------------------------------
 // conv2
 
