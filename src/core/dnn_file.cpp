@@ -219,7 +219,7 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
       if (const RoutineRegistry::Alias* a = RoutineRegistry::instance().alias(rc.descriptor)) {
         rc.descriptor = a->descriptor;
         for (const auto& [name, value] : a->params)
-          if (std::none_of(rc.params.begin(), rc.params.end(), [&](const auto& p) { return p.first == name; }))
+          if (std::none_of(rc.params.begin(), rc.params.end(), [&name = name](const auto& p) { return p.first == name; }))
             rc.params.emplace_back(name, value);
       }
       if (c->children())

@@ -29,7 +29,7 @@ Support params_in_space(const Routine& r, const LayerInfo& info, const Schema& s
   const std::vector<RoutineParamSpec> space = r.param_space(info, schema);
   RoutineParams kept;
   for (const auto& [name, value] : params) {
-    auto spec = std::find_if(space.begin(), space.end(), [&](const RoutineParamSpec& p) { return p.name == name; });
+    auto spec = std::find_if(space.begin(), space.end(), [&name = name](const RoutineParamSpec& p) { return p.name == name; });
     if (spec == space.end()) return Support::no(fmt::format("it has no routine parameter '{}' here", name));
     if (std::find(spec->choices.begin(), spec->choices.end(), value) != spec->choices.end())
       kept.emplace_back(name, value);

@@ -193,7 +193,7 @@ std::string describe_params(const Layer& l) {
   std::vector<std::string> parts;
   for (const auto& [k, v] : l.params) {
     std::visit(
-        [&](const auto& x) {
+        [&, &k = k](const auto& x) {
           using T = std::decay_t<decltype(x)>;
           if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
             parts.push_back(fmt::format("{}=[{}]", k, fmt::join(x, ",")));

@@ -15,7 +15,7 @@ set_target_properties(softneuro_onnx PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   EXPORT_NAME onnx)
 softneuro_component(softneuro_onnx core import)
-target_link_options(softneuro_onnx PRIVATE -Wl,--no-undefined)
+target_link_options(softneuro_onnx PRIVATE ${SOFTNEURO_NO_UNDEFINED})
 # onnx_proto brings ONNX_ML=1 and ONNX_NAMESPACE=onnx with its headers.
 target_link_libraries(softneuro_onnx
   PUBLIC softneuro

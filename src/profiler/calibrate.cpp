@@ -197,7 +197,7 @@ std::string calibration_key(const detail::NetImpl& net, const CalibrationOptions
     for (const auto& o : l.outputs) s += o + ',';
     s += ">";
     for (const auto& [k, v] : l.params)
-      std::visit([&](const auto& x) {
+      std::visit([&, &k = k](const auto& x) {
         if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::vector<int64_t>> ||
                       std::is_same_v<std::decay_t<decltype(x)>, std::vector<double>>)
           s += fmt::format(" {}=[{}]", k, fmt::join(x, ","));
@@ -221,8 +221,8 @@ std::string cache_file(const std::string& dir, const std::string& key) {
 
 using Quantisation = std::map<std::string, QuantParams>;
 
-/// The cached quantisations (one per method, in the options' order), or nothing
-/// (missing, damaged, another method list: warned and ignored).
+}  // namespace
+
 std::optional<Calibration> load_calibration(const std::string& path, std::size_t methods) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::nullopt;
@@ -282,6 +282,8 @@ std::optional<Calibration> load_calibration(const std::string& path, std::size_t
     if (q.empty()) return damaged("a method without records");
   return out;
 }
+
+namespace {
 
 void save_calibration(const std::string& path, const Calibration& c) {
   std::string body = std::string(kCalibrationVersion) + "\n";

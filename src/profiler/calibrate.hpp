@@ -7,6 +7,7 @@
 #include <softneuro/calibrate.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct Calibration {
 /// is read from / kept in cache_dir/calibration/, keyed by the net's layers,
 /// weights and the options.
 Calibration calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir);
+
+/// A cached calibration file with `methods` range methods; nothing where it is
+/// missing or damaged (warned: a checksum mismatch, another version, a scale
+/// not finite and positive, a zero point outside int8, a method without records).
+std::optional<Calibration> load_calibration(const std::string& path, std::size_t methods);
 
 /// Bias correction (Nagel et al., data-free quantisation): `grid` (the int8
 /// grid of conv2/dense layer `l`'s float32 weight) shifts each output channel's

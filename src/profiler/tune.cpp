@@ -638,7 +638,7 @@ TuneReport Net::tune(const TuneOptions& options) {
   for (const auto& bucket : options.shapes) {
     core::Graph g = impl_->graph;
     for (const auto& [name, shape] : bucket) {
-      auto in = std::find_if(g.inputs.begin(), g.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
+      auto in = std::find_if(g.inputs.begin(), g.inputs.end(), [&name = name](const TensorInfo& t) { return t.name == name; });
       if (in == g.inputs.end()) throw Error(fmt::format("the model has no input named '{}'", name), impl_->file, {}, "shapes");
       try {
         core::check_input_shape(*in, shape);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -139,7 +140,8 @@ std::string OnnxModel::save(const std::string& file) const {
 }
 
 std::string test_dir() {
-  // One folder per test process, removed when it exits.
+  // One folder per test process, removed when it exits; kept with
+  // SOFTNEURO_TEST_KEEP_FILES=1 (scripts/fuzz.sh seeds its corpora with them).
   static const struct Dir {
     std::string path;
     Dir() {
@@ -148,6 +150,7 @@ std::string test_dir() {
       path = d.string();
     }
     ~Dir() {
+      if (const char* keep = std::getenv("SOFTNEURO_TEST_KEEP_FILES"); keep && *keep == '1') return;
       std::error_code ec;
       std::filesystem::remove_all(path, ec);
     }

@@ -264,7 +264,7 @@ class Prepared final : public PreparedRoutine {
       Step s;
       s.prim = dnnl::primitive(step.pd.get());
       for (auto [arg, mem] : step.args) {
-        auto it = std::find_if(handles.begin(), handles.end(), [&](const auto& h) { return h.first == mem; });
+        auto it = std::find_if(handles.begin(), handles.end(), [&mem = mem](const auto& h) { return h.first == mem; });
         if (it == handles.end()) {  // a blob: its descriptor from the first step that uses it
           mems_.emplace_back(step.pd.query_md(dnnl::query::exec_arg_md, arg), cpu_engine(), nullptr);
           binds_.push_back({mems_.back().get(), mem.kind == Mem::output, mem.index, nullptr});

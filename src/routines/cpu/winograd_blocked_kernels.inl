@@ -19,6 +19,12 @@ namespace wgb = softneuro::wg::blocked;
 
 template <int M>
 inline constexpr wg::Matrices<M> kWgMat = wg::make_matrices<M>();
+// B^T and A^T as objects of their own: a template argument may refer to a
+// subobject in C++20, but clang before 16 (the fuzzing build) refuses it.
+template <int M>
+inline constexpr auto kWgBT = kWgMat<M>.bt;
+template <int M>
+inline constexpr auto kWgAT = kWgMat<M>.at;
 
 /// f(std::integral_constant<int, 0>{}) ... f(<N-1>): loops whose indices are
 /// compile-time constants, so every transform coefficient is one too.
@@ -31,9 +37,12 @@ __attribute__((always_inline)) inline void static_for(F&& f) {
   static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
 }
 
-/// acc + F * x for a compile-time coefficient F (0: nothing, +-1: add/sub).
-template <double F>
+/// acc + C[I][J] * x for a coefficient of a compile-time matrix C (0: nothing,
+/// +-1: add/sub). The coefficient is looked up here, not passed as a double
+/// template argument: clang before 18 (the fuzzing build) has none.
+template <const auto& C, int I, int J>
 __attribute__((always_inline)) inline vf madd(vf acc, vf x) {
+  constexpr double F = C[I][J];
   if constexpr (F == 0.0) return acc;
   else if constexpr (F == 1.0) return acc + x;
   else if constexpr (F == -1.0) return acc - x;
@@ -45,7 +54,7 @@ template <int R, int A, const auto& C>
 __attribute__((always_inline)) inline void combine(const vf* in, vf* out, vf init) {
   static_for<R>([&](auto i) __attribute__((always_inline)) {
     vf acc = init;
-    static_for<A>([&](auto a) __attribute__((always_inline)) { acc = madd<C[i][a]>(acc, in[a]); });
+    static_for<A>([&](auto a) __attribute__((always_inline)) { acc = madd<C, i, a>(acc, in[a]); });
     out[i] = acc;
   });
 }
@@ -119,7 +128,7 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
         static_for<A>([&](auto b) __attribute__((always_inline)) {
           vf colv[A], out[A];
           static_for<A>([&](auto a) __attribute__((always_inline)) { colv[a] = d[a][b]; });
-          combine<A, A, kWgMat<M>.bt>(colv, out, vzero());
+          combine<A, A, kWgBT<M>>(colv, out, vzero());
           static_for<A>([&](auto i) __attribute__((always_inline)) { s[i][b] = out[i]; });
         });
         // Where V[p] of this tile goes: locals, which no vector store can alias.
@@ -127,7 +136,7 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
         const int64_t dst_p = kStageEncode ? kEncodeTiles * kV : pstride;
         static_for<A>([&](auto i) __attribute__((always_inline)) {
           vf out[A];
-          combine<A, A, kWgMat<M>.bt>(s[i], out, vzero());
+          combine<A, A, kWgBT<M>>(s[i], out, vzero());
           static_for<A>([&](auto j) __attribute__((always_inline)) { vstore(dst + (i * A + j) * dst_p, out[j]); });
         });
         // The next tile: along the row, then down, then the next image.
@@ -373,7 +382,7 @@ void decode_m(const wg::Geometry& g, const gemm::Epilogue& ep, const float* bias
       static_for<A>([&](auto b) __attribute__((always_inline)) {
         vf col[A], out[M];
         static_for<A>([&](auto a) __attribute__((always_inline)) { col[a] = vload(src + (a * A + b) * pstride); });
-        combine<M, A, kWgMat<M>.at>(col, out, vzero());
+        combine<M, A, kWgAT<M>>(col, out, vzero());
         static_for<M>([&](auto i) __attribute__((always_inline)) { s[i][b] = out[i]; });
       });
       const vf bv = bias ? vload(bias + kb * kV) : vzero();
@@ -383,7 +392,7 @@ void decode_m(const wg::Geometry& g, const gemm::Epilogue& ep, const float* bias
       static_for<M>([&](auto i) __attribute__((always_inline)) {
         if (i >= rows) return;
         vf out[M];
-        combine<M, A, kWgMat<M>.at>(s[i], out, bv);
+        combine<M, A, kWgAT<M>>(s[i], out, bv);
         for (int j = 0; j < M && j < cols; ++j) {
           vf o = act(out[j]);
           if (valid < kV) o = vkeep_n(o, valid);

@@ -1,0 +1,68 @@
+#include "fuzz_targets.hpp"
+
+#include <softneuro/net.hpp>
+
+#include <softneuro/error.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace softneuro::fuzz {
+
+const std::string& scratch_dir() {
+  static const std::string dir = [] {
+    auto d = std::filesystem::temp_directory_path() / fmt::format("softneuro-fuzz-{}", ::getpid());
+    std::filesystem::create_directories(d);
+    return d.string();
+  }();
+  return dir;
+}
+
+std::string write_scratch(const std::string& name, const uint8_t* data, std::size_t size) {
+  std::string path = scratch_dir() + "/" + name;
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot write " + path);
+  if (size && std::fwrite(data, 1, size, f) != size) {
+    std::fclose(f);
+    throw std::runtime_error("cannot write " + path);
+  }
+  std::fclose(f);
+  return path;
+}
+
+void init() {
+  ::setenv("SOFTNEURO_LOG", "error", 0);
+  set_num_threads(1);
+}
+
+std::vector<NamedBlob> small_inputs(const Model& model, std::size_t max_elements) {
+  std::vector<NamedBlob> inputs;
+  std::size_t total = 0;
+  for (const auto& in : model.inputs()) {
+    std::size_t n = 1;
+    for (auto d : in.shape) {
+      if (d < 0 || (d > 0 && n > max_elements / static_cast<std::size_t>(d))) return {};
+      n *= static_cast<std::size_t>(d);
+    }
+    total += n;
+    if (total > max_elements) return {};
+    inputs.push_back({in.name, Blob::allocate(in.shape, in.dtype)});
+  }
+  return inputs;
+}
+
+void run_once(const Model& model) {
+  SessionOptions options;
+  options.threads = 1;
+  options.memory_limit = std::size_t{256} << 20;
+  Session session(model, options);
+  auto inputs = small_inputs(model, std::size_t{1} << 16);
+  if (!inputs.empty() || model.inputs().empty()) session.run(inputs);
+}
+
+}  // namespace softneuro::fuzz

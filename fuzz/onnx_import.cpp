@@ -1,0 +1,20 @@
+// The ONNX importer: parse, translate, fold, run the graph passes, prepare;
+// then run the imported model once on a small zero input.
+#include "fuzz_targets.hpp"
+
+#include <softneuro/error.hpp>
+#include <softneuro/import.hpp>
+#include <softneuro/net.hpp>
+
+namespace softneuro::fuzz {
+
+int onnx_import(const uint8_t* data, std::size_t size) {
+  const std::string path = write_scratch("model.onnx", data, size);
+  try {
+    run_once(softneuro::import_onnx(path).model());
+  } catch (const softneuro::Error&) {
+  }
+  return 0;
+}
+
+}  // namespace softneuro::fuzz

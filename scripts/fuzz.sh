@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Fuzzing (docs/fuzzing.md): builds the libFuzzer harnesses of fuzz/ with clang,
+# ASan and UBSan in build-fuzz/, seeds their corpora with the files the test
+# suite writes (ONNX models, .dnn files, .npy/.npz samples, cache files) and
+# the bundled model, and runs each harness for a bounded time.
+#
+#   scripts/fuzz.sh [SECONDS]            each harness for SECONDS (default 60)
+#   scripts/fuzz.sh --runs N [HARNESS]   each (or one) harness for N executions
+#
+# Needs the Release build (build/, scripts/test.sh or main.sh made it) for the
+# seeds. A crash, leak, timeout (30 s) or allocation over 2 GiB fails the
+# script; the input is kept in build-fuzz/crashes/<harness>/ and becomes a
+# regression test (tests/core/test_fuzz_regressions.cpp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+limit=(-max_total_time="${1:-60}")
+only=""
+if [ "${1:-}" = "--runs" ]; then
+  limit=(-runs="$2")
+  only="${3:-}"
+fi
+harnesses=(dnn_load onnx_import npy_read cache_read)
+[ -n "$only" ] && harnesses=("$only")
+
+CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSOFTNEURO_FUZZ=ON -DBUILD_TESTING=OFF -DSOFTNEURO_CUDA=OFF > /dev/null
+cmake --build build-fuzz -j "$(nproc)" --target "${harnesses[@]/#/fuzz_}"
+
+# Seeds: the files two test binaries write, kept in a folder of their own.
+seeds=build-fuzz/seeds
+if [ ! -d "$seeds" ]; then
+  [ -x build/softneuro_import_tests ] && [ -x build/tests/softneuro_tests ] ||
+    { echo "fuzz.sh: build the tests first (scripts/test.sh)" >&2; exit 1; }
+  written="$(mktemp -d)"
+  (export TMPDIR="$written" SOFTNEURO_TEST_KEEP_FILES=1 SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive
+   ./build/softneuro_import_tests > /dev/null
+   ./build/tests/softneuro_tests "[dnn],[net],[session],[npy],[calibrate],[tune]" > /dev/null)
+  mkdir -p "$seeds.tmp"/{dnn_load,onnx_import,npy_read,cache_read}
+  n=0
+  while IFS= read -r -d '' f; do
+    n=$((n + 1))
+    case "$f" in
+      *.dnn) cp "$f" "$seeds.tmp/dnn_load/$n.dnn" ;;
+      *.onnx) cp "$f" "$seeds.tmp/onnx_import/$n.onnx" ;;
+      *.npy | *.npz) cp "$f" "$seeds.tmp/npy_read/$n.${f##*.}" ;;
+      */profiles.tsv) { printf '\0\0'; cat "$f"; } > "$seeds.tmp/cache_read/$n.profiles" ;;
+      */calibration/*.tsv) { printf '\1\0'; head -n -1 "$f"; } > "$seeds.tmp/cache_read/$n.calibration" ;;
+    esac
+  done < <(find "$written" -type f -size -256k -print0)
+  cp build/models/demo.dnn "$seeds.tmp/dnn_load/"
+  rm -rf "$written"
+  mv "$seeds.tmp" "$seeds"
+fi
+
+# The harnesses write each input to a file: in memory where /dev/shm is.
+[ -w /dev/shm ] && export TMPDIR=/dev/shm
+for h in "${harnesses[@]}"; do
+  mkdir -p "build-fuzz/corpus/$h" "build-fuzz/crashes/$h"
+  echo "fuzz_$h: $(ls "$seeds/$h" | wc -l) seeds, ${limit[*]}"
+  log="build-fuzz/fuzz_$h.log"
+  if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 \
+    "./build-fuzz/fuzz/fuzz_$h" "build-fuzz/corpus/$h" "$seeds/$h" "${limit[@]}" \
+    -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -print_final_stats=1 \
+    -artifact_prefix="build-fuzz/crashes/$h/" > "$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "fuzz_$h found a crash (log $log, input in build-fuzz/crashes/$h/)" >&2
+    exit 1
+  fi
+  grep -E "INITED|stat::number_of_executed_units|stat::peak_rss|Done" "$log" | sed "s/^/  /"
+done
