@@ -15,7 +15,13 @@ ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t 
   r.scale.resize(static_cast<std::size_t>(channels));
   for (int64_t o = 0; o < channels; ++o) {
     float mx = 0;
-    for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(w[o * k + i]));
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = w[o * k + i];
+      if (!std::isfinite(v))
+        throw Error(fmt::format("weight value {} (output channel {}) has no int8 representation; run this layer in float",
+                                v, o), {}, {}, "weight");
+      mx = std::max(mx, std::fabs(v));
+    }
     const float s = mx > 0 ? mx / 127.0f : 1.0f;
     r.scale[static_cast<std::size_t>(o)] = s;
     for (int64_t i = 0; i < k; ++i)
@@ -23,6 +29,14 @@ ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t 
           static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(w[o * k + i] / s)), -127, 127));
   }
   return r;
+}
+
+int32_t quantize_bias_value(float bias, double step) {
+  const double v = std::nearbyint(double(bias) / step);
+  if (!std::isfinite(bias) || std::isnan(v))
+    throw Error(fmt::format("bias value {} has no int32 representation at step {}; run this layer in float", bias, step),
+                {}, {}, "bias");
+  return static_cast<int32_t>(std::clamp(v, -1073741824.0, 1073741824.0));
 }
 
 std::optional<Blob> on_int8_grid(const Blob& w) {

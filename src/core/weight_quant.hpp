@@ -13,11 +13,17 @@ namespace softneuro::core {
 
 /// Per output channel (the first `channels` rows of `k` values), symmetric:
 /// s[o] = max|w[o]| / 127 (1 where a channel is all zeros), q = round(w / s) in [-127, 127].
+/// Throws softneuro::Error (field "weight") on a value that is not finite.
 struct ChannelQuantized {
   std::vector<int8_t> q;     ///< [channels][k]
   std::vector<float> scale;  ///< [channels]
 };
 ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k);
+
+/// A bias value on the int32 grid of its conv/dense's accumulators (step
+/// s_in * s_w), rounded and clamped to +-2^30 (headroom for the products added
+/// to it). Throws softneuro::Error (field "bias") where it is not finite.
+int32_t quantize_bias_value(float bias, double step);
 
 /// `w` (float32, axis 0 = output channels) moved onto its int8 grid: values
 /// q * s whose quantize_per_channel gives back exactly those q and s, so a

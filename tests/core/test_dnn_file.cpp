@@ -396,3 +396,22 @@ TEST_CASE("a saved file has the permissions the user's umask gives, and no tempo
   CHECK(left == 0);
   std::remove(p.c_str());
 }
+
+TEST_CASE("weights with values that are not finite have no int8 quantisation", "[dnn]") {
+  // Fuzzing found it (fuzz/regressions/dnn_load/int8-conv-nan-weight): a .dnn
+  // whose qint8 conv has a NaN weight converted NaN to int (undefined).
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> w = {0.5f, -1.0f, bad, 2.0f};
+    try {
+      core::quantize_per_channel(w.data(), 2, 2);
+      FAIL("quantised a weight of " << bad);
+    } catch (const Error& e) {
+      CHECK(e.field() == "weight");
+      CHECK_THAT(e.what(), Catch::Contains("output channel 1"));
+    }
+    // And its bias (fuzz/regressions/dnn_load/int8-conv-nan-bias).
+    CHECK_THROWS_WITH(core::quantize_bias_value(bad, 0.01), Catch::Contains("no int32 representation"));
+  }
+  CHECK(core::quantize_bias_value(1.0f, 0.01) == 100);
+  CHECK(core::quantize_bias_value(1e30f, 0.01) == 1 << 30);
+}

@@ -131,7 +131,7 @@ std::vector<int32_t> quantize_bias(const Blob* bias, const QuantWeights& qw, flo
   std::vector<int32_t> b(qw.scale.size(), 0);
   for (std::size_t o = 0; o < b.size(); ++o) {
     double v = 0;
-    if (bias) v = std::nearbyint(double(bias->data_as<float>()[o]) / (double(s_in) * double(qw.scale[o])));
+    if (bias) v = core::quantize_bias_value(bias->data_as<float>()[o], double(s_in) * double(qw.scale[o]));
     v -= double(fold_zp) * double(qw.row_sum[o]);
     b[o] = static_cast<int32_t>(std::clamp(v, -2147483648.0, 2147483647.0));
   }

@@ -178,9 +178,7 @@ void transpose_to_nchw(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t
 /// Weights per output channel, symmetric (the project's convention, core/weight_quant.hpp).
 using QuantWeights = core::ChannelQuantized;
 QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k) { return core::quantize_per_channel(w, oc, k); }
-int32_t quantise_bias(float b, float s_in, float s_w) {
-  return static_cast<int32_t>(std::clamp(std::nearbyint(double(b) / (double(s_in) * double(s_w))), -1073741824.0, 1073741824.0));
-}
+int32_t quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
 float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
   return ep.act == Epilogue::linear ? static_cast<float>(double(s_in) * double(s_w) / double(s_out))
                                     : static_cast<float>(double(s_in) * double(s_w));

@@ -930,9 +930,8 @@ QWeights quantise(const std::vector<float>& w, int64_t oc, int64_t k, const Blob
   QWeights r{std::move(q.q), std::move(q.scale), std::vector<int32_t>(static_cast<std::size_t>(oc), 0)};
   if (bias)
     for (int64_t o = 0; o < oc; ++o)
-      r.bias[static_cast<std::size_t>(o)] = static_cast<int32_t>(
-          std::clamp(std::nearbyint(double(bias->data_as<float>()[o]) / (double(s_in) * double(r.scale[static_cast<std::size_t>(o)]))),
-                     -1073741824.0, 1073741824.0));
+      r.bias[static_cast<std::size_t>(o)] =
+          core::quantize_bias_value(bias->data_as<float>()[o], double(s_in) * double(r.scale[static_cast<std::size_t>(o)]));
   return r;
 }
 
