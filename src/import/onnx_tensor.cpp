@@ -264,12 +264,27 @@ Blob float_blob(const Shape& shape, const std::vector<float>& values) {
   return b;
 }
 
+namespace {
+
+/// A float constant as an integer (truncated, as ONNX's Cast): an Error where
+/// it has none (NaN, infinite, beyond int64), never undefined behaviour.
+template <class D, class S>
+D to_int_type(S v) {
+  if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+    if (!(v > -9223372036854775808.0f && v < 9223372036854775808.0f))
+      throw Error(fmt::format("constant value {} has no int64 value", v));
+  }
+  return static_cast<D>(v);
+}
+
+}  // namespace
+
 std::vector<int64_t> to_ints(const Blob& b) {
   return by_dtype(b.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* p = b.data_as<T>();
     std::vector<int64_t> v(static_cast<std::size_t>(b.numel()));
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(p[i]);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = to_int_type<int64_t>(p[i]);
     return v;
   });
 }
@@ -289,7 +304,7 @@ Blob cast_to(const Blob& b, DType dtype) {
     using S = decltype(s);
     by_dtype(dtype, [&](auto d) {
       using D = decltype(d);
-      std::transform(b.data_as<S>(), b.data_as<S>() + b.numel(), out.data_as<D>(), [](S v) { return static_cast<D>(v); });
+      std::transform(b.data_as<S>(), b.data_as<S>() + b.numel(), out.data_as<D>(), [](S v) { return to_int_type<D>(v); });
       return 0;
     });
     return 0;

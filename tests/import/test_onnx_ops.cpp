@@ -765,6 +765,20 @@ TEST_CASE("Constant node attributes, Dropout, Expand, Cast", "[onnx][constant]")
   for (std::size_t i = 0; i < 6; ++i) CHECK(got.values[i] == Approx(x[i] + float(i % 3 + 1)));
 }
 
+TEST_CASE("A float constant cast to an integer it has none of is an error naming the node", "[onnx][constant]") {
+  // Fuzzing found it (fuzz/regressions/onnx_import): a float constant of
+  // 2.9e23 read as int64 (undefined behaviour, then any shape).
+  for (float v : {1e30f, -1e30f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    OnnxModel m(13);
+    m.input("x", {1, 4}).output("y");
+    m.init("s", {2}, {1, v});
+    m.node("Cast", {"s"}, {"si"}, "to_int").i("to", onnx::TensorProto::INT64);
+    m.node("Reshape", {"x", "si"}, {"y"});
+    CHECK_THROWS_WITH(import_onnx(m.save("cast_huge.onnx")),
+                      Catch::Contains("has no int64 value") && Catch::Contains("to_int"));
+  }
+}
+
 TEST_CASE("Arithmetic on constants is computed at import, other layers of constants by fold_constants", "[onnx][fold]") {
   const Shape xs{1, 4};
   auto x = random_values(4, 32);
