@@ -1710,7 +1710,8 @@ void Importer::reshape(const Node& n) {
       throw n.error(fmt::format("invalid dim {}", d), "shape");
     }
     out.push_back(d);
-    if (static_cast<int>(i) != infer) known *= d;
+    if (static_cast<int>(i) != infer && __builtin_mul_overflow(known, d, &known))
+      throw n.error(fmt::format("the dims [{}] multiply beyond int64", fmt::join(spec, ",")), "shape");
   }
   if (infer >= 0) {
     if (known == 0 || xs.numel() % known) throw n.error(fmt::format("cannot reshape {} into [{}]", xs.to_string(), fmt::join(spec, ",")), "shape");

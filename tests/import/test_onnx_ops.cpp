@@ -779,6 +779,16 @@ TEST_CASE("A float constant cast to an integer it has none of is an error naming
   }
 }
 
+TEST_CASE("Reshape dims whose product overflows int64 are an error naming the node", "[onnx][constant]") {
+  // Fuzzing found it (fuzz/regressions/onnx_import/reshape-dims-overflow).
+  OnnxModel m(13);
+  m.input("x", {2, 3, 4}).output("y");
+  m.init_ints("shape", {3}, {-1, int64_t{1} << 42, int64_t{1} << 22});
+  m.node("Reshape", {"x", "shape"}, {"y"}, "big_reshape");
+  CHECK_THROWS_WITH(import_onnx(m.save("reshape_overflow.onnx")),
+                    Catch::Contains("multiply beyond int64") && Catch::Contains("big_reshape"));
+}
+
 TEST_CASE("Arithmetic on constants is computed at import, other layers of constants by fold_constants", "[onnx][fold]") {
   const Shape xs{1, 4};
   auto x = random_values(4, 32);
