@@ -434,7 +434,7 @@ int64_t ResizeAxis::nearest(double src) const {
     case round_prefer_ceil: r = std::floor(src + 0.5); break;
     default: r = src - std::floor(src) == 0.5 ? std::floor(src) : std::round(src); break;
   }
-  return std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1);
+  return static_cast<int64_t>(clamped(r));  // in floating point: r may be beyond int64, or NaN
 }
 
 ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& output) {

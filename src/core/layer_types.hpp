@@ -154,6 +154,9 @@ struct ResizeAxis {
   bool outside(double src) const { return transform == tf_crop_and_resize && (src < 0 || src > double(in - 1)); }
   /// The nearest input index of a source coordinate, clamped into the input.
   int64_t nearest(double src) const;
+  /// A source coordinate clamped into [0, in - 1] (NaN: 0), where linear
+  /// interpolation reads: safe to convert to an index.
+  double clamped(double src) const { return src >= 0 ? std::min(src, double(in - 1)) : 0.0; }
 };
 struct ResizeGeometry {
   bool linear = false;

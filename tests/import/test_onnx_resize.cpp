@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 using namespace softneuro;
 using namespace softneuro::test;
 
@@ -40,6 +42,30 @@ TEST_CASE("Resize: scales (opset 11, empty roi) and sizes (opset 13) import and 
     Output y = run_model(m, "resize_crop.onnx", Shape{1, 1, 3, 4}, kX);
     const std::vector<float> want = {7.5f, 7.5f, 7.5f, 7.5f, 7.5f, 1.0875f, 0.84000003f, 0.95249999f, 1.4249998f, 7.5f, 1.0835004f, 2.0240006f, 3.3245006f, 4.9850001f, 7.5f, 5.8795004f, 8.0080004f, 10.496501f, 13.345f, 7.5f};
     CHECK(max_abs_diff(y.values, want) < 1e-5);
+  }
+}
+
+TEST_CASE("Resize: crop boxes beyond any index and NaN read the extrapolation value or the edge", "[onnx][resize]") {
+  // Fuzzing found it (fuzz/regressions/onnx_import/resize-roi-beyond-int64):
+  // a source coordinate of 3e38 converted to an index (undefined behaviour).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const char* mode : {"nearest", "linear"}) {
+    OnnxModel m(13);
+    m.input("x", {1, 1, 3, 4}).output("y");
+    m.init("roi", {8}, {0, 0, -0.2f, nan, 1, 1, 3e38f, 1.3f}).init_ints("sizes", {4}, {1, 1, 4, 5});
+    m.node("Resize", {"x", "roi", "", "sizes"}, {"y"}).s("mode", mode).s("coordinate_transformation_mode", "tf_crop_and_resize").f("extrapolation_value", 7.5f);
+    Output y = run_model(m, "resize_crop_huge.onnx", Shape{1, 1, 3, 4}, kX);
+    // Every row's source lies outside the input (below 0, or beyond it).
+    for (float v : y.values) CHECK(v == 7.5f);
+  }
+  {
+    // NaN source coordinates (a NaN scale between roi bounds) read index 0.
+    OnnxModel m(13);
+    m.input("x", {1, 1, 3, 4}).output("y");
+    m.init("roi", {8}, {0, 0, nan, 0, 1, 1, 1, 1}).init_ints("sizes", {4}, {1, 1, 4, 5});
+    m.node("Resize", {"x", "roi", "", "sizes"}, {"y"}).s("mode", "nearest").s("coordinate_transformation_mode", "tf_crop_and_resize");
+    Output y = run_model(m, "resize_crop_nan.onnx", Shape{1, 1, 3, 4}, kX);
+    CHECK(y.values.size() == 20);
   }
 }
 

@@ -983,7 +983,7 @@ struct Resize final : RefPrepared {
             out = plane[g.h.nearest(sy) * iw + g.w.nearest(sx)];
             continue;
           }
-          const double cy = std::clamp(sy, 0.0, double(ih - 1)), cx = std::clamp(sx, 0.0, double(iw - 1));
+          const double cy = g.h.clamped(sy), cx = g.w.clamped(sx);
           const int64_t y0 = static_cast<int64_t>(cy), x0 = static_cast<int64_t>(cx);
           const int64_t y1 = std::min(y0 + 1, ih - 1), x1 = std::min(x0 + 1, iw - 1);
           const double fy = cy - double(y0), fx = cx - double(x0);

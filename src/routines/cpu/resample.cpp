@@ -35,7 +35,7 @@ std::vector<Tap> taps(const core::ResizeAxis& a, bool linear) {
       tap.i0 = tap.i1 = a.nearest(src);
       continue;
     }
-    const double c = std::clamp(src, 0.0, static_cast<double>(a.in - 1));
+    const double c = a.clamped(src);
     tap.i0 = static_cast<int64_t>(c);
     tap.i1 = std::min(tap.i0 + 1, a.in - 1);
     tap.w1 = static_cast<float>(c - static_cast<double>(tap.i0));
