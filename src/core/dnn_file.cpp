@@ -74,8 +74,20 @@ struct Reader {
 
   std::string str(const flatbuffers::String* s) const { return s ? s->str() : std::string(); }
 
+  /// A vector of 8-byte values, checked to be aligned to them: FlatBuffers 2's
+  /// verifier checks only its length's alignment, and a misaligned read is
+  /// undefined behaviour.
+  template <class T>
+  const flatbuffers::Vector<T>* aligned(const flatbuffers::Vector<T>* v, const std::string& layer,
+                                        const std::string& field) const {
+    if (v && reinterpret_cast<std::uintptr_t>(v->data()) % alignof(T) != 0)
+      bad(file, field, fmt::format("a vector of {}-byte values at a misaligned offset: the model section is damaged",
+                                   sizeof(T)), layer);
+    return v;
+  }
+
   Shape shape(const flatbuffers::Vector<int64_t>* v, const std::string& layer, const std::string& field) const {
-    if (!v) return Shape{};
+    if (!aligned(v, layer, field)) return Shape{};
     if (v->size() > static_cast<unsigned>(Shape::max_rank))
       bad(file, field, fmt::format("rank {} exceeds the maximum {}", v->size(), Shape::max_rank), layer);
     Shape s;
@@ -128,8 +140,12 @@ struct Reader {
       case fb::AttrKind::Int: return a->i();
       case fb::AttrKind::Float: return a->f();
       case fb::AttrKind::String: return str(a->s());
-      case fb::AttrKind::Ints: return a->ints() ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end()) : std::vector<int64_t>{};
-      case fb::AttrKind::Floats: return a->floats() ? std::vector<double>(a->floats()->begin(), a->floats()->end()) : std::vector<double>{};
+      case fb::AttrKind::Ints:
+        if (auto v = aligned(a->ints(), layer, field)) return std::vector<int64_t>(v->begin(), v->end());
+        return std::vector<int64_t>{};
+      case fb::AttrKind::Floats:
+        if (auto v = aligned(a->floats(), layer, field)) return std::vector<double>(v->begin(), v->end());
+        return std::vector<double>{};
     }
     bad(file, field, fmt::format("unknown parameter kind {}", static_cast<int>(a->kind())), layer);
   }
