@@ -287,7 +287,7 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
       if (qp.scales.empty() || (!qp.zero_points.empty() && qp.zero_points.size() != qp.scales.size()) || qp.axis < -1)
         bad(file, field, "inconsistent scales, zero points or axis");
       for (float sc : qp.scales)
-        if (!(sc > 0) || !std::isfinite(sc)) bad(file, field, fmt::format("scale {} is not a positive finite number", sc));
+        if (!quant_scale_in_range(sc)) bad(file, field, fmt::format("scale {} lies outside [1e-30, 1e30]", sc));
       if (!g.blob_quant.emplace(r.str(q->blob()), std::move(qp)).second) bad(file, field, "duplicate entry");
     }
   return g;

@@ -87,8 +87,8 @@ Blob dequantize_weight(const Blob& q, const std::string& field) {
     throw Error(fmt::format("{} zero points for {} scales", qp.zero_points.size(), qp.scales.size()), {}, {}, field + ".zero_points");
   const int32_t lo = q.dtype() == DType::qint8 ? -128 : 0, hi = q.dtype() == DType::qint8 ? 127 : 255;
   for (std::size_t i = 0; i < qp.scales.size(); ++i) {
-    if (!std::isfinite(qp.scales[i]) || !(qp.scales[i] > 0) || qp.scales[i] > 1e30f)
-      throw Error(fmt::format("scale {} of slice {} is not a finite positive value", qp.scales[i], i), {}, {}, field + ".scales");
+    if (!quant_scale_in_range(qp.scales[i]))
+      throw Error(fmt::format("scale {} of slice {} lies outside [1e-30, 1e30]", qp.scales[i], i), {}, {}, field + ".scales");
     if (!qp.zero_points.empty() && (qp.zero_points[i] < lo || qp.zero_points[i] > hi))
       throw Error(fmt::format("zero point {} of slice {} lies outside {}", qp.zero_points[i], i, to_string(q.dtype())), {}, {},
                   field + ".zero_points");

@@ -11,6 +11,12 @@
 
 namespace softneuro::core {
 
+/// Whether a quantisation scale (of a weight, a blob, a calibration) lies in
+/// the range the library computes with: [1e-30, 1e30], finite. Outside it
+/// products of scales overflow or vanish in float, and a library under a
+/// routine may assert; a file that holds one is damaged.
+inline bool quant_scale_in_range(double s) { return s >= 1e-30 && s <= 1e30; }
+
 /// Per output channel (the first `channels` rows of `k` values), symmetric:
 /// s[o] = max|w[o]| / 127 (1 where a channel is all zeros), q = round(w / s) in [-127, 127].
 /// Throws softneuro::Error (field "weight") on a value that is not finite.

@@ -26,6 +26,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/net_impl.hpp"
+#include "core/weight_quant.hpp"
 #include "import/dynamic_dims.hpp"
 #include "import/onnx_tensor.hpp"
 
@@ -1113,8 +1114,8 @@ void Importer::tile(const Node& n) {
 Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32) {
   QParams q;
   for (double v : to_doubles(require_constant(n, scale_k, "scale"))) {
-    if (!(v > 0) || !std::isfinite(v) || v > 1e30 || v < 1e-30)
-      throw n.error(fmt::format("{} scale {} is not a positive finite number", what, v), "scale");
+    if (!core::quant_scale_in_range(v))
+      throw n.error(fmt::format("{} scale {} lies outside [1e-30, 1e30]", what, v), "scale");
     q.scales.push_back(static_cast<float>(v));
   }
   if (q.scales.empty()) throw n.error(fmt::format("{} has no scale", what), "scale");

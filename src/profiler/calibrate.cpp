@@ -12,6 +12,7 @@
 #include "core/dnn_file.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
+#include "core/weight_quant.hpp"
 
 #include <fmt/format.h>
 
@@ -271,7 +272,7 @@ std::optional<Calibration> load_calibration(const std::string& path, std::size_t
     const unsigned long m = std::strtoul(f[0].c_str(), &end, 10);
     const float scale = std::strtof(f[2].c_str(), &end);
     const long zp = std::strtol(f[3].c_str(), &end, 10);
-    if (m >= methods || !std::isfinite(scale) || !(scale > 0) || zp < -128 || zp > 127) return damaged("bad record");
+    if (m >= methods || !core::quant_scale_in_range(scale) || zp < -128 || zp > 127) return damaged("bad record");
     QuantParams q;
     q.scales = {scale};
     q.zero_points = {static_cast<int32_t>(zp)};

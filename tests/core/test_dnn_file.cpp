@@ -284,6 +284,13 @@ TEST_CASE("calibrated blob quantisation survives a round trip and reaches routin
   g.blob_quant["b0"].scales = {-1.0f};
   auto bad = core::serialize_dnn(g);
   CHECK_THROWS_WITH(core::read_dnn_bytes(bad.data(), bad.size(), "mem"), Catch::Contains("blob_quant.b0"));
+  // So is one beyond the range the library computes with (1e38 aborted in XNNPACK).
+  for (float huge : {1e38f, 1e-38f}) {
+    g.blob_quant["b0"].scales = {huge};
+    auto out_of_range = core::serialize_dnn(g);
+    CHECK_THROWS_WITH(core::read_dnn_bytes(out_of_range.data(), out_of_range.size(), "mem"),
+                      Catch::Contains("blob_quant.b0") && Catch::Contains("outside [1e-30, 1e30]"));
+  }
 }
 
 TEST_CASE("weights on their int8 grid are stored as int8; damaged int8 weights are refused", "[dnn]") {

@@ -644,3 +644,17 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
   profiler::calibrate(fifo.impl(), {}, dir);
   CHECK(fifo.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
 }
+
+TEST_CASE("the calibration cache refuses scales outside [1e-30, 1e30]", "[calibrate]") {
+  const std::string path = test::temp_path("scale_range.tsv");
+  auto load_with_scale = [&](const char* scale) {
+    std::string body = fmt::format("softneuro-calibration-v3\n0\tx\t{}\t3\n", scale);
+    body += fmt::format("{:016x}\n", core::xxh64(body.data(), body.size()));
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << body;
+    return profiler::load_calibration(path, 1);
+  };
+  auto ok = load_with_scale("0.5");
+  REQUIRE(ok);
+  CHECK(ok->quants[0].at("x").scales == std::vector<float>{0.5f});
+  for (const char* bad : {"1e38", "1e-38", "0", "-1", "inf", "nan"}) CHECK_FALSE(load_with_scale(bad));
+}
