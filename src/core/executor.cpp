@@ -130,10 +130,18 @@ int Executor::convert(int slot, const Schema& want, const std::string& consumer,
   if (tuned)
     for (const auto& c : cands)
       if (c.support.ok && c.descriptor == tuned->steps[0]) {
+        // Its parameters checked against its space as a layer routine's are.
+        RoutineParams params = tuned->params;
+        std::string dropped;
+        if (Support ok = params_in_space(*c.routine, step->info, want, params, dropped); !ok) {
+          warn("{}: tuned adapt {} cannot run here ({}); using the default choice", step->name, c.descriptor, ok.reason);
+          break;
+        }
+        if (!dropped.empty()) info("{}: tuned adapt {} runs with its default for {}", step->name, c.descriptor, dropped);
         pick = &c;
         step->tuned = true;
         step->predicted_ms = tuned->predicted_ms;
-        step->params = tuned->params;
+        step->params = std::move(params);
       }
   if (!pick)
     for (const auto& c : cands)

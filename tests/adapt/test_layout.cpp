@@ -168,4 +168,16 @@ TEST_CASE("the executor takes an edge's adapt from the routine path and shows it
     }
   }
   CHECK(found);
+  // A parameter the tuned adapt does not have (a crafted file) never reaches
+  // its prepare(): the default adapt converts the blob.
+  g.routine_path.adapts[0].params = {{"via", 7}};
+  Net crafted(detail::NetImpl::build(g));
+  found = false;
+  for (const auto& l : crafted.layers())
+    if (l.type == "adapt" && l.inputs[0] == first.outputs[0]) {
+      found = true;
+      CHECK_FALSE(l.tuned);
+      CHECK(l.routine_params.empty());
+    }
+  CHECK(found);
 }
