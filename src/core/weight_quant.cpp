@@ -22,7 +22,9 @@ ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t 
                                 v, o), {}, {}, "weight");
       mx = std::max(mx, std::fabs(v));
     }
-    const float s = mx > 0 ? mx / 127.0f : 1.0f;
+    // A channel all zeros, or too small for a scale in range (|w| < 1.27e-28,
+    // where mx / 127 may even underflow to 0), quantises to zeros at scale 1.
+    const float s = quant_scale_in_range(mx / 127.0f) ? mx / 127.0f : 1.0f;
     r.scale[static_cast<std::size_t>(o)] = s;
     for (int64_t i = 0; i < k; ++i)
       r.q[static_cast<std::size_t>(o * k + i)] =

@@ -419,6 +419,12 @@ TEST_CASE("weights with values that are not finite have no int8 quantisation", "
     // And its bias (fuzz/regressions/dnn_load/int8-conv-nan-bias).
     CHECK_THROWS_WITH(core::quantize_bias_value(bad, 0.01), Catch::Contains("no int32 representation"));
   }
+  // A channel of values too small for a scale in range (1e-40 / 127 underflows
+  // to 0, and w / 0 is infinite): zeros at scale 1.
+  std::vector<float> tiny = {1e-40f, -1e-40f, 0.5f, 1.0f};
+  auto q = core::quantize_per_channel(tiny.data(), 2, 2);
+  CHECK(q.scale == std::vector<float>{1.0f, 1.0f / 127});
+  CHECK(q.q == std::vector<int8_t>{0, 0, 64, 127});
   CHECK(core::quantize_bias_value(1.0f, 0.01) == 100);
   CHECK(core::quantize_bias_value(1e30f, 0.01) == 1 << 30);
 }
