@@ -22,13 +22,15 @@ ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t 
                                 v, o), {}, {}, "weight");
       mx = std::max(mx, std::fabs(v));
     }
+    if (mx / 127.0f > 1e30f)
+      throw Error(fmt::format("weight value {} (output channel {}) needs a scale above 1e30; run this layer in float",
+                              mx, o), {}, {}, "weight");
     // A channel all zeros, or too small for a scale in range (|w| < 1.27e-28,
     // where mx / 127 may even underflow to 0), quantises to zeros at scale 1.
     const float s = quant_scale_in_range(mx / 127.0f) ? mx / 127.0f : 1.0f;
     r.scale[static_cast<std::size_t>(o)] = s;
     for (int64_t i = 0; i < k; ++i)
-      r.q[static_cast<std::size_t>(o * k + i)] =
-          static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(w[o * k + i] / s)), -127, 127));
+      r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(std::clamp(std::nearbyint(w[o * k + i] / s), -127.0f, 127.0f));
   }
   return r;
 }
@@ -54,7 +56,12 @@ std::optional<Blob> on_int8_grid(const Blob& w) {
       if (!std::isfinite(src[i])) return std::nullopt;
     // The grid's values q * s give back q and s when quantised again only where
     // s is a fixed point of s -> fl(fl(127 s) / 127); a few steps find one.
-    ChannelQuantized q = quantize_per_channel(src, 1, k);
+    ChannelQuantized q;
+    try {
+      q = quantize_per_channel(src, 1, k);
+    } catch (const Error&) {
+      return std::nullopt;  // beyond int8 weights' range: stored as float32
+    }
     bool exact = false;
     for (int step = 0; step < 4 && !exact; ++step) {
       const float s = q.scale[0];

@@ -20,7 +20,8 @@ inline bool quant_scale_in_range(double s) { return s >= 1e-30 && s <= 1e30; }
 /// Per output channel (the first `channels` rows of `k` values), symmetric:
 /// s[o] = max|w[o]| / 127 (1 where a channel is all zeros or below 1.27e-28),
 /// q = round(w / s) in [-127, 127].
-/// Throws softneuro::Error (field "weight") on a value that is not finite.
+/// Throws softneuro::Error (field "weight") on a value that is not finite or
+/// needs a scale above 1e30 (|w| > 1.27e32).
 struct ChannelQuantized {
   std::vector<int8_t> q;     ///< [channels][k]
   std::vector<float> scale;  ///< [channels]

@@ -425,6 +425,12 @@ TEST_CASE("weights with values that are not finite have no int8 quantisation", "
   auto q = core::quantize_per_channel(tiny.data(), 2, 2);
   CHECK(q.scale == std::vector<float>{1.0f, 1.0f / 127});
   CHECK(q.q == std::vector<int8_t>{0, 0, 64, 127});
+  // Values needing a scale above 1e30 have none in range either.
+  std::vector<float> huge = {1e33f, 1.0f};
+  CHECK_THROWS_WITH(core::quantize_per_channel(huge.data(), 1, 2), Catch::Contains("scale above 1e30"));
+  Blob big = Blob::allocate(Shape{1, 2});
+  std::copy(huge.begin(), huge.end(), big.data_as<float>());
+  CHECK_FALSE(core::on_int8_grid(big));  // stored as float32
   CHECK(core::quantize_bias_value(1.0f, 0.01) == 100);
   CHECK(core::quantize_bias_value(1e30f, 0.01) == 1 << 30);
 }
