@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install dependencies, build (Release)
 # and run every test under CTest; then rebuild with AddressSanitizer + UBSan and
-# run the file-damage, net and plugin tests again under it; then rebuild with
-# ThreadSanitizer and run the concurrency tests (sessions of one model in
-# several threads) under it.
+# run the unit and importer tests and the fuzz regression inputs again under it;
+# then rebuild with ThreadSanitizer and run the concurrency tests (sessions of
+# one model in several threads) under it; then fuzz each reader of untrusted
+# bytes for a minute (docs/fuzzing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -16,10 +17,20 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build -j "$jobs" --output-on-failure --no-tests=error
 
+# ASan + UBSan: every unit and importer test, the unit tests again as on an
+# AVX2-only CPU (but the direct convolution's parameter sweeps, which run the
+# same uninstrumented tiles), and every input fuzzing once crashed with. Not
+# here: the CLI and out-of-tree plugin tests and the SSE4.1 rerun (CTest runs
+# them on the Release build); the per-ISA kernel files are not instrumented
+# (CMakeLists.txt: one took 9 minutes to compile so).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTNEURO_ASAN=ON
-cmake --build build-asan -j "$jobs" --target softneuro_tests
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  ./build-asan/tests/softneuro_tests "[dnn],[net],[plugin],[basics]"
+cmake --build build-asan -j "$jobs" --target softneuro_tests softneuro_import_tests softneuro_fuzz_regressions
+export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+./build-asan/tests/softneuro_tests
+SOFTNEURO_MAX_CPU_ISA=avx2 ./build-asan/tests/softneuro_tests "~[direct]"
+./build-asan/softneuro_import_tests
+./build-asan/fuzz/softneuro_fuzz_regressions fuzz/regressions
+unset ASAN_OPTIONS UBSAN_OPTIONS
 
 # ThreadSanitizer: -O1 (builds faster; TSan's advice). The concurrency tests run
 # sessions at one thread each: libgomp is not instrumented, so a team's fork and
@@ -28,3 +39,6 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_R
 cmake --build build-tsan -j "$jobs" --target softneuro_tests softneuro_import_tests
 TSAN_OPTIONS=halt_on_error=1:abort_on_error=1 ./build-tsan/tests/softneuro_tests "[concurrency]"
 TSAN_OPTIONS=halt_on_error=1:abort_on_error=1 ./build-tsan/softneuro_import_tests "[concurrency]"
+
+# Fuzzing: each harness for a minute (clang-14, ASan + UBSan, build-fuzz/).
+./scripts/fuzz.sh 60
