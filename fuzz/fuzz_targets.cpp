@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <unistd.h>
@@ -35,10 +34,7 @@ std::string write_scratch(const std::string& name, const uint8_t* data, std::siz
   return path;
 }
 
-void init() {
-  ::setenv("SOFTNEURO_LOG", "error", 0);
-  set_num_threads(1);
-}
+void init() { set_num_threads(1); }
 
 std::vector<NamedBlob> small_inputs(const Model& model, std::size_t max_elements) {
   std::vector<NamedBlob> inputs;

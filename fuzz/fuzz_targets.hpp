@@ -22,8 +22,9 @@ int npy_read(const uint8_t* data, std::size_t size);
 /// The profile and calibration cache readers.
 int cache_read(const uint8_t* data, std::size_t size);
 
-/// Before the first target runs: the library's log muted (a warning per
-/// damaged input would flood the run), one thread.
+/// Before the first target runs: one thread. (Mute the log, a warning per
+/// damaged input, with SOFTNEURO_LOG=error in the environment: the library
+/// reads it when it loads.)
 void init();
 
 /// A folder of this process's own (in $TMPDIR), made once.

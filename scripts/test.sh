@@ -29,7 +29,7 @@ export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=hal
 ./build-asan/tests/softneuro_tests
 SOFTNEURO_MAX_CPU_ISA=avx2 ./build-asan/tests/softneuro_tests "~[direct]"
 ./build-asan/softneuro_import_tests
-./build-asan/fuzz/softneuro_fuzz_regressions fuzz/regressions
+SOFTNEURO_LOG=error ./build-asan/fuzz/softneuro_fuzz_regressions fuzz/regressions
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 # ThreadSanitizer: -O1 (builds faster; TSan's advice). The concurrency tests run
