@@ -58,10 +58,13 @@ for h in "${harnesses[@]}"; do
   mkdir -p "build-fuzz/corpus/$h" "build-fuzz/crashes/$h"
   echo "fuzz_$h: $(ls "$seeds/$h" | wc -l) seeds, ${limit[*]}"
   log="build-fuzz/fuzz_$h.log"
+  # Models up to 64 KiB; cache files are read line by line: 4 KiB hold many.
+  max_len=65536
+  [ "$h" = cache_read ] && max_len=4096
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 \
     "./build-fuzz/fuzz/fuzz_$h" "build-fuzz/corpus/$h" "$seeds/$h" "${limit[@]}" \
-    -entropic=0 -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -print_final_stats=1 \
+    -entropic=0 -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/crashes/$h/" > "$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzz_$h found a crash (log $log, input in build-fuzz/crashes/$h/)" >&2
