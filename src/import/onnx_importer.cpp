@@ -277,6 +277,10 @@ class Importer {
   }
   bool is(int i, const char* op) const { return i >= 0 && nodes_[static_cast<std::size_t>(i)]->op_type() == op; }
   const onnx::NodeProto& at(int i) const { return *nodes_[static_cast<std::size_t>(i)]; }
+  /// Node i's k-th input or output name; empty where it has none (the pattern
+  /// matchers look at nodes no check has seen yet).
+  std::string input_of(int i, int k) const { return k < at(i).input_size() ? at(i).input(k) : std::string(); }
+  std::string output_of(int i, int k) const { return k < at(i).output_size() ? at(i).output(k) : std::string(); }
   /// For a two-input node reading `t`, its other input; empty otherwise.
   std::string other_input(int i, const std::string& t) const {
     const auto& p = at(i);
@@ -709,22 +713,22 @@ void Importer::find_patterns() {
 ///   Mul(Mul(x, 1+erf), 0.5)   (PyTorch),  Mul(Mul(x, 0.5), 1+erf)  (x*0.5*(...)),
 ///   Mul(x, Mul(1+erf, 0.5)),  with x/sqrt(2) as Div(x, 1.414..) or Mul(x, 0.707..).
 std::optional<Fused> Importer::match_gelu(int e) {
-  const std::string h = at(e).input_size() == 1 ? at(e).input(0) : std::string();
+  const std::string h = at(e).input_size() == 1 ? input_of(e, 0) : std::string();
   const int d = producer(h);
   if (sole_consumer(h) != e || at(e).output_size() != 1) return std::nullopt;
   std::string x;
-  if (is(d, "Div") && at(d).input_size() == 2 && scalar(at(d).input(1)) && near(*scalar(at(d).input(1)), std::sqrt(2.0)))
-    x = at(d).input(0);
+  if (is(d, "Div") && at(d).input_size() == 2 && scalar(input_of(d, 1)) && near(*scalar(input_of(d, 1)), std::sqrt(2.0)))
+    x = input_of(d, 0);
   else if (is(d, "Mul") && at(d).input_size() == 2)
     for (int k = 0; k < 2; ++k)
-      if (auto v = scalar(at(d).input(k)); v && near(*v, 1 / std::sqrt(2.0))) x = at(d).input(1 - k);
+      if (auto v = scalar(input_of(d, k)); v && near(*v, 1 / std::sqrt(2.0))) x = input_of(d, 1 - k);
   if (x.empty()) return std::nullopt;
 
-  const int a = sole_consumer(at(e).output(0));
+  const int a = sole_consumer(output_of(e, 0));
   if (!is(a, "Add")) return std::nullopt;
-  auto one = scalar(other_input(a, at(e).output(0)));
+  auto one = scalar(other_input(a, output_of(e, 0)));
   if (!one || !near(*one, 1.0)) return std::nullopt;
-  const std::string ao = at(a).output(0);
+  const std::string ao = output_of(a, 0);
   const int m1 = sole_consumer(ao);
   if (!is(m1, "Mul")) return std::nullopt;
   const std::string other = other_input(m1, ao);
@@ -732,20 +736,20 @@ std::optional<Fused> Importer::match_gelu(int e) {
 
   Fused f{Fused::gelu, {d, e, a, m1}, x, {}, {}, 0, {}, {}};
   if (other == x) {  // Mul(Mul(x, 1+erf), 0.5)
-    const int m2 = sole_consumer(at(m1).output(0));
-    if (!is(m2, "Mul") || !is_half(other_input(m2, at(m1).output(0)))) return std::nullopt;
+    const int m2 = sole_consumer(output_of(m1, 0));
+    if (!is(m2, "Mul") || !is_half(other_input(m2, output_of(m1, 0)))) return std::nullopt;
     f.members.push_back(m2);
-    f.y = at(m2).output(0);
+    f.y = output_of(m2, 0);
   } else if (is_half(other)) {  // Mul(x, Mul(1+erf, 0.5))
-    const int m2 = sole_consumer(at(m1).output(0));
-    if (!is(m2, "Mul") || other_input(m2, at(m1).output(0)) != x) return std::nullopt;
+    const int m2 = sole_consumer(output_of(m1, 0));
+    if (!is(m2, "Mul") || other_input(m2, output_of(m1, 0)) != x) return std::nullopt;
     f.members.push_back(m2);
-    f.y = at(m2).output(0);
+    f.y = output_of(m2, 0);
   } else {  // Mul(Mul(x, 0.5), 1+erf)
     const int hx = producer(other);
     if (!is(hx, "Mul") || sole_consumer(other) != m1 || !is_half(other_input(hx, x))) return std::nullopt;
     f.members.push_back(hx);
-    f.y = at(m1).output(0);
+    f.y = output_of(m1, 0);
   }
   return f;
 }
@@ -763,37 +767,37 @@ std::optional<Fused> Importer::match_layernorm(int r1) {
   };
   const auto axes = axes_of(r1);
   if (!axes) return std::nullopt;
-  const std::string x = at(r1).input(0), mean = at(r1).output(0);
+  const std::string x = input_of(r1, 0), mean = output_of(r1, 0);
   const int s = sole_consumer(mean);
-  if (!is(s, "Sub") || at(s).input(0) != x || at(s).input(1) != mean) return std::nullopt;
-  const std::string d = at(s).output(0);
+  if (!is(s, "Sub") || input_of(s, 0) != x || input_of(s, 1) != mean) return std::nullopt;
+  const std::string d = output_of(s, 0);
   auto dc = consumers_.find(d);
   if (dc == consumers_.end() || dc->second.size() != 2 || graph_outputs_.count(d)) return std::nullopt;
   int p = -1, dv = -1;
   for (int c : dc->second) {
-    if (is(c, "Pow") && at(c).input(0) == d) p = c;
-    if (is(c, "Div") && at(c).input(0) == d) dv = c;
+    if (is(c, "Pow") && input_of(c, 0) == d) p = c;
+    if (is(c, "Div") && input_of(c, 0) == d) dv = c;
   }
   if (p < 0 || dv < 0) return std::nullopt;
-  auto two = scalar(at(p).input_size() == 2 ? at(p).input(1) : std::string());
+  auto two = scalar(at(p).input_size() == 2 ? input_of(p, 1) : std::string());
   if (!two || *two != 2.0) return std::nullopt;
-  const int r2 = sole_consumer(at(p).output(0));
+  const int r2 = sole_consumer(output_of(p, 0));
   if (!is(r2, "ReduceMean") || axes_of(r2) != axes) return std::nullopt;
-  const int ad = sole_consumer(at(r2).output(0));
+  const int ad = sole_consumer(output_of(r2, 0));
   if (!is(ad, "Add")) return std::nullopt;
-  auto eps = scalar(other_input(ad, at(r2).output(0)));
+  auto eps = scalar(other_input(ad, output_of(r2, 0)));
   if (!eps) return std::nullopt;
-  const int sq = sole_consumer(at(ad).output(0));
-  if (!is(sq, "Sqrt") || sole_consumer(at(sq).output(0)) != dv || at(dv).input(1) != at(sq).output(0)) return std::nullopt;
+  const int sq = sole_consumer(output_of(ad, 0));
+  if (!is(sq, "Sqrt") || sole_consumer(output_of(sq, 0)) != dv || input_of(dv, 1) != output_of(sq, 0)) return std::nullopt;
 
-  Fused f{Fused::layernorm, {r1, s, p, r2, ad, sq, dv}, x, at(dv).output(0), *axes, *eps, {}, {}};
+  Fused f{Fused::layernorm, {r1, s, p, r2, ad, sq, dv}, x, output_of(dv, 0), *axes, *eps, {}, {}};
   // Optional affine part: a Mul and an Add by constants.
   if (int mu = sole_consumer(f.y); is(mu, "Mul")) {
     std::string c = other_input(mu, f.y);
     if (!c.empty() && constant(c)) {
       f.members.push_back(mu);
       f.scale = c;
-      f.y = at(mu).output(0);
+      f.y = output_of(mu, 0);
     }
   }
   if (int ab = sole_consumer(f.y); is(ab, "Add")) {
@@ -801,7 +805,7 @@ std::optional<Fused> Importer::match_layernorm(int r1) {
     if (!c.empty() && constant(c)) {
       f.members.push_back(ab);
       f.bias = c;
-      f.y = at(ab).output(0);
+      f.y = output_of(ab, 0);
     }
   }
   return f;

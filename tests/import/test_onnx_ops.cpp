@@ -607,6 +607,30 @@ TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer",
   }
 }
 
+TEST_CASE("GELU: a pattern whose nodes lack outputs or inputs is not matched, never read past them", "[onnx][gelu]") {
+  // Fuzzing found it (fuzz/regressions/onnx_import/gelu-add-without-output):
+  // the matcher read the Add's output 0, which it did not have.
+  for (int variant = 0; variant < 2; ++variant) {
+    INFO("variant " << variant);
+    OnnxModel m(13);
+    m.input("x", {2, 6}).output("y");
+    m.init("sqrt2", {}, {1.4142135f}).init("one", {}, {1.0f});
+    m.node("Div", {"x", "sqrt2"}, {"h"});
+    m.node("Erf", {"h"}, {"e"});
+    if (variant == 0)
+      m.node("Add", {"one", "e"}, {});  // no output
+    else
+      m.node("Add", {"e"}, {"a"});  // one input
+    m.node("Relu", {"x"}, {"y"});
+    try {
+      Net net = import_onnx(m.save("gelu_broken.onnx"));
+      CHECK(count_layers(net, "gelu") == 0);
+    } catch (const Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("Add"));
+    }
+  }
+}
+
 TEST_CASE("Shape/Gather/Unsqueeze/Concat chains around Reshape fold to constants", "[onnx][shape]") {
   const Shape xs{2, 3, 4};
   auto x = random_values(24, 28);
