@@ -53,6 +53,8 @@ if [ ! -d "$seeds" ]; then
 fi
 
 # The harnesses write each input to a file: in memory where /dev/shm is.
+# oneDNN keeps up to 1024 compiled primitives by default: over a million
+# inputs, each of other shapes, their code outgrew the 2 GiB limit.
 [ -w /dev/shm ] && export TMPDIR=/dev/shm
 for h in "${harnesses[@]}"; do
   mkdir -p "build-fuzz/corpus/$h" "build-fuzz/crashes/$h"
@@ -62,7 +64,7 @@ for h in "${harnesses[@]}"; do
   max_len=65536
   [ "$h" = cache_read ] && max_len=4096
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 \
+    SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=16 \
     "./build-fuzz/fuzz/fuzz_$h" "build-fuzz/corpus/$h" "$seeds/$h" "${limit[@]}" \
     -entropic=0 -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/crashes/$h/" > "$log" 2>&1; then
