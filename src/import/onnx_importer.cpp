@@ -1170,6 +1170,9 @@ void Importer::add_fake_quant(const Node& n, const std::string& x, const std::st
 
 Blob Importer::dequantized(const Node& n, const Blob& v, const QParams& q, int axis, const char* what) const {
   const Shape& s = v.shape();
+  if (q.scales.empty() || q.zero_points.size() != q.scales.size())
+    throw n.error(fmt::format("{} has {} scales and {} zero points", what, q.scales.size(), q.zero_points.size()),
+                  "zero_point");
   const std::vector<double> values = to_doubles(v);
   Blob out = Blob::allocate(s);
   int64_t inner = 1, dim = 1;

@@ -84,6 +84,18 @@ TEST_CASE("QLinearConv: the QOperator form, as ONNX Runtime computes it", "[onnx
   for (std::size_t i = 0; i < y.values.size(); ++i) CHECK(std::fabs(y.values[i] - kQLinearConv[i]) <= 0.03f + 1e-6f);
 }
 
+TEST_CASE("MatMulInteger with an empty zero point is an error naming the node", "[onnx][quant]") {
+  // Fuzzing found it (fuzz/regressions/onnx_import/matmulinteger-empty-zero-point):
+  // an empty b_zero_point left no scale, and element 0 was read anyway.
+  OnnxModel m(13);
+  m.input("x", {2, 6}).output("y");
+  m.init_typed("B", T::INT8, {6, 4}, ints(24, 9, 4)).init_typed("bz", T::INT8, {0}, {});
+  m.node("DynamicQuantizeLinear", {"x"}, {"aq", "as", "az"});
+  m.node("MatMulInteger", {"aq", "B", "az", "bz"}, {"acc"}, "mmi");
+  m.node("Cast", {"acc"}, {"y"}).i("to", T::FLOAT);
+  CHECK_THROWS_WITH(import_onnx(m.save("mmi_empty_zp.onnx")), Catch::Contains("mmi") && Catch::Contains("0 scales"));
+}
+
 TEST_CASE("Dynamic quantisation: DynamicQuantizeLinear, MatMulInteger and ConvInteger as ONNX Runtime computes them", "[onnx][quant]") {
   SECTION("MatMulInteger") {
     OnnxModel m(13);
