@@ -22,12 +22,13 @@ ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t 
                                 v, o), {}, {}, "weight");
       mx = std::max(mx, std::fabs(v));
     }
-    if (mx / 127.0f > 1e30f)
+    const float s_max = mx / 127.0f;
+    if (s_max > 1e30f)
       throw Error(fmt::format("weight value {} (output channel {}) needs a scale above 1e30; run this layer in float",
                               mx, o), {}, {}, "weight");
     // A channel all zeros, or too small for a scale in range (|w| < 1.27e-28,
     // where mx / 127 may even underflow to 0), quantises to zeros at scale 1.
-    const float s = quant_scale_in_range(mx / 127.0f) ? mx / 127.0f : 1.0f;
+    const float s = quant_scale_in_range(s_max) ? s_max : 1.0f;
     r.scale[static_cast<std::size_t>(o)] = s;
     for (int64_t i = 0; i < k; ++i)
       r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(std::clamp(std::nearbyint(w[o * k + i] / s), -127.0f, 127.0f));
@@ -52,15 +53,13 @@ std::optional<Blob> on_int8_grid(const Blob& w) {
   std::vector<float> scales(static_cast<std::size_t>(channels));
   for (int64_t o = 0; o < channels; ++o) {
     const float* src = w.data_as<float>() + o * k;
-    for (int64_t i = 0; i < k; ++i)
-      if (!std::isfinite(src[i])) return std::nullopt;
     // The grid's values q * s give back q and s when quantised again only where
     // s is a fixed point of s -> fl(fl(127 s) / 127); a few steps find one.
     ChannelQuantized q;
     try {
       q = quantize_per_channel(src, 1, k);
     } catch (const Error&) {
-      return std::nullopt;  // beyond int8 weights' range: stored as float32
+      return std::nullopt;  // not finite, or beyond int8 weights' range: stored as float32
     }
     bool exact = false;
     for (int step = 0; step < 4 && !exact; ++step) {
