@@ -279,5 +279,9 @@ struct Kernels {
 /// The AVX2 (V=8) and AVX-512 (V=16) kernels; nullptr when the CPU lacks the ISA.
 const Kernels* kernels_avx2();
 const Kernels* kernels_avx512();
+/// The same, defined in the per-ISA files: call only once the CPU is known to
+/// have the ISA (the compiler may use its instructions anywhere in those files).
+const Kernels* unchecked_kernels_avx2();
+const Kernels* unchecked_kernels_avx512();
 
 }  // namespace softneuro::cpu::conv

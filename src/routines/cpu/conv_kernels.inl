@@ -3,7 +3,6 @@
 // SN_F32_AVX512). See conv_kernels.hpp.
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_simd.hpp"
-#include "core/cpu_features.hpp"
 
 #include <cassert>
 #include <cstring>
@@ -443,9 +442,9 @@ using conv::AsmFirstTile;
 /// and the C++ epilogue.
 void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
 #if SN_F32_AVX512
-  const conv::Kernels& k = *conv::kernels_avx512();
+  const conv::Kernels& k = *conv::unchecked_kernels_avx512();
 #else
-  const conv::Kernels& k = *conv::kernels_avx2();
+  const conv::Kernels& k = *conv::unchecked_kernels_avx2();
 #endif
   const int oi = conv::ocb_index(r.ocb), si = r.sw - 1, pf = r.w_prefetch ? 1 : 0;
   alignas(64) float acc[conv::kMaxAsmW * kV];  // [ocb][rows][w]: at most 4 x 7, 3 x 8, 2 x 2 x 7, 1 x 28
@@ -687,14 +686,12 @@ conv::Kernels make_kernels() {
 
 namespace softneuro::cpu::conv {
 #if SN_F32_AVX512
-const Kernels* kernels_avx512() {
-  if (!core::cpu_features().avx512_core()) return nullptr;  // before any AVX-512 code runs
+const Kernels* unchecked_kernels_avx512() {
   static const Kernels k = avx512::make_kernels();
   return &k;
 }
 #else
-const Kernels* kernels_avx2() {
-  if (!core::cpu_features().avx2_fma()) return nullptr;
+const Kernels* unchecked_kernels_avx2() {
   static const Kernels k = avx2::make_kernels();
   return &k;
 }

@@ -2,10 +2,16 @@
 // around the per-ISA micro-kernels. See gemm.hpp.
 #include "routines/cpu/gemm.hpp"
 
+#include "core/cpu_features.hpp"
+
 #include <algorithm>
 #include <cstring>
 
 namespace softneuro::cpu::gemm {
+
+const Kernel* kernel_avx2() { return core::cpu_features().avx2_fma() ? unchecked_kernel_avx2() : nullptr; }
+
+const Kernel* kernel_avx512() { return core::cpu_features().avx512_core() ? unchecked_kernel_avx512() : nullptr; }
 
 const Kernel* best_kernel() {
   if (const Kernel* k = kernel_avx512()) return k;

@@ -68,6 +68,11 @@ struct Kernel {
 /// The AVX2+FMA kernel (6x16) and the AVX-512 one (12x32); nullptr when the CPU lacks the ISA.
 const Kernel* kernel_avx2();
 const Kernel* kernel_avx512();
+/// The same, defined in the per-ISA files: call only once the CPU is known to
+/// have the ISA. The check cannot live there: the compiler may use the ISA's
+/// instructions anywhere in such a file, the check itself included.
+const Kernel* unchecked_kernel_avx2();
+const Kernel* unchecked_kernel_avx512();
 /// The widest kernel this CPU runs (AVX-512, else AVX2), or nullptr (no AVX2+FMA).
 const Kernel* best_kernel();
 

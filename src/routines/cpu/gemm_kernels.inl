@@ -1,7 +1,6 @@
 // The GEMM micro-kernel, one build per ISA (included by gemm_kernels_avx2.cpp
 // and gemm_kernels_avx512.cpp after defining SN_F32_AVX512). See gemm.hpp.
 #include "routines/cpu/f32_simd.hpp"
-#include "core/cpu_features.hpp"
 
 namespace softneuro::cpu::SN_F32_NS {
 namespace {
@@ -66,14 +65,12 @@ void micro(int64_t kc, const float* __restrict a, const float* __restrict b, flo
 namespace softneuro::cpu::gemm {
 
 #if SN_F32_AVX512
-const Kernel* kernel_avx512() {
-  if (!core::cpu_features().avx512_core()) return nullptr;  // before any AVX-512 code runs
+const Kernel* unchecked_kernel_avx512() {
   static const Kernel k{"avx512", avx512::kMR, avx512::kNR, avx512::kV, &avx512::micro};
   return &k;
 }
 #else
-const Kernel* kernel_avx2() {
-  if (!core::cpu_features().avx2_fma()) return nullptr;
+const Kernel* unchecked_kernel_avx2() {
   static const Kernel k{"avx2", avx2::kMR, avx2::kNR, avx2::kV, &avx2::micro};
   return &k;
 }

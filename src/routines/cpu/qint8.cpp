@@ -49,6 +49,7 @@
 // Every routine needs AVX2 and FMA, checked at run time ("CPU lacks AVX2" otherwise);
 // In the default order below the oneDNN int8 routines (the tuner decides; an
 // uncalibrated net never considers them).
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/weight_quant.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
@@ -69,6 +70,11 @@
 #include <vector>
 
 namespace softneuro {
+
+bool qint8::avx2_usable() { return core::cpu_features().avx2_fma(); }
+
+bool qint8::vnni_usable() { return core::cpu_features().avx2_fma() && core::cpu_features().avx_vnni; }
+
 namespace {
 
 using cpu::Int8Bounds;

@@ -14,7 +14,8 @@
 
 namespace softneuro::qint8 {
 
-/// Whether this CPU runs the AVX2 + FMA kernels.
+/// Whether this CPU runs the AVX2 + FMA kernels. Defined in qint8.cpp, not in
+/// the kernels' file: the compiler may use AVX2 anywhere there, the check included.
 bool avx2_usable();
 
 /// How a tile's int32 accumulators become int8 outputs.
@@ -52,7 +53,7 @@ void gemm_epilogue(int mr, const int32_t* acc, const Epilogue& ep, int8_t* dst, 
 void widen(const int8_t* x, int16_t* y, int64_t n, int32_t zp);
 
 // AVX-VNNI (qint8_kernels_vnni.cpp, built with -mavxvnni): vpdpbusd, u8 x s8.
-/// Whether this CPU runs the AVX-VNNI kernels.
+/// Whether this CPU runs the AVX-VNNI kernels (defined in qint8.cpp, like avx2_usable()).
 bool vnni_usable();
 /// Most rows of a VNNI GEMM tile (12 accumulators: vpdpbusd needs no product register).
 inline constexpr int kTileMVnni = 6;

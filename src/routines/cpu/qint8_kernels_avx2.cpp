@@ -4,7 +4,6 @@
 // std::vector, ...): the linker could keep this file's AVX2 copy for everyone,
 // and a CPU without AVX2 would then crash far from here. Everything but the
 // exported kernels is in an anonymous namespace, and only intrinsics are used.
-#include "core/cpu_features.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/qint8_epilogue.inl"
 
@@ -91,10 +90,6 @@ inline int32_t round_clamp(float f) {
 inline int32_t clamp32(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 }  // namespace
-
-bool avx2_usable() {
-  return core::cpu_features().avx2_fma();
-}
 
 void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, const Epilogue& ep, int8_t* dst,
                int64_t ldd, int nvalid) {

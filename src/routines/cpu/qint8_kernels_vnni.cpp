@@ -8,7 +8,6 @@
 // u8 = q + 128 (the caller folds (128 + zero_point) * sum(w) into the bias, and
 // pads with zero_point + 128, the value of a real 0), weights as int8 in
 // [-127, 127]; the accumulators equal those of the AVX2 kernels exactly.
-#include "core/cpu_features.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/qint8_epilogue.inl"
 
@@ -47,10 +46,6 @@ void tile_vnni(const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const
 }
 
 }  // namespace
-
-bool vnni_usable() {
-  return core::cpu_features().avx2_fma() && core::cpu_features().avx_vnni;
-}
 
 void gemm_tile_vnni(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
                     int64_t ldd, int nvalid) {

@@ -5,7 +5,6 @@
 #include "routines/cpu/f32_simd.hpp"
 #include "routines/cpu/winograd_blocked.hpp"
 #include "routines/cpu/conv_kernels.hpp"
-#include "core/cpu_features.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -338,9 +337,9 @@ void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v
   const int64_t cbs = (c + kV - 1) / kV, kbs = u.kb, groups = (kbs + u.nk - 1) / u.nk;
   const int64_t v_cb = T * kV, u_kb = u.cpad * kV, m_kb = T * kV;
 #if SN_F32_AVX512
-  const conv::Kernels& ck = *conv::kernels_avx512();
+  const conv::Kernels& ck = *conv::unchecked_kernels_avx512();
 #else
-  const conv::Kernels& ck = *conv::kernels_avx2();
+  const conv::Kernels& ck = *conv::unchecked_kernels_avx2();
   const bool streamed = p * kbs * u_kb * int64_t(sizeof(float)) > kAsmGemmBytes;
 #endif
   // Tasks: (position, group of output-channel vectors), each over every row of
@@ -435,14 +434,12 @@ wgb::Kernels make_kernels() {
 
 namespace softneuro::wg::blocked {
 #if SN_F32_AVX512
-const Kernels* kernels_avx512() {
-  if (!core::cpu_features().avx512_core()) return nullptr;  // before any AVX-512 code runs
+const Kernels* unchecked_kernels_avx512() {
   static const Kernels k = cpu::avx512::make_kernels();
   return &k;
 }
 #else
-const Kernels* kernels_avx2() {
-  if (!core::cpu_features().avx2_fma()) return nullptr;
+const Kernels* unchecked_kernels_avx2() {
   static const Kernels k = cpu::avx2::make_kernels();
   return &k;
 }

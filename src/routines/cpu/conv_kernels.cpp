@@ -1,0 +1,14 @@
+// The CPU check in front of the per-ISA convolution kernels (conv_kernels.hpp):
+// here, in a file built without ISA flags, so that no AVX2 or AVX-512
+// instruction runs before it.
+#include "routines/cpu/conv_kernels.hpp"
+
+#include "core/cpu_features.hpp"
+
+namespace softneuro::cpu::conv {
+
+const Kernels* kernels_avx2() { return core::cpu_features().avx2_fma() ? unchecked_kernels_avx2() : nullptr; }
+
+const Kernels* kernels_avx512() { return core::cpu_features().avx512_core() ? unchecked_kernels_avx512() : nullptr; }
+
+}  // namespace softneuro::cpu::conv
