@@ -112,9 +112,11 @@ struct SessionOptions {
   /// The most bytes the session's planned arena (intermediate blobs and
   /// workspaces) may take at any input shape, checked before it is allocated:
   /// a larger plan is an Error naming `memory_limit` (at creation, reshape or
-  /// run). 0: three quarters of the machine's physical memory (a file whose
-  /// shapes ask for more is refused, not left to the system's out-of-memory
-  /// killer); kNoMemoryLimit: none.
+  /// run), as is a single input or intermediate blob larger than the limit
+  /// (refused before any routine is prepared for it). 0: three quarters of
+  /// the machine's physical memory (a file whose shapes ask for more is
+  /// refused, not left to the system's out-of-memory killer); kNoMemoryLimit:
+  /// none.
   std::size_t memory_limit = 0;
   static constexpr std::size_t kNoMemoryLimit = ~std::size_t{0};
   /// Schemas the session's routines may compute in: schemas ("cpu",

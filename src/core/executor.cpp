@@ -339,8 +339,21 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
       io_schema_(io_schema),
       weights_(std::move(weights)) {
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
+  // Blobs over the limit are refused before a routine's prepare() allocates
+  // scratch memory of their size: a net input at its I/O schema's size, a
+  // layer output (its schema not chosen yet) at one byte per value.
+  auto check_fits = [&](const std::string& layer, const std::string& blob, const Shape& shape, std::size_t value_bytes) {
+    const auto values = static_cast<uint64_t>(shape.numel());
+    if (memory_limit && values > memory_limit / value_bytes)
+      throw Error(fmt::format("blob '{}' {} holds {} values of at least {} bytes, more than the session's memory limit "
+                              "of {} bytes", blob, shape.to_string(), values, value_bytes, memory_limit),
+                  {}, layer, "memory_limit");
+  };
 
-  for (const auto& in : graph.inputs) blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), io_schema);
+  for (const auto& in : graph.inputs) {
+    check_fits({}, in.name, shapes.at(in.name), dtype_size(io_schema.dtype));
+    blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), io_schema);
+  }
 
   for (const Layer& layer : graph.layers) {
     if (layer.type == "constant") {
@@ -362,6 +375,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     for (const auto& o : layer.outputs) {
       out_shapes.push_back(shapes.at(o));
       out_quant.push_back(quant_of(o));
+      check_fits(layer.name, o, out_shapes.back(), 1);
     }
     auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];

@@ -55,7 +55,8 @@ class Executor {
   /// (Schema::matches patterns; empty: any): where a tuned routine computes in
   /// another schema, the default choice among these runs the layer instead.
   /// `memory_limit` (0: none): the most bytes the arenas may take, checked
-  /// once memory is planned and before any is allocated.
+  /// once memory is planned and before any is allocated; a single blob of more
+  /// values than that is refused before any routine is prepared.
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
            std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr,
            std::vector<std::string> schemas = {}, std::size_t memory_limit = 0);

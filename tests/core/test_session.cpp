@@ -131,6 +131,33 @@ TEST_CASE("session: bad options are clear errors", "[session]") {
   } catch (const Error& e) {
     CHECK(e.field() == "memory_limit");
   }
+
+  // A blob larger than the limit is refused at its layer, before the layer's
+  // routine is prepared (XNNPACK's prepare ran once on scratch buffers of the
+  // blobs' size: a fuzzed .dnn made it allocate 2 GiB under a 256 MiB limit).
+  Model big = Model::build("big", {{"x", Shape{1, 1 << 20}, DType::float32}}, {relu}, {"y"});
+  try {
+    Session s(big, SessionOptions{1, std::size_t{1} << 19});
+    FAIL("a blob larger than the memory limit was accepted");
+  } catch (const Error& e) {
+    CHECK(e.field() == "memory_limit");
+    CHECK(e.layer().empty());  // the net input: no layer
+    CHECK(std::string(e.what()).find("'x'") != std::string::npos);
+  }
+  Layer cat;
+  cat.name = "cat";
+  cat.type = "concat";
+  cat.inputs = {"x", "x", "x", "x", "x"};  // 5 values per input value, past the input's 4 bytes
+  cat.outputs = {"y"};
+  cat.params["axis"] = int64_t{1};
+  Model wide = Model::build("wide", {{"x", Shape{1, 1 << 16}, DType::float32}}, {cat}, {"y"});
+  try {
+    Session s(wide, SessionOptions{1, 300000});
+    FAIL("a blob larger than the memory limit was accepted");
+  } catch (const Error& e) {
+    CHECK(e.field() == "memory_limit");
+    CHECK(e.layer() == "cat");
+  }
 }
 
 TEST_CASE("session: schemas restrict the routines a session runs, tuned ones included", "[session]") {
