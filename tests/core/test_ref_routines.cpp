@@ -209,6 +209,23 @@ TEST_CASE("cpu/ref pool2", "[ref][pool2]") {
     check_layer(pool("avg", p), {image4x4()}, {1, 1, 3, 3},
                 {14.0f / 9, 30.0f / 9, 2, 57.0f / 9, 11, 6, 4.5f, 7.5f, 4});
   }
+  SECTION("pads wider than the kernel, dilated windows reaching past the input") {
+    Blob x = B({1, 1, 1, 3}, {1, 2, 3});
+    // kernel 4 dilation 2 stride 3, pads 4 each side: columns {-4,-2,0,2} and {-1,1,3,5}
+    std::map<std::string, Attr> p{
+        {"kernel", Ints{1, 4}}, {"strides", Ints{1, 3}}, {"dilations", Ints{1, 2}}, {"pads", Ints{0, 4, 0, 4}}};
+    check_layer(pool("max", p), {x}, {1, 1, 1, 2}, {3, 2});
+    check_layer(pool("avg", p), {x}, {1, 1, 1, 2}, {2, 2});
+    p["count_include_pad"] = 1;
+    check_layer(pool("avg", p), {x}, {1, 1, 1, 2}, {1, 0.5f});
+    // kernel 2, left pad 4: the first three windows read padding only
+    std::map<std::string, Attr> q{{"kernel", Ints{1, 2}}, {"pads", Ints{0, 4, 0, 0}}};
+    const float inf = std::numeric_limits<float>::infinity();
+    check_layer(pool("max", q), {x}, {1, 1, 1, 6}, {-inf, -inf, -inf, 1, 2, 3});
+    check_layer(pool("avg", q), {x}, {1, 1, 1, 6}, {0, 0, 0, 1, 1.5f, 2.5f});
+    q["count_include_pad"] = 1;
+    check_layer(pool("avg", q), {x}, {1, 1, 1, 6}, {0, 0, 0, 0.5f, 1.5f, 2.5f});
+  }
   SECTION("global") {
     Blob x = B({1, 2, 2, 2}, {1, 2, 3, 4, -1, -2, -3, -10});
     check_layer(pool("avg", {{"global", 1}}), {x}, {1, 2, 1, 1}, {2.5f, -4});

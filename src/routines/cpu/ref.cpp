@@ -641,12 +641,38 @@ struct Matmul final : RefPrepared {
 
 struct Pool2 final : RefPrepared {
   static constexpr std::string_view kType = "pool2";
+  // The taps of one output row (or column) that fall inside the input, [lo, hi),
+  // and how many fall inside the padded input: found once per row and column so
+  // that a window far larger than its input costs only the taps it reads.
+  struct Taps {
+    int64_t lo = 0, hi = 0, padded = 0;
+  };
   Window2d g;
   bool is_max, include_pad;
+  std::vector<Taps> rows, cols;
+  static std::vector<Taps> taps(int64_t outputs, int64_t stride, int64_t pad_before, int64_t dilation,
+                                int64_t kernel, int64_t size, int64_t pad_after) {
+    std::vector<Taps> t(static_cast<std::size_t>(outputs));
+    for (int64_t o = 0; o < outputs; ++o) {
+      Taps& r = t[static_cast<std::size_t>(o)];
+      r.lo = kernel;
+      for (int64_t k = 0; k < kernel; ++k) {
+        const int64_t i = o * stride - pad_before + k * dilation;
+        if (i >= -pad_before && i < size + pad_after) ++r.padded;
+        if (i < 0 || i >= size) continue;
+        r.lo = std::min(r.lo, k);
+        r.hi = k + 1;
+      }
+      if (r.lo > r.hi) r.lo = r.hi;
+    }
+    return t;
+  }
   explicit Pool2(const LayerInfo& info)
       : g(core::pool2_window(*info.layer, info.input_shapes[0])),
         is_max(info.layer->get_string("mode") == "max"),
-        include_pad(info.layer->get_int("count_include_pad", 0) != 0) {}
+        include_pad(info.layer->get_int("count_include_pad", 0) != 0),
+        rows(taps(g.oh, g.sh, g.pt, g.dh, g.kh, g.h, g.pb)),
+        cols(taps(g.ow, g.sw, g.pl, g.dw, g.kw, g.w, g.pr)) {}
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
@@ -656,21 +682,18 @@ struct Pool2 final : RefPrepared {
         float* yp = y + nc * g.oh * g.ow;
         for (int64_t oh = 0; oh < g.oh; ++oh)
           for (int64_t ow = 0; ow < g.ow; ++ow) {
+            const Taps& r = rows[static_cast<std::size_t>(oh)];
+            const Taps& c = cols[static_cast<std::size_t>(ow)];
             double mx = -std::numeric_limits<double>::infinity(), sum = 0;
-            int64_t inside = 0, padded = 0;
-            for (int64_t ki = 0; ki < g.kh; ++ki) {
+            for (int64_t ki = r.lo; ki < r.hi; ++ki) {
               const int64_t ih = oh * g.sh - g.pt + ki * g.dh;
-              for (int64_t kj = 0; kj < g.kw; ++kj) {
-                const int64_t iw = ow * g.sw - g.pl + kj * g.dw;
-                if (ih >= -g.pt && ih < g.h + g.pb && iw >= -g.pl && iw < g.w + g.pr) ++padded;
-                if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
-                const double v = xp[ih * g.w + iw];
-                ++inside;
+              for (int64_t kj = c.lo; kj < c.hi; ++kj) {
+                const double v = xp[ih * g.w + ow * g.sw - g.pl + kj * g.dw];
                 sum += v;
                 mx = std::max(mx, v);
               }
             }
-            const int64_t div = include_pad ? padded : inside;
+            const int64_t div = include_pad ? r.padded * c.padded : (r.hi - r.lo) * (c.hi - c.lo);
             yp[oh * g.ow + ow] = static_cast<float>(is_max ? mx : (div ? sum / double(div) : 0.0));
           }
       }
