@@ -55,7 +55,7 @@ std::vector<NamedBlob> small_inputs(const Model& model, std::size_t max_elements
 void run_once(const Model& model) {
   SessionOptions options;
   options.threads = 1;
-  options.memory_limit = std::size_t{256} << 20;
+  options.memory_limit = std::size_t{64} << 20;
   Session session(model, options);
   auto inputs = small_inputs(model, std::size_t{1} << 16);
   if (!inputs.empty() || model.inputs().empty()) session.run(inputs);

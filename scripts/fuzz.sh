@@ -23,7 +23,9 @@ fi
 harnesses=(dnn_load onnx_import npy_read cache_read)
 [ -n "$only" ] && harnesses=("$only")
 
+# Line tables only: a sanitizer's report needs no more, and they build faster.
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DSOFTNEURO_FUZZ=ON -DBUILD_TESTING=OFF -DSOFTNEURO_CUDA=OFF > /dev/null
 cmake --build build-fuzz -j "$(nproc)" --target "${harnesses[@]/#/fuzz_}"
 
@@ -56,12 +58,13 @@ fi
 # oneDNN keeps up to 1024 compiled primitives by default: over a million
 # inputs, each of other shapes, their code outgrew the 2 GiB limit.
 [ -w /dev/shm ] && export TMPDIR=/dev/shm
-for h in "${harnesses[@]}"; do
+# One process per harness, as many at a time as there are cores (each is one thread).
+fuzz_one() {
+  local h="$1" log="build-fuzz/fuzz_$1.log"
+  rm -f "$log.summary"
   mkdir -p "build-fuzz/corpus/$h" "build-fuzz/crashes/$h"
-  echo "fuzz_$h: $(ls "$seeds/$h" | wc -l) seeds, ${limit[*]}"
-  log="build-fuzz/fuzz_$h.log"
   # Models up to 64 KiB; cache files are read line by line: 4 KiB hold many.
-  max_len=65536
+  local max_len=65536
   [ "$h" = cache_read ] && max_len=4096
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=16 \
@@ -70,7 +73,25 @@ for h in "${harnesses[@]}"; do
     -artifact_prefix="build-fuzz/crashes/$h/" > "$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzz_$h found a crash (log $log, input in build-fuzz/crashes/$h/)" >&2
-    exit 1
+    return 1
   fi
-  grep -E "INITED|stat::number_of_executed_units|stat::peak_rss|Done" "$log" | sed "s/^/  /"
+  { echo "fuzz_$h: $(ls "$seeds/$h" | wc -l) seeds, ${limit[*]}"
+    grep -E "INITED|stat::number_of_executed_units|stat::peak_rss|Done" "$log" | sed "s/^/  /"; } > "$log.summary"
+}
+# In batches of as many harnesses as there are cores.
+failed=0 batch=()
+run_batch() {
+  local pids=() h i
+  for h in "${batch[@]}"; do fuzz_one "$h" & pids+=($!); done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || failed=1
+    cat "build-fuzz/fuzz_${batch[$i]}.log.summary" 2>/dev/null || true
+  done
+  batch=()
+}
+for h in "${harnesses[@]}"; do
+  batch+=("$h")
+  [ "${#batch[@]}" -ge "$(nproc)" ] && run_batch
 done
+[ "${#batch[@]}" -gt 0 ] && run_batch
+exit "$failed"

@@ -6,11 +6,7 @@ softneuro_component(softneuro_dprs dprs)
 target_include_directories(softneuro_dprs INTERFACE ${SOFTNEURO_VIEWS_DIR}/softneuro_dprs)
 
 if(BUILD_TESTING)
-  # Another part of the build may have found Catch2 already.
-  if(NOT TARGET Catch2::Catch2)
-    find_package(Catch2 REQUIRED)
-  endif()
   add_executable(test_dprs ${CMAKE_CURRENT_LIST_DIR}/../../tests/dprs/test_dprs.cpp)
-  target_link_libraries(test_dprs PRIVATE softneuro_dprs Catch2::Catch2)
+  target_link_libraries(test_dprs PRIVATE softneuro_dprs catch2_main)
   add_test(NAME dprs COMMAND test_dprs)
 endif()

@@ -30,17 +30,14 @@ install(TARGETS softneuro_onnx EXPORT softneuroTargets
 target_link_libraries(softneuro_cli PRIVATE softneuro_onnx)
 
 if(BUILD_TESTING)
-  if(NOT TARGET Catch2::Catch2)
-    find_package(Catch2 REQUIRED)
-  endif()
   include(Catch)
   # Tests build ONNX models in C++ with libonnx (no Python) and check the
   # importer and each graph pass against the cpu/ref routines.
   file(GLOB SOFTNEURO_IMPORT_TEST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/import/*.cpp)
-  add_executable(softneuro_import_tests ${PROJECT_SOURCE_DIR}/tests/main.cpp ${SOFTNEURO_IMPORT_TEST_SOURCES})
+  add_executable(softneuro_import_tests ${SOFTNEURO_IMPORT_TEST_SOURCES})
   target_include_directories(softneuro_import_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(softneuro_import_tests PRIVATE
-    softneuro_onnx softneuro softneuro_tune onnx_proto protobuf::libprotobuf fmt::fmt Catch2::Catch2)
+    softneuro_onnx softneuro softneuro_tune onnx_proto protobuf::libprotobuf fmt::fmt catch2_main)
   catch_discover_tests(softneuro_import_tests)
 
   # The CLI's import command: it exists and refuses a missing file with the importer's message.

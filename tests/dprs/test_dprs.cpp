@@ -1,6 +1,5 @@
 // Tests of the DPRS solver: exhaustive search as the oracle on random DAGs,
 // and hand-built nets (the paper's nets A to D) with known optima.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include "dprs/dprs.hpp"
