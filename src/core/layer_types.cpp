@@ -274,7 +274,8 @@ std::vector<Shape> infer_reshape(const Layer& l, std::span<const Shape> in) {
       fail(l, "shape", fmt::format("invalid dim {}", d));
     }
     out.push_back(d);
-    if (static_cast<int>(i) != infer_at) known *= d;
+    if (static_cast<int>(i) != infer_at && __builtin_mul_overflow(known, d, &known))
+      fail(l, "shape", fmt::format("the dims {} multiply beyond int64", out.to_string()));
   }
   int64_t total = in[0].numel();
   if (infer_at >= 0) {

@@ -285,6 +285,9 @@ TEST_CASE("shape inference: reshape", "[core][shape]") {
   expect_error(L("reshape", {{"shape", Ints{-2, 12}}}), {{2, 3, 4}}, "shape");
   expect_error(L("reshape", {{"shape", Ints{0, 0, 0, 0}}}), {{2, 3, 4}}, "shape");  // 0 past the rank
   expect_error(L("reshape"), {{2, 3, 4}}, "shape");
+  // Dims whose product overflows int64 (fuzzing: signed overflow in a .dnn reshape).
+  expect_error(L("reshape", {{"shape", Ints{6, 7020099168861421567}}}), {{2, 3, 4}}, "shape");
+  expect_error(L("reshape", {{"shape", Ints{-1, 4611686018427387904, 4}}}), {{2, 3, 4}}, "shape");
   // copy_dims: dims copied from any input dim (dynamic shapes' squeezes).
   CHECK(infer(L("reshape", {{"shape", Ints{1, 1, -1}}, {"copy_dims", Ints{2, -1, -1}}}), {{2, 3, 4}}) == Shapes{{4, 1, 6}});
   CHECK(infer(L("reshape", {{"shape", Ints{1, 1}}, {"copy_dims", Ints{2, 0}}}), {{2, 1, 4}}) == Shapes{{4, 2}});
