@@ -76,11 +76,12 @@ struct Reader {
 
   /// A vector of 8-byte values, checked to be aligned to them: FlatBuffers 2's
   /// verifier checks only its length's alignment, and a misaligned read is
-  /// undefined behaviour.
+  /// undefined behaviour. An empty one is read nowhere, and FlatBuffers does
+  /// not align it (a scalar's shape lies at any offset).
   template <class T>
   const flatbuffers::Vector<T>* aligned(const flatbuffers::Vector<T>* v, const std::string& layer,
                                         const std::string& field) const {
-    if (v && reinterpret_cast<std::uintptr_t>(v->data()) % alignof(T) != 0)
+    if (v && v->size() != 0 && reinterpret_cast<std::uintptr_t>(v->data()) % alignof(T) != 0)
       bad(file, field, fmt::format("a vector of {}-byte values at a misaligned offset: the model section is damaged",
                                    sizeof(T)), layer);
     return v;

@@ -97,6 +97,34 @@ TEST_CASE("weights are 64-byte aligned in the mapped file", "[dnn]") {
     for (const auto& [k, w] : l.weights) CHECK(reinterpret_cast<uintptr_t>(w.data()) % 64 == 0);
 }
 
+TEST_CASE("scalar weights and empty lists round-trip (an empty vector of 8-byte values may sit at any offset)", "[dnn]") {
+  // FlatBuffers does not align an empty vector; the loader refused such a file
+  // as "damaged" (PP-OCR's direction classifier, saved by our own importer).
+  core::Graph g = test::chain_graph(6);
+  int k = 0;
+  for (auto& l : g.layers) {
+    for (int j = 0; j < 3; ++j, ++k) {
+      Blob b = Blob::allocate(Shape{});
+      b.data_as<float>()[0] = static_cast<float>(k);
+      l.weights["scalar" + std::to_string(j)] = b;
+      l.params["none" + std::to_string(j)] = std::vector<int64_t>{};
+      l.params["nothing" + std::to_string(j)] = std::vector<double>{};
+    }
+  }
+  std::string a = test::temp_path("scalars.dnn");
+  core::write_dnn(g, a);
+  auto back = core::read_dnn(a);
+  k = 0;
+  for (const auto& l : back.layers)
+    for (int j = 0; j < 3; ++j, ++k) {
+      const Blob& b = l.weights.at("scalar" + std::to_string(j));
+      CHECK(b.shape().rank() == 0);
+      CHECK(b.data_as<float>()[0] == static_cast<float>(k));
+      CHECK(std::get<std::vector<int64_t>>(l.params.at("none" + std::to_string(j))).empty());
+      CHECK(std::get<std::vector<double>>(l.params.at("nothing" + std::to_string(j))).empty());
+    }
+}
+
 TEST_CASE("a truncated file is rejected at every offset", "[dnn]") {
   auto bytes = core::serialize_dnn(test::multi_io_graph());
   for (std::size_t n = 0; n < bytes.size(); ++n) {
