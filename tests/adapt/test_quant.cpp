@@ -3,6 +3,7 @@
 // ulp of their precision), the vector paths agree with the scalar definition
 // bit for bit (the same values sit in the vector body and in the scalar
 // tail), and chains compose single steps for pairs no single adapt converts.
+#include "core/cpu_features.hpp"
 #include "core/net_impl.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -330,4 +331,45 @@ TEST_CASE("the executor inserts quantising adapts and chains around qint8 layers
     CHECK(std::fabs(out[1].blob.data_as<float>()[i] - want) <= 4.0f / 255 + 1e-6f);
     CHECK(std::fabs(out[0].blob.data_as<float>()[i] - std::tanh(want)) <= 4.0f / 255 + 1e-6f);
   }
+}
+
+TEST_CASE("a calibrated constant read by a qint8 layer is quantised by the scale the tuner planned with", "[adapt][qint8]") {
+  // The tuner priced the constant's quantising adapt with graph.blob_quant; the
+  // executor bound the constant to its weight and dropped that quantisation, so
+  // no adapt could convert it (YOLOv8n, hybrid: "no adapt routine converts blob
+  // '/model.22/Unsqueeze_12_output_0' from cpu to cpu:qint8").
+  core::Graph g;
+  g.name = "qconst";
+  g.inputs = {{"x", Shape{1, 8, 4, 4}, DType::float32}};
+  Layer c;
+  c.name = "c";
+  c.type = "constant";
+  c.outputs = {"k"};
+  c.weights["value"] = random_floats(Shape{1, 8, 4, 4}, -1.5f, 1.5f, 3);
+  Layer relu = test::make_layer("relu", {}, {}, 1, 1, "r");
+  relu.inputs = {"k"};
+  relu.outputs = {"y"};
+  Layer tanh = test::make_layer("tanh", {}, {}, 1, 1, "t");
+  tanh.inputs = {"x"};
+  tanh.outputs = {"z"};
+  g.layers = {c, relu, tanh};
+  g.outputs = {"y", "z"};
+  g.blob_quant["k"] = QuantParams{{4.0f / 255}, {0}, -1};
+  g.blob_quant["y"] = QuantParams{{2.0f / 255}, {-128}, -1};
+  const auto relus = registered_routines("relu");
+  if (std::find(relus.begin(), relus.end(), std::string("cpu:qint8:nhwc/qint8")) == relus.end()) return;  // none in this build
+  g.routine_path.routines = {{"r", "cpu:qint8:nhwc/qint8", {}, 0, 0}, {"t", "cpu/ref", {}, 0, 0}};
+  auto impl = detail::NetImpl::build(g);
+  Net net(std::move(impl));
+  bool quantised = false;
+  for (const auto& l : net.layers()) quantised = quantised || l.descriptor == "cpu:qint8:nhwc/qint8";
+  if (!core::cpu_features().avx2_fma()) return;  // the qint8 routines need AVX2: the default runs instead
+  CHECK(quantised);
+  Blob x = random_floats(Shape{1, 8, 4, 4}, -1.0f, 1.0f, 4);
+  auto out = net.run(std::vector<NamedBlob>{{"x", x}});
+  const Blob& k = g.layers[0].weights.at("value");
+  for (int64_t i = 0; i < k.numel(); ++i)
+    CHECK(std::fabs(out[0].blob.data_as<float>()[i] - std::max(0.0f, k.data_as<float>()[i])) <= 4.0f / 255 + 1e-6f);
+  // The graph's weight keeps its own (float32, unquantised) description.
+  CHECK(k.quant().scales.empty());
 }
