@@ -142,12 +142,17 @@ def main():
                 tag = f"{name}.{variant}.{cond}"
                 out = os.path.join(a.work, tag + ".dnn")
                 print(f"tuning {tag} ...", flush=True)
-                if cond == "loaded":
-                    with Load():
+                try:
+                    if cond == "loaded":
+                        with Load():
+                            rep = tune(dnn, out, VARIANTS[variant], a.threads, a.work, tag)
+                    else:
                         rep = tune(dnn, out, VARIANTS[variant], a.threads, a.work, tag)
-                else:
-                    rep = tune(dnn, out, VARIANTS[variant], a.threads, a.work, tag)
-                    time.sleep(2.0)
+                        time.sleep(2.0)
+                except RuntimeError as e:  # a failed tuning is a failed row, not a lost run
+                    rows[tag] = {"failed": str(e).strip().splitlines()[-1][:300]}
+                    print(f"  {tag:<36} TUNING FAILED: {rows[tag]['failed']}", flush=True)
+                    continue
                 files = [dnn, out]
                 samples = [[], []]
                 for r in range(a.rounds):
@@ -190,6 +195,10 @@ def main():
     for name, rows in results.items():
         for k, v in rows.items():
             _, variant, cond = k.rsplit(".", 2)
+            if "failed" in v:
+                fails += 1
+                lines.append(f"| {name} | {variant} | {cond} | | | | | | | | TUNING FAILED: {v['failed']} |")
+                continue
             ok = v["pass_speed"] and v["pass_prediction"]
             fails += not ok
             lines.append(f"| {name} | {variant} | {cond} (others {v['others_cpus']:.1f} CPUs) | {v['median_ms']:.3f} | "
