@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <thread>
@@ -235,7 +236,9 @@ TEST_CASE("session: Model::build makes a model from layers in code, checked like
   CHECK(outs.at(0).blob.data_as<float>()[1] == 7.f);
 
   // A round trip through a file keeps it.
-  const std::string path = "/tmp/softneuro_model_build_test.dnn";
+  // Per process: the ASan stage runs this suite natively and capped at AVX2 side by side.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("softneuro_model_build_test." + std::to_string(::getpid()) + ".dnn")).string();
   model.save(path);
   CHECK(Model::load(path).output_shape("y") == Shape{1, 2});
   std::remove(path.c_str());
