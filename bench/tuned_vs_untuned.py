@@ -24,7 +24,7 @@ Needs a Release build in build/ (the `softneuro` CLI), the zoo (bench/models/exp
 the real models (shared/real-models/fetch.sh); missing ones are skipped with a note.
 Standard library only. Writes bench/results/tuned_vs_untuned.{md,json}.
 """
-import argparse, json, os, platform, re, shutil, statistics, subprocess, sys, time
+import argparse, contextlib, json, os, platform, re, shutil, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.path.join(ROOT, "build", "softneuro")
@@ -51,6 +51,15 @@ def sh(args, **kw):
 def run_median(dnn, repeat, threads):
     out = sh([CLI, "run", dnn, "--repeat", str(repeat), "--top", "0", "--threads", str(threads)]).stdout
     return float(re.search(r"median ([0-9.]+) ms", out).group(1))
+
+
+def time_pair(untuned, tuned, rounds, repeat, threads):
+    """[untuned medians, tuned medians], one fresh process each per round, the order alternated."""
+    files, samples = [untuned, tuned], [[], []]
+    for r in range(rounds):
+        for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+            samples[k].append(run_median(files[k], repeat, threads))
+    return samples
 
 
 class Load:
@@ -143,21 +152,15 @@ def main():
                 out = os.path.join(a.work, tag + ".dnn")
                 print(f"tuning {tag} ...", flush=True)
                 try:
-                    if cond == "loaded":
-                        with Load():
-                            rep = tune(dnn, out, VARIANTS[variant], a.threads, a.work, tag)
-                    else:
+                    with Load() if cond == "loaded" else contextlib.nullcontext():
                         rep = tune(dnn, out, VARIANTS[variant], a.threads, a.work, tag)
-                        time.sleep(2.0)
+                    if cond != "loaded":
+                        time.sleep(2.0)  # as Load settles on its way out
                 except RuntimeError as e:  # a failed tuning is a failed row, not a lost run
                     rows[tag] = {"failed": str(e).strip().splitlines()[-1][:300]}
                     print(f"  {tag:<36} TUNING FAILED: {rows[tag]['failed']}", flush=True)
                     continue
-                files = [dnn, out]
-                samples = [[], []]
-                for r in range(a.rounds):
-                    for k in ((0, 1) if r % 2 == 0 else (1, 0)):
-                        samples[k].append(run_median(files[k], repeat, a.threads))
+                samples = time_pair(dnn, out, a.rounds, repeat, a.threads)
                 untuned, med = statistics.median(samples[0]), statistics.median(samples[1])
                 ratio = statistics.median(t / u for t, u in zip(samples[1], samples[0]))
                 pred = rep["predicted_ms"]
