@@ -360,12 +360,12 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
       // Constants are bound to their weight's memory once; nothing runs.
       const Blob& value = layer.weight("value");
       int slot = add_blob(layer.outputs[0], BlobKind::constant, value.shape(), Schema{Device::cpu, value.dtype(), Layout::nchw});
-      // The calibrated quantisation (the one the tuner priced its adapts with)
-      // travels with the bound weight, as with any blob; the weight's own stays.
+      // The blob's calibrated quantisation (the one the tuner priced its adapts
+      // with) wins over the weight's storage scales, as on any blob; the graph's
+      // weight keeps its own.
       QuantParams calibrated = blobs_[static_cast<std::size_t>(slot)].quant();
       blobs_[static_cast<std::size_t>(slot)] = value;
-      if (value.quant().scales.empty() && !calibrated.scales.empty())
-        blobs_[static_cast<std::size_t>(slot)].quant() = std::move(calibrated);
+      if (!calibrated.scales.empty()) blobs_[static_cast<std::size_t>(slot)].quant() = std::move(calibrated);
       blob_index[layer.outputs[0]] = slot;
       continue;
     }
