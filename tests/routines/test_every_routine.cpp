@@ -94,7 +94,8 @@ std::vector<Case> deconv2_cases(std::mt19937& rng) {
 
 std::vector<Case> dense_cases(std::mt19937& rng) {
   std::vector<Case> out;
-  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 10}, {3, 37, 19}, {8, 128, 96}})
+  // [3200, 256]: rows beyond every row blocking (Eigen's, the pool's tasks).
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 10}, {3, 37, 19}, {8, 128, 96}, {3200, 256, 40}})
     out.push_back({fmt::format("dense [{},{}] x {}", m, k, n),
                    layer_of("dense", {{"act", std::string(n == 19 ? "relu" : n == 96 ? "silu" : "none")}},
                             {{"weight", random_blob({n, k}, rng, -0.2f, 0.2f)}, {"bias", random_blob({n}, rng)}}),
@@ -105,7 +106,9 @@ std::vector<Case> dense_cases(std::mt19937& rng) {
 std::vector<Case> matmul_cases(std::mt19937& rng) {
   return {{"matmul [2,5,7] x [7,3]", layer_of("matmul", {}, {}, 2), {random_blob({2, 5, 7}, rng), random_blob({7, 3}, rng)}},
           {"matmul [2,3,4,8] x [2,3,8,5]", layer_of("matmul", {}, {}, 2),
-           {random_blob({2, 3, 4, 8}, rng), random_blob({2, 3, 8, 5}, rng)}}};
+           {random_blob({2, 3, 4, 8}, rng), random_blob({2, 3, 8, 5}, rng)}},
+          {"matmul [1,3000,256] x [256,24]", layer_of("matmul", {}, {}, 2),
+           {random_blob({1, 3000, 256}, rng), random_blob({256, 24}, rng)}}};
 }
 
 std::vector<Case> pool2_cases(std::mt19937& rng) {
@@ -168,8 +171,11 @@ std::vector<Case> rnn_cases(const std::string& type, std::mt19937& rng) {
     bool bias, states, extra;  // extra: lstm peepholes + clip, gru linear_before_reset
   };
   std::vector<Case> out;
+  // The last two: sequence x batch beyond every row blocking of the routines
+  // (Eigen's GEMM blocks a few hundred rows at this input size), as real readers run.
   for (const C& s : {C{5, 1, 8, 16, "forward", 0, true, false, false}, C{4, 2, 6, 20, "reverse", 0, true, true, true},
-                     C{3, 3, 5, 7, "bidirectional", 1, false, true, false}, C{6, 1, 32, 40, "bidirectional", 0, true, false, true}}) {
+                     C{3, 3, 5, 7, "bidirectional", 1, false, true, false}, C{6, 1, 32, 40, "bidirectional", 0, true, false, true},
+                     C{100, 32, 256, 24, "forward", 1, true, true, false}, C{3000, 1, 256, 16, "bidirectional", 0, true, false, false}}) {
     const int64_t D = std::string(s.direction) == "bidirectional" ? 2 : 1;
     std::map<std::string, Attr> p{{"hidden_size", s.hidden}, {"direction", std::string(s.direction)}, {"layout", s.layout}};
     std::map<std::string, Blob> w{{"W", random_blob({D, G * s.hidden, s.input}, rng, -0.4f, 0.4f)},

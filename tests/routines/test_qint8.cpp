@@ -343,6 +343,9 @@ std::vector<Case> dense_cases(std::mt19937& rng, int count) {
     if (pick(rng, 0, 2)) weights["bias"] = normal_blob(Shape{o}, rng, 0.5f);
     out.push_back({lab, test::make_layer("dense", p, weights), {random_qblob(in, rng, random_quant(rng))}, {}, false});
   }
+  // Rows beyond every row blocking (a sequence model's time steps x batch).
+  out.push_back({"dense [3200,96] o=40", test::make_layer("dense", {}, {{"weight", normal_blob(Shape{40, 96}, rng, 0.2f)}}),
+                 {random_qblob(Shape{3200, 96}, rng, random_quant(rng))}, {}, false});
   return out;
 }
 

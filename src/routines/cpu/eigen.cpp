@@ -162,9 +162,12 @@ class PreparedEigenRnn final : public PreparedRoutine {
     unit_blocks_ = std::max<int64_t>(1, std::min<int64_t>(slots_, (H_ + 15) / 16));
     units_ = (H_ + unit_blocks_ - 1) / unit_blocks_;
     row_blocks_ = std::max<int64_t>(1, std::min<int64_t>(slots_, rows_ / 16));
+    task_rows_ = (rows_ + row_blocks_ - 1) / row_blocks_;
+    // Eigen's blocking may shrink nc below a task's rows: its GEMM loops over
+    // blocks of nc, so a task still covers all of task_rows_.
     kc_ = g_.input;
     mc_ = GH;
-    nc_ = (rows_ + row_blocks_ - 1) / row_blocks_;
+    nc_ = task_rows_;
     cpu::eigen_avx2::blocking_sizes(kc_, mc_, nc_);
     pack_floats_ = (kc_ * mc_ + kc_ * nc_ + 64) / 16 * 16;
     // Workspace: the projections, the pre-activations, two hidden states, the cell, gru's r ⊙ h; packing per slot.
@@ -201,7 +204,7 @@ class PreparedEigenRnn final : public PreparedRoutine {
       const float* rbh = rbh_.data() + d * H_;
       // X · Wᵀ + bias for every (t, b), rows in x's own order.
       cpu::for_each_task(args.pool, slots_, row_blocks_, [&](int64_t t, int slot) {
-        const int64_t r0 = t * nc_, r1 = std::min(rows_, r0 + nc_);
+        const int64_t r0 = t * task_rows_, r1 = std::min(rows_, r0 + task_rows_);
         if (r0 >= r1) return;
         for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + GH, xw + r * GH);
         if (I == 0) return;
@@ -296,7 +299,7 @@ class PreparedEigenRnn final : public PreparedRoutine {
   }
 
   core::RnnGeometry g_;
-  int64_t G_ = 4, H_ = 0, rows_ = 0, unit_blocks_ = 1, units_ = 0, row_blocks_ = 1;
+  int64_t G_ = 4, H_ = 0, rows_ = 0, unit_blocks_ = 1, units_ = 0, row_blocks_ = 1, task_rows_ = 0;
   int64_t kc_ = 0, mc_ = 0, nc_ = 0, pack_floats_ = 0;
   int64_t xw_ = 0, pre_ = 0, h0_ = 0, h1_ = 0, c_ = 0, rh_ = 0, pack_ = 0;  ///< workspace offsets (floats)
   int slots_ = 1;
