@@ -2088,18 +2088,28 @@ void Importer::range(const Node& n) {
   const Blob& s = require_constant(n, 0, "start");
   const Blob& l = require_constant(n, 1, "limit");
   const Blob& d = require_constant(n, 2, "delta");
+  constexpr int64_t max_count = int64_t{1} << 28;
+  if (s.dtype() == DType::int64) {
+    // In int64, exactly (a double holds 53 bits): the count in 128 bits, every element between start and limit.
+    const int64_t first = to_ints(s)[0], last = to_ints(l)[0], step = to_ints(d)[0];
+    if (step == 0) throw n.error("delta 0", "delta");
+    const __int128 span = static_cast<__int128>(last) - first;
+    const __int128 length = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
+    if (length > max_count) throw n.error(fmt::format("a range of more than {} elements", max_count), "limit");
+    const int64_t count = length > 0 ? static_cast<int64_t>(length) : 0;
+    std::vector<int64_t> iv(static_cast<std::size_t>(count));
+    for (int64_t i = 0; i < count; ++i) iv[static_cast<std::size_t>(i)] = static_cast<int64_t>(first + static_cast<__int128>(i) * step);
+    constants_[n.out(0)] = int_blob(Shape{count}, iv);
+    return;
+  }
   const double start = to_doubles(s)[0], limit = to_doubles(l)[0], delta = to_doubles(d)[0];
   if (delta == 0) throw n.error("delta 0", "delta");
-  const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
-  if (count > (int64_t{1} << 28)) throw n.error("range too long", "limit");
+  const double length = std::ceil((limit - start) / delta);  // NaN for infinite bounds
+  if (!(length <= double(max_count))) throw n.error(fmt::format("a range of {} elements", length), "limit");
+  const auto count = static_cast<int64_t>(std::max(0.0, length));
   std::vector<double> v(static_cast<std::size_t>(count));
   for (int64_t i = 0; i < count; ++i) v[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * delta;
-  if (s.dtype() == DType::int64) {
-    std::vector<int64_t> iv(v.begin(), v.end());
-    constants_[n.out(0)] = int_blob(Shape{count}, iv);
-  } else {
-    constants_[n.out(0)] = float_blob(Shape{count}, std::vector<float>(v.begin(), v.end()));
-  }
+  constants_[n.out(0)] = float_blob(Shape{count}, std::vector<float>(v.begin(), v.end()));
 }
 
 void Importer::equal(const Node& n) {

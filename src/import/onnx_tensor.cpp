@@ -488,43 +488,83 @@ bool is_logic(BinaryOp op) {
          op == BinaryOp::logical_or;
 }
 
-/// One element of a binary op, in T (int64_t or double).
+/// u ** v in int64, exact; an Error where the result does not fit. A negative
+/// exponent truncates toward zero as ONNX Runtime's integer Pow does (1 and -1
+/// stay themselves, any other base gives 0).
+int64_t int_pow(int64_t u, int64_t v) {
+  if (v < 0) {
+    if (u == 0) throw Error("integer 0 to a negative power");
+    return u == 1 ? 1 : u == -1 ? (v % 2 ? -1 : 1) : 0;
+  }
+  int64_t result = 1, base = u;
+  for (int64_t e = v;;) {
+    if ((e & 1) && __builtin_mul_overflow(result, base, &result))
+      throw Error(fmt::format("int64 overflow: {} ** {}", u, v));
+    e >>= 1;
+    if (e == 0) break;
+    if (__builtin_mul_overflow(base, base, &base)) throw Error(fmt::format("int64 overflow: {} ** {}", u, v));
+  }
+  return result;
+}
+
+/// One element of a binary op, in T (int64_t or double). int64 arithmetic is
+/// checked: a result outside int64 is an Error (ONNX leaves it undefined),
+/// INT64_MIN mod -1 is 0 as the spec's definition gives.
 template <class T>
 T apply_binary(BinaryOp op, T u, T v) {
-  switch (op) {
-    case BinaryOp::add: return u + v;
-    case BinaryOp::sub: return u - v;
-    case BinaryOp::mul: return u * v;
-    case BinaryOp::div:
-      if constexpr (std::is_integral_v<T>) {
+  if constexpr (std::is_integral_v<T>) {
+    T r{};
+    auto overflow = [&](const char* sign) {
+      return Error(fmt::format("int64 overflow: {} {} {}", u, sign, v));
+    };
+    switch (op) {
+      case BinaryOp::add:
+        if (__builtin_add_overflow(u, v, &r)) throw overflow("+");
+        return r;
+      case BinaryOp::sub:
+        if (__builtin_sub_overflow(u, v, &r)) throw overflow("-");
+        return r;
+      case BinaryOp::mul:
+        if (__builtin_mul_overflow(u, v, &r)) throw overflow("*");
+        return r;
+      case BinaryOp::div:
         if (v == 0) throw Error("integer division by zero");
-      }
-      return u / v;
-    case BinaryOp::mod:
-    case BinaryOp::fmod:
-      if constexpr (std::is_integral_v<T>) {
+        if (v == -1 && u == std::numeric_limits<T>::min()) throw overflow("/");
+        return u / v;
+      case BinaryOp::mod:
+      case BinaryOp::fmod:
         if (v == 0) throw Error("integer division by zero");
-        T r = u % v;
+        if (v == -1) return 0;  // INT64_MIN % -1 traps in hardware; every x mod -1 is 0
+        r = u % v;
         if (op == BinaryOp::mod && r != 0 && ((r < 0) != (v < 0))) r += v;
         return r;
-      } else {
+      case BinaryOp::pow: return int_pow(u, v);
+      default: break;
+    }
+  } else {
+    switch (op) {
+      case BinaryOp::add: return u + v;
+      case BinaryOp::sub: return u - v;
+      case BinaryOp::mul: return u * v;
+      case BinaryOp::div: return u / v;
+      case BinaryOp::mod:
+      case BinaryOp::fmod: {
         T r = std::fmod(u, v);
         if (op == BinaryOp::mod && r != 0 && ((r < 0) != (v < 0))) r += v;
         return r;
       }
-    case BinaryOp::pow:
-      if constexpr (std::is_integral_v<T>) {
-        return static_cast<T>(std::llround(std::pow(static_cast<double>(u), static_cast<double>(v))));
-      } else {
-        return std::pow(u, v);
-      }
+      case BinaryOp::pow: return std::pow(u, v);
+      default: break;
+    }
+  }
+  switch (op) {
     case BinaryOp::equal: return u == v;
     case BinaryOp::less: return u < v;
     case BinaryOp::greater: return u > v;
     case BinaryOp::logical_and: return u && v;
     case BinaryOp::logical_or: return u || v;
+    default: return T{};
   }
-  return T{};
 }
 
 }  // namespace
@@ -566,6 +606,16 @@ Blob binary(BinaryOp op, const Blob& a, const Blob& b) {
 Blob unary(UnaryOp op, const Blob& a) {
   const DType dtype = op == UnaryOp::logical_not ? DType::int64 : a.dtype();
   Blob r = Blob::allocate(a.shape(), dtype);
+  if (a.dtype() == DType::int64 && (op == UnaryOp::neg || op == UnaryOp::abs)) {
+    // In int64 (a double holds 53 bits): -INT64_MIN does not fit.
+    const int64_t* x = a.data_as<int64_t>();
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      if (x[i] == std::numeric_limits<int64_t>::min() && (op == UnaryOp::neg || x[i] < 0))
+        throw Error(fmt::format("int64 overflow: {} of {}", op == UnaryOp::neg ? "Neg" : "Abs", x[i]));
+      r.data_as<int64_t>()[i] = op == UnaryOp::neg || x[i] < 0 ? -x[i] : x[i];
+    }
+    return r;
+  }
   const std::vector<double> x = to_doubles(a);
   for (std::size_t i = 0; i < x.size(); ++i) {
     double v = x[i];
@@ -577,6 +627,8 @@ Blob unary(UnaryOp op, const Blob& a) {
       case UnaryOp::ceil: v = std::ceil(v); break;
       case UnaryOp::logical_not: v = v == 0; break;
     }
+    if (dtype == DType::int64 && !(v >= -0x1p63 && v < 0x1p63))
+      throw Error(fmt::format("the int64 result {} of element {} is not an int64", v, i));
     if (dtype == DType::int64) r.data_as<int64_t>()[i] = static_cast<int64_t>(v);
     else r.data_as<float>()[i] = static_cast<float>(v);
   }

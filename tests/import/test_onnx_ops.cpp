@@ -813,6 +813,55 @@ TEST_CASE("Reshape dims whose product overflows int64 are an error naming the no
                     Catch::Contains("multiply beyond int64") && Catch::Contains("big_reshape"));
 }
 
+TEST_CASE("int64 arithmetic on constants is checked: overflow is an error naming the node, never a trap", "[onnx][constant]") {
+  // INT64_MIN / -1 killed the importer with SIGFPE (only a zero divisor was checked).
+  const int64_t min = std::numeric_limits<int64_t>::min(), max = std::numeric_limits<int64_t>::max();
+  struct C {
+    const char* op;
+    int64_t a, b;
+  };
+  for (const C& c : {C{"Div", min, -1}, C{"Mul", max, 2}, C{"Add", max, 1}, C{"Sub", min, 1}, C{"Pow", 3, 40}}) {
+    INFO(c.op);
+    OnnxModel m(13);
+    m.input("x", {1, 4}).output("y");
+    m.init_ints("a", {}, {c.a}).init_ints("b", {}, {c.b}).init_ints("rest", {1}, {-1});
+    m.node(c.op, {"a", "b"}, {"ab"}, "int_math");
+    m.node("Unsqueeze", {"ab", "zero"}, {"ab1"});
+    m.init_ints("zero", {1}, {0});
+    m.node("Concat", {"rest", "ab1"}, {"shape"}).i("axis", 0);
+    m.node("Reshape", {"x", "shape"}, {"y"});
+    CHECK_THROWS_WITH(import_onnx(m.save("int_overflow.onnx")), Catch::Contains("overflow") && Catch::Contains("int_math"));
+  }
+  {
+    OnnxModel m(13);
+    m.input("x", {1, 4}).output("y");
+    m.init_ints("a", {1}, {min});
+    m.node("Neg", {"a"}, {"y0"}, "negate");
+    m.node("Reshape", {"x", "y0"}, {"y"});
+    CHECK_THROWS_WITH(import_onnx(m.save("int_neg.onnx")), Catch::Contains("overflow") && Catch::Contains("negate"));
+  }
+  {
+    // Range near INT64_MAX in int64 exactly (through double, start and limit were both 2^63: no element).
+    OnnxModel m(11);
+    m.input("x", {4}).output("y");
+    m.init_ints("start", {}, {max - 5}).init_ints("limit", {}, {max}).init_ints("delta", {}, {4});
+    m.init_ints("offset", {2}, {max - 6, max - 5});
+    m.node("Range", {"start", "limit", "delta"}, {"r"}, "range_near_max");  // [max-5, max-1]
+    m.node("Sub", {"r", "offset"}, {"shape"});                             // [1, 4]
+    m.node("Reshape", {"x", "shape"}, {"y"});
+    CHECK(import_onnx(m.save("int_range.onnx")).output_shape("y") == Shape{1, 4});
+  }
+  // Mod by -1 is 0 for every dividend, INT64_MIN included (the spec's definition; the hardware traps).
+  OnnxModel m(13);
+  m.input("x", {4}).output("y");
+  m.init_ints("a", {2}, {min, 7}).init_ints("b", {}, {-1}).init_ints("dims", {2}, {1, 4});
+  m.node("Mod", {"a", "b"}, {"zeros"});
+  m.node("Add", {"zeros", "dims"}, {"shape"});
+  m.node("Reshape", {"x", "shape"}, {"y"});
+  Net net = import_onnx(m.save("int_mod.onnx"));
+  CHECK(net.output_shape("y") == Shape{1, 4});
+}
+
 TEST_CASE("Arithmetic on constants is computed at import, other layers of constants by fold_constants", "[onnx][fold]") {
   const Shape xs{1, 4};
   auto x = random_values(4, 32);
