@@ -359,8 +359,11 @@ QuantParams quant_from_range(double lo, double hi) {
   hi = std::max(hi, 0.0);
   if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 0;  // nothing observed
   double scale = (hi - lo) / 255.0;
-  if (!(scale > 0) || !std::isfinite(float(scale)) || float(scale) <= 0) scale = 1.0 / 255.0;  // max == min (== 0)
-  const float s = static_cast<float>(scale);
+  if (!(scale > 0)) scale = 1.0 / 255.0;  // max == min (== 0)
+  // The loader's range (quant_scale_in_range): a wider range saturates, a
+  // narrower one rounds to the zero point, and the file written loads.
+  float s = static_cast<float>(std::clamp(scale, 1e-30, 1e30));
+  if (!core::quant_scale_in_range(s)) s = std::nextafter(s, 1.0f);  // rounded to float just outside
   double zp = std::nearbyint(-128.0 - lo / double(s));
   QuantParams q;
   q.scales = {s};

@@ -296,6 +296,31 @@ TEST_CASE("calibration survives a .dnn round trip and synthetic inputs are deter
   CHECK(again.impl().graph.blob_quant == net.impl().graph.blob_quant);
 }
 
+TEST_CASE("calibration on extreme samples writes scales the loader accepts", "[calibrate]") {
+  // Samples near 1e38 or 1e-33 gave scales outside [1e-30, 1e30]: the tuner
+  // wrote a .dnn its own loader refused.
+  for (float magnitude : {1e38f, 1e-33f}) {
+    INFO("samples of magnitude " << magnitude);
+    CHECK(core::quant_scale_in_range(profiler::quant_from_range(-double(magnitude), double(magnitude)).scales.at(0)));
+    core::Graph g;
+    g.name = "extreme";
+    g.inputs = {{"x", Shape{1, 64}, DType::float32}};
+    g.layers = {layer("act", "relu", {"x"}, "y")};
+    g.outputs = {"y"};
+    Net net(detail::NetImpl::build(std::move(g)));
+    Blob x = normal_blob(Shape{1, 64}, 5);
+    for (int64_t i = 0; i < 64; ++i) x.data_as<float>()[i] = magnitude * std::clamp(x.data_as<float>()[i], -3.0f, 3.0f);
+    CalibrationOptions o;
+    o.inputs = {{{"x", x}}};
+    net.calibrate(o);
+    for (const auto& [blob, q] : net.impl().graph.blob_quant)
+      for (float sc : q.scales) CHECK(core::quant_scale_in_range(sc));
+    const std::string path = test::temp_path("extreme_calibration.dnn");
+    net.save(path);
+    CHECK_NOTHROW(Net::load(path));
+  }
+}
+
 TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[calibrate][tune][qint8]") {
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 31);
   Net reference(detail::NetImpl::build(conv_net()));
