@@ -13,7 +13,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <unordered_set>
 #include <vector>
+
+#include <unistd.h>
 
 namespace softneuro {
 namespace {
@@ -204,17 +207,32 @@ std::vector<unsigned char> zip_extract(const std::vector<unsigned char>& z, cons
   if (m.method == 0) {
     out.assign(z.begin() + static_cast<std::ptrdiff_t>(data), z.begin() + static_cast<std::ptrdiff_t>(data + m.size));
   } else if (m.method == 8) {
-    out.resize(static_cast<std::size_t>(m.size));
+    // Inflated in steps, the buffer growing with the bytes that really come
+    // out: a member that lies about its size costs what it holds, not what it claims.
     z_stream s{};
     if (inflateInit2(&s, -MAX_WBITS) != Z_OK) throw Error("zlib cannot start", label);
     s.next_in = const_cast<Bytef*>(&z[data]);
-    s.avail_in = static_cast<uInt>(std::min<uint64_t>(m.compressed, std::numeric_limits<uInt>::max()));
-    s.next_out = out.data();
-    s.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size(), std::numeric_limits<uInt>::max()));
-    const int rc = inflate(&s, Z_FINISH);
-    const uint64_t produced = s.total_out;
+    uint64_t in_left = m.compressed;
+    int rc = Z_OK;
+    while (rc == Z_OK) {
+      if (s.avail_in == 0 && in_left > 0) {
+        s.avail_in = static_cast<uInt>(std::min<uint64_t>(in_left, 1u << 30));
+        in_left -= s.avail_in;
+      }
+      const std::size_t have = out.size();
+      const uint64_t room =  // +1: sees an overrun
+          std::min<uint64_t>({m.size - have + 1, std::max<uint64_t>(have, 1u << 16), 1u << 30});
+      if (room == 0) break;
+      out.resize(have + static_cast<std::size_t>(room));
+      s.next_out = out.data() + have;
+      s.avail_out = static_cast<uInt>(room);
+      rc = inflate(&s, Z_NO_FLUSH);
+      out.resize(have + static_cast<std::size_t>(room - s.avail_out));
+      if (rc == Z_BUF_ERROR && s.avail_in == 0 && in_left == 0) break;  // the stored bytes end mid-stream
+      if (out.size() > m.size) break;
+    }
     inflateEnd(&s);
-    if (rc != Z_STREAM_END || produced != m.size) throw Error("corrupt deflate data", label);
+    if (rc != Z_STREAM_END || out.size() != m.size) throw Error("corrupt deflate data", label);
   } else {
     throw Error(fmt::format("compression method {} (np.savez stores, np.savez_compressed deflates; nothing else)", m.method), label);
   }
@@ -232,15 +250,34 @@ Blob load_npy(const std::string& path) {
 
 std::vector<NamedBlob> load_npz(const std::string& path) {
   const auto z = read_regular_file(path);
-  std::vector<NamedBlob> out;
-  for (const ZipMember& m : zip_directory(z, path)) {
+  const std::vector<ZipMember> members = zip_directory(z, path);
+  // Members may share their stored bytes, so the archive's own size does not
+  // bound what it inflates to: deflate's ratio does (about 1032x), once per
+  // archive, and so does three quarters of this machine's memory.
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t memory = pages > 0 && page > 0 ? uint64_t(pages) / 4 * 3 * uint64_t(page) : UINT64_MAX;
+  const uint64_t budget = std::min<uint64_t>(memory, uint64_t(z.size()) * 1032);
+  uint64_t claimed = 0;
+  std::unordered_set<std::string> names;
+  for (const ZipMember& m : members) {
+    const std::string label = path + ":" + m.name;
     if (m.name.size() < 5 || m.name.compare(m.name.size() - 4, 4, ".npy") != 0)
-      throw Error("every member of a .npz must be a .npy array", path + ":" + m.name);
-    const auto bytes = zip_extract(z, m, path);
-    std::string name = m.name.substr(0, m.name.size() - 4);
-    for (const auto& o : out)
-      if (o.name == name) throw Error("two members of one name", path + ":" + m.name);
-    out.push_back({name, parse_npy(bytes.data(), bytes.size(), path + ":" + m.name)});
+      throw Error("every member of a .npz must be a .npy array", label);
+    if (!names.insert(m.name).second) throw Error("two members of one name", label);
+    if (m.size > budget - claimed)
+      throw Error(fmt::format("the members up to this one inflate to more than {} bytes ({}x the archive's {} bytes, or "
+                              "three quarters of this machine's memory)", budget, 1032, z.size()), label);
+    claimed += m.size;
+  }
+  std::vector<NamedBlob> out;
+  for (const ZipMember& m : members) {
+    const std::string label = path + ":" + m.name;
+    try {
+      const auto bytes = zip_extract(z, m, path);
+      out.push_back({m.name.substr(0, m.name.size() - 4), parse_npy(bytes.data(), bytes.size(), label)});
+    } catch (const std::bad_alloc&) {
+      throw Error(fmt::format("out of memory reading a member of {} bytes", m.size), label);
+    }
   }
   if (out.empty()) throw Error("the archive holds no arrays", path);
   return out;

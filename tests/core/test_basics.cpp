@@ -11,8 +11,10 @@
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <atomic>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -228,6 +230,108 @@ TEST_CASE(".npz archives: numpy's stored and deflated ones read, ours round-trip
   CHECK(test::values(back[0].blob) == test::values(mine[0].blob));
   CHECK(test::values(back[1].blob) == test::values(mine[1].blob));
   CHECK_THROWS_WITH(load_npz(test::temp_path("missing.npz")), Catch::Contains("cannot open"));
+}
+
+namespace {
+
+void put_le(std::string& s, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint32_t crc32_of(const std::string& data) {
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : data) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1)));
+  }
+  return ~c;
+}
+
+/// A zip archive with one stored member whose bytes `data` the central
+/// directory names `entries` times (names from `name_of`), claiming `size`
+/// inflated bytes by `method`.
+std::string hand_made_zip(const std::string& data, uint16_t method, uint32_t size, std::size_t entries,
+                          const std::function<std::string(std::size_t)>& name_of) {
+  std::string z;
+  const std::string first = name_of(0);
+  const uint32_t crc = method == 0 ? crc32_of(data) : 0;  // a deflated member's is never reached here
+  put_le(z, 0x04034b50, 4), put_le(z, 20, 2), put_le(z, 0, 2), put_le(z, method, 2), put_le(z, 0, 4), put_le(z, crc, 4);
+  put_le(z, data.size(), 4), put_le(z, size, 4), put_le(z, first.size(), 2), put_le(z, 0, 2);
+  z += first + data;
+  const std::size_t cd = z.size();
+  for (std::size_t k = 0; k < entries; ++k) {
+    const std::string name = name_of(k);
+    put_le(z, 0x02014b50, 4), put_le(z, 20, 2), put_le(z, 20, 2), put_le(z, 0, 2), put_le(z, method, 2), put_le(z, 0, 4);
+    put_le(z, crc, 4), put_le(z, data.size(), 4), put_le(z, size, 4), put_le(z, name.size(), 2), put_le(z, 0, 2);
+    put_le(z, 0, 2), put_le(z, 0, 2), put_le(z, 0, 2), put_le(z, 0, 4), put_le(z, 0, 4);
+    z += name;
+  }
+  const std::size_t cd_size = z.size() - cd;
+  if (entries >= 0xffff) {  // zip64: the end record and its locator
+    const std::size_t z64 = z.size();
+    put_le(z, 0x06064b50, 4), put_le(z, 44, 8), put_le(z, 45, 2), put_le(z, 45, 2), put_le(z, 0, 4), put_le(z, 0, 4);
+    put_le(z, entries, 8), put_le(z, entries, 8), put_le(z, cd_size, 8), put_le(z, cd, 8);
+    put_le(z, 0x07064b50, 4), put_le(z, 0, 4), put_le(z, z64, 8), put_le(z, 1, 4);
+  }
+  put_le(z, 0x06054b50, 4), put_le(z, 0, 2), put_le(z, 0, 2), put_le(z, std::min<std::size_t>(entries, 0xffff), 2);
+  put_le(z, std::min<std::size_t>(entries, 0xffff), 2), put_le(z, cd_size, 4), put_le(z, cd, 4), put_le(z, 0, 2);
+  return z;
+}
+
+/// Resets the process's peak resident memory (VmHWM) to its current one and
+/// returns it, in bytes; -1 where Linux does not allow the reset.
+long long reset_peak_rss();
+long long peak_rss() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+long long reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  if (!(clear << "5" << std::flush)) return -1;
+  return peak_rss();
+}
+
+}  // namespace
+
+TEST_CASE(".npz: a huge directory is read in linear time, a member's claimed size is never allocated up front",
+          "[basics][npy]") {
+  const std::string p = test::temp_path("hostile.npz");
+  // 200,000 entries (zip64), the last one a duplicate of the first (the
+  // duplicate-name check was quadratic: 60,000 entries took 69 s).
+  const std::size_t n = 200000;
+  const std::string npy = [] {
+    std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+    h.append(64 - (10 + h.size() + 1) % 64, ' ');
+    h.push_back('\n');
+    return std::string("\x93NUMPY\x01\x00", 8) + char(h.size() & 0xff) + char(h.size() >> 8) + h + std::string(4, '\0');
+  }();
+  {
+    std::ofstream(p, std::ios::binary | std::ios::trunc)
+        << hand_made_zip(npy, 0, npy.size(), n, [&](std::size_t k) { return fmt::format("x{}.npy", k == n - 1 ? 0 : k); });
+    CHECK_THROWS_WITH(load_npz(p), Catch::Contains("two members of one name") && Catch::Contains("hostile.npz:x0.npy"));
+  }
+  // A deflated member of 1 MiB claiming 1 GiB (within deflate's ratio): the
+  // buffer grows with what really inflates (before, 1 GiB was allocated first).
+  std::string deflate;
+  const std::size_t payload = std::size_t{1} << 20;
+  for (std::size_t done = 0; done < payload;) {
+    const std::size_t len = std::min<std::size_t>(65535, payload - done);
+    deflate.push_back(done + len == payload ? 1 : 0);  // a stored block, final or not
+    put_le(deflate, len, 2), put_le(deflate, ~len & 0xffff, 2);
+    deflate.append(len, 'a');
+    done += len;
+  }
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << hand_made_zip(deflate, 8, 1u << 30, 1, [](std::size_t) { return "x.npy"; });
+  const long long before = reset_peak_rss();
+  CHECK_THROWS_WITH(load_npz(p), Catch::Contains("corrupt deflate data") && Catch::Contains("hostile.npz:x.npy"));
+  if (before >= 0) {
+    INFO("peak resident memory " << before << " bytes before reading, " << peak_rss() << " while");
+    CHECK(peak_rss() - before < (256ll << 20));
+  } else {
+    WARN("/proc/self/clear_refs cannot reset the peak: the claimed-size allocation is not measured here");
+  }
 }
 
 TEST_CASE("a .npy header claiming more than the file holds is refused before allocating", "[basics][npy]") {
