@@ -16,6 +16,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -426,7 +427,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::vector<std::vector<double>> ms(static_cast<std::size_t>(sessions));
   std::vector<int> differing(static_cast<std::size_t>(sessions), 0);
   std::atomic<int> made{0};
-  std::atomic<bool> go{false};
+  std::atomic<bool> go{false}, abandon{false};
   std::vector<std::string> errors(static_cast<std::size_t>(sessions));
   auto identical = [&](const std::vector<sn::NamedBlob>& a, const std::vector<sn::NamedBlob>& b) {
     for (std::size_t i = 0; i < a.size(); ++i)
@@ -434,8 +435,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     return true;
   };
   std::vector<std::thread> workers;
-  for (int k = 0; k < sessions; ++k)
-    workers.emplace_back([&, k] {
+  auto worker = [&](int k) {
       const auto ku = static_cast<std::size_t>(k);
       std::optional<sn::Session> session;
       try {
@@ -446,7 +446,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       }
       ++made;
       while (!go.load()) std::this_thread::yield();
-      if (!session) return;
+      if (!session || abandon.load()) return;
       std::vector<sn::NamedBlob> out;
       for (const auto& t : model.outputs()) out.push_back({t.name, sn::Blob::allocate(session->output_shape(t.name))});
       const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -456,7 +456,19 @@ int cmd_bench(const std::vector<std::string>& args) {
         ms[ku].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         differing[ku] += !identical(out, outputs[ku]);
       }
-    });
+  };
+  for (int k = 0; k < sessions; ++k) {
+    try {
+      workers.emplace_back(worker, k);
+    } catch (const std::system_error& e) {  // the threads made so far end before the Error
+      made += sessions - k;
+      abandon = true;
+      go = true;
+      for (auto& w : workers) w.join();
+      throw sn::Error(fmt::format("cannot start the thread of session {} of {}: {}", k + 1, sessions, e.what()), file, {},
+                      "--sessions");
+    }
+  }
   while (made.load() < sessions) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const std::size_t rss_sessions = resident_bytes("VmRSS");
   const auto wall0 = std::chrono::steady_clock::now();
@@ -600,6 +612,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "softneuro: error: {}\n", e.what());
+    return 1;
+  } catch (...) {  // a plugin's routine may throw anything
+    fmt::print(stderr, "softneuro: error: an exception that is not a std::exception\n");
     return 1;
   }
 }

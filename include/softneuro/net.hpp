@@ -96,6 +96,8 @@ class Net {
 
 /// Sets the number of threads of the library's one thread pool, and of every
 /// library it wraps (so 1 really means one thread). Default: all cores.
+/// Throws softneuro::Error (field "threads") where that many threads cannot
+/// start at once in this process.
 void set_num_threads(int threads);
 int num_threads();
 

@@ -154,6 +154,7 @@ void NetImpl::changed() {
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
     : model(m), options(o), executors(model.impl(), o) {
   if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), model.impl().file, {}, "threads");
+  if (options.threads > 1) core::require_startable_threads(options.threads, model.impl().file, "threads");
   for (const auto& p : options.schemas) {
     try {
       (void)Schema{}.matches(p);  // a pattern that is no schema and no glob

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -29,6 +30,12 @@ void load_plugin(const std::string& path) {
   std::lock_guard lock(mutex);
   if (loaded.count(path)) return;
 
+  // A path (not a name for the loader's search) must be a regular file: on a FIFO dlopen blocks for ever.
+  if (path.find('/') != std::string::npos) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+      throw Error("cannot load plugin: not a regular file", path);
+  }
   // Routines the library's static initialisers register wait here until its ABI version is known.
   std::vector<std::unique_ptr<Routine>> static_routines;
   core::RoutineRegistry::capture_static_registrations(&static_routines);
@@ -63,6 +70,9 @@ void load_plugin(const std::string& path) {
   } catch (const std::exception& e) {
     collected.routines.clear();
     throw Error(fmt::format("plugin initialisation failed: {}", e.what()), path);
+  } catch (...) {
+    collected.routines.clear();
+    throw Error("plugin initialisation failed: it threw something that is not a std::exception", path);
   }
   // All of its routines or none. The handle stays open for the life of the
   // process once they are registered: their code lives in it.

@@ -5,6 +5,7 @@
 // With one runtime, the same warm team serves our routines and oneDNN's.
 #include "core/thread_pool.hpp"
 
+#include <softneuro/error.hpp>
 #include <softneuro/net.hpp>
 
 #include <omp.h>
@@ -15,8 +16,10 @@
 #include <cctype>
 #include <cerrno>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -94,6 +97,43 @@ void add_thread_count_hook(ThreadCountHook hook) {
   hook(s.pool.num_threads());
 }
 
+void require_startable_threads(int threads, const std::string& file, const std::string& field) {
+  static std::mutex mutex;
+  static int verified = 1;
+  std::lock_guard lock(mutex);
+  if (threads <= verified) return;
+  // threads - 1 of ours alive at once (the caller is the team's first), with
+  // the default stack libgomp's threads get too; then all released.
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<std::thread> started;
+  std::string failure;
+  try {
+    started.reserve(static_cast<std::size_t>(threads - 1));
+    for (int k = 1; k < threads; ++k)
+      started.emplace_back([&] {
+        std::unique_lock l(m);
+        cv.wait(l, [&] { return release; });
+      });
+  } catch (const std::system_error& e) {
+    failure = e.what();
+  } catch (const std::bad_alloc&) {
+    failure = "out of memory";
+  }
+  {
+    std::lock_guard l(m);
+    release = true;
+  }
+  cv.notify_all();
+  for (auto& t : started) t.join();
+  if (!failure.empty())
+    throw Error(fmt::format("{} threads cannot run at once in this process: thread {} could not start ({})", threads,
+                            started.size() + 1, failure),
+                file, {}, field);
+  verified = threads;
+}
+
 SessionThreads::SessionThreads(int threads) : previous_(t_session_threads), previous_omp_(omp_get_max_threads()) {
   t_session_threads = threads > 0 ? threads : 0;
   const int n = global_pool().num_threads();
@@ -110,6 +150,7 @@ SessionThreads::~SessionThreads() {
 namespace softneuro {
 
 void set_num_threads(int threads) {
+  if (threads > 1) core::require_startable_threads(threads, {}, "threads");
   auto& s = core::state();
   std::lock_guard lock(s.mutex);
   s.pool.resize(threads < 1 ? core::default_threads() : threads);

@@ -4,6 +4,8 @@
 
 #include <softneuro/routine.hpp>
 
+#include <string>
+
 namespace softneuro::core {
 
 /// The pool every routine runs on. Sized by set_num_threads (default: all cores).
@@ -22,6 +24,12 @@ class SessionThreads {
  private:
   int previous_, previous_omp_;
 };
+
+/// Throws softneuro::Error (naming `file` and `field`) where `threads` threads
+/// cannot run at once in this process: libgomp ends the process when it cannot
+/// start a team's thread, so a count is tried with threads of our own first
+/// (once per new largest count).
+void require_startable_threads(int threads, const std::string& file, const std::string& field);
 
 /// Called with the new thread count whenever it changes (and once at
 /// registration), so wrapped libraries (oneDNN, XNNPACK, Eigen) follow it.

@@ -1,4 +1,5 @@
 // Plugins: a good one registers its routines; a mismatched or broken one is refused.
+#include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
 #include <softneuro/plugin.hpp>
@@ -6,6 +7,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace softneuro;
 
@@ -38,6 +42,21 @@ TEST_CASE("a library that is not a plugin, or no library, is refused", "[plugin]
   CHECK_THROWS_WITH(load_plugin(plugin("test_plugin_no_entry")), Catch::Contains("not a softneuro plugin"));
   CHECK_THROWS_WITH(load_plugin(plugin("does_not_exist")), Catch::Contains("cannot load plugin"));
   CHECK_THROWS_WITH(load_plugin(SOFTNEURO_DEMO_MODEL), Catch::Contains("cannot load plugin"));
+  // A FIFO: dlopen blocked on it for ever.
+  const std::string fifo = test::temp_path("plugin.fifo");
+  ::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(load_plugin(fifo), Catch::Contains("not a regular file") && Catch::Contains(fifo));
+  ::unlink(fifo.c_str());
+  CHECK_THROWS_WITH(load_plugin(test::temp_path("")), Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("a plugin whose initialisation throws anything is refused with an Error", "[plugin]") {
+  // An int thrown from init ended the CLI with std::terminate.
+  CHECK_THROWS_WITH(load_plugin(plugin("test_plugin_throws_int")),
+                    Catch::Contains("initialisation failed") && Catch::Contains("not a std::exception"));
+  auto relus = registered_routines("relu");
+  CHECK(std::find(relus.begin(), relus.end(), "cpu/plugin_throws_int") == relus.end());
 }
 
 TEST_CASE("a plugin's static registrations wait for its ABI check", "[plugin]") {
