@@ -10,6 +10,7 @@ PKGS=(
   flatbuffers-compiler libflatbuffers-dev libfmt-dev catch2
   libonnx-dev libprotobuf-dev protobuf-compiler
   python3-numpy zlib1g-dev
+  python3-venv python3-pip  # the ONNX node tests' venv (tests/onnx_node/run.py: onnx from the package index)
   clang-14 libclang-rt-14-dev  # the fuzzing build (libFuzzer, scripts/fuzz.sh)
 )
 missing=()

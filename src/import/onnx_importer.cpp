@@ -1371,7 +1371,8 @@ void Importer::gemm(const Node& n) {
     const bool add_after = n.has_in(2) && !row;
     Layer d = make("dense", n.name, {a}, {add_after ? fresh_blob(y + "/matmul") : y});
     d.weights["weight"] = w;
-    if (row) d.weights["bias"] = expanded(binary(BinaryOp::mul, to_float(*c), float_blob({}, {static_cast<float>(beta)})), Shape{nn});
+    if (row)  // [N], [1,N] or a scalar: broadcast to [1,N] at most, then [N]
+      d.weights["bias"] = reshaped(expanded(binary(BinaryOp::mul, to_float(*c), float_blob({}, {static_cast<float>(beta)})), Shape{nn}), Shape{nn});
     const std::string product = d.outputs[0];
     add(std::move(d));
     if (!add_after) return;

@@ -137,6 +137,16 @@ TEST_CASE("Gemm: transA/transB, alpha, beta, C as bias or full matrix, B at run 
     auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}})[0];
     CHECK(max_abs_diff(got.values, expected(c_row, false, 0.5f, 2.0f)) < kTol);
   }
+  SECTION("C one row of shape [1,N]: the dense layer's bias") {
+    // Refused before ("bias has shape [1,5], expected [5]"; ONNX's test_gemm_default_vector_bias).
+    OnnxModel m(13);
+    m.init("B", {K, N}, b).init("C", {1, N}, c_row);
+    unary_model(m, "Gemm", Shape{M, K}, {"B", "C"});
+    Net net = import_onnx(m.save("gemm_row.onnx"));
+    CHECK(count_layers(net, "dense") == 1);
+    auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}})[0];
+    CHECK(max_abs_diff(got.values, expected(c_row, false, 1.0f, 1.0f)) < kTol);
+  }
   SECTION("transA, C a full matrix") {
     std::vector<float> at(M * K);
     for (int64_t i = 0; i < M; ++i)
