@@ -35,7 +35,7 @@ commands:
                             order (tier 1 first; src/routines/default_order.cpp), and why not
   routines [LAYER_TYPE]     descriptors of the registered routines (plugins included)
   import MODEL.onnx -o OUT.dnn [options]
-                            translate an ONNX model (opsets 11..18) and save it
+                            translate an ONNX model (opsets 11..28) and save it
       --input-shape NAME=1x3x48x?      fixes an input's symbolic dims; '?' keeps one dynamic.
                             Symbolic dims stay dynamic where the model runs at any size
                             of them (default size: 1 for a leading dim, 64 for others)

@@ -41,7 +41,7 @@ struct ImportOptions {
   std::string name;
 };
 
-/// Reads an ONNX model (opsets 11 to 18, initializers inline or in external
+/// Reads an ONNX model (opsets 11 to 28, initializers inline or in external
 /// data files beside it), translates it into layers, runs the graph passes the
 /// options enable and prepares the net (ready to run() or save()).
 ///

@@ -61,7 +61,7 @@ namespace softneuro {
 namespace onnx_import {
 namespace {
 
-constexpr int kMinOpset = 11, kMaxOpset = 18;
+constexpr int kMinOpset = 11, kMaxOpset = 28;  // 28: the newest onnx 1.23 defines
 
 /// Thrown by a converter for a node it cannot translate (recorded, not fatal at once).
 struct Unsupported {
@@ -512,7 +512,7 @@ void Importer::read_inputs() {
     const auto& tt = in.type().tensor_type();
     if (tt.elem_type() != onnx::TensorProto::FLOAT)
       throw Error(fmt::format("graph input has element type {}; nets take float32 inputs",
-                              onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(tt.elem_type()))),
+                              onnx_type_name(tt.elem_type())),
                   file_, {}, name);
     auto given = options_.input_shapes.find(name);
     if (!tt.has_shape() && given == options_.input_shapes.end())
@@ -1137,7 +1137,7 @@ Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const 
     q.qmax = std::numeric_limits<int32_t>::max();
   } else if (type != onnx::TensorProto::UINT8) {
     throw Unsupported{fmt::format("{} with {} zero points (uint8 and int8 are supported)", n.op(),
-                                  onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type)))};
+                                  onnx_type_name(type))};
   }
   if (q.zero_points.empty()) q.zero_points.assign(q.scales.size(), 0);
   if (q.zero_points.size() != q.scales.size())
@@ -1192,7 +1192,15 @@ Blob Importer::dequantized(const Node& n, const Blob& v, const QParams& q, int a
 }
 
 void Importer::quantize_linear(const Node& n) {
-  const QParams q = qparams(n, 1, 2, "y");
+  if (n.get_int("block_size", 0) != 0) throw Unsupported{"QuantizeLinear with block_size (blocked quantisation)"};
+  QParams q = qparams(n, 1, 2, "y");
+  if (!n.has_in(2) && n.has("output_dtype")) {  // opset 21: the type without a zero point
+    const auto t = n.get_int("output_dtype");
+    if (t == onnx::TensorProto::INT8) q.qmin = -128, q.qmax = 127;
+    else if (t != onnx::TensorProto::UINT8)
+      throw Unsupported{fmt::format("QuantizeLinear to {} (uint8 and int8 are supported)",
+                                    onnx_type_name(t))};
+  }
   const int axis = static_cast<int>(n.get_int("axis", 1));
   if (const Blob* c = constant(n.in(0))) {
     // A constant: quantised now, held as its real values.
@@ -1219,6 +1227,7 @@ void Importer::quantize_linear(const Node& n) {
 }
 
 void Importer::dequantize_linear(const Node& n) {
+  if (n.get_int("block_size", 0) != 0) throw Unsupported{"DequantizeLinear with block_size (blocked quantisation)"};
   const std::string& x = n.in(0);
   const int axis = static_cast<int>(n.get_int("axis", 1));
   if (auto it = quantized_.find(x); it != quantized_.end()) {
@@ -1678,6 +1687,10 @@ void Importer::cast(const Node& n) {
   const auto to = static_cast<int>(n.get_int("to"));
   using T = onnx::TensorProto;
   const bool to_floating = to == T::FLOAT || to == T::FLOAT16 || to == T::DOUBLE || to == T::BFLOAT16;
+  const bool to_integer = to == T::BOOL || to == T::INT8 || to == T::UINT8 || to == T::INT16 || to == T::UINT16 ||
+                          to == T::INT32 || to == T::UINT32 || to == T::INT64 || to == T::UINT64;
+  if (!to_floating && !to_integer)  // float8/float4/int4/int2 (opsets 19-25), strings, complex
+    throw Unsupported{fmt::format("Cast to {}", onnx_type_name(to))};
   if (const Blob* c = constant(n.in(0))) {
     constants_[n.out(0)] = cast_to(*c, to_floating ? DType::float32 : DType::int64);
     return;

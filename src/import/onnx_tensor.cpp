@@ -170,6 +170,13 @@ void for_each_offset(const Shape& out, const int64_t* strides, F&& f) {
 
 }  // namespace
 
+std::string onnx_type_name(int type) {
+  std::string name = onnx::TensorProto::DataType_IsValid(type)
+                         ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))
+                         : std::string();
+  return name.empty() ? fmt::format("type {}", type) : name;
+}
+
 Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
                  const std::string& field) {
   auto fail = [&](const std::string& msg) -> Error { return Error(msg, src.file, node, field); };
@@ -187,7 +194,7 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
   const std::size_t esize = raw_size(type);
   if (esize == 0)
     throw fail(fmt::format("tensor '{}' has data type {}, which the importer does not read", t.name(),
-                           onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))));
+                           onnx_type_name(type)));
   const DType dtype = is_floating(type) ? DType::float32 : DType::int64;
   const auto count = static_cast<std::size_t>(n);
 

@@ -24,6 +24,10 @@ struct TensorSource {
   std::string dir;
 };
 
+/// An ONNX element type's name (FLOAT, INT64, ...), or "type N" for one newer
+/// than the onnx library we build with (float8, int4, ... read blank there).
+std::string onnx_type_name(int type);
+
 /// Reads a TensorProto into a float32 or int64 blob, checking every size.
 /// Errors name the file, `node` and `field`.
 Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
