@@ -1506,6 +1506,9 @@ void Importer::clip(const Node& n) {
     if (n.has_in(1)) params["min"] = constant_scalar(n, 1, "min");
     if (n.has_in(2)) params["max"] = constant_scalar(n, 2, "max");
   }
+  // min > max: ONNX's min(max(x, min), max) is max everywhere, which clip(max, max) computes.
+  if (params.count("min") && params.count("max") && std::get<double>(params["min"]) > std::get<double>(params["max"]))
+    params["min"] = params["max"];
   add_unary(n, "clip", input(n, 0), n.out(0), std::move(params));
 }
 
@@ -2194,7 +2197,11 @@ void Importer::convert(int i) {
       for (const auto& o : n.proto().output()) unavailable_.insert(o);
       return;
     }
-  if (n.num_outputs() < 1 || n.out(0).empty()) throw n.error("node has no output", "output");
+  // LSTM and GRU may omit Y (the sequence) and keep Y_h; every other node's first output is required.
+  const bool first_optional = n.op() == "LSTM" || n.op() == "GRU";
+  bool any_output = false;
+  for (int k = 0; k < n.num_outputs(); ++k) any_output = any_output || !n.out(k).empty();
+  if (!any_output || (!first_optional && n.out(0).empty())) throw n.error("node has no output", "output");
   try {
     (this->*(conv_it->second))(n);
   } catch (const Unsupported& u) {

@@ -222,6 +222,19 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
   }
 
   Blob out = uninitialized_blob(shape, dtype);  // every element is written below
+  // float64 values held in float32: a finite one beyond float32's range is an
+  // error, not an infinity the model never had.
+  auto narrowed = [&](double v, std::size_t i) {
+    const auto f = static_cast<float>(v);
+    if (std::isinf(f) && std::isfinite(v))
+      throw fail(fmt::format("tensor '{}' holds the float64 value {} (element {}), beyond float32's range", t.name(), v, i));
+    return f;
+  };
+  if (raw && type == T::DOUBLE) {
+    const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
+    for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = narrowed(raw_value<double>(p + i * esize, type), i);
+    return out;
+  }
   if (raw) {
     const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
     if (type == T::FLOAT) {
@@ -238,7 +251,7 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
       std::copy(t.float_data().begin(), t.float_data().end(), out.data_as<float>());
       break;
     case T::DOUBLE:
-      for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = static_cast<float>(t.double_data(static_cast<int>(i)));
+      for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = narrowed(t.double_data(static_cast<int>(i)), i);
       break;
     case T::FLOAT16: case T::BFLOAT16:
       for (std::size_t i = 0; i < count; ++i) {

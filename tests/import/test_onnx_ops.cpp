@@ -352,6 +352,13 @@ TEST_CASE("Clip: opset-13 bounds as inputs (initializer, Constant node, absent),
     auto got = run_model(m, "clip2.onnx", xs, x);
     CHECK(max_abs_diff(got.values, map_values(x, [](float v) { return std::min(v, 2.5f); })) < kTol);
   }
+  SECTION("min above max: every value is max (refused before: 'clip min 2 > max 1')") {
+    OnnxModel m(13);
+    m.init("lo", {}, {2.0f}).init("hi", {}, {1.0f});
+    unary_model(m, "Clip", xs, {"lo", "hi"});
+    auto got = run_model(m, "clip_inverted.onnx", xs, x);
+    CHECK(max_abs_diff(got.values, std::vector<float>(x.size(), 1.0f)) < kTol);
+  }
   SECTION("no bounds") {
     OnnxModel m(11);
     unary_model(m, "Clip", xs);
@@ -811,6 +818,40 @@ TEST_CASE("A float constant cast to an integer it has none of is an error naming
     CHECK_THROWS_WITH(import_onnx(m.save("cast_huge.onnx")),
                       Catch::Contains("has no int64 value") && Catch::Contains("to_int"));
   }
+}
+
+TEST_CASE("A float64 constant beyond float32's range is an error naming the tensor, not an infinity", "[onnx][constant]") {
+  for (bool raw : {false, true}) {
+    OnnxModel m(13);
+    m.input("x", {2}).output("y");
+    onnx::TensorProto* t = m.graph().add_initializer();
+    t->set_name("big");
+    t->set_data_type(onnx::TensorProto::DOUBLE);
+    t->add_dims(2);
+    const double values[] = {1.5, 1e300};
+    if (raw) {
+      t->set_raw_data(std::string(reinterpret_cast<const char*>(values), sizeof values));
+    } else {
+      for (double v : values) t->add_double_data(v);
+    }
+    m.node("Add", {"x", "big"}, {"y"});
+    CHECK_THROWS_WITH(import_onnx(m.save("double_big.onnx")), Catch::Contains("'big'") && Catch::Contains("1e+300") &&
+                                                                  Catch::Contains("beyond float32's range"));
+  }
+  // Infinities and values in range are read as they are.
+  OnnxModel m(13);
+  m.input("x", {2}).output("y");
+  onnx::TensorProto* t = m.graph().add_initializer();
+  t->set_name("fine");
+  t->set_data_type(onnx::TensorProto::DOUBLE);
+  t->add_dims(2);
+  t->add_double_data(-2.5);
+  t->add_double_data(-std::numeric_limits<double>::infinity());
+  m.node("Add", {"x", "fine"}, {"y"});
+  Net net = import_onnx(m.save("double_fine.onnx"));
+  auto got = run_net(net, {{"x", make_input(Shape{2}, {1, 1})}})[0];
+  CHECK(got.values[0] == -1.5f);
+  CHECK(std::isinf(got.values[1]));
 }
 
 TEST_CASE("Reshape dims whose product overflows int64 are an error naming the node", "[onnx][constant]") {

@@ -126,6 +126,22 @@ TEST_CASE("LSTM and GRU: imported as lstm and gru, match ONNX Runtime", "[onnx][
   }
 }
 
+TEST_CASE("LSTM and GRU with the sequence output Y omitted give Y_h", "[onnx][rnn]") {
+  // Refused before ("node has no output"; ONNX's test_lstm_defaults and test_gru_defaults omit Y).
+  for (const Case& c : kCases) {
+    INFO(c.name);
+    OnnxModel m = model_of(c, 0);
+    m.graph().mutable_node(0)->set_output(0, "");
+    auto* outputs = m.graph().mutable_output();
+    outputs->erase(outputs->begin());  // y
+    const auto x = pattern(static_cast<std::size_t>(c.T * c.B * c.I), 7, 3, 4);
+    auto out = run(m, std::string(c.name) + "_no_y.onnx", Shape{c.T, c.B, c.I}, x);
+    REQUIRE(out.size() == (c.y_c.empty() ? 1u : 2u));
+    CHECK(max_abs_diff(out[0].values, c.y_h) < 2e-6);
+    if (!c.y_c.empty()) CHECK(max_abs_diff(out[1].values, c.y_c) < 2e-6);
+  }
+}
+
 TEST_CASE("LSTM and GRU: what they cannot run is refused naming the node", "[onnx][rnn]") {
   const Case& c = kCases[0];
   SECTION("other activations") {
