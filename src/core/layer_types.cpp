@@ -756,7 +756,7 @@ Activation fused_activation(const Layer& l) {
 float apply_activation(const Activation& a, float x) {
   switch (a.kind) {
     case Activation::none: return x;
-    case Activation::relu: return x > 0 ? x : 0.0f;
+    case Activation::relu: return x < 0 ? 0.0f : x;  // NaN stays NaN
     case Activation::clip: return std::min(std::max(x, a.min), a.max);
     case Activation::hardswish: return x * std::min(std::max(x + 3.0f, 0.0f), 6.0f) / 6.0f;
     case Activation::hardsigmoid: return std::min(std::max(a.alpha * x + a.beta, 0.0f), 1.0f);

@@ -68,11 +68,12 @@ struct VAct {
   vf operator()(vf x) const {
     switch (act) {
       case gemm::Act::none: return x;
-      case gemm::Act::relu: return vmax(x, vzero());
-      case gemm::Act::clip: return vmin(vmax(x, lo), hi);
+      // max/min return their second operand where either is NaN: x goes second, so NaN propagates.
+      case gemm::Act::relu: return vmax(vzero(), x);
+      case gemm::Act::clip: return vmin(hi, vmax(lo, x));
       case gemm::Act::hardswish:
-        return vmul(x, vmul(vmin(vmax(vadd(x, vset1(3.0f)), vzero()), vset1(6.0f)), vset1(1.0f / 6.0f)));
-      case gemm::Act::hardsigmoid: return vmin(vmax(vfma(alpha, x, beta), vzero()), vset1(1.0f));
+        return vmul(x, vmul(vmin(vset1(6.0f), vmax(vzero(), vadd(x, vset1(3.0f)))), vset1(1.0f / 6.0f)));
+      case gemm::Act::hardsigmoid: return vmin(vset1(1.0f), vmax(vzero(), vfma(alpha, x, beta)));
     }
     return x;
   }

@@ -203,22 +203,22 @@ def add_bias(emit, ocb, w):
 def clamp(emit, n, f_lo, f_hi):
     """last (in rcx): 2 clamps to [lo, hi] (clip), 3 only from below (relu:
     no vminps against +inf); 1 leaves the sums (+ bias) as they are.
-    AVX2 broadcasts the bound into register n (a weight register, free here)."""
+    The bound is broadcast into register n (a weight register, free here) and
+    is the first source: vmaxps/vminps return the second where either is NaN,
+    so a NaN sum stays NaN (a memory operand could only be the second)."""
     def bound(f):
-        if EMB:
-            return f"{f}(%[t])%{{1to16%}}"
         emit(f"vbroadcastss {f}(%[t]), %%{R}{n}")
         return f"%%{R}{n}"
     emit("cmp $1, %%rcx")
     emit("je 12f")
     b = bound(f_lo)
     for k in range(n):
-        emit(f"vmaxps {b}, %%{R}{k}, %%{R}{k}")
+        emit(f"vmaxps %%{R}{k}, {b}, %%{R}{k}")
     emit("cmp $3, %%rcx")
     emit("je 12f")
     b = bound(f_hi)
     for k in range(n):
-        emit(f"vminps {b}, %%{R}{k}, %%{R}{k}")
+        emit(f"vminps %%{R}{k}, {b}, %%{R}{k}")
     emit("12:")
 
 

@@ -140,7 +140,7 @@ struct Unary final : RefPrepared {
 struct ReluOp {
   static constexpr std::string_view kType = "relu";
   explicit ReluOp(const Layer&) {}
-  float operator()(float x) const { return x > 0 ? x : 0.0f; }
+  float operator()(float x) const { return x < 0 ? 0.0f : x; }  // NaN stays NaN
 };
 
 struct ClipOp {

@@ -98,7 +98,7 @@ inline float hmax(vf v) {
 /// round(x log2 e), r = x - n ln 2 (two-part ln 2), Cephes' degree-6
 /// polynomial on |r| <= ln2/2 (relative error ~1e-7), times 2^n.
 inline vf vexp(vf x) {
-  x = vmin(vmax(x, vset1(-87.3f)), vset1(88.3f));
+  x = vmin(vset1(88.3f), vmax(vset1(-87.3f), x));  // x second: NaN stays NaN
   const vf n = vround(vmul(x, vset1(1.44269504088896341f)));
   vf r = vfnma(n, vset1(0.693359375f), x);
   r = vfnma(n, vset1(-2.12194440e-4f), r);

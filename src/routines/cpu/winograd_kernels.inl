@@ -152,7 +152,7 @@ void decode_m(const Geometry& g, const Epilogue& e, const float* mm, float* y, T
             for (int q = 0; q < kL; ++q) acc[q] += f * s[i][b][q];
           }
           if (kind == core::Activation::relu)
-            for (int q = 0; q < kL; ++q) acc[q] = acc[q] > 0.0f ? acc[q] : 0.0f;
+            for (int q = 0; q < kL; ++q) acc[q] = acc[q] < 0.0f ? 0.0f : acc[q];  // NaN stays NaN
           for (int q = 0; q < kL; ++q) o[i][j][q] = acc[q];
         }
       // Scatter the 16 tiles into the output, clipped to OH x OW.
