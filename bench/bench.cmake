@@ -16,3 +16,8 @@ target_link_libraries(adapt_bench PRIVATE softneuro fmt::fmt)
 add_executable(ops_bench ${CMAKE_CURRENT_LIST_DIR}/ops_bench.cpp)
 target_include_directories(ops_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(ops_bench PRIVATE softneuro fmt::fmt)
+
+# shape_memory_bench: resident memory of one session over thousands of distinct
+# input shapes (a dynamic-size conv net, a small shape cache).
+add_executable(shape_memory_bench ${CMAKE_CURRENT_LIST_DIR}/shape_memory_bench.cpp)
+target_link_libraries(shape_memory_bench PRIVATE softneuro fmt::fmt)

@@ -207,6 +207,7 @@ class ChainAdapt final : public Routine {
                 : chain.size() == 1 ? Support::no(fmt::format("a single adapt converts this pair ({})", chain[0].descriptor))
                                     : Support::yes();
     std::lock_guard lock(mutex_);
+    if (cache_.size() >= kCacheEntries) cache_.clear();  // keyed by shape too: bounded over any number of shapes
     cache_[key] = s;
     return s;
   }
@@ -223,6 +224,7 @@ class ChainAdapt final : public Routine {
     if (n == 0) {
       n = static_cast<int64_t>(find_chains(Schema::parse(info.layer->get_string("from")), to, info).size());
       std::lock_guard lock(mutex_);
+      if (count_cache_.size() >= kCacheEntries) count_cache_.clear();
       count_cache_[key] = std::max<int64_t>(1, n);
     }
     if (n < 2) return {};
@@ -273,6 +275,7 @@ class ChainAdapt final : public Routine {
     return fmt::format("{}>{}|{}|q{}|n{}", from.to_string(), to.to_string(), info.input_shapes.at(0).to_string(),
                        q ? q->scales.size() * 10 + (q->axis + 1) : 0, core::RoutineRegistry::instance().descriptors("adapt").size());
   }
+  static constexpr std::size_t kCacheEntries = 4096;
   mutable std::mutex mutex_;
   mutable std::map<std::string, Support> cache_;
   mutable std::map<std::string, int64_t> count_cache_;  // chains per key (param_space)

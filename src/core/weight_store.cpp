@@ -1,5 +1,7 @@
 #include "core/weight_store.hpp"
 
+#include <algorithm>
+
 namespace softneuro::core {
 
 std::shared_ptr<const void> WeightStore::get_or_make(const std::string& key,
@@ -30,7 +32,19 @@ std::shared_ptr<const void> WeightStore::get_or_make(const std::string& key,
   e.building = false;
   ++built_;
   done_.notify_all();
+  // Entries whose objects are gone (shapes a session dropped) are swept once
+  // the map has doubled since the last sweep: memory stays flat over any
+  // number of shapes, at amortised constant cost.
+  if (entries_.size() >= 2 * swept_size_) {
+    std::erase_if(entries_, [](const auto& kv) { return !kv.second.building && kv.second.object.expired(); });
+    swept_size_ = std::max<std::size_t>(entries_.size(), 64);
+  }
   return made;
+}
+
+std::size_t WeightStore::entries() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
 }
 
 uint64_t WeightStore::built() const {

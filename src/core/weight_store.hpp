@@ -24,6 +24,8 @@ class WeightStore {
                                           const std::function<std::shared_ptr<const void>()>& make);
   /// How many objects were built (a second session of a model builds none).
   uint64_t built() const;
+  /// Entries held, live or expired (expired ones are swept as the map grows).
+  std::size_t entries() const;
 
  private:
   struct Entry {
@@ -33,6 +35,7 @@ class WeightStore {
   mutable std::mutex mutex_;
   std::condition_variable done_;
   std::map<std::string, Entry> entries_;
+  std::size_t swept_size_ = 64;  ///< entries_.size() after the last sweep (at least 64)
   uint64_t built_ = 0;
 };
 

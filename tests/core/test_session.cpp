@@ -370,3 +370,40 @@ TEST_CASE("session: routine parameters outside the routine's space never reach i
     for (int64_t i = 0; i < expected[0].blob.numel(); ++i) REQUIRE(std::abs(x[i] - y[i]) <= 1e-3f * (1 + std::abs(x[i])));
   }
 }
+
+TEST_CASE("session: over hundreds of input shapes the shared weights held stay bounded", "[session][memory]") {
+  // Every shape's derived weights stayed in the model's weight store as an
+  // expired entry (its key, with the shapes): memory grew with each shape met.
+  using Ints = std::vector<int64_t>;
+  std::mt19937 rng(51);
+  std::uniform_real_distribution<float> u(-0.2f, 0.2f);
+  auto blob = [&](Shape s) {
+    Blob b = Blob::allocate(s);
+    for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = u(rng);
+    return b;
+  };
+  std::vector<Layer> layers;
+  for (int k = 0; k < 3; ++k) {
+    Layer l;
+    l.name = "c" + std::to_string(k);
+    l.type = "conv2";
+    l.inputs = {k == 0 ? "x" : "h" + std::to_string(k - 1)};
+    l.outputs = {k == 2 ? "y" : "h" + std::to_string(k)};
+    l.params = {{"pads", Ints{1, 1, 1, 1}}, {"act", std::string("relu")}};
+    l.weights = {{"weight", blob({8, k == 0 ? 3 : 8, 3, 3})}, {"bias", blob({8})}};
+    layers.push_back(l);
+  }
+  Model model = Model::build("shapes", {{"x", Shape{1, 3, 8, 8}, DType::float32, {2, 3}}}, layers, {"y"});
+  SessionOptions options;
+  options.threads = 1;
+  options.shape_cache = 2;
+  Session session(model, options);
+  std::size_t early = 0;
+  for (int k = 0; k < 400; ++k) {
+    std::vector<NamedBlob> in{{"x", blob({1, 3, 4 + k % 20, 4 + k / 20})}};
+    session.run(in);
+    if (k == 3) early = model.impl().weights->entries();
+  }
+  INFO("weight store entries after 4 shapes: " << early << ", after 400: " << model.impl().weights->entries());
+  CHECK(model.impl().weights->entries() <= 2 * std::max<std::size_t>(early, 64));  // swept as it doubles
+}

@@ -83,9 +83,22 @@ inline dnnl::cpu_isa onednn_isa() {
   return dnnl::get_effective_cpu_isa();
 }
 
+/// oneDNN keeps up to 1024 compiled primitives by default, each tens of KiB,
+/// whatever shape they were made for: a session meeting thousands of input
+/// shapes grew by 60 MiB through it alone (shape_memory_bench). Our prepared
+/// steps hold their own primitives; the cache only spares compiling one again
+/// (another session, a shape dropped and met again, the tuner's paths), and 64
+/// keeps that for a model's layers. ONEDNN_PRIMITIVE_CACHE_CAPACITY, where
+/// set, stays the user's.
+inline void cap_onednn_primitive_cache() {
+  if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") || std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY")) return;
+  (void)dnnl::set_primitive_cache_capacity(64);
+}
+
 inline dnnl::engine& cpu_engine() {
   static dnnl::engine* e = [] {
     cap_onednn_isa();
+    cap_onednn_primitive_cache();
     return new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
   }();
   return *e;
