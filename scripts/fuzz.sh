@@ -2,7 +2,8 @@
 # Fuzzing (docs/fuzzing.md): builds the libFuzzer harnesses of fuzz/ with clang,
 # ASan and UBSan in build-fuzz/, seeds their corpora with the files the test
 # suite writes (ONNX models, .dnn files, .npy/.npz samples, cache files) and
-# runs each harness for a bounded time. Inputs stay under 64 KiB: mutants of a
+# runs each harness for a bounded time, from the corpora carried in fuzz/corpus/
+# (scripts/fuzz_campaign.sh minimises and updates them). Inputs stay under 64 KiB: mutants of a
 # whole model (the bundled one is 180 KiB) ran 40 times slower.
 #
 #   scripts/fuzz.sh [SECONDS]            each harness for SECONDS (default 60)
@@ -54,6 +55,14 @@ if [ ! -d "$seeds" ]; then
   mv "$seeds.tmp" "$seeds"
 fi
 
+# The corpora carried in the repository (fuzz/corpus/<harness>.tar.xz, minimised
+# by scripts/fuzz_campaign.sh): campaigns on other machines start where the last stopped.
+for h in "${harnesses[@]}"; do
+  rm -rf "build-fuzz/carried/$h"
+  mkdir -p "build-fuzz/carried/$h"
+  [ -f "fuzz/corpus/$h.tar.xz" ] && tar -xJf "fuzz/corpus/$h.tar.xz" -C "build-fuzz/carried/$h" --strip-components=1
+done
+
 # The harnesses write each input to a file: in memory where /dev/shm is.
 # oneDNN keeps up to 1024 compiled primitives by default: over a million
 # inputs, each of other shapes, their code outgrew the 2 GiB limit.
@@ -68,14 +77,14 @@ fuzz_one() {
   [ "$h" = cache_read ] && max_len=4096
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=16 \
-    "./build-fuzz/fuzz/fuzz_$h" "build-fuzz/corpus/$h" "$seeds/$h" "${limit[@]}" \
+    "./build-fuzz/fuzz/fuzz_$h" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "$seeds/$h" "${limit[@]}" \
     -entropic=0 -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/crashes/$h/" > "$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzz_$h found a crash (log $log, input in build-fuzz/crashes/$h/)" >&2
     return 1
   fi
-  { echo "fuzz_$h: $(ls "$seeds/$h" | wc -l) seeds, ${limit[*]}"
+  { echo "fuzz_$h: $(ls "$seeds/$h" | wc -l) seeds, $(ls "build-fuzz/carried/$h" | wc -l) carried inputs, ${limit[*]}"
     grep -E "INITED|stat::number_of_executed_units|stat::peak_rss|Done" "$log" | sed "s/^/  /"; } > "$log.summary"
 }
 # In batches of as many harnesses as there are cores.
