@@ -7,11 +7,17 @@
 # the next campaign, on any machine, goes on from there.
 #
 #   scripts/fuzz_campaign.sh [SECONDS]
+#   scripts/fuzz_campaign.sh --merge-only SECONDS   (the runs are done: merge, pack, record)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${1:-3600}"
 status=0
-./scripts/fuzz.sh "$seconds" || status=$?
+if [ "${1:-}" = "--merge-only" ]; then
+  seconds="$2"
+else
+  seconds="${1:-3600}"
+  ./scripts/fuzz.sh "$seconds" || status=$?
+fi
+mkdir -p fuzz/corpus
 stats=fuzz/corpus/campaigns.tsv
 [ -f "$stats" ] || printf 'date\tmachine\tharness\tseconds\texecutions\texec_per_s\tcoverage_edges\tfeatures\tcorpus_inputs\n' > "$stats"
 machine="$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)"
