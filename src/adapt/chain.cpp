@@ -14,6 +14,7 @@
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <deque>
@@ -207,7 +208,7 @@ class ChainAdapt final : public Routine {
                 : chain.size() == 1 ? Support::no(fmt::format("a single adapt converts this pair ({})", chain[0].descriptor))
                                     : Support::yes();
     std::lock_guard lock(mutex_);
-    if (cache_.size() >= kCacheEntries) cache_.clear();  // keyed by shape too: bounded over any number of shapes
+    if (cache_.size() >= kCacheEntries) cache_.clear();  // bounded over any number of quantisations
     cache_[key] = s;
     return s;
   }
@@ -270,10 +271,18 @@ class ChainAdapt final : public Routine {
   }
 
  private:
+  /// What a single adapt's supports() reads: the schemas, the blob's rank (not
+  /// its dims: blocked layouts need a channel dim) and its quantisation. So one
+  /// search serves a conversion at every shape (session creation of models of
+  /// new shapes searched again: most of a .dnn fuzz input's time).
   static std::string cache_key(const LayerInfo& info, const Schema& from, const Schema& to) {
-    const QuantParams* q = info.input_quant.empty() ? nullptr : &info.input_quant[0];
-    return fmt::format("{}>{}|{}|q{}|n{}", from.to_string(), to.to_string(), info.input_shapes.at(0).to_string(),
-                       q ? q->scales.size() * 10 + (q->axis + 1) : 0, core::RoutineRegistry::instance().descriptors("adapt").size());
+    std::string q = "-";
+    if (!info.input_quant.empty()) {
+      const QuantParams& p = info.input_quant[0];
+      q = fmt::format("{}:{}:{}", p.axis, fmt::join(p.scales, ","), fmt::join(p.zero_points, ","));
+    }
+    return fmt::format("{}>{}|r{}|q{}|n{}", from.to_string(), to.to_string(), info.input_shapes.at(0).rank(), q,
+                       core::RoutineRegistry::instance().descriptors("adapt").size());
   }
   static constexpr std::size_t kCacheEntries = 4096;
   mutable std::mutex mutex_;
