@@ -306,6 +306,11 @@ class Importer {
   void pool(const Node&);
   void global_pool(const Node&);
   void reduce(const Node&);
+  void log_softmax(const Node&);
+  void sum_mean(const Node&);
+  void softsign(const Node&);
+  void cast_like(const Node&);
+  void cast_to_type(const Node& n, int to);
   void batchnorm(const Node&);
   void softmax(const Node&);
   void layernorm(const Node&);
@@ -424,6 +429,15 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"ReduceMin", &Importer::reduce},
       {"ReduceSum", &Importer::reduce},
       {"ReduceL2", &Importer::reduce},
+      {"ReduceSumSquare", &Importer::reduce},
+      {"ReduceL1", &Importer::reduce},
+      {"ReduceLogSum", &Importer::reduce},
+      {"ReduceLogSumExp", &Importer::reduce},
+      {"LogSoftmax", &Importer::log_softmax},
+      {"Sum", &Importer::sum_mean},
+      {"Mean", &Importer::sum_mean},
+      {"Softsign", &Importer::softsign},
+      {"CastLike", &Importer::cast_like},
       {"BatchNormalization", &Importer::batchnorm},
       {"Softmax", &Importer::softmax},
       {"LayerNormalization", &Importer::layernorm},
@@ -1580,8 +1594,11 @@ void Importer::global_pool(const Node& n) {
 }
 
 void Importer::reduce(const Node& n) {
+  // The last four as a sum with an elementwise step before or after it.
   static const std::map<std::string, std::string> modes = {
-      {"ReduceMean", "mean"}, {"ReduceMax", "max"}, {"ReduceMin", "min"}, {"ReduceSum", "sum"}, {"ReduceL2", "l2"}};
+      {"ReduceMean", "mean"}, {"ReduceMax", "max"},    {"ReduceMin", "min"},       {"ReduceSum", "sum"},
+      {"ReduceL2", "l2"},     {"ReduceL1", "sum"},     {"ReduceSumSquare", "sum"}, {"ReduceLogSum", "sum"},
+      {"ReduceLogSumExp", "sum"}};
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
   // ReduceSum took its axes as an input from opset 13, the others from opset 18.
@@ -1599,13 +1616,111 @@ void Importer::reduce(const Node& n) {
   const bool keep = n.get_int("keepdims", 1) != 0;
   const std::string mode = modes.at(n.op());
   std::sort(axes.begin(), axes.end());
-  if (rank == 4 && axes == std::vector<int64_t>{2, 3} && keep && (mode == "mean" || mode == "max")) {
+  if (rank == 4 && axes == std::vector<int64_t>{2, 3} && keep && (mode == "mean" || mode == "max") &&
+      (n.op() == "ReduceMean" || n.op() == "ReduceMax")) {
     add_unary(n, "pool2", input(n, 0), n.out(0), {{"mode", std::string(mode == "max" ? "max" : "avg")}, {"global", int64_t{1}}});
     return;
   }
-  std::map<std::string, Attr> params{{"mode", mode}, {"keepdims", int64_t{keep ? 1 : 0}}};
-  if (!axes.empty()) params["axes"] = axes;
-  add_unary(n, "reduce", input(n, 0), n.out(0), std::move(params));
+  auto reduced = [&](const std::string& m, bool keepdims) {
+    std::map<std::string, Attr> params{{"mode", m}, {"keepdims", int64_t{keepdims ? 1 : 0}}};
+    if (!axes.empty()) params["axes"] = axes;
+    return params;
+  };
+  const std::string& op = n.op();
+  const std::string y = n.out(0);
+  std::string x = input(n, 0);
+  if (op == "ReduceSumSquare" || op == "ReduceL1") {
+    const std::string pre = fresh_blob(y + (op == "ReduceL1" ? "/abs" : "/square"));
+    if (op == "ReduceL1") add_unary(n, "abs", x, pre, {}, "abs");
+    else add(make("mul", n.name + "/square", {x, x}, {pre}));
+    x = pre;
+  } else if (op == "ReduceLogSum") {
+    const std::string sum = fresh_blob(y + "/sum");
+    add_unary(n, "reduce", x, sum, reduced("sum", keep), "sum");
+    add_unary(n, "log", sum, y);
+    return;
+  } else if (op == "ReduceLogSumExp") {
+    // max + log(sum(exp(x - max))): no overflow for large x.
+    const std::string m = fresh_blob(y + "/max"), t = fresh_blob(y + "/shifted"), e = fresh_blob(y + "/exp"),
+                      sum = fresh_blob(y + "/sum"), l = fresh_blob(y + "/log");
+    add_unary(n, "reduce", x, m, reduced("max", true), "max");
+    add(make("sub", n.name + "/shift", {x, m}, {t}));
+    add_unary(n, "exp", t, e, {}, "exp");
+    add_unary(n, "reduce", e, sum, reduced("sum", true), "sum");
+    add_unary(n, "log", sum, l, {}, "log");
+    const std::string kept = keep ? y : fresh_blob(y + "/kept");
+    add(make("add", keep ? n.name : n.name + "/add_max", {l, m}, {kept}));
+    if (!keep) {
+      Shape out;
+      for (int d = 0; d < rank; ++d)
+        if (!axes.empty() && !std::binary_search(axes.begin(), axes.end(), int64_t{d})) out.push_back(xs[d]);
+      add_unary(n, "reshape", kept, y, {{"shape", out.to_vector()}});
+    }
+    return;
+  }
+  add_unary(n, "reduce", x, y, reduced(mode, keep));
+}
+
+// LogSoftmax as x - max - log(sum(exp(x - max))) along the axis (stable for
+// any range); before opset 13 over the 2-D view [dims < axis, dims >= axis].
+void Importer::log_softmax(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  int64_t axis = n.get_int("axis", n.opset >= 13 ? -1 : 1);
+  if (axis < -rank || axis >= std::max(rank, 1)) throw n.error(fmt::format("axis {} out of range for rank {}", axis, rank), "axis");
+  if (axis < 0) axis += rank;
+  const std::string y = n.out(0);
+  std::string x = input(n, 0);
+  const bool flat = n.opset < 13 && axis != rank - 1;
+  if (flat) {
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < rank; ++i) (i < axis ? outer : inner) *= xs[i];
+    const std::string two_d = fresh_blob(y + "/2d");
+    add_unary(n, "reshape", x, two_d, {{"shape", std::vector<int64_t>{outer, inner}}}, "to_2d");
+    x = two_d;
+    axis = 1;
+  }
+  const std::vector<int64_t> axes{axis};
+  const std::string m = fresh_blob(y + "/max"), t = fresh_blob(y + "/shifted"), e = fresh_blob(y + "/exp"),
+                    sum = fresh_blob(y + "/sum"), l = fresh_blob(y + "/log"), out = flat ? fresh_blob(y + "/2d_out") : y;
+  add_unary(n, "reduce", x, m, {{"mode", std::string("max")}, {"axes", axes}, {"keepdims", int64_t{1}}}, "max");
+  add(make("sub", n.name + "/shift", {x, m}, {t}));
+  add_unary(n, "exp", t, e, {}, "exp");
+  add_unary(n, "reduce", e, sum, {{"mode", std::string("sum")}, {"axes", axes}, {"keepdims", int64_t{1}}}, "sum");
+  add_unary(n, "log", sum, l, {}, "log");
+  add(make("sub", n.name, {t, l}, {out}));
+  if (flat) add_unary(n, "reshape", out, y, {{"shape", xs.to_vector()}}, "from_2d");
+}
+
+// Sum and Mean of any number of inputs (broadcast): a chain of adds, Mean's scaled by 1/n.
+void Importer::sum_mean(const Node& n) {
+  const int count = n.num_inputs();
+  if (count < 1) throw n.error(fmt::format("{} needs at least one input", n.op()), "input");
+  for (int k = 0; k < count; ++k)
+    if (!n.has_in(k)) throw n.error(fmt::format("input {} is empty", k), "input");
+  const bool mean = n.op() == "Mean";
+  const std::string y = n.out(0);
+  std::string cur = input(n, 0);
+  if (count == 1 && !mean) return add_unary(n, "identity", cur, y);
+  for (int k = 1; k < count; ++k) {
+    const bool last = k + 1 == count && !mean;
+    const std::string next = last ? y : fresh_blob(fmt::format("{}/sum{}", y, k));
+    add(make("add", last ? n.name : fmt::format("{}/add{}", n.name, k), {cur, input(n, k)}, {next}));
+    cur = next;
+  }
+  if (mean) {
+    const std::string inv = as_blob(n, add_constant(y + "/inv_count", float_blob({}, {1.0f / static_cast<float>(count)})));
+    add(make("mul", n.name, {cur, inv}, {y}));
+  }
+}
+
+// Softsign: x / (1 + |x|).
+void Importer::softsign(const Node& n) {
+  const std::string x = input(n, 0), y = n.out(0);
+  const std::string a = fresh_blob(y + "/abs"), d = fresh_blob(y + "/denominator");
+  add_unary(n, "abs", x, a, {}, "abs");
+  add(make("add", n.name + "/plus_one", {a, as_blob(n, add_constant(y + "/one", float_blob({}, {1.0f})))}, {d}));
+  add(make("div", n.name, {x, d}, {y}));
 }
 
 void Importer::batchnorm(const Node& n) {
@@ -1686,8 +1801,17 @@ void Importer::identity(const Node& n) {
   add_unary(n, "identity", input(n, 0), n.out(0));
 }
 
-void Importer::cast(const Node& n) {
-  const auto to = static_cast<int>(n.get_int("to"));
+void Importer::cast(const Node& n) { cast_to_type(n, static_cast<int>(n.get_int("to"))); }
+
+// CastLike: Cast to the element type of its second input (a tensor computed at
+// run time is float32 here).
+void Importer::cast_like(const Node& n) {
+  if (!n.has_in(1)) throw n.error("CastLike needs its target_type input", "target_type");
+  auto t = onnx_types_.find(n.in(1));
+  cast_to_type(n, t != onnx_types_.end() ? t->second : static_cast<int>(onnx::TensorProto::FLOAT));
+}
+
+void Importer::cast_to_type(const Node& n, int to) {
   using T = onnx::TensorProto;
   const bool to_floating = to == T::FLOAT || to == T::FLOAT16 || to == T::DOUBLE || to == T::BFLOAT16;
   const bool to_integer = to == T::BOOL || to == T::INT8 || to == T::UINT8 || to == T::INT16 || to == T::UINT16 ||

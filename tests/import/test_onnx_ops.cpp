@@ -484,6 +484,83 @@ TEST_CASE("ReduceSum (axes input), ReduceMin, ReduceL2 over any axes become the 
   }
 }
 
+TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare, Sum, Mean, Softsign, CastLike",
+          "[onnx][reduce]") {
+  const Shape xs{2, 3, 4};
+  auto x = random_values(24, 41);
+  for (auto& v : x) v *= 30;  // exp(30 * 1) overflows nothing only where the max is subtracted first
+  auto at = [&](int64_t a, int64_t b, int64_t c) { return double(x[static_cast<std::size_t>((a * 3 + b) * 4 + c)]); };
+  SECTION("LogSoftmax over the last axis, stable for large inputs") {
+    OnnxModel m(13);
+    unary_model(m, "LogSoftmax", xs);
+    auto got = run_model(m, "log_softmax.onnx", xs, x);
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b) {
+        double mx = -1e300, sum = 0;
+        for (int64_t c = 0; c < 4; ++c) mx = std::max(mx, at(a, b, c));
+        for (int64_t c = 0; c < 4; ++c) sum += std::exp(at(a, b, c) - mx);
+        for (int64_t c = 0; c < 4; ++c)
+          CHECK(got.values[static_cast<std::size_t>((a * 3 + b) * 4 + c)] == Approx(at(a, b, c) - mx - std::log(sum)).margin(1e-4));
+      }
+  }
+  for (int keep : {0, 1}) {
+    INFO("keepdims " << keep);
+    OnnxModel m(13);
+    unary_model(m, "ReduceLogSumExp", xs).ints("axes", {1}).i("keepdims", keep);
+    auto got = run_model(m, "reduce_log_sum_exp.onnx", xs, x);
+    CHECK(got.shape == (keep ? Shape{2, 1, 4} : Shape{2, 4}));
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t c = 0; c < 4; ++c) {
+        double mx = -1e300, sum = 0;
+        for (int64_t b = 0; b < 3; ++b) mx = std::max(mx, at(a, b, c));
+        for (int64_t b = 0; b < 3; ++b) sum += std::exp(at(a, b, c) - mx);
+        CHECK(got.values[static_cast<std::size_t>(a * 4 + c)] == Approx(mx + std::log(sum)).margin(1e-4));
+      }
+  }
+  SECTION("ReduceLogSum, ReduceL1, ReduceSumSquare over axis 2") {
+    for (const char* op : {"ReduceLogSum", "ReduceL1", "ReduceSumSquare"}) {
+      INFO(op);
+      OnnxModel m(13);
+      unary_model(m, op, xs).ints("axes", {2}).i("keepdims", 0);
+      auto got = run_model(m, std::string(op) + ".onnx", xs, x);
+      REQUIRE(got.shape == Shape{2, 3});
+      for (int64_t a = 0; a < 2; ++a)
+        for (int64_t b = 0; b < 3; ++b) {
+          double sum = 0, l1 = 0, sq = 0;
+          for (int64_t c = 0; c < 4; ++c) sum += at(a, b, c), l1 += std::fabs(at(a, b, c)), sq += at(a, b, c) * at(a, b, c);
+          const double want = std::string(op) == "ReduceLogSum" ? std::log(sum) : std::string(op) == "ReduceL1" ? l1 : sq;
+          const float g = got.values[static_cast<std::size_t>(a * 3 + b)];
+          if (std::isnan(want)) CHECK(std::isnan(g));
+          else CHECK(g == Approx(want).epsilon(1e-5));
+        }
+    }
+  }
+  SECTION("Sum and Mean of three inputs, broadcast; Softsign; CastLike to a float") {
+    for (const char* op : {"Sum", "Mean"}) {
+      OnnxModel m(13);
+      m.input("x", xs.to_vector()).output("y");
+      m.init("b", {4}, {1, 2, 3, 4}).init("c", {3, 1}, {10, 20, 30});
+      m.node(op, {"x", "b", "c"}, {"y"});
+      auto got = run_model(m, std::string(op) + ".onnx", xs, x);
+      for (int64_t a = 0; a < 2; ++a)
+        for (int64_t b = 0; b < 3; ++b)
+          for (int64_t c = 0; c < 4; ++c) {
+            const double sum = at(a, b, c) + double(c + 1) + 10.0 * double(b + 1);
+            CHECK(got.values[static_cast<std::size_t>((a * 3 + b) * 4 + c)] ==
+                  Approx(std::string(op) == "Sum" ? sum : sum / 3).epsilon(1e-6));
+          }
+    }
+    OnnxModel m(13);
+    unary_model(m, "Softsign", xs);
+    auto got = run_model(m, "softsign.onnx", xs, x);
+    for (std::size_t i = 0; i < x.size(); ++i) CHECK(got.values[i] == Approx(x[i] / (1 + std::fabs(x[i]))));
+    OnnxModel cl(15);
+    cl.init("like", {1}, {0.0f});
+    unary_model(cl, "CastLike", xs, {"like"});
+    CHECK(max_abs_diff(run_model(cl, "castlike.onnx", xs, x).values, x) == 0);
+  }
+}
+
 TEST_CASE("BatchNormalization, alone and after a conv (folded)", "[onnx][batchnorm]") {
   const Shape xs{1, 3, 4, 4};
   auto x = random_values(48, 21);
