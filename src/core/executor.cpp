@@ -354,8 +354,32 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
     check_fits({}, in.name, shapes.at(in.name), dtype_size(io_schema.dtype));
     blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), io_schema);
   }
+  // The blobs alive while a layer runs must fit together too, and that is
+  // checked before the layer's routine is prepared: the arena's own check
+  // comes only after every layer was (a long net at a huge shape prepared for
+  // a minute, XNNPACK running each operator on scratch of its size, to be
+  // refused). Each blob's last reader in graph order; net outputs live on.
+  std::map<std::string, std::size_t> last_reader;
+  for (std::size_t i = 0; i < graph.layers.size(); ++i)
+    for (const auto& b : graph.layers[i].inputs) last_reader[b] = i;
+  for (const auto& o : graph.outputs) last_reader[o] = graph.layers.size();
+  auto check_live = [&](std::size_t i, const Layer& layer) {
+    if (!memory_limit) return;
+    uint64_t live = 0;  // planned blobs read at or after layer i, in their schemas
+    for (const auto& [name, slot] : blob_index) {
+      const auto r = last_reader.find(name);
+      if (r == last_reader.end() || r->second < i || slots_[static_cast<std::size_t>(slot)].kind != BlobKind::planned) continue;
+      live += blobs_[static_cast<std::size_t>(slot)].byte_size();
+    }
+    for (const auto& o : layer.outputs) live += static_cast<uint64_t>(shapes.at(o).numel());  // at least a byte a value
+    if (live > memory_limit)
+      throw Error(fmt::format("the blobs alive while it runs take at least {} bytes, more than the session's memory "
+                              "limit of {} bytes", live, memory_limit),
+                  {}, layer.name, "memory_limit");
+  };
 
-  for (const Layer& layer : graph.layers) {
+  for (std::size_t layer_index = 0; layer_index < graph.layers.size(); ++layer_index) {
+    const Layer& layer = graph.layers[layer_index];
     if (layer.type == "constant") {
       // Constants are bound to their weight's memory once; nothing runs.
       const Blob& value = layer.weight("value");
@@ -382,6 +406,7 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
       out_quant.push_back(quant_of(o));
       check_fits(layer.name, o, out_shapes.back(), 1);
     }
+    check_live(layer_index, layer);
     auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
   }

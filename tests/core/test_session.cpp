@@ -159,6 +159,34 @@ TEST_CASE("session: bad options are clear errors", "[session]") {
     CHECK(e.field() == "memory_limit");
     CHECK(e.layer() == "cat");
   }
+
+  // Blobs that fit one by one but not together are refused at the first layer
+  // that needs them at once, before its routine is prepared (the arena's check
+  // came only after every layer had been prepared).
+  auto unary = [](std::string name, std::string type, std::string in, std::string out) {
+    Layer l;
+    l.name = std::move(name);
+    l.type = std::move(type);
+    l.inputs = {std::move(in)};
+    l.outputs = {std::move(out)};
+    return l;
+  };
+  Layer sum;
+  sum.name = "sum";
+  sum.type = "add";
+  sum.inputs = {"a", "b"};
+  sum.outputs = {"c"};
+  Model together = Model::build("together", {{"x", Shape{1, 1 << 16}, DType::float32}},
+                                {unary("first", "relu", "x", "a"), unary("second", "sigmoid", "a", "b"), sum,
+                                 unary("last", "tanh", "c", "y")},
+                                {"y"});
+  try {
+    Session s(together, SessionOptions{1, 550000});  // a, b: 256 KiB each, and c: over
+    FAIL("blobs that do not fit together were accepted");
+  } catch (const Error& e) {
+    CHECK(e.field() == "memory_limit");
+    CHECK(e.layer() == "sum");
+  }
 }
 
 TEST_CASE("session: schemas restrict the routines a session runs, tuned ones included", "[session]") {
