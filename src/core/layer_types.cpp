@@ -388,6 +388,7 @@ const LayerType kBuiltinTypes[] = {
     {"softmax", 1, 1, infer_softmax},    {"layernorm", 1, 1, infer_layernorm},
     {"add", 2, 2, infer_binary},         {"sub", 2, 2, infer_binary},
     {"mul", 2, 2, infer_binary},         {"div", 2, 2, infer_binary},
+    {"max", 2, 2, infer_binary},         {"min", 2, 2, infer_binary},
     {"concat", 1, -1, infer_concat},     {"split", 1, 1, infer_split, 0},
     {"reshape", 1, 1, infer_reshape},    {"flatten", 1, 1, infer_flatten},
     {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},

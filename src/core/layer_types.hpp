@@ -34,7 +34,7 @@
 //            floats), scale and zero_point (shape []): min/max of x widened to
 //            include 0, scale = (max - min) / 255 (1 when max = min), zero_point =
 //            nearbyint(clamp(-min / scale, 0, 255)), y = clamp(nearbyint(x / scale) + zero_point, 0, 255).
-//  add, sub, mul, div: two inputs, NumPy broadcasting.
+//  add, sub, mul, div, max, min: two inputs, NumPy broadcasting (max and min: NaN where either is).
 //  pow       pow(x, y), NumPy broadcasting; or one input and exponent (a constant).
 //  abs, neg, sqrt, exp, log, erf, reciprocal (1/x); silu (x * sigmoid(x));
 //  mish (x * tanh(softplus(x))); leaky_relu (alpha=0.01: x < 0 ? alpha*x : x).

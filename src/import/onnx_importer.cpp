@@ -435,6 +435,8 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"ReduceLogSumExp", &Importer::reduce},
       {"LogSoftmax", &Importer::log_softmax},
       {"Sum", &Importer::sum_mean},
+      {"Max", &Importer::sum_mean},
+      {"Min", &Importer::sum_mean},
       {"Mean", &Importer::sum_mean},
       {"Softsign", &Importer::softsign},
       {"CastLike", &Importer::cast_like},
@@ -1692,20 +1694,22 @@ void Importer::log_softmax(const Node& n) {
   if (flat) add_unary(n, "reshape", out, y, {{"shape", xs.to_vector()}}, "from_2d");
 }
 
-// Sum and Mean of any number of inputs (broadcast): a chain of adds, Mean's scaled by 1/n.
+// Sum, Mean, Max and Min of any number of inputs (broadcast): a chain of
+// add/max/min layers, Mean's sum scaled by 1/n.
 void Importer::sum_mean(const Node& n) {
   const int count = n.num_inputs();
   if (count < 1) throw n.error(fmt::format("{} needs at least one input", n.op()), "input");
   for (int k = 0; k < count; ++k)
     if (!n.has_in(k)) throw n.error(fmt::format("input {} is empty", k), "input");
   const bool mean = n.op() == "Mean";
+  const std::string type = n.op() == "Max" ? "max" : n.op() == "Min" ? "min" : "add";
   const std::string y = n.out(0);
   std::string cur = input(n, 0);
   if (count == 1 && !mean) return add_unary(n, "identity", cur, y);
   for (int k = 1; k < count; ++k) {
     const bool last = k + 1 == count && !mean;
-    const std::string next = last ? y : fresh_blob(fmt::format("{}/sum{}", y, k));
-    add(make("add", last ? n.name : fmt::format("{}/add{}", n.name, k), {cur, input(n, k)}, {next}));
+    const std::string next = last ? y : fresh_blob(fmt::format("{}/{}{}", y, type, k));
+    add(make(type, last ? n.name : fmt::format("{}/{}{}", n.name, type, k), {cur, input(n, k)}, {next}));
     cur = next;
   }
   if (mean) {

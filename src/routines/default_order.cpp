@@ -159,6 +159,8 @@ const LayerOrder kDefaultOrder[] = {
     {"sub", kXnnpackOnly},
     {"mul", kActivation},
     {"div", kXnnpackOnly},
+    {"max", {{"cpu/ref"}}},
+    {"min", {{"cpu/ref"}}},
     {"concat",
      {
       {"cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu/onednn", "cpu:bfloat16/onednn"},

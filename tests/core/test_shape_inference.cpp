@@ -237,7 +237,7 @@ TEST_CASE("shape inference: layernorm", "[core][shape]") {
 }
 
 TEST_CASE("shape inference: binary broadcasting layers", "[core][shape]") {
-  for (const char* type : {"add", "sub", "mul", "div"}) {
+  for (const char* type : {"add", "sub", "mul", "div", "max", "min"}) {
     INFO(type);
     Layer l = L(type, {}, {}, 2);
     CHECK(infer(l, {{2, 3}, {2, 3}}) == Shapes{{2, 3}});
@@ -429,7 +429,7 @@ TEST_CASE("shape inference: fake_quant and dynamic_quantize", "[core][shape]") {
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
-      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "concat",
+      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize"};

@@ -484,7 +484,7 @@ TEST_CASE("ReduceSum (axes input), ReduceMin, ReduceL2 over any axes become the 
   }
 }
 
-TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare, Sum, Mean, Softsign, CastLike",
+TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare, Sum, Mean, Max, Min, Softsign, CastLike",
           "[onnx][reduce]") {
   const Shape xs{2, 3, 4};
   auto x = random_values(24, 41);
@@ -536,18 +536,18 @@ TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare,
     }
   }
   SECTION("Sum and Mean of three inputs, broadcast; Softsign; CastLike to a float") {
-    for (const char* op : {"Sum", "Mean"}) {
+    for (const std::string op : {"Sum", "Mean", "Max", "Min"}) {
       OnnxModel m(13);
       m.input("x", xs.to_vector()).output("y");
       m.init("b", {4}, {1, 2, 3, 4}).init("c", {3, 1}, {10, 20, 30});
       m.node(op, {"x", "b", "c"}, {"y"});
-      auto got = run_model(m, std::string(op) + ".onnx", xs, x);
+      auto got = run_model(m, op + ".onnx", xs, x);
       for (int64_t a = 0; a < 2; ++a)
         for (int64_t b = 0; b < 3; ++b)
           for (int64_t c = 0; c < 4; ++c) {
-            const double sum = at(a, b, c) + double(c + 1) + 10.0 * double(b + 1);
-            CHECK(got.values[static_cast<std::size_t>((a * 3 + b) * 4 + c)] ==
-                  Approx(std::string(op) == "Sum" ? sum : sum / 3).epsilon(1e-6));
+            const double u = at(a, b, c), v = double(c + 1), w = 10.0 * double(b + 1), sum = u + v + w;
+            const double want = op == "Sum" ? sum : op == "Mean" ? sum / 3 : op == "Max" ? std::max({u, v, w}) : std::min({u, v, w});
+            CHECK(got.values[static_cast<std::size_t>((a * 3 + b) * 4 + c)] == Approx(want).epsilon(1e-6));
           }
     }
     OnnxModel m(13);

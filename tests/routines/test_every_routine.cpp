@@ -261,7 +261,7 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
       }
     return out;
   }
-  for (const char* t : {"add", "sub", "mul", "div"})
+  for (const char* t : {"add", "sub", "mul", "div", "max", "min"})
     if (type == t) return binary_cases(type, rng);
   if (type == "softmax")
     return {{"softmax last", layer_of("softmax", {{"axis", int64_t{-1}}}, {}), {random_blob({2, 12, 37}, rng, -5.f, 5.f)}},

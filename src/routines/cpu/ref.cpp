@@ -294,6 +294,14 @@ struct DivOp {
   static constexpr std::string_view kType = "div";
   float operator()(float a, float b) const { return a / b; }
 };
+struct MaxOp {  // NaN where either is (numpy.maximum, ONNX Runtime)
+  static constexpr std::string_view kType = "max";
+  float operator()(float a, float b) const { return a != a || b != b ? a + b : a < b ? b : a; }
+};
+struct MinOp {
+  static constexpr std::string_view kType = "min";
+  float operator()(float a, float b) const { return a != a || b != b ? a + b : b < a ? b : a; }
+};
 
 /// pow: x ** y with y broadcast, or x ** exponent (one input).
 struct Pow final : RefPrepared {
@@ -1196,6 +1204,8 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<AddOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<SubOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MulOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MaxOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MinOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"reshape">>);
