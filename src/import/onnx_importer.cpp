@@ -307,6 +307,7 @@ class Importer {
   void global_pool(const Node&);
   void reduce(const Node&);
   void log_softmax(const Node&);
+  void rms_norm(const Node&);
   void sum_mean(const Node&);
   void softsign(const Node&);
   void cast_like(const Node&);
@@ -434,6 +435,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"ReduceLogSum", &Importer::reduce},
       {"ReduceLogSumExp", &Importer::reduce},
       {"LogSoftmax", &Importer::log_softmax},
+      {"RMSNormalization", &Importer::rms_norm},
       {"Sum", &Importer::sum_mean},
       {"Max", &Importer::sum_mean},
       {"Min", &Importer::sum_mean},
@@ -1765,8 +1767,6 @@ void Importer::softmax(const Node& n) {
 }
 
 void Importer::layernorm(const Node& n) {
-  for (int k = 1; k < n.num_outputs(); ++k)
-    if (used(n.out(k))) throw Unsupported{"LayerNormalization's Mean and InvStdDev outputs"};
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
   const int64_t axis_attr = n.get_int("axis", -1);
@@ -1784,6 +1784,56 @@ void Importer::layernorm(const Node& n) {
     throw n.error(e.message(), "Scale");
   }
   add(std::move(l));
+  // Mean and InvStdDev (training graphs export them), where read: reduce steps of their own, keepdims.
+  if (!(n.num_outputs() > 1 && used(n.out(1))) && !(n.num_outputs() > 2 && used(n.out(2)))) return;
+  std::vector<int64_t> axes;
+  for (int i = axis; i < rank; ++i) axes.push_back(i);
+  auto mean_of = [&](const std::string& x, const std::string& y, const std::string& suffix) {
+    add_unary(n, "reduce", x, y, {{"mode", std::string("mean")}, {"axes", axes}, {"keepdims", int64_t{1}}}, suffix);
+  };
+  const std::string base = n.out(0);
+  const std::string mean = n.num_outputs() > 1 && used(n.out(1)) ? n.out(1) : fresh_blob(base + "/mean");
+  mean_of(input(n, 0), mean, "mean");
+  if (!(n.num_outputs() > 2 && used(n.out(2)))) return;
+  const std::string centred = fresh_blob(base + "/centred"), squared = fresh_blob(base + "/squared"),
+                    var = fresh_blob(base + "/var"), var_eps = fresh_blob(base + "/var_eps"), sd = fresh_blob(base + "/sd");
+  add(make("sub", n.name + "/centre", {input(n, 0), mean}, {centred}));
+  add(make("mul", n.name + "/square", {centred, centred}, {squared}));
+  mean_of(squared, var, "var");
+  add(make("add", n.name + "/epsilon",
+           {var, as_blob(n, add_constant(base + "/eps", float_blob({}, {static_cast<float>(n.get_float("epsilon", 1e-5))})))},
+           {var_eps}));
+  add_unary(n, "sqrt", var_eps, sd, {}, "sqrt");
+  add_unary(n, "reciprocal", sd, n.out(2), {}, "inv_std");
+}
+
+// RMSNormalization (opset 23): x / sqrt(mean(x^2 over axis..) + epsilon) * scale, as steps.
+void Importer::rms_norm(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  const int64_t axis_attr = n.get_int("axis", -1);
+  if (axis_attr < -rank || axis_attr >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", axis_attr, rank), "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  std::vector<int64_t> axes;
+  Shape norm;
+  for (int i = axis; i < rank; ++i) axes.push_back(i), norm.push_back(xs[i]);
+  Blob scale;
+  try {
+    scale = expanded(to_float(require_constant(n, 1, "scale")), norm);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "scale");
+  }
+  const std::string y = n.out(0), x = input(n, 0);
+  const std::string sq = fresh_blob(y + "/squared"), ms = fresh_blob(y + "/mean_square"), mse = fresh_blob(y + "/plus_eps"),
+                    rms = fresh_blob(y + "/rms"), normed = fresh_blob(y + "/normalised");
+  add(make("mul", n.name + "/square", {x, x}, {sq}));
+  add_unary(n, "reduce", sq, ms, {{"mode", std::string("mean")}, {"axes", axes}, {"keepdims", int64_t{1}}}, "mean");
+  add(make("add", n.name + "/epsilon",
+           {ms, as_blob(n, add_constant(y + "/eps", float_blob({}, {static_cast<float>(n.get_float("epsilon", 1e-5))})))},
+           {mse}));
+  add_unary(n, "sqrt", mse, rms, {}, "sqrt");
+  add(make("div", n.name + "/normalise", {x, rms}, {normed}));
+  add(make("mul", n.name, {normed, as_blob(n, add_constant(y + "/scale", scale))}, {y}));
 }
 
 void Importer::identity(const Node& n) {

@@ -670,6 +670,46 @@ TEST_CASE("LayerNormalization (opset 17) and the pattern exporters decompose it 
   }
 }
 
+TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization (opset 23)", "[onnx][layernorm]") {
+  const Shape xs{2, 3, 8};
+  auto x = random_values(48, 43);
+  std::vector<float> scale(8);
+  for (int i = 0; i < 8; ++i) scale[static_cast<std::size_t>(i)] = 0.5f + 0.1f * float(i);
+  auto row = [&](int64_t r) { return std::vector<double>(x.begin() + r * 8, x.begin() + (r + 1) * 8); };
+  {
+    OnnxModel m(17);
+    m.input("x", xs.to_vector()).output("y").output("mean").output("inv_std");
+    m.init("scale", {8}, scale);
+    m.node("LayerNormalization", {"x", "scale"}, {"y", "mean", "inv_std"}).i("axis", -1).f("epsilon", 1e-5f);
+    Net net = import_onnx(m.save("layernorm_stats.onnx"));
+    auto out = run_net(net, {{"x", make_input(xs, x)}});
+    REQUIRE(out.size() == 3);
+    CHECK(out[1].shape == Shape{2, 3, 1});
+    for (int64_t r = 0; r < 6; ++r) {
+      const auto v = row(r);
+      double mean = 0, var = 0;
+      for (double e : v) mean += e / 8;
+      for (double e : v) var += (e - mean) * (e - mean) / 8;
+      CHECK(out[1].values[static_cast<std::size_t>(r)] == Approx(mean).margin(1e-6));
+      CHECK(out[2].values[static_cast<std::size_t>(r)] == Approx(1 / std::sqrt(var + 1e-5)).epsilon(1e-5));
+      CHECK(out[0].values[static_cast<std::size_t>(r * 8)] == Approx((v[0] - mean) / std::sqrt(var + 1e-5) * scale[0]).margin(1e-5));
+    }
+  }
+  OnnxModel m(23);
+  m.input("x", xs.to_vector()).output("y");
+  m.init("scale", {8}, scale);
+  m.node("RMSNormalization", {"x", "scale"}, {"y"}).i("axis", -1).f("epsilon", 1e-5f);
+  auto got = run_model(m, "rms_norm.onnx", xs, x);
+  for (int64_t r = 0; r < 6; ++r) {
+    const auto v = row(r);
+    double ms = 0;
+    for (double e : v) ms += e * e / 8;
+    for (int64_t i = 0; i < 8; ++i)
+      CHECK(got.values[static_cast<std::size_t>(r * 8 + i)] ==
+            Approx(v[static_cast<std::size_t>(i)] / std::sqrt(ms + 1e-5) * scale[static_cast<std::size_t>(i)]).margin(1e-5));
+  }
+}
+
 TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer", "[onnx][gelu]") {
   const Shape xs{2, 6};
   std::vector<float> x = random_values(12, 27);
