@@ -308,6 +308,7 @@ class Importer {
   void reduce(const Node&);
   void log_softmax(const Node&);
   void rms_norm(const Node&);
+  void attention(const Node&);
   void sum_mean(const Node&);
   void softsign(const Node&);
   void cast_like(const Node&);
@@ -436,6 +437,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"ReduceLogSumExp", &Importer::reduce},
       {"LogSoftmax", &Importer::log_softmax},
       {"RMSNormalization", &Importer::rms_norm},
+      {"Attention", &Importer::attention},
       {"Sum", &Importer::sum_mean},
       {"Max", &Importer::sum_mean},
       {"Min", &Importer::sum_mean},
@@ -1834,6 +1836,107 @@ void Importer::rms_norm(const Node& n) {
   add_unary(n, "sqrt", mse, rms, {}, "sqrt");
   add(make("div", n.name + "/normalise", {x, rms}, {normed}));
   add(make("mul", n.name, {normed, as_blob(n, add_constant(y + "/scale", scale))}, {y}));
+}
+
+// Attention (opset 23): softmax(Q Kᵀ * scale + mask [+ causal], softcapped) V,
+// as transpose/matmul/softmax steps; 3-D inputs split into heads, K and V
+// repeated for grouped-query heads. Not (refused by name): the KV cache
+// (past/present), the QK output, nonpad_kv_seqlen, windows.
+void Importer::attention(const Node& n) {
+  for (int k = 4; k < n.num_inputs(); ++k)
+    if (n.has_in(k)) throw Unsupported{"Attention with a KV cache (past_key, past_value) or nonpad_kv_seqlen"};
+  for (int k = 1; k < n.num_outputs(); ++k)
+    if (used(n.out(k))) throw Unsupported{"Attention's present_key, present_value or qk_matmul_output"};
+  if (n.get_int("left_window_size", -1) >= 0 || n.get_int("right_window_size", -1) >= 0)
+    throw Unsupported{"Attention with a sliding window"};
+  const Shape qs = shape_of(n, n.in(0)), ks = shape_of(n, n.in(1)), vs = shape_of(n, n.in(2));
+  if (qs.rank() != ks.rank() || qs.rank() != vs.rank() || (qs.rank() != 3 && qs.rank() != 4))
+    throw n.error(fmt::format("Q, K and V must all be 3-D or all 4-D; they are {}, {}, {}", qs.to_string(), ks.to_string(),
+                              vs.to_string()),
+                  "Q");
+  const std::string y = n.out(0);
+  const bool three_d = qs.rank() == 3;
+  const int64_t batch = qs[0];
+  int64_t hq = three_d ? n.get_int("q_num_heads", 0) : qs[1];
+  int64_t hkv = three_d ? n.get_int("kv_num_heads", 0) : ks[1];
+  if (hq <= 0 || hkv <= 0) throw n.error("3-D Q, K and V need q_num_heads and kv_num_heads", "q_num_heads");
+  if (hq % hkv != 0) throw n.error(fmt::format("{} query heads are not a multiple of {} key/value heads", hq, hkv), "kv_num_heads");
+  if (three_d && (qs[2] % hq != 0 || ks[2] % hkv != 0 || vs[2] % hkv != 0))
+    throw n.error("the hidden sizes do not split into the heads", "q_num_heads");
+  const int64_t len = three_d ? qs[1] : qs[2], src = three_d ? ks[1] : ks[2];
+  const int64_t d = three_d ? qs[2] / hq : qs[3], dv = three_d ? vs[2] / hkv : vs[3];
+  // [B, L, H*D] -> [B, H, L, D]
+  auto heads = [&](int k, int64_t h, int64_t seq, int64_t dim, const char* what) {
+    if (!three_d) return input(n, k);
+    const std::string split = fresh_blob(fmt::format("{}/{}_split", y, what)), t = fresh_blob(fmt::format("{}/{}_heads", y, what));
+    add_unary(n, "reshape", input(n, k), split, {{"shape", std::vector<int64_t>{batch, seq, h, dim}}}, std::string(what) + "_split");
+    add_unary(n, "transpose", split, t, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}, std::string(what) + "_heads");
+    return t;
+  };
+  // Grouped-query attention: each key/value head serves hq / hkv query heads.
+  auto repeated = [&](const std::string& x, int64_t seq, int64_t dim, const char* what) {
+    const int64_t r = hq / hkv;
+    if (r == 1) return x;
+    const std::string five = fresh_blob(fmt::format("{}/{}_5d", y, what)), cat = fresh_blob(fmt::format("{}/{}_repeated", y, what)),
+                      out = fresh_blob(fmt::format("{}/{}_groups", y, what));
+    add_unary(n, "reshape", x, five, {{"shape", std::vector<int64_t>{batch, hkv, 1, seq, dim}}}, std::string(what) + "_5d");
+    Layer c = make("concat", fmt::format("{}/{}_repeat", n.name, what), std::vector<std::string>(static_cast<std::size_t>(r), five), {cat});
+    c.params["axis"] = int64_t{2};
+    add(std::move(c));
+    add_unary(n, "reshape", cat, out, {{"shape", std::vector<int64_t>{batch, hq, seq, dim}}}, std::string(what) + "_groups");
+    return out;
+  };
+  const std::string q = heads(0, hq, len, d, "q");
+  const std::string k = repeated(heads(1, hkv, src, d, "k"), src, d, "k");
+  const std::string v = repeated(heads(2, hkv, src, dv, "v"), src, dv, "v");
+  const std::string kt = fresh_blob(y + "/k_t"), qk = fresh_blob(y + "/qk"), scaled = fresh_blob(y + "/scaled");
+  add_unary(n, "transpose", k, kt, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}, "k_t");
+  add(make("matmul", n.name + "/qk", {q, kt}, {qk}));
+  const double scale = n.has("scale") ? n.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(d));
+  add(make("mul", n.name + "/scale", {qk, as_blob(n, add_constant(y + "/scale", float_blob({}, {static_cast<float>(scale)})))}, {scaled}));
+  std::string scores = scaled;
+  // The additive bias: the mask (a bool one: -inf where false) and the causal triangle.
+  const float ninf = -std::numeric_limits<float>::infinity();
+  if (n.has_in(3)) {
+    std::string mask;
+    const Blob* c = constant(n.in(3));
+    const auto type = onnx_types_.find(n.in(3));
+    if (c && type != onnx_types_.end() && type->second == onnx::TensorProto::BOOL) {
+      const std::vector<int64_t> keep = to_ints(*c);
+      std::vector<float> bias(keep.size());
+      for (std::size_t i = 0; i < keep.size(); ++i) bias[i] = keep[i] ? 0.0f : ninf;
+      mask = as_blob(n, add_constant(y + "/mask_bias", float_blob(c->shape(), bias)));
+    } else {
+      mask = input(n, 3);
+    }
+    const std::string masked = fresh_blob(y + "/masked");
+    add(make("add", n.name + "/mask", {scores, mask}, {masked}));
+    scores = masked;
+  }
+  if (n.get_int("is_causal", 0) != 0) {
+    std::vector<float> bias(static_cast<std::size_t>(len * src), 0.0f);
+    for (int64_t i = 0; i < len; ++i)
+      for (int64_t j = i + 1; j < src; ++j) bias[static_cast<std::size_t>(i * src + j)] = ninf;
+    const std::string causal = fresh_blob(y + "/causal");
+    add(make("add", n.name + "/causal", {scores, as_blob(n, add_constant(y + "/causal_bias", float_blob(Shape{len, src}, bias)))},
+             {causal}));
+    scores = causal;
+  }
+  if (const double cap = n.get_float("softcap", 0.0); cap > 0) {
+    const std::string a = fresh_blob(y + "/capped_in"), t = fresh_blob(y + "/capped_tanh"), out = fresh_blob(y + "/capped");
+    add(make("mul", n.name + "/softcap_in", {scores, as_blob(n, add_constant(y + "/inv_cap", float_blob({}, {static_cast<float>(1 / cap)})))}, {a}));
+    add_unary(n, "tanh", a, t, {}, "softcap_tanh");
+    add(make("mul", n.name + "/softcap", {t, as_blob(n, add_constant(y + "/cap", float_blob({}, {static_cast<float>(cap)})))}, {out}));
+    scores = out;
+  }
+  const std::string probs = fresh_blob(y + "/probs"), ctx = three_d ? fresh_blob(y + "/context") : y;
+  add_unary(n, "softmax", scores, probs, {{"axis", int64_t{-1}}}, "softmax");
+  add(make("matmul", three_d ? n.name + "/pv" : n.name, {probs, v}, {ctx}));
+  if (three_d) {
+    const std::string merged = fresh_blob(y + "/merged");
+    add_unary(n, "transpose", ctx, merged, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}, "merge");
+    add_unary(n, "reshape", merged, y, {{"shape", std::vector<int64_t>{batch, len, hq * dv}}});
+  }
 }
 
 void Importer::identity(const Node& n) {

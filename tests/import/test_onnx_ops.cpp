@@ -710,6 +710,45 @@ TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization
   }
 }
 
+TEST_CASE("Attention (opset 23): grouped heads, causal, against a computed reference; a KV cache is refused by name",
+          "[onnx][attention]") {
+  const int64_t B = 1, HQ = 4, HKV = 2, L = 3, S = 3, D = 2;
+  auto q = random_values(static_cast<std::size_t>(B * HQ * L * D), 44);
+  auto k = random_values(static_cast<std::size_t>(B * HKV * S * D), 45);
+  auto v = random_values(static_cast<std::size_t>(B * HKV * S * D), 46);
+  OnnxModel m(23);
+  m.input("q", {B, HQ, L, D}).output("y");
+  m.init("k", {B, HKV, S, D}, k).init("v", {B, HKV, S, D}, v);
+  m.node("Attention", {"q", "k", "v"}, {"y"}, "attn").i("is_causal", 1);
+  Net net = import_onnx(m.save("attention.onnx"));
+  auto got = run_net(net, {{"q", make_input(Shape{B, HQ, L, D}, q)}})[0];
+  REQUIRE(got.shape == Shape{B, HQ, L, D});
+  for (int64_t h = 0; h < HQ; ++h) {
+    const int64_t g = h / (HQ / HKV);
+    for (int64_t i = 0; i < L; ++i) {
+      std::vector<double> w(static_cast<std::size_t>(S));
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < D; ++e) dot += double(q[static_cast<std::size_t>((h * L + i) * D + e)]) * k[static_cast<std::size_t>((g * S + j) * D + e)];
+        w[static_cast<std::size_t>(j)] = dot / std::sqrt(double(D));
+        mx = std::max(mx, w[static_cast<std::size_t>(j)]);
+      }
+      for (int64_t j = 0; j <= i; ++j) sum += w[static_cast<std::size_t>(j)] = std::exp(w[static_cast<std::size_t>(j)] - mx);
+      for (int64_t e = 0; e < D; ++e) {
+        double want = 0;
+        for (int64_t j = 0; j <= i; ++j) want += w[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>((g * S + j) * D + e)];
+        CHECK(got.values[static_cast<std::size_t>((h * L + i) * D + e)] == Approx(want).margin(1e-5));
+      }
+    }
+  }
+  OnnxModel cached(23);
+  cached.input("q", {B, HQ, L, D}).output("y");
+  cached.init("k", {B, HKV, S, D}, k).init("v", {B, HKV, S, D}, v).init("pk", {B, HKV, 1, D}, {0, 0, 0, 0});
+  cached.node("Attention", {"q", "k", "v", "", "pk", "pk"}, {"y"}, "attn_cached");
+  CHECK_THROWS_WITH(import_onnx(cached.save("attention_cache.onnx")), Catch::Contains("attn_cached") && Catch::Contains("KV cache"));
+}
+
 TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer", "[onnx][gelu]") {
   const Shape xs{2, 6};
   std::vector<float> x = random_values(12, 27);
