@@ -2230,7 +2230,35 @@ void Importer::gather(const Node& n) {
   const bool scalar_index = indices->shape().rank() == 0;
   bool run = !idx.empty() && indices->shape().rank() <= 1;
   for (std::size_t i = 1; run && i < idx.size(); ++i) run = idx[i] == idx[i - 1] + 1;
-  if (!run) throw Unsupported{"Gather of a run-time tensor with indices other than one or consecutive ones"};
+  if (!run) {
+    // Any other constant indices: the runs of consecutive ones sliced and
+    // concatenated along the axis, then the indices' shape put in its place.
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    for (int64_t i : idx) {
+      if (!runs.empty() && runs.back().second == i) ++runs.back().second;
+      else runs.push_back({i, i + 1});
+    }
+    constexpr std::size_t kMaxRuns = 256;
+    if (idx.empty() || runs.size() > kMaxRuns)
+      throw Unsupported{fmt::format("Gather of a run-time tensor with {} indices in {} runs (at most {})", idx.size(),
+                                    runs.size(), kMaxRuns)};
+    std::vector<std::string> parts;
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      parts.push_back(fresh_blob(fmt::format("{}/run{}", n.out(0), r)));
+      slice_blob(n, n.in(0), axis, runs[r].first, runs[r].second, parts.back());
+    }
+    const std::string joined = fresh_blob(n.out(0) + "/joined");
+    Layer c = make("concat", n.name + "/join", parts, {joined});
+    c.params["axis"] = int64_t{axis};
+    add(std::move(c));
+    Shape out;
+    for (int d = 0; d < axis; ++d) out.push_back(xs[d]);
+    for (int d = 0; d < indices->shape().rank(); ++d) out.push_back(indices->shape()[d]);
+    for (int d = axis + 1; d < xs.rank(); ++d) out.push_back(xs[d]);
+    if (out.rank() > Shape::max_rank) throw n.error(fmt::format("the output has rank {}", out.rank()), "indices");
+    add_unary(n, "reshape", joined, n.out(0), {{"shape", out.to_vector()}}, "index_shape");
+    return;
+  }
   const int64_t begin = idx.front(), end = idx.back() + 1;
   if (!scalar_index) return slice_blob(n, n.in(0), axis, begin, end, n.out(0));
   const std::string part = fresh_blob(n.out(0) + "/slice");
@@ -2260,8 +2288,22 @@ void Importer::transpose(const Node& n) {
 void Importer::pad(const Node& n) {
   const std::string mode = n.get_string("mode", "constant");
   if (mode != "constant" && mode != "reflect" && mode != "edge") throw Unsupported{fmt::format("Pad mode '{}'", mode)};
-  if (n.has_in(3)) throw Unsupported{"Pad with axes"};
-  const auto pads = constant_ints(n, 1, "pads");
+  auto pads = constant_ints(n, 1, "pads");
+  if (n.has_in(3)) {  // opset 18: pads for these axes only, the others unpadded
+    const int rank = shape_of(n, n.in(0)).rank();
+    auto axes = constant_ints(n, 3, "axes");
+    if (pads.size() != 2 * axes.size())
+      throw n.error(fmt::format("{} pads for {} axes", pads.size(), axes.size()), "pads");
+    std::vector<int64_t> full(static_cast<std::size_t>(2 * rank), 0);
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      int64_t a = axes[i];
+      if (a < -rank || a >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", a, rank), "axes");
+      if (a < 0) a += rank;
+      full[static_cast<std::size_t>(a)] = pads[i];
+      full[static_cast<std::size_t>(a + rank)] = pads[i + axes.size()];
+    }
+    pads = std::move(full);
+  }
   for (auto p : pads)
     if (p < 0) throw Unsupported{"Pad with negative pads (cropping)"};
   std::map<std::string, Attr> params{{"pads", pads}, {"mode", mode}};
