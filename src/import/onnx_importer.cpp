@@ -311,6 +311,7 @@ class Importer {
   void attention(const Node&);
   void sum_mean(const Node&);
   void softsign(const Node&);
+  void elu_softplus(const Node&);
   void cast_like(const Node&);
   void cast_to_type(const Node& n, int to);
   void batchnorm(const Node&);
@@ -443,6 +444,9 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Min", &Importer::sum_mean},
       {"Mean", &Importer::sum_mean},
       {"Softsign", &Importer::softsign},
+      {"Softplus", &Importer::elu_softplus},
+      {"Elu", &Importer::elu_softplus},
+      {"Selu", &Importer::elu_softplus},
       {"CastLike", &Importer::cast_like},
       {"BatchNormalization", &Importer::batchnorm},
       {"Softmax", &Importer::softmax},
@@ -1720,6 +1724,39 @@ void Importer::sum_mean(const Node& n) {
     const std::string inv = as_blob(n, add_constant(y + "/inv_count", float_blob({}, {1.0f / static_cast<float>(count)})));
     add(make("mul", n.name, {cur, inv}, {y}));
   }
+}
+
+// Softplus as relu(x) + log(1 + exp(-|x|)) (no overflow for large x); Elu and
+// Selu as [gamma *] (relu(x) + alpha * (exp(min(x, 0)) - 1)).
+void Importer::elu_softplus(const Node& n) {
+  const std::string x = input(n, 0), y = n.out(0);
+  auto scalar = [&](const char* what, double v) { return as_blob(n, add_constant(y + "/" + what, float_blob({}, {static_cast<float>(v)}))); };
+  const std::string pos = fresh_blob(y + "/relu");
+  add_unary(n, "relu", x, pos, {}, "relu");
+  const std::string rest = fresh_blob(y + "/rest");
+  if (n.op() == "Softplus") {
+    const std::string a = fresh_blob(y + "/abs"), na = fresh_blob(y + "/neg_abs"), e = fresh_blob(y + "/exp"),
+                      e1 = fresh_blob(y + "/exp_plus_one");
+    add_unary(n, "abs", x, a, {}, "abs");
+    add_unary(n, "neg", a, na, {}, "neg");
+    add_unary(n, "exp", na, e, {}, "exp");
+    add(make("add", n.name + "/plus_one", {e, scalar("one", 1.0)}, {e1}));
+    add_unary(n, "log", e1, rest, {}, "log");
+    add(make("add", n.name, {pos, rest}, {y}));
+    return;
+  }
+  const bool selu = n.op() == "Selu";
+  const double alpha = n.get_float("alpha", selu ? 1.67326319217681884765625 : 1.0);
+  const double gamma = selu ? n.get_float("gamma", 1.05070102214813232421875) : 1.0;
+  const std::string neg = fresh_blob(y + "/negative"), e = fresh_blob(y + "/exp"), em1 = fresh_blob(y + "/exp_minus_one");
+  add(make("min", n.name + "/negative", {x, scalar("zero", 0.0)}, {neg}));
+  add_unary(n, "exp", neg, e, {}, "exp");
+  add(make("add", n.name + "/minus_one", {e, scalar("minus_one", -1.0)}, {em1}));
+  add(make("mul", n.name + "/alpha", {em1, scalar("alpha", alpha)}, {rest}));
+  if (!selu) return add(make("add", n.name, {pos, rest}, {y}));
+  const std::string sum = fresh_blob(y + "/sum");
+  add(make("add", n.name + "/sum", {pos, rest}, {sum}));
+  add(make("mul", n.name, {sum, scalar("gamma", gamma)}, {y}));
 }
 
 // Softsign: x / (1 + |x|).

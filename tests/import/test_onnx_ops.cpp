@@ -484,7 +484,7 @@ TEST_CASE("ReduceSum (axes input), ReduceMin, ReduceL2 over any axes become the 
   }
 }
 
-TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare, Sum, Mean, Max, Min, Softsign, CastLike",
+TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare, Sum, Mean, Max, Min, Softsign, Softplus, Elu, Selu, CastLike",
           "[onnx][reduce]") {
   const Shape xs{2, 3, 4};
   auto x = random_values(24, 41);
@@ -549,6 +549,18 @@ TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare,
             const double want = op == "Sum" ? sum : op == "Mean" ? sum / 3 : op == "Max" ? std::max({u, v, w}) : std::min({u, v, w});
             CHECK(got.values[static_cast<std::size_t>((a * 3 + b) * 4 + c)] == Approx(want).epsilon(1e-6));
           }
+    }
+    for (const std::string op : {"Softplus", "Elu", "Selu"}) {
+      OnnxModel e(13);
+      unary_model(e, op, xs);
+      auto got = run_model(e, op + "_act.onnx", xs, x);  // x up to 30: exp(30) overflows no float, but exp(100) would
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double u = x[i];
+        const double want = op == "Softplus" ? std::log1p(std::exp(-std::fabs(u))) + std::max(u, 0.0)
+                            : op == "Elu"    ? (u > 0 ? u : std::expm1(u))
+                                             : 1.0507009873554805 * (u > 0 ? u : 1.6732632423543772 * std::expm1(u));
+        CHECK(got.values[i] == Approx(want).epsilon(1e-5).margin(1e-6));
+      }
     }
     OnnxModel m(13);
     unary_model(m, "Softsign", xs);
