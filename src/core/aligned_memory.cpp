@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <unistd.h>
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -20,6 +22,11 @@ void* allocate_aligned(std::size_t bytes) {
   if (huge) (void)madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
 #endif
   return p;
+}
+
+std::size_t default_memory_limit() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) / 4 * 3 * static_cast<std::size_t>(page) : 0;
 }
 
 }  // namespace softneuro::core

@@ -18,4 +18,8 @@ constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
 /// (ResNet50 tuned, 2 threads: 31.4 -> 30.0 ms, medians of 4 rounds).
 void* allocate_aligned(std::size_t bytes);
 
+/// Three quarters of this machine's physical memory (0 where unknown): the
+/// default bound of a session's memory and of what a sample archive inflates to.
+std::size_t default_memory_limit();
+
 }  // namespace softneuro::core

@@ -3,6 +3,7 @@
 #include "core/device.hpp"
 #include "core/dnn_file.hpp"
 #include "core/log.hpp"
+#include "core/aligned_memory.hpp"
 #include "core/thread_pool.hpp"
 
 #include <fmt/format.h>
@@ -49,8 +50,7 @@ namespace {
 /// SessionOptions::memory_limit resolved: 0 is three quarters of the machine's physical memory.
 std::size_t memory_limit_of(const SessionOptions& options) {
   if (options.memory_limit) return options.memory_limit == SessionOptions::kNoMemoryLimit ? 0 : options.memory_limit;
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) / 4 * 3 * static_cast<std::size_t>(page) : 0;
+  return core::default_memory_limit();
 }
 }  // namespace
 

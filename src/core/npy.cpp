@@ -1,6 +1,7 @@
 #include <softneuro/npy.hpp>
 #include <softneuro/error.hpp>
 
+#include "core/aligned_memory.hpp"
 #include "core/dnn_file.hpp"
 
 #include <fmt/format.h>
@@ -16,7 +17,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include <unistd.h>
 
 namespace softneuro {
 namespace {
@@ -254,8 +254,8 @@ std::vector<NamedBlob> load_npz(const std::string& path) {
   // Members may share their stored bytes, so the archive's own size does not
   // bound what it inflates to: deflate's ratio does (about 1032x), once per
   // archive, and so does three quarters of this machine's memory.
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  const uint64_t memory = pages > 0 && page > 0 ? uint64_t(pages) / 4 * 3 * uint64_t(page) : UINT64_MAX;
+  const std::size_t limit = core::default_memory_limit();
+  const uint64_t memory = limit ? limit : UINT64_MAX;
   const uint64_t budget = std::min<uint64_t>(memory, uint64_t(z.size()) * 1032);
   uint64_t claimed = 0;
   std::unordered_set<std::string> names;

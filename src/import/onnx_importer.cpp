@@ -221,6 +221,16 @@ class Importer {
   void materialize(const std::string& name);
   /// A new constant tensor made by the importer (e.g. a scaled bias), as a blob.
   std::string add_constant(const std::string& base, const Blob& value);
+  /// A float scalar the importer makes (an epsilon, a scale), as a blob named after `name`.
+  std::string scalar_constant(const Node& n, const std::string& name, double value) {
+    return as_blob(n, add_constant(name, float_blob({}, {static_cast<float>(value)})));
+  }
+  /// `axis` in [-rank, rank) made non-negative; an Error naming `field` outside.
+  static int normalized_axis(const Node& n, int64_t axis, int rank, const char* field) {
+    if (axis < -rank || axis >= rank)
+      throw n.error(fmt::format("axis {} out of range for rank {}", axis, rank), field);
+    return static_cast<int>(axis < 0 ? axis + rank : axis);
+  }
   /// Output k of the node; a fresh name when ONNX leaves it unnamed.
   std::string output(const Node& n, int k) {
     std::string o = n.out(k);
@@ -1412,7 +1422,7 @@ void Importer::gemm(const Node& n) {
     std::string cb = input(n, 2);
     if (beta != 1.0) {
       std::string scaled = fresh_blob(y + "/beta_c");
-      Layer m = make("mul", n.name + "/beta", {cb, as_blob(n, add_constant(y + "/beta", float_blob({}, {static_cast<float>(beta)})))}, {scaled});
+      Layer m = make("mul", n.name + "/beta", {cb, scalar_constant(n, y + "/beta", beta)}, {scaled});
       add(std::move(m));
       cb = scaled;
     }
@@ -1430,14 +1440,14 @@ void Importer::gemm(const Node& n) {
   add(make("matmul", n.name, {a, bb}, {cur}));
   if (alpha != 1.0) {
     std::string next = n.has_in(2) ? fresh_blob(y + "/alpha_ab") : y;
-    add(make("mul", n.name + "/alpha", {cur, as_blob(n, add_constant(y + "/alpha", float_blob({}, {static_cast<float>(alpha)})))}, {next}));
+    add(make("mul", n.name + "/alpha", {cur, scalar_constant(n, y + "/alpha", alpha)}, {next}));
     cur = next;
   }
   if (n.has_in(2)) {
     std::string cb = input(n, 2);
     if (beta != 1.0) {
       std::string scaled = fresh_blob(y + "/beta_c");
-      add(make("mul", n.name + "/beta", {cb, as_blob(n, add_constant(y + "/beta", float_blob({}, {static_cast<float>(beta)})))}, {scaled}));
+      add(make("mul", n.name + "/beta", {cb, scalar_constant(n, y + "/beta", beta)}, {scaled}));
       cb = scaled;
     }
     add(make("add", n.name + "/add_c", {cur, cb}, {y}));
@@ -1676,9 +1686,7 @@ void Importer::reduce(const Node& n) {
 void Importer::log_softmax(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
-  int64_t axis = n.get_int("axis", n.opset >= 13 ? -1 : 1);
-  if (axis < -rank || axis >= std::max(rank, 1)) throw n.error(fmt::format("axis {} out of range for rank {}", axis, rank), "axis");
-  if (axis < 0) axis += rank;
+  int64_t axis = normalized_axis(n, n.get_int("axis", n.opset >= 13 ? -1 : 1), std::max(rank, 1), "axis");
   const std::string y = n.out(0);
   std::string x = input(n, 0);
   const bool flat = n.opset < 13 && axis != rank - 1;
@@ -1721,7 +1729,7 @@ void Importer::sum_mean(const Node& n) {
     cur = next;
   }
   if (mean) {
-    const std::string inv = as_blob(n, add_constant(y + "/inv_count", float_blob({}, {1.0f / static_cast<float>(count)})));
+    const std::string inv = scalar_constant(n, y + "/inv_count", 1.0 / count);
     add(make("mul", n.name, {cur, inv}, {y}));
   }
 }
@@ -1730,7 +1738,6 @@ void Importer::sum_mean(const Node& n) {
 // Selu as [gamma *] (relu(x) + alpha * (exp(min(x, 0)) - 1)).
 void Importer::elu_softplus(const Node& n) {
   const std::string x = input(n, 0), y = n.out(0);
-  auto scalar = [&](const char* what, double v) { return as_blob(n, add_constant(y + "/" + what, float_blob({}, {static_cast<float>(v)}))); };
   const std::string pos = fresh_blob(y + "/relu");
   add_unary(n, "relu", x, pos, {}, "relu");
   const std::string rest = fresh_blob(y + "/rest");
@@ -1740,7 +1747,7 @@ void Importer::elu_softplus(const Node& n) {
     add_unary(n, "abs", x, a, {}, "abs");
     add_unary(n, "neg", a, na, {}, "neg");
     add_unary(n, "exp", na, e, {}, "exp");
-    add(make("add", n.name + "/plus_one", {e, scalar("one", 1.0)}, {e1}));
+    add(make("add", n.name + "/plus_one", {e, scalar_constant(n, y + "/one", 1.0)}, {e1}));
     add_unary(n, "log", e1, rest, {}, "log");
     add(make("add", n.name, {pos, rest}, {y}));
     return;
@@ -1749,14 +1756,14 @@ void Importer::elu_softplus(const Node& n) {
   const double alpha = n.get_float("alpha", selu ? 1.67326319217681884765625 : 1.0);
   const double gamma = selu ? n.get_float("gamma", 1.05070102214813232421875) : 1.0;
   const std::string neg = fresh_blob(y + "/negative"), e = fresh_blob(y + "/exp"), em1 = fresh_blob(y + "/exp_minus_one");
-  add(make("min", n.name + "/negative", {x, scalar("zero", 0.0)}, {neg}));
+  add(make("min", n.name + "/negative", {x, scalar_constant(n, y + "/zero", 0.0)}, {neg}));
   add_unary(n, "exp", neg, e, {}, "exp");
-  add(make("add", n.name + "/minus_one", {e, scalar("minus_one", -1.0)}, {em1}));
-  add(make("mul", n.name + "/alpha", {em1, scalar("alpha", alpha)}, {rest}));
+  add(make("add", n.name + "/minus_one", {e, scalar_constant(n, y + "/minus_one", -1.0)}, {em1}));
+  add(make("mul", n.name + "/alpha", {em1, scalar_constant(n, y + "/alpha", alpha)}, {rest}));
   if (!selu) return add(make("add", n.name, {pos, rest}, {y}));
   const std::string sum = fresh_blob(y + "/sum");
   add(make("add", n.name + "/sum", {pos, rest}, {sum}));
-  add(make("mul", n.name, {sum, scalar("gamma", gamma)}, {y}));
+  add(make("mul", n.name, {sum, scalar_constant(n, y + "/gamma", gamma)}, {y}));
 }
 
 // Softsign: x / (1 + |x|).
@@ -1764,7 +1771,7 @@ void Importer::softsign(const Node& n) {
   const std::string x = input(n, 0), y = n.out(0);
   const std::string a = fresh_blob(y + "/abs"), d = fresh_blob(y + "/denominator");
   add_unary(n, "abs", x, a, {}, "abs");
-  add(make("add", n.name + "/plus_one", {a, as_blob(n, add_constant(y + "/one", float_blob({}, {1.0f})))}, {d}));
+  add(make("add", n.name + "/plus_one", {a, scalar_constant(n, y + "/one", 1.0)}, {d}));
   add(make("div", n.name, {x, d}, {y}));
 }
 
@@ -1790,9 +1797,7 @@ void Importer::softmax(const Node& n) {
   }
   // Before opset 13: the input is seen as 2-D [prod(dims < axis), prod(dims >= axis)]
   // and softmax runs over the second dim; axis defaults to 1.
-  int64_t axis = n.get_int("axis", 1);
-  if (axis < -rank || axis >= std::max(rank, 1)) throw n.error(fmt::format("axis {} out of range for rank {}", axis, rank), "axis");
-  if (axis < 0) axis += rank;
+  const int64_t axis = normalized_axis(n, n.get_int("axis", 1), std::max(rank, 1), "axis");
   if (axis == rank - 1) {
     add_unary(n, "softmax", input(n, 0), n.out(0), {{"axis", int64_t{-1}}});
     return;
@@ -1808,9 +1813,7 @@ void Importer::softmax(const Node& n) {
 void Importer::layernorm(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
-  const int64_t axis_attr = n.get_int("axis", -1);
-  if (axis_attr < -rank || axis_attr >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", axis_attr, rank), "axis");
-  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  const int axis = normalized_axis(n, n.get_int("axis", -1), rank, "axis");
   Shape norm;
   for (int i = axis; i < rank; ++i) norm.push_back(xs[i]);
   Layer l = make("layernorm", n.name, {input(n, 0)}, {n.out(0)});
@@ -1840,7 +1843,7 @@ void Importer::layernorm(const Node& n) {
   add(make("mul", n.name + "/square", {centred, centred}, {squared}));
   mean_of(squared, var, "var");
   add(make("add", n.name + "/epsilon",
-           {var, as_blob(n, add_constant(base + "/eps", float_blob({}, {static_cast<float>(n.get_float("epsilon", 1e-5))})))},
+           {var, scalar_constant(n, base + "/eps", n.get_float("epsilon", 1e-5))},
            {var_eps}));
   add_unary(n, "sqrt", var_eps, sd, {}, "sqrt");
   add_unary(n, "reciprocal", sd, n.out(2), {}, "inv_std");
@@ -1850,9 +1853,7 @@ void Importer::layernorm(const Node& n) {
 void Importer::rms_norm(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
-  const int64_t axis_attr = n.get_int("axis", -1);
-  if (axis_attr < -rank || axis_attr >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", axis_attr, rank), "axis");
-  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  const int axis = normalized_axis(n, n.get_int("axis", -1), rank, "axis");
   std::vector<int64_t> axes;
   Shape norm;
   for (int i = axis; i < rank; ++i) axes.push_back(i), norm.push_back(xs[i]);
@@ -1868,7 +1869,7 @@ void Importer::rms_norm(const Node& n) {
   add(make("mul", n.name + "/square", {x, x}, {sq}));
   add_unary(n, "reduce", sq, ms, {{"mode", std::string("mean")}, {"axes", axes}, {"keepdims", int64_t{1}}}, "mean");
   add(make("add", n.name + "/epsilon",
-           {ms, as_blob(n, add_constant(y + "/eps", float_blob({}, {static_cast<float>(n.get_float("epsilon", 1e-5))})))},
+           {ms, scalar_constant(n, y + "/eps", n.get_float("epsilon", 1e-5))},
            {mse}));
   add_unary(n, "sqrt", mse, rms, {}, "sqrt");
   add(make("div", n.name + "/normalise", {x, rms}, {normed}));
@@ -1930,7 +1931,7 @@ void Importer::attention(const Node& n) {
   add_unary(n, "transpose", k, kt, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}, "k_t");
   add(make("matmul", n.name + "/qk", {q, kt}, {qk}));
   const double scale = n.has("scale") ? n.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(d));
-  add(make("mul", n.name + "/scale", {qk, as_blob(n, add_constant(y + "/scale", float_blob({}, {static_cast<float>(scale)})))}, {scaled}));
+  add(make("mul", n.name + "/scale", {qk, scalar_constant(n, y + "/scale", scale)}, {scaled}));
   std::string scores = scaled;
   // The additive bias: the mask (a bool one: -inf where false) and the causal triangle.
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -1961,9 +1962,9 @@ void Importer::attention(const Node& n) {
   }
   if (const double cap = n.get_float("softcap", 0.0); cap > 0) {
     const std::string a = fresh_blob(y + "/capped_in"), t = fresh_blob(y + "/capped_tanh"), out = fresh_blob(y + "/capped");
-    add(make("mul", n.name + "/softcap_in", {scores, as_blob(n, add_constant(y + "/inv_cap", float_blob({}, {static_cast<float>(1 / cap)})))}, {a}));
+    add(make("mul", n.name + "/softcap_in", {scores, scalar_constant(n, y + "/inv_cap", 1 / cap)}, {a}));
     add_unary(n, "tanh", a, t, {}, "softcap_tanh");
-    add(make("mul", n.name + "/softcap", {t, as_blob(n, add_constant(y + "/cap", float_blob({}, {static_cast<float>(cap)})))}, {out}));
+    add(make("mul", n.name + "/softcap", {t, scalar_constant(n, y + "/cap", cap)}, {out}));
     scores = out;
   }
   const std::string probs = fresh_blob(y + "/probs"), ctx = three_d ? fresh_blob(y + "/context") : y;
@@ -2333,9 +2334,7 @@ void Importer::pad(const Node& n) {
       throw n.error(fmt::format("{} pads for {} axes", pads.size(), axes.size()), "pads");
     std::vector<int64_t> full(static_cast<std::size_t>(2 * rank), 0);
     for (std::size_t i = 0; i < axes.size(); ++i) {
-      int64_t a = axes[i];
-      if (a < -rank || a >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", a, rank), "axes");
-      if (a < 0) a += rank;
+      const int64_t a = normalized_axis(n, axes[i], rank, "axes");
       full[static_cast<std::size_t>(a)] = pads[i];
       full[static_cast<std::size_t>(a + rank)] = pads[i + axes.size()];
     }
