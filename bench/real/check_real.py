@@ -11,7 +11,7 @@ Models: PP-OCRv4 text recogniser and detector and the PP-OCR direction classifie
 (rapidocr-onnxruntime 1.4.4), a YOLOv8n detector (nudenet 3.4.2), downloaded with
 `pip download --no-deps` into DIR (default ~/.cache/softneuro/real-models) when
 missing, never committed. For each model it runs
-    softneuro import MODEL.onnx -o MODEL.dnn [--input-shape x=?x3x48x?]
+    softneuro import MODEL.onnx -o MODEL.dnn
     softneuro run MODEL.dnn --input x=a.npy,b.npy,c.npy --output y=y.npy --repeat 1
 (one process, one net: the shapes follow one another in one session) and ONNX
 Runtime on the same inputs; passes where max |diff| <= 1e-4 * max |ORT| + 1e-5
@@ -32,13 +32,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PACKAGES = ["rapidocr-onnxruntime==1.4.4", "nudenet==3.4.2"]
 
-# file, --input-shape for import (None: the model's own), shapes to run
+# file, --input-shape for import (None: the model's own symbolic dims, no flags), shapes to run
 MODELS = [
-    ("ch_PP-OCRv4_rec_infer.onnx", "x=?x3x48x?", [(1, 3, 48, 160), (1, 3, 48, 320), (1, 3, 48, 640)]),
-    ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "x=?x3x48x?", [(1, 3, 48, 192), (2, 3, 48, 192), (1, 3, 48, 320)]),
-    ("ch_PP-OCRv4_det_infer.onnx", None, [(1, 3, 320, 320), (1, 3, 480, 640), (1, 3, 640, 480)]),
-    # YOLOv8n: H and W fixed (its anchor constants depend on them), the batch dynamic; SiLU fused into its convs
-    ("320n.onnx", "images=?x3x320x320", [(1, 3, 320, 320), (2, 3, 320, 320)]),
+    ("ch_PP-OCRv4_rec_infer.onnx", None, [(1, 3, 48, 160), (1, 3, 48, 320), (1, 3, 48, 640)]),
+    ("ch_ppocr_mobile_v2.0_cls_infer.onnx", None, [(1, 3, 48, 192), (2, 3, 48, 192), (1, 3, 48, 320)]),
+    ("ch_PP-OCRv4_det_infer.onnx", None, [(1, 3, 640, 640), (1, 3, 960, 544), (1, 3, 736, 1280)]),
+    # YOLOv8n: its anchor grid is computed from the input's shape at each new shape (shape_math layers)
+    ("320n.onnx", None, [(1, 3, 320, 320), (1, 3, 640, 640), (1, 3, 480, 640), (2, 3, 320, 320)]),
 ]
 
 
@@ -111,7 +111,7 @@ def check_detections(cli, models, tmp):
     name, out_name = sess.get_inputs()[0].name, sess.get_outputs()[0].name
     ref = detections(sess.run([out_name], {name: x})[0])
     dnn = os.path.join(tmp, "yolo.dnn")
-    subprocess.run([cli, "import", path, "-o", dnn, "--input-shape", "images=1x3x320x320"], check=True, capture_output=True)
+    subprocess.run([cli, "import", path, "-o", dnn], check=True, capture_output=True)
     np.save(os.path.join(tmp, "scene.npy"), x)
     out = os.path.join(tmp, "boxes.npy")
     subprocess.run([cli, "run", dnn, "--input", f"{name}={os.path.join(tmp, 'scene.npy')}", "--output", f"{out_name}={out}",

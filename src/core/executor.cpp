@@ -3,6 +3,7 @@
 #include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
+#include "core/shape_plan.hpp"
 #include "core/thread_pool.hpp"
 
 #include <fmt/format.h>
@@ -330,14 +331,25 @@ bool Executor::allowed(const Schema& s) const {
   return schemas_.empty() || std::any_of(schemas_.begin(), schemas_.end(), [&](const std::string& p) { return s.matches(p); });
 }
 
-Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
+namespace {
+std::unique_ptr<Graph> specialized_if_needed(const Graph& graph, const std::map<std::string, Shape>& shapes) {
+  if (!has_shape_math(graph)) return nullptr;
+  std::map<std::string, Shape> inputs;
+  for (const auto& in : graph.inputs) inputs[in.name] = shapes.at(in.name);
+  return std::make_unique<Graph>(specialize(graph, inputs));
+}
+}  // namespace
+
+Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
                    std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
                    std::size_t memory_limit)
-    : graph_(graph),
-      path_(path ? *path : graph.routine_path),
+    : specialized_(specialized_if_needed(given, shapes)),
+      graph_(specialized_ ? *specialized_ : given),
+      path_(path ? *path : given.routine_path),
       schemas_(std::move(schemas)),
       io_schema_(io_schema),
       weights_(std::move(weights)) {
+  const Graph& graph = graph_;
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
   // Blobs over the limit are refused before a routine's prepare() allocates
   // scratch memory of their size: a net input at its I/O schema's size, a

@@ -107,6 +107,7 @@ class Executor {
   /// Gives `step` its view of the weight store before it is prepared.
   void share_weights(Step& step) const;
 
+  std::unique_ptr<Graph> specialized_;  ///< the graph at these shapes where it has shape_math layers
   const Graph& graph_;
   const RoutinePath& path_;
   std::vector<std::string> schemas_;  ///< allowed schemas (empty: any)

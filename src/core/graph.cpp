@@ -1,6 +1,7 @@
 #include "core/graph.hpp"
 
 #include "core/layer_types.hpp"
+#include "core/shape_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -171,6 +172,12 @@ std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::st
       if (d <= 0) throw Error(fmt::format("net input '{}' has a non-positive dim in {}", in.name, s.to_string()), {}, {}, "inputs");
     check_size(s, {}, "inputs." + in.name);
     shapes[in.name] = s;
+  }
+  if (has_shape_math(g)) {  // values computed from shapes: evaluated at these shapes
+    const auto inputs = shapes;
+    specialize(g, inputs, &shapes);
+    for (const auto& [blob, s] : shapes) check_size(s, {}, blob);
+    return shapes;
   }
   std::vector<Shape> ins;
   for (const auto& l : g.layers) {

@@ -250,6 +250,12 @@ std::vector<Shape> infer_split(const Layer& l, std::span<const Shape> in) {
 // inferred); copy_dims (optional, one per output dim): an input dim index to
 // copy, or -1 to take `shape` (lets a model with dynamic dims squeeze and
 // unsqueeze them).
+// shape_math values depend on the values of their inputs: core::specialize
+// (core/shape_plan.hpp) computes them when the input shapes are known.
+std::vector<Shape> infer_shape_math(const Layer& l, std::span<const Shape>) {
+  fail(l, "op", "a shape_math layer is evaluated when the net's input shapes are known (core::specialize)");
+}
+
 std::vector<Shape> infer_reshape(const Layer& l, std::span<const Shape> in) {
   auto spec = l.get_ints("shape");
   const auto copy = l.get_ints("copy_dims", {});
@@ -390,7 +396,7 @@ const LayerType kBuiltinTypes[] = {
     {"mul", 2, 2, infer_binary},         {"div", 2, 2, infer_binary},
     {"max", 2, 2, infer_binary},         {"min", 2, 2, infer_binary},
     {"concat", 1, -1, infer_concat},     {"split", 1, 1, infer_split, 0},
-    {"reshape", 1, 1, infer_reshape},    {"flatten", 1, 1, infer_flatten},
+    {"reshape", 1, 2, infer_reshape},    {"flatten", 1, 1, infer_flatten},
     {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
     {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
     {"resize", 1, 1, infer_resize},     {"deconv2", 1, 1, infer_deconv2},
@@ -405,6 +411,7 @@ const LayerType kBuiltinTypes[] = {
     {"group_norm", 1, 1, infer_group_norm},
     {"fake_quant", 1, 1, infer_fake_quant},
     {"dynamic_quantize", 1, 1, infer_dynamic_quantize, 3},
+    {"shape_math", 1, -1, infer_shape_math, 1, true},
 };
 
 }  // namespace

@@ -67,6 +67,10 @@
 //  gru       ONNX GRU: as lstm with 3 gates (z,r,h), no initial_c or P, outputs y and
 //            y_h; linear_before_reset=0.
 //  constant  no inputs; weight value; out = value.
+//  shape_math  a small int64/float32 value computed from its inputs' shapes and
+//            values when the input shapes are known (op: shape, gather, concat,
+//            slice, range, ...; core/shape_plan.hpp); a reshape may read its
+//            target from one as input 1.
 //  Routine families add their own types (register_layer_type), e.g. the
 //  Winograd sub-layers wgenc/wgconv/wgdec in src/routines/cpu/winograd.cpp.
 #pragma once
@@ -88,6 +92,8 @@ struct LayerType {
   /// Output shapes from input shapes; throws Error (field named) on inconsistency.
   ShapeInference infer;
   int outputs = 1;  ///< outputs a layer of this type has; 0: as many as it names (at least 1)
+  /// Evaluated when the net's input shapes are known (core::specialize), never by a routine.
+  bool plan_time = false;
 };
 
 /// The type named `name` (built in or registered), or nullptr.

@@ -98,7 +98,7 @@ std::string generalize(const core::Graph& base, const core::Graph& probe, std::v
   ReshapeSpecs found;
   for (std::size_t i = 0; i < base.layers.size(); ++i) {
     const Layer& l = base.layers[i];
-    if (l.type != "reshape") continue;
+    if (l.type != "reshape" || l.inputs.size() != 1) continue;  // a target read from shape_math holds at any size
     std::vector<Shape> in, out;
     for (const auto& s : all) {
       in.push_back(s.at(l.inputs[0]));

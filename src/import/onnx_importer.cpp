@@ -158,8 +158,10 @@ struct Fused {
 
 class Importer {
  public:
-  Importer(onnx::ModelProto& model, const std::string& file, const ImportOptions& options)
-      : model_(model), g_(*model.mutable_graph()), file_(file), options_(options) {
+  /// `probe_sizes`: the sizes symbolic dims take while translating (default: 1 for a leading dim, 64 for others).
+  Importer(onnx::ModelProto& model, const std::string& file, const ImportOptions& options,
+           const std::map<std::string, Shape>* probe_sizes = nullptr)
+      : model_(model), g_(*model.mutable_graph()), file_(file), options_(options), probe_sizes_(probe_sizes) {
     src_.file = file;
     const auto dir = std::filesystem::path(file).parent_path();
     src_.dir = (dir.empty() ? std::filesystem::path(".") : dir).string();
@@ -219,6 +221,15 @@ class Importer {
   std::string as_blob(const Node& n, const std::string& name);
   /// Gives the constant `name` its constant layer.
   void materialize(const std::string& name);
+  bool size_dependent(const std::string& name) const { return shape_math_.count(name) != 0; }
+  /// After node n computed constants from size-dependent ones: the shape_math
+  /// layer computing each output at any size (false: n's op has none, its
+  /// outputs keep their value at the import size).
+  bool record_shape_math(const Node& n);
+  /// The size-dependent constant `name` as a blob: its shape_math layers, added once.
+  std::string plan_value(const std::string& name);
+  /// A constant read by a shape_math layer: its constant layer, keeping its dtype.
+  std::string value_blob(const std::string& name);
   /// A new constant tensor made by the importer (e.g. a scaled bias), as a blob.
   std::string add_constant(const std::string& base, const Blob& value);
   /// A float scalar the importer makes (an epsilon, a scale), as a blob named after `name`.
@@ -382,6 +393,7 @@ class Importer {
   onnx::GraphProto& g_;
   const std::string file_;
   const ImportOptions& options_;
+  const std::map<std::string, Shape>* probe_sizes_;
   TensorSource src_;
   std::map<std::string, int> opsets_;  // domain -> version
 
@@ -397,6 +409,13 @@ class Importer {
   /// DynamicQuantizeLinear's integer outputs (held as floats): their scale and zero point blobs.
   std::unordered_map<std::string, std::pair<std::string, std::string>> int_valued_;
   std::unordered_map<std::string, Shape> shapes_;     // blobs computed at run time (and materialized constants)
+  /// Constants that depend on the size of a symbolic input dim: their value at
+  /// the import size is in constants_, and the shape_math layer computing them
+  /// at any size here, added to the graph where a layer reads them (plan_value).
+  std::unordered_map<std::string, Layer> shape_math_;
+  std::unordered_set<std::string> shape_math_added_;
+  std::unordered_map<std::string, std::string> value_blobs_;  // constant -> its constant layer as a shape_math input
+  bool symbolic_inputs_ = false;                            // some input dim is symbolic
   std::unordered_set<std::string> taken_blobs_, taken_layers_, node_names_;
   std::unordered_set<std::string> unavailable_;       // outputs of unsupported nodes
   std::vector<std::string> unsupported_;              // one line per unsupported node
@@ -573,8 +592,12 @@ void Importer::read_inputs() {
     TensorInfo info{name, shape, DType::float32, {}};
     for (int i = 0; i < shape.rank(); ++i)
       if (shape[i] < 0) {
-        info.shape[i] = i == 0 ? 1 : 64;
+        auto probe = probe_sizes_ ? probe_sizes_->find(name) : decltype(probe_sizes_->end()){};
+        info.shape[i] = probe_sizes_ && probe != probe_sizes_->end() && probe->second.rank() == shape.rank()
+                            ? probe->second[i]
+                            : i == 0 ? 1 : 64;
         info.dynamic_dims.push_back(i);
+        symbolic_inputs_ = true;
       }
     shape = info.shape;
     graph_.inputs.push_back(std::move(info));
@@ -667,6 +690,10 @@ std::string Importer::as_blob(const Node& n, const std::string& name) {
 }
 
 void Importer::materialize(const std::string& name) {
+  if (size_dependent(name)) {
+    plan_value(name);
+    return;
+  }
   // First use of a constant as a blob: it gets a constant layer (float32, what layers read).
   const Blob* c = constant(name);
   Layer l;
@@ -2063,6 +2090,12 @@ void Importer::reshape(const Node& n) {
   }
   if (out.numel() != xs.numel())
     throw n.error(fmt::format("cannot reshape {} into {}", xs.to_string(), out.to_string()), "shape");
+  if (size_dependent(n.in(1)) && !constant(n.in(0))) {  // the target is computed at every size
+    Layer l = make("reshape", n.name, {input(n, 0), plan_value(n.in(1))}, {n.out(0)});
+    l.params["shape"] = out.to_vector();
+    if (allow_zero) l.params["allowzero"] = int64_t{1};
+    return add(std::move(l));
+  }
   reshape_to(n, n.in(0), out, n.out(0));
 }
 
@@ -2464,28 +2497,11 @@ void Importer::range(const Node& n) {
   const Blob& s = require_constant(n, 0, "start");
   const Blob& l = require_constant(n, 1, "limit");
   const Blob& d = require_constant(n, 2, "delta");
-  constexpr int64_t max_count = int64_t{1} << 28;
-  if (s.dtype() == DType::int64) {
-    // In int64, exactly (a double holds 53 bits): the count in 128 bits, every element between start and limit.
-    const int64_t first = to_ints(s)[0], last = to_ints(l)[0], step = to_ints(d)[0];
-    if (step == 0) throw n.error("delta 0", "delta");
-    const __int128 span = static_cast<__int128>(last) - first;
-    const __int128 length = span / step + (span % step != 0 && (span < 0) == (step < 0) ? 1 : 0);
-    if (length > max_count) throw n.error(fmt::format("a range of more than {} elements", max_count), "limit");
-    const int64_t count = length > 0 ? static_cast<int64_t>(length) : 0;
-    std::vector<int64_t> iv(static_cast<std::size_t>(count));
-    for (int64_t i = 0; i < count; ++i) iv[static_cast<std::size_t>(i)] = static_cast<int64_t>(first + static_cast<__int128>(i) * step);
-    constants_[n.out(0)] = int_blob(Shape{count}, iv);
-    return;
+  try {
+    constants_[n.out(0)] = core::arange(s, l, d, int64_t{1} << 28);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "limit");
   }
-  const double start = to_doubles(s)[0], limit = to_doubles(l)[0], delta = to_doubles(d)[0];
-  if (delta == 0) throw n.error("delta 0", "delta");
-  const double length = std::ceil((limit - start) / delta);  // NaN for infinite bounds
-  if (!(length <= double(max_count))) throw n.error(fmt::format("a range of {} elements", length), "limit");
-  const auto count = static_cast<int64_t>(std::max(0.0, length));
-  std::vector<double> v(static_cast<std::size_t>(count));
-  for (int64_t i = 0; i < count; ++i) v[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * delta;
-  constants_[n.out(0)] = float_blob(Shape{count}, std::vector<float>(v.begin(), v.end()));
 }
 
 void Importer::equal(const Node& n) {
@@ -2540,6 +2556,95 @@ void Importer::constant_math(const Node& n) {
 }
 
 // ---------------------------------------------------------------------------
+// Size-dependent constants
+
+bool Importer::record_shape_math(const Node& n) {
+  static const std::map<std::string, std::string> ops = {
+      {"Shape", "shape"}, {"Size", "size"}, {"Identity", "identity"}, {"Gather", "gather"}, {"Concat", "concat"},
+      {"Slice", "slice"}, {"Reshape", "reshape"}, {"Unsqueeze", "unsqueeze"}, {"Squeeze", "squeeze"},
+      {"Flatten", "flatten"}, {"Transpose", "transpose"}, {"Expand", "expand"}, {"Tile", "tile"},
+      {"ConstantOfShape", "constant_of_shape"}, {"Range", "range"}, {"Add", "add"}, {"Sub", "sub"},
+      {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"}, {"Equal", "equal"}, {"Less", "less"},
+      {"Greater", "greater"}, {"And", "and"}, {"Or", "or"}, {"Not", "not"}, {"Neg", "neg"}, {"Abs", "abs"},
+      {"Sqrt", "sqrt"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Mod", "mod"}, {"Where", "where"},
+      {"ScatterND", "scatter_nd"}, {"Cast", "cast"}};
+  auto op = ops.find(n.op());
+  if (op == ops.end() || n.num_outputs() != 1) return false;
+  Layer l;
+  l.type = "shape_math";
+  l.name = fresh_layer(n.name + "/shape_math", false);
+  l.outputs = {n.out(0)};
+  l.params["op"] = op->second;
+  std::vector<std::string> inputs;
+  for (int k = 0; k < n.num_inputs(); ++k) inputs.push_back(n.in(k));
+  auto ints_input = [&](const std::vector<int64_t>& v, const char* what) {
+    return add_constant(n.name + "/" + what, int_blob(Shape{static_cast<int64_t>(v.size())}, v));
+  };
+  const std::string& o = op->second;
+  if (o == "shape") {
+    if (n.has("start")) l.params["start"] = n.get_int("start");
+    if (n.has("end")) l.params["end"] = n.get_int("end");
+  } else if (o == "identity") {
+    inputs.resize(1);
+  } else if (o == "gather" || o == "concat" || o == "flatten") {
+    l.params["axis"] = n.get_int("axis", o == "flatten" ? 1 : 0);
+    if (o == "concat") inputs.erase(std::remove(inputs.begin(), inputs.end(), std::string()), inputs.end());
+  } else if (o == "slice" && n.opset < 10) {
+    const auto starts = n.get_ints("starts"), ends = n.get_ints("ends");
+    std::vector<int64_t> axes(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+    inputs = {n.in(0), ints_input(starts, "starts"), ints_input(ends, "ends"), ints_input(n.get_ints("axes", axes), "axes")};
+  } else if (o == "slice") {
+    for (int k = 3; k < 5 && k < static_cast<int>(inputs.size()); ++k)
+      if (inputs[static_cast<std::size_t>(k)].empty()) return false;
+  } else if (o == "reshape") {
+    if (n.get_int("allowzero", 0)) l.params["allowzero"] = int64_t{1};
+  } else if (o == "unsqueeze" || o == "squeeze") {
+    if (n.has("axes")) l.params["axes"] = n.get_ints("axes");
+    else if (n.has_in(1)) {
+      if (size_dependent(n.in(1)) || !constant(n.in(1))) return false;
+      l.params["axes"] = to_ints(*constant(n.in(1)));
+    } else if (o == "unsqueeze") return false;
+    inputs.resize(1);
+  } else if (o == "transpose") {
+    if (n.has("perm")) l.params["perm"] = n.get_ints("perm");
+  } else if (o == "constant_of_shape") {
+    Blob value = float_blob({}, {0.0f});
+    if (const auto* a = n.attr("value")) value = read_tensor(a->t(), src_, n.name, "value");
+    l.weights["value"] = value;
+  } else if (o == "mod") {
+    if (n.get_int("fmod", 0)) l.params["op"] = std::string("fmod");
+  } else if (o == "cast") {
+    l.params["to"] = std::string(constant(n.out(0))->dtype() == DType::int64 ? "int64" : "float32");
+  }
+  for (const auto& i : inputs)
+    if (i.empty() || (!constant(i) && !shapes_.count(i))) return false;
+  l.inputs = std::move(inputs);
+  shape_math_.emplace(n.out(0), std::move(l));
+  return true;
+}
+
+std::string Importer::plan_value(const std::string& name) {
+  if (shape_math_added_.count(name)) return name;
+  Layer l = shape_math_.at(name);
+  for (auto& i : l.inputs) i = size_dependent(i) ? plan_value(i) : constant(i) ? value_blob(i) : i;
+  shapes_[name] = constants_.at(name).shape();
+  shape_math_added_.insert(name);
+  graph_.layers.push_back(std::move(l));
+  return name;
+}
+
+std::string Importer::value_blob(const std::string& name) {
+  if (auto it = value_blobs_.find(name); it != value_blobs_.end()) return it->second;
+  Layer l;
+  l.type = "constant";
+  l.name = fresh_layer(name + "/value", false);
+  l.outputs = {fresh_blob(name + "/value")};
+  l.weights["value"] = *constant(name);
+  value_blobs_[name] = l.outputs[0];
+  graph_.layers.push_back(std::move(l));
+  return value_blobs_[name];
+}
 
 void Importer::convert(int i) {
   const Node n = node(i);
@@ -2561,8 +2666,14 @@ void Importer::convert(int i) {
   bool any_output = false;
   for (int k = 0; k < n.num_outputs(); ++k) any_output = any_output || !n.out(k).empty();
   if (!any_output || (!first_optional && n.out(0).empty())) throw n.error("node has no output", "output");
+  // Shape of a blob whose size follows a symbolic input dim, and computations
+  // on such shapes, are kept as shape_math layers (core/shape_plan.hpp).
+  bool size_dependent_inputs =
+      symbolic_inputs_ && (n.op() == "Shape" || n.op() == "Size") && n.has_in(0) && !constant(n.in(0));
+  for (int k = 0; k < n.num_inputs(); ++k) size_dependent_inputs = size_dependent_inputs || size_dependent(n.in(k));
   try {
     (this->*(conv_it->second))(n);
+    if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
   } catch (const Unsupported& u) {
     record(u.why);
   } catch (const Error& e) {
@@ -2656,12 +2767,13 @@ void parse_file(const std::string& path, onnx::ModelProto& model) {
   if (!ok) throw Error("not an ONNX model: the protobuf message does not parse (truncated or another format)", path);
 }
 
-core::Graph import_graph(const std::string& path, const ImportOptions& options) {
+core::Graph import_graph(const std::string& path, const ImportOptions& options,
+                         const std::map<std::string, Shape>* probe_sizes) {
   try {
     auto model = std::make_unique<onnx::ModelProto>();
     parse_file(path, *model);
     if (!model->has_graph()) throw Error("not an ONNX model: it holds no graph", path, {}, "graph");
-    Importer importer(*model, path, options);
+    Importer importer(*model, path, options, probe_sizes);
     return importer.run();
   } catch (const Error&) {
     throw;
@@ -2701,8 +2813,9 @@ void record_quantisation(core::Graph& graph) {
     }
 }
 
-core::Graph import_optimized(const std::string& path, const ImportOptions& options) {
-  core::Graph graph = import_graph(path, options);
+core::Graph import_optimized(const std::string& path, const ImportOptions& options,
+                             const std::map<std::string, Shape>* probe_sizes = nullptr) {
+  core::Graph graph = import_graph(path, options, probe_sizes);
   try {
     core::optimize(graph, pass_options(options));
   } catch (const Error& e) {
@@ -2722,15 +2835,27 @@ void keep_dynamic_dims(core::Graph& graph, const std::string& path, const Import
     std::vector<int> kept;
     for (int d : in.dynamic_dims) {
       if (sizes.empty()) sizes.push_back(core::infer_shapes(graph));
-      ImportOptions probe_options = options;
-      for (const auto& i : graph.inputs) probe_options.input_shapes[i.name] = i.shape;
-      Shape& probe_shape = probe_options.input_shapes[in.name];
-      probe_shape[d] = probe_shape[d] == 1 ? 2 : probe_shape[d] + probe_shape[d] / 2;
+      std::map<std::string, Shape> probe_sizes;
+      for (const auto& i : graph.inputs) probe_sizes[i.name] = i.shape;
+      Shape& probe_shape = probe_sizes[in.name];
+      // A model need not run at every size (a recogniser whose height pools
+      // to one row): a size it refuses is tried no further, the next one is.
+      // A graph that differs at a size it runs at fixes the dim.
+      const int64_t base = in.shape[d];
+      const std::vector<int64_t> probes =
+          base == 1 ? std::vector<int64_t>{2, 3} : std::vector<int64_t>{base + base / 2, base - base / 4, base * 2};
       std::string why;
-      try {
-        why = generalize(graph, import_optimized(path, probe_options), sizes, specs);
-      } catch (const Error& e) {
-        why = e.message();
+      for (int64_t size : probes) {
+        probe_shape[d] = size;
+        core::Graph probe;
+        try {
+          probe = import_optimized(path, options, &probe_sizes);
+        } catch (const Error& e) {
+          if (why.empty()) why = e.message();
+          continue;
+        }
+        why = generalize(graph, probe, sizes, specs);
+        break;
       }
       if (why.empty()) {
         kept.push_back(d);

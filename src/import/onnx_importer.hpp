@@ -7,13 +7,17 @@
 
 #include <softneuro/import.hpp>
 
+#include <map>
 #include <string>
 
 namespace softneuro::onnx_import {
 
 /// Reads the model at `path` and translates it into a graph, before any pass.
 /// Throws softneuro::Error naming the file, the ONNX node and the field.
-core::Graph import_graph(const std::string& path, const ImportOptions& options = {});
+/// `probe_sizes`: the sizes symbolic input dims take while translating
+/// (default: 1 for a leading dim, 64 for others); they stay symbolic.
+core::Graph import_graph(const std::string& path, const ImportOptions& options = {},
+                         const std::map<std::string, Shape>* probe_sizes = nullptr);
 
 /// The passes the options enable.
 core::PassOptions pass_options(const ImportOptions& options);

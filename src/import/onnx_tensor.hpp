@@ -7,6 +7,8 @@
 // and float32 is what layers read.
 #pragma once
 
+#include "core/tensor_math.hpp"
+
 #include <softneuro/blob.hpp>
 #include <softneuro/error.hpp>
 
@@ -33,52 +35,29 @@ std::string onnx_type_name(int type);
 Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
                  const std::string& field);
 
-/// A blob of ints / floats with the given shape.
-Blob int_blob(const Shape& shape, const std::vector<int64_t>& values);
-Blob float_blob(const Shape& shape, const std::vector<float>& values);
-
-/// The values of a float32 or int64 blob as int64 (floats truncated) / double.
-std::vector<int64_t> to_ints(const Blob& b);
-std::vector<double> to_doubles(const Blob& b);
-/// The blob as float32 (a copy when it is int64).
-Blob to_float(const Blob& b);
-/// The blob converted to float32 or int64.
-Blob cast_to(const Blob& b, DType dtype);
-
-/// Import-time evaluation; every function returns a new blob (or a view with another shape).
-/// Errors name no layer: the caller adds the node.
-Blob reshaped(const Blob& b, const Shape& shape);  ///< same values, other shape (shares memory)
-Blob transposed(const Blob& b, const std::vector<int64_t>& perm);
-Blob concatenated(const std::vector<Blob>& parts, int axis);
-/// data.take(indices, axis) (NumPy), negative indices counted from the end.
-Blob gathered(const Blob& data, const Blob& indices, int axis);
-/// One axis: elements start, start+step, ... before end (already clamped, ONNX Slice rules).
-struct SliceAxis {
-  int axis;
-  int64_t start, end, step;
-};
-Blob sliced(const Blob& data, const std::vector<SliceAxis>& axes);
-/// NumPy broadcast of `b` to `shape`.
-/// Constants folded at import may grow past their inputs' bytes only up to
-/// this (a 167-byte file's ConstantOfShape [8192,8192] made a 256 MiB model).
-inline constexpr std::size_t kMaxFoldedGrowthBytes = std::size_t{64} << 20;
-/// Throws Error where a folded constant of `shape` and `dtype`, made from
-/// `from_bytes` bytes of constants, grows past kMaxFoldedGrowthBytes.
-void check_folded_growth(const Shape& shape, DType dtype, std::size_t from_bytes);
-
-Blob expanded(const Blob& b, const Shape& shape);
-enum class BinaryOp { add, sub, mul, div, mod, fmod, pow, equal, less, greater, logical_and, logical_or };
-/// Elementwise with NumPy broadcasting; int64 when both are int64, and for the
-/// comparisons and logic (0/1). mod: the sign of the divisor (ONNX Mod fmod=0); fmod: C's.
-Blob binary(BinaryOp op, const Blob& a, const Blob& b);
-enum class UnaryOp { neg, abs, sqrt, floor, ceil, logical_not };
-Blob unary(UnaryOp op, const Blob& a);
-/// ONNX ScatterND (no reduction): data with the slices at `indices` replaced by `updates`.
-Blob scattered(const Blob& data, const Blob& indices, const Blob& updates);
-/// cond ? a : b, broadcast.
-Blob where(const Blob& cond, const Blob& a, const Blob& b);
-
-/// NumPy broadcast of two shapes; throws Error (no layer) when they do not broadcast.
-Shape broadcast(const Shape& a, const Shape& b);
+// The tensor computations of constant folding are core's (core/tensor_math.hpp).
+using core::int_blob;
+using core::float_blob;
+using core::to_ints;
+using core::to_doubles;
+using core::to_float;
+using core::cast_to;
+using core::reshaped;
+using core::transposed;
+using core::concatenated;
+using core::gathered;
+using core::SliceAxis;
+using core::sliced;
+using core::kMaxFoldedGrowthBytes;
+using core::check_folded_growth;
+using core::expanded;
+using core::BinaryOp;
+using core::binary;
+using core::UnaryOp;
+using core::unary;
+using core::scattered;
+using core::where;
+using core::broadcast;
+using core::uninitialized_blob;
 
 }  // namespace softneuro::onnx_import

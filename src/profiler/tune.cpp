@@ -8,6 +8,7 @@
 #include "core/device.hpp"
 #include "core/log.hpp"
 #include "core/net_impl.hpp"
+#include "core/shape_plan.hpp"
 #include "core/thread_pool.hpp"
 #include "core/weight_quant.hpp"
 #include "profiler/accuracy.hpp"
@@ -621,13 +622,16 @@ void store_int8_weights(detail::NetImpl& net, TuneReport& report, const std::map
 }  // namespace
 
 TuneReport Net::tune(const TuneOptions& options) {
-  if (options.shapes.empty()) {
+  if (options.shapes.empty() && !core::has_shape_math(impl_->graph)) {
     Tuner tuner(*impl_, options);
     TuneReport report = tuner.run();
     if (!options.keep_float_weights)
       store_int8_weights(*impl_, report, tuner.bias_correction ? &tuner.calibration.channel_means : nullptr);
     return report;
   }
+  // Tuned at given shapes (or, where shape_math layers compute values from the
+  // shapes, at the default ones): on the net as it is planned there, whose
+  // layers keep their names, so the routine path applies to this net.
   // One routine path per shape bucket: the net tuned as if its default shapes were the bucket's.
   TuneOptions each = options;
   each.shapes.clear();
@@ -635,7 +639,9 @@ TuneReport Net::tune(const TuneOptions& options) {
   std::vector<core::RoutinePath> paths;
   bool correct_bias = true;
   std::map<std::string, std::vector<double>> means;
-  for (const auto& bucket : options.shapes) {
+  std::vector<std::map<std::string, Shape>> buckets = options.shapes;
+  if (buckets.empty()) buckets.emplace_back();  // the default shapes
+  for (const auto& bucket : buckets) {
     core::Graph g = impl_->graph;
     for (const auto& [name, shape] : bucket) {
       auto in = std::find_if(g.inputs.begin(), g.inputs.end(), [&name = name](const TensorInfo& t) { return t.name == name; });
@@ -647,6 +653,11 @@ TuneReport Net::tune(const TuneOptions& options) {
       }
       in->shape = shape;
     }
+    if (core::has_shape_math(g)) {
+      std::map<std::string, Shape> shapes;
+      for (const auto& in : g.inputs) shapes[in.name] = in.shape;
+      g = core::specialize(g, shapes);
+    }
     auto at = detail::NetImpl::build(std::move(g), impl_->file);
     Tuner tuner(*at, each);
     TuneReport report = tuner.run();
@@ -654,7 +665,8 @@ TuneReport Net::tune(const TuneOptions& options) {
     correct_bias = correct_bias && tuner.bias_correction;
     if (paths.empty()) means = tuner.calibration.channel_means;
     core::RoutinePath path = at->graph.routine_path;
-    for (const auto& in : at->graph.inputs) path.input_shapes[in.name] = in.shape;
+    if (!options.shapes.empty())
+      for (const auto& in : at->graph.inputs) path.input_shapes[in.name] = in.shape;
     report.input_shapes = path.input_shapes;
     paths.push_back(std::move(path));
     if (paths.size() == 1) {

@@ -425,6 +425,10 @@ TEST_CASE("shape inference: fake_quant and dynamic_quantize", "[core][shape]") {
   expect_error(L("dynamic_quantize", {}, {}, 1, 1), {{2, 5}}, "outputs");
 }
 
+TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
+  expect_error(L("shape_math", {{"op", std::string("shape")}}), {{2, 5}}, "op");
+}
+
 // A layer type added to layer_types.cpp needs its cases above, then its name here.
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
@@ -432,7 +436,8 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
-      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize"};
+      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize",
+      "shape_math"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

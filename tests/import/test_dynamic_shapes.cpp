@@ -126,6 +126,35 @@ TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a
   CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
 }
 
+TEST_CASE("dynamic shapes: values computed from the shape (an anchor grid) follow every input shape", "[onnx][dynamic]") {
+  // y = x + (arange(W) + 0.5) * stride, the grid from Shape -> Gather -> Range -> Cast, as YOLOv8's anchors.
+  // Folded at the import size, it fixed H and W at 64 (the grid constant changes with W).
+  OnnxModel m(13);
+  m.input("x", {-1, 2, -1, -1}).output("y");
+  m.init_ints("i3", {}, {3}).init_ints("zero", {}, {0}).init_ints("one", {}, {1});
+  m.init("half", {}, {0.5f}).init("stride", {1}, {8.0f});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i3"}, {"w"});
+  m.node("Range", {"zero", "w", "one"}, {"r"});
+  m.node("Cast", {"r"}, {"rf"}).i("to", 1);
+  m.node("Add", {"rf", "half"}, {"centre"});
+  m.node("Mul", {"centre", "stride"}, {"grid"});
+  m.node("Add", {"x", "grid"}, {"y"});
+  Net net = import_onnx(m.save("anchor_grid.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
+  Session session(net.model());
+  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 64}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 4);
+    auto got = session.run(ins);
+    REQUIRE(got[0].blob.shape() == s);
+    const float* x = ins[0].blob.data_as<float>();
+    const float* y = got[0].blob.data_as<float>();
+    for (int64_t i = 0; i < s.numel(); ++i)
+      REQUIRE(y[i] == Approx(x[i] + (static_cast<float>(i % s[3]) + 0.5f) * 8.0f));
+  }
+}
+
 TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one dynamic", "[onnx][dynamic]") {
   const std::string path = shape_subgraph_model().save("dynamic_given.onnx");
   ImportOptions o;

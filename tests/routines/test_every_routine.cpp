@@ -301,7 +301,8 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
 // weight, never run), the Winograd children (run by cpu/winograd's childnets here,
 // and alone in test_winograd.cpp).
 bool generated(std::string_view type) {
-  return type != "constant" && !type.starts_with("wg") && !type.starts_with("test_");
+  const core::LayerType* t = core::find_layer_type(type);
+  return type != "constant" && !type.starts_with("wg") && !type.starts_with("test_") && !(t && t->plan_time);
 }
 
 /// max |got - want| allowed, relative to max |want|, by dtype and algorithm.

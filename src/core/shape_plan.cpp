@@ -1,0 +1,316 @@
+#include "core/shape_plan.hpp"
+
+#include "core/layer_types.hpp"
+#include "core/tensor_math.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace softneuro::core {
+
+namespace {
+
+/// Values of any shape_math layer are small tensors; this bounds what a
+/// damaged file or an absurd input shape can make one allocate.
+constexpr int64_t kMaxValueElements = int64_t{1} << 26;
+
+bool reads_target(const Layer& l) { return l.type == "reshape" && l.inputs.size() == 2; }
+
+const Blob& value_input(const Layer& l, std::span<const Blob> values, std::size_t k, const char* field) {
+  if (k >= values.size()) fail_field(l, field, fmt::format("op '{}' needs input {}", l.get_string("op"), k));
+  if (values[k].empty())
+    fail_field(l, field, fmt::format("input {} is computed at run time; op '{}' needs its value",
+                                     k < l.inputs.size() ? fmt::format("'{}'", l.inputs[k]) : std::to_string(k),
+                                     l.get_string("op")));
+  return values[k];
+}
+
+int axis_in(const Layer& l, const char* field, int64_t axis, int rank) { return normalize_axis(l, field, axis, rank); }
+
+Blob slice_value(const Layer& l, std::span<const Blob> values) {
+  const Blob& data = value_input(l, values, 0, "data");
+  const auto starts = to_ints(value_input(l, values, 1, "starts"));
+  const auto ends = to_ints(value_input(l, values, 2, "ends"));
+  const int rank = data.shape().rank();
+  std::vector<int64_t> axes, steps;
+  if (values.size() > 3 && !values[3].empty()) axes = to_ints(values[3]);
+  else for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (values.size() > 4 && !values[4].empty()) steps = to_ints(values[4]);
+  else steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    fail_field(l, "starts", "starts, ends, axes and steps differ in length");
+  std::vector<SliceAxis> cut;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const int a = axis_in(l, "axes", axes[i], rank);
+    const int64_t dim = data.shape()[a], step = steps[i];
+    if (step == 0) fail_field(l, "steps", "step 0");
+    // ONNX Slice: negative positions count from the end, then clamp to the
+    // dim ([0, dim] stepping forward, [-1, dim - 1] stepping back).
+    auto position = [&](int64_t v) {
+      if (v < 0) v += dim;
+      return step > 0 ? std::clamp<int64_t>(v, 0, dim) : std::clamp<int64_t>(v, -1, dim - 1);
+    };
+    cut.push_back({a, position(starts[i]), position(ends[i]), step});
+  }
+  return sliced(data, cut);
+}
+
+Shape dims_of(const Layer& l, const Blob& b, const char* field) {
+  const auto dims = to_ints(b);
+  if (dims.size() > static_cast<std::size_t>(Shape::max_rank)) fail_field(l, field, "too many dims");
+  for (auto d : dims)
+    if (d < 0) fail_field(l, field, fmt::format("negative dim {}", d));
+  return Shape(dims);
+}
+
+Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shape> shapes) {
+  static const std::map<std::string, BinaryOp, std::less<>> binary_ops = {
+      {"add", BinaryOp::add},     {"sub", BinaryOp::sub},   {"mul", BinaryOp::mul},         {"div", BinaryOp::div},
+      {"mod", BinaryOp::mod},     {"fmod", BinaryOp::fmod}, {"pow", BinaryOp::pow},         {"equal", BinaryOp::equal},
+      {"less", BinaryOp::less},   {"greater", BinaryOp::greater}, {"and", BinaryOp::logical_and},
+      {"or", BinaryOp::logical_or}};
+  static const std::map<std::string, UnaryOp, std::less<>> unary_ops = {
+      {"neg", UnaryOp::neg},     {"abs", UnaryOp::abs},   {"sqrt", UnaryOp::sqrt},
+      {"floor", UnaryOp::floor}, {"ceil", UnaryOp::ceil}, {"not", UnaryOp::logical_not}};
+  const std::string op = l.get_string("op");
+  auto in = [&](std::size_t k, const char* field) -> const Blob& { return value_input(l, values, k, field); };
+  if (op == "shape" || op == "size") {
+    if (shapes.empty()) fail_field(l, "inputs", "shape of nothing");
+    const Shape& s = shapes[0];
+    if (op == "size") return int_blob({}, {s.numel()});
+    const int rank = s.rank();
+    int64_t start = l.get_int("start", 0), end = l.get_int("end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<int64_t>(start, 0, rank);
+    end = std::clamp<int64_t>(end, start, rank);
+    return int_blob(Shape{end - start}, std::vector<int64_t>(s.begin() + start, s.begin() + end));
+  }
+  if (auto b = binary_ops.find(op); b != binary_ops.end()) return binary(b->second, in(0, "A"), in(1, "B"));
+  if (auto u = unary_ops.find(op); u != unary_ops.end()) return unary(u->second, in(0, "X"));
+  if (op == "identity") return in(0, "input");
+  if (op == "cast") {
+    const std::string to = l.get_string("to");
+    if (to != "float32" && to != "int64") fail_field(l, "to", fmt::format("'{}' is not float32 or int64", to));
+    return cast_to(in(0, "input"), to == "int64" ? DType::int64 : DType::float32);
+  }
+  if (op == "gather") {
+    const Blob& data = in(0, "data");
+    return gathered(data, in(1, "indices"), axis_in(l, "axis", l.get_int("axis", 0), data.shape().rank()));
+  }
+  if (op == "concat") {
+    std::vector<Blob> parts;
+    bool ints = true;
+    for (std::size_t k = 0; k < values.size(); ++k) ints = ints && in(k, "inputs").dtype() == DType::int64;
+    for (std::size_t k = 0; k < values.size(); ++k) parts.push_back(cast_to(values[k], ints ? DType::int64 : DType::float32));
+    if (parts.empty()) fail_field(l, "inputs", "concat of nothing");
+    return concatenated(parts, axis_in(l, "axis", l.get_int("axis"), parts[0].shape().rank()));
+  }
+  if (op == "slice") return slice_value(l, values);
+  if (op == "reshape") {
+    const Blob& data = in(0, "data");
+    Layer r;
+    r.name = l.name;
+    r.type = "reshape";
+    r.inputs = {"data"};
+    r.outputs = {"reshaped"};
+    r.params["shape"] = to_ints(in(1, "shape"));
+    if (l.get_int("allowzero", 0))
+      for (auto d : to_ints(values[1]))
+        if (d == 0) fail_field(l, "shape", "a zero-size dim (allowzero)");
+    const Shape s = data.shape();
+    return reshaped(data, infer_layer_shapes(r, std::span<const Shape>(&s, 1)).at(0));
+  }
+  if (op == "unsqueeze" || op == "squeeze" || op == "flatten") {
+    const Blob& data = in(0, "data");
+    const Shape& s = data.shape();
+    Shape out;
+    if (op == "flatten") {
+      const int axis = static_cast<int>(l.get_int("axis", 1) < 0 ? l.get_int("axis", 1) + s.rank() : l.get_int("axis", 1));
+      if (axis < 0 || axis > s.rank()) fail_field(l, "axis", "out of range");
+      int64_t a = 1, b = 1;
+      for (int d = 0; d < s.rank(); ++d) (d < axis ? a : b) *= s[d];
+      return reshaped(data, Shape{a, b});
+    }
+    const auto axes = l.get_ints("axes", {});
+    if (op == "squeeze") {
+      std::set<int> drop;
+      for (auto a : axes) drop.insert(axis_in(l, "axes", a, s.rank()));
+      for (int d = 0; d < s.rank(); ++d) {
+        if (axes.empty() ? s[d] == 1 : drop.count(d) != 0) {
+          if (s[d] != 1) fail_field(l, "axes", fmt::format("dim {} of {} is not 1", d, s.to_string()));
+          continue;
+        }
+        out.push_back(s[d]);
+      }
+      return reshaped(data, out);
+    }
+    const int rank = s.rank() + static_cast<int>(axes.size());
+    if (rank > Shape::max_rank) fail_field(l, "axes", "too many dims");
+    std::set<int> add;
+    for (auto a : axes)
+      if (!add.insert(axis_in(l, "axes", a, rank)).second) fail_field(l, "axes", "an axis twice");
+    for (int d = 0, k = 0; d < rank; ++d) out.push_back(add.count(d) ? 1 : s[k++]);
+    return reshaped(data, out);
+  }
+  if (op == "transpose") {
+    const Blob& data = in(0, "data");
+    std::vector<int64_t> perm = l.get_ints("perm", {});
+    if (perm.empty())
+      for (int d = data.shape().rank() - 1; d >= 0; --d) perm.push_back(d);
+    return transposed(data, perm);
+  }
+  if (op == "expand") {
+    const Blob& data = in(0, "input");
+    return expanded(data, broadcast(data.shape(), dims_of(l, in(1, "shape"), "shape")));
+  }
+  if (op == "tile") {
+    Blob cur = in(0, "input");
+    const auto repeats = to_ints(in(1, "repeats"));
+    if (static_cast<int>(repeats.size()) != cur.shape().rank()) fail_field(l, "repeats", "not one per dim");
+    int64_t total = cur.numel();
+    for (std::size_t a = 0; a < repeats.size(); ++a) {
+      if (repeats[a] < 0 || (repeats[a] > 0 && total > kMaxValueElements / repeats[a]))
+        fail_field(l, "repeats", fmt::format("repeats [{}] of {}", fmt::join(repeats, ","), cur.shape().to_string()));
+      total *= repeats[a];
+      if (repeats[a] != 1)
+        cur = concatenated(std::vector<Blob>(static_cast<std::size_t>(repeats[a]), cur), static_cast<int>(a));
+    }
+    return cur;
+  }
+  if (op == "constant_of_shape") {
+    const Blob& v = l.weight("value");
+    if (v.numel() != 1) fail_field(l, "value", "expected one value");
+    return expanded(reshaped(v, Shape{}), dims_of(l, in(0, "shape"), "shape"));
+  }
+  if (op == "range") {
+    try {
+      return arange(in(0, "start"), in(1, "limit"), in(2, "delta"), kMaxValueElements);
+    } catch (const Error& e) {
+      fail_field(l, "limit", e.message());
+    }
+  }
+  if (op == "where") return where(in(0, "condition"), in(1, "X"), in(2, "Y"));
+  if (op == "scatter_nd") return scattered(in(0, "data"), in(1, "indices"), in(2, "updates"));
+  fail_field(l, "op", fmt::format("unknown shape_math op '{}'", op));
+}
+
+}  // namespace
+
+Blob evaluate_shape_math(const Layer& l, std::span<const Blob> values, std::span<const Shape> shapes) {
+  Blob v;
+  try {
+    v = evaluate(l, values, shapes);
+  } catch (const Error& e) {
+    if (!e.layer().empty()) throw;
+    throw e.with_layer(l.name);
+  }
+  if (v.numel() > kMaxValueElements)
+    fail_field(l, "op", fmt::format("value {} holds more than {} elements", v.shape().to_string(), kMaxValueElements));
+  return v;
+}
+
+bool has_shape_math(const Graph& g) {
+  return std::any_of(g.layers.begin(), g.layers.end(),
+                     [](const Layer& l) { return l.type == "shape_math" || reads_target(l); });
+}
+
+Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
+                 std::map<std::string, Shape>* shapes_out) {
+  auto at_shapes = [&] {
+    std::string t;
+    for (const auto& [name, shape] : input_shapes) t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, shape.to_string());
+    return t;
+  };
+  // Blobs read by a layer that is not shape_math (as data) or as a reshape target.
+  std::set<std::string> read_as_data;
+  for (const auto& l : graph.layers)
+    if (l.type != "shape_math")
+      for (std::size_t k = 0; k < l.inputs.size(); ++k)
+        if (!(reads_target(l) && k == 1)) read_as_data.insert(l.inputs[k]);
+  for (const auto& o : graph.outputs) read_as_data.insert(o);
+
+  Graph out;
+  out.name = graph.name;
+  out.inputs = graph.inputs;
+  out.outputs = graph.outputs;
+  out.routine_path = graph.routine_path;
+  out.shape_paths = graph.shape_paths;
+  out.blob_quant = graph.blob_quant;
+  out.storage = graph.storage;
+  for (auto& in : out.inputs) {
+    auto it = input_shapes.find(in.name);
+    if (it == input_shapes.end()) throw Error(fmt::format("no shape for net input '{}'", in.name), {}, {}, in.name);
+    in.shape = it->second;
+  }
+  std::map<std::string, Shape> shapes;
+  for (const auto& in : out.inputs) shapes[in.name] = in.shape;
+  std::map<std::string, Blob> values;  // shape_math outputs and constants
+  std::vector<Shape> ins;
+  for (const Layer& layer : graph.layers) {
+    try {
+      ins.clear();
+      for (const auto& i : layer.inputs) {
+        auto it = shapes.find(i);
+        if (it == shapes.end()) throw Error(fmt::format("input '{}' is not computed before this layer", i), {}, layer.name, "inputs");
+        ins.push_back(it->second);
+      }
+      if (layer.type == "shape_math") {
+        std::vector<Blob> in_values;
+        for (const auto& i : layer.inputs) {
+          auto v = values.find(i);
+          in_values.push_back(v == values.end() ? Blob{} : v->second);
+        }
+        Blob v = evaluate_shape_math(layer, in_values, ins);
+        const std::string& name = layer.outputs.at(0);
+        shapes[name] = v.shape();
+        if (read_as_data.count(name)) {  // a data layer reads it: a constant layer at these shapes
+          Layer c;
+          c.type = "constant";
+          c.name = layer.name;
+          c.outputs = {name};
+          c.weights["value"] = to_float(v);
+          out.layers.push_back(std::move(c));
+        }
+        values[name] = std::move(v);
+        continue;
+      }
+      if (layer.type == "constant") {
+        if (const Blob* v = layer.find_weight("value"); v && layer.outputs.size() == 1) values[layer.outputs[0]] = *v;
+        const auto outs = infer_layer_shapes(layer, ins);
+        for (std::size_t k = 0; k < outs.size(); ++k) shapes[layer.outputs[k]] = outs[k];
+        bool used = false;
+        for (const auto& o : layer.outputs) used = used || read_as_data.count(o);
+        if (used) out.layers.push_back(layer);
+        continue;
+      }
+      Layer l = layer;
+      if (reads_target(l)) {
+        auto v = values.find(l.inputs[1]);
+        if (v == values.end()) throw Error(fmt::format("the target '{}' is computed at run time", l.inputs[1]), {}, l.name, "shape");
+        const auto target = to_ints(v->second);
+        if (l.get_int("allowzero", 0) && std::find(target.begin(), target.end(), 0) != target.end())
+          throw Error("a zero-size dim (allowzero)", {}, l.name, "shape");
+        l.params["shape"] = target;
+        l.params.erase("copy_dims");
+        l.params.erase("allowzero");
+        l.inputs.resize(1);
+        ins.resize(1);
+      }
+      auto outs = infer_layer_shapes(l, ins);
+      for (std::size_t k = 0; k < outs.size(); ++k) shapes[l.outputs[k]] = outs[k];
+      out.layers.push_back(std::move(l));
+    } catch (const Error& e) {
+      Error named = e.layer().empty() ? e.with_layer(layer.name) : e;
+      throw Error(fmt::format("{} (at input shapes {})", named.message(), at_shapes()), named.file(), named.layer(),
+                  named.field());
+    }
+  }
+  if (shapes_out) *shapes_out = std::move(shapes);
+  return out;
+}
+
+}  // namespace softneuro::core
