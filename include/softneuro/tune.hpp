@@ -33,10 +33,17 @@ struct RoutineRule {
 /// better. A path meets the budget where the mean score over the validation
 /// samples is at least `min_score`; what a path gives up is the float32
 /// outputs' own mean score (score(float32, float32)) less its.
+/// Or, in place of `score`, a metric over the whole validation set:
+/// `score_set` gets one path's outputs of every validation sample (in sample
+/// order), e.g. to count a recogniser's exact text lines against labels the
+/// function holds; a path meets the budget where its score is at most
+/// `max_drop` below the float32 net's score_set.
 struct AccuracyMetric {
   std::string name;  ///< for the report, e.g. "exact-lines"
   std::function<double(std::span<const NamedBlob> float32, std::span<const NamedBlob> tuned)> score;
   double min_score = 0;
+  std::function<double(std::span<const std::vector<NamedBlob>> outputs)> score_set;
+  double max_drop = 0;
 };
 
 struct TuneOptions {

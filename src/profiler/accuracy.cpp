@@ -50,18 +50,27 @@ AccuracyBudget parse_accuracy(const std::string& text) {
 }
 
 AccuracyBudget user_accuracy(const AccuracyMetric& metric) {
-  if (!metric.score) throw Error("a user metric needs its score function", {}, {}, "accuracy_metric.score");
+  if (!metric.score && !metric.score_set)
+    throw Error("a user metric needs its score (or score_set) function", {}, {}, "accuracy_metric.score");
+  if (metric.score && metric.score_set)
+    throw Error("a user metric has score or score_set, not both", {}, {}, "accuracy_metric.score_set");
   if (metric.name.empty() || metric.name.size() > 60 ||
       metric.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos)
     throw Error(fmt::format("a user metric's name is a plain word (letters, digits, _-.), not '{}'", metric.name.substr(0, 60)),
                 {}, {}, "accuracy_metric.name");
   if (!std::isfinite(metric.min_score))
     throw Error(fmt::format("min_score {} is not finite", metric.min_score), {}, {}, "accuracy_metric.min_score");
+  if (metric.score_set && !(metric.max_drop >= 0 && std::isfinite(metric.max_drop)))
+    throw Error(fmt::format("max_drop {} is not a finite value of 0 or more", metric.max_drop), {}, {},
+                "accuracy_metric.max_drop");
   AccuracyBudget b;
   b.metric = AccuracyBudget::Metric::user;
   b.value = metric.min_score;
-  b.text = fmt::format("{}:{}", metric.name, metric.min_score);
+  b.text = metric.score_set ? fmt::format("{}:max_drop={}", metric.name, metric.max_drop)
+                            : fmt::format("{}:{}", metric.name, metric.min_score);
   b.score = metric.score;
+  b.score_set = metric.score_set;
+  b.max_drop = metric.max_drop;
   return b;
 }
 
@@ -137,10 +146,26 @@ Validator::Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBl
       if (budget_.metric != AccuracyBudget::Metric::top1) ++observations_;
       else if (last >= 2) observations_ += static_cast<std::size_t>(o.blob.numel() / last);
     }
-  if (budget_.metric == AccuracyBudget::Metric::user) {
+  if (budget_.metric == AccuracyBudget::Metric::user && budget_.score_set) {
+    reference_score_ = user_set_score(reference_);
+    budget_.value = reference_score_ - budget_.max_drop;
+  } else if (budget_.metric == AccuracyBudget::Metric::user) {
     for (const auto& r : reference_) reference_score_ += user_score(r, r);
     reference_score_ /= std::max<double>(1, static_cast<double>(reference_.size()));
   }
+}
+
+double Validator::user_set_score(const std::vector<std::vector<NamedBlob>>& outputs) const {
+  double v;
+  try {
+    v = budget_.score_set(outputs);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("the accuracy metric {} failed: {}", budget_.text, e.what()), net_.file, {}, "accuracy_metric");
+  }
+  if (!std::isfinite(v))
+    throw Error(fmt::format("the accuracy metric {} scored {}: not a finite value", budget_.text, v), net_.file, {},
+                "accuracy_metric");
+  return v;
 }
 
 double Validator::user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const {
@@ -166,8 +191,15 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
   Tally t, c;
   AccuracyBudget by_cosine;
   by_cosine.metric = AccuracyBudget::Metric::cosine;
+  std::vector<std::vector<NamedBlob>> all;  // a set metric's input
   for (std::size_t k = 0; k < samples_.size(); ++k) {
-    const auto got = run(tuned, net_, samples_[k]);
+    auto got = run(tuned, net_, samples_[k]);
+    if (budget_.score_set) {
+      if (cosine)
+        for (std::size_t o = 0; o < got.size(); ++o) compare(by_cosine, got[o].blob, reference_[k][o].blob, c);
+      all.push_back(std::move(got));
+      continue;
+    }
     if (budget_.metric == AccuracyBudget::Metric::user) {
       t.sum += user_score(reference_[k], got);
       t.count += 1;
@@ -179,6 +211,7 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
     }
   }
   if (cosine) *cosine = c.count ? c.sum / c.count : 1.0;
+  if (budget_.score_set) return user_set_score(all);
   if (t.count == 0)
     throw Error(fmt::format("accuracy budget {}: no output has a last axis of 2 or more entries to take the argmax "
                             "of; give --accuracy cosine:V or rel-l2:V",

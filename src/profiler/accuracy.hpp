@@ -23,6 +23,10 @@ struct AccuracyBudget {
   std::string text;  ///< as the user wrote it, e.g. "top1:0.99"; a user metric: "NAME:MIN"
   /// Metric::user: the user's score of a sample (TuneOptions::accuracy_metric).
   std::function<double(std::span<const NamedBlob>, std::span<const NamedBlob>)> score;
+  /// Metric::user over the whole validation set (AccuracyMetric::score_set); `value`
+  /// then becomes the float32 net's score less max_drop once the Validator has it.
+  std::function<double(std::span<const std::vector<NamedBlob>>)> score_set;
+  double max_drop = 0;
   /// Whether a measured value meets the budget (top1, cosine: at least; rel-l2: at most).
   bool met_by(double measured) const;
 };
@@ -57,6 +61,8 @@ class Validator {
   void set_store_transform(std::function<void(core::Graph&, const core::RoutinePath&)> t) { transform_ = std::move(t); }
   /// A user metric's score of one sample, checked finite (an Error naming the metric otherwise).
   double user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const;
+  /// A set metric's score of every sample's outputs, checked finite.
+  double user_set_score(const std::vector<std::vector<NamedBlob>>& outputs) const;
   std::size_t samples() const { return samples_.size(); }
   /// The decisions one measurement counts: top1, every position of every
   /// output over all samples; other metrics, every output of every sample.

@@ -229,7 +229,7 @@ struct Tuner {
     for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
       wants_qint8 = wants_qint8 || prof.rules().schema_allowed(Schema{Device::cpu, DType::qint8, l});
     // Parsed first: a bad budget is an error before any measuring.
-    if (opt.accuracy_metric.score || !opt.accuracy_metric.name.empty()) {
+    if (opt.accuracy_metric.score || opt.accuracy_metric.score_set || !opt.accuracy_metric.name.empty()) {
       if (!opt.accuracy.empty())
         throw Error(fmt::format("both accuracy '{}' and the metric '{}' given: one budget at a time", opt.accuracy,
                                 opt.accuracy_metric.name),
@@ -349,7 +349,7 @@ struct Tuner {
   }
   bool accuracy_ok(const core::RoutinePath& path) {
     const double v = accuracy_of(path);
-    return std::isnan(v) || (validation().resolves_budget() && budget.met_by(v));
+    return std::isnan(v) || (validation().resolves_budget() && validation().budget().met_by(v));
   }
   /// Whether `path` also meets the budget on the calibration samples, which
   /// the search never chose paths by (meeting it on the validation samples
@@ -357,6 +357,8 @@ struct Tuner {
   /// validation samples and agreed on 80% of 50 others).
   bool confirmed(const core::RoutinePath& path, bool report_it = false) {
     if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return true;
+    // A metric over the validation set scores those samples only (its labels are the user's).
+    if (budget.score_set) return true;
     if (!confirmer) {
       auto samples = opt.calibration.inputs.empty() ? profiler::synthetic_inputs(net, opt.calibration.synthetic_batches)
                                                     : opt.calibration.inputs;
@@ -462,7 +464,7 @@ struct Tuner {
     }, 10);
     if (!sol.feasible) return planned;
     core::info("accuracy budget {}: {} of {} validated paths met it", budget.text,
-               std::count_if(accuracy_seen.begin(), accuracy_seen.end(), [&](const auto& kv) { return budget.met_by(kv.second); }),
+               std::count_if(accuracy_seen.begin(), accuracy_seen.end(), [&](const auto& kv) { return validation().budget().met_by(kv.second); }),
                accuracy_seen.size());
     return profiler::read_path(plan, sol, profiles, true, report.device_fingerprint);
   }

@@ -534,6 +534,43 @@ TEST_CASE("a user's accuracy metric decides like a built-in one, and its failure
     TuneReport r = net.tune(o);
     CHECK_FALSE(r.accuracy_missed);
   }
+  SECTION("a metric over the whole validation set: float32's score less max_drop is the budget") {
+    // The set score: how many samples' logits equal the float32 net's exactly (labels the metric holds).
+    Net reference(detail::NetImpl::build(conv_net()));
+    std::vector<std::vector<float>> labels;
+    for (const auto& sample : val) labels.push_back(run_net(reference, sample[0].blob));
+    int calls = 0;
+    std::size_t seen = 0;
+    auto exact = [&](std::span<const std::vector<NamedBlob>> outputs) {
+      ++calls;
+      seen = outputs.size();
+      double n = 0;
+      for (std::size_t k = 0; k < outputs.size(); ++k) n += test::values(outputs[k].at(0).blob) == labels[k];
+      return n;
+    };
+    TuneOptions o = options("user-set-metric-strict");
+    o.pin.clear();  // a float32 path to keep
+    o.accuracy_metric.name = "exact-samples";
+    o.accuracy_metric.score_set = exact;
+    o.accuracy_metric.max_drop = 0;  // no sample may change: every qint8 path misses
+    Net strict(detail::NetImpl::build(conv_net()));
+    TuneReport r = strict.tune(o);
+    CHECK(r.accuracy_budget == "exact-samples:max_drop=0");
+    if (r.accuracy >= 0) {  // DPRS chose qint8 somewhere: measured, missed, replaced
+      CHECK(calls >= 2);    // the float32 outputs, then the path
+      CHECK(seen == val.size());
+      CHECK(r.accuracy_missed);
+    }
+    for (const auto& l : strict.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    o = options("user-set-metric-loose");
+    o.accuracy_metric.name = "exact-samples";
+    o.accuracy_metric.score_set = exact;
+    o.accuracy_metric.max_drop = static_cast<double>(val.size());  // any path may lose them all
+    Net loose(detail::NetImpl::build(conv_net()));
+    CHECK_FALSE(loose.tune(o).accuracy_missed);
+    o.accuracy_metric.max_drop = -1;
+    CHECK_THROWS_WITH(loose.tune(o), Catch::Contains("max_drop"));
+  }
   SECTION("a metric that throws or scores NaN, or two budgets at once, is an error naming it") {
     TuneOptions o = options("user-metric-bad");
     o.accuracy_metric = {"boom", [](std::span<const NamedBlob>, std::span<const NamedBlob>) -> double {
