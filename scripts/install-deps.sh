@@ -11,6 +11,7 @@ PKGS=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   python3-numpy zlib1g-dev
   python3-venv python3-pip  # the ONNX node tests' venv (tests/onnx_node/run.py: onnx from the package index)
+  python3-dev  # the Python package's module (pip install .: scikit-build-core and nanobind from the package index)
   clang-14 libclang-rt-14-dev  # the fuzzing build (libFuzzer, scripts/fuzz.sh)
 )
 missing=()

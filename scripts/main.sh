@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DSOFTNEURO_PYTHON=OFF
 cmake --build build -j "$(nproc)"
 # (into a file: piping into head would end inspect with SIGPIPE under pipefail)
 ./build/softneuro inspect build/models/demo.dnn > build/models/demo.inspect.txt
@@ -28,3 +28,7 @@ for round in 1 2 3 4 5 6 7; do
 done
 echo "untuned: median $(printf '%s\n' "${untuned[@]}" | median_of) ms (rounds: ${untuned[*]})"
 echo "tuned:   median $(printf '%s\n' "${tuned[@]}" | median_of) ms (rounds: ${tuned[*]})"
+# The Python package, into build/python-venv (pip install . reuses build/: only its module compiles).
+if [ ! -x build/python-venv/bin/python ]; then python3 -m venv build/python-venv; fi
+build/python-venv/bin/pip install -q .
+build/python-venv/bin/python -c "import softneuro; print('python: import softneuro', softneuro.version(), '(build/python-venv)')"

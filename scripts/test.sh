@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install dependencies, build (Release)
-# and run every test under CTest; then rebuild with AddressSanitizer + UBSan and
+# and run every test under CTest, the ONNX node tests and the Python package's; then rebuild with AddressSanitizer + UBSan and
 # run the unit and importer tests and the fuzz regression inputs again under it;
 # then rebuild with ThreadSanitizer and run the concurrency tests (sessions of
 # one model in several threads) under it; then fuzz each reader of untrusted
@@ -13,7 +13,7 @@ jobs="$(nproc)"
 # spin against the other test processes (a spinning barrier costs whole time slices).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 # BUILD_TESTING=ON explicitly: scripts/main.sh configures the same folder without tests.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON -DSOFTNEURO_PYTHON=OFF
 cmake --build build -j "$jobs"
 ctest --test-dir build -j "$jobs" --output-on-failure --no-tests=error
 
@@ -23,6 +23,12 @@ if [ ! -x build/onnx-node-venv/bin/python ]; then python3 -m venv build/onnx-nod
 build/onnx-node-venv/bin/python -c "import onnx; assert onnx.__version__ == '1.23.2'" 2>/dev/null ||
   build/onnx-node-venv/bin/pip install -q "onnx==1.23.2" numpy
 build/onnx-node-venv/bin/python tests/onnx_node/run.py --cli build/softneuro --jobs "$jobs"
+
+# The Python package: `pip install .` into a venv of its own (it builds in
+# build/, so only the module is compiled here), then its tests against it.
+if [ ! -x build/python-venv/bin/python ]; then python3 -m venv build/python-venv; fi
+build/python-venv/bin/pip install -q ".[test]"
+(cd build && SOFTNEURO_CLI="$PWD/softneuro" python-venv/bin/python -m pytest -q ../python/tests)
 
 # ASan + UBSan: every unit and importer test, the unit tests again as on an
 # AVX2-only CPU (but the direct convolution's parameter sweeps, which run the

@@ -1,0 +1,188 @@
+"""libsoftneuro for Python: import an ONNX model or load a .dnn, tune it on this
+device, and run it in sessions with NumPy arrays.
+
+    import softneuro
+    m = softneuro.import_onnx("model.onnx")          # or softneuro.load("model.dnn")
+    t = softneuro.tune(m, schemas=["cpu:float32:*", "cpu:qint8:*"], calibration=samples)
+    t.save("model.tuned.dnn")
+    s = softneuro.Session(t, threads=2)
+    outs = s.run({"x": array})                        # {"y": ndarray}, any input shape
+
+Errors are softneuro.Error with .file, .layer and .field. Session.run and tune
+release the GIL; use one Session per thread.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+
+class Error(Exception):
+    """softneuro::Error: what went wrong, and where (file, layer, field; empty where none)."""
+
+    def __init__(self, text: str, message: str = "", file: str = "", layer: str = "", field: str = ""):
+        super().__init__(text)
+        self.message = message or text
+        self.file = file
+        self.layer = layer
+        self.field = field
+
+
+from . import _core  # noqa: E402  (Error first: the module raises it)
+
+__version__ = _core.version()
+
+
+def version() -> str:
+    """The library's version."""
+    return _core.version()
+
+
+class TensorInfo(tuple):
+    """(name, shape with -1 where any size is taken, default shape)."""
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def shape(self) -> list:
+        return self[1]
+
+    @property
+    def default_shape(self) -> list:
+        return self[2]
+
+
+class Model:
+    """A model: imported, loaded or tuned. Sessions run it; save() writes a .dnn."""
+
+    def __init__(self, net, report: Optional["TuneReport"] = None):
+        self._net = net
+        self.report = report
+
+    @property
+    def name(self) -> str:
+        return self._net.name
+
+    @property
+    def inputs(self) -> list:
+        return [TensorInfo(t) for t in self._net.inputs]
+
+    @property
+    def outputs(self) -> list:
+        return [TensorInfo(t) for t in self._net.outputs]
+
+    def save(self, path: str) -> None:
+        """Writes a .dnn file (atomically)."""
+        self._net.save(str(path))
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{t.name}{t.shape}" for t in self.inputs)
+        outs = ", ".join(f"{t.name}{t.shape}" for t in self.outputs)
+        return f"<softneuro.Model {self.name!r}: {ins} -> {outs}>"
+
+
+class TuneReport:
+    """What tune() measured and chose: .layers (dicts), .measured_ms, .default_ms,
+    .accuracy, .accuracy_budget, .accuracy_missed; str() is the text report, .json the JSON one."""
+
+    def __init__(self, d: dict):
+        self.__dict__.update(d)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def load(path: str) -> Model:
+    """Reads a .dnn file (checked fully; errors name the file, layer and field)."""
+    return Model(_core.load(str(path)))
+
+
+def import_onnx(path: str, input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Model:
+    """Translates an ONNX model. Symbolic input dims stay dynamic; `input_shapes`
+    fixes them ({"x": (1, 3, -1, -1)}: -1 keeps a dim dynamic)."""
+    shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    return Model(_core.import_onnx(str(path), shapes))
+
+
+def _as_inputs(sample: Mapping[str, object]) -> dict:
+    return {str(k): np.ascontiguousarray(v, dtype=np.float32) for k, v in sample.items()}
+
+
+def tune(
+    model: Model,
+    schemas: Optional[Sequence[str]] = None,
+    calibration: Optional[Iterable[Mapping[str, object]]] = None,
+    validation: Optional[Iterable[Mapping[str, object]]] = None,
+    accuracy: Optional[str] = None,
+    metric: Optional[Callable[[list], float]] = None,
+    max_drop: float = 0.0,
+    progress: object = False,
+    cache_dir: Optional[str] = None,
+    time_budget_s: float = 0.0,
+    shapes: Optional[Sequence[Mapping[str, Sequence[int]]]] = None,
+    keep_float_weights: bool = False,
+) -> Model:
+    """Measures the routines of every layer on this device and returns a new
+    model with the fastest routine path (the given one is unchanged).
+
+    schemas: e.g. ["cpu:float32:*", "cpu:qint8:*"] (hybrid); default every float32 CPU schema.
+    calibration: samples (dicts of arrays by input name) that calibrate qint8 ranges.
+    validation: samples the accuracy budget is measured on.
+    accuracy: "top1:0.99", "cosine:0.999", "rel-l2:0.02" or "none" (qint8 tunings).
+    metric: fn(outputs_list) -> float over the validation samples' outputs (dicts, in
+        order; e.g. exact lines against your labels); a path may score at most
+        `max_drop` below the float32 model. Replaces `accuracy`.
+    progress: True prints stages; or a function(stage, done, total, item).
+    shapes: input shapes to tune at, one routine path each ([{"x": (1, 3, 48, 320)}, ...]).
+    """
+    if progress is True:
+        def progress(stage, done, total, item):  # noqa: F811
+            print(f"softneuro tune: {stage} {done}/{total} {item}", flush=True)
+    elif progress is False:
+        progress = None
+    if metric is not None and accuracy:
+        raise Error("give accuracy or metric, not both", field="accuracy")
+    tuned = model._net.copy()
+    report = _core.tune(
+        tuned,
+        list(schemas or []),
+        cache_dir or "",
+        [_as_inputs(s) for s in (calibration or [])],
+        [_as_inputs(s) for s in (validation or [])],
+        accuracy or "",
+        metric,
+        float(max_drop),
+        float(time_budget_s),
+        progress,
+        [{k: [int(d) for d in v] for k, v in b.items()} for b in (shapes or [])],
+        bool(keep_float_weights),
+    )
+    return Model(tuned, TuneReport(report))
+
+
+class Session:
+    """Runs a model: one prepared plan per input shape met (a few kept).
+    threads: 0 = the default (the machine's cores); memory_limit in bytes (0: the default)."""
+
+    def __init__(self, model: Model, threads: int = 0, memory_limit: int = 0,
+                 schemas: Optional[Sequence[str]] = None, shape_cache: int = 4):
+        self.model = model
+        self._s = _core.Session(model._net, int(threads), int(memory_limit), list(schemas or []), int(shape_cache))
+
+    def run(self, inputs: Mapping[str, object]) -> dict:
+        """{input name: array} -> {output name: float32 ndarray}. Float32
+        C-contiguous arrays are read in place; others are converted."""
+        return self._s.run(_as_inputs(inputs))
+
+    def output_shape(self, name: str) -> list:
+        return self._s.output_shape(name)
+
+    def layers(self) -> list:
+        """Each layer with the routine that runs it (dicts)."""
+        return self._s.layers()
+
+
+__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "import_onnx", "load", "tune", "version"]

@@ -1,0 +1,265 @@
+// softneuro._core: the C++ runtime, importer and tuner for Python (nanobind).
+// The Python API in python/softneuro/__init__.py wraps this module; arrays
+// cross as float32 C-contiguous NumPy arrays (inputs viewed, not copied;
+// outputs own the session's result memory), the GIL is released while a
+// session runs and while the tuner measures, and softneuro::Error becomes
+// softneuro.Error with file, layer and field.
+#include <softneuro/import.hpp>
+#include <softneuro/session.hpp>
+#include <softneuro/softneuro.hpp>
+#include <softneuro/tune.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <filesystem>
+#include <unistd.h>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using softneuro::Blob;
+using softneuro::NamedBlob;
+using softneuro::Shape;
+
+namespace {
+
+using FloatArray = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::numpy, float>;
+
+Shape shape_of(const FloatArray& a) {
+  std::vector<int64_t> dims;
+  for (std::size_t i = 0; i < a.ndim(); ++i) dims.push_back(static_cast<int64_t>(a.shape(i)));
+  if (dims.size() > static_cast<std::size_t>(Shape::max_rank))
+    throw softneuro::Error("an array of more than " + std::to_string(Shape::max_rank) + " dims");
+  return Shape(dims);
+}
+
+/// Views over the arrays (which the caller keeps alive while they are used).
+std::vector<NamedBlob> blobs_of(const std::map<std::string, FloatArray>& arrays) {
+  std::vector<NamedBlob> out;
+  for (const auto& [name, a] : arrays)
+    out.push_back({name, Blob::view(const_cast<float*>(a.data()), shape_of(a))});
+  return out;
+}
+
+/// A copy that owns its memory (samples kept past the call that gave them).
+std::vector<NamedBlob> owned_blobs_of(const std::map<std::string, FloatArray>& arrays) {
+  std::vector<NamedBlob> out = blobs_of(arrays);
+  for (auto& b : out) b.blob = b.blob.clone();
+  return out;
+}
+
+/// A NumPy array owning (a reference to) the blob's memory: no copy.
+OutArray array_of(const Blob& b) {
+  auto* owner = new Blob(b);
+  nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<Blob*>(p); });
+  std::vector<std::size_t> dims;
+  for (auto d : b.shape()) dims.push_back(static_cast<std::size_t>(d));
+  return OutArray(const_cast<float*>(owner->data_as<float>()), dims.size(), dims.data(), keep);
+}
+
+nb::dict dict_of(const std::vector<NamedBlob>& blobs) {
+  nb::dict d;
+  for (const auto& b : blobs) d[b.name.c_str()] = array_of(b.blob);
+  return d;
+}
+
+std::vector<int64_t> dims_with_dynamic(const softneuro::TensorInfo& t) {
+  std::vector<int64_t> dims(t.shape.begin(), t.shape.end());
+  for (int d : t.dynamic_dims) dims[static_cast<std::size_t>(d)] = -1;
+  return dims;
+}
+
+nb::list infos(const std::vector<softneuro::TensorInfo>& ts) {
+  nb::list l;
+  for (const auto& t : ts)
+    l.append(nb::make_tuple(t.name, dims_with_dynamic(t), std::vector<int64_t>(t.shape.begin(), t.shape.end())));
+  return l;
+}
+
+/// A copy of the net (tuning changes a net in place; Python's tune() returns a new model).
+softneuro::Net copy_of(const softneuro::Net& net) {
+  static std::atomic<int> counter{0};
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("softneuro-py-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".dnn");
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove(p, ec);
+    }
+  } remove{path};
+  net.save(path.string());
+  return softneuro::Net::load(path.string());
+}
+
+struct SetMetric {
+  nb::object fn;  // fn(outputs_list) -> float, outputs as dicts of arrays
+};
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "libsoftneuro's runtime, ONNX importer and tuner (see the softneuro package)";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const softneuro::Error& e) {
+      nb::gil_scoped_acquire gil;
+      nb::object cls = nb::module_::import_("softneuro").attr("Error");
+      nb::object err = cls(e.what(), e.message(), e.file(), e.layer(), e.field());
+      PyErr_SetObject(cls.ptr(), err.ptr());
+    }
+  });
+
+  m.def("version", [] { return std::string(softneuro::version()); });
+
+  nb::class_<softneuro::Net>(m, "Net")
+      .def_prop_ro("inputs", [](const softneuro::Net& n) { return infos(n.inputs()); })
+      .def_prop_ro("outputs", [](const softneuro::Net& n) { return infos(n.outputs()); })
+      .def_prop_ro("name", [](const softneuro::Net& n) { return n.name(); })
+      .def("save", &softneuro::Net::save, "path"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("tuned_fingerprint", &softneuro::Net::tuned_fingerprint)
+      .def("copy", &copy_of, nb::call_guard<nb::gil_scoped_release>());
+
+  m.def(
+      "load", [](const std::string& path) { return softneuro::Net::load(path); }, "path"_a,
+      nb::call_guard<nb::gil_scoped_release>());
+  m.def(
+      "import_onnx",
+      [](const std::string& path, const std::map<std::string, std::vector<int64_t>>& input_shapes) {
+        softneuro::ImportOptions o;
+        for (const auto& [name, dims] : input_shapes) o.input_shapes[name] = Shape(dims);
+        nb::gil_scoped_release release;
+        return softneuro::import_onnx(path, o);
+      },
+      "path"_a, "input_shapes"_a = std::map<std::string, std::vector<int64_t>>{});
+
+  // Tunes `net` in place. `calibration` and `validation`: lists of dicts of
+  // arrays; `metric(outputs_list) -> float` over the validation samples (their
+  // outputs as dicts, in order), with `max_drop` the most it may fall below
+  // the float32 net's; `progress(stage, done, total, item)`.
+  m.def(
+      "tune",
+      [](softneuro::Net& net, const std::vector<std::string>& schemas, const std::string& cache_dir,
+         const std::vector<std::map<std::string, FloatArray>>& calibration,
+         const std::vector<std::map<std::string, FloatArray>>& validation, const std::string& accuracy,
+         nb::object metric, double max_drop, double time_budget_s, nb::object progress,
+         const std::vector<std::map<std::string, std::vector<int64_t>>>& shapes, bool keep_float_weights) {
+        softneuro::TuneOptions o;
+        o.schemas = schemas;
+        o.cache_dir = cache_dir;
+        o.accuracy = accuracy;
+        o.time_budget_s = time_budget_s;
+        o.keep_float_weights = keep_float_weights;
+        for (const auto& s : calibration) o.calibration.inputs.push_back(owned_blobs_of(s));
+        for (const auto& s : validation) o.validation.push_back(owned_blobs_of(s));
+        for (const auto& bucket : shapes) {
+          std::map<std::string, Shape> b;
+          for (const auto& [name, dims] : bucket) b[name] = Shape(dims);
+          o.shapes.push_back(std::move(b));
+        }
+        if (!metric.is_none()) {
+          auto fn = std::make_shared<SetMetric>(SetMetric{metric});
+          o.accuracy_metric.name = nb::cast<std::string>(nb::getattr(metric, "__name__", nb::str("metric")));
+          o.accuracy_metric.max_drop = max_drop;
+          o.accuracy_metric.score_set = [fn](std::span<const std::vector<NamedBlob>> outputs) {
+            nb::gil_scoped_acquire gil;
+            nb::list l;
+            for (const auto& sample : outputs) {
+              nb::dict d;
+              for (const auto& b : sample) d[b.name.c_str()] = array_of(b.blob.clone());
+              l.append(d);
+            }
+            return nb::cast<double>(fn->fn(l));
+          };
+        }
+        if (!progress.is_none())
+          o.progress = [progress](const softneuro::TuneProgress& p) {
+            nb::gil_scoped_acquire gil;
+            progress(p.stage, p.done, p.total, p.item);
+          };
+        softneuro::TuneReport r;
+        {
+          nb::gil_scoped_release release;
+          r = net.tune(o);
+        }
+        nb::dict d;
+        d["text"] = r.to_text();
+        d["json"] = r.to_json();
+        d["measured_ms"] = r.measured_ms;
+        d["default_ms"] = r.default_ms;
+        d["accuracy"] = r.accuracy;
+        d["accuracy_budget"] = r.accuracy_budget;
+        d["accuracy_missed"] = r.accuracy_missed;
+        nb::list layers;
+        for (const auto& l : r.layers) {
+          nb::dict x;
+          x["layer"] = l.layer;
+          x["type"] = l.type;
+          x["descriptor"] = l.descriptor;
+          x["routine_params"] = l.routine_params;
+          x["unit_ms"] = l.unit_ms;
+          x["integrated_ms"] = l.integrated_ms;
+          layers.append(x);
+        }
+        d["layers"] = layers;
+        return d;
+      },
+      "net"_a, "schemas"_a, "cache_dir"_a, "calibration"_a, "validation"_a, "accuracy"_a, "metric"_a.none(),
+      "max_drop"_a, "time_budget_s"_a, "progress"_a.none(), "shapes"_a, "keep_float_weights"_a);
+
+  nb::class_<softneuro::Session>(m, "Session")
+      .def(
+          "__init__",
+          [](softneuro::Session* self, const softneuro::Net& net, int threads, std::size_t memory_limit,
+             const std::vector<std::string>& schemas, std::size_t shape_cache) {
+            softneuro::SessionOptions o;
+            o.threads = threads;
+            o.memory_limit = memory_limit;
+            o.schemas = schemas;
+            o.shape_cache = shape_cache;
+            nb::gil_scoped_release release;
+            new (self) softneuro::Session(net.model(), o);
+          },
+          "net"_a, "threads"_a = 0, "memory_limit"_a = 0, "schemas"_a = std::vector<std::string>{},
+          "shape_cache"_a = 4)
+      .def(
+          "run",
+          [](softneuro::Session& s, const std::map<std::string, FloatArray>& inputs) {
+            const std::vector<NamedBlob> in = blobs_of(inputs);
+            std::vector<NamedBlob> out;
+            {
+              nb::gil_scoped_release release;
+              out = s.run(in);
+            }
+            return dict_of(out);
+          },
+          "inputs"_a)
+      .def("output_shape",
+           [](const softneuro::Session& s, const std::string& name) {
+             const Shape sh = s.output_shape(name);
+             return std::vector<int64_t>(sh.begin(), sh.end());
+           })
+      .def("planned_bytes", &softneuro::Session::planned_bytes)
+      .def("layers", [](const softneuro::Session& s) {
+        nb::list l;
+        for (const auto& x : s.layers()) {
+          nb::dict d;
+          d["name"] = x.name;
+          d["type"] = x.type;
+          d["descriptor"] = x.descriptor;
+          d["routine_params"] = x.routine_params;
+          d["tuned"] = x.tuned;
+          l.append(d);
+        }
+        return l;
+      });
+}

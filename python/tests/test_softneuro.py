@@ -1,0 +1,161 @@
+"""Tests of the installed softneuro package (scripts/test.sh runs them in a fresh venv)."""
+import os
+import subprocess
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import softneuro
+
+RNG = np.random.default_rng(7)
+W1 = RNG.standard_normal((16, 32)).astype(np.float32)
+B1 = RNG.standard_normal(32).astype(np.float32)
+W2 = RNG.standard_normal((32, 10)).astype(np.float32)
+
+
+def mlp_onnx(path):
+    """x [batch, 16] -> relu(x @ W1 + B1) @ W2 -> y [batch, 10], batch symbolic."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])],
+        [numpy_helper.from_array(W1, "w1"), numpy_helper.from_array(B1, "b1"), numpy_helper.from_array(W2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, path)
+    return path
+
+
+def reference(x):
+    return np.maximum(x @ W1 + B1, 0) @ W2
+
+
+def conv_onnx(path):
+    """x [1, 8, H, W] -> conv 3x3 (8 -> 16) -> relu -> global average -> y [1, 16]: a net qint8 can run."""
+    w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    return softneuro.import_onnx(mlp_onnx(str(tmp_path / "mlp.onnx")))
+
+
+def test_import_and_run_any_batch(mlp):
+    assert softneuro.version() == softneuro.__version__
+    assert mlp.inputs[0].name == "x" and mlp.inputs[0].shape == [-1, 16]
+    s = softneuro.Session(mlp, threads=1)
+    for batch in (1, 5, 2):
+        x = RNG.standard_normal((batch, 16)).astype(np.float32)
+        y = s.run({"x": x})["y"]
+        assert y.shape == (batch, 10) and y.dtype == np.float32
+        np.testing.assert_allclose(y, reference(x), rtol=1e-4, atol=1e-4)
+    # Other dtypes and layouts are converted.
+    x = RNG.standard_normal((16, 3)).T
+    np.testing.assert_allclose(s.run({"x": x})["y"], reference(x.astype(np.float32)), rtol=1e-4, atol=1e-4)
+
+
+def test_outputs_match_the_cli(mlp, tmp_path):
+    cli = os.environ.get("SOFTNEURO_CLI")
+    if not cli:
+        pytest.skip("SOFTNEURO_CLI (the softneuro command) not given")
+    dnn, xin, yout = str(tmp_path / "m.dnn"), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")
+    mlp.save(dnn)
+    x = RNG.standard_normal((3, 16)).astype(np.float32)
+    np.save(xin, x)
+    subprocess.run([cli, "run", dnn, "--input", f"x={xin}", "--output", f"y={yout}", "--repeat", "1", "--top", "0"],
+                   check=True, capture_output=True)
+    got = softneuro.Session(softneuro.load(dnn)).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, np.load(yout))
+
+
+def test_tune_save_load(mlp, tmp_path):
+    t = softneuro.tune(mlp, cache_dir=str(tmp_path / "cache"))
+    assert t is not mlp and t.report.layers and t.report.measured_ms > 0
+    assert "predicted" in str(t.report) or t.report.text
+    path = str(tmp_path / "tuned.dnn")
+    t.save(path)
+    x = RNG.standard_normal((4, 16)).astype(np.float32)
+    y = softneuro.Session(softneuro.load(path)).run({"x": x})["y"]
+    np.testing.assert_allclose(y, reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_hybrid_tuning_with_calibration_samples_and_a_python_metric(tmp_path):
+    m = softneuro.import_onnx(conv_onnx(str(tmp_path / "conv.onnx")))
+    samples = ({"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(8))  # any iterable
+    validation = [{"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(4)]
+    float32 = softneuro.Session(m)
+    labels = [int(np.argmax(float32.run(v)["y"])) for v in validation]
+    seen = []
+
+    def top1_hits(outputs):
+        seen.append(len(outputs))
+        return float(sum(int(np.argmax(o["y"])) == lab for o, lab in zip(outputs, labels)))
+
+    t = softneuro.tune(m, schemas=["cpu:float32:*", "cpu:qint8:*"], calibration=samples, validation=validation,
+                       metric=top1_hits, max_drop=4, cache_dir=str(tmp_path / "cache"))
+    assert "top1_hits:max_drop=4" in t.report.accuracy_budget
+    assert not t.report.accuracy_missed
+    if t.report.accuracy >= 0:  # a qint8 path was measured by the metric
+        assert seen and all(n == len(validation) for n in seen)
+    y = softneuro.Session(t).run(validation[0])["y"]
+    assert y.shape == (1, 16)
+
+
+def test_errors_carry_file_layer_and_field(mlp, tmp_path):
+    with pytest.raises(softneuro.Error) as e:
+        softneuro.load(str(tmp_path / "missing.dnn"))
+    assert "missing.dnn" in e.value.file
+    s = softneuro.Session(mlp)
+    with pytest.raises(softneuro.Error) as e:
+        s.run({"x": np.zeros((2, 15), np.float32)})
+    assert e.value.field == "x" and "[?,16]" in str(e.value)
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(softneuro.Error) as e:
+        softneuro.import_onnx(str(bad))
+    assert "bad.onnx" in e.value.file
+    with pytest.raises(softneuro.Error):
+        softneuro.tune(mlp, accuracy="top1:0.99", metric=lambda o: 0.0)
+
+
+def test_sessions_in_two_threads(mlp):
+    xs = [RNG.standard_normal((b, 16)).astype(np.float32) for b in (1, 3, 7, 2)]
+    want = [reference(x) for x in xs]
+    errors = []
+
+    def work(k):
+        try:
+            s = softneuro.Session(mlp, threads=1)
+            for _ in range(50):
+                for x, w in zip(xs[k::2], want[k::2]):
+                    np.testing.assert_allclose(s.run({"x": x})["y"], w, rtol=1e-4, atol=1e-4)
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
