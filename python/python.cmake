@@ -2,13 +2,20 @@
 # `pip install .` (scikit-build-core, pyproject.toml) with SOFTNEURO_PYTHON=ON.
 # The wheel holds the module and the three libraries it links, next to each
 # other (RPATH $ORIGIN): component "python" only, not the C++ install.
-find_package(Python 3.9 REQUIRED COMPONENTS Interpreter Development.Module)
-# nanobind's CMake files from the Python that builds (the build environment may be a new temporary one each time).
+# pip passes the Python that builds, whose nanobind this finds; a later plain
+# reconfigure of the same folder (the Python cached there may be gone, or lack
+# nanobind) skips the module with a warning instead of failing.
+find_package(Python 3.9 COMPONENTS Interpreter Development.Module)
 unset(nanobind_DIR CACHE)
-execute_process(COMMAND "${Python_EXECUTABLE}" -m nanobind --cmake_dir OUTPUT_STRIP_TRAILING_WHITESPACE
-                OUTPUT_VARIABLE nanobind_ROOT RESULT_VARIABLE nanobind_missing)
+set(nanobind_missing 1)
+if(Python_FOUND)
+  execute_process(COMMAND "${Python_EXECUTABLE}" -m nanobind --cmake_dir OUTPUT_STRIP_TRAILING_WHITESPACE
+                  OUTPUT_VARIABLE nanobind_ROOT RESULT_VARIABLE nanobind_missing ERROR_QUIET)
+endif()
 if(nanobind_missing)
-  message(FATAL_ERROR "SOFTNEURO_PYTHON needs nanobind in ${Python_EXECUTABLE} (pip install nanobind; pip install . brings it)")
+  message(WARNING "SOFTNEURO_PYTHON: the Python module is not built: no Python with nanobind "
+                  "(${Python_EXECUTABLE}); `pip install .` brings both")
+  return()
 endif()
 find_package(nanobind CONFIG REQUIRED)
 

@@ -226,6 +226,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
 
   // A childnet routine: its children become steps here, their blobs planned like any other.
   std::optional<Childnet> children;
+  share_weights(*step);  // a childnet's derived weights (Winograd's transformed ones) are shared too
   try {
     children = step->routine.routine->childnet(step->info, schema, step->params);
   } catch (const Error& e) {
@@ -319,8 +320,9 @@ void Executor::share_weights(Step& step) const {
     for (float f : q.scales) scope += fmt::format("{},", f);
     for (int32_t z : q.zero_points) scope += fmt::format("{},", z);
   };
-  for (const auto& sh : step.info.input_shapes) scope += "|" + sh.to_string();
-  for (const auto& sh : step.info.output_shapes) scope += "|" + sh.to_string();
+  // No shapes: derived weights depend on the layer's weights, not on the input
+  // size, so every shape a session meets shares them; a routine whose packing
+  // does depend on a size puts what it depends on in its own key.
   for (const auto& q : step.info.input_quant) quant(q);
   for (const auto& q : step.info.output_quant) quant(q);
   step.shared_weights = std::make_unique<ScopedWeights>(weights_, std::move(scope));

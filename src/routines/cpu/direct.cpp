@@ -277,36 +277,41 @@ class PreparedDirect final : public PreparedRoutine {
     if (rows2_)
       pair_next_ = pad_copy_ ? std::vector<char>(static_cast<std::size_t>(g_.oh - 1), 1) : same_kernel_rows(g_);
 
-    // Weights: [og][icb][kh][kw][ic < ics][ocb][oc].
+    // Weights: [og][icb][kh][kw][ic < ics][ocb][oc], and the bias by blocks: the
+    // model's, shared by every session and shape (they depend on the channels only).
     const Blob& w = layer.weight("weight");
     const float* wd = w.data_as<float>();
     const int64_t ogs = ocb_total_ / ocb;
     w_icb_ = taps * ics_ * ocb * v_;
     w_og_ = icbg_ * w_icb_;
-    packed_.assign(static_cast<std::size_t>(ogs * w_og_), 0.0f);
-    for (int64_t og = 0; og < ogs; ++og)
-      for (int64_t j = 0; j < ocb; ++j)
-        for (int64_t oc = 0; oc < v_; ++oc) {
-          const int64_t ob = og * ocb + j;                          // global oc block
-          const int64_t gi = g_.group == 1 ? 0 : ob / ocbg_;        // its group
-          const int64_t o = g_.group == 1 ? ob * v_ + oc : gi * ocg_ + (ob % ocbg_) * v_ + oc;
-          if ((g_.group == 1 ? ob * v_ + oc : (ob % ocbg_) * v_ + oc) >= ocg_) continue;
-          for (int64_t ib = 0; ib < icbg_; ++ib)
-            for (int64_t ic = 0; ic < ics_; ++ic) {
-              const int64_t i = ib * ics_ + ic;
-              if (i >= icg_) continue;
-              for (int64_t t = 0; t < taps; ++t)
-                packed_[og * w_og_ + ib * w_icb_ + t * (ics_ * ocb * v_) + ic * ocb * v_ + j * v_ + oc] =
-                    wd[(o * icg_ + i) * taps + t];
-            }
+    weights_ = shared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v_, ics_), [&] {
+      Packed pw;
+      pw.weight.assign(static_cast<std::size_t>(ogs * w_og_), 0.0f);
+      for (int64_t og = 0; og < ogs; ++og)
+        for (int64_t j = 0; j < ocb; ++j)
+          for (int64_t oc = 0; oc < v_; ++oc) {
+            const int64_t ob = og * ocb + j;                          // global oc block
+            const int64_t gi = g_.group == 1 ? 0 : ob / ocbg_;        // its group
+            const int64_t o = g_.group == 1 ? ob * v_ + oc : gi * ocg_ + (ob % ocbg_) * v_ + oc;
+            if ((g_.group == 1 ? ob * v_ + oc : (ob % ocbg_) * v_ + oc) >= ocg_) continue;
+            for (int64_t ib = 0; ib < icbg_; ++ib)
+              for (int64_t ic = 0; ic < ics_; ++ic) {
+                const int64_t i = ib * ics_ + ic;
+                if (i >= icg_) continue;
+                for (int64_t t = 0; t < taps; ++t)
+                  pw.weight[og * w_og_ + ib * w_icb_ + t * (ics_ * ocb * v_) + ic * ocb * v_ + j * v_ + oc] =
+                      wd[(o * icg_ + i) * taps + t];
+              }
+          }
+      pw.bias.assign(static_cast<std::size_t>(ocb_total_ * v_), 0.0f);
+      if (const Blob* b = layer.find_weight("bias"))
+        for (int64_t o = 0; o < g_.oc; ++o) {
+          // Output channel o sits at block (o / ocg) * ocbg + (o % ocg) / v, lane (o % ocg) % v.
+          const int64_t gi = o / ocg_, r = o % ocg_;
+          pw.bias[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
         }
-    bias_.assign(static_cast<std::size_t>(ocb_total_ * v_), 0.0f);
-    if (const Blob* b = layer.find_weight("bias"))
-      for (int64_t o = 0; o < g_.oc; ++o) {
-        // Output channel o sits at block (o / ocg) * ocbg + (o % ocg) / v, lane (o % ocg) % v.
-        const int64_t gi = o / ocg_, r = o % ocg_;
-        bias_[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
-      }
+      return pw;
+    });
     // nhwc RGB first layers: the assembly first-layer tiles, which
     // apply bias and relu/clip themselves (other activations: the intrinsics).
     first_asm_ = nhwc_ && g_.c == 3 && k.asm_first[oi][0][1] && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
@@ -444,7 +449,7 @@ class PreparedDirect final : public PreparedRoutine {
         t.dh = static_cast<int>(g_.dh);
         t.dw = static_cast<int>(g_.dw);
         t.sw = static_cast<int>(g_.sw);
-        t.bias = bias_.data() + ob0 * v;
+        t.bias = weights_->bias.data() + ob0 * v;
         t.valid_last = valid_last;
         t.ic_valid = static_cast<int>(icg_);  // read by the narrow kernels only
         t.x_px = px;
@@ -455,7 +460,7 @@ class PreparedDirect final : public PreparedRoutine {
           t.icbs = std::min(cfg_.icb, icbg_ - ic0);
           t.load_y = ic0 > 0;
           t.last = ic0 + cfg_.icb >= icbg_;
-          t.w = packed_.data() + og * w_og_ + ic0 * w_icb_;
+          t.w = weights_->weight.data() + og * w_og_ + ic0 * w_icb_;
           // Channels of the last block, in steps of 4 (only the pass holding it).
           const int last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : static_cast<int>(v / 4);
           // Pairs first, then single rows: a pass's first call reads its weights from
@@ -683,7 +688,10 @@ class PreparedDirect final : public PreparedRoutine {
   bool flat_ = false;       ///< pointwise_ at stride 1: planes walked as runs of pixels
   int64_t px_ = 0;       ///< floats per pixel of the padded input
   Config cfg_;
-  cpu::AlignedFloats packed_, bias_;
+  struct Packed {
+    cpu::AlignedFloats weight, bias;
+  };
+  std::shared_ptr<const Packed> weights_;
   cpu::gemm::Epilogue ep_;
 };
 

@@ -178,6 +178,15 @@ dnnl::memory owned(const dnnl::memory::desc& md, const std::vector<T>& values) {
   return m;
 }
 
+/// The int8 weights in the layout the primitive wants: the model's (every
+/// session and shape shares them), held by the plan.
+dnnl::memory shared_int8_weights(const LayerInfo& info, Plan& p, const dnnl::memory& user, const dnnl::memory::desc& want) {
+  const std::string key = fmt::format("int8.weights/{:016x}", core::xxh64(&want.data, sizeof(want.data)));
+  auto m = shared_weights<dnnl::memory>(info, key, [&] { return reorder_to(user, want); });
+  p.shared.push_back(m);
+  return *m;
+}
+
 dnnl::memory zero_point_memory(int32_t zp) { return owned(dnnl::memory::desc({1}, dt::s32, tag::x), std::vector<int32_t>{zp}); }
 
 dnnl::primitive_attr attr_base() {
@@ -382,7 +391,7 @@ struct Conv2 {
     }
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
     if (prepare) {
-      const dnnl::memory wm = reorder_to(owned(plain(wd, dt::s8), qw.q), pd.weights_desc());
+      const dnnl::memory wm = shared_int8_weights(info, p, owned(plain(wd, dt::s8), qw.q), pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       if (bias) args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(bias, qw, qi.scale, 0)))}});
       if (qi.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qi.zp))}});
@@ -434,7 +443,7 @@ struct Dense {
     Plan p;
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {
-      const dnnl::memory wm = reorder_to(owned(plain({o, k}, dt::s8), qw.q), pd.weights_desc());
+      const dnnl::memory wm = shared_int8_weights(info, p, owned(plain({o, k}, dt::s8), qw.q), pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       // The src zero point folded into the bias (exact: no padding in a dense layer).
       args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(layer.find_weight("bias"), qw, qi.scale, qi.zp)))}});

@@ -200,8 +200,9 @@ class GemmConv final : public PreparedRoutine {
  public:
   /// w: [oc][icg][kh][kw] float32; bias may be null. nhwc_*: the blobs' layouts.
   /// vnni: AVX-VNNI kernels (u8 activations, K in quads), else AVX2 (int16, K in pairs).
-  GemmConv(const Window2d& g, const float* w, const float* bias, const Epilogue& ep, TQ in, TQ out, bool nhwc_in,
-           bool nhwc_out, int64_t mb, bool vnni)
+  /// The packed weights, bias and multipliers are the model's (info.shared): shared by every session and shape.
+  GemmConv(const LayerInfo& info, const Window2d& g, const float* w, const float* bias, const Epilogue& ep, TQ in,
+           TQ out, bool nhwc_in, bool nhwc_out, int64_t mb, bool vnni)
       : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), vnni_(vnni) {
     icg_ = g.c / g.group;
     ocg_ = g.oc / g.group;
@@ -215,38 +216,42 @@ class GemmConv final : public PreparedRoutine {
     ocb_ = ceil_div(ocg_, qint8::kTileN);
     // Weights in K order (ki, kj, ic), quantised per output channel, packed
     // [group][ocb][ksteps][16][kstep] (int16 pairs for AVX2, int8 quads for VNNI).
-    std::vector<float> wk(static_cast<std::size_t>(g.oc * k_));
-    for (int64_t o = 0; o < g.oc; ++o)
-      for (int64_t ic = 0; ic < icg_; ++ic)
-        for (int64_t ki = 0; ki < g.kh; ++ki)
-          for (int64_t kj = 0; kj < g.kw; ++kj)
-            wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] = w[((o * icg_ + ic) * g.kh + ki) * g.kw + kj];
-    QuantWeights qw = quantise_weights(wk.data(), g.oc, k_);
     const int64_t blocks = g.group * ocb_;
     block_bytes_ = ksteps_ * 64;  // 16 lanes x (2 int16 or 4 int8)
-    packed_ = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
-    bias_.assign(static_cast<std::size_t>(blocks * 16), 0);
-    mult_.assign(static_cast<std::size_t>(blocks * 16), 0.0f);
-    for (int64_t grp = 0; grp < g.group; ++grp)
-      for (int64_t jb = 0; jb < ocb_; ++jb)
-        for (int lane = 0; lane < 16; ++lane) {
-          const int64_t ocl = jb * 16 + lane;
-          if (ocl >= ocg_) continue;
-          const int64_t o = grp * ocg_ + ocl;
-          const std::size_t slot = static_cast<std::size_t>((grp * ocb_ + jb) * 16 + lane);
-          const float sw = qw.scale[static_cast<std::size_t>(o)];
-          const int8_t* wq = qw.q.data() + o * k_;
-          int64_t wsum = 0;
-          for (int64_t kk = 0; kk < k_; ++kk) wsum += wq[kk];
-          bias_[slot] = (bias ? quantise_bias(bias[o], in.scale, sw) : 0) -
-                        (vnni ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
-          mult_[slot] = output_multiplier(ep, in.scale, sw, out.scale);
-          char* vb = static_cast<char*>(packed_.data()) + (grp * ocb_ + jb) * block_bytes_;
-          for (int64_t kk = 0; kk < k_; ++kk) {
-            if (vnni) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
-            else reinterpret_cast<int16_t*>(vb)[(kk / 2) * 32 + lane * 2 + (kk & 1)] = wq[kk];
+    weights_ = shared_weights<Packed>(info, fmt::format("qgemm/{}", vnni ? 1 : 0), [&] {
+      Packed pw;
+      std::vector<float> wk(static_cast<std::size_t>(g.oc * k_));
+      for (int64_t o = 0; o < g.oc; ++o)
+        for (int64_t ic = 0; ic < icg_; ++ic)
+          for (int64_t ki = 0; ki < g.kh; ++ki)
+            for (int64_t kj = 0; kj < g.kw; ++kj)
+              wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] = w[((o * icg_ + ic) * g.kh + ki) * g.kw + kj];
+      QuantWeights qw = quantise_weights(wk.data(), g.oc, k_);
+      pw.packed = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
+      pw.bias.assign(static_cast<std::size_t>(blocks * 16), 0);
+      pw.mult.assign(static_cast<std::size_t>(blocks * 16), 0.0f);
+      for (int64_t grp = 0; grp < g.group; ++grp)
+        for (int64_t jb = 0; jb < ocb_; ++jb)
+          for (int lane = 0; lane < 16; ++lane) {
+            const int64_t ocl = jb * 16 + lane;
+            if (ocl >= ocg_) continue;
+            const int64_t o = grp * ocg_ + ocl;
+            const std::size_t slot = static_cast<std::size_t>((grp * ocb_ + jb) * 16 + lane);
+            const float sw = qw.scale[static_cast<std::size_t>(o)];
+            const int8_t* wq = qw.q.data() + o * k_;
+            int64_t wsum = 0;
+            for (int64_t kk = 0; kk < k_; ++kk) wsum += wq[kk];
+            pw.bias[slot] = (bias ? quantise_bias(bias[o], in.scale, sw) : 0) -
+                          (vnni ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
+            pw.mult[slot] = output_multiplier(ep, in.scale, sw, out.scale);
+            char* vb = static_cast<char*>(pw.packed.data()) + (grp * ocb_ + jb) * block_bytes_;
+            for (int64_t kk = 0; kk < k_; ++kk) {
+              if (vnni) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
+              else reinterpret_cast<int16_t*>(vb)[(kk / 2) * 32 + lane * 2 + (kk & 1)] = wq[kk];
+            }
           }
-        }
+      return pw;
+    });
     // Blocks of output pixels: about 96 KiB of rows, a multiple of the tile height.
     const int64_t P = g.oh * g.ow;
     if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
@@ -345,7 +350,7 @@ class GemmConv final : public PreparedRoutine {
     for (int64_t k0 = 0; kc_ && k0 < ksteps_; k0 += kc_) {
       const int64_t kn = std::min(kc_, ksteps_ - k0);
       for (int64_t jb = jb0; jb < jb1; ++jb) {
-        const char* v = static_cast<const char*>(packed_.data()) + static_cast<int64_t>(grp * ocb_ + jb) * block_bytes_ + k0 * 64;
+        const char* v = static_cast<const char*>(weights_->packed.data()) + static_cast<int64_t>(grp * ocb_ + jb) * block_bytes_ + k0 * 64;
         for (int64_t r0 = 0; r0 < np; r0 += tile_m_) {
           const int mr = static_cast<int>(std::min<int64_t>(tile_m_, np - r0));
           qint8::gemm_tile_partial(mr, reinterpret_cast<const int16_t*>(u + r0 * ldu_) + 2 * k0, ldu_ / 2,
@@ -356,9 +361,9 @@ class GemmConv final : public PreparedRoutine {
     for (int64_t jb = jb0; jb < jb1; ++jb) {
       Epilogue ep = ep_;
       const std::size_t blk = static_cast<std::size_t>(grp * ocb_ + jb);
-      ep.bias = bias_.data() + blk * 16;
-      ep.mult = mult_.data() + blk * 16;
-      const char* v = static_cast<const char*>(packed_.data()) + static_cast<int64_t>(blk) * block_bytes_;
+      ep.bias = weights_->bias.data() + blk * 16;
+      ep.mult = weights_->mult.data() + blk * 16;
+      const char* v = static_cast<const char*>(weights_->packed.data()) + static_cast<int64_t>(blk) * block_bytes_;
       const int nvalid = static_cast<int>(std::min<int64_t>(16, ocg_ - jb * 16));
       for (int64_t r0 = 0; r0 < np; r0 += tile_m_) {
         const int mr = static_cast<int>(std::min<int64_t>(tile_m_, np - r0));
@@ -390,9 +395,12 @@ class GemmConv final : public PreparedRoutine {
   uint8_t pad_u8_ = 128;
   int64_t icg_, ocg_, k_, ksteps_ = 0, kpad_ = 0, es_ = 2, tile_m_ = 4, ocb_, block_bytes_ = 0, ldu_ = 0;
   int64_t mbe_ = 1, pblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
-  Blob packed_;
-  std::vector<int32_t> bias_;
-  std::vector<float> mult_;
+  struct Packed {
+    Blob packed;
+    std::vector<int32_t> bias;
+    std::vector<float> mult;
+  };
+  std::shared_ptr<const Packed> weights_;
   int64_t kc_ = 0;  ///< K chunk (pairs) of the K-blocked AVX2 path; 0: one pass
   std::size_t xbytes_ = 0, ubytes_ = 0, obytes_ = 0, abytes_ = 0;
 };
@@ -447,7 +455,7 @@ class DenseRoutine final : public Routine {
     Epilogue ep;
     activation_epilogue(l, out_q(info), &ep);
     const Blob* b = l.find_weight("bias");
-    return std::make_unique<GemmConv>(g, w.data_as<float>(), b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
+    return std::make_unique<GemmConv>(info, g, w.data_as<float>(), b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
                                       out_q(info), true, true, routine_param(params, "mb", 0), use_vnni(params));
   }
 };
@@ -567,7 +575,7 @@ class ConvRoutine final : public Routine {
     if (is_depthwise(g))
       return std::make_unique<DepthwiseConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
                                              in_q(info, 0), out_q(info), nhwc);
-    return std::make_unique<GemmConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
+    return std::make_unique<GemmConv>(info, g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
                                       in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), use_vnni(params));
   }
 };

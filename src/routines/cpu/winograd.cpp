@@ -193,7 +193,12 @@ Childnet winograd_childnet(const Layer& l, const LayerInfo& info, int64_t m, con
                            const char* mul_type, const char* dec_type, const Schema& schema) {
   if (m != 2 && m != 4 && m != 6) throw Error(fmt::format("tile {} is not one of 2, 4, 6", m), {}, l.name, "routine_params");
   core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
-  Blob u = transformed_weights(m, l.weight("weight").data_as<float>(), g.c, g.oc);
+  // The transformed weights, shared by every session and shape of the model (the view keeps them alive).
+  const auto shared = shared_weights<Blob>(info, fmt::format("wg.U/{}", m), [&] {
+    return transformed_weights(m, l.weight("weight").data_as<float>(), g.c, g.oc);
+  });
+  const Blob u = Blob::view(std::shared_ptr<const void>(shared, shared->data()), shared->data(), shared->shape(),
+                            shared->dtype());
   Childnet cn;
   auto child = [&](const char* suffix, const char* type, const char* in, const char* out) {
     Layer c;
@@ -328,13 +333,18 @@ template <Isa I>
 struct ConvPrepared final : PreparedRoutine {
   int64_t p, c, k, tp;
   Blob u;
-  wg::PackedU packed;
+  std::shared_ptr<const wg::PackedU> shared;  ///< the model's, every session's and shape's
+  const wg::PackedU& packed;
   explicit ConvPrepared(const LayerInfo& info)
       : p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), k(info.output_shapes[0][1]), tp(info.input_shapes[0][2]),
-        u(info.layer->weight("weight")) {
-    if constexpr (I == Isa::avx2) packed = wg::avx2::pack(u.data_as<float>(), p, c, k);
-    if constexpr (I == Isa::avx512) packed = wg::avx512::pack(u.data_as<float>(), p, c, k);
-  }
+        u(info.layer->weight("weight")),
+        shared(shared_weights<wg::PackedU>(info, "wg.packed", [&] {
+          wg::PackedU pk;
+          if constexpr (I == Isa::avx2) pk = wg::avx2::pack(u.data_as<float>(), p, c, k);
+          if constexpr (I == Isa::avx512) pk = wg::avx512::pack(u.data_as<float>(), p, c, k);
+          return pk;
+        })),
+        packed(*shared) {}
   void run(const RunArgs& a) override {
     const float* v = a.inputs[0]->data_as<float>();
     float* mm = a.outputs[0]->data_as<float>();
@@ -508,14 +518,15 @@ template <Layout L>
 struct BlockedConv final : PreparedRoutine {
   const wg::blocked::Kernels& k;
   int64_t p, c, t;
-  wg::blocked::PackedU u;
+  std::shared_ptr<const wg::blocked::PackedU> u;  ///< the model's: shared by sessions and by shapes of one grouping
   BlockedConv(const LayerInfo& info, const wg::blocked::Kernels& kernels)
       : k(kernels), p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), t(info.input_shapes[0][2]) {
     const Blob& w = info.layer->weight("weight");
-    u = k.pack(w.data_as<float>(), p, c, w.shape()[2], t);
+    u = shared_weights<wg::blocked::PackedU>(info, fmt::format("wgb.packed/{}", k.group(t)),
+                                              [&] { return k.pack(w.data_as<float>(), p, c, w.shape()[2], t); });
   }
   void run(const RunArgs& a) override {
-    k.gemm(u, p, c, t, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool);
+    k.gemm(*u, p, c, t, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool);
   }
 };
 

@@ -33,6 +33,8 @@ struct Kernels {
   void (*encode)(int m, const Geometry& g, const float* x, float* v, ThreadPool& pool) = nullptr;
   /// t: the tiles (GEMM rows) the packing is for (the group size may depend on it).
   PackedU (*pack)(const float* u, int64_t p, int64_t c, int64_t k, int64_t t) = nullptr;
+  /// The output-channel vectors pack() groups for t tiles: packings for two t with one group are the same.
+  int (*group)(int64_t t) = nullptr;
   void (*gemm)(const PackedU& u, int64_t p, int64_t c, int64_t t, const float* v, float* mm, ThreadPool& pool) = nullptr;
   /// bias: K padded to whole vectors (zeros past K), or null.
   void (*decode)(int m, const Geometry& g, const cpu::gemm::Epilogue& e, const float* bias, const float* mm, float* y,

@@ -424,6 +424,7 @@ wgb::Kernels make_kernels() {
   k.vec = kV;
   k.encode = &encode;
   k.pack = &pack;
+  k.group = &group_vectors;
   k.gemm = &gemm;
   k.decode = &decode;
   return k;
