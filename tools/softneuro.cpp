@@ -2,6 +2,7 @@
 // Uses only the public API, as an app would.
 #include <softneuro/import.hpp>
 #include <softneuro/softneuro.hpp>
+#include <softneuro/tune.hpp>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -33,6 +36,8 @@ commands:
   inspect FILE [--verbose]  layers, shapes, parameters and the routine path;
                             --verbose: every routine per layer in the untuned default's
                             order (tier 1 first; src/routines/default_order.cpp), and why not
+  report FILE --svg OUT.svg the routine path as a picture: steps coloured by schema,
+                            adapts with their cost, edges, tuned times per step
   routines [LAYER_TYPE]     descriptors of the registered routines (plugins included)
   import MODEL.onnx -o OUT.dnn [options]
                             translate an ONNX model (opsets 11..28) and save it
@@ -121,6 +126,31 @@ std::string human_bytes(std::size_t b) {
   if (b >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
   if (b >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
   return fmt::format("{} B", b);
+}
+
+int cmd_report(const std::vector<std::string>& args) {
+  std::string file, svg;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--svg" && i + 1 < args.size()) svg = args[++i];
+    else if (!args[i].empty() && args[i][0] == '-') throw Usage(fmt::format("unknown option '{}'", args[i]));
+    else if (file.empty()) file = args[i];
+    else throw Usage("report takes one FILE");
+  }
+  if (file.empty() || svg.empty()) throw Usage("report takes FILE --svg OUT.svg");
+  sn::Net net = sn::Net::load(file);
+  const auto fp = net.tuned_fingerprint();
+  const std::string title = fmt::format("{}: {}", std::filesystem::path(file).filename().string(),
+                                        fp.empty() ? "untuned (the default routine per layer)" : "tuned on " + fp);
+  // At the shapes it was tuned at (the first bucket), else the model's default ones.
+  sn::Session session(net.model());
+  const auto buckets = net.tuned_shapes();
+  if (!buckets.empty()) session.reshape(buckets[0]);
+  const auto steps = session.layers();
+  const std::string text = sn::path_svg(steps, title);
+  std::ofstream out(svg, std::ios::binary);
+  if (!(out << text) || !out.flush()) throw sn::Error("cannot write the picture", svg);
+  fmt::print("wrote {} ({} steps)\n", svg, steps.size());
+  return 0;
 }
 
 int cmd_inspect(const std::vector<std::string>& args) {
@@ -597,6 +627,7 @@ int main(int argc, char** argv) {
     std::string cmd = args[0];
     args.erase(args.begin());
     if (cmd == "inspect") return cmd_inspect(args);
+    if (cmd == "report") return cmd_report(args);
     if (cmd == "run") return cmd_run(args);
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "tune") return cmd_tune(args);

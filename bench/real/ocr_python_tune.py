@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out")
+    ap.add_argument("--svg", help="write the hybrid routine path's picture here")
     a = ap.parse_args()
     chars = ocr.dictionary()
     work = tempfile.mkdtemp(prefix="ocr_python_tune.")
@@ -65,6 +66,8 @@ def main():
     print(f"float32 tuned in {t1 - t0:.0f} s; hybrid in {t2 - t1:.0f} s: budget {hybrid.report.accuracy_budget}, "
           f"measured {hybrid.report.accuracy}, missed {hybrid.report.accuracy_missed}", flush=True)
     qint8_layers = sum("qint8" in l["descriptor"] for l in hybrid.report.layers)
+    if a.svg:
+        hybrid.path_svg(a.svg, title=f"PP-OCRv4 recogniser, hybrid (exact_lines, max_drop {a.max_drop:g}), 1x3x48x320")
     rows = {}
     sessions = {"float32": softneuro.Session(f32, threads=a.threads),
                 "hybrid": softneuro.Session(hybrid, threads=a.threads)}

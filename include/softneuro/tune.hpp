@@ -2,6 +2,7 @@
 #pragma once
 
 #include <softneuro/calibrate.hpp>
+#include <softneuro/session.hpp>
 
 #include <cstddef>
 #include <functional>
@@ -178,5 +179,11 @@ struct TuneReport {
   std::string to_text() const;
   std::string to_json() const;
 };
+
+/// The routine path a session runs (Session::layers() or Net::layers()) as an
+/// SVG picture: a row per step in execution order, coloured by the schema its
+/// routine computes in, adapts as diamonds with their cost, edges from each
+/// blob's producer to its readers, and a bar of each step's tuned time.
+std::string path_svg(std::span<const LayerSummary> steps, const std::string& title);
 
 }  // namespace softneuro

@@ -78,6 +78,15 @@ class Model:
         """Writes a .dnn file (atomically)."""
         self._net.save(str(path))
 
+    def path_svg(self, path: Optional[str] = None, title: Optional[str] = None) -> str:
+        """The routine path as an SVG picture (steps coloured by schema, adapts with their
+        cost, tuned times), as `softneuro report FILE --svg` draws it; written to `path` if given."""
+        text = _core.path_svg(self._net, title or self.name)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
     def __repr__(self) -> str:
         ins = ", ".join(f"{t.name}{t.shape}" for t in self.inputs)
         outs = ", ".join(f"{t.name}{t.shape}" for t in self.outputs)

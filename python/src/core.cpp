@@ -129,6 +129,16 @@ NB_MODULE(_core, m) {
       .def("tuned_fingerprint", &softneuro::Net::tuned_fingerprint)
       .def("copy", &copy_of, nb::call_guard<nb::gil_scoped_release>());
 
+  // The routine path as SVG (softneuro::path_svg), at the shapes it was tuned at (else the default ones).
+  m.def(
+      "path_svg",
+      [](const softneuro::Net& net, const std::string& title) {
+        softneuro::Session session(net.model());
+        const auto buckets = net.tuned_shapes();
+        if (!buckets.empty()) session.reshape(buckets[0]);
+        return softneuro::path_svg(session.layers(), title);
+      },
+      "net"_a, "title"_a, nb::call_guard<nb::gil_scoped_release>());
   m.def(
       "load", [](const std::string& path) { return softneuro::Net::load(path); }, "path"_a,
       nb::call_guard<nb::gil_scoped_release>());

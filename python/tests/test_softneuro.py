@@ -122,6 +122,15 @@ def test_hybrid_tuning_with_calibration_samples_and_a_python_metric(tmp_path):
     assert y.shape == (1, 16)
 
 
+def test_path_picture(mlp, tmp_path):
+    t = softneuro.tune(mlp, cache_dir=str(tmp_path / "cache"))
+    svg = t.path_svg(str(tmp_path / "path.svg"), title="mlp")
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert open(tmp_path / "path.svg").read() == svg
+    for layer in t.report.layers:
+        assert layer["layer"] in svg
+
+
 def test_errors_carry_file_layer_and_field(mlp, tmp_path):
     with pytest.raises(softneuro.Error) as e:
         softneuro.load(str(tmp_path / "missing.dnn"))
