@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Does the executor run what the tuner chose? The real models tuned hybrid
+(cpu:float32:* + cpu:qint8:*, calibrated on seeded random inputs, no accuracy
+budget so qint8 is taken wherever it is faster), then a session of the tuned
+model at the shape it was tuned at: every layer of the tuning report must run
+with the descriptor (routine and schema) and routine parameters the report
+names. Exit status 1 on any disagreement.
+
+    bench/.venv/bin/pip install .
+    bench/.venv/bin/python bench/real/check_tuned_path.py [--models DIR]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+import softneuro
+
+MODELS = [
+    ("ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320)),
+    ("ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192)),
+    ("ch_PP-OCRv4_det_infer.onnx", (1, 3, 320, 320)),
+    ("320n.onnx", (1, 3, 320, 320)),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=os.path.expanduser("~/.cache/softneuro/real-models"))
+    a = ap.parse_args()
+    failures = 0
+    rng = np.random.default_rng(0)
+    for file, shape in MODELS:
+        path = os.path.join(a.models, file)
+        if not os.path.exists(path):
+            print(f"{file}: missing (shared/real-models/fetch.sh)")
+            failures += 1
+            continue
+        m = softneuro.import_onnx(path)
+        name = m.inputs[0].name
+        cal = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)]
+        t = softneuro.tune(m, schemas=["cpu:float32:*", "cpu:qint8:*"], calibration=cal, accuracy="none",
+                           shapes=[{name: shape}], time_budget_s=60)
+        s = softneuro.Session(t)
+        s.run(cal[0])  # planned at the tuned shape
+        ran = {layer["name"]: layer for layer in s.layers()}
+        wrong = []
+        for want in t.report.layers:
+            got = ran.get(want["layer"])
+            if got is None:
+                # A childnet (Winograd) runs as its children, named "<layer>/<child>", each in the schema chosen.
+                children = [l for n, l in ran.items() if n.startswith(want["layer"] + "/")]
+                if not children or any(c["descriptor"].split("/")[0] != want["descriptor"].split("/")[0] for c in children):
+                    wrong.append(f"{want['layer']}: tuned {want['descriptor']}, runs as {[c['descriptor'] for c in children]}")
+                continue
+            if got["descriptor"] != want["descriptor"] or got["routine_params"] != want["routine_params"]:
+                wrong.append(f"{want['layer']}: tuned {want['descriptor']} [{want['routine_params']}], "
+                             f"runs {got['descriptor']} [{got['routine_params']}]")
+        qint8 = sum("qint8" in l["descriptor"] for l in t.report.layers)
+        print(f"{file} at {'x'.join(map(str, shape))}: {len(t.report.layers)} layers tuned ({qint8} in qint8), "
+              f"{len(wrong)} run otherwise  {'ok' if not wrong else 'FAIL'}")
+        for w in wrong[:10]:
+            print("  " + w)
+        failures += bool(wrong)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
