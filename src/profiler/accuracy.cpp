@@ -155,30 +155,29 @@ Validator::Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBl
   }
 }
 
-double Validator::user_set_score(const std::vector<std::vector<NamedBlob>>& outputs) const {
+namespace {
+/// A user metric's score, checked: what it throws or a value that is not finite is an Error naming the metric.
+template <class F>
+double checked_score(const AccuracyBudget& budget, const std::string& file, F&& score) {
   double v;
   try {
-    v = budget_.score_set(outputs);
+    v = score();
   } catch (const std::exception& e) {
-    throw Error(fmt::format("the accuracy metric {} failed: {}", budget_.text, e.what()), net_.file, {}, "accuracy_metric");
+    throw Error(fmt::format("the accuracy metric {} failed: {}", budget.text, e.what()), file, {}, "accuracy_metric");
   }
   if (!std::isfinite(v))
-    throw Error(fmt::format("the accuracy metric {} scored {}: not a finite value", budget_.text, v), net_.file, {},
+    throw Error(fmt::format("the accuracy metric {} scored {}: not a finite value", budget.text, v), file, {},
                 "accuracy_metric");
   return v;
 }
+}  // namespace
+
+double Validator::user_set_score(const std::vector<std::vector<NamedBlob>>& outputs) const {
+  return checked_score(budget_, net_.file, [&] { return budget_.score_set(outputs); });
+}
 
 double Validator::user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const {
-  double v;
-  try {
-    v = budget_.score(float32, tuned);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("the accuracy metric {} failed: {}", budget_.text, e.what()), net_.file, {}, "accuracy_metric");
-  }
-  if (!std::isfinite(v))
-    throw Error(fmt::format("the accuracy metric {} scored {}: not a finite value", budget_.text, v), net_.file, {},
-                "accuracy_metric");
-  return v;
+  return checked_score(budget_, net_.file, [&] { return budget_.score(float32, tuned); });
 }
 
 double Validator::measure(const core::RoutinePath& path, double* cosine) const {
