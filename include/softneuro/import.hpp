@@ -21,10 +21,12 @@ struct ImportOptions {
   /// "batch") or unknown dim of the ONNX shape; -1 leaves it symbolic. An entry
   /// must agree with every fixed dim of the ONNX shape. Symbolic dims stay
   /// dynamic (TensorInfo::dynamic_dims: sessions take any size there) where the
-  /// model runs at any size of them: the importer imports again with each at
-  /// another size and keeps it where every difference is a reshape target it
-  /// can express; otherwise the dim stays at its default with a warning naming
-  /// the layer. Default sizes: 1 for a leading dim, 64 for others.
+  /// model runs at any size of them: values the model computes from shapes are
+  /// computed again at each new input shape (shape_math layers), and the
+  /// importer imports again with each dim at other sizes (skipping sizes the
+  /// model refuses) and keeps it where every remaining difference is a reshape
+  /// target it can express; otherwise the dim stays at its default with a
+  /// warning naming the layer. Default sizes: 1 for a leading dim, 64 for others.
   std::map<std::string, Shape> input_shapes;
 
   /// Graph passes, run in this order after the translation (all on by default).

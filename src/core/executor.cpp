@@ -226,7 +226,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
 
   // A childnet routine: its children become steps here, their blobs planned like any other.
   std::optional<Childnet> children;
-  share_weights(*step);  // a childnet's derived weights (Winograd's transformed ones) are shared too
+  share_weights(*step);  // before childnet(): a childnet's derived weights (Winograd's transformed ones) are shared too
   try {
     children = step->routine.routine->childnet(step->info, schema, step->params);
   } catch (const Error& e) {
@@ -287,8 +287,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   }
 
   for (int s : input_slots) step->input_blobs.push_back(in_schema(s, schema, layer.name));
-  share_weights(*step);
-  try {
+  try {  // (the step shares the model's derived weights since before its childnet() was asked)
     step->prepared = step->routine.routine->prepare(step->info, schema, step->params);
   } catch (const Error& e) {
     throw e.with_layer(layer.name);

@@ -1,10 +1,11 @@
-// Symbolic input dims kept dynamic: the importer resolves every shape while it
-// translates (shape subgraphs fold into constants), so a model imported at one
-// size holds layer parameters of that size. Importing again with one symbolic
-// dim at another size and comparing the two graphs shows which parameters
-// depend on it; where each is a reshape target that ONNX's 0 (copy the input
-// dim), -1 (infer) and copies of other input dims express for every size
-// tried, the dim stays dynamic.
+// Symbolic input dims kept dynamic. The importer translates at one size of
+// each symbolic dim; values computed from shapes stay shape_math layers
+// (core/shape_plan.hpp), but a layer parameter derived from a shape at import
+// (a Slice's end, Resize sizes) holds that size. Importing again with one
+// symbolic dim at another size and comparing the two graphs shows which
+// parameters depend on it; where each is a reshape target that ONNX's 0 (copy
+// the input dim), -1 (infer) and copies of other input dims express for every
+// size tried, the dim stays dynamic.
 #pragma once
 
 #include "core/graph.hpp"
