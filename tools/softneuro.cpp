@@ -75,6 +75,8 @@ commands:
       --threads T           threads (default: all cores)
       --seed S              seed of the random inputs (default 0)
       --top K               top-K entries printed per output (default 5)
+      --steps FILE.tsv      write each step's median time over the runs (layer, type, routine,
+                            routine parameters, the step it is fused into, ms), steps timed one by one
   bench FILE [options]      latency and throughput: N sessions of one model, each in its own thread;
                             outputs checked identical across sessions and runs; per-run percentiles
       --sessions N          sessions (default 1: latency mode)
@@ -526,9 +528,44 @@ int cmd_bench(const std::vector<std::string>& args) {
   return wrong ? 1 : 0;
 }
 
+/// `run --steps`: each step's median over `runs` timed runs, as TSV (one
+/// header line; several input sets: a column `set` first).
+void write_step_times(const std::string& path, sn::Session& session, std::span<const sn::NamedBlob> inputs,
+                      std::span<sn::NamedBlob> outputs, int runs, int set) {
+  std::vector<std::vector<double>> times;
+  for (int r = 0; r < runs; ++r) {
+    const std::vector<double> ms = session.run_timed(inputs, outputs);
+    times.resize(ms.size());
+    for (std::size_t s = 0; s < ms.size(); ++s) times[s].push_back(ms[s]);
+  }
+  const auto layers = session.layers();
+  auto clean = [](std::string s) {
+    for (char& c : s)
+      if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+    return s;
+  };
+  std::string text = set > 0 ? "" : fmt::format("{}step\tlayer\ttype\tdescriptor\troutine_params\tfused_into\tms\n", set >= 0 ? "set\t" : "");
+  for (std::size_t s = 0; s < layers.size() && s < times.size(); ++s) {
+    std::vector<double>& v = times[s];
+    std::sort(v.begin(), v.end());
+    const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    text += fmt::format("{}{}\t{}\t{}\t{}\t{}\t{}\t{:.4f}\n", set >= 0 ? fmt::format("{}\t", set) : "", s,
+                        clean(layers[s].name), layers[s].type, layers[s].descriptor, clean(layers[s].routine_params),
+                        clean(layers[s].fused_into), median);
+  }
+  if (set > 0) {
+    std::FILE* f = std::fopen(path.c_str(), "a");
+    if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+      throw sn::Error(fmt::format("cannot write '{}'", path), path);
+  } else {
+    write_text(path, text);
+  }
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   std::string file;
   std::map<std::string, std::string> input_files, output_files;
+  std::string steps_file;
   int repeat = 10, threads = 0, top = 5;
   unsigned seed = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -543,14 +580,16 @@ int cmd_run(const std::vector<std::string>& args) {
     else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
     else if (a == "--top") top = parse_int(value("--top"), "--top", 0);
     else if (a == "--seed") seed = static_cast<unsigned>(parse_int(value("--seed"), "--seed", 0));
+    else if (a == "--steps") steps_file = value("--steps");
     else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
     else if (file.empty()) file = a;
     else throw Usage(fmt::format("unexpected argument '{}'", a));
   }
   if (file.empty()) throw Usage("run needs a FILE");
   if (threads > 0) sn::set_num_threads(threads);
-  sn::Net net = sn::Net::load(file);
-  for (const auto& [name, path] : output_files) net.output_shape(name);  // unknown names fail before running
+  const sn::Model model = sn::Model::load(file);
+  sn::Session session(model);
+  for (const auto& [name, path] : output_files) model.output_shape(name);  // unknown names fail before running
 
   // NAME=a.npy,b.npy: input sets run one after another in the one net (inputs of several shapes).
   std::map<std::string, std::vector<std::string>> lists;
@@ -569,19 +608,20 @@ int cmd_run(const std::vector<std::string>& args) {
   for (std::size_t set = 0; set < sets; ++set) {
     std::map<std::string, std::string> files;
     for (const auto& [name, list] : lists) files[name] = list[std::min(set, list.size() - 1)];
-    std::vector<sn::NamedBlob> inputs = make_inputs(net.inputs(), files, seed);
+    std::vector<sn::NamedBlob> inputs = make_inputs(model.inputs(), files, seed);
     if (sets > 1) {
       std::string shapes;
       for (const auto& in : inputs) shapes += fmt::format(" {}={}", in.name, in.blob.shape().to_string());
       fmt::print("input set {}:{}\n", set, shapes);
     }
-    std::vector<sn::NamedBlob> outputs = net.run(inputs);  // warm-up; outputs at these inputs' shapes
+    std::vector<sn::NamedBlob> outputs = session.run(inputs);  // warm-up; outputs at these inputs' shapes
     std::vector<double> ms;
     for (int r = 0; r < repeat; ++r) {
       auto t0 = std::chrono::steady_clock::now();
-      net.run(inputs, outputs);
+      session.run(inputs, outputs);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
+    if (!steps_file.empty()) write_step_times(steps_file, session, inputs, outputs, repeat, sets > 1 ? static_cast<int>(set) : -1);
     for (const auto& o : outputs) print_output(o, top);
     for (const auto& [name, path] : output_files)
       for (const auto& o : outputs)
@@ -601,7 +641,7 @@ int cmd_run(const std::vector<std::string>& args) {
     fmt::print("latency over {} runs ({} threads): median {:.3f} ms, min {:.3f} ms, max {:.3f} ms\n", repeat,
                sn::num_threads(), median, ms.front(), ms.back());
   }
-  const std::string tuned_wait = net.tuned_openmp_wait();
+  const std::string tuned_wait = model.tuned_openmp_wait();
   fmt::print("OpenMP wait: {}{}\n", sn::openmp_wait(),
              tuned_wait.empty() ? "" : tuned_wait == sn::openmp_wait() ? " (as tuned)" : fmt::format(" (tuned under {})", tuned_wait));
   return 0;

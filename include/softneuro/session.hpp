@@ -152,6 +152,12 @@ class Session {
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
   /// Convenience form: returns freshly allocated outputs, in outputs() order.
   std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
+  /// As run(), and returns each step's wall time in milliseconds, in the
+  /// order of layers() (adapts included; a step fused into the one before it
+  /// takes 0). Each step waits for its work to finish (device queues
+  /// included), so the sum may exceed a plain run's time. For per-layer
+  /// comparisons (`softneuro run --steps`), not for serving.
+  std::vector<double> run_timed(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
   /// Prepares for these input shapes now (inputs not named: their default
   /// shape), so that the next run at them does no preparation, and makes them
   /// the shapes output_shape() answers for.

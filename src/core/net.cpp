@@ -311,6 +311,14 @@ std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
   return outs;
 }
 
+std::vector<double> Session::run_timed(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
+  core::SessionThreads threads(impl_->options.threads);
+  core::Executor& executor = impl_->executor_for(inputs);
+  std::vector<double> ms(executor.steps().size(), 0.0);
+  executor.run(inputs, outputs, ms.data());
+  return ms;
+}
+
 void Session::reshape(const std::map<std::string, Shape>& input_shapes) {
   core::SessionThreads threads(impl_->options.threads);
   impl_->executors.at(input_shapes);

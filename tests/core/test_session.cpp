@@ -491,3 +491,22 @@ TEST_CASE("session: derived weights are packed once per model, for every shape a
   CHECK(same(second.run(at12), want));
   CHECK(model.impl().weights->built() == built);  // another session: nothing packed again
 }
+
+TEST_CASE("session: run_timed times each step of layers() and computes what run does", "[session]") {
+  Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  Session s(model);
+  const auto ins = random_inputs(model, 3);
+  const auto expected = s.run(ins);
+  auto outs = s.run(ins);
+  std::fill_n(static_cast<char*>(outs[0].blob.data()), outs[0].blob.byte_size(), 0);
+  const std::vector<double> ms = s.run_timed(ins, outs);
+  CHECK(same(outs, expected));
+  const auto layers = s.layers();
+  REQUIRE(ms.size() == layers.size());
+  double total = 0;
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    CHECK(ms[i] >= 0);
+    total += ms[i];
+  }
+  CHECK(total > 0);
+}
