@@ -232,6 +232,11 @@ class Routine {
   virtual std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const {
     return {};
   }
+  /// For a routine computing conv2/dense in qint8: the symmetric range its
+  /// weights are quantised to per output channel with these parameters (q in
+  /// [-qmax, qmax], the project's convention 127; 63 where a kernel needs 7-bit
+  /// weights). Tuning stores such a layer's weights on that grid.
+  virtual int weight_qmax(const RoutineParams&) const { return 127; }
   /// One-time work (weight packing, transforms). Throws softneuro::Error when impossible.
   virtual std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& layer, const Schema& schema,
                                                    const RoutineParams& params) const = 0;

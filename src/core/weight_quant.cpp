@@ -9,7 +9,7 @@
 
 namespace softneuro::core {
 
-ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k) {
+ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k, int qmax) {
   ChannelQuantized r;
   r.q.resize(static_cast<std::size_t>(channels * k));
   r.scale.resize(static_cast<std::size_t>(channels));
@@ -22,7 +22,7 @@ ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t 
                                 v, o), {}, {}, "weight");
       mx = std::max(mx, std::fabs(v));
     }
-    const float s_max = mx / 127.0f;
+    const float s_max = mx / static_cast<float>(qmax);
     if (s_max > 1e30f)
       throw Error(fmt::format("weight value {} (output channel {}) needs a scale above 1e30; run this layer in float",
                               mx, o), {}, {}, "weight");
@@ -31,7 +31,7 @@ ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t 
     const float s = quant_scale_in_range(s_max) ? s_max : 1.0f;
     r.scale[static_cast<std::size_t>(o)] = s;
     for (int64_t i = 0; i < k; ++i)
-      r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(std::clamp(std::nearbyint(w[o * k + i] / s), -127.0f, 127.0f));
+      r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(std::clamp(std::nearbyint(w[o * k + i] / s), -static_cast<float>(qmax), static_cast<float>(qmax)));
   }
   return r;
 }
@@ -44,7 +44,7 @@ int32_t quantize_bias_value(float bias, double step) {
   return static_cast<int32_t>(std::clamp(v, -1073741824.0, 1073741824.0));
 }
 
-std::optional<Blob> on_int8_grid(const Blob& w) {
+std::optional<Blob> on_int8_grid(const Blob& w, int qmax) {
   if (w.dtype() != DType::float32 || w.layout() != Layout::nchw || w.shape().rank() < 1 || w.shape()[0] < 1 || !w.data())
     return std::nullopt;
   const int64_t channels = w.shape()[0], k = w.numel() / channels;
@@ -54,10 +54,10 @@ std::optional<Blob> on_int8_grid(const Blob& w) {
   for (int64_t o = 0; o < channels; ++o) {
     const float* src = w.data_as<float>() + o * k;
     // The grid's values q * s give back q and s when quantised again only where
-    // s is a fixed point of s -> fl(fl(127 s) / 127); a few steps find one.
+    // s is a fixed point of s -> fl(fl(qmax s) / qmax); a few steps find one.
     ChannelQuantized q;
     try {
-      q = quantize_per_channel(src, 1, k);
+      q = quantize_per_channel(src, 1, k, qmax);
     } catch (const Error&) {
       return std::nullopt;  // not finite, or beyond int8 weights' range: stored as float32
     }
@@ -65,7 +65,7 @@ std::optional<Blob> on_int8_grid(const Blob& w) {
     for (int step = 0; step < 4 && !exact; ++step) {
       const float s = q.scale[0];
       for (int64_t i = 0; i < k; ++i) v[o * k + i] = static_cast<float>(q.q[static_cast<std::size_t>(i)]) * s;
-      ChannelQuantized back = quantize_per_channel(v + o * k, 1, k);
+      ChannelQuantized back = quantize_per_channel(v + o * k, 1, k, qmax);
       exact = back.scale[0] == s && back.q == q.q;
       q = std::move(back);
     }

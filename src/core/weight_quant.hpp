@@ -18,27 +18,28 @@ namespace softneuro::core {
 inline bool quant_scale_in_range(double s) { return s >= 1e-30 && s <= 1e30; }
 
 /// Per output channel (the first `channels` rows of `k` values), symmetric:
-/// s[o] = max|w[o]| / 127 (1 where a channel is all zeros or below 1.27e-28),
-/// q = round(w / s) in [-127, 127].
+/// s[o] = max|w[o]| / qmax (1 where a channel is all zeros or below 1.27e-28),
+/// q = round(w / s) in [-qmax, qmax]. qmax: 127 (the convention), or 63 for
+/// kernels whose int16 pair sums need 7-bit weights (vpmaddubsw).
 /// Throws softneuro::Error (field "weight") on a value that is not finite or
 /// needs a scale above 1e30 (|w| > 1.27e32).
 struct ChannelQuantized {
   std::vector<int8_t> q;     ///< [channels][k]
   std::vector<float> scale;  ///< [channels]
 };
-ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k);
+ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k, int qmax = 127);
 
 /// A bias value on the int32 grid of its conv/dense's accumulators (step
 /// s_in * s_w), rounded and clamped to +-2^30 (headroom for the products added
 /// to it). Throws softneuro::Error (field "bias") where it is not finite.
 int32_t quantize_bias_value(float bias, double step);
 
-/// `w` (float32, axis 0 = output channels) moved onto its int8 grid: values
-/// q * s whose quantize_per_channel gives back exactly those q and s, so a
+/// `w` (float32, axis 0 = output channels) moved onto its int8 grid of
+/// [-qmax, qmax]: values q * s whose quantize_per_channel(..., qmax) gives back exactly those q and s, so a
 /// qint8 routine computes with it what it computed with `w`. The blob carries
 /// the scales (axis 0), which tells the .dnn writer to store it as int8.
 /// Nothing where no such scales are found (a channel with non-finite values).
-std::optional<Blob> on_int8_grid(const Blob& w);
+std::optional<Blob> on_int8_grid(const Blob& w, int qmax = 127);
 
 /// Whether a float32 weight carries the scales of its int8 grid (on_int8_grid's
 /// result, or a weight read from int8 storage).

@@ -8,6 +8,7 @@
 #include "core/device.hpp"
 #include "core/log.hpp"
 #include "core/net_impl.hpp"
+#include "core/registry.hpp"
 #include "core/shape_plan.hpp"
 #include "core/thread_pool.hpp"
 #include "core/weight_quant.hpp"
@@ -34,18 +35,34 @@ using profiler::LayerProfile;
 using profiler::Measured;
 using profiler::params_text;
 
+/// The weight range (Routine::weight_qmax) of each conv2 and dense layer of
+/// `g` that `path` runs in qint8.
+std::map<std::string, int> qint8_weight_ranges(const core::Graph& g, const core::RoutinePath& path) {
+  std::map<std::string, int> out;
+  for (const auto& r : path.routines) {
+    if (!profiler::runs_in_qint8(r)) continue;
+    const Layer* l = g.find_layer(r.layer);
+    if (!l || (l->type != "conv2" && l->type != "dense")) continue;
+    Schema schema;
+    const Routine* routine = core::RoutineRegistry::instance().find(l->type, r.descriptor, &schema);
+    out[r.layer] = routine ? routine->weight_qmax(r.params) : 127;
+  }
+  return out;
+}
+
 /// `g` as it is stored once tuned: the conv2 and dense layers named in
 /// `in_qint8` get their weights on the int8 grid their qint8 routine computes
-/// with (exactly what it computed before) and, with `means`, the bias that
+/// with (its weight range; exactly what it computed before) and, with `means`, the bias that
 /// cancels the grid's mean output shift. Returns each moved layer's float32 weight bytes.
-std::map<std::string, std::size_t> as_stored(core::Graph& g, const std::set<std::string>& in_qint8,
+std::map<std::string, std::size_t> as_stored(core::Graph& g, const std::map<std::string, int>& in_qint8,
                                              const std::map<std::string, std::vector<double>>* means) {
   std::map<std::string, std::size_t> moved;
   for (Layer& l : g.layers) {
-    if ((l.type != "conv2" && l.type != "dense") || !in_qint8.count(l.name)) continue;
+    const auto qmax = in_qint8.find(l.name);
+    if ((l.type != "conv2" && l.type != "dense") || qmax == in_qint8.end()) continue;
     auto w = l.weights.find("weight");
     if (w == l.weights.end() || core::stored_as_int8(w->second)) continue;
-    auto grid = core::on_int8_grid(w->second);
+    auto grid = core::on_int8_grid(w->second, qmax->second);
     if (!grid) continue;
     if (means)
       if (auto m = means->find(l.inputs[0]); m != means->end()) l.weights["bias"] = profiler::corrected_bias(l, *grid, m->second);
@@ -376,10 +393,7 @@ struct Tuner {
   /// How the graph of a path is stored (validators measure it so).
   std::function<void(core::Graph&, const core::RoutinePath&)> store_transform() {
     return [this](core::Graph& g, const core::RoutinePath& path) {
-      std::set<std::string> in_qint8;
-      for (const auto& r : path.routines)
-        if (profiler::runs_in_qint8(r)) in_qint8.insert(r.layer);
-      as_stored(g, in_qint8, bias_correction ? &calibration.channel_means : nullptr);
+      as_stored(g, qint8_weight_ranges(g, path), bias_correction ? &calibration.channel_means : nullptr);
     };
   }
   static std::string path_key(const core::RoutinePath& path) {
@@ -606,13 +620,14 @@ struct Tuner {
 void store_int8_weights(detail::NetImpl& net, TuneReport& report, const std::map<std::string, std::vector<double>>* means) {
   std::vector<const core::RoutinePath*> paths{&net.graph.routine_path};
   for (const auto& p : net.graph.shape_paths) paths.push_back(&p);
-  std::set<std::string> in_qint8;
-  for (const Layer& l : net.graph.layers) {
-    const bool qint8_everywhere = std::all_of(paths.begin(), paths.end(), [&](const core::RoutinePath* p) {
-      auto rc = std::find_if(p->routines.begin(), p->routines.end(), [&](const auto& r) { return r.layer == l.name; });
-      return rc != p->routines.end() && profiler::runs_in_qint8(*rc);
-    });
-    if (qint8_everywhere) in_qint8.insert(l.name);
+  // Layers in qint8 on every path, with one weight range on all of them.
+  std::map<std::string, int> in_qint8 = qint8_weight_ranges(net.graph, *paths[0]);
+  for (std::size_t k = 1; k < paths.size(); ++k) {
+    const auto other = qint8_weight_ranges(net.graph, *paths[k]);
+    for (auto it = in_qint8.begin(); it != in_qint8.end();) {
+      const auto o = other.find(it->first);
+      it = o == other.end() || o->second != it->second ? in_qint8.erase(it) : std::next(it);
+    }
   }
   const auto moved = as_stored(net.graph, in_qint8, means);
   report.int8_weight_layers = static_cast<int>(moved.size());

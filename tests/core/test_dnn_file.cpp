@@ -336,6 +336,25 @@ TEST_CASE("weights on their int8 grid are stored as int8; damaged int8 weights a
   CHECK(got.quant() == w.quant());
   CHECK(std::memcmp(got.data(), w.data(), w.byte_size()) == 0);
   CHECK(core::serialize_dnn(back) == bytes);  // saved again: int8 again, byte for byte
+  // The 7-bit grid of a routine whose weight range is 63 (qint8 u8s8): stored as
+  // int8 too, and quantised again at that range it gives back its own values.
+  {
+    auto g7 = test::chain_graph(1);
+    Blob& w7 = g7.layers[0].weights.at("weight");
+    auto grid7 = core::on_int8_grid(w7, 63);
+    REQUIRE(grid7);
+    const int64_t oc = grid7->shape()[0], k = grid7->numel() / oc;
+    const auto q = core::quantize_per_channel(grid7->data_as<float>(), oc, k, 63);
+    for (int64_t i = 0; i < grid7->numel(); ++i) {
+      CHECK(std::abs(q.q[static_cast<std::size_t>(i)]) <= 63);
+      CHECK(static_cast<float>(q.q[static_cast<std::size_t>(i)]) * q.scale[static_cast<std::size_t>(i / k)] == grid7->data_as<float>()[i]);
+    }
+    w7 = *grid7;
+    auto bytes7 = core::serialize_dnn(g7);
+    CHECK(bytes7.size() < float_bytes);
+    auto back7 = core::read_dnn_bytes(bytes7.data(), bytes7.size(), "mem");
+    CHECK(std::memcmp(back7.layers[0].weights.at("weight").data(), w7.data(), w7.byte_size()) == 0);
+  }
   // A float32 weight whose values are off its scales' grid is stored as float32, without them.
   auto off = g;
   Blob shifted = Blob::allocate(w.shape());

@@ -1,6 +1,7 @@
 // Net::calibrate(): every blob gets a quantisation whose range holds the
 // values observed; .dnn files keep it; a net tuned with qint8 schemas runs
 // and stays close to its float32 results.
+#include "core/registry.hpp"
 #include "core/cpu_features.hpp"
 #include "core/hash.hpp"
 #include "core/net_impl.hpp"
@@ -383,12 +384,16 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
   const auto got = run_net(net, x);
   // The grid holds what the qint8 routines computed with: the float-weight
   // tuning's path on grid weights computes exactly what it computed.
+  // Each on the grid of its routine's weight range (7 bits where u8s8=1 was tuned).
   core::Graph g = kept.impl().graph;
   int moved = 0;
-  for (const auto& step : kept.layers())
+  for (const auto& r : g.routine_path.routines)
     for (Layer& l : g.layers)
-      if (l.name == step.name && step.descriptor.find("qint8") != std::string::npos && (l.type == "conv2" || l.type == "dense")) {
-        auto grid = core::on_int8_grid(l.weights.at("weight"));
+      if (l.name == r.layer && r.descriptor.find("qint8") != std::string::npos && (l.type == "conv2" || l.type == "dense")) {
+        Schema schema;
+        const Routine* routine = core::RoutineRegistry::instance().find(l.type, r.descriptor, &schema);
+        REQUIRE(routine);
+        auto grid = core::on_int8_grid(l.weights.at("weight"), routine->weight_qmax(r.params));
         REQUIRE(grid);
         l.weights["weight"] = *grid;
         ++moved;

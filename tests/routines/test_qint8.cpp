@@ -12,6 +12,7 @@
 // one quantisation step; where the arithmetic is integer (same scale in and
 // out: max pool, relu, copies, concat) bit-exact; conv/dense also mostly
 // exact (their int32 accumulators are exact; only the requantisation rounds).
+#include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -153,8 +154,9 @@ QRun run_qint8(const Layer& layer, const std::vector<QBlob>& ins, const std::vec
 }
 
 /// The layer as the reference runs it: conv2/dense weights and bias replaced by
-/// their quantised values (the project's weight convention), dequantised.
-Layer reference_layer(const Layer& layer, const QuantParams& in_quant) {
+/// their quantised values (the project's weight convention, or 7-bit weights
+/// for routine parameter u8s8: qmax 63), dequantised.
+Layer reference_layer(const Layer& layer, const QuantParams& in_quant, int qmax = 127) {
   Layer l = layer;
   if (layer.type != "conv2" && layer.type != "dense") return l;
   const Blob& w = layer.weight("weight");
@@ -165,10 +167,10 @@ Layer reference_layer(const Layer& layer, const QuantParams& in_quant) {
   for (int64_t o = 0; o < oc; ++o) {
     float mx = 0;
     for (int64_t i = 0; i < k; ++i) mx = std::max(mx, std::fabs(src[o * k + i]));
-    const float s = mx > 0 ? mx / 127.0f : 1.0f;
+    const float s = mx > 0 ? mx / static_cast<float>(qmax) : 1.0f;
     sw[static_cast<std::size_t>(o)] = s;
     for (int64_t i = 0; i < k; ++i)
-      wq.data_as<float>()[o * k + i] = static_cast<float>(std::clamp(static_cast<int>(std::nearbyint(src[o * k + i] / s)), -127, 127)) * s;
+      wq.data_as<float>()[o * k + i] = static_cast<float>(std::clamp(static_cast<int>(std::nearbyint(src[o * k + i] / s)), -qmax, qmax)) * s;
   }
   l.weights["weight"] = wq;
   if (const Blob* b = layer.find_weight("bias")) {
@@ -228,6 +230,8 @@ void check_case(const Case& c, const std::string& descriptor, Tally& tally) {
     for (const auto& [k, v] : points[pi]) point += fmt::format(" {}={}", k, v);
     INFO("parameters:" << (point.empty() ? " default" : point));
     if (pi > 0) got = run_qint8(c.layer, c.inputs, out_quant, descriptor, points[pi]);
+    if (routine_param(points[pi], "u8s8", 0) != 0)
+      want = test::run_layer(reference_layer(c.layer, c.inputs[0].quant, 63), fin, "cpu/ref");
     REQUIRE(got.outputs.size() == want.size());
     for (std::size_t k = 0; k < want.size(); ++k) {
       std::vector<int8_t> wq = quantize(want[k], out_quant[k]);
@@ -525,5 +529,40 @@ TEST_CASE("every registered qint8 routine's layer type has test cases here", "[q
     std::string type(t.name);
     if (!qint8_routines(type).empty() && !covered.count(type))
       WARN("qint8 routines for layer type '" << type << "' have no case generator in tests/routines/test_qint8.cpp");
+  }
+}
+
+TEST_CASE("qint8 u8s8 (vpmaddubsw): extreme activations and weights never saturate int16 pair sums", "[qint8][routines]") {
+  if (!core::cpu_features().avx2_fma()) {
+    WARN("CPU lacks AVX2: nothing to compare on this machine");
+    return;
+  }
+  // Every activation at the u8 extreme (q = 127 with zero point -128: u8 = 255,
+  // or q = -128 with zero point 127: u8 = 0 against weights of both signs), and
+  // every weight at +-max: with 8-bit weights a pair sums to 2 * 255 * 127 =
+  // 64770, beyond int16; the 7-bit weights keep it at 32130. The outputs must be
+  // exact against the reference with the same 7-bit weights.
+  for (const int sign : {1, -1}) {
+    for (const int zp : {-128, 127}) {
+      const int64_t c = 64, oc = 16;
+      Blob w = Blob::allocate(Shape{oc, c, 1, 1});
+      for (int64_t o = 0; o < oc; ++o)
+        for (int64_t i = 0; i < c; ++i) w.data_as<float>()[o * c + i] = static_cast<float>(sign * ((o + i) % 3 == 0 ? -1 : 1));
+      Layer l = test::make_layer("conv2", {}, {{"weight", w}});
+      QBlob x{Shape{1, c, 3, 3}, std::vector<int8_t>(static_cast<std::size_t>(c * 9), static_cast<int8_t>(zp == -128 ? 127 : -128)),
+              make_quant(0.01f, zp)};
+      std::vector<Blob> fin{dequantize(x)};
+      std::vector<Blob> want = test::run_layer(reference_layer(l, x.quant, 63), fin, "cpu/ref");
+      double lo = 0, hi = 0;
+      for (int64_t i = 0; i < want[0].numel(); ++i) lo = std::min(lo, double(want[0].data_as<float>()[i])), hi = std::max(hi, double(want[0].data_as<float>()[i]));
+      const std::vector<QuantParams> out_quant{profiler::quant_from_range(lo, hi)};
+      for (const char* descriptor : {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"}) {
+        QRun got = run_qint8(l, {x}, out_quant, descriptor, {{"u8s8", 1}});
+        REQUIRE(got.support.ok);
+        const std::vector<int8_t> wq = quantize(want[0], out_quant[0]);
+        INFO(descriptor << " sign " << sign << " zero point " << zp);
+        CHECK(got.outputs[0] == wq);
+      }
+    }
   }
 }

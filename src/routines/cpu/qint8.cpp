@@ -26,11 +26,15 @@
 // bias): also exact, with the same accumulators, four products per lane and
 // instruction. The parameter is listed only where the CPU has AVX-VNNI; a file
 // tuned elsewhere asking for it runs the AVX2 kernels (the same results) here.
+// Without AVX-VNNI, routine parameter u8s8=1 uses vpmaddubsw on the same u8
+// activations with weights quantised to 7 bits ([-63, 63], so no int16 pair sum
+// saturates): about 1.6x the int16 kernel's products per second on Zen 3, at
+// half the weight resolution; hybrid tuning's accuracy budget judges it.
 //
 // What each layer type supports:
 //  conv2   any kernel/stride/pad/dilation, groups, dot products up to 32768
-//          terms; im2col of a block of output pixels, GEMM tiles of 4 (AVX2) or
-//          6 (VNNI) pixels x 16 output channels; AVX2 splits K above 1024 into
+//          terms; im2col of a block of output pixels, GEMM tiles of 4 (AVX2,
+//          u8s8) or 6 (VNNI) pixels x 16 output channels; AVX2 splits K above 1024 into
 //          L1-sized chunks. Routine parameter "mb" (pixels per block; 0 or
 //          absent: automatic) is honoured when a routine path sets it; the
 //          tuner does not vary it. Depthwise (one input and one output channel
@@ -196,29 +200,38 @@ float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) 
 /// K pairs per chunk of the K-blocked AVX2 GEMM (16 KiB of weights per output-channel block).
 constexpr int64_t kKChunk = 256;
 
+/// The GEMM kernel of conv2 and dense (routine parameters vnni and u8s8).
+enum class GemmKernel {
+  int16,  ///< AVX2 vpmaddwd on int16 activations and 8-bit weights (exact)
+  vnni,   ///< AVX-VNNI vpdpbusd on u8 activations and 8-bit weights (exact)
+  u8s8,   ///< AVX2 vpmaddubsw on u8 activations and 7-bit weights (exact for those)
+};
+/// The weight range of a kernel (Routine::weight_qmax).
+constexpr int kernel_qmax(GemmKernel k) { return k == GemmKernel::u8s8 ? 63 : 127; }
+
 class GemmConv final : public PreparedRoutine {
  public:
   /// w: [oc][icg][kh][kw] float32; bias may be null. nhwc_*: the blobs' layouts.
-  /// vnni: AVX-VNNI kernels (u8 activations, K in quads), else AVX2 (int16, K in pairs).
   /// The packed weights, bias and multipliers are the model's (info.shared): shared by every session and shape.
   GemmConv(const LayerInfo& info, const Window2d& g, const float* w, const float* bias, const Epilogue& ep, TQ in,
-           TQ out, bool nhwc_in, bool nhwc_out, int64_t mb, bool vnni)
-      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), vnni_(vnni) {
+           TQ out, bool nhwc_in, bool nhwc_out, int64_t mb, GemmKernel kernel)
+      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), kernel_(kernel) {
+    const bool u8 = kernel != GemmKernel::int16;  // u8 activations, K in quads
     icg_ = g.c / g.group;
     ocg_ = g.oc / g.group;
     k_ = g.kh * g.kw * icg_;
-    const int64_t kstep = vnni ? 4 : 2;
+    const int64_t kstep = u8 ? 4 : 2;
     ksteps_ = ceil_div(k_, kstep);
     kpad_ = ksteps_ * kstep;
-    es_ = vnni ? 1 : 2;
-    tile_m_ = vnni ? qint8::kTileMVnni : qint8::kTileM;
+    es_ = u8 ? 1 : 2;
+    tile_m_ = kernel == GemmKernel::vnni ? qint8::kTileMVnni : kernel == GemmKernel::u8s8 ? qint8::kTileMU8S8 : qint8::kTileM;
     pad_u8_ = static_cast<uint8_t>(in.zp + 128);  // a real 0, as u8
     ocb_ = ceil_div(ocg_, qint8::kTileN);
     // Weights in K order (ki, kj, ic), quantised per output channel, packed
-    // [group][ocb][ksteps][16][kstep] (int16 pairs for AVX2, int8 quads for VNNI).
+    // [group][ocb][ksteps][16][kstep] (int16 pairs for int16, int8 quads for the u8 kernels).
     const int64_t blocks = g.group * ocb_;
     block_bytes_ = ksteps_ * 64;  // 16 lanes x (2 int16 or 4 int8)
-    weights_ = shared_weights<Packed>(info, fmt::format("qgemm/{}", vnni ? 1 : 0), [&] {
+    weights_ = shared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
       Packed pw;
       std::vector<float> wk(static_cast<std::size_t>(g.oc * k_));
       for (int64_t o = 0; o < g.oc; ++o)
@@ -226,7 +239,7 @@ class GemmConv final : public PreparedRoutine {
           for (int64_t ki = 0; ki < g.kh; ++ki)
             for (int64_t kj = 0; kj < g.kw; ++kj)
               wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] = w[((o * icg_ + ic) * g.kh + ki) * g.kw + kj];
-      QuantWeights qw = quantise_weights(wk.data(), g.oc, k_);
+      QuantWeights qw = core::quantize_per_channel(wk.data(), g.oc, k_, kernel_qmax(kernel));
       pw.packed = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
       pw.bias.assign(static_cast<std::size_t>(blocks * 16), 0);
       pw.mult.assign(static_cast<std::size_t>(blocks * 16), 0.0f);
@@ -242,11 +255,11 @@ class GemmConv final : public PreparedRoutine {
             int64_t wsum = 0;
             for (int64_t kk = 0; kk < k_; ++kk) wsum += wq[kk];
             pw.bias[slot] = (bias ? quantise_bias(bias[o], in.scale, sw) : 0) -
-                          (vnni ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
+                          (u8 ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
             pw.mult[slot] = output_multiplier(ep, in.scale, sw, out.scale);
             char* vb = static_cast<char*>(pw.packed.data()) + (grp * ocb_ + jb) * block_bytes_;
             for (int64_t kk = 0; kk < k_; ++kk) {
-              if (vnni) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
+              if (u8) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
               else reinterpret_cast<int16_t*>(vb)[(kk / 2) * 32 + lane * 2 + (kk & 1)] = wq[kk];
             }
           }
@@ -272,7 +285,7 @@ class GemmConv final : public PreparedRoutine {
     ubytes_ = align64(static_cast<std::size_t>(mbe_ * ldu_) + 64);
     obytes_ = nhwc_out_ ? 0 : align64(static_cast<std::size_t>(mbe_ * jpc_ * 16));
     // Long dot products on AVX2: K chunks whose weight blocks stay in L1, int32 partial sums in the workspace.
-    kc_ = !vnni_ && ksteps_ > 2 * kKChunk ? kKChunk : 0;
+    kc_ = kernel == GemmKernel::int16 && ksteps_ > 2 * kKChunk ? kKChunk : 0;
     abytes_ = kc_ ? align64(static_cast<std::size_t>(round_up(mbe_, tile_m_) * jpc_ * 16) * sizeof(int32_t)) : 0;
   }
 
@@ -299,12 +312,12 @@ class GemmConv final : public PreparedRoutine {
  private:
   /// `count` activations (int8) -> the kernel's input format at dst.
   void convert(const int8_t* src, char* dst, int64_t count) const {
-    if (vnni_) qint8::to_u8(src, reinterpret_cast<uint8_t*>(dst), count);
+    if (kernel_ != GemmKernel::int16) qint8::to_u8(src, reinterpret_cast<uint8_t*>(dst), count);
     else qint8::widen(src, reinterpret_cast<int16_t*>(dst), count, zp_in_);
   }
   /// `count` activations of real value 0 (padding).
   void zero(char* dst, int64_t count) const {
-    if (vnni_) std::memset(dst, pad_u8_, static_cast<std::size_t>(count));
+    if (kernel_ != GemmKernel::int16) std::memset(dst, pad_u8_, static_cast<std::size_t>(count));
     else std::memset(dst, 0, static_cast<std::size_t>(count) * 2);
   }
 
@@ -371,8 +384,11 @@ class GemmConv final : public PreparedRoutine {
         const int64_t ldd = nhwc_out_ ? g_.oc : ldo;
         if (kc_)
           qint8::gemm_epilogue(mr, acc + ((jb - jb0) * mpad + r0) * 16, ep, dst, ldd, nvalid);
-        else if (vnni_)
+        else if (kernel_ == GemmKernel::vnni)
           qint8::gemm_tile_vnni(mr, reinterpret_cast<const uint8_t*>(u + r0 * ldu_), ldu_, reinterpret_cast<const int8_t*>(v),
+                                ksteps_, ep, dst, ldd, nvalid);
+        else if (kernel_ == GemmKernel::u8s8)
+          qint8::gemm_tile_u8s8(mr, reinterpret_cast<const uint8_t*>(u + r0 * ldu_), ldu_, reinterpret_cast<const int8_t*>(v),
                                 ksteps_, ep, dst, ldd, nvalid);
         else
           qint8::gemm_tile(mr, reinterpret_cast<const int16_t*>(u + r0 * ldu_), ldu_ / 2, reinterpret_cast<const int16_t*>(v),
@@ -391,7 +407,9 @@ class GemmConv final : public PreparedRoutine {
   Window2d g_;
   Epilogue ep_;
   int32_t zp_in_;
-  bool nhwc_in_, nhwc_out_, vnni_, contiguous_taps_ = false;
+  bool nhwc_in_, nhwc_out_;
+  GemmKernel kernel_;
+  bool contiguous_taps_ = false;
   uint8_t pad_u8_ = 128;
   int64_t icg_, ocg_, k_, ksteps_ = 0, kpad_ = 0, es_ = 2, tile_m_ = 4, ocb_, block_bytes_ = 0, ldu_ = 0;
   int64_t mbe_ = 1, pblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
@@ -408,13 +426,21 @@ class GemmConv final : public PreparedRoutine {
 /// Longest dot product: 127 * 255 * K plus a bias of at most 2^30 stays inside int32.
 constexpr int64_t kMaxK = 32768;
 
-/// conv2 and dense's routine parameter vnni (0 or 1): listed only where the
-/// CPU has AVX-VNNI; 1 elsewhere runs the AVX2 kernels.
-std::vector<RoutineParamSpec> vnni_space() {
-  if (!qint8::vnni_usable()) return {};
-  return {{"vnni", {0, 1}}};
+/// conv2 and dense's routine parameters: vnni (0 or 1), listed only where the
+/// CPU has AVX-VNNI (1 elsewhere runs the int16 kernels: the same results);
+/// u8s8 (0 or 1), listed only where it does not: vpmaddubsw with 7-bit weights,
+/// faster than int16 and not as exact (the tuner's accuracy budget decides). A
+/// file asking for u8s8 runs it on any AVX2 CPU, so its outputs are as tuned.
+std::vector<RoutineParamSpec> gemm_space() {
+  if (qint8::vnni_usable()) return {{"vnni", {0, 1}}};
+  return {{"u8s8", {0, 1}}};
 }
-bool use_vnni(const RoutineParams& params) { return routine_param(params, "vnni", 0) != 0 && qint8::vnni_usable(); }
+GemmKernel gemm_kernel(const RoutineParams& params) {
+  if (routine_param(params, "u8s8", 0) != 0) return GemmKernel::u8s8;
+  if (routine_param(params, "vnni", 0) != 0 && qint8::vnni_usable()) return GemmKernel::vnni;
+  return GemmKernel::int16;
+}
+int gemm_weight_qmax(const RoutineParams& params) { return kernel_qmax(gemm_kernel(params)); }
 
 bool is_depthwise(const Window2d& g) { return g.group > 1 && g.c == g.group && g.oc == g.group; }
 
@@ -423,7 +449,8 @@ class DenseRoutine final : public Routine {
   std::string_view layer_type() const override { return "dense"; }
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return vnni_space(); }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return gemm_space(); }
+  int weight_qmax(const RoutineParams& params) const override { return gemm_weight_qmax(params); }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     const Layer& l = *info.layer;
@@ -456,7 +483,7 @@ class DenseRoutine final : public Routine {
     activation_epilogue(l, out_q(info), &ep);
     const Blob* b = l.find_weight("bias");
     return std::make_unique<GemmConv>(info, g, w.data_as<float>(), b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
-                                      out_q(info), true, true, routine_param(params, "mb", 0), use_vnni(params));
+                                      out_q(info), true, true, routine_param(params, "mb", 0), gemm_kernel(params));
   }
 };
 
@@ -562,8 +589,9 @@ class ConvRoutine final : public Routine {
   std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema&) const override {
     if (info.input_shapes.empty() || info.input_shapes[0].rank() != 4) return {};
     if (is_depthwise(core::conv2_window(*info.layer, info.input_shapes[0]))) return {};
-    return vnni_space();
+    return gemm_space();
   }
+  int weight_qmax(const RoutineParams& params) const override { return gemm_weight_qmax(params); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{} cannot run this conv2: {}", make_descriptor(s, algorithm()), ok.reason));
     const Layer& l = *info.layer;
@@ -576,7 +604,7 @@ class ConvRoutine final : public Routine {
       return std::make_unique<DepthwiseConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
                                              in_q(info, 0), out_q(info), nhwc);
     return std::make_unique<GemmConv>(info, g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
-                                      in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), use_vnni(params));
+                                      in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), gemm_kernel(params));
   }
 };
 

@@ -51,6 +51,18 @@ void gemm_epilogue(int mr, const int32_t* acc, const Epilogue& ep, int8_t* dst, 
 
 /// y[i] = x[i] - zp as int16.
 void widen(const int8_t* x, int16_t* y, int64_t n, int32_t zp);
+/// y[i] = x[i] + 128 as u8 (the VNNI and u8s8 kernels' activations).
+void to_u8(const int8_t* x, uint8_t* y, int64_t n);
+
+/// vpmaddubsw (AVX2, no VNNI needed): u8 x s8 pairs summed into int16, which
+/// saturates unless weights stay within 7 bits: the caller quantises them to
+/// [-63, 63] (2 * 255 * 63 fits int16), so the accumulators are exact for those
+/// weights. Twice the products per multiply instruction of gemm_tile.
+inline constexpr int kTileMU8S8 = 4;
+/// As gemm_tile_vnni (u8 rows, V packed [k4][16][4] int8, bias with the
+/// (128 + zero_point) * sum(w) correction), V within [-63, 63].
+void gemm_tile_u8s8(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
+                    int64_t ldd, int nvalid);
 
 // AVX-VNNI (qint8_kernels_vnni.cpp, built with -mavxvnni): vpdpbusd, u8 x s8.
 /// Whether this CPU runs the AVX-VNNI kernels (defined in qint8.cpp, like avx2_usable()).
@@ -62,8 +74,6 @@ inline constexpr int kTileMVnni = 6;
 /// -(128 + zero_point) * sum(w) so that the accumulators equal gemm_tile's.
 void gemm_tile_vnni(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
                     int64_t ldd, int nvalid);
-/// y[i] = x[i] + 128 as u8.
-void to_u8(const int8_t* x, uint8_t* y, int64_t n);
 
 /// Depthwise convolution of one output pixel over all channels (NHWC).
 /// taps: pointers to the input pixel of each tap (nullptr: padding), ntaps of them;

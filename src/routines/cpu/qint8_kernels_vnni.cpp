@@ -60,16 +60,4 @@ void gemm_tile_vnni(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int6
   }
 }
 
-void to_u8(const int8_t* x, uint8_t* y, int64_t n) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
-                        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), flip));
-  for (; i + 16 <= n; i += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
-                     _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)), _mm256_castsi256_si128(flip)));
-  for (; i < n; ++i) y[i] = static_cast<uint8_t>(x[i] ^ 0x80);
-}
-
 }  // namespace softneuro::qint8
