@@ -140,6 +140,7 @@ class Convert final : public PreparedRoutine {
     constexpr int64_t T = 32;
     const int64_t C = g_.c, S = g_.s, ct = (C + T - 1) / T, st = (S + T - 1) / T;
     const bool to_nhwc = to_ == Layout::nhwc;
+    if (C <= kFewChannels) return transpose_few(a, x, y);
     a.pool->parallel_for(g_.n * st, 1, [&](int64_t b, int64_t e) {
       alignas(64) In tile[T * T];
       for (int64_t t = b; t < e; ++t) {
@@ -159,6 +160,40 @@ class Convert final : public PreparedRoutine {
               for (int64_t c = 0; c < cw; ++c) tile[c * T + p] = xi[(s0 + p) * C + c0 + c];
             for (int64_t c = 0; c < cw; ++c) flat(tile + c * T, yi + (c0 + c) * S + s0, 0, sw);
           }
+        }
+      }
+    });
+  }
+  /// Few channels (an image's 3): each channel's run of positions converted
+  /// with the vector kernels, then interleaved (tiles of 32 x 32 converted 3
+  /// values per call: a 1x3x224x224 image took 0.57 ms, the convert 0.05).
+  static constexpr int64_t kFewChannels = 8;
+  template <class In, class Out>
+  void transpose_few(const RunArgs& a, const In* x, Out* y) const {
+    constexpr int64_t P = 512;
+    const int64_t C = g_.c, S = g_.s, st = (S + P - 1) / P;
+    const bool to_nhwc = to_ == Layout::nhwc;
+    a.pool->parallel_for(g_.n * st, 1, [&](int64_t b, int64_t e) {
+      alignas(64) In in_tile[kFewChannels * P];
+      alignas(64) Out out_tile[kFewChannels * P];
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t img = t / st, s0 = (t % st) * P, sw = std::min(S, s0 + P) - s0;
+        const In* xi = x + img * C * S;
+        Out* yi = y + img * C * S;
+        if (to_nhwc) {
+          for (int64_t c = 0; c < C; ++c) flat(xi + c * S + s0, out_tile + c * P, 0, sw);
+          Out* yo = yi + s0 * C;
+          if (C == 3) {  // an image: the channel count known to the compiler
+            for (int64_t p = 0; p < sw; ++p)
+              yo[3 * p] = out_tile[p], yo[3 * p + 1] = out_tile[P + p], yo[3 * p + 2] = out_tile[2 * P + p];
+          } else {
+            for (int64_t p = 0; p < sw; ++p)
+              for (int64_t c = 0; c < C; ++c) yo[p * C + c] = out_tile[c * P + p];
+          }
+        } else {
+          for (int64_t p = 0; p < sw; ++p)
+            for (int64_t c = 0; c < C; ++c) in_tile[c * P + p] = xi[(s0 + p) * C + c];
+          for (int64_t c = 0; c < C; ++c) flat(in_tile + c * P, yi + c * S + s0, 0, sw);
         }
       }
     });

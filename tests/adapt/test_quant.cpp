@@ -105,7 +105,7 @@ float from_bits(uint32_t u) {
 TEST_CASE("quantise -> dequantise round-trips within scale/2 in nchw and nhwc", "[adapt][qint8]") {
   const QuantParams q{{0.02f}, {-7}, -1};
   const float lo = 0.02f * (-128 + 7), hi = 0.02f * (127 + 7);
-  for (Shape s : {Shape{1, 3, 5, 7}, Shape{2, 16, 4, 4}, Shape{1, 33, 3, 2}, Shape{3, 37}, Shape{101}}) {
+  for (Shape s : {Shape{1, 3, 5, 7}, Shape{2, 3, 23, 29}, Shape{1, 8, 9, 70}, Shape{2, 16, 4, 4}, Shape{1, 33, 3, 2}, Shape{3, 37}, Shape{101}}) {
     Blob x = random_floats(s, lo, hi, 5);
     for (Layout a : {Layout::nchw, Layout::nhwc})
       for (Layout b : {Layout::nchw, Layout::nhwc}) {

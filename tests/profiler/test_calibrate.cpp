@@ -170,6 +170,33 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     CHECK(hi - lo <= (mx - mn) * 1.0001 + 1e-6);
   }
 
+  // A max pooling's output keeps its input's quantisation (no requantisation
+  // after it), though its own range is narrower: the smallest maximum of a
+  // window lies above the input's minimum.
+  CHECK(bq.at("pool") == bq.at("act"));
+  {
+    core::Graph p;
+    p.name = "conv-maxpool";
+    p.inputs = {{"input", Shape{1, 8, 16, 16}, DType::float32}};
+    p.layers.push_back(layer("c", "conv2", {"input"}, "c", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+                             {{"weight", normal_blob(Shape{8, 8, 3, 3}, 51, 0.3f)}}));
+    p.layers.push_back(layer("mp", "pool2", {"c"}, "mp",
+                             {{"mode", std::string("max")}, {"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}}}));
+    p.layers.push_back(layer("out", "relu", {"mp"}, "out"));
+    p.outputs = {"out"};
+    Net pooled(detail::NetImpl::build(p));
+    CalibrationOptions po;
+    po.inputs = {{{"input", x}}};
+    pooled.calibrate(po);
+    const auto& pq = pooled.impl().graph.blob_quant;
+    const auto values = all_blobs(p, x);
+    double c_min = 0, mp_min = 0;
+    for (int64_t i = 0; i < values.at("c").numel(); ++i) c_min = std::min(c_min, double(values.at("c").data_as<float>()[i]));
+    for (int64_t i = 0; i < values.at("mp").numel(); ++i) mp_min = std::min(mp_min, double(values.at("mp").data_as<float>()[i]));
+    CHECK(mp_min > c_min);  // the ranges differ
+    CHECK(pq.at("mp") == pq.at("c"));
+  }
+
   // Every other range method clips: never a wider range than min/max (mse
   // keeps these Gaussian ranges whole: clipping their few tail values costs more).
   for (RangeMethod m : {RangeMethod::percentile, RangeMethod::mse, RangeMethod::entropy}) {
@@ -715,7 +742,7 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
 TEST_CASE("the calibration cache refuses scales outside [1e-30, 1e30]", "[calibrate]") {
   const std::string path = test::temp_path("scale_range.tsv");
   auto load_with_scale = [&](const char* scale) {
-    std::string body = fmt::format("softneuro-calibration-v3\n0\tx\t{}\t3\n", scale);
+    std::string body = fmt::format("softneuro-calibration-v4\n0\tx\t{}\t3\n", scale);
     body += fmt::format("{:016x}\n", core::xxh64(body.data(), body.size()));
     std::ofstream(path, std::ios::binary | std::ios::trunc) << body;
     return profiler::load_calibration(path, 1);
