@@ -373,6 +373,8 @@ class Importer {
   void add_fake_quant(const Node& n, const std::string& x, const std::string& y, const core::FakeQuant& q);
   /// An integer constant (or a float one holding integers) as real values: (v - zp) * scale, per `axis` where several.
   Blob dequantized(const Node& n, const Blob& v, const QParams& q, int axis, const char* what) const;
+  /// Marks a dequantised int8 weight (`source`'s values) with its scales as the file's int8 grid, where it is one.
+  void mark_int8_grid(Blob& w, const QParams& q, int axis, const std::string& source) const;
   void group_norm(const Node&);
   void tile(const Node&);
   void expand(const Node&);
@@ -1229,6 +1231,24 @@ void Importer::add_fake_quant(const Node& n, const std::string& x, const std::st
   quantized_[y] = q;
 }
 
+void Importer::mark_int8_grid(Blob& w, const QParams& q, int axis, const std::string& source) const {
+  // A symmetric int8 weight quantised per output channel (axis 0) or per
+  // tensor: its values stay marked as the file's int8 grid (core::stored_as_int8),
+  // so the .dnn stores them as int8 and no routine rounds them onto another grid.
+  const auto t = onnx_types_.find(source);
+  if (t == onnx_types_.end() || t->second != onnx::TensorProto::INT8 || w.shape().rank() < 1 || w.shape()[0] < 1) return;
+  if (std::any_of(q.zero_points.begin(), q.zero_points.end(), [](int64_t z) { return z != 0; })) return;
+  const int64_t channels = w.shape()[0];
+  std::vector<float> scales;
+  if (q.scales.size() == 1) scales.assign(static_cast<std::size_t>(channels), q.scales[0]);
+  else if ((axis == 0 || axis == -w.shape().rank()) && static_cast<int64_t>(q.scales.size()) == channels) scales = q.scales;
+  else return;
+  if (!std::all_of(scales.begin(), scales.end(), [](float s) { return core::quant_scale_in_range(s); })) return;
+  w.quant().scales = std::move(scales);
+  w.quant().zero_points.clear();
+  w.quant().axis = 0;
+}
+
 Blob Importer::dequantized(const Node& n, const Blob& v, const QParams& q, int axis, const char* what) const {
   const Shape& s = v.shape();
   if (q.scales.empty() || q.zero_points.size() != q.scales.size())
@@ -1311,7 +1331,9 @@ void Importer::dequantize_linear(const Node& n) {
       auto t = onnx_types_.find(x);
       if (t != onnx_types_.end() && t->second == onnx::TensorProto::INT8) q.qmin = -128, q.qmax = 127;
     }
-    constants_[n.out(0)] = dequantized(n, *c, q, axis, "x");
+    Blob w = dequantized(n, *c, q, axis, "x");
+    mark_int8_grid(w, q, axis, x);
+    constants_[n.out(0)] = std::move(w);
     return;
   }
   if (auto it = int_valued_.find(x); it != int_valued_.end()) {

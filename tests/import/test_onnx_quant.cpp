@@ -3,6 +3,8 @@
 // and a QDQ model tuned onto the qint8 routines with its own scales.
 #include "core/cpu_features.hpp"
 #include "core/net_impl.hpp"
+#include "core/registry.hpp"
+#include "core/weight_quant.hpp"
 #include "import/onnx_test_util.hpp"
 
 #include <softneuro/tune.hpp>
@@ -71,6 +73,24 @@ TEST_CASE("QDQ: QuantizeLinear/DequantizeLinear pairs compute what ONNX Runtime 
   Net net = import_onnx(qdq_conv().save("qdq_conv_q.onnx"));
   int fake_quant = count_layers(net, "fake_quant");
   CHECK(fake_quant == 2);
+  // The int8 weight stays marked as the file's grid (stored as int8, never
+  // rounded onto the 7-bit grid of the u8s8 kernels).
+  int marked = 0;
+  for (const Layer& l : net.impl().graph.layers)
+    if (l.type == "conv2") {
+      const Blob& w = l.weight("weight");
+      CHECK(core::stored_as_int8(w));
+      Schema schema;
+      const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/qint8", &schema);
+      REQUIRE(r);
+      LayerInfo info;
+      info.layer = &l;
+      info.input_shapes = {Shape{1, 3, 5, 5}};
+      for (const RoutineParamSpec& p : r->param_space(info, schema))
+        if (p.name == "u8s8") CHECK(p.choices == std::vector<int64_t>{0});
+      ++marked;
+    }
+  CHECK(marked == 1);
 }
 
 TEST_CASE("QLinearConv: the QOperator form, as ONNX Runtime computes it", "[onnx][quant]") {

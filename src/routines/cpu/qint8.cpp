@@ -426,13 +426,36 @@ class GemmConv final : public PreparedRoutine {
 /// Longest dot product: 127 * 255 * K plus a bias of at most 2^30 stays inside int32.
 constexpr int64_t kMaxK = 32768;
 
+/// Whether the layer's weights are int8 values the model fixed (a QDQ file's,
+/// or a tuning's) on a grid other than the 7-bit one (every output channel's
+/// largest |q| exactly 63): 7-bit kernels would round them again, away from
+/// what the file says.
+bool fixed_grid_not_7bit(const Layer& layer) {
+  const Blob* w = layer.find_weight("weight");
+  if (!w || !w->data() || w->shape().rank() < 1 || w->shape()[0] < 1) return false;
+  const bool raw = w->dtype() == DType::qint8;  // the file's int8 values themselves
+  if (!raw && (w->dtype() != DType::float32 || !core::stored_as_int8(*w))) return false;
+  const int64_t oc = w->shape()[0], k = w->numel() / oc;
+  const auto& scales = w->quant().scales;
+  for (int64_t o = 0; o < oc; ++o) {
+    const float s = scales.size() == static_cast<std::size_t>(oc) ? scales[static_cast<std::size_t>(o)] : scales.empty() ? 1.0f : scales[0];
+    float top = 0;
+    for (int64_t i = 0; i < k; ++i)
+      top = std::max(top, raw ? std::fabs(float(w->data_as<int8_t>()[o * k + i])) : std::fabs(w->data_as<float>()[o * k + i]) / s);
+    if (top != 0 && std::nearbyint(top) != 63.0f) return true;
+  }
+  return false;
+}
+
 /// conv2 and dense's routine parameters: vnni (0 or 1), listed only where the
 /// CPU has AVX-VNNI (1 elsewhere runs the int16 kernels: the same results);
 /// u8s8 (0 or 1), listed only where it does not: vpmaddubsw with 7-bit weights,
-/// faster than int16 and not as exact (the tuner's accuracy budget decides). A
-/// file asking for u8s8 runs it on any AVX2 CPU, so its outputs are as tuned.
-std::vector<RoutineParamSpec> gemm_space() {
+/// faster than int16 and not as exact (the tuner's accuracy budget decides);
+/// never for int8 weights the model fixed on another grid. A file asking for u8s8 runs it
+/// on any AVX2 CPU, so its outputs are as tuned.
+std::vector<RoutineParamSpec> gemm_space(const Layer& layer) {
   if (qint8::vnni_usable()) return {{"vnni", {0, 1}}};
+  if (fixed_grid_not_7bit(layer)) return {{"u8s8", {0}}};  // a path naming u8s8=0 stays valid
   return {{"u8s8", {0, 1}}};
 }
 GemmKernel gemm_kernel(const RoutineParams& params) {
@@ -449,7 +472,7 @@ class DenseRoutine final : public Routine {
   std::string_view layer_type() const override { return "dense"; }
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return gemm_space(); }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema&) const override { return gemm_space(*info.layer); }
   int weight_qmax(const RoutineParams& params) const override { return gemm_weight_qmax(params); }
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
@@ -589,7 +612,7 @@ class ConvRoutine final : public Routine {
   std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema&) const override {
     if (info.input_shapes.empty() || info.input_shapes[0].rank() != 4) return {};
     if (is_depthwise(core::conv2_window(*info.layer, info.input_shapes[0]))) return {};
-    return gemm_space();
+    return gemm_space(*info.layer);
   }
   int weight_qmax(const RoutineParams& params) const override { return gemm_weight_qmax(params); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
