@@ -641,6 +641,9 @@ int cmd_run(const std::vector<std::string>& args) {
     fmt::print("latency over {} runs ({} threads): median {:.3f} ms, min {:.3f} ms, max {:.3f} ms\n", repeat,
                sn::num_threads(), median, ms.front(), ms.back());
   }
+  if (const int64_t shrinks = sn::contention_shrinks())
+    fmt::print("threads: other processes held the CPUs: the team ran on one thread for a while, {} time{}\n", shrinks,
+               shrinks == 1 ? "" : "s");
   const std::string tuned_wait = model.tuned_openmp_wait();
   fmt::print("OpenMP wait: {}{}\n", sn::openmp_wait(),
              tuned_wait.empty() ? "" : tuned_wait == sn::openmp_wait() ? " (as tuned)" : fmt::format(" (tuned under {})", tuned_wait));

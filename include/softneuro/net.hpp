@@ -111,6 +111,14 @@ int num_threads();
 /// where they spin, and the other way round).
 std::string openmp_wait();
 
+/// How many times so far the team ran on one thread for a while because other
+/// processes held the CPUs (its workers started parallel regions milliseconds
+/// late): spinning and waiting for descheduled workers cost more than the
+/// second thread gave. The whole team is tried again after 0.1 s, waiting
+/// twice as long each time it stalls again at once (up to 1.6 s).
+/// SOFTNEURO_CONTENTION_GUARD=0 in the environment keeps the whole team always.
+int64_t contention_shrinks();
+
 /// The library's version, e.g. "0.1.0".
 const char* version();
 

@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cerrno>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -28,6 +29,19 @@ namespace {
 
 /// A session's own thread count on the thread running it (0: the library's).
 thread_local int t_session_threads = 0;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ContentionGuard& contention() {
+  static ContentionGuard* g = [] {
+    auto* guard = new ContentionGuard;  // never destroyed, as the pool
+    if (const char* env = std::getenv("SOFTNEURO_CONTENTION_GUARD"); env && std::string(env) == "0") guard->set_enabled(false);
+    return guard;
+  }();
+  return *g;
+}
 
 class Pool final : public ThreadPool {
  public:
@@ -46,11 +60,15 @@ class Pool final : public ThreadPool {
     grain = std::max<int64_t>(1, grain);
     const int64_t units = (n + grain - 1) / grain;  // chunks start at multiples of grain
     const int team = static_cast<int>(std::min<int64_t>(threads, units));
-    // A nested parallel_for (from inside a chunk) runs serially on its thread.
-    if (team <= 1 || omp_in_parallel()) {
+    // A nested parallel_for (from inside a chunk) runs serially on its thread;
+    // so does every region while other processes hold the CPUs (ContentionGuard).
+    ContentionGuard& guard = contention();
+    const int64_t entered = now_ns();
+    if (team <= 1 || omp_in_parallel() || !guard.full_team(entered)) {
       fn(ctx, 0, n);
       return;
     }
+    std::atomic<int64_t> latest_start{entered};
     // One contiguous chunk per thread, the same one on every call: a layer run
     // again (or the next layer over the same rows) finds its data in the cache
     // of the core that touched it last. Dynamic chunks moved it between the
@@ -59,9 +77,16 @@ class Pool final : public ThreadPool {
 #pragma omp parallel num_threads(team)
     {
       const int t = omp_get_thread_num(), size = omp_get_num_threads();
+      if (t > 0) {
+        const int64_t started = now_ns();
+        int64_t seen = latest_start.load(std::memory_order_relaxed);
+        while (started > seen && !latest_start.compare_exchange_weak(seen, started, std::memory_order_relaxed)) {
+        }
+      }
       const int64_t b = std::min(n, units * t / size * grain), e = std::min(n, units * (t + 1) / size * grain);
       if (b < e) fn(ctx, b, e);
     }
+    guard.record(latest_start.load(std::memory_order_relaxed) - entered, now_ns());
   }
 
  private:
@@ -87,6 +112,46 @@ State& state() {
 }
 
 }  // namespace
+
+bool ContentionGuard::full_team(int64_t now) const {
+  return now >= degraded_until_.load(std::memory_order_relaxed);
+}
+
+void ContentionGuard::set_enabled(bool on) {
+  std::lock_guard lock(mutex_);
+  enabled_.store(on, std::memory_order_relaxed);
+  degraded_until_.store(0, std::memory_order_relaxed);
+  regions_ = stalls_ = 0;
+  last_shrink_ns_ = 0;
+  backoff_ns_ = kMinBackoffNs;
+}
+
+void ContentionGuard::record(int64_t lag_ns, int64_t now) {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(mutex_);
+  if (now < degraded_until_.load(std::memory_order_relaxed)) return;  // a region begun before the team shrank
+  if (regions_ == 0) window_start_ = now;
+  ++regions_;
+  if (lag_ns > kStallNs) ++stalls_;
+  if (stalls_ >= kStallsToShrink) {
+    // A probe that stalls again soon after the last shrink waits twice as long next time.
+    backoff_ns_ = last_shrink_ns_ && now - last_shrink_ns_ < 2 * backoff_ns_ + kWindowNs ? std::min(2 * backoff_ns_, kMaxBackoffNs)
+                                                                                           : kMinBackoffNs;
+    last_shrink_ns_ = now;
+    degraded_until_.store(now + backoff_ns_, std::memory_order_relaxed);
+    ++shrinks_;
+    regions_ = stalls_ = 0;
+  } else if (regions_ >= kWindowRegions || now - window_start_ > kWindowNs) {
+    regions_ = stalls_ = 0;
+  }
+}
+
+int64_t ContentionGuard::shrinks() const {
+  std::lock_guard lock(mutex_);
+  return shrinks_;
+}
+
+ContentionGuard& contention_guard() { return contention(); }
 
 ThreadPool& global_pool() { return state().pool; }
 
@@ -136,8 +201,15 @@ void require_startable_threads(int threads, const std::string& file, const std::
 
 SessionThreads::SessionThreads(int threads) : previous_(t_session_threads), previous_omp_(omp_get_max_threads()) {
   t_session_threads = threads > 0 ? threads : 0;
-  const int n = global_pool().num_threads();
-  if (omp_get_max_threads() != n) omp_set_num_threads(n);  // what oneDNN reads
+  // An empty region first: its workers' start lag tells the guard whether
+  // other processes hold the CPUs, even for a model whose regions are all
+  // oneDNN's (which the pool does not see). Microseconds on a quiet machine.
+  if (global_pool().num_threads() > 1 && !omp_in_parallel() && contention().full_team(now_ns()))
+    global_pool().parallel_for(global_pool().num_threads(), 1, [](int64_t, int64_t) {});
+  // What oneDNN reads: one thread while other processes hold the CPUs (its
+  // primitives split their work by it when they run).
+  const int n = contention().full_team(now_ns()) ? global_pool().num_threads() : 1;
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
 SessionThreads::~SessionThreads() {
@@ -158,6 +230,8 @@ void set_num_threads(int threads) {
 }
 
 int num_threads() { return core::global_pool().num_threads(); }
+
+int64_t contention_shrinks() { return core::contention_guard().shrinks(); }
 
 namespace {
 

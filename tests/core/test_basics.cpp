@@ -392,6 +392,8 @@ TEST_CASE("parallel_for covers every index once, at any thread count", "[basics]
 TEST_CASE("parallel_for gives each thread the same chunk on every call", "[basics]") {
   // Cache affinity: a layer run again finds its rows in the cache of the core
   // that computed them (dynamic chunks moved them between cores every call).
+  // (On a busy machine the contention guard would run regions on one thread.)
+  core::contention_guard().set_enabled(false);
   set_num_threads(2);
   for (int64_t n : {8, 60, 1001}) {
     for (int64_t grain : {1, 4}) {
@@ -416,6 +418,58 @@ TEST_CASE("parallel_for gives each thread the same chunk on every call", "[basic
     }
   }
   set_num_threads(0);
+  core::contention_guard().set_enabled(true);
+}
+
+TEST_CASE("the contention guard shrinks the team after stalled regions and probes again later", "[basics][threads]") {
+  using G = core::ContentionGuard;
+  G g;
+  int64_t t = 1'000'000'000'000;
+  const int64_t quiet = 20'000, stalled = 5'000'000;  // worker start lags: 20 us, 5 ms
+  // A quiet machine: many regions, never a shrink; one stall alone is not enough.
+  for (int i = 0; i < 500; ++i) g.record(quiet, t += 100'000);
+  g.record(stalled, t += 100'000);
+  for (int i = 0; i < 100; ++i) g.record(quiet, t += 100'000);
+  CHECK(g.full_team(t));
+  CHECK(g.shrinks() == 0);
+  // Two stalls within the window: one thread for the minimum wait.
+  g.record(stalled, t += 100'000);
+  g.record(stalled, t += 100'000);
+  CHECK(g.shrinks() == 1);
+  CHECK_FALSE(g.full_team(t + 1));
+  CHECK_FALSE(g.full_team(t + G::kMinBackoffNs - 1));
+  // Regions begun before the shrink that end during it change nothing.
+  g.record(stalled, t + 10);
+  g.record(stalled, t + 20);
+  CHECK(g.shrinks() == 1);
+  t += G::kMinBackoffNs;
+  CHECK(g.full_team(t));
+  // The probe stalls again at once: twice the wait.
+  g.record(stalled, t += 1000);
+  g.record(stalled, t += 1000);
+  CHECK(g.shrinks() == 2);
+  CHECK_FALSE(g.full_team(t + G::kMinBackoffNs));
+  CHECK(g.full_team(t + 2 * G::kMinBackoffNs));
+  // Doubling stops at the maximum.
+  for (int k = 0; k < 10; ++k) {
+    while (!g.full_team(t)) t += G::kMinBackoffNs / 4;  // the probe, as soon as the wait ends
+    g.record(stalled, t += 1000);
+    g.record(stalled, t += 1000);
+  }
+  CHECK_FALSE(g.full_team(t + G::kMaxBackoffNs - 1));
+  CHECK(g.full_team(t + G::kMaxBackoffNs));
+  // Quiet again for long: the next shrink waits the minimum again.
+  t += G::kMaxBackoffNs + 10 * G::kMaxBackoffNs;
+  for (int i = 0; i < 100; ++i) g.record(quiet, t += 100'000);
+  g.record(stalled, t += 1000);
+  g.record(stalled, t += 1000);
+  CHECK(g.full_team(t + G::kMinBackoffNs));
+  // Off: nothing shrinks.
+  G off;
+  off.set_enabled(false);
+  for (int i = 0; i < 10; ++i) off.record(stalled, t += 1000);
+  CHECK(off.full_team(t));
+  CHECK(off.shrinks() == 0);
 }
 
 TEST_CASE("the registry explains why a routine is not a candidate", "[basics]") {
