@@ -14,9 +14,10 @@
 // cpu/ref routines.
 // A constant that a layer reads as an input gets one constant layer.
 //
-// Two patterns are fused before translation: the GELU that exporters spell
+// Three patterns are fused before translation: the GELU that exporters spell
 // x*0.5*(1+Erf(x/sqrt(2))) (a lone Erf is unsupported: there is no erf layer
-// type) and the LayerNormalization they decompose below opset 17.
+// type), the LayerNormalization they decompose below opset 17, and HardSwish
+// spelled x*clip(x+3,0,6)/6 (Paddle).
 //
 // An unsupported node does not stop the translation: it is recorded, its
 // outputs are marked unavailable (nodes reading them are skipped silently),
@@ -145,7 +146,7 @@ bool near(double a, double b) { return std::abs(a - b) <= 1e-4 * std::max(1.0, s
 // A fused pattern: several nodes that become one layer.
 
 struct Fused {
-  enum Kind { gelu, layernorm } kind;
+  enum Kind { gelu, layernorm, hardswish } kind;
   std::vector<int> members;  ///< node indices
   std::string x, y;          ///< input and output tensors
   std::vector<int64_t> axes; ///< layernorm: the reduced axes
@@ -285,6 +286,7 @@ class Importer {
   // --- patterns
   void find_patterns();
   std::optional<Fused> match_gelu(int erf);
+  std::optional<Fused> match_hardswish(int clip);
   std::optional<Fused> match_layernorm(int reduce);
   int producer(const std::string& t) const {
     auto it = producers_.find(t);
@@ -764,6 +766,7 @@ void Importer::find_patterns() {
     std::optional<Fused> f;
     if (is(i, "Erf")) f = match_gelu(i);
     else if (is(i, "ReduceMean")) f = match_layernorm(i);
+    else if (is(i, "Clip")) f = match_hardswish(i);
     if (!f) continue;
     bool free = std::all_of(f->members.begin(), f->members.end(), [&](int m) { return fused_of_[static_cast<std::size_t>(m)] < 0; });
     if (!free) continue;
@@ -815,6 +818,51 @@ std::optional<Fused> Importer::match_gelu(int e) {
     f.y = output_of(m1, 0);
   }
   return f;
+}
+
+/// x * clip(x + 3, 0, 6) / 6 as Paddle and older exporters spell HardSwish:
+///   Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)  or  Mul(..., 1/6),  or the division
+///   before the product: Mul(x, Div(Clip(Add(x, 3), 0, 6), 6)).
+/// One hardswish layer, which fuses into the convolution before it (the
+/// PP-OCRv4 recogniser has 28: 84 elementwise layers fewer).
+std::optional<Fused> Importer::match_hardswish(int c) {
+  const Node clip = node(c);
+  auto bound = [&](int k, const char* attr) -> std::optional<double> {
+    if (at(c).input_size() > k && !input_of(c, k).empty()) return scalar(input_of(c, k));
+    if (clip.has(attr)) return clip.get_float(attr);
+    return std::nullopt;
+  };
+  const auto lo = bound(1, "min"), hi = bound(2, "max");
+  if (!lo || !hi || *lo != 0.0 || !near(*hi, 6.0) || at(c).output_size() != 1) return std::nullopt;
+  const std::string shifted = input_of(c, 0);
+  const int a = producer(shifted);
+  if (!is(a, "Add") || at(a).input_size() != 2 || sole_consumer(shifted) != c) return std::nullopt;
+  std::string x;
+  for (int k = 0; k < 2; ++k)
+    if (auto v = scalar(input_of(a, k)); v && near(*v, 3.0)) x = input_of(a, 1 - k);
+  if (x.empty()) return std::nullopt;
+  // Division by 6 (or product with 1/6) of `t`, its sole reader: that node, or -1.
+  auto sixth = [&](const std::string& t) {
+    const int d = sole_consumer(t);
+    if (is(d, "Div") && at(d).input_size() == 2 && input_of(d, 0) == t) {
+      if (auto v = scalar(input_of(d, 1)); v && near(*v, 6.0)) return d;
+    } else if (is(d, "Mul") && at(d).input_size() == 2) {
+      if (auto v = scalar(other_input(d, t)); v && near(*v, 1.0 / 6.0)) return d;
+    }
+    return -1;
+  };
+  const std::string clipped = output_of(c, 0);
+  const int m = sole_consumer(clipped);
+  if (is(m, "Mul") && at(m).input_size() == 2 && other_input(m, clipped) == x) {  // (x * clip) / 6
+    const int d = sixth(output_of(m, 0));
+    if (d < 0) return std::nullopt;
+    return Fused{Fused::hardswish, {a, c, m, d}, x, output_of(d, 0), {}, 0, {}, {}};
+  }
+  const int d = sixth(clipped);  // x * (clip / 6)
+  if (d < 0) return std::nullopt;
+  const int m2 = sole_consumer(output_of(d, 0));
+  if (!is(m2, "Mul") || at(m2).input_size() != 2 || other_input(m2, output_of(d, 0)) != x) return std::nullopt;
+  return Fused{Fused::hardswish, {a, c, d, m2}, x, output_of(m2, 0), {}, 0, {}, {}};
 }
 
 /// The LayerNormalization exporters emit below opset 17:
@@ -878,6 +926,10 @@ void Importer::emit_fused(const Fused& f) {
   const Node n = node(f.last());
   if (f.kind == Fused::gelu) {
     add_unary(n, "gelu", as_blob(n, f.x), f.y, {{"approximate", std::string("none")}});
+    return;
+  }
+  if (f.kind == Fused::hardswish) {
+    add_unary(n, "hardswish", as_blob(n, f.x), f.y);
     return;
   }
   const Shape xs = shape_of(n, f.x);

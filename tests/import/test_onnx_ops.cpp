@@ -793,6 +793,48 @@ TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer",
   }
 }
 
+TEST_CASE("HardSwish spelled x*clip(x+3,0,6)/6 (Paddle) becomes one hardswish layer", "[onnx][hardswish]") {
+  const Shape xs{2, 6};
+  std::vector<float> x = random_values(12, 29);
+  for (auto& v : x) v *= 5;
+  auto expected = map_values(x, [](float v) { return v * std::min(std::max(v + 3.0f, 0.0f), 6.0f) / 6.0f; });
+  for (int variant = 0; variant < 4; ++variant) {
+    INFO("variant " << variant);
+    OnnxModel m(13);
+    m.input("x", xs.to_vector()).output("y");
+    m.init("three", {}, {3.0f}).init("zero", {}, {0.0f}).init("six", {}, {6.0f}).init("sixth", {}, {1.0f / 6.0f});
+    m.node("Add", {variant == 3 ? "three" : "x", variant == 3 ? "x" : "three"}, {"a"});
+    m.node("Clip", {"a", "zero", "six"}, {"c"});
+    if (variant == 0 || variant == 3) {  // Paddle: (x * clip) / 6
+      m.node("Mul", {"x", "c"}, {"m"});
+      m.node("Div", {"m", "six"}, {"y"});
+    } else if (variant == 1) {  // (clip * x) * (1/6)
+      m.node("Mul", {"c", "x"}, {"m"});
+      m.node("Mul", {"sixth", "m"}, {"y"});
+    } else {  // x * (clip / 6)
+      m.node("Div", {"c", "six"}, {"d"});
+      m.node("Mul", {"d", "x"}, {"y"});
+    }
+    Net net = import_onnx(m.save("hardswish.onnx"));
+    CHECK(net.layers().size() == 1);
+    CHECK(count_layers(net, "hardswish") == 1);
+    CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < kTol);
+  }
+  // Not HardSwish: another bound, or the clip read elsewhere too: the nodes stay.
+  for (int variant = 0; variant < 2; ++variant) {
+    OnnxModel m(13);
+    m.input("x", xs.to_vector()).output("y");
+    m.init("three", {}, {3.0f}).init("zero", {}, {0.0f}).init("six", {}, {variant == 0 ? 5.0f : 6.0f});
+    m.node("Add", {"x", "three"}, {"a"});
+    m.node("Clip", {"a", "zero", "six"}, {"c"});
+    m.node("Mul", {"x", "c"}, {"m"});
+    m.node("Div", {"m", "six"}, {"q"});
+    m.node("Add", {"q", variant == 1 ? "c" : "q"}, {"y"});
+    Net net = import_onnx(m.save("not_hardswish.onnx"));
+    CHECK(count_layers(net, "hardswish") == 0);
+  }
+}
+
 TEST_CASE("GELU: a pattern whose nodes lack outputs or inputs is not matched, never read past them", "[onnx][gelu]") {
   // Fuzzing found it (fuzz/regressions/onnx_import/gelu-add-without-output):
   // the matcher read the Add's output 0, which it did not have.
