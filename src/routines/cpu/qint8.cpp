@@ -187,7 +187,9 @@ void transpose_to_nchw(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t
 
 /// Weights per output channel, symmetric (the project's convention, core/weight_quant.hpp).
 using QuantWeights = core::ChannelQuantized;
-QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k) { return core::quantize_per_channel(w, oc, k); }
+QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k, int qmax = 127) {
+  return core::quantize_per_channel(w, oc, k, qmax);
+}
 int32_t quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
 float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
   return ep.act == Epilogue::linear ? static_cast<float>(double(s_in) * double(s_w) / double(s_out))
@@ -239,7 +241,7 @@ class GemmConv final : public PreparedRoutine {
           for (int64_t ki = 0; ki < g.kh; ++ki)
             for (int64_t kj = 0; kj < g.kw; ++kj)
               wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] = w[((o * icg_ + ic) * g.kh + ki) * g.kw + kj];
-      QuantWeights qw = core::quantize_per_channel(wk.data(), g.oc, k_, kernel_qmax(kernel));
+      QuantWeights qw = quantise_weights(wk.data(), g.oc, k_, kernel_qmax(kernel));
       pw.packed = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
       pw.bias.assign(static_cast<std::size_t>(blocks * 16), 0);
       pw.mult.assign(static_cast<std::size_t>(blocks * 16), 0.0f);

@@ -16,22 +16,38 @@ namespace {
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-template <int MR>
-void tile(const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, const Epilogue& ep, int8_t* dst, int64_t ldd,
+/// One K step of a GEMM tile: 4 bytes of each activation row (an int16 pair or
+/// a u8 quad) against 64 bytes of packed weights (16 lanes), into int32 lanes.
+struct Int16Pairs {  // vpmaddwd: exact for any 8-bit weights
+  static __m256i dot(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
+};
+/// vpmaddubsw (u8 x s8 pairs into int16, saturating) then vpmaddwd by ones
+/// (pairs of those into int32): four products per int32 lane in two
+/// instructions, half the multiplies per product of Int16Pairs. Exact while
+/// every pair sum fits int16: weights within [-63, 63] (the caller's 7-bit
+/// quantisation) give |u0*w0 + u1*w1| <= 2 * 255 * 63 = 32130.
+struct U8S8Quads {
+  static __m256i dot(__m256i a, __m256i b) { return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)); }
+};
+
+/// C[r][j] (r < MR, j < 16) = sum over `ksteps` steps of Step::dot, then the
+/// epilogue. u: rows `ldu` bytes apart; v: 64 bytes per step (64-byte aligned).
+template <class Step, int MR>
+void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilogue& ep, int8_t* dst, int64_t ldd,
           int nvalid) {
   __m256i c0[MR], c1[MR];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
-  for (int64_t k = 0; k < k2; ++k) {
-    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 32));
-    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 32 + 16));
+  for (int64_t k = 0; k < ksteps; ++k) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64 + 32));
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, u + r * ldu + 2 * k, 4);
-      const __m256i a = _mm256_set1_epi32(pair);
-      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(a, b0));
-      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(a, b1));
+      int32_t four;
+      std::memcpy(&four, u + r * ldu + 4 * k, 4);
+      const __m256i a = _mm256_set1_epi32(four);
+      c0[r] = _mm256_add_epi32(c0[r], Step::dot(a, b0));
+      c1[r] = _mm256_add_epi32(c1[r], Step::dot(a, b1));
     }
   }
   const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
@@ -41,6 +57,18 @@ void tile(const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, const Epi
   for (int r = 0; r < MR; ++r)
     store16(requant8(_mm256_add_epi32(c0[r], bias0), m0, ep), requant8(_mm256_add_epi32(c1[r], bias1), m1, ep),
             dst + r * ldd, nvalid);
+}
+
+/// gemm_tile and gemm_tile_u8s8: row counts 1..4 as template arguments.
+template <class Step>
+void tile_rows(int mr, const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilogue& ep, int8_t* dst,
+               int64_t ldd, int nvalid) {
+  switch (mr) {
+    case 1: return tile<Step, 1>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
+    case 2: return tile<Step, 2>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
+    case 3: return tile<Step, 3>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
+    default: return tile<Step, 4>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
+  }
 }
 
 template <int MR>
@@ -70,39 +98,6 @@ void tile_partial(const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, i
   }
 }
 
-/// vpmaddubsw (u8 x s8 pairs into int16, saturating) then vpmaddwd by ones
-/// (pairs of those into int32): four products per int32 lane in two
-/// instructions, half the multiplies per product of the int16 kernel above.
-/// Exact while every pair sum fits int16: weights within [-63, 63] (the
-/// caller's 7-bit quantisation) give |u0*w0 + u1*w1| <= 2 * 255 * 63 = 32130.
-template <int MR>
-void tile_u8s8(const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst, int64_t ldd,
-               int nvalid) {
-  __m256i c0[MR], c1[MR];
-  const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
-  for (int64_t k = 0; k < k4; ++k) {
-    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64));
-    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64 + 32));
-#pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r) {
-      int32_t quad;
-      std::memcpy(&quad, u + r * ldu + 4 * k, 4);
-      const __m256i a = _mm256_set1_epi32(quad);
-      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));
-      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
-    }
-  }
-  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
-  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
-  const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r)
-    store16(requant8(_mm256_add_epi32(c0[r], bias0), m0, ep), requant8(_mm256_add_epi32(c1[r], bias1), m1, ep),
-            dst + r * ldd, nvalid);
-}
-
 /// 16 int8 (the first n, the rest 0) minus zp as 16 int16.
 inline __m256i load16_minus(const int8_t* p, int64_t n, __m256i zp) {
   __m128i b;
@@ -127,12 +122,8 @@ inline int32_t clamp32(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo :
 void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, const Epilogue& ep, int8_t* dst,
                int64_t ldd, int nvalid) {
   static_assert(kTileM == 4);
-  switch (mr) {
-    case 1: return tile<1>(u, ldu, v, k2, ep, dst, ldd, nvalid);
-    case 2: return tile<2>(u, ldu, v, k2, ep, dst, ldd, nvalid);
-    case 3: return tile<3>(u, ldu, v, k2, ep, dst, ldd, nvalid);
-    default: return tile<4>(u, ldu, v, k2, ep, dst, ldd, nvalid);
-  }
+  tile_rows<Int16Pairs>(mr, reinterpret_cast<const char*>(u), ldu * 2, reinterpret_cast<const char*>(v), k2, ep, dst, ldd,
+                        nvalid);
 }
 
 void gemm_tile_partial(int mr, const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, int32_t* acc, bool first) {
@@ -147,12 +138,7 @@ void gemm_tile_partial(int mr, const int16_t* u, int64_t ldu, const int16_t* v, 
 void gemm_tile_u8s8(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
                     int64_t ldd, int nvalid) {
   static_assert(kTileMU8S8 == 4);
-  switch (mr) {
-    case 1: return tile_u8s8<1>(u, ldu, v, k4, ep, dst, ldd, nvalid);
-    case 2: return tile_u8s8<2>(u, ldu, v, k4, ep, dst, ldd, nvalid);
-    case 3: return tile_u8s8<3>(u, ldu, v, k4, ep, dst, ldd, nvalid);
-    default: return tile_u8s8<4>(u, ldu, v, k4, ep, dst, ldd, nvalid);
-  }
+  tile_rows<U8S8Quads>(mr, reinterpret_cast<const char*>(u), ldu, reinterpret_cast<const char*>(v), k4, ep, dst, ldd, nvalid);
 }
 
 void to_u8(const int8_t* x, uint8_t* y, int64_t n) {
