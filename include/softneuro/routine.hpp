@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 6;
+inline constexpr uint32_t abi_version = 7;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -114,7 +114,15 @@ struct LayerInfo {
   std::vector<QuantParams> output_quant;  ///< empty unless calibrated
   /// In prepare: the model's store of derived weights (nullptr: build your own).
   SharedWeights* shared = nullptr;
+  /// In prepare: the session's memory limit in bytes (0: none). A routine whose
+  /// own tables grow with the shapes checks them against it before allocating
+  /// (check_prepare_bytes), as the executor checks blobs and workspaces.
+  std::size_t memory_limit = 0;
 };
+
+/// Throws Error naming the layer and field `memory_limit` where `bytes` that
+/// prepare is about to allocate for `what` exceed info.memory_limit.
+void check_prepare_bytes(const LayerInfo& info, std::size_t bytes, std::string_view what);
 
 /// `make()` (a T) from the model's shared store where `info` has one, else a copy of one's own.
 template <class T, class F>

@@ -121,6 +121,7 @@ int Executor::convert(int slot, const Schema& want, const std::string& consumer,
   step->layer = &step->adapt_layer;
   const Shape& shape = blobs_[static_cast<std::size_t>(slot)].shape();
   step->info.layer = step->layer;
+  step->info.memory_limit = memory_limit_;
   step->info.input_shapes = {shape};
   step->info.output_shapes = {shape};
   step->info.input_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
@@ -175,6 +176,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   step->parent = parent;
   step->layer = &layer;
   step->info.layer = &layer;
+  step->info.memory_limit = memory_limit_;
   for (int s : input_slots) {
     step->info.input_shapes.push_back(blobs_[static_cast<std::size_t>(s)].shape());
     step->info.input_quant.push_back(blobs_[static_cast<std::size_t>(s)].quant());
@@ -348,6 +350,7 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
       graph_(specialized_ ? *specialized_ : given),
       path_(path ? *path : given.routine_path),
       schemas_(std::move(schemas)),
+      memory_limit_(memory_limit),
       io_schema_(io_schema),
       weights_(std::move(weights)) {
   const Graph& graph = graph_;

@@ -111,6 +111,7 @@ class Executor {
   const Graph& graph_;
   const RoutinePath& path_;
   std::vector<std::string> schemas_;  ///< allowed schemas (empty: any)
+  std::size_t memory_limit_ = 0;      ///< the session's (0: none), told to routines in prepare
   bool allowed(const Schema& s) const;
   Schema io_schema_;
   std::shared_ptr<WeightStore> weights_;  ///< of the net inputs and outputs

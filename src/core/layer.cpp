@@ -142,4 +142,11 @@ std::vector<RoutineParams> param_combinations(const std::vector<RoutineParamSpec
   return out;
 }
 
+void check_prepare_bytes(const LayerInfo& info, std::size_t bytes, std::string_view what) {
+  if (info.memory_limit && bytes > info.memory_limit)
+    throw Error(fmt::format("{} would take {} bytes, more than the session's memory limit of {} bytes", what, bytes,
+                            info.memory_limit),
+                {}, info.layer ? info.layer->name : std::string(), "memory_limit");
+}
+
 }  // namespace softneuro

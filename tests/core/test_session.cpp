@@ -189,6 +189,25 @@ TEST_CASE("session: bad options are clear errors", "[session]") {
     CHECK(e.field() == "memory_limit");
     CHECK(e.layer() == "sum");
   }
+
+  // A routine's own tables count too: cpu/resample's index tables for an
+  // output [1,1,2^22,1] take 168 MB, its blob 16 MB (prepared before: the
+  // tables of [1,1,2^31,1] asked for 86 GB under any limit).
+  Layer up;
+  up.name = "up";
+  up.type = "resize";
+  up.inputs = {"x"};
+  up.outputs = {"y"};
+  up.params["sizes"] = std::vector<int64_t>{1, 1, int64_t{1} << 22, 1};
+  Model tall = Model::build("tall", {{"x", Shape{1, 1, 2, 1}, DType::float32}}, {up}, {"y"});
+  try {
+    Session s(tall, SessionOptions{1, std::size_t{64} << 20});
+    FAIL("resize tables larger than the memory limit were allocated");
+  } catch (const Error& e) {
+    CHECK(e.field() == "memory_limit");
+    CHECK(e.layer() == "up");
+    CHECK(std::string(e.what()).find("tables") != std::string::npos);
+  }
 }
 
 TEST_CASE("session: schemas restrict the routines a session runs, tuned ones included", "[session]") {

@@ -47,7 +47,7 @@ std::vector<Tap> taps(const core::ResizeAxis& a, bool linear) {
 class PreparedResample final : public PreparedRoutine {
  public:
   explicit PreparedResample(const LayerInfo& info)
-      : g_(core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0])),
+      : g_(checked_geometry(info)),
         planes_(info.input_shapes[0][0] * info.input_shapes[0][1]),
         rows_(taps(g_.h, g_.linear)),
         cols_(taps(g_.w, g_.linear)) {
@@ -59,6 +59,16 @@ class PreparedResample final : public PreparedRoutine {
       any_outside_ = any_outside_ || c.outside;
     }
     for (const Tap& r : rows_) any_outside_ = any_outside_ || r.outside;
+  }
+
+  /// The geometry, once the tables for it are known to fit the memory limit
+  /// (an output [1,1,2^31,1] asks for 86 GB of row taps).
+  static core::ResizeGeometry checked_geometry(const LayerInfo& info) {
+    core::ResizeGeometry g = core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0]);
+    const auto rows = static_cast<std::size_t>(g.h.out), cols = static_cast<std::size_t>(g.w.out);
+    check_prepare_bytes(info, (rows + cols) * sizeof(Tap) + cols * (2 * sizeof(int64_t) + sizeof(float)),
+                        "cpu/resample's index tables");
+    return g;
   }
 
   void run(const RunArgs& a) override {
