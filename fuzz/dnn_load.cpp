@@ -1,4 +1,4 @@
-// The .dnn loader: load (header, flatbuffer, weights, the model verifier),
+// The .dnn loader: load from memory (header, flatbuffer, weights, the model verifier),
 // prepare a session and run it once on a small zero input. The harness
 // writes the file size and checksum the input's header should have, so that
 // mutations reach the parts behind the checksum (an attacker recomputes it).
@@ -21,9 +21,8 @@ int dnn_load(const uint8_t* data, std::size_t size) {
     const uint64_t sum = softneuro::core::xxh64(file.data() + 64, file.size() - 64, softneuro::core::xxh64(file.data(), 56));
     std::memcpy(file.data() + 56, &sum, 8);
   }
-  const std::string path = write_scratch("model.dnn", file.data(), file.size());
   try {
-    run_once(softneuro::Model::load(path));
+    run_once(softneuro::Model::load_bytes(file.data(), file.size(), "model.dnn"));
   } catch (const softneuro::Error&) {
   }
   return 0;

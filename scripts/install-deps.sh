@@ -5,7 +5,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(
-  build-essential cmake pkg-config ninja-build
+  build-essential cmake pkg-config ninja-build ccache  # ccache: the sanitizer and fuzzing rebuilds (CMakeLists.txt)
   libeigen3-dev libdnnl-dev libxnnpack-dev libpthreadpool-dev libcpuinfo-dev
   flatbuffers-compiler libflatbuffers-dev libfmt-dev catch2
   libonnx-dev libprotobuf-dev protobuf-compiler

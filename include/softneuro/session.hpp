@@ -68,6 +68,10 @@ class Model {
   /// fully (format version, checksum, every index and size). Throws
   /// softneuro::Error naming the file, layer and field at fault.
   static Model load(const std::string& path);
+  /// Reads a .dnn file's bytes from memory (a model embedded in the app or
+  /// read from an asset), copied into memory the model owns, and checks them
+  /// as load() does; `name` stands for the file in error messages.
+  static Model load_bytes(const void* data, std::size_t size, const std::string& name = "<memory>");
   /// Builds a model in code from layers of the documented layer types
   /// (docs/layer-types.md), e.g. a generated test model. The
   /// layers may come in any order; blobs are named by the layers' inputs and

@@ -85,22 +85,22 @@ bool converts(const Step& s, const Schema& from, const LayerInfo& base) {
   }
 }
 
-/// Every shortest chain of single-step adapts from -> to (none: empty; a
-/// direct conversion: one chain of one step), ordered by the bytes of their
-/// intermediate blobs, then by their text, so an index ("via") names one
-/// chain reproducibly. At most kMaxChains are kept.
 constexpr std::size_t kMaxChains = 8;
-std::vector<std::vector<Step>> find_chains(const Schema& from, const Schema& to, const LayerInfo& base) {
+using Chains = std::vector<std::vector<Step>>;
+
+/// Every shortest chain of single-step adapts from -> to (none: empty; a
+/// direct conversion: one chain of one step). Which adapts convert depends
+/// on the schemas, the blob's rank and quantisation only, so the result
+/// serves every shape of that rank (cached by ChainAdapt).
+Chains search_chains(const Schema& from, const Schema& to, const LayerInfo& base) {
   const auto steps = single_step_adapts();
-  const Shape& shape = base.input_shapes.at(0);
   // Breadth-first over partial chains; a schema is not visited twice within a chain.
   struct Partial {
     std::vector<int> steps;
     Schema at;
-    std::size_t bytes = 0;
   };
-  std::vector<Partial> frontier{{{}, from, 0}};
-  std::vector<std::pair<std::size_t, std::vector<Step>>> found;
+  std::vector<Partial> frontier{{{}, from}};
+  Chains found;
   std::map<std::pair<std::string, std::size_t>, bool> can;  // (schema, step) -> converts
   auto converts_from = [&](const Schema& at, std::size_t k) {
     auto key = std::make_pair(at.to_string(), k);
@@ -117,34 +117,46 @@ std::vector<std::vector<Step>> find_chains(const Schema& from, const Schema& to,
         bool revisits = false;
         for (int i : p.steps) revisits = revisits || steps[static_cast<std::size_t>(i)].to == s.to;
         if (revisits || !converts_from(p.at, k)) continue;
-        Partial q{p.steps, s.to, p.bytes + (p.steps.empty() ? 0 : storage_bytes(shape, p.at.dtype, p.at.layout))};
+        Partial q{p.steps, s.to};
         q.steps.push_back(static_cast<int>(k));
         if (s.to == to) {
           std::vector<Step> chain;
           for (int i : q.steps) chain.push_back(steps[static_cast<std::size_t>(i)]);
-          found.push_back({q.bytes, std::move(chain)});
+          found.push_back(std::move(chain));
         } else if (reaching[s.to.to_string()]++ < kMaxChains) {
           next.push_back(std::move(q));
         }
       }
     frontier = std::move(next);
   }
-  std::vector<std::vector<Step>> out;
-  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+  return found;
+}
+
+/// The chains ordered by the bytes of their intermediate blobs at `shape`, then
+/// by their text, so an index ("via") names one chain reproducibly at a shape;
+/// at most kMaxChains.
+Chains ordered(const Chains& chains, const Shape& shape) {
+  std::vector<std::pair<std::size_t, const std::vector<Step>*>> keyed;
+  for (const auto& c : chains) {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i + 1 < c.size(); ++i) bytes += storage_bytes(shape, c[i].to.dtype, c[i].to.layout);
+    keyed.push_back({bytes, &c});
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first < b.first;
     std::string ta, tb;
-    for (const auto& s : a.second) ta += s.descriptor + ' ';
-    for (const auto& s : b.second) tb += s.descriptor + ' ';
+    for (const auto& s : *a.second) ta += s.descriptor + ' ';
+    for (const auto& s : *b.second) tb += s.descriptor + ' ';
     return ta < tb;
   });
-  for (auto& f : found)
-    if (out.size() < kMaxChains) out.push_back(std::move(f.second));
+  Chains out;
+  for (const auto& k : keyed)
+    if (out.size() < kMaxChains) out.push_back(*k.second);
   return out;
 }
 
 /// The chain `via` names (the first when out of range), or empty.
-std::vector<Step> find_chain(const Schema& from, const Schema& to, const LayerInfo& base, int64_t via = 0) {
-  auto chains = find_chains(from, to, base);
+std::vector<Step> pick_chain(const Chains& chains, int64_t via) {
   if (chains.empty()) return {};
   return chains[static_cast<std::size_t>(via >= 0 && via < static_cast<int64_t>(chains.size()) ? via : 0)];
 }
@@ -196,38 +208,19 @@ class ChainAdapt final : public Routine {
     const Schema from = Schema::parse(info.layer->get_string("from"));
     if (from == to) return Support::no("nothing to convert");
     if (from.device != Device::cpu) return Support::no("composes CPU adapts only");
-    const std::string key = cache_key(info, from, to);
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-    }
-    // Not under our lock: the registry calls other routines' supports().
-    auto chain = find_chain(from, to, info);
-    Support s = chain.empty() ? Support::no(fmt::format("no chain of at most {} adapts converts {} to {}", kMaxSteps,
-                                                        from.to_string(), to.to_string()))
-                : chain.size() == 1 ? Support::no(fmt::format("a single adapt converts this pair ({})", chain[0].descriptor))
-                                    : Support::yes();
-    std::lock_guard lock(mutex_);
-    if (cache_.size() >= kCacheEntries) cache_.clear();  // bounded over any number of quantisations
-    cache_[key] = s;
-    return s;
+    const auto chains = chains_of(info, from, to);
+    if (chains->empty())
+      return Support::no(fmt::format("no chain of at most {} adapts converts {} to {}", kMaxSteps, from.to_string(), to.to_string()));
+    if (chains->front().size() == 1)
+      return Support::no(fmt::format("a single adapt converts this pair ({})", chains->front()[0].descriptor));
+    return Support::yes();
   }
 
   /// Several shortest chains (e.g. quantise then reorder, or reorder then
   /// quantise): the tuner measures each and keeps the cheapest.
   std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema& to) const override {
-    const std::string key = cache_key(info, Schema::parse(info.layer->get_string("from")), to);
-    int64_t n = 0;
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = count_cache_.find(key); it != count_cache_.end()) n = it->second;
-    }
-    if (n == 0) {
-      n = static_cast<int64_t>(find_chains(Schema::parse(info.layer->get_string("from")), to, info).size());
-      std::lock_guard lock(mutex_);
-      if (count_cache_.size() >= kCacheEntries) count_cache_.clear();
-      count_cache_[key] = std::max<int64_t>(1, n);
-    }
+    const auto n = static_cast<int64_t>(
+        std::min(kMaxChains, chains_of(info, Schema::parse(info.layer->get_string("from")), to)->size()));
     if (n < 2) return {};
     RoutineParamSpec via{"via", {}};
     for (int64_t i = 0; i < n; ++i) via.choices.push_back(i);
@@ -236,7 +229,7 @@ class ChainAdapt final : public Routine {
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& to, const RoutineParams& params) const override {
     const Schema from = Schema::parse(info.layer->get_string("from"));
-    auto chain = find_chain(from, to, info, routine_param(params, "via", 0));
+    auto chain = pick_chain(ordered(*chains_of(info, from, to), info.input_shapes.at(0)), routine_param(params, "via", 0));
     if (chain.size() < 2)
       throw Error(fmt::format("no chain of adapts converts {} to {}", from.to_string(), to.to_string()));
     auto prepared = std::make_unique<Chain>();
@@ -267,7 +260,8 @@ class ChainAdapt final : public Routine {
 
   /// For messages and tests: the steps this routine would take.
   static std::string describe(const LayerInfo& info, const Schema& to, int64_t via = 0) {
-    return chain_text(find_chain(Schema::parse(info.layer->get_string("from")), to, info, via));
+    const Chains all = search_chains(Schema::parse(info.layer->get_string("from")), to, info);
+    return chain_text(pick_chain(ordered(all, info.input_shapes.at(0)), via));
   }
 
  private:
@@ -282,12 +276,27 @@ class ChainAdapt final : public Routine {
       q = fmt::format("{}:{}:{}", p.axis, fmt::join(p.scales, ","), fmt::join(p.zero_points, ","));
     }
     return fmt::format("{}>{}|r{}|q{}|n{}", from.to_string(), to.to_string(), info.input_shapes.at(0).rank(), q,
-                       core::RoutineRegistry::instance().descriptors("adapt").size());
+                       core::RoutineRegistry::instance().routine_count());
+  }
+  /// The shortest chains for this conversion (unordered), searched once per cache key
+  /// (supports, param_space and prepare each searched again: a fifth of
+  /// session creation for small models).
+  std::shared_ptr<const Chains> chains_of(const LayerInfo& info, const Schema& from, const Schema& to) const {
+    const std::string key = cache_key(info, from, to);
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    }
+    // Not under our lock: the search calls other routines' supports().
+    auto chains = std::make_shared<const Chains>(search_chains(from, to, info));
+    std::lock_guard lock(mutex_);
+    if (cache_.size() >= kCacheEntries) cache_.clear();  // bounded over any number of quantisations
+    cache_[key] = chains;
+    return chains;
   }
   static constexpr std::size_t kCacheEntries = 4096;
   mutable std::mutex mutex_;
-  mutable std::map<std::string, Support> cache_;
-  mutable std::map<std::string, int64_t> count_cache_;  // chains per key (param_space)
+  mutable std::map<std::string, std::shared_ptr<const Chains>> cache_;
 };
 
 SOFTNEURO_REGISTER_ROUTINE(ChainAdapt);

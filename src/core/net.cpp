@@ -193,10 +193,11 @@ void check_tuned_conditions(const core::Graph& g, const std::string& path) {
                path, tuned_wait, openmp_wait());
 }
 
-core::Graph read_checked(const std::string& path) {
+/// A .dnn file read and checked: from `path`, or from `bytes` (then `path` names them in messages).
+core::Graph read_checked(const std::string& path, const void* bytes = nullptr, std::size_t size = 0) {
   core::Graph g;
   try {
-    g = core::read_dnn(path);
+    g = bytes ? core::read_dnn_bytes(bytes, size, path) : core::read_dnn(path);
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
@@ -259,6 +260,14 @@ Model::Model(std::shared_ptr<const detail::ModelImpl> impl) : impl_(std::move(im
 Model Model::load(const std::string& path) {
   auto impl = std::make_shared<detail::ModelImpl>();
   impl->build(detail::read_checked(path), path);
+  return Model(std::move(impl));
+}
+
+Model Model::load_bytes(const void* data, std::size_t size, const std::string& name) {
+  if (!data && size) throw Error("no bytes to read (null data)", name);
+  static const unsigned char empty = 0;
+  auto impl = std::make_shared<detail::ModelImpl>();
+  impl->build(detail::read_checked(name, data ? data : &empty, size), name);
   return Model(std::move(impl));
 }
 

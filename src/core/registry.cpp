@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace softneuro {
 
@@ -86,6 +87,7 @@ void RoutineRegistry::add_all(std::vector<std::unique_ptr<Routine>> routines, co
     if (e.schemas.empty())
       throw Error(fmt::format("routine '{}' for {} lists no schema", routine->algorithm(), routine->layer_type()), origin);
     e.routine = std::move(routine);
+    e.type = std::string(e.routine->layer_type());
     e.origin = origin;
     fresh.push_back(std::move(e));
   }
@@ -94,7 +96,7 @@ void RoutineRegistry::add_all(std::vector<std::unique_ptr<Routine>> routines, co
   for (std::size_t i = 0; i < fresh.size(); ++i) {
     const Entry& e = fresh[i];
     auto clash = [&](const Entry& old) {
-      if (old.routine->layer_type() != e.routine->layer_type()) return;
+      if (old.type != e.type) return;
       for (const auto& [s, d] : old.schemas)
         for (const auto& [s2, d2] : e.schemas)
           if (d == d2)
@@ -102,17 +104,26 @@ void RoutineRegistry::add_all(std::vector<std::unique_ptr<Routine>> routines, co
                                     e.routine->layer_type(), old.origin),
                         origin);
     };
-    for (const auto& old : entries_) clash(old);
+    for (std::size_t k : of_type(e.type)) clash(entries_[k]);
     for (std::size_t j = 0; j < i; ++j) clash(fresh[j]);
   }
-  for (auto& e : fresh) entries_.push_back(std::move(e));
+  for (auto& e : fresh) {
+    by_type_[e.type].push_back(entries_.size());
+    entries_.push_back(std::move(e));
+  }
+}
+
+const std::vector<std::size_t>& RoutineRegistry::of_type(std::string_view layer_type) const {
+  static const std::vector<std::size_t> none;
+  auto it = by_type_.find(layer_type);
+  return it == by_type_.end() ? none : it->second;
 }
 
 std::vector<Candidate> RoutineRegistry::candidates(const LayerInfo& layer, const Schema& schema) const {
   std::vector<Candidate> out;
   std::lock_guard lock(mutex_);
-  for (const auto& e : entries_) {
-    if (e.routine->layer_type() != layer.layer->type) continue;
+  for (std::size_t k : of_type(layer.layer->type)) {
+    const Entry& e = entries_[k];
     for (const auto& [s, d] : e.schemas) {
       if (!(s == schema)) continue;
       Candidate c{e.routine.get(), s, d, {}};
@@ -131,10 +142,9 @@ std::vector<Candidate> RoutineRegistry::candidates(const LayerInfo& layer) const
   std::vector<Schema> schemas;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& e : entries_)
-      if (e.routine->layer_type() == layer.layer->type)
-        for (const auto& [s, d] : e.schemas)
-          if (std::find(schemas.begin(), schemas.end(), s) == schemas.end()) schemas.push_back(s);
+    for (std::size_t k : of_type(layer.layer->type))
+      for (const auto& [s, d] : entries_[k].schemas)
+        if (std::find(schemas.begin(), schemas.end(), s) == schemas.end()) schemas.push_back(s);
   }
   std::vector<Candidate> out;
   for (const auto& s : schemas) {
@@ -147,8 +157,8 @@ std::vector<Candidate> RoutineRegistry::candidates(const LayerInfo& layer) const
 const Routine* RoutineRegistry::find(std::string_view layer_type, std::string_view descriptor,
                                      Schema* schema) const {
   std::lock_guard lock(mutex_);
-  for (const auto& e : entries_) {
-    if (e.routine->layer_type() != layer_type) continue;
+  for (std::size_t k : of_type(layer_type)) {
+    const Entry& e = entries_[k];
     for (const auto& [s, d] : e.schemas)
       if (d == descriptor) {
         if (schema) *schema = s;
@@ -172,9 +182,8 @@ std::pair<int, int> RoutineRegistry::default_rank(std::string_view layer_type, s
   }
   const int unlisted = order == default_order_.end() ? 0 : static_cast<int>(order->second.size());
   int registered = 0;
-  for (const auto& e : entries_) {
-    if (e.routine->layer_type() != layer_type) continue;
-    for (const auto& [s, d] : e.schemas) {
+  for (std::size_t k : of_type(layer_type)) {
+    for (const auto& [s, d] : entries_[k].schemas) {
       if (d == descriptor) return {unlisted, registered};
       ++registered;
     }
@@ -215,27 +224,34 @@ Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& 
 
 Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, const Schema& preferred,
                                                      const std::function<bool(const Schema&)>& allowed) const {
-  auto all = candidates(layer);
-  const Candidate* best = nullptr;
-  std::pair<int, int> best_rank;
-  bool best_stays = false;
-  for (const auto& c : all) {
-    // The untuned default computes in float32 on the CPU; other dtypes and
-    // devices need calibration or transfers that only the tuner can weigh.
-    if (!c.support.ok || c.schema.dtype != DType::float32 || c.schema.device != Device::cpu) continue;
-    if (allowed && !allowed(c.schema)) continue;
-    const auto rank = default_rank(layer.layer->type, c.descriptor);
-    const bool stays = c.schema == preferred;
-    // An earlier tier wins; in one tier, staying in the input's schema, then list order.
-    const bool better = !best || rank.first < best_rank.first ||
-                        (rank.first == best_rank.first && (stays != best_stays ? stays : rank.second < best_rank.second));
-    if (better) {
-      best = &c;
-      best_rank = rank;
-      best_stays = stays;
+  // The untuned default computes in float32 on the CPU; other dtypes and
+  // devices need calibration or transfers that only the tuner can weigh.
+  // Ranked first, asked second: supports() only until one says yes (a
+  // oneDNN routine builds a primitive descriptor to answer).
+  struct Ranked {
+    const Entry* entry;
+    const Schema* schema;
+    const std::string* descriptor;
+    std::tuple<int, bool, int> rank;  // an earlier tier wins; in one tier, staying in the input's schema, then list order
+  };
+  std::vector<Ranked> order;
+  std::lock_guard lock(mutex_);
+  for (std::size_t k : of_type(layer.layer->type))
+    for (const auto& [s, d] : entries_[k].schemas) {
+      if (s.dtype != DType::float32 || s.device != Device::cpu || (allowed && !allowed(s))) continue;
+      const auto [tier, position] = default_rank(layer.layer->type, d);
+      order.push_back({&entries_[k], &s, &d, {tier, !(s == preferred), position}});
     }
+  std::stable_sort(order.begin(), order.end(), [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });
+  for (const Ranked& r : order) {
+    Candidate c{r.entry->routine.get(), *r.schema, *r.descriptor, {}};
+    try {
+      c.support = r.entry->routine->supports(layer, *r.schema);
+    } catch (const std::exception& ex) {
+      c.support = Support::no(fmt::format("supports() failed: {}", ex.what()));
+    }
+    if (c.support.ok) return c;
   }
-  if (best) return *best;
   return default_choice(layer, Schema{});  // throws, listing every routine's reason
 }
 
@@ -258,11 +274,16 @@ const RoutineRegistry::Alias* RoutineRegistry::alias(std::string_view descriptor
   return &it->second;
 }
 
+std::size_t RoutineRegistry::routine_count() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
 std::vector<std::string> RoutineRegistry::descriptors(std::string_view layer_type) const {
   std::vector<std::string> out;
   std::lock_guard lock(mutex_);
   for (const auto& e : entries_)
-    if (layer_type.empty() || e.routine->layer_type() == layer_type)
+    if (layer_type.empty() || e.type == layer_type)
       for (const auto& [s, d] : e.schemas)
         if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
   std::sort(out.begin(), out.end());

@@ -79,12 +79,16 @@ class RoutineRegistry {
   /// The alias of a descriptor that is no longer registered, or nullptr.
   const Alias* alias(std::string_view descriptor) const;
 
+  /// How many routines are registered: grows with each plugin, so caches of
+  /// what the registered routines can do key on it.
+  std::size_t routine_count() const;
   /// Every descriptor registered for a layer type ("" = all types), sorted.
   std::vector<std::string> descriptors(std::string_view layer_type = {}) const;
 
  private:
   struct Entry {
     std::unique_ptr<Routine> routine;
+    std::string type;  // routine->layer_type(), kept: lookups compare it often
     std::string origin;
     std::vector<std::pair<Schema, std::string>> schemas;  // with their descriptors
   };
@@ -92,6 +96,11 @@ class RoutineRegistry {
   std::map<std::string, Alias, std::less<>> aliases_;
   mutable std::recursive_mutex mutex_;  // recursive: a composing adapt (src/adapt/chain.cpp) asks the registry from supports()
   std::vector<Entry> entries_;
+  /// Indices into entries_ by layer type (session creation looks routines up
+  /// per layer and per adapt: a scan over every routine was a tenth of it).
+  std::map<std::string, std::vector<std::size_t>, std::less<>> by_type_;
+  /// The entries of a layer type (empty when none); call with mutex_ held.
+  const std::vector<std::size_t>& of_type(std::string_view layer_type) const;
 };
 
 }  // namespace softneuro::core

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <thread>
@@ -53,6 +55,30 @@ TEST_CASE("session: loading and inspecting a model prepares nothing", "[session]
   CHECK(model.impl().weights->built() == 0);
   Session s(model);
   CHECK(model.impl().weights->built() > 0);  // the demo's oneDNN convolutions reorder their weights
+}
+
+TEST_CASE("session: a model loaded from memory runs as the file does", "[session]") {
+  std::ifstream f(SOFTNEURO_DEMO_MODEL, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  REQUIRE(!bytes.empty());
+  Model from_file = Model::load(SOFTNEURO_DEMO_MODEL);
+  Model from_memory = Model::load_bytes(bytes.data(), bytes.size(), "demo.dnn");
+  auto in = random_inputs(from_file, 7);
+  CHECK(same(Session(from_file).run(in), Session(from_memory).run(in)));
+  // The model owns a copy: the caller's bytes may go.
+  std::vector<char> scratch = bytes;
+  Model copied = Model::load_bytes(scratch.data(), scratch.size());
+  std::fill(scratch.begin(), scratch.end(), 0);
+  CHECK(same(Session(from_file).run(in), Session(copied).run(in)));
+  // Bad bytes: an Error naming what stands for the file.
+  try {
+    Model::load_bytes(bytes.data(), 100, "asset:model.dnn");
+    FAIL("a truncated model loaded");
+  } catch (const Error& e) {
+    CHECK(e.file() == "asset:model.dnn");
+  }
+  CHECK_THROWS_AS(Model::load_bytes(nullptr, 10), Error);
+  CHECK_THROWS_AS(Model::load_bytes(nullptr, 0), Error);
 }
 
 TEST_CASE("session: sessions of one model share derived weights", "[session]") {
