@@ -215,17 +215,41 @@ int cmd_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+/// A CPU blob's values as doubles, whatever its dtype (a typed output's indices or flags).
+std::vector<double> values_of(const sn::Blob& b) {
+  std::vector<double> v(static_cast<std::size_t>(b.numel()));
+  auto fill = [&](auto t) {
+    const auto* p = b.data_as<decltype(t)>();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
+  };
+  switch (b.dtype()) {
+    case sn::DType::float64: fill(double{}); break;
+    case sn::DType::int8: fill(int8_t{}); break;
+    case sn::DType::uint8: fill(uint8_t{}); break;
+    case sn::DType::boolean: fill(uint8_t{}); break;
+    case sn::DType::int16: fill(int16_t{}); break;
+    case sn::DType::uint16: fill(uint16_t{}); break;
+    case sn::DType::int32: fill(int32_t{}); break;
+    case sn::DType::uint32: fill(uint32_t{}); break;
+    case sn::DType::int64: fill(int64_t{}); break;
+    case sn::DType::uint64: fill(uint64_t{}); break;
+    default: fill(float{}); break;
+  }
+  return v;
+}
+
 void print_output(const sn::NamedBlob& out, int top) {
   const sn::Blob& b = out.blob;
-  const float* p = b.data_as<float>();
+  const std::vector<double> p = values_of(b);
   int64_t n = b.numel();
   double sum = 0, mn = n ? p[0] : 0, mx = n ? p[0] : 0;
-  for (int64_t i = 0; i < n; ++i) {
-    sum += p[i];
-    mn = std::min<double>(mn, p[i]);
-    mx = std::max<double>(mx, p[i]);
+  for (double v : p) {
+    sum += v;
+    mn = std::min(mn, v);
+    mx = std::max(mx, v);
   }
-  fmt::print("output {} {}: min {:.6g} max {:.6g} mean {:.6g}\n", out.name, b.shape().to_string(), mn, mx,
+  fmt::print("output {} {}{}: min {:.6g} max {:.6g} mean {:.6g}\n", out.name, b.shape().to_string(),
+             b.dtype() == sn::DType::float32 ? "" : fmt::format(" {}", sn::to_string(b.dtype())), mn, mx,
              n ? sum / static_cast<double>(n) : 0.0);
   if (top <= 0 || n < 2) return;
   // Top-K over the last dimension of the first row (a batch-1 classifier's scores).
@@ -233,9 +257,10 @@ void print_output(const sn::NamedBlob& out, int top) {
   std::vector<int64_t> idx(static_cast<std::size_t>(row));
   std::iota(idx.begin(), idx.end(), 0);
   auto k = std::min<int64_t>(top, row);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](auto a, auto c) { return p[a] > p[c]; });
+  auto at = [&](int64_t i) { return p[static_cast<std::size_t>(i)]; };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](auto a, auto c) { return at(a) > at(c); });
   fmt::print("  top-{}:", k);
-  for (int64_t i = 0; i < k; ++i) fmt::print(" #{}={:.6g}", idx[static_cast<std::size_t>(i)], p[idx[static_cast<std::size_t>(i)]]);
+  for (int64_t i = 0; i < k; ++i) fmt::print(" #{}={:.6g}", idx[static_cast<std::size_t>(i)], at(idx[static_cast<std::size_t>(i)]));
   fmt::print("\n");
 }
 
@@ -377,24 +402,50 @@ int cmd_tune(const std::vector<std::string>& args) {
   return 0;
 }
 
-/// The inputs of a run: from .npy files where given (NAME=FILE), else seeded random normal values.
+/// A seeded random input: normal values, or for a typed input small integers
+/// (0..9: valid token ids and indices of any small table), 0/1 for bool.
+sn::Blob random_input(const sn::TensorInfo& t, std::mt19937& rng) {
+  sn::Blob b = sn::Blob::allocate(t.shape, t.dtype);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> digit(0, t.dtype == sn::DType::boolean ? 1 : 9);
+  auto fill = [&](auto v) {
+    using T = decltype(v);
+    auto* p = b.data_as<T>();
+    for (int64_t i = 0; i < b.numel(); ++i) p[i] = std::is_floating_point_v<T> ? static_cast<T>(normal(rng)) : static_cast<T>(digit(rng));
+  };
+  switch (t.dtype) {
+    case sn::DType::float32: fill(float{}); break;
+    case sn::DType::float64: fill(double{}); break;
+    case sn::DType::int8: fill(int8_t{}); break;
+    case sn::DType::uint8: case sn::DType::boolean: fill(uint8_t{}); break;
+    case sn::DType::int16: fill(int16_t{}); break;
+    case sn::DType::uint16: fill(uint16_t{}); break;
+    case sn::DType::int32: fill(int32_t{}); break;
+    case sn::DType::uint32: fill(uint32_t{}); break;
+    case sn::DType::int64: fill(int64_t{}); break;
+    case sn::DType::uint64: fill(uint64_t{}); break;
+    default: throw sn::Error(fmt::format("no random values for input '{}' of dtype {}", t.name, sn::to_string(t.dtype)), {}, {}, t.name);
+  }
+  return b;
+}
+
+/// The inputs of a run: from .npy files where given (NAME=FILE), else seeded random values.
 std::vector<sn::NamedBlob> make_inputs(const std::vector<sn::TensorInfo>& wanted, std::map<std::string, std::string> files,
                                        unsigned seed) {
   std::vector<sn::NamedBlob> inputs;
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const auto& t : wanted) {
     auto it = files.find(t.name);
     if (it != files.end()) {
       sn::Blob b = sn::load_npy(it->second);
-      if (b.dtype() != sn::DType::float32)
-        throw sn::Error(fmt::format("input '{}' must be float32, the file holds {}", t.name, sn::to_string(b.dtype())), it->second);
+      if (b.dtype() != t.dtype)
+        throw sn::Error(fmt::format("input '{}' must be {}, the file holds {}", t.name, sn::to_string(t.dtype),
+                                    sn::to_string(b.dtype())),
+                        it->second);
       inputs.push_back({t.name, b});
       files.erase(it);
     } else {
-      sn::Blob b = sn::Blob::allocate(t.shape);
-      for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = normal(rng);
-      inputs.push_back({t.name, b});
+      inputs.push_back({t.name, random_input(t, rng)});
     }
   }
   if (!files.empty()) throw Usage(fmt::format("the net has no input named '{}'", files.begin()->first));
@@ -480,7 +531,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       while (!go.load()) std::this_thread::yield();
       if (!session || abandon.load()) return;
       std::vector<sn::NamedBlob> out;
-      for (const auto& t : model.outputs()) out.push_back({t.name, sn::Blob::allocate(session->output_shape(t.name))});
+      for (const auto& t : model.outputs()) out.push_back({t.name, sn::Blob::allocate(session->output_shape(t.name), t.dtype)});
       const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
       for (int r = 0; runs ? r < runs : std::chrono::steady_clock::now() < end; ++r) {
         auto t0 = std::chrono::steady_clock::now();

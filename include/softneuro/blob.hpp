@@ -13,7 +13,22 @@
 namespace softneuro {
 
 /// Element type of a blob. qint8/quint8 carry scale and zero point (QuantParams).
-enum class DType : uint8_t { float32 = 0, float16, bfloat16, qint8, quint8, int32, int64 };
+/// float64 and the plain integer types (int8 ... uint64, boolean: one byte,
+/// 0 or 1) are those of a model's typed inputs and outputs (token ids, masks,
+/// indices): routines compute in float32, float16, bfloat16 or the quantised
+/// types, and a session converts a typed input or output at the net's edge,
+/// refusing a value that does not convert exactly (docs/api.md).
+enum class DType : uint8_t {
+  float32 = 0, float16, bfloat16, qint8, quint8, int32, int64,
+  float64, int8, uint8, int16, uint16, uint32, uint64, boolean
+};
+/// The last DType (file readers check codes against it).
+inline constexpr DType kLastDType = DType::boolean;
+/// Whether values of this type are integers (the plain integer types and boolean).
+constexpr bool is_integer(DType d) noexcept {
+  return d == DType::int32 || d == DType::int64 || d == DType::int8 || d == DType::uint8 || d == DType::int16 ||
+         d == DType::uint16 || d == DType::uint32 || d == DType::uint64 || d == DType::boolean;
+}
 
 /// Physical arrangement of a blob's elements. Shapes are always logical
 /// (N, C, H, W, ... for images); the layout says how they lie in memory.

@@ -7,12 +7,15 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 namespace softneuro {
 
 namespace {
-constexpr std::string_view kDTypes[] = {"float32", "float16", "bfloat16", "qint8", "quint8", "int32", "int64"};
+constexpr std::string_view kDTypes[] = {"float32", "float16", "bfloat16", "qint8", "quint8", "int32",  "int64",  "float64",
+                                        "int8",    "uint8",   "int16",    "uint16", "uint32", "uint64", "bool"};
+static_assert(std::size(kDTypes) == static_cast<std::size_t>(kLastDType) + 1);
 constexpr std::string_view kLayouts[] = {"nchw", "nhwc", "nchw8c", "nchw16c"};
 constexpr std::string_view kDevices[] = {"cpu", "cuda"};
 
@@ -33,10 +36,10 @@ Device parse_device(std::string_view s) { return parse_enum<Device>(s, kDevices,
 
 std::size_t dtype_size(DType d) {
   switch (d) {
-    case DType::float32: case DType::int32: return 4;
-    case DType::float16: case DType::bfloat16: return 2;
-    case DType::qint8: case DType::quint8: return 1;
-    case DType::int64: return 8;
+    case DType::float32: case DType::int32: case DType::uint32: return 4;
+    case DType::float16: case DType::bfloat16: case DType::int16: case DType::uint16: return 2;
+    case DType::qint8: case DType::quint8: case DType::int8: case DType::uint8: case DType::boolean: return 1;
+    case DType::int64: case DType::uint64: case DType::float64: return 8;
   }
   return 0;
 }

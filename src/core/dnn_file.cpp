@@ -103,7 +103,7 @@ struct Reader {
   }
 
   DType dtype(uint8_t raw, const std::string& layer, const std::string& field) const {
-    if (raw > static_cast<uint8_t>(DType::int64)) bad(file, field, fmt::format("unknown dtype code {}", raw), layer);
+    if (raw > static_cast<uint8_t>(kLastDType)) bad(file, field, fmt::format("unknown dtype code {}", raw), layer);
     return static_cast<DType>(raw);
   }
 
@@ -200,6 +200,14 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
       g.inputs.push_back(std::move(info));
     }
   g.outputs = strings(m->outputs());
+  if (m->output_dtypes()) {
+    if (m->output_dtypes()->size() != g.outputs.size())
+      bad(file, "output_dtypes", fmt::format("{} dtypes for {} outputs", m->output_dtypes()->size(), g.outputs.size()));
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+      const DType d = r.dtype(m->output_dtypes()->Get(static_cast<flatbuffers::uoffset_t>(k)), {}, "output_dtypes." + g.outputs[k]);
+      if (d != DType::float32) g.output_dtypes[g.outputs[k]] = d;
+    }
+  }
   if (m->layers())
     for (auto fl : *m->layers()) {
       Layer l;
@@ -429,9 +437,18 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
     quants.push_back(fb::CreateBlobQuant(fbb, fbb.CreateString(blob), fbb.CreateVector(q.scales), zps, q.axis));
   }
   auto quant_vec = quants.empty() ? 0 : fbb.CreateVector(quants);
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> output_dtypes = 0;
+  if (!g.output_dtypes.empty()) {
+    std::vector<uint8_t> codes;
+    for (const auto& o : g.outputs) {
+      auto it = g.output_dtypes.find(o);
+      codes.push_back(static_cast<uint8_t>(it == g.output_dtypes.end() ? DType::float32 : it->second));
+    }
+    output_dtypes = fbb.CreateVector(codes);
+  }
   auto model = fb::CreateModel(fbb, fbb.CreateString(g.name), fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
                                fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path, quant_vec,
-                               shape_paths.empty() ? 0 : fbb.CreateVector(shape_paths));
+                               shape_paths.empty() ? 0 : fbb.CreateVector(shape_paths), output_dtypes);
   fb::FinishModelBuffer(fbb, model);
 
   Header h{};

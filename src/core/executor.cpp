@@ -367,8 +367,9 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   };
 
   for (const auto& in : graph.inputs) {
-    check_fits({}, in.name, shapes.at(in.name), dtype_size(io_schema.dtype));
-    blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), io_schema);
+    const Schema s = edge_schema(in.dtype);
+    check_fits({}, in.name, shapes.at(in.name), dtype_size(s.dtype));
+    blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), s);
   }
   // The blobs alive while a layer runs must fit together too, and that is
   // checked before the layer's routine is prepared: the arena's own check
@@ -427,9 +428,12 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
   }
 
-  // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU).
+  // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU),
+  // typed ones in their dtype.
   for (const auto& o : graph.outputs) {
-    int slot = in_schema(blob_index.at(o), io_schema, "output");
+    auto typed = graph.output_dtypes.find(o);
+    int slot = in_schema(blob_index.at(o), edge_schema(typed == graph.output_dtypes.end() ? io_schema.dtype : typed->second),
+                         "output");
     net_outputs_.push_back(slot);
   }
   for (const auto& in : graph.inputs) net_inputs_.push_back(blob_index.at(in.name));
@@ -559,9 +563,11 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
       Blob& b = blobs_[static_cast<std::size_t>(net_inputs_[k])];
       if (given.blob.shape() != b.shape())
         throw Error(fmt::format("input '{}' has shape {}, the net expects {}", given.name, given.blob.shape().to_string(), b.shape().to_string()), {}, {}, given.name);
-      if (given.blob.dtype() != io_schema_.dtype || given.blob.layout() != io_schema_.layout ||
-          given.blob.device() != io_schema_.device)
-        throw Error(fmt::format("input '{}' must be {}", given.name, io_schema_.to_string()), {}, {}, given.name);
+      const Schema want = slots_[static_cast<std::size_t>(net_inputs_[k])].schema;
+      if (given.blob.dtype() != want.dtype || given.blob.layout() != want.layout || given.blob.device() != want.device)
+        throw Error(fmt::format("input '{}' must be {} (given: {})", given.name, want.to_string(),
+                                Schema{given.blob.device(), given.blob.dtype(), given.blob.layout()}.to_string()),
+                    {}, {}, given.name);
       if (!given.blob.data()) throw Error(fmt::format("input '{}' has no memory", given.name), {}, {}, given.name);
       b.rebind(const_cast<void*>(given.blob.data()));  // routines never write their inputs
     }
@@ -579,9 +585,10 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
       if (graph_.outputs[k] != given.name) continue;
       known = true;
       auto slot = static_cast<std::size_t>(net_outputs_[k]);
-      if (given.blob.shape() != blobs_[slot].shape() || given.blob.dtype() != io_schema_.dtype ||
-          given.blob.layout() != io_schema_.layout || given.blob.device() != io_schema_.device || !given.blob.data())
-        throw Error(fmt::format("output '{}' must be {} {} with memory", given.name, io_schema_.to_string(),
+      const Schema want = slots_[slot].schema;
+      if (given.blob.shape() != blobs_[slot].shape() || given.blob.dtype() != want.dtype ||
+          given.blob.layout() != want.layout || given.blob.device() != want.device || !given.blob.data())
+        throw Error(fmt::format("output '{}' must be {} {} with memory", given.name, want.to_string(),
                                 blobs_[slot].shape().to_string()), {}, {}, given.name);
       // Zero-copy: the producing routine writes straight into the caller's memory.
       if (slots_[slot].kind == BlobKind::planned) blobs_[slot].rebind(given.blob.data());

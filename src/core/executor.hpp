@@ -113,6 +113,8 @@ class Executor {
   std::vector<std::string> schemas_;  ///< allowed schemas (empty: any)
   std::size_t memory_limit_ = 0;      ///< the session's (0: none), told to routines in prepare
   bool allowed(const Schema& s) const;
+  /// The schema of a net input or output of dtype `d`: the I/O schema, typed.
+  Schema edge_schema(DType d) const { return Schema{io_schema_.device, d, io_schema_.layout}; }
   Schema io_schema_;
   std::shared_ptr<WeightStore> weights_;  ///< of the net inputs and outputs
   std::vector<BlobSlot> slots_;

@@ -54,6 +54,9 @@ struct Graph {
   std::string name;
   std::vector<TensorInfo> inputs;
   std::vector<std::string> outputs;
+  /// Outputs the net hands back in another dtype than float32 (typed outputs:
+  /// indices, masks), converted at the net's edge; absent: float32.
+  std::map<std::string, DType> output_dtypes;
   std::vector<Layer> layers;
   RoutinePath routine_path;
   /// Routine paths tuned at other input shapes (tune --shapes), one per shape bucket.

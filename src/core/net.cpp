@@ -26,7 +26,10 @@ void ModelImpl::build(core::Graph g, const std::string& from) {
     graph = std::move(g);
     inputs = graph.inputs;
     outputs.clear();
-    for (const auto& o : graph.outputs) outputs.push_back({o, shapes.at(o), DType::float32, {}});
+    for (const auto& o : graph.outputs) {
+      auto typed = graph.output_dtypes.find(o);
+      outputs.push_back({o, shapes.at(o), typed == graph.output_dtypes.end() ? DType::float32 : typed->second, {}});
+    }
   } catch (const Error& e) {
     throw file.empty() ? e : e.with_file(file);
   }
@@ -213,7 +216,7 @@ Shape find_shape(const std::vector<TensorInfo>& ts, const std::string& name, con
 
 std::vector<NamedBlob> allocate_outputs(const std::vector<TensorInfo>& outputs, const std::map<std::string, Shape>& shapes) {
   std::vector<NamedBlob> outs;
-  for (const auto& t : outputs) outs.push_back({t.name, Blob::allocate(shapes.at(t.name))});
+  for (const auto& t : outputs) outs.push_back({t.name, Blob::allocate(shapes.at(t.name), t.dtype)});
   return outs;
 }
 

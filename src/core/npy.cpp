@@ -25,8 +25,13 @@ struct Descr {
   const char* text;
   DType dtype;
 };
-constexpr Descr kDescrs[] = {{"<f4", DType::float32}, {"<f2", DType::float16}, {"|i1", DType::qint8},
-                             {"|u1", DType::quint8},  {"<i4", DType::int32},   {"<i8", DType::int64}};
+// Read as the first entry of their text; written by dtype (the quantised types
+// as their integers: a quantised blob's scale has no .npy field).
+constexpr Descr kDescrs[] = {{"<f4", DType::float32}, {"<f2", DType::float16}, {"<f8", DType::float64},
+                             {"|i1", DType::int8},    {"|u1", DType::uint8},   {"<i2", DType::int16},
+                             {"<u2", DType::uint16},  {"<i4", DType::int32},   {"<u4", DType::uint32},
+                             {"<i8", DType::int64},   {"<u8", DType::uint64},  {"|b1", DType::boolean},
+                             {"|i1", DType::qint8},   {"|u1", DType::quint8}};
 
 // The value text after 'key': in the header dict, up to the matching delimiter.
 std::string dict_value(const std::string& header, const std::string& key, const std::string& file) {
@@ -76,8 +81,9 @@ Blob parse_npy(const unsigned char* bytes, std::size_t size, const std::string& 
     throw Error("Fortran-ordered arrays are not supported; save with np.ascontiguousarray", label, {}, "fortran_order");
   const Descr* d = nullptr;
   for (const auto& c : kDescrs)
-    if (descr == c.text || (descr.size() == 3 && descr[0] == '=' && descr.substr(1) == std::string(c.text).substr(1))) d = &c;
-  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float32, float16, int8, uint8, int32, int64)", descr), label, {}, "descr");
+    if (!d && (descr == c.text || (descr.size() == 3 && descr[0] == '=' && descr.substr(1) == std::string(c.text).substr(1))))
+      d = &c;
+  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float16/32/64, int8/16/32/64, uint8/16/32/64, bool)", descr), label, {}, "descr");
   Shape shape;
   std::string dims = dict_value(header, "shape", label);
   std::size_t p = 0;
@@ -288,7 +294,7 @@ void save_npy(const std::string& path, const Blob& blob) {
     throw Error("only CPU blobs in nchw layout can be saved as .npy", path);
   const char* descr = nullptr;
   for (const auto& c : kDescrs)
-    if (c.dtype == blob.dtype()) descr = c.text;
+    if (c.dtype == blob.dtype() && !descr) descr = c.text;
   if (!descr) throw Error(fmt::format("dtype {} has no .npy equivalent", to_string(blob.dtype())), path);
   const Shape& s = blob.shape();
   std::string dims = s.rank() == 1 ? fmt::format("{},", s[0]) : fmt::format("{}", fmt::join(s.begin(), s.end(), ", "));

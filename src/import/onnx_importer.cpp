@@ -389,6 +389,8 @@ class Importer {
   void where_op(const Node&);
   void prelu(const Node&);
   void constant_math(const Node&);
+  /// Whether an operator's result on integer values held as floats is its integer result.
+  static bool keeps_integers(const std::string& op);
 
   std::vector<int64_t> window_pads(const Node& n, const Shape& x, const std::vector<int64_t>& kernel,
                                    const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations) const;
@@ -408,6 +410,10 @@ class Importer {
   std::unordered_set<std::string> graph_outputs_;
   std::unordered_map<std::string, Blob> constants_;
   std::unordered_map<std::string, int> onnx_types_;   // initializers and Constant outputs: their ONNX element type
+  /// Tensors computed at run time that hold other values than float ones
+  /// (typed graph inputs, casts, comparisons): their ONNX element type. They
+  /// are float32 inside, exact (a session's edges refuse what is not).
+  std::unordered_map<std::string, int> value_types_;
   /// Tensors held as the real values of a quantised tensor (QuantizeLinear, QLinearConv, ...): their quantisation.
   std::unordered_map<std::string, core::FakeQuant> quantized_;
   /// DynamicQuantizeLinear's integer outputs (held as floats): their scale and zero point blobs.
@@ -567,10 +573,15 @@ void Importer::read_inputs() {
     if (!seen.insert(name).second) throw Error(fmt::format("graph input '{}' appears twice", name), file_, {}, name);
     if (!in.type().has_tensor_type()) throw Error("graph input is not a tensor", file_, {}, name);
     const auto& tt = in.type().tensor_type();
-    if (tt.elem_type() != onnx::TensorProto::FLOAT)
-      throw Error(fmt::format("graph input has element type {}; nets take float32 inputs",
+    const std::optional<DType> dtype = edge_dtype(tt.elem_type());
+    if (!dtype)
+      throw Error(fmt::format("graph input has element type {}; nets take float16/32/64, integer and bool inputs",
                               onnx_type_name(tt.elem_type())),
                   file_, {}, name);
+    if (*dtype == DType::float64)
+      core::warn("{}: input '{}' is float64; the net computes in float32 (a session narrows it, refusing values beyond "
+                 "float32's range)", file_, name);
+    if (*dtype != DType::float32) value_types_[name] = tt.elem_type();
     auto given = options_.input_shapes.find(name);
     if (!tt.has_shape() && given == options_.input_shapes.end())
       throw Error("graph input has no shape; give one in ImportOptions::input_shapes (--input-shape)", file_, {}, name);
@@ -593,7 +604,7 @@ void Importer::read_inputs() {
     }
     // Symbolic dims stay dynamic (import_onnx checks which really can vary);
     // the model's default shape takes 1 for a leading (batch) dim, 64 for others.
-    TensorInfo info{name, shape, DType::float32, {}};
+    TensorInfo info{name, shape, *dtype, {}};
     for (int i = 0; i < shape.rank(); ++i)
       if (shape[i] < 0) {
         auto probe = probe_sizes_ ? probe_sizes_->find(name) : decltype(probe_sizes_->end()){};
@@ -2118,7 +2129,31 @@ void Importer::cast_to_type(const Node& n, int to) {
     constants_[n.out(0)] = cast_to(*c, to_floating ? DType::float32 : DType::int64);
     return;
   }
-  if (!to_floating) throw Unsupported{"Cast of a run-time tensor to a non-float type"};
+  if (!to_floating) {
+    // An integer tensor into a type that holds all its values (int32 -> int64,
+    // uint8 -> int16, ...) is the same numbers.
+    auto from = value_types_.find(n.in(0));
+    auto range = [](int type) -> std::pair<double, double> {
+      switch (type) {
+        case T::BOOL: return {0, 1};
+        case T::INT8: return {-128, 127};
+        case T::UINT8: return {0, 255};
+        case T::INT16: return {-32768, 32767};
+        case T::UINT16: return {0, 65535};
+        case T::INT32: return {-2147483648.0, 2147483647.0};
+        case T::UINT32: return {0, 4294967295.0};
+        case T::INT64: return {-9.2e18, 9.2e18};
+        case T::UINT64: return {0, 1.8e19};
+        default: return {1, 0};
+      }
+    };
+    if (from == value_types_.end() || to == T::BOOL || range(from->second).first < range(to).first ||
+        range(from->second).second > range(to).second)
+      throw Unsupported{"Cast of a run-time tensor to a non-float type"};
+    add_unary(n, "identity", input(n, 0), n.out(0));
+    value_types_[n.out(0)] = to;
+    return;
+  }
   add_unary(n, "identity", input(n, 0), n.out(0));  // run-time tensors are float32 already
 }
 
@@ -2745,14 +2780,37 @@ void Importer::convert(int i) {
   bool size_dependent_inputs =
       symbolic_inputs_ && (n.op() == "Shape" || n.op() == "Size") && n.has_in(0) && !constant(n.in(0));
   for (int k = 0; k < n.num_inputs(); ++k) size_dependent_inputs = size_dependent_inputs || size_dependent(n.in(k));
+  // Integer and bool tensors computed at run time are float32 inside (exact up
+  // to 2^24): operators whose result is the same in exact float arithmetic carry
+  // their type on; the others are refused rather than computed as floats (an
+  // integer Div would not truncate).
+  int typed = -1;
+  for (int k = 0; k < n.num_inputs(); ++k)
+    if (n.has_in(k) && !constant(n.in(k)))
+      if (auto t = value_types_.find(n.in(k)); t != value_types_.end()) typed = t->second;
+  if (typed >= 0 && !keeps_integers(n.op()))
+    return record(fmt::format("{} of a {} tensor computed at run time (integer tensors are float32 inside, and this "
+                              "operator's result would differ)", n.op(), onnx_type_name(typed)));
   try {
     (this->*(conv_it->second))(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
+    if (typed >= 0 && n.op() != "Cast" && n.op() != "CastLike")
+      for (int k = 0; k < n.num_outputs(); ++k)
+        if (!n.out(k).empty() && !constant(n.out(k))) value_types_.emplace(n.out(k), typed);
   } catch (const Unsupported& u) {
     record(u.why);
   } catch (const Error& e) {
     throw e.with_layer(n.name).with_file(file_);
   }
+}
+
+bool Importer::keeps_integers(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {
+      "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather",
+      "Expand",   "Tile",    "Pad",     "Add",     "Sub",       "Mul",       "Neg",    "Abs",   "Max",   "Min",
+      "Sum",      "Relu",    "Clip",    "ReduceSum", "ReduceMax", "ReduceMin", "MaxPool", "Cast", "CastLike",
+      "Shape",    "Size",    "Dropout"};
+  return ops.count(op) != 0;
 }
 
 void Importer::finish_outputs() {
@@ -2766,6 +2824,16 @@ void Importer::finish_outputs() {
       materialize(name);  // a constant output: its constant layer
     }
     graph_.outputs.push_back(name);
+    // A typed output (indices, a mask) leaves the net in its ONNX type.
+    if (o.type().has_tensor_type() && o.type().tensor_type().elem_type() != onnx::TensorProto::UNDEFINED) {
+      const int type = o.type().tensor_type().elem_type();
+      const std::optional<DType> dtype = edge_dtype(type);
+      if (!dtype)
+        throw Error(fmt::format("graph output has element type {}; nets hand back float16/32/64, integer and bool outputs",
+                                onnx_type_name(type)),
+                    file_, {}, name);
+      if (*dtype != DType::float32) graph_.output_dtypes[name] = *dtype;
+    }
   }
 }
 

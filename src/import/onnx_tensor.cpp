@@ -128,6 +128,25 @@ std::string onnx_type_name(int type) {
   return name.empty() ? fmt::format("type {}", type) : name;
 }
 
+std::optional<DType> edge_dtype(int type) {
+  using T = onnx::TensorProto;
+  switch (type) {
+    case T::FLOAT: return DType::float32;
+    case T::FLOAT16: return DType::float16;
+    case T::DOUBLE: return DType::float64;
+    case T::INT8: return DType::int8;
+    case T::UINT8: return DType::uint8;
+    case T::INT16: return DType::int16;
+    case T::UINT16: return DType::uint16;
+    case T::INT32: return DType::int32;
+    case T::UINT32: return DType::uint32;
+    case T::INT64: return DType::int64;
+    case T::UINT64: return DType::uint64;
+    case T::BOOL: return DType::boolean;
+    default: return std::nullopt;
+  }
+}
+
 Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
                  const std::string& field) {
   auto fail = [&](const std::string& msg) -> Error { return Error(msg, src.file, node, field); };

@@ -15,6 +15,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct TensorSource {
 /// An ONNX element type's name (FLOAT, INT64, ...), or "type N" for one newer
 /// than the onnx library we build with (float8, int4, ... read blank there).
 std::string onnx_type_name(int type);
+/// The DType a net input or output of this ONNX element type is handed over
+/// in (float16/32/64, the integer types, bool), or nullopt.
+std::optional<DType> edge_dtype(int type);
 
 /// Reads a TensorProto into a float32 or int64 blob, checking every size.
 /// Errors name the file, `node` and `field`.

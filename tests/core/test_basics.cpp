@@ -130,6 +130,20 @@ TEST_CASE(".npy files round-trip", "[basics]") {
     CHECK(back.shape() == s);
     CHECK(test::values(back) == test::values(b));
   }
+  // Every typed I/O dtype round-trips bit for bit, and |i1/|u1 read as plain int8/uint8.
+  for (DType d : {DType::float64, DType::int8, DType::uint8, DType::int16, DType::uint16, DType::int32, DType::uint32,
+                  DType::int64, DType::uint64, DType::boolean, DType::float16}) {
+    Blob b = Blob::allocate(Shape{2, 3}, d);
+    auto* bytes = static_cast<unsigned char*>(b.data());
+    for (std::size_t i = 0; i < b.byte_size(); ++i) bytes[i] = d == DType::boolean ? i % 2 : static_cast<unsigned char>(i * 37 + 1);
+    std::string p = test::temp_path("typed.npy");
+    save_npy(p, b);
+    Blob back = load_npy(p);
+    INFO(to_string(d));
+    CHECK(back.dtype() == d);
+    CHECK(back.shape() == b.shape());
+    CHECK(std::memcmp(back.data(), b.data(), b.byte_size()) == 0);
+  }
   std::string bad = test::temp_path("bad.npy");
   std::ofstream(bad) << "not numpy";
   CHECK_THROWS_AS(load_npy(bad), Error);

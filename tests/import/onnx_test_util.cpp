@@ -81,6 +81,18 @@ OnnxModel& OnnxModel::output(const std::string& name) {
   return *this;
 }
 
+OnnxModel& OnnxModel::typed_input(const std::string& name, int onnx_type, const std::vector<int64_t>& dims) {
+  input(name, dims);
+  graph().mutable_input(graph().input_size() - 1)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx_type);
+  return *this;
+}
+
+OnnxModel& OnnxModel::typed_output(const std::string& name, int onnx_type) {
+  output(name);
+  graph().mutable_output(graph().output_size() - 1)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx_type);
+  return *this;
+}
+
 onnx::TensorProto float_tensor(const std::vector<int64_t>& dims, const std::vector<float>& values) {
   onnx::TensorProto t;
   t.set_data_type(onnx::TensorProto::FLOAT);

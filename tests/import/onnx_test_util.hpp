@@ -35,6 +35,9 @@ class OnnxModel {
   /// A float input; a dim of -1 is symbolic ("N").
   OnnxModel& input(const std::string& name, const std::vector<int64_t>& dims);
   OnnxModel& output(const std::string& name);
+  /// An input or output of another ONNX element type (INT64, BOOL, DOUBLE, ...).
+  OnnxModel& typed_input(const std::string& name, int onnx_type, const std::vector<int64_t>& dims);
+  OnnxModel& typed_output(const std::string& name, int onnx_type);
   OnnxModel& init(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values);
   OnnxModel& init_ints(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& values);
   /// An integer initializer of another ONNX type (INT8, UINT8, INT32), values in its int32_data field.

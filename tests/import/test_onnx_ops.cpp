@@ -1201,3 +1201,61 @@ TEST_CASE("Input shapes: symbolic dims default to 1 or come from the options", "
   unknown.input_shapes["nope"] = Shape{1};
   CHECK_THROWS_WITH(import_onnx(path, unknown), Catch::Contains("nope"));
 }
+
+TEST_CASE("Typed graph inputs and outputs: integers, bool and float64 at the edges, exact or an error", "[onnx][typed]") {
+  using T = onnx::TensorProto;
+  // int64 ids + a constant, passed on as int64; a bool mask cast to float; float64 values.
+  OnnxModel m(13);
+  m.typed_input("ids", T::INT64, {2, 3}).typed_input("mask", T::BOOL, {2, 3}).typed_input("v", T::DOUBLE, {2, 3});
+  m.init_ints("one", {1}, {1});
+  m.node("Add", {"ids", "one"}, {"next"});
+  m.node("Cast", {"mask"}, {"maskf"}).i("to", T::FLOAT);
+  m.node("Cast", {"v"}, {"vf"}).i("to", T::FLOAT);
+  m.node("Mul", {"vf", "maskf"}, {"masked"});
+  m.typed_output("next", T::INT64).output("masked");
+  const std::string path = m.save("typed_edges.onnx");
+  Net net = import_onnx(path);
+  const std::string dnn = test_dir() + "/typed_edges.dnn";
+  net.save(dnn);
+  Model model = Model::load(dnn);  // the edges' dtypes survive the file
+  REQUIRE(model.inputs().size() == 3);
+  CHECK(model.inputs()[0].dtype == DType::int64);
+  CHECK(model.inputs()[1].dtype == DType::boolean);
+  CHECK(model.inputs()[2].dtype == DType::float64);
+  CHECK(model.outputs()[0].dtype == DType::int64);
+  CHECK(model.outputs()[1].dtype == DType::float32);
+  Blob ids = Blob::allocate(Shape{2, 3}, DType::int64), mask = Blob::allocate(Shape{2, 3}, DType::boolean),
+       v = Blob::allocate(Shape{2, 3}, DType::float64);
+  for (int i = 0; i < 6; ++i) {
+    ids.data_as<int64_t>()[i] = 1000 * i - 2000;
+    mask.data_as<uint8_t>()[i] = i % 2;
+    v.data_as<double>()[i] = 0.25 * i;
+  }
+  Session s(model);
+  auto out = s.run(std::vector<NamedBlob>{{"ids", ids}, {"mask", mask}, {"v", v}});
+  REQUIRE(out[0].blob.dtype() == DType::int64);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(out[0].blob.data_as<int64_t>()[i] == 1000 * i - 1999);
+    CHECK(out[1].blob.data_as<float>()[i] == (i % 2 ? 0.25f * static_cast<float>(i) : 0.0f));
+  }
+  // An id float32 cannot hold exactly is refused, naming the input.
+  ids.data_as<int64_t>()[4] = (int64_t{1} << 24) + 1;
+  try {
+    s.run(std::vector<NamedBlob>{{"ids", ids}, {"mask", mask}, {"v", v}});
+    FAIL("an inexact int64 input was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("16777217") != std::string::npos);
+    CHECK(e.field() == "ids");
+  }
+  // The input of the wrong dtype: a clear error.
+  CHECK_THROWS_WITH(s.run(std::vector<NamedBlob>{{"ids", Blob::allocate(Shape{2, 3})}, {"mask", mask}, {"v", v}}),
+                    Catch::Contains("must be cpu:int64"));
+
+  // Integer Div of run-time tensors would not truncate as floats: refused, naming the node.
+  OnnxModel d(13);
+  d.typed_input("a", T::INT64, {4});
+  d.init_ints("two", {1}, {2});
+  d.node("Div", {"a", "two"}, {"q"}, "halve");
+  d.typed_output("q", T::INT64);
+  CHECK_THROWS_WITH(import_onnx(d.save("typed_div.onnx")), Catch::Contains("halve") && Catch::Contains("INT64"));
+}
