@@ -193,6 +193,40 @@ std::vector<Shape> infer_dynamic_quantize(const Layer&, std::span<const Shape> i
   return {in[0], Shape{}, Shape{}};
 }
 
+std::vector<Shape> infer_compare(const Layer& l, std::span<const Shape> in) {
+  static const char* const ops[] = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "and", "or", "xor"};
+  const std::string op = l.get_string("op");
+  const bool logical = l.type == "logical";
+  const auto* first = logical ? std::begin(ops) + 6 : std::begin(ops);
+  const auto* last = logical ? std::end(ops) : std::begin(ops) + 6;
+  if (std::find(first, last, op) == last) fail(l, "op", fmt::format("{} has no op '{}'", l.type, op));
+  return {broadcast_shapes(l, in[0], in[1])};
+}
+
+std::vector<Shape> infer_where(const Layer& l, std::span<const Shape> in) {
+  return {broadcast_shapes(l, broadcast_shapes(l, in[0], in[1]), in[2])};
+}
+
+std::vector<Shape> infer_round(const Layer& l, std::span<const Shape> in) {
+  const std::string mode = l.get_string("mode", "nearest_even");
+  if (mode != "nearest_even" && mode != "floor" && mode != "ceil" && mode != "trunc")
+    fail(l, "mode", fmt::format("mode '{}' is not nearest_even, floor, ceil or trunc", mode));
+  return {in[0]};
+}
+
+std::vector<Shape> infer_arg_reduce(const Layer& l, std::span<const Shape> in) {
+  const std::string mode = l.get_string("mode", "max");
+  if (mode != "max" && mode != "min") fail(l, "mode", fmt::format("mode '{}' is not max or min", mode));
+  if (in[0].rank() == 0) fail(l, "input", "arg_reduce needs an input of rank 1 or more");
+  const int axis = normalize_axis(l, "axis", l.get_int("axis", 0), in[0].rank());
+  if (in[0][axis] == 0) fail(l, "axis", fmt::format("axis {} of {} is empty: no index to give", axis, in[0].to_string()));
+  Shape out;
+  for (int d = 0; d < in[0].rank(); ++d)
+    if (d != axis) out.push_back(in[0][d]);
+    else if (l.get_int("keepdims", 1)) out.push_back(1);
+  return {out};
+}
+
 std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
   // add may carry a fused relu or clip (fuse_activations: ResNet's add -> relu);
   // the other binaries none, so no routine can skip one silently.
@@ -407,6 +441,9 @@ const LayerType kBuiltinTypes[] = {
     {"mish", 1, 1, infer_same},          {"leaky_relu", 1, 1, infer_leaky_relu},
     {"prelu", 1, 1, infer_prelu},        {"pow", 1, 2, infer_pow},
     {"reduce", 1, 1, infer_reduce},
+    {"compare", 2, 2, infer_compare},    {"logical", 2, 2, infer_compare},
+    {"where", 3, 3, infer_where},        {"round", 1, 1, infer_round},
+    {"arg_reduce", 1, 1, infer_arg_reduce},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
     {"group_norm", 1, 1, infer_group_norm},
     {"fake_quant", 1, 1, infer_fake_quant},

@@ -36,6 +36,14 @@
 //            nearbyint(clamp(-min / scale, 0, 255)), y = clamp(nearbyint(x / scale) + zero_point, 0, 255).
 //  add, sub, mul, div, max, min: two inputs, NumPy broadcasting (max and min: NaN where either is).
 //  pow       pow(x, y), NumPy broadcasting; or one input and exponent (a constant).
+//  compare   two inputs, NumPy broadcasting; op = equal|not_equal|less|less_equal|
+//            greater|greater_equal: 1 where it holds, else 0 (NaN: only not_equal holds).
+//  logical   two inputs, NumPy broadcasting; op = and|or|xor of (x != 0): 1 or 0.
+//  where     three inputs (condition, x, y), NumPy broadcasting: condition != 0 ? x : y.
+//  round     mode = nearest_even (ONNX Round)|floor|ceil|trunc (toward zero).
+//  arg_reduce index along `axis` (negative from the end) of the first (select_last_index=0)
+//            or last maximum (mode=max) or minimum (mode=min); keepdims=1; NaN
+//            counts as the extreme (NumPy's argmax); the index as a float.
 //  abs, neg, sqrt, exp, log, erf, reciprocal (1/x); silu (x * sigmoid(x));
 //  mish (x * tanh(softplus(x))); leaky_relu (alpha=0.01: x < 0 ? alpha*x : x).
 //  prelu     weight slope, broadcast to the input: x < 0 ? slope*x : x.

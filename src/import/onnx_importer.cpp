@@ -389,6 +389,17 @@ class Importer {
   void where_op(const Node&);
   void prelu(const Node&);
   void constant_math(const Node&);
+  void compare(const Node&);
+  void logical(const Node&);
+  void rounding(const Node&);
+  void is_nan_inf(const Node&);
+  void arg_reduce(const Node&);
+  /// Whether every input the node has is a constant (its result is one too).
+  bool all_constant(const Node& n) const {
+    for (int k = 0; k < n.num_inputs(); ++k)
+      if (n.has_in(k) && !constant(n.in(k))) return false;
+    return true;
+  }
   /// Whether an operator's result on integer values held as floats is its integer result.
   static bool keeps_integers(const std::string& op);
 
@@ -523,17 +534,25 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Size", &Importer::size},
       {"ConstantOfShape", &Importer::constant_of_shape},
       {"Range", &Importer::range},
-      {"Equal", &Importer::equal},
+      {"Equal", &Importer::compare},
+      {"Less", &Importer::compare},
+      {"Greater", &Importer::compare},
+      {"LessOrEqual", &Importer::compare},
+      {"GreaterOrEqual", &Importer::compare},
+      {"And", &Importer::logical},
+      {"Or", &Importer::logical},
+      {"Xor", &Importer::logical},
+      {"Not", &Importer::logical},
       {"Where", &Importer::where_op},
+      {"Floor", &Importer::rounding},
+      {"Ceil", &Importer::rounding},
+      {"Round", &Importer::rounding},
+      {"IsNaN", &Importer::is_nan_inf},
+      {"IsInf", &Importer::is_nan_inf},
+      {"ArgMax", &Importer::arg_reduce},
+      {"ArgMin", &Importer::arg_reduce},
       // Computed at import when their inputs are constants (index and mask arithmetic).
       {"Mod", &Importer::constant_math},
-      {"Less", &Importer::constant_math},
-      {"Greater", &Importer::constant_math},
-      {"And", &Importer::constant_math},
-      {"Or", &Importer::constant_math},
-      {"Not", &Importer::constant_math},
-      {"Floor", &Importer::constant_math},
-      {"Ceil", &Importer::constant_math},
       {"ScatterND", &Importer::constant_math},
   };
   return table;
@@ -2129,6 +2148,20 @@ void Importer::cast_to_type(const Node& n, int to) {
     constants_[n.out(0)] = cast_to(*c, to_floating ? DType::float32 : DType::int64);
     return;
   }
+  if (to == T::BOOL) {  // x != 0
+    Layer l = make("compare", n.name, {input(n, 0), scalar_constant(n, n.out(0) + "/zero", 0.0)}, {n.out(0)});
+    l.params["op"] = std::string("not_equal");
+    add(std::move(l));
+    value_types_[n.out(0)] = to;
+    return;
+  }
+  if (!to_floating && !value_types_.count(n.in(0))) {
+    // Floats to an integer type: toward zero, as C converts (ONNX leaves values
+    // the type cannot hold undefined; a session refuses them at an output).
+    add_unary(n, "round", input(n, 0), n.out(0), {{"mode", std::string("trunc")}});
+    value_types_[n.out(0)] = to;
+    return;
+  }
   if (!to_floating) {
     // An integer tensor into a type that holds all its values (int32 -> int64,
     // uint8 -> int16, ...) is the same numbers.
@@ -2624,6 +2657,15 @@ void Importer::equal(const Node& n) {
 }
 
 void Importer::where_op(const Node& n) {
+  if (!all_constant(n)) {
+    add(make("where", n.name, {input(n, 0), input(n, 1), input(n, 2)}, {n.out(0)}));
+    for (int k : {1, 2})  // the values' type, not the condition's
+      if (auto t = value_types_.find(n.in(k)); t != value_types_.end()) value_types_[n.out(0)] = t->second;
+      else if (auto c = onnx_types_.find(n.in(k)); c != onnx_types_.end() && edge_dtype(c->second) &&
+                                                  is_integer(*edge_dtype(c->second)))
+        value_types_[n.out(0)] = c->second;
+    return;
+  }
   const Blob& c = require_constant(n, 0, "condition");
   const Blob& a = require_constant(n, 1, "X");
   const Blob& b = require_constant(n, 2, "Y");
@@ -2632,6 +2674,77 @@ void Importer::where_op(const Node& n) {
   } catch (const Error& e) {
     throw n.error(e.message(), "input");
   }
+}
+
+// Comparisons, logic and rounding: computed at import where every input is a
+// constant (index and mask arithmetic), else layers whose results are 0/1
+// (compare, logical) or whole numbers (round), held as floats and typed bool.
+void Importer::compare(const Node& n) {
+  static const std::map<std::string, std::string> ops = {{"Equal", "equal"},        {"Less", "less"},
+                                                         {"Greater", "greater"},    {"LessOrEqual", "less_equal"},
+                                                         {"GreaterOrEqual", "greater_equal"}};
+  if (all_constant(n) && n.op() == "Equal") return equal(n);
+  if (all_constant(n) && (n.op() == "Less" || n.op() == "Greater")) return constant_math(n);
+  Layer l = make("compare", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+  l.params["op"] = ops.at(n.op());
+  add(std::move(l));
+  value_types_[n.out(0)] = onnx::TensorProto::BOOL;
+}
+
+void Importer::logical(const Node& n) {
+  if (all_constant(n) && n.op() != "Xor") return constant_math(n);
+  if (n.op() == "Not") {  // not x: x == 0
+    Layer l = make("compare", n.name, {input(n, 0), scalar_constant(n, n.out(0) + "/zero", 0.0)}, {n.out(0)});
+    l.params["op"] = std::string("equal");
+    add(std::move(l));
+  } else {
+    Layer l = make("logical", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+    std::string op = n.op();
+    std::transform(op.begin(), op.end(), op.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    l.params["op"] = op;
+    add(std::move(l));
+  }
+  value_types_[n.out(0)] = onnx::TensorProto::BOOL;
+}
+
+void Importer::rounding(const Node& n) {
+  if (all_constant(n) && n.op() != "Round") return constant_math(n);
+  const std::string mode = n.op() == "Floor" ? "floor" : n.op() == "Ceil" ? "ceil" : "nearest_even";
+  add_unary(n, "round", input(n, 0), n.out(0), {{"mode", mode}});
+}
+
+// IsNaN: x != x. IsInf: x (or |x|) == inf, the signs detect_positive/negative ask for.
+void Importer::is_nan_inf(const Node& n) {
+  const std::string x = input(n, 0);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::string a = x, b = x, op = "not_equal";
+  if (n.op() == "IsInf") {
+    const bool pos = n.get_int("detect_positive", 1) != 0, neg = n.get_int("detect_negative", 1) != 0;
+    op = "equal";
+    if (pos && neg) {
+      a = fresh_blob(n.out(0) + "/abs");
+      add_unary(n, "abs", x, a, {}, "abs");
+      b = scalar_constant(n, n.out(0) + "/inf", inf);
+    } else {
+      // One sign, or none: compared with NaN, nothing is equal.
+      b = scalar_constant(n, n.out(0) + "/bound", pos ? inf : neg ? -inf : std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  Layer l = make("compare", n.name, {a, b}, {n.out(0)});
+  l.params["op"] = op;
+  add(std::move(l));
+  value_types_[n.out(0)] = onnx::TensorProto::BOOL;
+}
+
+void Importer::arg_reduce(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "input");
+  const int axis = normalized_axis(n, n.get_int("axis", 0), xs.rank(), "axis");
+  add_unary(n, "arg_reduce", input(n, 0), n.out(0),
+            {{"axis", int64_t{axis}}, {"keepdims", n.get_int("keepdims", 1)},
+             {"select_last_index", n.get_int("select_last_index", 0)},
+             {"mode", std::string(n.op() == "ArgMax" ? "max" : "min")}});
+  value_types_[n.out(0)] = onnx::TensorProto::INT64;
 }
 
 void Importer::constant_math(const Node& n) {
@@ -2794,7 +2907,7 @@ void Importer::convert(int i) {
   try {
     (this->*(conv_it->second))(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
-    if (typed >= 0 && n.op() != "Cast" && n.op() != "CastLike")
+    if (typed >= 0 && n.op() != "Cast" && n.op() != "CastLike" && n.op() != "Where")
       for (int k = 0; k < n.num_outputs(); ++k)
         if (!n.out(k).empty() && !constant(n.out(k))) value_types_.emplace(n.out(k), typed);
   } catch (const Unsupported& u) {
@@ -2809,7 +2922,8 @@ bool Importer::keeps_integers(const std::string& op) {
       "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather",
       "Expand",   "Tile",    "Pad",     "Add",     "Sub",       "Mul",       "Neg",    "Abs",   "Max",   "Min",
       "Sum",      "Relu",    "Clip",    "ReduceSum", "ReduceMax", "ReduceMin", "MaxPool", "Cast", "CastLike",
-      "Shape",    "Size",    "Dropout"};
+      "Shape",    "Size",    "Dropout", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+      "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin"};
   return ops.count(op) != 0;
 }
 

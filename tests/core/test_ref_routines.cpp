@@ -446,3 +446,37 @@ TEST_CASE("cpu/ref constant", "[ref][constant]") {
   CHECK_THROWS_AS(run_layer(make_layer("constant", {}, {{"value", Blob::allocate({2}, DType::int32)}}, 0), {}),
                   Error);
 }
+
+TEST_CASE("cpu/ref compare, logical, where, round, arg_reduce", "[ref]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto op = [](const char* type, const char* o) { return make_layer(type, {{"op", std::string(o)}}, {}, 2); };
+  const Blob a = B({4}, {1, 2, nan, -1}), b = B({1}, {1});
+  check_layer(op("compare", "equal"), {a, b}, {4}, {1, 0, 0, 0});
+  check_layer(op("compare", "not_equal"), {a, b}, {4}, {0, 1, 1, 1});
+  check_layer(op("compare", "less"), {a, b}, {4}, {0, 0, 0, 1});
+  check_layer(op("compare", "less_equal"), {a, b}, {4}, {1, 0, 0, 1});
+  check_layer(op("compare", "greater"), {a, b}, {4}, {0, 1, 0, 0});
+  check_layer(op("compare", "greater_equal"), {a, b}, {4}, {1, 1, 0, 0});
+  const Blob p = B({4}, {0, 0, 2, -3}), q = B({4}, {0, 5, 0, 1});
+  check_layer(op("logical", "and"), {p, q}, {4}, {0, 0, 0, 1});
+  check_layer(op("logical", "or"), {p, q}, {4}, {0, 1, 1, 1});
+  check_layer(op("logical", "xor"), {p, q}, {4}, {0, 1, 1, 0});
+  // where: condition [2,1] against x [3] and y [2,3]
+  check_layer(make_layer("where", {}, {}, 3), {B({2, 1}, {1, 0}), B({3}, {1, 2, 3}), B({2, 3}, {4, 5, 6, 7, 8, 9})}, {2, 3},
+              {1, 2, 3, 7, 8, 9});
+  const Blob r = B({6}, {-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.7f});
+  auto round = [](const char* mode) { return make_layer("round", {{"mode", std::string(mode)}}); };
+  check_layer(round("nearest_even"), {r}, {6}, {-2, -2, 0, 0, 2, 3});
+  check_layer(round("floor"), {r}, {6}, {-3, -2, -1, 0, 1, 2});
+  check_layer(round("ceil"), {r}, {6}, {-2, -1, 0, 1, 2, 3});
+  check_layer(round("trunc"), {r}, {6}, {-2, -1, 0, 0, 1, 2});
+  // arg_reduce over [2,4]: first or last extreme, NaN counts as the extreme (NumPy)
+  const Blob m = B({2, 4}, {3, 1, 3, 0, 2, nan, 5, nan});
+  auto arg = [](const char* mode, int64_t axis, int64_t last, int64_t keep) {
+    return make_layer("arg_reduce", {{"mode", std::string(mode)}, {"axis", axis}, {"select_last_index", last}, {"keepdims", keep}});
+  };
+  check_layer(arg("max", 1, 0, 1), {m}, {2, 1}, {0, 1});
+  check_layer(arg("max", 1, 1, 0), {B({2, 4}, {3, 1, 3, 0, 2, 2, 5, 5})}, {2}, {2, 3});
+  check_layer(arg("min", 1, 0, 0), {B({2, 4}, {3, 1, 3, 0, 2, 2, 5, 5})}, {2}, {3, 0});
+  check_layer(arg("min", 0, 0, 0), {B({2, 4}, {3, 1, 3, 0, 2, 2, 5, 5})}, {4}, {1, 0, 0, 0});
+}

@@ -425,6 +425,27 @@ TEST_CASE("shape inference: fake_quant and dynamic_quantize", "[core][shape]") {
   expect_error(L("dynamic_quantize", {}, {}, 1, 1), {{2, 5}}, "outputs");
 }
 
+TEST_CASE("shape inference: compare, logical, where, round, arg_reduce", "[core][shape]") {
+  auto op = [](const char* type, const char* o, int inputs = 2) { return L(type, {{"op", std::string(o)}}, {}, inputs); };
+  CHECK(infer(op("compare", "less_equal"), {{2, 1, 4}, {3, 1}}) == Shapes{{2, 3, 4}});
+  CHECK(infer(op("logical", "xor"), {{5}, {}}) == Shapes{{5}});
+  expect_error(op("compare", "and"), {{2}, {2}}, "op");  // a logical op
+  expect_error(op("logical", "less"), {{2}, {2}}, "op");
+  expect_error(op("compare", "equal"), {{2}, {3}}, "input");
+  CHECK(infer(L("where", {}, {}, 3), {{4, 1, 6}, {3, 6}, {4, 3, 1}}) == Shapes{{4, 3, 6}});
+  expect_error(L("where", {}, {}, 3), {{4}, {3}, {4}}, "input");
+  CHECK(infer(L("round", {{"mode", std::string("trunc")}}), {{3, 2}}) == Shapes{{3, 2}});
+  expect_error(L("round", {{"mode", std::string("half_up")}}), {{3}}, "mode");
+  auto arg = [](int64_t axis, int64_t keep) { return L("arg_reduce", {{"axis", axis}, {"keepdims", keep}}); };
+  CHECK(infer(arg(1, 1), {{2, 5, 3}}) == Shapes{{2, 1, 3}});
+  CHECK(infer(arg(-1, 0), {{2, 5, 3}}) == Shapes{{2, 5}});
+  CHECK(infer(arg(0, 0), {{7}}) == Shapes{Shape{}});
+  expect_error(arg(3, 1), {{2, 5, 3}}, "axis");
+  expect_error(arg(1, 1), {{2, 0, 3}}, "axis");
+  expect_error(L("arg_reduce", {{"mode", std::string("median")}}), {{2}}, "mode");
+  expect_error(arg(0, 1), {Shape{}}, "input");
+}
+
 TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
   expect_error(L("shape_math", {{"op", std::string("shape")}}), {{2, 5}}, "op");
 }
@@ -437,7 +458,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math"};
+      "shape_math", "compare", "logical", "where", "round", "arg_reduce"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

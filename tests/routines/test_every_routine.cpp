@@ -263,6 +263,48 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   }
   for (const char* t : {"add", "sub", "mul", "div", "max", "min"})
     if (type == t) return binary_cases(type, rng);
+  if (type == "compare" || type == "logical") {
+    std::vector<Case> out;
+    const std::vector<std::string> ops = type == "compare"
+        ? std::vector<std::string>{"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+        : std::vector<std::string>{"and", "or", "xor"};
+    for (const auto& op : ops) {
+      // Small integers (0..2): equal values and zeros occur.
+      Blob a = random_blob({2, 8, 5}, rng, 0.f, 3.f), b = random_blob({8, 1}, rng, 0.f, 3.f);
+      for (Blob* x : {&a, &b})
+        for (int64_t i = 0; i < x->numel(); ++i) x->data_as<float>()[i] = std::floor(x->data_as<float>()[i]);
+      out.push_back({fmt::format("{} {}", type, op), layer_of(type, {{"op", op}}, {}, 2), {a, b}});
+    }
+    return out;
+  }
+  if (type == "where") {
+    Blob c = random_blob({4, 1, 6}, rng, -1.f, 1.f);
+    for (int64_t i = 0; i < c.numel(); ++i) c.data_as<float>()[i] = c.data_as<float>()[i] > 0 ? 1.f : 0.f;
+    return {{"where broadcast", layer_of("where", {}, {}, 3), {c, random_blob({3, 6}, rng), random_blob({4, 3, 1}, rng)}}};
+  }
+  if (type == "round") {
+    std::vector<Case> out;
+    for (const char* mode : {"nearest_even", "floor", "ceil", "trunc"}) {
+      Blob x = random_blob({3, 41}, rng, -5.f, 5.f);
+      for (int64_t i = 0; i < 8; ++i) x.data_as<float>()[i] = 0.5f * static_cast<float>(i - 4);  // ties
+      out.push_back({fmt::format("round {}", mode), layer_of("round", {{"mode", std::string(mode)}}, {}), {x}});
+    }
+    return out;
+  }
+  if (type == "arg_reduce") {
+    std::vector<Case> out;
+    for (const char* mode : {"max", "min"})
+      for (int64_t axis : {0, 1, -1})
+        for (int64_t last : {0, 1}) {
+          Blob x = random_blob({3, 7, 5}, rng, 0.f, 3.f);  // ties: floors of 0..3
+          for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);
+          out.push_back({fmt::format("arg_reduce {} axis {} last {}", mode, axis, last),
+                         layer_of("arg_reduce", {{"mode", std::string(mode)}, {"axis", axis}, {"select_last_index", last},
+                                                 {"keepdims", int64_t{axis == 1}}}, {}),
+                         {x}});
+        }
+    return out;
+  }
   if (type == "softmax")
     return {{"softmax last", layer_of("softmax", {{"axis", int64_t{-1}}}, {}), {random_blob({2, 12, 37}, rng, -5.f, 5.f)}},
             {"softmax channels", layer_of("softmax", {{"axis", int64_t{1}}}, {}), {random_blob({1, 10, 3, 3}, rng, -5.f, 5.f)}}};

@@ -303,6 +303,134 @@ struct MinOp {
   float operator()(float a, float b) const { return a != a || b != b ? a + b : b < a ? b : a; }
 };
 
+/// A binary op with parameters (compare, logical): NumPy broadcasting, 0/1 results.
+template <class Op>
+struct ParamBinary final : RefPrepared {
+  static constexpr std::string_view kType = Op::kType;
+  Op op;
+  Broadcast2 bc;
+  int64_t n;
+  explicit ParamBinary(const LayerInfo& info)
+      : op(*info.layer), bc(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]), n(info.output_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* y = a.inputs[1]->data_as<float>();
+    float* z = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t ox, oy;
+        bc.offsets(i, ox, oy);
+        z[i] = op(x[ox], y[oy]) ? 1.0f : 0.0f;
+      }
+    });
+  }
+};
+
+struct CompareOp {
+  static constexpr std::string_view kType = "compare";
+  enum { eq, ne, lt, le, gt, ge } op;
+  explicit CompareOp(const Layer& l) {
+    const std::string o = l.get_string("op");
+    op = o == "equal" ? eq : o == "not_equal" ? ne : o == "less" ? lt : o == "less_equal" ? le : o == "greater" ? gt : ge;
+  }
+  bool operator()(float a, float b) const {
+    switch (op) {
+      case eq: return a == b;
+      case ne: return a != b;
+      case lt: return a < b;
+      case le: return a <= b;
+      case gt: return a > b;
+      default: return a >= b;
+    }
+  }
+};
+
+struct LogicalOp {
+  static constexpr std::string_view kType = "logical";
+  enum { land, lor, lxor } op;
+  explicit LogicalOp(const Layer& l) {
+    const std::string o = l.get_string("op");
+    op = o == "and" ? land : o == "or" ? lor : lxor;
+  }
+  bool operator()(float a, float b) const {
+    const bool x = a != 0, y = b != 0;
+    return op == land ? x && y : op == lor ? x || y : x != y;
+  }
+};
+
+/// where: condition != 0 ? x : y, the three broadcast.
+struct Where final : RefPrepared {
+  static constexpr std::string_view kType = "where";
+  Broadcast2 cx, cy;  // (condition, x) and (condition, y) offsets into the output's index space
+  int64_t n;
+  explicit Where(const LayerInfo& info)
+      : cx(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]),
+        cy(info.output_shapes[0], info.input_shapes[0], info.input_shapes[2]),
+        n(info.output_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* c = a.inputs[0]->data_as<float>();
+    const float* x = a.inputs[1]->data_as<float>();
+    const float* y = a.inputs[2]->data_as<float>();
+    float* z = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t oc, ox, oc2, oy;
+        cx.offsets(i, oc, ox);
+        cy.offsets(i, oc2, oy);
+        z[i] = c[oc] != 0 ? x[ox] : y[oy];
+      }
+    });
+  }
+};
+
+struct RoundOp {
+  static constexpr std::string_view kType = "round";
+  enum { even, down, up, toward_zero } mode;
+  explicit RoundOp(const Layer& l) {
+    const std::string m = l.get_string("mode", "nearest_even");
+    mode = m == "floor" ? down : m == "ceil" ? up : m == "trunc" ? toward_zero : even;
+  }
+  float operator()(float x) const {
+    switch (mode) {
+      case down: return std::floor(x);
+      case up: return std::ceil(x);
+      case toward_zero: return std::trunc(x);
+      default: return std::nearbyint(x);  // the default rounding mode: half to even
+    }
+  }
+};
+
+/// arg_reduce: the index of the first (or last) max or min along one axis.
+struct ArgReduce final : RefPrepared {
+  static constexpr std::string_view kType = "arg_reduce";
+  int64_t outer = 1, len = 1, inner = 1;
+  bool is_max, last;
+  explicit ArgReduce(const LayerInfo& info)
+      : is_max(info.layer->get_string("mode", "max") == "max"), last(info.layer->get_int("select_last_index", 0) != 0) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
+    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(outer * inner, 1024, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* row = x + (i / inner) * len * inner + i % inner;
+        int64_t best = 0;
+        float v = row[0];
+        for (int64_t k = 1; k < len; ++k) {
+          const float c = row[k * inner];
+          if (v != v) break;  // NaN is the extreme: its first index
+          const bool better = c != c || (is_max ? (last ? c >= v : c > v) : (last ? c <= v : c < v));
+          if (better) best = k, v = c;
+        }
+        y[i] = static_cast<float>(best);
+      }
+    });
+  }
+};
+
 /// pow: x ** y with y broadcast, or x ** exponent (one input).
 struct Pow final : RefPrepared {
   static constexpr std::string_view kType = "pow";
@@ -1206,6 +1334,11 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MulOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MaxOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MinOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<ParamBinary<CompareOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<ParamBinary<LogicalOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Where>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<RoundOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<ArgReduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"reshape">>);
