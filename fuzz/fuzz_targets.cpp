@@ -57,7 +57,7 @@ void run_once(const Model& model) {
   options.threads = 1;
   options.memory_limit = std::size_t{64} << 20;
   Session session(model, options);
-  auto inputs = small_inputs(model, std::size_t{1} << 16);
+  auto inputs = small_inputs(model, std::size_t{1} << 14);
   if (!inputs.empty() || model.inputs().empty()) session.run(inputs);
 }
 
