@@ -214,6 +214,26 @@ std::vector<Shape> infer_round(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+constexpr const char* kTrigOps[] = {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"};
+
+std::vector<Shape> infer_trig(const Layer& l, std::span<const Shape> in) {
+  const std::string op = l.get_string("op");
+  if (std::find(std::begin(kTrigOps), std::end(kTrigOps), op) == std::end(kTrigOps))
+    fail(l, "op", fmt::format("trig has no op '{}'", op));
+  return {in[0]};
+}
+
+std::vector<Shape> infer_take(const Layer& l, std::span<const Shape> in) {
+  const Blob& idx = l.weight("indices");
+  if (idx.dtype() != DType::int64) fail(l, "indices", "indices must be int64");
+  const int64_t n = in[0].numel();
+  const int64_t* p = idx.data_as<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    if (p[i] < 0 || p[i] >= n)
+      fail(l, "indices", fmt::format("index {} is outside the input's {} values", p[i], n));
+  return {idx.shape()};
+}
+
 std::vector<Shape> infer_arg_reduce(const Layer& l, std::span<const Shape> in) {
   const std::string mode = l.get_string("mode", "max");
   if (mode != "max" && mode != "min") fail(l, "mode", fmt::format("mode '{}' is not max or min", mode));
@@ -443,7 +463,8 @@ const LayerType kBuiltinTypes[] = {
     {"reduce", 1, 1, infer_reduce},
     {"compare", 2, 2, infer_compare},    {"logical", 2, 2, infer_compare},
     {"where", 3, 3, infer_where},        {"round", 1, 1, infer_round},
-    {"arg_reduce", 1, 1, infer_arg_reduce},
+    {"arg_reduce", 1, 1, infer_arg_reduce}, {"trig", 1, 1, infer_trig},
+    {"take", 1, 1, infer_take},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
     {"group_norm", 1, 1, infer_group_norm},
     {"fake_quant", 1, 1, infer_fake_quant},

@@ -41,6 +41,9 @@
 //  logical   two inputs, NumPy broadcasting; op = and|or|xor of (x != 0): 1 or 0.
 //  where     three inputs (condition, x, y), NumPy broadcasting: condition != 0 ? x : y.
 //  round     mode = nearest_even (ONNX Round)|floor|ceil|trunc (toward zero).
+//  take      weight indices (int64, any shape): y = x.flat[indices], out shape = the
+//            indices' (each in [0, numel(x))): a gather at constant positions.
+//  trig      op = sin|cos|tan|asin|acos|atan|sinh|cosh|asinh|acosh|atanh (in double, as std:: computes them).
 //  arg_reduce index along `axis` (negative from the end) of the first (select_last_index=0)
 //            or last maximum (mode=max) or minimum (mode=min); keepdims=1; NaN
 //            counts as the extreme (NumPy's argmax); the index as a float.

@@ -394,6 +394,8 @@ class Importer {
   void rounding(const Node&);
   void is_nan_inf(const Node&);
   void arg_reduce(const Node&);
+  void gather_elements(const Node&);
+  void trilu(const Node&);
   /// Whether every input the node has is a constant (its result is one too).
   bool all_constant(const Node& n) const {
     for (int k = 0; k < n.num_inputs(); ++k)
@@ -466,6 +468,17 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Reciprocal", &Importer::unary},
       {"LeakyRelu", &Importer::unary},
       {"Mish", &Importer::unary},
+      {"Sin", &Importer::unary},
+      {"Cos", &Importer::unary},
+      {"Tan", &Importer::unary},
+      {"Asin", &Importer::unary},
+      {"Acos", &Importer::unary},
+      {"Atan", &Importer::unary},
+      {"Sinh", &Importer::unary},
+      {"Cosh", &Importer::unary},
+      {"Asinh", &Importer::unary},
+      {"Acosh", &Importer::unary},
+      {"Atanh", &Importer::unary},
       {"PRelu", &Importer::prelu},
       {"Clip", &Importer::clip},
       {"Add", &Importer::binary_op},
@@ -550,6 +563,8 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"IsNaN", &Importer::is_nan_inf},
       {"IsInf", &Importer::is_nan_inf},
       {"ArgMax", &Importer::arg_reduce},
+      {"GatherElements", &Importer::gather_elements},
+      {"Trilu", &Importer::trilu},
       {"ArgMin", &Importer::arg_reduce},
       // Computed at import when their inputs are constants (index and mask arithmetic).
       {"Mod", &Importer::constant_math},
@@ -1650,6 +1665,12 @@ void Importer::unary(const Node& n) {
   // Index arithmetic on constants (shape subgraphs) is computed here, in its own dtype.
   if (constant(n.in(0)) && (n.op() == "Neg" || n.op() == "Abs" || n.op() == "Sqrt")) return constant_math(n);
   std::map<std::string, Attr> params;
+  static const std::set<std::string> trig = {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"};
+  if (trig.count(n.op())) {
+    std::string op = n.op();
+    op[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(op[0])));
+    return add_unary(n, "trig", input(n, 0), n.out(0), {{"op", op}});
+  }
   if (n.op() == "LeakyRelu") {
     params["alpha"] = n.get_float("alpha", 0.01);
   } else if (n.op() == "HardSigmoid") {
@@ -2736,6 +2757,61 @@ void Importer::is_nan_inf(const Node& n) {
   value_types_[n.out(0)] = onnx::TensorProto::BOOL;
 }
 
+// GatherElements with constant indices: each output value's position in the
+// input, flattened, read by one take layer.
+void Importer::gather_elements(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const Blob* indices = constant(n.in(1));
+  if (!indices) throw Unsupported{"GatherElements with indices computed at run time"};
+  const Shape is = indices->shape();
+  if (is.rank() != xs.rank() || xs.rank() == 0)
+    throw n.error(fmt::format("indices {} and data {} differ in rank", is.to_string(), xs.to_string()), "indices");
+  const int axis = normalized_axis(n, n.get_int("axis", 0), xs.rank(), "axis");
+  for (int d = 0; d < xs.rank(); ++d)
+    if (d != axis && is[d] > xs[d])
+      throw n.error(fmt::format("indices {} exceed data {} in dim {}", is.to_string(), xs.to_string(), d), "indices");
+  const std::vector<int64_t> idx = to_ints(*indices);
+  std::vector<int64_t> stride(static_cast<std::size_t>(xs.rank()), 1);
+  for (int d = xs.rank() - 2; d >= 0; --d) stride[static_cast<std::size_t>(d)] = stride[static_cast<std::size_t>(d + 1)] * xs[d + 1];
+  std::vector<int64_t> flat(idx.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    int64_t rest = static_cast<int64_t>(i), pos = 0;
+    for (int d = xs.rank() - 1; d >= 0; --d) {
+      int64_t c = rest % is[d];
+      rest /= is[d];
+      if (d == axis) {
+        c = idx[i] < 0 ? idx[i] + xs[axis] : idx[i];
+        if (c < 0 || c >= xs[axis]) throw n.error(fmt::format("index {} out of range for a dim of {}", idx[i], xs[axis]), "indices");
+      }
+      pos += c * stride[static_cast<std::size_t>(d)];
+    }
+    flat[i] = pos;
+  }
+  Layer l = make("take", n.name, {input(n, 0)}, {n.out(0)});
+  l.weights["indices"] = int_blob(is, flat);
+  add(std::move(l));
+}
+
+// Trilu: the kept triangle of the last two dims (k diagonals above or below)
+// chosen by a constant mask: where(mask, x, 0).
+void Importer::trilu(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() < 2) throw n.error(fmt::format("input {} has fewer than 2 dims", xs.to_string()), "input");
+  int64_t k = 0;
+  if (n.has_in(1)) {
+    const Blob* kb = constant(n.in(1));
+    if (!kb || kb->numel() != 1) throw Unsupported{"Trilu with k computed at run time"};
+    k = to_ints(*kb)[0];
+  }
+  const bool upper = n.get_int("upper", 1) != 0;
+  const int64_t rows = xs[xs.rank() - 2], cols = xs[xs.rank() - 1];
+  std::vector<float> mask(static_cast<std::size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) mask[static_cast<std::size_t>(i * cols + j)] = (upper ? j - i >= k : j - i <= k) ? 1.f : 0.f;
+  const std::string m = as_blob(n, add_constant(n.out(0) + "/mask", float_blob(Shape{rows, cols}, mask)));
+  add(make("where", n.name, {m, input(n, 0), scalar_constant(n, n.out(0) + "/zero", 0.0)}, {n.out(0)}));
+}
+
 void Importer::arg_reduce(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "input");
@@ -2923,7 +2999,8 @@ bool Importer::keeps_integers(const std::string& op) {
       "Expand",   "Tile",    "Pad",     "Add",     "Sub",       "Mul",       "Neg",    "Abs",   "Max",   "Min",
       "Sum",      "Relu",    "Clip",    "ReduceSum", "ReduceMax", "ReduceMin", "MaxPool", "Cast", "CastLike",
       "Shape",    "Size",    "Dropout", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-      "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin"};
+      "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin",
+      "GatherElements", "Trilu"};
   return ops.count(op) != 0;
 }
 

@@ -479,4 +479,12 @@ TEST_CASE("cpu/ref compare, logical, where, round, arg_reduce", "[ref]") {
   check_layer(arg("max", 1, 1, 0), {B({2, 4}, {3, 1, 3, 0, 2, 2, 5, 5})}, {2}, {2, 3});
   check_layer(arg("min", 1, 0, 0), {B({2, 4}, {3, 1, 3, 0, 2, 2, 5, 5})}, {2}, {3, 0});
   check_layer(arg("min", 0, 0, 0), {B({2, 4}, {3, 1, 3, 0, 2, 2, 5, 5})}, {4}, {1, 0, 0, 0});
+  const Blob t = B({3}, {0.0f, 0.5f, -0.25f});
+  auto trig = [](const char* o) { return make_layer("trig", {{"op", std::string(o)}}); };
+  check_layer(trig("sin"), {t}, {3}, {0.0f, static_cast<float>(std::sin(0.5)), static_cast<float>(std::sin(-0.25))});
+  check_layer(trig("acos"), {t}, {3}, {static_cast<float>(std::acos(0.0)), static_cast<float>(std::acos(0.5)), static_cast<float>(std::acos(-0.25))});
+  Blob idx = Blob::allocate(Shape{4}, DType::int64);
+  for (int i = 0; i < 4; ++i) idx.data_as<int64_t>()[i] = (3 * i + 1) % 6;
+  check_layer(make_layer("take", {}, {{"indices", idx}}), {B({2, 3}, {10, 11, 12, 13, 14, 15})}, {4}, {11, 14, 11, 14});
+  check_layer(trig("atanh"), {t}, {3}, {0.0f, static_cast<float>(std::atanh(0.5)), static_cast<float>(std::atanh(-0.25))});
 }

@@ -444,6 +444,13 @@ TEST_CASE("shape inference: compare, logical, where, round, arg_reduce", "[core]
   expect_error(arg(1, 1), {{2, 0, 3}}, "axis");
   expect_error(L("arg_reduce", {{"mode", std::string("median")}}), {{2}}, "mode");
   expect_error(arg(0, 1), {Shape{}}, "input");
+  CHECK(infer(L("trig", {{"op", std::string("atanh")}}), {{2, 3}}) == Shapes{{2, 3}});
+  expect_error(L("trig", {{"op", std::string("sec")}}), {{2}}, "op");
+  Blob idx = Blob::allocate(Shape{2, 2}, DType::int64);
+  for (int i = 0; i < 4; ++i) idx.data_as<int64_t>()[i] = 5 - i;
+  CHECK(infer(L("take", {}, {{"indices", idx}}), {{2, 3}}) == Shapes{{2, 2}});
+  expect_error(L("take", {}, {{"indices", idx}}), {{5}}, "indices");  // index 5 of 5 values
+  expect_error(L("take", {}, {{"indices", w(Shape{2})}}), {{5}}, "indices");  // float indices
 }
 
 TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
@@ -458,7 +465,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math", "compare", "logical", "where", "round", "arg_reduce"};
+      "shape_math", "compare", "logical", "where", "round", "arg_reduce", "trig", "take"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

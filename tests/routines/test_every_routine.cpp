@@ -277,6 +277,20 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     }
     return out;
   }
+  if (type == "take") {
+    Blob idx = Blob::allocate(Shape{3, 4}, DType::int64);
+    for (int64_t i = 0; i < 12; ++i) idx.data_as<int64_t>()[i] = (i * 7) % 30;
+    return {{"take", layer_of("take", {}, {{"indices", idx}}), {random_blob({5, 6}, rng)}}};
+  }
+  if (type == "trig") {
+    std::vector<Case> out;
+    for (const char* op : {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}) {
+      const std::string o(op);
+      const float lo = o == "acosh" ? 1.f : -0.99f, hi = o == "acosh" ? 5.f : 0.99f;
+      out.push_back({"trig " + o, layer_of("trig", {{"op", o}}, {}), {random_blob({3, 17}, rng, lo, hi)}});
+    }
+    return out;
+  }
   if (type == "where") {
     Blob c = random_blob({4, 1, 6}, rng, -1.f, 1.f);
     for (int64_t i = 0; i < c.numel(); ++i) c.data_as<float>()[i] = c.data_as<float>()[i] > 0 ? 1.f : 0.f;

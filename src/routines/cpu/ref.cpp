@@ -400,6 +400,42 @@ struct RoundOp {
   }
 };
 
+struct TrigOp {
+  static constexpr std::string_view kType = "trig";
+  double (*f)(double);
+  explicit TrigOp(const Layer& l) {
+    static const std::pair<const char*, double (*)(double)> ops[] = {
+        {"sin", [](double x) { return std::sin(x); }},     {"cos", [](double x) { return std::cos(x); }},
+        {"tan", [](double x) { return std::tan(x); }},     {"asin", [](double x) { return std::asin(x); }},
+        {"acos", [](double x) { return std::acos(x); }},   {"atan", [](double x) { return std::atan(x); }},
+        {"sinh", [](double x) { return std::sinh(x); }},   {"cosh", [](double x) { return std::cosh(x); }},
+        {"asinh", [](double x) { return std::asinh(x); }}, {"acosh", [](double x) { return std::acosh(x); }},
+        {"atanh", [](double x) { return std::atanh(x); }}};
+    const std::string op = l.get_string("op");
+    f = nullptr;
+    for (const auto& [name, fn] : ops)
+      if (op == name) f = fn;
+    if (!f) throw Error(fmt::format("trig has no op '{}'", op), {}, l.name, "op");
+  }
+  float operator()(float x) const { return static_cast<float>(f(x)); }
+};
+
+/// take: y = x.flat[indices] (the indices checked by shape inference).
+struct Take final : RefPrepared {
+  static constexpr std::string_view kType = "take";
+  const int64_t* idx;
+  int64_t n;
+  explicit Take(const LayerInfo& info)
+      : idx(info.layer->weight("indices").data_as<int64_t>()), n(info.layer->weight("indices").numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = x[idx[i]];
+    });
+  }
+};
+
 /// arg_reduce: the index of the first (or last) max or min along one axis.
 struct ArgReduce final : RefPrepared {
   static constexpr std::string_view kType = "arg_reduce";
@@ -1339,6 +1375,8 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<ParamBinary<LogicalOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Where>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<RoundOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ArgReduce>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<TrigOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Take>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"reshape">>);
