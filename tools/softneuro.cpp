@@ -215,26 +215,31 @@ int cmd_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+/// Calls f(T{}) with the C++ type of a dtype's elements (bool as uint8_t);
+/// float for the types without one of their own here (float16, quantised).
+template <class F>
+void by_dtype(sn::DType d, F&& f) {
+  switch (d) {
+    case sn::DType::float64: return f(double{});
+    case sn::DType::int8: return f(int8_t{});
+    case sn::DType::uint8: case sn::DType::boolean: return f(uint8_t{});
+    case sn::DType::int16: return f(int16_t{});
+    case sn::DType::uint16: return f(uint16_t{});
+    case sn::DType::int32: return f(int32_t{});
+    case sn::DType::uint32: return f(uint32_t{});
+    case sn::DType::int64: return f(int64_t{});
+    case sn::DType::uint64: return f(uint64_t{});
+    default: return f(float{});
+  }
+}
+
 /// A CPU blob's values as doubles, whatever its dtype (a typed output's indices or flags).
 std::vector<double> values_of(const sn::Blob& b) {
   std::vector<double> v(static_cast<std::size_t>(b.numel()));
-  auto fill = [&](auto t) {
+  by_dtype(b.dtype(), [&](auto t) {
     const auto* p = b.data_as<decltype(t)>();
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
-  };
-  switch (b.dtype()) {
-    case sn::DType::float64: fill(double{}); break;
-    case sn::DType::int8: fill(int8_t{}); break;
-    case sn::DType::uint8: fill(uint8_t{}); break;
-    case sn::DType::boolean: fill(uint8_t{}); break;
-    case sn::DType::int16: fill(int16_t{}); break;
-    case sn::DType::uint16: fill(uint16_t{}); break;
-    case sn::DType::int32: fill(int32_t{}); break;
-    case sn::DType::uint32: fill(uint32_t{}); break;
-    case sn::DType::int64: fill(int64_t{}); break;
-    case sn::DType::uint64: fill(uint64_t{}); break;
-    default: fill(float{}); break;
-  }
+  });
   return v;
 }
 
@@ -405,27 +410,16 @@ int cmd_tune(const std::vector<std::string>& args) {
 /// A seeded random input: normal values, or for a typed input small integers
 /// (0..9: valid token ids and indices of any small table), 0/1 for bool.
 sn::Blob random_input(const sn::TensorInfo& t, std::mt19937& rng) {
+  if (t.dtype != sn::DType::float32 && t.dtype != sn::DType::float64 && !sn::is_integer(t.dtype))
+    throw sn::Error(fmt::format("no random values for input '{}' of dtype {}", t.name, sn::to_string(t.dtype)), {}, {}, t.name);
   sn::Blob b = sn::Blob::allocate(t.shape, t.dtype);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> digit(0, t.dtype == sn::DType::boolean ? 1 : 9);
-  auto fill = [&](auto v) {
+  by_dtype(t.dtype, [&](auto v) {
     using T = decltype(v);
     auto* p = b.data_as<T>();
     for (int64_t i = 0; i < b.numel(); ++i) p[i] = std::is_floating_point_v<T> ? static_cast<T>(normal(rng)) : static_cast<T>(digit(rng));
-  };
-  switch (t.dtype) {
-    case sn::DType::float32: fill(float{}); break;
-    case sn::DType::float64: fill(double{}); break;
-    case sn::DType::int8: fill(int8_t{}); break;
-    case sn::DType::uint8: case sn::DType::boolean: fill(uint8_t{}); break;
-    case sn::DType::int16: fill(int16_t{}); break;
-    case sn::DType::uint16: fill(uint16_t{}); break;
-    case sn::DType::int32: fill(int32_t{}); break;
-    case sn::DType::uint32: fill(uint32_t{}); break;
-    case sn::DType::int64: fill(int64_t{}); break;
-    case sn::DType::uint64: fill(uint64_t{}); break;
-    default: throw sn::Error(fmt::format("no random values for input '{}' of dtype {}", t.name, sn::to_string(t.dtype)), {}, {}, t.name);
-  }
+  });
   return b;
 }
 
