@@ -23,6 +23,7 @@
 #include <memory>
 #include <numbers>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace softneuro {
@@ -257,13 +258,19 @@ struct LeakyReluOp {
 template <class Op>
 struct Binary final : RefPrepared {
   static constexpr std::string_view kType = Op::kType;
+  Op op;  // built from the layer where it has parameters (compare, logical: results 0 or 1)
   Broadcast2 bc;
   int64_t n;
   Activation act;
   explicit Binary(const LayerInfo& info)
-      : bc(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]),
+      : op(make_op(*info.layer)),
+        bc(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]),
         n(info.output_shapes[0].numel()),
         act(core::fused_activation(*info.layer)) {}
+  static Op make_op(const Layer& l) {
+    if constexpr (std::is_constructible_v<Op, const Layer&>) return Op(l);
+    else return Op{};
+  }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     const float* y = a.inputs[1]->data_as<float>();
@@ -272,7 +279,7 @@ struct Binary final : RefPrepared {
       for (int64_t i = b; i < e; ++i) {
         int64_t ox, oy;
         bc.offsets(i, ox, oy);
-        z[i] = core::apply_activation(act, Op{}(x[ox], y[oy]));
+        z[i] = core::apply_activation(act, static_cast<float>(op(x[ox], y[oy])));
       }
     });
   }
@@ -301,29 +308,6 @@ struct MaxOp {  // NaN where either is (numpy.maximum, ONNX Runtime)
 struct MinOp {
   static constexpr std::string_view kType = "min";
   float operator()(float a, float b) const { return a != a || b != b ? a + b : b < a ? b : a; }
-};
-
-/// A binary op with parameters (compare, logical): NumPy broadcasting, 0/1 results.
-template <class Op>
-struct ParamBinary final : RefPrepared {
-  static constexpr std::string_view kType = Op::kType;
-  Op op;
-  Broadcast2 bc;
-  int64_t n;
-  explicit ParamBinary(const LayerInfo& info)
-      : op(*info.layer), bc(info.output_shapes[0], info.input_shapes[0], info.input_shapes[1]), n(info.output_shapes[0].numel()) {}
-  void run(const RunArgs& a) override {
-    const float* x = a.inputs[0]->data_as<float>();
-    const float* y = a.inputs[1]->data_as<float>();
-    float* z = a.outputs[0]->data_as<float>();
-    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        int64_t ox, oy;
-        bc.offsets(i, ox, oy);
-        z[i] = op(x[ox], y[oy]) ? 1.0f : 0.0f;
-      }
-    });
-  }
 };
 
 struct CompareOp {
@@ -1370,8 +1354,8 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MulOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MaxOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MinOp>>);
-SOFTNEURO_REGISTER_ROUTINE(Ref<ParamBinary<CompareOp>>);
-SOFTNEURO_REGISTER_ROUTINE(Ref<ParamBinary<LogicalOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<CompareOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<LogicalOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Where>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<RoundOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ArgReduce>);
