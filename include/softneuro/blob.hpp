@@ -29,6 +29,9 @@ constexpr bool is_integer(DType d) noexcept {
   return d == DType::int32 || d == DType::int64 || d == DType::int8 || d == DType::uint8 || d == DType::int16 ||
          d == DType::uint16 || d == DType::uint32 || d == DType::uint64 || d == DType::boolean;
 }
+/// Whether a net's input or output of this type is converted at its edge into
+/// float32 (and back), by adapt cpu/io_cast: float64 and the integer types.
+constexpr bool is_edge_type(DType d) noexcept { return d == DType::float64 || is_integer(d); }
 
 /// Physical arrangement of a blob's elements. Shapes are always logical
 /// (N, C, H, W, ... for images); the layout says how they lie in memory.

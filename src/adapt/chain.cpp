@@ -35,9 +35,8 @@ const std::vector<Schema>& chain_targets() {
     for (DType d : {DType::float32, DType::qint8, DType::float16, DType::bfloat16})
       for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c}) t.push_back(Schema{Device::cpu, d, l});
     // A net's typed outputs (src/adapt/io_cast.cpp), in plain layout only.
-    for (DType d : {DType::float64, DType::int8, DType::uint8, DType::int16, DType::uint16, DType::int32, DType::uint32,
-                    DType::int64, DType::uint64, DType::boolean})
-      t.push_back(Schema{Device::cpu, d, Layout::nchw});
+    for (int d = 0; d <= static_cast<int>(kLastDType); ++d)
+      if (is_edge_type(static_cast<DType>(d))) t.push_back(Schema{Device::cpu, static_cast<DType>(d), Layout::nchw});
     return t;
   }();
   return targets;

@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -21,10 +20,7 @@
 namespace softneuro {
 namespace {
 
-constexpr DType kTyped[] = {DType::float64, DType::int8,   DType::uint8,  DType::int16,  DType::uint16,
-                            DType::int32,   DType::uint32, DType::int64,  DType::uint64, DType::boolean};
-
-bool typed(DType d) { return std::find(std::begin(kTyped), std::end(kTyped), d) != std::end(kTyped); }
+bool typed(DType d) { return is_edge_type(d); }
 
 template <class F>
 decltype(auto) by_type(DType d, F&& f) {
@@ -134,7 +130,8 @@ class IoCastAdapt final : public Routine {
   std::string_view algorithm() const override { return "io_cast"; }
   std::vector<Schema> schemas() const override {
     std::vector<Schema> out{Schema{}};
-    for (DType d : kTyped) out.push_back(Schema{Device::cpu, d, Layout::nchw});
+    for (int d = 0; d <= static_cast<int>(kLastDType); ++d)
+      if (typed(static_cast<DType>(d))) out.push_back(Schema{Device::cpu, static_cast<DType>(d), Layout::nchw});
     return out;
   }
   Support supports(const LayerInfo& info, const Schema& to) const override {
