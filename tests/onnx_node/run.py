@@ -77,6 +77,8 @@ def with_constants(model, inputs):
             keep.append(vi)
             continue
         g.initializer.append(numpy_helper.from_array(value, vi.name))
+        if m.ir_version < 4:  # before IR 4 an initializer is listed among the inputs too (the version converter needs it)
+            keep.append(vi)
     del g.input[:]
     g.input.extend(keep)
     return m, fed
