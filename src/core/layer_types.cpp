@@ -138,10 +138,10 @@ std::vector<Shape> infer_pow(const Layer& l, std::span<const Shape> in) {
 }
 
 std::vector<Shape> infer_reduce(const Layer& l, std::span<const Shape> in) {
-  static const char* const modes[] = {"mean", "sum", "max", "min", "l2"};
+  static const char* const modes[] = {"mean", "sum", "max", "min", "l2", "prod"};
   const std::string mode = l.get_string("mode");
   if (std::find(std::begin(modes), std::end(modes), mode) == std::end(modes))
-    fail(l, "mode", fmt::format("mode '{}' is not one of mean, sum, max, min, l2", mode));
+    fail(l, "mode", fmt::format("mode '{}' is not one of mean, sum, max, min, l2, prod", mode));
   const std::vector<bool> reduced = reduced_axes(l, in[0]);
   const bool keep = l.get_int("keepdims", 1) != 0;
   Shape out;
@@ -245,6 +245,41 @@ std::vector<Shape> infer_arg_reduce(const Layer& l, std::span<const Shape> in) {
     if (d != axis) out.push_back(in[0][d]);
     else if (l.get_int("keepdims", 1)) out.push_back(1);
   return {out};
+}
+
+std::vector<Shape> infer_divmod(const Layer& l, std::span<const Shape> in) {
+  const std::string op = l.get_string("op");
+  if (op != "quotient" && op != "mod" && op != "fmod") fail(l, "op", fmt::format("divmod has no op '{}' (quotient, mod, fmod)", op));
+  return {broadcast_shapes(l, in[0], in[1])};
+}
+
+std::vector<Shape> infer_bitwise(const Layer& l, std::span<const Shape> in) {
+  static const char* const ops[] = {"and", "or", "xor", "shift_left", "shift_right"};
+  const std::string op = l.get_string("op");
+  if (std::find(std::begin(ops), std::end(ops), op) == std::end(ops))
+    fail(l, "op", fmt::format("bitwise has no op '{}' (and, or, xor, shift_left, shift_right)", op));
+  const int64_t bits = l.get_int("bits", 0);
+  if (bits != 8 && bits != 16 && bits != 32 && bits != 64) fail(l, "bits", fmt::format("bits {} is not 8, 16, 32 or 64", bits));
+  return {broadcast_shapes(l, in[0], in[1])};
+}
+
+std::vector<Shape> infer_cumulative(const Layer& l, std::span<const Shape> in) {
+  const std::string op = l.get_string("op", "sum");
+  if (op != "sum" && op != "prod") fail(l, "op", fmt::format("cumulative has no op '{}' (sum, prod)", op));
+  if (in[0].rank() == 0) fail(l, "input", "cumulative needs an input of rank 1 or more");
+  normalize_axis(l, "axis", l.get_int("axis", 0), in[0].rank());
+  return {in[0]};
+}
+
+std::vector<Shape> infer_top_k(const Layer& l, std::span<const Shape> in) {
+  if (in[0].rank() == 0) fail(l, "input", "top_k needs an input of rank 1 or more");
+  const int axis = normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
+  const int64_t k = l.get_int("k");
+  if (k < 0 || k > in[0][axis])
+    fail(l, "k", fmt::format("k {} is outside 0..{} (axis {} of {})", k, in[0][axis], axis, in[0].to_string()));
+  Shape out = in[0];
+  out[axis] = k;
+  return {out, out};
 }
 
 std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
@@ -465,6 +500,8 @@ const LayerType kBuiltinTypes[] = {
     {"where", 3, 3, infer_where},        {"round", 1, 1, infer_round},
     {"arg_reduce", 1, 1, infer_arg_reduce}, {"trig", 1, 1, infer_trig},
     {"take", 1, 1, infer_take},
+    {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},
+    {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 1, infer_top_k, 2},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
     {"group_norm", 1, 1, infer_group_norm},
     {"fake_quant", 1, 1, infer_fake_quant},

@@ -397,6 +397,26 @@ class Importer {
   void gather_elements(const Node&);
   void trilu(const Node&);
   void nll_loss(const Node&);
+  void mod_op(const Node&);
+  void bitwise(const Node&);
+  void cumulative(const Node&);
+  void top_k(const Node&);
+  void hardmax(const Node&);
+  void thresholded_relu(const Node&);
+  void celu(const Node&);
+  void swish(const Node&);
+  void lp_normalization(const Node&);
+  void space_depth(const Node&);
+  void shrink(const Node&);
+  /// The ONNX element type of tensor `name` (run-time typed, or a constant's), -1 where float32 or unknown.
+  int elem_type(const std::string& name) const {
+    if (auto t = value_types_.find(name); t != value_types_.end()) return t->second;
+    if (constant(name))
+      if (auto t = onnx_types_.find(name); t != onnx_types_.end()) return t->second;
+    return -1;
+  }
+  /// Whether any input of n is integer-typed (bool not counted).
+  bool integer_inputs(const Node& n) const;
   void softmax_cross_entropy(const Node&);
   void nll_of(const Node& n, const std::string& logp, const Shape& xs, const std::string& y);
   /// Whether every input the node has is a constant (its result is one too).
@@ -570,9 +590,26 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Trilu", &Importer::trilu},
       {"ArgMin", &Importer::arg_reduce},
       {"NegativeLogLikelihoodLoss", &Importer::nll_loss},
+      {"BitwiseAnd", &Importer::bitwise},
+      {"BitwiseOr", &Importer::bitwise},
+      {"BitwiseXor", &Importer::bitwise},
+      {"BitwiseNot", &Importer::bitwise},
+      {"BitShift", &Importer::bitwise},
+      {"CumSum", &Importer::cumulative},
+      {"CumProd", &Importer::cumulative},
+      {"TopK", &Importer::top_k},
+      {"Hardmax", &Importer::hardmax},
+      {"ThresholdedRelu", &Importer::thresholded_relu},
+      {"Celu", &Importer::celu},
+      {"Swish", &Importer::swish},
+      {"LpNormalization", &Importer::lp_normalization},
+      {"SpaceToDepth", &Importer::space_depth},
+      {"DepthToSpace", &Importer::space_depth},
+      {"Shrink", &Importer::shrink},
+      {"ReduceProd", &Importer::reduce},
       {"SoftmaxCrossEntropyLoss", &Importer::softmax_cross_entropy},
       // Computed at import when their inputs are constants (index and mask arithmetic).
-      {"Mod", &Importer::constant_math},
+      {"Mod", &Importer::mod_op},
       {"ScatterND", &Importer::constant_math},
   };
   return table;
@@ -1720,6 +1757,12 @@ void Importer::binary_op(const Node& n) {
     }
     return;
   }
+  if (n.op() == "Div" && integer_inputs(n)) {  // integers divide toward zero
+    Layer l = make("divmod", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+    l.params["op"] = std::string("quotient");
+    add(std::move(l));
+    return;
+  }
   add(make(type, n.name, {input(n, 0), input(n, 1)}, {n.out(0)}));
 }
 
@@ -1775,7 +1818,7 @@ void Importer::reduce(const Node& n) {
   static const std::map<std::string, std::string> modes = {
       {"ReduceMean", "mean"}, {"ReduceMax", "max"},    {"ReduceMin", "min"},       {"ReduceSum", "sum"},
       {"ReduceL2", "l2"},     {"ReduceL1", "sum"},     {"ReduceSumSquare", "sum"}, {"ReduceLogSum", "sum"},
-      {"ReduceLogSumExp", "sum"}};
+      {"ReduceLogSumExp", "sum"}, {"ReduceProd", "prod"}};
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
   // ReduceSum took its axes as an input from opset 13, the others from opset 18.
@@ -2898,6 +2941,230 @@ void Importer::softmax_cross_entropy(const Node& n) {
   nll_of(n, logp, xs, y);
 }
 
+bool Importer::integer_inputs(const Node& n) const {
+  namespace T = onnx;
+  for (int k = 0; k < n.num_inputs(); ++k) {
+    const int t = n.has_in(k) ? elem_type(n.in(k)) : -1;
+    if (t == T::TensorProto::INT8 || t == T::TensorProto::UINT8 || t == T::TensorProto::INT16 || t == T::TensorProto::UINT16 ||
+        t == T::TensorProto::INT32 || t == T::TensorProto::UINT32 || t == T::TensorProto::INT64 || t == T::TensorProto::UINT64)
+      return true;
+  }
+  return false;
+}
+
+// Mod: the divisor's sign (fmod 0, NumPy's mod) or the dividend's (fmod 1, C's fmod).
+void Importer::mod_op(const Node& n) {
+  if (constant(n.in(0)) && constant(n.in(1))) return constant_math(n);
+  const bool fmod = n.get_int("fmod", 0) != 0;
+  Layer l = make("divmod", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+  l.params["op"] = std::string(fmod ? "fmod" : "mod");
+  add(std::move(l));
+}
+
+// BitwiseAnd/Or/Xor/Not and BitShift on integer tensors: a bitwise layer
+// working on the type's width (Not as xor with all ones).
+void Importer::bitwise(const Node& n) {
+  namespace T = onnx;
+  int type = -1;
+  for (int k = 0; k < n.num_inputs() && type < 0; ++k)
+    if (n.has_in(k)) type = elem_type(n.in(k));
+  static const std::map<int, std::pair<int64_t, bool>> widths = {
+      {T::TensorProto::UINT8, {8, false}},  {T::TensorProto::INT8, {8, true}},   {T::TensorProto::UINT16, {16, false}},
+      {T::TensorProto::INT16, {16, true}},  {T::TensorProto::UINT32, {32, false}}, {T::TensorProto::INT32, {32, true}},
+      {T::TensorProto::UINT64, {64, false}}, {T::TensorProto::INT64, {64, true}}};
+  auto w = widths.find(type);
+  if (w == widths.end())
+    throw n.error(fmt::format("{} of a {} tensor (supported: integer tensors)", n.op(), type < 0 ? std::string("FLOAT") : onnx_type_name(type)),
+                  "input");
+  std::string op;
+  if (n.op() == "BitShift") {
+    const std::string dir = n.get_string("direction");
+    if (dir != "LEFT" && dir != "RIGHT") throw n.error(fmt::format("direction '{}' is not LEFT or RIGHT", dir), "direction");
+    op = dir == "LEFT" ? "shift_left" : "shift_right";
+  } else {
+    op = n.op() == "BitwiseAnd" ? "and" : n.op() == "BitwiseOr" ? "or" : "xor";
+  }
+  const std::string b = n.op() == "BitwiseNot" ? scalar_constant(n, n.out(0) + "/all_ones", -1.0) : input(n, 1);
+  Layer l = make("bitwise", n.name, {input(n, 0), b}, {n.out(0)});
+  l.params["op"] = op;
+  l.params["bits"] = w->second.first;
+  l.params["signed"] = int64_t{w->second.second};
+  add(std::move(l));
+  value_types_[n.out(0)] = type;
+}
+
+void Importer::cumulative(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const Blob* axis = constant(n.in(1));
+  if (!axis || axis->numel() != 1) throw Unsupported{fmt::format("{} with an axis computed at run time", n.op())};
+  if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "x");
+  add_unary(n, "cumulative", input(n, 0), n.out(0),
+            {{"op", std::string(n.op() == "CumSum" ? "sum" : "prod")},
+             {"axis", int64_t{normalized_axis(n, to_ints(*axis)[0], xs.rank(), "axis")}},
+             {"exclusive", n.get_int("exclusive", 0)},
+             {"reverse", n.get_int("reverse", 0)}});
+}
+
+void Importer::top_k(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const Blob* k = constant(n.in(1));
+  if (!k || k->numel() != 1) throw Unsupported{"TopK with K computed at run time"};
+  if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "X");
+  const int axis = normalized_axis(n, n.get_int("axis", -1), xs.rank(), "axis");
+  const int64_t kv = to_ints(*k)[0];
+  if (kv < 0 || kv > xs[axis]) throw n.error(fmt::format("K {} is outside 0..{}", kv, xs[axis]), "K");
+  const std::string values = n.out(0).empty() ? fresh_blob(n.name + "/values") : n.out(0);
+  const std::string indices = n.out(1).empty() ? fresh_blob(n.name + "/indices") : n.out(1);
+  Layer l = make("top_k", n.name, {input(n, 0)}, {values, indices});
+  l.params = {{"k", kv}, {"axis", int64_t{axis}}, {"largest", n.get_int("largest", 1)}};
+  add(std::move(l));
+  value_types_[indices] = onnx::TensorProto::INT64;
+}
+
+// Hardmax: 1 at the first maximum along the axis, 0 elsewhere: the arg max
+// compared with the positions along the axis. Before opset 13 over the 2-D view.
+void Importer::hardmax(const Node& n) {
+  Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  if (rank == 0) throw n.error("input of rank 0 has no axis", "input");
+  int axis = normalized_axis(n, n.get_int("axis", n.opset >= 13 ? -1 : 1), rank, "axis");
+  const std::string y = n.out(0);
+  std::string x = input(n, 0);
+  const bool flat = n.opset < 13 && axis != rank - 1;
+  Shape view = xs;
+  if (flat) {
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < rank; ++i) (i < axis ? outer : inner) *= xs[i];
+    view = Shape{outer, inner};
+    const std::string two_d = fresh_blob(y + "/2d");
+    add_unary(n, "reshape", x, two_d, {{"shape", view.to_vector()}}, "to_2d");
+    x = two_d;
+    axis = 1;
+  }
+  const std::string arg = fresh_blob(y + "/argmax"), out = flat ? fresh_blob(y + "/2d_out") : y;
+  add_unary(n, "arg_reduce", x, arg, {{"axis", int64_t{axis}}, {"keepdims", int64_t{1}}, {"mode", std::string("max")}}, "argmax");
+  Shape iota_shape;
+  for (int d = axis; d < view.rank(); ++d) iota_shape.push_back(d == axis ? view[d] : 1);
+  std::vector<float> iota(static_cast<std::size_t>(view[axis]));
+  std::iota(iota.begin(), iota.end(), 0.f);
+  Layer l = make("compare", flat ? n.name + "/onehot" : n.name,
+                 {arg, as_blob(n, add_constant(y + "/positions", float_blob(iota_shape, iota)))}, {out});
+  l.params["op"] = std::string("equal");
+  add(std::move(l));
+  if (flat) add_unary(n, "reshape", out, y, {{"shape", xs.to_vector()}}, "from_2d");
+}
+
+void Importer::thresholded_relu(const Node& n) {
+  const std::string x = input(n, 0), y = n.out(0), above = fresh_blob(y + "/above");
+  Layer c = make("compare", n.name + "/above", {x, scalar_constant(n, y + "/alpha", n.get_float("alpha", 1.0))}, {above});
+  c.params["op"] = std::string("greater");
+  add(std::move(c));
+  add(make("where", n.name, {above, x, scalar_constant(n, y + "/zero", 0.0)}, {y}));
+}
+
+// Celu as relu(x) + min(0, alpha * (exp(x / alpha) - 1)).
+void Importer::celu(const Node& n) {
+  const double alpha = n.get_float("alpha", 1.0);
+  if (alpha == 0) throw n.error("alpha is 0", "alpha");
+  const std::string x = input(n, 0), y = n.out(0);
+  const std::string pos = fresh_blob(y + "/relu"), scaled = fresh_blob(y + "/scaled"), e = fresh_blob(y + "/exp"),
+                    em1 = fresh_blob(y + "/exp_minus_one"), neg = fresh_blob(y + "/neg"), negmin = fresh_blob(y + "/neg_part");
+  add_unary(n, "relu", x, pos, {}, "relu");
+  add(make("mul", n.name + "/scale", {x, scalar_constant(n, y + "/inv_alpha", 1.0 / alpha)}, {scaled}));
+  add_unary(n, "exp", scaled, e, {}, "exp");
+  add(make("sub", n.name + "/minus_one", {e, scalar_constant(n, y + "/one", 1.0)}, {em1}));
+  add(make("mul", n.name + "/times_alpha", {em1, scalar_constant(n, y + "/alpha", alpha)}, {neg}));
+  add(make("min", n.name + "/min", {neg, scalar_constant(n, y + "/zero", 0.0)}, {negmin}));
+  add(make("add", n.name, {pos, negmin}, {y}));
+}
+
+// Swish: x * sigmoid(alpha * x) (silu where alpha is 1).
+void Importer::swish(const Node& n) {
+  const double alpha = n.get_float("alpha", 1.0);
+  const std::string x = input(n, 0), y = n.out(0);
+  if (alpha == 1.0) return add_unary(n, "silu", x, y);
+  const std::string ax = fresh_blob(y + "/scaled"), s = fresh_blob(y + "/sigmoid");
+  add(make("mul", n.name + "/scale", {x, scalar_constant(n, y + "/alpha", alpha)}, {ax}));
+  add_unary(n, "sigmoid", ax, s, {}, "sigmoid");
+  add(make("mul", n.name, {x, s}, {y}));
+}
+
+// LpNormalization: x / ||x||_p along the axis (p 1 or 2), 0 where the norm is 0.
+void Importer::lp_normalization(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "input");
+  const int axis = normalized_axis(n, n.get_int("axis", -1), xs.rank(), "axis");
+  const int64_t p = n.get_int("p", 2);
+  if (p != 1 && p != 2) throw n.error(fmt::format("p {} (supported: 1, 2)", p), "p");
+  const std::string x = input(n, 0), y = n.out(0);
+  const std::string norm = fresh_blob(y + "/norm"), q = fresh_blob(y + "/quotient"), zero_norm = fresh_blob(y + "/zero_norm");
+  std::string src = x;
+  if (p == 1) {
+    src = fresh_blob(y + "/abs");
+    add_unary(n, "abs", x, src, {}, "abs");
+  }
+  add_unary(n, "reduce", src, norm,
+            {{"mode", std::string(p == 1 ? "sum" : "l2")}, {"axes", std::vector<int64_t>{axis}}, {"keepdims", int64_t{1}}}, "norm");
+  add(make("div", n.name + "/divide", {x, norm}, {q}));
+  const std::string zero = scalar_constant(n, y + "/zero", 0.0);
+  Layer c = make("compare", n.name + "/zero_norm", {norm, zero}, {zero_norm});
+  c.params["op"] = std::string("equal");
+  add(std::move(c));
+  add(make("where", n.name, {zero_norm, zero, q}, {y}));
+}
+
+// SpaceToDepth and DepthToSpace (DCR or CRD) as reshape, transpose, reshape.
+void Importer::space_depth(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 4) throw n.error(fmt::format("input {} is not 4-D [N, C, H, W]", xs.to_string()), "input");
+  const int64_t b = n.get_int("blocksize");
+  if (b < 1) throw n.error(fmt::format("blocksize {} is below 1", b), "blocksize");
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
+  std::vector<int64_t> split, perm, out;
+  if (n.op() == "SpaceToDepth") {
+    if (H % b || W % b) throw n.error(fmt::format("input {} is not divisible by blocksize {}", xs.to_string(), b), "blocksize");
+    split = {N, C, H / b, b, W / b, b};
+    const std::string mode = n.get_string("mode", "DCR");
+    if (mode != "DCR" && mode != "CRD") throw n.error(fmt::format("mode '{}' is not DCR or CRD", mode), "mode");
+    perm = mode == "DCR" ? std::vector<int64_t>{0, 3, 5, 1, 2, 4} : std::vector<int64_t>{0, 1, 3, 5, 2, 4};
+    out = {N, C * b * b, H / b, W / b};
+  } else {
+    if (C % (b * b)) throw n.error(fmt::format("channels {} are not divisible by blocksize^2 {}", C, b * b), "blocksize");
+    const std::string mode = n.get_string("mode", "DCR");
+    if (mode != "DCR" && mode != "CRD") throw n.error(fmt::format("mode '{}' is not DCR or CRD", mode), "mode");
+    if (mode == "DCR") {
+      split = {N, b, b, C / (b * b), H, W};
+      perm = {0, 3, 4, 1, 5, 2};
+    } else {
+      split = {N, C / (b * b), b, b, H, W};
+      perm = {0, 1, 4, 2, 5, 3};
+    }
+    out = {N, C / (b * b), H * b, W * b};
+  }
+  const std::string y = n.out(0), a = fresh_blob(y + "/blocks"), t = fresh_blob(y + "/moved");
+  add_unary(n, "reshape", input(n, 0), a, {{"shape", split}}, "blocks");
+  add_unary(n, "transpose", a, t, {{"perm", perm}}, "move");
+  add_unary(n, "reshape", t, y, {{"shape", out}});
+}
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between.
+void Importer::shrink(const Node& n) {
+  const double lambd = n.get_float("lambd", 0.5), bias = n.get_float("bias", 0.0);
+  const std::string x = input(n, 0), y = n.out(0);
+  const std::string below = fresh_blob(y + "/below"), above = fresh_blob(y + "/above"), up = fresh_blob(y + "/plus_bias"),
+                    down = fresh_blob(y + "/minus_bias"), upper = fresh_blob(y + "/upper");
+  Layer lo = make("compare", n.name + "/below", {x, scalar_constant(n, y + "/neg_lambd", -lambd)}, {below});
+  lo.params["op"] = std::string("less");
+  add(std::move(lo));
+  Layer hi = make("compare", n.name + "/above", {x, scalar_constant(n, y + "/lambd", lambd)}, {above});
+  hi.params["op"] = std::string("greater");
+  add(std::move(hi));
+  add(make("add", n.name + "/plus_bias", {x, scalar_constant(n, y + "/bias", bias)}, {up}));
+  add(make("sub", n.name + "/minus_bias", {x, scalar_constant(n, y + "/bias2", bias)}, {down}));
+  add(make("where", n.name + "/upper", {above, down, scalar_constant(n, y + "/zero", 0.0)}, {upper}));
+  add(make("where", n.name, {below, up, upper}, {y}));
+}
+
 void Importer::arg_reduce(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "input");
@@ -3086,7 +3353,8 @@ bool Importer::keeps_integers(const std::string& op) {
       "Sum",      "Relu",    "Clip",    "ReduceSum", "ReduceMax", "ReduceMin", "MaxPool", "Cast", "CastLike",
       "Shape",    "Size",    "Dropout", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
       "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin",
-      "GatherElements", "Trilu"};
+      "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
+      "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace"};
   return ops.count(op) != 0;
 }
 

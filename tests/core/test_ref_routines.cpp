@@ -488,3 +488,52 @@ TEST_CASE("cpu/ref compare, logical, where, round, arg_reduce", "[ref]") {
   check_layer(make_layer("take", {}, {{"indices", idx}}), {B({2, 3}, {10, 11, 12, 13, 14, 15})}, {4}, {11, 14, 11, 14});
   check_layer(trig("atanh"), {t}, {3}, {0.0f, static_cast<float>(std::atanh(0.5)), static_cast<float>(std::atanh(-0.25))});
 }
+
+TEST_CASE("cpu/ref divmod, bitwise, cumulative, top_k, reduce prod", "[ref]") {
+  auto dm = [](const char* o) { return make_layer("divmod", {{"op", std::string(o)}}, {}, 2); };
+  const Blob a = B({4}, {7, -7, 7, -7}), b = B({4}, {2, 2, -2, -2});
+  check_layer(dm("quotient"), {a, b}, {4}, {3, -3, -3, 3});  // toward zero
+  check_layer(dm("mod"), {a, b}, {4}, {1, 1, -1, -1});       // the divisor's sign
+  check_layer(dm("fmod"), {a, b}, {4}, {1, -1, 1, -1});      // the dividend's sign
+  check_layer(dm("mod"), {B({2}, {5.5f, -5.5f}), B({1}, {2})}, {2}, {1.5f, 0.5f});
+  auto bw = [](const char* o, int64_t bits, int64_t is_signed) {
+    return make_layer("bitwise", {{"op", std::string(o)}, {"bits", bits}, {"signed", is_signed}}, {}, 2);
+  };
+  const Blob x = B({3}, {12, 10, 255}), y = B({3}, {10, 6, 1});
+  check_layer(bw("and", 8, 0), {x, y}, {3}, {8, 2, 1});
+  check_layer(bw("or", 8, 0), {x, y}, {3}, {14, 14, 255});
+  check_layer(bw("xor", 8, 0), {x, y}, {3}, {6, 12, 254});
+  check_layer(bw("xor", 8, 0), {B({2}, {0, 200}), B({1}, {-1})}, {2}, {255, 55});  // not, unsigned
+  check_layer(bw("xor", 32, 1), {B({2}, {0, -6}), B({1}, {-1})}, {2}, {-1, 5});     // not, signed
+  check_layer(bw("shift_left", 8, 0), {B({3}, {200, 1, 3}), B({3}, {1, 7, 8})}, {3}, {144, 128, 0});  // wraps; >= width: 0
+  check_layer(bw("shift_left", 8, 1), {B({2}, {64, -8}), B({2}, {1, 1})}, {2}, {-128, -16});
+  // right shifts of signed values are arithmetic; out of range (>= width or negative): 0 or -1
+  check_layer(bw("shift_right", 8, 1), {B({4}, {-8, -1, -8, 4}), B({4}, {1, 1, 9, -1})}, {4}, {-4, -1, -1, 0});
+  check_layer(bw("shift_right", 16, 0), {B({2}, {65535, 16}), B({2}, {4, 16})}, {2}, {4095, 0});
+  auto cum = [](const char* o, int64_t axis, int64_t exclusive, int64_t reverse) {
+    return make_layer("cumulative", {{"op", std::string(o)}, {"axis", axis}, {"exclusive", exclusive}, {"reverse", reverse}});
+  };
+  const Blob c = B({2, 3}, {1, 2, 3, 4, 5, 6});
+  check_layer(cum("sum", 1, 0, 0), {c}, {2, 3}, {1, 3, 6, 4, 9, 15});
+  check_layer(cum("sum", 0, 0, 0), {c}, {2, 3}, {1, 2, 3, 5, 7, 9});
+  check_layer(cum("sum", 1, 1, 0), {c}, {2, 3}, {0, 1, 3, 0, 4, 9});
+  check_layer(cum("sum", 1, 0, 1), {c}, {2, 3}, {6, 5, 3, 15, 11, 6});
+  check_layer(cum("prod", -1, 1, 1), {c}, {2, 3}, {6, 3, 1, 30, 6, 1});
+  // top_k: ties keep the lower index first; NaN above every number
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto top = [](int64_t k, int64_t axis, int64_t largest) {
+    return make_layer("top_k", {{"k", k}, {"axis", axis}, {"largest", largest}}, {}, 1, 2);
+  };
+  auto out = run_layer(top(2, 1, 1), {B({2, 4}, {1, 3, 3, 2, 5, nan, 0, 7})});
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].shape() == Shape{2, 2});
+  CHECK(values(out[1]) == Floats{1, 2, 1, 3});
+  CHECK(values(out[0])[0] == 3);
+  CHECK(std::isnan(values(out[0])[2]));
+  CHECK(values(out[0])[3] == 7);
+  out = run_layer(top(2, 0, 0), {B({3, 2}, {4, 1, 2, 1, 2, 0})});
+  CHECK(values(out[0]) == Floats{2, 0, 2, 1});
+  CHECK(values(out[1]) == Floats{1, 2, 2, 0});
+  check_layer(make_layer("reduce", {{"mode", std::string("prod")}, {"axes", Ints{1}}, {"keepdims", int64_t{0}}}), {c}, {2},
+              {6, 120});
+}

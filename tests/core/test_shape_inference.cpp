@@ -453,6 +453,25 @@ TEST_CASE("shape inference: compare, logical, where, round, arg_reduce", "[core]
   expect_error(L("take", {}, {{"indices", w(Shape{2})}}), {{5}}, "indices");  // float indices
 }
 
+TEST_CASE("shape inference: divmod, bitwise, cumulative, top_k", "[core][shape]") {
+  CHECK(infer(L("divmod", {{"op", std::string("mod")}}, {}, 2), {{2, 1}, {3}}) == Shapes{{2, 3}});
+  expect_error(L("divmod", {{"op", std::string("rem")}}, {}, 2), {{2}, {2}}, "op");
+  auto bw = [](const char* o, int64_t bits) { return L("bitwise", {{"op", std::string(o)}, {"bits", bits}}, {}, 2); };
+  CHECK(infer(bw("shift_left", 8), {{4}, {1}}) == Shapes{{4}});
+  expect_error(bw("shift_left", 12), {{4}, {1}}, "bits");
+  expect_error(bw("nand", 8), {{4}, {1}}, "op");
+  expect_error(bw("and", 8), {{4}, {3}}, "input");
+  CHECK(infer(L("cumulative", {{"axis", int64_t{-1}}}), {{2, 3}}) == Shapes{{2, 3}});
+  expect_error(L("cumulative", {{"axis", int64_t{2}}}), {{2, 3}}, "axis");
+  expect_error(L("cumulative", {{"op", std::string("max")}}), {{2, 3}}, "op");
+  auto top = [](int64_t k, int64_t axis) { return L("top_k", {{"k", k}, {"axis", axis}}, {}, 1, 2); };
+  CHECK(infer(top(2, 1), {{3, 5, 4}}) == Shapes{{3, 2, 4}, {3, 2, 4}});
+  CHECK(infer(top(0, -1), {{3}}) == Shapes{{0}, {0}});
+  expect_error(top(6, 1), {{3, 5}}, "k");
+  expect_error(top(1, 2), {{3, 5}}, "axis");
+  CHECK(infer(L("reduce", {{"mode", std::string("prod")}, {"keepdims", int64_t{0}}}), {{3, 5}}) == Shapes{Shape{}});
+}
+
 TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
   expect_error(L("shape_math", {{"op", std::string("shape")}}), {{2, 5}}, "op");
 }
@@ -465,7 +484,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math", "compare", "logical", "where", "round", "arg_reduce", "trig", "take"};
+      "shape_math", "compare", "logical", "where", "round", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -282,6 +282,29 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     for (int64_t i = 0; i < 12; ++i) idx.data_as<int64_t>()[i] = (i * 7) % 30;
     return {{"take", layer_of("take", {}, {{"indices", idx}}), {random_blob({5, 6}, rng)}}};
   }
+  if (type == "divmod" || type == "bitwise") {
+    std::vector<Case> out;
+    const std::vector<std::string> ops = type == "divmod" ? std::vector<std::string>{"quotient", "mod", "fmod"}
+                                                          : std::vector<std::string>{"and", "or", "xor", "shift_left", "shift_right"};
+    for (const auto& op : ops) {
+      // Integers: -50..50 divided by 1..9 (no zero), shifted by 0..9.
+      Blob a = random_blob({2, 8, 5}, rng, -50.f, 50.f), b = random_blob({8, 1}, rng, 1.f, 10.f);
+      for (Blob* x : {&a, &b})
+        for (int64_t i = 0; i < x->numel(); ++i) x->data_as<float>()[i] = std::floor(x->data_as<float>()[i]);
+      std::map<std::string, Attr> p{{"op", op}};
+      if (type == "bitwise") p["bits"] = int64_t{16}, p["signed"] = int64_t{1};
+      out.push_back({fmt::format("{} {}", type, op), layer_of(type, p, {}, 2), {a, b}});
+    }
+    return out;
+  }
+  if (type == "cumulative")
+    return {{"cumulative sum axis 1", layer_of("cumulative", {{"op", std::string("sum")}, {"axis", int64_t{1}}}, {}), {random_blob({3, 9, 4}, rng)}},
+            {"cumulative prod reverse exclusive", layer_of("cumulative", {{"op", std::string("prod")}, {"axis", int64_t{-1}},
+                                                                          {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}, {}),
+             {random_blob({3, 9, 4}, rng)}}};
+  if (type == "top_k")
+    return {{"top_k 3 of 9", layer_of("top_k", {{"k", int64_t{3}}, {"axis", int64_t{1}}}, {}, 1, 2), {random_blob({4, 9, 5}, rng)}},
+            {"top_k smallest", layer_of("top_k", {{"k", int64_t{2}}, {"largest", int64_t{0}}}, {}, 1, 2), {random_blob({6, 7}, rng)}}};
   if (type == "trig") {
     std::vector<Case> out;
     for (const char* op : {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}) {

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <numbers>
 #include <string_view>
 #include <type_traits>
@@ -342,6 +343,64 @@ struct LogicalOp {
   }
 };
 
+// divmod and bitwise compute on integers held as floats (the values of
+// integer-typed ONNX tensors): exactly, in double and in 64-bit words.
+struct DivmodOp {
+  static constexpr std::string_view kType = "divmod";
+  enum { quotient, mod, fmod } op;
+  explicit DivmodOp(const Layer& l) {
+    const std::string o = l.get_string("op");
+    op = o == "quotient" ? quotient : o == "mod" ? mod : fmod;
+  }
+  double operator()(float a, float b) const {
+    const double x = a, y = b;
+    if (op == quotient) return std::trunc(x / y);  // C's integer division: toward zero
+    const double r = std::fmod(x, y);
+    return op == mod && r != 0 && (r < 0) != (y < 0) ? r + y : r;  // mod: the divisor's sign (Python's %)
+  }
+};
+
+struct BitwiseOp {
+  static constexpr std::string_view kType = "bitwise";
+  enum { band, bor, bxor, shl, shr } op;
+  uint64_t mask;
+  int bits;
+  bool is_signed;
+  explicit BitwiseOp(const Layer& l) : bits(static_cast<int>(l.get_int("bits"))), is_signed(l.get_int("signed", 0) != 0) {
+    const std::string o = l.get_string("op");
+    op = o == "and" ? band : o == "or" ? bor : o == "xor" ? bxor : o == "shift_left" ? shl : shr;
+    mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+  }
+  static uint64_t word(float v) {  // two's complement; values are integers (NaN: 0)
+    if (!(v == v)) return 0;
+    if (v < 0) return static_cast<uint64_t>(static_cast<int64_t>(std::max(v, -9.2233720e18f)));
+    return static_cast<uint64_t>(std::min(v, 1.8446743e19f));
+  }
+  double operator()(float a, float b) const {
+    const uint64_t x = word(a) & mask, y = word(b) & mask;
+    const int64_t sx = signed_value(x), sy = signed_value(y);
+    // A shift by a negative amount or by the width or more saturates (NumPy,
+    // ONNX): 0, or all ones where an arithmetic right shift fills with the sign.
+    const bool out_of_range = is_signed ? (sy < 0 || sy >= bits) : y >= static_cast<uint64_t>(bits);
+    uint64_t r;
+    switch (op) {
+      case band: r = x & y; break;
+      case bor: r = x | y; break;
+      case bxor: r = x ^ y; break;
+      case shl: r = out_of_range ? 0 : x << y; break;
+      default:
+        if (out_of_range) r = is_signed && sx < 0 ? ~uint64_t{0} : 0;
+        else r = is_signed ? static_cast<uint64_t>(sx >> y) : x >> y;
+        break;
+    }
+    r &= mask;  // wraps as the integer type does
+    return is_signed ? static_cast<double>(signed_value(r)) : static_cast<double>(r);
+  }
+  int64_t signed_value(uint64_t v) const {  // v (within mask) read as the signed type
+    return is_signed && (v >> (bits - 1)) & 1 ? static_cast<int64_t>(v | ~mask) : static_cast<int64_t>(v);
+  }
+};
+
 /// where: condition != 0 ? x : y, the three broadcast.
 struct Where final : RefPrepared {
   static constexpr std::string_view kType = "where";
@@ -507,14 +566,14 @@ struct Prelu final : RefPrepared {
 /// reduce: each output element walks its reduced sub-space (double accumulation).
 struct Reduce final : RefPrepared {
   static constexpr std::string_view kType = "reduce";
-  enum Mode { mean, sum, max, min, l2 } mode;
+  enum Mode { mean, sum, max, min, l2, prod } mode;
   int kept = 0, red = 0;                        // kept and reduced dims
   int64_t kept_dims[kMaxRank] = {}, kept_strides[kMaxRank] = {};
   int64_t red_dims[kMaxRank] = {}, red_strides[kMaxRank] = {};
   int64_t outputs = 1, count = 1;               // output elements, elements reduced into each
   explicit Reduce(const LayerInfo& info) {
     const std::string m = info.layer->get_string("mode");
-    mode = m == "mean" ? mean : m == "sum" ? sum : m == "max" ? max : m == "min" ? min : l2;
+    mode = m == "mean" ? mean : m == "sum" ? sum : m == "max" ? max : m == "min" ? min : m == "prod" ? prod : l2;
     const Shape& in = info.input_shapes[0];
     const std::vector<bool> reduced = core::reduced_axes(*info.layer, in);
     int64_t strides[kMaxRank];
@@ -541,7 +600,7 @@ struct Reduce final : RefPrepared {
           base += rest % kept_dims[d] * kept_strides[d];
           rest /= kept_dims[d];
         }
-        double acc = mode == max ? -INFINITY : mode == min ? INFINITY : 0.0;
+        double acc = mode == max ? -INFINITY : mode == min ? INFINITY : mode == prod ? 1.0 : 0.0;
         for (int64_t r = 0; r < count; ++r) {
           int64_t off = base;
           for (int64_t d = red - 1, rest = r; d >= 0; --d) {
@@ -552,11 +611,81 @@ struct Reduce final : RefPrepared {
           if (mode == max) acc = std::max(acc, v);
           else if (mode == min) acc = std::min(acc, v);
           else if (mode == l2) acc += v * v;
+          else if (mode == prod) acc *= v;
           else acc += v;
         }
         if (mode == mean) acc = count ? acc / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
         if (mode == l2) acc = std::sqrt(acc);
         y[o] = static_cast<float>(acc);
+      }
+    });
+  }
+};
+
+/// cumulative: running sums or products along one axis (exclusive: of the
+/// elements before; reverse: from the end), accumulated in double.
+struct Cumulative final : RefPrepared {
+  static constexpr std::string_view kType = "cumulative";
+  int64_t outer = 1, len = 1, inner = 1;
+  bool prod, exclusive, reverse;
+  explicit Cumulative(const LayerInfo& info)
+      : prod(info.layer->get_string("op", "sum") == "prod"),
+        exclusive(info.layer->get_int("exclusive", 0) != 0),
+        reverse(info.layer->get_int("reverse", 0) != 0) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
+    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(outer * inner, 64, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t base = (i / inner) * len * inner + i % inner;
+        double acc = prod ? 1.0 : 0.0;
+        for (int64_t k = 0; k < len; ++k) {
+          const int64_t at = base + (reverse ? len - 1 - k : k) * inner;
+          const double v = x[at];
+          if (!exclusive) acc = prod ? acc * v : acc + v;
+          y[at] = static_cast<float>(acc);
+          if (exclusive) acc = prod ? acc * v : acc + v;
+        }
+      }
+    });
+  }
+};
+
+/// top_k: the k largest (or smallest) values along one axis, in order (ties:
+/// the lower index first; NaN above every number), and their indices.
+struct TopK final : RefPrepared {
+  static constexpr std::string_view kType = "top_k";
+  int64_t outer = 1, len = 1, inner = 1, k;
+  bool largest;
+  explicit TopK(const LayerInfo& info) : k(info.layer->get_int("k")), largest(info.layer->get_int("largest", 1) != 0) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* values = a.outputs[0]->data_as<float>();
+    float* indices = a.outputs[1]->data_as<float>();
+    a.pool->parallel_for(outer * inner, 16, [&](int64_t b, int64_t e) {
+      std::vector<int64_t> order(static_cast<std::size_t>(len));
+      for (int64_t i = b; i < e; ++i) {
+        const float* row = x + (i / inner) * len * inner + i % inner;
+        std::iota(order.begin(), order.end(), int64_t{0});
+        auto before = [&](int64_t p, int64_t q) {
+          const float u = row[p * inner], v = row[q * inner];
+          if (u != u || v != v) return u != u && v == v;  // NaN first, as the largest (and the smallest) value
+          return largest ? u > v : u < v;
+        };
+        std::stable_sort(order.begin(), order.end(), before);  // stable: ties keep the lower index first
+        const int64_t out_base = (i / inner) * k * inner + i % inner;
+        for (int64_t j = 0; j < k; ++j) {
+          values[out_base + j * inner] = row[order[static_cast<std::size_t>(j)] * inner];
+          indices[out_base + j * inner] = static_cast<float>(order[static_cast<std::size_t>(j)]);
+        }
       }
     });
   }
@@ -1361,6 +1490,10 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<RoundOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ArgReduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<TrigOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Take>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivmodOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<BitwiseOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Cumulative>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<TopK>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"reshape">>);
