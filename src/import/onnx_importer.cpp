@@ -366,7 +366,20 @@ class Importer {
     std::vector<float> scales;
     std::vector<int64_t> zero_points;
     int64_t qmin = 0, qmax = 255;
+    int type = onnx::TensorProto::UINT8;  ///< the integers' ONNX type
   };
+  /// Whether `name` is an output of the ONNX graph.
+  bool is_graph_output(const std::string& name) const {
+    return std::any_of(g_.output().begin(), g_.output().end(), [&](const auto& o) { return o.name() == name; });
+  }
+  /// The real values of input k of a quantised operator: a QuantizeLinear's
+  /// (held as real values), or integers computed at run time, (x - zero point) * scale.
+  std::string real_values(const Node& n, int k, const QParams& q, int axis, const char* what);
+  /// Output 0 of a quantising operator from its real values: integers where it
+  /// is a graph output (the ONNX type's values), else real values on the grid.
+  void quantized_output(const Node& n, const std::string& real, const QParams& q, int axis);
+  /// A per-axis constant [C, 1, ...] (or a scalar) lined up with axis `axis` of a rank-`rank` tensor.
+  std::string along_axis(const Node& n, const std::string& name, const std::vector<float>& values, int axis, int rank);
   /// `int32`: the zero point may be int32 (a DequantizeLinear of a constant bias).
   QParams qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32 = false);
   /// A per-tensor QParams as a fake_quant layer's parameters.
@@ -1331,14 +1344,20 @@ Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const 
     auto t = onnx_types_.find(n.in(zp_k));
     if (t != onnx_types_.end()) type = t->second;
   }
+  q.type = type;
   if (type == onnx::TensorProto::INT8) {
     q.qmin = -128;
     q.qmax = 127;
+  } else if (type == onnx::TensorProto::UINT16) {
+    q.qmax = 65535;
+  } else if (type == onnx::TensorProto::INT16) {
+    q.qmin = -32768;
+    q.qmax = 32767;
   } else if (int32 && type == onnx::TensorProto::INT32) {
     q.qmin = std::numeric_limits<int32_t>::min();
     q.qmax = std::numeric_limits<int32_t>::max();
   } else if (type != onnx::TensorProto::UINT8) {
-    throw Unsupported{fmt::format("{} with {} zero points (uint8 and int8 are supported)", n.op(),
+    throw Unsupported{fmt::format("{} with {} zero points (uint8, int8, uint16 and int16 are supported)", n.op(),
                                   onnx_type_name(type))};
   }
   if (q.zero_points.empty()) q.zero_points.assign(q.scales.size(), 0);
@@ -1350,6 +1369,9 @@ Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const 
 }
 
 core::FakeQuant Importer::per_tensor(const Node& n, const QParams& q, const char* what) const {
+  if (q.qmax - q.qmin > 255)
+    throw Unsupported{fmt::format("{} with {} {} inside the net (8-bit quantisation; 16-bit at graph inputs and outputs)", n.op(),
+                                  onnx_type_name(q.type), what)};
   if (q.scales.size() != 1)
     throw Unsupported{fmt::format("{} with {} quantised per axis ({} scales): activations are quantised per tensor", n.op(), what, q.scales.size())};
   core::FakeQuant f;
@@ -1417,9 +1439,12 @@ void Importer::quantize_linear(const Node& n) {
   if (!n.has_in(2) && n.has("output_dtype")) {  // opset 21: the type without a zero point
     const auto t = n.get_int("output_dtype");
     if (t == onnx::TensorProto::INT8) q.qmin = -128, q.qmax = 127;
+    else if (t == onnx::TensorProto::UINT16) q.qmax = 65535;
+    else if (t == onnx::TensorProto::INT16) q.qmin = -32768, q.qmax = 32767;
     else if (t != onnx::TensorProto::UINT8)
-      throw Unsupported{fmt::format("QuantizeLinear to {} (uint8 and int8 are supported)",
+      throw Unsupported{fmt::format("QuantizeLinear to {} (uint8, int8, uint16 and int16 are supported)",
                                     onnx_type_name(t))};
+    q.type = static_cast<int>(t);
   }
   const int axis = static_cast<int>(n.get_int("axis", 1));
   if (const Blob* c = constant(n.in(0))) {
@@ -1440,10 +1465,51 @@ void Importer::quantize_linear(const Node& n) {
       out.data_as<float>()[i] = f.apply(static_cast<float>(v[i]));
     }
     constants_[n.out(0)] = out;
-    if (q.scales.size() == 1) quantized_[n.out(0)] = per_tensor(n, q, "y");
+    if (q.scales.size() == 1 && q.qmax - q.qmin <= 255) quantized_[n.out(0)] = per_tensor(n, q, "y");
     return;
   }
-  add_fake_quant(n, input(n, 0), n.out(0), per_tensor(n, q, "the input"));
+  quantized_output(n, input(n, 0), q, axis);
+}
+
+std::string Importer::along_axis(const Node& n, const std::string& name, const std::vector<float>& values, int axis, int rank) {
+  if (values.size() == 1) return scalar_constant(n, name, values[0]);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", axis, rank), "axis");
+  Shape s{static_cast<int64_t>(values.size())};
+  for (int d = axis + 1; d < rank; ++d) s.push_back(1);
+  return as_blob(n, add_constant(name, float_blob(s, values)));
+}
+
+std::string Importer::real_values(const Node& n, int k, const QParams& q, int axis, const char* what) {
+  const std::string& x = n.in(k);
+  if (quantized_.count(x)) return input(n, k);
+  if (const Blob* c = constant(x)) return as_blob(n, add_constant(fmt::format("{}/{}_real", n.out(0), what), dequantized(n, *c, q, axis, what)));
+  const int t = elem_type(x);
+  if (t != onnx::TensorProto::UINT8 && t != onnx::TensorProto::INT8 && t != onnx::TensorProto::UINT16 &&
+      t != onnx::TensorProto::INT16 && t != onnx::TensorProto::INT32)
+    throw Unsupported{fmt::format("{} of a {} '{}' that is neither quantised by a QuantizeLinear nor integer-typed", n.op(), what, x)};
+  const int rank = shape_of(n, x).rank();
+  std::vector<float> zp(q.zero_points.begin(), q.zero_points.end());
+  const std::string centred = fresh_blob(fmt::format("{}/{}_centred", n.out(0), what)),
+                    real = fresh_blob(fmt::format("{}/{}_real", n.out(0), what));
+  add(make("sub", fmt::format("{}/{}_zero_point", n.name, what), {input(n, k), along_axis(n, centred + "/zp", zp, axis, rank)},
+           {centred}));
+  add(make("mul", fmt::format("{}/{}_scale", n.name, what), {centred, along_axis(n, real + "/scale", q.scales, axis, rank)}, {real}));
+  return real;
+}
+
+void Importer::quantized_output(const Node& n, const std::string& real, const QParams& q, int axis) {
+  const std::string y = n.out(0);
+  if (!is_graph_output(y)) return add_fake_quant(n, real, y, per_tensor(n, q, "y"));
+  // The integers themselves: saturate(round_half_even(x / scale) + zero point).
+  const int rank = shape_of(n, real).rank();
+  std::vector<float> zp(q.zero_points.begin(), q.zero_points.end());
+  const std::string scaled = fresh_blob(y + "/scaled"), rounded = fresh_blob(y + "/rounded"), shifted = fresh_blob(y + "/shifted");
+  add(make("div", n.name + "/scale", {real, along_axis(n, y + "/scale", q.scales, axis, rank)}, {scaled}));
+  add_unary(n, "round", scaled, rounded, {{"mode", std::string("nearest_even")}}, "round");
+  add(make("add", n.name + "/zero_point", {rounded, along_axis(n, y + "/zero_point", zp, axis, rank)}, {shifted}));
+  add_unary(n, "clip", shifted, y, {{"min", static_cast<double>(q.qmin)}, {"max", static_cast<double>(q.qmax)}});
+  value_types_[y] = q.type;
 }
 
 void Importer::dequantize_linear(const Node& n) {
@@ -1482,16 +1548,19 @@ void Importer::dequantize_linear(const Node& n) {
     add(make("mul", n.name, {centred, input(n, 1)}, {n.out(0)}));
     return;
   }
-  throw Unsupported{fmt::format("DequantizeLinear of '{}', a run-time tensor no QuantizeLinear or DynamicQuantizeLinear made", x)};
+  // Integers computed at run time (an integer graph input, a quantising graph step).
+  QParams q = qparams(n, 1, 2, "x", true);
+  if (!n.has_in(2)) q.zero_points.assign(q.scales.size(), 0);
+  add_unary(n, "identity", real_values(n, 0, q, axis, "x"), n.out(0));
 }
 
 void Importer::qlinear_conv(const Node& n) {
-  if (!quantized_.count(n.in(0)) && !constant(n.in(0))) throw Unsupported{"QLinearConv of a tensor no QuantizeLinear made"};
   const QParams xq = qparams(n, 1, 2, "x"), wq = qparams(n, 4, 5, "w"), yq = qparams(n, 6, 7, "y");
+  if (xq.scales.size() != 1) throw Unsupported{"QLinearConv with x quantised per axis"};
   const Blob& w_int = require_constant(n, 3, "w");
   Blob w = dequantized(n, w_int, wq, 0, "w");
   const std::string tmp = fresh_blob(n.out(0) + "/real");
-  Layer l = conv2_layer(n, n.name + "/conv", input(n, 0), tmp, w);
+  Layer l = conv2_layer(n, n.name + "/conv", real_values(n, 0, xq, 1, "x"), tmp, w);
   if (n.has_in(8)) {  // int32 bias at scale x_scale * w_scale (per output channel)
     const std::vector<double> b = to_doubles(require_constant(n, 8, "B"));
     const int64_t oc = w.shape()[0];
@@ -1501,27 +1570,26 @@ void Importer::qlinear_conv(const Node& n) {
       bias[c] = static_cast<float>(b[c] * static_cast<double>(xq.scales[0]) * static_cast<double>(wq.scales[wq.scales.size() > 1 ? c : 0]));
     l.weights["bias"] = float_blob(Shape{oc}, bias);
   }
-  per_tensor(n, xq, "x");
   add(std::move(l));
-  add_fake_quant(n, tmp, n.out(0), per_tensor(n, yq, "y"));
+  quantized_output(n, tmp, yq, 1);
 }
 
 void Importer::qlinear_matmul(const Node& n) {
-  if (!quantized_.count(n.in(0)) && !constant(n.in(0))) throw Unsupported{"QLinearMatMul of a tensor no QuantizeLinear made"};
   const QParams aq = qparams(n, 1, 2, "a"), bq = qparams(n, 4, 5, "b"), yq = qparams(n, 6, 7, "y");
-  per_tensor(n, aq, "a");
+  if (aq.scales.size() != 1) throw Unsupported{"QLinearMatMul with a quantised per axis"};
+  const std::string a = real_values(n, 0, aq, 1, "a");
   const std::string tmp = fresh_blob(n.out(0) + "/real");
   const Blob* b = constant(n.in(3));
   if (b && b->shape().rank() == 2) {
     // Per-column scales of B ([K, N]) lie along axis 1.
-    Layer d = make("dense", n.name + "/matmul", {input(n, 0)}, {tmp});
+    Layer d = make("dense", n.name + "/matmul", {a}, {tmp});
     d.weights["weight"] = transposed(dequantized(n, *b, bq, 1, "b"), {1, 0});
     add(std::move(d));
   } else {
-    if (!quantized_.count(n.in(3))) throw Unsupported{"QLinearMatMul of a B no QuantizeLinear made"};
-    add(make("matmul", n.name + "/matmul", {input(n, 0), input(n, 3)}, {tmp}));
+    if (bq.scales.size() != 1) throw Unsupported{"QLinearMatMul with a B quantised per axis that is not a 2-D constant"};
+    add(make("matmul", n.name + "/matmul", {a, real_values(n, 3, bq, 1, "b")}, {tmp}));
   }
-  add_fake_quant(n, tmp, n.out(0), per_tensor(n, yq, "y"));
+  quantized_output(n, tmp, yq, 1);
 }
 
 void Importer::dynamic_quantize_linear(const Node& n) {
@@ -1547,7 +1615,9 @@ void Importer::dynamic_quantize_linear(const Node& n) {
 }
 
 void Importer::conv_integer(const Node& n) {
-  if (!int_valued_.count(n.in(0))) throw Unsupported{"ConvInteger of a tensor no DynamicQuantizeLinear made"};
+  if (!int_valued_.count(n.in(0)) && !integer_inputs(n))
+    throw Unsupported{"ConvInteger of a tensor that is neither integer-typed nor made by a DynamicQuantizeLinear"};
+  value_types_[n.out(0)] = onnx::TensorProto::INT32;
   QParams wq;
   wq.zero_points = n.has_in(3) ? constant_ints(n, 3, "w_zero_point") : std::vector<int64_t>{0};
   wq.scales.assign(wq.zero_points.size(), 1.0f);
@@ -1562,7 +1632,9 @@ void Importer::conv_integer(const Node& n) {
 }
 
 void Importer::matmul_integer(const Node& n) {
-  if (!int_valued_.count(n.in(0))) throw Unsupported{"MatMulInteger of an A no DynamicQuantizeLinear made"};
+  if (!int_valued_.count(n.in(0)) && !integer_inputs(n))
+    throw Unsupported{"MatMulInteger of an A that is neither integer-typed nor made by a DynamicQuantizeLinear"};
+  value_types_[n.out(0)] = onnx::TensorProto::INT32;
   const Blob* b = constant(n.in(1));
   if (!b || b->shape().rank() != 2) throw Unsupported{"MatMulInteger with a B that is not a 2-D constant"};
   QParams bq;
@@ -3336,7 +3408,9 @@ void Importer::convert(int i) {
   try {
     (this->*(conv_it->second))(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
-    if (typed >= 0 && n.op() != "Cast" && n.op() != "CastLike" && n.op() != "Where")
+    static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "DequantizeLinear", "QLinearConv",
+                                                              "QLinearMatMul", "ConvInteger", "MatMulInteger"};
+    if (typed >= 0 && !own_types.count(n.op()))
       for (int k = 0; k < n.num_outputs(); ++k)
         if (!n.out(k).empty() && !constant(n.out(k))) value_types_.emplace(n.out(k), typed);
   } catch (const Unsupported& u) {
@@ -3354,7 +3428,8 @@ bool Importer::keeps_integers(const std::string& op) {
       "Shape",    "Size",    "Dropout", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
       "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin",
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
-      "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace"};
+      "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
+      "QLinearMatMul", "ConvInteger", "MatMulInteger"};
   return ops.count(op) != 0;
 }
 

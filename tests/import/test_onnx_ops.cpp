@@ -1251,11 +1251,25 @@ TEST_CASE("Typed graph inputs and outputs: integers, bool and float64 at the edg
   CHECK_THROWS_WITH(s.run(std::vector<NamedBlob>{{"ids", Blob::allocate(Shape{2, 3})}, {"mask", mask}, {"v", v}}),
                     Catch::Contains("must be cpu:int64"));
 
-  // Integer Div of run-time tensors would not truncate as floats: refused, naming the node.
+  // Integer Div of run-time tensors truncates toward zero (a float division would not).
   OnnxModel d(13);
   d.typed_input("a", T::INT64, {4});
   d.init_ints("two", {1}, {2});
   d.node("Div", {"a", "two"}, {"q"}, "halve");
   d.typed_output("q", T::INT64);
-  CHECK_THROWS_WITH(import_onnx(d.save("typed_div.onnx")), Catch::Contains("halve") && Catch::Contains("INT64"));
+  Net halve = import_onnx(d.save("typed_div.onnx"));
+  halve.save(test_dir() + "/typed_div.dnn");
+  Session hs(Model::load(test_dir() + "/typed_div.dnn"));
+  Blob a = Blob::allocate(Shape{4}, DType::int64);
+  const int64_t av[] = {-7, 7, 5, -1};
+  std::copy(std::begin(av), std::end(av), a.data_as<int64_t>());
+  auto q = hs.run(std::vector<NamedBlob>{{"a", a}});
+  REQUIRE(q[0].blob.dtype() == DType::int64);
+  CHECK(std::vector<int64_t>(q[0].blob.data_as<int64_t>(), q[0].blob.data_as<int64_t>() + 4) == std::vector<int64_t>{-3, 3, 2, 0});
+  // Operators whose float result is not the integer one are refused, naming the node.
+  OnnxModel e(13);
+  e.typed_input("a", T::INT64, {4});
+  e.node("Softmax", {"a"}, {"p"}, "soft");
+  e.typed_output("p", T::INT64);
+  CHECK_THROWS_WITH(import_onnx(e.save("typed_softmax.onnx")), Catch::Contains("soft") && Catch::Contains("INT64"));
 }

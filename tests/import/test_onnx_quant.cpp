@@ -198,3 +198,38 @@ TEST_CASE("A QDQ model tuned with qint8 schemas runs on int8 routines with its o
   // its result is the float path's to within one step of 0.03.
   for (std::size_t i = 0; i < int8.size(); ++i) CHECK(std::fabs(int8[i] - floats[i]) <= 0.03f + 1e-5f);
 }
+
+TEST_CASE("QuantizeLinear as a graph output hands back the integers; DequantizeLinear reads integer inputs", "[onnx][quant]") {
+  // y = saturate(round_half_even(x / 0.5) + 10) as uint8 (the dequantised values were handed back before).
+  OnnxModel m(13);
+  m.input("x", {6});
+  m.init("s", {}, {0.5f}).init_typed("z", T::UINT8, {}, {10});
+  m.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+  m.typed_output("q", T::UINT8);
+  Net net = import_onnx(m.save("quantize_output.onnx"));
+  net.save(test_dir() + "/quantize_output.dnn");
+  Session s(Model::load(test_dir() + "/quantize_output.dnn"));
+  Blob x = Blob::allocate(Shape{6});
+  const float xv[] = {0.25f, 0.75f, -1.0f, 3.3f, -20.0f, 200.0f};
+  std::copy(std::begin(xv), std::end(xv), x.data_as<float>());
+  auto out = s.run(std::vector<NamedBlob>{{"x", x}});
+  REQUIRE(out[0].blob.dtype() == DType::uint8);
+  const uint8_t* q = out[0].blob.data_as<uint8_t>();
+  CHECK(std::vector<int>(q, q + 6) == std::vector<int>{10, 12, 8, 17, 0, 255});  // 0.5 and 1.5 round to even
+
+  // A uint8 graph input, dequantised per channel: (x - z[c]) * s[c].
+  OnnxModel d(13);
+  d.typed_input("xi", T::UINT8, {2, 3});
+  d.init("ds", {3}, {0.5f, 1.0f, 2.0f}).init_typed("dz", T::UINT8, {3}, {0, 10, 100});
+  d.node("DequantizeLinear", {"xi", "ds", "dz"}, {"y"}).i("axis", 1);
+  d.output("y");
+  Net dn = import_onnx(d.save("dequantize_input.onnx"));
+  dn.save(test_dir() + "/dequantize_input.dnn");
+  Session ds(Model::load(test_dir() + "/dequantize_input.dnn"));
+  Blob xi = Blob::allocate(Shape{2, 3}, DType::uint8);
+  const uint8_t iv[] = {4, 12, 101, 0, 0, 255};
+  std::copy(std::begin(iv), std::end(iv), xi.data_as<uint8_t>());
+  auto y = ds.run(std::vector<NamedBlob>{{"xi", xi}});
+  const float* yv = y[0].blob.data_as<float>();
+  CHECK(std::vector<float>(yv, yv + 6) == std::vector<float>{2, 2, 2, 0, -10, 310});
+}
