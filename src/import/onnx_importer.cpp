@@ -369,9 +369,10 @@ class Importer {
     int type = onnx::TensorProto::UINT8;  ///< the integers' ONNX type
   };
   /// Whether `name` is an output of the ONNX graph.
-  bool is_graph_output(const std::string& name) const {
-    return std::any_of(g_.output().begin(), g_.output().end(), [&](const auto& o) { return o.name() == name; });
-  }
+  bool is_graph_output(const std::string& name) const { return graph_outputs_.count(name) != 0; }
+  /// A 1-D window operator (Conv, ConvTranspose, pooling on [N, C, L]) run as
+  /// its 2-D form on [N, C, 1, L]: input, weight and attributes lifted, output reshaped back.
+  void as_2d(const Node& n, Converter convert);
   /// The real values of input k of a quantised operator: a QuantizeLinear's
   /// (held as real values), or integers computed at run time, (x - zero point) * scale.
   std::string real_values(const Node& n, int k, const QParams& q, int axis, const char* what);
@@ -421,6 +422,7 @@ class Importer {
   void lp_normalization(const Node&);
   void space_depth(const Node&);
   void shrink(const Node&);
+  void lp_pool(const Node&);
   /// The ONNX element type of tensor `name` (run-time typed, or a constant's), -1 where float32 or unknown.
   int elem_type(const std::string& name) const {
     if (auto t = value_types_.find(name); t != value_types_.end()) return t->second;
@@ -620,6 +622,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"DepthToSpace", &Importer::space_depth},
       {"Shrink", &Importer::shrink},
       {"ReduceProd", &Importer::reduce},
+      {"LpPool", &Importer::lp_pool},
       {"SoftmaxCrossEntropyLoss", &Importer::softmax_cross_entropy},
       // Computed at import when their inputs are constants (index and mask arithmetic).
       {"Mod", &Importer::mod_op},
@@ -1131,6 +1134,48 @@ ConvAttrs conv_attrs(const Node& n, const Shape& xs, const Blob& w) {
 }
 
 }  // namespace
+
+void Importer::as_2d(const Node& n, Converter convert) {
+  onnx::NodeProto p = n.proto();
+  const Shape xs = shape_of(n, n.in(0));
+  const std::string x2 = fresh_blob(n.in(0) + "/2d");
+  if (const Blob* c = constant(n.in(0))) constants_[x2] = reshaped(*c, Shape{xs[0], xs[1], 1, xs[2]});
+  else add_unary(n, "reshape", input(n, 0), x2, {{"shape", std::vector<int64_t>{xs[0], xs[1], 1, xs[2]}}}, "to_2d");
+  p.set_input(0, x2);
+  if (n.op() == "Conv" || n.op() == "ConvTranspose") {
+    const Blob& w = require_constant(n, 1, "W");
+    if (w.shape().rank() != 3) throw n.error(fmt::format("weight {} of a 1-D {} is not 3-D", w.shape().to_string(), n.op()), "W");
+    const std::string w2 = fresh_blob(n.in(1) + "/2d");
+    constants_[w2] = reshaped(w, Shape{w.shape()[0], w.shape()[1], 1, w.shape()[2]});
+    if (auto t = onnx_types_.find(n.in(1)); t != onnx_types_.end()) onnx_types_[w2] = t->second;
+    p.set_input(1, w2);
+  }
+  for (auto& a : *p.mutable_attribute()) {
+    if (a.type() != onnx::AttributeProto::INTS) continue;
+    std::vector<int64_t> v(a.ints().begin(), a.ints().end());
+    const std::string& key = a.name();
+    if (key == "kernel_shape" || key == "dilations" || key == "strides") v.insert(v.begin(), 1);
+    else if (key == "pads" && v.size() == 2) v = {0, v[0], 0, v[1]};
+    else if (key == "output_padding") v.insert(v.begin(), 0);
+    else if (key == "output_shape") v.insert(v.begin(), 1);
+    else continue;
+    a.clear_ints();
+    for (int64_t e : v) a.add_ints(e);
+  }
+  std::vector<std::string> outs;
+  for (int k = 0; k < p.output_size(); ++k) {
+    outs.push_back(p.output(k));
+    if (!p.output(k).empty()) p.set_output(k, fresh_blob(p.output(k) + "/2d"));
+  }
+  const Node n2(p, n.name, n.opset, file_);
+  (this->*convert)(n2);
+  for (int k = 0; k < p.output_size(); ++k) {
+    if (outs[static_cast<std::size_t>(k)].empty() || !shapes_.count(p.output(k))) continue;
+    Shape ys = shape_of(n2, p.output(k));
+    add_unary(n, "reshape", p.output(k), outs[static_cast<std::size_t>(k)], {{"shape", std::vector<int64_t>{ys[0], ys[1], ys[3]}}},
+              k == 0 ? "to_1d" : fmt::format("to_1d_{}", k));
+  }
+}
 
 void Importer::conv(const Node& n) {
   const Blob& w = require_constant(n, 1, "W");
@@ -1866,7 +1911,6 @@ void Importer::pool(const Node& n) {
   const auto kernel = n.get_ints_n("kernel_shape", 2, {});
   const auto strides = n.get_ints_n("strides", 2, {1, 1});
   const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
-  if (!is_max && (dilations[0] != 1 || dilations[1] != 1)) throw Unsupported{"AveragePool with dilations"};
   Layer l = make("pool2", n.name, {input(n, 0)}, {n.out(0)});
   l.params["mode"] = std::string(is_max ? "max" : "avg");
   l.params["kernel"] = kernel;
@@ -1878,9 +1922,46 @@ void Importer::pool(const Node& n) {
   add(std::move(l));
 }
 
+// LpPool: (sum of |x|^p over the window)^(1/p), the sum an average pooling
+// that counts the padding, times the window's taps.
+void Importer::lp_pool(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 4) throw Unsupported{fmt::format("only 1-D and 2-D pooling (input {})", xs.to_string())};
+  const double p = static_cast<double>(n.get_int("p", 2));
+  if (p < 1) throw n.error(fmt::format("p {} is below 1", p), "p");
+  const auto kernel = n.get_ints_n("kernel_shape", 2, {});
+  const auto strides = n.get_ints_n("strides", 2, {1, 1});
+  const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
+  const std::string y = n.out(0), a = fresh_blob(y + "/abs"), powered = fresh_blob(y + "/pow"), mean = fresh_blob(y + "/mean"),
+                    sum = fresh_blob(y + "/sum");
+  add_unary(n, "abs", input(n, 0), a, {}, "abs");
+  if (p == 2) add(make("mul", n.name + "/pow", {a, a}, {powered}));
+  else add_unary(n, "pow", a, powered, {{"exponent", p}}, "pow");
+  Layer l = make("pool2", n.name + "/window", {powered}, {mean});
+  l.params["mode"] = std::string("avg");
+  l.params["kernel"] = kernel;
+  l.params["strides"] = strides;
+  l.params["dilations"] = dilations;
+  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
+  l.params["ceil_mode"] = n.get_int("ceil_mode", 0);
+  l.params["count_include_pad"] = int64_t{1};
+  add(std::move(l));
+  add(make("mul", n.name + "/taps", {mean, scalar_constant(n, y + "/taps", static_cast<double>(kernel[0] * kernel[1]))}, {sum}));
+  if (p == 1) return add_unary(n, "identity", sum, y);
+  if (p == 2) return add_unary(n, "sqrt", sum, y);
+  add_unary(n, "pow", sum, y, {{"exponent", 1.0 / p}});
+}
+
 void Importer::global_pool(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
-  if (xs.rank() != 4) throw Unsupported{fmt::format("only 2-D pooling (input {})", xs.to_string())};
+  if (xs.rank() < 3) throw n.error(fmt::format("input {} has no spatial dims", xs.to_string()), "X");
+  if (xs.rank() != 4) {  // 1-D, 3-D...: a reduction over every spatial dim
+    std::vector<int64_t> axes(static_cast<std::size_t>(xs.rank() - 2));
+    std::iota(axes.begin(), axes.end(), int64_t{2});
+    add_unary(n, "reduce", input(n, 0), n.out(0),
+              {{"mode", std::string(n.op() == "GlobalMaxPool" ? "max" : "mean")}, {"axes", axes}, {"keepdims", int64_t{1}}});
+    return;
+  }
   add_unary(n, "pool2", input(n, 0), n.out(0),
             {{"mode", std::string(n.op() == "GlobalMaxPool" ? "max" : "avg")}, {"global", int64_t{1}}});
 }
@@ -3402,11 +3483,16 @@ void Importer::convert(int i) {
   for (int k = 0; k < n.num_inputs(); ++k)
     if (n.has_in(k) && !constant(n.in(k)))
       if (auto t = value_types_.find(n.in(k)); t != value_types_.end()) typed = t->second;
+  // float16 and bfloat16 values are exact in float32: computing in float32 and
+  // rounding at the output is as accurate as the types' own arithmetic, or more.
+  if (typed == onnx::TensorProto::FLOAT16 || typed == onnx::TensorProto::BFLOAT16) typed = -1;
   if (typed >= 0 && !keeps_integers(n.op()))
     return record(fmt::format("{} of a {} tensor computed at run time (integer tensors are float32 inside, and this "
                               "operator's result would differ)", n.op(), onnx_type_name(typed)));
   try {
-    (this->*(conv_it->second))(n);
+    static const std::unordered_set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
+    if (windowed.count(n.op()) && n.has_in(0) && shape_of(n, n.in(0)).rank() == 3) as_2d(n, conv_it->second);
+    else (this->*(conv_it->second))(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
     static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "DequantizeLinear", "QLinearConv",
                                                               "QLinearMatMul", "ConvInteger", "MatMulInteger"};

@@ -1273,3 +1273,37 @@ TEST_CASE("Typed graph inputs and outputs: integers, bool and float64 at the edg
   e.typed_output("p", T::INT64);
   CHECK_THROWS_WITH(import_onnx(e.save("typed_softmax.onnx")), Catch::Contains("soft") && Catch::Contains("INT64"));
 }
+
+TEST_CASE("1-D Conv, ConvTranspose and pooling run as their 2-D forms on [N, C, 1, L]", "[onnx][conv]") {
+  // Each 1-D model against the same operator written in 2-D over [N, C, 1, L].
+  const std::vector<float> x = pattern(2 * 3 * 11, 7, 3, 2);
+  const std::vector<float> w = pattern(4 * 3 * 3, 5, 2, 3);
+  auto model = [&](bool two_d, const std::string& op) {
+    OnnxModel m(13);
+    m.input("x", two_d ? std::vector<int64_t>{2, 3, 1, 11} : std::vector<int64_t>{2, 3, 11}).output("y");
+    auto lift = [&](std::vector<int64_t> v, int64_t first) {
+      if (two_d) v.insert(v.begin(), first);
+      return v;
+    };
+    if (op == "Conv") {
+      m.init("w", two_d ? std::vector<int64_t>{4, 3, 1, 3} : std::vector<int64_t>{4, 3, 3}, w);
+      m.node("Conv", {"x", "w"}, {"y"}).ints("strides", lift({2}, 1)).ints("dilations", lift({2}, 1))
+          .ints("pads", two_d ? std::vector<int64_t>{0, 1, 0, 2} : std::vector<int64_t>{1, 2});
+    } else if (op == "ConvTranspose") {
+      m.init("w", two_d ? std::vector<int64_t>{3, 4, 1, 3} : std::vector<int64_t>{3, 4, 3}, w);
+      m.node("ConvTranspose", {"x", "w"}, {"y"}).ints("strides", lift({2}, 1)).ints("output_padding", lift({1}, 0));
+    } else {
+      m.node(op, {"x"}, {"y"}).ints("kernel_shape", lift({3}, 1)).ints("strides", lift({2}, 1))
+          .ints("pads", two_d ? std::vector<int64_t>{0, 1, 0, 1} : std::vector<int64_t>{1, 1});
+    }
+    return m;
+  };
+  for (const std::string op : {"Conv", "ConvTranspose", "MaxPool", "AveragePool"}) {
+    INFO(op);
+    auto one = run_model(model(false, op), "one_d_" + op + ".onnx", Shape{2, 3, 11}, x);
+    auto two = run_model(model(true, op), "two_d_" + op + ".onnx", Shape{2, 3, 1, 11}, x);
+    REQUIRE(one.shape.rank() == 3);
+    CHECK(one.shape == Shape{two.shape[0], two.shape[1], two.shape[3]});
+    CHECK(one.values == two.values);
+  }
+}

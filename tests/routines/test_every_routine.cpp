@@ -122,6 +122,10 @@ std::vector<Case> pool2_cases(std::mt19937& rng) {
   add("avg 2x2 s2", {{"mode", std::string("avg")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}, {1, 16, 8, 10});
   add("avg 3x3 s1 p1 ceil", {{"mode", std::string("avg")}, {"kernel", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}},
       {1, 20, 7, 7});
+  add("avg 3x3 dilated 2 p2 count_include_pad", {{"mode", std::string("avg")}, {"kernel", Ints{3, 3}}, {"dilations", Ints{2, 2}},
+                                               {"pads", Ints{2, 2, 2, 2}}, {"count_include_pad", int64_t{1}}},
+      {1, 16, 9, 9});
+  add("avg 2x3 dilated 2x1", {{"mode", std::string("avg")}, {"kernel", Ints{2, 3}}, {"dilations", Ints{2, 1}}}, {1, 8, 9, 10});
   add("global avg", {{"mode", std::string("avg")}, {"global", int64_t{1}}}, {2, 40, 7, 7});
   add("global max", {{"mode", std::string("max")}, {"global", int64_t{1}}}, {1, 17, 5, 6});
   return out;
