@@ -423,6 +423,10 @@ class Importer {
   void space_depth(const Node&);
   void shrink(const Node&);
   void lp_pool(const Node&);
+  void scatter(const Node&);
+  void gather_nd(const Node&);
+  void one_hot(const Node&);
+  void eye_like(const Node&);
   /// The ONNX element type of tensor `name` (run-time typed, or a constant's), -1 where float32 or unknown.
   int elem_type(const std::string& name) const {
     if (auto t = value_types_.find(name); t != value_types_.end()) return t->second;
@@ -626,7 +630,11 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"SoftmaxCrossEntropyLoss", &Importer::softmax_cross_entropy},
       // Computed at import when their inputs are constants (index and mask arithmetic).
       {"Mod", &Importer::mod_op},
-      {"ScatterND", &Importer::constant_math},
+      {"ScatterND", &Importer::scatter},
+      {"ScatterElements", &Importer::scatter},
+      {"GatherND", &Importer::gather_nd},
+      {"OneHot", &Importer::one_hot},
+      {"EyeLike", &Importer::eye_like},
   };
   return table;
 }
@@ -3318,6 +3326,200 @@ void Importer::shrink(const Node& n) {
   add(make("where", n.name, {below, up, upper}, {y}));
 }
 
+namespace {
+/// Row-major strides of a shape.
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(static_cast<std::size_t>(s.rank()), 1);
+  for (int d = s.rank() - 2; d >= 0; --d) st[static_cast<std::size_t>(d)] = st[static_cast<std::size_t>(d + 1)] * s[d + 1];
+  return st;
+}
+}  // namespace
+
+// ScatterND and ScatterElements with constant indices. Each update lands at a
+// data position computed now. Without a reduction the output takes from
+// [data, updates] flattened (a take layer; later updates win), or, with
+// constant updates, where(mask, updates, data); with a reduction and constant
+// updates, data op U where U folds the updates per position (the op's identity elsewhere).
+void Importer::scatter(const Node& n) {
+  if (all_constant(n) && n.op() == "ScatterND") return constant_math(n);
+  const Shape ds = shape_of(n, n.in(0));
+  const Blob* indices = constant(n.in(1));
+  if (!indices) throw Unsupported{fmt::format("{} with indices computed at run time", n.op())};
+  const Shape is = indices->shape(), us = shape_of(n, n.in(2));
+  const std::vector<int64_t> idx = to_ints(*indices), dst = strides_of(ds);
+  std::vector<int64_t> target;  // data position of each update element
+  if (n.op() == "ScatterElements") {
+    const int axis = normalized_axis(n, n.get_int("axis", 0), std::max(ds.rank(), 1), "axis");
+    if (is != us || is.rank() != ds.rank())
+      throw n.error(fmt::format("indices {} and updates {} must match and have data {}'s rank", is.to_string(), us.to_string(),
+                                ds.to_string()), "indices");
+    for (int d = 0; d < ds.rank(); ++d)
+      if (d != axis && is[d] > ds[d]) throw n.error(fmt::format("indices {} exceed data {} in dim {}", is.to_string(), ds.to_string(), d), "indices");
+    for (std::size_t i = 0; i < idx.size(); ++i) {
+      int64_t rest = static_cast<int64_t>(i), pos = 0;
+      for (int d = is.rank() - 1; d >= 0; --d) {
+        int64_t c = rest % is[d];
+        rest /= is[d];
+        if (d == axis) {
+          c = idx[i] < 0 ? idx[i] + ds[d] : idx[i];
+          if (c < 0 || c >= ds[d]) throw n.error(fmt::format("index {} out of range for a dim of {}", idx[i], ds[d]), "indices");
+        }
+        pos += c * dst[static_cast<std::size_t>(d)];
+      }
+      target.push_back(pos);
+    }
+  } else {
+    if (is.rank() < 1) throw n.error("indices need at least one dim", "indices");
+    const int64_t k = is[is.rank() - 1];
+    if (k < 1 || k > ds.rank()) throw n.error(fmt::format("index tuples of {} for data {}", k, ds.to_string()), "indices");
+    Shape want;
+    for (int d = 0; d < is.rank() - 1; ++d) want.push_back(is[d]);
+    int64_t slice = 1;
+    for (int d = static_cast<int>(k); d < ds.rank(); ++d) want.push_back(ds[d]), slice *= ds[d];
+    if (us != want) throw n.error(fmt::format("updates {} are not {}", us.to_string(), want.to_string()), "updates");
+    for (std::size_t t = 0; t * static_cast<std::size_t>(k) < idx.size(); ++t) {
+      int64_t base = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t c = idx[t * static_cast<std::size_t>(k) + static_cast<std::size_t>(j)];
+        const int64_t dim = ds[static_cast<int>(j)];
+        if (c < 0) c += dim;
+        if (c < 0 || c >= dim) throw n.error(fmt::format("index {} out of range for a dim of {}", c, dim), "indices");
+        base += c * dst[static_cast<std::size_t>(j)];
+      }
+      for (int64_t e = 0; e < slice; ++e) target.push_back(base + e);
+    }
+  }
+  const std::string reduction = n.get_string("reduction", "none");
+  const int64_t total = ds.numel();
+  const std::string y = n.out(0);
+  if (const Blob* u = constant(n.in(2))) {
+    const std::vector<double> uv = to_doubles(*u);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double identity = reduction == "mul" ? 1.0 : reduction == "max" ? -inf : reduction == "min" ? inf : 0.0;
+    if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+      throw n.error(fmt::format("reduction '{}' (supported: none, add, mul, max, min)", reduction), "reduction");
+    std::vector<double> folded(static_cast<std::size_t>(total), identity);
+    std::vector<float> mask(static_cast<std::size_t>(total), 0.f);
+    for (std::size_t i = 0; i < target.size(); ++i) {
+      double& f = folded[static_cast<std::size_t>(target[i])];
+      const double v = uv[i];
+      f = reduction == "add" ? f + v : reduction == "mul" ? f * v : reduction == "max" ? std::max(f, v)
+        : reduction == "min" ? std::min(f, v) : v;
+      mask[static_cast<std::size_t>(target[i])] = 1.f;
+    }
+    const std::string values = as_blob(n, add_constant(y + "/updates", float_blob(ds, std::vector<float>(folded.begin(), folded.end()))));
+    if (reduction == "none") {
+      add(make("where", n.name, {as_blob(n, add_constant(y + "/mask", float_blob(ds, mask))), values, input(n, 0)}, {y}));
+      return;
+    }
+    static const std::map<std::string, std::string> ops = {{"add", "add"}, {"mul", "mul"}, {"max", "max"}, {"min", "min"}};
+    add(make(ops.at(reduction), n.name, {input(n, 0), values}, {y}));
+    return;
+  }
+  if (reduction != "none") throw Unsupported{fmt::format("{} with a reduction of updates computed at run time", n.op())};
+  std::vector<int64_t> source(static_cast<std::size_t>(total));
+  std::iota(source.begin(), source.end(), int64_t{0});
+  for (std::size_t i = 0; i < target.size(); ++i) source[static_cast<std::size_t>(target[i])] = total + static_cast<int64_t>(i);
+  const std::string df = fresh_blob(y + "/data_flat"), uf = fresh_blob(y + "/updates_flat"), both = fresh_blob(y + "/both");
+  add_unary(n, "reshape", input(n, 0), df, {{"shape", std::vector<int64_t>{total}}}, "data_flat");
+  add_unary(n, "reshape", input(n, 2), uf, {{"shape", std::vector<int64_t>{us.numel()}}}, "updates_flat");
+  Layer c = make("concat", n.name + "/both", {df, uf}, {both});
+  c.params["axis"] = int64_t{0};
+  add(std::move(c));
+  Layer t = make("take", n.name, {both}, {y});
+  t.weights["indices"] = int_blob(ds, source);
+  add(std::move(t));
+}
+
+// GatherND with constant indices: the data positions of every output value, one take.
+void Importer::gather_nd(const Node& n) {
+  const Shape ds = shape_of(n, n.in(0));
+  const Blob* indices = constant(n.in(1));
+  if (!indices) throw Unsupported{"GatherND with indices computed at run time"};
+  const Shape is = indices->shape();
+  const int64_t b = n.get_int("batch_dims", 0);
+  if (is.rank() < 1 || b < 0 || b >= std::min(is.rank(), ds.rank()))
+    throw n.error(fmt::format("batch_dims {} for indices {} and data {}", b, is.to_string(), ds.to_string()), "batch_dims");
+  const int64_t k = is[is.rank() - 1];
+  if (k < 1 || b + k > ds.rank()) throw n.error(fmt::format("index tuples of {} for data {}", k, ds.to_string()), "indices");
+  for (int d = 0; d < b; ++d)
+    if (is[d] != ds[d]) throw n.error(fmt::format("batch dims of indices {} and data {} differ", is.to_string(), ds.to_string()), "indices");
+  Shape out;
+  for (int d = 0; d < is.rank() - 1; ++d) out.push_back(is[d]);
+  int64_t slice = 1;
+  for (int d = static_cast<int>(b + k); d < ds.rank(); ++d) out.push_back(ds[d]), slice *= ds[d];
+  int64_t batch = 1;
+  for (int d = 0; d < b; ++d) batch *= ds[d];
+  const std::vector<int64_t> idx = to_ints(*indices), dst = strides_of(ds);
+  const int64_t tuples = static_cast<int64_t>(idx.size()) / k, per_batch = tuples / batch, batch_stride = b ? dst[static_cast<std::size_t>(b - 1)] : 0;
+  std::vector<int64_t> flat;
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t base = (t / per_batch) * batch_stride;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t c = idx[static_cast<std::size_t>(t * k + j)];
+      const int64_t dim = ds[static_cast<int>(b + j)];
+      if (c < 0) c += dim;
+      if (c < 0 || c >= dim) throw n.error(fmt::format("index {} out of range for a dim of {}", c, dim), "indices");
+      base += c * dst[static_cast<std::size_t>(b + j)];
+    }
+    for (int64_t e = 0; e < slice; ++e) flat.push_back(base + e);
+  }
+  Layer l = make("take", n.name, {input(n, 0)}, {n.out(0)});
+  l.weights["indices"] = int_blob(out, flat);
+  add(std::move(l));
+}
+
+// OneHot: (indices == position along the new axis) as a mask, then
+// where(mask, on, off); negative indices count from depth's end.
+void Importer::one_hot(const Node& n) {
+  const Shape is = shape_of(n, n.in(0));
+  const Blob* depth_b = constant(n.in(1));
+  const Blob* values = constant(n.in(2));
+  if (!depth_b || depth_b->numel() != 1 || !values || values->numel() != 2)
+    throw Unsupported{"OneHot with depth or values computed at run time"};
+  const double depth_d = to_doubles(*depth_b)[0];
+  if (!(depth_d >= 1) || depth_d > 1e7) throw n.error(fmt::format("depth {} outside 1..1e7", depth_d), "depth");
+  const auto depth = static_cast<int64_t>(depth_d);
+  const int rank = is.rank() + 1;
+  const int axis = normalized_axis(n, n.get_int("axis", -1), rank, "axis");
+  const std::string y = n.out(0), x = fresh_blob(y + "/indices"), pos = fresh_blob(y + "/positive"), neg = fresh_blob(y + "/negative"),
+                    mask = fresh_blob(y + "/mask");
+  Shape xs;
+  for (int d = 0; d < is.rank(); ++d) {
+    if (d == axis) xs.push_back(1);
+    xs.push_back(is[d]);
+  }
+  if (axis == is.rank()) xs.push_back(1);
+  if (constant(n.in(0))) constants_[x] = reshaped(*constant(n.in(0)), xs);
+  else add_unary(n, "reshape", input(n, 0), x, {{"shape", xs.to_vector()}}, "indices");
+  Shape ps{depth};
+  for (int d = axis + 1; d < rank; ++d) ps.push_back(1);
+  std::vector<float> p(static_cast<std::size_t>(depth)), q(static_cast<std::size_t>(depth));
+  for (int64_t i = 0; i < depth; ++i) p[static_cast<std::size_t>(i)] = static_cast<float>(i), q[static_cast<std::size_t>(i)] = static_cast<float>(i - depth);
+  for (auto [out, vals, what] : {std::tuple{pos, &p, "positive"}, std::tuple{neg, &q, "negative"}}) {
+    Layer c = make("compare", fmt::format("{}/{}", n.name, what), {as_blob(n, x), as_blob(n, add_constant(fmt::format("{}/{}_positions", y, what), float_blob(ps, *vals)))}, {out});
+    c.params["op"] = std::string("equal");
+    add(std::move(c));
+  }
+  Layer o = make("logical", n.name + "/either", {pos, neg}, {mask});
+  o.params["op"] = std::string("or");
+  add(std::move(o));
+  const std::vector<double> v = to_doubles(*values);
+  add(make("where", n.name, {mask, scalar_constant(n, y + "/on", v[1]), scalar_constant(n, y + "/off", v[0])}, {y}));
+  if (auto t = onnx_types_.find(n.in(2)); t != onnx_types_.end() && t->second != onnx::TensorProto::FLOAT) value_types_[y] = t->second;
+}
+
+// EyeLike: a constant of the input's (static) shape, ones on diagonal k.
+void Importer::eye_like(const Node& n) {
+  const Shape s = shape_of(n, n.in(0));
+  if (s.rank() != 2) throw n.error(fmt::format("input {} is not 2-D", s.to_string()), "input");
+  const int64_t k = n.get_int("k", 0);
+  std::vector<float> v(static_cast<std::size_t>(s.numel()), 0.f);
+  for (int64_t i = 0; i < s[0]; ++i)
+    if (i + k >= 0 && i + k < s[1]) v[static_cast<std::size_t>(i * s[1] + i + k)] = 1.f;
+  constants_[n.out(0)] = float_blob(s, v);
+}
+
 void Importer::arg_reduce(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "input");
@@ -3495,7 +3697,7 @@ void Importer::convert(int i) {
     else (this->*(conv_it->second))(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
     static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "DequantizeLinear", "QLinearConv",
-                                                              "QLinearMatMul", "ConvInteger", "MatMulInteger"};
+                                                              "QLinearMatMul", "ConvInteger", "MatMulInteger", "OneHot"};
     if (typed >= 0 && !own_types.count(n.op()))
       for (int k = 0; k < n.num_outputs(); ++k)
         if (!n.out(k).empty() && !constant(n.out(k))) value_types_.emplace(n.out(k), typed);
@@ -3515,7 +3717,7 @@ bool Importer::keeps_integers(const std::string& op) {
       "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin",
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
       "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
-      "QLinearMatMul", "ConvInteger", "MatMulInteger"};
+      "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot"};
   return ops.count(op) != 0;
 }
 

@@ -1307,3 +1307,44 @@ TEST_CASE("1-D Conv, ConvTranspose and pooling run as their 2-D forms on [N, C, 
     CHECK(one.values == two.values);
   }
 }
+
+TEST_CASE("ScatterND and ScatterElements with constant indices: run-time updates, constant ones, reductions", "[onnx][scatter]") {
+  auto run2 = [](OnnxModel& m, const std::string& file, const std::vector<NamedBlob>& in) {
+    Net net = import_onnx(m.save(file + ".onnx"));
+    net.save(test_dir() + "/" + file + ".dnn");
+    Session s(Model::load(test_dir() + "/" + file + ".dnn"));
+    auto out = s.run(in);
+    const float* v = out[0].blob.data_as<float>();
+    return std::vector<float>(v, v + out[0].blob.numel());
+  };
+  auto blob = [](const Shape& shape, std::vector<float> v) {
+    Blob b = Blob::allocate(shape);
+    std::copy(v.begin(), v.end(), b.data_as<float>());
+    return b;
+  };
+  const Blob x = blob(Shape{4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  {  // rows 2 and 0 replaced by updates computed at run time
+    OnnxModel m(16);
+    m.input("x", {4, 2}).input("u", {2, 2}).output("y");
+    m.init_ints("i", {2, 1}, {2, 0});
+    m.node("ScatterND", {"x", "i", "u"}, {"y"});
+    CHECK(run2(m, "scatter_nd_runtime", {{"x", x}, {"u", blob(Shape{2, 2}, {-1, -2, -3, -4})}}) ==
+          std::vector<float>{-3, -4, 3, 4, -1, -2, 7, 8});
+  }
+  {  // elements along axis 1, a repeated position: the later update wins
+    OnnxModel m(16);
+    m.input("x", {4, 2}).input("u", {1, 2}).output("y");
+    m.init_ints("i", {1, 2}, {1, 1});
+    m.node("ScatterElements", {"x", "i", "u"}, {"y"}).i("axis", 1);
+    CHECK(run2(m, "scatter_elements_runtime", {{"x", x}, {"u", blob(Shape{1, 2}, {10, 20})}}) ==
+          std::vector<float>{1, 20, 3, 4, 5, 6, 7, 8});
+  }
+  {  // constant updates added, a repeated row added twice
+    OnnxModel m(16);
+    m.input("x", {4, 2}).output("y");
+    m.init_ints("i", {3, 1}, {1, 1, 3});
+    m.init("u", {3, 2}, {10, 10, 100, 100, 1, 1});
+    m.node("ScatterND", {"x", "i", "u"}, {"y"}).s("reduction", "add");
+    CHECK(run2(m, "scatter_nd_add", {{"x", x}}) == std::vector<float>{1, 2, 113, 114, 5, 6, 8, 9});
+  }
+}
