@@ -544,8 +544,12 @@ int64_t ResizeAxis::nearest(double src) const {
 ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& output) {
   ResizeGeometry g;
   const std::string mode = l.get_string("mode", "nearest");
-  if (mode != "nearest" && mode != "linear") fail(l, "mode", fmt::format("mode '{}' is not nearest or linear", mode));
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    fail(l, "mode", fmt::format("mode '{}' is not nearest, linear or cubic", mode));
   g.linear = mode == "linear";
+  g.cubic = mode == "cubic";
+  g.cubic_a = l.get_float("cubic_coeff_a", -0.75);
+  g.exclude_outside = l.get_int("exclude_outside", 0) != 0;
   g.extrapolation_value = static_cast<float>(l.get_float("extrapolation_value", 0.0));
   static const std::pair<const char*, ResizeAxis::Transform> transforms[] = {
       {"half_pixel", ResizeAxis::half_pixel}, {"half_pixel_symmetric", ResizeAxis::half_pixel_symmetric},

@@ -177,6 +177,9 @@ struct ResizeAxis {
 };
 struct ResizeGeometry {
   bool linear = false;
+  bool cubic = false;            ///< 4 taps of Keys' cubic convolution (coefficient cubic_a)
+  double cubic_a = -0.75;
+  bool exclude_outside = false;  ///< cubic: taps outside the input weigh 0, the rest renormalised
   float extrapolation_value = 0;
   ResizeAxis h, w;
 };

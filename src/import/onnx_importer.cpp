@@ -2755,30 +2755,71 @@ void Importer::pad(const Node& n) {
 // Resize (opset 11+): inputs X, roi, scales, sizes (roi and scales optional from 13).
 void Importer::resize(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
-  if (xs.rank() != 4) throw Unsupported{fmt::format("Resize of a rank-{} tensor (images [N,C,H,W] only)", xs.rank())};
+  const int rank = xs.rank();
+  if (rank != 4) throw Unsupported{fmt::format("Resize of a rank-{} tensor (images [N,C,H,W] only)", rank)};
   const std::string mode = n.get_string("mode", "nearest");
-  if (mode != "nearest" && mode != "linear") throw Unsupported{fmt::format("Resize mode '{}'", mode)};
+  if (mode != "nearest" && mode != "linear" && mode != "cubic") throw Unsupported{fmt::format("Resize mode '{}'", mode)};
   if (n.get_int("antialias", 0) != 0) throw Unsupported{"Resize with antialias"};
-  if (n.has("axes")) throw Unsupported{"Resize with axes"};
-  if (n.get_string("keep_aspect_ratio_policy", "stretch") != "stretch")
-    throw Unsupported{"Resize with keep_aspect_ratio_policy other than stretch"};
   if (mode == "linear" && n.get_int("exclude_outside", 0) != 0) throw Unsupported{"linear Resize with exclude_outside"};
   std::map<std::string, Attr> params{
       {"mode", mode},
       {"coordinate_transformation_mode", n.get_string("coordinate_transformation_mode", "half_pixel")},
       {"nearest_mode", n.get_string("nearest_mode", "round_prefer_floor")}};
+  if (mode == "cubic") {
+    params["cubic_coeff_a"] = n.get_float("cubic_coeff_a", -0.75);
+    params["exclude_outside"] = n.get_int("exclude_outside", 0);
+  }
+  // axes: scales, sizes and roi name only these dims; the others keep their size.
+  std::vector<int64_t> axes = n.get_ints("axes", std::vector<int64_t>{});
+  for (auto& a : axes) a = normalized_axis(n, a, rank, "axes");
+  if (axes.empty()) {
+    axes.resize(static_cast<std::size_t>(rank));
+    std::iota(axes.begin(), axes.end(), int64_t{0});
+  }
+  auto full = [&](const std::vector<double>& given, double fill, const char* field) {
+    if (given.size() != axes.size())
+      throw n.error(fmt::format("{} values for {} axes", given.size(), axes.size()), field);
+    std::vector<double> out(static_cast<std::size_t>(rank), fill);
+    for (std::size_t i = 0; i < axes.size(); ++i) out[static_cast<std::size_t>(axes[i])] = given[i];
+    return out;
+  };
   auto present = [&](int k) { return n.has_in(k) && shape_of(n, n.in(k)).numel() > 0; };
   if (present(3)) {
-    params["sizes"] = constant_ints(n, 3, "sizes");
+    std::vector<double> given;
+    for (int64_t v : constant_ints(n, 3, "sizes")) given.push_back(static_cast<double>(v));
+    const std::string policy = n.get_string("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch") {  // one scale for every named axis: the largest that fits, or the smallest that covers
+      if (policy != "not_larger" && policy != "not_smaller")
+        throw n.error(fmt::format("keep_aspect_ratio_policy '{}' (stretch, not_larger, not_smaller)", policy), "keep_aspect_ratio_policy");
+      double scale = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0;
+      for (std::size_t i = 0; i < axes.size(); ++i) {
+        const double r = given[i] / static_cast<double>(xs[static_cast<int>(axes[i])]);
+        scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
+      }
+      for (std::size_t i = 0; i < axes.size(); ++i)
+        given[i] = std::round(scale * static_cast<double>(xs[static_cast<int>(axes[i])]));  // half away from zero, as ONNX's reference
+    }
+    std::vector<double> in_dims;
+    for (int d = 0; d < rank; ++d) in_dims.push_back(static_cast<double>(xs[d]));
+    std::vector<double> sizes = full(given, 0, "sizes");
+    std::vector<int64_t> out;
+    for (int d = 0; d < rank; ++d)
+      out.push_back(static_cast<int64_t>(std::find(axes.begin(), axes.end(), d) != axes.end() ? sizes[static_cast<std::size_t>(d)] : in_dims[static_cast<std::size_t>(d)]));
+    params["sizes"] = out;
   } else if (present(2)) {
-    const Blob& b = require_constant(n, 2, "scales");
-    params["scales"] = to_doubles(b);
+    params["scales"] = full(to_doubles(require_constant(n, 2, "scales")), 1.0, "scales");
   } else {
     throw n.error("neither scales nor sizes given", "scales");
   }
   if (std::get<std::string>(params["coordinate_transformation_mode"]) == "tf_crop_and_resize") {
     if (!present(1)) throw n.error("tf_crop_and_resize needs roi", "roi");
-    params["roi"] = to_doubles(require_constant(n, 1, "roi"));
+    const std::vector<double> roi = to_doubles(require_constant(n, 1, "roi"));
+    if (roi.size() != 2 * axes.size()) throw n.error(fmt::format("roi has {} values for {} axes", roi.size(), axes.size()), "roi");
+    const std::vector<double> starts = full({roi.begin(), roi.begin() + static_cast<std::ptrdiff_t>(axes.size())}, 0.0, "roi"),
+                              ends = full({roi.begin() + static_cast<std::ptrdiff_t>(axes.size()), roi.end()}, 1.0, "roi");
+    std::vector<double> all = starts;
+    all.insert(all.end(), ends.begin(), ends.end());
+    params["roi"] = all;
     params["extrapolation_value"] = n.get_float("extrapolation_value", 0.0);
   }
   add_unary(n, "resize", input(n, 0), n.out(0), std::move(params));

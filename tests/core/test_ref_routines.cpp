@@ -537,3 +537,27 @@ TEST_CASE("cpu/ref divmod, bitwise, cumulative, top_k, reduce prod", "[ref]") {
   check_layer(make_layer("reduce", {{"mode", std::string("prod")}, {"axes", Ints{1}}, {"keepdims", int64_t{0}}}), {c}, {2},
               {6, 120});
 }
+
+TEST_CASE("cpu/ref resize cubic: Keys' convolution reproduces a linear ramp inside, exclude_outside renormalises at edges", "[ref]") {
+  // 1 x 8 ramp 0..7, doubled in width (half_pixel): source x = (j + 0.5) / 2 - 0.5.
+  // With a = -0.5 Keys' kernel reproduces polynomials up to degree 2 (ONNX's default -0.75 does not).
+  Floats ramp;
+  for (int i = 0; i < 8; ++i) ramp.push_back(static_cast<float>(i));
+  auto layer = [](int64_t exclude) {
+    return make_layer("resize", {{"mode", std::string("cubic")}, {"sizes", Ints{1, 1, 1, 16}}, {"exclude_outside", exclude},
+                                 {"cubic_coeff_a", -0.5}});
+  };
+  auto out = run_layer(layer(0), {B({1, 1, 1, 8}, ramp)});
+  REQUIRE(out.size() == 1);
+  const Floats y = values(out[0]);
+  REQUIRE(y.size() == 16);
+  for (int j = 3; j <= 12; ++j) {  // every tap inside the input: the ramp itself
+    INFO("output " << j);
+    CHECK(y[static_cast<std::size_t>(j)] == Approx((j + 0.5) / 2 - 0.5).margin(1e-5));
+  }
+  // At the left edge the clamped taps bend the ramp; with exclude_outside the
+  // outside taps drop out and the weights still sum to 1: a constant stays constant.
+  const Floats flat(8, 3.0f);
+  for (float v : values(run_layer(layer(1), {B({1, 1, 1, 8}, flat)})[0])) CHECK(v == Approx(3.0f));
+  CHECK(y[0] != Approx(-0.25f).margin(1e-3));
+}

@@ -1270,6 +1270,23 @@ struct Resize final : RefPrepared {
   static constexpr std::string_view kType = "resize";
   core::ResizeGeometry g;
   int64_t planes;
+  /// The 4 taps around source coordinate src (floor - 1 .. floor + 2, read
+  /// clamped into the input: the edge repeats) and Keys' weights for them.
+  void cubic_taps(const core::ResizeAxis& axis, double src, double w[4], int64_t idx[4]) const {
+    const double f = std::floor(src), t = src - f, A = g.cubic_a;
+    const double d[4] = {t + 1, t, 1 - t, 2 - t};  // distances to the taps
+    double sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      const double x = d[k];
+      w[k] = x <= 1 ? ((A + 2) * x - (A + 3)) * x * x + 1 : ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+      const double i = f - 1 + k;
+      if (g.exclude_outside && (i < 0 || i >= double(axis.in))) w[k] = 0;
+      sum += w[k];
+      idx[k] = static_cast<int64_t>(std::clamp(i, 0.0, double(axis.in - 1)));
+    }
+    if (g.exclude_outside && sum != 0)
+      for (int k = 0; k < 4; ++k) w[k] /= sum;
+  }
   explicit Resize(const LayerInfo& info)
       : g(core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0])),
         planes(info.input_shapes[0][0] * info.input_shapes[0][1]) {}
@@ -1287,6 +1304,20 @@ struct Resize final : RefPrepared {
             continue;
           }
           const float* plane = x + p * ih * iw;
+          if (g.cubic) {
+            double wy[4], wx[4];
+            int64_t ry[4], rx[4];
+            cubic_taps(g.h, sy, wy, ry);
+            cubic_taps(g.w, sx, wx, rx);
+            double acc = 0;
+            for (int a = 0; a < 4; ++a) {
+              double row = 0;
+              for (int b = 0; b < 4; ++b) row += wx[b] * plane[ry[a] * iw + rx[b]];
+              acc += wy[a] * row;
+            }
+            out = static_cast<float>(acc);
+            continue;
+          }
           if (!g.linear) {
             out = plane[g.h.nearest(sy) * iw + g.w.nearest(sx)];
             continue;

@@ -119,6 +119,7 @@ class Resample final : public Routine {
     if (!(schema == Schema{})) return Support::no(fmt::format("cpu/resample computes in cpu, not {}", schema.to_string()));
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("resize needs an input [N,C,H,W]");
+    if (info.layer->get_string("mode", "nearest") == "cubic") return Support::no("cpu/resample has no cubic mode (cpu/ref has)");
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
