@@ -2241,18 +2241,19 @@ void Importer::rms_norm(const Node& n) {
 // as transpose/matmul/softmax steps; 3-D inputs split into heads, K and V
 // repeated for grouped-query heads. Not (refused by name): the KV cache
 // (past/present), the QK output, nonpad_kv_seqlen, windows.
+// Attention (opsets 23-24) as ONNX's reference computes it: KV cache
+// (present = concat(past, K/V heads)), grouped-query heads, scores scaled,
+// softcapped, then biased by the mask (padded with -inf to the keys), the
+// causal triangle and sliding window (aligned to the end of the cache), the
+// padding of nonpad_kv_seqlen; softmax, rows with no attendable key set to 0.
 void Importer::attention(const Node& n) {
-  for (int k = 4; k < n.num_inputs(); ++k)
-    if (n.has_in(k)) throw Unsupported{"Attention with a KV cache (past_key, past_value) or nonpad_kv_seqlen"};
-  for (int k = 1; k < n.num_outputs(); ++k)
-    if (used(n.out(k))) throw Unsupported{"Attention's present_key, present_value or qk_matmul_output"};
-  if (n.get_int("left_window_size", -1) >= 0 || n.get_int("right_window_size", -1) >= 0)
-    throw Unsupported{"Attention with a sliding window"};
   const Shape qs = shape_of(n, n.in(0)), ks = shape_of(n, n.in(1)), vs = shape_of(n, n.in(2));
   if (qs.rank() != ks.rank() || qs.rank() != vs.rank() || (qs.rank() != 3 && qs.rank() != 4))
     throw n.error(fmt::format("Q, K and V must all be 3-D or all 4-D; they are {}, {}, {}", qs.to_string(), ks.to_string(),
                               vs.to_string()),
                   "Q");
+  if (n.has_in(4) != n.has_in(5)) throw n.error("past_key and past_value come together", "past_key");
+  if (n.has_in(4) && n.has_in(6)) throw n.error("nonpad_kv_seqlen cannot be combined with past_key", "nonpad_kv_seqlen");
   const std::string y = n.out(0);
   const bool three_d = qs.rank() == 3;
   const int64_t batch = qs[0];
@@ -2285,51 +2286,152 @@ void Importer::attention(const Node& n) {
     add_unary(n, "reshape", cat, out, {{"shape", std::vector<int64_t>{batch, hq, seq, dim}}}, std::string(what) + "_groups");
     return out;
   };
+  // The cache: present = concat(past, new) along the sequence.
+  int64_t past = 0;
+  auto with_past = [&](const std::string& fresh, int k, int out_k, const char* what) {
+    std::string present = fresh;
+    if (n.has_in(k)) {
+      const Shape ps = shape_of(n, n.in(k));
+      if (ps.rank() != 4) throw n.error(fmt::format("{} {} is not 4-D [B, H, S, D]", what, ps.to_string()), what);
+      past = ps[2];
+      present = used(n.out(out_k)) ? n.out(out_k) : fresh_blob(fmt::format("{}/{}", y, what));
+      Layer c = make("concat", fmt::format("{}/{}", n.name, what), {input(n, k), fresh}, {present});
+      c.params["axis"] = int64_t{2};
+      add(std::move(c));
+    } else if (used(n.out(out_k))) {
+      add_unary(n, "identity", fresh, n.out(out_k), {}, what);
+    }
+    return present;
+  };
   const std::string q = heads(0, hq, len, d, "q");
-  const std::string k = repeated(heads(1, hkv, src, d, "k"), src, d, "k");
-  const std::string v = repeated(heads(2, hkv, src, dv, "v"), src, dv, "v");
-  const std::string kt = fresh_blob(y + "/k_t"), qk = fresh_blob(y + "/qk"), scaled = fresh_blob(y + "/scaled");
+  const std::string k_present = with_past(heads(1, hkv, src, d, "k"), 4, 1, "present_key");
+  const std::string v_present = with_past(heads(2, hkv, src, dv, "v"), 5, 2, "present_value");
+  const int64_t total = past + src;
+  const std::string k = repeated(k_present, total, d, "k"), v = repeated(v_present, total, dv, "v");
+  const std::string kt = fresh_blob(y + "/k_t"), qk = fresh_blob(y + "/qk");
   add_unary(n, "transpose", k, kt, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}, "k_t");
   add(make("matmul", n.name + "/qk", {q, kt}, {qk}));
   const double scale = n.has("scale") ? n.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(d));
-  add(make("mul", n.name + "/scale", {qk, scalar_constant(n, y + "/scale", scale)}, {scaled}));
-  std::string scores = scaled;
-  // The additive bias: the mask (a bool one: -inf where false) and the causal triangle.
-  const float ninf = -std::numeric_limits<float>::infinity();
-  if (n.has_in(3)) {
-    std::string mask;
-    const Blob* c = constant(n.in(3));
-    const auto type = onnx_types_.find(n.in(3));
-    if (c && type != onnx_types_.end() && type->second == onnx::TensorProto::BOOL) {
-      const std::vector<int64_t> keep = to_ints(*c);
-      std::vector<float> bias(keep.size());
-      for (std::size_t i = 0; i < keep.size(); ++i) bias[i] = keep[i] ? 0.0f : ninf;
-      mask = as_blob(n, add_constant(y + "/mask_bias", float_blob(c->shape(), bias)));
-    } else {
-      mask = input(n, 3);
-    }
-    const std::string masked = fresh_blob(y + "/masked");
-    add(make("add", n.name + "/mask", {scores, mask}, {masked}));
-    scores = masked;
-  }
-  if (n.get_int("is_causal", 0) != 0) {
-    std::vector<float> bias(static_cast<std::size_t>(len * src), 0.0f);
-    for (int64_t i = 0; i < len; ++i)
-      for (int64_t j = i + 1; j < src; ++j) bias[static_cast<std::size_t>(i * src + j)] = ninf;
-    const std::string causal = fresh_blob(y + "/causal");
-    add(make("add", n.name + "/causal", {scores, as_blob(n, add_constant(y + "/causal_bias", float_blob(Shape{len, src}, bias)))},
-             {causal}));
-    scores = causal;
-  }
-  if (const double cap = n.get_float("softcap", 0.0); cap > 0) {
+  std::string scores = fresh_blob(y + "/scaled");
+  add(make("mul", n.name + "/scale", {qk, scalar_constant(n, y + "/scale", scale)}, {scores}));
+  if (const double cap = n.get_float("softcap", 0.0); cap > 0) {  // before the bias: masked stays -inf
     const std::string a = fresh_blob(y + "/capped_in"), t = fresh_blob(y + "/capped_tanh"), out = fresh_blob(y + "/capped");
     add(make("mul", n.name + "/softcap_in", {scores, scalar_constant(n, y + "/inv_cap", 1 / cap)}, {a}));
     add_unary(n, "tanh", a, t, {}, "softcap_tanh");
     add(make("mul", n.name + "/softcap", {t, scalar_constant(n, y + "/cap", cap)}, {out}));
     scores = out;
   }
-  const std::string probs = fresh_blob(y + "/probs"), ctx = three_d ? fresh_blob(y + "/context") : y;
+  const int64_t mode = n.get_int("qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3) throw n.error(fmt::format("qk_matmul_output_mode {} is not 0..3", mode), "qk_matmul_output_mode");
+  const std::string qk_out = used(n.out(3)) ? n.out(3) : std::string();
+  if (!qk_out.empty() && mode <= 1) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
+  // The bias: the mask, and a constant [len, total] or [B, 1, len, total] of the causal, window and padding rules.
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::string bias;
+  bool bias_constant = true;
+  if (n.has_in(3)) {
+    const Shape ms = shape_of(n, n.in(3));
+    if (ms.rank() < 1 || ms[ms.rank() - 1] > total)
+      throw n.error(fmt::format("attn_mask {} is longer than the {} keys", ms.to_string(), total), "attn_mask");
+    const bool is_bool = elem_type(n.in(3)) == onnx::TensorProto::BOOL;
+    if (const Blob* c = constant(n.in(3))) {
+      const std::vector<double> m = to_doubles(*c);
+      const int64_t w = ms[ms.rank() - 1], rows = ms.numel() / std::max<int64_t>(w, 1);
+      Shape padded = ms;
+      padded[ms.rank() - 1] = total;
+      std::vector<float> b(static_cast<std::size_t>(rows * total), ninf);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < w; ++j) {
+          const double v = m[static_cast<std::size_t>(r * w + j)];
+          b[static_cast<std::size_t>(r * total + j)] = is_bool ? (v != 0 ? 0.0f : ninf) : static_cast<float>(v);
+        }
+      bias = as_blob(n, add_constant(y + "/mask_bias", float_blob(padded, b)));
+    } else {
+      bias_constant = false;
+      bias = input(n, 3);
+      if (is_bool) {
+        const std::string additive = fresh_blob(y + "/mask_additive");
+        add(make("where", n.name + "/mask_additive", {bias, scalar_constant(n, y + "/zero", 0.0), scalar_constant(n, y + "/ninf", ninf)},
+                 {additive}));
+        bias = additive;
+      }
+      if (ms[ms.rank() - 1] < total) {
+        const std::string padded = fresh_blob(y + "/mask_padded");
+        std::vector<int64_t> pads(static_cast<std::size_t>(2 * ms.rank()), 0);
+        pads[static_cast<std::size_t>(2 * ms.rank() - 1)] = total - ms[ms.rank() - 1];
+        add_unary(n, "pad", bias, padded, {{"pads", pads}, {"mode", std::string("constant")}, {"value", static_cast<double>(ninf)}},
+                  "mask_pad");
+        bias = padded;
+      }
+    }
+  }
+  const bool causal = n.get_int("is_causal", 0) != 0;
+  const int64_t left = n.get_int("left_window_size", -1), right = n.get_int("right_window_size", -1);
+  std::vector<int64_t> nonpad;
+  if (n.has_in(6)) {
+    const Blob* c = constant(n.in(6));
+    if (!c) throw Unsupported{"Attention with nonpad_kv_seqlen computed at run time"};
+    nonpad = to_ints(*c);
+    if (static_cast<int64_t>(nonpad.size()) != batch)
+      throw n.error(fmt::format("{} lengths for a batch of {}", nonpad.size(), batch), "nonpad_kv_seqlen");
+  }
+  if (causal || left >= 0 || right >= 0 || !nonpad.empty()) {
+    const int64_t groups = nonpad.empty() ? 1 : batch;
+    std::vector<float> rule(static_cast<std::size_t>(groups * len * total), 0.0f);
+    for (int64_t b = 0; b < groups; ++b) {
+      const int64_t offset = nonpad.empty() ? past : nonpad[static_cast<std::size_t>(b)] - len;
+      for (int64_t i = 0; i < len; ++i)
+        for (int64_t j = 0; j < total; ++j) {
+          const int64_t diff = i + offset - j;
+          const bool allowed = (!causal || diff >= 0) && (left < 0 || diff <= left) && (right < 0 || -diff <= right) &&
+                               (nonpad.empty() || j < nonpad[static_cast<std::size_t>(b)]);
+          if (!allowed) rule[static_cast<std::size_t>((b * len + i) * total + j)] = ninf;
+        }
+    }
+    const Shape rs = nonpad.empty() ? Shape{len, total} : Shape{batch, 1, len, total};
+    const std::string r = as_blob(n, add_constant(y + "/rule_bias", float_blob(rs, rule)));
+    if (bias.empty()) {
+      bias = r;
+    } else {
+      const std::string both = fresh_blob(y + "/bias");
+      add(make("add", n.name + "/bias", {bias, r}, {both}));
+      bias = both;
+    }
+  }
+  if (!bias.empty()) {
+    const std::string biased = fresh_blob(y + "/biased");
+    add(make("add", n.name + "/mask", {scores, bias}, {biased}));
+    scores = biased;
+  }
+  if (!qk_out.empty() && mode == 2) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
+  std::string probs = fresh_blob(y + "/probs");
   add_unary(n, "softmax", scores, probs, {{"axis", int64_t{-1}}}, "softmax");
+  // Rows whose bias is -inf everywhere attend to nothing: 0, not softmax's NaN.
+  bool guard = !bias.empty();
+  if (guard && bias_constant) {
+    guard = false;
+    if (const Blob* c = constant(bias)) {
+      const std::vector<double> b = to_doubles(*c);
+      const int64_t w = c->shape()[c->shape().rank() - 1];
+      for (std::size_t r = 0; r * static_cast<std::size_t>(w) < b.size() && !guard; ++r)
+        guard = std::all_of(b.begin() + static_cast<std::ptrdiff_t>(r * w), b.begin() + static_cast<std::ptrdiff_t>((r + 1) * w),
+                            [](double v) { return std::isinf(v) && v < 0; });
+    } else {
+      guard = true;  // a sum of constants, folded later: check at run time
+    }
+  }
+  if (guard) {
+    const std::string top = fresh_blob(y + "/bias_max"), live = fresh_blob(y + "/attendable"), kept = fresh_blob(y + "/probs_kept");
+    add_unary(n, "reduce", bias, top, {{"mode", std::string("max")}, {"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}},
+              "bias_max");
+    Layer c = make("compare", n.name + "/attendable", {top, scalar_constant(n, y + "/ninf_row", ninf)}, {live});
+    c.params["op"] = std::string("greater");
+    add(std::move(c));
+    add(make("where", n.name + "/guard", {live, probs, scalar_constant(n, y + "/zero_prob", 0.0)}, {kept}));
+    probs = kept;
+  }
+  if (!qk_out.empty() && mode == 3) add_unary(n, "identity", probs, qk_out, {}, "qk_matmul_output");
+  const std::string ctx = three_d ? fresh_blob(y + "/context") : y;
   add(make("matmul", three_d ? n.name + "/pv" : n.name, {probs, v}, {ctx}));
   if (three_d) {
     const std::string merged = fresh_blob(y + "/merged");

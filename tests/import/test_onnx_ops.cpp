@@ -1348,3 +1348,21 @@ TEST_CASE("ScatterND and ScatterElements with constant indices: run-time updates
     CHECK(run2(m, "scatter_nd_add", {{"x", x}}) == std::vector<float>{1, 2, 113, 114, 5, 6, 8, 9});
   }
 }
+
+TEST_CASE("ReduceMax and ReduceMin keep -inf, inf and NaN, computed at run time or folded", "[onnx][reduce]") {
+  // oneDNN's max reduction gave -3.4e38 for a row of -inf (a fully masked attention row).
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x = {-inf, -inf, 1, -inf, nan, 2, inf, 3};
+  for (const std::string op : {"ReduceMax", "ReduceMin"}) {
+    INFO(op);
+    OnnxModel m(13);
+    m.input("x", {4, 2}).output("y");
+    m.node(op, {"x"}, {"y"}).ints("axes", {1}).i("keepdims", 0);
+    auto y = run_model(m, "reduce_inf_" + op + ".onnx", Shape{4, 2}, x);
+    REQUIRE(y.values.size() == 4);
+    CHECK(y.values[0] == -inf);
+    CHECK(y.values[1] == (op == "ReduceMax" ? 1.0f : -inf));
+    CHECK(std::isnan(y.values[2]));
+    CHECK(y.values[3] == (op == "ReduceMax" ? inf : 3.0f));
+  }
+}

@@ -657,7 +657,7 @@ struct PowK {
 };
 
 // ---------------------------------------------------------------------------
-// reduce: mean, sum, max, min, l2 over any axes (plain layout; oneDNN's
+// reduce: mean, sum, l2, prod over any axes (plain layout; oneDNN's
 // reduction keeps the reduced dims as 1, which has our keepdims=0 layout too).
 
 struct Reduce {
@@ -666,6 +666,11 @@ struct Reduce {
 
   static Support check(const LayerInfo& info, Layout l) {
     if (l != Layout::nchw) return Support::no("reduces in the plain layout only");
+    const std::string mode = info.layer->get_string("mode");
+    // oneDNN's max starts from the lowest finite float and drops NaN: a row of
+    // -inf (a fully masked attention row) gave -3.4e38, not -inf.
+    if (mode != "mean" && mode != "sum" && mode != "l2" && mode != "prod")
+      return Support::no(fmt::format("oneDNN's {} reduction loses -inf and NaN", mode));
     return rank4_unless_plain(info.input_shapes[0], l, "the input");
   }
 
@@ -680,7 +685,8 @@ struct Reduce {
                                 : mode == "sum" ? dnnl::algorithm::reduction_sum
                                 : mode == "max" ? dnnl::algorithm::reduction_max
                                 : mode == "min" ? dnnl::algorithm::reduction_min
-                                                : dnnl::algorithm::reduction_norm_lp_sum;
+                                : mode == "prod" ? dnnl::algorithm::reduction_mul
+                                                 : dnnl::algorithm::reduction_norm_lp_sum;
     dnnl::reduction::desc d(alg, act_md(in, l), act_md(kept, l), mode == "l2" ? 2.0f : 0.0f, 0.0f);
     return Plan::single(dnnl::reduction::primitive_desc(d, make_attr(), cpu_engine()),
                         {{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}});

@@ -608,8 +608,9 @@ struct Reduce final : RefPrepared {
             rest /= red_dims[d];
           }
           const double v = x[off];
-          if (mode == max) acc = std::max(acc, v);
-          else if (mode == min) acc = std::min(acc, v);
+          // max and min: NaN wins and stays (NumPy, ONNX Runtime)
+          if (mode == max) { if (acc == acc && !(v <= acc)) acc = v; }
+          else if (mode == min) { if (acc == acc && !(v >= acc)) acc = v; }
           else if (mode == l2) acc += v * v;
           else if (mode == prod) acc *= v;
           else acc += v;
