@@ -723,7 +723,7 @@ TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization
   }
 }
 
-TEST_CASE("Attention (opset 23): grouped heads, causal, against a computed reference; a KV cache is refused by name",
+TEST_CASE("Attention (opset 23): grouped heads, causal, with and without a KV cache, against a computed reference",
           "[onnx][attention]") {
   const int64_t B = 1, HQ = 4, HKV = 2, L = 3, S = 3, D = 2;
   auto q = random_values(static_cast<std::size_t>(B * HQ * L * D), 44);
@@ -755,11 +755,43 @@ TEST_CASE("Attention (opset 23): grouped heads, causal, against a computed refer
       }
     }
   }
+  // A KV cache of one past position: keys and values [past; new], the causal
+  // triangle aligned to the end of the cache (query i sees keys 0..i+1), and
+  // present_key handed back as concat(past, k).
+  const std::vector<float> pk = {0.5f, -1.0f, 0.25f, 2.0f}, pv = {1.0f, 2.0f, -3.0f, 0.5f};
   OnnxModel cached(23);
-  cached.input("q", {B, HQ, L, D}).output("y");
-  cached.init("k", {B, HKV, S, D}, k).init("v", {B, HKV, S, D}, v).init("pk", {B, HKV, 1, D}, {0, 0, 0, 0});
-  cached.node("Attention", {"q", "k", "v", "", "pk", "pk"}, {"y"}, "attn_cached");
-  CHECK_THROWS_WITH(import_onnx(cached.save("attention_cache.onnx")), Catch::Contains("attn_cached") && Catch::Contains("KV cache"));
+  cached.input("q", {B, HQ, L, D}).output("y").output("present_key");
+  cached.init("k", {B, HKV, S, D}, k).init("v", {B, HKV, S, D}, v).init("pk", {B, HKV, 1, D}, pk).init("pv", {B, HKV, 1, D}, pv);
+  cached.node("Attention", {"q", "k", "v", "", "pk", "pv"}, {"y", "present_key"}, "attn_cached").i("is_causal", 1);
+  Net cnet = import_onnx(cached.save("attention_cache.onnx"));
+  auto outs = run_net(cnet, {{"q", make_input(Shape{B, HQ, L, D}, q)}});
+  REQUIRE(outs.size() == 2);
+  REQUIRE(outs[1].shape == Shape{B, HKV, S + 1, D});
+  const int64_t T = S + 1;
+  auto key = [&](int64_t g, int64_t j, int64_t e) { return j == 0 ? pk[static_cast<std::size_t>(g * D + e)] : k[static_cast<std::size_t>((g * S + j - 1) * D + e)]; };
+  auto val = [&](int64_t g, int64_t j, int64_t e) { return j == 0 ? pv[static_cast<std::size_t>(g * D + e)] : v[static_cast<std::size_t>((g * S + j - 1) * D + e)]; };
+  for (int64_t g = 0; g < HKV; ++g)
+    for (int64_t j = 0; j < T; ++j)
+      for (int64_t e = 0; e < D; ++e) CHECK(outs[1].values[static_cast<std::size_t>((g * T + j) * D + e)] == key(g, j, e));
+  for (int64_t h = 0; h < HQ; ++h) {
+    const int64_t g = h / (HQ / HKV);
+    for (int64_t i = 0; i < L; ++i) {
+      std::vector<double> w(static_cast<std::size_t>(T));
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= i + 1; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < D; ++e) dot += double(q[static_cast<std::size_t>((h * L + i) * D + e)]) * key(g, j, e);
+        w[static_cast<std::size_t>(j)] = dot / std::sqrt(double(D));
+        mx = std::max(mx, w[static_cast<std::size_t>(j)]);
+      }
+      for (int64_t j = 0; j <= i + 1; ++j) sum += w[static_cast<std::size_t>(j)] = std::exp(w[static_cast<std::size_t>(j)] - mx);
+      for (int64_t e = 0; e < D; ++e) {
+        double want = 0;
+        for (int64_t j = 0; j <= i + 1; ++j) want += w[static_cast<std::size_t>(j)] / sum * val(g, j, e);
+        CHECK(outs[0].values[static_cast<std::size_t>((h * L + i) * D + e)] == Approx(want).margin(1e-5));
+      }
+    }
+  }
 }
 
 TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer", "[onnx][gelu]") {
