@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -233,9 +235,26 @@ void by_dtype(sn::DType d, F&& f) {
   }
 }
 
+/// IEEE binary16 and bfloat16 bits as a float (exact).
+float float_of_16(uint16_t h, bool brain) {
+  if (brain) return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu;
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf, NaN
+  if (exp == 0) {                                                                 // zero, subnormal
+    const float m = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -m : m;
+  }
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
 /// A CPU blob's values as doubles, whatever its dtype (a typed output's indices or flags).
 std::vector<double> values_of(const sn::Blob& b) {
   std::vector<double> v(static_cast<std::size_t>(b.numel()));
+  if (b.dtype() == sn::DType::float16 || b.dtype() == sn::DType::bfloat16) {  // 2 bytes each: never read as float
+    const auto* p = b.data_as<uint16_t>();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float_of_16(p[i], b.dtype() == sn::DType::bfloat16);
+    return v;
+  }
   by_dtype(b.dtype(), [&](auto t) {
     const auto* p = b.data_as<decltype(t)>();
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);

@@ -31,7 +31,9 @@ constexpr Descr kDescrs[] = {{"<f4", DType::float32}, {"<f2", DType::float16}, {
                              {"|i1", DType::int8},    {"|u1", DType::uint8},   {"<i2", DType::int16},
                              {"<u2", DType::uint16},  {"<i4", DType::int32},   {"<u4", DType::uint32},
                              {"<i8", DType::int64},   {"<u8", DType::uint64},  {"|b1", DType::boolean},
-                             {"|i1", DType::qint8},   {"|u1", DType::quint8}};
+                             {"|i1", DType::qint8},   {"|u1", DType::quint8},
+                             // bfloat16: NumPy has none; ml_dtypes' arrays save as 2-byte voids
+                             {"<V2", DType::bfloat16}, {"|V2", DType::bfloat16}};
 
 // The value text after 'key': in the header dict, up to the matching delimiter.
 std::string dict_value(const std::string& header, const std::string& key, const std::string& file) {
@@ -83,7 +85,7 @@ Blob parse_npy(const unsigned char* bytes, std::size_t size, const std::string& 
   for (const auto& c : kDescrs)
     if (!d && (descr == c.text || (descr.size() == 3 && descr[0] == '=' && descr.substr(1) == std::string(c.text).substr(1))))
       d = &c;
-  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float16/32/64, int8/16/32/64, uint8/16/32/64, bool)", descr), label, {}, "descr");
+  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float16/32/64, int8/16/32/64, uint8/16/32/64, bool; <V2 as bfloat16)", descr), label, {}, "descr");
   Shape shape;
   std::string dims = dict_value(header, "shape", label);
   std::size_t p = 0;

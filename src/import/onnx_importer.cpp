@@ -427,6 +427,11 @@ class Importer {
   void gather_nd(const Node&);
   void one_hot(const Node&);
   void eye_like(const Node&);
+  void center_crop_pad(const Node&);
+  void compress(const Node&);
+  void reverse_sequence(const Node&);
+  /// A take of x's values at constant flat positions, shaped `shape`.
+  void take_positions(const Node& n, const std::string& y, const Shape& shape, const std::vector<int64_t>& positions);
   /// The ONNX element type of tensor `name` (run-time typed, or a constant's), -1 where float32 or unknown.
   int elem_type(const std::string& name) const {
     if (auto t = value_types_.find(name); t != value_types_.end()) return t->second;
@@ -635,6 +640,9 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"GatherND", &Importer::gather_nd},
       {"OneHot", &Importer::one_hot},
       {"EyeLike", &Importer::eye_like},
+      {"CenterCropPad", &Importer::center_crop_pad},
+      {"Compress", &Importer::compress},
+      {"ReverseSequence", &Importer::reverse_sequence},
   };
   return table;
 }
@@ -2442,7 +2450,11 @@ void Importer::attention(const Node& n) {
 
 void Importer::identity(const Node& n) {
   if (n.op() == "Dropout") {
-    if (used(n.out(1))) throw Unsupported{"Dropout's mask output"};
+    if (used(n.out(1))) {  // nothing is dropped at inference: a mask of ones
+      const Shape xs = shape_of(n, n.in(0));
+      constants_[n.out(1)] = float_blob(xs, std::vector<float>(static_cast<std::size_t>(xs.numel()), 1.0f));
+      onnx_types_[n.out(1)] = onnx::TensorProto::BOOL;
+    }
     // Training mode drops values at random, unless the ratio is 0 (exporters emit
     // F.dropout(x, p=0.0, training=True) like that): then it is an identity too.
     const Blob* training = n.opset >= 12 && n.has_in(2) ? constant(n.in(2)) : nullptr;
@@ -3663,6 +3675,121 @@ void Importer::eye_like(const Node& n) {
   constants_[n.out(0)] = float_blob(s, v);
 }
 
+void Importer::take_positions(const Node& n, const std::string& y, const Shape& shape, const std::vector<int64_t>& positions) {
+  if (const Blob* c = constant(n.in(0))) {
+    const std::vector<double> v = to_doubles(*c);
+    std::vector<float> out;
+    for (int64_t p : positions) out.push_back(static_cast<float>(v[static_cast<std::size_t>(p)]));
+    constants_[y] = float_blob(shape, out);
+    return;
+  }
+  Layer l = make("take", n.name, {input(n, 0)}, {y});
+  l.weights["indices"] = int_blob(shape, positions);
+  add(std::move(l));
+}
+
+// CenterCropPad: each named axis cropped or zero-padded about its centre to the size given.
+void Importer::center_crop_pad(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const std::vector<int64_t> target = constant_ints(n, 1, "shape");
+  std::vector<int64_t> axes = n.get_ints("axes", std::vector<int64_t>{});
+  for (auto& a : axes) a = normalized_axis(n, a, xs.rank(), "axes");
+  if (axes.empty())
+    for (int d = 0; d < xs.rank(); ++d) axes.push_back(d);
+  if (target.size() != axes.size()) throw n.error(fmt::format("{} sizes for {} axes", target.size(), axes.size()), "shape");
+  Shape out = xs;
+  std::vector<int64_t> offset(static_cast<std::size_t>(xs.rank()), 0);  // output index - input index, per dim
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const int a = static_cast<int>(axes[i]);
+    if (target[i] < 0) throw n.error(fmt::format("size {} is negative", target[i]), "shape");
+    out[a] = target[i];
+    offset[static_cast<std::size_t>(a)] = target[i] >= xs[a] ? (target[i] - xs[a]) / 2 : -((xs[a] - target[i]) / 2);
+  }
+  // Every output position reads an input position or a zero: the input and one zero, taken.
+  const std::string y = n.out(0), flat = fresh_blob(y + "/flat"), with_zero = fresh_blob(y + "/with_zero");
+  const int64_t total = xs.numel();
+  std::vector<int64_t> positions(static_cast<std::size_t>(out.numel()));
+  std::vector<int64_t> in_strides(static_cast<std::size_t>(xs.rank()), 1);
+  for (int d = xs.rank() - 2; d >= 0; --d) in_strides[static_cast<std::size_t>(d)] = in_strides[static_cast<std::size_t>(d + 1)] * xs[d + 1];
+  for (int64_t o = 0; o < out.numel(); ++o) {
+    int64_t rest = o, pos = 0;
+    bool inside = true;
+    for (int d = out.rank() - 1; d >= 0; --d) {
+      const int64_t c = rest % out[d] - offset[static_cast<std::size_t>(d)];
+      rest /= out[d];
+      inside = inside && c >= 0 && c < xs[d];
+      pos += c * in_strides[static_cast<std::size_t>(d)];
+    }
+    positions[static_cast<std::size_t>(o)] = inside ? pos : total;
+  }
+  add_unary(n, "reshape", input(n, 0), flat, {{"shape", std::vector<int64_t>{total}}}, "flat");
+  Layer c = make("concat", n.name + "/with_zero", {flat, scalar_constant(n, y + "/zero", 0.0)}, {with_zero});
+  c.params["axis"] = int64_t{0};
+  // the zero as a 1-element vector
+  const std::string zero1 = as_blob(n, add_constant(y + "/zero1", float_blob(Shape{1}, {0.0f})));
+  c.inputs[1] = zero1;
+  add(std::move(c));
+  Layer t = make("take", n.name, {with_zero}, {y});
+  t.weights["indices"] = int_blob(out, positions);
+  add(std::move(t));
+}
+
+// Compress with a constant condition: the kept slices along the axis (or of the flattened input).
+void Importer::compress(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const Blob* cond = constant(n.in(1));
+  if (!cond) throw Unsupported{"Compress with a condition computed at run time"};
+  const std::vector<int64_t> keep = to_ints(*cond);
+  std::vector<int64_t> positions;
+  Shape out;
+  if (!n.has("axis")) {
+    for (std::size_t i = 0; i < keep.size() && static_cast<int64_t>(i) < xs.numel(); ++i)
+      if (keep[i]) positions.push_back(static_cast<int64_t>(i));
+    out = Shape{static_cast<int64_t>(positions.size())};
+  } else {
+    const int axis = normalized_axis(n, n.get_int("axis"), xs.rank(), "axis");
+    std::vector<int64_t> kept;
+    for (std::size_t i = 0; i < keep.size() && static_cast<int64_t>(i) < xs[axis]; ++i)
+      if (keep[i]) kept.push_back(static_cast<int64_t>(i));
+    out = xs;
+    out[axis] = static_cast<int64_t>(kept.size());
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < xs.rank(); ++d) (d < axis ? outer : d > axis ? inner : outer) *= d == axis ? 1 : xs[d];
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k : kept)
+        for (int64_t i = 0; i < inner; ++i) positions.push_back((o * xs[axis] + k) * inner + i);
+  }
+  if (positions.empty()) throw Unsupported{"Compress that keeps nothing (an empty tensor)"};
+  take_positions(n, n.out(0), out, positions);
+}
+
+// ReverseSequence with constant lengths: the first len[b] steps of each batch entry reversed.
+void Importer::reverse_sequence(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() < 2) throw n.error(fmt::format("input {} has fewer than 2 dims", xs.to_string()), "input");
+  const Blob* lens_b = constant(n.in(1));
+  if (!lens_b) throw Unsupported{"ReverseSequence with lengths computed at run time"};
+  const std::vector<int64_t> lens = to_ints(*lens_b);
+  const int batch_axis = static_cast<int>(n.get_int("batch_axis", 1)), time_axis = static_cast<int>(n.get_int("time_axis", 0));
+  if (!((batch_axis == 0 && time_axis == 1) || (batch_axis == 1 && time_axis == 0)))
+    throw n.error("batch_axis and time_axis must be 0 and 1", "batch_axis");
+  if (static_cast<int64_t>(lens.size()) != xs[batch_axis])
+    throw n.error(fmt::format("{} lengths for a batch of {}", lens.size(), xs[batch_axis]), "sequence_lens");
+  int64_t inner = 1;
+  for (int d = 2; d < xs.rank(); ++d) inner *= xs[d];
+  std::vector<int64_t> positions(static_cast<std::size_t>(xs.numel()));
+  for (int64_t i0 = 0; i0 < xs[0]; ++i0)
+    for (int64_t i1 = 0; i1 < xs[1]; ++i1) {
+      const int64_t b = batch_axis == 0 ? i0 : i1, t = batch_axis == 0 ? i1 : i0, len = lens[static_cast<std::size_t>(b)];
+      if (len < 0 || len > xs[time_axis]) throw n.error(fmt::format("length {} outside 0..{}", len, xs[time_axis]), "sequence_lens");
+      const int64_t src_t = t < len ? len - 1 - t : t;
+      const int64_t s0 = batch_axis == 0 ? i0 : src_t, s1 = batch_axis == 0 ? src_t : i1;
+      for (int64_t e = 0; e < inner; ++e)
+        positions[static_cast<std::size_t>((i0 * xs[1] + i1) * inner + e)] = (s0 * xs[1] + s1) * inner + e;
+    }
+  take_positions(n, n.out(0), xs, positions);
+}
+
 void Importer::arg_reduce(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "input");
@@ -3860,7 +3987,8 @@ bool Importer::keeps_integers(const std::string& op) {
       "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin",
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
       "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
-      "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot"};
+      "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot", "CenterCropPad", "Compress",
+      "ReverseSequence"};
   return ops.count(op) != 0;
 }
 

@@ -133,6 +133,7 @@ std::optional<DType> edge_dtype(int type) {
   switch (type) {
     case T::FLOAT: return DType::float32;
     case T::FLOAT16: return DType::float16;
+    case T::BFLOAT16: return DType::bfloat16;
     case T::DOUBLE: return DType::float64;
     case T::INT8: return DType::int8;
     case T::UINT8: return DType::uint8;

@@ -132,7 +132,7 @@ TEST_CASE(".npy files round-trip", "[basics]") {
   }
   // Every typed I/O dtype round-trips bit for bit, and |i1/|u1 read as plain int8/uint8.
   for (DType d : {DType::float64, DType::int8, DType::uint8, DType::int16, DType::uint16, DType::int32, DType::uint32,
-                  DType::int64, DType::uint64, DType::boolean, DType::float16}) {
+                  DType::int64, DType::uint64, DType::boolean, DType::float16, DType::bfloat16}) {  // bfloat16: '<V2'
     Blob b = Blob::allocate(Shape{2, 3}, d);
     auto* bytes = static_cast<unsigned char*>(b.data());
     for (std::size_t i = 0; i < b.byte_size(); ++i) bytes[i] = d == DType::boolean ? i % 2 : static_cast<unsigned char>(i * 37 + 1);
