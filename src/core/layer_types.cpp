@@ -282,6 +282,22 @@ std::vector<Shape> infer_top_k(const Layer& l, std::span<const Shape> in) {
   return {out, out};
 }
 
+std::vector<Shape> infer_grid_sample(const Layer& l, std::span<const Shape> in) {
+  const Shape& x = in[0];
+  const Shape& g = in[1];
+  const int r = x.rank() - 2;
+  if (r < 1 || r > 3) fail(l, "input", fmt::format("input {} is not [N, C, spatial...] with 1 to 3 spatial dims", x.to_string()));
+  if (g.rank() != r + 2 || g[0] != x[0] || g[g.rank() - 1] != r)
+    fail(l, "grid", fmt::format("grid {} is not [N, out..., {}] for input {}", g.to_string(), r, x.to_string()));
+  const std::string mode = l.get_string("mode", "linear"), pad = l.get_string("padding_mode", "zeros");
+  if (mode != "linear" && mode != "nearest" && mode != "cubic") fail(l, "mode", fmt::format("mode '{}' is not linear, nearest or cubic", mode));
+  if (pad != "zeros" && pad != "border" && pad != "reflection")
+    fail(l, "padding_mode", fmt::format("padding_mode '{}' is not zeros, border or reflection", pad));
+  Shape out{x[0], x[1]};
+  for (int d = 1; d <= r; ++d) out.push_back(g[d]);
+  return {out};
+}
+
 std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
   // add may carry a fused relu or clip (fuse_activations: ResNet's add -> relu);
   // the other binaries none, so no routine can skip one silently.
@@ -502,6 +518,7 @@ const LayerType kBuiltinTypes[] = {
     {"take", 1, 1, infer_take},
     {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},
     {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 1, infer_top_k, 2},
+    {"grid_sample", 2, 2, infer_grid_sample},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
     {"group_norm", 1, 1, infer_group_norm},
     {"fake_quant", 1, 1, infer_fake_quant},

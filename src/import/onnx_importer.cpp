@@ -428,6 +428,7 @@ class Importer {
   void one_hot(const Node&);
   void eye_like(const Node&);
   void center_crop_pad(const Node&);
+  void grid_sample(const Node&);
   void compress(const Node&);
   void reverse_sequence(const Node&);
   /// A take of x's values at constant flat positions, shaped `shape`.
@@ -641,6 +642,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"OneHot", &Importer::one_hot},
       {"EyeLike", &Importer::eye_like},
       {"CenterCropPad", &Importer::center_crop_pad},
+      {"GridSample", &Importer::grid_sample},
       {"Compress", &Importer::compress},
       {"ReverseSequence", &Importer::reverse_sequence},
   };
@@ -3788,6 +3790,15 @@ void Importer::reverse_sequence(const Node& n) {
         positions[static_cast<std::size_t>((i0 * xs[1] + i1) * inner + e)] = (s0 * xs[1] + s1) * inner + e;
     }
   take_positions(n, n.out(0), xs, positions);
+}
+
+void Importer::grid_sample(const Node& n) {
+  std::string mode = n.get_string("mode", n.opset >= 20 ? "linear" : "bilinear");
+  if (mode == "bilinear") mode = "linear";  // opset 16's names
+  if (mode == "bicubic") mode = "cubic";
+  Layer l = make("grid_sample", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+  l.params = {{"mode", mode}, {"padding_mode", n.get_string("padding_mode", "zeros")}, {"align_corners", n.get_int("align_corners", 0)}};
+  add(std::move(l));
 }
 
 void Importer::arg_reduce(const Node& n) {

@@ -561,3 +561,20 @@ TEST_CASE("cpu/ref resize cubic: Keys' convolution reproduces a linear ramp insi
   for (float v : values(run_layer(layer(1), {B({1, 1, 1, 8}, flat)})[0])) CHECK(v == Approx(3.0f));
   CHECK(y[0] != Approx(-0.25f).margin(1e-3));
 }
+
+TEST_CASE("cpu/ref grid_sample: corners, centres and padding modes", "[ref]") {
+  // 2x2 input [[1, 2], [3, 4]]; grid points (x, y) in [-1, 1].
+  const Blob x = B({1, 1, 2, 2}, {1, 2, 3, 4});
+  auto gs = [](const char* mode, const char* pad, int64_t align) {
+    return make_layer("grid_sample", {{"mode", std::string(mode)}, {"padding_mode", std::string(pad)}, {"align_corners", align}}, {}, 2);
+  };
+  const Blob corners = B({1, 1, 4, 2}, {-1, -1, 1, -1, -1, 1, 1, 1});
+  check_layer(gs("linear", "zeros", 1), {x, corners}, {1, 1, 1, 4}, {1, 2, 3, 4});  // align_corners: the pixel centres
+  check_layer(gs("linear", "zeros", 0), {x, corners}, {1, 1, 1, 4}, {0.25f, 0.5f, 0.75f, 1.0f});  // half outside: zeros
+  check_layer(gs("linear", "border", 0), {x, corners}, {1, 1, 1, 4}, {1, 2, 3, 4});
+  const Blob centre = B({1, 1, 1, 2}, {0, 0});
+  check_layer(gs("linear", "zeros", 0), {x, centre}, {1, 1, 1, 1}, {2.5f});
+  check_layer(gs("nearest", "zeros", 1), {x, B({1, 1, 1, 2}, {0.9f, -0.9f})}, {1, 1, 1, 1}, {2});
+  // reflection: x = 2 (normalised) lies one pixel past the right edge and reflects back onto it
+  check_layer(gs("nearest", "reflection", 1), {x, B({1, 1, 1, 2}, {3, -1})}, {1, 1, 1, 1}, {1});
+}

@@ -326,7 +326,7 @@ TEST_CASE("shape inference: resize", "[core][shape]") {
   expect_error(L("resize", {{"scales", Floats{1, 1, 2}}}), {{1, 3, 5, 7}}, "scales");
   expect_error(L("resize", {{"scales", Floats{1, 1, 0, 2}}}), {{1, 3, 5, 7}}, "scales");
   expect_error(L("resize", {{"scales", Floats{1, 1, 2, 2}}}), {{3, 5, 7}}, "input");
-  expect_error(L("resize", {{"scales", Floats{1, 1, 2, 2}}, {"mode", std::string("cubic")}}), {{1, 3, 5, 7}}, "mode");
+  expect_error(L("resize", {{"scales", Floats{1, 1, 2, 2}}, {"mode", std::string("area")}}), {{1, 3, 5, 7}}, "mode");
   expect_error(L("resize", {{"scales", Floats{1, 1, 2, 2}}, {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}),
                {{1, 3, 5, 7}}, "roi");
   expect_error(L("resize"), {{1, 3, 5, 7}}, "scales");
@@ -470,6 +470,12 @@ TEST_CASE("shape inference: divmod, bitwise, cumulative, top_k", "[core][shape]"
   expect_error(top(6, 1), {{3, 5}}, "k");
   expect_error(top(1, 2), {{3, 5}}, "axis");
   CHECK(infer(L("reduce", {{"mode", std::string("prod")}, {"keepdims", int64_t{0}}}), {{3, 5}}) == Shapes{Shape{}});
+  auto gs = [](const char* mode) { return L("grid_sample", {{"mode", std::string(mode)}}, {}, 2); };
+  CHECK(infer(gs("cubic"), {{2, 3, 5, 6}, {2, 4, 7, 2}}) == Shapes{{2, 3, 4, 7}});
+  CHECK(infer(gs("nearest"), {{1, 2, 3, 4, 5}, {1, 2, 2, 2, 3}}) == Shapes{{1, 2, 2, 2, 2}});
+  expect_error(gs("linear"), {{2, 3, 5, 6}, {2, 4, 7, 3}}, "grid");
+  expect_error(gs("linear"), {{2, 3, 5, 6}, {1, 4, 7, 2}}, "grid");
+  expect_error(gs("area"), {{2, 3, 5, 6}, {2, 4, 7, 2}}, "mode");
 }
 
 TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
@@ -484,7 +490,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math", "compare", "logical", "where", "round", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k"};
+      "shape_math", "compare", "logical", "where", "round", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -306,6 +306,15 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
             {"cumulative prod reverse exclusive", layer_of("cumulative", {{"op", std::string("prod")}, {"axis", int64_t{-1}},
                                                                           {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}, {}),
              {random_blob({3, 9, 4}, rng)}}};
+  if (type == "grid_sample") {
+    std::vector<Case> out;
+    for (const char* mode : {"linear", "nearest", "cubic"})
+      for (const char* pad : {"zeros", "border", "reflection"})
+        out.push_back({fmt::format("grid_sample {} {}", mode, pad),
+                       layer_of("grid_sample", {{"mode", std::string(mode)}, {"padding_mode", std::string(pad)}}, {}, 2),
+                       {random_blob({2, 3, 6, 7}, rng), random_blob({2, 5, 4, 2}, rng, -1.3f, 1.3f)}});
+    return out;
+  }
   if (type == "top_k")
     return {{"top_k 3 of 9", layer_of("top_k", {{"k", int64_t{3}}, {"axis", int64_t{1}}}, {}, 1, 2), {random_blob({4, 9, 5}, rng)}},
             {"top_k smallest", layer_of("top_k", {{"k", int64_t{2}}, {"largest", int64_t{0}}}, {}, 1, 2), {random_blob({6, 7}, rng)}}};

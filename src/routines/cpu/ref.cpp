@@ -692,6 +692,124 @@ struct TopK final : RefPrepared {
   }
 };
 
+/// grid_sample: each output point reads the input at a grid position
+/// (normalised to [-1, 1], x first), nearest, linear or cubic (Keys, a = -0.75)
+/// per spatial dim; taps outside read 0, the border, or the reflection (ONNX's reference).
+struct GridSample final : RefPrepared {
+  static constexpr std::string_view kType = "grid_sample";
+  enum Mode { nearest, linear, cubic } mode;
+  enum Pad { zeros, border, reflection } pad;
+  bool align;
+  int r;
+  int64_t n, c, in_dims[3] = {1, 1, 1}, out_points = 1, in_points = 1;
+  explicit GridSample(const LayerInfo& info) {
+    const Layer& l = *info.layer;
+    const std::string m = l.get_string("mode", "linear"), p = l.get_string("padding_mode", "zeros");
+    mode = m == "nearest" ? nearest : m == "cubic" ? cubic : linear;
+    pad = p == "border" ? border : p == "reflection" ? reflection : zeros;
+    align = l.get_int("align_corners", 0) != 0;
+    const Shape& x = info.input_shapes[0];
+    r = x.rank() - 2;
+    n = x[0];
+    c = x[1];
+    for (int d = 0; d < r; ++d) in_dims[d] = x[d + 2], in_points *= x[d + 2];
+    const Shape& y = info.output_shapes[0];
+    for (int d = 2; d < y.rank(); ++d) out_points *= y[d];
+  }
+  double lo(int d) const { return align ? 0.0 : -0.5; }
+  double hi(int d) const { return align ? double(in_dims[d] - 1) : double(in_dims[d]) - 0.5; }
+  double reflect(double v, int d) const {
+    const double a = lo(d), b = hi(d), range = b - a;
+    if (range <= 0) return a;
+    if (v < a) {
+      const double dx = a - v;
+      const auto k = static_cast<int64_t>(dx / range);
+      const double rest = dx - double(k) * range;
+      return k % 2 == 0 ? a + rest : b - rest;
+    }
+    if (v > b) {
+      const double dx = v - b;
+      const auto k = static_cast<int64_t>(dx / range);
+      const double rest = dx - double(k) * range;
+      return k % 2 == 0 ? b - rest : a + rest;
+    }
+    return v;
+  }
+  /// Index i of dim d as read under the padding mode; -1: a zero.
+  int64_t tap(int64_t i, int d) const {
+    if (pad == zeros) return i >= 0 && i < in_dims[d] ? i : -1;
+    if (pad == border) return std::clamp<int64_t>(i, 0, in_dims[d] - 1);
+    return std::clamp<int64_t>(static_cast<int64_t>(reflect(double(i), d)), 0, in_dims[d] - 1);
+  }
+  static void keys(double t, double w[4]) {
+    const double A = -0.75, d[4] = {t + 1, t, 1 - t, 2 - t};
+    for (int k = 0; k < 4; ++k) {
+      const double x = d[k];
+      w[k] = x <= 1 ? ((A + 2) * x - (A + 3)) * x * x + 1 : ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    }
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* grid = a.inputs[1]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n * out_points, 64, [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const int64_t batch = q / out_points, point = q % out_points;
+        const float* g = grid + q * r;
+        // Per spatial dim (outermost first): taps and weights.
+        int64_t idx[3][4];
+        double w[3][4];
+        int taps = mode == nearest ? 1 : mode == linear ? 2 : 4;
+        for (int d = 0; d < r; ++d) {
+          const double norm = g[r - 1 - d];  // the grid lists x (the last dim) first
+          const double len = double(in_dims[d]);
+          double v = align ? (norm + 1) / 2 * (len - 1) : ((norm + 1) * len - 1) / 2;
+          if (mode == nearest) v = std::nearbyint(v);
+          if (v < lo(d) || v > hi(d)) {
+            if (pad == border) v = std::clamp(v, 0.0, len - 1);
+            else if (pad == reflection) v = reflect(v, d);
+          }
+          if (!std::isfinite(v)) v = 0;
+          if (mode == nearest) {
+            idx[d][0] = tap(static_cast<int64_t>(v), d);
+            w[d][0] = 1;
+          } else {
+            const double f = std::floor(v), t = v - f;
+            const auto i0 = static_cast<int64_t>(f);
+            if (mode == linear) {
+              idx[d][0] = tap(i0, d), idx[d][1] = tap(i0 + 1, d);
+              w[d][0] = 1 - t, w[d][1] = t;
+            } else {
+              keys(t, w[d]);
+              for (int k = 0; k < 4; ++k) idx[d][k] = tap(i0 - 1 + k, d);
+            }
+          }
+        }
+        int combos = 1;
+        for (int d = 0; d < r; ++d) combos *= taps;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const float* plane = x + (batch * c + ch) * in_points;
+          double acc = 0;
+          for (int k = 0; k < combos; ++k) {
+            int64_t off = 0;
+            double weight = 1;
+            bool zero = false;
+            for (int d = 0, rest = k; d < r; ++d, rest /= taps) {
+              const int t = rest % taps;
+              const int64_t i = idx[d][t];
+              if (i < 0) zero = true;
+              off = off * in_dims[d] + std::max<int64_t>(i, 0);
+              weight *= w[d][t];
+            }
+            if (!zero) acc += weight * plane[off];
+          }
+          y[(batch * c + ch) * out_points + point] = static_cast<float>(acc);
+        }
+      }
+    });
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Copies: reshape, flatten, identity (same elements, same order).
 
@@ -1526,6 +1644,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivmodOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<BitwiseOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Cumulative>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<TopK>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Copy<"reshape">>);
