@@ -481,7 +481,7 @@ std::vector<Shape> infer_rnn(const Layer& l, std::span<const Shape> in) {
   const int64_t T = g.seq, B = g.batch, D = g.directions, H = g.hidden;
   Shape y = g.batch_first ? Shape{B, T, D, H} : Shape{T, D, B, H};
   Shape state = g.batch_first ? Shape{B, D, H} : Shape{D, B, H};
-  if (l.type == "gru") return {y, state};
+  if (l.type != "lstm") return {y, state};
   return {y, state, state};
 }
 
@@ -520,6 +520,7 @@ const LayerType kBuiltinTypes[] = {
     {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 1, infer_top_k, 2},
     {"grid_sample", 2, 2, infer_grid_sample},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
+    {"rnn", 1, 2, infer_rnn, 2},
     {"group_norm", 1, 1, infer_group_norm},
     {"fake_quant", 1, 1, infer_fake_quant},
     {"dynamic_quantize", 1, 1, infer_dynamic_quantize, 3},
@@ -606,7 +607,7 @@ ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& 
 
 RnnGeometry rnn_geometry(const Layer& l, std::span<const Shape> in) {
   RnnGeometry g;
-  g.gates = l.type == "gru" ? 3 : 4;
+  g.gates = l.type == "gru" ? 3 : l.type == "rnn" ? 1 : 4;
   if (in.empty()) fail(l, "inputs", "needs the input sequence");
   expect_rank(l, in[0], 3);
   g.batch_first = l.get_int("layout", 0) != 0;
@@ -639,7 +640,7 @@ RnnGeometry rnn_geometry(const Layer& l, std::span<const Shape> in) {
   g.has_bias = expect_weight("B", Shape{D, 2 * G * H}, false);
   g.has_peephole = l.type == "lstm" && expect_weight("P", Shape{D, 3 * H}, false);
   const Shape state = g.batch_first ? Shape{g.batch, D, H} : Shape{D, g.batch, H};
-  const int max_inputs = l.type == "gru" ? 2 : 3;
+  const int max_inputs = l.type == "lstm" ? 3 : 2;
   if (static_cast<int>(in.size()) > max_inputs) fail(l, "inputs", fmt::format("{} takes at most {} inputs", l.type, max_inputs));
   for (std::size_t k = 1; k < in.size(); ++k)
     if (in[k] != state)

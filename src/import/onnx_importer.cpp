@@ -589,6 +589,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"GroupNormalization", &Importer::group_norm},
       {"Tile", &Importer::tile},
       {"GRU", &Importer::rnn},
+      {"RNN", &Importer::rnn},
       {"Expand", &Importer::expand},
       {"Constant", &Importer::constant_node},
       {"Shape", &Importer::shape},
@@ -1262,8 +1263,8 @@ void Importer::conv_transpose(const Node& n) {
 // inputs (constants get their constant layers); sequence_lens must cover every
 // sequence whole (a constant equal to the sequence length), as exporters write it.
 void Importer::rnn(const Node& n) {
-  const bool lstm = n.op() == "LSTM";
-  const int gates = lstm ? 4 : 3;
+  const bool lstm = n.op() == "LSTM", simple = n.op() == "RNN";
+  const int gates = lstm ? 4 : simple ? 1 : 3;
   const Shape xs = shape_of(n, n.in(0));
   if (xs.rank() != 3) throw n.error(fmt::format("X must be rank 3, it is {}", xs.to_string()), "X");
   const int64_t layout = n.opset >= 14 ? n.get_int("layout", 0) : 0;
@@ -1275,8 +1276,9 @@ void Importer::rnn(const Node& n) {
   // Only the default activations: sigmoid for the gates, tanh elsewhere.
   if (n.has("activations")) {
     const auto* a = n.attr("activations");
-    const std::vector<std::string> plain = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
-                                                : std::vector<std::string>{"Sigmoid", "Tanh"};
+    const std::vector<std::string> plain = lstm     ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                           : simple ? std::vector<std::string>{"Tanh"}
+                                                    : std::vector<std::string>{"Sigmoid", "Tanh"};
     for (int i = 0; i < a->strings_size(); ++i)
       if (a->strings(i) != plain[static_cast<std::size_t>(i) % plain.size()])
         throw Unsupported{fmt::format("{} with activation {} (only {} are supported)", n.op(), a->strings(i),
@@ -1301,7 +1303,7 @@ void Importer::rnn(const Node& n) {
   if (has_c) inputs.push_back(input(n, 6));
   std::vector<std::string> outputs;
   for (int k = 0; k < (lstm ? 3 : 2); ++k) outputs.push_back(output(n, k));
-  Layer l = make(lstm ? "lstm" : "gru", n.name, std::move(inputs), std::move(outputs));
+  Layer l = make(lstm ? "lstm" : simple ? "rnn" : "gru", n.name, std::move(inputs), std::move(outputs));
   l.weights["W"] = to_float(w);
   l.weights["R"] = to_float(require_constant(n, 2, "R"));
   if (n.has_in(3)) l.weights["B"] = to_float(require_constant(n, 3, "B"));
@@ -1311,7 +1313,7 @@ void Importer::rnn(const Node& n) {
   if (layout) l.params["layout"] = layout;
   if (n.has("clip")) l.params["clip"] = n.get_float("clip");
   if (lstm && n.get_int("input_forget", 0) != 0) l.params["input_forget"] = int64_t{1};
-  if (!lstm && n.get_int("linear_before_reset", 0) != 0) l.params["linear_before_reset"] = int64_t{1};
+  if (!lstm && !simple && n.get_int("linear_before_reset", 0) != 0) l.params["linear_before_reset"] = int64_t{1};
   add(std::move(l));
 }
 
@@ -3949,7 +3951,7 @@ void Importer::convert(int i) {
       return;
     }
   // LSTM and GRU may omit Y (the sequence) and keep Y_h; every other node's first output is required.
-  const bool first_optional = n.op() == "LSTM" || n.op() == "GRU";
+  const bool first_optional = n.op() == "LSTM" || n.op() == "GRU" || n.op() == "RNN";
   bool any_output = false;
   for (int k = 0; k < n.num_outputs(); ++k) any_output = any_output || !n.out(k).empty();
   if (!any_output || (!first_optional && n.out(0).empty())) throw n.error("node has no output", "output");

@@ -578,3 +578,19 @@ TEST_CASE("cpu/ref grid_sample: corners, centres and padding modes", "[ref]") {
   // reflection: x = 2 (normalised) lies one pixel past the right edge and reflects back onto it
   check_layer(gs("nearest", "reflection", 1), {x, B({1, 1, 1, 2}, {3, -1})}, {1, 1, 1, 1}, {1});
 }
+
+TEST_CASE("cpu/ref rnn: h = tanh(x W' + h R' + Wb + Rb), forward and reverse", "[ref]") {
+  // hidden 1, input 1: W = 0.5, R = -1, Wb + Rb = 0.25 + 0.25; x = [1, 2] (2 steps, batch 1).
+  auto rnn = [](const char* dir) {
+    return make_layer("rnn", {{"hidden_size", int64_t{1}}, {"direction", std::string(dir)}},
+                      {{"W", B({1, 1, 1}, {0.5f})}, {"R", B({1, 1, 1}, {-1.0f})}, {"B", B({1, 2}, {0.25f, 0.25f})}}, 1, 2);
+  };
+  const double h1 = std::tanh(0.5 * 1 + 0.5), h2 = std::tanh(0.5 * 2 - h1 + 0.5);
+  auto out = run_layer(rnn("forward"), {B({2, 1, 1}, {1, 2})});
+  REQUIRE(out.size() == 2);
+  check_close(values(out[0]), {static_cast<float>(h1), static_cast<float>(h2)});
+  check_close(values(out[1]), {static_cast<float>(h2)});
+  const double r1 = std::tanh(0.5 * 2 + 0.5), r2 = std::tanh(0.5 * 1 - r1 + 0.5);  // reverse: step 2 first
+  out = run_layer(rnn("reverse"), {B({2, 1, 1}, {1, 2})});
+  check_close(values(out[0]), {static_cast<float>(r2), static_cast<float>(r1)});
+}

@@ -386,6 +386,9 @@ TEST_CASE("shape inference: lstm and gru", "[core][shape]") {
   Layer gru = L("gru", {{"hidden_size", int64_t{4}}, {"direction", "reverse"}},
                 {{"W", w(Shape{1, 12, 3})}, {"R", w(Shape{1, 12, 4})}, {"B", w(Shape{1, 24})}}, 1, 2);
   CHECK(infer(gru, {{7, 1, 3}}) == Shapes{{7, 1, 1, 4}, {1, 1, 4}});
+  Layer rnn = L("rnn", {{"hidden_size", int64_t{4}}}, {{"W", w(Shape{1, 4, 3})}, {"R", w(Shape{1, 4, 4})}}, 1, 2);
+  CHECK(infer(rnn, {{7, 2, 3}}) == Shapes{{7, 1, 2, 4}, {1, 2, 4}});
+  expect_error(L("rnn", {{"hidden_size", int64_t{4}}}, {{"W", w(Shape{1, 16, 3})}, {"R", w(Shape{1, 4, 4})}}, 1, 2), {{7, 2, 3}}, "W");
   expect_error(lstm({{"hidden_size", int64_t{5}}}, 1), {{5, 2, 3}}, "W");        // W is [1,16,3], not [1,20,3]
   expect_error(lstm({{"hidden_size", int64_t{4}}}, 1), {{5, 2, 4}}, "W");        // input size 4, W's 3
   expect_error(lstm({{"hidden_size", int64_t{0}}}, 1), {{5, 2, 3}}, "hidden_size");
@@ -489,7 +492,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
-      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "group_norm", "fake_quant", "dynamic_quantize",
+      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp

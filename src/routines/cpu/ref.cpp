@@ -1508,7 +1508,7 @@ struct Pad final : RefPrepared {
 
 template <int Gates>
 struct Rnn final : RefPrepared {
-  static constexpr std::string_view kType = Gates == 4 ? "lstm" : "gru";
+  static constexpr std::string_view kType = Gates == 4 ? "lstm" : Gates == 3 ? "gru" : "rnn";
   core::RnnGeometry g;
   Blob w, r, bias, peep;
   std::vector<double> h, c, pre, hr;  // state, gate pre-activations, gru's h·Rh
@@ -1571,7 +1571,10 @@ struct Rnn final : RefPrepared {
             }
             pre[static_cast<std::size_t>(k)] = v;
           }
-          if constexpr (Gates == 4) {
+          if constexpr (Gates == 1) {  // rnn: h = tanh(x·W + h·R + Wb + Rb)
+            for (int64_t j = 0; j < H; ++j) c[static_cast<std::size_t>(j)] = std::tanh(clipped(pre[static_cast<std::size_t>(j)]));
+            h = c;
+          } else if constexpr (Gates == 4) {
             for (int64_t j = 0; j < H; ++j) {
               const auto J = static_cast<std::size_t>(j);
               const double cp = c[J];
@@ -1670,6 +1673,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Prelu>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Reduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<4>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<3>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Rnn<1>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<FakeQuantRef>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<DynamicQuantize>);
