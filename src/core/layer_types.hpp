@@ -47,17 +47,30 @@
 //  arg_reduce index along `axis` (negative from the end) of the first (select_last_index=0)
 //            or last maximum (mode=max) or minimum (mode=min); keepdims=1; NaN
 //            counts as the extreme (NumPy's argmax); the index as a float.
+//  divmod    two inputs, NumPy broadcasting, computed in double; op = quotient (toward zero,
+//            C's integer division)|mod (the divisor's sign, NumPy/Python %)|fmod (the dividend's).
+//  bitwise   two inputs (integers held as floats), NumPy broadcasting; op = and|or|xor|
+//            shift_left|shift_right; bits = 8|16|32|64 and signed=0: the integer type, whose
+//            width the result wraps to (right shifts of signed values are arithmetic; a
+//            shift by a negative amount or the width or more gives 0, or -1 to the right).
+//  cumulative op = sum|prod along axis (=0), exclusive=0, reverse=0 (ONNX CumSum/CumProd).
+//  top_k     k, axis=-1, largest=1: outputs the k values in order and their indices
+//            (as floats); ties to the lower index, NaN above every number.
+//  grid_sample two inputs: x [N,C,D1..Dr] (r = 1..3) and grid [N,O1..Or,r] (normalised,
+//            x first); mode = linear|nearest|cubic; padding_mode = zeros|border|reflection;
+//            align_corners=0; out [N,C,O1..Or] (ONNX GridSample).
 //  abs, neg, sqrt, exp, log, erf, reciprocal (1/x); silu (x * sigmoid(x));
 //  mish (x * tanh(softplus(x))); leaky_relu (alpha=0.01: x < 0 ? alpha*x : x).
 //  prelu     weight slope, broadcast to the input: x < 0 ? slope*x : x.
-//  reduce    mode = mean|sum|max|min|l2 (sqrt of the sum of squares); axes (any
+//  reduce    mode = mean|sum|max|min|l2 (sqrt of the sum of squares)|prod (max, min: NaN wins); axes (any
 //            order, negative from the end; none: every axis); keepdims=1.
 //  concat    axis (required), one or more inputs.
 //  split     axis=0; split = sizes (default: equal parts, one per output).
 //  reshape   shape: ONNX semantics (0 copies the input dim, -1 is inferred);
 //            copy_dims (optional, one per output dim): input dim to copy, -1: shape's.
 //  resize    in [N,C,H,W]; out [N,C,OH,OW] = sizes [N,C,OH,OW] where given, else
-//            floor(in * scales) (scales [1,1,sh,sw]); mode = nearest|linear;
+//            floor(in * scales) (scales [1,1,sh,sw]); mode = nearest|linear|cubic
+//            (cubic_coeff_a=-0.75, exclude_outside=0: Keys' 4 taps, the edge repeated);
 //            coordinate_transformation_mode = half_pixel (default)|half_pixel_symmetric|
 //            pytorch_half_pixel|align_corners|asymmetric|tf_half_pixel_for_nn|
 //            tf_crop_and_resize (roi [4 starts, 4 ends], extrapolation_value=0);
@@ -77,6 +90,7 @@
 //            y_h and y_c [D,B,H] ([B,D,H]): all three, unused ones unread.
 //  gru       ONNX GRU: as lstm with 3 gates (z,r,h), no initial_c or P, outputs y and
 //            y_h; linear_before_reset=0.
+//  rnn       ONNX RNN: as gru with one gate, h = tanh(x W' + h R' + Wb + Rb).
 //  constant  no inputs; weight value; out = value.
 //  shape_math  a small int64/float32 value computed from its inputs' shapes and
 //            values when the input shapes are known (op: shape, gather, concat,

@@ -431,6 +431,10 @@ class Importer {
   void grid_sample(const Node&);
   void compress(const Node&);
   void reverse_sequence(const Node&);
+  /// y = take of [a flattened, b flattened] at constant positions, shaped `shape`
+  /// (positions from numel(a) on read b): a gather from two sources.
+  void take_from_two(const Node& n, const std::string& a, const std::string& b, const std::string& y, const Shape& shape,
+                     const std::vector<int64_t>& positions);
   /// A take of x's values at constant flat positions, shaped `shape`.
   void take_positions(const Node& n, const std::string& y, const Shape& shape, const std::vector<int64_t>& positions);
   /// The ONNX element type of tensor `name` (run-time typed, or a constant's), -1 where float32 or unknown.
@@ -3579,14 +3583,19 @@ void Importer::scatter(const Node& n) {
   std::vector<int64_t> source(static_cast<std::size_t>(total));
   std::iota(source.begin(), source.end(), int64_t{0});
   for (std::size_t i = 0; i < target.size(); ++i) source[static_cast<std::size_t>(target[i])] = total + static_cast<int64_t>(i);
-  const std::string df = fresh_blob(y + "/data_flat"), uf = fresh_blob(y + "/updates_flat"), both = fresh_blob(y + "/both");
-  add_unary(n, "reshape", input(n, 0), df, {{"shape", std::vector<int64_t>{total}}}, "data_flat");
-  add_unary(n, "reshape", input(n, 2), uf, {{"shape", std::vector<int64_t>{us.numel()}}}, "updates_flat");
-  Layer c = make("concat", n.name + "/both", {df, uf}, {both});
+  take_from_two(n, input(n, 0), input(n, 2), y, ds, source);
+}
+
+void Importer::take_from_two(const Node& n, const std::string& a, const std::string& b, const std::string& y, const Shape& shape,
+                             const std::vector<int64_t>& positions) {
+  const std::string af = fresh_blob(y + "/first_flat"), bf = fresh_blob(y + "/second_flat"), both = fresh_blob(y + "/both");
+  add_unary(n, "reshape", a, af, {{"shape", std::vector<int64_t>{shape_of(n, a).numel()}}}, "first_flat");
+  add_unary(n, "reshape", b, bf, {{"shape", std::vector<int64_t>{shape_of(n, b).numel()}}}, "second_flat");
+  Layer c = make("concat", n.name + "/both", {af, bf}, {both});
   c.params["axis"] = int64_t{0};
   add(std::move(c));
   Layer t = make("take", n.name, {both}, {y});
-  t.weights["indices"] = int_blob(ds, source);
+  t.weights["indices"] = int_blob(shape, positions);
   add(std::move(t));
 }
 
@@ -3710,7 +3719,6 @@ void Importer::center_crop_pad(const Node& n) {
     offset[static_cast<std::size_t>(a)] = target[i] >= xs[a] ? (target[i] - xs[a]) / 2 : -((xs[a] - target[i]) / 2);
   }
   // Every output position reads an input position or a zero: the input and one zero, taken.
-  const std::string y = n.out(0), flat = fresh_blob(y + "/flat"), with_zero = fresh_blob(y + "/with_zero");
   const int64_t total = xs.numel();
   std::vector<int64_t> positions(static_cast<std::size_t>(out.numel()));
   std::vector<int64_t> in_strides(static_cast<std::size_t>(xs.rank()), 1);
@@ -3726,16 +3734,8 @@ void Importer::center_crop_pad(const Node& n) {
     }
     positions[static_cast<std::size_t>(o)] = inside ? pos : total;
   }
-  add_unary(n, "reshape", input(n, 0), flat, {{"shape", std::vector<int64_t>{total}}}, "flat");
-  Layer c = make("concat", n.name + "/with_zero", {flat, scalar_constant(n, y + "/zero", 0.0)}, {with_zero});
-  c.params["axis"] = int64_t{0};
-  // the zero as a 1-element vector
-  const std::string zero1 = as_blob(n, add_constant(y + "/zero1", float_blob(Shape{1}, {0.0f})));
-  c.inputs[1] = zero1;
-  add(std::move(c));
-  Layer t = make("take", n.name, {with_zero}, {y});
-  t.weights["indices"] = int_blob(out, positions);
-  add(std::move(t));
+  const std::string zero = as_blob(n, add_constant(n.out(0) + "/zero", float_blob(Shape{1}, {0.0f})));
+  take_from_two(n, input(n, 0), zero, n.out(0), out, positions);
 }
 
 // Compress with a constant condition: the kept slices along the axis (or of the flattened input).

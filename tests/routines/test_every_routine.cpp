@@ -166,9 +166,9 @@ std::vector<Case> binary_cases(const std::string& type, std::mt19937& rng) {
   return out;
 }
 
-/// lstm (gates 4) and gru (3): directions, layouts, initial states, biases, peepholes, clip.
+/// lstm (gates 4), gru (3) and rnn (1): directions, layouts, initial states, biases, peepholes, clip.
 std::vector<Case> rnn_cases(const std::string& type, std::mt19937& rng) {
-  const int64_t G = type == "lstm" ? 4 : 3;
+  const int64_t G = type == "lstm" ? 4 : type == "rnn" ? 1 : 3;
   struct C {
     int64_t seq, batch, input, hidden;
     const char* direction;
@@ -204,7 +204,7 @@ std::vector<Case> rnn_cases(const std::string& type, std::mt19937& rng) {
 }
 
 std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
-  if (type == "lstm" || type == "gru") return rnn_cases(type, rng);
+  if (type == "lstm" || type == "gru" || type == "rnn") return rnn_cases(type, rng);
   if (type == "fake_quant") {
     std::vector<Case> out;
     for (auto [scale, zp, qmin, qmax] : {std::tuple<double, int64_t, int64_t, int64_t>{0.05, 100, 0, 255}, {0.1, -3, -128, 127}}) {

@@ -479,16 +479,25 @@ struct Take final : RefPrepared {
   }
 };
 
+/// A tensor seen as [outer, len, inner] around one axis (the layer's `axis`, negative from the end).
+struct AxisSplit {
+  int64_t outer = 1, len = 1, inner = 1;
+  AxisSplit(const LayerInfo& info, int64_t default_axis) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", default_axis), s.rank());
+    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+  }
+};
+
 /// arg_reduce: the index of the first (or last) max or min along one axis.
 struct ArgReduce final : RefPrepared {
   static constexpr std::string_view kType = "arg_reduce";
-  int64_t outer = 1, len = 1, inner = 1;
+  int64_t outer, len, inner;
   bool is_max, last;
   explicit ArgReduce(const LayerInfo& info)
       : is_max(info.layer->get_string("mode", "max") == "max"), last(info.layer->get_int("select_last_index", 0) != 0) {
-    const Shape& s = info.input_shapes[0];
-    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
-    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+    const AxisSplit a(info, 0);
+    outer = a.outer, len = a.len, inner = a.inner;
   }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
@@ -627,15 +636,14 @@ struct Reduce final : RefPrepared {
 /// elements before; reverse: from the end), accumulated in double.
 struct Cumulative final : RefPrepared {
   static constexpr std::string_view kType = "cumulative";
-  int64_t outer = 1, len = 1, inner = 1;
+  int64_t outer, len, inner;
   bool prod, exclusive, reverse;
   explicit Cumulative(const LayerInfo& info)
       : prod(info.layer->get_string("op", "sum") == "prod"),
         exclusive(info.layer->get_int("exclusive", 0) != 0),
         reverse(info.layer->get_int("reverse", 0) != 0) {
-    const Shape& s = info.input_shapes[0];
-    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
-    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+    const AxisSplit a(info, 0);
+    outer = a.outer, len = a.len, inner = a.inner;
   }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
@@ -660,12 +668,11 @@ struct Cumulative final : RefPrepared {
 /// the lower index first; NaN above every number), and their indices.
 struct TopK final : RefPrepared {
   static constexpr std::string_view kType = "top_k";
-  int64_t outer = 1, len = 1, inner = 1, k;
+  int64_t outer, len, inner, k;
   bool largest;
   explicit TopK(const LayerInfo& info) : k(info.layer->get_int("k")), largest(info.layer->get_int("largest", 1) != 0) {
-    const Shape& s = info.input_shapes[0];
-    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
-    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+    const AxisSplit a(info, -1);
+    outer = a.outer, len = a.len, inner = a.inner;
   }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
@@ -716,7 +723,7 @@ struct GridSample final : RefPrepared {
     const Shape& y = info.output_shapes[0];
     for (int d = 2; d < y.rank(); ++d) out_points *= y[d];
   }
-  double lo(int d) const { return align ? 0.0 : -0.5; }
+  double lo(int) const { return align ? 0.0 : -0.5; }
   double hi(int d) const { return align ? double(in_dims[d] - 1) : double(in_dims[d]) - 0.5; }
   double reflect(double v, int d) const {
     const double a = lo(d), b = hi(d), range = b - a;
