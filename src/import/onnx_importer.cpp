@@ -3714,11 +3714,19 @@ void Importer::center_crop_pad(const Node& n) {
   std::vector<int64_t> offset(static_cast<std::size_t>(xs.rank()), 0);  // output index - input index, per dim
   for (std::size_t i = 0; i < axes.size(); ++i) {
     const int a = static_cast<int>(axes[i]);
-    if (target[i] < 0) throw n.error(fmt::format("size {} is negative", target[i]), "shape");
+    if (target[i] < 0 || target[i] > (int64_t{1} << 31)) throw n.error(fmt::format("size {} outside 0..2^31", target[i]), "shape");
     out[a] = target[i];
     offset[static_cast<std::size_t>(a)] = target[i] >= xs[a] ? (target[i] - xs[a]) / 2 : -((xs[a] - target[i]) / 2);
   }
   // Every output position reads an input position or a zero: the input and one zero, taken.
+  double points = 1;
+  for (int d = 0; d < out.rank(); ++d) points *= static_cast<double>(out[d]);
+  if (points > double(int64_t{1} << 40)) throw n.error(fmt::format("output {} is too large", out.to_string()), "shape");
+  try {
+    check_folded_growth(out, DType::int64, static_cast<std::size_t>(xs.numel()) * sizeof(float));  // the positions table
+  } catch (const Error& e) {
+    throw n.error(e.message(), "shape");
+  }
   const int64_t total = xs.numel();
   std::vector<int64_t> positions(static_cast<std::size_t>(out.numel()));
   std::vector<int64_t> in_strides(static_cast<std::size_t>(xs.rank()), 1);

@@ -1398,3 +1398,18 @@ TEST_CASE("ReduceMax and ReduceMin keep -inf, inf and NaN, computed at run time 
     CHECK(y.values[3] == (op == "ReduceMax" ? inf : 3.0f));
   }
 }
+
+TEST_CASE("CenterCropPad: a huge target size is a clear error naming the node, not an allocation", "[onnx][hostile]") {
+  OnnxModel m(18);
+  m.input("x", {2, 3}).output("y");
+  m.init_ints("s", {2}, {1 << 30, 1 << 30});
+  m.node("CenterCropPad", {"x", "s"}, {"y"}, "crop");
+  CHECK_THROWS_WITH(import_onnx(m.save("crop_huge.onnx")), Catch::Contains("crop") && Catch::Contains("shape"));
+  OnnxModel ok(18);
+  ok.input("x", {2, 3}).output("y");
+  ok.init_ints("s", {2}, {4, 1});
+  ok.node("CenterCropPad", {"x", "s"}, {"y"}, "crop");
+  auto y = run_model(ok, "crop_ok.onnx", Shape{2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK(y.shape == Shape{4, 1});
+  CHECK(y.values == std::vector<float>{0, 2, 5, 0});  // rows padded by one each side, the middle column kept
+}
