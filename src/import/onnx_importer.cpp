@@ -429,6 +429,7 @@ class Importer {
   void eye_like(const Node&);
   void center_crop_pad(const Node&);
   void grid_sample(const Node&);
+  void lrn(const Node&);
   void compress(const Node&);
   void reverse_sequence(const Node&);
   /// y = take of [a flattened, b flattened] at constant positions, shaped `shape`
@@ -648,6 +649,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"EyeLike", &Importer::eye_like},
       {"CenterCropPad", &Importer::center_crop_pad},
       {"GridSample", &Importer::grid_sample},
+      {"LRN", &Importer::lrn},
       {"Compress", &Importer::compress},
       {"ReverseSequence", &Importer::reverse_sequence},
   };
@@ -3800,6 +3802,32 @@ void Importer::reverse_sequence(const Node& n) {
         positions[static_cast<std::size_t>((i0 * xs[1] + i1) * inner + e)] = (s0 * xs[1] + s1) * inner + e;
     }
   take_positions(n, n.out(0), xs, positions);
+}
+
+// LRN: x / (bias + alpha / size * sum of x^2 over the size channels around)^beta,
+// the sum an average pooling along the channels of [N, 1, C, positions] that counts the padding.
+void Importer::lrn(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() < 3) throw n.error(fmt::format("input {} is not [N, C, ...]", xs.to_string()), "X");
+  const int64_t size = n.get_int("size");
+  if (size < 1 || size > xs[1] * 2 + 1) throw n.error(fmt::format("size {} outside 1..2C+1", size), "size");
+  const double alpha = n.get_float("alpha", 1e-4), beta = n.get_float("beta", 0.75), bias = n.get_float("bias", 1.0);
+  int64_t positions = 1;
+  for (int d = 2; d < xs.rank(); ++d) positions *= xs[d];
+  const std::string x = input(n, 0), y = n.out(0), sq = fresh_blob(y + "/square"), col = fresh_blob(y + "/channels"),
+                    avg = fresh_blob(y + "/window_mean"), back = fresh_blob(y + "/window_mean_nchw"), scaled = fresh_blob(y + "/scaled"),
+                    shifted = fresh_blob(y + "/plus_bias"), factor = fresh_blob(y + "/factor");
+  add(make("mul", n.name + "/square", {x, x}, {sq}));
+  add_unary(n, "reshape", sq, col, {{"shape", std::vector<int64_t>{xs[0], 1, xs[1], positions}}}, "channels");
+  Layer p = make("pool2", n.name + "/window", {col}, {avg});
+  p.params = {{"mode", std::string("avg")}, {"kernel", std::vector<int64_t>{size, 1}}, {"strides", std::vector<int64_t>{1, 1}},
+              {"pads", std::vector<int64_t>{(size - 1) / 2, 0, size / 2, 0}}, {"count_include_pad", int64_t{1}}};
+  add(std::move(p));
+  add_unary(n, "reshape", avg, back, {{"shape", xs.to_vector()}}, "back");
+  add(make("mul", n.name + "/alpha", {back, scalar_constant(n, y + "/alpha", alpha)}, {scaled}));  // alpha/size * sum
+  add(make("add", n.name + "/bias", {scaled, scalar_constant(n, y + "/bias", bias)}, {shifted}));
+  add_unary(n, "pow", shifted, factor, {{"exponent", -beta}}, "pow");
+  add(make("mul", n.name, {x, factor}, {y}));
 }
 
 void Importer::grid_sample(const Node& n) {
