@@ -3131,6 +3131,43 @@ void Importer::is_nan_inf(const Node& n) {
   value_types_[n.out(0)] = onnx::TensorProto::BOOL;
 }
 
+namespace {
+/// Row-major strides of a shape.
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(static_cast<std::size_t>(s.rank()), 1);
+  for (int d = s.rank() - 2; d >= 0; --d) st[static_cast<std::size_t>(d)] = st[static_cast<std::size_t>(d + 1)] * s[d + 1];
+  return st;
+}
+
+/// GatherElements' and ScatterElements' rule: element i of `indices` (shape
+/// `is`, data's rank) addresses data at its own coordinates, with the one along
+/// `axis` replaced by its value (negative from the end). The data positions,
+/// flattened; errors name the node's `indices`.
+std::vector<int64_t> element_positions(const Node& n, const Shape& ds, const Shape& is, const std::vector<int64_t>& idx, int axis) {
+  if (is.rank() != ds.rank() || ds.rank() == 0)
+    throw n.error(fmt::format("indices {} and data {} differ in rank", is.to_string(), ds.to_string()), "indices");
+  for (int d = 0; d < ds.rank(); ++d)
+    if (d != axis && is[d] > ds[d])
+      throw n.error(fmt::format("indices {} exceed data {} in dim {}", is.to_string(), ds.to_string(), d), "indices");
+  const std::vector<int64_t> stride = strides_of(ds);
+  std::vector<int64_t> flat(idx.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    int64_t rest = static_cast<int64_t>(i), pos = 0;
+    for (int d = is.rank() - 1; d >= 0; --d) {
+      int64_t c = rest % is[d];
+      rest /= is[d];
+      if (d == axis) {
+        c = idx[i] < 0 ? idx[i] + ds[axis] : idx[i];
+        if (c < 0 || c >= ds[axis]) throw n.error(fmt::format("index {} out of range for a dim of {}", idx[i], ds[axis]), "indices");
+      }
+      pos += c * stride[static_cast<std::size_t>(d)];
+    }
+    flat[i] = pos;
+  }
+  return flat;
+}
+}  // namespace
+
 // GatherElements with constant indices: each output value's position in the
 // input, flattened, read by one take layer.
 void Importer::gather_elements(const Node& n) {
@@ -3141,28 +3178,8 @@ void Importer::gather_elements(const Node& n) {
   if (is.rank() != xs.rank() || xs.rank() == 0)
     throw n.error(fmt::format("indices {} and data {} differ in rank", is.to_string(), xs.to_string()), "indices");
   const int axis = normalized_axis(n, n.get_int("axis", 0), xs.rank(), "axis");
-  for (int d = 0; d < xs.rank(); ++d)
-    if (d != axis && is[d] > xs[d])
-      throw n.error(fmt::format("indices {} exceed data {} in dim {}", is.to_string(), xs.to_string(), d), "indices");
-  const std::vector<int64_t> idx = to_ints(*indices);
-  std::vector<int64_t> stride(static_cast<std::size_t>(xs.rank()), 1);
-  for (int d = xs.rank() - 2; d >= 0; --d) stride[static_cast<std::size_t>(d)] = stride[static_cast<std::size_t>(d + 1)] * xs[d + 1];
-  std::vector<int64_t> flat(idx.size());
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    int64_t rest = static_cast<int64_t>(i), pos = 0;
-    for (int d = xs.rank() - 1; d >= 0; --d) {
-      int64_t c = rest % is[d];
-      rest /= is[d];
-      if (d == axis) {
-        c = idx[i] < 0 ? idx[i] + xs[axis] : idx[i];
-        if (c < 0 || c >= xs[axis]) throw n.error(fmt::format("index {} out of range for a dim of {}", idx[i], xs[axis]), "indices");
-      }
-      pos += c * stride[static_cast<std::size_t>(d)];
-    }
-    flat[i] = pos;
-  }
   Layer l = make("take", n.name, {input(n, 0)}, {n.out(0)});
-  l.weights["indices"] = int_blob(is, flat);
+  l.weights["indices"] = int_blob(is, element_positions(n, xs, is, to_ints(*indices), axis));
   add(std::move(l));
 }
 
@@ -3491,15 +3508,6 @@ void Importer::shrink(const Node& n) {
   add(make("where", n.name, {below, up, upper}, {y}));
 }
 
-namespace {
-/// Row-major strides of a shape.
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(static_cast<std::size_t>(s.rank()), 1);
-  for (int d = s.rank() - 2; d >= 0; --d) st[static_cast<std::size_t>(d)] = st[static_cast<std::size_t>(d + 1)] * s[d + 1];
-  return st;
-}
-}  // namespace
-
 // ScatterND and ScatterElements with constant indices. Each update lands at a
 // data position computed now. Without a reduction the output takes from
 // [data, updates] flattened (a take layer; later updates win), or, with
@@ -3518,21 +3526,7 @@ void Importer::scatter(const Node& n) {
     if (is != us || is.rank() != ds.rank())
       throw n.error(fmt::format("indices {} and updates {} must match and have data {}'s rank", is.to_string(), us.to_string(),
                                 ds.to_string()), "indices");
-    for (int d = 0; d < ds.rank(); ++d)
-      if (d != axis && is[d] > ds[d]) throw n.error(fmt::format("indices {} exceed data {} in dim {}", is.to_string(), ds.to_string(), d), "indices");
-    for (std::size_t i = 0; i < idx.size(); ++i) {
-      int64_t rest = static_cast<int64_t>(i), pos = 0;
-      for (int d = is.rank() - 1; d >= 0; --d) {
-        int64_t c = rest % is[d];
-        rest /= is[d];
-        if (d == axis) {
-          c = idx[i] < 0 ? idx[i] + ds[d] : idx[i];
-          if (c < 0 || c >= ds[d]) throw n.error(fmt::format("index {} out of range for a dim of {}", idx[i], ds[d]), "indices");
-        }
-        pos += c * dst[static_cast<std::size_t>(d)];
-      }
-      target.push_back(pos);
-    }
+    target = element_positions(n, ds, is, idx, axis);
   } else {
     if (is.rank() < 1) throw n.error("indices need at least one dim", "indices");
     const int64_t k = is[is.rank() - 1];
@@ -3731,8 +3725,7 @@ void Importer::center_crop_pad(const Node& n) {
   }
   const int64_t total = xs.numel();
   std::vector<int64_t> positions(static_cast<std::size_t>(out.numel()));
-  std::vector<int64_t> in_strides(static_cast<std::size_t>(xs.rank()), 1);
-  for (int d = xs.rank() - 2; d >= 0; --d) in_strides[static_cast<std::size_t>(d)] = in_strides[static_cast<std::size_t>(d + 1)] * xs[d + 1];
+  const std::vector<int64_t> in_strides = strides_of(xs);
   for (int64_t o = 0; o < out.numel(); ++o) {
     int64_t rest = o, pos = 0;
     bool inside = true;
