@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 7;
+inline constexpr uint32_t abi_version = 8;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -118,6 +118,12 @@ struct LayerInfo {
   /// own tables grow with the shapes checks them against it before allocating
   /// (check_prepare_bytes), as the executor checks blobs and workspaces.
   std::size_t memory_limit = 0;
+  /// NaN (and inf) may reach this layer: a run's input holds one, or a layer
+  /// before it can make one from finite values (Div, Log, Sqrt...). Its result
+  /// must then be ONNX's (NaN stays NaN through relu, clip...): a routine whose
+  /// fast form loses NaN computes the exact one, or refuses. Otherwise a routine
+  /// may take the fast form.
+  bool keep_nan = false;
 };
 
 /// Throws Error naming the layer and field `memory_limit` where `bytes` that

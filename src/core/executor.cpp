@@ -10,6 +10,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +56,40 @@ std::string join_names(std::span<const NamedBlob> blobs) {
 }
 
 }  // namespace
+
+bool makes_nan(const Layer& layer, const Blob* constant_divisor) {
+  const std::string& t = layer.type;
+  if (t == "div") {
+    if (!constant_divisor || constant_divisor->dtype() != DType::float32 || !constant_divisor->data()) return true;
+    const float* d = constant_divisor->data_as<float>();
+    return std::any_of(d, d + constant_divisor->numel(), [](float v) { return v == 0.0f || std::isnan(v); });
+  }
+  if (t == "trig") {
+    const std::string op = layer.get_string("op", "");
+    return op == "asin" || op == "acos" || op == "acosh" || op == "atanh";
+  }
+  return t == "sqrt" || t == "log" || t == "pow" || t == "divmod";
+}
+
+std::set<std::string> layers_nan_may_reach(const Graph& graph) {
+  std::set<std::string> layers, nan_blobs;
+  std::map<std::string, const Blob*> constants;
+  for (const Layer& l : graph.layers) {
+    if (l.type == "constant") {
+      if (const Blob* v = l.find_weight("value"); v && !l.outputs.empty()) constants[l.outputs[0]] = v;
+      continue;
+    }
+    bool reached = false;
+    for (const auto& i : l.inputs) reached = reached || nan_blobs.count(i);
+    const Blob* divisor = nullptr;
+    if (l.type == "div" && l.inputs.size() == 2)
+      if (auto it = constants.find(l.inputs[1]); it != constants.end()) divisor = it->second;
+    if (!reached && !makes_nan(l, divisor)) continue;
+    layers.insert(l.name);
+    nan_blobs.insert(l.outputs.begin(), l.outputs.end());
+  }
+  return layers;
+}
 
 int Executor::add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema) {
   BlobSlot s;
@@ -177,6 +213,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   step->layer = &layer;
   step->info.layer = &layer;
   step->info.memory_limit = memory_limit_;
+  step->info.keep_nan = layer_keep_nan_;
   for (int s : input_slots) {
     step->info.input_shapes.push_back(blobs_[static_cast<std::size_t>(s)].shape());
     step->info.input_quant.push_back(blobs_[static_cast<std::size_t>(s)].quant());
@@ -198,6 +235,9 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     if (why.ok && !allowed(schema)) {
       why = Support::no(fmt::format("it computes in {}, which the session does not allow", schema.to_string()));
       info("layer '{}': tuned routine {} skipped ({}); using the default choice", layer.name, rc->descriptor, why.reason);
+    } else if (!why.ok && keep_nan_) {  // the plan for inputs with NaN: the tuned path's fast routines may lose it
+      info("layer '{}': tuned routine {} skipped where inputs hold NaN or inf ({}); using the default choice",
+           layer.name, rc->descriptor, why.reason);
     } else if (!why.ok) {
       warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,
            rc->descriptor, why.reason);
@@ -345,12 +385,13 @@ std::unique_ptr<Graph> specialized_if_needed(const Graph& graph, const std::map<
 
 Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
                    std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
-                   std::size_t memory_limit)
+                   std::size_t memory_limit, bool keep_nan)
     : specialized_(specialized_if_needed(given, shapes)),
       graph_(specialized_ ? *specialized_ : given),
       path_(path ? *path : given.routine_path),
       schemas_(std::move(schemas)),
       memory_limit_(memory_limit),
+      keep_nan_(keep_nan),
       io_schema_(io_schema),
       weights_(std::move(weights)) {
   const Graph& graph = graph_;
@@ -395,6 +436,7 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
                   {}, layer.name, "memory_limit");
   };
 
+  const std::set<std::string> nan_layers = keep_nan_ ? std::set<std::string>{} : layers_nan_may_reach(graph);
   for (std::size_t layer_index = 0; layer_index < graph.layers.size(); ++layer_index) {
     const Layer& layer = graph.layers[layer_index];
     if (layer.type == "constant") {
@@ -424,9 +466,11 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
       check_fits(layer.name, o, out_shapes.back(), 1);
     }
     check_live(layer_index, layer);
+    layer_keep_nan_ = keep_nan_ || nan_layers.count(layer.name);
     auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
   }
+  layer_keep_nan_ = false;
 
   // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU),
   // typed ones in their dtype.

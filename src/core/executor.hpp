@@ -11,6 +11,7 @@
 #include <softneuro/net.hpp>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,16 @@ struct Step {
   Device workspace_device = Device::cpu;
 };
 
+/// Whether `layer` can make NaN from finite values: Div (0 / 0) unless its
+/// divisor is a constant without zeros, Sqrt, Log, Pow, Mod and the inverse
+/// trigonometric functions outside their domains. (Overflow past float32's
+/// range, inf - inf inside a convolution, is not counted.)
+bool makes_nan(const Layer& layer, const Blob* constant_divisor);
+/// The layers of `graph` (topologically sorted) that a NaN-making layer's
+/// result reaches, those layers included: their LayerInfo::keep_nan, in the
+/// executor and the tuner alike.
+std::set<std::string> layers_nan_may_reach(const Graph& graph);
+
 class Executor {
  public:
   /// Chooses routines (the graph's routine path where valid, the default
@@ -57,9 +68,12 @@ class Executor {
   /// `memory_limit` (0: none): the most bytes the arenas may take, checked
   /// once memory is planned and before any is allocated; a single blob of more
   /// values than that is refused before any routine is prepared.
+  /// `keep_nan`: every layer keeps NaN as ONNX does (LayerInfo::keep_nan), for
+  /// inputs that hold NaN or inf; otherwise only the layers a NaN-making layer
+  /// (makes_nan) feeds do.
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
            std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr,
-           std::vector<std::string> schemas = {}, std::size_t memory_limit = 0);
+           std::vector<std::string> schemas = {}, std::size_t memory_limit = 0, bool keep_nan = false);
 
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
@@ -112,6 +126,8 @@ class Executor {
   const RoutinePath& path_;
   std::vector<std::string> schemas_;  ///< allowed schemas (empty: any)
   std::size_t memory_limit_ = 0;      ///< the session's (0: none), told to routines in prepare
+  bool keep_nan_ = false;             ///< every layer keeps NaN (the constructor's `keep_nan`)
+  bool layer_keep_nan_ = false;       ///< LayerInfo::keep_nan of the layer add_layer is adding
   bool allowed(const Schema& s) const;
   /// The schema of a net input or output of dtype `d`: the I/O schema, typed.
   Schema edge_schema(DType d) const { return Schema{io_schema_.device, d, io_schema_.layout}; }

@@ -127,7 +127,45 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   return *entries_.front().executor;
 }
 
+namespace {
+/// Whether a floating-point blob holds NaN or inf (one pass, vectorised: the exponent bits all set).
+bool holds_non_finite(const Blob& b) {
+  if (!b.data() || b.device() != Device::cpu) return false;
+  const auto n = static_cast<std::size_t>(b.numel());
+  auto any = [n](const auto* bits, auto exponent) {
+    bool found = false;
+    for (std::size_t i = 0; i < n; ++i) found |= (bits[i] & exponent) == exponent;
+    return found;
+  };
+  switch (b.dtype()) {
+    case DType::float32: return any(static_cast<const uint32_t*>(b.data()), uint32_t{0x7f800000});
+    case DType::float64: return any(static_cast<const uint64_t*>(b.data()), uint64_t{0x7ff0000000000000});
+    case DType::float16: return any(static_cast<const uint16_t*>(b.data()), uint16_t{0x7c00});
+    case DType::bfloat16: return any(static_cast<const uint16_t*>(b.data()), uint16_t{0x7f80});
+    default: return false;
+  }
+}
+}  // namespace
+
+core::Executor& ShapedExecutors::exact_front() {
+  Entry& e = entries_.front();
+  if (!e.exact) {
+    bool tuned_here = false;
+    const core::RoutinePath& path = core::path_for(model_.graph, e.inputs, &tuned_here);
+    try {
+      e.exact = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_,
+                                                 memory_limit_, /*keep_nan=*/true);
+    } catch (const Error& err) {
+      throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
+    }
+  }
+  return *e.exact;
+}
+
 core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
+  // NaN or inf given: the routines' fast forms may lose NaN (oneDNN's relu and clip give 0).
+  bool non_finite = false;
+  for (const auto& in : inputs) non_finite = non_finite || holds_non_finite(in.blob);
   // The common case, the shapes of the last run, without building a map.
   if (!entries_.empty()) {
     const auto& last = entries_.front().inputs;
@@ -136,11 +174,12 @@ core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
       auto it = last.find(inputs[i].name);
       same = it != last.end() && it->second == inputs[i].blob.shape();
     }
-    if (same) return *entries_.front().executor;
+    if (same) return non_finite ? exact_front() : *entries_.front().executor;
   }
   std::map<std::string, Shape> shapes;
   for (const auto& in : inputs) shapes[in.name] = in.blob.shape();
-  return at(shapes);
+  core::Executor& fast = at(shapes);
+  return non_finite ? exact_front() : fast;
 }
 
 core::Executor& ShapedExecutors::current() {

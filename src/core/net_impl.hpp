@@ -42,7 +42,9 @@ class ShapedExecutors {
   /// The executor of these input shapes (net inputs by name; missing: the
   /// default shape). Throws Error naming the input whose shape the model does not take.
   core::Executor& at(const std::map<std::string, Shape>& input_shapes);
-  /// The executor of the shapes of these input blobs.
+  /// The executor of the shapes of these input blobs; where a floating-point
+  /// input holds NaN or inf, its exact twin (every layer keeps NaN as ONNX
+  /// does, LayerInfo::keep_nan), prepared on the first such run.
   core::Executor& for_inputs(std::span<const NamedBlob> inputs);
   /// The executor used last (prepared at the default shapes where none was).
   core::Executor& current();
@@ -54,7 +56,10 @@ class ShapedExecutors {
     std::map<std::string, Shape> inputs;
     std::map<std::string, Shape> shapes;  ///< every blob's, as the executor was planned
     std::unique_ptr<core::Executor> executor;
+    std::unique_ptr<core::Executor> exact;  ///< for inputs holding NaN or inf (keep_nan), made on first use
   };
+  /// The exact twin of the front entry's executor.
+  core::Executor& exact_front();
   const ModelImpl& model_;
   std::size_t capacity_;
   std::vector<std::string> schemas_;

@@ -1,6 +1,7 @@
 #include "profiler/unit_profile.hpp"
 
 #include "core/device.hpp"
+#include "core/executor.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <fnmatch.h>
+#include <set>
 #include <optional>
 
 namespace softneuro::profiler {
@@ -325,6 +327,7 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
     const Layer& child = cn->layers[k];
     LayerInfo& ci = infos[k];
     ci.layer = &child;
+    ci.keep_nan = info.keep_nan;
     try {
       for (const auto& i : child.inputs) ci.input_shapes.push_back(shape.at(i));
       ci.output_shapes = core::infer_layer_shapes(child, ci.input_shapes);
@@ -404,11 +407,13 @@ std::vector<LayerProfile> Profiler::unit_profile() {
   int total = 0;
   for (const auto& l : net_.graph.layers) total += l.type != "constant";
   int done = 0;
+  const std::set<std::string> nan_layers = core::layers_nan_may_reach(net_.graph);  // as the executor sees them
   for (const auto& layer : net_.graph.layers) {
     if (layer.type == "constant") continue;
     LayerProfile p;
     p.layer = &layer;
     p.info.layer = &layer;
+    p.info.keep_nan = nan_layers.count(layer.name) > 0;
     for (const auto& i : layer.inputs) p.info.input_shapes.push_back(net_.shapes.at(i)), p.info.input_quant.push_back(quant_of(i));
     for (const auto& o : layer.outputs) p.info.output_shapes.push_back(net_.shapes.at(o)), p.info.output_quant.push_back(quant_of(o));
     progress_("unit profiling", done++, total, layer.name);

@@ -7,6 +7,7 @@
 // supports no case here fails until a case is added. Family test files keep
 // only their edge cases.
 #include "core/cpu_features.hpp"
+#include "core/executor.hpp"
 #include "core/graph.hpp"
 #include "core/net_impl.hpp"
 #include "core/registry.hpp"
@@ -25,6 +26,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -479,6 +481,7 @@ TEST_CASE("every float32 and bfloat16 CPU routine matches cpu/ref on every gener
         LayerInfo info;
         info.layer = &c.layer;
         for (const Blob& b : c.inputs) info.input_shapes.push_back(b.shape());
+        info.keep_nan = core::makes_nan(c.layer, nullptr);  // as the executor has it: XNNPACK refuses a Div
         info.output_shapes = core::infer_layer_shapes(c.layer, info.input_shapes);
         if (Support s = routine->supports(info, schema); !s) {
           refusals += fmt::format("\n  {}: {}", c.what, s.reason);
@@ -524,7 +527,9 @@ TEST_CASE("every float32 and bfloat16 CPU routine matches cpu/ref on every gener
 TEST_CASE("NaN propagates through every float32 activation routine, standalone and fused, as ONNX Runtime's do",
           "[routines][nan]") {
   // cpu/ref's relu, our GEMM/direct/Winograd epilogues and exp turned NaN into 0 or a bound (an
-  // all-NaN image gave a uniform distribution).
+  // all-NaN image gave a uniform distribution); so did oneDNN's relu, clip and hardsigmoid,
+  // standalone and fused into its convolutions, dense layers and adds, in every layout, and
+  // XNNPACK's clamped float32 operators (NaN inputs now run the session's exact plan).
   std::mt19937 rng(51);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   auto with_nans = [&](Shape s) {
@@ -541,16 +546,37 @@ TEST_CASE("NaN propagates through every float32 activation routine, standalone a
     for (Shape s : {Shape{1, 16, 7, 7}, Shape{1, 16, 64, 33}})
       cases.push_back({fmt::format("{} {}", t, s.to_string()), layer_of(t, p, w), {with_nans(s)}});
   }
-  for (const char* act : {"relu", "clip", "silu"}) {
+  for (const char* act : {"none", "relu", "clip", "silu", "hardsigmoid"}) {
     std::map<std::string, Attr> p{{"pads", Ints{1, 1, 1, 1}}, {"act", std::string(act)}};
     if (std::string(act) == "clip") p["act_min"] = 0.0, p["act_max"] = 6.0;
     cases.push_back({fmt::format("conv2 3x3 act {}", act),
                      layer_of("conv2", p, {{"weight", random_blob({16, 16, 3, 3}, rng, -0.3f, 0.3f)}, {"bias", random_blob({16}, rng)}}),
                      {with_nans({1, 16, 10, 10})}});
+    // 20 output channels: blocked layouts pad them, and the padding must stay zero.
+    std::map<std::string, Attr> one = p;
+    one.erase("pads");
+    cases.push_back({fmt::format("conv2 1x1 16->20 act {}", act),
+                     layer_of("conv2", one, {{"weight", random_blob({20, 16, 1, 1}, rng, -0.3f, 0.3f)}, {"bias", random_blob({20}, rng)}}),
+                     {with_nans({1, 16, 9, 9})}});
+    std::map<std::string, Attr> dw = p;
+    dw["group"] = int64_t{16};
+    cases.push_back({fmt::format("conv2 depthwise 3x3 act {}", act),
+                     layer_of("conv2", dw, {{"weight", random_blob({16, 1, 3, 3}, rng, -0.3f, 0.3f)}, {"bias", random_blob({16}, rng)}}),
+                     {with_nans({1, 16, 12, 12})}});
     cases.push_back({fmt::format("dense act {}", act),
                      layer_of("dense", {{"act", std::string(act)}}, {{"weight", random_blob({24, 40}, rng, -0.3f, 0.3f)}}),
                      {with_nans({3, 40})}});
   }
+  for (const char* t : {"add", "mul", "div"})
+    for (const char* act : {"none", "relu", "clip"}) {
+      if (std::string(t) != "add" && std::string(act) != "none") continue;  // add alone takes a fused activation
+      std::map<std::string, Attr> p{{"act", std::string(act)}};
+      if (std::string(act) == "clip") p["act_min"] = 0.0, p["act_max"] = 6.0;
+      cases.push_back({fmt::format("{} act {}", t, act), layer_of(t, p, {}, 2),
+                       {with_nans({1, 16, 9, 9}), random_blob({1, 16, 9, 9}, rng, 0.5f, 2.f)}});
+    }
+  cases.push_back({"pool2 average 3x3", layer_of("pool2", {{"mode", std::string("avg")}, {"kernel", Ints{3, 3}}}, {}),
+                   {with_nans({1, 16, 9, 9})}});
   for (const Case& c : cases) {
     INFO("case " << c.what);
     std::vector<Blob> want;
@@ -563,23 +589,10 @@ TEST_CASE("NaN propagates through every float32 activation routine, standalone a
       if (!routine || schema.device != Device::cpu || schema.dtype != DType::float32 || descriptor == "cpu/ref" ||
           descriptor.find("/test_") != std::string::npos)
         continue;
-      // Known exception: oneDNN's and XNNPACK's relu, clip and hardsigmoid (standalone and fused
-      // into their convolutions and dense layers) take max(x, lo) with x first, which gives lo for
-      // NaN; neither library offers a NaN-propagating form of them.
-      // (A childnet counts as the routines of its children: cpu/conv's conv2 child may be oneDNN's.)
-      const std::string act = c.layer.type == "conv2" || c.layer.type == "dense" ? c.layer.get_string("act", "none") : c.layer.type;
-      bool library = false;
-      {
-        core::Graph g = one_layer_graph(c);
-        g.routine_path.routines = {{c.layer.name, descriptor, {}, 0, 0, {}}};
-        Net net(detail::NetImpl::build(std::move(g)));
-        for (const auto& l : net.layers())
-          library = library || l.descriptor.ends_with("/onednn") || l.descriptor.ends_with("/xnnpack");
-      }
-      if (library && (act == "relu" || act == "clip" || act == "hardsigmoid")) continue;
       LayerInfo info;
       info.layer = &c.layer;
       for (const Blob& b : c.inputs) info.input_shapes.push_back(b.shape());
+      info.keep_nan = core::makes_nan(c.layer, nullptr);  // the Div cases: NaN made from their finite inputs
       info.output_shapes = core::infer_layer_shapes(c.layer, info.input_shapes);
       if (!routine->supports(info, schema)) continue;
       INFO("routine " << descriptor);
@@ -591,5 +604,88 @@ TEST_CASE("NaN propagates through every float32 activation routine, standalone a
       for (std::size_t i = 0; i < w.size(); ++i) lost += std::isnan(w[i]) && !std::isnan(g[i]);
       CHECK(lost == 0);
     }
+  }
+}
+
+namespace {
+/// A two-layer net: y0 = conv2(x0 / x1, 1x1, act) with conv2 pinned to `conv_routine`.
+core::Graph div_then_conv(const std::string& conv_routine, const std::string& act, std::mt19937& rng) {
+  core::Graph g;
+  g.name = "div_conv";
+  g.inputs = {{"x0", Shape{1, 8, 5, 5}, DType::float32}, {"x1", Shape{1, 8, 5, 5}, DType::float32}};
+  Layer div = test::make_layer("div", {}, {}, 2, 1, "div");
+  div.outputs = {"q"};
+  std::map<std::string, Attr> p{{"act", act}};
+  if (act == "clip") p["act_min"] = 0.0, p["act_max"] = 6.0;
+  Layer conv = test::make_layer("conv2", p, {{"weight", random_blob({8, 8, 1, 1}, rng, -0.3f, 0.3f)}}, 1, 1, "conv");
+  conv.inputs = {"q"};
+  g.layers = {div, conv};
+  g.outputs = {"y0"};
+  g.routine_path.routines = {{"conv", conv_routine, {}, 0, 0, {}}};
+  return g;
+}
+}  // namespace
+
+TEST_CASE("NaN made inside the net (0 / 0) stays NaN through oneDNN's fused relu and clip", "[routines][nan]") {
+  // The inputs are finite, so only the layer's own knowledge that a Div before it may make NaN
+  // (LayerInfo::keep_nan) keeps oneDNN's relu from turning it into 0.
+  std::mt19937 rng(7);
+  for (const char* act : {"relu", "clip"})
+    for (const char* routine : {"cpu/onednn", "cpu:float32:nchw8c/onednn", "cpu:float32:nhwc/onednn"}) {
+      INFO(routine << " act " << act);
+      Net net(detail::NetImpl::build(div_then_conv(routine, act, rng)));
+      bool pinned = false;
+      for (const auto& l : net.layers()) pinned = pinned || (l.name == "conv" && l.descriptor == routine);
+      REQUIRE(pinned);
+      Blob a = random_blob({1, 8, 5, 5}, rng, -2.f, 2.f), b = random_blob({1, 8, 5, 5}, rng, 0.5f, 2.f);
+      a.data_as<float>()[6] = 0.0f, b.data_as<float>()[6] = 0.0f;  // channel 0, pixel 6: 0 / 0
+      const std::vector<NamedBlob> in{{"x0", a}, {"x1", b}};
+      const auto out = net.run(in);
+      const auto y = test::values(out[0].blob);
+      int nan = 0;
+      for (int c = 0; c < 8; ++c) nan += std::isnan(y[static_cast<std::size_t>(c * 25 + 6)]);
+      CHECK(nan == 8);  // every output channel reads pixel 6 of channel 0
+      CHECK(std::count_if(y.begin(), y.end(), [](float v) { return std::isnan(v); }) == 8);
+    }
+}
+
+TEST_CASE("A NaN pixel makes a convolutional net's outputs NaN, as in ONNX Runtime; finite inputs keep the fast plan",
+          "[routines][nan]") {
+  // MobileNetV2's shape of the problem: convolutions with fused clip(0, 6) on oneDNN, then a global
+  // average. One NaN pixel gave finite outputs (oneDNN's clip turned the NaN into 0).
+  std::mt19937 rng(11);
+  core::Graph g;
+  g.name = "nan_pixel";
+  g.inputs = {{"x", Shape{1, 3, 16, 16}, DType::float32}};
+  Layer c1 = test::make_layer("conv2", {{"pads", Ints{1, 1, 1, 1}}, {"act", std::string("clip")}, {"act_min", 0.0}, {"act_max", 6.0}},
+                              {{"weight", random_blob({16, 3, 3, 3}, rng, -0.3f, 0.3f)}, {"bias", random_blob({16}, rng)}}, 1, 1, "c1");
+  c1.inputs = {"x"};
+  c1.outputs = {"h"};
+  Layer c2 = test::make_layer("conv2", {{"act", std::string("relu")}},
+                              {{"weight", random_blob({8, 16, 1, 1}, rng, -0.3f, 0.3f)}}, 1, 1, "c2");
+  c2.inputs = {"h"};
+  c2.outputs = {"h2"};
+  Layer pool = test::make_layer("pool2", {{"mode", std::string("avg")}, {"kernel", Ints{16, 16}}}, {}, 1, 1, "pool");
+  pool.inputs = {"h2"};
+  pool.outputs = {"y"};
+  g.layers = {c1, c2, pool};
+  g.outputs = {"y"};
+  for (const char* routine : {"cpu:float32:nchw8c/onednn", "cpu:float32:nhwc/xnnpack"}) {
+    INFO(routine);
+    core::Graph pinned = g;
+    pinned.routine_path.routines = {{"c1", routine, {}, 0, 0, {}}, {"c2", routine, {}, 0, 0, {}}};
+    auto impl = std::make_shared<detail::ModelImpl>();
+    impl->build(std::move(pinned), "");
+    Model model(impl);
+    Session session(model);
+    Blob x = random_blob({1, 3, 16, 16}, rng, 0.f, 1.f);
+    const auto finite = test::values(session.run(std::vector<NamedBlob>{{"x", x}})[0].blob);
+    for (float v : finite) REQUIRE(std::isfinite(v));
+    x.data_as<float>()[3 * 16 + 5] = std::numeric_limits<float>::quiet_NaN();
+    const auto with_nan = test::values(session.run(std::vector<NamedBlob>{{"x", x}})[0].blob);
+    for (float v : with_nan) CHECK(std::isnan(v));
+    x.data_as<float>()[3 * 16 + 5] = 0.5f;
+    const auto again = test::values(session.run(std::vector<NamedBlob>{{"x", x}})[0].blob);
+    for (float v : again) CHECK(std::isfinite(v));
   }
 }

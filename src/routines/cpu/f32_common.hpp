@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -21,6 +22,26 @@
 #include <string>
 
 namespace softneuro::cpu {
+
+/// y = a(x) over n floats where a is relu, clip or hardsigmoid, NaN kept as
+/// ONNX does (every comparison with NaN is false); x may be y. The compiler
+/// vectorises it as maxps(lo, v), which returns v where v is NaN.
+inline void clamp_span(const core::Activation& a, const float* x, float* y, int64_t n) {
+  float lo = 0, hi = INFINITY, alpha = 1, beta = 0;
+  if (a.kind == core::Activation::clip) lo = a.min, hi = a.max;
+  if (a.kind == core::Activation::hardsigmoid) hi = 1, alpha = a.alpha, beta = a.beta;
+  if (a.kind == core::Activation::hardsigmoid) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = alpha * x[i] + beta;
+      y[i] = v < lo ? lo : (hi < v ? hi : v);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      y[i] = v < lo ? lo : (hi < v ? hi : v);
+    }
+  }
+}
 
 /// A 64-byte aligned float array for packed weights (vector loads of a packed
 /// panel never split a cache line: measured 10-20% on the direct kernels).

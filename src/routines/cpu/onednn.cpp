@@ -144,6 +144,17 @@ Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
 }
 
 
+/// Appends `a` to `ops` and notes on `p` what must run after the primitive
+/// over output `out` in `l`: where NaN may reach the layer (`info.keep_nan`),
+/// the activations oneDNN drops NaN in (onednn_common::drops_nan). Elsewhere,
+/// and in the bfloat16 routines, oneDNN's fused form.
+void fuse_activation(dnnl::post_ops& ops, Plan& p, const Activation& a, const LayerInfo& info, const Shape& out,
+                     Layout l) {
+  p.after = append_activation(ops, a, info.keep_nan && g_act_dt == dt::f32);
+  p.after_shape = out;
+  p.after_layout = l;
+}
+
 /// Whether the CPU has bfloat16 instructions (AVX-512 BF16 or AMX-BF16): the
 /// cpu:bfloat16 routines refuse everything elsewhere (oneDNN would emulate or
 /// run reference code).
@@ -270,8 +281,9 @@ struct Conv2 {
                                 : dims{g.oc, g.c, g.kh, g.kw};
     const dnnl::memory::desc w_any(wd, g_act_dt, tag::any);
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
+    Plan p;
     dnnl::post_ops ops;
-    append_activation(ops, act);
+    fuse_activation(ops, p, act, info, info.output_shapes[0], l);
     auto make_pd = [&](const dnnl::memory::desc& src) {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                         src, w_any, b_md, act_md(info.output_shapes[0], l), {g.sh, g.sw},
@@ -284,7 +296,6 @@ struct Conv2 {
     // Blocked input with channels that do not fill a block (a first conv on RGB):
     // oneDNN's fast kernels read such inputs plain, so reorder it first (to the
     // workspace) when that turns a reference implementation into a JIT one.
-    Plan p;
     Mem src = in0;
     const bool blocked = l == Layout::nchw8c || l == Layout::nchw16c;
     if (!plain_input && blocked && g.group == 1 && is_reference(pd)) {
@@ -359,10 +370,13 @@ struct Conv2 {
     const Blob* dw_bias = dw.find_weight("bias");
     const dims wd{a.oc, a.c, 1, 1};
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({a.oc}, dt::f32, tag::x) : dnnl::memory::desc();
+    // The pointwise activation runs inside the fused primitive: only where oneDNN keeps NaN in it.
+    if (info.keep_nan && drops_nan(act)) return std::nullopt;
+    Plan p;
     dnnl::post_ops ops;
-    append_activation(ops, act);
+    append_activation(ops, act, /*keep_nan=*/false);
     ops.append_dw(dt::f32, dw_bias ? dt::f32 : dt::undef, dt::f32, 3, b.sh, 1, 0, {});
-    append_activation(ops, dw_act);
+    fuse_activation(ops, p, dw_act, next, next.output_shapes[0], l);
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                       act_md(info.input_shapes[0], l), dnnl::memory::desc(wd, dt::f32, tag::any),
                                       b_md, act_md(info.output_shapes[0], l), {1, 1}, {0, 0}, {0, 0}, {0, 0});
@@ -371,7 +385,6 @@ struct Conv2 {
     // oneDNN derives the depthwise output's size (its right padding) itself: it must be ours.
     if (pd.dst_desc() != act_md(next.output_shapes[0], l)) return std::nullopt;
 
-    Plan p;
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     bind_weights(info, p, args, w, wd, pd.weights_desc(), bias, b_md);
     constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
@@ -413,13 +426,13 @@ struct Deconv2 {
                                           : dims{g.kh * g.kw, ocg * g.kh * g.kw, g.kw, 1};
     const dnnl::memory::desc w_any(wd, g_act_dt, tag::any);
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
+    Plan p;
     dnnl::post_ops ops;
-    append_activation(ops, act);
+    fuse_activation(ops, p, act, info, info.output_shapes[0], l);
     dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
                                         act_md(info.input_shapes[0], l), w_any, b_md, act_md(info.output_shapes[0], l),
                                         {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb - g.oph, g.pr - g.opw});
     dnnl::deconvolution_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
-    Plan p;
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {
       const dnnl::memory::desc user(wd, dt::f32, user_strides);
@@ -462,10 +475,10 @@ struct Dense {
     dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, act_md(Shape{n, k}, Layout::nchw),
                                         dnnl::memory::desc({o, k}, g_act_dt, tag::any), b_md,
                                         act_md(Shape{n, o}, Layout::nchw));
-    dnnl::post_ops ops;
-    append_activation(ops, core::fused_activation(layer));
-    dnnl::inner_product_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
     Plan p;
+    dnnl::post_ops ops;
+    fuse_activation(ops, p, core::fused_activation(layer), info, Shape{n, o}, Layout::nchw);
+    dnnl::inner_product_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {
       const dnnl::memory wm = shared_reorder(info, p.shared, "weight", weight_memory(plain_md({o, k}), w), pd.weights_desc());
@@ -570,6 +583,16 @@ struct Unary {
   }
 
   static Plan plan(const LayerInfo& info, Layout l, bool) {
+    if constexpr (requires { K::activation(*info.layer); }) {
+      // relu, clip, hardsigmoid: oneDNN drops NaN in them (drops_nan); where NaN may come, our pass computes them.
+      if (info.keep_nan && g_act_dt == dt::f32) {
+        Plan p;
+        p.after = K::activation(*info.layer);
+        p.after_shape = info.input_shapes[0];
+        p.after_layout = l;
+        return p;
+      }
+    }
     const Eltwise e = K::get(*info.layer);
     const dnnl::memory::desc md = act_md(info.input_shapes[0], l);
     dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, e.alg, md, e.alpha, e.beta);
@@ -589,13 +612,19 @@ struct Unary {
 struct ReluK {
   static constexpr std::string_view kType = "relu";
   static Eltwise get(const Layer&) { return {dnnl::algorithm::eltwise_relu}; }
+  static Activation activation(const Layer&) { return {Activation::relu}; }
 };
 struct ClipK {
   static constexpr std::string_view kType = "clip";
   static Eltwise get(const Layer& l) {
-    return {dnnl::algorithm::eltwise_clip,
-            static_cast<float>(l.get_float("min", -std::numeric_limits<double>::infinity())),
-            static_cast<float>(l.get_float("max", std::numeric_limits<double>::infinity()))};
+    const Activation a = activation(l);
+    return {dnnl::algorithm::eltwise_clip, a.min, a.max};
+  }
+  static Activation activation(const Layer& l) {
+    Activation a{Activation::clip};
+    a.min = static_cast<float>(l.get_float("min", -std::numeric_limits<double>::infinity()));
+    a.max = static_cast<float>(l.get_float("max", std::numeric_limits<double>::infinity()));
+    return a;
   }
 };
 struct HardswishK {
@@ -605,8 +634,14 @@ struct HardswishK {
 struct HardsigmoidK {
   static constexpr std::string_view kType = "hardsigmoid";
   static Eltwise get(const Layer& l) {
-    return {dnnl::algorithm::eltwise_linear, static_cast<float>(l.get_float("alpha", 0.2)),
-            static_cast<float>(l.get_float("beta", 0.5)), true};
+    const Activation a = activation(l);
+    return {dnnl::algorithm::eltwise_linear, a.alpha, a.beta, true};
+  }
+  static Activation activation(const Layer& l) {
+    Activation a{Activation::hardsigmoid};
+    a.alpha = static_cast<float>(l.get_float("alpha", 0.2));
+    a.beta = static_cast<float>(l.get_float("beta", 0.5));
+    return a;
   }
 };
 struct SigmoidK {
@@ -736,12 +771,14 @@ struct Binary {
     const Activation act = core::fused_activation(*info.layer);
     const int64_t block = channel_block(l);
     const bool post_op = block == 0 || out.rank() < 2 || out[1] % block == 0;
+    Plan p;
     dnnl::post_ops ops;
-    if (post_op) append_activation(ops, act);
-    Plan p = Plan::single(dnnl::binary::primitive_desc(d, make_attr(&ops), cpu_engine()),
-                          {{DNNL_ARG_SRC_0, Mem{Mem::input, full}}, {DNNL_ARG_SRC_1, Mem{Mem::input, other}},
-                           {DNNL_ARG_DST, out0}});
-    if (!post_op && act.kind != Activation::none) {
+    const bool pass = info.keep_nan && g_act_dt == dt::f32 && drops_nan(act);  // our pass after it
+    if (post_op || pass) fuse_activation(ops, p, act, info, out, l);
+    p.steps.push_back({dnnl::binary::primitive_desc(d, make_attr(&ops), cpu_engine()),
+                       {{DNNL_ARG_SRC_0, Mem{Mem::input, full}}, {DNNL_ARG_SRC_1, Mem{Mem::input, other}},
+                        {DNNL_ARG_DST, out0}}});
+    if (!post_op && !pass && act.kind != Activation::none) {
       const bool relu = act.kind == Activation::relu;
       dnnl::eltwise_forward::desc e(dnnl::prop_kind::forward_inference,
                                     relu ? dnnl::algorithm::eltwise_relu : dnnl::algorithm::eltwise_clip, act_md(out, l),

@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "core/hash.hpp"
 #include "core/thread_pool.hpp"
+#include "routines/cpu/f32_common.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -181,9 +182,20 @@ inline dnnl::memory shared_reorder(const LayerInfo& info, std::vector<std::share
 // ---------------------------------------------------------------------------
 // Fused activations as post-ops
 
-/// Appends `act` to `ops`; none appends nothing.
-inline void append_activation(dnnl::post_ops& ops, const Activation& a) {
+/// Whether oneDNN 2.6 drops NaN in `a`: its relu, clip (and so hardsigmoid's
+/// clip) take max(x, lo) with x first, which gives lo for NaN where ONNX and
+/// ONNX Runtime keep NaN, and no post-op chain computes them exactly and keeps
+/// it (elu(0) and a swish sentinel do, at twice MobileNetV2's time).
+inline bool drops_nan(const Activation& a) {
+  return a.kind == Activation::relu || a.kind == Activation::clip || a.kind == Activation::hardsigmoid;
+}
+
+/// Appends `act` to `ops`, and returns what is left to run after the
+/// primitive (Plan::after): with `keep_nan` (LayerInfo::keep_nan, on float32
+/// data), the activations oneDNN would drop NaN in; none otherwise.
+inline Activation append_activation(dnnl::post_ops& ops, const Activation& a, bool keep_nan) {
   using alg = dnnl::algorithm;
+  if (keep_nan && drops_nan(a)) return a;
   switch (a.kind) {
     case Activation::none: break;
     case Activation::relu: ops.append_eltwise(1.0f, alg::eltwise_relu, 0.0f, 0.0f); break;
@@ -195,6 +207,38 @@ inline void append_activation(dnnl::post_ops& ops, const Activation& a) {
       break;
     case Activation::sigmoid: ops.append_eltwise(1.0f, alg::eltwise_logistic, 0.0f, 0.0f); break;
     case Activation::silu: ops.append_eltwise(1.0f, alg::eltwise_swish, 1.0f, 0.0f); break;
+  }
+  return {};
+}
+
+/// The pass that applies Plan::after: `a` over the float32 blob `y` of
+/// `shape` in `layout`, reading `x` (x == y: in place). A blocked layout's
+/// padded channel lanes are left alone, so they stay zero. On OpenMP's
+/// threads, as oneDNN's primitives before it.
+inline void run_after(const Activation& a, const float* x, float* y, const Shape& shape, Layout layout) {
+  const int64_t block = layout == Layout::nchw8c ? 8 : layout == Layout::nchw16c ? 16 : 0;
+  constexpr int64_t kSerialBelow = 1 << 15;  // elements: a parallel region costs more below that
+  if (block == 0 || shape[1] % block == 0) {
+    const int64_t n = shape.numel();
+    constexpr int64_t kChunk = 1 << 14;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
+    for (int64_t c = 0; c < chunks; ++c)
+      cpu::clamp_span(a, x + c * kChunk, y + c * kChunk, std::min(kChunk, n - c * kChunk));
+    return;
+  }
+  // [N][C/block][H][W][block], the last channel block partly padding.
+  const int64_t c = shape[1], cb = (c + block - 1) / block, plane = shape[2] * shape[3], rows = shape[0] * cb;
+#pragma omp parallel for schedule(static) if (rows * plane * block >= kSerialBelow)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t lanes = std::min(block, c - (r % cb) * block);
+    const float* xr = x + r * plane * block;
+    float* yr = y + r * plane * block;
+    if (lanes == block) {
+      cpu::clamp_span(a, xr, yr, plane * block);
+    } else {
+      for (int64_t i = 0; i < plane; ++i) cpu::clamp_span(a, xr + i * block, yr + i * block, lanes);
+    }
   }
 }
 
@@ -229,6 +273,12 @@ struct Plan {
   std::vector<dnnl::memory::desc> temps;  ///< Mem::temp, by index
   std::vector<Blob> keep;                 ///< weights the fixed memories point into
   std::vector<std::shared_ptr<const void>> shared;  ///< derived weights of the model's store in use
+  /// An activation oneDNN would drop NaN in, run by run_after on output 0
+  /// (`after_shape` in `after_layout`) once the steps are done: in place, or
+  /// from input 0 where there are no steps (a standalone relu or clip).
+  Activation after;
+  Shape after_shape;
+  Layout after_layout = Layout::nchw;
 
   /// The common case: one primitive reading inputs and writing output 0.
   static Plan single(const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, Mem>> args) {
@@ -258,7 +308,9 @@ inline std::string_view reference_impl(const Plan& p) {
 
 class Prepared final : public PreparedRoutine {
  public:
-  explicit Prepared(Plan plan) : stream_(cpu_engine()), keep_(std::move(plan.keep)), shared_(std::move(plan.shared)) {
+  explicit Prepared(Plan plan)
+      : stream_(cpu_engine()), keep_(std::move(plan.keep)), shared_(std::move(plan.shared)), after_(plan.after),
+        after_shape_(std::move(plan.after_shape)), after_layout_(plan.after_layout) {
     // One oneDNN memory per blob, fixed memory and temporary, shared by the steps.
     std::vector<std::pair<Mem, dnnl_memory_t>> handles;
     for (const auto& m : plan.fixed) {
@@ -312,6 +364,11 @@ class Prepared final : public PreparedRoutine {
                                   steps_[i].args.data());
     if (st == dnnl_success) st = dnnl_stream_wait(stream_.get());
     if (st != dnnl_success) throw Error(fmt::format("oneDNN failed to execute (status {})", static_cast<int>(st)));
+    if (after_.kind != Activation::none) {
+      float* y = static_cast<float*>(a.outputs[0]->data());
+      const float* x = steps_.empty() ? static_cast<const float*>(a.inputs[0]->data()) : y;
+      run_after(after_, x, y, after_shape_, after_layout_);
+    }
   }
 
  private:
@@ -345,5 +402,8 @@ class Prepared final : public PreparedRoutine {
   const void* workspace_last_ = nullptr;
   std::vector<Blob> keep_;
   std::vector<std::shared_ptr<const void>> shared_;
+  Activation after_;
+  Shape after_shape_;
+  Layout after_layout_;
 };
 }  // namespace softneuro::onednn_common

@@ -255,7 +255,7 @@ Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in
       return e;
     }
     default:
-      append_activation(e.ops, a);
+      append_activation(e.ops, a, /*keep_nan=*/false);  // int8 data holds no NaN
       break;
   }
   const float shift = dst_zp_as_post_op ? static_cast<float>(out.zp) : 0.0f;

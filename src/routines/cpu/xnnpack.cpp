@@ -13,6 +13,10 @@
 // broadcasting, in the blobs' physical order), softmax (along the physically
 // innermost dim: channels for rank >= 3, the last dim for rank <= 2).
 //
+// NaN: XNNPACK clamps every float32 output of conv2, dense, pool2, the binary
+// operators and relu/clip, which turns NaN into the bound; those refuse layers
+// NaN may reach (LayerInfo::keep_nan, docs/routines.md "NaN and inf").
+//
 // Physical order: a blob of rank >= 3 in the nhwc schema lies as [N, D2, ...,
 // Dr-1, C] (as src/adapt/reorder.cpp writes it); one of rank <= 2 lies row-major.
 //
@@ -51,6 +55,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
+#include "routines/cpu/f32_common.hpp"
 #include "routines/cpu/quant_params.hpp"
 
 #include <softneuro/routine.hpp>
@@ -299,7 +304,10 @@ void hardsigmoid_tile(void* ctx, size_t start, size_t count) {
   const auto& h = *static_cast<const Hardsigmoid*>(ctx);
   const float* x = h.x + start;
   float* y = h.y + start;
-  for (size_t i = 0; i < count; ++i) y[i] = std::min(1.0f, std::max(0.0f, h.alpha * x[i] + h.beta));
+  core::Activation a{core::Activation::hardsigmoid};
+  a.alpha = h.alpha;
+  a.beta = h.beta;
+  cpu::clamp_span(a, x, y, static_cast<int64_t>(count));  // NaN stays NaN, as ONNX has it
 }
 
 /// Requantisation of int8 values in place (qint8 max pooling between different
@@ -465,6 +473,14 @@ std::unique_ptr<PreparedRoutine> prepare_xnnpack(const LayerInfo& info, const Sc
   return std::make_unique<Prepared>(std::move(ops.ops), std::move(setup), info);
 }
 
+/// The layer types whose XNNPACK float32 operators clamp their output (min
+/// -inf without an activation): they have no unclamped form on x86.
+bool clamps_output(std::string_view type) {
+  for (std::string_view t : {"conv2", "dense", "pool2", "add", "sub", "mul", "div", "relu", "clip"})
+    if (type == t) return true;
+  return false;
+}
+
 template <class K>
 class Xnnpack final : public Routine {
  public:
@@ -479,6 +495,9 @@ class Xnnpack final : public Routine {
     if (Support a = xnnpack_available(); !a) return a;
     for (const Shape& s : info.input_shapes)
       if (s.numel() == 0) return Support::no(fmt::format("input {} is empty", s.to_string()));
+    if (info.keep_nan && clamps_output(K::kType))
+      return Support::no("NaN may reach this layer, and XNNPACK (2022-02) clamps every float32 output of this "
+                         "operator with max(x, min) first, which gives the bound for NaN");
     try {
       return K::check(info);
     } catch (const Error& e) {
