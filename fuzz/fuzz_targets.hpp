@@ -36,7 +36,7 @@ std::string write_scratch(const std::string& name, const uint8_t* data, std::siz
 /// would exceed `max_elements` in all (the run is for the code, not the math).
 std::vector<NamedBlob> small_inputs(const Model& model, std::size_t max_elements);
 /// Prepares a one-thread session of `model` within a small memory budget and
-/// runs it once on small_inputs(), where they are small.
+/// runs it once on small_inputs(), where they and its planned blobs (4 MiB) are small.
 void run_once(const Model& model);
 
 }  // namespace softneuro::fuzz

@@ -111,6 +111,16 @@ void RoutineRegistry::add_all(std::vector<std::unique_ptr<Routine>> routines, co
     by_type_[e.type].push_back(entries_.size());
     entries_.push_back(std::move(e));
   }
+  ranks_.clear();
+}
+
+const std::vector<std::pair<int, int>>& RoutineRegistry::ranks_of_type(std::string_view layer_type) const {
+  auto it = ranks_.find(layer_type);
+  if (it != ranks_.end()) return it->second;
+  std::vector<std::pair<int, int>> ranks;
+  for (std::size_t k : of_type(layer_type))
+    for (const auto& sd : entries_[k].schemas) ranks.push_back(default_rank(layer_type, sd.second));
+  return ranks_.emplace(std::string(layer_type), std::move(ranks)).first->second;
 }
 
 const std::vector<std::size_t>& RoutineRegistry::of_type(std::string_view layer_type) const {
@@ -200,6 +210,7 @@ std::vector<std::vector<std::string>> RoutineRegistry::default_order(std::string
 void RoutineRegistry::set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers) {
   std::lock_guard lock(mutex_);
   default_order_[std::string(layer_type)] = std::move(tiers);
+  ranks_.clear();
 }
 
 Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& schema) const {
@@ -236,10 +247,12 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
   };
   std::vector<Ranked> order;
   std::lock_guard lock(mutex_);
+  const std::vector<std::pair<int, int>>& ranks = ranks_of_type(layer.layer->type);
+  std::size_t r = 0;
   for (std::size_t k : of_type(layer.layer->type))
     for (const auto& [s, d] : entries_[k].schemas) {
+      const auto [tier, position] = ranks[r++];
       if (s.dtype != DType::float32 || s.device != Device::cpu || (allowed && !allowed(s))) continue;
-      const auto [tier, position] = default_rank(layer.layer->type, d);
       order.push_back({&entries_[k], &s, &d, {tier, !(s == preferred), position}});
     }
   std::stable_sort(order.begin(), order.end(), [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });

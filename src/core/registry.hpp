@@ -101,6 +101,11 @@ class RoutineRegistry {
   std::map<std::string, std::vector<std::size_t>, std::less<>> by_type_;
   /// The entries of a layer type (empty when none); call with mutex_ held.
   const std::vector<std::size_t>& of_type(std::string_view layer_type) const;
+  /// default_rank of every (routine, schema) of a layer type, in of_type's
+  /// order: computed once (every untuned layer ranks them all), dropped when
+  /// a routine or an order is added. Call with mutex_ held.
+  const std::vector<std::pair<int, int>>& ranks_of_type(std::string_view layer_type) const;
+  mutable std::map<std::string, std::vector<std::pair<int, int>>, std::less<>> ranks_;
 };
 
 }  // namespace softneuro::core

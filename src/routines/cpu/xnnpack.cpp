@@ -363,18 +363,21 @@ class Prepared final : public PreparedRoutine {
  public:
   Prepared(std::vector<std::unique_ptr<Op>> ops, SetupFn setup, const LayerInfo& info)
       : ops_(std::move(ops)), setup_(std::move(setup)) {
-    // A first setup and run on scratch buffers, so that the one-time allocations
-    // of setup (indirection buffers) happen here, not in the first Net::run.
-    std::vector<std::vector<float>> in(info.input_shapes.size());
+    // A first setup on scratch buffers, so that its one-time allocations
+    // (indirection buffers) happen here, not in the first Net::run. Setup only
+    // computes addresses: the buffers are neither filled nor read, and nothing runs.
+    auto scratch = [](const Shape& s) {
+      return std::unique_ptr<float[]>(new float[static_cast<std::size_t>(s.numel()) + XNN_EXTRA_BYTES / sizeof(float)]);
+    };
+    std::unique_ptr<float[]> in[2];
     const void* ptrs[2] = {nullptr, nullptr};
-    for (std::size_t i = 0; i < in.size() && i < 2; ++i) {
-      in[i].assign(static_cast<std::size_t>(info.input_shapes[i].numel()) + XNN_EXTRA_BYTES / sizeof(float), 0.0f);
-      ptrs[i] = in[i].data();
+    for (std::size_t i = 0; i < info.input_shapes.size() && i < 2; ++i) {
+      in[i] = scratch(info.input_shapes[i]);
+      ptrs[i] = in[i].get();
     }
-    std::vector<float> out(static_cast<std::size_t>(info.output_shapes[0].numel()) + XNN_EXTRA_BYTES / sizeof(float));
-    run_ops(ptrs, out.data());
-    last_in_[0] = last_in_[1] = nullptr;  // scratch memory is gone: set up again on the first run
-    last_out_ = nullptr;
+    const std::unique_ptr<float[]> out = scratch(info.output_shapes[0]);
+    setup_(ptrs, out.get(), current_pool());
+    set_ = false;  // scratch memory is gone: set up again on the first run
   }
 
   void run(const RunArgs& a) override {
