@@ -57,18 +57,25 @@ std::string join_names(std::span<const NamedBlob> blobs) {
 
 }  // namespace
 
-bool makes_nan(const Layer& layer, const Blob* constant_divisor) {
+bool makes_nan(const Layer& layer, const Blob* constant_second) {
   const std::string& t = layer.type;
-  if (t == "div") {
-    if (!constant_divisor || constant_divisor->dtype() != DType::float32 || !constant_divisor->data()) return true;
-    const float* d = constant_divisor->data_as<float>();
-    return std::any_of(d, d + constant_divisor->numel(), [](float v) { return v == 0.0f || std::isnan(v); });
+  // Whether any value of a constant second input makes NaN (none given: a run-time one may).
+  auto any_of_second = [constant_second](auto&& bad) {
+    if (!constant_second || constant_second->dtype() != DType::float32 || !constant_second->data()) return true;
+    const float* v = constant_second->data_as<float>();
+    return std::any_of(v, v + constant_second->numel(), bad);
+  };
+  auto fractional = [](double e) { return !(std::isfinite(e) && e == std::floor(e)); };
+  if (t == "div") return any_of_second([](float v) { return v == 0.0f || std::isnan(v); });
+  if (t == "pow") {  // a negative base to a fractional power; an integral one never
+    if (layer.inputs.size() == 1) return fractional(layer.get_float("exponent"));
+    return any_of_second([&](float v) { return fractional(v); });
   }
   if (t == "trig") {
     const std::string op = layer.get_string("op", "");
     return op == "asin" || op == "acos" || op == "acosh" || op == "atanh";
   }
-  return t == "sqrt" || t == "log" || t == "pow" || t == "divmod";
+  return t == "sqrt" || t == "log" || t == "divmod";
 }
 
 std::set<std::string> layers_nan_may_reach(const Graph& graph) {
@@ -81,10 +88,10 @@ std::set<std::string> layers_nan_may_reach(const Graph& graph) {
     }
     bool reached = false;
     for (const auto& i : l.inputs) reached = reached || nan_blobs.count(i);
-    const Blob* divisor = nullptr;
-    if (l.type == "div" && l.inputs.size() == 2)
-      if (auto it = constants.find(l.inputs[1]); it != constants.end()) divisor = it->second;
-    if (!reached && !makes_nan(l, divisor)) continue;
+    const Blob* second = nullptr;  // Div's divisor, Pow's exponent
+    if (l.inputs.size() == 2)
+      if (auto it = constants.find(l.inputs[1]); it != constants.end()) second = it->second;
+    if (!reached && !makes_nan(l, second)) continue;
     layers.insert(l.name);
     nan_blobs.insert(l.outputs.begin(), l.outputs.end());
   }

@@ -44,10 +44,12 @@ struct Step {
 };
 
 /// Whether `layer` can make NaN from finite values: Div (0 / 0) unless its
-/// divisor is a constant without zeros, Sqrt, Log, Pow, Mod and the inverse
-/// trigonometric functions outside their domains. (Overflow past float32's
-/// range, inf - inf inside a convolution, is not counted.)
-bool makes_nan(const Layer& layer, const Blob* constant_divisor);
+/// divisor is a constant without zeros, Pow unless its exponent is constant
+/// and integral, Sqrt, Log, Mod and the inverse trigonometric functions
+/// outside their domains. `constant_second`: its second input where that is a
+/// constant. (Overflow past float32's range, inf - inf inside a convolution,
+/// is not counted.)
+bool makes_nan(const Layer& layer, const Blob* constant_second);
 /// The layers of `graph` (topologically sorted) that a NaN-making layer's
 /// result reaches, those layers included: their LayerInfo::keep_nan, in the
 /// executor and the tuner alike.

@@ -689,3 +689,40 @@ TEST_CASE("A NaN pixel makes a convolutional net's outputs NaN, as in ONNX Runti
     for (float v : again) CHECK(std::isfinite(v));
   }
 }
+
+TEST_CASE("NaN may reach the layers a NaN-making layer feeds; Pow to an integral power and Div by non-zero constants make none",
+          "[routines][nan]") {
+  // Pow was marked whatever its exponent: x ** 2 or x ** 3 (GELU's tanh form) made every layer after it take the
+  // slower NaN-keeping forms.
+  auto layer = [](std::string name, std::string type, std::vector<std::string> in, std::map<std::string, Attr> p = {},
+                  std::map<std::string, Blob> w = {}) {
+    Layer l = test::make_layer(std::move(type), std::move(p), std::move(w), 0, 0, name);
+    l.inputs = std::move(in);
+    l.outputs = {name};
+    return l;
+  };
+  auto constant = [&](std::string name, std::vector<float> v) {
+    Blob b = Blob::allocate({static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), b.data_as<float>());
+    return layer(std::move(name), "constant", {}, {}, {{"value", b}});
+  };
+  core::Graph g;
+  g.inputs = {{"x", Shape{4}, DType::float32}, {"y", Shape{4}, DType::float32}};
+  g.layers = {layer("square", "pow", {"x"}, {{"exponent", 2.0}}),
+              layer("after_square", "relu", {"square"}),
+              layer("root", "pow", {"x"}, {{"exponent", 0.5}}),
+              layer("after_root", "relu", {"root"}),
+              constant("three", {3.f}),
+              layer("cube", "pow", {"x", "three"}),
+              constant("halves", {2.f, 0.5f, 1.f, 1.f}),
+              layer("mixed", "pow", {"x", "halves"}),
+              constant("nonzero", {2.f, -1.f, 4.f, 0.5f}),
+              layer("scaled", "div", {"x", "nonzero"}),
+              constant("zeros", {2.f, 0.f, 1.f, 1.f}),
+              layer("by_zero", "div", {"x", "zeros"}),
+              layer("by_input", "div", {"x", "y"}),
+              layer("sum", "add", {"by_input", "scaled"}),
+              layer("after_sum", "relu", {"sum"})};
+  const std::set<std::string> reached = core::layers_nan_may_reach(g);
+  CHECK(reached == std::set<std::string>{"root", "after_root", "mixed", "by_zero", "by_input", "sum", "after_sum"});
+}
