@@ -392,8 +392,9 @@ std::unique_ptr<Graph> specialized_if_needed(const Graph& graph, const std::map<
 
 Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
                    std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
-                   std::size_t memory_limit, bool keep_nan)
-    : specialized_(specialized_if_needed(given, shapes)),
+                   std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues)
+    : queues_(std::move(queues)),
+      specialized_(specialized_if_needed(given, shapes)),
       graph_(specialized_ ? *specialized_ : given),
       path_(path ? *path : given.routine_path),
       schemas_(std::move(schemas)),
@@ -401,6 +402,7 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
       keep_nan_(keep_nan),
       io_schema_(io_schema),
       weights_(std::move(weights)) {
+  const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};  // prepare() on the session's queues
   const Graph& graph = graph_;
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
   // Blobs over the limit are refused before a routine's prepare() allocates
@@ -606,6 +608,7 @@ void Executor::bind_outputs_to_arena() {
 }
 
 void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {
+  const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};
   for (const auto& given : inputs) {
     bool known = false;
     for (std::size_t k = 0; k < net_inputs_.size(); ++k) {
@@ -657,12 +660,28 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
         step.prepared->run(args);
         continue;
       }
+      // A device step costs what it holds up a run that queues steps back to
+      // back: its launch on the host or its work on the device, whichever is
+      // longer. Its markers span the launch too (the queue is empty when it
+      // starts), so the work is their span less the launch; the
+      // synchronisation after it is not counted. Host steps: their wall time.
+      const Device dev = step.routine.schema.device;
+      const DeviceHooks* hooks = dev == Device::cpu ? nullptr : device_hooks(dev);
+      const bool marked = hooks && hooks->mark && hooks->elapsed_ms;
+      void* from = marked ? hooks->mark() : nullptr;
       auto t0 = std::chrono::steady_clock::now();
       step.prepared->run(args);
-      // [device graphs] a device step's time is its work, not its queueing
+      const auto launched = std::chrono::steady_clock::now();
+      void* to = from ? hooks->mark() : nullptr;
       for (const auto& a : arenas_)
         if (a.device != Device::cpu) device_memory(a.device)->synchronize();
       times[t] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (from && to) {
+        const double launch = std::chrono::duration<double, std::milli>(launched - t0).count();
+        times[t] = std::max(launch, hooks->elapsed_ms(from, to) - launch);
+      }
+      else if (from || to)
+        hooks->elapsed_ms(from, to);  // (releases the one made)
     }
   };
   // [device graphs] replay a recorded run where possible (never when timing steps)

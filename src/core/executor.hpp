@@ -2,7 +2,7 @@
 // arena by liveness, and a run loop that allocates nothing.
 #pragma once
 
-#include "core/device_graph.hpp"
+#include "core/device_hooks.hpp"
 #include "core/graph.hpp"
 #include "core/memory_plan.hpp"
 #include "core/registry.hpp"
@@ -73,15 +73,25 @@ class Executor {
   /// `keep_nan`: every layer keeps NaN as ONNX does (LayerInfo::keep_nan), for
   /// inputs that hold NaN or inf; otherwise only the layers a NaN-making layer
   /// (makes_nan) feeds do.
+  /// `queues`: the session's device queues (core/device_hooks.hpp), bound while
+  /// this executor prepares and runs; nullptr: whichever the calling thread has
+  /// bound (a childnet's: its parent's; elsewhere each device's default queue).
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
            std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr,
-           std::vector<std::string> schemas = {}, std::size_t memory_limit = 0, bool keep_nan = false);
+           std::vector<std::string> schemas = {}, std::size_t memory_limit = 0, bool keep_nan = false,
+           std::shared_ptr<DeviceQueues> queues = nullptr);
 
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms = nullptr);
 
   const std::vector<std::unique_ptr<Step>>& steps() const { return steps_; }
+  /// Whether some of its memory is on a device other than the CPU.
+  bool uses_device() const {
+    for (const auto& a : arenas_)
+      if (a.device != Device::cpu) return true;
+    return false;
+  }
   /// Bytes of all arenas (host and devices).
   std::size_t arena_bytes() const;
   std::size_t unplanned_bytes() const { return unplanned_bytes_; }
@@ -123,6 +133,8 @@ class Executor {
   /// Gives `step` its view of the weight store before it is prepared.
   void share_weights(Step& step) const;
 
+  /// First, so destroyed last: the prepared routines and the recording go before their queues.
+  std::shared_ptr<DeviceQueues> queues_;
   std::unique_ptr<Graph> specialized_;  ///< the graph at these shapes where it has shape_math layers
   const Graph& graph_;
   const RoutinePath& path_;
@@ -143,7 +155,7 @@ class Executor {
   std::vector<int> net_inputs_, net_outputs_;
   std::vector<Arena> arenas_;
   std::size_t unplanned_bytes_ = 0;
-  DeviceGraph device_graph_;  ///< [device graphs] replays the device work of a run (core/device_graph.hpp)
+  DeviceGraph device_graph_;  ///< [device graphs] replays the device work of a run (core/device_hooks.hpp)
 };
 
 }  // namespace softneuro::core

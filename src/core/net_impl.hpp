@@ -64,6 +64,8 @@ class ShapedExecutors {
   std::size_t capacity_;
   std::vector<std::string> schemas_;
   std::size_t memory_limit_;  ///< of each executor's arena (SessionOptions::memory_limit, resolved)
+  /// The session's device queues (a CUDA stream and library handles), shared by its executors.
+  std::shared_ptr<core::DeviceQueues> queues_ = core::DeviceQueues::create();
   std::list<Entry> entries_;  ///< most recently used first
 };
 

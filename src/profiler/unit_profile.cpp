@@ -225,10 +225,16 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   RunArgs args{in_ptrs, out_ptrs, prepared.workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
   const Device dev = in.device != Device::cpu ? in.device : out.device;
   const DeviceMemory* device = dev == Device::cpu ? nullptr : device_memory(dev);
+  // A routine wholly on a device: one run's share of runs queued back to back,
+  // as a run of the net queues its steps (or replays them as one graph), not
+  // one run's launch-and-wait latency (which counted the synchronisation, tens
+  // of microseconds, in every layer: a PP-OCR recogniser on an H200 was
+  // predicted at 7.2 ms and ran in 4.0). Else: the work, synchronised.
+  const int queued = device && in.device != Device::cpu && out.device != Device::cpu ? 8 : 1;
   double ms = measure([&] {
-                prepared.run(args);
-                if (device) device->synchronize();  // time the work, not its queueing
-              }, budget_ms(), 3, 200, cutoff_ms).median_ms;
+                for (int k = 0; k < queued; ++k) prepared.run(args);
+                if (device) device->synchronize();
+              }, budget_ms(), 3, 200, cutoff_ms * queued).median_ms / queued;
   ++measurements_;
   cache_.put(key, ms);
   return ms;
@@ -473,6 +479,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
       samples[p].resize(steps.size());
       std::vector<double> step_ms(steps.size());
       Samples totals;
+      double least_sum = kInf;
       for (int r = 0; r < std::max(1, runs); ++r) {
         probe.start();
         auto t0 = std::chrono::steady_clock::now();
@@ -485,7 +492,25 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
           samples[p][i].add(step_ms[i], preempted);
           sum += step_ms[i];
         }
+        least_sum = std::min(least_sum, sum);
         gaps[p] = std::min(gaps[p], std::max(0.0, ms - sum) / static_cast<double>(std::max<std::size_t>(1, steps.size())));
+      }
+      if (execs[p]->uses_device()) {
+        // Runs that time their steps synchronise after each; a net on a device
+        // runs without (queued back to back, or replayed as one graph): its
+        // total, and what it takes beyond its steps, from such runs.
+        Samples plain;
+        double least = kInf;
+        for (int r = 0; r < std::max(1, runs); ++r) {
+          probe.start();
+          auto t0 = std::chrono::steady_clock::now();
+          execs[p]->run(ins, outs);
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          plain.add(ms, probe.preempted(ms));
+          least = std::min(least, ms);
+        }
+        totals = plain;
+        gaps[p] = std::max(0.0, least - least_sum) / static_cast<double>(std::max<std::size_t>(1, steps.size()));
       }
       round_medians[p].push_back(totals.estimate());
     }

@@ -40,6 +40,8 @@ const core::Candidate* pick(const std::vector<core::Candidate>& cands) {
       best = &c;
   return best;
 }
+// The result points into the vector: a temporary one would leave it dangling.
+const core::Candidate* pick(std::vector<core::Candidate>&&) = delete;
 
 struct AdaptLayer {
   Layer layer;
@@ -71,7 +73,8 @@ void synchronize() { device().synchronize(); }
 
 std::string adapt_descriptor(const Shape& shape, const Schema& from, const Schema& to) {
   AdaptLayer a(shape, from, to);
-  const core::Candidate* c = pick(core::RoutineRegistry::instance().candidates(a.info, to));
+  const auto cands = core::RoutineRegistry::instance().candidates(a.info, to);  // (pick points into it)
+  const core::Candidate* c = pick(cands);
   return c ? c->descriptor : std::string();
 }
 

@@ -17,6 +17,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <latch>
+#include <thread>
 
 using namespace softneuro;
 using namespace softneuro::cudatest;
@@ -137,4 +139,55 @@ TEST_CASE("tuning pinned to the device measures cuDNN algorithms and keeps a CUD
   std::mt19937 rng(33);
   auto in = inputs_of(cpu, rng);
   check_same(net.run(in), cpu.run(in), tolerance_for(Schema{Device::cuda}, 10.0), "pinned net");
+}
+
+TEST_CASE("sessions on one GPU run at once, each on its own stream and library handles", "[net][concurrency]") {
+  // One shared stream (and cuBLAS/cuDNN handle) before: a session recording its
+  // second run into a CUDA graph made another's cudaStreamSynchronize fail
+  // ("operation not permitted when stream is capturing"); `softneuro bench
+  // --sessions 4` of a tuned ResNet50 aborted.
+  constexpr int kSessions = 4, kRuns = 12;
+  for (const std::string schema : {"cuda", "cuda:float16"}) {
+    const core::Graph g = on_device(test::multi_io_graph(), schema);
+    Net reference(detail::NetImpl::build(g));
+    std::vector<std::vector<NamedBlob>> inputs, want;
+    std::mt19937 rng(34);
+    for (int r = 0; r < kSessions * kRuns; ++r) {
+      inputs.push_back(inputs_of(reference, rng));
+      want.push_back(reference.run(inputs.back()));
+    }
+    std::vector<std::unique_ptr<Net>> nets;
+    for (int s = 0; s < kSessions; ++s) nets.push_back(std::make_unique<Net>(detail::NetImpl::build(g)));
+    std::latch first_runs_done(kSessions);  // every session records its second run at the same time
+    std::vector<std::string> errors(kSessions);
+    std::vector<int> mismatches(kSessions, 0);
+    std::vector<std::thread> threads;
+    for (int s = 0; s < kSessions; ++s)
+      threads.emplace_back([&, s] {
+        bool arrived = false;
+        try {
+          for (int r = 0; r < kRuns; ++r) {
+            const int k = s * kRuns + r;
+            auto got = nets[static_cast<std::size_t>(s)]->run(inputs[static_cast<std::size_t>(k)]);
+            if (r == 0) {
+              arrived = true;
+              first_runs_done.arrive_and_wait();
+            }
+            for (std::size_t o = 0; o < got.size(); ++o) {
+              const auto a = test::values(got[o].blob), b = test::values(want[static_cast<std::size_t>(k)][o].blob);
+              mismatches[static_cast<std::size_t>(s)] += a != b;
+            }
+          }
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(s)] = e.what();
+          if (!arrived) first_runs_done.count_down();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int s = 0; s < kSessions; ++s) {
+      INFO(schema << " session " << s);
+      CHECK(errors[static_cast<std::size_t>(s)].empty());
+      CHECK(mismatches[static_cast<std::size_t>(s)] == 0);  // bit for bit the single session's outputs
+    }
+  }
 }

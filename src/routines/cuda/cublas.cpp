@@ -79,9 +79,8 @@ class PreparedGemm final : public Prepared {
   }
   std::size_t workspace_bytes() const override { return library_workspace() + kAlign; }
   void run(const RunArgs& a) override {
-    const Cublas& lib = cublas();
-    check_cublas(lib.api.cublasSetWorkspace_v2(lib.handle, aligned(a.workspace), library_workspace()),
-                 "cublasSetWorkspace");
+    const Cublas lib = cublas();
+    set_cublas_workspace(aligned(a.workspace), library_workspace());
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t dt = data_type(t_);
     void* y = a.outputs[0]->data();
@@ -126,7 +125,7 @@ class CublasDense final : public Routine {
 class PreparedLt final : public Prepared {
  public:
   PreparedLt(const LayerInfo& info, const Schema& s, int heuristic) : d_(info), t_(s.dtype) {
-    const CublasLt& lib = cublaslt();
+    const CublasLt lib = cublaslt();
     const CublasLtApi& f = lib.api;
     core::Activation act = core::fused_activation(*info.layer);
     const Blob* b = info.layer->find_weight("bias");
@@ -173,7 +172,7 @@ class PreparedLt final : public Prepared {
     algo_ = results[heuristic].algo;
   }
   ~PreparedLt() override {
-    const CublasLtApi& f = cublaslt().api;
+    const CublasLtApi& f = cublaslt_api();
     if (a_) f.cublasLtMatrixLayoutDestroy(a_);
     if (b_) f.cublasLtMatrixLayoutDestroy(b_);
     if (c_) f.cublasLtMatrixLayoutDestroy(c_);
@@ -181,7 +180,7 @@ class PreparedLt final : public Prepared {
   }
   std::size_t workspace_bytes() const override { return library_workspace() + kAlign; }
   void run(const RunArgs& a) override {
-    const CublasLt& lib = cublaslt();
+    const CublasLt lib = cublaslt();
     const float one = 1.0f, zero = 0.0f;
     void* y = a.outputs[0]->data();
     check_cublaslt(lib.api.cublasLtMatmul(lib.handle, op_, &one, w_.get(), a_, a.inputs[0]->data(), b_, &zero, y, c_, y,
@@ -264,9 +263,8 @@ class PreparedMatmul final : public Prepared {
   PreparedMatmul(const LayerInfo& info, const Schema& s) : g_(info), t_(s.dtype) {}
   std::size_t workspace_bytes() const override { return library_workspace() + kAlign; }
   void run(const RunArgs& a) override {
-    const Cublas& lib = cublas();
-    check_cublas(lib.api.cublasSetWorkspace_v2(lib.handle, aligned(a.workspace), library_workspace()),
-                 "cublasSetWorkspace");
+    const Cublas lib = cublas();
+    set_cublas_workspace(aligned(a.workspace), library_workspace());
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t dt = data_type(t_);
     check_cublas(lib.api.cublasGemmStridedBatchedEx(

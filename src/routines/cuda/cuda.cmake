@@ -73,10 +73,15 @@ if(SOFTNEURO_HAVE_CUDA)
   set(_sn_min_arch 1000)
   foreach(a IN LISTS CMAKE_CUDA_ARCHITECTURES)
     string(REGEX MATCH "^[0-9]+" n "${a}")
-    if(n AND n LESS _sn_min_arch)
+    # (not `if(n AND ...)`: under CMP0012 a variable holding "80" tests false there,
+    # which left 1000 and refused every GPU at run time)
+    if(n MATCHES "^[0-9]+$" AND n LESS _sn_min_arch)
       set(_sn_min_arch ${n})
     endif()
   endforeach()
+  if(_sn_min_arch EQUAL 1000)
+    message(FATAL_ERROR "CMAKE_CUDA_ARCHITECTURES='${CMAKE_CUDA_ARCHITECTURES}' names no numbered architecture")
+  endif()
   file(STRINGS ${SOFTNEURO_CUDNN_INCLUDE_DIR}/cudnn_version.h _sn_cudnn_major REGEX "^#define CUDNN_MAJOR [0-9]+")
   string(REGEX MATCH "[0-9]+" _sn_cudnn_major "${_sn_cudnn_major}")
   message(STATUS "CUDA backend: built (CUDA ${CUDAToolkit_VERSION}, cuDNN ${_sn_cudnn_major}, "
@@ -129,6 +134,8 @@ if(SOFTNEURO_HAVE_CUDA)
       ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_routines.cpp
       ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_transfer.cpp
       ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_net.cpp
+      ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_generated.cpp
+      ${PROJECT_SOURCE_DIR}/tests/support/generated_cases.cpp
       ${PROJECT_SOURCE_DIR}/tests/support/run_layer.cpp
       ${PROJECT_SOURCE_DIR}/tests/support/graphs.cpp)
     add_dependencies(softneuro_cuda_tests dnn_schema)

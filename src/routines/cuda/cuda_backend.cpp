@@ -1,13 +1,13 @@
 // The CUDA backend at library load: finds the device (never failing, never
-// printing above info level when there is none), registers its memory and its
-// CUDA-graph hooks with the core, and owns the one stream.
+// printing above info level when there is none), registers its memory, its
+// queues and its CUDA-graph hooks with the core (core/device_hooks.hpp).
 //
 // Environment: SOFTNEURO_CUDA=0 hides the device (the CUDA routines then say
 // so); SOFTNEURO_CUDA_DEVICE=<n> picks device n (default 0);
 // SOFTNEURO_CUDA_GRAPHS=0 turns CUDA-graph recording of whole runs off.
 #include "routines/cuda/cuda_backend.hpp"
 
-#include "core/device_graph.hpp"
+#include "core/device_hooks.hpp"
 #include "core/log.hpp"
 #include "routines/cuda/cuda_stats.hpp"
 
@@ -115,7 +115,39 @@ void device_release(void* p) {
 void device_synchronize() { check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
 
 // ---------------------------------------------------------------------------
-// CUDA-graph hooks (core/device_graph.hpp).
+// Queue and CUDA-graph hooks (core/device_hooks.hpp).
+
+thread_local Queue* t_queue = nullptr;  // the bound queue (nullptr: the default one)
+
+void* hook_create_queue() { return new Queue(); }
+void hook_destroy_queue(void* q) { delete static_cast<Queue*>(q); }
+void* hook_bind_queue(void* q) { return std::exchange(t_queue, static_cast<Queue*>(q)); }
+
+void* hook_mark() {
+  try {
+    cudaEvent_t e = nullptr;
+    use_device();
+    if (cudaEventCreate(&e) != cudaSuccess) throw Error("cudaEventCreate");
+    if (cudaEventRecord(e, stream()) != cudaSuccess) {
+      cudaEventDestroy(e);
+      throw Error("cudaEventRecord");
+    }
+    return e;
+  } catch (const std::exception&) {
+    cudaGetLastError();
+    return nullptr;
+  }
+}
+double hook_elapsed_ms(void* from, void* to) {
+  float ms = 0;
+  if (from && to && (cudaEventSynchronize(static_cast<cudaEvent_t>(to)) != cudaSuccess ||
+                     cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)) != cudaSuccess))
+    ms = 0;
+  if (from) cudaEventDestroy(static_cast<cudaEvent_t>(from));
+  if (to) cudaEventDestroy(static_cast<cudaEvent_t>(to));
+  cudaGetLastError();
+  return ms;
+}
 
 bool hook_capturable(const PreparedRoutine* r) {
   auto* p = dynamic_cast<const Prepared*>(r);
@@ -160,8 +192,16 @@ void hook_destroy(void* g) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g
 
 void register_with_core() {
   register_device_memory(Device::cuda, DeviceMemory{device_allocate, device_release, device_synchronize});
-  core::register_device_graph_hooks(Device::cuda,
-                                    core::DeviceGraphHooks{hook_capturable, hook_begin, hook_end, hook_launch, hook_destroy});
+  core::register_device_hooks(Device::cuda, core::DeviceHooks{.create_queue = hook_create_queue,
+                                                              .destroy_queue = hook_destroy_queue,
+                                                              .bind_queue = hook_bind_queue,
+                                                              .mark = hook_mark,
+                                                              .elapsed_ms = hook_elapsed_ms,
+                                                              .capturable = hook_capturable,
+                                                              .begin_capture = hook_begin,
+                                                              .end_capture = hook_end,
+                                                              .launch = hook_launch,
+                                                              .destroy = hook_destroy});
 }
 
 // At library load: find the device; register it when usable. Never throws, and
@@ -217,27 +257,39 @@ void use_device() {
   selected = true;
 }
 
-cudaStream_t stream() {
-  static std::once_flag once;
-  static cudaStream_t s = nullptr;
-  static std::string error;
-  std::call_once(once, [] {
+cudaStream_t Queue::stream() {
+  std::call_once(created_, [this] {
     try {
       use_device();
-      cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      cudaError_t err = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
       if (err != cudaSuccess) {
-        error = fmt::format("cannot create a CUDA stream: {}", cudaGetErrorString(err));
+        error_ = fmt::format("cannot create a CUDA stream: {}", cudaGetErrorString(err));
         cudaGetLastError();
-        s = nullptr;
+        stream_ = nullptr;
       }
     } catch (const std::exception& e) {
-      error = e.what();
+      error_ = e.what();
     }
   });
-  if (!s) throw Error(error);
+  if (!stream_) throw Error(error_);
   use_device();
-  return s;
+  return stream_;
 }
+
+Queue::~Queue() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (std::size_t i = 0; i < release.size(); ++i) release[i](released[i]);
+  if (stream_) cudaStreamDestroy(stream_);
+  cudaGetLastError();  // nothing to report from a destructor
+}
+
+Queue& queue() {
+  if (t_queue) return *t_queue;
+  static Queue* const default_queue = new Queue();  // never destroyed: the driver may be gone at exit
+  return *default_queue;
+}
+
+cudaStream_t stream() { return queue().stream(); }
 
 bool capturing() {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;

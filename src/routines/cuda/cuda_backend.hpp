@@ -1,9 +1,12 @@
-// The CUDA backend's shared pieces: the device found at library load, the one
-// stream every CUDA routine queues on, error checks, device and pinned buffers
-// for prepare(), and the base class of prepared CUDA routines.
+// The CUDA backend's shared pieces: the device found at library load, the
+// queues CUDA routines run on, error checks, device and pinned buffers for
+// prepare(), and the base class of prepared CUDA routines.
 //
-// Threading: one stream and one handle per library, so CUDA routines run in
-// queue order; like Net itself, a net is run from one thread at a time.
+// Threading: each session owns a Queue (a stream and its own cuBLAS,
+// cuBLASLt and cuDNN handles), bound to the thread that prepares and runs its
+// executors (core/device_hooks.hpp); work outside a session (unit profiling,
+// tests) runs on the default queue. A queue runs its work in order; like a
+// Session, it is used from one thread at a time.
 #pragma once
 
 #include <softneuro/routine.hpp>
@@ -12,6 +15,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,8 +30,37 @@ Support device_support();
 /// Compute capability of the device as 10 * major + minor (0 without one).
 int compute_capability();
 
-/// The one stream every CUDA routine queues on (created on first use; it never
-/// waits for the legacy default stream). Throws Error when the device is unusable.
+/// A stream and the library handles on it, made on first use (cuda_libs.cpp
+/// makes the handles and registers their release in `on_destroy`).
+struct Queue {
+  Queue() = default;
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+  /// Waits for its work, releases its handles, destroys the stream.
+  ~Queue();
+  /// The stream (created on first use; it never waits for the legacy default
+  /// stream). Throws Error when the device is unusable.
+  cudaStream_t stream();
+
+  void* cublas = nullptr;    ///< cublasHandle_t on stream()
+  void* cublaslt = nullptr;  ///< cublasLtHandle_t (streams are given per call)
+  void* cudnn = nullptr;     ///< cudnnHandle_t on stream()
+  /// The workspace the cuBLAS handle was last given (set again only when it changes).
+  void* cublas_workspace = nullptr;
+  std::size_t cublas_workspace_bytes = 0;
+  std::vector<void (*)(void*)> release;  ///< with `released`: handle destroyers run by ~Queue
+  std::vector<void*> released;
+
+ private:
+  std::once_flag created_;  // (the default queue is reached from any thread)
+  cudaStream_t stream_ = nullptr;
+  std::string error_;
+};
+
+/// The calling thread's current queue: its session's while the session's
+/// executor prepares or runs, else the default queue (never destroyed).
+Queue& queue();
+/// queue().stream(): the stream every CUDA routine queues its work on.
 cudaStream_t stream();
 /// Whether stream() is being recorded into a CUDA graph right now.
 bool capturing();

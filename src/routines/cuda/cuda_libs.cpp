@@ -43,154 +43,196 @@ bool resolve(void* lib, const char* name, Table& slot, std::string& error) {
 
 #define SOFTNEURO_RESOLVE(f) ok = ok && resolve(lib, #f, t.api.f, t.error);
 
-Cublas load_cublas() {
-  Cublas t;
+/// A library's function table; `error` is empty when it opened.
+template <class Api>
+struct Loaded {
+  std::string error;
+  Api api;
+};
+
+/// The library's dlopen handle, or nullptr with t.error saying why.
+template <class Api>
+void* open_into(Loaded<Api>& t, const char* soname, const char* name) {
   if (Support d = device_support(); !d) {
     t.error = d.reason;
-    return t;
+    return nullptr;
   }
-  const char* soname = "libcublas.so." SOFTNEURO_STR(CUBLAS_VER_MAJOR);
   void* lib = open_library(soname, t.error);
-  if (!lib) {
-    t.error = fmt::format("cuBLAS unavailable: {}", t.error);
-    return t;
-  }
+  if (!lib) t.error = fmt::format("{} unavailable: {}", name, t.error);
+  return lib;
+}
+
+Loaded<CublasApi> load_cublas() {
+  Loaded<CublasApi> t;
+  const char* soname = "libcublas.so." SOFTNEURO_STR(CUBLAS_VER_MAJOR);
+  void* lib = open_into(t, soname, "cuBLAS");
+  if (!lib) return t;
   bool ok = true;
   SOFTNEURO_CUBLAS_FUNCTIONS(SOFTNEURO_RESOLVE)
-  if (!ok) {
-    t.error = fmt::format("cuBLAS unavailable: {}: {}", soname, t.error);
-    return t;
-  }
-  try {
-    cublasStatus_t st = t.api.cublasCreate_v2(&t.handle);
-    if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cublasCreate: {}", t.api.cublasGetStatusString(st)));
-    st = t.api.cublasSetStream_v2(t.handle, stream());
-    if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cublasSetStream: {}", t.api.cublasGetStatusString(st)));
-    // float32 stays float32: no TF32 tensor-op math unless a routine asks for it.
-    t.api.cublasSetMathMode(t.handle, CUBLAS_DEFAULT_MATH);
-  } catch (const std::exception& e) {
-    t.error = fmt::format("cuBLAS unavailable: {}", e.what());
-    t.handle = nullptr;
-  }
+  if (!ok) t.error = fmt::format("cuBLAS unavailable: {}: {}", soname, t.error);
   return t;
 }
 
-CublasLt load_cublaslt() {
-  CublasLt t;
-  if (Support d = device_support(); !d) {
-    t.error = d.reason;
-    return t;
-  }
+Loaded<CublasLtApi> load_cublaslt() {
+  Loaded<CublasLtApi> t;
   const char* soname = "libcublasLt.so." SOFTNEURO_STR(CUBLAS_VER_MAJOR);
-  void* lib = open_library(soname, t.error);
-  if (!lib) {
-    t.error = fmt::format("cuBLASLt unavailable: {}", t.error);
-    return t;
-  }
+  void* lib = open_into(t, soname, "cuBLASLt");
+  if (!lib) return t;
   bool ok = true;
   SOFTNEURO_CUBLASLT_FUNCTIONS(SOFTNEURO_RESOLVE)
-  if (!ok) {
-    t.error = fmt::format("cuBLASLt unavailable: {}: {}", soname, t.error);
-    return t;
-  }
-  try {
-    use_device();
-    cublasStatus_t st = t.api.cublasLtCreate(&t.handle);
-    if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cublasLtCreate: {}", t.api.cublasLtGetStatusString(st)));
-  } catch (const std::exception& e) {
-    t.error = fmt::format("cuBLASLt unavailable: {}", e.what());
-    t.handle = nullptr;
-  }
+  if (!ok) t.error = fmt::format("cuBLASLt unavailable: {}: {}", soname, t.error);
   return t;
 }
 
-Cudnn load_cudnn() {
-  Cudnn t;
-  if (Support d = device_support(); !d) {
-    t.error = d.reason;
-    return t;
-  }
+Loaded<CudnnApi> load_cudnn() {
+  Loaded<CudnnApi> t;
   const char* soname = "libcudnn.so." SOFTNEURO_STR(CUDNN_MAJOR);
-  void* lib = open_library(soname, t.error);
-  if (!lib) {
-    t.error = fmt::format("cuDNN unavailable: {}", t.error);
-    return t;
-  }
+  void* lib = open_into(t, soname, "cuDNN");
+  if (!lib) return t;
   bool ok = true;
   SOFTNEURO_CUDNN_FUNCTIONS(SOFTNEURO_RESOLVE)
   if (!ok) {
     t.error = fmt::format("cuDNN unavailable: {}: {}", soname, t.error);
-    return t;
-  }
-  if (t.api.cudnnGetVersion() / 10000 != CUDNN_MAJOR)
-    {
-    t.error = fmt::format("cuDNN unavailable: version {} is loaded, this build needs {}.x",
-                                 t.api.cudnnGetVersion(), CUDNN_MAJOR);
-    return t;
-  }
-  try {
-    use_device();
-    cudnnStatus_t st = t.api.cudnnCreate(&t.handle);
-    if (st != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cudnnCreate: {}", t.api.cudnnGetErrorString(st)));
-    st = t.api.cudnnSetStream(t.handle, stream());
-    if (st != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cudnnSetStream: {}", t.api.cudnnGetErrorString(st)));
-  } catch (const std::exception& e) {
-    t.error = fmt::format("cuDNN unavailable: {}", e.what());
-    t.handle = nullptr;
+  } else if (t.api.cudnnGetVersion() / 10000 != CUDNN_MAJOR) {
+    t.error = fmt::format("cuDNN unavailable: version {} is loaded, this build needs {}.x", t.api.cudnnGetVersion(),
+                          CUDNN_MAJOR);
   }
   return t;
 }
 
-// Opened once, never closed: handles live as long as the process (destroying
-// them at exit, after the driver may be gone, gains nothing).
-template <class T, T (*Load)()>
-const T& once() {
-  static const T* lib = [] {
-    T* t = new T(Load());
+// Opened once, never closed.
+template <class Api, Loaded<Api> (*Load)()>
+const Loaded<Api>& once() {
+  static const Loaded<Api>* lib = [] {
+    auto* t = new Loaded<Api>(Load());
     if (!t->error.empty()) core::info("CUDA backend: {}", t->error);
     return t;
   }();
   return *lib;
 }
+const Loaded<CublasApi>& cublas_lib() { return once<CublasApi, load_cublas>(); }
+const Loaded<CublasLtApi>& cublaslt_lib() { return once<CublasLtApi, load_cublaslt>(); }
+const Loaded<CudnnApi>& cudnn_lib() { return once<CudnnApi, load_cudnn>(); }
+
+template <class Api>
+const Api& api_of(const Loaded<Api>& lib) {
+  if (!lib.error.empty()) throw Error(lib.error);
+  return lib.api;
+}
+
+/// The queue's handle in `slot`, made by `make` on first use; `destroy` registered with the queue.
+template <class Handle>
+Handle handle_of(Queue& q, void*& slot, Handle (*make)(Queue&), void (*destroy)(void*)) {
+  if (!slot) {
+    slot = make(q);
+    q.release.push_back(destroy);
+    q.released.push_back(slot);
+  }
+  return static_cast<Handle>(slot);
+}
+
+cublasHandle_t make_cublas(Queue& q) {
+  const CublasApi& f = api_of(cublas_lib());
+  cublasHandle_t h = nullptr;
+  cublasStatus_t st = f.cublasCreate_v2(&h);
+  if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuBLAS: cublasCreate: {}", f.cublasGetStatusString(st)));
+  st = f.cublasSetStream_v2(h, q.stream());
+  // float32 stays float32: no TF32 tensor-op math unless a routine asks for it.
+  if (st == CUBLAS_STATUS_SUCCESS) st = f.cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    f.cublasDestroy_v2(h);
+    throw Error(fmt::format("cuBLAS: cublasSetStream: {}", f.cublasGetStatusString(st)));
+  }
+  return h;
+}
+void destroy_cublas(void* h) { cublas_lib().api.cublasDestroy_v2(static_cast<cublasHandle_t>(h)); }
+
+cublasLtHandle_t make_cublaslt(Queue&) {
+  const CublasLtApi& f = api_of(cublaslt_lib());
+  use_device();
+  cublasLtHandle_t h = nullptr;
+  cublasStatus_t st = f.cublasLtCreate(&h);
+  if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuBLASLt: cublasLtCreate: {}", f.cublasLtGetStatusString(st)));
+  return h;
+}
+void destroy_cublaslt(void* h) { cublaslt_lib().api.cublasLtDestroy(static_cast<cublasLtHandle_t>(h)); }
+
+cudnnHandle_t make_cudnn(Queue& q) {
+  const CudnnApi& f = api_of(cudnn_lib());
+  use_device();
+  cudnnHandle_t h = nullptr;
+  cudnnStatus_t st = f.cudnnCreate(&h);
+  if (st != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cuDNN: cudnnCreate: {}", f.cudnnGetErrorString(st)));
+  st = f.cudnnSetStream(h, q.stream());
+  if (st != CUDNN_STATUS_SUCCESS) {
+    f.cudnnDestroy(h);
+    throw Error(fmt::format("cuDNN: cudnnSetStream: {}", f.cudnnGetErrorString(st)));
+  }
+  return h;
+}
+void destroy_cudnn(void* h) { cudnn_lib().api.cudnnDestroy(static_cast<cudnnHandle_t>(h)); }
+
+Support support_of(const std::string& lib_error, void (*make_handle)()) {
+  if (Support d = device_support(); !d) return d;
+  if (!lib_error.empty()) return Support::no(lib_error);
+  try {
+    make_handle();
+  } catch (const std::exception& e) {
+    return Support::no(e.what());
+  }
+  return Support::yes();
+}
 
 }  // namespace
 
-const Cublas& cublas() { return once<Cublas, load_cublas>(); }
-const CublasLt& cublaslt() { return once<CublasLt, load_cublaslt>(); }
-const Cudnn& cudnn() { return once<Cudnn, load_cudnn>(); }
+Cublas cublas() {
+  const CublasApi& f = api_of(cublas_lib());
+  Queue& q = queue();
+  return Cublas{f, handle_of<cublasHandle_t>(q, q.cublas, make_cublas, destroy_cublas)};
+}
+CublasLt cublaslt() {
+  const CublasLtApi& f = api_of(cublaslt_lib());
+  Queue& q = queue();
+  return CublasLt{f, handle_of<cublasLtHandle_t>(q, q.cublaslt, make_cublaslt, destroy_cublaslt)};
+}
+Cudnn cudnn() {
+  const CudnnApi& f = api_of(cudnn_lib());
+  Queue& q = queue();
+  return Cudnn{f, handle_of<cudnnHandle_t>(q, q.cudnn, make_cudnn, destroy_cudnn)};
+}
 
-namespace {
-Support lib_support(const std::string& error) { return error.empty() ? Support::yes() : Support::no(error); }
-}  // namespace
+const CublasApi& cublas_api() { return api_of(cublas_lib()); }
+const CublasLtApi& cublaslt_api() { return api_of(cublaslt_lib()); }
+const CudnnApi& cudnn_api() { return api_of(cudnn_lib()); }
 
-Support cublas_support() {
-  if (Support d = device_support(); !d) return d;
-  return lib_support(cublas().error);
+void set_cublas_workspace(void* workspace, std::size_t bytes) {
+  const Cublas lib = cublas();
+  Queue& q = queue();
+  if (q.cublas_workspace == workspace && q.cublas_workspace_bytes == bytes) return;
+  check_cublas(lib.api.cublasSetWorkspace_v2(lib.handle, workspace, bytes), "cublasSetWorkspace");
+  q.cublas_workspace = workspace;
+  q.cublas_workspace_bytes = bytes;
 }
-Support cublaslt_support() {
-  if (Support d = device_support(); !d) return d;
-  return lib_support(cublaslt().error);
-}
-Support cudnn_support() {
-  if (Support d = device_support(); !d) return d;
-  return lib_support(cudnn().error);
-}
+
+Support cublas_support() { return support_of(cublas_lib().error, [] { cublas(); }); }
+Support cublaslt_support() { return support_of(cublaslt_lib().error, [] { cublaslt(); }); }
+Support cudnn_support() { return support_of(cudnn_lib().error, [] { cudnn(); }); }
 
 void check_cublas(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return;
-  const char* text = cublas().api.cublasGetStatusString ? cublas().api.cublasGetStatusString(st) : "unknown status";
+  const char* text = cublas_lib().api.cublasGetStatusString ? cublas_lib().api.cublasGetStatusString(st) : "unknown status";
   throw Error(fmt::format("cuBLAS error in {}: {} ({})", what, text, static_cast<int>(st)));
 }
 
 void check_cublaslt(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return;
-  const char* text = cublaslt().api.cublasLtGetStatusString ? cublaslt().api.cublasLtGetStatusString(st) : "unknown status";
+  const char* text = cublaslt_lib().api.cublasLtGetStatusString ? cublaslt_lib().api.cublasLtGetStatusString(st) : "unknown status";
   throw Error(fmt::format("cuBLASLt error in {}: {} ({})", what, text, static_cast<int>(st)));
 }
 
 void check_cudnn(cudnnStatus_t st, const char* what) {
   if (st == CUDNN_STATUS_SUCCESS) return;
-  const char* text = cudnn().api.cudnnGetErrorString ? cudnn().api.cudnnGetErrorString(st) : "unknown status";
+  const char* text = cudnn_lib().api.cudnnGetErrorString ? cudnn_lib().api.cudnnGetErrorString(st) : "unknown status";
   throw Error(fmt::format("cuDNN error in {}: {} ({})", what, text, static_cast<int>(st)));
 }
 

@@ -1,6 +1,7 @@
 // cuBLAS, cuBLASLt and cuDNN, opened with dlopen on first use (so the library
-// loads, fast, where they are not installed) with one handle each on the
-// backend's stream. Call through the tables: cublas().api.cublasGemmEx(...).
+// loads, fast, where they are not installed), with one handle each per queue
+// (cuda_backend.hpp: a session's stream), made on the queue's first use.
+// Call through the tables: cublas().api.cublasGemmEx(cublas().handle, ...).
 #pragma once
 
 #include "routines/cuda/cuda_backend.hpp"
@@ -97,28 +98,36 @@ struct CudnnApi {
   SOFTNEURO_CUDNN_FUNCTIONS(SOFTNEURO_DECLARE_POINTER)
 };
 
-/// A library with its handle on stream(); `error` is empty when usable.
+/// A library's functions and the current queue's handle.
 struct Cublas {
-  std::string error;
-  CublasApi api;
-  cublasHandle_t handle = nullptr;
+  const CublasApi& api;
+  cublasHandle_t handle;
 };
 struct CublasLt {
-  std::string error;
-  CublasLtApi api;
-  cublasLtHandle_t handle = nullptr;
+  const CublasLtApi& api;
+  cublasLtHandle_t handle;
 };
 struct Cudnn {
-  std::string error;
-  CudnnApi api;
-  cudnnHandle_t handle = nullptr;
+  const CudnnApi& api;
+  cudnnHandle_t handle;
 };
 
-/// Opened (and the handle created) on the first call; later calls are cheap.
-/// Without a device they only say so in `error` and open nothing.
-const Cublas& cublas();
-const CublasLt& cublaslt();
-const Cudnn& cudnn();
+/// The library (opened on the first call of any queue) with the current
+/// queue's handle (made on its first call, on its stream). Throws Error when
+/// the device, the library or the handle is unusable; the *_support()
+/// functions below say so without throwing.
+Cublas cublas();
+CublasLt cublaslt();
+Cudnn cudnn();
+
+/// The library's functions alone, for what needs no handle (descriptors, their
+/// release in destructors). Throws Error when the library did not open.
+const CublasApi& cublas_api();
+const CublasLtApi& cublaslt_api();
+const CudnnApi& cudnn_api();
+
+/// Gives the current queue's cuBLAS handle this workspace, when it is not the one it has.
+void set_cublas_workspace(void* workspace, std::size_t bytes);
 
 /// Support::yes() when the device and the library are usable.
 Support cublas_support();

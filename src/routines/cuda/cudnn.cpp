@@ -45,7 +45,7 @@ struct Descriptors {
   Descriptors(const Descriptors&) = delete;
   Descriptors& operator=(const Descriptors&) = delete;
   ~Descriptors() {
-    const CudnnApi& f = cudnn().api;
+    const CudnnApi& f = cudnn_api();
     if (x) f.cudnnDestroyTensorDescriptor(x);
     if (y) f.cudnnDestroyTensorDescriptor(y);
     if (w) f.cudnnDestroyFilterDescriptor(w);
@@ -54,7 +54,7 @@ struct Descriptors {
 };
 
 void describe(Descriptors& d, const core::Window2d& g, const Schema& s) {
-  const CudnnApi& f = cudnn().api;
+  const CudnnApi& f = cudnn_api();
   const cudnnDataType_t t = s.dtype == DType::float16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
   const cudnnTensorFormat_t fmt = s.layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   auto i = [](int64_t v) { return static_cast<int>(v); };
@@ -87,7 +87,7 @@ class PreparedConv final : public Prepared {
       : g_(core::conv2_window(*info.layer, info.input_shapes[0])),
         act_(act_params(core::fused_activation(*info.layer))),
         schema_(s) {
-    const Cudnn& lib = cudnn();
+    const Cudnn lib = cudnn();
     describe(d_, g_, s);
 
     // Weights [O, C/g, KH, KW] (nhwc: [O, KH, KW, C/g]) in the schema's dtype; bias float32.
@@ -149,7 +149,7 @@ class PreparedConv final : public Prepared {
   /// (workspace query, then a trial run on scratch buffers: some algorithms
   /// pass the query and still refuse the shape when run); else says why not.
   std::string try_algorithm(cudnnConvolutionFwdAlgo_t algo) {
-    const Cudnn& lib = cudnn();
+    const Cudnn lib = cudnn();
     const int a = static_cast<int>(algo);
     std::size_t ws = 0;
     cudnnStatus_t st = lib.api.cudnnGetConvolutionForwardWorkspaceSize(lib.handle, d_.x, d_.w, d_.conv, d_.y, algo, &ws);
@@ -172,7 +172,7 @@ class PreparedConv final : public Prepared {
 
   cudnnStatus_t forward(const void* x, void* y, void* ws) const {
     const float one = 1.0f, zero = 0.0f;
-    const Cudnn& lib = cudnn();
+    const Cudnn lib = cudnn();
     return lib.api.cudnnConvolutionForward(lib.handle, &one, d_.x, x, d_.w, w_.get(), d_.conv, algo_,
                                            ws_ ? ws : nullptr, ws_, &zero, d_.y, y);
   }

@@ -1,0 +1,93 @@
+#!/bin/bash
+# The CUDA backend on a lent GPU (issue 56), in one call of the device tool:
+#   bench/gpu/pack.sh                                  # here: build/ packed into .devpack/
+#   device run (carry .devpack): bench/gpu/device_check.sh [STEPS]
+# STEPS (comma-separated; default tests,eager,tune,bench,compile):
+#   tests    softneuro_cuda_tests (every CUDA routine against cpu/ref, the generator, sessions at once)
+#   eager    torch_peers.py: torchvision's ResNet50 and MobileNetV2 exported, PyTorch eager timed
+#   tune     import, hybrid tune (cpu:float32:*,cuda:float32,cuda:float16) and run each model and batch
+#   bench    softneuro bench --sessions 4 of the batch-1 tuned nets (outputs identical across sessions)
+#   compile  torch_peers.py: torch.compile timed (last: the slowest step)
+#   cuda_bench  cuDNN algorithms per convolution, graphs against eager runs
+# Environment: MODELS (resnet50 mobilenet_v2 rec), BATCHES (1 8), TUNE_BUDGET (s per tune, 60),
+# B8_SCHEMAS (schemas of batches above 1; default the hybrid set), DEADLINE (s; steps that
+# would start later are skipped, default 560), SKIP (model.bN names not to tune, e.g. "rec.b8").
+# Logs go to $OUT (summary.txt and logs.tgz: the device tool brings back 8 files at most).
+set -u
+OUT=${OUT:-/tmp/gpu-out}
+steps=",${1:-tests,eager,tune,bench,compile},"
+has() { [[ $steps == *",$1,"* ]]; }
+start=$SECONDS deadline=${DEADLINE:-560}
+time_for() { (( SECONDS - start + $1 < deadline )) || { note "skipped $2: $((SECONDS - start)) s used of $deadline"; false; }; }
+D=/tmp/devpack W=/tmp/devwork
+mkdir -p "$OUT" $D $W
+tar -xJf .devpack/pack.tar.xz -C $D || exit 1
+nv=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
+libdirs=$(find -H ${nv:+"$nv"} /usr/local/cuda/lib64 \( -name 'libcublas*.so*' -o -name 'libcudnn*.so*' -o -name 'libnvrtc*.so*' \) -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH=$D/lib:$libdirs${LD_LIBRARY_PATH:-}
+export OMP_WAIT_POLICY=passive
+sn=$D/bin/softneuro
+summary=$OUT/summary.txt
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader); cpus $(nproc)"
+SOFTNEURO_LOG=info $sn routines dense 2>&1 | grep -m1 'CUDA backend' | tee -a "$summary"
+
+if has tests; then
+  timeout 120 $D/bin/softneuro_cuda_tests --durations yes > "$OUT/cuda_tests.log" 2>&1
+  note "softneuro_cuda_tests rc $?: $(grep -a -E '^(test cases|assertions|All tests)' "$OUT/cuda_tests.log" | tr '\n' ' ')"
+  grep -a -A6 'FAILED' "$OUT/cuda_tests.log" | head -60 | tee -a "$summary"
+  grep -a -E 'runs compared|^[0-9.]+ s: ' "$OUT/cuda_tests.log" | tee -a "$summary"
+fi
+
+python3 - <<PY
+import numpy as np
+rng = np.random.default_rng(0)
+for b in (1, 8):
+    np.save("$W/img_b%d.npy" % b, rng.standard_normal((b, 3, 224, 224), dtype=np.float32))
+    np.save("$W/line_b%d.npy" % b, rng.standard_normal((b, 3, 48, 320), dtype=np.float32))
+PY
+cp $D/models/ch_PP-OCRv4_rec_infer.onnx $W/rec.onnx
+# Exports the torchvision models (and times eager PyTorch with "eager").
+modes=none; has eager && modes=eager
+PYTHONUNBUFFERED=1 timeout 120 python3 bench/gpu/torch_peers.py --export $W --modes $modes --json "$OUT/torch_eager.json" > "$OUT/torch_eager.log" 2>&1
+note "torch_peers $modes rc $?"; grep '^{' "$OUT/torch_eager.log" | tee -a "$summary"
+
+hybrid='cpu:float32:*,cuda:float32,cuda:float16'
+if has tune; then
+  for m in ${MODELS:-resnet50 mobilenet_v2 rec}; do
+    for b in ${BATCHES:-1 8}; do
+      [[ " ${SKIP:-} " == *" $m.b$b "* ]] && continue
+      time_for 60 "tune $m b$b" || continue
+      if [ $m = rec ]; then in=x; shape=${b}x3x48x320; npy=$W/line_b$b.npy; else in=input; shape=${b}x3x224x224; npy=$W/img_b$b.npy; fi
+      schemas=$hybrid; [ $b != 1 ] && schemas=${B8_SCHEMAS:-$hybrid}
+      t=$m.b$b
+      $sn import $W/$m.onnx -o $W/$t.dnn --input-shape $in=$shape > "$OUT/$t.log" 2>&1 || { note "$t import failed: $(tail -2 "$OUT/$t.log")"; continue; }
+      timeout 120 $sn tune $W/$t.dnn -o $W/$t.tuned.dnn --schemas "$schemas" --cache - --unit-budget-ms 5 \
+        --time-budget ${TUNE_BUDGET:-60} --json "$OUT/$t.tune.json" >> "$OUT/$t.log" 2>&1
+      note "$t tune ($schemas) rc $?: $(grep -E '^(predicted|tuned in)' "$OUT/$t.log" | tr '\n' ' ')"
+      timeout 60 $sn run $W/$t.tuned.dnn --input $in=$npy --repeat 200 > "$OUT/$t.run.log" 2>&1
+      note "$t run rc $?: $(grep -E '^latency' "$OUT/$t.run.log")"
+      awk 'NF >= 5 && $3 ~ /^(cuda|cpu)/ {print $3}' "$OUT/$t.log" | sort | uniq -c | sort -rn | head -8 | tr -s ' \n' ' ' | sed 's/^/  path:/' | tee -a "$summary"; echo | tee -a "$summary"
+      grep -E '^[0-9]+ adapts' "$OUT/$t.log" | tee -a "$summary"
+    done
+  done
+fi
+if has bench; then
+  for t in resnet50.b1 rec.b1; do
+    [ -f $W/$t.tuned.dnn ] && time_for 20 "bench $t" || continue
+    timeout 60 $sn bench $W/$t.tuned.dnn --sessions 4 --runs 50 > "$OUT/$t.bench4.log" 2>&1
+    note "$t bench --sessions 4 rc $?: $(grep -E 'latency|outputs' "$OUT/$t.bench4.log" | tr '\n' ' ')"
+  done
+fi
+if has compile && time_for 75 "torch.compile"; then
+  PYTHONUNBUFFERED=1 timeout $((deadline - (SECONDS - start) - 10)) python3 bench/gpu/torch_peers.py --export $W --modes compile \
+    --json "$OUT/torch_compile.json" > "$OUT/torch_compile.log" 2>&1
+  note "torch_peers compile rc $?"; grep '^{' "$OUT/torch_compile.log" | tee -a "$summary"
+fi
+if has cuda_bench && [ -f $W/resnet50.b1.dnn ] && time_for 60 cuda_bench; then
+  timeout 120 $D/bin/cuda_bench $W/resnet50.b1.dnn > "$OUT/cuda_bench.log" 2>&1
+  note "cuda_bench rc $?"; tail -8 "$OUT/cuda_bench.log" | tee -a "$summary"
+fi
+note "done in $((SECONDS - start)) s"
+(cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -v -e '^summary.txt$' -e '^logs.tgz$'))

@@ -1,0 +1,85 @@
+"""PyTorch on the GPU, the peer of our CUDA backend (issue 56): torchvision's
+ResNet50 and MobileNetV2 (seeded random weights: latency does not depend on
+the values) exported to ONNX with a dynamic batch for `softneuro import`, and
+timed in PyTorch eager float32 and float16 (cuDNN, PyTorch's defaults: TF32
+convolutions in float32) and torch.compile float16 (default mode) at batch 1 and 8. Device-event medians of --runs runs after
+warm-up. Prints one JSON line per figure and writes them to --json.
+
+    python3 bench/gpu/torch_peers.py --export DIR [--json OUT] [--runs 50] [--modes eager,compile]
+                                     [--models resnet50,mobilenet_v2]
+"""
+import argparse
+import copy
+import json
+import os
+import time
+
+import torch
+import torchvision
+
+
+def median_ms(fn, runs):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--export", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--models", default="resnet50,mobilenet_v2")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    rows = []
+    modes = args.modes.split(",")
+    for name in args.models.split(","):
+        model = getattr(torchvision.models, name)(weights=None).eval()
+        x1 = torch.randn(1, 3, 224, 224)
+        path = f"{args.export}/{name}.onnx"
+        if not os.path.exists(path):
+            t0 = time.time()
+            torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, input_names=["input"], output_names=["output"],
+                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=17,
+                              dynamo=False)
+            print(f"exported {path} in {time.time() - t0:.1f} s", flush=True)
+        model = model.cuda()
+        with torch.inference_mode():
+            if "eager" in modes:
+                model_half = copy.deepcopy(model).half()
+                for batch in (1, 8):
+                    for label, m, dtype in (("eager float32", model, torch.float32),
+                                            ("eager float16", model_half, torch.float16)):
+                        x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype)
+                        rows.append({"model": name, "batch": batch, "peer": f"torch {label}",
+                                     "ms": median_ms(lambda: m(x), args.runs)})
+                        print(json.dumps(rows[-1]), flush=True)
+            if "compile" in modes:
+                compiled = torch.compile(model.half())
+                for batch in (1, 8):
+                    t0 = time.time()
+                    x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16)
+                    compiled(x)
+                    rows.append({"model": name, "batch": batch, "peer": "torch.compile float16",
+                                 "ms": median_ms(lambda: compiled(x), args.runs), "compile_s": round(time.time() - t0, 1)})
+                    print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                       "cudnn": torch.backends.cudnn.version(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

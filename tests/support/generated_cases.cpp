@@ -1,0 +1,380 @@
+// The generated cases of the routine tests (tests/routines/test_every_routine.cpp
+// runs every CPU routine on them, tests/cuda/test_cuda_generated.cpp every CUDA
+// routine): a few shapes and attribute sets per layer type, random values.
+#include "support/generated_cases.hpp"
+
+#include "core/layer_types.hpp"
+#include "routines/f32_check.hpp"
+#include "support/run_layer.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <tuple>
+
+namespace softneuro::test {
+using f32::random_blob;
+
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+using Case = GeneratedCase;
+
+Layer layer_of(const std::string& type, std::map<std::string, Attr> params, std::map<std::string, Blob> weights,
+               int inputs = 1, int outputs = 1) {
+  return test::make_layer(type, std::move(params), std::move(weights), inputs, outputs);
+}
+
+std::vector<Case> conv2_cases(std::mt19937& rng) {
+  struct C {
+    int64_t n, c, h, w, k, kh, kw, stride, dilation, group, pad;
+    const char* act;
+  };
+  const C shapes[] = {
+      {1, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, "none"},  {1, 3, 17, 19, 16, 3, 3, 2, 1, 1, 1, "relu"},
+      {1, 32, 9, 9, 24, 1, 1, 1, 1, 1, 0, "clip"},    {1, 24, 10, 10, 40, 1, 1, 2, 1, 1, 0, "none"},
+      {1, 32, 12, 12, 32, 3, 3, 1, 1, 32, 1, "relu"}, {1, 48, 11, 11, 48, 3, 3, 2, 1, 48, 1, "hardswish"},
+      {2, 8, 8, 8, 12, 3, 3, 1, 2, 1, 2, "sigmoid"},  {1, 16, 7, 9, 16, 5, 5, 1, 1, 4, 2, "hardsigmoid"},
+      {1, 20, 13, 13, 36, 3, 3, 1, 1, 1, 0, "none"},  {1, 64, 6, 6, 64, 3, 3, 1, 1, 1, 1, "relu"},
+      {1, 16, 10, 10, 32, 3, 3, 1, 1, 1, 1, "silu"},  {1, 32, 8, 8, 16, 1, 1, 1, 1, 1, 0, "silu"},
+  };
+  std::vector<Case> out;
+  for (const C& s : shapes) {
+    std::map<std::string, Attr> p{{"strides", Ints{s.stride, s.stride}},
+                                  {"pads", Ints{s.pad, s.pad, s.pad, s.pad}},
+                                  {"dilations", Ints{s.dilation, s.dilation}},
+                                  {"group", s.group},
+                                  {"act", std::string(s.act)}};
+    if (std::string(s.act) == "clip") p["act_min"] = 0.0, p["act_max"] = 0.5;
+    std::map<std::string, Blob> w{{"weight", random_blob({s.k, s.c / s.group, s.kh, s.kw}, rng, -0.3f, 0.3f)},
+                                  {"bias", random_blob({s.k}, rng)}};
+    out.push_back({fmt::format("{}x{}x{}x{} -> {} k{}x{} s{} d{} g{} p{} {}", s.n, s.c, s.h, s.w, s.k, s.kh, s.kw,
+                               s.stride, s.dilation, s.group, s.pad, s.act),
+                   layer_of("conv2", p, w), {random_blob({s.n, s.c, s.h, s.w}, rng)}});
+  }
+  return out;
+}
+
+std::vector<Case> deconv2_cases(std::mt19937& rng) {
+  std::vector<Case> out;
+  struct C {
+    int64_t c, h, k, kernel, stride, pad, group, output_padding;
+  };
+  for (const C& s : {C{16, 8, 8, 2, 2, 0, 1, 0}, C{8, 5, 12, 3, 2, 1, 1, 1}, C{12, 6, 12, 4, 2, 1, 4, 0}}) {
+    std::map<std::string, Attr> p{{"strides", Ints{s.stride, s.stride}}, {"pads", Ints{s.pad, s.pad, s.pad, s.pad}},
+                                  {"group", s.group}, {"output_padding", Ints{s.output_padding, s.output_padding}}};
+    out.push_back({fmt::format("deconv {}x{} -> {} k{} s{} p{} g{}", s.c, s.h, s.k, s.kernel, s.stride, s.pad, s.group),
+                   layer_of("deconv2", p,
+                            {{"weight", random_blob({s.c, s.k / s.group, s.kernel, s.kernel}, rng, -0.3f, 0.3f)},
+                             {"bias", random_blob({s.k}, rng)}}),
+                   {random_blob({1, s.c, s.h, s.h}, rng)}});
+  }
+  return out;
+}
+
+std::vector<Case> dense_cases(std::mt19937& rng) {
+  std::vector<Case> out;
+  // [3200, 256]: rows beyond every row blocking (Eigen's, the pool's tasks).
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 10}, {3, 37, 19}, {8, 128, 96}, {3200, 256, 40}})
+    out.push_back({fmt::format("dense [{},{}] x {}", m, k, n),
+                   layer_of("dense", {{"act", std::string(n == 19 ? "relu" : n == 96 ? "silu" : "none")}},
+                            {{"weight", random_blob({n, k}, rng, -0.2f, 0.2f)}, {"bias", random_blob({n}, rng)}}),
+                   {random_blob({m, k}, rng)}});
+  return out;
+}
+
+std::vector<Case> matmul_cases(std::mt19937& rng) {
+  return {{"matmul [2,5,7] x [7,3]", layer_of("matmul", {}, {}, 2), {random_blob({2, 5, 7}, rng), random_blob({7, 3}, rng)}},
+          {"matmul [2,3,4,8] x [2,3,8,5]", layer_of("matmul", {}, {}, 2),
+           {random_blob({2, 3, 4, 8}, rng), random_blob({2, 3, 8, 5}, rng)}},
+          {"matmul [1,3000,256] x [256,24]", layer_of("matmul", {}, {}, 2),
+           {random_blob({1, 3000, 256}, rng), random_blob({256, 24}, rng)}}};
+}
+
+std::vector<Case> pool2_cases(std::mt19937& rng) {
+  std::vector<Case> out;
+  auto add = [&](std::string what, std::map<std::string, Attr> p, Shape s) {
+    out.push_back({std::move(what), layer_of("pool2", std::move(p), {}), {random_blob(s, rng)}});
+  };
+  add("max 3x3 s2 p1", {{"mode", std::string("max")}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}},
+      {1, 24, 13, 13});
+  add("avg 2x2 s2", {{"mode", std::string("avg")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}, {1, 16, 8, 10});
+  add("avg 3x3 s1 p1 ceil", {{"mode", std::string("avg")}, {"kernel", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}},
+      {1, 20, 7, 7});
+  add("avg 3x3 dilated 2 p2 count_include_pad", {{"mode", std::string("avg")}, {"kernel", Ints{3, 3}}, {"dilations", Ints{2, 2}},
+                                               {"pads", Ints{2, 2, 2, 2}}, {"count_include_pad", int64_t{1}}},
+      {1, 16, 9, 9});
+  add("avg 2x3 dilated 2x1", {{"mode", std::string("avg")}, {"kernel", Ints{2, 3}}, {"dilations", Ints{2, 1}}}, {1, 8, 9, 10});
+  add("global avg", {{"mode", std::string("avg")}, {"global", int64_t{1}}}, {2, 40, 7, 7});
+  add("global max", {{"mode", std::string("max")}, {"global", int64_t{1}}}, {1, 17, 5, 6});
+  return out;
+}
+
+std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng) {
+  std::vector<Case> out;
+  std::vector<std::map<std::string, Attr>> params{{}};
+  if (type == "clip") params = {{{"min", 0.0}, {"max", 6.0}}, {{"min", -0.5}, {"max", 0.5}}};
+  if (type == "gelu") params = {{{"approximate", std::string("none")}}, {{"approximate", std::string("tanh")}}};
+  if (type == "hardsigmoid") params = {{}, {{"alpha", 0.1}, {"beta", 0.3}}};
+  if (type == "leaky_relu") params = {{}, {{"alpha", 0.3}}};
+  if (type == "pow") params = {{{"exponent", 0.5}}, {{"exponent", 3.0}}};
+  // Positive inputs where the function needs them (NaN is compared as a failure).
+  const bool positive = type == "sqrt" || type == "log" || type == "reciprocal" || type == "pow";
+  for (const auto& p : params)
+    for (Shape s : {Shape{1, 16, 7, 7}, Shape{2, 19, 5, 3}, Shape{3, 40}})
+      out.push_back({fmt::format("{} {}", type, s.to_string()), layer_of(type, p, {}),
+                     {positive ? random_blob(s, rng, 0.25f, 4.f) : random_blob(s, rng, -4.f, 4.f)}});
+  if (type == "pow")
+    out.push_back({"pow x ** y", layer_of("pow", {}, {}, 2),
+                   {random_blob({1, 8, 3, 3}, rng, 0.25f, 4.f), random_blob({1, 8, 1, 1}, rng, -2.f, 2.f)}});
+  return out;
+}
+
+std::vector<Case> binary_cases(const std::string& type, std::mt19937& rng) {
+  std::vector<Case> out;
+  const std::pair<Shape, Shape> shapes[] = {{{1, 16, 6, 6}, {1, 16, 6, 6}}, {{1, 24, 5, 7}, {1, 24, 1, 1}},
+                                            {{2, 8, 4, 4}, {1, 8, 4, 4}}, {{3, 10}, {10}}};
+  for (const auto& [a, b] : shapes) {
+    Blob y = random_blob(b, rng, 0.5f, 2.0f);  // away from zero: div
+    out.push_back({fmt::format("{} {} {}", type, a.to_string(), b.to_string()), layer_of(type, {}, {}, 2),
+                   {random_blob(a, rng), y}});
+  }
+  if (type == "add")
+    out.push_back({"add relu", layer_of("add", {{"act", std::string("relu")}}, {}, 2),
+                   {random_blob({1, 16, 6, 6}, rng), random_blob({1, 16, 6, 6}, rng)}});
+  return out;
+}
+
+/// lstm (gates 4), gru (3) and rnn (1): directions, layouts, initial states, biases, peepholes, clip.
+std::vector<Case> rnn_cases(const std::string& type, std::mt19937& rng) {
+  const int64_t G = type == "lstm" ? 4 : type == "rnn" ? 1 : 3;
+  struct C {
+    int64_t seq, batch, input, hidden;
+    const char* direction;
+    int64_t layout;
+    bool bias, states, extra;  // extra: lstm peepholes + clip, gru linear_before_reset
+  };
+  std::vector<Case> out;
+  // The last two: sequence x batch beyond every row blocking of the routines
+  // (Eigen's GEMM blocks a few hundred rows at this input size), as real readers run.
+  for (const C& s : {C{5, 1, 8, 16, "forward", 0, true, false, false}, C{4, 2, 6, 20, "reverse", 0, true, true, true},
+                     C{3, 3, 5, 7, "bidirectional", 1, false, true, false}, C{6, 1, 32, 40, "bidirectional", 0, true, false, true},
+                     C{100, 32, 256, 24, "forward", 1, true, true, false}, C{3000, 1, 256, 16, "bidirectional", 0, true, false, false}}) {
+    const int64_t D = std::string(s.direction) == "bidirectional" ? 2 : 1;
+    std::map<std::string, Attr> p{{"hidden_size", s.hidden}, {"direction", std::string(s.direction)}, {"layout", s.layout}};
+    std::map<std::string, Blob> w{{"W", random_blob({D, G * s.hidden, s.input}, rng, -0.4f, 0.4f)},
+                                  {"R", random_blob({D, G * s.hidden, s.hidden}, rng, -0.4f, 0.4f)}};
+    if (s.bias) w["B"] = random_blob({D, 2 * G * s.hidden}, rng, -0.3f, 0.3f);
+    if (s.extra && G == 4) {
+      w["P"] = random_blob({D, 3 * s.hidden}, rng, -0.3f, 0.3f);
+      p["clip"] = 1.5;
+    }
+    if (s.extra && G == 3) p["linear_before_reset"] = int64_t{1};
+    const Shape x = s.layout ? Shape{s.batch, s.seq, s.input} : Shape{s.seq, s.batch, s.input};
+    const Shape state = s.layout ? Shape{s.batch, D, s.hidden} : Shape{D, s.batch, s.hidden};
+    const int inputs = s.states ? (G == 4 ? 3 : 2) : 1;
+    std::vector<Blob> in{random_blob(x, rng)};
+    for (int k = 1; k < inputs; ++k) in.push_back(random_blob(state, rng, -0.5f, 0.5f));
+    out.push_back({fmt::format("{} T{} B{} I{} H{} {} layout {}{}{}{}", type, s.seq, s.batch, s.input, s.hidden, s.direction,
+                               s.layout, s.bias ? " bias" : "", s.states ? " initial states" : "", s.extra ? " extra" : ""),
+                   layer_of(type, p, w, inputs, G == 4 ? 3 : 2), std::move(in)});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
+  if (type == "lstm" || type == "gru" || type == "rnn") return rnn_cases(type, rng);
+  if (type == "fake_quant") {
+    std::vector<Case> out;
+    for (auto [scale, zp, qmin, qmax] : {std::tuple<double, int64_t, int64_t, int64_t>{0.05, 100, 0, 255}, {0.1, -3, -128, 127}}) {
+      out.push_back({fmt::format("fake_quant scale {} zero point {} [{}, {}]", scale, zp, qmin, qmax),
+                     layer_of("fake_quant", {{"scale", scale}, {"zero_point", zp}, {"qmin", qmin}, {"qmax", qmax}}, {}),
+                     {random_blob({1, 8, 5, 7}, rng, -8.0f, 8.0f)}});
+    }
+    return out;
+  }
+  if (type == "dynamic_quantize") {
+    std::vector<Case> out;
+    for (const Shape& shape : {Shape{2, 3, 7, 7}, Shape{1, 5000}})
+      out.push_back({fmt::format("dynamic_quantize {}", shape.to_string()), layer_of("dynamic_quantize", {}, {}, 1, 3),
+                     {random_blob(shape, rng, -3.0f, 5.0f)}});
+    out.push_back({"dynamic_quantize, all positive", layer_of("dynamic_quantize", {}, {}, 1, 3), {random_blob({300}, rng, 1.0f, 2.0f)}});
+    return out;
+  }
+  if (type == "group_norm") {
+    std::vector<Case> out;
+    for (auto [shape, groups] : {std::pair<Shape, int64_t>{{1, 8, 5, 7}, 2}, {{2, 6, 9, 9}, 6}, {{1, 32, 33}, 8}, {{1, 4, 70, 70}, 1}}) {
+      const int64_t c = shape[1];
+      out.push_back({fmt::format("group_norm {} groups {}", shape.to_string(), groups),
+                     layer_of("group_norm", {{"groups", groups}, {"epsilon", 1e-5}},
+                              {{"scale", random_blob({c}, rng)}, {"bias", random_blob({c}, rng)}}),
+                     {random_blob(shape, rng, -2.0f, 3.0f)}});
+    }
+    return out;
+  }
+  if (type == "conv2") return conv2_cases(rng);
+  if (type == "deconv2") return deconv2_cases(rng);
+  if (type == "dense") return dense_cases(rng);
+  if (type == "matmul") return matmul_cases(rng);
+  if (type == "pool2") return pool2_cases(rng);
+  if (type == "batchnorm") {
+    std::vector<Case> out;
+    for (int64_t c : {16, 19}) {
+      std::map<std::string, Blob> w{{"scale", random_blob({c}, rng)}, {"bias", random_blob({c}, rng)},
+                                    {"mean", random_blob({c}, rng)}, {"var", random_blob({c}, rng, 0.5f, 2.f)}};
+      out.push_back({fmt::format("batchnorm c={}", c), layer_of("batchnorm", {{"epsilon", 1e-5}}, w),
+                     {random_blob({1, c, 5, 6}, rng)}});
+    }
+    return out;
+  }
+  for (const char* t : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "tanh", "gelu", "identity", "abs", "neg",
+                        "sqrt", "exp", "log", "erf", "reciprocal", "silu", "mish", "leaky_relu", "pow"})
+    if (type == t) return unary_cases(type, rng);
+  if (type == "prelu")
+    return {{"prelu per channel", layer_of("prelu", {}, {{"slope", random_blob({16, 1, 1}, rng)}}), {random_blob({1, 16, 5, 5}, rng)}},
+            {"prelu scalar", layer_of("prelu", {}, {{"slope", random_blob({1}, rng)}}), {random_blob({2, 7}, rng)}}};
+  if (type == "reduce") {
+    std::vector<Case> out;
+    for (const char* mode : {"mean", "sum", "max", "min", "l2"})
+      for (const auto& [axes, keep] : {std::pair<Ints, int64_t>{{2, 3}, 1}, {{1}, 0}, {{0, 2}, 1}, {{-1}, 0}, {{}, 0}}) {
+        std::map<std::string, Attr> p{{"mode", std::string(mode)}, {"keepdims", keep}};
+        if (!axes.empty()) p["axes"] = axes;
+        out.push_back({fmt::format("reduce {} axes [{}] keepdims {}", mode, fmt::join(axes, ","), keep), layer_of("reduce", p, {}),
+                       {random_blob({2, 5, 4, 6}, rng)}});
+      }
+    return out;
+  }
+  for (const char* t : {"add", "sub", "mul", "div", "max", "min"})
+    if (type == t) return binary_cases(type, rng);
+  if (type == "compare" || type == "logical") {
+    std::vector<Case> out;
+    const std::vector<std::string> ops = type == "compare"
+        ? std::vector<std::string>{"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+        : std::vector<std::string>{"and", "or", "xor"};
+    for (const auto& op : ops) {
+      // Small integers (0..2): equal values and zeros occur.
+      Blob a = random_blob({2, 8, 5}, rng, 0.f, 3.f), b = random_blob({8, 1}, rng, 0.f, 3.f);
+      for (Blob* x : {&a, &b})
+        for (int64_t i = 0; i < x->numel(); ++i) x->data_as<float>()[i] = std::floor(x->data_as<float>()[i]);
+      out.push_back({fmt::format("{} {}", type, op), layer_of(type, {{"op", op}}, {}, 2), {a, b}});
+    }
+    return out;
+  }
+  if (type == "take") {
+    Blob idx = Blob::allocate(Shape{3, 4}, DType::int64);
+    for (int64_t i = 0; i < 12; ++i) idx.data_as<int64_t>()[i] = (i * 7) % 30;
+    return {{"take", layer_of("take", {}, {{"indices", idx}}), {random_blob({5, 6}, rng)}}};
+  }
+  if (type == "divmod" || type == "bitwise") {
+    std::vector<Case> out;
+    const std::vector<std::string> ops = type == "divmod" ? std::vector<std::string>{"quotient", "mod", "fmod"}
+                                                          : std::vector<std::string>{"and", "or", "xor", "shift_left", "shift_right"};
+    for (const auto& op : ops) {
+      // Integers: -50..50 divided by 1..9 (no zero), shifted by 0..9.
+      Blob a = random_blob({2, 8, 5}, rng, -50.f, 50.f), b = random_blob({8, 1}, rng, 1.f, 10.f);
+      for (Blob* x : {&a, &b})
+        for (int64_t i = 0; i < x->numel(); ++i) x->data_as<float>()[i] = std::floor(x->data_as<float>()[i]);
+      std::map<std::string, Attr> p{{"op", op}};
+      if (type == "bitwise") p["bits"] = int64_t{16}, p["signed"] = int64_t{1};
+      out.push_back({fmt::format("{} {}", type, op), layer_of(type, p, {}, 2), {a, b}});
+    }
+    return out;
+  }
+  if (type == "cumulative")
+    return {{"cumulative sum axis 1", layer_of("cumulative", {{"op", std::string("sum")}, {"axis", int64_t{1}}}, {}), {random_blob({3, 9, 4}, rng)}},
+            {"cumulative prod reverse exclusive", layer_of("cumulative", {{"op", std::string("prod")}, {"axis", int64_t{-1}},
+                                                                          {"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}, {}),
+             {random_blob({3, 9, 4}, rng)}}};
+  if (type == "grid_sample") {
+    std::vector<Case> out;
+    for (const char* mode : {"linear", "nearest", "cubic"})
+      for (const char* pad : {"zeros", "border", "reflection"})
+        out.push_back({fmt::format("grid_sample {} {}", mode, pad),
+                       layer_of("grid_sample", {{"mode", std::string(mode)}, {"padding_mode", std::string(pad)}}, {}, 2),
+                       {random_blob({2, 3, 6, 7}, rng), random_blob({2, 5, 4, 2}, rng, -1.3f, 1.3f)}});
+    return out;
+  }
+  if (type == "top_k")
+    return {{"top_k 3 of 9", layer_of("top_k", {{"k", int64_t{3}}, {"axis", int64_t{1}}}, {}, 1, 2), {random_blob({4, 9, 5}, rng)}},
+            {"top_k smallest", layer_of("top_k", {{"k", int64_t{2}}, {"largest", int64_t{0}}}, {}, 1, 2), {random_blob({6, 7}, rng)}}};
+  if (type == "trig") {
+    std::vector<Case> out;
+    for (const char* op : {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}) {
+      const std::string o(op);
+      const float lo = o == "acosh" ? 1.f : -0.99f, hi = o == "acosh" ? 5.f : 0.99f;
+      out.push_back({"trig " + o, layer_of("trig", {{"op", o}}, {}), {random_blob({3, 17}, rng, lo, hi)}});
+    }
+    return out;
+  }
+  if (type == "where") {
+    Blob c = random_blob({4, 1, 6}, rng, -1.f, 1.f);
+    for (int64_t i = 0; i < c.numel(); ++i) c.data_as<float>()[i] = c.data_as<float>()[i] > 0 ? 1.f : 0.f;
+    return {{"where broadcast", layer_of("where", {}, {}, 3), {c, random_blob({3, 6}, rng), random_blob({4, 3, 1}, rng)}}};
+  }
+  if (type == "round") {
+    std::vector<Case> out;
+    for (const char* mode : {"nearest_even", "floor", "ceil", "trunc"}) {
+      Blob x = random_blob({3, 41}, rng, -5.f, 5.f);
+      for (int64_t i = 0; i < 8; ++i) x.data_as<float>()[i] = 0.5f * static_cast<float>(i - 4);  // ties
+      out.push_back({fmt::format("round {}", mode), layer_of("round", {{"mode", std::string(mode)}}, {}), {x}});
+    }
+    return out;
+  }
+  if (type == "arg_reduce") {
+    std::vector<Case> out;
+    for (const char* mode : {"max", "min"})
+      for (int64_t axis : {0, 1, -1})
+        for (int64_t last : {0, 1}) {
+          Blob x = random_blob({3, 7, 5}, rng, 0.f, 3.f);  // ties: floors of 0..3
+          for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);
+          out.push_back({fmt::format("arg_reduce {} axis {} last {}", mode, axis, last),
+                         layer_of("arg_reduce", {{"mode", std::string(mode)}, {"axis", axis}, {"select_last_index", last},
+                                                 {"keepdims", int64_t{axis == 1}}}, {}),
+                         {x}});
+        }
+    return out;
+  }
+  if (type == "softmax")
+    return {{"softmax last", layer_of("softmax", {{"axis", int64_t{-1}}}, {}), {random_blob({2, 12, 37}, rng, -5.f, 5.f)}},
+            {"softmax channels", layer_of("softmax", {{"axis", int64_t{1}}}, {}), {random_blob({1, 10, 3, 3}, rng, -5.f, 5.f)}}};
+  if (type == "layernorm")
+    return {{"layernorm [2,9,48]", layer_of("layernorm", {{"axis", int64_t{-1}}}, {{"scale", random_blob({48}, rng)}, {"bias", random_blob({48}, rng)}}),
+             {random_blob({2, 9, 48}, rng)}}};
+  if (type == "concat")
+    return {{"concat channels", layer_of("concat", {{"axis", int64_t{1}}}, {}, 3),
+             {random_blob({1, 16, 5, 5}, rng), random_blob({1, 8, 5, 5}, rng), random_blob({1, 13, 5, 5}, rng)}},
+            {"concat last", layer_of("concat", {{"axis", int64_t{-1}}}, {}, 2), {random_blob({1, 6, 32}, rng), random_blob({1, 6, 17}, rng)}}};
+  if (type == "split")
+    return {{"split channels", layer_of("split", {{"axis", int64_t{1}}, {"split", Ints{8, 5, 3}}}, {}, 1, 3),
+             {random_blob({1, 16, 4, 4}, rng)}}};
+  if (type == "reshape")
+    return {{"reshape", layer_of("reshape", {{"shape", Ints{0, -1}}}, {}), {random_blob({2, 3, 4, 5}, rng)}}};
+  if (type == "flatten") return {{"flatten", layer_of("flatten", {}, {}), {random_blob({2, 16, 3, 3}, rng)}}};
+  if (type == "transpose")
+    return {{"transpose", layer_of("transpose", {{"perm", Ints{0, 2, 3, 1}}}, {}), {random_blob({1, 6, 4, 5}, rng)}}};
+  if (type == "pad")
+    return {{"pad reflect", layer_of("pad", {{"pads", Ints{0, 0, 1, 2, 0, 0, 2, 1}}, {"mode", std::string("reflect")}}, {}),
+             {random_blob({1, 3, 5, 5}, rng)}}};
+  if (type == "resize") {
+    std::vector<Case> out;
+    for (const char* mode : {"nearest", "linear"})
+      for (const char* t : {"half_pixel", "align_corners", "asymmetric"})
+        out.push_back({fmt::format("resize {} {}", mode, t),
+                       layer_of("resize", {{"mode", std::string(mode)}, {"coordinate_transformation_mode", std::string(t)},
+                                           {"scales", std::vector<double>{1, 1, 2, 1.5}}}, {}),
+                       {random_blob({1, 8, 6, 7}, rng)}});
+    return out;
+  }
+  return {};
+}
+
+bool generated(std::string_view type) {
+  const core::LayerType* t = core::find_layer_type(type);
+  return type != "constant" && !type.starts_with("wg") && !type.starts_with("test_") && !(t && t->plan_time);
+}
+
+}  // namespace softneuro::test
