@@ -63,8 +63,9 @@ commands:
       --calibration DIR     samples: a float32 .npy each, or one .npz per sample naming every input;
                             every fourth validates the accuracy budget, the others calibrate qint8
                             (default: synthetic inputs, accuracy then unchecked on real data)
-      --accuracy M:V        budget for qint8 paths against float32: top1:0.99 (default), cosine:0.999,
-                            rel-l2:0.02, or none; a path that misses it is not kept
+      --accuracy M:V        budget for qint8, float16 and bfloat16 paths against float32: top1:0.99
+                            (default with qint8), cosine:0.999 (default without), rel-l2:0.02, or none;
+                            a path that misses it is not kept
       --keep-float-weights  keep float32 weights where layers run in qint8 (default: stored as int8
                             and per-channel scales, the values the qint8 routines compute with)
       --shapes NAME=S1,S2   input shapes to tune at, one routine path each (a model with dynamic

@@ -72,11 +72,12 @@ struct TuneOptions {
   bool skip_reference = true;
   /// Used when a qint8 schema is among `schemas` and the net is not calibrated yet.
   CalibrationOptions calibration;
-  /// The accuracy budget of a tuning that allows qint8: "top1:0.99" (argmax
-  /// agreement over the last axis, per position), "cosine:0.999", "rel-l2:0.02",
-  /// or "none"; empty: "top1:0.99", the decision a classifier or CTC recogniser
-  /// hands its user (a model whose outputs are boxes or embeddings should give
-  /// cosine or rel-l2). Measured against the float32 net's own outputs on
+  /// The accuracy budget of a tuning that allows qint8, float16 or bfloat16:
+  /// "top1:0.99" (argmax agreement over the last axis, per position),
+  /// "cosine:0.999", "rel-l2:0.02", or "none"; empty: "top1:0.99" where qint8
+  /// is allowed, the decision a classifier or CTC recogniser hands its user (a
+  /// model whose outputs are boxes or embeddings should give cosine or rel-l2),
+  /// else "cosine:0.999". Measured against the float32 net's own outputs on
   /// `validation` (on synthetic inputs when empty, with a warning that accuracy
   /// is then unchecked). A path that misses it is never kept: the fastest
   /// float32 path measured is, and the report says so.
@@ -129,10 +130,10 @@ struct TuneReport {
   /// tuned path that is not faster than it is not kept: the default is.
   double default_ms = 0;
   bool kept_default = false;  ///< the final check kept the untuned default's routines
-  /// The accuracy budget applied ("" where the tuning allowed no qint8), the
-  /// value measured for the path chosen before the check (-1: not measured,
-  /// the path ran nothing in qint8), on what samples, and whether the path
-  /// missed the budget and a float32 path was kept instead.
+  /// The accuracy budget applied ("" where the tuning allowed nothing below
+  /// float32), the value measured for the path chosen before the check (-1:
+  /// not measured, the path ran nothing below float32), on what samples, and
+  /// whether the path missed the budget and a float32 path was kept instead.
   std::string accuracy_budget;
   double accuracy = -1;
   int validation_samples = 0;

@@ -82,6 +82,14 @@ bool uses_qint8(const core::RoutinePath& path) {
   return std::any_of(path.routines.begin(), path.routines.end(), runs_in_qint8);
 }
 
+bool below_float32(DType dtype) { return dtype == DType::qint8 || dtype == DType::float16 || dtype == DType::bfloat16; }
+
+bool uses_reduced_precision(const core::RoutinePath& path) {
+  return std::any_of(path.routines.begin(), path.routines.end(), [](const core::RoutineChoice& r) {
+    return below_float32(Schema::parse(r.descriptor.substr(0, r.descriptor.find('/'))).dtype);
+  });
+}
+
 namespace {
 
 struct Tally {

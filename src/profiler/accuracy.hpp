@@ -36,6 +36,10 @@ struct AccuracyBudget {
 /// It is the decision a classifier or a CTC recogniser hands its user; a model
 /// whose outputs are not scores (boxes, embeddings) should pass cosine or rel-l2.
 inline constexpr const char* kDefaultAccuracy = "top1:0.99";
+/// The default where float16 or bfloat16 but no qint8 is allowed: their errors
+/// are small where they hold the values, and total where they do not (values
+/// under 6e-8 flushed to zero, over 65504 to inf); a cosine resolves on few samples.
+inline constexpr const char* kDefaultFloatAccuracy = "cosine:0.999";
 
 /// Parses "top1:V" (V in (0,1]), "cosine:V" (V in (0,1]), "rel-l2:V" (V > 0) or
 /// "none"; anything else is an Error naming the field `accuracy`.
@@ -86,7 +90,12 @@ class Validator {
 
 /// Whether a routine computes in qint8 (its descriptor's schema).
 bool runs_in_qint8(const core::RoutineChoice& routine);
-/// Whether a path runs any layer in qint8 (only such a path can lose accuracy to quantisation).
+/// Whether a path runs any layer in qint8.
 bool uses_qint8(const core::RoutinePath& path);
+/// Whether values in `dtype` hold less than float32 does: qint8, float16, bfloat16.
+bool below_float32(DType dtype);
+/// Whether a path runs any layer below float32 (only such a path can lose
+/// accuracy to precision: float16 flushes values under 6e-8 to zero).
+bool uses_reduced_precision(const core::RoutinePath& path);
 
 }  // namespace softneuro::profiler

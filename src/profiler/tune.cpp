@@ -79,7 +79,7 @@ struct Tuner {
   std::optional<profiler::Validator> validator;
   std::optional<profiler::Validator> confirmer;  ///< the budget on the calibration samples
   std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
-  std::map<std::string, double> sensitivity;    ///< by layer: the budget's loss with it alone in qint8
+  std::map<std::string, double> sensitivity;    ///< by layer: the budget's loss with it alone below float32 (the worst dtype)
   /// What calibration measured: one quantisation per range method, and channel means.
   profiler::Calibration calibration;
   bool bias_correction = false;  ///< kept where it measured better
@@ -252,10 +252,12 @@ struct Tuner {
                                 opt.accuracy_metric.name),
                     net.file, {}, "accuracy");
       budget = profiler::user_accuracy(opt.accuracy_metric);
-    } else if (!opt.accuracy.empty() || wants_qint8) {
-      budget = profiler::parse_accuracy(opt.accuracy.empty() ? profiler::kDefaultAccuracy : opt.accuracy);
+    } else if (!opt.accuracy.empty() || wants_qint8 || allows_reduced_float()) {
+      budget = profiler::parse_accuracy(!opt.accuracy.empty() ? opt.accuracy
+                                        : wants_qint8     ? profiler::kDefaultAccuracy
+                                                          : profiler::kDefaultFloatAccuracy);
     }
-    if (wants_qint8) report.accuracy_budget = budget.text;
+    if (wants_qint8 || allows_reduced_float()) report.accuracy_budget = budget.text;
     if (wants_qint8 && (net.graph.blob_quant.empty() || !opt.calibration.inputs.empty())) {
       progress("calibration", 0, 1, "");
       calibration = profiler::calibrate(net, opt.calibration,
@@ -344,8 +346,8 @@ struct Tuner {
                         budget.metric == profiler::AccuracyBudget::Metric::none ? profiler::parse_accuracy("cosine:1") : budget);
       validator->set_store_transform(store_transform());
       if (budget.metric != profiler::AccuracyBudget::Metric::none && !validator->resolves_budget()) {
-        report.accuracy_note = fmt::format("validation too small: {} observations cannot resolve {} (it needs {}); no qint8 "
-                                           "path is kept",
+        report.accuracy_note = fmt::format("validation too small: {} observations cannot resolve {} (it needs {}); no path "
+                                           "below float32 is kept",
                                            validator->observations(), budget.text, validator->observations_needed());
         core::warn("{}: give more samples (--calibration DIR: every fourth validates), or a cosine or rel-l2 budget",
                    report.accuracy_note);
@@ -354,10 +356,20 @@ struct Tuner {
     return *validator;
   }
 
+  /// Whether the schemas allowed include float16 or bfloat16 ones (on any device):
+  /// their paths answer to the accuracy budget as qint8 ones do.
+  bool allows_reduced_float() {
+    for (Device d : {Device::cpu, Device::cuda})
+      for (DType t : {DType::float16, DType::bfloat16})
+        for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
+          if (prof.rules().schema_allowed(Schema{d, t, l})) return true;
+    return false;
+  }
+
   /// The budget's metric of `path` on the validation samples; NaN where there
-  /// is nothing to check (no budget, or nothing in qint8: float32 itself).
+  /// is nothing to check (no budget, or nothing below float32: float32 itself).
   double accuracy_of(const core::RoutinePath& path) {
-    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return NAN;
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path)) return NAN;
     auto it = accuracy_seen.find(path_key(path));
     if (it != accuracy_seen.end()) return it->second;
     const double v = validation().measure(path);
@@ -373,7 +385,7 @@ struct Tuner {
   /// after trying a dozen paths can be luck: MobileNetV2 met top1:0.99 on 8
   /// validation samples and agreed on 80% of 50 others).
   bool confirmed(const core::RoutinePath& path, bool report_it = false) {
-    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_qint8(path)) return true;
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path)) return true;
     // A metric over the validation set scores those samples only (its labels are the user's).
     if (budget.score_set) return true;
     if (!confirmer) {
@@ -446,31 +458,37 @@ struct Tuner {
   }
 
   /// Under an accuracy budget the path DPRS chose may miss it: then each layer's
-  /// sensitivity (the metric's loss with that layer alone in qint8) prices its
-  /// qint8 schemas, and the Lagrangian search finds the fastest path whose
-  /// validated accuracy meets the budget. Unchanged where it already does;
-  /// where no path passes, final_check falls back to float32.
+  /// sensitivity in each dtype below float32 (the metric's loss with that layer
+  /// alone in it) prices its schemas of that dtype, and the Lagrangian search
+  /// finds the fastest path whose validated accuracy meets the budget.
+  /// Unchanged where it already does; where no path passes, final_check falls
+  /// back to float32.
   profiler::PlannedPath meet_budget(std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
     if (accuracy_ok(planned.path) || !validation().resolves_budget()) return planned;
     const profiler::Validator& v = validation();
-    std::vector<double> error(profiles.size(), 0);
+    std::vector<std::map<DType, double>> error(profiles.size());
     for (std::size_t i = 0; i < profiles.size(); ++i) {
-      const Measured* q = planned.picks[i] && planned.picks[i]->cand.schema.dtype == DType::qint8 ? planned.picks[i] : nullptr;
+      std::map<DType, const Measured*> reduced;  // the pick where it is in that dtype, else the first measured
+      if (planned.picks[i] && profiler::below_float32(planned.picks[i]->cand.schema.dtype))
+        reduced[planned.picks[i]->cand.schema.dtype] = planned.picks[i];
       for (const auto& m : profiles[i].measured)
-        if (!q && m.cand.schema.dtype == DType::qint8) q = &m;
-      if (!q) continue;
-      progress("accuracy budget", static_cast<int>(i), static_cast<int>(profiles.size()), profiles[i].layer->name);
-      core::RoutinePath alone;
-      alone.routines.push_back({profiles[i].layer->name, q->cand.descriptor, q->params, 0, 0, q->children});
-      error[i] = std::max(0.0, v.error(v.measure(alone)));
-      sensitivity[profiles[i].layer->name] = error[i];
+        if (profiler::below_float32(m.cand.schema.dtype)) reduced.emplace(m.cand.schema.dtype, &m);
+      for (const auto& [dtype, q] : reduced) {
+        progress("accuracy budget", static_cast<int>(i), static_cast<int>(profiles.size()), profiles[i].layer->name);
+        core::RoutinePath alone;
+        alone.routines.push_back({profiles[i].layer->name, q->cand.descriptor, q->params, 0, 0, q->children});
+        error[i][dtype] = std::max(0.0, v.error(v.measure(alone)));
+        double& s = sensitivity[profiles[i].layer->name];
+        s = std::max(s, error[i][dtype]);
+      }
     }
     profiler::Plan plan = profiler::build_plan(net, profiles, prof, true, step_ms);
     std::vector<std::vector<double>> node_error(plan.graph.node_cost.size(),
                                                 std::vector<double>(static_cast<std::size_t>(plan.graph.num_schemas), 0));
     for (std::size_t i = 0; i < profiles.size(); ++i)
       for (std::size_t s = 0; s < plan.schemas.size(); ++s)
-        if (plan.schemas[s].dtype == DType::qint8) node_error[static_cast<std::size_t>(plan.node_of[i])][s] = error[i];
+        if (auto e = error[i].find(plan.schemas[s].dtype); e != error[i].end())
+          node_error[static_cast<std::size_t>(plan.node_of[i])][s] = e->second;
     int checks = 0;
     dprs::Solution sol = dprs::solve_under_budget(plan.graph, node_error, [&](const dprs::Solution& candidate) {
       progress("accuracy budget", ++checks, 10, "validating a path");

@@ -752,3 +752,55 @@ TEST_CASE("the calibration cache refuses scales outside [1e-30, 1e30]", "[calibr
   CHECK(ok->quants[0].at("x").scales == std::vector<float>{0.5f});
   for (const char* bad : {"1e38", "1e-38", "0", "-1", "inf", "nan"}) CHECK_FALSE(load_with_scale(bad));
 }
+
+namespace {
+// relu on float16 blobs (cpu:float16/test_half_relu), exact in float16: what a
+// float16 device routine computes once its input was cast to float16.
+class HalfRelu final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "relu"; }
+  std::string_view algorithm() const override { return "test_half_relu"; }
+  std::vector<Schema> schemas() const override { return {Schema{Device::cpu, DType::float16, Layout::nchw}}; }
+  Support supports(const LayerInfo&, const Schema&) const override { return Support::yes(); }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    struct Prepared final : PreparedRoutine {
+      void run(const RunArgs& a) override {
+        const auto* x = static_cast<const uint16_t*>(a.inputs[0]->data());
+        auto* y = static_cast<uint16_t*>(a.outputs[0]->data());
+        for (int64_t i = 0; i < a.inputs[0]->numel(); ++i) y[i] = (x[i] & 0x8000u) && (x[i] & 0x7fffu) <= 0x7c00u ? 0 : x[i];
+      }
+    };
+    return std::make_unique<Prepared>();
+  }
+};
+}  // namespace
+
+// Before, only qint8 paths answered to the accuracy budget: a hybrid tuning
+// over cuda:float32 and cuda:float16 kept float16 steps that flushed a
+// MobileNetV2's outputs (about 1e-8, below float16's smallest subnormal) to zero.
+TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tune][accuracy]") {
+  static const bool registered = (register_routine(std::make_unique<HalfRelu>()), true);
+  (void)registered;
+  core::Graph g;
+  g.name = "tiny-logits";
+  g.inputs = {{"input", Shape{1, 64}, DType::float32}};
+  g.layers.push_back(layer("fc", "dense", {"input"}, "fc", {}, {{"weight", normal_blob(Shape{10, 64}, 7, 1e-9f)}}));
+  g.layers.push_back(layer("act", "relu", {"fc"}, "logits"));
+  g.outputs = {"logits"};
+  SECTION("pinned to float16: no float32 path may replace it, so tuning refuses") {
+    Net net(detail::NetImpl::build(g));
+    TuneOptions o = quick("half-pinned", {"cpu", "cpu:float16"});
+    o.pin = {{"act", "cpu:float16/*"}};
+    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("misses the accuracy budget cosine:0.999"));
+  }
+  SECTION("a budget of none keeps it: the user asked") {
+    Net net(detail::NetImpl::build(g));
+    TuneOptions o = quick("half-none", {"cpu", "cpu:float16"});
+    o.pin = {{"act", "cpu:float16/*"}};
+    o.accuracy = "none";
+    TuneReport r = net.tune(o);
+    for (const auto& l : net.layers())
+      if (l.name == "act") CHECK(l.descriptor == "cpu:float16/test_half_relu");
+    for (float v : run_net(net, normal_blob(Shape{1, 64}, 8, 1.0f))) CHECK(v == 0.0f);
+  }
+}
