@@ -278,7 +278,7 @@ cudaStream_t Queue::stream() {
 
 Queue::~Queue() {
   if (stream_) cudaStreamSynchronize(stream_);
-  for (std::size_t i = 0; i < release.size(); ++i) release[i](released[i]);
+  for (const auto& [destroy, handle] : handles_to_release) destroy(handle);
   if (stream_) cudaStreamDestroy(stream_);
   cudaGetLastError();  // nothing to report from a destructor
 }

@@ -31,7 +31,7 @@ Support device_support();
 int compute_capability();
 
 /// A stream and the library handles on it, made on first use (cuda_libs.cpp
-/// makes the handles and registers their release in `on_destroy`).
+/// makes the handles and registers their release in `handles_to_release`).
 struct Queue {
   Queue() = default;
   Queue(const Queue&) = delete;
@@ -48,8 +48,8 @@ struct Queue {
   /// The workspace the cuBLAS handle was last given (set again only when it changes).
   void* cublas_workspace = nullptr;
   std::size_t cublas_workspace_bytes = 0;
-  std::vector<void (*)(void*)> release;  ///< with `released`: handle destroyers run by ~Queue
-  std::vector<void*> released;
+  /// Each handle with its destroyer, run by ~Queue.
+  std::vector<std::pair<void (*)(void*), void*>> handles_to_release;
 
  private:
   std::once_flag created_;  // (the default queue is reached from any thread)

@@ -125,8 +125,7 @@ template <class Handle>
 Handle handle_of(Queue& q, void*& slot, Handle (*make)(Queue&), void (*destroy)(void*)) {
   if (!slot) {
     slot = make(q);
-    q.release.push_back(destroy);
-    q.released.push_back(slot);
+    q.handles_to_release.emplace_back(destroy, slot);
   }
   return static_cast<Handle>(slot);
 }
