@@ -423,6 +423,8 @@ class Importer {
   void space_depth(const Node&);
   void shrink(const Node&);
   void lp_pool(const Node&);
+  /// Max or average pooling of a 5-D `x` into `y` with `n`'s window attributes.
+  void pool_3d(const Node& n, const std::string& x, const std::string& y, bool is_max, int64_t count_include_pad);
   void scatter(const Node&);
   void gather_nd(const Node&);
   void one_hot(const Node&);
@@ -1116,24 +1118,26 @@ std::vector<int64_t> Importer::window_pads(const Node& n, const Shape& x, const 
                                            const std::vector<int64_t>& strides,
                                            const std::vector<int64_t>& dilations) const {
   const std::string mode = n.get_string("auto_pad", "NOTSET");
+  const std::size_t spatial = kernel.size();
   if (mode == "NOTSET") {
-    auto pads = n.get_ints_n("pads", 4, {0, 0, 0, 0});  // ONNX [h_begin, w_begin, h_end, w_end] = ours
+    // ONNX [h_begin, w_begin, h_end, w_end] = ours (and [d_begin, h_begin, w_begin, d_end, ...] in 3-D)
+    auto pads = n.get_ints_n("pads", 2 * spatial, std::vector<int64_t>(2 * spatial, 0));
     for (auto p : pads)
       if (p < 0) throw n.error("negative pads", "pads");
     return pads;
   }
-  if (mode == "VALID") return {0, 0, 0, 0};
+  if (mode == "VALID") return std::vector<int64_t>(2 * spatial, 0);
   if (mode != "SAME_UPPER" && mode != "SAME_LOWER") throw n.error(fmt::format("unknown auto_pad '{}'", mode), "auto_pad");
   // SAME: output = ceil(input / stride); the odd pad goes at the end (UPPER) or the beginning (LOWER).
-  std::vector<int64_t> pads(4);
-  for (int i = 0; i < 2; ++i) {
-    const int64_t in = x[2 + i], s = strides[static_cast<std::size_t>(i)];
-    const int64_t k = (kernel[static_cast<std::size_t>(i)] - 1) * dilations[static_cast<std::size_t>(i)] + 1;
+  std::vector<int64_t> pads(2 * spatial);
+  for (std::size_t i = 0; i < spatial; ++i) {
+    const int64_t in = x[2 + static_cast<int>(i)], s = strides[i];
+    const int64_t k = (kernel[i] - 1) * dilations[i] + 1;
     const int64_t out = (in + s - 1) / s;
     const int64_t total = std::max<int64_t>(0, (out - 1) * s + k - in);
     const int64_t small = total / 2, large = total - small;
-    pads[static_cast<std::size_t>(i)] = mode == "SAME_UPPER" ? small : large;
-    pads[static_cast<std::size_t>(i + 2)] = mode == "SAME_UPPER" ? large : small;
+    pads[i] = mode == "SAME_UPPER" ? small : large;
+    pads[i + spatial] = mode == "SAME_UPPER" ? large : small;
   }
   return pads;
 }
@@ -1932,8 +1936,9 @@ void Importer::prelu(const Node& n) {
 void Importer::pool(const Node& n) {
   const bool is_max = n.op() == "MaxPool";
   const Shape xs = shape_of(n, n.in(0));
-  if (xs.rank() != 4) throw Unsupported{fmt::format("only 2-D pooling (input {})", xs.to_string())};
+  if (xs.rank() != 4 && xs.rank() != 5) throw Unsupported{fmt::format("only 1-D, 2-D and 3-D pooling (input {})", xs.to_string())};
   if (is_max && used(n.out(1))) throw Unsupported{"MaxPool's Indices output"};
+  if (xs.rank() == 5) return pool_3d(n, input(n, 0), n.out(0), is_max, n.get_int("count_include_pad", 0));
   const auto kernel = n.get_ints_n("kernel_shape", 2, {});
   const auto strides = n.get_ints_n("strides", 2, {1, 1});
   const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
@@ -1948,31 +1953,76 @@ void Importer::pool(const Node& n) {
   add(std::move(l));
 }
 
+// 3-D max and average pooling as two 2-D poolings: over (H, W) of
+// [N, C*D, H, W], then over D of [N, C, D, H'*W']. Both are separable: a max
+// over a box is the max over D of the maxes over (H, W), and a box's count of
+// taps (padding counted or not, clipped in ceil mode) is the product of the
+// counts along each axis, so the mean of the means is the box's mean.
+void Importer::pool_3d(const Node& n, const std::string& x, const std::string& y, bool is_max, int64_t count_include_pad) {
+  const Shape xs = shape_of(n, x);
+  const auto kernel = n.get_ints_n("kernel_shape", 3, {});
+  const auto strides = n.get_ints_n("strides", 3, {1, 1, 1});
+  const auto dilations = n.get_ints_n("dilations", 3, {1, 1, 1});
+  for (std::size_t i = 0; i < 3; ++i)
+    if (kernel[i] < 1 || strides[i] < 1 || dilations[i] < 1)
+      throw n.error("kernel_shape, strides and dilations must be positive", "kernel_shape");
+  const auto pads = window_pads(n, xs, kernel, strides, dilations);  // [d0, h0, w0, d1, h1, w1]
+  const std::string flat = fresh_blob(y + "/hw_in"), hw = fresh_blob(y + "/hw"),
+                    by_depth = fresh_blob(y + "/d_in"), d = fresh_blob(y + "/d");
+  auto pool2 = [&](const std::string& suffix, const std::string& in, const std::string& out, int64_t kh, int64_t kw,
+                   int64_t sh, int64_t sw, int64_t dh, int64_t dw, std::vector<int64_t> p) {
+    Layer l = make("pool2", n.name + suffix, {in}, {out});
+    l.params["mode"] = std::string(is_max ? "max" : "avg");
+    l.params["kernel"] = std::vector<int64_t>{kh, kw};
+    l.params["strides"] = std::vector<int64_t>{sh, sw};
+    l.params["dilations"] = std::vector<int64_t>{dh, dw};
+    l.params["pads"] = std::move(p);
+    l.params["ceil_mode"] = n.get_int("ceil_mode", 0);
+    if (!is_max) l.params["count_include_pad"] = count_include_pad;
+    add(std::move(l));
+  };
+  add_unary(n, "reshape", x, flat, {{"shape", std::vector<int64_t>{xs[0], xs[1] * xs[2], xs[3], xs[4]}}}, "to_hw");
+  pool2("/hw", flat, hw, kernel[1], kernel[2], strides[1], strides[2], dilations[1], dilations[2],
+        {pads[1], pads[2], pads[4], pads[5]});
+  const Shape hs = shape_of(n, hw);
+  add_unary(n, "reshape", hw, by_depth, {{"shape", std::vector<int64_t>{xs[0], xs[1], xs[2], hs[2] * hs[3]}}}, "to_d");
+  pool2("/d", by_depth, d, kernel[0], 1, strides[0], 1, dilations[0], 1, {pads[0], 0, pads[3], 0});
+  const Shape ds = shape_of(n, d);
+  add_unary(n, "reshape", d, y, {{"shape", std::vector<int64_t>{xs[0], xs[1], ds[2], hs[2], hs[3]}}}, "to_3d");
+}
+
 // LpPool: (sum of |x|^p over the window)^(1/p), the sum an average pooling
 // that counts the padding, times the window's taps.
 void Importer::lp_pool(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
-  if (xs.rank() != 4) throw Unsupported{fmt::format("only 1-D and 2-D pooling (input {})", xs.to_string())};
+  if (xs.rank() != 4 && xs.rank() != 5) throw Unsupported{fmt::format("only 1-D, 2-D and 3-D pooling (input {})", xs.to_string())};
   const double p = static_cast<double>(n.get_int("p", 2));
   if (p < 1) throw n.error(fmt::format("p {} is below 1", p), "p");
-  const auto kernel = n.get_ints_n("kernel_shape", 2, {});
-  const auto strides = n.get_ints_n("strides", 2, {1, 1});
-  const auto dilations = n.get_ints_n("dilations", 2, {1, 1});
+  const std::size_t spatial = static_cast<std::size_t>(xs.rank() - 2);
+  const auto kernel = n.get_ints_n("kernel_shape", spatial, {});
+  const auto strides = n.get_ints_n("strides", spatial, std::vector<int64_t>(spatial, 1));
+  const auto dilations = n.get_ints_n("dilations", spatial, std::vector<int64_t>(spatial, 1));
+  int64_t taps = 1;
+  for (int64_t k : kernel) taps *= k;
   const std::string y = n.out(0), a = fresh_blob(y + "/abs"), powered = fresh_blob(y + "/pow"), mean = fresh_blob(y + "/mean"),
                     sum = fresh_blob(y + "/sum");
   add_unary(n, "abs", input(n, 0), a, {}, "abs");
   if (p == 2) add(make("mul", n.name + "/pow", {a, a}, {powered}));
   else add_unary(n, "pow", a, powered, {{"exponent", p}}, "pow");
-  Layer l = make("pool2", n.name + "/window", {powered}, {mean});
-  l.params["mode"] = std::string("avg");
-  l.params["kernel"] = kernel;
-  l.params["strides"] = strides;
-  l.params["dilations"] = dilations;
-  l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
-  l.params["ceil_mode"] = n.get_int("ceil_mode", 0);
-  l.params["count_include_pad"] = int64_t{1};
-  add(std::move(l));
-  add(make("mul", n.name + "/taps", {mean, scalar_constant(n, y + "/taps", static_cast<double>(kernel[0] * kernel[1]))}, {sum}));
+  if (spatial == 3) {
+    pool_3d(n, powered, mean, /*is_max=*/false, /*count_include_pad=*/1);
+  } else {
+    Layer l = make("pool2", n.name + "/window", {powered}, {mean});
+    l.params["mode"] = std::string("avg");
+    l.params["kernel"] = kernel;
+    l.params["strides"] = strides;
+    l.params["dilations"] = dilations;
+    l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
+    l.params["ceil_mode"] = n.get_int("ceil_mode", 0);
+    l.params["count_include_pad"] = int64_t{1};
+    add(std::move(l));
+  }
+  add(make("mul", n.name + "/taps", {mean, scalar_constant(n, y + "/taps", static_cast<double>(taps))}, {sum}));
   if (p == 1) return add_unary(n, "identity", sum, y);
   if (p == 2) return add_unary(n, "sqrt", sum, y);
   add_unary(n, "pow", sum, y, {{"exponent", 1.0 / p}});

@@ -436,6 +436,64 @@ TEST_CASE("Pooling: MaxPool ceil_mode with pads, AveragePool count_include_pad, 
   }
 }
 
+// Refused before ("only 2-D pooling"); now two 2-D poolings (over H and W, then D).
+TEST_CASE("3-D MaxPool, AveragePool and LpPool: strides, dilations, pads, ceil mode, count_include_pad", "[onnx][pool]") {
+  const Shape xs{1, 2, 5, 6, 7};
+  auto x = random_values(static_cast<std::size_t>(xs.numel()), 23);
+  auto at = [&](int64_t c, int64_t d, int64_t h, int64_t w) { return x[static_cast<std::size_t>(((c * 5 + d) * 6 + h) * 7 + w)]; };
+  const std::vector<int64_t> k{2, 3, 2}, st{2, 1, 2}, dil{1, 2, 1}, pads{1, 1, 0, 0, 1, 1};
+  for (const char* op : {"MaxPool", "AveragePool", "LpPool"})
+    for (int ceil : {0, 1})
+      for (int include : {0, 1}) {
+        if (std::string(op) == "LpPool" && (ceil || !include)) continue;  // LpPool: no ceil_mode before opset 18, sums
+        INFO(op << " ceil_mode " << ceil << " count_include_pad " << include);
+        OnnxModel m(18);
+        NodeRef node = unary_model(m, op, xs);
+        node.ints("kernel_shape", k).ints("strides", st).ints("dilations", dil).ints("pads", pads);
+        if (std::string(op) != "LpPool") node.i("ceil_mode", ceil);
+        if (std::string(op) == "AveragePool") node.i("count_include_pad", include);
+        auto got = run_model(m, "pool3d.onnx", xs, x);
+        std::vector<int64_t> out(3);
+        const int64_t in[3] = {5, 6, 7};
+        for (int a = 0; a < 3; ++a) {
+          const int64_t span = in[a] + pads[a] + pads[a + 3] - (k[a] - 1) * dil[a] - 1;
+          out[a] = (ceil ? (span + st[a] - 1) / st[a] : span / st[a]) + 1;
+          if (ceil && (out[a] - 1) * st[a] >= in[a] + pads[a]) --out[a];  // no window starting in the end padding
+        }
+        REQUIRE(got.shape == Shape{1, 2, out[0], out[1], out[2]});
+        std::size_t i = 0;
+        for (int64_t c = 0; c < 2; ++c)
+          for (int64_t od = 0; od < out[0]; ++od)
+            for (int64_t oh = 0; oh < out[1]; ++oh)
+              for (int64_t ow = 0; ow < out[2]; ++ow, ++i) {
+                double mx = -INFINITY, sum = 0, sum_sq = 0;
+                int64_t valid = 0, padded = 1;
+                const int64_t o[3] = {od, oh, ow};
+                for (int a = 0; a < 3; ++a) {  // taps inside the padded input along each axis
+                  int64_t n = 0;
+                  for (int64_t t = 0; t < k[a]; ++t)
+                    n += o[a] * st[a] - pads[a] + t * dil[a] < in[a] + pads[a + 3];
+                  padded *= n;
+                }
+                for (int64_t a = 0; a < k[0]; ++a)
+                  for (int64_t b = 0; b < k[1]; ++b)
+                    for (int64_t e = 0; e < k[2]; ++e) {
+                      const int64_t d = od * st[0] - pads[0] + a * dil[0], h = oh * st[1] - pads[1] + b * dil[1],
+                                    w = ow * st[2] - pads[2] + e * dil[2];
+                      if (d < 0 || d >= 5 || h < 0 || h >= 6 || w < 0 || w >= 7) continue;
+                      mx = std::max(mx, double(at(c, d, h, w)));
+                      sum += at(c, d, h, w);
+                      sum_sq += double(at(c, d, h, w)) * at(c, d, h, w);
+                      ++valid;
+                    }
+                const double want = std::string(op) == "MaxPool" ? mx
+                                    : std::string(op) == "LpPool" ? std::sqrt(sum_sq)
+                                                                  : sum / double(include ? padded : valid);
+                CHECK(got.values[i] == Approx(want).margin(kTol));
+              }
+      }
+}
+
 TEST_CASE("ReduceMean over spatial and trailing axes", "[onnx][reduce]") {
   const Shape xs{2, 3, 4};
   auto x = random_values(24, 20);
