@@ -431,6 +431,7 @@ class Importer {
   void eye_like(const Node&);
   void center_crop_pad(const Node&);
   void grid_sample(const Node&);
+  void affine_grid(const Node&);
   void lrn(const Node&);
   void compress(const Node&);
   void reverse_sequence(const Node&);
@@ -651,6 +652,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"EyeLike", &Importer::eye_like},
       {"CenterCropPad", &Importer::center_crop_pad},
       {"GridSample", &Importer::grid_sample},
+      {"AffineGrid", &Importer::affine_grid},
       {"LRN", &Importer::lrn},
       {"Compress", &Importer::compress},
       {"ReverseSequence", &Importer::reverse_sequence},
@@ -3871,6 +3873,48 @@ void Importer::lrn(const Node& n) {
   add(make("add", n.name + "/bias", {scaled, scalar_constant(n, y + "/bias", bias)}, {shifted}));
   add_unary(n, "pow", shifted, factor, {{"exponent", -beta}}, "pow");
   add(make("mul", n.name, {x, factor}, {y}));
+}
+
+// AffineGrid: each output point is theta times the point's homogeneous
+// normalised coordinates (x, y[, z], 1). Those form a constant [P, S+1]
+// matrix for the constant size, so the grid is a dense layer over theta
+// ([N, S, S+1] -> [N, S, P]) transposed to [N, P, S] and shaped [N, (D,) H, W, S].
+void Importer::affine_grid(const Node& n) {
+  const std::vector<int64_t> size = constant_ints(n, 1, "size");
+  if (size.size() != 4 && size.size() != 5) throw n.error(fmt::format("size has {} values; 4 (2-D) or 5 (3-D) are read", size.size()), "size");
+  const int64_t spatial = static_cast<int64_t>(size.size()) - 2;
+  const Shape ts = shape_of(n, n.in(0));
+  if (ts.rank() != 3 || ts[1] != spatial || ts[2] != spatial + 1 || ts[0] != size[0])
+    throw n.error(fmt::format("theta {} for size [{}]: [N, {}, {}] expected", ts.to_string(), fmt::join(size, ","), spatial, spatial + 1), "theta");
+  for (std::size_t i = 2; i < size.size(); ++i)
+    if (size[i] < 1) throw n.error(fmt::format("size [{}] has a dim below 1", fmt::join(size, ",")), "size");
+  const bool align = n.get_int("align_corners", 0) != 0;
+  auto coord = [&](int64_t i, int64_t len) {
+    if (align) return len == 1 ? -1.0 : -1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(len - 1);
+    return (2.0 * static_cast<double>(i) + 1.0) / static_cast<double>(len) - 1.0;
+  };
+  const int64_t d = spatial == 3 ? size[2] : 1, h = size[size.size() - 2], w = size[size.size() - 1];
+  const int64_t points = d * h * w;
+  if (points > (int64_t{1} << 26)) throw n.error(fmt::format("size [{}] makes a grid of {} points", fmt::join(size, ","), points), "size");
+  std::vector<float> base;
+  base.reserve(static_cast<std::size_t>(points * (spatial + 1)));
+  for (int64_t z = 0; z < d; ++z)
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x = 0; x < w; ++x) {
+        base.push_back(static_cast<float>(coord(x, w)));
+        base.push_back(static_cast<float>(coord(y, h)));
+        if (spatial == 3) base.push_back(static_cast<float>(coord(z, d)));
+        base.push_back(1.0f);
+      }
+  const std::string out = n.out(0), per_axis = fresh_blob(out + "/per_axis"), per_point = fresh_blob(out + "/per_point");
+  Layer dense = make("dense", n.name, {input(n, 0)}, {per_axis});
+  dense.weights["weight"] = float_blob(Shape{points, spatial + 1}, std::move(base));
+  add(std::move(dense));
+  add_unary(n, "transpose", per_axis, per_point, {{"perm", std::vector<int64_t>{0, 2, 1}}}, "points_first");
+  std::vector<int64_t> grid{size[0]};
+  if (spatial == 3) grid.push_back(d);
+  grid.insert(grid.end(), {h, w, spatial});
+  add_unary(n, "reshape", per_point, out, {{"shape", grid}}, "to_grid");
 }
 
 void Importer::grid_sample(const Node& n) {

@@ -494,6 +494,46 @@ TEST_CASE("3-D MaxPool, AveragePool and LpPool: strides, dilations, pads, ceil m
       }
 }
 
+// Refused before (an unsupported node); now a dense layer over theta with the
+// constant homogeneous coordinates as its weight.
+TEST_CASE("AffineGrid 2-D and 3-D, align_corners 0 and 1", "[onnx][grid]") {
+  for (int spatial : {2, 3})
+    for (int align : {0, 1}) {
+      INFO(spatial << "-D, align_corners " << align);
+      const std::vector<int64_t> size = spatial == 2 ? std::vector<int64_t>{2, 3, 4, 5} : std::vector<int64_t>{2, 3, 3, 4, 1};
+      const Shape ts{2, spatial, spatial + 1};
+      auto theta = random_values(static_cast<std::size_t>(ts.numel()), 29);
+      OnnxModel m(20);
+      m.init_ints("size", {static_cast<int64_t>(size.size())}, size);
+      unary_model(m, "AffineGrid", ts, {"size"}).i("align_corners", align);
+      auto got = run_model(m, "affine_grid.onnx", ts, theta);
+      const int64_t d = spatial == 3 ? size[2] : 1, h = size[size.size() - 2], w = size[size.size() - 1];
+      std::vector<int64_t> want_shape{2};
+      if (spatial == 3) want_shape.push_back(d);
+      want_shape.insert(want_shape.end(), {h, w, spatial});
+      REQUIRE(got.shape == Shape(want_shape));
+      auto coord = [&](int64_t i, int64_t len) {
+        if (align) return len == 1 ? -1.0 : -1.0 + 2.0 * double(i) / double(len - 1);
+        return (2.0 * double(i) + 1.0) / double(len) - 1.0;
+      };
+      std::size_t k = 0;
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t z = 0; z < d; ++z)
+          for (int64_t y = 0; y < h; ++y)
+            for (int64_t x = 0; x < w; ++x) {
+              std::vector<double> point{coord(x, w), coord(y, h)};
+              if (spatial == 3) point.push_back(coord(z, d));
+              point.push_back(1.0);
+              for (int64_t r = 0; r < spatial; ++r, ++k) {
+                double want = 0;
+                for (int64_t c = 0; c <= spatial; ++c)
+                  want += theta[static_cast<std::size_t>((n * spatial + r) * (spatial + 1) + c)] * point[static_cast<std::size_t>(c)];
+                CHECK(got.values[k] == Approx(want).margin(kTol));
+              }
+            }
+    }
+}
+
 TEST_CASE("ReduceMean over spatial and trailing axes", "[onnx][reduce]") {
   const Shape xs{2, 3, 4};
   auto x = random_values(24, 20);
