@@ -431,7 +431,7 @@ std::vector<Shape> infer_pad(const Layer& l, std::span<const Shape> in) {
   if (static_cast<int>(pads.size()) != 2 * rank)
     fail(l, "pads", fmt::format("{} pads for rank {} (need {})", pads.size(), rank, 2 * rank));
   auto mode = l.get_string("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge")
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
     fail(l, "mode", fmt::format("unknown pad mode '{}'", mode));
   Shape out = in[0];
   for (int i = 0; i < rank; ++i) {
@@ -439,7 +439,8 @@ std::vector<Shape> infer_pad(const Layer& l, std::span<const Shape> in) {
     if (b < 0 || e < 0) fail(l, "pads", "negative pads are not supported");
     if (mode == "reflect" && (b >= in[0][i] || e >= in[0][i]))
       fail(l, "pads", "reflect pads must be smaller than the dim");
-    if (mode == "edge" && in[0][i] == 0 && (b || e)) fail(l, "pads", "edge pad of an empty dim");
+    if ((mode == "edge" || mode == "wrap") && in[0][i] == 0 && (b || e))
+      fail(l, "pads", fmt::format("{} pad of an empty dim", mode));
     out[i] += b + e;
   }
   return {out};

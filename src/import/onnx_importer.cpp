@@ -2906,7 +2906,7 @@ void Importer::transpose(const Node& n) {
 
 void Importer::pad(const Node& n) {
   const std::string mode = n.get_string("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge") throw Unsupported{fmt::format("Pad mode '{}'", mode)};
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") throw Unsupported{fmt::format("Pad mode '{}'", mode)};
   auto pads = constant_ints(n, 1, "pads");
   if (n.has_in(3)) {  // opset 18: pads for these axes only, the others unpadded
     const int rank = shape_of(n, n.in(0)).rank();

@@ -430,6 +430,14 @@ TEST_CASE("cpu/ref pad", "[ref][pad]") {
     check_layer(make_layer("pad", {{"pads", Ints{1, 1, 1, 1}}, {"mode", "edge"}}), {m}, {4, 5},
                 {1, 1, 2, 3, 3, 1, 1, 2, 3, 3, 4, 4, 5, 6, 6, 4, 4, 5, 6, 6});
   }
+  SECTION("wrap (circular), pads beyond the dim too") {
+    check_layer(make_layer("pad", {{"pads", Ints{2, 1}}, {"mode", "wrap"}}), {B({3}, {1, 2, 3})}, {6},
+                {2, 3, 1, 2, 3, 1});
+    check_layer(make_layer("pad", {{"pads", Ints{4, 0}}, {"mode", "wrap"}}), {B({3}, {1, 2, 3})}, {7},
+                {3, 1, 2, 3, 1, 2, 3});
+    check_layer(make_layer("pad", {{"pads", Ints{1, 1, 0, 1}}, {"mode", "wrap"}}), {m}, {3, 5},
+                {6, 4, 5, 6, 4, 3, 1, 2, 3, 1, 6, 4, 5, 6, 4});
+  }
   SECTION("rank 3, one dim only") {
     check_layer(make_layer("pad", {{"pads", Ints{0, 0, 1, 0, 0, 1}}, {"mode", "edge"}}), {B({1, 1, 2}, {7, 8})},
                 {1, 1, 4}, {7, 7, 8, 8});

@@ -360,7 +360,9 @@ TEST_CASE("shape inference: pad", "[core][shape]") {
   expect_error(L("pad", {{"pads", Ints{-1, 0, 0, 0}}}), {{2, 3}}, "pads");
   expect_error(L("pad", {{"pads", Ints{0, 3, 0, 0}}, {"mode", "reflect"}}), {{2, 3}}, "pads");
   expect_error(L("pad", {{"pads", Ints{1, 0, 0, 0}}, {"mode", "edge"}}), {{0, 3}}, "pads");
-  expect_error(L("pad", {{"pads", Ints{0, 0, 0, 0}}, {"mode", "wrap"}}), {{2, 3}}, "mode");
+  CHECK(infer(L("pad", {{"pads", Ints{5, 0}}, {"mode", "wrap"}}), {{2}}) == Shapes{{7}});  // any number of turns
+  expect_error(L("pad", {{"pads", Ints{1, 0, 0, 0}}, {"mode", "wrap"}}), {{0, 3}}, "pads");
+  expect_error(L("pad", {{"pads", Ints{0, 0, 0, 0}}, {"mode", "circular"}}), {{2, 3}}, "mode");
   expect_error(L("pad"), {{2, 3}}, "pads");
 }
 

@@ -1459,11 +1459,12 @@ struct Resize final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
-// pad: constant value, reflect (mirror without repeating the edge), or edge.
+// pad: constant value, reflect (mirror without repeating the edge), edge, or
+// wrap (the input repeated: circular padding).
 
 struct Pad final : RefPrepared {
   static constexpr std::string_view kType = "pad";
-  enum Mode { constant, reflect, edge } mode;
+  enum Mode { constant, reflect, edge, wrap } mode;
   int rank;
   int64_t n;
   float value;
@@ -1472,7 +1473,7 @@ struct Pad final : RefPrepared {
     const Layer& l = *info.layer;
     const Shape& s = info.input_shapes[0];
     auto m = l.get_string("mode", "constant");
-    mode = m == "reflect" ? reflect : m == "edge" ? edge : constant;
+    mode = m == "reflect" ? reflect : m == "edge" ? edge : m == "wrap" ? wrap : constant;
     value = static_cast<float>(l.get_float("value", 0.0));
     rank = s.rank();
     n = info.output_shapes[0].numel();
@@ -1498,6 +1499,7 @@ struct Pad final : RefPrepared {
           if (c < 0 || c >= len) {
             if (mode == constant) outside = true;
             else if (mode == edge) c = c < 0 ? 0 : len - 1;
+            else if (mode == wrap) c = ((c % len) + len) % len;  // pads may exceed len: any number of turns
             else c = c < 0 ? -c : 2 * (len - 1) - c;  // pads < len, so one reflection
           }
           off += c * in_stride[d];
