@@ -53,7 +53,7 @@ struct ImportOptions {
 /// Tanh, Gelu, Add, Sub, Mul, Div, Pow (squares), GlobalAveragePool,
 /// GlobalMaxPool, AveragePool, MaxPool (1-D to 3-D; ceil_mode, asymmetric pads, auto_pad),
 /// ReduceMean/ReduceMax (contiguous axes), Flatten, Reshape, Squeeze,
-/// Unsqueeze, Concat, Split, Slice (forward steps), Gather (constant indices),
+/// Unsqueeze, Concat, Split, Slice (any steps; backwards: at most 256 elements), Gather (constant indices),
 /// Transpose, Pad, Expand, Resize (nearest with every nearest_mode, linear;
 /// every coordinate_transformation_mode; scales or sizes), BatchNormalization, Softmax (both the opset < 13 and
 /// the >= 13 meaning of axis), LayerNormalization, Constant, Identity,

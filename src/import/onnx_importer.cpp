@@ -280,6 +280,8 @@ class Importer {
   /// Elements [begin, end) of `x` along `axis` into `y`, with split layers (step 1).
   void slice_blob(const Node& n, const std::string& x, int axis, int64_t begin, int64_t end, const std::string& y);
   /// `count` elements of `x` along `axis` from `start`, every `step`-th, into `y`.
+  /// x's elements at `idx` along `axis` (constant indices, in order) into y: slices of their runs, concatenated.
+  void take(const Node& n, const std::string& x, int axis, const std::vector<int64_t>& idx, const std::string& y);
   void slice_strided(const Node& n, const std::string& x, int axis, int64_t start, int64_t count, int64_t step,
                      const std::string& y);
 
@@ -2781,18 +2783,43 @@ void Importer::slice(const Node& n) {
   std::string cur = n.in(0);
   std::vector<SliceAxis> cuts;
   for (const auto& s : spec) {
-    if (s.step < 1) throw Unsupported{"Slice of a run-time tensor going backwards"};
-    if (s.end <= s.start) throw Unsupported{"Slice of a run-time tensor to nothing"};
+    if (s.step > 0 ? s.end <= s.start : s.end >= s.start) throw Unsupported{"Slice of a run-time tensor to nothing"};
     if (s.start != 0 || s.end != xs[s.axis] || s.step != 1) cuts.push_back(s);
   }
   if (cuts.empty()) return add_unary(n, "identity", input(n, 0), n.out(0));
   for (std::size_t i = 0; i < cuts.size(); ++i) {
     const auto& c = cuts[i];
     const std::string next = i + 1 == cuts.size() ? n.out(0) : fresh_blob(fmt::format("{}/axis{}", n.out(0), c.axis));
-    if (c.step == 1) slice_blob(n, cur, c.axis, c.start, c.end, next);
+    if (c.step < 0) {  // going backwards (x[::-1]): the elements taken one by one, in that order
+      std::vector<int64_t> idx;
+      for (int64_t k = c.start; k > c.end; k += c.step) idx.push_back(k);
+      take(n, cur, c.axis, idx, next);
+    } else if (c.step == 1) slice_blob(n, cur, c.axis, c.start, c.end, next);
     else slice_strided(n, cur, c.axis, c.start, (c.end - c.start + c.step - 1) / c.step, c.step, next);
     cur = next;
   }
+}
+
+void Importer::take(const Node& n, const std::string& x, int axis, const std::vector<int64_t>& idx, const std::string& y) {
+  // The runs of consecutive indices sliced and concatenated along the axis.
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t i : idx) {
+    if (!runs.empty() && runs.back().second == i) ++runs.back().second;
+    else runs.push_back({i, i + 1});
+  }
+  constexpr std::size_t kMaxRuns = 256;
+  if (idx.empty() || runs.size() > kMaxRuns)
+    throw Unsupported{fmt::format("{} of a run-time tensor taking {} indices in {} runs (at most {})", n.op(), idx.size(),
+                                  runs.size(), kMaxRuns)};
+  if (runs.size() == 1) return slice_blob(n, x, axis, runs[0].first, runs[0].second, y);
+  std::vector<std::string> parts;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    parts.push_back(fresh_blob(fmt::format("{}/run{}", y, r)));
+    slice_blob(n, x, axis, runs[r].first, runs[r].second, parts.back());
+  }
+  Layer c = make("concat", fresh_blob(n.name + "/join"), parts, {y});
+  c.params["axis"] = int64_t{axis};
+  add(std::move(c));
 }
 
 void Importer::slice_strided(const Node& n, const std::string& x, int axis, int64_t start, int64_t count, int64_t step,
@@ -2850,26 +2877,9 @@ void Importer::gather(const Node& n) {
   bool run = !idx.empty() && indices->shape().rank() <= 1;
   for (std::size_t i = 1; run && i < idx.size(); ++i) run = idx[i] == idx[i - 1] + 1;
   if (!run) {
-    // Any other constant indices: the runs of consecutive ones sliced and
-    // concatenated along the axis, then the indices' shape put in its place.
-    std::vector<std::pair<int64_t, int64_t>> runs;
-    for (int64_t i : idx) {
-      if (!runs.empty() && runs.back().second == i) ++runs.back().second;
-      else runs.push_back({i, i + 1});
-    }
-    constexpr std::size_t kMaxRuns = 256;
-    if (idx.empty() || runs.size() > kMaxRuns)
-      throw Unsupported{fmt::format("Gather of a run-time tensor with {} indices in {} runs (at most {})", idx.size(),
-                                    runs.size(), kMaxRuns)};
-    std::vector<std::string> parts;
-    for (std::size_t r = 0; r < runs.size(); ++r) {
-      parts.push_back(fresh_blob(fmt::format("{}/run{}", n.out(0), r)));
-      slice_blob(n, n.in(0), axis, runs[r].first, runs[r].second, parts.back());
-    }
+    // Any other constant indices: taken along the axis, then the indices' shape put in its place.
     const std::string joined = fresh_blob(n.out(0) + "/joined");
-    Layer c = make("concat", n.name + "/join", parts, {joined});
-    c.params["axis"] = int64_t{axis};
-    add(std::move(c));
+    take(n, n.in(0), axis, idx, joined);
     Shape out;
     for (int d = 0; d < axis; ++d) out.push_back(xs[d]);
     for (int d = 0; d < indices->shape().rank(); ++d) out.push_back(indices->shape()[d]);

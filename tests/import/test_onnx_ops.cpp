@@ -1116,6 +1116,17 @@ TEST_CASE("Slice and Gather of run-time tensors", "[onnx][slice]") {
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t c = 0; c < 3; ++c) CHECK(got.values[static_cast<std::size_t>((a * 2 + b) * 3 + c)] == value(a, 1 + 2 * b, 2 * c));
   }
+  SECTION("Slice going backwards (x[:, ::-1, 4:0:-2]; refused before)") {
+    OnnxModel m(13);
+    m.init_ints("starts", {2}, {-1, 4}).init_ints("ends", {2}, {INT64_MIN, 0}).init_ints("axes", {2}, {1, 2})
+        .init_ints("steps", {2}, {-1, -2});
+    unary_model(m, "Slice", xs, {"starts", "ends", "axes", "steps"});
+    auto got = run_model(m, "slice_back.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 5, 2});
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 5; ++b)
+        for (int64_t c = 0; c < 2; ++c) CHECK(got.values[static_cast<std::size_t>((a * 5 + b) * 2 + c)] == value(a, 4 - b, 4 - 2 * c));
+  }
   SECTION("Gather with a scalar index drops the axis (x[:, 2])") {
     OnnxModel m(13);
     m.init_ints("i", {}, {-3});
