@@ -434,6 +434,7 @@ class Importer {
   void center_crop_pad(const Node&);
   void grid_sample(const Node&);
   void affine_grid(const Node&);
+  void rotary_embedding(const Node&);
   void lrn(const Node&);
   void compress(const Node&);
   void reverse_sequence(const Node&);
@@ -560,6 +561,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"LogSoftmax", &Importer::log_softmax},
       {"RMSNormalization", &Importer::rms_norm},
       {"Attention", &Importer::attention},
+      {"RotaryEmbedding", &Importer::rotary_embedding},
       {"Sum", &Importer::sum_mean},
       {"Max", &Importer::sum_mean},
       {"Min", &Importer::sum_mean},
@@ -3925,6 +3927,130 @@ void Importer::affine_grid(const Node& n) {
   if (spatial == 3) grid.push_back(d);
   grid.insert(grid.end(), {h, w, spatial});
   add_unary(n, "reshape", per_point, out, {{"shape", grid}}, "to_grid");
+}
+
+// RotaryEmbedding (opset 23) with constant caches and position ids: the
+// [B, S, R/2] cosines and sines gathered here, then x1 * cos - x2 * sin and
+// x1 * sin + x2 * cos of the rotated part's halves (or its even and odd
+// elements, interleaved), put back in place; the rest of each head untouched.
+// 4-D input [B, H, S, D], or 3-D [B, S, H*D] with num_heads.
+void Importer::rotary_embedding(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 3 && xs.rank() != 4) throw n.error(fmt::format("input {} is not 3-D or 4-D", xs.to_string()), "X");
+  const Blob* cos_in = constant(n.in(1));
+  const Blob* sin_in = constant(n.in(2));
+  if (!cos_in || !sin_in) throw Unsupported{"RotaryEmbedding with caches computed at run time"};
+  const Blob cos_cache = to_float(*cos_in), sin_cache = to_float(*sin_in);
+  const int64_t batch = xs[0], seq = xs.rank() == 4 ? xs[2] : xs[1];
+  int64_t heads = xs.rank() == 4 ? xs[1] : n.get_int("num_heads", 0);
+  if (heads < 1 || (xs.rank() == 3 && xs[2] % heads != 0))
+    throw n.error(fmt::format("num_heads {} does not divide the hidden size of input {}", heads, xs.to_string()), "num_heads");
+  const int64_t head = xs.rank() == 4 ? xs[3] : xs[2] / heads;
+  const int64_t rot = n.get_int("rotary_embedding_dim", 0) == 0 ? head : n.get_int("rotary_embedding_dim", 0);
+  if (rot < 2 || rot % 2 || rot > head) throw n.error(fmt::format("rotary_embedding_dim {} for heads of {}", rot, head), "rotary_embedding_dim");
+  const int64_t half = rot / 2;
+  const bool interleaved = n.get_int("interleaved", 0) != 0;
+  // The [B, S, half] cosines and sines: the caches indexed by the position ids, or the caches themselves.
+  Shape table{batch, seq, half};
+  std::vector<float> cos(static_cast<std::size_t>(table.numel())), sin(cos.size());
+  const Shape cs = cos_cache.shape();
+  if (cs != sin_cache.shape() || cs.rank() < 2 || cs[cs.rank() - 1] != half)
+    throw n.error(fmt::format("caches {} and {}: their last dim must be rotary_embedding_dim / 2 = {}", cs.to_string(),
+                              sin_cache.shape().to_string(), half), "cos_cache");
+  if (n.has_in(3)) {
+    const Blob* ids_in = constant(n.in(3));
+    if (!ids_in) throw Unsupported{"RotaryEmbedding with position ids computed at run time"};
+    const std::vector<int64_t> ids = to_ints(*ids_in);
+    if (cs.rank() != 2 || static_cast<int64_t>(ids.size()) != batch * seq)
+      throw n.error(fmt::format("position ids {} and cache {} for input {}", ids_in->shape().to_string(), cs.to_string(), xs.to_string()), "position_ids");
+    for (std::size_t p = 0; p < ids.size(); ++p) {
+      if (ids[p] < 0 || ids[p] >= cs[0]) throw n.error(fmt::format("position id {} outside the cache's {} positions", ids[p], cs[0]), "position_ids");
+      for (int64_t j = 0; j < half; ++j) {
+        cos[p * static_cast<std::size_t>(half) + static_cast<std::size_t>(j)] = cos_cache.data_as<float>()[ids[p] * half + j];
+        sin[p * static_cast<std::size_t>(half) + static_cast<std::size_t>(j)] = sin_cache.data_as<float>()[ids[p] * half + j];
+      }
+    }
+  } else {
+    if (cs != table) throw n.error(fmt::format("caches {} without position ids: [{}, {}, {}] expected", cs.to_string(), batch, seq, half), "cos_cache");
+    std::copy_n(cos_cache.data_as<float>(), cos.size(), cos.begin());
+    std::copy_n(sin_cache.data_as<float>(), sin.size(), sin.begin());
+  }
+  // Work on [B, H, S, D] (4-D input) or [B, S, H, D] (3-D): the tables broadcast over the heads' axis.
+  const std::string y = n.out(0);
+  std::string x = input(n, 0);
+  Shape work = xs;
+  Shape table_shape{batch, 1, seq, half};
+  if (xs.rank() == 3) {
+    work = Shape{batch, seq, heads, head};
+    table_shape = Shape{batch, seq, 1, half};
+    const std::string r = fresh_blob(y + "/heads");
+    add_unary(n, "reshape", x, r, {{"shape", work.to_vector()}}, "heads");
+    x = r;
+  }
+  auto constant_blob = [&](const char* what, std::vector<float> v) {
+    return as_blob(n, add_constant(y + "/" + what, float_blob(table_shape, std::move(v))));
+  };
+  const std::string c = constant_blob("cos", std::move(cos)), s = constant_blob("sin", std::move(sin));
+  std::string rotated = x, rest;
+  if (rot < head) {
+    rotated = fresh_blob(y + "/rotated_in");
+    rest = fresh_blob(y + "/rest");
+    slice_blob(n, x, 3, 0, rot, rotated);
+    slice_blob(n, x, 3, rot, head, rest);
+  }
+  std::string x1 = fresh_blob(y + "/x1"), x2 = fresh_blob(y + "/x2");
+  Shape pairs = work;
+  pairs[3] = half;
+  if (interleaved) {  // even and odd elements: [.., R] as [.., R/2, 2], one column each
+    Shape grid = work;
+    grid[3] = half;
+    grid.push_back(2);
+    const std::string g = fresh_blob(y + "/pairs"), e = fresh_blob(y + "/even"), o = fresh_blob(y + "/odd");
+    add_unary(n, "reshape", rotated, g, {{"shape", grid.to_vector()}}, "pairs");
+    slice_blob(n, g, 4, 0, 1, e);
+    slice_blob(n, g, 4, 1, 2, o);
+    add_unary(n, "reshape", e, x1, {{"shape", pairs.to_vector()}}, "even");
+    add_unary(n, "reshape", o, x2, {{"shape", pairs.to_vector()}}, "odd");
+  } else {
+    slice_blob(n, rotated, 3, 0, half, x1);
+    slice_blob(n, rotated, 3, half, rot, x2);
+  }
+  auto binary = [&](const char* op, const std::string& a, const std::string& b, const char* what) {
+    const std::string out = fresh_blob(y + "/" + what);
+    add(make(op, n.name + "/" + what, {a, b}, {out}));
+    return out;
+  };
+  const std::string real = binary("sub", binary("mul", x1, c, "x1cos"), binary("mul", x2, s, "x2sin"), "real");
+  const std::string imag = binary("add", binary("mul", x1, s, "x1sin"), binary("mul", x2, c, "x2cos"), "imag");
+  std::string out = fresh_blob(y + "/rotated");
+  if (interleaved) {
+    Shape column = pairs;
+    column.push_back(1);
+    Shape grid = pairs;
+    grid.push_back(2);
+    const std::string rc = fresh_blob(y + "/real_col"), ic = fresh_blob(y + "/imag_col"), joined = fresh_blob(y + "/joined");
+    add_unary(n, "reshape", real, rc, {{"shape", column.to_vector()}}, "real_col");
+    add_unary(n, "reshape", imag, ic, {{"shape", column.to_vector()}}, "imag_col");
+    Layer cat = make("concat", n.name + "/interleave", {rc, ic}, {joined});
+    cat.params["axis"] = int64_t{4};
+    add(std::move(cat));
+    Shape back = work;
+    back[3] = rot;
+    add_unary(n, "reshape", joined, out, {{"shape", back.to_vector()}}, "interleaved");
+  } else {
+    Layer cat = make("concat", n.name + "/halves", {real, imag}, {out});
+    cat.params["axis"] = int64_t{3};
+    add(std::move(cat));
+  }
+  if (rot < head) {
+    const std::string whole = fresh_blob(y + "/whole");
+    Layer cat = make("concat", n.name + "/rest", {out, rest}, {whole});
+    cat.params["axis"] = int64_t{3};
+    add(std::move(cat));
+    out = whole;
+  }
+  if (xs.rank() == 3) add_unary(n, "reshape", out, y, {{"shape", xs.to_vector()}}, "hidden");
+  else add_unary(n, "identity", out, y);
 }
 
 void Importer::grid_sample(const Node& n) {

@@ -821,6 +821,43 @@ TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization
   }
 }
 
+// Refused before (an unsupported operator).
+TEST_CASE("RotaryEmbedding (opset 23): halves and interleaved, partial rotation, position ids, 3-D input", "[onnx][rope]") {
+  const int64_t B = 2, H = 2, S = 3, D = 8, positions = 5;
+  for (int layout : {3, 4})
+    for (int interleaved : {0, 1})
+      for (int64_t rot : {int64_t{0}, int64_t{4}}) {
+        INFO(layout << "-D input, interleaved " << interleaved << ", rotary_embedding_dim " << rot);
+        const int64_t r = rot ? rot : D, half = r / 2;
+        const Shape xs = layout == 4 ? Shape{B, H, S, D} : Shape{B, S, H * D};
+        auto x = random_values(static_cast<std::size_t>(xs.numel()), 41);
+        auto cos = random_values(static_cast<std::size_t>(positions * half), 42), sin = random_values(cos.size(), 43);
+        const std::vector<int64_t> ids{4, 0, 2, 1, 3, 3};  // [B, S]
+        OnnxModel m(23);
+        m.init("cos", {positions, half}, cos).init("sin", {positions, half}, sin).init_ints("ids", {B, S}, ids);
+        NodeRef node = unary_model(m, "RotaryEmbedding", xs, {"cos", "sin", "ids"});
+        node.i("interleaved", interleaved).i("rotary_embedding_dim", rot);
+        if (layout == 3) node.i("num_heads", H);
+        auto got = run_model(m, "rope.onnx", xs, x);
+        REQUIRE(got.shape == xs);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t t = 0; t < S; ++t) {
+              auto at = [&](int64_t d) {  // the flat index of element d of head h at step t
+                return static_cast<std::size_t>(layout == 4 ? ((b * H + h) * S + t) * D + d : (b * S + t) * H * D + h * D + d);
+              };
+              const int64_t p = ids[static_cast<std::size_t>(b * S + t)];
+              for (int64_t j = 0; j < half; ++j) {
+                const int64_t i1 = interleaved ? 2 * j : j, i2 = interleaved ? 2 * j + 1 : j + half;
+                const double c = cos[static_cast<std::size_t>(p * half + j)], s = sin[static_cast<std::size_t>(p * half + j)];
+                CHECK(got.values[at(i1)] == Approx(c * x[at(i1)] - s * x[at(i2)]).margin(kTol));
+                CHECK(got.values[at(i2)] == Approx(s * x[at(i1)] + c * x[at(i2)]).margin(kTol));
+              }
+              for (int64_t d = r; d < D; ++d) CHECK(got.values[at(d)] == x[at(d)]);
+            }
+      }
+}
+
 TEST_CASE("Attention (opset 23): grouped heads, causal, with and without a KV cache, against a computed reference",
           "[onnx][attention]") {
   const int64_t B = 1, HQ = 4, HKV = 2, L = 3, S = 3, D = 2;
