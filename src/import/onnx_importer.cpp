@@ -434,6 +434,10 @@ class Importer {
   void center_crop_pad(const Node&);
   void grid_sample(const Node&);
   void affine_grid(const Node&);
+  void swiglu(const Node&);
+  void sign(const Node&);
+  /// x * sigmoid(alpha * x) into y (silu where alpha is 1).
+  void add_swish(const Node& n, const std::string& x, const std::string& y, double alpha);
   void rotary_embedding(const Node&);
   void lrn(const Node&);
   void compress(const Node&);
@@ -640,6 +644,8 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"ThresholdedRelu", &Importer::thresholded_relu},
       {"Celu", &Importer::celu},
       {"Swish", &Importer::swish},
+      {"SwiGLU", &Importer::swiglu},
+      {"Sign", &Importer::sign},
       {"LpNormalization", &Importer::lp_normalization},
       {"SpaceToDepth", &Importer::space_depth},
       {"DepthToSpace", &Importer::space_depth},
@@ -3150,6 +3156,23 @@ void Importer::compare(const Node& n) {
   value_types_[n.out(0)] = onnx::TensorProto::BOOL;
 }
 
+// Sign: (x > 0) - (x < 0), and NaN where x is NaN (x == x false).
+void Importer::sign(const Node& n) {
+  const std::string x = input(n, 0), y = n.out(0), zero = scalar_constant(n, y + "/zero", 0.0);
+  const std::string pos = fresh_blob(y + "/positive"), neg = fresh_blob(y + "/negative"), diff = fresh_blob(y + "/sign"),
+                    number = fresh_blob(y + "/number");
+  auto compare = [&](const std::string& a, const std::string& b, const char* op, const std::string& out) {
+    Layer l = make("compare", fresh_blob(n.name + "/" + op), {a, b}, {out});
+    l.params["op"] = std::string(op);
+    add(std::move(l));
+  };
+  compare(x, zero, "greater", pos);
+  compare(x, zero, "less", neg);
+  add(make("sub", n.name + "/sub", {pos, neg}, {diff}));
+  compare(x, x, "equal", number);
+  add(make("where", n.name, {number, diff, x}, {y}));
+}
+
 void Importer::logical(const Node& n) {
   if (all_constant(n) && n.op() != "Xor") return constant_math(n);
   if (n.op() == "Not") {  // not x: x == 0
@@ -3486,14 +3509,23 @@ void Importer::celu(const Node& n) {
 }
 
 // Swish: x * sigmoid(alpha * x) (silu where alpha is 1).
-void Importer::swish(const Node& n) {
-  const double alpha = n.get_float("alpha", 1.0);
-  const std::string x = input(n, 0), y = n.out(0);
+void Importer::swish(const Node& n) { add_swish(n, input(n, 0), n.out(0), n.get_float("alpha", 1.0)); }
+
+void Importer::add_swish(const Node& n, const std::string& x, const std::string& y, double alpha) {
   if (alpha == 1.0) return add_unary(n, "silu", x, y);
   const std::string ax = fresh_blob(y + "/scaled"), s = fresh_blob(y + "/sigmoid");
   add(make("mul", n.name + "/scale", {x, scalar_constant(n, y + "/alpha", alpha)}, {ax}));
   add_unary(n, "sigmoid", ax, s, {}, "sigmoid");
-  add(make("mul", n.name, {x, s}, {y}));
+  add(make("mul", n.name + "/swish", {x, s}, {y}));
+}
+
+// SwiGLU (opset 28): Swish_alpha(A) * B, A and B of one shape (no broadcasting).
+void Importer::swiglu(const Node& n) {
+  const Shape as = shape_of(n, n.in(0)), bs = shape_of(n, n.in(1));
+  if (as != bs) throw n.error(fmt::format("A {} and B {} differ in shape (SwiGLU does not broadcast)", as.to_string(), bs.to_string()), "B");
+  const std::string gate = fresh_blob(n.out(0) + "/gate");
+  add_swish(n, input(n, 0), gate, n.get_float("alpha", 1.0));
+  add(make("mul", n.name, {gate, input(n, 1)}, {n.out(0)}));
 }
 
 // LpNormalization: x / ||x||_p along the axis (p 1 or 2), 0 where the norm is 0.
@@ -4256,7 +4288,7 @@ bool Importer::keeps_integers(const std::string& op) {
       "Expand",   "Tile",    "Pad",     "Add",     "Sub",       "Mul",       "Neg",    "Abs",   "Max",   "Min",
       "Sum",      "Relu",    "Clip",    "ReduceSum", "ReduceMax", "ReduceMin", "MaxPool", "Cast", "CastLike",
       "Shape",    "Size",    "Dropout", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-      "Xor",      "Not",     "Where",   "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin",
+      "Xor",      "Not",     "Where",   "Sign",  "Floor", "Ceil", "Round", "IsNaN", "IsInf", "ArgMax", "ArgMin",
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
       "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
       "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot", "CenterCropPad", "Compress",

@@ -821,6 +821,31 @@ TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization
   }
 }
 
+// Both refused before (unsupported operators).
+TEST_CASE("SwiGLU (opset 28) and Sign (NaN, zeros and infinities)", "[onnx][swiglu]") {
+  const Shape xs{2, 3, 4};
+  auto a = random_values(24, 51), b = random_values(24, 52);
+  for (double alpha : {1.0, 1.702}) {
+    OnnxModel m(28);
+    m.init("B", xs.to_vector(), b);
+    unary_model(m, "SwiGLU", xs, {"B"}).f("alpha", static_cast<float>(alpha));
+    auto got = run_model(m, "swiglu.onnx", xs, a);
+    REQUIRE(got.shape == xs);
+    for (std::size_t i = 0; i < a.size(); ++i)
+      CHECK(got.values[i] == Approx(a[i] / (1 + std::exp(-alpha * a[i])) * b[i]).margin(kTol));
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x{-2.5f, -0.0f, 0.0f, 3.0f, inf, -inf, nan, 1e-30f};
+  OnnxModel m(13);
+  unary_model(m, "Sign", Shape{8});
+  auto got = run_model(m, "sign.onnx", Shape{8}, x);
+  const std::vector<float> want{-1, 0, 0, 1, 1, -1, nan, 1};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(want[i])) CHECK(std::isnan(got.values[i]));
+    else CHECK(got.values[i] == want[i]);
+  }
+}
+
 // Refused before (an unsupported operator).
 TEST_CASE("RotaryEmbedding (opset 23): halves and interleaved, partial rotation, position ids, 3-D input", "[onnx][rope]") {
   const int64_t B = 2, H = 2, S = 3, D = 8, positions = 5;
