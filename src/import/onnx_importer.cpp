@@ -436,6 +436,7 @@ class Importer {
   void affine_grid(const Node&);
   void swiglu(const Node&);
   void sign(const Node&);
+  void mean_variance_normalization(const Node&);
   /// x * sigmoid(alpha * x) into y (silu where alpha is 1).
   void add_swish(const Node& n, const std::string& x, const std::string& y, double alpha);
   void rotary_embedding(const Node&);
@@ -646,6 +647,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Swish", &Importer::swish},
       {"SwiGLU", &Importer::swiglu},
       {"Sign", &Importer::sign},
+      {"MeanVarianceNormalization", &Importer::mean_variance_normalization},
       {"LpNormalization", &Importer::lp_normalization},
       {"SpaceToDepth", &Importer::space_depth},
       {"DepthToSpace", &Importer::space_depth},
@@ -3154,6 +3156,25 @@ void Importer::compare(const Node& n) {
   l.params["op"] = ops.at(n.op());
   add(std::move(l));
   value_types_[n.out(0)] = onnx::TensorProto::BOOL;
+}
+
+// MeanVarianceNormalization: (x - mean) / (sqrt(mean((x - mean)^2)) + 1e-9)
+// over `axes` (default 0, 2, 3), as the operator's function body adds the epsilon.
+void Importer::mean_variance_normalization(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  std::vector<int64_t> axes = n.get_ints("axes", std::vector<int64_t>{0, 2, 3});
+  for (auto& a : axes) a = normalized_axis(n, a, xs.rank(), "axes");
+  const std::string x = input(n, 0), y = n.out(0), mean = fresh_blob(y + "/mean"), centred = fresh_blob(y + "/centred"),
+                    squared = fresh_blob(y + "/squared"), variance = fresh_blob(y + "/variance"), std_dev = fresh_blob(y + "/std"),
+                    guarded = fresh_blob(y + "/guarded");
+  const std::map<std::string, Attr> reduce{{"mode", std::string("mean")}, {"axes", axes}, {"keepdims", int64_t{1}}};
+  add_unary(n, "reduce", x, mean, reduce, "mean");
+  add(make("sub", n.name + "/centre", {x, mean}, {centred}));
+  add(make("mul", n.name + "/square", {centred, centred}, {squared}));
+  add_unary(n, "reduce", squared, variance, reduce, "variance");
+  add_unary(n, "sqrt", variance, std_dev, {}, "std");
+  add(make("add", n.name + "/epsilon", {std_dev, scalar_constant(n, y + "/epsilon", 1e-9)}, {guarded}));
+  add(make("div", n.name, {centred, guarded}, {y}));
 }
 
 // Sign: (x > 0) - (x < 0), and NaN where x is NaN (x == x false).

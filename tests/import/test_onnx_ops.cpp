@@ -821,6 +821,40 @@ TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization
   }
 }
 
+// Refused before (an unsupported operator).
+TEST_CASE("MeanVarianceNormalization over the default and given axes", "[onnx][mvn]") {
+  const Shape xs{2, 3, 4, 5};
+  auto x = random_values(static_cast<std::size_t>(xs.numel()), 61);
+  for (bool given : {false, true}) {
+    INFO("axes " << (given ? "[1, 3]" : "default [0, 2, 3]"));
+    OnnxModel m(13);
+    NodeRef node = unary_model(m, "MeanVarianceNormalization", xs);
+    if (given) node.ints("axes", {1, -1});
+    auto got = run_model(m, "mvn.onnx", xs, x);
+    REQUIRE(got.shape == xs);
+    auto index = [&](int64_t a, int64_t b, int64_t c, int64_t d) { return static_cast<std::size_t>(((a * 3 + b) * 4 + c) * 5 + d); };
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t c = 0; c < 4; ++c)
+          for (int64_t d = 0; d < 5; ++d) {
+            double sum = 0, sq = 0;
+            int count = 0;
+            for (int64_t a2 = 0; a2 < 2; ++a2)
+              for (int64_t b2 = 0; b2 < 3; ++b2)
+                for (int64_t c2 = 0; c2 < 4; ++c2)
+                  for (int64_t d2 = 0; d2 < 5; ++d2) {
+                    const bool same = given ? (a2 == a && c2 == c) : b2 == b;  // the axes kept
+                    if (!same) continue;
+                    sum += x[index(a2, b2, c2, d2)];
+                    sq += double(x[index(a2, b2, c2, d2)]) * x[index(a2, b2, c2, d2)];
+                    ++count;
+                  }
+            const double mean = sum / count, sd = std::sqrt(std::max(0.0, sq / count - mean * mean));
+            CHECK(got.values[index(a, b, c, d)] == Approx((x[index(a, b, c, d)] - mean) / (sd + 1e-9)).margin(1e-4));
+          }
+  }
+}
+
 // Both refused before (unsupported operators).
 TEST_CASE("SwiGLU (opset 28) and Sign (NaN, zeros and infinities)", "[onnx][swiglu]") {
   const Shape xs{2, 3, 4};
