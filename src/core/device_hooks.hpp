@@ -15,6 +15,7 @@
 
 #include <softneuro/routine.hpp>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,13 +81,15 @@ inline const DeviceHooks* device_hooks(Device device) {
 /// calling thread's current ones until the returned binding ends.
 class DeviceQueues {
  public:
+  static constexpr std::size_t kMaxQueues = 4;  ///< devices with queue hooks (CUDA today)
   /// nullptr where no device registered queue hooks (nothing to bind).
   static std::shared_ptr<DeviceQueues> create() {
     std::vector<std::pair<const DeviceHooks*, void*>> queues;
     {
       std::lock_guard lock(detail::device_hooks_mutex());
       for (const auto& [device, hooks] : detail::device_hooks_table())
-        if (hooks.create_queue && hooks.destroy_queue && hooks.bind_queue) queues.push_back({&hooks, nullptr});
+        if (hooks.create_queue && hooks.destroy_queue && hooks.bind_queue && queues.size() < kMaxQueues)
+          queues.push_back({&hooks, nullptr});
     }
     if (queues.empty()) return nullptr;
     auto q = std::shared_ptr<DeviceQueues>(new DeviceQueues());
@@ -102,23 +105,28 @@ class DeviceQueues {
     for (auto& [hooks, queue] : queues_) hooks->destroy_queue(queue);
   }
 
+  /// Restores the queues bound before it when it ends. Holds no heap memory:
+  /// a session binds its queues on every run.
   class Binding {
    public:
     Binding() = default;
-    Binding(Binding&& o) noexcept : previous_(std::exchange(o.previous_, {})) {}
+    Binding(Binding&& o) noexcept : owner_(std::exchange(o.owner_, nullptr)), previous_(o.previous_) {}
     Binding(const Binding&) = delete;
     Binding& operator=(const Binding&) = delete;
     ~Binding() {
-      for (auto& [hooks, queue] : previous_) hooks->bind_queue(queue);
+      if (!owner_) return;
+      for (std::size_t i = owner_->queues_.size(); i-- > 0;) owner_->queues_[i].first->bind_queue(previous_[i]);
     }
 
    private:
     friend class DeviceQueues;
-    std::vector<std::pair<const DeviceHooks*, void*>> previous_;
+    const DeviceQueues* owner_ = nullptr;
+    std::array<void*, kMaxQueues> previous_{};
   };
   [[nodiscard]] Binding bind() const {
     Binding b;
-    for (const auto& [hooks, queue] : queues_) b.previous_.push_back({hooks, hooks->bind_queue(queue)});
+    b.owner_ = this;
+    for (std::size_t i = 0; i < queues_.size(); ++i) b.previous_[i] = queues_[i].first->bind_queue(queues_[i].second);
     return b;
   }
 

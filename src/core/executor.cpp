@@ -667,8 +667,7 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
       // synchronisation after it is not counted. Host steps: their wall time.
       const Device dev = step.routine.schema.device;
       const DeviceHooks* hooks = dev == Device::cpu ? nullptr : device_hooks(dev);
-      const bool marked = hooks && hooks->mark && hooks->elapsed_ms;
-      void* from = marked ? hooks->mark() : nullptr;
+      void* from = hooks && hooks->mark && hooks->elapsed_ms ? hooks->mark() : nullptr;
       auto t0 = std::chrono::steady_clock::now();
       step.prepared->run(args);
       const auto launched = std::chrono::steady_clock::now();
@@ -676,12 +675,11 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
       for (const auto& a : arenas_)
         if (a.device != Device::cpu) device_memory(a.device)->synchronize();
       times[t] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (from && to) {
+      if (from) {  // (elapsed_ms releases both markers, one of them missing too)
         const double launch = std::chrono::duration<double, std::milli>(launched - t0).count();
-        times[t] = std::max(launch, hooks->elapsed_ms(from, to) - launch);
+        const double device_ms = hooks->elapsed_ms(from, to);
+        if (to) times[t] = std::max(launch, device_ms - launch);
       }
-      else if (from || to)
-        hooks->elapsed_ms(from, to);  // (releases the one made)
     }
   };
   // [device graphs] replay a recorded run where possible (never when timing steps)

@@ -74,9 +74,14 @@ AccuracyBudget user_accuracy(const AccuracyMetric& metric) {
   return b;
 }
 
-bool runs_in_qint8(const core::RoutineChoice& routine) {
-  return Schema::parse(routine.descriptor.substr(0, routine.descriptor.find('/'))).dtype == DType::qint8;
+namespace {
+/// The dtype a routine computes in (its descriptor's schema).
+DType dtype_of(const core::RoutineChoice& routine) {
+  return Schema::parse(routine.descriptor.substr(0, routine.descriptor.find('/'))).dtype;
 }
+}  // namespace
+
+bool runs_in_qint8(const core::RoutineChoice& routine) { return dtype_of(routine) == DType::qint8; }
 
 bool uses_qint8(const core::RoutinePath& path) {
   return std::any_of(path.routines.begin(), path.routines.end(), runs_in_qint8);
@@ -85,9 +90,8 @@ bool uses_qint8(const core::RoutinePath& path) {
 bool below_float32(DType dtype) { return dtype == DType::qint8 || dtype == DType::float16 || dtype == DType::bfloat16; }
 
 bool uses_reduced_precision(const core::RoutinePath& path) {
-  return std::any_of(path.routines.begin(), path.routines.end(), [](const core::RoutineChoice& r) {
-    return below_float32(Schema::parse(r.descriptor.substr(0, r.descriptor.find('/'))).dtype);
-  });
+  return std::any_of(path.routines.begin(), path.routines.end(),
+                     [](const core::RoutineChoice& r) { return below_float32(dtype_of(r)); });
 }
 
 namespace {

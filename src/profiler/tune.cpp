@@ -245,6 +245,7 @@ struct Tuner {
     bool wants_qint8 = false;
     for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
       wants_qint8 = wants_qint8 || prof.rules().schema_allowed(Schema{Device::cpu, DType::qint8, l});
+    const bool wants_reduced_float = allows_reduced_float();
     // Parsed first: a bad budget is an error before any measuring.
     if (opt.accuracy_metric.score || opt.accuracy_metric.score_set || !opt.accuracy_metric.name.empty()) {
       if (!opt.accuracy.empty())
@@ -252,12 +253,12 @@ struct Tuner {
                                 opt.accuracy_metric.name),
                     net.file, {}, "accuracy");
       budget = profiler::user_accuracy(opt.accuracy_metric);
-    } else if (!opt.accuracy.empty() || wants_qint8 || allows_reduced_float()) {
+    } else if (!opt.accuracy.empty() || wants_qint8 || wants_reduced_float) {
       budget = profiler::parse_accuracy(!opt.accuracy.empty() ? opt.accuracy
                                         : wants_qint8     ? profiler::kDefaultAccuracy
                                                           : profiler::kDefaultFloatAccuracy);
     }
-    if (wants_qint8 || allows_reduced_float()) report.accuracy_budget = budget.text;
+    if (wants_qint8 || wants_reduced_float) report.accuracy_budget = budget.text;
     if (wants_qint8 && (net.graph.blob_quant.empty() || !opt.calibration.inputs.empty())) {
       progress("calibration", 0, 1, "");
       calibration = profiler::calibrate(net, opt.calibration,

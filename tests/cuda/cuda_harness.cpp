@@ -216,7 +216,7 @@ std::vector<Blob> as_seen_by(const std::vector<Blob>& inputs, const Schema& sche
 }
 
 int check_all_cuda_routines(const Layer& layer, const std::vector<Blob>& inputs, const std::string& what,
-                            double scale_up) {
+                            double scale_up, std::map<std::string, RoutineTally>* tally) {
   int compared = 0;
   LayerInfo info;
   info.layer = &layer;
@@ -225,9 +225,11 @@ int check_all_cuda_routines(const Layer& layer, const std::vector<Blob>& inputs,
   for (const std::string& d : cuda_descriptors(layer.type)) {
     Schema schema;
     const Routine* r = core::RoutineRegistry::instance().find(layer.type, d, &schema);
+    RoutineTally ignored;
+    RoutineTally& t = tally ? (*tally)[d] : ignored;
     Support s = r->supports(info, schema);
     if (!s) {
-      INFO(what << ": " << d << " does not support it: " << s.reason);
+      t.refusals += fmt::format("\n  {}: {}", what, s.reason);
       continue;
     }
     const std::vector<Blob> seen = as_seen_by(inputs, schema);
@@ -239,12 +241,13 @@ int check_all_cuda_routines(const Layer& layer, const std::vector<Blob>& inputs,
       std::string why;
       auto got = run_on_device(layer, inputs, d, params, &why);
       if (!got) {
-        INFO(name << " refused: " << why);
+        t.refusals += fmt::format("\n  {} ({} parameters): {}", what, params.size(), why);
         continue;
       }
       REQUIRE(got->size() == want.size());
       for (std::size_t k = 0; k < want.size(); ++k) close((*got)[k], want[k], tolerance_for(schema, scale_up), name);
       ++compared;
+      ++t.runs;
     }
   }
   return compared;

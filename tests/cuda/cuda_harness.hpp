@@ -7,6 +7,7 @@
 #include <softneuro/blob.hpp>
 #include <softneuro/routine.hpp>
 
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -60,10 +61,17 @@ bool close(const Blob& got, const Blob& want, const Tolerance& tol, const std::s
 /// The inputs as the routine's dtype sees them: float16 schemas round them.
 std::vector<Blob> as_seen_by(const std::vector<Blob>& inputs, const Schema& schema);
 
+/// Per CUDA descriptor: the (parameters, case) runs compared, and why the others were not.
+struct RoutineTally {
+  int runs = 0;
+  std::string refusals;
+};
+
 /// Runs `layer` through every CUDA routine of its type (every schema each lists,
 /// and every combination of its routine parameters) and compares with cpu/ref
-/// on the same inputs. Returns how many (routine, parameter) runs were compared.
+/// on the same inputs. Returns how many (routine, parameter) runs were compared;
+/// adds each descriptor's to `tally` where given.
 int check_all_cuda_routines(const Layer& layer, const std::vector<Blob>& inputs, const std::string& what,
-                            double scale_up = 1.0);
+                            double scale_up = 1.0, std::map<std::string, RoutineTally>* tally = nullptr);
 
 }  // namespace softneuro::cudatest
