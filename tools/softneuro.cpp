@@ -256,6 +256,11 @@ std::vector<double> values_of(const sn::Blob& b) {
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = float_of_16(p[i], b.dtype() == sn::DType::bfloat16);
     return v;
   }
+  if (sn::is_narrow(b.dtype())) {
+    const auto* p = b.data_as<uint8_t>();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = sn::narrow_value(b.dtype(), p[i]);
+    return v;
+  }
   by_dtype(b.dtype(), [&](auto t) {
     const auto* p = b.data_as<decltype(t)>();
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
@@ -430,10 +435,14 @@ int cmd_tune(const std::vector<std::string>& args) {
 /// A seeded random input: normal values, or for a typed input small integers
 /// (0..9: valid token ids and indices of any small table), 0/1 for bool.
 sn::Blob random_input(const sn::TensorInfo& t, std::mt19937& rng) {
-  if (t.dtype != sn::DType::float32 && t.dtype != sn::DType::float64 && !sn::is_integer(t.dtype))
+  if (t.dtype != sn::DType::float32 && t.dtype != sn::DType::float64 && !sn::is_integer(t.dtype) && !sn::is_narrow(t.dtype))
     throw sn::Error(fmt::format("no random values for input '{}' of dtype {}", t.name, sn::to_string(t.dtype)), {}, {}, t.name);
   sn::Blob b = sn::Blob::allocate(t.shape, t.dtype);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  if (sn::is_narrow(t.dtype)) {  // the normal values as the type holds them (int4 ... uint2 wrap)
+    for (int64_t i = 0; i < b.numel(); ++i) b.data_as<uint8_t>()[i] = sn::narrow_bits(t.dtype, normal(rng));
+    return b;
+  }
   std::uniform_int_distribution<int> digit(0, t.dtype == sn::DType::boolean ? 1 : 9);
   by_dtype(t.dtype, [&](auto v) {
     using T = decltype(v);
@@ -451,7 +460,7 @@ std::vector<sn::NamedBlob> make_inputs(const std::vector<sn::TensorInfo>& wanted
   for (const auto& t : wanted) {
     auto it = files.find(t.name);
     if (it != files.end()) {
-      sn::Blob b = sn::load_npy(it->second);
+      sn::Blob b = sn::load_npy(it->second, sn::is_narrow(t.dtype) ? std::optional(t.dtype) : std::nullopt);
       if (b.dtype() != t.dtype)
         throw sn::Error(fmt::format("input '{}' must be {}, the file holds {}", t.name, sn::to_string(t.dtype),
                                     sn::to_string(b.dtype())),

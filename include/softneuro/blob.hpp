@@ -18,20 +18,27 @@ namespace softneuro {
 /// indices): routines compute in float32, float16, bfloat16 or the quantised
 /// types, and a session converts a typed input or output at the net's edge,
 /// refusing a value that does not convert exactly (docs/api.md).
+/// The narrow types (ONNX's float8 kinds, float8e8m0, float4e2m1, int4, uint4,
+/// int2, uint2) are edge types too, one element per byte as ml_dtypes holds
+/// them: the value's bits in the byte's low bits (int4 -1 is 0x0f).
 enum class DType : uint8_t {
   float32 = 0, float16, bfloat16, qint8, quint8, int32, int64,
-  float64, int8, uint8, int16, uint16, uint32, uint64, boolean
+  float64, int8, uint8, int16, uint16, uint32, uint64, boolean,
+  float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float8e8m0, float4e2m1, int4, uint4, int2, uint2
 };
 /// The last DType (file readers check codes against it).
-inline constexpr DType kLastDType = DType::boolean;
-/// Whether values of this type are integers (the plain integer types and boolean).
+inline constexpr DType kLastDType = DType::uint2;
+/// Whether this is one of the narrow types (float8*, float4e2m1, int4, uint4, int2, uint2).
+constexpr bool is_narrow(DType d) noexcept { return d >= DType::float8e4m3fn && d <= DType::uint2; }
+/// Whether values of this type are integers (the plain integer types, int4 ... uint2 and boolean).
 constexpr bool is_integer(DType d) noexcept {
   return d == DType::int32 || d == DType::int64 || d == DType::int8 || d == DType::uint8 || d == DType::int16 ||
-         d == DType::uint16 || d == DType::uint32 || d == DType::uint64 || d == DType::boolean;
+         d == DType::uint16 || d == DType::uint32 || d == DType::uint64 || d == DType::boolean ||
+         (d >= DType::int4 && d <= DType::uint2);
 }
 /// Whether a net's input or output of this type is converted at its edge into
-/// float32 (and back), by adapt cpu/io_cast: float64 and the integer types.
-constexpr bool is_edge_type(DType d) noexcept { return d == DType::float64 || is_integer(d); }
+/// float32 (and back), by adapt cpu/io_cast: float64, the integer and the narrow types.
+constexpr bool is_edge_type(DType d) noexcept { return d == DType::float64 || is_integer(d) || is_narrow(d); }
 
 /// Physical arrangement of a blob's elements. Shapes are always logical
 /// (N, C, H, W, ... for images); the layout says how they lie in memory.
@@ -53,8 +60,14 @@ std::string_view to_string(Device);
 DType parse_dtype(std::string_view);
 Layout parse_layout(std::string_view);
 Device parse_device(std::string_view);
-/// Bytes per element (1 for the quantised types).
+/// Bytes per element (1 for the quantised and the narrow types).
 std::size_t dtype_size(DType);
+/// A narrow type's element (its byte) as float32, which holds every such value exactly.
+float narrow_value(DType type, uint8_t bits);
+/// x as a narrow type's byte, as ONNX's Cast makes it (saturating): nearest
+/// even for the floats, toward zero and wrapped for int4 ... uint2, float8e8m0
+/// rounded up to a power of two. Throws softneuro::Error for other types.
+uint8_t narrow_bits(DType type, float x);
 
 /// A logical shape of at most Shape::max_rank dimensions, stored inline so that
 /// copying one never allocates.

@@ -4,15 +4,19 @@
 #include <softneuro/blob.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace softneuro {
 
-/// Reads a .npy file (little-endian float32/float16/int8/uint8/int32/int64, C order).
+/// Reads a .npy file (little-endian float16/32/64, the integer types, bool, C
+/// order; ml_dtypes' bfloat16 as 2-byte voids). ml_dtypes' narrow types (float8,
+/// float4, int4, int2) save as 1-byte voids that do not say which: such a file
+/// is read as `narrow_type` when given (a model input's DType), else refused.
 /// Throws softneuro::Error naming the file on anything else.
-Blob load_npy(const std::string& path);
+Blob load_npy(const std::string& path, std::optional<DType> narrow_type = std::nullopt);
 /// Reads a .npz archive (np.savez or np.savez_compressed): one array per
 /// member, named as the member without ".npy", in archive order.
 std::vector<NamedBlob> load_npz(const std::string& path);

@@ -7,8 +7,13 @@
 // range (2^24), a float64 beyond float32's finite range, a result that is not
 // an integer (or NaN) where the output is integer-typed, or one the type cannot
 // hold, is an Error naming the blob, never a silently different number.
-// bool: 0 or 1 in, any non-zero value true out. Plain layout only (net edges).
+// bool: 0 or 1 in, any non-zero value true out. The narrow types (float8,
+// float4e2m1, int4 ... uint2) convert exactly in (core/narrow_types.hpp) and
+// out where the type holds the value (a Cast inside the net rounds onto it).
+// Plain layout only (net edges).
 #include <softneuro/routine.hpp>
+
+#include "core/narrow_types.hpp"
 
 #include <fmt/format.h>
 
@@ -74,34 +79,55 @@ bool from_float(float y, T& x) {
   }
 }
 
+/// Lowers `bad` to `first` where a chunk [.., e) found an element that does not convert.
+void note_bad(std::atomic<int64_t>& bad, int64_t first, int64_t e) {
+  if (first >= e) return;
+  int64_t cur = bad.load();
+  while (first < cur && !bad.compare_exchange_weak(cur, first)) {
+  }
+}
+
 class IoCast final : public PreparedRoutine {
  public:
   IoCast(DType from, DType to, int64_t n, std::string blob) : from_(from), to_(to), n_(n), blob_(std::move(blob)) {}
   void run(const RunArgs& a) override {
     std::atomic<int64_t> bad{n_};  // the first index that does not convert
     const DType typed_type = to_ == DType::float32 ? from_ : to_;
-    by_type(typed_type, [&](auto t) {
-      using T = decltype(t);
+    if (is_narrow(typed_type)) {
       a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
         int64_t first = e;
         if (to_ == DType::float32) {
-          const T* x = a.inputs[0]->data_as<T>();
+          const auto* x = a.inputs[0]->data_as<uint8_t>();
           float* y = a.outputs[0]->data_as<float>();
-          for (int64_t i = b; i < e; ++i)
-            if (!to_float(x[i], y[i]) && first == e) first = i;
+          for (int64_t i = b; i < e; ++i) y[i] = narrow_value(from_, x[i]);
         } else {
           const float* y = a.inputs[0]->data_as<float>();
-          T* x = a.outputs[0]->data_as<T>();
+          auto* x = a.outputs[0]->data_as<uint8_t>();
           for (int64_t i = b; i < e; ++i)
-            if (!from_float(y[i], x[i]) && first == e) first = i;
+            if (!core::exact_narrow_bits(to_, y[i], x[i]) && first == e) first = i;
         }
-        if (first < e) {
-          int64_t cur = bad.load();
-          while (first < cur && !bad.compare_exchange_weak(cur, first)) {
-          }
-        }
+        note_bad(bad, first, e);
       });
-    });
+    } else {
+      by_type(typed_type, [&](auto t) {
+        using T = decltype(t);
+        a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
+          int64_t first = e;
+          if (to_ == DType::float32) {
+            const T* x = a.inputs[0]->data_as<T>();
+            float* y = a.outputs[0]->data_as<float>();
+            for (int64_t i = b; i < e; ++i)
+              if (!to_float(x[i], y[i]) && first == e) first = i;
+          } else {
+            const float* y = a.inputs[0]->data_as<float>();
+            T* x = a.outputs[0]->data_as<T>();
+            for (int64_t i = b; i < e; ++i)
+              if (!from_float(y[i], x[i]) && first == e) first = i;
+          }
+          note_bad(bad, first, e);
+        });
+      });
+    }
     const int64_t i = bad.load();
     if (i == n_) return;
     if (to_ == DType::float32) {

@@ -14,7 +14,9 @@ namespace softneuro {
 
 namespace {
 constexpr std::string_view kDTypes[] = {"float32", "float16", "bfloat16", "qint8", "quint8", "int32",  "int64",  "float64",
-                                        "int8",    "uint8",   "int16",    "uint16", "uint32", "uint64", "bool"};
+                                        "int8",    "uint8",   "int16",    "uint16", "uint32", "uint64", "bool",
+                                        "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0",
+                                        "float4e2m1", "int4", "uint4", "int2", "uint2"};
 static_assert(std::size(kDTypes) == static_cast<std::size_t>(kLastDType) + 1);
 constexpr std::string_view kLayouts[] = {"nchw", "nhwc", "nchw8c", "nchw16c"};
 constexpr std::string_view kDevices[] = {"cpu", "cuda"};
@@ -40,6 +42,9 @@ std::size_t dtype_size(DType d) {
     case DType::float16: case DType::bfloat16: case DType::int16: case DType::uint16: return 2;
     case DType::qint8: case DType::quint8: case DType::int8: case DType::uint8: case DType::boolean: return 1;
     case DType::int64: case DType::uint64: case DType::float64: return 8;
+    case DType::float8e4m3fn: case DType::float8e4m3fnuz: case DType::float8e5m2: case DType::float8e5m2fnuz:
+    case DType::float8e8m0: case DType::float4e2m1: case DType::int4: case DType::uint4: case DType::int2:
+    case DType::uint2: return 1;  // unpacked: one element per byte
   }
   return 0;
 }

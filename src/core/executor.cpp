@@ -75,7 +75,8 @@ bool makes_nan(const Layer& layer, const Blob* constant_second) {
     const std::string op = layer.get_string("op", "");
     return op == "asin" || op == "acos" || op == "acosh" || op == "atanh";
   }
-  return t == "sqrt" || t == "log" || t == "divmod";
+  // cast: an overflow without saturation, or an infinity into float8e8m0, is NaN
+  return t == "sqrt" || t == "log" || t == "divmod" || t == "cast";
 }
 
 std::set<std::string> layers_nan_may_reach(const Graph& graph) {

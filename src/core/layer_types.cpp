@@ -214,6 +214,20 @@ std::vector<Shape> infer_round(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+std::vector<Shape> infer_cast(const Layer& l, std::span<const Shape> in) {
+  const std::string to = l.get_string("to");
+  DType t = DType::float32;
+  try {
+    t = parse_dtype(to);
+  } catch (const Error&) {
+  }
+  if (!is_narrow(t)) fail(l, "to", fmt::format("'{}' is not a narrow type (float8e4m3fn ... uint2)", to));
+  const std::string mode = l.get_string("round_mode", "up");
+  if (mode != "up" && mode != "down" && mode != "nearest")
+    fail(l, "round_mode", fmt::format("round_mode '{}' is not up, down or nearest", mode));
+  return {in[0]};
+}
+
 constexpr const char* kTrigOps[] = {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"};
 
 std::vector<Shape> infer_trig(const Layer& l, std::span<const Shape> in) {
@@ -515,6 +529,7 @@ const LayerType kBuiltinTypes[] = {
     {"reduce", 1, 1, infer_reduce},
     {"compare", 2, 2, infer_compare},    {"logical", 2, 2, infer_compare},
     {"where", 3, 3, infer_where},        {"round", 1, 1, infer_round},
+    {"cast", 1, 1, infer_cast},
     {"arg_reduce", 1, 1, infer_arg_reduce}, {"trig", 1, 1, infer_trig},
     {"take", 1, 1, infer_take},
     {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},

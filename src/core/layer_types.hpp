@@ -41,6 +41,8 @@
 //  logical   two inputs, NumPy broadcasting; op = and|or|xor of (x != 0): 1 or 0.
 //  where     three inputs (condition, x, y), NumPy broadcasting: condition != 0 ? x : y.
 //  round     mode = nearest_even (ONNX Round)|floor|ceil|trunc (toward zero).
+//  cast      to = a narrow type (float8e4m3fn ... uint2): x as that type holds it, in float32
+//            (ONNX Cast, core/narrow_types.hpp); saturate = 1|0, round_mode = up|down|nearest (float8e8m0).
 //  take      weight indices (int64, any shape): y = x.flat[indices], out shape = the
 //            indices' (each in [0, numel(x))): a gather at constant positions.
 //  trig      op = sin|cos|tan|asin|acos|atan|sinh|cosh|asinh|acosh|atanh (in double, as std:: computes them).

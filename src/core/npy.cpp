@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -33,7 +34,11 @@ constexpr Descr kDescrs[] = {{"<f4", DType::float32}, {"<f2", DType::float16}, {
                              {"<i8", DType::int64},   {"<u8", DType::uint64},  {"|b1", DType::boolean},
                              {"|i1", DType::qint8},   {"|u1", DType::quint8},
                              // bfloat16: NumPy has none; ml_dtypes' arrays save as 2-byte voids
-                             {"<V2", DType::bfloat16}, {"|V2", DType::bfloat16}};
+                             {"<V2", DType::bfloat16}, {"|V2", DType::bfloat16},
+                             // the narrow types: 1-byte voids, whose type the reader must be told (load_npy)
+                             {"|V1", DType::float8e4m3fn}, {"|V1", DType::float8e4m3fnuz}, {"|V1", DType::float8e5m2},
+                             {"|V1", DType::float8e5m2fnuz}, {"|V1", DType::float8e8m0}, {"|V1", DType::float4e2m1},
+                             {"|V1", DType::int4}, {"|V1", DType::uint4}, {"|V1", DType::int2}, {"|V1", DType::uint2}};
 
 // The value text after 'key': in the header dict, up to the matching delimiter.
 std::string dict_value(const std::string& header, const std::string& key, const std::string& file) {
@@ -60,7 +65,8 @@ std::string dict_value(const std::string& header, const std::string& key, const 
 
 /// A .npy image in memory (`label` names it in errors: a file, or an archive member).
 /// The data size the header claims is checked against the bytes there before anything is allocated.
-Blob parse_npy(const unsigned char* bytes, std::size_t size, const std::string& label) {
+Blob parse_npy(const unsigned char* bytes, std::size_t size, const std::string& label,
+               std::optional<DType> narrow_type = std::nullopt) {
   if (size < 10 || std::memcmp(bytes, "\x93NUMPY", 6) != 0) throw Error("not a .npy file", label);
   int major = bytes[6];
   std::size_t header_len, start;
@@ -82,10 +88,20 @@ Blob parse_npy(const unsigned char* bytes, std::size_t size, const std::string& 
   if (dict_value(header, "fortran_order", label).find("True") != std::string::npos)
     throw Error("Fortran-ordered arrays are not supported; save with np.ascontiguousarray", label, {}, "fortran_order");
   const Descr* d = nullptr;
+  // ml_dtypes saves its narrow types as 1-byte voids (float8e5m2 as '<f1'): which one, only the caller knows.
+  const bool one_byte = descr == "|V1" || descr == "<V1" || descr == "=V1" || descr == "<f1" || descr == "|f1";
   for (const auto& c : kDescrs)
-    if (!d && (descr == c.text || (descr.size() == 3 && descr[0] == '=' && descr.substr(1) == std::string(c.text).substr(1))))
+    if (!d && (one_byte ? narrow_type && c.dtype == *narrow_type
+                        : !is_narrow(c.dtype) && (descr == c.text || (descr.size() == 3 && descr[0] == '=' &&
+                                                                      descr.substr(1) == std::string(c.text).substr(1)))))
       d = &c;
-  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float16/32/64, int8/16/32/64, uint8/16/32/64, bool; <V2 as bfloat16)", descr), label, {}, "descr");
+  if (!d && one_byte)
+    throw Error(fmt::format("dtype '{}' is one of ml_dtypes' 1-byte types (float8, float4, int4, int2), read only where "
+                            "the model's input says which",
+                            descr),
+                label, {}, "descr");
+  if (!d) throw Error(fmt::format("unsupported dtype '{}' (float16/32/64, int8/16/32/64, uint8/16/32/64, bool; <V2 as bfloat16; "
+                                  "1-byte voids as a narrow input's type)", descr), label, {}, "descr");
   Shape shape;
   std::string dims = dict_value(header, "shape", label);
   std::size_t p = 0;
@@ -251,9 +267,9 @@ std::vector<unsigned char> zip_extract(const std::vector<unsigned char>& z, cons
 
 }  // namespace
 
-Blob load_npy(const std::string& path) {
+Blob load_npy(const std::string& path, std::optional<DType> narrow_type) {
   const auto bytes = read_regular_file(path);
-  return parse_npy(bytes.data(), bytes.size(), path);
+  return parse_npy(bytes.data(), bytes.size(), path, narrow_type);
 }
 
 std::vector<NamedBlob> load_npz(const std::string& path) {

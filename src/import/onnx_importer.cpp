@@ -26,6 +26,7 @@
 
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
+#include "core/narrow_types.hpp"
 #include "core/net_impl.hpp"
 #include "core/weight_quant.hpp"
 #include "import/dynamic_dims.hpp"
@@ -339,6 +340,7 @@ class Importer {
   void elu_softplus(const Node&);
   void cast_like(const Node&);
   void cast_to_type(const Node& n, int to);
+  void cast_to_narrow(const Node& n, DType to, int onnx_type);
   void batchnorm(const Node&);
   void softmax(const Node&);
   void layernorm(const Node&);
@@ -369,6 +371,9 @@ class Importer {
     std::vector<int64_t> zero_points;
     int64_t qmin = 0, qmax = 255;
     int type = onnx::TensorProto::UINT8;  ///< the integers' ONNX type
+    /// A float8 or float4e2m1 type: values rounded onto it (zero points 0, qmin/qmax unused).
+    std::optional<DType> float_type;
+    bool saturate = true;  ///< QuantizeLinear's saturate (float8)
   };
   /// Whether `name` is an output of the ONNX graph.
   bool is_graph_output(const std::string& name) const { return graph_outputs_.count(name) != 0; }
@@ -387,6 +392,7 @@ class Importer {
   QParams qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32 = false);
   /// A per-tensor QParams as a fake_quant layer's parameters.
   core::FakeQuant per_tensor(const Node& n, const QParams& q, const char* what) const;
+  static void set_narrow_type(QParams& q, int type);
   /// Adds the fake_quant layer x -> y; y then holds a quantised tensor as its real values.
   void add_fake_quant(const Node& n, const std::string& x, const std::string& y, const core::FakeQuant& q);
   /// An integer constant (or a float one holding integers) as real values: (v - zp) * scale, per `axis` where several.
@@ -1445,11 +1451,16 @@ Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const 
   } else if (int32 && type == onnx::TensorProto::INT32) {
     q.qmin = std::numeric_limits<int32_t>::min();
     q.qmax = std::numeric_limits<int32_t>::max();
+  } else if (narrow_dtype(type)) {
+    set_narrow_type(q, type);
   } else if (type != onnx::TensorProto::UINT8) {
     throw Unsupported{fmt::format("{} with {} zero points (uint8, int8, uint16 and int16 are supported)", n.op(),
                                   onnx_type_name(type))};
   }
   if (q.zero_points.empty()) q.zero_points.assign(q.scales.size(), 0);
+  if (q.float_type && std::any_of(q.zero_points.begin(), q.zero_points.end(), [](int64_t z) { return z != 0; }))
+    throw n.error(fmt::format("a {} zero point must be 0", onnx_type_name(type)), "zero_point");
+  q.saturate = n.get_int("saturate", 1) != 0;
   if (q.zero_points.size() != q.scales.size())
     throw n.error(fmt::format("{} zero points for {} scales", q.zero_points.size(), q.scales.size()), "zero_point");
   for (int64_t z : q.zero_points)
@@ -1457,7 +1468,22 @@ Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const 
   return q;
 }
 
+// int4 ... uint2: their integer range; float8, float4e2m1: values rounded onto the type.
+void Importer::set_narrow_type(QParams& q, int type) {
+  q.type = type;
+  switch (type) {
+    case kInt4: q.qmin = -8, q.qmax = 7; break;
+    case kUInt4: q.qmin = 0, q.qmax = 15; break;
+    case kInt2: q.qmin = -2, q.qmax = 1; break;
+    case kUInt2: q.qmin = 0, q.qmax = 3; break;
+    default: q.float_type = narrow_dtype(type); break;
+  }
+}
+
 core::FakeQuant Importer::per_tensor(const Node& n, const QParams& q, const char* what) const {
+  if (q.float_type)
+    throw Unsupported{fmt::format("{} with {} {} inside the net (integer quantisation only; float8 at graph outputs)", n.op(),
+                                  onnx_type_name(q.type), what)};
   if (q.qmax - q.qmin > 255)
     throw Unsupported{fmt::format("{} with {} {} inside the net (8-bit quantisation; 16-bit at graph inputs and outputs)", n.op(),
                                   onnx_type_name(q.type), what)};
@@ -1530,8 +1556,10 @@ void Importer::quantize_linear(const Node& n) {
     if (t == onnx::TensorProto::INT8) q.qmin = -128, q.qmax = 127;
     else if (t == onnx::TensorProto::UINT16) q.qmax = 65535;
     else if (t == onnx::TensorProto::INT16) q.qmin = -32768, q.qmax = 32767;
+    else if (narrow_dtype(static_cast<int>(t))) set_narrow_type(q, static_cast<int>(t));
     else if (t != onnx::TensorProto::UINT8)
-      throw Unsupported{fmt::format("QuantizeLinear to {} (uint8, int8, uint16 and int16 are supported)",
+      throw Unsupported{fmt::format("QuantizeLinear to {} (uint8, int8, uint16, int16, int4, uint4, int2, uint2, float8 and "
+                                    "float4e2m1 are supported)",
                                     onnx_type_name(t))};
     q.type = static_cast<int>(t);
   }
@@ -1550,11 +1578,16 @@ void Importer::quantize_linear(const Node& n) {
     }
     for (std::size_t i = 0; i < v.size(); ++i) {
       const auto ch = static_cast<std::size_t>(q.scales.size() > 1 ? static_cast<int64_t>(i) / inner % dim : 0);
+      if (q.float_type) {  // rounded onto the float type (as its values: it is an output, or dequantised next)
+        out.data_as<float>()[i] = core::narrowed(*q.float_type, static_cast<float>(v[i]) / q.scales[ch], q.saturate,
+                                                 core::ScaleRounding::up);
+        continue;
+      }
       core::FakeQuant f{q.scales[ch], static_cast<int32_t>(q.zero_points[ch]), static_cast<int32_t>(q.qmin), static_cast<int32_t>(q.qmax)};
       out.data_as<float>()[i] = f.apply(static_cast<float>(v[i]));
     }
     constants_[n.out(0)] = out;
-    if (q.scales.size() == 1 && q.qmax - q.qmin <= 255) quantized_[n.out(0)] = per_tensor(n, q, "y");
+    if (q.scales.size() == 1 && q.qmax - q.qmin <= 255 && !q.float_type) quantized_[n.out(0)] = per_tensor(n, q, "y");
     return;
   }
   quantized_output(n, input(n, 0), q, axis);
@@ -1575,7 +1608,7 @@ std::string Importer::real_values(const Node& n, int k, const QParams& q, int ax
   if (const Blob* c = constant(x)) return as_blob(n, add_constant(fmt::format("{}/{}_real", n.out(0), what), dequantized(n, *c, q, axis, what)));
   const int t = elem_type(x);
   if (t != onnx::TensorProto::UINT8 && t != onnx::TensorProto::INT8 && t != onnx::TensorProto::UINT16 &&
-      t != onnx::TensorProto::INT16 && t != onnx::TensorProto::INT32)
+      t != onnx::TensorProto::INT16 && t != onnx::TensorProto::INT32 && !narrow_dtype(t))
     throw Unsupported{fmt::format("{} of a {} '{}' that is neither quantised by a QuantizeLinear nor integer-typed", n.op(), what, x)};
   const int rank = shape_of(n, x).rank();
   std::vector<float> zp(q.zero_points.begin(), q.zero_points.end());
@@ -1589,6 +1622,14 @@ std::string Importer::real_values(const Node& n, int k, const QParams& q, int ax
 
 void Importer::quantized_output(const Node& n, const std::string& real, const QParams& q, int axis) {
   const std::string y = n.out(0);
+  if (q.float_type) {  // float8, float4e2m1: x / scale rounded onto the type
+    const std::string scaled = fresh_blob(y + "/scaled");
+    add(make("div", n.name + "/scale", {real, along_axis(n, y + "/scale", q.scales, axis, shape_of(n, real).rank())}, {scaled}));
+    add_unary(n, "cast", scaled, y,
+              {{"to", std::string(to_string(*q.float_type))}, {"saturate", int64_t{q.saturate}}, {"round_mode", std::string("up")}},
+              "cast");
+    return;
+  }
   if (!is_graph_output(y)) return add_fake_quant(n, real, y, per_tensor(n, q, "y"));
   // The integers themselves: saturate(round_half_even(x / scale) + zero point).
   const int rank = shape_of(n, real).rank();
@@ -2557,10 +2598,11 @@ void Importer::cast_like(const Node& n) {
 
 void Importer::cast_to_type(const Node& n, int to) {
   using T = onnx::TensorProto;
+  if (const auto narrow = narrow_dtype(to)) return cast_to_narrow(n, *narrow, to);
   const bool to_floating = to == T::FLOAT || to == T::FLOAT16 || to == T::DOUBLE || to == T::BFLOAT16;
   const bool to_integer = to == T::BOOL || to == T::INT8 || to == T::UINT8 || to == T::INT16 || to == T::UINT16 ||
                           to == T::INT32 || to == T::UINT32 || to == T::INT64 || to == T::UINT64;
-  if (!to_floating && !to_integer)  // float8/float4/int4/int2 (opsets 19-25), strings, complex
+  if (!to_floating && !to_integer)  // strings, complex
     throw Unsupported{fmt::format("Cast to {}", onnx_type_name(to))};
   if (const Blob* c = constant(n.in(0))) {
     constants_[n.out(0)] = cast_to(*c, to_floating ? DType::float32 : DType::int64);
@@ -2595,6 +2637,10 @@ void Importer::cast_to_type(const Node& n, int to) {
         case T::UINT32: return {0, 4294967295.0};
         case T::INT64: return {-9.2e18, 9.2e18};
         case T::UINT64: return {0, 1.8e19};
+        case kInt4: return {-8, 7};
+        case kUInt4: return {0, 15};
+        case kInt2: return {-2, 1};
+        case kUInt2: return {0, 3};
         default: return {1, 0};
       }
     };
@@ -2606,6 +2652,33 @@ void Importer::cast_to_type(const Node& n, int to) {
     return;
   }
   add_unary(n, "identity", input(n, 0), n.out(0));  // run-time tensors are float32 already
+}
+
+// Cast to float8, float4e2m1, int4 ... uint2: the values rounded (or wrapped)
+// onto the type's, held in float32 (a cast layer; at import for a constant).
+void Importer::cast_to_narrow(const Node& n, DType to, int onnx_type) {
+  const bool saturate = n.get_int("saturate", 1) != 0;
+  const std::string round_mode = n.get_string("round_mode", "up");
+  core::ScaleRounding rounding;
+  try {
+    rounding = core::parse_scale_rounding(round_mode);
+  } catch (const Error& e) {
+    throw n.error(e.message(), "round_mode");
+  }
+  if (const Blob* c = constant(n.in(0))) {
+    const std::vector<double> v = to_doubles(*c);
+    Blob out = uninitialized_blob(c->shape(), is_integer(to) ? DType::int64 : DType::float32);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const float y = core::narrowed(to, static_cast<float>(v[i]), saturate, rounding);
+      if (is_integer(to)) out.data_as<int64_t>()[i] = static_cast<int64_t>(y);
+      else out.data_as<float>()[i] = y;
+    }
+    constants_[n.out(0)] = out;
+    return;
+  }
+  add_unary(n, "cast", input(n, 0), n.out(0),
+            {{"to", std::string(to_string(to))}, {"saturate", int64_t{saturate}}, {"round_mode", round_mode}});
+  if (is_integer(to)) value_types_[n.out(0)] = onnx_type;
 }
 
 void Importer::flatten(const Node& n) {
@@ -4282,7 +4355,10 @@ void Importer::convert(int i) {
       if (auto t = value_types_.find(n.in(k)); t != value_types_.end()) typed = t->second;
   // float16 and bfloat16 values are exact in float32: computing in float32 and
   // rounding at the output is as accurate as the types' own arithmetic, or more.
-  if (typed == onnx::TensorProto::FLOAT16 || typed == onnx::TensorProto::BFLOAT16) typed = -1;
+  // So are the narrow floats (float8, float4e2m1), which ONNX only casts and (de)quantises.
+  if (typed == onnx::TensorProto::FLOAT16 || typed == onnx::TensorProto::BFLOAT16 ||
+      (narrow_dtype(typed) && !is_integer(*narrow_dtype(typed))))
+    typed = -1;
   if (typed >= 0 && !keeps_integers(n.op()))
     return record(fmt::format("{} of a {} tensor computed at run time (integer tensors are float32 inside, and this "
                               "operator's result would differ)", n.op(), onnx_type_name(typed)));

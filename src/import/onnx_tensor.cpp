@@ -34,7 +34,19 @@ float bfloat_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint
 
 bool is_floating(int type) {
   using T = onnx::TensorProto;
-  return type == T::FLOAT || type == T::FLOAT16 || type == T::BFLOAT16 || type == T::DOUBLE;
+  const auto narrow = narrow_dtype(type);
+  return type == T::FLOAT || type == T::FLOAT16 || type == T::BFLOAT16 || type == T::DOUBLE ||
+         (narrow && !is_integer(*narrow));
+}
+
+/// Bits per element of a narrow type (8 for the float8 kinds, 4 or 2 packed), else 0.
+int narrow_bits_per_element(int type) {
+  switch (type) {
+    case kFloat8E4M3FN: case kFloat8E4M3FNUZ: case kFloat8E5M2: case kFloat8E5M2FNUZ: case kFloat8E8M0: return 8;
+    case kInt4: case kUInt4: case kFloat4E2M1: return 4;
+    case kInt2: case kUInt2: return 2;
+    default: return 0;
+  }
 }
 
 /// Bytes per element of an ONNX type in raw_data, 0 for types we do not read.
@@ -119,9 +131,66 @@ void read_external(const onnx::TensorProto& t, const TensorSource& src, std::siz
     throw Error(fmt::format("cannot read external data '{}'", path.string()), src.file, node, field);
 }
 
+/// A tensor of a narrow type (float8, float4, int4, int2): elements of `bits`
+/// bits, packed from each byte's low bits up, in raw data or int32_data (one
+/// per float8 element, one per packed byte otherwise). Floats as float32, integers as int64.
+Blob read_narrow(const onnx::TensorProto& t, const TensorSource& src, const std::string& node, const std::string& field,
+                 const Shape& shape, int bits) {
+  auto fail = [&](const std::string& msg) -> Error { return Error(msg, src.file, node, field); };
+  const DType narrow = *narrow_dtype(t.data_type());
+  const auto count = static_cast<std::size_t>(shape.numel());
+  const std::size_t bytes = (count * static_cast<std::size_t>(bits) + 7) / 8;
+  std::string held;
+  const std::string* packed = &held;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    read_external(t, src, bytes, held, node, field);
+  } else if (!t.raw_data().empty() || count == 0) {
+    packed = &t.raw_data();
+    if (packed->size() != bytes)
+      throw fail(fmt::format("tensor '{}' {} holds {} bytes of data, expected {}", t.name(), shape.to_string(),
+                             packed->size(), bytes));
+  } else {
+    if (static_cast<std::size_t>(t.int32_data_size()) != bytes)
+      throw fail(fmt::format("tensor '{}' {} holds {} values, expected {}", t.name(), shape.to_string(),
+                             t.int32_data_size(), bytes));
+    held.resize(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) held[i] = static_cast<char>(t.int32_data(static_cast<int>(i)) & 0xff);
+  }
+  Blob out = uninitialized_blob(shape, is_integer(narrow) ? DType::int64 : DType::float32);
+  const auto* p = reinterpret_cast<const unsigned char*>(packed->data());
+  const std::size_t per_byte = static_cast<std::size_t>(8 / bits);
+  const unsigned mask = (1u << bits) - 1;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto b = static_cast<uint8_t>((p[i / per_byte] >> (bits * static_cast<int>(i % per_byte))) & mask);
+    const float v = narrow_value(narrow, b);
+    if (out.dtype() == DType::int64) out.data_as<int64_t>()[i] = static_cast<int64_t>(v);
+    else out.data_as<float>()[i] = v;
+  }
+  return out;
+}
+
 }  // namespace
 
+std::optional<DType> narrow_dtype(int type) {
+  switch (type) {
+    case kFloat8E4M3FN: return DType::float8e4m3fn;
+    case kFloat8E4M3FNUZ: return DType::float8e4m3fnuz;
+    case kFloat8E5M2: return DType::float8e5m2;
+    case kFloat8E5M2FNUZ: return DType::float8e5m2fnuz;
+    case kFloat8E8M0: return DType::float8e8m0;
+    case kFloat4E2M1: return DType::float4e2m1;
+    case kInt4: return DType::int4;
+    case kUInt4: return DType::uint4;
+    case kInt2: return DType::int2;
+    case kUInt2: return DType::uint2;
+    default: return std::nullopt;
+  }
+}
+
 std::string onnx_type_name(int type) {
+  static const char* const narrow[] = {"FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",
+                                       "INT4",         "FLOAT4E2M1",     "FLOAT8E8M0", "UINT2",          "INT2"};
+  if (type >= kFloat8E4M3FN && type <= kInt2) return narrow[type - kFloat8E4M3FN];
   std::string name = onnx::TensorProto::DataType_IsValid(type)
                          ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))
                          : std::string();
@@ -144,7 +213,7 @@ std::optional<DType> edge_dtype(int type) {
     case T::INT64: return DType::int64;
     case T::UINT64: return DType::uint64;
     case T::BOOL: return DType::boolean;
-    default: return std::nullopt;
+    default: return narrow_dtype(type);
   }
 }
 
@@ -162,6 +231,7 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
     n *= d;
   }
   const int type = t.data_type();
+  if (const int bits = narrow_bits_per_element(type)) return read_narrow(t, src, node, field, shape, bits);
   const std::size_t esize = raw_size(type);
   if (esize == 0)
     throw fail(fmt::format("tensor '{}' has data type {}, which the importer does not read", t.name(),

@@ -27,14 +27,23 @@ struct TensorSource {
   std::string dir;
 };
 
-/// An ONNX element type's name (FLOAT, INT64, ...), or "type N" for one newer
-/// than the onnx library we build with (float8, int4, ... read blank there).
+/// ONNX's narrow element types (opsets 19 to 25), newer than the onnx library
+/// some systems build with: their numbers.
+enum OnnxNarrowType : int {
+  kFloat8E4M3FN = 17, kFloat8E4M3FNUZ = 18, kFloat8E5M2 = 19, kFloat8E5M2FNUZ = 20, kUInt4 = 21, kInt4 = 22,
+  kFloat4E2M1 = 23, kFloat8E8M0 = 24, kUInt2 = 25, kInt2 = 26
+};
+/// The DType of one of those, or nullopt.
+std::optional<DType> narrow_dtype(int type);
+
+/// An ONNX element type's name (FLOAT, INT64, FLOAT8E4M3FN, ...), or "type N".
 std::string onnx_type_name(int type);
 /// The DType a net input or output of this ONNX element type is handed over
-/// in (float16/32/64, the integer types, bool), or nullopt.
+/// in (float16/32/64, the integer types, bool, the narrow types), or nullopt.
 std::optional<DType> edge_dtype(int type);
 
-/// Reads a TensorProto into a float32 or int64 blob, checking every size.
+/// Reads a TensorProto into a float32 or int64 blob, checking every size
+/// (int4, uint4 and float4e2m1 are packed two to a byte, int2 and uint2 four).
 /// Errors name the file, `node` and `field`.
 Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
                  const std::string& field);

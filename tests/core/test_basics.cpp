@@ -2,6 +2,7 @@
 #include "core/aligned_memory.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "core/narrow_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 #include "support/graphs.hpp"
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <cstdlib>
 #include <cstring>
@@ -147,6 +149,96 @@ TEST_CASE(".npy files round-trip", "[basics]") {
   std::string bad = test::temp_path("bad.npy");
   std::ofstream(bad) << "not numpy";
   CHECK_THROWS_AS(load_npy(bad), Error);
+}
+
+TEST_CASE("narrow types: every value round-trips; Cast's rounding, saturation, wrapping and specials", "[basics][narrow]") {
+  using core::cast_bits;
+  using core::ScaleRounding;
+  const auto up = ScaleRounding::up;
+  auto cast = [&](DType t, float x, bool saturate = true) { return narrow_value(t, cast_bits(t, x, saturate, up)); };
+  for (int d = static_cast<int>(DType::float8e4m3fn); d <= static_cast<int>(DType::uint2); ++d) {
+    const auto t = static_cast<DType>(d);
+    INFO(to_string(t));
+    REQUIRE(is_narrow(t));
+    CHECK(dtype_size(t) == 1);
+    for (int b = 0; b < 256; ++b) {  // every value is held exactly, and found again
+      const float v = narrow_value(t, static_cast<uint8_t>(b));
+      // (float8e8m0 rounds up whatever its float32 mantissa holds: 2^-127 is subnormal there, so down)
+      const float back = narrow_value(t, cast_bits(t, v, false, t == DType::float8e8m0 ? ScaleRounding::down : up));
+      CHECK((back == v || (std::isnan(back) && std::isnan(v))));
+      uint8_t bits;
+      CHECK(core::exact_narrow_bits(t, v, bits) == !(std::isnan(v) && t == DType::float4e2m1));
+    }
+  }
+  // The largest finite values; beyond them saturation, or infinity / NaN as the type has them.
+  const std::pair<DType, float> largest[] = {{DType::float8e4m3fn, 448}, {DType::float8e4m3fnuz, 240},
+                                             {DType::float8e5m2, 57344}, {DType::float8e5m2fnuz, 57344},
+                                             {DType::float4e2m1, 6}};
+  for (const auto& [t, m] : largest) {
+    INFO(to_string(t));
+    CHECK(cast(t, 1e6f) == m);
+    CHECK(cast(t, -INFINITY) == -m);
+    uint8_t bits;
+    CHECK(core::exact_narrow_bits(t, m, bits));
+    CHECK_FALSE(core::exact_narrow_bits(t, m * 1.01f, bits));
+  }
+  CHECK(std::isnan(cast(DType::float8e4m3fn, 1e6f, false)));
+  CHECK(std::isnan(cast(DType::float8e4m3fnuz, INFINITY, false)));
+  CHECK(cast(DType::float8e5m2, 1e6f, false) == INFINITY);
+  CHECK(cast(DType::float8e5m2, -INFINITY, false) == -INFINITY);
+  CHECK(cast(DType::float4e2m1, 1e6f, false) == 6);  // no infinity, no NaN: always saturates
+  CHECK(cast(DType::float8e4m3fn, 460, false) == 448);  // rounds down onto the largest value
+  CHECK(std::isnan(cast(DType::float8e4m3fn, 470, false)));
+  // Nearest, ties to even; subnormals; no -0 in the fnuz kinds.
+  CHECK(cast(DType::float8e4m3fn, 0.3f) == 0.3125f);
+  CHECK(cast(DType::float8e4m3fn, -3.3f) == -3.25f);
+  CHECK(cast(DType::float4e2m1, 0.25f) == 0.0f);
+  CHECK(cast(DType::float4e2m1, 0.75f) == 1.0f);
+  CHECK(cast(DType::float4e2m1, 2.5f) == 2.0f);
+  CHECK(cast(DType::float4e2m1, 5.0f) == 4.0f);
+  CHECK(cast(DType::float8e4m3fn, std::ldexp(1.0f, -9)) == std::ldexp(1.0f, -9));  // the smallest subnormal
+  CHECK(cast_bits(DType::float8e4m3fn, -1e-9f, true, up) == 0x80);
+  CHECK(cast_bits(DType::float8e4m3fnuz, -1e-9f, true, up) == 0x00);
+  CHECK(std::isnan(narrow_value(DType::float8e4m3fnuz, 0x80)));
+  CHECK(std::isnan(cast(DType::float8e5m2, NAN)));
+  // Integers: toward zero, then wrapped; the byte holds the low bits.
+  CHECK(cast(DType::int4, -9) == 7);
+  CHECK(cast(DType::int4, 8) == -8);
+  CHECK(cast(DType::int4, 2.7f) == 2);
+  CHECK(cast(DType::int4, -2.7f) == -2);
+  CHECK(cast(DType::uint2, -3) == 1);
+  CHECK(cast(DType::int2, 2) == -2);
+  CHECK(cast_bits(DType::int4, -1, true, up) == 0x0f);
+  CHECK(cast(DType::uint4, NAN) == 0);
+  uint8_t bits;
+  CHECK_FALSE(core::exact_narrow_bits(DType::int4, 8, bits));
+  CHECK_FALSE(core::exact_narrow_bits(DType::int4, 2.5f, bits));
+  // float8e8m0: powers of two, rounded as asked; 0 is the smallest, 2^-127; NaN and infinities are NaN.
+  CHECK(cast(DType::float8e8m0, 0.124f) == 0.125f);
+  CHECK(cast(DType::float8e8m0, 1.1f) == 2.0f);
+  CHECK(narrow_value(DType::float8e8m0, cast_bits(DType::float8e8m0, 1.1f, true, ScaleRounding::down)) == 1.0f);
+  CHECK(narrow_value(DType::float8e8m0, cast_bits(DType::float8e8m0, 1.6f, true, ScaleRounding::nearest)) == 2.0f);
+  CHECK(cast(DType::float8e8m0, 0.0f) == std::ldexp(1.0f, -127));
+  CHECK(cast_bits(DType::float8e8m0, INFINITY, true, up) == 0xff);
+  CHECK(std::isnan(narrow_value(DType::float8e8m0, 0xff)));
+  CHECK_THROWS_AS(narrow_bits(DType::float32, 1.0f), Error);
+}
+
+TEST_CASE("narrow types in .npy: 1-byte voids, read as the type the caller names", "[basics][npy][narrow]") {
+  Blob b = Blob::allocate(Shape{5}, DType::int4);
+  for (int i = 0; i < 5; ++i) b.data_as<uint8_t>()[i] = narrow_bits(DType::int4, static_cast<float>(i - 3));
+  const std::string p = test::temp_path("int4.npy");
+  save_npy(p, b);
+  CHECK_THROWS_WITH(load_npy(p), Catch::Contains("1-byte types"));
+  Blob back = load_npy(p, DType::int4);
+  CHECK(back.dtype() == DType::int4);
+  CHECK(std::memcmp(back.data(), b.data(), 5) == 0);
+  CHECK(narrow_value(DType::int4, back.data_as<uint8_t>()[0]) == -3);
+  CHECK(load_npy(p, DType::float8e5m2).dtype() == DType::float8e5m2);
+  // A file of another dtype is read as what it holds, whatever the caller names.
+  const std::string f = test::temp_path("f32.npy");
+  save_npy(f, test::iota_blob(Shape{2}, 1.0f, 0.0f));
+  CHECK(load_npy(f, DType::int4).dtype() == DType::float32);
 }
 
 TEST_CASE("a folder of .npy samples loads in name order; bad folders are clear errors", "[basics][npy]") {

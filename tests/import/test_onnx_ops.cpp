@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -1437,6 +1438,59 @@ TEST_CASE("Input shapes: symbolic dims default to 1 or come from the options", "
   ImportOptions unknown;
   unknown.input_shapes["nope"] = Shape{1};
   CHECK_THROWS_WITH(import_onnx(path, unknown), Catch::Contains("nope"));
+}
+
+TEST_CASE("Narrow types: float8 and int4 at the edges, Cast and QuantizeLinear onto them, packed initializers", "[onnx][typed]") {
+  using T = onnx::TensorProto;
+  constexpr int kFloat8E4M3FN = 17, kInt4 = 22;
+  OnnxModel m(21);
+  m.input("x", {6}).typed_input("w", kInt4, {4});
+  m.node("Cast", {"x"}, {"f8"}).i("to", kFloat8E4M3FN);  // saturating
+  m.init("half", {}, {0.5f});
+  m.init_typed("minus_one", kInt4, {}, {0x0f});  // int32_data holds the packed byte
+  m.node("QuantizeLinear", {"x", "half", "minus_one"}, {"q4"});
+  m.init("two", {}, {2.0f});
+  m.init_typed("one", kInt4, {}, {1});
+  m.node("DequantizeLinear", {"w", "two", "one"}, {"dq"});
+  auto* k = m.graph().add_initializer();  // int4 [3] in raw data: 1, 2 | -1, two to a byte from the low bits
+  k->set_name("k");
+  k->set_data_type(kInt4);
+  k->add_dims(3);
+  k->set_raw_data(std::string("\x21\x0f", 2));
+  m.node("Cast", {"k"}, {"kf"}).i("to", T::FLOAT);
+  m.typed_output("f8", kFloat8E4M3FN).typed_output("q4", kInt4).output("dq").output("kf");
+  Net net = import_onnx(m.save("narrow_edges.onnx"));
+  const std::string dnn = test_dir() + "/narrow_edges.dnn";
+  net.save(dnn);
+  Model model = Model::load(dnn);
+  REQUIRE(model.inputs().size() == 2);
+  CHECK(model.inputs()[1].dtype == DType::int4);
+  CHECK(model.outputs()[0].dtype == DType::float8e4m3fn);
+  CHECK(model.outputs()[1].dtype == DType::int4);
+  Blob x = make_input(Shape{6}, {0.3f, 1e6f, -3.3f, 460.0f, 0.0f, -INFINITY});
+  Blob w = Blob::allocate(Shape{4}, DType::int4);
+  const uint8_t w_bits[] = {0x0f, 0x07, 0x08, 0x01};  // -1, 7, -8, 1
+  std::memcpy(w.data(), w_bits, 4);
+  Session s(model);
+  auto out = s.run(std::vector<NamedBlob>{{"x", x}, {"w", w}});
+  auto values = [](const Blob& b) {
+    std::vector<float> v;
+    for (int64_t i = 0; i < b.numel(); ++i) v.push_back(narrow_value(b.dtype(), b.data_as<uint8_t>()[i]));
+    return v;
+  };
+  REQUIRE(out[0].blob.dtype() == DType::float8e4m3fn);
+  CHECK(values(out[0].blob) == std::vector<float>{0.3125f, 448, -3.25f, 448, 0, -448});
+  // round(x / 0.5) - 1, clipped to [-8, 7]
+  REQUIRE(out[1].blob.dtype() == DType::int4);
+  CHECK(values(out[1].blob) == std::vector<float>{0, 7, -8, 7, -1, -8});
+  const Blob& dq = out[2].blob;
+  CHECK(std::vector<float>(dq.data_as<float>(), dq.data_as<float>() + 4) == std::vector<float>{-4, 12, -18, 0});
+  const Blob& kf = out[3].blob;
+  CHECK(std::vector<float>(kf.data_as<float>(), kf.data_as<float>() + 3) == std::vector<float>{1, 2, -1});
+
+  // A packed initializer short of bytes is an error naming it.
+  k->set_raw_data(std::string("\x21", 1));
+  CHECK_THROWS_WITH(import_onnx(m.save("narrow_short.onnx")), Catch::Contains("'k'"));
 }
 
 TEST_CASE("Typed graph inputs and outputs: integers, bool and float64 at the edges, exact or an error", "[onnx][typed]") {

@@ -132,10 +132,10 @@ def run_case(case, cli, tmp_root):
         except OSError:
             return case.name, op, f"output '{name}' not written"
         if got.dtype.kind == "V" and got.dtype.itemsize == want.dtype.itemsize:
-            got = got.view(want.dtype)  # bfloat16: .npy has no such type (ml_dtypes saves 2-byte voids)
+            got = got.view(want.dtype)  # bfloat16, float8, int4...: .npy has no such types (ml_dtypes saves voids)
         if got.shape != want.shape:
             return case.name, op, f"output '{name}' has shape {list(got.shape)}, expected {list(want.shape)}"
-        if want.dtype == np.bool_ or want.dtype.kind in "iu":
+        if want.dtype == np.bool_ or want.dtype.kind in "iu" or want.dtype.name in ("int4", "uint4", "int2", "uint2"):
             if not np.array_equal(got.astype(np.float64), want.astype(np.float64)):
                 return case.name, op, f"output '{name}' differs in {int(np.sum(got != want))} of {want.size} values"
             continue

@@ -11,6 +11,7 @@
 // and Ref<P> turns it into the registered Routine. Elementwise types share
 // Unary<Op> and Binary<Op>; reshape/flatten/identity share Copy<name>.
 #include "core/layer_types.hpp"
+#include "core/narrow_types.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -441,6 +442,18 @@ struct RoundOp {
       default: return std::nearbyint(x);  // the default rounding mode: half to even
     }
   }
+};
+
+/// cast: x as a narrow type holds it (core/narrow_types.hpp), in float32.
+struct CastOp {
+  static constexpr std::string_view kType = "cast";
+  DType to;
+  bool saturate;
+  core::ScaleRounding rounding;
+  explicit CastOp(const Layer& l)
+      : to(parse_dtype(l.get_string("to"))), saturate(l.get_int("saturate", 1) != 0),
+        rounding(core::parse_scale_rounding(l.get_string("round_mode", "up"))) {}
+  float operator()(float x) const { return core::narrowed(to, x, saturate, rounding); }
 };
 
 struct TrigOp {
@@ -1649,6 +1662,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<CompareOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<LogicalOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Where>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<RoundOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<CastOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ArgReduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<TrigOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Take>);
