@@ -214,6 +214,13 @@ std::vector<Shape> infer_round(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+std::vector<Shape> infer_einsum(const Layer& l, std::span<const Shape> in) {
+  const EinsumSpec e = einsum_spec(l, in);
+  Shape out;
+  for (char c : e.output) out.push_back(e.sizes.at(c));
+  return {out};
+}
+
 std::vector<Shape> infer_cast(const Layer& l, std::span<const Shape> in) {
   const std::string to = l.get_string("to");
   DType t = DType::float32;
@@ -529,7 +536,7 @@ const LayerType kBuiltinTypes[] = {
     {"reduce", 1, 1, infer_reduce},
     {"compare", 2, 2, infer_compare},    {"logical", 2, 2, infer_compare},
     {"where", 3, 3, infer_where},        {"round", 1, 1, infer_round},
-    {"cast", 1, 1, infer_cast},
+    {"cast", 1, 1, infer_cast},          {"einsum", 1, 8, infer_einsum},
     {"arg_reduce", 1, 1, infer_arg_reduce}, {"trig", 1, 1, infer_trig},
     {"take", 1, 1, infer_take},
     {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},
@@ -544,6 +551,46 @@ const LayerType kBuiltinTypes[] = {
 };
 
 }  // namespace
+
+EinsumSpec einsum_spec(const Layer& l, std::span<const Shape> in) {
+  const std::string eq = l.get_string("equation");
+  EinsumSpec e;
+  const auto arrow = eq.find("->");
+  if (arrow == std::string::npos) fail(l, "equation", fmt::format("equation '{}' has no '->'", eq));
+  e.output = eq.substr(arrow + 2);
+  std::string operand;
+  for (char c : eq.substr(0, arrow) + ",") {
+    if (c == ',') {
+      e.operands.push_back(operand);
+      operand.clear();
+    } else {
+      operand += c;
+    }
+  }
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (e.operands.size() != in.size())
+    fail(l, "equation", fmt::format("equation '{}' has {} operands for {} inputs", eq, e.operands.size(), in.size()));
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    const std::string& op = e.operands[k];
+    if (static_cast<int>(op.size()) != in[k].rank())
+      fail(l, "equation", fmt::format("operand {} '{}' names {} dims of an input of shape {}", k, op, op.size(), in[k].to_string()));
+    for (int d = 0; d < in[k].rank(); ++d) {
+      if (!letter(op[static_cast<std::size_t>(d)])) fail(l, "equation", fmt::format("equation '{}' has a character other than letters", eq));
+      int64_t& size = e.sizes.try_emplace(op[static_cast<std::size_t>(d)], 1).first->second;
+      const int64_t dim = in[k][d];
+      if (dim != 1 && size != 1 && dim != size)
+        fail(l, "equation", fmt::format("'{}' is {} in one operand and {} in another", op[static_cast<std::size_t>(d)], size, dim));
+      if (dim != 1) size = dim;
+    }
+  }
+  for (std::size_t i = 0; i < e.output.size(); ++i) {
+    const char c = e.output[i];
+    if (!e.sizes.count(c)) fail(l, "equation", fmt::format("output letter '{}' is in no operand", c));
+    if (e.output.find(c) != i) fail(l, "equation", fmt::format("output letter '{}' appears twice", c));
+  }
+  if (e.output.size() > static_cast<std::size_t>(Shape::max_rank)) fail(l, "equation", "the output has too many dims");
+  return e;
+}
 
 double ResizeAxis::source(int64_t x) const {
   const double xr = static_cast<double>(x), len_in = static_cast<double>(in), len_out = static_cast<double>(out);

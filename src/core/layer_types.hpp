@@ -40,6 +40,9 @@
 //            greater|greater_equal: 1 where it holds, else 0 (NaN: only not_equal holds).
 //  logical   two inputs, NumPy broadcasting; op = and|or|xor of (x != 0): 1 or 0.
 //  where     three inputs (condition, x, y), NumPy broadcasting: condition != 0 ? x : y.
+//  einsum    1 to 8 inputs; equation = "ij,jk->ik": letters only, the output explicit (the importer
+//            spells out ONNX's ellipses and implicit outputs); products summed over the letters the
+//            output lacks, a letter repeated in an operand its diagonal, size-1 dims broadcast.
 //  round     mode = nearest_even (ONNX Round)|floor|ceil|trunc (toward zero).
 //  cast      to = a narrow type (float8e4m3fn ... uint2): x as that type holds it, in float32
 //            (ONNX Cast, core/narrow_types.hpp); saturate = 1|0, round_mode = up|down|nearest (float8e8m0).
@@ -106,7 +109,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -223,6 +228,17 @@ struct RnnGeometry {
   bool backwards(int d) const { return d == 1 || reverse; }
 };
 RnnGeometry rnn_geometry(const Layer& layer, std::span<const Shape> inputs);
+
+/// An einsum layer's equation, checked against its inputs: each operand's
+/// letters (one per dim; a repeated letter takes the diagonal), the output's,
+/// and each letter's size (operands' dims of it agree, or are 1 and broadcast).
+/// Letters of no output dim are summed over.
+struct EinsumSpec {
+  std::vector<std::string> operands;
+  std::string output;
+  std::map<char, int64_t> sizes;
+};
+EinsumSpec einsum_spec(const Layer& layer, std::span<const Shape> inputs);
 
 /// Parameters of a fake_quant layer, checked.
 struct FakeQuant {

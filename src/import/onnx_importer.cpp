@@ -345,6 +345,8 @@ class Importer {
   void softmax(const Node&);
   void layernorm(const Node&);
   void identity(const Node&);
+  void general_einsum(const Node& n, const std::string& equation);
+  void if_op(const Node&);
   void cast(const Node&);
   void flatten(const Node&);
   void reshape(const Node&);
@@ -586,6 +588,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Softmax", &Importer::softmax},
       {"LayerNormalization", &Importer::layernorm},
       {"Identity", &Importer::identity},
+      {"If", &Importer::if_op},
       {"Dropout", &Importer::identity},
       {"Cast", &Importer::cast},
       {"Flatten", &Importer::flatten},
@@ -761,8 +764,44 @@ void Importer::read_inputs() {
     if (!shapes_.count(name)) throw Error("the model has no input of this name (given a shape)", file_, {}, name);
 }
 
+namespace {
+
+/// The subgraphs a node holds (If's branches; Loop's and Scan's bodies).
+std::vector<const onnx::GraphProto*> subgraphs(const onnx::NodeProto& p) {
+  std::vector<const onnx::GraphProto*> out;
+  for (const auto& a : p.attribute()) {
+    if (a.has_g()) out.push_back(&a.g());
+    for (const auto& g : a.graphs()) out.push_back(&g);
+  }
+  return out;
+}
+
+/// The names a node's subgraphs read from the scopes around them (their
+/// implicit inputs), and every name they produce.
+void subgraph_names(const onnx::NodeProto& p, std::set<std::string>& reads, std::set<std::string>& produced) {
+  for (const onnx::GraphProto* g : subgraphs(p)) {
+    std::set<std::string> own;
+    for (const auto& t : g->initializer()) own.insert(t.name());
+    for (const auto& i : g->input()) own.insert(i.name());
+    for (const auto& node : g->node())
+      for (const auto& o : node.output()) own.insert(o);
+    std::set<std::string> inner_reads;
+    for (const auto& node : g->node()) {
+      for (const auto& i : node.input()) inner_reads.insert(i);
+      subgraph_names(node, inner_reads, own);
+    }
+    for (const auto& o : g->output()) inner_reads.insert(o.name());
+    for (const auto& r : inner_reads)
+      if (!r.empty() && !own.count(r)) reads.insert(r);
+    produced.insert(own.begin(), own.end());
+  }
+}
+
+}  // namespace
+
 /// Sorts the nodes topologically (ONNX asks exporters to, not every one does)
 /// and checks that every tensor is produced once and every input exists.
+/// A node with subgraphs depends on the names they read from outside too.
 void Importer::order_nodes() {
   const int n = g_.node_size();
   std::unordered_map<std::string, int> producer;
@@ -774,8 +813,13 @@ void Importer::order_nodes() {
     }
   std::vector<int> indegree(static_cast<std::size_t>(n));
   std::vector<std::vector<int>> next(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i)
-    for (const auto& in : g_.node(i).input()) {
+  std::set<std::string> subgraph_produced;
+  for (int i = 0; i < n; ++i) {
+    std::set<std::string> outer;
+    subgraph_names(g_.node(i), outer, subgraph_produced);
+    std::vector<std::string> reads(g_.node(i).input().begin(), g_.node(i).input().end());
+    reads.insert(reads.end(), outer.begin(), outer.end());
+    for (const auto& in : reads) {
       if (in.empty() || constants_.count(in) || shapes_.count(in)) continue;
       auto it = producer.find(in);
       if (it == producer.end())
@@ -784,6 +828,7 @@ void Importer::order_nodes() {
       ++indegree[static_cast<std::size_t>(i)];
       next[static_cast<std::size_t>(it->second)].push_back(i);
     }
+  }
   std::priority_queue<int, std::vector<int>, std::greater<>> ready;  // stable: file order where possible
   for (int i = 0; i < n; ++i)
     if (indegree[static_cast<std::size_t>(i)] == 0) ready.push(i);
@@ -812,6 +857,7 @@ void Importer::order_nodes() {
   for (const auto& [k, v] : constants_) taken_blobs_.insert(k);
   for (const auto& [k, v] : shapes_) taken_blobs_.insert(k);
   for (const auto& [k, v] : producers_) taken_blobs_.insert(k);
+  taken_blobs_.insert(subgraph_produced.begin(), subgraph_produced.end());
 }
 
 Node Importer::node(int i) const {
@@ -1859,13 +1905,13 @@ void Importer::matmul(const Node& n) {
 void Importer::einsum(const Node& n) {
   // The batched matrix products attention blocks write as Einsum
   // ("bhid,bhjd->bhij", "...ij,...jk->...ik"): a matmul, with the operands'
-  // last two dims swapped where the equation says so. Other equations are refused.
+  // last two dims swapped where the equation says so. Other equations: an einsum layer.
   std::string eq;
   for (char ch : n.get_string("equation"))
     if (ch != ' ') eq += ch;
   const auto comma = eq.find(','), arrow = eq.find("->");
   if (n.num_inputs() != 2 || comma == std::string::npos || arrow == std::string::npos || arrow < comma)
-    throw Unsupported{fmt::format("Einsum '{}' (only batched matrix products of two operands)", eq)};
+    return general_einsum(n, eq);
   std::string a = eq.substr(0, comma), b = eq.substr(comma + 1, arrow - comma - 1), c = eq.substr(arrow + 2);
   auto strip_ellipsis = [](std::string& t) {
     if (t.rfind("...", 0) != 0) return false;
@@ -1881,8 +1927,7 @@ void Importer::einsum(const Node& n) {
   const bool product = shapes_fit && a2[0] != a2[1] && b2[0] != b2[1] && c2[0] != c2[1] &&
                        a2.find(c2[0]) != std::string::npos && b2.find(c2[1]) != std::string::npos;
   const char k = product ? a2[a2[0] == c2[0] ? 1 : 0] : 0;
-  if (!product || b2.find(k) == std::string::npos || c2.find(k) != std::string::npos)
-    throw Unsupported{fmt::format("Einsum '{}' (only batched matrix products of two operands)", eq)};
+  if (!product || b2.find(k) == std::string::npos || c2.find(k) != std::string::npos) return general_einsum(n, eq);
   auto operand = [&](int idx, bool transpose, const char* which) {
     std::string x = input(n, idx);
     if (!transpose) return x;
@@ -1898,6 +1943,62 @@ void Importer::einsum(const Node& n) {
   const std::string lhs = operand(0, a2[1] != k, "a");  // wants [.., i, k]
   const std::string rhs = operand(1, b2[0] != k, "b");  // wants [.., k, j]
   add(make("matmul", n.name, {lhs, rhs}, {n.out(0)}));
+}
+
+// Any Einsum as an einsum layer (cpu/ref): the equation spelled out with
+// letters only, ellipses as letters the equation does not use (right-aligned
+// across the operands, as NumPy broadcasts them), an implicit output as NumPy
+// makes it (the ellipsis, then the letters used once, in alphabetical order).
+void Importer::general_einsum(const Node& n, const std::string& eq) {
+  if (n.num_inputs() < 1 || n.num_inputs() > 8) throw Unsupported{fmt::format("Einsum of {} operands (1 to 8)", n.num_inputs())};
+  const auto arrow = eq.find("->");
+  std::vector<std::string> ops;
+  std::string cur;
+  for (char c : eq.substr(0, arrow) + ",") {
+    if (c == ',') ops.push_back(cur), cur.clear();
+    else cur += c;
+  }
+  if (static_cast<int>(ops.size()) != n.num_inputs())
+    throw n.error(fmt::format("equation '{}' has {} operands for {} inputs", eq, ops.size(), n.num_inputs()), "equation");
+  std::string spare;  // letters free for the ellipsis
+  for (char c = 'A'; c <= 'Z'; ++c)
+    if (eq.find(c) == std::string::npos) spare += c;
+  int ellipsis_rank = 0;
+  std::vector<int> op_ellipsis(ops.size(), -1);
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const auto dots = ops[k].find("...");
+    if (dots == std::string::npos) continue;
+    const int rank = shape_of(n, n.in(static_cast<int>(k))).rank();
+    const int named = static_cast<int>(ops[k].size()) - 3;
+    if (rank < named) throw n.error(fmt::format("operand {} '{}' names more dims than its rank {}", k, ops[k], rank), "equation");
+    op_ellipsis[k] = rank - named;
+    ellipsis_rank = std::max(ellipsis_rank, rank - named);
+  }
+  if (ellipsis_rank > static_cast<int>(spare.size())) throw n.error("too many dims under '...'", "equation");
+  const std::string all_dots = spare.substr(0, static_cast<std::size_t>(ellipsis_rank));
+  for (std::size_t k = 0; k < ops.size(); ++k)
+    if (op_ellipsis[k] >= 0)
+      ops[k].replace(ops[k].find("..."), 3, all_dots.substr(all_dots.size() - static_cast<std::size_t>(op_ellipsis[k])));
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    if (const auto dots = out.find("..."); dots != std::string::npos) out.replace(dots, 3, all_dots);
+  } else {
+    std::map<char, int> uses;
+    for (const auto& o : ops)
+      for (char c : o) ++uses[c];
+    out = all_dots;
+    for (const auto& [c, count] : uses)  // map order: alphabetical (upper case first, as NumPy's)
+      if (count == 1 && all_dots.find(c) == std::string::npos) out += c;
+  }
+  std::string spelled;
+  for (std::size_t k = 0; k < ops.size(); ++k) spelled += (k ? "," : "") + ops[k];
+  spelled += "->" + out;
+  std::vector<std::string> inputs;
+  for (int k = 0; k < n.num_inputs(); ++k) inputs.push_back(input(n, k));
+  Layer l = make("einsum", n.name, inputs, {n.out(0)});
+  l.params["equation"] = spelled;
+  add(std::move(l));
 }
 
 void Importer::unary(const Node& n) {
@@ -2584,6 +2685,48 @@ void Importer::identity(const Node& n) {
     return;
   }
   add_unary(n, "identity", input(n, 0), n.out(0));
+}
+
+// If with a condition known at import (a constant, or computed from
+// constants and fixed shapes): the branch taken, its nodes imported in place,
+// its outputs the If's. A condition computed at run time is refused.
+void Importer::if_op(const Node& n) {
+  const Blob& cond = require_constant(n, 0, "cond");
+  if (cond.numel() != 1) throw n.error(fmt::format("cond has {} elements, not one", cond.numel()), "cond");
+  const char* branch_name = to_doubles(cond)[0] != 0 ? "then_branch" : "else_branch";
+  const onnx::GraphProto* branch = nullptr;
+  for (const auto& a : n.proto().attribute())
+    if (a.name() == branch_name && a.has_g()) branch = &a.g();
+  if (!branch) throw n.error(fmt::format("If has no {}", branch_name), branch_name);
+  if (branch->output_size() != n.num_outputs())
+    throw n.error(fmt::format("{} has {} outputs, the If {}", branch_name, branch->output_size(), n.num_outputs()), branch_name);
+  for (const auto& t : branch->initializer()) {
+    constants_[t.name()] = read_tensor(t, src_, n.name, branch_name);
+    onnx_types_[t.name()] = t.data_type();
+  }
+  for (const auto& p : branch->node()) {  // in their order: ONNX asks a subgraph's nodes to be sorted
+    const int i = static_cast<int>(nodes_.size());
+    nodes_.push_back(&p);
+    done_.push_back(true);
+    fused_of_.push_back(-1);
+    for (const auto& o : p.output())
+      if (!o.empty()) producers_[o] = i;
+    convert(i);
+  }
+  for (int k = 0; k < n.num_outputs(); ++k) {
+    const std::string& from = branch->output(k).name();
+    const std::string& to = n.out(k);
+    if (to.empty()) continue;
+    if (unavailable_.count(from)) {
+      unavailable_.insert(to);
+    } else if (const Blob* c = constant(from)) {
+      constants_[to] = *c;
+      if (auto t = onnx_types_.find(from); t != onnx_types_.end()) onnx_types_[to] = t->second;
+    } else {
+      add_unary(n, "identity", as_blob(n, from), to, {}, fmt::format("output{}", k));
+      if (auto t = value_types_.find(from); t != value_types_.end()) value_types_[to] = t->second;
+    }
+  }
 }
 
 void Importer::cast(const Node& n) { cast_to_type(n, static_cast<int>(n.get_int("to"))); }
@@ -4355,8 +4498,10 @@ void Importer::convert(int i) {
       if (auto t = value_types_.find(n.in(k)); t != value_types_.end()) typed = t->second;
   // float16 and bfloat16 values are exact in float32: computing in float32 and
   // rounding at the output is as accurate as the types' own arithmetic, or more.
-  // So are the narrow floats (float8, float4e2m1), which ONNX only casts and (de)quantises.
-  if (typed == onnx::TensorProto::FLOAT16 || typed == onnx::TensorProto::BFLOAT16 ||
+  // So are the narrow floats (float8, float4e2m1), which ONNX only casts and
+  // (de)quantises. float64 is computed in float32 throughout, as the import's
+  // warning on a float64 input says, by every operator alike.
+  if (typed == onnx::TensorProto::FLOAT16 || typed == onnx::TensorProto::BFLOAT16 || typed == onnx::TensorProto::DOUBLE ||
       (narrow_dtype(typed) && !is_integer(*narrow_dtype(typed))))
     typed = -1;
   if (typed >= 0 && !keeps_integers(n.op()))
@@ -4367,7 +4512,7 @@ void Importer::convert(int i) {
     if (windowed.count(n.op()) && n.has_in(0) && shape_of(n, n.in(0)).rank() == 3) as_2d(n, conv_it->second);
     else (this->*(conv_it->second))(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
-    static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "DequantizeLinear", "QLinearConv",
+    static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "If", "DequantizeLinear", "QLinearConv",
                                                               "QLinearMatMul", "ConvInteger", "MatMulInteger", "OneHot"};
     if (typed >= 0 && !own_types.count(n.op()))
       for (int k = 0; k < n.num_outputs(); ++k)
@@ -4389,7 +4534,7 @@ bool Importer::keeps_integers(const std::string& op) {
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
       "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
       "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot", "CenterCropPad", "Compress",
-      "ReverseSequence"};
+      "ReverseSequence", "If"};
   return ops.count(op) != 0;
 }
 

@@ -441,6 +441,9 @@ TEST_CASE("shape inference: compare, logical, where, round, arg_reduce", "[core]
   expect_error(L("where", {}, {}, 3), {{4}, {3}, {4}}, "input");
   CHECK(infer(L("round", {{"mode", std::string("trunc")}}), {{3, 2}}) == Shapes{{3, 2}});
   expect_error(L("round", {{"mode", std::string("half_up")}}), {{3}}, "mode");
+  CHECK(infer(L("cast", {{"to", std::string("float8e4m3fn")}}), {{3, 2}}) == Shapes{{3, 2}});
+  expect_error(L("cast", {{"to", std::string("int8")}}), {{3}}, "to");
+  expect_error(L("cast", {{"to", std::string("int4")}, {"round_mode", std::string("sideways")}}), {{3}}, "round_mode");
   auto arg = [](int64_t axis, int64_t keep) { return L("arg_reduce", {{"axis", axis}, {"keepdims", keep}}); };
   CHECK(infer(arg(1, 1), {{2, 5, 3}}) == Shapes{{2, 1, 3}});
   CHECK(infer(arg(-1, 0), {{2, 5, 3}}) == Shapes{{2, 5}});
@@ -495,7 +498,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math", "compare", "logical", "where", "round", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
+      "shape_math", "compare", "logical", "where", "round", "cast", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -52,6 +52,14 @@ NodeRef& NodeRef::t(const std::string& name, const onnx::TensorProto& v) {
   return *this;
 }
 
+NodeRef& NodeRef::g(const std::string& name, const onnx::GraphProto& v) {
+  auto* a = p->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::GRAPH);
+  *a->mutable_g() = v;
+  return *this;
+}
+
 OnnxModel::OnnxModel(int opset) {
   proto.set_ir_version(7);
   proto.set_producer_name("softneuro-tests");

@@ -23,6 +23,7 @@ struct NodeRef {
   NodeRef& s(const std::string& name, const std::string& v);
   NodeRef& ints(const std::string& name, const std::vector<int64_t>& v);
   NodeRef& t(const std::string& name, const onnx::TensorProto& v);
+  NodeRef& g(const std::string& name, const onnx::GraphProto& v);
 };
 
 /// An ONNX model under construction (default domain at `opset`).

@@ -1440,6 +1440,97 @@ TEST_CASE("Input shapes: symbolic dims default to 1 or come from the options", "
   CHECK_THROWS_WITH(import_onnx(path, unknown), Catch::Contains("nope"));
 }
 
+TEST_CASE("If with a condition known at import runs its branch in place; a run-time condition is refused", "[onnx][if]") {
+  // cond = (2 == 3), computed at import: the else branch, which reads the outer 'r' and has an initializer.
+  auto branch = [](const std::string& name, const std::string& op, float k) {
+    OnnxModel b(13);
+    b.init(name + "_k", {}, {k});
+    b.node(op, {"r", name + "_k"}, {name + "_out"}, name + "_node");
+    b.output(name + "_out");
+    onnx::GraphProto g = b.graph();
+    g.set_name(name);
+    return g;
+  };
+  OnnxModel m(13);
+  m.input("x", {4}).output("y");
+  m.node("Relu", {"x"}, {"r"});
+  m.init_ints("two", {}, {2}).init_ints("three", {}, {3});
+  m.node("Equal", {"two", "three"}, {"cond"});
+  m.node("If", {"cond"}, {"picked"}, "choose").g("then_branch", branch("then", "Add", 100)).g("else_branch", branch("else", "Mul", 3));
+  m.node("Neg", {"picked"}, {"y"});
+  Output out = run_model(m, "if_const.onnx", Shape{4}, {-1, 0, 1, 2});
+  CHECK(out.values == std::vector<float>{0, 0, -3, -6});
+
+  // The condition a graph input: refused, naming the node.
+  OnnxModel d(13);
+  d.input("x", {4}).typed_input("c", onnx::TensorProto::BOOL, {1}).output("y");
+  d.node("Relu", {"x"}, {"r"});
+  d.node("If", {"c"}, {"y"}, "choose_at_run_time").g("then_branch", branch("then", "Add", 100)).g("else_branch", branch("else", "Mul", 3));
+  try {
+    import_onnx(d.save("if_runtime.onnx"));
+    FAIL("a run-time If condition was accepted");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("choose_at_run_time") && Catch::Contains("cond"));
+  }
+}
+
+TEST_CASE("float64 tensors pass every operator, computed in float32 as the import warns", "[onnx][typed]") {
+  OnnxModel m(18);
+  m.typed_input("x", onnx::TensorProto::DOUBLE, {2, 3}).typed_output("y", onnx::TensorProto::DOUBLE);
+  m.init_ints("axes", {1}, {1});
+  m.node("ReduceLogSumExp", {"x", "axes"}, {"y"});  // refused before: not an operator integers pass
+  Net net = import_onnx(m.save("double_lse.onnx"));
+  Blob x = Blob::allocate(Shape{2, 3}, DType::float64);
+  for (int i = 0; i < 6; ++i) x.data_as<double>()[i] = 0.5 * i;
+  auto out = net.run(std::vector<NamedBlob>{{"x", x}});
+  REQUIRE(out[0].blob.dtype() == DType::float64);
+  for (int r = 0; r < 2; ++r) {
+    double want = 0;
+    for (int c = 0; c < 3; ++c) want += std::exp(0.5 * (r * 3 + c));
+    CHECK(out[0].blob.data_as<double>()[r] == Approx(std::log(want)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("Einsum: any equation (transpose, sums, diagonals, implicit outputs, ellipses) against a direct computation", "[onnx][einsum]") {
+  const std::vector<float> x = pattern(24, 7, 3.0f, 2.0f);  // [2, 3, 4]
+  auto einsum = [&](const std::string& eq, const Shape& x_shape) {
+    OnnxModel m(13);
+    m.input("x", x_shape.to_vector()).output("y");
+    m.node("Einsum", {"x"}, {"y"}).s("equation", eq);
+    return run_model(m, "einsum.onnx", x_shape, std::vector<float>(x.begin(), x.begin() + x_shape.numel()));
+  };
+  auto at = [&](int a, int b, int c) { return x[static_cast<std::size_t>((a * 3 + b) * 4 + c)]; };
+  Output t = einsum("abc->cab", Shape{2, 3, 4});
+  CHECK(t.shape == Shape{4, 2, 3});
+  CHECK(t.values[(3 * 2 + 1) * 3 + 2] == at(1, 2, 3));
+  Output s = einsum("abc->b", Shape{2, 3, 4});  // sums over a and c
+  REQUIRE(s.shape == Shape{3});
+  for (int b = 0; b < 3; ++b) {
+    float want = 0;
+    for (int a = 0; a < 2; ++a)
+      for (int c = 0; c < 4; ++c) want += at(a, b, c);
+    CHECK(s.values[static_cast<std::size_t>(b)] == Approx(want));
+  }
+  Output implicit = einsum("cb a", Shape{2, 3, 4});  // implicit: "abc" (alphabetical), spaces ignored
+  CHECK(implicit.shape == Shape{4, 3, 2});
+  CHECK(implicit.values[(3 * 3 + 2) * 2 + 1] == at(1, 2, 3));
+  Output diag = einsum("...ii->...i", Shape{2, 3, 3});  // the batch's diagonals
+  REQUIRE(diag.shape == Shape{2, 3});
+  for (int a = 0; a < 2; ++a)
+    for (int i = 0; i < 3; ++i) CHECK(diag.values[static_cast<std::size_t>(a * 3 + i)] == x[static_cast<std::size_t>(a * 9 + i * 4)]);
+  Output trace = einsum("ii", Shape{3, 3});  // implicit: a scalar, the trace
+  CHECK(trace.shape == Shape{});
+  CHECK(trace.values[0] == Approx(x[0] + x[4] + x[8]));
+  // The batched matrix products stay matmul layers.
+  OnnxModel mm(13);
+  mm.input("x", {2, 3, 4}).output("y");
+  mm.init("w", {2, 4, 5}, pattern(40, 5, 2.0f, 3.0f));
+  mm.node("Einsum", {"x", "w"}, {"y"}).s("equation", "bij,bjk->bik");
+  Net net = import_onnx(mm.save("einsum_matmul.onnx"));
+  CHECK(count_layers(net, "matmul") == 1);
+  CHECK(count_layers(net, "einsum") == 0);
+}
+
 TEST_CASE("Narrow types: float8 and int4 at the edges, Cast and QuantizeLinear onto them, packed initializers", "[onnx][typed]") {
   using T = onnx::TensorProto;
   constexpr int kFloat8E4M3FN = 17, kInt4 = 22;

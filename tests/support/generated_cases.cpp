@@ -324,6 +324,17 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     }
     return out;
   }
+  if (type == "cast") {
+    std::vector<Case> out;
+    for (const char* to : {"float8e4m3fn", "float8e5m2fnuz", "float4e2m1", "int4", "float8e8m0"})
+      for (int64_t saturate : {1, 0}) {
+        Blob x = random_blob({3, 41}, rng, -600.f, 600.f);
+        for (int64_t i = 0; i < 8; ++i) x.data_as<float>()[i] = 0.25f * static_cast<float>(i - 4);  // ties
+        out.push_back({fmt::format("cast {} saturate {}", to, saturate),
+                       layer_of("cast", {{"to", std::string(to)}, {"saturate", saturate}}, {}), {x}});
+      }
+    return out;
+  }
   if (type == "arg_reduce") {
     std::vector<Case> out;
     for (const char* mode : {"max", "min"})

@@ -476,6 +476,69 @@ struct TrigOp {
   float operator()(float x) const { return static_cast<float>(f(x)); }
 };
 
+/// einsum: each output element the sum, over the letters the output lacks, of
+/// the operands' products (in double); a letter's stride in an operand is the
+/// sum of its dims' strides (a diagonal), 0 where the operand broadcasts it.
+struct Einsum final : RefPrepared {
+  static constexpr std::string_view kType = "einsum";
+  std::vector<int64_t> sizes;                // output letters, then summed ones
+  std::size_t n_out = 0;                     // how many of them are the output's
+  std::vector<std::vector<int64_t>> stride;  // [operand][letter]
+  int64_t out_n = 1, sum_n = 1;
+  explicit Einsum(const LayerInfo& info) {
+    const core::EinsumSpec e = core::einsum_spec(*info.layer, info.input_shapes);
+    std::string letters = e.output;
+    for (const auto& [c, size] : e.sizes)
+      if (letters.find(c) == std::string::npos) letters += c;
+    n_out = e.output.size();
+    for (std::size_t i = 0; i < letters.size(); ++i) {
+      sizes.push_back(e.sizes.at(letters[i]));
+      (i < n_out ? out_n : sum_n) *= sizes.back();
+    }
+    for (std::size_t k = 0; k < e.operands.size(); ++k) {
+      const Shape& s = info.input_shapes[k];
+      std::vector<int64_t> st(letters.size(), 0);
+      int64_t step = 1;
+      for (int d = s.rank() - 1; d >= 0; --d) {
+        if (s[d] != 1) st[letters.find(e.operands[k][static_cast<std::size_t>(d)])] += step;
+        step *= s[d];
+      }
+      stride.push_back(std::move(st));
+    }
+  }
+  void run(const RunArgs& a) override {
+    const std::size_t n_ops = stride.size(), n_letters = sizes.size();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(out_n, 256, [&](int64_t b, int64_t e) {
+      std::vector<int64_t> base(n_ops), at(n_ops), idx(n_letters);
+      for (int64_t o = b; o < e; ++o) {
+        std::fill(base.begin(), base.end(), 0);
+        int64_t rest = o;
+        for (std::size_t i = n_out; i-- > 0;) {
+          const int64_t v = rest % sizes[i];
+          rest /= sizes[i];
+          for (std::size_t k = 0; k < n_ops; ++k) base[k] += v * stride[k][i];
+        }
+        std::fill(idx.begin(), idx.end(), 0);
+        at = base;
+        double acc = 0;
+        for (int64_t r = 0; r < sum_n; ++r) {
+          double p = 1;
+          for (std::size_t k = 0; k < n_ops; ++k) p *= a.inputs[k]->data_as<float>()[at[k]];
+          acc += p;
+          for (std::size_t i = n_letters; i-- > n_out;) {  // the summed letters' odometer
+            for (std::size_t k = 0; k < n_ops; ++k) at[k] += stride[k][i];
+            if (++idx[i] < sizes[i]) break;
+            for (std::size_t k = 0; k < n_ops; ++k) at[k] -= sizes[i] * stride[k][i];
+            idx[i] = 0;
+          }
+        }
+        y[o] = static_cast<float>(acc);
+      }
+    });
+  }
+};
+
 /// take: y = x.flat[indices] (the indices checked by shape inference).
 struct Take final : RefPrepared {
   static constexpr std::string_view kType = "take";
@@ -1666,6 +1729,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<CastOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ArgReduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<TrigOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Take>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Einsum>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivmodOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<BitwiseOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Cumulative>);
