@@ -49,7 +49,7 @@ struct ImportOptions {
 ///
 /// Supported operators (default domain): Conv (2-D), ConvTranspose (2-D: groups,
 /// strides, dilations, pads, output_padding, output_shape, auto_pad), Gemm, MatMul, Einsum
-/// (batched matrix products), Relu, Clip, HardSwish, HardSigmoid, Sigmoid,
+/// (any equation; batched matrix products as matmul), Relu, Clip, HardSwish, HardSigmoid, Sigmoid,
 /// Tanh, Gelu, Add, Sub, Mul, Div, Pow (squares), GlobalAveragePool,
 /// GlobalMaxPool, AveragePool, MaxPool (1-D to 3-D; ceil_mode, asymmetric pads, auto_pad),
 /// ReduceMean/ReduceMax (contiguous axes), Flatten, Reshape, Squeeze,
@@ -57,7 +57,9 @@ struct ImportOptions {
 /// Transpose, Pad, Expand, Resize (nearest with every nearest_mode, linear;
 /// every coordinate_transformation_mode; scales or sizes), BatchNormalization, Softmax (both the opset < 13 and
 /// the >= 13 meaning of axis), LayerNormalization, Constant, Identity,
-/// Dropout, Cast. Computed during import when their inputs are constants:
+/// Dropout, Cast and CastLike (to every numeric type, float8, float4e2m1, int4
+/// and int2 included), QuantizeLinear/DequantizeLinear, If (a condition known
+/// at import: the branch taken is imported in place). Computed during import when their inputs are constants:
 /// Shape, Size, Gather, Unsqueeze, Concat, Cast, Range, ConstantOfShape,
 /// Equal, Where, Mod, Less, Greater, And, Or, Not, Neg, Abs, Sqrt, Floor,
 /// Ceil, ScatterND and the arithmetic above (the shape, index and mask

@@ -442,6 +442,12 @@ TEST_CASE("shape inference: compare, logical, where, round, arg_reduce", "[core]
   CHECK(infer(L("round", {{"mode", std::string("trunc")}}), {{3, 2}}) == Shapes{{3, 2}});
   expect_error(L("round", {{"mode", std::string("half_up")}}), {{3}}, "mode");
   CHECK(infer(L("cast", {{"to", std::string("float8e4m3fn")}}), {{3, 2}}) == Shapes{{3, 2}});
+  CHECK(infer(L("einsum", {{"equation", std::string("ij,jk->ik")}}), {{2, 3}, {3, 4}}) == Shapes{{2, 4}});
+  CHECK(infer(L("einsum", {{"equation", std::string("bij,j->bi")}}), {{1, 2, 3}, {3}}) == Shapes{{1, 2}});
+  CHECK(infer(L("einsum", {{"equation", std::string("ab,ab->b")}}), {{1, 5}, {4, 5}}) == Shapes{{5}});  // a broadcasts
+  expect_error(L("einsum", {{"equation", std::string("ij,jk->ik")}}), {{2, 3}, {4, 4}}, "equation");
+  expect_error(L("einsum", {{"equation", std::string("ij->iz")}}), {{2, 3}}, "equation");
+  expect_error(L("einsum", {{"equation", std::string("ij")}}), {{2, 3}}, "equation");
   expect_error(L("cast", {{"to", std::string("int8")}}), {{3}}, "to");
   expect_error(L("cast", {{"to", std::string("int4")}, {"round_mode", std::string("sideways")}}), {{3}}, "round_mode");
   auto arg = [](int64_t axis, int64_t keep) { return L("arg_reduce", {{"axis", axis}, {"keepdims", keep}}); };
@@ -498,7 +504,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math", "compare", "logical", "where", "round", "cast", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
+      "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -324,6 +324,12 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     }
     return out;
   }
+  if (type == "einsum") {
+    return {{"einsum abc->cb", layer_of("einsum", {{"equation", std::string("abc->cb")}}, {}), {random_blob({2, 3, 5}, rng)}},
+            {"einsum diagonal", layer_of("einsum", {{"equation", std::string("aii->ai")}}, {}), {random_blob({2, 4, 4}, rng)}},
+            {"einsum two operands, broadcast", layer_of("einsum", {{"equation", std::string("abk,bk->ab")}}, {}, 2),
+             {random_blob({3, 1, 6}, rng), random_blob({4, 6}, rng)}}};
+  }
   if (type == "cast") {
     std::vector<Case> out;
     for (const char* to : {"float8e4m3fn", "float8e5m2fnuz", "float4e2m1", "int4", "float8e8m0"})
