@@ -346,6 +346,8 @@ class Importer {
   void layernorm(const Node&);
   void identity(const Node&);
   void general_einsum(const Node& n, const std::string& equation);
+  /// Whether Pow's exponent is a constant of non-negative integers.
+  bool integral_exponent(const Node& n) const;
   void if_op(const Node&);
   void cast(const Node&);
   void flatten(const Node&);
@@ -2069,18 +2071,31 @@ void Importer::binary_op(const Node& n) {
   add(make(type, n.name, {input(n, 0), input(n, 1)}, {n.out(0)}));
 }
 
+bool Importer::integral_exponent(const Node& n) const {
+  const Blob* e = n.has_in(1) ? constant(n.in(1)) : nullptr;
+  if (!e) return false;
+  for (double v : to_doubles(*e))
+    if (!(v >= 0 && v == std::floor(v))) return false;
+  return true;
+}
+
 void Importer::pow(const Node& n) {
   const Blob* e = constant(n.in(1));
   if (e && constant(n.in(0))) return constant_math(n);
+  // An integer base to non-negative integral powers: integers again, the float
+  // power rounded back onto them (an output refuses what float32 cannot hold).
+  const bool integer_base = value_types_.count(n.in(0)) != 0 && integral_exponent(n);
+  const std::string y = integer_base ? fresh_blob(n.out(0) + "/power") : n.out(0);
   if (!e || e->numel() != 1) {  // x ** y, y computed or not a scalar
-    add(make("pow", n.name, {input(n, 0), input(n, 1)}, {n.out(0)}));
-    return;
+    add(make("pow", n.name, {input(n, 0), input(n, 1)}, {y}));
+  } else {
+    const double v = to_doubles(*e)[0];
+    if (!std::isfinite(v)) throw n.error(fmt::format("exponent {} is not finite", v), "Y");
+    if (v == 1.0) add_unary(n, "identity", input(n, 0), y);
+    else if (v == 2.0) add(make("mul", n.name, {input(n, 0), input(n, 0)}, {y}));  // one pass, any routine
+    else add_unary(n, "pow", input(n, 0), y, {{"exponent", v}});
   }
-  const double v = to_doubles(*e)[0];
-  if (!std::isfinite(v)) throw n.error(fmt::format("exponent {} is not finite", v), "Y");
-  if (v == 1.0) add_unary(n, "identity", input(n, 0), n.out(0));
-  else if (v == 2.0) add(make("mul", n.name, {input(n, 0), input(n, 0)}, {n.out(0)}));  // one pass, any routine
-  else add_unary(n, "pow", input(n, 0), n.out(0), {{"exponent", v}});
+  if (integer_base) add_unary(n, "round", y, n.out(0), {{"mode", std::string("nearest_even")}}, "round");
 }
 
 void Importer::prelu(const Node& n) {
@@ -4504,7 +4519,7 @@ void Importer::convert(int i) {
   if (typed == onnx::TensorProto::FLOAT16 || typed == onnx::TensorProto::BFLOAT16 || typed == onnx::TensorProto::DOUBLE ||
       (narrow_dtype(typed) && !is_integer(*narrow_dtype(typed))))
     typed = -1;
-  if (typed >= 0 && !keeps_integers(n.op()))
+  if (typed >= 0 && !keeps_integers(n.op()) && !(n.op() == "Pow" && integral_exponent(n)))
     return record(fmt::format("{} of a {} tensor computed at run time (integer tensors are float32 inside, and this "
                               "operator's result would differ)", n.op(), onnx_type_name(typed)));
   try {
