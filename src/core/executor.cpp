@@ -229,9 +229,21 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   step->info.output_shapes = output_shapes;
   step->info.output_quant = output_quant;
 
-  // The tuned choice where it still applies here, else the default.
+  // A step that meets an empty tensor (a zero-size dim) runs cpu/ref, which
+  // loops over nothing (a reduction over nothing gives its identity); the other
+  // routines are never asked to plan for one.
   bool chosen = false;
-  if (rc) {
+  auto empty = [](const Shape& s) { return s.numel() == 0; };
+  if (!child_schema && (std::any_of(step->info.input_shapes.begin(), step->info.input_shapes.end(), empty) ||
+                        std::any_of(output_shapes.begin(), output_shapes.end(), empty))) {
+    Schema schema;
+    if (const Routine* r = registry.find(layer.type, "cpu/ref", &schema)) {
+      step->routine = Candidate{r, schema, "cpu/ref", r->supports(step->info, schema)};
+      chosen = step->routine.support.ok;
+    }
+  }
+  // The tuned choice where it still applies here, else the default.
+  if (rc && !chosen) {
     Schema schema;
     const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
     Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");

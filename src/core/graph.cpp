@@ -151,7 +151,7 @@ void check_input_shape(const TensorInfo& in, const Shape& s) {
   bool fits = s.rank() == in.shape.rank();
   for (int i = 0; fits && i < s.rank(); ++i)
     fits = s[i] == in.shape[i] ||
-           (s[i] > 0 && std::find(in.dynamic_dims.begin(), in.dynamic_dims.end(), i) != in.dynamic_dims.end());
+           (s[i] >= 0 && std::find(in.dynamic_dims.begin(), in.dynamic_dims.end(), i) != in.dynamic_dims.end());
   if (fits) return;
   std::string want = "[";
   for (int i = 0; i < in.shape.rank(); ++i) {
@@ -169,7 +169,7 @@ std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::st
     if (given == input_shapes.end()) throw Error(fmt::format("no shape for net input '{}'", in.name), {}, {}, in.name);
     const Shape& s = given->second;
     for (auto d : s)
-      if (d <= 0) throw Error(fmt::format("net input '{}' has a non-positive dim in {}", in.name, s.to_string()), {}, {}, "inputs");
+      if (d < 0) throw Error(fmt::format("net input '{}' has a negative dim in {}", in.name, s.to_string()), {}, {}, "inputs");
     check_size(s, {}, "inputs." + in.name);
     shapes[in.name] = s;
   }

@@ -148,8 +148,6 @@ std::vector<Shape> infer_reduce(const Layer& l, std::span<const Shape> in) {
   for (int d = 0; d < in[0].rank(); ++d) {
     if (!reduced[static_cast<std::size_t>(d)]) out.push_back(in[0][d]);
     else if (keep) out.push_back(1);
-    if (reduced[static_cast<std::size_t>(d)] && in[0][d] == 0 && (mode == "max" || mode == "min"))
-      fail(l, "axes", fmt::format("{} over an empty axis {}", mode, d));
   }
   return {out};
 }
@@ -531,7 +529,7 @@ const LayerType kBuiltinTypes[] = {
     {"sqrt", 1, 1, infer_same},          {"exp", 1, 1, infer_same},
     {"log", 1, 1, infer_same},           {"erf", 1, 1, infer_same},
     {"reciprocal", 1, 1, infer_same},    {"silu", 1, 1, infer_same},
-    {"mish", 1, 1, infer_same},          {"leaky_relu", 1, 1, infer_leaky_relu},
+    {"mish", 1, 1, infer_same},          {"softplus", 1, 1, infer_same},          {"leaky_relu", 1, 1, infer_leaky_relu},
     {"prelu", 1, 1, infer_prelu},        {"pow", 1, 2, infer_pow},
     {"reduce", 1, 1, infer_reduce},
     {"compare", 2, 2, infer_compare},    {"logical", 2, 2, infer_compare},

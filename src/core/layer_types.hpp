@@ -43,6 +43,7 @@
 //  einsum    1 to 8 inputs; equation = "ij,jk->ik": letters only, the output explicit (the importer
 //            spells out ONNX's ellipses and implicit outputs); products summed over the letters the
 //            output lacks, a letter repeated in an operand its diagonal, size-1 dims broadcast.
+//  softplus  log(1 + e^x), accurate for large negative x (log1p).
 //  round     mode = nearest_even (ONNX Round)|floor|ceil|trunc (toward zero).
 //  cast      to = a narrow type (float8e4m3fn ... uint2): x as that type holds it, in float32
 //            (ONNX Cast, core/narrow_types.hpp); saturate = 1|0, round_mode = up|down|nearest (float8e8m0).
@@ -68,7 +69,8 @@
 //  mish (x * tanh(softplus(x))); leaky_relu (alpha=0.01: x < 0 ? alpha*x : x).
 //  prelu     weight slope, broadcast to the input: x < 0 ? slope*x : x.
 //  reduce    mode = mean|sum|max|min|l2 (sqrt of the sum of squares)|prod (max, min: NaN wins); axes (any
-//            order, negative from the end; none: every axis); keepdims=1.
+//            order, negative from the end; none: every axis); keepdims=1. Over an empty axis: the
+//            identity (sum 0, prod 1, max -inf, min +inf; mean NaN).
 //  concat    axis (required), one or more inputs.
 //  split     axis=0; split = sizes (default: equal parts, one per output).
 //  reshape   shape: ONNX semantics (0 copies the input dim, -1 is inferred);

@@ -2334,24 +2334,14 @@ void Importer::sum_mean(const Node& n) {
   }
 }
 
-// Softplus as relu(x) + log(1 + exp(-|x|)) (no overflow for large x); Elu and
-// Selu as [gamma *] (relu(x) + alpha * (exp(min(x, 0)) - 1)).
+// Softplus as one softplus layer (log(1 + e^x) from log1p: a log of 1 + tiny
+// loses the tiny part); Elu and Selu as [gamma *] (relu(x) + alpha * (exp(min(x, 0)) - 1)).
 void Importer::elu_softplus(const Node& n) {
   const std::string x = input(n, 0), y = n.out(0);
+  if (n.op() == "Softplus") return add_unary(n, "softplus", x, y);
   const std::string pos = fresh_blob(y + "/relu");
   add_unary(n, "relu", x, pos, {}, "relu");
   const std::string rest = fresh_blob(y + "/rest");
-  if (n.op() == "Softplus") {
-    const std::string a = fresh_blob(y + "/abs"), na = fresh_blob(y + "/neg_abs"), e = fresh_blob(y + "/exp"),
-                      e1 = fresh_blob(y + "/exp_plus_one");
-    add_unary(n, "abs", x, a, {}, "abs");
-    add_unary(n, "neg", a, na, {}, "neg");
-    add_unary(n, "exp", na, e, {}, "exp");
-    add(make("add", n.name + "/plus_one", {e, scalar_constant(n, y + "/one", 1.0)}, {e1}));
-    add_unary(n, "log", e1, rest, {}, "log");
-    add(make("add", n.name, {pos, rest}, {y}));
-    return;
-  }
   const bool selu = n.op() == "Selu";
   const double alpha = n.get_float("alpha", selu ? 1.67326319217681884765625 : 1.0);
   const double gamma = selu ? n.get_float("gamma", 1.05070102214813232421875) : 1.0;

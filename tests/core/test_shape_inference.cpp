@@ -178,7 +178,7 @@ TEST_CASE("shape inference: batchnorm", "[core][shape]") {
 
 TEST_CASE("shape inference: unary elementwise layers", "[core][shape]") {
   for (const char* type : {"relu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "identity", "clip", "gelu", "abs", "neg",
-                           "sqrt", "exp", "log", "erf", "reciprocal", "silu", "mish", "leaky_relu"}) {
+                           "sqrt", "exp", "log", "erf", "reciprocal", "silu", "mish", "softplus", "leaky_relu"}) {
     INFO(type);
     Layer l = L(type);
     CHECK(infer(l, {{2, 3, 4}}) == Shapes{{2, 3, 4}});
@@ -503,7 +503,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
-      "reciprocal", "silu", "mish", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
+      "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp

@@ -662,6 +662,13 @@ TEST_CASE("LogSoftmax, ReduceLogSumExp, ReduceLogSum, ReduceL1, ReduceSumSquare,
         CHECK(got.values[i] == Approx(want).epsilon(1e-4).margin(1e-5));  // oneDNN's exp and log: about 1e-6 absolute
       }
     }
+    {  // Softplus of large negative x is tiny, and relative accuracy holds there (a log of 1 + tiny lost 3%)
+      OnnxModel e(13);
+      const std::vector<float> neg = {-10, -12, -15, -20};
+      unary_model(e, "Softplus", Shape{4});
+      auto got = run_model(e, "softplus_tiny.onnx", Shape{4}, neg);
+      for (std::size_t i = 0; i < neg.size(); ++i) CHECK(got.values[i] == Approx(std::log1p(std::exp(double(neg[i])))).epsilon(1e-5));
+    }
     OnnxModel m(13);
     unary_model(m, "Softsign", xs);
     auto got = run_model(m, "softsign.onnx", xs, x);
@@ -1472,6 +1479,51 @@ TEST_CASE("If with a condition known at import runs its branch in place; a run-t
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("choose_at_run_time") && Catch::Contains("cond"));
   }
+}
+
+TEST_CASE("Zero-size dims: a session runs empty tensors (reductions give their identity, a convolution of batch 0)", "[onnx][empty]") {
+  OnnxModel m(18);
+  m.input("x", {2, -1, 4}).input("img", {-1, 3, 8, 8}).output("mx").output("mn").output("sum").output("conv");
+  m.init_ints("axes", {1}, {1});
+  m.node("ReduceMax", {"x", "axes"}, {"mx"});
+  m.node("ReduceMin", {"x", "axes"}, {"mn"});
+  m.node("ReduceSum", {"x", "axes"}, {"sum"});
+  m.init("w", {4, 3, 3, 3}, pattern(108, 7, 3.0f, 5.0f));
+  m.node("Conv", {"img", "w"}, {"conv"}).ints("kernel_shape", {3, 3});
+  Net net = import_onnx(m.save("empty.onnx"));
+  auto run = [&](int64_t len, int64_t batch) {
+    return run_net(net, {{"x", make_input(Shape{2, len, 4}, std::vector<float>(static_cast<std::size_t>(8 * len), 1.5f))},
+                         {"img", make_input(Shape{batch, 3, 8, 8}, std::vector<float>(static_cast<std::size_t>(192 * batch), 0.5f))}});
+  };
+  auto out = run(0, 0);  // refused before: "the model takes [2,?,4]"
+  REQUIRE(out[0].shape == Shape{2, 1, 4});
+  CHECK(out[0].values == std::vector<float>(8, -INFINITY));
+  CHECK(out[1].values == std::vector<float>(8, INFINITY));
+  CHECK(out[2].values == std::vector<float>(8, 0.0f));
+  CHECK(out[3].shape == Shape{0, 4, 6, 6});
+  out = run(3, 2);  // and the same session at a size with elements again
+  CHECK(out[0].values == std::vector<float>(8, 1.5f));
+  CHECK(out[2].values == std::vector<float>(8, 4.5f));
+  CHECK(out[3].shape == Shape{2, 4, 6, 6});
+}
+
+TEST_CASE("Pow of an integer tensor to integral powers stays exact and integer-typed", "[onnx][typed]") {
+  OnnxModel m(15);
+  m.typed_input("x", onnx::TensorProto::INT64, {3}).typed_output("y", onnx::TensorProto::INT64);
+  m.init("e", {3}, {4, 5, 6});
+  m.node("Pow", {"x", "e"}, {"y"});  // refused before: Pow of an INT64 tensor
+  Net net = import_onnx(m.save("int_pow.onnx"));
+  Blob x = Blob::allocate(Shape{3}, DType::int64);
+  for (int i = 0; i < 3; ++i) x.data_as<int64_t>()[i] = i + 1;
+  auto out = net.run(std::vector<NamedBlob>{{"x", x}});
+  REQUIRE(out[0].blob.dtype() == DType::int64);
+  CHECK(std::vector<int64_t>(out[0].blob.data_as<int64_t>(), out[0].blob.data_as<int64_t>() + 3) == std::vector<int64_t>{1, 32, 729});
+  // A fractional exponent is still refused for an integer base.
+  OnnxModel f(15);
+  f.typed_input("x", onnx::TensorProto::INT64, {3}).typed_output("y", onnx::TensorProto::INT64);
+  f.init("e", {3}, {0.5f, 1, 2});
+  f.node("Pow", {"x", "e"}, {"y"}, "root");
+  CHECK_THROWS_WITH(import_onnx(f.save("int_root.onnx")), Catch::Contains("root") && Catch::Contains("INT64"));
 }
 
 TEST_CASE("float64 tensors pass every operator, computed in float32 as the import warns", "[onnx][typed]") {

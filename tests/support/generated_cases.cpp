@@ -232,7 +232,7 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     return out;
   }
   for (const char* t : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "tanh", "gelu", "identity", "abs", "neg",
-                        "sqrt", "exp", "log", "erf", "reciprocal", "silu", "mish", "leaky_relu", "pow"})
+                        "sqrt", "exp", "log", "erf", "reciprocal", "silu", "mish", "softplus", "leaky_relu", "pow"})
     if (type == t) return unary_cases(type, rng);
   if (type == "prelu")
     return {{"prelu per channel", layer_of("prelu", {}, {{"slope", random_blob({16, 1, 1}, rng)}}), {random_blob({1, 16, 5, 5}, rng)}},

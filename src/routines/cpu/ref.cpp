@@ -247,6 +247,15 @@ struct MishOp {
     return static_cast<float>(x * std::tanh(softplus));
   }
 };
+/// softplus: log(1 + e^x) as max(x, 0) + log1p(e^-|x|), accurate where e^x is tiny.
+struct SoftplusOp {
+  static constexpr std::string_view kType = "softplus";
+  explicit SoftplusOp(const Layer&) {}
+  float operator()(float xf) const {
+    const double x = xf;
+    return static_cast<float>(std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))));
+  }
+};
 struct LeakyReluOp {
   static constexpr std::string_view kType = "leaky_relu";
   double alpha;
@@ -1754,6 +1763,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<ErfOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<ReciprocalOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<SiluOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<MishOp>>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<SoftplusOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<LeakyReluOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Pow>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Prelu>);
