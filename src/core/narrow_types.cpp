@@ -153,6 +153,14 @@ uint8_t cast_bits(DType type, float x, bool saturate, ScaleRounding rounding) {
   return static_cast<uint8_t>(m);
 }
 
+std::pair<int64_t, int64_t> narrow_integer_range(DType type) {
+  bool is_signed;
+  const int w = int_width(type, is_signed);
+  if (w == 0) throw Error(fmt::format("{} is not a narrow integer type", to_string(type)));
+  return is_signed ? std::pair<int64_t, int64_t>{-(int64_t{1} << (w - 1)), (int64_t{1} << (w - 1)) - 1}
+                   : std::pair<int64_t, int64_t>{0, (int64_t{1} << w) - 1};
+}
+
 bool exact_narrow_bits(DType type, float x, uint8_t& bits) {
   if (std::isnan(x)) {
     const FloatFormat* f = float_format(type);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 namespace softneuro::core {
 
@@ -33,6 +34,9 @@ uint8_t cast_bits(DType type, float x, bool saturate, ScaleRounding rounding);
 inline float narrowed(DType type, float x, bool saturate, ScaleRounding rounding) {
   return narrow_value(type, cast_bits(type, x, saturate, rounding));
 }
+
+/// The integers int4, uint4, int2 or uint2 holds: {lowest, highest}.
+std::pair<int64_t, int64_t> narrow_integer_range(DType type);
 
 /// Whether the narrow type holds x exactly (NaN where it has a NaN), and then its bits.
 bool exact_narrow_bits(DType type, float x, uint8_t& bits);

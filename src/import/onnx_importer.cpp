@@ -341,6 +341,12 @@ class Importer {
   void cast_like(const Node&);
   void cast_to_type(const Node& n, int to);
   void cast_to_narrow(const Node& n, DType to, int onnx_type);
+  /// A cast layer: x as the narrow type `to` holds it.
+  void add_cast(const Node& n, const std::string& x, const std::string& y, DType to, bool saturate,
+                const std::string& round_mode, const std::string& suffix = {}) {
+    add_unary(n, "cast", x, y, {{"to", std::string(to_string(to))}, {"saturate", int64_t{saturate}}, {"round_mode", round_mode}},
+              suffix);
+  }
   void batchnorm(const Node&);
   void softmax(const Node&);
   void layernorm(const Node&);
@@ -1519,13 +1525,9 @@ Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const 
 // int4 ... uint2: their integer range; float8, float4e2m1: values rounded onto the type.
 void Importer::set_narrow_type(QParams& q, int type) {
   q.type = type;
-  switch (type) {
-    case kInt4: q.qmin = -8, q.qmax = 7; break;
-    case kUInt4: q.qmin = 0, q.qmax = 15; break;
-    case kInt2: q.qmin = -2, q.qmax = 1; break;
-    case kUInt2: q.qmin = 0, q.qmax = 3; break;
-    default: q.float_type = narrow_dtype(type); break;
-  }
+  const DType narrow = *narrow_dtype(type);
+  if (is_integer(narrow)) std::tie(q.qmin, q.qmax) = core::narrow_integer_range(narrow);
+  else q.float_type = narrow;
 }
 
 core::FakeQuant Importer::per_tensor(const Node& n, const QParams& q, const char* what) const {
@@ -1673,9 +1675,7 @@ void Importer::quantized_output(const Node& n, const std::string& real, const QP
   if (q.float_type) {  // float8, float4e2m1: x / scale rounded onto the type
     const std::string scaled = fresh_blob(y + "/scaled");
     add(make("div", n.name + "/scale", {real, along_axis(n, y + "/scale", q.scales, axis, shape_of(n, real).rank())}, {scaled}));
-    add_unary(n, "cast", scaled, y,
-              {{"to", std::string(to_string(*q.float_type))}, {"saturate", int64_t{q.saturate}}, {"round_mode", std::string("up")}},
-              "cast");
+    add_cast(n, scaled, y, *q.float_type, q.saturate, "up", "cast");
     return;
   }
   if (!is_graph_output(y)) return add_fake_quant(n, real, y, per_tensor(n, q, "y"));
@@ -2785,11 +2785,12 @@ void Importer::cast_to_type(const Node& n, int to) {
         case T::UINT32: return {0, 4294967295.0};
         case T::INT64: return {-9.2e18, 9.2e18};
         case T::UINT64: return {0, 1.8e19};
-        case kInt4: return {-8, 7};
-        case kUInt4: return {0, 15};
-        case kInt2: return {-2, 1};
-        case kUInt2: return {0, 3};
-        default: return {1, 0};
+        default:
+          if (const auto d = narrow_dtype(type); d && is_integer(*d)) {
+            const auto [lo, hi] = core::narrow_integer_range(*d);
+            return {static_cast<double>(lo), static_cast<double>(hi)};
+          }
+          return {1, 0};
       }
     };
     if (from == value_types_.end() || to == T::BOOL || range(from->second).first < range(to).first ||
@@ -2824,8 +2825,7 @@ void Importer::cast_to_narrow(const Node& n, DType to, int onnx_type) {
     constants_[n.out(0)] = out;
     return;
   }
-  add_unary(n, "cast", input(n, 0), n.out(0),
-            {{"to", std::string(to_string(to))}, {"saturate", int64_t{saturate}}, {"round_mode", round_mode}});
+  add_cast(n, input(n, 0), n.out(0), to, saturate, round_mode);
   if (is_integer(to)) value_types_[n.out(0)] = onnx_type;
 }
 
