@@ -10,7 +10,7 @@
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>

@@ -53,7 +53,7 @@
 #include "core/thread_pool.hpp"
 #include "conv_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>

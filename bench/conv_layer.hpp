@@ -1,7 +1,7 @@
 // A conv2 layer as the benchmarks time it (conv_bench, cuda_bench).
 #pragma once
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <cstdint>
 #include <random>

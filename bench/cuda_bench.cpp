@@ -3,7 +3,7 @@
 //     on a few ResNet50 / MobileNetV2 convolutions (batch 1), device-synchronised
 //     median ms and GFLOP/s;
 //  2. with a model: the net tuned onto the device (cuda:float32, then
-//     cuda:float16), median Net::run latency with CUDA-graph replay and without
+//     cuda:float16), median Session::run latency with CUDA-graph replay and without
 //     (SOFTNEURO_CUDA_GRAPHS=0): the launch overhead graphs remove at batch 1.
 //
 //   cuda_bench [MODEL.dnn] [--runs N]
@@ -15,7 +15,8 @@
 #include "routines/cuda/cuda_stats.hpp"
 #include "conv_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
+#include <softneuro/tune.hpp>
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
@@ -118,10 +119,11 @@ void bench_convs(int runs) {
   }
 }
 
-double net_latency(Net& net, int runs) {
+double net_latency(const Model& model, int runs) {
+  Session net(model);
   std::vector<NamedBlob> in, out;
-  for (const auto& t : net.inputs()) in.push_back({t.name, Blob::allocate(t.shape)});
-  for (const auto& t : net.outputs()) out.push_back({t.name, Blob::allocate(t.shape)});
+  for (const auto& t : model.inputs()) in.push_back({t.name, Blob::allocate(t.shape)});
+  for (const auto& t : model.outputs()) out.push_back({t.name, Blob::allocate(t.shape)});
   for (int i = 0; i < 3; ++i) net.run(in, out);  // eager, recorded, replayed
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
@@ -135,22 +137,21 @@ double net_latency(Net& net, int runs) {
 
 void bench_net(const std::string& model, int runs) {
   for (const char* schema : {"cuda:float32", "cuda:float16"}) {
-    Net net = Net::load(model);
     TuneOptions opt;
     opt.schemas = {schema};
     opt.pin = {{"*", "cuda*"}};
     opt.cache_dir = "-";
     opt.unit_budget_ms = 5;
-    TuneReport r = net.tune(opt);
+    TuneReport r;
     const std::string tuned = fmt::format("/tmp/cuda_bench_{}.dnn", ::getpid());
-    net.save(tuned);
+    tune(Model::load(model), opt, &r).save(tuned);
     setenv("SOFTNEURO_CUDA_GRAPHS", "1", 1);
-    Net with_graphs = Net::load(tuned);
+    const Model with_graphs = Model::load(tuned);
     const auto before = cuda::graph_stats();
     const double graphs_ms = net_latency(with_graphs, runs);
     const auto after = cuda::graph_stats();
     setenv("SOFTNEURO_CUDA_GRAPHS", "0", 1);
-    Net eager = Net::load(tuned);
+    const Model eager = Model::load(tuned);
     const double eager_ms = net_latency(eager, runs);
     unsetenv("SOFTNEURO_CUDA_GRAPHS");
     std::remove(tuned.c_str());

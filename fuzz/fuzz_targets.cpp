@@ -1,6 +1,6 @@
 #include "fuzz_targets.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <softneuro/error.hpp>
 

@@ -4,14 +4,14 @@
 
 #include <softneuro/error.hpp>
 #include <softneuro/import.hpp>
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 namespace softneuro::fuzz {
 
 int onnx_import(const uint8_t* data, std::size_t size) {
   const std::string path = write_scratch("model.onnx", data, size);
   try {
-    run_once(softneuro::import_onnx(path).model());
+    run_once(softneuro::import_onnx(path));
   } catch (const softneuro::Error&) {
   }
   return 0;

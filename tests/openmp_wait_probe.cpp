@@ -4,7 +4,7 @@
 // that softneuro::openmp_wait() reports the expected wait, and that a team of
 // one thread per CPU may use every CPU: a predecessor that re-executed the
 // program inherited the one CPU libgomp had bound the first process to.
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <omp.h>
 #include <sched.h>

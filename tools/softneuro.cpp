@@ -142,13 +142,13 @@ int cmd_report(const std::vector<std::string>& args) {
     else throw Usage("report takes one FILE");
   }
   if (file.empty() || svg.empty()) throw Usage("report takes FILE --svg OUT.svg");
-  sn::Net net = sn::Net::load(file);
-  const auto fp = net.tuned_fingerprint();
+  const sn::Model model = sn::Model::load(file);
+  const auto fp = model.tuned_fingerprint();
   const std::string title = fmt::format("{}: {}", std::filesystem::path(file).filename().string(),
                                         fp.empty() ? "untuned (the default routine per layer)" : "tuned on " + fp);
   // At the shapes it was tuned at (the first bucket), else the model's default ones.
-  sn::Session session(net.model());
-  const auto buckets = net.tuned_shapes();
+  sn::Session session(model);
+  const auto buckets = model.tuned_shapes();
   if (!buckets.empty()) session.reshape(buckets[0]);
   const auto steps = session.layers();
   const std::string text = sn::path_svg(steps, title);
@@ -167,21 +167,22 @@ int cmd_inspect(const std::vector<std::string>& args) {
     else files.push_back(a);
   }
   if (files.size() != 1) throw Usage("inspect takes one FILE");
-  sn::Net net = sn::Net::load(files[0]);
-  fmt::print("model: {} ({})\n", net.name().empty() ? "(unnamed)" : net.name(), files[0]);
-  for (const auto& t : net.inputs()) fmt::print("input  {} {} {}\n", t.name, input_shape_text(t), sn::to_string(t.dtype));
-  for (const auto& t : net.outputs()) fmt::print("output {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
-  auto fp = net.tuned_fingerprint();
+  const sn::Model model = sn::Model::load(files[0]);
+  fmt::print("model: {} ({})\n", model.name().empty() ? "(unnamed)" : model.name(), files[0]);
+  for (const auto& t : model.inputs()) fmt::print("input  {} {} {}\n", t.name, input_shape_text(t), sn::to_string(t.dtype));
+  for (const auto& t : model.outputs()) fmt::print("output {} {} {}\n", t.name, t.shape.to_string(), sn::to_string(t.dtype));
+  auto fp = model.tuned_fingerprint();
   fmt::print("routine path: {}\n", fp.empty() ? "untuned (default choice per layer)" : "tuned on " + fp);
-  const auto buckets = net.tuned_shapes();
+  const auto buckets = model.tuned_shapes();
   for (std::size_t k = 0; k < buckets.size(); ++k) {
     std::string text;
     for (const auto& [name, shape] : buckets[k]) text += fmt::format(" {}={}", name, shape.to_string());
     fmt::print("  tuned at{}\n", text);
   }
-  fmt::print("memory: {} planned arena for {} of intermediate blobs\n\n", human_bytes(net.planned_bytes()),
-             human_bytes(net.unplanned_bytes()));
-  auto layers = net.layers(verbose);
+  const sn::Session session(model);
+  fmt::print("memory: {} planned arena for {} of intermediate blobs\n\n", human_bytes(session.planned_bytes()),
+             human_bytes(session.unplanned_bytes()));
+  auto layers = session.layers(verbose);
   std::size_t wn = 4, wt = 4, wd = 7;
   for (const auto& l : layers) {
     wn = std::max(wn, l.name.size());
@@ -331,12 +332,12 @@ int cmd_import(const std::vector<std::string>& args) {
   }
   if (model.empty() || out.empty()) throw Usage("import needs MODEL.onnx and -o OUT.dnn");
   auto t0 = std::chrono::steady_clock::now();
-  sn::Net net = sn::import_onnx(model, options);
+  const sn::Model imported = sn::import_onnx(model, options);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  net.save(out);
-  fmt::print("imported {} in {:.1f} ms: {} layers", model, ms, net.layers().size());
-  for (const auto& t : net.inputs()) fmt::print(", input {} {}", t.name, input_shape_text(t));
-  for (const auto& t : net.outputs()) fmt::print(", output {} {}", t.name, t.shape.to_string());
+  imported.save(out);
+  fmt::print("imported {} in {:.1f} ms: {} layers", model, ms, sn::Session(imported).layers().size());
+  for (const auto& t : imported.inputs()) fmt::print(", input {} {}", t.name, input_shape_text(t));
+  for (const auto& t : imported.outputs()) fmt::print(", output {} {}", t.name, t.shape.to_string());
   fmt::print("\nwrote {}\n", out);
   return 0;
 }
@@ -400,11 +401,9 @@ int cmd_tune(const std::vector<std::string>& args) {
   for (const auto& s : opt.schemas)  // reject typos before measuring (globs are matched later)
     if (s.find_first_of("*?[") == std::string::npos) (void)sn::Schema::parse(s);
   if (threads > 0) sn::set_num_threads(threads);
-  sn::Net net = sn::Net::load(in);
+  const sn::Model model = sn::Model::load(in);
   if (!calibration_dir.empty()) {
-    std::vector<std::string> names;
-    for (const auto& t : net.inputs()) names.push_back(t.name);
-    auto samples = sn::load_samples(calibration_dir, names);
+    auto samples = sn::load_samples(calibration_dir, model.input_names());
     // Every fourth sample validates the accuracy budget; the others calibrate.
     for (std::size_t k = 0; k < samples.size(); ++k)
       (samples.size() >= 2 && k % 4 == 3 ? opt.validation : opt.calibration.inputs).push_back(std::move(samples[k]));
@@ -421,8 +420,8 @@ int cmd_tune(const std::vector<std::string>& args) {
       if (p.stage == "done") fmt::print(stderr, "\n");
     };
   }
-  sn::TuneReport report = net.tune(opt);
-  net.save(out);
+  sn::TuneReport report;
+  sn::tune(model, opt, &report).save(out);
   std::string text = report.to_text();
   if (report_path.empty()) fmt::print("{}", text);
   else write_text(report_path, text);

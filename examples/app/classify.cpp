@@ -1,4 +1,4 @@
-// Load a net, run it on a constant image, print the best class.
+// Load a model, run it on a constant image, print the best class.
 #include <softneuro/softneuro.hpp>
 
 #include <algorithm>
@@ -11,12 +11,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    softneuro::Net net = softneuro::Net::load(argv[1]);
-    const auto& in = net.inputs().at(0);
+    const softneuro::Model model = softneuro::Model::load(argv[1]);
+    softneuro::Session session(model);
+    const auto& in = model.inputs().at(0);
     std::vector<float> pixels(static_cast<std::size_t>(in.shape.numel()), 0.5f);
     // Zero-copy: the blob views our vector.
     std::vector<softneuro::NamedBlob> inputs{{in.name, softneuro::Blob::view(pixels.data(), in.shape)}};
-    auto outputs = net.run(inputs);
+    auto outputs = session.run(inputs);
     const softneuro::Blob& scores = outputs.at(0).blob;
     const float* p = scores.data_as<float>();
     auto best = std::max_element(p, p + scores.numel()) - p;

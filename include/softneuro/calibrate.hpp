@@ -1,8 +1,9 @@
-// softneuro/calibrate.hpp — Net::calibrate(): the quantisation of every blob
+// softneuro/calibrate.hpp — calibrate(): the quantisation of every blob
 // (scale and zero point) measured on calibration inputs, so qint8 routines can run.
 #pragma once
 
 #include <softneuro/blob.hpp>
+#include <softneuro/session.hpp>
 
 #include <cstdint>
 #include <vector>
@@ -19,7 +20,7 @@ enum class RangeMethod : uint8_t {
 };
 const char* to_string(RangeMethod m);
 
-/// How Net::calibrate() measures the range of every blob.
+/// How calibrate() measures the range of every blob.
 ///
 /// The float32 net runs with its default routines on each batch; every blob's
 /// range [lo, hi] (widened to include 0) gives an asymmetric signed int8
@@ -31,7 +32,7 @@ struct CalibrationOptions {
   /// representative inputs give better accuracy).
   std::vector<std::vector<NamedBlob>> inputs;
   int synthetic_batches = 8;
-  /// The range methods to try. Net::calibrate() takes the first. Net::tune()
+  /// The range methods to try. calibrate() takes the first. tune()
   /// quantises with each, measures the path it chose with each on the
   /// validation samples (the accuracy budget's metric, then cosine; cosine
   /// where the budget is "none"), and keeps the best; its report names it.
@@ -39,4 +40,11 @@ struct CalibrationOptions {
   /// The percentile method's p, in (50, 100].
   double percentile = 99.99;
 };
+
+/// Measures the range of every blob of `model` on calibration inputs (float32,
+/// with the default routines) and returns the model with each blob's int8
+/// quantisation stored (save() keeps it), so qint8 routines become candidates.
+/// Replaces any earlier calibration; `model` itself is unchanged. Throws
+/// softneuro::Error on mismatched inputs. In the tuner's library (softneuro::tune).
+Model calibrate(const Model& model, const CalibrationOptions& options = {});
 }  // namespace softneuro

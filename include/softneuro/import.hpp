@@ -1,14 +1,14 @@
-// softneuro/import.hpp — ONNX models into nets (library softneuro::onnx).
+// softneuro/import.hpp — ONNX models into Models (library softneuro::onnx).
 //
 // Link softneuro::onnx (it brings protobuf and Debian's libonnx along privately);
 // apps that only load and run .dnn files link softneuro::softneuro alone.
 //
-//   softneuro::Net net = softneuro::import_onnx("resnet50.onnx");
-//   net.save("resnet50.dnn");
+//   softneuro::Model model = softneuro::import_onnx("resnet50.onnx");
+//   model.save("resnet50.dnn");
 #pragma once
 
 #include <softneuro/blob.hpp>
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <map>
 #include <string>
@@ -45,7 +45,7 @@ struct ImportOptions {
 
 /// Reads an ONNX model (opsets 11 to 28, initializers inline or in external
 /// data files beside it), translates it into layers, runs the graph passes the
-/// options enable and prepares the net (ready to run() or save()).
+/// options enable, and returns the model (to save(), tune() or run in a Session).
 ///
 /// Supported operators (default domain): Conv (2-D), ConvTranspose (2-D: groups,
 /// strides, dilations, pads, output_padding, output_shape, auto_pad), Gemm, MatMul, Einsum
@@ -73,6 +73,6 @@ struct ImportOptions {
 /// fault. A model with unsupported nodes is refused with one error listing
 /// every one of them (name, op type, opset). A malformed or truncated file is
 /// an error, never a crash.
-Net import_onnx(const std::string& path, const ImportOptions& options = {});
+Model import_onnx(const std::string& path, const ImportOptions& options = {});
 
 }  // namespace softneuro

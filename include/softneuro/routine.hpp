@@ -141,7 +141,7 @@ std::shared_ptr<const T> shared_weights(const LayerInfo& info, std::string_view 
 // Threads
 
 /// The library's one thread pool. Routines split their work with parallel_for;
-/// it never allocates, so it is safe inside Net::run.
+/// it never allocates, so it is safe inside Session::run.
 class ThreadPool {
  public:
   virtual ~ThreadPool() = default;

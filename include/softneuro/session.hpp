@@ -5,6 +5,7 @@
 #include <softneuro/routine.hpp>  // Layer, for Model::build
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
@@ -84,6 +85,8 @@ class Model {
 
   const std::vector<TensorInfo>& inputs() const;
   const std::vector<TensorInfo>& outputs() const;
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
   /// Shape of the named input or output; throws softneuro::Error for an unknown name.
   Shape input_shape(const std::string& name) const;
   Shape output_shape(const std::string& name) const;
@@ -181,5 +184,33 @@ class Session {
  private:
   std::unique_ptr<detail::SessionImpl> impl_;
 };
+
+/// Sets the number of threads of the library's one thread pool, and of every
+/// library it wraps (so 1 really means one thread). Default: all cores.
+/// Throws softneuro::Error (field "threads") where that many threads cannot
+/// start at once in this process.
+void set_num_threads(int threads);
+int num_threads();
+
+/// How the idle threads of the library's team (libgomp's, shared with oneDNN
+/// and XNNPACK) wait between parallel regions: "passive" (they sleep at once),
+/// "spin=N" (N spins, then sleep) or "active". libgomp reads it once, when it
+/// loads, from OMP_WAIT_POLICY and GOMP_SPINCOUNT (default spin=300000): set
+/// those in the environment the process starts with. A tuned routine path
+/// stores the wait it was measured under, and loading such a file warns where
+/// the process waits otherwise (a path measured with sleeping threads can lose
+/// where they spin, and the other way round).
+std::string openmp_wait();
+
+/// How many times so far the team ran on one thread for a while because other
+/// processes held the CPUs (its workers started parallel regions milliseconds
+/// late): spinning and waiting for descheduled workers cost more than the
+/// second thread gave. The whole team is tried again after 0.1 s, waiting
+/// twice as long each time it stalls again at once (up to 1.6 s).
+/// SOFTNEURO_CONTENTION_GUARD=0 in the environment keeps the whole team always.
+int64_t contention_shrinks();
+
+/// The library's version, e.g. "0.1.0".
+const char* version();
 
 }  // namespace softneuro

@@ -3,6 +3,6 @@
 
 #include <softneuro/blob.hpp>
 #include <softneuro/error.hpp>
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/npy.hpp>
 #include <softneuro/plugin.hpp>

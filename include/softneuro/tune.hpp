@@ -1,4 +1,5 @@
-// softneuro/tune.hpp — Net::tune(): pick the fastest routine path on this device.
+// softneuro/tune.hpp — tune(): pick the fastest routine path on this device
+// (library softneuro::tune; an app that only runs tuned models links the runtime alone).
 #pragma once
 
 #include <softneuro/calibrate.hpp>
@@ -163,7 +164,7 @@ struct TuneReport {
   bool exact = true;        ///< DPRS solved exactly (no fallback)
   /// CPUs other processes (and a hypervisor) kept busy on average while tuning;
   /// -1 where the system does not say. From 0.5 up the times measured may not
-  /// hold on a quiet machine (Net::tune then warns).
+  /// hold on a quiet machine (tune() then warns).
   double others_cpus = -1;
   /// Wall-clock seconds per stage (calibration, unit profiling, adapts, dprs,
   /// integrated profiling, final measurement), in order.
@@ -181,10 +182,19 @@ struct TuneReport {
   std::string to_json() const;
 };
 
-/// The routine path a session runs (Session::layers() or Net::layers()) as an
+/// The routine path a session runs (Session::layers()) as an
 /// SVG picture: a row per step in execution order, coloured by the schema its
 /// routine computes in, adapts as diamonds with their cost, edges from each
 /// blob's producer to its readers, and a bar of each step's tuned time.
 std::string path_svg(std::span<const LayerSummary> steps, const std::string& title);
+
+/// Measures the candidate routines of every layer of `model` on this device
+/// (unit profiling, then integrated profiling in whole-net runs), picks the
+/// fastest routine path with DPRS, adapts included, and returns the model with
+/// that path (sessions of it run the path; save() stores it with this device's
+/// fingerprint). `model` itself is unchanged. Where a qint8 schema is allowed
+/// and the model is not calibrated, calibrates it first (options.calibration).
+/// Fills `report` where given. Throws softneuro::Error when no path exists.
+Model tune(const Model& model, const TuneOptions& options = {}, TuneReport* report = nullptr);
 
 }  // namespace softneuro

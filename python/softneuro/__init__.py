@@ -58,30 +58,30 @@ class TensorInfo(tuple):
 class Model:
     """A model: imported, loaded or tuned. Sessions run it; save() writes a .dnn."""
 
-    def __init__(self, net, report: Optional["TuneReport"] = None):
-        self._net = net
+    def __init__(self, model, report: Optional["TuneReport"] = None):
+        self._model = model
         self.report = report
 
     @property
     def name(self) -> str:
-        return self._net.name
+        return self._model.name
 
     @property
     def inputs(self) -> list:
-        return [TensorInfo(t) for t in self._net.inputs]
+        return [TensorInfo(t) for t in self._model.inputs]
 
     @property
     def outputs(self) -> list:
-        return [TensorInfo(t) for t in self._net.outputs]
+        return [TensorInfo(t) for t in self._model.outputs]
 
     def save(self, path: str) -> None:
         """Writes a .dnn file (atomically)."""
-        self._net.save(str(path))
+        self._model.save(str(path))
 
     def path_svg(self, path: Optional[str] = None, title: Optional[str] = None) -> str:
         """The routine path as an SVG picture (steps coloured by schema, adapts with their
         cost, tuned times), as `softneuro report FILE --svg` draws it; written to `path` if given."""
-        text = _core.path_svg(self._net, title or self.name)
+        text = _core.path_svg(self._model, title or self.name)
         if path is not None:
             with open(path, "w") as f:
                 f.write(text)
@@ -154,9 +154,8 @@ def tune(
         progress = None
     if metric is not None and accuracy:
         raise Error("give accuracy or metric, not both", field="accuracy")
-    tuned = model._net.copy()
-    report = _core.tune(
-        tuned,
+    tuned, report = _core.tune(
+        model._model,
         list(schemas or []),
         cache_dir or "",
         [_as_inputs(s) for s in (calibration or [])],
@@ -179,7 +178,7 @@ class Session:
     def __init__(self, model: Model, threads: int = 0, memory_limit: int = 0,
                  schemas: Optional[Sequence[str]] = None, shape_cache: int = 4):
         self.model = model
-        self._s = _core.Session(model._net, int(threads), int(memory_limit), list(schemas or []), int(shape_cache))
+        self._s = _core.Session(model._model, int(threads), int(memory_limit), list(schemas or []), int(shape_cache))
 
     def run(self, inputs: Mapping[str, object]) -> dict:
         """{input name: array} -> {output name: float32 ndarray}. Float32

@@ -13,13 +13,13 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <atomic>
-#include <filesystem>
-#include <unistd.h>
+#include <optional>
+
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -83,22 +83,6 @@ nb::list infos(const std::vector<softneuro::TensorInfo>& ts) {
   return l;
 }
 
-/// A copy of the net (tuning changes a net in place; Python's tune() returns a new model).
-softneuro::Net copy_of(const softneuro::Net& net) {
-  static std::atomic<int> counter{0};
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("softneuro-py-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".dnn");
-  struct Remove {
-    std::filesystem::path p;
-    ~Remove() {
-      std::error_code ec;
-      std::filesystem::remove(p, ec);
-    }
-  } remove{path};
-  net.save(path.string());
-  return softneuro::Net::load(path.string());
-}
-
 struct SetMetric {
   nb::object fn;  // fn(outputs_list) -> float, outputs as dicts of arrays
 };
@@ -121,26 +105,25 @@ NB_MODULE(_core, m) {
 
   m.def("version", [] { return std::string(softneuro::version()); });
 
-  nb::class_<softneuro::Net>(m, "Net")
-      .def_prop_ro("inputs", [](const softneuro::Net& n) { return infos(n.inputs()); })
-      .def_prop_ro("outputs", [](const softneuro::Net& n) { return infos(n.outputs()); })
-      .def_prop_ro("name", [](const softneuro::Net& n) { return n.name(); })
-      .def("save", &softneuro::Net::save, "path"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def("tuned_fingerprint", &softneuro::Net::tuned_fingerprint)
-      .def("copy", &copy_of, nb::call_guard<nb::gil_scoped_release>());
+  nb::class_<softneuro::Model>(m, "Model")
+      .def_prop_ro("inputs", [](const softneuro::Model& n) { return infos(n.inputs()); })
+      .def_prop_ro("outputs", [](const softneuro::Model& n) { return infos(n.outputs()); })
+      .def_prop_ro("name", [](const softneuro::Model& n) { return n.name(); })
+      .def("save", &softneuro::Model::save, "path"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("tuned_fingerprint", &softneuro::Model::tuned_fingerprint);
 
   // The routine path as SVG (softneuro::path_svg), at the shapes it was tuned at (else the default ones).
   m.def(
       "path_svg",
-      [](const softneuro::Net& net, const std::string& title) {
-        softneuro::Session session(net.model());
-        const auto buckets = net.tuned_shapes();
+      [](const softneuro::Model& model, const std::string& title) {
+        softneuro::Session session(model);
+        const auto buckets = model.tuned_shapes();
         if (!buckets.empty()) session.reshape(buckets[0]);
         return softneuro::path_svg(session.layers(), title);
       },
-      "net"_a, "title"_a, nb::call_guard<nb::gil_scoped_release>());
+      "model"_a, "title"_a, nb::call_guard<nb::gil_scoped_release>());
   m.def(
-      "load", [](const std::string& path) { return softneuro::Net::load(path); }, "path"_a,
+      "load", [](const std::string& path) { return softneuro::Model::load(path); }, "path"_a,
       nb::call_guard<nb::gil_scoped_release>());
   m.def(
       "import_onnx",
@@ -152,13 +135,13 @@ NB_MODULE(_core, m) {
       },
       "path"_a, "input_shapes"_a = std::map<std::string, std::vector<int64_t>>{});
 
-  // Tunes `net` in place. `calibration` and `validation`: lists of dicts of
+  // Returns (the tuned model, the report as a dict). `calibration` and `validation`: lists of dicts of
   // arrays; `metric(outputs_list) -> float` over the validation samples (their
   // outputs as dicts, in order), with `max_drop` the most it may fall below
   // the float32 net's; `progress(stage, done, total, item)`.
   m.def(
       "tune",
-      [](softneuro::Net& net, const std::vector<std::string>& schemas, const std::string& cache_dir,
+      [](const softneuro::Model& model, const std::vector<std::string>& schemas, const std::string& cache_dir,
          const std::vector<std::map<std::string, FloatArray>>& calibration,
          const std::vector<std::map<std::string, FloatArray>>& validation, const std::string& accuracy,
          nb::object metric, double max_drop, double time_budget_s, nb::object progress,
@@ -197,9 +180,10 @@ NB_MODULE(_core, m) {
             progress(p.stage, p.done, p.total, p.item);
           };
         softneuro::TuneReport r;
+        std::optional<softneuro::Model> tuned;
         {
           nb::gil_scoped_release release;
-          r = net.tune(o);
+          tuned = softneuro::tune(model, o, &r);
         }
         nb::dict d;
         d["text"] = r.to_text();
@@ -221,15 +205,15 @@ NB_MODULE(_core, m) {
           layers.append(x);
         }
         d["layers"] = layers;
-        return d;
+        return nb::make_tuple(*tuned, d);
       },
-      "net"_a, "schemas"_a, "cache_dir"_a, "calibration"_a, "validation"_a, "accuracy"_a, "metric"_a.none(),
+      "model"_a, "schemas"_a, "cache_dir"_a, "calibration"_a, "validation"_a, "accuracy"_a, "metric"_a.none(),
       "max_drop"_a, "time_budget_s"_a, "progress"_a.none(), "shapes"_a, "keep_float_weights"_a);
 
   nb::class_<softneuro::Session>(m, "Session")
       .def(
           "__init__",
-          [](softneuro::Session* self, const softneuro::Net& net, int threads, std::size_t memory_limit,
+          [](softneuro::Session* self, const softneuro::Model& model, int threads, std::size_t memory_limit,
              const std::vector<std::string>& schemas, std::size_t shape_cache) {
             softneuro::SessionOptions o;
             o.threads = threads;
@@ -237,9 +221,9 @@ NB_MODULE(_core, m) {
             o.schemas = schemas;
             o.shape_cache = shape_cache;
             nb::gil_scoped_release release;
-            new (self) softneuro::Session(net.model(), o);
+            new (self) softneuro::Session(model, o);
           },
-          "net"_a, "threads"_a = 0, "memory_limit"_a = 0, "schemas"_a = std::vector<std::string>{},
+          "model"_a, "threads"_a = 0, "memory_limit"_a = 0, "schemas"_a = std::vector<std::string>{},
           "shape_cache"_a = 4)
       .def(
           "run",

@@ -8,7 +8,7 @@
 #include "core/registry.hpp"
 #include "core/weight_store.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <map>
 #include <set>

@@ -2,7 +2,7 @@
 // This is what .dnn files hold, what the importer builds and what graph passes rewrite.
 #pragma once
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
 
 #include <map>

@@ -6,7 +6,7 @@
 #include "core/thread_pool.hpp"
 
 #include <softneuro/error.hpp>
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <omp.h>
 

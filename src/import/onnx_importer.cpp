@@ -1,4 +1,4 @@
-// The ONNX importer: ModelProto -> core::Graph -> graph passes -> NetImpl::build.
+// The ONNX importer: ModelProto -> core::Graph -> graph passes -> Model.
 //
 // Translation goes node by node in topological order. Every ONNX tensor is
 //  - a *constant*, known at import time: initializers, Constant nodes, and the
@@ -27,7 +27,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/narrow_types.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/weight_quant.hpp"
 #include "import/dynamic_dims.hpp"
 #include "import/onnx_tensor.hpp"
@@ -4745,7 +4745,7 @@ void keep_dynamic_dims(core::Graph& graph, const std::string& path, const Import
 }  // namespace
 }  // namespace onnx_import
 
-Net import_onnx(const std::string& path, const ImportOptions& options) {
+Model import_onnx(const std::string& path, const ImportOptions& options) {
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   const auto t0 = clock::now();
@@ -4757,10 +4757,10 @@ Net import_onnx(const std::string& path, const ImportOptions& options) {
     if (!in.dynamic_dims.empty())
       core::info("{}: input '{}' takes any size in dims [{}] (default shape {})", path, in.name,
                  fmt::join(in.dynamic_dims, ","), in.shape.to_string());
-  Net net(detail::NetImpl::build(std::move(graph), path));
-  core::info("{}: read, translated and optimized in {:.1f} ms, dynamic dims checked in {:.1f} ms, net built in {:.1f} ms",
+  Model model = detail::make_model(std::move(graph), path);
+  core::info("{}: read, translated and optimized in {:.1f} ms, dynamic dims checked in {:.1f} ms, model built in {:.1f} ms",
              path, ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
-  return net;
+  return model;
 }
 
 }  // namespace softneuro

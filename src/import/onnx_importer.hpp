@@ -1,5 +1,5 @@
 // The ONNX importer's internal entry points (import_onnx in <softneuro/import.hpp>
-// is these plus NetImpl::build).
+// is these plus detail::make_model).
 #pragma once
 
 #include "core/graph.hpp"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 namespace softneuro::profiler {
 
@@ -135,7 +136,7 @@ void compare(const AccuracyBudget& budget, const Blob& got, const Blob& want, Ta
   t.count += 1;
 }
 
-std::vector<NamedBlob> run(core::Executor& exec, const detail::NetImpl& net, const std::vector<NamedBlob>& sample) {
+std::vector<NamedBlob> run(core::Executor& exec, const detail::WorkingModel& net, const std::vector<NamedBlob>& sample) {
   std::vector<NamedBlob> out;
   for (const auto& o : net.graph.outputs) out.push_back({o, Blob::allocate(net.shapes.at(o))});
   exec.run(sample, out);
@@ -144,12 +145,10 @@ std::vector<NamedBlob> run(core::Executor& exec, const detail::NetImpl& net, con
 
 }  // namespace
 
-Validator::Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget)
+Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget)
     : net_(net), samples_(std::move(samples)), budget_(std::move(budget)) {
-  core::Graph g = net.graph;
-  g.routine_path = core::RoutinePath{};  // the float32 untuned default
-  g.shape_paths.clear();
-  core::Executor ref(g, net.shapes);
+  const core::RoutinePath untuned;  // the float32 default
+  core::Executor ref(net.graph, net.shapes, Schema{}, nullptr, &untuned);
   for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
   for (const auto& r : reference_)
     for (const auto& o : r) {
@@ -194,11 +193,9 @@ double Validator::user_score(const std::vector<NamedBlob>& float32, const std::v
 
 double Validator::measure(const core::RoutinePath& path, double* cosine) const {
   if (budget_.metric == AccuracyBudget::Metric::none) return 0;
-  core::Graph g = net_.graph;
-  g.routine_path = path;
-  g.shape_paths.clear();
-  if (transform_) transform_(g, path);
-  core::Executor tuned(g, net_.shapes);
+  // The path runs beside the graph; a graph is copied only where the path changes its weights.
+  const std::optional<core::Graph> transformed = transform_ ? transform_(net_.graph, path) : std::nullopt;
+  core::Executor tuned(transformed ? *transformed : net_.graph, net_.shapes, Schema{}, nullptr, &path);
   Tally t, c;
   AccuracyBudget by_cosine;
   by_cosine.metric = AccuracyBudget::Metric::cosine;

@@ -3,14 +3,14 @@
 #pragma once
 
 #include "core/graph.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 
 #include <softneuro/blob.hpp>
 #include <softneuro/tune.hpp>
 
 #include <functional>
+#include <optional>
 #include <span>
-
 #include <string>
 #include <vector>
 
@@ -53,7 +53,7 @@ AccuracyBudget user_accuracy(const AccuracyMetric& metric);
 /// every net input); the float32 outputs are computed once.
 class Validator {
  public:
-  Validator(const detail::NetImpl& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget);
+  Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget);
   /// The budget's metric of `path`, averaged over samples and outputs; with
   /// `cosine`, also the mean cosine similarity (a finer tie-break than top1).
   double measure(const core::RoutinePath& path, double* cosine = nullptr) const;
@@ -61,8 +61,10 @@ class Validator {
   double error(double value) const;
   const AccuracyBudget& budget() const { return budget_; }
   /// How a path's graph will be stored (weights moved onto their int8 grid,
-  /// biases corrected): applied to the graph every path is measured with.
-  void set_store_transform(std::function<void(core::Graph&, const core::RoutinePath&)> t) { transform_ = std::move(t); }
+  /// biases corrected): the graph as a path stores it, or nothing where it
+  /// stores the graph as it is. Applied to the graph every path is measured with.
+  using StoreTransform = std::function<std::optional<core::Graph>(const core::Graph&, const core::RoutinePath&)>;
+  void set_store_transform(StoreTransform t) { transform_ = std::move(t); }
   /// A user metric's score of one sample, checked finite (an Error naming the metric otherwise).
   double user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const;
   /// A set metric's score of every sample's outputs, checked finite.
@@ -79,11 +81,11 @@ class Validator {
   std::size_t observations_needed() const;
 
  private:
-  const detail::NetImpl& net_;
+  const detail::WorkingModel& net_;
   std::vector<std::vector<NamedBlob>> samples_;
   AccuracyBudget budget_;
   std::vector<std::vector<NamedBlob>> reference_;  ///< per sample, the float32 outputs
-  std::function<void(core::Graph&, const core::RoutinePath&)> transform_;
+  StoreTransform transform_;
   double reference_score_ = 0;
   std::size_t observations_ = 0;  ///< a user metric's mean score of the float32 outputs against themselves
 };

@@ -1,4 +1,4 @@
-// Net::calibrate(): run the float32 net with its default (fast) float32
+// calibrate(): run the float32 net with its default (fast) float32
 // routines on calibration inputs, record every blob's range, and store each
 // blob's asymmetric int8 quantisation in graph.blob_quant (saved in the .dnn).
 // The tuner keeps the result in its cache folder, keyed by the net's layers and
@@ -186,7 +186,7 @@ constexpr const char* kCalibrationVersion = "softneuro-calibration-v4";  // v4: 
 
 /// What the calibration result depends on: the layers (types, wiring,
 /// parameters, weight bytes), the inputs' shapes, the options and the inputs given.
-std::string calibration_key(const detail::NetImpl& net, const CalibrationOptions& options) {
+std::string calibration_key(const detail::WorkingModel& net, const CalibrationOptions& options) {
   std::string s = fmt::format("{}|{}|p{}|b{}|", kCalibrationVersion, version(), options.percentile,
                               options.inputs.empty() ? options.synthetic_batches : -1);
   for (RangeMethod m : options.methods) s += fmt::format("m:{}|", to_string(m));
@@ -336,7 +336,7 @@ std::pair<double, double> consumer_range(const core::Graph& g, const std::string
 
 }  // namespace
 
-std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net, int batches, unsigned first) {
+std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::WorkingModel& net, int batches, unsigned first) {
   std::vector<std::vector<NamedBlob>> out;
   for (int b = 0; b < std::max(1, batches); ++b) {
     std::mt19937 rng(0x5eedu + first + static_cast<unsigned>(b));
@@ -372,7 +372,7 @@ QuantParams quant_from_range(double lo, double hi) {
   return q;
 }
 
-Calibration calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir) {
+Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& options, const std::string& cache_dir) {
   if (options.methods.empty()) throw Error("no range method to calibrate with", net.file, {}, "methods");
   if (!(options.percentile > 50 && options.percentile <= 100))
     throw Error(fmt::format("calibration percentile {} is not in (50, 100]", options.percentile), net.file, {}, "percentile");
@@ -537,7 +537,11 @@ Blob corrected_bias(const Layer& l, const Blob& grid, const std::vector<double>&
 
 }  // namespace profiler
 
-void Net::calibrate(const CalibrationOptions& options) { profiler::calibrate(*impl_, options, {}); }
+Model calibrate(const Model& model, const CalibrationOptions& options) {
+  auto work = detail::WorkingModel::of(model.impl());
+  profiler::calibrate(*work, options, {});
+  return work->to_model();
+}
 
 const char* to_string(RangeMethod m) {
   switch (m) {

@@ -1,8 +1,8 @@
-// Calibration: the body of Net::calibrate(), also used by Net::tune() when a
+// Calibration: the body of calibrate(), also used by tune() when a
 // qint8 schema is considered and the net has no calibration yet.
 #pragma once
 
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 
 #include <softneuro/calibrate.hpp>
 
@@ -27,7 +27,7 @@ struct Calibration {
 /// net changed (prepared again). With a `cache_dir` ("" or "-": none) the result
 /// is read from / kept in cache_dir/calibration/, keyed by the net's layers,
 /// weights and the options.
-Calibration calibrate(detail::NetImpl& net, const CalibrationOptions& options, const std::string& cache_dir);
+Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& options, const std::string& cache_dir);
 
 /// A cached calibration file with `methods` range methods; nothing where it is
 /// missing or damaged (warned: a checksum mismatch, another version, a scale
@@ -42,7 +42,7 @@ Blob corrected_bias(const Layer& l, const Blob& grid, const std::vector<double>&
 
 /// `batches` batches of seeded N(0,1) values for every net input (the same on
 /// every call; batch k from seed `first` + k: calibration starts at 0).
-std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::NetImpl& net, int batches, unsigned first = 0);
+std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::WorkingModel& net, int batches, unsigned first = 0);
 
 /// The asymmetric int8 quantisation of the range [lo, hi] (widened to include 0):
 /// scale = (hi - lo) / 255, zero_point = round(-128 - lo / scale) in [-128, 127].

@@ -9,7 +9,7 @@
 
 namespace softneuro::profiler {
 
-Plan build_plan(const detail::NetImpl& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
+Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
                 bool integrated, double step_ms, const Profiler::Progress& progress) {
   Plan plan;
   auto index = [&](const Schema& s) {

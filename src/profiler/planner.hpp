@@ -30,7 +30,7 @@ struct Plan {
 /// its shared copy: converted once, read by every consumer, as the executor
 /// runs it. `step_ms` is added to every layer and adapt (each step's dispatch
 /// beyond its own time, measured in context).
-Plan build_plan(const detail::NetImpl& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
+Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
                 bool integrated, double step_ms = 0, const Profiler::Progress& progress = {});
 
 struct PlannedPath {

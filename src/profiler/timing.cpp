@@ -2,7 +2,7 @@
 
 #include "core/thread_pool.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -7,7 +7,7 @@
 // The runtime core never includes this file; it stores and follows the path.
 #include "core/device.hpp"
 #include "core/log.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "core/shape_plan.hpp"
 #include "core/thread_pool.hpp"
@@ -73,7 +73,7 @@ std::map<std::string, std::size_t> as_stored(core::Graph& g, const std::map<std:
 }
 
 struct Tuner {
-  detail::NetImpl& net;
+  detail::WorkingModel& net;
   const TuneOptions& opt;
   profiler::AccuracyBudget budget;  ///< none where the tuning allows no qint8
   std::optional<profiler::Validator> validator;
@@ -91,7 +91,7 @@ struct Tuner {
   /// Each step's dispatch beyond its own time (whole-net run minus the sum of its steps, per step).
   double step_ms = 0;
 
-  Tuner(detail::NetImpl& n, const TuneOptions& o)
+  Tuner(detail::WorkingModel& n, const TuneOptions& o)
       : net(n),
         opt(o),
         prof(n, o, profiler::Rules{o.schemas, o.pin, o.ban},
@@ -202,10 +202,8 @@ struct Tuner {
   DefaultPath default_path() {
     DefaultPath out;
     out.path.device_fingerprint = report.device_fingerprint;
-    core::Graph g = net.graph;
-    g.routine_path = core::RoutinePath{};  // the untuned default, whatever the net held
-    g.shape_paths.clear();
-    core::Executor exec(g, net.shapes);
+    const core::RoutinePath untuned;  // the untuned default, whatever the net held
+    core::Executor exec(net.graph, net.shapes, Schema{}, net.weights, &untuned);
     for (const auto& step : exec.steps()) {
       if (step->layer->type == "adapt") {
         out.path.adapts.push_back({step->adapt_layer.inputs[0], step->adapt_consumer, step->adapt_layer.get_string("from"),
@@ -404,9 +402,13 @@ struct Tuner {
     return false;
   }
   /// How the graph of a path is stored (validators measure it so).
-  std::function<void(core::Graph&, const core::RoutinePath&)> store_transform() {
-    return [this](core::Graph& g, const core::RoutinePath& path) {
-      as_stored(g, qint8_weight_ranges(g, path), bias_correction ? &calibration.channel_means : nullptr);
+  profiler::Validator::StoreTransform store_transform() {
+    return [this](const core::Graph& g, const core::RoutinePath& path) -> std::optional<core::Graph> {
+      const auto in_qint8 = qint8_weight_ranges(g, path);
+      if (in_qint8.empty()) return std::nullopt;
+      core::Graph stored = g;
+      as_stored(stored, in_qint8, bias_correction ? &calibration.channel_means : nullptr);
+      return stored;
     };
   }
   static std::string path_key(const core::RoutinePath& path) {
@@ -636,7 +638,7 @@ struct Tuner {
 /// routine quantises weights by core::quantize_per_channel), so the .dnn stores
 /// them as int8 and the path computes what it computed while tuned; with
 /// `means`, their biases are corrected as the path was validated.
-void store_int8_weights(detail::NetImpl& net, TuneReport& report, const std::map<std::string, std::vector<double>>* means) {
+void store_int8_weights(detail::WorkingModel& net, TuneReport& report, const std::map<std::string, std::vector<double>>* means) {
   std::vector<const core::RoutinePath*> paths{&net.graph.routine_path};
   for (const auto& p : net.graph.shape_paths) paths.push_back(&p);
   // Layers in qint8 on every path, with one weight range on all of them.
@@ -655,9 +657,9 @@ void store_int8_weights(detail::NetImpl& net, TuneReport& report, const std::map
   if (!moved.empty()) net.changed();
 }
 
-}  // namespace
-
-TuneReport Net::tune(const TuneOptions& options) {
+/// Tunes `net` in place (the body of tune()).
+TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) {
+  detail::WorkingModel* const impl_ = &net;  // the working copy
   if (options.shapes.empty() && !core::has_shape_math(impl_->graph)) {
     Tuner tuner(*impl_, options);
     TuneReport report = tuner.run();
@@ -694,7 +696,7 @@ TuneReport Net::tune(const TuneOptions& options) {
       for (const auto& in : g.inputs) shapes[in.name] = in.shape;
       g = core::specialize(g, shapes);
     }
-    auto at = detail::NetImpl::build(std::move(g), impl_->file);
+    auto at = detail::WorkingModel::build(std::move(g), impl_->file);
     Tuner tuner(*at, each);
     TuneReport report = tuner.run();
     // Biases are corrected where every bucket kept the correction (the first bucket's calibration).
@@ -717,6 +719,15 @@ TuneReport Net::tune(const TuneOptions& options) {
   impl_->changed();
   if (!options.keep_float_weights) store_int8_weights(*impl_, first, correct_bias ? &means : nullptr);
   return first;
+}
+
+}  // namespace
+
+Model tune(const Model& model, const TuneOptions& options, TuneReport* report) {
+  auto work = detail::WorkingModel::of(model.impl());
+  TuneReport r = tune_in_place(*work, options);
+  if (report) *report = std::move(r);
+  return work->to_model();
 }
 
 }  // namespace softneuro

@@ -167,7 +167,7 @@ void update_context_ratios(std::vector<LayerProfile>& profiles) {
   }
 }
 
-Profiler::Profiler(detail::NetImpl& net, const TuneOptions& options, Rules rules, std::string key_prefix, Progress progress)
+Profiler::Profiler(detail::WorkingModel& net, const TuneOptions& options, Rules rules, std::string key_prefix, Progress progress)
     : net_(net),
       opt_(options),
       rules_(std::move(rules)),
@@ -461,11 +461,10 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
   std::vector<NamedBlob> ins, outs;
   for (const auto& t : net_.inputs) ins.push_back({t.name, random_blob(t.shape, Schema{}, rng_)});
   for (const auto& t : net_.outputs) outs.push_back({t.name, Blob::allocate(t.shape)});
-  std::vector<core::Graph> graphs(paths.size(), net_.graph);
   std::vector<std::unique_ptr<core::Executor>> execs;
   for (std::size_t p = 0; p < paths.size(); ++p) {
-    graphs[p].routine_path = paths[p];
-    execs.push_back(std::make_unique<core::Executor>(graphs[p], net_.shapes, Schema{}, net_.weights));
+    // The path beside the graph: nothing of the graph is copied.
+    execs.push_back(std::make_unique<core::Executor>(net_.graph, net_.shapes, Schema{}, net_.weights, &paths[p]));
     execs.back()->run(ins, outs);  // warm-up
   }
   // Runs another process preempted are left out where a clean one exists (Samples).

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "core/graph.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "profiler/profile_cache.hpp"
 
@@ -89,7 +89,7 @@ class Profiler {
   using Progress = std::function<void(const char* stage, int done, int total, const std::string& item)>;
 
   /// `key_prefix`: what every cached time depends on beyond the layer (device, threads, wait, version).
-  Profiler(detail::NetImpl& net, const TuneOptions& options, Rules rules, std::string key_prefix, Progress progress);
+  Profiler(detail::WorkingModel& net, const TuneOptions& options, Rules rules, std::string key_prefix, Progress progress);
 
   /// Unit profiling: every allowed candidate of every non-constant layer, over its parameter space.
   std::vector<LayerProfile> unit_profile();
@@ -118,7 +118,7 @@ class Profiler {
   double childnet_cost(const Routine& r, const Schema& schema, const LayerInfo& info, const RoutineParams& params,
                        std::vector<core::RoutineChoice>& choices, int depth);
 
-  detail::NetImpl& net_;
+  detail::WorkingModel& net_;
   const TuneOptions& opt_;
   Rules rules_;
   ProfileCache cache_;

@@ -1,6 +1,6 @@
 // Layout adapts: every pair round-trips exactly; the executor inserts them
 // where a routine computes in another schema, and results do not change.
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 #include "support/graphs.hpp"
@@ -89,7 +89,7 @@ TEST_CASE("the executor inserts adapts where schemas differ, and results hold", 
   auto g = test::chain_graph(10);  // has tanh layers between nchw layers
   Blob x = test::iota_blob({1, 4, 8, 8}, 0.01f, -1.0f);
   std::vector<NamedBlob> in{{"input", x}};
-  auto want = test::values(Net(detail::NetImpl::build(g)).run(in)[0].blob);
+  auto want = test::values(Session(detail::make_model(g)).run(in)[0].blob);
 
   static bool registered = false;
   if (!registered) {
@@ -99,9 +99,9 @@ TEST_CASE("the executor inserts adapts where schemas differ, and results hold", 
     set_default_order("tanh", order);
   }
   registered = true;
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   int adapts = 0, nhwc = 0;
-  const auto layers = net.layers();
+  const auto layers = Session(net).layers();
   const auto schema_of = [](const std::string& descriptor) { return descriptor.substr(0, descriptor.find('/')); };
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
@@ -118,7 +118,7 @@ TEST_CASE("the executor inserts adapts where schemas differ, and results hold", 
   }
   CHECK(nhwc == 2);
   CHECK(adapts >= 2);  // at least into nhwc from the plain input, and out of it to the plain output
-  auto got = test::values(net.run(in)[0].blob);
+  auto got = test::values(Session(net).run(in)[0].blob);
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
 }
@@ -153,9 +153,9 @@ TEST_CASE("the executor takes an edge's adapt from the routine path and shows it
   g.routine_path.routines.push_back({second.name, d2, {}, 0.25, 0.3});
   g.routine_path.adapts.push_back({first.outputs[0], second.name, blocked.to_string(), "cpu:float32:nhwc",
                                    {"cpu:float32:nhwc/reorder"}, 0.125});
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   bool found = false;
-  for (const auto& l : net.layers()) {
+  for (const auto& l : Session(net).layers()) {
     if (l.name == first.name) {
       CHECK(l.predicted_ms == 0.5);
       CHECK(l.measured_ms == 0.6);
@@ -171,9 +171,9 @@ TEST_CASE("the executor takes an edge's adapt from the routine path and shows it
   // A parameter the tuned adapt does not have (a crafted file) never reaches
   // its prepare(): the default adapt converts the blob.
   g.routine_path.adapts[0].params = {{"via", 7}};
-  Net crafted(detail::NetImpl::build(g));
+  Model crafted = detail::make_model(g);
   found = false;
-  for (const auto& l : crafted.layers())
+  for (const auto& l : Session(crafted).layers())
     if (l.type == "adapt" && l.inputs[0] == first.outputs[0]) {
       found = true;
       CHECK_FALSE(l.tuned);

@@ -4,7 +4,7 @@
 // bit for bit (the same values sit in the vector body and in the scalar
 // tail), and chains compose single steps for pairs no single adapt converts.
 #include "core/cpu_features.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 #include "support/run_layer.hpp"
@@ -319,8 +319,7 @@ TEST_CASE("the executor inserts quantising adapts and chains around qint8 layers
   const auto relus = registered_routines("relu");
   if (std::find(relus.begin(), relus.end(), std::string("cpu:qint8:nhwc/qint8")) == relus.end()) return;  // none in this build
   g.routine_path.routines = {{"r", "cpu:qint8:nhwc/qint8", {}, 0, 0}, {"t", "cpu/ref", {}, 0, 0}};
-  auto impl = detail::NetImpl::build(g);
-  Net net(std::move(impl));
+  Session net(detail::make_model(g));
   bool quantised = false;
   for (const auto& l : net.layers()) quantised = quantised || l.descriptor == "cpu:qint8:nhwc/qint8";
   if (!quantised) return;  // CPU without AVX2: the default runs instead
@@ -359,8 +358,7 @@ TEST_CASE("a calibrated constant read by a qint8 layer is quantised by the scale
   const auto relus = registered_routines("relu");
   if (std::find(relus.begin(), relus.end(), std::string("cpu:qint8:nhwc/qint8")) == relus.end()) return;  // none in this build
   g.routine_path.routines = {{"r", "cpu:qint8:nhwc/qint8", {}, 0, 0}, {"t", "cpu/ref", {}, 0, 0}};
-  auto impl = detail::NetImpl::build(g);
-  Net net(std::move(impl));
+  Session net(detail::make_model(g));
   bool quantised = false;
   for (const auto& l : net.layers()) quantised = quantised || l.descriptor == "cpu:qint8:nhwc/qint8";
   if (!core::cpu_features().avx2_fma()) return;  // the qint8 routines need AVX2: the default runs instead

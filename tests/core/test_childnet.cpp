@@ -3,11 +3,11 @@
 // child choices survive a .dnn round trip; prepare_childnet runs one standalone.
 #include "core/childnet.hpp"
 #include "core/dnn_file.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
@@ -52,7 +52,7 @@ class ReluChildnet final : public Routine {
 };
 SOFTNEURO_REGISTER_ROUTINE(ReluChildnet);
 
-std::vector<float> run_net(Net& net) {
+std::vector<float> run_net(const Model& net) {
   std::vector<NamedBlob> inputs;
   for (const auto& t : net.inputs()) {
     Blob b = Blob::allocate(t.shape);
@@ -61,7 +61,7 @@ std::vector<float> run_net(Net& net) {
     for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = d(rng);
     inputs.push_back({t.name, b});
   }
-  auto outs = net.run(inputs);
+  auto outs = Session(net).run(inputs);
   return test::values(outs[0].blob);
 }
 
@@ -69,12 +69,12 @@ std::vector<float> run_net(Net& net) {
 
 TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
   auto g = test::chain_graph(3);
-  Net plain(detail::NetImpl::build(g));
+  Model plain = detail::make_model(g);
   auto want = run_net(plain);
   g.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 0, 0, {}});
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   std::vector<std::string> names;
-  for (const auto& l : net.layers()) names.push_back(l.name);
+  for (const auto& l : Session(net).layers()) names.push_back(l.name);
   CHECK(std::find(names.begin(), names.end(), "l1/a") != names.end());
   CHECK(std::find(names.begin(), names.end(), "l1/b") != names.end());
   CHECK(std::find(names.begin(), names.end(), "l1") == names.end());
@@ -82,8 +82,8 @@ TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
 
   SECTION("a child's routine comes from the parent's child choices") {
     g.routine_path.routines.back().children = {{"l1/b", "cpu/ref", {}, 0.5, 0, {}}};
-    Net tuned(detail::NetImpl::build(g));
-    for (const auto& l : tuned.layers()) {
+    Model tuned = detail::make_model(g);
+    for (const auto& l : Session(tuned).layers()) {
       if (l.name == "l1/b") {
         CHECK(l.tuned);
         CHECK(l.descriptor == "cpu/ref");
@@ -94,7 +94,7 @@ TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
   }
   SECTION("a child choice that does not exist falls back to the default") {
     g.routine_path.routines.back().children = {{"l1/b", "cpu/not_in_this_build", {}, 0, 0, {}}};
-    Net tuned(detail::NetImpl::build(g));
+    Model tuned = detail::make_model(g);
     CHECK(run_net(tuned) == want);
   }
 }
@@ -127,8 +127,8 @@ TEST_CASE("child choices survive a .dnn round trip", "[childnet][dnn]") {
     for (auto& k : c.children) strip(k);
   };
   for (auto& c : back.routine_path.routines) strip(c);
-  Net net(detail::NetImpl::build(std::move(back)));
-  for (const auto& l : net.layers())
+  Model net = detail::make_model(std::move(back));
+  for (const auto& l : Session(net).layers())
     if (l.name == "l1/b") CHECK(l.tuned);
 }
 

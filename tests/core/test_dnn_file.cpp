@@ -1,11 +1,11 @@
 // .dnn files: round trips, and damaged files rejected with an error, never a crash.
 #include "core/dnn_file.hpp"
 #include "core/hash.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/weight_quant.hpp"
 #include "support/graphs.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
@@ -28,7 +28,7 @@ std::vector<unsigned char> read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::vector<float> run_once(Net& net) {
+std::vector<float> run_once(const Model& net) {
   std::vector<NamedBlob> inputs;
   unsigned seed = 1;
   for (const auto& t : net.inputs()) {
@@ -39,17 +39,17 @@ std::vector<float> run_once(Net& net) {
     inputs.push_back({t.name, b});
   }
   std::vector<float> all;
-  for (const auto& o : net.run(inputs)) {
+  for (const auto& o : Session(net).run(inputs)) {
     const float* p = o.blob.data_as<float>();
     all.insert(all.end(), p, p + o.blob.numel());
   }
   return all;
 }
 
-// Loads bytes as Net::load would: parse, then check and prepare the graph.
+// Loads bytes as Model::load would: parse, then check and prepare the graph.
 void load_bytes(const std::vector<unsigned char>& bytes) {
   auto g = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem.dnn");
-  detail::NetImpl::build(std::move(g), "mem.dnn");
+  detail::WorkingModel::build(std::move(g), "mem.dnn");
 }
 
 void rechecksum(std::vector<unsigned char>& b) {
@@ -69,9 +69,9 @@ TEST_CASE("xxh64 matches the reference vectors", "[dnn]") {
 TEST_CASE("save -> load -> save is byte-identical and runs identically", "[dnn]") {
   for (auto graph : {test::chain_graph(10), test::multi_io_graph()}) {
     std::string a = test::temp_path("a.dnn"), b = test::temp_path("b.dnn");
-    Net first(detail::NetImpl::build(graph));
+    Model first = detail::make_model(graph);
     first.save(a);
-    Net loaded = Net::load(a);
+    Model loaded = Model::load(a);
     loaded.save(b);
     CHECK(read_bytes(a) == read_bytes(b));
     CHECK(run_once(first) == run_once(loaded));
@@ -82,10 +82,10 @@ TEST_CASE("save -> load -> save is byte-identical and runs identically", "[dnn]"
 
 TEST_CASE("the bundled demo model round-trips", "[dnn]") {
   std::string b = test::temp_path("demo2.dnn");
-  Net net = Net::load(SOFTNEURO_DEMO_MODEL);
+  Model net = Model::load(SOFTNEURO_DEMO_MODEL);
   net.save(b);
   CHECK(read_bytes(SOFTNEURO_DEMO_MODEL) == read_bytes(b));
-  Net again = Net::load(b);
+  Model again = Model::load(b);
   CHECK(run_once(net) == run_once(again));
 }
 
@@ -135,7 +135,7 @@ TEST_CASE("a truncated file is rejected at every offset", "[dnn]") {
   std::string p = test::temp_path("cut.dnn");
   for (std::size_t n : {std::size_t{0}, std::size_t{10}, std::size_t{63}, std::size_t{64}, bytes.size() / 2, bytes.size() - 1}) {
     std::ofstream(p, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(bytes.data()), static_cast<long>(n));
-    CHECK_THROWS_AS(Net::load(p), Error);
+    CHECK_THROWS_AS(Model::load(p), Error);
   }
 }
 
@@ -190,13 +190,13 @@ TEST_CASE("load errors name the file", "[dnn]") {
   std::string p = test::temp_path("garbage.dnn");
   std::ofstream(p) << "this is not a model file at all, just some text that is long enough for a header...";
   try {
-    Net::load(p);
+    Model::load(p);
     FAIL("accepted garbage");
   } catch (const Error& e) {
     CHECK(e.file() == p);
     CHECK_THAT(e.what(), Catch::Contains("bad magic"));
   }
-  CHECK_THROWS_AS(Net::load(test::temp_path("does-not-exist.dnn")), Error);
+  CHECK_THROWS_AS(Model::load(test::temp_path("does-not-exist.dnn")), Error);
 }
 
 TEST_CASE("a failed save leaves the previous file intact and no temporary behind", "[dnn]") {
@@ -231,8 +231,8 @@ TEST_CASE("the routine path survives a round trip", "[dnn]") {
   // A tuned choice is used when it applies (cpu/ref has no parameters: the ones
   // above, outside its space, would make the default choice run the layer).
   back.routine_path.routines[0].params.clear();
-  Net net(detail::NetImpl::build(std::move(back)));
-  CHECK(net.layers()[0].tuned);
+  Model net = detail::make_model(std::move(back));
+  CHECK(Session(net).layers()[0].tuned);
   CHECK(net.tuned_fingerprint() == "test-cpu avx2 t2");
 }
 
@@ -307,7 +307,7 @@ TEST_CASE("calibrated blob quantisation survives a round trip and reaches routin
   auto bytes = core::serialize_dnn(g);
   auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
   CHECK(back.blob_quant == g.blob_quant);
-  Net net(detail::NetImpl::build(std::move(back)));
+  Model net = detail::make_model(std::move(back));
   // A non-positive scale is damage, not data.
   g.blob_quant["b0"].scales = {-1.0f};
   auto bad = core::serialize_dnn(g);

@@ -3,7 +3,7 @@
 // tiles of the requested size (the last one cut short), at 1 to 3 threads.
 #include "core/thread_pool.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <pthreadpool.h>
 

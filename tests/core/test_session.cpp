@@ -1,10 +1,10 @@
 // Model and Session: loading prepares nothing; sessions of one model share
 // derived weights and run concurrently with identical outputs.
 #include "core/cpu_features.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/weight_store.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -237,10 +237,10 @@ TEST_CASE("session: bad options are clear errors", "[session]") {
 }
 
 TEST_CASE("session: schemas restrict the routines a session runs, tuned ones included", "[session]") {
-  Net net = Net::load(SOFTNEURO_DEMO_MODEL);
+  Model net = Model::load(SOFTNEURO_DEMO_MODEL);
   // A routine path that runs the first layer outside plain "cpu", where a routine can.
   std::string layer, descriptor;
-  for (const auto& l : net.layers(true)) {
+  for (const auto& l : Session(net).layers(true)) {
     if (l.type == "adapt") continue;
     for (const auto& c : l.candidates)
       if (c.supported && c.descriptor.rfind("cpu/", 0) != 0 && c.descriptor.rfind("cpu:float32", 0) == 0) {
@@ -251,9 +251,9 @@ TEST_CASE("session: schemas restrict the routines a session runs, tuned ones inc
     if (!layer.empty()) break;
   }
   REQUIRE(!layer.empty());
-  net.impl().graph.routine_path.routines = {{layer, descriptor, {}, 0.1, 0}};
-  net.impl().changed();
-  Model model = net.model();
+  core::Graph g = net.impl().graph;
+  g.routine_path.routines = {{layer, descriptor, {}, 0.1, 0}};
+  Model model = detail::make_model(std::move(g));
 
   auto descriptor_of = [&](const Session& s) {
     for (const auto& l : s.layers())
@@ -420,21 +420,21 @@ TEST_CASE("session: routine parameters outside the routine's space never reach i
   // crafted block size of 0x3000... wrapped a workspace size to 0. A parameter
   // the routine lacks makes the default choice run the layer; a value outside
   // its choices runs the routine with its default.
-  Net net = Net::load(SOFTNEURO_DEMO_MODEL);
+  Model net = Model::load(SOFTNEURO_DEMO_MODEL);
   std::string layer;
-  for (const auto& l : net.layers(true))
+  for (const auto& l : Session(net).layers(true))
     if (l.type == "conv2")
       for (const auto& c : l.candidates)
         if (c.supported && c.descriptor == "cpu/winograd") layer = l.name;
   REQUIRE(!layer.empty());
-  Model untuned = net.model();
+  Model untuned = net;
   auto in = random_inputs(untuned, 9);
   const auto expected = Session(untuned).run(in);
   for (const RoutineParams& params : {RoutineParams{{"m_block", int64_t{0x3000000000}}}, RoutineParams{{"tile", 3}},
                                       RoutineParams{{"tile", 4}}}) {
-    net.impl().graph.routine_path.routines = {{layer, "cpu/winograd", params, 0.1, 0}};
-    net.impl().changed();
-    Model model = net.model();
+    core::Graph g = net.impl().graph;
+    g.routine_path.routines = {{layer, "cpu/winograd", params, 0.1, 0}};
+    Model model = detail::make_model(std::move(g));
     Session s(model);
     bool tuned = false;  // Winograd's childnet runs as child steps "<layer>/wgenc", ...
     for (const auto& l : s.layers()) tuned = tuned || l.name.rfind(layer + "/", 0) == 0;
@@ -513,7 +513,7 @@ TEST_CASE("session: derived weights are packed once per model, for every shape a
            {"direct", "cpu:float32:nchw8c/direct"}, {"winograd_blocked", "cpu:float32:nchw8c/winograd"},
            {"winograd", "cpu/winograd"}})
     g.routine_path.routines.push_back({layer, desc, {}, 0, 0, {}});
-  Model model(Net(detail::NetImpl::build(std::move(g))).model());
+  Model model = detail::make_model(std::move(g));
   auto input = [&](int64_t h, int64_t w) {
     Blob b = Blob::allocate(Shape{1, 8, h, w});
     for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = nd(rng);

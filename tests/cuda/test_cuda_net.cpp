@@ -2,14 +2,15 @@
 // executor inserts the transfers, plans one device arena, records the second
 // run into a CUDA graph and replays it), and hybrid tuning over
 // cpu, cuda:float32 and cuda:float16.
+#include "support/tuning.hpp"
 #include "cuda_harness.hpp"
 
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "routines/cuda/cuda_stats.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -37,7 +38,7 @@ core::Graph on_device(core::Graph g, const std::string& schema) {
   return g;
 }
 
-std::vector<NamedBlob> inputs_of(const Net& net, std::mt19937& rng) {
+std::vector<NamedBlob> inputs_of(const Model& net, std::mt19937& rng) {
   std::vector<NamedBlob> in;
   for (const auto& t : net.inputs()) in.push_back({t.name, random_blob(t.shape, rng)});
   return in;
@@ -55,8 +56,8 @@ TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[n
   for (const std::string schema : {"cuda", "cuda:float16"}) {
     for (int which = 0; which < 2; ++which) {
       core::Graph g = which ? test::multi_io_graph() : test::chain_graph(6);
-      Net cpu(detail::NetImpl::build(g));
-      Net gpu(detail::NetImpl::build(on_device(g, schema)));
+      Session cpu(detail::make_model(g));
+      Session gpu(detail::make_model(on_device(g, schema)));
       for (const auto& l : gpu.layers()) {
         INFO(l.name << " " << l.descriptor);
         CHECK((l.descriptor.rfind("cuda", 0) == 0 || l.type == "adapt"));
@@ -65,7 +66,7 @@ TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[n
       const cuda::GraphStats before = cuda::graph_stats();
       std::mt19937 rng(31);
       for (int run = 0; run < 4; ++run) {  // fresh inputs and output blobs each time
-        auto in = inputs_of(cpu, rng);
+        auto in = inputs_of(cpu.model(), rng);
         auto want = cpu.run(in);
         auto got = gpu.run(in);
         check_same(got, want, tolerance_for(Schema::parse(schema), 5.0), fmt::format("{} net {} run {}", schema, which, run));
@@ -78,8 +79,8 @@ TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[n
         CHECK(after.failures == before.failures);
       }
       // Outputs written in place into the caller's blobs, on a replay too.
-      std::vector<NamedBlob> in = inputs_of(cpu, rng), outs;
-      for (const auto& t : gpu.outputs()) outs.push_back({t.name, Blob::allocate(t.shape)});
+      std::vector<NamedBlob> in = inputs_of(cpu.model(), rng), outs;
+      for (const auto& t : gpu.model().outputs()) outs.push_back({t.name, Blob::allocate(t.shape)});
       gpu.run(in, outs);
       check_same(outs, cpu.run(in), tolerance_for(Schema::parse(schema), 5.0), schema + " in-place outputs");
     }
@@ -89,46 +90,47 @@ TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[n
 TEST_CASE("hybrid tuning over cpu, cuda:float32 and cuda:float16 runs", "[net]") {
   for (int which = 0; which < 2; ++which) {
     core::Graph g = which ? test::multi_io_graph() : test::chain_graph(6);
-    Net cpu(detail::NetImpl::build(g));
-    Net net(detail::NetImpl::build(g));
+    Model cpu = detail::make_model(g);
+    Model net = detail::make_model(g);
     TuneOptions opt;
     opt.schemas = {"cpu", "cuda:float32", "cuda:float16"};
     opt.cache_dir = "-";
     opt.unit_budget_ms = 1;
     opt.integrated_runs = 2;
-    TuneReport r = net.tune(opt);
+    TuneReport r = tune_and_keep(net, opt);
     INFO(r.to_text());
     CHECK(r.measured_ms > 0);
     CHECK(r.measurements > 0);
     std::mt19937 rng(32);
+    Session tuned(net), reference(cpu);
     for (int run = 0; run < 3; ++run) {
       auto in = inputs_of(cpu, rng);
-      check_same(net.run(in), cpu.run(in), tolerance_for(Schema::parse("cuda:float16"), 5.0),
+      check_same(tuned.run(in), reference.run(in), tolerance_for(Schema::parse("cuda:float16"), 5.0),
                  fmt::format("hybrid net {} run {}", which, run));
     }
     // The tuned path saves and loads; on this device it loads as tuned.
     const std::string path = test::temp_path(fmt::format("cuda_hybrid_{}.dnn", which));
     net.save(path);
-    Net loaded = Net::load(path);
-    auto a = net.layers(), b = loaded.layers();
+    Model loaded = Model::load(path);
+    auto a = Session(net).layers(), b = Session(loaded).layers();
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].descriptor == b[i].descriptor);
     auto in = inputs_of(cpu, rng);
-    check_same(loaded.run(in), net.run(in), Tolerance{1e-6, 1e-6}, "reloaded tuned net");
+    check_same(Session(loaded).run(in), Session(net).run(in), Tolerance{1e-6, 1e-6}, "reloaded tuned net");
   }
 }
 
 TEST_CASE("tuning pinned to the device measures cuDNN algorithms and keeps a CUDA path", "[net]") {
   core::Graph g = test::chain_graph(6);
-  Net cpu(detail::NetImpl::build(g));
-  Net net(detail::NetImpl::build(g));
+  Model cpu = detail::make_model(g);
+  Model net = detail::make_model(g);
   TuneOptions opt;
   opt.schemas = {"cuda:float32"};
   opt.cache_dir = "-";
   opt.unit_budget_ms = 1;
   opt.integrated_runs = 2;
   opt.pin = {{"*", "cuda*"}};
-  TuneReport r = net.tune(opt);
+  TuneReport r = tune_and_keep(net, opt);
   INFO(r.to_text());
   for (const auto& l : r.layers) CHECK(l.descriptor.rfind("cuda", 0) == 0);
   for (const auto& l : r.layers)
@@ -138,7 +140,7 @@ TEST_CASE("tuning pinned to the device measures cuDNN algorithms and keeps a CUD
     }
   std::mt19937 rng(33);
   auto in = inputs_of(cpu, rng);
-  check_same(net.run(in), cpu.run(in), tolerance_for(Schema{Device::cuda}, 10.0), "pinned net");
+  check_same(Session(net).run(in), Session(cpu).run(in), tolerance_for(Schema{Device::cuda}, 10.0), "pinned net");
 }
 
 TEST_CASE("sessions on one GPU run at once, each on its own stream and library handles", "[net][concurrency]") {
@@ -149,15 +151,17 @@ TEST_CASE("sessions on one GPU run at once, each on its own stream and library h
   constexpr int kSessions = 4, kRuns = 12;
   for (const std::string schema : {"cuda", "cuda:float16"}) {
     const core::Graph g = on_device(test::multi_io_graph(), schema);
-    Net reference(detail::NetImpl::build(g));
+    Model reference = detail::make_model(g);
+    Session reference_session(reference);
     std::vector<std::vector<NamedBlob>> inputs, want;
     std::mt19937 rng(34);
     for (int r = 0; r < kSessions * kRuns; ++r) {
       inputs.push_back(inputs_of(reference, rng));
-      want.push_back(reference.run(inputs.back()));
+      want.push_back(reference_session.run(inputs.back()));
     }
-    std::vector<std::unique_ptr<Net>> nets;
-    for (int s = 0; s < kSessions; ++s) nets.push_back(std::make_unique<Net>(detail::NetImpl::build(g)));
+    // A model each, as separate apps would load it.
+    std::vector<std::unique_ptr<Session>> nets;
+    for (int s = 0; s < kSessions; ++s) nets.push_back(std::make_unique<Session>(detail::make_model(g)));
     std::latch first_runs_done(kSessions);  // every session records its second run at the same time
     std::vector<std::string> errors(kSessions);
     std::vector<int> mismatches(kSessions, 0);

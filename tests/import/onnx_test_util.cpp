@@ -198,9 +198,9 @@ Blob make_input(const Shape& shape, const std::vector<float>& values) {
   return b;
 }
 
-std::vector<Output> run_net(Net& net, const std::vector<NamedBlob>& inputs) {
+std::vector<Output> run_net(const Model& net, const std::vector<NamedBlob>& inputs) {
   std::vector<Output> outs;
-  for (const auto& o : net.run(inputs)) {
+  for (const auto& o : Session(net).run(inputs)) {
     const float* p = o.blob.data_as<float>();
     outs.push_back({o.blob.shape(), std::vector<float>(p, p + o.blob.numel())});
   }
@@ -209,15 +209,15 @@ std::vector<Output> run_net(Net& net, const std::vector<NamedBlob>& inputs) {
 
 Output run_model(const OnnxModel& m, const std::string& file, const Shape& x_shape, const std::vector<float>& x,
                  const ImportOptions& options) {
-  Net net = import_onnx(m.save(file), options);
+  Model net = import_onnx(m.save(file), options);
   return run_net(net, {{"x", make_input(x_shape, x)}}).at(0);
 }
 
 core::Graph import_without_passes(const std::string& path) { return onnx_import::import_graph(path); }
 
-int count_layers(const Net& net, const std::string& type) {
+int count_layers(const Model& net, const std::string& type) {
   int n = 0;
-  for (const auto& l : net.layers()) n += l.type == type;
+  for (const auto& l : Session(net).layers()) n += l.type == type;
   return n;
 }
 

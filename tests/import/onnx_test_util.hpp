@@ -5,7 +5,7 @@
 #include "core/graph.hpp"
 
 #include <softneuro/import.hpp>
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <onnx/onnx_pb.h>
 
@@ -67,14 +67,14 @@ struct Output {
   std::vector<float> values;
 };
 /// Runs a net on named inputs; returns every output in order.
-std::vector<Output> run_net(Net& net, const std::vector<NamedBlob>& inputs);
+std::vector<Output> run_net(const Model& net, const std::vector<NamedBlob>& inputs);
 /// Saves, imports (with `options`) and runs a model with one input "x" and one output "y".
 Output run_model(const OnnxModel& m, const std::string& file, const Shape& x_shape, const std::vector<float>& x,
                  const ImportOptions& options = {});
 /// The graph the importer makes (before any pass).
 core::Graph import_without_passes(const std::string& path);
 /// Number of layers of a type in a net.
-int count_layers(const Net& net, const std::string& type);
+int count_layers(const Model& net, const std::string& type);
 
 /// Max |a - b|, infinity when the sizes differ.
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);

@@ -1,8 +1,9 @@
 // Symbolic input dims stay dynamic: one session runs a model at several input
 // shapes, each output equal to the same model imported at that fixed shape.
+#include "support/tuning.hpp"
 #include "import/onnx_test_util.hpp"
 
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 
 #include <softneuro/session.hpp>
 
@@ -52,7 +53,7 @@ std::vector<NamedBlob> input_of(const Shape& s, unsigned seed) {
 TEST_CASE("dynamic shapes: one session runs three input shapes, each as the model imported at that shape",
           "[onnx][dynamic]") {
   const std::string path = shape_subgraph_model().save("dynamic.onnx");
-  Net net = import_onnx(path);
+  Model net = import_onnx(path);
   REQUIRE(net.inputs().size() == 1);
   CHECK(net.inputs()[0].shape == Shape{1, 4, 64, 64});
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
@@ -76,9 +77,9 @@ TEST_CASE("dynamic shapes: one session runs three input shapes, each as the mode
       CHECK(session.output_shape("y") == Shape{s[0], s[2] * s[3], 6});
       ImportOptions fixed;
       fixed.input_shapes["x"] = s;
-      Net at_shape = import_onnx(path, fixed);
+      Model at_shape = import_onnx(path, fixed);
       CHECK(at_shape.inputs()[0].dynamic_dims.empty());
-      auto want = at_shape.run(ins);
+      auto want = Session(at_shape).run(ins);
       REQUIRE(got[0].blob.shape() == want[0].blob.shape());
       const float* g = got[0].blob.data_as<float>();
       const float* w = want[0].blob.data_as<float>();
@@ -96,8 +97,8 @@ TEST_CASE("dynamic shapes: one session runs three input shapes, each as the mode
 }
 
 TEST_CASE("dynamic shapes: a shape the model does not take is an error naming the input", "[onnx][dynamic]") {
-  Net net = import_onnx(shape_subgraph_model().save("dynamic_bad.onnx"));
-  Session session(net.model());
+  Model net = import_onnx(shape_subgraph_model().save("dynamic_bad.onnx"));
+  Session session(net);
   for (const Shape& bad : {Shape{1, 5, 8, 8}, Shape{1, 4, 8}, Shape{1, 4, 8, 8, 1}}) {
     INFO(bad.to_string());
     auto ins = input_of(bad, 1);
@@ -117,10 +118,10 @@ TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a
   m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
   m.node("Sub", {"w1", "one"}, {"end"});
   m.node("Slice", {"x", "zero", "end", "ax"}, {"y"});
-  Net net = import_onnx(m.save("fixed_dim.onnx"));
+  Model net = import_onnx(m.save("fixed_dim.onnx"));
   CHECK(net.inputs()[0].shape == Shape{1, 2, 8, 64});
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0});
-  Session session(net.model());
+  Session session(net);
   auto ok = session.run(input_of(Shape{3, 2, 8, 64}, 2));
   CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 63});
   CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
@@ -140,9 +141,9 @@ TEST_CASE("dynamic shapes: values computed from the shape (an anchor grid) follo
   m.node("Add", {"rf", "half"}, {"centre"});
   m.node("Mul", {"centre", "stride"}, {"grid"});
   m.node("Add", {"x", "grid"}, {"y"});
-  Net net = import_onnx(m.save("anchor_grid.onnx"));
+  Model net = import_onnx(m.save("anchor_grid.onnx"));
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
-  Session session(net.model());
+  Session session(net);
   for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 64}}) {
     INFO(s.to_string());
     auto ins = input_of(s, 4);
@@ -159,7 +160,7 @@ TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one
   const std::string path = shape_subgraph_model().save("dynamic_given.onnx");
   ImportOptions o;
   o.input_shapes["x"] = Shape{2, 4, 32, -1};
-  Net net = import_onnx(path, o);
+  Model net = import_onnx(path, o);
   CHECK(net.inputs()[0].shape == Shape{2, 4, 32, 64});
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{3});
   o.input_shapes["x"] = Shape{2, 5, 32, -1};  // the channels are fixed by the model
@@ -168,13 +169,13 @@ TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one
 
 TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per shape bucket", "[onnx][dynamic][tune]") {
   const std::string path = shape_subgraph_model().save("buckets.onnx");
-  Net net = import_onnx(path);
+  Model net = import_onnx(path);
   TuneOptions o;
   o.cache_dir = "-";
   o.unit_budget_ms = 1;
   o.integrated_runs = 2;
   o.shapes = {{{"x", Shape{1, 4, 8, 8}}}, {{"x", Shape{1, 4, 32, 32}}}};
-  TuneReport report = net.tune(o);
+  TuneReport report = tune_and_keep(net, o);
   CHECK(report.input_shapes.at("x") == Shape{1, 4, 8, 8});
   REQUIRE(report.other_shapes.size() == 1);
   CHECK(report.other_shapes[0].input_shapes.at("x") == Shape{1, 4, 32, 32});
@@ -205,8 +206,8 @@ TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per sh
     auto got = session.run(ins);
     ImportOptions fixed;
     fixed.input_shapes["x"] = s;
-    Net at_shape = import_onnx(path, fixed);
-    auto want = at_shape.run(ins);
+    Model at_shape = import_onnx(path, fixed);
+    auto want = Session(at_shape).run(ins);
     REQUIRE(got[0].blob.shape() == want[0].blob.shape());
     for (int64_t i = 0; i < want[0].blob.numel(); ++i)
       REQUIRE(std::abs(got[0].blob.data_as<float>()[i] - want[0].blob.data_as<float>()[i]) <=
@@ -215,8 +216,8 @@ TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per sh
 }
 
 TEST_CASE("dynamic shapes: sessions of one model at different shapes in several threads", "[onnx][dynamic][concurrency]") {
-  Net net = import_onnx(shape_subgraph_model().save("dynamic_threads.onnx"));
-  Model model = net.model();
+  Model net = import_onnx(shape_subgraph_model().save("dynamic_threads.onnx"));
+  Model model = net;
   const std::vector<Shape> shapes{{1, 4, 6, 6}, {2, 4, 5, 9}, {1, 4, 12, 4}};
   std::vector<std::vector<NamedBlob>> inputs, expected;
   {

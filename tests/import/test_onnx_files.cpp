@@ -56,7 +56,7 @@ std::string import_error(const std::string& path) {
 TEST_CASE("Initializers in an external data file", "[onnx][external]") {
   OnnxModel inline_model = small_classifier();
   const auto x = random_values(192, 44);
-  Net reference = import_onnx(inline_model.save("inline.onnx"));
+  Model reference = import_onnx(inline_model.save("inline.onnx"));
   auto expected = run_net(reference, {{"x", make_input(Shape{1, 3, 8, 8}, x)}})[0].values;
 
   // Move every initializer's bytes into weights.bin, at increasing offsets.
@@ -80,7 +80,7 @@ TEST_CASE("Initializers in an external data file", "[onnx][external]") {
     return m.save("external.onnx");
   };
   SECTION("read beside the model") {
-    Net net = import_onnx(external("weights.bin", false));
+    Model net = import_onnx(external("weights.bin", false));
     CHECK(run_net(net, {{"x", make_input(Shape{1, 3, 8, 8}, x)}})[0].values == expected);
   }
   SECTION("a data file too short is an error naming the tensor") {

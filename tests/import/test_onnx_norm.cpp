@@ -50,7 +50,7 @@ TEST_CASE("Split (opset 18): num_outputs parts of ceil(dim / num_outputs), the l
   OnnxModel m(18);
   m.input("x", {1, 7}).output("a").output("b").output("c");
   m.node("Split", {"x"}, {"a", "b", "c"}, "split").i("axis", 1).i("num_outputs", 3);
-  Net net = import_onnx(m.save("split18.onnx"));
+  Model net = import_onnx(m.save("split18.onnx"));
   auto out = run_net(net, {{"x", make_input(Shape{1, 7}, {0, 1, 2, 3, 4, 5, 6})}});
   REQUIRE(out.size() == 3);
   CHECK(out[0].values == std::vector<float>{0, 1, 2});

@@ -132,9 +132,9 @@ TEST_CASE("Gemm: transA/transB, alpha, beta, C as bias or full matrix, B at run 
     OnnxModel m(13);
     m.init("B", {N, K}, bt).init("C", {N}, c_row);
     unary_model(m, "Gemm", Shape{M, K}, {"B", "C"}).i("transB", 1).f("alpha", 0.5f).f("beta", 2.0f);
-    Net net = import_onnx(m.save("gemm1.onnx"));
+    Model net = import_onnx(m.save("gemm1.onnx"));
     CHECK(count_layers(net, "dense") == 1);
-    CHECK(net.layers().size() == 1);
+    CHECK(Session(net).layers().size() == 1);
     auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}})[0];
     CHECK(max_abs_diff(got.values, expected(c_row, false, 0.5f, 2.0f)) < kTol);
   }
@@ -143,7 +143,7 @@ TEST_CASE("Gemm: transA/transB, alpha, beta, C as bias or full matrix, B at run 
     OnnxModel m(13);
     m.init("B", {K, N}, b).init("C", {1, N}, c_row);
     unary_model(m, "Gemm", Shape{M, K}, {"B", "C"});
-    Net net = import_onnx(m.save("gemm_row.onnx"));
+    Model net = import_onnx(m.save("gemm_row.onnx"));
     CHECK(count_layers(net, "dense") == 1);
     auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}})[0];
     CHECK(max_abs_diff(got.values, expected(c_row, false, 1.0f, 1.0f)) < kTol);
@@ -162,7 +162,7 @@ TEST_CASE("Gemm: transA/transB, alpha, beta, C as bias or full matrix, B at run 
     OnnxModel m(13);
     m.input("x", {M, K}).input("b", {K, N}).init("C", {N}, c_row).output("y");
     m.node("Gemm", {"x", "b", "C"}, {"y"}).f("alpha", 2.0f);
-    Net net = import_onnx(m.save("gemm3.onnx"));
+    Model net = import_onnx(m.save("gemm3.onnx"));
     CHECK(count_layers(net, "matmul") == 1);
     auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}, {"b", make_input(Shape{K, N}, b)}})[0];
     CHECK(max_abs_diff(got.values, expected(c_row, false, 2.0f, 1.0f)) < kTol);
@@ -187,7 +187,7 @@ TEST_CASE("MatMul: constant weight becomes dense, run-time operands a batched ma
     OnnxModel m(13);
     m.init("W", {K, N}, w);
     unary_model(m, "MatMul", Shape{B, M, K}, {"W"});
-    Net net = import_onnx(m.save("matmul1.onnx"));
+    Model net = import_onnx(m.save("matmul1.onnx"));
     CHECK(count_layers(net, "dense") == 1);
     auto got = run_net(net, {{"x", make_input(Shape{B, M, K}, a)}})[0];
     CHECK(got.shape == Shape{B, M, N});
@@ -197,7 +197,7 @@ TEST_CASE("MatMul: constant weight becomes dense, run-time operands a batched ma
     OnnxModel m(13);
     m.input("x", {B, M, K}).input("w", {B, K, N}).output("y");
     m.node("MatMul", {"x", "w"}, {"y"});
-    Net net = import_onnx(m.save("matmul2.onnx"));
+    Model net = import_onnx(m.save("matmul2.onnx"));
     auto got = run_net(net, {{"x", make_input(Shape{B, M, K}, a)}, {"w", make_input(Shape{B, K, N}, b2)}})[0];
     CHECK(max_abs_diff(got.values, ref(b2, true)) < kTol);
   }
@@ -210,7 +210,7 @@ TEST_CASE("Einsum batched matrix products (attention) become matmul", "[onnx][ma
   m.input("q", {B, I, D}).input("k", {B, J, D}).output("s").output("o");
   m.node("Einsum", {"q", "k"}, {"s"}).s("equation", "b i d, b j d -> b i j");  // q k^T
   m.node("Einsum", {"s", "k"}, {"o"}).s("equation", "...ij,...jd->...id");    // s k
-  Net net = import_onnx(m.save("einsum.onnx"));
+  Model net = import_onnx(m.save("einsum.onnx"));
   auto outs = run_net(net, {{"q", make_input(Shape{B, I, D}, q)}, {"k", make_input(Shape{B, J, D}, k)}});
   REQUIRE(outs[0].shape == Shape{B, I, J});
   REQUIRE(outs[1].shape == Shape{B, I, D});
@@ -703,7 +703,7 @@ TEST_CASE("BatchNormalization, alone and after a conv (folded)", "[onnx][batchno
   m2.input("x", xs.to_vector()).output("y");
   m2.node("Conv", {"x", "W"}, {"c"});
   m2.node("BatchNormalization", {"c", "s", "b", "m", "v"}, {"y"}).f("epsilon", 1e-3f);
-  Net net = import_onnx(m2.save("conv_bn.onnx"));
+  Model net = import_onnx(m2.save("conv_bn.onnx"));
   CHECK(count_layers(net, "batchnorm") == 0);
   Shape es;
   auto conv = ref_conv(x, xs, w, Shape{3, 3, 1, 1}, {}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, &es);
@@ -782,8 +782,8 @@ TEST_CASE("LayerNormalization (opset 17) and the pattern exporters decompose it 
     m.node("Div", {"d", "sd"}, {"n"});
     m.node("Mul", {"n", "g"}, {"ng"});
     m.node("Add", {"ng", "b"}, {"y"});
-    Net net = import_onnx(m.save("ln13.onnx"));
-    CHECK(net.layers().size() == 1);
+    Model net = import_onnx(m.save("ln13.onnx"));
+    CHECK(Session(net).layers().size() == 1);
     CHECK(count_layers(net, "layernorm") == 1);
     CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < 1e-4);
   }
@@ -800,7 +800,7 @@ TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization
     m.input("x", xs.to_vector()).output("y").output("mean").output("inv_std");
     m.init("scale", {8}, scale);
     m.node("LayerNormalization", {"x", "scale"}, {"y", "mean", "inv_std"}).i("axis", -1).f("epsilon", 1e-5f);
-    Net net = import_onnx(m.save("layernorm_stats.onnx"));
+    Model net = import_onnx(m.save("layernorm_stats.onnx"));
     auto out = run_net(net, {{"x", make_input(xs, x)}});
     REQUIRE(out.size() == 3);
     CHECK(out[1].shape == Shape{2, 3, 1});
@@ -935,7 +935,7 @@ TEST_CASE("Attention (opset 23): grouped heads, causal, with and without a KV ca
   m.input("q", {B, HQ, L, D}).output("y");
   m.init("k", {B, HKV, S, D}, k).init("v", {B, HKV, S, D}, v);
   m.node("Attention", {"q", "k", "v"}, {"y"}, "attn").i("is_causal", 1);
-  Net net = import_onnx(m.save("attention.onnx"));
+  Model net = import_onnx(m.save("attention.onnx"));
   auto got = run_net(net, {{"q", make_input(Shape{B, HQ, L, D}, q)}})[0];
   REQUIRE(got.shape == Shape{B, HQ, L, D});
   for (int64_t h = 0; h < HQ; ++h) {
@@ -965,7 +965,7 @@ TEST_CASE("Attention (opset 23): grouped heads, causal, with and without a KV ca
   cached.input("q", {B, HQ, L, D}).output("y").output("present_key");
   cached.init("k", {B, HKV, S, D}, k).init("v", {B, HKV, S, D}, v).init("pk", {B, HKV, 1, D}, pk).init("pv", {B, HKV, 1, D}, pv);
   cached.node("Attention", {"q", "k", "v", "", "pk", "pv"}, {"y", "present_key"}, "attn_cached").i("is_causal", 1);
-  Net cnet = import_onnx(cached.save("attention_cache.onnx"));
+  Model cnet = import_onnx(cached.save("attention_cache.onnx"));
   auto outs = run_net(cnet, {{"q", make_input(Shape{B, HQ, L, D}, q)}});
   REQUIRE(outs.size() == 2);
   REQUIRE(outs[1].shape == Shape{B, HKV, S + 1, D});
@@ -1020,8 +1020,8 @@ TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer",
       m.node("Mul", {"a", "half"}, {"ah"});
       m.node("Mul", {"x", "ah"}, {"y"});
     }
-    Net net = import_onnx(m.save("gelu.onnx"));
-    CHECK(net.layers().size() == 1);
+    Model net = import_onnx(m.save("gelu.onnx"));
+    CHECK(Session(net).layers().size() == 1);
     CHECK(count_layers(net, "gelu") == 1);
     CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < kTol);
   }
@@ -1049,8 +1049,8 @@ TEST_CASE("HardSwish spelled x*clip(x+3,0,6)/6 (Paddle) becomes one hardswish la
       m.node("Div", {"c", "six"}, {"d"});
       m.node("Mul", {"d", "x"}, {"y"});
     }
-    Net net = import_onnx(m.save("hardswish.onnx"));
-    CHECK(net.layers().size() == 1);
+    Model net = import_onnx(m.save("hardswish.onnx"));
+    CHECK(Session(net).layers().size() == 1);
     CHECK(count_layers(net, "hardswish") == 1);
     CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < kTol);
   }
@@ -1064,7 +1064,7 @@ TEST_CASE("HardSwish spelled x*clip(x+3,0,6)/6 (Paddle) becomes one hardswish la
     m.node("Mul", {"x", "c"}, {"m"});
     m.node("Div", {"m", "six"}, {"q"});
     m.node("Add", {"q", variant == 1 ? "c" : "q"}, {"y"});
-    Net net = import_onnx(m.save("not_hardswish.onnx"));
+    Model net = import_onnx(m.save("not_hardswish.onnx"));
     CHECK(count_layers(net, "hardswish") == 0);
   }
 }
@@ -1085,7 +1085,7 @@ TEST_CASE("GELU: a pattern whose nodes lack outputs or inputs is not matched, ne
       m.node("Add", {"e"}, {"a"});  // one input
     m.node("Relu", {"x"}, {"y"});
     try {
-      Net net = import_onnx(m.save("gelu_broken.onnx"));
+      Model net = import_onnx(m.save("gelu_broken.onnx"));
       CHECK(count_layers(net, "gelu") == 0);
     } catch (const Error& e) {
       CHECK_THAT(e.what(), Catch::Contains("Add"));
@@ -1104,8 +1104,8 @@ TEST_CASE("Shape/Gather/Unsqueeze/Concat chains around Reshape fold to constants
   m.node("Unsqueeze", {"batch", "axes"}, {"b1"});
   m.node("Concat", {"b1", "minus1"}, {"target"}).i("axis", 0);
   m.node("Reshape", {"x", "target"}, {"y"});
-  Net net = import_onnx(m.save("shape_chain.onnx"));
-  CHECK(net.layers().size() == 1);  // the reshape alone
+  Model net = import_onnx(m.save("shape_chain.onnx"));
+  CHECK(Session(net).layers().size() == 1);  // the reshape alone
   auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
   CHECK(got.shape == Shape{2, 12});
   CHECK(got.values == x);
@@ -1172,7 +1172,7 @@ TEST_CASE("Layout operators: Flatten, Reshape 0/-1, Squeeze/Unsqueeze by opset, 
       } else {
         m.node("Split", {"x"}, {"y", "z"}).i("axis", 2).ints("split", {1, 3});
       }
-      Net net = import_onnx(m.save("split.onnx"));
+      Model net = import_onnx(m.save("split.onnx"));
       auto outs = run_net(net, {{"x", make_input(xs, x)}});
       CHECK(outs[0].shape == Shape{2, 3, 1});
       CHECK(outs[1].shape == Shape{2, 3, 3});
@@ -1319,7 +1319,7 @@ TEST_CASE("A float64 constant beyond float32's range is an error naming the tens
   t->add_double_data(-2.5);
   t->add_double_data(-std::numeric_limits<double>::infinity());
   m.node("Add", {"x", "fine"}, {"y"});
-  Net net = import_onnx(m.save("double_fine.onnx"));
+  Model net = import_onnx(m.save("double_fine.onnx"));
   auto got = run_net(net, {{"x", make_input(Shape{2}, {1, 1})}})[0];
   CHECK(got.values[0] == -1.5f);
   CHECK(std::isinf(got.values[1]));
@@ -1380,7 +1380,7 @@ TEST_CASE("int64 arithmetic on constants is checked: overflow is an error naming
   m.node("Mod", {"a", "b"}, {"zeros"});
   m.node("Add", {"zeros", "dims"}, {"shape"});
   m.node("Reshape", {"x", "shape"}, {"y"});
-  Net net = import_onnx(m.save("int_mod.onnx"));
+  Model net = import_onnx(m.save("int_mod.onnx"));
   CHECK(net.output_shape("y") == Shape{1, 4});
 }
 
@@ -1393,13 +1393,13 @@ TEST_CASE("Arithmetic on constants is computed at import, other layers of consta
   m.node("Mul", {"a", "b"}, {"ab"});     // computed by the importer
   m.node("Tanh", {"ab"}, {"t"});         // a layer of a constant: the pass folds it
   m.node("Add", {"x", "t"}, {"y"});
-  Net net = import_onnx(m.save("fold.onnx"));
-  CHECK(net.layers().size() == 1);  // the add alone
+  Model net = import_onnx(m.save("fold.onnx"));
+  CHECK(Session(net).layers().size() == 1);  // the add alone
   auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
   for (std::size_t i = 0; i < 4; ++i) CHECK(got.values[i] == Approx(x[i] + std::tanh(0.5f * float(i + 1))));
   ImportOptions no_fold;
   no_fold.fold_constants = false;
-  Net unfolded = import_onnx(m.save("fold.onnx"), no_fold);
+  Model unfolded = import_onnx(m.save("fold.onnx"), no_fold);
   CHECK(count_layers(unfolded, "tanh") == 1);
   CHECK(count_layers(unfolded, "mul") == 0);
   CHECK(max_abs_diff(run_net(unfolded, {{"x", make_input(xs, x)}})[0].values, got.values) < 1e-6);
@@ -1425,8 +1425,8 @@ TEST_CASE("Index and mask arithmetic on constants is computed at import", "[onnx
   m.init_ints("training", {}, {1});
   m.node("Dropout", {"x", "ratio", "training"}, {"xd"});
   m.node("Add", {"xd", "bias"}, {"y"});
-  Net net = import_onnx(m.save("mask.onnx"));
-  CHECK(net.layers().size() == 1);
+  Model net = import_onnx(m.save("mask.onnx"));
+  CHECK(Session(net).layers().size() == 1);
   auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
   const float bias[] = {0, 2, 0, 0, 0, 2};
   for (std::size_t i = 0; i < 6; ++i) CHECK(got.values[i] == Approx(x[i] + bias[i]));
@@ -1490,7 +1490,7 @@ TEST_CASE("Zero-size dims: a session runs empty tensors (reductions give their i
   m.node("ReduceSum", {"x", "axes"}, {"sum"});
   m.init("w", {4, 3, 3, 3}, pattern(108, 7, 3.0f, 5.0f));
   m.node("Conv", {"img", "w"}, {"conv"}).ints("kernel_shape", {3, 3});
-  Net net = import_onnx(m.save("empty.onnx"));
+  Model net = import_onnx(m.save("empty.onnx"));
   auto run = [&](int64_t len, int64_t batch) {
     return run_net(net, {{"x", make_input(Shape{2, len, 4}, std::vector<float>(static_cast<std::size_t>(8 * len), 1.5f))},
                          {"img", make_input(Shape{batch, 3, 8, 8}, std::vector<float>(static_cast<std::size_t>(192 * batch), 0.5f))}});
@@ -1512,10 +1512,10 @@ TEST_CASE("Pow of an integer tensor to integral powers stays exact and integer-t
   m.typed_input("x", onnx::TensorProto::INT64, {3}).typed_output("y", onnx::TensorProto::INT64);
   m.init("e", {3}, {4, 5, 6});
   m.node("Pow", {"x", "e"}, {"y"});  // refused before: Pow of an INT64 tensor
-  Net net = import_onnx(m.save("int_pow.onnx"));
+  Model net = import_onnx(m.save("int_pow.onnx"));
   Blob x = Blob::allocate(Shape{3}, DType::int64);
   for (int i = 0; i < 3; ++i) x.data_as<int64_t>()[i] = i + 1;
-  auto out = net.run(std::vector<NamedBlob>{{"x", x}});
+  auto out = Session(net).run(std::vector<NamedBlob>{{"x", x}});
   REQUIRE(out[0].blob.dtype() == DType::int64);
   CHECK(std::vector<int64_t>(out[0].blob.data_as<int64_t>(), out[0].blob.data_as<int64_t>() + 3) == std::vector<int64_t>{1, 32, 729});
   // A fractional exponent is still refused for an integer base.
@@ -1531,10 +1531,10 @@ TEST_CASE("float64 tensors pass every operator, computed in float32 as the impor
   m.typed_input("x", onnx::TensorProto::DOUBLE, {2, 3}).typed_output("y", onnx::TensorProto::DOUBLE);
   m.init_ints("axes", {1}, {1});
   m.node("ReduceLogSumExp", {"x", "axes"}, {"y"});  // refused before: not an operator integers pass
-  Net net = import_onnx(m.save("double_lse.onnx"));
+  Model net = import_onnx(m.save("double_lse.onnx"));
   Blob x = Blob::allocate(Shape{2, 3}, DType::float64);
   for (int i = 0; i < 6; ++i) x.data_as<double>()[i] = 0.5 * i;
-  auto out = net.run(std::vector<NamedBlob>{{"x", x}});
+  auto out = Session(net).run(std::vector<NamedBlob>{{"x", x}});
   REQUIRE(out[0].blob.dtype() == DType::float64);
   for (int r = 0; r < 2; ++r) {
     double want = 0;
@@ -1578,7 +1578,7 @@ TEST_CASE("Einsum: any equation (transpose, sums, diagonals, implicit outputs, e
   mm.input("x", {2, 3, 4}).output("y");
   mm.init("w", {2, 4, 5}, pattern(40, 5, 2.0f, 3.0f));
   mm.node("Einsum", {"x", "w"}, {"y"}).s("equation", "bij,bjk->bik");
-  Net net = import_onnx(mm.save("einsum_matmul.onnx"));
+  Model net = import_onnx(mm.save("einsum_matmul.onnx"));
   CHECK(count_layers(net, "matmul") == 1);
   CHECK(count_layers(net, "einsum") == 0);
 }
@@ -1602,7 +1602,7 @@ TEST_CASE("Narrow types: float8 and int4 at the edges, Cast and QuantizeLinear o
   k->set_raw_data(std::string("\x21\x0f", 2));
   m.node("Cast", {"k"}, {"kf"}).i("to", T::FLOAT);
   m.typed_output("f8", kFloat8E4M3FN).typed_output("q4", kInt4).output("dq").output("kf");
-  Net net = import_onnx(m.save("narrow_edges.onnx"));
+  Model net = import_onnx(m.save("narrow_edges.onnx"));
   const std::string dnn = test_dir() + "/narrow_edges.dnn";
   net.save(dnn);
   Model model = Model::load(dnn);
@@ -1648,7 +1648,7 @@ TEST_CASE("Typed graph inputs and outputs: integers, bool and float64 at the edg
   m.node("Mul", {"vf", "maskf"}, {"masked"});
   m.typed_output("next", T::INT64).output("masked");
   const std::string path = m.save("typed_edges.onnx");
-  Net net = import_onnx(path);
+  Model net = import_onnx(path);
   const std::string dnn = test_dir() + "/typed_edges.dnn";
   net.save(dnn);
   Model model = Model::load(dnn);  // the edges' dtypes survive the file
@@ -1691,7 +1691,7 @@ TEST_CASE("Typed graph inputs and outputs: integers, bool and float64 at the edg
   d.init_ints("two", {1}, {2});
   d.node("Div", {"a", "two"}, {"q"}, "halve");
   d.typed_output("q", T::INT64);
-  Net halve = import_onnx(d.save("typed_div.onnx"));
+  Model halve = import_onnx(d.save("typed_div.onnx"));
   halve.save(test_dir() + "/typed_div.dnn");
   Session hs(Model::load(test_dir() + "/typed_div.dnn"));
   Blob a = Blob::allocate(Shape{4}, DType::int64);
@@ -1744,7 +1744,7 @@ TEST_CASE("1-D Conv, ConvTranspose and pooling run as their 2-D forms on [N, C, 
 
 TEST_CASE("ScatterND and ScatterElements with constant indices: run-time updates, constant ones, reductions", "[onnx][scatter]") {
   auto run2 = [](OnnxModel& m, const std::string& file, const std::vector<NamedBlob>& in) {
-    Net net = import_onnx(m.save(file + ".onnx"));
+    Model net = import_onnx(m.save(file + ".onnx"));
     net.save(test_dir() + "/" + file + ".dnn");
     Session s(Model::load(test_dir() + "/" + file + ".dnn"));
     auto out = s.run(in);

@@ -1,8 +1,9 @@
 // Quantised ONNX: QDQ pairs, QLinearConv, DynamicQuantizeLinear with
 // MatMulInteger and ConvInteger, against ONNX Runtime 1.32 (values below);
 // and a QDQ model tuned onto the qint8 routines with its own scales.
+#include "support/tuning.hpp"
 #include "core/cpu_features.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "core/weight_quant.hpp"
 #include "import/onnx_test_util.hpp"
@@ -70,7 +71,7 @@ TEST_CASE("QDQ: QuantizeLinear/DequantizeLinear pairs compute what ONNX Runtime 
   }
   CHECK(off <= 2);
   // The model's own quantisation is recorded for the qint8 routines.
-  Net net = import_onnx(qdq_conv().save("qdq_conv_q.onnx"));
+  Model net = import_onnx(qdq_conv().save("qdq_conv_q.onnx"));
   int fake_quant = count_layers(net, "fake_quant");
   CHECK(fake_quant == 2);
   // The int8 weight stays marked as the file's grid (stored as int8, never
@@ -179,7 +180,7 @@ TEST_CASE("Quantised ONNX: bad quantisation is refused naming the node and field
 }
 
 TEST_CASE("A QDQ model tuned with qint8 schemas runs on int8 routines with its own scales", "[onnx][quant][tune]") {
-  Net net = import_onnx(qdq_conv().save("qdq_conv_tune.onnx"));
+  Model net = import_onnx(qdq_conv().save("qdq_conv_tune.onnx"));
   std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
   const auto floats = run_net(net, in)[0].values;
   TuneOptions o;
@@ -189,9 +190,9 @@ TEST_CASE("A QDQ model tuned with qint8 schemas runs on int8 routines with its o
   o.schemas = {"cpu:qint8:*", "cpu:float32:*"};
   o.pin = {{"*", "cpu:qint8*"}};  // every layer on a qint8 routine
   if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
-  net.tune(o);
+  tune_and_keep(net, o);
   bool int8_conv = false;
-  for (const auto& l : net.layers()) int8_conv = int8_conv || (l.type == "conv2" && l.descriptor.starts_with("cpu:qint8"));
+  for (const auto& l : Session(net).layers()) int8_conv = int8_conv || (l.type == "conv2" && l.descriptor.starts_with("cpu:qint8"));
   CHECK(int8_conv);
   const auto int8 = run_net(net, in)[0].values;
   // No calibration ran: the conv writes int8 at the model's output scale, so
@@ -206,7 +207,7 @@ TEST_CASE("QuantizeLinear as a graph output hands back the integers; DequantizeL
   m.init("s", {}, {0.5f}).init_typed("z", T::UINT8, {}, {10});
   m.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
   m.typed_output("q", T::UINT8);
-  Net net = import_onnx(m.save("quantize_output.onnx"));
+  Model net = import_onnx(m.save("quantize_output.onnx"));
   net.save(test_dir() + "/quantize_output.dnn");
   Session s(Model::load(test_dir() + "/quantize_output.dnn"));
   Blob x = Blob::allocate(Shape{6});
@@ -223,7 +224,7 @@ TEST_CASE("QuantizeLinear as a graph output hands back the integers; DequantizeL
   d.init("ds", {3}, {0.5f, 1.0f, 2.0f}).init_typed("dz", T::UINT8, {3}, {0, 10, 100});
   d.node("DequantizeLinear", {"xi", "ds", "dz"}, {"y"}).i("axis", 1);
   d.output("y");
-  Net dn = import_onnx(d.save("dequantize_input.onnx"));
+  Model dn = import_onnx(d.save("dequantize_input.onnx"));
   dn.save(test_dir() + "/dequantize_input.dnn");
   Session ds(Model::load(test_dir() + "/dequantize_input.dnn"));
   Blob xi = Blob::allocate(Shape{2, 3}, DType::uint8);

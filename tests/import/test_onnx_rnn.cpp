@@ -91,7 +91,7 @@ OnnxModel model_of(const Case& c, int64_t layout) {
 }
 
 std::vector<Output> run(const OnnxModel& m, const std::string& file, const Shape& xs, const std::vector<float>& x) {
-  Net net = import_onnx(m.save(file));
+  Model net = import_onnx(m.save(file));
   return run_net(net, {{"x", make_input(xs, x)}});
 }
 

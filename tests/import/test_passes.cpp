@@ -1,7 +1,7 @@
 // Graph passes, each on its own: graphs built directly as layers, run through
-// the public Net API (cpu/ref routines) before and after; outputs must agree.
+// the public Model/Session API (cpu/ref routines) before and after; outputs must agree.
 #include "core/layer_types.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/passes.hpp"
 #include "import/onnx_test_util.hpp"
 
@@ -61,7 +61,7 @@ Layer batchnorm(const std::string& name, const std::string& in, const std::strin
 
 /// Runs a graph (a copy) on seeded inputs; every output's values in order.
 std::vector<Output> run_graph(const core::Graph& g) {
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   std::vector<NamedBlob> inputs;
   unsigned seed = 100;
   for (const auto& t : g.inputs) inputs.push_back({t.name, random_blob(t.shape, seed++)});

@@ -8,7 +8,7 @@ endif()
 if(NOT symbols MATCHES "softneuro::Model::load")
   message(FATAL_ERROR "${LIBRARY} does not define softneuro::Model::load: not the runtime library?")
 endif()
-string(REGEX MATCHALL "[^\n]*(softneuro::profiler::|softneuro::dprs::|softneuro::Net::tune\\(|softneuro::Net::calibrate\\(|softneuro::import_onnx|softneuro::onnx_import::)[^\n]*"
+string(REGEX MATCHALL "[^\n]*(softneuro::profiler::|softneuro::dprs::|softneuro::tune\\(|softneuro::calibrate\\(|softneuro::import_onnx|softneuro::onnx_import::)[^\n]*"
        found "${symbols}")
 if(found)
   list(LENGTH found n)

@@ -1,16 +1,17 @@
-// Net::calibrate(): every blob gets a quantisation whose range holds the
+// softneuro::calibrate(): every blob gets a quantisation whose range holds the
 // values observed; .dnn files keep it; a net tuned with qint8 schemas runs
 // and stays close to its float32 results.
+#include "support/tuning.hpp"
 #include "core/registry.hpp"
 #include "core/cpu_features.hpp"
 #include "core/hash.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/weight_quant.hpp"
 #include "profiler/calibrate.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -82,8 +83,8 @@ core::Graph conv_net() {
   return g;
 }
 
-std::vector<float> run_net(Net& net, const Blob& x) {
-  return test::values(net.run(std::vector<NamedBlob>{{net.inputs()[0].name, x}})[0].blob);
+std::vector<float> run_net(const Model& net, const Blob& x) {
+  return test::values(Session(net).run(std::vector<NamedBlob>{{net.inputs()[0].name, x}})[0].blob);
 }
 
 double cosine(const std::vector<float>& a, const std::vector<float>& b) {
@@ -99,8 +100,8 @@ std::map<std::string, Blob> all_blobs(core::Graph g, const Blob& x) {
     for (const auto& o : l.outputs)
       if (outs.insert(o).second) g.outputs.push_back(o);
   g.blob_quant.clear();
-  Net net(detail::NetImpl::build(g));
-  auto res = net.run(std::vector<NamedBlob>{{g.inputs[0].name, x}});
+  Model net = detail::make_model(g);
+  auto res = Session(net).run(std::vector<NamedBlob>{{g.inputs[0].name, x}});
   std::map<std::string, Blob> m;
   for (auto& r : res) m[r.name] = r.blob;
   m[g.inputs[0].name] = x;
@@ -136,12 +137,12 @@ TEST_CASE("quantisation of a range: includes zero, maps the ends to -128 and 127
 
 TEST_CASE("calibration quantises every blob and its range holds the observed values", "[calibrate]") {
   core::Graph g = conv_net();
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 7);
   Blob x2 = normal_blob(Shape{1, 8, 16, 16}, 8, 2.0f);
   CalibrationOptions opt;
   opt.inputs = {{{"input", x}}, {{"input", x2}}};
-  net.calibrate(opt);
+  net = calibrate(net, opt);
   const auto& bq = net.impl().graph.blob_quant;
   auto blobs = all_blobs(g, x);
   auto blobs2 = all_blobs(g, x2);
@@ -184,10 +185,10 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
                              {{"mode", std::string("max")}, {"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}}}));
     p.layers.push_back(layer("out", "relu", {"mp"}, "out"));
     p.outputs = {"out"};
-    Net pooled(detail::NetImpl::build(p));
+    Model pooled = detail::make_model(p);
     CalibrationOptions po;
     po.inputs = {{{"input", x}}};
-    pooled.calibrate(po);
+    pooled = calibrate(pooled, po);
     const auto& pq = pooled.impl().graph.blob_quant;
     const auto values = all_blobs(p, x);
     double c_min = 0, mp_min = 0;
@@ -201,11 +202,11 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
   // keeps these Gaussian ranges whole: clipping their few tail values costs more).
   for (RangeMethod m : {RangeMethod::percentile, RangeMethod::mse, RangeMethod::entropy}) {
     INFO(to_string(m));
-    Net clipped(detail::NetImpl::build(g));
+    Model clipped = detail::make_model(g);
     CalibrationOptions one = opt;
     one.methods = {m};
     one.percentile = 99.0;
-    clipped.calibrate(one);
+    clipped = calibrate(clipped, one);
     int narrower = 0;
     for (const auto& [name, q] : clipped.impl().graph.blob_quant) {
       CHECK(q.scales[0] <= bq.at(name).scales[0] * 1.0001);
@@ -214,19 +215,19 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     if (m != RangeMethod::mse) CHECK(narrower > 0);
   }
   // The tuner's list: one quantisation per method, in order; the net keeps the first.
-  Net all(detail::NetImpl::build(g));
-  auto quants = profiler::calibrate(all.impl(), opt, "-").quants;
+  auto all = detail::WorkingModel::build(g);
+  auto quants = profiler::calibrate(*all, opt, "-").quants;
   REQUIRE(quants.size() == 4);
   CHECK(quants[0] == bq);
-  CHECK(all.impl().graph.blob_quant == bq);
+  CHECK(all->graph.blob_quant == bq);
 
   // Bad inputs are errors naming the input.
-  Net other(detail::NetImpl::build(g));
+  Model other = detail::make_model(g);
   CalibrationOptions bad;
   bad.inputs = {{{"nope", x}}};
-  CHECK_THROWS_AS(other.calibrate(bad), Error);
+  CHECK_THROWS_AS(other = calibrate(other, bad), Error);
   bad.percentile = 0;
-  CHECK_THROWS_AS(other.calibrate(bad), Error);
+  CHECK_THROWS_AS(other = calibrate(other, bad), Error);
 }
 
 TEST_CASE("mse and entropy ranges clip a rare outlier that min/max keeps", "[calibrate]") {
@@ -239,8 +240,8 @@ TEST_CASE("mse and entropy ranges clip a rare outlier that min/max keeps", "[cal
   x.data_as<float>()[1234] = 100.0f;  // one value in 10000
   CalibrationOptions opt;
   opt.inputs = {{{"input", x}}};
-  Net net(detail::NetImpl::build(g));
-  auto quants = profiler::calibrate(net.impl(), opt, "-").quants;
+  auto net = detail::WorkingModel::build(g);
+  auto quants = profiler::calibrate(*net, opt, "-").quants;
   REQUIRE(quants.size() == 4);
   auto top = [&](std::size_t m) {
     const QuantParams& q = quants[m].at("input");
@@ -261,8 +262,8 @@ TEST_CASE("mse and entropy ranges clip a rare outlier that min/max keeps", "[cal
   for (int64_t i = 0; i < l.numel(); ++i) l.data_as<float>()[i] = sign(rng) ? e(rng) : -e(rng);
   opt.inputs = {{{"input", l}}};
   g.inputs[0].shape = Shape{1, 1, 200, 200};
-  Net laplace(detail::NetImpl::build(g));
-  quants = profiler::calibrate(laplace.impl(), opt, "-").quants;
+  auto laplace = detail::WorkingModel::build(g);
+  quants = profiler::calibrate(*laplace, opt, "-").quants;
   CHECK(top(2) < top(0) * 0.99);
   CHECK(top(2) > top(0) * 0.6);
 
@@ -271,8 +272,8 @@ TEST_CASE("mse and entropy ranges clip a rare outlier that min/max keeps", "[cal
   // search, which clipped a half-normal at 2 sigma (of 4.3).
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (int64_t i = 0; i < l.numel(); ++i) l.data_as<float>()[i] = std::max(0.0f, n(rng));
-  Net relu(detail::NetImpl::build(g));
-  quants = profiler::calibrate(relu.impl(), opt, "-").quants;
+  auto relu = detail::WorkingModel::build(g);
+  quants = profiler::calibrate(*relu, opt, "-").quants;
   CHECK(top(3) > top(0) * 0.8);
 }
 
@@ -289,8 +290,8 @@ TEST_CASE("bias correction cancels the int8 grid's mean shift on the calibration
   CalibrationOptions opt;
   opt.inputs = {{{"input", x}}};
   opt.methods = {RangeMethod::minmax};
-  Net net(detail::NetImpl::build(g));
-  auto c = profiler::calibrate(net.impl(), opt, "-");
+  auto net = detail::WorkingModel::build(g);
+  auto c = profiler::calibrate(*net, opt, "-");
   REQUIRE(c.channel_means.count("input"));
   const auto& means = c.channel_means.at("input");
   REQUIRE(means.size() == 4);
@@ -299,7 +300,7 @@ TEST_CASE("bias correction cancels the int8 grid's mean shift on the calibration
     for (int i = 0; i < 36; ++i) sum += x.data_as<float>()[ch * 36 + i];
     CHECK(means[static_cast<std::size_t>(ch)] == Approx(sum / 36));
   }
-  const Layer& l = net.impl().graph.layers[0];
+  const Layer& l = net->graph.layers[0];
   auto grid = core::on_int8_grid(l.weight("weight"));
   REQUIRE(grid);
   Blob b = profiler::corrected_bias(l, *grid, means);
@@ -313,14 +314,14 @@ TEST_CASE("bias correction cancels the int8 grid's mean shift on the calibration
 }
 
 TEST_CASE("calibration survives a .dnn round trip and synthetic inputs are deterministic", "[calibrate]") {
-  Net net(detail::NetImpl::build(conv_net()));
-  net.calibrate();  // synthetic N(0,1) batches
+  Model net = detail::make_model(conv_net());
+  net = calibrate(net);  // synthetic N(0,1) batches
   std::string path = test::temp_path("calibrated.dnn");
   net.save(path);
-  Net loaded = Net::load(path);
+  Model loaded = Model::load(path);
   CHECK(loaded.impl().graph.blob_quant == net.impl().graph.blob_quant);
-  Net again(detail::NetImpl::build(conv_net()));
-  again.calibrate();
+  Model again = detail::make_model(conv_net());
+  again = calibrate(again);
   CHECK(again.impl().graph.blob_quant == net.impl().graph.blob_quant);
 }
 
@@ -335,40 +336,40 @@ TEST_CASE("calibration on extreme samples writes scales the loader accepts", "[c
     g.inputs = {{"x", Shape{1, 64}, DType::float32}};
     g.layers = {layer("act", "relu", {"x"}, "y")};
     g.outputs = {"y"};
-    Net net(detail::NetImpl::build(std::move(g)));
+    Model net = detail::make_model(std::move(g));
     Blob x = normal_blob(Shape{1, 64}, 5);
     for (int64_t i = 0; i < 64; ++i) x.data_as<float>()[i] = magnitude * std::clamp(x.data_as<float>()[i], -3.0f, 3.0f);
     CalibrationOptions o;
     o.inputs = {{{"x", x}}};
-    net.calibrate(o);
+    net = calibrate(net, o);
     for (const auto& [blob, q] : net.impl().graph.blob_quant)
       for (float sc : q.scales) CHECK(core::quant_scale_in_range(sc));
     const std::string path = test::temp_path("extreme_calibration.dnn");
     net.save(path);
-    CHECK_NOTHROW(Net::load(path));
+    CHECK_NOTHROW(Model::load(path));
   }
 }
 
 TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[calibrate][tune][qint8]") {
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 31);
-  Net reference(detail::NetImpl::build(conv_net()));
+  Model reference = detail::make_model(conv_net());
   const auto want = run_net(reference, x);
 
   SECTION("hybrid: cpu and cpu:qint8") {
-    Net net(detail::NetImpl::build(conv_net()));
-    TuneReport r = net.tune(quick("calib-hybrid", {"cpu", "cpu:qint8"}));
+    Model net = detail::make_model(conv_net());
+    TuneReport r = tune_and_keep(net, quick("calib-hybrid", {"cpu", "cpu:qint8"}));
     CHECK_FALSE(net.impl().graph.blob_quant.empty());  // calibrated on the way
     CHECK(r.measured_ms > 0);
     const auto got = run_net(net, x);
     CHECK(cosine(got, want) >= 0.99);
   }
   SECTION("qint8 only: layers without a qint8 routine fall back to float32") {
-    Net net(detail::NetImpl::build(conv_net()));
+    Model net = detail::make_model(conv_net());
     TuneOptions o = quick("calib-q8", {"cpu:qint8"});
     o.accuracy = "cosine:0.99";  // this random net's logits are close: argmax agreement is not the point here
-    net.tune(o);
+    tune_and_keep(net, o);
     int quantised = 0;
-    for (const auto& l : net.layers())
+    for (const auto& l : Session(net).layers())
       if (l.type != "adapt") quantised += l.descriptor.find("qint8") != std::string::npos;
     const auto got = run_net(net, x);
     INFO("qint8 layers: " << quantised);
@@ -377,7 +378,7 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     if (core::cpu_features().avx2_fma()) CHECK(quantised >= 8);
     std::string path = test::temp_path("q8.dnn");
     net.save(path);
-    Net loaded = Net::load(path);
+    Model loaded = Model::load(path);
     const auto again = run_net(loaded, x);
     CHECK(again == got);
   }
@@ -387,12 +388,12 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
   if (!core::cpu_features().avx2_fma()) return;  // no qint8 routine
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 31);
   auto tuned = [&](bool keep_float) {
-    Net net(detail::NetImpl::build(conv_net()));
+    Model net = detail::make_model(conv_net());
     TuneOptions o = quick(keep_float ? "int8w-float" : "int8w", {"cpu:qint8", "cpu:qint8:nhwc"});
     o.accuracy = "none";
     o.keep_float_weights = keep_float;
     o.pin = {{"c*", "cpu:qint8*"}, {"fc", "cpu:qint8*"}};
-    TuneReport r = net.tune(o);
+    TuneReport r = tune_and_keep(net, o);
     return std::make_pair(std::move(net), r);
   };
   auto [net, report] = tuned(false);
@@ -426,7 +427,7 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
         ++moved;
       }
   CHECK(moved >= 4);
-  Net on_grid(detail::NetImpl::build(g));
+  Model on_grid = detail::make_model(g);
   CHECK(run_net(on_grid, x) == run_net(kept, x));
 
   const std::string small = test::temp_path("int8w.dnn"), large = test::temp_path("int8w-float.dnn");
@@ -436,7 +437,7 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
   INFO(small_bytes << " bytes against " << large_bytes);
   // A quarter of the bytes, less each weight's 64-byte alignment and a float scale per output channel.
   CHECK(large_bytes - small_bytes >= report.int8_weight_float_bytes / 2);
-  Net loaded = Net::load(small);
+  Model loaded = Model::load(small);
   for (const auto& l : loaded.impl().graph.layers) {
     const Blob* w = l.find_weight("weight");
     if (!w || net.impl().graph.find_layer(l.name)->weight("weight").quant().empty()) continue;
@@ -455,24 +456,24 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
 TEST_CASE("a qint8 path that misses the accuracy budget is never saved", "[calibrate][tune][accuracy]") {
   if (!core::cpu_features().avx2_fma()) return;  // no qint8 routine to pin
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 31);
-  Net reference(detail::NetImpl::build(conv_net()));
+  Model reference = detail::make_model(conv_net());
   const auto want = run_net(reference, x);
   SECTION("every layer pinned to qint8: no float32 path may replace it, so tuning refuses") {
-    Net net(detail::NetImpl::build(conv_net()));
+    Model net = detail::make_model(conv_net());
     TuneOptions o = quick("accuracy-pinned", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
     o.pin = {{"c*", "cpu:qint8*"}, {"dw", "cpu:qint8*"}, {"fc", "cpu:qint8*"}};
     o.accuracy = "cosine:0.9999999";  // beyond what 8 bits can hold
     o.validation = {{{"input", x}}};
-    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("misses the accuracy budget cosine:0.9999999"));
+    CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("misses the accuracy budget cosine:0.9999999"));
   }
   SECTION("hybrid under an impossible budget keeps a float32 path and says so") {
-    Net net(detail::NetImpl::build(conv_net()));
+    Model net = detail::make_model(conv_net());
     TuneOptions o = quick("accuracy-hybrid", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
     o.accuracy = "cosine:0.9999999";
     o.validation = {{{"input", x}}};
-    TuneReport r = net.tune(o);
+    TuneReport r = tune_and_keep(net, o);
     CHECK(r.accuracy_budget == "cosine:0.9999999");
-    for (const auto& l : net.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
     if (r.accuracy >= 0) {  // DPRS chose some qint8 layer: measured, missed, replaced
       CHECK(r.accuracy_missed);
       CHECK(r.accuracy < 0.9999999);
@@ -481,10 +482,10 @@ TEST_CASE("a qint8 path that misses the accuracy budget is never saved", "[calib
     CHECK(cosine(run_net(net, x), want) >= 0.99999);
   }
   SECTION("a budget it meets keeps the measured value in the report") {
-    Net net(detail::NetImpl::build(conv_net()));
+    Model net = detail::make_model(conv_net());
     TuneOptions o = quick("accuracy-loose", {"cpu:qint8", "cpu:qint8:nhwc"});
     o.accuracy = "rel-l2:10";
-    TuneReport r = net.tune(o);  // no validation samples: synthetic, with a warning
+    TuneReport r = tune_and_keep(net, o);  // no validation samples: synthetic, with a warning
     CHECK(r.validation_synthetic);
     CHECK(r.accuracy >= 0);
     CHECK_FALSE(r.accuracy_missed);
@@ -495,9 +496,9 @@ TEST_CASE("a budget between float32 and the unconstrained hybrid path is met by 
   if (!core::cpu_features().avx2_fma()) return;
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 32);
   std::vector<std::vector<NamedBlob>> val{{{"input", x}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 33)}}};
-  Net reference(detail::NetImpl::build(conv_net()));
+  Model reference = detail::make_model(conv_net());
   // qint8 everywhere it can run: the most accuracy lost.
-  Net q(detail::NetImpl::build(conv_net()));
+  Model q = detail::make_model(conv_net());
   TuneOptions oq = quick("accuracy-search-q", {"cpu:qint8", "cpu:qint8:nhwc"});
   oq.accuracy = "cosine:0.5";
   oq.validation = val;
@@ -505,7 +506,7 @@ TEST_CASE("a budget between float32 and the unconstrained hybrid path is met by 
   // calibration samples then repeats the search's own check (this test is
   // about the search; the confirmation has a test of its own).
   oq.calibration.inputs = val;
-  TuneReport rq = q.tune(oq);
+  TuneReport rq = tune_and_keep(q, oq);
   REQUIRE(rq.accuracy > 0);
   // Each range method and then bias correction were measured on the path DPRS chose.
   CHECK(rq.range_methods.size() == 4);
@@ -513,12 +514,12 @@ TEST_CASE("a budget between float32 and the unconstrained hybrid path is met by 
   CHECK_THAT(rq.to_text(), Catch::Contains("range method " + rq.range_method + " kept"));
   const double budget = 1 - (1 - rq.accuracy) / 3;  // a third of that loss
   INFO("qint8-only cosine " << rq.accuracy << ", budget " << budget);
-  Net net(detail::NetImpl::build(conv_net()));
+  Model net = detail::make_model(conv_net());
   TuneOptions o = quick("accuracy-search", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
   o.accuracy = fmt::format("cosine:{:.9f}", budget);
   o.validation = val;
   o.calibration.inputs = val;
-  TuneReport r = net.tune(o);
+  TuneReport r = tune_and_keep(net, o);
   INFO(r.to_text());
   CHECK_FALSE(r.accuracy_missed);
   if (r.accuracy >= 0) CHECK(r.accuracy >= budget);
@@ -550,25 +551,25 @@ TEST_CASE("a user's accuracy metric decides like a built-in one, and its failure
                            return test::values(want[0].blob) == test::values(got[0].blob) ? 1.0 : 0.0;
                          },
                          1.0};
-    Net net(detail::NetImpl::build(conv_net()));
-    TuneReport r = net.tune(o);
+    Model net = detail::make_model(conv_net());
+    TuneReport r = tune_and_keep(net, o);
     CHECK(r.accuracy_budget == "exact:1");
     if (r.accuracy >= 0) {  // DPRS chose qint8 somewhere: measured, missed, replaced
       CHECK(calls > 2);
       CHECK(r.accuracy_missed);
     }
-    for (const auto& l : net.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
   }
   SECTION("a score every path reaches keeps qint8") {
     TuneOptions o = options("user-metric-loose");
     o.accuracy_metric = {"any", [](std::span<const NamedBlob>, std::span<const NamedBlob>) { return 1.0; }, 0.5};
-    Net net(detail::NetImpl::build(conv_net()));
-    TuneReport r = net.tune(o);
+    Model net = detail::make_model(conv_net());
+    TuneReport r = tune_and_keep(net, o);
     CHECK_FALSE(r.accuracy_missed);
   }
   SECTION("a metric over the whole validation set: float32's score less max_drop is the budget") {
     // The set score: how many samples' logits equal the float32 net's exactly (labels the metric holds).
-    Net reference(detail::NetImpl::build(conv_net()));
+    Model reference = detail::make_model(conv_net());
     std::vector<std::vector<float>> labels;
     for (const auto& sample : val) labels.push_back(run_net(reference, sample[0].blob));
     int calls = 0;
@@ -585,23 +586,23 @@ TEST_CASE("a user's accuracy metric decides like a built-in one, and its failure
     o.accuracy_metric.name = "exact-samples";
     o.accuracy_metric.score_set = exact;
     o.accuracy_metric.max_drop = 0;  // no sample may change: every qint8 path misses
-    Net strict(detail::NetImpl::build(conv_net()));
-    TuneReport r = strict.tune(o);
+    Model strict = detail::make_model(conv_net());
+    TuneReport r = tune_and_keep(strict, o);
     CHECK(r.accuracy_budget == "exact-samples:max_drop=0");
     if (r.accuracy >= 0) {  // DPRS chose qint8 somewhere: measured, missed, replaced
       CHECK(calls >= 2);    // the float32 outputs, then the path
       CHECK(seen == val.size());
       CHECK(r.accuracy_missed);
     }
-    for (const auto& l : strict.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    for (const auto& l : Session(strict).layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
     o = options("user-set-metric-loose");
     o.accuracy_metric.name = "exact-samples";
     o.accuracy_metric.score_set = exact;
     o.accuracy_metric.max_drop = static_cast<double>(val.size());  // any path may lose them all
-    Net loose(detail::NetImpl::build(conv_net()));
-    CHECK_FALSE(loose.tune(o).accuracy_missed);
+    Model loose = detail::make_model(conv_net());
+    CHECK_FALSE(tune_and_keep(loose, o).accuracy_missed);
     o.accuracy_metric.max_drop = -1;
-    CHECK_THROWS_WITH(loose.tune(o), Catch::Contains("max_drop"));
+    CHECK_THROWS_WITH(tune_and_keep(loose, o), Catch::Contains("max_drop"));
   }
   SECTION("a metric that throws or scores NaN, or two budgets at once, is an error naming it") {
     TuneOptions o = options("user-metric-bad");
@@ -609,15 +610,15 @@ TEST_CASE("a user's accuracy metric decides like a built-in one, and its failure
                            throw std::runtime_error("no labels");
                          },
                          0.5};
-    Net net(detail::NetImpl::build(conv_net()));
-    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("the accuracy metric boom:0.5 failed: no labels"));
+    Model net = detail::make_model(conv_net());
+    CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("the accuracy metric boom:0.5 failed: no labels"));
     o.accuracy_metric.score = [](std::span<const NamedBlob>, std::span<const NamedBlob>) { return std::nan(""); };
-    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("not a finite value"));
+    CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("not a finite value"));
     o.accuracy = "top1:0.99";
-    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("one budget at a time"));
+    CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("one budget at a time"));
     o.accuracy.clear();
     o.accuracy_metric.name = "two words";
-    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("plain word"));
+    CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("plain word"));
   }
 }
 
@@ -628,22 +629,22 @@ TEST_CASE("a budget the validation samples cannot resolve, or that only the vali
   if (!core::cpu_features().avx2_fma()) return;
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 32), c = normal_blob(Shape{1, 8, 16, 16}, 34);
   SECTION("top1:0.99 on 2 classifier outputs: 2 observations, 100 needed") {
-    Net net(detail::NetImpl::build(conv_net()));
+    Model net = detail::make_model(conv_net());
     TuneOptions o = quick("resolution", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
     o.validation = {{{"input", x}}, {{"input", c}}};
-    TuneReport r = net.tune(o);
+    TuneReport r = tune_and_keep(net, o);
     CHECK_THAT(r.accuracy_note, Catch::Contains("validation too small: 2 observations cannot resolve top1:0.99 (it needs 100)"));
-    for (const auto& l : net.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
     // A budget every sample resolves (cosine) is checked as before.
-    Net other(detail::NetImpl::build(conv_net()));
+    Model other = detail::make_model(conv_net());
     o.accuracy = "cosine:0.5";
-    TuneReport rc = other.tune(o);
+    TuneReport rc = tune_and_keep(other, o);
     CHECK(rc.accuracy_note.empty());
   }
   SECTION("met on the validation samples, missed on the calibration samples") {
     // A metric that scores the validation sample 1 and the calibration sample 0
     // (by its float32 output): every path meets it on validation only.
-    Net reference(detail::NetImpl::build(conv_net()));
+    Model reference = detail::make_model(conv_net());
     const float marker = run_net(reference, x)[0];
     TuneOptions o = quick("confirmation", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
     o.pin = {{"c*", "cpu:qint8*"}};
@@ -653,20 +654,20 @@ TEST_CASE("a budget the validation samples cannot resolve, or that only the vali
                            return want[0].blob.data_as<float>()[0] == marker ? 1.0 : 0.0;
                          },
                          0.5};
-    Net net(detail::NetImpl::build(conv_net()));
+    Model net = detail::make_model(conv_net());
     // Pinned into qint8, no float32 path may replace it: an error that says why.
-    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("measured 1.0000; met on the validation samples, missed on the 1 "
+    CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("measured 1.0000; met on the validation samples, missed on the 1 "
                                                    "calibration samples (0.0000)"));
   }
 }
 
 TEST_CASE("accuracy budgets are parsed strictly", "[accuracy]") {
-  Net net(detail::NetImpl::build(conv_net()));
+  Model net = detail::make_model(conv_net());
   for (const char* bad : {"top1", "top1:1.5", "cosine:0", "rel-l2:-1", "l1:0.5", "top1:0.9x", "top1:nan"}) {
     INFO(bad);
     TuneOptions o = quick("accuracy-parse", {"cpu", "cpu:qint8"});
     o.accuracy = bad;
-    CHECK_THROWS_AS(net.tune(o), Error);
+    CHECK_THROWS_AS(tune_and_keep(net, o), Error);
   }
 }
 
@@ -674,9 +675,9 @@ TEST_CASE("a calibrated but untuned net computes in float32 on the CPU", "[calib
   // qint8 routines once won the untuned default on calibrated nets (their
   // priority beat cpu/ref's), inserting quantise/dequantise adapts nobody asked for.
   // multi_io_graph has a flatten (float32: cpu/ref only) after a pool that oneDNN runs blocked.
-  softneuro::Net net(softneuro::detail::NetImpl::build(softneuro::test::multi_io_graph()));
-  net.calibrate();
-  for (const auto& l : net.layers()) {
+  softneuro::Model net = softneuro::detail::make_model(softneuro::test::multi_io_graph());
+  net = calibrate(net);
+  for (const auto& l : Session(net).layers()) {
     INFO(l.name << " " << l.descriptor);
     CHECK(l.descriptor.find("qint8") == std::string::npos);
   }
@@ -686,21 +687,21 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
   namespace fs = std::filesystem;
   const std::string dir = test::temp_path("calibration-cache");
   fs::remove_all(dir);
-  Net fresh(detail::NetImpl::build(conv_net()));
-  profiler::calibrate(fresh.impl(), {}, dir);
+  auto fresh = detail::WorkingModel::build(conv_net());
+  profiler::calibrate(*fresh, {}, dir);
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(fs::path(dir) / "calibration")) files.push_back(e.path());
   REQUIRE(files.size() == 1);
 
-  Net cached(detail::NetImpl::build(conv_net()));
-  profiler::calibrate(cached.impl(), {}, dir);
-  CHECK(cached.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
+  auto cached = detail::WorkingModel::build(conv_net());
+  profiler::calibrate(*cached, {}, dir);
+  CHECK(cached->graph.blob_quant == fresh->graph.blob_quant);
 
   // Other options (or another net) mean another key, never the cached answer.
-  Net clipped(detail::NetImpl::build(conv_net()));
+  auto clipped = detail::WorkingModel::build(conv_net());
   CalibrationOptions p99;
   p99.percentile = 99.0;
-  profiler::calibrate(clipped.impl(), p99, dir);
+  profiler::calibrate(*clipped, p99, dir);
   std::size_t count = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(fs::path(dir) / "calibration")) ++count;
   CHECK(count == 2);
@@ -711,9 +712,9 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
     f.seekp(40);
     f.put('#');
   }
-  Net damaged(detail::NetImpl::build(conv_net()));
-  profiler::calibrate(damaged.impl(), {}, dir);
-  CHECK(damaged.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
+  auto damaged = detail::WorkingModel::build(conv_net());
+  profiler::calibrate(*damaged, {}, dir);
+  CHECK(damaged->graph.blob_quant == fresh->graph.blob_quant);
 
   // A scale of inf behind a valid checksum (before: accepted, and the .dnn
   // written from it refused by our own loader): ignored, calibrated again.
@@ -728,15 +729,15 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
   const auto body_end = text.rfind('\n', text.size() - 2) + 1;
   text = text.substr(0, body_end) + fmt::format("{:016x}\n", core::xxh64(text.data(), body_end));
   std::ofstream(files[0], std::ios::binary | std::ios::trunc) << text;
-  Net infinite(detail::NetImpl::build(conv_net()));
-  profiler::calibrate(infinite.impl(), {}, dir);
-  CHECK(infinite.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
+  auto infinite = detail::WorkingModel::build(conv_net());
+  profiler::calibrate(*infinite, {}, dir);
+  CHECK(infinite->graph.blob_quant == fresh->graph.blob_quant);
   // A FIFO in the record's place is not read (it would block).
   fs::remove(files[0]);
   REQUIRE(mkfifo(files[0].c_str(), 0600) == 0);
-  Net fifo(detail::NetImpl::build(conv_net()));
-  profiler::calibrate(fifo.impl(), {}, dir);
-  CHECK(fifo.impl().graph.blob_quant == fresh.impl().graph.blob_quant);
+  auto fifo = detail::WorkingModel::build(conv_net());
+  profiler::calibrate(*fifo, {}, dir);
+  CHECK(fifo->graph.blob_quant == fresh->graph.blob_quant);
 }
 
 TEST_CASE("the calibration cache refuses scales outside [1e-30, 1e30]", "[calibrate]") {
@@ -788,18 +789,18 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
   g.layers.push_back(layer("act", "relu", {"fc"}, "logits"));
   g.outputs = {"logits"};
   SECTION("pinned to float16: no float32 path may replace it, so tuning refuses") {
-    Net net(detail::NetImpl::build(g));
+    Model net = detail::make_model(g);
     TuneOptions o = quick("half-pinned", {"cpu", "cpu:float16"});
     o.pin = {{"act", "cpu:float16/*"}};
-    CHECK_THROWS_WITH(net.tune(o), Catch::Contains("misses the accuracy budget cosine:0.999"));
+    CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("misses the accuracy budget cosine:0.999"));
   }
   SECTION("a budget of none keeps it: the user asked") {
-    Net net(detail::NetImpl::build(g));
+    Model net = detail::make_model(g);
     TuneOptions o = quick("half-none", {"cpu", "cpu:float16"});
     o.pin = {{"act", "cpu:float16/*"}};
     o.accuracy = "none";
-    TuneReport r = net.tune(o);
-    for (const auto& l : net.layers())
+    TuneReport r = tune_and_keep(net, o);
+    for (const auto& l : Session(net).layers())
       if (l.name == "act") CHECK(l.descriptor == "cpu:float16/test_half_relu");
     for (float v : run_net(net, normal_blob(Shape{1, 64}, 8, 1.0f))) CHECK(v == 0.0f);
   }

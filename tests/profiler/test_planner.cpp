@@ -1,11 +1,11 @@
 // The planner: a blob several layers read is converted once (its shared copy is
 // a node of the cost graph), the path read back names every adapt with the
 // schema it converts from, and the executor runs exactly those conversions.
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "profiler/planner.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -45,7 +45,7 @@ void only(profiler::LayerProfile& p, const Schema& schema) {
 }  // namespace
 
 TEST_CASE("the planner converts a blob several layers read once, and the executor follows the path", "[tune][planner]") {
-  auto net = detail::NetImpl::build(fork_graph());
+  auto net = detail::WorkingModel::build(fork_graph());
   TuneOptions opt;
   opt.cache_dir = "-";
   opt.unit_budget_ms = 0.2;
@@ -91,9 +91,9 @@ TEST_CASE("the planner converts a blob several layers read once, and the executo
   CHECK(std::count(adapt_steps.begin(), adapt_steps.end(), "adapt:b@cpu:float32:nchw8c") == 1);
 
   // And computes what the untuned net computes.
-  Net tuned(detail::NetImpl::build(g)), plain_net(detail::NetImpl::build(fork_graph()));
+  Model tuned = detail::make_model(g), plain_net = detail::make_model(fork_graph());
   std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 16, 8, 8}, 0.01f, -0.5f)}};
-  auto a = tuned.run(in), b = plain_net.run(in);
+  auto a = Session(tuned).run(in), b = Session(plain_net).run(in);
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
 }
 
@@ -106,13 +106,13 @@ TEST_CASE("a path whose shared copy no longer applies converts directly", "[tune
   path.adapts = {{"b", "", "cpu:float32:nchw16c", "cpu:float32:nhwc", {"cpu:float32:nhwc/reorder"}, 0, {}},
                  {"b", "r1", "cpu:float32:nhwc", "cpu:float32:nchw8c", {"cpu:float32:nchw8c/reorder"}, 0, {}}};
   g.routine_path = path;
-  auto net = detail::NetImpl::build(g);
+  auto net = detail::WorkingModel::build(g);
   core::Executor exec(net->graph, net->shapes);
   int adapts = 0;
   for (const auto& step : exec.steps()) adapts += step->layer->type == "adapt";
   CHECK(adapts == 2);  // b for r1, y1 back to the net's schema
-  Net tuned(detail::NetImpl::build(g)), plain_net(detail::NetImpl::build(fork_graph()));
+  Model tuned = detail::make_model(g), plain_net = detail::make_model(fork_graph());
   std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 16, 8, 8}, 0.01f, -0.5f)}};
-  auto a = tuned.run(in), b = plain_net.run(in);
+  auto a = Session(tuned).run(in), b = Session(plain_net).run(in);
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
 }

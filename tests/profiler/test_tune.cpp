@@ -1,12 +1,13 @@
-// Net::tune(): a routine path is chosen, stored, saved and followed; the
+// softneuro::tune(): a routine path is chosen, stored, saved and followed; the
 // profile cache is reused and never trusted when damaged; pins and bans hold.
-#include "core/net_impl.hpp"
+#include "support/tuning.hpp"
+#include "core/model_impl.hpp"
 #include "profiler/profile_cache.hpp"
 #include "profiler/timing.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -33,10 +34,10 @@ TuneOptions quick(const std::string& cache) {
   return o;
 }
 
-std::vector<float> run_net(Net& net) {
+std::vector<float> run_net(const Model& net) {
   std::vector<NamedBlob> in;
   for (const auto& t : net.inputs()) in.push_back({t.name, test::iota_blob(t.shape, 0.01f, -0.5f)});
-  return test::values(net.run(in)[0].blob);
+  return test::values(Session(net).run(in)[0].blob);
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -70,9 +71,9 @@ TEST_CASE("the CPUs other processes take while we measure", "[tune]") {
 }
 
 TEST_CASE("tuning stores a routine path that save and load keep", "[tune]") {
-  Net net(detail::NetImpl::build(test::multi_io_graph()));
+  Model net = detail::make_model(test::multi_io_graph());
   auto want = run_net(net);
-  TuneReport r = net.tune(quick(fresh_dir("cache1")));
+  TuneReport r = tune_and_keep(net, quick(fresh_dir("cache1")));
   CHECK(r.layers.size() == 7);
   CHECK(r.measured_ms > 0);
   CHECK(r.default_ms > 0);  // the untuned default, measured beside it
@@ -80,29 +81,29 @@ TEST_CASE("tuning stores a routine path that save and load keep", "[tune]") {
   CHECK_FALSE(r.device_fingerprint.empty());
   CHECK_THAT(r.to_text(), Catch::Contains("predicted"));
   CHECK_THAT(r.to_json(), Catch::Contains("\"layers\": ["));
-  for (const auto& l : net.layers()) CHECK((l.tuned || l.type == "adapt"));
+  for (const auto& l : Session(net).layers()) CHECK((l.tuned || l.type == "adapt"));
   auto got = run_net(net);
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-4).margin(1e-5));
 
   std::string path = test::temp_path("tuned.dnn");
   net.save(path);
-  Net loaded = Net::load(path);
+  Model loaded = Model::load(path);
   CHECK(loaded.tuned_fingerprint() == r.device_fingerprint);
   CHECK(loaded.tuned_openmp_wait() == openmp_wait());
-  auto a = net.layers(), b = loaded.layers();
+  auto a = Session(net).layers(), b = Session(loaded).layers();
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].descriptor == b[i].descriptor);
 }
 
 TEST_CASE("a warm profile cache answers every unit measurement", "[tune]") {
   std::string dir = fresh_dir("cache2");
-  Net first(detail::NetImpl::build(test::chain_graph(6)));
-  TuneReport cold = first.tune(quick(dir));
+  Model first = detail::make_model(test::chain_graph(6));
+  TuneReport cold = tune_and_keep(first, quick(dir));
   CHECK(cold.measurements > 0);
   CHECK(std::filesystem::exists(dir + "/profiles.tsv"));
-  Net second(detail::NetImpl::build(test::chain_graph(6)));
-  TuneReport warm = second.tune(quick(dir));
+  Model second = detail::make_model(test::chain_graph(6));
+  TuneReport warm = tune_and_keep(second, quick(dir));
   CHECK(warm.measurements == 0);
   CHECK(warm.cache_hits > 0);
 }
@@ -116,8 +117,8 @@ TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
   }
   profiler::ProfileCache cache(dir);
   CHECK_FALSE(cache.find("key").has_value());
-  Net net(detail::NetImpl::build(test::chain_graph(3)));
-  TuneReport r = net.tune(quick(dir));
+  Model net = detail::make_model(test::chain_graph(3));
+  TuneReport r = tune_and_keep(net, quick(dir));
   CHECK(r.measurements > 0);
   // A record whose value was edited fails its checksum.
   std::string text;
@@ -168,41 +169,68 @@ TEST_CASE("tuners sharing a cache folder lose nothing; only a regular file is re
 
 TEST_CASE("pins and bans constrain the routine path", "[tune]") {
   SECTION("pin") {
-    Net net(detail::NetImpl::build(test::chain_graph(5)));
+    Model net = detail::make_model(test::chain_graph(5));
     auto o = quick("-");
     o.pin.push_back({"l*", "cpu/ref"});
-    net.tune(o);
-    for (const auto& l : net.layers())
+    tune_and_keep(net, o);
+    for (const auto& l : Session(net).layers())
       if (l.type != "adapt") CHECK(l.descriptor == "cpu/ref");
   }
   SECTION("ban everything for a layer: an error naming it") {
-    Net net(detail::NetImpl::build(test::chain_graph(5)));
+    Model net = detail::make_model(test::chain_graph(5));
     auto o = quick("-");
     o.ban.push_back({"l2", "*"});
     try {
-      net.tune(o);
+      tune_and_keep(net, o);
       FAIL("tuned without routines for l2");
     } catch (const Error& e) {
       CHECK(e.layer() == "l2");
     }
   }
   SECTION("schemas restrict the candidates") {
-    Net net(detail::NetImpl::build(test::chain_graph(5)));
+    Model net = detail::make_model(test::chain_graph(5));
     auto o = quick("-");
     o.schemas = {"cpu"};
-    net.tune(o);
-    for (const auto& l : net.layers()) CHECK(l.type != "adapt");
+    tune_and_keep(net, o);
+    for (const auto& l : Session(net).layers()) CHECK(l.type != "adapt");
   }
 }
 
 TEST_CASE("schema globs select families of schemas", "[tune]") {
-  Net net(detail::NetImpl::build(test::chain_graph(4)));
+  Model net = detail::make_model(test::chain_graph(4));
   auto o = quick("-");
   o.schemas = {"cpu:float32:nchw"};  // the full form of "cpu"
-  net.tune(o);
-  for (const auto& l : net.layers()) CHECK(l.type != "adapt");
+  tune_and_keep(net, o);
+  for (const auto& l : Session(net).layers()) CHECK(l.type != "adapt");
   o.schemas = {"cpu:float32:*"};
-  CHECK_NOTHROW(net.tune(o));
+  CHECK_NOTHROW(tune_and_keep(net, o));
   o.schemas = {"gpu:*"};
-  CHECK_THROWS_AS(net.tune(o), Error);
+  CHECK_THROWS_AS(tune_and_keep(net, o), Error);
+}
+
+TEST_CASE("tune() and calibrate() return new models and leave theirs as they were", "[tune]") {
+  // A Model is immutable: sessions of it keep running what they ran before.
+  const Model untuned = detail::make_model(test::chain_graph(4));
+  Session before(untuned);
+  const auto default_layers = before.layers();
+  TuneReport report;
+  const Model tuned = tune(untuned, quick("-"), &report);
+  CHECK(untuned.tuned_fingerprint().empty());
+  CHECK(untuned.impl().graph.routine_path.routines.empty());
+  CHECK_FALSE(tuned.tuned_fingerprint().empty());
+  CHECK(report.layers.size() == 4);
+  for (const auto& l : Session(tuned).layers())
+    if (l.type != "adapt") CHECK(l.tuned);
+  for (const auto& l : Session(untuned).layers()) CHECK_FALSE(l.tuned);
+  const auto a = run_net(tuned), b = run_net(untuned);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-4));  // other routines, other rounding
+
+  const Model calibrated = calibrate(untuned);
+  CHECK(untuned.impl().graph.blob_quant.empty());
+  CHECK_FALSE(calibrated.impl().graph.blob_quant.empty());
+  // The session made before any of it runs as it did.
+  std::vector<NamedBlob> in{{"input", test::iota_blob(untuned.input_shape("input"), 0.01f, -0.5f)}};
+  CHECK(test::values(before.run(in)[0].blob) == run_net(untuned));
+  CHECK(before.layers().size() == default_layers.size());
 }

@@ -4,7 +4,7 @@
 // vector width), every routine parameter combination on some cases.
 #include "routines/f32_check.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"

@@ -9,13 +9,13 @@
 #include "core/cpu_features.hpp"
 #include "core/executor.hpp"
 #include "core/graph.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "routines/f32_check.hpp"
 #include "support/generated_cases.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -90,15 +90,15 @@ core::Graph one_layer_graph(const Case& c) {
 bool run_pinned(const Case& c, const core::RoutineChoice& choice, std::vector<Blob>& outputs) {
   core::Graph g = one_layer_graph(c);
   g.routine_path.routines = {choice};
-  Net net(detail::NetImpl::build(std::move(g)));
+  Model net = detail::make_model(std::move(g));
   bool ran = false;  // the layer on that routine, or a childnet's children (named layer/child)
-  for (const auto& l : net.layers())
+  for (const auto& l : Session(net).layers())
     ran = ran || (l.name == c.layer.name && l.descriptor == choice.descriptor) || l.name.starts_with(c.layer.name + "/");
   if (!ran) return false;
   std::vector<NamedBlob> in;
   for (std::size_t i = 0; i < c.inputs.size(); ++i) in.push_back({c.layer.inputs[i], c.inputs[i]});
   outputs.clear();
-  for (auto& o : net.run(in)) outputs.push_back(o.blob);
+  for (auto& o : Session(net).run(in)) outputs.push_back(o.blob);
   return true;
 }
 
@@ -280,14 +280,14 @@ TEST_CASE("NaN made inside the net (0 / 0) stays NaN through oneDNN's fused relu
   for (const char* act : {"relu", "clip"})
     for (const char* routine : {"cpu/onednn", "cpu:float32:nchw8c/onednn", "cpu:float32:nhwc/onednn"}) {
       INFO(routine << " act " << act);
-      Net net(detail::NetImpl::build(div_then_conv(routine, act, rng)));
+      Model net = detail::make_model(div_then_conv(routine, act, rng));
       bool pinned = false;
-      for (const auto& l : net.layers()) pinned = pinned || (l.name == "conv" && l.descriptor == routine);
+      for (const auto& l : Session(net).layers()) pinned = pinned || (l.name == "conv" && l.descriptor == routine);
       REQUIRE(pinned);
       Blob a = random_blob({1, 8, 5, 5}, rng, -2.f, 2.f), b = random_blob({1, 8, 5, 5}, rng, 0.5f, 2.f);
       a.data_as<float>()[6] = 0.0f, b.data_as<float>()[6] = 0.0f;  // channel 0, pixel 6: 0 / 0
       const std::vector<NamedBlob> in{{"x0", a}, {"x1", b}};
-      const auto out = net.run(in);
+      const auto out = Session(net).run(in);
       const auto y = test::values(out[0].blob);
       int nan = 0;
       for (int c = 0; c < 8; ++c) nan += std::isnan(y[static_cast<std::size_t>(c * 25 + 6)]);

@@ -18,7 +18,7 @@
 #include "support/layout_convert.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>

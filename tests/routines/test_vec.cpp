@@ -8,7 +8,7 @@
 
 #include "core/cpu_features.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <string>
 #include <utility>

@@ -9,13 +9,14 @@
 // the tile (the transforms' coefficients, up to 2^5 and 1/2^5 for F(6,3), cost
 // precision in float32):
 //   F(2,3): 1e-5    F(4,3): 1e-4    F(6,3): 1e-3
+#include "support/tuning.hpp"
 #include "core/cpu_features.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/tune.hpp>
 #include <softneuro/routine.hpp>
 
@@ -69,9 +70,9 @@ core::Graph conv_graph(const ConvCase& cc, std::mt19937& rng) {
 
 std::vector<float> run(core::Graph g, const Blob& x, std::vector<core::RoutineChoice> path = {}) {
   g.routine_path.routines = std::move(path);
-  Net net(detail::NetImpl::build(std::move(g)));
+  Model net = detail::make_model(std::move(g));
   std::vector<NamedBlob> in{{"x", x}};
-  return test::values(net.run(in)[0].blob);
+  return test::values(Session(net).run(in)[0].blob);
 }
 
 core::RoutineChoice wg_choice(int64_t m, const std::string& child_desc, const RoutineParams& child_params = {}) {
@@ -132,16 +133,16 @@ TEST_CASE("cpu/winograd matches cpu/ref conv2 for every tile and child routine",
                   << (child.empty() ? "default" : child) << " variant=" << variant);
         auto path = wg_choice(m, child, params);
         g.routine_path.routines = {path};
-        Net net(detail::NetImpl::build(g));
+        Model net = detail::make_model(g);
         bool ran_child = child.empty();
-        for (const auto& l : net.layers())
+        for (const auto& l : Session(net).layers())
           if (l.name == "conv/wgconv") ran_child = ran_child || l.descriptor == child;
         if (!ran_child) {
           WARN("skipped " << child << ": this CPU lacks its instruction set");
           continue;
         }
         std::vector<NamedBlob> in{{"x", x}};
-        auto got = test::values(net.run(in)[0].blob);
+        auto got = test::values(Session(net).run(in)[0].blob);
         REQUIRE(got.size() == want.size());
         double scale = 0, err = max_err(got, want, &scale);
         CHECK(err <= tolerance(m) * scale + 1e-6);
@@ -184,13 +185,13 @@ TEST_CASE("cpu:float32:nchw16c/winograd and nchw8c/winograd (blocked children) m
           break;
         }
         g.routine_path.routines = {{"conv", desc, {{"tile", m}}, 0, 0, {}}};
-        Net net(detail::NetImpl::build(g));
+        Model net = detail::make_model(g);
         std::vector<std::string> types;
-        for (const auto& l : net.layers())
+        for (const auto& l : Session(net).layers())
           if (l.type != "adapt") types.push_back(l.type);
         CHECK(types == std::vector<std::string>{"wgencb", "wgconvb", "wgdecb"});
         std::vector<NamedBlob> in{{"x", x}};
-        auto got = test::values(net.run(in)[0].blob);
+        auto got = test::values(Session(net).run(in)[0].blob);
         REQUIRE(got.size() == want.size());
         double scale = 0, err = max_err(got, want, &scale);
         CHECK(err <= tolerance(m) * scale + 1e-6);
@@ -206,16 +207,16 @@ TEST_CASE("a net whose routine path chooses cpu/winograd tile 4 runs its childre
   Blob x = random_blob(Shape{1, 16, 14, 14}, rng);
   auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
   g.routine_path.routines = {wg_choice(4, "")};
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   std::vector<std::string> names;
-  for (const auto& l : net.layers()) names.push_back(l.name + ":" + l.type);
+  for (const auto& l : Session(net).layers()) names.push_back(l.name + ":" + l.type);
   CHECK(names == std::vector<std::string>{"conv/wgenc:wgenc", "conv/wgconv:wgconv", "conv/wgdec:wgdec"});
   std::vector<NamedBlob> in{{"x", x}};
-  auto got = test::values(net.run(in)[0].blob);
+  auto got = test::values(Session(net).run(in)[0].blob);
   double scale = 0, err = max_err(got, want, &scale);
   CHECK(err <= tolerance(4) * scale);
   // The second run allocates nothing new and gives the same numbers.
-  CHECK(test::values(net.run(in)[0].blob) == got);
+  CHECK(test::values(Session(net).run(in)[0].blob) == got);
 }
 
 TEST_CASE("a .dnn save/load round trip keeps cpu/winograd's child choices", "[winograd][dnn]") {
@@ -224,19 +225,19 @@ TEST_CASE("a .dnn save/load round trip keeps cpu/winograd's child choices", "[wi
   auto g = conv_graph(cc, rng);
   g.routine_path.routines = {wg_choice(6, "cpu/ref")};
   g.routine_path.routines[0].children[1].predicted_ms = 0.25;
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   const std::string path = test::temp_path("wg_roundtrip.dnn");
   net.save(path);
-  Net back = Net::load(path);
+  Model back = Model::load(path);
   std::vector<std::string> desc;
-  for (const auto& l : back.layers()) {
+  for (const auto& l : Session(back).layers()) {
     desc.push_back(l.name + "=" + l.descriptor);
     CHECK(l.tuned);
   }
   CHECK(desc == std::vector<std::string>{"conv/wgenc=cpu/ref", "conv/wgconv=cpu/ref", "conv/wgdec=cpu/ref"});
   Blob x = random_blob(Shape{1, 8, 9, 9}, rng);
   std::vector<NamedBlob> in{{"x", x}};
-  CHECK(test::values(back.run(in)[0].blob) == test::values(net.run(in)[0].blob));
+  CHECK(test::values(Session(back).run(in)[0].blob) == test::values(Session(net).run(in)[0].blob));
   std::remove(path.c_str());
 }
 
@@ -252,22 +253,22 @@ TEST_CASE("a .dnn written with the old Winograd names loads onto cpu/winograd", 
     rc.children.push_back({std::string("conv/") + c, c == std::string("wgconv") ? "cpu/avx512" : "cpu/avx2", {}, 0, 0, {}});
   g.routine_path.routines = {rc};
   const std::string path = test::temp_path("wg_old_names.dnn");
-  Net(detail::NetImpl::build(g)).save(path);  // written as given: the old names
-  Net back = Net::load(path);
+  detail::make_model(g).save(path);  // written as given: the old names
+  Model back = Model::load(path);
   std::vector<std::string> desc;
-  for (const auto& l : back.layers()) desc.push_back(l.name + "=" + l.descriptor + " " + l.routine_params);
+  for (const auto& l : Session(back).layers()) desc.push_back(l.name + "=" + l.descriptor + " " + l.routine_params);
   // Without AVX-512, avx512=... is outside the children's parameter space: the
   // default choice runs the layer (a file's parameters never reach prepare unchecked).
   if (core::cpu_features().avx512_core())
     CHECK(desc == std::vector<std::string>{"conv/wgenc=cpu/winograd avx512=0", "conv/wgconv=cpu/winograd avx512=1",
                                            "conv/wgdec=cpu/winograd avx512=0"});
   else
-    for (const auto& l : back.layers()) CHECK(!l.tuned);
+    for (const auto& l : Session(back).layers()) CHECK(!l.tuned);
   Blob x = random_blob(Shape{1, 8, 9, 9}, rng);
   double scale = 0;
   auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
   std::vector<NamedBlob> in{{"x", x}};
-  const double err = max_err(test::values(back.run(in)[0].blob), want, &scale);
+  const double err = max_err(test::values(Session(back).run(in)[0].blob), want, &scale);
   CHECK(err <= tolerance(4) * scale);
   std::remove(path.c_str());
 }
@@ -307,12 +308,12 @@ TEST_CASE("cpu/conv: dense as reshape -> conv2 1x1 -> reshape matches cpu/ref", 
       g.layers = {l};
       g.outputs = {"y0"};
       g.routine_path.routines = {{"L", "cpu/conv", {}, 0, 0, {{"L/conv", "cpu/ref", {}, 0, 0, {}}}}};
-      Net net(detail::NetImpl::build(g));
+      Model net = detail::make_model(g);
       std::vector<std::string> names;
-      for (const auto& s : net.layers()) names.push_back(s.name + "=" + s.descriptor);
+      for (const auto& s : Session(net).layers()) names.push_back(s.name + "=" + s.descriptor);
       CHECK(names[1] == "L/conv=cpu/ref");
       std::vector<NamedBlob> in{{"x0", x}};
-      auto in_net = test::values(net.run(in)[0].blob);
+      auto in_net = test::values(Session(net).run(in)[0].blob);
       for (std::size_t i = 0; i < want.size(); ++i) CHECK(in_net[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
     }
   }
@@ -324,28 +325,28 @@ TEST_CASE("tuning a cpu/winograd candidate solves its children and records their
   auto g = conv_graph(cc, rng);
   Blob x = random_blob(Shape{1, 16, 14, 14}, rng);
   auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
-  Net net(detail::NetImpl::build(g));
+  Model net = detail::make_model(g);
   TuneOptions o;
   o.cache_dir = "-";
   o.unit_budget_ms = 0.5;
   o.integrated_runs = 2;
   o.pin = {{"conv", "cpu/winograd"}};
-  net.tune(o);
+  tune_and_keep(net, o);
   std::vector<std::string> names;
-  for (const auto& l : net.layers()) {
+  for (const auto& l : Session(net).layers()) {
     names.push_back(l.name);
     CHECK(l.tuned);
   }
   CHECK(names == std::vector<std::string>{"conv/wgenc", "conv/wgconv", "conv/wgdec"});
   std::vector<NamedBlob> in{{"x", x}};
-  auto got = test::values(net.run(in)[0].blob);
+  auto got = test::values(Session(net).run(in)[0].blob);
   double scale = 0, err = max_err(got, want, &scale);
   CHECK(err <= tolerance(6) * scale);
   // The child choices are in the saved path.
   const std::string path = test::temp_path("wg_tuned.dnn");
   net.save(path);
-  Net back = Net::load(path);
-  auto a = net.layers(), b = back.layers();
+  Model back = Model::load(path);
+  auto a = Session(net).layers(), b = Session(back).layers();
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     CHECK(a[i].descriptor == b[i].descriptor);

@@ -59,7 +59,7 @@
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/quant_params.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>

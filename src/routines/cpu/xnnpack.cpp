@@ -364,7 +364,7 @@ class Prepared final : public PreparedRoutine {
   Prepared(std::vector<std::unique_ptr<Op>> ops, SetupFn setup, const LayerInfo& info)
       : ops_(std::move(ops)), setup_(std::move(setup)) {
     // A first setup on scratch buffers, so that its one-time allocations
-    // (indirection buffers) happen here, not in the first Net::run. Setup only
+    // (indirection buffers) happen here, not in the first Session::run. Setup only
     // computes addresses: the buffers are neither filled nor read, and nothing runs.
     auto scratch = [](const Shape& s) {
       return std::unique_ptr<float[]>(new float[static_cast<std::size_t>(s.numel()) + XNN_EXTRA_BYTES / sizeof(float)]);

@@ -1,11 +1,11 @@
-// Nets: DAG checks, the executor's memory plan, zero-copy and allocation-free runs.
+// Models and sessions: DAG checks, the executor's memory plan, zero-copy and allocation-free runs.
 #include "core/dnn_file.hpp"
 #include "core/memory_plan.hpp"
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -53,7 +53,7 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 
 namespace {
 
-Net build(core::Graph g) { return Net(detail::NetImpl::build(std::move(g))); }
+Model build(core::Graph g) { return detail::make_model(std::move(g)); }
 
 std::string error_layer(core::Graph g) {
   try {
@@ -115,9 +115,9 @@ TEST_CASE("DAG errors name the layer at fault", "[net]") {
 TEST_CASE("layers given out of order are sorted topologically", "[net]") {
   auto g = test::chain_graph(5);
   std::reverse(g.layers.begin(), g.layers.end());
-  Net net = build(g);
+  Model net = build(g);
   std::vector<std::string> names;
-  for (const auto& l : net.layers())
+  for (const auto& l : Session(net).layers())
     if (l.type != "adapt") names.push_back(l.name);
   CHECK(names == std::vector<std::string>{"l0", "l1", "l2", "l3", "l4"});
 }
@@ -125,11 +125,11 @@ TEST_CASE("layers given out of order are sorted topologically", "[net]") {
 TEST_CASE("the memory plan of a 10-layer chain reuses buffers", "[net]") {
   auto g = test::chain_graph(10);
   for (const auto& l : g.layers) g.routine_path.routines.push_back({l.name, "cpu/ref", {}, 0, 0});  // nchw throughout
-  Net net = build(g);
-  INFO("planned " << net.planned_bytes() << " of " << net.unplanned_bytes());
-  CHECK(net.planned_bytes() < net.unplanned_bytes());
+  Model net = build(g);
+  INFO("planned " << Session(net).planned_bytes() << " of " << Session(net).unplanned_bytes());
+  CHECK(Session(net).planned_bytes() < Session(net).unplanned_bytes());
   // A chain needs two live blobs at a time (plus alignment), not ten.
-  CHECK(net.planned_bytes() <= 2 * 1 * 4 * 8 * 8 * sizeof(float) + 128);
+  CHECK(Session(net).planned_bytes() <= 2 * 1 * 4 * 8 * 8 * sizeof(float) + 128);
 }
 
 TEST_CASE("memory plans never overlap live buffers", "[net]") {
@@ -166,19 +166,25 @@ core::Graph pinned_to_ours(core::Graph g) {
   return g;
 }
 
-TEST_CASE("Net::run allocates nothing on its second call", "[net]") {
+/// Heap allocations of a session's second run.
+int64_t allocations_of_second_run(const Model& model, std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
+  Session session(model);
+  session.run(inputs, outputs);
+  g_allocations = 0;
+  g_counting = true;
+  session.run(inputs, outputs);
+  g_counting = false;
+  return g_allocations.load();
+}
+
+TEST_CASE("Session::run allocates nothing on its second call", "[net]") {
   for (auto g : {test::chain_graph(10), test::multi_io_graph()}) {
-    Net net = build(pinned_to_ours(g));
+    Model net = build(pinned_to_ours(g));
     std::vector<NamedBlob> inputs, outputs;
     unsigned seed = 0;
     for (const auto& t : net.inputs()) inputs.push_back({t.name, random_input(t.shape, seed++)});
     for (const auto& t : net.outputs()) outputs.push_back({t.name, Blob::allocate(t.shape)});
-    net.run(inputs, outputs);
-    g_allocations = 0;
-    g_counting = true;
-    net.run(inputs, outputs);
-    g_counting = false;
-    CHECK(g_allocations.load() == 0);
+    CHECK(allocations_of_second_run(net, inputs, outputs) == 0);
   }
 }
 
@@ -202,37 +208,27 @@ TEST_CASE("a net with childnet routines (cpu/winograd, cpu/conv) allocates nothi
   g.layers = {conv, dense};
   g.outputs = {"y"};
   g.routine_path.routines = {{"conv", "cpu/winograd", {{"tile", 4}}, 0, 0, {}}, {"dense", "cpu/conv", {}, 0, 0, {{"dense/conv", "cpu/ref", {}, 0, 0, {}}}}};  // oneDNN allocates (see above): our routines only
-  Net net = build(g);
+  Model net = build(g);
   std::vector<NamedBlob> inputs{{"x", random_input(Shape{1, 8, 10, 10}, 1)}};
   std::vector<NamedBlob> outputs{{"y", Blob::allocate(Shape{1, 8, 10, 5})}};
-  net.run(inputs, outputs);
-  g_allocations = 0;
-  g_counting = true;
-  net.run(inputs, outputs);
-  g_counting = false;
-  CHECK(g_allocations.load() == 0);
+  CHECK(allocations_of_second_run(net, inputs, outputs) == 0);
 }
 
 TEST_CASE("the demo model runs without allocating after its first call", "[net]") {
   set_num_threads(2);
-  Net net(detail::NetImpl::build(pinned_to_ours(core::read_dnn(SOFTNEURO_DEMO_MODEL))));
+  Model net = detail::make_model(pinned_to_ours(core::read_dnn(SOFTNEURO_DEMO_MODEL)));
   std::vector<NamedBlob> inputs{{"input", random_input(net.input_shape("input"), 1)}};
   std::vector<NamedBlob> outputs{{"probabilities", Blob::allocate(net.output_shape("probabilities"))}};
-  net.run(inputs, outputs);
-  g_allocations = 0;
-  g_counting = true;
-  net.run(inputs, outputs);
-  g_counting = false;
-  CHECK(g_allocations.load() == 0);
+  CHECK(allocations_of_second_run(net, inputs, outputs) == 0);
 }
 
 TEST_CASE("outputs are written into the caller's memory, inputs read in place", "[net]") {
-  Net net = build(test::multi_io_graph());
+  Model net = build(test::multi_io_graph());
   std::vector<float> a(96), b(96), logits(5, -7.0f), r(64, -7.0f);
   for (int i = 0; i < 96; ++i) { a[static_cast<std::size_t>(i)] = static_cast<float>(i % 7) - 3; b[static_cast<std::size_t>(i)] = 0.5f; }
   std::vector<NamedBlob> inputs{{"a", Blob::view(a.data(), {1, 6, 4, 4})}, {"b", Blob::view(b.data(), {1, 6, 4, 4})}};
   std::vector<NamedBlob> outputs{{"logits", Blob::view(logits.data(), {1, 5})}, {"r", Blob::view(r.data(), {1, 4, 4, 4})}};
-  net.run(inputs, outputs);
+  Session(net).run(inputs, outputs);
   // r = relu((a + b)[:, 2:6])
   for (int c = 0; c < 4; ++c)
     for (int i = 0; i < 16; ++i) {
@@ -252,28 +248,28 @@ TEST_CASE("outputs are written into the caller's memory, inputs read in place", 
 }
 
 TEST_CASE("run rejects missing, unknown and mis-shaped blobs", "[net]") {
-  Net net = build(test::multi_io_graph());
+  Model net = build(test::multi_io_graph());
   Blob a = random_input({1, 6, 4, 4}, 1), b = random_input({1, 6, 4, 4}, 2);
   std::vector<NamedBlob> only_a{{"a", a}};
-  CHECK_THROWS_WITH(net.run(only_a), Catch::Contains("'b' is missing"));
+  CHECK_THROWS_WITH(Session(net).run(only_a), Catch::Contains("'b' is missing"));
   std::vector<NamedBlob> unknown{{"a", a}, {"b", b}, {"c", a}};
-  CHECK_THROWS_WITH(net.run(unknown), Catch::Contains("no input named 'c'"));
+  CHECK_THROWS_WITH(Session(net).run(unknown), Catch::Contains("no input named 'c'"));
   std::vector<NamedBlob> wrong{{"a", a}, {"b", random_input({1, 6, 4, 5}, 3)}};
-  CHECK_THROWS_WITH(net.run(wrong), Catch::Contains("shape [1,6,4,5]"));
+  CHECK_THROWS_WITH(Session(net).run(wrong), Catch::Contains("shape [1,6,4,5]"));
   std::vector<NamedBlob> ok{{"a", a}, {"b", b}};
   std::vector<NamedBlob> bad_out{{"logits", Blob::allocate({1, 4})}};
-  CHECK_THROWS_AS(net.run(ok, bad_out), Error);
-  CHECK(net.run(ok).size() == 2);
+  CHECK_THROWS_AS(Session(net).run(ok, bad_out), Error);
+  CHECK(Session(net).run(ok).size() == 2);
 }
 
 TEST_CASE("a tuned routine that does not exist here falls back to the default", "[net]") {
   auto g = test::chain_graph(3);
   std::string default_choice;
-  for (const auto& l : build(g).layers())
+  for (const auto& l : Session(build(g)).layers())
     if (l.name == "l1") default_choice = l.descriptor;
   g.routine_path.routines.push_back({"l1", "cpu/not_in_this_build", {}, 0, 0});
-  Net net = build(g);
-  for (const auto& l : net.layers())
+  Model net = build(g);
+  for (const auto& l : Session(net).layers())
     if (l.name == "l1") {
       CHECK(l.descriptor == default_choice);
       CHECK_FALSE(l.tuned);
@@ -284,9 +280,9 @@ TEST_CASE("results do not depend on the thread count", "[net]") {
   std::vector<float> first;
   for (int t : {1, 2, 3}) {
     set_num_threads(t);
-    Net net = Net::load(SOFTNEURO_DEMO_MODEL);
+    Model net = Model::load(SOFTNEURO_DEMO_MODEL);
     std::vector<NamedBlob> inputs{{"input", random_input(net.input_shape("input"), 9)}};
-    auto out = test::values(net.run(inputs)[0].blob);
+    auto out = test::values(Session(net).run(inputs)[0].blob);
     if (first.empty()) first = out;
     else CHECK(out == first);
   }

@@ -1,4 +1,4 @@
-#include "core/net_impl.hpp"
+#include "core/model_impl.hpp"
 
 #include "core/device.hpp"
 #include "core/dnn_file.hpp"
@@ -43,10 +43,27 @@ std::unique_ptr<core::Executor> ModelImpl::prepare() const {
   }
 }
 
-std::unique_ptr<NetImpl> NetImpl::build(core::Graph graph, const std::string& file) {
-  auto impl = std::make_unique<NetImpl>();
+std::unique_ptr<WorkingModel> WorkingModel::build(core::Graph graph, const std::string& file) {
+  auto impl = std::make_unique<WorkingModel>();
   impl->ModelImpl::build(std::move(graph), file);
   return impl;
+}
+
+std::unique_ptr<WorkingModel> WorkingModel::of(const ModelImpl& model) {
+  auto impl = std::make_unique<WorkingModel>();
+  static_cast<ModelImpl&>(*impl) = model;
+  return impl;
+}
+
+Model WorkingModel::to_model() {
+  executors.reset();  // they point at this graph
+  return Model(std::make_shared<const ModelImpl>(static_cast<const ModelImpl&>(*this)));
+}
+
+Model make_model(core::Graph graph, const std::string& file) {
+  auto impl = std::make_shared<ModelImpl>();
+  impl->build(std::move(graph), file);
+  return Model(std::move(impl));
 }
 
 namespace {
@@ -192,14 +209,14 @@ const std::map<std::string, Shape>& ShapedExecutors::current_shapes() {
   return entries_.front().shapes;
 }
 
-ShapedExecutors& NetImpl::shaped() const {
+ShapedExecutors& WorkingModel::shaped() const {
   if (!executors) executors = std::make_unique<ShapedExecutors>(*this, SessionOptions{});
   return *executors;
 }
 
-core::Executor& NetImpl::prepared() const { return shaped().at({}); }
+core::Executor& WorkingModel::prepared() const { return shaped().at({}); }
 
-void NetImpl::changed() {
+void WorkingModel::changed() {
   executors.reset();
   weights = std::make_shared<core::WeightStore>();
 }
@@ -328,6 +345,16 @@ Model Model::build(std::string name, std::vector<TensorInfo> inputs, std::vector
 void Model::save(const std::string& path) const { core::write_dnn(impl_->graph, path); }
 const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
+std::vector<std::string> Model::input_names() const {
+  std::vector<std::string> v;
+  for (const auto& t : impl_->inputs) v.push_back(t.name);
+  return v;
+}
+std::vector<std::string> Model::output_names() const {
+  std::vector<std::string> v;
+  for (const auto& t : impl_->outputs) v.push_back(t.name);
+  return v;
+}
 Shape Model::input_shape(const std::string& name) const { return detail::find_shape(impl_->inputs, name, "input"); }
 Shape Model::output_shape(const std::string& name) const { return detail::find_shape(impl_->outputs, name, "output"); }
 std::string Model::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
@@ -384,60 +411,6 @@ const Model& Session::model() const { return impl_->model; }
 std::vector<LayerSummary> Session::layers(bool explain) const { return detail::summarize(impl_->executors.current(), explain); }
 std::size_t Session::planned_bytes() const { return impl_->executors.current().arena_bytes(); }
 std::size_t Session::unplanned_bytes() const { return impl_->executors.current().unplanned_bytes(); }
-
-// --- Net
-
-Net::Net(std::unique_ptr<detail::NetImpl> impl) : impl_(std::move(impl)) {}
-Net::Net(Net&&) noexcept = default;
-Net& Net::operator=(Net&&) noexcept = default;
-Net::~Net() = default;
-
-Net Net::load(const std::string& path) { return Net(detail::NetImpl::build(detail::read_checked(path), path)); }
-
-Model Net::model() const {
-  return Model(std::make_shared<const detail::ModelImpl>(static_cast<const detail::ModelImpl&>(*impl_)));
-}
-
-void Net::save(const std::string& path) const { core::write_dnn(impl_->graph, path); }
-
-const std::vector<TensorInfo>& Net::inputs() const { return impl_->inputs; }
-const std::vector<TensorInfo>& Net::outputs() const { return impl_->outputs; }
-
-std::vector<std::string> Net::input_names() const {
-  std::vector<std::string> v;
-  for (const auto& t : impl_->inputs) v.push_back(t.name);
-  return v;
-}
-std::vector<std::string> Net::output_names() const {
-  std::vector<std::string> v;
-  for (const auto& t : impl_->outputs) v.push_back(t.name);
-  return v;
-}
-
-Shape Net::input_shape(const std::string& name) const { return detail::find_shape(impl_->inputs, name, "input"); }
-Shape Net::output_shape(const std::string& name) const { return detail::find_shape(impl_->outputs, name, "output"); }
-
-void Net::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
-  impl_->shaped().for_inputs(inputs).run(inputs, outputs);
-}
-
-std::vector<NamedBlob> Net::run(std::span<const NamedBlob> inputs) {
-  core::Executor& executor = impl_->shaped().for_inputs(inputs);
-  auto outs = detail::allocate_outputs(impl_->outputs, impl_->shaped().current_shapes());
-  executor.run(inputs, outs);
-  return outs;
-}
-
-std::vector<LayerSummary> Net::layers(bool explain) const {
-  return detail::summarize(impl_->shaped().current(), explain);
-}
-
-std::size_t Net::planned_bytes() const { return impl_->shaped().current().arena_bytes(); }
-std::size_t Net::unplanned_bytes() const { return impl_->shaped().current().unplanned_bytes(); }
-std::string Net::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
-std::string Net::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
-std::vector<std::map<std::string, Shape>> Net::tuned_shapes() const { return tuned_shapes_of(impl_->graph); }
-const std::string& Net::name() const { return impl_->graph.name; }
 
 const char* version() { return SOFTNEURO_VERSION; }
 

@@ -1,11 +1,11 @@
-// What stands behind softneuro::Model, Session and Net; shared with the importer and the tuner.
+// What stands behind softneuro::Model and Session; shared with the importer and the tuner.
 #pragma once
 
 #include "core/executor.hpp"
 #include "core/graph.hpp"
 #include "core/weight_store.hpp"
 
-#include <softneuro/net.hpp>
+#include <softneuro/session.hpp>
 
 #include <algorithm>
 #include <list>
@@ -32,6 +32,9 @@ struct ModelImpl {
   /// A fresh executor of this model (prepared routines, planned memory).
   std::unique_ptr<core::Executor> prepare() const;
 };
+
+/// `graph` checked, sorted and its shapes inferred, as a Model (errors name `file`).
+Model make_model(core::Graph graph, const std::string& file = {});
 
 /// A model's executors by input shapes: one per shape seen, the least recently
 /// used dropped first beyond `capacity`. Shape inference, preparation and the
@@ -69,11 +72,18 @@ class ShapedExecutors {
   std::list<Entry> entries_;  ///< most recently used first
 };
 
-/// A Net: a model it may change (tune, calibrate) and its executors, prepared on first use.
-struct NetImpl : ModelImpl {
+/// A model calibration and tuning change (quantisation, routine path, weights
+/// on their int8 grid) and its executors, prepared on first use. The tuner's
+/// working copy: a Model is immutable.
+struct WorkingModel : ModelImpl {
   mutable std::unique_ptr<ShapedExecutors> executors;
 
-  static std::unique_ptr<NetImpl> build(core::Graph graph, const std::string& file = {});
+  static std::unique_ptr<WorkingModel> build(core::Graph graph, const std::string& file = {});
+  /// A working copy of `model` (the graph's weights shared, not copied; so are
+  /// its derived weights until the graph changes).
+  static std::unique_ptr<WorkingModel> of(const ModelImpl& model);
+  /// The model as it is now, as an immutable Model (this copy's executors are dropped).
+  Model to_model();
   /// The executor at the default input shapes, prepared now if it was not.
   core::Executor& prepared() const;
   ShapedExecutors& shaped() const;
