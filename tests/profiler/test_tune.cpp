@@ -4,6 +4,7 @@
 #include "core/model_impl.hpp"
 #include "profiler/profile_cache.hpp"
 #include "profiler/timing.hpp"
+#include "profiler/unit_profile.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
@@ -233,4 +234,59 @@ TEST_CASE("tune() and calibrate() return new models and leave theirs as they wer
   std::vector<NamedBlob> in{{"input", test::iota_blob(untuned.input_shape("input"), 0.01f, -0.5f)}};
   CHECK(test::values(before.run(in)[0].blob) == run_net(untuned));
   CHECK(before.layers().size() == default_layers.size());
+}
+
+TEST_CASE("the executor runs every layer as the hybrid tuning report names it", "[tune][agreement]") {
+  // The tuner's decisions and the executor's agree: routine, schema and
+  // parameters per layer as the report names them, and each qint8 step reads
+  // and writes with the quantisation the model stores for its blobs.
+  const Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  TuneOptions opt = quick("-");
+  opt.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+  opt.accuracy = "none";
+  TuneReport report;
+  const Model tuned = tune(model, opt, &report);
+  INFO(report.to_text());
+  REQUIRE_FALSE(report.layers.empty());
+  const Session session(tuned);
+  std::map<std::string, LayerSummary> ran;
+  for (const auto& l : session.layers()) ran[l.name] = l;
+  for (const auto& want : report.layers) {
+    INFO("layer " << want.layer << ": tuned " << want.descriptor << " [" << want.routine_params << "]");
+    const auto got = ran.find(want.layer);
+    if (got != ran.end()) {
+      CHECK(got->second.descriptor == want.descriptor);
+      CHECK(got->second.routine_params == want.routine_params);
+      continue;
+    }
+    // A childnet runs as its children ("<layer>/<child>"), each with the choice the path stores for it.
+    const auto& path = tuned.impl().graph.routine_path.routines;
+    const auto choice = std::find_if(path.begin(), path.end(), [&](const auto& r) { return r.layer == want.layer; });
+    REQUIRE(choice != path.end());
+    CHECK(choice->descriptor == want.descriptor);
+    REQUIRE_FALSE(choice->children.empty());
+    for (const auto& child : choice->children) {
+      INFO("child " << child.layer);
+      const auto c = ran.find(child.layer);
+      REQUIRE(c != ran.end());
+      CHECK(c->second.descriptor == child.descriptor);
+      CHECK(c->second.routine_params == profiler::params_text(child.params));
+    }
+  }
+  const auto& impl = tuned.impl();
+  core::Executor exec(impl.graph, impl.shapes, Schema{}, impl.weights);
+  int qint8_steps = 0;
+  for (const auto& step : exec.steps()) {
+    if (step->routine.schema.dtype != DType::qint8 || step->layer->type == "adapt") continue;
+    ++qint8_steps;
+    for (std::size_t i = 0; i < step->layer->inputs.size() && i < step->info.input_quant.size(); ++i)
+      if (auto q = impl.graph.blob_quant.find(step->layer->inputs[i]); q != impl.graph.blob_quant.end())
+        CHECK(step->info.input_quant[i] == q->second);
+    for (std::size_t i = 0; i < step->layer->outputs.size() && i < step->info.output_quant.size(); ++i)
+      if (auto q = impl.graph.blob_quant.find(step->layer->outputs[i]); q != impl.graph.blob_quant.end())
+        CHECK(step->info.output_quant[i] == q->second);
+  }
+  int qint8_layers = 0;
+  for (const auto& l : report.layers) qint8_layers += l.descriptor.find("qint8") != std::string::npos;
+  if (!report.kept_default) CHECK(qint8_steps >= qint8_layers);
 }
