@@ -201,7 +201,7 @@ int Executor::convert(int slot, const Schema& want, const std::string& consumer,
   step->routine = *pick;
   step->input_blobs = {slot};
   share_weights(*step);
-  step->prepared = pick->routine->prepare(step->info, want, step->params);
+  if (!plan_only_) step->prepared = pick->routine->prepare(step->info, want, step->params);
   slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
   int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
   step->output_blobs = {out};
@@ -228,6 +228,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   }
   step->info.output_shapes = output_shapes;
   step->info.output_quant = output_quant;
+  if (parent.empty()) layer_infos_[layer.name] = step->info;  // before the weight store is bound
 
   // A step that meets an empty tensor (a zero-size dim) runs cpu/ref, which
   // loops over nothing (a reduction over nothing gives its identity); the other
@@ -350,7 +351,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
 
   for (int s : input_slots) step->input_blobs.push_back(in_schema(s, schema, layer.name));
   try {  // (the step shares the model's derived weights since before its childnet() was asked)
-    step->prepared = step->routine.routine->prepare(step->info, schema, step->params);
+    if (!plan_only_) step->prepared = step->routine.routine->prepare(step->info, schema, step->params);
   } catch (const Error& e) {
     throw e.with_layer(layer.name);
   } catch (const std::exception& e) {
@@ -406,7 +407,18 @@ std::unique_ptr<Graph> specialized_if_needed(const Graph& graph, const std::map<
 Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
                    std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
                    std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues)
+    : Executor(given, shapes, io_schema, std::move(weights), path, std::move(schemas), memory_limit, keep_nan,
+               std::move(queues), false) {}
+
+Executor::Executor(PlanOnly, const Graph& given, const std::map<std::string, Shape>& shapes, const RoutinePath* path,
+                   std::shared_ptr<WeightStore> weights, std::vector<std::string> schemas)
+    : Executor(given, shapes, Schema{}, std::move(weights), path, std::move(schemas), 0, false, nullptr, true) {}
+
+Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
+                   std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
+                   std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues, bool plan_only)
     : queues_(std::move(queues)),
+      plan_only_(plan_only),
       specialized_(specialized_if_needed(given, shapes)),
       graph_(specialized_ ? *specialized_ : given),
       path_(path ? *path : given.routine_path),
@@ -505,6 +517,7 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   for (const auto& in : graph.inputs) net_inputs_.push_back(blob_index.at(in.name));
   const int end = static_cast<int>(steps_.size());
   for (int s : net_outputs_) slots_[static_cast<std::size_t>(s)].last = end;
+  if (plan_only_) return;
   fuse_steps();
 
   // Memory plan: planned blobs and workspaces share one arena per device.
@@ -621,6 +634,7 @@ void Executor::bind_outputs_to_arena() {
 }
 
 void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {
+  if (plan_only_) throw Error("a plan-only executor cannot run (nothing is prepared)");
   const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};
   for (const auto& given : inputs) {
     bool known = false;

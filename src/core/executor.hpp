@@ -81,6 +81,24 @@ class Executor {
            std::vector<std::string> schemas = {}, std::size_t memory_limit = 0, bool keep_nan = false,
            std::shared_ptr<DeviceQueues> queues = nullptr);
 
+  /// The plan alone: the steps a session would run `path` with (routines as
+  /// the full constructor chooses them, adapts, childnets' children, every
+  /// step's LayerInfo: shapes, quantisation, keep_nan), with nothing prepared,
+  /// fused or allocated; run() refuses. What the tuner reads the executor's
+  /// decisions from instead of re-deriving them.
+  struct PlanOnly {};
+  /// `weights`: the model's store, where a childnet's children derive weights (Winograd's transformed ones).
+  Executor(PlanOnly, const Graph& graph, const std::map<std::string, Shape>& shapes, const RoutinePath* path = nullptr,
+           std::shared_ptr<WeightStore> weights = nullptr, std::vector<std::string> schemas = {});
+  bool plan_only() const { return plan_only_; }
+  /// What every routine of a net layer is told about it here (shapes,
+  /// quantisation, keep_nan; no weight store): as its step got it, or its
+  /// childnet's parent; nullptr for a constant or an unknown name.
+  const LayerInfo* layer_info(const std::string& layer) const {
+    auto it = layer_infos_.find(layer);
+    return it == layer_infos_.end() ? nullptr : &it->second;
+  }
+
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms = nullptr);
@@ -133,8 +151,13 @@ class Executor {
   /// Gives `step` its view of the weight store before it is prepared.
   void share_weights(Step& step) const;
 
+  Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
+           std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
+           std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues, bool plan_only);
+
   /// First, so destroyed last: the prepared routines and the recording go before their queues.
   std::shared_ptr<DeviceQueues> queues_;
+  bool plan_only_ = false;  ///< PlanOnly: steps chosen, nothing prepared
   std::unique_ptr<Graph> specialized_;  ///< the graph at these shapes where it has shape_math layers
   const Graph& graph_;
   const RoutinePath& path_;
@@ -150,6 +173,7 @@ class Executor {
   std::vector<BlobSlot> slots_;
   std::vector<Blob> blobs_;  ///< never resized after construction: steps point into it
   std::vector<std::unique_ptr<Step>> steps_;
+  std::map<std::string, LayerInfo> layer_infos_;  ///< layer_info()
   std::map<std::pair<int, std::string>, int> adapted_;  ///< (slot, schema) -> adapted slot
   std::vector<std::unique_ptr<Childnet>> childnets_;    ///< own the child layers steps point to
   std::vector<int> net_inputs_, net_outputs_;

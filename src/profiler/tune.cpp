@@ -203,7 +203,7 @@ struct Tuner {
     DefaultPath out;
     out.path.device_fingerprint = report.device_fingerprint;
     const core::RoutinePath untuned;  // the untuned default, whatever the net held
-    core::Executor exec(net.graph, net.shapes, Schema{}, net.weights, &untuned);
+    const core::Executor exec(core::Executor::PlanOnly{}, net.graph, net.shapes, &untuned, net.weights);
     for (const auto& step : exec.steps()) {
       if (step->layer->type == "adapt") {
         out.path.adapts.push_back({step->adapt_layer.inputs[0], step->adapt_consumer, step->adapt_layer.get_string("from"),

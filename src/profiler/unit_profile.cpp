@@ -413,15 +413,19 @@ std::vector<LayerProfile> Profiler::unit_profile() {
   int total = 0;
   for (const auto& l : net_.graph.layers) total += l.type != "constant";
   int done = 0;
-  const std::set<std::string> nan_layers = core::layers_nan_may_reach(net_.graph);  // as the executor sees them
+  // Each layer as the executor tells its routines about it (shapes, the
+  // quantisation of its blobs, constants' included, keep_nan): read from its
+  // plan, never derived again here.
+  const core::RoutinePath untuned;
+  const core::Executor plan(core::Executor::PlanOnly{}, net_.graph, net_.shapes, &untuned, net_.weights);
   for (const auto& layer : net_.graph.layers) {
     if (layer.type == "constant") continue;
     LayerProfile p;
     p.layer = &layer;
+    const LayerInfo* planned = plan.layer_info(layer.name);
+    if (!planned) throw Error("the executor's plan has no step for this layer", net_.file, layer.name, "layers");
+    p.info = *planned;
     p.info.layer = &layer;
-    p.info.keep_nan = nan_layers.count(layer.name) > 0;
-    for (const auto& i : layer.inputs) p.info.input_shapes.push_back(net_.shapes.at(i)), p.info.input_quant.push_back(quant_of(i));
-    for (const auto& o : layer.outputs) p.info.output_shapes.push_back(net_.shapes.at(o)), p.info.output_quant.push_back(quant_of(o));
     progress_("unit profiling", done++, total, layer.name);
     const auto layer_start = std::chrono::steady_clock::now();
     const int measured_before = measurements_;

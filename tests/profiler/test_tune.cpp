@@ -1,6 +1,7 @@
 // softneuro::tune(): a routine path is chosen, stored, saved and followed; the
 // profile cache is reused and never trusted when damaged; pins and bans hold.
 #include "support/tuning.hpp"
+#include "core/executor.hpp"
 #include "core/model_impl.hpp"
 #include "profiler/profile_cache.hpp"
 #include "profiler/timing.hpp"
@@ -289,4 +290,41 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
   int qint8_layers = 0;
   for (const auto& l : report.layers) qint8_layers += l.descriptor.find("qint8") != std::string::npos;
   if (!report.kept_default) CHECK(qint8_steps >= qint8_layers);
+}
+
+TEST_CASE("a plan-only executor chooses what a prepared one runs, and prepares nothing", "[tune][agreement]") {
+  // The tuner reads the executor's decisions from its plan (the default path,
+  // every layer's LayerInfo): the plan must be the prepared executor's, step for step.
+  TuneOptions opt = quick("-");
+  opt.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+  opt.accuracy = "none";
+  for (const Model& model : {Model::load(SOFTNEURO_DEMO_MODEL), tune(Model::load(SOFTNEURO_DEMO_MODEL), opt)}) {
+    const auto& impl = model.impl();
+    const core::Executor full(impl.graph, impl.shapes, Schema{}, impl.weights);
+    core::Executor plan(core::Executor::PlanOnly{}, impl.graph, impl.shapes, nullptr, impl.weights);
+    CHECK(plan.plan_only());
+    CHECK(plan.arena_bytes() == 0);
+    std::vector<const core::Step*> ran;
+    for (const auto& s : full.steps()) ran.push_back(s.get());
+    REQUIRE(plan.steps().size() == ran.size());
+    for (std::size_t i = 0; i < ran.size(); ++i) {
+      const core::Step& a = *plan.steps()[i];
+      const core::Step& b = *ran[i];
+      INFO("step " << i << " " << b.name);
+      CHECK(a.name == b.name);
+      CHECK(a.routine.descriptor == b.routine.descriptor);
+      CHECK(a.params == b.params);
+      CHECK(a.info.input_shapes == b.info.input_shapes);
+      CHECK(a.info.output_shapes == b.info.output_shapes);
+      CHECK(a.info.input_quant == b.info.input_quant);
+      CHECK(a.info.output_quant == b.info.output_quant);
+      CHECK(a.info.keep_nan == b.info.keep_nan);
+      CHECK(a.prepared == nullptr);
+    }
+    for (const auto& l : impl.graph.layers)
+      if (l.type != "constant") CHECK(plan.layer_info(l.name) != nullptr);
+    std::vector<NamedBlob> in{{"input", Blob::allocate(model.input_shape("input"))}};
+    std::vector<NamedBlob> out{{"probabilities", Blob::allocate(model.output_shape("probabilities"))}};
+    CHECK_THROWS_AS(plan.run(in, out), Error);
+  }
 }
