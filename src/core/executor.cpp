@@ -406,17 +406,19 @@ std::unique_ptr<Graph> specialized_if_needed(const Graph& graph, const std::map<
 
 Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
                    std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
-                   std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues)
+                   std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues,
+                   std::shared_ptr<HostArena> host_arena)
     : Executor(given, shapes, io_schema, std::move(weights), path, std::move(schemas), memory_limit, keep_nan,
-               std::move(queues), false) {}
+               std::move(queues), std::move(host_arena), false) {}
 
 Executor::Executor(PlanOnly, const Graph& given, const std::map<std::string, Shape>& shapes, const RoutinePath* path,
                    std::shared_ptr<WeightStore> weights, std::vector<std::string> schemas)
-    : Executor(given, shapes, Schema{}, std::move(weights), path, std::move(schemas), 0, false, nullptr, true) {}
+    : Executor(given, shapes, Schema{}, std::move(weights), path, std::move(schemas), 0, false, nullptr, nullptr, true) {}
 
 Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
                    std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
-                   std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues, bool plan_only)
+                   std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues,
+                   std::shared_ptr<HostArena> host_arena, bool plan_only)
     : queues_(std::move(queues)),
       plan_only_(plan_only),
       specialized_(specialized_if_needed(given, shapes)),
@@ -546,7 +548,10 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
                 {}, {}, "memory_limit");
   for (Arena& a : arenas_) {
     std::size_t bytes = std::max<std::size_t>(64, a.plan.arena_bytes);
-    if (a.device == Device::cpu) {
+    if (a.device == Device::cpu && host_arena && !uses_device()) {
+      if (!host_arena->reserve(bytes)) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
+      a.shared = host_arena;
+    } else if (a.device == Device::cpu) {
       void* p = allocate_aligned(bytes);
       if (!p) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
       a.memory = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
@@ -610,6 +615,17 @@ void Executor::fuse_steps() {
     a.prepared = std::make_unique<ComputedElsewhere>();
     a.output_blobs.clear();
   }
+}
+
+bool HostArena::reserve(std::size_t bytes) {
+  if (bytes <= bytes_) return true;
+  memory_.reset();  // the old one first: never both at once
+  bytes_ = 0;
+  void* p = allocate_aligned(bytes);
+  if (!p) return false;
+  memory_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  bytes_ = bytes;
+  return true;
 }
 
 Executor::Arena& Executor::arena(Device d) {

@@ -55,6 +55,22 @@ bool makes_nan(const Layer& layer, const Blob* constant_second);
 /// executor and the tuner alike.
 std::set<std::string> layers_nan_may_reach(const Graph& graph);
 
+/// The CPU arena the executors of one session share: a session runs one of
+/// them at a time, so it needs the largest of their plans, not their sum (four
+/// input shapes cost one arena). Grows to the largest plan asked for; an
+/// executor rebinds its blobs to it at every run.
+class HostArena {
+ public:
+  /// Makes room for `bytes`; returns false where memory ran out.
+  bool reserve(std::size_t bytes);
+  char* base() const { return static_cast<char*>(memory_.get()); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  std::shared_ptr<void> memory_;
+  std::size_t bytes_ = 0;
+};
+
 class Executor {
  public:
   /// Chooses routines (the graph's routine path where valid, the default
@@ -76,10 +92,13 @@ class Executor {
   /// `queues`: the session's device queues (core/device_hooks.hpp), bound while
   /// this executor prepares and runs; nullptr: whichever the calling thread has
   /// bound (a childnet's: its parent's; elsewhere each device's default queue).
+  /// `host_arena`: the session's shared CPU arena (nullptr: one of its own),
+  /// used where every step runs on the CPU (a device graph records host
+  /// addresses, so an executor with device steps keeps its own).
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
            std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr,
            std::vector<std::string> schemas = {}, std::size_t memory_limit = 0, bool keep_nan = false,
-           std::shared_ptr<DeviceQueues> queues = nullptr);
+           std::shared_ptr<DeviceQueues> queues = nullptr, std::shared_ptr<HostArena> host_arena = nullptr);
 
   /// The plan alone: the steps a session would run `path` with (routines as
   /// the full constructor chooses them, adapts, childnets' children, every
@@ -129,7 +148,8 @@ class Executor {
     std::vector<BufferRequest> requests;
     MemoryPlan plan;
     std::shared_ptr<void> memory;
-    char* base() const { return static_cast<char*>(memory.get()); }
+    std::shared_ptr<HostArena> shared;  ///< the session's, in place of `memory`
+    char* base() const { return shared ? shared->base() : static_cast<char*>(memory.get()); }
   };
   Arena& arena(Device d);
   int add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema);
@@ -153,7 +173,8 @@ class Executor {
 
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
            std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
-           std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues, bool plan_only);
+           std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues,
+           std::shared_ptr<HostArena> host_arena, bool plan_only);
 
   /// First, so destroyed last: the prepared routines and the recording go before their queues.
   std::shared_ptr<DeviceQueues> queues_;

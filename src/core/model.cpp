@@ -110,7 +110,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   try {
     e.shapes = core::infer_shapes(model_.graph, inputs);
     e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_,
-                                                  memory_limit_, /*keep_nan=*/false, queues_);
+                                                  memory_limit_, /*keep_nan=*/false, queues_, host_arena_);
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
@@ -171,7 +171,7 @@ core::Executor& ShapedExecutors::exact_front() {
     const core::RoutinePath& path = core::path_for(model_.graph, e.inputs, &tuned_here);
     try {
       e.exact = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_,
-                                                 memory_limit_, /*keep_nan=*/true, queues_);
+                                                 memory_limit_, /*keep_nan=*/true, queues_, host_arena_);
     } catch (const Error& err) {
       throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
     }

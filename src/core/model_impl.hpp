@@ -53,6 +53,8 @@ class ShapedExecutors {
   core::Executor& current();
   /// Blob shapes of the executor used last.
   const std::map<std::string, Shape>& current_shapes();
+  /// Bytes of the CPU arena its executors share (the largest plan among them).
+  std::size_t host_arena_bytes() const { return host_arena_->bytes(); }
 
  private:
   struct Entry {
@@ -69,6 +71,8 @@ class ShapedExecutors {
   std::size_t memory_limit_;  ///< of each executor's arena (SessionOptions::memory_limit, resolved)
   /// The session's device queues (a CUDA stream and library handles), shared by its executors.
   std::shared_ptr<core::DeviceQueues> queues_ = core::DeviceQueues::create();
+  /// One CPU arena for all its executors: they run one at a time.
+  std::shared_ptr<core::HostArena> host_arena_ = std::make_shared<core::HostArena>();
   std::list<Entry> entries_;  ///< most recently used first
 };
 

@@ -3,6 +3,8 @@
 #include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
 #include "core/weight_store.hpp"
+#include "support/graphs.hpp"
+#include "support/run_layer.hpp"
 
 #include <softneuro/session.hpp>
 
@@ -554,4 +556,39 @@ TEST_CASE("session: run_timed times each step of layers() and computes what run 
     total += ms[i];
   }
   CHECK(total > 0);
+}
+
+TEST_CASE("session: the executors of its input shapes share one CPU arena, the largest plan", "[session][memory]") {
+  // Four shapes held four arenas (ResNet50: 248 MiB resident after one shape,
+  // 306 MiB after four); a session runs one shape at a time, so one arena of
+  // the largest plan serves them all, rebound at each run.
+  const Model model = detail::make_model(test::chain_graph(6));
+  auto graph = model.impl().graph;
+  graph.inputs[0].dynamic_dims = {0, 2, 3};
+  const Model dynamic = detail::make_model(std::move(graph));
+  detail::ShapedExecutors shaped(dynamic.impl(), SessionOptions{});
+  std::size_t largest = 0, sum = 0;
+  std::mt19937 rng(9);
+  std::vector<std::pair<std::vector<NamedBlob>, std::vector<float>>> runs;
+  for (const Shape& s : {Shape{1, 4, 8, 8}, Shape{2, 4, 16, 12}, Shape{1, 4, 6, 20}}) {
+    core::Executor& e = shaped.at({{"input", s}});
+    largest = std::max(largest, e.arena_bytes());
+    sum += e.arena_bytes();
+    Blob x = Blob::allocate(s);
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(rng);
+    std::vector<NamedBlob> in{{"input", x}};
+    // The reference: a session of its own at this shape.
+    runs.emplace_back(in, test::values(Session(dynamic).run(in)[0].blob));
+  }
+  CHECK(shaped.host_arena_bytes() >= largest);
+  CHECK(shaped.host_arena_bytes() < sum);
+  // Every shape again, in another order, after the arena grew: same outputs.
+  for (int k : {2, 0, 1, 0, 2}) {
+    auto& [in, want] = runs[static_cast<std::size_t>(k)];
+    core::Executor& e = shaped.for_inputs(in);
+    std::vector<NamedBlob> out{{"out", Blob::allocate(shaped.current_shapes().at("out"))}};
+    e.run(in, out);
+    CHECK(test::values(out[0].blob) == want);
+  }
 }
