@@ -104,6 +104,8 @@ class Profiler {
   int measurements() const { return measurements_; }
   int cache_hits() const { return cache_hits_; }
   const Rules& rules() const { return rules_; }
+  /// A blob's quantisation as the executor's plan gives it (unit_profile()
+  /// read it; a constant's storage scales where it has no calibrated ones).
   QuantParams quant_of(const std::string& blob) const;
 
  private:
@@ -127,6 +129,7 @@ class Profiler {
   std::mt19937 rng_{1234};
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int measurements_ = 0, cache_hits_ = 0;
+  std::map<std::string, QuantParams> planned_quant_;  ///< by blob, from the plan unit_profile() read
 };
 
 }  // namespace softneuro::profiler
