@@ -675,6 +675,11 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
     for (const auto& given : inputs) found = found || given.name == graph_.inputs[k].name;
     if (!found) throw Error(fmt::format("input '{}' is missing (given: {})", graph_.inputs[k].name, join_names(inputs)), {}, {}, graph_.inputs[k].name);
   }
+  // A shared arena another executor of the session failed to grow is empty: make room again.
+  for (const Arena& a : arenas_)
+    if (a.shared && a.shared->bytes() < std::max<std::size_t>(64, a.plan.arena_bytes) &&
+        !a.shared->reserve(std::max<std::size_t>(64, a.plan.arena_bytes)))
+      throw Error(fmt::format("out of memory: the net's arena needs {} bytes", a.plan.arena_bytes));
   bind_outputs_to_arena();
   for (auto& given : outputs) {
     bool known = false;
