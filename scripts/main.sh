@@ -30,10 +30,5 @@ echo "untuned: median $(printf '%s\n' "${untuned[@]}" | median_of) ms (rounds: $
 echo "tuned:   median $(printf '%s\n' "${tuned[@]}" | median_of) ms (rounds: ${tuned[*]})"
 # The Python package, into build/python-venv (pip install . reuses build/: only its module compiles).
 if [ ! -x build/python-venv/bin/python ]; then python3 -m venv build/python-venv; fi
-# Without build isolation (its tools installed into the venv once): each
-# isolated build runs from a new temporary folder, and scikit-build-core then
-# clears build/CMakeFiles, objects included: every later `pip install .`
-# rebuilt the whole library (7 minutes on 2 cores).
-build/python-venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0"
-build/python-venv/bin/pip install -q --no-build-isolation .
+build/python-venv/bin/pip install -q .
 build/python-venv/bin/python -c "import softneuro; print('python: import softneuro', softneuro.version(), '(build/python-venv)')"
