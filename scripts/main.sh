@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+# `pip install .` leaves scikit-build-core's CMake File API query in build/.cmake;
+# with it, a plain configure of build/ failed on the CUDA backend (the query's
+# reply asks for every target's compile features: "CUDA20" unknown to CMake 3.25).
+rm -rf build/.cmake
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DSOFTNEURO_PYTHON=OFF
 cmake --build build -j "$(nproc)"
 # (into a file: piping into head would end inspect with SIGPIPE under pipefail)

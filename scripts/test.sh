@@ -21,6 +21,10 @@ jobs="$(nproc)"
 # spin against the other test processes (a spinning barrier costs whole time slices).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 # BUILD_TESTING=ON explicitly: scripts/main.sh configures the same folder without tests.
+# `pip install .` leaves scikit-build-core's CMake File API query in build/.cmake;
+# with it, a plain configure of build/ failed on the CUDA backend (the query's
+# reply asks for every target's compile features: "CUDA20" unknown to CMake 3.25).
+rm -rf build/.cmake
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON -DSOFTNEURO_PYTHON=OFF
 cmake --build build -j "$jobs"
 stage "ctest"
