@@ -34,5 +34,10 @@ echo "untuned: median $(printf '%s\n' "${untuned[@]}" | median_of) ms (rounds: $
 echo "tuned:   median $(printf '%s\n' "${tuned[@]}" | median_of) ms (rounds: ${tuned[*]})"
 # The Python package, into build/python-venv (pip install . reuses build/: only its module compiles).
 if [ ! -x build/python-venv/bin/python ]; then python3 -m venv build/python-venv; fi
-build/python-venv/bin/pip install -q .
+# Without build isolation (its tools installed into the venv once): an isolated
+# build runs from a new temporary folder each time, and scikit-build-core then
+# clears build/CMakeFiles, objects included, so a second `pip install .`
+# rebuilt the whole library (413 s on 2 cores; without isolation: 5 s).
+build/python-venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0"
+build/python-venv/bin/pip install -q --no-build-isolation .
 build/python-venv/bin/python -c "import softneuro; print('python: import softneuro', softneuro.version(), '(build/python-venv)')"

@@ -42,7 +42,9 @@ stage "python package"
 # The Python package: `pip install .` into a venv of its own (it builds in
 # build/, so only the module is compiled here), then its tests against it.
 if [ ! -x build/python-venv/bin/python ]; then python3 -m venv build/python-venv; fi
-build/python-venv/bin/pip install -q ".[test]"
+# No build isolation, as in scripts/main.sh (an isolated build clears build/CMakeFiles).
+build/python-venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0"
+build/python-venv/bin/pip install -q --no-build-isolation ".[test]"
 (cd build && SOFTNEURO_CLI="$PWD/softneuro" python-venv/bin/python -m pytest -q ../python/tests)
 
 # ASan + UBSan: every unit and importer test, the unit tests again as on an
