@@ -51,8 +51,8 @@ struct Step {
 /// is not counted.)
 bool makes_nan(const Layer& layer, const Blob* constant_second);
 /// The layers of `graph` (topologically sorted) that a NaN-making layer's
-/// result reaches, those layers included: their LayerInfo::keep_nan, in the
-/// executor and the tuner alike.
+/// result reaches, those layers included: their LayerInfo::keep_nan (the
+/// tuner reads it from the executor's plan).
 std::set<std::string> layers_nan_may_reach(const Graph& graph);
 
 /// The CPU arena the executors of one session share: a session runs one of

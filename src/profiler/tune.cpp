@@ -659,12 +659,11 @@ void store_int8_weights(detail::WorkingModel& net, TuneReport& report, const std
 
 /// Tunes `net` in place (the body of tune()).
 TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) {
-  detail::WorkingModel* const impl_ = &net;  // the working copy
-  if (options.shapes.empty() && !core::has_shape_math(impl_->graph)) {
-    Tuner tuner(*impl_, options);
+  if (options.shapes.empty() && !core::has_shape_math(net.graph)) {
+    Tuner tuner(net, options);
     TuneReport report = tuner.run();
     if (!options.keep_float_weights)
-      store_int8_weights(*impl_, report, tuner.bias_correction ? &tuner.calibration.channel_means : nullptr);
+      store_int8_weights(net, report, tuner.bias_correction ? &tuner.calibration.channel_means : nullptr);
     return report;
   }
   // Tuned at given shapes (or, where shape_math layers compute values from the
@@ -680,14 +679,14 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
   std::vector<std::map<std::string, Shape>> buckets = options.shapes;
   if (buckets.empty()) buckets.emplace_back();  // the default shapes
   for (const auto& bucket : buckets) {
-    core::Graph g = impl_->graph;
+    core::Graph g = net.graph;
     for (const auto& [name, shape] : bucket) {
       auto in = std::find_if(g.inputs.begin(), g.inputs.end(), [&name = name](const TensorInfo& t) { return t.name == name; });
-      if (in == g.inputs.end()) throw Error(fmt::format("the model has no input named '{}'", name), impl_->file, {}, "shapes");
+      if (in == g.inputs.end()) throw Error(fmt::format("the model has no input named '{}'", name), net.file, {}, "shapes");
       try {
         core::check_input_shape(*in, shape);
       } catch (const Error& e) {
-        throw Error(e.message(), impl_->file, {}, "shapes");
+        throw Error(e.message(), net.file, {}, "shapes");
       }
       in->shape = shape;
     }
@@ -696,7 +695,7 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
       for (const auto& in : g.inputs) shapes[in.name] = in.shape;
       g = core::specialize(g, shapes);
     }
-    auto at = detail::WorkingModel::build(std::move(g), impl_->file);
+    auto at = detail::WorkingModel::build(std::move(g), net.file);
     Tuner tuner(*at, each);
     TuneReport report = tuner.run();
     // Biases are corrected where every bucket kept the correction (the first bucket's calibration).
@@ -709,15 +708,15 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
     paths.push_back(std::move(path));
     if (paths.size() == 1) {
       first = std::move(report);
-      impl_->graph.blob_quant = at->graph.blob_quant;  // calibrated once, for every bucket
+      net.graph.blob_quant = at->graph.blob_quant;  // calibrated once, for every bucket
     } else {
       first.other_shapes.push_back(std::move(report));
     }
   }
-  impl_->graph.routine_path = paths.front();
-  impl_->graph.shape_paths.assign(paths.begin() + 1, paths.end());
-  impl_->changed();
-  if (!options.keep_float_weights) store_int8_weights(*impl_, first, correct_bias ? &means : nullptr);
+  net.graph.routine_path = paths.front();
+  net.graph.shape_paths.assign(paths.begin() + 1, paths.end());
+  net.changed();
+  if (!options.keep_float_weights) store_int8_weights(net, first, correct_bias ? &means : nullptr);
   return first;
 }
 
