@@ -2,6 +2,8 @@
 // derived weights and run concurrently with identical outputs.
 #include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
+#include "core/registry.hpp"
+#include "core/layer_types.hpp"
 #include "core/weight_store.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
@@ -537,6 +539,59 @@ TEST_CASE("session: derived weights are packed once per model, for every shape a
   Session second(model);
   CHECK(same(second.run(at12), want));
   CHECK(model.impl().weights->built() == built);  // another session: nothing packed again
+}
+
+// A dynamic model tuned at one size runs at others on the same path. The direct
+// convolution named input_mode only where two modes applied: YOLOv8n tuned at
+// 320x320 (a 1x1 layer at 10x10, spanned) fell back to the default choice at
+// 64x64 (2x2) with a warning, as if the file named a parameter it lacks.
+TEST_CASE("session: a path tuned at one input size keeps its routines at another", "[session]") {
+  if (!core::cpu_features().avx2_fma()) return;  // the routine pinned below needs AVX2
+  const std::string desc = "cpu:float32:nchw8c/direct";
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("conv2", desc, &schema);
+  REQUIRE(r);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.f, 0.3f);
+  Layer l;
+  l.type = "conv2";
+  l.name = "pointwise";
+  l.inputs = {"x"};
+  l.outputs = {"y"};
+  Blob w = Blob::allocate(Shape{64, 64, 1, 1});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = nd(rng);
+  l.weights["weight"] = w;
+  auto modes_at = [&](int64_t hw) {
+    LayerInfo info;
+    info.layer = &l;
+    info.input_shapes = {Shape{1, 64, hw, hw}};
+    info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
+    for (const auto& p : r->param_space(info, schema))
+      if (p.name == "input_mode") return p.choices;
+    return std::vector<int64_t>{};
+  };
+  const std::vector<int64_t> tuned_at = modes_at(10), run_at = modes_at(2);
+  REQUIRE(std::find(tuned_at.begin(), tuned_at.end(), 2) != tuned_at.end());  // spanned applies at 10x10
+  REQUIRE(std::find(run_at.begin(), run_at.end(), 2) == run_at.end());        // not at 2x2
+  core::Graph g;
+  g.name = "tuned_elsewhere";
+  g.inputs = {{"x", Shape{1, 64, 10, 10}, DType::float32, {2, 3}}};
+  g.outputs = {"y"};
+  g.layers = {l};
+  Model untuned = detail::make_model(g);
+  g.routine_path.routines.push_back({"pointwise", desc, {{"input_mode", 2}}, 0, 0, {}});
+  Model model = detail::make_model(std::move(g));
+  Blob x = Blob::allocate(Shape{1, 64, 2, 2});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(rng);
+  const std::vector<NamedBlob> in{{"x", x}};
+  Session s(model);
+  const auto got = s.run(in);
+  const auto want = Session(untuned).run(in);
+  for (const auto& step : s.layers())
+    if (step.name == "pointwise") CHECK(step.descriptor == desc);
+  const float* a = got[0].blob.data_as<float>();
+  const float* b = want[0].blob.data_as<float>();
+  for (int64_t i = 0; i < want[0].blob.numel(); ++i) REQUIRE(std::abs(a[i] - b[i]) <= 1e-4f * (1 + std::abs(b[i])));
 }
 
 TEST_CASE("session: run_timed times each step of layers() and computes what run does", "[session]") {

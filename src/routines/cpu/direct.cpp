@@ -774,9 +774,15 @@ class Direct final : public Routine {
       space[1].choices = widths;
     }
     if (k && k->asm_row && L != Layout::nhwc) {
+      // compact, input_mode and w_prefetch are named at every shape, with one
+      // choice where only one applies: a path tuned at another shape (a dynamic
+      // model run at a size it was not tuned at) keeps this routine, its value
+      // dropped for the default, instead of refusing it as a parameter it lacks.
       if (compactable(g)) {
         const int64_t c = default_compact(g, k->vec);
         space.push_back({"compact", {c, 1 - c}});
+      } else {
+        space.push_back({"compact", {0}});
       }
       // input_mode: the modes that apply (spanned where the first choice's
       // tiles, oc_block's and ow_tile's first, have split forms), the default first.
@@ -788,10 +794,10 @@ class Direct final : public Routine {
       std::vector<int64_t> modes{mode};
       for (int64_t m : {kInPlace, kPaddedCopy, kSpanned})
         if (m != mode && (m != kPaddedCopy || padded(g)) && (m != kSpanned || can_span)) modes.push_back(m);
-      if (modes.size() > 1) space.push_back({"input_mode", modes});
-      if (k->w_prefetch_choice && g.kh > 0) {
-        const int64_t pf = default_w_prefetch(g, mode == kSpanned);
-        space.push_back({"w_prefetch", {pf, 1 - pf}});
+      space.push_back({"input_mode", modes});
+      if (k->w_prefetch_choice) {
+        const int64_t pf = g.kh > 0 && default_w_prefetch(g, mode == kSpanned);
+        space.push_back({"w_prefetch", g.kh > 0 ? std::vector<int64_t>{pf, 1 - pf} : std::vector<int64_t>{pf}});
       }
     }
     return space;
