@@ -25,6 +25,32 @@ MODELS = [
 ]
 
 
+def disagreements(path, shape, rng):
+    """Tunes the model at `path` hybrid at `shape`, runs a session at that shape;
+    returns (report layers, layers run otherwise than the report names)."""
+    m = softneuro.import_onnx(path)
+    name = m.inputs[0].name
+    cal = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)]
+    t = softneuro.tune(m, schemas=["cpu:float32:*", "cpu:qint8:*"], calibration=cal, accuracy="none",
+                       shapes=[{name: shape}], time_budget_s=60)
+    s = softneuro.Session(t)
+    s.run(cal[0])  # planned at the tuned shape
+    ran = {layer["name"]: layer for layer in s.layers()}
+    wrong = []
+    for want in t.report.layers:
+        got = ran.get(want["layer"])
+        if got is None:
+            # A childnet (Winograd) runs as its children, named "<layer>/<child>", each in the schema chosen.
+            children = [l for n, l in ran.items() if n.startswith(want["layer"] + "/")]
+            if not children or any(c["descriptor"].split("/")[0] != want["descriptor"].split("/")[0] for c in children):
+                wrong.append(f"{want['layer']}: tuned {want['descriptor']}, runs as {[c['descriptor'] for c in children]}")
+            continue
+        if got["descriptor"] != want["descriptor"] or got["routine_params"] != want["routine_params"]:
+            wrong.append(f"{want['layer']}: tuned {want['descriptor']} [{want['routine_params']}], "
+                         f"runs {got['descriptor']} [{got['routine_params']}]")
+    return t.report.layers, wrong
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=os.path.expanduser("~/.cache/softneuro/real-models"))
@@ -37,28 +63,9 @@ def main():
             print(f"{file}: missing (shared/real-models/fetch.sh)")
             failures += 1
             continue
-        m = softneuro.import_onnx(path)
-        name = m.inputs[0].name
-        cal = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)]
-        t = softneuro.tune(m, schemas=["cpu:float32:*", "cpu:qint8:*"], calibration=cal, accuracy="none",
-                           shapes=[{name: shape}], time_budget_s=60)
-        s = softneuro.Session(t)
-        s.run(cal[0])  # planned at the tuned shape
-        ran = {layer["name"]: layer for layer in s.layers()}
-        wrong = []
-        for want in t.report.layers:
-            got = ran.get(want["layer"])
-            if got is None:
-                # A childnet (Winograd) runs as its children, named "<layer>/<child>", each in the schema chosen.
-                children = [l for n, l in ran.items() if n.startswith(want["layer"] + "/")]
-                if not children or any(c["descriptor"].split("/")[0] != want["descriptor"].split("/")[0] for c in children):
-                    wrong.append(f"{want['layer']}: tuned {want['descriptor']}, runs as {[c['descriptor'] for c in children]}")
-                continue
-            if got["descriptor"] != want["descriptor"] or got["routine_params"] != want["routine_params"]:
-                wrong.append(f"{want['layer']}: tuned {want['descriptor']} [{want['routine_params']}], "
-                             f"runs {got['descriptor']} [{got['routine_params']}]")
-        qint8 = sum("qint8" in l["descriptor"] for l in t.report.layers)
-        print(f"{file} at {'x'.join(map(str, shape))}: {len(t.report.layers)} layers tuned ({qint8} in qint8), "
+        layers, wrong = disagreements(path, shape, rng)
+        qint8 = sum("qint8" in l["descriptor"] for l in layers)
+        print(f"{file} at {'x'.join(map(str, shape))}: {len(layers)} layers tuned ({qint8} in qint8), "
               f"{len(wrong)} run otherwise  {'ok' if not wrong else 'FAIL'}")
         for w in wrong[:10]:
             print("  " + w)

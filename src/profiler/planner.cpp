@@ -44,8 +44,7 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
   };
   auto add_edge = [&](const std::string& blob, int from, int to, const std::string& consumer) {
     if (progress && !integrated) progress("adapts", edges_done++, edges_total, blob + " -> " + consumer);
-    const Shape& shape = net.shapes.at(blob);
-    const QuantParams q = profiler.quant_of(blob);
+    const auto& [shape, q] = profiler.planned_blob(blob);
     std::vector<double> cost(static_cast<std::size_t>(S * S));
     std::vector<AdaptPick> picks(static_cast<std::size_t>(S * S));
     for (int a = 0; a < S; ++a)

@@ -175,10 +175,10 @@ Profiler::Profiler(detail::WorkingModel& net, const TuneOptions& options, Rules 
       key_prefix_(std::move(key_prefix)),
       progress_(std::move(progress)) {}
 
-QuantParams Profiler::quant_of(const std::string& blob) const {
-  if (auto q = planned_quant_.find(blob); q != planned_quant_.end()) return q->second;
-  auto q = net_.graph.blob_quant.find(blob);
-  return q == net_.graph.blob_quant.end() ? QuantParams{} : q->second;
+const Profiler::PlannedBlob& Profiler::planned_blob(const std::string& blob) const {
+  auto it = planned_blobs_.find(blob);
+  if (it == planned_blobs_.end()) throw Error("no layer of the executor's plan reads or writes this blob", net_.file, blob, "blobs");
+  return it->second;
 }
 
 double Profiler::budget_ms() const {
@@ -427,10 +427,12 @@ std::vector<LayerProfile> Profiler::unit_profile() {
     if (!planned) throw Error("the executor's plan has no step for this layer", net_.file, layer.name, "layers");
     p.info = *planned;
     p.info.layer = &layer;
-    for (std::size_t i = 0; i < layer.inputs.size() && i < p.info.input_quant.size(); ++i)
-      planned_quant_[layer.inputs[i]] = p.info.input_quant[i];
-    for (std::size_t i = 0; i < layer.outputs.size() && i < p.info.output_quant.size(); ++i)
-      planned_quant_[layer.outputs[i]] = p.info.output_quant[i];
+    for (std::size_t i = 0; i < layer.inputs.size() && i < p.info.input_shapes.size(); ++i)
+      planned_blobs_[layer.inputs[i]] = {p.info.input_shapes[i],
+                                         i < p.info.input_quant.size() ? p.info.input_quant[i] : QuantParams{}};
+    for (std::size_t i = 0; i < layer.outputs.size() && i < p.info.output_shapes.size(); ++i)
+      planned_blobs_[layer.outputs[i]] = {p.info.output_shapes[i],
+                                          i < p.info.output_quant.size() ? p.info.output_quant[i] : QuantParams{}};
     progress_("unit profiling", done++, total, layer.name);
     const auto layer_start = std::chrono::steady_clock::now();
     const int measured_before = measurements_;

@@ -104,9 +104,15 @@ class Profiler {
   int measurements() const { return measurements_; }
   int cache_hits() const { return cache_hits_; }
   const Rules& rules() const { return rules_; }
-  /// A blob's quantisation as the executor's plan gives it (unit_profile()
-  /// read it; a constant's storage scales where it has no calibrated ones).
-  QuantParams quant_of(const std::string& blob) const;
+  /// A blob's shape and quantisation as the executor's plan gives them to the
+  /// layers reading or writing it (unit_profile() read them; a constant's
+  /// storage scales where it has no calibrated ones). Throws for a blob no
+  /// planned layer touches.
+  struct PlannedBlob {
+    Shape shape;
+    QuantParams quant;
+  };
+  const PlannedBlob& planned_blob(const std::string& blob) const;
 
  private:
   double budget_ms() const;
@@ -129,7 +135,7 @@ class Profiler {
   std::mt19937 rng_{1234};
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int measurements_ = 0, cache_hits_ = 0;
-  std::map<std::string, QuantParams> planned_quant_;  ///< by blob, from the plan unit_profile() read
+  std::map<std::string, PlannedBlob> planned_blobs_;  ///< from the plan unit_profile() read
 };
 
 }  // namespace softneuro::profiler
