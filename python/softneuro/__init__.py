@@ -142,8 +142,10 @@ def tune(
     validation: samples the accuracy budget is measured on.
     accuracy: "top1:0.99", "cosine:0.999", "rel-l2:0.02" or "none" (qint8 tunings).
     metric: fn(outputs_list) -> float over the validation samples' outputs (dicts, in
-        order; e.g. exact lines against your labels); a path may score at most
-        `max_drop` below the float32 model. Replaces `accuracy`.
+        order; e.g. exact lines against your labels), or fn(outputs_list,
+        references_list) -> float, references being the float32 model's outputs
+        of the same samples; a path may score at most `max_drop` below the
+        float32 model. Replaces `accuracy`.
     progress: True prints stages; or a function(stage, done, total, item).
     shapes: input shapes to tune at, one routine path each ([{"x": (1, 3, 48, 320)}, ...]).
     """
@@ -154,12 +156,24 @@ def tune(
         progress = None
     if metric is not None and accuracy:
         raise Error("give accuracy or metric, not both", field="accuracy")
+    validation = [_as_inputs(s) for s in (validation or [])]
+    if metric is not None and _positional_params(metric) >= 2:
+        # fn(outputs, references): the float32 model's outputs, computed once here.
+        float32 = _core.Session(model._model, 0, 0, ["cpu:float32:*"], 4)
+        references = [float32.run(v) for v in validation]
+        del float32
+        two_args = metric
+
+        def metric(outputs):  # noqa: F811
+            return two_args(outputs, references)
+
+        metric.__name__ = getattr(two_args, "__name__", "metric")
     tuned, report = _core.tune(
         model._model,
         list(schemas or []),
         cache_dir or "",
         [_as_inputs(s) for s in (calibration or [])],
-        [_as_inputs(s) for s in (validation or [])],
+        validation,
         accuracy or "",
         metric,
         float(max_drop),
@@ -169,6 +183,19 @@ def tune(
         bool(keep_float_weights),
     )
     return Model(tuned, TuneReport(report))
+
+
+def _positional_params(fn) -> int:
+    """How many positional arguments `fn` takes (2 or more: fn(outputs, references))."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
+        return 2
+    return sum(p.kind in kinds for p in params)
 
 
 class Session:

@@ -122,6 +122,26 @@ def test_hybrid_tuning_with_calibration_samples_and_a_python_metric(tmp_path):
     assert y.shape == (1, 16)
 
 
+def test_a_python_metric_against_the_float32_references(tmp_path):
+    # fn(outputs, references): references are the float32 model's outputs of the same samples.
+    m = softneuro.import_onnx(conv_onnx(str(tmp_path / "conv.onnx")))
+    calibration = [{"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(6)]
+    validation = [{"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(3)]
+    want = [softneuro.Session(m).run(v)["y"] for v in validation]
+    calls = []
+
+    def agreement(outputs, references):
+        calls.append((len(outputs), len(references)))
+        for r, w in zip(references, want):
+            np.testing.assert_allclose(r["y"], w, rtol=1e-4, atol=1e-4)
+        return float(sum(int(np.argmax(o["y"])) == int(np.argmax(r["y"])) for o, r in zip(outputs, references)))
+
+    t = softneuro.tune(m, schemas=["cpu:qint8:*"], calibration=calibration, validation=validation,
+                       metric=agreement, max_drop=3, cache_dir=str(tmp_path / "cache"))
+    assert "agreement:max_drop=3" in t.report.accuracy_budget
+    assert calls and all(c == (3, 3) for c in calls)
+
+
 def test_path_picture(mlp, tmp_path):
     t = softneuro.tune(mlp, cache_dir=str(tmp_path / "cache"))
     svg = t.path_svg(str(tmp_path / "path.svg"), title="mlp")
