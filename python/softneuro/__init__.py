@@ -39,6 +39,12 @@ def version() -> str:
     return _core.version()
 
 
+def device_fingerprint() -> str:
+    """What identifies this device to a tuned path ("CPU model | ISA extensions | logical CPUs"):
+    a file whose Model.tuned_fingerprint equals it runs here as tuned."""
+    return _core.device_fingerprint()
+
+
 class TensorInfo(tuple):
     """(name, shape with -1 where any size is taken, default shape)."""
 
@@ -73,6 +79,11 @@ class Model:
     @property
     def outputs(self) -> list:
         return [TensorInfo(t) for t in self._model.outputs]
+
+    @property
+    def tuned_fingerprint(self) -> str:
+        """The device fingerprint its routine path was tuned on ("" when untuned)."""
+        return self._model.tuned_fingerprint()
 
     def save(self, path: str) -> None:
         """Writes a .dnn file (atomically)."""
@@ -220,4 +231,4 @@ class Session:
         return self._s.layers()
 
 
-__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "import_onnx", "load", "tune", "version"]
+__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "device_fingerprint", "import_onnx", "load", "tune", "version"]

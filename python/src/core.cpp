@@ -104,6 +104,7 @@ NB_MODULE(_core, m) {
   });
 
   m.def("version", [] { return std::string(softneuro::version()); });
+  m.def("device_fingerprint", &softneuro::device_fingerprint);
 
   nb::class_<softneuro::Model>(m, "Model")
       .def_prop_ro("inputs", [](const softneuro::Model& n) { return infos(n.inputs()); })

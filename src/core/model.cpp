@@ -414,4 +414,6 @@ std::size_t Session::unplanned_bytes() const { return impl_->executors.current()
 
 const char* version() { return SOFTNEURO_VERSION; }
 
+std::string device_fingerprint() { return core::device_fingerprint(); }
+
 }  // namespace softneuro
