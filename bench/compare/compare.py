@@ -23,7 +23,7 @@ softneuro's calibration uses by default (bench/compare/calib.py). Each
 contender's output for the zoo's input is compared with PyTorch's float32
 output (bench/models/zoo/NAME.output.npy).
 
-Writes bench/results/compare.md, compare.json and compare.png; work files go
+Writes bench/results/compare.md, compare.json and compare.svg; work files go
 to build/compare/.
 """
 import argparse
@@ -728,55 +728,52 @@ def write_reports(a, meta, results, models, contenders):
                                           "labels": {c: LABEL[c] for c in contenders}},
                "results": results}, open(os.path.join(a.results, "compare.json"), "w"), indent=1)
     try:
-        plot(a, meta, results, models, contenders)
+        draw_chart(a.results)
     except Exception as e:
         log(f"chart not written: {type(e).__name__}: {e}")
     return md_text
 
 
 def plot(a, meta, results, models, contenders):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    colors = {"softneuro": "#d62728", "ort": "#1f77b4", "torch": "#ff7f0e", "tflite": "#2ca02c"}
-    n = len(models)
-    cols = min(n, 3)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(max(5.2 * cols, 8), 0.38 * len(contenders) * rows + 1.6),
-                             squeeze=False)
-    for i, m in enumerate(models):
-        ax = axes[i // cols][i % cols]
-        ys = list(range(len(contenders)))[::-1]
-        ok = [results[m]["contenders"][c] for c in contenders
-              if results[m]["contenders"].get(c, {}).get("status") == "ok"]
-        lo = 10 ** math.floor(math.log10(min([c["min_ms"] for c in ok] + [1e9]) * 0.8)) if ok else 0.1
-        hi = max([c["max_ms"] for c in ok] + [lo * 10])
-        for y, cid in zip(ys, contenders):
+    """compare.svg: drawn by libsoftneuro's own chart code (softneuro.chart_svg,
+    the frame and bars of `softneuro report --svg`)."""
+    import softneuro
+    colors = {"softneuro": "#d62728", "ort": "#1f77b4", "torch": "#ff7f0e", "tflite": "#2ca02c", "openvino": "#9467bd"}
+    panels = []
+    for m in models:
+        bars = []
+        for cid in contenders:
             c = results[m]["contenders"].get(cid, {})
             if c.get("status") == "ok":
-                med = c["median_ms"]
-                q = "int8" in cid
-                ax.barh(y, med - lo, left=lo, color=colors[GROUP[cid]], alpha=0.6 if q else 0.95,
-                        hatch="///" if q else None, edgecolor="white" if q else None,
-                        xerr=[[med - c["min_ms"]], [c["max_ms"] - med]], error_kw={"lw": 0.8, "capsize": 2})
-                ax.text(c["max_ms"] * 1.08, y, fmt_ms(med), va="center", fontsize=7)
+                bars.append({"label": SHORT[cid], "median": c["median_ms"], "min": c["min_ms"], "max": c["max_ms"],
+                             "colour": colors.get(GROUP[cid], "#7f7f7f"), "hatched": "int8" in cid})
             else:
-                ax.text(lo * 1.1, y, c.get("status", "failed"), va="center", fontsize=7, color="grey")
-        ax.set_xscale("log")
-        ax.set_xlim(lo, hi * 3)
-        ax.set_yticks(ys)
-        ax.set_yticklabels([SHORT[c] for c in contenders], fontsize=8)
-        ax.set_title(m, fontsize=10)
-        ax.set_xlabel("ms, log scale (median; whiskers: min–max)", fontsize=8)
-        ax.tick_params(axis="x", labelsize=7)
-    for j in range(n, rows * cols):
-        axes[j // cols][j % cols].axis("off")
+                bars.append({"label": SHORT[cid], "note": c.get("status", "failed")})
+        panels.append((m, bars))
     mi = meta["machine"]
-    fig.suptitle(f"Batch 1, {a.threads} threads — {mi['cpu']}, {mi['cores']} cores — {meta['date']}"
-                 + (" (--quick)" if a.quick else ""), fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
-    fig.savefig(os.path.join(a.results, "compare.png"), dpi=120)
-    plt.close(fig)
+    softneuro.chart_svg(f"Batch 1, {a.threads} threads: {mi['cpu']}, {mi['cores']} cores, {meta['date']}"
+                        + (" (--quick)" if a.quick else ""), panels, path=os.path.join(a.results, "compare.svg"))
+
+
+def chart_only(results_dir):
+    """compare.svg from compare.json (no measurement)."""
+    data = json.load(open(os.path.join(results_dir, "compare.json")))
+    st = data["settings"]
+    args = argparse.Namespace(threads=st["threads"], quick=st.get("quick", False), results=results_dir)
+    plot(args, data["meta"], data["results"], list(data["results"]), st["contenders"])
+    log(f"wrote {os.path.relpath(os.path.join(results_dir, 'compare.svg'), ROOT)} from compare.json")
+
+
+def draw_chart(results_dir):
+    """chart_only() here where the softneuro package imports, else under the
+    interpreter of build/python-venv (scripts/main.sh installs it there)."""
+    try:
+        import softneuro  # noqa: F401
+    except ImportError:
+        py = os.path.join(ROOT, "build", "python-venv", "bin", "python")
+        subprocess.run([py, os.path.abspath(__file__), "--chart-only", "--results", results_dir], check=True)
+        return
+    chart_only(results_dir)
 
 
 # ------------------------------------------------------------------ main
@@ -825,7 +822,10 @@ def main():
     ap.add_argument("--tune-timeout", type=int, default=3600)
     ap.add_argument("--bench-timeout", type=int, default=1200, help="seconds for one contender's round")
     ap.add_argument("--load-timeout", type=int, default=1800, help="seconds for a worker to load and warm up")
+    ap.add_argument("--chart-only", action="store_true", help="draw compare.svg from compare.json, measure nothing")
     a = ap.parse_args()
+    if a.chart_only:
+        return chart_only(a.results)
     if a.omp_passive:
         os.environ["OMP_WAIT_POLICY"] = "passive"
     if a.runs is None:
@@ -916,7 +916,7 @@ def main():
         log(f"[{m}] done in {results[m]['wall_s']:.0f} s")
     print()
     print(md)
-    log(f"wrote {os.path.relpath(os.path.join(a.results, 'compare.md'), ROOT)}, compare.json, compare.png")
+    log(f"wrote {os.path.relpath(os.path.join(a.results, 'compare.md'), ROOT)}, compare.json, compare.svg")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 #                        [--skip CONTENDER|GROUP ...] [--quick] [--reuse]
 #
 # 1. Debian packages and bench/.venv (bench/install-bench-deps.sh: PyTorch, torchvision,
-#    onnx, matplotlib from Debian; ONNX Runtime from pip into the venv, which sees
+#    onnx from Debian; ONNX Runtime from pip into the venv, which sees
 #    Debian's packages). The system Python is never pip-installed into.
 # 2. What onnxruntime.quantization needs beyond Debian's onnx 1.12 (onnx >= 1.16,
 #    ml_dtypes), into bench/.venv, with NumPy pinned to Debian's version: Debian's
@@ -17,7 +17,9 @@
 #    Skipped when the arguments contain `tflite` (e.g. --skip tflite).
 # 4. Builds build/softneuro if it is missing (Release, Ninja).
 # 5. bench/compare/compare.py with the arguments given: exports missing zoo models,
-#    tunes, runs every contender interleaved, writes bench/results/compare.{md,json,png}.
+#    tunes, runs every contender interleaved, writes bench/results/compare.{md,json,svg}
+#    (compare.py --chart-only draws compare.svg again from compare.json, in the
+#    interpreter that has the softneuro package).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -65,10 +67,19 @@ if [ "$want_tflite" = 1 ] && [ ! -e "$TFL.failed" ] \
   rm -f "$LOG"
 fi
 
-# 4. softneuro
+# 4. softneuro: the CLI, and the Python package in build/python-venv as
+#    scripts/main.sh installs it (compare.svg is drawn by its chart code)
 if [ ! -x "$ROOT/build/softneuro" ]; then
   say "building softneuro"
+  rm -rf build/.cmake
   cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build -j"$(nproc)"
+fi
+if ! build/python-venv/bin/python -c "import softneuro" 2>/dev/null; then
+  say "the softneuro Python package into build/python-venv"
+  if [ ! -x build/python-venv/bin/python ]; then python3 -m venv build/python-venv; fi
+  build/python-venv/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.0"
+  build/python-venv/bin/pip install -q --no-build-isolation .
+  rm -rf build/.cmake  # scikit-build-core's File API query breaks a plain configure of build/
 fi
 
 # 5. the benchmark

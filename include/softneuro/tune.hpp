@@ -188,6 +188,27 @@ struct TuneReport {
 /// blob's producer to its readers, and a bar of each step's tuned time.
 std::string path_svg(std::span<const LayerSummary> steps, const std::string& title);
 
+/// A benchmark chart: one panel per group (a model), a horizontal bar per
+/// entry (an engine) at its median with min-max whiskers, on a log scale.
+struct BarChart {
+  struct Bar {
+    std::string label;
+    double median = 0, min = 0, max = 0;  ///< median <= 0: no result; `note` says why
+    std::string colour = "#4e79a7";
+    bool hatched = false;  ///< e.g. int8 entries
+    std::string note;
+  };
+  struct Panel {
+    std::string title;
+    std::vector<Bar> bars;
+  };
+  std::string title;
+  std::string unit = "ms";
+  std::vector<Panel> panels;
+};
+/// The chart as SVG, in path_svg's frame and bars (bench/compare's chart).
+std::string chart_svg(const BarChart& chart);
+
 /// Measures the candidate routines of every layer of `model` on this device
 /// (unit profiling, then integrated profiling in whole-net runs), picks the
 /// fastest routine path with DPRS, adapts included, and returns the model with

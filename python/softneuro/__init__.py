@@ -104,6 +104,21 @@ class Model:
         return f"<softneuro.Model {self.name!r}: {ins} -> {outs}>"
 
 
+def chart_svg(title: str, panels: Sequence, unit: str = "ms", path: Optional[str] = None) -> str:
+    """A benchmark chart as SVG, drawn by the code that draws Model.path_svg:
+    panels = [(panel title, [bar, ...]), ...], each bar a dict with "label",
+    "median" (<= 0: no result, "note" says why), "min", "max" (whiskers),
+    "colour", "hatched" (e.g. int8); written to `path` if given."""
+    def bar(b):
+        return (str(b["label"]), float(b.get("median") or 0), float(b.get("min") or 0), float(b.get("max") or 0),
+                str(b.get("colour", "#4e79a7")), bool(b.get("hatched", False)), str(b.get("note", "")))
+    text = _core.chart_svg(str(title), str(unit), [(str(t), [bar(b) for b in bars]) for t, bars in panels])
+    if path is not None:
+        with open(path, "w") as f:
+            f.write(text)
+    return text
+
+
 class TuneReport:
     """What tune() measured and chose: .layers (dicts), .measured_ms, .default_ms,
     .accuracy, .accuracy_budget, .accuracy_missed; str() is the text report, .json the JSON one."""
@@ -231,4 +246,4 @@ class Session:
         return self._s.layers()
 
 
-__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "device_fingerprint", "import_onnx", "load", "tune", "version"]
+__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "chart_svg", "device_fingerprint", "import_onnx", "load", "tune", "version"]

@@ -16,6 +16,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <optional>
@@ -112,6 +113,26 @@ NB_MODULE(_core, m) {
       .def_prop_ro("name", [](const softneuro::Model& n) { return n.name(); })
       .def("save", &softneuro::Model::save, "path"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("tuned_fingerprint", &softneuro::Model::tuned_fingerprint);
+
+  // A benchmark chart (softneuro::chart_svg): panels of (title, bars), a bar
+  // (label, median, min, max, colour, hatched, note).
+  using ChartBar = std::tuple<std::string, double, double, double, std::string, bool, std::string>;
+  m.def(
+      "chart_svg",
+      [](const std::string& title, const std::string& unit,
+         const std::vector<std::pair<std::string, std::vector<ChartBar>>>& panels) {
+        softneuro::BarChart chart;
+        chart.title = title;
+        chart.unit = unit;
+        for (const auto& [panel_title, bars] : panels) {
+          auto& panel = chart.panels.emplace_back();
+          panel.title = panel_title;
+          for (const auto& [label, median, min, max, colour, hatched, note] : bars)
+            panel.bars.push_back({label, median, min, max, colour, hatched, note});
+        }
+        return softneuro::chart_svg(chart);
+      },
+      "title"_a, "unit"_a, "panels"_a);
 
   // The routine path as SVG (softneuro::path_svg), at the shapes it was tuned at (else the default ones).
   m.def(

@@ -151,6 +151,19 @@ def test_path_picture(mlp, tmp_path):
         assert layer["layer"] in svg
 
 
+def test_benchmark_chart(tmp_path):
+    import xml.etree.ElementTree as ET
+    panels = [("resnet50", [{"label": "softneuro", "median": 20.5, "min": 19.0, "max": 23.0, "colour": "#d62728"},
+                            {"label": "ort int8 <QDQ>", "median": 14.0, "min": 13.5, "max": 15.0, "hatched": True},
+                            {"label": "tflite", "note": "skipped"}]),
+              ("mobilenet_v2", [{"label": "softneuro", "median": 3.1, "min": 3.0, "max": 3.3}])]
+    svg = softneuro.chart_svg("peers", panels, path=str(tmp_path / "c.svg"))
+    ET.fromstring(svg)  # well-formed, the label's '<' escaped
+    assert open(tmp_path / "c.svg").read() == svg
+    for text in ("resnet50", "mobilenet_v2", "ort int8 &lt;QDQ&gt;", "skipped", "20.5", "3.10", "url(#hatch)"):
+        assert text in svg
+
+
 def test_errors_carry_file_layer_and_field(mlp, tmp_path):
     with pytest.raises(softneuro.Error) as e:
         softneuro.load(str(tmp_path / "missing.dnn"))

@@ -1,12 +1,14 @@
 // The routine path as a picture: one row per step in execution order, boxes
 // coloured by the schema their routine computes in, adapts as diamonds with
 // their cost, edges between the steps that produce and read each blob, and a
-// bar per step of the time the tuner measured (or predicted).
+// bar per step of the time the tuner measured (or predicted). And the
+// benchmark's chart (bench/compare), drawn with the same frame and bars.
 #include <softneuro/tune.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -38,6 +40,21 @@ const char* colour_of(const std::string& schema) {
   return "#4e79a7";  // float32 nchw
 }
 
+/// The picture's frame: the <svg> element on white, and its title.
+std::string svg_begin(int width, int height, const std::string& title) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"DejaVu Sans, sans-serif\" "
+      "font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+      width, height, escape(title));
+}
+
+/// A horizontal bar (`fill`: a colour or a pattern's url()).
+std::string bar(double x, int y, double w, int h, const std::string& fill, const char* opacity = "1") {
+  return fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" fill-opacity=\"{}\"/>\n", x, y,
+                     std::max(1.0, w), h, fill, opacity);
+}
+
 }  // namespace
 
 std::string path_svg(std::span<const LayerSummary> steps, const std::string& title) {
@@ -52,11 +69,7 @@ std::string path_svg(std::span<const LayerSummary> steps, const std::string& tit
     total_ms += ms_of(s);
     if (s.name.rfind("adapt:", 0) == 0) adapt_ms += ms_of(s);
   }
-  std::string out = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"DejaVu Sans, sans-serif\" "
-      "font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      width, height);
-  out += fmt::format("<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", escape(title));
+  std::string out = svg_begin(width, height, title);
   out += fmt::format("<text x=\"10\" y=\"38\">{} steps; {:.3f} ms in all ({:.3f} ms in adapts), as the tuner measured "
                      "(predicted where not measured)</text>\n",
                      steps.size(), total_ms, adapt_ms);
@@ -112,9 +125,75 @@ std::string path_svg(std::span<const LayerSummary> steps, const std::string& tit
     const double ms = ms_of(s);
     if (ms > 0) {
       const int w = std::max(1, static_cast<int>(kBarW * ms / max_ms));
-      out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", kBarX, y + 4, w, kRow - 8,
-                         adapt ? "#444" : colour_of(schema));
+      out += bar(kBarX, y + 4, w, kRow - 8, adapt ? "#444" : colour_of(schema));
       out += fmt::format("<text x=\"{}\" y=\"{}\">{:.3f} ms</text>\n", kBarX + w + 4, y + 14, ms);
+    }
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+std::string chart_svg(const BarChart& chart) {
+  // Panels in a grid of up to three columns; in each, a bar per entry on a
+  // log scale from the decade below the fastest to past the slowest.
+  constexpr int kPanelW = 400, kLabelW = 150, kRow = 18, kPanelTitle = 22, kAxis = 34, kGap = 24, kTop = 40;
+  const int cols = static_cast<int>(std::min<std::size_t>(3, std::max<std::size_t>(1, chart.panels.size())));
+  std::size_t most = 1;
+  for (const auto& p : chart.panels) most = std::max(most, p.bars.size());
+  const int panel_h = kPanelTitle + static_cast<int>(most) * kRow + kAxis;
+  const int rows = static_cast<int>((chart.panels.size() + cols - 1) / cols);
+  const int width = 10 + cols * (kPanelW + kGap), height = kTop + std::max(1, rows) * (panel_h + kGap) + 10;
+  std::string out = svg_begin(width, height, chart.title);
+  out += "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+         "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"white\"/>"
+         "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"black\" stroke-opacity=\"0.35\" stroke-width=\"3\"/>"
+         "</pattern></defs>\n";
+  for (std::size_t i = 0; i < chart.panels.size(); ++i) {
+    const BarChart::Panel& panel = chart.panels[i];
+    const int px = 10 + static_cast<int>(i % cols) * (kPanelW + kGap);
+    const int py = kTop + static_cast<int>(i / cols) * (panel_h + kGap);
+    const int ax = px + kLabelW, aw = kPanelW - kLabelW - 50;
+    double lo = 1e300, hi = 0;
+    for (const auto& b : panel.bars)
+      if (b.median > 0) lo = std::min(lo, b.min > 0 ? b.min : b.median), hi = std::max(hi, std::max(b.max, b.median));
+    if (hi <= 0) lo = 0.1, hi = 1;
+    lo = std::pow(10.0, std::floor(std::log10(lo * 0.8)));
+    hi = std::max(hi * 1.5, lo * 10);
+    auto xof = [&](double v) { return ax + aw * (std::log10(std::max(v, lo)) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)); };
+    out += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"13\" font-weight=\"bold\">{}</text>\n", px, py + 14,
+                       escape(panel.title));
+    const int by = py + kPanelTitle, bottom = by + static_cast<int>(panel.bars.size()) * kRow;
+    for (double d = lo; d <= hi * 1.0001; d *= 10) {  // decades
+      const double x = xof(d);
+      out += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#ddd\"/>\n", x, by, x, bottom);
+      out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"9\">{:g}</text>\n", x, bottom + 12, d);
+    }
+    out += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"9\" fill=\"#555\">{}, log scale (median; whiskers: min-max)</text>\n",
+                       ax, bottom + 26, escape(chart.unit));
+    for (std::size_t k = 0; k < panel.bars.size(); ++k) {
+      const BarChart::Bar& b = panel.bars[k];
+      const int y = by + static_cast<int>(k) * kRow;
+      out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" font-size=\"10\">{}</text>\n", ax - 6, y + 12,
+                         escape(b.label));
+      if (!(b.median > 0)) {
+        out += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"grey\">{}</text>\n", ax + 4, y + 12,
+                           escape(b.note.empty() ? "no result" : b.note));
+        continue;
+      }
+      const double x1 = xof(b.median);
+      out += bar(ax, y + 3, x1 - ax, kRow - 6, b.colour, b.hatched ? "0.6" : "0.95");
+      if (b.hatched) out += bar(ax, y + 3, x1 - ax, kRow - 6, "url(#hatch)", "0.5");
+      double right = x1;
+      if (b.min > 0 && b.max >= b.min) {  // whiskers
+        const double w0 = xof(b.min), w1 = xof(b.max), cy = y + kRow / 2.0;
+        out += fmt::format("<path d=\"M {0:.1f} {1:.1f} H {2:.1f} M {0:.1f} {3:.1f} V {4:.1f} M {2:.1f} {3:.1f} V {4:.1f}\" "
+                           "stroke=\"black\" stroke-width=\"0.8\"/>\n",
+                           w0, cy, w1, cy - 3, cy + 3);
+        right = std::max(right, w1);
+      }
+      out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-size=\"9\">{}</text>\n", right + 4, y + 12,
+                         b.median >= 100 ? fmt::format("{:.0f}", b.median) : b.median >= 10 ? fmt::format("{:.1f}", b.median)
+                                                                                            : fmt::format("{:.2f}", b.median));
     }
   }
   out += "</svg>\n";
