@@ -604,7 +604,11 @@ def main():
     out.append(f"  k.w_prefetch_choice = {'true' if W_PREFETCH_CHOICE else 'false'};")
     out.append("}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(out) + "\n")
+    text = "\n".join(out) + "\n"
+    # Written only when it changes: a configure with another Python interpreter
+    # (pip install . in a venv) reruns this, and an untouched file recompiles nothing.
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
 
 
 if __name__ == "__main__":
