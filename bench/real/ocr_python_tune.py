@@ -94,7 +94,8 @@ def main():
     print(table)
     if a.out:
         with open(a.out, "w") as fh:
-            fh.write(f"`{' '.join(sys.argv)}`\n\n{table}\n")
+            fh.write(f"`{' '.join(sys.argv)}`\n\n{time.strftime('%Y-%m-%d')}, {softneuro.device_fingerprint()}, "
+                     f"softneuro {softneuro.version()}\n\n{table}\n")
 
 
 if __name__ == "__main__":

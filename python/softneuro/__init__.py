@@ -120,14 +120,29 @@ def chart_svg(title: str, panels: Sequence, unit: str = "ms", path: Optional[str
 
 
 class TuneReport:
-    """What tune() measured and chose: .layers (dicts), .measured_ms, .default_ms,
-    .accuracy, .accuracy_budget, .accuracy_missed; str() is the text report, .json the JSON one."""
+    """What tune() measured and chose, every field of the JSON report as an attribute:
+    .layers (dicts: layer, type, descriptor, routine_params, unit_ms, integrated_ms,
+    candidates, sensitivity), .adapts (dicts: blob, consumer, from, to, descriptor, ms),
+    .predicted_ms, .measured_ms, .default_ms, .kept_default, .accuracy, .accuracy_budget,
+    .accuracy_missed, .device_fingerprint, .threads, .stages, .input_shapes,
+    .other_shapes (TuneReports), ...; str() is the text report, .json the JSON one.
+    Model.path_svg() draws the path."""
 
     def __init__(self, d: dict):
-        self.__dict__.update(d)
+        import json
+        fields = json.loads(d["json"]) if d.get("json") else {}
+        fields["other_shapes"] = [TuneReport({"json": json.dumps(o), "text": ""})
+                                  for o in fields.get("other_shapes", [])]
+        self.__dict__.update(fields)
+        self.text = d.get("text", "")
+        self.json = d.get("json", "")
 
     def __str__(self) -> str:
         return self.text
+
+    def __repr__(self) -> str:
+        return (f"<softneuro.TuneReport: {len(self.layers)} layers, {len(self.adapts)} adapts, "
+                f"{self.measured_ms:.3f} ms (untuned {self.default_ms:.3f}), on {self.device_fingerprint!r}>")
 
 
 def load(path: str) -> Model:

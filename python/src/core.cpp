@@ -209,24 +209,7 @@ NB_MODULE(_core, m) {
         }
         nb::dict d;
         d["text"] = r.to_text();
-        d["json"] = r.to_json();
-        d["measured_ms"] = r.measured_ms;
-        d["default_ms"] = r.default_ms;
-        d["accuracy"] = r.accuracy;
-        d["accuracy_budget"] = r.accuracy_budget;
-        d["accuracy_missed"] = r.accuracy_missed;
-        nb::list layers;
-        for (const auto& l : r.layers) {
-          nb::dict x;
-          x["layer"] = l.layer;
-          x["type"] = l.type;
-          x["descriptor"] = l.descriptor;
-          x["routine_params"] = l.routine_params;
-          x["unit_ms"] = l.unit_ms;
-          x["integrated_ms"] = l.integrated_ms;
-          layers.append(x);
-        }
-        d["layers"] = layers;
+        d["json"] = r.to_json();  // every field: softneuro.TuneReport reads them from it
         return nb::make_tuple(*tuned, d);
       },
       "model"_a, "schemas"_a, "cache_dir"_a, "calibration"_a, "validation"_a, "accuracy"_a, "metric"_a.none(),

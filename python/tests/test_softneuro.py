@@ -142,6 +142,24 @@ def test_a_python_metric_against_the_float32_references(tmp_path):
     assert calls and all(c == (3, 3) for c in calls)
 
 
+def test_the_report_as_an_object(tmp_path):
+    m = softneuro.import_onnx(conv_onnx(str(tmp_path / "conv.onnx")))
+    calibration = [{"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(4)]
+    t = softneuro.tune(m, schemas=["cpu:float32:*", "cpu:qint8:*"], calibration=calibration, accuracy="none",
+                       cache_dir=str(tmp_path / "cache"))
+    r = t.report
+    assert r.device_fingerprint == softneuro.device_fingerprint() == t.tuned_fingerprint
+    assert r.threads >= 1 and r.measured_ms > 0 and r.predicted_ms > 0
+    assert r.layers
+    for layer in r.layers:
+        assert {"layer", "type", "descriptor", "routine_params", "unit_ms", "integrated_ms", "candidates"} <= set(layer)
+    for adapt in r.adapts:
+        assert {"blob", "consumer", "from", "to", "descriptor", "ms"} <= set(adapt)
+    assert [s["stage"] for s in r.stages]
+    assert r.other_shapes == []
+    assert "TuneReport" in repr(r) and str(r) == r.text
+
+
 def test_path_picture(mlp, tmp_path):
     t = softneuro.tune(mlp, cache_dir=str(tmp_path / "cache"))
     svg = t.path_svg(str(tmp_path / "path.svg"), title="mlp")
