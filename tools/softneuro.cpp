@@ -40,7 +40,8 @@ commands:
                             order (tier 1 first; src/routines/default_order.cpp), and why not
   report FILE --svg OUT.svg the routine path as a picture: steps coloured by schema,
                             adapts with their cost, edges, tuned times per step
-  routines [LAYER_TYPE]     descriptors of the registered routines (plugins included)
+  routines [LAYER_TYPE]     this device's fingerprint (CPU, ISA extensions), then the
+                            descriptors of the registered routines (plugins included)
   import MODEL.onnx -o OUT.dnn [options]
                             translate an ONNX model (opsets 11..28) and save it
       --input-shape NAME=1x3x48x?      fixes an input's symbolic dims; '?' keeps one dynamic.
@@ -750,6 +751,9 @@ int main(int argc, char** argv) {
     if (cmd == "import") return cmd_import(args);
     if (cmd == "routines") {
       if (args.size() > 1) throw Usage("routines takes at most one LAYER_TYPE");
+      // The device first: which routines are registered depends on the build,
+      // which can run on its CPU's features (softneuro inspect --verbose says why not).
+      fmt::print("# device: {}\n", sn::device_fingerprint());
       for (const auto& d : sn::registered_routines(args.empty() ? "" : args[0])) fmt::print("{}\n", d);
       return 0;
     }

@@ -12,7 +12,9 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -72,6 +74,7 @@ float bf16_to_f32(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16);
 // ---------------------------------------------------------------------------
 // Vector paths.
 
+#if defined(__x86_64__)
 bool has_f16c() {
   return core::cpu_features().f16c && core::cpu_features().avx;
 }
@@ -118,6 +121,14 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* x, float* 
   }
   for (; i < n; ++i) y[i] = bf16_to_f32(x[i]);
 }
+#else  // elsewhere the scalar loops (the compiler vectorises them for the baseline)
+bool has_f16c() { return false; }
+bool has_avx2() { return false; }
+void f32_to_f16_f16c(const float*, uint16_t*, int64_t) {}
+void f16_to_f32_f16c(const uint16_t*, float*, int64_t) {}
+void f32_to_bf16_avx2(const float*, uint16_t*, int64_t) {}
+void bf16_to_f32_avx2(const uint16_t*, float*, int64_t) {}
+#endif
 
 void cast(DType from, DType to, const void* x, void* y, int64_t n) {
   const auto* f = static_cast<const float*>(x);

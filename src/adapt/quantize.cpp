@@ -15,7 +15,9 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -24,9 +26,11 @@
 namespace softneuro {
 namespace {
 
+#if defined(__x86_64__)
 bool cpu_has_avx2() {
   return core::cpu_features().avx2_fma();
 }
+#endif
 
 struct Nc {
   int64_t n = 1, c = 1, s = 1;
@@ -55,6 +59,7 @@ inline float dequantize_one(int8_t q, float scale, int32_t zp) {
   return scale * static_cast<float>(static_cast<int32_t>(q) - zp);
 }
 
+#if defined(__x86_64__)
 __attribute__((target("avx2,fma"), always_inline)) inline __m256i quantize8(const float* p, __m256 vinv, __m256i vzp) {
   __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p), vinv);
   v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-65536.0f)), _mm256_set1_ps(65536.0f));  // maxps(NaN, lo) = lo, like the scalar path
@@ -89,12 +94,18 @@ __attribute__((target("avx2,fma"))) void dequantize_avx2(const int8_t* x, float*
   for (; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
 }
 
+#endif
+
 void quantize_run(const float* x, int8_t* y, int64_t n, float inv, int32_t zp) {
+#if defined(__x86_64__)
   if (cpu_has_avx2()) return quantize_avx2(x, y, n, inv, zp);
+#endif
   for (int64_t i = 0; i < n; ++i) y[i] = quantize_one(x[i], inv, zp);
 }
 void dequantize_run(const int8_t* x, float* y, int64_t n, float scale, int32_t zp) {
+#if defined(__x86_64__)
   if (cpu_has_avx2()) return dequantize_avx2(x, y, n, scale, zp);
+#endif
   for (int64_t i = 0; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
 }
 

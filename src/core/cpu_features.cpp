@@ -4,6 +4,10 @@
 
 #include <cpuinfo.h>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -61,6 +65,15 @@ CpuFeatures detect() {
     f.amx_tile = tile_state && ((r0[3] >> 24) & 1u);
     f.amx_int8 = tile_state && ((r0[3] >> 25) & 1u);
   }
+#elif defined(__aarch64__)
+  f.neon = cpuinfo_has_arm_neon();
+  f.dotprod = cpuinfo_has_arm_neon_dot();
+  f.fp16_arith = cpuinfo_has_arm_neon_fp16_arith();
+  f.bf16 = cpuinfo_has_arm_bf16();
+  f.sve = cpuinfo_has_arm_sve();
+  f.sve2 = cpuinfo_has_arm_sve2();
+  // Newer than Debian's cpuinfo: the kernel's HWCAP2_I8MM bit.
+  f.i8mm = (getauxval(AT_HWCAP2) >> 13) & 1u;
 #endif
   return f;
 }
@@ -142,6 +155,7 @@ CpuFeatures CpuFeatures::every() {
   f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
   f.avx512_vnni = f.avx512_bf16 = f.avx512_fp16 = f.avx_vnni = true;
   f.amx_tile = f.amx_int8 = f.amx_bf16 = true;
+  f.neon = f.dotprod = f.i8mm = f.fp16_arith = f.bf16 = f.sve = f.sve2 = true;
   return f;
 }
 

@@ -21,6 +21,10 @@ struct CpuFeatures {
   bool avx512_vnni = false, avx512_bf16 = false, avx512_fp16 = false;
   bool avx_vnni = false;            ///< VEX-encoded VNNI (Alder Lake, Sapphire Rapids)
   bool amx_tile = false, amx_int8 = false, amx_bf16 = false;
+  // 64-bit ARM (aarch64): Advanced SIMD (every aarch64 CPU), the int8 dot
+  // products (SDOT/UDOT) and matrix multiply (SMMLA), half-precision
+  // arithmetic, BF16, SVE and SVE2. SOFTNEURO_MAX_CPU_ISA caps x86 only.
+  bool neon = false, dotprod = false, i8mm = false, fp16_arith = false, bf16 = false, sve = false, sve2 = false;
 
   /// AVX2 with FMA: the baseline of our vectorised float32 kernels.
   bool avx2_fma() const { return avx2 && fma; }

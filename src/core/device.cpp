@@ -4,6 +4,10 @@
 
 #include <fmt/format.h>
 
+#if defined(__aarch64__)
+#include <cpuinfo.h>
+#endif
+
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -41,6 +45,22 @@ const std::string& device_fingerprint() {
     std::vector<std::string> isa;
     for (const auto& [f, allowed] : known)
       if (allowed && flags.count(f)) isa.push_back(f);
+#if defined(__aarch64__)
+    // From the features detected (the kernel's HWCAPs; under emulation
+    // /proc/cpuinfo is the host's), and the CPU's name where cpuinfo knows it.
+    const CpuFeatures& a = cpu_features();
+    const std::pair<const char*, bool> arm[] = {{"neon", a.neon}, {"dotprod", a.dotprod}, {"i8mm", a.i8mm},
+                                                {"fp16", a.fp16_arith}, {"bf16", a.bf16}, {"sve", a.sve},
+                                                {"sve2", a.sve2}};
+    isa.clear();
+    for (const auto& [f, has] : arm)
+      if (has) isa.push_back(f);
+    model = "aarch64";
+    if (cpuinfo_initialize() && cpuinfo_get_packages_count() > 0) {
+      const std::string name = cpuinfo_get_package(0)->name;
+      if (!name.empty() && name != "Unknown") model = "aarch64 " + name;
+    }
+#endif
     return fmt::format("{} | {}{} | {} cpus", model, fmt::join(isa, " "),
                        cap == CpuIsa::all ? std::string() : fmt::format(" (max isa {})", cpu_isa_name(cap)),
                        std::thread::hardware_concurrency());

@@ -18,7 +18,9 @@
 #include "core/thread_pool.hpp"
 
 #include <pthreadpool.h>
+#if defined(__x86_64__)
 #include <xmmintrin.h>
+#endif
 
 #include <dlfcn.h>
 
@@ -37,6 +39,32 @@ namespace {
 
 std::atomic<uint64_t> g_loops{0};
 
+/// Denormals flushed to zero (pthreadpool's PTHREADPOOL_FLAG_DISABLE_DENORMALS)
+/// while a chunk runs: returns the control register to restore.
+uint64_t flush_denormals() {
+#if defined(__x86_64__)
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+  return csr;
+#elif defined(__aarch64__)
+  uint64_t fpcr = 0;
+  __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+  __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (uint64_t{1} << 24)));  // FZ
+  return fpcr;
+#else
+  return 0;
+#endif
+}
+void restore_denormals(uint64_t saved) {
+#if defined(__x86_64__)
+  _mm_setcsr(static_cast<unsigned>(saved));
+#elif defined(__aarch64__)
+  __asm__ volatile("msr fpcr, %0" : : "r"(saved));
+#else
+  (void)saved;
+#endif
+}
+
 /// Runs body(linear index) for every index in [0, n) on the team, in static
 /// contiguous chunks (the same split our own routines use).
 template <class Body>
@@ -45,10 +73,9 @@ void run_loop(pthreadpool_t pool, size_t n, uint32_t flags, Body&& body) {
   g_loops.fetch_add(1, std::memory_order_relaxed);
   auto chunk = [&](int64_t b, int64_t e) {
     const bool ftz = flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS;
-    const unsigned csr = ftz ? _mm_getcsr() : 0;
-    if (ftz) _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+    const uint64_t saved = ftz ? flush_denormals() : 0;
     for (int64_t i = b; i < e; ++i) body(static_cast<size_t>(i));
-    if (ftz) _mm_setcsr(csr);
+    if (ftz) restore_denormals(saved);
   };
   if (!pool) {  // pthreadpool's contract: a null pool runs on the caller
     chunk(0, static_cast<int64_t>(n));

@@ -7,8 +7,14 @@
 
 namespace softneuro::cpu::conv {
 
+// The per-ISA files are built for x86-64 only: elsewhere (aarch64) there are no kernels.
+#if defined(__x86_64__)
 const Kernels* kernels_avx2() { return core::cpu_features().avx2_fma() ? unchecked_kernels_avx2() : nullptr; }
 
 const Kernels* kernels_avx512() { return core::cpu_features().avx512_core() ? unchecked_kernels_avx512() : nullptr; }
+#else
+const Kernels* kernels_avx2() { return nullptr; }
+const Kernels* kernels_avx512() { return nullptr; }
+#endif
 
 }  // namespace softneuro::cpu::conv

@@ -26,7 +26,8 @@
 
 namespace softneuro {
 
-// eigen_avx2.cpp (-mavx2 -mfma); call only where core::cpu_features().avx2_fma().
+// eigen_avx2.cpp (-mavx2 -mfma on x86-64; on aarch64 built for the baseline,
+// Advanced SIMD); call only where eigen_usable().
 namespace cpu::eigen_avx2 {
 void blocking_sizes(int64_t& kc, int64_t& mc, int64_t& nc);
 /// y[no] += W[no, k] (row-major) · x[k]
@@ -35,6 +36,16 @@ void gemv(const float* w, const float* x, float* y, int64_t no, int64_t k);
 void gemm(int64_t nr, int64_t no, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
           int64_t ldy, float* block_a, float* block_b, int64_t kc, int64_t mc, int64_t nc);
 }  // namespace cpu::eigen_avx2
+
+namespace {
+/// Whether this CPU runs eigen_avx2.cpp's code.
+Support eigen_usable() {
+#if defined(__x86_64__)
+  if (!core::cpu_features().avx2_fma()) return Support::no("cpu/eigen is built for AVX2 + FMA");
+#endif
+  return Support::yes();
+}
+}  // namespace
 
 namespace {
 
@@ -111,7 +122,7 @@ class EigenDense final : public Routine {
   std::string_view algorithm() const override { return "eigen"; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
     if (!(schema == Schema{})) return Support::no("cpu/eigen computes in cpu (plain float32)");
-    if (!core::cpu_features().avx2_fma()) return Support::no("cpu/eigen is built for AVX2 + FMA");
+    if (Support s = eigen_usable(); !s) return s;
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() < 1)
       return Support::no("dense needs an input [..., K]");
     if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, "cpu/eigen"); !s) return s;
@@ -314,7 +325,7 @@ class EigenRnn final : public Routine {
   std::string_view algorithm() const override { return "eigen"; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
     if (!(schema == Schema{})) return Support::no("cpu/eigen computes in cpu (plain float32)");
-    if (!core::cpu_features().avx2_fma()) return Support::no("cpu/eigen is built for AVX2 + FMA");
+    if (Support s = eigen_usable(); !s) return s;
     if (!info.layer) return Support::no("no layer");
     return cpu::float_weights(*info.layer, {"W", "R", "B", "P"}, "cpu/eigen");
   }

@@ -9,9 +9,15 @@
 
 namespace softneuro::cpu::gemm {
 
+// The per-ISA files are built for x86-64 only: elsewhere (aarch64) there are no kernels.
+#if defined(__x86_64__)
 const Kernel* kernel_avx2() { return core::cpu_features().avx2_fma() ? unchecked_kernel_avx2() : nullptr; }
 
 const Kernel* kernel_avx512() { return core::cpu_features().avx512_core() ? unchecked_kernel_avx512() : nullptr; }
+#else
+const Kernel* kernel_avx2() { return nullptr; }
+const Kernel* kernel_avx512() { return nullptr; }
+#endif
 
 const Kernel* best_kernel() {
   if (const Kernel* k = kernel_avx512()) return k;

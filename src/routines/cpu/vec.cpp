@@ -65,7 +65,12 @@ std::vector<int64_t> bits_choices() {
 }
 
 const vk::Kernels& kernels_for(int64_t bits) {
+#if defined(__x86_64__)
   return bits == 512 ? vk::avx512::kKernels : vk::avx2::kKernels;
+#else  // the per-ISA files are built for x86-64 only; supports() says no elsewhere
+  (void)bits;
+  throw Error("cpu/vec: this build has no vector kernels for this processor");
+#endif
 }
 
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {

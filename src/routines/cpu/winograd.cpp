@@ -255,6 +255,13 @@ SOFTNEURO_REGISTER_ROUTINE(WinogradConv);
 // and cpu/winograd (AVX2 or AVX-512 kernels).
 
 enum class Isa { ref, avx2, avx512 };
+/// The x86 kernels are built for x86-64 only; elsewhere the avx2 and avx512
+/// children say unsupported (isa_support) and reference no kernel.
+#if defined(__x86_64__)
+constexpr bool kX86Kernels = true;
+#else
+constexpr bool kX86Kernels = false;
+#endif
 
 Support isa_support(Isa isa) {
   const auto& f = core::cpu_features();
@@ -292,9 +299,9 @@ struct EncPrepared final : PreparedRoutine {
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* v = a.outputs[0]->data_as<float>();
-    if constexpr (I == Isa::avx2) {
+    if constexpr (I == Isa::avx2 && kX86Kernels) {
       wg::avx2::encode(m, g, x, v, *a.pool);
-    } else if constexpr (I == Isa::avx512) {
+    } else if constexpr (I == Isa::avx512 && kX86Kernels) {
       wg::avx512::encode(m, g, x, v, *a.pool);
     } else {
       const auto& t = g.t;
@@ -340,17 +347,17 @@ struct ConvPrepared final : PreparedRoutine {
         u(info.layer->weight("weight")),
         shared(shared_weights<wg::PackedU>(info, "wg.packed", [&] {
           wg::PackedU pk;
-          if constexpr (I == Isa::avx2) pk = wg::avx2::pack(u.data_as<float>(), p, c, k);
-          if constexpr (I == Isa::avx512) pk = wg::avx512::pack(u.data_as<float>(), p, c, k);
+          if constexpr (I == Isa::avx2 && kX86Kernels) pk = wg::avx2::pack(u.data_as<float>(), p, c, k);
+          if constexpr (I == Isa::avx512 && kX86Kernels) pk = wg::avx512::pack(u.data_as<float>(), p, c, k);
           return pk;
         })),
         packed(*shared) {}
   void run(const RunArgs& a) override {
     const float* v = a.inputs[0]->data_as<float>();
     float* mm = a.outputs[0]->data_as<float>();
-    if constexpr (I == Isa::avx2) {
+    if constexpr (I == Isa::avx2 && kX86Kernels) {
       wg::avx2::gemm(packed, p, c, k, tp, v, mm, *a.pool);
-    } else if constexpr (I == Isa::avx512) {
+    } else if constexpr (I == Isa::avx512 && kX86Kernels) {
       wg::avx512::gemm(packed, p, c, k, tp, v, mm, *a.pool);
     } else {
       const float* ud = u.data_as<float>();
@@ -386,9 +393,9 @@ struct DecPrepared final : PreparedRoutine {
   void run(const RunArgs& a) override {
     const float* mm = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
-    if constexpr (I == Isa::avx2) {
+    if constexpr (I == Isa::avx2 && kX86Kernels) {
       wg::avx2::decode(m, g, e, mm, y, *a.pool);
-    } else if constexpr (I == Isa::avx512) {
+    } else if constexpr (I == Isa::avx512 && kX86Kernels) {
       wg::avx512::decode(m, g, e, mm, y, *a.pool);
     } else {
       const auto& t = g.t;
