@@ -118,6 +118,10 @@ class Vec final : public Routine {
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
                                            const RoutineParams& params) const override {
+    if constexpr (!P::kSimd) {  // copies (concat): no vector kernels, on any processor
+      static const vk::Kernels none{};
+      return std::make_unique<P>(info, schema, none);
+    }
     if (P::kSimd && !core::cpu_features().avx2_fma()) throw Error("cpu/vec: CPU lacks AVX2/FMA");
     const int64_t bits = routine_param(params, "vector_bits", bits_choices().front());
     if (bits != 256 && bits != 512) throw Error(fmt::format("cpu/vec: vector_bits {} is not 256 or 512", bits));
