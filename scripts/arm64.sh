@@ -50,7 +50,7 @@ closure() {
     --no-enhances "${deps[@]/%/:arm64}" 2>/dev/null | grep -E '^[a-z0-9].*:arm64$' | sort -u
 }
 pkgs=($(closure) "${arch_all[@]}")
-stamp="$(for p in "${pkgs[@]}"; do apt-cache policy "$p" | awk -v p="$p" '/Candidate/ {print p, $2}'; done)"
+stamp="$(apt-cache policy "${pkgs[@]}" | awk '/^[^ ]/ {p = $1} /Candidate/ {print p, $2}')"
 if [ ! -f "$OUT/sysroot.stamp" ] || [ "$(cat "$OUT/sysroot.stamp")" != "$stamp" ]; then
   say "making the sysroot from ${#pkgs[@]} arm64 packages"
   rm -rf "$SYSROOT" "$OUT/debs"
