@@ -227,9 +227,28 @@ const LayerOrder kDefaultOrder[] = {
     {"dynamic_quantize", {{"cpu/vec"}, {"cpu/ref"}}},
 };
 
+/// On aarch64, XNNPACK's float32 routines lead: oneDNN 2.6's aarch64 build has
+/// reference implementations only for much of what it runs jit code for on
+/// x86 (docs/arm.md), and our own kernels are x86's. Elsewhere the list as is.
+std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::vector<std::string>>& tiers) {
+#if defined(__aarch64__)
+  const std::string xnnpack = "cpu:float32:nhwc/xnnpack";
+  std::vector<std::vector<std::string>> out{{}};
+  for (const auto& tier : tiers) {
+    std::vector<std::string> rest;
+    for (const auto& d : tier) (d == xnnpack ? out[0] : rest).push_back(d);
+    if (!rest.empty()) out.push_back(std::move(rest));
+  }
+  if (out[0].empty()) out.erase(out.begin());
+  return out;
+#else
+  return tiers;
+#endif
+}
+
 struct Registration {
   Registration() {
-    for (const auto& o : kDefaultOrder) set_default_order(o.layer_type, o.tiers);
+    for (const auto& o : kDefaultOrder) set_default_order(o.layer_type, for_this_processor(o.tiers));
   }
 };
 const Registration registration;

@@ -594,3 +594,20 @@ TEST_CASE("xnnpack qint8 routines refuse quantisation scales XNNPACK cannot take
     }
   }
 }
+
+TEST_CASE("xnnpack: on aarch64 its float32 routines lead the untuned default order; elsewhere the list is as written",
+          "[xnnpack][default_order]") {
+  // On aarch64 oneDNN 2.6 has reference implementations only for much of it
+  // and our own kernels are x86's (docs/arm.md).
+  const auto conv = core::RoutineRegistry::instance().default_order("conv2");
+  REQUIRE(!conv.empty());
+  const auto& first = conv.front();
+  const bool leads = std::find(first.begin(), first.end(), "cpu:float32:nhwc/xnnpack") != first.end();
+#if defined(__aarch64__)
+  CHECK(leads);
+  CHECK(first.size() == 1);
+#else
+  CHECK(!leads);
+  CHECK(first.front() == "cpu:float32:nchw16c/onednn");
+#endif
+}
