@@ -506,6 +506,9 @@ TEST_CASE("xnnpack routines outrank cpu/ref and refuse other schemas", "[xnnpack
 TEST_CASE("xnnpack conv2 ranks below oneDNN's convs in the untuned default", "[xnnpack]") {
   // See "Untuned default" in src/routines/cpu/xnnpack.cpp and src/routines/default_order.cpp: on a loaded machine
   // XNNPACK's thread pool made whole nets slower; the tuner measures it instead.
+#if defined(__aarch64__)
+  return;  // there XNNPACK leads (test "xnnpack: on aarch64 its float32 routines lead ...")
+#endif
   Schema schema;
   const Routine* xnn = xnn_routine("conv2", &schema);
   const auto& registry = core::RoutineRegistry::instance();
