@@ -121,13 +121,6 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* x, float* 
   }
   for (; i < n; ++i) y[i] = bf16_to_f32(x[i]);
 }
-#else  // elsewhere the scalar loops (the compiler vectorises them for the baseline)
-bool has_f16c() { return false; }
-bool has_avx2() { return false; }
-void f32_to_f16_f16c(const float*, uint16_t*, int64_t) {}
-void f16_to_f32_f16c(const uint16_t*, float*, int64_t) {}
-void f32_to_bf16_avx2(const float*, uint16_t*, int64_t) {}
-void bf16_to_f32_avx2(const uint16_t*, float*, int64_t) {}
 #endif
 
 void cast(DType from, DType to, const void* x, void* y, int64_t n) {
@@ -136,16 +129,24 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n) {
   auto* fo = static_cast<float*>(y);
   auto* ho = static_cast<uint16_t*>(y);
   if (from == DType::float32 && to == DType::float16) {
+#if defined(__x86_64__)  // elsewhere the scalar loop (vectorised for the baseline)
     if (has_f16c()) return f32_to_f16_f16c(f, ho, n);
+#endif
     for (int64_t i = 0; i < n; ++i) ho[i] = f32_to_f16(f[i]);
   } else if (from == DType::float16) {
+#if defined(__x86_64__)  // elsewhere the scalar loop (vectorised for the baseline)
     if (has_f16c()) return f16_to_f32_f16c(h, fo, n);
+#endif
     for (int64_t i = 0; i < n; ++i) fo[i] = f16_to_f32(h[i]);
   } else if (to == DType::bfloat16) {
+#if defined(__x86_64__)  // elsewhere the scalar loop (vectorised for the baseline)
     if (has_avx2()) return f32_to_bf16_avx2(f, ho, n);
+#endif
     for (int64_t i = 0; i < n; ++i) ho[i] = f32_to_bf16(f[i]);
   } else {
+#if defined(__x86_64__)  // elsewhere the scalar loop (vectorised for the baseline)
     if (has_avx2()) return bf16_to_f32_avx2(h, fo, n);
+#endif
     for (int64_t i = 0; i < n; ++i) fo[i] = bf16_to_f32(h[i]);
   }
 }

@@ -122,7 +122,7 @@ class Vec final : public Routine {
       static const vk::Kernels none{};
       return std::make_unique<P>(info, schema, none);
     }
-    if (P::kSimd && !core::cpu_features().avx2_fma()) throw Error("cpu/vec: CPU lacks AVX2/FMA");
+    if (!core::cpu_features().avx2_fma()) throw Error("cpu/vec: CPU lacks AVX2/FMA");
     const int64_t bits = routine_param(params, "vector_bits", bits_choices().front());
     if (bits != 256 && bits != 512) throw Error(fmt::format("cpu/vec: vector_bits {} is not 256 or 512", bits));
     if (bits == 512 && !core::cpu_features().avx512_core())
