@@ -79,8 +79,16 @@ core::Graph one_layer_graph(const Case& c) {
   core::Graph g;
   g.name = "generated";
   for (std::size_t i = 0; i < c.inputs.size(); ++i)
-    g.inputs.push_back({c.layer.inputs[i], c.inputs[i].shape(), DType::float32});
-  g.layers = {c.layer};
+    if (!(c.constant_second && i == 1)) g.inputs.push_back({c.layer.inputs[i], c.inputs[i].shape(), DType::float32});
+  if (c.constant_second) {
+    Layer k;
+    k.name = c.layer.inputs[1] + "_constant";
+    k.type = "constant";
+    k.outputs = {c.layer.inputs[1]};
+    k.weights["value"] = c.inputs[1];
+    g.layers.push_back(std::move(k));
+  }
+  g.layers.push_back(c.layer);
   g.outputs = c.layer.outputs;
   return g;
 }
@@ -96,7 +104,8 @@ bool run_pinned(const Case& c, const core::RoutineChoice& choice, std::vector<Bl
     ran = ran || (l.name == c.layer.name && l.descriptor == choice.descriptor) || l.name.starts_with(c.layer.name + "/");
   if (!ran) return false;
   std::vector<NamedBlob> in;
-  for (std::size_t i = 0; i < c.inputs.size(); ++i) in.push_back({c.layer.inputs[i], c.inputs[i]});
+  for (std::size_t i = 0; i < c.inputs.size(); ++i)
+    if (!(c.constant_second && i == 1)) in.push_back({c.layer.inputs[i], c.inputs[i]});
   outputs.clear();
   for (auto& o : Session(net).run(in)) outputs.push_back(o.blob);
   return true;
@@ -128,7 +137,7 @@ TEST_CASE("every float32 and bfloat16 CPU routine matches cpu/ref on every gener
         LayerInfo info;
         info.layer = &c.layer;
         for (const Blob& b : c.inputs) info.input_shapes.push_back(b.shape());
-        info.keep_nan = core::makes_nan(c.layer, nullptr);  // as the executor has it: XNNPACK refuses a Div
+        info.keep_nan = core::makes_nan(c.layer, c.constant_second ? &c.inputs[1] : nullptr);  // as the executor has it
         info.output_shapes = core::infer_layer_shapes(c.layer, info.input_shapes);
         if (Support s = routine->supports(info, schema); !s) {
           refusals += fmt::format("\n  {}: {}", c.what, s.reason);

@@ -141,6 +141,10 @@ std::vector<Case> binary_cases(const std::string& type, std::mt19937& rng) {
     out.push_back({fmt::format("{} {} {}", type, a.to_string(), b.to_string()), layer_of(type, {}, {}, 2),
                    {random_blob(a, rng), y}});
   }
+  // A constant divisor without zeros: no NaN made here (XNNPACK's div runs only so).
+  if (type == "div")
+    out.push_back({"div by a constant [1,16,6,6] [1,16,1,1]", layer_of(type, {}, {}, 2),
+                   {random_blob({1, 16, 6, 6}, rng), random_blob({1, 16, 1, 1}, rng, 0.5f, 2.0f)}, true});
   if (type == "add")
     out.push_back({"add relu", layer_of("add", {{"act", std::string("relu")}}, {}, 2),
                    {random_blob({1, 16, 6, 6}, rng), random_blob({1, 16, 6, 6}, rng)}});

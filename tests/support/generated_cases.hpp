@@ -16,6 +16,9 @@ struct GeneratedCase {
   std::string what;
   Layer layer;
   std::vector<Blob> inputs;
+  /// The second input is a constant of the net (as an importer makes a divisor
+  /// it knows), so the executor reads its values (core::makes_nan).
+  bool constant_second = false;
 };
 
 /// The cases of a layer type (empty for a type without cases: a new layer
