@@ -420,6 +420,15 @@ int cmd_tune(const std::vector<std::string>& args) {
                  std::string(static_cast<std::size_t>(width - filled), '.'), p.done, p.total, p.item);
       if (p.stage == "done") fmt::print(stderr, "\n");
     };
+  } else {
+    // A log (CI, a remote machine): a line when a stage starts, and every 10 s within one.
+    opt.progress = [start = std::chrono::steady_clock::now(), stage = std::string(), last = 0.0](const sn::TuneProgress& p) mutable {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (p.stage == stage && s - last < 10) return;
+      fmt::print(stderr, "tune: {:7.1f} s  {} {}/{} {}\n", s, p.stage, p.done, p.total, p.item);
+      stage = std::string(p.stage);
+      last = s;
+    };
   }
   sn::TuneReport report;
   sn::tune(model, opt, &report).save(out);
