@@ -5,11 +5,10 @@
 //    to the calling thread while its executors prepare and run, so sessions on
 //    one GPU neither wait for each other nor share a library handle, and one
 //    session's graph recording never sees another's work;
-//  - whole-run recording (CUDA graphs): an executor whose every step is a
-//    routine the hooks call capturable runs its first run eagerly (libraries
-//    load kernels lazily), records its second run and from then on replays
-//    the recording. Recording is given up for good (eager runs) when any hook
-//    refuses or fails.
+//  - recordings (CUDA graphs): each run of consecutive steps that the hooks
+//    call capturable (the whole run when every step is) runs eagerly first
+//    (libraries load kernels lazily), is recorded on the second run and is
+//    replayed from then on (DeviceGraphs below).
 // Header-only: nothing to add to the build.
 #pragma once
 
@@ -39,6 +38,10 @@ struct DeviceHooks {
   /// to back (or replays them as one graph).
   void* (*mark)() = nullptr;
   double (*elapsed_ms)(void* from, void* to) = nullptr;
+  /// [unit timing] Queues device work that only takes `ms`: work the host
+  /// queues behind it meanwhile then runs back to back, and markers around it
+  /// span its device time alone, without its launches. False on failure.
+  bool (*hold)(double ms) = nullptr;
 
   /// Whether this prepared routine only queues work on the device that a
   /// recording may replay (pointers fixed; no host-side work at run time).
@@ -135,62 +138,124 @@ class DeviceQueues {
   std::vector<std::pair<const DeviceHooks*, void*>> queues_;
 };
 
-/// One executor's recording.
-class DeviceGraph {
- public:
-  DeviceGraph() = default;
-  DeviceGraph(const DeviceGraph&) = delete;
-  DeviceGraph& operator=(const DeviceGraph&) = delete;
-  ~DeviceGraph() { reset(); }
+/// The maximal runs [begin, end) of consecutive steps that are all
+/// capturable: each is recorded and replayed as one graph.
+inline std::vector<std::pair<std::size_t, std::size_t>> capture_segments(const std::vector<bool>& capturable) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (std::size_t t = 0; t < capturable.size(); ++t) {
+    if (!capturable[t]) continue;
+    if (!out.empty() && out.back().second == t)
+      out.back().second = t + 1;
+    else
+      out.push_back({t, t + 1});
+  }
+  return out;
+}
 
-  /// Enables recording when `devices` (the non-CPU devices the executor uses)
-  /// is exactly one device with hooks, and every routine is capturable by them.
+/// One executor's recordings. Each maximal run of steps the device's hooks can
+/// capture (a whole run when every step can) runs eagerly the first time
+/// (libraries load kernels lazily), is recorded on the second run and replayed
+/// from then on, as one graph: its steps then cost their device time, not one
+/// host launch each. The host steps between such runs run eagerly, after the
+/// replayed device work they may read (a download's host node) has finished.
+/// A recording that any hook refuses or fails is given up for good (its steps
+/// run eagerly).
+class DeviceGraphs {
+ public:
+  DeviceGraphs() = default;
+  DeviceGraphs(const DeviceGraphs&) = delete;
+  DeviceGraphs& operator=(const DeviceGraphs&) = delete;
+  ~DeviceGraphs() { reset(); }
+
+  /// Finds the runs to record when `devices` (the non-CPU devices the executor
+  /// uses) is exactly one device with hooks; none otherwise.
   void init(const std::vector<Device>& devices, const std::vector<const PreparedRoutine*>& routines) {
     reset();
+    segments_.clear();
     hooks_ = devices.size() == 1 ? device_hooks(devices[0]) : nullptr;
-    enabled_ = hooks_ != nullptr && hooks_->capturable && !routines.empty();
-    for (const PreparedRoutine* r : routines) enabled_ = enabled_ && hooks_->capturable(r);
-    eager_runs_ = 0;
+    if (!hooks_ || !hooks_->capturable || !hooks_->begin_capture || !hooks_->end_capture || !hooks_->launch) return;
+    std::vector<bool> capturable;
+    for (const PreparedRoutine* r : routines) capturable.push_back(hooks_->capturable(r));
+    for (const auto& [b, e] : capture_segments(capturable)) segments_.push_back({b, e});
   }
 
-  /// Replays the recording (recording it first on the second call): true
-  /// when `run_steps`'s work was queued this way; false when the caller must
-  /// run the steps itself, eagerly (nothing was queued then).
-  template <class F>
-  bool run(F&& run_steps) {
-    if (!enabled_) return false;
-    if (!graph_) {
-      if (++eager_runs_ < 2) return false;
-      if (!hooks_->begin_capture()) return give_up();
-      try {
-        run_steps();
-      } catch (...) {
-        if (void* g = hooks_->end_capture()) hooks_->destroy(g);
-        return give_up();
-      }
-      graph_ = hooks_->end_capture();
-      if (!graph_) return give_up();
+  /// Runs steps [0, n): `run_steps(b, e)` runs steps b..e-1 eagerly (or, while
+  /// recording, queues them into the recording); `synchronize()` waits for the
+  /// device's queued work.
+  template <class Run, class Sync>
+  void run(std::size_t n, Run&& run_steps, Sync&& synchronize) {
+    std::size_t t = 0;
+    bool queued = false;  // replayed device work host steps may read
+    auto host_steps = [&](std::size_t end) {
+      if (t >= end) return;
+      if (queued) synchronize();
+      queued = false;
+      run_steps(t, end);
+    };
+    for (Segment& s : segments_) {
+      host_steps(s.begin);
+      if (replay(s, [&] { run_steps(s.begin, s.end); }))
+        queued = true;
+      else
+        run_steps(s.begin, s.end);
+      t = s.end;
     }
-    return hooks_->launch(graph_) || give_up();
+    host_steps(n);
   }
 
-  bool recorded() const { return graph_ != nullptr; }
+  /// Whether step `t` is replayed (or will be, once recorded) as part of a graph.
+  bool replays(std::size_t t) const {
+    for (const Segment& s : segments_)
+      if (t >= s.begin && t < s.end) return s.enabled;
+    return false;
+  }
+  /// Graphs recorded so far.
+  int recorded() const {
+    int n = 0;
+    for (const Segment& s : segments_) n += s.graph != nullptr;
+    return n;
+  }
 
  private:
-  bool give_up() {
-    reset();
-    enabled_ = false;
+  struct Segment {
+    std::size_t begin = 0, end = 0;
+    void* graph = nullptr;
+    bool enabled = true;
+    int eager_runs = 0;
+  };
+  /// True when `record`'s work was queued by a replay (recording it first on the second call).
+  template <class F>
+  bool replay(Segment& s, F&& record) {
+    if (!s.enabled) return false;
+    if (!s.graph) {
+      if (++s.eager_runs < 2) return false;
+      if (!hooks_->begin_capture()) return give_up(s);
+      try {
+        record();
+      } catch (...) {
+        if (void* g = hooks_->end_capture()) hooks_->destroy(g);
+        return give_up(s);
+      }
+      s.graph = hooks_->end_capture();
+      if (!s.graph) return give_up(s);
+    }
+    return hooks_->launch(s.graph) || give_up(s);
+  }
+  bool give_up(Segment& s) {
+    if (s.graph) hooks_->destroy(s.graph);
+    s.graph = nullptr;
+    s.enabled = false;
     return false;
   }
   void reset() {
-    if (graph_ && hooks_) hooks_->destroy(graph_);
-    graph_ = nullptr;
+    for (Segment& s : segments_) {
+      if (s.graph && hooks_) hooks_->destroy(s.graph);
+      s.graph = nullptr;
+    }
   }
 
   const DeviceHooks* hooks_ = nullptr;
-  bool enabled_ = false;
-  int eager_runs_ = 0;
-  void* graph_ = nullptr;
+  std::vector<Segment> segments_;
 };
 
 }  // namespace softneuro::core

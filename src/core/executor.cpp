@@ -572,13 +572,13 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
     for (int s : step->input_blobs) step->inputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
     for (int s : step->output_blobs) step->outputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
   }
-  // [device graphs] Record and replay runs when a device backend can take every step.
+  // [device graphs] Record and replay the runs of steps a device backend can take.
   std::vector<Device> devices;
   std::vector<const PreparedRoutine*> prepared;
   for (const Arena& a : arenas_)
     if (a.device != Device::cpu) devices.push_back(a.device);
   for (const auto& step : steps_) prepared.push_back(step->prepared.get());
-  device_graph_.init(devices, prepared);
+  device_graphs_.init(devices, prepared);
 }
 
 void Executor::fuse_steps() {
@@ -699,8 +699,8 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
   }
 
   ThreadPool* pool = &global_pool();
-  auto run_steps = [&](double* times) {
-    for (std::size_t t = 0; t < steps_.size(); ++t) {
+  auto run_steps = [&](std::size_t begin, std::size_t end, double* times) {
+    for (std::size_t t = begin; t < end; ++t) {
       Step& step = *steps_[t];
       RunArgs args{step.inputs, step.outputs,
                    step.workspace_bytes ? arena(step.workspace_device).base() + step.workspace_offset : nullptr, pool};
@@ -708,11 +708,12 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
         step.prepared->run(args);
         continue;
       }
-      // A device step costs what it holds up a run that queues steps back to
-      // back: its launch on the host or its work on the device, whichever is
-      // longer. Its markers span the launch too (the queue is empty when it
-      // starts), so the work is their span less the launch; the
-      // synchronisation after it is not counted. Host steps: their wall time.
+      // A device step costs what it holds up a run: its work on the device
+      // where a graph replays it, else (steps queued back to back) its launch
+      // on the host or its work, whichever is longer. Its markers span the
+      // launch too (the queue is empty when it starts), so the work is their
+      // span less the launch; the synchronisation after it is not counted.
+      // Host steps: their wall time.
       const Device dev = step.routine.schema.device;
       const DeviceHooks* hooks = dev == Device::cpu ? nullptr : device_hooks(dev);
       void* from = hooks && hooks->mark && hooks->elapsed_ms ? hooks->mark() : nullptr;
@@ -726,16 +727,22 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
       if (from) {  // (elapsed_ms releases both markers, one of them missing too)
         const double launch = std::chrono::duration<double, std::milli>(launched - t0).count();
         const double device_ms = hooks->elapsed_ms(from, to);
-        if (to) times[t] = std::max(launch, device_ms - launch);
+        if (to) times[t] = device_graphs_.replays(t) ? std::max(0.0, device_ms - launch) : std::max(launch, device_ms - launch);
       }
     }
   };
-  // [device graphs] replay a recorded run where possible (never when timing steps)
-  if (step_ms || !device_graph_.run([&] { run_steps(nullptr); })) run_steps(step_ms);
+  // [device graphs] replay recorded runs of steps where possible (never when timing steps)
+  auto synchronize = [&] {
+    for (const auto& a : arenas_)
+      if (a.device != Device::cpu) device_memory(a.device)->synchronize();
+  };
+  if (step_ms)
+    run_steps(0, steps_.size(), step_ms);
+  else
+    device_graphs_.run(steps_.size(), [&](std::size_t b, std::size_t e) { run_steps(b, e, nullptr); }, synchronize);
 
-  // Work queued on devices finishes before the outputs are handed back.
-  for (const auto& a : arenas_)
-    if (a.device != Device::cpu) device_memory(a.device)->synchronize();
+
+  synchronize();  // device work finishes before the outputs are handed back
 
   // Outputs that are net inputs or constants are copied.
   for (auto& given : outputs)

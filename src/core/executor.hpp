@@ -200,7 +200,7 @@ class Executor {
   std::vector<int> net_inputs_, net_outputs_;
   std::vector<Arena> arenas_;
   std::size_t unplanned_bytes_ = 0;
-  DeviceGraph device_graph_;  ///< [device graphs] replays the device work of a run (core/device_hooks.hpp)
+  DeviceGraphs device_graphs_;  ///< [device graphs] replays runs of device steps (core/device_hooks.hpp)
 };
 
 }  // namespace softneuro::core
