@@ -19,7 +19,8 @@
 namespace softneuro::profiler {
 namespace {
 
-constexpr const char* kVersion = "softneuro-profile-v1";
+// v2: device routines are timed by their device time alone (v1 counted host launches too).
+constexpr const char* kVersion = "softneuro-profile-v2";
 
 std::string checksum(const std::string& key, const std::string& ms) {
   std::string s = key + '\t' + ms;

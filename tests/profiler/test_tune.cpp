@@ -115,7 +115,7 @@ TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
   std::filesystem::create_directories(dir);
   {
     std::ofstream f(dir + "/profiles.tsv");
-    f << "garbage line\n" << "softneuro-profile-v1\tkey\t0.001\tdeadbeefdeadbeef\n" << std::string(100, '\0') << "\n";
+    f << "garbage line\n" << "softneuro-profile-v2\tkey\t0.001\tdeadbeefdeadbeef\n" << std::string(100, '\0') << "\n";
   }
   profiler::ProfileCache cache(dir);
   CHECK_FALSE(cache.find("key").has_value());

@@ -10,6 +10,7 @@
 #include "core/device_hooks.hpp"
 #include "core/log.hpp"
 #include "routines/cuda/cuda_stats.hpp"
+#include "routines/cuda/kernels.hpp"
 
 #include <fmt/format.h>
 
@@ -149,6 +150,16 @@ double hook_elapsed_ms(void* from, void* to) {
   return ms;
 }
 
+bool hook_hold(double ms) {
+  try {
+    use_device();
+    if (kern::hold(ms, stream()) == cudaSuccess) return true;
+  } catch (const std::exception&) {
+  }
+  cudaGetLastError();
+  return false;
+}
+
 bool hook_capturable(const PreparedRoutine* r) {
   auto* p = dynamic_cast<const Prepared*>(r);
   return p && p->capturable();
@@ -197,6 +208,7 @@ void register_with_core() {
                                                               .bind_queue = hook_bind_queue,
                                                               .mark = hook_mark,
                                                               .elapsed_ms = hook_elapsed_ms,
+                                                              .hold = hook_hold,
                                                               .capturable = hook_capturable,
                                                               .begin_capture = hook_begin,
                                                               .end_capture = hook_end,

@@ -210,10 +210,27 @@ int row_threads(int64_t len) {
 
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 * 16 ? (rows < 1 ? 1 : rows) : 65535 * 16); }
 
+__device__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void hold_kernel(unsigned long long ns) {
+  const unsigned long long start = global_ns();
+  while (global_ns() - start < ns) {
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // Launchers
+
+cudaError_t hold(double ms, cudaStream_t s) {
+  hold_kernel<<<1, 1, 0, s>>>(static_cast<unsigned long long>(ms > 0 ? ms * 1e6 : 0));
+  return cudaGetLastError();
+}
 
 cudaError_t unary(Elem t, ActParams act, const void* x, void* y, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;

@@ -21,6 +21,9 @@ struct ActParams {
   float a = 0, b = 0;  ///< clip: [a, b]; hardsigmoid: max(0, min(1, a*x + b))
 };
 
+/// One thread that spins for `ms` of the device's clock (a hold for unit timing).
+cudaError_t hold(double ms, cudaStream_t s);
+
 /// y[i] = act(x[i]) for n elements (any layout: elementwise).
 cudaError_t unary(Elem t, ActParams act, const void* x, void* y, int64_t n, cudaStream_t s);
 
