@@ -194,10 +194,21 @@ int Executor::convert(int slot, const Schema& want, const std::string& consumer,
       if (c.support.ok && (!pick || registry.default_rank("adapt", c.descriptor) <
                                         registry.default_rank("adapt", pick->descriptor)))
         pick = &c;
-  if (!pick)
+  if (!pick) {
+    // No one adapt converts a device's blob from or to a blocked CPU layout
+    // (CPU chains compose CPU adapts only): two steps through the plain CPU
+    // schema, which every device's transfers reach. A layer tuned or pinned
+    // onto a device beside layers left to blocked CPU defaults needs it (the
+    // accuracy budget's search runs such paths, one layer at a time).
+    const Schema plain{};
+    if (!(from.schema == plain) && !(want == plain) && (from.schema.device != Device::cpu || want.device != Device::cpu)) {
+      const int via = convert(slot, plain, "", nullptr);
+      return convert(via, want, consumer, nullptr);
+    }
     throw Error(fmt::format("no adapt routine converts blob '{}' from {} to {}", from.name,
                             from.schema.to_string(), want.to_string()),
                 {}, consumer, "inputs");
+  }
   step->routine = *pick;
   step->input_blobs = {slot};
   share_weights(*step);

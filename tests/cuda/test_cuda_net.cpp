@@ -87,6 +87,53 @@ TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[n
   }
 }
 
+TEST_CASE("host steps between device steps: each run of device steps replays as its own CUDA graph", "[net]") {
+  // l2 and l6 on the host: [upload l0 l1 download] l2 [upload l3 l4 l5 download] l6 [upload l7 download]
+  for (const std::string schema : {"cuda", "cuda:float16"}) {
+    core::Graph g = test::chain_graph(8);
+    Session cpu(detail::make_model(g));
+    core::Graph mixed = on_device(g, schema);
+    for (auto& r : mixed.routine_path.routines)
+      if (r.layer == "l2" || r.layer == "l6") r.descriptor = "cpu/ref";
+    Session gpu(detail::make_model(mixed));
+    const cuda::GraphStats before = cuda::graph_stats();
+    std::mt19937 rng(33);
+    for (int run = 0; run < 5; ++run) {  // fresh inputs each time: the replayed uploads read them
+      auto in = inputs_of(cpu.model(), rng);
+      check_same(gpu.run(in), cpu.run(in), tolerance_for(Schema::parse(schema), 5.0), fmt::format("{} run {}", schema, run));
+    }
+    const cuda::GraphStats after = cuda::graph_stats();
+    const char* env = std::getenv("SOFTNEURO_CUDA_GRAPHS");
+    if (!env || std::string(env) != "0") {
+      CHECK(after.captures == before.captures + 3);   // each run of device steps, on the second run
+      CHECK(after.launches == before.launches + 12);  // 3 per run from the second on
+      CHECK(after.failures == before.failures);
+    }
+  }
+}
+
+TEST_CASE("a layer on the device between CPU layers in a blocked layout runs, through the plain CPU schema", "[net]") {
+  // As the accuracy budget's search runs one layer at a time below float32: on
+  // an H200, "no adapt routine converts ... from cuda:float16 to cpu:float32:nchw16c".
+  core::Graph g = test::chain_graph(3);  // l0 conv2, l1 relu, l2 sigmoid
+  Session cpu(detail::make_model(g));
+  core::Graph mixed = g;
+  mixed.routine_path = {};
+  mixed.routine_path.routines.push_back({"l0", "cpu:float32:nchw16c/onednn", {}, 0, 0});
+  mixed.routine_path.routines.push_back({"l1", "cuda:float16/kernel", {}, 0, 0});
+  mixed.routine_path.routines.push_back({"l2", "cpu:float32:nchw16c/onednn", {}, 0, 0});
+  Session gpu(detail::make_model(mixed));
+  for (const auto& l : gpu.layers()) {
+    INFO(l.name << " " << l.descriptor);
+    if (l.name == "l1") CHECK(l.descriptor == "cuda:float16/kernel");
+  }
+  std::mt19937 rng(34);
+  for (int run = 0; run < 4; ++run) {
+    auto in = inputs_of(cpu.model(), rng);
+    check_same(gpu.run(in), cpu.run(in), tolerance_for(Schema::parse("cuda:float16"), 5.0), fmt::format("run {}", run));
+  }
+}
+
 TEST_CASE("hybrid tuning over cpu, cuda:float32 and cuda:float16 runs", "[net]") {
   for (int which = 0; which < 2; ++which) {
     core::Graph g = which ? test::multi_io_graph() : test::chain_graph(6);
