@@ -9,9 +9,10 @@
 #   bench    softneuro bench --sessions 4 of the batch-1 tuned nets (outputs identical across sessions)
 #   compile  torch_peers.py: torch.compile timed (last: the slowest step)
 #   cuda_bench  cuDNN algorithms per convolution, graphs against eager runs
-# Environment: MODELS (resnet50 mobilenet_v2 rec), BATCHES (1 8), TUNE_BUDGET (s per tune, 60),
-# B8_SCHEMAS (schemas of batches above 1; default the hybrid set), DEADLINE (s; steps that
-# would start later are skipped, default 560), SKIP (model.bN names not to tune, e.g. "rec.b8").
+# Environment: TUNES (NAME=MODEL.bBATCH@SCHEMAS ...; default the three models at batch 1 over
+# cpu:float32:*,cuda:float32,cuda:float16 and ResNet50/MobileNetV2 at batch 8 over B8_SCHEMAS,
+# default cuda:*), TUNE_BUDGET (s per tune, 60), DEADLINE (s; steps that would start later are
+# skipped, default 560).
 # Logs go to $OUT (summary.txt and logs.tgz: the device tool brings back 8 files at most).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -54,24 +55,29 @@ PYTHONUNBUFFERED=1 timeout 120 python3 bench/gpu/torch_peers.py --export $W --mo
 note "torch_peers $modes rc $?"; grep '^{' "$OUT/torch_eager.log" | tee -a "$summary"
 
 hybrid='cpu:float32:*,cuda:float32,cuda:float16'
+# NAME=MODEL.bBATCH@SCHEMAS, run in order; NAME names the files.
+default_tunes="resnet50.b1=resnet50.b1@$hybrid mobilenet_v2.b1=mobilenet_v2.b1@$hybrid rec.b1=rec.b1@$hybrid
+  resnet50.b8=resnet50.b8@${B8_SCHEMAS:-cuda:*} mobilenet_v2.b8=mobilenet_v2.b8@${B8_SCHEMAS:-cuda:*}"
 if has tune; then
-  for m in ${MODELS:-resnet50 mobilenet_v2 rec}; do
-    for b in ${BATCHES:-1 8}; do
-      [[ " ${SKIP:-} " == *" $m.b$b "* ]] && continue
-      time_for 60 "tune $m b$b" || continue
-      if [ $m = rec ]; then in=x; shape=${b}x3x48x320; npy=$W/line_b$b.npy; else in=input; shape=${b}x3x224x224; npy=$W/img_b$b.npy; fi
-      schemas=$hybrid; [ $b != 1 ] && schemas=${B8_SCHEMAS:-$hybrid}
-      t=$m.b$b
-      $sn import $W/$m.onnx -o $W/$t.dnn --input-shape $in=$shape > "$OUT/$t.log" 2>&1 || { note "$t import failed: $(tail -2 "$OUT/$t.log")"; continue; }
-      timeout 120 $sn tune $W/$t.dnn -o $W/$t.tuned.dnn --schemas "$schemas" --cache - --unit-budget-ms 5 \
-        --time-budget ${TUNE_BUDGET:-60} --json "$OUT/$t.tune.json" >> "$OUT/$t.log" 2>&1
-      note "$t tune ($schemas) rc $?: $(grep -E '^(predicted|tuned in)' "$OUT/$t.log" | tr '\n' ' ')"
-      timeout 60 $sn run $W/$t.tuned.dnn --input $in=$npy --repeat 200 > "$OUT/$t.run.log" 2>&1
-      note "$t run rc $?: $(grep -E '^latency' "$OUT/$t.run.log")"
-      awk 'NF >= 5 && $3 ~ /^(cuda|cpu)/ {print $3}' "$OUT/$t.log" | sort | uniq -c | sort -rn | head -8 | tr -s ' \n' ' ' | sed 's/^/  path:/' | tee -a "$summary"; echo | tee -a "$summary"
-      grep -E '^[0-9]+ adapts' "$OUT/$t.log" | tee -a "$summary"
-    done
+  set -f  # the schemas' * are no file patterns
+  for entry in ${TUNES:-$default_tunes}; do
+    t=${entry%%=*} spec=${entry#*=}
+    m=${spec%%.b*} rest=${spec#*.b}; b=${rest%%@*} schemas=${rest#*@}
+    time_for 60 "tune $t" || continue
+    if [ $m = rec ]; then in=x; shape=${b}x3x48x320; npy=$W/line_b$b.npy; else in=input; shape=${b}x3x224x224; npy=$W/img_b$b.npy; fi
+    $sn import $W/$m.onnx -o $W/$t.dnn --input-shape $in=$shape > "$OUT/$t.log" 2>&1 || { note "$t import failed: $(tail -2 "$OUT/$t.log")"; continue; }
+    graphs=; [[ $t == *.nographs ]] && graphs=SOFTNEURO_CUDA_GRAPHS=0  # a NAME ending .nographs tunes without CUDA graphs
+    timeout ${TUNE_TIMEOUT:-120} env $graphs $sn tune $W/$t.dnn -o $W/$t.tuned.dnn --schemas "$schemas" --cache - --unit-budget-ms 5 \
+      --time-budget ${TUNE_BUDGET:-60} --json "$OUT/$t.tune.json" >> "$OUT/$t.log" 2>&1
+    note "$t tune ($schemas) rc $?: $(grep -E '^(predicted|tuned in)' "$OUT/$t.log" | tr '\n' ' ') $(grep '^tune:' "$OUT/$t.log" | tail -2 | tr '\n' ' ')"
+    timeout 60 $sn run $W/$t.tuned.dnn --input $in=$npy --repeat 200 > "$OUT/$t.run.log" 2>&1
+    note "$t run rc $?: $(grep -E '^latency' "$OUT/$t.run.log")"
+    SOFTNEURO_CUDA_GRAPHS=0 timeout 60 $sn run $W/$t.tuned.dnn --input $in=$npy --repeat 200 > "$OUT/$t.eager.log" 2>&1
+    note "$t run, no CUDA graphs (SOFTNEURO_CUDA_GRAPHS=0) rc $?: $(grep -E '^latency' "$OUT/$t.eager.log")"
+    awk 'NF >= 5 && $3 ~ /^(cuda|cpu)/ {print $3}' "$OUT/$t.log" | sort | uniq -c | sort -rn | head -8 | tr -s ' \n' ' ' | sed 's/^/  path:/' | tee -a "$summary"; echo | tee -a "$summary"
+    grep -E '^[0-9]+ adapts' "$OUT/$t.log" | tee -a "$summary"
   done
+  set +f
 fi
 if has bench; then
   for t in resnet50.b1 rec.b1; do

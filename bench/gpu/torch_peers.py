@@ -2,8 +2,10 @@
 ResNet50 and MobileNetV2 (seeded random weights: latency does not depend on
 the values) exported to ONNX with a dynamic batch for `softneuro import`, and
 timed in PyTorch eager float32 and float16 (cuDNN, PyTorch's defaults: TF32
-convolutions in float32) and torch.compile float16 (default mode) at batch 1 and 8. Device-event medians of --runs runs after
-warm-up. Prints one JSON line per figure and writes them to --json.
+convolutions in float32) and torch.compile float16 (default mode) at batch 1 and 8. "ms": device-event medians of
+--runs runs after warm-up, the input already on the GPU; "host_ms": wall-time medians from a float32 input in host
+memory to the float32 output back in host memory (upload, cast and download included, as `softneuro run` times
+a run). Prints one JSON line per figure and writes them to --json.
 
     python3 bench/gpu/torch_peers.py --export DIR [--json OUT] [--runs 50] [--modes eager,compile]
                                      [--models resnet50,mobilenet_v2]
@@ -30,6 +32,21 @@ def median_ms(fn, runs):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def host_median_ms(model, batch, dtype, runs):
+    """From a float32 host tensor to a float32 host tensor, wall time."""
+    x = torch.randn(batch, 3, 224, 224)
+    fn = lambda: model(x.to("cuda").to(dtype)).float().cpu()
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
     return times[len(times) // 2]
 
@@ -64,7 +81,8 @@ def main():
                                             ("eager float16", model_half, torch.float16)):
                         x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype)
                         rows.append({"model": name, "batch": batch, "peer": f"torch {label}",
-                                     "ms": median_ms(lambda: m(x), args.runs)})
+                                     "ms": median_ms(lambda: m(x), args.runs),
+                                     "host_ms": host_median_ms(m, batch, dtype, args.runs)})
                         print(json.dumps(rows[-1]), flush=True)
             if "compile" in modes:
                 compiled = torch.compile(model.half())
@@ -73,7 +91,8 @@ def main():
                     x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16)
                     compiled(x)
                     rows.append({"model": name, "batch": batch, "peer": "torch.compile float16",
-                                 "ms": median_ms(lambda: compiled(x), args.runs), "compile_s": round(time.time() - t0, 1)})
+                                 "ms": median_ms(lambda: compiled(x), args.runs), "compile_s": round(time.time() - t0, 1),
+                                 "host_ms": host_median_ms(compiled, batch, torch.float16, args.runs)})
                     print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
