@@ -9,11 +9,35 @@
 
 namespace softneuro::core {
 
-ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k, int qmax) {
+namespace {
+/// Whether channel `v` of `k` values lies on the grid of step `s` within [-qmax, qmax].
+bool on_grid(const float* v, int64_t k, float s, int qmax) {
+  if (!quant_scale_in_range(s)) return false;
+  for (int64_t i = 0; i < k; ++i) {
+    const float q = std::nearbyint(v[i] / s);
+    if (!std::isfinite(v[i]) || std::fabs(q) > static_cast<float>(qmax) || std::fabs(q * s - v[i]) > 1e-6f * std::fabs(v[i]))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
+const std::vector<float>* int8_grid_scales(const Blob& w, int64_t channels) {
+  return stored_as_int8(w) && w.shape()[0] == channels ? &w.quant().scales : nullptr;
+}
+
+ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k, int qmax, const std::vector<float>* grid) {
   ChannelQuantized r;
   r.q.resize(static_cast<std::size_t>(channels * k));
   r.scale.resize(static_cast<std::size_t>(channels));
+  if (grid && static_cast<int64_t>(grid->size()) != channels) grid = nullptr;
   for (int64_t o = 0; o < channels; ++o) {
+    if (grid && on_grid(w + o * k, k, (*grid)[static_cast<std::size_t>(o)], qmax)) {
+      const float s = (*grid)[static_cast<std::size_t>(o)];
+      r.scale[static_cast<std::size_t>(o)] = s;
+      for (int64_t i = 0; i < k; ++i) r.q[static_cast<std::size_t>(o * k + i)] = static_cast<int8_t>(std::nearbyint(w[o * k + i] / s));
+      continue;
+    }
     float mx = 0;
     for (int64_t i = 0; i < k; ++i) {
       const float v = w[o * k + i];

@@ -27,7 +27,15 @@ struct ChannelQuantized {
   std::vector<int8_t> q;     ///< [channels][k]
   std::vector<float> scale;  ///< [channels]
 };
-ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k, int qmax = 127);
+/// With `grid` (a model's own int8 weight: int8_grid_scales), a channel whose
+/// values lie on its grid within [-qmax, qmax] keeps the model's scale and
+/// integers, whatever its largest value (an ONNX QDQ weight's scale comes from
+/// its calibration, not always from max|w| / 127): the model's own arithmetic.
+ChannelQuantized quantize_per_channel(const float* w, int64_t channels, int64_t k, int qmax = 127,
+                                      const std::vector<float>* grid = nullptr);
+/// The per-output-channel scales of a weight that carries its int8 grid
+/// (stored_as_int8, axis 0 of `channels`), else nullptr.
+const std::vector<float>* int8_grid_scales(const Blob& w, int64_t channels);
 
 /// A bias value on the int32 grid of its conv/dense's accumulators (step
 /// s_in * s_w), rounded and clamped to +-2^30 (headroom for the products added

@@ -805,3 +805,26 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
     for (float v : run_net(net, normal_blob(Shape{1, 64}, 8, 1.0f))) CHECK(v == 0.0f);
   }
 }
+
+TEST_CASE("weights on a model's own int8 grid keep its integers and scales, whatever a channel's largest value", "[calibrate][quant]") {
+  // Two channels on steps 0.05 and 0.02 whose largest integers are 5 and 100 (an
+  // ONNX QDQ weight's scale comes from its calibration, not from max|w| / 127).
+  const std::vector<float> scales = {0.05f, 0.02f};
+  const std::vector<int8_t> ints = {5, -3, 0, 1, 100, -7, 2, -100};
+  Blob w = Blob::allocate(Shape{2, 4});
+  for (int i = 0; i < 8; ++i) w.data_as<float>()[i] = static_cast<float>(ints[static_cast<std::size_t>(i)]) * scales[static_cast<std::size_t>(i / 4)];
+  w.quant().scales = scales;
+  w.quant().axis = 0;
+  REQUIRE(core::stored_as_int8(w));
+  const auto* grid = core::int8_grid_scales(w, 2);
+  REQUIRE(grid);
+  const core::ChannelQuantized q = core::quantize_per_channel(w.data_as<float>(), 2, 4, 127, grid);
+  CHECK(q.scale == scales);
+  CHECK(q.q == ints);  // (rescaled to 127 and 127 before: other integers, another product)
+  // Without the grid: the convention's max|w| / 127.
+  const core::ChannelQuantized own = core::quantize_per_channel(w.data_as<float>(), 2, 4);
+  CHECK(own.scale[0] == Approx(0.25f / 127));
+  // A channel off its grid (or beyond qmax) falls back to the convention.
+  CHECK(core::quantize_per_channel(w.data_as<float>(), 2, 4, 63, grid).scale[1] == Approx(2.0f / 63));
+  CHECK(core::int8_grid_scales(w, 3) == nullptr);
+}

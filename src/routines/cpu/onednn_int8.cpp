@@ -119,7 +119,7 @@ struct QuantWeights {
 
 QuantWeights quantize_weights(const Blob& w, int64_t oc) {
   const int64_t k = w.numel() / oc;
-  core::ChannelQuantized q = core::quantize_per_channel(w.data_as<float>(), oc, k);
+  core::ChannelQuantized q = core::quantize_per_channel(w.data_as<float>(), oc, k, 127, core::int8_grid_scales(w, oc));
   QuantWeights r{std::move(q.q), std::move(q.scale), std::vector<int64_t>(static_cast<std::size_t>(oc), 0)};
   for (int64_t o = 0; o < oc; ++o)
     for (int64_t i = 0; i < k; ++i) r.row_sum[static_cast<std::size_t>(o)] += r.q[static_cast<std::size_t>(o * k + i)];

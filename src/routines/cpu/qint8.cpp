@@ -187,8 +187,8 @@ void transpose_to_nchw(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t
 
 /// Weights per output channel, symmetric (the project's convention, core/weight_quant.hpp).
 using QuantWeights = core::ChannelQuantized;
-QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k, int qmax = 127) {
-  return core::quantize_per_channel(w, oc, k, qmax);
+QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k, int qmax = 127, const std::vector<float>* grid = nullptr) {
+  return core::quantize_per_channel(w, oc, k, qmax, grid);
 }
 int32_t quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
 float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
@@ -241,7 +241,8 @@ class GemmConv final : public PreparedRoutine {
           for (int64_t ki = 0; ki < g.kh; ++ki)
             for (int64_t kj = 0; kj < g.kw; ++kj)
               wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] = w[((o * icg_ + ic) * g.kh + ki) * g.kw + kj];
-      QuantWeights qw = quantise_weights(wk.data(), g.oc, k_, kernel_qmax(kernel));
+      QuantWeights qw = quantise_weights(wk.data(), g.oc, k_, kernel_qmax(kernel),
+                                         core::int8_grid_scales(info.layer->weight("weight"), g.oc));
       pw.packed = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
       pw.bias.assign(static_cast<std::size_t>(blocks * 16), 0);
       pw.mult.assign(static_cast<std::size_t>(blocks * 16), 0.0f);
@@ -519,11 +520,11 @@ constexpr int kMaxTaps = 64;
 
 class DepthwiseConv final : public PreparedRoutine {
  public:
-  DepthwiseConv(const Window2d& g, const float* w, const float* bias, const Epilogue& ep, TQ in, TQ out, bool nhwc)
+  DepthwiseConv(const Window2d& g, const Blob& weight, const float* bias, const Epilogue& ep, TQ in, TQ out, bool nhwc)
       : g_(g), ep_(ep), zp_in_(in.zp), nhwc_(nhwc) {
     taps_ = static_cast<int>(g.kh * g.kw);
     cpad_ = round_up(g.c, 16);
-    QuantWeights qw = quantise_weights(w, g.c, taps_);
+    QuantWeights qw = quantise_weights(weight.data_as<float>(), g.c, taps_, 127, core::int8_grid_scales(weight, g.c));
     const int64_t pairs = ceil_div(taps_, 2);
     packed_ = Blob::allocate(Shape{pairs * cpad_ * 2 * 2}, DType::quint8);
     auto* v = static_cast<int16_t*>(packed_.data());
@@ -626,7 +627,7 @@ class ConvRoutine final : public Routine {
     const Blob* b = l.find_weight("bias");
     const bool nhwc = s == kNhwc;
     if (is_depthwise(g))
-      return std::make_unique<DepthwiseConv>(g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
+      return std::make_unique<DepthwiseConv>(g, l.weight("weight"), b ? b->data_as<float>() : nullptr, ep,
                                              in_q(info, 0), out_q(info), nhwc);
     return std::make_unique<GemmConv>(info, g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
                                       in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), gemm_kernel(params));
@@ -960,10 +961,18 @@ class ActRoutine final : public Routine {
 
 class Lut final : public PreparedRoutine {
  public:
-  Lut(int64_t n, const int8_t* table) : n_(n) { std::memcpy(table_, table, 256); }
+  Lut(int64_t n, const int8_t* table) : n_(n) {
+    std::memcpy(table_, table, 256);
+    identity_ = true;
+    for (int q = -128; q < 128; ++q) identity_ = identity_ && table_[static_cast<uint8_t>(static_cast<int8_t>(q))] == q;
+  }
   void run(const RunArgs& a) override {
     const int8_t* x = a.inputs[0]->data_as<int8_t>();
     int8_t* y = a.outputs[0]->data_as<int8_t>();
+    if (identity_) {  // an imported QDQ model's fake_quant between int8 layers: a copy (the table: 1 ns a byte)
+      if (x != y) std::memmove(y, x, static_cast<std::size_t>(n_));
+      return;
+    }
     a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) y[i] = table_[static_cast<uint8_t>(x[i])];
     });
@@ -972,6 +981,7 @@ class Lut final : public PreparedRoutine {
  private:
   int64_t n_;
   int8_t table_[256];
+  bool identity_ = false;
 };
 
 template <class F>

@@ -947,8 +947,9 @@ struct QWeights {
   std::vector<float> scale;
   std::vector<int32_t> bias;
 };
-QWeights quantise(const std::vector<float>& w, int64_t oc, int64_t k, const Blob* bias, float s_in) {
-  core::ChannelQuantized q = core::quantize_per_channel(w.data(), oc, k);
+QWeights quantise(const std::vector<float>& w, int64_t oc, int64_t k, const Blob* bias, float s_in,
+                 const std::vector<float>* grid) {
+  core::ChannelQuantized q = core::quantize_per_channel(w.data(), oc, k, 127, grid);
   QWeights r{std::move(q.q), std::move(q.scale), std::vector<int32_t>(static_cast<std::size_t>(oc), 0)};
   if (bias)
     for (int64_t o = 0; o < oc; ++o)
@@ -997,10 +998,10 @@ class XnnpackQ final : public Routine {
 };
 
 /// A qc8 convolution over nhwc int8 blobs; dense is one with 1x1 kernels.
-xnn_operator_t create_qconv(const Window2d& g, const std::vector<float>& w_okc, const Blob* bias, const TQ& in,
-                            const TQ& out, int8_t lo, int8_t hi, Build& ops) {
+xnn_operator_t create_qconv(const Window2d& g, const std::vector<float>& w_okc, const Blob& weight, const Blob* bias,
+                            const TQ& in, const TQ& out, int8_t lo, int8_t hi, Build& ops) {
   const int64_t gi = g.c / g.group, go = g.oc / g.group;
-  const QWeights q = quantise(w_okc, g.oc, g.kh * g.kw * gi, bias, in.scale);
+  const QWeights q = quantise(w_okc, g.oc, g.kh * g.kw * gi, bias, in.scale, core::int8_grid_scales(weight, g.oc));
   auto o = std::make_unique<Op>();
   const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   xcheck(xnn_create_convolution2d_nhwc_qc8(u(g.pt), u(g.pr), u(g.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
@@ -1037,7 +1038,7 @@ struct QConv2 {
     for (int64_t o = 0; o < g.oc; ++o)
       for (int64_t i = 0; i < gi; ++i)
         for (int64_t k = 0; k < kk; ++k) w[static_cast<std::size_t>((o * kk + k) * gi + i)] = src[(o * gi + i) * kk + k];
-    xnn_operator_t op = create_qconv(g, w, layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
+    xnn_operator_t op = create_qconv(g, w, layer.weight("weight"), layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
       xcheck(xnn_setup_convolution2d_nhwc_qc8(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
                                               static_cast<size_t>(g.w), static_cast<const int8_t*>(in[0]),
@@ -1073,7 +1074,7 @@ struct QDense {
     g.kh = g.kw = g.sh = g.sw = g.dh = g.dw = 1;
     g.group = 1;
     std::vector<float> w(wb.data_as<float>(), wb.data_as<float>() + o * k);
-    xnn_operator_t op = create_qconv(g, w, layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
+    xnn_operator_t op = create_qconv(g, w, wb, layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
       xcheck(xnn_setup_convolution2d_nhwc_qc8(op, static_cast<size_t>(n), 1, 1, static_cast<const int8_t*>(in[0]),
                                               static_cast<int8_t*>(out), pool),
