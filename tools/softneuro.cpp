@@ -79,6 +79,8 @@ commands:
       --threads T           threads (default: all cores)
       --seed S              seed of the random inputs (default 0)
       --top K               top-K entries printed per output (default 5)
+      --schemas A,B,...     schemas the session may compute in (e.g. 'cpu:float32:*': a quantised
+                            model's layers in float32, as without its int8 default)
       --steps FILE.tsv      write each step's median time over the runs (layer, type, routine,
                             routine parameters, the step it is fused into, ms), steps timed one by one
   bench FILE [options]      latency and throughput: N sessions of one model, each in its own thread;
@@ -651,6 +653,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::string steps_file;
   int repeat = 10, threads = 0, top = 5;
   unsigned seed = 0;
+  sn::SessionOptions session_options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto value = [&](const char* flag) {
       if (i + 1 >= args.size()) throw Usage(fmt::format("{} needs a value", flag));
@@ -664,6 +667,7 @@ int cmd_run(const std::vector<std::string>& args) {
     else if (a == "--top") top = parse_int(value("--top"), "--top", 0);
     else if (a == "--seed") seed = static_cast<unsigned>(parse_int(value("--seed"), "--seed", 0));
     else if (a == "--steps") steps_file = value("--steps");
+    else if (a == "--schemas") session_options.schemas = split_list(value("--schemas"));
     else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
     else if (file.empty()) file = a;
     else throw Usage(fmt::format("unexpected argument '{}'", a));
@@ -671,7 +675,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (file.empty()) throw Usage("run needs a FILE");
   if (threads > 0) sn::set_num_threads(threads);
   const sn::Model model = sn::Model::load(file);
-  sn::Session session(model);
+  sn::Session session(model, session_options);
   for (const auto& [name, path] : output_files) model.output_shape(name);  // unknown names fail before running
 
   // NAME=a.npy,b.npy: input sets run one after another in the one net (inputs of several shapes).

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "core/shape_plan.hpp"
 #include "core/thread_pool.hpp"
+#include "core/weight_quant.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -77,6 +78,59 @@ bool makes_nan(const Layer& layer, const Blob* constant_second) {
   }
   // cast: an overflow without saturation, or an infinity into float8e8m0, is NaN
   return t == "sqrt" || t == "log" || t == "divmod" || t == "cast";
+}
+
+std::set<std::string> layers_quantised_by_model(const Graph& graph) {
+  std::set<std::string> out, constants;
+  std::map<std::string, const Layer*> fake_quant_of;  // a fake_quant layer's output -> the layer
+  std::map<std::string, std::vector<const Layer*>> readers;
+  for (const Layer& l : graph.layers) {
+    if (l.type == "fake_quant") fake_quant_of[l.outputs[0]] = &l;
+    if (l.type == "constant") constants.insert(l.outputs.begin(), l.outputs.end());
+    for (const auto& in : l.inputs) readers[in].push_back(&l);
+  }
+  if (fake_quant_of.empty()) return out;
+  const std::set<std::string> net_outputs(graph.outputs.begin(), graph.outputs.end());
+  auto quantised = [&](const std::string& blob) { return graph.blob_quant.count(blob) > 0; };
+  // Held in int8 at its recorded quantisation, the blob is what the model
+  // computes only where every reader quantises it so at once.
+  auto read_quantised = [&](const std::string& blob) {
+    if (!quantised(blob) || net_outputs.count(blob) || !readers.count(blob)) return false;
+    const QuantParams& q = graph.blob_quant.at(blob);
+    for (const Layer* r : readers.at(blob)) {
+      if (r->type != "fake_quant") return false;
+      const QuantParams p = fake_quant_params(*r).as_int8();
+      if (p.scales != q.scales || p.zero_points != q.zero_points) return false;
+    }
+    return true;
+  };
+  // The products and sums, whose int8 result is the integer arithmetic the
+  // model's author quantised for: a weight on the model's own int8 grid
+  // (symmetric, per output channel), which the qint8 routines compute with
+  // (core::int8_grid_scales); every run-time input made by a Q/DQ step.
+  std::map<std::string, const Layer*> producer;
+  for (const Layer& l : graph.layers) {
+    for (const auto& o : l.outputs) producer[o] = &l;
+    if (l.type != "conv2" && l.type != "dense" && l.type != "matmul" && l.type != "add") continue;
+    const Blob* w = l.find_weight("weight");
+    const bool weighted = l.type == "conv2" || l.type == "dense";
+    bool ok = l.outputs.size() == 1 && read_quantised(l.outputs[0]) && (!weighted || (w && stored_as_int8(*w)));
+    for (const auto& in : l.inputs) ok = ok && (constants.count(in) || fake_quant_of.count(in));
+    if (ok) out.insert(l.name);
+  }
+  // The Q/DQ steps next to them (elsewhere a float step is cheaper than the
+  // conversions around an int8 one).
+  std::set<std::string> steps;
+  for (const auto& [blob, fq] : fake_quant_of) {
+    if (!quantised(fq->inputs[0]) || !quantised(blob)) continue;
+    auto p = producer.find(fq->inputs[0]);
+    bool next_to_int8 = p != producer.end() && out.count(p->second->name);
+    if (readers.count(blob))
+      for (const Layer* r : readers.at(blob)) next_to_int8 = next_to_int8 || out.count(r->name);
+    if (next_to_int8) steps.insert(fq->name);
+  }
+  out.insert(steps.begin(), steps.end());
+  return out;
 }
 
 std::set<std::string> layers_nan_may_reach(const Graph& graph) {
@@ -289,7 +343,12 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
       step->routine = registry.default_choice(step->info, *child_schema);
     } else {
       Schema preferred = input_slots.empty() ? Schema{} : slots_[static_cast<std::size_t>(input_slots[0])].schema;
-      step->routine = registry.default_choice_any_schema(step->info, preferred, [this](const Schema& s) { return allowed(s); });
+      // After an int8 layer a float one stays in its layout: one dequantising adapt, no reorder.
+      if (!layer_int8_ && preferred.dtype == DType::qint8) preferred.dtype = DType::float32;
+      auto is_allowed = [this](const Schema& s) { return allowed(s); };
+      if (layer_int8_)  // the model's own quantisation: on qint8 routines where one takes the layer
+        step->routine = registry.default_choice_any_schema(step->info, preferred, is_allowed, DType::qint8);
+      if (!step->routine.routine) step->routine = registry.default_choice_any_schema(step->info, preferred, is_allowed);
       if (!allowed(step->routine.schema))
         throw Error(fmt::format("no float32 routine in the session's schemas ({}) supports this layer",
                                 fmt::join(schemas_, ", ")),
@@ -484,6 +543,7 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   };
 
   const std::set<std::string> nan_layers = keep_nan_ ? std::set<std::string>{} : layers_nan_may_reach(graph);
+  const std::set<std::string> int8_layers = keep_nan_ ? std::set<std::string>{} : layers_quantised_by_model(graph);
   for (std::size_t layer_index = 0; layer_index < graph.layers.size(); ++layer_index) {
     const Layer& layer = graph.layers[layer_index];
     if (layer.type == "constant") {
@@ -514,10 +574,12 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
     }
     check_live(layer_index, layer);
     layer_keep_nan_ = keep_nan_ || nan_layers.count(layer.name);
+    layer_int8_ = int8_layers.count(layer.name) > 0;
     auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
   }
   layer_keep_nan_ = false;
+  layer_int8_ = false;
 
   // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU),
   // typed ones in their dtype.

@@ -54,6 +54,13 @@ bool makes_nan(const Layer& layer, const Blob* constant_second);
 /// result reaches, those layers included: their LayerInfo::keep_nan (the
 /// tuner reads it from the executor's plan).
 std::set<std::string> layers_nan_may_reach(const Graph& graph);
+/// The layers a model quantised itself (ONNX QDQ or QOperator, held as
+/// fake_quant layers): each conv2, dense (its weight on the model's int8
+/// grid), matmul and add whose every run-time input a fake_quant layer makes
+/// and whose output only fake_quant layers of its recorded quantisation read,
+/// and the fake_quant layers next to those. The untuned default runs them on
+/// qint8 routines with the model's own scales, as its author asked.
+std::set<std::string> layers_quantised_by_model(const Graph& graph);
 
 /// The CPU arena the executors of one session share: a session runs one of
 /// them at a time, so it needs the largest of their plans, not their sum (four
@@ -186,6 +193,7 @@ class Executor {
   std::size_t memory_limit_ = 0;      ///< the session's (0: none), told to routines in prepare
   bool keep_nan_ = false;             ///< every layer keeps NaN (the constructor's `keep_nan`)
   bool layer_keep_nan_ = false;       ///< LayerInfo::keep_nan of the layer add_layer is adding
+  bool layer_int8_ = false;           ///< the layer add_layer is adding defaults to qint8 (layers_quantised_by_model)
   bool allowed(const Schema& s) const;
   /// The schema of a net input or output of dtype `d`: the I/O schema, typed.
   Schema edge_schema(DType d) const { return Schema{io_schema_.device, d, io_schema_.layout}; }

@@ -234,7 +234,8 @@ Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& 
 }
 
 Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, const Schema& preferred,
-                                                     const std::function<bool(const Schema&)>& allowed) const {
+                                                     const std::function<bool(const Schema&)>& allowed,
+                                                     DType dtype) const {
   // The untuned default computes in float32 on the CPU; other dtypes and
   // devices need calibration or transfers that only the tuner can weigh.
   // Ranked first, asked second: supports() only until one says yes (a
@@ -252,7 +253,7 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
   for (std::size_t k : of_type(layer.layer->type))
     for (const auto& [s, d] : entries_[k].schemas) {
       const auto [tier, position] = ranks[r++];
-      if (s.dtype != DType::float32 || s.device != Device::cpu || (allowed && !allowed(s))) continue;
+      if (s.dtype != dtype || s.device != Device::cpu || (allowed && !allowed(s))) continue;
       order.push_back({&entries_[k], &s, &d, {tier, !(s == preferred), position}});
     }
   std::stable_sort(order.begin(), order.end(), [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });
@@ -265,6 +266,7 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
     }
     if (c.support.ok) return c;
   }
+  if (dtype != DType::float32) return Candidate{};
   return default_choice(layer, Schema{});  // throws, listing every routine's reason
 }
 

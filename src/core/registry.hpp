@@ -55,13 +55,16 @@ class RoutineRegistry {
   /// routine's reason when none supports the layer.
   Candidate default_choice(const LayerInfo& layer, const Schema& schema) const;
 
-  /// The untuned default over every float32 CPU schema that `allowed` accepts
-  /// (all when empty): the first tier of the default order with a supported
-  /// routine, and in it the routine computing in `preferred` (the schema the
-  /// layer's input already has) where there is one, else the first. So chains
-  /// of layers stay in one layout and only the edges pay adapts.
+  /// The untuned default over every CPU schema of `dtype` (float32; qint8 for
+  /// a model's own quantised layers) that `allowed` accepts (all when empty):
+  /// the first tier of the default order with a supported routine, and in it
+  /// the routine computing in `preferred` (the schema the layer's input
+  /// already has) where there is one, else the first. So chains of layers stay
+  /// in one layout and only the edges pay adapts. Float32: throws where none
+  /// supports the layer; another dtype: a candidate whose routine is null.
   Candidate default_choice_any_schema(const LayerInfo& layer, const Schema& preferred,
-                                      const std::function<bool(const Schema&)>& allowed = {}) const;
+                                      const std::function<bool(const Schema&)>& allowed = {},
+                                      DType dtype = DType::float32) const;
 
   /// A descriptor's place in the default order of `layer_type`: (tier, position);
   /// unlisted descriptors come after every tier, in registration order.

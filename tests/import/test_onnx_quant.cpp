@@ -200,6 +200,59 @@ TEST_CASE("A QDQ model tuned with qint8 schemas runs on int8 routines with its o
   for (std::size_t i = 0; i < int8.size(); ++i) CHECK(std::fabs(int8[i] - floats[i]) <= 0.03f + 1e-5f);
 }
 
+TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales; a float32-only session keeps floats", "[onnx][quant]") {
+  if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
+  // qdq_conv's weights are int8 in [-5, 5] (a channel's largest is not 127):
+  // the qint8 routines compute with the model's integers and scales, so the
+  // int8 run equals the float one (they re-derived max|w| / 127 before).
+  Model net = import_onnx(qdq_conv().save("qdq_conv_default.onnx"));
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  Session untuned(net);
+  int int8 = 0;
+  for (const auto& l : untuned.layers()) {
+    INFO(l.name << " " << l.type << " " << l.descriptor);
+    if (l.type == "conv2" || l.type == "fake_quant") {
+      CHECK(l.descriptor.starts_with("cpu:qint8"));  // (float32 routines before: the Q/DQ pairs as float steps)
+      ++int8;
+    }
+  }
+  CHECK(int8 == 3);
+  SessionOptions floats;
+  floats.schemas = {"cpu:float32:*"};
+  Session float_session(net, floats);
+  for (const auto& l : float_session.layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+  const auto got = untuned.run(in)[0], want = float_session.run(in)[0];
+  const float* g = got.blob.data_as<float>();
+  const float* w = want.blob.data_as<float>();
+  for (std::size_t i = 0; i < kQdq.size(); ++i) {
+    CHECK(std::fabs(g[i] - kQdq[i]) <= 0.03f + 1e-6f);  // ONNX Runtime's, to a step
+    CHECK(g[i] == Approx(w[i]).margin(1e-6));           // the float path's QDQ arithmetic, exactly
+  }
+}
+
+TEST_CASE("A QDQ model's float layers between int8 ones stay in the int8 layers' layout", "[onnx][quant]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // Conv -> Q/DQ -> Sigmoid -> Q/DQ (YOLOv8's SiLU halves): the sigmoid after
+  // an int8 conv computes in plain nchw, so one dequantising adapt feeds it
+  // (it took a blocked layout before: a chain and reorders around it).
+  OnnxModel m = qdq_conv();
+  m.node("Sigmoid", {"y"}, {"s"});
+  m.init("ss", {}, {1.0f / 255}).init_typed("sz", T::UINT8, {}, {0});
+  m.node("QuantizeLinear", {"s", "ss", "sz"}, {"sq"});
+  m.node("DequantizeLinear", {"sq", "ss", "sz"}, {"z"});
+  m.output("z");
+  Model net = import_onnx(m.save("qdq_conv_sigmoid.onnx"));
+  bool conv_int8 = false;
+  for (const auto& l : Session(net).layers()) {
+    INFO(l.name << " " << l.type << " " << l.descriptor);
+    conv_int8 = conv_int8 || (l.type == "conv2" && l.descriptor.starts_with("cpu:qint8"));
+    if (l.type == "sigmoid") CHECK(Schema::parse(l.descriptor.substr(0, l.descriptor.find('/'))).layout == Layout::nchw);
+    CHECK(l.descriptor.find("reorder") == std::string::npos);
+    CHECK(l.descriptor.find("chain") == std::string::npos);
+  }
+  CHECK(conv_int8);
+}
+
 TEST_CASE("QuantizeLinear as a graph output hands back the integers; DequantizeLinear reads integer inputs", "[onnx][quant]") {
   // y = saturate(round_half_even(x / 0.5) + 10) as uint8 (the dequantised values were handed back before).
   OnnxModel m(13);

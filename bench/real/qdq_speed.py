@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""A model quantised by ONNX Runtime's quantize_static (QDQ, per-channel int8
+weights; bench/real/check_quantized.py's quantize()), untuned: softneuro's
+default (the model's own int8 layers on qint8 routines) against the same file
+with float32 routines only (`softneuro run --schemas 'cpu:float32:*'`) and
+ONNX Runtime on the QDQ file, interleaved rounds, medians.
+
+    bench/.venv/bin/python bench/real/qdq_speed.py resnet50 mobilenet_v2 \\
+        ~/.cache/softneuro/real-models/320n.onnx:1x3x320x320 [--threads 2] [--rounds 3] [--runs 20]
+
+A zoo name reads bench/models/zoo/NAME.onnx (bench/models/export_zoo.py).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import check_quantized  # noqa: E402
+
+
+def softneuro_ms(cli, dnn, name, npy, threads, runs, schemas=None):
+    cmd = [cli, "run", dnn, "--input", f"{name}={npy}", "--repeat", str(runs), "--threads", str(threads)]
+    if schemas:
+        cmd += ["--schemas", schemas]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"median ([0-9.]+) ms", out).group(1))
+
+
+def ort_ms(session, name, x, runs):
+    for _ in range(3):
+        session.run(None, {name: x})
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        session.run(None, {name: x})
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+", help="zoo name, or PATH.onnx:NxCxHxW")
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build", "softneuro"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    print("model | softneuro float32 routines | softneuro untuned default | ONNX Runtime int8 (same file) | default vs float32")
+    for spec in args.models:
+        path, shape = (spec.split(":") + [None])[:2]
+        if not path.endswith(".onnx"):
+            path = os.path.join(ROOT, "bench", "models", "zoo", path + ".onnx")
+        dims = [int(d) for d in shape.split("x")] if shape else None
+        with tempfile.TemporaryDirectory() as work:
+            files, name, dims = check_quantized.quantize(path, work, dims)
+            qdq = files["qdq"]
+            dnn = os.path.join(work, "qdq.dnn")
+            subprocess.run([args.cli, "import", qdq, "-o", dnn, "--input-shape", f"{name}={'x'.join(map(str, dims))}"],
+                           check=True, capture_output=True)
+            x = np.random.default_rng(0).standard_normal(dims, dtype=np.float32)
+            npy = os.path.join(work, "x.npy")
+            np.save(npy, x)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = args.threads
+            opts.log_severity_level = 3
+            session = ort.InferenceSession(qdq, opts, providers=["CPUExecutionProvider"])
+            f32, dflt, peer = [], [], []
+            for _ in range(args.rounds):
+                f32.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, "cpu:float32:*"))
+                dflt.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs))
+                peer.append(ort_ms(session, name, x, args.runs))
+            a, b, c = np.median(f32), np.median(dflt), np.median(peer)
+            print(f"{os.path.basename(path)} {'x'.join(map(str, dims))} | {a:.3f} ms | {b:.3f} ms | {c:.3f} ms | {a / b:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
