@@ -51,7 +51,8 @@ struct AccuracyMetric {
 struct TuneOptions {
   /// Schemas to consider, e.g. {"cpu", "cpu:float32:nhwc"}, or globs over the
   /// full form device:dtype:layout ({"cpu:float32:*", "cpu:qint8:*"} = hybrid);
-  /// empty: every float32 CPU schema.
+  /// empty: every float32 CPU schema (with every qint8 one for a model its
+  /// author quantised: ONNX QDQ/QOperator, whose int8 layers are its default).
   std::vector<std::string> schemas;
   /// Profile cache folder; empty: $SOFTNEURO_CACHE_DIR, else
   /// $XDG_CACHE_HOME/softneuro, else ~/.cache/softneuro. "-" disables the cache.

@@ -6,6 +6,7 @@
 // the cost graph and the path read back from it the planner's (planner.*).
 // The runtime core never includes this file; it stores and follows the path.
 #include "core/device.hpp"
+#include "core/executor.hpp"
 #include "core/log.hpp"
 #include "core/model_impl.hpp"
 #include "core/registry.hpp"
@@ -553,7 +554,8 @@ struct Tuner {
         report.predicted_ms = planned.predicted_ms;
         report_path(planned, profiles);
       } else if (fallback.allowed) {
-        core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): keeping the untuned default's float32 routines",
+        core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): keeping the untuned default's routines "
+                   "(float32, but for the layers a quantised model's author put in int8)",
                    budget.text, report.accuracy, why);
         force_default = true;
       } else {
@@ -724,7 +726,12 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
 
 Model tune(const Model& model, const TuneOptions& options, TuneReport* report) {
   auto work = detail::WorkingModel::of(model.impl());
-  TuneReport r = tune_in_place(*work, options);
+  // A model its author quantised runs its int8 layers by default: tuning
+  // weighs them against float32 rather than leaving int8 out.
+  TuneOptions opt = options;
+  if (opt.schemas.empty() && !core::layers_quantised_by_model(work->graph).empty())
+    opt.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+  TuneReport r = tune_in_place(*work, opt);
   if (report) *report = std::move(r);
   return work->to_model();
 }

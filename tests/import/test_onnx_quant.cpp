@@ -230,6 +230,25 @@ TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales; a floa
   }
 }
 
+TEST_CASE("Tuning a QDQ model with the default schemas weighs its int8 default against float32", "[onnx][quant][tune]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  Model net = import_onnx(qdq_conv().save("qdq_conv_tune_default.onnx"));
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.2;
+  o.integrated_runs = 2;
+  TuneReport r;
+  Model tuned = tune(net, o, &r);
+  INFO(r.to_text());
+  // The int8 default obeys the schemas tuned over, so it was measured beside
+  // the tuned path (default_ms 0 before: float32 schemas only, the default outside them).
+  CHECK(r.default_ms > 0);
+  // Whichever it kept runs the model's arithmetic.
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  const auto y = Session(tuned).run(in)[0];
+  for (std::size_t i = 0; i < kQdq.size(); ++i) CHECK(std::fabs(y.blob.data_as<float>()[i] - kQdq[i]) <= 0.03f + 1e-6f);
+}
+
 TEST_CASE("A QDQ model's float layers between int8 ones stay in the int8 layers' layout", "[onnx][quant]") {
   if (!core::cpu_features().avx2_fma()) return;
   // Conv -> Q/DQ -> Sigmoid -> Q/DQ (YOLOv8's SiLU halves): the sigmoid after
