@@ -51,7 +51,8 @@ commands:
   tune IN.dnn -o OUT.dnn [options]
                             measure routines on this device, pick the fastest routine path (DPRS)
       --schemas A,B,...     schemas to consider, or globs over device:dtype:layout
-                            (default: every float32 CPU schema, i.e. cpu:float32:*; hybrid: cpu:float32:*,cpu:qint8:*)
+                            (default: every float32 CPU schema, i.e. cpu:float32:*, and cpu:qint8:* too for a
+                            model its author quantised (ONNX QDQ); hybrid: cpu:float32:*,cpu:qint8:*)
       --cache DIR           profile cache folder ('-': none; default $SOFTNEURO_CACHE_DIR or ~/.cache/softneuro)
       --candidates K        candidates per layer and schema kept for integrated profiling (default 2)
       --unit-budget-ms X    measuring time per candidate (default 15)
