@@ -228,15 +228,13 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   RunArgs args{in_ptrs, out_ptrs, prepared.workspace_bytes() ? workspace.data() : nullptr, &core::global_pool()};
   const Device dev = in.device != Device::cpu ? in.device : out.device;
   const DeviceMemory* device = dev == Device::cpu ? nullptr : device_memory(dev);
-  // A routine wholly on a device: one run's share of runs queued back to back,
-  // as a run of the net replays its runs of device steps as graphs: not one
-  // run's launch-and-wait latency (the synchronisation, tens of microseconds
-  // in every layer: a PP-OCR recogniser on an H200 was predicted at 7.2 ms and
-  // ran in 4.0), nor a host launch each (most of a small layer's cost there:
-  // ResNet50 predicted at 2.7 ms ran in 2.1). The device is held busy while
-  // the host queues the runs; their span is read off device markers. (Timing
-  // replays of recorded runs instead held MobileNetV2's unit profiling for
-  // minutes on some cuDNN algorithms.) Else: the work, synchronised.
+  // A routine wholly on a device: its device time per run, as a run of the net
+  // replays its runs of device steps as graphs; neither one run's
+  // launch-and-wait latency nor a host launch each (both priced small layers
+  // far above their cost in a run). The device is held busy while the host
+  // queues the runs, and their span is read off device markers (timing
+  // replays of a recorded graph stalled on some cuDNN algorithms).
+  // Else: the work, synchronised.
   const int queued = device && in.device != Device::cpu && out.device != Device::cpu ? 8 : 1;
   const core::DeviceHooks* hooks = queued > 1 ? core::device_hooks(dev) : nullptr;
   if (hooks && hooks->hold && hooks->mark && hooks->elapsed_ms) {
