@@ -178,7 +178,8 @@ def tune(
     """Measures the routines of every layer on this device and returns a new
     model with the fastest routine path (the given one is unchanged).
 
-    schemas: e.g. ["cpu:float32:*", "cpu:qint8:*"] (hybrid); default every float32 CPU schema.
+    schemas: e.g. ["cpu:float32:*", "cpu:qint8:*"] (hybrid); default every float32 CPU schema
+        (and every qint8 one for a model its author quantised, e.g. an ONNX QDQ file).
     calibration: samples (dicts of arrays by input name) that calibrate qint8 ranges.
     validation: samples the accuracy budget is measured on.
     accuracy: "top1:0.99", "cosine:0.999", "rel-l2:0.02" or "none" (qint8 tunings).
