@@ -973,7 +973,9 @@ class Lut final : public PreparedRoutine {
       if (x != y) std::memmove(y, x, static_cast<std::size_t>(n_));
       return;
     }
+    const bool simd = qint8::avx2_usable();
     a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
+      if (simd) return qint8::lookup(x + b, y + b, e - b, table_);
       for (int64_t i = b; i < e; ++i) y[i] = table_[static_cast<uint8_t>(x[i])];
     });
   }

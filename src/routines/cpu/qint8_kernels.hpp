@@ -103,6 +103,10 @@ int8_t max_all_s8(const int8_t* x, int64_t n);
 /// y[i] = clamp(round(float(acc[i] - count*zx) * m) + zy, -128, 127).
 void sum_requant(const int32_t* acc, int8_t* y, int64_t n, int32_t bias, float m, int32_t zy);
 
+/// y[i] = table[uint8(x[i])]: a 256-entry table (activations and requantisations
+/// by table), 32 bytes at a time: 16 pshufb lookups of 16 entries, picked by the high nibble.
+void lookup(const int8_t* x, int8_t* y, int64_t n, const int8_t* table);
+
 /// Scalar definitions of the elementwise formulas above (tails and tests use them).
 int8_t requant_one(int32_t v, float m, int32_t zy, int32_t lo, int32_t hi);
 

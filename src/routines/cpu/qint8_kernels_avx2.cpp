@@ -242,6 +242,24 @@ void requant(const int8_t* x, int8_t* y, int64_t n, int32_t zx, float m, int32_t
   for (; i < n; ++i) y[i] = requant_one(x[i] - zx, m, zy, lo, hi);
 }
 
+void lookup(const int8_t* x, int8_t* y, int64_t n, const int8_t* table) {
+  __m256i rows[16];
+  for (int g = 0; g < 16; ++g)
+    rows[g] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * g)));
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i lo = _mm256_and_si256(v, nibble);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+    __m256i r = _mm256_setzero_si256();
+    for (int g = 0; g < 16; ++g)
+      r = _mm256_or_si256(r, _mm256_and_si256(_mm256_shuffle_epi8(rows[g], lo), _mm256_cmpeq_epi8(hi, _mm256_set1_epi8(static_cast<char>(g)))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), r);
+  }
+  for (; i < n; ++i) y[i] = table[static_cast<uint8_t>(x[i])];
+}
+
 void add_requant(const int8_t* a, const int8_t* b, int8_t* y, int64_t n, int32_t za, float ma, int32_t zb, float mb,
                  int32_t zy, int32_t lo, int32_t hi) {
   const __m256i vza = _mm256_set1_epi32(za), vzb = _mm256_set1_epi32(zb), vzy = _mm256_set1_epi32(zy);
