@@ -104,19 +104,49 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
     }
     return true;
   };
-  // The products and sums, whose int8 result is the integer arithmetic the
-  // model's author quantised for: a weight on the model's own int8 grid
-  // (symmetric, per output channel), which the qint8 routines compute with
-  // (core::int8_grid_scales); every run-time input made by a Q/DQ step.
+  // The layers whose int8 result is the arithmetic the model's author
+  // quantised for: every run-time input made by a Q/DQ step, and a weight on
+  // the model's own int8 grid (symmetric, per output channel), which the
+  // qint8 routines compute with (core::int8_grid_scales). The products
+  // first; the sums, activations (by table), pools and concats joined to them
+  // through Q/DQ steps (elsewhere a float step is cheaper than the
+  // conversions around an int8 one).
+  static const std::set<std::string> kProducts = {"conv2", "dense", "matmul"};
+  static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "tanh", "hardswish", "hardsigmoid", "relu",
+                                                "clip", "pool2", "concat"};
   std::map<std::string, const Layer*> producer;
+  std::vector<const Layer*> beside;
   for (const Layer& l : graph.layers) {
     for (const auto& o : l.outputs) producer[o] = &l;
-    if (l.type != "conv2" && l.type != "dense" && l.type != "matmul" && l.type != "add") continue;
+    if (!kProducts.count(l.type) && !kBeside.count(l.type)) continue;
     const Blob* w = l.find_weight("weight");
     const bool weighted = l.type == "conv2" || l.type == "dense";
     bool ok = l.outputs.size() == 1 && read_quantised(l.outputs[0]) && (!weighted || (w && stored_as_int8(*w)));
     for (const auto& in : l.inputs) ok = ok && (constants.count(in) || fake_quant_of.count(in));
-    if (ok) out.insert(l.name);
+    if (ok && kProducts.count(l.type)) out.insert(l.name);
+    if (ok && kBeside.count(l.type)) beside.push_back(&l);
+  }
+  // Whether a Q/DQ step joins layer `l` to an int8 one.
+  auto joined = [&](const Layer& l) {
+    for (const auto& in : l.inputs) {
+      auto fq = fake_quant_of.find(in);
+      if (fq == fake_quant_of.end()) continue;
+      auto p = producer.find(fq->second->inputs[0]);
+      if (p != producer.end() && out.count(p->second->name)) return true;
+    }
+    for (const Layer* fq : readers.at(l.outputs[0]))
+      if (readers.count(fq->outputs[0]))
+        for (const Layer* r : readers.at(fq->outputs[0]))
+          if (out.count(r->name)) return true;
+    return false;
+  };
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const Layer* l : beside)
+      if (!out.count(l->name) && joined(*l)) {
+        out.insert(l->name);
+        grew = true;
+      }
   }
   // The Q/DQ steps next to them (elsewhere a float step is cheaper than the
   // conversions around an int8 one).

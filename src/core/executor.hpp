@@ -55,11 +55,13 @@ bool makes_nan(const Layer& layer, const Blob* constant_second);
 /// tuner reads it from the executor's plan).
 std::set<std::string> layers_nan_may_reach(const Graph& graph);
 /// The layers a model quantised itself (ONNX QDQ or QOperator, held as
-/// fake_quant layers): each conv2, dense (its weight on the model's int8
-/// grid), matmul and add whose every run-time input a fake_quant layer makes
-/// and whose output only fake_quant layers of its recorded quantisation read,
-/// and the fake_quant layers next to those. The untuned default runs them on
-/// qint8 routines with the model's own scales, as its author asked.
+/// fake_quant layers) whose every run-time input a fake_quant layer makes and
+/// whose output only fake_quant layers of its recorded quantisation read:
+/// each conv2 and dense (its weight on the model's int8 grid) and matmul; the
+/// adds, muls, table activations, pools and concats joined to those through
+/// fake_quant layers; and the fake_quant layers next to all of them. The
+/// untuned default runs them on qint8 routines with the model's own scales,
+/// as its author asked.
 std::set<std::string> layers_quantised_by_model(const Graph& graph);
 
 /// The CPU arena the executors of one session share: a session runs one of
