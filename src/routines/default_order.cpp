@@ -179,6 +179,7 @@ const LayerOrder kDefaultOrder[] = {
     {"identity", kCopy},
     {"transpose",
      {
+      {"cpu/vec"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float16/kernel"},
      }},

@@ -375,8 +375,20 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   if (type == "reshape")
     return {{"reshape", layer_of("reshape", {{"shape", Ints{0, -1}}}, {}), {random_blob({2, 3, 4, 5}, rng)}}};
   if (type == "flatten") return {{"flatten", layer_of("flatten", {}, {}), {random_blob({2, 16, 3, 3}, rng)}}};
-  if (type == "transpose")
-    return {{"transpose", layer_of("transpose", {{"perm", Ints{0, 2, 3, 1}}}, {}), {random_blob({1, 6, 4, 5}, rng)}}};
+  if (type == "transpose") {
+    // The last dim moved (gathered at a stride) or kept (runs copied); adjacent
+    // dims merged; size-1 dims; the default perm (reversed); rank 5.
+    std::vector<Case> out;
+    out.push_back({"transpose [0,2,3,1]", layer_of("transpose", {{"perm", Ints{0, 2, 3, 1}}}, {}), {random_blob({1, 6, 4, 5}, rng)}});
+    out.push_back({"transpose [0,2,1,3] (YOLOv8's head)", layer_of("transpose", {{"perm", Ints{0, 2, 1, 3}}}, {}),
+                   {random_blob({1, 4, 16, 21}, rng)}});
+    out.push_back({"transpose [1,0,2,3] of size-1 dims", layer_of("transpose", {{"perm", Ints{1, 0, 2, 3}}}, {}),
+                   {random_blob({1, 3, 1, 7}, rng)}});
+    out.push_back({"transpose reversed", layer_of("transpose", {}, {}), {random_blob({3, 5, 2}, rng)}});
+    out.push_back({"transpose [2,0,1,4,3] rank 5", layer_of("transpose", {{"perm", Ints{2, 0, 1, 4, 3}}}, {}),
+                   {random_blob({2, 3, 4, 5, 6}, rng)}});
+    return out;
+  }
   if (type == "pad")
     return {{"pad reflect", layer_of("pad", {{"pads", Ints{0, 0, 1, 2, 0, 0, 2, 1}}, {"mode", std::string("reflect")}}, {}),
              {random_blob({1, 3, 5, 5}, rng)}}};
