@@ -17,8 +17,9 @@ the largest difference in units of the output's quantisation step (QDQ: the
 last QuantizeLinear's scale) and top-1 agreement; beside it ONNX Runtime against
 itself, its fused int8 kernels (the default) against its unfused graph (no graph
 optimisation: Q and DQ run literally in float, which our float path computes), the
-variation rounding at quantisation-step edges alone causes. Pass: every element
-within one step, or min cosine >= 0.999. --tune also tunes the QDQ model onto the qint8
+variation rounding at quantisation-step edges alone causes, and both against the
+float32 model the file was quantised from. Pass: every element within one step, or
+min cosine >= 0.999, or as close to the float32 model as ONNX Runtime's int8 (to 0.001). --tune also tunes the QDQ model onto the qint8
 routines (`--schemas 'cpu:qint8:*,cpu:float32:*' --accuracy none`: its own
 scales, no calibration) and checks that the same way. Exit status 1 when any check fails.
 """
@@ -79,8 +80,9 @@ def cosine(a, b):
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
 
 
-def compare(cli, dnn, path, name, shape, n, work, label):
+def compare(cli, dnn, path, name, shape, n, work, label, src):
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    floats = ort.InferenceSession(src, providers=["CPUExecutionProvider"])  # the model before quantisation
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     unfused = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -99,20 +101,27 @@ def compare(cli, dnn, path, name, shape, n, work, label):
         return False
     step = output_step(path)
     cos, cos_ort, cos_unfused, worst, agree = [], [], [], 0.0, 0
+    ours_float, ort_float = [], []
     for k, x in enumerate(xs):
         ref = sess.run([out_name], {name: x})[0].reshape(-1).astype(np.float64)
+        flt = floats.run(None, {name: x})[0].reshape(-1).astype(np.float64)
         plain = unfused.run([out_name], {name: x})[0].reshape(-1).astype(np.float64)
         got = np.load(os.path.join(work, f"y.{k}.npy") if n > 1 else out).reshape(-1).astype(np.float64)
         cos.append(cosine(ref, got))
         cos_unfused.append(cosine(plain, got))
         cos_ort.append(cosine(ref, plain))
+        ours_float.append(cosine(flt, got))
+        ort_float.append(cosine(flt, ref))
         worst = max(worst, float(np.max(np.abs(ref - got))))
         agree += int(np.argmax(ref) == np.argmax(got))
     steps = worst / step if step else None
-    ok = (steps is not None and steps <= 1.0 + 1e-3) or min(cos) >= 0.999
+    # Pass: within a step of ONNX Runtime, or cosine 0.999 to it, or (issue 52's test) as close to the
+    # float32 model as ONNX Runtime's int8 is (to 0.001).
+    ok = (steps is not None and steps <= 1.0 + 1e-3) or min(cos) >= 0.999 or min(ours_float) >= min(ort_float) - 1e-3
     print(f"{label}: {n} inputs, min cosine {min(cos):.6f}, max |diff| {worst:.3g}"
           f"{f' = {steps:.2f} output steps' if steps is not None else ''}, top-1 agreement {agree}/{n}; against ONNX Runtime "
-          f"unfused {min(cos_unfused):.6f}; ONNX Runtime fused against unfused {min(cos_ort):.6f}  {'ok' if ok else 'FAIL'}")
+          f"unfused {min(cos_unfused):.6f}; ONNX Runtime fused against unfused {min(cos_ort):.6f}; against the float32 model "
+          f"{min(ours_float):.6f}, ONNX Runtime's int8 {min(ort_float):.6f}  {'ok' if ok else 'FAIL'}")
     return ok
 
 
@@ -140,7 +149,7 @@ def main():
                 print(f"{os.path.basename(a.model)} {kind}: import failed: {r.stderr.strip()[-800:]}")
                 ok = False
                 continue
-            ok &= compare(a.cli, dnn, path, name, shape, a.inputs, work, f"{os.path.basename(a.model)} {kind}")
+            ok &= compare(a.cli, dnn, path, name, shape, a.inputs, work, f"{os.path.basename(a.model)} {kind}", src)
             if kind == "qdq" and a.tune:
                 tuned = os.path.join(work, "qdq.tuned.dnn")
                 # The model is quantised already: its own scales, no accuracy budget against a float32 model it does not have.
@@ -150,7 +159,7 @@ def main():
                 layers = json.load(open(report))["layers"]
                 qint8 = sum(1 for l in layers if l["descriptor"].startswith("cpu:qint8"))
                 ok &= compare(a.cli, tuned, path, name, shape, a.inputs, work,
-                              f"{os.path.basename(a.model)} qdq tuned ({qint8} of {len(layers)} layers on qint8 routines)")
+                              f"{os.path.basename(a.model)} qdq tuned ({qint8} of {len(layers)} layers on qint8 routines)", src)
     return 0 if ok else 1
 
 
