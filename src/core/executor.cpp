@@ -81,15 +81,31 @@ bool makes_nan(const Layer& layer, const Blob* constant_second) {
 }
 
 std::set<std::string> layers_quantised_by_model(const Graph& graph) {
-  std::set<std::string> out, constants;
-  std::map<std::string, const Layer*> fake_quant_of;  // a fake_quant layer's output -> the layer
+  std::set<std::string> out;
+  std::map<std::string, const Layer*> producer;
   std::map<std::string, std::vector<const Layer*>> readers;
+  std::vector<const Layer*> fake_quants;
   for (const Layer& l : graph.layers) {
-    if (l.type == "fake_quant") fake_quant_of[l.outputs[0]] = &l;
-    if (l.type == "constant") constants.insert(l.outputs.begin(), l.outputs.end());
+    for (const auto& o : l.outputs) producer[o] = &l;
     for (const auto& in : l.inputs) readers[in].push_back(&l);
+    if (l.type == "fake_quant") fake_quants.push_back(&l);
   }
-  if (fake_quant_of.empty()) return out;
+  if (fake_quants.empty()) return out;
+  auto made_by = [&](const std::string& blob, const char* type) {
+    auto p = producer.find(blob);
+    return p != producer.end() && p->second->type == type;
+  };
+  auto int8_made = [&](const std::string& blob) {
+    auto p = producer.find(blob);
+    return p != producer.end() && out.count(p->second->name) > 0;
+  };
+  auto int8_read = [&](const std::string& blob) {
+    auto r = readers.find(blob);
+    if (r != readers.end())
+      for (const Layer* l : r->second)
+        if (out.count(l->name)) return true;
+    return false;
+  };
   const std::set<std::string> net_outputs(graph.outputs.begin(), graph.outputs.end());
   auto quantised = [&](const std::string& blob) { return graph.blob_quant.count(blob) > 0; };
   // Held in int8 at its recorded quantisation, the blob is what the model
@@ -114,30 +130,22 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   static const std::set<std::string> kProducts = {"conv2", "dense", "matmul"};
   static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "tanh", "hardswish", "hardsigmoid", "relu",
                                                 "clip", "pool2", "concat"};
-  std::map<std::string, const Layer*> producer;
   std::vector<const Layer*> beside;
   for (const Layer& l : graph.layers) {
-    for (const auto& o : l.outputs) producer[o] = &l;
     if (!kProducts.count(l.type) && !kBeside.count(l.type)) continue;
     const Blob* w = l.find_weight("weight");
     const bool weighted = l.type == "conv2" || l.type == "dense";
     bool ok = l.outputs.size() == 1 && read_quantised(l.outputs[0]) && (!weighted || (w && stored_as_int8(*w)));
-    for (const auto& in : l.inputs) ok = ok && (constants.count(in) || fake_quant_of.count(in));
+    for (const auto& in : l.inputs) ok = ok && (made_by(in, "constant") || made_by(in, "fake_quant"));
     if (ok && kProducts.count(l.type)) out.insert(l.name);
     if (ok && kBeside.count(l.type)) beside.push_back(&l);
   }
   // Whether a Q/DQ step joins layer `l` to an int8 one.
   auto joined = [&](const Layer& l) {
-    for (const auto& in : l.inputs) {
-      auto fq = fake_quant_of.find(in);
-      if (fq == fake_quant_of.end()) continue;
-      auto p = producer.find(fq->second->inputs[0]);
-      if (p != producer.end() && out.count(p->second->name)) return true;
-    }
+    for (const auto& in : l.inputs)
+      if (made_by(in, "fake_quant") && int8_made(producer.at(in)->inputs[0])) return true;
     for (const Layer* fq : readers.at(l.outputs[0]))
-      if (readers.count(fq->outputs[0]))
-        for (const Layer* r : readers.at(fq->outputs[0]))
-          if (out.count(r->name)) return true;
+      if (int8_read(fq->outputs[0])) return true;
     return false;
   };
   for (bool grew = true; grew;) {
@@ -148,17 +156,11 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
         grew = true;
       }
   }
-  // The Q/DQ steps next to them (elsewhere a float step is cheaper than the
-  // conversions around an int8 one).
-  std::set<std::string> steps;
-  for (const auto& [blob, fq] : fake_quant_of) {
-    if (!quantised(fq->inputs[0]) || !quantised(blob)) continue;
-    auto p = producer.find(fq->inputs[0]);
-    bool next_to_int8 = p != producer.end() && out.count(p->second->name);
-    if (readers.count(blob))
-      for (const Layer* r : readers.at(blob)) next_to_int8 = next_to_int8 || out.count(r->name);
-    if (next_to_int8) steps.insert(fq->name);
-  }
+  // The Q/DQ steps next to them.
+  std::vector<std::string> steps;
+  for (const Layer* fq : fake_quants)
+    if (quantised(fq->inputs[0]) && quantised(fq->outputs[0]) && (int8_made(fq->inputs[0]) || int8_read(fq->outputs[0])))
+      steps.push_back(fq->name);
   out.insert(steps.begin(), steps.end());
   return out;
 }

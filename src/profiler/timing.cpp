@@ -91,9 +91,20 @@ double Samples::estimate() const {
 }
 
 Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, int max_reps, double cutoff_ms) {
+  return measure_samples(
+      [&] {
+        const auto t0 = std::chrono::steady_clock::now();
+        fn();
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      },
+      budget_ms, min_reps, max_reps, cutoff_ms);
+}
+
+Timing measure_samples(const std::function<double()>& sample, double budget_ms, int min_reps, int max_reps,
+                       double cutoff_ms) {
   using clock = std::chrono::steady_clock;
   auto w0 = clock::now();
-  fn();  // warm-up: caches, lazy initialisation in wrapped libraries
+  sample();  // warm-up: caches, lazy initialisation in wrapped libraries
   // A routine whose one run already takes the whole budget (VGG16's large
   // convolutions, 400 MB dense layers) gets two timed runs, not three.
   if (std::chrono::duration<double, std::milli>(clock::now() - w0).count() >= budget_ms) min_reps = std::min(min_reps, 2);
@@ -103,10 +114,9 @@ Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, 
   while (static_cast<int>(samples.size()) < max_reps) {
     probe.start();
     auto t0 = clock::now();
-    fn();
+    const double ms = sample();
     auto t1 = clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    samples.add(ms, probe.preempted(ms));
+    samples.add(ms, probe.preempted(std::chrono::duration<double, std::milli>(t1 - t0).count()));
     if (cutoff_ms > 0 && samples.size() == 1 && ms > cutoff_ms) break;
     const double spent = std::chrono::duration<double, std::milli>(t1 - start).count();
     const bool enough_clean = static_cast<int>(samples.clean.size()) >= min_reps;

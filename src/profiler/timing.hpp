@@ -23,6 +23,10 @@ struct Timing {
 /// there (a candidate that much slower than the best known is not worth the budget).
 Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps = 3, int max_reps = 200,
                double cutoff_ms = 0);
+/// measure() of a quantity `sample` reports itself (ms) each time it runs: a
+/// device's time read off its own markers. The budget counts wall time.
+Timing measure_samples(const std::function<double()>& sample, double budget_ms, int min_reps = 3, int max_reps = 200,
+                       double cutoff_ms = 0);
 
 /// The robust median used by measure(), for samples gathered elsewhere.
 double robust_median(std::vector<double> samples);

@@ -237,42 +237,33 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   // Else: the work, synchronised.
   const int queued = device && in.device != Device::cpu && out.device != Device::cpu ? 8 : 1;
   const core::DeviceHooks* hooks = queued > 1 ? core::device_hooks(dev) : nullptr;
+  double ms = 0;
   if (hooks && hooks->hold && hooks->mark && hooks->elapsed_ms) {
-    using clock = std::chrono::steady_clock;
-    auto since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
+    // The hold outlasts the host's queueing of the runs (timed once here).
     prepared.run(args);  // libraries load their kernels lazily
     device->synchronize();
-    const auto t0 = clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < queued; ++k) prepared.run(args);
-    const double launch_ms = since(t0);
+    const double launch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     device->synchronize();
-    const double first_ms = since(t0);
-    double ms = first_ms / queued;
-    if (cutoff_ms <= 0 || first_ms <= cutoff_ms * queued) {
-      const double hold_ms = std::min(50.0, 2 * launch_ms + 0.02);
-      std::vector<double> spans;
-      const auto start = clock::now();
-      const double budget = budget_ms();
-      while (spans.size() < 200 && (spans.size() < 3 || since(start) < budget)) {
-        if (!hooks->hold(hold_ms)) break;
-        void* from = hooks->mark();
-        for (int k = 0; k < queued; ++k) prepared.run(args);
-        void* to = hooks->mark();
-        const double span = hooks->elapsed_ms(from, to);  // waits for `to`; releases both
-        if (!from || !to || span <= 0) break;
-        spans.push_back(span);
-      }
-      device->synchronize();
-      if (spans.size() >= 3) ms = robust_median(spans) / queued;
-    }
-    ++measurements_;
-    cache_.put(key, ms);
-    return ms;
+    const double hold_ms = std::min(50.0, 2 * launch_ms + 0.02);
+    // Each sample: the runs' span on the device, or (a hold or marker refused) their wall time.
+    ms = measure_samples([&] {
+                        const auto w0 = std::chrono::steady_clock::now();
+                        void* from = hooks->hold(hold_ms) ? hooks->mark() : nullptr;
+                        for (int k = 0; k < queued; ++k) prepared.run(args);
+                        void* to = from ? hooks->mark() : nullptr;
+                        const double span = from ? hooks->elapsed_ms(from, to) : 0;  // releases both
+                        device->synchronize();
+                        return to && span > 0 ? span
+                                              : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+                      }, budget_ms(), 3, 200, cutoff_ms * queued).median_ms / queued;
+  } else {
+    ms = measure([&] {
+           for (int k = 0; k < queued; ++k) prepared.run(args);
+           if (device) device->synchronize();
+         }, budget_ms(), 3, 200, cutoff_ms * queued).median_ms / queued;
   }
-  double ms = measure([&] {
-                for (int k = 0; k < queued; ++k) prepared.run(args);
-                if (device) device->synchronize();
-              }, budget_ms(), 3, 200, cutoff_ms * queued).median_ms / queued;
   ++measurements_;
   cache_.put(key, ms);
   return ms;
