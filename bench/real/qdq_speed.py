@@ -2,8 +2,10 @@
 """A model quantised by ONNX Runtime's quantize_static (QDQ, per-channel int8
 weights; bench/real/check_quantized.py's quantize()), untuned: softneuro's
 default (the model's own int8 layers on qint8 routines) against the same file
-with float32 routines only (`softneuro run --schemas 'cpu:float32:*'`) and
-ONNX Runtime on the QDQ file, interleaved rounds, medians.
+with float32 routines only (`softneuro run --schemas 'cpu:float32:*'`), ONNX
+Runtime and OpenVINO (when installed) on the QDQ file, interleaved rounds,
+medians. --isa avx2 caps ours (SOFTNEURO_MAX_CPU_ISA); the peers pick their own
+kernels, uncapped.
 
     bench/.venv/bin/python bench/real/qdq_speed.py resnet50 mobilenet_v2 \\
         ~/.cache/softneuro/real-models/320n.onnx:1x3x320x320 [--threads 2] [--rounds 3] [--runs 20]
@@ -27,23 +29,32 @@ sys.path.insert(0, HERE)
 import check_quantized  # noqa: E402
 
 
-def softneuro_ms(cli, dnn, name, npy, threads, runs, schemas=None):
+def softneuro_ms(cli, dnn, name, npy, threads, runs, schemas=None, isa=None):
     cmd = [cli, "run", dnn, "--input", f"{name}={npy}", "--repeat", str(runs), "--threads", str(threads)]
     if schemas:
         cmd += ["--schemas", schemas]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ, SOFTNEURO_MAX_CPU_ISA=isa) if isa else None
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return float(re.search(r"median ([0-9.]+) ms", out).group(1))
 
 
-def ort_ms(session, name, x, runs):
+def median_ms(run, runs):
     for _ in range(3):
-        session.run(None, {name: x})
+        run()
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        session.run(None, {name: x})
+        run()
         times.append((time.perf_counter() - t0) * 1e3)
     return float(np.median(times))
+
+
+def openvino_model(path, threads):
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    return ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads})
 
 
 def main():
@@ -53,8 +64,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--isa", help="SOFTNEURO_MAX_CPU_ISA for our runs (e.g. avx2)")
     args = ap.parse_args()
-    print("model | softneuro float32 routines | softneuro untuned default | ONNX Runtime int8 (same file) | default vs float32")
+    print(f"model | softneuro float32 routines | softneuro untuned default{f' (ISA {args.isa})' if args.isa else ''} | "
+          "ONNX Runtime int8 | OpenVINO int8 (same file) | default vs float32")
     for spec in args.models:
         path, shape = (spec.split(":") + [None])[:2]
         if not path.endswith(".onnx"):
@@ -73,13 +86,17 @@ def main():
             opts.intra_op_num_threads = args.threads
             opts.log_severity_level = 3
             session = ort.InferenceSession(qdq, opts, providers=["CPUExecutionProvider"])
-            f32, dflt, peer = [], [], []
+            ov_model = openvino_model(qdq, args.threads)
+            f32, dflt, peer, ovs = [], [], [], []
             for _ in range(args.rounds):
-                f32.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, "cpu:float32:*"))
-                dflt.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs))
-                peer.append(ort_ms(session, name, x, args.runs))
+                f32.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, "cpu:float32:*", args.isa))
+                dflt.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, None, args.isa))
+                peer.append(median_ms(lambda: session.run(None, {name: x}), args.runs))
+                if ov_model is not None:
+                    ovs.append(median_ms(lambda: ov_model([x]), args.runs))
             a, b, c = np.median(f32), np.median(dflt), np.median(peer)
-            print(f"{os.path.basename(path)} {'x'.join(map(str, dims))} | {a:.3f} ms | {b:.3f} ms | {c:.3f} ms | {a / b:.2f}x")
+            d = f"{np.median(ovs):.3f} ms" if ovs else "-"
+            print(f"{os.path.basename(path)} {'x'.join(map(str, dims))} | {a:.3f} ms | {b:.3f} ms | {c:.3f} ms | {d} | {a / b:.2f}x")
 
 
 if __name__ == "__main__":
