@@ -47,6 +47,7 @@ const std::vector<std::vector<std::string>> kXnnpackOnly = {
 // reshape, flatten, identity
 const std::vector<std::vector<std::string>> kCopy = {
     {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
+    {"cpu/vec"},
     {"cpu/ref"},
     {"cuda/kernel", "cuda:float16/kernel"},
 };
@@ -171,6 +172,7 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"split",
      {
+      {"cpu/vec", "cpu:float32:nhwc/vec"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},

@@ -1,7 +1,7 @@
 // cpu/vec routines (src/routines/cpu/vec.cpp) against the cpu/ref oracle:
-// every registered vec routine of layernorm, softmax, gelu and concat, in each
-// of its schemas and each `vector_bits` choice this CPU offers (AVX2 and, where
-// present, AVX-512), on randomised shapes (odd sizes, batch 1 and 4).
+// every registered vec routine of layernorm, softmax, gelu, concat, split and
+// the copies, in each of its schemas and each `vector_bits` choice this CPU
+// offers (AVX2 and, where present, AVX-512; Advanced SIMD on aarch64), on randomised shapes (odd sizes, batch 1 and 4).
 // Tolerance (tests/routines/f32_check.hpp): max |got - ref| <= 1e-4 * max |ref|
 // + 1e-5. Routines the CPU cannot run (no AVX2/FMA) are skipped with a warning.
 #include "routines/f32_check.hpp"
@@ -162,6 +162,49 @@ TEST_CASE("vec concat matches cpu/ref (channels and other axes)", "[vec][concat]
   runner.check();
 }
 
+TEST_CASE("vec split matches cpu/ref (channels and other axes, unequal parts)", "[vec][split]") {
+  const std::string descriptor = GENERATE(from_range(vec_routines("split")));
+  std::mt19937 rng(67);
+  Runner runner{descriptor};
+  for (int t = 0; t < 10; ++t) {
+    const int64_t axis = t < 5 ? 1 : std::vector<int64_t>{0, 2, 3, -1, 1}[static_cast<std::size_t>(t - 5)];
+    const int outputs = 1 + t % 3;
+    const int64_t n = t % 2 ? 4 : 1;
+    // t == 9: YOLOv8's C2f split (64 channels in halves) at a size the threads share.
+    Shape s{n, t == 9 ? 64 : 5, t == 9 ? 80 : pick(rng, 1, 7), t == 9 ? 80 : pick(rng, 1, 7)};
+    const auto a = static_cast<std::size_t>(axis < 0 ? 3 : axis);
+    std::vector<int64_t> parts;
+    int64_t total = 0;
+    for (int i = 0; i < outputs; ++i) {
+      parts.push_back(t == 9 ? 32 : pick(rng, 1, 6));
+      total += parts.back();
+    }
+    s[a] = total;
+    Layer l = test::make_layer("split", {{"axis", axis}, {"split", parts}}, {}, 1, outputs);
+    INFO("case " << t << " axis " << axis << " outputs " << outputs);
+    runner.run(l, {random_blob(s, rng)});
+  }
+  if (descriptor.find("nhwc") == std::string::npos) {  // plain layout, rank 3
+    Layer l = test::make_layer("split", {{"axis", int64_t{2}}, {"split", std::vector<int64_t>{16, 21}}}, {}, 1, 2);
+    runner.run(l, {random_blob({2, 7, 37}, rng)});
+  }
+  runner.check();
+}
+
+TEST_CASE("vec reshape, flatten and identity match cpu/ref", "[vec][copy]") {
+  std::mt19937 rng(71);
+  for (const char* type : {"reshape", "flatten", "identity"}) {
+    Runner runner{"cpu/vec"};
+    for (const Shape& s : {Shape{1, 3, 5, 7}, Shape{2, 300, 40, 30}}) {  // the second across threads
+      const Layer l = std::string(type) == "reshape" ? test::make_layer(type, {{"shape", std::vector<int64_t>{s[0], -1}}})
+                                                     : test::make_layer(type);
+      INFO(type << " " << s.to_string());
+      runner.run(l, {random_blob(s, rng)});
+    }
+    runner.check();
+  }
+}
+
 TEST_CASE("vec routines agree with cpu/ref on one thread and on two", "[vec][threads]") {
   std::mt19937 rng(59);
   const int before = num_threads();
@@ -184,7 +227,8 @@ TEST_CASE("vec routines agree with cpu/ref on one thread and on two", "[vec][thr
 }
 
 TEST_CASE("vec routines outrank cpu/ref in the untuned default", "[vec]") {
-  for (const char* type : {"layernorm", "softmax", "gelu", "concat"}) {
+  for (const char* type : {"layernorm", "softmax", "gelu", "concat", "split", "reshape", "flatten", "identity"}) {
+    INFO(type);
     Schema schema;
     const Routine* ref = core::RoutineRegistry::instance().find(type, "cpu/ref", &schema);
     const Routine* vec = core::RoutineRegistry::instance().find(type, "cpu/vec", &schema);
@@ -196,8 +240,8 @@ TEST_CASE("vec routines outrank cpu/ref in the untuned default", "[vec]") {
 }
 
 TEST_CASE("the untuned default on ViT-B/16 shapes is the fastest measured routine (bench/ops_bench)", "[vec]") {
-  if (!core::cpu_features().avx2_fma()) {
-    WARN("cpu/vec needs AVX2/FMA; not checked");
+  if (!core::cpu_features().avx2_fma() && !core::cpu_features().neon) {
+    WARN("cpu/vec needs AVX2/FMA (or aarch64's Advanced SIMD); not checked");
     return;
   }
   std::mt19937 rng(61);

@@ -39,6 +39,11 @@ using tag = dnnl::memory::format_tag;
 // The engine, the CPU's ISA, the thread count
 
 inline std::string_view isa_name(dnnl::cpu_isa isa) {
+#if !defined(__x86_64__)
+  // oneDNN's cpu_isa names x86's levels only; elsewhere its value means none of them.
+  (void)isa;
+  return "none of x86's (not an x86 CPU)";
+#endif
   switch (isa) {
     case dnnl::cpu_isa::sse41: return "sse41";
     case dnnl::cpu_isa::avx: return "avx";
@@ -108,6 +113,9 @@ inline dnnl::engine& cpu_engine() {
 /// Whether oneDNN dispatches to AVX-512 (core) kernels on this CPU: nChw16c is
 /// only worth it there (elsewhere oneDNN would run reference code on it).
 inline bool has_avx512() {
+#if !defined(__x86_64__)
+  return false;
+#endif
   static const bool yes = [] {
     const auto isa = static_cast<unsigned>(onednn_isa());
     return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;

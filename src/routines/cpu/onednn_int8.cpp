@@ -266,6 +266,9 @@ Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in
 
 /// Whether oneDNN's int8 kernels multiply with VNNI (or AMX) here, i.e. keep all 8 weight bits.
 Support int8_weights_exact() {
+#if !defined(__x86_64__)
+  return Support::yes();  // the halving is x86's (u8s8 without VNNI); reference code is refused elsewhere
+#endif
   static const bool yes = [] {
     const auto isa = static_cast<unsigned>(onednn_isa());
     return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni;

@@ -15,10 +15,12 @@
 //             mapped to its physical axis: channels are the innermost): the
 //             output is split into equal element ranges across threads, each
 //             copied with memcpy from the inputs that cover it.
+//  split      the same backwards (input ranges copied to the outputs covering them).
+//  reshape, flatten, identity: memcpy in equal ranges across threads.
 //
 // Routine parameter `vector_bits` (layernorm/softmax/gelu): 512 (AVX-512, where
 // the CPU has avx512_core) or 256 (AVX2+FMA); the default is the widest. The
-// CPU lacking AVX2+FMA makes them say unsupported.
+// CPU lacking AVX2+FMA makes them say unsupported. On aarch64: 128 (Advanced SIMD).
 //
 // Work is split with args.pool->parallel_for (rows for layernorm/softmax,
 // elements for gelu and concat); run() allocates nothing.
@@ -38,10 +40,12 @@
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -60,18 +64,47 @@ int64_t prod(const Shape& s, int begin, int end) {
 constexpr int64_t kGrainElems = 4096;
 
 std::vector<int64_t> bits_choices() {
+#if defined(__aarch64__)
+  return {128};
+#else
   if (core::cpu_features().avx512_core()) return {512, 256};
   return {256};
+#endif
+}
+
+/// Why this CPU cannot run the vector kernels, or empty.
+std::string vector_kernels_missing() {
+#if defined(__x86_64__)
+  if (!core::cpu_features().avx2_fma()) return "CPU lacks AVX2/FMA (cpu/vec needs them)";
+  return {};
+#elif defined(__aarch64__)
+  return {};  // Advanced SIMD is aarch64's baseline
+#else
+  return "this build has no vector kernels for this processor";
+#endif
 }
 
 const vk::Kernels& kernels_for(int64_t bits) {
 #if defined(__x86_64__)
-  return bits == 512 ? vk::avx512::kKernels : vk::avx2::kKernels;
-#else  // the per-ISA files are built for x86-64 only; supports() says no elsewhere
-  (void)bits;
-  throw Error("cpu/vec: this build has no vector kernels for this processor");
+  if (bits == 512 && !core::cpu_features().avx512_core())
+    throw Error("cpu/vec: vector_bits 512 needs AVX-512 (F/BW/VL/DQ), which this CPU lacks");
+  if (bits == 512) return vk::avx512::kKernels;
+  if (bits == 256) return vk::avx2::kKernels;
+#elif defined(__aarch64__)
+  if (bits == 128) return vk::neon::kKernels;
 #endif
+  throw Error(fmt::format("cpu/vec: vector_bits {} is not one of this processor's ({})", bits,
+                          fmt::join(bits_choices(), ", ")));
 }
+
+}  // namespace
+
+const cpu::vec::Kernels* cpu::vec::best_kernels() {
+  if (!vector_kernels_missing().empty()) return nullptr;
+  return &kernels_for(bits_choices().front());
+}
+
+namespace {
 
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
   for (const char* k : keys) {
@@ -100,7 +133,8 @@ class Vec final : public Routine {
     const auto ss = P::schemas();
     if (std::find(ss.begin(), ss.end(), schema) == ss.end())
       return Support::no(fmt::format("cpu/vec {} does not compute in {}", P::kType, schema.to_string()));
-    if (P::kSimd && !core::cpu_features().avx2_fma()) return Support::no("CPU lacks AVX2/FMA (cpu/vec needs them)");
+    if (P::kSimd)
+      if (std::string why = vector_kernels_missing(); !why.empty()) return Support::no(why);
     if (!info.layer) return Support::no("no layer");
     for (const Shape& s : info.input_shapes)
       if (s.numel() == 0) return Support::no(fmt::format("an input {} is empty", s.to_string()));
@@ -122,11 +156,8 @@ class Vec final : public Routine {
       static const vk::Kernels none{};
       return std::make_unique<P>(info, schema, none);
     }
-    if (!core::cpu_features().avx2_fma()) throw Error("cpu/vec: CPU lacks AVX2/FMA");
+    if (std::string why = vector_kernels_missing(); !why.empty()) throw Error("cpu/vec: " + why);
     const int64_t bits = routine_param(params, "vector_bits", bits_choices().front());
-    if (bits != 256 && bits != 512) throw Error(fmt::format("cpu/vec: vector_bits {} is not 256 or 512", bits));
-    if (bits == 512 && !core::cpu_features().avx512_core())
-      throw Error("cpu/vec: vector_bits 512 needs AVX-512 (F/BW/VL/DQ), which this CPU lacks");
     return std::make_unique<P>(info, schema, kernels_for(bits));
   }
 
@@ -451,6 +482,81 @@ struct Concat final : PreparedRoutine {
   }
 };
 
+/// split: concat backwards. The input, in its physical order, is `outer` rows
+/// of `in_chunk` elements, each the outputs' rows of chunks[i] elements one
+/// after the other; threads take equal element ranges of the input.
+struct Split final : PreparedRoutine {
+  static constexpr std::string_view kType = "split";
+  static constexpr bool kSimd = false;
+  static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
+  static Support supports(const LayerInfo& info, const Schema&) {
+    for (const Shape& s : info.output_shapes)
+      if (s.numel() == 0) return Support::no("an output is empty");
+    return Support::yes();
+  }
+
+  int64_t outer, in_chunk;
+  std::vector<int64_t> chunks, starts;  // per output: row length; start of its part in an input row
+  Split(const LayerInfo& info, const Schema& schema, const vk::Kernels&) {
+    Shape s = info.input_shapes[0];
+    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
+    std::vector<Shape> outs(info.output_shapes.begin(), info.output_shapes.end());
+    if (schema.layout == Layout::nhwc) {  // physical order N,H,W,C
+      auto phys = [](const Shape& x) { return Shape{x[0], x[2], x[3], x[1]}; };
+      s = phys(s);
+      for (Shape& x : outs) x = phys(x);
+      constexpr int kPhysAxis[4] = {0, 3, 1, 2};
+      axis = kPhysAxis[axis];
+    }
+    outer = prod(s, 0, axis);
+    in_chunk = prod(s, axis, s.rank());
+    int64_t at = 0;
+    for (const Shape& x : outs) {
+      chunks.push_back(prod(x, axis, x.rank()));
+      starts.push_back(at);
+      at += chunks.back();
+    }
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const std::size_t no = chunks.size();
+    a.pool->parallel_for(outer * in_chunk, int64_t{1} << 18, [&](int64_t b, int64_t e) {
+      for (int64_t o = b / in_chunk; o * in_chunk < e; ++o) {
+        const int64_t row_lo = std::max(b - o * in_chunk, int64_t{0});
+        const int64_t row_hi = std::min(e - o * in_chunk, in_chunk);
+        for (std::size_t i = 0; i < no; ++i) {
+          const int64_t lo = std::max(row_lo, starts[i]), hi = std::min(row_hi, starts[i] + chunks[i]);
+          if (lo >= hi) continue;
+          std::memcpy(a.outputs[i]->data_as<float>() + o * chunks[i] + (lo - starts[i]), x + o * in_chunk + lo,
+                      sizeof(float) * static_cast<std::size_t>(hi - lo));
+        }
+      }
+    });
+  }
+};
+
+/// reshape, flatten, identity: the same elements in the same order, copied in
+/// equal ranges across threads (nothing to do where the output is the input).
+template <const char* Name>
+struct Copy final : PreparedRoutine {
+  static constexpr std::string_view kType = Name;
+  static constexpr bool kSimd = false;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+
+  int64_t n;
+  Copy(const LayerInfo& info, const Schema&, const vk::Kernels&) : n(info.input_shapes[0].numel()) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    if (x == y) return;
+    a.pool->parallel_for(n, int64_t{1} << 18, [&](int64_t b, int64_t e) {
+      std::memcpy(y + b, x + b, sizeof(float) * static_cast<std::size_t>(e - b));
+    });
+  }
+};
+constexpr char kReshape[] = "reshape", kFlatten[] = "flatten", kIdentity[] = "identity";
+
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantVec>);
@@ -460,6 +566,10 @@ SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<GeluK>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<ErfK>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Transpose>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Split>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kReshape>>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kFlatten>>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kIdentity>>);
 
 }  // namespace
 }  // namespace softneuro

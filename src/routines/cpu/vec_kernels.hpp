@@ -1,6 +1,6 @@
 // Kernels of the cpu/vec routines (vec.cpp): one set per ISA, built from
 // vec_kernels.inl with that ISA's flags (vec_kernels_avx2.cpp: AVX2+FMA,
-// vec_kernels_avx512.cpp: AVX-512F/BW/VL/DQ). vec.cpp picks a set at run time
+// vec_kernels_avx512.cpp: AVX-512F/BW/VL/DQ; vec_kernels_neon.cpp: aarch64). vec.cpp picks a set at run time
 // from core::cpu_features(). Internal to src/routines/cpu.
 #pragma once
 
@@ -31,12 +31,21 @@ struct Kernels {
   void (*quantize)(const float* x, float* y, int64_t n, float scale, float zp, float qmin, float qmax, bool dequantize);
   /// min and max of x[0..n) (n > 0).
   void (*min_max)(const float* x, int64_t n, float* min, float* max);
+  /// y[i] = x[i] / (1 + exp(-x[i])) (SiLU), i < n; y may be x.
+  void (*silu)(const float* x, float* y, int64_t n);
 };
+
+/// The widest set this CPU runs (vec.cpp: AVX-512, AVX2+FMA; Advanced SIMD on
+/// aarch64), or nullptr: for other routines' epilogues (cpu/xnnpack's SiLU).
+const Kernels* best_kernels();
 
 namespace avx2 {
 extern const Kernels kKernels;
 }
 namespace avx512 {
+extern const Kernels kKernels;
+}
+namespace neon {  // aarch64 only (vec_kernels_neon.cpp)
 extern const Kernels kKernels;
 }
 

@@ -1,17 +1,24 @@
 // The cpu/vec kernels (vec_kernels.hpp), written once over a small vector
 // abstraction and built per ISA: include only from a file built with the ISA's
-// flags, after defining SN_VEC_AVX512 to 1 (AVX-512F/BW/VL/DQ) or 0 (AVX2+FMA).
-// Everything is in namespace softneuro::cpu::vec::{avx2,avx512}, so the two
+// flags, after defining SN_VEC_AVX512 to 1 (AVX-512F/BW/VL/DQ) or 0 (AVX2+FMA),
+// or SN_VEC_NEON to 1 (aarch64's Advanced SIMD, its baseline: no flags).
+// Everything is in namespace softneuro::cpu::vec::{avx2,avx512,neon}, so the
 // builds never share a symbol.
 #include "routines/cpu/vec_kernels.hpp"
 
+#if SN_VEC_NEON
+#include <arm_neon.h>
+#else
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-#if SN_VEC_AVX512
+#if SN_VEC_NEON
+#define SN_VEC_NS neon
+#elif SN_VEC_AVX512
 #define SN_VEC_NS avx512
 #else
 #define SN_VEC_NS avx2
@@ -20,7 +27,46 @@
 namespace softneuro::cpu::vec::SN_VEC_NS {
 namespace {
 
-#if SN_VEC_AVX512
+#if SN_VEC_NEON
+using vf = float32x4_t;
+constexpr int kV = 4;
+inline vf vset1(float x) { return vdupq_n_f32(x); }
+inline vf vzero() { return vdupq_n_f32(0.0f); }
+inline vf vload(const float* p) { return vld1q_f32(p); }
+inline void vstore(float* p, vf v) { vst1q_f32(p, v); }
+/// Lanes [0, n) of p, the others `fill`; n in 0..kV-1 (no masked loads: through a buffer).
+inline vf vload_n(const float* p, int64_t n, float fill = 0.0f) {
+  float b[kV] = {fill, fill, fill, fill};
+  for (int64_t i = 0; i < n; ++i) b[i] = p[i];
+  return vld1q_f32(b);
+}
+inline void vstore_n(float* p, vf v, int64_t n) {
+  float b[kV];
+  vst1q_f32(b, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = b[i];
+}
+inline vf vadd(vf a, vf b) { return vaddq_f32(a, b); }
+inline vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
+inline vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
+inline vf vdiv(vf a, vf b) { return vdivq_f32(a, b); }
+inline vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
+inline vf vfnma(vf a, vf b, vf c) { return vfmsq_f32(c, a, b); }  // c - a*b
+// FMAX/FMIN return NaN where either operand is NaN (x86's return the second): NaN propagates as there.
+inline vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
+inline vf vmin(vf a, vf b) { return vminq_f32(a, b); }
+inline vf vabs(vf a) { return vabsq_f32(a); }
+inline vf vround(vf a) { return vrndnq_f32(a); }  // to nearest, ties to even
+inline vf vpow2i(vf n) {
+  return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23));
+}
+/// a where x's sign bit is clear, b where it is set (as AVX2's blendv).
+inline vf vselect_neg(vf x, vf a, vf b) {
+  const uint32x4_t neg = vreinterpretq_u32_s32(vshrq_n_s32(vreinterpretq_s32_f32(x), 31));
+  return vbslq_f32(neg, b, a);
+}
+inline float hsum(vf v) { return vaddvq_f32(v); }
+inline float hmax(vf v) { return vmaxvq_f32(v); }
+#elif SN_VEC_AVX512
 using vf = __m512;
 constexpr int kV = 16;
 inline vf vset1(float x) { return _mm512_set1_ps(x); }
@@ -327,8 +373,12 @@ void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
 
 void erf(const float* x, float* y, int64_t n) { map<verf>(x, y, n); }
 
+/// x / (1 + exp(-x)): large negative x gives x / (1 + 2^127) -> -0, NaN stays NaN.
+inline vf vsilu(vf x) { return vdiv(x, vadd(vset1(1.0f), vexp(vsub(vzero(), x)))); }
+void silu(const float* x, float* y, int64_t n) { map<vsilu>(x, y, n); }
+
 }  // namespace
 
-const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm, quantize, min_max};
+const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm, quantize, min_max, silu};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS

@@ -5,8 +5,9 @@
 //
 // Layer types: conv2 (any group count, depthwise included; strides, pads,
 // dilations; bias; fused relu/clip as XNNPACK's output clamp, fused hardswish
-// and sigmoid as a second, in-place operator, fused hardsigmoid as our own
-// in-place loop on the same thread pool, XNNPACK having none), dense (rank-2
+// and sigmoid as a second, in-place operator, fused hardsigmoid and SiLU
+// (cpu/vec's kernel) as our own in-place loops on the same thread pool, XNNPACK
+// having neither), dense (rank-2
 // input [N,K]: in the nhwc schema a rank-2 blob lies row-major, as in nchw),
 // pool2 (max; avg without counting padding; global avg and max), relu, clip,
 // hardswish, sigmoid, hardsigmoid (ours), add, sub, mul, div (NumPy
@@ -57,6 +58,7 @@
 #include "core/thread_pool.hpp"
 #include "routines/cpu/f32_common.hpp"
 #include "routines/cpu/quant_params.hpp"
+#include "routines/cpu/vec_kernels.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -253,7 +255,7 @@ Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
 
 struct Clamp {
   float min = -kInf, max = kInf;
-  enum After { none, hardswish, sigmoid, hardsigmoid } after = none;
+  enum After { none, hardswish, sigmoid, hardsigmoid, silu } after = none;
   float alpha = 0, beta = 0;  ///< hardsigmoid
 };
 
@@ -263,7 +265,9 @@ Support fused_support(const Activation& a) {
       if (!(a.min < a.max))
         return Support::no(fmt::format("clip range [{}, {}] is empty; XNNPACK's clamp needs min < max", a.min, a.max));
       break;
-    case Activation::silu: return Support::no("XNNPACK (2022-02) has no SiLU operator to run after it");
+    case Activation::silu:  // XNNPACK (2022-02) has no SiLU operator: our cpu/vec kernel runs after it
+      if (!cpu::vec::best_kernels()) return Support::no("XNNPACK has no SiLU and this CPU runs no cpu/vec kernels");
+      break;
     default: break;
   }
   return Support::yes();
@@ -276,6 +280,7 @@ Clamp to_clamp(const Activation& a) {
     case Activation::clip: c.min = a.min; c.max = a.max; break;
     case Activation::hardswish: c.after = Clamp::hardswish; break;
     case Activation::sigmoid: c.after = Clamp::sigmoid; break;
+    case Activation::silu: c.after = Clamp::silu; break;
     case Activation::hardsigmoid:
       c.after = Clamp::hardsigmoid;
       c.alpha = a.alpha;
@@ -310,6 +315,20 @@ void hardsigmoid_tile(void* ctx, size_t start, size_t count) {
   cpu::clamp_span(a, x, y, static_cast<int64_t>(count));  // NaN stays NaN, as ONNX has it
 }
 
+/// SiLU, which XNNPACK lacks: cpu/vec's kernel on the same pthreadpool.
+struct Silu {
+  const float* x = nullptr;
+  float* y = nullptr;
+  size_t n = 0;
+  const cpu::vec::Kernels* k = nullptr;
+  uint32_t flags = 0;  ///< pthreadpool flags
+};
+
+void silu_tile(void* ctx, size_t start, size_t count) {
+  const auto& s = *static_cast<const Silu*>(ctx);
+  s.k->silu(s.x + start, s.y + start, static_cast<int64_t>(count));
+}
+
 /// Requantisation of int8 values in place (qint8 max pooling between different
 /// scales), our own loop on the pthreadpool: dequantised to float as the
 /// reference does (si * (x - zi)), then quantised (round half to even): where
@@ -336,8 +355,9 @@ void requant_tile(void* ctx, size_t start, size_t count) {
 /// One step of a routine: an XNNPACK operator, or (op == nullptr) one of our loops.
 struct Op {
   xnn_operator_t op = nullptr;
-  enum Kind { xnn, hardsigmoid, requant } kind = xnn;
+  enum Kind { xnn, hardsigmoid, silu, requant } kind = xnn;
   Hardsigmoid hs;
+  Silu si;
   Requant rq;
   Op() = default;
   Op(const Op&) = delete;
@@ -402,6 +422,9 @@ class Prepared final : public PreparedRoutine {
         case Op::hardsigmoid:
           pthreadpool_parallelize_1d_tile_1d(pool, &hardsigmoid_tile, &o->hs, o->hs.n, kHardsigmoidTile, o->hs.flags);
           break;
+        case Op::silu:
+          pthreadpool_parallelize_1d_tile_1d(pool, &silu_tile, &o->si, o->si.n, kHardsigmoidTile, o->si.flags);
+          break;
         case Op::requant:
           pthreadpool_parallelize_1d_tile_1d(pool, &requant_tile, &o->rq, o->rq.n, kHardsigmoidTile, o->rq.flags);
           break;
@@ -434,6 +457,14 @@ Op* add_after(Build& ops, const Clamp& c) {
   if (c.after == Clamp::none) return nullptr;
   if (c.after == Clamp::hardsigmoid) return add_hardsigmoid(ops, c.alpha, c.beta);
   auto o = std::make_unique<Op>();
+  if (c.after == Clamp::silu) {
+    o->kind = Op::silu;
+    o->si.k = cpu::vec::best_kernels();
+    if (!o->si.k) throw Error("cpu/xnnpack: SiLU needs cpu/vec's kernels, which this CPU cannot run");
+    Op* raw = o.get();
+    ops.push_back(std::move(o));
+    return raw;
+  }
   if (c.after == Clamp::hardswish)
     xcheck(xnn_create_hardswish_nc_f32(1, 1, 1, ops.flags, &o->op), "xnn_create_hardswish_nc_f32");
   else
@@ -455,6 +486,11 @@ void setup_after(Op* step, Clamp::After after, size_t count, void* out, pthreadp
       step->hs.x = y;
       step->hs.y = y;
       step->hs.n = count;
+      break;
+    case Clamp::silu:
+      step->si.x = y;
+      step->si.y = y;
+      step->si.n = count;
       break;
     case Clamp::none: break;
   }
