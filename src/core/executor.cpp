@@ -356,9 +356,8 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     } else if (!why.ok && keep_nan_) {  // the plan for inputs with NaN: the tuned path's fast routines may lose it
       info("layer '{}': tuned routine {} skipped where inputs hold NaN or inf ({}); using the default choice",
            layer.name, rc->descriptor, why.reason);
-    } else if (!why.ok) {
-      warn("layer '{}': tuned routine {} cannot run here ({}); using the default choice", layer.name,
-           rc->descriptor, why.reason);
+    } else if (!why.ok) {  // one warning for all of them, once the layers are placed
+      tuned_missing_[fmt::format("{} ({})", rc->descriptor, why.reason)].push_back(layer.name);
     }
     if (why.ok) {
       step->routine = Candidate{r, schema, rc->descriptor, why};
@@ -617,6 +616,19 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   }
   layer_keep_nan_ = false;
   layer_int8_ = false;
+  if (!tuned_missing_.empty()) {
+    // A file tuned on another machine (x86 on ARM, AVX-512 on AVX2): name every such layer once.
+    std::size_t n = 0;
+    std::string groups;
+    for (const auto& [routine, layers] : tuned_missing_) {
+      n += layers.size();
+      groups += fmt::format("; {}: '{}'", routine, fmt::join(layers, "', '"));
+    }
+    warn("{} layer(s) cannot run their tuned routine here and run the default choice (tuned on another CPU? "
+         "tune again on this one){}",
+         n, groups);
+    tuned_missing_.clear();
+  }
 
   // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU),
   // typed ones in their dtype.

@@ -192,6 +192,8 @@ class Executor {
   const Graph& graph_;
   const RoutinePath& path_;
   std::vector<std::string> schemas_;  ///< allowed schemas (empty: any)
+  /// While building: "descriptor (why)" -> the layers whose tuned routine cannot run here.
+  std::map<std::string, std::vector<std::string>> tuned_missing_;
   std::size_t memory_limit_ = 0;      ///< the session's (0: none), told to routines in prepare
   bool keep_nan_ = false;             ///< every layer keeps NaN (the constructor's `keep_nan`)
   bool layer_keep_nan_ = false;       ///< LayerInfo::keep_nan of the layer add_layer is adding
