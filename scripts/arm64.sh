@@ -13,7 +13,8 @@
 #    Made again when the package versions change (build-arm64/sysroot.stamp).
 # 3. The same CMake project configured with cmake/aarch64-linux-gnu.cmake in
 #    build-arm64/ and built (targets as needed: ninja does nothing when fresh).
-# 4. PROGRAM (a name in build-arm64/ or below) runs under qemu-aarch64 with ARGS.
+# 4. PROGRAM (a name in build-arm64/ or below) runs under qemu-aarch64 with ARGS, on an
+#    emulated Neoverse N1 unless QEMU_CPU names another CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -86,4 +87,8 @@ if [ -z "$path" ]; then
   echo "arm64.sh: no program '$prog' in build-arm64" >&2
   exit 2
 fi
+# The emulated CPU: a Neoverse N1 (Armv8.2: Advanced SIMD, dotprod, fp16; no SVE), the
+# class of the boards and servers users have (Raspberry Pi 5's Cortex-A76, Graviton2,
+# Jetson Orin's A78AE), unless QEMU_CPU says otherwise (QEMU_CPU=max: SVE2, i8mm, bf16).
+export QEMU_CPU="${QEMU_CPU:-neoverse-n1}"
 exec qemu-aarch64-static -L "$SYSROOT" "$path" "$@"

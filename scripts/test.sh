@@ -3,7 +3,8 @@
 # and run every test under CTest, the ONNX node tests and the Python package's; then rebuild with AddressSanitizer + UBSan and
 # run the unit and importer tests and the fuzz regression inputs again under it;
 # then rebuild with ThreadSanitizer and run the concurrency tests (sessions of
-# one model in several threads) under it; then fuzz each reader of untrusted
+# one model in several threads) under it; then cross-build for aarch64 and run
+# the unit and importer tests under qemu-aarch64; then fuzz each reader of untrusted
 # bytes for half a minute (docs/fuzzing.md). Prints each stage's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,6 +92,14 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_R
   -DSOFTNEURO_CUDA=OFF
 cmake --build build-tsan -j "$jobs" --target softneuro_concurrency_tests
 TSAN_OPTIONS=halt_on_error=1:abort_on_error=1 ./build-tsan/tests/softneuro_concurrency_tests "[concurrency]"
+
+# aarch64 under emulation (docs/arm.md): the cross build (a sysroot of Debian's
+# arm64 packages, build-arm64/), then the unit tests and the importer's tests
+# under qemu-aarch64 on an emulated Neoverse N1 (no SVE). [direct]: the x86
+# direct convolution's sweeps, which say unsupported there.
+stage "arm64 build + tests (qemu)"
+./scripts/arm64.sh softneuro_tests "~[direct]"
+./scripts/arm64.sh softneuro_import_tests
 
 # Fuzzing: each harness for half a minute (clang-14, ASan + UBSan, build-fuzz/);
 # the long campaigns are scripts/fuzz_campaign.sh's.

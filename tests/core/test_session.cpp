@@ -58,7 +58,9 @@ TEST_CASE("session: loading and inspecting a model prepares nothing", "[session]
   CHECK(model.output_shape(model.outputs()[0].name) == model.outputs()[0].shape);
   CHECK(model.impl().weights->built() == 0);
   Session s(model);
+#if defined(__x86_64__)
   CHECK(model.impl().weights->built() > 0);  // the demo's oneDNN convolutions reorder their weights
+#endif
 }
 
 TEST_CASE("session: a model loaded from memory runs as the file does", "[session]") {
@@ -89,6 +91,14 @@ TEST_CASE("session: sessions of one model share derived weights", "[session]") {
   Model model = Model::load(SOFTNEURO_DEMO_MODEL);
   Session first(model);
   const uint64_t built = model.impl().weights->built();
+#if !defined(__x86_64__)
+  // On aarch64 XNNPACK runs the demo's convolutions: it packs their weights inside its own
+  // operators, once per session (docs/arm.md); no routine there derives them in the model's store.
+  if (built == 0) {
+    WARN("no routine of the demo derives weights in the model's store on this processor");
+    return;
+  }
+#endif
   REQUIRE(built > 0);
   {
     Session second(model), third(model);

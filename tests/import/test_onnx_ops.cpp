@@ -16,6 +16,14 @@ using namespace softneuro::test;
 
 namespace {
 
+/// The session's steps that compute, adapts (layout changes around a routine in
+/// another layout: XNNPACK's nhwc on aarch64) left out.
+std::size_t computing_steps(const Session& s) {
+  std::size_t n = 0;
+  for (const LayerSummary& l : s.layers()) n += l.type != "adapt";
+  return n;
+}
+
 constexpr double kTol = 1e-5;
 
 /// Reference 2-D convolution, NCHW, pads {top, left, bottom, right}.
@@ -134,7 +142,7 @@ TEST_CASE("Gemm: transA/transB, alpha, beta, C as bias or full matrix, B at run 
     unary_model(m, "Gemm", Shape{M, K}, {"B", "C"}).i("transB", 1).f("alpha", 0.5f).f("beta", 2.0f);
     Model net = import_onnx(m.save("gemm1.onnx"));
     CHECK(count_layers(net, "dense") == 1);
-    CHECK(Session(net).layers().size() == 1);
+    CHECK(computing_steps(Session(net)) == 1);
     auto got = run_net(net, {{"x", make_input(Shape{M, K}, a)}})[0];
     CHECK(max_abs_diff(got.values, expected(c_row, false, 0.5f, 2.0f)) < kTol);
   }
@@ -783,7 +791,7 @@ TEST_CASE("LayerNormalization (opset 17) and the pattern exporters decompose it 
     m.node("Mul", {"n", "g"}, {"ng"});
     m.node("Add", {"ng", "b"}, {"y"});
     Model net = import_onnx(m.save("ln13.onnx"));
-    CHECK(Session(net).layers().size() == 1);
+    CHECK(computing_steps(Session(net)) == 1);
     CHECK(count_layers(net, "layernorm") == 1);
     CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < 1e-4);
   }
@@ -1021,7 +1029,7 @@ TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer",
       m.node("Mul", {"x", "ah"}, {"y"});
     }
     Model net = import_onnx(m.save("gelu.onnx"));
-    CHECK(Session(net).layers().size() == 1);
+    CHECK(computing_steps(Session(net)) == 1);
     CHECK(count_layers(net, "gelu") == 1);
     CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < kTol);
   }
@@ -1050,7 +1058,7 @@ TEST_CASE("HardSwish spelled x*clip(x+3,0,6)/6 (Paddle) becomes one hardswish la
       m.node("Mul", {"d", "x"}, {"y"});
     }
     Model net = import_onnx(m.save("hardswish.onnx"));
-    CHECK(Session(net).layers().size() == 1);
+    CHECK(computing_steps(Session(net)) == 1);
     CHECK(count_layers(net, "hardswish") == 1);
     CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < kTol);
   }
@@ -1105,7 +1113,7 @@ TEST_CASE("Shape/Gather/Unsqueeze/Concat chains around Reshape fold to constants
   m.node("Concat", {"b1", "minus1"}, {"target"}).i("axis", 0);
   m.node("Reshape", {"x", "target"}, {"y"});
   Model net = import_onnx(m.save("shape_chain.onnx"));
-  CHECK(Session(net).layers().size() == 1);  // the reshape alone
+  CHECK(computing_steps(Session(net)) == 1);  // the reshape alone
   auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
   CHECK(got.shape == Shape{2, 12});
   CHECK(got.values == x);
@@ -1394,7 +1402,7 @@ TEST_CASE("Arithmetic on constants is computed at import, other layers of consta
   m.node("Tanh", {"ab"}, {"t"});         // a layer of a constant: the pass folds it
   m.node("Add", {"x", "t"}, {"y"});
   Model net = import_onnx(m.save("fold.onnx"));
-  CHECK(Session(net).layers().size() == 1);  // the add alone
+  CHECK(computing_steps(Session(net)) == 1);  // the add alone
   auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
   for (std::size_t i = 0; i < 4; ++i) CHECK(got.values[i] == Approx(x[i] + std::tanh(0.5f * float(i + 1))));
   ImportOptions no_fold;
@@ -1426,7 +1434,7 @@ TEST_CASE("Index and mask arithmetic on constants is computed at import", "[onnx
   m.node("Dropout", {"x", "ratio", "training"}, {"xd"});
   m.node("Add", {"xd", "bias"}, {"y"});
   Model net = import_onnx(m.save("mask.onnx"));
-  CHECK(Session(net).layers().size() == 1);
+  CHECK(computing_steps(Session(net)) == 1);
   auto got = run_net(net, {{"x", make_input(xs, x)}})[0];
   const float bias[] = {0, 2, 0, 0, 0, 2};
   for (std::size_t i = 0; i < 6; ++i) CHECK(got.values[i] == Approx(x[i] + bias[i]));

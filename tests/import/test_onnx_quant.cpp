@@ -85,12 +85,15 @@ TEST_CASE("QDQ: QuantizeLinear/DequantizeLinear pairs compute what ONNX Runtime 
       CHECK(core::stored_as_int8(w));
       Schema schema;
       const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/qint8", &schema);
-      REQUIRE(r);
+#if defined(__x86_64__)
+      REQUIRE(r);  // elsewhere our qint8 family (x86 kernels) is not built
+#endif
       LayerInfo info;
       info.layer = &l;
       info.input_shapes = {Shape{1, 3, 5, 5}};
-      for (const RoutineParamSpec& p : r->param_space(info, schema))
-        if (p.name == "u8s8") CHECK(p.choices == std::vector<int64_t>{0});
+      if (r)
+        for (const RoutineParamSpec& p : r->param_space(info, schema))
+          if (p.name == "u8s8") CHECK(p.choices == std::vector<int64_t>{0});
       ++marked;
     }
   CHECK(marked == 1);

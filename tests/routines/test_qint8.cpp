@@ -495,8 +495,15 @@ TEST_CASE("every cpu:qint8 routine matches the quantised float32 reference", "[q
       for (const auto& [r, n] : tally.reasons) why << "\n  " << n << "x " << r;
       INFO(descriptor << " supported " << tally.supported << " of " << tally.total << " cases; refused:" << why.str());
       const std::string& only = tally.reasons.empty() ? std::string() : tally.reasons.begin()->first;
-      if (tally.supported == 0 && tally.reasons.size() == 1 &&
-          (only.find("CPU lacks") != std::string::npos || only.find("SOFTNEURO_MAX_CPU_ISA") != std::string::npos)) {
+      auto most = std::max_element(tally.reasons.begin(), tally.reasons.end(),
+                                   [](const auto& a, const auto& b) { return a.second < b.second; });
+      // Debian's aarch64 oneDNN has only reference int8 code without SVE (the routines refuse it);
+      // the cases it refuses for other reasons are the shapes it never supports.
+      const bool reference_only =
+          most != tally.reasons.end() && most->first.find("only its reference implementation") != std::string::npos;
+      if (tally.supported == 0 && ((tally.reasons.size() == 1 && (only.find("CPU lacks") != std::string::npos ||
+                                                                   only.find("SOFTNEURO_MAX_CPU_ISA") != std::string::npos)) ||
+                                   reference_only)) {
         WARN(descriptor << ": " << tally.reasons.begin()->first << ", nothing to compare on this machine");
       } else {
         CHECK(tally.supported >= std::min(10, tally.total));  // each routine is exercised on many cases
