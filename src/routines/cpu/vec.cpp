@@ -357,8 +357,6 @@ struct ErfK {
   void operator()(const vk::Kernels& k, const float* x, float* y, int64_t n) const { k.erf(x, y, n); }
 };
 
-/// concat: the output, in its physical order, is `outer` rows of `out_chunk`
-/// elements, each the inputs' rows of chunks[i] elements one after the other.
 // transpose: the output walked row by row (its last dim), each row copied from
 // the input as one run where the last dim stays last, else gathered at its
 // stride; dims that stay adjacent merged first. (cpu/ref computes every
@@ -429,6 +427,48 @@ struct Transpose final : PreparedRoutine {
   }
 };
 
+/// concat and split: the whole blob (concat's output, split's input), in its
+/// physical order, is `outer` rows of `row` elements, each the parts' rows of
+/// chunks[i] elements one after the other (starts[i]: where part i begins).
+struct PartsOfRows {
+  int64_t outer = 1, row = 1;
+  std::vector<int64_t> chunks, starts;
+  PartsOfRows(const Layer& layer, int64_t default_axis, Shape whole, std::vector<Shape> parts, Layout layout) {
+    int axis = core::normalize_axis(layer, "axis", layer.get_int("axis", default_axis), whole.rank());
+    if (layout == Layout::nhwc) {  // physical order N,H,W,C
+      auto phys = [](const Shape& x) { return Shape{x[0], x[2], x[3], x[1]}; };
+      whole = phys(whole);
+      for (Shape& x : parts) x = phys(x);
+      constexpr int kPhysAxis[4] = {0, 3, 1, 2};
+      axis = kPhysAxis[axis];
+    }
+    outer = prod(whole, 0, axis);
+    row = prod(whole, axis, whole.rank());
+    int64_t at = 0;
+    for (const Shape& x : parts) {
+      chunks.push_back(prod(x, axis, x.rank()));
+      starts.push_back(at);
+      at += chunks.back();
+    }
+  }
+  /// Elements [b, e) of the whole blob, row by row, part by part: copy(part,
+  /// offset in the whole blob, offset in the part, count).
+  template <class F>
+  void for_each_run(int64_t b, int64_t e, F&& copy) const {
+    for (int64_t o = b / row; o * row < e; ++o) {
+      const int64_t row_lo = std::max(b - o * row, int64_t{0});
+      const int64_t row_hi = std::min(e - o * row, row);
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        const int64_t lo = std::max(row_lo, starts[i]), hi = std::min(row_hi, starts[i] + chunks[i]);
+        if (lo < hi) copy(i, o * row + lo, o * chunks[i] + (lo - starts[i]), static_cast<std::size_t>(hi - lo));
+      }
+    }
+  }
+};
+
+/// concat (any axis; in nhwc, any axis of a rank-4 blob, mapped to its physical
+/// axis): threads take equal element ranges of the output, each copied with
+/// memcpy from the inputs that cover it.
 struct Concat final : PreparedRoutine {
   static constexpr std::string_view kType = "concat";
   static constexpr bool kSimd = false;
@@ -439,52 +479,23 @@ struct Concat final : PreparedRoutine {
     return Support::yes();
   }
 
-  int64_t outer, out_chunk;
-  std::vector<int64_t> chunks, starts;  // per input: row length; start of its part in an output row
-  Concat(const LayerInfo& info, const Schema& schema, const vk::Kernels&) {
-    Shape s = info.output_shapes[0];
-    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"), s.rank());
-    std::vector<Shape> ins(info.input_shapes.begin(), info.input_shapes.end());
-    if (schema.layout == Layout::nhwc) {  // physical order N,H,W,C
-      auto phys = [](const Shape& x) { return Shape{x[0], x[2], x[3], x[1]}; };
-      s = phys(s);
-      for (Shape& x : ins) x = phys(x);
-      constexpr int kPhysAxis[4] = {0, 3, 1, 2};
-      axis = kPhysAxis[axis];
-    }
-    outer = prod(s, 0, axis);
-    out_chunk = prod(s, axis, s.rank());
-    int64_t at = 0;
-    for (const Shape& x : ins) {
-      chunks.push_back(prod(x, axis, x.rank()));
-      starts.push_back(at);
-      at += chunks.back();
-    }
-  }
+  PartsOfRows parts;
+  Concat(const LayerInfo& info, const Schema& schema, const vk::Kernels&)
+      : parts(*info.layer, info.layer->get_int("axis"), info.output_shapes[0],
+              {info.input_shapes.begin(), info.input_shapes.end()}, schema.layout) {}
   void run(const RunArgs& a) override {
     float* y = a.outputs[0]->data_as<float>();
-    const std::size_t ni = chunks.size();
     // At least 1 MiB per task: ops_bench's 600 KiB concats took 10.4 us on one
     // thread and 13.7 us split across two (256 KiB grain, loaded machine).
-    a.pool->parallel_for(outer * out_chunk, int64_t{1} << 18, [&](int64_t b, int64_t e) {
-      // Elements [b, e) of the output: row by row, input by input.
-      for (int64_t o = b / out_chunk; o * out_chunk < e; ++o) {
-        const int64_t row_lo = std::max(b - o * out_chunk, int64_t{0});
-        const int64_t row_hi = std::min(e - o * out_chunk, out_chunk);
-        for (std::size_t i = 0; i < ni; ++i) {
-          const int64_t lo = std::max(row_lo, starts[i]), hi = std::min(row_hi, starts[i] + chunks[i]);
-          if (lo >= hi) continue;
-          std::memcpy(y + o * out_chunk + lo, a.inputs[i]->data_as<float>() + o * chunks[i] + (lo - starts[i]),
-                      sizeof(float) * static_cast<std::size_t>(hi - lo));
-        }
-      }
+    a.pool->parallel_for(parts.outer * parts.row, int64_t{1} << 18, [&](int64_t b, int64_t e) {
+      parts.for_each_run(b, e, [&](std::size_t i, int64_t whole_at, int64_t part_at, std::size_t n) {
+        std::memcpy(y + whole_at, a.inputs[i]->data_as<float>() + part_at, sizeof(float) * n);
+      });
     });
   }
 };
 
-/// split: concat backwards. The input, in its physical order, is `outer` rows
-/// of `in_chunk` elements, each the outputs' rows of chunks[i] elements one
-/// after the other; threads take equal element ranges of the input.
+/// split: concat backwards; threads take equal element ranges of the input.
 struct Split final : PreparedRoutine {
   static constexpr std::string_view kType = "split";
   static constexpr bool kSimd = false;
@@ -495,42 +506,16 @@ struct Split final : PreparedRoutine {
     return Support::yes();
   }
 
-  int64_t outer, in_chunk;
-  std::vector<int64_t> chunks, starts;  // per output: row length; start of its part in an input row
-  Split(const LayerInfo& info, const Schema& schema, const vk::Kernels&) {
-    Shape s = info.input_shapes[0];
-    int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
-    std::vector<Shape> outs(info.output_shapes.begin(), info.output_shapes.end());
-    if (schema.layout == Layout::nhwc) {  // physical order N,H,W,C
-      auto phys = [](const Shape& x) { return Shape{x[0], x[2], x[3], x[1]}; };
-      s = phys(s);
-      for (Shape& x : outs) x = phys(x);
-      constexpr int kPhysAxis[4] = {0, 3, 1, 2};
-      axis = kPhysAxis[axis];
-    }
-    outer = prod(s, 0, axis);
-    in_chunk = prod(s, axis, s.rank());
-    int64_t at = 0;
-    for (const Shape& x : outs) {
-      chunks.push_back(prod(x, axis, x.rank()));
-      starts.push_back(at);
-      at += chunks.back();
-    }
-  }
+  PartsOfRows parts;
+  Split(const LayerInfo& info, const Schema& schema, const vk::Kernels&)
+      : parts(*info.layer, 0, info.input_shapes[0], {info.output_shapes.begin(), info.output_shapes.end()},
+              schema.layout) {}
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
-    const std::size_t no = chunks.size();
-    a.pool->parallel_for(outer * in_chunk, int64_t{1} << 18, [&](int64_t b, int64_t e) {
-      for (int64_t o = b / in_chunk; o * in_chunk < e; ++o) {
-        const int64_t row_lo = std::max(b - o * in_chunk, int64_t{0});
-        const int64_t row_hi = std::min(e - o * in_chunk, in_chunk);
-        for (std::size_t i = 0; i < no; ++i) {
-          const int64_t lo = std::max(row_lo, starts[i]), hi = std::min(row_hi, starts[i] + chunks[i]);
-          if (lo >= hi) continue;
-          std::memcpy(a.outputs[i]->data_as<float>() + o * chunks[i] + (lo - starts[i]), x + o * in_chunk + lo,
-                      sizeof(float) * static_cast<std::size_t>(hi - lo));
-        }
-      }
+    a.pool->parallel_for(parts.outer * parts.row, int64_t{1} << 18, [&](int64_t b, int64_t e) {
+      parts.for_each_run(b, e, [&](std::size_t i, int64_t whole_at, int64_t part_at, std::size_t n) {
+        std::memcpy(a.outputs[i]->data_as<float>() + part_at, x + whole_at, sizeof(float) * n);
+      });
     });
   }
 };
