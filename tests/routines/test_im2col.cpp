@@ -1,5 +1,6 @@
 // cpu/im2col, cpu/gemm1x1 and cpu:float32:nhwc/gemm1x1 against cpu/ref, and
-// the packed GEMM (routines/cpu/gemm.hpp) of every ISA this CPU has against a
+// the packed GEMM (routines/cpu/gemm.hpp) of every ISA this CPU has (AVX2,
+// AVX-512; Advanced SIMD on aarch64) against a
 // plain triple loop.
 #include "routines/cpu/gemm.hpp"
 #include "routines/f32_check.hpp"
@@ -12,7 +13,7 @@ using namespace softneuro::test::f32;
 TEST_CASE("packed gemm with epilogue matches a plain loop", "[gemm]") {
   namespace gemm = softneuro::cpu::gemm;
   std::mt19937 rng(11);
-  for (const gemm::Kernel* k : {gemm::kernel_avx2(), gemm::kernel_avx512()}) {
+  for (const gemm::Kernel* k : {gemm::kernel_avx2(), gemm::kernel_avx512(), gemm::kernel_neon()}) {
     if (!k) {
       WARN("a GEMM kernel is not available on this CPU (skipped)");
       continue;

@@ -1,18 +1,25 @@
 // One float32 vector type per ISA for the kernel files of our float32 routines
 // (gemm_kernels_*.cpp, conv_kernels_*.cpp). Include only from a file built
 // with the ISA's flags, after defining SN_F32_AVX512 to 1 (AVX-512F/BW/VL/DQ)
-// or 0 (AVX2+FMA). Everything is in namespace softneuro::cpu::SN_F32_NS, so the
-// two builds never share a symbol.
+// or 0 (AVX2+FMA), or SN_F32_NEON to 1 (aarch64's Advanced SIMD, its baseline).
+// Everything is in namespace softneuro::cpu::SN_F32_NS, so the builds never
+// share a symbol.
 #pragma once
 
 #include "routines/cpu/gemm.hpp"
 
+#if SN_F32_NEON
+#include <arm_neon.h>
+#else
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
 
-#if SN_F32_AVX512
+#if SN_F32_NEON
+#define SN_F32_NS neon
+#elif SN_F32_AVX512
 #define SN_F32_NS avx512
 #else
 #define SN_F32_NS avx2
@@ -20,7 +27,37 @@
 
 namespace softneuro::cpu::SN_F32_NS {
 
-#if SN_F32_AVX512
+#if SN_F32_NEON
+using vf = float32x4_t;
+inline constexpr int kV = 4;
+inline vf vzero() { return vdupq_n_f32(0.0f); }
+inline vf vset1(float x) { return vdupq_n_f32(x); }
+inline vf vbcast(const float* p) { return vld1q_dup_f32(p); }
+inline vf vload(const float* p) { return vld1q_f32(p); }
+inline void vstore(float* p, vf v) { vst1q_f32(p, v); }
+inline vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
+inline vf vadd(vf a, vf b) { return vaddq_f32(a, b); }
+inline vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
+// FMAX/FMIN give NaN where either operand is NaN: NaN propagates, as the x86 forms arrange.
+inline vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
+inline vf vmin(vf a, vf b) { return vminq_f32(a, b); }
+/// Lanes [0, n) of p (the rest read as zero); n in 0..kV (no masked loads: through a buffer).
+inline vf vload_n(const float* p, int n) {
+  float b[kV] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < n; ++i) b[i] = p[i];
+  return vld1q_f32(b);
+}
+inline void vstore_n(float* p, vf v, int n) {
+  float b[kV];
+  vst1q_f32(b, v);
+  for (int i = 0; i < n; ++i) p[i] = b[i];
+}
+/// Lanes >= n set to zero.
+inline vf vkeep_n(vf v, int n) {
+  const int32x4_t lane = {0, 1, 2, 3};
+  return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v), vcltq_s32(lane, vdupq_n_s32(n))));
+}
+#elif SN_F32_AVX512
 using vf = __m512;
 inline constexpr int kV = 16;
 inline vf vzero() { return _mm512_setzero_ps(); }

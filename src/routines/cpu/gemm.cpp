@@ -9,7 +9,7 @@
 
 namespace softneuro::cpu::gemm {
 
-// The per-ISA files are built for x86-64 only: elsewhere (aarch64) there are no kernels.
+// The x86 files are built for x86-64 only, the Advanced SIMD one for aarch64 only.
 #if defined(__x86_64__)
 const Kernel* kernel_avx2() { return core::cpu_features().avx2_fma() ? unchecked_kernel_avx2() : nullptr; }
 
@@ -18,10 +18,16 @@ const Kernel* kernel_avx512() { return core::cpu_features().avx512_core() ? unch
 const Kernel* kernel_avx2() { return nullptr; }
 const Kernel* kernel_avx512() { return nullptr; }
 #endif
+#if defined(__aarch64__)
+const Kernel* kernel_neon() { return unchecked_kernel_neon(); }  // Advanced SIMD is aarch64's baseline
+#else
+const Kernel* kernel_neon() { return nullptr; }
+#endif
 
 const Kernel* best_kernel() {
   if (const Kernel* k = kernel_avx512()) return k;
-  return kernel_avx2();
+  if (const Kernel* k = kernel_avx2()) return k;
+  return kernel_neon();
 }
 
 void pack_a(const Kernel& k, int64_t m, int64_t kk, int64_t kc, const float* a, int64_t lda, bool trans, float* out) {

@@ -5,8 +5,9 @@
 //
 // with both operands in *packed panels* (BLIS style) and an MR x NR register
 // tile computed by a per-ISA micro-kernel (gemm_kernels_avx2.cpp, built with
-// -mavx2 -mfma; gemm_kernels_avx512.cpp, built with -mavx512f/bw/vl/dq).
-// Chosen at run time from core::cpu_features(); there is no scalar kernel.
+// -mavx2 -mfma; gemm_kernels_avx512.cpp, built with -mavx512f/bw/vl/dq;
+// gemm_kernels_neon.cpp on aarch64). Chosen at run time from
+// core::cpu_features(); there is no scalar kernel.
 //
 // Packed layouts (K split into blocks of at most kc; every block is stored
 // whole before the next):
@@ -59,7 +60,7 @@ using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* 
                              bool last, const float* bias_m, const float* bias_n, const Epilogue& ep);
 
 struct Kernel {
-  const char* isa = "";  ///< "avx2" or "avx512"
+  const char* isa = "";  ///< "avx2", "avx512" or "neon"
   int mr = 0, nr = 0;    ///< register tile
   int vec = 0;           ///< floats per vector register
   MicroKernel micro = nullptr;
@@ -68,12 +69,16 @@ struct Kernel {
 /// The AVX2+FMA kernel (6x16) and the AVX-512 one (12x32); nullptr when the CPU lacks the ISA.
 const Kernel* kernel_avx2();
 const Kernel* kernel_avx512();
+/// aarch64's Advanced SIMD kernel (8x12); nullptr on other processors.
+const Kernel* kernel_neon();
 /// The same, defined in the per-ISA files: call only once the CPU is known to
 /// have the ISA. The check cannot live there: the compiler may use the ISA's
 /// instructions anywhere in such a file, the check itself included.
 const Kernel* unchecked_kernel_avx2();
 const Kernel* unchecked_kernel_avx512();
-/// The widest kernel this CPU runs (AVX-512, else AVX2), or nullptr (no AVX2+FMA).
+const Kernel* unchecked_kernel_neon();
+/// The widest kernel this CPU runs (AVX-512, else AVX2; Advanced SIMD on
+/// aarch64), or nullptr (an x86 CPU without AVX2+FMA).
 const Kernel* best_kernel();
 
 /// Default K block: the B panel (kc x NR) and a few A panels stay in L1/L2.

@@ -1,17 +1,23 @@
 // The GEMM micro-kernel, one build per ISA (included by gemm_kernels_avx2.cpp
-// and gemm_kernels_avx512.cpp after defining SN_F32_AVX512). See gemm.hpp.
+// and gemm_kernels_avx512.cpp after defining SN_F32_AVX512, gemm_kernels_neon.cpp
+// after defining SN_F32_NEON). See gemm.hpp.
 #include "routines/cpu/f32_simd.hpp"
 
 namespace softneuro::cpu::SN_F32_NS {
 namespace {
 
-/// MR rows x NV vectors: AVX-512 12 x 2 (24 accumulators of 32), AVX2 6 x 2 (12 of 16).
-#if SN_F32_AVX512
+/// MR rows x NV vectors: AVX-512 12 x 2 (24 accumulators of 32), AVX2 6 x 2 (12
+/// of 16), Advanced SIMD 8 x 3 (24 of 32: 8 x 12 floats).
+#if SN_F32_NEON
+constexpr int kMR = 8;
+constexpr int kNV = 3;
+#elif SN_F32_AVX512
 constexpr int kMR = 12;
+constexpr int kNV = 2;
 #else
 constexpr int kMR = 6;
-#endif
 constexpr int kNV = 2;
+#endif
 constexpr int kNR = kNV * kV;
 
 void micro(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c, int64_t ldc,
@@ -64,7 +70,12 @@ void micro(int64_t kc, const float* __restrict a, const float* __restrict b, flo
 
 namespace softneuro::cpu::gemm {
 
-#if SN_F32_AVX512
+#if SN_F32_NEON
+const Kernel* unchecked_kernel_neon() {
+  static const Kernel k{"neon", neon::kMR, neon::kNR, neon::kV, &neon::micro};
+  return &k;
+}
+#elif SN_F32_AVX512
 const Kernel* unchecked_kernel_avx512() {
   static const Kernel k{"avx512", avx512::kMR, avx512::kNR, avx512::kV, &avx512::micro};
   return &k;
