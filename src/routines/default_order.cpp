@@ -18,6 +18,7 @@
 // picks them there), int8 routines by the same rule, the cpu/ref oracle last.
 #include <softneuro/routine.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -230,16 +231,30 @@ const LayerOrder kDefaultOrder[] = {
     {"dynamic_quantize", {{"cpu/vec"}, {"cpu/ref"}}},
 };
 
-/// On aarch64, XNNPACK's float32 routines lead: oneDNN 2.6's aarch64 build has
-/// reference implementations only for much of what it runs jit code for on
-/// x86 (docs/arm.md), and our own kernels are x86's. Elsewhere the list as is.
+/// On aarch64, XNNPACK's routines lead, float32 and int8: oneDNN 2.6's aarch64
+/// build has reference implementations only for much of what it runs jit code
+/// for on x86 (docs/arm.md), and our own int8 kernels are x86's. Elsewhere the
+/// list as is.
 std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::vector<std::string>>& tiers) {
 #if defined(__aarch64__)
-  const std::string xnnpack = "cpu:float32:nhwc/xnnpack";
+  const std::string f32 = "cpu:float32:nhwc/xnnpack", int8 = "cpu:qint8:nhwc/xnnpack";
+  auto lists = [](const std::vector<std::string>& tier, const std::string& d) {
+    return std::find(tier.begin(), tier.end(), d) != tier.end();
+  };
+  bool int8_pending = std::any_of(tiers.begin(), tiers.end(), [&](const auto& t) { return lists(t, int8); });
   std::vector<std::vector<std::string>> out{{}};
   for (const auto& tier : tiers) {
     std::vector<std::string> rest;
-    for (const auto& d : tier) (d == xnnpack ? out[0] : rest).push_back(d);
+    bool int8_tier = lists(tier, int8);
+    for (const auto& d : tier) {
+      if (d == f32) out[0].push_back(d);
+      else if (d != int8) rest.push_back(d);
+      int8_tier = int8_tier || d.rfind("cpu:qint8", 0) == 0;
+    }
+    if (int8_tier && int8_pending) {  // a tier of its own before the first one of int8 routines
+      out.push_back({int8});
+      int8_pending = false;
+    }
     if (!rest.empty()) out.push_back(std::move(rest));
   }
   if (out[0].empty()) out.erase(out.begin());

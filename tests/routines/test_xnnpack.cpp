@@ -614,3 +614,19 @@ TEST_CASE("xnnpack: on aarch64 its float32 routines lead the untuned default ord
   CHECK(first.front() == "cpu:float32:nchw16c/onednn");
 #endif
 }
+
+TEST_CASE("on aarch64 XNNPACK leads the untuned default, float32 and int8", "[xnnpack]") {
+#if defined(__aarch64__)
+  const auto& reg = core::RoutineRegistry::instance();
+  for (const char* type : {"conv2", "dense", "pool2", "add"}) {
+    INFO(type);
+    CHECK(reg.default_rank(type, "cpu:float32:nhwc/xnnpack").first == 0);
+    CHECK(reg.default_rank(type, "cpu:float32:nhwc/xnnpack") < reg.default_rank(type, "cpu/onednn"));
+    // oneDNN's aarch64 int8 is mostly reference code; XNNPACK's qs8 kernels are NEON's
+    CHECK(reg.default_rank(type, "cpu:qint8:nhwc/xnnpack") < reg.default_rank(type, "cpu:qint8:nhwc/onednn"));
+    CHECK(reg.default_rank(type, "cpu:qint8:nhwc/xnnpack") < reg.default_rank(type, "cpu:qint8/onednn"));
+  }
+#else
+  WARN("the aarch64 default order: not this processor's");
+#endif
+}
