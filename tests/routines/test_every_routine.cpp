@@ -49,6 +49,7 @@ Layer layer_of(const std::string& type, std::map<std::string, Attr> params, std:
 /// max |got - want| allowed, relative to max |want|, by dtype and algorithm.
 double tolerance(const Schema& schema, std::string_view algorithm, const RoutineParams& params) {
   if (schema.dtype == DType::bfloat16) return 3e-2;  // 8-bit mantissa inputs
+  if (schema.dtype == DType::float16) return 1e-2;   // 11-bit mantissa, half-precision sums (aarch64's XNNPACK)
   if (algorithm == "winograd") return routine_param(params, "tile", 4) == 6 ? 2e-3 : 5e-4;  // Winograd transforms
   return 1e-4;
 }
@@ -113,7 +114,7 @@ bool run_pinned(const Case& c, const core::RoutineChoice& choice, std::vector<Bl
 
 }  // namespace
 
-TEST_CASE("every float32 and bfloat16 CPU routine matches cpu/ref on every generated case it supports", "[routines][generator]") {
+TEST_CASE("every float32, bfloat16 and float16 CPU routine matches cpu/ref on every generated case it supports", "[routines][generator]") {
   std::mt19937 rng(20261123);
   const core::CpuFeatures& cpu = core::cpu_features();
   const bool every_isa = !core::cpu_features_capped() && cpu.avx512_core() && cpu.avx512_bf16 && cpu.avx512_vnni;
@@ -127,7 +128,9 @@ TEST_CASE("every float32 and bfloat16 CPU routine matches cpu/ref on every gener
       Schema schema;
       const Routine* routine = core::RoutineRegistry::instance().find(type, descriptor, &schema);
       REQUIRE(routine);
-      if (schema.device != Device::cpu || (schema.dtype != DType::float32 && schema.dtype != DType::bfloat16)) continue;
+      if (schema.device != Device::cpu ||
+          (schema.dtype != DType::float32 && schema.dtype != DType::bfloat16 && schema.dtype != DType::float16))
+        continue;
       if (descriptor == "cpu/ref") continue;
       INFO("routine " << descriptor);
       int ran = 0;
@@ -171,7 +174,8 @@ TEST_CASE("every float32 and bfloat16 CPU routine matches cpu/ref on every gener
       // On a CPU with every instruction set our routines use (AVX-512 with BF16
       // and VNNI, uncapped), every routine must run some case; elsewhere a
       // routine may refuse them all for want of instructions.
-      if (ran == 0 && every_isa)
+      // XNNPACK's float16 routines where the CPU has fp16 arithmetic (aarch64) likewise.
+      if (ran == 0 && (every_isa || (schema.dtype == DType::float16 && cpu.fp16_arith)))
         FAIL_CHECK("no generated case is supported by " << descriptor << ": add one to tests/routines/test_every_routine.cpp"
                                                          << refusals);
       else if (ran == 0)

@@ -1,7 +1,8 @@
 // cpu/xnnpack — routines wrapping XNNPACK (Debian's libxnnpack-dev, the
 // 2022-02-16 snapshot: operators are create → setup → run, no reshape step),
-// in channels-last: "cpu:float32:nhwc/xnnpack" (below) and
-// "cpu:qint8:nhwc/xnnpack" (conv2, dense, add, pool2; see its section).
+// in channels-last: "cpu:float32:nhwc/xnnpack" (below), "cpu:qint8:nhwc/xnnpack"
+// (conv2, dense, add, pool2; see its section) and, on aarch64 with fp16
+// arithmetic, "cpu:float16:nhwc/xnnpack" (conv2, dense, add, mul, pool2).
 //
 // Layer types: conv2 (any group count, depthwise included; strides, pads,
 // dilations; bias; fused relu/clip as XNNPACK's output clamp, fused hardswish
@@ -102,6 +103,8 @@ using core::Window2d;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr Schema kSchema{Device::cpu, DType::float32, Layout::nhwc};
+/// XNNPACK's float16 operators (aarch64 with fp16 arithmetic): see "float16" below.
+constexpr Schema kHalfSchema{Device::cpu, DType::float16, Layout::nhwc};
 
 // ---------------------------------------------------------------------------
 // Initialisation, with a counting allocator
@@ -520,18 +523,24 @@ bool clamps_output(std::string_view type) {
   return false;
 }
 
+/// The float32 routine for operation K, or the float16 one where K says kHalf.
 template <class K>
 class Xnnpack final : public Routine {
+  static constexpr bool kHalf = requires { K::kHalf; };
+  static constexpr Schema kThisSchema = kHalf ? kHalfSchema : kSchema;
+
  public:
   std::string_view layer_type() const override { return K::kType; }
   std::string_view algorithm() const override { return "xnnpack"; }
-  std::vector<Schema> schemas() const override { return {kSchema}; }
+  std::vector<Schema> schemas() const override { return {kThisSchema}; }
 
   Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (!(schema == kSchema))
-      return Support::no(fmt::format("this routine computes in {}, not {}", kSchema.to_string(), schema.to_string()));
+    if (!(schema == kThisSchema))
+      return Support::no(fmt::format("this routine computes in {}, not {}", kThisSchema.to_string(), schema.to_string()));
     if (!info.layer) return Support::no("no layer");
     if (Support a = xnnpack_available(); !a) return a;
+    if (kHalf && !core::cpu_features().fp16_arith)
+      return Support::no("CPU lacks fp16 arithmetic (XNNPACK's float16 kernels need it)");
     for (const Shape& s : info.input_shapes)
       if (s.numel() == 0) return Support::no(fmt::format("input {} is empty", s.to_string()));
     if (info.keep_nan && clamps_output(K::kType))
@@ -548,13 +557,26 @@ class Xnnpack final : public Routine {
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
                                            const RoutineParams&) const override {
-    return prepare_xnnpack<K>(info, kSchema);
+    return prepare_xnnpack<K>(info, kThisSchema);
   }
 
 };
 
 // ---------------------------------------------------------------------------
 // conv2
+
+/// conv2's weight [O, C/g, KH, KW] as [O, KH, KW, C/g] (O ordered by group
+/// already): XNNPACK's [g, O/g, KH, KW, C/g]. With C/g = 1 (depthwise) the two
+/// are the same memory.
+std::vector<float> okc_weights(const Blob& w, const Window2d& g) {
+  const int64_t gi = g.c / g.group, kk = g.kh * g.kw;
+  std::vector<float> kernel(static_cast<std::size_t>(g.oc * gi * kk));
+  const float* src = w.data_as<float>();
+  for (int64_t o = 0; o < g.oc; ++o)
+    for (int64_t i = 0; i < gi; ++i)
+      for (int64_t k = 0; k < kk; ++k) kernel[static_cast<std::size_t>((o * kk + k) * gi + i)] = src[(o * gi + i) * kk + k];
+  return kernel;
+}
 
 struct Conv2 {
   static constexpr std::string_view kType = "conv2";
@@ -574,14 +596,8 @@ struct Conv2 {
     const Clamp c = to_clamp(core::fused_activation(layer));
     const Blob& w = layer.weight("weight");
     const Blob* bias = layer.find_weight("bias");
-    const int64_t gi = g.c / g.group, go = g.oc / g.group, kk = g.kh * g.kw;
-    // [O, C/g, KH, KW] → [O, KH, KW, C/g] (O ordered by group already): XNNPACK's
-    // [g, O/g, KH, KW, C/g]. With C/g = 1 (depthwise) the two are the same memory.
-    std::vector<float> kernel(static_cast<std::size_t>(g.oc * gi * kk));
-    const float* src = w.data_as<float>();
-    for (int64_t o = 0; o < g.oc; ++o)
-      for (int64_t i = 0; i < gi; ++i)
-        for (int64_t k = 0; k < kk; ++k) kernel[static_cast<std::size_t>((o * kk + k) * gi + i)] = src[(o * gi + i) * kk + k];
+    const int64_t gi = g.c / g.group, go = g.oc / g.group;
+    const std::vector<float> kernel = okc_weights(w, g);
     auto conv = std::make_unique<Op>();
     xcheck(xnn_create_convolution2d_nhwc_f32(
               static_cast<uint32_t>(g.pt), static_cast<uint32_t>(g.pr), static_cast<uint32_t>(g.pb),
@@ -891,27 +907,33 @@ struct Binary {
     const int rank = info.output_shapes[0].rank();
     const std::vector<size_t> a = broadcast_dims(info.input_shapes[0], rank), b = broadcast_dims(info.input_shapes[1], rank);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
-      K::setup(op, a.size(), a.data(), b.size(), b.data(), static_cast<const float*>(in[0]),
-               static_cast<const float*>(in[1]), static_cast<float*>(out), pool);
+      K::setup(op, a.size(), a.data(), b.size(), b.data(), in[0], in[1], out, pool);
     };
   }
 };
 
-#define SOFTNEURO_XNN_BINARY(Name, type, fn)                                                                    \
+// T: f32 (float) or f16 (XNNPACK's half operators take untyped pointers).
+#define SOFTNEURO_XNN_BINARY(Name, type, fn, T, elem)                                                           \
   struct Name {                                                                                                 \
     static constexpr std::string_view kType = type;                                                             \
     static void create(float lo, float hi, uint32_t flags, xnn_operator_t* op) {                                \
-      xcheck(xnn_create_##fn##_nd_f32(lo, hi, flags, op), #fn);                                                 \
+      xcheck(xnn_create_##fn##_nd_##T(lo, hi, flags, op), #fn "_" #T);                                          \
     }                                                                                                           \
-    static void setup(xnn_operator_t op, size_t na, const size_t* a, size_t nb, const size_t* b, const float* x, \
-                      const float* y, float* z, pthreadpool_t pool) {                                           \
-      xcheck(xnn_setup_##fn##_nd_f32(op, na, a, nb, b, x, y, z, pool), #fn);                                     \
+    static void setup(xnn_operator_t op, size_t na, const size_t* a, size_t nb, const size_t* b, const void* x, \
+                      const void* y, void* z, pthreadpool_t pool) {                                             \
+      xcheck(xnn_setup_##fn##_nd_##T(op, na, a, nb, b, static_cast<const elem*>(x), static_cast<const elem*>(y), \
+                                     static_cast<elem*>(z), pool),                                              \
+             #fn "_" #T);                                                                                       \
     }                                                                                                           \
   };
-SOFTNEURO_XNN_BINARY(AddK, "add", add)
-SOFTNEURO_XNN_BINARY(SubK, "sub", subtract)
-SOFTNEURO_XNN_BINARY(MulK, "mul", multiply)
-SOFTNEURO_XNN_BINARY(DivK, "div", divide)
+SOFTNEURO_XNN_BINARY(AddK, "add", add, f32, float)
+SOFTNEURO_XNN_BINARY(SubK, "sub", subtract, f32, float)
+SOFTNEURO_XNN_BINARY(MulK, "mul", multiply, f32, float)
+SOFTNEURO_XNN_BINARY(DivK, "div", divide, f32, float)
+#if defined(__aarch64__)
+SOFTNEURO_XNN_BINARY(HalfAddK, "add", add, f16, void)
+SOFTNEURO_XNN_BINARY(HalfMulK, "mul", multiply, f16, void)
+#endif
 #undef SOFTNEURO_XNN_BINARY
 
 // ---------------------------------------------------------------------------
@@ -1067,13 +1089,7 @@ struct QConv2 {
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
     int8_t lo = -128, hi = 127;
     if (Support s = int8_range(layer, out_q(info), &lo, &hi); !s) throw Error(s.reason);
-    const int64_t gi = g.c / g.group, kk = g.kh * g.kw;
-    // [O, C/g, KH, KW] → [O, KH, KW, C/g], XNNPACK's per-group order.
-    std::vector<float> w(static_cast<std::size_t>(g.oc * gi * kk));
-    const float* src = layer.weight("weight").data_as<float>();
-    for (int64_t o = 0; o < g.oc; ++o)
-      for (int64_t i = 0; i < gi; ++i)
-        for (int64_t k = 0; k < kk; ++k) w[static_cast<std::size_t>((o * kk + k) * gi + i)] = src[(o * gi + i) * kk + k];
+    const std::vector<float> w = okc_weights(layer.weight("weight"), g);
     xnn_operator_t op = create_qconv(g, w, layer.weight("weight"), layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
       xcheck(xnn_setup_convolution2d_nhwc_qc8(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
@@ -1212,6 +1228,152 @@ struct QPool2 {
   }
 };
 
+#if defined(__aarch64__)
+// ---------------------------------------------------------------------------
+// float16, "cpu:float16:nhwc/xnnpack" (aarch64 with fp16 arithmetic: XNNPACK's
+// f16 kernels compute in half precision, fp16 FMA): conv2, dense, add, mul,
+// max and global average pool2. Weights and biases are converted once in
+// prepare (round to nearest even). Fused activations: relu and clip, as the
+// output range. Not in the untuned default: the tuner takes them where the
+// casts around them pay (`--schemas 'cpu:float32:*,cpu:float16:*'`).
+
+using half = __fp16;
+
+std::vector<half> to_half(const float* x, std::size_t n) {
+  std::vector<half> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<half>(x[i]);
+  return out;
+}
+
+Support half_activation(const core::Activation& a) {
+  if (a.kind != Activation::none && a.kind != Activation::relu && a.kind != Activation::clip)
+    return Support::no("cpu:float16:nhwc/xnnpack fuses relu and clip only");
+  return fused_support(a);
+}
+
+struct HalfConv2 {
+  static constexpr std::string_view kType = "conv2";
+  static constexpr bool kHalf = true;
+
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
+    if (Support s = float_weights(*info.layer, {"weight", "bias"}); !s) return s;
+    core::conv2_window(*info.layer, info.input_shapes[0]);  // throws on inconsistent parameters
+    return half_activation(core::fused_activation(*info.layer));
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& layer = *info.layer;
+    const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
+    const Clamp c = to_clamp(core::fused_activation(layer));
+    const std::vector<float> okc = okc_weights(layer.weight("weight"), g);
+    const std::vector<half> kernel = to_half(okc.data(), okc.size());
+    const Blob* bias = layer.find_weight("bias");
+    const std::vector<half> b = bias ? to_half(bias->data_as<float>(), static_cast<std::size_t>(g.oc)) : std::vector<half>{};
+    const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+    auto conv = std::make_unique<Op>();
+    xcheck(xnn_create_convolution2d_nhwc_f16(u(g.pt), u(g.pr), u(g.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
+                                             u(g.dh), u(g.dw), u(g.group), static_cast<size_t>(g.c / g.group),
+                                             static_cast<size_t>(g.oc / g.group), static_cast<size_t>(g.c),
+                                             static_cast<size_t>(g.oc), kernel.data(), bias ? b.data() : nullptr,
+                                             c.min, c.max, ops.flags, &conv->op),
+           "xnn_create_convolution2d_nhwc_f16");
+    xnn_operator_t op = conv->op;
+    ops.push_back(std::move(conv));
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_convolution2d_nhwc_f16(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
+                                              static_cast<size_t>(g.w), in[0], out, pool),
+             "xnn_setup_convolution2d_nhwc_f16");
+    };
+  }
+};
+
+struct HalfDense {
+  static constexpr std::string_view kType = "dense";
+  static constexpr bool kHalf = true;
+
+  static Support check(const LayerInfo& info) {
+    const Shape& s = info.input_shapes[0];
+    if (s.rank() != 2)
+      return Support::no(fmt::format("cpu:float16:nhwc/xnnpack dense takes an input [N,K]; {} has rank {}",
+                                     s.to_string(), s.rank()));
+    if (Support r = float_weights(*info.layer, {"weight", "bias"}); !r) return r;
+    return half_activation(core::fused_activation(*info.layer));
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& layer = *info.layer;
+    const Blob& w = layer.weight("weight");  // [O, K]: XNNPACK's kernel order
+    const Blob* bias = layer.find_weight("bias");
+    const size_t n = static_cast<size_t>(info.input_shapes[0][0]), k = static_cast<size_t>(info.input_shapes[0][1]);
+    const size_t o = static_cast<size_t>(w.shape()[0]);
+    const Clamp c = to_clamp(core::fused_activation(layer));
+    const std::vector<half> kernel = to_half(w.data_as<float>(), o * k);
+    const std::vector<half> b = bias ? to_half(bias->data_as<float>(), o) : std::vector<half>{};
+    auto fc = std::make_unique<Op>();
+    xcheck(xnn_create_fully_connected_nc_f16(k, o, k, o, kernel.data(), bias ? b.data() : nullptr, c.min, c.max,
+                                             ops.flags, &fc->op),
+           "xnn_create_fully_connected_nc_f16");
+    xnn_operator_t op = fc->op;
+    ops.push_back(std::move(fc));
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_fully_connected_nc_f16(op, n, in[0], out, pool), "xnn_setup_fully_connected_nc_f16");
+    };
+  }
+};
+
+/// Max and global average pooling (XNNPACK has no float16 windowed average).
+struct HalfPool2 {
+  static constexpr std::string_view kType = "pool2";
+  static constexpr bool kHalf = true;
+
+  static Support check(const LayerInfo& info) {
+    if (Support s = Pool2::check(info); !s) return s;
+    const Pool2::Geometry p = Pool2::geometry(info);
+    if (!p.is_max && !p.global_avg)
+      return Support::no("cpu:float16:nhwc/xnnpack pools max and global average only (XNNPACK has no float16 "
+                         "windowed average pooling)");
+    return Support::yes();
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Pool2::Geometry p = Pool2::geometry(info);
+    const Window2d g = p.g;
+    const size_t c = static_cast<size_t>(g.c);
+    const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+    auto o = std::make_unique<Op>();
+    if (p.global_avg)
+      xcheck(xnn_create_global_average_pooling_nwc_f16(c, c, c, -kInf, kInf, ops.flags, &o->op),
+             "xnn_create_global_average_pooling_nwc_f16");
+    else
+      xcheck(xnn_create_max_pooling2d_nhwc_f16(u(g.pt), u(p.pr), u(p.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
+                                               u(g.dh), u(g.dw), c, c, c, -kInf, kInf, ops.flags, &o->op),
+             "xnn_create_max_pooling2d_nhwc_f16");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    const bool global_avg = p.global_avg;
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      const size_t n = static_cast<size_t>(g.n), h = static_cast<size_t>(g.h), w = static_cast<size_t>(g.w);
+      if (global_avg)
+        xcheck(xnn_setup_global_average_pooling_nwc_f16(op, n, h * w, in[0], out, pool),
+               "xnn_setup_global_average_pooling_nwc_f16");
+      else
+        xcheck(xnn_setup_max_pooling2d_nhwc_f16(op, n, h, w, in[0], out, pool), "xnn_setup_max_pooling2d_nhwc_f16");
+    };
+  }
+};
+
+/// add and mul in float16: Binary's broadcasting, XNNPACK's f16 operators.
+template <class K>
+struct HalfBinary : Binary<K> {
+  static constexpr bool kHalf = true;
+  static Support check(const LayerInfo& info) {
+    if (Support s = Binary<K>::check(info); !s) return s;
+    return half_activation(core::fused_activation(*info.layer));
+  }
+};
+#endif
+
 // ---------------------------------------------------------------------------
 
 const bool g_registered = [] {
@@ -1232,6 +1394,13 @@ const bool g_registered = [] {
   register_routine(std::make_unique<XnnpackQ<QDense>>());
   register_routine(std::make_unique<XnnpackQ<QAdd>>());
   register_routine(std::make_unique<XnnpackQ<QPool2>>());
+#if defined(__aarch64__)
+  register_routine(std::make_unique<Xnnpack<HalfConv2>>());
+  register_routine(std::make_unique<Xnnpack<HalfDense>>());
+  register_routine(std::make_unique<Xnnpack<HalfPool2>>());
+  register_routine(std::make_unique<Xnnpack<HalfBinary<HalfAddK>>>());
+  register_routine(std::make_unique<Xnnpack<HalfBinary<HalfMulK>>>());
+#endif
   return true;
 }();
 
