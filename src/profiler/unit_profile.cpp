@@ -312,8 +312,7 @@ std::vector<Measured> Profiler::measure_candidates(const LayerInfo& info, const 
   };
   const std::string sig = signature(info);
   CutOff cutoff;
-  for (const auto& c : cands) {
-    if (opt_.skip_reference && c.routine->algorithm() == "ref" && has_fast(c.schema.dtype)) continue;
+  auto measure_one = [&](const Candidate& c) {
     const std::string schema_text = c.schema.to_string();
     search_params(c.routine->param_space(info, c.schema), [&](const RoutineParams& params) {
       std::vector<core::RoutineChoice> children;
@@ -328,7 +327,20 @@ std::vector<Measured> Profiler::measure_candidates(const LayerInfo& info, const 
       }
       return ms;
     });
+  };
+  std::vector<const Candidate*> skipped;
+  for (const auto& c : cands) {
+    if (opt_.skip_reference && c.routine->algorithm() == "ref" && has_fast(c.schema.dtype)) {
+      skipped.push_back(&c);
+      continue;
+    }
+    measure_one(c);
   }
+  // The faster routines of a dtype may all fail here (a childnet whose children
+  // cannot run, a prepare that throws): the reference stands in for them then.
+  for (const Candidate* c : skipped)
+    if (std::none_of(out.begin(), out.end(), [&](const Measured& m) { return m.cand.schema.dtype == c->schema.dtype; }))
+      measure_one(*c);
   std::stable_sort(out.begin(), out.end(), [](const Measured& a, const Measured& b) { return a.unit_ms < b.unit_ms; });
   return out;
 }

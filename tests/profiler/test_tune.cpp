@@ -328,3 +328,43 @@ TEST_CASE("a plan-only executor chooses what a prepared one runs, and prepares n
     CHECK_THROWS_AS(plan.run(in, out), Error);
   }
 }
+
+namespace {
+/// A relu routine that takes the layer named "flaky" and then cannot be prepared.
+class Unpreparable final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "relu"; }
+  std::string_view algorithm() const override { return "test_unpreparable"; }
+  std::vector<Schema> schemas() const override { return {Schema{}}; }
+  Support supports(const LayerInfo& info, const Schema&) const override {
+    return info.layer && info.layer->name == "flaky" ? Support::yes() : Support::no("a test routine");
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    throw Error("this test routine cannot be prepared");
+  }
+};
+}  // namespace
+
+// The reference gave way to a faster routine of its dtype, measured or not: where
+// that one failed (here its prepare throws; on aarch64 a childnet whose children
+// cannot run), the layer had no candidate and tuning failed.
+TEST_CASE("a layer whose faster routines all fail to measure is measured on the reference", "[tune]") {
+  static const bool registered = (register_routine(std::make_unique<Unpreparable>()), true);
+  (void)registered;
+  core::Graph g;
+  g.name = "flaky";
+  g.inputs = {{"x", Shape{1, 16, 8, 8}, DType::float32}};
+  Layer l = test::make_layer("relu", {}, {}, 1, 1, "flaky");
+  l.inputs = {"x"};
+  l.outputs = {"y"};
+  g.layers = {l};
+  g.outputs = {"y"};
+  Model net = detail::make_model(std::move(g));
+  TuneOptions o = quick("-");
+  o.schemas = {"cpu"};
+  // Only cpu/ref and the test routine left (other tests register relu routines of their own).
+  o.ban = {{"flaky", "*onednn*"}, {"flaky", "*test_childnet*"}, {"flaky", "*_relu"}};
+  tune_and_keep(net, o);
+  for (const auto& s : Session(net).layers())
+    if (s.name == "flaky") CHECK(s.descriptor == "cpu/ref");
+}
