@@ -963,8 +963,7 @@ class Lut final : public PreparedRoutine {
  public:
   Lut(int64_t n, const int8_t* table) : n_(n) {
     std::memcpy(table_, table, 256);
-    identity_ = true;
-    for (int q = -128; q < 128; ++q) identity_ = identity_ && table_[static_cast<uint8_t>(static_cast<int8_t>(q))] == q;
+    identity_ = cpu::int8_table_identity(table_);
   }
   void run(const RunArgs& a) override {
     const int8_t* x = a.inputs[0]->data_as<int8_t>();
@@ -986,15 +985,6 @@ class Lut final : public PreparedRoutine {
   bool identity_ = false;
 };
 
-template <class F>
-void fill_table(int8_t* table, TQ x, TQ y, F f) {
-  for (int q = -128; q < 128; ++q) {
-    const float real = x.scale * static_cast<float>(q - x.zp);
-    const float v = f(real);
-    const double r = std::nearbyint(double(v) / double(y.scale)) + y.zp;
-    table[static_cast<uint8_t>(static_cast<int8_t>(q))] = static_cast<int8_t>(std::clamp(std::isfinite(r) ? r : -128.0, -128.0, 127.0));
-  }
-}
 
 class LutRoutine : public Routine {
  public:
@@ -1011,19 +1001,19 @@ class LutRoutine : public Routine {
     // The formulas of cpu/ref (src/routines/cpu/ref.cpp), in the same precision.
     if (type_ == "hardsigmoid") {
       const double alpha = l.get_float("alpha", 0.2), beta = l.get_float("beta", 0.5);
-      fill_table(table, x, y, [&](float v) { return static_cast<float>(std::min(std::max(alpha * double(v) + beta, 0.0), 1.0)); });
+      cpu::int8_table(table, x, y, [&](float v) { return static_cast<float>(std::min(std::max(alpha * double(v) + beta, 0.0), 1.0)); });
     } else if (type_ == "hardswish") {
-      fill_table(table, x, y, [](float v) {
+      cpu::int8_table(table, x, y, [](float v) {
         const double r6 = std::min(std::max(double(v) + 3.0, 0.0), 6.0);
         return static_cast<float>(double(v) * r6 / 6.0);
       });
     } else if (type_ == "sigmoid") {
-      fill_table(table, x, y, [](float v) { return static_cast<float>(1.0 / (1.0 + std::exp(-double(v)))); });
+      cpu::int8_table(table, x, y, [](float v) { return static_cast<float>(1.0 / (1.0 + std::exp(-double(v)))); });
     } else if (type_ == "tanh") {
-      fill_table(table, x, y, [](float v) { return static_cast<float>(std::tanh(double(v))); });
+      cpu::int8_table(table, x, y, [](float v) { return static_cast<float>(std::tanh(double(v))); });
     } else {  // gelu
       const bool tanh_approx = l.get_string("approximate", "none") == "tanh";
-      fill_table(table, x, y, [&](float v) {
+      cpu::int8_table(table, x, y, [&](float v) {
         const double d = v;
         if (tanh_approx) {
           const double k = std::sqrt(2.0 / 3.14159265358979323846);
@@ -1052,7 +1042,7 @@ class FakeQuantRoutine final : public Routine {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this fake_quant: {}", ok.reason));
     const core::FakeQuant q = core::fake_quant_params(*info.layer);
     int8_t table[256];
-    fill_table(table, in_q(info, 0), out_q(info), [&](float v) { return q.apply(v); });
+    cpu::int8_table(table, in_q(info, 0), out_q(info), [&](float v) { return q.apply(v); });
     return std::make_unique<Lut>(info.input_shapes[0].numel(), table);
   }
 };

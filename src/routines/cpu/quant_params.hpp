@@ -74,4 +74,25 @@ inline Int8Bounds int8_bounds(const core::Activation& a, const TQ& out) {
   return b;
 }
 
+/// The 256-entry table of a unary int8 -> int8 function: every int8 value q of
+/// the input maps to quantise_out(f(dequantise_in(q))) (round half to even,
+/// saturated; NaN to -128), f computed as cpu/ref computes it, so a lookup
+/// equals the reference bit for bit.
+template <class F>
+void int8_table(int8_t* table, TQ x, TQ y, F f) {
+  for (int q = -128; q < 128; ++q) {
+    const float real = x.scale * static_cast<float>(q - x.zp);
+    const float v = f(real);
+    const double r = std::nearbyint(double(v) / double(y.scale)) + y.zp;
+    table[static_cast<uint8_t>(static_cast<int8_t>(q))] = static_cast<int8_t>(std::clamp(std::isfinite(r) ? r : -128.0, -128.0, 127.0));
+  }
+}
+
+/// Whether the table maps every value to itself (a copy does).
+inline bool int8_table_identity(const int8_t* table) {
+  for (int q = -128; q < 128; ++q)
+    if (table[static_cast<uint8_t>(static_cast<int8_t>(q))] != q) return false;
+  return true;
+}
+
 }  // namespace softneuro::cpu

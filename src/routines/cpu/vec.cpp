@@ -6,7 +6,9 @@
 //  layernorm  cpu: any axis (the normalised dims axis..rank-1 are one
 //             contiguous row per outer index); mean and variance in one pass.
 //  group_norm cpu: [N,C,...], one task per (n, group): the group's planes are contiguous.
-//  fake_quant cpu and cpu:float32:nhwc (elementwise): ONNX Runtime's quantise-dequantise.
+//  fake_quant cpu and cpu:float32:nhwc (elementwise): ONNX Runtime's quantise-dequantise;
+//             cpu:qint8 and cpu:qint8:nhwc: between int8 blobs, by a 256-entry
+//             table (a copy where it is the identity).
 //  dynamic_quantize cpu: min/max in chunks across threads, then the values.
 //  softmax    cpu: the last axis (rows), max-subtracted, vectorised exp.
 //  gelu       cpu and cpu:float32:nhwc (elementwise, layout-agnostic): erf or
@@ -35,6 +37,7 @@
 // onednn 122 (nhwc: vec 10.5, onednn 14.5).
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "routines/cpu/quant_params.hpp"
 #include "routines/cpu/vec_kernels.hpp"
 
 #include <softneuro/routine.hpp>
@@ -165,6 +168,8 @@ class Vec final : public Routine {
 
 const Schema kPlain{};
 const Schema kNhwc{Device::cpu, DType::float32, Layout::nhwc};
+const Schema kQPlain{Device::cpu, DType::qint8, Layout::nchw};
+const Schema kQNhwc{Device::cpu, DType::qint8, Layout::nhwc};
 
 // ---------------------------------------------------------------------------
 
@@ -255,6 +260,37 @@ struct FakeQuantVec final : PreparedRoutine {
       k.quantize(x + b, y + b, e - b, q.scale, static_cast<float>(q.zero_point), static_cast<float>(q.qmin),
                  static_cast<float>(q.qmax), true);
     });
+  }
+};
+
+/// fake_quant between int8 blobs (a QDQ model's Q/DQ steps beside its int8
+/// layers): each int8 value's result in a 256-entry table built as cpu/ref
+/// computes it (cpu::int8_table); where the blobs carry the layer's own
+/// quantisation the table is the identity, and the step a copy.
+struct FakeQuantInt8 final : PreparedRoutine {
+  static constexpr std::string_view kType = "fake_quant";
+  static constexpr bool kSimd = true;
+  static std::vector<Schema> schemas() { return {kQPlain, kQNhwc}; }
+  static Support supports(const LayerInfo& info, const Schema&) { return cpu::calibrated(info); }
+
+  const vk::Kernels& k;
+  int64_t n;
+  int8_t table[256];
+  bool identity;
+  FakeQuantInt8(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), n(info.input_shapes[0].numel()) {
+    const core::FakeQuant q = core::fake_quant_params(*info.layer);
+    cpu::int8_table(table, cpu::in_q(info), cpu::out_q(info), [&](float v) { return q.apply(v); });
+    identity = cpu::int8_table_identity(table);
+  }
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    if (identity) {
+      if (x != y) std::memcpy(y, x, static_cast<std::size_t>(n));
+      return;
+    }
+    a.pool->parallel_for(n, 16384, [&](int64_t b, int64_t e) { k.lookup(x + b, y + b, e - b, table); });
   }
 };
 
@@ -545,6 +581,7 @@ constexpr char kReshape[] = "reshape", kFlatten[] = "flatten", kIdentity[] = "id
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantVec>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantInt8>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<DynamicQuantizeVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Softmax>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<GeluK>>);

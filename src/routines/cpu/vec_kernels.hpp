@@ -33,6 +33,8 @@ struct Kernels {
   void (*min_max)(const float* x, int64_t n, float* min, float* max);
   /// y[i] = x[i] / (1 + exp(-x[i])) (SiLU), i < n; y may be x.
   void (*silu)(const float* x, float* y, int64_t n);
+  /// y[i] = table[(uint8_t) x[i]], i < n (int8 by a 256-entry table); y may be x.
+  void (*lookup)(const int8_t* x, int8_t* y, int64_t n, const int8_t* table);
 };
 
 /// The widest set this CPU runs (vec.cpp: AVX-512, AVX2+FMA; Advanced SIMD on

@@ -377,8 +377,33 @@ void erf(const float* x, float* y, int64_t n) { map<verf>(x, y, n); }
 inline vf vsilu(vf x) { return vdiv(x, vadd(vset1(1.0f), vexp(vsub(vzero(), x)))); }
 void silu(const float* x, float* y, int64_t n) { map<vsilu>(x, y, n); }
 
+void lookup(const int8_t* x, int8_t* y, int64_t n, const int8_t* table) {
+  int64_t i = 0;
+#if SN_VEC_NEON
+  // 16 bytes at a time through the table's four 64-byte quarters: TBL gives 0
+  // for an index past its quarter, TBX keeps what is there.
+  const uint8x16x4_t t0 = vld1q_u8_x4(reinterpret_cast<const uint8_t*>(table));
+  const uint8x16x4_t t1 = vld1q_u8_x4(reinterpret_cast<const uint8_t*>(table) + 64);
+  const uint8x16x4_t t2 = vld1q_u8_x4(reinterpret_cast<const uint8_t*>(table) + 128);
+  const uint8x16x4_t t3 = vld1q_u8_x4(reinterpret_cast<const uint8_t*>(table) + 192);
+  const uint8x16_t quarter = vdupq_n_u8(64);
+  for (; i + 16 <= n; i += 16) {
+    uint8x16_t idx = vld1q_u8(reinterpret_cast<const uint8_t*>(x + i));
+    uint8x16_t r = vqtbl4q_u8(t0, idx);
+    idx = vsubq_u8(idx, quarter);
+    r = vqtbx4q_u8(r, t1, idx);
+    idx = vsubq_u8(idx, quarter);
+    r = vqtbx4q_u8(r, t2, idx);
+    idx = vsubq_u8(idx, quarter);
+    r = vqtbx4q_u8(r, t3, idx);
+    vst1q_u8(reinterpret_cast<uint8_t*>(y + i), r);
+  }
+#endif
+  for (; i < n; ++i) y[i] = table[static_cast<uint8_t>(x[i])];
+}
+
 }  // namespace
 
-const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm, quantize, min_max, silu};
+const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm, quantize, min_max, silu, lookup};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
