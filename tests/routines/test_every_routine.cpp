@@ -131,7 +131,7 @@ TEST_CASE("every float32, bfloat16 and float16 CPU routine matches cpu/ref on ev
       if (schema.device != Device::cpu ||
           (schema.dtype != DType::float32 && schema.dtype != DType::bfloat16 && schema.dtype != DType::float16))
         continue;
-      if (descriptor == "cpu/ref") continue;
+      if (descriptor == "cpu/ref" || descriptor.find("/test_") != std::string::npos) continue;  // the tests' own
       INFO("routine " << descriptor);
       int ran = 0;
       std::string refusals;
