@@ -51,6 +51,32 @@ TEST_CASE("deconv2: */onednn matches cpu/ref in every layout", "[deconv][onednn]
   CHECK(checked >= 24);
 }
 
+TEST_CASE("deconv2: cpu:float32:nhwc/xnnpack matches cpu/ref", "[deconv][xnnpack]") {
+  std::mt19937 rng(12);
+  int checked = 0, unavailable = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t group = trial % 3 == 2 ? 2 : 1;
+    const int64_t c = 4 * group * pick(rng, 1, 3), oc = 2 * group * pick(rng, 1, 4);
+    const int64_t k = pick(rng, 1, 3), s = pick(rng, 1, 3), d = trial % 4 == 1 ? 2 : 1;
+    std::vector<int64_t> pads{pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1)};
+    std::vector<int64_t> op{trial % 2 ? std::min<int64_t>(s - 1, 1) : 0, trial % 5 == 3 ? std::min<int64_t>(s, 1) : 0};
+    Layer l = deconv_layer(c, oc, group, k, s, d, pads, op, trial % 3 != 1, rng);
+    if (trial % 4 == 3) set_act(l, kActs[trial % 5], rng);
+    INFO("trial " << trial << " c " << c << " oc " << oc << " group " << group << " k " << k << " s " << s << " d " << d);
+    Blob x = random_blob({trial % 2 ? 2 : 1, c, pick(rng, 2, 7), pick(rng, 2, 7)}, rng);
+    std::string why;
+    if (check_case(l, {x}, "cpu:float32:nhwc/xnnpack", {}, &why)) {
+      ++checked;
+      continue;
+    }
+    INFO(why);
+    const bool capped = why.find("SOFTNEURO_MAX_CPU_ISA") != std::string::npos;
+    unavailable += capped;
+    CHECK((capped || why.find("output_padding") != std::string::npos || why.find("SiLU") != std::string::npos));
+  }
+  if (unavailable == 0) CHECK(checked >= 18);
+}
+
 TEST_CASE("deconv2: bad parameters are errors naming the field", "[deconv]") {
   std::mt19937 rng(1);
   Blob x = random_blob({1, 4, 3, 3}, rng);

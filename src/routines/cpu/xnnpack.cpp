@@ -5,7 +5,7 @@
 // arithmetic, "cpu:float16:nhwc/xnnpack" (conv2, dense, add, mul, pool2).
 //
 // Layer types: conv2 (any group count, depthwise included; strides, pads,
-// dilations; bias; fused relu/clip as XNNPACK's output clamp, fused hardswish
+// dilations; bias; deconv2 likewise, output_padding below the strides; fused relu/clip as XNNPACK's output clamp, fused hardswish
 // and sigmoid as a second, in-place operator, fused hardsigmoid and SiLU
 // (cpu/vec's kernel) as our own in-place loops on the same thread pool, XNNPACK
 // having neither), dense (rank-2
@@ -518,7 +518,7 @@ std::unique_ptr<PreparedRoutine> prepare_xnnpack(const LayerInfo& info, const Sc
 /// The layer types whose XNNPACK float32 operators clamp their output (min
 /// -inf without an activation): they have no unclamped form on x86.
 bool clamps_output(std::string_view type) {
-  for (std::string_view t : {"conv2", "dense", "pool2", "add", "sub", "mul", "div", "relu", "clip"})
+  for (std::string_view t : {"conv2", "deconv2", "dense", "pool2", "add", "sub", "mul", "div", "relu", "clip"})
     if (type == t) return true;
   return false;
 }
@@ -616,6 +616,58 @@ struct Conv2 {
                                              static_cast<size_t>(g.w), static_cast<const float*>(in[0]),
                                              static_cast<float*>(out), pool),
             "xnn_setup_convolution2d_nhwc_f32");
+      setup_after(after, c.after, count, out, pool);
+    };
+  }
+};
+
+// ---------------------------------------------------------------------------
+// deconv2 (ONNX ConvTranspose): output_padding as XNNPACK's adjustment.
+
+struct Deconv2 {
+  static constexpr std::string_view kType = "deconv2";
+
+  static Support check(const LayerInfo& info) {
+    if (info.input_shapes[0].rank() != 4) return Support::no("deconv2 needs an input [N,C,H,W]");
+    if (Support s = float_weights(*info.layer, {"weight", "bias"}); !s) return s;
+    const core::Deconv2Window g = core::deconv2_window(*info.layer, info.input_shapes[0]);
+    if (g.oph >= g.sh || g.opw >= g.sw)
+      return Support::no(fmt::format("output_padding [{},{}] not below the strides [{},{}] (XNNPACK's adjustment)",
+                                     g.oph, g.opw, g.sh, g.sw));
+    return fused_support(core::fused_activation(*info.layer));
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const Layer& layer = *info.layer;
+    const core::Deconv2Window g = core::deconv2_window(layer, info.input_shapes[0]);
+    const Clamp c = to_clamp(core::fused_activation(layer));
+    const Blob* bias = layer.find_weight("bias");
+    const int64_t gi = g.c / g.group, go = g.oc / g.group, kk = g.kh * g.kw;
+    // Ours (ONNX's) [G, C/G, O/G, KH, KW] -> XNNPACK's [G, O/G, KH, KW, C/G].
+    std::vector<float> kernel(static_cast<std::size_t>(g.oc * gi * kk));
+    const float* src = layer.weight("weight").data_as<float>();
+    for (int64_t gr = 0; gr < g.group; ++gr)
+      for (int64_t i = 0; i < gi; ++i)
+        for (int64_t o = 0; o < go; ++o)
+          for (int64_t k = 0; k < kk; ++k)
+            kernel[static_cast<std::size_t>(((gr * go + o) * kk + k) * gi + i)] = src[((gr * gi + i) * go + o) * kk + k];
+    const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+    auto d = std::make_unique<Op>();
+    xcheck(xnn_create_deconvolution2d_nhwc_f32(u(g.pt), u(g.pr), u(g.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
+                                               u(g.dh), u(g.dw), u(g.group), static_cast<size_t>(gi),
+                                               static_cast<size_t>(go), static_cast<size_t>(g.c),
+                                               static_cast<size_t>(g.oc), kernel.data(),
+                                               bias ? bias->data_as<float>() : nullptr, c.min, c.max, ops.flags, &d->op),
+           "xnn_create_deconvolution2d_nhwc_f32");
+    xnn_operator_t op = d->op;
+    ops.push_back(std::move(d));
+    Op* after = add_after(ops, c);
+    const size_t count = static_cast<size_t>(info.output_shapes[0].numel());
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_deconvolution2d_nhwc_f32(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
+                                                static_cast<size_t>(g.w), u(g.oph), u(g.opw),
+                                                static_cast<const float*>(in[0]), static_cast<float*>(out), pool),
+             "xnn_setup_deconvolution2d_nhwc_f32");
       setup_after(after, c.after, count, out, pool);
     };
   }
@@ -1378,6 +1430,7 @@ struct HalfBinary : Binary<K> {
 
 const bool g_registered = [] {
   register_routine(std::make_unique<Xnnpack<Conv2>>());
+  register_routine(std::make_unique<Xnnpack<Deconv2>>());
   register_routine(std::make_unique<Xnnpack<Dense>>());
   register_routine(std::make_unique<Xnnpack<Pool2>>());
   register_routine(std::make_unique<Xnnpack<Unary<ReluK>>>());
