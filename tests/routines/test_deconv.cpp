@@ -1,7 +1,9 @@
 // deconv2: cpu/ref against ONNX Runtime's ConvTranspose (tests/import/test_onnx_deconv.cpp),
-// and */onednn in every layout against cpu/ref over groups, strides, dilations,
+// and */onednn in every layout and cpu:float32:nhwc/xnnpack against cpu/ref over groups, strides, dilations,
 // pads, output_padding, bias and fused activations.
 #include "routines/f32_check.hpp"
+
+#include <fmt/format.h>
 
 using namespace softneuro;
 using namespace softneuro::test;
@@ -22,6 +24,26 @@ Layer deconv_layer(int64_t c, int64_t oc, int64_t group, int64_t k, int64_t s, i
                     weights);
 }
 
+/// Trial `trial` of the generated deconvolutions: groups, kernel, stride,
+/// dilation, pads, output_padding, bias and a fused activation vary with it.
+struct DeconvCase {
+  Layer layer;
+  Blob x;
+  std::string what;
+};
+DeconvCase random_deconv_case(int trial, std::mt19937& rng) {
+  const int64_t group = trial % 3 == 2 ? 2 : 1;
+  const int64_t c = 4 * group * pick(rng, 1, 3), oc = 2 * group * pick(rng, 1, 4);
+  const int64_t k = pick(rng, 1, 3), s = pick(rng, 1, 3), d = trial % 4 == 1 ? 2 : 1;
+  std::vector<int64_t> pads{pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1)};
+  std::vector<int64_t> op{trial % 2 ? std::min<int64_t>(s - 1, 1) : 0, trial % 5 == 3 ? std::min<int64_t>(s, 1) : 0};
+  Layer l = deconv_layer(c, oc, group, k, s, d, pads, op, trial % 3 != 1, rng);
+  if (trial % 4 == 3) set_act(l, kActs[trial % 5], rng);
+  Blob x = random_blob({trial % 2 ? 2 : 1, c, pick(rng, 2, 7), pick(rng, 2, 7)}, rng);
+  return {std::move(l), std::move(x),
+          fmt::format("trial {} c {} oc {} group {} k {} s {} d {}", trial, c, oc, group, k, s, d)};
+}
+
 }  // namespace
 
 TEST_CASE("deconv2: */onednn matches cpu/ref in every layout", "[deconv][onednn]") {
@@ -29,18 +51,10 @@ TEST_CASE("deconv2: */onednn matches cpu/ref in every layout", "[deconv][onednn]
   int checked = 0;
   for (const char* descriptor : {"cpu/onednn", "cpu:float32:nhwc/onednn", "cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn"})
     for (int trial = 0; trial < 12; ++trial) {
-      const int64_t group = trial % 3 == 2 ? 2 : 1;
-      const int64_t c = 4 * group * pick(rng, 1, 3), oc = 2 * group * pick(rng, 1, 4);
-      const int64_t k = pick(rng, 1, 3), s = pick(rng, 1, 3), d = trial % 4 == 1 ? 2 : 1;
-      std::vector<int64_t> pads{pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1)};
-      std::vector<int64_t> op{trial % 2 ? std::min<int64_t>(s - 1, 1) : 0, trial % 5 == 3 ? std::min<int64_t>(s, 1) : 0};
-      Layer l = deconv_layer(c, oc, group, k, s, d, pads, op, trial % 3 != 1, rng);
-      if (trial % 4 == 3) set_act(l, kActs[trial % 5], rng);
-      INFO(descriptor << " trial " << trial << " c " << c << " oc " << oc << " group " << group << " k " << k << " s " << s
-                      << " d " << d);
-      Blob x = random_blob({trial % 2 ? 2 : 1, c, pick(rng, 2, 7), pick(rng, 2, 7)}, rng);
+      const DeconvCase t = random_deconv_case(trial, rng);
+      INFO(descriptor << " " << t.what);
       std::string why;
-      if (check_case(l, {x}, descriptor, {}, &why)) {
+      if (check_case(t.layer, {t.x}, descriptor, {}, &why)) {
         ++checked;
         continue;
       }
@@ -59,17 +73,10 @@ TEST_CASE("deconv2: cpu:float32:nhwc/xnnpack matches cpu/ref", "[deconv][xnnpack
   std::mt19937 rng(12);
   int checked = 0, unavailable = 0;
   for (int trial = 0; trial < 24; ++trial) {
-    const int64_t group = trial % 3 == 2 ? 2 : 1;
-    const int64_t c = 4 * group * pick(rng, 1, 3), oc = 2 * group * pick(rng, 1, 4);
-    const int64_t k = pick(rng, 1, 3), s = pick(rng, 1, 3), d = trial % 4 == 1 ? 2 : 1;
-    std::vector<int64_t> pads{pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1), pick(rng, 0, k - 1)};
-    std::vector<int64_t> op{trial % 2 ? std::min<int64_t>(s - 1, 1) : 0, trial % 5 == 3 ? std::min<int64_t>(s, 1) : 0};
-    Layer l = deconv_layer(c, oc, group, k, s, d, pads, op, trial % 3 != 1, rng);
-    if (trial % 4 == 3) set_act(l, kActs[trial % 5], rng);
-    INFO("trial " << trial << " c " << c << " oc " << oc << " group " << group << " k " << k << " s " << s << " d " << d);
-    Blob x = random_blob({trial % 2 ? 2 : 1, c, pick(rng, 2, 7), pick(rng, 2, 7)}, rng);
+    const DeconvCase t = random_deconv_case(trial, rng);
+    INFO(t.what);
     std::string why;
-    if (check_case(l, {x}, "cpu:float32:nhwc/xnnpack", {}, &why)) {
+    if (check_case(t.layer, {t.x}, "cpu:float32:nhwc/xnnpack", {}, &why)) {
       ++checked;
       continue;
     }
