@@ -42,8 +42,9 @@ commands:
                             adapts with their cost, edges, tuned times per step
   routines [LAYER_TYPE]     this device's fingerprint (CPU, ISA extensions), then the
                             descriptors of the registered routines (plugins included)
-  import MODEL.onnx -o OUT.dnn [options]
-                            translate an ONNX model (opsets 11..28) and save it
+  import MODEL.onnx|MODEL.tflite -o OUT.dnn [options]
+                            translate an ONNX model (opsets 11..28) or a TensorFlow
+                            Lite model (told apart by the file's contents) and save it
       --input-shape NAME=1x3x48x?      fixes an input's symbolic dims; '?' keeps one dynamic.
                             Symbolic dims stay dynamic where the model runs at any size
                             of them (default size: 1 for a leading dim, 64 for others)
@@ -314,6 +315,14 @@ sn::Shape parse_shape(const std::string& text, const char* flag, bool symbolic =
   return sn::Shape(dims);
 }
 
+/// Whether the file is a TensorFlow Lite FlatBuffer: "TFL3" at byte 4 (an
+/// ONNX protobuf cannot hold those bytes there).
+bool is_tflite(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char head[8] = {};
+  return f.read(head, 8) && std::memcmp(head + 4, "TFL3", 4) == 0;
+}
+
 int cmd_import(const std::vector<std::string>& args) {
   std::string model, out;
   sn::ImportOptions options;
@@ -334,9 +343,9 @@ int cmd_import(const std::vector<std::string>& args) {
     else if (model.empty()) model = a;
     else throw Usage(fmt::format("unexpected argument '{}'", a));
   }
-  if (model.empty() || out.empty()) throw Usage("import needs MODEL.onnx and -o OUT.dnn");
+  if (model.empty() || out.empty()) throw Usage("import needs MODEL.onnx (or MODEL.tflite) and -o OUT.dnn");
   auto t0 = std::chrono::steady_clock::now();
-  const sn::Model imported = sn::import_onnx(model, options);
+  const sn::Model imported = is_tflite(model) ? sn::import_tflite(model, options) : sn::import_onnx(model, options);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   imported.save(out);
   fmt::print("imported {} in {:.1f} ms: {} layers", model, ms, sn::Session(imported).layers().size());

@@ -1,7 +1,8 @@
-// softneuro/import.hpp — ONNX models into Models (library softneuro::onnx).
+// softneuro/import.hpp — ONNX and TensorFlow Lite models into Models.
 //
-// Link softneuro::onnx (it brings protobuf and Debian's libonnx along privately);
-// apps that only load and run .dnn files link softneuro::softneuro alone.
+// import_onnx is in library softneuro::onnx (it brings protobuf and Debian's
+// libonnx along privately), import_tflite in softneuro::tflite (FlatBuffers
+// only); apps that only load and run .dnn files link softneuro::softneuro alone.
 //
 //   softneuro::Model model = softneuro::import_onnx("resnet50.onnx");
 //   model.save("resnet50.dnn");
@@ -15,7 +16,7 @@
 
 namespace softneuro {
 
-/// What import_onnx does beyond translating operators into layers.
+/// What import_onnx and import_tflite do beyond translating operators into layers.
 struct ImportOptions {
   /// Shapes of net inputs, by name: a dim given here fixes a symbolic (e.g.
   /// "batch") or unknown dim of the ONNX shape; -1 leaves it symbolic. An entry
@@ -74,5 +75,37 @@ struct ImportOptions {
 /// every one of them (name, op type, opset). A malformed or truncated file is
 /// an error, never a crash.
 Model import_onnx(const std::string& path, const ImportOptions& options = {});
+
+/// Reads a TensorFlow Lite model (.tflite, schema version 3: the FlatBuffer
+/// verifier checks it first; buffers inside the FlatBuffer or after it, as
+/// files over 2 GB keep them), translates its first subgraph into layers, runs
+/// the graph passes the options enable, and returns the model. The net keeps
+/// the file's interface: inputs and outputs by their tensor names, images
+/// NHWC, at the shapes the file gives (`input_shapes` may only repeat them).
+/// Inside, images compute NCHW: weights are turned into our layouts once here,
+/// and a transpose is added only where an operator reads the other form.
+///
+/// Builtin operators: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED
+/// (with keep_num_dims), ADD, SUB, MUL, DIV (fused activations: RELU,
+/// RELU_N1_TO_1, RELU6, TANH), MAXIMUM, MINIMUM, POW, SQUARED_DIFFERENCE,
+/// AVERAGE_POOL_2D, MAX_POOL_2D, MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD,
+/// RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION, PACK, PAD, PADV2, MIRROR_PAD
+/// (REFLECT), RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR (align_corners or
+/// half_pixel_centers), SOFTMAX (beta), LOGISTIC, TANH, HARD_SWISH, GELU, PRELU,
+/// LEAKY_RELU, RELU, RELU6, RELU_N1_TO_1, ABS, NEG, EXP, LOG, SQRT, RSQRT, SQUARE,
+/// SPLIT, SPLIT_V, STRIDED_SLICE (no ellipsis or new axes), SLICE, TRANSPOSE,
+/// DEPTH_TO_SPACE, SPACE_TO_DEPTH, BATCH_MATMUL, DEQUANTIZE (float16 and int8
+/// weights) and QUANTIZE. Shapes, axes, paddings and sizes must be constants.
+///
+/// Quantised models (int8 or uint8 tensors with a scale and zero point, weights
+/// per tensor or per channel): each quantised tensor is held as its real
+/// values, rounded onto its grid by a fake_quant layer, and the untuned default
+/// runs the quantised layers on our int8 routines with the file's scales, as for
+/// ONNX QDQ models. int8/uint8 net inputs and outputs stay integers at the edge.
+///
+/// Throws softneuro::Error naming the file, the operator (by its first output
+/// tensor) and the field at fault. A model with unsupported operators, builtin
+/// or custom, is refused with one error listing every one of them.
+Model import_tflite(const std::string& path, const ImportOptions& options = {});
 
 }  // namespace softneuro

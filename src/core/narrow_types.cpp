@@ -172,6 +172,19 @@ bool exact_narrow_bits(DType type, float x, uint8_t& bits) {
   return narrow_value(type, bits) == x;
 }
 
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t man = h & 0x3ff;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
+    float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  uint32_t bits = exp == 31 ? sign | 0x7f800000u | (man << 13)  // inf / nan
+                            : sign | ((exp + 112) << 23) | (man << 13);
+  return std::bit_cast<float>(bits);
+}
+
 }  // namespace softneuro::core
 
 namespace softneuro {

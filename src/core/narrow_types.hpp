@@ -35,6 +35,9 @@ inline float narrowed(DType type, float x, bool saturate, ScaleRounding rounding
   return narrow_value(type, cast_bits(type, x, saturate, rounding));
 }
 
+/// An IEEE binary16 value (its bits) as a float32, exactly (subnormals, infinities, NaN).
+float half_to_float(uint16_t bits);
+
 /// The integers int4, uint4, int2 or uint2 holds: {lowest, highest}.
 std::pair<int64_t, int64_t> narrow_integer_range(DType type);
 

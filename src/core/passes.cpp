@@ -367,6 +367,15 @@ int eliminate_dead_layers(Graph& g) {
   return count;
 }
 
+void record_model_quantisation(Graph& graph) {
+  for (const auto& l : graph.layers)
+    if (l.type == "fake_quant") {
+      const QuantParams q = fake_quant_params(l).as_int8();
+      graph.blob_quant[l.outputs[0]] = q;
+      graph.blob_quant.emplace(l.inputs[0], q);
+    }
+}
+
 void optimize(Graph& g, const PassOptions& o) {
   struct Step {
     bool on;

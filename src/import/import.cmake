@@ -1,4 +1,4 @@
-# The ONNX importer: a shared library of its own (softneuro::onnx), so that apps
+# The importers. ONNX: a shared library of its own (softneuro::onnx), so that apps
 # that only run .dnn files never link protobuf. Included by the top-level
 # CMakeLists.txt with include(src/import/import.cmake), after softneuro_cli exists.
 # Reads ONNX with Debian's libonnx (CMake package ONNX; its targets need protobuf).
@@ -26,8 +26,39 @@ install(TARGETS softneuro_onnx EXPORT softneuroTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
-# The CLI's `import` command.
-target_link_libraries(softneuro_cli PRIVATE softneuro_onnx)
+# The TensorFlow Lite importer: a library of its own (softneuro::tflite) that
+# needs FlatBuffers only. schemas/tflite.fbs is our reading of the .tflite
+# format; flatc makes its reader and verifier.
+set(TFLITE_FBS ${PROJECT_SOURCE_DIR}/schemas/tflite.fbs)
+set(TFLITE_GEN_DIR ${GEN_DIR}/tflite)
+add_custom_command(
+  OUTPUT ${TFLITE_GEN_DIR}/tflite_generated.h
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${TFLITE_GEN_DIR}
+  COMMAND ${FLATC} --cpp --scoped-enums --gen-name-strings -o ${TFLITE_GEN_DIR} ${TFLITE_FBS}
+  DEPENDS ${TFLITE_FBS}
+  COMMENT "flatc tflite.fbs")
+add_custom_target(tflite_schema DEPENDS ${TFLITE_GEN_DIR}/tflite_generated.h)
+
+add_library(softneuro_tflite SHARED ${SOFTNEURO_IMPORT_DIR}/tflite_importer.cpp)
+add_library(softneuro::tflite ALIAS softneuro_tflite)
+add_dependencies(softneuro_tflite tflite_schema)
+set_target_properties(softneuro_tflite PROPERTIES
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
+  EXPORT_NAME tflite)
+softneuro_component(softneuro_tflite core import)
+target_include_directories(softneuro_tflite PRIVATE ${TFLITE_GEN_DIR})
+target_link_options(softneuro_tflite PRIVATE ${SOFTNEURO_NO_UNDEFINED})
+target_link_libraries(softneuro_tflite
+  PUBLIC softneuro
+  PRIVATE flatbuffers::flatbuffers_shared fmt::fmt)
+
+install(TARGETS softneuro_tflite EXPORT softneuroTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# The CLI's `import` command (ONNX, and .tflite by the file's identifier).
+target_link_libraries(softneuro_cli PRIVATE softneuro_onnx softneuro_tflite)
 
 if(BUILD_TESTING)
   include(Catch)
@@ -36,8 +67,12 @@ if(BUILD_TESTING)
   file(GLOB SOFTNEURO_IMPORT_TEST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/import/*.cpp)
   add_executable(softneuro_import_tests ${SOFTNEURO_IMPORT_TEST_SOURCES})
   target_include_directories(softneuro_import_tests PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  # test_tflite.cpp writes .tflite files with the builders flatc generates.
+  add_dependencies(softneuro_import_tests tflite_schema)
+  target_include_directories(softneuro_import_tests PRIVATE ${TFLITE_GEN_DIR})
   target_link_libraries(softneuro_import_tests PRIVATE
-    softneuro_onnx softneuro softneuro_tune onnx_proto protobuf::libprotobuf fmt::fmt catch2_main)
+    softneuro_onnx softneuro_tflite softneuro softneuro_tune onnx_proto protobuf::libprotobuf
+    flatbuffers::flatbuffers_shared fmt::fmt catch2_main)
   catch_discover_tests(softneuro_import_tests)
 
   # The CLI's import command: it exists and refuses a missing file with the importer's message.

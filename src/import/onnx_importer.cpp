@@ -31,6 +31,7 @@
 #include "core/weight_quant.hpp"
 #include "import/dynamic_dims.hpp"
 #include "import/onnx_tensor.hpp"
+#include "import/pass_options.hpp"
 
 #include <onnx/onnx_pb.h>
 
@@ -1472,7 +1473,7 @@ void Importer::tile(const Node& n) {
 // ---------------------------------------------------------------------------
 // Quantised ONNX. A quantised tensor is held as its real values (a float blob
 // made by a fake_quant layer, whose quantisation the qint8 routines then use:
-// record_quantisation), so QDQ pairs, QLinearConv and QLinearMatMul compute
+// core::record_model_quantisation), so QDQ pairs, QLinearConv and QLinearMatMul compute
 // what ONNX Runtime computes, and tuning with qint8 schemas runs them on our
 // int8 routines with the model's own scales. Quantised weights are dequantised
 // at import. DynamicQuantizeLinear's integers are held as floats with their
@@ -4656,44 +4657,21 @@ core::Graph import_graph(const std::string& path, const ImportOptions& options,
   }
 }
 
-core::PassOptions pass_options(const ImportOptions& o) {
-  core::PassOptions p;
-  p.remove_identities = o.remove_identities;
-  p.fold_constants = o.fold_constants;
-  p.fold_batchnorm = o.fold_batchnorm;
-  p.fold_bias_add = o.fold_bias_add;
-  p.fuse_self_gating = o.fuse_self_gating;
-  p.fuse_activations = o.fuse_activations;
-  p.eliminate_dead_layers = o.eliminate_dead_layers;
-  return p;
-}
 
 }  // namespace onnx_import
 
 namespace onnx_import {
 namespace {
 
-/// A quantised model's own quantisation, for the qint8 routines: each fake_quant
-/// layer's on its output, and on its input where nothing else gave that one
-/// (the layer before then writes int8 straight at it, as QLinearConv does).
-void record_quantisation(core::Graph& graph) {
-  for (const auto& l : graph.layers)
-    if (l.type == "fake_quant") {
-      const QuantParams q = core::fake_quant_params(l).as_int8();
-      graph.blob_quant[l.outputs[0]] = q;
-      graph.blob_quant.emplace(l.inputs[0], q);
-    }
-}
-
 core::Graph import_optimized(const std::string& path, const ImportOptions& options,
                              const std::map<std::string, Shape>* probe_sizes = nullptr) {
   core::Graph graph = import_graph(path, options, probe_sizes);
   try {
-    core::optimize(graph, pass_options(options));
+    core::optimize(graph, import::pass_options(options));
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
-  record_quantisation(graph);
+  core::record_model_quantisation(graph);
   return graph;
 }
 

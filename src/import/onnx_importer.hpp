@@ -3,7 +3,6 @@
 #pragma once
 
 #include "core/graph.hpp"
-#include "core/passes.hpp"
 
 #include <softneuro/import.hpp>
 
@@ -18,8 +17,5 @@ namespace softneuro::onnx_import {
 /// (default: 1 for a leading dim, 64 for others); they stay symbolic.
 core::Graph import_graph(const std::string& path, const ImportOptions& options = {},
                          const std::map<std::string, Shape>* probe_sizes = nullptr);
-
-/// The passes the options enable.
-core::PassOptions pass_options(const ImportOptions& options);
 
 }  // namespace softneuro::onnx_import

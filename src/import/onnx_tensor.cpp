@@ -1,5 +1,7 @@
 #include "import/onnx_tensor.hpp"
 
+#include "core/narrow_types.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,19 +18,6 @@ namespace softneuro::onnx_import {
 namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;  // far beyond any real tensor; guards overflow
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  const uint32_t man = h & 0x3ff;
-  if (exp == 0) {  // zero or subnormal: man * 2^-24
-    float v = std::ldexp(static_cast<float>(man), -24);
-    return sign ? -v : v;
-  }
-  uint32_t bits = exp == 31 ? sign | 0x7f800000u | (man << 13)  // inf / nan
-                            : sign | ((exp + 112) << 23) | (man << 13);
-  return std::bit_cast<float>(bits);
-}
 
 float bfloat_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
@@ -72,7 +61,7 @@ Out raw_value(const unsigned char* p, int type) {
   switch (type) {
     case T::FLOAT: return static_cast<Out>(load(float{}));
     case T::DOUBLE: return static_cast<Out>(load(double{}));
-    case T::FLOAT16: return static_cast<Out>(half_to_float(load(uint16_t{})));
+    case T::FLOAT16: return static_cast<Out>(core::half_to_float(load(uint16_t{})));
     case T::BFLOAT16: return static_cast<Out>(bfloat_to_float(load(uint16_t{})));
     case T::INT8: return static_cast<Out>(load(int8_t{}));
     case T::UINT8: case T::BOOL: return static_cast<Out>(load(uint8_t{}));
@@ -297,7 +286,7 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
     case T::FLOAT16: case T::BFLOAT16:
       for (std::size_t i = 0; i < count; ++i) {
         auto bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
-        out.data_as<float>()[i] = type == T::FLOAT16 ? half_to_float(bits) : bfloat_to_float(bits);
+        out.data_as<float>()[i] = type == T::FLOAT16 ? core::half_to_float(bits) : bfloat_to_float(bits);
       }
       break;
     case T::INT64:

@@ -1,0 +1,22 @@
+// The graph passes ImportOptions asks for, the same for every importer.
+#pragma once
+
+#include "core/passes.hpp"
+
+#include <softneuro/import.hpp>
+
+namespace softneuro::import {
+
+inline core::PassOptions pass_options(const ImportOptions& o) {
+  core::PassOptions p;
+  p.remove_identities = o.remove_identities;
+  p.fold_constants = o.fold_constants;
+  p.fold_batchnorm = o.fold_batchnorm;
+  p.fold_bias_add = o.fold_bias_add;
+  p.fuse_self_gating = o.fuse_self_gating;
+  p.fuse_activations = o.fuse_activations;
+  p.eliminate_dead_layers = o.eliminate_dead_layers;
+  return p;
+}
+
+}  // namespace softneuro::import

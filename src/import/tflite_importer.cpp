@@ -1,0 +1,1448 @@
+// The TensorFlow Lite importer: a .tflite file (FlatBuffers, checked by the
+// verifier flatc generates from schemas/tflite.fbs) -> core::Graph -> graph
+// passes -> Model.
+//
+// TFLite's activations are NHWC; our layers compute images NCHW. Every rank-4
+// tensor is therefore held in one or both of two forms: as the file has it
+// (`tf`) or with its last axis moved to position 1 (`nchw`). Convolutions,
+// pools, resizes and per-channel ops read the nchw form, reshapes and
+// transposes the tf one; elementwise ops take whichever their inputs hold.
+// The form a reader needs is made once, on first use, by a transpose (or a
+// reshape where only size-1 dims move). Constant weights are turned into our
+// layouts here, once. The net keeps the file's interface: its inputs and
+// outputs are the file's tensors, NHWC, with their names.
+//
+// A quantised tensor (int8/uint8 with scale and zero point) is held as its
+// real values: the op computes in real numbers and a fake_quant layer rounds
+// the result onto the tensor's grid, as the ONNX importer does for QDQ models;
+// the untuned default then runs those layers on qint8 routines with the file's
+// scales (core::layers_quantised_by_model). Quantised weights are dequantised
+// here and stay marked as the file's int8 grid where symmetric.
+//
+// An unsupported operator does not stop the translation: it is recorded, its
+// outputs marked unavailable, and one Error at the end names every one.
+#include "core/layer_types.hpp"
+#include "core/log.hpp"
+#include "core/model_impl.hpp"
+#include "core/narrow_types.hpp"
+#include "core/tensor_math.hpp"
+#include "core/weight_quant.hpp"
+#include "import/pass_options.hpp"
+
+#include <softneuro/import.hpp>
+
+#include <flatbuffers/flatbuffers.h>
+#include <tflite_generated.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace softneuro {
+namespace tflite_import {
+namespace {
+
+namespace fb = softneuro::tflite_fb;
+
+// TensorFlow Lite's BuiltinOperator names, by code (for errors and dispatch).
+constexpr const char* kOpNames[] = {
+    "ADD", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "DEPTH_TO_SPACE", "DEQUANTIZE",
+    "EMBEDDING_LOOKUP", "FLOOR", "FULLY_CONNECTED", "HASHTABLE_LOOKUP", "L2_NORMALIZATION", "L2_POOL_2D",
+    "LOCAL_RESPONSE_NORMALIZATION", "LOGISTIC", "LSH_PROJECTION", "LSTM", "MAX_POOL_2D", "MUL", "RELU",
+    "RELU_N1_TO_1", "RELU6", "RESHAPE", "RESIZE_BILINEAR", "RNN", "SOFTMAX", "SPACE_TO_DEPTH", "SVDF", "TANH",
+    "CONCAT_EMBEDDINGS", "SKIP_GRAM", "CALL", "CUSTOM", "EMBEDDING_LOOKUP_SPARSE", "PAD",
+    "UNIDIRECTIONAL_SEQUENCE_RNN", "GATHER", "BATCH_TO_SPACE_ND", "SPACE_TO_BATCH_ND", "TRANSPOSE", "MEAN", "SUB",
+    "DIV", "SQUEEZE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "STRIDED_SLICE", "BIDIRECTIONAL_SEQUENCE_RNN", "EXP", "TOPK_V2",
+    "SPLIT", "LOG_SOFTMAX", "DELEGATE", "BIDIRECTIONAL_SEQUENCE_LSTM", "CAST", "PRELU", "MAXIMUM", "ARG_MAX",
+    "MINIMUM", "LESS", "NEG", "PADV2", "GREATER", "GREATER_EQUAL", "LESS_EQUAL", "SELECT", "SLICE", "SIN",
+    "TRANSPOSE_CONV", "SPARSE_TO_DENSE", "TILE", "EXPAND_DIMS", "EQUAL", "NOT_EQUAL", "LOG", "SUM", "SQRT", "RSQRT",
+    "SHAPE", "POW", "ARG_MIN", "FAKE_QUANT", "REDUCE_PROD", "REDUCE_MAX", "PACK", "LOGICAL_OR", "ONE_HOT",
+    "LOGICAL_AND", "LOGICAL_NOT", "UNPACK", "REDUCE_MIN", "FLOOR_DIV", "REDUCE_ANY", "SQUARE", "ZEROS_LIKE", "FILL",
+    "FLOOR_MOD", "RANGE", "RESIZE_NEAREST_NEIGHBOR", "LEAKY_RELU", "SQUARED_DIFFERENCE", "MIRROR_PAD", "ABS",
+    "SPLIT_V", "UNIQUE", "CEIL", "REVERSE_V2", "ADD_N", "GATHER_ND", "COS", "WHERE", "RANK", "ELU",
+    "REVERSE_SEQUENCE", "MATRIX_DIAG", "QUANTIZE", "MATRIX_SET_DIAG", "ROUND", "HARD_SWISH", "IF", "WHILE",
+    "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "SCATTER_ND", "SELECT_V2", "DENSIFY", "SEGMENT_SUM",
+    "BATCH_MATMUL", "PLACEHOLDER_FOR_GREATER_OP_CODES", "CUMSUM", "CALL_ONCE", "BROADCAST_TO", "RFFT2D", "CONV_3D",
+    "IMAG", "REAL", "COMPLEX_ABS", "HASHTABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT", "HASHTABLE_SIZE", "REDUCE_ALL",
+    "CONV_3D_TRANSPOSE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "BROADCAST_ARGS",
+    "RANDOM_STANDARD_NORMAL", "BUCKETIZE", "RANDOM_UNIFORM", "MULTINOMIAL", "GELU", "DYNAMIC_UPDATE_SLICE",
+    "RELU_0_TO_1", "UNSORTED_SEGMENT_PROD", "UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_SUM", "ATAN2",
+    "UNSORTED_SEGMENT_MIN", "SIGN", "BITCAST", "BITWISE_XOR", "RIGHT_SHIFT"};
+constexpr int kNumOpNames = static_cast<int>(sizeof(kOpNames) / sizeof(kOpNames[0]));
+
+std::string op_name(int code) {
+  return code >= 0 && code < kNumOpNames ? kOpNames[code] : fmt::format("builtin operator {}", code);
+}
+
+enum Code : int {
+  ADD = 0, AVERAGE_POOL_2D = 1, CONCATENATION = 2, CONV_2D = 3, DEPTHWISE_CONV_2D = 4, DEPTH_TO_SPACE = 5,
+  DEQUANTIZE = 6, FULLY_CONNECTED = 9, LOGISTIC = 14, MAX_POOL_2D = 17, MUL = 18, RELU = 19, RELU_N1_TO_1 = 20,
+  RELU6 = 21, RESHAPE = 22, RESIZE_BILINEAR = 23, SOFTMAX = 25, SPACE_TO_DEPTH = 26, TANH = 28, CUSTOM = 32,
+  PAD = 34, TRANSPOSE = 39, MEAN = 40, SUB = 41, DIV = 42, SQUEEZE = 43, STRIDED_SLICE = 45, EXP = 47, SPLIT = 49,
+  PRELU = 54, MAXIMUM = 55, MINIMUM = 57, NEG = 59, PADV2 = 60, SLICE = 65, TRANSPOSE_CONV = 67, EXPAND_DIMS = 70,
+  LOG = 73, SUM = 74, SQRT = 75, RSQRT = 76, POW = 78, REDUCE_PROD = 81, REDUCE_MAX = 82, PACK = 83,
+  UNPACK = 88, REDUCE_MIN = 89, SQUARE = 92, RESIZE_NEAREST_NEIGHBOR = 97, LEAKY_RELU = 98,
+  SQUARED_DIFFERENCE = 99, MIRROR_PAD = 100, ABS = 101, SPLIT_V = 102, QUANTIZE = 114, HARD_SWISH = 117,
+  BATCH_MATMUL = 126, GELU = 150,
+};
+
+// TensorType values.
+enum TType : int8_t { F32 = 0, F16 = 1, I32 = 2, U8 = 3, I64 = 4, STR = 5, BOOL = 6, I16 = 7, I8 = 9, F64 = 10 };
+
+std::string type_name(int t) {
+  static const char* names[] = {"FLOAT32", "FLOAT16", "INT32", "UINT8", "INT64", "STRING", "BOOL", "INT16",
+                                "COMPLEX64", "INT8", "FLOAT64", "COMPLEX128", "UINT64", "RESOURCE", "VARIANT",
+                                "UINT32", "UINT16", "INT4", "BFLOAT16"};
+  return t >= 0 && t < 19 ? names[t] : fmt::format("type {}", t);
+}
+
+struct Unsupported {
+  std::string why;
+};
+
+/// A read-only map of the file, alive while the importer reads it.
+struct Mapped {
+  const uint8_t* data = nullptr;
+  std::size_t size = 0;
+  explicit Mapped(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(fmt::format("cannot open the file: {}", std::strerror(errno)), path);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw Error("cannot read the file: not a regular file", path);
+    }
+    size = static_cast<std::size_t>(st.st_size);
+    void* map = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    ::close(fd);
+    if (map == MAP_FAILED) throw Error(fmt::format("cannot map the file: {}", std::strerror(errno)), path);
+    data = static_cast<const uint8_t*>(map);
+  }
+  ~Mapped() {
+    if (data) ::munmap(const_cast<uint8_t*>(data), size);
+  }
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+};
+
+// NHWC <-> NCHW.
+const std::vector<int64_t> kToNchw = {0, 3, 1, 2};
+const std::vector<int64_t> kToNhwc = {0, 2, 3, 1};
+/// The nchw position of TFLite axis a of a rank-4 tensor.
+int nchw_axis(int a) { return a == 0 ? 0 : a == 3 ? 1 : a + 1; }
+
+Shape permuted(const Shape& s, const std::vector<int64_t>& perm) {
+  std::vector<int64_t> d;
+  for (int64_t p : perm) d.push_back(s[static_cast<int>(p)]);
+  return Shape(d);
+}
+
+/// Whether moving the channel axis of this NHWC/NCHW shape keeps the element
+/// order (one channel, or one position): then a reshape converts the forms.
+bool order_free(const Shape& nhwc) { return nhwc[3] == 1 || nhwc[1] * nhwc[2] == 1; }
+
+/// A tensor's quantisation as the file gives it.
+struct QInfo {
+  std::vector<float> scales;
+  std::vector<int64_t> zero_points;
+  int dim = 0;
+  bool present() const { return !scales.empty(); }
+};
+
+/// What the importer holds of one TFLite tensor.
+struct Held {
+  std::string tf, nchw;  ///< run-time blobs in each form ("" where not made)
+  bool available = true; ///< false: made by an unsupported operator
+};
+
+class Importer {
+ public:
+  Importer(const Mapped& file, const std::string& path, const ImportOptions& options)
+      : file_(file), path_(path), options_(options) {}
+  core::Graph run();
+
+ private:
+  const Mapped& file_;
+  std::string path_;
+  const ImportOptions& options_;
+  const fb::Model* model_ = nullptr;
+  const fb::SubGraph* g_ = nullptr;
+  core::Graph graph_;
+  std::vector<Held> held_;
+  std::map<int, Blob> constants_;  ///< float32 values in the file's layout
+  std::map<std::string, Shape> shapes_;
+  std::set<std::string> blobs_taken_, layers_taken_;
+  std::vector<std::string> unsupported_;
+  // The operator being translated.
+  const fb::Operator* op_ = nullptr;
+  int code_ = 0;
+  std::string layer_;  ///< base name of its layers
+
+  // --- the file
+  const fb::Tensor& tensor(int t) const;
+  std::string tensor_name(int t) const;
+  Shape tf_shape(int t) const;
+  int ttype(int t) const { return tensor(t).type(); }
+  QInfo qinfo(int t) const;
+  bool quantized_activation(int t) const;
+  std::span<const uint8_t> buffer(int t) const;
+  Blob read_constant(int t) const;
+  std::vector<int64_t> ints(int t, const char* field) const;
+
+  // --- operator inputs and outputs
+  int tensor_index(int t) const;
+  int in(int k) const;  ///< -1: an optional input left out
+  int out(int k) const;
+  int num_in() const { return op_->inputs() ? static_cast<int>(op_->inputs()->size()) : 0; }
+  int num_out() const { return op_->outputs() ? static_cast<int>(op_->outputs()->size()) : 0; }
+  Error error(const std::string& message, const std::string& field) const {
+    return Error(message, path_, layer_, field);
+  }
+  const Blob* constant(int t) const {
+    auto c = constants_.find(t);
+    return c == constants_.end() ? nullptr : &c->second;
+  }
+  const Blob& require_constant(int k, const char* field) const;
+  template <class T> const T* options() const;
+
+  // --- graph building
+  std::string fresh_blob(const std::string& base);
+  std::string fresh_layer(const std::string& base);
+  Layer make(const std::string& type, std::vector<std::string> inputs, std::vector<std::string> outputs);
+  void add(Layer l);
+  std::string unary_layer(const std::string& type, const std::string& x, std::map<std::string, Attr> params = {},
+                          const char* suffix = nullptr);
+  std::string constant_blob(const Blob& value, const std::string& base);
+  bool rank4(int t) const { return tf_shape(t).rank() == 4; }
+  bool holds_nchw(int t) const { return !held_[static_cast<std::size_t>(t)].nchw.empty(); }
+  std::string tf(int t);
+  std::string nchw(int t);
+  /// Tensor t broadcast to rank 4 in nchw form (a lower-rank operand beside an image).
+  std::string nchw_broadcast(int t);
+  /// Blob name for operator output t: the op writes there, finish() completes it.
+  std::string target(int t);
+  void finish(int t, const std::string& blob, bool is_nchw);
+  void activation(int t, std::string x, bool is_nchw, int fused);
+
+  // --- operators
+  void convert();
+  void conv2d();
+  void depthwise();
+  void transpose_conv();
+  void fully_connected();
+  void pool();
+  void binary();
+  void unary();
+  void prelu();
+  void reduce();
+  void reshape();
+  void concat();
+  void pad();
+  void resize();
+  void softmax();
+  void split();
+  void slice();
+  void transpose();
+  void dequantize();
+  void quantize();
+  void depth_space();
+  void batch_matmul();
+  void pack();
+
+  void read_inputs();
+  void finish_outputs();
+  Blob weight_blob(int t, const std::vector<int64_t>& perm, bool per_channel_axis0);
+};
+
+// ---------------------------------------------------------------------------
+// The file
+
+const fb::Tensor& Importer::tensor(int t) const {
+  const auto* ts = g_->tensors();
+  if (!ts || t < 0 || t >= static_cast<int>(ts->size()) || !ts->Get(static_cast<unsigned>(t)))
+    throw error(fmt::format("tensor index {} is outside the subgraph's {} tensors", t, ts ? ts->size() : 0), "inputs");
+  return *ts->Get(static_cast<unsigned>(t));
+}
+
+std::string Importer::tensor_name(int t) const {
+  const auto* n = tensor(t).name();
+  return n && n->size() ? n->str() : fmt::format("tensor_{}", t);
+}
+
+Shape Importer::tf_shape(int t) const {
+  const auto* s = tensor(t).shape();
+  std::vector<int64_t> dims;
+  if (s) {
+    if (s->size() > static_cast<unsigned>(Shape::max_rank))
+      throw error(fmt::format("tensor '{}' has rank {} (at most {})", tensor_name(t), s->size(), Shape::max_rank), "shape");
+    for (int32_t d : *s) {
+      if (d < 0)
+        throw error(fmt::format("tensor '{}' has a dim of {} in its shape", tensor_name(t), d), "shape");
+      dims.push_back(d);
+    }
+  }
+  return Shape(dims);
+}
+
+QInfo Importer::qinfo(int t) const {
+  QInfo q;
+  const auto* qp = tensor(t).quantization();
+  if (!qp || !qp->scale() || qp->scale()->size() == 0) return q;
+  if (qp->details_type() != fb::QuantizationDetails::NONE)
+    throw Unsupported{fmt::format("tensor '{}' has custom quantisation", tensor_name(t))};
+  q.scales.assign(qp->scale()->begin(), qp->scale()->end());
+  if (qp->zero_point()) q.zero_points.assign(qp->zero_point()->begin(), qp->zero_point()->end());
+  if (q.zero_points.empty()) q.zero_points.assign(q.scales.size(), 0);
+  if (q.zero_points.size() != q.scales.size())
+    throw error(fmt::format("tensor '{}' has {} scales and {} zero points", tensor_name(t), q.scales.size(),
+                            q.zero_points.size()), "quantization");
+  for (float s : q.scales)
+    if (!(s > 0) || !core::quant_scale_in_range(s))
+      throw error(fmt::format("tensor '{}' has quantisation scale {}", tensor_name(t), s), "quantization");
+  q.dim = qp->quantized_dimension();
+  return q;
+}
+
+bool Importer::quantized_activation(int t) const {
+  const int ty = ttype(t);
+  return (ty == I8 || ty == U8 || ty == I16) && qinfo(t).present();
+}
+
+std::span<const uint8_t> Importer::buffer(int t) const {
+  const uint32_t b = tensor(t).buffer();
+  const auto* bufs = model_->buffers();
+  if (b == 0) return {};
+  if (!bufs || b >= bufs->size() || !bufs->Get(b))
+    throw error(fmt::format("tensor '{}' names buffer {} of {}", tensor_name(t), b, bufs ? bufs->size() : 0), "buffer");
+  const fb::Buffer& buf = *bufs->Get(b);
+  if (buf.offset() > 1) {  // data stored after the FlatBuffer (files over 2 GB)
+    if (buf.offset() > file_.size || buf.size() > file_.size - buf.offset())
+      throw error(fmt::format("tensor '{}': buffer {} lies at {}+{}, past the file's {} bytes", tensor_name(t), b,
+                              buf.offset(), buf.size(), file_.size), "buffer");
+    return {file_.data + buf.offset(), static_cast<std::size_t>(buf.size())};
+  }
+  if (!buf.data()) return {};
+  return {buf.data()->data(), buf.data()->size()};
+}
+
+Blob Importer::read_constant(int t) const {
+  const Shape s = tf_shape(t);
+  const int ty = ttype(t);
+  std::size_t elem = 0;
+  switch (ty) {
+    case F32: case I32: elem = 4; break;
+    case F16: case I16: elem = 2; break;
+    case I8: case U8: case BOOL: elem = 1; break;
+    case I64: case F64: elem = 8; break;
+    default: throw Unsupported{fmt::format("constant tensor '{}' of type {}", tensor_name(t), type_name(ty))};
+  }
+  if (tensor(t).sparsity()) throw Unsupported{fmt::format("sparse constant tensor '{}'", tensor_name(t))};
+  const std::span<const uint8_t> bytes = buffer(t);
+  const auto n = static_cast<std::size_t>(s.numel());
+  if (bytes.size() != n * elem)
+    throw error(fmt::format("tensor '{}' {} {} needs {} bytes, its buffer holds {}", tensor_name(t), type_name(ty),
+                            s.to_string(), n * elem, bytes.size()), "buffer");
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint8_t* p = bytes.data() + i * elem;
+    switch (ty) {
+      case F32: { float f; std::memcpy(&f, p, 4); v[i] = f; break; }
+      case F64: { double f; std::memcpy(&f, p, 8); v[i] = f; break; }
+      case F16: { uint16_t h; std::memcpy(&h, p, 2); v[i] = core::half_to_float(h); break; }
+      case I32: { int32_t x; std::memcpy(&x, p, 4); v[i] = x; break; }
+      case I64: { int64_t x; std::memcpy(&x, p, 8); v[i] = static_cast<double>(x); break; }
+      case I16: { int16_t x; std::memcpy(&x, p, 2); v[i] = x; break; }
+      case I8: v[i] = static_cast<int8_t>(*p); break;
+      default: v[i] = *p; break;  // U8, BOOL
+    }
+  }
+  const QInfo q = (ty == I8 || ty == U8 || ty == I16 || ty == I32 || ty == I64) ? qinfo(t) : QInfo{};
+  Blob out = Blob::allocate(s);
+  float* o = out.data_as<float>();
+  if (!q.present()) {
+    for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<float>(v[i]);
+    return out;
+  }
+  // Dequantised along quantized_dimension (per channel) or per tensor.
+  int64_t inner = 1, dim = 1;
+  if (q.scales.size() > 1) {
+    if (q.dim < 0 || q.dim >= s.rank() || s[q.dim] != static_cast<int64_t>(q.scales.size()))
+      throw error(fmt::format("tensor '{}' {} has {} scales along dim {}", tensor_name(t), s.to_string(), q.scales.size(),
+                              q.dim), "quantization");
+    dim = s[q.dim];
+    for (int d = q.dim + 1; d < s.rank(); ++d) inner *= s[d];
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<std::size_t>(q.scales.size() > 1 ? static_cast<int64_t>(i) / inner % dim : 0);
+    o[i] = static_cast<float>((v[i] - static_cast<double>(q.zero_points[c])) * q.scales[c]);
+  }
+  return out;
+}
+
+std::vector<int64_t> Importer::ints(int t, const char* field) const {
+  const Blob* c = constant(t);
+  if (!c) throw Unsupported{fmt::format("input '{}' ({}) computed at run time: it must be a constant", tensor_name(t), field)};
+  std::vector<int64_t> out;
+  for (double v : core::to_doubles(*c)) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+int Importer::tensor_index(int t) const {
+  tensor(t);  // an index outside the subgraph is an Error
+  return t;
+}
+
+int Importer::in(int k) const {
+  if (k >= num_in()) throw error(fmt::format("{} has {} inputs, input {} is needed", op_name(code_), num_in(), k), "inputs");
+  const int t = op_->inputs()->Get(static_cast<unsigned>(k));
+  return t < 0 ? t : tensor_index(t);
+}
+
+int Importer::out(int k) const {
+  if (k >= num_out()) throw error(fmt::format("{} has {} outputs, output {} is needed", op_name(code_), num_out(), k), "outputs");
+  return tensor_index(op_->outputs()->Get(static_cast<unsigned>(k)));
+}
+
+const Blob& Importer::require_constant(int k, const char* field) const {
+  const Blob* c = constant(in(k));
+  if (!c) throw Unsupported{fmt::format("{} with its {} computed at run time (a constant is needed)", op_name(code_), field)};
+  return *c;
+}
+
+template <class T>
+const T* Importer::options() const {
+  const T* o = op_->builtin_options_as<T>();
+  if (!o)
+    throw error(fmt::format("{} has no {} (builtin_options type {})", op_name(code_), T::GetFullyQualifiedName(),
+                            static_cast<int>(op_->builtin_options_type())), "builtin_options");
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Graph building
+
+std::string Importer::fresh_blob(const std::string& base) {
+  std::string name = base;
+  for (int k = 1; !blobs_taken_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
+  return name;
+}
+
+std::string Importer::fresh_layer(const std::string& base) {
+  std::string name = base;
+  for (int k = 1; !layers_taken_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
+  return name;
+}
+
+Layer Importer::make(const std::string& type, std::vector<std::string> inputs, std::vector<std::string> outputs) {
+  Layer l;
+  l.type = type;
+  l.name = fresh_layer(layer_);
+  l.inputs = std::move(inputs);
+  l.outputs = std::move(outputs);
+  return l;
+}
+
+void Importer::add(Layer l) {
+  std::vector<Shape> ins;
+  for (const auto& i : l.inputs) ins.push_back(shapes_.at(i));
+  std::vector<Shape> outs;
+  try {
+    outs = core::infer_layer_shapes(l, ins);
+  } catch (const Error& e) {
+    throw Error(e.message(), path_, layer_, e.field());
+  }
+  for (std::size_t k = 0; k < outs.size(); ++k) shapes_[l.outputs[k]] = outs[k];
+  graph_.layers.push_back(std::move(l));
+}
+
+std::string Importer::unary_layer(const std::string& type, const std::string& x, std::map<std::string, Attr> params,
+                                  const char* suffix) {
+  const std::string y = fresh_blob(fmt::format("{}/{}", x, suffix ? suffix : type.c_str()));
+  Layer l = make(type, {x}, {y});
+  l.params = std::move(params);
+  add(std::move(l));
+  return y;
+}
+
+std::string Importer::constant_blob(const Blob& value, const std::string& base) {
+  const std::string y = fresh_blob(base);
+  Layer l;
+  l.type = "constant";
+  l.name = fresh_layer(y);
+  l.outputs = {y};
+  l.weights["value"] = value;
+  add(std::move(l));
+  return y;
+}
+
+std::string Importer::tf(int t) {
+  Held& h = held_[static_cast<std::size_t>(t)];
+  if (!h.tf.empty()) return h.tf;
+  if (const Blob* c = constant(t)) return h.tf = constant_blob(*c, tensor_name(t));
+  if (h.nchw.empty()) throw error(fmt::format("tensor '{}' is read before any operator computes it", tensor_name(t)), "inputs");
+  const Shape s = tf_shape(t);
+  const std::string saved = layer_;
+  layer_ = tensor_name(t) + "/nhwc";
+  h.tf = order_free(s) ? unary_layer("reshape", h.nchw, {{"shape", s.to_vector()}}, "nhwc")
+                       : unary_layer("transpose", h.nchw, {{"perm", kToNhwc}}, "nhwc");
+  layer_ = saved;
+  return h.tf;
+}
+
+std::string Importer::nchw(int t) {
+  Held& h = held_[static_cast<std::size_t>(t)];
+  if (!h.nchw.empty()) return h.nchw;
+  const Shape s = tf_shape(t);
+  if (s.rank() != 4) throw error(fmt::format("tensor '{}' {} is read as an image (rank 4 needed)", tensor_name(t), s.to_string()), "inputs");
+  if (const Blob* c = constant(t)) return h.nchw = constant_blob(core::transposed(*c, kToNchw), tensor_name(t) + "/nchw");
+  const std::string x = tf(t);
+  const std::string saved = layer_;
+  layer_ = tensor_name(t) + "/nchw";
+  h.nchw = order_free(s) ? unary_layer("reshape", x, {{"shape", permuted(s, kToNchw).to_vector()}}, "nchw")
+                         : unary_layer("transpose", x, {{"perm", kToNchw}}, "nchw");
+  layer_ = saved;
+  return h.nchw;
+}
+
+std::string Importer::nchw_broadcast(int t) {
+  const Shape s = tf_shape(t);
+  if (s.rank() == 4) return nchw(t);
+  if (s.rank() > 4) throw Unsupported{fmt::format("{} of a rank-{} tensor with an image", op_name(code_), s.rank())};
+  std::vector<int64_t> d(static_cast<std::size_t>(4 - s.rank()), 1);
+  for (int64_t v : s) d.push_back(v);
+  const Shape s4(d), n4 = permuted(s4, kToNchw);
+  if (const Blob* c = constant(t)) {
+    if (c->shape().numel() == 1) return tf(t);  // a scalar broadcasts in either form
+    return constant_blob(core::transposed(core::reshaped(*c, s4), kToNchw), tensor_name(t) + "/nchw");
+  }
+  const std::string x = unary_layer("reshape", tf(t), {{"shape", s4.to_vector()}}, "rank4");
+  return order_free(s4) ? unary_layer("reshape", x, {{"shape", n4.to_vector()}}, "nchw")
+                        : unary_layer("transpose", x, {{"perm", kToNchw}}, "nchw");
+}
+
+std::string Importer::target(int t) {
+  const std::string name = tensor_name(t);
+  return fresh_blob(quantized_activation(t) ? name + "/real" : name);
+}
+
+void Importer::finish(int t, const std::string& blob, bool is_nchw) {
+  std::string y = blob;
+  const Shape want = is_nchw ? permuted(tf_shape(t), kToNchw) : tf_shape(t);
+  const Shape& got = shapes_.at(y);
+  if (got != want && !(tensor(t).shape() == nullptr || tensor(t).shape()->size() == 0))
+    throw error(fmt::format("the file gives tensor '{}' the shape {}, {} computes {}{}", tensor_name(t),
+                            tf_shape(t).to_string(), op_name(code_), is_nchw ? permuted(got, kToNhwc).to_string() : got.to_string(),
+                            is_nchw ? " (NHWC)" : ""), "shape");
+  if (quantized_activation(t)) {
+    const QInfo q = qinfo(t);
+    if (q.scales.size() != 1) throw Unsupported{fmt::format("activation '{}' quantised per channel", tensor_name(t))};
+    if (ttype(t) == I16) throw Unsupported{fmt::format("int16 activation '{}' (8-bit quantisation only)", tensor_name(t))};
+    const bool u8 = ttype(t) == U8;
+    const std::string q_name = fresh_blob(tensor_name(t));
+    Layer l = make("fake_quant", {y}, {q_name});
+    l.params["scale"] = static_cast<double>(q.scales[0]);
+    l.params["zero_point"] = q.zero_points[0];
+    l.params["qmin"] = int64_t{u8 ? 0 : -128};
+    l.params["qmax"] = int64_t{u8 ? 255 : 127};
+    add(std::move(l));
+    y = q_name;
+  }
+  Held& h = held_[static_cast<std::size_t>(t)];
+  (is_nchw ? h.nchw : h.tf) = y;
+}
+
+void Importer::activation(int t, std::string x, bool is_nchw, int fused) {
+  switch (fused) {
+    case 0: break;
+    case 1: x = unary_layer("relu", x); break;
+    case 2: x = unary_layer("clip", x, {{"min", -1.0}, {"max", 1.0}}); break;
+    case 3: x = unary_layer("clip", x, {{"min", 0.0}, {"max", 6.0}}, "relu6"); break;
+    case 4: x = unary_layer("tanh", x); break;
+    default: throw Unsupported{fmt::format("{} with fused activation {} (NONE, RELU, RELU_N1_TO_1, RELU6, TANH)",
+                                           op_name(code_), fused)};
+  }
+  finish(t, x, is_nchw);
+}
+
+// ---------------------------------------------------------------------------
+// Operators
+
+/// TFLite's SAME padding of one spatial dim: {before, after}.
+std::pair<int64_t, int64_t> same_pads(int64_t in, int64_t k, int64_t s, int64_t d) {
+  const int64_t out = (in + s - 1) / s;
+  const int64_t total = std::max<int64_t>((out - 1) * s + (k - 1) * d + 1 - in, 0);
+  return {total / 2, total - total / 2};
+}
+
+std::vector<int64_t> window_pads(int padding, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                                 int64_t dh, int64_t dw) {
+  if (padding != 0) return {0, 0, 0, 0};  // VALID
+  auto [t, b] = same_pads(h, kh, sh, dh);
+  auto [l, r] = same_pads(w, kw, sw, dw);
+  return {t, l, b, r};
+}
+
+Blob Importer::weight_blob(int t, const std::vector<int64_t>& perm, bool per_channel_axis0) {
+  const Blob* c = constant(t);
+  if (!c) throw Unsupported{fmt::format("{} with run-time weights '{}'", op_name(code_), tensor_name(t))};
+  Blob w = perm.empty() ? *c : core::transposed(*c, perm);
+  // Symmetric int8 weights keep the file's grid (per output channel or per
+  // tensor): the qint8 routines compute with the file's integers and scales.
+  if (per_channel_axis0 && ttype(t) == I8) {
+    const QInfo q = qinfo(t);
+    const int64_t channels = w.shape()[0];
+    const bool along_out = q.scales.size() == 1 ||
+                           (static_cast<int64_t>(q.scales.size()) == channels && !perm.empty() && perm[0] == q.dim) ||
+                           (static_cast<int64_t>(q.scales.size()) == channels && perm.empty() && q.dim == 0);
+    if (q.present() && along_out && std::all_of(q.zero_points.begin(), q.zero_points.end(), [](int64_t z) { return z == 0; })) {
+      std::vector<float> scales = q.scales;
+      if (scales.size() == 1) scales.assign(static_cast<std::size_t>(channels), q.scales[0]);
+      w.quant().scales = std::move(scales);
+      w.quant().axis = 0;
+    }
+  }
+  return w;
+}
+
+void Importer::conv2d() {
+  const auto* o = options<fb::Conv2DOptions>();
+  const int x = in(0);
+  const Shape xs = tf_shape(x);
+  if (xs.rank() != 4) throw error(fmt::format("input {} is not NHWC", xs.to_string()), "inputs");
+  Blob w = weight_blob(in(1), {0, 3, 1, 2}, true);  // OHWI -> OIHW
+  const Shape& ws = w.shape();
+  if (ws.rank() != 4 || ws[1] < 1 || xs[3] % ws[1] != 0)
+    throw error(fmt::format("filter {} (OHWI) for input channels {}", tf_shape(in(1)).to_string(), xs[3]), "filter");
+  Layer l = make("conv2", {nchw(x)}, {target(out(0))});
+  const int64_t sh = o->stride_h(), sw = o->stride_w(), dh = o->dilation_h_factor(), dw = o->dilation_w_factor();
+  l.params["strides"] = std::vector<int64_t>{sh, sw};
+  l.params["dilations"] = std::vector<int64_t>{dh, dw};
+  l.params["pads"] = window_pads(o->padding(), xs[1], xs[2], ws[2], ws[3], sh, sw, dh, dw);
+  l.params["group"] = xs[3] / ws[1];
+  l.weights["weight"] = std::move(w);
+  if (num_in() > 2 && in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  activation(out(0), y, true, o->fused_activation_function());
+}
+
+void Importer::depthwise() {
+  const auto* o = options<fb::DepthwiseConv2DOptions>();
+  const int x = in(0);
+  const Shape xs = tf_shape(x);
+  if (xs.rank() != 4) throw error(fmt::format("input {} is not NHWC", xs.to_string()), "inputs");
+  Blob w = weight_blob(in(1), {3, 0, 1, 2}, true);  // [1,KH,KW,C*M] -> [C*M,1,KH,KW]
+  const Shape& ws = w.shape();
+  if (ws.rank() != 4 || ws[1] != 1 || xs[3] < 1 || ws[0] % xs[3] != 0)
+    throw error(fmt::format("filter {} for input channels {}", tf_shape(in(1)).to_string(), xs[3]), "filter");
+  Layer l = make("conv2", {nchw(x)}, {target(out(0))});
+  const int64_t sh = o->stride_h(), sw = o->stride_w(), dh = o->dilation_h_factor(), dw = o->dilation_w_factor();
+  l.params["strides"] = std::vector<int64_t>{sh, sw};
+  l.params["dilations"] = std::vector<int64_t>{dh, dw};
+  l.params["pads"] = window_pads(o->padding(), xs[1], xs[2], ws[2], ws[3], sh, sw, dh, dw);
+  l.params["group"] = xs[3];
+  l.weights["weight"] = std::move(w);
+  if (num_in() > 2 && in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  activation(out(0), y, true, o->fused_activation_function());
+}
+
+void Importer::transpose_conv() {
+  const auto* o = options<fb::TransposeConvOptions>();
+  const int x = in(2);
+  const Shape xs = tf_shape(x), ys = tf_shape(out(0));
+  if (xs.rank() != 4 || ys.rank() != 4) throw error(fmt::format("input {} is not NHWC", xs.to_string()), "inputs");
+  Blob w = weight_blob(in(1), {3, 0, 1, 2}, false);  // [O,KH,KW,I] -> [I,O,KH,KW]
+  const Shape& ws = w.shape();
+  if (ws.rank() != 4 || ws[0] != xs[3]) throw error(fmt::format("filter {} for input channels {}", tf_shape(in(1)).to_string(), xs[3]), "filter");
+  const int64_t sh = o->stride_h(), sw = o->stride_w();
+  if (sh < 1 || sw < 1) throw error(fmt::format("strides {}x{}", sh, sw), "stride_h");
+  // TFLite pads as the forward convolution from the output to the input would;
+  // what the full transposed convolution makes past the output is cut off
+  // (pads) or, where it is short, made up by output_padding.
+  std::vector<int64_t> pads(4), extra(2);
+  for (int a = 0; a < 2; ++a) {
+    const int64_t s = a ? sw : sh, k = ws[2 + a], i = xs[1 + a], want = ys[1 + a];
+    const int64_t before = o->padding() == 0 ? same_pads(want, k, s, 1).first : 0;
+    const int64_t full = (i - 1) * s + k;
+    int64_t after = full - before - want;
+    if (after < 0) {
+      extra[static_cast<std::size_t>(a)] = -after;
+      after = 0;
+    }
+    pads[static_cast<std::size_t>(a)] = before;
+    pads[static_cast<std::size_t>(a + 2)] = after;
+  }
+  Layer l = make("deconv2", {nchw(x)}, {target(out(0))});
+  l.params["strides"] = std::vector<int64_t>{sh, sw};
+  l.params["pads"] = pads;
+  if (extra[0] || extra[1]) l.params["output_padding"] = extra;
+  l.weights["weight"] = std::move(w);
+  if (num_in() > 3 && in(3) >= 0) l.weights["bias"] = weight_blob(in(3), {}, false);
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  activation(out(0), y, true, o->fused_activation_function());
+}
+
+void Importer::fully_connected() {
+  const auto* o = options<fb::FullyConnectedOptions>();
+  if (o->weights_format() != 0) throw Unsupported{"FULLY_CONNECTED with shuffled weights"};
+  const int x = in(0);
+  const Shape xs = tf_shape(x);
+  Blob w = weight_blob(in(1), {}, true);
+  if (w.shape().rank() != 2 || xs.rank() < 1 || xs.numel() % w.shape()[1] != 0)
+    throw error(fmt::format("weights {} for input {}", w.shape().to_string(), xs.to_string()), "weights");
+  const int64_t k = w.shape()[1];
+  std::string xb = tf(x);
+  if (!o->keep_num_dims() && !(xs.rank() == 2 && xs[1] == k))
+    xb = unary_layer("reshape", xb, {{"shape", std::vector<int64_t>{xs.numel() / k, k}}}, "rows");
+  Layer l = make("dense", {xb}, {target(out(0))});
+  l.weights["weight"] = std::move(w);
+  if (num_in() > 2 && in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  activation(out(0), y, false, o->fused_activation_function());
+}
+
+void Importer::pool() {
+  const auto* o = options<fb::Pool2DOptions>();
+  const int x = in(0);
+  const Shape xs = tf_shape(x);
+  if (xs.rank() != 4) throw error(fmt::format("input {} is not NHWC", xs.to_string()), "inputs");
+  Layer l = make("pool2", {nchw(x)}, {target(out(0))});
+  const int64_t kh = o->filter_height(), kw = o->filter_width(), sh = o->stride_h(), sw = o->stride_w();
+  l.params["mode"] = std::string(code_ == MAX_POOL_2D ? "max" : "avg");
+  l.params["kernel"] = std::vector<int64_t>{kh, kw};
+  l.params["strides"] = std::vector<int64_t>{sh, sw};
+  l.params["pads"] = window_pads(o->padding(), xs[1], xs[2], kh, kw, sh, sw, 1, 1);
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  activation(out(0), y, true, o->fused_activation_function());
+}
+
+void Importer::binary() {
+  static const std::map<int, std::string> types = {{ADD, "add"}, {SUB, "sub"}, {MUL, "mul"}, {DIV, "div"},
+                                                   {MAXIMUM, "max"}, {MINIMUM, "min"}, {POW, "pow"},
+                                                   {SQUARED_DIFFERENCE, "sub"}};
+  const int a = in(0), b = in(1);
+  const bool image = std::max(tf_shape(a).rank(), tf_shape(b).rank()) == 4 &&
+                     ((rank4(a) && !constant(a)) || (rank4(b) && !constant(b)));
+  const std::string xa = image ? nchw_broadcast(a) : tf(a), xb = image ? nchw_broadcast(b) : tf(b);
+  int fused = 0;
+  if (code_ == ADD) fused = options<fb::AddOptions>()->fused_activation_function();
+  if (code_ == SUB) fused = options<fb::SubOptions>()->fused_activation_function();
+  if (code_ == MUL) fused = options<fb::MulOptions>()->fused_activation_function();
+  if (code_ == DIV) fused = options<fb::DivOptions>()->fused_activation_function();
+  std::string y = code_ == SQUARED_DIFFERENCE ? fresh_blob(tensor_name(out(0)) + "/difference") : target(out(0));
+  Layer l = make(types.at(code_), {xa, xb}, {y});
+  add(std::move(l));
+  if (code_ == SQUARED_DIFFERENCE) {
+    const std::string sq = target(out(0));
+    add(make("mul", {y, y}, {sq}));
+    y = sq;
+  }
+  activation(out(0), y, image, fused);
+}
+
+void Importer::unary() {
+  const int x = in(0);
+  const bool image = holds_nchw(x);
+  const std::string xb = image ? nchw(x) : tf(x);
+  const std::string y = target(out(0));
+  Layer l;
+  switch (code_) {
+    case RELU: l = make("relu", {xb}, {y}); break;
+    case RELU6: l = make("clip", {xb}, {y}); l.params = {{"min", 0.0}, {"max", 6.0}}; break;
+    case RELU_N1_TO_1: l = make("clip", {xb}, {y}); l.params = {{"min", -1.0}, {"max", 1.0}}; break;
+    case LOGISTIC: l = make("sigmoid", {xb}, {y}); break;
+    case TANH: l = make("tanh", {xb}, {y}); break;
+    case HARD_SWISH: l = make("hardswish", {xb}, {y}); break;
+    case ABS: l = make("abs", {xb}, {y}); break;
+    case NEG: l = make("neg", {xb}, {y}); break;
+    case EXP: l = make("exp", {xb}, {y}); break;
+    case LOG: l = make("log", {xb}, {y}); break;
+    case SQRT: l = make("sqrt", {xb}, {y}); break;
+    case SQUARE: l = make("mul", {xb, xb}, {y}); break;
+    case RSQRT: l = make("reciprocal", {unary_layer("sqrt", xb)}, {y}); break;
+    case LEAKY_RELU:
+      l = make("leaky_relu", {xb}, {y});
+      l.params["alpha"] = static_cast<double>(options<fb::LeakyReluOptions>()->alpha());
+      break;
+    case GELU:
+      l = make("gelu", {xb}, {y});
+      if (const auto* g = op_->builtin_options_as<fb::GeluOptions>(); g && g->approximate()) l.params["approximate"] = std::string("tanh");
+      break;
+    default: throw Unsupported{"no translation"};
+  }
+  add(std::move(l));
+  finish(out(0), y, image);
+}
+
+void Importer::prelu() {
+  const int x = in(0);
+  const Blob& alpha = require_constant(1, "alpha");
+  const bool image = rank4(x);
+  Blob slope = alpha;
+  if (image) {
+    const Shape as = alpha.shape();
+    if (as.rank() > 4) throw error(fmt::format("alpha {} for input {}", as.to_string(), tf_shape(x).to_string()), "alpha");
+    std::vector<int64_t> d(static_cast<std::size_t>(4 - as.rank()), 1);
+    for (int64_t v : as) d.push_back(v);
+    slope = core::transposed(core::reshaped(alpha, Shape(d)), kToNchw);
+  }
+  Layer l = make("prelu", {image ? nchw(x) : tf(x)}, {target(out(0))});
+  l.weights["slope"] = std::move(slope);
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, image);
+}
+
+void Importer::reduce() {
+  static const std::map<int, std::string> modes = {{MEAN, "mean"}, {SUM, "sum"}, {REDUCE_MAX, "max"},
+                                                   {REDUCE_MIN, "min"}, {REDUCE_PROD, "prod"}};
+  const int x = in(0);
+  const Shape xs = tf_shape(x);
+  const bool keep = options<fb::ReducerOptions>()->keep_dims();
+  std::vector<int64_t> axes;
+  for (int64_t a : ints(in(1), "axis")) {
+    if (a < -xs.rank() || a >= xs.rank()) throw error(fmt::format("axis {} of a rank-{} input", a, xs.rank()), "axis");
+    axes.push_back(a < 0 ? a + xs.rank() : a);
+  }
+  const bool image = xs.rank() == 4;
+  if (image)
+    for (auto& a : axes) a = nchw_axis(static_cast<int>(a));
+  const std::string y = keep ? target(out(0)) : fresh_blob(tensor_name(out(0)) + "/kept");
+  Layer l = make("reduce", {image ? nchw(x) : tf(x)}, {y});
+  l.params["mode"] = modes.at(code_);
+  l.params["axes"] = axes;
+  l.params["keepdims"] = int64_t{1};
+  add(std::move(l));
+  if (keep) return finish(out(0), y, image);
+  // Without keep_dims: the kept dims in the file's order.
+  std::string yt = y;
+  if (image && !order_free(permuted(shapes_.at(y), kToNhwc)))
+    yt = unary_layer("transpose", y, {{"perm", kToNhwc}}, "nhwc");
+  const std::string r = target(out(0));
+  Layer rs = make("reshape", {yt}, {r});
+  rs.params["shape"] = tf_shape(out(0)).to_vector();
+  add(std::move(rs));
+  finish(out(0), r, false);
+}
+
+void Importer::reshape() {
+  // RESHAPE, SQUEEZE, EXPAND_DIMS: the file gives the result's shape.
+  const int x = in(0);
+  const Shape ys = tf_shape(out(0));
+  if (ys.numel() != tf_shape(x).numel())
+    throw error(fmt::format("{} of {} into {}", op_name(code_), tf_shape(x).to_string(), ys.to_string()), "shape");
+  if (const Blob* c = constant(x)) {
+    if (!quantized_activation(out(0))) {
+      constants_[out(0)] = core::reshaped(*c, ys);
+      return;
+    }
+  }
+  Layer l = make("reshape", {tf(x)}, {target(out(0))});
+  l.params["shape"] = ys.to_vector();
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, false);
+}
+
+void Importer::concat() {
+  const auto* o = options<fb::ConcatenationOptions>();
+  const int r = tf_shape(out(0)).rank();
+  int axis = o->axis();
+  if (axis < -r || axis >= r) throw error(fmt::format("axis {} of rank {}", axis, r), "axis");
+  if (axis < 0) axis += r;
+  const bool image = r == 4;
+  std::vector<std::string> xs;
+  for (int k = 0; k < num_in(); ++k) xs.push_back(image ? nchw(in(k)) : tf(in(k)));
+  Layer l = make("concat", xs, {target(out(0))});
+  l.params["axis"] = int64_t{image ? nchw_axis(axis) : axis};
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  activation(out(0), y, image, o->fused_activation_function());
+}
+
+void Importer::pad() {
+  const int x = in(0);
+  const int r = tf_shape(x).rank();
+  const std::vector<int64_t> p = ints(in(1), "paddings");
+  if (static_cast<int>(p.size()) != 2 * r) throw error(fmt::format("{} paddings for rank {}", p.size(), r), "paddings");
+  const bool image = r == 4;
+  std::vector<int64_t> pads(static_cast<std::size_t>(2 * r));
+  for (int a = 0; a < r; ++a) {
+    const int d = image ? nchw_axis(a) : a;
+    if (p[static_cast<std::size_t>(2 * a)] < 0 || p[static_cast<std::size_t>(2 * a + 1)] < 0)
+      throw Unsupported{"PAD with negative paddings"};
+    pads[static_cast<std::size_t>(d)] = p[static_cast<std::size_t>(2 * a)];
+    pads[static_cast<std::size_t>(d + r)] = p[static_cast<std::size_t>(2 * a + 1)];
+  }
+  Layer l = make("pad", {image ? nchw(x) : tf(x)}, {target(out(0))});
+  l.params["pads"] = pads;
+  if (code_ == MIRROR_PAD) {
+    if (options<fb::MirrorPadOptions>()->mode() != 0) throw Unsupported{"MIRROR_PAD in SYMMETRIC mode (REFLECT only)"};
+    l.params["mode"] = std::string("reflect");
+  } else if (code_ == PADV2 && num_in() > 2 && in(2) >= 0) {
+    l.params["value"] = core::to_doubles(require_constant(2, "constant_values")).at(0);
+  } else if (quantized_activation(x)) {
+    // Quantised PAD fills with the zero point, whose real value is 0.
+  }
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, image);
+}
+
+void Importer::resize() {
+  const int x = in(0);
+  const Shape xs = tf_shape(x);
+  const std::vector<int64_t> size = ints(in(1), "size");
+  if (xs.rank() != 4 || size.size() != 2 || size[0] < 1 || size[1] < 1)
+    throw error(fmt::format("size [{}] for input {}", fmt::join(size, ","), xs.to_string()), "size");
+  bool align = false, half = false;
+  if (code_ == RESIZE_BILINEAR) {
+    const auto* o = options<fb::ResizeBilinearOptions>();
+    align = o->align_corners();
+    half = o->half_pixel_centers();
+  } else {
+    const auto* o = options<fb::ResizeNearestNeighborOptions>();
+    align = o->align_corners();
+    half = o->half_pixel_centers();
+  }
+  if (align && half) throw Unsupported{fmt::format("{} with both align_corners and half_pixel_centers", op_name(code_))};
+  Layer l = make("resize", {nchw(x)}, {target(out(0))});
+  l.params["sizes"] = std::vector<int64_t>{xs[0], xs[3], size[0], size[1]};
+  if (code_ == RESIZE_BILINEAR) {
+    l.params["mode"] = std::string("linear");
+    l.params["coordinate_transformation_mode"] = std::string(align ? "align_corners" : half ? "half_pixel" : "asymmetric");
+  } else {
+    // TFLite: floor((y + 0.5*half) * scale), or round half up with align_corners.
+    l.params["mode"] = std::string("nearest");
+    l.params["coordinate_transformation_mode"] = std::string(align ? "align_corners" : half ? "tf_half_pixel_for_nn" : "asymmetric");
+    l.params["nearest_mode"] = std::string(align ? "round_prefer_ceil" : "floor");
+  }
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, true);
+}
+
+void Importer::softmax() {
+  const int x = in(0);
+  const float beta = options<fb::SoftmaxOptions>()->beta();
+  const bool image = holds_nchw(x) && rank4(x);
+  std::string xb = image ? nchw(x) : tf(x);
+  if (beta != 1.0f) {
+    const std::string scaled = fresh_blob(xb + "/beta");
+    add(make("mul", {xb, constant_blob(core::float_blob({}, {beta}), tensor_name(x) + "/beta")}, {scaled}));
+    xb = scaled;
+  }
+  Layer l = make("softmax", {xb}, {target(out(0))});
+  l.params["axis"] = int64_t{image ? 1 : -1};
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, image);
+}
+
+void Importer::split() {
+  const bool v = code_ == SPLIT_V;
+  const int x = v ? in(0) : in(1);
+  const Shape xs = tf_shape(x);
+  const std::vector<int64_t> ax = ints(v ? in(2) : in(0), "axis");
+  if (ax.size() != 1 || ax[0] < -xs.rank() || ax[0] >= xs.rank()) throw error("axis out of range", "axis");
+  const int axis = static_cast<int>(ax[0] < 0 ? ax[0] + xs.rank() : ax[0]);
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < num_out(); ++k) sizes.push_back(tf_shape(out(k))[axis]);
+  const bool image = xs.rank() == 4;
+  std::vector<std::string> ys;
+  for (int k = 0; k < num_out(); ++k) ys.push_back(target(out(k)));
+  Layer l = make("split", {image ? nchw(x) : tf(x)}, ys);
+  l.params["axis"] = int64_t{image ? nchw_axis(axis) : axis};
+  l.params["split"] = sizes;
+  add(std::move(l));
+  for (int k = 0; k < num_out(); ++k) finish(out(k), ys[static_cast<std::size_t>(k)], image);
+}
+
+void Importer::slice() {
+  // STRIDED_SLICE and SLICE: per axis a start, a count and a step.
+  const int x = in(0);
+  const Shape xs = tf_shape(x);
+  const int r = xs.rank();
+  std::vector<int64_t> begin = ints(in(1), "begin"), end, strides(static_cast<std::size_t>(r), 1);
+  int begin_mask = 0, end_mask = 0, shrink = 0;
+  if (code_ == SLICE) {
+    const std::vector<int64_t> size = ints(in(2), "size");
+    if (size.size() != static_cast<std::size_t>(r)) throw error("size has the wrong length", "size");
+    for (int a = 0; a < r; ++a) end.push_back(size[static_cast<std::size_t>(a)] < 0 ? xs[a] : begin[static_cast<std::size_t>(a)] + size[static_cast<std::size_t>(a)]);
+  } else {
+    const auto* o = options<fb::StridedSliceOptions>();
+    if (o->ellipsis_mask() || o->new_axis_mask()) throw Unsupported{"STRIDED_SLICE with ellipsis_mask or new_axis_mask"};
+    end = ints(in(2), "end");
+    strides = ints(in(3), "strides");
+    begin_mask = o->begin_mask();
+    end_mask = o->end_mask();
+    shrink = o->shrink_axis_mask();
+    if (o->offset())
+      for (std::size_t a = 0; a < end.size() && a < begin.size(); ++a) end[a] += begin[a];
+  }
+  if (begin.size() != static_cast<std::size_t>(r) || end.size() != static_cast<std::size_t>(r) || strides.size() != static_cast<std::size_t>(r))
+    throw error(fmt::format("begin, end and strides must have {} values", r), "begin");
+  struct Axis { int64_t start, count, step; };
+  std::vector<Axis> axes;
+  bool whole = true, unit = true;
+  for (int a = 0; a < r; ++a) {
+    const auto i = static_cast<std::size_t>(a);
+    const int64_t dim = xs[a], step = strides[i];
+    if (step == 0) throw error("a stride of 0", "strides");
+    auto clampi = [&](int64_t v, bool is_end) {
+      if (v < 0) v += dim;
+      return step > 0 ? std::clamp<int64_t>(v, 0, dim) : std::clamp<int64_t>(v, -1, dim - 1) + (is_end ? 0 : 0);
+    };
+    int64_t s = (begin_mask >> a) & 1 ? (step > 0 ? 0 : dim - 1) : clampi(begin[i], false);
+    int64_t e = (end_mask >> a) & 1 ? (step > 0 ? dim : -1) : clampi(end[i], true);
+    if ((shrink >> a) & 1) {
+      s = begin[i] < 0 ? begin[i] + dim : begin[i];
+      if (s < 0 || s >= dim) throw error(fmt::format("shrunk axis {} index {} outside {}", a, begin[i], dim), "begin");
+      e = s + 1;
+    }
+    int64_t count = step > 0 ? (e > s ? (e - s + step - 1) / step : 0) : (s > e ? (s - e + (-step) - 1) / (-step) : 0);
+    if ((shrink >> a) & 1) count = 1;
+    axes.push_back({s, count, (shrink >> a) & 1 ? 1 : step});
+    whole = whole && s == 0 && count == dim && axes.back().step == 1;
+    unit = unit && axes.back().step == 1;
+  }
+  const bool image = r == 4 && holds_nchw(x);
+  std::string cur = image ? nchw(x) : tf(x);
+  if (!whole) {
+    if (unit) {
+      for (int a = 0; a < r; ++a) {
+        const Axis& ax = axes[static_cast<std::size_t>(a)];
+        const int d = image ? nchw_axis(a) : a;
+        const int64_t dim = xs[a];
+        if (ax.start == 0 && ax.count == dim) continue;
+        std::vector<int64_t> sizes;
+        std::vector<std::string> outs;
+        if (ax.start > 0) sizes.push_back(ax.start), outs.push_back(fresh_blob(cur + "/before"));
+        sizes.push_back(ax.count);
+        outs.push_back(fresh_blob(cur + "/slice"));
+        const std::string kept = outs.back();
+        if (ax.start + ax.count < dim) sizes.push_back(dim - ax.start - ax.count), outs.push_back(fresh_blob(cur + "/after"));
+        Layer l = make("split", {cur}, outs);
+        l.params["axis"] = int64_t{d};
+        l.params["split"] = sizes;
+        add(std::move(l));
+        cur = kept;
+      }
+    } else {
+      // Other steps: the positions taken, in the layout held.
+      Shape held_shape = shapes_.at(cur);
+      std::vector<int64_t> out_dims, strides_held(static_cast<std::size_t>(r));
+      int64_t stride = 1;
+      for (int d = r - 1; d >= 0; --d) strides_held[static_cast<std::size_t>(d)] = stride, stride *= held_shape[d];
+      std::vector<Axis> held_axes(static_cast<std::size_t>(r));
+      for (int a = 0; a < r; ++a) held_axes[static_cast<std::size_t>(image ? nchw_axis(a) : a)] = axes[static_cast<std::size_t>(a)];
+      int64_t total = 1;
+      for (const Axis& ax : held_axes) out_dims.push_back(ax.count), total *= ax.count;
+      if (total > (int64_t{1} << 24)) throw Unsupported{fmt::format("STRIDED_SLICE taking {} elements with steps", total)};
+      std::vector<int64_t> pos(static_cast<std::size_t>(total));
+      for (int64_t i = 0; i < total; ++i) {
+        int64_t rem = i, p = 0;
+        for (int d = r - 1; d >= 0; --d) {
+          const Axis& ax = held_axes[static_cast<std::size_t>(d)];
+          const int64_t k = rem % ax.count;
+          rem /= ax.count;
+          p += (ax.start + k * ax.step) * strides_held[static_cast<std::size_t>(d)];
+        }
+        pos[static_cast<std::size_t>(i)] = p;
+      }
+      const std::string y = fresh_blob(cur + "/strided");
+      Layer l = make("take", {cur}, {y});
+      l.weights["indices"] = core::int_blob(Shape(out_dims), pos);
+      add(std::move(l));
+      cur = y;
+    }
+  }
+  const Shape ys = tf_shape(out(0));
+  const bool same_rank = ys.rank() == r;
+  if (same_rank) {
+    const std::string y = target(out(0));
+    add(make("identity", {cur}, {y}));
+    return finish(out(0), y, image);
+  }
+  // Shrunk axes: the file's order, then its shape.
+  if (image && !order_free(permuted(shapes_.at(cur), kToNhwc))) cur = unary_layer("transpose", cur, {{"perm", kToNhwc}}, "nhwc");
+  Layer l = make("reshape", {cur}, {target(out(0))});
+  l.params["shape"] = ys.to_vector();
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, false);
+}
+
+void Importer::transpose() {
+  const int x = in(0);
+  std::vector<int64_t> perm = ints(in(1), "perm");
+  const int r = tf_shape(x).rank();
+  if (static_cast<int>(perm.size()) != r) throw error(fmt::format("perm of {} values for rank {}", perm.size(), r), "perm");
+  std::string xb;
+  if (r == 4 && holds_nchw(x) && held_[static_cast<std::size_t>(x)].tf.empty()) {
+    xb = nchw(x);  // compose: the file's axis p is held at nchw_axis(p)
+    for (auto& p : perm) p = nchw_axis(static_cast<int>(p));
+  } else {
+    xb = tf(x);
+  }
+  Layer l = make("transpose", {xb}, {target(out(0))});
+  l.params["perm"] = perm;
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, false);
+}
+
+void Importer::dequantize() {
+  const int x = in(0);
+  if (const Blob* c = constant(x)) {  // float16 or int8 weights
+    constants_[out(0)] = *c;
+    return;
+  }
+  // A run-time quantised tensor is held as its real values already.
+  const bool image = holds_nchw(x);
+  const std::string y = target(out(0));
+  add(make("identity", {image ? nchw(x) : tf(x)}, {y}));
+  finish(out(0), y, image);
+}
+
+void Importer::quantize() {
+  const int x = in(0);
+  if (!quantized_activation(out(0))) throw Unsupported{fmt::format("QUANTIZE to {}", type_name(ttype(out(0))))};
+  const bool image = holds_nchw(x);
+  const std::string y = target(out(0));
+  add(make("identity", {image ? nchw(x) : tf(x)}, {y}));
+  finish(out(0), y, image);  // the fake_quant onto the output's grid
+}
+
+void Importer::depth_space() {
+  // In the file's layout: DEPTH_TO_SPACE [N,H,W,b*b*C] -> [N,H,W,b,b,C] -> [N,H,b,W,b,C] -> [N,H*b,W*b,C];
+  // SPACE_TO_DEPTH the reverse.
+  const int x = in(0);
+  const Shape xs = tf_shape(x), ys = tf_shape(out(0));
+  const int64_t b = code_ == DEPTH_TO_SPACE ? options<fb::DepthToSpaceOptions>()->block_size()
+                                            : options<fb::SpaceToDepthOptions>()->block_size();
+  if (xs.rank() != 4 || b < 1) throw error(fmt::format("block size {} for {}", b, xs.to_string()), "block_size");
+  std::string cur = tf(x);
+  if (code_ == DEPTH_TO_SPACE) {
+    cur = unary_layer("reshape", cur, {{"shape", std::vector<int64_t>{xs[0], xs[1], xs[2], b, b, xs[3] / (b * b)}}}, "blocks");
+    cur = unary_layer("transpose", cur, {{"perm", std::vector<int64_t>{0, 1, 3, 2, 4, 5}}}, "interleave");
+  } else {
+    cur = unary_layer("reshape", cur, {{"shape", std::vector<int64_t>{xs[0], xs[1] / b, b, xs[2] / b, b, xs[3]}}}, "blocks");
+    cur = unary_layer("transpose", cur, {{"perm", std::vector<int64_t>{0, 1, 3, 2, 4, 5}}}, "interleave");
+  }
+  Layer l = make("reshape", {cur}, {target(out(0))});
+  l.params["shape"] = ys.to_vector();
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, false);
+}
+
+void Importer::batch_matmul() {
+  const auto* o = options<fb::BatchMatMulOptions>();
+  auto operand = [&](int k, bool adj) {
+    std::string b = tf(in(k));
+    const int r = tf_shape(in(k)).rank();
+    if (adj) {
+      std::vector<int64_t> perm(static_cast<std::size_t>(r));
+      for (int i = 0; i < r; ++i) perm[static_cast<std::size_t>(i)] = i;
+      std::swap(perm[static_cast<std::size_t>(r - 1)], perm[static_cast<std::size_t>(r - 2)]);
+      b = unary_layer("transpose", b, {{"perm", perm}}, "adjoint");
+    }
+    return b;
+  };
+  const std::string a = operand(0, o->adj_x()), b = operand(1, o->adj_y());
+  const std::string y = target(out(0));
+  add(make("matmul", {a, b}, {y}));
+  finish(out(0), y, false);
+}
+
+void Importer::pack() {
+  const auto* o = options<fb::PackOptions>();
+  const Shape ys = tf_shape(out(0));
+  int axis = o->axis();
+  if (axis < 0) axis += ys.rank();
+  if (axis < 0 || axis >= ys.rank()) throw error(fmt::format("axis {} of rank {}", o->axis(), ys.rank()), "axis");
+  std::vector<std::string> parts;
+  for (int k = 0; k < num_in(); ++k) {
+    std::vector<int64_t> d = tf_shape(in(k)).to_vector();
+    d.insert(d.begin() + axis, 1);
+    parts.push_back(unary_layer("reshape", tf(in(k)), {{"shape", d}}, "packed"));
+  }
+  Layer l = make("concat", parts, {target(out(0))});
+  l.params["axis"] = int64_t{axis};
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, false);
+}
+
+void Importer::convert() {
+  switch (code_) {
+    case CONV_2D: return conv2d();
+    case DEPTHWISE_CONV_2D: return depthwise();
+    case TRANSPOSE_CONV: return transpose_conv();
+    case FULLY_CONNECTED: return fully_connected();
+    case AVERAGE_POOL_2D: case MAX_POOL_2D: return pool();
+    case ADD: case SUB: case MUL: case DIV: case MAXIMUM: case MINIMUM: case POW: case SQUARED_DIFFERENCE: return binary();
+    case RELU: case RELU6: case RELU_N1_TO_1: case LOGISTIC: case TANH: case HARD_SWISH: case ABS: case NEG: case EXP:
+    case LOG: case SQRT: case RSQRT: case SQUARE: case LEAKY_RELU: case GELU: return unary();
+    case PRELU: return prelu();
+    case MEAN: case SUM: case REDUCE_MAX: case REDUCE_MIN: case REDUCE_PROD: return reduce();
+    case RESHAPE: case SQUEEZE: case EXPAND_DIMS: return reshape();
+    case CONCATENATION: return concat();
+    case PAD: case PADV2: case MIRROR_PAD: return pad();
+    case RESIZE_BILINEAR: case RESIZE_NEAREST_NEIGHBOR: return resize();
+    case SOFTMAX: return softmax();
+    case SPLIT: case SPLIT_V: return split();
+    case STRIDED_SLICE: case SLICE: return slice();
+    case TRANSPOSE: return transpose();
+    case DEQUANTIZE: return dequantize();
+    case QUANTIZE: return quantize();
+    case DEPTH_TO_SPACE: case SPACE_TO_DEPTH: return depth_space();
+    case BATCH_MATMUL: return batch_matmul();
+    case PACK: return pack();
+    default: throw Unsupported{"no translation"};
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The net
+
+void Importer::read_inputs() {
+  std::set<int> inputs;
+  if (g_->inputs())
+    for (int t : *g_->inputs()) inputs.insert(t);
+  const int n = g_->tensors() ? static_cast<int>(g_->tensors()->size()) : 0;
+  held_.assign(static_cast<std::size_t>(n), Held{});
+  // Constants: tensors with data that no operator writes.
+  std::set<int> written;
+  if (g_->operators())
+    for (const auto* op : *g_->operators())
+      if (op && op->outputs())
+        for (int t : *op->outputs()) written.insert(t);
+  for (int t = 0; t < n; ++t) {
+    if (inputs.count(t) || written.count(t) || tensor(t).is_variable()) continue;
+    if (buffer(t).empty() && tf_shape(t).numel() != 0) continue;
+    try {
+      constants_[t] = read_constant(t);
+    } catch (const Unsupported& u) {
+      unsupported_.push_back(u.why);
+    }
+  }
+  for (int t : inputs) {
+    tensor_index(t);
+    const std::string name = tensor_name(t);
+    layer_ = name;
+    TensorInfo info;
+    info.name = fresh_blob(name);
+    info.shape = tf_shape(t);
+    const int ty = ttype(t);
+    Held& h = held_[static_cast<std::size_t>(t)];
+    h.tf = info.name;
+    shapes_[info.name] = info.shape;
+    if (ty == F32) {
+      info.dtype = DType::float32;
+    } else if ((ty == I8 || ty == U8) && qinfo(t).present()) {
+      // The file's integers at the edge; inside, their real values.
+      const QInfo q = qinfo(t);
+      info.dtype = ty == I8 ? DType::int8 : DType::uint8;
+      graph_.inputs.push_back(info);
+      std::string centred = info.name;
+      if (q.zero_points[0] != 0)
+        centred = fresh_blob(name + "/centred"), add(make("add", {info.name, constant_blob(core::float_blob({}, {static_cast<float>(-q.zero_points[0])}), name + "/zero_point")}, {centred}));
+      const std::string real = fresh_blob(name + "/real");
+      add(make("mul", {centred, constant_blob(core::float_blob({}, {q.scales[0]}), name + "/scale")}, {real}));
+      h.tf = real;
+      continue;
+    } else if (ty == I32 || ty == I64 || ty == BOOL || ty == U8 || ty == I8) {
+      info.dtype = ty == I32 ? DType::int32 : ty == I64 ? DType::int64 : ty == BOOL ? DType::boolean : ty == U8 ? DType::uint8 : DType::int8;
+    } else {
+      throw Error(fmt::format("input '{}' has type {} (float32, int8/uint8 quantised, integer and bool inputs)", name, type_name(ty)),
+                  path_, {}, "inputs");
+    }
+    graph_.inputs.push_back(info);
+  }
+}
+
+void Importer::finish_outputs() {
+  if (!g_->outputs() || g_->outputs()->size() == 0) throw Error("the subgraph has no outputs", path_, {}, "outputs");
+  std::set<std::string> names;
+  for (int t : *g_->outputs()) {
+    tensor_index(t);
+    const std::string name = tensor_name(t);
+    layer_ = name;
+    Held& h = held_.at(static_cast<std::size_t>(t));
+    if (!h.available) continue;
+    if (h.tf.empty() && h.nchw == name) {
+      // Held in nchw form under the tensor's own name: that name is the output's.
+      const std::string held = fresh_blob(name + "/nchw");
+      for (auto& l : graph_.layers) {
+        for (auto& i : l.inputs) if (i == name) i = held;
+        for (auto& o : l.outputs) if (o == name) o = held;
+      }
+      shapes_[held] = shapes_.at(name);
+      shapes_.erase(name);
+      for (auto& other : held_) {
+        if (other.nchw == name) other.nchw = held;
+        if (other.tf == name) other.tf = held;
+      }
+      const Shape s = tf_shape(t);
+      Layer l = make(order_free(s) ? "reshape" : "transpose", {held}, {name});
+      if (order_free(s)) l.params["shape"] = s.to_vector();
+      else l.params["perm"] = kToNhwc;
+      add(std::move(l));
+      h.tf = name;
+    }
+    std::string y = tf(t);
+    const int ty = ttype(t);
+    if ((ty == I8 || ty == U8) && qinfo(t).present()) {
+      // Back to the file's integers: y / scale + zero point, rounded.
+      const QInfo q = qinfo(t);
+      std::string v = fresh_blob(name + "/levels");
+      add(make("mul", {y, constant_blob(core::float_blob({}, {1.0f / q.scales[0]}), name + "/inverse_scale")}, {v}));
+      if (q.zero_points[0] != 0) {
+        const std::string w = fresh_blob(name + "/shifted");
+        add(make("add", {v, constant_blob(core::float_blob({}, {static_cast<float>(q.zero_points[0])}), name + "/zero_point")}, {w}));
+        v = w;
+      }
+      y = unary_layer("round", v, {{"mode", std::string("nearest_even")}}, "integers");
+      graph_.output_dtypes[name] = ty == I8 ? DType::int8 : DType::uint8;
+    } else if (ty != F32) {
+      if (ty == I32) graph_.output_dtypes[name] = DType::int32;
+      else if (ty == I64) graph_.output_dtypes[name] = DType::int64;
+      else if (ty == BOOL) graph_.output_dtypes[name] = DType::boolean;
+      else throw Error(fmt::format("output '{}' has type {}", name, type_name(ty)), path_, {}, "outputs");
+    }
+    if (y != name) {
+      // The net's output carries the file's tensor name.
+      if (blobs_taken_.count(name)) {
+        // Another blob holds that name (a constant or an input): keep ours unique.
+        graph_.outputs.push_back(y);
+        continue;
+      }
+      blobs_taken_.insert(name);
+      add(make("identity", {y}, {name}));
+      y = name;
+    }
+    if (!names.insert(y).second) continue;
+    graph_.outputs.push_back(y);
+  }
+}
+
+core::Graph Importer::run() {
+  flatbuffers::Verifier::Options vo;
+  vo.max_tables = 1u << 24;
+  // Over 2 GB, the FlatBuffer is the file's start and buffers lie after it.
+  const std::size_t fb_size = std::min<std::size_t>(file_.size, FLATBUFFERS_MAX_BUFFER_SIZE - 1);
+  flatbuffers::Verifier verifier(file_.data, fb_size, vo);
+  if (file_.size < 8 || !flatbuffers::BufferHasIdentifier(file_.data, fb::ModelIdentifier()))
+    throw Error("not a TensorFlow Lite model: no \"TFL3\" identifier at byte 4", path_);
+  if (!fb::VerifyModelBuffer(verifier))
+    throw Error("malformed TensorFlow Lite model: the FlatBuffer verifier refuses it (truncated or corrupt)", path_);
+  model_ = fb::GetModel(file_.data);
+  if (model_->version() != 3) throw Error(fmt::format("schema version {} (3 is read)", model_->version()), path_, {}, "version");
+  if (!model_->subgraphs() || model_->subgraphs()->size() == 0 || !model_->subgraphs()->Get(0))
+    throw Error("the model has no subgraph", path_, {}, "subgraphs");
+  g_ = model_->subgraphs()->Get(0);
+  read_inputs();
+  const auto* codes = model_->operator_codes();
+  const int n_ops = g_->operators() ? static_cast<int>(g_->operators()->size()) : 0;
+  for (int i = 0; i < n_ops; ++i) {
+    op_ = g_->operators()->Get(static_cast<unsigned>(i));
+    if (!op_) throw Error(fmt::format("operator {} is missing", i), path_, {}, "operators");
+    if (!codes || op_->opcode_index() >= codes->size() || !codes->Get(op_->opcode_index()))
+      throw Error(fmt::format("operator {} names operator code {} of {}", i, op_->opcode_index(), codes ? codes->size() : 0),
+                  path_, {}, "opcode_index");
+    const fb::OperatorCode& oc = *codes->Get(op_->opcode_index());
+    code_ = std::max<int>(oc.deprecated_builtin_code(), oc.builtin_code());
+    const std::string what = code_ == CUSTOM ? fmt::format("custom operator '{}'", oc.custom_code() ? oc.custom_code()->str() : "")
+                                             : op_name(code_);
+    layer_ = num_out() > 0 ? tensor_name(out(0)) : fmt::format("operator_{}", i);
+    bool ready = true;
+    for (int k = 0; k < num_in(); ++k) {
+      const int t = op_->inputs()->Get(static_cast<unsigned>(k));
+      if (t >= 0 && !held_[static_cast<std::size_t>(tensor_index(t))].available) ready = false;
+    }
+    auto mark_unavailable = [&] {
+      for (int k = 0; k < num_out(); ++k) held_.at(static_cast<std::size_t>(out(k))).available = false;
+    };
+    if (!ready) {
+      mark_unavailable();
+      continue;
+    }
+    try {
+      if (code_ == CUSTOM) throw Unsupported{"custom operators are not translated"};
+      convert();
+    } catch (const Unsupported& u) {
+      unsupported_.push_back(fmt::format("operator {} ({}, output '{}'): {}", i, what, layer_, u.why));
+      mark_unavailable();
+    } catch (const Error& e) {
+      throw e.file().empty() ? e.with_file(path_) : e;
+    }
+  }
+  if (unsupported_.empty()) finish_outputs();
+  if (!unsupported_.empty())
+    throw Error(fmt::format("{} unsupported operator{} (see softneuro/import.hpp for the TensorFlow Lite operators read):\n  {}",
+                            unsupported_.size(), unsupported_.size() == 1 ? "" : "s", fmt::join(unsupported_, "\n  ")),
+                path_, {}, "operators");
+  graph_.name = options_.name.empty() ? std::filesystem::path(path_).stem().string() : options_.name;
+  return std::move(graph_);
+}
+
+}  // namespace
+}  // namespace tflite_import
+
+Model import_tflite(const std::string& path, const ImportOptions& options) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  core::Graph graph;
+  try {
+    tflite_import::Mapped file(path);
+    tflite_import::Importer importer(file, path, options);
+    graph = importer.run();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory while importing", path);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("import failed: {}", e.what()), path);
+  }
+  for (const auto& [name, shape] : options.input_shapes) {
+    auto it = std::find_if(graph.inputs.begin(), graph.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
+    if (it == graph.inputs.end()) throw Error(fmt::format("--input-shape names '{}', which is not an input", name), path, {}, "inputs");
+    if (it->shape != shape)
+      throw Error(fmt::format("input '{}' is {} in the file; TensorFlow Lite models import at the shapes they were converted with",
+                              name, it->shape.to_string()), path, {}, "inputs");
+  }
+  try {
+    core::optimize(graph, import::pass_options(options));
+  } catch (const Error& e) {
+    throw e.file().empty() ? e.with_file(path) : e;
+  }
+  core::record_model_quantisation(graph);
+  Model model = detail::make_model(std::move(graph), path);
+  core::info("{}: read, translated and optimized in {:.1f} ms", path,
+             std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+  return model;
+}
+
+}  // namespace softneuro
