@@ -461,6 +461,23 @@ TEST_CASE("onednn add and mul match cpu/ref (same shapes, channel broadcast)", "
   }
 }
 
+TEST_CASE("onednn add with a fused relu stays inside its output where channels fill blocks of 8, not 16", "[onednn][binary]") {
+  // oneDNN 2.6's binary with an eltwise post-op, nChw8c on AVX-512, 24
+  // channels at 64x64: it wrote past the output (heap corruption, a crash in
+  // free; found tuning MediaPipe's face detector). The relu is now a second pass there.
+  for (const std::string& descriptor : onednn_routines("add")) {
+    INFO(descriptor);
+    std::mt19937 rng(17);
+    Tally tally{descriptor};
+    for (const Shape& a : {Shape{1, 24, 64, 64}, Shape{1, 40, 17, 17}, Shape{1, 8, 32, 32}}) {
+      INFO("shape " << a.to_string());
+      Layer l = test::make_layer("add", {{"act", std::string("relu")}}, {}, 2);
+      tally.run(l, {random_blob(a, rng), random_blob(a, rng)});
+    }
+    tally.check();
+  }
+}
+
 TEST_CASE("onednn batchnorm matches cpu/ref", "[onednn][batchnorm]") {
   const std::string descriptor = GENERATE(from_range(onednn_routines("batchnorm")));
   INFO(descriptor);

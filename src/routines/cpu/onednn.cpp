@@ -766,11 +766,12 @@ struct Binary {
     dnnl::binary::desc d(K::kAlg, act_md(out, l), act_md(small, l), act_md(out, l));
     // add's fused relu/clip: a post-op. oneDNN 2.6's binary with an eltwise
     // post-op writes wrong values on a blocked layout whose channels do not fill
-    // the last block (jit:uni, nChw8c with 2 or 12 channels): there it is a
-    // second pass, in place.
+    // the last block (jit:uni, nChw8c with 2 or 12 channels), and on AVX-512
+    // writes past the output where they fill blocks of 8 but not of 16 (nChw8c,
+    // 24 channels at 64x64): there it is a second pass, in place.
     const Activation act = core::fused_activation(*info.layer);
     const int64_t block = channel_block(l);
-    const bool post_op = block == 0 || out.rank() < 2 || out[1] % block == 0;
+    const bool post_op = block == 0 || out.rank() < 2 || out[1] % std::max<int64_t>(block, 16) == 0;
     Plan p;
     dnnl::post_ops ops;
     const bool pass = info.keep_nan && g_act_dt == dt::f32 && drops_nan(act);  // our pass after it
