@@ -186,6 +186,8 @@ class Importer {
   std::vector<Held> held_;
   std::map<int, Blob> constants_;  ///< float32 values in the file's layout
   std::map<std::string, Shape> shapes_;
+  /// The fake_quant layers' outputs: their input and parameters.
+  std::map<std::string, std::pair<std::string, std::map<std::string, Attr>>> fake_quant_of_;
   std::set<std::string> blobs_taken_, layers_taken_;
   std::vector<std::string> unsupported_;
   // The operator being translated.
@@ -232,6 +234,8 @@ class Importer {
   bool holds_nchw(int t) const { return !held_[static_cast<std::size_t>(t)].nchw.empty(); }
   std::string tf(int t);
   std::string nchw(int t);
+  /// Blob x (of the NHWC shape `nhwc`) in the other form.
+  std::string convert_form(const std::string& x, const Shape& nhwc, bool to_nchw, const std::string& name);
   /// Tensor t broadcast to rank 4 in nchw form (a lower-rank operand beside an image).
   std::string nchw_broadcast(int t);
   /// Blob name for operator output t: the op writes there, finish() completes it.
@@ -266,6 +270,7 @@ class Importer {
 
   void read_inputs();
   void finish_outputs();
+  void rename_blob(const std::string& from, const std::string& to);
   Blob weight_blob(int t, const std::vector<int64_t>& perm, bool per_channel_axis0);
 };
 
@@ -312,7 +317,7 @@ QInfo Importer::qinfo(int t) const {
     throw error(fmt::format("tensor '{}' has {} scales and {} zero points", tensor_name(t), q.scales.size(),
                             q.zero_points.size()), "quantization");
   for (float s : q.scales)
-    if (!(s > 0) || !core::quant_scale_in_range(s))
+    if (!(s > 0) || !std::isfinite(s))
       throw error(fmt::format("tensor '{}' has quantisation scale {}", tensor_name(t), s), "quantization");
   q.dim = qp->quantized_dimension();
   return q;
@@ -495,13 +500,32 @@ std::string Importer::tf(int t) {
   if (!h.tf.empty()) return h.tf;
   if (const Blob* c = constant(t)) return h.tf = constant_blob(*c, tensor_name(t));
   if (h.nchw.empty()) throw error(fmt::format("tensor '{}' is read before any operator computes it", tensor_name(t)), "inputs");
-  const Shape s = tf_shape(t);
+  const std::string y = convert_form(h.nchw, tf_shape(t), false, tensor_name(t) + "/nhwc");
+  held_[static_cast<std::size_t>(t)].tf = y;
+  return y;
+}
+
+std::string Importer::convert_form(const std::string& x, const Shape& nhwc, bool to_nchw, const std::string& name) {
   const std::string saved = layer_;
-  layer_ = tensor_name(t) + "/nhwc";
-  h.tf = order_free(s) ? unary_layer("reshape", h.nchw, {{"shape", s.to_vector()}}, "nhwc")
-                       : unary_layer("transpose", h.nchw, {{"perm", kToNhwc}}, "nhwc");
+  layer_ = name;
+  // A quantised tensor converts before its fake_quant, which then follows the
+  // conversion: an int8 layer reads a Q/DQ step's output directly.
+  const auto q = fake_quant_of_.find(x);
+  const std::string src = q == fake_quant_of_.end() ? x : q->second.first;
+  const char* suffix = to_nchw ? "nchw" : "nhwc";
+  std::string y = order_free(nhwc)
+                      ? unary_layer("reshape", src, {{"shape", (to_nchw ? permuted(nhwc, kToNchw) : nhwc).to_vector()}}, suffix)
+                      : unary_layer("transpose", src, {{"perm", to_nchw ? kToNchw : kToNhwc}}, suffix);
+  if (q != fake_quant_of_.end()) {
+    const std::string fq = fresh_blob(y + "/quantized");
+    Layer l = make("fake_quant", {y}, {fq});
+    l.params = q->second.second;
+    add(std::move(l));
+    fake_quant_of_[fq] = {y, q->second.second};
+    y = fq;
+  }
   layer_ = saved;
-  return h.tf;
+  return y;
 }
 
 std::string Importer::nchw(int t) {
@@ -510,13 +534,9 @@ std::string Importer::nchw(int t) {
   const Shape s = tf_shape(t);
   if (s.rank() != 4) throw error(fmt::format("tensor '{}' {} is read as an image (rank 4 needed)", tensor_name(t), s.to_string()), "inputs");
   if (const Blob* c = constant(t)) return h.nchw = constant_blob(core::transposed(*c, kToNchw), tensor_name(t) + "/nchw");
-  const std::string x = tf(t);
-  const std::string saved = layer_;
-  layer_ = tensor_name(t) + "/nchw";
-  h.nchw = order_free(s) ? unary_layer("reshape", x, {{"shape", permuted(s, kToNchw).to_vector()}}, "nchw")
-                         : unary_layer("transpose", x, {{"perm", kToNchw}}, "nchw");
-  layer_ = saved;
-  return h.nchw;
+  const std::string y = convert_form(tf(t), s, true, tensor_name(t) + "/nchw");
+  held_[static_cast<std::size_t>(t)].nchw = y;
+  return y;
 }
 
 std::string Importer::nchw_broadcast(int t) {
@@ -551,6 +571,8 @@ void Importer::finish(int t, const std::string& blob, bool is_nchw) {
   if (quantized_activation(t)) {
     const QInfo q = qinfo(t);
     if (q.scales.size() != 1) throw Unsupported{fmt::format("activation '{}' quantised per channel", tensor_name(t))};
+    if (!core::quant_scale_in_range(q.scales[0]))
+      throw error(fmt::format("activation '{}' has quantisation scale {}", tensor_name(t), q.scales[0]), "quantization");
     if (ttype(t) == I16) throw Unsupported{fmt::format("int16 activation '{}' (8-bit quantisation only)", tensor_name(t))};
     const bool u8 = ttype(t) == U8;
     const std::string q_name = fresh_blob(tensor_name(t));
@@ -559,6 +581,7 @@ void Importer::finish(int t, const std::string& blob, bool is_nchw) {
     l.params["zero_point"] = q.zero_points[0];
     l.params["qmin"] = int64_t{u8 ? 0 : -128};
     l.params["qmax"] = int64_t{u8 ? 255 : 127};
+    fake_quant_of_[q_name] = {y, l.params};
     add(std::move(l));
     y = q_name;
   }
@@ -609,7 +632,9 @@ Blob Importer::weight_blob(int t, const std::vector<int64_t>& perm, bool per_cha
     const bool along_out = q.scales.size() == 1 ||
                            (static_cast<int64_t>(q.scales.size()) == channels && !perm.empty() && perm[0] == q.dim) ||
                            (static_cast<int64_t>(q.scales.size()) == channels && perm.empty() && q.dim == 0);
-    if (q.present() && along_out && std::all_of(q.zero_points.begin(), q.zero_points.end(), [](int64_t z) { return z == 0; })) {
+    const bool symmetric = std::all_of(q.zero_points.begin(), q.zero_points.end(), [](int64_t z) { return z == 0; });
+    const bool usable = std::all_of(q.scales.begin(), q.scales.end(), [](float s) { return core::quant_scale_in_range(s); });
+    if (q.present() && along_out && symmetric && usable) {
       std::vector<float> scales = q.scales;
       if (scales.size() == 1) scales.assign(static_cast<std::size_t>(channels), q.scales[0]);
       w.quant().scales = std::move(scales);
@@ -1283,6 +1308,29 @@ void Importer::read_inputs() {
   }
 }
 
+void Importer::rename_blob(const std::string& from, const std::string& to) {
+  for (auto& l : graph_.layers) {
+    for (auto& i : l.inputs)
+      if (i == from) i = to;
+    for (auto& o : l.outputs)
+      if (o == from) o = to;
+  }
+  if (auto it = shapes_.find(from); it != shapes_.end()) {
+    shapes_[to] = it->second;
+    shapes_.erase(from);
+  }
+  for (auto& h : held_) {
+    if (h.nchw == from) h.nchw = to;
+    if (h.tf == from) h.tf = to;
+  }
+  for (auto& [out, q] : fake_quant_of_)
+    if (q.first == from) q.first = to;
+  if (auto it = fake_quant_of_.find(from); it != fake_quant_of_.end()) {
+    fake_quant_of_[to] = it->second;
+    fake_quant_of_.erase(it);
+  }
+}
+
 void Importer::finish_outputs() {
   if (!g_->outputs() || g_->outputs()->size() == 0) throw Error("the subgraph has no outputs", path_, {}, "outputs");
   std::set<std::string> names;
@@ -1290,28 +1338,7 @@ void Importer::finish_outputs() {
     tensor_index(t);
     const std::string name = tensor_name(t);
     layer_ = name;
-    Held& h = held_.at(static_cast<std::size_t>(t));
-    if (!h.available) continue;
-    if (h.tf.empty() && h.nchw == name) {
-      // Held in nchw form under the tensor's own name: that name is the output's.
-      const std::string held = fresh_blob(name + "/nchw");
-      for (auto& l : graph_.layers) {
-        for (auto& i : l.inputs) if (i == name) i = held;
-        for (auto& o : l.outputs) if (o == name) o = held;
-      }
-      shapes_[held] = shapes_.at(name);
-      shapes_.erase(name);
-      for (auto& other : held_) {
-        if (other.nchw == name) other.nchw = held;
-        if (other.tf == name) other.tf = held;
-      }
-      const Shape s = tf_shape(t);
-      Layer l = make(order_free(s) ? "reshape" : "transpose", {held}, {name});
-      if (order_free(s)) l.params["shape"] = s.to_vector();
-      else l.params["perm"] = kToNhwc;
-      add(std::move(l));
-      h.tf = name;
-    }
+    if (!held_.at(static_cast<std::size_t>(t)).available) continue;
     std::string y = tf(t);
     const int ty = ttype(t);
     if ((ty == I8 || ty == U8) && qinfo(t).present()) {
@@ -1333,12 +1360,16 @@ void Importer::finish_outputs() {
       else throw Error(fmt::format("output '{}' has type {}", name, type_name(ty)), path_, {}, "outputs");
     }
     if (y != name) {
-      // The net's output carries the file's tensor name.
-      if (blobs_taken_.count(name)) {
-        // Another blob holds that name (a constant or an input): keep ours unique.
+      // The net's output carries the file's tensor name: a blob inside that
+      // holds it (the tensor's nchw form, its value before the integer
+      // conversion) takes another.
+      const bool is_input = std::any_of(graph_.inputs.begin(), graph_.inputs.end(),
+                                        [&](const TensorInfo& i) { return i.name == name; });
+      if (is_input) {
         graph_.outputs.push_back(y);
         continue;
       }
+      if (blobs_taken_.count(name)) rename_blob(name, fresh_blob(name + "/inner"));
       blobs_taken_.insert(name);
       add(make("identity", {y}, {name}));
       y = name;

@@ -1,0 +1,461 @@
+// The TensorFlow Lite importer: .tflite files written here with flatc's
+// builders, imported, run, and compared with the operators computed in NHWC
+// by the plain loops below (TFLite's definitions: SAME padding, OHWI and
+// [1,KH,KW,C*M] filters, per-channel int8 weights); and bad files refused
+// with errors naming the file, the operator and the field.
+#include "core/cpu_features.hpp"
+#include "import/onnx_test_util.hpp"
+
+#include <softneuro/import.hpp>
+
+#include <tflite_generated.h>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+using namespace softneuro;
+using namespace softneuro::test;
+namespace fb = softneuro::tflite_fb;
+
+namespace {
+
+enum : int8_t { F32 = 0, F16 = 1, I32 = 2, I8 = 9 };
+
+/// A tensor's quantisation as a .tflite file gives it.
+struct Quant {
+  std::vector<float> scales;
+  std::vector<int64_t> zero_points;
+  int dim = 0;
+};
+
+/// Writes a one-subgraph .tflite model.
+class TfliteModel {
+ public:
+  TfliteModel() { buffers_.push_back(fb::CreateBuffer(b_)); }
+
+  /// A tensor; `data` (raw little-endian bytes) makes it a constant.
+  int tensor(const std::string& name, const std::vector<int32_t>& shape, int8_t type = F32,
+             const std::vector<uint8_t>& data = {}, const Quant& q = {}) {
+    uint32_t buffer = 0;
+    if (!data.empty()) {
+      buffers_.push_back(fb::CreateBufferDirect(b_, &data));
+      buffer = static_cast<uint32_t>(buffers_.size() - 1);
+    }
+    flatbuffers::Offset<fb::QuantizationParameters> qp = 0;
+    if (!q.scales.empty()) qp = fb::CreateQuantizationParametersDirect(b_, nullptr, nullptr, &q.scales, &q.zero_points,
+                                                                      fb::QuantizationDetails::NONE, 0, q.dim);
+    tensors_.push_back(fb::CreateTensorDirect(b_, &shape, type, buffer, name.c_str(), qp));
+    return static_cast<int>(tensors_.size() - 1);
+  }
+  int floats(const std::string& name, const std::vector<int32_t>& shape, const std::vector<float>& v) {
+    std::vector<uint8_t> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    return tensor(name, shape, F32, bytes);
+  }
+  int int32s(const std::string& name, const std::vector<int32_t>& shape, const std::vector<int32_t>& v, const Quant& q = {}) {
+    std::vector<uint8_t> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    return tensor(name, shape, I32, bytes, q);
+  }
+  int int8s(const std::string& name, const std::vector<int32_t>& shape, const std::vector<int8_t>& v, const Quant& q) {
+    std::vector<uint8_t> bytes(v.size());
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    return tensor(name, shape, I8, bytes, q);
+  }
+
+  /// An operator: a builtin code, or a custom one by name.
+  void op(int code, std::vector<int32_t> inputs, std::vector<int32_t> outputs,
+          fb::BuiltinOptions type = fb::BuiltinOptions::NONE, flatbuffers::Offset<void> options = 0,
+          const std::string& custom = {}) {
+    const std::string key = custom.empty() ? std::to_string(code) : custom;
+    auto it = codes_.find(key);
+    if (it == codes_.end()) {
+      codes_list_.push_back(fb::CreateOperatorCodeDirect(b_, static_cast<int8_t>(std::min(code, 127)),
+                                                         custom.empty() ? nullptr : custom.c_str(), 1, code));
+      it = codes_.emplace(key, static_cast<uint32_t>(codes_list_.size() - 1)).first;
+    }
+    ops_.push_back(fb::CreateOperatorDirect(b_, it->second, &inputs, &outputs, type, options));
+  }
+  flatbuffers::FlatBufferBuilder& b() { return b_; }
+
+  std::string save(const std::string& file, std::vector<int32_t> inputs, std::vector<int32_t> outputs) {
+    auto sg = fb::CreateSubGraphDirect(b_, &tensors_, &inputs, &outputs, &ops_, "main");
+    std::vector<flatbuffers::Offset<fb::SubGraph>> sgs{sg};
+    auto model = fb::CreateModelDirect(b_, 3, &codes_list_, &sgs, "test", &buffers_);
+    fb::FinishModelBuffer(b_, model);
+    const std::string path = test_dir() + "/" + file;
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b_.GetBufferPointer()), b_.GetSize());
+    return path;
+  }
+
+ private:
+  flatbuffers::FlatBufferBuilder b_;
+  std::vector<flatbuffers::Offset<fb::Buffer>> buffers_;
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors_;
+  std::vector<flatbuffers::Offset<fb::Operator>> ops_;
+  std::vector<flatbuffers::Offset<fb::OperatorCode>> codes_list_;
+  std::map<std::string, uint32_t> codes_;
+};
+
+std::vector<float> uniform_values(std::size_t n, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+/// TFLite's convolution in NHWC: filter [O,KH,KW,C/groups] (conv) or
+/// [1,KH,KW,C*M] (depthwise), SAME or VALID padding, then an activation.
+std::vector<float> conv_nhwc(const std::vector<float>& x, int n, int h, int w, int c, const std::vector<float>& f,
+                             int oc, int kh, int kw, bool depthwise, const std::vector<float>& bias, int stride,
+                             bool same, float lo, float hi, int& oh, int& ow) {
+  oh = same ? (h + stride - 1) / stride : (h - kh) / stride + 1;
+  ow = same ? (w + stride - 1) / stride : (w - kw) / stride + 1;
+  const int pt = same ? std::max((oh - 1) * stride + kh - h, 0) / 2 : 0;
+  const int pl = same ? std::max((ow - 1) * stride + kw - w, 0) / 2 : 0;
+  const int cg = depthwise ? 1 : c;  // input channels per output channel's group
+  std::vector<float> y(static_cast<std::size_t>(n * oh * ow * oc));
+  for (int b = 0; b < n; ++b)
+    for (int i = 0; i < oh; ++i)
+      for (int j = 0; j < ow; ++j)
+        for (int o = 0; o < oc; ++o) {
+          double acc = bias.empty() ? 0 : bias[static_cast<std::size_t>(o)];
+          for (int u = 0; u < kh; ++u)
+            for (int v = 0; v < kw; ++v) {
+              const int yy = i * stride - pt + u, xx = j * stride - pl + v;
+              if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+              for (int k = 0; k < cg; ++k) {
+                const int ic = depthwise ? o / (oc / c) : k;
+                const float wv = depthwise ? f[static_cast<std::size_t>((u * kw + v) * oc + o)]
+                                           : f[static_cast<std::size_t>(((o * kh + u) * kw + v) * c + k)];
+                acc += double(x[static_cast<std::size_t>(((b * h + yy) * w + xx) * c + ic)]) * wv;
+              }
+            }
+          y[static_cast<std::size_t>(((b * oh + i) * ow + j) * oc + o)] = std::clamp(static_cast<float>(acc), lo, hi);
+        }
+  return y;
+}
+
+std::vector<float> run1(const Model& m, const std::string& input, const Shape& shape, const std::vector<float>& x,
+                        const std::string& output = {}) {
+  Session s(m);
+  auto outs = s.run(std::vector<NamedBlob>{{input, make_input(shape, x)}});
+  for (const auto& o : outs)
+    if (output.empty() || o.name == output) {
+      const float* p = o.blob.data_as<float>();
+      return std::vector<float>(p, p + o.blob.shape().numel());
+    }
+  FAIL("no output " << output);
+  return {};
+}
+
+void check_close(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-4f) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(got[i] == Approx(want[i]).margin(tol));
+  }
+}
+
+flatbuffers::Offset<void> conv_options(flatbuffers::FlatBufferBuilder& b, bool same, int stride, int act) {
+  return fb::CreateConv2DOptions(b, same ? 0 : 1, stride, stride, static_cast<int8_t>(act)).Union();
+}
+
+}  // namespace
+
+TEST_CASE("TFLite convolutions, depthwise and a classifier head match NHWC arithmetic", "[tflite]") {
+  // x [1,7,6,4] -> CONV_2D 3x3 stride 2 SAME RELU6 (8 channels) -> DEPTHWISE 3x3 VALID x2 -> MEAN [1,2] -> FC 5 -> SOFTMAX
+  TfliteModel m;
+  const auto wc = uniform_values(8 * 3 * 3 * 4, 1), bc = uniform_values(8, 2);
+  const auto wd = uniform_values(3 * 3 * 16, 3), bd = uniform_values(16, 4);
+  const auto wf = uniform_values(5 * 16, 5), bf = uniform_values(5, 6);
+  const int x = m.tensor("image", {1, 7, 6, 4});
+  const int c = m.tensor("conv", {1, 4, 3, 8});
+  const int d = m.tensor("depthwise", {1, 2, 1, 16});
+  const int mean = m.tensor("pooled", {1, 16});
+  const int fc = m.tensor("logits", {1, 5});
+  const int sm = m.tensor("probabilities", {1, 5});
+  m.op(3, {x, m.floats("wc", {8, 3, 3, 4}, wc), m.floats("bc", {8}, bc)}, {c}, fb::BuiltinOptions::Conv2DOptions,
+       conv_options(m.b(), true, 2, 3));
+  m.op(4, {c, m.floats("wd", {1, 3, 3, 16}, wd), m.floats("bd", {16}, bd)}, {d},
+       fb::BuiltinOptions::DepthwiseConv2DOptions, fb::CreateDepthwiseConv2DOptions(m.b(), 1, 1, 1, 2, 0).Union());
+  m.op(40, {d, m.int32s("axes", {2}, {1, 2})}, {mean}, fb::BuiltinOptions::ReducerOptions,
+       fb::CreateReducerOptions(m.b(), false).Union());
+  m.op(9, {mean, m.floats("wf", {5, 16}, wf), m.floats("bf", {5}, bf)}, {fc}, fb::BuiltinOptions::FullyConnectedOptions,
+       fb::CreateFullyConnectedOptions(m.b()).Union());
+  m.op(25, {fc}, {sm}, fb::BuiltinOptions::SoftmaxOptions, fb::CreateSoftmaxOptions(m.b(), 1.0f).Union());
+  const std::string path = m.save("classifier.tflite", {x}, {sm, c});
+  const Model model = import_tflite(path);
+  REQUIRE(model.inputs().size() == 1);
+  CHECK(model.inputs()[0].name == "image");
+  CHECK(model.inputs()[0].shape == Shape{1, 7, 6, 4});
+  REQUIRE(model.outputs().size() == 2);
+  CHECK(model.outputs()[0].name == "probabilities");
+  CHECK(model.outputs()[1].name == "conv");  // held nchw inside, handed back NHWC under its own name
+  CHECK(model.outputs()[1].shape == Shape{1, 4, 3, 8});
+
+  const auto xv = uniform_values(7 * 6 * 4, 7, 0, 1);
+  int oh = 0, ow = 0;
+  const auto yc = conv_nhwc(xv, 1, 7, 6, 4, wc, 8, 3, 3, false, bc, 2, true, 0, 6, oh, ow);
+  REQUIRE((oh == 4 && ow == 3));
+  const auto yd = conv_nhwc(yc, 1, 4, 3, 8, wd, 16, 3, 3, true, bd, 1, false, -1e30f, 1e30f, oh, ow);
+  REQUIRE((oh == 2 && ow == 1));
+  std::vector<float> pooled(16), logits(5), probs(5);
+  for (int ch = 0; ch < 16; ++ch) pooled[ch] = (yd[ch] + yd[16 + ch]) / 2;
+  double sum = 0;
+  for (int o = 0; o < 5; ++o) {
+    double acc = bf[o];
+    for (int k = 0; k < 16; ++k) acc += double(wf[o * 16 + k]) * pooled[k];
+    logits[o] = static_cast<float>(acc);
+  }
+  const float top = *std::max_element(logits.begin(), logits.end());
+  for (int o = 0; o < 5; ++o) sum += std::exp(logits[o] - top);
+  for (int o = 0; o < 5; ++o) probs[o] = static_cast<float>(std::exp(logits[o] - top) / sum);
+  check_close(run1(model, "image", Shape{1, 7, 6, 4}, xv, "probabilities"), probs, 1e-5f);
+  check_close(run1(model, "image", Shape{1, 7, 6, 4}, xv, "conv"), yc);
+}
+
+TEST_CASE("TFLite layout-sensitive operators keep the file's axes", "[tflite]") {
+  // x [1,4,5,3]: ADD of a [3] constant (broadcast over the channels), PAD, CONCATENATION on
+  // the channel axis, STRIDED_SLICE with a step and a shrunk axis, RESHAPE, and a RESIZE_BILINEAR.
+  TfliteModel m;
+  const auto cv = uniform_values(3, 11);
+  const int x = m.tensor("x", {1, 4, 5, 3});
+  const int a = m.tensor("added", {1, 4, 5, 3});
+  const int p = m.tensor("padded", {1, 5, 7, 3});
+  const int cat = m.tensor("joined", {1, 5, 7, 6});
+  const int s = m.tensor("sliced", {1, 3, 6});      // rows 0,2,4 of column 1
+  const int r = m.tensor("flat", {1, 18});
+  const int z = m.tensor("resized", {1, 8, 10, 3});
+  m.op(0, {x, m.floats("c", {3}, cv)}, {a}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(m.b(), 1).Union());
+  m.op(34, {a, m.int32s("paddings", {4, 2}, {0, 0, 1, 0, 0, 2, 0, 0})}, {p});
+  m.op(2, {p, p}, {cat}, fb::BuiltinOptions::ConcatenationOptions, fb::CreateConcatenationOptions(m.b(), -1).Union());
+  m.op(45, {cat, m.int32s("begin", {4}, {0, 0, 1, 0}), m.int32s("end", {4}, {1, 5, 2, 6}), m.int32s("strides", {4}, {1, 2, 1, 1})},
+       {s}, fb::BuiltinOptions::StridedSliceOptions, fb::CreateStridedSliceOptions(m.b(), 0, 0, 0, 0, 4).Union());
+  m.op(22, {s, m.int32s("shape", {2}, {1, 18})}, {r});
+  m.op(23, {x, m.int32s("size", {2}, {8, 10})}, {z}, fb::BuiltinOptions::ResizeBilinearOptions,
+       fb::CreateResizeBilinearOptions(m.b(), false, true).Union());
+  const Model model = import_tflite(m.save("layout.tflite", {x}, {r, z}));
+  const auto xv = uniform_values(4 * 5 * 3, 12);
+  auto at = [&](int i, int j, int k) { return xv[static_cast<std::size_t>((i * 5 + j) * 3 + k)]; };
+  auto padded = [&](int i, int j, int k) { return i < 1 || j >= 5 ? 0.0f : std::max(at(i - 1, j, k) + cv[k], 0.0f); };
+  std::vector<float> flat;
+  for (int i = 0; i < 5; i += 2)
+    for (int k = 0; k < 6; ++k) flat.push_back(padded(i, 1, k % 3));
+  check_close(run1(model, "x", Shape{1, 4, 5, 3}, xv, "flat"), flat);
+  // half_pixel_centers: source (y + 0.5) * in/out - 0.5, clamped at the edges.
+  std::vector<float> resized;
+  auto src = [](int o, int in, int out) { return std::clamp((o + 0.5) * in / out - 0.5, 0.0, double(in - 1)); };
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 10; ++j)
+      for (int k = 0; k < 3; ++k) {
+        const double sy = src(i, 4, 8), sx = src(j, 5, 10);
+        const int y0 = int(sy), x0 = int(sx), y1 = std::min(y0 + 1, 3), x1 = std::min(x0 + 1, 4);
+        const double fy = sy - y0, fx = sx - x0;
+        resized.push_back(static_cast<float>((at(y0, x0, k) * (1 - fx) + at(y0, x1, k) * fx) * (1 - fy) +
+                                             (at(y1, x0, k) * (1 - fx) + at(y1, x1, k) * fx) * fy));
+      }
+  check_close(run1(model, "x", Shape{1, 4, 5, 3}, xv, "resized"), resized, 1e-5f);
+}
+
+TEST_CASE("TFLite float16 weights behind DEQUANTIZE, PRELU and TRANSPOSE_CONV", "[tflite]") {
+  // x [1,3,3,2] -> TRANSPOSE_CONV (weights [4,3,3,2] as float16, stride 2, SAME, out [1,6,6,4]) -> PRELU ([1,1,4])
+  TfliteModel m;
+  auto half_bits = [](float f) {  // exact for the values below (multiples of 1/64 under 2)
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if (f == 0) return uint16_t(0);
+    const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+    const int e = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
+    return static_cast<uint16_t>(sign | (e << 10) | ((u >> 13) & 0x3ff));
+  };
+  std::vector<float> w(4 * 3 * 3 * 2);
+  std::vector<uint8_t> wbytes;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 8.0f;
+    const uint16_t h = half_bits(w[i]);
+    wbytes.push_back(static_cast<uint8_t>(h & 0xff));
+    wbytes.push_back(static_cast<uint8_t>(h >> 8));
+  }
+  const std::vector<float> alpha = {0.1f, 0.2f, 0.3f, 0.4f};
+  const int x = m.tensor("x", {1, 3, 3, 2});
+  const int wh = m.tensor("w_half", {4, 3, 3, 2}, F16, wbytes);
+  const int wf = m.tensor("w", {4, 3, 3, 2});
+  const int t = m.tensor("up", {1, 6, 6, 4});
+  const int y = m.tensor("y", {1, 6, 6, 4});
+  m.op(6, {wh}, {wf});
+  m.op(67, {m.int32s("out_shape", {4}, {1, 6, 6, 4}), wf, x}, {t}, fb::BuiltinOptions::TransposeConvOptions,
+       fb::CreateTransposeConvOptions(m.b(), 0, 2, 2).Union());
+  m.op(54, {t, m.floats("alpha", {1, 1, 4}, alpha)}, {y});
+  const Model model = import_tflite(m.save("upsample.tflite", {x}, {y}));
+  const auto xv = uniform_values(3 * 3 * 2, 21);
+  // TFLite's transpose conv: SAME pads as the forward conv from 6 to 3 (total max((3-1)*2+3-6,0) = 1, before 0).
+  std::vector<double> acc(6 * 6 * 4, 0.0);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int u = 0; u < 3; ++u)
+        for (int v = 0; v < 3; ++v) {
+          const int oy = i * 2 + u, ox = j * 2 + v;
+          if (oy >= 6 || ox >= 6) continue;
+          for (int o = 0; o < 4; ++o)
+            for (int c = 0; c < 2; ++c)
+              acc[static_cast<std::size_t>((oy * 6 + ox) * 4 + o)] +=
+                  double(xv[static_cast<std::size_t>((i * 3 + j) * 2 + c)]) * w[static_cast<std::size_t>(((o * 3 + u) * 3 + v) * 2 + c)];
+        }
+  std::vector<float> want(acc.size());
+  for (std::size_t i = 0; i < acc.size(); ++i) want[i] = static_cast<float>(acc[i] < 0 ? acc[i] * alpha[i % 4] : acc[i]);
+  check_close(run1(model, "x", Shape{1, 3, 3, 2}, xv), want, 1e-5f);
+}
+
+TEST_CASE("A TFLite int8 model computes the file's integer arithmetic and runs untuned on int8 routines", "[tflite][quant]") {
+  // x float [1,5,5,3] -> QUANTIZE (0.02, -10) -> CONV_2D int8 per-channel weights, int32 bias, SAME, RELU
+  // -> int8 (0.03, -128) -> DEQUANTIZE
+  TfliteModel m;
+  const std::vector<float> ws = {0.05f, 0.04f, 0.03f, 0.06f};
+  std::vector<int8_t> wq(4 * 3 * 3 * 3);
+  for (std::size_t i = 0; i < wq.size(); ++i) wq[i] = static_cast<int8_t>(static_cast<int>(i * 7 % 23) - 11);
+  const std::vector<int32_t> bq = {100, -50, 0, 25};
+  std::vector<float> bs;
+  for (float s : ws) bs.push_back(s * 0.02f);
+  const int x = m.tensor("x", {1, 5, 5, 3});
+  const int xq = m.tensor("x_int8", {1, 5, 5, 3}, I8, {}, {{0.02f}, {-10}});
+  const int y = m.tensor("y_int8", {1, 5, 5, 4}, I8, {}, {{0.03f}, {-128}});
+  const int yf = m.tensor("y", {1, 5, 5, 4});
+  m.op(114, {x}, {xq});
+  m.op(3, {xq, m.int8s("w", {4, 3, 3, 3}, wq, {ws, {0, 0, 0, 0}, 0}), m.int32s("b", {4}, bq, {bs, {0, 0, 0, 0}, 0})}, {y},
+       fb::BuiltinOptions::Conv2DOptions, conv_options(m.b(), true, 1, 1));
+  m.op(6, {y}, {yf});
+  const Model model = import_tflite(m.save("int8_conv.tflite", {x}, {yf}));
+  const auto xv = uniform_values(5 * 5 * 3, 31, -1.5f, 1.5f);
+  // The file's arithmetic: integers in, int32 accumulation, rounded to the output's grid.
+  std::vector<float> xr(xv.size()), wr(wq.size());
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    xr[i] = (std::clamp(std::nearbyint(xv[i] / 0.02f) - 10.0f, -128.0f, 127.0f) + 10.0f) * 0.02f;
+  for (std::size_t i = 0; i < wq.size(); ++i) wr[i] = wq[i] * ws[i / 27];
+  std::vector<float> br;
+  for (int o = 0; o < 4; ++o) br.push_back(static_cast<float>(bq[o] * double(bs[o])));
+  int oh = 0, ow = 0;
+  const auto real = conv_nhwc(xr, 1, 5, 5, 3, wr, 4, 3, 3, false, br, 1, true, 0, 1e30f, oh, ow);
+  std::vector<float> want;
+  for (float r : real) want.push_back((std::clamp(std::nearbyint(r / 0.03f) - 128.0f, -128.0f, 127.0f) + 128.0f) * 0.03f);
+  const auto got = run1(model, "x", Shape{1, 5, 5, 3}, xv);
+  REQUIRE(got.size() == want.size());
+  int off_by_step = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << " real " << real[i]);
+    CHECK(std::fabs(got[i] - want[i]) <= 0.03f + 1e-5f);  // a rounding tie at most
+    off_by_step += std::fabs(got[i] - want[i]) > 1e-5f;
+  }
+  CHECK(off_by_step <= 2);
+  if (!core::cpu_features().avx2_fma() && !core::cpu_features().neon) return;  // no int8 routines
+  int int8 = 0;
+  for (const auto& l : Session(model).layers()) {
+    INFO(l.name << " " << l.type << " " << l.descriptor);
+    if (l.type == "conv2") CHECK(l.descriptor.starts_with("cpu:qint8"));
+    int8 += l.descriptor.starts_with("cpu:qint8");
+  }
+  CHECK(int8 >= 2);
+}
+
+TEST_CASE("TFLite int8 inputs and outputs stay integers at the net's edge", "[tflite][quant]") {
+  TfliteModel m;
+  const int x = m.tensor("x", {1, 4}, I8, {}, {{0.5f}, {3}});
+  const int y = m.tensor("y", {1, 4}, I8, {}, {{0.25f}, {-2}});
+  m.op(19, {x}, {y});  // RELU
+  const Model model = import_tflite(m.save("int8_edges.tflite", {x}, {y}));
+  REQUIRE(model.inputs()[0].dtype == DType::int8);
+  REQUIRE(model.outputs()[0].dtype == DType::int8);
+  Blob in = Blob::allocate(Shape{1, 4}, DType::int8);
+  const int8_t xv[4] = {-128, 0, 5, 127};
+  std::memcpy(in.data(), xv, 4);
+  Session s(model);
+  const auto out = s.run(std::vector<NamedBlob>{{"x", in}});
+  REQUIRE(out[0].blob.dtype() == DType::int8);
+  const int8_t* y8 = out[0].blob.data_as<int8_t>();
+  // real x = (q - 3) * 0.5: -65.5, -1.5, 1, 62; relu; onto (0.25, -2): 0 -> -2, 1 -> 2, 62 -> 246 clamps to 127.
+  CHECK(int(y8[0]) == -2);
+  CHECK(int(y8[1]) == -2);
+  CHECK(int(y8[2]) == 2);
+  CHECK(int(y8[3]) == 127);
+}
+
+TEST_CASE("TFLite files that cannot import are refused with what and where", "[tflite][errors]") {
+  SECTION("every unsupported operator, builtin or custom, in one error") {
+    TfliteModel m;
+    const int x = m.tensor("x", {1, 4});
+    const int a = m.tensor("a", {1, 4});
+    const int b = m.tensor("b", {1, 4});
+    const int c = m.tensor("c", {1, 4});
+    m.op(19, {x}, {a});                                                    // RELU: fine
+    m.op(8, {a}, {b});                                                     // FLOOR: not translated
+    m.op(32, {b}, {c}, fb::BuiltinOptions::NONE, 0, "MyCustomOp");         // custom
+    const std::string path = m.save("unsupported.tflite", {x}, {c});
+    try {
+      import_tflite(path);
+      FAIL("imported");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(e.file() == path);
+      CHECK(what.find("1 unsupported operator") != std::string::npos);  // the custom one reads FLOOR's output: skipped
+      CHECK(what.find("FLOOR") != std::string::npos);
+    }
+    TfliteModel m2;
+    const int x2 = m2.tensor("x", {1, 4});
+    const int a2 = m2.tensor("a", {1, 4});
+    const int b2 = m2.tensor("b", {1, 4});
+    m2.op(8, {x2}, {a2});
+    m2.op(32, {x2}, {b2}, fb::BuiltinOptions::NONE, 0, "MyCustomOp");
+    try {
+      import_tflite(m2.save("unsupported2.tflite", {x2}, {a2, b2}));
+      FAIL("imported");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("2 unsupported operators") != std::string::npos);
+      CHECK(what.find("FLOOR, output 'a'") != std::string::npos);
+      CHECK(what.find("custom operator 'MyCustomOp', output 'b'") != std::string::npos);
+    }
+  }
+  SECTION("a truncated file, another format, a buffer out of range") {
+    TfliteModel m;
+    const int x = m.tensor("x", {1, 4});
+    const int y = m.tensor("y", {1, 4});
+    m.op(19, {x}, {y});
+    const std::string path = m.save("ok.tflite", {x}, {y});
+    std::ifstream f(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    const std::string cut = test_dir() + "/truncated.tflite";
+    std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+    CHECK_THROWS_WITH(import_tflite(cut), Catch::Contains("truncated.tflite") && Catch::Contains("verifier"));
+    const std::string other = test_dir() + "/not_tflite.tflite";
+    std::ofstream(other, std::ios::binary) << "this is not a model at all";
+    CHECK_THROWS_WITH(import_tflite(other), Catch::Contains("not a TensorFlow Lite model"));
+    CHECK_THROWS_WITH(import_tflite(test_dir() + "/missing.tflite"), Catch::Contains("cannot open"));
+
+    TfliteModel bad;
+    const int bx = bad.tensor("x", {1, 4});
+    const int w = bad.tensor("w", {1, 4});  // no data: a constant must have some
+    const int by = bad.tensor("y", {1, 4});
+    bad.op(0, {bx, w}, {by}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(bad.b()).Union());
+    CHECK_THROWS_WITH(import_tflite(bad.save("no_data.tflite", {bx}, {by})),
+                      Catch::Contains("'w' is read before any operator computes it"));
+    TfliteModel short_buf;
+    const int sx = short_buf.tensor("x", {1, 4});
+    const int sw = short_buf.tensor("w", {1, 4}, F32, {1, 2, 3});  // 3 bytes for 4 floats
+    const int sy = short_buf.tensor("y", {1, 4});
+    short_buf.op(0, {sx, sw}, {sy}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(short_buf.b()).Union());
+    CHECK_THROWS_WITH(import_tflite(short_buf.save("short.tflite", {sx}, {sy})),
+                      Catch::Contains("needs 16 bytes, its buffer holds 3"));
+  }
+  SECTION("a shape the file contradicts") {
+    TfliteModel m;
+    const int x = m.tensor("x", {1, 4, 4, 2});
+    const int y = m.tensor("y", {1, 4, 4, 3});  // a RELU cannot change the channels
+    m.op(19, {x}, {y});
+    CHECK_THROWS_WITH(import_tflite(m.save("bad_shape.tflite", {x}, {y})), Catch::Contains("the file gives tensor 'y' the shape [1,4,4,3]"));
+  }
+}
