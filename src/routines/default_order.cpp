@@ -53,7 +53,7 @@ const std::vector<std::vector<std::string>> kCopy = {
     {"cuda/kernel", "cuda:float16/kernel"},
 };
 
-// pad, constant
+// constant
 const std::vector<std::vector<std::string>> kReferenceOnly = {
     {"cpu/ref"},
 };
@@ -197,7 +197,11 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu/onednn", "cpu:float32:nhwc/onednn", "cpu:float32:nhwc/xnnpack"},
       {"cpu/ref"},
      }},
-    {"pad", kReferenceOnly},
+    {"pad",
+     {
+      {"cpu/vec", "cpu:float32:nhwc/vec"},
+      {"cpu/ref"},
+     }},
     {"constant", kReferenceOnly},
     {"wgencb", kWinogradBlocked},
     {"wgconvb", kWinogradBlocked},

@@ -391,7 +391,16 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   }
   if (type == "pad")
     return {{"pad reflect", layer_of("pad", {{"pads", Ints{0, 0, 1, 2, 0, 0, 2, 1}}, {"mode", std::string("reflect")}}, {}),
-             {random_blob({1, 3, 5, 5}, rng)}}};
+             {random_blob({1, 3, 5, 5}, rng)}},
+            // channel padding (MediaPipe's residual blocks), spatial padding with a value
+            {"pad channels", layer_of("pad", {{"pads", Ints{0, 0, 0, 0, 0, 4, 0, 0}}}, {}), {random_blob({1, 6, 5, 7}, rng)}},
+            {"pad constant", layer_of("pad", {{"pads", Ints{1, 0, 2, 1, 0, 2, 1, 3}}, {"value", 0.5}}, {}),
+             {random_blob({2, 3, 4, 5}, rng)}},
+            {"pad edge", layer_of("pad", {{"pads", Ints{0, 1, 3, 0, 0, 0, 0, 2}}, {"mode", std::string("edge")}}, {}),
+             {random_blob({1, 2, 3, 4}, rng)}},
+            {"pad wrap", layer_of("pad", {{"pads", Ints{0, 0, 5, 1, 0, 0, 0, 6}}, {"mode", std::string("wrap")}}, {}),
+             {random_blob({1, 2, 3, 4}, rng)}},
+            {"pad rank 3", layer_of("pad", {{"pads", Ints{1, 0, 2, 0, 3, 1}}}, {}), {random_blob({2, 3, 4}, rng)}}};
   if (type == "resize") {
     std::vector<Case> out;
     for (const char* mode : {"nearest", "linear"})
