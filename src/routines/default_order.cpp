@@ -69,7 +69,7 @@ const std::vector<std::vector<std::string>> kWinograd = {
     {"cpu/ref"},
 };
 
-// abs, neg, sqrt, exp, log, reciprocal, silu, mish, leaky_relu, pow, prelu
+// abs, neg, sqrt, exp, log, reciprocal, silu, mish, leaky_relu, pow
 // (oneDNN in every layout: they follow their input)
 const std::vector<std::vector<std::string>> kOnednnEltwise = {
     {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu/onednn"},
@@ -226,7 +226,12 @@ const LayerOrder kDefaultOrder[] = {
     {"leaky_relu", kOnednnEltwise},
     {"pow", kOnednnEltwise},
     {"erf", {{"cpu/vec", "cpu:float32:nhwc/vec"}, {"cpu/ref"}}},
-    {"prelu", kOnednnEltwise},
+    {"prelu",
+     {
+      {"cpu:float32:nchw16c/vec", "cpu:float32:nchw8c/vec", "cpu:float32:nhwc/vec", "cpu/vec"},
+      {"cpu:float32:nhwc/onednn", "cpu/onednn"},
+      {"cpu/ref"},
+     }},
     {"reduce", {{"cpu/onednn"}, {"cpu/ref"}}},
     {"lstm", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"gru", {{"cpu/eigen"}, {"cpu/ref"}}},

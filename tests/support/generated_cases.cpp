@@ -240,7 +240,9 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     if (type == t) return unary_cases(type, rng);
   if (type == "prelu")
     return {{"prelu per channel", layer_of("prelu", {}, {{"slope", random_blob({16, 1, 1}, rng)}}), {random_blob({1, 16, 5, 5}, rng)}},
-            {"prelu scalar", layer_of("prelu", {}, {{"slope", random_blob({1}, rng)}}), {random_blob({2, 7}, rng)}}};
+            {"prelu scalar", layer_of("prelu", {}, {{"slope", random_blob({1}, rng)}}), {random_blob({2, 7}, rng)}},
+            {"prelu [1,C,1,1] batch 2", layer_of("prelu", {}, {{"slope", random_blob({1, 12, 1, 1}, rng)}}), {random_blob({2, 12, 3, 9}, rng)}},
+            {"prelu per row (not channels)", layer_of("prelu", {}, {{"slope", random_blob({5, 1}, rng)}}), {random_blob({1, 3, 5, 4}, rng)}}};
   if (type == "reduce") {
     std::vector<Case> out;
     for (const char* mode : {"mean", "sum", "max", "min", "l2"})
