@@ -17,6 +17,8 @@ namespace softneuro::fuzz {
 int dnn_load(const uint8_t* data, std::size_t size);
 /// The ONNX importer: import, prepare, run once.
 int onnx_import(const uint8_t* data, std::size_t size);
+/// The TensorFlow Lite importer: import, prepare, run once.
+int tflite_import(const uint8_t* data, std::size_t size);
 /// The .npy and .npz readers.
 int npy_read(const uint8_t* data, std::size_t size);
 /// The profile and calibration cache readers.

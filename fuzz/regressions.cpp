@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, int (*)(const uint8_t*, std::size_t)> targets = {
       {"dnn_load", softneuro::fuzz::dnn_load},
       {"onnx_import", softneuro::fuzz::onnx_import},
+      {"tflite_import", softneuro::fuzz::tflite_import},
       {"npy_read", softneuro::fuzz::npy_read},
       {"cache_read", softneuro::fuzz::cache_read}};
   int inputs = 0, failed = 0;

@@ -21,7 +21,7 @@ if [ "${1:-}" = "--runs" ]; then
   limit=(-runs="$2")
   only="${3:-}"
 fi
-harnesses=(dnn_load onnx_import npy_read cache_read)
+harnesses=(dnn_load onnx_import tflite_import npy_read cache_read)
 [ -n "$only" ] && harnesses=("$only")
 
 # Line tables only: a sanitizer's report needs no more, and they build faster.
@@ -39,13 +39,14 @@ if [ ! -d "$seeds" ]; then
   (export TMPDIR="$written" SOFTNEURO_TEST_KEEP_FILES=1 SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive
    ./build/softneuro_import_tests > /dev/null
    ./build/tests/softneuro_tests "[dnn],[net],[session],[npy],[calibrate],[tune]" > /dev/null)
-  mkdir -p "$seeds.tmp"/{dnn_load,onnx_import,npy_read,cache_read}
+  mkdir -p "$seeds.tmp"/{dnn_load,onnx_import,tflite_import,npy_read,cache_read}
   n=0
   while IFS= read -r -d '' f; do
     n=$((n + 1))
     case "$f" in
       *.dnn) cp "$f" "$seeds.tmp/dnn_load/$n.dnn" ;;
       *.onnx) cp "$f" "$seeds.tmp/onnx_import/$n.onnx" ;;
+      *.tflite) cp "$f" "$seeds.tmp/tflite_import/$n.tflite" ;;
       *.npy | *.npz) cp "$f" "$seeds.tmp/npy_read/$n.${f##*.}" ;;
       */profiles.tsv) { printf '\0\0'; cat "$f"; } > "$seeds.tmp/cache_read/$n.profiles" ;;
       */calibration/*.tsv) { printf '\1\0'; head -n -1 "$f"; } > "$seeds.tmp/cache_read/$n.calibration" ;;

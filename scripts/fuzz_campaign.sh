@@ -21,7 +21,7 @@ mkdir -p fuzz/corpus
 stats=fuzz/corpus/campaigns.tsv
 [ -f "$stats" ] || printf 'date\tmachine\tharness\tseconds\texecutions\texec_per_s\tcoverage_edges\tfeatures\tcorpus_inputs\n' > "$stats"
 machine="$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)"
-for h in dnn_load onnx_import npy_read cache_read; do
+for h in dnn_load onnx_import tflite_import npy_read cache_read; do
   log="build-fuzz/fuzz_$h.log"
   [ -f "$log" ] || continue
   max_len=65536
