@@ -9,8 +9,9 @@ Per model: `softneuro import`, then `softneuro tune` (float32 by default, or
 --schemas), then rounds of: the interpreter invoked --runs times in this
 process, our untuned and tuned files run --runs times by `softneuro run`
 (its own in-process timing, after one warm-up). Each round gives a median per
-contender; the table gives the median of those (ms) and the ratio
-interpreter / ours-tuned (> 1: ours faster).
+contender; the table gives the median of those (ms), and the median over
+rounds of each round's ratio interpreter / ours-tuned (> 1: ours faster),
+which a machine whose speed drifts between rounds (shared hosts) moves least.
 """
 import argparse
 import os
@@ -88,14 +89,16 @@ def main():
                 times["untuned"].append(ours_median(a.cli, dnn, a.runs, a.threads, inputs))
                 times["tuned"].append(ours_median(a.cli, tuned, a.runs, a.threads, inputs))
             med = {k: statistics.median(v) for k, v in times.items()}
+            med["ratio"] = statistics.median(t / o for t, o in zip(times["tflite"], times["tuned"]))
             rows.append((name, med, tune_s))
             print(f"{name}: TFLite {med['tflite']:.3f} ms, ours untuned {med['untuned']:.3f}, tuned {med['tuned']:.3f} "
-                  f"(tuning {tune_s:.0f} s); TFLite / tuned = {med['tflite'] / med['tuned']:.2f}", flush=True)
+                  f"(tuning {tune_s:.0f} s); TFLite / tuned = {med['ratio']:.2f} (rounds: "
+                  + " ".join(f"{t / o:.2f}" for t, o in zip(times["tflite"], times["tuned"])) + ")", flush=True)
     print()
     print(f"| model | TFLite (XNNPACK) | ours untuned | ours tuned | TFLite / ours tuned |")
     print("| --- | --- | --- | --- | --- |")
     for name, med, _ in rows:
-        print(f"| {name} | {med['tflite']:.3f} | {med['untuned']:.3f} | {med['tuned']:.3f} | {med['tflite'] / med['tuned']:.2f}x |")
+        print(f"| {name} | {med['tflite']:.3f} | {med['untuned']:.3f} | {med['tuned']:.3f} | {med['ratio']:.2f}x |")
     return 0
 
 

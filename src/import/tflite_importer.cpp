@@ -98,7 +98,7 @@ enum Code : int {
   LOG = 73, SUM = 74, SQRT = 75, RSQRT = 76, POW = 78, REDUCE_PROD = 81, REDUCE_MAX = 82, PACK = 83,
   UNPACK = 88, REDUCE_MIN = 89, SQUARE = 92, RESIZE_NEAREST_NEIGHBOR = 97, LEAKY_RELU = 98,
   SQUARED_DIFFERENCE = 99, MIRROR_PAD = 100, ABS = 101, SPLIT_V = 102, QUANTIZE = 114, HARD_SWISH = 117,
-  BATCH_MATMUL = 126, GELU = 150,
+  DENSIFY = 124, BATCH_MATMUL = 126, GELU = 150,
 };
 
 // TensorType values.
@@ -205,6 +205,8 @@ class Importer {
   std::span<const uint8_t> buffer(int t) const;
   Blob read_constant(int t) const;
   std::vector<int64_t> ints(int t, const char* field) const;
+  /// A sparse constant's stored values spread over its dense shape.
+  std::vector<double> densified(int t, const fb::SparsityParameters& sp, const std::vector<double>& stored) const;
 
   // --- operator inputs and outputs
   int tensor_index(int t) const;
@@ -356,9 +358,10 @@ Blob Importer::read_constant(int t) const {
     case I64: case F64: elem = 8; break;
     default: throw Unsupported{fmt::format("constant tensor '{}' of type {}", tensor_name(t), type_name(ty))};
   }
-  if (tensor(t).sparsity()) throw Unsupported{fmt::format("sparse constant tensor '{}'", tensor_name(t))};
   const std::span<const uint8_t> bytes = buffer(t);
-  const auto n = static_cast<std::size_t>(s.numel());
+  const fb::SparsityParameters* sparse = tensor(t).sparsity();
+  // A sparse constant stores its non-zero values only (DENSIFY makes it whole).
+  const auto n = sparse ? bytes.size() / elem : static_cast<std::size_t>(s.numel());
   if (bytes.size() != n * elem)
     throw error(fmt::format("tensor '{}' {} {} needs {} bytes, its buffer holds {}", tensor_name(t), type_name(ty),
                             s.to_string(), n * elem, bytes.size()), "buffer");
@@ -376,11 +379,12 @@ Blob Importer::read_constant(int t) const {
       default: v[i] = *p; break;  // U8, BOOL
     }
   }
+  if (sparse) v = densified(t, *sparse, v);
   const QInfo q = (ty == I8 || ty == U8 || ty == I16 || ty == I32 || ty == I64) ? qinfo(t) : QInfo{};
   Blob out = Blob::allocate(s);
   float* o = out.data_as<float>();
   if (!q.present()) {
-    for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<float>(v[i]);
+    for (std::size_t i = 0; i < v.size(); ++i) o[i] = static_cast<float>(v[i]);
     return out;
   }
   // Dequantised along quantized_dimension (per channel) or per tensor.
@@ -392,11 +396,123 @@ Blob Importer::read_constant(int t) const {
     dim = s[q.dim];
     for (int d = q.dim + 1; d < s.rank(); ++d) inner *= s[d];
   }
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
     const auto c = static_cast<std::size_t>(q.scales.size() > 1 ? static_cast<int64_t>(i) / inner % dim : 0);
     o[i] = static_cast<float>((v[i] - static_cast<double>(q.zero_points[c])) * q.scales[c]);
   }
   return out;
+}
+
+std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp, const std::vector<double>& stored) const {
+  const Shape s = tf_shape(t);
+  const int n = s.rank();
+  auto fail = [&](const std::string& why) { return error(fmt::format("sparse tensor '{}': {}", tensor_name(t), why), "sparsity"); };
+  if (!sp.traversal_order() || !sp.dim_metadata()) throw fail("no traversal_order or dim_metadata");
+  const int levels = static_cast<int>(sp.traversal_order()->size());
+  const int k = sp.block_map() ? static_cast<int>(sp.block_map()->size()) : 0;
+  if (levels != n + k || static_cast<int>(sp.dim_metadata()->size()) != levels)
+    throw fail(fmt::format("{} traversal dims and {} metadata for rank {} with {} block dims", levels,
+                           sp.dim_metadata()->size(), n, k));
+  // Each traversal level's dim (0..n-1: the tensor's, n..n+k-1: block dims) and its size.
+  std::vector<int> order(static_cast<std::size_t>(levels));
+  std::vector<int64_t> block_size(static_cast<std::size_t>(k), 1), block_dim(static_cast<std::size_t>(k), 0);
+  std::vector<bool> seen(static_cast<std::size_t>(levels), false);
+  for (int l = 0; l < levels; ++l) {
+    const int d = sp.traversal_order()->Get(static_cast<unsigned>(l));
+    if (d < 0 || d >= levels || seen[static_cast<std::size_t>(d)]) throw fail("traversal_order is not a permutation");
+    seen[static_cast<std::size_t>(d)] = true;
+    order[static_cast<std::size_t>(l)] = d;
+  }
+  for (int j = 0; j < k; ++j) {
+    const int d = sp.block_map()->Get(static_cast<unsigned>(j));
+    if (d < 0 || d >= n) throw fail(fmt::format("block_map names dim {}", d));
+    block_dim[static_cast<std::size_t>(j)] = d;
+  }
+  for (int l = 0; l < levels; ++l) {
+    const int d = order[static_cast<std::size_t>(l)];
+    if (d >= n) {
+      const auto* m = sp.dim_metadata()->Get(static_cast<unsigned>(l));
+      if (!m || m->format() != 0 || m->dense_size() < 1) throw fail("a block dim that is not dense");
+      block_size[static_cast<std::size_t>(d - n)] = m->dense_size();
+    }
+  }
+  std::vector<int64_t> blocked(static_cast<std::size_t>(n));  // the tensor's dims over its blocks
+  for (int d = 0; d < n; ++d) blocked[static_cast<std::size_t>(d)] = s[d];
+  for (int j = 0; j < k; ++j) {
+    const auto d = static_cast<std::size_t>(block_dim[static_cast<std::size_t>(j)]);
+    if (blocked[d] % block_size[static_cast<std::size_t>(j)] != 0) throw fail("a block size that does not divide its dim");
+    blocked[d] /= block_size[static_cast<std::size_t>(j)];
+  }
+  auto index_vector = [&](fb::SparseIndexVector type, const void* v) -> std::vector<int64_t> {
+    std::vector<int64_t> out;
+    if (type == fb::SparseIndexVector::Int32Vector && static_cast<const fb::Int32Vector*>(v)->values())
+      for (int32_t x : *static_cast<const fb::Int32Vector*>(v)->values()) out.push_back(x);
+    else if (type == fb::SparseIndexVector::Uint16Vector && static_cast<const fb::Uint16Vector*>(v)->values())
+      for (uint16_t x : *static_cast<const fb::Uint16Vector*>(v)->values()) out.push_back(x);
+    else if (type == fb::SparseIndexVector::Uint8Vector && static_cast<const fb::Uint8Vector*>(v)->values())
+      for (uint8_t x : *static_cast<const fb::Uint8Vector*>(v)->values()) out.push_back(x);
+    else throw fail("a compressed dim without segments or indices");
+    return out;
+  };
+  struct Level { bool dense; int64_t size; std::vector<int64_t> segments, indices; };
+  std::vector<Level> lv(static_cast<std::size_t>(levels));
+  for (int l = 0; l < levels; ++l) {
+    const auto* m = sp.dim_metadata()->Get(static_cast<unsigned>(l));
+    if (!m) throw fail("missing dim_metadata");
+    const int d = order[static_cast<std::size_t>(l)];
+    Level& L = lv[static_cast<std::size_t>(l)];
+    L.size = d < n ? blocked[static_cast<std::size_t>(d)] : block_size[static_cast<std::size_t>(d - n)];
+    L.dense = m->format() == 0;
+    if (!L.dense) {
+      L.segments = index_vector(m->array_segments_type(), m->array_segments());
+      L.indices = index_vector(m->array_indices_type(), m->array_indices());
+    }
+  }
+  std::vector<double> dense(static_cast<std::size_t>(s.numel()), 0.0);
+  std::vector<int64_t> at(static_cast<std::size_t>(levels), 0);
+  std::size_t next = 0;
+  // Depth-first over the levels, as the values are stored.
+  auto visit = [&](auto&& self, int l, int64_t prev) -> void {
+    if (l == levels) {
+      std::vector<int64_t> idx(static_cast<std::size_t>(n), 0);
+      for (int q = 0; q < levels; ++q)
+        if (order[static_cast<std::size_t>(q)] < n) idx[static_cast<std::size_t>(order[static_cast<std::size_t>(q)])] = at[static_cast<std::size_t>(q)];
+      // Block dims refine their dim: index = block index * block size + offset in the block.
+      for (int j = 0; j < k; ++j) {
+        int q = 0;
+        while (order[static_cast<std::size_t>(q)] != n + j) ++q;
+        auto& i = idx[static_cast<std::size_t>(block_dim[static_cast<std::size_t>(j)])];
+        i = i * block_size[static_cast<std::size_t>(j)] + at[static_cast<std::size_t>(q)];
+      }
+      int64_t flat = 0;
+      for (int d = 0; d < n; ++d) {
+        if (idx[static_cast<std::size_t>(d)] >= s[d]) throw fail("an index outside the tensor");
+        flat = flat * s[d] + idx[static_cast<std::size_t>(d)];
+      }
+      if (next >= stored.size()) throw fail(fmt::format("more positions than the {} values stored", stored.size()));
+      dense[static_cast<std::size_t>(flat)] = stored[next++];
+      return;
+    }
+    const Level& L = lv[static_cast<std::size_t>(l)];
+    if (L.dense) {
+      for (int64_t i = 0; i < L.size; ++i) {
+        at[static_cast<std::size_t>(l)] = i;
+        self(self, l + 1, prev * L.size + i);
+      }
+      return;
+    }
+    if (prev < 0 || prev + 1 >= static_cast<int64_t>(L.segments.size())) throw fail("segments too short");
+    const int64_t b = L.segments[static_cast<std::size_t>(prev)], e = L.segments[static_cast<std::size_t>(prev + 1)];
+    if (b < 0 || b > e || e > static_cast<int64_t>(L.indices.size())) throw fail("segments outside the indices");
+    for (int64_t i = b; i < e; ++i) {
+      at[static_cast<std::size_t>(l)] = L.indices[static_cast<std::size_t>(i)];
+      if (at[static_cast<std::size_t>(l)] < 0 || at[static_cast<std::size_t>(l)] >= L.size) throw fail("an index outside its dim");
+      self(self, l + 1, i);
+    }
+  };
+  visit(visit, 0, 0);
+  if (next != stored.size()) throw fail(fmt::format("{} values stored, {} positions", stored.size(), next));
+  return dense;
 }
 
 std::vector<int64_t> Importer::ints(int t, const char* field) const {
@@ -1240,7 +1356,7 @@ void Importer::convert() {
     case SPLIT: case SPLIT_V: return split();
     case STRIDED_SLICE: case SLICE: return slice();
     case TRANSPOSE: return transpose();
-    case DEQUANTIZE: return dequantize();
+    case DEQUANTIZE: case DENSIFY: return dequantize();
     case QUANTIZE: return quantize();
     case DEPTH_TO_SPACE: case SPACE_TO_DEPTH: return depth_space();
     case BATCH_MATMUL: return batch_matmul();

@@ -39,7 +39,8 @@ class TfliteModel {
 
   /// A tensor; `data` (raw little-endian bytes) makes it a constant.
   int tensor(const std::string& name, const std::vector<int32_t>& shape, int8_t type = F32,
-             const std::vector<uint8_t>& data = {}, const Quant& q = {}) {
+             const std::vector<uint8_t>& data = {}, const Quant& q = {},
+             flatbuffers::Offset<fb::SparsityParameters> sparsity = 0) {
     uint32_t buffer = 0;
     if (!data.empty()) {
       buffers_.push_back(fb::CreateBufferDirect(b_, &data));
@@ -48,7 +49,7 @@ class TfliteModel {
     flatbuffers::Offset<fb::QuantizationParameters> qp = 0;
     if (!q.scales.empty()) qp = fb::CreateQuantizationParametersDirect(b_, nullptr, nullptr, &q.scales, &q.zero_points,
                                                                       fb::QuantizationDetails::NONE, 0, q.dim);
-    tensors_.push_back(fb::CreateTensorDirect(b_, &shape, type, buffer, name.c_str(), qp));
+    tensors_.push_back(fb::CreateTensorDirect(b_, &shape, type, buffer, name.c_str(), qp, false, sparsity));
     return static_cast<int>(tensors_.size() - 1);
   }
   int floats(const std::string& name, const std::vector<int32_t>& shape, const std::vector<float>& v) {
@@ -382,6 +383,57 @@ TEST_CASE("TFLite int8 inputs and outputs stay integers at the net's edge", "[tf
   CHECK(int(y8[1]) == -2);
   CHECK(int(y8[2]) == 2);
   CHECK(int(y8[3]) == 127);
+}
+
+TEST_CASE("TFLite sparse constants behind DENSIFY: compressed rows and blocks", "[tflite]") {
+  // w [3,4]: rows compressed (CSR over the last dim), as MediaPipe's sparse detectors store 1x1 filters;
+  // and v [2,4] in 1x2 blocks of which only the non-zero ones are stored.
+  const std::vector<float> w = {0, 1.5f, 0, -2, 0, 0, 0, 0, 3, 0, 0.25f, 0};
+  const std::vector<float> v = {0, 0, 5, 6, 7, 8, 0, 0};
+  TfliteModel m;
+  auto bytes = [](const std::vector<float>& f) {
+    std::vector<uint8_t> b(f.size() * 4);
+    std::memcpy(b.data(), f.data(), b.size());
+    return b;
+  };
+  auto& b = m.b();
+  const std::vector<int32_t> segs = {0, 2, 2, 4}, idx = {1, 3, 0, 2}, order = {0, 1};
+  std::vector<flatbuffers::Offset<fb::DimensionMetadata>> dims = {
+      fb::CreateDimensionMetadata(b, 0, 3),
+      fb::CreateDimensionMetadata(b, 1, 0, fb::SparseIndexVector::Int32Vector, fb::CreateInt32VectorDirect(b, &segs).Union(),
+                                  fb::SparseIndexVector::Int32Vector, fb::CreateInt32VectorDirect(b, &idx).Union())};
+  auto sparsity = fb::CreateSparsityParametersDirect(b, &order, nullptr, &dims);
+  const std::vector<int32_t> bsegs = {0, 1, 2}, bidx = {1, 0}, border = {0, 1, 2}, bmap = {1};
+  std::vector<flatbuffers::Offset<fb::DimensionMetadata>> bdims = {
+      fb::CreateDimensionMetadata(b, 0, 2),
+      fb::CreateDimensionMetadata(b, 1, 0, fb::SparseIndexVector::Int32Vector, fb::CreateInt32VectorDirect(b, &bsegs).Union(),
+                                  fb::SparseIndexVector::Int32Vector, fb::CreateInt32VectorDirect(b, &bidx).Union()),
+      fb::CreateDimensionMetadata(b, 0, 2)};
+  auto bsparsity = fb::CreateSparsityParametersDirect(b, &border, &bmap, &bdims);
+  const int x = m.tensor("x", {3, 4});
+  const int ws = m.tensor("w_sparse", {3, 4}, F32, bytes({1.5f, -2, 3, 0.25f}), {}, sparsity);
+  const int wd = m.tensor("w", {3, 4});
+  const int y = m.tensor("y", {3, 4});
+  const int x2 = m.tensor("x2", {2, 4});
+  const int vs = m.tensor("v_sparse", {2, 4}, F32, bytes({5, 6, 7, 8}), {}, bsparsity);
+  const int vd = m.tensor("v", {2, 4});
+  const int y2 = m.tensor("y2", {2, 4});
+  m.op(124, {ws}, {wd});
+  m.op(0, {x, wd}, {y}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(b).Union());
+  m.op(124, {vs}, {vd});
+  m.op(0, {x2, vd}, {y2}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(b).Union());
+  const Model model = import_tflite(m.save("sparse.tflite", {x, x2}, {y, y2}));
+  Session s(model);
+  const std::vector<float> zeros12(12, 0.0f), zeros8(8, 0.0f);
+  const auto outs = s.run(std::vector<NamedBlob>{{"x", make_input(Shape{3, 4}, zeros12)}, {"x2", make_input(Shape{2, 4}, zeros8)}});
+  REQUIRE(outs.size() == 2);
+  for (const auto& o : outs) {
+    INFO(o.name);
+    const float* g = o.blob.data_as<float>();
+    const std::vector<float>& want = o.name == "y" ? w : v;
+    REQUIRE(o.blob.shape().numel() == static_cast<int64_t>(want.size()));
+    check_close(std::vector<float>(g, g + want.size()), want, 0);
+  }
 }
 
 TEST_CASE("TFLite files that cannot import are refused with what and where", "[tflite][errors]") {
