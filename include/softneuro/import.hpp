@@ -95,7 +95,9 @@ Model import_onnx(const std::string& path, const ImportOptions& options = {});
 /// LEAKY_RELU, RELU, RELU6, RELU_N1_TO_1, ABS, NEG, EXP, LOG, SQRT, RSQRT, SQUARE,
 /// SPLIT, SPLIT_V, STRIDED_SLICE (no ellipsis or new axes), SLICE, TRANSPOSE,
 /// DEPTH_TO_SPACE, SPACE_TO_DEPTH, BATCH_MATMUL, DEQUANTIZE (float16 and int8
-/// weights) and QUANTIZE. Shapes, axes, paddings and sizes must be constants.
+/// weights), DENSIFY (sparse constants, densified here) and QUANTIZE; and
+/// MediaPipe's custom Convolution2DTransposeBias. Shapes, axes, paddings and
+/// sizes must be constants.
 ///
 /// Quantised models (int8 or uint8 tensors with a scale and zero point, weights
 /// per tensor or per channel): each quantised tensor is held as its real

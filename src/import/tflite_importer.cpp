@@ -250,6 +250,8 @@ class Importer {
   void conv2d();
   void depthwise();
   void transpose_conv();
+  void transpose_conv_bias();
+  void transposed_conv(int x, int filter, int bias, bool same, int64_t sh, int64_t sw, int fused);
   void fully_connected();
   void pool();
   void binary();
@@ -806,13 +808,28 @@ void Importer::depthwise() {
 
 void Importer::transpose_conv() {
   const auto* o = options<fb::TransposeConvOptions>();
-  const int x = in(2);
+  transposed_conv(in(2), in(1), num_in() > 3 ? in(3) : -1, o->padding() == 0, o->stride_h(), o->stride_w(),
+                  o->fused_activation_function());
+}
+
+void Importer::transpose_conv_bias() {
+  // MediaPipe's Convolution2DTransposeBias: inputs x, filter [O,KH,KW,I], bias;
+  // custom_options a TfLiteTransposeConvParams: int32 padding (1 SAME, 2 VALID), stride_w, stride_h.
+  const auto* c = op_->custom_options();
+  if (!c || c->size() < 12) throw error(fmt::format("custom options of {} bytes (12 needed)", c ? c->size() : 0), "custom_options");
+  int32_t p[3];
+  std::memcpy(p, c->data(), sizeof p);
+  if (p[0] != 1 && p[0] != 2) throw error(fmt::format("padding {} (1 SAME, 2 VALID)", p[0]), "custom_options");
+  transposed_conv(in(0), in(1), num_in() > 2 ? in(2) : -1, p[0] == 1, p[2], p[1], 0);
+}
+
+void Importer::transposed_conv(int x, int filter, int bias, bool same, int64_t sh, int64_t sw, int fused) {
   const Shape xs = tf_shape(x), ys = tf_shape(out(0));
   if (xs.rank() != 4 || ys.rank() != 4) throw error(fmt::format("input {} is not NHWC", xs.to_string()), "inputs");
-  Blob w = weight_blob(in(1), {3, 0, 1, 2}, false);  // [O,KH,KW,I] -> [I,O,KH,KW]
+  Blob w = weight_blob(filter, {3, 0, 1, 2}, false);  // [O,KH,KW,I] -> [I,O,KH,KW]
   const Shape& ws = w.shape();
-  if (ws.rank() != 4 || ws[0] != xs[3]) throw error(fmt::format("filter {} for input channels {}", tf_shape(in(1)).to_string(), xs[3]), "filter");
-  const int64_t sh = o->stride_h(), sw = o->stride_w();
+  if (ws.rank() != 4 || ws[0] != xs[3] || ws[1] != ys[3])
+    throw error(fmt::format("filter {} for input channels {}, output channels {}", tf_shape(filter).to_string(), xs[3], ys[3]), "filter");
   if (sh < 1 || sw < 1) throw error(fmt::format("strides {}x{}", sh, sw), "stride_h");
   // TFLite pads as the forward convolution from the output to the input would;
   // what the full transposed convolution makes past the output is cut off
@@ -820,7 +837,7 @@ void Importer::transpose_conv() {
   std::vector<int64_t> pads(4), extra(2);
   for (int a = 0; a < 2; ++a) {
     const int64_t s = a ? sw : sh, k = ws[2 + a], i = xs[1 + a], want = ys[1 + a];
-    const int64_t before = o->padding() == 0 ? same_pads(want, k, s, 1).first : 0;
+    const int64_t before = same ? same_pads(want, k, s, 1).first : 0;
     const int64_t full = (i - 1) * s + k;
     int64_t after = full - before - want;
     if (after < 0) {
@@ -835,10 +852,10 @@ void Importer::transpose_conv() {
   l.params["pads"] = pads;
   if (extra[0] || extra[1]) l.params["output_padding"] = extra;
   l.weights["weight"] = std::move(w);
-  if (num_in() > 3 && in(3) >= 0) l.weights["bias"] = weight_blob(in(3), {}, false);
+  if (bias >= 0) l.weights["bias"] = weight_blob(bias, {}, false);
   const std::string y = l.outputs[0];
   add(std::move(l));
-  activation(out(0), y, true, o->fused_activation_function());
+  activation(out(0), y, true, fused);
 }
 
 void Importer::fully_connected() {
@@ -1537,8 +1554,14 @@ core::Graph Importer::run() {
       continue;
     }
     try {
-      if (code_ == CUSTOM) throw Unsupported{"custom operators are not translated"};
-      convert();
+      if (code_ == CUSTOM) {
+        const std::string name = oc.custom_code() ? oc.custom_code()->str() : "";
+        if (name != "Convolution2DTransposeBias")
+          throw Unsupported{"custom operators are not translated (MediaPipe's Convolution2DTransposeBias is)"};
+        transpose_conv_bias();
+      } else {
+        convert();
+      }
     } catch (const Unsupported& u) {
       unsupported_.push_back(fmt::format("operator {} ({}, output '{}'): {}", i, what, layer_, u.why));
       mark_unavailable();

@@ -71,7 +71,7 @@ class TfliteModel {
   /// An operator: a builtin code, or a custom one by name.
   void op(int code, std::vector<int32_t> inputs, std::vector<int32_t> outputs,
           fb::BuiltinOptions type = fb::BuiltinOptions::NONE, flatbuffers::Offset<void> options = 0,
-          const std::string& custom = {}) {
+          const std::string& custom = {}, const std::vector<uint8_t>& custom_options = {}) {
     const std::string key = custom.empty() ? std::to_string(code) : custom;
     auto it = codes_.find(key);
     if (it == codes_.end()) {
@@ -79,7 +79,8 @@ class TfliteModel {
                                                          custom.empty() ? nullptr : custom.c_str(), 1, code));
       it = codes_.emplace(key, static_cast<uint32_t>(codes_list_.size() - 1)).first;
     }
-    ops_.push_back(fb::CreateOperatorDirect(b_, it->second, &inputs, &outputs, type, options));
+    ops_.push_back(fb::CreateOperatorDirect(b_, it->second, &inputs, &outputs, type, options,
+                                            custom_options.empty() ? nullptr : &custom_options));
   }
   flatbuffers::FlatBufferBuilder& b() { return b_; }
 
@@ -311,6 +312,32 @@ TEST_CASE("TFLite float16 weights behind DEQUANTIZE, PRELU and TRANSPOSE_CONV", 
   std::vector<float> want(acc.size());
   for (std::size_t i = 0; i < acc.size(); ++i) want[i] = static_cast<float>(acc[i] < 0 ? acc[i] * alpha[i % 4] : acc[i]);
   check_close(run1(model, "x", Shape{1, 3, 3, 2}, xv), want, 1e-5f);
+}
+
+TEST_CASE("MediaPipe's custom Convolution2DTransposeBias is a transposed convolution with a bias", "[tflite]") {
+  // x [1,2,3,2] -> the custom op (VALID, stride 2, filter [3,2,2,2], bias [3]) -> y [1,4,6,3]
+  TfliteModel m;
+  const auto w = uniform_values(3 * 2 * 2 * 2, 41), bias = uniform_values(3, 42);
+  const int x = m.tensor("x", {1, 2, 3, 2});
+  const int y = m.tensor("y", {1, 4, 6, 3});
+  const int32_t params[3] = {2, 2, 2};  // padding VALID, stride_w, stride_h
+  std::vector<uint8_t> opts(sizeof params);
+  std::memcpy(opts.data(), params, sizeof params);
+  m.op(32, {x, m.floats("w", {3, 2, 2, 2}, w), m.floats("bias", {3}, bias)}, {y}, fb::BuiltinOptions::NONE, 0,
+       "Convolution2DTransposeBias", opts);
+  const Model model = import_tflite(m.save("transpose_conv_bias.tflite", {x}, {y}));
+  const auto xv = uniform_values(2 * 3 * 2, 43);
+  std::vector<float> want(4 * 6 * 3);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 6; ++j)
+      for (int o = 0; o < 3; ++o) {
+        double acc = bias[o];
+        for (int c = 0; c < 2; ++c)  // each output pixel has one source: stride 2 = kernel 2
+          acc += double(xv[static_cast<std::size_t>(((i / 2) * 3 + j / 2) * 2 + c)]) *
+                 w[static_cast<std::size_t>(((o * 2 + i % 2) * 2 + j % 2) * 2 + c)];
+        want[static_cast<std::size_t>((i * 6 + j) * 3 + o)] = static_cast<float>(acc);
+      }
+  check_close(run1(model, "x", Shape{1, 2, 3, 2}, xv), want, 1e-5f);
 }
 
 TEST_CASE("A TFLite int8 model computes the file's integer arithmetic and runs untuned on int8 routines", "[tflite][quant]") {
