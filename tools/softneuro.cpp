@@ -337,7 +337,7 @@ int cmd_import(const std::vector<std::string>& args) {
       auto [name, dims] = split_assign(value("--input-shape"), "--input-shape");
       options.input_shapes[name] = parse_shape(dims, "--input-shape", true);
     } else if (a == "--no-passes") {
-      options.remove_identities = options.fold_constants = options.fold_batchnorm = false;
+      options.remove_identities = options.fold_constants = options.fold_pads = options.fold_batchnorm = false;
       options.fold_bias_add = options.fuse_activations = options.eliminate_dead_layers = false;
     } else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
     else if (model.empty()) model = a;

@@ -34,6 +34,7 @@ struct ImportOptions {
   /// Each keeps the net's outputs the same (up to float rounding).
   bool remove_identities = true;      ///< Identity and Dropout disappear
   bool fold_constants = true;         ///< layers of constants only are computed once
+  bool fold_pads = true;              ///< a pad of zeros on H and W into the conv2 that reads it
   bool fold_batchnorm = true;         ///< batchnorm into the preceding conv2/dense weights
   bool fold_bias_add = true;          ///< add of a per-channel constant into conv2/dense bias
   bool fuse_self_gating = true;       ///< mul(x, hardsigmoid(x)) into hardswish, mul(x, sigmoid(x)) into silu

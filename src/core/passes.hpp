@@ -54,6 +54,11 @@ int fuse_self_gating(Graph& graph);
 /// Returns the number of activations fused.
 int fuse_activations(Graph& graph);
 
+/// A pad of zeros on H and W (constant mode) read only by a conv2 becomes that
+/// convolution's padding (TensorFlow exports pad explicitly before strided
+/// convolutions). Returns the number of pads folded.
+int fold_pads(Graph& graph);
+
 /// Removes layers none of whose outputs a net output depends on.
 /// Returns the number of layers removed.
 int eliminate_dead_layers(Graph& graph);
@@ -68,6 +73,7 @@ void record_model_quantisation(Graph& graph);
 struct PassOptions {
   bool remove_identities = true;
   bool fold_constants = true;
+  bool fold_pads = true;
   bool fold_batchnorm = true;
   bool fold_bias_add = true;
   bool fuse_self_gating = true;

@@ -11,6 +11,7 @@ inline core::PassOptions pass_options(const ImportOptions& o) {
   core::PassOptions p;
   p.remove_identities = o.remove_identities;
   p.fold_constants = o.fold_constants;
+  p.fold_pads = o.fold_pads;
   p.fold_batchnorm = o.fold_batchnorm;
   p.fold_bias_add = o.fold_bias_add;
   p.fuse_self_gating = o.fuse_self_gating;

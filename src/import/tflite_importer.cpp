@@ -242,7 +242,7 @@ class Importer {
   std::string nchw_broadcast(int t);
   /// Blob name for operator output t: the op writes there, finish() completes it.
   std::string target(int t);
-  void finish(int t, const std::string& blob, bool is_nchw);
+  void finish(int t, const std::string& blob, bool is_nchw, int same_grid_as = -1);
   void activation(int t, std::string x, bool is_nchw, int fused);
 
   // --- operators
@@ -678,7 +678,7 @@ std::string Importer::target(int t) {
   return fresh_blob(quantized_activation(t) ? name + "/real" : name);
 }
 
-void Importer::finish(int t, const std::string& blob, bool is_nchw) {
+void Importer::finish(int t, const std::string& blob, bool is_nchw, int same_grid_as) {
   std::string y = blob;
   const Shape want = is_nchw ? permuted(tf_shape(t), kToNchw) : tf_shape(t);
   const Shape& got = shapes_.at(y);
@@ -686,7 +686,13 @@ void Importer::finish(int t, const std::string& blob, bool is_nchw) {
     throw error(fmt::format("the file gives tensor '{}' the shape {}, {} computes {}{}", tensor_name(t),
                             tf_shape(t).to_string(), op_name(code_), is_nchw ? permuted(got, kToNhwc).to_string() : got.to_string(),
                             is_nchw ? " (NHWC)" : ""), "shape");
-  if (quantized_activation(t)) {
+  // An op that only moves or pads values (with real zeros) onto a tensor of
+  // its input's quantisation leaves them on that grid: no rounding step (a
+  // zero pad then folds into the convolution that reads it).
+  const bool on_grid = same_grid_as >= 0 && quantized_activation(same_grid_as) && quantized_activation(t) &&
+                       ttype(t) == ttype(same_grid_as) && qinfo(t).scales == qinfo(same_grid_as).scales &&
+                       qinfo(t).zero_points == qinfo(same_grid_as).zero_points;
+  if (quantized_activation(t) && !on_grid) {
     const QInfo q = qinfo(t);
     if (q.scales.size() != 1) throw Unsupported{fmt::format("activation '{}' quantised per channel", tensor_name(t))};
     if (!core::quant_scale_in_range(q.scales[0]))
@@ -1063,8 +1069,9 @@ void Importer::pad() {
     // Quantised PAD fills with the zero point, whose real value is 0.
   }
   const std::string y = l.outputs[0];
+  const bool zero_fill = code_ == PAD || (code_ == PADV2 && l.get_float("value", 0.0) == 0.0);
   add(std::move(l));
-  finish(out(0), y, image);
+  finish(out(0), y, image, zero_fill ? x : -1);
 }
 
 void Importer::resize() {

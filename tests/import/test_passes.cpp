@@ -273,6 +273,22 @@ TEST_CASE("eliminate_dead_layers: only what an output needs stays", "[passes][de
   CHECK(after.layers.size() == 1);
 }
 
+TEST_CASE("fold_pads: zeros on H and W into the conv2 that reads them, not other pads", "[passes][pad]") {
+  using Ints = std::vector<int64_t>;
+  // x -> pad H/W (0,1 | 2,0) -> conv (pads 1) -> y; x -> pad of 0.5 -> conv -> z; x -> pad channels -> relu -> w
+  auto g = graph({{"x", Shape{1, 3, 6, 5}}}, {"y", "z", "w"},
+                 {layer("pad", "p1", {"x"}, {"xp"}, {{"pads", Ints{0, 0, 0, 1, 0, 0, 2, 0}}}), conv("c1", "xp", "y", 3, 4, 1),
+                  layer("pad", "p2", {"x"}, {"xq"}, {{"pads", Ints{0, 0, 1, 1, 0, 0, 1, 1}}, {"value", 0.5}}),
+                  conv("c2", "xq", "z", 3, 4, 2),
+                  layer("pad", "p3", {"x"}, {"xr"}, {{"pads", Ints{0, 0, 0, 0, 0, 2, 0, 0}}}), layer("relu", "r", {"xr"}, {"w"})});
+  auto after = check_pass(g, core::fold_pads, 1);
+  CHECK(count(after, "pad") == 2);
+  const Layer* c1 = after.find_layer("c1");
+  REQUIRE(c1);
+  CHECK(c1->inputs[0] == "x");
+  CHECK(c1->get_ints("pads") == Ints{1, 2, 3, 1});
+}
+
 TEST_CASE("optimize: every pass in order on a conv/bn/relu/identity net", "[passes][optimize]") {
   auto g = graph({{"x", Shape{1, 3, 6, 6}}}, {"y"},
                  {conv("c1", "x", "a", 3, 4, 1), batchnorm("bn", "a", "b", 4, 2), layer("relu", "r", {"b"}, {"c"}),
