@@ -58,6 +58,28 @@ class Reorder final : public PreparedRoutine {
     constexpr int64_t kTileS = 32, kTileC = 64;
     const int64_t n = n_, c = c_, s = s_, stiles = (s + kTileS - 1) / kTileS;
     const bool plain = (from_ == Layout::nchw && to_ == Layout::nhwc) || (from_ == Layout::nhwc && to_ == Layout::nchw);
+    if (plain && s > 1 && c > 1 && c <= 8) {
+      // A few channels (an RGB image): each position's channels written or
+      // read together, runs of 512 positions a task (a 32x32 tile moved 12
+      // bytes per memcpy: an NHWC image of 192x192x3 took 50 us).
+      constexpr int64_t R = 512;
+      const int64_t runs = (s + R - 1) / R;
+      const bool to_nhwc = to_ == Layout::nhwc;
+      a.pool->parallel_for(n * runs, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t img = t / runs, s0 = (t % runs) * R, s1 = std::min(s, s0 + R);
+          const float* xi = x + img * c * s;
+          float* yi = y + img * c * s;
+          if (to_nhwc)
+            for (int64_t p = s0; p < s1; ++p)
+              for (int64_t ch = 0; ch < c; ++ch) yi[p * c + ch] = xi[ch * s + p];
+          else
+            for (int64_t ch = 0; ch < c; ++ch)
+              for (int64_t p = s0; p < s1; ++p) yi[ch * s + p] = xi[p * c + ch];
+        }
+      });
+      return;
+    }
     if (plain && s > 1 && c > 1) {
       // nchw <-> nhwc: a transpose per image of [C, S] <-> [S, C] through a
       // stack tile, so that both sides are read and written in rows.

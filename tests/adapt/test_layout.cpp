@@ -41,7 +41,8 @@ TEST_CASE("layout adapts round-trip every pair exactly", "[adapt]") {
   const Layout layouts[] = {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c};
   std::mt19937 rng(11);
   for (Shape s : {Shape{1, 3, 5, 7}, Shape{2, 8, 4, 4}, Shape{1, 17, 3, 2}, Shape{3, 20}, Shape{2, 9, 2, 3, 2},
-                  Shape{2, 70, 6, 7}, Shape{1, 130, 1, 1}}) {  // the last two span several tiles
+                  Shape{2, 70, 6, 7}, Shape{1, 130, 1, 1},  // these two span several tiles
+                  Shape{1, 3, 40, 30}, Shape{2, 5, 33, 20}}) {  // an image of few channels: several runs of positions
     Blob x = test::iota_blob(s, 0.25f, -3.0f);
     for (Layout a : layouts)
       for (Layout b : layouts) {
