@@ -9,6 +9,7 @@
 // checksum = xxh64(file[64..file_size), seed = xxh64(file[0..56))): every byte of
 // the file but the checksum itself is covered, header, padding and weights alike.
 #include "core/dnn_file.hpp"
+#include "core/mapped_file.hpp"
 
 #include "core/aligned_memory.hpp"
 #include "core/hash.hpp"
@@ -305,23 +306,10 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
 }  // namespace
 
 Graph read_dnn(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("cannot open: {}", std::strerror(errno)), path);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error("not a regular file", path);
-  }
-  auto size = static_cast<std::size_t>(st.st_size);
-  if (size < kHeaderSize) {
-    ::close(fd);
-    bad(path, "header", fmt::format("file is truncated: {} bytes, a header alone is {}", size, kHeaderSize));
-  }
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) throw Error(fmt::format("cannot map: {}", std::strerror(errno)), path);
-  std::shared_ptr<const void> owner(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
-  return parse(static_cast<const unsigned char*>(p), size, owner, path);
+  const MappedFile m = map_file(path);
+  if (m.size < kHeaderSize)
+    bad(path, "header", fmt::format("file is truncated: {} bytes, a header alone is {}", m.size, kHeaderSize));
+  return parse(m.data, m.size, m.owner, path);
 }
 
 Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name) {

@@ -26,6 +26,7 @@
 
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
+#include "core/mapped_file.hpp"
 #include "core/narrow_types.hpp"
 #include "core/model_impl.hpp"
 #include "core/weight_quant.hpp"
@@ -52,12 +53,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 
 namespace softneuro {
@@ -4620,24 +4615,11 @@ core::Graph Importer::run() {
 /// Parses the file straight from a read-only memory map: no copy of the bytes
 /// on the heap (the initializers alone can be hundreds of MB).
 void parse_file(const std::string& path, onnx::ModelProto& model) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("cannot open the file: {}", std::strerror(errno)), path);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error("cannot read the file: not a regular file", path);
-  }
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
-    ::close(fd);
+  const core::MappedFile m = core::map_file(path);
+  if (m.size > static_cast<std::size_t>(std::numeric_limits<int>::max()))
     throw Error("the file is larger than the 2 GB a protobuf message can hold (store weights as external data)", path);
-  }
-  void* map = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
-  ::close(fd);
-  if (map == MAP_FAILED) throw Error(fmt::format("cannot map the file: {}", std::strerror(errno)), path);
-  const bool ok = model.ParseFromArray(map, static_cast<int>(size));
-  if (map) ::munmap(map, size);
-  if (!ok) throw Error("not an ONNX model: the protobuf message does not parse (truncated or another format)", path);
+  if (!model.ParseFromArray(m.data, static_cast<int>(m.size)))
+    throw Error("not an ONNX model: the protobuf message does not parse (truncated or another format)", path);
 }
 
 core::Graph import_graph(const std::string& path, const ImportOptions& options,

@@ -23,6 +23,7 @@
 // outputs marked unavailable, and one Error at the end names every one.
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
+#include "core/mapped_file.hpp"
 #include "core/model_impl.hpp"
 #include "core/narrow_types.hpp"
 #include "core/tensor_math.hpp"
@@ -47,11 +48,6 @@
 #include <optional>
 #include <set>
 
-#include <cerrno>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace softneuro {
 namespace tflite_import {
@@ -115,31 +111,6 @@ struct Unsupported {
   std::string why;
 };
 
-/// A read-only map of the file, alive while the importer reads it.
-struct Mapped {
-  const uint8_t* data = nullptr;
-  std::size_t size = 0;
-  explicit Mapped(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(fmt::format("cannot open the file: {}", std::strerror(errno)), path);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw Error("cannot read the file: not a regular file", path);
-    }
-    size = static_cast<std::size_t>(st.st_size);
-    void* map = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
-    ::close(fd);
-    if (map == MAP_FAILED) throw Error(fmt::format("cannot map the file: {}", std::strerror(errno)), path);
-    data = static_cast<const uint8_t*>(map);
-  }
-  ~Mapped() {
-    if (data) ::munmap(const_cast<uint8_t*>(data), size);
-  }
-  Mapped(const Mapped&) = delete;
-  Mapped& operator=(const Mapped&) = delete;
-};
-
 // NHWC <-> NCHW.
 const std::vector<int64_t> kToNchw = {0, 3, 1, 2};
 const std::vector<int64_t> kToNhwc = {0, 2, 3, 1};
@@ -172,12 +143,12 @@ struct Held {
 
 class Importer {
  public:
-  Importer(const Mapped& file, const std::string& path, const ImportOptions& options)
+  Importer(const core::MappedFile& file, const std::string& path, const ImportOptions& options)
       : file_(file), path_(path), options_(options) {}
   core::Graph run();
 
  private:
-  const Mapped& file_;
+  const core::MappedFile& file_;
   std::string path_;
   const ImportOptions& options_;
   const fb::Model* model_ = nullptr;
@@ -1593,7 +1564,7 @@ Model import_tflite(const std::string& path, const ImportOptions& options) {
   const auto t0 = clock::now();
   core::Graph graph;
   try {
-    tflite_import::Mapped file(path);
+    const core::MappedFile file = core::map_file(path);
     tflite_import::Importer importer(file, path, options);
     graph = importer.run();
   } catch (const Error&) {
