@@ -219,7 +219,6 @@ class Importer {
   // --- operators
   void convert();
   void conv2d();
-  void depthwise();
   void transpose_conv();
   void transpose_conv_bias();
   void transposed_conv(int x, int filter, int bias, bool same, int64_t sh, int64_t sw, int fused);
@@ -740,47 +739,38 @@ Blob Importer::weight_blob(int t, const std::vector<int64_t>& perm, bool per_cha
 }
 
 void Importer::conv2d() {
-  const auto* o = options<fb::Conv2DOptions>();
+  // CONV_2D (filter OHWI, groups where the filter has fewer input channels)
+  // and DEPTHWISE_CONV_2D (filter [1,KH,KW,C*M]: groups of one input channel).
+  const bool dw = code_ == DEPTHWISE_CONV_2D;
+  int8_t padding = 0, fused = 0;
+  int64_t sh = 1, sw = 1, dh = 1, dwf = 1;
+  if (dw) {
+    const auto* o = options<fb::DepthwiseConv2DOptions>();
+    padding = o->padding(), fused = o->fused_activation_function();
+    sh = o->stride_h(), sw = o->stride_w(), dh = o->dilation_h_factor(), dwf = o->dilation_w_factor();
+  } else {
+    const auto* o = options<fb::Conv2DOptions>();
+    padding = o->padding(), fused = o->fused_activation_function();
+    sh = o->stride_h(), sw = o->stride_w(), dh = o->dilation_h_factor(), dwf = o->dilation_w_factor();
+  }
   const int x = in(0);
   const Shape xs = tf_shape(x);
   if (xs.rank() != 4) throw error(fmt::format("input {} is not NHWC", xs.to_string()), "inputs");
-  Blob w = weight_blob(in(1), {0, 3, 1, 2}, true);  // OHWI -> OIHW
+  Blob w = weight_blob(in(1), dw ? std::vector<int64_t>{3, 0, 1, 2} : std::vector<int64_t>{0, 3, 1, 2}, true);
   const Shape& ws = w.shape();
-  if (ws.rank() != 4 || ws[1] < 1 || xs[3] % ws[1] != 0)
-    throw error(fmt::format("filter {} (OHWI) for input channels {}", tf_shape(in(1)).to_string(), xs[3]), "filter");
+  const bool fits = ws.rank() == 4 && ws[1] >= 1 && xs[3] >= 1 &&
+                    (dw ? ws[1] == 1 && ws[0] % xs[3] == 0 : xs[3] % ws[1] == 0);
+  if (!fits) throw error(fmt::format("filter {} for input channels {}", tf_shape(in(1)).to_string(), xs[3]), "filter");
   Layer l = make("conv2", {nchw(x)}, {target(out(0))});
-  const int64_t sh = o->stride_h(), sw = o->stride_w(), dh = o->dilation_h_factor(), dw = o->dilation_w_factor();
   l.params["strides"] = std::vector<int64_t>{sh, sw};
-  l.params["dilations"] = std::vector<int64_t>{dh, dw};
-  l.params["pads"] = window_pads(o->padding(), xs[1], xs[2], ws[2], ws[3], sh, sw, dh, dw);
-  l.params["group"] = xs[3] / ws[1];
+  l.params["dilations"] = std::vector<int64_t>{dh, dwf};
+  l.params["pads"] = window_pads(padding, xs[1], xs[2], ws[2], ws[3], sh, sw, dh, dwf);
+  l.params["group"] = dw ? xs[3] : xs[3] / ws[1];
   l.weights["weight"] = std::move(w);
   if (num_in() > 2 && in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
   const std::string y = l.outputs[0];
   add(std::move(l));
-  activation(out(0), y, true, o->fused_activation_function());
-}
-
-void Importer::depthwise() {
-  const auto* o = options<fb::DepthwiseConv2DOptions>();
-  const int x = in(0);
-  const Shape xs = tf_shape(x);
-  if (xs.rank() != 4) throw error(fmt::format("input {} is not NHWC", xs.to_string()), "inputs");
-  Blob w = weight_blob(in(1), {3, 0, 1, 2}, true);  // [1,KH,KW,C*M] -> [C*M,1,KH,KW]
-  const Shape& ws = w.shape();
-  if (ws.rank() != 4 || ws[1] != 1 || xs[3] < 1 || ws[0] % xs[3] != 0)
-    throw error(fmt::format("filter {} for input channels {}", tf_shape(in(1)).to_string(), xs[3]), "filter");
-  Layer l = make("conv2", {nchw(x)}, {target(out(0))});
-  const int64_t sh = o->stride_h(), sw = o->stride_w(), dh = o->dilation_h_factor(), dw = o->dilation_w_factor();
-  l.params["strides"] = std::vector<int64_t>{sh, sw};
-  l.params["dilations"] = std::vector<int64_t>{dh, dw};
-  l.params["pads"] = window_pads(o->padding(), xs[1], xs[2], ws[2], ws[3], sh, sw, dh, dw);
-  l.params["group"] = xs[3];
-  l.weights["weight"] = std::move(w);
-  if (num_in() > 2 && in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
-  const std::string y = l.outputs[0];
-  add(std::move(l));
-  activation(out(0), y, true, o->fused_activation_function());
+  activation(out(0), y, true, fused);
 }
 
 void Importer::transpose_conv() {
@@ -1333,8 +1323,7 @@ void Importer::pack() {
 
 void Importer::convert() {
   switch (code_) {
-    case CONV_2D: return conv2d();
-    case DEPTHWISE_CONV_2D: return depthwise();
+    case CONV_2D: case DEPTHWISE_CONV_2D: return conv2d();
     case TRANSPOSE_CONV: return transpose_conv();
     case FULLY_CONNECTED: return fully_connected();
     case AVERAGE_POOL_2D: case MAX_POOL_2D: return pool();
