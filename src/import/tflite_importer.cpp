@@ -1563,7 +1563,9 @@ Model import_tflite(const std::string& path, const ImportOptions& options) {
   } catch (const std::exception& e) {
     throw Error(fmt::format("import failed: {}", e.what()), path);
   }
-  for (const auto& [name, shape] : options.input_shapes) {
+  for (const auto& entry : options.input_shapes) {
+    const std::string& name = entry.first;
+    const Shape& shape = entry.second;
     auto it = std::find_if(graph.inputs.begin(), graph.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
     if (it == graph.inputs.end()) throw Error(fmt::format("--input-shape names '{}', which is not an input", name), path, {}, "inputs");
     if (it->shape != shape)
