@@ -708,6 +708,13 @@ std::pair<int64_t, int64_t> same_pads(int64_t in, int64_t k, int64_t s, int64_t 
 
 std::vector<int64_t> window_pads(int padding, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                                  int64_t dh, int64_t dw) {
+  // Strides, dilations and kernel sizes of 1 to core::kMaxWindowParam (the
+  // file's values, an int32 each: 0 divided, negatives wrapped).
+  const std::pair<const char*, int64_t> checked[] = {{"stride_h", sh}, {"stride_w", sw}, {"dilation_h_factor", dh},
+                                                     {"dilation_w_factor", dw}, {"filter_height", kh}, {"filter_width", kw}};
+  for (const auto& [field, v] : checked)
+    if (v < 1 || v > core::kMaxWindowParam)
+      throw Error(fmt::format("{} is {} (1 to {})", field, v, core::kMaxWindowParam), {}, {}, field);
   if (padding != 0) return {0, 0, 0, 0};  // VALID
   auto [t, b] = same_pads(h, kh, sh, dh);
   auto [l, r] = same_pads(w, kw, sw, dw);
@@ -797,7 +804,8 @@ void Importer::transposed_conv(int x, int filter, int bias, bool same, int64_t s
   const Shape& ws = w.shape();
   if (ws.rank() != 4 || ws[0] != xs[3] || ws[1] != ys[3])
     throw error(fmt::format("filter {} for input channels {}, output channels {}", tf_shape(filter).to_string(), xs[3], ys[3]), "filter");
-  if (sh < 1 || sw < 1) throw error(fmt::format("strides {}x{}", sh, sw), "stride_h");
+  if (sh < 1 || sw < 1 || sh > core::kMaxWindowParam || sw > core::kMaxWindowParam)
+    throw error(fmt::format("strides {}x{} (1 to {})", sh, sw, core::kMaxWindowParam), "stride_h");
   // TFLite pads as the forward convolution from the output to the input would;
   // what the full transposed convolution makes past the output is cut off
   // (pads) or, where it is short, made up by output_padding.
@@ -1533,7 +1541,7 @@ core::Graph Importer::run() {
       unsupported_.push_back(fmt::format("operator {} ({}, output '{}'): {}", i, what, layer_, u.why));
       mark_unavailable();
     } catch (const Error& e) {
-      throw e.file().empty() ? e.with_file(path_) : e;
+      throw (e.file().empty() ? e.with_file(path_) : e).with_layer(layer_);
     }
   }
   if (unsupported_.empty()) finish_outputs();
