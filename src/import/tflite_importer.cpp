@@ -380,6 +380,10 @@ std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp,
   const int n = s.rank();
   auto fail = [&](const std::string& why) { return error(fmt::format("sparse tensor '{}': {}", tensor_name(t), why), "sparsity"); };
   if (!sp.traversal_order() || !sp.dim_metadata()) throw fail("no traversal_order or dim_metadata");
+  // The dense form is allocated before the positions are walked: bounded, as
+  // a file's few stored values cannot vouch for a shape of any size.
+  constexpr int64_t kMaxDense = int64_t{1} << 28;
+  if (s.numel() > kMaxDense) throw fail(fmt::format("a dense shape {} of more than 2^28 values", s.to_string()));
   const int levels = static_cast<int>(sp.traversal_order()->size());
   const int k = sp.block_map() ? static_cast<int>(sp.block_map()->size()) : 0;
   if (levels != n + k || static_cast<int>(sp.dim_metadata()->size()) != levels)
