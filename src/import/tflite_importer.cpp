@@ -495,7 +495,12 @@ std::vector<int64_t> Importer::ints(int t, const char* field) const {
   const Blob* c = constant(t);
   if (!c) throw Unsupported{fmt::format("input '{}' ({}) computed at run time: it must be a constant", tensor_name(t), field)};
   std::vector<int64_t> out;
-  for (double v : core::to_doubles(*c)) out.push_back(static_cast<int64_t>(v));
+  for (double v : core::to_doubles(*c)) {
+    // A float tensor (or garbage) read as integers: NaN or 1e30 has no int64.
+    if (!(std::abs(v) <= 9.0e15) || v != std::trunc(v))
+      throw error(fmt::format("input '{}' ({}) holds {}, not an integer", tensor_name(t), field, v), field);
+    out.push_back(static_cast<int64_t>(v));
+  }
   return out;
 }
 
@@ -1194,9 +1199,14 @@ void Importer::slice() {
       for (int d = r - 1; d >= 0; --d) strides_held[static_cast<std::size_t>(d)] = stride, stride *= held_shape[d];
       std::vector<Axis> held_axes(static_cast<std::size_t>(r));
       for (int a = 0; a < r; ++a) held_axes[static_cast<std::size_t>(image ? nchw_axis(a) : a)] = axes[static_cast<std::size_t>(a)];
+      constexpr int64_t kMaxTaken = int64_t{1} << 24;
       int64_t total = 1;
-      for (const Axis& ax : held_axes) out_dims.push_back(ax.count), total *= ax.count;
-      if (total > (int64_t{1} << 24)) throw Unsupported{fmt::format("STRIDED_SLICE taking {} elements with steps", total)};
+      for (const Axis& ax : held_axes) {
+        out_dims.push_back(ax.count);
+        if (ax.count > 0 && total > kMaxTaken / ax.count)
+          throw Unsupported{fmt::format("STRIDED_SLICE with steps taking more than {} elements", kMaxTaken)};
+        total *= ax.count;
+      }
       std::vector<int64_t> pos(static_cast<std::size_t>(total));
       for (int64_t i = 0; i < total; ++i) {
         int64_t rem = i, p = 0;
