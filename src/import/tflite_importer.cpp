@@ -1580,6 +1580,8 @@ Model import_tflite(const std::string& path, const ImportOptions& options) {
     graph = importer.run();
   } catch (const Error&) {
     throw;
+  } catch (const tflite_import::Unsupported& u) {  // outside any operator: an input's or output's tensor
+    throw Error(fmt::format("unsupported: {}", u.why), path);
   } catch (const std::bad_alloc&) {
     throw Error("out of memory while importing", path);
   } catch (const std::exception& e) {
