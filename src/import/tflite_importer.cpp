@@ -181,7 +181,8 @@ class Importer {
 
   // --- operator inputs and outputs
   int tensor_index(int t) const;
-  int in(int k) const;  ///< -1: an optional input left out
+  int in(int k) const;           ///< a tensor index (an input left out is an Error)
+  int optional_in(int k) const;  ///< -1 where left out or past the inputs (k >= 3: optional)
   int out(int k) const;
   int num_in() const { return op_->inputs() ? static_cast<int>(op_->inputs()->size()) : 0; }
   int num_out() const { return op_->outputs() ? static_cast<int>(op_->outputs()->size()) : 0; }
@@ -510,9 +511,18 @@ int Importer::tensor_index(int t) const {
 }
 
 int Importer::in(int k) const {
-  if (k >= num_in()) throw error(fmt::format("{} has {} inputs, input {} is needed", op_name(code_), num_in(), k), "inputs");
+  const int t = optional_in(k);
+  if (t < 0) throw error(fmt::format("{}'s input {} is left out (-1); it is needed", op_name(code_), k), "inputs");
+  return t;
+}
+
+int Importer::optional_in(int k) const {
+  if (k >= num_in()) {
+    if (k < 3) throw error(fmt::format("{} has {} inputs, input {} is needed", op_name(code_), num_in(), k), "inputs");
+    return -1;
+  }
   const int t = op_->inputs()->Get(static_cast<unsigned>(k));
-  return t < 0 ? t : tensor_index(t);
+  return t < 0 ? -1 : tensor_index(t);
 }
 
 int Importer::out(int k) const {
@@ -783,7 +793,7 @@ void Importer::conv2d() {
   l.params["pads"] = window_pads(padding, xs[1], xs[2], ws[2], ws[3], sh, sw, dh, dwf);
   l.params["group"] = dw ? xs[3] : xs[3] / ws[1];
   l.weights["weight"] = std::move(w);
-  if (num_in() > 2 && in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
+  if (num_in() > 2 && optional_in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
   const std::string y = l.outputs[0];
   add(std::move(l));
   activation(out(0), y, true, fused);
@@ -791,7 +801,7 @@ void Importer::conv2d() {
 
 void Importer::transpose_conv() {
   const auto* o = options<fb::TransposeConvOptions>();
-  transposed_conv(in(2), in(1), num_in() > 3 ? in(3) : -1, o->padding() == 0, o->stride_h(), o->stride_w(),
+  transposed_conv(in(2), in(1), optional_in(3), o->padding() == 0, o->stride_h(), o->stride_w(),
                   o->fused_activation_function());
 }
 
@@ -803,7 +813,7 @@ void Importer::transpose_conv_bias() {
   int32_t p[3];
   std::memcpy(p, c->data(), sizeof p);
   if (p[0] != 1 && p[0] != 2) throw error(fmt::format("padding {} (1 SAME, 2 VALID)", p[0]), "custom_options");
-  transposed_conv(in(0), in(1), num_in() > 2 ? in(2) : -1, p[0] == 1, p[2], p[1], 0);
+  transposed_conv(in(0), in(1), num_in() > 2 ? optional_in(2) : -1, p[0] == 1, p[2], p[1], 0);
 }
 
 void Importer::transposed_conv(int x, int filter, int bias, bool same, int64_t sh, int64_t sw, int fused) {
@@ -856,7 +866,7 @@ void Importer::fully_connected() {
     xb = unary_layer("reshape", xb, {{"shape", std::vector<int64_t>{xs.numel() / k, k}}}, "rows");
   Layer l = make("dense", {xb}, {target(out(0))});
   l.weights["weight"] = std::move(w);
-  if (num_in() > 2 && in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
+  if (num_in() > 2 && optional_in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
   const std::string y = l.outputs[0];
   add(std::move(l));
   activation(out(0), y, false, o->fused_activation_function());
@@ -1041,7 +1051,7 @@ void Importer::pad() {
   if (code_ == MIRROR_PAD) {
     if (options<fb::MirrorPadOptions>()->mode() != 0) throw Unsupported{"MIRROR_PAD in SYMMETRIC mode (REFLECT only)"};
     l.params["mode"] = std::string("reflect");
-  } else if (code_ == PADV2 && num_in() > 2 && in(2) >= 0) {
+  } else if (code_ == PADV2 && num_in() > 2 && optional_in(2) >= 0) {
     l.params["value"] = core::to_doubles(require_constant(2, "constant_values")).at(0);
   } else if (quantized_activation(x)) {
     // Quantised PAD fills with the zero point, whose real value is 0.
