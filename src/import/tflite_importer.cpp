@@ -286,7 +286,13 @@ QInfo Importer::qinfo(int t) const {
   if (qp->details_type() != fb::QuantizationDetails::NONE)
     throw Unsupported{fmt::format("tensor '{}' has custom quantisation", tensor_name(t))};
   q.scales.assign(qp->scale()->begin(), qp->scale()->end());
-  if (qp->zero_point()) q.zero_points.assign(qp->zero_point()->begin(), qp->zero_point()->end());
+  if (const auto* zp = qp->zero_point(); zp && zp->size()) {
+    // FlatBuffers 2's verifier checks a vector's length alignment only: 8-byte
+    // values at a 4-byte offset would be read misaligned.
+    if (reinterpret_cast<std::uintptr_t>(zp->data()) % alignof(int64_t) != 0)
+      throw error(fmt::format("tensor '{}': zero points at a misaligned offset (a damaged file)", tensor_name(t)), "quantization");
+    q.zero_points.assign(zp->begin(), zp->end());
+  }
   if (q.zero_points.empty()) q.zero_points.assign(q.scales.size(), 0);
   if (q.zero_points.size() != q.scales.size())
     throw error(fmt::format("tensor '{}' has {} scales and {} zero points", tensor_name(t), q.scales.size(),
