@@ -428,6 +428,7 @@ std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp,
   }
   auto index_vector = [&](fb::SparseIndexVector type, const void* v) -> std::vector<int64_t> {
     std::vector<int64_t> out;
+    if (!v) throw fail("a compressed dim without segments or indices");
     if (type == fb::SparseIndexVector::Int32Vector && static_cast<const fb::Int32Vector*>(v)->values())
       for (int32_t x : *static_cast<const fb::Int32Vector*>(v)->values()) out.push_back(x);
     else if (type == fb::SparseIndexVector::Uint16Vector && static_cast<const fb::Uint16Vector*>(v)->values())
