@@ -216,6 +216,8 @@ class Importer {
   std::string target(int t);
   void finish(int t, const std::string& blob, bool is_nchw, int same_grid_as = -1);
   void activation(int t, std::string x, bool is_nchw, int fused);
+  /// Output 0 as x (rank 4 held nchw where is_nchw) reshaped to the file's shape, in the file's order.
+  void finish_reshaped(std::string x, bool is_nchw);
 
   // --- operators
   void convert();
@@ -709,6 +711,15 @@ void Importer::finish(int t, const std::string& blob, bool is_nchw, int same_gri
   (is_nchw ? h.nchw : h.tf) = y;
 }
 
+void Importer::finish_reshaped(std::string x, bool is_nchw) {
+  if (is_nchw && !order_free(permuted(shapes_.at(x), kToNhwc))) x = unary_layer("transpose", x, {{"perm", kToNhwc}}, "nhwc");
+  Layer l = make("reshape", {x}, {target(out(0))});
+  l.params["shape"] = tf_shape(out(0)).to_vector();
+  const std::string y = l.outputs[0];
+  add(std::move(l));
+  finish(out(0), y, false);
+}
+
 void Importer::activation(int t, std::string x, bool is_nchw, int fused) {
   switch (fused) {
     case 0: break;
@@ -993,15 +1004,7 @@ void Importer::reduce() {
   l.params["keepdims"] = int64_t{1};
   add(std::move(l));
   if (keep) return finish(out(0), y, image);
-  // Without keep_dims: the kept dims in the file's order.
-  std::string yt = y;
-  if (image && !order_free(permuted(shapes_.at(y), kToNhwc)))
-    yt = unary_layer("transpose", y, {{"perm", kToNhwc}}, "nhwc");
-  const std::string r = target(out(0));
-  Layer rs = make("reshape", {yt}, {r});
-  rs.params["shape"] = tf_shape(out(0)).to_vector();
-  add(std::move(rs));
-  finish(out(0), r, false);
+  finish_reshaped(y, image);  // without keep_dims: the kept dims in the file's order
 }
 
 void Importer::reshape() {
@@ -1016,11 +1019,7 @@ void Importer::reshape() {
       return;
     }
   }
-  Layer l = make("reshape", {tf(x)}, {target(out(0))});
-  l.params["shape"] = ys.to_vector();
-  const std::string y = l.outputs[0];
-  add(std::move(l));
-  finish(out(0), y, false);
+  finish_reshaped(tf(x), false);
 }
 
 void Importer::concat() {
@@ -1249,13 +1248,7 @@ void Importer::slice() {
     add(make("identity", {cur}, {y}));
     return finish(out(0), y, image);
   }
-  // Shrunk axes: the file's order, then its shape.
-  if (image && !order_free(permuted(shapes_.at(cur), kToNhwc))) cur = unary_layer("transpose", cur, {{"perm", kToNhwc}}, "nhwc");
-  Layer l = make("reshape", {cur}, {target(out(0))});
-  l.params["shape"] = ys.to_vector();
-  const std::string y = l.outputs[0];
-  add(std::move(l));
-  finish(out(0), y, false);
+  finish_reshaped(cur, image);  // shrunk axes: the file's order, then its shape
 }
 
 void Importer::transpose() {
@@ -1303,23 +1296,16 @@ void Importer::depth_space() {
   // In the file's layout: DEPTH_TO_SPACE [N,H,W,b*b*C] -> [N,H,W,b,b,C] -> [N,H,b,W,b,C] -> [N,H*b,W*b,C];
   // SPACE_TO_DEPTH the reverse.
   const int x = in(0);
-  const Shape xs = tf_shape(x), ys = tf_shape(out(0));
+  const Shape xs = tf_shape(x);
   const int64_t b = code_ == DEPTH_TO_SPACE ? options<fb::DepthToSpaceOptions>()->block_size()
                                             : options<fb::SpaceToDepthOptions>()->block_size();
   if (xs.rank() != 4 || b < 1) throw error(fmt::format("block size {} for {}", b, xs.to_string()), "block_size");
-  std::string cur = tf(x);
-  if (code_ == DEPTH_TO_SPACE) {
-    cur = unary_layer("reshape", cur, {{"shape", std::vector<int64_t>{xs[0], xs[1], xs[2], b, b, xs[3] / (b * b)}}}, "blocks");
-    cur = unary_layer("transpose", cur, {{"perm", std::vector<int64_t>{0, 1, 3, 2, 4, 5}}}, "interleave");
-  } else {
-    cur = unary_layer("reshape", cur, {{"shape", std::vector<int64_t>{xs[0], xs[1] / b, b, xs[2] / b, b, xs[3]}}}, "blocks");
-    cur = unary_layer("transpose", cur, {{"perm", std::vector<int64_t>{0, 1, 3, 2, 4, 5}}}, "interleave");
-  }
-  Layer l = make("reshape", {cur}, {target(out(0))});
-  l.params["shape"] = ys.to_vector();
-  const std::string y = l.outputs[0];
-  add(std::move(l));
-  finish(out(0), y, false);
+  const std::vector<int64_t> blocks = code_ == DEPTH_TO_SPACE
+                                         ? std::vector<int64_t>{xs[0], xs[1], xs[2], b, b, xs[3] / (b * b)}
+                                         : std::vector<int64_t>{xs[0], xs[1] / b, b, xs[2] / b, b, xs[3]};
+  std::string cur = unary_layer("reshape", tf(x), {{"shape", blocks}}, "blocks");
+  cur = unary_layer("transpose", cur, {{"perm", std::vector<int64_t>{0, 1, 3, 2, 4, 5}}}, "interleave");
+  finish_reshaped(cur, false);
 }
 
 void Importer::batch_matmul() {
