@@ -21,3 +21,8 @@ target_link_libraries(ops_bench PRIVATE softneuro fmt::fmt)
 # input shapes (a dynamic-size conv net, a small shape cache).
 add_executable(shape_memory_bench ${CMAKE_CURRENT_LIST_DIR}/shape_memory_bench.cpp)
 target_link_libraries(shape_memory_bench PRIVATE softneuro fmt::fmt)
+
+# load_bench: a tuned .dnn from process start to the first run possible (load,
+# session creation, first and second run), milliseconds.
+add_executable(load_bench ${CMAKE_CURRENT_LIST_DIR}/load_bench.cpp)
+target_link_libraries(load_bench PRIVATE softneuro fmt::fmt)

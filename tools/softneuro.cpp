@@ -71,6 +71,9 @@ commands:
                             a path that misses it is not kept
       --keep-float-weights  keep float32 weights where layers run in qint8 (default: stored as int8
                             and per-channel scales, the values the qint8 routines compute with)
+      --no-prepared-weights store the layers' weights only (default: also the routine path's derived
+                            weights, packed and transformed, so that sessions start at once on a CPU
+                            with these extensions; a larger file)
       --shapes NAME=S1,S2   input shapes to tune at, one routine path each (a model with dynamic
                             dims; e.g. x=1x3x48x320,1x3x48x640); other shapes run the nearest one's
   run FILE [options]        run a net and print its outputs and latency
@@ -184,6 +187,10 @@ int cmd_inspect(const std::vector<std::string>& args) {
     for (const auto& [name, shape] : buckets[k]) text += fmt::format(" {}={}", name, shape.to_string());
     fmt::print("  tuned at{}\n", text);
   }
+  if (model.prepared_weight_bytes())
+    fmt::print("prepared weights: {}, {}\n", human_bytes(model.prepared_weight_bytes()),
+               model.prepared_weights_usable() ? "read in place here"
+                                               : "not for this library version or CPU (sessions derive the weights)");
   const sn::Session session(model);
   fmt::print("memory: {} planned arena for {} of intermediate blobs\n\n", human_bytes(session.planned_bytes()),
              human_bytes(session.unplanned_bytes()));
@@ -204,7 +211,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
     std::string times;
     if (l.tuned) times = fmt::format("  [predicted {:.3f} ms{}]", l.predicted_ms,
                                      l.measured_ms > 0 ? fmt::format(", measured {:.3f} ms", l.measured_ms) : "");
-    const std::string fused = l.fused_into.empty() ? "" : fmt::format("  [computed in one step with '{}']", l.fused_into);
+    const std::string fused = !l.fused_into.empty() ? fmt::format("  [computed in one step with '{}']", l.fused_into)
+                              : l.view            ? "  [runs nothing: its output shares its input's memory]"
+                                                  : "";
     fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params, times, fused);
     if (l.type == "adapt") {
       ++adapts;
@@ -396,6 +405,7 @@ int cmd_tune(const std::vector<std::string>& args) {
     else if (a == "--calibration") calibration_dir = value("--calibration");
     else if (a == "--accuracy") opt.accuracy = value("--accuracy");
     else if (a == "--keep-float-weights") opt.keep_float_weights = true;
+    else if (a == "--no-prepared-weights") opt.prepared_weights = false;
     else if (a == "--shapes") {
       // NAME=S1,S2,...: one shape bucket per entry (several inputs: the same number of entries each).
       auto [name, list] = split_assign(value("--shapes"), "--shapes");

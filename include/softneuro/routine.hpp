@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 8;
+inline constexpr uint32_t abi_version = 9;
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -207,6 +207,10 @@ class PreparedRoutine {
   /// Where the workspace lives (a CUDA routine wants device memory).
   virtual Device workspace_device() const { return Device::cpu; }
   virtual void run(const RunArgs& args) = 0;
+  /// True where output 0 holds input 0's bytes unchanged (a reshape, an
+  /// identity quantisation step): the executor may then give the output the
+  /// input's memory and run nothing. run() must still copy where they differ.
+  virtual bool output_is_input() const { return false; }
 };
 
 /// A routine implemented as a small net of sub-layers (SoftNeuro's childnets,

@@ -47,6 +47,9 @@ struct LayerSummary {
   /// The layer (or adapt) whose step computes this one too, so that the blob
   /// between them is never written (Routine::prepare_with_previous); empty: none.
   std::string fused_into;
+  /// Runs nothing: its output shares its input's memory (a reshape, an
+  /// identity quantisation step between int8 layers).
+  bool view = false;
   /// Filled by layers(true): every registered routine of the layer's type, in
   /// every schema, in the untuned default's order (set_default_order), with
   /// why it is not a candidate (empty reason: it is one).
@@ -98,6 +101,12 @@ class Model {
   /// or tuned at the default shapes only).
   std::vector<std::map<std::string, Shape>> tuned_shapes() const;
   const std::string& name() const;
+  /// Bytes of the routine path's derived weights the file holds ready to use
+  /// (TuneOptions::prepared_weights; 0: none), and whether sessions here read
+  /// them: only a library of the same version on a CPU with the same
+  /// extensions does; elsewhere they derive the weights as without them.
+  std::size_t prepared_weight_bytes() const;
+  bool prepared_weights_usable() const;
 
   /// For the library's own modules; not for apps.
   explicit Model(std::shared_ptr<const detail::ModelImpl> impl);

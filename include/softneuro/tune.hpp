@@ -101,6 +101,13 @@ struct TuneOptions {
   /// bias correction was kept). True: every weight and bias stays as imported,
   /// and bias correction is not tried.
   bool keep_float_weights = false;
+  /// The tuned model also holds its routine path's derived weights (packed,
+  /// Winograd-transformed, reordered for oneDNN), saved in the .dnn, so that a
+  /// session of it on a CPU with the same extensions and this library version
+  /// derives nothing: it starts in milliseconds instead of a few hundred.
+  /// Elsewhere they are ignored and derived as before. They add to the file's
+  /// size (ResNet50 float32: docs/formats.md). False: the layers' weights only.
+  bool prepared_weights = true;
   std::function<void(const TuneProgress&)> progress;
 };
 

@@ -85,6 +85,11 @@ class Model:
         """The device fingerprint its routine path was tuned on ("" when untuned)."""
         return self._model.tuned_fingerprint()
 
+    def prepared_weight_bytes(self) -> int:
+        """Bytes of the routine path's derived weights the model holds ready to use (tune's
+        prepared_weights; 0: none)."""
+        return self._model.prepared_weight_bytes()
+
     def save(self, path: str) -> None:
         """Writes a .dnn file (atomically)."""
         self._model.save(str(path))
@@ -174,6 +179,7 @@ def tune(
     time_budget_s: float = 0.0,
     shapes: Optional[Sequence[Mapping[str, Sequence[int]]]] = None,
     keep_float_weights: bool = False,
+    prepared_weights: bool = True,
 ) -> Model:
     """Measures the routines of every layer on this device and returns a new
     model with the fastest routine path (the given one is unchanged).
@@ -190,6 +196,9 @@ def tune(
         float32 model. Replaces `accuracy`.
     progress: True prints stages; or a function(stage, done, total, item).
     shapes: input shapes to tune at, one routine path each ([{"x": (1, 3, 48, 320)}, ...]).
+    keep_float_weights: keep float32 weights where layers run in qint8 (default: int8 and scales).
+    prepared_weights: also store the routine path's derived weights (packed, transformed), so that
+        sessions of the saved file start without deriving any on a CPU like this one (a larger file).
     """
     if progress is True:
         def progress(stage, done, total, item):  # noqa: F811
@@ -223,6 +232,7 @@ def tune(
         progress,
         [{k: [int(d) for d in v] for k, v in b.items()} for b in (shapes or [])],
         bool(keep_float_weights),
+        bool(prepared_weights),
     )
     return Model(tuned, TuneReport(report))
 

@@ -112,7 +112,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("outputs", [](const softneuro::Model& n) { return infos(n.outputs()); })
       .def_prop_ro("name", [](const softneuro::Model& n) { return n.name(); })
       .def("save", &softneuro::Model::save, "path"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def("tuned_fingerprint", &softneuro::Model::tuned_fingerprint);
+      .def("tuned_fingerprint", &softneuro::Model::tuned_fingerprint)
+      .def("prepared_weight_bytes", &softneuro::Model::prepared_weight_bytes);
 
   // A benchmark chart (softneuro::chart_svg): panels of (title, bars), a bar
   // (label, median, min, max, colour, hatched, note).
@@ -167,13 +168,15 @@ NB_MODULE(_core, m) {
          const std::vector<std::map<std::string, FloatArray>>& calibration,
          const std::vector<std::map<std::string, FloatArray>>& validation, const std::string& accuracy,
          nb::object metric, double max_drop, double time_budget_s, nb::object progress,
-         const std::vector<std::map<std::string, std::vector<int64_t>>>& shapes, bool keep_float_weights) {
+         const std::vector<std::map<std::string, std::vector<int64_t>>>& shapes, bool keep_float_weights,
+         bool prepared_weights) {
         softneuro::TuneOptions o;
         o.schemas = schemas;
         o.cache_dir = cache_dir;
         o.accuracy = accuracy;
         o.time_budget_s = time_budget_s;
         o.keep_float_weights = keep_float_weights;
+        o.prepared_weights = prepared_weights;
         for (const auto& s : calibration) o.calibration.inputs.push_back(owned_blobs_of(s));
         for (const auto& s : validation) o.validation.push_back(owned_blobs_of(s));
         for (const auto& bucket : shapes) {
@@ -213,7 +216,8 @@ NB_MODULE(_core, m) {
         return nb::make_tuple(*tuned, d);
       },
       "model"_a, "schemas"_a, "cache_dir"_a, "calibration"_a, "validation"_a, "accuracy"_a, "metric"_a.none(),
-      "max_drop"_a, "time_budget_s"_a, "progress"_a.none(), "shapes"_a, "keep_float_weights"_a);
+      "max_drop"_a, "time_budget_s"_a, "progress"_a.none(), "shapes"_a, "keep_float_weights"_a,
+      "prepared_weights"_a);
 
   nb::class_<softneuro::Session>(m, "Session")
       .def(

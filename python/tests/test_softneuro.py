@@ -98,6 +98,10 @@ def test_tune_save_load(mlp, tmp_path):
     x = RNG.standard_normal((4, 16)).astype(np.float32)
     y = softneuro.Session(softneuro.load(path)).run({"x": x})["y"]
     np.testing.assert_allclose(y, reference(x), rtol=1e-4, atol=1e-4)
+    assert softneuro.load(path).prepared_weight_bytes() == t.prepared_weight_bytes()
+    plain = softneuro.tune(mlp, cache_dir=str(tmp_path / "cache"), prepared_weights=False)
+    assert plain.prepared_weight_bytes() == 0
+    np.testing.assert_allclose(softneuro.Session(plain).run({"x": x})["y"], reference(x), rtol=1e-4, atol=1e-4)
 
 
 def test_hybrid_tuning_with_calibration_samples_and_a_python_metric(tmp_path):

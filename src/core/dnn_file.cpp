@@ -287,6 +287,22 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
       if (g.shape_paths.back().input_shapes.empty()) bad(file, field + ".input_shapes", "a shape bucket's path names no input shapes");
     }
   }
+  if (auto p = m->prepared()) {
+    auto entries = std::make_shared<std::map<std::string, Blob>>();
+    g.prepared_tag = r.str(p->tag());
+    if (p->weights())
+      for (auto w : *p->weights()) {
+        const std::string key = r.str(w->key());
+        const std::string field = "prepared." + key.substr(0, 200);
+        const uint64_t off = w->offset(), n = w->size();
+        if (off % kAlign != 0) bad(file, field, fmt::format("offset {} is not 64-byte aligned", off));
+        if (off > r.weights_size || n > r.weights_size - off)
+          bad(file, field, fmt::format("bytes [{}, +{}) lie outside the weights section ({} bytes)", off, n, r.weights_size));
+        Blob b = Blob::view(owner, r.weights + off, Shape{static_cast<int64_t>(n)}, DType::uint8);
+        if (!entries->emplace(key, std::move(b)).second) bad(file, field, "duplicate entry");
+      }
+    g.prepared = std::move(entries);
+  }
   if (m->blob_quant())
     for (auto q : *m->blob_quant()) {
       QuantParams qp;
@@ -434,9 +450,20 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
     }
     output_dtypes = fbb.CreateVector(codes);
   }
+  flatbuffers::Offset<fb::PreparedWeights> prepared = 0;
+  if (g.prepared) {
+    std::vector<flatbuffers::Offset<fb::PreparedWeight>> entries;
+    for (const auto& [key, b] : *g.prepared) {
+      std::size_t offset = weights_size;
+      weights_size = align_up(weights_size + b.byte_size());
+      blobs.push_back(&b);
+      entries.push_back(fb::CreatePreparedWeight(fbb, fbb.CreateString(key), offset, b.byte_size()));
+    }
+    prepared = fb::CreatePreparedWeights(fbb, fbb.CreateString(g.prepared_tag), fbb.CreateVector(entries));
+  }
   auto model = fb::CreateModel(fbb, fbb.CreateString(g.name), fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
                                fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path, quant_vec,
-                               shape_paths.empty() ? 0 : fbb.CreateVector(shape_paths), output_dtypes);
+                               shape_paths.empty() ? 0 : fbb.CreateVector(shape_paths), output_dtypes, prepared);
   fb::FinishModelBuffer(fbb, model);
 
   Header h{};

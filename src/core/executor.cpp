@@ -643,10 +643,11 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   for (int s : net_outputs_) slots_[static_cast<std::size_t>(s)].last = end;
   if (plan_only_) return;
   fuse_steps();
+  share_views();
 
   // Memory plan: planned blobs and workspaces share one arena per device.
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].kind != BlobKind::planned) continue;
+    if (slots_[i].kind != BlobKind::planned || slots_[i].alias >= 0) continue;
     Arena& a = arena(slots_[i].schema.device);
     slots_[i].request = static_cast<int>(a.requests.size());
     a.requests.push_back({blobs_[i].byte_size(), slots_[i].first, slots_[i].last});
@@ -739,6 +740,28 @@ void Executor::fuse_steps() {
   }
 }
 
+void Executor::share_views() {
+  auto is_net_output = [&](int slot) { return std::find(net_outputs_.begin(), net_outputs_.end(), slot) != net_outputs_.end(); };
+  for (auto& step_ptr : steps_) {
+    Step& step = *step_ptr;
+    if (step.input_blobs.size() != 1 || step.output_blobs.size() != 1 || !step.prepared->output_is_input()) continue;
+    const int in = step.input_blobs[0], out = step.output_blobs[0];
+    BlobSlot& dst = slots_[static_cast<std::size_t>(out)];
+    const int root = slots_[static_cast<std::size_t>(in)].alias >= 0 ? slots_[static_cast<std::size_t>(in)].alias : in;
+    BlobSlot& src = slots_[static_cast<std::size_t>(root)];
+    // Net outputs are the caller's memory, net inputs and constants not ours to plan.
+    if (src.kind != BlobKind::planned || dst.kind != BlobKind::planned || src.schema.device != Device::cpu ||
+        dst.schema.device != Device::cpu || is_net_output(root) || is_net_output(out) ||
+        blobs_[static_cast<std::size_t>(in)].byte_size() != blobs_[static_cast<std::size_t>(out)].byte_size())
+      continue;
+    dst.alias = root;
+    src.last = std::max(src.last, dst.last);
+    step.view = true;
+    step.prepared = std::make_unique<ComputedElsewhere>();
+    debug("'{}' runs nothing: blob '{}' shares the memory of '{}'", step.name, dst.name, src.name);
+  }
+}
+
 bool HostArena::reserve(std::size_t bytes) {
   if (bytes <= bytes_) return true;
   memory_.reset();  // the old one first: never both at once
@@ -769,6 +792,8 @@ void Executor::bind_outputs_to_arena() {
     if (slots_[i].request >= 0)
       blobs_[i].rebind(arena(slots_[i].schema.device).base() +
                        arena(slots_[i].schema.device).plan.offsets[static_cast<std::size_t>(slots_[i].request)]);
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].alias >= 0) blobs_[i].rebind(blobs_[static_cast<std::size_t>(slots_[i].alias)].data());
 }
 
 void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {

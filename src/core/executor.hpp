@@ -32,6 +32,7 @@ struct Step {
   double predicted_ms = 0;
   double measured_ms = 0;    ///< in-net time the tuner measured for the chosen path (0: none)
   std::string fused_into;    ///< the step that computes this one too (Routine::prepare_with_previous); this one runs nothing
+  bool view = false;         ///< its output shares its input's memory (PreparedRoutine::output_is_input): it runs nothing
   LayerInfo info;
   std::unique_ptr<ScopedWeights> shared_weights;  ///< info.shared: the model's store, scoped to this step
   std::unique_ptr<PreparedRoutine> prepared;
@@ -150,6 +151,7 @@ class Executor {
     Schema schema;
     int first = 0, last = 0;  ///< lifetime in steps
     int request = -1;         ///< index into its device's memory plan
+    int alias = -1;           ///< the planned blob whose memory it shares (a view step's output)
   };
   /// One arena per device: the plan of the blobs and workspaces living there.
   struct Arena {
@@ -176,6 +178,10 @@ class Executor {
   void bind_outputs_to_arena();
   /// Lets each layer's routine take in the step before it (Routine::prepare_with_previous) where the blob between them has no other use.
   void fuse_steps();
+  /// Steps whose output is their input's bytes (PreparedRoutine::output_is_input)
+  /// between planned CPU blobs: the output shares the input's memory, whose
+  /// lifetime grows to cover it, and the step runs nothing.
+  void share_views();
 
   /// Gives `step` its view of the weight store before it is prepared.
   void share_weights(Step& step) const;

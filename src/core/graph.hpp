@@ -63,6 +63,11 @@ struct Graph {
   std::vector<RoutinePath> shape_paths;
   /// Quantisation of activation blobs (from calibration), by blob name.
   std::map<std::string, QuantParams> blob_quant;
+  /// Derived weights of the routine path, ready to use (packed, transformed,
+  /// reordered), by the whole key of the model's weight store; used where
+  /// `prepared_tag` is this library's prepared_weights_tag(). Empty: none.
+  std::shared_ptr<const std::map<std::string, Blob>> prepared;
+  std::string prepared_tag;
   /// Keeps memory alive that weights view (e.g. a memory-mapped file).
   std::shared_ptr<const void> storage;
 

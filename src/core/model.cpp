@@ -2,6 +2,7 @@
 
 #include "core/device.hpp"
 #include "core/dnn_file.hpp"
+#include "core/prepared_weights.hpp"
 #include "core/log.hpp"
 #include "core/aligned_memory.hpp"
 #include "core/thread_pool.hpp"
@@ -24,6 +25,7 @@ void ModelImpl::build(core::Graph g, const std::string& from) {
     core::sort_topologically(g);
     shapes = core::infer_shapes(g);
     graph = std::move(g);
+    if (graph.prepared && graph.prepared_tag == core::prepared_weights_tag()) weights->use_prepared(graph.prepared);
     inputs = graph.inputs;
     outputs.clear();
     for (const auto& o : graph.outputs) {
@@ -52,7 +54,28 @@ std::unique_ptr<WorkingModel> WorkingModel::build(core::Graph graph, const std::
 std::unique_ptr<WorkingModel> WorkingModel::of(const ModelImpl& model) {
   auto impl = std::make_unique<WorkingModel>();
   static_cast<ModelImpl&>(*impl) = model;
+  // A copy made to change: what the file prepared for its path is not saved
+  // again (the store keeps reading it while the graph is unchanged).
+  impl->graph.prepared.reset();
+  impl->graph.prepared_tag.clear();
   return impl;
+}
+
+void WorkingModel::store_prepared_weights(int threads) {
+  ModelImpl copy = *this;
+  copy.weights = std::make_shared<core::WeightStore>();
+  copy.weights->record();
+  copy.graph.prepared.reset();
+  SessionOptions options;
+  options.threads = threads;
+  options.shape_cache = graph.shape_paths.size() + 1;
+  core::SessionThreads team(threads);
+  ShapedExecutors executors(copy, options);
+  executors.at(graph.routine_path.input_shapes);
+  for (const auto& p : graph.shape_paths) executors.at(p.input_shapes);
+  auto saved = std::make_shared<std::map<std::string, Blob>>(copy.weights->saved());
+  graph.prepared_tag = core::prepared_weights_tag();
+  graph.prepared = std::move(saved);
 }
 
 Model WorkingModel::to_model() {
@@ -219,6 +242,7 @@ core::Executor& WorkingModel::prepared() const { return shaped().at({}); }
 void WorkingModel::changed() {
   executors.reset();
   weights = std::make_shared<core::WeightStore>();
+  graph.prepared.reset();
 }
 
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
@@ -292,6 +316,7 @@ std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain
     s.predicted_ms = step->predicted_ms;
     s.measured_ms = step->measured_ms;
     s.fused_into = step->fused_into;
+    s.view = step->view;
     if (explain) {
       const auto& registry = core::RoutineRegistry::instance();
       auto all = registry.candidates(step->info);
@@ -367,6 +392,15 @@ static std::vector<std::map<std::string, Shape>> tuned_shapes_of(const core::Gra
 }
 std::vector<std::map<std::string, Shape>> Model::tuned_shapes() const { return tuned_shapes_of(impl_->graph); }
 const std::string& Model::name() const { return impl_->graph.name; }
+std::size_t Model::prepared_weight_bytes() const {
+  std::size_t n = 0;
+  if (impl_->graph.prepared)
+    for (const auto& [key, bytes] : *impl_->graph.prepared) n += bytes.byte_size();
+  return n;
+}
+bool Model::prepared_weights_usable() const {
+  return impl_->graph.prepared && impl_->graph.prepared_tag == core::prepared_weights_tag();
+}
 
 // --- Session
 

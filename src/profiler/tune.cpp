@@ -732,6 +732,7 @@ Model tune(const Model& model, const TuneOptions& options, TuneReport* report) {
   if (opt.schemas.empty() && !core::layers_quantised_by_model(work->graph).empty())
     opt.schemas = {"cpu:float32:*", "cpu:qint8:*"};
   TuneReport r = tune_in_place(*work, opt);
+  if (opt.prepared_weights) work->store_prepared_weights(r.threads);
   if (report) *report = std::move(r);
   return work->to_model();
 }

@@ -9,6 +9,7 @@
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
@@ -480,4 +481,53 @@ TEST_CASE("weights with values that are not finite have no int8 quantisation", "
   CHECK_FALSE(core::on_int8_grid(big));  // stored as float32
   CHECK(core::quantize_bias_value(1.0f, 0.01) == 100);
   CHECK(core::quantize_bias_value(1e30f, 0.01) == 1 << 30);
+}
+
+TEST_CASE("int8 weights read back per tensor and per slice of any axis", "[dnn]") {
+  // dequantize_weight walks runs of one slice; each value against its formula.
+  Blob q = Blob::allocate(Shape{2, 3, 4}, DType::quint8);
+  for (int64_t i = 0; i < q.numel(); ++i) q.data_as<uint8_t>()[i] = static_cast<uint8_t>(i * 11 % 256);
+  for (int axis : {-1, 0, 1, 2}) {
+    q.quant() = QuantParams{};
+    q.quant().axis = axis;
+    const int64_t slices = axis < 0 ? 1 : q.shape()[axis];
+    for (int64_t k = 0; k < slices; ++k) {
+      q.quant().scales.push_back(0.5f + 0.25f * static_cast<float>(k));
+      q.quant().zero_points.push_back(static_cast<int32_t>(3 * k + 1));
+    }
+    const Blob v = core::dequantize_weight(q, "w");
+    for (int64_t i = 0; i < q.numel(); ++i) {
+      const int64_t inner = axis == 0 ? 12 : axis == 1 ? 4 : 1;
+      const std::size_t k = axis < 0 ? 0 : static_cast<std::size_t>(i / inner % slices);
+      CHECK(v.data_as<float>()[i] ==
+            static_cast<float>(q.data_as<uint8_t>()[i] - q.quant().zero_points[k]) * q.quant().scales[k]);
+    }
+  }
+}
+
+TEST_CASE("prepared weights round-trip, aligned, and saved again byte for byte", "[dnn][prepared]") {
+  core::Graph g = test::chain_graph(2);
+  auto prepared = std::make_shared<std::map<std::string, Blob>>();
+  for (int i = 0; i < 3; ++i) {
+    Blob b = Blob::allocate(Shape{100 + 37 * i}, DType::uint8);
+    for (int64_t j = 0; j < b.numel(); ++j) b.data_as<uint8_t>()[j] = static_cast<uint8_t>(j * (i + 3));
+    prepared->emplace(fmt::format("l{}|cpu:float32:nchw/some|k{}", i, i), b);
+  }
+  g.prepared = prepared;
+  g.prepared_tag = "libsoftneuro test | avx2";
+  const auto bytes = core::serialize_dnn(g);
+  const core::Graph back = core::read_dnn_bytes(bytes.data(), bytes.size(), "p.dnn");
+  CHECK(back.prepared_tag == g.prepared_tag);
+  REQUIRE(back.prepared);
+  REQUIRE(back.prepared->size() == 3);
+  for (const auto& [key, b] : *prepared) {
+    const Blob& r = back.prepared->at(key);
+    CHECK(reinterpret_cast<std::uintptr_t>(r.data()) % 64 == 0);
+    REQUIRE(r.byte_size() == b.byte_size());
+    CHECK(std::memcmp(r.data(), b.data(), b.byte_size()) == 0);
+  }
+  CHECK(core::serialize_dnn(back) == bytes);
+  // A file without them reads none (older files, tune --no-prepared-weights).
+  const auto plain = core::serialize_dnn(test::chain_graph(2));
+  CHECK_FALSE(core::read_dnn_bytes(plain.data(), plain.size(), "q.dnn").prepared);
 }

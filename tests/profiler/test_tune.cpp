@@ -1,6 +1,7 @@
 // softneuro::tune(): a routine path is chosen, stored, saved and followed; the
 // profile cache is reused and never trusted when damaged; pins and bans hold.
 #include "support/tuning.hpp"
+#include "core/cpu_features.hpp"
 #include "core/executor.hpp"
 #include "core/model_impl.hpp"
 #include "profiler/profile_cache.hpp"
@@ -367,4 +368,100 @@ TEST_CASE("a layer whose faster routines all fail to measure is measured on the 
   tune_and_keep(net, o);
   for (const auto& s : Session(net).layers())
     if (s.name == "flaky") CHECK(s.descriptor == "cpu/ref");
+}
+
+namespace {
+/// input [1,8,12,12] -> 3x3 conv 8->16 -> 3x3 conv 16->16 -> 1x1 conv 16->8 -> out.
+core::Graph conv3_graph() {
+  core::Graph g;
+  g.name = "conv3";
+  g.inputs = {{"input", Shape{1, 8, 12, 12}, DType::float32, {}}};
+  auto conv = [&](std::string name, std::string in, std::string out, int64_t cin, int64_t cout, int64_t k, unsigned seed) {
+    Layer l;
+    l.name = std::move(name);
+    l.type = "conv2";
+    l.inputs = {std::move(in)};
+    l.outputs = {std::move(out)};
+    const int64_t p = k / 2;
+    l.params = {{"pads", std::vector<int64_t>{p, p, p, p}}, {"act", std::string("relu")}};
+    l.weights = {{"weight", test::iota_blob(Shape{cout, cin, k, k}, 0.001f * static_cast<float>(seed), -0.3f)},
+                 {"bias", test::iota_blob(Shape{cout}, 0.01f, -0.1f)}};
+    g.layers.push_back(std::move(l));
+  };
+  conv("c1", "input", "b1", 8, 16, 3, 1);
+  conv("c2", "b1", "b2", 16, 16, 3, 2);
+  conv("c3", "b2", "out", 16, 8, 1, 3);
+  g.outputs = {"out"};
+  return g;
+}
+
+/// `model` read again from its file without the prepared weights.
+Model without_prepared(const Model& model) {
+  core::Graph g = model.impl().graph;
+  g.prepared.reset();
+  g.prepared_tag.clear();
+  return detail::make_model(std::move(g));
+}
+}  // namespace
+
+TEST_CASE("a tuned file stores its path's derived weights, and its sessions derive none", "[tune][prepared]") {
+  Model net = detail::make_model(conv3_graph());
+  auto o = quick("-");
+#if defined(__x86_64__)
+  // Routines that pack (direct), transform (Winograd) and reorder (oneDNN) their weights.
+  const bool derives = core::cpu_features().avx2_fma();
+  if (derives) o.pin = {{"c1", "*/direct"}, {"c2", "*/winograd"}, {"c3", "*/onednn"}};
+#else
+  const bool derives = false;
+#endif
+  const Model tuned = tune(net, o);
+  REQUIRE(tuned.impl().graph.prepared);
+  const std::string path = test::temp_path("prepared.dnn");
+  tuned.save(path);
+
+  const Model loaded = Model::load(path);
+  REQUIRE(loaded.impl().graph.prepared);
+  CHECK(loaded.impl().graph.prepared->size() == tuned.impl().graph.prepared->size());
+  const auto got = run_net(loaded);
+  CHECK(loaded.impl().weights->built() == 0);  // every derived weight read from the file
+  const uint64_t read = loaded.impl().weights->loaded();
+  if (derives) {
+    CHECK(read >= 4);  // packed, transformed and packed again, reordered
+    for (const auto& l : Session(loaded).layers())
+      if (l.type != "adapt") CHECK(l.tuned);
+  }
+  // The same values as the weights derived again.
+  const Model plain = without_prepared(loaded);
+  CHECK(got == run_net(plain));
+  CHECK(plain.impl().weights->built() == read);
+
+  SECTION("another library or CPU extensions: the bytes are not read") {
+    core::Graph g = loaded.impl().graph;
+    g.prepared_tag = "libsoftneuro 0.0.0 | sse2";
+    const Model other = detail::make_model(std::move(g));
+    CHECK(run_net(other) == got);
+    CHECK(other.impl().weights->loaded() == 0);
+  }
+  SECTION("bytes of another size under a key are not read") {
+    core::Graph g = loaded.impl().graph;
+    auto damaged = std::make_shared<std::map<std::string, Blob>>(*g.prepared);
+    for (auto& [key, bytes] : *damaged) bytes = Blob::view(bytes.data(), Shape{bytes.numel() / 2}, DType::uint8);
+    g.prepared = damaged;
+    const Model other = detail::make_model(std::move(g));
+    CHECK(run_net(other) == got);
+    CHECK(other.impl().weights->loaded() == 0);
+  }
+  SECTION("a small file: a seed of the dnn_load fuzzer (files under 64 KiB)") {
+    Model one = detail::make_model(test::chain_graph(1));
+    if (derives) o.pin = {{"l0", "*/direct"}};
+    const Model small = tune(one, o);
+    small.save(test::temp_path("prepared_small.dnn"));
+    if (derives) CHECK(small.prepared_weight_bytes() > 0);
+    CHECK(run_net(Model::load(test::temp_path("prepared_small.dnn"))) == run_net(without_prepared(small)));
+  }
+  SECTION("none where the options say so, and none saved again after a change") {
+    o.prepared_weights = false;
+    CHECK_FALSE(tune(net, o).impl().graph.prepared);
+    CHECK_FALSE(calibrate(loaded).impl().graph.prepared);
+  }
 }

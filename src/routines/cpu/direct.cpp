@@ -11,6 +11,7 @@
 #include "routines/cpu/f32_common.hpp"
 
 #include "core/layer_types.hpp"
+#include "core/prepared_weights.hpp"
 #include "core/log.hpp"
 
 #include <softneuro/routine.hpp>
@@ -284,7 +285,19 @@ class PreparedDirect final : public PreparedRoutine {
     const int64_t ogs = ocb_total_ / ocb;
     w_icb_ = taps * ics_ * ocb * v_;
     w_og_ = icbg_ * w_icb_;
-    weights_ = shared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v_, ics_), [&] {
+    const std::size_t weight_floats = static_cast<std::size_t>(ogs * w_og_), bias_floats = static_cast<std::size_t>(ocb_total_ * v_);
+    auto save = [](const Packed& pw) {
+      return core::pack_arrays({core::array_bytes(pw.weight.data(), pw.weight.size()), core::array_bytes(pw.bias.data(), pw.bias.size())});
+    };
+    auto load = [&](const Blob& bytes) -> std::optional<Packed> {
+      auto arrays = core::unpack_arrays(bytes, {weight_floats * sizeof(float), bias_floats * sizeof(float)});
+      if (!arrays) return std::nullopt;
+      Packed pw;
+      pw.weight = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[0]), weight_floats);
+      pw.bias = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[1]), bias_floats);
+      return pw;
+    };
+    weights_ = core::prepared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v_, ics_), [&] {
       Packed pw;
       pw.weight.assign(static_cast<std::size_t>(ogs * w_og_), 0.0f);
       for (int64_t og = 0; og < ogs; ++og)
@@ -311,7 +324,7 @@ class PreparedDirect final : public PreparedRoutine {
           pw.bias[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
         }
       return pw;
-    });
+    }, save, load);
     // nhwc RGB first layers: the assembly first-layer tiles, which
     // apply bias and relu/clip themselves (other activations: the intrinsics).
     first_asm_ = nhwc_ && g_.c == 3 && k.asm_first[oi][0][1] && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&

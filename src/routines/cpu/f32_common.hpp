@@ -47,26 +47,49 @@ inline void clamp_span(const core::Activation& a, const float* x, float* y, int6
 /// panel never split a cache line: measured 10-20% on the direct kernels).
 class AlignedFloats {
  public:
-  void assign(std::size_t n, float value) {
-    p_.reset(static_cast<float*>(core::allocate_aligned((n * sizeof(float) + 63) / 64 * 64 + 64)));
-    if (!p_) throw std::bad_alloc();
-    n_ = n;
-    std::fill(p_.get(), p_.get() + n, value);
+  AlignedFloats() = default;
+  AlignedFloats(AlignedFloats&& o) noexcept : p_(o.p_), n_(o.n_), owner_(o.owner_) { o.p_ = nullptr, o.n_ = 0, o.owner_ = nullptr; }
+  AlignedFloats& operator=(AlignedFloats&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = o.p_, n_ = o.n_, owner_ = o.owner_;
+      o.p_ = nullptr, o.n_ = 0, o.owner_ = nullptr;
+    }
+    return *this;
   }
-  float* data() { return p_.get(); }
-  const float* data() const { return p_.get(); }
+  ~AlignedFloats() { release(); }
+  void assign(std::size_t n, float value) {
+    float* p = static_cast<float*>(core::allocate_aligned((n * sizeof(float) + 63) / 64 * 64 + 64));
+    if (!p) throw std::bad_alloc();
+    release();
+    p_ = p;
+    n_ = n;
+    std::fill(p, p + n, value);
+  }
+  /// `n` floats at `p` (64-byte aligned: a tuned file's prepared weights),
+  /// read in place while `owner` keeps them alive. Never written.
+  static AlignedFloats view(std::shared_ptr<const void> owner, const float* p, std::size_t n);
+  float* data() { return p_; }
+  const float* data() const { return p_; }
   std::size_t size() const { return n_; }
   bool empty() const { return n_ == 0; }
-  float& operator[](std::size_t i) { return p_.get()[i]; }
-  const float& operator[](std::size_t i) const { return p_.get()[i]; }
-  float* begin() { return p_.get(); }
+  float& operator[](std::size_t i) { return p_[i]; }
+  const float& operator[](std::size_t i) const { return p_[i]; }
+  float* begin() { return p_; }
 
  private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], Free> p_;
+  // A view's owner is held out of line (f32_common.cpp): the per-ISA files that
+  // make and drop these must not instantiate shared_ptr's code themselves
+  // (tests/layering/isa_files_symbols.cmake).
+  void release() {
+    if (owner_) release_owner(owner_);
+    else std::free(p_);
+    p_ = nullptr, n_ = 0, owner_ = nullptr;
+  }
+  static void release_owner(void* owner);
+  float* p_ = nullptr;
   std::size_t n_ = 0;
+  void* owner_ = nullptr;  ///< a view's: a heap std::shared_ptr<const void>
 };
 
 /// Float32 CPU weights (present ones) with data, plain layout.

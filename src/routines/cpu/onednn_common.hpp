@@ -7,6 +7,7 @@
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
+#include "core/prepared_weights.hpp"
 #include "core/hash.hpp"
 #include "core/thread_pool.hpp"
 #include "routines/cpu/f32_common.hpp"
@@ -176,16 +177,44 @@ inline dnnl::memory reorder_to(const dnnl::memory& user, const dnnl::memory::des
   return out;
 }
 
-/// The weight `user` in the layout `want`, reordered once per model: every
-/// session of it shares the copy (LayerInfo::shared); `hold` keeps it alive.
+/// A weight in the layout a primitive wants, and what keeps its memory alive
+/// where it is read in place from a tuned file's prepared weights.
+struct WeightMemory {
+  dnnl::memory memory;
+  std::shared_ptr<const void> owner;
+};
+
+/// The weight made by `make()` (a memory of desc `want`), once per model:
+/// every session of it shares the copy (LayerInfo::shared), and a tuned file
+/// stores it ready to use. `key` tells apart the layer's weights; the layout
+/// oneDNN wants may differ between sessions (thread counts), so it is part of
+/// the whole key. `hold` keeps it alive.
+template <class Make>
+dnnl::memory prepared_memory(const LayerInfo& info, std::vector<std::shared_ptr<const void>>& hold, std::string_view key,
+                             const dnnl::memory::desc& want, Make&& make) {
+  const std::size_t bytes = want.get_size();
+  auto m = core::prepared_weights<WeightMemory>(
+      info, fmt::format("{}/{:016x}", key, core::xxh64(&want.data, sizeof(want.data))),
+      [&] { return WeightMemory{make(), nullptr}; },
+      [](const WeightMemory& w) {
+        return core::pack_arrays(
+            {core::array_bytes(static_cast<const std::byte*>(w.memory.get_data_handle()), w.memory.get_desc().get_size())});
+      },
+      [&](const Blob& b) -> std::optional<WeightMemory> {
+        auto arrays = core::unpack_arrays(b, {bytes});
+        if (!arrays) return std::nullopt;
+        return WeightMemory{dnnl::memory(want, cpu_engine(), const_cast<std::byte*>((*arrays)[0])), core::owner_of(b)};
+      });
+  hold.push_back(m);
+  return m->memory;
+}
+
+/// The weight `user` in the layout `want`, reordered once per model
+/// (prepared_memory), or `user` itself (the model's own weight) where they agree.
 inline dnnl::memory shared_reorder(const LayerInfo& info, std::vector<std::shared_ptr<const void>>& hold,
                                    std::string_view key, const dnnl::memory& user, const dnnl::memory::desc& want) {
-  if (user.get_desc() == want) return user;  // the model's own weight memory
-  // The layout oneDNN wants may differ between sessions (thread counts): part of the key.
-  const std::string k = fmt::format("{}/{:016x}", key, core::xxh64(&want.data, sizeof(want.data)));
-  auto m = shared_weights<dnnl::memory>(info, k, [&] { return reorder_to(user, want); });
-  hold.push_back(m);
-  return *m;
+  if (user.get_desc() == want) return user;
+  return prepared_memory(info, hold, key, want, [&] { return reorder_to(user, want); });
 }
 // ---------------------------------------------------------------------------
 // Fused activations as post-ops

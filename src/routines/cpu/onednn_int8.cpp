@@ -126,8 +126,40 @@ QuantWeights quantize_weights(const Blob& w, int64_t oc) {
   return r;
 }
 
+/// What the epilogue and bias take of the int8 weights: the model's, shared by
+/// every session and stored in a tuned file.
+struct WeightScales {
+  std::vector<float> scale;
+  std::vector<int64_t> row_sum;
+};
+
+std::shared_ptr<const WeightScales> weight_scales(const LayerInfo& info, const Blob& w, int64_t oc) {
+  const std::size_t n = static_cast<std::size_t>(oc);
+  return core::prepared_weights<WeightScales>(
+      info, "int8.scales",
+      [&] {
+        QuantWeights q = quantize_weights(w, oc);
+        return WeightScales{std::move(q.scale), std::move(q.row_sum)};
+      },
+      [](const WeightScales& s) {
+        return core::pack_arrays({core::array_bytes(s.scale.data(), s.scale.size()), core::array_bytes(s.row_sum.data(), s.row_sum.size())});
+      },
+      [&](const Blob& b) -> std::optional<WeightScales> {
+        auto a = core::unpack_arrays(b, {n * sizeof(float), n * sizeof(int64_t)});
+        if (!a) return std::nullopt;
+        WeightScales s;
+        s.scale.resize(n);
+        s.row_sum.resize(n);
+        std::memcpy(s.scale.data(), (*a)[0], n * sizeof(float));
+        std::memcpy(s.row_sum.data(), (*a)[1], n * sizeof(int64_t));
+        for (float f : s.scale)
+          if (!core::quant_scale_in_range(f)) return std::nullopt;
+        return s;
+      });
+}
+
 /// int32 bias at s_in·s_w[oc] (zeros without a bias weight), minus z_in·row_sum when folding a zero point.
-std::vector<int32_t> quantize_bias(const Blob* bias, const QuantWeights& qw, float s_in, int32_t fold_zp) {
+std::vector<int32_t> quantize_bias(const Blob* bias, const WeightScales& qw, float s_in, int32_t fold_zp) {
   std::vector<int32_t> b(qw.scale.size(), 0);
   for (std::size_t o = 0; o < b.size(); ++o) {
     double v = 0;
@@ -178,13 +210,15 @@ dnnl::memory owned(const dnnl::memory::desc& md, const std::vector<T>& values) {
   return m;
 }
 
-/// The int8 weights in the layout the primitive wants: the model's (every
-/// session and shape shares them), held by the plan.
-dnnl::memory shared_int8_weights(const LayerInfo& info, Plan& p, const dnnl::memory& user, const dnnl::memory::desc& want) {
-  const std::string key = fmt::format("int8.weights/{:016x}", core::xxh64(&want.data, sizeof(want.data)));
-  auto m = shared_weights<dnnl::memory>(info, key, [&] { return reorder_to(user, want); });
-  p.shared.push_back(m);
-  return *m;
+/// The int8 weights of `w` ([oc][...], quantised per output channel; `dims`:
+/// as oneDNN reads them, groups first) in the layout the primitive wants: the
+/// model's (every session and shape shares them), held by the plan.
+dnnl::memory shared_int8_weights(const LayerInfo& info, Plan& p, const Blob& w, int64_t oc, const dnnl::memory::dims& dims,
+                                 const dnnl::memory::desc& want) {
+  return prepared_memory(info, p.shared, "int8.weights", want, [&] {
+    const QuantWeights q = quantize_weights(w, oc);
+    return reorder_to(owned(plain(dims, dt::s8), q.q), want);
+  });
 }
 
 dnnl::memory zero_point_memory(int32_t zp) { return owned(dnnl::memory::desc({1}, dt::s32, tag::x), std::vector<int32_t>{zp}); }
@@ -360,8 +394,8 @@ struct Conv2 {
     const Blob* bias = layer.find_weight("bias");
     // Weights are quantised in prepare only; supports() builds the primitive with
     // placeholder scales (their values do not change oneDNN's choice).
-    const QuantWeights qw = prepare ? quantize_weights(w, g.oc) : QuantWeights{};
-    Epilogue ep = make_epilogue(layer, prepare ? qw.scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi, qo, false);
+    const auto qw = prepare ? weight_scales(info, w, g.oc) : nullptr;
+    Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi, qo, false);
 
     const Dims wd = g.group > 1 ? Dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw} : Dims{g.oc, g.c, g.kh, g.kw};
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::s32, tag::x) : dnnl::memory::desc();
@@ -379,6 +413,7 @@ struct Conv2 {
     };
     dnnl::convolution_forward::primitive_desc pd = make_pd(l);
     Plan p;
+    if (qw) p.shared.push_back(qw);  // kept, so that a tuned file stores it
     Mem src = in0, dst = out0;
     if (l == Layout::nchw && is_reference(pd)) {
       // nchw int8 is oneDNN's reference code: go through nhwc temporaries.
@@ -394,9 +429,9 @@ struct Conv2 {
     }
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
     if (prepare) {
-      const dnnl::memory wm = shared_int8_weights(info, p, owned(plain(wd, dt::s8), qw.q), pd.weights_desc());
+      const dnnl::memory wm = shared_int8_weights(info, p, w, g.oc, wd, pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
-      if (bias) args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(bias, qw, qi.scale, 0)))}});
+      if (bias) args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(bias, *qw, qi.scale, 0)))}});
       if (qi.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qi.zp))}});
       if (qo.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qo.zp))}});
     }
@@ -434,8 +469,8 @@ struct Dense {
     const Blob& w = layer.weight("weight");
     const int64_t k = x[x.rank() - 1], o = w.shape()[0], m = x.numel() / k;
     const TQ qi = in_q(info, 0), qo = out_q(info);
-    const QuantWeights qw = prepare ? quantize_weights(w, o) : QuantWeights{};
-    Epilogue ep = make_epilogue(layer, prepare ? qw.scale : std::vector<float>(static_cast<std::size_t>(o), 1.0f), qi, qo, true);
+    const auto qw = prepare ? weight_scales(info, w, o) : nullptr;
+    Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(o), 1.0f), qi, qo, true);
     const dnnl::memory::desc b_md({o}, dt::s32, tag::x);
     dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, plain({m, k}, dt::s8),
                                         dnnl::memory::desc({o, k}, dt::s8, tag::any), b_md, plain({m, o}, dt::s8));
@@ -444,12 +479,13 @@ struct Dense {
     attr.set_post_ops(ep.ops);
     dnnl::inner_product_forward::primitive_desc pd(d, attr, cpu_engine());
     Plan p;
+    if (qw) p.shared.push_back(qw);  // kept, so that a tuned file stores it
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {
-      const dnnl::memory wm = shared_int8_weights(info, p, owned(plain({o, k}, dt::s8), qw.q), pd.weights_desc());
+      const dnnl::memory wm = shared_int8_weights(info, p, w, o, {o, k}, pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       // The src zero point folded into the bias (exact: no padding in a dense layer).
-      args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(layer.find_weight("bias"), qw, qi.scale, qi.zp)))}});
+      args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(layer.find_weight("bias"), *qw, qi.scale, qi.zp)))}});
     }
     p.steps.push_back({pd, std::move(args)});
     return p;

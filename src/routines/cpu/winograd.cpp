@@ -13,6 +13,7 @@
 #include "core/childnet.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "core/prepared_weights.hpp"
 #include "routines/cpu/f32_common.hpp"
 #include "routines/cpu/winograd_blocked.hpp"
 #include "routines/cpu/winograd_kernels.hpp"
@@ -194,9 +195,11 @@ Childnet winograd_childnet(const Layer& l, const LayerInfo& info, int64_t m, con
   if (m != 2 && m != 4 && m != 6) throw Error(fmt::format("tile {} is not one of 2, 4, 6", m), {}, l.name, "routine_params");
   core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
   // The transformed weights, shared by every session and shape of the model (the view keeps them alive).
-  const auto shared = shared_weights<Blob>(info, fmt::format("wg.U/{}", m), [&] {
-    return transformed_weights(m, l.weight("weight").data_as<float>(), g.c, g.oc);
-  });
+  const Shape u_shape{(m + 2) * (m + 2), g.c, g.oc};
+  const auto shared = core::prepared_weights<Blob>(
+      info, fmt::format("wg.U/{}", m), [&] { return transformed_weights(m, l.weight("weight").data_as<float>(), g.c, g.oc); },
+      [](const Blob& u) { return core::save_float_blob(u); },
+      [&](const Blob& bytes) { return core::load_float_blob(bytes, u_shape); });
   const Blob u = Blob::view(std::shared_ptr<const void>(shared, shared->data()), shared->data(), shared->shape(),
                             shared->dtype());
   Childnet cn;
@@ -345,12 +348,26 @@ struct ConvPrepared final : PreparedRoutine {
   explicit ConvPrepared(const LayerInfo& info)
       : p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), k(info.output_shapes[0][1]), tp(info.input_shapes[0][2]),
         u(info.layer->weight("weight")),
-        shared(shared_weights<wg::PackedU>(info, "wg.packed", [&] {
-          wg::PackedU pk;
-          if constexpr (I == Isa::avx2 && kX86Kernels) pk = wg::avx2::pack(u.data_as<float>(), p, c, k);
-          if constexpr (I == Isa::avx512 && kX86Kernels) pk = wg::avx512::pack(u.data_as<float>(), p, c, k);
-          return pk;
-        })),
+        shared(core::prepared_weights<wg::PackedU>(
+            info, "wg.packed",
+            [&] {
+              wg::PackedU pk;
+              if constexpr (I == Isa::avx2 && kX86Kernels) pk = wg::avx2::pack(u.data_as<float>(), p, c, k);
+              if constexpr (I == Isa::avx512 && kX86Kernels) pk = wg::avx512::pack(u.data_as<float>(), p, c, k);
+              return pk;
+            },
+            [](const wg::PackedU& pk) { return core::pack_arrays({core::array_bytes(pk.data.data(), pk.data.size())}); },
+            [&](const Blob& bytes) -> std::optional<wg::PackedU> {
+              const int64_t panels = (k + wg::kPackedRows - 1) / wg::kPackedRows;
+              const auto floats = static_cast<std::size_t>(p * panels * c * wg::kPackedRows);
+              auto arrays = core::unpack_arrays(bytes, {floats * sizeof(float)});
+              if (!arrays) return std::nullopt;
+              wg::PackedU pk;
+              pk.rows = wg::kPackedRows;
+              pk.panels = panels;
+              pk.data = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[0]), floats);
+              return pk;
+            })),
         packed(*shared) {}
   void run(const RunArgs& a) override {
     const float* v = a.inputs[0]->data_as<float>();
@@ -529,8 +546,23 @@ struct BlockedConv final : PreparedRoutine {
   BlockedConv(const LayerInfo& info, const wg::blocked::Kernels& kernels)
       : k(kernels), p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), t(info.input_shapes[0][2]) {
     const Blob& w = info.layer->weight("weight");
-    u = shared_weights<wg::blocked::PackedU>(info, fmt::format("wgb.packed/{}", k.group(t)),
-                                              [&] { return k.pack(w.data_as<float>(), p, c, w.shape()[2], t); });
+    // What pack() makes: K in vectors, C padded to whole vectors, group() vectors at a time.
+    const int64_t vec = k.vec, kb = (w.shape()[2] + vec - 1) / vec, cpad = (c + vec - 1) / vec * vec;
+    const int nk = k.group(t);
+    const std::size_t floats = static_cast<std::size_t>(p * kb * cpad * vec);
+    u = core::prepared_weights<wg::blocked::PackedU>(
+        info, fmt::format("wgb.packed/{}", nk), [&] { return k.pack(w.data_as<float>(), p, c, w.shape()[2], t); },
+        [](const wg::blocked::PackedU& pk) { return core::pack_arrays({core::array_bytes(pk.data.data(), pk.data.size())}); },
+        [&](const Blob& bytes) -> std::optional<wg::blocked::PackedU> {
+          auto arrays = core::unpack_arrays(bytes, {floats * sizeof(float)});
+          if (!arrays) return std::nullopt;
+          wg::blocked::PackedU pk;
+          pk.kb = kb;
+          pk.cpad = cpad;
+          pk.nk = nk;
+          pk.data = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[0]), floats);
+          return pk;
+        });
   }
   void run(const RunArgs& a) override {
     k.gemm(*u, p, c, t, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool);

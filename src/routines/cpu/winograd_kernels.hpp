@@ -113,6 +113,9 @@ struct Epilogue {
   core::Activation act;
 };
 
+/// Output channels per panel of PackedU (WG_ROWS of every ISA's kernels).
+inline constexpr int kPackedRows = 6;
+
 /// U [P][C][K] packed for the GEMM kernel of an ISA: per position, panels of
 /// `rows` output channels, [K/rows][C][rows], zero-padded.
 struct PackedU {

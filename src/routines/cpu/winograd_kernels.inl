@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstring>
 
+static_assert(WG_ROWS == softneuro::wg::kPackedRows, "PackedU's panel height is one for every ISA");
+
 namespace softneuro::wg::WG_NS {
 namespace {
 
