@@ -657,3 +657,61 @@ TEST_CASE("session: the executors of its input shapes share one CPU arena, the l
     CHECK(test::values(out[0].blob) == want);
   }
 }
+
+TEST_CASE("session: a reshape runs nothing where its output can share its input's memory", "[session][views]") {
+  // a -> reshape -> reshape back -> b, with a relu reading a's output after the
+  // reshapes: the reshapes' outputs are a's memory, which lives until the relu.
+  std::mt19937 rng(5);
+  using Ints = std::vector<int64_t>;
+  auto reshape = [](std::string name, std::string in, std::string out, Ints shape) {
+    Layer l;
+    l.name = std::move(name);
+    l.type = "reshape";
+    l.inputs = {std::move(in)};
+    l.outputs = {std::move(out)};
+    l.params["shape"] = std::move(shape);
+    return l;
+  };
+  auto relu = [](std::string name, std::string in, std::string out) {
+    Layer l;
+    l.name = std::move(name);
+    l.type = "relu";
+    l.inputs = {std::move(in)};
+    l.outputs = {std::move(out)};
+    return l;
+  };
+  const Layer a = conv_layer("a", "x", "t1", 4, 8, 3, 1, 1, rng), b = conv_layer("b", "t3", "y", 8, 8, 3, 1, 1, rng);
+  std::vector<Layer> layers{a, reshape("r1", "t1", "t2", {1, 8, 36}), reshape("r2", "t2", "t3", {1, 8, 6, 6}), b,
+                            relu("c", "t1", "z")};
+  const std::vector<TensorInfo> inputs{{"x", Shape{1, 4, 6, 6}, DType::float32}};
+  SessionOptions plain;
+  plain.schemas = {"cpu"};
+  // The same net without the reshapes (they give back the same tensor).
+  Layer b_direct = b;
+  b_direct.inputs = {"t1"};
+  Session direct(Model::build("direct", inputs, {a, b_direct, relu("c", "t1", "z")}, {"y", "z"}), plain);
+  const Model model = Model::build("views", inputs, layers, {"y", "z"});
+  Session views(model, plain);
+  std::map<std::string, bool> view;
+  for (const auto& l : views.layers()) view[l.name] = l.view;
+  CHECK(view["r1"]);  // cpu/vec's reshape, on every processor
+  CHECK(view["r2"]);
+  CHECK_FALSE(view["a"]);
+  const auto in = random_inputs(model, 1);
+  CHECK(same(views.run(in), direct.run(in)));
+  CHECK(same(views.run(in), direct.run(in)));  // and again, the arena rebound
+
+  // A net output or a net input is the caller's memory: copied there.
+  const Model out_too = Model::build("views", inputs, layers, {"y", "z", "t2"});
+  Session copies(out_too, plain);
+  for (const auto& l : copies.layers())
+    if (l.name == "r1") CHECK_FALSE(l.view);
+  const auto got = copies.run(in);
+  CHECK(same({got[0], got[1]}, direct.run(in)));
+  const auto t1 = Session(Model::build("t1", inputs, {a}, {"t1"}), plain).run(in);
+  REQUIRE(got[2].blob.byte_size() == t1[0].blob.byte_size());
+  CHECK(std::memcmp(got[2].blob.data(), t1[0].blob.data(), t1[0].blob.byte_size()) == 0);
+  Session from_input(Model::build("in", inputs, {reshape("r", "x", "f", {1, 144})}, {"f"}), plain);
+  const auto f = from_input.run(in);
+  CHECK(std::memcmp(f[0].blob.data(), in[0].blob.data(), in[0].blob.byte_size()) == 0);
+}

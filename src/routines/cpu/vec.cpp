@@ -266,7 +266,8 @@ struct FakeQuantVec final : PreparedRoutine {
 /// fake_quant between int8 blobs (a QDQ model's Q/DQ steps beside its int8
 /// layers): each int8 value's result in a 256-entry table built as cpu/ref
 /// computes it (cpu::int8_table); where the blobs carry the layer's own
-/// quantisation the table is the identity, and the step a copy.
+/// quantisation the table is the identity, and the step is nothing (the
+/// output takes the input's memory) or a copy.
 struct FakeQuantInt8 final : PreparedRoutine {
   static constexpr std::string_view kType = "fake_quant";
   static constexpr bool kSimd = true;
@@ -283,6 +284,7 @@ struct FakeQuantInt8 final : PreparedRoutine {
     cpu::int8_table(table, cpu::in_q(info), cpu::out_q(info), [&](float v) { return q.apply(v); });
     identity = cpu::int8_table_identity(table);
   }
+  bool output_is_input() const override { return identity; }
   void run(const RunArgs& a) override {
     const int8_t* x = a.inputs[0]->data_as<int8_t>();
     int8_t* y = a.outputs[0]->data_as<int8_t>();
@@ -763,8 +765,9 @@ struct Prelu final : PreparedRoutine {
   }
 };
 
-/// reshape, flatten, identity: the same elements in the same order, copied in
-/// equal ranges across threads (nothing to do where the output is the input).
+/// reshape, flatten, identity: the same elements in the same order. The
+/// executor gives the output the input's memory where it can; elsewhere (a net
+/// input or output) they are copied in equal ranges across threads.
 template <const char* Name>
 struct Copy final : PreparedRoutine {
   static constexpr std::string_view kType = Name;
@@ -774,6 +777,7 @@ struct Copy final : PreparedRoutine {
 
   int64_t n;
   Copy(const LayerInfo& info, const Schema&, const vk::Kernels&) : n(info.input_shapes[0].numel()) {}
+  bool output_is_input() const override { return true; }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
