@@ -65,9 +65,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--isa", help="SOFTNEURO_MAX_CPU_ISA for our runs (e.g. avx2)")
+    ap.add_argument("--before", help="another build's CLI: its untuned default too, in the same rounds")
     args = ap.parse_args()
     print(f"model | softneuro float32 routines | softneuro untuned default{f' (ISA {args.isa})' if args.isa else ''} | "
-          "ONNX Runtime int8 | OpenVINO int8 (same file) | default vs float32")
+          f"{'--before build untuned | ' if args.before else ''}ONNX Runtime int8 | OpenVINO int8 (same file) | "
+          "default vs float32")
     for spec in args.models:
         path, shape = (spec.split(":") + [None])[:2]
         if not path.endswith(".onnx"):
@@ -79,6 +81,10 @@ def main():
             dnn = os.path.join(work, "qdq.dnn")
             subprocess.run([args.cli, "import", qdq, "-o", dnn, "--input-shape", f"{name}={'x'.join(map(str, dims))}"],
                            check=True, capture_output=True)
+            old_dnn = os.path.join(work, "qdq.before.dnn")
+            if args.before:
+                subprocess.run([args.before, "import", qdq, "-o", old_dnn, "--input-shape",
+                                f"{name}={'x'.join(map(str, dims))}"], check=True, capture_output=True)
             x = np.random.default_rng(0).standard_normal(dims, dtype=np.float32)
             npy = os.path.join(work, "x.npy")
             np.save(npy, x)
@@ -87,16 +93,20 @@ def main():
             opts.log_severity_level = 3
             session = ort.InferenceSession(qdq, opts, providers=["CPUExecutionProvider"])
             ov_model = openvino_model(qdq, args.threads)
-            f32, dflt, peer, ovs = [], [], [], []
+            f32, dflt, before, peer, ovs = [], [], [], [], []
             for _ in range(args.rounds):
                 f32.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, "cpu:float32:*", args.isa))
                 dflt.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, None, args.isa))
+                if args.before:
+                    before.append(softneuro_ms(args.before, old_dnn, name, npy, args.threads, args.runs, None, args.isa))
                 peer.append(median_ms(lambda: session.run(None, {name: x}), args.runs))
                 if ov_model is not None:
                     ovs.append(median_ms(lambda: ov_model([x]), args.runs))
             a, b, c = np.median(f32), np.median(dflt), np.median(peer)
             d = f"{np.median(ovs):.3f} ms" if ovs else "-"
-            print(f"{os.path.basename(path)} {'x'.join(map(str, dims))} | {a:.3f} ms | {b:.3f} ms | {c:.3f} ms | {d} | {a / b:.2f}x")
+            e = f"{np.median(before):.3f} ms | " if before else ""
+            print(f"{os.path.basename(path)} {'x'.join(map(str, dims))} | {a:.3f} ms | {b:.3f} ms | {e}{c:.3f} ms | {d} | "
+                  f"{a / b:.2f}x")
 
 
 if __name__ == "__main__":

@@ -313,3 +313,35 @@ TEST_CASE("QuantizeLinear as a graph output hands back the integers; DequantizeL
   const float* yv = y[0].blob.data_as<float>();
   CHECK(std::vector<float>(yv, yv + 6) == std::vector<float>{2, 2, 2, 0, -10, 310});
 }
+
+TEST_CASE("A QDQ model's Q/DQ pair between two int8 layers runs nothing", "[onnx][quant][views]") {
+  if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
+  // conv -> Q/DQ -> conv: the pair between the convolutions has the int8
+  // blob's own quantisation, so its table is the identity and its output is
+  // the first convolution's memory (the step copied 66 times in MobileNetV2).
+  OnnxModel m = qdq_conv();
+  m.output("y2");
+  m.init_typed("w2", T::INT8, {4, 4, 1, 1}, ints(16, 7, 3)).init("w2s", {4}, {0.02f, 0.03f, 0.04f, 0.05f});
+  m.init_typed("w2z", T::INT8, {4}, {0, 0, 0, 0});
+  m.node("DequantizeLinear", {"w2", "w2s", "w2z"}, {"w2d"}).i("axis", 0);
+  m.node("Conv", {"y", "w2d"}, {"c2"});
+  m.node("QuantizeLinear", {"c2", "ys", "yz"}, {"c2q"});
+  m.node("DequantizeLinear", {"c2q", "ys", "yz"}, {"y2"});
+  Model net = import_onnx(m.save("qdq_conv2.onnx"));
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  Session untuned(net);
+  int views = 0;
+  for (const auto& l : untuned.layers()) {
+    INFO(l.name << " " << l.type << " " << l.descriptor);
+    views += l.view;
+    if (l.view) CHECK(l.type == "fake_quant");
+  }
+  CHECK(views >= 1);
+  SessionOptions floats;
+  floats.schemas = {"cpu:float32:*"};
+  const auto got = untuned.run(in), want = Session(net, floats).run(in);
+  REQUIRE(got.size() == 2);
+  for (std::size_t k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < got[k].blob.numel(); ++i)
+      CHECK(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
+}

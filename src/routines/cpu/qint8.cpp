@@ -913,6 +913,7 @@ class Requant final : public PreparedRoutine {
     m_ = static_cast<float>(double(x.scale) / double(y.scale));
     identity_ = x.scale == y.scale && x.zp == y.zp && lo == -128 && hi == 127;
   }
+  bool output_is_input() const override { return identity_; }
   void run(const RunArgs& a) override {
     const int8_t* x = a.inputs[0]->data_as<int8_t>();
     int8_t* y = a.outputs[0]->data_as<int8_t>();
@@ -965,6 +966,7 @@ class Lut final : public PreparedRoutine {
     std::memcpy(table_, table, 256);
     identity_ = cpu::int8_table_identity(table_);
   }
+  bool output_is_input() const override { return identity_; }
   void run(const RunArgs& a) override {
     const int8_t* x = a.inputs[0]->data_as<int8_t>();
     int8_t* y = a.outputs[0]->data_as<int8_t>();
