@@ -243,6 +243,7 @@ void WorkingModel::changed() {
   executors.reset();
   weights = std::make_shared<core::WeightStore>();
   graph.prepared.reset();
+  graph.prepared_tag.clear();
 }
 
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)

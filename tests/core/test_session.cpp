@@ -664,21 +664,10 @@ TEST_CASE("session: a reshape runs nothing where its output can share its input'
   std::mt19937 rng(5);
   using Ints = std::vector<int64_t>;
   auto reshape = [](std::string name, std::string in, std::string out, Ints shape) {
-    Layer l;
-    l.name = std::move(name);
-    l.type = "reshape";
-    l.inputs = {std::move(in)};
-    l.outputs = {std::move(out)};
-    l.params["shape"] = std::move(shape);
-    return l;
+    return test::layer(std::move(name), "reshape", {std::move(in)}, {std::move(out)}, {{"shape", std::move(shape)}});
   };
   auto relu = [](std::string name, std::string in, std::string out) {
-    Layer l;
-    l.name = std::move(name);
-    l.type = "relu";
-    l.inputs = {std::move(in)};
-    l.outputs = {std::move(out)};
-    return l;
+    return test::layer(std::move(name), "relu", {std::move(in)}, {std::move(out)});
   };
   const Layer a = conv_layer("a", "x", "t1", 4, 8, 3, 1, 1, rng), b = conv_layer("b", "t3", "y", 8, 8, 3, 1, 1, rng);
   std::vector<Layer> layers{a, reshape("r1", "t1", "t2", {1, 8, 36}), reshape("r2", "t2", "t3", {1, 8, 6, 6}), b,

@@ -18,8 +18,10 @@ Blob random_blob(const Shape& s, unsigned seed, float scale = 0.3f) {
   for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = d(rng);
   return b;
 }
+}  // namespace
+
 Layer layer(std::string name, std::string type, std::vector<std::string> in, std::vector<std::string> out,
-            std::map<std::string, Attr> params = {}, std::map<std::string, Blob> weights = {}) {
+            std::map<std::string, Attr> params, std::map<std::string, Blob> weights) {
   Layer l;
   l.name = std::move(name);
   l.type = std::move(type);
@@ -29,7 +31,6 @@ Layer layer(std::string name, std::string type, std::vector<std::string> in, std
   l.weights = std::move(weights);
   return l;
 }
-}  // namespace
 
 core::Graph chain_graph(int length) {
   core::Graph g;

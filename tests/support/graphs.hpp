@@ -3,9 +3,15 @@
 
 #include "core/graph.hpp"
 
+#include <map>
 #include <string>
+#include <vector>
 
 namespace softneuro::test {
+
+/// A layer of `type` reading `in`, writing `out`.
+Layer layer(std::string name, std::string type, std::vector<std::string> in, std::vector<std::string> out,
+            std::map<std::string, Attr> params = {}, std::map<std::string, Blob> weights = {});
 
 /// input [1,4,8,8] -> conv -> relu -> ... a chain of `length` layers -> output "out".
 core::Graph chain_graph(int length);
