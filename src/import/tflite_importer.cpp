@@ -390,9 +390,14 @@ std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp,
   auto fail = [&](const std::string& why) { return error(fmt::format("sparse tensor '{}': {}", tensor_name(t), why), "sparsity"); };
   if (!sp.traversal_order() || !sp.dim_metadata()) throw fail("no traversal_order or dim_metadata");
   // The dense form is allocated before the positions are walked: bounded, as
-  // a file's few stored values cannot vouch for a shape of any size.
-  constexpr int64_t kMaxDense = int64_t{1} << 28;
+  // a file's few stored values cannot vouch for a shape of any size. Pruned
+  // models keep 1 value in 2 to 1 in 100; 1 in 1,024 is allowed (and any
+  // tensor up to 2^20 values). A 5 KB fuzzed file claimed 100 M values.
+  constexpr int64_t kMaxDense = int64_t{1} << 28, kSmall = int64_t{1} << 20, kPerStored = 1024;
   if (s.numel() > kMaxDense) throw fail(fmt::format("a dense shape {} of more than 2^28 values", s.to_string()));
+  if (s.numel() > kSmall && s.numel() / kPerStored > static_cast<int64_t>(stored.size()))
+    throw fail(fmt::format("a dense shape {} of {} values for {} stored: more than {} per stored value", s.to_string(),
+                           s.numel(), stored.size(), kPerStored));
   const int levels = static_cast<int>(sp.traversal_order()->size());
   const int k = sp.block_map() ? static_cast<int>(sp.block_map()->size()) : 0;
   if (levels != n + k || static_cast<int>(sp.dim_metadata()->size()) != levels)

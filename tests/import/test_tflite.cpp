@@ -450,6 +450,31 @@ TEST_CASE("TFLite sparse constants behind DENSIFY: compressed rows and blocks", 
   m.op(124, {vs}, {vd});
   m.op(0, {x2, vd}, {y2}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(b).Union());
   const Model model = import_tflite(m.save("sparse.tflite", {x, x2}, {y, y2}));
+
+  // A few stored values cannot claim a dense form of any size (the tflite_import
+  // fuzzer's file of 5 KB allocated 800 MB for one): refused before allocating.
+  TfliteModel big;
+  auto& bb = big.b();
+  const std::vector<int32_t> one_seg = {0, 1}, one_idx = {0}, order2 = {0, 1};
+  std::vector<flatbuffers::Offset<fb::DimensionMetadata>> big_dims = {
+      fb::CreateDimensionMetadata(bb, 0, 1),
+      fb::CreateDimensionMetadata(bb, 1, 0, fb::SparseIndexVector::Int32Vector, fb::CreateInt32VectorDirect(bb, &one_seg).Union(),
+                                  fb::SparseIndexVector::Int32Vector, fb::CreateInt32VectorDirect(bb, &one_idx).Union())};
+  auto big_sparsity = fb::CreateSparsityParametersDirect(bb, &order2, nullptr, &big_dims);
+  const int bx = big.tensor("x", {1, 1 << 22});
+  const int bs = big.tensor("w_sparse", {1, 1 << 22}, F32, bytes({1.0f}), {}, big_sparsity);
+  const int bw = big.tensor("w", {1, 1 << 22});
+  const int by = big.tensor("y", {1, 1 << 22});
+  big.op(124, {bs}, {bw});
+  big.op(0, {bx, bw}, {by}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(bb).Union());
+  try {
+    import_tflite(big.save("sparse_big.tflite", {bx}, {by}));
+    FAIL("imported");
+  } catch (const Error& e) {
+    CHECK(e.field() == "sparsity");
+    CHECK_THAT(std::string(e.what()), Catch::Contains("more than 1024 per stored value"));
+  }
+
   Session s(model);
   const std::vector<float> zeros12(12, 0.0f), zeros8(8, 0.0f);
   const auto outs = s.run(std::vector<NamedBlob>{{"x", make_input(Shape{3, 4}, zeros12)}, {"x2", make_input(Shape{2, 4}, zeros8)}});
