@@ -16,6 +16,7 @@
 #include "routines/cpu/f32_common.hpp"
 
 #include "core/layer_types.hpp"
+#include "core/prepared_weights.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -47,9 +48,18 @@ class PreparedDepthwise final : public PreparedRoutine {
     cb_ = (g_.c + v_ - 1) / v_;
     const int64_t taps = g_.kh * g_.kw;
     const float* w = layer.weight("weight").data_as<float>();
-    packed_.assign(static_cast<std::size_t>(cb_ * taps * v_), 0.0f);
-    for (int64_t c = 0; c < g_.c; ++c)
-      for (int64_t t = 0; t < taps; ++t) packed_[(c / v_ * taps + t) * v_ + c % v_] = w[c * taps + t];
+    // The model's: shared by every session and shape, and stored in a tuned file.
+    const auto floats = static_cast<std::size_t>(cb_ * taps * v_);
+    packed_ = core::prepared_weights<cpu::AlignedFloats>(
+        info, fmt::format("depthwise.packed/{}", v_),
+        [&] {
+          cpu::AlignedFloats packed;
+          packed.assign(floats, 0.0f);
+          for (int64_t c = 0; c < g_.c; ++c)
+            for (int64_t t = 0; t < taps; ++t) packed[static_cast<std::size_t>((c / v_ * taps + t) * v_ + c % v_)] = w[c * taps + t];
+          return packed;
+        },
+        cpu::save_floats, [&](const Blob& bytes) { return cpu::load_floats(bytes, floats); });
     bias_.assign(static_cast<std::size_t>(cb_ * v_), 0.0f);
     if (const Blob* b = layer.find_weight("bias")) std::copy(b->data_as<float>(), b->data_as<float>() + g_.c, bias_.begin());
     cpu::to_epilogue(core::fused_activation(layer), ep_);
@@ -93,7 +103,7 @@ class PreparedDepthwise final : public PreparedRoutine {
           for (int64_t cb = 0; cb < cb_; ++cb) {
             r.x = x + n * g_.h * g_.w * g_.c + cb * v;
             r.y = y + (n * g_.oh + oh) * g_.ow * g_.c + cb * v;
-            r.w = packed_.data() + cb * taps * v;
+            r.w = packed_->data() + cb * taps * v;
             r.bias = bias_.data() + cb * v;
             r.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
             r.masked = r.valid < v;
@@ -119,7 +129,7 @@ class PreparedDepthwise final : public PreparedRoutine {
           const int64_t rb = it % blocks, plane = it / blocks, cb = plane % cb_;
           d.x = x + plane * g_.h * g_.w * v;
           d.y = y + plane * g_.oh * g_.ow * v;
-          d.w = packed_.data() + cb * taps * v;
+          d.w = packed_->data() + cb * taps * v;
           d.bias = bias_.data() + cb * v;
           d.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
           d.oh0 = rb * rows_;
@@ -142,7 +152,7 @@ class PreparedDepthwise final : public PreparedRoutine {
         r.ih0 = oh * g_.sh - g_.pt;
         r.x = x + plane * g_.h * g_.w * v;
         r.y = y + (plane * g_.oh + oh) * g_.ow * v;
-        r.w = packed_.data() + cb * taps * v;
+        r.w = packed_->data() + cb * taps * v;
         r.bias = bias_.data() + cb * v;
         r.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
         r.masked = false;
@@ -158,7 +168,8 @@ class PreparedDepthwise final : public PreparedRoutine {
   Layout layout_;
   Window2d g_{};
   int64_t v_ = 0, cb_ = 0;
-  cpu::AlignedFloats packed_, bias_;
+  std::shared_ptr<const cpu::AlignedFloats> packed_;
+  cpu::AlignedFloats bias_;
   cpu::gemm::Epilogue ep_;
   conv::DepthwiseBlockFn block_fn_ = nullptr;  ///< the row-block kernel, when it applies
   int64_t rows_ = 1;                           ///< output rows per block

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <optional>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -91,6 +92,11 @@ class AlignedFloats {
   std::size_t n_ = 0;
   void* owner_ = nullptr;  ///< a view's: a heap std::shared_ptr<const void>
 };
+
+/// A packed float array as a tuned file's prepared weights (core/prepared_weights.hpp),
+/// and back as a view of the file's when it holds exactly `floats` values.
+Blob save_floats(const AlignedFloats& a);
+std::optional<AlignedFloats> load_floats(const Blob& bytes, std::size_t floats);
 
 /// Float32 CPU weights (present ones) with data, plain layout.
 inline Support float_weights(const Layer& l, std::initializer_list<const char*> keys, std::string_view who) {

@@ -13,6 +13,8 @@
 // pixel rows per task.
 #include "routines/cpu/im2col.hpp"
 
+#include "core/prepared_weights.hpp"
+
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
@@ -41,9 +43,18 @@ class PreparedNhwc final : public PreparedRoutine {
     mb_ = std::max<int64_t>(k_->mr, m_block / k_->mr * k_->mr);
     const Blob& w = layer.weight("weight");
     pb_size_ = gemm::packed_b_size(*k_, cg_, ocg_);
-    packed_.assign(static_cast<std::size_t>(pb_size_ * g_.group), 0.0f);
-    for (int64_t gi = 0; gi < g_.group; ++gi)
-      gemm::pack_b(*k_, cg_, ocg_, kc_, w.data_as<float>() + gi * ocg_ * cg_, cg_, true, packed_.data() + gi * pb_size_);
+    // The model's: shared by every session and shape, and stored in a tuned file.
+    const auto floats = static_cast<std::size_t>(pb_size_ * g_.group);
+    packed_ = core::prepared_weights<cpu::AlignedFloats>(
+        info, fmt::format("gemm1x1.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_),
+        [&] {
+          cpu::AlignedFloats packed;
+          packed.assign(floats, 0.0f);
+          for (int64_t gi = 0; gi < g_.group; ++gi)
+            gemm::pack_b(*k_, cg_, ocg_, kc_, w.data_as<float>() + gi * ocg_ * cg_, cg_, true, packed.data() + gi * pb_size_);
+          return packed;
+        },
+        cpu::save_floats, [&](const Blob& bytes) { return cpu::load_floats(bytes, floats); });
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);
     slots_ = cpu::workspace_slots();
@@ -63,7 +74,7 @@ class PreparedNhwc final : public PreparedRoutine {
       gemm::pack_a(*k_, rows, cg_, kc_, x + (n * hw + m0) * g_.c + gi * cg_, g_.c, false, buf);
       gemm::Epilogue ep = ep_;
       ep.bias_n = bias_.empty() ? nullptr : bias_.data() + gi * ocg_;
-      gemm::gemm_block(*k_, rows, ocg_, cg_, kc_, buf, packed_.data() + gi * pb_size_,
+      gemm::gemm_block(*k_, rows, ocg_, cg_, kc_, buf, packed_->data() + gi * pb_size_,
                        y + (n * hw + m0) * g_.oc + gi * ocg_, g_.oc, ep, 0, rows, 0, ocg_);
     });
   }
@@ -73,7 +84,7 @@ class PreparedNhwc final : public PreparedRoutine {
   const Kernel* k_ = nullptr;
   int64_t cg_ = 0, ocg_ = 0, kc_ = 0, mb_ = 0, pb_size_ = 0, slot_floats_ = 0;
   int slots_ = 1;
-  cpu::AlignedFloats packed_;
+  std::shared_ptr<const cpu::AlignedFloats> packed_;
   std::vector<float> bias_;
   gemm::Epilogue ep_;
 };

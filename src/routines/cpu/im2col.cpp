@@ -11,6 +11,8 @@
 // cpu/gemm1x1 (gemm1x1.cpp) runs the same code on pointwise convolutions only.
 #include "routines/cpu/im2col.hpp"
 
+#include "core/prepared_weights.hpp"
+
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 
@@ -108,10 +110,18 @@ class PreparedNchw final : public PreparedRoutine {
     pb_ = std::min(gemm::round_up(p, k_->nr), std::max<int64_t>(k_->nr, gemm::round_up(p_block, k_->nr)));
     const Blob& w = layer.weight("weight");
     const int64_t pa_size = gemm::packed_a_size(*k_, ocg_, kk_);
-    packed_.assign(static_cast<std::size_t>(pa_size * g_.group), 0.0f);
-    for (int64_t gi = 0; gi < g_.group; ++gi)
-      gemm::pack_a(*k_, ocg_, kk_, kc_, w.data_as<float>() + gi * ocg_ * kk_, kk_, false,
-                   packed_.data() + gi * pa_size);
+    // The model's: shared by every session and shape, and stored in a tuned file.
+    const auto floats = static_cast<std::size_t>(pa_size * g_.group);
+    packed_ = core::prepared_weights<cpu::AlignedFloats>(
+        info, fmt::format("im2col.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_),
+        [&] {
+          cpu::AlignedFloats packed;
+          packed.assign(floats, 0.0f);
+          for (int64_t gi = 0; gi < g_.group; ++gi)
+            gemm::pack_a(*k_, ocg_, kk_, kc_, w.data_as<float>() + gi * ocg_ * kk_, kk_, false, packed.data() + gi * pa_size);
+          return packed;
+        },
+        cpu::save_floats, [&](const Blob& bytes) { return cpu::load_floats(bytes, floats); });
     pa_size_ = pa_size;
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);
@@ -141,7 +151,7 @@ class PreparedNchw final : public PreparedRoutine {
       im2col_pack(*k_, g_, x + (n * g_.c + gi * (g_.c / g_.group)) * g_.h * g_.w, kk_, kc_, p0, ncols, buf);
       gemm::Epilogue ep = ep_;
       ep.bias_m = bias_.empty() ? nullptr : bias_.data() + gi * ocg_;
-      gemm::gemm_block(*k_, ocg_, ncols, kk_, kc_, packed_.data() + gi * pa_size_, buf,
+      gemm::gemm_block(*k_, ocg_, ncols, kk_, kc_, packed_->data() + gi * pa_size_, buf,
                        y + (n * g_.oc + gi * ocg_) * p + p0, p, ep, m0, m1, 0, ncols);
     });
   }
@@ -151,7 +161,7 @@ class PreparedNchw final : public PreparedRoutine {
   const Kernel* k_ = nullptr;
   int64_t ocg_ = 0, kk_ = 0, kc_ = 0, pb_ = 0, pa_size_ = 0, slot_floats_ = 0;
   int slots_ = 1;
-  cpu::AlignedFloats packed_;
+  std::shared_ptr<const cpu::AlignedFloats> packed_;
   std::vector<float> bias_;
   gemm::Epilogue ep_;
 };
