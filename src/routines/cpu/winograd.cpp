@@ -356,16 +356,15 @@ struct ConvPrepared final : PreparedRoutine {
               if constexpr (I == Isa::avx512 && kX86Kernels) pk = wg::avx512::pack(u.data_as<float>(), p, c, k);
               return pk;
             },
-            [](const wg::PackedU& pk) { return core::pack_arrays({core::array_bytes(pk.data.data(), pk.data.size())}); },
+            [](const wg::PackedU& pk) { return cpu::save_floats(pk.data); },
             [&](const Blob& bytes) -> std::optional<wg::PackedU> {
               const int64_t panels = (k + wg::kPackedRows - 1) / wg::kPackedRows;
-              const auto floats = static_cast<std::size_t>(p * panels * c * wg::kPackedRows);
-              auto arrays = core::unpack_arrays(bytes, {floats * sizeof(float)});
-              if (!arrays) return std::nullopt;
+              auto data = cpu::load_floats(bytes, static_cast<std::size_t>(p * panels * c * wg::kPackedRows));
+              if (!data) return std::nullopt;
               wg::PackedU pk;
               pk.rows = wg::kPackedRows;
               pk.panels = panels;
-              pk.data = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[0]), floats);
+              pk.data = std::move(*data);
               return pk;
             })),
         packed(*shared) {}
@@ -552,15 +551,15 @@ struct BlockedConv final : PreparedRoutine {
     const std::size_t floats = static_cast<std::size_t>(p * kb * cpad * vec);
     u = core::prepared_weights<wg::blocked::PackedU>(
         info, fmt::format("wgb.packed/{}", nk), [&] { return k.pack(w.data_as<float>(), p, c, w.shape()[2], t); },
-        [](const wg::blocked::PackedU& pk) { return core::pack_arrays({core::array_bytes(pk.data.data(), pk.data.size())}); },
+        [](const wg::blocked::PackedU& pk) { return cpu::save_floats(pk.data); },
         [&](const Blob& bytes) -> std::optional<wg::blocked::PackedU> {
-          auto arrays = core::unpack_arrays(bytes, {floats * sizeof(float)});
-          if (!arrays) return std::nullopt;
+          auto data = cpu::load_floats(bytes, floats);
+          if (!data) return std::nullopt;
           wg::blocked::PackedU pk;
           pk.kb = kb;
           pk.cpad = cpad;
           pk.nk = nk;
-          pk.data = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[0]), floats);
+          pk.data = std::move(*data);
           return pk;
         });
   }
