@@ -463,6 +463,19 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
     if (derives) CHECK(back.impl().weights->loaded() >= 3);
     CHECK(values == run_net(without_prepared(back)));
   }
+  SECTION("our qint8 family's packed weights, bias and multipliers") {
+    if (!derives) return;
+    o.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+    o.accuracy = "none";
+    o.pin = {{"c*", "cpu:qint8*/qint8"}};
+    const Model t = tune(net, o);
+    t.save(test::temp_path("prepared_qint8.dnn"));
+    const Model back = Model::load(test::temp_path("prepared_qint8.dnn"));
+    const auto values = run_net(back);
+    CHECK(back.impl().weights->built() == 0);
+    CHECK(back.impl().weights->loaded() >= 3);
+    CHECK(values == run_net(without_prepared(back)));
+  }
   SECTION("a small file: a seed of the dnn_load fuzzer (files under 64 KiB)") {
     Model one = detail::make_model(test::chain_graph(1));
     if (derives) o.pin = {{"l0", "*/direct"}};

@@ -55,6 +55,7 @@
 // uncalibrated net never considers them).
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "core/prepared_weights.hpp"
 #include "core/weight_quant.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/quant_params.hpp"
@@ -233,7 +234,23 @@ class GemmConv final : public PreparedRoutine {
     // [group][ocb][ksteps][16][kstep] (int16 pairs for int16, int8 quads for the u8 kernels).
     const int64_t blocks = g.group * ocb_;
     block_bytes_ = ksteps_ * 64;  // 16 lanes x (2 int16 or 4 int8)
-    weights_ = shared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
+    const auto packed_bytes = static_cast<std::size_t>(blocks * block_bytes_), lanes = static_cast<std::size_t>(blocks * 16);
+    auto save = [](const Packed& pw) {
+      return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(pw.packed.data()), pw.packed.byte_size()),
+                                core::array_bytes(pw.bias.data(), pw.bias.size()), core::array_bytes(pw.mult.data(), pw.mult.size())});
+    };
+    auto load = [&](const Blob& bytes) -> std::optional<Packed> {
+      auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(int32_t), lanes * sizeof(float)});
+      if (!a) return std::nullopt;
+      Packed pw;
+      pw.packed = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
+      pw.bias.resize(lanes);
+      pw.mult.resize(lanes);
+      std::memcpy(pw.bias.data(), (*a)[1], lanes * sizeof(int32_t));
+      std::memcpy(pw.mult.data(), (*a)[2], lanes * sizeof(float));
+      return pw;
+    };
+    weights_ = core::prepared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
       Packed pw;
       std::vector<float> wk(static_cast<std::size_t>(g.oc * k_));
       for (int64_t o = 0; o < g.oc; ++o)
@@ -267,7 +284,7 @@ class GemmConv final : public PreparedRoutine {
             }
           }
       return pw;
-    });
+    }, save, load);
     // Blocks of output pixels: about 96 KiB of rows, a multiple of the tile height.
     const int64_t P = g.oh * g.ow;
     if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
