@@ -368,36 +368,26 @@ int eliminate_dead_layers(Graph& g) {
 }
 
 int fold_pads(Graph& g) {
-  sort_topologically(g);
-  std::unordered_map<std::string, std::size_t> producer;
-  std::unordered_map<std::string, int> reads;
-  for (std::size_t i = 0; i < g.layers.size(); ++i) {
-    for (const auto& o : g.layers[i].outputs) producer[o] = i;
-    for (const auto& in : g.layers[i].inputs) ++reads[in];
-  }
-  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
-  std::vector<bool> removed(g.layers.size());
-  int count = 0;
-  for (Layer& c : g.layers) {
-    if (c.type != "conv2" || c.inputs.empty()) continue;
-    auto it = producer.find(c.inputs[0]);
-    if (it == producer.end() || reads[c.inputs[0]] != 1 || net_outputs.count(c.inputs[0])) continue;
-    const Layer& p = g.layers[it->second];
-    if (p.type != "pad" || p.inputs.size() != 1 || p.get_string("mode", "constant") != "constant" ||
+  // The conv2 takes its producer's place: a pad of zeros on H and W becomes the
+  // conv2 reading the pad's input with the pads added (sorted again after: the
+  // conv2's other inputs may come after the pad).
+  const int count = absorb_into_producers(g, "conv2", [](Layer& p, const Layer& c, std::size_t input, const Context&) {
+    if (input != 0 || p.type != "pad" || p.inputs.size() != 1 || p.get_string("mode", "constant") != "constant" ||
         p.get_float("value", 0.0) != 0.0)
-      continue;
+      return false;
     const auto pads = p.get_ints("pads");
-    if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5]) continue;  // only H and W
+    if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5]) return false;  // only H and W
     auto cp = c.get_ints("pads", {0, 0, 0, 0});
-    if (cp.size() != 4) continue;
+    if (cp.size() != 4) return false;
     // conv2 pads [top, left, bottom, right]; pad's [begin N,C,H,W, end N,C,H,W].
     cp[0] += pads[2], cp[1] += pads[3], cp[2] += pads[6], cp[3] += pads[7];
-    c.params["pads"] = cp;
-    c.inputs[0] = p.inputs[0];
-    removed[it->second] = true;
-    ++count;
-  }
-  erase_flagged(g, removed);
+    Layer conv = c;
+    conv.params["pads"] = cp;
+    conv.inputs[0] = p.inputs[0];
+    p = std::move(conv);
+    return true;
+  });
+  sort_topologically(g);
   return count;
 }
 

@@ -16,7 +16,6 @@
 #include "routines/cpu/f32_common.hpp"
 
 #include "core/layer_types.hpp"
-#include "core/prepared_weights.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -50,16 +49,10 @@ class PreparedDepthwise final : public PreparedRoutine {
     const float* w = layer.weight("weight").data_as<float>();
     // The model's: shared by every session and shape, and stored in a tuned file.
     const auto floats = static_cast<std::size_t>(cb_ * taps * v_);
-    packed_ = core::prepared_weights<cpu::AlignedFloats>(
-        info, fmt::format("depthwise.packed/{}", v_),
-        [&] {
-          cpu::AlignedFloats packed;
-          packed.assign(floats, 0.0f);
-          for (int64_t c = 0; c < g_.c; ++c)
-            for (int64_t t = 0; t < taps; ++t) packed[static_cast<std::size_t>((c / v_ * taps + t) * v_ + c % v_)] = w[c * taps + t];
-          return packed;
-        },
-        cpu::save_floats, [&](const Blob& bytes) { return cpu::load_floats(bytes, floats); });
+    packed_ = cpu::packed_floats(info, fmt::format("depthwise.packed/{}", v_), floats, [&](float* packed) {
+      for (int64_t c = 0; c < g_.c; ++c)
+        for (int64_t t = 0; t < taps; ++t) packed[(c / v_ * taps + t) * v_ + c % v_] = w[c * taps + t];
+    });
     bias_.assign(static_cast<std::size_t>(cb_ * v_), 0.0f);
     if (const Blob* b = layer.find_weight("bias")) std::copy(b->data_as<float>(), b->data_as<float>() + g_.c, bias_.begin());
     cpu::to_epilogue(core::fused_activation(layer), ep_);

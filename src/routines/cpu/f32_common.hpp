@@ -5,6 +5,7 @@
 
 #include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
+#include "core/prepared_weights.hpp"
 #include "core/thread_pool.hpp"
 #include "routines/cpu/gemm.hpp"
 
@@ -97,6 +98,22 @@ class AlignedFloats {
 /// and back as a view of the file's when it holds exactly `floats` values.
 Blob save_floats(const AlignedFloats& a);
 std::optional<AlignedFloats> load_floats(const Blob& bytes, std::size_t floats);
+
+/// `floats` values packed by `pack(float* zeroed)` once per model: shared by its
+/// sessions and shapes, and stored in a tuned file (core::prepared_weights).
+template <class Pack>
+std::shared_ptr<const AlignedFloats> packed_floats(const LayerInfo& info, std::string_view key, std::size_t floats,
+                                                   Pack&& pack) {
+  return core::prepared_weights<AlignedFloats>(
+      info, key,
+      [&] {
+        AlignedFloats packed;
+        packed.assign(floats, 0.0f);
+        pack(packed.data());
+        return packed;
+      },
+      save_floats, [&](const Blob& bytes) { return load_floats(bytes, floats); });
+}
 
 /// Float32 CPU weights (present ones) with data, plain layout.
 inline Support float_weights(const Layer& l, std::initializer_list<const char*> keys, std::string_view who) {

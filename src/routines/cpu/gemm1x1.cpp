@@ -13,8 +13,6 @@
 // pixel rows per task.
 #include "routines/cpu/im2col.hpp"
 
-#include "core/prepared_weights.hpp"
-
 #include <softneuro/routine.hpp>
 
 #include <fmt/format.h>
@@ -45,16 +43,10 @@ class PreparedNhwc final : public PreparedRoutine {
     pb_size_ = gemm::packed_b_size(*k_, cg_, ocg_);
     // The model's: shared by every session and shape, and stored in a tuned file.
     const auto floats = static_cast<std::size_t>(pb_size_ * g_.group);
-    packed_ = core::prepared_weights<cpu::AlignedFloats>(
-        info, fmt::format("gemm1x1.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_),
-        [&] {
-          cpu::AlignedFloats packed;
-          packed.assign(floats, 0.0f);
-          for (int64_t gi = 0; gi < g_.group; ++gi)
-            gemm::pack_b(*k_, cg_, ocg_, kc_, w.data_as<float>() + gi * ocg_ * cg_, cg_, true, packed.data() + gi * pb_size_);
-          return packed;
-        },
-        cpu::save_floats, [&](const Blob& bytes) { return cpu::load_floats(bytes, floats); });
+    packed_ = cpu::packed_floats(info, fmt::format("gemm1x1.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_), floats, [&](float* packed) {
+      for (int64_t gi = 0; gi < g_.group; ++gi)
+        gemm::pack_b(*k_, cg_, ocg_, kc_, w.data_as<float>() + gi * ocg_ * cg_, cg_, true, packed + gi * pb_size_);
+    });
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);
     slots_ = cpu::workspace_slots();

@@ -11,8 +11,6 @@
 // cpu/gemm1x1 (gemm1x1.cpp) runs the same code on pointwise convolutions only.
 #include "routines/cpu/im2col.hpp"
 
-#include "core/prepared_weights.hpp"
-
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 
@@ -112,16 +110,10 @@ class PreparedNchw final : public PreparedRoutine {
     const int64_t pa_size = gemm::packed_a_size(*k_, ocg_, kk_);
     // The model's: shared by every session and shape, and stored in a tuned file.
     const auto floats = static_cast<std::size_t>(pa_size * g_.group);
-    packed_ = core::prepared_weights<cpu::AlignedFloats>(
-        info, fmt::format("im2col.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_),
-        [&] {
-          cpu::AlignedFloats packed;
-          packed.assign(floats, 0.0f);
-          for (int64_t gi = 0; gi < g_.group; ++gi)
-            gemm::pack_a(*k_, ocg_, kk_, kc_, w.data_as<float>() + gi * ocg_ * kk_, kk_, false, packed.data() + gi * pa_size);
-          return packed;
-        },
-        cpu::save_floats, [&](const Blob& bytes) { return cpu::load_floats(bytes, floats); });
+    packed_ = cpu::packed_floats(info, fmt::format("im2col.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_), floats, [&](float* packed) {
+      for (int64_t gi = 0; gi < g_.group; ++gi)
+        gemm::pack_a(*k_, ocg_, kk_, kc_, w.data_as<float>() + gi * ocg_ * kk_, kk_, false, packed + gi * pa_size);
+    });
     pa_size_ = pa_size;
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);

@@ -74,6 +74,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -126,6 +127,18 @@ QuantWeights quantize_weights(const Blob& w, int64_t oc) {
   return r;
 }
 
+/// A layer's weight quantised once, on first use: the scales and the packed
+/// weights are each derived from it where the model's store lacks them.
+struct LazyQuant {
+  const Blob& w;
+  int64_t oc;
+  std::optional<QuantWeights> q;
+  const QuantWeights& get() {
+    if (!q) q = quantize_weights(w, oc);
+    return *q;
+  }
+};
+
 /// What the epilogue and bias take of the int8 weights: the model's, shared by
 /// every session and stored in a tuned file.
 struct WeightScales {
@@ -133,14 +146,10 @@ struct WeightScales {
   std::vector<int64_t> row_sum;
 };
 
-std::shared_ptr<const WeightScales> weight_scales(const LayerInfo& info, const Blob& w, int64_t oc) {
-  const std::size_t n = static_cast<std::size_t>(oc);
+std::shared_ptr<const WeightScales> weight_scales(const LayerInfo& info, LazyQuant& quant) {
+  const std::size_t n = static_cast<std::size_t>(quant.oc);
   return core::prepared_weights<WeightScales>(
-      info, "int8.scales",
-      [&] {
-        QuantWeights q = quantize_weights(w, oc);
-        return WeightScales{std::move(q.scale), std::move(q.row_sum)};
-      },
+      info, "int8.scales", [&] { return WeightScales{quant.get().scale, quant.get().row_sum}; },
       [](const WeightScales& s) {
         return core::pack_arrays({core::array_bytes(s.scale.data(), s.scale.size()), core::array_bytes(s.row_sum.data(), s.row_sum.size())});
       },
@@ -213,12 +222,10 @@ dnnl::memory owned(const dnnl::memory::desc& md, const std::vector<T>& values) {
 /// The int8 weights of `w` ([oc][...], quantised per output channel; `dims`:
 /// as oneDNN reads them, groups first) in the layout the primitive wants: the
 /// model's (every session and shape shares them), held by the plan.
-dnnl::memory shared_int8_weights(const LayerInfo& info, Plan& p, const Blob& w, int64_t oc, const dnnl::memory::dims& dims,
+dnnl::memory shared_int8_weights(const LayerInfo& info, Plan& p, LazyQuant& quant, const dnnl::memory::dims& dims,
                                  const dnnl::memory::desc& want) {
-  return prepared_memory(info, p.shared, "int8.weights", want, [&] {
-    const QuantWeights q = quantize_weights(w, oc);
-    return reorder_to(owned(plain(dims, dt::s8), q.q), want);
-  });
+  return prepared_memory(info, p.shared, "int8.weights", want,
+                         [&] { return reorder_to(owned(plain(dims, dt::s8), quant.get().q), want); });
 }
 
 dnnl::memory zero_point_memory(int32_t zp) { return owned(dnnl::memory::desc({1}, dt::s32, tag::x), std::vector<int32_t>{zp}); }
@@ -394,7 +401,8 @@ struct Conv2 {
     const Blob* bias = layer.find_weight("bias");
     // Weights are quantised in prepare only; supports() builds the primitive with
     // placeholder scales (their values do not change oneDNN's choice).
-    const auto qw = prepare ? weight_scales(info, w, g.oc) : nullptr;
+    LazyQuant quant{w, g.oc, std::nullopt};
+    const auto qw = prepare ? weight_scales(info, quant) : nullptr;
     Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi, qo, false);
 
     const Dims wd = g.group > 1 ? Dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw} : Dims{g.oc, g.c, g.kh, g.kw};
@@ -429,7 +437,7 @@ struct Conv2 {
     }
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
     if (prepare) {
-      const dnnl::memory wm = shared_int8_weights(info, p, w, g.oc, wd, pd.weights_desc());
+      const dnnl::memory wm = shared_int8_weights(info, p, quant, wd, pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       if (bias) args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(bias, *qw, qi.scale, 0)))}});
       if (qi.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qi.zp))}});
@@ -469,7 +477,8 @@ struct Dense {
     const Blob& w = layer.weight("weight");
     const int64_t k = x[x.rank() - 1], o = w.shape()[0], m = x.numel() / k;
     const TQ qi = in_q(info, 0), qo = out_q(info);
-    const auto qw = prepare ? weight_scales(info, w, o) : nullptr;
+    LazyQuant quant{w, o, std::nullopt};
+    const auto qw = prepare ? weight_scales(info, quant) : nullptr;
     Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(o), 1.0f), qi, qo, true);
     const dnnl::memory::desc b_md({o}, dt::s32, tag::x);
     dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, plain({m, k}, dt::s8),
@@ -482,7 +491,7 @@ struct Dense {
     if (qw) p.shared.push_back(qw);  // kept, so that a tuned file stores it
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {
-      const dnnl::memory wm = shared_int8_weights(info, p, w, o, {o, k}, pd.weights_desc());
+      const dnnl::memory wm = shared_int8_weights(info, p, quant, {o, k}, pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       // The src zero point folded into the bias (exact: no padding in a dense layer).
       args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(layer.find_weight("bias"), *qw, qi.scale, qi.zp)))}});
