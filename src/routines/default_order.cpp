@@ -188,7 +188,7 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"resize",
      {
-      {"cpu/resample"},
+      {"cpu/resample", "cpu:float32:nhwc/xnnpack", "cpu:float32:nhwc/resample"},
       {"cpu/ref"},
      }},
     {"deconv2",

@@ -1,9 +1,12 @@
 // resize: cpu/ref and cpu/resample against ONNX Runtime 1.32's Resize (values
 // computed once with it, opset 18, on the input below), and against each other
 // over many shapes and modes.
+#include "core/layer_types.hpp"
+#include "support/layout_convert.hpp"
 #include "support/run_layer.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <random>
@@ -116,4 +119,63 @@ TEST_CASE("resize: cpu/resample matches cpu/ref over modes, scales and sizes", "
   CHECK_THROWS_WITH(run_layer(resize_layer("nearest", "asymmetric", "floor", {1, 2, 2, 2}, {}), {x}), Catch::Contains("batch or channel"));
   CHECK_THROWS_WITH(run_layer(resize_layer("nearest", "asymmetric", "floor", {1, 1, 0.1, 2}, {}), {x}), Catch::Contains("empty"));
   CHECK_THROWS_WITH(run_layer(resize_layer("nearest", "asymmetric", "floor", {1, 1, -2, 2}, {}), {x}), Catch::Contains("positive"));
+}
+
+TEST_CASE("resize: the NHWC routines (cpu/resample's, XNNPACK's bilinear) match cpu/ref", "[resize][xnnpack]") {
+  const char* modes[] = {"nearest", "linear"};
+  const char* transforms[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                              "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+  // Scales whose output is in*scale exactly, and some that are not (XNNPACK samples at in/out).
+  const std::vector<std::vector<double>> scales = {{1, 1, 2, 2}, {1, 1, 0.5, 0.5}, {1, 1, 1.3, 2.7}, {1, 1, 3, 1}};
+  const std::vector<std::vector<int64_t>> sizes = {{2, 3, 11, 4}, {2, 3, 1, 13}, {2, 3, 1, 1}};
+  int xnnpack_ran = 0;
+  // XNNPACK stays out where it cannot run (an ISA cap that takes an extension away).
+  bool xnnpack_here = true;
+  try {
+    run_layer(resize_layer("linear", "half_pixel", "floor", {}, {1, 1, 4, 4}),
+              {test::to_layout(iota_blob(Shape{1, 1, 2, 2}), Layout::nhwc)}, "cpu:float32:nhwc/xnnpack");
+  } catch (const Error& e) {
+    WARN("XNNPACK's resize does not run here: " << e.what());
+    xnnpack_here = false;
+  }
+  auto check = [&](const Layer& l, const std::string& what, bool exact_scale) {
+    const Blob x = iota_blob(Shape{2, 3, 7, 9}, 0.01f, -1.0f);
+    const auto want = values(run_layer(l, {x}, "cpu/ref")[0]);
+    const core::ResizeGeometry g = core::resize_geometry(l, x.shape(), run_layer(l, {x}, "cpu/ref")[0].shape());
+    for (const char* descriptor : {"cpu:float32:nhwc/resample", "cpu:float32:nhwc/xnnpack"}) {
+      INFO(what << " " << descriptor);
+      const bool xnnpack = std::string(descriptor).ends_with("xnnpack");
+      if (xnnpack && !xnnpack_here) continue;
+      using T = core::ResizeAxis;
+      const T::Transform t = g.h.transform;
+      const bool xnnpack_samples = g.linear && t != T::tf_half_pixel_for_nn && t != T::tf_crop_and_resize &&
+                                   (t == T::align_corners || exact_scale) &&
+                                   !(t == T::pytorch_half_pixel && (g.h.out == 1 || g.w.out == 1));
+      std::vector<float> got;
+      try {
+        got = values(test::to_plain(run_layer(l, {test::to_layout(x, Layout::nhwc)}, descriptor)[0]));
+      } catch (const Error& e) {
+        INFO(e.what());
+        CHECK((xnnpack && !xnnpack_samples));
+        continue;
+      }
+      CHECK((!xnnpack || xnnpack_samples));
+      xnnpack_ran += xnnpack;
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(1e-5));
+    }
+  };
+  for (const auto* mode : modes)
+    for (const auto* t : transforms) {
+      const std::vector<double> roi = std::string(t) == "tf_crop_and_resize" ? std::vector<double>{0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3}
+                                                                             : std::vector<double>{};
+      for (const auto& s : scales) {
+        const double h = 7 * s[2], w = 9 * s[3];
+        check(resize_layer(mode, t, "round_prefer_floor", s, {}, roi, 2.5f),
+              fmt::format("{} {} scales {},{}", mode, t, s[2], s[3]), h == std::floor(h) && w == std::floor(w));
+      }
+      for (const auto& z : sizes)
+        check(resize_layer(mode, t, "round_prefer_ceil", {}, z, roi, 2.5f), fmt::format("{} {} sizes {}x{}", mode, t, z[2], z[3]), true);
+    }
+  if (xnnpack_here) CHECK(xnnpack_ran >= 20);
 }

@@ -411,6 +411,12 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                        layer_of("resize", {{"mode", std::string(mode)}, {"coordinate_transformation_mode", std::string(t)},
                                            {"scales", std::vector<double>{1, 1, 2, 1.5}}}, {}),
                        {random_blob({1, 8, 6, 7}, rng)}});
+    // Sizes: the scale is out/in exactly (XNNPACK's sampling), channels last in memory.
+    for (const char* t : {"half_pixel", "asymmetric"})
+      out.push_back({fmt::format("resize linear {} sizes", t),
+                     layer_of("resize", {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string(t)},
+                                         {"sizes", std::vector<int64_t>{2, 5, 9, 4}}}, {}),
+                     {random_blob({2, 5, 6, 7}, rng)}});
     return out;
   }
   return {};

@@ -2,7 +2,8 @@
 // where each output row and column reads, and with which weights, is computed
 // once in prepare (the coordinate transform, rounding and clamping of
 // core::ResizeAxis), so a run only gathers (nearest) or blends two rows and two
-// columns (bilinear), rows in parallel. NCHW float32.
+// columns (bilinear), rows in parallel. Float32, NCHW or NHWC (whole pixels:
+// an NHWC chain, XNNPACK's on ARM, keeps its layout through a nearest resize).
 #include "core/layer_types.hpp"
 
 #include <softneuro/routine.hpp>
@@ -46,8 +47,10 @@ std::vector<Tap> taps(const core::ResizeAxis& a, bool linear) {
 
 class PreparedResample final : public PreparedRoutine {
  public:
-  explicit PreparedResample(const LayerInfo& info)
+  PreparedResample(const LayerInfo& info, bool nhwc)
       : g_(checked_geometry(info)),
+        nhwc_(nhwc),
+        channels_(info.input_shapes[0][1]),
         planes_(info.input_shapes[0][0] * info.input_shapes[0][1]),
         rows_(taps(g_.h, g_.linear)),
         cols_(taps(g_.w, g_.linear)) {
@@ -72,6 +75,7 @@ class PreparedResample final : public PreparedRoutine {
   }
 
   void run(const RunArgs& a) override {
+    if (nhwc_) return run_nhwc(a);
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
     const int64_t ih = g_.h.in, iw = g_.w.in, oh = g_.h.out, ow = g_.w.out;
@@ -103,7 +107,48 @@ class PreparedResample final : public PreparedRoutine {
   }
 
  private:
+  /// [N,H,W,C]: each output pixel gathers (nearest) or blends four input pixels
+  /// of C channels; output rows in parallel.
+  void run_nhwc(const RunArgs& a) {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t ih = g_.h.in, iw = g_.w.in, oh = g_.h.out, ow = g_.w.out, c = channels_;
+    const int64_t batch = planes_ / c;
+    a.pool->parallel_for(batch * oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, ow * c)), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = row / oh, i = row % oh;
+        const Tap& r = rows_[static_cast<std::size_t>(i)];
+        const float* top = x + (n * ih + r.i0) * iw * c;
+        const float* bottom = x + (n * ih + r.i1) * iw * c;
+        for (int64_t j = 0; j < ow; ++j) {
+          float* out = y + (row * ow + j) * c;
+          const Tap& t = cols_[static_cast<std::size_t>(j)];
+          if (r.outside || t.outside) {
+            std::fill(out, out + c, g_.extrapolation_value);
+            continue;
+          }
+          const float* tl = top + col0_[static_cast<std::size_t>(j)] * c;
+          if (!g_.linear) {
+            std::memcpy(out, tl, static_cast<std::size_t>(c) * sizeof(float));
+            continue;
+          }
+          const float* tr = top + col1_[static_cast<std::size_t>(j)] * c;
+          const float* bl = bottom + col0_[static_cast<std::size_t>(j)] * c;
+          const float* br = bottom + col1_[static_cast<std::size_t>(j)] * c;
+          const float wt = r.w0, wb = r.w1, w1 = cw1_[static_cast<std::size_t>(j)];
+          for (int64_t k = 0; k < c; ++k) {
+            const float left = wt * tl[k] + wb * bl[k];
+            const float right = wt * tr[k] + wb * br[k];
+            out[k] = left + w1 * (right - left);
+          }
+        }
+      }
+    });
+  }
+
   core::ResizeGeometry g_;
+  bool nhwc_;
+  int64_t channels_;
   int64_t planes_;
   std::vector<Tap> rows_, cols_;
   std::vector<int64_t> col0_, col1_;
@@ -115,16 +160,21 @@ class Resample final : public Routine {
  public:
   std::string_view layer_type() const override { return "resize"; }
   std::string_view algorithm() const override { return "resample"; }
+  std::vector<Schema> schemas() const override { return {Schema{}, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (!(schema == Schema{})) return Support::no(fmt::format("cpu/resample computes in cpu, not {}", schema.to_string()));
+    if (!(schema == Schema{}) && !(schema == kNhwc))
+      return Support::no(fmt::format("cpu/resample computes in cpu or {}, not {}", kNhwc.to_string(), schema.to_string()));
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("resize needs an input [N,C,H,W]");
     if (info.layer->get_string("mode", "nearest") == "cubic") return Support::no("cpu/resample has no cubic mode (cpu/ref has)");
     return Support::yes();
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
-    return std::make_unique<PreparedResample>(info);
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema, const RoutineParams&) const override {
+    return std::make_unique<PreparedResample>(info, schema == kNhwc);
   }
+
+ private:
+  static constexpr Schema kNhwc{Device::cpu, DType::float32, Layout::nhwc};
 };
 
 SOFTNEURO_REGISTER_ROUTINE(Resample);

@@ -2,7 +2,7 @@
 // 2022-02-16 snapshot: operators are create → setup → run, no reshape step),
 // in channels-last: "cpu:float32:nhwc/xnnpack" (below), "cpu:qint8:nhwc/xnnpack"
 // (conv2, dense, add, pool2; see its section) and, on aarch64 with fp16
-// arithmetic, "cpu:float16:nhwc/xnnpack" (conv2, dense, add, mul, pool2).
+// arithmetic, "cpu:float16:nhwc/xnnpack" (conv2, dense, add, mul, pool2, resize).
 //
 // Layer types: conv2 (any group count, depthwise included; strides, pads,
 // dilations; bias; deconv2 likewise, output_padding below the strides; fused relu/clip as XNNPACK's output clamp, fused hardswish
@@ -13,7 +13,8 @@
 // pool2 (max; avg without counting padding; global avg and max), relu, clip,
 // hardswish, sigmoid, hardsigmoid (ours), add, sub, mul, div (NumPy
 // broadcasting, in the blobs' physical order), softmax (along the physically
-// innermost dim: channels for rank >= 3, the last dim for rank <= 2).
+// innermost dim: channels for rank >= 3, the last dim for rank <= 2), resize
+// (bilinear, where XNNPACK samples where ONNX does; see its section).
 //
 // NaN: XNNPACK clamps every float32 output of conv2, dense, pool2, the binary
 // operators and relu/clip, which turns NaN into the bound; those refuse layers
@@ -1026,6 +1027,70 @@ struct Softmax {
 };
 
 // ---------------------------------------------------------------------------
+// resize: bilinear over H and W. XNNPACK's sampling is ONNX's half_pixel (and
+// half_pixel_symmetric, pytorch_half_pixel where the output has more than one
+// pixel), align_corners, and asymmetric (its TensorFlow legacy mode), at the
+// scale in/out of the sizes: a given scale that is not out/in samples elsewhere.
+
+struct Resize {
+  static constexpr std::string_view kType = "resize";
+
+  static Support check(const LayerInfo& info) {
+    const Shape& in = info.input_shapes[0];
+    const Shape& out = info.output_shapes[0];
+    if (in.rank() != 4 || out.rank() != 4 || in[0] != out[0] || in[1] != out[1])
+      return Support::no("XNNPACK resizes H and W of an [N,C,H,W] input only");
+    const core::ResizeGeometry g = core::resize_geometry(*info.layer, in, out);
+    if (!g.linear) return Support::no("XNNPACK (2022-02) resizes bilinearly only");
+    for (const core::ResizeAxis* a : {&g.h, &g.w}) {
+      using T = core::ResizeAxis;
+      if (a->transform == T::tf_crop_and_resize || a->transform == T::tf_half_pixel_for_nn)
+        return Support::no("XNNPACK samples as half_pixel, align_corners or asymmetric only");
+      if (a->transform == T::pytorch_half_pixel && a->out == 1)
+        return Support::no("pytorch_half_pixel to one pixel samples the first (XNNPACK's half_pixel the middle)");
+      const double exact = static_cast<double>(a->out) / static_cast<double>(a->in);
+      if (a->transform != T::align_corners && std::abs(a->scale - exact) > 1e-9 * exact)
+        return Support::no(fmt::format("scale {} is not out/in = {}/{}: XNNPACK samples at in/out", a->scale, a->out,
+                                       a->in));
+    }
+    return Support::yes();
+  }
+
+  static uint32_t flags(const LayerInfo& info) {
+    const core::ResizeGeometry g = core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0]);
+    if (g.h.transform == core::ResizeAxis::align_corners) return XNN_FLAG_ALIGN_CORNERS;
+    if (g.h.transform == core::ResizeAxis::asymmetric) return XNN_FLAG_TENSORFLOW_LEGACY_MODE;
+    return 0;
+  }
+
+  /// The setup shared by the float32 and float16 operators.
+  template <class Setup>
+  static SetupFn setup_with(const LayerInfo& info, xnn_operator_t op, Setup setup) {
+    const Shape in = info.input_shapes[0], out = info.output_shapes[0];
+    const auto u = [](int64_t v) { return static_cast<size_t>(v); };
+    return [=](const void* const* x, void* y, pthreadpool_t pool) {
+      setup(op, u(in[0]), u(in[2]), u(in[3]), u(out[2]), u(out[3]), x[0], y, pool);
+    };
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
+    auto o = std::make_unique<Op>();
+    xcheck(xnn_create_resize_bilinear2d_nhwc_f32(c, c, c, ops.flags | flags(info), &o->op),
+           "xnn_create_resize_bilinear2d_nhwc_f32");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    return setup_with(info, op,
+                      [](xnn_operator_t op, size_t n, size_t ih, size_t iw, size_t oh, size_t ow, const void* x, void* y,
+                         pthreadpool_t pool) {
+                        xcheck(xnn_setup_resize_bilinear2d_nhwc_f32(op, n, ih, iw, oh, ow, static_cast<const float*>(x),
+                                                                    static_cast<float*>(y), pool),
+                               "xnn_setup_resize_bilinear2d_nhwc_f32");
+                      });
+  }
+};
+
+// ---------------------------------------------------------------------------
 // cpu:qint8:nhwc/xnnpack: conv2 (XNNPACK's qc8: per-output-channel weights),
 // dense (as a 1x1 qc8 convolution over N pixels, rank-2 inputs), add (same
 // shapes, qs8), pool2 (global average: qs8; max: s8, then our requantisation
@@ -1415,6 +1480,27 @@ struct HalfPool2 {
   }
 };
 
+/// Bilinear resize in float16: Resize's sampling rules, XNNPACK's f16 operator.
+struct HalfResize {
+  static constexpr std::string_view kType = "resize";
+  static constexpr bool kHalf = true;
+  static Support check(const LayerInfo& info) { return Resize::check(info); }
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
+    auto o = std::make_unique<Op>();
+    xcheck(xnn_create_resize_bilinear2d_nhwc_f16(c, c, c, ops.flags | Resize::flags(info), &o->op),
+           "xnn_create_resize_bilinear2d_nhwc_f16");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    return Resize::setup_with(info, op,
+                              [](xnn_operator_t op, size_t n, size_t ih, size_t iw, size_t oh, size_t ow, const void* x,
+                                 void* y, pthreadpool_t pool) {
+                                xcheck(xnn_setup_resize_bilinear2d_nhwc_f16(op, n, ih, iw, oh, ow, x, y, pool),
+                                       "xnn_setup_resize_bilinear2d_nhwc_f16");
+                              });
+  }
+};
+
 /// add and mul in float16: Binary's broadcasting, XNNPACK's f16 operators.
 template <class K>
 struct HalfBinary : Binary<K> {
@@ -1443,6 +1529,7 @@ const bool g_registered = [] {
   register_routine(std::make_unique<Xnnpack<Binary<MulK>>>());
   register_routine(std::make_unique<Xnnpack<Binary<DivK>>>());
   register_routine(std::make_unique<Xnnpack<Softmax>>());
+  register_routine(std::make_unique<Xnnpack<Resize>>());
   register_routine(std::make_unique<XnnpackQ<QConv2>>());
   register_routine(std::make_unique<XnnpackQ<QDense>>());
   register_routine(std::make_unique<XnnpackQ<QAdd>>());
@@ -1453,6 +1540,7 @@ const bool g_registered = [] {
   register_routine(std::make_unique<Xnnpack<HalfPool2>>());
   register_routine(std::make_unique<Xnnpack<HalfBinary<HalfAddK>>>());
   register_routine(std::make_unique<Xnnpack<HalfBinary<HalfMulK>>>());
+  register_routine(std::make_unique<Xnnpack<HalfResize>>());
 #endif
   return true;
 }();
