@@ -96,10 +96,13 @@ TSAN_OPTIONS=halt_on_error=1:abort_on_error=1 ./build-tsan/tests/softneuro_concu
 # aarch64 under emulation (docs/arm.md): the cross build (a sysroot of Debian's
 # arm64 packages, build-arm64/), then the unit tests and the importer's tests
 # under qemu-aarch64 on an emulated Neoverse N1 (no SVE). [direct]: the x86
-# direct convolution's sweeps, which say unsupported there.
+# direct convolution's sweeps, which say unsupported there. Then the routine
+# generator and the NaN tests on an SVE-512 CPU (qemu's max), where oneDNN runs
+# its SVE jit kernels (half a minute).
 stage "arm64 build + tests (qemu)"
 ./scripts/arm64.sh softneuro_tests "~[direct]"
 ./scripts/arm64.sh softneuro_import_tests
+QEMU_CPU=max ./scripts/arm64.sh softneuro_tests "[generator],[nan],[arm]"
 
 # Fuzzing: each harness for half a minute (clang-14, ASan + UBSan, build-fuzz/);
 # the long campaigns are scripts/fuzz_campaign.sh's.

@@ -629,3 +629,37 @@ TEST_CASE("onednn conv2 runs with one thread and with two", "[onednn][threads]")
   }
   set_num_threads(before);
 }
+
+// oneDNN 2.6's aarch64 jit (SVE) skips a fused hardswish (its post-op injector
+// has no case for it: a depthwise conv gave its pre-activation under qemu's
+// SVE-512) and turns NaN into 0 in leaky_relu (FMINNM/FMAXNM): there its
+// routines refuse both, naming the cause, whatever the CPU's vector length.
+TEST_CASE("onednn on aarch64 refuses what its jit kernels compute wrong", "[onednn][arm]") {
+#if !defined(__aarch64__)
+  SUCCEED("x86: oneDNN's x86 kernels compute both");
+#else
+  std::mt19937 rng(5);
+  Layer conv = test::make_layer("conv2", {{"group", int64_t{8}}, {"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                                          {"act", std::string("hardswish")}},
+                                {{"weight", random_blob({8, 1, 3, 3}, rng)}});
+  for (const std::string& descriptor : onednn_routines("conv2")) {
+    INFO(descriptor);
+    const Outcome o = run_in_schema(conv, {random_blob({1, 8, 9, 9}, rng)}, descriptor);
+    REQUIRE_FALSE(o.support);
+    if (descriptor.find("bfloat16") == std::string::npos && descriptor.find("nchw16c") == std::string::npos)
+      CHECK_THAT(o.support.reason, Catch::Contains("hardswish"));
+  }
+  Layer leaky = test::make_layer("leaky_relu", {{"alpha", 0.1}});
+  LayerInfo info;
+  info.layer = &leaky;
+  info.input_shapes = {Shape{1, 8, 4, 4}};
+  info.output_shapes = info.input_shapes;
+  info.keep_nan = true;
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("leaky_relu", "cpu/onednn", &schema);
+  REQUIRE(r);
+  const Support s = r->supports(info, schema);
+  CHECK_FALSE(s);
+  CHECK_THAT(s.reason, Catch::Contains("NaN"));
+#endif
+}

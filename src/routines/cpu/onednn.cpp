@@ -675,6 +675,16 @@ using SiluK = SimpleK<"silu", dnnl::algorithm::eltwise_swish, 1>;
 using MishK = SimpleK<"mish", dnnl::algorithm::eltwise_mish>;
 struct LeakyReluK {
   static constexpr std::string_view kType = "leaky_relu";
+  static Support check(const LayerInfo& info) {
+#if defined(__aarch64__)
+    // Its aarch64 jit computes min(x, 0)·alpha + max(x, 0) with FMINNM/FMAXNM,
+    // which return the number for NaN: 0 where ONNX keeps NaN.
+    if (info.keep_nan) return Support::no("NaN may reach this layer, and oneDNN 2.6's aarch64 leaky_relu gives 0 for it");
+#else
+    (void)info;
+#endif
+    return Support::yes();
+  }
   static Eltwise get(const Layer& l) {
     return {dnnl::algorithm::eltwise_relu, static_cast<float>(l.get_float("alpha", 0.01))};
   }
