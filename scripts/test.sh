@@ -99,10 +99,19 @@ TSAN_OPTIONS=halt_on_error=1:abort_on_error=1 ./build-tsan/tests/softneuro_concu
 # direct convolution's sweeps, which say unsupported there. Then the routine
 # generator and the NaN tests on an SVE-512 CPU (qemu's max), where oneDNN runs
 # its SVE jit kernels (half a minute).
+# On an aarch64 machine the stages above ran these natively.
 stage "arm64 build + tests (qemu)"
-./scripts/arm64.sh softneuro_tests "~[direct]"
-./scripts/arm64.sh softneuro_import_tests
-QEMU_CPU=max ./scripts/arm64.sh softneuro_tests "[generator],[nan],[arm]"
+if [ "$(uname -m)" = x86_64 ]; then
+  ./scripts/arm64.sh softneuro_tests "~[direct]"
+  ./scripts/arm64.sh softneuro_import_tests
+  QEMU_CPU=max ./scripts/arm64.sh softneuro_tests "[generator],[nan],[arm]"
+  # CTest's other entries (the CLI end to end, layering, the DPRS tests), as a
+  # board's CTest runs them: the whole build, the tests under the emulator.
+  ./scripts/arm64.sh
+  QEMU_CPU=neoverse-n1 ctest --test-dir build-arm64 -j "$jobs" -E ' ' --output-on-failure --no-tests=error
+else
+  echo "test.sh: $(uname -m) host: the unit and importer tests ran natively (CTest, ASan)"
+fi
 
 # Fuzzing: each harness for half a minute (clang-14, ASan + UBSan, build-fuzz/);
 # the long campaigns are scripts/fuzz_campaign.sh's.
