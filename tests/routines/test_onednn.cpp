@@ -23,8 +23,10 @@
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -662,4 +664,58 @@ TEST_CASE("onednn on aarch64 refuses what its jit kernels compute wrong", "[oned
   CHECK_FALSE(s);
   CHECK_THAT(s.reason, Catch::Contains("NaN"));
 #endif
+}
+
+// A oneDNN primitive fixes its thread count when created: while other
+// processes hold the CPUs (the contention guard runs regions on one thread),
+// a primitive made for two threads still started its second and waited a
+// scheduler slice for it, and the run set OpenMP's count back to two. The
+// layer now runs a plan made for one thread, with the same values.
+TEST_CASE("onednn layers run on one thread while the contention guard has shrunk the team", "[onednn][threads]") {
+  set_num_threads(2);
+  std::mt19937 rng(9);
+  Layer conv = test::make_layer("conv2", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+                                {{"weight", random_blob({32, 16, 3, 3}, rng)}, {"bias", random_blob({32}, rng)}});
+  LayerInfo info;
+  info.layer = &conv;
+  info.input_shapes = {Shape{1, 16, 20, 20}};
+  info.output_shapes = core::infer_layer_shapes(conv, info.input_shapes);
+  Schema schema;
+  const Routine* routine = core::RoutineRegistry::instance().find("conv2", "cpu/onednn", &schema);
+  REQUIRE(routine);
+  if (!routine->supports(info, schema)) {
+    WARN("cpu/onednn does not run this conv here: " << routine->supports(info, schema).reason);
+    set_num_threads(0);
+    return;
+  }
+  std::unique_ptr<PreparedRoutine> prepared = routine->prepare(info, schema, {});
+  const Blob x = random_blob(info.input_shapes[0], rng);
+  std::vector<void*> workspace_memory(prepared->workspace_bytes() / sizeof(void*) + 8);
+  auto run = [&] {
+    Blob y = Blob::allocate(info.output_shapes[0]);
+    const Blob* in[] = {&x};
+    Blob* out[] = {&y};
+    RunArgs a;
+    a.inputs = in;
+    a.outputs = out;
+    a.workspace = workspace_memory.data();
+    a.pool = &core::global_pool();
+    prepared->run(a);
+    return test::values(y);
+  };
+  const std::vector<float> team = run();
+  // Two stalled regions: the guard shrinks the team for its shortest wait (0.1 s).
+  const auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  core::contention_guard().record(5'000'000, now());
+  core::contention_guard().record(5'000'000, now());
+  REQUIRE_FALSE(core::contention_guard().full_team(now()));
+  const std::vector<float> alone = run();
+  CHECK(omp_get_max_threads() == 1);
+  CHECK(alone == team);
+  core::contention_guard().set_enabled(true);  // clears the shrink
+  CHECK(run() == team);
+  CHECK(omp_get_max_threads() == 2);
+  set_num_threads(0);
 }

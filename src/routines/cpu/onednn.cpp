@@ -221,7 +221,12 @@ class Onednn final : public Routine {
         for (const auto& s : plan.steps) impls += (impls.empty() ? "" : " + ") + std::string(s.pd.impl_info_str());
         core::debug("layer '{}': {}/onednn runs oneDNN {}", info.layer->name, kSchema.to_string(), impls);
       }
-      return std::make_unique<Prepared>(std::move(plan));
+      auto prepared = std::make_unique<Prepared>(std::move(plan));
+      prepared->set_replan([info] {
+        const ActType act_type(kDt);
+        return Op::plan(info, L, true);
+      });
+      return prepared;
     } catch (const dnnl::error& e) {
       throw Error(fmt::format("{}/onednn: oneDNN failed: {}", kSchema.to_string(), e.what()));
     }
@@ -243,7 +248,14 @@ class Onednn final : public Routine {
         if (!plan) return nullptr;
         core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
                     kSchema.to_string(), plan->steps.back().pd.impl_info_str());
-        return std::make_unique<Prepared>(std::move(*plan));
+        auto prepared = std::make_unique<Prepared>(std::move(*plan));
+        prepared->set_replan([previous, info, adapt] {
+          const ActType act_type(kDt);
+          std::optional<Plan> again = Op::plan_with_previous(previous, info, L, adapt);
+          if (!again) throw Error("oneDNN cannot plan the pair for one thread");
+          return std::move(*again);
+        });
+        return prepared;
       } catch (const dnnl::error&) {
         return nullptr;  // oneDNN cannot compute these two together: they run apart
       }

@@ -21,7 +21,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -130,6 +132,14 @@ inline bool has_avx512() {
 inline void match_threads() {
   const int n = core::global_pool().num_threads();  // a session's own count where it has one
   if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
+}
+
+/// The threads a primitive runs on now: one while other processes hold the
+/// CPUs (core::ContentionGuard), else the session's or the library's count.
+inline int run_threads() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  return core::contention_guard().full_team(now) ? core::global_pool().num_threads() : 1;
 }
 
 inline void thread_count_hook(int threads) { omp_set_num_threads(threads); }
@@ -399,8 +409,22 @@ class Prepared final : public PreparedRoutine {
 
   std::size_t workspace_bytes() const override { return workspace_bytes_; }
 
+  /// How to plan the same layer again at the current thread count: a
+  /// primitive fixes its thread count when created, so while other processes
+  /// hold the CPUs (run_threads() 1) the run takes a plan made for one thread,
+  /// made then, once. Without it a 2-thread primitive started its second
+  /// thread anyway and waited a scheduler slice for it on every layer.
+  void set_replan(std::function<Plan()> replan) {
+    if (omp_get_max_threads() > 1) replan_ = std::move(replan);
+  }
+
   void run(const RunArgs& a) override {
-    match_threads();
+    const int threads = run_threads();
+    if (threads == 1 && replan_) {
+      if (!single_ && !single_failed_) make_single();
+      if (single_) return single_->run(a);
+    }
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
     for (Bind& b : binds_) {
       const void* p = b.output ? a.outputs[static_cast<std::size_t>(b.index)]->data()
                                : a.inputs[static_cast<std::size_t>(b.index)]->data();
@@ -425,6 +449,23 @@ class Prepared final : public PreparedRoutine {
   }
 
  private:
+  void make_single() {
+    single_failed_ = true;
+    const int previous = omp_get_max_threads();
+    omp_set_num_threads(1);
+    try {
+      auto single = std::make_unique<Prepared>(replan_());
+      // The executor sized the workspace for this plan; one that needs more runs the team's.
+      if (single->workspace_bytes_ <= workspace_bytes_) {
+        single_ = std::move(single);
+        single_failed_ = false;
+      }
+    } catch (const dnnl::error&) {
+    } catch (const Error&) {
+    }
+    omp_set_num_threads(previous);
+  }
+
   struct Step {
     dnnl::primitive prim;
     std::vector<dnnl_exec_arg_t> args;
@@ -458,5 +499,8 @@ class Prepared final : public PreparedRoutine {
   Activation after_;
   Shape after_shape_;
   Layout after_layout_;
+  std::function<Plan()> replan_;
+  std::unique_ptr<Prepared> single_;
+  bool single_failed_ = false;
 };
 }  // namespace softneuro::onednn_common

@@ -365,7 +365,9 @@ class OnednnQ final : public Routine {
         for (const auto& s : plan.steps) impls += (impls.empty() ? "" : " + ") + std::string(s.pd.impl_info_str());
         core::debug("layer '{}': {}/onednn runs oneDNN {}", info.layer->name, kSchema.to_string(), impls);
       }
-      return std::make_unique<Prepared>(std::move(plan));
+      auto prepared = std::make_unique<Prepared>(std::move(plan));
+      prepared->set_replan([info] { return Op::plan(info, L, true); });
+      return prepared;
     } catch (const dnnl::error& e) {
       throw Error(fmt::format("{}/onednn: oneDNN failed: {}", kSchema.to_string(), e.what()));
     }
