@@ -11,7 +11,9 @@
 //    reordered once into the layout oneDNN picks; bias → int32 at s_in·s_w[oc];
 //  - requantisation in float: oneDNN 2.x computes
 //        dst = saturate_s8(round(post_ops(scale[oc] · (acc_s32 + bias_s32))) + zp_dst)
-//    with scale[oc] = s_in·s_w[oc] / s_out (relu and clip are post-ops on that
+//    (the round an explicit post-op: oneDNN adds zp_dst in float otherwise)
+//    with scale[oc] = s_in·s_w[oc] / s_out in float, XNNPACK's order: TensorFlow
+//    Lite's int8 results bit for bit (relu and clip are post-ops on that
 //    value, in output units); hardswish/hardsigmoid/sigmoid need the real
 //    value, so for them scale[oc] = s_in·s_w[oc] and a linear post-op divides
 //    by s_out afterwards.
@@ -273,8 +275,10 @@ Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in
   Epilogue e;
   e.scales.resize(w_scales.size());
   for (std::size_t o = 0; o < e.scales.size(); ++o) {
-    const double s = double(in.scale) * double(w_scales[o]);
-    e.scales[o] = static_cast<float>(real_valued ? s : s / double(out.scale));
+    // In float, in this order: XNNPACK's (and so TensorFlow Lite's) requantisation
+    // scale, so that products that tie in rounding round alike.
+    const float s = in.scale * w_scales[o];
+    e.scales[o] = real_valued ? s : s / out.scale;
   }
   const float inv = 1.0f / out.scale;
   switch (a.kind) {
@@ -300,8 +304,16 @@ Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in
       break;
   }
   const float shift = dst_zp_as_post_op ? static_cast<float>(out.zp) : 0.0f;
-  if (real_valued) e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, inv, shift);
-  else if (shift != 0.0f) e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, shift);
+  if (real_valued) {
+    e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, inv, shift);
+    return e;
+  }
+  // Rounded before the zero point is added: oneDNN adds it in float, where
+  // x + z can round onto a .5 tie that x alone was not (x = 7.4999995, z = -128:
+  // -120 instead of -121). Rounded first, x + z is exact: XNNPACK's and
+  // TensorFlow Lite's result (their fp32 requantisation rounds, then adds z).
+  if (out.zp != 0) e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_round, 0.0f, 0.0f);
+  if (shift != 0.0f) e.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, shift);
   return e;
 }
 

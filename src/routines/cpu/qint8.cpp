@@ -192,9 +192,11 @@ QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k, int qmax = 
   return core::quantize_per_channel(w, oc, k, qmax, grid);
 }
 int32_t quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
+/// In float, in this order: XNNPACK's (and so TensorFlow Lite's) requantisation
+/// scale, so that products that tie in rounding round alike.
 float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
-  return ep.act == Epilogue::linear ? static_cast<float>(double(s_in) * double(s_w) / double(s_out))
-                                    : static_cast<float>(double(s_in) * double(s_w));
+  const float s = s_in * s_w;
+  return ep.act == Epilogue::linear ? s / s_out : s;
 }
 
 // ---------------------------------------------------------------------------
