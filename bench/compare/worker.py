@@ -178,6 +178,39 @@ def prepare_ort_int8(a):
 
 # ---------------------------------------------------------------- TensorFlow Lite
 
+def zero_pad_max_pools(path):
+    """A MaxPool with pads that reads a Relu: padded with zeros by a Pad before
+    it instead (the same values: its inputs are >= 0). onnx2tf pads a max pool
+    with -FLT_MAX, and TFLiteConverter puts that value into the int8 scale of
+    the Relu's output (1.3e36 in ResNet50: a file the interpreter refuses)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+    m = onnx.load(path)
+    g = m.graph
+    producers = {o: n for n in g.node for o in n.output}
+    nodes, changed = [], False
+    for n in g.node:
+        pads = next((list(x.ints) for x in n.attribute if x.name == "pads"), None)
+        src = producers.get(n.input[0])
+        if n.op_type == "MaxPool" and pads and any(pads) and src is not None and src.op_type == "Relu":
+            k = len(pads) // 2
+            name = n.name + "_zero_pads"
+            g.initializer.append(numpy_helper.from_array(np.array([0, 0] + pads[:k] + [0, 0] + pads[k:], np.int64), name))
+            padded = n.input[0] + "_zero_padded"
+            nodes.append(helper.make_node("Pad", [n.input[0], name], [padded], mode="constant", name=n.name + "_pad"))
+            n.input[0] = padded
+            for x in n.attribute:
+                if x.name == "pads":
+                    x.ints[:] = [0] * len(pads)
+            changed = True
+        nodes.append(n)
+    if changed:
+        del g.node[:]
+        g.node.extend(nodes)
+        onnx.save(m, path)
+
+
 def prepare_tflite(a):
     """ONNX -> TensorFlow SavedModel + float32 .tflite with onnx2tf (NHWC input),
     then full-integer int8 with TFLiteConverter on the same calibration batches."""
@@ -197,6 +230,7 @@ def prepare_tflite(a):
     import shutil
     work_onnx = os.path.join(out, a.model + ".onnx")
     shutil.copyfile(src, work_onnx)
+    zero_pad_max_pools(work_onnx)
     exe = os.path.join(os.path.dirname(sys.executable), "onnx2tf")
     r = subprocess.run([exe, "-i", work_onnx, "-o", os.path.join(out, "saved_model")], cwd=out,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

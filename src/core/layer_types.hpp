@@ -181,6 +181,11 @@ Activation fused_activation(const Layer& layer);
 float apply_activation(const Activation& act, float x);
 
 /// One resized axis of a resize layer: where output index x reads (ONNX Resize).
+/// An int8 add whose file (TensorFlow Lite) defines its rounding as the
+/// interpreter's XNNPACK path computes it: the scaled inputs summed with
+/// fixed-point multipliers. Routines computing the int8 sum in float refuse it.
+inline bool requantizes_as_tflite(const Layer& l) { return l.get_string("requantize", "") == "tflite"; }
+
 struct ResizeAxis {
   enum Transform { half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric,
                    tf_half_pixel_for_nn, tf_crop_and_resize } transform = half_pixel;

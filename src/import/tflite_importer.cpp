@@ -210,6 +210,11 @@ class Importer {
   std::string nchw(int t);
   /// Blob x (of the NHWC shape `nhwc`) in the other form.
   std::string convert_form(const std::string& x, const Shape& nhwc, bool to_nchw, const std::string& name);
+  /// `y`, made from `x` by a form change (reshape, transpose), behind the
+  /// fake_quant `x` came from where `x` is quantised: an int8 layer then reads
+  /// a Q/DQ step's output directly. (`made` changes the form of what it is given.)
+  template <class Made>
+  std::string after_form_change(const std::string& x, Made&& made);
   /// Tensor t broadcast to rank 4 in nchw form (a lower-rank operand beside an image).
   std::string nchw_broadcast(int t);
   /// Blob name for operator output t: the op writes there, finish() completes it.
@@ -626,25 +631,29 @@ std::string Importer::tf(int t) {
   return y;
 }
 
+template <class Made>
+std::string Importer::after_form_change(const std::string& x, Made&& made) {
+  const auto q = fake_quant_of_.find(x);
+  if (q == fake_quant_of_.end()) return made(x);
+  const std::map<std::string, Attr> params = q->second.second;
+  const std::string y = made(q->second.first);
+  const std::string fq = fresh_blob(y + "/quantized");
+  Layer l = make("fake_quant", {y}, {fq});
+  l.params = params;
+  add(std::move(l));
+  fake_quant_of_[fq] = {y, params};
+  return fq;
+}
+
 std::string Importer::convert_form(const std::string& x, const Shape& nhwc, bool to_nchw, const std::string& name) {
   const std::string saved = layer_;
   layer_ = name;
-  // A quantised tensor converts before its fake_quant, which then follows the
-  // conversion: an int8 layer reads a Q/DQ step's output directly.
-  const auto q = fake_quant_of_.find(x);
-  const std::string src = q == fake_quant_of_.end() ? x : q->second.first;
   const char* suffix = to_nchw ? "nchw" : "nhwc";
-  std::string y = order_free(nhwc)
-                      ? unary_layer("reshape", src, {{"shape", (to_nchw ? permuted(nhwc, kToNchw) : nhwc).to_vector()}}, suffix)
-                      : unary_layer("transpose", src, {{"perm", to_nchw ? kToNchw : kToNhwc}}, suffix);
-  if (q != fake_quant_of_.end()) {
-    const std::string fq = fresh_blob(y + "/quantized");
-    Layer l = make("fake_quant", {y}, {fq});
-    l.params = q->second.second;
-    add(std::move(l));
-    fake_quant_of_[fq] = {y, q->second.second};
-    y = fq;
-  }
+  const std::string y = after_form_change(x, [&](const std::string& src) {
+    return order_free(nhwc)
+               ? unary_layer("reshape", src, {{"shape", (to_nchw ? permuted(nhwc, kToNchw) : nhwc).to_vector()}}, suffix)
+               : unary_layer("transpose", src, {{"perm", to_nchw ? kToNchw : kToNhwc}}, suffix);
+  });
   layer_ = saved;
   return y;
 }
@@ -886,7 +895,9 @@ void Importer::fully_connected() {
   const int64_t k = w.shape()[1];
   std::string xb = tf(x);
   if (!o->keep_num_dims() && !(xs.rank() == 2 && xs[1] == k))
-    xb = unary_layer("reshape", xb, {{"shape", std::vector<int64_t>{xs.numel() / k, k}}}, "rows");
+    xb = after_form_change(xb, [&](const std::string& src) {
+      return unary_layer("reshape", src, {{"shape", std::vector<int64_t>{xs.numel() / k, k}}}, "rows");
+    });
   Layer l = make("dense", {xb}, {target(out(0))});
   l.weights["weight"] = std::move(w);
   if (num_in() > 2 && optional_in(2) >= 0) l.weights["bias"] = weight_blob(in(2), {}, false);
@@ -926,6 +937,11 @@ void Importer::binary() {
   if (code_ == DIV) fused = options<fb::DivOptions>()->fused_activation_function();
   std::string y = code_ == SQUARED_DIFFERENCE ? fresh_blob(tensor_name(out(0)) + "/difference") : target(out(0));
   Layer l = make(types.at(code_), {xa, xb}, {y});
+  // An int8 ADD rounds as the interpreter's XNNPACK path does (fixed-point
+  // multipliers of s_a/s_out and s_b/s_out), which int8 routines computing the
+  // sum in float do not: they refuse it (core::requantizes_as_tflite).
+  if (code_ == ADD && quantized_activation(out(0)) && quantized_activation(a) && quantized_activation(b))
+    l.params["requantize"] = std::string("tflite");
   add(std::move(l));
   if (code_ == SQUARED_DIFFERENCE) {
     const std::string sq = target(out(0));

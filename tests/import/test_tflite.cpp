@@ -4,6 +4,9 @@
 // [1,KH,KW,C*M] filters, per-channel int8 weights); and bad files refused
 // with errors naming the file, the operator and the field.
 #include "core/cpu_features.hpp"
+#include "core/layer_types.hpp"
+#include "core/model_impl.hpp"
+#include "core/registry.hpp"
 #include "import/onnx_test_util.hpp"
 
 #include <softneuro/import.hpp>
@@ -388,6 +391,52 @@ TEST_CASE("A TFLite int8 model computes the file's integer arithmetic and runs u
     int8 += l.descriptor.starts_with("cpu:qint8");
   }
   CHECK(int8 >= 2);
+}
+
+TEST_CASE("A TFLite int8 ADD rounds as the interpreter's XNNPACK path: fixed point, on XNNPACK's int8 add", "[tflite][quant]") {
+  // x float [1,4,4,8] -> QUANTIZE (0.02, 5); c float -> QUANTIZE (0.03, -7); ADD (RELU) -> int8 (0.04, -128) -> DEQUANTIZE.
+  // The interpreter sums int8 inputs with fixed-point multipliers; oneDNN's and
+  // our int8 adds sum in float and round elsewhere on rare ties (a TFLite int8
+  // ResNet50 ended 2 steps off the interpreter; now bit for bit).
+  TfliteModel m;
+  const int x = m.tensor("x", {1, 4, 4, 8}), c = m.tensor("c", {1, 4, 4, 8});
+  const int xq = m.tensor("x_int8", {1, 4, 4, 8}, I8, {}, {{0.02f}, {5}});
+  const int cq = m.tensor("c_int8", {1, 4, 4, 8}, I8, {}, {{0.03f}, {-7}});
+  const int y = m.tensor("y_int8", {1, 4, 4, 8}, I8, {}, {{0.04f}, {-128}});
+  const int yf = m.tensor("y", {1, 4, 4, 8});
+  m.op(114, {x}, {xq});
+  m.op(114, {c}, {cq});
+  m.op(0, {xq, cq}, {y}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(m.b(), 1).Union());  // RELU
+  m.op(6, {y}, {yf});
+  const Model model = import_tflite(m.save("int8_add.tflite", {x, c}, {yf}));
+  const Layer* add = nullptr;
+  for (const Layer& l : model.impl().graph.layers)
+    if (l.type == "add") add = &l;
+  REQUIRE(add);
+  CHECK(core::requantizes_as_tflite(*add));
+  // Routines that sum in float refuse it, naming why.
+  LayerInfo info;
+  info.layer = add;
+  info.input_shapes = {Shape{1, 8, 4, 4}, Shape{1, 8, 4, 4}};
+  info.output_shapes = {Shape{1, 8, 4, 4}};
+  info.input_quant = {QuantParams{{0.02f}, {5}, -1}, QuantParams{{0.03f}, {-7}, -1}};
+  info.output_quant = {QuantParams{{0.04f}, {-128}, -1}};
+  for (const char* descriptor : {"cpu:qint8:nhwc/onednn", "cpu:qint8:nhwc/qint8"}) {
+    Schema schema;
+    const Routine* r = core::RoutineRegistry::instance().find("add", descriptor, &schema);
+    if (!r) continue;  // not built here (aarch64: no x86 qint8 family)
+    const Support s = r->supports(info, schema);
+    INFO(descriptor);
+    CHECK_FALSE(s);
+    CHECK_THAT(s.reason, Catch::Contains("fixed-point"));
+  }
+  // XNNPACK's int8 add computes it (where XNNPACK runs: not under an ISA cap);
+  // in an int8 chain the default then takes it (a TFLite int8 ResNet50's 16 adds).
+  Schema schema;
+  const Routine* xnn = core::RoutineRegistry::instance().find("add", "cpu:qint8:nhwc/xnnpack", &schema);
+  REQUIRE(xnn);
+  const Support s = xnn->supports(info, schema);
+  if (!s) CHECK_THAT(s.reason, Catch::Contains("XNNPACK") || Catch::Contains("SOFTNEURO_MAX_CPU_ISA"));
 }
 
 TEST_CASE("TFLite int8 inputs and outputs stay integers at the net's edge", "[tflite][quant]") {

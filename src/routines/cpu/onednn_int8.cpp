@@ -626,6 +626,8 @@ struct Add {
     if (info.input_shapes[0] != info.input_shapes[1])
       return Support::no(fmt::format("inputs {} and {} differ: no broadcasting in cpu:qint8/onednn add",
                                      info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("a TensorFlow Lite int8 add rounds with fixed-point multipliers; oneDNN's sums in float");
     return Support::yes();
   }
 

@@ -820,6 +820,8 @@ class AddRoutine final : public Routine {
     if (info.input_shapes[0] != info.input_shapes[1] || info.input_shapes[0] != info.output_shapes[0])
       return Support::no(fmt::format("inputs {} and {} differ: no broadcasting in qint8 add",
                                      info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("a TensorFlow Lite int8 add rounds with fixed-point multipliers; this routine sums in float");
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
