@@ -1,7 +1,7 @@
 // cpu/xnnpack — routines wrapping XNNPACK (Debian's libxnnpack-dev, the
 // 2022-02-16 snapshot: operators are create → setup → run, no reshape step),
 // in channels-last: "cpu:float32:nhwc/xnnpack" (below), "cpu:qint8:nhwc/xnnpack"
-// (conv2, dense, add, pool2; see its section) and, on aarch64 with fp16
+// (conv2, dense, add, mul, pool2; see its section) and, on aarch64 with fp16
 // arithmetic, "cpu:float16:nhwc/xnnpack" (conv2, dense, add, mul, pool2, resize).
 //
 // Layer types: conv2 (any group count, depthwise included; strides, pads,
@@ -1345,6 +1345,40 @@ struct QPool2 {
   }
 };
 
+/// mul: XNNPACK's qs8 multiply, NumPy broadcasting over the physical dims (Binary's).
+struct QMul {
+  static constexpr std::string_view kType = "mul";
+
+  static Support check(const LayerInfo& info) {
+    const int rank = info.output_shapes[0].rank();
+    for (std::size_t i = 0; i < 2; ++i)
+      if (Binary<MulK>::broadcast_dims(info.input_shapes[i], rank).empty())
+        return Support::no(fmt::format("input {} broadcast to {} does not lie in memory as XNNPACK would read it",
+                                       info.input_shapes[i].to_string(), info.output_shapes[0].to_string()));
+    return int8_range(*info.layer, out_q(info), nullptr, nullptr);
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    const TQ a = in_q(info, 0), b = in_q(info, 1), y = out_q(info);
+    int8_t lo = -128, hi = 127;
+    if (Support s = int8_range(*info.layer, y, &lo, &hi); !s) throw Error(s.reason);
+    auto o = std::make_unique<Op>();
+    xcheck(xnn_create_multiply_nd_qs8(static_cast<int8_t>(a.zp), a.scale, static_cast<int8_t>(b.zp), b.scale,
+                                      static_cast<int8_t>(y.zp), y.scale, lo, hi, ops.flags, &o->op),
+           "xnn_create_multiply_nd_qs8");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    const int rank = info.output_shapes[0].rank();
+    const std::vector<size_t> da = Binary<MulK>::broadcast_dims(info.input_shapes[0], rank),
+                              db = Binary<MulK>::broadcast_dims(info.input_shapes[1], rank);
+    return [=](const void* const* in, void* out, pthreadpool_t pool) {
+      xcheck(xnn_setup_multiply_nd_qs8(op, da.size(), da.data(), db.size(), db.data(), static_cast<const int8_t*>(in[0]),
+                                       static_cast<const int8_t*>(in[1]), static_cast<int8_t*>(out), pool),
+             "xnn_setup_multiply_nd_qs8");
+    };
+  }
+};
+
 #if defined(__aarch64__)
 // ---------------------------------------------------------------------------
 // float16, "cpu:float16:nhwc/xnnpack" (aarch64 with fp16 arithmetic: XNNPACK's
@@ -1534,6 +1568,7 @@ const bool g_registered = [] {
   register_routine(std::make_unique<XnnpackQ<QDense>>());
   register_routine(std::make_unique<XnnpackQ<QAdd>>());
   register_routine(std::make_unique<XnnpackQ<QPool2>>());
+  register_routine(std::make_unique<XnnpackQ<QMul>>());
 #if defined(__aarch64__)
   register_routine(std::make_unique<Xnnpack<HalfConv2>>());
   register_routine(std::make_unique<Xnnpack<HalfDense>>());
