@@ -706,6 +706,8 @@ TEST_CASE("onednn layers run on one thread while the contention guard has shrunk
   };
   const std::vector<float> team = run();
   // Two stalled regions: the guard shrinks the team for its shortest wait (0.1 s).
+  // (From a clear state: earlier tests in this process leave a window open.)
+  core::contention_guard().set_enabled(true);
   const auto now = [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
