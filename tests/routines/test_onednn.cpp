@@ -691,19 +691,7 @@ TEST_CASE("onednn layers run on one thread while the contention guard has shrunk
   }
   std::unique_ptr<PreparedRoutine> prepared = routine->prepare(info, schema, {});
   const Blob x = random_blob(info.input_shapes[0], rng);
-  std::vector<void*> workspace_memory(prepared->workspace_bytes() / sizeof(void*) + 8);
-  auto run = [&] {
-    Blob y = Blob::allocate(info.output_shapes[0]);
-    const Blob* in[] = {&x};
-    Blob* out[] = {&y};
-    RunArgs a;
-    a.inputs = in;
-    a.outputs = out;
-    a.workspace = workspace_memory.data();
-    a.pool = &core::global_pool();
-    prepared->run(a);
-    return test::values(y);
-  };
+  auto run = [&] { return test::values(test::run_prepared(*prepared, {x}, info.output_shapes)[0]); };
   const std::vector<float> team = run();
   // Two stalled regions: the guard shrinks the team for its shortest wait (0.1 s).
   // (From a clear state: earlier tests in this process leave a window open.)

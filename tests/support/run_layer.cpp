@@ -31,10 +31,15 @@ std::vector<Blob> run_layer(const Layer& layer, const std::vector<Blob>& inputs,
   if (!s) throw Error(fmt::format("{} does not support this layer: {}", descriptor, s.reason), {}, layer.name);
 
   std::unique_ptr<PreparedRoutine> prepared = routine->prepare(info, schema, {});
-  std::vector<Blob> outputs;
-  for (const Shape& shape : info.output_shapes) outputs.push_back(Blob::allocate(shape, schema.dtype, schema.layout));
+  return run_prepared(*prepared, inputs, info.output_shapes, schema);
+}
 
-  std::size_t ws_bytes = prepared->workspace_bytes();
+std::vector<Blob> run_prepared(PreparedRoutine& prepared, const std::vector<Blob>& inputs,
+                               const std::vector<Shape>& output_shapes, const Schema& schema) {
+  std::vector<Blob> outputs;
+  for (const Shape& shape : output_shapes) outputs.push_back(Blob::allocate(shape, schema.dtype, schema.layout));
+
+  std::size_t ws_bytes = prepared.workspace_bytes();
   std::unique_ptr<void, void (*)(void*)> workspace(
       ws_bytes ? std::aligned_alloc(64, (ws_bytes + 63) / 64 * 64) : nullptr, std::free);
 
@@ -47,7 +52,7 @@ std::vector<Blob> run_layer(const Layer& layer, const std::vector<Blob>& inputs,
   args.outputs = out_ptrs;
   args.workspace = workspace.get();
   args.pool = &core::global_pool();
-  prepared->run(args);
+  prepared.run(args);
   return outputs;
 }
 

@@ -18,6 +18,11 @@ namespace softneuro::test {
 std::vector<Blob> run_layer(const Layer& layer, const std::vector<Blob>& inputs,
                             std::string_view descriptor = "cpu/ref");
 
+/// Runs a prepared routine once on `inputs` (in its schema's layout) with a
+/// workspace of its size, outputs of `output_shapes` in `schema`, on the global pool.
+std::vector<Blob> run_prepared(PreparedRoutine& prepared, const std::vector<Blob>& inputs,
+                               const std::vector<Shape>& output_shapes, const Schema& schema = {});
+
 /// A float32 blob of `shape` holding `values` (their count must match).
 Blob make_blob(const Shape& shape, const std::vector<float>& values);
 /// A float32 blob of `shape` holding 0, 1, 2, ... (times `scale`, plus `offset`).

@@ -921,33 +921,39 @@ struct HardsigmoidLayer {
 // add, sub, mul, div: NumPy broadcasting over the blobs' physical dims; add's
 // fused relu/clip as XNNPACK's output range.
 
+/// The physical dims XNNPACK broadcasts: an input's logical shape, padded
+/// with leading 1s to the output's rank, in the output's physical order.
+/// Empty when that is not how the input lies in memory (or too many dims).
+std::vector<size_t> broadcast_dims(const Shape& in, int out_rank) {
+  Shape padded;
+  for (int d = 0; d < out_rank - in.rank(); ++d) padded.push_back(1);
+  for (int64_t v : in) padded.push_back(v);
+  std::vector<size_t> dims = physical_dims(padded);
+  if (non_unit(dims) != non_unit(physical_dims(in))) return {};
+  // Leading 1s are implied; XNNPACK takes at most XNN_MAX_TENSOR_DIMS.
+  while (dims.size() > 1 && dims.front() == 1) dims.erase(dims.begin());
+  if (dims.size() > XNN_MAX_TENSOR_DIMS) return {};
+  return dims;
+}
+
+/// Whether both inputs of a binary layer broadcast as XNNPACK reads them.
+Support broadcasts(const LayerInfo& info) {
+  const int rank = info.output_shapes[0].rank();
+  for (std::size_t i = 0; i < 2; ++i)
+    if (broadcast_dims(info.input_shapes[i], rank).empty())
+      return Support::no(fmt::format(
+          "input {} broadcast to {} does not lie in memory as XNNPACK would read it in the nhwc schema, or has "
+          "more than {} dims",
+          info.input_shapes[i].to_string(), info.output_shapes[0].to_string(), XNN_MAX_TENSOR_DIMS));
+  return Support::yes();
+}
+
 template <class K>
 struct Binary {
   static constexpr std::string_view kType = K::kType;
 
-  /// The physical dims XNNPACK broadcasts: each input's logical shape, padded
-  /// with leading 1s to the output's rank, in the output's physical order.
-  /// Empty when that is not how the input lies in memory (or too many dims).
-  static std::vector<size_t> broadcast_dims(const Shape& in, int out_rank) {
-    Shape padded;
-    for (int d = 0; d < out_rank - in.rank(); ++d) padded.push_back(1);
-    for (int64_t v : in) padded.push_back(v);
-    std::vector<size_t> dims = physical_dims(padded);
-    if (non_unit(dims) != non_unit(physical_dims(in))) return {};
-    // Leading 1s are implied; XNNPACK takes at most XNN_MAX_TENSOR_DIMS.
-    while (dims.size() > 1 && dims.front() == 1) dims.erase(dims.begin());
-    if (dims.size() > XNN_MAX_TENSOR_DIMS) return {};
-    return dims;
-  }
-
   static Support check(const LayerInfo& info) {
-    const int rank = info.output_shapes[0].rank();
-    for (std::size_t i = 0; i < 2; ++i)
-      if (broadcast_dims(info.input_shapes[i], rank).empty())
-        return Support::no(fmt::format(
-            "input {} broadcast to {} does not lie in memory as XNNPACK would read it in the nhwc schema, or has "
-            "more than {} dims",
-            info.input_shapes[i].to_string(), info.output_shapes[0].to_string(), XNN_MAX_TENSOR_DIMS));
+    if (Support s = broadcasts(info); !s) return s;
     return fused_support(core::fused_activation(*info.layer));
   }
 
@@ -1252,13 +1258,18 @@ struct QDense {
   }
 };
 
-struct QAdd {
-  static constexpr std::string_view kType = "add";
+/// add (same shapes) and mul (broadcasting over the physical dims) on
+/// XNNPACK's qs8 operators; a fused relu/clip as the int8 output range.
+template <class K>
+struct QBinary {
+  static constexpr std::string_view kType = K::kType;
 
   static Support check(const LayerInfo& info) {
-    if (info.input_shapes[0] != info.input_shapes[1])
-      return Support::no(fmt::format("cpu:qint8:nhwc/xnnpack adds same shapes only, not {} and {}",
+    if (K::kSameShapes && info.input_shapes[0] != info.input_shapes[1])
+      return Support::no(fmt::format("cpu:qint8:nhwc/xnnpack {}s same shapes only, not {} and {}", K::kType,
                                      info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    if (!K::kSameShapes)
+      if (Support s = broadcasts(info); !s) return s;
     return int8_range(*info.layer, out_q(info), nullptr, nullptr);
   }
 
@@ -1267,19 +1278,38 @@ struct QAdd {
     int8_t lo = -128, hi = 127;  // a fused relu/clip
     if (Support s = int8_range(*info.layer, y, &lo, &hi); !s) throw Error(s.reason);
     auto o = std::make_unique<Op>();
-    xcheck(xnn_create_add_nd_qs8(static_cast<int8_t>(a.zp), a.scale, static_cast<int8_t>(b.zp), b.scale,
-                                 static_cast<int8_t>(y.zp), y.scale, lo, hi, ops.flags, &o->op),
-           "xnn_create_add_nd_qs8");
+    K::create(a, b, y, lo, hi, ops.flags, &o->op);
     xnn_operator_t op = o->op;
     ops.push_back(std::move(o));
-    const size_t n = static_cast<size_t>(info.output_shapes[0].numel());
+    const int rank = info.output_shapes[0].rank();
+    const std::vector<size_t> flat{static_cast<size_t>(info.output_shapes[0].numel())};
+    const std::vector<size_t> da = K::kSameShapes ? flat : broadcast_dims(info.input_shapes[0], rank),
+                              db = K::kSameShapes ? flat : broadcast_dims(info.input_shapes[1], rank);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
-      xcheck(xnn_setup_add_nd_qs8(op, 1, &n, 1, &n, static_cast<const int8_t*>(in[0]), static_cast<const int8_t*>(in[1]),
-                                  static_cast<int8_t*>(out), pool),
-             "xnn_setup_add_nd_qs8");
+      K::setup(op, da.size(), da.data(), db.size(), db.data(), static_cast<const int8_t*>(in[0]),
+               static_cast<const int8_t*>(in[1]), static_cast<int8_t*>(out), pool);
     };
   }
 };
+
+#define SOFTNEURO_XNN_QBINARY(Name, type, fn, same_shapes)                                                         \
+  struct Name {                                                                                                   \
+    static constexpr std::string_view kType = type;                                                               \
+    static constexpr bool kSameShapes = same_shapes;                                                              \
+    static void create(const TQ& a, const TQ& b, const TQ& y, int8_t lo, int8_t hi, uint32_t flags,              \
+                       xnn_operator_t* op) {                                                                      \
+      xcheck(xnn_create_##fn##_nd_qs8(static_cast<int8_t>(a.zp), a.scale, static_cast<int8_t>(b.zp), b.scale,     \
+                                      static_cast<int8_t>(y.zp), y.scale, lo, hi, flags, op),                     \
+             "xnn_create_" #fn "_nd_qs8");                                                                        \
+    }                                                                                                             \
+    static void setup(xnn_operator_t op, size_t na, const size_t* da, size_t nb, const size_t* db, const int8_t* x, \
+                      const int8_t* y, int8_t* z, pthreadpool_t pool) {                                           \
+      xcheck(xnn_setup_##fn##_nd_qs8(op, na, da, nb, db, x, y, z, pool), "xnn_setup_" #fn "_nd_qs8");             \
+    }                                                                                                             \
+  };
+SOFTNEURO_XNN_QBINARY(QAddK, "add", add, true)
+SOFTNEURO_XNN_QBINARY(QMulK, "mul", multiply, false)
+#undef SOFTNEURO_XNN_QBINARY
 
 struct QPool2 {
   static constexpr std::string_view kType = "pool2";
@@ -1341,40 +1371,6 @@ struct QPool2 {
         rq->rq.y = yy;
         rq->rq.n = count;
       }
-    };
-  }
-};
-
-/// mul: XNNPACK's qs8 multiply, NumPy broadcasting over the physical dims (Binary's).
-struct QMul {
-  static constexpr std::string_view kType = "mul";
-
-  static Support check(const LayerInfo& info) {
-    const int rank = info.output_shapes[0].rank();
-    for (std::size_t i = 0; i < 2; ++i)
-      if (Binary<MulK>::broadcast_dims(info.input_shapes[i], rank).empty())
-        return Support::no(fmt::format("input {} broadcast to {} does not lie in memory as XNNPACK would read it",
-                                       info.input_shapes[i].to_string(), info.output_shapes[0].to_string()));
-    return int8_range(*info.layer, out_q(info), nullptr, nullptr);
-  }
-
-  static SetupFn create(const LayerInfo& info, Build& ops) {
-    const TQ a = in_q(info, 0), b = in_q(info, 1), y = out_q(info);
-    int8_t lo = -128, hi = 127;
-    if (Support s = int8_range(*info.layer, y, &lo, &hi); !s) throw Error(s.reason);
-    auto o = std::make_unique<Op>();
-    xcheck(xnn_create_multiply_nd_qs8(static_cast<int8_t>(a.zp), a.scale, static_cast<int8_t>(b.zp), b.scale,
-                                      static_cast<int8_t>(y.zp), y.scale, lo, hi, ops.flags, &o->op),
-           "xnn_create_multiply_nd_qs8");
-    xnn_operator_t op = o->op;
-    ops.push_back(std::move(o));
-    const int rank = info.output_shapes[0].rank();
-    const std::vector<size_t> da = Binary<MulK>::broadcast_dims(info.input_shapes[0], rank),
-                              db = Binary<MulK>::broadcast_dims(info.input_shapes[1], rank);
-    return [=](const void* const* in, void* out, pthreadpool_t pool) {
-      xcheck(xnn_setup_multiply_nd_qs8(op, da.size(), da.data(), db.size(), db.data(), static_cast<const int8_t*>(in[0]),
-                                       static_cast<const int8_t*>(in[1]), static_cast<int8_t*>(out), pool),
-             "xnn_setup_multiply_nd_qs8");
     };
   }
 };
@@ -1566,9 +1562,9 @@ const bool g_registered = [] {
   register_routine(std::make_unique<Xnnpack<Resize>>());
   register_routine(std::make_unique<XnnpackQ<QConv2>>());
   register_routine(std::make_unique<XnnpackQ<QDense>>());
-  register_routine(std::make_unique<XnnpackQ<QAdd>>());
+  register_routine(std::make_unique<XnnpackQ<QBinary<QAddK>>>());
   register_routine(std::make_unique<XnnpackQ<QPool2>>());
-  register_routine(std::make_unique<XnnpackQ<QMul>>());
+  register_routine(std::make_unique<XnnpackQ<QBinary<QMulK>>>());
 #if defined(__aarch64__)
   register_routine(std::make_unique<Xnnpack<HalfConv2>>());
   register_routine(std::make_unique<Xnnpack<HalfDense>>());
