@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -19,6 +21,20 @@ namespace sn = softneuro;
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// MiB of this process's `field` in /proc/self/status (RssAnon: memory of its
+/// own, weight copies included; RssFile: the mapped file's pages, shared).
+double status_mib(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') kb = std::strtod(line + n + 1, nullptr);
+  std::fclose(f);
+  return kb / 1024;
 }
 }  // namespace
 
@@ -56,8 +72,8 @@ int main(int argc, char** argv) {
     const double again_ms = ms_since(t);
     fmt::print(
         "load {:.1f} ms, session {:.1f} ms (to first run possible), first run {:.1f} ms, second run {:.1f} ms, "
-        "a second session {:.1f} ms\n",
-        load_ms, session_ms - load_ms, first_ms, second_ms, again_ms);
+        "a second session {:.1f} ms; resident: {:.0f} MiB own (RssAnon), {:.0f} MiB of the file (RssFile)\n",
+        load_ms, session_ms - load_ms, first_ms, second_ms, again_ms, status_mib("RssAnon"), status_mib("RssFile"));
   } catch (const sn::Error& e) {
     fmt::print(stderr, "load_bench: {}\n", e.what());
     return 1;

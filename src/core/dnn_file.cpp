@@ -108,7 +108,8 @@ struct Reader {
     return static_cast<DType>(raw);
   }
 
-  Blob weight(const fb::Weight* w, const std::string& layer) const {
+  Blob weight(const fb::Weight* w, const Layer& into) const {
+    const std::string& layer = into.name;
     std::string field = "weights." + str(w->name());
     Shape s = shape(w->shape(), layer, field);
     DType dt = dtype(w->dtype(), layer, field);
@@ -125,10 +126,15 @@ struct Reader {
     if (b.quant().axis < -1 || b.quant().axis >= std::max(1, s.rank()))
       bad(file, field + ".quant_axis", fmt::format("axis {} out of range", b.quant().axis), layer);
     // Weights stored quantised (int8 and scales, as the tuner writes the weights
-    // of layers that run in qint8) are computed with as float32, which keeps the scales.
+    // of layers that run in qint8) are computed with as float32, which keeps the
+    // scales; a conv2's or dense's int8 weight stays int8 in the file's memory
+    // (core::int8_weight: qint8 routines read it so, the others get its floats).
     if (dt == DType::qint8 || dt == DType::quint8) {
       try {
-        return dequantize_weight(b, field);
+        const bool keep = str(w->name()) == "weight" && (into.type == "conv2" || into.type == "dense") && int8_weight(b);
+        if (!keep) return dequantize_weight(b, field);
+        check_weight_quant(b, field);
+        return b;
       } catch (const Error& e) {
         bad(file, e.field(), e.message(), layer);
       }
@@ -222,7 +228,7 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
             bad(file, "params." + r.str(a->name()), "duplicate parameter", l.name);
       if (fl->weights())
         for (auto w : *fl->weights())
-          if (!l.weights.emplace(r.str(w->name()), r.weight(w, l.name)).second)
+          if (!l.weights.emplace(r.str(w->name()), r.weight(w, l)).second)
             bad(file, "weights." + r.str(w->name()), "duplicate weight", l.name);
       g.layers.push_back(std::move(l));
     }

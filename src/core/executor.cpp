@@ -326,6 +326,19 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   step->info.output_shapes = output_shapes;
   step->info.output_quant = output_quant;
   if (parent.empty()) layer_infos_[layer.name] = step->info;  // before the weight store is bound
+  // A weight the model holds as int8 (a tuned file's, core::int8_weight) goes
+  // as it is to the built-in qint8 routines only, which derive theirs from the
+  // int8 values: no float copy where the file prepared their weights. Any
+  // other routine (a plugin's, a float one, the default after a tuned qint8
+  // routine failed) reads the layer with those weights' float32 values.
+  auto read_floats = [&] {
+    if (step->float_layer) return;
+    step->float_layer = float_weights_of(layer);
+    if (step->float_layer) step->layer = step->info.layer = step->float_layer.get();
+  };
+  auto reads_int8 = [&](const Routine* r, const Schema& s) {
+    return r && s.dtype == DType::qint8 && registry.builtin(r);
+  };
 
   // A step that meets an empty tensor (a zero-size dim) runs cpu/ref, which
   // loops over nothing (a reduction over nothing gives its identity); the other
@@ -336,6 +349,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
                         std::any_of(output_shapes.begin(), output_shapes.end(), empty))) {
     Schema schema;
     if (const Routine* r = registry.find(layer.type, "cpu/ref", &schema)) {
+      read_floats();
       step->routine = Candidate{r, schema, "cpu/ref", r->supports(step->info, schema)};
       chosen = step->routine.support.ok;
     }
@@ -344,6 +358,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   if (rc && !chosen) {
     Schema schema;
     const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
+    if (!reads_int8(r, schema)) read_floats();
     Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
     RoutineParams params = rc->params;
     std::string dropped;
@@ -369,6 +384,7 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     }
   }
   if (!chosen) {
+    read_floats();
     if (child_schema) {
       // A child computes in the schema its childnet gave it.
       step->routine = registry.default_choice(step->info, *child_schema);
@@ -476,6 +492,21 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
   }
   steps_.push_back(std::move(step));
   return outs;
+}
+
+std::shared_ptr<const Layer> Executor::float_weights_of(const Layer& layer) const {
+  if (std::none_of(layer.weights.begin(), layer.weights.end(), [](const auto& kv) { return int8_weight(kv.second); }))
+    return nullptr;
+  auto make = [&] {
+    Layer copy = layer;
+    for (auto& [k, w] : copy.weights)
+      if (int8_weight(w)) w = float_weight(w);
+    return std::make_shared<const Layer>(std::move(copy));
+  };
+  if (!weights_) return make();
+  // '|' first: no step's scope (its name, then '|') begins so.
+  return std::static_pointer_cast<const Layer>(
+      weights_->get_or_make("|float32 weights|" + layer.name, [&]() -> std::shared_ptr<const void> { return make(); }));
 }
 
 void Executor::share_weights(Step& step) const {

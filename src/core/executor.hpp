@@ -26,6 +26,10 @@ struct Step {
   std::string adapt_consumer;  ///< of an adapt step: the layer reading its output ("output": the net; "": shared by several)
   const Layer* layer = nullptr;
   Layer adapt_layer;         ///< the synthetic layer of an adapt step
+  /// The layer with float32 weights where the graph's holds an int8 one
+  /// (core::int8_weight) and the routine is not a built-in qint8 one: `layer`
+  /// and info.layer point at it. Shared by the model's sessions.
+  std::shared_ptr<const Layer> float_layer;
   Candidate routine;
   RoutineParams params;
   bool tuned = false;
@@ -185,6 +189,9 @@ class Executor {
 
   /// Gives `step` its view of the weight store before it is prepared.
   void share_weights(Step& step) const;
+  /// `layer` with its int8 weights (core::int8_weight) as float32, made once per
+  /// model; nullptr where it holds none.
+  std::shared_ptr<const Layer> float_weights_of(const Layer& layer) const;
 
   Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
            std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,

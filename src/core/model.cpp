@@ -3,6 +3,7 @@
 #include "core/device.hpp"
 #include "core/dnn_file.hpp"
 #include "core/prepared_weights.hpp"
+#include "core/weight_quant.hpp"
 #include "core/log.hpp"
 #include "core/aligned_memory.hpp"
 #include "core/thread_pool.hpp"
@@ -58,6 +59,11 @@ std::unique_ptr<WorkingModel> WorkingModel::of(const ModelImpl& model) {
   // again (the store keeps reading it while the graph is unchanged).
   impl->graph.prepared.reset();
   impl->graph.prepared_tag.clear();
+  // Calibration, the reference routines and the int8 grids compute with
+  // float32 weights: a tuned file's int8 ones (core::int8_weight) become their values.
+  for (auto& l : impl->graph.layers)
+    for (auto& [k, w] : l.weights)
+      if (core::int8_weight(w)) w = core::float_weight(w);
   return impl;
 }
 

@@ -289,6 +289,14 @@ const RoutineRegistry::Alias* RoutineRegistry::alias(std::string_view descriptor
   return &it->second;
 }
 
+bool RoutineRegistry::builtin(const Routine* routine) const {
+  std::lock_guard lock(mutex_);
+  if (!routine) return false;
+  for (std::size_t k : of_type(routine->layer_type()))
+    if (entries_[k].routine.get() == routine) return entries_[k].origin == "builtin";
+  return false;
+}
+
 std::size_t RoutineRegistry::routine_count() const {
   std::lock_guard lock(mutex_);
   return entries_.size();

@@ -82,6 +82,9 @@ class RoutineRegistry {
   /// The alias of a descriptor that is no longer registered, or nullptr.
   const Alias* alias(std::string_view descriptor) const;
 
+  /// Whether `routine` is built into this library (not a plugin's).
+  bool builtin(const Routine* routine) const;
+
   /// How many routines are registered: grows with each plugin, so caches of
   /// what the registered routines can do key on it.
   std::size_t routine_count() const;

@@ -101,13 +101,40 @@ std::optional<Blob> on_int8_grid(const Blob& w, int qmax) {
   return out;
 }
 
-bool stored_as_int8(const Blob& w) {
-  return w.dtype() == DType::float32 && w.quant().axis == 0 && w.shape().rank() >= 1 &&
-         static_cast<int64_t>(w.quant().scales.size()) == w.shape()[0] &&
+namespace {
+bool per_channel_symmetric(const Blob& w) {
+  return w.quant().axis == 0 && w.shape().rank() >= 1 && static_cast<int64_t>(w.quant().scales.size()) == w.shape()[0] &&
          std::all_of(w.quant().zero_points.begin(), w.quant().zero_points.end(), [](int32_t z) { return z == 0; });
 }
+}  // namespace
 
-Blob dequantize_weight(const Blob& q, const std::string& field) {
+bool stored_as_int8(const Blob& w) {
+  return (w.dtype() == DType::float32 || w.dtype() == DType::qint8) && per_channel_symmetric(w);
+}
+
+bool int8_weight(const Blob& w) { return w.dtype() == DType::qint8 && per_channel_symmetric(w); }
+
+Blob float_weight(const Blob& w) { return w.dtype() == DType::float32 ? w : dequantize_weight(w, "weight"); }
+
+ChannelQuantized channel_int8(const Blob& w, int qmax) {
+  const int64_t channels = w.shape().rank() ? w.shape()[0] : 1, k = channels ? w.numel() / channels : 0;
+  if (!int8_weight(w) || !w.data()) {
+    const Blob f = float_weight(w);
+    return quantize_per_channel(f.data_as<float>(), channels, k, qmax, int8_grid_scales(f, channels));
+  }
+  const int8_t* q = w.data_as<int8_t>();
+  // On its grid, as quantize_per_channel keeps a channel whose values are.
+  const auto& scales = w.quant().scales;
+  const bool fits = std::all_of(q, q + w.numel(), [&](int8_t v) { return v >= -qmax && v <= qmax; }) &&
+                    std::all_of(scales.begin(), scales.end(), quant_scale_in_range);
+  if (!fits) {  // onto the narrower grid, from the values
+    const Blob f = dequantize_weight(w, "weight");
+    return quantize_per_channel(f.data_as<float>(), channels, k, qmax, &f.quant().scales);
+  }
+  return ChannelQuantized{std::vector<int8_t>(q, q + w.numel()), scales};
+}
+
+void check_weight_quant(const Blob& q, const std::string& field) {
   const QuantParams& qp = q.quant();
   const Shape& s = q.shape();
   const bool per_axis = qp.axis >= 0;
@@ -125,6 +152,14 @@ Blob dequantize_weight(const Blob& q, const std::string& field) {
       throw Error(fmt::format("zero point {} of slice {} lies outside {}", qp.zero_points[i], i, to_string(q.dtype())), {}, {},
                   field + ".zero_points");
   }
+}
+
+Blob dequantize_weight(const Blob& q, const std::string& field) {
+  check_weight_quant(q, field);
+  const QuantParams& qp = q.quant();
+  const Shape& s = q.shape();
+  const bool per_axis = qp.axis >= 0;
+  const int64_t slices = per_axis ? s[qp.axis] : 1;
   Blob out = Blob::allocate(s);
   // Slice k of axis a: index = (outer * slices + k) * inner + i.
   int64_t inner = 1;
@@ -152,7 +187,7 @@ Blob dequantize_weight(const Blob& q, const std::string& field) {
 }
 
 std::optional<Blob> int8_storage(const Blob& w) {
-  if (!stored_as_int8(w) || !w.data()) return std::nullopt;
+  if (w.dtype() != DType::float32 || !stored_as_int8(w) || !w.data()) return std::nullopt;
   const int64_t channels = w.shape()[0], k = channels ? w.numel() / channels : 0;
   Blob q = Blob::allocate(w.shape(), DType::qint8);
   for (int64_t o = 0; o < channels; ++o) {

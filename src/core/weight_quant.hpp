@@ -49,15 +49,31 @@ int32_t quantize_bias_value(float bias, double step);
 /// Nothing where no such scales are found (a channel with non-finite values).
 std::optional<Blob> on_int8_grid(const Blob& w, int qmax = 127);
 
-/// Whether a float32 weight carries the scales of its int8 grid (on_int8_grid's
-/// result, or a weight read from int8 storage).
+/// Whether a weight is on an int8 grid per output channel: a float32 one that
+/// carries the scales of its grid (on_int8_grid's result), or an int8_weight.
 bool stored_as_int8(const Blob& w);
+
+/// Whether `w` is int8 values with their scales as a tuned file stores them:
+/// qint8, per output channel (axis 0), symmetric. A loaded model keeps a
+/// conv2's or dense's weight so (no float copy); the executor hands it only to
+/// built-in qint8 routines and gives the others its float32 values.
+bool int8_weight(const Blob& w);
+/// The float32 values of `w`: `w` itself where it is float32, else
+/// dequantize_weight's copy. Routines given an int8_weight call it where they
+/// derive weights, not sooner: with prepared weights they never do.
+Blob float_weight(const Blob& w);
+/// `w` per output channel (dim 0) on [-qmax, qmax], as quantize_per_channel
+/// with its grid gives it: an int8_weight's own values and scales where they
+/// fit qmax, without a float copy.
+ChannelQuantized channel_int8(const Blob& w, int qmax = 127);
 
 /// The float32 values of an int8 weight (qint8 or quint8) with its scales and
 /// zero points (per tensor, or per slice of `quant().axis`), which it keeps.
 /// An Error naming `field` where the scales do not fit the shape or are not
 /// finite and positive, or a zero point lies outside the dtype.
 Blob dequantize_weight(const Blob& q, const std::string& field);
+/// dequantize_weight's checks alone: the Error it would throw, or nothing.
+void check_weight_quant(const Blob& q, const std::string& field);
 
 /// The int8 storage of a weight that stored_as_int8(): exact (q * s gives back
 /// every value), else nothing (the weight is then stored as float32).

@@ -3,6 +3,7 @@
 #include "support/tuning.hpp"
 #include "core/cpu_features.hpp"
 #include "core/executor.hpp"
+#include "core/weight_quant.hpp"
 #include "core/model_impl.hpp"
 #include "profiler/profile_cache.hpp"
 #include "profiler/timing.hpp"
@@ -489,4 +490,51 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
     CHECK_FALSE(tune(net, o).impl().graph.prepared);
     CHECK_FALSE(calibrate(loaded).impl().graph.prepared);
   }
+}
+
+TEST_CASE("a tuned file's int8 weights stay int8 once loaded: qint8 routines read them, others their float32 values",
+          "[tune][prepared][qint8]") {
+  const Model net = detail::make_model(conv3_graph());
+  auto o = quick("-");
+  o.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+  o.accuracy = "none";
+  int families = 0;
+  for (const std::string algorithm : {"qint8", "onednn", "xnnpack"}) {
+    o.pin = {{"c*", "cpu:qint8*/" + algorithm}};
+    std::optional<Model> tuned;
+    try {
+      tuned = tune(net, o);
+    } catch (const Error& e) {
+      UNSCOPED_INFO(algorithm << " cannot take these layers here: " << e.what());
+      continue;
+    }
+    INFO(algorithm);
+    const std::string path = test::temp_path("int8_weights_" + algorithm + ".dnn");
+    tuned->save(path);
+    const Model back = Model::load(path);
+    for (const Layer& l : back.impl().graph.layers) CHECK(core::int8_weight(l.weight("weight")));  // no float copy
+    const auto values = run_net(back);
+    for (const auto& l : Session(back).layers())
+      if (l.type != "adapt") CHECK(l.descriptor.find("cpu:qint8") == 0);
+    CHECK(back.impl().weights->built() == 0);  // nor one made for the sessions
+
+    // The same values as from the weights' float32 values (what a load kept before).
+    const Model floats = detail::WorkingModel::of(back.impl())->to_model();
+    for (const Layer& l : floats.impl().graph.layers) CHECK(l.weight("weight").dtype() == DType::float32);
+    CHECK(values == run_net(floats));
+
+    // Float routines (a session that allows only float32) read the float32 values.
+    SessionOptions only_float;
+    only_float.schemas = {"cpu:float32:*"};
+    std::vector<NamedBlob> in;
+    for (const auto& t : net.inputs()) in.push_back({t.name, test::iota_blob(t.shape, 0.01f, -0.5f)});
+    Session s(back, only_float);
+    for (const auto& l : s.layers()) CHECK(l.descriptor.find("cpu:qint8") == std::string::npos);
+    CHECK(test::values(s.run(in)[0].blob) == test::values(Session(floats, only_float).run(in)[0].blob));
+    ++families;
+  }
+#if defined(__x86_64__)
+  if (!core::cpu_features().avx2_fma()) return;  // below AVX2 (SOFTNEURO_MAX_CPU_ISA=sse41): none of them
+#endif
+  CHECK(families >= 1);
 }

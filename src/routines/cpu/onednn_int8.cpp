@@ -107,8 +107,9 @@ using core::Window2d;
 Support float_weight(const Layer& l, const char* key, bool required) {
   const Blob* b = l.find_weight(key);
   if (!b) return required ? Support::no(fmt::format("weight '{}' is missing", key)) : Support::yes();
-  if (b->dtype() != DType::float32 || b->device() != Device::cpu || b->layout() != Layout::nchw)
-    return Support::no(fmt::format("weight '{}' must be float32 on the CPU (it is quantised in prepare)", key));
+  if ((b->dtype() != DType::float32 && !(std::string_view(key) == "weight" && core::int8_weight(*b))) ||
+      b->device() != Device::cpu || b->layout() != Layout::nchw)
+    return Support::no(fmt::format("weight '{}' must be float32 (quantised in prepare) or int8 per output channel, on the CPU", key));
   if (b->numel() > 0 && !b->data()) return Support::no(fmt::format("weight '{}' has no data", key));
   return Support::yes();
 }
@@ -122,7 +123,7 @@ struct QuantWeights {
 
 QuantWeights quantize_weights(const Blob& w, int64_t oc) {
   const int64_t k = w.numel() / oc;
-  core::ChannelQuantized q = core::quantize_per_channel(w.data_as<float>(), oc, k, 127, core::int8_grid_scales(w, oc));
+  core::ChannelQuantized q = core::channel_int8(w);
   QuantWeights r{std::move(q.q), std::move(q.scale), std::vector<int64_t>(static_cast<std::size_t>(oc), 0)};
   for (int64_t o = 0; o < oc; ++o)
     for (int64_t i = 0; i < k; ++i) r.row_sum[static_cast<std::size_t>(o)] += r.q[static_cast<std::size_t>(o * k + i)];

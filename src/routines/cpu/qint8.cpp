@@ -112,8 +112,9 @@ Support common(const LayerInfo& info, const Schema& s) {
 Support float_weight(const Layer& l, const char* key, bool required) {
   const Blob* b = l.find_weight(key);
   if (!b) return required ? Support::no(fmt::format("weight '{}' is missing", key)) : Support::yes();
-  if (b->dtype() != DType::float32 || b->device() != Device::cpu || b->layout() != Layout::nchw)
-    return Support::no(fmt::format("weight '{}' must be float32 on the CPU (it is quantised in prepare)", key));
+  if ((b->dtype() != DType::float32 && !(std::string_view(key) == "weight" && core::int8_weight(*b))) ||
+      b->device() != Device::cpu || b->layout() != Layout::nchw)
+    return Support::no(fmt::format("weight '{}' must be float32 (quantised in prepare) or int8 per output channel, on the CPU", key));
   if (b->numel() > 0 && !b->data()) return Support::no(fmt::format("weight '{}' has no data", key));
   return Support::yes();
 }
@@ -188,9 +189,6 @@ void transpose_to_nchw(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t
 
 /// Weights per output channel, symmetric (the project's convention, core/weight_quant.hpp).
 using QuantWeights = core::ChannelQuantized;
-QuantWeights quantise_weights(const float* w, int64_t oc, int64_t k, int qmax = 127, const std::vector<float>* grid = nullptr) {
-  return core::quantize_per_channel(w, oc, k, qmax, grid);
-}
 int32_t quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
 /// In float, in this order: XNNPACK's (and so TensorFlow Lite's) requantisation
 /// scale, so that products that tie in rounding round alike.
@@ -218,7 +216,7 @@ class GemmConv final : public PreparedRoutine {
  public:
   /// w: [oc][icg][kh][kw] float32; bias may be null. nhwc_*: the blobs' layouts.
   /// The packed weights, bias and multipliers are the model's (info.shared): shared by every session and shape.
-  GemmConv(const LayerInfo& info, const Window2d& g, const float* w, const float* bias, const Epilogue& ep, TQ in,
+  GemmConv(const LayerInfo& info, const Window2d& g, const Blob& w, const float* bias, const Epilogue& ep, TQ in,
            TQ out, bool nhwc_in, bool nhwc_out, int64_t mb, GemmKernel kernel)
       : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), kernel_(kernel) {
     const bool u8 = kernel != GemmKernel::int16;  // u8 activations, K in quads
@@ -254,14 +252,19 @@ class GemmConv final : public PreparedRoutine {
     };
     weights_ = core::prepared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
       Packed pw;
-      std::vector<float> wk(static_cast<std::size_t>(g.oc * k_));
-      for (int64_t o = 0; o < g.oc; ++o)
-        for (int64_t ic = 0; ic < icg_; ++ic)
-          for (int64_t ki = 0; ki < g.kh; ++ki)
-            for (int64_t kj = 0; kj < g.kw; ++kj)
-              wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] = w[((o * icg_ + ic) * g.kh + ki) * g.kw + kj];
-      QuantWeights qw = quantise_weights(wk.data(), g.oc, k_, kernel_qmax(kernel),
-                                         core::int8_grid_scales(info.layer->weight("weight"), g.oc));
+      // Quantised per output channel (which the order within one does not
+      // change), then into K order.
+      QuantWeights qw = core::channel_int8(w, kernel_qmax(kernel));
+      {
+        std::vector<int8_t> wk(qw.q.size());
+        for (int64_t o = 0; o < g.oc; ++o)
+          for (int64_t ic = 0; ic < icg_; ++ic)
+            for (int64_t ki = 0; ki < g.kh; ++ki)
+              for (int64_t kj = 0; kj < g.kw; ++kj)
+                wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] =
+                    qw.q[static_cast<std::size_t>(((o * icg_ + ic) * g.kh + ki) * g.kw + kj)];
+        qw.q = std::move(wk);
+      }
       pw.packed = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
       pw.bias.assign(static_cast<std::size_t>(blocks * 16), 0);
       pw.mult.assign(static_cast<std::size_t>(blocks * 16), 0.0f);
@@ -527,7 +530,7 @@ class DenseRoutine final : public Routine {
     Epilogue ep;
     activation_epilogue(l, out_q(info), &ep);
     const Blob* b = l.find_weight("bias");
-    return std::make_unique<GemmConv>(info, g, w.data_as<float>(), b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
+    return std::make_unique<GemmConv>(info, g, w, b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
                                       out_q(info), true, true, routine_param(params, "mb", 0), gemm_kernel(params));
   }
 };
@@ -543,7 +546,7 @@ class DepthwiseConv final : public PreparedRoutine {
       : g_(g), ep_(ep), zp_in_(in.zp), nhwc_(nhwc) {
     taps_ = static_cast<int>(g.kh * g.kw);
     cpad_ = round_up(g.c, 16);
-    QuantWeights qw = quantise_weights(weight.data_as<float>(), g.c, taps_, 127, core::int8_grid_scales(weight, g.c));
+    QuantWeights qw = core::channel_int8(weight);
     const int64_t pairs = ceil_div(taps_, 2);
     packed_ = Blob::allocate(Shape{pairs * cpad_ * 2 * 2}, DType::quint8);
     auto* v = static_cast<int16_t*>(packed_.data());
@@ -648,7 +651,7 @@ class ConvRoutine final : public Routine {
     if (is_depthwise(g))
       return std::make_unique<DepthwiseConv>(g, l.weight("weight"), b ? b->data_as<float>() : nullptr, ep,
                                              in_q(info, 0), out_q(info), nhwc);
-    return std::make_unique<GemmConv>(info, g, l.weight("weight").data_as<float>(), b ? b->data_as<float>() : nullptr, ep,
+    return std::make_unique<GemmConv>(info, g, l.weight("weight"), b ? b->data_as<float>() : nullptr, ep,
                                       in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), gemm_kernel(params));
   }
 };

@@ -240,11 +240,12 @@ std::vector<size_t> non_unit(const std::vector<size_t>& d) {
 }
 
 /// Weights read here must be plain float32 CPU blobs with memory.
-Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
+/// `int8_ok`: a qint8 routine's, which also reads an int8 "weight" (core::int8_weight).
+Support float_weights(const Layer& l, std::initializer_list<const char*> keys, bool int8_ok = false) {
   for (const char* k : keys) {
     const Blob* b = l.find_weight(k);
     if (!b) continue;
-    if (b->dtype() != DType::float32)
+    if (b->dtype() != DType::float32 && !(int8_ok && std::string_view(k) == "weight" && core::int8_weight(*b)))
       return Support::no(fmt::format("weight '{}' is {}, cpu/xnnpack reads float32", k, to_string(b->dtype())));
     if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
     if (b->layout() != Layout::nchw)
@@ -569,15 +570,16 @@ class Xnnpack final : public Routine {
 /// conv2's weight [O, C/g, KH, KW] as [O, KH, KW, C/g] (O ordered by group
 /// already): XNNPACK's [g, O/g, KH, KW, C/g]. With C/g = 1 (depthwise) the two
 /// are the same memory.
-std::vector<float> okc_weights(const Blob& w, const Window2d& g) {
+template <class T>
+std::vector<T> okc_weights(const T* src, const Window2d& g) {
   const int64_t gi = g.c / g.group, kk = g.kh * g.kw;
-  std::vector<float> kernel(static_cast<std::size_t>(g.oc * gi * kk));
-  const float* src = w.data_as<float>();
+  std::vector<T> kernel(static_cast<std::size_t>(g.oc * gi * kk));
   for (int64_t o = 0; o < g.oc; ++o)
     for (int64_t i = 0; i < gi; ++i)
       for (int64_t k = 0; k < kk; ++k) kernel[static_cast<std::size_t>((o * kk + k) * gi + i)] = src[(o * gi + i) * kk + k];
   return kernel;
 }
+std::vector<float> okc_weights(const Blob& w, const Window2d& g) { return okc_weights(w.data_as<float>(), g); }
 
 struct Conv2 {
   static constexpr std::string_view kType = "conv2";
@@ -1128,10 +1130,11 @@ struct QWeights {
   std::vector<float> scale;
   std::vector<int32_t> bias;
 };
-QWeights quantise(const std::vector<float>& w, int64_t oc, int64_t k, const Blob* bias, float s_in,
-                 const std::vector<float>* grid) {
-  core::ChannelQuantized q = core::quantize_per_channel(w.data(), oc, k, 127, grid);
-  QWeights r{std::move(q.q), std::move(q.scale), std::vector<int32_t>(static_cast<std::size_t>(oc), 0)};
+/// `weight` (float32 or int8, core::channel_int8) in XNNPACK's order.
+QWeights quantise(const Blob& weight, const Window2d& g, const Blob* bias, float s_in) {
+  core::ChannelQuantized q = core::channel_int8(weight);  // per output channel: the order within one is free
+  const int64_t oc = g.oc;
+  QWeights r{okc_weights(q.q.data(), g), std::move(q.scale), std::vector<int32_t>(static_cast<std::size_t>(oc), 0)};
   if (bias)
     for (int64_t o = 0; o < oc; ++o)
       r.bias[static_cast<std::size_t>(o)] =
@@ -1179,10 +1182,10 @@ class XnnpackQ final : public Routine {
 };
 
 /// A qc8 convolution over nhwc int8 blobs; dense is one with 1x1 kernels.
-xnn_operator_t create_qconv(const Window2d& g, const std::vector<float>& w_okc, const Blob& weight, const Blob* bias,
-                            const TQ& in, const TQ& out, int8_t lo, int8_t hi, Build& ops) {
+xnn_operator_t create_qconv(const Window2d& g, const Blob& weight, const Blob* bias, const TQ& in, const TQ& out,
+                            int8_t lo, int8_t hi, Build& ops) {
   const int64_t gi = g.c / g.group, go = g.oc / g.group;
-  const QWeights q = quantise(w_okc, g.oc, g.kh * g.kw * gi, bias, in.scale, core::int8_grid_scales(weight, g.oc));
+  const QWeights q = quantise(weight, g, bias, in.scale);
   auto o = std::make_unique<Op>();
   const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
   xcheck(xnn_create_convolution2d_nhwc_qc8(u(g.pt), u(g.pr), u(g.pb), u(g.pl), u(g.kh), u(g.kw), u(g.sh), u(g.sw),
@@ -1202,7 +1205,7 @@ struct QConv2 {
 
   static Support check(const LayerInfo& info) {
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
-    if (Support s = float_weights(*info.layer, {"weight", "bias"}); !s) return s;
+    if (Support s = float_weights(*info.layer, {"weight", "bias"}, true); !s) return s;
     core::conv2_window(*info.layer, info.input_shapes[0]);
     return int8_range(*info.layer, out_q(info), nullptr, nullptr);
   }
@@ -1212,8 +1215,7 @@ struct QConv2 {
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
     int8_t lo = -128, hi = 127;
     if (Support s = int8_range(layer, out_q(info), &lo, &hi); !s) throw Error(s.reason);
-    const std::vector<float> w = okc_weights(layer.weight("weight"), g);
-    xnn_operator_t op = create_qconv(g, w, layer.weight("weight"), layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
+    xnn_operator_t op = create_qconv(g, layer.weight("weight"), layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
       xcheck(xnn_setup_convolution2d_nhwc_qc8(op, static_cast<size_t>(g.n), static_cast<size_t>(g.h),
                                               static_cast<size_t>(g.w), static_cast<const int8_t*>(in[0]),
@@ -1231,7 +1233,7 @@ struct QDense {
     if (s.rank() != 2)
       return Support::no(fmt::format("cpu:qint8:nhwc/xnnpack dense takes an input [N,K]; {} has rank {}", s.to_string(),
                                      s.rank()));
-    if (Support r = float_weights(*info.layer, {"weight", "bias"}); !r) return r;
+    if (Support r = float_weights(*info.layer, {"weight", "bias"}, true); !r) return r;
     return int8_range(*info.layer, out_q(info), nullptr, nullptr);
   }
 
@@ -1248,8 +1250,7 @@ struct QDense {
     g.oc = o;
     g.kh = g.kw = g.sh = g.sw = g.dh = g.dw = 1;
     g.group = 1;
-    std::vector<float> w(wb.data_as<float>(), wb.data_as<float>() + o * k);
-    xnn_operator_t op = create_qconv(g, w, wb, layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
+    xnn_operator_t op = create_qconv(g, wb, layer.find_weight("bias"), in_q(info), out_q(info), lo, hi, ops);
     return [=](const void* const* in, void* out, pthreadpool_t pool) {
       xcheck(xnn_setup_convolution2d_nhwc_qc8(op, static_cast<size_t>(n), 1, 1, static_cast<const int8_t*>(in[0]),
                                               static_cast<int8_t*>(out), pool),
