@@ -36,7 +36,9 @@ struct ImportOptions {
   bool fold_constants = true;         ///< layers of constants only are computed once
   bool fold_pads = true;              ///< a pad of zeros on H and W into the conv2 that reads it
   bool fold_batchnorm = true;         ///< batchnorm into the preceding conv2/dense weights
-  bool fold_bias_add = true;          ///< add of a per-channel constant into conv2/dense bias
+  bool fold_scale_mul = true;         ///< mul by a per-channel (or single) constant into conv2/dense weights
+  bool fold_bias_add = true;          ///< add of a per-channel (or single) constant into conv2/dense bias
+  bool fold_input_affine = true;      ///< mul/add of a per-input-channel constant into the conv2/dense reading it
   bool fuse_self_gating = true;       ///< mul(x, hardsigmoid(x)) into hardswish, mul(x, sigmoid(x)) into silu
   bool fuse_activations = true;       ///< relu/clip/hardswish/hardsigmoid/sigmoid into conv2/dense; relu/clip into add
   bool eliminate_dead_layers = true;  ///< layers no output depends on

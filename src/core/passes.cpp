@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -286,28 +287,57 @@ int fold_batchnorm(Graph& g) {
   });
 }
 
+/// The values, one per output channel of conv2/dense `p`, of the constant that
+/// elementwise layer `op` (an add or mul of two inputs, input `input` being
+/// p's output) applies to it: a constant of one value per output channel
+/// ([O] or [1,..,1,O] for dense, [O,1,1] or [1,O,1,1] for conv2) or of one
+/// value ([1], [1,1,1,1], a scalar). Nothing where p cannot absorb `op`: p has
+/// a fused activation, `op` has one (it is then no bias or scale), the
+/// constant grows p's output by broadcasting, or a value is not finite.
+std::optional<std::vector<double>> per_channel_constant(const Layer& p, const Layer& op, std::size_t input,
+                                                        const Context& ctx) {
+  if (!is_conv_or_dense(p) || !has_no_activation(p) || !has_no_activation(op) || !weights_plain(p) ||
+      op.inputs.size() != 2)
+    return std::nullopt;
+  auto cit = ctx.constants.find(op.inputs[1 - input]);
+  if (cit == ctx.constants.end() || !plain_float(*cit->second)) return std::nullopt;
+  const Blob& c = *cit->second;
+  const Shape& y = ctx.shapes.at(op.inputs[input]);
+  if (ctx.shapes.at(op.outputs[0]) != y || c.shape().rank() > y.rank()) return std::nullopt;
+  const int channel_dim = p.type == "conv2" ? 1 : y.rank() - 1;
+  const int64_t channels = output_channels(p);
+  if (c.numel() != channels && c.numel() != 1) return std::nullopt;
+  for (int d = 0; d < c.shape().rank(); ++d) {
+    const int yd = d + y.rank() - c.shape().rank();
+    if (c.shape()[d] != 1 && yd != channel_dim) return std::nullopt;
+  }
+  std::vector<double> v(static_cast<std::size_t>(channels));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = c.data_as<float>()[c.numel() == 1 ? 0 : i];
+    if (!std::isfinite(v[i])) return std::nullopt;
+  }
+  return v;
+}
+
 int fold_bias_add(Graph& g) {
   return absorb_into_producers(g, "add", [](Layer& p, const Layer& add, std::size_t input, const Context& ctx) {
-    // (An add with a fused activation is not a bias: folding it would drop the activation.)
-    if (!is_conv_or_dense(p) || !has_no_activation(p) || !has_no_activation(add) || !weights_plain(p) ||
-        add.inputs.size() != 2)
-      return false;
-    auto cit = ctx.constants.find(add.inputs[1 - input]);
-    if (cit == ctx.constants.end() || !plain_float(*cit->second)) return false;
-    const Blob& c = *cit->second;
-    const Shape& y = ctx.shapes.at(add.inputs[input]);
-    // c must add one value per output channel and not grow y by broadcasting.
-    if (ctx.shapes.at(add.outputs[0]) != y || c.shape().rank() > y.rank()) return false;
-    const int channel_dim = p.type == "conv2" ? 1 : y.rank() - 1;
-    const int64_t channels = output_channels(p);
-    if (c.numel() != channels) return false;
-    for (int d = 0; d < c.shape().rank(); ++d) {
-      const int yd = d + y.rank() - c.shape().rank();
-      if (c.shape()[d] != 1 && yd != channel_dim) return false;
-    }
+    const auto c = per_channel_constant(p, add, input, ctx);
+    if (!c) return false;
     std::vector<double> bias = bias_of(p);
-    for (std::size_t i = 0; i < bias.size(); ++i) bias[i] += c.data_as<float>()[i];
+    for (std::size_t i = 0; i < bias.size(); ++i) bias[i] += (*c)[i];
     set_bias(p, bias);
+    return true;
+  });
+}
+
+int fold_scale_mul(Graph& g) {
+  return absorb_into_producers(g, "mul", [](Layer& p, const Layer& mul, std::size_t input, const Context& ctx) {
+    const auto c = per_channel_constant(p, mul, input, ctx);
+    if (!c) return false;
+    std::vector<double> bias = bias_of(p);
+    for (std::size_t i = 0; i < bias.size(); ++i) bias[i] *= (*c)[i];
+    p.weights["weight"] = scale_rows(p.weight("weight"), *c);
+    if (p.find_weight("bias")) set_bias(p, bias);
     return true;
   });
 }
@@ -367,6 +397,72 @@ int eliminate_dead_layers(Graph& g) {
   return count;
 }
 
+int fold_input_affine(Graph& g) {
+  // The conv2/dense takes its producer's place, as in fold_pads. A chain
+  // mul -> add -> conv2 folds one step per sweep: sweeps until none folds.
+  auto rule = [](Layer& p, const Layer& c, std::size_t input, const Context& ctx) {
+    if (input != 0 || (p.type != "add" && p.type != "mul") || p.inputs.size() != 2 || !has_no_activation(p) ||
+        !weights_plain(c) || !c.find_weight("weight"))
+      return false;
+    const int k = ctx.constants.count(p.inputs[1]) ? 1 : ctx.constants.count(p.inputs[0]) ? 0 : -1;
+    if (k < 0 || !plain_float(*ctx.constants.at(p.inputs[static_cast<std::size_t>(k)]))) return false;
+    const Blob& v = *ctx.constants.at(p.inputs[static_cast<std::size_t>(k)]);
+    const std::string& x = p.inputs[static_cast<std::size_t>(1 - k)];
+    const Shape& xs = ctx.shapes.at(x);
+    if (ctx.shapes.at(p.outputs[0]) != xs || v.shape().rank() > xs.rank() || xs.rank() < 1) return false;
+    if (c.type == "conv2" && xs.rank() != 4) return false;
+    // One value per input channel (dim 1 of a conv2's [N,C,H,W], a dense's last dim), or one in all.
+    const int cdim = c.type == "conv2" ? 1 : xs.rank() - 1;
+    const int64_t channels = xs[cdim];
+    if (v.numel() != 1 && v.numel() != channels) return false;
+    for (int d = 0; d < v.shape().rank(); ++d)
+      if (v.shape()[d] != 1 && d + xs.rank() - v.shape().rank() != cdim) return false;
+    std::vector<double> val(static_cast<std::size_t>(channels));
+    for (std::size_t i = 0; i < val.size(); ++i) {
+      val[i] = v.data_as<float>()[v.numel() == 1 ? 0 : i];
+      if (!std::isfinite(val[i])) return false;
+    }
+    const Blob& w = c.weight("weight");
+    const int64_t group = c.type == "conv2" ? c.get_int("group", 1) : 1;
+    if (w.shape().rank() != (c.type == "conv2" ? 4 : 2) || group < 1) return false;
+    const int64_t oc = w.shape()[0], icg = w.shape()[1], taps = c.type == "conv2" ? w.shape()[2] * w.shape()[3] : 1;
+    if (icg * group != channels || oc % group != 0) return false;
+    // x + d reaches a padded conv2's border as d, where the fold would give 0.
+    if (p.type == "add" && c.type == "conv2")
+      for (int64_t pad : c.get_ints("pads", {0, 0, 0, 0}))
+        if (pad != 0) return false;
+    Layer folded = c;
+    const float* src = w.data_as<float>();
+    auto in_channel = [&](int64_t o, int64_t i) { return static_cast<std::size_t>(o / (oc / group) * icg + i); };
+    if (p.type == "mul") {  // W[o][i] * c[i]: zeros of the padding stay zeros
+      Blob scaled = Blob::allocate(w.shape());
+      float* dst = scaled.data_as<float>();
+      for (int64_t o = 0; o < oc; ++o)
+        for (int64_t i = 0; i < icg; ++i)
+          for (int64_t t = 0; t < taps; ++t)
+            dst[(o * icg + i) * taps + t] = static_cast<float>(src[(o * icg + i) * taps + t] * val[in_channel(o, i)]);
+      folded.weights["weight"] = scaled;
+    } else {  // bias[o] + sum over W[o][i][t] * d[i]
+      std::vector<double> bias = bias_of(c);
+      for (int64_t o = 0; o < oc; ++o)
+        for (int64_t i = 0; i < icg; ++i)
+          for (int64_t t = 0; t < taps; ++t)
+            bias[static_cast<std::size_t>(o)] += double(src[(o * icg + i) * taps + t]) * val[in_channel(o, i)];
+      set_bias(folded, bias);
+    }
+    folded.inputs[0] = x;
+    p = std::move(folded);
+    return true;
+  };
+  int total = 0;
+  for (const char* type : {"conv2", "dense"})
+    for (int n = 1; n > 0; total += n) {
+      n = absorb_into_producers(g, type, rule);
+      sort_topologically(g);
+    }
+  return total;
+}
+
 int fold_pads(Graph& g) {
   // The conv2 takes its producer's place: a pad of zeros on H and W becomes the
   // conv2 reading the pad's input with the pads added (sorted again after: the
@@ -411,7 +507,9 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fold_constants, "fold_constants", fold_constants},
       {o.fold_pads, "fold_pads", fold_pads},
       {o.fold_batchnorm, "fold_batchnorm", fold_batchnorm},
+      {o.fold_scale_mul, "fold_scale_mul", fold_scale_mul},
       {o.fold_bias_add, "fold_bias_add", fold_bias_add},
+      {o.fold_input_affine, "fold_input_affine", fold_input_affine},
       {o.fuse_self_gating, "fuse_self_gating", fuse_self_gating},
       {o.fuse_activations, "fuse_activations", fuse_activations},
       {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},

@@ -33,9 +33,24 @@ int fold_batchnorm(Graph& graph);
 /// Folds `add(x, c)` (either order), where x comes from a conv2/dense without
 /// fused activation, read by nothing else and not a net output, and c is a
 /// constant with one value per output channel (shape [O] or [1,..,1,O] for
-/// dense, [O,1,1] or [1,O,1,1] for conv2), into that layer's bias.
-/// Returns the number of adds folded.
+/// dense, [O,1,1] or [1,O,1,1] for conv2) or one value in all, into that
+/// layer's bias. Returns the number of adds folded.
 int fold_bias_add(Graph& graph);
+
+/// Folds `mul(x, c)` under the same conditions into that layer's weights and
+/// bias (each output channel's scaled by its value): the learnable scalar
+/// affine blocks of PP-LCNetV3 (PP-OCRv4's recogniser), a conv's scale
+/// exported apart. Returns the number of muls folded.
+int fold_scale_mul(Graph& graph);
+
+/// Folds `mul(x, c)` and `add(x, d)` read only by a conv2 or dense (its first
+/// input), with c and d constants of one value per input channel or one in
+/// all, into that layer: W[o][i] * c[i], and bias[o] + sum W[o][i] d[i] where
+/// the conv2 has no padding (at a padded border x + d would read d, not 0).
+/// PP-LCNetV3's affine blocks after an activation, input normalisation
+/// ((x - mean) / std before the stem, where exported as mul and add).
+/// Returns the number of layers folded.
+int fold_input_affine(Graph& graph);
 
 /// Rewrites `mul(x, hardsigmoid(x))` with alpha 1/6 and beta 0.5 (either
 /// order; how exporters before ONNX opset 14 write hardswish) into one
@@ -75,7 +90,9 @@ struct PassOptions {
   bool fold_constants = true;
   bool fold_pads = true;
   bool fold_batchnorm = true;
+  bool fold_scale_mul = true;
   bool fold_bias_add = true;
+  bool fold_input_affine = true;
   bool fuse_self_gating = true;
   bool fuse_activations = true;
   bool eliminate_dead_layers = true;

@@ -13,7 +13,9 @@ inline core::PassOptions pass_options(const ImportOptions& o) {
   p.fold_constants = o.fold_constants;
   p.fold_pads = o.fold_pads;
   p.fold_batchnorm = o.fold_batchnorm;
+  p.fold_scale_mul = o.fold_scale_mul;
   p.fold_bias_add = o.fold_bias_add;
+  p.fold_input_affine = o.fold_input_affine;
   p.fuse_self_gating = o.fuse_self_gating;
   p.fuse_activations = o.fuse_activations;
   p.eliminate_dead_layers = o.eliminate_dead_layers;

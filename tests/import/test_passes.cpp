@@ -167,6 +167,57 @@ TEST_CASE("fold_bias_add: per-channel constants into conv2/dense bias", "[passes
   CHECK(after.find_layer("d")->outputs[0] == "w");
 }
 
+TEST_CASE("fold_scale_mul and fold_bias_add: per-channel and single constants into conv2/dense", "[passes][bias]") {
+  // PP-LCNetV3's affine block after a conv: x * w_0 + w_1, both of shape [1].
+  auto relu = conv("c3", "x", "a3", 3, 4, 7);
+  relu.params["act"] = std::string("relu");
+  auto g = graph({{"x", Shape{1, 3, 4, 4}}, {"v", Shape{2, 5}}}, {"y", "w", "u"},
+                 {conv("c", "x", "a", 3, 4, 1), constant("s", random_blob(Shape{1}, 2)),
+                  layer("mul", "mul_c", {"s", "a"}, {"m"}), constant("t", random_blob(Shape{1}, 3)),
+                  layer("add", "add_c", {"m", "t"}, {"y"}),
+                  dense("d", "v", "b", 5, 3, 4), constant("ds", random_blob(Shape{1, 3}, 5)),
+                  layer("mul", "mul_d", {"b", "ds"}, {"w"}),
+                  relu, layer("mul", "mul_relu", {"a3", "s"}, {"u"})});  // after a fused relu: stays
+  auto scaled = check_pass(g, core::fold_scale_mul, 2);
+  CHECK(count(scaled, "mul") == 1);
+  auto folded = check_pass(scaled, core::fold_bias_add, 1);
+  CHECK(count(folded, "add") == 0);
+  CHECK(folded.find_layer("c")->outputs[0] == "y");
+}
+
+TEST_CASE("fold_input_affine: mul and add of per-input-channel constants into the conv2/dense reading them",
+          "[passes][bias]") {
+  auto pointwise = [](const std::string& name, const std::string& in, const std::string& out, int64_t c, int64_t o,
+                      int64_t group, unsigned seed) {
+    Layer l = layer("conv2", name, {in}, {out}, {{"group", group}});
+    l.weights["weight"] = random_blob(Shape{o, c / group, 1, 1}, seed);
+    l.weights["bias"] = random_blob(Shape{o}, seed + 1);
+    return l;
+  };
+  auto g = graph(
+      {{"x", Shape{1, 3, 4, 4}}, {"v", Shape{2, 5}}}, {"y1", "y2", "y3", "y4", "y5"},
+      {constant("c", random_blob(Shape{1, 3, 1, 1}, 1)), constant("d", random_blob(Shape{1}, 2)),
+       constant("k", random_blob(Shape{5}, 3)),
+       // hardswish -> x * c + d -> 1x1 conv (PP-LCNetV3): both fold
+       layer("hardswish", "h", {"x"}, {"hx"}), layer("mul", "m1", {"hx", "c"}, {"p1"}),
+       layer("add", "a1", {"d", "p1"}, {"q1"}), pointwise("pw", "q1", "y1", 3, 4, 1, 4),
+       // before a padded 3x3 conv the add stays (its border would read d), and so the mul before it
+       layer("mul", "m2", {"hx", "c"}, {"p2"}), layer("add", "a2", {"p2", "d"}, {"q2"}), conv("c2", "q2", "y2", 3, 4, 6),
+       // a mul alone before a padded conv folds: zeros stay zeros
+       layer("mul", "m3", {"x", "d"}, {"p3"}), conv("c3", "p3", "y3", 3, 2, 8),
+       // grouped: each output channel reads its group's input channels
+       layer("add", "a4", {"x", "c"}, {"q4"}), pointwise("g4", "q4", "y4", 3, 6, 3, 10),
+       // dense: one value per input feature
+       layer("add", "a5", {"v", "k"}, {"q5"}), layer("mul", "m5", {"q5", "k"}, {"p5"}), dense("d5", "p5", "y5", 5, 3, 12)});
+  auto after = check_pass(g, core::fold_input_affine, 6);
+  CHECK(count(after, "mul") == 1);
+  CHECK(count(after, "add") == 1);
+  CHECK(after.find_layer("pw")->inputs[0] == "hx");
+  CHECK(after.find_layer("c2")->inputs[0] == "q2");
+  CHECK(after.find_layer("c3")->inputs[0] == "x");
+  CHECK(after.find_layer("d5")->inputs[0] == "v");
+}
+
 TEST_CASE("fuse_activations: relu, clip, hardswish, hardsigmoid, sigmoid into conv2/dense", "[passes][act]") {
   auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"v", Shape{2, 5}}}, {"y1", "y2", "y3", "y4", "y5", "y6"},
                  {conv("c1", "x", "a1", 2, 3, 1), layer("relu", "r", {"a1"}, {"y1"}),
