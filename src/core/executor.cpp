@@ -359,7 +359,12 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
     Schema schema;
     const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
     if (!reads_int8(r, schema)) read_floats();
-    Support why = r ? r->supports(step->info, schema) : Support::no("it is not registered in this build");
+    Support why = Support::no("it is not registered in this build");
+    try {
+      if (r) why = r->supports(step->info, schema);
+    } catch (const std::exception& e) {  // as the registry counts it
+      why = Support::no(fmt::format("supports() failed: {}", e.what()));
+    }
     RoutineParams params = rc->params;
     std::string dropped;
     if (why.ok) why = params_in_space(*r, step->info, schema, params, dropped);

@@ -40,7 +40,7 @@ const Shape& weight_shape(const Layer& l, const char* key) { return l.weight(key
 
 std::vector<Shape> infer_conv2(const Layer& l, std::span<const Shape> in) {
   Window2d g = conv2_window(l, in[0]);
-  fused_activation(l);
+  fused_activation(l, true);
   return {Shape{g.n, g.oc, g.oh, g.ow}};
 }
 
@@ -59,7 +59,7 @@ std::vector<Shape> infer_dense(const Layer& l, std::span<const Shape> in) {
   if (w[1] != x[x.rank() - 1])
     fail(l, "weight", fmt::format("weight {} does not match input {} (last dim K)", w.to_string(), x.to_string()));
   check_optional_bias(l, w[0]);
-  fused_activation(l);
+  fused_activation(l, true);
   Shape out = x;
   out[out.rank() - 1] = w[0];
   return {out};
@@ -918,8 +918,13 @@ Window2d pool2_window(const Layer& l, const Shape& x) {
   return g;
 }
 
-Activation fused_activation(const Layer& l) {
+Activation fused_activation(const Layer& l, bool with_affine) {
   Activation a;
+  a.scale = static_cast<float>(l.get_float("act_scale", 1.0));
+  a.shift = static_cast<float>(l.get_float("act_shift", 0.0));
+  if (!std::isfinite(a.scale) || !std::isfinite(a.shift)) fail(l, "act_scale", "act_scale and act_shift must be finite");
+  if (a.affine() && !with_affine)
+    fail(l, "act_scale", "this routine does not apply an affine after the fused activation");
   auto kind = l.get_string("act", "none");
   if (kind == "none") a.kind = Activation::none;
   else if (kind == "relu") a.kind = Activation::relu;
@@ -939,7 +944,8 @@ Activation fused_activation(const Layer& l) {
   return a;
 }
 
-float apply_activation(const Activation& a, float x) {
+namespace {
+float activation_alone(const Activation& a, float x) {
   switch (a.kind) {
     case Activation::none: return x;
     case Activation::relu: return x < 0 ? 0.0f : x;  // NaN stays NaN
@@ -950,6 +956,12 @@ float apply_activation(const Activation& a, float x) {
     case Activation::silu: return x / (1.0f + std::exp(-x));
   }
   return x;
+}
+}  // namespace
+
+float apply_activation(const Activation& a, float x) {
+  const float y = activation_alone(a, x);
+  return a.affine() ? y * a.scale + a.shift : y;
 }
 
 Shape broadcast_shapes(const Layer& l, const Shape& a, const Shape& b) {

@@ -175,8 +175,16 @@ struct Activation {
   enum Kind { none, relu, clip, hardswish, hardsigmoid, sigmoid, silu } kind = none;
   float min = 0, max = 0;       ///< clip bounds
   float alpha = 0, beta = 0;    ///< hardsigmoid
+  /// After the activation: y * scale + shift (a conv2's or dense's `act_scale`
+  /// and `act_shift`, fuse_output_affine: PP-LCNetV3's affine blocks).
+  float scale = 1, shift = 0;
+  bool affine() const { return scale != 1 || shift != 0; }
 };
-Activation fused_activation(const Layer& layer);
+/// The layer's fused activation. Where it has an affine after it (act_scale,
+/// act_shift), only routines that apply that too ask for it (`with_affine`):
+/// for the others this throws an Error, so that their supports() refuses the
+/// layer instead of dropping the affine.
+Activation fused_activation(const Layer& layer, bool with_affine = false);
 /// Applies an activation to one value (reference semantics).
 float apply_activation(const Activation& act, float x);
 

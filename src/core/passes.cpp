@@ -397,6 +397,28 @@ int eliminate_dead_layers(Graph& g) {
   return count;
 }
 
+int fuse_output_affine(Graph& g) {
+  // conv2/dense(act) -> mul(c) -> add(d): act_scale c, act_shift d (y * c + d after the activation).
+  auto rule = [](Layer& p, const Layer& op, std::size_t input, const Context& ctx) {
+    if (!is_conv_or_dense(p) || has_no_activation(p) || !has_no_activation(op) || op.inputs.size() != 2) return false;
+    auto cit = ctx.constants.find(op.inputs[1 - input]);
+    if (cit == ctx.constants.end() || !plain_float(*cit->second) || cit->second->numel() != 1) return false;
+    const Shape& y = ctx.shapes.at(op.inputs[input]);
+    if (ctx.shapes.at(op.outputs[0]) != y || cit->second->shape().rank() > y.rank()) return false;
+    const double v = cit->second->data_as<float>()[0];
+    double scale = p.get_float("act_scale", 1.0), shift = p.get_float("act_shift", 0.0);
+    if (op.type == "mul") scale *= v, shift *= v;
+    else shift += v;
+    if (!std::isfinite(scale) || !std::isfinite(shift)) return false;
+    p.params["act_scale"] = scale;
+    p.params["act_shift"] = shift;
+    return true;
+  };
+  int total = 0;
+  for (int n = 1; n > 0; total += n) n = absorb_into_producers(g, "mul", rule) + absorb_into_producers(g, "add", rule);
+  return total;
+}
+
 int fold_input_affine(Graph& g) {
   // The conv2/dense takes its producer's place, as in fold_pads. A chain
   // mul -> add -> conv2 folds one step per sweep: sweeps until none folds.
@@ -512,6 +534,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fold_input_affine, "fold_input_affine", fold_input_affine},
       {o.fuse_self_gating, "fuse_self_gating", fuse_self_gating},
       {o.fuse_activations, "fuse_activations", fuse_activations},
+      {o.fuse_output_affine, "fuse_output_affine", fuse_output_affine},
       {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},
   };
   for (const auto& s : steps) {

@@ -69,6 +69,14 @@ int fuse_self_gating(Graph& graph);
 /// Returns the number of activations fused.
 int fuse_activations(Graph& graph);
 
+/// Fuses `mul(x, c)` and `add(x, d)` after a conv2/dense with a fused
+/// activation, c and d single constants, into its `act_scale` and `act_shift`
+/// (y = act(z) * act_scale + act_shift): PP-LCNetV3's affine blocks before a
+/// padded depthwise convolution, where fold_input_affine cannot take the add.
+/// Routines that do not apply them refuse the layer (core::fused_activation).
+/// Returns the number of layers fused.
+int fuse_output_affine(Graph& graph);
+
 /// A pad of zeros on H and W (constant mode) read only by a conv2 becomes that
 /// convolution's padding (TensorFlow exports pad explicitly before strided
 /// convolutions). Returns the number of pads folded.
@@ -95,6 +103,7 @@ struct PassOptions {
   bool fold_input_affine = true;
   bool fuse_self_gating = true;
   bool fuse_activations = true;
+  bool fuse_output_affine = true;
   bool eliminate_dead_layers = true;
 };
 

@@ -18,6 +18,7 @@ inline core::PassOptions pass_options(const ImportOptions& o) {
   p.fold_input_affine = o.fold_input_affine;
   p.fuse_self_gating = o.fuse_self_gating;
   p.fuse_activations = o.fuse_activations;
+  p.fuse_output_affine = o.fuse_output_affine;
   p.eliminate_dead_layers = o.eliminate_dead_layers;
   return p;
 }

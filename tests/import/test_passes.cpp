@@ -218,6 +218,30 @@ TEST_CASE("fold_input_affine: mul and add of per-input-channel constants into th
   CHECK(after.find_layer("d5")->inputs[0] == "v");
 }
 
+TEST_CASE("fuse_output_affine: a single-constant mul and add after a fused activation into the conv2/dense",
+          "[passes][act]") {
+  auto with_act = [](Layer l, const char* act) {
+    l.params["act"] = std::string(act);
+    return l;
+  };
+  auto g = graph({{"x", Shape{1, 3, 4, 4}}, {"v", Shape{2, 5}}}, {"y1", "y2", "y3", "y4"},
+                 {constant("s", random_blob(Shape{1}, 1)), constant("t", random_blob(Shape{1, 1, 1, 1}, 2)),
+                  constant("pc", random_blob(Shape{1, 4, 1, 1}, 3)),
+                  // PP-LCNetV3: conv(hardswish) -> * s -> + t, before a padded depthwise conv
+                  with_act(conv("c1", "x", "a1", 3, 4, 4), "hardswish"), layer("mul", "m1", {"a1", "s"}, {"p1"}),
+                  layer("add", "t1", {"t", "p1"}, {"y1"}),
+                  conv("c2", "x", "y2pre", 3, 4, 6), layer("mul", "m2", {"y2pre", "s"}, {"y2"}),  // no activation: not this pass's
+                  with_act(conv("c3", "x", "a3", 3, 4, 8), "relu"), layer("mul", "m3", {"a3", "pc"}, {"y3"}),  // per channel: stays
+                  with_act(dense("d4", "v", "a4", 5, 3, 10), "relu"), layer("add", "t4", {"a4", "s"}, {"y4"})});
+  auto after = check_pass(g, core::fuse_output_affine, 3);
+  const Layer* c1 = after.find_layer("c1");
+  CHECK(c1->outputs[0] == "y1");
+  CHECK(c1->get_float("act_scale") == Approx(random_blob(Shape{1}, 1).data_as<float>()[0]));
+  CHECK(after.find_layer("d4")->get_float("act_scale", 1.0) == 1.0);
+  CHECK(count(after, "mul") == 2);
+  CHECK(count(after, "add") == 0);
+}
+
 TEST_CASE("fuse_activations: relu, clip, hardswish, hardsigmoid, sigmoid into conv2/dense", "[passes][act]") {
   auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"v", Shape{2, 5}}}, {"y1", "y2", "y3", "y4", "y5", "y6"},
                  {conv("c1", "x", "a1", 2, 3, 1), layer("relu", "r", {"a1"}, {"y1"}),

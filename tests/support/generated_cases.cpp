@@ -31,6 +31,7 @@ std::vector<Case> conv2_cases(std::mt19937& rng) {
   struct C {
     int64_t n, c, h, w, k, kh, kw, stride, dilation, group, pad;
     const char* act;
+    double act_scale = 1, act_shift = 0;  // an affine after the activation (fuse_output_affine)
   };
   const C shapes[] = {
       {1, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, "none"},  {1, 3, 17, 19, 16, 3, 3, 2, 1, 1, 1, "relu"},
@@ -39,6 +40,10 @@ std::vector<Case> conv2_cases(std::mt19937& rng) {
       {2, 8, 8, 8, 12, 3, 3, 1, 2, 1, 2, "sigmoid"},  {1, 16, 7, 9, 16, 5, 5, 1, 1, 4, 2, "hardsigmoid"},
       {1, 20, 13, 13, 36, 3, 3, 1, 1, 1, 0, "none"},  {1, 64, 6, 6, 64, 3, 3, 1, 1, 1, 1, "relu"},
       {1, 16, 10, 10, 32, 3, 3, 1, 1, 1, 1, "silu"},  {1, 32, 8, 8, 16, 1, 1, 1, 1, 1, 0, "silu"},
+      // PP-LCNetV3's: hardswish, then x * s + b; 20 channels leave a blocked layout's last block part empty.
+      {1, 32, 12, 12, 32, 3, 3, 1, 1, 32, 1, "hardswish", 0.75, -0.25},
+      {1, 16, 9, 9, 20, 1, 1, 1, 1, 1, 0, "relu", 1.5, 0.125},
+      {1, 16, 10, 10, 24, 3, 3, 1, 1, 1, 1, "hardswish", 0.75, -0.25},  // Winograd's and direct's shape
   };
   std::vector<Case> out;
   for (const C& s : shapes) {
@@ -48,10 +53,12 @@ std::vector<Case> conv2_cases(std::mt19937& rng) {
                                   {"group", s.group},
                                   {"act", std::string(s.act)}};
     if (std::string(s.act) == "clip") p["act_min"] = 0.0, p["act_max"] = 0.5;
+    if (s.act_scale != 1 || s.act_shift != 0) p["act_scale"] = s.act_scale, p["act_shift"] = s.act_shift;
     std::map<std::string, Blob> w{{"weight", random_blob({s.k, s.c / s.group, s.kh, s.kw}, rng, -0.3f, 0.3f)},
                                   {"bias", random_blob({s.k}, rng)}};
-    out.push_back({fmt::format("{}x{}x{}x{} -> {} k{}x{} s{} d{} g{} p{} {}", s.n, s.c, s.h, s.w, s.k, s.kh, s.kw,
-                               s.stride, s.dilation, s.group, s.pad, s.act),
+    out.push_back({fmt::format("{}x{}x{}x{} -> {} k{}x{} s{} d{} g{} p{} {}{}", s.n, s.c, s.h, s.w, s.k, s.kh, s.kw,
+                               s.stride, s.dilation, s.group, s.pad, s.act,
+                               s.act_scale != 1 || s.act_shift != 0 ? fmt::format(" * {} + {}", s.act_scale, s.act_shift) : ""),
                    layer_of("conv2", p, w), {random_blob({s.n, s.c, s.h, s.w}, rng)}});
   }
   return out;
@@ -82,6 +89,10 @@ std::vector<Case> dense_cases(std::mt19937& rng) {
                    layer_of("dense", {{"act", std::string(n == 19 ? "relu" : n == 96 ? "silu" : "none")}},
                             {{"weight", random_blob({n, k}, rng, -0.2f, 0.2f)}, {"bias", random_blob({n}, rng)}}),
                    {random_blob({m, k}, rng)}});
+  out.push_back({"dense [4,48] x 24 hardswish * 0.5 + 0.25",
+                 layer_of("dense", {{"act", std::string("hardswish")}, {"act_scale", 0.5}, {"act_shift", 0.25}},
+                          {{"weight", random_blob({24, 48}, rng, -0.2f, 0.2f)}, {"bias", random_blob({24}, rng)}}),
+                 {random_blob({4, 48}, rng)}});
   return out;
 }
 

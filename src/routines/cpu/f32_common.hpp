@@ -154,6 +154,8 @@ inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
 
 /// Support::no when the layer's activation is one our epilogues lack.
 inline Support check_activation(const Layer& l) {
+  if (core::fused_activation(l, true).affine())
+    return Support::no("an affine after the fused activation (act_scale, act_shift) is not in our epilogues");
   gemm::Epilogue e;
   if (!to_epilogue(core::fused_activation(l), e)) return Support::no(fmt::format("fused {} is not in our epilogues", l.get_string("act")));
   return Support::yes();

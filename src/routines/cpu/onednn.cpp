@@ -285,7 +285,10 @@ struct Conv2 {
   static Plan plan(const LayerInfo& info, Layout l, bool prepare, bool plain_input = false) {
     const Layer& layer = *info.layer;
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
-    const Activation act = core::fused_activation(layer);
+    const Activation act = core::fused_activation(layer, true);
+    // A shift would reach a blocked layout's padded channel lanes, which stay zero.
+    if (act.shift != 0 && l != Layout::nchw && l != Layout::nhwc && g.oc % 16 != 0)
+      throw Error("act_shift on a blocked layout whose channels do not fill its blocks");
     const Blob& w = layer.weight("weight");
     const Blob* bias = layer.find_weight("bias");
 
@@ -489,7 +492,7 @@ struct Dense {
                                         act_md(Shape{n, o}, Layout::nchw));
     Plan p;
     dnnl::post_ops ops;
-    fuse_activation(ops, p, core::fused_activation(layer), info, Shape{n, o}, Layout::nchw);
+    fuse_activation(ops, p, core::fused_activation(layer, true), info, Shape{n, o}, Layout::nchw);
     dnnl::inner_product_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {

@@ -242,7 +242,10 @@ inline bool drops_nan(const Activation& a) {
 /// data), the activations oneDNN would drop NaN in; none otherwise.
 inline Activation append_activation(dnnl::post_ops& ops, const Activation& a, bool keep_nan) {
   using alg = dnnl::algorithm;
-  if (keep_nan && drops_nan(a)) return a;
+  if (keep_nan && drops_nan(a)) {
+    if (a.affine()) throw Error("an affine after an activation applied in a pass of its own (NaN may reach it)");
+    return a;
+  }
   switch (a.kind) {
     case Activation::none: break;
     case Activation::relu: ops.append_eltwise(1.0f, alg::eltwise_relu, 0.0f, 0.0f); break;
@@ -264,6 +267,7 @@ inline Activation append_activation(dnnl::post_ops& ops, const Activation& a, bo
     case Activation::sigmoid: ops.append_eltwise(1.0f, alg::eltwise_logistic, 0.0f, 0.0f); break;
     case Activation::silu: ops.append_eltwise(1.0f, alg::eltwise_swish, 1.0f, 0.0f); break;
   }
+  if (a.affine()) ops.append_eltwise(1.0f, alg::eltwise_linear, a.scale, a.shift);  // act_scale, act_shift
   return {};
 }
 

@@ -953,7 +953,7 @@ struct Conv2 final : RefPrepared {
   static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"weight", "bias"}); }
   explicit Conv2(const LayerInfo& info)
       : g(core::conv2_window(*info.layer, info.input_shapes[0])),
-        act(core::fused_activation(*info.layer)),
+        act(core::fused_activation(*info.layer, true)),
         weight(info.layer->weight("weight")) {
     if (const Blob* b = info.layer->find_weight("bias")) bias = *b;
   }
@@ -1053,7 +1053,7 @@ struct Dense final : RefPrepared {
   Blob weight, bias;
   static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"weight", "bias"}); }
   explicit Dense(const LayerInfo& info)
-      : act(core::fused_activation(*info.layer)), weight(info.layer->weight("weight")) {
+      : act(core::fused_activation(*info.layer, true)), weight(info.layer->weight("weight")) {
     const Shape& s = info.input_shapes[0];
     rows = prod(s, 0, s.rank() - 1);
     k = s[s.rank() - 1];

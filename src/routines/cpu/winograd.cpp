@@ -185,6 +185,8 @@ Support winograd_conv_support(const LayerInfo& info) {
   if (g.sh != 1 || g.sw != 1) return Support::no("stride must be 1");
   if (g.dh != 1 || g.dw != 1) return Support::no("dilation must be 1");
   if (g.group != 1) return Support::no("group must be 1");
+  if (core::fused_activation(l, true).affine())
+    return Support::no("an affine after the fused activation (act_scale, act_shift) is not in its decoders");
   if (auto f = float_cpu(w, "weight"); !f) return f;
   return float_cpu(l.find_weight("bias"), "bias");
 }
