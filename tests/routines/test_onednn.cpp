@@ -692,7 +692,11 @@ TEST_CASE("onednn layers run on one thread while the contention guard has shrunk
   std::unique_ptr<PreparedRoutine> prepared = routine->prepare(info, schema, {});
   const Blob x = random_blob(info.input_shapes[0], rng);
   auto run = [&] { return test::values(test::run_prepared(*prepared, {x}, info.output_shapes)[0]); };
+  // The full team's plan with the guard off: earlier tests in this process, or
+  // real stalls beside a parallel ctest, may have shrunk the team already.
+  core::contention_guard().set_enabled(false);
   const std::vector<float> team = run();
+  REQUIRE(omp_get_max_threads() == 2);
   // Two stalled regions: the guard shrinks the team for its shortest wait (0.1 s).
   // (From a clear state: earlier tests in this process leave a window open.)
   core::contention_guard().set_enabled(true);
@@ -707,8 +711,7 @@ TEST_CASE("onednn layers run on one thread while the contention guard has shrunk
   // The same values up to summation order (oneDNN may block a one-thread plan otherwise).
   REQUIRE(alone.size() == team.size());
   for (std::size_t i = 0; i < team.size(); ++i) REQUIRE(alone[i] == Approx(team[i]).margin(1e-5));
-  // The full team's plan again. With the guard off: on a busy machine (ctest -j 2)
-  // real stalls could shrink the team again and give the one-thread sums.
+  // The full team's plan again (the guard off, as for `team`).
   core::contention_guard().set_enabled(false);
   CHECK(run() == team);
   CHECK(omp_get_max_threads() == 2);
