@@ -287,6 +287,23 @@ int fold_batchnorm(Graph& g) {
   });
 }
 
+/// The values of constant `c` along dim `channel_dim` of a blob of shape `y`
+/// that it broadcasts onto without growing it: one per channel (its other dims
+/// 1) or one in all, then repeated. Nothing otherwise, or where one is not finite.
+std::optional<std::vector<double>> per_channel_values(const Blob& c, const Shape& y, int channel_dim) {
+  if (c.shape().rank() > y.rank() || channel_dim < 0 || channel_dim >= y.rank()) return std::nullopt;
+  const int64_t channels = y[channel_dim];
+  if (c.numel() != channels && c.numel() != 1) return std::nullopt;
+  for (int d = 0; d < c.shape().rank(); ++d)
+    if (c.shape()[d] != 1 && d + y.rank() - c.shape().rank() != channel_dim) return std::nullopt;
+  std::vector<double> v(static_cast<std::size_t>(channels));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = c.data_as<float>()[c.numel() == 1 ? 0 : i];
+    if (!std::isfinite(v[i])) return std::nullopt;
+  }
+  return v;
+}
+
 /// The values, one per output channel of conv2/dense `p`, of the constant that
 /// elementwise layer `op` (an add or mul of two inputs, input `input` being
 /// p's output) applies to it: a constant of one value per output channel
@@ -301,21 +318,10 @@ std::optional<std::vector<double>> per_channel_constant(const Layer& p, const La
     return std::nullopt;
   auto cit = ctx.constants.find(op.inputs[1 - input]);
   if (cit == ctx.constants.end() || !plain_float(*cit->second)) return std::nullopt;
-  const Blob& c = *cit->second;
   const Shape& y = ctx.shapes.at(op.inputs[input]);
-  if (ctx.shapes.at(op.outputs[0]) != y || c.shape().rank() > y.rank()) return std::nullopt;
-  const int channel_dim = p.type == "conv2" ? 1 : y.rank() - 1;
-  const int64_t channels = output_channels(p);
-  if (c.numel() != channels && c.numel() != 1) return std::nullopt;
-  for (int d = 0; d < c.shape().rank(); ++d) {
-    const int yd = d + y.rank() - c.shape().rank();
-    if (c.shape()[d] != 1 && yd != channel_dim) return std::nullopt;
-  }
-  std::vector<double> v(static_cast<std::size_t>(channels));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    v[i] = c.data_as<float>()[c.numel() == 1 ? 0 : i];
-    if (!std::isfinite(v[i])) return std::nullopt;
-  }
+  if (ctx.shapes.at(op.outputs[0]) != y || y.rank() < 1) return std::nullopt;
+  auto v = per_channel_values(*cit->second, y, p.type == "conv2" ? 1 : y.rank() - 1);
+  if (v && static_cast<int64_t>(v->size()) != output_channels(p)) return std::nullopt;
   return v;
 }
 
@@ -428,22 +434,16 @@ int fold_input_affine(Graph& g) {
       return false;
     const int k = ctx.constants.count(p.inputs[1]) ? 1 : ctx.constants.count(p.inputs[0]) ? 0 : -1;
     if (k < 0 || !plain_float(*ctx.constants.at(p.inputs[static_cast<std::size_t>(k)]))) return false;
-    const Blob& v = *ctx.constants.at(p.inputs[static_cast<std::size_t>(k)]);
     const std::string& x = p.inputs[static_cast<std::size_t>(1 - k)];
     const Shape& xs = ctx.shapes.at(x);
-    if (ctx.shapes.at(p.outputs[0]) != xs || v.shape().rank() > xs.rank() || xs.rank() < 1) return false;
+    if (ctx.shapes.at(p.outputs[0]) != xs || xs.rank() < 1) return false;
     if (c.type == "conv2" && xs.rank() != 4) return false;
     // One value per input channel (dim 1 of a conv2's [N,C,H,W], a dense's last dim), or one in all.
-    const int cdim = c.type == "conv2" ? 1 : xs.rank() - 1;
-    const int64_t channels = xs[cdim];
-    if (v.numel() != 1 && v.numel() != channels) return false;
-    for (int d = 0; d < v.shape().rank(); ++d)
-      if (v.shape()[d] != 1 && d + xs.rank() - v.shape().rank() != cdim) return false;
-    std::vector<double> val(static_cast<std::size_t>(channels));
-    for (std::size_t i = 0; i < val.size(); ++i) {
-      val[i] = v.data_as<float>()[v.numel() == 1 ? 0 : i];
-      if (!std::isfinite(val[i])) return false;
-    }
+    const auto values = per_channel_values(*ctx.constants.at(p.inputs[static_cast<std::size_t>(k)]), xs,
+                                           c.type == "conv2" ? 1 : xs.rank() - 1);
+    if (!values) return false;
+    const std::vector<double>& val = *values;
+    const int64_t channels = static_cast<int64_t>(val.size());
     const Blob& w = c.weight("weight");
     const int64_t group = c.type == "conv2" ? c.get_int("group", 1) : 1;
     if (w.shape().rank() != (c.type == "conv2" ? 4 : 2) || group < 1) return false;

@@ -114,6 +114,16 @@ bool stored_as_int8(const Blob& w) {
 
 bool int8_weight(const Blob& w) { return w.dtype() == DType::qint8 && per_channel_symmetric(w); }
 
+Support int8_routine_weight(const Layer& l, const char* key, bool required) {
+  const Blob* b = l.find_weight(key);
+  if (!b) return required ? Support::no(fmt::format("weight '{}' is missing", key)) : Support::yes();
+  if ((b->dtype() != DType::float32 && !(std::string_view(key) == "weight" && int8_weight(*b))) ||
+      b->device() != Device::cpu || b->layout() != Layout::nchw)
+    return Support::no(fmt::format("weight '{}' must be float32 (quantised in prepare) or int8 per output channel, on the CPU", key));
+  if (b->numel() > 0 && !b->data()) return Support::no(fmt::format("weight '{}' has no data", key));
+  return Support::yes();
+}
+
 Blob float_weight(const Blob& w) { return w.dtype() == DType::float32 ? w : dequantize_weight(w, "weight"); }
 
 ChannelQuantized channel_int8(const Blob& w, int qmax) {

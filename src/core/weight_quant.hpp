@@ -3,6 +3,7 @@
 #pragma once
 
 #include <softneuro/blob.hpp>
+#include <softneuro/routine.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -58,6 +59,10 @@ bool stored_as_int8(const Blob& w);
 /// conv2's or dense's weight so (no float copy); the executor hands it only to
 /// built-in qint8 routines and gives the others its float32 values.
 bool int8_weight(const Blob& w);
+/// Whether an int8 routine reads weight `key` of `layer`: plain on the CPU,
+/// float32 (quantised in prepare) or, the "weight", an int8_weight. `required`:
+/// a missing weight is a no.
+Support int8_routine_weight(const Layer& layer, const char* key, bool required);
 /// The float32 values of `w`: `w` itself where it is float32, else
 /// dequantize_weight's copy. Routines given an int8_weight call it where they
 /// derive weights, not sooner: with prepared weights they never do.

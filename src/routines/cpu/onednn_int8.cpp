@@ -104,15 +104,6 @@ using core::Window2d;
 
 
 
-Support float_weight(const Layer& l, const char* key, bool required) {
-  const Blob* b = l.find_weight(key);
-  if (!b) return required ? Support::no(fmt::format("weight '{}' is missing", key)) : Support::yes();
-  if ((b->dtype() != DType::float32 && !(std::string_view(key) == "weight" && core::int8_weight(*b))) ||
-      b->device() != Device::cpu || b->layout() != Layout::nchw)
-    return Support::no(fmt::format("weight '{}' must be float32 (quantised in prepare) or int8 per output channel, on the CPU", key));
-  if (b->numel() > 0 && !b->data()) return Support::no(fmt::format("weight '{}' has no data", key));
-  return Support::yes();
-}
 
 /// Per-output-channel symmetric int8 weights (the project's convention), [oc][k].
 struct QuantWeights {
@@ -398,8 +389,8 @@ struct Conv2 {
 
   static Support check(const LayerInfo& info, Layout) {
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
-    if (Support s = float_weight(*info.layer, "weight", true); !s) return s;
-    if (Support s = float_weight(*info.layer, "bias", false); !s) return s;
+    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = core::int8_routine_weight(*info.layer, "bias", false); !s) return s;
     const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
     if (g.kh * g.kw * (g.c / g.group) > (int64_t{1} << 16))
       return Support::no("a dot product of more than 65536 int8 terms could overflow int32");
@@ -476,8 +467,8 @@ struct Dense {
   static constexpr bool kHasWeights = true;
 
   static Support check(const LayerInfo& info, Layout l) {
-    if (Support s = float_weight(*info.layer, "weight", true); !s) return s;
-    if (Support s = float_weight(*info.layer, "bias", false); !s) return s;
+    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = core::int8_routine_weight(*info.layer, "bias", false); !s) return s;
     if (info.layer->weight("weight").shape().rank() != 2) return Support::no("dense weight must be [O, K]");
     if (l == Layout::nhwc && info.input_shapes[0].rank() > 2)
       return Support::no("in nhwc, dense reads rank <= 2 inputs (the rows must be contiguous)");

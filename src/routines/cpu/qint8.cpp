@@ -109,15 +109,6 @@ Support common(const LayerInfo& info, const Schema& s) {
 }
 
 
-Support float_weight(const Layer& l, const char* key, bool required) {
-  const Blob* b = l.find_weight(key);
-  if (!b) return required ? Support::no(fmt::format("weight '{}' is missing", key)) : Support::yes();
-  if ((b->dtype() != DType::float32 && !(std::string_view(key) == "weight" && core::int8_weight(*b))) ||
-      b->device() != Device::cpu || b->layout() != Layout::nchw)
-    return Support::no(fmt::format("weight '{}' must be float32 (quantised in prepare) or int8 per output channel, on the CPU", key));
-  if (b->numel() > 0 && !b->data()) return Support::no(fmt::format("weight '{}' has no data", key));
-  return Support::yes();
-}
 
 /// The fused activation as an epilogue, or why it cannot be one.
 Support activation_epilogue(const Layer& l, const TQ& out, Epilogue* ep) {
@@ -502,8 +493,8 @@ class DenseRoutine final : public Routine {
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     const Layer& l = *info.layer;
-    if (Support w = float_weight(l, "weight", true); !w) return w;
-    if (Support b = float_weight(l, "bias", false); !b) return b;
+    if (Support w = core::int8_routine_weight(l, "weight", true); !w) return w;
+    if (Support b = core::int8_routine_weight(l, "bias", false); !b) return b;
     const Shape& x = info.input_shapes[0];
     if (x.rank() < 1) return Support::no("dense needs an input of rank >= 1");
     if (s == kNhwc && x.rank() > 2) return Support::no("in nhwc, dense reads rank <= 2 inputs (the rows must be contiguous)");
@@ -628,8 +619,8 @@ class ConvRoutine final : public Routine {
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (Support c = common(info, s); !c) return c;
     const Layer& l = *info.layer;
-    if (Support w = float_weight(l, "weight", true); !w) return w;
-    if (Support b = float_weight(l, "bias", false); !b) return b;
+    if (Support w = core::int8_routine_weight(l, "weight", true); !w) return w;
+    if (Support b = core::int8_routine_weight(l, "bias", false); !b) return b;
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 input must be 4-D");
     Window2d g = core::conv2_window(l, info.input_shapes[0]);
     return is_depthwise(g) ? depthwise_support(info, g) : gemm_support(info, g);

@@ -31,7 +31,8 @@ class SplitAffine final : public Routine {
   Support supports(const LayerInfo& info, const Schema& s) const override {
     if (!(s == Schema{}) && !(s == kNhwc && std::string_view(kType) == "conv2"))
       return Support::no("computes in cpu (and a conv2 in cpu:float32:nhwc)");
-    if (!info.layer || info.output_shapes.size() != 1) return Support::no("needs a layer with one output");
+    if (!info.layer || info.input_shapes.size() != 1 || info.output_shapes.size() != 1)
+      return Support::no("needs a layer of one input and one output");
     if (!core::fused_activation(*info.layer, true).affine()) return Support::no("no affine after the activation to split off");
     if (info.output_shapes[0].rank() < 2) return Support::no("needs an output of rank >= 2 (the affine's channels are dim 1)");
     return Support::yes();
@@ -44,7 +45,7 @@ class SplitAffine final : public Routine {
     compute.name = l.name + "/compute";
     compute.params.erase("act_scale");
     compute.params.erase("act_shift");
-    compute.inputs[0] = "x";
+    compute.inputs = {"x"};
     compute.outputs = {"z"};
     const int64_t c = info.output_shapes[0][1];
     auto filled = [c](float v) {
@@ -63,10 +64,6 @@ class SplitAffine final : public Routine {
     cn.layers = {std::move(compute), std::move(affine)};
     cn.schemas = {s, s};
     cn.inputs = {"x"};
-    for (std::size_t i = 1; i < l.inputs.size(); ++i) {  // (conv2 and dense read one input)
-      cn.inputs.push_back(l.inputs[i]);
-      cn.layers[0].inputs[i] = l.inputs[i];
-    }
     cn.outputs = {"y"};
     return cn;
   }

@@ -240,12 +240,11 @@ std::vector<size_t> non_unit(const std::vector<size_t>& d) {
 }
 
 /// Weights read here must be plain float32 CPU blobs with memory.
-/// `int8_ok`: a qint8 routine's, which also reads an int8 "weight" (core::int8_weight).
-Support float_weights(const Layer& l, std::initializer_list<const char*> keys, bool int8_ok = false) {
+Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
   for (const char* k : keys) {
     const Blob* b = l.find_weight(k);
     if (!b) continue;
-    if (b->dtype() != DType::float32 && !(int8_ok && std::string_view(k) == "weight" && core::int8_weight(*b)))
+    if (b->dtype() != DType::float32)
       return Support::no(fmt::format("weight '{}' is {}, cpu/xnnpack reads float32", k, to_string(b->dtype())));
     if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
     if (b->layout() != Layout::nchw)
@@ -1205,7 +1204,8 @@ struct QConv2 {
 
   static Support check(const LayerInfo& info) {
     if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
-    if (Support s = float_weights(*info.layer, {"weight", "bias"}, true); !s) return s;
+    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = core::int8_routine_weight(*info.layer, "bias", false); !s) return s;
     core::conv2_window(*info.layer, info.input_shapes[0]);
     return int8_range(*info.layer, out_q(info), nullptr, nullptr);
   }
@@ -1233,7 +1233,8 @@ struct QDense {
     if (s.rank() != 2)
       return Support::no(fmt::format("cpu:qint8:nhwc/xnnpack dense takes an input [N,K]; {} has rank {}", s.to_string(),
                                      s.rank()));
-    if (Support r = float_weights(*info.layer, {"weight", "bias"}, true); !r) return r;
+    if (Support r = core::int8_routine_weight(*info.layer, "weight", true); !r) return r;
+    if (Support r = core::int8_routine_weight(*info.layer, "bias", false); !r) return r;
     return int8_range(*info.layer, out_q(info), nullptr, nullptr);
   }
 
