@@ -24,6 +24,9 @@ inline kern::ActParams act_params(const core::Activation& a) {
     case core::Activation::sigmoid: p.kind = kern::Act::sigmoid; break;
     case core::Activation::silu: p.kind = kern::Act::silu; break;
   }
+  p.affine = a.affine();
+  p.scale = a.scale;
+  p.shift = a.shift;
   return p;
 }
 

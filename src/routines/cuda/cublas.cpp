@@ -73,7 +73,7 @@ Support dense_support(const LayerInfo& info, const Schema& schema, Support lib) 
 class PreparedGemm final : public Prepared {
  public:
   PreparedGemm(const LayerInfo& info, const Schema& s)
-      : d_(info), t_(s.dtype), act_(act_params(core::fused_activation(*info.layer))) {
+      : d_(info), t_(s.dtype), act_(act_params(core::fused_activation(*info.layer, /*with_affine=*/true))) {
     w_ = upload_floats(weight_values(info.layer->weight("weight")), t_);
     if (const Blob* b = info.layer->find_weight("bias")) bias_ = upload_floats(weight_values(*b), DType::float32);
   }
@@ -88,7 +88,7 @@ class PreparedGemm final : public Prepared {
                                       w_.get(), dt, int(d_.k), a.inputs[0]->data(), dt, int(d_.k), &zero, y, dt,
                                       int(d_.o), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
-    if (bias_ || act_.kind != kern::Act::none)
+    if (bias_ || act_.kind != kern::Act::none || act_.affine)
       check(kern::channel_affine(elem(t_), y, y, nullptr, bias_.as<float>(), d_.rows, d_.o, 1, false, act_, stream()),
             "bias/activation kernel");
   }
@@ -127,15 +127,17 @@ class PreparedLt final : public Prepared {
   PreparedLt(const LayerInfo& info, const Schema& s, int heuristic) : d_(info), t_(s.dtype) {
     const CublasLt lib = cublaslt();
     const CublasLtApi& f = lib.api;
-    core::Activation act = core::fused_activation(*info.layer);
+    core::Activation act = core::fused_activation(*info.layer, /*with_affine=*/true);
     const Blob* b = info.layer->find_weight("bias");
     w_ = upload_floats(weight_values(info.layer->weight("weight")), t_);
     if (b) bias_ = upload_floats(weight_values(*b), t_);  // the epilogue reads bias in the output's type
 
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (act.kind == core::Activation::relu) epi = b ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    // relu in the epilogue unless an affine follows it: then the kernel after applies both.
+    const bool relu_epilogue = act.kind == core::Activation::relu && !act.affine();
+    if (relu_epilogue) epi = b ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     else if (b) epi = CUBLASLT_EPILOGUE_BIAS;
-    if (act.kind != core::Activation::relu && act.kind != core::Activation::none) rest_ = act_params(act);
+    if (!relu_epilogue && (act.kind != core::Activation::none || act.affine())) rest_ = act_params(act);
 
     const cudaDataType_t dt = data_type(t_);
     check_cublaslt(f.cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -186,7 +188,7 @@ class PreparedLt final : public Prepared {
     check_cublaslt(lib.api.cublasLtMatmul(lib.handle, op_, &one, w_.get(), a_, a.inputs[0]->data(), b_, &zero, y, c_, y,
                                           c_, &algo_, aligned(a.workspace), library_workspace(), stream()),
                    "cublasLtMatmul");
-    if (rest_.kind != kern::Act::none)
+    if (rest_.kind != kern::Act::none || rest_.affine)
       check(kern::unary(elem(t_), rest_, y, y, d_.rows * d_.o, stream()), "activation kernel");
   }
 

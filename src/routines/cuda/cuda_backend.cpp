@@ -429,8 +429,6 @@ Support schema_support(const Schema& s, bool nhwc_ok) {
 }
 
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
-  if (l.has("act_scale") || l.has("act_shift"))
-    return Support::no("an affine after the fused activation (act_scale, act_shift) is not applied here");
   for (const char* k : keys) {
     const Blob* b = l.find_weight(k);
     if (!b) continue;

@@ -85,7 +85,7 @@ class PreparedConv final : public Prepared {
  public:
   PreparedConv(const LayerInfo& info, const Schema& s, int algo_param)
       : g_(core::conv2_window(*info.layer, info.input_shapes[0])),
-        act_(act_params(core::fused_activation(*info.layer))),
+        act_(act_params(core::fused_activation(*info.layer, /*with_affine=*/true))),
         schema_(s) {
     const Cudnn lib = cudnn();
     describe(d_, g_, s);
@@ -138,7 +138,7 @@ class PreparedConv final : public Prepared {
   void run(const RunArgs& a) override {
     void* y = a.outputs[0]->data();
     check_cudnn(forward(a.inputs[0]->data(), y, a.workspace), "cudnnConvolutionForward");
-    if (bias_ || act_.kind != kern::Act::none)
+    if (bias_ || act_.kind != kern::Act::none || act_.affine)
       check(kern::channel_affine(elem(schema_.dtype), y, y, nullptr, bias_.as<float>(), g_.n, g_.oc, g_.oh * g_.ow,
                                  schema_.layout == Layout::nhwc, act_, stream()),
             "bias/activation kernel");

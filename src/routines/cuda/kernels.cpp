@@ -207,7 +207,7 @@ struct Depthwise final : KernelPrepared {
   }
   Depthwise(const LayerInfo& info, const Schema& s)
       : g(window(core::conv2_window(*info.layer, info.input_shapes[0]))),
-        act(act_params(core::fused_activation(*info.layer))),
+        act(act_params(core::fused_activation(*info.layer, /*with_affine=*/true))),
         nhwc(s.layout == Layout::nhwc),
         t(elem(s.dtype)) {
     const Blob& wb = info.layer->weight("weight");

@@ -19,6 +19,10 @@ enum class Act : int { none = 0, relu, clip, hardswish, hardsigmoid, sigmoid, ta
 struct ActParams {
   Act kind = Act::none;
   float a = 0, b = 0;  ///< clip: [a, b]; hardsigmoid: max(0, min(1, a*x + b))
+  /// After the activation, where `affine`: y * scale + shift (a conv2's or
+  /// dense's act_scale and act_shift).
+  bool affine = false;
+  float scale = 1, shift = 0;
 };
 
 /// One thread that spins for `ms` of the device's clock (a hold for unit timing).

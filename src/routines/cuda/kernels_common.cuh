@@ -29,7 +29,7 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
-__device__ __forceinline__ float activate(const ActParams& a, float x) {
+__device__ __forceinline__ float activation_only(const ActParams& a, float x) {
   switch (a.kind) {
     case Act::none: return x;
     case Act::relu: return x > 0.f ? x : 0.f;
@@ -43,6 +43,11 @@ __device__ __forceinline__ float activate(const ActParams& a, float x) {
     case Act::gelu_tanh: return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
   }
   return x;
+}
+/// The activation, then the affine after it where there is one.
+__device__ __forceinline__ float activate(const ActParams& a, float x) {
+  const float y = activation_only(a, x);
+  return a.affine ? y * a.scale + a.shift : y;
 }
 
 /// Sum (or max) over a block of blockDim.x threads (a multiple of 32, at most 1024).
