@@ -299,12 +299,50 @@ int Executor::convert(int slot, const Schema& want, const std::string& consumer,
   step->input_blobs = {slot};
   share_weights(*step);
   if (!plan_only_) step->prepared = pick->routine->prepare(step->info, want, step->params);
+  if (slots_[static_cast<std::size_t>(slot)].kind == BlobKind::constant) {
+    // A constant's copy in another schema (a blocked layout, a device) is a
+    // constant too: converted here, once, not by a step of every run.
+    const int out = add_blob(step->adapt_layer.outputs[0], BlobKind::constant, shape, want);
+    if (!plan_only_) convert_constant(*step, slot, out);
+    adapted_[key] = out;
+    return out;
+  }
   slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
   int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
   step->output_blobs = {out};
   steps_.push_back(std::move(step));
   adapted_[key] = out;
   return out;
+}
+
+void Executor::convert_constant(Step& step, int from, int to) {
+  const Schema want = slots_[static_cast<std::size_t>(to)].schema;
+  Blob& out = blobs_[static_cast<std::size_t>(to)];
+  auto allocate_on = [&](Device device, std::size_t bytes) -> std::shared_ptr<void> {
+    bytes = std::max<std::size_t>(64, bytes);
+    if (device == Device::cpu) {
+      void* p = allocate_aligned(bytes);
+      if (!p) throw Error(fmt::format("out of memory converting constant '{}' ({} bytes)", slots_[static_cast<std::size_t>(from)].name, bytes));
+      return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    }
+    const DeviceMemory* dm = device_memory(device);
+    if (!dm) throw Error(fmt::format("no {} device is available", to_string(device)));
+    void* p = dm->allocate(bytes);
+    if (!p)
+      throw Error(fmt::format("out of {} memory converting constant '{}' ({} bytes)", to_string(device),
+                              slots_[static_cast<std::size_t>(from)].name, bytes));
+    return std::shared_ptr<void>(p, [release = dm->release](void* q) { release(q); });
+  };
+  std::shared_ptr<void> memory = allocate_on(want.device, storage_bytes(out.shape(), want.dtype, want.layout));
+  out.rebind(memory.get());
+  const std::size_t ws_bytes = step.prepared->workspace_bytes();
+  std::shared_ptr<void> workspace = ws_bytes ? allocate_on(step.prepared->workspace_device(), ws_bytes) : nullptr;
+  const Blob* in[] = {&blobs_[static_cast<std::size_t>(from)]};
+  Blob* outs[] = {&out};
+  step.prepared->run(RunArgs{in, outs, workspace.get(), &global_pool()});
+  for (Device d : {slots_[static_cast<std::size_t>(from)].schema.device, want.device})
+    if (d != Device::cpu) device_memory(d)->synchronize();  // before the workspace goes
+  constant_copies_.push_back(std::move(memory));
 }
 
 std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>& input_slots,

@@ -182,6 +182,9 @@ class Executor {
   void bind_outputs_to_arena();
   /// Lets each layer's routine take in the step before it (Routine::prepare_with_previous) where the blob between them has no other use.
   void fuse_steps();
+  /// Runs the adapt `step` once, from constant slot `from` into constant slot
+  /// `to`, whose memory the executor then owns (constant_copies_).
+  void convert_constant(Step& step, int from, int to);
   /// Steps whose output is their input's bytes (PreparedRoutine::output_is_input)
   /// between planned CPU blobs: the output shares the input's memory, whose
   /// lifetime grows to cover it, and the step runs nothing.
@@ -221,6 +224,7 @@ class Executor {
   std::vector<std::unique_ptr<Step>> steps_;
   std::map<std::string, LayerInfo> layer_infos_;  ///< layer_info()
   std::map<std::pair<int, std::string>, int> adapted_;  ///< (slot, schema) -> adapted slot
+  std::vector<std::shared_ptr<void>> constant_copies_;  ///< memory of constants converted once (convert_constant)
   std::vector<std::unique_ptr<Childnet>> childnets_;    ///< own the child layers steps point to
   std::vector<int> net_inputs_, net_outputs_;
   std::vector<Arena> arenas_;

@@ -42,16 +42,23 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
                                                        plan.schemas[static_cast<std::size_t>(b)])).first;
     return it->second;
   };
+  // The executor converts a constant once, when a session is made: its
+  // conversions cost a run nothing, but must exist.
+  std::set<std::string> constants;
+  for (const auto& l : net.graph.layers)
+    if (l.type == "constant") constants.insert(l.outputs[0]);
   auto add_edge = [&](const std::string& blob, int from, int to, const std::string& consumer) {
     if (progress && !integrated) progress("adapts", edges_done++, edges_total, blob + " -> " + consumer);
     const auto& [shape, q] = profiler.planned_blob(blob);
+    const bool constant = constants.count(blob) > 0;
     std::vector<double> cost(static_cast<std::size_t>(S * S));
     std::vector<AdaptPick> picks(static_cast<std::size_t>(S * S));
     for (int a = 0; a < S; ++a)
       for (int b = 0; b < S; ++b) {
         auto& p = picks[static_cast<std::size_t>(a * S + b)];
         p = adapt(shape, q, a, b);
-        cost[static_cast<std::size_t>(a * S + b)] = p.ms + (a != b && p.ms < kInf ? step_ms : 0);
+        if (constant && p.ms < kInf) p.ms = 0;
+        cost[static_cast<std::size_t>(a * S + b)] = p.ms + (a != b && p.ms < kInf && !constant ? step_ms : 0);
       }
     g.add_edge(from, to, std::move(cost));
     plan.edges.push_back({blob, consumer, std::move(picks)});

@@ -11,6 +11,8 @@
 #include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -703,4 +705,49 @@ TEST_CASE("session: a reshape runs nothing where its output can share its input'
   Session from_input(Model::build("in", inputs, {reshape("r", "x", "f", {1, 144})}, {"f"}), plain);
   const auto f = from_input.run(in);
   CHECK(std::memcmp(f[0].blob.data(), in[0].blob.data(), in[0].blob.byte_size()) == 0);
+}
+
+TEST_CASE("session: a constant read in another schema is converted once, when the session is made", "[session][constant]") {
+  // A constant multiplier read by a layer computing in a blocked layout (or on
+  // a device): its converted copy is a constant too, made once, not an adapt
+  // step of every run.
+  const Shape shape{1, 16, 5, 5};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n(0.f, 1.f);
+  Blob value = Blob::allocate(shape);
+  for (int64_t i = 0; i < value.numel(); ++i) value.data_as<float>()[i] = n(rng);
+  Layer c;
+  c.name = "c";
+  c.type = "constant";
+  c.outputs = {"cv"};
+  c.weights["value"] = value;
+  Layer mul;
+  mul.name = "mul";
+  mul.type = "mul";
+  mul.inputs = {"x", "cv"};
+  mul.outputs = {"y"};
+  const std::vector<TensorInfo> inputs{{"x", shape, DType::float32}};
+  Model model = Model::build("scaled", inputs, {c, mul}, {"y"});
+  SessionOptions blocked{1};
+  blocked.schemas = {"cpu:float32:nchw8c"};
+  Session session(model, blocked);
+  std::string mul_routine;
+  std::vector<std::string> steps;
+  for (const auto& l : session.layers()) {
+    steps.push_back(l.name);
+    if (l.name == "mul") mul_routine = l.descriptor;
+  }
+  INFO("steps: " << fmt::format("{}", fmt::join(steps, ", ")) << "; mul runs " << mul_routine);
+  REQUIRE(mul_routine.find("nchw8c") != std::string::npos);
+  for (const auto& s : steps) CHECK(s.find("adapt:cv") == std::string::npos);
+  for (int round = 0; round < 3; ++round) {  // the copy outlives each run
+    auto in = random_inputs(model, static_cast<unsigned>(round));
+    const auto out = session.run(in);
+    REQUIRE(out.size() == 1);
+    const float* x = in[0].blob.data_as<float>();
+    const float* y = out[0].blob.data_as<float>();
+    int wrong = 0;
+    for (int64_t i = 0; i < value.numel(); ++i) wrong += y[i] != x[i] * value.data_as<float>()[i];
+    CHECK(wrong == 0);
+  }
 }

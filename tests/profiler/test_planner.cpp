@@ -140,3 +140,57 @@ TEST_CASE("a path whose shared copy no longer applies converts directly", "[tune
   auto a = Session(tuned).run(in), b = Session(plain_net).run(in);
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
 }
+
+TEST_CASE("the planner prices a constant's conversion at nothing: sessions convert it once", "[tune][planner][constant]") {
+  core::Graph g;
+  g.name = "scaled";
+  const Shape shape{1, 16, 8, 8};
+  g.inputs = {{"x", shape, DType::float32, {}}};
+  Layer c;
+  c.name = "c";
+  c.type = "constant";
+  c.outputs = {"cv"};
+  c.weights["value"] = test::iota_blob(shape, 0.01f, -0.5f);
+  Layer mul;
+  mul.name = "mul";
+  mul.type = "mul";
+  mul.inputs = {"x", "cv"};
+  mul.outputs = {"y"};
+  g.layers = {c, mul};
+  g.outputs = {"y"};
+  auto net = detail::WorkingModel::build(g);
+  TuneOptions opt;
+  opt.cache_dir = "-";
+  opt.unit_budget_ms = 0.2;
+  profiler::Profiler prof(*net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {});
+  auto profiles = prof.unit_profile();
+  REQUIRE(profiles.size() == 1);
+  const Schema blocked = Schema::parse("cpu:float32:nchw8c");
+  bool blocked_mul = false;
+  for (const auto& m : profiles[0].measured) blocked_mul = blocked_mul || (m.cand.schema == blocked && m.children.empty());
+  if (!blocked_mul) {
+    WARN("no nchw8c mul runs on this CPU: not checked");
+    return;
+  }
+  only(profiles[0], blocked);
+  const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, false, /*step_ms=*/0.01);
+  const dprs::Solution sol = dprs::solve(plan.graph);
+  REQUIRE(sol.feasible);
+  const profiler::PlannedPath planned = profiler::read_path(plan, sol, profiles, false, "here");
+  int constant_adapts = 0;
+  double others = 0;
+  for (const auto& a : planned.path.adapts) {
+    UNSCOPED_INFO(a.blob << " -> " << a.consumer << ": " << a.predicted_ms << " ms");
+    if (a.blob == "cv") {
+      ++constant_adapts;
+      CHECK(a.predicted_ms == 0);
+      CHECK(a.steps.size() == 1);  // a routine converts it
+    } else {
+      others += a.predicted_ms;
+    }
+  }
+  CHECK(constant_adapts == 1);
+  // The prediction is the layer and its step, x's and y's conversions (their steps' cost included): nothing for cv.
+  CHECK(others > 0);
+  CHECK(planned.predicted_ms == Approx(planned.path.routines[0].predicted_ms + 0.01 + others));
+}
