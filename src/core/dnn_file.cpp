@@ -345,6 +345,12 @@ Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name
 // ---------------------------------------------------------------------------
 // Writing
 
+uint32_t required_format_version(const Graph& graph) {
+  for (const auto& l : graph.layers)
+    if (l.has("act_scale") || l.has("act_shift")) return 2;
+  return 1;
+}
+
 std::vector<unsigned char> serialize_dnn(const Graph& g) {
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   std::vector<const Blob*> blobs;  // in weights-section order
@@ -474,7 +480,7 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
 
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = dnn_format_version;
+  h.version = required_format_version(g);
   h.model_offset = kHeaderSize;
   h.model_size = fbb.GetSize();
   h.weights_offset = align_up(kHeaderSize + h.model_size);

@@ -9,8 +9,13 @@
 
 namespace softneuro::core {
 
-/// The format version this library writes; it reads versions 1..this.
-inline constexpr uint32_t dnn_format_version = 1;
+/// The newest format version this library reads (1..this) and writes.
+/// Version 2: a layer parameter an older library would ignore and so compute
+/// something else (a conv2's or dense's act_scale/act_shift). A graph without
+/// one is written as version 1, which every library reads.
+inline constexpr uint32_t dnn_format_version = 2;
+/// The oldest format version whose readers compute `graph` as written.
+uint32_t required_format_version(const Graph& graph);
 
 /// Reads and fully checks a .dnn file: header, sizes, checksum, the FlatBuffers
 /// verifier, every enum, shape, offset and size. Weights are views into the

@@ -187,6 +187,27 @@ TEST_CASE("a future format version is refused with the version named", "[dnn]") 
   }
 }
 
+TEST_CASE("a graph with an affine after a fused activation is written as format version 2", "[dnn]") {
+  // A library that reads version 1 only would ignore act_scale/act_shift and
+  // compute the layer without them: it must refuse the file instead.
+  auto version_of = [](const std::vector<unsigned char>& bytes) {
+    uint32_t v = 0;
+    std::memcpy(&v, bytes.data() + 8, 4);
+    return v;
+  };
+  core::Graph plain = test::chain_graph(3);
+  CHECK(version_of(core::serialize_dnn(plain)) == 1);  // every library reads it
+  core::Graph affine = plain;
+  affine.layers[0].params["act"] = std::string("relu");
+  affine.layers[0].params["act_scale"] = 0.5;
+  affine.layers[0].params["act_shift"] = -1.0;
+  const auto bytes = core::serialize_dnn(affine);
+  CHECK(version_of(bytes) == 2);
+  const core::Graph back = core::read_dnn_bytes(bytes.data(), bytes.size(), "affine.dnn");
+  CHECK(back.layers[0].get_float("act_scale", 1) == 0.5);
+  CHECK(back.layers[0].get_float("act_shift", 0) == -1.0);
+}
+
 TEST_CASE("load errors name the file", "[dnn]") {
   std::string p = test::temp_path("garbage.dnn");
   std::ofstream(p) << "this is not a model file at all, just some text that is long enough for a header...";
