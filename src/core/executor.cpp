@@ -1,4 +1,5 @@
 #include "core/executor.hpp"
+#include "core/slices.hpp"
 
 #include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
@@ -718,6 +719,7 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   if (plan_only_) return;
   fuse_steps();
   share_views();
+  share_slices();
 
   // Memory plan: planned blobs and workspaces share one arena per device.
   for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -836,6 +838,94 @@ void Executor::share_views() {
   }
 }
 
+void Executor::share_slices() {
+  std::vector<bool> net_output(slots_.size(), false);
+  for (int s : net_outputs_) net_output[static_cast<std::size_t>(s)] = true;
+  auto bytes_of = [&](int slot) { return blobs_[static_cast<std::size_t>(slot)].byte_size(); };
+  // A planned CPU blob's memory root and offset in it, if it and every blob
+  // sharing its root may move (none is a net output, whose memory is the caller's).
+  struct Place {
+    int root = -1;
+    std::size_t offset = 0;
+  };
+  auto movable = [&](int slot) -> std::optional<Place> {
+    const BlobSlot& b = slots_[static_cast<std::size_t>(slot)];
+    Place p{b.alias >= 0 ? b.alias : slot, b.alias >= 0 ? b.alias_offset : 0};
+    const BlobSlot& r = slots_[static_cast<std::size_t>(p.root)];
+    if (r.kind != BlobKind::planned || r.schema.device != Device::cpu) return std::nullopt;
+    for (std::size_t i = 0; i < slots_.size(); ++i)
+      if ((static_cast<int>(i) == p.root || slots_[i].alias == p.root) && net_output[i]) return std::nullopt;
+    return p;
+  };
+  // `root` and the blobs sharing it move to `offset` in `into`'s memory.
+  auto move_into = [&](int root, int into, std::size_t offset) {
+    for (auto& s : slots_)
+      if (s.alias == root) s.alias = into, s.alias_offset += offset;
+    BlobSlot& r = slots_[static_cast<std::size_t>(root)];
+    BlobSlot& w = slots_[static_cast<std::size_t>(into)];
+    r.alias = into;
+    r.alias_offset = offset;
+    w.first = std::min(w.first, r.first);
+    w.last = std::max(w.last, r.last);
+  };
+  for (auto& step_ptr : steps_) {
+    Step& step = *step_ptr;
+    if (step.view || !step.fused_into.empty() || !step.parent.empty() || step.layer->type == "adapt") continue;
+    std::vector<Shape> ins, outs;
+    for (int s : step.input_blobs) ins.push_back(blobs_[static_cast<std::size_t>(s)].shape());
+    for (int s : step.output_blobs) outs.push_back(blobs_[static_cast<std::size_t>(s)].shape());
+    const auto cut = slice_cut(*step.layer, ins, outs);
+    if (!cut) continue;
+    const bool concat = step.layer->type == "concat";
+    const int whole = concat ? step.output_blobs[0] : step.input_blobs[0];
+    const std::vector<int>& pieces = concat ? step.input_blobs : step.output_blobs;
+    const Schema schema = slots_[static_cast<std::size_t>(whole)].schema;
+    bool same_schema = true;
+    for (int p : pieces) same_schema = same_schema && slots_[static_cast<std::size_t>(p)].schema == schema;
+    const std::vector<std::size_t> offsets = contiguous_slices(cut->whole, cut->axis, cut->sizes, schema);
+    if (!same_schema || offsets.size() != pieces.size()) continue;
+    if (concat) {
+      // Each input's root goes where its piece lies in the output: roots read
+      // by several inputs (a split's outputs) at one place, roots apart.
+      const BlobSlot& out = slots_[static_cast<std::size_t>(whole)];
+      if (out.kind != BlobKind::planned || out.alias >= 0 || net_output[static_cast<std::size_t>(whole)] ||
+          out.schema.device != Device::cpu)
+        continue;
+      std::map<int, std::size_t> placed;  // root -> its offset in the output
+      bool ok = true;
+      for (std::size_t k = 0; k < pieces.size() && ok; ++k) {
+        const auto p = movable(pieces[k]);
+        ok = p && p->root != whole && offsets[k] >= p->offset &&
+             offsets[k] - p->offset + bytes_of(p->root) <= bytes_of(whole);
+        if (!ok) break;
+        const std::size_t at = offsets[k] - p->offset;
+        auto [it, fresh] = placed.emplace(p->root, at);
+        ok = fresh || it->second == at;
+      }
+      // Roots apart: no two overlap in the output.
+      std::vector<std::pair<std::size_t, std::size_t>> spans;
+      for (const auto& [root, at] : placed) spans.push_back({at, at + bytes_of(root)});
+      std::sort(spans.begin(), spans.end());
+      for (std::size_t k = 1; k < spans.size() && ok; ++k) ok = spans[k].first >= spans[k - 1].second;
+      if (!ok) continue;
+      for (const auto& [root, at] : placed) move_into(root, whole, at);
+    } else {
+      const auto p = movable(whole);
+      bool ok = p.has_value();
+      for (int o : pieces) {
+        const BlobSlot& b = slots_[static_cast<std::size_t>(o)];
+        ok = ok && b.kind == BlobKind::planned && b.alias < 0 && movable(o).has_value();
+      }
+      if (!ok) continue;
+      for (std::size_t k = 0; k < pieces.size(); ++k) move_into(pieces[k], p->root, p->offset + offsets[k]);
+    }
+    step.view = true;
+    step.prepared = std::make_unique<ComputedElsewhere>();
+    debug("'{}' runs nothing: its {} share the memory of blob '{}'", step.name, concat ? "inputs" : "outputs",
+          slots_[static_cast<std::size_t>(whole)].name);
+  }
+}
+
 bool HostArena::reserve(std::size_t bytes) {
   if (bytes <= bytes_) return true;
   memory_.reset();  // the old one first: never both at once
@@ -867,7 +957,8 @@ void Executor::bind_outputs_to_arena() {
       blobs_[i].rebind(arena(slots_[i].schema.device).base() +
                        arena(slots_[i].schema.device).plan.offsets[static_cast<std::size_t>(slots_[i].request)]);
   for (std::size_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].alias >= 0) blobs_[i].rebind(blobs_[static_cast<std::size_t>(slots_[i].alias)].data());
+    if (slots_[i].alias >= 0)
+      blobs_[i].rebind(static_cast<char*>(blobs_[static_cast<std::size_t>(slots_[i].alias)].data()) + slots_[i].alias_offset);
 }
 
 void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {

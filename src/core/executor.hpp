@@ -155,7 +155,8 @@ class Executor {
     Schema schema;
     int first = 0, last = 0;  ///< lifetime in steps
     int request = -1;         ///< index into its device's memory plan
-    int alias = -1;           ///< the planned blob whose memory it shares (a view step's output)
+    int alias = -1;           ///< the planned blob whose memory it shares (a view step's output, a concat's input, a split's output)
+    std::size_t alias_offset = 0;  ///< where in that blob's memory, in bytes
   };
   /// One arena per device: the plan of the blobs and workspaces living there.
   struct Arena {
@@ -185,6 +186,10 @@ class Executor {
   /// Runs the adapt `step` once, from constant slot `from` into constant slot
   /// `to`, whose memory the executor then owns (constant_copies_).
   void convert_constant(Step& step, int from, int to);
+  /// Concats whose inputs, and splits whose outputs, are contiguous byte ranges
+  /// of their whole (core::contiguous_slices) between planned CPU blobs: the
+  /// pieces live in the whole's memory and the step runs nothing.
+  void share_slices();
   /// Steps whose output is their input's bytes (PreparedRoutine::output_is_input)
   /// between planned CPU blobs: the output shares the input's memory, whose
   /// lifetime grows to cover it, and the step runs nothing.

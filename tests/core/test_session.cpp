@@ -751,3 +751,84 @@ TEST_CASE("session: a constant read in another schema is converted once, when th
     CHECK(wrong == 0);
   }
 }
+
+TEST_CASE("session: a concat's inputs and a split's outputs live in their whole's memory, and nothing is copied",
+          "[session][slices]") {
+  // YOLOv8's C2f block: y = cv1(x); a, b = split(y); c = m1(b); d = m2(c);
+  // z = concat(a, b, c, d) -> cv2. In a plain layout a and b are y's halves
+  // and y, c and d are z's quarters: the split and the concat run nothing.
+  // Around it, concats that must copy: of a net input, of one blob twice, and
+  // a net output read as a piece; b is read again after the concat.
+  std::mt19937 rng(5);
+  const Shape shape{1, 32, 4, 4};
+  std::vector<Layer> layers{conv_layer("cv1", "x", "y", 32, 32, 1, 1, 1, rng)};
+  Layer split;
+  split.name = "split";
+  split.type = "split";
+  split.inputs = {"y"};
+  split.outputs = {"a", "b"};
+  split.params["axis"] = int64_t{1};
+  split.params["split"] = std::vector<int64_t>{16, 16};
+  layers.push_back(split);
+  layers.push_back(conv_layer("m1", "b", "c", 16, 16, 3, 1, 1, rng));
+  layers.push_back(conv_layer("m2", "c", "d", 16, 16, 3, 1, 1, rng));
+  auto concat = [](std::string name, std::vector<std::string> in, std::string out) {
+    Layer l;
+    l.name = std::move(name);
+    l.type = "concat";
+    l.inputs = std::move(in);
+    l.outputs = {std::move(out)};
+    l.params["axis"] = int64_t{1};
+    return l;
+  };
+  layers.push_back(concat("cat", {"a", "b", "c", "d"}, "z"));
+  layers.push_back(conv_layer("cv2", "z", "w", 64, 32, 1, 1, 1, rng));
+  layers.push_back(concat("with_input", {"w", "x"}, "wx"));
+  layers.push_back(concat("twice", {"a", "a"}, "aa"));
+  layers.push_back(conv_layer("late", "b", "e", 16, 16, 1, 1, 1, rng));
+  layers.push_back(concat("with_output", {"e", "d"}, "ed"));
+  const std::vector<std::string> outputs{"wx", "aa", "e", "ed"};
+  Model model = Model::build("c2f", {{"x", shape, DType::float32}}, layers, outputs);
+
+  // The reference: each layer by cpu/ref, in order.
+  auto in = random_inputs(model, 9);
+  std::map<std::string, Blob> ref{{"x", in[0].blob}};
+  for (const Layer& l : layers) {
+    std::vector<Blob> args;
+    for (const auto& i : l.inputs) args.push_back(ref.at(i));
+    auto outs = test::run_layer(l, args);
+    for (std::size_t k = 0; k < outs.size(); ++k) ref[l.outputs[k]] = outs[k];
+  }
+  const std::vector<std::vector<std::string>> schema_sets{
+      {"cpu"}, {"cpu:float32:nchw16c", "cpu"}, {"cpu:float32:nhwc", "cpu"}, {}};
+  for (const auto& schemas : schema_sets) {
+    SessionOptions options{1};
+    options.schemas = schemas;
+    Session session(model, options);
+    std::map<std::string, bool> view;
+    for (const auto& l : session.layers()) view[l.name] = l.view;
+    INFO("schemas " << fmt::format("{}", fmt::join(schemas, ",")));
+    if (schemas == std::vector<std::string>{"cpu"}) {
+      CHECK(view["split"]);
+      CHECK(view["cat"]);
+      CHECK(!view["with_input"]);   // x is the caller's memory (in a blocked layout, its copy is ours)
+      CHECK(!view["with_output"]);  // so is e
+    }
+    CHECK(!view["twice"]);
+    for (int round = 0; round < 2; ++round) {
+      const auto out = session.run(in);
+      REQUIRE(out.size() == outputs.size());
+      for (std::size_t k = 0; k < out.size(); ++k) {
+        const Blob& want = ref.at(outputs[k]);
+        REQUIRE(out[k].blob.numel() == want.numel());
+        int wrong = 0;
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          const float x = out[k].blob.data_as<float>()[i], y = want.data_as<float>()[i];
+          wrong += !(std::abs(x - y) <= 1e-4f * (1 + std::abs(y)));
+        }
+        INFO("output " << outputs[k]);
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
