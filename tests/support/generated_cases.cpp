@@ -374,7 +374,11 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   }
   if (type == "softmax")
     return {{"softmax last", layer_of("softmax", {{"axis", int64_t{-1}}}, {}), {random_blob({2, 12, 37}, rng, -5.f, 5.f)}},
-            {"softmax channels", layer_of("softmax", {{"axis", int64_t{1}}}, {}), {random_blob({1, 10, 3, 3}, rng, -5.f, 5.f)}}};
+            {"softmax channels", layer_of("softmax", {{"axis", int64_t{1}}}, {}), {random_blob({1, 10, 3, 3}, rng, -5.f, 5.f)}},
+            // YOLOv8's DFL: 16 bins along a middle axis, many positions after it (a lane tail too).
+            {"softmax middle axis", layer_of("softmax", {{"axis", int64_t{1}}}, {}),
+             {random_blob({2, 16, 4, 83}, rng, -8.f, 8.f)}},
+            {"softmax first axis", layer_of("softmax", {{"axis", int64_t{0}}}, {}), {random_blob({5, 3, 7}, rng, -5.f, 5.f)}}};
   if (type == "layernorm")
     return {{"layernorm [2,9,48]", layer_of("layernorm", {{"axis", int64_t{-1}}}, {{"scale", random_blob({48}, rng)}, {"bias", random_blob({48}, rng)}}),
              {random_blob({2, 9, 48}, rng)}}};

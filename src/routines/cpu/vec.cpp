@@ -10,7 +10,8 @@
 //             cpu:qint8 and cpu:qint8:nhwc: between int8 blobs, by a 256-entry
 //             table (a copy where it is the identity).
 //  dynamic_quantize cpu: min/max in chunks across threads, then the values.
-//  softmax    cpu: the last axis (rows), max-subtracted, vectorised exp.
+//  softmax    cpu: any axis, max-subtracted, vectorised exp: the last along
+//             rows, a middle one with the positions after it as vector lanes.
 //  gelu       cpu and cpu:float32:nhwc (elementwise, layout-agnostic): erf or
 //             tanh form as the layer's `approximate` says.
 //  concat     cpu (any axis) and cpu:float32:nhwc (any axis of a rank-4 blob,
@@ -335,26 +336,39 @@ struct Softmax final : PreparedRoutine {
   static std::vector<Schema> schemas() { return {kPlain}; }
   static Support supports(const LayerInfo& info, const Schema&) {
     const Shape& s = info.input_shapes[0];
-    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
-    if (axis != s.rank() - 1)
-      return Support::no(fmt::format("cpu/vec softmax takes the last axis only, not axis {} of {}", axis,
-                                     s.to_string()));
+    core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
     return Support::yes();
   }
 
   const vk::Kernels& k;
-  int64_t rows, n;
+  int64_t outer = 1, n = 1, inner = 1;  ///< [outer, n, inner] around the axis
   Softmax(const LayerInfo& info, const Schema&, const vk::Kernels& kernels) : k(kernels) {
     const Shape& s = info.input_shapes[0];
-    n = s[s.rank() - 1];
-    rows = s.numel() / n;
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    for (int d = 0; d < axis; ++d) outer *= s[d];
+    n = s[axis];
+    for (int d = axis + 1; d < s.rank(); ++d) inner *= s[d];
   }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
-    a.pool->parallel_for(rows, std::max<int64_t>(1, kGrainElems / n), [&](int64_t b, int64_t e) {
-      k.softmax_rows(x + b * n, y + b * n, e - b, n);
-    });
+    if (inner == 1) {
+      a.pool->parallel_for(outer, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
+        k.softmax_rows(x + b * n, y + b * n, e - b, n);
+      });
+      return;
+    }
+    // A middle axis: tasks of 64 columns of one [n, inner] slab, inner positions as vector lanes.
+    constexpr int64_t kColumns = 64;
+    const int64_t per_slab = (inner + kColumns - 1) / kColumns;
+    a.pool->parallel_for(outer * per_slab, std::max<int64_t>(1, kGrainElems / (kColumns * std::max<int64_t>(1, n))),
+                         [&](int64_t b, int64_t e) {
+                           for (int64_t t = b; t < e; ++t) {
+                             const int64_t o = t / per_slab, c = (t % per_slab) * kColumns;
+                             k.softmax_strided(x + o * n * inner, y + o * n * inner, n, inner, c,
+                                               std::min(inner, c + kColumns));
+                           }
+                         });
   }
 };
 

@@ -16,6 +16,9 @@ struct Kernels {
                          float eps);
   /// rows x n, row-major: softmax of each row (max-subtracted, vectorised exp).
   void (*softmax_rows)(const float* x, float* y, int64_t rows, int64_t n);
+  /// One [n, inner] slab, softmax along n (values `inner` apart), for the
+  /// columns [begin, end): a softmax over a middle axis, inner positions as lanes.
+  void (*softmax_strided)(const float* x, float* y, int64_t n, int64_t inner, int64_t begin, int64_t end);
   /// y[i] = gelu(x[i]), i < n: erf form (Abramowitz-Stegun 7.1.26 erfc, |error|
   /// <= 1.5e-7) or tanh form (x / (1 + exp(-2u))).
   void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form);

@@ -352,6 +352,26 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
   }
 }
 
+void softmax_strided(const float* x, float* y, int64_t n, int64_t inner, int64_t begin, int64_t end) {
+  // Lanes are `inner` positions side by side; the n values of one softmax are
+  // `inner` apart. Three passes over the columns [begin, end) of the n rows.
+  for (int64_t i = begin; i < end; i += kV) {
+    const int64_t lanes = std::min<int64_t>(kV, end - i);
+    auto load = [&](const float* p) { return lanes == kV ? vload(p) : vload_n(p, lanes, 0.0f); };
+    auto store = [&](float* p, vf v) { lanes == kV ? vstore(p, v) : vstore_n(p, v, lanes); };
+    vf mx = vset1(-INFINITY);
+    for (int64_t k = 0; k < n; ++k) mx = vmax(load(x + k * inner + i), mx);  // NaN stays in x: exp makes it NaN below
+    vf sum = vzero();
+    for (int64_t k = 0; k < n; ++k) {
+      const vf e = vexp(vsub(load(x + k * inner + i), mx));
+      store(y + k * inner + i, e);
+      sum = vadd(sum, e);
+    }
+    const vf inv = vdiv(vset1(1.0f), sum);
+    for (int64_t k = 0; k < n; ++k) store(y + k * inner + i, vmul(load(y + k * inner + i), inv));
+  }
+}
+
 template <vf (*F)(vf)>
 void map(const float* x, float* y, int64_t n) {
   int64_t i = 0;
@@ -404,6 +424,6 @@ void lookup(const int8_t* x, int8_t* y, int64_t n, const int8_t* table) {
 
 }  // namespace
 
-const Kernels kKernels{layernorm_rows, softmax_rows, gelu, erf, group_norm, quantize, min_max, silu, lookup};
+const Kernels kKernels{layernorm_rows, softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu, lookup};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
