@@ -1,7 +1,5 @@
 #include "profiler/planner.hpp"
 
-#include "core/slices.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,18 +8,6 @@
 #include <tuple>
 
 namespace softneuro::profiler {
-
-namespace {
-
-/// A concat or split whose pieces are contiguous in the candidate's schema
-/// shares its whole's memory in a session and runs nothing
-/// (Executor::share_slices); measured alone it copies.
-bool shares_slices(const LayerProfile& p, const Measured& m) {
-  const auto cut = core::slice_cut(*p.layer, p.info.input_shapes, p.info.output_shapes);
-  return cut && m.children.empty() && !core::contiguous_slices(cut->whole, cut->axis, cut->sizes, m.cand.schema).empty();
-}
-
-}  // namespace
 
 Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
                 bool integrated, double step_ms, const Profiler::Progress& progress) {
@@ -103,7 +89,7 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
     std::vector<double> cost(static_cast<std::size_t>(S), kInf);
     for (const auto& m : p.measured) {
       auto& c = cost[static_cast<std::size_t>(index(m.cand.schema))];
-      c = std::min(c, shares_slices(p, m) ? 0.0 : p.cost(m, integrated) + step_ms);
+      c = std::min(c, p.cost(m, integrated) + step_ms);
     }
     const int node = g.add_node(std::move(cost));
     plan.node_of.push_back(node);
@@ -122,8 +108,8 @@ PlannedPath read_path(const Plan& plan, const dprs::Solution& solution, const st
   for (std::size_t i = 0; i < profiles.size(); ++i) {
     const Measured* m = profiles[i].best_in(plan.schemas[static_cast<std::size_t>(schema_of(plan.node_of[i]))], integrated);
     out.picks.push_back(m);
-    out.path.routines.push_back({profiles[i].layer->name, m->cand.descriptor, m->params,
-                                 shares_slices(profiles[i], *m) ? 0.0 : profiles[i].cost(*m, integrated), 0, m->children});
+    out.path.routines.push_back({profiles[i].layer->name, m->cand.descriptor, m->params, profiles[i].cost(*m, integrated), 0,
+                                 m->children});
   }
   out.predicted_ms = solution.total;
   const int S = plan.graph.num_schemas;
