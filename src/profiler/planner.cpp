@@ -57,6 +57,10 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
       for (int b = 0; b < S; ++b) {
         auto& p = picks[static_cast<std::size_t>(a * S + b)];
         p = adapt(shape, q, a, b);
+        if (integrated && !constant && a != b && p.ms < kInf)
+          if (auto in_context = profiler.adapt_in_context(blob, consumer, plan.schemas[static_cast<std::size_t>(a)],
+                                                          plan.schemas[static_cast<std::size_t>(b)]))
+            p.ms = *in_context;
         if (constant && p.ms < kInf) p.ms = 0;
         cost[static_cast<std::size_t>(a * S + b)] = p.ms + (a != b && p.ms < kInf && !constant ? step_ms : 0);
       }

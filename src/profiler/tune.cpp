@@ -149,6 +149,21 @@ struct Tuner {
       auto it = r.per_step.find(profiles[i].layer->name);
       if (it != r.per_step.end()) profiles[i].entry(planned.picks[i]).integrated_ms = it->second;
     }
+    // The adapts' steps, named as the executor names them (a consumer's, or a
+    // blob's shared copy; read from a shared copy, "blob@schema->consumer").
+    for (const auto& a : planned.path.adapts) {
+      std::vector<std::string> names;
+      if (a.consumer.empty())
+        names = {fmt::format("adapt:{}@{}", a.blob, a.to_schema)};
+      else
+        names = {fmt::format("adapt:{}->{}", a.blob, a.consumer), fmt::format("adapt:{}@{}->{}", a.blob, a.from_schema, a.consumer)};
+      for (const auto& name : names)
+        if (auto it = r.per_step.find(name); it != r.per_step.end()) {
+          prof.record_adapt_in_context(a.blob, a.consumer, Schema::parse(a.from_schema), Schema::parse(a.to_schema),
+                                       it->second);
+          break;
+        }
+    }
     step_ms = r.step_gap_ms;
     core::debug("in context: {:.4f} ms a run, {} steps ({:.4f} ms), {:.5f} ms between steps", r.total_ms, r.steps, r.steps_ms,
                 step_ms);

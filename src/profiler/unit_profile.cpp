@@ -269,6 +269,18 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   return ms;
 }
 
+void Profiler::record_adapt_in_context(const std::string& blob, const std::string& consumer, const Schema& from,
+                                       const Schema& to, double ms) {
+  adapts_in_context_[fmt::format("{}|{}|{}|{}", blob, consumer, from.to_string(), to.to_string())] = ms;
+}
+
+std::optional<double> Profiler::adapt_in_context(const std::string& blob, const std::string& consumer,
+                                                 const Schema& from, const Schema& to) const {
+  auto it = adapts_in_context_.find(fmt::format("{}|{}|{}|{}", blob, consumer, from.to_string(), to.to_string()));
+  if (it == adapts_in_context_.end()) return std::nullopt;
+  return it->second;
+}
+
 AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to) {
   if (from == to) return {0.0, {}, {}};
   Layer l;

@@ -117,6 +117,41 @@ TEST_CASE("the planner converts a blob several layers read once, and the executo
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
 }
 
+TEST_CASE("integrated planning prices an adapt by its time measured in the net", "[tune][planner]") {
+  if (!blocked_relu_runs()) {
+    WARN("no nchw8c relu runs on this CPU: not checked");
+    return;
+  }
+  auto net = detail::WorkingModel::build(fork_graph());
+  TuneOptions opt;
+  opt.cache_dir = "-";
+  opt.unit_budget_ms = 0.2;
+  profiler::Profiler prof(*net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {});
+  auto profiles = prof.unit_profile();
+  const Schema plain = Schema::parse("cpu:float32:nchw"), blocked = Schema::parse("cpu:float32:nchw8c");
+  only(profiles[0], plain);
+  only(profiles[1], blocked);
+  only(profiles[2], blocked);
+  // The cost graph's price of b's shared copy from plain to blocked.
+  auto shared_copy_ms = [&](bool integrated) {
+    const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, integrated);
+    const auto index = [&](const Schema& s) {
+      return static_cast<int>(std::find(plan.schemas.begin(), plan.schemas.end(), s) - plan.schemas.begin());
+    };
+    const int S = plan.graph.num_schemas;
+    for (std::size_t e = 0; e < plan.edges.size(); ++e)
+      if (plan.edges[e].blob == "b" && plan.edges[e].consumer.empty())
+        return plan.graph.edges[e].adapt[static_cast<std::size_t>(index(plain) * S + index(blocked))];
+    FAIL("no shared copy of b");
+    return 0.0;
+  };
+  const double unit = shared_copy_ms(false);
+  REQUIRE(unit < profiler::kInf);
+  prof.record_adapt_in_context("b", "", plain, blocked, unit + 7.0);
+  CHECK(shared_copy_ms(true) == Approx(unit + 7.0));
+  CHECK(shared_copy_ms(false) == Approx(unit));  // unit planning keeps the unit time
+}
+
 TEST_CASE("a path whose shared copy no longer applies converts directly", "[tune][planner]") {
   if (!blocked_relu_runs()) {
     WARN("no nchw8c relu runs on this CPU: not checked");
