@@ -212,8 +212,10 @@ int cmd_inspect(const std::vector<std::string>& args) {
     if (l.tuned) times = fmt::format("  [predicted {:.3f} ms{}]", l.predicted_ms,
                                      l.measured_ms > 0 ? fmt::format(", measured {:.3f} ms", l.measured_ms) : "");
     const std::string fused = !l.fused_into.empty() ? fmt::format("  [computed in one step with '{}']", l.fused_into)
-                              : l.view            ? "  [runs nothing: its output shares its input's memory]"
-                                                  : "";
+                              : !l.view            ? ""
+                              : l.type == "concat" ? "  [runs nothing: its inputs lie in its output's memory]"
+                              : l.type == "split"  ? "  [runs nothing: its outputs lie in its input's memory]"
+                                                   : "  [runs nothing: its output shares its input's memory]";
     fmt::print("{:<{}}  {:<{}}  {:<{}}  {:<16}  {}{}{}\n", l.name, wn, l.type, wt, routine, wd, shapes, l.params, times, fused);
     if (l.type == "adapt") {
       ++adapts;

@@ -48,7 +48,9 @@ struct LayerSummary {
   /// between them is never written (Routine::prepare_with_previous); empty: none.
   std::string fused_into;
   /// Runs nothing: its output shares its input's memory (a reshape, an
-  /// identity quantisation step between int8 layers).
+  /// identity quantisation step between int8 layers), or its pieces share
+  /// their whole's (a concat's inputs lie in its output, a split's outputs in
+  /// its input).
   bool view = false;
   /// Filled by layers(true): every registered routine of the layer's type, in
   /// every schema, in the untuned default's order (set_default_order), with
