@@ -58,6 +58,26 @@ void only(profiler::LayerProfile& p, const Schema& schema) {
   p.measured = std::move(keep);
 }
 
+/// fork_graph unit-profiled, r0 kept to plain nchw candidates and r1, r2 to nchw8c ones.
+struct ForkProfiles {
+  std::shared_ptr<detail::WorkingModel> net = detail::WorkingModel::build(fork_graph());
+  TuneOptions opt = [] {
+    TuneOptions o;
+    o.cache_dir = "-";
+    o.unit_budget_ms = 0.2;
+    return o;
+  }();
+  profiler::Profiler prof{*net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {}};
+  std::vector<profiler::LayerProfile> profiles = prof.unit_profile();
+  const Schema plain = Schema::parse("cpu:float32:nchw"), blocked = Schema::parse("cpu:float32:nchw8c");
+  ForkProfiles() {
+    REQUIRE(profiles.size() == 3);
+    only(profiles[0], plain);
+    only(profiles[1], blocked);
+    only(profiles[2], blocked);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("the planner converts a blob several layers read once, and the executor follows the path", "[tune][planner]") {
@@ -65,17 +85,8 @@ TEST_CASE("the planner converts a blob several layers read once, and the executo
     WARN("no nchw8c relu runs on this CPU: not checked");
     return;
   }
-  auto net = detail::WorkingModel::build(fork_graph());
-  TuneOptions opt;
-  opt.cache_dir = "-";
-  opt.unit_budget_ms = 0.2;
-  profiler::Profiler prof(*net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {});
-  auto profiles = prof.unit_profile();
-  REQUIRE(profiles.size() == 3);
-  const Schema plain = Schema::parse("cpu:float32:nchw"), blocked = Schema::parse("cpu:float32:nchw8c");
-  only(profiles[0], plain);
-  only(profiles[1], blocked);
-  only(profiles[2], blocked);
+  ForkProfiles f;
+  auto& [net, opt, prof, profiles, plain, blocked] = f;
 
   profiler::Plan plan = profiler::build_plan(*net, profiles, prof, false);
   // 3 layers, x and the two outputs fixed, b's shared copy.
@@ -122,16 +133,8 @@ TEST_CASE("integrated planning prices an adapt by its time measured in the net",
     WARN("no nchw8c relu runs on this CPU: not checked");
     return;
   }
-  auto net = detail::WorkingModel::build(fork_graph());
-  TuneOptions opt;
-  opt.cache_dir = "-";
-  opt.unit_budget_ms = 0.2;
-  profiler::Profiler prof(*net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {});
-  auto profiles = prof.unit_profile();
-  const Schema plain = Schema::parse("cpu:float32:nchw"), blocked = Schema::parse("cpu:float32:nchw8c");
-  only(profiles[0], plain);
-  only(profiles[1], blocked);
-  only(profiles[2], blocked);
+  ForkProfiles f;
+  auto& [net, opt, prof, profiles, plain, blocked] = f;
   // The cost graph's price of b's shared copy from plain to blocked.
   auto shared_copy_ms = [&](bool integrated) {
     const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, integrated);
