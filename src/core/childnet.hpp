@@ -10,6 +10,7 @@
 #include <softneuro/routine.hpp>
 
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -22,5 +23,17 @@ namespace softneuro::core {
 std::unique_ptr<PreparedRoutine> prepare_childnet(const LayerInfo& layer, const Schema& schema,
                                                   std::string_view algorithm, const RoutineParams& params,
                                                   const std::vector<RoutineChoice>& children = {});
+
+/// Base of a childnet routine: its childnet() says the children, and outside a
+/// net it is prepared as that childnet (prepare_childnet).
+class ChildnetRoutine : public Routine {
+ public:
+  std::optional<Childnet> childnet(const LayerInfo& layer, const Schema& schema,
+                                   const RoutineParams& params) const override = 0;
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& layer, const Schema& schema,
+                                           const RoutineParams& params) const override {
+    return prepare_childnet(layer, schema, algorithm(), params);
+  }
+};
 
 }  // namespace softneuro::core

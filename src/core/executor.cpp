@@ -234,14 +234,17 @@ int Executor::in_schema(int slot, const Schema& want, const std::string& consume
   return convert(slot, want, consumer, tuned);
 }
 
+std::string adapt_step_name(const std::string& from, const std::string& consumer, const Schema& to) {
+  return consumer.empty() ? fmt::format("adapt:{}@{}", from, to.to_string()) : fmt::format("adapt:{}->{}", from, consumer);
+}
+
 int Executor::convert(int slot, const Schema& want, const std::string& consumer, const AdaptChoice* tuned) {
   auto& registry = RoutineRegistry::instance();
   auto key = std::make_pair(slot, want.to_string());
   if (auto it = adapted_.find(key); it != adapted_.end()) return it->second;  // converted once, whoever reads it
   const BlobSlot& from = slots_[static_cast<std::size_t>(slot)];
   auto step = std::make_unique<Step>();
-  step->name = consumer.empty() ? fmt::format("adapt:{}@{}", from.name, want.to_string())
-                                : fmt::format("adapt:{}->{}", from.name, consumer);
+  step->name = adapt_step_name(from.name, consumer, want);
   step->adapt_consumer = consumer;
   step->adapt_layer.name = step->name;
   step->adapt_layer.type = "adapt";

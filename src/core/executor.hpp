@@ -19,6 +19,11 @@
 
 namespace softneuro::core {
 
+/// The name of the adapt step converting slot `from` (a blob, or "blob@schema":
+/// its shared copy in that schema) to `to` for `consumer` ("": the shared copy
+/// itself, read by several layers).
+std::string adapt_step_name(const std::string& from, const std::string& consumer, const Schema& to);
+
 /// One prepared layer (or inserted adapt) in execution order.
 struct Step {
   std::string name;          ///< layer name, or "adapt:<blob>-><consumer>"

@@ -149,18 +149,12 @@ struct Tuner {
       auto it = r.per_step.find(profiles[i].layer->name);
       if (it != r.per_step.end()) profiles[i].entry(planned.picks[i]).integrated_ms = it->second;
     }
-    // The adapts' steps, named as the executor names them (a consumer's, or a
-    // blob's shared copy; read from a shared copy, "blob@schema->consumer").
+    // The adapts' steps: from the blob, or (a consumer's) from its shared copy.
     for (const auto& a : planned.path.adapts) {
-      std::vector<std::string> names;
-      if (a.consumer.empty())
-        names = {fmt::format("adapt:{}@{}", a.blob, a.to_schema)};
-      else
-        names = {fmt::format("adapt:{}->{}", a.blob, a.consumer), fmt::format("adapt:{}@{}->{}", a.blob, a.from_schema, a.consumer)};
-      for (const auto& name : names)
-        if (auto it = r.per_step.find(name); it != r.per_step.end()) {
-          prof.record_adapt_in_context(a.blob, a.consumer, Schema::parse(a.from_schema), Schema::parse(a.to_schema),
-                                       it->second);
+      const Schema from = Schema::parse(a.from_schema), to = Schema::parse(a.to_schema);
+      for (const auto& source : {a.blob, a.blob + "@" + from.to_string()})
+        if (auto it = r.per_step.find(core::adapt_step_name(source, a.consumer, to)); it != r.per_step.end()) {
+          prof.record_adapt_in_context(a.blob, a.consumer, from, to, it->second);
           break;
         }
     }

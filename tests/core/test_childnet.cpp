@@ -21,7 +21,7 @@ using namespace softneuro;
 namespace {
 
 /// relu as a childnet: identity -> relu (a test of the mechanism only; never a default).
-class ReluChildnet final : public Routine {
+class ReluChildnet final : public core::ChildnetRoutine {
  public:
   std::string_view layer_type() const override { return "relu"; }
   std::string_view algorithm() const override { return "test_childnet"; }
@@ -44,10 +44,6 @@ class ReluChildnet final : public Routine {
     cn.inputs = {"x"};
     cn.outputs = {"y"};
     return cn;
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
-                                           const RoutineParams& params) const override {
-    return core::prepare_childnet(info, schema, algorithm(), params);
   }
 };
 SOFTNEURO_REGISTER_ROUTINE(ReluChildnet);

@@ -17,7 +17,7 @@
 namespace softneuro {
 namespace {
 
-class DenseAsConv final : public Routine {
+class DenseAsConv final : public core::ChildnetRoutine {
  public:
   std::string_view layer_type() const override { return "dense"; }
   std::string_view algorithm() const override { return "conv"; }
@@ -74,10 +74,6 @@ class DenseAsConv final : public Routine {
     cn.inputs = {"x"};
     cn.outputs = {"y"};
     return cn;
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
-                                           const RoutineParams& params) const override {
-    return core::prepare_childnet(info, schema, algorithm(), params);
   }
 };
 SOFTNEURO_REGISTER_ROUTINE(DenseAsConv);

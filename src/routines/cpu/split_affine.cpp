@@ -19,7 +19,7 @@ namespace {
 constexpr Schema kNhwc{Device::cpu, DType::float32, Layout::nhwc};
 
 template <const char* kType>
-class SplitAffine final : public Routine {
+class SplitAffine final : public core::ChildnetRoutine {
  public:
   std::string_view layer_type() const override { return kType; }
   std::string_view algorithm() const override { return "split_affine"; }
@@ -60,18 +60,9 @@ class SplitAffine final : public Routine {
     affine.outputs = {"y"};
     affine.params["epsilon"] = 0.0;  // (z - 0) / sqrt(1 + 0) * scale + shift: z * scale + shift
     affine.weights = {{"scale", filled(act.scale)}, {"bias", filled(act.shift)}, {"mean", filled(0)}, {"var", filled(1)}};
-    Childnet cn;
-    cn.layers = {std::move(compute), std::move(affine)};
-    cn.schemas = {s, s};
-    cn.inputs = {"x"};
-    cn.outputs = {"y"};
-    return cn;
+    return Childnet{{std::move(compute), std::move(affine)}, {s, s}, {"x"}, {"y"}};
   }
 
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
-                                           const RoutineParams& params) const override {
-    return core::prepare_childnet(info, schema, algorithm(), params);
-  }
 };
 
 constexpr char kConv2[] = "conv2";

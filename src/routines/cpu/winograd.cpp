@@ -234,7 +234,7 @@ Childnet winograd_childnet(const Layer& l, const LayerInfo& info, int64_t m, con
 // ---------------------------------------------------------------------------
 // conv2 -> wgenc -> wgconv -> wgdec
 
-class WinogradConv final : public Routine {
+class WinogradConv final : public core::ChildnetRoutine {
  public:
   std::string_view layer_type() const override { return "conv2"; }
   std::string_view algorithm() const override { return "winograd"; }
@@ -247,10 +247,6 @@ class WinogradConv final : public Routine {
   }
   std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
     return winograd_childnet(*info.layer, info, routine_param(params, "tile", 4), "wgenc", "wgconv", "wgdec", Schema{});
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
-                                           const RoutineParams& params) const override {
-    return core::prepare_childnet(info, schema, algorithm(), params);
   }
 };
 SOFTNEURO_REGISTER_ROUTINE(WinogradConv);
@@ -501,7 +497,7 @@ const wg::blocked::Kernels* blocked_kernels(Layout l) {
 const char* blocked_isa(Layout l) { return l == Layout::nchw16c ? "AVX-512 (F, BW, VL, DQ)" : "AVX2 + FMA"; }
 
 template <Layout L>
-class WinogradBlockedConv final : public Routine {
+class WinogradBlockedConv final : public core::ChildnetRoutine {
  public:
   static constexpr Schema kSchema{Device::cpu, DType::float32, L};
   std::string_view layer_type() const override { return "conv2"; }
@@ -518,10 +514,6 @@ class WinogradBlockedConv final : public Routine {
   }
   std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
     return winograd_childnet(*info.layer, info, routine_param(params, "tile", 4), "wgencb", "wgconvb", "wgdecb", kSchema);
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema,
-                                           const RoutineParams& params) const override {
-    return core::prepare_childnet(info, schema, algorithm(), params);
   }
 };
 SOFTNEURO_REGISTER_ROUTINE(WinogradBlockedConv<Layout::nchw16c>);
