@@ -89,6 +89,11 @@ std::vector<Case> dense_cases(std::mt19937& rng) {
                    layer_of("dense", {{"act", std::string(n == 19 ? "relu" : n == 96 ? "silu" : "none")}},
                             {{"weight", random_blob({n, k}, rng, -0.2f, 0.2f)}, {"bias", random_blob({n}, rng)}}),
                    {random_blob({m, k}, rng)}});
+  // A transformer's [batch, tokens, hidden]: rows over the leading dims.
+  out.push_back({"dense [2,5,24] x 12 relu",
+                 layer_of("dense", {{"act", std::string("relu")}},
+                          {{"weight", random_blob({12, 24}, rng, -0.2f, 0.2f)}, {"bias", random_blob({12}, rng)}}),
+                 {random_blob({2, 5, 24}, rng)}});
   out.push_back({"dense [4,48] x 24 hardswish * 0.5 + 0.25",
                  layer_of("dense", {{"act", std::string("hardswish")}, {"act_scale", 0.5}, {"act_shift", 0.25}},
                           {{"weight", random_blob({24, 48}, rng, -0.2f, 0.2f)}, {"bias", random_blob({24}, rng)}}),

@@ -466,7 +466,9 @@ struct Deconv2 {
 };
 
 // ---------------------------------------------------------------------------
-// dense: inner product on [N,K] with bias and fused activation.
+// dense: inner product on [..., K] with bias and fused activation. The input
+// is plain, so its leading dims are the rows of one [N,K] matrix (a
+// transformer's [batch, tokens, hidden] is N = batch x tokens).
 
 struct Dense {
   static constexpr std::string_view kType = "dense";
@@ -474,9 +476,9 @@ struct Dense {
 
   static Support check(const LayerInfo& info, Layout) {
     const Shape& s = info.input_shapes[0];
-    if (s.rank() != 2)
-      return Support::no(fmt::format("cpu/onednn dense takes an input [N,K]; {} has rank {} (flatten it first)",
-                                     s.to_string(), s.rank()));
+    if (s.rank() < 2)
+      return Support::no(fmt::format("cpu/onednn dense takes an input [..., N, K]; {} has rank {}", s.to_string(),
+                                     s.rank()));
     if (s.numel() == 0) return Support::no("the input is empty");
     return float_weights(*info.layer, {"weight", "bias"});
   }
@@ -485,7 +487,8 @@ struct Dense {
     const Layer& layer = *info.layer;
     const Blob& w = layer.weight("weight");
     const Blob* bias = layer.find_weight("bias");
-    const int64_t n = info.input_shapes[0][0], k = info.input_shapes[0][1], o = w.shape()[0];
+    const Shape& x = info.input_shapes[0];
+    const int64_t k = x[x.rank() - 1], n = x.numel() / k, o = w.shape()[0];
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({o}, dt::f32, tag::x) : dnnl::memory::desc();
     dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, act_md(Shape{n, k}, Layout::nchw),
                                         dnnl::memory::desc({o, k}, g_act_dt, tag::any), b_md,
