@@ -44,7 +44,9 @@ struct CalibrationOptions {
 /// Measures the range of every blob of `model` on calibration inputs (float32,
 /// with the default routines) and returns the model with each blob's int8
 /// quantisation stored (save() keeps it), so qint8 routines become candidates.
-/// Replaces any earlier calibration; `model` itself is unchanged. Throws
+/// Replaces any earlier calibration, but for a quantised model's own
+/// quantisation (its Q/DQ steps' scales), which its int8 layers keep
+/// computing with; `model` itself is unchanged. Throws
 /// softneuro::Error on mismatched inputs. In the tuner's library (softneuro::tune).
 Model calibrate(const Model& model, const CalibrationOptions& options = {});
 }  // namespace softneuro

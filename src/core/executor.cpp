@@ -131,15 +131,24 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   static const std::set<std::string> kProducts = {"conv2", "dense", "matmul"};
   static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "tanh", "hardswish", "hardsigmoid", "relu",
                                                 "clip", "pool2", "concat"};
+  // Steps that only move values: exact in int8 where in and out share one quantisation.
+  static const std::set<std::string> kMoves = {"flatten", "reshape"};
+  auto same_quant = [&](const std::string& a, const std::string& b) {
+    auto qa = graph.blob_quant.find(a), qb = graph.blob_quant.find(b);
+    return qa != graph.blob_quant.end() && qb != graph.blob_quant.end() && qa->second.scales == qb->second.scales &&
+           qa->second.zero_points == qb->second.zero_points;
+  };
   std::vector<const Layer*> beside;
   for (const Layer& l : graph.layers) {
-    if (!kProducts.count(l.type) && !kBeside.count(l.type)) continue;
+    const bool moves = kMoves.count(l.type) && !l.inputs.empty() && l.outputs.size() == 1 &&
+                       same_quant(l.inputs[0], l.outputs[0]);
+    if (!kProducts.count(l.type) && !kBeside.count(l.type) && !moves) continue;
     const Blob* w = l.find_weight("weight");
     const bool weighted = l.type == "conv2" || l.type == "dense";
     bool ok = l.outputs.size() == 1 && read_quantised(l.outputs[0]) && (!weighted || (w && stored_as_int8(*w)));
     for (const auto& in : l.inputs) ok = ok && (made_by(in, "constant") || made_by(in, "fake_quant"));
     if (ok && kProducts.count(l.type)) out.insert(l.name);
-    if (ok && kBeside.count(l.type)) beside.push_back(&l);
+    if (ok && !kProducts.count(l.type)) beside.push_back(&l);
   }
   // Whether a Q/DQ step joins layer `l` to an int8 one.
   auto joined = [&](const Layer& l) {

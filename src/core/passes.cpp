@@ -509,13 +509,19 @@ int fold_pads(Graph& g) {
   return count;
 }
 
-void record_model_quantisation(Graph& graph) {
+std::map<std::string, QuantParams> model_quantisation(const Graph& graph) {
+  std::map<std::string, QuantParams> out;
   for (const auto& l : graph.layers)
     if (l.type == "fake_quant") {
       const QuantParams q = fake_quant_params(l).as_int8();
-      graph.blob_quant[l.outputs[0]] = q;
-      graph.blob_quant.emplace(l.inputs[0], q);
+      out[l.outputs[0]] = q;
+      out.emplace(l.inputs[0], q);
     }
+  return out;
+}
+
+void record_model_quantisation(Graph& graph) {
+  for (auto& [blob, q] : model_quantisation(graph)) graph.blob_quant[blob] = std::move(q);
 }
 
 void optimize(Graph& g, const PassOptions& o) {

@@ -89,7 +89,9 @@ int eliminate_dead_layers(Graph& graph);
 /// A quantised model's own quantisation, for the qint8 routines: each
 /// fake_quant layer's on its output, and on its input where nothing else gave
 /// that one (the layer before then writes int8 straight at it, as QLinearConv
-/// does), in graph.blob_quant. Importers run it after optimize().
+/// does). Empty for a float model.
+std::map<std::string, QuantParams> model_quantisation(const Graph& graph);
+/// model_quantisation(graph) into graph.blob_quant. Importers run it after optimize().
 void record_model_quantisation(Graph& graph);
 
 /// Which passes optimize() runs.

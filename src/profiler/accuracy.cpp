@@ -90,9 +90,13 @@ bool uses_qint8(const core::RoutinePath& path) {
 
 bool below_float32(DType dtype) { return dtype == DType::qint8 || dtype == DType::float16 || dtype == DType::bfloat16; }
 
-bool uses_reduced_precision(const core::RoutinePath& path) {
-  return std::any_of(path.routines.begin(), path.routines.end(),
-                     [](const core::RoutineChoice& r) { return below_float32(dtype_of(r)); });
+bool uses_reduced_precision(const core::RoutinePath& path) { return uses_reduced_precision(path, {}); }
+
+bool uses_reduced_precision(const core::RoutinePath& path, const std::set<std::string>& model_int8) {
+  return std::any_of(path.routines.begin(), path.routines.end(), [&](const core::RoutineChoice& r) {
+    const DType d = dtype_of(r);
+    return below_float32(d) && !(d == DType::qint8 && model_int8.count(r.layer));
+  });
 }
 
 namespace {

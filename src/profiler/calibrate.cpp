@@ -12,6 +12,7 @@
 #include "core/dnn_file.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
+#include "core/passes.hpp"
 #include "core/weight_quant.hpp"
 
 #include <fmt/format.h>
@@ -378,8 +379,15 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
     throw Error(fmt::format("calibration percentile {} is not in (50, 100]", options.percentile), net.file, {}, "percentile");
   const bool cached = !cache_dir.empty() && cache_dir != "-";
   const std::string path = cached ? cache_file(cache_dir, calibration_key(net, options)) : std::string();
+  // A quantised model's own scales are what its int8 layers compute with:
+  // calibration ranges the other blobs only.
+  const Quantisation own = core::model_quantisation(net.graph);
+  auto keep_own = [&own](Quantisation& q) {
+    for (const auto& [blob, p] : own) q[blob] = p;
+  };
   if (cached) {
     if (auto c = load_calibration(path, options.methods.size())) {
+      for (Quantisation& q : c->quants) keep_own(q);
       net.graph.blob_quant = c->quants.front();
       core::info("calibration of {} blobs read from {}", net.graph.blob_quant.size(), path);
       net.changed();
@@ -497,6 +505,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
     for (const Layer& l : net.graph.layers)
       if (l.type == "pool2" && l.get_string("mode") == "max" && l.inputs.size() == 1 && l.outputs.size() == 1)
         if (auto in = q.find(l.inputs[0]); in != q.end() && q.count(l.outputs[0])) q[l.outputs[0]] = in->second;
+    keep_own(q);
     result.quants.push_back(std::move(q));
   }
   for (auto& [name, c] : channel_sums) {

@@ -81,6 +81,9 @@ struct Tuner {
   std::optional<profiler::Validator> confirmer;  ///< the budget on the calibration samples
   std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
   std::map<std::string, double> sensitivity;    ///< by layer: the budget's loss with it alone below float32 (the worst dtype)
+  /// The layers a quantised model's author put in int8, at the model's own
+  /// scales: in qint8 they are the model itself, and answer to no budget.
+  std::set<std::string> model_int8;
   /// What calibration measured: one quantisation per range method, and channel means.
   profiler::Calibration calibration;
   bool bias_correction = false;  ///< kept where it measured better
@@ -249,6 +252,7 @@ struct Tuner {
   TuneReport run() {
     if (num_threads() < 1) throw Error("no threads");
     check_schema_entries();
+    model_int8 = core::layers_quantised_by_model(net.graph);
     // qint8 routines need every blob's quantisation: calibrate when none is stored yet.
     bool wants_qint8 = false;
     for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
@@ -378,7 +382,8 @@ struct Tuner {
   /// The budget's metric of `path` on the validation samples; NaN where there
   /// is nothing to check (no budget, or nothing below float32: float32 itself).
   double accuracy_of(const core::RoutinePath& path) {
-    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path)) return NAN;
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path, model_int8))
+      return NAN;
     auto it = accuracy_seen.find(path_key(path));
     if (it != accuracy_seen.end()) return it->second;
     const double v = validation().measure(path);
@@ -394,7 +399,8 @@ struct Tuner {
   /// after trying a dozen paths can be luck: MobileNetV2 met top1:0.99 on 8
   /// validation samples and agreed on 80% of 50 others).
   bool confirmed(const core::RoutinePath& path, bool report_it = false) {
-    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path)) return true;
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path, model_int8))
+      return true;
     // A metric over the validation set scores those samples only (its labels are the user's).
     if (budget.score_set) return true;
     if (!confirmer) {

@@ -8,6 +8,7 @@
 #include "core/weight_quant.hpp"
 #include "import/onnx_test_util.hpp"
 
+#include <softneuro/calibrate.hpp>
 #include <softneuro/tune.hpp>
 
 #include <catch2/catch.hpp>
@@ -50,6 +51,35 @@ OnnxModel qdq_conv() {
   m.node("Conv", {"xd", "wd", "bd"}, {"c"}).ints("pads", {1, 1, 1, 1});
   m.node("QuantizeLinear", {"c", "ys", "yz"}, {"cq"});
   m.node("DequantizeLinear", {"cq", "ys", "yz"}, {"y"});
+  return m;
+}
+
+/// qdq_conv, then Flatten -> Q/DQ (y's scale) -> Gemm (int8 weights) -> Q/DQ to
+/// z [1,3], as quantize_static writes a classifier's head; outputs z, and y too
+/// where `with_y`.
+OnnxModel qdq_conv_gemm(bool with_y) {
+  OnnxModel m(13);
+  m.input("x", {1, 3, 5, 5});
+  if (with_y) m.output("y");
+  m.output("z");
+  conv_initializers(m);
+  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  m.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
+  m.node("DequantizeLinear", {"w", "ws", "wz"}, {"wd"}).i("axis", 0);
+  m.node("DequantizeLinear", {"b", "bs", "bz"}, {"bd"}).i("axis", 0);
+  m.node("Conv", {"xd", "wd", "bd"}, {"c"}).ints("pads", {1, 1, 1, 1});
+  m.node("QuantizeLinear", {"c", "ys", "yz"}, {"cq"});
+  m.node("DequantizeLinear", {"cq", "ys", "yz"}, {"y"});
+  m.init_typed("w2", T::INT8, {3, 100}, ints(300, 9, 4)).init("w2s", {3}, {0.02f, 0.03f, 0.04f});
+  m.init_typed("w2z", T::INT8, {3}, {0, 0, 0});
+  m.init("zs", {}, {0.05f}).init_typed("zz", T::UINT8, {}, {128});
+  m.node("Flatten", {"y"}, {"f"}).i("axis", 1);
+  m.node("QuantizeLinear", {"f", "ys", "yz"}, {"fq"});
+  m.node("DequantizeLinear", {"fq", "ys", "yz"}, {"fd"});
+  m.node("DequantizeLinear", {"w2", "w2s", "w2z"}, {"w2d"}).i("axis", 0);
+  m.node("Gemm", {"fd", "w2d"}, {"g"}).i("transB", 1);
+  m.node("QuantizeLinear", {"g", "zs", "zz"}, {"gq"});
+  m.node("DequantizeLinear", {"gq", "zs", "zz"}, {"z"});
   return m;
 }
 
@@ -337,6 +367,88 @@ TEST_CASE("A QDQ model's Q/DQ pair between two int8 layers runs nothing", "[onnx
     if (l.view) CHECK(l.type == "fake_quant");
   }
   CHECK(views >= 1);
+  SessionOptions floats;
+  floats.schemas = {"cpu:float32:*"};
+  const auto got = untuned.run(in), want = Session(net, floats).run(in);
+  REQUIRE(got.size() == 2);
+  for (std::size_t k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < got[k].blob.numel(); ++i)
+      CHECK(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
+}
+
+TEST_CASE("Calibrating a QDQ model keeps the model's own scales, so its int8 layers still compute the model", "[onnx][quant][tune]") {
+  if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
+  Model net = import_onnx(qdq_conv().save("qdq_conv_calibrate.onnx"));
+  CalibrationOptions c;
+  c.methods = {RangeMethod::minmax};
+  for (int k = 0; k < 3; ++k)  // ranges unlike the file's scales
+    c.inputs.push_back({{"x", make_input(Shape{1, 3, 5, 5}, pattern(75, 7 + k, 3, 1))}});
+  Model calibrated = calibrate(net, c);
+  // (The calibrated ranges replaced the file's: the Q/DQ steps no longer
+  // matched their blobs' quantisation and the conv fell back to float32.)
+  bool int8_conv = false;
+  Session s(calibrated);
+  for (const auto& l : s.layers()) int8_conv = int8_conv || (l.type == "conv2" && l.descriptor.starts_with("cpu:qint8"));
+  CHECK(int8_conv);
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  const auto y = s.run(in)[0];
+  for (std::size_t i = 0; i < kQdq.size(); ++i) CHECK(std::fabs(y.blob.data_as<float>()[i] - kQdq[i]) <= 0.03f + 1e-6f);
+
+  // Tuned on those samples with no budget and every layer in qint8: still the model's arithmetic.
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.2;
+  o.integrated_runs = 2;
+  o.accuracy = "none";
+  o.calibration = c;
+  o.schemas = {"cpu:qint8:*", "cpu:float32:*"};
+  o.pin = {{"*", "cpu:qint8*"}};
+  Model tuned = tune(net, o);
+  const auto t = Session(tuned).run(in)[0];
+  for (std::size_t i = 0; i < kQdq.size(); ++i) CHECK(std::fabs(t.blob.data_as<float>()[i] - kQdq[i]) <= 0.03f + 1e-6f);
+}
+
+TEST_CASE("A QDQ model's own int8 layers answer to no accuracy budget: tuning keeps a path of them without samples", "[onnx][quant][tune]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // A classifier's [1,3] output: 16 synthetic samples are too few to resolve top1:0.99.
+  Model net = import_onnx(qdq_conv_gemm(false).save("qdq_conv_tune_budget.onnx"));
+  TuneOptions o;  // the default schemas and budget (top1:0.99), no samples
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.2;
+  o.integrated_runs = 2;
+  o.pin = {{"*", "cpu:qint8*"}};
+  TuneReport r;
+  Model tuned = tune(net, o, &r);
+  INFO(r.to_text());
+  // (Before: "validation too small: ... no path below float32 is kept", and
+  // every tuning of a QDQ model fell back to its untuned default.)
+  CHECK_FALSE(r.accuracy_missed);
+  CHECK(r.accuracy_note.empty());
+  bool int8_conv = false;
+  for (const auto& l : Session(tuned).layers()) int8_conv = int8_conv || (l.type == "conv2" && l.descriptor.starts_with("cpu:qint8"));
+  CHECK(int8_conv);
+}
+
+TEST_CASE("A QDQ model's Flatten between int8 layers runs in int8, with no conversions around it", "[onnx][quant][views]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // conv -> Q/DQ -> Flatten -> Q/DQ (the same scale) -> Gemm, as quantize_static
+  // writes MobileNetV2's head: the flatten ran in float between a dequantising
+  // and a quantising adapt.
+  OnnxModel m = qdq_conv_gemm(true);
+  Model net = import_onnx(m.save("qdq_flatten.onnx"));
+  Session untuned(net);
+  int adapts = 0;
+  bool flatten_int8 = false;
+  std::string steps;
+  for (const auto& l : untuned.layers()) {
+    steps += l.name + " " + l.type + " " + l.descriptor + "\n";
+    if (l.type == "flatten") flatten_int8 = l.descriptor.starts_with("cpu:qint8");
+    if (l.type == "adapt" && l.descriptor.find("quantize") != std::string::npos) ++adapts;  // not the NHWC reorder
+  }
+  INFO(steps);
+  CHECK(flatten_int8);
+  CHECK(adapts == 3);  // the input's quantisation, the two outputs' dequantisation (5: and two around the flatten)
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
   SessionOptions floats;
   floats.schemas = {"cpu:float32:*"};
   const auto got = untuned.run(in), want = Session(net, floats).run(in);
