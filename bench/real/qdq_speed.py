@@ -8,7 +8,7 @@ medians. --isa avx2 caps ours (SOFTNEURO_MAX_CPU_ISA); the peers pick their own
 kernels, uncapped.
 
     bench/.venv/bin/python bench/real/qdq_speed.py resnet50 mobilenet_v2 \\
-        ~/.cache/softneuro/real-models/320n.onnx:1x3x320x320 [--threads 2] [--rounds 3] [--runs 20]
+        ~/.cache/softneuro/real-models/320n.onnx:1x3x320x320 [--threads 2] [--rounds 3] [--runs 20] [--tune]
 
 A zoo name reads bench/models/zoo/NAME.onnx (bench/models/export_zoo.py).
 """
@@ -66,9 +66,12 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--isa", help="SOFTNEURO_MAX_CPU_ISA for our runs (e.g. avx2)")
     ap.add_argument("--before", help="another build's CLI: its untuned default too, in the same rounds")
+    ap.add_argument("--tune", action="store_true",
+                    help="also tune the file (`softneuro tune`, default schemas and budget, no samples) and time it")
     args = ap.parse_args()
     print(f"model | softneuro float32 routines | softneuro untuned default{f' (ISA {args.isa})' if args.isa else ''} | "
-          f"{'--before build untuned | ' if args.before else ''}ONNX Runtime int8 | OpenVINO int8 (same file) | "
+          f"{'--before build untuned | ' if args.before else ''}{'softneuro tuned | ' if args.tune else ''}"
+          "ONNX Runtime int8 | OpenVINO int8 (same file) | "
           "default vs float32")
     for spec in args.models:
         path, shape = (spec.split(":") + [None])[:2]
@@ -85,6 +88,11 @@ def main():
             if args.before:
                 subprocess.run([args.before, "import", qdq, "-o", old_dnn, "--input-shape",
                                 f"{name}={'x'.join(map(str, dims))}"], check=True, capture_output=True)
+            tuned_dnn = os.path.join(work, "qdq.tuned.dnn")
+            if args.tune:
+                env = dict(os.environ, SOFTNEURO_MAX_CPU_ISA=args.isa) if args.isa else None
+                subprocess.run([args.cli, "tune", dnn, "-o", tuned_dnn, "--threads", str(args.threads)], check=True,
+                               capture_output=True, env=env)
             x = np.random.default_rng(0).standard_normal(dims, dtype=np.float32)
             npy = os.path.join(work, "x.npy")
             np.save(npy, x)
@@ -93,18 +101,21 @@ def main():
             opts.log_severity_level = 3
             session = ort.InferenceSession(qdq, opts, providers=["CPUExecutionProvider"])
             ov_model = openvino_model(qdq, args.threads)
-            f32, dflt, before, peer, ovs = [], [], [], [], []
+            f32, dflt, before, tuned, peer, ovs = [], [], [], [], [], []
             for _ in range(args.rounds):
                 f32.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, "cpu:float32:*", args.isa))
                 dflt.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, None, args.isa))
                 if args.before:
                     before.append(softneuro_ms(args.before, old_dnn, name, npy, args.threads, args.runs, None, args.isa))
+                if args.tune:
+                    tuned.append(softneuro_ms(args.cli, tuned_dnn, name, npy, args.threads, args.runs, None, args.isa))
                 peer.append(median_ms(lambda: session.run(None, {name: x}), args.runs))
                 if ov_model is not None:
                     ovs.append(median_ms(lambda: ov_model([x]), args.runs))
             a, b, c = np.median(f32), np.median(dflt), np.median(peer)
             d = f"{np.median(ovs):.3f} ms" if ovs else "-"
             e = f"{np.median(before):.3f} ms | " if before else ""
+            e += f"{np.median(tuned):.3f} ms | " if tuned else ""
             print(f"{os.path.basename(path)} {'x'.join(map(str, dims))} | {a:.3f} ms | {b:.3f} ms | {e}{c:.3f} ms | {d} | "
                   f"{a / b:.2f}x")
 
