@@ -111,16 +111,33 @@ Support common(const LayerInfo& info, const Schema& s) {
 
 
 /// The fused activation as an epilogue, or why it cannot be one.
+/// An affine after the activation (act_scale, act_shift): scaled into
+/// inv_out (or, linear, into the multipliers) and added as add_out; a relu or
+/// clip, clamped in the quantised domain after it, clamps the affine's image
+/// of its bounds.
 Support activation_epilogue(const Layer& l, const TQ& out, Epilogue* ep) {
-  Activation a = core::fused_activation(l);
+  // (Only conv2 and dense apply the affine: the add's epilogue is its clamp alone.)
+  Activation a = core::fused_activation(l, l.type == "conv2" || l.type == "dense");
   Epilogue e;
   e.zp = out.zp;
-  e.inv_out = 1.0f / out.scale;
+  e.inv_out = a.scale / out.scale;
+  e.add_out = a.shift / out.scale;
+  e.act_scale = a.scale;
   switch (a.kind) {
     case Activation::none: break;
     case Activation::relu:
     case Activation::clip: {
-      const Int8Bounds b = int8_bounds(a, out);
+      Activation bounds = a;
+      if (a.affine()) {
+        const float lo = a.kind == Activation::relu ? 0.0f : a.min;
+        const float hi = a.kind == Activation::relu ? std::numeric_limits<float>::infinity() : a.max;
+        const float at_lo = lo * a.scale + a.shift, at_hi = hi * a.scale + a.shift;
+        bounds.kind = Activation::clip;
+        bounds.min = std::min(at_lo, at_hi);
+        bounds.max = std::max(at_lo, at_hi);
+        if (a.scale == 0) bounds.min = bounds.max = a.shift;
+      }
+      const Int8Bounds b = int8_bounds(bounds, out);
       e.lo = b.lo;
       e.hi = b.hi;
       break;
@@ -185,7 +202,7 @@ int32_t quantise_bias(float b, float s_in, float s_w) { return core::quantize_bi
 /// scale, so that products that tie in rounding round alike.
 float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
   const float s = s_in * s_w;
-  return ep.act == Epilogue::linear ? s / s_out : s;
+  return ep.act != Epilogue::linear ? s : ep.act_scale == 1 ? s / s_out : s * ep.act_scale / s_out;
 }
 
 // ---------------------------------------------------------------------------

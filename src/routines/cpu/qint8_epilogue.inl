@@ -25,6 +25,7 @@ inline __m256i requant8(__m256i acc, __m256 mult, const Epilogue& ep) {
     const __m256 h = _mm256_fmadd_ps(f, _mm256_set1_ps(ep.alpha), _mm256_set1_ps(ep.beta));
     f = _mm256_mul_ps(_mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f)), _mm256_set1_ps(ep.inv_out));
   }
+  if (ep.add_out != 0) f = _mm256_add_ps(f, _mm256_set1_ps(ep.add_out));
   f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(-kClampF)), _mm256_set1_ps(kClampF));
   __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(ep.zp));
   return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(ep.hi)), _mm256_set1_epi32(ep.lo));

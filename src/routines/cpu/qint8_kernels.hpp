@@ -22,8 +22,10 @@ bool avx2_usable();
 struct Epilogue {
   enum Act : int32_t { linear = 0, hardswish = 1, hardsigmoid = 2 };
   const int32_t* bias = nullptr;  ///< 16 per tile (added to the accumulators)
-  const float* mult = nullptr;    ///< 16: linear: s_in*s_w/s_out; otherwise s_in*s_w (the real value)
-  float inv_out = 1;              ///< 1/s_out (hardswish, hardsigmoid)
+  const float* mult = nullptr;    ///< 16: linear: s_in*s_w/s_out (x act_scale); otherwise s_in*s_w (the real value)
+  float inv_out = 1;              ///< act_scale/s_out, applied after hardswish, hardsigmoid
+  float add_out = 0;              ///< act_shift/s_out, added before rounding (an affine after the activation)
+  float act_scale = 1;            ///< the affine's scale, folded into mult where the activation is linear (not read by kernels)
   float alpha = 0, beta = 0;      ///< hardsigmoid
   int32_t act = linear;
   int32_t zp = 0;                 ///< output zero point
