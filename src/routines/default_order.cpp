@@ -82,7 +82,7 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nchw8c/onednn"},
       {"cpu/gemm1x1", "cpu/onednn", "cpu:bfloat16/onednn"},
       {"cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack"},
-      {"cpu/winograd", "cpu:float32:nchw16c/winograd", "cpu:float32:nchw8c/winograd"},
+      {"cpu/winograd", "cpu:float32:nchw16c/winograd", "cpu:float32:nchw8c/winograd", "cpu:float32:nhwc/winograd"},
       {"cpu/im2col", "cpu:float32:nhwc/gemm1x1", "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct", "cpu:float32:nhwc/direct", "cpu:float32:nhwc/depthwise", "cpu:float32:nchw16c/depthwise", "cpu:float32:nchw8c/depthwise"},
       {"cpu:float32:nhwc/split_affine", "cpu/split_affine"},  // where none above applies act_scale/act_shift
       {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},

@@ -44,6 +44,8 @@ std::vector<Case> conv2_cases(std::mt19937& rng) {
       {1, 32, 12, 12, 32, 3, 3, 1, 1, 32, 1, "hardswish", 0.75, -0.25},
       {1, 16, 9, 9, 20, 1, 1, 1, 1, 1, 0, "relu", 1.5, 0.125},
       {1, 16, 10, 10, 24, 3, 3, 1, 1, 1, 1, "hardswish", 0.75, -0.25},  // Winograd's and direct's shape
+      // Two images, odd sizes (border tiles), channels in whole vectors (channels-last Winograd).
+      {2, 16, 9, 11, 32, 3, 3, 1, 1, 1, 1, "relu"},
   };
   std::vector<Case> out;
   for (const C& s : shapes) {

@@ -528,7 +528,9 @@ struct BlockedEnc final : PreparedRoutine {
   wg::Geometry g;
   BlockedEnc(const LayerInfo& info, const wg::blocked::Kernels& kernels)
       : k(kernels), m(static_cast<int>(info.layer->get_int("tile"))), g(geometry(info)) {}
-  void run(const RunArgs& a) override { k.encode(m, g, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool); }
+  void run(const RunArgs& a) override {
+    k.encode(m, g, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool, false);
+  }
 };
 
 template <Layout L>
@@ -579,7 +581,7 @@ struct BlockedDec final : PreparedRoutine {
   }
   void run(const RunArgs& a) override {
     k.decode(m, g, ep, bias.empty() ? nullptr : bias.data(), a.inputs[0]->data_as<float>(),
-             a.outputs[0]->data_as<float>(), *a.pool);
+             a.outputs[0]->data_as<float>(), *a.pool, false);
   }
 };
 
@@ -607,6 +609,99 @@ class WgBlockedRoutine final : public Routine {
  private:
   std::string_view type_;
 };
+
+// ---------------------------------------------------------------------------
+// Channels last: cpu:float32:nhwc/winograd, one step running the blocked
+// kernels (encode, GEMM, decode) with V and M in its workspace, reading and
+// writing NHWC (a last part vector of channels masked). A detector's NHWC path
+// reordered 9.8 MB blobs into nchw16c and back around its blocked Winograd.
+
+/// The blocked kernels of the widest ISA here (AVX-512's, else AVX2's), or null.
+const wg::blocked::Kernels* widest_blocked_kernels() {
+  if (const wg::blocked::Kernels* k = wg::blocked::kernels_avx512()) return k;
+  return wg::blocked::kernels_avx2();
+}
+
+struct NhwcWinograd final : PreparedRoutine {
+  const wg::blocked::Kernels& k;
+  int m;
+  wg::Geometry enc, dec;
+  int64_t p, c, oc, t;
+  std::shared_ptr<const wg::blocked::PackedU> u;
+  cpu::gemm::Epilogue ep;
+  std::vector<float> bias;  ///< padded to whole vectors
+  std::size_t v_bytes, m_bytes;
+
+  NhwcWinograd(const LayerInfo& info, const wg::blocked::Kernels& kernels, int tile) : k(kernels), m(tile) {
+    const Layer& l = *info.layer;
+    const core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
+    p = (m + 2) * (m + 2), c = g.c, oc = g.oc;
+    enc.c = g.c, enc.h = g.h, enc.w = g.w, enc.pt = g.pt, enc.pl = g.pl;
+    enc.t = dec.t = winograd_tiles(m, g.n, g.oh, g.ow);
+    dec.k = g.oc;
+    t = enc.t.t;
+    const int nk = k.group(t);
+    const int64_t vec = k.vec, kb = (oc + vec - 1) / vec, cpad = (c + vec - 1) / vec * vec;
+    const std::size_t floats = static_cast<std::size_t>(p * kb * cpad * vec);
+    u = core::prepared_weights<wg::blocked::PackedU>(
+        info, fmt::format("wgn.packed/{}/{}/{}", m, vec, nk),
+        [&] {
+          const Blob ut = transformed_weights(m, l.weight("weight").data_as<float>(), c, oc);
+          return k.pack(ut.data_as<float>(), p, c, oc, t);
+        },
+        [](const wg::blocked::PackedU& pk) { return cpu::save_floats(pk.data); },
+        [&](const Blob& bytes) -> std::optional<wg::blocked::PackedU> {
+          auto data = cpu::load_floats(bytes, floats);
+          if (!data) return std::nullopt;
+          wg::blocked::PackedU pk;
+          pk.kb = kb;
+          pk.cpad = cpad;
+          pk.nk = nk;
+          pk.data = std::move(*data);
+          return pk;
+        });
+    cpu::to_epilogue(core::fused_activation(l), ep);
+    if (const Blob* b = l.find_weight("bias")) {
+      bias.assign(static_cast<std::size_t>(kb * vec), 0.0f);
+      std::copy(b->data_as<float>(), b->data_as<float>() + oc, bias.begin());
+    }
+    v_bytes = static_cast<std::size_t>(p * cpad * t) * sizeof(float);
+    m_bytes = static_cast<std::size_t>(p * kb * vec * t) * sizeof(float);
+  }
+  std::size_t workspace_bytes() const override { return (v_bytes + 63) / 64 * 64 + m_bytes; }
+  void run(const RunArgs& a) override {
+    float* v = static_cast<float*>(a.workspace);
+    float* mm = v + (v_bytes + 63) / 64 * 64 / sizeof(float);
+    k.encode(m, enc, a.inputs[0]->data_as<float>(), v, *a.pool, true);
+    k.gemm(*u, p, c, t, v, mm, *a.pool);
+    k.decode(m, dec, ep, bias.empty() ? nullptr : bias.data(), mm, a.outputs[0]->data_as<float>(), *a.pool, true);
+  }
+};
+
+class WinogradNhwcConv final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::float32, Layout::nhwc};
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "winograd"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (!(s == kSchema)) return Support::no(fmt::format("computes in {}", kSchema.to_string()));
+    const wg::blocked::Kernels* k = widest_blocked_kernels();
+    if (!k) return Support::no("needs AVX2 + FMA");
+    if (Support ok = winograd_conv_support(info); !ok) return ok;
+    return cpu::check_activation(*info.layer);
+  }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"tile", {2, 4, 6}}};
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{}/winograd: {}", kSchema.to_string(), ok.reason));
+    const int64_t m = routine_param(params, "tile", 4);
+    if (m != 2 && m != 4 && m != 6) throw Error(fmt::format("tile {} is not one of 2, 4, 6", m), {}, info.layer->name, "routine_params");
+    return std::make_unique<NhwcWinograd>(info, *widest_blocked_kernels(), static_cast<int>(m));
+  }
+};
+SOFTNEURO_REGISTER_ROUTINE(WinogradNhwcConv);
 
 struct Registrations {
   Registrations() {

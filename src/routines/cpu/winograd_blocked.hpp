@@ -30,15 +30,17 @@ struct PackedU {
 
 struct Kernels {
   int vec = 0;  ///< channels per vector, the layout's block
-  void (*encode)(int m, const Geometry& g, const float* x, float* v, ThreadPool& pool) = nullptr;
+  /// channels_last: x is NHWC instead of blocked; V is the same.
+  void (*encode)(int m, const Geometry& g, const float* x, float* v, ThreadPool& pool, bool channels_last) = nullptr;
   /// t: the tiles (GEMM rows) the packing is for (the group size may depend on it).
   PackedU (*pack)(const float* u, int64_t p, int64_t c, int64_t k, int64_t t) = nullptr;
   /// The output-channel vectors pack() groups for t tiles: packings for two t with one group are the same.
   int (*group)(int64_t t) = nullptr;
   void (*gemm)(const PackedU& u, int64_t p, int64_t c, int64_t t, const float* v, float* mm, ThreadPool& pool) = nullptr;
-  /// bias: K padded to whole vectors (zeros past K), or null.
+  /// bias: K padded to whole vectors (zeros past K), or null. channels_last:
+  /// y is NHWC instead of blocked.
   void (*decode)(int m, const Geometry& g, const cpu::gemm::Epilogue& e, const float* bias, const float* mm, float* y,
-                 ThreadPool& pool) = nullptr;
+                 ThreadPool& pool, bool channels_last) = nullptr;
 };
 
 /// The AVX-512 (V = 16) and AVX2 (V = 8) kernels; nullptr when the CPU lacks the ISA.

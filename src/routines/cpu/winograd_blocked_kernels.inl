@@ -78,10 +78,13 @@ inline int64_t equal_part(int64_t n, int64_t most) {
 constexpr int64_t kEncodeTiles = 64 / kV;
 
 template <int M>
-void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool) {
+void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool, bool channels_last) {
   constexpr int A = M + 2;
   const auto& t = g.t;
   const int64_t cbs = (g.c + kV - 1) / kV, T = t.t, plane = g.h * g.w * kV;
+  // x blocked: [N][C/kV][H][W][kV]; channels last: [N][H][W][C] (a last part block read masked).
+  const int64_t image = channels_last ? g.h * g.w * g.c : cbs * plane, block = channels_last ? kV : plane,
+                pixel = channels_last ? g.c : kV;
   // Runs of equal length (a plane of 9 tiles: 3 runs of 3 at AVX-512, not 4, 4, 1).
   const int64_t run = equal_part(T, kEncodeTiles), blocks = (T + run - 1) / run;
   // Staged in L1 (below) where a vector is half a cache line (AVX2), and for
@@ -105,13 +108,17 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
       const int64_t nt = std::min(run, T - tile0);
       int64_t n, row, col;
       tile_origin(t, tile0, M, n, row, col);
-      const float* xc0 = x + cb * plane;
+      const float* xc0 = x + cb * block;
+      const int cvalid = channels_last && cb == cbs - 1 ? static_cast<int>(g.c - cb * kV) : kV;
+      auto load = [cvalid](const float* p) __attribute__((always_inline)) {
+        return cvalid < kV ? vload_n(p, cvalid) : vload(p);
+      };
       for (int64_t k = 0; k < nt; ++k) {
         const int64_t r0 = row - g.pt, c0 = col - g.pl;
-        const float* xc = xc0 + n * cbs * plane;
+        const float* xc = xc0 + n * image;
         if (r0 >= 0 && c0 >= 0 && r0 + A <= g.h && c0 + A <= g.w) {
           static_for<A>([&](auto a) __attribute__((always_inline)) {
-            static_for<A>([&](auto b) __attribute__((always_inline)) { d[a][b] = vload(xc + ((r0 + a) * g.w + c0 + b) * kV); });
+            static_for<A>([&](auto b) __attribute__((always_inline)) { d[a][b] = load(xc + ((r0 + a) * g.w + c0 + b) * pixel); });
           });
         } else {  // a border tile: pixels outside the input are zeros
           const int64_t b_lo = std::max<int64_t>(0, -c0), b_hi = std::min<int64_t>(A, g.w - c0);
@@ -119,7 +126,7 @@ void encode_m(const wg::Geometry& g, const float* x, float* v, ThreadPool& pool)
             const int64_t r = r0 + a;
             const bool row_in = r >= 0 && r < g.h;
             static_for<A>([&](auto b) __attribute__((always_inline)) {
-              d[a][b] = row_in && b >= b_lo && b < b_hi ? vload(xc + (r * g.w + c0 + b) * kV) : vzero();
+              d[a][b] = row_in && b >= b_lo && b < b_hi ? load(xc + (r * g.w + c0 + b) * pixel) : vzero();
             });
           });
         }
@@ -364,10 +371,13 @@ void gemm(const wgb::PackedU& u, int64_t p, int64_t c, int64_t T, const float* v
 
 template <int M>
 void decode_m(const wg::Geometry& g, const gemm::Epilogue& ep, const float* bias, const float* mm, float* y,
-              ThreadPool& pool) {
+              ThreadPool& pool, bool channels_last) {
   constexpr int A = M + 2;
   const auto& t = g.t;
   const int64_t kbs = (g.k + kV - 1) / kV, T = t.t, pstride = kbs * T * kV;
+  // y blocked: [N][K/kV][OH][OW][kV]; channels last: [N][OH][OW][K] (a last part block stored masked).
+  const int64_t image = channels_last ? t.oh * t.ow * g.k : kbs * t.oh * t.ow * kV,
+                block = channels_last ? kV : t.oh * t.ow * kV, pixel = channels_last ? g.k : kV;
   const int valid_last = static_cast<int>(g.k - (kbs - 1) * kV);
   pool.parallel_for(kbs * T, 8, [&](int64_t b0, int64_t b1) {
     const VAct act(ep);
@@ -387,35 +397,39 @@ void decode_m(const wg::Geometry& g, const gemm::Epilogue& ep, const float* bias
       const vf bv = bias ? vload(bias + kb * kV) : vzero();
       const int valid = kb == kbs - 1 ? valid_last : kV;
       const int64_t rows = std::min<int64_t>(M, t.oh - row), cols = std::min<int64_t>(M, t.ow - col);
-      float* yk = y + ((n * kbs + kb) * t.oh + row) * t.ow * kV + col * kV;
+      float* yk = y + n * image + kb * block + (row * t.ow + col) * pixel;
       static_for<M>([&](auto i) __attribute__((always_inline)) {
         if (i >= rows) return;
         vf out[M];
         combine<M, A, kWgAT<M>>(s[i], out, bv);
         for (int j = 0; j < M && j < cols; ++j) {
           vf o = act(out[j]);
+          if (valid < kV && channels_last) {
+            vstore_n(yk + (i * t.ow + j) * pixel, o, valid);
+            continue;
+          }
           if (valid < kV) o = vkeep_n(o, valid);
-          vstore(yk + (i * t.ow + j) * kV, o);
+          vstore(yk + (i * t.ow + j) * pixel, o);
         }
       });
     }
   });
 }
 
-void encode(int m, const wg::Geometry& g, const float* x, float* v, ThreadPool& pool) {
+void encode(int m, const wg::Geometry& g, const float* x, float* v, ThreadPool& pool, bool channels_last) {
   switch (m) {
-    case 2: return encode_m<2>(g, x, v, pool);
-    case 4: return encode_m<4>(g, x, v, pool);
-    default: return encode_m<6>(g, x, v, pool);
+    case 2: return encode_m<2>(g, x, v, pool, channels_last);
+    case 4: return encode_m<4>(g, x, v, pool, channels_last);
+    default: return encode_m<6>(g, x, v, pool, channels_last);
   }
 }
 
 void decode(int m, const wg::Geometry& g, const gemm::Epilogue& e, const float* bias, const float* mm, float* y,
-            ThreadPool& pool) {
+            ThreadPool& pool, bool channels_last) {
   switch (m) {
-    case 2: return decode_m<2>(g, e, bias, mm, y, pool);
-    case 4: return decode_m<4>(g, e, bias, mm, y, pool);
-    default: return decode_m<6>(g, e, bias, mm, y, pool);
+    case 2: return decode_m<2>(g, e, bias, mm, y, pool, channels_last);
+    case 4: return decode_m<4>(g, e, bias, mm, y, pool, channels_last);
+    default: return decode_m<6>(g, e, bias, mm, y, pool, channels_last);
   }
 }
 
