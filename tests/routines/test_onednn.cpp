@@ -370,7 +370,8 @@ TEST_CASE("onednn dense matches cpu/ref, on [N,K] and on [..., N, K] (rows over 
     std::string why;
     const bool ran = check_case(l, {random_blob(in, rng)}, descriptor, &why);
     INFO(why);
-    CHECK((ran || why.find("CPU lacks") != std::string::npos));
+    // (Refused only for the CPU: bf16 without its instructions, or aarch64's Debian oneDNN with reference code alone.)
+    CHECK((ran || why.find("CPU lacks") != std::string::npos || why.find("only its reference") != std::string::npos));
   }
   tally.check();
 
