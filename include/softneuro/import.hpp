@@ -64,7 +64,10 @@ struct ImportOptions {
 /// the >= 13 meaning of axis), LayerNormalization, Constant, Identity,
 /// Dropout, Cast and CastLike (to every numeric type, float8, float4e2m1, int4
 /// and int2 included), QuantizeLinear/DequantizeLinear, If (a condition known
-/// at import: the branch taken is imported in place). Computed during import when their inputs are constants:
+/// at import: the branch taken is imported in place). ONNX Runtime's quantised
+/// operators (domain com.microsoft, as its QOperator quantize_static writes):
+/// QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
+/// QLinearGlobalAveragePool, QLinearConcat, QGemm, QuantizeLinear and DequantizeLinear. Computed during import when their inputs are constants:
 /// Shape, Size, Gather, Unsqueeze, Concat, Cast, Range, ConstantOfShape,
 /// Equal, Where, Mod, Less, Greater, And, Or, Not, Neg, Abs, Sqrt, Floor,
 /// Ceil, ScatterND and the arithmetic above (the shape, index and mask

@@ -170,6 +170,9 @@ class Importer {
  private:
   using Converter = void (Importer::*)(const Node&);
   static const std::unordered_map<std::string, Converter>& converters();
+  /// ONNX Runtime's quantised operators (domain com.microsoft), as its
+  /// quantize_static writes a QOperator model.
+  static const std::unordered_map<std::string, Converter>& ms_converters();
 
   // --- set-up
   void read_opsets();
@@ -368,6 +371,16 @@ class Importer {
   void dequantize_linear(const Node&);
   void qlinear_conv(const Node&);
   void qlinear_matmul(const Node&);
+  void qlinear_binary(const Node&);
+  void qlinear_unary(const Node&);
+  void qlinear_global_pool(const Node&);
+  void qlinear_concat(const Node&);
+  void qgemm(const Node&);
+  /// After an operator that only moves or selects values (MaxPool, Flatten,
+  /// Reshape, ...) of a quantised tensor: its outputs lie on the same grid,
+  /// so each is quantised so again (an exact fake_quant), and later quantised
+  /// operators read them as the tensor they are.
+  void keep_quantisation(const Node&);
   void dynamic_quantize_linear(const Node&);
   void conv_integer(const Node&);
   void matmul_integer(const Node&);
@@ -522,6 +535,21 @@ class Importer {
   std::vector<int> fused_of_;                         // node -> index into fused_, or -1
   std::vector<bool> done_;                            // node already translated
 };
+
+const std::unordered_map<std::string, Importer::Converter>& Importer::ms_converters() {
+  static const std::unordered_map<std::string, Converter> table = {
+      {"QuantizeLinear", &Importer::quantize_linear},
+      {"DequantizeLinear", &Importer::dequantize_linear},
+      {"QLinearAdd", &Importer::qlinear_binary},
+      {"QLinearMul", &Importer::qlinear_binary},
+      {"QLinearSigmoid", &Importer::qlinear_unary},
+      {"QLinearLeakyRelu", &Importer::qlinear_unary},
+      {"QLinearGlobalAveragePool", &Importer::qlinear_global_pool},
+      {"QLinearConcat", &Importer::qlinear_concat},
+      {"QGemm", &Importer::qgemm},
+  };
+  return table;
+}
 
 const std::unordered_map<std::string, Importer::Converter>& Importer::converters() {
   static const std::unordered_map<std::string, Converter> table = {
@@ -1650,7 +1678,14 @@ std::string Importer::along_axis(const Node& n, const std::string& name, const s
 
 std::string Importer::real_values(const Node& n, int k, const QParams& q, int axis, const char* what) {
   const std::string& x = n.in(k);
-  if (quantized_.count(x)) return input(n, k);
+  if (auto it = quantized_.find(x); it != quantized_.end()) {
+    // Held as real values: this operator must read its integers at the quantisation they have.
+    if (q.scales.size() == 1 && q.zero_points.size() == 1 &&
+        (q.scales[0] != it->second.scale || q.zero_points[0] != it->second.zero_point))
+      throw Unsupported{fmt::format("{} reads {} '{}' at scale {} and zero point {}; it was quantised with {} and {}", n.op(),
+                                    what, x, q.scales[0], q.zero_points[0], it->second.scale, it->second.zero_point)};
+    return input(n, k);
+  }
   if (const Blob* c = constant(x)) return as_blob(n, add_constant(fmt::format("{}/{}_real", n.out(0), what), dequantized(n, *c, q, axis, what)));
   const int t = elem_type(x);
   if (t != onnx::TensorProto::UINT8 && t != onnx::TensorProto::INT8 && t != onnx::TensorProto::UINT16 &&
@@ -1733,6 +1768,7 @@ void Importer::qlinear_conv(const Node& n) {
   if (xq.scales.size() != 1) throw Unsupported{"QLinearConv with x quantised per axis"};
   const Blob& w_int = require_constant(n, 3, "w");
   Blob w = dequantized(n, w_int, wq, 0, "w");
+  mark_int8_grid(w, wq, 0, n.in(3));
   const std::string tmp = fresh_blob(n.out(0) + "/real");
   Layer l = conv2_layer(n, n.name + "/conv", real_values(n, 0, xq, 1, "x"), tmp, w);
   if (n.has_in(8)) {  // int32 bias at scale x_scale * w_scale (per output channel)
@@ -1757,13 +1793,129 @@ void Importer::qlinear_matmul(const Node& n) {
   if (b && b->shape().rank() == 2) {
     // Per-column scales of B ([K, N]) lie along axis 1.
     Layer d = make("dense", n.name + "/matmul", {a}, {tmp});
-    d.weights["weight"] = transposed(dequantized(n, *b, bq, 1, "b"), {1, 0});
+    Blob w = transposed(dequantized(n, *b, bq, 1, "b"), {1, 0});
+    mark_int8_grid(w, bq, 0, n.in(3));
+    d.weights["weight"] = std::move(w);
     add(std::move(d));
   } else {
     if (bq.scales.size() != 1) throw Unsupported{"QLinearMatMul with a B quantised per axis that is not a 2-D constant"};
     add(make("matmul", n.name + "/matmul", {a, real_values(n, 3, bq, 1, "b")}, {tmp}));
   }
   quantized_output(n, tmp, yq, 1);
+}
+
+// ONNX Runtime's QOperator forms (com.microsoft): the operator on the real
+// values, its output quantised as the node says.
+
+void Importer::qlinear_binary(const Node& n) {  // QLinearAdd, QLinearMul
+  const QParams aq = qparams(n, 1, 2, "A"), bq = qparams(n, 4, 5, "B"), cq = qparams(n, 6, 7, "C");
+  const std::string a = real_values(n, 0, aq, 1, "A"), b = real_values(n, 3, bq, 1, "B");
+  const std::string tmp = fresh_blob(n.out(0) + "/real");
+  add(make(n.op() == "QLinearAdd" ? "add" : "mul", n.name + "/real", {a, b}, {tmp}));
+  quantized_output(n, tmp, cq, 1);
+}
+
+void Importer::qlinear_unary(const Node& n) {  // QLinearSigmoid, QLinearLeakyRelu
+  const QParams xq = qparams(n, 1, 2, "X"), yq = qparams(n, 3, 4, "Y");
+  const std::string tmp = fresh_blob(n.out(0) + "/real");
+  std::map<std::string, Attr> params;
+  if (n.op() == "QLinearLeakyRelu") params["alpha"] = n.get_float("alpha", 0.01);
+  add_unary(n, n.op() == "QLinearSigmoid" ? "sigmoid" : "leaky_relu", real_values(n, 0, xq, 1, "X"), tmp, std::move(params),
+            "real");
+  quantized_output(n, tmp, yq, 1);
+}
+
+void Importer::qlinear_global_pool(const Node& n) {
+  if (n.get_int("channels_last", 0) != 0) throw Unsupported{"QLinearGlobalAveragePool with channels_last=1"};
+  const QParams xq = qparams(n, 1, 2, "X"), yq = qparams(n, 3, 4, "Y");
+  const std::string x = real_values(n, 0, xq, 1, "X");
+  if (shape_of(n, x).rank() != 4) throw Unsupported{fmt::format("QLinearGlobalAveragePool of a rank-{} input", shape_of(n, x).rank())};
+  const std::string tmp = fresh_blob(n.out(0) + "/real");
+  add_unary(n, "pool2", x, tmp, {{"mode", std::string("avg")}, {"global", int64_t{1}}}, "real");
+  quantized_output(n, tmp, yq, 1);
+}
+
+void Importer::qlinear_concat(const Node& n) {
+  // Y_scale, Y_zero_point, then (tensor, scale, zero point) per input.
+  if (n.num_inputs() < 5 || (n.num_inputs() - 2) % 3 != 0)
+    throw n.error(fmt::format("{} inputs: expected Y_scale, Y_zero_point and triples of tensor, scale, zero point",
+                              n.num_inputs()),
+                  "input");
+  const QParams yq = qparams(n, 0, 1, "Y");
+  std::vector<std::string> reals;
+  for (int k = 2; k < n.num_inputs(); k += 3) reals.push_back(real_values(n, k, qparams(n, k + 1, k + 2, "input"), 1, "input"));
+  const int rank = shape_of(n, reals[0]).rank();
+  int64_t axis = n.get_int("axis");
+  if (axis < -rank || axis >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", axis, rank), "axis");
+  if (axis < 0) axis += rank;
+  const std::string tmp = fresh_blob(n.out(0) + "/real");
+  Layer l = make("concat", n.name + "/real", reals, {tmp});
+  l.params["axis"] = axis;
+  add(std::move(l));
+  quantized_output(n, tmp, yq, 1);
+}
+
+void Importer::qgemm(const Node& n) {
+  // Y = alpha * A' B' + C, C int32 at alpha * a_scale * b_scale; Y quantised where y_scale is given, else float.
+  const QParams aq = qparams(n, 1, 2, "A"), bq = qparams(n, 4, 5, "B");
+  if (n.get_int("transA", 0) != 0) throw Unsupported{"QGemm with transA"};
+  if (aq.scales.size() != 1) throw Unsupported{"QGemm with A quantised per axis"};
+  const std::string a = real_values(n, 0, aq, 1, "A");
+  if (shape_of(n, a).rank() != 2) throw n.error(fmt::format("A is {}, not a matrix", shape_of(n, a).to_string()), "A");
+  const Blob* b = constant(n.in(3));
+  if (!b || b->shape().rank() != 2) throw Unsupported{"QGemm with a B that is not a constant matrix"};
+  const bool trans_b = n.get_int("transB", 0) != 0;
+  const double alpha = n.get_float("alpha", 1.0);
+  // Per-column scales of B lie along its N axis: 1 as [K, N], 0 as [N, K].
+  Blob w = dequantized(n, *b, bq, trans_b ? 0 : 1, "B");
+  if (!trans_b) w = transposed(w, {1, 0});
+  const int64_t oc = w.shape()[0];
+  if (alpha == 1.0) mark_int8_grid(w, bq, 0, n.in(3));  // (scaled by alpha it is off the file's grid)
+  else
+    for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = static_cast<float>(w.data_as<float>()[i] * alpha);
+  const bool quantised_y = n.has_in(7);
+  const std::string y = quantised_y ? fresh_blob(n.out(0) + "/real") : n.out(0);
+  Layer d = make("dense", quantised_y ? n.name + "/real" : n.name, {a}, {y});
+  d.weights["weight"] = w;
+  if (n.has_in(6)) {
+    const std::vector<double> c = to_doubles(require_constant(n, 6, "C"));
+    if (static_cast<int64_t>(c.size()) != oc && c.size() != 1)
+      throw Unsupported{fmt::format("QGemm with a C of {} values for {} outputs (a row of N or a scalar)", c.size(), oc)};
+    std::vector<float> bias(static_cast<std::size_t>(oc));
+    for (int64_t j = 0; j < oc; ++j) {
+      const double bs = bq.scales[bq.scales.size() > 1 ? static_cast<std::size_t>(j) : 0];
+      bias[static_cast<std::size_t>(j)] =
+          static_cast<float>(c[c.size() > 1 ? static_cast<std::size_t>(j) : 0] * alpha * aq.scales[0] * bs);
+    }
+    d.weights["bias"] = float_blob(Shape{oc}, bias);
+  }
+  add(std::move(d));
+  if (quantised_y) quantized_output(n, y, qparams(n, 7, 8, "y"), 1);
+}
+
+void Importer::keep_quantisation(const Node& n) {
+  static const std::unordered_set<std::string> moves = {"MaxPool",   "Flatten",      "Reshape",      "Squeeze", "Unsqueeze",
+                                                        "Transpose", "DepthToSpace", "SpaceToDepth", "Identity"};
+  if (!moves.count(n.op()) || !n.has_in(0)) return;
+  const auto q = quantized_.find(n.in(0));
+  if (q == quantized_.end()) return;
+  const core::FakeQuant fq = q->second;
+  const std::string& y = n.out(0);
+  if (y.empty() || constant(y) || quantized_.count(y) || is_graph_output(y)) return;
+  auto producer = std::find_if(graph_.layers.rbegin(), graph_.layers.rend(), [&](const Layer& l) {
+    return std::find(l.outputs.begin(), l.outputs.end(), y) != l.outputs.end();
+  });
+  if (producer == graph_.layers.rend()) return;
+  const std::string moved = fresh_blob(y + "/moved");
+  std::replace(producer->outputs.begin(), producer->outputs.end(), y, moved);
+  shapes_[moved] = shapes_.at(y);
+  Layer l = make("fake_quant", n.name + "/quantize", {moved}, {y});
+  l.params["scale"] = static_cast<double>(fq.scale);
+  l.params["zero_point"] = int64_t{fq.zero_point};
+  l.params["qmin"] = int64_t{fq.qmin};
+  l.params["qmax"] = int64_t{fq.qmax};
+  graph_.layers.push_back(std::move(l));
+  quantized_[y] = fq;
 }
 
 void Importer::dynamic_quantize_linear(const Node& n) {
@@ -4472,8 +4624,10 @@ void Importer::convert(int i) {
     for (const auto& o : n.proto().output()) unavailable_.insert(o);
   };
   const bool default_domain = n.proto().domain().empty() || n.proto().domain() == "ai.onnx";
-  auto conv_it = converters().find(n.op());
-  if (!default_domain || conv_it == converters().end()) return record("unsupported operator");
+  const auto& table = n.proto().domain() == "com.microsoft" ? ms_converters() : converters();
+  auto conv_it = table.find(n.op());
+  if ((!default_domain && n.proto().domain() != "com.microsoft") || conv_it == table.end())
+    return record("unsupported operator");
   for (const auto& in : n.proto().input())
     if (unavailable_.count(in)) {  // downstream of an unsupported node: nothing more to say
       for (const auto& o : n.proto().output()) unavailable_.insert(o);
@@ -4512,6 +4666,7 @@ void Importer::convert(int i) {
     static const std::unordered_set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
     if (windowed.count(n.op()) && n.has_in(0) && shape_of(n, n.in(0)).rank() == 3) as_2d(n, conv_it->second);
     else (this->*(conv_it->second))(n);
+    keep_quantisation(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
     static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "If", "DequantizeLinear", "QLinearConv",
                                                               "QLinearMatMul", "ConvInteger", "MatMulInteger", "OneHot"};

@@ -90,6 +90,9 @@ const std::vector<float> kDynamicConv = {0.020235296f, -0.28988239f, -0.31858826
 
 std::vector<float> x_values() { return pattern(75, 13, 6, 5); }
 
+/// ONNX Runtime 1.32 on qoperator_net() and x_values() (bench/.venv, onnxruntime.InferenceSession).
+const float kQOperatorOrt[3] = {-0.35f, 0.29f, -0.23f};
+
 }  // namespace
 
 TEST_CASE("QDQ: QuantizeLinear/DequantizeLinear pairs compute what ONNX Runtime computes", "[onnx][quant]") {
@@ -456,4 +459,67 @@ TEST_CASE("A QDQ model's Flatten between int8 layers runs in int8, with no conve
   for (std::size_t k = 0; k < 2; ++k)
     for (int64_t i = 0; i < got[k].blob.numel(); ++i)
       CHECK(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
+}
+
+namespace {
+/// The QOperator form ONNX Runtime's quantize_static writes (QuantFormat.QOperator):
+/// QLinearConv -> MaxPool on the integers -> QLinearAdd of it and a 1x1
+/// QLinearConv of it -> QLinearGlobalAveragePool -> Flatten -> QGemm, the
+/// last three in ONNX Runtime's domain com.microsoft.
+OnnxModel qoperator_net() {
+  OnnxModel m(13);
+  auto* ms = m.proto.add_opset_import();
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
+  m.input("x", {1, 3, 5, 5}).output("z");
+  conv_initializers(m);
+  m.init_typed("w1", T::INT8, {4, 4, 1, 1}, ints(16, 7, 3)).init("w1s", {4}, {0.02f, 0.03f, 0.04f, 0.05f});
+  m.init_typed("w1z", T::INT8, {4}, {0, 0, 0, 0});
+  m.init("c1s", {}, {0.01f}).init_typed("c1z", T::UINT8, {}, {120});
+  m.init("as", {}, {0.04f}).init_typed("az", T::UINT8, {}, {10});
+  m.init("gs", {}, {0.02f}).init_typed("gz", T::UINT8, {}, {5});
+  m.init_typed("w2", T::INT8, {3, 4}, ints(12, 9, 4)).init("w2s", {3}, {0.05f, 0.06f, 0.07f});
+  m.init_typed("w2z", T::INT8, {3}, {0, 0, 0});
+  m.init_typed("c2", T::INT32, {3}, {40, -25, 10});
+  m.init("zs", {}, {0.01f}).init_typed("zz", T::UINT8, {}, {128});
+  auto ms_node = [&](const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out) {
+    NodeRef r = m.node(op, in, out);
+    r.p->set_domain("com.microsoft");
+    return r;
+  };
+  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  m.node("QLinearConv", {"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"cq"}).ints("pads", {1, 1, 1, 1});
+  m.node("MaxPool", {"cq"}, {"mq"}).ints("kernel_shape", {2, 2}).ints("pads", {0, 0, 1, 1});
+  m.node("QLinearConv", {"mq", "ys", "yz", "w1", "w1s", "w1z", "c1s", "c1z"}, {"c1q"});
+  ms_node("QLinearAdd", {"mq", "ys", "yz", "c1q", "c1s", "c1z", "as", "az"}, {"aq"});
+  ms_node("QLinearGlobalAveragePool", {"aq", "as", "az", "gs", "gz"}, {"gq"});
+  m.node("Flatten", {"gq"}, {"fq"}).i("axis", 1);
+  ms_node("QGemm", {"fq", "gs", "gz", "w2", "w2s", "w2z", "c2", "zs", "zz"}, {"zq"}).i("transB", 1);
+  m.node("DequantizeLinear", {"zq", "zs", "zz"}, {"z"});
+  return m;
+}
+}  // namespace
+
+TEST_CASE("QOperator models (ONNX Runtime's com.microsoft QLinearAdd, QLinearGlobalAveragePool, QGemm) import and run int8", "[onnx][quant]") {
+  // (Refused before: "com.microsoft.QLinearAdd: unsupported operator", and a
+  // QLinearConv after a MaxPool of integers read a tensor "neither quantised
+  // by a QuantizeLinear nor integer-typed".)
+  Model net = import_onnx(qoperator_net().save("qoperator.onnx"));
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  const auto got = run_net(net, in)[0].values;
+  // ONNX Runtime 1.32 on the same file.
+  const std::vector<float> ort = {kQOperatorOrt[0], kQOperatorOrt[1], kQOperatorOrt[2]};
+  REQUIRE(got.size() == ort.size());
+  for (std::size_t i = 0; i < ort.size(); ++i) CHECK(std::fabs(got[i] - ort[i]) <= 0.01f + 1e-6f);  // a step of z
+  if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
+  // The untuned default runs the model's int8 layers on qint8 routines, and equals the float path.
+  int int8 = 0;
+  for (const auto& l : Session(net).layers())
+    if ((l.type == "conv2" || l.type == "dense" || l.type == "add" || l.type == "pool2") && l.descriptor.starts_with("cpu:qint8"))
+      ++int8;
+  CHECK(int8 == 6);  // two convolutions, the max and the average pooling, the add, the dense
+  SessionOptions floats;
+  floats.schemas = {"cpu:float32:*"};
+  const auto want = Session(net, floats).run(in)[0];
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want.blob.data_as<float>()[i]).margin(1e-6));
 }
