@@ -1901,7 +1901,7 @@ void Importer::keep_quantisation(const Node& n) {
   if (q == quantized_.end()) return;
   const core::FakeQuant fq = q->second;
   const std::string& y = n.out(0);
-  if (y.empty() || constant(y) || quantized_.count(y) || is_graph_output(y)) return;
+  if (y.empty() || constant(y) || quantized_.count(y) || is_graph_output(y) || !shapes_.count(y)) return;
   auto producer = std::find_if(graph_.layers.rbegin(), graph_.layers.rend(), [&](const Layer& l) {
     return std::find(l.outputs.begin(), l.outputs.end(), y) != l.outputs.end();
   });
