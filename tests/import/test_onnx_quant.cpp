@@ -58,18 +58,9 @@ OnnxModel qdq_conv() {
 /// z [1,3], as quantize_static writes a classifier's head; outputs z, and y too
 /// where `with_y`.
 OnnxModel qdq_conv_gemm(bool with_y) {
-  OnnxModel m(13);
-  m.input("x", {1, 3, 5, 5});
-  if (with_y) m.output("y");
+  OnnxModel m = qdq_conv();
+  if (!with_y) m.graph().clear_output();
   m.output("z");
-  conv_initializers(m);
-  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
-  m.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
-  m.node("DequantizeLinear", {"w", "ws", "wz"}, {"wd"}).i("axis", 0);
-  m.node("DequantizeLinear", {"b", "bs", "bz"}, {"bd"}).i("axis", 0);
-  m.node("Conv", {"xd", "wd", "bd"}, {"c"}).ints("pads", {1, 1, 1, 1});
-  m.node("QuantizeLinear", {"c", "ys", "yz"}, {"cq"});
-  m.node("DequantizeLinear", {"cq", "ys", "yz"}, {"y"});
   m.init_typed("w2", T::INT8, {3, 100}, ints(300, 9, 4)).init("w2s", {3}, {0.02f, 0.03f, 0.04f});
   m.init_typed("w2z", T::INT8, {3}, {0, 0, 0});
   m.init("zs", {}, {0.05f}).init_typed("zz", T::UINT8, {}, {128});

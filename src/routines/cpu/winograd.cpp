@@ -533,6 +533,36 @@ struct BlockedEnc final : PreparedRoutine {
   }
 };
 
+/// U [P][C][K] (what `transformed()` returns) packed for kernels `k` and t
+/// tiles: the model's, shared by sessions and by shapes of one grouping, and
+/// stored with the prepared weights under `key` (the grouping appended).
+template <class Transformed>
+std::shared_ptr<const wg::blocked::PackedU> packed_u(const LayerInfo& info, const std::string& key,
+                                                     const wg::blocked::Kernels& k, int64_t p, int64_t c, int64_t oc,
+                                                     int64_t t, Transformed&& transformed) {
+  // What pack() makes: K in vectors, C padded to whole vectors, group() vectors at a time.
+  const int64_t vec = k.vec, kb = (oc + vec - 1) / vec, cpad = (c + vec - 1) / vec * vec;
+  const int nk = k.group(t);
+  const std::size_t floats = static_cast<std::size_t>(p * kb * cpad * vec);
+  return core::prepared_weights<wg::blocked::PackedU>(
+      info, fmt::format("{}/{}", key, nk),
+      [&] {
+        const Blob u = transformed();
+        return k.pack(u.data_as<float>(), p, c, oc, t);
+      },
+      [](const wg::blocked::PackedU& pk) { return cpu::save_floats(pk.data); },
+      [&](const Blob& bytes) -> std::optional<wg::blocked::PackedU> {
+        auto data = cpu::load_floats(bytes, floats);
+        if (!data) return std::nullopt;
+        wg::blocked::PackedU pk;
+        pk.kb = kb;
+        pk.cpad = cpad;
+        pk.nk = nk;
+        pk.data = std::move(*data);
+        return pk;
+      });
+}
+
 template <Layout L>
 struct BlockedConv final : PreparedRoutine {
   const wg::blocked::Kernels& k;
@@ -541,23 +571,7 @@ struct BlockedConv final : PreparedRoutine {
   BlockedConv(const LayerInfo& info, const wg::blocked::Kernels& kernels)
       : k(kernels), p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), t(info.input_shapes[0][2]) {
     const Blob& w = info.layer->weight("weight");
-    // What pack() makes: K in vectors, C padded to whole vectors, group() vectors at a time.
-    const int64_t vec = k.vec, kb = (w.shape()[2] + vec - 1) / vec, cpad = (c + vec - 1) / vec * vec;
-    const int nk = k.group(t);
-    const std::size_t floats = static_cast<std::size_t>(p * kb * cpad * vec);
-    u = core::prepared_weights<wg::blocked::PackedU>(
-        info, fmt::format("wgb.packed/{}", nk), [&] { return k.pack(w.data_as<float>(), p, c, w.shape()[2], t); },
-        [](const wg::blocked::PackedU& pk) { return cpu::save_floats(pk.data); },
-        [&](const Blob& bytes) -> std::optional<wg::blocked::PackedU> {
-          auto data = cpu::load_floats(bytes, floats);
-          if (!data) return std::nullopt;
-          wg::blocked::PackedU pk;
-          pk.kb = kb;
-          pk.cpad = cpad;
-          pk.nk = nk;
-          pk.data = std::move(*data);
-          return pk;
-        });
+    u = packed_u(info, "wgb.packed", k, p, c, w.shape()[2], t, [&] { return w; });
   }
   void run(const RunArgs& a) override {
     k.gemm(*u, p, c, t, a.inputs[0]->data_as<float>(), a.outputs[0]->data_as<float>(), *a.pool);
@@ -640,26 +654,9 @@ struct NhwcWinograd final : PreparedRoutine {
     enc.t = dec.t = winograd_tiles(m, g.n, g.oh, g.ow);
     dec.k = g.oc;
     t = enc.t.t;
-    const int nk = k.group(t);
     const int64_t vec = k.vec, kb = (oc + vec - 1) / vec, cpad = (c + vec - 1) / vec * vec;
-    const std::size_t floats = static_cast<std::size_t>(p * kb * cpad * vec);
-    u = core::prepared_weights<wg::blocked::PackedU>(
-        info, fmt::format("wgn.packed/{}/{}/{}", m, vec, nk),
-        [&] {
-          const Blob ut = transformed_weights(m, l.weight("weight").data_as<float>(), c, oc);
-          return k.pack(ut.data_as<float>(), p, c, oc, t);
-        },
-        [](const wg::blocked::PackedU& pk) { return cpu::save_floats(pk.data); },
-        [&](const Blob& bytes) -> std::optional<wg::blocked::PackedU> {
-          auto data = cpu::load_floats(bytes, floats);
-          if (!data) return std::nullopt;
-          wg::blocked::PackedU pk;
-          pk.kb = kb;
-          pk.cpad = cpad;
-          pk.nk = nk;
-          pk.data = std::move(*data);
-          return pk;
-        });
+    u = packed_u(info, fmt::format("wgn.packed/{}/{}", m, vec), k, p, c, oc, t,
+                 [&] { return transformed_weights(m, l.weight("weight").data_as<float>(), c, oc); });
     cpu::to_epilogue(core::fused_activation(l), ep);
     if (const Blob* b = l.find_weight("bias")) {
       bias.assign(static_cast<std::size_t>(kb * vec), 0.0f);
