@@ -39,8 +39,9 @@ const std::vector<std::vector<std::string>> kActivation = {
 };
 
 // sub, div
-const std::vector<std::vector<std::string>> kXnnpackOnly = {
+const std::vector<std::vector<std::string>> kXnnpackFirst = {
     {"cpu:float32:nhwc/xnnpack"},
+    {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu/onednn"},
     {"cpu/ref"},
     {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
 };
@@ -160,9 +161,9 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
-    {"sub", kXnnpackOnly},
+    {"sub", kXnnpackFirst},
     {"mul", kActivation},
-    {"div", kXnnpackOnly},
+    {"div", kXnnpackFirst},
     {"max", {{"cpu/ref"}}},
     {"min", {{"cpu/ref"}}},
     {"concat",

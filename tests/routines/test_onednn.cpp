@@ -476,6 +476,37 @@ TEST_CASE("onednn add and mul match cpu/ref (same shapes, channel broadcast)", "
   }
 }
 
+TEST_CASE("onednn sub and div match cpu/ref; a broadcast first input is refused (they do not commute)", "[onednn][binary]") {
+  // (Before, sub and div had XNNPACK alone: where it could not run, as at
+  // SOFTNEURO_MAX_CPU_ISA=avx2, YOLOv8n's box decoding ran on cpu/ref.)
+  for (const char* type : {"sub", "div"}) {
+    const auto routines = onednn_routines(type);
+    CHECK(routines.size() >= 4);  // plain, nhwc and the two blocked layouts
+    for (const std::string& descriptor : routines) {
+      INFO(type << " " << descriptor);
+      std::mt19937 rng(23);
+      for (const auto& [a, b] : std::vector<std::pair<Shape, Shape>>{{{1, 2, 84, 4}, {1, 2, 84, 4}},
+                                                                      {{2, 16, 5, 3}, {1, 16, 1, 1}},
+                                                                      {{1, 24, 7, 7}, {1, 24, 7, 7}},
+                                                                      {{1, 2, 8400}, {}}}) {  // YOLOv8's x / 2
+        if (b.rank() == 0 && descriptor != "cpu/onednn") continue;  // a scalar: the plain layout
+        INFO("shapes " << a.to_string() << " " << b.to_string());
+        Blob y = random_blob(b, rng);
+        if (std::string(type) == "div")  // divisors away from zero
+          for (int64_t i = 0; i < y.numel(); ++i) y.data_as<float>()[i] = 0.5f + std::fabs(y.data_as<float>()[i]);
+        std::string why;
+        const bool ran = check_case(test::make_layer(type, {}, {}, 2), {random_blob(a, rng), y}, descriptor, &why);
+        INFO(why);
+        CHECK((ran || why.find("CPU lacks") != std::string::npos || why.find("needs AVX-512") != std::string::npos ||
+               why.find("only its reference") != std::string::npos));
+      }
+      Outcome r = run_in_schema(test::make_layer(type, {}, {}, 2),
+                                {random_blob({1, 16, 1, 1}, rng), random_blob({1, 16, 4, 4}, rng)}, descriptor);
+      CHECK_FALSE(r.support.ok);
+    }
+  }
+}
+
 TEST_CASE("onednn add with a fused relu stays inside its output where channels fill blocks of 8, not 16", "[onednn][binary]") {
   // oneDNN 2.6's binary with an eltwise post-op, nChw8c on AVX-512, 24
   // channels at 64x64: it wrote past the output (heap corruption, a crash in

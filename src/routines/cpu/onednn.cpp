@@ -757,8 +757,9 @@ struct Reduce {
 };
 
 // ---------------------------------------------------------------------------
-// add, mul: same shapes, or one input broadcast (oneDNN broadcasts only its
-// second source, so a broadcast first input is swapped; both commute).
+// add, mul, sub, div: same shapes, or one input broadcast (oneDNN broadcasts
+// only its second source, so a broadcast first input of add or mul is
+// swapped; sub and div, which do not commute, need the first one whole).
 
 template <class K>
 struct Binary {
@@ -773,14 +774,19 @@ struct Binary {
   }
 
   static Support check(const LayerInfo& info, Layout l) {
-    for (int i = 0; i < 2; ++i)
-      if (Support s = rank4_unless_plain(info.input_shapes[static_cast<std::size_t>(i)], l,
-                                         i ? "the second input" : "the first input");
-          !s)
-        return s;
+    for (int i = 0; i < 2; ++i) {
+      const Shape& s = info.input_shapes[static_cast<std::size_t>(i)];
+      // A scalar (x / 2) broadcasts as [1, ..., 1] in the plain layout.
+      if (s.rank() == 0 && l == Layout::nchw && info.output_shapes[0].rank() >= 1) continue;
+      if (Support ok = rank4_unless_plain(s, l, i ? "the second input" : "the first input"); !ok) return ok;
+    }
     if (full_input(info) < 0)
       return Support::no(fmt::format("both inputs {} and {} broadcast; oneDNN's binary broadcasts only one",
                                      info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
+    if (!K::kCommutes && full_input(info) != 0)
+      return Support::no(fmt::format("the first input {} broadcasts to {}; oneDNN broadcasts only the second, and {} "
+                                     "does not commute",
+                                     info.input_shapes[0].to_string(), info.output_shapes[0].to_string(), K::kType));
     return Support::yes();
   }
 
@@ -822,10 +828,22 @@ struct Binary {
 struct AddK {
   static constexpr std::string_view kType = "add";
   static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_add;
+  static constexpr bool kCommutes = true;
 };
 struct MulK {
   static constexpr std::string_view kType = "mul";
   static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_mul;
+  static constexpr bool kCommutes = true;
+};
+struct SubK {
+  static constexpr std::string_view kType = "sub";
+  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_sub;
+  static constexpr bool kCommutes = false;
+};
+struct DivK {
+  static constexpr std::string_view kType = "div";
+  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_div;
+  static constexpr bool kCommutes = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -1116,6 +1134,8 @@ const bool g_registered = [] {
   register_layouts<Prelu, Layout::nchw, Layout::nhwc>();  // blocked: oneDNN 2.6 has only its reference code
   register_all_layouts<Binary<AddK>>();
   register_all_layouts<Binary<MulK>>();
+  register_all_layouts<Binary<SubK>>();
+  register_all_layouts<Binary<DivK>>();
   register_all_layouts<Batchnorm>();
   register_all_layouts<Concat>();
   register_layouts<Softmax, Layout::nchw>();
