@@ -130,7 +130,7 @@ inline Support float_weights(const Layer& l, std::initializer_list<const char*> 
   return Support::yes();
 }
 
-/// The layer's fused activation as an epilogue; false (sigmoid) when our kernels lack it.
+/// The layer's fused activation as an epilogue; false when our kernels lack it.
 inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
   switch (a.kind) {
     case core::Activation::none: e.act = gemm::Act::none; return true;
@@ -146,8 +146,8 @@ inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
       e.alpha = a.alpha;
       e.beta = a.beta;
       return true;
-    case core::Activation::sigmoid:
-    case core::Activation::silu: return false;
+    case core::Activation::sigmoid: e.act = gemm::Act::sigmoid; return true;
+    case core::Activation::silu: e.act = gemm::Act::silu; return true;
   }
   return false;
 }

@@ -57,6 +57,12 @@ inline vf vkeep_n(vf v, int n) {
   const int32x4_t lane = {0, 1, 2, 3};
   return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v), vcltq_s32(lane, vdupq_n_s32(n))));
 }
+inline vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
+inline vf vdiv(vf a, vf b) { return vdivq_f32(a, b); }
+inline vf vfnma(vf a, vf b, vf c) { return vfmsq_f32(c, a, b); }  // c - a*b
+inline vf vround(vf a) { return vrndnq_f32(a); }                    // to nearest, ties to even
+/// 2^n for integral n in [-126, 127] held as floats.
+inline vf vpow2i(vf n) { return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23)); }
 #elif SN_F32_AVX512
 using vf = __m512;
 inline constexpr int kV = 16;
@@ -75,6 +81,13 @@ inline vf vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps(static_c
 inline void vstore_n(float* p, vf v, int n) { _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v); }
 /// Lanes >= n set to zero.
 inline vf vkeep_n(vf v, int n) { return _mm512_maskz_mov_ps(static_cast<__mmask16>((1u << n) - 1), v); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+inline vf vfnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a*b
+inline vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vpow2i(vf n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
 #else
 using vf = __m256;
 inline constexpr int kV = 8;
@@ -94,7 +107,32 @@ inline __m256i lane_mask(int n) {
 inline vf vload_n(const float* p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
 inline void vstore_n(float* p, vf v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
 inline vf vkeep_n(vf v, int n) { return _mm256_and_ps(v, _mm256_castsi256_ps(lane_mask(n))); }
+inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+inline vf vfnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a*b
+inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vpow2i(vf n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
 #endif
+
+/// exp(x), x clamped to [-87.3, 88.3] (2^n stays a normal float): n = round(x
+/// log2 e), r = x - n ln 2 (two-part ln 2), Cephes' degree-6 polynomial on
+/// |r| <= ln2/2 (relative error ~1e-7), times 2^n. (The vec routines' vexp.)
+inline vf vexp(vf x) {
+  x = vmin(vset1(88.3f), vmax(vset1(-87.3f), x));  // x second: NaN stays NaN
+  const vf n = vround(vmul(x, vset1(1.44269504088896341f)));
+  vf r = vfnma(n, vset1(0.693359375f), x);
+  r = vfnma(n, vset1(-2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+  return vmul(p, vpow2i(n));
+}
 
 /// The activation of an epilogue, with its constants in registers.
 struct VAct {
@@ -111,6 +149,9 @@ struct VAct {
       case gemm::Act::hardswish:
         return vmul(x, vmul(vmin(vset1(6.0f), vmax(vzero(), vadd(x, vset1(3.0f)))), vset1(1.0f / 6.0f)));
       case gemm::Act::hardsigmoid: return vmin(vset1(1.0f), vmax(vzero(), vfma(alpha, x, beta)));
+      // x / (1 + exp(-x)), 1 / (1 + exp(-x)): NaN stays NaN; large negative x gives -0 and 0.
+      case gemm::Act::silu: return vdiv(x, vadd(vset1(1.0f), vexp(vsub(vzero(), x))));
+      case gemm::Act::sigmoid: return vdiv(vset1(1.0f), vadd(vset1(1.0f), vexp(vsub(vzero(), x))));
     }
     return x;
   }

@@ -41,7 +41,7 @@
 namespace softneuro::cpu::gemm {
 
 /// Fused activation applied after the bias (same semantics as core::apply_activation).
-enum class Act : int32_t { none = 0, relu = 1, clip = 2, hardswish = 3, hardsigmoid = 4 };
+enum class Act : int32_t { none = 0, relu = 1, clip = 2, hardswish = 3, hardsigmoid = 4, silu = 5, sigmoid = 6 };
 
 /// What happens to a finished tile.
 struct Epilogue {
