@@ -81,6 +81,17 @@ const std::vector<float> kDynamicConv = {0.020235296f, -0.28988239f, -0.31858826
 
 std::vector<float> x_values() { return pattern(75, 13, 6, 5); }
 
+/// Every output of `got` (the untuned int8 default's, on `in`) equals the
+/// float32-only session's: the model's QDQ arithmetic, exactly.
+void check_equals_float_path(const Model& net, const std::vector<NamedBlob>& got, const std::vector<NamedBlob>& in) {
+  SessionOptions floats;
+  floats.schemas = {"cpu:float32:*"};
+  const auto want = Session(net, floats).run(in);
+  for (std::size_t k = 0; k < got.size(); ++k)
+    for (int64_t i = 0; i < got[k].blob.numel(); ++i)
+      CHECK(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
+}
+
 /// ONNX Runtime 1.32 on qoperator_net() and x_values() (bench/.venv, onnxruntime.InferenceSession).
 const float kQOperatorOrt[3] = {-0.35f, 0.29f, -0.23f};
 
@@ -361,13 +372,9 @@ TEST_CASE("A QDQ model's Q/DQ pair between two int8 layers runs nothing", "[onnx
     if (l.view) CHECK(l.type == "fake_quant");
   }
   CHECK(views >= 1);
-  SessionOptions floats;
-  floats.schemas = {"cpu:float32:*"};
-  const auto got = untuned.run(in), want = Session(net, floats).run(in);
+  const auto got = untuned.run(in);
   REQUIRE(got.size() == 2);
-  for (std::size_t k = 0; k < 2; ++k)
-    for (int64_t i = 0; i < got[k].blob.numel(); ++i)
-      CHECK(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
+  check_equals_float_path(net, got, in);
 }
 
 TEST_CASE("Calibrating a QDQ model keeps the model's own scales, so its int8 layers still compute the model", "[onnx][quant][tune]") {
@@ -443,13 +450,9 @@ TEST_CASE("A QDQ model's Flatten between int8 layers runs in int8, with no conve
   CHECK(flatten_int8);
   CHECK(adapts == 3);  // the input's quantisation, the two outputs' dequantisation (5: and two around the flatten)
   std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
-  SessionOptions floats;
-  floats.schemas = {"cpu:float32:*"};
-  const auto got = untuned.run(in), want = Session(net, floats).run(in);
+  const auto got = untuned.run(in);
   REQUIRE(got.size() == 2);
-  for (std::size_t k = 0; k < 2; ++k)
-    for (int64_t i = 0; i < got[k].blob.numel(); ++i)
-      CHECK(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
+  check_equals_float_path(net, got, in);
 }
 
 namespace {
@@ -497,7 +500,9 @@ TEST_CASE("QOperator models (ONNX Runtime's com.microsoft QLinearAdd, QLinearGlo
   // by a QuantizeLinear nor integer-typed".)
   Model net = import_onnx(qoperator_net().save("qoperator.onnx"));
   std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
-  const auto got = run_net(net, in)[0].values;
+  Session untuned(net);
+  const auto outputs = untuned.run(in);
+  const std::vector<float> got(outputs[0].blob.data_as<float>(), outputs[0].blob.data_as<float>() + outputs[0].blob.numel());
   // ONNX Runtime 1.32 on the same file.
   const std::vector<float> ort = {kQOperatorOrt[0], kQOperatorOrt[1], kQOperatorOrt[2]};
   REQUIRE(got.size() == ort.size());
@@ -505,12 +510,9 @@ TEST_CASE("QOperator models (ONNX Runtime's com.microsoft QLinearAdd, QLinearGlo
   if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
   // The untuned default runs the model's int8 layers on qint8 routines, and equals the float path.
   int int8 = 0;
-  for (const auto& l : Session(net).layers())
+  for (const auto& l : untuned.layers())
     if ((l.type == "conv2" || l.type == "dense" || l.type == "add" || l.type == "pool2") && l.descriptor.starts_with("cpu:qint8"))
       ++int8;
   CHECK(int8 == 6);  // two convolutions, the max and the average pooling, the add, the dense
-  SessionOptions floats;
-  floats.schemas = {"cpu:float32:*"};
-  const auto want = Session(net, floats).run(in)[0];
-  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want.blob.data_as<float>()[i]).margin(1e-6));
+  check_equals_float_path(net, outputs, in);
 }

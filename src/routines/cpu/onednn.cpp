@@ -825,26 +825,17 @@ struct Binary {
 
 };
 
-struct AddK {
-  static constexpr std::string_view kType = "add";
-  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_add;
-  static constexpr bool kCommutes = true;
+/// One oneDNN binary operation: the layer type, its algorithm, whether it commutes.
+template <FixedName Type, dnnl::algorithm Alg, bool Commutes>
+struct BinaryKind {
+  static constexpr std::string_view kType = Type;
+  static constexpr dnnl::algorithm kAlg = Alg;
+  static constexpr bool kCommutes = Commutes;
 };
-struct MulK {
-  static constexpr std::string_view kType = "mul";
-  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_mul;
-  static constexpr bool kCommutes = true;
-};
-struct SubK {
-  static constexpr std::string_view kType = "sub";
-  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_sub;
-  static constexpr bool kCommutes = false;
-};
-struct DivK {
-  static constexpr std::string_view kType = "div";
-  static constexpr dnnl::algorithm kAlg = dnnl::algorithm::binary_div;
-  static constexpr bool kCommutes = false;
-};
+using AddK = BinaryKind<"add", dnnl::algorithm::binary_add, true>;
+using MulK = BinaryKind<"mul", dnnl::algorithm::binary_mul, true>;
+using SubK = BinaryKind<"sub", dnnl::algorithm::binary_sub, false>;
+using DivK = BinaryKind<"div", dnnl::algorithm::binary_div, false>;
 
 // ---------------------------------------------------------------------------
 // batchnorm (inference): global statistics, scale and shift.
