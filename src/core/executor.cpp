@@ -132,7 +132,7 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "tanh", "hardswish", "hardsigmoid", "relu",
                                                 "clip", "pool2", "concat"};
   // Steps that only move values: exact in int8 where in and out share one quantisation.
-  static const std::set<std::string> kMoves = {"flatten", "reshape"};
+  static const std::set<std::string> kMoves = {"flatten", "reshape", "split"};
   auto same_quant = [&](const std::string& a, const std::string& b) {
     auto qa = graph.blob_quant.find(a), qb = graph.blob_quant.find(b);
     return qa != graph.blob_quant.end() && qb != graph.blob_quant.end() && qa->second.scales == qb->second.scales &&
@@ -140,12 +140,13 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   };
   std::vector<const Layer*> beside;
   for (const Layer& l : graph.layers) {
-    const bool moves = kMoves.count(l.type) && !l.inputs.empty() && l.outputs.size() == 1 &&
-                       same_quant(l.inputs[0], l.outputs[0]);
+    const bool moves = kMoves.count(l.type) && !l.inputs.empty() && !l.outputs.empty() &&
+                       std::all_of(l.outputs.begin(), l.outputs.end(), [&](const auto& o) { return same_quant(l.inputs[0], o); });
     if (!kProducts.count(l.type) && !kBeside.count(l.type) && !moves) continue;
     const Blob* w = l.find_weight("weight");
     const bool weighted = l.type == "conv2" || l.type == "dense";
-    bool ok = l.outputs.size() == 1 && read_quantised(l.outputs[0]) && (!weighted || (w && stored_as_int8(*w)));
+    bool ok = (l.outputs.size() == 1 || l.type == "split") && (!weighted || (w && stored_as_int8(*w)));
+    for (const auto& o : l.outputs) ok = ok && read_quantised(o);
     for (const auto& in : l.inputs) ok = ok && (made_by(in, "constant") || made_by(in, "fake_quant"));
     if (ok && kProducts.count(l.type)) out.insert(l.name);
     if (ok && !kProducts.count(l.type)) beside.push_back(&l);
@@ -154,8 +155,9 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   auto joined = [&](const Layer& l) {
     for (const auto& in : l.inputs)
       if (made_by(in, "fake_quant") && int8_made(producer.at(in)->inputs[0])) return true;
-    for (const Layer* fq : readers.at(l.outputs[0]))
-      if (int8_read(fq->outputs[0])) return true;
+    for (const auto& o : l.outputs)
+      for (const Layer* fq : readers.at(o))
+        if (int8_read(fq->outputs[0])) return true;
     return false;
   };
   for (bool grew = true; grew;) {

@@ -455,6 +455,42 @@ TEST_CASE("A QDQ model's Flatten between int8 layers runs in int8, with no conve
   check_equals_float_path(net, got, in);
 }
 
+TEST_CASE("A QDQ model's Split of an int8 tensor runs in int8, with no conversions around it", "[onnx][quant]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // conv -> Q/DQ -> Split (channels 1 + 3) -> Q/DQ each -> Concat (swapped)
+  // -> Q/DQ, as quantize_static writes YOLOv8's C2f blocks: the split ran in
+  // float between a dequantising adapt and two quantising ones.
+  OnnxModel m = qdq_conv();
+  m.graph().clear_output();
+  m.output("z");
+  m.init_ints("sizes", {2}, {1, 3});
+  m.node("Split", {"y", "sizes"}, {"s0", "s1"}).i("axis", 1);
+  for (const char* part : {"s0", "s1"}) {
+    m.node("QuantizeLinear", {part, "ys", "yz"}, {std::string(part) + "q"});
+    m.node("DequantizeLinear", {std::string(part) + "q", "ys", "yz"}, {std::string(part) + "d"});
+  }
+  m.node("Concat", {"s1d", "s0d"}, {"c2"}).i("axis", 1);
+  m.node("QuantizeLinear", {"c2", "ys", "yz"}, {"c2q"});
+  m.node("DequantizeLinear", {"c2q", "ys", "yz"}, {"z"});
+  Model net = import_onnx(m.save("qdq_split.onnx"));
+  Session untuned(net);
+  int adapts = 0;
+  bool split_int8 = false;
+  std::string steps;
+  for (const auto& l : untuned.layers()) {
+    steps += l.name + " " + l.type + " " + l.descriptor + "\n";
+    if (l.type == "split") split_int8 = l.descriptor.starts_with("cpu:qint8");
+    if (l.type == "adapt" && l.descriptor.find("quantize") != std::string::npos) ++adapts;
+  }
+  INFO(steps);
+  CHECK(split_int8);
+  CHECK(adapts == 2);  // the input's quantisation and the output's dequantisation
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  const auto got = untuned.run(in);
+  REQUIRE(got.size() == 1);
+  check_equals_float_path(net, got, in);
+}
+
 namespace {
 /// The QOperator form ONNX Runtime's quantize_static writes (QuantFormat.QOperator):
 /// QLinearConv -> MaxPool on the integers -> QLinearAdd of it and a 1x1

@@ -40,7 +40,7 @@ using namespace softneuro;
 
 namespace {
 
-const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "relu", "clip",
+const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "split", "relu", "clip",
                                      "hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu", "flatten", "reshape", "identity",
                                      "fake_quant"};
 /// Types computed by a table of the reference's own formula: bit-exact.
@@ -441,6 +441,34 @@ std::vector<Case> concat_cases(std::mt19937& rng, int count) {
   return out;
 }
 
+std::vector<Case> split_cases(std::mt19937& rng, int count) {
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    Shape in = random_shape(rng);
+    const int axis = pick(rng, 0, 2) ? 1 : pick(rng, 0, in.rank() - 1);
+    in[axis] = pick(rng, 2, 12);
+    // Two to four parts of random sizes.
+    std::vector<int64_t> sizes;
+    int64_t left = in[axis];
+    while (left > 0 && sizes.size() < 3) {
+      const int64_t s = pick(rng, 1, static_cast<int>(left));
+      sizes.push_back(s);
+      left -= s;
+    }
+    if (left > 0) sizes.push_back(left);
+    if (sizes.size() == 1) sizes = {in[axis] - 1, 1};
+    const bool same = pick(rng, 0, 2) == 0;
+    QuantParams q = random_quant(rng);
+    Layer l = test::make_layer("split", {{"axis", int64_t{axis}}, {"split", sizes}});
+    l.outputs.clear();
+    for (std::size_t k = 0; k < sizes.size(); ++k) l.outputs.push_back("y" + std::to_string(k));
+    out.push_back({"split axis=" + std::to_string(axis) + " of " + in.to_string() + " into " + std::to_string(sizes.size()) +
+                       (same ? " same-quant" : ""),
+                   l, {random_qblob(in, rng, q)}, same ? std::vector<QuantParams>(sizes.size(), q) : std::vector<QuantParams>{}, same});
+  }
+  return out;
+}
+
 std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng, int count) {
   std::vector<Case> out;
   for (int i = 0; i < count; ++i) {
@@ -478,6 +506,7 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   if (type == "add") return add_cases(rng, 20);
   if (type == "mul") return mul_cases(rng, 30);
   if (type == "concat") return concat_cases(rng, 20);
+  if (type == "split") return split_cases(rng, 24);
   return unary_cases(type, rng, 30);
 }
 

@@ -45,6 +45,7 @@
 //  add     same-shape inputs with different scales, requantising.
 //  mul     same shapes, or a per-channel gate [N or 1, C, 1, 1] (squeeze-excite).
 //  concat  any axis, requantising each input to the output's scale.
+//  split   any axis, requantising each output to its own scale.
 //  relu, clip in the quantised domain (a requantisation with clamps).
 //  hardsigmoid, hardswish, sigmoid, tanh, gelu: a 256-entry table per layer
 //          (the cpu/ref formula on every int8 value: bit-exact against the reference).
@@ -1118,33 +1119,65 @@ class CopyRoutine : public Routine {
 };
 
 // ---------------------------------------------------------------------------
-// concat along any axis: per outer index, each input's chunk copied or requantised.
+// concat and split along any axis: per outer index, each part's chunk copied
+// or requantised.
+
+/// A blob seen as [outer, chunk] around `axis`: nhwc puts logical dim 1 last
+/// (rank >= 3), so the physical axis and the chunk follow the memory order.
+struct AxisChunks {
+  std::vector<int> order;  ///< logical dims in memory order
+  int physical_axis = 0;
+  int64_t outer = 1;
+  /// Elements of `s` (a part, same rank) from the axis on: one chunk per outer index.
+  int64_t chunk(const Shape& s) const {
+    int64_t c = 1;
+    for (std::size_t i = static_cast<std::size_t>(physical_axis); i < order.size(); ++i) c *= s[order[i]];
+    return c;
+  }
+};
+
+AxisChunks axis_chunks(const Layer& l, const Shape& whole, const Schema& s, int64_t default_axis) {
+  const int rank = whole.rank();
+  const int axis = core::normalize_axis(l, "axis", l.get_int("axis", default_axis), rank);
+  AxisChunks a;
+  for (int d = 0; d < rank; ++d) a.order.push_back(d);
+  if (s == kNhwc && rank >= 3) {
+    a.order.erase(a.order.begin() + 1);
+    a.order.push_back(1);
+  }
+  a.physical_axis = static_cast<int>(std::find(a.order.begin(), a.order.end(), axis) - a.order.begin());
+  for (int i = 0; i < a.physical_axis; ++i) a.outer *= whole[a.order[static_cast<std::size_t>(i)]];
+  return a;
+}
+
+/// One input of a concat, or one output of a split: its chunk, where it lies
+/// in the whole blob's chunk, and the requantisation between them.
+struct ChunkPart {
+  int64_t chunk, offset;
+  int32_t zp;  ///< the source's zero point
+  float m;     ///< source scale / destination scale
+  bool same;   ///< the same quantisation: a copy
+};
+
+ChunkPart chunk_part(int64_t chunk, int64_t offset, const TQ& from, const TQ& to) {
+  return {chunk, offset, from.zp, static_cast<float>(double(from.scale) / double(to.scale)),
+          from.scale == to.scale && from.zp == to.zp};
+}
+
+void move_chunk(const ChunkPart& p, const int8_t* src, int8_t* dst, int32_t dst_zp) {
+  if (p.same) std::memcpy(dst, src, static_cast<std::size_t>(p.chunk));
+  else qint8::requant(src, dst, p.chunk, p.zp, p.m, dst_zp, -128, 127);
+}
 
 class Concat final : public PreparedRoutine {
  public:
   Concat(const LayerInfo& info, const Schema& s) {
-    const Shape& out = info.output_shapes[0];
-    const int rank = out.rank();
-    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"), rank);
-    // Physical dims: nhwc puts dim 1 last (for rank >= 3).
-    std::vector<int> order;
-    for (int d = 0; d < rank; ++d) order.push_back(d);
-    if (s == kNhwc && rank >= 3) {
-      order.erase(order.begin() + 1);
-      order.push_back(1);
-    }
-    const int pa = static_cast<int>(std::find(order.begin(), order.end(), axis) - order.begin());
-    outer_ = 1;
-    for (int i = 0; i < pa; ++i) outer_ *= out[order[static_cast<std::size_t>(i)]];
+    const AxisChunks a = axis_chunks(*info.layer, info.output_shapes[0], s, 0);
+    outer_ = a.outer;
     const TQ y = out_q(info);
-    out_chunk_ = 0;
     for (std::size_t k = 0; k < info.input_shapes.size(); ++k) {
-      int64_t c = 1;
-      for (int i = pa; i < rank; ++i) c *= info.input_shapes[k][order[static_cast<std::size_t>(i)]];
-      const TQ x = in_q(info, k);
-      parts_.push_back({c, out_chunk_, x.zp, static_cast<float>(double(x.scale) / double(y.scale)),
-                        x.scale == y.scale && x.zp == y.zp});
-      out_chunk_ += c;
+      parts_.push_back(chunk_part(a.chunk(info.input_shapes[k]), out_chunk_, in_q(info, k), y));
+      out_chunk_ += parts_.back().chunk;
     }
     zy_ = y.zp;
   }
@@ -1154,25 +1187,63 @@ class Concat final : public PreparedRoutine {
     a.pool->parallel_for(outer_, grain, [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o)
         for (std::size_t k = 0; k < parts_.size(); ++k) {
-          const Part& p = parts_[k];
-          const int8_t* src = a.inputs[k]->data_as<int8_t>() + o * p.chunk;
-          int8_t* dst = y + o * out_chunk_ + p.offset;
-          if (p.same) std::memcpy(dst, src, static_cast<std::size_t>(p.chunk));
-          else qint8::requant(src, dst, p.chunk, p.zp, p.m, zy_, -128, 127);
+          const ChunkPart& p = parts_[k];
+          move_chunk(p, a.inputs[k]->data_as<int8_t>() + o * p.chunk, y + o * out_chunk_ + p.offset, zy_);
         }
     });
   }
 
  private:
-  struct Part {
-    int64_t chunk, offset;
-    int32_t zp;
-    float m;
-    bool same;
-  };
-  std::vector<Part> parts_;
+  std::vector<ChunkPart> parts_;
   int64_t outer_ = 1, out_chunk_ = 0;
   int32_t zy_ = 0;
+};
+
+/// YOLOv8's C2f blocks split a convolution's int8 output in two: kept int8,
+/// rather than a dequantise, a float split and two quantisations.
+class Split final : public PreparedRoutine {
+ public:
+  Split(const LayerInfo& info, const Schema& s) {
+    const AxisChunks a = axis_chunks(*info.layer, info.input_shapes[0], s, 0);
+    outer_ = a.outer;
+    in_chunk_ = a.chunk(info.input_shapes[0]);
+    const TQ x = in_q(info);
+    int64_t offset = 0;
+    for (std::size_t k = 0; k < info.output_shapes.size(); ++k) {
+      const TQ y = out_q(info, k);
+      parts_.push_back(chunk_part(a.chunk(info.output_shapes[k]), offset, x, y));
+      zy_.push_back(y.zp);
+      offset += parts_.back().chunk;
+    }
+  }
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, in_chunk_));
+    a.pool->parallel_for(outer_, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o)
+        for (std::size_t k = 0; k < parts_.size(); ++k) {
+          const ChunkPart& p = parts_[k];
+          move_chunk(p, x + o * in_chunk_ + p.offset, a.outputs[k]->data_as<int8_t>() + o * p.chunk, zy_[k]);
+        }
+    });
+  }
+
+ private:
+  std::vector<ChunkPart> parts_;
+  std::vector<int32_t> zy_;
+  int64_t outer_ = 1, in_chunk_ = 0;
+};
+
+class SplitRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "split"; }
+  std::string_view algorithm() const override { return "qint8"; }
+  std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this split: {}", ok.reason));
+    return std::make_unique<Split>(info, s);
+  }
 };
 
 class ConcatRoutine final : public Routine {
@@ -1203,6 +1274,7 @@ SOFTNEURO_REGISTER_ROUTINE(PoolRoutine);
 SOFTNEURO_REGISTER_ROUTINE(AddRoutine);
 SOFTNEURO_REGISTER_ROUTINE(MulRoutine);
 SOFTNEURO_REGISTER_ROUTINE(ConcatRoutine);
+SOFTNEURO_REGISTER_ROUTINE(SplitRoutine);
 SOFTNEURO_REGISTER_ROUTINE(ActRoutine<false>);
 SOFTNEURO_REGISTER_ROUTINE(ActRoutine<true>);
 SOFTNEURO_REGISTER_ROUTINE(HardsigmoidLut);
