@@ -132,7 +132,7 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "tanh", "hardswish", "hardsigmoid", "relu",
                                                 "clip", "pool2", "concat"};
   // Steps that only move values: exact in int8 where in and out share one quantisation.
-  static const std::set<std::string> kMoves = {"flatten", "reshape", "split"};
+  static const std::set<std::string> kMoves = {"flatten", "reshape", "split", "resize"};
   auto same_quant = [&](const std::string& a, const std::string& b) {
     auto qa = graph.blob_quant.find(a), qb = graph.blob_quant.find(b);
     return qa != graph.blob_quant.end() && qb != graph.blob_quant.end() && qa->second.scales == qb->second.scales &&
@@ -141,6 +141,7 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   std::vector<const Layer*> beside;
   for (const Layer& l : graph.layers) {
     const bool moves = kMoves.count(l.type) && !l.inputs.empty() && !l.outputs.empty() &&
+                       (l.type != "resize" || l.get_string("mode", "nearest") == "nearest") &&
                        std::all_of(l.outputs.begin(), l.outputs.end(), [&](const auto& o) { return same_quant(l.inputs[0], o); });
     if (!kProducts.count(l.type) && !kBeside.count(l.type) && !moves) continue;
     const Blob* w = l.find_weight("weight");

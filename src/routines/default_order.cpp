@@ -177,6 +177,7 @@ const LayerOrder kDefaultOrder[] = {
     {"split",
      {
       {"cpu/vec", "cpu:float32:nhwc/vec"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
@@ -192,6 +193,7 @@ const LayerOrder kDefaultOrder[] = {
     {"resize",
      {
       {"cpu/resample", "cpu:float32:nhwc/xnnpack", "cpu:float32:nhwc/resample"},
+      {"cpu:qint8/resample", "cpu:qint8:nhwc/resample"},
       {"cpu/ref"},
      }},
     {"deconv2",

@@ -491,6 +491,38 @@ TEST_CASE("A QDQ model's Split of an int8 tensor runs in int8, with no conversio
   check_equals_float_path(net, got, in);
 }
 
+TEST_CASE("A QDQ model's nearest Resize of an int8 tensor runs in int8, with no conversions around it", "[onnx][quant]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // conv -> Q/DQ -> Resize (nearest, x2) -> Q/DQ (the same scale), as
+  // quantize_static writes YOLOv8's upsampling: the resize ran in float
+  // between a dequantising and a quantising adapt.
+  OnnxModel m = qdq_conv();
+  m.graph().clear_output();
+  m.output("z");
+  m.init("scales", {4}, {1, 1, 2, 2});
+  m.node("Resize", {"y", "", "scales"}, {"r"}).s("mode", "nearest");
+  m.node("QuantizeLinear", {"r", "ys", "yz"}, {"rq"});
+  m.node("DequantizeLinear", {"rq", "ys", "yz"}, {"z"});
+  Model net = import_onnx(m.save("qdq_resize.onnx"));
+  Session untuned(net);
+  int adapts = 0;
+  bool resize_int8 = false;
+  std::string steps;
+  for (const auto& l : untuned.layers()) {
+    steps += l.name + " " + l.type + " " + l.descriptor + "\n";
+    if (l.type == "resize") resize_int8 = l.descriptor.starts_with("cpu:qint8");
+    if (l.type == "adapt" && l.descriptor.find("quantize") != std::string::npos) ++adapts;
+  }
+  INFO(steps);
+  CHECK(resize_int8);
+  CHECK(adapts == 2);  // the input's quantisation and the output's dequantisation
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  const auto got = untuned.run(in);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].blob.shape() == Shape{1, 4, 10, 10});
+  check_equals_float_path(net, got, in);
+}
+
 namespace {
 /// The QOperator form ONNX Runtime's quantize_static writes (QuantFormat.QOperator):
 /// QLinearConv -> MaxPool on the integers -> QLinearAdd of it and a 1x1

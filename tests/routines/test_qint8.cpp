@@ -40,7 +40,7 @@ using namespace softneuro;
 
 namespace {
 
-const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "split", "relu", "clip",
+const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "split", "resize", "relu", "clip",
                                      "hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu", "flatten", "reshape", "identity",
                                      "fake_quant"};
 /// Types computed by a table of the reference's own formula: bit-exact.
@@ -469,6 +469,28 @@ std::vector<Case> split_cases(std::mt19937& rng, int count) {
   return out;
 }
 
+/// Nearest resizes at one quantisation (what a QDQ YOLOv8's upsampling is): bit-exact.
+std::vector<Case> resize_cases(std::mt19937& rng, int count) {
+  const char* transforms[] = {"half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"};
+  const char* roundings[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    Shape in{pick(rng, 0, 3) == 0 ? 2 : 1, pick(rng, 1, 24), pick(rng, 1, 9), pick(rng, 1, 9)};
+    std::map<std::string, Attr> p{{"mode", std::string("nearest")},
+                                  {"coordinate_transformation_mode", std::string(transforms[pick(rng, 0, 4)])},
+                                  {"nearest_mode", std::string(roundings[pick(rng, 0, 3)])}};
+    const double factors[] = {2.0, 3.0, 0.5, 1.5};
+    if (pick(rng, 0, 2)) p["scales"] = std::vector<double>{1, 1, factors[pick(rng, 0, 3)], factors[pick(rng, 0, 3)]};
+    else p["sizes"] = std::vector<int64_t>{in[0], in[1], pick(rng, 1, 13), pick(rng, 1, 13)};
+    if (p.count("scales") && (in[2] * std::get<std::vector<double>>(p["scales"])[2] < 1 || in[3] * std::get<std::vector<double>>(p["scales"])[3] < 1))
+      p["scales"] = std::vector<double>{1, 1, 2, 2};
+    QuantParams q = random_quant(rng);
+    out.push_back({"resize " + in.to_string() + " " + std::get<std::string>(p["coordinate_transformation_mode"]), test::make_layer("resize", p),
+                   {random_qblob(in, rng, q)}, {q}, true});
+  }
+  return out;
+}
+
 std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng, int count) {
   std::vector<Case> out;
   for (int i = 0; i < count; ++i) {
@@ -507,6 +529,7 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   if (type == "mul") return mul_cases(rng, 30);
   if (type == "concat") return concat_cases(rng, 20);
   if (type == "split") return split_cases(rng, 24);
+  if (type == "resize") return resize_cases(rng, 24);
   return unary_cases(type, rng, 30);
 }
 

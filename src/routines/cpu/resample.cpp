@@ -3,7 +3,9 @@
 // once in prepare (the coordinate transform, rounding and clamping of
 // core::ResizeAxis), so a run only gathers (nearest) or blends two rows and two
 // columns (bilinear), rows in parallel. Float32, NCHW or NHWC (whole pixels:
-// an NHWC chain, XNNPACK's on ARM, keeps its layout through a nearest resize).
+// an NHWC chain, XNNPACK's on ARM, keeps its layout through a nearest resize);
+// qint8 too where the resize only moves values (nearest, one quantisation in
+// and out: a QDQ YOLOv8's upsampling stays int8).
 #include "core/layer_types.hpp"
 
 #include <softneuro/routine.hpp>
@@ -11,7 +13,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <memory>
 #include <vector>
 
@@ -47,9 +51,10 @@ std::vector<Tap> taps(const core::ResizeAxis& a, bool linear) {
 
 class PreparedResample final : public PreparedRoutine {
  public:
-  PreparedResample(const LayerInfo& info, bool nhwc)
+  PreparedResample(const LayerInfo& info, bool nhwc, bool int8)
       : g_(checked_geometry(info)),
         nhwc_(nhwc),
+        int8_(int8),
         channels_(info.input_shapes[0][1]),
         planes_(info.input_shapes[0][0] * info.input_shapes[0][1]),
         rows_(taps(g_.h, g_.linear)),
@@ -75,9 +80,16 @@ class PreparedResample final : public PreparedRoutine {
   }
 
   void run(const RunArgs& a) override {
-    if (nhwc_) return run_nhwc(a);
-    const float* x = a.inputs[0]->data_as<float>();
-    float* y = a.outputs[0]->data_as<float>();
+    if (int8_) return nhwc_ ? run_nhwc<int8_t>(a) : run_nchw<int8_t>(a);
+    return nhwc_ ? run_nhwc<float>(a) : run_nchw<float>(a);
+  }
+
+ private:
+  // T: float, or int8_t (nearest and nothing outside: supports() refuses the rest).
+  template <typename T>
+  void run_nchw(const RunArgs& a) {
+    const T* x = a.inputs[0]->data_as<T>();
+    T* y = a.outputs[0]->data_as<T>();
     const int64_t ih = g_.h.in, iw = g_.w.in, oh = g_.h.out, ow = g_.w.out;
     const int64_t* c0 = col0_.data();
     const int64_t* c1 = col1_.data();
@@ -86,11 +98,11 @@ class PreparedResample final : public PreparedRoutine {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t p = row / oh, i = row % oh;
         const Tap& r = rows_[static_cast<std::size_t>(i)];
-        float* out = y + row * ow;
-        const float* top = x + (p * ih + r.i0) * iw;
+        T* out = y + row * ow;
+        const T* top = x + (p * ih + r.i0) * iw;
         if (!g_.linear) {
           for (int64_t j = 0; j < ow; ++j) out[j] = top[c0[j]];
-        } else {
+        } else if constexpr (std::is_same_v<T, float>) {
           const float* bottom = x + (p * ih + r.i1) * iw;
           const float wt = r.w0, wb = r.w1;
           for (int64_t j = 0; j < ow; ++j) {
@@ -99,47 +111,53 @@ class PreparedResample final : public PreparedRoutine {
             out[j] = left + w1[j] * (right - left);
           }
         }
-        if (any_outside_)
-          for (int64_t j = 0; j < ow; ++j)
-            if (r.outside || cols_[static_cast<std::size_t>(j)].outside) out[j] = g_.extrapolation_value;
+        if constexpr (std::is_same_v<T, float>) {
+          if (any_outside_)
+            for (int64_t j = 0; j < ow; ++j)
+              if (r.outside || cols_[static_cast<std::size_t>(j)].outside) out[j] = g_.extrapolation_value;
+        }
       }
     });
   }
 
- private:
   /// [N,H,W,C]: each output pixel gathers (nearest) or blends four input pixels
   /// of C channels; output rows in parallel.
+  template <typename T>
   void run_nhwc(const RunArgs& a) {
-    const float* x = a.inputs[0]->data_as<float>();
-    float* y = a.outputs[0]->data_as<float>();
+    const T* x = a.inputs[0]->data_as<T>();
+    T* y = a.outputs[0]->data_as<T>();
     const int64_t ih = g_.h.in, iw = g_.w.in, oh = g_.h.out, ow = g_.w.out, c = channels_;
     const int64_t batch = planes_ / c;
     a.pool->parallel_for(batch * oh, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, ow * c)), [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t n = row / oh, i = row % oh;
         const Tap& r = rows_[static_cast<std::size_t>(i)];
-        const float* top = x + (n * ih + r.i0) * iw * c;
-        const float* bottom = x + (n * ih + r.i1) * iw * c;
+        const T* top = x + (n * ih + r.i0) * iw * c;
+        const T* bottom = x + (n * ih + r.i1) * iw * c;
         for (int64_t j = 0; j < ow; ++j) {
-          float* out = y + (row * ow + j) * c;
+          T* out = y + (row * ow + j) * c;
           const Tap& t = cols_[static_cast<std::size_t>(j)];
-          if (r.outside || t.outside) {
-            std::fill(out, out + c, g_.extrapolation_value);
-            continue;
+          const T* tl = top + col0_[static_cast<std::size_t>(j)] * c;
+          if constexpr (std::is_same_v<T, float>) {
+            if (r.outside || t.outside) {
+              std::fill(out, out + c, g_.extrapolation_value);
+              continue;
+            }
           }
-          const float* tl = top + col0_[static_cast<std::size_t>(j)] * c;
           if (!g_.linear) {
-            std::memcpy(out, tl, static_cast<std::size_t>(c) * sizeof(float));
+            std::memcpy(out, tl, static_cast<std::size_t>(c) * sizeof(T));
             continue;
           }
-          const float* tr = top + col1_[static_cast<std::size_t>(j)] * c;
-          const float* bl = bottom + col0_[static_cast<std::size_t>(j)] * c;
-          const float* br = bottom + col1_[static_cast<std::size_t>(j)] * c;
-          const float wt = r.w0, wb = r.w1, w1 = cw1_[static_cast<std::size_t>(j)];
-          for (int64_t k = 0; k < c; ++k) {
-            const float left = wt * tl[k] + wb * bl[k];
-            const float right = wt * tr[k] + wb * br[k];
-            out[k] = left + w1 * (right - left);
+          if constexpr (std::is_same_v<T, float>) {
+            const float* tr = top + col1_[static_cast<std::size_t>(j)] * c;
+            const float* bl = bottom + col0_[static_cast<std::size_t>(j)] * c;
+            const float* br = bottom + col1_[static_cast<std::size_t>(j)] * c;
+            const float wt = r.w0, wb = r.w1, w1 = cw1_[static_cast<std::size_t>(j)];
+            for (int64_t k = 0; k < c; ++k) {
+              const float left = wt * tl[k] + wb * bl[k];
+              const float right = wt * tr[k] + wb * br[k];
+              out[k] = left + w1 * (right - left);
+            }
           }
         }
       }
@@ -147,7 +165,7 @@ class PreparedResample final : public PreparedRoutine {
   }
 
   core::ResizeGeometry g_;
-  bool nhwc_;
+  bool nhwc_, int8_;
   int64_t channels_;
   int64_t planes_;
   std::vector<Tap> rows_, cols_;
@@ -160,21 +178,36 @@ class Resample final : public Routine {
  public:
   std::string_view layer_type() const override { return "resize"; }
   std::string_view algorithm() const override { return "resample"; }
-  std::vector<Schema> schemas() const override { return {Schema{}, kNhwc}; }
+  std::vector<Schema> schemas() const override { return {Schema{}, kNhwc, kInt8, kInt8Nhwc}; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (!(schema == Schema{}) && !(schema == kNhwc))
-      return Support::no(fmt::format("cpu/resample computes in cpu or {}, not {}", kNhwc.to_string(), schema.to_string()));
+    if (!(schema == Schema{}) && !(schema == kNhwc) && !(schema == kInt8) && !(schema == kInt8Nhwc))
+      return Support::no(fmt::format("cpu/resample computes in cpu, {}, {} or {}, not {}", kNhwc.to_string(),
+                                     kInt8.to_string(), kInt8Nhwc.to_string(), schema.to_string()));
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("resize needs an input [N,C,H,W]");
-    if (info.layer->get_string("mode", "nearest") == "cubic") return Support::no("cpu/resample has no cubic mode (cpu/ref has)");
+    const std::string mode = info.layer->get_string("mode", "nearest");
+    if (mode == "cubic") return Support::no("cpu/resample has no cubic mode (cpu/ref has)");
+    if (schema.dtype == DType::qint8) {
+      // Only moving int8 values is exact: no blend, no extrapolation value, no requantisation.
+      if (mode != "nearest") return Support::no(fmt::format("in qint8 only a nearest resize, not {}", mode));
+      if (info.layer->get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
+        return Support::no("in qint8 not tf_crop_and_resize (its extrapolation value)");
+      if (info.input_quant.empty() || info.output_quant.empty() || info.input_quant[0].scales.size() != 1 ||
+          !(info.input_quant[0].scales == info.output_quant[0].scales &&
+            info.input_quant[0].zero_points == info.output_quant[0].zero_points))
+        return Support::no("in qint8 the input and output need one quantisation (per tensor)");
+    }
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& schema, const RoutineParams&) const override {
-    return std::make_unique<PreparedResample>(info, schema == kNhwc);
+    if (Support ok = supports(info, schema); !ok) throw Error(fmt::format("cpu/resample cannot run this resize: {}", ok.reason));
+    return std::make_unique<PreparedResample>(info, schema.layout == Layout::nhwc, schema.dtype == DType::qint8);
   }
 
  private:
   static constexpr Schema kNhwc{Device::cpu, DType::float32, Layout::nhwc};
+  static constexpr Schema kInt8{Device::cpu, DType::qint8, Layout::nchw};
+  static constexpr Schema kInt8Nhwc{Device::cpu, DType::qint8, Layout::nhwc};
 };
 
 SOFTNEURO_REGISTER_ROUTINE(Resample);
