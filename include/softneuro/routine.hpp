@@ -211,6 +211,18 @@ class PreparedRoutine {
   /// identity quantisation step): the executor may then give the output the
   /// input's memory and run nothing. run() must still copy where they differ.
   virtual bool output_is_input() const { return false; }
+  /// The 256-entry table this step applies to its one qint8 input element by
+  /// element (indexed by the byte as uint8_t), or null. With gated_by_table()
+  /// the executor folds such steps into a binary step that reads both their
+  /// input and their result: YOLOv8's int8 SiLU, x * sigmoid(x), as one table.
+  virtual const int8_t* int8_table() const { return nullptr; }
+  /// This two-input step where input `gated` is table[input 1 - gated],
+  /// element by element and of the same shape: a one-input step reading
+  /// input 1 - gated that computes the same bytes, or null where it cannot.
+  virtual std::unique_ptr<PreparedRoutine> gated_by_table(std::size_t gated, const int8_t* table) const {
+    (void)gated, (void)table;
+    return nullptr;
+  }
 };
 
 /// A routine implemented as a small net of sub-layers (SoftNeuro's childnets,

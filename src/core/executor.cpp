@@ -733,6 +733,7 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   for (int s : net_outputs_) slots_[static_cast<std::size_t>(s)].last = end;
   if (plan_only_) return;
   fuse_steps();
+  fuse_gates();
   share_views();
   share_slices();
 
@@ -828,6 +829,58 @@ void Executor::fuse_steps() {
     a.fused_into = b.name;
     a.prepared = std::make_unique<ComputedElsewhere>();
     a.output_blobs.clear();
+  }
+}
+
+void Executor::fuse_gates() {
+  std::vector<int> readers(slots_.size(), 0), producer(slots_.size(), -1);
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    for (int s : steps_[t]->input_blobs) ++readers[static_cast<std::size_t>(s)];
+    for (int s : steps_[t]->output_blobs) producer[static_cast<std::size_t>(s)] = static_cast<int>(t);
+  }
+  for (int s : net_outputs_) ++readers[static_cast<std::size_t>(s)];  // the caller reads them too
+  auto alone = [](const Step& s) { return s.parent.empty() && s.fused_into.empty() && s.layer->type != "adapt"; };
+  for (auto& step_ptr : steps_) {
+    Step& m = *step_ptr;
+    if (m.input_blobs.size() != 2 || m.output_blobs.size() != 1 || !alone(m) || m.input_blobs[0] == m.input_blobs[1]) continue;
+    for (std::size_t gated = 0; gated < 2; ++gated) {
+      const int x = m.input_blobs[1 - gated];
+      // Back from the gated input through one-input table steps that nothing else reads, to x.
+      std::vector<int> chain;
+      bool reaches_x = false;
+      for (int blob = m.input_blobs[gated]; !reaches_x;) {
+        const auto b = static_cast<std::size_t>(blob);
+        if (readers[b] != 1 || slots_[b].kind != BlobKind::planned || producer[b] < 0) break;
+        const Step& s = *steps_[static_cast<std::size_t>(producer[b])];
+        if (s.input_blobs.size() != 1 || s.output_blobs.size() != 1 || !alone(s) || !(s.routine.schema == m.routine.schema) ||
+            !s.prepared->int8_table())
+          break;
+        chain.push_back(producer[b]);
+        blob = s.input_blobs[0];
+        reaches_x = blob == x;
+      }
+      if (!reaches_x) continue;
+      int8_t table[256];
+      for (int u = 0; u < 256; ++u) table[u] = static_cast<int8_t>(static_cast<uint8_t>(u));
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {  // the first applied first
+        const int8_t* t = steps_[static_cast<std::size_t>(*it)]->prepared->int8_table();
+        for (int8_t& v : table) v = t[static_cast<uint8_t>(v)];
+      }
+      std::unique_ptr<PreparedRoutine> fused = m.prepared->gated_by_table(gated, table);
+      if (!fused) continue;
+      debug("'{}' runs as one table: {} step(s) of its input '{}' fold into it", m.name, chain.size(),
+            slots_[static_cast<std::size_t>(x)].name);
+      m.prepared = std::move(fused);
+      m.input_blobs = {x};
+      for (int c : chain) {
+        Step& s = *steps_[static_cast<std::size_t>(c)];
+        for (int o : s.output_blobs) slots_[static_cast<std::size_t>(o)].kind = BlobKind::unwritten;
+        s.fused_into = m.name;
+        s.prepared = std::make_unique<ComputedElsewhere>();
+        s.output_blobs.clear();
+      }
+      break;
+    }
   }
 }
 

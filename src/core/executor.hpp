@@ -188,6 +188,10 @@ class Executor {
   void bind_outputs_to_arena();
   /// Lets each layer's routine take in the step before it (Routine::prepare_with_previous) where the blob between them has no other use.
   void fuse_steps();
+  /// A binary step whose one input is a chain of int8 tables of its other
+  /// input (PreparedRoutine::int8_table, gated_by_table) becomes one table
+  /// step; the chain runs nothing.
+  void fuse_gates();
   /// Runs the adapt `step` once, from constant slot `from` into constant slot
   /// `to`, whose memory the executor then owns (constant_copies_).
   void convert_constant(Step& step, int from, int to);

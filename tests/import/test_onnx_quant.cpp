@@ -523,6 +523,43 @@ TEST_CASE("A QDQ model's nearest Resize of an int8 tensor runs in int8, with no 
   check_equals_float_path(net, got, in);
 }
 
+TEST_CASE("A QDQ model's int8 SiLU (Sigmoid, Q/DQ, Mul) runs as one table, computing what its two steps did", "[onnx][quant]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // conv -> Q/DQ -> Sigmoid -> Q/DQ -> Mul(conv, sigmoid) -> Q/DQ, as
+  // quantize_static writes every YOLOv8 activation: two passes over the
+  // tensor (the sigmoid's table, then the mul) where one table gives the same bytes.
+  OnnxModel m = qdq_conv();
+  m.graph().clear_output();
+  m.output("z");
+  m.init("ss", {}, {1.0f / 255}).init_typed("sz", T::UINT8, {}, {0});
+  m.init("ms", {}, {0.02f}).init_typed("mz", T::UINT8, {}, {10});
+  m.node("Sigmoid", {"y"}, {"sig"});
+  m.node("QuantizeLinear", {"sig", "ss", "sz"}, {"sigq"});
+  m.node("DequantizeLinear", {"sigq", "ss", "sz"}, {"sigd"});
+  m.node("Mul", {"y", "sigd"}, {"silu"});
+  m.node("QuantizeLinear", {"silu", "ms", "mz"}, {"siluq"});
+  m.node("DequantizeLinear", {"siluq", "ms", "mz"}, {"z"});
+  Model net = import_onnx(m.save("qdq_silu.onnx"));
+  Session untuned(net);
+  std::string steps, sigmoid_fused_into;
+  bool mul_int8 = false;
+  for (const auto& l : untuned.layers()) {
+    steps += l.name + " " + l.type + " " + l.descriptor + (l.fused_into.empty() ? "" : " fused into " + l.fused_into) + "\n";
+    if (l.type == "sigmoid") sigmoid_fused_into = l.fused_into;
+    if (l.type == "mul") mul_int8 = l.descriptor.starts_with("cpu:qint8");
+  }
+  INFO(steps);
+  CHECK(mul_int8);
+  CHECK_FALSE(sigmoid_fused_into.empty());
+  // Every int8 input value: the conv's output spans its whole range on these inputs.
+  for (int k = 0; k < 3; ++k) {
+    std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, pattern(75, 13 + k, 6 + k, 1.0f + 0.5f * k))}};
+    const auto got = untuned.run(in);
+    REQUIRE(got.size() == 1);
+    check_equals_float_path(net, got, in);
+  }
+}
+
 namespace {
 /// The QOperator form ONNX Runtime's quantize_static writes (QuantFormat.QOperator):
 /// QLinearConv -> MaxPool on the integers -> QLinearAdd of it and a 1x1

@@ -845,6 +845,35 @@ class AddRoutine final : public Routine {
   }
 };
 
+/// A 256-entry table applied to every element (indexed by the byte as uint8_t).
+class Lut final : public PreparedRoutine {
+ public:
+  Lut(int64_t n, const int8_t* table) : n_(n) {
+    std::memcpy(table_, table, 256);
+    identity_ = cpu::int8_table_identity(table_);
+  }
+  bool output_is_input() const override { return identity_; }
+  const int8_t* int8_table() const override { return table_; }
+  void run(const RunArgs& a) override {
+    const int8_t* x = a.inputs[0]->data_as<int8_t>();
+    int8_t* y = a.outputs[0]->data_as<int8_t>();
+    if (identity_) {  // an imported QDQ model's fake_quant between int8 layers: a copy (the table: 1 ns a byte)
+      if (x != y) std::memmove(y, x, static_cast<std::size_t>(n_));
+      return;
+    }
+    const bool simd = qint8::avx2_usable();
+    a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
+      if (simd) return qint8::lookup(x + b, y + b, e - b, table_);
+      for (int64_t i = b; i < e; ++i) y[i] = table_[static_cast<uint8_t>(x[i])];
+    });
+  }
+
+ private:
+  int64_t n_;
+  int8_t table_[256];
+  bool identity_ = false;
+};
+
 // ---------------------------------------------------------------------------
 // mul: same shapes, or one input broadcast per channel ([N or 1, C, 1, 1], the
 // squeeze-excite gate): y = s_a s_b (a - za)(b - zb) / s_y, requantised.
@@ -870,6 +899,16 @@ class Mul final : public PreparedRoutine {
       small_batch_ = (big_ == 0 ? b : a)[0];
       per_channel_.resize(static_cast<std::size_t>(batch_ * c_));
     }
+  }
+  /// x * table[x] (YOLOv8's SiLU: x times its sigmoid's table) by the same
+  /// arithmetic run() uses, for every int8 x: one table.
+  std::unique_ptr<PreparedRoutine> gated_by_table(std::size_t gated, const int8_t* table) const override {
+    if (broadcast_ || gated > 1) return nullptr;
+    alignas(64) int8_t x[256], g[256], y[256];
+    for (int u = 0; u < 256; ++u) x[u] = static_cast<int8_t>(static_cast<uint8_t>(u)), g[u] = table[u];
+    // Input 0 is run()'s first operand (big_ is 0 for same shapes).
+    qint8::mul_requant(gated == 0 ? g : x, gated == 0 ? x : g, y, 256, q_big_.zp, q_small_.zp, m_, y_.zp);
+    return std::make_unique<Lut>(n_, y);
   }
   void run(const RunArgs& args) override {
     const int8_t* big = args.inputs[static_cast<std::size_t>(big_)]->data_as<int8_t>();
@@ -992,34 +1031,6 @@ class ActRoutine final : public Routine {
 // Other unary activations by a 256-entry table: every int8 input value maps to
 // quantise_out(f(dequantise_in(q))), with f computed exactly as cpu/ref does,
 // so the results equal the reference's bit for bit.
-
-class Lut final : public PreparedRoutine {
- public:
-  Lut(int64_t n, const int8_t* table) : n_(n) {
-    std::memcpy(table_, table, 256);
-    identity_ = cpu::int8_table_identity(table_);
-  }
-  bool output_is_input() const override { return identity_; }
-  void run(const RunArgs& a) override {
-    const int8_t* x = a.inputs[0]->data_as<int8_t>();
-    int8_t* y = a.outputs[0]->data_as<int8_t>();
-    if (identity_) {  // an imported QDQ model's fake_quant between int8 layers: a copy (the table: 1 ns a byte)
-      if (x != y) std::memmove(y, x, static_cast<std::size_t>(n_));
-      return;
-    }
-    const bool simd = qint8::avx2_usable();
-    a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
-      if (simd) return qint8::lookup(x + b, y + b, e - b, table_);
-      for (int64_t i = b; i < e; ++i) y[i] = table_[static_cast<uint8_t>(x[i])];
-    });
-  }
-
- private:
-  int64_t n_;
-  int8_t table_[256];
-  bool identity_ = false;
-};
-
 
 class LutRoutine : public Routine {
  public:
