@@ -129,8 +129,8 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   // through Q/DQ steps (elsewhere a float step is cheaper than the
   // conversions around an int8 one).
   static const std::set<std::string> kProducts = {"conv2", "dense", "matmul"};
-  static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "tanh", "hardswish", "hardsigmoid", "relu",
-                                                "clip", "pool2", "concat"};
+  static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "silu", "tanh", "gelu", "hardswish", "hardsigmoid",
+                                                "relu", "clip", "pool2", "concat"};
   // Steps that only move values: exact in int8 where in and out share one quantisation.
   static const std::set<std::string> kMoves = {"flatten", "reshape", "split", "resize"};
   auto same_quant = [&](const std::string& a, const std::string& b) {

@@ -226,7 +226,12 @@ const LayerOrder kDefaultOrder[] = {
     {"exp", kOnednnEltwise},
     {"log", kOnednnEltwise},
     {"reciprocal", kOnednnEltwise},
-    {"silu", kOnednnEltwise},
+    {"silu",
+     {
+      {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu/onednn"},
+      {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"},
+      {"cpu/ref"},
+     }},
     {"mish", kOnednnEltwise},
     {"leaky_relu", kOnednnEltwise},
     {"pow", kOnednnEltwise},

@@ -560,6 +560,32 @@ TEST_CASE("A QDQ model's int8 SiLU (Sigmoid, Q/DQ, Mul) runs as one table, compu
   }
 }
 
+TEST_CASE("A QDQ model's Swish and Gelu between Q/DQ steps run on int8 tables", "[onnx][quant]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  for (const char* op : {"Swish", "Gelu"}) {
+    INFO(op);
+    OnnxModel m = qdq_conv();
+    m.graph().clear_output();
+    m.output("z");
+    m.init("as", {}, {0.02f}).init_typed("az", T::UINT8, {}, {20});
+    m.node(op, {"y"}, {"a"});
+    m.node("QuantizeLinear", {"a", "as", "az"}, {"aq"});
+    m.node("DequantizeLinear", {"aq", "as", "az"}, {"z"});
+    Model net = import_onnx(m.save(std::string("qdq_") + op + ".onnx"));
+    Session untuned(net);
+    std::string steps;
+    bool int8 = false;
+    for (const auto& l : untuned.layers()) {
+      steps += l.name + " " + l.type + " " + l.descriptor + "\n";
+      if (l.type == "silu" || l.type == "gelu") int8 = l.descriptor.starts_with("cpu:qint8");
+    }
+    INFO(steps);
+    CHECK(int8);  // (before: in float32, between a dequantise and a quantise)
+    std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+    check_equals_float_path(net, untuned.run(in), in);
+  }
+}
+
 namespace {
 /// The QOperator form ONNX Runtime's quantize_static writes (QuantFormat.QOperator):
 /// QLinearConv -> MaxPool on the integers -> QLinearAdd of it and a 1x1

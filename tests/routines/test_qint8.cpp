@@ -41,10 +41,10 @@ using namespace softneuro;
 namespace {
 
 const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "split", "resize", "relu", "clip",
-                                     "hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu", "flatten", "reshape", "identity",
+                                     "hardsigmoid", "hardswish", "sigmoid", "silu", "tanh", "gelu", "flatten", "reshape", "identity",
                                      "fake_quant"};
 /// Types computed by a table of the reference's own formula: bit-exact.
-const std::set<std::string> kTableTypes = {"hardsigmoid", "hardswish", "sigmoid", "tanh", "gelu"};
+const std::set<std::string> kTableTypes = {"hardsigmoid", "hardswish", "sigmoid", "silu", "tanh", "gelu"};
 
 std::vector<std::string> qint8_routines(std::string_view type) {
   std::vector<std::string> out;

@@ -47,7 +47,7 @@
 //  concat  any axis, requantising each input to the output's scale.
 //  split   any axis, requantising each output to its own scale.
 //  relu, clip in the quantised domain (a requantisation with clamps).
-//  hardsigmoid, hardswish, sigmoid, tanh, gelu: a 256-entry table per layer
+//  hardsigmoid, hardswish, sigmoid, silu, tanh, gelu: a 256-entry table per layer
 //          (the cpu/ref formula on every int8 value: bit-exact against the reference).
 //  flatten, reshape, identity: copies (requantising when scales differ).
 // nchw blobs are transposed to nhwc in the workspace where the kernels want channels last.
@@ -1055,6 +1055,8 @@ class LutRoutine : public Routine {
       });
     } else if (type_ == "sigmoid") {
       cpu::int8_table(table, x, y, [](float v) { return static_cast<float>(1.0 / (1.0 + std::exp(-double(v)))); });
+    } else if (type_ == "silu") {
+      cpu::int8_table(table, x, y, [](float v) { return static_cast<float>(double(v) / (1.0 + std::exp(-double(v)))); });
     } else if (type_ == "tanh") {
       cpu::int8_table(table, x, y, [](float v) { return static_cast<float>(std::tanh(double(v))); });
     } else {  // gelu
@@ -1096,6 +1098,7 @@ class FakeQuantRoutine final : public Routine {
 struct HardsigmoidLut : LutRoutine { HardsigmoidLut() : LutRoutine("hardsigmoid") {} };
 struct HardswishLut : LutRoutine { HardswishLut() : LutRoutine("hardswish") {} };
 struct SigmoidLut : LutRoutine { SigmoidLut() : LutRoutine("sigmoid") {} };
+struct SiluLut : LutRoutine { SiluLut() : LutRoutine("silu") {} };
 struct TanhLut : LutRoutine { TanhLut() : LutRoutine("tanh") {} };
 struct GeluLut : LutRoutine { GeluLut() : LutRoutine("gelu") {} };
 
@@ -1291,6 +1294,7 @@ SOFTNEURO_REGISTER_ROUTINE(ActRoutine<true>);
 SOFTNEURO_REGISTER_ROUTINE(HardsigmoidLut);
 SOFTNEURO_REGISTER_ROUTINE(HardswishLut);
 SOFTNEURO_REGISTER_ROUTINE(SigmoidLut);
+SOFTNEURO_REGISTER_ROUTINE(SiluLut);
 SOFTNEURO_REGISTER_ROUTINE(TanhLut);
 SOFTNEURO_REGISTER_ROUTINE(GeluLut);
 SOFTNEURO_REGISTER_ROUTINE(FlattenCopy);
