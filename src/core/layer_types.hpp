@@ -101,7 +101,8 @@
 //  constant  no inputs; weight value; out = value.
 //  shape_math  a small int64/float32 value computed from its inputs' shapes and
 //            values when the input shapes are known (op: shape, gather, concat,
-//            slice, range, ...; core/shape_plan.hpp); a reshape may read its
+//            slice, range, ..., fake_quant with fake_quant's parameters;
+//            core/shape_plan.hpp); a reshape may read its
 //            target from one as input 1.
 //  Routine families add their own types (register_layer_type), e.g. the
 //  Winograd sub-layers wgenc/wgconv/wgdec in src/routines/cpu/winograd.cpp.

@@ -193,6 +193,13 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
       fail_field(l, "limit", e.message());
     }
   }
+  if (op == "fake_quant") {  // a QuantizeLinear of a size-dependent value, held as its real values
+    const FakeQuant q = fake_quant_params(l);
+    const Blob x = cast_to(in(0, "x"), DType::float32);  // (the input itself where float32 already)
+    Blob y = Blob::allocate(x.shape());
+    for (int64_t i = 0; i < y.numel(); ++i) y.data_as<float>()[i] = q.apply(x.data_as<float>()[i]);
+    return y;
+  }
   if (op == "where") return where(in(0, "condition"), in(1, "X"), in(2, "Y"));
   if (op == "scatter_nd") return scattered(in(0, "data"), in(1, "indices"), in(2, "updates"));
   fail_field(l, "op", fmt::format("unknown shape_math op '{}'", op));

@@ -4537,7 +4537,7 @@ bool Importer::record_shape_math(const Node& n) {
       {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"}, {"Equal", "equal"}, {"Less", "less"},
       {"Greater", "greater"}, {"And", "and"}, {"Or", "or"}, {"Not", "not"}, {"Neg", "neg"}, {"Abs", "abs"},
       {"Sqrt", "sqrt"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Mod", "mod"}, {"Where", "where"},
-      {"ScatterND", "scatter_nd"}, {"Cast", "cast"}};
+      {"ScatterND", "scatter_nd"}, {"Cast", "cast"}, {"QuantizeLinear", "fake_quant"}, {"DequantizeLinear", "identity"}};
   auto op = ops.find(n.op());
   if (op == ops.end() || n.num_outputs() != 1) return false;
   Layer l;
@@ -4555,6 +4555,18 @@ bool Importer::record_shape_math(const Node& n) {
     if (n.has("start")) l.params["start"] = n.get_int("start");
     if (n.has("end")) l.params["end"] = n.get_int("end");
   } else if (o == "identity") {
+    // DequantizeLinear: only of a value held as its real values (a QuantizeLinear's).
+    if (n.op() == "DequantizeLinear" && !quantized_.count(n.in(0))) return false;
+    inputs.resize(1);
+  } else if (o == "fake_quant") {
+    // QuantizeLinear of a size-dependent value (YOLOv8's anchor grid, quantised
+    // by quantize_static): held as its real values, as quantize_linear holds it.
+    const auto q = quantized_.find(n.out(0));
+    if (q == quantized_.end()) return false;  // per axis, wider than 8 bits, or a float type
+    l.params["scale"] = static_cast<double>(q->second.scale);
+    l.params["zero_point"] = int64_t{q->second.zero_point};
+    l.params["qmin"] = int64_t{q->second.qmin};
+    l.params["qmax"] = int64_t{q->second.qmax};
     inputs.resize(1);
   } else if (o == "gather" || o == "concat" || o == "flatten") {
     l.params["axis"] = n.get_int("axis", o == "flatten" ? 1 : 0);

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -153,6 +154,42 @@ TEST_CASE("dynamic shapes: values computed from the shape (an anchor grid) follo
     const float* y = got[0].blob.data_as<float>();
     for (int64_t i = 0; i < s.numel(); ++i)
       REQUIRE(y[i] == Approx(x[i] + (static_cast<float>(i % s[3]) + 0.5f) * 8.0f));
+  }
+}
+
+TEST_CASE("dynamic shapes: an anchor grid quantised by QuantizeLinear/DequantizeLinear follows every input shape",
+          "[onnx][dynamic][quant]") {
+  // The grid as quantize_static leaves it in a QDQ YOLOv8: its Q/DQ pair was
+  // folded at the import size, and a plain import fixed H and W at 64.
+  OnnxModel m(13);
+  m.input("x", {-1, 2, -1, -1}).output("y");
+  m.init_ints("i3", {}, {3}).init_ints("zero", {}, {0}).init_ints("one", {}, {1});
+  m.init("half", {}, {0.5f}).init("gs", {}, {0.3f});
+  m.init_typed("gz", onnx::TensorProto::UINT8, {}, {0});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i3"}, {"w"});
+  m.node("Range", {"zero", "w", "one"}, {"r"});
+  m.node("Cast", {"r"}, {"rf"}).i("to", 1);
+  m.node("Add", {"rf", "half"}, {"centre"});
+  m.node("QuantizeLinear", {"centre", "gs", "gz"}, {"cq"});
+  m.node("DequantizeLinear", {"cq", "gs", "gz"}, {"grid"});
+  m.node("Add", {"x", "grid"}, {"y"});
+  Model net = import_onnx(m.save("anchor_grid_qdq.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 100}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 4);
+    auto got = session.run(ins);
+    REQUIRE(got[0].blob.shape() == s);
+    const float* x = ins[0].blob.data_as<float>();
+    const float* y = got[0].blob.data_as<float>();
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      // QuantizeLinear then DequantizeLinear: round half to even onto 0.3 steps, uint8's range.
+      const float centre = static_cast<float>(i % s[3]) + 0.5f;
+      const float grid = std::clamp(std::nearbyint(centre / 0.3f), 0.0f, 255.0f) * 0.3f;
+      REQUIRE(y[i] == Approx(x[i] + grid));
+    }
   }
 }
 
