@@ -246,7 +246,7 @@ const LayerOrder kDefaultOrder[] = {
     {"lstm", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"gru", {{"cpu/eigen"}, {"cpu/ref"}}},
     {"group_norm", {{"cpu/vec"}, {"cpu/ref"}}},
-    {"fake_quant", {{"cpu/vec", "cpu:float32:nhwc/vec"}, {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8/vec", "cpu:qint8:nhwc/vec"}, {"cpu/ref"}}},
+    {"fake_quant", {{"cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/vec", "cpu:float32:nchw16c/vec"}, {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8/vec", "cpu:qint8:nhwc/vec"}, {"cpu/ref"}}},
     {"dynamic_quantize", {{"cpu/vec"}, {"cpu/ref"}}},
 };
 

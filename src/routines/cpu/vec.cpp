@@ -6,7 +6,7 @@
 //  layernorm  cpu: any axis (the normalised dims axis..rank-1 are one
 //             contiguous row per outer index); mean and variance in one pass.
 //  group_norm cpu: [N,C,...], one task per (n, group): the group's planes are contiguous.
-//  fake_quant cpu and cpu:float32:nhwc (elementwise): ONNX Runtime's quantise-dequantise;
+//  fake_quant cpu, cpu:float32:nhwc, nchw8c and nchw16c (elementwise): ONNX Runtime's quantise-dequantise;
 //             cpu:qint8 and cpu:qint8:nhwc: between int8 blobs, by a 256-entry
 //             table (a copy where it is the identity).
 //  dynamic_quantize cpu: min/max in chunks across threads, then the values.
@@ -243,17 +243,31 @@ struct GroupNorm final : PreparedRoutine {
   }
 };
 
+/// Elementwise, so in any layout: in nchw8c/nchw16c over the padded channels
+/// too (zero padding stays zero: 0 is on every quantisation's grid), so a QDQ
+/// model's Q/DQ steps between float layers in a blocked layout need no reorders.
 struct FakeQuantVec final : PreparedRoutine {
   static constexpr std::string_view kType = "fake_quant";
   static constexpr bool kSimd = true;
-  static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
-  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+  static std::vector<Schema> schemas() {
+    return {kPlain, kNhwc, {Device::cpu, DType::float32, Layout::nchw8c}, {Device::cpu, DType::float32, Layout::nchw16c}};
+  }
+  static Support supports(const LayerInfo& info, const Schema& schema) {
+    if (block_of(schema.layout) && info.input_shapes[0].rank() != 4) return Support::no("blocked layouts hold rank-4 blobs");
+    return Support::yes();
+  }
+  static int64_t block_of(Layout l) { return l == Layout::nchw8c ? 8 : l == Layout::nchw16c ? 16 : 0; }
+  /// Elements in memory: with a blocked layout's padded channels.
+  static int64_t stored(const Shape& s, Layout l) {
+    const int64_t b = block_of(l);
+    return b ? s[0] * (s[1] + b - 1) / b * b * s[2] * s[3] : s.numel();
+  }
 
   const vk::Kernels& k;
   core::FakeQuant q;
   int64_t n;
-  FakeQuantVec(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
-      : k(kernels), q(core::fake_quant_params(*info.layer)), n(info.input_shapes[0].numel()) {}
+  FakeQuantVec(const LayerInfo& info, const Schema& schema, const vk::Kernels& kernels)
+      : k(kernels), q(core::fake_quant_params(*info.layer)), n(stored(info.input_shapes[0], schema.layout)) {}
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
