@@ -448,7 +448,14 @@ std::vector<int> Executor::add_layer(const Layer& layer, const std::vector<int>&
       // A child computes in the schema its childnet gave it.
       step->routine = registry.default_choice(step->info, *child_schema);
     } else {
+      // The layout the computed inputs already have (a constant first operand,
+      // mul(scale, x), is converted once; x would be reordered every run).
       Schema preferred = input_slots.empty() ? Schema{} : slots_[static_cast<std::size_t>(input_slots[0])].schema;
+      for (int in : input_slots)
+        if (slots_[static_cast<std::size_t>(in)].kind != BlobKind::constant) {
+          preferred = slots_[static_cast<std::size_t>(in)].schema;
+          break;
+        }
       // After an int8 layer a float one stays in its layout: one dequantising adapt, no reorder.
       if (!layer_int8_ && preferred.dtype == DType::qint8) preferred.dtype = DType::float32;
       auto is_allowed = [this](const Schema& s) { return allowed(s); };

@@ -509,6 +509,45 @@ int fold_pads(Graph& g) {
   return count;
 }
 
+int broadcast_scalar_operands(Graph& g) {
+  sort_topologically(g);
+  const auto shapes = infer_shapes(g);
+  std::unordered_map<std::string, const Layer*> constants;
+  for (const Layer& l : g.layers)
+    if (l.type == "constant" && l.outputs.size() == 1 && l.find_weight("value")) constants[l.outputs[0]] = &l;
+  static const std::set<std::string> kBinary = {"add", "mul", "sub", "div"};
+  std::map<std::pair<std::string, int>, std::string> made;  // (constant blob, rank) -> its reshaped twin
+  std::vector<Layer> added;
+  int count = 0;
+  for (Layer& l : g.layers) {
+    if (!kBinary.count(l.type) || l.inputs.size() != 2 || l.outputs.size() != 1) continue;
+    const int rank = shapes.at(l.outputs[0]).rank();
+    if (rank < 3) continue;  // layouts other than the plain one need rank 4 (and 3 for nhwc); lower ranks gain nothing
+    for (std::string& in : l.inputs) {
+      auto c = constants.find(in);
+      if (c == constants.end()) continue;
+      const Blob& v = c->second->weight("value");
+      if (v.numel() != 1 || v.shape().rank() >= rank || !plain_float(v)) continue;
+      auto [it, fresh] = made.try_emplace({in, rank});
+      if (fresh) {
+        Layer k = *c->second;
+        k.name = fmt::format("{}/rank{}", c->second->name, rank);
+        k.outputs = {fmt::format("{}/rank{}", in, rank)};
+        Blob r = Blob::allocate(Shape(std::vector<int64_t>(static_cast<std::size_t>(rank), 1)));
+        r.data_as<float>()[0] = v.data_as<float>()[0];
+        k.weights["value"] = r;
+        it->second = k.outputs[0];
+        added.push_back(std::move(k));
+      }
+      in = it->second;
+      ++count;
+    }
+  }
+  for (Layer& k : added) g.layers.push_back(std::move(k));
+  sort_topologically(g);
+  return count;
+}
+
 std::map<std::string, QuantParams> model_quantisation(const Graph& graph) {
   std::map<std::string, QuantParams> out;
   for (const auto& l : graph.layers)
@@ -541,6 +580,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fuse_self_gating, "fuse_self_gating", fuse_self_gating},
       {o.fuse_activations, "fuse_activations", fuse_activations},
       {o.fuse_output_affine, "fuse_output_affine", fuse_output_affine},
+      {o.broadcast_scalar_operands, "broadcast_scalar_operands", broadcast_scalar_operands},
       {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},
   };
   for (const auto& s : steps) {

@@ -82,6 +82,14 @@ int fuse_output_affine(Graph& graph);
 /// convolutions). Returns the number of pads folded.
 int fold_pads(Graph& graph);
 
+/// Gives a one-value constant operand of an add, mul, sub or div the rank of
+/// the output ([1,1,1,1] for a scalar beside a rank-4 blob), as a constant of
+/// its own: the same broadcast, which oneDNN's binary also takes in blocked
+/// and channels-last layouts, so a scalar affine between convolutions (a QDQ
+/// model's, where Q/DQ steps keep it out of the convolution) stays in their
+/// layout. Returns the number of operands rewritten.
+int broadcast_scalar_operands(Graph& graph);
+
 /// Removes layers none of whose outputs a net output depends on.
 /// Returns the number of layers removed.
 int eliminate_dead_layers(Graph& graph);
@@ -106,6 +114,7 @@ struct PassOptions {
   bool fuse_self_gating = true;
   bool fuse_activations = true;
   bool fuse_output_affine = true;
+  bool broadcast_scalar_operands = true;
   bool eliminate_dead_layers = true;
 };
 

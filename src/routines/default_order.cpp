@@ -13,7 +13,7 @@
 // Why this order: oneDNN's blocked layouts first for convolutions and what
 // follows them (fastest untuned on AVX2 and AVX-512, bench/conv_bench), our
 // vectorised kernels where they beat oneDNN (cpu/vec: gelu, softmax, layernorm,
-// concat), XNNPACK where it alone covers an op (sub, div), our own convolution
+// concat), XNNPACK for channels-last sub and div, our own convolution
 // kernels and Winograd after them (each wins only on some shapes: the tuner
 // picks them there), int8 routines by the same rule, the cpu/ref oracle last.
 #include <softneuro/routine.hpp>
@@ -39,9 +39,10 @@ const std::vector<std::vector<std::string>> kActivation = {
 };
 
 // sub, div
-const std::vector<std::vector<std::string>> kXnnpackFirst = {
-    {"cpu:float32:nhwc/xnnpack"},
-    {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu/onednn"},
+// sub, div: XNNPACK's for channels last and where oneDNN cannot (a broadcast
+// first input), oneDNN's where the input already is blocked or plain.
+const std::vector<std::vector<std::string>> kSubDiv = {
+    {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:float32:nhwc/xnnpack", "cpu:float32:nhwc/onednn", "cpu/onednn"},
     {"cpu/ref"},
     {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
 };
@@ -161,9 +162,9 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
-    {"sub", kXnnpackFirst},
+    {"sub", kSubDiv},
     {"mul", kActivation},
-    {"div", kXnnpackFirst},
+    {"div", kSubDiv},
     {"max", {{"cpu/ref"}}},
     {"min", {{"cpu/ref"}}},
     {"concat",

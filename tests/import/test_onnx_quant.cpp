@@ -586,6 +586,52 @@ TEST_CASE("A QDQ model's Swish and Gelu between Q/DQ steps run on int8 tables", 
   }
 }
 
+TEST_CASE("A QDQ model's float convolutions and the scalar affine between them stay in one layout", "[onnx][quant]") {
+  // quantize_static on weights held in Constant nodes (PaddleOCR's exports)
+  // quantises them as activations: uint8, per tensor, with a zero point; no
+  // int8 routine computes that exactly, so the convolutions stay float. The
+  // PP-LCNetV3 affine between them, mul(scale, x) with the scalar first, then
+  // ran in the plain layout between two reorders (a QDQ PP-OCRv4 recogniser:
+  // 12.4 ms untuned, 10.3 without them).
+  OnnxModel m(13);
+  m.input("x", {1, 16, 8, 8}).output("y");
+  m.init("xs", {}, {0.02f}).init_typed("xz", T::UINT8, {}, {128});
+  m.init("ws", {}, {0.01f}).init_typed("wz", T::UINT8, {}, {119});
+  m.init_typed("w1", T::UINT8, {16, 16, 1, 1}, ints(256, 200, -20));
+  m.init_typed("w2", T::UINT8, {16, 16, 3, 3}, ints(2304, 230, -10));
+  m.init("k", {}, {1.5f});
+  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  m.node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
+  m.node("DequantizeLinear", {"w1", "ws", "wz"}, {"w1d"});
+  m.node("DequantizeLinear", {"w2", "ws", "wz"}, {"w2d"});
+  m.node("Conv", {"xd", "w1d"}, {"c1"});
+  m.node("QuantizeLinear", {"c1", "xs", "xz"}, {"c1q"});
+  m.node("DequantizeLinear", {"c1q", "xs", "xz"}, {"c1d"});
+  m.node("Mul", {"k", "c1d"}, {"a"});
+  m.node("QuantizeLinear", {"a", "xs", "xz"}, {"aq"});
+  m.node("DequantizeLinear", {"aq", "xs", "xz"}, {"ad"});
+  m.node("Conv", {"ad", "w2d"}, {"c2"}).ints("pads", {1, 1, 1, 1});
+  m.node("QuantizeLinear", {"c2", "xs", "xz"}, {"c2q"});
+  m.node("DequantizeLinear", {"c2q", "xs", "xz"}, {"y"});
+  Model net = import_onnx(m.save("qdq_float_affine.onnx"));
+  Session untuned(net);
+  std::string steps, conv_schema, mul_schema;
+  int reorders = 0;
+  for (const auto& l : untuned.layers()) {
+    steps += l.name + " " + l.type + " " + l.descriptor + "\n";
+    const std::string schema = l.descriptor.substr(0, l.descriptor.rfind('/'));
+    if (l.type == "conv2" && conv_schema.empty()) conv_schema = schema;
+    if (l.type == "mul") mul_schema = schema;
+    if (l.type == "adapt" && l.descriptor.find("reorder") != std::string::npos) ++reorders;
+  }
+  INFO(steps);
+  CHECK(conv_schema.find("qint8") == std::string::npos);  // (no exact int8 routine for these weights)
+  CHECK(mul_schema == conv_schema);
+  CHECK(reorders == 2);  // into the convolutions' layout and out of it
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 16, 8, 8}, pattern(1024, 37, 18, 10))}};
+  check_equals_float_path(net, untuned.run(in), in);
+}
+
 namespace {
 /// The QOperator form ONNX Runtime's quantize_static writes (QuantFormat.QOperator):
 /// QLinearConv -> MaxPool on the integers -> QLinearAdd of it and a 1x1
