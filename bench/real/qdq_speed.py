@@ -54,7 +54,12 @@ def openvino_model(path, threads):
         import openvino as ov
     except ImportError:
         return None
-    return ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads})
+    try:
+        return ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads})
+    except RuntimeError as e:  # (OpenVINO 2026.4 on a QDQ PP-OCRv4 recogniser: "index '0' out of range")
+        why = [line for line in str(e).splitlines() if line.strip()]
+        print(f"note: OpenVINO cannot compile {os.path.basename(path)}: {why[-1] if why else e}", file=sys.stderr)
+        return None
 
 
 def main():
