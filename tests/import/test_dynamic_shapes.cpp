@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <thread>
 
@@ -128,53 +129,25 @@ TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a
   CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
 }
 
-TEST_CASE("dynamic shapes: values computed from the shape (an anchor grid) follow every input shape", "[onnx][dynamic]") {
-  // y = x + (arange(W) + 0.5) * stride, the grid from Shape -> Gather -> Range -> Cast, as YOLOv8's anchors.
-  // Folded at the import size, it fixed H and W at 64 (the grid constant changes with W).
-  OnnxModel m(13);
-  m.input("x", {-1, 2, -1, -1}).output("y");
-  m.init_ints("i3", {}, {3}).init_ints("zero", {}, {0}).init_ints("one", {}, {1});
-  m.init("half", {}, {0.5f}).init("stride", {1}, {8.0f});
-  m.node("Shape", {"x"}, {"s"});
-  m.node("Gather", {"s", "i3"}, {"w"});
-  m.node("Range", {"zero", "w", "one"}, {"r"});
-  m.node("Cast", {"r"}, {"rf"}).i("to", 1);
-  m.node("Add", {"rf", "half"}, {"centre"});
-  m.node("Mul", {"centre", "stride"}, {"grid"});
-  m.node("Add", {"x", "grid"}, {"y"});
-  Model net = import_onnx(m.save("anchor_grid.onnx"));
-  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
-  Session session(net);
-  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 64}}) {
-    INFO(s.to_string());
-    auto ins = input_of(s, 4);
-    auto got = session.run(ins);
-    REQUIRE(got[0].blob.shape() == s);
-    const float* x = ins[0].blob.data_as<float>();
-    const float* y = got[0].blob.data_as<float>();
-    for (int64_t i = 0; i < s.numel(); ++i)
-      REQUIRE(y[i] == Approx(x[i] + (static_cast<float>(i % s[3]) + 0.5f) * 8.0f));
-  }
-}
+namespace {
 
-TEST_CASE("dynamic shapes: an anchor grid quantised by QuantizeLinear/DequantizeLinear follows every input shape",
-          "[onnx][dynamic][quant]") {
-  // The grid as quantize_static leaves it in a QDQ YOLOv8: its Q/DQ pair was
-  // folded at the import size, and a plain import fixed H and W at 64.
+/// x [N,2,H,W] + a grid over W from Shape -> Gather -> Range -> Cast -> +0.5
+/// (YOLOv8's anchors), then `finish` ("centre" -> "grid"). The import keeps
+/// every dim dynamic, and one session at three shapes adds grid(w) at column w.
+void check_anchor_grid(const std::string& file, const std::function<void(OnnxModel&)>& finish,
+                       const std::function<float(float centre)>& grid) {
   OnnxModel m(13);
   m.input("x", {-1, 2, -1, -1}).output("y");
   m.init_ints("i3", {}, {3}).init_ints("zero", {}, {0}).init_ints("one", {}, {1});
-  m.init("half", {}, {0.5f}).init("gs", {}, {0.3f});
-  m.init_typed("gz", onnx::TensorProto::UINT8, {}, {0});
+  m.init("half", {}, {0.5f});
   m.node("Shape", {"x"}, {"s"});
   m.node("Gather", {"s", "i3"}, {"w"});
   m.node("Range", {"zero", "w", "one"}, {"r"});
   m.node("Cast", {"r"}, {"rf"}).i("to", 1);
   m.node("Add", {"rf", "half"}, {"centre"});
-  m.node("QuantizeLinear", {"centre", "gs", "gz"}, {"cq"});
-  m.node("DequantizeLinear", {"cq", "gs", "gz"}, {"grid"});
+  finish(m);
   m.node("Add", {"x", "grid"}, {"y"});
-  Model net = import_onnx(m.save("anchor_grid_qdq.onnx"));
+  Model net = import_onnx(m.save(file));
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
   Session session(net);
   for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 100}}) {
@@ -184,13 +157,36 @@ TEST_CASE("dynamic shapes: an anchor grid quantised by QuantizeLinear/Dequantize
     REQUIRE(got[0].blob.shape() == s);
     const float* x = ins[0].blob.data_as<float>();
     const float* y = got[0].blob.data_as<float>();
-    for (int64_t i = 0; i < s.numel(); ++i) {
-      // QuantizeLinear then DequantizeLinear: round half to even onto 0.3 steps, uint8's range.
-      const float centre = static_cast<float>(i % s[3]) + 0.5f;
-      const float grid = std::clamp(std::nearbyint(centre / 0.3f), 0.0f, 255.0f) * 0.3f;
-      REQUIRE(y[i] == Approx(x[i] + grid));
-    }
+    for (int64_t i = 0; i < s.numel(); ++i) REQUIRE(y[i] == Approx(x[i] + grid(static_cast<float>(i % s[3]) + 0.5f)));
   }
+}
+
+}  // namespace
+
+TEST_CASE("dynamic shapes: values computed from the shape (an anchor grid) follow every input shape", "[onnx][dynamic]") {
+  // Folded at the import size, the grid fixed H and W at 64 (the grid constant changes with W).
+  check_anchor_grid(
+      "anchor_grid.onnx",
+      [](OnnxModel& m) {
+        m.init("stride", {1}, {8.0f});
+        m.node("Mul", {"centre", "stride"}, {"grid"});
+      },
+      [](float centre) { return centre * 8.0f; });
+}
+
+TEST_CASE("dynamic shapes: an anchor grid quantised by QuantizeLinear/DequantizeLinear follows every input shape",
+          "[onnx][dynamic][quant]") {
+  // The grid as quantize_static leaves it in a QDQ YOLOv8: its Q/DQ pair was
+  // folded at the import size, and a plain import fixed H and W at 64.
+  check_anchor_grid(
+      "anchor_grid_qdq.onnx",
+      [](OnnxModel& m) {
+        m.init("gs", {}, {0.3f}).init_typed("gz", onnx::TensorProto::UINT8, {}, {0});
+        m.node("QuantizeLinear", {"centre", "gs", "gz"}, {"cq"});
+        m.node("DequantizeLinear", {"cq", "gs", "gz"}, {"grid"});
+      },
+      // Round half to even onto 0.3 steps, clamped to uint8's range.
+      [](float centre) { return std::clamp(std::nearbyint(centre / 0.3f), 0.0f, 255.0f) * 0.3f; });
 }
 
 TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one dynamic", "[onnx][dynamic]") {

@@ -92,6 +92,24 @@ void check_equals_float_path(const Model& net, const std::vector<NamedBlob>& got
       CHECK(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
 }
 
+/// The untuned default's steps: whether the layers of `type` run on qint8
+/// routines, how many quantising or dequantising adapts there are (not NHWC
+/// reorders), and the steps listed for a failure's message.
+struct DefaultSteps {
+  bool int8 = false;
+  int adapts = 0;
+  std::string listing;
+};
+DefaultSteps default_steps(const Session& s, const std::string& type) {
+  DefaultSteps d;
+  for (const auto& l : s.layers()) {
+    d.listing += l.name + " " + l.type + " " + l.descriptor + "\n";
+    if (l.type == type) d.int8 = l.descriptor.starts_with("cpu:qint8");
+    if (l.type == "adapt" && l.descriptor.find("quantize") != std::string::npos) ++d.adapts;
+  }
+  return d;
+}
+
 /// ONNX Runtime 1.32 on qoperator_net() and x_values() (bench/.venv, onnxruntime.InferenceSession).
 const float kQOperatorOrt[3] = {-0.35f, 0.29f, -0.23f};
 
@@ -438,17 +456,10 @@ TEST_CASE("A QDQ model's Flatten between int8 layers runs in int8, with no conve
   OnnxModel m = qdq_conv_gemm(true);
   Model net = import_onnx(m.save("qdq_flatten.onnx"));
   Session untuned(net);
-  int adapts = 0;
-  bool flatten_int8 = false;
-  std::string steps;
-  for (const auto& l : untuned.layers()) {
-    steps += l.name + " " + l.type + " " + l.descriptor + "\n";
-    if (l.type == "flatten") flatten_int8 = l.descriptor.starts_with("cpu:qint8");
-    if (l.type == "adapt" && l.descriptor.find("quantize") != std::string::npos) ++adapts;  // not the NHWC reorder
-  }
-  INFO(steps);
-  CHECK(flatten_int8);
-  CHECK(adapts == 3);  // the input's quantisation, the two outputs' dequantisation (5: and two around the flatten)
+  const DefaultSteps steps = default_steps(untuned, "flatten");
+  INFO(steps.listing);
+  CHECK(steps.int8);
+  CHECK(steps.adapts == 3);  // the input's quantisation, the two outputs' dequantisation (5: and two around the flatten)
   std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
   const auto got = untuned.run(in);
   REQUIRE(got.size() == 2);
@@ -474,17 +485,10 @@ TEST_CASE("A QDQ model's Split of an int8 tensor runs in int8, with no conversio
   m.node("DequantizeLinear", {"c2q", "ys", "yz"}, {"z"});
   Model net = import_onnx(m.save("qdq_split.onnx"));
   Session untuned(net);
-  int adapts = 0;
-  bool split_int8 = false;
-  std::string steps;
-  for (const auto& l : untuned.layers()) {
-    steps += l.name + " " + l.type + " " + l.descriptor + "\n";
-    if (l.type == "split") split_int8 = l.descriptor.starts_with("cpu:qint8");
-    if (l.type == "adapt" && l.descriptor.find("quantize") != std::string::npos) ++adapts;
-  }
-  INFO(steps);
-  CHECK(split_int8);
-  CHECK(adapts == 2);  // the input's quantisation and the output's dequantisation
+  const DefaultSteps steps = default_steps(untuned, "split");
+  INFO(steps.listing);
+  CHECK(steps.int8);
+  CHECK(steps.adapts == 2);  // the input's quantisation and the output's dequantisation
   std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
   const auto got = untuned.run(in);
   REQUIRE(got.size() == 1);
@@ -505,17 +509,10 @@ TEST_CASE("A QDQ model's nearest Resize of an int8 tensor runs in int8, with no 
   m.node("DequantizeLinear", {"rq", "ys", "yz"}, {"z"});
   Model net = import_onnx(m.save("qdq_resize.onnx"));
   Session untuned(net);
-  int adapts = 0;
-  bool resize_int8 = false;
-  std::string steps;
-  for (const auto& l : untuned.layers()) {
-    steps += l.name + " " + l.type + " " + l.descriptor + "\n";
-    if (l.type == "resize") resize_int8 = l.descriptor.starts_with("cpu:qint8");
-    if (l.type == "adapt" && l.descriptor.find("quantize") != std::string::npos) ++adapts;
-  }
-  INFO(steps);
-  CHECK(resize_int8);
-  CHECK(adapts == 2);  // the input's quantisation and the output's dequantisation
+  const DefaultSteps steps = default_steps(untuned, "resize");
+  INFO(steps.listing);
+  CHECK(steps.int8);
+  CHECK(steps.adapts == 2);  // the input's quantisation and the output's dequantisation
   std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
   const auto got = untuned.run(in);
   REQUIRE(got.size() == 1);
