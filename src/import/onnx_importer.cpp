@@ -348,6 +348,9 @@ class Importer {
   }
   void batchnorm(const Node&);
   void softmax(const Node&);
+  /// Softmax of `x` into `y` as ONNX's Softmax of opset `opset` computes it
+  /// (before 13: over the dims from `axis` on, seen as one).
+  void add_softmax(const Node& n, const std::string& x, const std::string& y, int64_t opset, int64_t axis);
   void layernorm(const Node&);
   void identity(const Node&);
   void general_einsum(const Node& n, const std::string& equation);
@@ -373,6 +376,7 @@ class Importer {
   void qlinear_matmul(const Node&);
   void qlinear_binary(const Node&);
   void qlinear_unary(const Node&);
+  void qlinear_softmax(const Node&);
   void qlinear_global_pool(const Node&);
   void qlinear_concat(const Node&);
   void qgemm(const Node&);
@@ -543,6 +547,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::ms_convert
       {"QLinearAdd", &Importer::qlinear_binary},
       {"QLinearMul", &Importer::qlinear_binary},
       {"QLinearSigmoid", &Importer::qlinear_unary},
+      {"QLinearSoftmax", &Importer::qlinear_softmax},
       {"QLinearLeakyRelu", &Importer::qlinear_unary},
       {"QLinearGlobalAveragePool", &Importer::qlinear_global_pool},
       {"QLinearConcat", &Importer::qlinear_concat},
@@ -1825,6 +1830,15 @@ void Importer::qlinear_unary(const Node& n) {  // QLinearSigmoid, QLinearLeakyRe
   quantized_output(n, tmp, yq, 1);
 }
 
+void Importer::qlinear_softmax(const Node& n) {  // com.microsoft: X, X_scale, X_zp, Y_scale, Y_zp; axis, opset
+  const QParams xq = qparams(n, 1, 2, "X"), yq = qparams(n, 3, 4, "Y");
+  if (!n.has("opset")) throw n.error("QLinearSoftmax needs the opset of the Softmax it replaces", "opset");
+  const int64_t opset = n.get_int("opset");
+  const std::string tmp = fresh_blob(n.out(0) + "/real");
+  add_softmax(n, real_values(n, 0, xq, 1, "X"), tmp, opset, n.get_int("axis", -1));
+  quantized_output(n, tmp, yq, 1);
+}
+
 void Importer::qlinear_global_pool(const Node& n) {
   if (n.get_int("channels_last", 0) != 0) throw Unsupported{"QLinearGlobalAveragePool with channels_last=1"};
   const QParams xq = qparams(n, 1, 2, "X"), yq = qparams(n, 3, 4, "Y");
@@ -1895,27 +1909,33 @@ void Importer::qgemm(const Node& n) {
 
 void Importer::keep_quantisation(const Node& n) {
   static const std::unordered_set<std::string> moves = {"MaxPool",   "Flatten",      "Reshape",      "Squeeze", "Unsqueeze",
-                                                        "Transpose", "DepthToSpace", "SpaceToDepth", "Identity"};
+                                                        "Transpose", "DepthToSpace", "SpaceToDepth", "Identity",
+                                                        "Split",     "Slice",        "Resize"};
   if (!moves.count(n.op()) || !n.has_in(0)) return;
+  // A nearest resize moves values; a linear one computes new ones, which ONNX
+  // Runtime rounds on the integers in its own way.
+  if (n.op() == "Resize" && n.get_string("mode", "nearest") != "nearest") return;
   const auto q = quantized_.find(n.in(0));
   if (q == quantized_.end()) return;
   const core::FakeQuant fq = q->second;
-  const std::string& y = n.out(0);
-  if (y.empty() || constant(y) || quantized_.count(y) || is_graph_output(y) || !shapes_.count(y)) return;
-  auto producer = std::find_if(graph_.layers.rbegin(), graph_.layers.rend(), [&](const Layer& l) {
-    return std::find(l.outputs.begin(), l.outputs.end(), y) != l.outputs.end();
-  });
-  if (producer == graph_.layers.rend()) return;
-  const std::string moved = fresh_blob(y + "/moved");
-  std::replace(producer->outputs.begin(), producer->outputs.end(), y, moved);
-  shapes_[moved] = shapes_.at(y);
-  Layer l = make("fake_quant", n.name + "/quantize", {moved}, {y});
-  l.params["scale"] = static_cast<double>(fq.scale);
-  l.params["zero_point"] = int64_t{fq.zero_point};
-  l.params["qmin"] = int64_t{fq.qmin};
-  l.params["qmax"] = int64_t{fq.qmax};
-  graph_.layers.push_back(std::move(l));
-  quantized_[y] = fq;
+  for (int k = 0; k < n.num_outputs(); ++k) {
+    const std::string& y = n.out(k);
+    if (y.empty() || constant(y) || quantized_.count(y) || is_graph_output(y) || !shapes_.count(y)) continue;
+    auto producer = std::find_if(graph_.layers.rbegin(), graph_.layers.rend(), [&](const Layer& l) {
+      return std::find(l.outputs.begin(), l.outputs.end(), y) != l.outputs.end();
+    });
+    if (producer == graph_.layers.rend()) continue;
+    const std::string moved = fresh_blob(y + "/moved");
+    std::replace(producer->outputs.begin(), producer->outputs.end(), y, moved);
+    shapes_[moved] = shapes_.at(y);
+    Layer l = make("fake_quant", n.num_outputs() == 1 ? n.name + "/quantize" : fmt::format("{}/quantize_{}", n.name, k), {moved}, {y});
+    l.params["scale"] = static_cast<double>(fq.scale);
+    l.params["zero_point"] = int64_t{fq.zero_point};
+    l.params["qmin"] = int64_t{fq.qmin};
+    l.params["qmax"] = int64_t{fq.qmax};
+    graph_.layers.push_back(std::move(l));
+    quantized_[y] = fq;
+  }
 }
 
 void Importer::dynamic_quantize_linear(const Node& n) {
@@ -2526,24 +2546,26 @@ void Importer::batchnorm(const Node& n) {
   add(std::move(l));
 }
 
-void Importer::softmax(const Node& n) {
+void Importer::softmax(const Node& n) { add_softmax(n, input(n, 0), n.out(0), n.opset, n.get_int("axis", n.opset >= 13 ? -1 : 1)); }
+
+void Importer::add_softmax(const Node& n, const std::string& x, const std::string& y, int64_t opset, int64_t axis) {
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
-  if (n.opset >= 13) {  // one axis, default the last
-    add_unary(n, "softmax", input(n, 0), n.out(0), {{"axis", n.get_int("axis", -1)}});
+  if (opset >= 13) {  // one axis, default the last
+    add_unary(n, "softmax", x, y, {{"axis", axis}});
     return;
   }
   // Before opset 13: the input is seen as 2-D [prod(dims < axis), prod(dims >= axis)]
   // and softmax runs over the second dim; axis defaults to 1.
-  const int64_t axis = normalized_axis(n, n.get_int("axis", 1), std::max(rank, 1), "axis");
+  axis = normalized_axis(n, axis, std::max(rank, 1), "axis");
   if (axis == rank - 1) {
-    add_unary(n, "softmax", input(n, 0), n.out(0), {{"axis", int64_t{-1}}});
+    add_unary(n, "softmax", x, y, {{"axis", int64_t{-1}}});
     return;
   }
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < rank; ++i) (i < axis ? outer : inner) *= xs[i];
-  const std::string y = n.out(0), flat = fresh_blob(y + "/2d"), soft = fresh_blob(y + "/softmax");
-  add_unary(n, "reshape", input(n, 0), flat, {{"shape", std::vector<int64_t>{outer, inner}}}, "to_2d");
+  const std::string flat = fresh_blob(y + "/2d"), soft = fresh_blob(y + "/softmax");
+  add_unary(n, "reshape", x, flat, {{"shape", std::vector<int64_t>{outer, inner}}}, "to_2d");
   add_unary(n, "softmax", flat, soft, {{"axis", int64_t{-1}}});
   add_unary(n, "reshape", soft, y, {{"shape", xs.to_vector()}}, "from_2d");
 }
@@ -3414,6 +3436,23 @@ void Importer::expand(const Node& n) {
     check_folded_growth(out, DType::float32, 0);
   } catch (const Error& e) {
     throw n.error(e.message(), "shape");
+  }
+  if (size_dependent(n.in(1))) {
+    // A target that follows the input's size (a QOperator YOLOv8's anchor
+    // grid, expanded on integers): its zeros are made at each size, as a
+    // shape_math layer, not frozen at the import size.
+    Layer z;
+    z.type = "shape_math";
+    z.name = fresh_layer(n.name + "/zeros", false);
+    z.outputs = {fresh_blob(n.out(0) + "/zeros")};
+    z.params["op"] = std::string("constant_of_shape");
+    z.weights["value"] = float_blob({}, {0.0f});
+    z.inputs = {plan_value(n.in(1))};
+    shapes_[z.outputs[0]] = target;
+    const std::string zeros = z.outputs[0];
+    graph_.layers.push_back(std::move(z));
+    add(make("add", n.name, {input(n, 0), zeros}, {n.out(0)}));
+    return;
   }
   const std::string zeros = add_constant(n.out(0) + "/zeros", Blob::allocate(out));
   add(make("add", n.name, {input(n, 0), as_blob(n, zeros)}, {n.out(0)}));

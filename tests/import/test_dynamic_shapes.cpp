@@ -189,6 +189,36 @@ TEST_CASE("dynamic shapes: an anchor grid quantised by QuantizeLinear/Dequantize
       [](float centre) { return std::clamp(std::nearbyint(centre / 0.3f), 0.0f, 255.0f) * 0.3f; });
 }
 
+TEST_CASE("dynamic shapes: Expand of a computed tensor to a shape from the input follows every input shape", "[onnx][dynamic]") {
+  // y = x + expand(mean over H and W, Shape(x)): the expand's zeros were a
+  // constant of the import size, and a plain import fixed H and W at 64 (a
+  // QOperator YOLOv8n expands its anchors so).
+  OnnxModel m(13);
+  m.input("x", {-1, 2, -1, -1}).output("y");
+  m.node("ReduceMean", {"x"}, {"mean"}).ints("axes", {2, 3});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Expand", {"mean", "s"}, {"e"});
+  m.node("Add", {"x", "e"}, {"y"});
+  Model net = import_onnx(m.save("expand_to_input_shape.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 100}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 4);
+    auto got = session.run(ins);
+    REQUIRE(got[0].blob.shape() == s);
+    const float* x = ins[0].blob.data_as<float>();
+    const float* y = got[0].blob.data_as<float>();
+    const int64_t plane = s[2] * s[3];
+    for (int64_t p = 0; p < s[0] * s[1]; ++p) {
+      double mean = 0;
+      for (int64_t i = 0; i < plane; ++i) mean += x[p * plane + i];
+      mean /= static_cast<double>(plane);
+      for (int64_t i = 0; i < plane; ++i) REQUIRE(y[p * plane + i] == Approx(x[p * plane + i] + mean).margin(1e-5));
+    }
+  }
+}
+
 TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one dynamic", "[onnx][dynamic]") {
   const std::string path = shape_subgraph_model().save("dynamic_given.onnx");
   ImportOptions o;

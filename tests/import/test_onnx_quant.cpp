@@ -690,3 +690,48 @@ TEST_CASE("QOperator models (ONNX Runtime's com.microsoft QLinearAdd, QLinearGlo
   CHECK(int8 == 6);  // two convolutions, the max and the average pooling, the add, the dense
   check_equals_float_path(net, outputs, in);
 }
+
+TEST_CASE("QOperator: a Split of integers keeps its quantisation, and com.microsoft.QLinearSoftmax, as ONNX Runtime computes them",
+          "[onnx][quant]") {
+  // quantize_static(..., QuantFormat.QOperator) on YOLOv8n: its C2f split runs
+  // on the integers before a QLinearConv, and its DFL softmax is a
+  // QLinearSoftmax. Both were refused ("QLinearConv of a x ... that is neither
+  // quantised by a QuantizeLinear nor integer-typed", "unsupported operator").
+  OnnxModel m(13);
+  auto* ms = m.proto.add_opset_import();
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
+  m.input("x", {1, 4, 3, 3}).output("y").output("z");
+  m.init("xs", {}, {0.02f}).init_typed("xz", T::UINT8, {}, {128});
+  m.init_ints("sizes", {2}, {1, 3});
+  m.init_typed("w", T::INT8, {2, 3, 1, 1}, ints(6, 7, 3)).init("ws", {2}, {0.05f, 0.07f});
+  m.init_typed("wz", T::INT8, {2}, {0, 0});
+  m.init("ys", {}, {0.03f}).init_typed("yz", T::UINT8, {}, {100});
+  m.init("ss", {}, {1.0f / 256}).init_typed("sz", T::UINT8, {}, {0});
+  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+  m.node("Split", {"xq", "sizes"}, {"s0", "s1"}).i("axis", 1);
+  m.node("QLinearConv", {"s1", "xs", "xz", "w", "ws", "wz", "ys", "yz"}, {"cq"});
+  NodeRef sm = m.node("QLinearSoftmax", {"cq", "ys", "yz", "ss", "sz"}, {"smq"});
+  sm.p->set_domain("com.microsoft");
+  sm.i("axis", 1).i("opset", 13);
+  m.node("DequantizeLinear", {"smq", "ss", "sz"}, {"y"});
+  m.node("DequantizeLinear", {"s0", "xs", "xz"}, {"z"});
+  Model net = import_onnx(m.save("qop_split_softmax.onnx"));
+  const auto out = run_net(net, {{"x", make_input(Shape{1, 4, 3, 3}, pattern(36, 11, 5, 4))}});
+  REQUIRE(out.size() == 2);
+  // ONNX Runtime 1.32 on this model and input (bench/.venv).
+  const std::vector<float> y = {0.44140625f, 0.41015625f, 0.4765625f, 0.45703125f, 0.53125f,    0.5078125f,
+                                0.6015625f,  0.56640625f, 0.5390625f, 0.55859375f, 0.58984375f, 0.5234375f,
+                                0.54296875f, 0.46875f,    0.4921875f, 0.3984375f,  0.43359375f, 0.4609375f};
+  const std::vector<float> z = {-1.24f, -1.0f, -0.76f, -0.5f, -0.24f, 0.0f, 0.24f, 0.5f, 0.76f};
+  REQUIRE(out[0].shape == Shape{1, 2, 3, 3});
+  int off = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    CHECK(std::fabs(out[0].values[i] - y[i]) <= 1.0f / 256 + 1e-6f);  // one step at most, at a rounding edge
+    off += std::fabs(out[0].values[i] - y[i]) > 1e-6f;
+  }
+  CHECK(off <= 2);
+  REQUIRE(out[1].shape == Shape{1, 1, 3, 3});
+  for (std::size_t i = 0; i < z.size(); ++i) CHECK(out[1].values[i] == Approx(z[i]).margin(1e-6));
+}
+
