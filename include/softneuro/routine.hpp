@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 9;
+inline constexpr uint32_t abi_version = 10;
 
 // ---------------------------------------------------------------------------
 // Schemas
