@@ -4,6 +4,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/registry.hpp"
+#include "core/tensor_math.hpp"
 #include "core/thread_pool.hpp"
 
 #include <fmt/format.h>
@@ -533,9 +534,7 @@ int broadcast_scalar_operands(Graph& g) {
         Layer k = *c->second;
         k.name = fmt::format("{}/rank{}", c->second->name, rank);
         k.outputs = {fmt::format("{}/rank{}", in, rank)};
-        Blob r = Blob::allocate(Shape(std::vector<int64_t>(static_cast<std::size_t>(rank), 1)));
-        r.data_as<float>()[0] = v.data_as<float>()[0];
-        k.weights["value"] = r;
+        k.weights["value"] = reshaped(v, Shape(std::vector<int64_t>(static_cast<std::size_t>(rank), 1)));
         it->second = k.outputs[0];
         added.push_back(std::move(k));
       }

@@ -131,9 +131,24 @@ TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a
 
 namespace {
 
+/// `m` imported keeps every dim of x [N,2,H,W] dynamic, and one session runs
+/// it at three shapes, each output of x's shape checked by `check(x, y, shape)`.
+void check_every_shape(const OnnxModel& m, const std::string& file,
+                       const std::function<void(const float* x, const float* y, const Shape& s)>& check) {
+  Model net = import_onnx(m.save(file));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 100}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 4);
+    auto got = session.run(ins);
+    REQUIRE(got[0].blob.shape() == s);
+    check(ins[0].blob.data_as<float>(), got[0].blob.data_as<float>(), s);
+  }
+}
+
 /// x [N,2,H,W] + a grid over W from Shape -> Gather -> Range -> Cast -> +0.5
-/// (YOLOv8's anchors), then `finish` ("centre" -> "grid"). The import keeps
-/// every dim dynamic, and one session at three shapes adds grid(w) at column w.
+/// (YOLOv8's anchors), then `finish` ("centre" -> "grid"): grid(w) is added at column w.
 void check_anchor_grid(const std::string& file, const std::function<void(OnnxModel&)>& finish,
                        const std::function<float(float centre)>& grid) {
   OnnxModel m(13);
@@ -147,18 +162,9 @@ void check_anchor_grid(const std::string& file, const std::function<void(OnnxMod
   m.node("Add", {"rf", "half"}, {"centre"});
   finish(m);
   m.node("Add", {"x", "grid"}, {"y"});
-  Model net = import_onnx(m.save(file));
-  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
-  Session session(net);
-  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 100}}) {
-    INFO(s.to_string());
-    auto ins = input_of(s, 4);
-    auto got = session.run(ins);
-    REQUIRE(got[0].blob.shape() == s);
-    const float* x = ins[0].blob.data_as<float>();
-    const float* y = got[0].blob.data_as<float>();
+  check_every_shape(m, file, [&](const float* x, const float* y, const Shape& s) {
     for (int64_t i = 0; i < s.numel(); ++i) REQUIRE(y[i] == Approx(x[i] + grid(static_cast<float>(i % s[3]) + 0.5f)));
-  }
+  });
 }
 
 }  // namespace
@@ -199,16 +205,7 @@ TEST_CASE("dynamic shapes: Expand of a computed tensor to a shape from the input
   m.node("Shape", {"x"}, {"s"});
   m.node("Expand", {"mean", "s"}, {"e"});
   m.node("Add", {"x", "e"}, {"y"});
-  Model net = import_onnx(m.save("expand_to_input_shape.onnx"));
-  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
-  Session session(net);
-  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 100}}) {
-    INFO(s.to_string());
-    auto ins = input_of(s, 4);
-    auto got = session.run(ins);
-    REQUIRE(got[0].blob.shape() == s);
-    const float* x = ins[0].blob.data_as<float>();
-    const float* y = got[0].blob.data_as<float>();
+  check_every_shape(m, "expand_to_input_shape.onnx", [](const float* x, const float* y, const Shape& s) {
     const int64_t plane = s[2] * s[3];
     for (int64_t p = 0; p < s[0] * s[1]; ++p) {
       double mean = 0;
@@ -216,7 +213,7 @@ TEST_CASE("dynamic shapes: Expand of a computed tensor to a shape from the input
       mean /= static_cast<double>(plane);
       for (int64_t i = 0; i < plane; ++i) REQUIRE(y[p * plane + i] == Approx(x[p * plane + i] + mean).margin(1e-5));
     }
-  }
+  });
 }
 
 TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one dynamic", "[onnx][dynamic]") {

@@ -110,6 +110,36 @@ DefaultSteps default_steps(const Session& s, const std::string& type) {
   return d;
 }
 
+/// qdq_conv() whose net output is `z` instead of y: tests add what reads y.
+OnnxModel qdq_conv_to_z() {
+  OnnxModel m = qdq_conv();
+  m.graph().clear_output();
+  m.output("z");
+  return m;
+}
+
+/// A Q/DQ pair `from` -> `to` at y's quantisation (ys, yz).
+void qdq_at_y(OnnxModel& m, const std::string& from, const std::string& to) {
+  m.node("QuantizeLinear", {from, "ys", "yz"}, {from + "q"});
+  m.node("DequantizeLinear", {from + "q", "ys", "yz"}, {to});
+}
+
+/// `m` imported: its untuned default runs the `type` layers on qint8 routines
+/// with `adapts` quantising or dequantising adapts, and equals the float path
+/// on x_values(); its outputs.
+std::vector<NamedBlob> check_int8_default(const OnnxModel& m, const std::string& file, const std::string& type, int adapts) {
+  Model net = import_onnx(m.save(file));
+  Session untuned(net);
+  const DefaultSteps steps = default_steps(untuned, type);
+  INFO(steps.listing);
+  CHECK(steps.int8);
+  CHECK(steps.adapts == adapts);
+  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+  auto got = untuned.run(in);
+  check_equals_float_path(net, got, in);
+  return got;
+}
+
 /// ONNX Runtime 1.32 on qoperator_net() and x_values() (bench/.venv, onnxruntime.InferenceSession).
 const float kQOperatorOrt[3] = {-0.35f, 0.29f, -0.23f};
 
@@ -453,17 +483,9 @@ TEST_CASE("A QDQ model's Flatten between int8 layers runs in int8, with no conve
   // conv -> Q/DQ -> Flatten -> Q/DQ (the same scale) -> Gemm, as quantize_static
   // writes MobileNetV2's head: the flatten ran in float between a dequantising
   // and a quantising adapt.
-  OnnxModel m = qdq_conv_gemm(true);
-  Model net = import_onnx(m.save("qdq_flatten.onnx"));
-  Session untuned(net);
-  const DefaultSteps steps = default_steps(untuned, "flatten");
-  INFO(steps.listing);
-  CHECK(steps.int8);
-  CHECK(steps.adapts == 3);  // the input's quantisation, the two outputs' dequantisation (5: and two around the flatten)
-  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
-  const auto got = untuned.run(in);
+  // 3: the input's quantisation, the two outputs' dequantisation (5: and two around the flatten).
+  const auto got = check_int8_default(qdq_conv_gemm(true), "qdq_flatten.onnx", "flatten", 3);
   REQUIRE(got.size() == 2);
-  check_equals_float_path(net, got, in);
 }
 
 TEST_CASE("A QDQ model's Split of an int8 tensor runs in int8, with no conversions around it", "[onnx][quant]") {
@@ -471,28 +493,16 @@ TEST_CASE("A QDQ model's Split of an int8 tensor runs in int8, with no conversio
   // conv -> Q/DQ -> Split (channels 1 + 3) -> Q/DQ each -> Concat (swapped)
   // -> Q/DQ, as quantize_static writes YOLOv8's C2f blocks: the split ran in
   // float between a dequantising adapt and two quantising ones.
-  OnnxModel m = qdq_conv();
-  m.graph().clear_output();
-  m.output("z");
+  OnnxModel m = qdq_conv_to_z();
   m.init_ints("sizes", {2}, {1, 3});
   m.node("Split", {"y", "sizes"}, {"s0", "s1"}).i("axis", 1);
-  for (const char* part : {"s0", "s1"}) {
-    m.node("QuantizeLinear", {part, "ys", "yz"}, {std::string(part) + "q"});
-    m.node("DequantizeLinear", {std::string(part) + "q", "ys", "yz"}, {std::string(part) + "d"});
-  }
+  qdq_at_y(m, "s0", "s0d");
+  qdq_at_y(m, "s1", "s1d");
   m.node("Concat", {"s1d", "s0d"}, {"c2"}).i("axis", 1);
-  m.node("QuantizeLinear", {"c2", "ys", "yz"}, {"c2q"});
-  m.node("DequantizeLinear", {"c2q", "ys", "yz"}, {"z"});
-  Model net = import_onnx(m.save("qdq_split.onnx"));
-  Session untuned(net);
-  const DefaultSteps steps = default_steps(untuned, "split");
-  INFO(steps.listing);
-  CHECK(steps.int8);
-  CHECK(steps.adapts == 2);  // the input's quantisation and the output's dequantisation
-  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
-  const auto got = untuned.run(in);
+  qdq_at_y(m, "c2", "z");
+  // 2: the input's quantisation and the output's dequantisation.
+  const auto got = check_int8_default(m, "qdq_split.onnx", "split", 2);
   REQUIRE(got.size() == 1);
-  check_equals_float_path(net, got, in);
 }
 
 TEST_CASE("A QDQ model's nearest Resize of an int8 tensor runs in int8, with no conversions around it", "[onnx][quant]") {
@@ -500,24 +510,14 @@ TEST_CASE("A QDQ model's nearest Resize of an int8 tensor runs in int8, with no 
   // conv -> Q/DQ -> Resize (nearest, x2) -> Q/DQ (the same scale), as
   // quantize_static writes YOLOv8's upsampling: the resize ran in float
   // between a dequantising and a quantising adapt.
-  OnnxModel m = qdq_conv();
-  m.graph().clear_output();
-  m.output("z");
+  OnnxModel m = qdq_conv_to_z();
   m.init("scales", {4}, {1, 1, 2, 2});
   m.node("Resize", {"y", "", "scales"}, {"r"}).s("mode", "nearest");
-  m.node("QuantizeLinear", {"r", "ys", "yz"}, {"rq"});
-  m.node("DequantizeLinear", {"rq", "ys", "yz"}, {"z"});
-  Model net = import_onnx(m.save("qdq_resize.onnx"));
-  Session untuned(net);
-  const DefaultSteps steps = default_steps(untuned, "resize");
-  INFO(steps.listing);
-  CHECK(steps.int8);
-  CHECK(steps.adapts == 2);  // the input's quantisation and the output's dequantisation
-  std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
-  const auto got = untuned.run(in);
+  qdq_at_y(m, "r", "z");
+  // 2: the input's quantisation and the output's dequantisation.
+  const auto got = check_int8_default(m, "qdq_resize.onnx", "resize", 2);
   REQUIRE(got.size() == 1);
   CHECK(got[0].blob.shape() == Shape{1, 4, 10, 10});
-  check_equals_float_path(net, got, in);
 }
 
 TEST_CASE("A QDQ model's int8 SiLU (Sigmoid, Q/DQ, Mul) runs as one table, computing what its two steps did", "[onnx][quant]") {
@@ -525,9 +525,7 @@ TEST_CASE("A QDQ model's int8 SiLU (Sigmoid, Q/DQ, Mul) runs as one table, compu
   // conv -> Q/DQ -> Sigmoid -> Q/DQ -> Mul(conv, sigmoid) -> Q/DQ, as
   // quantize_static writes every YOLOv8 activation: two passes over the
   // tensor (the sigmoid's table, then the mul) where one table gives the same bytes.
-  OnnxModel m = qdq_conv();
-  m.graph().clear_output();
-  m.output("z");
+  OnnxModel m = qdq_conv_to_z();
   m.init("ss", {}, {1.0f / 255}).init_typed("sz", T::UINT8, {}, {0});
   m.init("ms", {}, {0.02f}).init_typed("mz", T::UINT8, {}, {10});
   m.node("Sigmoid", {"y"}, {"sig"});
@@ -561,23 +559,16 @@ TEST_CASE("A QDQ model's Swish and Gelu between Q/DQ steps run on int8 tables", 
   if (!core::cpu_features().avx2_fma()) return;
   for (const char* op : {"Swish", "Gelu"}) {
     INFO(op);
-    OnnxModel m = qdq_conv();
-    m.graph().clear_output();
-    m.output("z");
+    OnnxModel m = qdq_conv_to_z();
     m.init("as", {}, {0.02f}).init_typed("az", T::UINT8, {}, {20});
     m.node(op, {"y"}, {"a"});
     m.node("QuantizeLinear", {"a", "as", "az"}, {"aq"});
     m.node("DequantizeLinear", {"aq", "as", "az"}, {"z"});
     Model net = import_onnx(m.save(std::string("qdq_") + op + ".onnx"));
     Session untuned(net);
-    std::string steps;
-    bool int8 = false;
-    for (const auto& l : untuned.layers()) {
-      steps += l.name + " " + l.type + " " + l.descriptor + "\n";
-      if (l.type == "silu" || l.type == "gelu") int8 = l.descriptor.starts_with("cpu:qint8");
-    }
-    INFO(steps);
-    CHECK(int8);  // (before: in float32, between a dequantise and a quantise)
+    const DefaultSteps steps = default_steps(untuned, op == std::string("Swish") ? "silu" : "gelu");
+    INFO(steps.listing);
+    CHECK(steps.int8);  // (before: in float32, between a dequantise and a quantise)
     std::vector<NamedBlob> in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
     check_equals_float_path(net, untuned.run(in), in);
   }
