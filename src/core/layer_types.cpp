@@ -253,6 +253,46 @@ std::vector<Shape> infer_take(const Layer& l, std::span<const Shape> in) {
   return {idx.shape()};
 }
 
+std::vector<Shape> infer_gather(const Layer& l, std::span<const Shape> in) {
+  const Shape& x = in[0];
+  if (x.rank() == 0) fail(l, "input", "gather needs data of rank 1 or more");
+  const int axis = normalize_axis(l, "axis", l.get_int("axis", 0), x.rank());
+  Shape out;
+  for (int d = 0; d < axis; ++d) out.push_back(x[d]);
+  if (x.rank() - 1 + in[1].rank() > Shape::max_rank)
+    fail(l, "indices", fmt::format("data {} gathered by indices {} has too many dims", x.to_string(), in[1].to_string()));
+  for (int d = 0; d < in[1].rank(); ++d) out.push_back(in[1][d]);
+  for (int d = axis + 1; d < x.rank(); ++d) out.push_back(x[d]);
+  return {out};
+}
+
+std::vector<Shape> infer_gather_elements(const Layer& l, std::span<const Shape> in) {
+  const Shape &x = in[0], &idx = in[1];
+  if (x.rank() == 0 || idx.rank() != x.rank())
+    fail(l, "indices", fmt::format("indices {} and data {} differ in rank", idx.to_string(), x.to_string()));
+  const int axis = normalize_axis(l, "axis", l.get_int("axis", 0), x.rank());
+  for (int d = 0; d < x.rank(); ++d)
+    if (d != axis && idx[d] > x[d])
+      fail(l, "indices", fmt::format("indices {} exceed data {} in dim {}", idx.to_string(), x.to_string(), d));
+  return {idx};
+}
+
+std::vector<Shape> infer_gather_nd(const Layer& l, std::span<const Shape> in) {
+  const Shape &x = in[0], &idx = in[1];
+  const int64_t b = l.get_int("batch_dims", 0);
+  if (idx.rank() < 1 || b < 0 || b >= std::min(idx.rank(), x.rank()))
+    fail(l, "batch_dims", fmt::format("batch_dims {} for indices {} and data {}", b, idx.to_string(), x.to_string()));
+  const int64_t k = idx[idx.rank() - 1];
+  if (k < 1 || b + k > x.rank()) fail(l, "indices", fmt::format("index tuples of {} for data {}", k, x.to_string()));
+  for (int d = 0; d < b; ++d)
+    if (idx[d] != x[d]) fail(l, "indices", fmt::format("batch dims of indices {} and data {} differ", idx.to_string(), x.to_string()));
+  Shape out;
+  if (idx.rank() - 1 + x.rank() - (b + k) > Shape::max_rank) fail(l, "indices", "the output has too many dims");
+  for (int d = 0; d < idx.rank() - 1; ++d) out.push_back(idx[d]);
+  for (int d = static_cast<int>(b + k); d < x.rank(); ++d) out.push_back(x[d]);
+  return {out};
+}
+
 std::vector<Shape> infer_arg_reduce(const Layer& l, std::span<const Shape> in) {
   const std::string mode = l.get_string("mode", "max");
   if (mode != "max" && mode != "min") fail(l, "mode", fmt::format("mode '{}' is not max or min", mode));
@@ -537,6 +577,8 @@ const LayerType kBuiltinTypes[] = {
     {"cast", 1, 1, infer_cast},          {"einsum", 1, 8, infer_einsum},
     {"arg_reduce", 1, 1, infer_arg_reduce}, {"trig", 1, 1, infer_trig},
     {"take", 1, 1, infer_take},
+    {"gather", 2, 2, infer_gather},      {"gather_elements", 2, 2, infer_gather_elements},
+    {"gather_nd", 2, 2, infer_gather_nd},
     {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},
     {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 1, infer_top_k, 2},
     {"grid_sample", 2, 2, infer_grid_sample},

@@ -49,6 +49,15 @@
 //            (ONNX Cast, core/narrow_types.hpp); saturate = 1|0, round_mode = up|down|nearest (float8e8m0).
 //  take      weight indices (int64, any shape): y = x.flat[indices], out shape = the
 //            indices' (each in [0, numel(x))): a gather at constant positions.
+//  gather    two inputs (data, indices computed at run time, whole numbers held as floats):
+//            ONNX Gather along `axis` (negative from the end); out shape = data's dims before
+//            the axis, the indices' shape, data's dims after it. An index in [-dim, 0) counts
+//            from the end; one outside [-dim, dim) or not a whole number is an Error naming the
+//            layer (never a read out of bounds). The embedding lookup of token ids.
+//  gather_elements two inputs (data, indices of data's rank): ONNX GatherElements along `axis`;
+//            out shape = the indices'; indices checked as gather's.
+//  gather_nd two inputs (data, indices [..., k]): ONNX GatherND with `batch_dims` b; out shape =
+//            indices' dims but the last, then data's dims from b + k on; indices checked as gather's.
 //  trig      op = sin|cos|tan|asin|acos|atan|sinh|cosh|asinh|acosh|atanh (in double, as std:: computes them).
 //  arg_reduce index along `axis` (negative from the end) of the first (select_last_index=0)
 //            or last maximum (mode=max) or minimum (mode=min); keepdims=1; NaN

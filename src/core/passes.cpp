@@ -112,35 +112,6 @@ int absorb_into_producers(Graph& g, std::string_view consumer_type, const Absorb
   return count;
 }
 
-/// Runs one layer on constant inputs, once, with the registry's default
-/// choice in the default schema (core names no routine).
-std::vector<Blob> evaluate(const Layer& l, const std::vector<Blob>& inputs) {
-  LayerInfo info;
-  info.layer = &l;
-  for (const Blob& b : inputs) info.input_shapes.push_back(b.shape());
-  info.output_shapes = infer_layer_shapes(l, info.input_shapes);
-  const auto& registry = RoutineRegistry::instance();
-  const Candidate c = registry.default_choice(info, Schema{});
-  std::unique_ptr<PreparedRoutine> prepared = c.routine->prepare(info, c.schema, {});
-  std::vector<Blob> outputs;
-  for (const Shape& s : info.output_shapes) outputs.push_back(Blob::allocate(s));
-  const std::size_t ws = prepared->workspace_bytes();
-  std::unique_ptr<void, void (*)(void*)> workspace(ws ? allocate_aligned((ws + 63) / 64 * 64) : nullptr,
-                                                   std::free);
-  if (ws && !workspace) throw Error(fmt::format("out of memory for a {}-byte workspace", ws), {}, l.name);
-  std::vector<const Blob*> in_ptrs;
-  for (const Blob& b : inputs) in_ptrs.push_back(&b);
-  std::vector<Blob*> out_ptrs;
-  for (Blob& b : outputs) out_ptrs.push_back(&b);
-  RunArgs args;
-  args.inputs = in_ptrs;
-  args.outputs = out_ptrs;
-  args.workspace = workspace.get();
-  args.pool = &global_pool();
-  prepared->run(args);
-  return outputs;
-}
-
 /// A new blob with `w`'s values, each block of `w.numel()/factors.size()`
 /// consecutive values (one output channel) multiplied by its factor.
 Blob scale_rows(const Blob& w, const std::vector<double>& factors) {
@@ -178,6 +149,34 @@ bool weights_plain(const Layer& l) {
 }
 
 }  // namespace
+
+std::vector<Blob> evaluate_layer(const Layer& l, const std::vector<Blob>& inputs) {
+  LayerInfo info;
+  info.layer = &l;
+  for (const Blob& b : inputs) info.input_shapes.push_back(b.shape());
+  info.output_shapes = infer_layer_shapes(l, info.input_shapes);
+  const auto& registry = RoutineRegistry::instance();
+  const Candidate c = registry.default_choice(info, Schema{});
+  std::unique_ptr<PreparedRoutine> prepared = c.routine->prepare(info, c.schema, {});
+  std::vector<Blob> outputs;
+  for (const Shape& s : info.output_shapes) outputs.push_back(Blob::allocate(s));
+  const std::size_t ws = prepared->workspace_bytes();
+  std::unique_ptr<void, void (*)(void*)> workspace(ws ? allocate_aligned((ws + 63) / 64 * 64) : nullptr,
+                                                   std::free);
+  if (ws && !workspace) throw Error(fmt::format("out of memory for a {}-byte workspace", ws), {}, l.name);
+  std::vector<const Blob*> in_ptrs;
+  for (const Blob& b : inputs) in_ptrs.push_back(&b);
+  std::vector<Blob*> out_ptrs;
+  for (Blob& b : outputs) out_ptrs.push_back(&b);
+  RunArgs args;
+  args.inputs = in_ptrs;
+  args.outputs = out_ptrs;
+  args.workspace = workspace.get();
+  args.pool = &global_pool();
+  prepared->run(args);
+  return outputs;
+}
+
 
 int remove_identities(Graph& g) {
   sort_topologically(g);
@@ -235,7 +234,7 @@ int fold_constants(Graph& g) {
     if (inputs.size() != l.inputs.size()) continue;
     std::vector<Blob> outputs;
     try {
-      outputs = evaluate(l, inputs);
+      outputs = evaluate_layer(l, inputs);
     } catch (const std::exception& e) {
       // No routine computes it here (or it is invalid): it stays a layer and
       // the net's own build reports real errors.

@@ -18,6 +18,10 @@ namespace softneuro::core {
 /// Returns the number of layers removed.
 int remove_identities(Graph& graph);
 
+/// Runs one layer on constant float32 inputs, once, with the registry's
+/// default choice in the default schema (core names no routine): its outputs.
+std::vector<Blob> evaluate_layer(const Layer& layer, const std::vector<Blob>& inputs);
+
 /// Computes once every layer whose inputs are all outputs of constant layers
 /// (with the cpu/ref routine through the registry, else the default choice in
 /// the default schema) and replaces it by constant layers holding its outputs.

@@ -4,9 +4,70 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
 namespace softneuro::onnx_import {
+
+int64_t SymbolicDim::size_at(const std::map<std::string, int64_t>& sizes) const {
+  int64_t n = offset;
+  for (const auto& [name, k] : terms)
+    if (auto it = sizes.find(name); it != sizes.end()) n += k * it->second;
+  return n;
+}
+
+SymbolicDim parse_dim_param(const std::string& text, const std::string& fallback) {
+  SymbolicDim d;
+  std::string t;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) t += c;
+  if (t.empty()) {
+    d.terms[fallback] = 1;
+    return d;
+  }
+  auto is_name = [](const std::string& w) {
+    if (w.empty() || std::isdigit(static_cast<unsigned char>(w[0]))) return false;
+    for (char c : w)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return false;
+    return true;
+  };
+  auto is_number = [](const std::string& w) {
+    return !w.empty() && w.size() < 10 && std::all_of(w.begin(), w.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  // Terms separated by + and -, each a number, a name, or number*name.
+  bool parsed = true;
+  std::size_t at = 0;
+  while (parsed && at < t.size()) {
+    int64_t sign = 1;
+    if (t[at] == '+' || t[at] == '-') {
+      sign = t[at] == '-' ? -1 : 1;
+      ++at;
+    } else if (at != 0) {
+      parsed = false;
+      break;
+    }
+    const std::size_t end = t.find_first_of("+-", at);
+    const std::string term = t.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? t.size() : end;
+    const std::size_t star = term.find('*');
+    if (is_number(term)) {
+      d.offset += sign * std::stoll(term);
+    } else if (is_name(term)) {
+      d.terms[term] += sign;
+    } else if (star != std::string::npos && is_number(term.substr(0, star)) && is_name(term.substr(star + 1))) {
+      d.terms[term.substr(star + 1)] += sign * std::stoll(term.substr(0, star));
+    } else {
+      parsed = false;
+    }
+  }
+  for (const auto& [name, k] : d.terms) parsed = parsed && k != 0;
+  if (!parsed || d.terms.empty()) {  // an expression this does not read: one name
+    d = SymbolicDim{};
+    d.terms[t] = 1;
+  }
+  return d;
+}
 
 void ReshapeSpec::apply(Layer& reshape) const {
   reshape.params["shape"] = shape;

@@ -17,6 +17,27 @@
 
 namespace softneuro::onnx_import {
 
+/// One symbolic input dim as a sum of named sizes plus a constant: ONNX's
+/// dim_param ("sequence", "past_sequence + 1", "s0 + s1"; any other text is
+/// one opaque name; a dim without a name gets a name of its own). Dims that
+/// name the same size vary together.
+struct SymbolicDim {
+  std::string input;
+  int dim = 0;
+  std::map<std::string, int64_t> terms;  ///< name -> coefficient
+  int64_t offset = 0;
+  /// The dim's size where the named sizes are `sizes` (missing names count 0).
+  int64_t size_at(const std::map<std::string, int64_t>& sizes) const;
+};
+/// Parses a dim_param; `fallback`: the name of an unnamed dim.
+SymbolicDim parse_dim_param(const std::string& text, const std::string& fallback);
+
+/// The symbolic dims of a model's inputs and the size each name takes.
+struct InputSymbols {
+  std::vector<SymbolicDim> dims;
+  std::map<std::string, int64_t> sizes;
+};
+
 /// A reshape target that holds for every size tried (the reshape layer's
 /// `shape` and `copy_dims` parameters).
 struct ReshapeSpec {

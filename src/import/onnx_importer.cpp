@@ -156,10 +156,13 @@ struct Fused {
 
 class Importer {
  public:
-  /// `probe_sizes`: the sizes symbolic dims take while translating (default: 1 for a leading dim, 64 for others).
+  /// `symbol_sizes`: the sizes named symbolic dims take while translating
+  /// (default: 1 for a name some input has as its leading dim, 64 for others);
+  /// `symbols`, where given, receives the inputs' symbolic dims and sizes.
   Importer(onnx::ModelProto& model, const std::string& file, const ImportOptions& options,
-           const std::map<std::string, Shape>* probe_sizes = nullptr)
-      : model_(model), g_(*model.mutable_graph()), file_(file), options_(options), probe_sizes_(probe_sizes) {
+           const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr)
+      : model_(model), g_(*model.mutable_graph()), file_(file), options_(options), symbol_sizes_(symbol_sizes),
+        symbols_out_(symbols) {
     src_.file = file;
     const auto dir = std::filesystem::path(file).parent_path();
     src_.dir = (dir.empty() ? std::filesystem::path(".") : dir).string();
@@ -497,6 +500,11 @@ class Importer {
   }
   /// Whether an operator's result on integer values held as floats is its integer result.
   static bool keeps_integers(const std::string& op);
+  /// After node n, whose inputs are all constants, added layers from index
+  /// `first` on: computes them now with the reference routines and makes n's
+  /// outputs constants (folding by rule, whatever the operator), unless they
+  /// grow past the folded-constant cap or no routine computes them here.
+  void fold_node(const Node& n, std::size_t first);
 
   std::vector<int64_t> window_pads(const Node& n, const Shape& x, const std::vector<int64_t>& kernel,
                                    const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations) const;
@@ -505,7 +513,8 @@ class Importer {
   onnx::GraphProto& g_;
   const std::string file_;
   const ImportOptions& options_;
-  const std::map<std::string, Shape>* probe_sizes_;
+  const std::map<std::string, int64_t>* symbol_sizes_;
+  InputSymbols* symbols_out_;
   TensorSource src_;
   std::map<std::string, int> opsets_;  // domain -> version
 
@@ -744,6 +753,7 @@ void Importer::read_initializers() {
 
 void Importer::read_inputs() {
   std::set<std::string> seen;
+  InputSymbols symbols;
   for (const auto& in : g_.input()) {
     const std::string& name = in.name();
     if (name.empty()) throw Error("a graph input has no name", file_, {}, "input");
@@ -781,24 +791,43 @@ void Importer::read_inputs() {
       for (int i = 0; i < shape.rank(); ++i)
         if (s[i] > 0) shape[i] = s[i];
     }
-    // Symbolic dims stay dynamic (import_onnx checks which really can vary);
-    // the model's default shape takes 1 for a leading (batch) dim, 64 for others.
+    // Symbolic dims stay dynamic (import_onnx checks which really can vary),
+    // each a sum of named sizes (dims naming one size vary together).
     TensorInfo info{name, shape, *dtype, {}};
     for (int i = 0; i < shape.rank(); ++i)
       if (shape[i] < 0) {
-        auto probe = probe_sizes_ ? probe_sizes_->find(name) : decltype(probe_sizes_->end()){};
-        info.shape[i] = probe_sizes_ && probe != probe_sizes_->end() && probe->second.rank() == shape.rank()
-                            ? probe->second[i]
-                            : i == 0 ? 1 : 64;
+        const auto& d = tt.shape().dim(i);
+        symbols.dims.push_back(parse_dim_param(d.has_dim_param() ? d.dim_param() : std::string(),
+                                               fmt::format("{}[{}]", name, i)));
+        symbols.dims.back().input = name;
+        symbols.dims.back().dim = i;
         info.dynamic_dims.push_back(i);
         symbolic_inputs_ = true;
       }
-    shape = info.shape;
     graph_.inputs.push_back(std::move(info));
-    shapes_[name] = shape;
   }
   for (const auto& [name, s] : options_.input_shapes)
-    if (!shapes_.count(name)) throw Error("the model has no input of this name (given a shape)", file_, {}, name);
+    if (std::none_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const TensorInfo& t) { return t.name == name; }))
+      throw Error("the model has no input of this name (given a shape)", file_, {}, name);
+  // The size each name takes: the caller's, else 1 for a name that is some
+  // input's leading dim by itself (a batch), else 64.
+  for (const auto& d : symbols.dims)
+    for (const auto& [sym, k] : d.terms) symbols.sizes.emplace(sym, 64);
+  for (const auto& d : symbols.dims)
+    if (d.dim == 0 && d.terms.size() == 1 && d.terms.begin()->second == 1 && d.offset == 0) symbols.sizes[d.terms.begin()->first] = 1;
+  if (symbol_sizes_)
+    for (auto& [sym, size] : symbols.sizes)
+      if (auto it = symbol_sizes_->find(sym); it != symbol_sizes_->end()) size = it->second;
+  for (const auto& d : symbols.dims) {
+    auto& in = *std::find_if(graph_.inputs.begin(), graph_.inputs.end(), [&](const TensorInfo& t) { return t.name == d.input; });
+    const int64_t size = d.size_at(symbols.sizes);
+    if (size <= 0)
+      throw Error(fmt::format("dim {} is {} where its names take the sizes tried ({})", d.dim, size,
+                              fmt::join(symbols.sizes, ", ")), file_, {}, d.input);
+    in.shape[d.dim] = size;
+  }
+  for (const auto& in : graph_.inputs) shapes_[in.name] = in.shape;
+  if (symbols_out_) *symbols_out_ = symbols;
 }
 
 namespace {
@@ -3258,7 +3287,13 @@ void Importer::gather(const Node& n) {
   if (axis_attr < -xs.rank() || axis_attr >= xs.rank()) throw n.error("axis out of range", "axis");
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + xs.rank() : axis_attr);
   const Blob* indices = constant(n.in(1));
-  if (!indices) throw Unsupported{"Gather with indices computed at run time"};
+  if (!indices || (size_dependent(n.in(1)) && !constant(n.in(0)))) {
+    // Run-time indices (token ids into an embedding table): a gather layer, which checks each index.
+    Layer l = make("gather", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+    l.params["axis"] = int64_t{axis};
+    add(std::move(l));
+    return;
+  }
   if (const Blob* data = constant(n.in(0))) {
     try {
       constants_[n.out(0)] = gathered(*data, *indices, axis);
@@ -3689,7 +3724,12 @@ std::vector<int64_t> element_positions(const Node& n, const Shape& ds, const Sha
 void Importer::gather_elements(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const Blob* indices = constant(n.in(1));
-  if (!indices) throw Unsupported{"GatherElements with indices computed at run time"};
+  if (!indices || size_dependent(n.in(1))) {
+    Layer l = make("gather_elements", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+    l.params["axis"] = n.get_int("axis", 0);
+    add(std::move(l));
+    return;
+  }
   const Shape is = indices->shape();
   if (is.rank() != xs.rank() || xs.rank() == 0)
     throw n.error(fmt::format("indices {} and data {} differ in rank", is.to_string(), xs.to_string()), "indices");
@@ -4124,7 +4164,12 @@ void Importer::take_from_two(const Node& n, const std::string& a, const std::str
 void Importer::gather_nd(const Node& n) {
   const Shape ds = shape_of(n, n.in(0));
   const Blob* indices = constant(n.in(1));
-  if (!indices) throw Unsupported{"GatherND with indices computed at run time"};
+  if (!indices || size_dependent(n.in(1))) {  // indices computed at run time (or from the input sizes)
+    Layer l = make("gather_nd", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+    l.params["batch_dims"] = n.get_int("batch_dims", 0);
+    add(std::move(l));
+    return;
+  }
   const Shape is = indices->shape();
   const int64_t b = n.get_int("batch_dims", 0);
   if (is.rank() < 1 || b < 0 || b >= std::min(is.rank(), ds.rank()))
@@ -4699,7 +4744,13 @@ void Importer::convert(int i) {
   // their type on; the others are refused rather than computed as floats (an
   // integer Div would not truncate).
   int typed = -1;
-  for (int k = 0; k < n.num_inputs(); ++k)
+  // Operators whose output has their data's type, whatever their other inputs
+  // (indices, shapes, a mask) hold.
+  static const std::unordered_set<std::string> typed_by_data = {
+      "Gather", "GatherElements", "GatherND", "Reshape", "Expand", "Tile", "Slice", "Squeeze", "Unsqueeze", "Pad",
+      "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad"};
+  const int typed_inputs = typed_by_data.count(n.op()) ? std::min(1, n.num_inputs()) : n.num_inputs();
+  for (int k = 0; k < typed_inputs; ++k)
     if (n.has_in(k) && !constant(n.in(k)))
       if (auto t = value_types_.find(n.in(k)); t != value_types_.end()) typed = t->second;
   // float16 and bfloat16 values are exact in float32: computing in float32 and
@@ -4713,10 +4764,13 @@ void Importer::convert(int i) {
   if (typed >= 0 && !keeps_integers(n.op()) && !(n.op() == "Pow" && integral_exponent(n)))
     return record(fmt::format("{} of a {} tensor computed at run time (integer tensors are float32 inside, and this "
                               "operator's result would differ)", n.op(), onnx_type_name(typed)));
+  const bool foldable = options_.fold_constants && !size_dependent_inputs && n.num_inputs() > 0 && all_constant(n);
+  const std::size_t first_layer = graph_.layers.size();
   try {
     static const std::unordered_set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
     if (windowed.count(n.op()) && n.has_in(0) && shape_of(n, n.in(0)).rank() == 3) as_2d(n, conv_it->second);
     else (this->*(conv_it->second))(n);
+    if (foldable) fold_node(n, first_layer);
     keep_quantisation(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
     static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "If", "DequantizeLinear", "QLinearConv",
@@ -4729,6 +4783,67 @@ void Importer::convert(int i) {
   } catch (const Error& e) {
     throw e.with_layer(n.name).with_file(file_);
   }
+}
+
+void Importer::fold_node(const Node& n, std::size_t first) {
+  bool wanted = false;
+  for (int k = 0; k < n.num_outputs(); ++k) wanted = wanted || (!n.out(k).empty() && !constant(n.out(k)));
+  if (!wanted || first >= graph_.layers.size()) return;
+  // The added layers run in order on the constants' values (as float32, what layers read).
+  std::unordered_map<std::string, Blob> values;
+  std::size_t input_bytes = 0;
+  for (std::size_t i = first; i < graph_.layers.size(); ++i) {
+    const Layer& l = graph_.layers[i];
+    std::vector<Blob> ins;
+    for (const auto& in : l.inputs) {
+      if (auto v = values.find(in); v != values.end()) ins.push_back(v->second);
+      else if (const Blob* c = constant(in); c && !size_dependent(in)) ins.push_back(to_float(*c));
+      else return;  // reads a blob computed at run time
+      input_bytes += ins.back().byte_size();
+    }
+    std::vector<Blob> outs;
+    try {
+      outs = l.type == "constant" ? std::vector<Blob>{to_float(l.weight("value"))} : core::evaluate_layer(l, ins);
+      for (const Blob& o : outs) check_folded_growth(o.shape(), o.dtype(), input_bytes);
+    } catch (const std::exception& e) {
+      core::debug("{}: node '{}' ({}) not folded at import: {}", file_, n.name, n.op(), e.what());
+      return;  // stays layers: no routine computes it here, or it is too large
+    }
+    for (std::size_t k = 0; k < outs.size() && k < l.outputs.size(); ++k) values[l.outputs[k]] = std::move(outs[k]);
+  }
+  for (int k = 0; k < n.num_outputs(); ++k)
+    if (!n.out(k).empty() && !constant(n.out(k)) && !values.count(n.out(k))) return;
+  // The result's type: booleans and indices are integers, as is what an
+  // integer-keeping operator computes from integer data; the rest float32.
+  static const std::unordered_set<std::string> logic = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
+                                                        "Or", "Xor", "Not", "IsNaN", "IsInf"};
+  auto integer_output = [&](int k) {
+    if (logic.count(n.op()) || n.op() == "ArgMax" || n.op() == "ArgMin" || (n.op() == "TopK" && k == 1)) return true;
+    const Blob* data = n.has_in(0) ? constant(n.in(0)) : nullptr;
+    return data && data->dtype() == DType::int64 && keeps_integers(n.op());
+  };
+  for (int k = 0; k < n.num_outputs(); ++k) {
+    const std::string& o = n.out(k);
+    if (o.empty() || constant(o)) continue;
+    Blob v = values.at(o);
+    if (integer_output(k)) {
+      std::vector<int64_t> ints(static_cast<std::size_t>(v.numel()));
+      const float* f = v.data_as<float>();
+      for (std::size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int64_t>(std::llround(f[i]));
+      v = int_blob(v.shape(), ints);
+      onnx_types_[o] = logic.count(n.op()) ? onnx::TensorProto::BOOL : onnx::TensorProto::INT64;
+    } else {
+      onnx_types_[o] = onnx::TensorProto::FLOAT;
+    }
+    constants_[o] = std::move(v);
+  }
+  // The layers computed go; the constants they read stay (later nodes may read them as blobs).
+  for (std::size_t i = first; i < graph_.layers.size(); ++i)
+    if (graph_.layers[i].type != "constant")
+      for (const auto& o : graph_.layers[i].outputs) shapes_.erase(o);
+  graph_.layers.erase(std::remove_if(graph_.layers.begin() + static_cast<std::ptrdiff_t>(first), graph_.layers.end(),
+                                     [](const Layer& l) { return l.type != "constant"; }),
+                      graph_.layers.end());
 }
 
 bool Importer::keeps_integers(const std::string& op) {
@@ -4829,12 +4944,12 @@ void parse_file(const std::string& path, onnx::ModelProto& model) {
 }
 
 core::Graph import_graph(const std::string& path, const ImportOptions& options,
-                         const std::map<std::string, Shape>* probe_sizes) {
+                         const std::map<std::string, int64_t>* symbol_sizes, InputSymbols* symbols) {
   try {
     auto model = std::make_unique<onnx::ModelProto>();
     parse_file(path, *model);
     if (!model->has_graph()) throw Error("not an ONNX model: it holds no graph", path, {}, "graph");
-    Importer importer(*model, path, options, probe_sizes);
+    Importer importer(*model, path, options, symbol_sizes, symbols);
     return importer.run();
   } catch (const Error&) {
     throw;
@@ -4852,8 +4967,8 @@ namespace onnx_import {
 namespace {
 
 core::Graph import_optimized(const std::string& path, const ImportOptions& options,
-                             const std::map<std::string, Shape>* probe_sizes = nullptr) {
-  core::Graph graph = import_graph(path, options, probe_sizes);
+                             const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr) {
+  core::Graph graph = import_graph(path, options, symbol_sizes, symbols);
   try {
     core::optimize(graph, import::pass_options(options));
   } catch (const Error& e) {
@@ -4863,45 +4978,104 @@ core::Graph import_optimized(const std::string& path, const ImportOptions& optio
   return graph;
 }
 
-/// Imports the model again with one dynamic dim at another size, one dim at a
-/// time; keeps the dims whose every effect `generalize` expresses, fixes the
-/// others at their default size (with a warning naming the layer that needs it).
-void keep_dynamic_dims(core::Graph& graph, const std::string& path, const ImportOptions& options) {
+/// The first import: at the default sizes of the symbolic dims, else (a graph
+/// valid only for some sizes, such as a recogniser whose height must pool to
+/// one row) at the first of a few common sizes that every non-batch name takes.
+core::Graph import_first(const std::string& path, const ImportOptions& options, InputSymbols& symbols) {
+  try {
+    return import_optimized(path, options, nullptr, &symbols);
+  } catch (const Error& first) {
+    if (symbols.sizes.empty()) throw;
+    for (int64_t size : {32, 48, 16, 96, 128, 224, 256, 320, 8, 512}) {
+      std::map<std::string, int64_t> sizes = symbols.sizes;
+      bool any = false;
+      for (auto& [name, s] : sizes)
+        if (s != 1) s = size, any = true;
+      if (!any) break;
+      try {
+        InputSymbols tried;
+        core::Graph g = import_optimized(path, options, &sizes, &tried);
+        core::info("{}: the model does not translate with its symbolic dims at 64 ({}); they take {} instead", path,
+                   first.message(), size);
+        symbols = std::move(tried);
+        return g;
+      } catch (const Error&) {
+      }
+    }
+    throw;
+  }
+}
+
+/// Imports the model again with each named size of the symbolic dims at other
+/// values, one name at a time (every dim naming it varies with it); keeps the
+/// names whose every effect `generalize` expresses, and fixes the dims of the
+/// others at their default size (with a warning naming the input, the dim and
+/// the layer that needs it).
+void keep_dynamic_dims(core::Graph& graph, const std::string& path, const ImportOptions& options,
+                       const InputSymbols& symbols) {
   std::vector<BlobShapes> sizes;
   ReshapeSpecs specs;
-  for (auto& in : graph.inputs) {
-    std::vector<int> kept;
-    for (int d : in.dynamic_dims) {
-      if (sizes.empty()) sizes.push_back(core::infer_shapes(graph));
-      std::map<std::string, Shape> probe_sizes;
-      for (const auto& i : graph.inputs) probe_sizes[i.name] = i.shape;
-      Shape& probe_shape = probe_sizes[in.name];
-      // A model need not run at every size (a recogniser whose height pools
-      // to one row): a size it refuses is tried no further, the next one is.
-      // A graph that differs at a size it runs at fixes the dim.
-      const int64_t base = in.shape[d];
-      const std::vector<int64_t> probes =
-          base == 1 ? std::vector<int64_t>{2, 3} : std::vector<int64_t>{base + base / 2, base - base / 4, base * 2};
+  std::set<std::string> fixed, done;
+  for (const auto& [name, base] : symbols.sizes) {
+    if (done.count(name)) continue;
+    if (sizes.empty()) sizes.push_back(core::infer_shapes(graph));
+    // A model need not run at every size (a recogniser whose height pools
+    // to one row): a size it refuses is tried no further, the next one is.
+    // A graph that differs at a size it runs at fixes the dims.
+    const std::vector<int64_t> probes =
+        base == 1 ? std::vector<int64_t>{2, 3} : std::vector<int64_t>{base + base / 2, base - base / 4, base * 2};
+    std::map<std::string, int64_t> at = symbols.sizes;
+    int64_t tried = base;  // the size that failed first
+    auto try_names = [&](const std::vector<std::string>& names) {
       std::string why;
       for (int64_t size : probes) {
-        probe_shape[d] = size;
+        for (const auto& n : names) at[n] = size;
+        if (why.empty()) tried = size;
         core::Graph probe;
         try {
-          probe = import_optimized(path, options, &probe_sizes);
+          probe = import_optimized(path, options, &at);
         } catch (const Error& e) {
           if (why.empty()) why = e.message();
           continue;
         }
-        why = generalize(graph, probe, sizes, specs);
-        break;
+        return generalize(graph, probe, sizes, specs);
       }
-      if (why.empty()) {
-        kept.push_back(d);
-        continue;
+      return why;
+    };
+    std::string why = try_names({name});
+    const int64_t tried_alone = tried;
+    if (!why.empty()) {
+      // Exporters may name one size twice (torch.export's batch of each
+      // input, s72 and s43): the names of the same default size not yet
+      // tried, varied together with this one.
+      std::vector<std::string> group{name};
+      for (const auto& [other, size] : symbols.sizes)
+        if (other != name && size == base && !done.count(other)) group.push_back(other);
+      at = symbols.sizes;
+      if (group.size() > 1 && try_names(group).empty()) {
+        why.clear();
+        done.insert(group.begin(), group.end());
+        core::info("{}: symbolic dims named {} vary together", path, fmt::join(group, ", "));
       }
-      core::warn("{}: input '{}' dim {} is symbolic, but the model runs at one size of it only, {} (at {}: {}); "
-                 "it stays {} (give another with --input-shape)",
-                 path, in.name, d, in.shape[d], probe_shape.to_string(), why, in.shape[d]);
+      tried = tried_alone;
+    }
+    done.insert(name);
+    if (why.empty()) continue;
+    fixed.insert(name);
+    for (const auto& d : symbols.dims)
+      if (d.terms.count(name))
+        core::warn("{}: input '{}' dim {} is symbolic ({}), but the model runs at one size of it only, {} (at {}={}: {}); "
+                   "it stays {} (give another with --input-shape)",
+                   path, d.input, d.dim, name, base, name, tried, why, d.size_at(symbols.sizes));
+  }
+  for (auto& in : graph.inputs) {
+    std::vector<int> kept;
+    for (int dim : in.dynamic_dims) {
+      bool free = true;
+      for (const auto& d : symbols.dims)
+        if (d.input == in.name && d.dim == dim)
+          for (const auto& [name, k] : d.terms) free = free && !fixed.count(name);
+      if (free) kept.push_back(dim);
     }
     in.dynamic_dims = std::move(kept);
   }
@@ -4915,9 +5089,10 @@ Model import_onnx(const std::string& path, const ImportOptions& options) {
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   const auto t0 = clock::now();
-  core::Graph graph = onnx_import::import_optimized(path, options);
+  onnx_import::InputSymbols symbols;
+  core::Graph graph = onnx_import::import_first(path, options, symbols);
   const auto t1 = clock::now();
-  onnx_import::keep_dynamic_dims(graph, path, options);
+  onnx_import::keep_dynamic_dims(graph, path, options, symbols);
   const auto t2 = clock::now();
   for (const auto& in : graph.inputs)
     if (!in.dynamic_dims.empty())

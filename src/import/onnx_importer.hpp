@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/graph.hpp"
+#include "import/dynamic_dims.hpp"
 
 #include <softneuro/import.hpp>
 
@@ -13,9 +14,10 @@ namespace softneuro::onnx_import {
 
 /// Reads the model at `path` and translates it into a graph, before any pass.
 /// Throws softneuro::Error naming the file, the ONNX node and the field.
-/// `probe_sizes`: the sizes symbolic input dims take while translating
-/// (default: 1 for a leading dim, 64 for others); they stay symbolic.
+/// `symbol_sizes`: the sizes named symbolic input dims take while translating
+/// (default: 1 for a name that is an input's leading dim, 64 for others); they
+/// stay symbolic. `symbols`, where given, receives the inputs' symbolic dims.
 core::Graph import_graph(const std::string& path, const ImportOptions& options = {},
-                         const std::map<std::string, Shape>* probe_sizes = nullptr);
+                         const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr);
 
 }  // namespace softneuro::onnx_import

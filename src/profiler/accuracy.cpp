@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -140,10 +141,42 @@ void compare(const AccuracyBudget& budget, const Blob& got, const Blob& want, Ta
   t.count += 1;
 }
 
+/// The net's outputs on one sample, each as float32 (an integer-typed output's values converted).
 std::vector<NamedBlob> run(core::Executor& exec, const detail::WorkingModel& net, const std::vector<NamedBlob>& sample) {
   std::vector<NamedBlob> out;
-  for (const auto& o : net.graph.outputs) out.push_back({o, Blob::allocate(net.shapes.at(o))});
+  for (const auto& o : net.graph.outputs) {
+    auto typed = net.graph.output_dtypes.find(o);
+    out.push_back({o, Blob::allocate(net.shapes.at(o), typed == net.graph.output_dtypes.end() ? DType::float32 : typed->second)});
+  }
   exec.run(sample, out);
+  for (auto& o : out) {
+    if (o.blob.dtype() == DType::float32) continue;
+    Blob f = Blob::allocate(o.blob.shape());
+    float* y = f.data_as<float>();
+    const int64_t n = o.blob.numel();
+    const auto* bytes = static_cast<const unsigned char*>(o.blob.data());
+    auto copy = [&](auto tag) {
+      using T = decltype(tag);
+      for (int64_t i = 0; i < n; ++i) {
+        T v;
+        std::memcpy(&v, bytes + static_cast<std::size_t>(i) * sizeof(T), sizeof(T));
+        y[i] = static_cast<float>(v);
+      }
+    };
+    switch (o.blob.dtype()) {
+      case DType::int64: copy(int64_t{}); break;
+      case DType::int32: copy(int32_t{}); break;
+      case DType::int16: copy(int16_t{}); break;
+      case DType::int8: copy(int8_t{}); break;
+      case DType::uint8: case DType::boolean: copy(uint8_t{}); break;
+      case DType::uint16: copy(uint16_t{}); break;
+      case DType::uint32: copy(uint32_t{}); break;
+      case DType::uint64: copy(uint64_t{}); break;
+      case DType::float64: copy(double{}); break;
+      default: throw Error(fmt::format("output '{}' of type {} cannot be compared", o.name, to_string(o.blob.dtype())));
+    }
+    o.blob = f;
+  }
   return out;
 }
 

@@ -337,18 +337,80 @@ std::pair<double, double> consumer_range(const core::Graph& g, const std::string
 
 }  // namespace
 
+namespace {
+
+/// The size of the smallest table that net input `name` indexes (through
+/// layers that only move values), or 0 where it indexes none.
+int64_t index_bound(const core::Graph& g, const std::string& name) {
+  static const std::set<std::string> moves = {"reshape", "flatten", "identity", "transpose", "split", "concat"};
+  std::map<std::string, Shape> shapes;
+  std::set<std::string> reach = {name};
+  int64_t bound = 0;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const Layer& l : g.layers) {
+      for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+        if (!reach.count(l.inputs[k])) continue;
+        if ((l.type == "gather" || l.type == "gather_elements") && k == 1) {
+          if (shapes.empty()) shapes = core::infer_shapes(g);
+          const Shape& data = shapes.at(l.inputs[0]);
+          int64_t axis = l.get_int("axis", 0);
+          if (axis < 0) axis += data.rank();
+          if (axis >= 0 && axis < data.rank()) bound = bound == 0 ? data[static_cast<int>(axis)] : std::min(bound, data[static_cast<int>(axis)]);
+        } else if (moves.count(l.type)) {
+          for (const auto& o : l.outputs) grew = reach.insert(o).second || grew;
+        }
+      }
+    }
+  }
+  return bound;
+}
+
+template <class T>
+void fill_ints(Blob& b, const std::function<int64_t()>& draw) {
+  T* p = b.data_as<T>();
+  for (int64_t i = 0; i < b.numel(); ++i) p[i] = static_cast<T>(draw());
+}
+
+}  // namespace
+
+Blob synthetic_input(const TensorInfo& t, const core::Graph& graph, std::mt19937& rng,
+                     const std::function<float(std::mt19937&)>& real) {
+  if (!is_integer(t.dtype) || is_narrow(t.dtype)) {
+    Blob x = Blob::allocate(t.shape);
+    float* p = x.data_as<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = real(rng);
+    if (t.dtype != DType::float64) return x;
+    Blob d = Blob::allocate(t.shape, DType::float64);
+    std::copy(p, p + x.numel(), d.data_as<double>());
+    return d;
+  }
+  const int64_t bound = t.dtype == DType::boolean ? 0 : index_bound(graph, t.name);
+  std::function<int64_t()> draw = [] { return int64_t{1}; };
+  if (bound > 0) draw = [&rng, bound] { return std::uniform_int_distribution<int64_t>(0, bound - 1)(rng); };
+  Blob x = Blob::allocate(t.shape, t.dtype);
+  switch (t.dtype) {
+    case DType::int64: fill_ints<int64_t>(x, draw); break;
+    case DType::int32: fill_ints<int32_t>(x, draw); break;
+    case DType::int16: fill_ints<int16_t>(x, draw); break;
+    case DType::int8: fill_ints<int8_t>(x, draw); break;
+    case DType::uint8: case DType::boolean: fill_ints<uint8_t>(x, draw); break;
+    case DType::uint16: fill_ints<uint16_t>(x, draw); break;
+    case DType::uint32: fill_ints<uint32_t>(x, draw); break;
+    case DType::uint64: fill_ints<uint64_t>(x, draw); break;
+    default: throw Error(fmt::format("no synthetic values for an input of type {}", to_string(t.dtype)), {}, {}, t.name);
+  }
+  return x;
+}
+
 std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::WorkingModel& net, int batches, unsigned first) {
   std::vector<std::vector<NamedBlob>> out;
   for (int b = 0; b < std::max(1, batches); ++b) {
     std::mt19937 rng(0x5eedu + first + static_cast<unsigned>(b));
     std::normal_distribution<float> d(0.0f, 1.0f);
     std::vector<NamedBlob> batch;
-    for (const auto& t : net.inputs) {
-      Blob x = Blob::allocate(t.shape);
-      float* p = x.data_as<float>();
-      for (int64_t i = 0; i < x.numel(); ++i) p[i] = d(rng);
-      batch.push_back({t.name, x});
-    }
+    for (const auto& t : net.inputs)
+      batch.push_back({t.name, synthetic_input(t, net.graph, rng, [&d](std::mt19937& r) { return d(r); })});
     out.push_back(std::move(batch));
   }
   return out;
@@ -402,6 +464,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   g.routine_path = {};
   g.shape_paths.clear();
   g.blob_quant.clear();
+  g.output_dtypes.clear();  // every value as the float32 the layers compute
   std::set<std::string> seen(g.outputs.begin(), g.outputs.end());
   for (const Layer& l : g.layers) {
     if (l.type == "constant") continue;

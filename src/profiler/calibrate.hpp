@@ -6,7 +6,9 @@
 
 #include <softneuro/calibrate.hpp>
 
+#include <functional>
 #include <map>
+#include <random>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +41,14 @@ std::optional<Calibration> load_calibration(const std::string& path, std::size_t
 /// mean by sum_k (grid - w)[o, k] * E[x_k]; the bias that cancels it.
 /// `means`: the layer input's channel means (Calibration::channel_means).
 Blob corrected_bias(const Layer& l, const Blob& grid, const std::vector<double>& means);
+
+/// A synthetic value for net input `t` of `graph`: float inputs from `real`
+/// (one draw per value), integer and boolean inputs in their valid range:
+/// indices into a table (token ids, positions; followed through layers that
+/// only move values to a gather) below the table's size, any other integer
+/// input (a mask, a count) 1.
+Blob synthetic_input(const TensorInfo& t, const core::Graph& graph, std::mt19937& rng,
+                     const std::function<float(std::mt19937&)>& real);
 
 /// `batches` batches of seeded N(0,1) values for every net input (the same on
 /// every call; batch k from seed `first` + k: calibration starts at 0).

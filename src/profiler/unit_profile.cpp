@@ -7,6 +7,7 @@
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
 #include "dprs/dprs.hpp"
+#include "profiler/calibrate.hpp"
 #include "profiler/timing.hpp"
 
 #include <fmt/format.h>
@@ -219,6 +220,17 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   std::vector<Blob> ins, outs;
   for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, in, rng_));
   for (const auto& shape : info.output_shapes) outs.push_back(random_blob(shape, out, rng_));
+  // A gather's indices are whole numbers within the gathered dim (random
+  // values would be refused): random rows, as token ids read them.
+  const std::string& type = info.layer ? info.layer->type : std::string();
+  if ((type == "gather" || type == "gather_elements") && ins.size() == 2 && in.device == Device::cpu &&
+      in.dtype == DType::float32 && in.layout == Layout::nchw) {
+    const Shape& data = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank());
+    std::uniform_int_distribution<int64_t> row(0, std::max<int64_t>(1, data[axis]) - 1);
+    float* idx = ins[1].data_as<float>();
+    for (int64_t i = 0; i < ins[1].numel(); ++i) idx[i] = static_cast<float>(row(rng_));
+  }
   std::vector<const Blob*> in_ptrs;
   std::vector<Blob*> out_ptrs;
   for (auto& b : ins) in_ptrs.push_back(&b);
@@ -522,8 +534,10 @@ std::vector<LayerProfile> Profiler::unit_profile() {
 
 std::vector<InContext> Profiler::run_interleaved(const std::vector<core::RoutinePath>& paths, int runs, int rounds) {
   std::vector<NamedBlob> ins, outs;
-  for (const auto& t : net_.inputs) ins.push_back({t.name, random_blob(t.shape, Schema{}, rng_)});
-  for (const auto& t : net_.outputs) outs.push_back({t.name, Blob::allocate(t.shape)});
+  std::uniform_real_distribution<float> real(-1, 1);
+  for (const auto& t : net_.inputs)
+    ins.push_back({t.name, synthetic_input(t, net_.graph, rng_, [&real](std::mt19937& r) { return real(r); })});
+  for (const auto& t : net_.outputs) outs.push_back({t.name, Blob::allocate(t.shape, t.dtype)});
   std::vector<std::unique_ptr<core::Executor>> execs;
   for (std::size_t p = 0; p < paths.size(); ++p) {
     // The path beside the graph: nothing of the graph is copied.

@@ -465,6 +465,23 @@ TEST_CASE("shape inference: compare, logical, where, round, arg_reduce", "[core]
   CHECK(infer(L("take", {}, {{"indices", idx}}), {{2, 3}}) == Shapes{{2, 2}});
   expect_error(L("take", {}, {{"indices", idx}}), {{5}}, "indices");  // index 5 of 5 values
   expect_error(L("take", {}, {{"indices", w(Shape{2})}}), {{5}}, "indices");  // float indices
+  auto gather = [](int64_t axis) { return L("gather", {{"axis", axis}}, {}, 2); };
+  CHECK(infer(gather(0), {{30, 8}, {1, 5}}) == Shapes{{1, 5, 8}});
+  CHECK(infer(gather(-1), {{2, 3, 4}, Shape{}}) == Shapes{{2, 3}});
+  CHECK(infer(gather(1), {{2, 3, 4}, {6}}) == Shapes{{2, 6, 4}});
+  expect_error(gather(2), {{2, 3}, {1}}, "axis");
+  expect_error(gather(0), {Shape{}, {1}}, "input");
+  expect_error(gather(0), {{2, 2, 2, 2}, {2, 2, 2, 2, 2, 2}}, "indices");  // past the max rank
+  auto ge = [](int64_t axis) { return L("gather_elements", {{"axis", axis}}, {}, 2); };
+  CHECK(infer(ge(1), {{2, 4}, {2, 3}}) == Shapes{{2, 3}});
+  expect_error(ge(1), {{2, 4}, {3}}, "indices");
+  expect_error(ge(1), {{2, 4}, {3, 3}}, "indices");  // dim 0 beyond the data's
+  auto gnd = [](int64_t b) { return L("gather_nd", {{"batch_dims", b}}, {}, 2); };
+  CHECK(infer(gnd(0), {{4, 5, 6}, {3, 2}}) == Shapes{{3, 6}});
+  CHECK(infer(gnd(1), {{2, 5, 6}, {2, 3, 1}}) == Shapes{{2, 3, 6}});
+  expect_error(gnd(0), {{4, 5}, {3, 3}}, "indices");
+  expect_error(gnd(1), {{2, 5}, {3, 1}}, "indices");
+  expect_error(gnd(2), {{2, 5}, {2, 1}}, "batch_dims");
 }
 
 TEST_CASE("shape inference: divmod, bitwise, cumulative, top_k", "[core][shape]") {
@@ -504,7 +521,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
+      "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -74,10 +74,23 @@ OnnxModel& OnnxModel::input(const std::string& name, const std::vector<int64_t>&
   in->set_name(name);
   auto* tt = in->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(onnx::TensorProto::FLOAT);
-  for (auto d : dims) {
+  for (std::size_t k = 0; k < dims.size(); ++k) {
     auto* dim = tt->mutable_shape()->add_dim();
-    if (d < 0) dim->set_dim_param("N");
-    else dim->set_dim_value(d);
+    if (dims[k] < 0) dim->set_dim_param(fmt::format("{}_d{}", name, k));  // each its own size
+    else dim->set_dim_value(dims[k]);
+  }
+  return *this;
+}
+
+OnnxModel& OnnxModel::named_input(const std::string& name, int onnx_type, const std::vector<std::string>& dims) {
+  auto* in = graph().add_input();
+  in->set_name(name);
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx_type);
+  for (const auto& d : dims) {
+    auto* dim = tt->mutable_shape()->add_dim();
+    if (!d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; })) dim->set_dim_value(std::stoll(d));
+    else if (d != "?") dim->set_dim_param(d);
   }
   return *this;
 }

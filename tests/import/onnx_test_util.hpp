@@ -33,8 +33,11 @@ class OnnxModel {
   onnx::ModelProto proto;
   onnx::GraphProto& graph() { return *proto.mutable_graph(); }
 
-  /// A float input; a dim of -1 is symbolic ("N").
+  /// A float input; a dim of -1 is symbolic, each with a dim_param of its own.
   OnnxModel& input(const std::string& name, const std::vector<int64_t>& dims);
+  /// An input of ONNX type `onnx_type` whose dims are numbers, dim_params ("sequence",
+  /// "past + 1": dims naming one size vary together) or "?" (symbolic without a name).
+  OnnxModel& named_input(const std::string& name, int onnx_type, const std::vector<std::string>& dims);
   OnnxModel& output(const std::string& name);
   /// An input or output of another ONNX element type (INT64, BOOL, DOUBLE, ...).
   OnnxModel& typed_input(const std::string& name, int onnx_type, const std::vector<int64_t>& dims);

@@ -293,6 +293,23 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     for (int64_t i = 0; i < 12; ++i) idx.data_as<int64_t>()[i] = (i * 7) % 30;
     return {{"take", layer_of("take", {}, {{"indices", idx}}), {random_blob({5, 6}, rng)}}};
   }
+  if (type == "gather" || type == "gather_elements" || type == "gather_nd") {
+    // Whole-number indices, some negative (from the end).
+    auto indices = [](const Shape& s, int64_t len) {
+      Blob idx = Blob::allocate(s);
+      for (int64_t i = 0; i < s.numel(); ++i) idx.data_as<float>()[i] = static_cast<float>((i * 7) % (2 * len) - len);
+      return idx;
+    };
+    if (type == "gather")
+      return {{"gather rows (embedding)", layer_of("gather", {{"axis", int64_t{0}}}, {}, 2), {random_blob({30, 16}, rng), indices({1, 9}, 30)}},
+              {"gather axis 1", layer_of("gather", {{"axis", int64_t{1}}}, {}, 2), {random_blob({2, 5, 3}, rng), indices({4}, 5)}}};
+    if (type == "gather_nd")
+      return {{"gather_nd pairs", layer_of("gather_nd", {}, {}, 2), {random_blob({4, 5, 6}, rng), indices({3, 2}, 4)}},
+              {"gather_nd batch_dims 1", layer_of("gather_nd", {{"batch_dims", int64_t{1}}}, {}, 2),
+               {random_blob({2, 5, 6}, rng), indices({2, 3, 1}, 5)}}};
+    return {{"gather_elements axis 1", layer_of("gather_elements", {{"axis", int64_t{1}}}, {}, 2),
+             {random_blob({3, 6}, rng), indices({3, 4}, 6)}}};
+  }
   if (type == "divmod" || type == "bitwise") {
     std::vector<Case> out;
     const std::vector<std::string> ops = type == "divmod" ? std::vector<std::string>{"quotient", "mod", "fmod"}

@@ -564,6 +564,114 @@ struct Take final : RefPrepared {
   }
 };
 
+/// Index `v` (a whole number held as a float) into a dim of `len`, negative
+/// from the end; an Error naming the layer where it is no index into the dim.
+int64_t checked_index(float v, int64_t len, const std::string& layer) {
+  const double d = v;
+  if (!(d >= -static_cast<double>(len) && d < static_cast<double>(len)) || d != std::floor(d))
+    throw Error(fmt::format("index {} is out of range for a dim of {} (indices lie in [-{}, {}))", d, len, len, len), {},
+                layer, "indices");
+  return static_cast<int64_t>(d < 0 ? d + static_cast<double>(len) : d);
+}
+
+/// gather: data [outer, len, inner] at run-time indices along the axis; each
+/// index checked before any value is read.
+struct Gather final : RefPrepared {
+  static constexpr std::string_view kType = "gather";
+  int64_t outer = 1, len = 1, inner = 1, count;
+  std::string name;
+  std::vector<int64_t> at;
+  explicit Gather(const LayerInfo& info) : count(info.input_shapes[1].numel()), name(info.layer->name) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
+    for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
+    at.resize(static_cast<std::size_t>(count));
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* idx = a.inputs[1]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    for (int64_t i = 0; i < count; ++i) at[static_cast<std::size_t>(i)] = checked_index(idx[i], len, name);
+    a.pool->parallel_for(outer * count, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t o = r / count, i = r % count;
+        std::memcpy(y + r * inner, x + (o * len + at[static_cast<std::size_t>(i)]) * inner,
+                    static_cast<std::size_t>(inner) * sizeof(float));
+      }
+    });
+  }
+};
+
+/// gather_elements: y[p] = x[p with its axis coordinate replaced by indices[p]].
+struct GatherElements final : RefPrepared {
+  static constexpr std::string_view kType = "gather_elements";
+  Shape xs, is;
+  int axis;
+  std::string name;
+  explicit GatherElements(const LayerInfo& info)
+      : xs(info.input_shapes[0]), is(info.input_shapes[1]),
+        axis(core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), xs.rank())), name(info.layer->name) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* idx = a.inputs[1]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t n = is.numel(), len = xs[axis];
+    for (int64_t p = 0; p < n; ++p) checked_index(idx[p], len, name);
+    std::vector<int64_t> xstride(static_cast<std::size_t>(xs.rank()), 1);
+    for (int d = xs.rank() - 2; d >= 0; --d) xstride[static_cast<std::size_t>(d)] = xstride[static_cast<std::size_t>(d) + 1] * xs[d + 1];
+    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        int64_t rest = p, src = 0;
+        for (int d = is.rank() - 1; d >= 0; --d) {
+          const int64_t c = rest % is[d];
+          rest /= is[d];
+          const int64_t k = d == axis ? checked_index(idx[p], len, name) : c;
+          src += k * xstride[static_cast<std::size_t>(d)];
+        }
+        y[p] = x[src];
+      }
+    });
+  }
+};
+
+/// gather_nd: for each batch and index tuple, the block of data it names.
+struct GatherNd final : RefPrepared {
+  static constexpr std::string_view kType = "gather_nd";
+  Shape xs;
+  int64_t b, k, batch = 1, tuples, block = 1;
+  std::string name;
+  std::vector<int64_t> at;
+  explicit GatherNd(const LayerInfo& info)
+      : xs(info.input_shapes[0]), b(info.layer->get_int("batch_dims", 0)),
+        k(info.input_shapes[1][info.input_shapes[1].rank() - 1]), name(info.layer->name) {
+    for (int d = 0; d < b; ++d) batch *= xs[d];
+    for (int d = static_cast<int>(b + k); d < xs.rank(); ++d) block *= xs[d];
+    tuples = info.input_shapes[1].numel() / k;
+    at.resize(static_cast<std::size_t>(tuples));
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* idx = a.inputs[1]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t per_batch = tuples / batch;
+    int64_t batch_size = 1;  // values of data per batch entry
+    for (int d = static_cast<int>(b); d < xs.rank(); ++d) batch_size *= xs[d];
+    for (int64_t t = 0; t < tuples; ++t) {
+      int64_t off = (t / per_batch) * batch_size;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t stride = block;
+        for (int d = static_cast<int>(b + j + 1); d < static_cast<int>(b + k); ++d) stride *= xs[d];
+        off += checked_index(idx[t * k + j], xs[static_cast<int>(b + j)], name) * stride;
+      }
+      at[static_cast<std::size_t>(t)] = off;
+    }
+    a.pool->parallel_for(tuples, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, block)), [&](int64_t s, int64_t e) {
+      for (int64_t t = s; t < e; ++t)
+        std::memcpy(y + t * block, x + at[static_cast<std::size_t>(t)], static_cast<std::size_t>(block) * sizeof(float));
+    });
+  }
+};
+
 /// A tensor seen as [outer, len, inner] around one axis (the layer's `axis`, negative from the end).
 struct AxisSplit {
   int64_t outer = 1, len = 1, inner = 1;
@@ -1738,6 +1846,9 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<CastOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ArgReduce>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<TrigOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Take>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Gather>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<GatherElements>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<GatherNd>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Einsum>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivmodOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<BitwiseOp>>);

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers as a new user meets them: each model built from
+its config with seeded random weights, exported by torch.onnx.export (the
+TorchScript exporter at opsets 17 and 20, the dynamo exporter at 18 and 23),
+imported with no flags, run at two sequence lengths and with a padded
+attention mask, compared with ONNX Runtime on the same file and inputs, then
+tuned with default options and compared again.
+
+    python bench/transformers/hf_models.py --cli build/softneuro --out /tmp/hf \
+        [--models bert,gpt2,...] [--exporters torchscript17,dynamo23] [--size base|tiny] [--no-tune]
+
+Needs torch, transformers, onnx and onnxruntime (a venv of its own, see
+bench/README.md). Prints one line per model, exporter and check; exits 1 if
+any output is off by more than 1e-4 of the output's largest magnitude.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+TOL = 1e-4
+
+
+def build(name, size):
+    import torch
+    import transformers as tf
+    torch.manual_seed(0)
+    tiny = size == "tiny"
+    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128) if tiny else {}
+    if name == "bert":
+        cfg = tf.BertConfig(**small, vocab_size=1000 if tiny else 30522)
+        return tf.BertModel(cfg), "text"
+    if name == "distilbert":
+        cfg = tf.DistilBertConfig(**({"dim": 64, "n_layers": 2, "n_heads": 4, "hidden_dim": 128, "vocab_size": 1000} if tiny else {}))
+        return tf.DistilBertModel(cfg), "text"
+    if name == "roberta":
+        cfg = tf.RobertaConfig(**small, vocab_size=1000 if tiny else 50265)
+        return tf.RobertaModel(cfg), "text"
+    if name in ("gpt2", "gpt2-kv"):
+        cfg = tf.GPT2Config(**({"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 1000} if tiny else {}))
+        return tf.GPT2Model(cfg), "causal"
+    if name == "t5-encoder":
+        cfg = tf.T5Config(**({"d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 128, "d_kv": 16, "vocab_size": 1000} if tiny else {}))
+        return tf.T5EncoderModel(cfg), "text"
+    if name == "bart-encoder":
+        cfg = tf.BartConfig(**({"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                                "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 1000} if tiny else {}))
+        return tf.BartModel(cfg).get_encoder(), "text"
+    if name == "vit":
+        cfg = tf.ViTConfig(**small)
+        return tf.ViTModel(cfg), "image"
+    if name == "whisper-encoder":
+        cfg = tf.WhisperConfig(**({"d_model": 64, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 128} if tiny else {}))
+        return tf.WhisperModel(cfg).get_encoder(), "audio"
+    raise SystemExit(f"unknown model {name}")
+
+
+class Wrap:
+    """The model as a function of plain tensors, its first output (the last hidden state)."""
+
+
+def export(name, size, exporter, path):
+    import torch
+    model, kind = build(name, size)
+    model.eval()
+    model.config.return_dict = False
+    vocab = getattr(model.config, "vocab_size", 1000)
+    if kind in ("text", "causal"):
+        ids = torch.randint(0, vocab, (1, 16))
+        mask = torch.ones(1, 16, dtype=torch.int64)
+        names = ["input_ids", "attention_mask"]
+        args = (ids, mask)
+        dyn = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
+
+        class M(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids, attention_mask):
+                return self.m(input_ids=input_ids, attention_mask=attention_mask)[0]
+    elif kind == "image":
+        names, args = ["pixel_values"], (torch.randn(1, 3, 224, 224),)
+        dyn = {"pixel_values": {0: "batch"}}
+
+        class M(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, pixel_values):
+                return self.m(pixel_values=pixel_values)[0]
+    else:
+        names, args = ["input_features"], (torch.randn(1, model.config.num_mel_bins, 3000),)
+        dyn = {"input_features": {0: "batch"}}
+
+        class M(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_features):
+                return self.m(input_features)[0]
+    wrapped = M(model).eval()
+    ts = exporter.startswith("torchscript")
+    opset = int(exporter.replace("torchscript", "").replace("dynamo", ""))
+    with torch.no_grad():
+        if ts:
+            torch.onnx.export(wrapped, args, path, input_names=names, output_names=["last_hidden_state"],
+                              dynamic_axes={**dyn, "last_hidden_state": {0: "batch"}}, opset_version=opset, dynamo=False)
+        else:
+            shapes = {}
+            for n in names:
+                shapes[n] = {k: torch.export.Dim(v if v != "sequence" else "sequence", min=2, max=4096) if v == "sequence" else torch.export.Dim.AUTO
+                             for k, v in dyn[n].items()}
+            torch.onnx.export(wrapped, args, path, input_names=names, output_names=["last_hidden_state"],
+                              dynamic_shapes=tuple(shapes[n] for n in names), opset_version=opset, dynamo=True,
+                              external_data=False)
+    return kind, vocab
+
+
+def inputs_for(kind, vocab, seq, padded, rng):
+    if kind in ("text", "causal"):
+        ids = rng.integers(0, vocab, size=(1, seq), dtype=np.int64)
+        mask = np.ones((1, seq), dtype=np.int64)
+        if padded:
+            mask[0, seq - seq // 4:] = 0
+        return {"input_ids": ids, "attention_mask": mask}
+    if kind == "image":
+        return {"pixel_values": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    return {"input_features": rng.standard_normal((1, 80, 3000)).astype(np.float32)}
+
+
+def run_ours(cli, dnn, feeds, work, tag):
+    args = [cli, "run", dnn, "--repeat", "1", "--top", "0"]
+    for k, v in feeds.items():
+        p = os.path.join(work, f"{tag}.{k}.npy")
+        np.save(p, v)
+        args += ["--input", f"{k}={p}"]
+    out = os.path.join(work, f"{tag}.out.npy")
+    args += ["--output", f"last_hidden_state={out}"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
+    return np.load(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", default="build/softneuro")
+    ap.add_argument("--out", default="/tmp/hf-models")
+    ap.add_argument("--models", default="bert,distilbert,roberta,gpt2,t5-encoder,bart-encoder,vit,whisper-encoder")
+    ap.add_argument("--exporters", default="torchscript17,torchscript20,dynamo18,dynamo23")
+    ap.add_argument("--size", default="base", choices=["base", "tiny"])
+    ap.add_argument("--lengths", default="128,77")
+    ap.add_argument("--no-tune", action="store_true")
+    a = ap.parse_args()
+    import onnxruntime as ort
+    os.makedirs(a.out, exist_ok=True)
+    bad = 0
+    lengths = [int(x) for x in a.lengths.split(",")]
+    for name in a.models.split(","):
+        for exporter in a.exporters.split(","):
+            tag = f"{name}.{exporter}.{a.size}"
+            onnx_path = os.path.join(a.out, tag + ".onnx")
+            dnn = os.path.join(a.out, tag + ".dnn")
+            try:
+                kind, vocab = export(name, a.size, exporter, onnx_path)
+            except Exception as e:  # noqa: BLE001 - an exporter failure is reported, not ours
+                print(f"{tag}: export failed: {str(e).splitlines()[0][:200]}")
+                continue
+            t0 = time.time()
+            r = subprocess.run([a.cli, "import", onnx_path, "-o", dnn], capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"{tag}: import FAILED: {r.stderr.strip()[-600:]}")
+                bad += 1
+                continue
+            print(f"{tag}: imported with no flags in {time.time() - t0:.1f} s")
+            sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+            rng = np.random.default_rng(0)
+            cases = [(s, False) for s in lengths] + [(lengths[0], True)] if kind in ("text", "causal") else [(0, False)]
+            files = [dnn]
+            if not a.no_tune:
+                tuned = os.path.join(a.out, tag + ".tuned.dnn")
+                r = subprocess.run([a.cli, "tune", dnn, "-o", tuned, "--cache", "-"], capture_output=True, text=True)
+                if r.returncode != 0:
+                    print(f"{tag}: tune FAILED: {r.stderr.strip()[-600:]}")
+                    bad += 1
+                else:
+                    files.append(tuned)
+            for seq, padded in cases:
+                feeds = inputs_for(kind, vocab, seq, padded, rng)
+                ref = sess.run(None, feeds)[0]
+                for f in files:
+                    what = "tuned" if f.endswith(".tuned.dnn") else "untuned"
+                    label = f"seq {seq}{' padded' if padded else ''} {what}" if seq else what
+                    try:
+                        got = run_ours(a.cli, f, feeds, a.out, tag)
+                    except RuntimeError as e:
+                        print(f"{tag}: {label}: run FAILED: {e}")
+                        bad += 1
+                        continue
+                    if got.shape != ref.shape:
+                        print(f"{tag}: {label}: shape {got.shape} against {ref.shape}")
+                        bad += 1
+                        continue
+                    err = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
+                    ok = err <= TOL
+                    bad += 0 if ok else 1
+                    print(f"{tag}: {label}: max |ours - ORT| / max |ORT| = {err:.2e} {'ok' if ok else 'FAIL'}")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

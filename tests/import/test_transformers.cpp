@@ -1,0 +1,222 @@
+// What transformers need at the front door: token ids (integer inputs) into
+// an embedding table gathered at run time, index chains of constants folded
+// by rule, symbolic dims that name one size varying together (and sums such
+// as "past + 1"), graphs valid only at some sizes, and tuning with integer inputs.
+#include "support/tuning.hpp"
+#include "import/onnx_test_util.hpp"
+
+#include "core/model_impl.hpp"
+
+#include <softneuro/session.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+using namespace softneuro;
+using namespace softneuro::test;
+
+namespace {
+
+Blob ids_blob(const Shape& s, const std::vector<int64_t>& v) {
+  Blob b = Blob::allocate(s, DType::int64);
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(int64_t));
+  return b;
+}
+
+/// ids [batch, sequence] (INT64) -> Gather(table [V, D]) -> y [batch, sequence, D].
+OnnxModel embedding_model(int64_t vocab, int64_t dim) {
+  OnnxModel m(17);
+  m.named_input("ids", onnx::TensorProto::INT64, {"batch", "sequence"}).output("y");
+  m.init("table", {vocab, dim}, random_values(static_cast<std::size_t>(vocab * dim), 3));
+  m.node("Gather", {"table", "ids"}, {"y"}).i("axis", 0);
+  return m;
+}
+
+std::vector<NamedBlob> run(Session& s, std::vector<NamedBlob> in) { return s.run(in); }
+std::vector<NamedBlob> run(Session&& s, std::vector<NamedBlob> in) { return s.run(in); }
+
+}  // namespace
+
+TEST_CASE("transformers: token ids gather rows of an embedding table at run time, at any length", "[onnx][transformers]") {
+  const int64_t V = 50, D = 6;
+  const std::vector<float> table = random_values(static_cast<std::size_t>(V * D), 3);
+  Model net = import_onnx(embedding_model(V, D).save("embedding.onnx"));
+  REQUIRE(net.inputs().size() == 1);
+  CHECK(net.inputs()[0].dtype == DType::int64);
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+  CHECK(count_layers(net, "gather") == 1);
+  Session session(net);
+  for (int64_t L : {5, 128, 77}) {
+    INFO("length " << L);
+    std::vector<int64_t> ids(static_cast<std::size_t>(L));
+    for (int64_t i = 0; i < L; ++i) ids[static_cast<std::size_t>(i)] = (i * 7 + 3) % V - (i % 5 == 0 ? V : 0);  // some negative
+    auto out = run(session, {{"ids", ids_blob(Shape{1, L}, ids)}});
+    REQUIRE(out[0].blob.shape() == Shape{1, L, D});
+    const float* y = out[0].blob.data_as<float>();
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t row = (ids[static_cast<std::size_t>(i)] + V) % V;
+      for (int64_t d = 0; d < D; ++d) REQUIRE(y[i * D + d] == table[static_cast<std::size_t>(row * D + d)]);
+    }
+  }
+  // An id outside the table is an error naming the layer, never a read out of bounds.
+  for (int64_t bad : {V, -V - 1, int64_t{1} << 20}) {
+    INFO("id " << bad);
+    CHECK_THROWS_WITH(run(session, {{"ids", ids_blob(Shape{1, 3}, {0, bad, 1})}}),
+                      Catch::Contains("out of range") && Catch::Contains(std::to_string(bad)));
+  }
+}
+
+TEST_CASE("transformers: GatherElements with run-time indices", "[onnx][transformers]") {
+  OnnxModel m(13);
+  m.input("x", {2, 4}).typed_input("i", onnx::TensorProto::INT64, {2, 3}).output("y");
+  m.node("GatherElements", {"x", "i"}, {"y"}).i("axis", 1);
+  Model net = import_onnx(m.save("gather_elements.onnx"));
+  CHECK(count_layers(net, "gather_elements") == 1);
+  const std::vector<float> x{0, 1, 2, 3, 10, 11, 12, 13};
+  auto out = run(Session(net), {{"x", make_input(Shape{2, 4}, x)}, {"i", ids_blob(Shape{2, 3}, {3, 0, -1, 1, 1, 2})}});
+  const float* y = out[0].blob.data_as<float>();
+  CHECK(std::vector<float>(y, y + 6) == std::vector<float>{3, 0, 3, 11, 11, 12});
+  CHECK_THROWS_WITH(run(Session(net), {{"x", make_input(Shape{2, 4}, x)}, {"i", ids_blob(Shape{2, 3}, {4, 0, 0, 0, 0, 0})}}),
+                    Catch::Contains("out of range"));
+}
+
+TEST_CASE("transformers: a chain of constants is folded at import whatever its operators (T5's buckets)",
+          "[onnx][transformers]") {
+  // buckets = min(int(log(pos + 1) * 3), 4) over constant positions, then a
+  // Gather of a run-time tensor by them: Log, Min and the casts are not
+  // index arithmetic the importer knows, yet their result is a constant.
+  OnnxModel m(17);
+  m.input("x", {1, 5, 3}).output("y");
+  m.init_ints("pos", {4}, {0, 1, 5, 20});
+  m.init("one", {}, {1.0f}).init("three", {}, {3.0f}).init_ints("cap", {}, {4});
+  m.node("Cast", {"pos"}, {"posf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Add", {"posf", "one"}, {"p1"});
+  m.node("Log", {"p1"}, {"lg"});
+  m.node("Mul", {"lg", "three"}, {"scaled"});
+  m.node("Cast", {"scaled"}, {"bi"}).i("to", onnx::TensorProto::INT64);
+  m.node("Min", {"bi", "cap"}, {"buckets"});
+  m.node("Gather", {"x", "buckets"}, {"y"}).i("axis", 1);
+  Model net = import_onnx(m.save("fold_by_rule.onnx"));
+  CHECK(count_layers(net, "log") == 0);
+  CHECK(count_layers(net, "gather") == 0);  // constant indices: a take of the runs
+  const std::vector<float> x = random_values(15, 4);
+  auto out = run(Session(net), {{"x", make_input(Shape{1, 5, 3}, x)}});
+  REQUIRE(out[0].blob.shape() == Shape{1, 4, 3});
+  const std::vector<int64_t> want{0, 2, 4, 4};  // min(trunc(log(p + 1) * 3), 4): 0, 2.08, 5.4, 9.1
+  const float* y = out[0].blob.data_as<float>();
+  for (std::size_t k = 0; k < want.size(); ++k)
+    for (int64_t c = 0; c < 3; ++c) CHECK(y[k * 3 + static_cast<std::size_t>(c)] == x[static_cast<std::size_t>(want[k] * 3 + c)]);
+}
+
+TEST_CASE("transformers: inputs naming one sequence dim vary together, at any length", "[onnx][transformers][dynamic]") {
+  // y = x * mask[..., None]: x [batch, sequence, 8] and mask [batch, sequence]
+  // broadcast only where their sequence dims are equal.
+  OnnxModel m(17);
+  m.named_input("x", onnx::TensorProto::FLOAT, {"batch", "sequence", "8"});
+  m.named_input("mask", onnx::TensorProto::INT64, {"batch", "sequence"}).output("y");
+  m.init_ints("axes", {1}, {2});
+  m.node("Unsqueeze", {"mask", "axes"}, {"m3"});
+  m.node("Cast", {"m3"}, {"mf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"x", "mf"}, {"y"});
+  Model net = import_onnx(m.save("shared_sequence.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+  CHECK(net.inputs()[1].dynamic_dims == std::vector<int>{0, 1});
+  Session session(net);
+  for (int64_t L : {128, 77, 3}) {
+    INFO("length " << L);
+    const std::vector<float> x = random_values(static_cast<std::size_t>(L * 8), 5);
+    std::vector<int64_t> mask(static_cast<std::size_t>(L), 1);
+    for (int64_t i = L - L / 4; i < L; ++i) mask[static_cast<std::size_t>(i)] = 0;  // padded
+    auto out = run(session, {{"x", make_input(Shape{1, L, 8}, x)}, {"mask", ids_blob(Shape{1, L}, mask)}});
+    REQUIRE(out[0].blob.shape() == Shape{1, L, 8});
+    const float* y = out[0].blob.data_as<float>();
+    for (int64_t i = 0; i < L * 8; ++i) REQUIRE(y[i] == x[static_cast<std::size_t>(i)] * float(mask[static_cast<std::size_t>(i / 8)]));
+  }
+  // Lengths that differ: an error naming the layer that needs them equal.
+  CHECK_THROWS(run(session, {{"x", make_input(Shape{1, 5, 8}, random_values(40, 1))}, {"mask", ids_blob(Shape{1, 4}, {1, 1, 1, 1})}}));
+}
+
+TEST_CASE("transformers: a dim named past + 1 is a sum of sizes (a KV-cache decode step)", "[onnx][transformers][dynamic]") {
+  // keys = concat(past [1, past, 4], new [1, 1, 4]) along 1, scaled by mask [1, past + 1].
+  OnnxModel m(17);
+  m.named_input("past", onnx::TensorProto::FLOAT, {"1", "past", "4"});
+  m.named_input("new", onnx::TensorProto::FLOAT, {"1", "1", "4"});
+  m.named_input("mask", onnx::TensorProto::INT64, {"1", "past + 1"}).output("y");
+  m.init_ints("axes", {1}, {2});
+  m.node("Concat", {"past", "new"}, {"keys"}).i("axis", 1);
+  m.node("Unsqueeze", {"mask", "axes"}, {"m3"});
+  m.node("Cast", {"m3"}, {"mf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"keys", "mf"}, {"y"});
+  Model net = import_onnx(m.save("past_plus_one.onnx"));
+  CHECK(net.inputs()[0].shape == Shape{1, 64, 4});
+  CHECK(net.inputs()[2].shape == Shape{1, 65});
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{1});
+  CHECK(net.inputs()[2].dynamic_dims == std::vector<int>{1});
+  Session session(net);
+  for (int64_t P : {1, 2, 100}) {
+    INFO("past " << P);
+    const std::vector<float> past = random_values(static_cast<std::size_t>(P * 4), 6), now = random_values(4, 7);
+    std::vector<int64_t> mask(static_cast<std::size_t>(P + 1), 1);
+    mask[0] = 0;
+    auto out = run(session, {{"past", make_input(Shape{1, P, 4}, past)}, {"new", make_input(Shape{1, 1, 4}, now)},
+                            {"mask", ids_blob(Shape{1, P + 1}, mask)}});
+    REQUIRE(out[0].blob.shape() == Shape{1, P + 1, 4});
+    const float* y = out[0].blob.data_as<float>();
+    for (int64_t t = 0; t <= P; ++t)
+      for (int64_t c = 0; c < 4; ++c) {
+        const float k = t < P ? past[static_cast<std::size_t>(t * 4 + c)] : now[static_cast<std::size_t>(c)];
+        REQUIRE(y[t * 4 + c] == k * float(mask[static_cast<std::size_t>(t)]));
+      }
+  }
+}
+
+TEST_CASE("transformers: an all-dynamic input whose graph translates only at some sizes imports with no flags",
+          "[onnx][transformers][dynamic]") {
+  // x [?, 3, ?, ?] reshaped to [N, 144, -1]: 3*H*W must divide by 144, which
+  // 64x64 (the default size) does not; 48x48 does, and then any width does.
+  OnnxModel m(13);
+  m.input("x", {-1, 3, -1, -1}).output("y");
+  m.init_ints("target", {3}, {0, 144, -1});
+  m.node("Reshape", {"x", "target"}, {"r"});
+  m.node("Relu", {"r"}, {"y"});
+  Model net = import_onnx(m.save("needs_48.onnx"));
+  CHECK(net.inputs()[0].shape == Shape{1, 3, 48, 48});
+  Session session(net);
+  for (int64_t W : {160, 320, 640}) {
+    INFO("width " << W);
+    const std::vector<float> x = random_values(static_cast<std::size_t>(3 * 48 * W), 8);
+    auto out = run(session, {{"x", make_input(Shape{1, 3, 48, W}, x)}});
+    REQUIRE(out[0].blob.shape() == Shape{1, 144, W});
+    const float* y = out[0].blob.data_as<float>();
+    for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == std::max(0.0f, x[i]));
+  }
+}
+
+TEST_CASE("transformers: tune takes integer inputs, with token ids below the table's size", "[onnx][transformers][tune]") {
+  // ids -> embedding -> dense -> y; the mask scales the rows.
+  OnnxModel m(17);
+  m.named_input("ids", onnx::TensorProto::INT64, {"1", "sequence"});
+  m.named_input("mask", onnx::TensorProto::INT64, {"1", "sequence"}).output("y");
+  m.init("table", {30, 8}, random_values(240, 9)).init("w", {8, 4}, random_values(32, 10)).init_ints("axes", {1}, {2});
+  m.node("Gather", {"table", "ids"}, {"e"});
+  m.node("MatMul", {"e", "w"}, {"h"});
+  m.node("Unsqueeze", {"mask", "axes"}, {"m3"});
+  m.node("Cast", {"m3"}, {"mf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"h", "mf"}, {"y"});
+  Model net = import_onnx(m.save("tune_ints.onnx"));
+  Model untuned = net;
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 1;
+  o.integrated_runs = 2;
+  tune_and_keep(net, o);
+  std::vector<int64_t> ids{1, 29, 0, 7, 3}, mask{1, 1, 1, 0, 0};
+  std::vector<NamedBlob> in{{"ids", ids_blob(Shape{1, 5}, ids)}, {"mask", ids_blob(Shape{1, 5}, mask)}};
+  auto got = Session(net).run(in);
+  auto want = Session(untuned).run(in);
+  REQUIRE(got[0].blob.shape() == Shape{1, 5, 4});
+  CHECK(max_abs_diff(std::vector<float>(got[0].blob.data_as<float>(), got[0].blob.data_as<float>() + 20),
+                     std::vector<float>(want[0].blob.data_as<float>(), want[0].blob.data_as<float>() + 20)) < 1e-5);
+}
