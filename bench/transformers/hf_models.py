@@ -53,13 +53,12 @@ def build(name, size):
         cfg = tf.ViTConfig(**small)
         return tf.ViTModel(cfg), "image"
     if name == "whisper-encoder":
-        cfg = tf.WhisperConfig(**({"d_model": 64, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 128} if tiny else {}))
+        cfg = tf.WhisperConfig(**({"d_model": 64, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 128,
+                                   "decoder_layers": 2, "decoder_attention_heads": 4, "decoder_ffn_dim": 128} if tiny else
+                                  {"d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+                                   "decoder_layers": 4, "decoder_attention_heads": 6, "decoder_ffn_dim": 1536}))  # whisper-tiny
         return tf.WhisperModel(cfg).get_encoder(), "audio"
     raise SystemExit(f"unknown model {name}")
-
-
-class Wrap:
-    """The model as a function of plain tensors, its first output (the last hidden state)."""
 
 
 def export(name, size, exporter, path):

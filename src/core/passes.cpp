@@ -155,8 +155,13 @@ std::vector<Blob> evaluate_layer(const Layer& l, const std::vector<Blob>& inputs
   info.layer = &l;
   for (const Blob& b : inputs) info.input_shapes.push_back(b.shape());
   info.output_shapes = infer_layer_shapes(l, info.input_shapes);
+  // The reference routine where one computes it (exact: index arithmetic
+  // truncated later must not move by an approximation), else the default.
   const auto& registry = RoutineRegistry::instance();
-  const Candidate c = registry.default_choice(info, Schema{});
+  Schema ref_schema;
+  const Routine* ref = registry.find(l.type, "cpu/ref", &ref_schema);
+  const Candidate c = ref && ref->supports(info, ref_schema) ? Candidate{ref, ref_schema, "cpu/ref", Support::yes()}
+                                                            : registry.default_choice(info, Schema{});
   std::unique_ptr<PreparedRoutine> prepared = c.routine->prepare(info, c.schema, {});
   std::vector<Blob> outputs;
   for (const Shape& s : info.output_shapes) outputs.push_back(Blob::allocate(s));

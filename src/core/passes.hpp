@@ -18,8 +18,9 @@ namespace softneuro::core {
 /// Returns the number of layers removed.
 int remove_identities(Graph& graph);
 
-/// Runs one layer on constant float32 inputs, once, with the registry's
-/// default choice in the default schema (core names no routine): its outputs.
+/// Runs one layer on constant float32 inputs, once, with the cpu/ref routine
+/// where it supports the layer, else the registry's default choice in the
+/// default schema: its outputs.
 std::vector<Blob> evaluate_layer(const Layer& layer, const std::vector<Blob>& inputs);
 
 /// Computes once every layer whose inputs are all outputs of constant layers

@@ -1,5 +1,7 @@
 #include "core/shape_plan.hpp"
 
+#include "core/passes.hpp"
+
 #include "core/layer_types.hpp"
 #include "core/tensor_math.hpp"
 
@@ -220,6 +222,44 @@ Blob evaluate_shape_math(const Layer& l, std::span<const Blob> values, std::span
   return v;
 }
 
+namespace {
+
+/// Where every input of `l` is in `values`: computes it (within the values'
+/// size cap), records its outputs there and appends constant layers for those
+/// a data layer reads; false (nothing changed) where it cannot.
+bool fold_values(const Layer& l, std::map<std::string, Blob>& values, const std::set<std::string>& read_as_data,
+                 std::vector<Layer>& layers) {
+  if (l.inputs.empty() || l.type == "constant") return false;
+  std::vector<Blob> ins;
+  for (const auto& i : l.inputs) {
+    auto v = values.find(i);
+    if (v == values.end()) return false;
+    ins.push_back(to_float(v->second));
+  }
+  std::vector<Blob> outs;
+  try {
+    outs = evaluate_layer(l, ins);
+  } catch (const std::exception&) {
+    return false;  // no routine computes it here: it runs as a layer
+  }
+  for (const Blob& o : outs)
+    if (o.numel() > kMaxValueElements) return false;
+  for (std::size_t k = 0; k < outs.size() && k < l.outputs.size(); ++k) {
+    if (read_as_data.count(l.outputs[k])) {
+      Layer c;
+      c.type = "constant";
+      c.name = k == 0 ? l.name : fmt::format("{}:{}", l.name, k);
+      c.outputs = {l.outputs[k]};
+      c.weights["value"] = outs[k];
+      layers.push_back(std::move(c));
+    }
+    values[l.outputs[k]] = std::move(outs[k]);
+  }
+  return true;
+}
+
+}  // namespace
+
 bool has_shape_math(const Graph& g) {
   return std::any_of(g.layers.begin(), g.layers.end(),
                      [](const Layer& l) { return l.type == "shape_math" || reads_target(l); });
@@ -309,6 +349,10 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
       }
       auto outs = infer_layer_shapes(l, ins);
       for (std::size_t k = 0; k < outs.size(); ++k) shapes[l.outputs[k]] = outs[k];
+      // A layer of values known at these shapes (T5's relative-position
+      // buckets, Swin's window masks: Log, Min, compares of Range's output)
+      // is computed now, once per shape, by the reference routines.
+      if (fold_values(l, values, read_as_data, out.layers)) continue;
       out.layers.push_back(std::move(l));
     } catch (const Error& e) {
       Error named = e.layer().empty() ? e.with_layer(layer.name) : e;
@@ -316,6 +360,13 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
                   named.field());
     }
   }
+  // Constants only a folded layer read are read no more.
+  std::set<std::string> read(out.outputs.begin(), out.outputs.end());
+  for (const auto& l : out.layers)
+    for (const auto& i : l.inputs) read.insert(i);
+  std::erase_if(out.layers, [&](const Layer& l) {
+    return l.type == "constant" && std::none_of(l.outputs.begin(), l.outputs.end(), [&](const std::string& o) { return read.count(o); });
+  });
   if (shapes_out) *shapes_out = std::move(shapes);
   return out;
 }

@@ -2992,8 +2992,13 @@ void Importer::cast_to_type(const Node& n, int to) {
           return {1, 0};
       }
     };
-    if (from == value_types_.end() || to == T::BOOL || range(from->second).first < range(to).first ||
-        range(from->second).second > range(to).second)
+    // Run-time integers are float32 inside, exact within +-2^24 (a session
+    // refuses others at the edge): a narrowing cast whose type holds every such
+    // value of the source (int64 -> int32: RoBERTa's position ids) is the same numbers.
+    constexpr double kExact = 16777216.0;
+    const double lo = from == value_types_.end() ? 0 : std::max(range(from->second).first, -kExact);
+    const double hi = from == value_types_.end() ? 0 : std::min(range(from->second).second, kExact);
+    if (from == value_types_.end() || to == T::BOOL || lo < range(to).first || hi > range(to).second)
       throw Unsupported{"Cast of a run-time tensor to a non-float type"};
     add_unary(n, "identity", input(n, 0), n.out(0));
     value_types_[n.out(0)] = to;

@@ -220,3 +220,57 @@ TEST_CASE("transformers: tune takes integer inputs, with token ids below the tab
   CHECK(max_abs_diff(std::vector<float>(got[0].blob.data_as<float>(), got[0].blob.data_as<float>() + 20),
                      std::vector<float>(want[0].blob.data_as<float>(), want[0].blob.data_as<float>() + 20)) < 1e-5);
 }
+
+TEST_CASE("transformers: index math on the sequence length is computed per length by the reference routines",
+          "[onnx][transformers][dynamic]") {
+  // T5's buckets from the length: trunc(log(p + 1) / log(16) * 8) for p in
+  // Range(length), gathering rows of a table. Truncation turns any
+  // approximation of the log into another row; computed per length at the
+  // session's shapes, exactly (a layer each run before, on oneDNN's log).
+  OnnxModel m(17);
+  m.named_input("x", onnx::TensorProto::FLOAT, {"1", "sequence"}).output("y");
+  m.init("table", {40, 2}, random_values(80, 11));
+  m.init_ints("zero", {}, {0}).init_ints("one_i", {}, {1}).init_ints("i1", {}, {1});
+  m.init("one", {}, {1.0f}).init("lg16", {}, {std::log(16.0f)}).init("eight", {}, {8.0f});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i1"}, {"len"});
+  m.node("Range", {"zero", "len", "one_i"}, {"pos"});
+  m.node("Cast", {"pos"}, {"posf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Add", {"posf", "one"}, {"p1"});
+  m.node("Log", {"p1"}, {"lg"});
+  m.node("Div", {"lg", "lg16"}, {"ratio"});
+  m.node("Mul", {"ratio", "eight"}, {"scaled"});
+  m.node("Cast", {"scaled"}, {"bucket"}).i("to", onnx::TensorProto::INT64);
+  m.node("Gather", {"table", "bucket"}, {"rows"});
+  m.node("Unsqueeze", {"rows", "zero_axes"}, {"y"});
+  m.init_ints("zero_axes", {1}, {0});
+  Model net = import_onnx(m.save("buckets_per_length.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{1});
+  const std::vector<float> table = random_values(80, 11);
+  Session session(net);
+  for (int64_t L : {64, 16, 300}) {
+    INFO("length " << L);
+    auto out = run(session, {{"x", make_input(Shape{1, L}, std::vector<float>(static_cast<std::size_t>(L), 0.0f))}});
+    REQUIRE(out[0].blob.shape() == Shape{1, L, 2});
+    const float* y = out[0].blob.data_as<float>();
+    for (int64_t p = 0; p < L; ++p) {
+      const auto b = static_cast<int64_t>(std::log(static_cast<float>(p) + 1.0f) / std::log(16.0f) * 8.0f);
+      INFO("position " << p << " bucket " << b);
+      REQUIRE(y[p * 2] == table[static_cast<std::size_t>(b * 2)]);
+    }
+  }
+  for (const auto& l : session.layers()) CHECK(l.type != "log");
+}
+
+TEST_CASE("transformers: run-time int64 narrowed to int32 is the same numbers (RoBERTa's positions)", "[onnx][transformers]") {
+  OnnxModel m(17);
+  m.named_input("ids", onnx::TensorProto::INT64, {"1", "sequence"}).typed_output("y", onnx::TensorProto::INT32);
+  m.init_ints("axis", {}, {1});
+  m.node("CumSum", {"ids", "axis"}, {"c"});
+  m.node("Cast", {"c"}, {"y"}).i("to", onnx::TensorProto::INT32);
+  Model net = import_onnx(m.save("narrow_cast.onnx"));
+  auto out = run(Session(net), {{"ids", ids_blob(Shape{1, 4}, {1, 1, 0, 5})}});
+  REQUIRE(out[0].blob.dtype() == DType::int32);
+  const int32_t* y = out[0].blob.data_as<int32_t>();
+  CHECK(std::vector<int32_t>(y, y + 4) == std::vector<int32_t>{1, 2, 2, 7});
+}
