@@ -46,7 +46,8 @@ def device_fingerprint() -> str:
 
 
 class TensorInfo(tuple):
-    """(name, shape with -1 where any size is taken, default shape)."""
+    """(name, shape with -1 where any size is taken, default shape, element type:
+    'float32', 'int64', 'bool', ...)."""
 
     @property
     def name(self) -> str:
@@ -59,6 +60,10 @@ class TensorInfo(tuple):
     @property
     def default_shape(self) -> list:
         return self[2]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self[3])
 
 
 class Model:
@@ -162,8 +167,12 @@ def import_onnx(path: str, input_shapes: Optional[Mapping[str, Sequence[int]]] =
     return Model(_core.import_onnx(str(path), shapes))
 
 
-def _as_inputs(sample: Mapping[str, object]) -> dict:
-    return {str(k): np.ascontiguousarray(v, dtype=np.float32) for k, v in sample.items()}
+def _as_inputs(sample: Mapping[str, object], model: Optional["Model"] = None) -> dict:
+    """Each value as a C-contiguous array of its input's element type (token
+    ids int64, masks as the model types them; float32 where the name is none
+    of the model's inputs, which the session then reports)."""
+    types = {t[0]: np.dtype(t[3]) for t in model._model.inputs} if model is not None else {}
+    return {str(k): np.ascontiguousarray(v, dtype=types.get(str(k), np.float32)) for k, v in sample.items()}
 
 
 def tune(
@@ -207,7 +216,7 @@ def tune(
         progress = None
     if metric is not None and accuracy:
         raise Error("give accuracy or metric, not both", field="accuracy")
-    validation = [_as_inputs(s) for s in (validation or [])]
+    validation = [_as_inputs(s, model) for s in (validation or [])]
     if metric is not None and _positional_params(metric) >= 2:
         # fn(outputs, references): the float32 model's outputs, computed once here.
         float32 = _core.Session(model._model, 0, 0, ["cpu:float32:*"], 4)
@@ -223,7 +232,7 @@ def tune(
         model._model,
         list(schemas or []),
         cache_dir or "",
-        [_as_inputs(s) for s in (calibration or [])],
+        [_as_inputs(s, model) for s in (calibration or [])],
         validation,
         accuracy or "",
         metric,
@@ -260,9 +269,10 @@ class Session:
         self._s = _core.Session(model._model, int(threads), int(memory_limit), list(schemas or []), int(shape_cache))
 
     def run(self, inputs: Mapping[str, object]) -> dict:
-        """{input name: array} -> {output name: float32 ndarray}. Float32
-        C-contiguous arrays are read in place; others are converted."""
-        return self._s.run(_as_inputs(inputs))
+        """{input name: array} -> {output name: ndarray of the output's type}.
+        C-contiguous arrays of each input's type (float32 images, int64 token
+        ids) are read in place; others are converted to it."""
+        return self._s.run(_as_inputs(inputs, self.model))
 
     def output_shape(self, name: str) -> list:
         return self._s.output_shape(name)

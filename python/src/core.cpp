@@ -30,10 +30,27 @@ using softneuro::Shape;
 
 namespace {
 
-using FloatArray = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
-using OutArray = nb::ndarray<nb::numpy, float>;
+/// Any C-contiguous NumPy array on the CPU: float32/64, the integer types or bool.
+using InArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::numpy>;
 
-Shape shape_of(const FloatArray& a) {
+/// The DType of a NumPy element type, and its dlpack code back.
+const std::pair<nb::dlpack::dtype, softneuro::DType> kTypes[] = {
+    {nb::dtype<float>(), softneuro::DType::float32},     {nb::dtype<double>(), softneuro::DType::float64},
+    {nb::dtype<int64_t>(), softneuro::DType::int64},     {nb::dtype<int32_t>(), softneuro::DType::int32},
+    {nb::dtype<int16_t>(), softneuro::DType::int16},     {nb::dtype<int8_t>(), softneuro::DType::int8},
+    {nb::dtype<uint8_t>(), softneuro::DType::uint8},     {nb::dtype<uint16_t>(), softneuro::DType::uint16},
+    {nb::dtype<uint32_t>(), softneuro::DType::uint32},   {nb::dtype<uint64_t>(), softneuro::DType::uint64},
+    {nb::dtype<bool>(), softneuro::DType::boolean},
+};
+
+softneuro::DType dtype_of(const std::string& name, const InArray& a) {
+  for (const auto& [d, t] : kTypes)
+    if (a.dtype() == d) return t;
+  throw softneuro::Error("an array of an element type nets do not take (float32/64, integers or bool)", {}, {}, name);
+}
+
+Shape shape_of(const InArray& a) {
   std::vector<int64_t> dims;
   for (std::size_t i = 0; i < a.ndim(); ++i) dims.push_back(static_cast<int64_t>(a.shape(i)));
   if (dims.size() > static_cast<std::size_t>(Shape::max_rank))
@@ -41,28 +58,34 @@ Shape shape_of(const FloatArray& a) {
   return Shape(dims);
 }
 
-/// Views over the arrays (which the caller keeps alive while they are used).
-std::vector<NamedBlob> blobs_of(const std::map<std::string, FloatArray>& arrays) {
+/// Views over the arrays (which the caller keeps alive while they are used),
+/// each in its own element type (a net takes typed inputs: token ids as int64).
+std::vector<NamedBlob> blobs_of(const std::map<std::string, InArray>& arrays) {
   std::vector<NamedBlob> out;
   for (const auto& [name, a] : arrays)
-    out.push_back({name, Blob::view(const_cast<float*>(a.data()), shape_of(a))});
+    out.push_back({name, Blob::view(const_cast<void*>(a.data()), shape_of(a), dtype_of(name, a))});
   return out;
 }
 
 /// A copy that owns its memory (samples kept past the call that gave them).
-std::vector<NamedBlob> owned_blobs_of(const std::map<std::string, FloatArray>& arrays) {
+std::vector<NamedBlob> owned_blobs_of(const std::map<std::string, InArray>& arrays) {
   std::vector<NamedBlob> out = blobs_of(arrays);
   for (auto& b : out) b.blob = b.blob.clone();
   return out;
 }
 
-/// A NumPy array owning (a reference to) the blob's memory: no copy.
+/// A NumPy array of the blob's element type owning (a reference to) its memory: no copy.
 OutArray array_of(const Blob& b) {
   auto* owner = new Blob(b);
   nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<Blob*>(p); });
   std::vector<std::size_t> dims;
   for (auto d : b.shape()) dims.push_back(static_cast<std::size_t>(d));
-  return OutArray(const_cast<float*>(owner->data_as<float>()), dims.size(), dims.data(), keep);
+  nb::dlpack::dtype type = nb::dtype<float>();
+  bool known = false;
+  for (const auto& [d, t] : kTypes)
+    if (t == b.dtype()) type = d, known = true;
+  if (!known) throw softneuro::Error("an output of a type NumPy has no array for: " + std::string(softneuro::to_string(b.dtype())));
+  return OutArray(const_cast<void*>(owner->data()), dims.size(), dims.data(), keep, nullptr, type);
 }
 
 nb::dict dict_of(const std::vector<NamedBlob>& blobs) {
@@ -80,7 +103,8 @@ std::vector<int64_t> dims_with_dynamic(const softneuro::TensorInfo& t) {
 nb::list infos(const std::vector<softneuro::TensorInfo>& ts) {
   nb::list l;
   for (const auto& t : ts)
-    l.append(nb::make_tuple(t.name, dims_with_dynamic(t), std::vector<int64_t>(t.shape.begin(), t.shape.end())));
+    l.append(nb::make_tuple(t.name, dims_with_dynamic(t), std::vector<int64_t>(t.shape.begin(), t.shape.end()),
+                            std::string(softneuro::to_string(t.dtype))));
   return l;
 }
 
@@ -165,8 +189,8 @@ NB_MODULE(_core, m) {
   m.def(
       "tune",
       [](const softneuro::Model& model, const std::vector<std::string>& schemas, const std::string& cache_dir,
-         const std::vector<std::map<std::string, FloatArray>>& calibration,
-         const std::vector<std::map<std::string, FloatArray>>& validation, const std::string& accuracy,
+         const std::vector<std::map<std::string, InArray>>& calibration,
+         const std::vector<std::map<std::string, InArray>>& validation, const std::string& accuracy,
          nb::object metric, double max_drop, double time_budget_s, nb::object progress,
          const std::vector<std::map<std::string, std::vector<int64_t>>>& shapes, bool keep_float_weights,
          bool prepared_weights) {
@@ -236,7 +260,7 @@ NB_MODULE(_core, m) {
           "shape_cache"_a = 4)
       .def(
           "run",
-          [](softneuro::Session& s, const std::map<std::string, FloatArray>& inputs) {
+          [](softneuro::Session& s, const std::map<std::string, InArray>& inputs) {
             const std::vector<NamedBlob> in = blobs_of(inputs);
             std::vector<NamedBlob> out;
             {

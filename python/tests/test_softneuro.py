@@ -223,3 +223,35 @@ def test_sessions_in_two_threads(mlp):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def embedding_argmax_onnx(path, table):
+    """ids [1, sequence] (int64) -> rows of `table` (y) and each row's arg max (int64 `best`)."""
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["y"]),
+        helper.make_node("ArgMax", ["y"], ["best"], axis=-1, keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "sequence"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "sequence", table.shape[1]]),
+         helper.make_tensor_value_info("best", TensorProto.INT64, [1, "sequence"])],
+        [numpy_helper.from_array(table, "table")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_token_ids_in_and_integer_outputs_out(tmp_path):
+    table = RNG.standard_normal((50, 8)).astype(np.float32)
+    m = softneuro.import_onnx(embedding_argmax_onnx(str(tmp_path / "embedding.onnx"), table))
+    assert m.inputs[0].dtype == np.int64 and m.inputs[0].shape == [1, -1]
+    assert m.outputs[1].dtype == np.int64
+    s = softneuro.Session(m, threads=1)
+    for ids in (np.array([[3, 49, 0, 7]], dtype=np.int64), [[1, 2, 3, 4, 5, 6, 7]]):  # a list is converted
+        out = s.run({"ids": ids})
+        want = table[np.asarray(ids)]
+        np.testing.assert_array_equal(out["y"], want)
+        assert out["best"].dtype == np.int64  # the values, not float32 bit patterns
+        np.testing.assert_array_equal(out["best"], want.argmax(-1))
+    with pytest.raises(softneuro.Error, match="out of range"):
+        s.run({"ids": np.array([[50]], dtype=np.int64)})
