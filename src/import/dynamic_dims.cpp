@@ -22,7 +22,9 @@ SymbolicDim parse_dim_param(const std::string& text, const std::string& fallback
   std::string t;
   for (char c : text)
     if (!std::isspace(static_cast<unsigned char>(c))) t += c;
-  if (t.empty()) {
+  // No name, or one that names no size ("?", "-1", "None": some exporters'
+  // spelling of unknown): a size of its own.
+  if (t.empty() || t == "?" || t == "-1" || t == "None") {
     d.terms[fallback] = 1;
     return d;
   }

@@ -223,13 +223,18 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   // A gather's indices are whole numbers within the gathered dim (random
   // values would be refused): random rows, as token ids read them.
   const std::string& type = info.layer ? info.layer->type : std::string();
-  if ((type == "gather" || type == "gather_elements") && ins.size() == 2 && in.device == Device::cpu &&
-      in.dtype == DType::float32 && in.layout == Layout::nchw) {
-    const Shape& data = info.input_shapes[0];
-    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank());
-    std::uniform_int_distribution<int64_t> row(0, std::max<int64_t>(1, data[axis]) - 1);
+  if ((type == "gather" || type == "gather_elements" || type == "gather_nd") && ins.size() == 2 &&
+      in.device == Device::cpu && in.dtype == DType::float32 && in.layout == Layout::nchw) {
+    const Shape &data = info.input_shapes[0], &is = info.input_shapes[1];
+    // The dim index i reads: gather_nd's tuples name dims batch_dims, batch_dims + 1, ...
+    auto dim_of = [&](int64_t i) -> int64_t {
+      if (type != "gather_nd") return data[core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank())];
+      const int64_t k = is.rank() ? is[is.rank() - 1] : 1;
+      return data[static_cast<int>(info.layer->get_int("batch_dims", 0) + i % std::max<int64_t>(1, k))];
+    };
     float* idx = ins[1].data_as<float>();
-    for (int64_t i = 0; i < ins[1].numel(); ++i) idx[i] = static_cast<float>(row(rng_));
+    for (int64_t i = 0; i < ins[1].numel(); ++i)
+      idx[i] = static_cast<float>(std::uniform_int_distribution<int64_t>(0, std::max<int64_t>(1, dim_of(i)) - 1)(rng_));
   }
   std::vector<const Blob*> in_ptrs;
   std::vector<Blob*> out_ptrs;

@@ -274,3 +274,14 @@ TEST_CASE("transformers: run-time int64 narrowed to int32 is the same numbers (R
   const int32_t* y = out[0].blob.data_as<int32_t>();
   CHECK(std::vector<int32_t>(y, y + 4) == std::vector<int32_t>{1, 2, 2, 7});
 }
+
+TEST_CASE("transformers: a dim_param of '?' names no size (each such dim varies alone)", "[onnx][transformers][dynamic]") {
+  // PaddleOCR writes [p2o.DynamicDimension.0, 3, ?, p2o.DynamicDimension.1]:
+  // two '?' dims are not one size (one batch-sized dim made both 1).
+  OnnxModel m(13);
+  m.named_input("a", onnx::TensorProto::FLOAT, {"?", "?"}).named_input("b", onnx::TensorProto::FLOAT, {"?", "1"}).output("y");
+  m.node("Add", {"a", "b"}, {"y"});
+  Model net = import_onnx(m.save("question_marks.onnx"));
+  CHECK(net.inputs()[0].shape == Shape{1, 64});
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+}
