@@ -8,7 +8,12 @@ committed, so the tests need none of them):
 BERT (the TorchScript exporter, opset 17) and GPT-2 (the dynamo exporter,
 opset 23) from configs with seeded random weights, one layer of width 32,
 input_ids and attention_mask [batch, sequence]; inputs at lengths 12 and 7,
-and 12 with the last 3 positions padded.
+and 12 with the last 3 positions padded. And GPT-2 with its LM head and a KV
+cache (tiny_gpt2_kv.onnx, the TorchScript exporter at opset 17: input_ids
+[batch, sequence], attention_mask [batch, past_sequence + sequence], past_0 ...
+past_3 [batch, 2, past_sequence, 16]; logits and present_0 ... present_3) with
+ONNX Runtime's greedy decode of 12 tokens, and a WordPiece tokenizer trained
+on a few sentences (tiny_tokenizer.json) for the examples.
 """
 import os
 
@@ -40,6 +45,53 @@ def cases(vocab):
     return out
 
 
+class LmWithCache(torch.nn.Module):
+    """logits and the updated cache of one step, the cache as plain tensors (two per layer)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask, *past):
+        cache = tf.DynamicCache(config=self.m.config)
+        for i in range(len(past) // 2):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        presents = []
+        for layer in out.past_key_values.layers:
+            presents += [layer.keys, layer.values]
+        return (out.logits, *presents)
+
+
+def greedy(sess, prompt, steps, layers, heads, head_dim):
+    """ONNX Runtime's greedy decode: the prompt's tokens in one step, then one token a step."""
+    past = [np.zeros((1, heads, 0, head_dim), np.float32) for _ in range(2 * layers)]
+    ids, tokens = prompt, []
+    length = 0
+    for _ in range(steps):
+        length += ids.shape[1]
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, length), np.int64)}
+        feeds.update({f"past_{i}": p for i, p in enumerate(past)})
+        logits, *past = sess.run(None, feeds)
+        token = int(logits[0, -1].argmax())
+        tokens.append(token)
+        ids = np.array([[token]], np.int64)
+    return tokens
+
+
+def tokenizer():
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers, processors
+    t = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    t.normalizer = normalizers.BertNormalizer(lowercase=True)
+    t.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=100, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    text = ["the cat sat on the mat", "a dog ran in the park", "inference runs as fast as the device allows",
+            "models are tuned once on the target device", "the tokenizer splits words into pieces"]
+    t.train_from_iterator(text, trainer)
+    t.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    t.save(os.path.join(HERE, "tiny_tokenizer.json"))
+
+
 def main():
     import onnxruntime as ort
     torch.manual_seed(0)
@@ -64,6 +116,23 @@ def main():
                 arrays[f"{k}.{n}"] = v
             arrays[f"{k}.last_hidden_state"] = sess.run(None, feeds)[0]
         np.savez(os.path.join(HERE, name + ".ort.npz"), **arrays)
+    torch.manual_seed(0)
+    # A wide initialisation: logits that differ from token to token (the default gives one token throughout).
+    lm = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=1100,
+                                          initializer_range=0.5)).eval()
+    names = ["input_ids", "attention_mask"] + [f"past_{i}" for i in range(4)]
+    dyn = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "past_sequence + sequence"}}
+    dyn.update({f"past_{i}": {0: "batch", 2: "past_sequence"} for i in range(4)})
+    args = (torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, 4, dtype=torch.int64), *[torch.randn(1, 2, 3, 16) for _ in range(4)])
+    path = os.path.join(HERE, "tiny_gpt2_kv.onnx")
+    with torch.no_grad():
+        torch.onnx.export(LmWithCache(lm), args, path, input_names=names,
+                          output_names=["logits"] + [f"present_{i}" for i in range(4)], dynamic_axes=dyn, opset_version=17,
+                          dynamo=False)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    prompt = np.array([[5, 17, 42, 8]], np.int64)
+    np.savez(os.path.join(HERE, "tiny_gpt2_kv.ort.npz"), prompt=prompt, tokens=np.array(greedy(sess, prompt, 12, 2, 2, 16)))
+    tokenizer()
 
 
 if __name__ == "__main__":
