@@ -192,6 +192,9 @@ TEST_CASE("transformers: an all-dynamic input whose graph translates only at som
     const float* y = out[0].blob.data_as<float>();
     for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == std::max(0.0f, x[i]));
   }
+  // At a height it does not take: an error naming the layer that needs it.
+  CHECK_THROWS_WITH(run(session, {{"x", make_input(Shape{1, 3, 64, 64}, random_values(3 * 64 * 64, 9))}}),
+                    Catch::Contains("Reshape") && Catch::Contains("[1,3,64,64]"));
 }
 
 TEST_CASE("transformers: tune takes integer inputs, with token ids below the table's size", "[onnx][transformers][tune]") {
@@ -284,4 +287,34 @@ TEST_CASE("transformers: a dim_param of '?' names no size (each such dim varies 
   Model net = import_onnx(m.save("question_marks.onnx"));
   CHECK(net.inputs()[0].shape == Shape{1, 64});
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+}
+
+TEST_CASE("transformers: opset-23 Attention with a boolean mask computed at run time", "[onnx][transformers]") {
+  // The mask from an int64 padding mask (x != 0), as the dynamo exporter
+  // writes BERT's: refused by the importer's integer gate before; it equals
+  // the same attention with the additive mask (0 kept, -1e9 masked).
+  auto model = [](bool boolean) {
+    OnnxModel m(23);
+    m.input("q", {1, 2, 3, 4}).input("k", {1, 2, 5, 4}).input("v", {1, 2, 5, 4});
+    m.typed_input("keep", onnx::TensorProto::INT64, {1, 1, 1, 5}).output("y");
+    m.init_ints("zero", {}, {0}).init("big", {}, {-1e9f}).init("nil", {}, {0.0f});
+    m.node("Equal", {"keep", "zero"}, {"pad"});
+    m.node("Not", {"pad"}, {"attend"});
+    if (boolean) {
+      m.node("Attention", {"q", "k", "v", "attend"}, {"y"});
+    } else {
+      m.node("Where", {"attend", "nil", "big"}, {"bias"});
+      m.node("Attention", {"q", "k", "v", "bias"}, {"y"});
+    }
+    return m;
+  };
+  const std::vector<NamedBlob> in{{"q", make_input(Shape{1, 2, 3, 4}, random_values(24, 1))},
+                                  {"k", make_input(Shape{1, 2, 5, 4}, random_values(40, 2))},
+                                  {"v", make_input(Shape{1, 2, 5, 4}, random_values(40, 3))},
+                                  {"keep", ids_blob(Shape{1, 1, 1, 5}, {1, 1, 0, 1, 0})}};
+  auto got = Session(import_onnx(model(true).save("attention_bool.onnx"))).run(in);
+  auto want = Session(import_onnx(model(false).save("attention_additive.onnx"))).run(in);
+  REQUIRE(got[0].blob.shape() == Shape{1, 2, 3, 4});
+  const float *g = got[0].blob.data_as<float>(), *w = want[0].blob.data_as<float>();
+  for (int i = 0; i < 24; ++i) CHECK(g[i] == Approx(w[i]).margin(1e-6));
 }
