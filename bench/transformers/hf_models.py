@@ -156,6 +156,7 @@ def main():
     ap.add_argument("--size", default="base", choices=["base", "tiny"])
     ap.add_argument("--lengths", default="128,77")
     ap.add_argument("--no-tune", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the .onnx and .dnn files (a base model's are ~1.5 GB)")
     a = ap.parse_args()
     import onnxruntime as ort
     os.makedirs(a.out, exist_ok=True)
@@ -177,7 +178,7 @@ def main():
                 print(f"{tag}: import FAILED: {r.stderr.strip()[-600:]}")
                 bad += 1
                 continue
-            print(f"{tag}: imported with no flags in {time.time() - t0:.1f} s")
+            print(f"{tag}: imported with no flags in {time.time() - t0:.1f} s", flush=True)
             sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             rng = np.random.default_rng(0)
             cases = [(s, False) for s in lengths] + [(lengths[0], True)] if kind in ("text", "causal") else [(0, False)]
@@ -209,7 +210,11 @@ def main():
                     err = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
                     ok = err <= TOL
                     bad += 0 if ok else 1
-                    print(f"{tag}: {label}: max |ours - ORT| / max |ORT| = {err:.2e} {'ok' if ok else 'FAIL'}")
+                    print(f"{tag}: {label}: max |ours - ORT| / max |ORT| = {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+            if not a.keep:
+                for f in [onnx_path] + files:
+                    if os.path.exists(f):
+                        os.remove(f)
     sys.exit(1 if bad else 0)
 
 
