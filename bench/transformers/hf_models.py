@@ -52,6 +52,9 @@ def build(name, size):
     if name == "vit":
         cfg = tf.ViTConfig(**small)
         return tf.ViTModel(cfg), "image"
+    if name == "swin":  # shifted windows: masks computed from the image size
+        cfg = tf.SwinConfig(**({"embed_dim": 32, "depths": [2, 2], "num_heads": [2, 4]} if tiny else {}))
+        return tf.SwinModel(cfg), "image"
     if name == "whisper-encoder":
         cfg = tf.WhisperConfig(**({"d_model": 64, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 128,
                                    "decoder_layers": 2, "decoder_attention_heads": 4, "decoder_ffn_dim": 128} if tiny else
@@ -65,7 +68,6 @@ def export(name, size, exporter, path):
     import torch
     model, kind = build(name, size)
     model.eval()
-    model.config.return_dict = False
     vocab = getattr(model.config, "vocab_size", 1000)
     if kind in ("text", "causal"):
         ids = torch.randint(0, vocab, (1, 16))

@@ -156,10 +156,13 @@ std::vector<Blob> evaluate_layer(const Layer& l, const std::vector<Blob>& inputs
   for (const Blob& b : inputs) info.input_shapes.push_back(b.shape());
   info.output_shapes = infer_layer_shapes(l, info.input_shapes);
   // The reference routine where one computes it (exact: index arithmetic
-  // truncated later must not move by an approximation), else the default.
+  // truncated later must not move by an approximation), else the default; for
+  // large results (folded weights, not index math) the default, which is fast.
   const auto& registry = RoutineRegistry::instance();
+  int64_t values = 0;
+  for (const Shape& s : info.output_shapes) values += s.numel();
   Schema ref_schema;
-  const Routine* ref = registry.find(l.type, "cpu/ref", &ref_schema);
+  const Routine* ref = values <= (int64_t{1} << 20) ? registry.find(l.type, "cpu/ref", &ref_schema) : nullptr;
   const Candidate c = ref && ref->supports(info, ref_schema) ? Candidate{ref, ref_schema, "cpu/ref", Support::yes()}
                                                             : registry.default_choice(info, Schema{});
   std::unique_ptr<PreparedRoutine> prepared = c.routine->prepare(info, c.schema, {});

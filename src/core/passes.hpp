@@ -19,8 +19,8 @@ namespace softneuro::core {
 int remove_identities(Graph& graph);
 
 /// Runs one layer on constant float32 inputs, once, with the cpu/ref routine
-/// where it supports the layer, else the registry's default choice in the
-/// default schema: its outputs.
+/// where it supports the layer and its outputs hold at most 2^20 values, else
+/// the registry's default choice in the default schema: its outputs.
 std::vector<Blob> evaluate_layer(const Layer& layer, const std::vector<Blob>& inputs);
 
 /// Computes once every layer whose inputs are all outputs of constant layers
