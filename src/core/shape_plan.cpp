@@ -280,13 +280,18 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
         if (!(reads_target(l) && k == 1)) read_as_data.insert(l.inputs[k]);
   for (const auto& o : graph.outputs) read_as_data.insert(o);
 
+  // Every field but the layers, as the graph has it (a field left out here
+  // was lost: int64 outputs of a model with shape_math failed every run).
   Graph out;
   out.name = graph.name;
   out.inputs = graph.inputs;
   out.outputs = graph.outputs;
+  out.output_dtypes = graph.output_dtypes;
   out.routine_path = graph.routine_path;
   out.shape_paths = graph.shape_paths;
   out.blob_quant = graph.blob_quant;
+  out.prepared = graph.prepared;
+  out.prepared_tag = graph.prepared_tag;
   out.storage = graph.storage;
   for (auto& in : out.inputs) {
     auto it = input_shapes.find(in.name);

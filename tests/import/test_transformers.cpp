@@ -318,3 +318,25 @@ TEST_CASE("transformers: opset-23 Attention with a boolean mask computed at run 
   const float *g = got[0].blob.data_as<float>(), *w = want[0].blob.data_as<float>();
   for (int i = 0; i < 24; ++i) CHECK(g[i] == Approx(w[i]).margin(1e-6));
 }
+
+TEST_CASE("transformers: an int64 output of a model with shape computations (positions from the length)",
+          "[onnx][transformers][dynamic]") {
+  // position ids = Range(0, length) + ids * 0: an int64 output of a graph
+  // specialised per length (specialize() dropped output_dtypes: every run failed).
+  OnnxModel m(17);
+  m.named_input("ids", onnx::TensorProto::INT64, {"1", "sequence"}).typed_output("pos", onnx::TensorProto::INT64);
+  m.init_ints("zero", {}, {0}).init_ints("one", {}, {1}).init_ints("i1", {}, {1});
+  m.node("Shape", {"ids"}, {"s"});
+  m.node("Gather", {"s", "i1"}, {"len"});
+  m.node("Range", {"zero", "len", "one"}, {"r"});
+  m.node("Mul", {"ids", "zero"}, {"z"});
+  m.node("Add", {"z", "r"}, {"pos"});
+  Model net = import_onnx(m.save("int64_positions.onnx"));
+  Session session(net);
+  for (int64_t L : {3, 9}) {
+    std::vector<int64_t> ids(static_cast<std::size_t>(L), 4);
+    auto out = run(session, {{"ids", ids_blob(Shape{1, L}, ids)}});
+    REQUIRE(out[0].blob.dtype() == DType::int64);
+    for (int64_t i = 0; i < L; ++i) CHECK(out[0].blob.data_as<int64_t>()[i] == i);
+  }
+}
