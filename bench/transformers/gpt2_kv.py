@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""GPT-2 (base config, seeded random weights, initializer_range 0.5 so that
-tokens differ) with its LM head and KV cache, exported by the TorchScript
+"""GPT-2 (base config, seeded random weights) with its LM head and KV cache, exported by the TorchScript
 exporter (opset 17) as python/tests/data/make_text_models.py exports the tiny
 one, imported with no flags; greedy decode of --steps tokens after a prompt,
 ours (examples/text/gpt2_decode.py) against ONNX Runtime's on the same file:
-the tokens, each step's largest logit difference (relative to the step's
-largest logit), and per-step times.
+each step's logits with the same tokens fed (ONNX Runtime's greedy ones: the
+largest difference relative to the step's largest logit), the free-running
+greedy tokens (a near-tie may go either way, and the rest follows), and the
+time of a step at a new cache length against the same step run again.
 
     python bench/transformers/gpt2_kv.py --out /tmp/gpt2kv --steps 64
 """
@@ -25,6 +26,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/gpt2kv")
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--init", type=float, default=0.02, help="initializer_range (0.5 makes a chaotic net: PyTorch and ONNX Runtime differ by 97%%)")
     a = ap.parse_args()
     import onnxruntime as ort
     import torch
@@ -33,7 +35,7 @@ def main():
     import softneuro
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(0)
-    cfg = tf.GPT2Config(initializer_range=0.5)
+    cfg = tf.GPT2Config(initializer_range=a.init)
     lm = tf.GPT2LMHeadModel(cfg).eval()
     L, H, D = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
     names = ["input_ids", "attention_mask"] + [f"past_{i}" for i in range(2 * L)]
@@ -53,16 +55,38 @@ def main():
     t0 = time.time()
     model = softneuro.import_onnx(path)
     print(f"imported with no flags in {time.time() - t0:.1f} s; attention_mask {model.inputs[1].shape}")
+    # The same tokens through both: logits step by step.
+    ours = softneuro.Session(model)
+    past_ort = [np.zeros((1, H, 0, D), np.float32) for _ in range(2 * L)]
+    past_ours = list(past_ort)
+    ids, length, worst, new_ms, again_ms, gaps = prompt, 0, 0.0, [], [], []
+    for step in range(a.steps):
+        length += len(ids)
+        feeds = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, length), np.int64)}
+        want_out = sess.run(None, {**feeds, **{f"past_{i}": p for i, p in enumerate(past_ort)}})
+        fo = {**feeds, **{f"past_{i}": p for i, p in enumerate(past_ours)}}
+        t0 = time.perf_counter()
+        got_out = ours.run(fo)
+        new_ms.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        ours.run(fo)
+        again_ms.append((time.perf_counter() - t0) * 1e3)
+        w, g = want_out[0][0, -1], got_out["logits"][0, -1]
+        worst = max(worst, float(np.abs(g - w).max() / np.abs(w).max()))
+        top2 = np.sort(w)[-2:]
+        gaps.append(float(top2[1] - top2[0]))
+        past_ort = want_out[1:]
+        past_ours = [got_out[f"present_{i}"] for i in range(2 * L)]
+        ids = [want[step]]
+    print(f"logits with the same tokens, {a.steps} steps: max |ours - ORT| / max |ORT| = {worst:.2e}")
     import gpt2_decode
-    times = []
-    t0 = time.time()
-    got = gpt2_decode.decode(model, prompt, a.steps, lambda step, ms: times.append(ms))
-    ours_s = time.time() - t0
-    same = sum(x == y for x, y in zip(got, want))
-    print(f"tokens equal to ONNX Runtime's: {same} of {a.steps}{' (all)' if same == a.steps else ''}")
-    print(f"decode of {a.steps} steps: ours {ours_s:.2f} s (median step {np.median(times[1:]):.1f} ms, "
-          f"first {times[0]:.1f} ms), ONNX Runtime {ort_s:.2f} s")
-    sys.exit(0 if same == a.steps else 1)
+    got = gpt2_decode.decode(model, prompt, a.steps)
+    first = next((k for k, (x, y) in enumerate(zip(got, want)) if x != y), None)
+    print(f"free-running greedy tokens equal to ONNX Runtime's: {a.steps if first is None else first} of {a.steps}"
+          + ("" if first is None else f" (step {first}: ONNX Runtime's top two logits {gaps[first]:.2e} apart)"))
+    print(f"per step: ours at a new cache length {np.median(new_ms[1:]):.1f} ms, the same step again "
+          f"{np.median(again_ms[1:]):.1f} ms (medians); ONNX Runtime {ort_s / a.steps * 1e3:.1f} ms")
+    sys.exit(0 if worst <= 1e-4 else 1)
 
 
 if __name__ == "__main__":
