@@ -340,3 +340,23 @@ TEST_CASE("transformers: an int64 output of a model with shape computations (pos
     for (int64_t i = 0; i < L; ++i) CHECK(out[0].blob.data_as<int64_t>()[i] == i);
   }
 }
+
+TEST_CASE("transformers: GatherND with run-time indices, empty batches included", "[onnx][transformers]") {
+  OnnxModel m(13);
+  m.named_input("x", onnx::TensorProto::FLOAT, {"b", "5", "3"});
+  m.named_input("i", onnx::TensorProto::INT64, {"b", "2", "1"}).output("y");
+  m.node("GatherND", {"x", "i"}, {"y"}).i("batch_dims", 1);
+  Model net = import_onnx(m.save("gather_nd_runtime.onnx"));
+  CHECK(count_layers(net, "gather_nd") == 1);
+  Session session(net);
+  const std::vector<float> x = random_values(30, 12);
+  auto out = run(session, {{"x", make_input(Shape{2, 5, 3}, x)}, {"i", ids_blob(Shape{2, 2, 1}, {4, 0, -1, 2})}});
+  REQUIRE(out[0].blob.shape() == Shape{2, 2, 3});
+  const float* y = out[0].blob.data_as<float>();
+  const int rows[4] = {4, 0, 5 + 4, 5 + 2};  // batch 1's -1 is its row 4
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 3; ++c) CHECK(y[r * 3 + c] == x[static_cast<std::size_t>(rows[r] * 3 + c)]);
+  // A batch of none: an empty output (a division by the batch count before).
+  auto empty = run(session, {{"x", make_input(Shape{0, 5, 3}, {})}, {"i", ids_blob(Shape{0, 2, 1}, {})}});
+  CHECK(empty[0].blob.shape() == Shape{0, 2, 3});
+}

@@ -653,6 +653,7 @@ struct GatherNd final : RefPrepared {
     const float* x = a.inputs[0]->data_as<float>();
     const float* idx = a.inputs[1]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
+    if (tuples == 0 || batch == 0) return;  // an empty output
     const int64_t per_batch = tuples / batch;
     int64_t batch_size = 1;  // values of data per batch entry
     for (int d = static_cast<int>(b); d < xs.rank(); ++d) batch_size *= xs[d];
