@@ -329,6 +329,8 @@ sn::Shape parse_shape(const std::string& text, const char* flag, bool symbolic =
 /// Whether the file is a TensorFlow Lite FlatBuffer: "TFL3" at byte 4 (an
 /// ONNX protobuf cannot hold those bytes there).
 bool is_tflite(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;  // the importer names what it is (a FIFO would block here)
   std::ifstream f(path, std::ios::binary);
   char head[8] = {};
   return f.read(head, 8) && std::memcmp(head + 4, "TFL3", 4) == 0;

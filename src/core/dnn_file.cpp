@@ -505,6 +505,15 @@ void write_dnn(const Graph& graph, const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, const void* data, std::size_t size) {
+  // Only a regular file (or a new one) is replaced: a rename over a device, a
+  // FIFO or a socket would replace it for the whole machine (`-o /dev/null` as
+  // root turned /dev/null into a model file).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw Error(fmt::format("not a regular file ({}): refusing to replace it; give a regular file's path",
+                            S_ISDIR(st.st_mode) ? "a folder" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                            : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file"),
+                path);
   // The temporary file is created 0666 so that the user's umask decides the
   // saved file's permissions, as for any file an application writes (mkstemp's
   // 0600 made every model private, a fixed 0644 ignored a umask of 077).

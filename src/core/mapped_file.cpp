@@ -15,7 +15,9 @@
 namespace softneuro::core {
 
 MappedFile map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading waits for a writer otherwise (a
+  // FIFO given as a model hung forever); it is refused below as not regular.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(fmt::format("cannot open the file: {}", std::strerror(errno)), path);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -19,6 +19,7 @@
 #include <random>
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 using namespace softneuro;
 
@@ -555,4 +556,34 @@ TEST_CASE("prepared weights round-trip, aligned, and saved again byte for byte",
   // A file without them reads none (older files, tune --no-prepared-weights).
   const auto plain = core::serialize_dnn(test::chain_graph(2));
   CHECK_FALSE(core::read_dnn_bytes(plain.data(), plain.size(), "q.dnn").prepared);
+}
+
+TEST_CASE("a FIFO or a device is neither read as a model nor replaced by one", "[dnn]") {
+  Model net = detail::make_model(test::chain_graph(3));
+  // A FIFO with no writer: opening it to read waited forever (Model::load, the importers).
+  const std::string fifo = test::temp_path("model.fifo");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(Model::load(fifo), Catch::Contains("not a regular file") && Catch::Contains(fifo));
+  // Saving over it: refused, and it stays a FIFO (a rename replaced it).
+  CHECK_THROWS_WITH(net.save(fifo), Catch::Contains("a FIFO") && Catch::Contains("refusing to replace"));
+  struct stat st {};
+  REQUIRE(::stat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  // A device node the test makes itself (as root, where mknod is allowed): /dev/null's numbers.
+  const std::string dev = test::temp_path("null.dev");
+  std::filesystem::remove(dev);
+  if (::mknod(dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    CHECK_THROWS_WITH(net.save(dev), Catch::Contains("a device"));
+    REQUIRE(::stat(dev.c_str(), &st) == 0);
+    CHECK(S_ISCHR(st.st_mode));
+    std::filesystem::remove(dev);
+  }
+  // A folder is refused too; a regular file is replaced as before.
+  CHECK_THROWS_WITH(net.save(test::temp_path("")), Catch::Contains("a folder"));
+  const std::string plain = test::temp_path("plain.dnn");
+  net.save(plain);
+  net.save(plain);
+  CHECK(Model::load(plain).input_names() == net.input_names());
+  std::filesystem::remove(fifo);
 }
