@@ -11,6 +11,8 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+
+#include <mutex>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -107,6 +109,15 @@ nb::list infos(const std::vector<softneuro::TensorInfo>& ts) {
                             std::string(softneuro::to_string(t.dtype))));
   return l;
 }
+
+/// A session and the lock that serialises it: a softneuro::Session runs in one
+/// thread at a time, and Python threads share objects freely (one Session used
+/// from several threads corrupted the heap while run() released the GIL).
+struct PySession {
+  PySession(const softneuro::Model& model, const softneuro::SessionOptions& o) : session(model, o) {}
+  softneuro::Session session;
+  std::mutex mutex;
+};
 
 struct SetMetric {
   nb::object fn;  // fn(outputs_list) -> float, outputs as dicts of arrays
@@ -243,10 +254,10 @@ NB_MODULE(_core, m) {
       "max_drop"_a, "time_budget_s"_a, "progress"_a.none(), "shapes"_a, "keep_float_weights"_a,
       "prepared_weights"_a);
 
-  nb::class_<softneuro::Session>(m, "Session")
+  nb::class_<PySession>(m, "Session")
       .def(
           "__init__",
-          [](softneuro::Session* self, const softneuro::Model& model, int threads, std::size_t memory_limit,
+          [](PySession* self, const softneuro::Model& model, int threads, std::size_t memory_limit,
              const std::vector<std::string>& schemas, std::size_t shape_cache) {
             softneuro::SessionOptions o;
             o.threads = threads;
@@ -254,31 +265,47 @@ NB_MODULE(_core, m) {
             o.schemas = schemas;
             o.shape_cache = shape_cache;
             nb::gil_scoped_release release;
-            new (self) softneuro::Session(model, o);
+            new (self) PySession(model, o);
           },
           "model"_a, "threads"_a = 0, "memory_limit"_a = 0, "schemas"_a = std::vector<std::string>{},
           "shape_cache"_a = 4)
       .def(
           "run",
-          [](softneuro::Session& s, const std::map<std::string, InArray>& inputs) {
+          [](PySession& s, const std::map<std::string, InArray>& inputs) {
             const std::vector<NamedBlob> in = blobs_of(inputs);
             std::vector<NamedBlob> out;
             {
+              // The GIL first, then the session's lock: a thread waiting for
+              // the session holds no GIL that the running one would need.
               nb::gil_scoped_release release;
-              out = s.run(in);
+              std::lock_guard lock(s.mutex);
+              out = s.session.run(in);
             }
             return dict_of(out);
           },
           "inputs"_a)
       .def("output_shape",
-           [](const softneuro::Session& s, const std::string& name) {
-             const Shape sh = s.output_shape(name);
+           [](PySession& s, const std::string& name) {
+             nb::gil_scoped_release release;
+             std::lock_guard lock(s.mutex);
+             const Shape sh = s.session.output_shape(name);
              return std::vector<int64_t>(sh.begin(), sh.end());
            })
-      .def("planned_bytes", &softneuro::Session::planned_bytes)
-      .def("layers", [](const softneuro::Session& s) {
+      .def("planned_bytes",
+           [](PySession& s) {
+             nb::gil_scoped_release release;
+             std::lock_guard lock(s.mutex);
+             return s.session.planned_bytes();
+           })
+      .def("layers", [](PySession& s) {
+        std::vector<softneuro::LayerSummary> layers;
+        {
+          nb::gil_scoped_release release;
+          std::lock_guard lock(s.mutex);
+          layers = s.session.layers();
+        }
         nb::list l;
-        for (const auto& x : s.layers()) {
+        for (const auto& x : layers) {
           nb::dict d;
           d["name"] = x.name;
           d["type"] = x.type;

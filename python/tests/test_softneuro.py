@@ -225,6 +225,32 @@ def test_sessions_in_two_threads(mlp):
     assert not errors, errors
 
 
+def test_one_session_shared_by_four_threads(mlp):
+    """One Session used from several threads at once (shapes changing under
+    each other) is serialised: every output right (the heap was corrupted,
+    outputs wrong or shapes refused before)."""
+    xs = [RNG.standard_normal((b, 16)).astype(np.float32) for b in (1, 3, 7, 2, 5)]
+    want = [reference(x) for x in xs]
+    s = softneuro.Session(mlp, threads=1)
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(60):
+                j = (i + k) % len(xs)
+                np.testing.assert_allclose(s.run({"x": xs[j]})["y"], want[j], rtol=1e-4, atol=1e-4)
+                assert s.output_shape("y") in ([b, 10] for b in (1, 3, 7, 2, 5))
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def embedding_argmax_onnx(path, table):
     """ids [1, sequence] (int64) -> rows of `table` (y) and each row's arg max (int64 `best`)."""
     nodes = [
