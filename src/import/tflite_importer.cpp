@@ -890,7 +890,7 @@ void Importer::fully_connected() {
   const int x = in(0);
   const Shape xs = tf_shape(x);
   Blob w = weight_blob(in(1), {}, true);
-  if (w.shape().rank() != 2 || xs.rank() < 1 || xs.numel() % w.shape()[1] != 0)
+  if (w.shape().rank() != 2 || w.shape()[1] < 1 || xs.rank() < 1 || xs.numel() % w.shape()[1] != 0)  // [4,0]: no modulo by 0
     throw error(fmt::format("weights {} for input {}", w.shape().to_string(), xs.to_string()), "weights");
   const int64_t k = w.shape()[1];
   std::string xb = tf(x);
@@ -1165,6 +1165,8 @@ void Importer::slice() {
   const int r = xs.rank();
   std::vector<int64_t> begin = ints(in(1), "begin"), end, strides(static_cast<std::size_t>(r), 1);
   int begin_mask = 0, end_mask = 0, shrink = 0;
+  // Checked before any value is read (an empty begin was read past its end).
+  if (begin.size() != static_cast<std::size_t>(r)) throw error(fmt::format("begin has {} values for rank {}", begin.size(), r), "begin");
   if (code_ == SLICE) {
     const std::vector<int64_t> size = ints(in(2), "size");
     if (size.size() != static_cast<std::size_t>(r)) throw error("size has the wrong length", "size");
@@ -1334,6 +1336,8 @@ void Importer::batch_matmul() {
   auto operand = [&](int k, bool adj) {
     std::string b = tf(in(k));
     const int r = tf_shape(in(k)).rank();
+    if (adj && r < 2)  // the swap of the last two dims wrote outside a shorter permutation
+      throw error(fmt::format("adj_{} on an operand of rank {} (it needs 2 or more)", k == 0 ? 'x' : 'y', r), k == 0 ? "adj_x" : "adj_y");
     if (adj) {
       std::vector<int64_t> perm(static_cast<std::size_t>(r));
       for (int i = 0; i < r; ++i) perm[static_cast<std::size_t>(i)] = i;
@@ -1357,6 +1361,8 @@ void Importer::pack() {
   std::vector<std::string> parts;
   for (int k = 0; k < num_in(); ++k) {
     std::vector<int64_t> d = tf_shape(in(k)).to_vector();
+    if (static_cast<int>(d.size()) + 1 != ys.rank())  // the axis was checked against the output's rank only
+      throw error(fmt::format("input {} has rank {}, the packed output {}", k, d.size(), ys.rank()), "values");
     d.insert(d.begin() + axis, 1);
     parts.push_back(unary_layer("reshape", tf(in(k)), {{"shape", d}}, "packed"));
   }

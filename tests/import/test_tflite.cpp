@@ -55,6 +55,13 @@ class TfliteModel {
     tensors_.push_back(fb::CreateTensorDirect(b_, &shape, type, buffer, name.c_str(), qp, false, sparsity));
     return static_cast<int>(tensors_.size() - 1);
   }
+  /// A constant with a buffer of no bytes (a tensor of zero elements).
+  int empty_constant(const std::string& name, const std::vector<int32_t>& shape) {
+    const std::vector<uint8_t> none;
+    buffers_.push_back(fb::CreateBufferDirect(b_, &none));
+    tensors_.push_back(fb::CreateTensorDirect(b_, &shape, F32, static_cast<uint32_t>(buffers_.size() - 1), name.c_str()));
+    return static_cast<int>(tensors_.size() - 1);
+  }
   int floats(const std::string& name, const std::vector<int32_t>& shape, const std::vector<float>& v) {
     std::vector<uint8_t> bytes(v.size() * 4);
     std::memcpy(bytes.data(), v.data(), bytes.size());
@@ -610,5 +617,43 @@ TEST_CASE("TFLite files that cannot import are refused with what and where", "[t
     const int y = m.tensor("y", {1, 4, 4, 3});  // a RELU cannot change the channels
     m.op(19, {x}, {y});
     CHECK_THROWS_WITH(import_tflite(m.save("bad_shape.tflite", {x}, {y})), Catch::Contains("the file gives tensor 'y' the shape [1,4,4,3]"));
+  }
+}
+
+TEST_CASE("Hand-made TFLite operators that LiteRT refuses are errors, never a crash", "[tflite][errors]") {
+  SECTION("FULLY_CONNECTED with weights [4, 0] (a modulo by zero: SIGFPE)") {
+    TfliteModel m;
+    const int x = m.tensor("x", {1, 4});
+    const int y = m.tensor("y", {1, 4});
+    m.op(9, {x, m.empty_constant("w", {4, 0})}, {y}, fb::BuiltinOptions::FullyConnectedOptions,
+         fb::CreateFullyConnectedOptions(m.b()).Union());
+    CHECK_THROWS_WITH(import_tflite(m.save("fc_empty.tflite", {x}, {y})), Catch::Contains("weights"));
+  }
+  SECTION("BATCH_MATMUL with adj_x or adj_y on an operand of rank 0 or 1 (a write outside the permutation)") {
+    for (const auto& [adj_x, rank] : std::vector<std::pair<bool, int>>{{true, 1}, {false, 1}, {true, 0}}) {
+      INFO("adj_x " << adj_x << " rank " << rank);
+      TfliteModel m;
+      const std::vector<int32_t> short_shape = rank == 1 ? std::vector<int32_t>{4} : std::vector<int32_t>{};
+      const int a = m.tensor("a", adj_x ? short_shape : std::vector<int32_t>{4, 4});
+      const int b = m.tensor("b", adj_x ? std::vector<int32_t>{4, 4} : short_shape);
+      const int y = m.tensor("y", {4, 4});
+      m.op(126, {a, b}, {y}, fb::BuiltinOptions::BatchMatMulOptions, fb::CreateBatchMatMulOptions(m.b(), adj_x, !adj_x).Union());
+      CHECK_THROWS_WITH(import_tflite(m.save("bmm_adj.tflite", {a, b}, {y})), Catch::Contains(adj_x ? "adj_x" : "adj_y"));
+    }
+  }
+  SECTION("PACK whose axis is past an input's rank (checked against the output's only)") {
+    TfliteModel m;
+    const int a = m.tensor("a", {2});
+    const int b = m.tensor("b", {2});
+    const int y = m.tensor("y", {2, 2, 1, 1});
+    m.op(83, {a, b}, {y}, fb::BuiltinOptions::PackOptions, fb::CreatePackOptions(m.b(), 2, 3).Union());
+    CHECK_THROWS_WITH(import_tflite(m.save("pack_axis.tflite", {a, b}, {y})), Catch::Contains("rank"));
+  }
+  SECTION("SLICE with an empty begin (read before its length was checked)") {
+    TfliteModel m;
+    const int x = m.tensor("x", {2, 3});
+    const int y = m.tensor("y", {1, 1});
+    m.op(65, {x, m.tensor("begin", {0}, I32, {0}), m.int32s("size", {2}, {1, 1})}, {y});
+    CHECK_THROWS_WITH(import_tflite(m.save("slice_empty.tflite", {x}, {y})), Catch::Contains("begin"));
   }
 }
