@@ -47,7 +47,9 @@ commands:
                             Lite model (told apart by the file's contents) and save it
       --input-shape NAME=1x3x48x?      fixes an input's symbolic dims; '?' keeps one dynamic.
                             Symbolic dims stay dynamic where the model runs at any size
-                            of them (default size: 1 for a leading dim, 64 for others)
+                            of them; dims naming one size (ONNX dim_param) vary together, and
+                            'past + 1' is a sum (default size: 1 for a name that is a leading
+                            dim, 64 for others, else the first common size the graph takes)
       --no-passes           skip the graph passes (folding, fusion, clean-up)
   tune IN.dnn -o OUT.dnn [options]
                             measure routines on this device, pick the fastest routine path (DPRS)

@@ -3470,13 +3470,17 @@ void Importer::expand(const Node& n) {
     }
     return;
   }
-  if (out == shape_of(n, n.in(0))) return add_unary(n, "identity", input(n, 0), n.out(0));
   // Broadcasting against zeros of the output's shape is an expand.
   try {
     check_folded_growth(out, DType::float32, 0);
   } catch (const Error& e) {
     throw n.error(e.message(), "shape");
   }
+  // A target that follows the input sizes is an expand at every size, also
+  // where it changes nothing at the import size (BERT's token-type ids to
+  // [batch, sequence] at batch 1: an identity there, an expand at batch 2,
+  // made the batch fixed).
+  if (out == shape_of(n, n.in(0)) && !size_dependent(n.in(1))) return add_unary(n, "identity", input(n, 0), n.out(0));
   if (size_dependent(n.in(1))) {
     // A target that follows the input's size (a QOperator YOLOv8's anchor
     // grid, expanded on integers): its zeros are made at each size, as a

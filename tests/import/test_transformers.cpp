@@ -360,3 +360,33 @@ TEST_CASE("transformers: GatherND with run-time indices, empty batches included"
   auto empty = run(session, {{"x", make_input(Shape{0, 5, 3}, {})}, {"i", ids_blob(Shape{0, 2, 1}, {})}});
   CHECK(empty[0].blob.shape() == Shape{0, 2, 3});
 }
+
+TEST_CASE("transformers: an Expand to [batch, sequence] keeps the batch dynamic (BERT's token-type ids)",
+          "[onnx][transformers][dynamic]") {
+  // y = expand(types [1, sequence], [batch, sequence] from ids' shape): at
+  // batch 1 an identity, at 2 an expand; the graphs differed and the batch
+  // stayed 1 (every BERT export).
+  OnnxModel m(17);
+  m.named_input("ids", onnx::TensorProto::INT64, {"batch", "sequence"});
+  m.named_input("types", onnx::TensorProto::INT64, {"1", "sequence"}).typed_output("y", onnx::TensorProto::INT64);
+  m.init_ints("i0", {1}, {0}).init_ints("zero", {}, {0}).init_ints("one", {}, {1});
+  m.node("Shape", {"ids"}, {"s"});
+  m.node("Gather", {"s", "zero"}, {"b"});
+  m.node("Gather", {"s", "one"}, {"l"});
+  m.node("Unsqueeze", {"b", "i0"}, {"b1"});
+  m.node("Unsqueeze", {"l", "i0"}, {"l1"});
+  m.node("Concat", {"b1", "l1"}, {"target"}).i("axis", 0);
+  m.node("Expand", {"types", "target"}, {"y"});
+  Model net = import_onnx(m.save("expand_batch.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+  Session session(net);
+  for (const auto& [B, L] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {1, 4}, {2, 7}}) {
+    std::vector<int64_t> types(static_cast<std::size_t>(L));
+    for (std::size_t i = 0; i < types.size(); ++i) types[i] = static_cast<int64_t>(i * 3 % 11);
+    auto out = run(session, {{"ids", ids_blob(Shape{B, L}, std::vector<int64_t>(static_cast<std::size_t>(B * L), 1))},
+                             {"types", ids_blob(Shape{1, L}, types)}});
+    REQUIRE(out[0].blob.shape() == Shape{B, L});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < L; ++t) CHECK(out[0].blob.data_as<int64_t>()[b * L + t] == types[static_cast<std::size_t>(t)]);
+  }
+}
