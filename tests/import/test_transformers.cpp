@@ -21,7 +21,7 @@ namespace {
 
 Blob ids_blob(const Shape& s, const std::vector<int64_t>& v) {
   Blob b = Blob::allocate(s, DType::int64);
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(int64_t));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(int64_t));  // an empty blob has no data
   return b;
 }
 
