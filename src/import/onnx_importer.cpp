@@ -806,9 +806,9 @@ void Importer::read_inputs() {
       }
     graph_.inputs.push_back(std::move(info));
   }
-  for (const auto& [name, s] : options_.input_shapes)
-    if (std::none_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const TensorInfo& t) { return t.name == name; }))
-      throw Error("the model has no input of this name (given a shape)", file_, {}, name);
+  for (const auto& given : options_.input_shapes)
+    if (std::none_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const TensorInfo& t) { return t.name == given.first; }))
+      throw Error("the model has no input of this name (given a shape)", file_, {}, given.first);
   // The size each name takes: the caller's, else 1 for a name that is some
   // input's leading dim by itself (a batch), else 64.
   for (const auto& d : symbols.dims)
