@@ -168,6 +168,16 @@ int cmd_report(const std::vector<std::string>& args) {
   return 0;
 }
 
+/// How a tuned file's accuracy was checked, in a line.
+std::string accuracy_text(const sn::AccuracyCheck& c) {
+  if (!c.reduced_precision) return "float32 throughout (nothing below float32 to check)";
+  if (!c.recorded) return "computes below float32; how its accuracy was checked is not recorded (tuned before records)";
+  if (c.budget == "none") return "computes below float32; not checked (tuned with --accuracy none)";
+  if (c.samples == 0) return fmt::format("computes below float32; budget {} not checked on real samples", c.budget);
+  return fmt::format("computes below float32; budget {} met on {} real sample{} ({:.4f})", c.budget, c.samples,
+                     c.samples == 1 ? "" : "s", c.measured);
+}
+
 int cmd_inspect(const std::vector<std::string>& args) {
   bool verbose = false;
   std::vector<std::string> files;
@@ -189,6 +199,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     for (const auto& [name, shape] : buckets[k]) text += fmt::format(" {}={}", name, shape.to_string());
     fmt::print("  tuned at{}\n", text);
   }
+  if (!fp.empty()) fmt::print("accuracy: {}\n", accuracy_text(model.accuracy_check()));
   if (model.prepared_weight_bytes())
     fmt::print("prepared weights: {}, {}\n", human_bytes(model.prepared_weight_bytes()),
                model.prepared_weights_usable() ? "read in place here"
@@ -702,6 +713,10 @@ int cmd_run(const std::vector<std::string>& args) {
   if (file.empty()) throw Usage("run needs a FILE");
   if (threads > 0) sn::set_num_threads(threads);
   const sn::Model model = sn::Model::load(file);
+  if (const sn::AccuracyCheck check = model.accuracy_check(); !check.checked())
+    fmt::print(stderr, "warning: {} computes below float32 and its accuracy was never checked on real samples ({}); "
+                       "tune it with --calibration DIR\n",
+               file, accuracy_text(check));
   sn::Session session(model, session_options);
   for (const auto& [name, path] : output_files) model.output_shape(name);  // unknown names fail before running
 

@@ -68,6 +68,29 @@ struct LayerSummary {
 /// the tuned routine path. Immutable: every member is safe from any number of
 /// threads at once. A cheap handle: copies share the model. Loading, inspecting
 /// and saving prepare nothing; sessions do.
+/// How the accuracy of a tuned routine path was checked (tune()'s accuracy
+/// budget), as the .dnn file records it.
+struct AccuracyCheck {
+  /// Whether the path computes layers below float32 (qint8, float16,
+  /// bfloat16), not counting the int8 layers of a model its author quantised.
+  bool reduced_precision = false;
+  /// The budget the path was held to ("top1:0.99", "seq:0.95", "cosine:0.999",
+  /// "rel-l2:0.02", a metric of the user's "NAME:MIN"); "none": reduced
+  /// precision allowed unchecked (tune --accuracy none); empty: no budget (a
+  /// float32 tuning, an untuned model, or a file tuned before records were kept).
+  std::string budget;
+  /// The user's samples the budget was measured on (0: never on real data).
+  int samples = 0;
+  /// The budget's metric of the path (-1: not measured).
+  double measured = -1;
+  /// Whether the file carries the record (false: untuned, or tuned before
+  /// records were kept; reduced_precision is then read from the path).
+  bool recorded = false;
+  /// Whether the path's accuracy holds by check: it computes nothing below
+  /// float32, or met its budget on real samples.
+  bool checked() const { return !reduced_precision || (samples > 0 && !budget.empty() && budget != "none"); }
+};
+
 class Model {
  public:
   /// Reads a .dnn file (memory-mapped; weights used in place) and checks it
@@ -102,6 +125,8 @@ class Model {
   /// The input shapes of each tuned routine path (tune --shapes; empty: none
   /// or tuned at the default shapes only).
   std::vector<std::map<std::string, Shape>> tuned_shapes() const;
+  /// How the tuned path's accuracy was checked (untuned: nothing reduced, no record).
+  AccuracyCheck accuracy_check() const;
   const std::string& name() const;
   /// Bytes of the routine path's derived weights the file holds ready to use
   /// (TuneOptions::prepared_weights; 0: none), and whether sessions here read

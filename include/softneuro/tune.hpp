@@ -76,12 +76,17 @@ struct TuneOptions {
   CalibrationOptions calibration;
   /// The accuracy budget of a tuning that allows qint8, float16 or bfloat16:
   /// "top1:0.99" (argmax agreement over the last axis, per position),
-  /// "cosine:0.999", "rel-l2:0.02", or "none"; empty: "top1:0.99" where qint8
-  /// is allowed, the decision a classifier or CTC recogniser hands its user (a
-  /// model whose outputs are boxes or embeddings should give cosine or rel-l2),
-  /// else "cosine:0.999". Measured against the float32 net's own outputs on
-  /// `validation` (on synthetic inputs when empty, with a warning that accuracy
-  /// is then unchecked). A path that misses it is never kept: the fastest
+  /// "seq:0.95" (the whole argmax sequence of a sample's output agrees),
+  /// "cosine:0.999", "rel-l2:0.02", or "none". Empty, where qint8 is allowed:
+  /// "seq:0.95" for a net with an output of several positions per sample (a
+  /// CTC recogniser's [1, T, classes], a language model's logits), else
+  /// "top1:0.99", the decisions such nets hand their users (a model whose
+  /// outputs are boxes or embeddings should give cosine or rel-l2); without
+  /// qint8, "cosine:0.999". Measured against the float32 net's own outputs on
+  /// `validation` (else on `calibration.inputs`). Without samples of either,
+  /// nothing below float32 is chosen (but for a quantised model's own int8
+  /// layers), unless the budget is "none": reduced precision unchecked, which
+  /// the file records. A path that misses it is never kept: the fastest
   /// float32 path measured is, and the report says so.
   std::string accuracy;
   /// A metric of your own in place of `accuracy` (which must then be empty).
@@ -147,6 +152,10 @@ struct TuneReport {
   double accuracy = -1;
   int validation_samples = 0;
   bool validation_synthetic = false;
+  /// No samples of the user's (validation or calibration) and a budget other
+  /// than "none": nothing below float32 was chosen, but for a quantised
+  /// model's own int8 layers.
+  bool reduced_refused = false;
   bool accuracy_missed = false;
   /// The same metric for the path kept, on the calibration samples: data the
   /// search never chose paths by, so a path that met the budget on the

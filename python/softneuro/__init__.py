@@ -90,6 +90,16 @@ class Model:
         """The device fingerprint its routine path was tuned on ("" when untuned)."""
         return self._model.tuned_fingerprint()
 
+    @property
+    def accuracy_check(self) -> dict:
+        """How the tuned path's accuracy was checked, as the file records it: reduced_precision
+        (it computes below float32, a quantised model's own int8 layers aside), budget
+        ("top1:0.99", "seq:0.95", ...; "none": allowed unchecked; "": no budget), samples (real
+        samples it was measured on; 0: never on real data), measured (-1: not measured),
+        recorded (False: a file tuned before records were kept) and checked (nothing below
+        float32, or its budget met on real samples)."""
+        return self._model.accuracy_check
+
     def prepared_weight_bytes(self) -> int:
         """Bytes of the routine path's derived weights the model holds ready to use (tune's
         prepared_weights; 0: none)."""

@@ -148,6 +148,19 @@ NB_MODULE(_core, m) {
       .def_prop_ro("name", [](const softneuro::Model& n) { return n.name(); })
       .def("save", &softneuro::Model::save, "path"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("tuned_fingerprint", &softneuro::Model::tuned_fingerprint)
+      // How the tuned path's accuracy was checked (softneuro::AccuracyCheck), as a dict.
+      .def_prop_ro("accuracy_check",
+                   [](const softneuro::Model& n) {
+                     const softneuro::AccuracyCheck c = n.accuracy_check();
+                     nb::dict d;
+                     d["reduced_precision"] = c.reduced_precision;
+                     d["budget"] = c.budget;
+                     d["samples"] = c.samples;
+                     d["measured"] = c.measured;
+                     d["recorded"] = c.recorded;
+                     d["checked"] = c.checked();
+                     return d;
+                   })
       .def("prepared_weight_bytes", &softneuro::Model::prepared_weight_bytes);
 
   // A benchmark chart (softneuro::chart_svg): panels of (title, bars), a bar

@@ -283,6 +283,18 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
         }
         path.input_shapes[name] = shape;
       }
+    if (const fb::AccuracyCheck* a = p->accuracy()) {
+      AccuracyCheck c;
+      c.reduced_precision = a->reduced_precision();
+      c.budget = r.str(a->budget());
+      c.samples = a->samples();
+      c.measured = a->measured();
+      c.recorded = true;
+      if (c.budget.size() > 200) bad(file, field + ".accuracy.budget", "longer than 200 characters");
+      if (c.samples < 0) bad(file, field + ".accuracy.samples", fmt::format("{} samples", c.samples));
+      if (!std::isfinite(c.measured)) bad(file, field + ".accuracy.measured", "not a finite value");
+      path.accuracy = c;
+    }
     return path;
   };
   if (auto p = m->routine_path()) g.routine_path = read_path(p, "routine_path");
@@ -439,9 +451,13 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
     std::vector<flatbuffers::Offset<fb::Tensor>> shapes;
     for (const auto& [name, shape] : p.input_shapes)
       shapes.push_back(fb::CreateTensor(fbb, fbb.CreateString(name), static_cast<uint8_t>(DType::float32), ints(shape)));
+    flatbuffers::Offset<fb::AccuracyCheck> accuracy = 0;
+    if (p.accuracy)
+      accuracy = fb::CreateAccuracyCheck(fbb, p.accuracy->reduced_precision, fbb.CreateString(p.accuracy->budget),
+                                         p.accuracy->samples, p.accuracy->measured);
     return fb::CreateRoutinePath(fbb, fbb.CreateString(p.device_fingerprint), fbb.CreateVector(rcs), fbb.CreateVector(acs),
                                  p.openmp_wait.empty() ? 0 : fbb.CreateString(p.openmp_wait),
-                                 shapes.empty() ? 0 : fbb.CreateVector(shapes));
+                                 shapes.empty() ? 0 : fbb.CreateVector(shapes), accuracy);
   };
   flatbuffers::Offset<fb::RoutinePath> path = 0;
   if (!g.routine_path.empty() || !g.routine_path.device_fingerprint.empty()) path = write_path(g.routine_path);

@@ -81,6 +81,14 @@ bool makes_nan(const Layer& layer, const Blob* constant_second) {
   return t == "sqrt" || t == "log" || t == "divmod" || t == "cast";
 }
 
+bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8) {
+  return std::any_of(path.routines.begin(), path.routines.end(), [&](const RoutineChoice& r) {
+    const DType d = Schema::parse(r.descriptor.substr(0, r.descriptor.find('/'))).dtype;
+    const bool reduced = d == DType::qint8 || d == DType::float16 || d == DType::bfloat16;
+    return reduced && !(d == DType::qint8 && model_int8.count(r.layer));
+  });
+}
+
 std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   std::set<std::string> out;
   std::map<std::string, const Layer*> producer;

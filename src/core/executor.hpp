@@ -73,6 +73,10 @@ std::set<std::string> layers_nan_may_reach(const Graph& graph);
 /// untuned default runs them on qint8 routines with the model's own scales,
 /// as its author asked.
 std::set<std::string> layers_quantised_by_model(const Graph& graph);
+/// Whether `path` computes any layer below float32 (qint8, float16, bfloat16;
+/// a routine's dtype is its descriptor's schema's), but for the layers of
+/// `model_int8` in qint8: with the model's own scales they compute the model.
+bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8);
 
 /// The CPU arena the executors of one session share: a session runs one of
 /// them at a time, so it needs the largest of their plans, not their sum (four

@@ -6,6 +6,7 @@
 #include <softneuro/routine.hpp>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct RoutinePath {
   std::string openmp_wait;
   /// The net input shapes it was measured at (empty: the model's default shapes).
   std::map<std::string, Shape> input_shapes;
+  /// How tune() checked its accuracy (absent: not recorded).
+  std::optional<AccuracyCheck> accuracy;
   bool empty() const { return routines.empty(); }
   const RoutineChoice* find(const std::string& layer) const;
 };

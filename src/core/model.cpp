@@ -1,6 +1,7 @@
 #include "core/model_impl.hpp"
 
 #include "core/device.hpp"
+#include "core/executor.hpp"
 #include "core/dnn_file.hpp"
 #include "core/prepared_weights.hpp"
 #include "core/weight_quant.hpp"
@@ -398,6 +399,37 @@ static std::vector<std::map<std::string, Shape>> tuned_shapes_of(const core::Gra
   return out;
 }
 std::vector<std::map<std::string, Shape>> Model::tuned_shapes() const { return tuned_shapes_of(impl_->graph); }
+AccuracyCheck Model::accuracy_check() const {
+  // One record for the model: the main path's, where any bucket's path
+  // computes below float32 so does the model, and it is checked only as far as
+  // its least checked path.
+  const core::Graph& g = impl_->graph;
+  std::set<std::string> model_int8;
+  bool int8_known = false;
+  AccuracyCheck out;
+  bool first = true;
+  std::vector<const core::RoutinePath*> paths{&g.routine_path};
+  for (const auto& p : g.shape_paths) paths.push_back(&p);
+  for (const core::RoutinePath* p : paths) {
+    AccuracyCheck c;
+    if (p->accuracy) {
+      c = *p->accuracy;
+    } else {
+      if (!int8_known) model_int8 = core::layers_quantised_by_model(g), int8_known = true;
+      c.reduced_precision = core::computes_below_float32(*p, model_int8);
+    }
+    if (first) {
+      out = c, first = false;
+      continue;
+    }
+    out.recorded = out.recorded && c.recorded;
+    if (c.reduced_precision && (!out.reduced_precision || !c.checked()))
+      out.budget = c.budget, out.samples = c.samples, out.measured = c.measured;
+    out.reduced_precision = out.reduced_precision || c.reduced_precision;
+  }
+  return out;
+}
+
 const std::string& Model::name() const { return impl_->graph.name; }
 std::size_t Model::prepared_weight_bytes() const {
   std::size_t n = 0;

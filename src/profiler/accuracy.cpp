@@ -19,6 +19,7 @@ bool AccuracyBudget::met_by(double measured) const {
   switch (metric) {
     case Metric::none: return true;
     case Metric::top1:
+    case Metric::seq:
     case Metric::cosine: return measured >= value;
     case Metric::rel_l2: return measured <= value;
     case Metric::user: return measured >= value;
@@ -36,16 +37,19 @@ AccuracyBudget parse_accuracy(const std::string& text) {
   char* end = nullptr;
   const double v = value.empty() ? NAN : std::strtod(value.c_str(), &end);
   if (value.empty() || *end != '\0' || !std::isfinite(v))
-    throw Error(fmt::format("'{}' is not METRIC:VALUE (top1:0.99, cosine:0.999, rel-l2:0.02) or none", text.substr(0, 60)),
+    throw Error(fmt::format("'{}' is not METRIC:VALUE (top1:0.99, seq:0.95, cosine:0.999, rel-l2:0.02) or none",
+                            text.substr(0, 60)),
                 {}, {}, "accuracy");
-  if (metric == "top1" || metric == "cosine") {
+  if (metric == "top1" || metric == "seq" || metric == "cosine") {
     if (!(v > 0 && v <= 1)) throw Error(fmt::format("{} must be in (0, 1], not {}", metric, value), {}, {}, "accuracy");
-    b.metric = metric == "top1" ? AccuracyBudget::Metric::top1 : AccuracyBudget::Metric::cosine;
+    b.metric = metric == "top1" ? AccuracyBudget::Metric::top1
+               : metric == "seq" ? AccuracyBudget::Metric::seq
+                                 : AccuracyBudget::Metric::cosine;
   } else if (metric == "rel-l2") {
     if (!(v > 0)) throw Error(fmt::format("rel-l2 must be above 0, not {}", value), {}, {}, "accuracy");
     b.metric = AccuracyBudget::Metric::rel_l2;
   } else {
-    throw Error(fmt::format("unknown metric '{}' (top1, cosine, rel-l2)", metric.substr(0, 40)), {}, {}, "accuracy");
+    throw Error(fmt::format("unknown metric '{}' (top1, seq, cosine, rel-l2)", metric.substr(0, 40)), {}, {}, "accuracy");
   }
   b.value = v;
   return b;
@@ -91,13 +95,10 @@ bool uses_qint8(const core::RoutinePath& path) {
 
 bool below_float32(DType dtype) { return dtype == DType::qint8 || dtype == DType::float16 || dtype == DType::bfloat16; }
 
-bool uses_reduced_precision(const core::RoutinePath& path) { return uses_reduced_precision(path, {}); }
+bool uses_reduced_precision(const core::RoutinePath& path) { return core::computes_below_float32(path, {}); }
 
 bool uses_reduced_precision(const core::RoutinePath& path, const std::set<std::string>& model_int8) {
-  return std::any_of(path.routines.begin(), path.routines.end(), [&](const core::RoutineChoice& r) {
-    const DType d = dtype_of(r);
-    return below_float32(d) && !(d == DType::qint8 && model_int8.count(r.layer));
-  });
+  return core::computes_below_float32(path, model_int8);
 }
 
 namespace {
@@ -112,18 +113,21 @@ void compare(const AccuracyBudget& budget, const Blob& got, const Blob& want, Ta
   const float* g = got.data_as<float>();
   const float* w = want.data_as<float>();
   const int64_t n = want.numel();
-  if (budget.metric == AccuracyBudget::Metric::top1) {
+  if (budget.metric == AccuracyBudget::Metric::top1 || budget.metric == AccuracyBudget::Metric::seq) {
     const int64_t last = want.shape().rank() ? want.shape()[want.shape().rank() - 1] : 1;
     if (last < 2) return;  // nothing to choose between
+    bool all = true;  // seq: the whole argmax sequence agrees
     for (int64_t p = 0; p < n / last; ++p) {
       int64_t ag = 0, aw = 0;
       for (int64_t i = 1; i < last; ++i) {
         if (!(g[p * last + i] <= g[p * last + ag])) ag = i;  // a NaN wins: it never agrees by luck
         if (w[p * last + i] > w[p * last + aw]) aw = i;
       }
-      t.sum += std::isfinite(g[p * last + ag]) && ag == aw;
-      t.count += 1;
+      const bool agree = std::isfinite(g[p * last + ag]) && ag == aw;
+      all = all && agree;
+      if (budget.metric == AccuracyBudget::Metric::top1) t.sum += agree, t.count += 1;
     }
+    if (budget.metric == AccuracyBudget::Metric::seq) t.sum += all, t.count += 1;
     return;
   }
   double dot = 0, gg = 0, ww = 0, dd = 0;
@@ -191,8 +195,11 @@ Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<Na
     for (const auto& o : r) {
       const Shape& s = o.blob.shape();
       const int64_t last = s.rank() ? s[s.rank() - 1] : 1;
-      if (budget_.metric != AccuracyBudget::Metric::top1) ++observations_;
-      else if (last >= 2) observations_ += static_cast<std::size_t>(o.blob.numel() / last);
+      if (budget_.metric == AccuracyBudget::Metric::top1) {
+        if (last >= 2) observations_ += static_cast<std::size_t>(o.blob.numel() / last);
+      } else if (budget_.metric != AccuracyBudget::Metric::seq || last >= 2) {
+        ++observations_;
+      }
     }
   if (budget_.metric == AccuracyBudget::Metric::user && budget_.score_set) {
     reference_score_ = user_set_score(reference_);
@@ -266,7 +273,8 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
 }
 
 std::size_t Validator::observations_needed() const {
-  if (budget_.metric != AccuracyBudget::Metric::top1 || budget_.value >= 1) return 1;
+  if ((budget_.metric != AccuracyBudget::Metric::top1 && budget_.metric != AccuracyBudget::Metric::seq) || budget_.value >= 1)
+    return 1;
   return static_cast<std::size_t>(std::ceil(1.0 / (1.0 - budget_.value) - 1e-9));
 }
 

@@ -18,7 +18,7 @@
 namespace softneuro::profiler {
 
 struct AccuracyBudget {
-  enum class Metric { none, top1, cosine, rel_l2, user };
+  enum class Metric { none, top1, seq, cosine, rel_l2, user };
   Metric metric = Metric::none;
   double value = 0;
   std::string text;  ///< as the user wrote it, e.g. "top1:0.99"; a user metric: "NAME:MIN"
@@ -28,21 +28,27 @@ struct AccuracyBudget {
   /// then becomes the float32 net's score less max_drop once the Validator has it.
   std::function<double(std::span<const std::vector<NamedBlob>>)> score_set;
   double max_drop = 0;
-  /// Whether a measured value meets the budget (top1, cosine: at least; rel-l2: at most).
+  /// Whether a measured value meets the budget (top1, seq, cosine: at least; rel-l2: at most).
   bool met_by(double measured) const;
 };
 
-/// The default budget of every tuning that allows qint8: argmax agreement over
-/// the last axis (per position for sequence outputs) on 99% of the positions.
-/// It is the decision a classifier or a CTC recogniser hands its user; a model
-/// whose outputs are not scores (boxes, embeddings) should pass cosine or rel-l2.
+/// The default budget of a tuning that allows qint8 on a net whose outputs hold
+/// one decision per sample (a classifier): argmax agreement over the last axis
+/// on 99% of the samples. A model whose outputs are not scores (boxes,
+/// embeddings) should pass cosine or rel-l2.
 inline constexpr const char* kDefaultAccuracy = "top1:0.99";
+/// The default where an output holds several positions per sample (a CTC
+/// recogniser's [1, T, classes], a language model's [1, T, vocabulary]): the
+/// whole argmax sequence agrees on 95% of the samples. Per-position top1 says
+/// nothing there: a recogniser's blank class wins most positions, so 99% of
+/// them agreed while every text line read differently.
+inline constexpr const char* kDefaultSequenceAccuracy = "seq:0.95";
 /// The default where float16 or bfloat16 but no qint8 is allowed: their errors
 /// are small where they hold the values, and total where they do not (values
 /// under 6e-8 flushed to zero, over 65504 to inf); a cosine resolves on few samples.
 inline constexpr const char* kDefaultFloatAccuracy = "cosine:0.999";
 
-/// Parses "top1:V" (V in (0,1]), "cosine:V" (V in (0,1]), "rel-l2:V" (V > 0) or
+/// Parses "top1:V", "seq:V", "cosine:V" (V in (0,1]), "rel-l2:V" (V > 0) or
 /// "none"; anything else is an Error naming the field `accuracy`.
 AccuracyBudget parse_accuracy(const std::string& text);
 
@@ -72,10 +78,11 @@ class Validator {
   double user_set_score(const std::vector<std::vector<NamedBlob>>& outputs) const;
   std::size_t samples() const { return samples_.size(); }
   /// The decisions one measurement counts: top1, every position of every
-  /// output over all samples; other metrics, every output of every sample.
+  /// output over all samples; seq, every output (with a last axis of 2 or
+  /// more) of every sample; other metrics, every output of every sample.
   std::size_t observations() const { return observations_; }
   /// Whether that many observations can tell the budget's value from 1: for
-  /// top1:V at least 1 / (1 - V) of them (a 1% budget needs 100 positions);
+  /// top1:V and seq:V at least 1 / (1 - V) of them (a 1% budget needs 100 positions);
   /// other metrics, any sample.
   bool resolves_budget() const;
   /// The observations resolves_budget() asks for.

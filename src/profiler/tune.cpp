@@ -87,6 +87,7 @@ struct Tuner {
   /// What calibration measured: one quantisation per range method, and channel means.
   profiler::Calibration calibration;
   bool bias_correction = false;  ///< kept where it measured better
+  bool real_samples = false;     ///< the user gave samples (validation or calibration)
   TuneReport report;
   profiler::Profiler prof;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -267,10 +268,21 @@ struct Tuner {
       budget = profiler::user_accuracy(opt.accuracy_metric);
     } else if (!opt.accuracy.empty() || wants_qint8 || wants_reduced_float) {
       budget = profiler::parse_accuracy(!opt.accuracy.empty() ? opt.accuracy
-                                        : wants_qint8     ? profiler::kDefaultAccuracy
-                                                          : profiler::kDefaultFloatAccuracy);
+                                        : !wants_qint8        ? profiler::kDefaultFloatAccuracy
+                                        : sequence_outputs()  ? profiler::kDefaultSequenceAccuracy
+                                                              : profiler::kDefaultAccuracy);
     }
     if (wants_qint8 || wants_reduced_float) report.accuracy_budget = budget.text;
+    // Without the user's samples a budget is met on synthetic inputs, which
+    // say nothing of real data (a recogniser met top1:0.99 on noise and then
+    // read 0 of 40 text lines): nothing below float32 is chosen, but for a
+    // quantised model's own int8 layers, unless the user allowed it unchecked.
+    real_samples = !opt.validation.empty() || !opt.calibration.inputs.empty();
+    if ((wants_qint8 || wants_reduced_float) && !real_samples && budget.metric != profiler::AccuracyBudget::Metric::none) {
+      report.reduced_refused = true;
+      prof.restrict_reduced_to(model_int8);
+      wants_qint8 = wants_qint8 && !model_int8.empty();
+    }
     if (wants_qint8 && (net.graph.blob_quant.empty() || !opt.calibration.inputs.empty())) {
       progress("calibration", 0, 1, "");
       calibration = profiler::calibrate(net, opt.calibration,
@@ -345,6 +357,8 @@ struct Tuner {
   profiler::Validator& validation() {
     if (!validator) {
       std::vector<std::vector<NamedBlob>> samples = opt.validation;
+      // The user's calibration samples are real data: better than any synthetic.
+      if (samples.empty()) samples = opt.calibration.inputs;
       report.validation_synthetic = samples.empty();
       if (samples.empty()) {
         samples = profiler::synthetic_inputs(net, 16, 1000);  // not the calibration's own inputs
@@ -367,6 +381,20 @@ struct Tuner {
       }
     }
     return *validator;
+  }
+
+  /// Whether an output holds several positions per sample: rank 3 or more
+  /// with the dims between the first and the last above one position (a
+  /// recogniser's [1, T, classes]), the last axis of 2 or more to choose from.
+  bool sequence_outputs() const {
+    for (const auto& o : net.graph.outputs) {
+      const Shape& s = net.shapes.at(o);
+      if (s.rank() < 3 || s[s.rank() - 1] < 2) continue;
+      int64_t positions = 1;
+      for (int i = 1; i + 1 < s.rank(); ++i) positions *= s[i];
+      if (positions > 1) return true;
+    }
+    return false;
   }
 
   /// Whether the schemas allowed include float16 or bfloat16 ones (on any device):
@@ -630,9 +658,23 @@ struct Tuner {
                                  r.predicted_ms, r.measured_ms, 1});
     }
     path.openmp_wait = report.openmp_wait;
+    path.accuracy = accuracy_check(path);
     net.graph.routine_path = path;
     net.changed();
     prof.save_cache();
+  }
+
+  /// What the file records of how `path`'s accuracy was checked.
+  AccuracyCheck accuracy_check(const core::RoutinePath& path) const {
+    AccuracyCheck c;
+    c.recorded = true;
+    c.reduced_precision = profiler::uses_reduced_precision(path, model_int8);
+    c.budget = budget.text;
+    if (c.reduced_precision && !report.accuracy_missed && report.accuracy >= 0) {
+      c.measured = report.accuracy;
+      c.samples = report.validation_synthetic ? 0 : report.validation_samples;
+    }
+    return c;
   }
 
   TuneReport finish() {
@@ -644,6 +686,10 @@ struct Tuner {
       core::warn("other processes kept {:.1f} of {} CPUs busy while tuning: the times measured may not hold on a quiet "
                  "machine; tune again when it is quiet",
                  report.others_cpus, std::thread::hardware_concurrency());
+    if (report.reduced_refused)
+      core::warn("nothing below float32 chosen: no samples of your own to check the accuracy budget {} on; give "
+                 "samples (--calibration DIR, Python calibration=) or allow it unchecked (--accuracy none)",
+                 budget.text);
     progress("done", 1, 1, "");
     report.stage_s.pop_back();  // "done" itself
     return report;

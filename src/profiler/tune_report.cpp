@@ -61,8 +61,12 @@ std::string TuneReport::to_text() const {
                                        validation_samples == 1 ? "" : "s");
     if (accuracy_budget == "none")
       s += "accuracy budget none: not checked\n";
+    else if (reduced_refused)
+      s += fmt::format("accuracy budget {}: no samples of your own to check it on, so nothing below float32 is "
+                       "chosen (give --calibration DIR, or --accuracy none to allow it unchecked)\n",
+                       accuracy_budget);
     else if (accuracy < 0)
-      s += fmt::format("accuracy budget {}: the path runs nothing in qint8\n", accuracy_budget);
+      s += fmt::format("accuracy budget {}: the path runs nothing below float32\n", accuracy_budget);
     else
       s += fmt::format("accuracy budget {}: measured {:.4f} on {} against float32{}{}\n", accuracy_budget, accuracy, on,
                        accuracy_confirmed >= 0 ? fmt::format(", {:.4f} on the calibration samples", accuracy_confirmed) : "",
@@ -94,13 +98,13 @@ std::string TuneReport::to_json() const {
   std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"openmp_wait\": \"{}\",\n"
                               "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
                               "  \"accuracy_budget\": \"{}\",\n  \"accuracy\": {},\n  \"validation_samples\": {},\n"
-                              "  \"validation_synthetic\": {},\n  \"accuracy_missed\": {},\n  \"accuracy_confirmed\": {},\n  \"accuracy_note\": \"{}\",\n"
+                              "  \"validation_synthetic\": {},\n  \"reduced_refused\": {},\n  \"accuracy_missed\": {},\n  \"accuracy_confirmed\": {},\n  \"accuracy_note\": \"{}\",\n"
                               "  \"int8_weight_layers\": {},\n  \"int8_weight_float_bytes\": {},\n  \"range_method\": \"{}\",\n"
                               "  \"bias_correction\": {},\n"
                               "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
                               json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default,
-                              json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, accuracy_missed,
+                              json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, reduced_refused, accuracy_missed,
                               accuracy_confirmed, json_escape(accuracy_note),
                               int8_weight_layers, int8_weight_float_bytes, json_escape(range_method), bias_correction, tuning_s, measurements,
                               cache_hits, exact, others_cpus);

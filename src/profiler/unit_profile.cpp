@@ -131,7 +131,14 @@ bool Rules::schema_allowed(const Schema& s) const {
   return std::any_of(schemas.begin(), schemas.end(), [&](const std::string& p) { return s.matches(p); });
 }
 
+bool Rules::refuses_reduced(const std::string& layer, const std::string& descriptor) const {
+  if (!reduced_only_for) return false;
+  const DType d = Schema::parse(descriptor.substr(0, descriptor.find('/'))).dtype;
+  return d == DType::float16 || d == DType::bfloat16 || (d == DType::qint8 && !reduced_only_for->count(layer));
+}
+
 bool Rules::allows(const std::string& layer, const std::string& descriptor) const {
+  if (refuses_reduced(layer, descriptor)) return false;
   for (const auto& r : ban)
     if (glob(r.layer, layer) && glob(r.descriptor, descriptor)) return false;
   bool pinned = false, match = false;
@@ -506,12 +513,15 @@ std::vector<LayerProfile> Profiler::unit_profile() {
     const auto layer_start = std::chrono::steady_clock::now();
     const int measured_before = measurements_;
     std::vector<Candidate> cands;
+    bool refused_reduced = false;  // a candidate only the no-samples rule refused
     for (auto& c : registry.candidates(p.info)) {
       if (!c.support.ok) {
         core::debug("{}: {} is not a candidate: {}", layer.name, c.descriptor, c.support.reason);
         continue;
       }
-      if (rules_.schema_allowed(c.schema) && rules_.allows(layer.name, c.descriptor)) cands.push_back(std::move(c));
+      if (!rules_.schema_allowed(c.schema)) continue;
+      if (rules_.allows(layer.name, c.descriptor)) cands.push_back(std::move(c));
+      else refused_reduced = refused_reduced || rules_.refuses_reduced(layer.name, c.descriptor);
     }
     if (cands.empty() && !rules_.schemas.empty()) {
       // The user's schemas leave this layer nothing (e.g. qint8-only and no qint8
@@ -520,14 +530,17 @@ std::vector<LayerProfile> Profiler::unit_profile() {
         if (c.support.ok && c.schema.device == Device::cpu && c.schema.dtype == DType::float32 &&
             rules_.allows(layer.name, c.descriptor))
           cands.push_back(std::move(c));
-      if (!cands.empty())
+      if (!cands.empty() && !refused_reduced)  // (refused for want of samples: tune() says so once)
         core::warn("layer '{}' ({}): no routine in the schemas given supports it; it stays float32 on the CPU",
                    layer.name, layer.type);
     }
     p.measured = measure_candidates(p.info, cands, 0);
     if (p.measured.empty())
-      throw Error(fmt::format("no routine can run this {} layer within the schemas and rules given", layer.type), net_.file,
-                  layer.name, "routine");
+      throw Error(fmt::format("no routine can run this {} layer within the schemas and rules given{}", layer.type,
+                              refused_reduced ? " (below float32 it needs samples of your own to check accuracy on: "
+                                                "--calibration DIR, or --accuracy none to allow it unchecked)"
+                                              : ""),
+                  net_.file, layer.name, "routine");
     core::debug("unit profiling {}: {} candidates, {} measurements, {:.2f} s", layer.name, p.measured.size(),
                 measurements_ - measured_before,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start).count());

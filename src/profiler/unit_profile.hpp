@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,14 @@ std::string params_text(const RoutineParams& p);
 struct Rules {
   std::vector<std::string> schemas;  ///< empty: every float32 CPU schema
   std::vector<RoutineRule> pin, ban;
+  /// Where set, a routine computing below float32 (qint8, float16, bfloat16)
+  /// is allowed only in qint8 and only for these layers (a quantised model's
+  /// own int8 layers): a tuning without real samples to check accuracy on.
+  std::optional<std::set<std::string>> reduced_only_for;
   bool schema_allowed(const Schema& s) const;
-  /// Whether `layer` may use `descriptor` (bans first, then pins).
+  /// Whether reduced_only_for refuses `layer` the routine `descriptor`.
+  bool refuses_reduced(const std::string& layer, const std::string& descriptor) const;
+  /// Whether `layer` may use `descriptor` (the reduced-precision rule, bans, then pins).
   bool allows(const std::string& layer, const std::string& descriptor) const;
 };
 
@@ -114,6 +121,8 @@ class Profiler {
   int measurements() const { return measurements_; }
   int cache_hits() const { return cache_hits_; }
   const Rules& rules() const { return rules_; }
+  /// Below float32 only the qint8 routines of `layers` (Rules::reduced_only_for).
+  void restrict_reduced_to(std::set<std::string> layers) { rules_.reduced_only_for = std::move(layers); }
   /// A blob's shape and quantisation as the executor's plan gives them to the
   /// layers reading or writing it (unit_profile() read them; a constant's
   /// storage scales where it has no calibrated ones). Throws for a blob no

@@ -357,7 +357,9 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
 
   SECTION("hybrid: cpu and cpu:qint8") {
     Model net = detail::make_model(conv_net());
-    TuneReport r = tune_and_keep(net, quick("calib-hybrid", {"cpu", "cpu:qint8"}));
+    TuneOptions o = quick("calib-hybrid", {"cpu", "cpu:qint8"});
+    o.accuracy = "none";  // no samples: reduced precision only where allowed unchecked
+    TuneReport r = tune_and_keep(net, o);
     CHECK_FALSE(net.impl().graph.blob_quant.empty());  // calibrated on the way
     CHECK(r.measured_ms > 0);
     const auto got = run_net(net, x);
@@ -367,6 +369,7 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     Model net = detail::make_model(conv_net());
     TuneOptions o = quick("calib-q8", {"cpu:qint8"});
     o.accuracy = "cosine:0.99";  // this random net's logits are close: argmax agreement is not the point here
+    o.calibration.inputs = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 35)}}};
     tune_and_keep(net, o);
     int quantised = 0;
     for (const auto& l : Session(net).layers())
@@ -488,10 +491,19 @@ TEST_CASE("a qint8 path that misses the accuracy budget is never saved", "[calib
     Model net = detail::make_model(conv_net());
     TuneOptions o = quick("accuracy-loose", {"cpu:qint8", "cpu:qint8:nhwc"});
     o.accuracy = "rel-l2:10";
-    TuneReport r = tune_and_keep(net, o);  // no validation samples: synthetic, with a warning
-    CHECK(r.validation_synthetic);
+    o.calibration.inputs = {{{"input", x}}};  // no validation samples: the calibration samples validate
+    TuneReport r = tune_and_keep(net, o);
+    CHECK_FALSE(r.validation_synthetic);
+    CHECK(r.validation_samples == 1);
     CHECK(r.accuracy >= 0);
     CHECK_FALSE(r.accuracy_missed);
+    const AccuracyCheck check = net.accuracy_check();
+    CHECK(check.recorded);
+    CHECK(check.reduced_precision);
+    CHECK(check.budget == "rel-l2:10");
+    CHECK(check.samples == 1);
+    CHECK(check.measured == r.accuracy);
+    CHECK(check.checked());
   }
 }
 
@@ -666,7 +678,7 @@ TEST_CASE("a budget the validation samples cannot resolve, or that only the vali
 
 TEST_CASE("accuracy budgets are parsed strictly", "[accuracy]") {
   Model net = detail::make_model(conv_net());
-  for (const char* bad : {"top1", "top1:1.5", "cosine:0", "rel-l2:-1", "l1:0.5", "top1:0.9x", "top1:nan"}) {
+  for (const char* bad : {"top1", "top1:1.5", "cosine:0", "rel-l2:-1", "l1:0.5", "top1:0.9x", "top1:nan", "seq:0", "seq:1.01"}) {
     INFO(bad);
     TuneOptions o = quick("accuracy-parse", {"cpu", "cpu:qint8"});
     o.accuracy = bad;
@@ -795,6 +807,7 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
     Model net = detail::make_model(g);
     TuneOptions o = quick("half-pinned", {"cpu", "cpu:float16"});
     o.pin = {{"act", "cpu:float16/*"}};
+    o.validation = {{{"input", normal_blob(Shape{1, 64}, 8, 1.0f)}}};
     CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("misses the accuracy budget cosine:0.999"));
   }
   SECTION("a budget of none keeps it: the user asked") {
@@ -806,7 +819,104 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
     for (const auto& l : Session(net).layers())
       if (l.name == "act") CHECK(l.descriptor == "cpu:float16/test_half_relu");
     for (float v : run_net(net, normal_blob(Shape{1, 64}, 8, 1.0f))) CHECK(v == 0.0f);
+    // The file says so: below float32, not checked.
+    const std::string path = test::temp_path("half-none.dnn");
+    net.save(path);
+    const AccuracyCheck check = Model::load(path).accuracy_check();
+    CHECK(check.recorded);
+    CHECK(check.reduced_precision);
+    CHECK(check.budget == "none");
+    CHECK(check.samples == 0);
+    CHECK_FALSE(check.checked());
   }
+  SECTION("no samples of the user's: float16 is not chosen; pinned to it, the error says what is missing") {
+    Model net = detail::make_model(g);
+    TuneOptions o = quick("half-no-samples", {"cpu", "cpu:float16"});
+    TuneReport r = tune_and_keep(net, o);
+    CHECK(r.reduced_refused);
+    for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("float16") == std::string::npos);
+    CHECK_FALSE(net.accuracy_check().reduced_precision);
+    Model pinned = detail::make_model(g);
+    o.pin = {{"act", "cpu:float16/*"}};
+    CHECK_THROWS_WITH(tune_and_keep(pinned, o), Catch::Contains("it needs samples of your own"));
+  }
+}
+
+// A hybrid tuned on synthetic samples alone met top1:0.99 on noise and read 0
+// of 40 text lines: without samples of the user's nothing below float32 is
+// chosen, unless the user allowed it unchecked, and the file records which.
+TEST_CASE("without samples of the user's, tuning chooses nothing below float32 and the file says how accuracy was checked",
+          "[calibrate][tune][accuracy]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  const TuneOptions base = quick("no-samples", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+  SECTION("no samples: float32, said in the report, recorded as nothing reduced") {
+    Model net = detail::make_model(conv_net());
+    TuneOptions o = base;
+    TuneReport r = tune_and_keep(net, o);
+    CHECK(r.reduced_refused);
+    CHECK_THAT(r.to_text(), Catch::Contains("no samples of your own to check it on"));
+    CHECK(net.impl().graph.blob_quant.empty());  // nothing to calibrate for
+    for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
+    const AccuracyCheck check = net.accuracy_check();
+    CHECK(check.recorded);
+    CHECK_FALSE(check.reduced_precision);
+    CHECK(check.checked());
+  }
+  SECTION("--accuracy none: qint8 allowed, recorded as not checked") {
+    Model net = detail::make_model(conv_net());
+    TuneOptions o = base;
+    o.accuracy = "none";
+    o.pin = {{"fc", "cpu:qint8*"}};
+    TuneReport r = tune_and_keep(net, o);
+    CHECK_FALSE(r.reduced_refused);
+    const AccuracyCheck check = net.accuracy_check();
+    CHECK(check.reduced_precision);
+    CHECK(check.budget == "none");
+    CHECK_FALSE(check.checked());
+  }
+  SECTION("real samples: checked, with the value and the count") {
+    Model net = detail::make_model(conv_net());
+    TuneOptions o = base;
+    o.accuracy = "cosine:0.5";
+    o.pin = {{"fc", "cpu:qint8*"}};
+    o.validation = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 40)}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 41)}}};
+    TuneReport r = tune_and_keep(net, o);
+    CHECK_FALSE(r.reduced_refused);
+    const std::string path = test::temp_path("checked.dnn");
+    net.save(path);
+    const AccuracyCheck check = Model::load(path).accuracy_check();
+    CHECK(check.recorded);
+    CHECK(check.reduced_precision);
+    CHECK(check.budget == "cosine:0.5");
+    CHECK(check.samples == 2);
+    CHECK(check.measured >= 0.5);
+    CHECK(check.checked());
+  }
+}
+
+TEST_CASE("a net with sequence outputs is held to the whole argmax sequence by default", "[calibrate][tune][accuracy]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // [1, 6, 10] logits: a recogniser's time steps. Two samples cannot resolve seq:0.95 (20 needed).
+  core::Graph g;
+  g.name = "sequence-logits";
+  g.inputs = {{"input", Shape{1, 6, 16}, DType::float32}};
+  g.layers.push_back(layer("fc", "dense", {"input"}, "logits", {}, {{"weight", normal_blob(Shape{10, 16}, 9, 0.5f)}}));
+  g.outputs = {"logits"};
+  Model net = detail::make_model(g);
+  TuneOptions o = quick("sequence-default", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+  o.validation = {{{"input", normal_blob(Shape{1, 6, 16}, 10)}}, {{"input", normal_blob(Shape{1, 6, 16}, 11)}}};
+  o.pin = {{"fc", "cpu:qint8*"}};  // measured, so the budget is looked at
+  CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("validation too small: 2 observations cannot resolve seq:0.95 (it "
+                                                           "needs 20)"));
+  // 20 samples resolve it; each either reads the whole sequence as float32 does or not.
+  Model again = detail::make_model(g);
+  o.validation.clear();
+  for (unsigned k = 0; k < 20; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 6, 16}, 100 + k)}});
+  o.pin.clear();
+  const TuneReport r = tune_and_keep(again, o);
+  CHECK(r.accuracy_budget == "seq:0.95");
+  CHECK(r.accuracy_note.empty());
+  if (r.accuracy >= 0) CHECK(r.accuracy * 20 == Approx(std::round(r.accuracy * 20)));  // a count of whole sequences
 }
 
 TEST_CASE("weights on a model's own int8 grid keep its integers and scales, whatever a channel's largest value", "[calibrate][quant]") {
