@@ -67,10 +67,11 @@ commands:
       --threads T           threads to tune for
       --calibration DIR     samples: a float32 .npy each, or one .npz per sample naming every input;
                             every fourth validates the accuracy budget, the others calibrate qint8
-                            (default: synthetic inputs, accuracy then unchecked on real data)
+                            (without it nothing below float32 is chosen, unless --accuracy none)
       --accuracy M:V        budget for qint8, float16 and bfloat16 paths against float32: top1:0.99
-                            (default with qint8), cosine:0.999 (default without), rel-l2:0.02, or none;
-                            a path that misses it is not kept
+                            (with qint8), seq:0.95 (with qint8, outputs of several positions per
+                            sample: the whole argmax sequence), cosine:0.999 (without qint8),
+                            rel-l2:0.02, or none (allowed unchecked); a path that misses it is not kept
       --keep-float-weights  keep float32 weights where layers run in qint8 (default: stored as int8
                             and per-channel scales, the values the qint8 routines compute with)
       --no-prepared-weights store the layers' weights only (default: also the routine path's derived
@@ -714,9 +715,10 @@ int cmd_run(const std::vector<std::string>& args) {
   if (threads > 0) sn::set_num_threads(threads);
   const sn::Model model = sn::Model::load(file);
   if (const sn::AccuracyCheck check = model.accuracy_check(); !check.checked())
-    fmt::print(stderr, "warning: {} computes below float32 and its accuracy was never checked on real samples ({}); "
-                       "tune it with --calibration DIR\n",
-               file, accuracy_text(check));
+    fmt::print(stderr, "softneuro: warning: {} computes below float32 and its accuracy was never checked on real samples "
+                       "({}); tune it with --calibration DIR\n",
+               file, !check.recorded ? "tuned before records were kept" : check.budget == "none" ? "tuned with --accuracy none"
+                                                                                                  : "no samples recorded");
   sn::Session session(model, session_options);
   for (const auto& [name, path] : output_files) model.output_shape(name);  // unknown names fail before running
 

@@ -205,9 +205,14 @@ def tune(
 
     schemas: e.g. ["cpu:float32:*", "cpu:qint8:*"] (hybrid); default every float32 CPU schema
         (and every qint8 one for a model its author quantised, e.g. an ONNX QDQ file).
-    calibration: samples (dicts of arrays by input name) that calibrate qint8 ranges.
-    validation: samples the accuracy budget is measured on.
-    accuracy: "top1:0.99", "cosine:0.999", "rel-l2:0.02" or "none" (qint8 tunings).
+    calibration: samples (dicts of arrays by input name) that calibrate qint8 ranges (and
+        validate, where `validation` is not given).
+    validation: samples the accuracy budget is measured on. Without samples of either,
+        nothing below float32 is chosen (but a quantised model's own int8 layers), unless
+        accuracy="none"; Model.accuracy_check says how the result was checked.
+    accuracy: "top1:0.99", "seq:0.95" (the whole argmax sequence), "cosine:0.999",
+        "rel-l2:0.02" or "none" (reduced precision allowed unchecked); default: seq:0.95
+        for outputs of several positions per sample, else top1:0.99 (qint8), cosine:0.999.
     metric: fn(outputs_list) -> float over the validation samples' outputs (dicts, in
         order; e.g. exact lines against your labels), or fn(outputs_list,
         references_list) -> float, references being the float32 model's outputs

@@ -162,6 +162,22 @@ def test_the_report_as_an_object(tmp_path):
     assert [s["stage"] for s in r.stages]
     assert r.other_shapes == []
     assert "TuneReport" in repr(r) and str(r) == r.text
+    assert t.accuracy_check["budget"] == "none" and t.accuracy_check["recorded"]
+    assert t.accuracy_check["checked"] == (not t.accuracy_check["reduced_precision"])
+
+
+def test_no_samples_no_reduced_precision(tmp_path):
+    """Without samples of the user's a qint8 tuning keeps float32 and says so; the file records it."""
+    m = softneuro.import_onnx(conv_onnx(str(tmp_path / "conv.onnx")))
+    t = softneuro.tune(m, schemas=["cpu:float32:*", "cpu:qint8:*"], cache_dir="-")
+    assert t.report.reduced_refused
+    assert all("qint8" not in layer["descriptor"] for layer in t.report.layers)
+    path = str(tmp_path / "t.dnn")
+    t.save(path)
+    check = softneuro.load(path).accuracy_check
+    assert check["recorded"] and not check["reduced_precision"] and check["checked"]
+    assert softneuro.load(path).accuracy_check == check
+    assert m.accuracy_check["recorded"] is False  # untuned: no record
 
 
 def test_path_picture(mlp, tmp_path):
