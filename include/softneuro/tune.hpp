@@ -177,7 +177,10 @@ struct TuneReport {
   double bias_corrected_accuracy = -1;
   double tuning_s = 0;
   int measurements = 0;     ///< timings taken (not from the cache)
-  int cache_hits = 0;
+  int cache_hits = 0;       ///< times reused from the profile cache
+  /// Cached times measured again: taken under load, or off when spot-checked
+  /// (the fastest cached candidate of each layer's schemas is measured again).
+  int cache_remeasured = 0;
   bool exact = true;        ///< DPRS solved exactly (no fallback)
   /// CPUs other processes (and a hypervisor) kept busy on average while tuning;
   /// -1 where the system does not say. From 0.5 up the times measured may not

@@ -15,21 +15,25 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 namespace softneuro::profiler {
 namespace {
 
 // v2: device routines are timed by their device time alone (v1 counted host launches too).
-constexpr const char* kVersion = "softneuro-profile-v2";
+// v3: each record carries the load it was measured under, and a qint8 routine's
+// key its quantisation (a warm cache chose a path 1.5x slower than a cold tuning).
+constexpr const char* kVersion = "softneuro-profile-v3";
+constexpr const char* kVersionStem = "softneuro-profile-v";
 
-std::string checksum(const std::string& key, const std::string& ms) {
-  std::string s = key + '\t' + ms;
+std::string checksum(const std::string& key, const std::string& ms, const std::string& load) {
+  std::string s = key + '\t' + ms + '\t' + load;
   return fmt::format("{:016x}", core::xxh64(s.data(), s.size()));
 }
 
-std::string format_record(const std::string& key, double ms) {
-  std::string v = fmt::format("{:.6g}", ms);
-  return fmt::format("{}\t{}\t{}\t{}\n", kVersion, key, v, checksum(key, v));
+std::string format_record(const std::string& key, const ProfileCache::Entry& e) {
+  std::string v = fmt::format("{:.6g}", e.ms), l = fmt::format("{:.3g}", e.load);
+  return fmt::format("{}\t{}\t{}\t{}\t{}\n", kVersion, key, v, l, checksum(key, v, l));
 }
 
 }  // namespace
@@ -43,10 +47,11 @@ std::string ProfileCache::default_dir() {
 
 namespace {
 
-/// The file's trusted records into `records` (a later tuner's override earlier
-/// ones); the number of damaged lines. Only a regular file is read: a FIFO or
-/// a device there would block or never end.
-int read_records(const std::string& path, std::map<std::string, double>& records) {
+/// The file's records into `records` (a later tuner's override earlier
+/// ones); the number of damaged lines. Records of an older version are
+/// skipped (their times are measured again) and counted in `older`. Only a
+/// regular file is read: a FIFO or a device there would block or never end.
+int read_records(const std::string& path, std::map<std::string, ProfileCache::Entry>& records, int* older = nullptr) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return 0;
   if (!std::filesystem::is_regular_file(path, ec)) {
@@ -57,21 +62,30 @@ int read_records(const std::string& path, std::map<std::string, double>& records
   if (!in) return 0;
   int bad = 0;
   for (std::string line; std::getline(in, line);) {
-    // version \t key \t ms \t checksum ; anything else is not trusted
-    auto a = line.find('\t'), d = line.rfind('\t');
-    auto c = d == std::string::npos || d == 0 ? std::string::npos : line.rfind('\t', d - 1);
-    if (a == std::string::npos || c == std::string::npos || c <= a || line.substr(0, a) != kVersion) {
+    // version \t key \t ms \t load \t checksum ; anything else is not trusted
+    std::vector<std::size_t> tabs;
+    for (std::size_t i = line.find('\t'); i != std::string::npos; i = line.find('\t', i + 1)) tabs.push_back(i);
+    const std::string version = line.substr(0, tabs.empty() ? std::string::npos : tabs[0]);
+    if (version != kVersion && version.rfind(kVersionStem, 0) == 0) {
+      if (older) ++*older;
+      continue;
+    }
+    if (tabs.size() < 4 || version != kVersion) {
       ++bad;
       continue;
     }
-    std::string key = line.substr(a + 1, c - a - 1), ms = line.substr(c + 1, d - c - 1), sum = line.substr(d + 1);
-    char* end = nullptr;
-    double v = std::strtod(ms.c_str(), &end);
-    if (sum != checksum(key, ms) || !end || *end || !(v >= 0) || v > 1e9) {
+    const std::size_t n = tabs.size();
+    std::string key = line.substr(tabs[0] + 1, tabs[n - 3] - tabs[0] - 1);
+    std::string ms = line.substr(tabs[n - 3] + 1, tabs[n - 2] - tabs[n - 3] - 1);
+    std::string load = line.substr(tabs[n - 2] + 1, tabs[n - 1] - tabs[n - 2] - 1), sum = line.substr(tabs[n - 1] + 1);
+    char *end = nullptr, *load_end = nullptr;
+    const double v = std::strtod(ms.c_str(), &end), l = std::strtod(load.c_str(), &load_end);
+    if (sum != checksum(key, ms, load) || !end || *end || !(v >= 0) || v > 1e9 || !load_end || *load_end ||
+        !(l >= -1 && l < 1e6)) {
       ++bad;
       continue;
     }
-    records[key] = v;
+    records[key] = {v, l};
   }
   return bad;
 }
@@ -101,16 +115,27 @@ class FileLock {
 ProfileCache::ProfileCache(std::string dir) {
   if (dir.empty() || dir == "-") return;
   path_ = dir + "/profiles.tsv";
-  if (int bad = read_records(path_, records_)) core::warn("profile cache {}: ignored {} damaged record(s)", path_, bad);
+  int older = 0;
+  if (int bad = read_records(path_, records_, &older)) core::warn("profile cache {}: ignored {} damaged record(s)", path_, bad);
+  if (older) core::info("profile cache {}: {} record(s) of an older version are measured again", path_, older);
 }
 
 std::optional<double> ProfileCache::find(const std::string& key) const {
-  if (auto it = fresh_.find(key); it != fresh_.end()) return it->second;
-  if (auto it = records_.find(key); it != records_.end()) return it->second;
+  if (auto it = fresh_.find(key); it != fresh_.end()) return it->second.ms;
+  if (auto it = records_.find(key); it != records_.end() && it->second.load < kUntrustedLoad) return it->second.ms;
   return std::nullopt;
 }
 
-void ProfileCache::put(const std::string& key, double ms) { fresh_[key] = ms; }
+bool ProfileCache::untrusted(const std::string& key) const {
+  auto it = records_.find(key);
+  return !fresh_.count(key) && it != records_.end() && it->second.load >= kUntrustedLoad;
+}
+
+void ProfileCache::put(const std::string& key, double ms, double load) { fresh_[key] = {ms, load}; }
+
+void ProfileCache::set_load(const std::string& key, double load) {
+  if (auto it = fresh_.find(key); it != fresh_.end()) it->second.load = load;
+}
 
 void ProfileCache::save() {
   if (path_.empty() || fresh_.empty()) return;

@@ -1,6 +1,7 @@
 // The profile cache: measured times on disk, keyed by meaning (device
 // fingerprint, thread count, library version, layer signature, descriptor,
-// routine parameters), one versioned, checksummed record per line.
+// routine parameters, a qint8 routine's quantisation), with the load they
+// were measured under, one versioned, checksummed record per line.
 #pragma once
 
 #include <map>
@@ -17,18 +18,35 @@ class ProfileCache {
   /// $SOFTNEURO_CACHE_DIR, else $XDG_CACHE_HOME/softneuro, else ~/.cache/softneuro.
   static std::string default_dir();
 
+  /// CPUs other processes kept busy while an entry was measured from which it
+  /// is not reused (measured again): times taken under load do not hold on a
+  /// quiet machine.
+  static constexpr double kUntrustedLoad = 0.5;
+
+  /// A trusted time for `key`: measured in this session, or on disk and
+  /// measured with the machine otherwise quiet.
   std::optional<double> find(const std::string& key) const;
+  /// Whether the file holds `key` but find() does not trust it.
+  bool untrusted(const std::string& key) const;
   /// True when `key` was measured in this session (not read from disk).
   bool is_fresh(const std::string& key) const { return fresh_.count(key) != 0; }
-  /// Remembers a measurement (in memory even without a cache folder).
-  void put(const std::string& key, double ms);
+  /// Remembers a measurement (in memory even without a cache folder), and
+  /// the load it was taken under (others_cpus; -1: not known yet or unknown).
+  void put(const std::string& key, double ms, double load = -1);
+  /// Sets the load of a measurement put() in this session.
+  void set_load(const std::string& key, double load);
   /// Merges new records into the file (atomically); errors are warnings.
   void save();
   const std::string& path() const { return path_; }
 
+  struct Entry {
+    double ms = 0;
+    double load = -1;  ///< others_cpus while it was measured (-1: unknown)
+  };
+
  private:
   std::string path_;
-  std::map<std::string, double> records_, fresh_;
+  std::map<std::string, Entry> records_, fresh_;
 };
 
 }  // namespace softneuro::profiler

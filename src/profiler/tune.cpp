@@ -680,6 +680,7 @@ struct Tuner {
   TuneReport finish() {
     report.measurements = prof.measurements();
     report.cache_hits = prof.cache_hits();
+    report.cache_remeasured = prof.cache_remeasured();
     report.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.others_cpus = profiler::others_cpus(cpu_at_start, profiler::cpu_clock());
     if (report.others_cpus >= 0.5)

@@ -9,6 +9,7 @@
 #include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "profiler/profile_cache.hpp"
+#include "profiler/timing.hpp"
 
 #include <softneuro/tune.hpp>
 
@@ -50,6 +51,8 @@ struct Measured {
   double unit_ms = kInf;
   double integrated_ms = 0;
   std::vector<core::RoutineChoice> children;  ///< a childnet candidate's child choices
+  std::string cache_key;  ///< its profile cache key (empty: a childnet's cost, from its children)
+  bool from_disk = false;  ///< unit_ms came from the profile cache file, not this tuning
 };
 
 struct LayerProfile {
@@ -117,9 +120,15 @@ class Profiler {
   std::optional<double> adapt_in_context(const std::string& blob, const std::string& consumer, const Schema& from,
                                          const Schema& to) const;
 
-  void save_cache() { cache_.save(); }
+  void save_cache() {
+    close_load_window();
+    cache_.save();
+  }
   int measurements() const { return measurements_; }
   int cache_hits() const { return cache_hits_; }
+  /// Cached times measured again: entries taken under load, and entries the
+  /// spot check found off (spot_check_cached).
+  int cache_remeasured() const { return cache_remeasured_; }
   const Rules& rules() const { return rules_; }
   /// Below float32 only the qint8 routines of `layers` (Rules::reduced_only_for).
   void restrict_reduced_to(std::set<std::string> layers) { rules_.reduced_only_for = std::move(layers); }
@@ -137,7 +146,16 @@ class Profiler {
   double budget_ms() const;
   std::string signature(const LayerInfo& info) const;
   double time_routine(const Routine& r, const Schema& s, const LayerInfo& info, const RoutineParams& params,
-                      const std::string& key, double cutoff_ms = 0);
+                      const std::string& key, double cutoff_ms = 0, bool* from_disk = nullptr, bool fresh = false);
+  /// The cache key of a candidate of `info` with `params`: a qint8 routine's
+  /// includes the quantisation of its blobs (its speed may depend on it).
+  std::string candidate_key(const LayerInfo& info, const core::Candidate& c, const RoutineParams& params) const;
+  /// Cached times are spot-checked: the fastest cached candidate of each of a
+  /// layer's schemas is measured again, and where it is off by more than a
+  /// quarter, every cached candidate of that schema is, and replaced.
+  void spot_check_cached(const LayerInfo& info, std::vector<Measured>& measured);
+  /// Gives the times measured since the window opened the machine's load over it.
+  void close_load_window();
   double time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
                        const std::string& key, double cutoff_ms = 0);
   /// Candidates of a layer (or childnet child) the rules allow, measured over their parameter spaces.
@@ -153,7 +171,10 @@ class Profiler {
   Progress progress_;
   std::mt19937 rng_{1234};
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  int measurements_ = 0, cache_hits_ = 0;
+  int measurements_ = 0, cache_hits_ = 0, cache_remeasured_ = 0;
+  /// Keys measured since the load window opened, and when it did.
+  std::vector<std::string> window_keys_;
+  CpuClock window_start_ = cpu_clock();
   std::map<std::string, PlannedBlob> planned_blobs_;  ///< from the plan unit_profile() read
   std::map<std::string, double> adapts_in_context_;  ///< record_adapt_in_context's, by "blob|consumer|from|to"
 };

@@ -100,7 +100,7 @@ TEST_CASE("tuning stores a routine path that save and load keep", "[tune]") {
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].descriptor == b[i].descriptor);
 }
 
-TEST_CASE("a warm profile cache answers every unit measurement", "[tune]") {
+TEST_CASE("a warm profile cache answers the unit measurements, spot-checked", "[tune][cache]") {
   std::string dir = fresh_dir("cache2");
   Model first = detail::make_model(test::chain_graph(6));
   TuneReport cold = tune_and_keep(first, quick(dir));
@@ -108,8 +108,90 @@ TEST_CASE("a warm profile cache answers every unit measurement", "[tune]") {
   CHECK(std::filesystem::exists(dir + "/profiles.tsv"));
   Model second = detail::make_model(test::chain_graph(6));
   TuneReport warm = tune_and_keep(second, quick(dir));
-  CHECK(warm.measurements == 0);
-  CHECK(warm.cache_hits > 0);
+  // Cached times are reused or measured again: the spot check's (the fastest
+  // cached candidate of each layer's schemas) and, where the cold tuning ran
+  // under load (CTest runs tests side by side), the untrusted ones. (Not all
+  // of them: the warm tuning may explore other adapts and parameters.)
+  CHECK(warm.cache_hits + warm.cache_remeasured > cold.measurements / 2);
+  CHECK(warm.cache_remeasured >= 6);  // at least one spot check per layer
+}
+
+namespace {
+/// The keys of a profile cache file's records (its second field).
+std::vector<std::string> cache_keys(const std::string& dir) {
+  std::vector<std::string> keys;
+  std::ifstream in(dir + "/profiles.tsv");
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find('\t');
+    keys.push_back(line.substr(a + 1, line.find('\t', a + 1) - a - 1));
+  }
+  return keys;
+}
+}  // namespace
+
+// A warm cache once chose a path 1.5x slower than a cold tuning: times measured
+// under load, or under other quantisation, were reused as they were.
+TEST_CASE("profile cache entries carry the load they were measured under; untrusted ones are measured again",
+          "[tune][cache]") {
+  const std::string dir = fresh_dir("cache-load");
+  std::filesystem::create_directories(dir);
+  {
+    profiler::ProfileCache cache(dir);
+    cache.put("quiet", 0.5, 0.1);
+    cache.put("busy", 0.5, 0.9);
+    cache.put("unknown", 0.5, -1);
+    cache.save();
+  }
+  {
+    std::ofstream f(dir + "/profiles.tsv", std::ios::app);
+    f << "softneuro-profile-v2\told\t0.001\tdeadbeefdeadbeef\n";  // an older version: measured again, not "damaged"
+  }
+  const profiler::ProfileCache cache(dir);
+  CHECK(cache.find("quiet") == 0.5);
+  CHECK(cache.find("unknown") == 0.5);  // the system did not say: nothing against it
+  CHECK_FALSE(cache.find("busy").has_value());
+  CHECK(cache.untrusted("busy"));
+  CHECK_FALSE(cache.untrusted("quiet"));
+  CHECK_FALSE(cache.find("old").has_value());
+}
+
+TEST_CASE("cached times that no longer hold are found by the spot check and measured again", "[tune][cache]") {
+  // Every record of a cold tuning rewritten to a time far below what it takes,
+  // as if measured on another machine state: the warm tuning must not believe them.
+  const std::string dir = fresh_dir("cache-lies");
+  Model first = detail::make_model(test::chain_graph(4));
+  tune_and_keep(first, quick(dir));
+  {
+    profiler::ProfileCache cache(dir);
+    for (const auto& key : cache_keys(dir)) cache.put(key, 1e-7, 0.0);
+    cache.save();
+  }
+  Model second = detail::make_model(test::chain_graph(4));
+  const TuneReport warm = tune_and_keep(second, quick(dir));
+  INFO(warm.to_text());
+  CHECK(warm.cache_remeasured > 4);
+  for (const auto& l : warm.layers) CHECK(l.unit_ms > 1e-7);  // the path rests on times measured now
+  CHECK_THAT(warm.to_text(), Catch::Contains("cached measured again"));
+}
+
+TEST_CASE("a qint8 routine's cached time is keyed by its quantisation", "[tune][cache][qint8]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  const std::string dir = fresh_dir("cache-quant");
+  auto tune_with = [&](float scale) {
+    Model net = detail::make_model(test::chain_graph(3));
+    TuneOptions o = quick(dir);
+    o.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+    o.accuracy = "none";
+    Blob x = test::iota_blob(net.input_shape("input"), scale, -scale);
+    o.calibration.inputs = {{{"input", x}}};
+    tune_and_keep(net, o);
+    const auto keys = cache_keys(dir);
+    return std::count_if(keys.begin(), keys.end(), [](const std::string& k) { return k.find("|q") != std::string::npos; });
+  };
+  const auto after_one = tune_with(0.01f);
+  REQUIRE(after_one > 0);
+  CHECK(tune_with(0.01f) == after_one);  // the same calibration: the same keys
+  CHECK(tune_with(3.0f) > after_one);    // another: qint8 times measured again under their own keys
 }
 
 TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
