@@ -1488,7 +1488,16 @@ void Importer::finish_outputs() {
   std::set<std::string> names;
   for (int t : *g_->outputs()) {
     tensor_index(t);
-    const std::string name = tensor_name(t);
+    // Outputs are named by their tensors; a name an earlier output holds (two
+    // tensors of one name, or one tensor listed twice) takes a suffix, so no
+    // output is dropped or answered by another's values.
+    std::string name = tensor_name(t);
+    if (names.count(name)) {
+      std::string unique = name;
+      for (int k = 1; names.count(unique) || blobs_taken_.count(unique); ++k) unique = fmt::format("{}_{}", name, k);
+      core::warn("{}: another output is named '{}' too: this one is output '{}'", path_, name, unique);
+      name = unique;
+    }
     layer_ = name;
     if (!held_.at(static_cast<std::size_t>(t)).available) continue;
     std::string y = tf(t);
@@ -1518,6 +1527,7 @@ void Importer::finish_outputs() {
       const bool is_input = std::any_of(graph_.inputs.begin(), graph_.inputs.end(),
                                         [&](const TensorInfo& i) { return i.name == name; });
       if (is_input) {
+        names.insert(y);
         graph_.outputs.push_back(y);
         continue;
       }
@@ -1526,7 +1536,7 @@ void Importer::finish_outputs() {
       add(make("identity", {y}, {name}));
       y = name;
     }
-    if (!names.insert(y).second) continue;
+    names.insert(y);
     graph_.outputs.push_back(y);
   }
 }
@@ -1549,6 +1559,7 @@ core::Graph Importer::run() {
   read_inputs();
   const auto* codes = model_->operator_codes();
   const int n_ops = g_->operators() ? static_cast<int>(g_->operators()->size()) : 0;
+  int not_tried = 0;  // builtins reading what an unsupported operator makes
   for (int i = 0; i < n_ops; ++i) {
     op_ = g_->operators()->Get(static_cast<unsigned>(i));
     if (!op_) throw Error(fmt::format("operator {} is missing", i), path_, {}, "operators");
@@ -1568,14 +1579,23 @@ core::Graph Importer::run() {
     auto mark_unavailable = [&] {
       for (int k = 0; k < num_out(); ++k) held_.at(static_cast<std::size_t>(out(k))).available = false;
     };
+    const std::string custom = code_ == CUSTOM && oc.custom_code() ? oc.custom_code()->str() : "";
+    const bool custom_unsupported = code_ == CUSTOM && custom != "Convolution2DTransposeBias";
     if (!ready) {
       mark_unavailable();
+      // A custom operator is known unsupported whatever it reads: every one is
+      // named. A builtin after an unsupported one cannot be tried: counted.
+      if (custom_unsupported)
+        unsupported_.push_back(fmt::format("operator {} ({}, output '{}'): custom operators are not translated (MediaPipe's "
+                                           "Convolution2DTransposeBias is)",
+                                           i, what, layer_));
+      else
+        ++not_tried;
       continue;
     }
     try {
       if (code_ == CUSTOM) {
-        const std::string name = oc.custom_code() ? oc.custom_code()->str() : "";
-        if (name != "Convolution2DTransposeBias")
+        if (custom_unsupported)
           throw Unsupported{"custom operators are not translated (MediaPipe's Convolution2DTransposeBias is)"};
         transpose_conv_bias();
       } else {
@@ -1590,8 +1610,11 @@ core::Graph Importer::run() {
   }
   if (unsupported_.empty()) finish_outputs();
   if (!unsupported_.empty())
-    throw Error(fmt::format("{} unsupported operator{} (see softneuro/import.hpp for the TensorFlow Lite operators read):\n  {}",
-                            unsupported_.size(), unsupported_.size() == 1 ? "" : "s", fmt::join(unsupported_, "\n  ")),
+    throw Error(fmt::format("{} unsupported operator{} (see softneuro/import.hpp for the TensorFlow Lite operators read):\n  {}{}",
+                            unsupported_.size(), unsupported_.size() == 1 ? "" : "s", fmt::join(unsupported_, "\n  "),
+                            not_tried ? fmt::format("\n  and {} builtin operator{} not tried: {} on what those compute",
+                                                    not_tried, not_tried == 1 ? "" : "s", not_tried == 1 ? "it reads" : "they read")
+                                      : ""),
                 path_, {}, "operators");
   graph_.name = options_.name.empty() ? std::filesystem::path(path_).stem().string() : options_.name;
   return std::move(graph_);

@@ -551,18 +551,26 @@ TEST_CASE("TFLite files that cannot import are refused with what and where", "[t
     const int a = m.tensor("a", {1, 4});
     const int b = m.tensor("b", {1, 4});
     const int c = m.tensor("c", {1, 4});
+    const int d = m.tensor("d", {1, 4});
+    const int e2 = m.tensor("e", {1, 4});
     m.op(19, {x}, {a});                                                    // RELU: fine
     m.op(8, {a}, {b});                                                     // FLOOR: not translated
-    m.op(32, {b}, {c}, fb::BuiltinOptions::NONE, 0, "MyCustomOp");         // custom
-    const std::string path = m.save("unsupported.tflite", {x}, {c});
+    m.op(32, {b}, {c}, fb::BuiltinOptions::NONE, 0, "MyCustomOp");         // custom, reading FLOOR's output
+    m.op(32, {c}, {d}, fb::BuiltinOptions::NONE, 0, "OtherCustomOp");      // custom, reading the custom one's
+    m.op(19, {d}, {e2});                                                   // RELU after them: not tried
+    const std::string path = m.save("unsupported.tflite", {x}, {e2});
     try {
       import_tflite(path);
       FAIL("imported");
     } catch (const Error& e) {
       const std::string what = e.what();
       CHECK(e.file() == path);
-      CHECK(what.find("1 unsupported operator") != std::string::npos);  // the custom one reads FLOOR's output: skipped
+      // Before, only FLOOR was named: operators reading an unsupported one's output were skipped without a word.
+      CHECK(what.find("3 unsupported operators") != std::string::npos);
       CHECK(what.find("FLOOR") != std::string::npos);
+      CHECK(what.find("custom operator 'MyCustomOp', output 'c'") != std::string::npos);
+      CHECK(what.find("custom operator 'OtherCustomOp', output 'd'") != std::string::npos);
+      CHECK(what.find("and 1 builtin operator not tried") != std::string::npos);
     }
     TfliteModel m2;
     const int x2 = m2.tensor("x", {1, 4});
@@ -617,6 +625,36 @@ TEST_CASE("TFLite files that cannot import are refused with what and where", "[t
     const int y = m.tensor("y", {1, 4, 4, 3});  // a RELU cannot change the channels
     m.op(19, {x}, {y});
     CHECK_THROWS_WITH(import_tflite(m.save("bad_shape.tflite", {x}, {y})), Catch::Contains("the file gives tensor 'y' the shape [1,4,4,3]"));
+  }
+}
+
+// Before, a second output of a name another output held was dropped, and the
+// first answered with the second's values.
+TEST_CASE("TFLite outputs of one name are all kept, each with its own values", "[tflite]") {
+  TfliteModel m;
+  const int x = m.tensor("x", {1, 4});
+  const int a = m.tensor("y", {1, 4});
+  const int b = m.tensor("y", {1, 4});  // another tensor of the same name
+  m.op(19, {x}, {a});                   // RELU
+  m.op(18, {x, x}, {b}, fb::BuiltinOptions::MulOptions, fb::CreateMulOptions(m.b()).Union());  // x * x
+  const Model model = import_tflite(m.save("same_names.tflite", {x}, {a, b, a}));
+  REQUIRE(model.outputs().size() == 3);
+  Session s(model);
+  Blob in = Blob::allocate(Shape{1, 4});
+  const float xs[4] = {-2, -1, 1, 3};
+  std::memcpy(in.data(), xs, sizeof xs);
+  const std::vector<NamedBlob> ins{{"x", in}};
+  const std::vector<NamedBlob> out = s.run(ins);
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].name == "y");
+  CHECK(out[1].name != "y");
+  CHECK(out[2].name != out[1].name);
+  const float relu[4] = {0, 0, 1, 3}, square[4] = {4, 1, 1, 9};
+  for (int i = 0; i < 4; ++i) {
+    const auto at = [&](std::size_t k) { return static_cast<const float*>(out[k].blob.data())[i]; };
+    CHECK(at(0) == relu[i]);
+    CHECK(at(1) == square[i]);
+    CHECK(at(2) == relu[i]);  // the first tensor, listed again
   }
 }
 
