@@ -177,7 +177,10 @@ class Importer {
   Blob read_constant(int t) const;
   std::vector<int64_t> ints(int t, const char* field) const;
   /// A sparse constant's stored values spread over its dense shape.
-  std::vector<double> densified(int t, const fb::SparsityParameters& sp, const std::vector<double>& stored) const;
+  /// Where each stored value of sparse tensor `t` lies in its dense form (flat
+  /// indices), the whole encoding checked before anything of the dense size
+  /// is allocated.
+  std::vector<int64_t> sparse_positions(int t, const fb::SparsityParameters& sp, std::size_t stored) const;
 
   // --- operator inputs and outputs
   int tensor_index(int t) const;
@@ -365,12 +368,16 @@ Blob Importer::read_constant(int t) const {
       default: v[i] = *p; break;  // U8, BOOL
     }
   }
-  if (sparse) v = densified(t, *sparse, v);
+  // A sparse tensor's values go where its encoding puts them (checked first:
+  // the dense form is allocated once, as float32, only for a valid encoding).
+  const std::vector<int64_t> positions = sparse ? sparse_positions(t, *sparse, v.size()) : std::vector<int64_t>{};
+  auto position = [&](std::size_t i) { return sparse ? positions[i] : static_cast<int64_t>(i); };
   const QInfo q = (ty == I8 || ty == U8 || ty == I16 || ty == I32 || ty == I64) ? qinfo(t) : QInfo{};
   Blob out = Blob::allocate(s);
   float* o = out.data_as<float>();
   if (!q.present()) {
-    for (std::size_t i = 0; i < v.size(); ++i) o[i] = static_cast<float>(v[i]);
+    if (sparse) std::fill(o, o + s.numel(), 0.0f);
+    for (std::size_t i = 0; i < v.size(); ++i) o[position(i)] = static_cast<float>(v[i]);
     return out;
   }
   // Dequantised along quantized_dimension (per channel) or per tensor.
@@ -382,27 +389,30 @@ Blob Importer::read_constant(int t) const {
     dim = s[q.dim];
     for (int d = q.dim + 1; d < s.rank(); ++d) inner *= s[d];
   }
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const auto c = static_cast<std::size_t>(q.scales.size() > 1 ? static_cast<int64_t>(i) / inner % dim : 0);
-    o[i] = static_cast<float>((v[i] - static_cast<double>(q.zero_points[c])) * q.scales[c]);
-  }
+  auto real = [&](double level, int64_t at) {
+    const auto c = static_cast<std::size_t>(q.scales.size() > 1 ? at / inner % dim : 0);
+    return static_cast<float>((level - static_cast<double>(q.zero_points[c])) * q.scales[c]);
+  };
+  if (sparse)  // the dense form's zeros are level 0
+    for (int64_t at = 0; at < s.numel(); ++at) o[at] = real(0, at);
+  for (std::size_t i = 0; i < v.size(); ++i) o[position(i)] = real(v[i], position(i));
   return out;
 }
 
-std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp, const std::vector<double>& stored) const {
+std::vector<int64_t> Importer::sparse_positions(int t, const fb::SparsityParameters& sp, std::size_t stored) const {
   const Shape s = tf_shape(t);
   const int n = s.rank();
   auto fail = [&](const std::string& why) { return error(fmt::format("sparse tensor '{}': {}", tensor_name(t), why), "sparsity"); };
   if (!sp.traversal_order() || !sp.dim_metadata()) throw fail("no traversal_order or dim_metadata");
-  // The dense form is allocated before the positions are walked: bounded, as
-  // a file's few stored values cannot vouch for a shape of any size. Pruned
+  // The dense form (float32, allocated once the encoding is checked) is
+  // bounded, as a file's few stored values cannot vouch for a shape of any size. Pruned
   // models keep 1 value in 2 to 1 in 100; 1 in 1,024 is allowed (and any
   // tensor up to 2^20 values). A 5 KB fuzzed file claimed 100 M values.
   constexpr int64_t kMaxDense = int64_t{1} << 28, kSmall = int64_t{1} << 20, kPerStored = 1024;
   if (s.numel() > kMaxDense) throw fail(fmt::format("a dense shape {} of more than 2^28 values", s.to_string()));
-  if (s.numel() > kSmall && s.numel() / kPerStored > static_cast<int64_t>(stored.size()))
+  if (s.numel() > kSmall && s.numel() / kPerStored > static_cast<int64_t>(stored))
     throw fail(fmt::format("a dense shape {} of {} values for {} stored: more than {} per stored value", s.to_string(),
-                           s.numel(), stored.size(), kPerStored));
+                           s.numel(), stored, kPerStored));
   const int levels = static_cast<int>(sp.traversal_order()->size());
   const int k = sp.block_map() ? static_cast<int>(sp.block_map()->size()) : 0;
   if (levels != n + k || static_cast<int>(sp.dim_metadata()->size()) != levels)
@@ -464,13 +474,13 @@ std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp,
       L.indices = index_vector(m->array_indices_type(), m->array_indices());
     }
   }
-  std::vector<double> dense(static_cast<std::size_t>(s.numel()), 0.0);
-  std::vector<int64_t> at(static_cast<std::size_t>(levels), 0);
-  std::size_t next = 0;
+  std::vector<int64_t> positions;
+  positions.reserve(stored);
+  std::vector<int64_t> at(static_cast<std::size_t>(levels), 0), idx(static_cast<std::size_t>(n), 0);
   // Depth-first over the levels, as the values are stored.
   auto visit = [&](auto&& self, int l, int64_t prev) -> void {
     if (l == levels) {
-      std::vector<int64_t> idx(static_cast<std::size_t>(n), 0);
+      std::fill(idx.begin(), idx.end(), 0);
       for (int q = 0; q < levels; ++q)
         if (order[static_cast<std::size_t>(q)] < n) idx[static_cast<std::size_t>(order[static_cast<std::size_t>(q)])] = at[static_cast<std::size_t>(q)];
       // Block dims refine their dim: index = block index * block size + offset in the block.
@@ -485,8 +495,8 @@ std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp,
         if (idx[static_cast<std::size_t>(d)] >= s[d]) throw fail("an index outside the tensor");
         flat = flat * s[d] + idx[static_cast<std::size_t>(d)];
       }
-      if (next >= stored.size()) throw fail(fmt::format("more positions than the {} values stored", stored.size()));
-      dense[static_cast<std::size_t>(flat)] = stored[next++];
+      if (positions.size() >= stored) throw fail(fmt::format("more positions than the {} values stored", stored));
+      positions.push_back(flat);
       return;
     }
     const Level& L = lv[static_cast<std::size_t>(l)];
@@ -507,8 +517,8 @@ std::vector<double> Importer::densified(int t, const fb::SparsityParameters& sp,
     }
   };
   visit(visit, 0, 0);
-  if (next != stored.size()) throw fail(fmt::format("{} values stored, {} positions", stored.size(), next));
-  return dense;
+  if (positions.size() != stored) throw fail(fmt::format("{} values stored, {} positions", stored, positions.size()));
+  return positions;
 }
 
 std::vector<int64_t> Importer::ints(int t, const char* field) const {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <sys/resource.h>
 #include <random>
 
 using namespace softneuro;
@@ -529,6 +530,35 @@ TEST_CASE("TFLite sparse constants behind DENSIFY: compressed rows and blocks", 
   } catch (const Error& e) {
     CHECK(e.field() == "sparsity");
     CHECK_THAT(std::string(e.what()), Catch::Contains("more than 1024 per stored value"));
+  }
+
+  // A bad index at the very end is found before the dense form is allocated
+  // (before, 2^26 doubles were: 512 MiB for a file of 768 KiB, then refused).
+  {
+    TfliteModel bad;
+    auto& bd = bad.b();
+    const int rows = 1 << 16, cols = 1 << 10;
+    std::vector<int32_t> segments(rows + 1), indices(rows, 0);
+    for (int r = 0; r <= rows; ++r) segments[static_cast<std::size_t>(r)] = r;
+    indices.back() = cols;  // one past the last column
+    std::vector<flatbuffers::Offset<fb::DimensionMetadata>> bad_dims = {
+        fb::CreateDimensionMetadata(bd, 0, rows),
+        fb::CreateDimensionMetadata(bd, 1, 0, fb::SparseIndexVector::Int32Vector,
+                                    fb::CreateInt32VectorDirect(bd, &segments).Union(), fb::SparseIndexVector::Int32Vector,
+                                    fb::CreateInt32VectorDirect(bd, &indices).Union())};
+    auto bad_sparsity = fb::CreateSparsityParametersDirect(bd, &order2, nullptr, &bad_dims);
+    const int qx = bad.tensor("x", {rows, cols});
+    const int qs = bad.tensor("w_sparse", {rows, cols}, F32, bytes(std::vector<float>(rows, 1.0f)), {}, bad_sparsity);
+    const int qw = bad.tensor("w", {rows, cols});
+    const int qy = bad.tensor("y", {rows, cols});
+    bad.op(124, {qs}, {qw});
+    bad.op(0, {qx, qw}, {qy}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(bd).Union());
+    const std::string path = bad.save("sparse_bad_last.tflite", {qx}, {qy});
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    CHECK_THROWS_WITH(import_tflite(path), Catch::Contains("an index outside its dim"));
+    getrusage(RUSAGE_SELF, &after);
+    CHECK(after.ru_maxrss - before.ru_maxrss < 128 * 1024);  // KiB: far below the dense form's 256 MiB (float32)
   }
 
   Session s(model);
