@@ -39,6 +39,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -207,6 +208,12 @@ class Importer {
   std::string unary_layer(const std::string& type, const std::string& x, std::map<std::string, Attr> params = {},
                           const char* suffix = nullptr);
   std::string constant_blob(const Blob& value, const std::string& base);
+  /// The constant of a graph edge's quantisation, one value per channel
+  /// (`per_channel(c)`), shaped to broadcast over tensor `t`'s shape along the
+  /// quantised dim; a scalar where the tensor has one scale. Null where every
+  /// value is `skip` (no layer needed).
+  std::string edge_constant(int t, const QInfo& q, const std::function<float(std::size_t)>& per_channel, float skip,
+                            const std::string& base);
   bool rank4(int t) const { return tf_shape(t).rank() == 4; }
   bool holds_nchw(int t) const { return !held_[static_cast<std::size_t>(t)].nchw.empty(); }
   std::string tf(int t);
@@ -1453,11 +1460,14 @@ void Importer::read_inputs() {
       const QInfo q = qinfo(t);
       info.dtype = ty == I8 ? DType::int8 : DType::uint8;
       graph_.inputs.push_back(info);
+      // Per channel where the file quantises it so (before, the first
+      // channel's scale and zero point stood for every channel).
       std::string centred = info.name;
-      if (q.zero_points[0] != 0)
-        centred = fresh_blob(name + "/centred"), add(make("add", {info.name, constant_blob(core::float_blob({}, {static_cast<float>(-q.zero_points[0])}), name + "/zero_point")}, {centred}));
+      const std::string zero = edge_constant(t, q, [&](std::size_t c) { return static_cast<float>(-q.zero_points[c]); }, 0.0f,
+                                             name + "/zero_point");
+      if (!zero.empty()) centred = fresh_blob(name + "/centred"), add(make("add", {info.name, zero}, {centred}));
       const std::string real = fresh_blob(name + "/real");
-      add(make("mul", {centred, constant_blob(core::float_blob({}, {q.scales[0]}), name + "/scale")}, {real}));
+      add(make("mul", {centred, edge_constant(t, q, [&](std::size_t c) { return q.scales[c]; }, NAN, name + "/scale")}, {real}));
       h.tf = real;
       continue;
     } else if (ty == I32 || ty == I64 || ty == BOOL || ty == U8 || ty == I8) {
@@ -1468,6 +1478,21 @@ void Importer::read_inputs() {
     }
     graph_.inputs.push_back(info);
   }
+}
+
+std::string Importer::edge_constant(int t, const QInfo& q, const std::function<float(std::size_t)>& per_channel, float skip,
+                                    const std::string& base) {
+  std::vector<float> values(q.scales.size());
+  for (std::size_t c = 0; c < values.size(); ++c) values[c] = per_channel(c);
+  if (std::all_of(values.begin(), values.end(), [&](float v) { return v == skip; })) return {};
+  if (values.size() == 1) return constant_blob(core::float_blob({}, values), base);
+  const Shape s = tf_shape(t);
+  if (q.dim < 0 || q.dim >= s.rank() || s[q.dim] != static_cast<int64_t>(values.size()))
+    throw error(fmt::format("tensor '{}' {} has {} scales along dim {}", tensor_name(t), s.to_string(), values.size(), q.dim),
+                "quantization");
+  std::vector<int64_t> dims(static_cast<std::size_t>(s.rank()), 1);
+  dims[static_cast<std::size_t>(q.dim)] = s[q.dim];
+  return constant_blob(core::float_blob(Shape(dims), values), base);
 }
 
 void Importer::rename_blob(const std::string& from, const std::string& to) {
@@ -1516,10 +1541,13 @@ void Importer::finish_outputs() {
       // Back to the file's integers: y / scale + zero point, rounded.
       const QInfo q = qinfo(t);
       std::string v = fresh_blob(name + "/levels");
-      add(make("mul", {y, constant_blob(core::float_blob({}, {1.0f / q.scales[0]}), name + "/inverse_scale")}, {v}));
-      if (q.zero_points[0] != 0) {
+      add(make("mul", {y, edge_constant(t, q, [&](std::size_t c) { return 1.0f / q.scales[c]; }, NAN, name + "/inverse_scale")},
+               {v}));
+      const std::string zero = edge_constant(t, q, [&](std::size_t c) { return static_cast<float>(q.zero_points[c]); }, 0.0f,
+                                             name + "/zero_point");
+      if (!zero.empty()) {
         const std::string w = fresh_blob(name + "/shifted");
-        add(make("add", {v, constant_blob(core::float_blob({}, {static_cast<float>(q.zero_points[0])}), name + "/zero_point")}, {w}));
+        add(make("add", {v, zero}, {w}));
         v = w;
       }
       y = unary_layer("round", v, {{"mode", std::string("nearest_even")}}, "integers");

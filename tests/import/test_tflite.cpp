@@ -469,6 +469,30 @@ TEST_CASE("TFLite int8 inputs and outputs stay integers at the net's edge", "[tf
   CHECK(int(y8[3]) == 127);
 }
 
+// Before, the first channel's scale and zero point stood for the whole tensor
+// (off by up to 139 against LiteRT).
+TEST_CASE("TFLite int8 inputs quantised per channel use each channel's scale and zero point", "[tflite][quant]") {
+  // (Activations are quantised per tensor, so an edge quantised per channel is
+  // a graph input read as its real values.)
+  TfliteModel m;
+  const int x = m.tensor("x", {1, 2, 3}, I8, {}, {{0.5f, 1.0f, 2.0f}, {0, 10, -5}, 2});
+  const int y = m.tensor("y", {1, 2, 3});
+  m.op(19, {x}, {y});  // RELU, to float32
+  const Model model = import_tflite(m.save("int8_per_channel_input.tflite", {x}, {y}));
+  Blob in = Blob::allocate(Shape{1, 2, 3}, DType::int8);
+  const int8_t xv[6] = {4, 20, -1, -6, 12, 10};
+  std::memcpy(in.data(), xv, 6);
+  Session s(model);
+  const auto out = s.run(std::vector<NamedBlob>{{"x", in}});
+  const float* yv = static_cast<const float*>(out[0].blob.data());
+  const float sx[3] = {0.5f, 1.0f, 2.0f};
+  const int zx[3] = {0, 10, -5};
+  for (int i = 0; i < 6; ++i) {
+    INFO("element " << i);
+    CHECK(yv[i] == std::max(0.0f, static_cast<float>(xv[i] - zx[i % 3]) * sx[i % 3]));
+  }
+}
+
 TEST_CASE("TFLite sparse constants behind DENSIFY: compressed rows and blocks", "[tflite]") {
   // w [3,4]: rows compressed (CSR over the last dim), as MediaPipe's sparse detectors store 1x1 filters;
   // and v [2,4] in 1x2 blocks of which only the non-zero ones are stored.
