@@ -21,6 +21,6 @@ find_package(nanobind CONFIG REQUIRED)
 
 nanobind_add_module(softneuro_python NB_STATIC python/src/core.cpp)
 set_target_properties(softneuro_python PROPERTIES OUTPUT_NAME _core INSTALL_RPATH "$ORIGIN")
-target_link_libraries(softneuro_python PRIVATE softneuro softneuro_tune softneuro_onnx)
+target_link_libraries(softneuro_python PRIVATE softneuro softneuro_tune softneuro_onnx softneuro_tflite)
 install(TARGETS softneuro_python LIBRARY DESTINATION softneuro COMPONENT python)
-install(TARGETS softneuro softneuro_tune softneuro_onnx LIBRARY DESTINATION softneuro COMPONENT python NAMELINK_SKIP)
+install(TARGETS softneuro softneuro_tune softneuro_onnx softneuro_tflite LIBRARY DESTINATION softneuro COMPONENT python NAMELINK_SKIP)

@@ -177,6 +177,12 @@ def import_onnx(path: str, input_shapes: Optional[Mapping[str, Sequence[int]]] =
     return Model(_core.import_onnx(str(path), shapes))
 
 
+def import_tflite(path: str) -> Model:
+    """Translates a TensorFlow Lite model (.tflite; the operators softneuro/import.hpp lists).
+    int8/uint8 inputs and outputs stay integers at the model's edge."""
+    return Model(_core.import_tflite(str(path)))
+
+
 def _as_inputs(sample: Mapping[str, object], model: Optional["Model"] = None) -> dict:
     """Each value as a C-contiguous array of its input's element type (token
     ids int64, masks as the model types them; float32 where the name is none
@@ -297,4 +303,4 @@ class Session:
         return self._s.layers()
 
 
-__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "chart_svg", "device_fingerprint", "import_onnx", "load", "tune", "version"]
+__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "chart_svg", "device_fingerprint", "import_onnx", "import_tflite", "load", "tune", "version"]

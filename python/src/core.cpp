@@ -197,6 +197,13 @@ NB_MODULE(_core, m) {
       "load", [](const std::string& path) { return softneuro::Model::load(path); }, "path"_a,
       nb::call_guard<nb::gil_scoped_release>());
   m.def(
+      "import_tflite",
+      [](const std::string& path) {
+        nb::gil_scoped_release release;
+        return softneuro::import_tflite(path);
+      },
+      "path"_a);
+  m.def(
       "import_onnx",
       [](const std::string& path, const std::map<std::string, std::vector<int64_t>>& input_shapes) {
         softneuro::ImportOptions o;
@@ -232,19 +239,37 @@ NB_MODULE(_core, m) {
           for (const auto& [name, dims] : bucket) b[name] = Shape(dims);
           o.shapes.push_back(std::move(b));
         }
+        // What the metric raised that is not an Exception (KeyboardInterrupt,
+        // SystemExit): raised again as itself once tune() has unwound, never
+        // turned into softneuro.Error.
+        auto interrupt = std::make_shared<std::pair<PyObject*, std::string>>(nullptr, std::string());
         if (!metric.is_none()) {
           auto fn = std::make_shared<SetMetric>(SetMetric{metric});
-          o.accuracy_metric.name = nb::cast<std::string>(nb::getattr(metric, "__name__", nb::str("metric")));
+          // A lambda's "<lambda>" (or any name that is not a plain word) reports as "metric".
+          std::string name = nb::cast<std::string>(nb::str(nb::getattr(metric, "__name__", nb::str("metric"))));
+          const bool plain = !name.empty() && name.size() <= 60 &&
+                             name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
+                                 std::string::npos;
+          o.accuracy_metric.name = plain ? name : "metric";
           o.accuracy_metric.max_drop = max_drop;
-          o.accuracy_metric.score_set = [fn](std::span<const std::vector<NamedBlob>> outputs) {
+          o.accuracy_metric.score_set = [fn, interrupt](std::span<const std::vector<NamedBlob>> outputs) {
             nb::gil_scoped_acquire gil;
-            nb::list l;
-            for (const auto& sample : outputs) {
-              nb::dict d;
-              for (const auto& b : sample) d[b.name.c_str()] = array_of(b.blob.clone());
-              l.append(d);
+            try {
+              nb::list l;
+              for (const auto& sample : outputs) {
+                nb::dict d;
+                for (const auto& b : sample) d[b.name.c_str()] = array_of(b.blob.clone());
+                l.append(d);
+              }
+              return nb::cast<double>(fn->fn(l));
+            } catch (nb::python_error& e) {
+              if (!e.matches(PyExc_Exception)) {
+                nb::object type = nb::borrow(e.type());
+                interrupt->first = type.release().ptr();
+                interrupt->second = e.what();
+              }
+              throw std::runtime_error(e.what());  // no Python object leaves the GIL's scope
             }
-            return nb::cast<double>(fn->fn(l));
           };
         }
         if (!progress.is_none())
@@ -254,9 +279,16 @@ NB_MODULE(_core, m) {
           };
         softneuro::TuneReport r;
         std::optional<softneuro::Model> tuned;
-        {
+        try {
           nb::gil_scoped_release release;
           tuned = softneuro::tune(model, o, &r);
+        } catch (...) {
+          if (interrupt->first) {
+            PyErr_SetString(interrupt->first, interrupt->second.c_str());
+            Py_DECREF(interrupt->first);
+            throw nb::python_error();
+          }
+          throw;
         }
         nb::dict d;
         d["text"] = r.to_text();

@@ -1,6 +1,7 @@
 """Tests of the installed softneuro package (scripts/test.sh runs them in a fresh venv)."""
 import os
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -297,3 +298,82 @@ def test_token_ids_in_and_integer_outputs_out(tmp_path):
         np.testing.assert_array_equal(out["best"], want.argmax(-1))
     with pytest.raises(softneuro.Error, match="out of range"):
         s.run({"ids": np.array([[50]], dtype=np.int64)})
+
+
+def test_a_lambda_metric_works_and_keyboard_interrupt_propagates(tmp_path):
+    """A lambda is a metric like any function (its name reports as "metric"); a
+    KeyboardInterrupt in a metric reaches the caller as itself, not as softneuro.Error."""
+    m = softneuro.import_onnx(conv_onnx(str(tmp_path / "conv.onnx")))
+    calibration = [{"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(4)]
+    validation = [{"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(2)]
+    pin = ["cpu:qint8:*"]  # every layer that can: the metric is then called
+    t = softneuro.tune(m, schemas=pin, calibration=calibration, validation=validation,
+                       metric=lambda outputs: 1.0, max_drop=0.5, cache_dir="-")
+    assert t.report.accuracy_budget.startswith("metric:")
+
+    def interrupted(outputs):
+        raise KeyboardInterrupt("stop")
+
+    with pytest.raises(KeyboardInterrupt):
+        softneuro.tune(m, schemas=pin, calibration=calibration, validation=validation, metric=interrupted,
+                       cache_dir="-")
+
+    def failing(outputs):
+        raise ValueError("bad metric")
+
+    with pytest.raises(softneuro.Error, match="bad metric"):
+        softneuro.tune(m, schemas=pin, calibration=calibration, validation=validation, metric=failing,
+                       cache_dir="-")
+
+
+def _relu_tflite(tmp_path):
+    """A one-operator .tflite (x [1, 4] -> RELU -> y), written with FlatBuffers' Python object API
+    from the project's schema (flatc generates it here)."""
+    import shutil
+    import subprocess
+    flatc = shutil.which("flatc")
+    if flatc is None:
+        pytest.skip("no flatc")
+    flatbuffers = pytest.importorskip("flatbuffers")
+    # The schema under a namespace of its own (softneuro.* is this package).
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "tflite.fbs")) as f:
+        text = f.read().replace("namespace softneuro.tflite_fb;", "namespace tflite_schema;")
+    (tmp_path / "tflite.fbs").write_text(text)
+    subprocess.run([flatc, "--python", "--gen-object-api", "-o", str(tmp_path / "fb"), str(tmp_path / "tflite.fbs")],
+                   check=True)
+    sys.path.insert(0, str(tmp_path / "fb"))
+    try:
+        from tflite_schema import Buffer, Model, Operator, OperatorCode, SubGraph, Tensor
+    finally:
+        sys.path.pop(0)
+
+    def tensor(name):
+        t = Tensor.TensorT()
+        t.name, t.shape, t.type, t.buffer = name, [1, 4], 0, 0
+        return t
+
+    op = Operator.OperatorT()
+    op.opcodeIndex, op.inputs, op.outputs = 0, [0], [1]
+    sg = SubGraph.SubGraphT()
+    sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = [tensor("x"), tensor("y")], [op], [0], [1], "main"
+    code = OperatorCode.OperatorCodeT()
+    code.deprecatedBuiltinCode, code.builtinCode, code.version = 19, 19, 1  # RELU
+    m = Model.ModelT()
+    m.version, m.operatorCodes, m.subgraphs, m.buffers = 3, [code], [sg], [Buffer.BufferT()]
+    b = flatbuffers.Builder(0)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    path = tmp_path / "relu.tflite"
+    path.write_bytes(bytes(b.Output()))
+    return str(path)
+
+
+def test_import_tflite(tmp_path):
+    model = softneuro.import_tflite(_relu_tflite(tmp_path))
+    assert [t.name for t in model.inputs] == ["x"] and [t.name for t in model.outputs] == ["y"]
+    x = np.array([[-1.5, 0.0, 2.0, -0.25]], np.float32)
+    np.testing.assert_array_equal(softneuro.Session(model).run({"x": x})["y"], np.maximum(x, 0))
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"12345678 not a model")
+    with pytest.raises(softneuro.Error) as e:
+        softneuro.import_tflite(str(bad))
+    assert "bad.tflite" in e.value.file and "TensorFlow Lite" in str(e.value)

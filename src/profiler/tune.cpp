@@ -273,6 +273,8 @@ struct Tuner {
                                                               : profiler::kDefaultAccuracy);
     }
     if (wants_qint8 || wants_reduced_float) report.accuracy_budget = budget.text;
+    else if (budget.metric == profiler::AccuracyBudget::Metric::user)
+      core::warn("the accuracy metric {} is never called: the schemas allow nothing below float32 to check", budget.text);
     // Without the user's samples a budget is met on synthetic inputs, which
     // say nothing of real data (a recogniser met top1:0.99 on noise and then
     // read 0 of 40 text lines): nothing below float32 is chosen, but for a
