@@ -10,8 +10,10 @@ softneuro.device_fingerprint()), else the first file, saying so.
 
 A request is a POST of an .npz file of the inputs by name (np.savez); the
 answer is an .npz file of the outputs, with the replica's process id in the
-header x-softneuro-replica. A bad request (a missing input, a wrong shape) is
-answered 400 with softneuro's error: what, and which input or layer. See
+header x-softneuro-replica. A bad request (a missing input, a wrong shape, an
+input that is not numbers, more than MAX_REQUEST_BYTES once read: checked from
+each array's header before its data is read) is answered 400 with what, and
+which input or layer. See
 client.py for a client and a load test, README.md for fleets.
 """
 import argparse
@@ -48,6 +50,57 @@ def choose_model_file(path: str) -> str:
     return files[0]
 
 
+class BadRequest(ValueError):
+    """A request the replica refuses with a 400 and this message."""
+
+
+# The most bytes one request's arrays may take once read (a 1 MB .npz of zeros
+# can inflate to 1 GiB): each member's size is checked from its .npy header,
+# before its data is read.
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
+
+def read_request(body: bytes, input_names, max_bytes: int = MAX_REQUEST_BYTES) -> dict:
+    """The inputs of an .npz request body by name. Each member's name, element
+    type (bool, integers or floats: no strings, objects or records) and size
+    (within `max_bytes` for the whole request) are checked from its .npy
+    header before its data is read; what fails is a BadRequest saying why."""
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(body))
+    except (zipfile.BadZipFile, OSError) as e:
+        raise BadRequest(f"the request body is not an .npz file of the inputs: {e}") from None
+    inputs, total = {}, 0
+    with archive:
+        for member in archive.infolist():
+            name = member.filename[:-4] if member.filename.endswith(".npy") else member.filename
+            if name not in input_names:
+                raise BadRequest(f"'{name[:80]}' is not an input of the model (its inputs: {', '.join(input_names)})")
+            try:
+                with archive.open(member) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                        np.lib.format.read_array_header_2_0
+                    shape, fortran, dtype = read_header(f)
+                    if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
+                        raise BadRequest(f"input '{name}' holds {dtype} values: numbers are (bool, integers, floats)")
+                    count = int(np.prod(shape, dtype=np.int64))
+                    total += count * dtype.itemsize
+                    if total > max_bytes:
+                        raise BadRequest(f"input '{name}' of shape {tuple(shape)} {dtype}: the request holds more than "
+                                         f"{max_bytes} bytes")
+                    data = f.read(count * dtype.itemsize)
+            except BadRequest:
+                raise
+            except Exception as e:  # a damaged member or header
+                raise BadRequest(f"input '{name}': not a readable .npy array: {e}") from None
+            if len(data) != count * dtype.itemsize:
+                raise BadRequest(f"input '{name}': {len(data)} bytes of data for shape {tuple(shape)} {dtype}")
+            inputs[name] = np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order="F" if fortran else "C")
+    return inputs
+
+
 @serve.deployment
 class SoftneuroModel:
     """One replica: the model loaded once, one session running one request at a time."""
@@ -59,6 +112,7 @@ class SoftneuroModel:
         self.path = choose_model_file(path)
         self.model = softneuro.load(self.path)
         self.session = softneuro.Session(self.model, threads=threads)
+        self.input_names = [t.name for t in self.model.inputs]
         self.lock = threading.Lock()  # a session runs one input at a time
 
     def _run(self, inputs):
@@ -67,10 +121,9 @@ class SoftneuroModel:
 
     async def __call__(self, request: Request) -> Response:
         try:
-            with np.load(io.BytesIO(await request.body()), allow_pickle=False) as npz:
-                inputs = {k: npz[k] for k in npz.files}
-        except Exception as e:  # not an .npz
-            return Response(f"the request body is not an .npz file of the inputs: {e}", status_code=400)
+            inputs = read_request(await request.body(), self.input_names)
+        except BadRequest as e:
+            return Response(str(e), status_code=400)
         try:
             # Off the event loop (Session.run releases the GIL): the replica keeps taking requests.
             outputs = await asyncio.get_running_loop().run_in_executor(None, self._run, inputs)

@@ -86,6 +86,43 @@ def test_replicas_answer_as_a_local_session(served):
     assert status.replica_states.get("RUNNING") == 2
 
 
+def _npz(**arrays):
+    import io
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def test_requests_are_checked_from_their_headers_before_their_data_is_read():
+    # Before, every member was read in full first: a 1 MB request of zeros inflated a replica by 1 GB, and a
+    # string array gave a 500 with a traceback.
+    import io
+    import zipfile
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = softneuro_serve.read_request(_npz(x=x), ["x"])
+    np.testing.assert_array_equal(got["x"], x)
+    for body, words in [(_npz(x=np.array(["a", "b"])), "holds <U1 values"),
+                        (_npz(x=np.zeros(3, dtype=[("a", "f4")])), "values: numbers are"),
+                        (_npz(y=x), "'y' is not an input"),
+                        (b"not a zip", "not an .npz file")]:
+        with pytest.raises(softneuro_serve.BadRequest, match=words):
+            softneuro_serve.read_request(body, ["x"])
+    # A member whose header claims 4 GiB: refused from the header, its (absent) data never read.
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (1 << 30,)})
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w") as z:
+        z.writestr("x.npy", header.getvalue())  # (the header writer writes the magic too)
+    with pytest.raises(softneuro_serve.BadRequest, match="more than"):
+        softneuro_serve.read_request(bomb.getvalue(), ["x"])
+    # A header whose data is short: refused, not padded.
+    short = io.BytesIO()
+    with zipfile.ZipFile(short, "w") as z:
+        z.writestr("x.npy", header.getvalue().replace(b"1073741824", b"4         "))
+    with pytest.raises(softneuro_serve.BadRequest, match="0 bytes of data"):
+        softneuro_serve.read_request(short.getvalue(), ["x"])
+
+
 def test_a_bad_request_is_answered_with_softneuro_s_error(served):
     _, url = served
     with pytest.raises(RuntimeError, match="400") as e:
@@ -93,3 +130,5 @@ def test_a_bad_request_is_answered_with_softneuro_s_error(served):
     assert "'x'" in str(e.value)
     with pytest.raises(RuntimeError, match="400"):
         client.infer(url, {"not_an_input": np.zeros((1, 8, 16, 16), np.float32)})
+    with pytest.raises(RuntimeError, match="400"):
+        client.infer(url, {"x": np.array(["not", "numbers"])})
