@@ -487,6 +487,29 @@ TEST_CASE("xnnpack runs allocate nothing once prepared, whatever the pointers", 
   }
 }
 
+// Before, XNNPACK's resize tables (40 bytes an output pixel) were allocated
+// whatever the session's memory limit.
+TEST_CASE("xnnpack resize's indirection tables answer to the memory limit", "[xnnpack][resize]") {
+  if (!xnnpack_available()) return;
+  Layer up = test::make_layer("resize", {{"mode", std::string("linear")}});
+  up.params["sizes"] = std::vector<int64_t>{1, 1, int64_t{1} << 22, 1};
+  LayerInfo info;
+  info.layer = &up;
+  info.input_shapes = {Shape{1, 1, 2, 1}};
+  info.output_shapes = core::infer_layer_shapes(up, info.input_shapes);
+  info.memory_limit = std::size_t{64} << 20;
+  Schema schema;
+  const Routine* r = xnn_routine("resize", &schema);
+  REQUIRE(r->supports(info, schema));
+  try {
+    r->prepare(info, schema, {});
+    FAIL("tables over the memory limit were allocated");
+  } catch (const Error& e) {
+    CHECK(e.field() == "memory_limit");
+    CHECK_THAT(std::string(e.what()), Catch::Contains("indirection tables"));
+  }
+}
+
 TEST_CASE("xnnpack routines outrank cpu/ref and refuse other schemas", "[xnnpack]") {
   for (const char* type :
        {"conv2", "dense", "pool2", "relu", "clip", "hardswish", "sigmoid", "hardsigmoid", "add", "mul", "softmax"}) {

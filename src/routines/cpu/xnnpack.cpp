@@ -1080,7 +1080,16 @@ struct Resize {
     };
   }
 
+  /// XNNPACK's setup allocates, per output pixel, 4 input pointers and 2
+  /// weights: within the session's memory limit (an output [1,1,2^22,1] asks
+  /// for 168 MB beside its 16 MB blob).
+  static void check_tables(const LayerInfo& info, std::size_t weight_bytes) {
+    const auto pixels = static_cast<std::size_t>(info.output_shapes[0][2]) * static_cast<std::size_t>(info.output_shapes[0][3]);
+    check_prepare_bytes(info, pixels * (4 * sizeof(void*) + 2 * weight_bytes), "XNNPACK's resize indirection tables");
+  }
+
   static SetupFn create(const LayerInfo& info, Build& ops) {
+    check_tables(info, sizeof(float));
     const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
     auto o = std::make_unique<Op>();
     xcheck(xnn_create_resize_bilinear2d_nhwc_f32(c, c, c, ops.flags | flags(info), &o->op),
@@ -1518,6 +1527,7 @@ struct HalfResize {
   static constexpr bool kHalf = true;
   static Support check(const LayerInfo& info) { return Resize::check(info); }
   static SetupFn create(const LayerInfo& info, Build& ops) {
+    Resize::check_tables(info, sizeof(uint16_t));
     const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
     auto o = std::make_unique<Op>();
     xcheck(xnn_create_resize_bilinear2d_nhwc_f16(c, c, c, ops.flags | Resize::flags(info), &o->op),
