@@ -664,22 +664,29 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   // comes only after every layer was (a long net at a huge shape prepared for
   // a minute, XNNPACK running each operator on scratch of its size, to be
   // refused). Each blob's last reader in graph order; net outputs live on.
+  // Kept as a running sum (blobs join as their producer is added, leave after
+  // their last reader): summed over every blob at every layer, this check took
+  // most of a new shape's planning on a net of thousands of layers.
   std::map<std::string, std::size_t> last_reader;
   for (std::size_t i = 0; i < graph.layers.size(); ++i)
     for (const auto& b : graph.layers[i].inputs) last_reader[b] = i;
   for (const auto& o : graph.outputs) last_reader[o] = graph.layers.size();
+  uint64_t live = 0;  // planned layer outputs read at or after the current layer, in their schemas
+  std::vector<std::vector<uint64_t>> leaving(graph.layers.size() + 1);  // bytes leaving after layer i
+  auto join_live = [&](const std::string& name, int slot) {
+    const auto r = last_reader.find(name);
+    if (r == last_reader.end() || slots_[static_cast<std::size_t>(slot)].kind != BlobKind::planned) return;
+    const uint64_t bytes = blobs_[static_cast<std::size_t>(slot)].byte_size();
+    live += bytes;
+    leaving[r->second].push_back(bytes);
+  };
   auto check_live = [&](std::size_t i, const Layer& layer) {
     if (!memory_limit) return;
-    uint64_t live = 0;  // planned blobs read at or after layer i, in their schemas
-    for (const auto& [name, slot] : blob_index) {
-      const auto r = last_reader.find(name);
-      if (r == last_reader.end() || r->second < i || slots_[static_cast<std::size_t>(slot)].kind != BlobKind::planned) continue;
-      live += blobs_[static_cast<std::size_t>(slot)].byte_size();
-    }
-    for (const auto& o : layer.outputs) live += static_cast<uint64_t>(shapes.at(o).numel());  // at least a byte a value
-    if (live > memory_limit)
+    uint64_t needed = live;
+    for (const auto& o : layer.outputs) needed += static_cast<uint64_t>(shapes.at(o).numel());  // at least a byte a value
+    if (needed > memory_limit)
       throw Error(fmt::format("the blobs alive while it runs take at least {} bytes, more than the session's memory "
-                              "limit of {} bytes", live, memory_limit),
+                              "limit of {} bytes", needed, memory_limit),
                   {}, layer.name, "memory_limit");
   };
 
@@ -687,6 +694,8 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
   const std::set<std::string> int8_layers = keep_nan_ ? std::set<std::string>{} : layers_quantised_by_model(graph);
   for (std::size_t layer_index = 0; layer_index < graph.layers.size(); ++layer_index) {
     const Layer& layer = graph.layers[layer_index];
+    if (layer_index > 0)
+      for (uint64_t bytes : leaving[layer_index - 1]) live -= bytes;
     if (layer.type == "constant") {
       // Constants are bound to their weight's memory once; nothing runs.
       const Blob& value = layer.weight("value");
@@ -717,7 +726,10 @@ Executor::Executor(const Graph& given, const std::map<std::string, Shape>& shape
     layer_keep_nan_ = keep_nan_ || nan_layers.count(layer.name);
     layer_int8_ = int8_layers.count(layer.name) > 0;
     auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
-    for (std::size_t k = 0; k < layer.outputs.size(); ++k) blob_index[layer.outputs[k]] = outs[k];
+    for (std::size_t k = 0; k < layer.outputs.size(); ++k) {
+      blob_index[layer.outputs[k]] = outs[k];
+      join_live(layer.outputs[k], outs[k]);
+    }
   }
   layer_keep_nan_ = false;
   layer_int8_ = false;
