@@ -134,7 +134,12 @@ TEST_CASE("integrated planning prices an adapt by its time measured in the net",
     return;
   }
   ForkProfiles f;
-  auto& [net, opt, prof, profiles, plain, blocked] = f;
+  // References, not a structured binding: clang 14 does not let a lambda capture one (C++20).
+  auto& net = f.net;
+  auto& prof = f.prof;
+  auto& profiles = f.profiles;
+  const Schema& plain = f.plain;
+  const Schema& blocked = f.blocked;
   // The cost graph's price of b's shared copy from plain to blocked.
   auto shared_copy_ms = [&](bool integrated) {
     const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, integrated);
