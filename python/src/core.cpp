@@ -32,8 +32,9 @@ using softneuro::Shape;
 
 namespace {
 
-/// Any C-contiguous NumPy array on the CPU: float32/64, the integer types or bool.
-using InArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
+/// Any C-contiguous NumPy array on the CPU: float32/64, the integer types or bool;
+/// read-only ones too (np.frombuffer of bytes, a read-only memmap): inputs are only read.
+using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::numpy>;
 
 /// The DType of a NumPy element type, and its dlpack code back.

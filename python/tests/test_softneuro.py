@@ -377,3 +377,12 @@ def test_import_tflite(tmp_path):
     with pytest.raises(softneuro.Error) as e:
         softneuro.import_tflite(str(bad))
     assert "bad.tflite" in e.value.file and "TensorFlow Lite" in str(e.value)
+
+
+def test_read_only_inputs_run(mlp):
+    """An input array NumPy marks read-only (np.frombuffer of bytes, a read-only memmap) runs as any other:
+    before, the binding refused it as an incompatible argument."""
+    x = RNG.standard_normal((2, 16)).astype(np.float32)
+    ro = np.frombuffer(x.tobytes(), dtype=np.float32).reshape(2, 16)
+    assert not ro.flags.writeable
+    np.testing.assert_allclose(softneuro.Session(mlp).run({"x": ro})["y"], reference(x), rtol=1e-4, atol=1e-4)
