@@ -8,6 +8,7 @@
 #include "core/log.hpp"
 #include "core/thread_pool.hpp"
 #include "dprs/dprs.hpp"
+#include "profiler/accuracy.hpp"
 #include "profiler/calibrate.hpp"
 #include "profiler/timing.hpp"
 
@@ -135,7 +136,7 @@ bool Rules::schema_allowed(const Schema& s) const {
 bool Rules::refuses_reduced(const std::string& layer, const std::string& descriptor) const {
   if (!reduced_only_for) return false;
   const DType d = Schema::parse(descriptor.substr(0, descriptor.find('/'))).dtype;
-  return d == DType::float16 || d == DType::bfloat16 || (d == DType::qint8 && !reduced_only_for->count(layer));
+  return below_float32(d) && !(d == DType::qint8 && reduced_only_for->count(layer));
 }
 
 bool Rules::allows(const std::string& layer, const std::string& descriptor) const {
