@@ -152,7 +152,8 @@ class Profiler {
   std::string candidate_key(const LayerInfo& info, const core::Candidate& c, const RoutineParams& params) const;
   /// Cached times are spot-checked: the fastest cached candidate of each of a
   /// layer's schemas is measured again, and where it is off by more than a
-  /// quarter, every cached candidate of that schema is, and replaced.
+  /// quarter, every cached candidate of that schema is, and replaced; where it
+  /// holds, the cached candidates within a quarter of the schema's fastest are.
   void spot_check_cached(const LayerInfo& info, std::vector<Measured>& measured);
   /// Gives the times measured since the window opened the machine's load over it.
   void close_load_window();
