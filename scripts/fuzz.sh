@@ -6,8 +6,12 @@
 # (scripts/fuzz_campaign.sh minimises and updates them). Inputs stay under 64 KiB: mutants of a
 # whole model (the bundled one is 180 KiB) ran 40 times slower.
 #
-#   scripts/fuzz.sh [SECONDS]            each harness for SECONDS (default 60)
-#   scripts/fuzz.sh --runs N [HARNESS]   each (or one) harness for N executions
+#   scripts/fuzz.sh [SECONDS [HARNESS...]]  each (or the named) harness for SECONDS (default 60)
+#   scripts/fuzz.sh --runs N [HARNESS]      each (or one) harness for N executions
+#
+# serve_request (fuzz/serve_request.py, atheris: examples/serve's .npz request
+# reader) runs only where named, in build/python-venv (atheris installed there
+# on first use; the venv scripts/test.sh made, with Ray Serve).
 #
 # Needs the Release build (build/, scripts/test.sh or main.sh made it) for the
 # seeds. A crash, leak, timeout (30 s) or allocation over 2 GiB fails the
@@ -15,20 +19,26 @@
 # regression input (fuzz/regressions/<harness>/, run by the fuzz_regressions test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-limit=(-max_total_time="${1:-60}")
-only=""
+harnesses=(dnn_load onnx_import tflite_import npy_read cache_read)
 if [ "${1:-}" = "--runs" ]; then
   limit=(-runs="$2")
-  only="${3:-}"
+  [ -n "${3:-}" ] && harnesses=("$3")
+else
+  limit=(-max_total_time="${1:-60}")
+  [ $# -gt 1 ] && harnesses=("${@:2}")
 fi
-harnesses=(dnn_load onnx_import tflite_import npy_read cache_read)
-[ -n "$only" ] && harnesses=("$only")
+native=()
+for h in "${harnesses[@]}"; do [ "$h" = serve_request ] || native+=("$h"); done
 
 # Line tables only: a sanitizer's report needs no more, and they build faster.
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DSOFTNEURO_FUZZ=ON -DBUILD_TESTING=OFF -DSOFTNEURO_CUDA=OFF > /dev/null
-cmake --build build-fuzz -j "$(nproc)" --target "${harnesses[@]/#/fuzz_}"
+[ ${#native[@]} -eq 0 ] || cmake --build build-fuzz -j "$(nproc)" --target "${native[@]/#/fuzz_}"
+if [ ${#native[@]} -lt ${#harnesses[@]} ]; then
+  [ -x build/python-venv/bin/python ] || { echo "fuzz.sh: serve_request needs build/python-venv (scripts/test.sh)" >&2; exit 1; }
+  build/python-venv/bin/python -c "import atheris" 2>/dev/null || build/python-venv/bin/pip install -q atheris
+fi
 
 # Seeds: the files two test binaries write, kept in a folder of their own.
 seeds=build-fuzz/seeds
@@ -46,7 +56,7 @@ if [ ! -d "$seeds" ]; then
     grep -B 4 -A 30 -E "FAILED|due to unexpected exception|fatal error condition" "$seeds_log" | head -n 200 >&2 || tail -n 60 "$seeds_log" >&2
     echo "fuzz.sh: warning: a test failed while writing the seeds in one process (ctest passed them one by one); full output in $seeds_log" >&2
   fi
-  mkdir -p "$seeds.tmp"/{dnn_load,onnx_import,tflite_import,npy_read,cache_read}
+  mkdir -p "$seeds.tmp"/{dnn_load,onnx_import,tflite_import,npy_read,cache_read,serve_request}
   n=0
   while IFS= read -r -d '' f; do
     n=$((n + 1))
@@ -61,6 +71,9 @@ if [ ! -d "$seeds" ]; then
   done < <(find "$written" -type f -size -64k -print0)
   rm -rf "$written"
   mv "$seeds.tmp" "$seeds"
+fi
+if [ ${#native[@]} -lt ${#harnesses[@]} ] && [ -z "$(ls -A "$seeds/serve_request" 2>/dev/null)" ]; then
+  build/python-venv/bin/python fuzz/serve_request.py --seeds "$seeds/serve_request"
 fi
 
 # The corpora carried in the repository (fuzz/corpus/<harness>.tar.xz, minimised
@@ -83,9 +96,11 @@ fuzz_one() {
   # Models up to 64 KiB; cache files are read line by line: 4 KiB hold many.
   local max_len=65536
   [ "$h" = cache_read ] && max_len=4096
+  local harness=("./build-fuzz/fuzz/fuzz_$h")
+  [ "$h" = serve_request ] && harness=(build/python-venv/bin/python fuzz/serve_request.py)
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=16 \
-    "./build-fuzz/fuzz/fuzz_$h" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "$seeds/$h" "${limit[@]}" \
+    "${harness[@]}" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "$seeds/$h" "${limit[@]}" \
     -entropic=0 -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/crashes/$h/" > "$log" 2>&1; then
     tail -n 60 "$log" >&2

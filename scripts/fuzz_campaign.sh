@@ -6,22 +6,26 @@
 # and the campaign's figures appended to fuzz/corpus/campaigns.tsv. Commit both:
 # the next campaign, on any machine, goes on from there.
 #
-#   scripts/fuzz_campaign.sh [SECONDS]
-#   scripts/fuzz_campaign.sh --merge-only SECONDS   (the runs are done: merge, pack, record)
+#   scripts/fuzz_campaign.sh [SECONDS [HARNESS...]]   (default: the five native harnesses;
+#                                                      serve_request, the Python one, where named)
+#   scripts/fuzz_campaign.sh --merge-only SECONDS [HARNESS...]   (the runs are done: merge, pack, record)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
+harnesses=(dnn_load onnx_import tflite_import npy_read cache_read)
 if [ "${1:-}" = "--merge-only" ]; then
   seconds="$2"
+  [ $# -gt 2 ] && harnesses=("${@:3}")
 else
   seconds="${1:-3600}"
-  ./scripts/fuzz.sh "$seconds" || status=$?
+  [ $# -gt 1 ] && harnesses=("${@:2}")
+  ./scripts/fuzz.sh "$seconds" "${harnesses[@]}" || status=$?
 fi
 mkdir -p fuzz/corpus
 stats=fuzz/corpus/campaigns.tsv
 [ -f "$stats" ] || printf 'date\tmachine\tharness\tseconds\texecutions\texec_per_s\tcoverage_edges\tfeatures\tcorpus_inputs\n' > "$stats"
 machine="$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)"
-for h in dnn_load onnx_import tflite_import npy_read cache_read; do
+for h in "${harnesses[@]}"; do
   log="build-fuzz/fuzz_$h.log"
   [ -f "$log" ] || continue
   max_len=65536
@@ -29,8 +33,10 @@ for h in dnn_load onnx_import tflite_import npy_read cache_read; do
   merged="build-fuzz/merged/$h"
   rm -rf "$merged"
   mkdir -p "$merged"
+  harness=("./build-fuzz/fuzz/fuzz_$h")
+  [ "$h" = serve_request ] && harness=(build/python-venv/bin/python fuzz/serve_request.py)
   ASAN_OPTIONS=detect_leaks=0 SOFTNEURO_LOG=error OMP_NUM_THREADS=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=16 \
-    "./build-fuzz/fuzz/fuzz_$h" -merge=1 "$merged" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "build-fuzz/seeds/$h" \
+    "${harness[@]}" -merge=1 "$merged" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "build-fuzz/seeds/$h" \
     -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 > "build-fuzz/merge_$h.log" 2>&1
   tar -cJf "fuzz/corpus/$h.tar.xz.tmp" -C build-fuzz/merged "$h" && mv "fuzz/corpus/$h.tar.xz.tmp" "fuzz/corpus/$h.tar.xz"
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"

@@ -69,7 +69,7 @@ def read_request(body: bytes, input_names, max_bytes: int = MAX_REQUEST_BYTES) -
 
     try:
         archive = zipfile.ZipFile(io.BytesIO(body))
-    except (zipfile.BadZipFile, OSError) as e:
+    except Exception as e:  # zipfile raises more than BadZipFile (NotImplementedError for a version field, ...)
         raise BadRequest(f"the request body is not an .npz file of the inputs: {e}") from None
     inputs, total = {}, 0
     with archive:
