@@ -32,7 +32,7 @@ for h in "${harnesses[@]}"; do [ "$h" = serve_request ] || native+=("$h"); done
 
 # Line tables only: a sanitizer's report needs no more, and they build faster.
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
   -DSOFTNEURO_FUZZ=ON -DBUILD_TESTING=OFF -DSOFTNEURO_CUDA=OFF > /dev/null
 [ ${#native[@]} -eq 0 ] || cmake --build build-fuzz -j "$(nproc)" --target "${native[@]/#/fuzz_}"
 if [ ${#native[@]} -lt ${#harnesses[@]} ]; then
