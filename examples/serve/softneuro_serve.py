@@ -85,6 +85,8 @@ def read_request(body: bytes, input_names, max_bytes: int = MAX_REQUEST_BYTES) -
                     shape, fortran, dtype = read_header(f)
                     if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
                         raise BadRequest(f"input '{name}' holds {dtype} values: numbers are (bool, integers, floats)")
+                    if any(d < 0 for d in shape):  # numpy's header parser lets (0, -1) through
+                        raise BadRequest(f"input '{name}' has a negative dim in its shape {tuple(shape)}")
                     count = int(np.prod(shape, dtype=np.int64))
                     total += count * dtype.itemsize
                     if total > max_bytes:
