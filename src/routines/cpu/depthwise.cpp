@@ -183,7 +183,7 @@ class Depthwise final : public Routine {
                                               : "depthwise needs AVX2 + FMA");
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("conv2 needs an input [N,C,H,W]");
-    if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, "cpu/depthwise"); !s) return s;
+    if (Support s = routines::float_weights(*info.layer, {"weight", "bias"}, "cpu/depthwise"); !s) return s;
     if (Support s = cpu::check_activation(*info.layer); !s) return s;
     const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
     if (!(g.group == g.c && g.oc == g.c)) return Support::no("not a depthwise convolution (group = C = OC)");

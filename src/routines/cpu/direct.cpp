@@ -725,7 +725,7 @@ class Direct final : public Routine {
                                                : "nhwc/direct needs AVX2 + FMA or AVX-512");
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("conv2 needs an input [N,C,H,W]");
-    if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, "cpu/direct"); !s) return s;
+    if (Support s = routines::float_weights(*info.layer, {"weight", "bias"}, "cpu/direct"); !s) return s;
     if (Support s = cpu::check_activation(*info.layer); !s) return s;
     const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
     const int64_t v = k->vec;

@@ -125,7 +125,7 @@ class EigenDense final : public Routine {
     if (Support s = eigen_usable(); !s) return s;
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() < 1)
       return Support::no("dense needs an input [..., K]");
-    if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, "cpu/eigen"); !s) return s;
+    if (Support s = routines::float_weights(*info.layer, {"weight", "bias"}, "cpu/eigen"); !s) return s;
     const Blob& w = info.layer->weight("weight");
     const Shape& in = info.input_shapes[0];
     if (w.shape().rank() != 2 || w.shape()[1] != in[in.rank() - 1])
@@ -327,7 +327,7 @@ class EigenRnn final : public Routine {
     if (!(schema == Schema{})) return Support::no("cpu/eigen computes in cpu (plain float32)");
     if (Support s = eigen_usable(); !s) return s;
     if (!info.layer) return Support::no("no layer");
-    return cpu::float_weights(*info.layer, {"W", "R", "B", "P"}, "cpu/eigen");
+    return routines::float_weights(*info.layer, {"W", "R", "B", "P"}, "cpu/eigen");
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     return std::make_unique<PreparedEigenRnn>(info);

@@ -8,6 +8,7 @@
 #include "core/prepared_weights.hpp"
 #include "core/thread_pool.hpp"
 #include "routines/cpu/gemm.hpp"
+#include "routines/weight_checks.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -113,21 +114,6 @@ std::shared_ptr<const AlignedFloats> packed_floats(const LayerInfo& info, std::s
         return packed;
       },
       save_floats, [&](const Blob& bytes) { return load_floats(bytes, floats); });
-}
-
-/// Float32 CPU weights (present ones) with data, plain layout.
-inline Support float_weights(const Layer& l, std::initializer_list<const char*> keys, std::string_view who) {
-  for (const char* k : keys) {
-    const Blob* b = l.find_weight(k);
-    if (!b) continue;
-    if (b->dtype() != DType::float32)
-      return Support::no(fmt::format("weight '{}' is {}, {} reads float32", k, to_string(b->dtype()), who));
-    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
-    if (b->layout() != Layout::nchw)
-      return Support::no(fmt::format("weight '{}' has layout {}, {} reads plain", k, to_string(b->layout()), who));
-    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
-  }
-  return Support::yes();
 }
 
 /// The layer's fused activation as an epilogue; false when our kernels lack it.

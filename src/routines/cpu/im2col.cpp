@@ -39,7 +39,7 @@ Support common_checks(const LayerInfo& info, const Schema& schema, Layout layout
   if (!gemm::best_kernel()) return Support::no("needs AVX2 + FMA");
   if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
     return Support::no("conv2 needs an input [N,C,H,W]");
-  if (Support s = cpu::float_weights(*info.layer, {"weight", "bias"}, who); !s) return s;
+  if (Support s = routines::float_weights(*info.layer, {"weight", "bias"}, who); !s) return s;
   return cpu::check_activation(*info.layer);
 }
 

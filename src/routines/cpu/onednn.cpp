@@ -37,6 +37,7 @@
 // after prepare reaches oneDNN routines only when they are prepared again.
 // libgomp reads its wait policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT) once, when it
 // is loaded, before any code of ours runs, so it cannot be changed from here.
+#include "routines/weight_checks.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
@@ -128,19 +129,8 @@ Support rank4_unless_plain(const Shape& s, Layout layout, std::string_view what)
   return Support::yes();
 }
 
-/// Weights read here must be plain float32 CPU blobs with memory.
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) {
-    const Blob* b = l.find_weight(k);
-    if (!b) continue;
-    if (b->dtype() != DType::float32)
-      return Support::no(fmt::format("weight '{}' is {}, cpu/onednn reads float32", k, to_string(b->dtype())));
-    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
-    if (b->layout() != Layout::nchw)
-      return Support::no(fmt::format("weight '{}' has layout {}, cpu/onednn reads plain", k, to_string(b->layout())));
-    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
-  }
-  return Support::yes();
+  return routines::float_weights(l, keys, "cpu/onednn");
 }
 
 

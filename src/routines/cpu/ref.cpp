@@ -10,6 +10,7 @@
 //   void run(const RunArgs&);                          no allocation
 // and Ref<P> turns it into the registered Routine. Elementwise types share
 // Unary<Op> and Binary<Op>; reshape/flatten/identity share Copy<name>.
+#include "routines/weight_checks.hpp"
 #include "core/layer_types.hpp"
 #include "core/narrow_types.hpp"
 
@@ -54,19 +55,8 @@ int64_t prod(const Shape& s, int begin, int end) {
   return p;
 }
 
-/// Weights this routine reads must be plain float32 CPU blobs with memory.
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) {
-    const Blob* b = l.find_weight(k);
-    if (!b) continue;
-    if (b->dtype() != DType::float32)
-      return Support::no(fmt::format("weight '{}' is {}, cpu/ref reads float32", k, to_string(b->dtype())));
-    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
-    if (b->layout() != Layout::nchw)
-      return Support::no(fmt::format("weight '{}' has layout {}, cpu/ref reads plain", k, to_string(b->layout())));
-    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
-  }
-  return Support::yes();
+  return routines::float_weights(l, keys, "cpu/ref");
 }
 
 /// Maps a linear index over an output shape to offsets into two operands whose

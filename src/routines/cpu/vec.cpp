@@ -36,6 +36,7 @@
 // gelu tanh vec 183 (253), onednn 235; concat [1,1,768]+[1,196,768] vec 10.4,
 // ref 10.4, onednn 149; channel concat [1,128,28,28]+[1,32,28,28] vec 9.1,
 // onednn 122 (nhwc: vec 10.5, onednn 14.5).
+#include "routines/weight_checks.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
 #include "routines/cpu/quant_params.hpp"
@@ -111,14 +112,7 @@ const cpu::vec::Kernels* cpu::vec::best_kernels() {
 namespace {
 
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) {
-    const Blob* b = l.find_weight(k);
-    if (!b) continue;
-    if (b->dtype() != DType::float32 || b->device() != Device::cpu || b->layout() != Layout::nchw)
-      return Support::no(fmt::format("weight '{}' must be a plain float32 CPU blob", k));
-    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
-  }
-  return Support::yes();
+  return routines::float_weights(l, keys, "cpu/vec");
 }
 
 /// The registered Routine for prepared class P, which provides

@@ -53,6 +53,7 @@
 // Untuned default: conv2 ranks 84 (below every oneDNN conv), the others 54, so
 // the default keeps oneDNN and XNNPACK is the tuner's to choose (Debian's build
 // runs its convolutions at about 37% of the FMA peak: shared/GOALS.md).
+#include "routines/weight_checks.hpp"
 #include "core/cpu_features.hpp"
 #include "core/weight_quant.hpp"
 #include "core/layer_types.hpp"
@@ -239,19 +240,8 @@ std::vector<size_t> non_unit(const std::vector<size_t>& d) {
   return out;
 }
 
-/// Weights read here must be plain float32 CPU blobs with memory.
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) {
-    const Blob* b = l.find_weight(k);
-    if (!b) continue;
-    if (b->dtype() != DType::float32)
-      return Support::no(fmt::format("weight '{}' is {}, cpu/xnnpack reads float32", k, to_string(b->dtype())));
-    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
-    if (b->layout() != Layout::nchw)
-      return Support::no(fmt::format("weight '{}' has layout {}, cpu/xnnpack reads plain", k, to_string(b->layout())));
-    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
-  }
-  return Support::yes();
+  return routines::float_weights(l, keys, "cpu/xnnpack");
 }
 
 // ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // Environment: SOFTNEURO_CUDA=0 hides the device (the CUDA routines then say
 // so); SOFTNEURO_CUDA_DEVICE=<n> picks device n (default 0);
 // SOFTNEURO_CUDA_GRAPHS=0 turns CUDA-graph recording of whole runs off.
+#include "routines/weight_checks.hpp"
 #include "routines/cuda/cuda_backend.hpp"
 
 #include "core/device_hooks.hpp"
@@ -429,17 +430,7 @@ Support schema_support(const Schema& s, bool nhwc_ok) {
 }
 
 Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) {
-    const Blob* b = l.find_weight(k);
-    if (!b) continue;
-    if (b->dtype() != DType::float32)
-      return Support::no(fmt::format("weight '{}' is {}; float32 weights are uploaded", k, to_string(b->dtype())));
-    if (b->device() != Device::cpu) return Support::no(fmt::format("weight '{}' is not on the CPU", k));
-    if (b->layout() != Layout::nchw)
-      return Support::no(fmt::format("weight '{}' has layout {}, plain is read", k, to_string(b->layout())));
-    if (b->numel() > 0 && b->data() == nullptr) return Support::no(fmt::format("weight '{}' has no data", k));
-  }
-  return Support::yes();
+  return routines::float_weights(l, keys, "the CUDA upload");
 }
 
 }  // namespace softneuro::cuda
