@@ -213,6 +213,26 @@ void RoutineRegistry::set_default_order(std::string_view layer_type, std::vector
   ranks_.clear();
 }
 
+std::vector<std::string> RoutineRegistry::unknown_in_default_order() const {
+  std::lock_guard lock(mutex_);
+  const bool cuda_built = std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) {
+    return std::any_of(e.schemas.begin(), e.schemas.end(), [](const auto& sd) { return sd.first.device == Device::cuda; });
+  });
+  std::vector<std::string> unknown;
+  for (const auto& [type, tiers] : default_order_)
+    for (const auto& tier : tiers)
+      for (const std::string& d : tier) {
+        if (!cuda_built && d.starts_with("cuda")) continue;
+        bool found = false;
+        for (std::size_t k : of_type(type))
+          for (const auto& sd : entries_[k].schemas)
+            found = found || sd.second == d ||
+                    (d.starts_with("*/") && std::string_view(sd.second).substr(sd.second.find('/') + 1) == d.substr(2));
+        if (!found) unknown.push_back(type + ": " + d);
+      }
+  return unknown;
+}
+
 Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& schema) const {
   auto all = candidates(layer, schema);
   const Candidate* best = nullptr;

@@ -72,6 +72,10 @@ class RoutineRegistry {
   /// The default order of a layer type as set (empty when none).
   std::vector<std::vector<std::string>> default_order(std::string_view layer_type) const;
   void set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers);
+  /// Entries of the default orders that name no registered routine of their
+  /// layer type ("type: descriptor"), which would never be chosen: a typo, or a
+  /// routine renamed. CUDA entries count only where some CUDA routine is registered.
+  std::vector<std::string> unknown_in_default_order() const;
 
   /// Renamed descriptors (register_descriptor_alias).
   struct Alias {

@@ -253,8 +253,8 @@ const LayerOrder kDefaultOrder[] = {
 
 /// On aarch64, XNNPACK's routines lead, float32 and int8: oneDNN 2.6's aarch64
 /// build has reference implementations only for much of what it runs jit code
-/// for on x86 (docs/arm.md), and our own int8 kernels are x86's. Elsewhere the
-/// list as is.
+/// for on x86 (docs/arm.md), and our own int8 kernels are x86's: the qint8
+/// family is not built there, and its entries go. Elsewhere the list as is.
 std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::vector<std::string>>& tiers) {
 #if defined(__aarch64__)
   const std::string f32 = "cpu:float32:nhwc/xnnpack", int8 = "cpu:qint8:nhwc/xnnpack";
@@ -267,9 +267,10 @@ std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::
     std::vector<std::string> rest;
     bool int8_tier = lists(tier, int8);
     for (const auto& d : tier) {
+      int8_tier = int8_tier || d.rfind("cpu:qint8", 0) == 0;
+      if (d.ends_with("/qint8")) continue;  // (src/routines/cpu/qint8.cpp: x86 only)
       if (d == f32) out[0].push_back(d);
       else if (d != int8) rest.push_back(d);
-      int8_tier = int8_tier || d.rfind("cpu:qint8", 0) == 0;
     }
     if (int8_tier && int8_pending) {  // a tier of its own before the first one of int8 routines
       out.push_back({int8});

@@ -389,3 +389,14 @@ TEST_CASE("NaN may reach the layers a NaN-making layer feeds; Pow to an integral
   const std::set<std::string> reached = core::layers_nan_may_reach(g);
   CHECK(reached == std::set<std::string>{"root", "after_root", "mixed", "by_zero", "by_input", "sum", "after_sum"});
 }
+
+TEST_CASE("every entry of the default orders names a registered routine of its layer type", "[routines]") {
+  // An entry naming no routine (a typo, a renamed routine) was ranked last in
+  // silence: the layer's default then fell to the next tier. (Test layer types
+  // of other test cases, "test_*", register their own.)
+  std::vector<std::string> unknown;
+  for (const auto& u : core::RoutineRegistry::instance().unknown_in_default_order())
+    if (!u.starts_with("test_")) unknown.push_back(u);
+  INFO(fmt::format("{}", fmt::join(unknown, "\n")));
+  CHECK(unknown.empty());
+}
