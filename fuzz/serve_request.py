@@ -92,7 +92,12 @@ def main() -> None:
                 functions.append(value)
     for f in functions:
         atheris.instrument_func(f)
-    atheris.Setup(sys.argv, check)
+    # libFuzzer's -merge=1 starts argv[0] again: the executable wrapper that
+    # scripts/fuzz.sh writes (build-fuzz/fuzz/fuzz_serve_request) says where it is.
+    argv = list(sys.argv)
+    if os.environ.get("SOFTNEURO_FUZZ_SELF"):
+        argv[0] = os.environ["SOFTNEURO_FUZZ_SELF"]
+    atheris.Setup(argv, check)
     atheris.Fuzz()
 
 

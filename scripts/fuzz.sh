@@ -38,6 +38,12 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=
 if [ ${#native[@]} -lt ${#harnesses[@]} ]; then
   [ -x build/python-venv/bin/python ] || { echo "fuzz.sh: serve_request needs build/python-venv (scripts/test.sh)" >&2; exit 1; }
   build/python-venv/bin/python -c "import atheris" 2>/dev/null || build/python-venv/bin/pip install -q atheris
+  # An executable to run it by: libFuzzer's -merge=1 starts argv[0] again.
+  mkdir -p build-fuzz/fuzz
+  printf '#!/bin/sh\nSOFTNEURO_FUZZ_SELF="$0" exec "%s/build/python-venv/bin/python" "%s/fuzz/serve_request.py" "$@"\n' \
+    "$PWD" "$PWD" \
+    > build-fuzz/fuzz/fuzz_serve_request
+  chmod +x build-fuzz/fuzz/fuzz_serve_request
 fi
 
 # Seeds: the files two test binaries write, kept in a folder of their own.
@@ -96,11 +102,9 @@ fuzz_one() {
   # Models up to 64 KiB; cache files are read line by line: 4 KiB hold many.
   local max_len=65536
   [ "$h" = cache_read ] && max_len=4096
-  local harness=("./build-fuzz/fuzz/fuzz_$h")
-  [ "$h" = serve_request ] && harness=(build/python-venv/bin/python fuzz/serve_request.py)
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     SOFTNEURO_LOG=error OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=16 \
-    "${harness[@]}" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "$seeds/$h" "${limit[@]}" \
+    "./build-fuzz/fuzz/fuzz_$h" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "$seeds/$h" "${limit[@]}" \
     -entropic=0 -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/crashes/$h/" > "$log" 2>&1; then
     tail -n 60 "$log" >&2

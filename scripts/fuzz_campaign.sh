@@ -33,10 +33,8 @@ for h in "${harnesses[@]}"; do
   merged="build-fuzz/merged/$h"
   rm -rf "$merged"
   mkdir -p "$merged"
-  harness=("./build-fuzz/fuzz/fuzz_$h")
-  [ "$h" = serve_request ] && harness=(build/python-venv/bin/python fuzz/serve_request.py)
   ASAN_OPTIONS=detect_leaks=0 SOFTNEURO_LOG=error OMP_NUM_THREADS=1 ONEDNN_PRIMITIVE_CACHE_CAPACITY=16 \
-    "${harness[@]}" -merge=1 "$merged" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "build-fuzz/seeds/$h" \
+    "./build-fuzz/fuzz/fuzz_$h" -merge=1 "$merged" "build-fuzz/corpus/$h" "build-fuzz/carried/$h" "build-fuzz/seeds/$h" \
     -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 > "build-fuzz/merge_$h.log" 2>&1
   tar -cJf "fuzz/corpus/$h.tar.xz.tmp" -C build-fuzz/merged "$h" && mv "fuzz/corpus/$h.tar.xz.tmp" "fuzz/corpus/$h.tar.xz"
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
