@@ -332,11 +332,9 @@ std::string Profiler::candidate_key(const LayerInfo& info, const Candidate& c, c
 }
 
 void Profiler::spot_check_cached(const LayerInfo& info, std::vector<Measured>& measured) {
-  std::map<std::string, std::vector<Measured*>> by_schema, all_by_schema;
-  for (auto& m : measured) {
-    all_by_schema[m.cand.schema.to_string()].push_back(&m);
+  std::map<std::string, std::vector<Measured*>> by_schema;
+  for (auto& m : measured)
     if (m.from_disk && !m.cache_key.empty()) by_schema[m.cand.schema.to_string()].push_back(&m);
-  }
   for (auto& [schema, cached] : by_schema) {
     Measured* best = *std::min_element(cached.begin(), cached.end(),
                                        [](const Measured* a, const Measured* b) { return a->unit_ms < b->unit_ms; });
@@ -349,21 +347,30 @@ void Profiler::spot_check_cached(const LayerInfo& info, std::vector<Measured>& m
       --cache_hits_;
       return std::abs(ms - was) > 0.25 * std::max(ms, was);
     };
-    if (!again(*best)) {
-      // Contenders: a cached candidate within a quarter of the schema's fastest
-      // (cached or measured now) could be the fastest measured now, as a cold
-      // tuning would rank it: each is measured again, so that what DPRS
-      // chooses between is what a cold unit profile would give it.
-      double fastest = best->unit_ms;
-      for (const Measured* m : all_by_schema[schema]) fastest = std::min(fastest, m->unit_ms);
-      for (Measured* m : cached)
-        if (m->from_disk && m->unit_ms <= 1.25 * fastest) again(*m);
-      continue;
-    }
+    if (!again(*best)) continue;
     core::info("{}: cached time of {} off ({}): measuring its schema's {} cached candidates again", info.layer->name,
                best->cand.descriptor, schema, cached.size() - 1);
     for (Measured* m : cached)
       if (m != best) again(*m);
+  }
+}
+
+void Profiler::spot_check_grouped(const LayerInfo& info, std::vector<Measured>& measured) {
+  for (auto& m : measured) {
+    if (!m.from_disk || m.cache_key.empty()) continue;
+    auto again = [&] {
+      const double ms = time_routine(*m.cand.routine, m.cand.schema, info, m.params, m.cache_key, 0, nullptr, true);
+      const double was = m.unit_ms;
+      m.unit_ms = ms;
+      m.from_disk = false;
+      ++cache_remeasured_;
+      --cache_hits_;
+      return std::abs(ms - was) > 0.5 * std::max(ms, was);  // (microseconds: a quarter is their noise here)
+    };
+    const std::string group = info.layer->type + "|" + m.cand.descriptor;
+    auto it = spot_checked_.find(group);
+    if (it == spot_checked_.end()) spot_checked_[group] = !again();
+    else if (!it->second) again();
   }
 }
 
@@ -421,27 +428,25 @@ AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, con
       timed.push_back(std::move(t));
     }
   }
-  // Cached adapt times are spot-checked as a layer's candidates are
-  // (spot_check_cached): the fastest cached one measured again; where it is
-  // off by more than a quarter, every cached one; else those within a quarter
-  // of the fastest.
+  // Cached adapt times are spot-checked once per adapt routine and source
+  // schema, not per shape (a net asks for over a thousand (shape, schema)
+  // pairs, each measured in microseconds): the first cached time of each met
+  // is measured again, and where it is off by more than half, every cached
+  // time of that routine and schema is, at every shape met later too.
   auto again = [&](Timed& t) {
     const double was = t.ms;
     measure(t);
     t.from_disk = false;
     --cache_hits_;
     ++cache_remeasured_;
-    return std::abs(t.ms - was) > 0.25 * std::max(t.ms, was);
+    return std::abs(t.ms - was) > 0.5 * std::max(t.ms, was);  // (microseconds: a quarter is their noise here)
   };
-  Timed* best_cached = nullptr;
-  for (auto& t : timed)
-    if (t.from_disk && (!best_cached || t.ms < best_cached->ms)) best_cached = &t;
-  if (best_cached) {
-    const bool off = again(*best_cached);
-    double fastest = kInf;
-    for (const auto& t : timed) fastest = std::min(fastest, t.ms);
-    for (auto& t : timed)
-      if (t.from_disk && (off || t.ms <= 1.25 * fastest)) again(t);
+  for (auto& t : timed) {
+    if (!t.from_disk) continue;
+    const std::string check = "adapt|" + t.cand->descriptor + "|" + from.to_string();
+    auto it = spot_checked_.find(check);
+    if (it == spot_checked_.end()) spot_checked_[check] = !again(t);
+    else if (!it->second) again(t);
   }
   AdaptPick best;
   for (const auto& t : timed)
@@ -538,7 +543,7 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
       if (c.support.ok && (rules_.schema_allowed(c.schema) || c.schema == cn->schemas[k]) && rules_.allows(child.name, c.descriptor))
         cands.push_back(std::move(c));
     options[k] = measure_candidates(ci, cands, depth + 1);
-    spot_check_cached(ci, options[k]);  // a childnet's cost is its children's: cached as much as a layer's
+    spot_check_grouped(ci, options[k]);  // the childnet's cost is its children's
     if (options[k].empty()) return kInf;
   }
   // The children's cost graph: node 0 the parent's inputs arriving in `schema`,

@@ -152,9 +152,13 @@ class Profiler {
   std::string candidate_key(const LayerInfo& info, const core::Candidate& c, const RoutineParams& params) const;
   /// Cached times are spot-checked: the fastest cached candidate of each of a
   /// layer's schemas is measured again, and where it is off by more than a
-  /// quarter, every cached candidate of that schema is, and replaced; where it
-  /// holds, the cached candidates within a quarter of the schema's fastest are.
+  /// quarter, every cached candidate of that schema is, and replaced.
   void spot_check_cached(const LayerInfo& info, std::vector<Measured>& measured);
+  /// The spot check of childnet children (hundreds of small layers, each
+  /// measured in microseconds): once per layer type and routine, the first
+  /// cached time met measured again; where it is off by more than half,
+  /// every cached time of that type and routine met afterwards too.
+  void spot_check_grouped(const LayerInfo& info, std::vector<Measured>& measured);
   /// Gives the times measured since the window opened the machine's load over it.
   void close_load_window();
   double time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
@@ -173,6 +177,10 @@ class Profiler {
   std::mt19937 rng_{1234};
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int measurements_ = 0, cache_hits_ = 0, cache_remeasured_ = 0;
+  /// Groups of cached times spot-checked once each, with the verdict (true:
+  /// they held): adapts by routine and source schema ("adapt|descriptor|from"),
+  /// childnet children by layer type and routine (spot_check_grouped).
+  std::map<std::string, bool> spot_checked_;
   /// Keys measured since the load window opened, and when it did.
   std::vector<std::string> window_keys_;
   CpuClock window_start_ = cpu_clock();
