@@ -222,7 +222,8 @@ std::vector<std::string> RoutineRegistry::unknown_in_default_order() const {
   for (const auto& [type, tiers] : default_order_)
     for (const auto& tier : tiers)
       for (const std::string& d : tier) {
-        if (!cuda_built && d.starts_with("cuda")) continue;
+        // (Device transfers, "cpu/transfer" included, are the CUDA backend's.)
+        if (!cuda_built && (d.starts_with("cuda") || d.ends_with("/transfer"))) continue;
         bool found = false;
         for (std::size_t k : of_type(type))
           for (const auto& sd : entries_[k].schemas)

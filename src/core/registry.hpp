@@ -74,7 +74,8 @@ class RoutineRegistry {
   void set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers);
   /// Entries of the default orders that name no registered routine of their
   /// layer type ("type: descriptor"), which would never be chosen: a typo, or a
-  /// routine renamed. CUDA entries count only where some CUDA routine is registered.
+  /// routine renamed. CUDA entries and device transfers count only where some
+  /// CUDA routine is registered (a build without the CUDA backend has none).
   std::vector<std::string> unknown_in_default_order() const;
 
   /// Renamed descriptors (register_descriptor_alias).
