@@ -331,6 +331,16 @@ std::string Profiler::candidate_key(const LayerInfo& info, const Candidate& c, c
   return key;
 }
 
+bool Profiler::remeasure(const LayerInfo& info, Measured& m, double tolerance) {
+  const double ms = time_routine(*m.cand.routine, m.cand.schema, info, m.params, m.cache_key, 0, nullptr, true);
+  const double was = m.unit_ms;
+  m.unit_ms = ms;
+  m.from_disk = false;
+  ++cache_remeasured_;
+  --cache_hits_;
+  return std::abs(ms - was) > tolerance * std::max(ms, was);
+}
+
 void Profiler::spot_check_cached(const LayerInfo& info, std::vector<Measured>& measured) {
   std::map<std::string, std::vector<Measured*>> by_schema;
   for (auto& m : measured)
@@ -338,15 +348,7 @@ void Profiler::spot_check_cached(const LayerInfo& info, std::vector<Measured>& m
   for (auto& [schema, cached] : by_schema) {
     Measured* best = *std::min_element(cached.begin(), cached.end(),
                                        [](const Measured* a, const Measured* b) { return a->unit_ms < b->unit_ms; });
-    auto again = [&](Measured& m) {
-      const double ms = time_routine(*m.cand.routine, m.cand.schema, info, m.params, m.cache_key, 0, nullptr, true);
-      const double was = m.unit_ms;
-      m.unit_ms = ms;
-      m.from_disk = false;
-      ++cache_remeasured_;
-      --cache_hits_;
-      return std::abs(ms - was) > 0.25 * std::max(ms, was);
-    };
+    auto again = [&](Measured& m) { return remeasure(info, m, 0.25); };
     if (!again(*best)) continue;
     core::info("{}: cached time of {} off ({}): measuring its schema's {} cached candidates again", info.layer->name,
                best->cand.descriptor, schema, cached.size() - 1);
@@ -363,15 +365,7 @@ constexpr double kGroupCheckTolerance = 0.5;
 void Profiler::spot_check_grouped(const LayerInfo& info, std::vector<Measured>& measured) {
   for (auto& m : measured) {
     if (!m.from_disk || m.cache_key.empty()) continue;
-    auto again = [&] {
-      const double ms = time_routine(*m.cand.routine, m.cand.schema, info, m.params, m.cache_key, 0, nullptr, true);
-      const double was = m.unit_ms;
-      m.unit_ms = ms;
-      m.from_disk = false;
-      ++cache_remeasured_;
-      --cache_hits_;
-      return std::abs(ms - was) > kGroupCheckTolerance * std::max(ms, was);
-    };
+    auto again = [&] { return remeasure(info, m, kGroupCheckTolerance); };
     const std::string group = info.layer->type + "|" + m.cand.descriptor;
     auto it = spot_checked_.find(group);
     if (it == spot_checked_.end()) spot_checked_[group] = !again();

@@ -154,6 +154,9 @@ class Profiler {
   /// layer's schemas is measured again, and where it is off by more than a
   /// quarter, every cached candidate of that schema is, and replaced.
   void spot_check_cached(const LayerInfo& info, std::vector<Measured>& measured);
+  /// Measures a cached candidate again (its time replaced, counted as measured
+  /// again); true where the two differ by more than `tolerance` of the larger.
+  bool remeasure(const LayerInfo& info, Measured& m, double tolerance);
   /// The spot check of childnet children (hundreds of small layers, each
   /// measured in microseconds): once per layer type and routine, the first
   /// cached time met measured again; where it is off by more than half,
