@@ -144,6 +144,14 @@ struct TuneReport {
   /// tuned path that is not faster than it is not kept: the default is.
   double default_ms = 0;
   bool kept_default = false;  ///< the final check kept the untuned default's routines
+  /// The paths earlier tunings of this model kept (on this device, threads
+  /// and version; from the profile cache) that the final check measured
+  /// beside the tuned one, the fastest one's median (0: none), and whether it
+  /// measured faster and was taken: cached times cannot lead a warm tuning to
+  /// a path slower than one a colder tuning found.
+  int earlier_paths = 0;
+  double earlier_ms = 0;
+  bool earlier_taken = false;
   /// The accuracy budget applied ("" where the tuning allowed nothing below
   /// float32), the value measured for the path chosen before the check (-1:
   /// not measured, the path ran nothing below float32), on what samples, and

@@ -4,9 +4,13 @@
 // were measured under, one versioned, checksummed record per line.
 #pragma once
 
+#include "core/graph.hpp"
+
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace softneuro::profiler {
 
@@ -35,7 +39,16 @@ class ProfileCache {
   void put(const std::string& key, double ms, double load = -1);
   /// Sets the load of a measurement put() in this session.
   void set_load(const std::string& key, double load);
-  /// Merges new records into the file (atomically); errors are warnings.
+  /// The paths earlier tunings of the model `model_key` chose (its structure,
+  /// input shapes, device, threads and version), newest first, at most
+  /// kPathsPerModel: the final check measures them beside the tuned path, so
+  /// that a tuning misled by cached times keeps the path a colder one found.
+  std::vector<core::RoutinePath> earlier_paths(const std::string& model_key) const;
+  /// Remembers the path a tuning of `model_key` kept (saved by save()).
+  void put_path(const std::string& model_key, const core::RoutinePath& path);
+  static constexpr std::size_t kPathsPerModel = 4;
+
+  /// Merges new records into the files (atomically); errors are warnings.
   void save();
   const std::string& path() const { return path_; }
 
@@ -45,8 +58,21 @@ class ProfileCache {
   };
 
  private:
-  std::string path_;
+  struct PathRecord {
+    std::string model_key;
+    long long time = 0;   ///< seconds since the epoch when it was kept
+    std::string encoded;  ///< encode_path()
+  };
+  void save_paths();
+  std::string path_, paths_path_;
   std::map<std::string, Entry> records_, fresh_;
+  std::vector<PathRecord> path_records_, fresh_paths_;
 };
+
+/// A routine path as one line of text (its routines, their parameters and
+/// children, its adapts; no tabs or newlines), and back: nullopt for text
+/// that is not one (a damaged record).
+std::string encode_path(const core::RoutinePath& path);
+std::optional<core::RoutinePath> decode_path(std::string_view text);
 
 }  // namespace softneuro::profiler

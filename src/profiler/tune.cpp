@@ -7,6 +7,7 @@
 // The runtime core never includes this file; it stores and follows the path.
 #include "core/device.hpp"
 #include "core/executor.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 #include "core/model_impl.hpp"
 #include "core/registry.hpp"
@@ -550,9 +551,56 @@ struct Tuner {
     return profiler::read_path(plan, sol, profiles, true, report.device_fingerprint);
   }
 
+  /// What the paths of earlier tunings are kept under in the profile cache:
+  /// the model's structure and input shapes, with the cache's key prefix
+  /// (device, threads, OpenMP wait, version). Not the schemas or budget: a
+  /// path another tuning of the model kept is a contender wherever this
+  /// tuning's rules allow each of its routines and its accuracy holds.
+  std::string model_key() const {
+    std::string s = prof.key_prefix();
+    for (const auto& in : net.graph.inputs) s += fmt::format("|in {} {}", in.name, net.shapes.at(in.name).to_string());
+    for (const auto& l : net.graph.layers)
+      s += fmt::format("|{} {} ({}) ({})", l.name, l.type, fmt::join(l.inputs, ","), fmt::join(l.outputs, ","));
+    for (const auto& o : net.graph.outputs) s += "|out " + o;
+    return fmt::format("{:016x}", core::xxh64(s.data(), s.size()));
+  }
+
+  /// The cache's paths of earlier tunings of this model that this tuning's
+  /// rules allow: each layer's routine one this tuning measured (so allowed,
+  /// and supported here), with its parameters; each once, and not the tuned path.
+  std::vector<std::pair<std::string, profiler::PlannedPath>> earlier_paths(const std::vector<LayerProfile>& profiles,
+                                                                           const core::RoutinePath& tuned) {
+    std::vector<std::pair<std::string, profiler::PlannedPath>> out;
+    std::map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < profiles.size(); ++i) index[profiles[i].layer->name] = i;
+    for (auto& path : prof.cache().earlier_paths(model_key())) {
+      profiler::PlannedPath p;
+      p.picks.assign(profiles.size(), nullptr);
+      bool ok = path.routines.size() == profiles.size();
+      for (const auto& r : path.routines) {
+        auto it = index.find(r.layer);
+        if (!ok || it == index.end() || p.picks[it->second]) {
+          ok = false;
+          break;
+        }
+        for (const auto& m : profiles[it->second].measured)
+          if (m.cand.descriptor == r.descriptor && m.params == r.params && std::isfinite(m.unit_ms)) p.picks[it->second] = &m;
+        ok = p.picks[it->second] != nullptr;
+      }
+      const bool known = path_key(tuned) == path_key(path) ||
+                         std::any_of(out.begin(), out.end(), [&](const auto& q) { return path_key(q.second.path) == path_key(path); });
+      if (!ok || known) continue;
+      path.device_fingerprint = report.device_fingerprint;
+      p.path = std::move(path);
+      out.push_back({"earlier tuning's", std::move(p)});
+    }
+    return out;
+  }
+
   /// Measures the tuned path against the untuned default (and, in a hybrid
-  /// tuning, the best single-dtype paths) in fresh executors, interleaved, as
-  /// `softneuro run` prepares them; never hands back a path slower than the default.
+  /// tuning, the best single-dtype paths, and the paths earlier tunings of
+  /// this model kept) in fresh executors, interleaved, as `softneuro run`
+  /// prepares them; never hands back a path slower than the default.
   void final_check(const std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
     // In-context costs measured around a mixed path can hide that a
     // single-dtype path runs faster as a whole: those are measured beside it.
@@ -561,6 +609,22 @@ struct Tuner {
     progress("final measurement", 0, 1, "");
     std::vector<core::RoutinePath> to_measure{planned.path, core::RoutinePath{}};
     for (const auto& alt : alternatives) to_measure.push_back(alt.second.path);
+    // Cached times a spot check cannot catch (a fast candidate's time recorded
+    // too high) lead DPRS to a slower path; the paths earlier tunings kept,
+    // the cold one's among them, are measured beside it whole.
+    // (One the untuned default runs is measured as the default.)
+    auto earlier = earlier_paths(profiles, planned.path);
+    report.earlier_paths = static_cast<int>(earlier.size());
+    const std::size_t singles = alternatives.size();
+    bool earlier_is_default = false;
+    for (auto& e : earlier) {
+      if (path_key(e.second.path) == path_key(fallback.path)) {
+        earlier_is_default = true;
+        continue;
+      }
+      to_measure.push_back(e.second.path);
+      alternatives.push_back(std::move(e));
+    }
     // Each round runs a path for about 25 ms (5 to 100 runs), so that a small
     // net's comparison is not decided by a handful of runs.
     const int final_runs = std::clamp(static_cast<int>(25.0 / std::max(0.01, report.predicted_ms)),
@@ -568,18 +632,24 @@ struct Tuner {
     const profiler::CpuClock final_start = profiler::cpu_clock();
     auto measured = prof.run_interleaved(to_measure, final_runs, 5);
     const double final_others = profiler::others_cpus(final_start, profiler::cpu_clock());
+    if (earlier_is_default) report.earlier_ms = measured[1].total_ms;
     for (std::size_t k = 0; k < alternatives.size(); ++k) {
       const auto& m = measured[2 + k];
+      const bool earlier_one = k >= singles;
+      if (earlier_one && (report.earlier_ms == 0 || m.total_ms < report.earlier_ms)) report.earlier_ms = m.total_ms;
       if (m.total_ms < measured[0].total_ms * 0.97 && accuracy_ok(alternatives[k].second.path) &&
           confirmed(alternatives[k].second.path)) {
         core::info("the {} path measured {:.3f} ms, the tuned path {:.3f} ms: taking the {} path", alternatives[k].first,
                    m.total_ms, measured[0].total_ms, alternatives[k].first);
         planned = alternatives[k].second;
         measured[0] = m;
-        report.predicted_ms = planned.predicted_ms;
+        // An earlier tuning's prediction is not this one's: its steps' times here.
+        report.predicted_ms = earlier_one ? m.steps_ms + m.step_gap_ms * static_cast<double>(m.steps) : planned.predicted_ms;
+        report.earlier_taken = earlier_one;
         report_path(planned, profiles);
       }
     }
+    alternatives.resize(singles);
     // The accuracy budget: a path that misses it gives way to the fastest float32 path measured.
     bool force_default = false;
     report.accuracy = accuracy_of(planned.path);
@@ -643,6 +713,7 @@ struct Tuner {
                    final_others, tuned_ms, default_ms);
       }
       if (!force_default) report.accuracy = -1;  // the default runs nothing in qint8: no value of its own
+      report.earlier_taken = false;
       path = fallback.path;
       for (auto& rc : path.routines)
         if (auto it = measured[1].per_step.find(rc.layer); it != measured[1].per_step.end())
@@ -663,6 +734,7 @@ struct Tuner {
     path.accuracy = accuracy_check(path);
     net.graph.routine_path = path;
     net.changed();
+    prof.cache().put_path(model_key(), path);
     prof.save_cache();
   }
 

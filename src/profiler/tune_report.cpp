@@ -49,6 +49,9 @@ std::string TuneReport::to_text() const {
   if (default_ms > 0)
     s += kept_default ? fmt::format("the untuned default measured {:.3f} ms beside it: its routines are kept\n", default_ms)
                       : fmt::format("the untuned default measured {:.3f} ms beside it\n", default_ms);
+  if (earlier_paths > 0)
+    s += fmt::format("{} path{} earlier tunings kept measured beside it, the fastest {:.3f} ms{}\n", earlier_paths,
+                     earlier_paths == 1 ? "" : "s", earlier_ms, earlier_taken ? ": taken" : "");
   if (std::any_of(layers.begin(), layers.end(), [](const LayerLine& l) { return l.sensitivity >= 0; })) {
     s += "accuracy lost with the layer alone in qint8 (the budget's metric), and the dtype chosen:\n";
     for (const auto& l : layers)
@@ -98,6 +101,7 @@ std::string TuneReport::to_text() const {
 std::string TuneReport::to_json() const {
   std::string s = fmt::format("{{\n  \"device_fingerprint\": \"{}\",\n  \"threads\": {},\n  \"openmp_wait\": \"{}\",\n"
                               "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
+                              "  \"earlier_paths\": {},\n  \"earlier_ms\": {},\n  \"earlier_taken\": {},\n"
                               "  \"accuracy_budget\": \"{}\",\n  \"accuracy\": {},\n  \"validation_samples\": {},\n"
                               "  \"validation_synthetic\": {},\n  \"reduced_refused\": {},\n  \"accuracy_missed\": {},\n  \"accuracy_confirmed\": {},\n  \"accuracy_note\": \"{}\",\n"
                               "  \"int8_weight_layers\": {},\n  \"int8_weight_float_bytes\": {},\n  \"range_method\": \"{}\",\n"
@@ -105,7 +109,7 @@ std::string TuneReport::to_json() const {
                               "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"cache_remeasured\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
                               json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default,
-                              json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, reduced_refused, accuracy_missed,
+                              earlier_paths, earlier_ms, earlier_taken, json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, reduced_refused, accuracy_missed,
                               accuracy_confirmed, json_escape(accuracy_note),
                               int8_weight_layers, int8_weight_float_bytes, json_escape(range_method), bias_correction, tuning_s, measurements,
                               cache_hits, cache_remeasured, exact, others_cpus);

@@ -124,6 +124,10 @@ class Profiler {
     close_load_window();
     cache_.save();
   }
+  /// The cache's paths of earlier tunings (ProfileCache::earlier_paths).
+  ProfileCache& cache() { return cache_; }
+  /// What every cached time depends on beyond the layer (the constructor's `key_prefix`).
+  const std::string& key_prefix() const { return key_prefix_; }
   int measurements() const { return measurements_; }
   int cache_hits() const { return cache_hits_; }
   /// Cached times measured again: entries taken under load, and entries the

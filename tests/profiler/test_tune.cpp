@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include <filesystem>
@@ -223,6 +224,97 @@ TEST_CASE("a qint8 routine's cached time is keyed by its quantisation", "[tune][
   REQUIRE(after_one > 0);
   CHECK(tune_with(0.01f) == after_one);  // the same calibration: the same keys
   CHECK(tune_with(3.0f) > after_one);    // another: qint8 times measured again under their own keys
+}
+
+TEST_CASE("a routine path as a cache record: round trip, and damaged text refused", "[tune][cache]") {
+  core::RoutinePath p;
+  p.routines.push_back({"conv\t1\n%", "cpu/direct", {{"ocb", 4}, {"neg", -3}}, 0, 0, {}});
+  core::RoutineChoice parent{"w:2", "cpu/winograd", {}, 0, 0, {}};
+  parent.children.push_back({"w:2/in", "cpu/vec", {{"x", 1}}, 0, 0, {}});
+  p.routines.push_back(parent);
+  p.adapts.push_back({"b;0", "conv\t1\n%", "cpu:float32:nchw", "cpu:float32:nchw8c", {"cpu/reorder"}, 0, {{"t", 2}}});
+  const std::string text = profiler::encode_path(p);
+  CHECK(text.find_first_of("\t\n\r") == std::string::npos);
+  const auto back = profiler::decode_path(text);
+  REQUIRE(back);
+  CHECK(profiler::encode_path(*back) == text);
+  REQUIRE(back->routines.size() == 2);
+  CHECK(back->routines[0].layer == "conv\t1\n%");
+  CHECK(back->routines[0].params == p.routines[0].params);
+  REQUIRE(back->routines[1].children.size() == 1);
+  CHECK(back->routines[1].children[0].descriptor == "cpu/vec");
+  REQUIRE(back->adapts.size() == 1);
+  CHECK(back->adapts[0].to_schema == "cpu:float32:nchw8c");
+  CHECK(back->adapts[0].steps == std::vector<std::string>{"cpu/reorder"});
+  // Every cut of the text, and hostile counts and lengths, are refused without a crash.
+  for (std::size_t n = 0; n < text.size(); ++n) CHECK_FALSE(profiler::decode_path(text.substr(0, n)));
+  CHECK_FALSE(profiler::decode_path("P1;99999999999;"));
+  CHECK_FALSE(profiler::decode_path("P1;1;999999999:x"));
+  CHECK_FALSE(profiler::decode_path("P1;1;1:a1:b0;0;0;%zz"));
+  CHECK(profiler::decode_path("P1;1;1:a1:b0;0;0;"));
+}
+
+TEST_CASE("the paths earlier tunings kept: newest first, a few per model, damaged ones ignored", "[tune][cache]") {
+  const std::string dir = fresh_dir("cache-paths");
+  auto path_of = [](const std::string& descriptor) {
+    core::RoutinePath p;
+    p.routines.push_back({"l0", descriptor, {}, 0, 0, {}});
+    return p;
+  };
+  {
+    profiler::ProfileCache cache(dir);
+    for (int i = 0; i < 6; ++i) cache.put_path("m1", path_of(fmt::format("cpu/r{}", i)));
+    cache.put_path("m2", path_of("cpu/other"));
+    cache.save();
+  }
+  {
+    std::ofstream f(dir + "/paths.tsv", std::ios::app);
+    f << "softneuro-paths-v1\tm1\t99999999999\tP1;1;2:l03:bad0;0;0;\t0000000000000000\n";  // checksum fails
+  }
+  const profiler::ProfileCache cache(dir);
+  const auto m1 = cache.earlier_paths("m1");
+  CHECK(m1.size() == profiler::ProfileCache::kPathsPerModel);
+  for (const auto& p : m1) CHECK(p.routines[0].descriptor != "bad");
+  REQUIRE(cache.earlier_paths("m2").size() == 1);
+  CHECK(cache.earlier_paths("m2")[0].routines[0].descriptor == "cpu/other");
+  CHECK(cache.earlier_paths("m3").empty());
+}
+
+// A warm cache once chose a path 1.5x slower than a cold tuning's. Here the
+// times of the routines the cold tuning chose are recorded far too high: the
+// spot check re-measures each schema's fastest cached candidate, which is
+// another routine, honestly timed, so it cannot see it; the warm tuning
+// follows the cached times to other routines. The final check measures the
+// cold tuning's path beside them, and never keeps one measured slower.
+TEST_CASE("the final check measures the path an earlier, colder tuning kept beside a warm tuning's", "[tune][cache]") {
+  const std::string dir = fresh_dir("cache-earlier");
+  TuneOptions o = quick(dir);
+  o.candidates_per_schema = 1;  // in context, only the chosen candidates: the cached times decide
+  Model first = detail::make_model(test::chain_graph(5));
+  const TuneReport cold = tune_and_keep(first, o);
+  CHECK(cold.earlier_paths == 0);
+  std::set<std::string> chosen;
+  for (const auto& l : cold.layers) chosen.insert(l.descriptor);
+  {
+    profiler::ProfileCache cache(dir);
+    for (const auto& key : cache_keys(dir))
+      for (const auto& d : chosen)
+        if (key.find("|" + d + "|") != std::string::npos) cache.put(key, 1000.0, 0.0);
+    cache.save();
+  }
+  Model second = detail::make_model(test::chain_graph(5));
+  const TuneReport warm = tune_and_keep(second, o);
+  INFO(warm.to_text());
+  if (warm.kept_default && warm.default_ms == 0) return;  // (not reached: the default obeys no rules here)
+  CHECK(warm.earlier_paths >= 1);
+  CHECK(warm.earlier_ms > 0);
+  CHECK(warm.measured_ms <= warm.earlier_ms / 0.97 + 1e-9);
+  CHECK_THAT(warm.to_text(), Catch::Contains("earlier tunings kept measured beside it"));
+  CHECK_THAT(warm.to_json(), Catch::Contains("\"earlier_paths\": "));
+  // Its own path is remembered too: a third tuning sees both.
+  Model third = detail::make_model(test::chain_graph(5));
+  const TuneReport again = tune_and_keep(third, o);
+  CHECK(again.earlier_paths >= 1);
 }
 
 TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
