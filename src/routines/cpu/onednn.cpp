@@ -14,9 +14,10 @@
 //
 // Structure: each operation is a struct Op with
 //   static constexpr std::string_view kType;                    the layer type
-//   static Support check(const LayerInfo&, Layout);             cheap checks, with the reason
-//   static Plan plan(const LayerInfo&, Layout, bool prepare);   the primitive descriptor and its arguments
-// and Onednn<Op, Layout> turns it into the registered Routine. supports() also
+//   static Support check(const LayerInfo&, Form);               cheap checks, with the reason
+//   static Plan plan(const LayerInfo&, Form, bool prepare);     the primitive descriptor and its arguments
+// (Form: the layout and the activations' data type) and Onednn<Op, Layout,
+// DType> turns it into the registered Routine. supports() also
 // builds the primitive descriptor, so it says no (with oneDNN's words) where
 // oneDNN cannot create one, and where oneDNN would only run its slow reference
 // implementation ("ref:any").
@@ -78,25 +79,23 @@ using namespace onednn_common;  // engine, threads, post-ops, Plan, Prepared (sh
 // ---------------------------------------------------------------------------
 // Memory descriptors in a schema's layout and data type
 
-/// The activation data type of the routine being planned (float32, or bf16 for
-/// the cpu:bfloat16 routines): set by Onednn<> around every check/plan call.
-thread_local dt g_act_dt = dt::f32;
-struct ActType {
-  dt prev;
-  explicit ActType(dt t) : prev(g_act_dt) { g_act_dt = t; }
-  ~ActType() { g_act_dt = prev; }
-  ActType(const ActType&) = delete;
-  ActType& operator=(const ActType&) = delete;
+/// What a routine plans for: its blobs' layout and its activations' data
+/// type (float32, or bf16 for the cpu:bfloat16 routines). Passed to every
+/// check and plan; it reads as its layout where only that matters.
+struct Form {
+  Layout layout;
+  dt act;
+  operator Layout() const { return layout; }
 };
 
 dims to_dims(const Shape& s) { return dims(s.begin(), s.end()); }
 
 /// The descriptor of an activation blob of `shape` in `layout` (rank 4 unless plain).
-dnnl::memory::desc act_md(const Shape& shape, Layout layout) {
-  switch (layout) {
-    case Layout::nhwc: return {to_dims(shape), g_act_dt, tag::nhwc};
-    case Layout::nchw8c: return {to_dims(shape), g_act_dt, tag::nChw8c};
-    case Layout::nchw16c: return {to_dims(shape), g_act_dt, tag::nChw16c};
+dnnl::memory::desc act_md(const Shape& shape, Form form) {
+  switch (form.layout) {
+    case Layout::nhwc: return {to_dims(shape), form.act, tag::nhwc};
+    case Layout::nchw8c: return {to_dims(shape), form.act, tag::nChw8c};
+    case Layout::nchw16c: return {to_dims(shape), form.act, tag::nChw16c};
     case Layout::nchw: break;
   }
   dims strides(shape.size());
@@ -105,7 +104,7 @@ dnnl::memory::desc act_md(const Shape& shape, Layout layout) {
     strides[static_cast<std::size_t>(d)] = st;
     st *= shape[d];
   }
-  return {to_dims(shape), g_act_dt, strides};
+  return {to_dims(shape), form.act, strides};
 }
 
 /// A plain row-major descriptor for a weight of `d` dims.
@@ -139,8 +138,8 @@ Support float_weights(const Layer& l, std::initializer_list<const char*> keys) {
 /// the activations oneDNN drops NaN in (onednn_common::drops_nan). Elsewhere,
 /// and in the bfloat16 routines, oneDNN's fused form.
 void fuse_activation(dnnl::post_ops& ops, Plan& p, const Activation& a, const LayerInfo& info, const Shape& out,
-                     Layout l) {
-  p.after = append_activation(ops, a, info.keep_nan && g_act_dt == dt::f32);
+                     Form l) {
+  p.after = append_activation(ops, a, info.keep_nan && l.act == dt::f32);
   p.after_shape = out;
   p.after_layout = l;
 }
@@ -167,6 +166,7 @@ class Onednn final : public Routine {
  public:
   static constexpr Schema kSchema{Device::cpu, D, L};
   static constexpr dt kDt = D == DType::bfloat16 ? dt::bf16 : dt::f32;
+  static constexpr Form kForm{L, kDt};
 
   std::string_view layer_type() const override { return Op::kType; }
   std::string_view algorithm() const override { return "onednn"; }
@@ -181,12 +181,11 @@ class Onednn final : public Routine {
     if (D == DType::bfloat16 && !has_bf16())
       return Support::no("CPU lacks bfloat16 instructions (AVX-512 BF16 or AMX-BF16)");
     if (!info.layer) return Support::no("no layer");
-    const ActType act_type(kDt);
-    try {
-      Support s = Op::check(info, L);
+        try {
+      Support s = Op::check(info, kForm);
       if (!s) return s;
       match_threads();
-      const Plan p = Op::plan(info, L, false);
+      const Plan p = Op::plan(info, kForm, false);
       if (std::string_view impl = reference_impl(p); Op::kRefuseReference && !impl.empty())
         return Support::no(fmt::format("oneDNN has only its reference implementation ({}) for this", impl));
       return Support::yes();
@@ -201,11 +200,10 @@ class Onednn final : public Routine {
                                            const RoutineParams&) const override {
     if (D == DType::bfloat16 && !has_bf16())
       throw Error("cpu:bfloat16/onednn: CPU lacks bfloat16 instructions (AVX-512 BF16 or AMX-BF16)");
-    const ActType act_type(kDt);
-    try {
+        try {
       match_threads();
       note_wait_policy();
-      Plan plan = Op::plan(info, L, true);
+      Plan plan = Op::plan(info, kForm, true);
       if (core::log_enabled(core::LogLevel::debug)) {
         std::string impls;
         for (const auto& s : plan.steps) impls += (impls.empty() ? "" : " + ") + std::string(s.pd.impl_info_str());
@@ -213,8 +211,7 @@ class Onednn final : public Routine {
       }
       auto prepared = std::make_unique<Prepared>(std::move(plan));
       prepared->set_replan([info] {
-        const ActType act_type(kDt);
-        return Op::plan(info, L, true);
+                return Op::plan(info, kForm, true);
       });
       return prepared;
     } catch (const dnnl::error& e) {
@@ -225,23 +222,21 @@ class Onednn final : public Routine {
   std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous, const Routine& previous_routine,
                                                          const RoutineParams&, const LayerInfo& info, const Schema&,
                                                          const RoutineParams&) const override {
-    if constexpr (requires { Op::plan_with_previous(previous, info, L, true); }) {
+    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, true); }) {
       if (D != DType::float32 || !previous.layer) return nullptr;
       // A layer before it on this very routine (same operation, layout, data
       // type), or the adapt that brought its input into this layout.
       const bool adapt = previous.layer->type == "adapt";
       if (!adapt && &previous_routine != this) return nullptr;
-      const ActType act_type(kDt);
-      try {
+            try {
         match_threads();
-        std::optional<Plan> plan = Op::plan_with_previous(previous, info, L, adapt);
+        std::optional<Plan> plan = Op::plan_with_previous(previous, info, kForm, adapt);
         if (!plan) return nullptr;
         core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
                     kSchema.to_string(), plan->steps.back().pd.impl_info_str());
         auto prepared = std::make_unique<Prepared>(std::move(*plan));
         prepared->set_replan([previous, info, adapt] {
-          const ActType act_type(kDt);
-          std::optional<Plan> again = Op::plan_with_previous(previous, info, L, adapt);
+                    std::optional<Plan> again = Op::plan_with_previous(previous, info, kForm, adapt);
           if (!again) throw Error("oneDNN cannot plan the pair for one thread");
           return std::move(*again);
         });
@@ -265,14 +260,14 @@ struct Conv2 {
   static constexpr bool kRefuseReference = true;
 
   /// conv2's and deconv2's: an image input and float32 weights.
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
     if (info.input_shapes[0].rank() != 4) return Support::no(fmt::format("{} needs an input [N,C,H,W]", info.layer->type));
     return float_weights(*info.layer, {"weight", "bias"});
   }
 
   /// `plain_input`: the input arrives plain (an adapt to `l` taken in: plan_with_previous).
-  static Plan plan(const LayerInfo& info, Layout l, bool prepare, bool plain_input = false) {
+  static Plan plan(const LayerInfo& info, Form l, bool prepare, bool plain_input = false) {
     const Layer& layer = *info.layer;
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
     const Activation act = core::fused_activation(layer, true);
@@ -284,7 +279,7 @@ struct Conv2 {
 
     const dims wd = g.group > 1 ? dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw}
                                 : dims{g.oc, g.c, g.kh, g.kw};
-    const dnnl::memory::desc w_any(wd, g_act_dt, tag::any);
+    const dnnl::memory::desc w_any(wd, l.act, tag::any);
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
     Plan p;
     dnnl::post_ops ops;
@@ -296,7 +291,7 @@ struct Conv2 {
       return dnnl::convolution_forward::primitive_desc(d, make_attr(&ops), cpu_engine());
     };
     const Shape& in = info.input_shapes[0];
-    dnnl::convolution_forward::primitive_desc pd = make_pd(act_md(in, plain_input ? Layout::nchw : l));
+    dnnl::convolution_forward::primitive_desc pd = make_pd(act_md(in, plain_input ? Form{Layout::nchw, l.act} : l));
 
     // Blocked input with channels that do not fill a block (a first conv on RGB):
     // oneDNN's fast kernels read such inputs plain, so reorder it first (to the
@@ -304,10 +299,10 @@ struct Conv2 {
     Mem src = in0;
     const bool blocked = l == Layout::nchw8c || l == Layout::nchw16c;
     if (!plain_input && blocked && g.group == 1 && is_reference(pd)) {
-      auto plain = make_pd(act_md(in, Layout::nchw));
+      auto plain = make_pd(act_md(in, {Layout::nchw, l.act}));
       if (!is_reference(plain)) {
         pd = plain;
-        p.temps.push_back(act_md(in, Layout::nchw));
+        p.temps.push_back(act_md(in, {Layout::nchw, l.act}));
         src = Mem{Mem::temp, 0};
         dnnl::reorder::primitive_desc r(cpu_engine(), act_md(in, l), cpu_engine(), p.temps[0], make_attr());
         p.steps.push_back({r, {{DNNL_ARG_FROM, in0}, {DNNL_ARG_TO, src}}});
@@ -337,7 +332,7 @@ struct Conv2 {
   /// JIT kernels read such inputs plain anyway (plan() copies them back into
   /// the workspace), so the copy padded to 16 channels, 5.3x the image
   /// (MobileNetV2: 3.1 MiB, the session's largest blob), is never made.
-  static std::optional<Plan> plan_from_plain(const LayerInfo& adapt, const LayerInfo& info, Layout l) {
+  static std::optional<Plan> plan_from_plain(const LayerInfo& adapt, const LayerInfo& info, Form l) {
     if (l != Layout::nchw8c && l != Layout::nchw16c) return std::nullopt;
     if (!(Schema::parse(adapt.layer->get_string("from")) == Schema{})) return std::nullopt;
     const Shape& in = info.input_shapes[0];
@@ -354,7 +349,7 @@ struct Conv2 {
   /// (MobileNetV2's 96x112x112 expansion, 4.6 MiB, was most of a session's
   /// arena). Same speed as the two apart (16->96@112 then 3x3 s2: 0.329 against
   /// 0.327 ms); nullopt where oneDNN would fuse only in its reference code.
-  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& next, Layout l, bool adapt) {
+  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& next, Form l, bool adapt) {
     if (adapt) return plan_from_plain(previous, next, l);
     const LayerInfo& info = previous;
     const Layer& pw = *info.layer;
@@ -416,9 +411,9 @@ struct Deconv2 {
   static constexpr std::string_view kType = "deconv2";
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout l) { return Conv2::check(info, l); }
+  static Support check(const LayerInfo& info, Form l) { return Conv2::check(info, l); }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+  static Plan plan(const LayerInfo& info, Form l, bool prepare) {
     const Layer& layer = *info.layer;
     const core::Deconv2Window g = core::deconv2_window(layer, info.input_shapes[0]);
     const Activation act = core::fused_activation(layer);
@@ -429,7 +424,7 @@ struct Deconv2 {
     const dims wd = g.group > 1 ? dims{g.group, ocg, icg, g.kh, g.kw} : dims{g.oc, g.c, g.kh, g.kw};
     const dims user_strides = g.group > 1 ? dims{icg * ocg * g.kh * g.kw, g.kh * g.kw, ocg * g.kh * g.kw, g.kw, 1}
                                           : dims{g.kh * g.kw, ocg * g.kh * g.kw, g.kw, 1};
-    const dnnl::memory::desc w_any(wd, g_act_dt, tag::any);
+    const dnnl::memory::desc w_any(wd, l.act, tag::any);
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
     Plan p;
     dnnl::post_ops ops;
@@ -464,7 +459,7 @@ struct Dense {
   static constexpr std::string_view kType = "dense";
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout) {
+  static Support check(const LayerInfo& info, Form) {
     const Shape& s = info.input_shapes[0];
     if (s.rank() < 2)
       return Support::no(fmt::format("cpu/onednn dense takes an input [..., N, K]; {} has rank {}", s.to_string(),
@@ -473,19 +468,19 @@ struct Dense {
     return float_weights(*info.layer, {"weight", "bias"});
   }
 
-  static Plan plan(const LayerInfo& info, Layout, bool prepare) {
+  static Plan plan(const LayerInfo& info, Form f, bool prepare) {
     const Layer& layer = *info.layer;
     const Blob& w = layer.weight("weight");
     const Blob* bias = layer.find_weight("bias");
     const Shape& x = info.input_shapes[0];
     const int64_t k = x[x.rank() - 1], n = x.numel() / k, o = w.shape()[0];
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({o}, dt::f32, tag::x) : dnnl::memory::desc();
-    dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, act_md(Shape{n, k}, Layout::nchw),
-                                        dnnl::memory::desc({o, k}, g_act_dt, tag::any), b_md,
-                                        act_md(Shape{n, o}, Layout::nchw));
+    dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, act_md(Shape{n, k}, {Layout::nchw, f.act}),
+                                        dnnl::memory::desc({o, k}, f.act, tag::any), b_md,
+                                        act_md(Shape{n, o}, {Layout::nchw, f.act}));
     Plan p;
     dnnl::post_ops ops;
-    fuse_activation(ops, p, core::fused_activation(layer, true), info, Shape{n, o}, Layout::nchw);
+    fuse_activation(ops, p, core::fused_activation(layer, true), info, Shape{n, o}, {Layout::nchw, f.act});
     dnnl::inner_product_forward::primitive_desc pd(d, make_attr(&ops), cpu_engine());
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     if (prepare) {
@@ -529,7 +524,7 @@ struct Pool2 {
     return false;
   }
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
     if (info.input_shapes[0].rank() != 4) return Support::no("pool2 needs an input [N,C,H,W]");
     const Layer& layer = *info.layer;
@@ -544,7 +539,7 @@ struct Pool2 {
     return Support::yes();
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool) {
+  static Plan plan(const LayerInfo& info, Form l, bool) {
     const Layer& layer = *info.layer;
     const Window2d g = core::pool2_window(layer, info.input_shapes[0]);
     const bool is_max = layer.get_string("mode") == "max";
@@ -584,16 +579,16 @@ struct Unary {
   static constexpr std::string_view kType = K::kType;
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     if constexpr (requires { K::check(info); })
       if (Support s = K::check(info); !s) return s;
     return rank4_unless_plain(info.input_shapes[0], l, "the input");
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool) {
+  static Plan plan(const LayerInfo& info, Form l, bool) {
     if constexpr (requires { K::activation(*info.layer); }) {
       // relu, clip, hardsigmoid: oneDNN drops NaN in them (drops_nan); where NaN may come, our pass computes them.
-      if (info.keep_nan && g_act_dt == dt::f32) {
+      if (info.keep_nan && l.act == dt::f32) {
         Plan p;
         p.after = K::activation(*info.layer);
         p.after_shape = info.input_shapes[0];
@@ -717,7 +712,7 @@ struct Reduce {
   static constexpr std::string_view kType = "reduce";
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     if (l != Layout::nchw) return Support::no("reduces in the plain layout only");
     const std::string mode = info.layer->get_string("mode");
     // oneDNN's max starts from the lowest finite float and drops NaN: a row of
@@ -727,7 +722,7 @@ struct Reduce {
     return rank4_unless_plain(info.input_shapes[0], l, "the input");
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool) {
+  static Plan plan(const LayerInfo& info, Form l, bool) {
     const Shape& in = info.input_shapes[0];
     const std::vector<bool> reduced = core::reduced_axes(*info.layer, in);
     Shape kept = in;
@@ -763,7 +758,7 @@ struct Binary {
     return -1;
   }
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     for (int i = 0; i < 2; ++i) {
       const Shape& s = info.input_shapes[static_cast<std::size_t>(i)];
       // A scalar (x / 2) broadcasts as [1, ..., 1] in the plain layout.
@@ -780,7 +775,7 @@ struct Binary {
     return Support::yes();
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool) {
+  static Plan plan(const LayerInfo& info, Form l, bool) {
     const int full = full_input(info), other = 1 - full;
     const Shape& out = info.output_shapes[0];
     Shape small;  // the other input with leading 1s up to the output's rank
@@ -798,7 +793,7 @@ struct Binary {
     const bool post_op = block == 0 || out.rank() < 2 || out[1] % std::max<int64_t>(block, 16) == 0;
     Plan p;
     dnnl::post_ops ops;
-    const bool pass = info.keep_nan && g_act_dt == dt::f32 && drops_nan(act);  // our pass after it
+    const bool pass = info.keep_nan && l.act == dt::f32 && drops_nan(act);  // our pass after it
     if (post_op || pass) fuse_activation(ops, p, act, info, out, l);
     p.steps.push_back({dnnl::binary::primitive_desc(d, make_attr(&ops), cpu_engine()),
                        {{DNNL_ARG_SRC_0, Mem{Mem::input, full}}, {DNNL_ARG_SRC_1, Mem{Mem::input, other}},
@@ -834,14 +829,14 @@ struct Batchnorm {
   static constexpr std::string_view kType = "batchnorm";
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
     if (info.input_shapes[0].rank() < 2 || info.input_shapes[0].rank() > 5)
       return Support::no("oneDNN's batch normalization takes [N,C], [N,C,W], [N,C,H,W] or [N,C,D,H,W]");
     return float_weights(*info.layer, {"scale", "bias", "mean", "var"});
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+  static Plan plan(const LayerInfo& info, Form l, bool prepare) {
     const Layer& layer = *info.layer;
     const float eps = static_cast<float>(layer.get_float("epsilon", 1e-5));
     const auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
@@ -874,12 +869,12 @@ struct Prelu {
   static constexpr std::string_view kType = "prelu";
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
     return float_weights(*info.layer, {"slope"});
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+  static Plan plan(const LayerInfo& info, Form l, bool prepare) {
     const Shape& x = info.input_shapes[0];
     const Blob& slope = info.layer->weight("slope");
     dims wd(static_cast<std::size_t>(x.rank()), 1);
@@ -905,7 +900,7 @@ struct Concat {
   // oneDNN's "ref:any" concat is a reorder per input into views of the output: fine.
   static constexpr bool kRefuseReference = false;
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     for (const Shape& s : info.input_shapes)
       if (Support r = rank4_unless_plain(s, l, "an input"); !r) return r;
     const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"),
@@ -916,7 +911,7 @@ struct Concat {
     return Support::yes();
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool) {
+  static Plan plan(const LayerInfo& info, Form l, bool) {
     const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"),
                                           info.output_shapes[0].rank());
     std::vector<dnnl::memory::desc> srcs;
@@ -938,11 +933,11 @@ struct Softmax {
   static constexpr std::string_view kType = "softmax";
   static constexpr bool kRefuseReference = true;
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     return rank4_unless_plain(info.input_shapes[0], l, "the input");
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool) {
+  static Plan plan(const LayerInfo& info, Form l, bool) {
     const Shape& s = info.input_shapes[0];
     const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
     dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, act_md(s, l), axis);
@@ -974,12 +969,12 @@ struct Layernorm {
     for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : inner) *= s[d];
   }
 
-  static Support check(const LayerInfo& info, Layout l) {
+  static Support check(const LayerInfo& info, Form l) {
     if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
     return float_weights(*info.layer, {"scale", "bias"});
   }
 
-  static Plan plan(const LayerInfo& info, Layout, bool prepare) {
+  static Plan plan(const LayerInfo& info, Form f, bool prepare) {
     const Layer& layer = *info.layer;
     int64_t outer = 0, inner = 0;
     view(info, outer, inner);
@@ -987,7 +982,7 @@ struct Layernorm {
     const float eps = static_cast<float>(layer.get_float("epsilon", 1e-5));
     auto flags = dnnl::normalization_flags::use_scale;
     if (bias) flags = flags | dnnl::normalization_flags::use_shift;
-    const dnnl::memory::desc md({outer, inner}, g_act_dt, tag::ab);
+    const dnnl::memory::desc md({outer, inner}, f.act, tag::ab);
     dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md, eps, flags);
     dnnl::layer_normalization_forward::primitive_desc pd(d, make_attr(), cpu_engine());
     Plan p;
@@ -1046,7 +1041,7 @@ struct Matmul {
     c[static_cast<std::size_t>(r - 1)] = b[static_cast<std::size_t>(r - 1)];
   }
 
-  static Support check(const LayerInfo& info, Layout) {
+  static Support check(const LayerInfo& info, Form) {
     for (int i = 0; i < 2; ++i) {
       const Shape& s = info.input_shapes[static_cast<std::size_t>(i)];
       if (s.numel() == 0) return Support::no(fmt::format("input {} {} is empty", i, s.to_string()));
@@ -1056,10 +1051,10 @@ struct Matmul {
     return Support::yes();
   }
 
-  static Plan plan(const LayerInfo& info, Layout, bool) {
+  static Plan plan(const LayerInfo& info, Form f, bool) {
     dims a, b, c;
     operands(info, a, b, c);
-    dnnl::matmul::desc d(plain_md(a, g_act_dt), plain_md(b, g_act_dt), plain_md(c, g_act_dt));
+    dnnl::matmul::desc d(plain_md(a, f.act), plain_md(b, f.act), plain_md(c, f.act));
     return Plan::single(dnnl::matmul::primitive_desc(d, make_attr(), cpu_engine()),
                         {{DNNL_ARG_SRC, in0}, {DNNL_ARG_WEIGHTS, Mem{Mem::input, 1}}, {DNNL_ARG_DST, out0}});
   }
