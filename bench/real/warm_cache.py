@@ -43,6 +43,9 @@ def tune(cli, base, out, cache, extra):
     report = open(out + ".txt").read()
     predicted, measured = re.search(r"predicted \(DPRS[^)]*\) ([0-9.]+) ms, measured ([0-9.]+) ms", report).groups()
     cache_line = re.search(r"tuned in .*", report).group(0)
+    earlier = re.search(r"(\d+) paths? earlier tunings kept measured beside it, the fastest ([0-9.]+) ms(: taken)?", report)
+    if earlier:
+        cache_line += f"; {earlier.group(1)} earlier path(s) measured beside it ({earlier.group(2)} ms{', taken' if earlier.group(3) else ''})"
     return secs, float(predicted), float(measured), cache_line
 
 
