@@ -2,7 +2,7 @@
 // routine's layer through its own small executor (which expands the childnet
 // into its child steps), so a childnet routine can be prepared and run like any
 // other (unit tests, benchmarks, constant folding). Inside a net the net's
-// executor expands childnets into steps itself (core/executor.cpp).
+// plan expands childnets into steps itself (core/plan.cpp).
 #pragma once
 
 #include "core/graph.hpp"

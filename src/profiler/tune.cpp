@@ -218,8 +218,8 @@ struct Tuner {
     DefaultPath out;
     out.path.device_fingerprint = report.device_fingerprint;
     const core::RoutinePath untuned;  // the untuned default, whatever the net held
-    const core::Executor exec(core::Executor::PlanOnly{}, net.graph, net.shapes, &untuned, net.weights);
-    for (const auto& step : exec.steps()) {
+    const core::Plan plan = core::build_plan(net.graph, net.shapes, &untuned, core::PlanOptions{.weights = net.weights});
+    for (const auto& step : plan.steps) {
       if (step->layer->type == "adapt") {
         out.path.adapts.push_back({step->adapt_layer.inputs[0], step->adapt_consumer, step->adapt_layer.get_string("from"),
                                    step->adapt_layer.get_string("to"), {step->routine.descriptor}, 0, step->params});

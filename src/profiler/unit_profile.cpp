@@ -613,13 +613,13 @@ std::vector<LayerProfile> Profiler::unit_profile() {
   // quantisation of its blobs, constants' included, keep_nan): read from its
   // plan, never derived again here.
   const core::RoutinePath untuned;
-  const core::Executor plan(core::Executor::PlanOnly{}, net_.graph, net_.shapes, &untuned, net_.weights);
+  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, core::PlanOptions{.weights = net_.weights});
   for (const auto& layer : net_.graph.layers) {
     if (layer.type == "constant") continue;
     LayerProfile p;
     p.layer = &layer;
     const LayerInfo* planned = plan.layer_info(layer.name);
-    if (!planned) throw Error("the executor's plan has no step for this layer", net_.file, layer.name, "layers");
+    if (!planned) throw Error("the plan has no step for this layer", net_.file, layer.name, "layers");
     p.info = *planned;
     p.info.layer = &layer;
     for (std::size_t i = 0; i < layer.inputs.size() && i < p.info.input_shapes.size(); ++i)

