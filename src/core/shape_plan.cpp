@@ -224,12 +224,19 @@ Blob evaluate_shape_math(const Layer& l, std::span<const Blob> values, std::span
 
 namespace {
 
-/// Where every input of `l` is in `values`: computes it (within the values'
-/// size cap), records its outputs there and appends constant layers for those
-/// a data layer reads; false (nothing changed) where it cannot.
-bool fold_values(const Layer& l, std::map<std::string, Blob>& values, const std::set<std::string>& read_as_data,
-                 std::vector<Layer>& layers) {
+/// Where every input of `l` is in `values` and one of them depends on the
+/// input shapes (`sized`: made by shape_math, or by a layer folded so):
+/// computes it (within the values' size cap), records its outputs there (and
+/// in `sized`) and appends constant layers for those a data layer reads;
+/// false (nothing changed) where it cannot. A layer of the model's constants
+/// alone is the same at every shape: the import left it to run (GPT-2's tied
+/// LM head, a transpose of the 38.6M-value embedding, was computed again at
+/// every new cache length).
+bool fold_values(const Layer& l, std::map<std::string, Blob>& values, std::set<std::string>& sized,
+                 const std::set<std::string>& read_as_data, std::vector<Layer>& layers) {
   if (l.inputs.empty() || l.type == "constant") return false;
+  if (std::none_of(l.inputs.begin(), l.inputs.end(), [&](const std::string& i) { return sized.count(i) != 0; }))
+    return false;
   std::vector<Blob> ins;
   for (const auto& i : l.inputs) {
     auto v = values.find(i);
@@ -254,6 +261,7 @@ bool fold_values(const Layer& l, std::map<std::string, Blob>& values, const std:
       layers.push_back(std::move(c));
     }
     values[l.outputs[k]] = std::move(outs[k]);
+    sized.insert(l.outputs[k]);
   }
   return true;
 }
@@ -301,6 +309,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
   std::map<std::string, Shape> shapes;
   for (const auto& in : out.inputs) shapes[in.name] = in.shape;
   std::map<std::string, Blob> values;  // shape_math outputs and constants
+  std::set<std::string> sized;         // those of them that depend on the input shapes
   std::vector<Shape> ins;
   for (const Layer& layer : graph.layers) {
     try {
@@ -328,6 +337,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
           out.layers.push_back(std::move(c));
         }
         values[name] = std::move(v);
+        sized.insert(name);
         continue;
       }
       if (layer.type == "constant") {
@@ -357,7 +367,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
       // A layer of values known at these shapes (T5's relative-position
       // buckets, Swin's window masks: Log, Min, compares of Range's output)
       // is computed now, once per shape, by the reference routines.
-      if (fold_values(l, values, read_as_data, out.layers)) continue;
+      if (fold_values(l, values, sized, read_as_data, out.layers)) continue;
       out.layers.push_back(std::move(l));
     } catch (const Error& e) {
       Error named = e.layer().empty() ? e.with_layer(layer.name) : e;

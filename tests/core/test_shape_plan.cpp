@@ -172,3 +172,28 @@ TEST_CASE("shape_math: ops follow ONNX semantics", "[core][shape_plan]") {
     CHECK(e.field() == "indices");
   }
 }
+
+TEST_CASE("specialize folds what depends on the input shapes, not a layer of constants alone", "[core][shape_plan]") {
+  // GPT-2's tied LM head reads a transpose of the 38.6M-value embedding: the
+  // import leaves it to run, and specialize computed it again at every new
+  // cache length. Only layers reading a value of these shapes are folded.
+  const Blob w = core::int_blob(Shape{2, 3}, {0, 1, 2, 3, 4, 5});
+  core::Graph g;
+  g.inputs = {{"x", Shape{1, 3}, DType::float32, {1}}};
+  g.outputs = {"y", "z"};
+  g.layers = {layer("constant", "w", {}, "w", {}, {{"value", core::to_float(w)}}),
+              layer("transpose", "wt", {"w"}, "wt", {{"perm", std::vector<int64_t>{1, 0}}}),
+              layer("matmul", "mm", {"x", "wt"}, "y"),
+              math("s", "shape", {"x"}),
+              math("sf", "cast", {"s"}, {{"to", std::string("float32")}}),
+              layer("neg", "negated", {"sf"}, "ns"),
+              layer("add", "z_add", {"ns", "ns"}, "z")};
+  const core::Graph at = core::specialize(g, {{"x", Shape{1, 3}}});
+  auto has = [&](const std::string& name, const std::string& type) {
+    const Layer* l = at.find_layer(name);
+    return l && l->type == type;
+  };
+  CHECK(has("wt", "transpose"));   // the model's constants alone: it runs, as the import left it
+  CHECK(at.find_layer("negated") == nullptr);  // of the input's shape: computed once at this shape,
+  CHECK(has("z_add", "constant"));              // as what reads it alone (the net's output)
+}
