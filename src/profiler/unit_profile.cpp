@@ -331,13 +331,14 @@ std::string Profiler::candidate_key(const LayerInfo& info, const Candidate& c, c
   return key;
 }
 
-bool Profiler::remeasure(const LayerInfo& info, Measured& m, double tolerance) {
+bool Profiler::remeasure(const LayerInfo& info, Measured& m, double tolerance, double* factor) {
   const double ms = time_routine(*m.cand.routine, m.cand.schema, info, m.params, m.cache_key, 0, nullptr, true);
   const double was = m.unit_ms;
   m.unit_ms = ms;
   m.from_disk = false;
   ++cache_remeasured_;
   --cache_hits_;
+  if (factor) *factor = std::max(ms, was) / std::max(1e-12, std::min(ms, was));
   return std::abs(ms - was) > tolerance * std::max(ms, was);
 }
 
@@ -345,15 +346,26 @@ void Profiler::spot_check_cached(const LayerInfo& info, std::vector<Measured>& m
   std::map<std::string, std::vector<Measured*>> by_schema;
   for (auto& m : measured)
     if (m.from_disk && !m.cache_key.empty()) by_schema[m.cand.schema.to_string()].push_back(&m);
+  if (by_schema.empty() || (!spot_all_ && spot_layers_++ % kSpotCheckEvery != 0)) return;
+  bool wild = false;  // off by more than noise ever is (4x)
   for (auto& [schema, cached] : by_schema) {
     Measured* best = *std::min_element(cached.begin(), cached.end(),
                                        [](const Measured* a, const Measured* b) { return a->unit_ms < b->unit_ms; });
     auto again = [&](Measured& m) { return remeasure(info, m, 0.25); };
-    if (!again(*best)) continue;
+    ++spot_checks_;
+    double factor = 1;
+    if (!remeasure(info, *best, 0.25, &factor)) continue;
+    ++spot_off_;
+    wild = wild || factor > 4;
     core::info("{}: cached time of {} off ({}): measuring its schema's {} cached candidates again", info.layer->name,
                best->cand.descriptor, schema, cached.size() - 1);
     for (Measured* m : cached)
       if (m != best) again(*m);
+  }
+  if (!spot_all_ && (wild || (spot_checks_ >= 16 && spot_off_ * 4 > spot_checks_))) {
+    spot_all_ = true;
+    core::info("{} of {} spot-checked cached times were off: every layer's are checked from here on", spot_off_,
+               spot_checks_);
   }
 }
 

@@ -154,13 +154,19 @@ class Profiler {
   /// The cache key of a candidate of `info` with `params`: a qint8 routine's
   /// includes the quantisation of its blobs (its speed may depend on it).
   std::string candidate_key(const LayerInfo& info, const core::Candidate& c, const RoutineParams& params) const;
-  /// Cached times are spot-checked: the fastest cached candidate of each of a
-  /// layer's schemas is measured again, and where it is off by more than a
-  /// quarter, every cached candidate of that schema is, and replaced.
+  /// Cached times are spot-checked, on one layer in kSpotCheckEvery (every
+  /// layer once a quarter of at least 16 checks, or one by more than 4x, found
+  /// a time off: the cache no longer describes this machine): the fastest cached candidate of each of
+  /// the layer's schemas is measured again, and where it is off by more than
+  /// a quarter, every cached candidate of that schema is, and replaced. (A
+  /// time recorded too low is then measured in context once DPRS picks it;
+  /// one recorded too high is caught by the final check's earlier paths.)
   void spot_check_cached(const LayerInfo& info, std::vector<Measured>& measured);
+  static constexpr int kSpotCheckEvery = 4;
   /// Measures a cached candidate again (its time replaced, counted as measured
   /// again); true where the two differ by more than `tolerance` of the larger.
-  bool remeasure(const LayerInfo& info, Measured& m, double tolerance);
+  /// `factor`: the larger over the smaller.
+  bool remeasure(const LayerInfo& info, Measured& m, double tolerance, double* factor = nullptr);
   /// The spot check of childnet children (hundreds of small layers, each
   /// measured in microseconds): once per layer type and routine, the first
   /// cached time met measured again; where it is off by more than half,
@@ -188,6 +194,9 @@ class Profiler {
   /// they held): adapts by routine and source schema ("adapt|descriptor|from"),
   /// childnet children by layer type and routine (spot_check_grouped).
   std::map<std::string, bool> spot_checked_;
+  int spot_layers_ = 0;           ///< layers with cached times met (spot_check_cached)
+  int spot_checks_ = 0, spot_off_ = 0;  ///< schemas spot-checked, and those found off
+  bool spot_all_ = false;         ///< every layer is checked from now on
   /// Keys measured since the load window opened, and when it did.
   std::vector<std::string> window_keys_;
   CpuClock window_start_ = cpu_clock();

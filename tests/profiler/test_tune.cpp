@@ -114,7 +114,7 @@ TEST_CASE("a warm profile cache answers the unit measurements, spot-checked", "[
   // under load (CTest runs tests side by side), the untrusted ones. (Not all
   // of them: the warm tuning may explore other adapts and parameters.)
   CHECK(warm.cache_hits + warm.cache_remeasured > cold.measurements / 2);
-  CHECK(warm.cache_remeasured >= 6);  // at least one spot check per layer
+  CHECK(warm.cache_remeasured >= 2);  // the first layer's schemas at least (one layer in kSpotCheckEvery)
 }
 
 namespace {
