@@ -189,6 +189,10 @@ struct TuneReport {
   /// Cached times measured again: taken under load, or off when spot-checked
   /// (the fastest cached candidate of each layer's schemas is measured again).
   int cache_remeasured = 0;
+  /// How much faster (below 1) or slower the machine ran the spot-checked
+  /// candidates than when the cache measured them: cached times were read
+  /// scaled by it (1: no drift, or too few checks to say).
+  double cache_drift = 1;
   bool exact = true;        ///< DPRS solved exactly (no fallback)
   /// CPUs other processes (and a hypervisor) kept busy on average while tuning;
   /// -1 where the system does not say. From 0.5 up the times measured may not

@@ -649,7 +649,6 @@ struct Tuner {
         report_path(planned, profiles);
       }
     }
-    alternatives.resize(singles);
     // The accuracy budget: a path that misses it gives way to the fastest float32 path measured.
     bool force_default = false;
     report.accuracy = accuracy_of(planned.path);
@@ -657,16 +656,26 @@ struct Tuner {
     report.accuracy_missed = !accuracy_ok(planned.path) || !confirmed(planned.path, true);
     const std::string why = report.accuracy_note.empty() ? "" : "; " + report.accuracy_note;
     if (report.accuracy_missed) {
+      // The fastest float32 path measured: the float32-only one, or one an
+      // earlier tuning kept.
       int float_alt = -1;
-      for (std::size_t k = 0; k < alternatives.size(); ++k)
-        if (alternatives[k].first == "float32-only") float_alt = static_cast<int>(k);
+      for (std::size_t k = 0; k < alternatives.size(); ++k) {
+        const bool candidate = alternatives[k].first == "float32-only" ||
+                               (k >= singles && !profiler::uses_reduced_precision(alternatives[k].second.path, model_int8));
+        if (candidate && (float_alt < 0 || measured[2 + k].total_ms < measured[2 + float_alt].total_ms))
+          float_alt = static_cast<int>(k);
+      }
       const bool alt_faster = float_alt >= 0 && measured[2 + float_alt].total_ms < measured[1].total_ms;
       if (float_alt >= 0 && (alt_faster || !fallback.allowed)) {
-        core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): taking the float32-only path ({:.3f} ms)",
-                   budget.text, report.accuracy, why, measured[2 + float_alt].total_ms);
-        planned = alternatives[static_cast<std::size_t>(float_alt)].second;
-        measured[0] = measured[2 + float_alt];
-        report.predicted_ms = planned.predicted_ms;
+        const auto& alt = alternatives[static_cast<std::size_t>(float_alt)];
+        core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): taking the {} path ({:.3f} ms)",
+                   budget.text, report.accuracy, why, alt.first, measured[2 + float_alt].total_ms);
+        const auto& m = measured[2 + float_alt];
+        planned = alt.second;
+        measured[0] = m;
+        report.earlier_taken = static_cast<std::size_t>(float_alt) >= singles;
+        report.predicted_ms =
+            report.earlier_taken ? m.steps_ms + m.step_gap_ms * static_cast<double>(m.steps) : planned.predicted_ms;
         report_path(planned, profiles);
       } else if (fallback.allowed) {
         core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): keeping the untuned default's routines "
@@ -755,6 +764,7 @@ struct Tuner {
     report.measurements = prof.measurements();
     report.cache_hits = prof.cache_hits();
     report.cache_remeasured = prof.cache_remeasured();
+    report.cache_drift = prof.cache_drift();
     report.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.others_cpus = profiler::others_cpus(cpu_at_start, profiler::cpu_clock());
     if (report.others_cpus >= 0.5)

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <fnmatch.h>
 #include <set>
@@ -211,7 +212,7 @@ double Profiler::time_routine(const Routine& r, const Schema& s, const LayerInfo
     const bool disk = !cache_.is_fresh(key);
     cache_hits_ += disk;
     if (from_disk) *from_disk = disk;
-    return *hit;
+    return disk ? *hit * cache_drift() : *hit;
   }
   cache_remeasured_ += cache_.untrusted(key);
   std::unique_ptr<PreparedRoutine> prepared;
@@ -348,25 +349,40 @@ void Profiler::spot_check_cached(const LayerInfo& info, std::vector<Measured>& m
     if (m.from_disk && !m.cache_key.empty()) by_schema[m.cand.schema.to_string()].push_back(&m);
   if (by_schema.empty() || (!spot_all_ && spot_layers_++ % kSpotCheckEvery != 0)) return;
   bool wild = false;  // off by more than noise ever is (4x)
+  const double applied = cache_drift();  // what this layer's cached times were scaled by
   for (auto& [schema, cached] : by_schema) {
     Measured* best = *std::min_element(cached.begin(), cached.end(),
                                        [](const Measured* a, const Measured* b) { return a->unit_ms < b->unit_ms; });
     auto again = [&](Measured& m) { return remeasure(info, m, 0.25); };
     ++spot_checks_;
     double factor = 1;
-    if (!remeasure(info, *best, 0.25, &factor)) continue;
+    const double was = best->unit_ms;
+    const bool off = remeasure(info, *best, 0.25, &factor);
+    if (was > 0 && best->unit_ms > 0) drift_log_.push_back(std::log(best->unit_ms / (was / applied)));
+    if (!off) continue;
     ++spot_off_;
     wild = wild || factor > 4;
-    core::info("{}: cached time of {} off ({}): measuring its schema's {} cached candidates again", info.layer->name,
-               best->cand.descriptor, schema, cached.size() - 1);
+    core::info("{}: cached time of {} off ({:.4f} ms cached, {:.4f} now): measuring its schema's {} cached candidates "
+               "again", info.layer->name, best->cand.descriptor, was, best->unit_ms, cached.size() - 1);
     for (Measured* m : cached)
       if (m != best) again(*m);
   }
+  // The times of this layer read before its checks, scaled as the checks now say.
+  if (const double now = cache_drift(); now != applied)
+    for (auto& m : measured)
+      if (m.from_disk && !m.cache_key.empty()) m.unit_ms *= now / applied;
   if (!spot_all_ && (wild || (spot_checks_ >= 16 && spot_off_ * 4 > spot_checks_))) {
     spot_all_ = true;
     core::info("{} of {} spot-checked cached times were off: every layer's are checked from here on", spot_off_,
                spot_checks_);
   }
+}
+
+double Profiler::cache_drift() const {
+  if (drift_log_.size() < 3) return 1.0;
+  std::vector<double> v = drift_log_;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return std::exp(v[v.size() / 2]);
 }
 
 /// How far a group's spot-checked time may lie from the cached one (a half):
@@ -432,7 +448,7 @@ AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, con
       if (auto hit = cache_.find(key)) {
         t.from_disk = !cache_.is_fresh(key);
         cache_hits_ += t.from_disk;
-        t.ms = *hit;
+        t.ms = t.from_disk ? *hit * cache_drift() : *hit;
       } else {
         measure(t);
       }

@@ -133,6 +133,13 @@ class Profiler {
   /// Cached times measured again: entries taken under load, and entries the
   /// spot check found off (spot_check_cached).
   int cache_remeasured() const { return cache_remeasured_; }
+  /// How much faster (below 1) or slower this machine runs the cached
+  /// candidates now than when they were measured: the median ratio of the
+  /// spot-checked times (1 before three). Cached times are read scaled by it,
+  /// so that they compare with those measured now (a VM whose neighbours
+  /// quieted ran them 1.5x faster, and every candidate measured afresh looked
+  /// better than a cached one).
+  double cache_drift() const;
   const Rules& rules() const { return rules_; }
   /// Below float32 only the qint8 routines of `layers` (Rules::reduced_only_for).
   void restrict_reduced_to(std::set<std::string> layers) { rules_.reduced_only_for = std::move(layers); }
@@ -197,6 +204,7 @@ class Profiler {
   int spot_layers_ = 0;           ///< layers with cached times met (spot_check_cached)
   int spot_checks_ = 0, spot_off_ = 0;  ///< schemas spot-checked, and those found off
   bool spot_all_ = false;         ///< every layer is checked from now on
+  std::vector<double> drift_log_;  ///< log(measured now / cached) of each layer spot check
   /// Keys measured since the load window opened, and when it did.
   std::vector<std::string> window_keys_;
   CpuClock window_start_ = cpu_clock();

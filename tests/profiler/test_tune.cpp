@@ -175,6 +175,35 @@ TEST_CASE("cached times that no longer hold are found by the spot check and meas
   CHECK_THAT(warm.to_text(), Catch::Contains("cached measured again"));
 }
 
+TEST_CASE("cached times are read scaled by the drift the spot checks measure", "[tune][cache]") {
+  // A VM whose neighbours quieted ran every cached candidate 1.5x faster than
+  // the cache said, so each one measured afresh looked better than a cached
+  // one. Here every record of a cold tuning is written 10x too slow: the
+  // warm tuning reads them scaled back.
+  const std::string dir = fresh_dir("cache-drift");
+  Model first = detail::make_model(test::chain_graph(8));
+  tune_and_keep(first, quick(dir));
+  {
+    // (Every record, those measured under load too: read from the file's text.)
+    std::map<std::string, double> times;
+    std::ifstream in(dir + "/profiles.tsv");
+    for (std::string line; std::getline(in, line);) {
+      const auto a = line.find('\t'), b = line.find('\t', a + 1);
+      times[line.substr(a + 1, b - a - 1)] = std::stod(line.substr(b + 1, line.find('\t', b + 1) - b - 1));
+    }
+    REQUIRE_FALSE(times.empty());
+    profiler::ProfileCache cache(dir);
+    for (const auto& [key, ms] : times) cache.put(key, ms * 10, 0.0);
+    cache.save();
+  }
+  Model second = detail::make_model(test::chain_graph(8));
+  const TuneReport warm = tune_and_keep(second, quick(dir));
+  INFO(warm.to_text());
+  CHECK(warm.cache_drift < 0.5);
+  CHECK_THAT(warm.to_text(), Catch::Contains("cached times read scaled by"));
+  CHECK_THAT(warm.to_json(), Catch::Contains("\"cache_drift\": "));
+}
+
 TEST_CASE("cached adapt and childnet-child times are spot-checked too, once per routine and schema or type", "[tune][cache]") {
   // The spot check covered layers only: every adapt time and every childnet
   // child's was reused as cached.
