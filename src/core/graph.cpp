@@ -162,7 +162,8 @@ void check_input_shape(const TensorInfo& in, const Shape& s) {
               {}, {}, in.name);
 }
 
-std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::string, Shape>& input_shapes) {
+std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::string, Shape>& input_shapes,
+                                          Graph* specialized) {
   std::map<std::string, Shape> shapes;
   for (const auto& in : g.inputs) {
     auto given = input_shapes.find(in.name);
@@ -175,7 +176,8 @@ std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::st
   }
   if (has_shape_math(g)) {  // values computed from shapes: evaluated at these shapes
     const auto inputs = shapes;
-    specialize(g, inputs, &shapes);
+    Graph at = specialize(g, inputs, &shapes);
+    if (specialized) *specialized = std::move(at);
     for (const auto& [blob, s] : shapes) check_size(s, {}, blob);
     return shapes;
   }

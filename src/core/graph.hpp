@@ -90,7 +90,11 @@ void sort_topologically(Graph& graph);
 /// outputs, via each layer type's shape inference. Throws Error naming the layer.
 std::map<std::string, Shape> infer_shapes(const Graph& graph);
 /// The same at other input shapes (every net input named in `input_shapes`).
-std::map<std::string, Shape> infer_shapes(const Graph& graph, const std::map<std::string, Shape>& input_shapes);
+/// A graph with shape computations is specialised at them to tell (specialize,
+/// core/shape_plan.hpp): where `specialized` is given, it receives that graph
+/// (a plan at these shapes is built from it: build_plan), else it is dropped.
+std::map<std::string, Shape> infer_shapes(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
+                                          Graph* specialized = nullptr);
 /// The routine path to run at these input shapes: the one tuned at them, else
 /// the nearest (dims compared by ratio); `exact` says which.
 const RoutinePath& path_for(const Graph& graph, const std::map<std::string, Shape>& input_shapes, bool* exact);

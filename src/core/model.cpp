@@ -4,6 +4,7 @@
 #include "core/executor.hpp"
 #include "core/dnn_file.hpp"
 #include "core/prepared_weights.hpp"
+#include "core/shape_plan.hpp"
 #include "core/weight_quant.hpp"
 #include "core/log.hpp"
 #include "core/aligned_memory.hpp"
@@ -138,9 +139,14 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   bool exact = false;
   const core::RoutinePath& path = core::path_for(model_.graph, inputs, &exact);
   try {
-    e.shapes = core::infer_shapes(model_.graph, inputs);
-    e.executor = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_,
-                                                  memory_limit_, /*keep_nan=*/false, queues_, host_arena_);
+    // A graph with shape computations is specialised once here, for its shapes and its plan.
+    auto specialized = core::has_shape_math(model_.graph) ? std::make_unique<core::Graph>() : nullptr;
+    e.shapes = core::infer_shapes(model_.graph, inputs, specialized.get());
+    core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, /*keep_nan=*/false};
+    e.executor = std::make_unique<core::Executor>(
+        specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
+                    : core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
+        queues_, host_arena_);
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }

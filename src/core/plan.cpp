@@ -740,4 +740,14 @@ Plan build_plan(const Graph& given, const std::map<std::string, Shape>& shapes, 
   return plan;
 }
 
+Plan build_plan(std::unique_ptr<Graph> specialized, const std::map<std::string, Shape>& shapes, const RoutinePath& path,
+                PlanOptions options) {
+  Plan plan;
+  plan.options = std::move(options);
+  plan.specialized = std::move(specialized);
+  plan.graph = plan.specialized.get();
+  PlanBuilder(plan, path).build(shapes);
+  return plan;
+}
+
 }  // namespace softneuro::core

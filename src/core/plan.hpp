@@ -118,6 +118,11 @@ struct Plan {
 /// blob's shape). Prepares nothing. Throws Error naming the layer at fault.
 Plan build_plan(const Graph& graph, const std::map<std::string, Shape>& shapes, const RoutinePath* path = nullptr,
                 PlanOptions options = {});
+/// The same from a graph already specialised at these shapes (infer_shapes
+/// gives it): a model with shape computations is not specialised twice for
+/// each new shape (a decode step at each new cache length paid it twice).
+Plan build_plan(std::unique_ptr<Graph> specialized, const std::map<std::string, Shape>& shapes, const RoutinePath& path,
+                PlanOptions options = {});
 
 // Analyses of a graph the plan is built from.
 
