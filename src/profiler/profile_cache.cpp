@@ -29,8 +29,9 @@ namespace {
 constexpr const char* kVersion = "softneuro-profile-v3";
 constexpr const char* kVersionStem = "softneuro-profile-v";
 
-std::string checksum(const std::string& key, const std::string& ms, const std::string& load) {
-  std::string s = key + '\t' + ms + '\t' + load;
+/// A record's checksum: of its three fields (a profile's key, time and load; a path's model, time and text).
+std::string checksum(const std::string& a, const std::string& b, const std::string& c) {
+  std::string s = a + '\t' + b + '\t' + c;
   return fmt::format("{:016x}", core::xxh64(s.data(), s.size()));
 }
 
@@ -120,11 +121,6 @@ namespace {
 constexpr const char* kPathsVersion = "softneuro-paths-v1";
 constexpr const char* kPathsStem = "softneuro-paths-v";
 
-std::string path_checksum(const std::string& model_key, const std::string& time, const std::string& encoded) {
-  std::string s = model_key + '\t' + time + '\t' + encoded;
-  return fmt::format("{:016x}", core::xxh64(s.data(), s.size()));
-}
-
 /// The paths file's records appended to `out`; the number of damaged lines.
 int read_path_records(const std::string& path, std::vector<std::tuple<std::string, long long, std::string>>& out) {
   std::error_code ec;
@@ -145,7 +141,7 @@ int read_path_records(const std::string& path, std::vector<std::tuple<std::strin
       at = tab + 1;
     }
     if (f[0] != kPathsVersion && f[0].rfind(kPathsStem, 0) == 0) continue;  // another version's: not damaged
-    if (f.size() != 5 || f[0] != kPathsVersion || f[4] != path_checksum(f[1], f[2], f[3]) || !decode_path(f[3])) {
+    if (f.size() != 5 || f[0] != kPathsVersion || f[4] != checksum(f[1], f[2], f[3]) || !decode_path(f[3])) {
       ++bad;
       continue;
     }
@@ -253,7 +249,7 @@ void ProfileCache::save_paths() {
       if (k.size() == kPathsPerModel || std::find(k.begin(), k.end(), encoded) != k.end()) continue;
       k.push_back(encoded);
       const std::string t = std::to_string(time);
-      out += fmt::format("{}\t{}\t{}\t{}\t{}\n", kPathsVersion, key, t, encoded, path_checksum(key, t, encoded));
+      out += fmt::format("{}\t{}\t{}\t{}\t{}\n", kPathsVersion, key, t, encoded, checksum(key, t, encoded));
     }
     core::write_file_atomically(paths_path_, out.data(), out.size());
     for (auto& r : fresh_paths_) path_records_.push_back(std::move(r));
