@@ -48,6 +48,22 @@ def disagreements(path, shape, rng):
         if got["descriptor"] != want["descriptor"] or got["routine_params"] != want["routine_params"]:
             wrong.append(f"{want['layer']}: tuned {want['descriptor']} [{want['routine_params']}], "
                          f"runs {got['descriptor']} [{got['routine_params']}]")
+    # And the other way: every step the session runs, fused and viewed ones
+    # included, is one the tuner priced: a layer of the report (or a child of
+    # one), or an adapt of the report's (blob, schemas and routine).
+    priced = {l["layer"] for l in t.report.layers}
+    adapts = {(a["blob"].split("@")[0], a["from"], a["to"], a["descriptor"].split(" (")[0]) for a in t.report.adapts}
+    for step in s.layers():
+        if step["type"] != "adapt":
+            if step["name"] not in priced and step["name"].split("/")[0] not in priced:
+                wrong.append(f"{step['name']}: runs {step['descriptor']}, a step the tuner never priced")
+            continue
+        blob = step["inputs"][0].split("@")[0]
+        to = step["descriptor"].split("/")[0]
+        if not any(b == blob and d == step["descriptor"] for b, f, tt, d in adapts):
+            wrong.append(f"{step['name']}: adapt {step['descriptor']} of '{blob}'"
+                         f"{' (fused into ' + step['fused_into'] + ')' if step['fused_into'] else ''}, not among the "
+                         f"{sum(b == blob for b, *_ in adapts)} adapts the tuner priced for it")
     return t.report.layers, wrong
 
 

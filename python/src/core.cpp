@@ -358,6 +358,9 @@ NB_MODULE(_core, m) {
           d["descriptor"] = x.descriptor;
           d["routine_params"] = x.routine_params;
           d["tuned"] = x.tuned;
+          d["inputs"] = x.inputs;
+          d["fused_into"] = x.fused_into;
+          d["view"] = x.view;
           l.append(d);
         }
         return l;

@@ -738,6 +738,14 @@ struct Tuner {
       for (const auto& r : path.routines)
         report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
                                  r.predicted_ms, r.measured_ms, 1});
+      // And its adapts, with their times in those runs (a kept default's were
+      // left out: the report named none of the conversions a session then ran).
+      for (const auto& a : path.adapts) {
+        auto it = measured[1].per_step.find(core::adapt_step_name(a.blob, a.consumer, Schema::parse(a.to_schema)));
+        report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema,
+                                 a.steps[0] + (a.params.empty() ? std::string() : " (" + params_text(a.params) + ")"),
+                                 it == measured[1].per_step.end() ? 0.0 : it->second});
+      }
     }
     path.openmp_wait = report.openmp_wait;
     path.accuracy = accuracy_check(path);
