@@ -382,7 +382,10 @@ double Profiler::cache_drift() const {
   if (drift_log_.size() < 3) return 1.0;
   std::vector<double> v = drift_log_;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return std::exp(v[v.size() / 2]);
+  const double d = std::exp(v[v.size() / 2]);
+  // No machine speeds up or slows down 4x: such a cache describes another one,
+  // and its times are measured again (the spot checks find them off), not scaled.
+  return d > 4 || d < 0.25 ? 1.0 : d;
 }
 
 /// How far a group's spot-checked time may lie from the cached one (a half):

@@ -135,7 +135,8 @@ class Profiler {
   int cache_remeasured() const { return cache_remeasured_; }
   /// How much faster (below 1) or slower this machine runs the cached
   /// candidates now than when they were measured: the median ratio of the
-  /// spot-checked times (1 before three). Cached times are read scaled by it,
+  /// spot-checked times (1 before three, and beyond 4x either way: a cache of
+  /// another machine, measured again). Cached times are read scaled by it,
   /// so that they compare with those measured now (a VM whose neighbours
   /// quieted ran them 1.5x faster, and every candidate measured afresh looked
   /// better than a cached one).

@@ -128,6 +128,16 @@ std::vector<std::string> cache_keys(const std::string& dir) {
   }
   return keys;
 }
+/// A profile cache file's records: key -> time in ms (every one, those measured under load too).
+std::map<std::string, double> cache_times(const std::string& dir) {
+  std::map<std::string, double> times;
+  std::ifstream in(dir + "/profiles.tsv");
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find('\t'), b = line.find('\t', a + 1);
+    times[line.substr(a + 1, b - a - 1)] = std::stod(line.substr(b + 1, line.find('\t', b + 1) - b - 1));
+  }
+  return times;
+}
 }  // namespace
 
 // A warm cache once chose a path 1.5x slower than a cold tuning: times measured
@@ -178,37 +188,35 @@ TEST_CASE("cached times that no longer hold are found by the spot check and meas
 TEST_CASE("cached times are read scaled by the drift the spot checks measure", "[tune][cache]") {
   // A VM whose neighbours quieted ran every cached candidate 1.5x faster than
   // the cache said, so each one measured afresh looked better than a cached
-  // one. Here every record of a cold tuning is written 10x too slow: the
-  // warm tuning reads them scaled back.
+  // one. Here every record of a cold tuning is written 2x too slow: the
+  // warm tuning reads them scaled back. (10x would be another machine's cache:
+  // measured again, not scaled.)
   const std::string dir = fresh_dir("cache-drift");
   Model first = detail::make_model(test::chain_graph(8));
   tune_and_keep(first, quick(dir));
   {
-    // (Every record, those measured under load too: read from the file's text.)
-    std::map<std::string, double> times;
-    std::ifstream in(dir + "/profiles.tsv");
-    for (std::string line; std::getline(in, line);) {
-      const auto a = line.find('\t'), b = line.find('\t', a + 1);
-      times[line.substr(a + 1, b - a - 1)] = std::stod(line.substr(b + 1, line.find('\t', b + 1) - b - 1));
-    }
+    const auto times = cache_times(dir);
     REQUIRE_FALSE(times.empty());
     profiler::ProfileCache cache(dir);
-    for (const auto& [key, ms] : times) cache.put(key, ms * 10, 0.0);
+    for (const auto& [key, ms] : times) cache.put(key, ms * 2, 0.0);
     cache.save();
   }
   Model second = detail::make_model(test::chain_graph(8));
   const TuneReport warm = tune_and_keep(second, quick(dir));
   INFO(warm.to_text());
-  CHECK(warm.cache_drift < 0.5);
+  CHECK(warm.cache_drift < 0.8);
+  CHECK(warm.cache_drift > 0.25);
   CHECK_THAT(warm.to_text(), Catch::Contains("cached times read scaled by"));
   CHECK_THAT(warm.to_json(), Catch::Contains("\"cache_drift\": "));
 }
 
+
 TEST_CASE("cached adapt and childnet-child times are spot-checked too, once per routine and schema or type", "[tune][cache]") {
   // The spot check covered layers only: every adapt time and every childnet
   // child's was reused as cached.
-  // Here every record of a cold tuning is rewritten far below what it takes;
-  // the warm tuning must measure again every time it reuses, adapts included.
+  // Here the adapt records of a cold tuning are rewritten far below what they
+  // take, the layers' left true (a uniform error is the drift's, read scaled):
+  // the warm tuning must measure every adapt it meets again.
   auto activations = [] {
     core::Graph g;
     g.name = "activations";
@@ -221,18 +229,20 @@ TEST_CASE("cached adapt and childnet-child times are spot-checked too, once per 
   const std::string dir = fresh_dir("cache-adapts");
   Model first = detail::make_model(activations());
   tune_and_keep(first, quick(dir));
-  const auto keys = cache_keys(dir);
-  REQUIRE(std::any_of(keys.begin(), keys.end(), [](const std::string& k) { return k.find("|adapt[") != std::string::npos; }));
+  const auto times = cache_times(dir);
+  auto is_adapt = [](const std::string& k) { return k.find("|adapt[") != std::string::npos; };
+  REQUIRE(std::any_of(times.begin(), times.end(), [&](const auto& kv) { return is_adapt(kv.first); }));
   {
     profiler::ProfileCache cache(dir);
-    for (const auto& key : keys) cache.put(key, 1e-7, 0.0);
+    for (const auto& [key, ms] : times) cache.put(key, is_adapt(key) ? 1e-7 : ms, 0.0);
     cache.save();
   }
   Model second = detail::make_model(activations());
   const TuneReport warm = tune_and_keep(second, quick(dir));
   INFO(warm.to_text());
   CHECK(warm.cache_remeasured > 0);
-  CHECK(warm.cache_hits == 0);  // before: the children's and adapts' times, reused
+  for (const auto& [key, ms] : cache_times(dir))  // before: the adapts' times, reused as cached
+    if (is_adapt(key)) CHECK(ms > 1e-6);
 }
 
 TEST_CASE("a qint8 routine's cached time is keyed by its quantisation", "[tune][cache][qint8]") {
