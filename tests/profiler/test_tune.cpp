@@ -188,26 +188,29 @@ TEST_CASE("cached times that no longer hold are found by the spot check and meas
 TEST_CASE("cached times are read scaled by the drift the spot checks measure", "[tune][cache]") {
   // A VM whose neighbours quieted ran every cached candidate 1.5x faster than
   // the cache said, so each one measured afresh looked better than a cached
-  // one. Here every record of a cold tuning is written 2x too slow: the
+  // one. Here every record of a cold tuning is written 3x too slow: the
   // warm tuning reads them scaled back. (10x would be another machine's cache:
   // measured again, not scaled.)
   const std::string dir = fresh_dir("cache-drift");
   Model first = detail::make_model(test::chain_graph(8));
-  tune_and_keep(first, quick(dir));
+  const TuneReport cold = tune_and_keep(first, quick(dir));
   {
     const auto times = cache_times(dir);
     REQUIRE_FALSE(times.empty());
     profiler::ProfileCache cache(dir);
-    for (const auto& [key, ms] : times) cache.put(key, ms * 2, 0.0);
+    for (const auto& [key, ms] : times) cache.put(key, ms * 3, 0.0);
     cache.save();
   }
   Model second = detail::make_model(test::chain_graph(8));
   const TuneReport warm = tune_and_keep(second, quick(dir));
   INFO(warm.to_text());
+  CHECK_THAT(warm.to_json(), Catch::Contains("\"cache_drift\": "));
+  // Where other processes (CTest's other tests) slowed either tuning, the
+  // times measured moved by as much as the lie: nothing to tell.
+  if (cold.others_cpus < 0 || cold.others_cpus >= 0.5 || warm.others_cpus >= 0.5) return;
   CHECK(warm.cache_drift < 0.8);
   CHECK(warm.cache_drift > 0.25);
   CHECK_THAT(warm.to_text(), Catch::Contains("cached times read scaled by"));
-  CHECK_THAT(warm.to_json(), Catch::Contains("\"cache_drift\": "));
 }
 
 
