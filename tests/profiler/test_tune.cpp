@@ -388,6 +388,10 @@ TEST_CASE("the report names every step a session of the tuned model runs, adapts
       continue;
     }
     const std::string blob = step.inputs[0].substr(0, step.inputs[0].find('@'));
+    // Between a childnet's children (a dense run as reshape, conv, reshape on
+    // aarch64): priced inside the childnet's cost, as its layer's.
+    if (std::any_of(layers.begin(), layers.end(), [&](const std::string& l) { return blob.rfind(l + "/", 0) == 0; }))
+      continue;
     CHECK(std::any_of(r.adapts.begin(), r.adapts.end(), [&](const TuneReport::AdaptLine& a) {
       return a.blob.substr(0, a.blob.find('@')) == blob && a.descriptor.substr(0, a.descriptor.find(' ')) == step.descriptor;
     }));
