@@ -51,19 +51,27 @@ std::string ProfileCache::default_dir() {
 
 namespace {
 
+/// Opens `path` for reading where it is a regular file; false where it is
+/// missing, unreadable or anything else (a FIFO or a device there would block
+/// or never end: warned).
+bool open_regular(const std::string& path, std::ifstream& in) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    core::warn("profile cache {}: not a regular file; ignored", path);
+    return false;
+  }
+  in.open(path);
+  return static_cast<bool>(in);
+}
+
 /// The file's records into `records` (a later tuner's override earlier
 /// ones); the number of damaged lines. Records of an older version are
 /// skipped (their times are measured again) and counted in `older`. Only a
 /// regular file is read: a FIFO or a device there would block or never end.
 int read_records(const std::string& path, std::map<std::string, ProfileCache::Entry>& records, int* older = nullptr) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return 0;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    core::warn("profile cache {}: not a regular file; ignored", path);
-    return 0;
-  }
-  std::ifstream in(path);
-  if (!in) return 0;
+  std::ifstream in;
+  if (!open_regular(path, in)) return 0;
   int bad = 0;
   for (std::string line; std::getline(in, line);) {
     // version \t key \t ms \t load \t checksum ; anything else is not trusted
@@ -123,13 +131,8 @@ constexpr const char* kPathsStem = "softneuro-paths-v";
 
 /// The paths file's records appended to `out`; the number of damaged lines.
 int read_path_records(const std::string& path, std::vector<std::tuple<std::string, long long, std::string>>& out) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return 0;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    core::warn("profile cache {}: not a regular file; ignored", path);
-    return 0;
-  }
-  std::ifstream in(path);
+  std::ifstream in;
+  if (!open_regular(path, in)) return 0;
   int bad = 0;
   for (std::string line; std::getline(in, line);) {
     // version \t model key \t time \t encoded path \t checksum
