@@ -234,6 +234,17 @@ struct Tuner {
     return out;
   }
 
+  /// An adapt as the report names it: its routine, and its parameters where it has any.
+  static std::string adapt_text(const core::AdaptChoice& a) {
+    return a.steps[0] + (a.params.empty() ? std::string() : " (" + params_text(a.params) + ")");
+  }
+  /// A path's prediction from a whole-net run of it: its steps' times and the
+  /// dispatch between them, as DPRS sums a tuned path's (for a path this
+  /// tuning did not solve for: a kept default, an earlier tuning's).
+  static double in_run_prediction(const profiler::InContext& m) {
+    return m.steps_ms + m.step_gap_ms * static_cast<double>(m.steps);
+  }
+
   void report_path(const profiler::PlannedPath& planned, const std::vector<LayerProfile>& profiles) {
     report.layers.clear();
     report.adapts.clear();
@@ -247,7 +258,7 @@ struct Tuner {
     }
     for (const auto& a : planned.path.adapts)
       report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema,
-                               a.steps[0] + (a.params.empty() ? std::string() : " (" + params_text(a.params) + ")"),
+                               adapt_text(a),
                                a.predicted_ms});
   }
 
@@ -644,7 +655,7 @@ struct Tuner {
         planned = alternatives[k].second;
         measured[0] = m;
         // An earlier tuning's prediction is not this one's: its steps' times here.
-        report.predicted_ms = earlier_one ? m.steps_ms + m.step_gap_ms * static_cast<double>(m.steps) : planned.predicted_ms;
+        report.predicted_ms = earlier_one ? in_run_prediction(m) : planned.predicted_ms;
         report.earlier_taken = earlier_one;
         report_path(planned, profiles);
       }
@@ -674,8 +685,7 @@ struct Tuner {
         planned = alt.second;
         measured[0] = m;
         report.earlier_taken = static_cast<std::size_t>(float_alt) >= singles;
-        report.predicted_ms =
-            report.earlier_taken ? m.steps_ms + m.step_gap_ms * static_cast<double>(m.steps) : planned.predicted_ms;
+        report.predicted_ms = report.earlier_taken ? in_run_prediction(m) : planned.predicted_ms;
         report_path(planned, profiles);
       } else if (fallback.allowed) {
         core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): keeping the untuned default's routines "
@@ -732,7 +742,7 @@ struct Tuner {
       // fastest: under load the whole-net median counts stalls) and the gaps
       // between steps.
       report.measured_ms = default_ms;
-      report.predicted_ms = measured[1].steps_ms + measured[1].step_gap_ms * static_cast<double>(measured[1].steps);
+      report.predicted_ms = in_run_prediction(measured[1]);
       report.layers.clear();
       report.adapts.clear();
       for (const auto& r : path.routines)
@@ -743,7 +753,7 @@ struct Tuner {
       for (const auto& a : path.adapts) {
         auto it = measured[1].per_step.find(core::adapt_step_name(a.blob, a.consumer, Schema::parse(a.to_schema)));
         report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema,
-                                 a.steps[0] + (a.params.empty() ? std::string() : " (" + params_text(a.params) + ")"),
+                                 adapt_text(a),
                                  it == measured[1].per_step.end() ? 0.0 : it->second});
       }
     }
