@@ -169,7 +169,13 @@ struct SessionOptions {
   /// path's schemas, and float32 on the CPU for the default choice.
   std::vector<std::string> schemas;
   /// Input shapes whose prepared state (routines, memory plan, arena) the
-  /// session keeps, the least recently used dropped first (at least 1).
+  /// session keeps, the least recently used dropped first (at least 1). Once
+  /// it keeps that many, a new shape in the bucket of a kept one runs that
+  /// one's plan (its routine choices; the steps whose shapes change prepared
+  /// again): a bucket is a set of shapes whose dims, where they differ, round
+  /// up to the same power of two (1, 2, 3-4, 5-8, ...). A decode loop that
+  /// meets a new cache length at every step builds a plan per bucket, not per
+  /// length (docs/memory.md).
   std::size_t shape_cache = 4;
 };
 
@@ -189,8 +195,9 @@ class Session {
   /// written straight into the memory of the caller's blob of that name, which
   /// must have output_shape() at these inputs' shapes. Inputs may take any size
   /// in their dynamic dims: a new shape is prepared once (shape inference,
-  /// routines, memory plan) and kept (SessionOptions::shape_cache); runs at a
-  /// shape seen before perform no heap allocation of ours. Throws
+  /// routines, memory plan) and kept, or runs a kept plan of its shape bucket
+  /// (SessionOptions::shape_cache); runs at a shape kept perform no heap
+  /// allocation of ours. Throws
   /// softneuro::Error on a missing, unknown or mis-shaped blob, naming it.
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
   /// Convenience form: returns freshly allocated outputs, in outputs() order.
@@ -216,6 +223,14 @@ class Session {
   /// Bytes of the planned arena, and the sum of the planned blobs' own sizes.
   std::size_t planned_bytes() const;
   std::size_t unplanned_bytes() const;
+  /// Plans this session built (one per input shape met, until shape_cache
+  /// are kept; then one per new shape bucket) and plans it re-bound to
+  /// another shape of their bucket.
+  struct PlanCounts {
+    std::size_t built = 0;
+    std::size_t rebound = 0;
+  };
+  PlanCounts plan_counts() const;
 
  private:
   std::unique_ptr<detail::SessionImpl> impl_;

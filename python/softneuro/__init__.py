@@ -281,8 +281,10 @@ def _positional_params(fn) -> int:
 
 
 class Session:
-    """Runs a model: one prepared plan per input shape met (a few kept).
-    threads: 0 = the default (the machine's cores); memory_limit in bytes (0: the default)."""
+    """Runs a model: one prepared plan per input shape met (shape_cache of them
+    kept; beyond that, a new shape runs a kept plan of its shape bucket: dims
+    rounded up to a power of two). threads: 0 = the default (the machine's
+    cores); memory_limit in bytes (0: the default)."""
 
     def __init__(self, model: Model, threads: int = 0, memory_limit: int = 0,
                  schemas: Optional[Sequence[str]] = None, shape_cache: int = 4):
@@ -301,6 +303,11 @@ class Session:
     def layers(self) -> list:
         """Each layer with the routine that runs it (dicts)."""
         return self._s.layers()
+
+    def plan_counts(self) -> dict:
+        """{"built": plans built, "rebound": plans run at another shape of their bucket}."""
+        built, rebound = self._s.plan_counts()
+        return {"built": built, "rebound": rebound}
 
 
 __all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "chart_svg", "device_fingerprint", "import_onnx", "import_tflite", "load", "tune", "version"]

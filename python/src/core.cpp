@@ -343,6 +343,13 @@ NB_MODULE(_core, m) {
              std::lock_guard lock(s.mutex);
              return s.session.planned_bytes();
            })
+      .def("plan_counts",
+           [](PySession& s) {
+             nb::gil_scoped_release release;
+             std::lock_guard lock(s.mutex);
+             const auto c = s.session.plan_counts();
+             return std::make_pair(c.built, c.rebound);
+           })
       .def("layers", [](PySession& s) {
         std::vector<softneuro::LayerSummary> layers;
         {

@@ -99,8 +99,208 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
   share_views();
   share_slices();
 
-  // Memory plan: planned blobs and workspaces share one arena per device.
+  plan_arenas(host_arena);
+
+  for (auto& step : steps_) {
+    for (int s : step->input_blobs) step->inputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
+    for (int s : step->output_blobs) step->outputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
+  }
+  // [device graphs] Record and replay the runs of steps a device backend can take.
+  std::vector<Device> devices;
+  std::vector<const PreparedRoutine*> prepared;
+  for (const Arena& a : arenas_)
+    if (a.device != Device::cpu) devices.push_back(a.device);
+  for (const auto& step : steps_) prepared.push_back(step->prepared.get());
+  device_graphs_.init(devices, prepared);
+}
+namespace {
+/// Same shape, dtype and values (the same memory, or equal bytes).
+bool same_blob(const Blob& a, const Blob& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.layout() != b.layout()) return false;
+  if (a.data() == b.data()) return true;
+  return a.data() && b.data() && std::memcmp(a.data(), b.data(), a.byte_size()) == 0;
+}
+
+bool same_weights(const Layer& a, const Layer& b) {
+  if (a.weights.size() != b.weights.size()) return false;
+  for (auto i = a.weights.begin(), j = b.weights.begin(); i != a.weights.end(); ++i, ++j)
+    if (i->first != j->first || !same_blob(i->second, j->second)) return false;
+  return true;
+}
+}  // namespace
+
+bool Executor::rebind(const Graph* specialized, const std::map<std::string, Shape>& shapes, std::string* why) {
+  auto no = [why](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  if (uses_device()) return no("the plan has device steps");
+  Graph* own = plan_.specialized.get();
+  if (!own != !specialized) return no("the graph's shape computations differ");
+  // The same layers, in the same order, reading and writing the same blobs;
+  // what differs is shapes, reshape targets and the constants computed from shapes.
+  std::vector<bool> layer_changed(own ? own->layers.size() : 0, false);
+  std::map<std::string, std::size_t> constant_layer;  // blob -> its constant layer
+  if (own) {
+    if (own->layers.size() != specialized->layers.size()) return no("the graph folds otherwise at these shapes");
+    for (std::size_t i = 0; i < own->layers.size(); ++i) {
+      const Layer& a = own->layers[i];
+      const Layer& b = specialized->layers[i];
+      if (a.name != b.name || a.type != b.type || a.inputs != b.inputs || a.outputs != b.outputs)
+        return no(fmt::format("the graph folds otherwise at these shapes (layer '{}')", a.name));
+      layer_changed[i] = a.params != b.params || !same_weights(a, b);
+      if (a.type == "constant" && !a.outputs.empty()) constant_layer[a.outputs[0]] = i;
+    }
+  }
+  const Graph& graph = own ? *own : graph_;
+  auto layer_index = [&](const Layer* l) -> std::optional<std::size_t> {
+    if (!own || own->layers.empty() || l < own->layers.data() || l >= own->layers.data() + own->layers.size())
+      return std::nullopt;
+    return static_cast<std::size_t>(l - own->layers.data());
+  };
+  auto shape_of = [&](const std::string& blob) -> const Shape* {
+    auto it = shapes.find(blob);
+    return it == shapes.end() ? nullptr : &it->second;
+  };
+  // Every slot's shape there; a child's own blobs only change with their parent.
+  std::vector<Shape> new_shapes(slots_.size());
+  std::vector<bool> slot_changed(slots_.size(), false);
   for (std::size_t i = 0; i < slots_.size(); ++i) {
+    new_shapes[i] = blobs_[i].shape();
+    if (slots_[i].blob.empty()) continue;
+    const Shape* s = shape_of(slots_[i].blob);
+    if (!s) return no(fmt::format("blob '{}' has no shape there", slots_[i].blob));
+    new_shapes[i] = *s;
+    slot_changed[i] = *s != blobs_[i].shape();
+    if (slots_[i].kind == BlobKind::constant) {
+      auto c = constant_layer.find(slots_[i].blob);
+      if (c != constant_layer.end() && layer_changed[c->second]) slot_changed[i] = true;
+    }
+  }
+  for (const auto& c : plan_.constant_adapts)
+    if (slot_changed[static_cast<std::size_t>(c.from)])
+      return no(fmt::format("constant '{}', computed from the shapes, is converted to {}",
+                            slots_[static_cast<std::size_t>(c.from)].name,
+                            slots_[static_cast<std::size_t>(c.to)].schema.to_string()));
+  // A layer's shapes there, by its graph blobs.
+  auto layer_shapes = [&](const Layer& l, std::vector<Shape>& ins, std::vector<Shape>& outs) {
+    ins.clear(), outs.clear();
+    for (const auto& b : l.inputs) {
+      const Shape* s = shape_of(b);
+      if (!s) return false;
+      ins.push_back(*s);
+    }
+    for (const auto& b : l.outputs) {
+      const Shape* s = shape_of(b);
+      if (!s) return false;
+      outs.push_back(*s);
+    }
+    return true;
+  };
+  struct Change {
+    std::size_t step;
+    std::vector<Shape> ins, outs;
+  };
+  std::vector<Change> changes;
+  std::vector<Shape> ins, outs;
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    const Step& step = *steps_[t];
+    bool changed = false;
+    if (step.layer->type == "adapt") {
+      const auto in = static_cast<std::size_t>(step.input_blobs.at(0));
+      ins = {new_shapes[in]};
+      outs = ins;
+      changed = slot_changed[in];
+    } else if (!step.parent.empty()) {
+      // A child changes where its parent does.
+      const LayerInfo* parent = plan_.layer_info(step.parent);
+      if (!parent || !parent->layer) return no(fmt::format("step '{}' has no parent layer", step.name));
+      if (!layer_shapes(*parent->layer, ins, outs)) return no(fmt::format("layer '{}' has no shapes there", step.parent));
+      const auto k = layer_index(parent->layer);
+      changed = ins != parent->input_shapes || outs != parent->output_shapes || (k && layer_changed[*k]);
+      if (changed) return no(fmt::format("layer '{}' runs as a childnet, whose children change", step.parent));
+      continue;
+    } else {
+      if (!layer_shapes(*step.layer, ins, outs)) return no(fmt::format("layer '{}' has no shapes there", step.name));
+      const auto k = layer_index(step.layer);
+      changed = ins != step.info.input_shapes || outs != step.info.output_shapes || (k && layer_changed[*k]);
+      if (changed && !k && own) return no(fmt::format("layer '{}' holds a copy of its weights", step.name));
+    }
+    if (!changed) continue;
+    if (!step.fused_into.empty() || step.fuses || step.slices)
+      return no(fmt::format("step '{}' is fused with another", step.name));
+    changes.push_back({t, ins, outs});
+  }
+
+  // The plan there: the graph's changed layers and constants, every blob's shape.
+  if (own)
+    for (std::size_t i = 0; i < own->layers.size(); ++i)
+      if (layer_changed[i]) {
+        own->layers[i].params = specialized->layers[i].params;
+        own->layers[i].weights = specialized->layers[i].weights;
+      }
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!slot_changed[i]) continue;
+    Blob& b = blobs_[i];
+    QuantParams quant = b.quant();
+    // A constant layer's own slot (an adapted copy of a changed constant was refused above).
+    auto c = slots_[i].kind == BlobKind::constant && slots_[i].name == slots_[i].blob ? constant_layer.find(slots_[i].blob)
+                                                                                      : constant_layer.end();
+    if (c != constant_layer.end())
+      b = graph.layers[c->second].weight("value");
+    else
+      b = Blob::view(nullptr, new_shapes[i], b.dtype(), b.layout(), b.device());
+    b.quant() = std::move(quant);
+  }
+  const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};
+  for (Change& c : changes) {
+    Step& step = *steps_[c.step];
+    step.info.input_shapes = std::move(c.ins);
+    step.info.output_shapes = std::move(c.outs);
+    if (step.parent.empty() && step.layer->type != "adapt") {
+      LayerInfo& recorded = plan_.layer_infos[step.name];
+      recorded.input_shapes = step.info.input_shapes;
+      recorded.output_shapes = step.info.output_shapes;
+    }
+    const Routine& r = *step.routine.routine;
+    if (Support ok = r.supports(step.info, step.routine.schema); !ok)
+      return no(fmt::format("{} does not take layer '{}' there: {}", step.routine.descriptor, step.name, ok.reason));
+    if (!step.params.empty()) {
+      const auto space = r.param_space(step.info, step.routine.schema);
+      for (const auto& [name, value] : step.params) {
+        auto p = std::find_if(space.begin(), space.end(), [&n = name](const RoutineParamSpec& s) { return s.name == n; });
+        if (p == space.end() || std::find(p->choices.begin(), p->choices.end(), value) == p->choices.end())
+          return no(fmt::format("{}'s {}={} is not a choice for layer '{}' there", step.routine.descriptor, name, value,
+                                step.name));
+      }
+    }
+    std::unique_ptr<PreparedRoutine> prepared;
+    try {
+      prepared = r.prepare(step.info, step.routine.schema, step.params);
+    } catch (const Error& e) {
+      throw e.with_layer(step.name);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{} failed to prepare: {}", step.routine.descriptor, e.what()), {}, step.name, "routine");
+    }
+    if (step.view) {
+      const Blob& in = blobs_[static_cast<std::size_t>(step.input_blobs.at(0))];
+      const Blob& out = blobs_[static_cast<std::size_t>(step.output_blobs.at(0))];
+      if (!prepared->output_is_input() || in.byte_size() != out.byte_size())
+        return no(fmt::format("step '{}' no longer shares its input's memory", step.name));
+      continue;  // still runs nothing
+    }
+    step.prepared = std::move(prepared);
+  }
+  plan_arenas(arena(Device::cpu).shared);
+  return true;
+}
+
+void Executor::plan_arenas(const std::shared_ptr<HostArena>& host_arena) {
+  // Planned blobs and workspaces share one arena per device.
+  unplanned_bytes_ = 0;
+  for (Arena& a : arenas_) a.requests.clear();
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    slots_[i].request = -1;
     if (slots_[i].kind != BlobKind::planned || slots_[i].alias >= 0) continue;
     Arena& a = arena(slots_[i].schema.device);
     slots_[i].request = static_cast<int>(a.requests.size());
@@ -129,35 +329,32 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
     if (a.device == Device::cpu && host_arena && !uses_device()) {
       if (!host_arena->reserve(bytes)) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
       a.shared = host_arena;
+    } else if (bytes <= a.memory_bytes) {
+      continue;  // re-planned smaller (rebind): the memory it has holds it
     } else if (a.device == Device::cpu) {
+      a.memory.reset();
       void* p = allocate_aligned(bytes);
       if (!p) throw Error(fmt::format("out of memory: the net's arena needs {} bytes", bytes));
       a.memory = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      a.memory_bytes = bytes;
     } else {
       const DeviceMemory* dm = device_memory(a.device);
       if (!dm) throw Error(fmt::format("no {} device is available", to_string(a.device)));
+      a.memory.reset();
       void* p = dm->allocate(bytes);
       if (!p) throw Error(fmt::format("out of {} memory: the net's arena needs {} bytes", to_string(a.device), bytes));
       a.memory = std::shared_ptr<void>(p, [release = dm->release](void* q) { release(q); });
+      a.memory_bytes = bytes;
     }
   }
   for (std::size_t t = 0; t < steps_.size(); ++t)
-    if (workspace_request[t] >= 0)
-      steps_[t]->workspace_offset = arena(steps_[t]->workspace_device).plan.offsets[static_cast<std::size_t>(workspace_request[t])];
+    steps_[t]->workspace_offset =
+        workspace_request[t] >= 0
+            ? arena(steps_[t]->workspace_device).plan.offsets[static_cast<std::size_t>(workspace_request[t])]
+            : 0;
   bind_outputs_to_arena();
-
-  for (auto& step : steps_) {
-    for (int s : step->input_blobs) step->inputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
-    for (int s : step->output_blobs) step->outputs.push_back(&blobs_[static_cast<std::size_t>(s)]);
-  }
-  // [device graphs] Record and replay the runs of steps a device backend can take.
-  std::vector<Device> devices;
-  std::vector<const PreparedRoutine*> prepared;
-  for (const Arena& a : arenas_)
-    if (a.device != Device::cpu) devices.push_back(a.device);
-  for (const auto& step : steps_) prepared.push_back(step->prepared.get());
-  device_graphs_.init(devices, prepared);
 }
+
 void Executor::fuse_steps() {
   std::vector<bool> absorbed(steps_.size(), false);  // a step already computing the one before it
   for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
@@ -181,6 +378,7 @@ void Executor::fuse_steps() {
     debug("'{}' and '{}' run as one step of {}: blob '{}' is never written", a.name, b.name, b.routine.descriptor,
           between.name);
     b.prepared = std::move(both);
+    b.fuses = true;
     b.input_blobs = a.input_blobs;
     for (int s : a.input_blobs) {
       int& last = slots_[static_cast<std::size_t>(s)].last;
@@ -233,6 +431,7 @@ void Executor::fuse_gates() {
       debug("'{}' runs as one table: {} step(s) of its input '{}' fold into it", m.name, chain.size(),
             slots_[static_cast<std::size_t>(x)].name);
       m.prepared = std::move(fused);
+      m.fuses = true;
       m.input_blobs = {x};
       for (int c : chain) {
         Step& s = *steps_[static_cast<std::size_t>(c)];
@@ -350,6 +549,7 @@ void Executor::share_slices() {
       for (std::size_t k = 0; k < pieces.size(); ++k) move_into(pieces[k], p->root, p->offset + offsets[k]);
     }
     step.view = true;
+    step.slices = true;
     step.prepared = std::make_unique<ComputedElsewhere>();
     debug("'{}' runs nothing: its {} share the memory of blob '{}'", step.name, concat ? "inputs" : "outputs",
           slots_[static_cast<std::size_t>(whole)].name);

@@ -56,6 +56,18 @@ class Executor {
            std::vector<std::string> schemas = {}, std::size_t memory_limit = 0, bool keep_nan = false,
            std::shared_ptr<DeviceQueues> queues = nullptr, std::shared_ptr<HostArena> host_arena = nullptr);
 
+  /// Makes this executor run at other input shapes, its routine choices kept
+  /// (a session's shape bucket): `shapes` is every blob's there and
+  /// `specialized` the graph at them (infer_shapes gives both; nullptr where
+  /// the graph has no shape computations). Only the steps whose shapes or
+  /// shape-computed parameters change are prepared again; the constants
+  /// computed from shapes take their new values; memory is planned again. False,
+  /// with the reason in `why`, where that would not be the same plan: the
+  /// graph folds otherwise at these shapes, or a step that changes is fused
+  /// with another, a childnet's child, or the plan has device steps. After
+  /// false or an Error the executor must not run again.
+  bool rebind(const Graph* specialized, const std::map<std::string, Shape>& shapes, std::string* why = nullptr);
+
   /// The plan it runs (after fusion: Step::fused_into, Step::view).
   const Plan& plan() const { return plan_; }
   const LayerInfo* layer_info(const std::string& layer) const { return plan_.layer_info(layer); }
@@ -82,10 +94,14 @@ class Executor {
     std::vector<BufferRequest> requests;
     MemoryPlan plan;
     std::shared_ptr<void> memory;
+    std::size_t memory_bytes = 0;       ///< of `memory`
     std::shared_ptr<HostArena> shared;  ///< the session's, in place of `memory`
     char* base() const { return shared ? shared->base() : static_cast<char*>(memory.get()); }
   };
   Arena& arena(Device d);
+  /// Plans the blobs and workspaces into one arena per device (again after a
+  /// rebind: memory grows where it must, never shrinks) and binds them.
+  void plan_arenas(const std::shared_ptr<HostArena>& host_arena);
   void bind_outputs_to_arena();
   /// Lets each layer's routine take in the step before it (Routine::prepare_with_previous) where the blob between them has no other use.
   void fuse_steps();

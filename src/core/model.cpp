@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <chrono>
 
 #include <unistd.h>
@@ -105,6 +106,17 @@ std::size_t memory_limit_of(const SessionOptions& options) {
 }
 }  // namespace
 
+bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std::string, Shape>& b) {
+  auto bucket = [](int64_t n) { return n <= 0 ? 0 : 1 + std::bit_width(static_cast<uint64_t>(n - 1)); };
+  if (a.size() != b.size()) return false;
+  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j) {
+    if (i->first != j->first || i->second.rank() != j->second.rank()) return false;
+    for (int d = 0; d < i->second.rank(); ++d)
+      if (bucket(i->second[d]) != bucket(j->second[d])) return false;
+  }
+  return true;
+}
+
 ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options)
     : model_(model),
       capacity_(std::max<std::size_t>(1, options.shape_cache)),
@@ -134,14 +146,51 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
       return *entries_.front().executor;
     }
   const auto t0 = std::chrono::steady_clock::now();
-  Entry e;
-  e.inputs = inputs;
   bool exact = false;
   const core::RoutinePath& path = core::path_for(model_.graph, inputs, &exact);
+  auto text = [](const std::map<std::string, Shape>& shapes) {
+    std::string t;
+    for (const auto& [name, shape] : shapes) t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, shape.to_string());
+    return t;
+  };
+  auto ms_since = [](auto t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); };
+  Entry e;
+  e.inputs = inputs;
+  e.path = &path;
+  // A graph with shape computations is specialised once here, for its shapes and its plan.
+  auto specialized = core::has_shape_math(model_.graph) ? std::make_unique<core::Graph>() : nullptr;
   try {
-    // A graph with shape computations is specialised once here, for its shapes and its plan.
-    auto specialized = core::has_shape_math(model_.graph) ? std::make_unique<core::Graph>() : nullptr;
     e.shapes = core::infer_shapes(model_.graph, inputs, specialized.get());
+  } catch (const Error& err) {
+    throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
+  }
+  // The cache is full: a kept plan of this shape bucket runs at these shapes.
+  if (entries_.size() >= capacity_)
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->path != &path || !same_shape_bucket(it->inputs, inputs)) continue;
+      std::string why;
+      bool rebound = false;
+      try {
+        rebound = it->executor->rebind(specialized.get(), e.shapes, &why);
+      } catch (const Error& err) {
+        why = err.what();
+      }
+      if (rebound) {
+        core::debug("{}: the plan of input shapes {} runs at {} (re-bound in {:.1f} ms)",
+                    model_.file.empty() ? model_.graph.name : model_.file, text(it->inputs), text(inputs), ms_since(t0));
+        it->inputs = std::move(e.inputs);
+        it->shapes = std::move(e.shapes);
+        it->exact.reset();
+        ++plans_rebound_;
+        entries_.splice(entries_.begin(), entries_, it);
+        return *entries_.front().executor;
+      }
+      core::debug("{}: a new plan for input shapes {}: the one of {} cannot run there ({})",
+                  model_.file.empty() ? model_.graph.name : model_.file, text(inputs), text(it->inputs), why);
+      entries_.erase(it);  // it may be half re-bound
+      break;
+    }
+  try {
     core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, /*keep_nan=*/false};
     e.executor = std::make_unique<core::Executor>(
         specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
@@ -150,22 +199,17 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
+  ++plans_built_;
   bool default_shapes = true;
   for (const auto& in : model_.inputs) default_shapes = default_shapes && inputs.at(in.name) == in.shape;
   if (!default_shapes || !exact) {
-    auto text = [](const std::map<std::string, Shape>& shapes) {
-      std::string t;
-      for (const auto& [name, shape] : shapes) t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, shape.to_string());
-      return t;
-    };
     std::string tuned;
     if (!path.empty() && !exact)
       tuned = fmt::format("; no routine path was tuned at these shapes: the one tuned at {} runs where its routines "
                           "support them (others: the default choice)",
                           path.input_shapes.empty() ? "the default shapes" : text(path.input_shapes));
     core::info("{}: prepared for input shapes {} in {:.1f} ms{}", model_.file.empty() ? model_.graph.name : model_.file,
-               text(inputs), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-               tuned);
+               text(inputs), ms_since(t0), tuned);
   }
   entries_.push_front(std::move(e));
   if (entries_.size() > capacity_) {
@@ -490,6 +534,9 @@ const Model& Session::model() const { return impl_->model; }
 std::vector<LayerSummary> Session::layers(bool explain) const { return detail::summarize(impl_->executors.current(), explain); }
 std::size_t Session::planned_bytes() const { return impl_->executors.current().arena_bytes(); }
 std::size_t Session::unplanned_bytes() const { return impl_->executors.current().unplanned_bytes(); }
+Session::PlanCounts Session::plan_counts() const {
+  return {impl_->executors.plans_built(), impl_->executors.plans_rebound()};
+}
 
 const char* version() { return SOFTNEURO_VERSION; }
 

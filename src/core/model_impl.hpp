@@ -36,9 +36,18 @@ struct ModelImpl {
 /// `graph` checked, sorted and its shapes inferred, as a Model (errors name `file`).
 Model make_model(core::Graph graph, const std::string& file = {});
 
+/// Whether two sets of input shapes are in one shape bucket: the same ranks,
+/// and every dim that differs rounds up to the same power of two (1, 2, 3-4,
+/// 5-8, ..., 513-1024, ...).
+bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std::string, Shape>& b);
+
 /// A model's executors by input shapes: one per shape seen, the least recently
 /// used dropped first beyond `capacity`. Shape inference, preparation and the
-/// memory plan run once per new shape, never per run.
+/// memory plan run once per new shape, never per run. Once `capacity` shapes
+/// are kept, a new shape in the bucket of a kept one (same_shape_bucket)
+/// re-binds that one's plan (Executor::rebind) instead of building another:
+/// a decode loop meeting a new cache length at every step builds a plan per
+/// bucket, not per length.
 class ShapedExecutors {
  public:
   ShapedExecutors(const ModelImpl& model, const SessionOptions& options);
@@ -55,6 +64,9 @@ class ShapedExecutors {
   const std::map<std::string, Shape>& current_shapes();
   /// Bytes of the CPU arena its executors share (the largest plan among them).
   std::size_t host_arena_bytes() const { return host_arena_->bytes(); }
+  /// Plans built, and plans re-bound to another shape of their bucket, so far.
+  std::size_t plans_built() const { return plans_built_; }
+  std::size_t plans_rebound() const { return plans_rebound_; }
 
  private:
   struct Entry {
@@ -62,6 +74,7 @@ class ShapedExecutors {
     std::map<std::string, Shape> shapes;  ///< every blob's, as the executor was planned
     std::unique_ptr<core::Executor> executor;
     std::unique_ptr<core::Executor> exact;  ///< for inputs holding NaN or inf (keep_nan), made on first use
+    const core::RoutinePath* path = nullptr;  ///< the routine path it runs (path_for)
   };
   /// The exact twin of the front entry's executor.
   core::Executor& exact_front();
@@ -74,6 +87,7 @@ class ShapedExecutors {
   /// One CPU arena for all its executors: they run one at a time.
   std::shared_ptr<core::HostArena> host_arena_ = std::make_shared<core::HostArena>();
   std::list<Entry> entries_;  ///< most recently used first
+  std::size_t plans_built_ = 0, plans_rebound_ = 0;
 };
 
 /// A model calibration and tuning change (quantisation, routine path, weights

@@ -253,6 +253,7 @@ class PlanBuilder {
 int PlanBuilder::add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema) {
   BlobSlot s;
   s.name = name;
+  s.blob = name;
   s.kind = kind;
   s.schema = schema;
   s.first = static_cast<int>(steps_.size());
@@ -366,12 +367,14 @@ int PlanBuilder::convert(int slot, const Schema& want, const std::string& consum
     // A constant's copy in another schema (a blocked layout, a device) is a
     // constant too: converted once by the executor, not by a step of every run.
     const int out = add_blob(step->adapt_layer.outputs[0], BlobKind::constant, shape, want);
+    slots_[static_cast<std::size_t>(out)].blob = slots_[static_cast<std::size_t>(slot)].blob;
     plan_.constant_adapts.push_back({std::move(step), slot, out});
     adapted_[key] = out;
     return out;
   }
   slots_[static_cast<std::size_t>(slot)].last = static_cast<int>(steps_.size());
   int out = add_blob(step->adapt_layer.outputs[0], BlobKind::planned, shape, want);
+  slots_[static_cast<std::size_t>(out)].blob = slots_[static_cast<std::size_t>(slot)].blob;
   step->output_blobs = {out};
   steps_.push_back(std::move(step));
   adapted_[key] = out;
@@ -549,8 +552,11 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
       if (outs[j] < 0)
         throw Error(fmt::format("no child layer writes the layer's output '{}'", cn.outputs[j]), {}, layer.name, "routine");
     // The parent's outputs carry the parent's blob names (messages, quantisation).
-    for (std::size_t j = 0; j < outs.size(); ++j)
-      slots_[static_cast<std::size_t>(outs[j])].name = parent.empty() ? layer.outputs[j] : parent + "/" + layer.outputs[j];
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      BlobSlot& out = slots_[static_cast<std::size_t>(outs[j])];
+      out.name = parent.empty() ? layer.outputs[j] : parent + "/" + layer.outputs[j];
+      out.blob = parent.empty() ? layer.outputs[j] : std::string();
+    }
     return outs;
   }
 
@@ -562,6 +568,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
     // A child's internal blobs are named after the layer they belong to.
     std::string name = parent.empty() ? layer.outputs[k] : parent + "/" + layer.outputs[k];
     int slot = add_blob(name, BlobKind::planned, step->info.output_shapes[k], schema);
+    if (!parent.empty()) slots_[static_cast<std::size_t>(slot)].blob.clear();
     if (k < output_quant.size()) blobs_[static_cast<std::size_t>(slot)].quant() = output_quant[k];
     step->output_blobs.push_back(slot);
     outs.push_back(slot);

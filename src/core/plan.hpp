@@ -42,7 +42,9 @@ struct Step {
   double predicted_ms = 0;
   double measured_ms = 0;    ///< in-net time the tuner measured for the chosen path (0: none)
   std::string fused_into;    ///< the step that computes this one too (Routine::prepare_with_previous); this one runs nothing
+  bool fuses = false;        ///< its prepared routine computes other steps too (those fused into it)
   bool view = false;         ///< its output shares its input's memory (PreparedRoutine::output_is_input): it runs nothing
+  bool slices = false;       ///< a view step whose concat inputs or split outputs live in their whole's memory
   LayerInfo info;
   std::unique_ptr<ScopedWeights> shared_weights;  ///< info.shared: the model's store, scoped to this step
   std::unique_ptr<PreparedRoutine> prepared;      ///< by the executor
@@ -59,6 +61,7 @@ enum class BlobKind { net_input, constant, planned, unwritten /* between two fus
 /// A blob of the plan: where it lives and when.
 struct BlobSlot {
   std::string name;
+  std::string blob;  ///< the graph blob whose value it holds (an adapted copy: its source's); "": a child's own
   BlobKind kind = BlobKind::planned;
   Schema schema;
   int first = 0, last = 0;  ///< lifetime in steps

@@ -172,6 +172,128 @@ TEST_CASE("transformers: a dim named past + 1 is a sum of sizes (a KV-cache deco
   }
 }
 
+namespace {
+/// One attention head pair over a KV cache, as a decode step: keys and values
+/// = concat(past, new) (outputs), scores = q k^T + positions * 0.01 (a value
+/// computed from the cache length) + (1 - mask) * -1e4, softmax, times the
+/// values, reshaped to [1, 8] by a target computed from the shapes.
+OnnxModel decode_step_model() {
+  OnnxModel m(17);
+  m.named_input("past_k", onnx::TensorProto::FLOAT, {"1", "2", "past", "4"});
+  m.named_input("past_v", onnx::TensorProto::FLOAT, {"1", "2", "past", "4"});
+  m.named_input("q", onnx::TensorProto::FLOAT, {"1", "2", "1", "4"});
+  m.named_input("k", onnx::TensorProto::FLOAT, {"1", "2", "1", "4"});
+  m.named_input("v", onnx::TensorProto::FLOAT, {"1", "2", "1", "4"});
+  m.named_input("mask", onnx::TensorProto::INT64, {"1", "past + 1"});
+  m.output("y").output("present_k").output("present_v");
+  m.init_ints("zero", {}, {0}).init_ints("one_i", {}, {1}).init_ints("i2", {}, {2}).init_ints("axes", {2}, {1, 2});
+  m.init_ints("i0", {1}, {0}).init_ints("minus1", {1}, {-1});
+  m.init("step", {}, {0.01f}).init("one", {}, {1.0f}).init("big", {}, {-1e4f});
+  m.node("Concat", {"past_k", "k"}, {"present_k"}).i("axis", 2);
+  m.node("Concat", {"past_v", "v"}, {"present_v"}).i("axis", 2);
+  m.node("Transpose", {"present_k"}, {"kt"}).ints("perm", {0, 1, 3, 2});
+  m.node("MatMul", {"q", "kt"}, {"s"});
+  m.node("Shape", {"present_k"}, {"shape"});
+  m.node("Gather", {"shape", "i2"}, {"len"});
+  m.node("Range", {"zero", "len", "one_i"}, {"pos"});
+  m.node("Cast", {"pos"}, {"posf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"posf", "step"}, {"bias"});
+  m.node("Add", {"s", "bias"}, {"s2"});
+  m.node("Unsqueeze", {"mask", "axes"}, {"m4"});
+  m.node("Cast", {"m4"}, {"mf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Sub", {"one", "mf"}, {"off"});
+  m.node("Mul", {"off", "big"}, {"neg"});
+  m.node("Add", {"s2", "neg"}, {"s3"});
+  m.node("Softmax", {"s3"}, {"p"}).i("axis", -1);
+  m.node("MatMul", {"p", "present_v"}, {"o"});
+  m.node("Shape", {"o"}, {"oshape"});
+  m.node("Gather", {"oshape", "i0"}, {"n"});
+  m.node("Concat", {"n", "minus1"}, {"target"}).i("axis", 0);
+  m.node("Reshape", {"o", "target"}, {"y"});
+  return m;
+}
+
+std::vector<NamedBlob> decode_inputs(int64_t P, unsigned seed) {
+  std::vector<int64_t> mask(static_cast<std::size_t>(P + 1), 1);
+  mask[0] = 0;  // a padded first position
+  return {{"past_k", make_input(Shape{1, 2, P, 4}, random_values(static_cast<std::size_t>(8 * P), seed))},
+          {"past_v", make_input(Shape{1, 2, P, 4}, random_values(static_cast<std::size_t>(8 * P), seed + 1))},
+          {"q", make_input(Shape{1, 2, 1, 4}, random_values(8, seed + 2))},
+          {"k", make_input(Shape{1, 2, 1, 4}, random_values(8, seed + 3))},
+          {"v", make_input(Shape{1, 2, 1, 4}, random_values(8, seed + 4))},
+          {"mask", ids_blob(Shape{1, P + 1}, mask)}};
+}
+}  // namespace
+
+TEST_CASE("transformers: a decode loop meeting a new cache length each step builds a plan per shape bucket",
+          "[onnx][transformers][dynamic]") {
+  Model net = import_onnx(decode_step_model().save("decode_step.onnx"));
+  SessionOptions options;
+  options.shape_cache = 2;
+  Session session(net, options);
+  std::size_t arena_at_64 = 0;
+  for (int64_t P = 1; P <= 100; ++P) {
+    INFO("cache length " << P);
+    const auto in = decode_inputs(P, static_cast<unsigned>(P));
+    auto got = run(session, in);
+    // The same step in a session of its own: a plan made at this very shape.
+    auto want = run(Session(net, options), in);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      REQUIRE(got[k].blob.shape() == want[k].blob.shape());
+      const float* g = got[k].blob.data_as<float>();
+      const float* w = want[k].blob.data_as<float>();
+      for (int64_t i = 0; i < want[k].blob.numel(); ++i) REQUIRE(g[i] == Approx(w[i]).margin(1e-6));
+    }
+    REQUIRE(got[0].blob.shape() == Shape{1, 8});
+    REQUIRE(got[1].blob.shape() == Shape{1, 2, P + 1, 4});
+    if (P == 64) arena_at_64 = session.planned_bytes();
+  }
+  // The default shapes' plan at creation, then 100 lengths; the cache (past)
+  // and mask (past + 1) dims change bucket at different steps: about two
+  // plans per power of two, each re-bound after.
+  const Session::PlanCounts counts = session.plan_counts();
+  INFO("built " << counts.built << ", re-bound " << counts.rebound);
+  CHECK(counts.built + counts.rebound == 101);
+  CHECK(counts.built <= 16);
+  CHECK(counts.rebound >= 84);
+  CHECK(session.planned_bytes() < 2 * arena_at_64);
+
+  // Back to a shorter length of a bucket it keeps: re-bound again, same values.
+  const auto in = decode_inputs(99, 5);
+  auto got = run(session, in);
+  auto want = run(Session(net, options), in);
+  for (int64_t i = 0; i < want[0].blob.numel(); ++i)
+    CHECK(got[0].blob.data_as<float>()[i] == Approx(want[0].blob.data_as<float>()[i]).margin(1e-6));
+}
+
+TEST_CASE("transformers: a plan whose changing step is fused with another is built again, not re-bound",
+          "[onnx][transformers][dynamic]") {
+  // conv 1x1 -> depthwise conv: oneDNN runs them as one step where it can
+  // (and its input's reorder with the first); the spatial dims are dynamic.
+  OnnxModel m(13);
+  m.input("x", {1, 8, -1, -1}).output("y");
+  m.init("w1", {16, 8, 1, 1}, random_values(128, 3)).init("w2", {16, 1, 3, 3}, random_values(144, 4));
+  m.node("Conv", {"x", "w1"}, {"a"});
+  m.node("Relu", {"a"}, {"r"});
+  m.node("Conv", {"r", "w2"}, {"y"}).ints("pads", {1, 1, 1, 1}).i("group", 16);
+  Model net = import_onnx(m.save("fused_pair.onnx"));
+  SessionOptions options;
+  options.shape_cache = 1;
+  Session session(net, options);
+  for (int64_t W : {9, 10, 11, 12, 13}) {
+    INFO("width " << W);
+    std::vector<NamedBlob> in{{"x", make_input(Shape{1, 8, 6, W}, random_values(static_cast<std::size_t>(48 * W), 5))}};
+    auto got = run(session, in);
+    auto want = run(Session(net, options), in);
+    REQUIRE(got[0].blob.shape() == want[0].blob.shape());
+    for (int64_t i = 0; i < want[0].blob.numel(); ++i)
+      REQUIRE(got[0].blob.data_as<float>()[i] == Approx(want[0].blob.data_as<float>()[i]).margin(1e-5));
+  }
+  const Session::PlanCounts counts = session.plan_counts();
+  CHECK(counts.built + counts.rebound == 6);  // the default shapes' at creation too
+}
+
 TEST_CASE("transformers: an all-dynamic input whose graph translates only at some sizes imports with no flags",
           "[onnx][transformers][dynamic]") {
   // x [?, 3, ?, ?] reshaped to [N, 144, -1]: 3*H*W must divide by 144, which
