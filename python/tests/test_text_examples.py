@@ -26,10 +26,27 @@ def test_gpt2_greedy_decode_with_a_kv_cache_equals_onnx_runtime():
     assert tokens == [int(x) for x in want["tokens"]]
 
 
+def test_a_long_decode_builds_a_plan_per_shape_bucket_not_per_length():
+    import gpt2_decode
+    want = np.load(os.path.join(DATA, "tiny_gpt2_kv.ort.npz"))
+    model = softneuro.import_onnx(os.path.join(DATA, "tiny_gpt2_kv.onnx"))
+    session = softneuro.Session(model)
+    steps = 300
+    tokens = gpt2_decode.decode(model, [int(x) for x in want["prompt"][0]], steps, session=session)
+    assert tokens[:len(want["tokens"])] == [int(x) for x in want["tokens"]]
+    counts = session.plan_counts()
+    # One plan at creation, then one per step: built while fewer than 4 are
+    # kept or at a new bucket of the cache or mask length (about two per
+    # power of two up to 304), re-bound otherwise.
+    assert counts["built"] + counts["rebound"] == steps + 1
+    assert counts["built"] <= 24, counts
+
+
 def test_the_decode_example_runs_from_the_command_line():
     r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "gpt2_decode.py"), os.path.join(DATA, "tiny_gpt2_kv.onnx"),
                         "--steps", "8"], capture_output=True, text=True, check=True)
     assert "tokens: 85,81,43,47,47,19,63,81" in r.stdout
+    assert "plans built" in r.stdout
 
 
 def test_sentence_embeddings_with_a_tokenizer():

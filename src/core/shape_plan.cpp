@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace softneuro::core {
 
@@ -232,8 +235,14 @@ namespace {
 /// alone is the same at every shape: the import left it to run (GPT-2's tied
 /// LM head, a transpose of the 38.6M-value embedding, was computed again at
 /// every new cache length).
-bool fold_values(const Layer& l, std::map<std::string, Blob>& values, std::set<std::string>& sized,
-                 const std::set<std::string>& read_as_data, std::vector<Layer>& layers) {
+// Blob names as views of the graph's own strings (hashed: GPT-2's thousands
+// of long, common-prefixed names made ordered maps most of a new length's cost).
+using NameSet = std::unordered_set<std::string_view>;
+template <class T>
+using ByName = std::unordered_map<std::string_view, T>;
+
+bool fold_values(const Layer& l, const Layer& original, ByName<Blob>& values, NameSet& sized,
+                 const NameSet& read_as_data, std::vector<Layer>& layers) {
   if (l.inputs.empty() || l.type == "constant") return false;
   if (std::none_of(l.inputs.begin(), l.inputs.end(), [&](const std::string& i) { return sized.count(i) != 0; }))
     return false;
@@ -260,8 +269,8 @@ bool fold_values(const Layer& l, std::map<std::string, Blob>& values, std::set<s
       c.weights["value"] = outs[k];
       layers.push_back(std::move(c));
     }
-    values[l.outputs[k]] = std::move(outs[k]);
-    sized.insert(l.outputs[k]);
+    values[original.outputs[k]] = std::move(outs[k]);  // (keys view the graph's strings, not the copy's)
+    sized.insert(original.outputs[k]);
   }
   return true;
 }
@@ -281,7 +290,8 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
     return t;
   };
   // Blobs read by a layer that is not shape_math (as data) or as a reshape target.
-  std::set<std::string> read_as_data;
+  NameSet read_as_data;
+  read_as_data.reserve(2 * graph.layers.size());
   for (const auto& l : graph.layers)
     if (l.type != "shape_math")
       for (std::size_t k = 0; k < l.inputs.size(); ++k)
@@ -306,10 +316,14 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
     if (it == input_shapes.end()) throw Error(fmt::format("no shape for net input '{}'", in.name), {}, {}, in.name);
     in.shape = it->second;
   }
-  std::map<std::string, Shape> shapes;
-  for (const auto& in : out.inputs) shapes[in.name] = in.shape;
-  std::map<std::string, Blob> values;  // shape_math outputs and constants
-  std::set<std::string> sized;         // those of them that depend on the input shapes
+  ByName<Shape> shapes;
+  shapes.reserve(2 * graph.layers.size() + graph.inputs.size());
+  for (const auto& in : graph.inputs) shapes[in.name] = input_shapes.at(in.name);
+  ByName<Blob> values;  // shape_math outputs and constants
+  values.reserve(graph.layers.size());
+  NameSet sized;        // those of them that depend on the input shapes
+  sized.reserve(graph.layers.size());
+  out.layers.reserve(graph.layers.size());
   std::vector<Shape> ins;
   for (const Layer& layer : graph.layers) {
     try {
@@ -363,11 +377,11 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
         ins.resize(1);
       }
       auto outs = infer_layer_shapes(l, ins);
-      for (std::size_t k = 0; k < outs.size(); ++k) shapes[l.outputs[k]] = outs[k];
+      for (std::size_t k = 0; k < outs.size(); ++k) shapes[layer.outputs[k]] = outs[k];
       // A layer of values known at these shapes (T5's relative-position
       // buckets, Swin's window masks: Log, Min, compares of Range's output)
       // is computed now, once per shape, by the reference routines.
-      if (fold_values(l, values, sized, read_as_data, out.layers)) continue;
+      if (fold_values(l, layer, values, sized, read_as_data, out.layers)) continue;
       out.layers.push_back(std::move(l));
     } catch (const Error& e) {
       Error named = e.layer().empty() ? e.with_layer(layer.name) : e;
@@ -376,13 +390,31 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
     }
   }
   // Constants only a folded layer read are read no more.
-  std::set<std::string> read(out.outputs.begin(), out.outputs.end());
+  NameSet read(out.outputs.begin(), out.outputs.end());
   for (const auto& l : out.layers)
     for (const auto& i : l.inputs) read.insert(i);
-  std::erase_if(out.layers, [&](const Layer& l) {
-    return l.type == "constant" && std::none_of(l.outputs.begin(), l.outputs.end(), [&](const std::string& o) { return read.count(o); });
-  });
-  if (shapes_out) *shapes_out = std::move(shapes);
+  std::vector<bool> drop(out.layers.size(), false);
+  for (std::size_t i = 0; i < out.layers.size(); ++i) {
+    const Layer& l = out.layers[i];
+    drop[i] = l.type == "constant" &&
+              std::none_of(l.outputs.begin(), l.outputs.end(), [&](const std::string& o) { return read.count(o) != 0; });
+  }
+  read.clear();  // (it views the layers' strings, which move now)
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < out.layers.size(); ++i)
+    if (!drop[i]) {
+      if (kept != i) out.layers[kept] = std::move(out.layers[i]);
+      ++kept;
+    }
+  out.layers.resize(kept);
+  if (shapes_out) {
+    std::vector<std::pair<std::string_view, const Shape*>> sorted;
+    sorted.reserve(shapes.size());
+    for (const auto& [name, shape] : shapes) sorted.emplace_back(name, &shape);
+    std::sort(sorted.begin(), sorted.end());
+    shapes_out->clear();
+    for (const auto& [name, shape] : sorted) shapes_out->emplace_hint(shapes_out->end(), std::string(name), *shape);
+  }
   return out;
 }
 
