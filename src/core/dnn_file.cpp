@@ -131,7 +131,9 @@ struct Reader {
     // (core::int8_weight: qint8 routines read it so, the others get its floats).
     if (dt == DType::qint8 || dt == DType::quint8) {
       try {
-        const bool keep = str(w->name()) == "weight" && (into.type == "conv2" || into.type == "dense") && int8_weight(b);
+        // A gather's quantised table too: its rows are dequantised as they are read.
+        const bool keep = (str(w->name()) == "weight" && (into.type == "conv2" || into.type == "dense") && int8_weight(b)) ||
+                          (str(w->name()) == "table" && into.type == "gather");
         if (!keep) return dequantize_weight(b, field);
         check_weight_quant(b, field);
         return b;

@@ -254,14 +254,16 @@ std::vector<Shape> infer_take(const Layer& l, std::span<const Shape> in) {
 }
 
 std::vector<Shape> infer_gather(const Layer& l, std::span<const Shape> in) {
-  const Shape& x = in[0];
+  // The table is input 0, or (one input: the indices) the weight "table".
+  const Shape& x = in.size() == 2 ? in[0] : l.weight("table").shape();
+  const Shape& indices = in.back();
   if (x.rank() == 0) fail(l, "input", "gather needs data of rank 1 or more");
   const int axis = normalize_axis(l, "axis", l.get_int("axis", 0), x.rank());
   Shape out;
   for (int d = 0; d < axis; ++d) out.push_back(x[d]);
-  if (x.rank() - 1 + in[1].rank() > Shape::max_rank)
-    fail(l, "indices", fmt::format("data {} gathered by indices {} has too many dims", x.to_string(), in[1].to_string()));
-  for (int d = 0; d < in[1].rank(); ++d) out.push_back(in[1][d]);
+  if (x.rank() - 1 + indices.rank() > Shape::max_rank)
+    fail(l, "indices", fmt::format("data {} gathered by indices {} has too many dims", x.to_string(), indices.to_string()));
+  for (int d = 0; d < indices.rank(); ++d) out.push_back(indices[d]);
   for (int d = axis + 1; d < x.rank(); ++d) out.push_back(x[d]);
   return {out};
 }
@@ -577,7 +579,7 @@ const LayerType kBuiltinTypes[] = {
     {"cast", 1, 1, infer_cast},          {"einsum", 1, 8, infer_einsum},
     {"arg_reduce", 1, 1, infer_arg_reduce}, {"trig", 1, 1, infer_trig},
     {"take", 1, 1, infer_take},
-    {"gather", 2, 2, infer_gather},      {"gather_elements", 2, 2, infer_gather_elements},
+    {"gather", 1, 2, infer_gather},      {"gather_elements", 2, 2, infer_gather_elements},
     {"gather_nd", 2, 2, infer_gather_nd},
     {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},
     {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 1, infer_top_k, 2},

@@ -3,6 +3,7 @@
 #include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
+#include "core/weight_quant.hpp"
 #include "core/registry.hpp"
 #include "core/tensor_math.hpp"
 #include "core/thread_pool.hpp"
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -344,6 +346,50 @@ int fold_bias_add(Graph& g) {
   });
 }
 
+int fold_dequantized_gather(Graph& g) {
+  // The one value of the constant the consumer's other input holds, or nothing.
+  auto scalar = [](const Layer& c, std::size_t input, const Context& ctx) -> std::optional<double> {
+    if (c.inputs.size() != 2 || !has_no_activation(c)) return std::nullopt;
+    auto it = ctx.constants.find(c.inputs[1 - input]);
+    if (it == ctx.constants.end() || it->second->numel() != 1 || it->second->dtype() != DType::float32 ||
+        !it->second->data())
+      return std::nullopt;
+    const double v = it->second->data_as<float>()[0];
+    if (!std::isfinite(v)) return std::nullopt;
+    return v;
+  };
+  auto integer_table = [](const Layer& p) -> const Blob* {
+    const Blob* t = p.type == "gather" && p.inputs.size() == 1 ? p.find_weight("table") : nullptr;
+    return t && t->data() ? t : nullptr;
+  };
+  // gather -> sub(zero point): the int8/uint8 table becomes qint8/quint8 of scale 1 and that zero point.
+  int n = absorb_into_producers(g, "sub", [&](Layer& p, const Layer& sub, std::size_t input, const Context& ctx) {
+    const Blob* t = integer_table(p);
+    if (!t || input != 0 || (t->dtype() != DType::int8 && t->dtype() != DType::uint8)) return false;
+    const auto zp = scalar(sub, input, ctx);
+    const bool is_signed = t->dtype() == DType::int8;
+    if (!zp || *zp != std::floor(*zp) || *zp < (is_signed ? -128 : 0) || *zp > (is_signed ? 127 : 255)) return false;
+    Blob q = Blob::allocate(t->shape(), is_signed ? DType::qint8 : DType::quint8);
+    std::memcpy(q.data(), t->data(), t->byte_size());
+    q.quant() = QuantParams{{1.0f}, {static_cast<int32_t>(*zp)}, -1};
+    p.weights["table"] = std::move(q);
+    return true;
+  });
+  // gather -> mul(scale), the table's scale still 1: (q - zp) * scale, as DequantizeLinear rounds it.
+  n += absorb_into_producers(g, "mul", [&](Layer& p, const Layer& mul, std::size_t input, const Context& ctx) {
+    const Blob* t = integer_table(p);
+    if (!t || (t->dtype() != DType::qint8 && t->dtype() != DType::quint8) || t->quant().scales != std::vector<float>{1.0f})
+      return false;
+    const auto s = scalar(mul, input, ctx);
+    if (!s || !quant_scale_in_range(*s)) return false;
+    Blob q = *t;  // (the memory this pass allocated above, shared)
+    q.quant().scales = {static_cast<float>(*s)};
+    p.weights["table"] = std::move(q);
+    return true;
+  });
+  return n;
+}
+
 int fold_scale_mul(Graph& g) {
   return absorb_into_producers(g, "mul", [](Layer& p, const Layer& mul, std::size_t input, const Context& ctx) {
     const auto c = per_channel_constant(p, mul, input, ctx);
@@ -578,6 +624,7 @@ void optimize(Graph& g, const PassOptions& o) {
   const Step steps[] = {
       {o.remove_identities, "remove_identities", remove_identities},
       {o.fold_constants, "fold_constants", fold_constants},
+      {o.fold_dequantized_gather, "fold_dequantized_gather", fold_dequantized_gather},
       {o.fold_pads, "fold_pads", fold_pads},
       {o.fold_batchnorm, "fold_batchnorm", fold_batchnorm},
       {o.fold_scale_mul, "fold_scale_mul", fold_scale_mul},

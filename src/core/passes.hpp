@@ -29,6 +29,15 @@ std::vector<Blob> evaluate_layer(const Layer& layer, const std::vector<Blob>& in
 /// Layers no routine supports are left alone. Returns the number of layers folded.
 int fold_constants(Graph& graph);
 
+/// Folds the dequantisation after a gather of an int8/uint8 table (the
+/// weight "table": ONNX Runtime's quantize_dynamic quantises an embedding so,
+/// imported as sub(zero point) then mul(scale)) into the table, which keeps
+/// its integers as qint8/quint8 with that scale and zero point: a quarter of
+/// the float table's memory, rows dequantised as they are read, the values
+/// DequantizeLinear gives. Per tensor (scalar zero point and scale) only.
+/// Returns the number of layers folded.
+int fold_dequantized_gather(Graph& graph);
+
 /// Folds a batchnorm into the conv2 (or rank-2 dense) that produces its input,
 /// when that output has no other consumer, is not a net output and the conv2
 /// has no fused activation: the weights are scaled per output channel and the
@@ -111,6 +120,7 @@ void record_model_quantisation(Graph& graph);
 struct PassOptions {
   bool remove_identities = true;
   bool fold_constants = true;
+  bool fold_dequantized_gather = true;
   bool fold_pads = true;
   bool fold_batchnorm = true;
   bool fold_scale_mul = true;

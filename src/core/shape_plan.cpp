@@ -205,6 +205,14 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
     for (int64_t i = 0; i < y.numel(); ++i) y.data_as<float>()[i] = q.apply(x.data_as<float>()[i]);
     return y;
   }
+  if (op == "dequantize") {  // DequantizeLinear of integers, per tensor: (x - zero point) * scale in float
+    const Blob x = cast_to(in(0, "x"), DType::float32);
+    const auto scale = static_cast<float>(l.get_float("scale"));
+    const auto zero_point = static_cast<float>(l.get_int("zero_point"));
+    Blob y = Blob::allocate(x.shape());
+    for (int64_t i = 0; i < y.numel(); ++i) y.data_as<float>()[i] = (x.data_as<float>()[i] - zero_point) * scale;
+    return y;
+  }
   if (op == "where") return where(in(0, "condition"), in(1, "X"), in(2, "Y"));
   if (op == "scatter_nd") return scattered(in(0, "data"), in(1, "indices"), in(2, "updates"));
   fail_field(l, "op", fmt::format("unknown shape_math op '{}'", op));

@@ -3294,7 +3294,30 @@ void Importer::gather(const Node& n) {
   const Blob* indices = constant(n.in(1));
   if (!indices || (size_dependent(n.in(1)) && !constant(n.in(0)))) {
     // Run-time indices (token ids into an embedding table): a gather layer, which checks each index.
-    Layer l = make("gather", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+    const Blob* table = constant(n.in(0));
+    const int table_type = table ? elem_type(n.in(0)) : -1;
+    const bool integer_table = table_type == onnx::TensorProto::INT8 || table_type == onnx::TensorProto::UINT8;
+    // An integer table (ONNX Runtime's quantize_dynamic: int8 rows gathered,
+    // then DequantizeLinear) stays a weight in its integers; the pass
+    // fold_dequantized_gather gives it the scale and zero point after it.
+    std::vector<std::string> inputs;
+    if (!integer_table) inputs.push_back(input(n, 0));
+    inputs.push_back(input(n, 1));
+    Layer l = make("gather", n.name, std::move(inputs), {n.out(0)});
+    if (integer_table) {
+      // (Read as int64 values: held in their own type, a byte each.)
+      const bool is_signed = table_type == onnx::TensorProto::INT8;
+      Blob bytes = Blob::allocate(table->shape(), is_signed ? DType::int8 : DType::uint8);
+      const std::vector<int64_t> v = to_ints(*table);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < (is_signed ? -128 : 0) || v[i] > (is_signed ? 127 : 255))
+          throw n.error(fmt::format("value {} lies outside the table's type", v[i]), "data");
+        if (is_signed) bytes.data_as<int8_t>()[i] = static_cast<int8_t>(v[i]);
+        else bytes.data_as<uint8_t>()[i] = static_cast<uint8_t>(v[i]);
+      }
+      l.weights["table"] = std::move(bytes);
+      value_types_[n.out(0)] = table_type;
+    }
     l.params["axis"] = int64_t{axis};
     add(std::move(l));
     return;
@@ -4648,8 +4671,15 @@ bool Importer::record_shape_math(const Node& n) {
     if (n.has("start")) l.params["start"] = n.get_int("start");
     if (n.has("end")) l.params["end"] = n.get_int("end");
   } else if (o == "identity") {
-    // DequantizeLinear: only of a value held as its real values (a QuantizeLinear's).
-    if (n.op() == "DequantizeLinear" && !quantized_.count(n.in(0))) return false;
+    // DequantizeLinear of a value held as its real values (a QuantizeLinear's);
+    // of integers (a quantised embedding's rows gathered by positions), per tensor.
+    if (n.op() == "DequantizeLinear" && !quantized_.count(n.in(0))) {
+      const QParams q = qparams(n, 1, 2, "x", true);
+      if (q.scales.size() != 1 || q.zero_points.size() > 1 || q.float_type) return false;
+      l.params["op"] = std::string("dequantize");
+      l.params["scale"] = static_cast<double>(q.scales[0]);
+      l.params["zero_point"] = q.zero_points.empty() ? int64_t{0} : int64_t{q.zero_points[0]};
+    }
     inputs.resize(1);
   } else if (o == "fake_quant") {
     // QuantizeLinear of a size-dependent value (YOLOv8's anchor grid, quantised

@@ -351,9 +351,11 @@ int64_t index_bound(const core::Graph& g, const std::string& name) {
     for (const Layer& l : g.layers) {
       for (std::size_t k = 0; k < l.inputs.size(); ++k) {
         if (!reach.count(l.inputs[k])) continue;
-        if ((l.type == "gather" || l.type == "gather_elements") && k == 1) {
+        // The indices: input 1, or a gather's one input where its table is the weight "table".
+        const bool table_weight = l.type == "gather" && l.inputs.size() == 1 && l.find_weight("table");
+        if (((l.type == "gather" || l.type == "gather_elements") && k == 1) || (table_weight && k == 0)) {
           if (shapes.empty()) shapes = core::infer_shapes(g);
-          const Shape& data = shapes.at(l.inputs[0]);
+          const Shape& data = table_weight ? l.weight("table").shape() : shapes.at(l.inputs[0]);
           int64_t axis = l.get_int("axis", 0);
           if (axis < 0) axis += data.rank();
           if (axis >= 0 && axis < data.rank()) bound = bound == 0 ? data[static_cast<int>(axis)] : std::min(bound, data[static_cast<int>(axis)]);

@@ -236,17 +236,20 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   // A gather's indices are whole numbers within the gathered dim (random
   // values would be refused): random rows, as token ids read them.
   const std::string& type = info.layer ? info.layer->type : std::string();
-  if ((type == "gather" || type == "gather_elements" || type == "gather_nd") && ins.size() == 2 &&
+  // (A gather whose table is its weight "table" reads the indices alone.)
+  const bool table_weight = type == "gather" && ins.size() == 1 && info.layer->find_weight("table");
+  if ((type == "gather" || type == "gather_elements" || type == "gather_nd") && (ins.size() == 2 || table_weight) &&
       in.device == Device::cpu && in.dtype == DType::float32 && in.layout == Layout::nchw) {
-    const Shape &data = info.input_shapes[0], &is = info.input_shapes[1];
+    const Shape& data = table_weight ? info.layer->weight("table").shape() : info.input_shapes[0];
+    const Shape& is = info.input_shapes.back();
     // The dim index i reads: gather_nd's tuples name dims batch_dims, batch_dims + 1, ...
     auto dim_of = [&](int64_t i) -> int64_t {
       if (type != "gather_nd") return data[core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank())];
       const int64_t k = is.rank() ? is[is.rank() - 1] : 1;
       return data[static_cast<int>(info.layer->get_int("batch_dims", 0) + i % std::max<int64_t>(1, k))];
     };
-    float* idx = ins[1].data_as<float>();
-    for (int64_t i = 0; i < ins[1].numel(); ++i)
+    float* idx = ins.back().data_as<float>();
+    for (int64_t i = 0; i < ins.back().numel(); ++i)
       idx[i] = static_cast<float>(std::uniform_int_distribution<int64_t>(0, std::max<int64_t>(1, dim_of(i)) - 1)(rng_));
   }
   std::vector<const Blob*> in_ptrs;

@@ -148,6 +148,11 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
+    {"gather",
+     {
+      {"cpu/vec"},
+      {"cpu/ref"},
+     }},
     {"layernorm",
      {
       {"cpu/vec", "cpu/onednn"},

@@ -294,6 +294,62 @@ TEST_CASE("transformers: a plan whose changing step is fused with another is bui
   CHECK(counts.built + counts.rebound == 6);  // the default shapes' at creation too
 }
 
+TEST_CASE("transformers: an embedding ONNX Runtime quantised (int8 rows gathered, then dequantised) keeps its "
+          "table in int8", "[onnx][transformers]") {
+  // quantize_dynamic's form: Gather(int8 table, ids) -> DequantizeLinear(scale, zero point).
+  for (const bool is_signed : {true, false}) {
+    INFO((is_signed ? "int8" : "uint8"));
+    const int type = is_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
+    const int64_t zp = is_signed ? 3 : 131;
+    std::vector<int64_t> table(10 * 6);
+    for (std::size_t i = 0; i < table.size(); ++i) table[i] = is_signed ? int64_t(i * 37 % 256) - 128 : int64_t(i * 53 % 256);
+    OnnxModel m(17);
+    m.named_input("ids", onnx::TensorProto::INT64, {"1", "sequence"}).output("y");
+    m.init_typed("table", type, {10, 6}, table).init("scale", {}, {0.0125f}).init_typed("zp", type, {}, {zp});
+    m.node("Gather", {"table", "ids"}, {"q"});
+    m.node("DequantizeLinear", {"q", "scale", "zp"}, {"y"});
+    const std::string onnx_path = m.save(is_signed ? "int8_embedding.onnx" : "uint8_embedding.onnx");
+    Model net = import_onnx(onnx_path);
+    // One gather layer, its table the integers with the scale and zero point.
+    const core::Graph& g = net.impl().graph;
+    int gathers = 0;
+    for (const auto& l : g.layers) {
+      if (l.type == "sub" || l.type == "mul") FAIL("the dequantisation was not folded: " << l.name);
+      if (l.type != "gather") continue;
+      ++gathers;
+      const Blob& t = l.weight("table");
+      CHECK(t.dtype() == (is_signed ? DType::qint8 : DType::quint8));
+      CHECK(t.quant().scales == std::vector<float>{0.0125f});
+      CHECK(t.quant().zero_points == std::vector<int32_t>{static_cast<int32_t>(zp)});
+    }
+    CHECK(gathers == 1);
+    // Through a .dnn file: still int8 in memory.
+    const std::string dnn = test_dir() + (is_signed ? "/int8_embedding.dnn" : "/uint8_embedding.dnn");
+    net.save(dnn);
+    Model loaded = Model::load(dnn);
+    for (const auto& l : loaded.impl().graph.layers)
+      if (l.type == "gather") CHECK(l.weight("table").dtype() == (is_signed ? DType::qint8 : DType::quint8));
+    Session session(loaded);
+    for (int64_t L : {5, 12}) {
+      std::vector<int64_t> ids(static_cast<std::size_t>(L));
+      for (int64_t i = 0; i < L; ++i) ids[static_cast<std::size_t>(i)] = (i * 7 + 3) % 10;
+      auto out = run(session, {{"ids", ids_blob(Shape{1, L}, ids)}});
+      REQUIRE(out[0].blob.shape() == Shape{1, L, 6});
+      const float* y = out[0].blob.data_as<float>();
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t c = 0; c < 6; ++c) {
+          const auto q = static_cast<float>(table[static_cast<std::size_t>(ids[static_cast<std::size_t>(i)] * 6 + c)]);
+          REQUIRE(y[i * 6 + c] == (q - static_cast<float>(zp)) * 0.0125f);  // as DequantizeLinear computes it
+        }
+    }
+    // An id past the table: an error naming the layer, nothing read out of bounds.
+    CHECK_THROWS_WITH(run(session, {{"ids", ids_blob(Shape{1, 2}, {1, 10})}}), Catch::Contains("out of range"));
+    bool vec = false;
+    for (const auto& l : session.layers()) vec = vec || (l.type == "gather" && l.descriptor == "cpu/vec");
+    CHECK(vec);  // the default choice (cpu/ref is checked against it by the generated cases)
+  }
+}
+
 TEST_CASE("transformers: an all-dynamic input whose graph translates only at some sizes imports with no flags",
           "[onnx][transformers][dynamic]") {
   // x [?, 3, ?, ?] reshaped to [N, 144, -1]: 3*H*W must divide by 144, which

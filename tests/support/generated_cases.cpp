@@ -300,9 +300,24 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
       for (int64_t i = 0; i < s.numel(); ++i) idx.data_as<float>()[i] = static_cast<float>((i * 7) % (2 * len) - len);
       return idx;
     };
-    if (type == "gather")
+    if (type == "gather") {
+      // The table as a weight: float32, and int8/uint8 quantised per tensor
+      // (ONNX Runtime's quantize_dynamic embeddings, rows dequantised as read).
+      auto bytes = [&](DType d, int32_t zp) {
+        Blob t = Blob::allocate(Shape{30, 37}, d);
+        for (int64_t i = 0; i < t.numel(); ++i) t.data_as<uint8_t>()[i] = static_cast<uint8_t>((i * 89 + 7) % 256);
+        t.quant() = QuantParams{{0.031f}, {zp}, -1};
+        return t;
+      };
       return {{"gather rows (embedding)", layer_of("gather", {{"axis", int64_t{0}}}, {}, 2), {random_blob({30, 16}, rng), indices({1, 9}, 30)}},
-              {"gather axis 1", layer_of("gather", {{"axis", int64_t{1}}}, {}, 2), {random_blob({2, 5, 3}, rng), indices({4}, 5)}}};
+              {"gather axis 1", layer_of("gather", {{"axis", int64_t{1}}}, {}, 2), {random_blob({2, 5, 3}, rng), indices({4}, 5)}},
+              {"gather rows of a weight table", layer_of("gather", {{"axis", int64_t{0}}}, {{"table", random_blob({30, 16}, rng)}}),
+               {indices({2, 7}, 30)}},
+              {"gather rows of an int8 table", layer_of("gather", {{"axis", int64_t{0}}}, {{"table", bytes(DType::qint8, -5)}}),
+               {indices({3, 11}, 30)}},
+              {"gather rows of a uint8 table", layer_of("gather", {{"axis", int64_t{0}}}, {{"table", bytes(DType::quint8, 128)}}),
+               {indices({1, 13}, 30)}}};
+    }
     if (type == "gather_nd")
       return {{"gather_nd pairs", layer_of("gather_nd", {}, {}, 2), {random_blob({4, 5, 6}, rng), indices({3, 2}, 4)}},
               {"gather_nd batch_dims 1", layer_of("gather_nd", {{"batch_dims", int64_t{1}}}, {}, 2),

@@ -5,8 +5,9 @@ committed, so the tests need none of them):
 
     python python/tests/data/make_text_models.py
 
-BERT (the TorchScript exporter, opset 17) and GPT-2 (the dynamo exporter,
-opset 23) from configs with seeded random weights, one layer of width 32,
+BERT (the TorchScript exporter, opset 17; and quantised by ONNX Runtime's
+quantize_dynamic) and GPT-2 (the dynamo exporter, opset 23) from configs with
+seeded random weights, one layer of width 32,
 input_ids and attention_mask [batch, sequence]; inputs at lengths 12 and 7,
 and 12 with the last 3 positions padded. And GPT-2 with its LM head and a KV
 cache (tiny_gpt2_kv.onnx, the TorchScript exporter at opset 17: input_ids
@@ -108,7 +109,12 @@ def main():
         path = os.path.join(HERE, "tiny_gpt2.onnx")
         torch.onnx.export(LastHidden(gpt2), args, path, input_names=names, output_names=["last_hidden_state"],
                           dynamic_shapes=({1: seq}, {1: seq}), opset_version=23, dynamo=True, external_data=False)
-    for name in ("tiny_bert", "tiny_gpt2"):
+    # The same BERT quantised by ONNX Runtime's quantize_dynamic (int8 weights, an
+    # int8 embedding table gathered and then dequantised, MatMulInteger).
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    quantize_dynamic(os.path.join(HERE, "tiny_bert.onnx"), os.path.join(HERE, "tiny_bert_int8.onnx"),
+                     weight_type=QuantType.QInt8)
+    for name in ("tiny_bert", "tiny_gpt2", "tiny_bert_int8"):
         sess = ort.InferenceSession(os.path.join(HERE, name + ".onnx"), providers=["CPUExecutionProvider"])
         arrays = {}
         for k, feeds in enumerate(cases(100)):

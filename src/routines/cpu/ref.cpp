@@ -10,6 +10,7 @@
 //   void run(const RunArgs&);                          no allocation
 // and Ref<P> turns it into the registered Routine. Elementwise types share
 // Unary<Op> and Binary<Op>; reshape/flatten/identity share Copy<name>.
+#include "routines/gather_table.hpp"
 #include "routines/weight_checks.hpp"
 #include "core/layer_types.hpp"
 #include "core/narrow_types.hpp"
@@ -554,39 +555,34 @@ struct Take final : RefPrepared {
   }
 };
 
-/// Index `v` (a whole number held as a float) into a dim of `len`, negative
-/// from the end; an Error naming the layer where it is no index into the dim.
-int64_t checked_index(float v, int64_t len, const std::string& layer) {
-  const double d = v;
-  if (!(d >= -static_cast<double>(len) && d < static_cast<double>(len)) || d != std::floor(d))
-    throw Error(fmt::format("index {} is out of range for a dim of {} (indices lie in [-{}, {}))", d, len, len, len), {},
-                layer, "indices");
-  return static_cast<int64_t>(d < 0 ? d + static_cast<double>(len) : d);
-}
+using routines::checked_index;
 
-/// gather: data [outer, len, inner] at run-time indices along the axis; each
-/// index checked before any value is read.
+/// gather: data [outer, len, inner] (input 0, or the weight "table":
+/// routines::GatherTable) at run-time indices along the axis; each index
+/// checked before any value is read.
 struct Gather final : RefPrepared {
   static constexpr std::string_view kType = "gather";
+  static Support supports(const LayerInfo& info) { return routines::GatherTable::check(info, "cpu/ref"); }
+  routines::GatherTable table;
   int64_t outer = 1, len = 1, inner = 1, count;
   std::string name;
   std::vector<int64_t> at;
-  explicit Gather(const LayerInfo& info) : count(info.input_shapes[1].numel()), name(info.layer->name) {
-    const Shape& s = info.input_shapes[0];
+  explicit Gather(const LayerInfo& info) : table(info), count(info.input_shapes.back().numel()), name(info.layer->name) {
+    const Shape& s = table.shape;
     const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
     for (int d = 0; d < s.rank(); ++d) (d < axis ? outer : d == axis ? len : inner) *= s[d];
     at.resize(static_cast<std::size_t>(count));
   }
   void run(const RunArgs& a) override {
-    const float* x = a.inputs[0]->data_as<float>();
-    const float* idx = a.inputs[1]->data_as<float>();
+    const Blob* data = a.inputs.size() == 2 ? a.inputs[0] : nullptr;
+    const float* idx = a.inputs.back()->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
     for (int64_t i = 0; i < count; ++i) at[static_cast<std::size_t>(i)] = checked_index(idx[i], len, name);
     a.pool->parallel_for(outer * count, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t o = r / count, i = r % count;
-        std::memcpy(y + r * inner, x + (o * len + at[static_cast<std::size_t>(i)]) * inner,
-                    static_cast<std::size_t>(inner) * sizeof(float));
+        table.copy(data, (o * len + at[static_cast<std::size_t>(i)]) * inner, inner, y + r * inner,
+                   routines::dequantize_bytes);
       }
     });
   }

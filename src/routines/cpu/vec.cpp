@@ -36,6 +36,7 @@
 // gelu tanh vec 183 (253), onednn 235; concat [1,1,768]+[1,196,768] vec 10.4,
 // ref 10.4, onednn 149; channel concat [1,128,28,28]+[1,32,28,28] vec 9.1,
 // onednn 122 (nhwc: vec 10.5, onednn 14.5).
+#include "routines/gather_table.hpp"
 #include "routines/weight_checks.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
@@ -167,6 +168,43 @@ const Schema kQPlain{Device::cpu, DType::qint8, Layout::nchw};
 const Schema kQNhwc{Device::cpu, DType::qint8, Layout::nhwc};
 
 // ---------------------------------------------------------------------------
+
+/// gather (an embedding lookup): rows of the table (input 0, or the weight
+/// "table" in float32 or int8/uint8 dequantised by the vector kernel) at
+/// run-time indices along the axis, each index checked first.
+struct Gather final : PreparedRoutine {
+  static constexpr std::string_view kType = "gather";
+  static constexpr bool kSimd = true;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo& info, const Schema&) { return routines::GatherTable::check(info, "cpu/vec"); }
+
+  const vk::Kernels& k;
+  routines::GatherTable table;
+  int64_t outer = 1, len = 1, inner = 1, count;
+  std::string name;
+  std::vector<int64_t> at;
+  Gather(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), table(info), count(info.input_shapes.back().numel()), name(info.layer->name) {
+    const Shape& s = table.shape;
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), s.rank());
+    outer = prod(s, 0, axis);
+    len = s[axis];
+    inner = prod(s, axis + 1, s.rank());
+    at.resize(static_cast<std::size_t>(count));
+  }
+  void run(const RunArgs& a) override {
+    const Blob* data = a.inputs.size() == 2 ? a.inputs[0] : nullptr;
+    const float* idx = a.inputs.back()->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    for (int64_t i = 0; i < count; ++i) at[static_cast<std::size_t>(i)] = routines::checked_index(idx[i], len, name);
+    a.pool->parallel_for(outer * count, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t o = r / count, i = r % count;
+        table.copy(data, (o * len + at[static_cast<std::size_t>(i)]) * inner, inner, y + r * inner, k.dequantize_bytes);
+      }
+    });
+  }
+};
 
 struct Layernorm final : PreparedRoutine {
   static constexpr std::string_view kType = "layernorm";
@@ -811,6 +849,7 @@ struct Copy final : PreparedRoutine {
 };
 constexpr char kReshape[] = "reshape", kFlatten[] = "flatten", kIdentity[] = "identity";
 
+SOFTNEURO_REGISTER_ROUTINE(Vec<Gather>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantVec>);

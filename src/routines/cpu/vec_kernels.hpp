@@ -38,6 +38,9 @@ struct Kernels {
   void (*silu)(const float* x, float* y, int64_t n);
   /// y[i] = table[(uint8_t) x[i]], i < n (int8 by a 256-entry table); y may be x.
   void (*lookup)(const int8_t* x, int8_t* y, int64_t n, const int8_t* table);
+  /// y[i] = (q[i] - zero_point) * scale, i < n: q int8 where is_signed, else
+  /// uint8 (a quantised embedding table's row).
+  void (*dequantize_bytes)(const uint8_t* q, bool is_signed, float* y, int64_t n, float scale, float zero_point);
 };
 
 /// The widest set this CPU runs (vec.cpp: AVX-512, AVX2+FMA; Advanced SIMD on

@@ -406,8 +406,21 @@ void lookup(const int8_t* x, int8_t* y, int64_t n, const int8_t* table) {
   for (; i < n; ++i) y[i] = table[static_cast<uint8_t>(x[i])];
 }
 
+// Plain loops the compiler vectorises with this file's ISA flags (widening
+// byte -> int32 -> float conversions); the subtraction and product as
+// DequantizeLinear computes them, in float.
+void dequantize_bytes(const uint8_t* q, bool is_signed, float* y, int64_t n, float scale, float zero_point) {
+  if (is_signed) {
+    const auto* s = reinterpret_cast<const int8_t*>(q);
+    for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(s[i]) - zero_point) * scale;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(q[i]) - zero_point) * scale;
+  }
+}
+
 }  // namespace
 
-const Kernels kKernels{layernorm_rows, softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu, lookup};
+const Kernels kKernels{layernorm_rows,  softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu,
+                       lookup,          dequantize_bytes};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
