@@ -14,10 +14,9 @@
 // cpu/ref routines.
 // A constant that a layer reads as an input gets one constant layer.
 //
-// Three patterns are fused before translation: the GELU that exporters spell
-// x*0.5*(1+Erf(x/sqrt(2))) (a lone Erf is unsupported: there is no erf layer
-// type), the LayerNormalization they decompose below opset 17, and HardSwish
-// spelled x*clip(x+3,0,6)/6 (Paddle).
+// Patterns fused before translation: the GELU that exporters spell
+// x*0.5*(1+Erf(x/sqrt(2))) and its tanh form (GPT-2's), the LayerNormalization
+// they decompose below opset 17, and HardSwish spelled x*clip(x+3,0,6)/6 (Paddle).
 //
 // An unsupported node does not stop the translation: it is recorded, its
 // outputs are marked unavailable (nodes reading them are skipped silently),
@@ -143,7 +142,7 @@ bool near(double a, double b) { return std::abs(a - b) <= 1e-4 * std::max(1.0, s
 // A fused pattern: several nodes that become one layer.
 
 struct Fused {
-  enum Kind { gelu, layernorm, hardswish } kind;
+  enum Kind { gelu, gelu_tanh, layernorm, hardswish } kind;
   std::vector<int> members;  ///< node indices
   std::string x, y;          ///< input and output tensors
   std::vector<int64_t> axes; ///< layernorm: the reduced axes
@@ -291,6 +290,7 @@ class Importer {
   // --- patterns
   void find_patterns();
   std::optional<Fused> match_gelu(int erf);
+  std::optional<Fused> match_gelu_tanh(int tanh);
   std::optional<Fused> match_hardswish(int clip);
   std::optional<Fused> match_layernorm(int reduce);
   int producer(const std::string& t) const {
@@ -1027,6 +1027,7 @@ void Importer::find_patterns() {
     if (fused_of_[static_cast<std::size_t>(i)] >= 0) continue;
     std::optional<Fused> f;
     if (is(i, "Erf")) f = match_gelu(i);
+    else if (is(i, "Tanh")) f = match_gelu_tanh(i);
     else if (is(i, "ReduceMean")) f = match_layernorm(i);
     else if (is(i, "Clip")) f = match_hardswish(i);
     if (!f) continue;
@@ -1074,6 +1075,80 @@ std::optional<Fused> Importer::match_gelu(int e) {
     f.members.push_back(m2);
     f.y = output_of(m2, 0);
   } else {  // Mul(Mul(x, 0.5), 1+erf)
+    const int hx = producer(other);
+    if (!is(hx, "Mul") || sole_consumer(other) != m1 || !is_half(other_input(hx, x))) return std::nullopt;
+    f.members.push_back(hx);
+    f.y = output_of(m1, 0);
+  }
+  return f;
+}
+
+/// GELU's tanh form, 0.5*x*(1+Tanh(sqrt(2/pi)*(x+0.044715*x^3))) (GPT-2's
+/// "gelu_new", 8 nodes a block), with x^3 as Pow(x, 3) or Mul(Mul(x, x), x) and
+/// the factors in either order; the outer product in the orders match_gelu takes.
+std::optional<Fused> Importer::match_gelu_tanh(int t) {
+  if (at(t).input_size() != 1 || at(t).output_size() != 1) return std::nullopt;
+  auto scalar_near = [&](const std::string& name, double v) { auto s = scalar(name); return s && near(*s, v); };
+  // Mul(inner, sqrt(2/pi)) -> Tanh
+  const std::string k_out = input_of(t, 0);
+  const int k = producer(k_out);
+  if (!is(k, "Mul") || at(k).input_size() != 2 || sole_consumer(k_out) != t) return std::nullopt;
+  std::string inner;
+  for (int j = 0; j < 2; ++j)
+    if (scalar_near(input_of(k, j), std::sqrt(2.0 / 3.14159265358979323846))) inner = input_of(k, 1 - j);
+  // Add(x, Mul(cube, 0.044715))
+  const int a0 = producer(inner);
+  if (inner.empty() || !is(a0, "Add") || at(a0).input_size() != 2 || sole_consumer(inner) != k) return std::nullopt;
+  std::vector<int> members = {a0, k, t};
+  std::string x;
+  for (int j = 0; j < 2 && x.empty(); ++j) {
+    const std::string m_out = input_of(a0, j), cand = input_of(a0, 1 - j);
+    const int m = producer(m_out);
+    if (!is(m, "Mul") || at(m).input_size() != 2 || sole_consumer(m_out) != a0) continue;
+    for (int i = 0; i < 2 && x.empty(); ++i) {
+      if (!scalar_near(input_of(m, i), 0.044715)) continue;
+      const std::string cube = input_of(m, 1 - i);
+      const int c = producer(cube);
+      if (sole_consumer(cube) != m) continue;
+      if (is(c, "Pow") && at(c).input_size() == 2 && input_of(c, 0) == cand && scalar_near(input_of(c, 1), 3.0)) {
+        members.insert(members.end(), {m, c});
+        x = cand;
+      } else if (is(c, "Mul") && at(c).input_size() == 2) {  // Mul(Mul(x, x), x) in either order
+        for (int q = 0; q < 2 && x.empty(); ++q) {
+          const std::string sq = input_of(c, q);
+          const int s2 = producer(sq);
+          if (input_of(c, 1 - q) == cand && is(s2, "Mul") && sole_consumer(sq) == c && input_of(s2, 0) == cand &&
+              input_of(s2, 1) == cand) {
+            members.insert(members.end(), {m, c, s2});
+            x = cand;
+          }
+        }
+      }
+    }
+  }
+  if (x.empty()) return std::nullopt;
+  // Add(Tanh, 1), then 0.5 * x * that.
+  const std::string tanh_out = output_of(t, 0);
+  const int a = sole_consumer(tanh_out);
+  if (!is(a, "Add") || !scalar_near(other_input(a, tanh_out), 1.0)) return std::nullopt;
+  const std::string ao = output_of(a, 0);
+  const int m1 = sole_consumer(ao);
+  if (!is(m1, "Mul")) return std::nullopt;
+  const std::string other = other_input(m1, ao);
+  auto is_half = [&](const std::string& h) { return scalar_near(h, 0.5); };
+  Fused f{Fused::gelu_tanh, members, x, {}, {}, 0, {}, {}};
+  f.members.insert(f.members.end(), {a, m1});
+  if (other == x) {  // Mul(Mul(x, 1+tanh), 0.5)
+    const int m2 = sole_consumer(output_of(m1, 0));
+    if (!is(m2, "Mul") || !is_half(other_input(m2, output_of(m1, 0)))) return std::nullopt;
+    f.members.push_back(m2);
+    f.y = output_of(m2, 0);
+  } else if (is_half(other)) {  // Mul(x, Mul(1+tanh, 0.5))
+    const int m2 = sole_consumer(output_of(m1, 0));
+    if (!is(m2, "Mul") || other_input(m2, output_of(m1, 0)) != x) return std::nullopt;
+    f.members.push_back(m2);
+    f.y = output_of(m2, 0);
+  } else {  // Mul(Mul(x, 0.5), 1+tanh): GPT-2's order
     const int hx = producer(other);
     if (!is(hx, "Mul") || sole_consumer(other) != m1 || !is_half(other_input(hx, x))) return std::nullopt;
     f.members.push_back(hx);
@@ -1186,8 +1261,8 @@ std::optional<Fused> Importer::match_layernorm(int r1) {
 
 void Importer::emit_fused(const Fused& f) {
   const Node n = node(f.last());
-  if (f.kind == Fused::gelu) {
-    add_unary(n, "gelu", as_blob(n, f.x), f.y, {{"approximate", std::string("none")}});
+  if (f.kind == Fused::gelu || f.kind == Fused::gelu_tanh) {
+    add_unary(n, "gelu", as_blob(n, f.x), f.y, {{"approximate", std::string(f.kind == Fused::gelu ? "none" : "tanh")}});
     return;
   }
   if (f.kind == Fused::hardswish) {

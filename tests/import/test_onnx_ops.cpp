@@ -1035,6 +1035,57 @@ TEST_CASE("GELU: the Erf pattern in its exported orders becomes one gelu layer",
   }
 }
 
+TEST_CASE("GELU: the tanh form (GPT-2's) in its exported orders becomes one gelu layer", "[onnx][gelu]") {
+  const Shape xs{2, 6};
+  std::vector<float> x = random_values(12, 31);
+  for (auto& v : x) v *= 3;
+  const double k = std::sqrt(2.0 / 3.14159265358979323846);
+  auto expected = map_values(x, [&](float v) {
+    return static_cast<float>(0.5 * v * (1 + std::tanh(k * (v + 0.044715 * double(v) * v * v))));
+  });
+  for (int variant = 0; variant < 4; ++variant) {
+    INFO("variant " << variant);
+    OnnxModel m(13);
+    m.input("x", xs.to_vector()).output("y");
+    m.init("three", {}, {3.0f}).init("c", {}, {0.044715f}).init("k", {}, {static_cast<float>(k)});
+    m.init("one", {}, {1.0f}).init("half", {}, {0.5f});
+    if (variant == 3) {  // x^3 as x * x * x
+      m.node("Mul", {"x", "x"}, {"sq"});
+      m.node("Mul", {"sq", "x"}, {"cube"});
+    } else {
+      m.node("Pow", {"x", "three"}, {"cube"});
+    }
+    m.node("Mul", {variant == 1 ? "c" : "cube", variant == 1 ? "cube" : "c"}, {"cc"});
+    m.node("Add", {"x", "cc"}, {"inner"});
+    m.node("Mul", {"inner", "k"}, {"u"});
+    m.node("Tanh", {"u"}, {"t"});
+    m.node("Add", {"t", "one"}, {"a"});
+    if (variant == 0 || variant == 3) {  // GPT-2: (x * 0.5) * (1 + tanh)
+      m.node("Mul", {"x", "half"}, {"xh"});
+      m.node("Mul", {"xh", "a"}, {"y"});
+    } else if (variant == 1) {  // (x * (1 + tanh)) * 0.5
+      m.node("Mul", {"x", "a"}, {"m"});
+      m.node("Mul", {"m", "half"}, {"y"});
+    } else {  // x * ((1 + tanh) * 0.5)
+      m.node("Mul", {"a", "half"}, {"ah"});
+      m.node("Mul", {"x", "ah"}, {"y"});
+    }
+    Model net = import_onnx(m.save("gelu_tanh.onnx"));
+    CHECK(computing_steps(Session(net)) == 1);
+    CHECK(count_layers(net, "gelu") == 1);
+    CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < kTol);
+  }
+  // The tanh of something else stays as it is.
+  OnnxModel m(13);
+  m.input("x", xs.to_vector()).output("y");
+  m.init("k", {}, {0.5f}).init("one", {}, {1.0f});
+  m.node("Mul", {"x", "k"}, {"u"});
+  m.node("Tanh", {"u"}, {"t"});
+  m.node("Add", {"t", "one"}, {"y"});
+  Model net = import_onnx(m.save("not_gelu.onnx"));
+  CHECK(count_layers(net, "gelu") == 0);
+}
+
 TEST_CASE("HardSwish spelled x*clip(x+3,0,6)/6 (Paddle) becomes one hardswish layer", "[onnx][hardswish]") {
   const Shape xs{2, 6};
   std::vector<float> x = random_values(12, 29);
