@@ -2097,7 +2097,15 @@ void Importer::matmul_integer(const Node& n) {
     a = centred;
   }
   Layer d = make("dense", n.name, {a}, {n.out(0)});
-  d.weights["weight"] = transposed(dequantized(n, *b, bq, 1, "b"), {1, 0});  // B - b_zero_point, [N, K]
+  Blob w = transposed(dequantized(n, *b, bq, 1, "b"), {1, 0});  // B - b_zero_point, [N, K]
+  // An int8 B without zero points (quantize_dynamic's symmetric weights): the
+  // integers themselves, on a grid of scale 1, which the .dnn stores as int8.
+  QParams unit = bq;
+  unit.scales.assign(1, 1.0f);
+  unit.zero_points.assign(1, 0);
+  if (std::all_of(bq.zero_points.begin(), bq.zero_points.end(), [](int64_t z) { return z == 0; }))
+    mark_int8_grid(w, unit, 0, n.in(1));
+  d.weights["weight"] = std::move(w);
   add(std::move(d));
 }
 
