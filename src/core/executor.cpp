@@ -1,5 +1,6 @@
 #include "core/executor.hpp"
 #include "core/slices.hpp"
+#include "core/shape_plan.hpp"
 
 #include "core/aligned_memory.hpp"
 #include "core/layer_types.hpp"
@@ -121,37 +122,39 @@ bool same_blob(const Blob& a, const Blob& b) {
   return a.data() && b.data() && std::memcmp(a.data(), b.data(), a.byte_size()) == 0;
 }
 
-bool same_weights(const Layer& a, const Layer& b) {
-  if (a.weights.size() != b.weights.size()) return false;
-  for (auto i = a.weights.begin(), j = b.weights.begin(); i != a.weights.end(); ++i, ++j)
-    if (i->first != j->first || !same_blob(i->second, j->second)) return false;
-  return true;
-}
 }  // namespace
 
-bool Executor::rebind(const Graph* specialized, const std::map<std::string, Shape>& shapes, std::string* why) {
+bool Executor::rebind(const std::unordered_map<std::string_view, Shape>& shapes, const SpecializeChanges& changes,
+                      std::string* why) {
   auto no = [why](std::string reason) {
     if (why) *why = std::move(reason);
     return false;
   };
   if (uses_device()) return no("the plan has device steps");
   Graph* own = plan_.specialized.get();
-  if (!own != !specialized) return no("the graph's shape computations differ");
-  // The same layers, in the same order, reading and writing the same blobs;
-  // what differs is shapes, reshape targets and the constants computed from shapes.
+  if (!own && (!changes.constants.empty() || !changes.params.empty()))
+    return no("the plan's graph has no shape computations");
+  // The layers of the graph at these shapes are the plan's; what differs is
+  // shapes, reshape targets and the constants computed from shapes.
   std::vector<bool> layer_changed(own ? own->layers.size() : 0, false);
   std::map<std::string, std::size_t> constant_layer;  // blob -> its constant layer
-  if (own) {
-    if (own->layers.size() != specialized->layers.size()) return no("the graph folds otherwise at these shapes");
+  std::vector<const std::map<std::string, Attr>*> new_params(layer_changed.size(), nullptr);
+  std::vector<const Blob*> new_values(layer_changed.size(), nullptr);
+  if (own)
     for (std::size_t i = 0; i < own->layers.size(); ++i) {
       const Layer& a = own->layers[i];
-      const Layer& b = specialized->layers[i];
-      if (a.name != b.name || a.type != b.type || a.inputs != b.inputs || a.outputs != b.outputs)
-        return no(fmt::format("the graph folds otherwise at these shapes (layer '{}')", a.name));
-      layer_changed[i] = a.params != b.params || !same_weights(a, b);
-      if (a.type == "constant" && !a.outputs.empty()) constant_layer[a.outputs[0]] = i;
+      if (a.type == "constant" && !a.outputs.empty()) {
+        constant_layer[a.outputs[0]] = i;
+        if (auto c = changes.constants.find(a.name); c != changes.constants.end()) {
+          const Blob* v = a.find_weight("value");
+          layer_changed[i] = !v || !same_blob(*v, c->second);
+          new_values[i] = &c->second;
+        }
+      } else if (auto p = changes.params.find(a.name); p != changes.params.end()) {
+        layer_changed[i] = a.params != p->second;
+        new_params[i] = &p->second;
+      }
     }
-  }
   const Graph& graph = own ? *own : graph_;
   auto layer_index = [&](const Layer* l) -> std::optional<std::size_t> {
     if (!own || own->layers.empty() || l < own->layers.data() || l >= own->layers.data() + own->layers.size())
@@ -159,7 +162,7 @@ bool Executor::rebind(const Graph* specialized, const std::map<std::string, Shap
     return static_cast<std::size_t>(l - own->layers.data());
   };
   auto shape_of = [&](const std::string& blob) -> const Shape* {
-    auto it = shapes.find(blob);
+    auto it = shapes.find(std::string_view(blob));
     return it == shapes.end() ? nullptr : &it->second;
   };
   // Every slot's shape there; a child's own blobs only change with their parent.
@@ -201,7 +204,7 @@ bool Executor::rebind(const Graph* specialized, const std::map<std::string, Shap
     std::size_t step;
     std::vector<Shape> ins, outs;
   };
-  std::vector<Change> changes;
+  std::vector<Change> steps_changed;
   std::vector<Shape> ins, outs;
   for (std::size_t t = 0; t < steps_.size(); ++t) {
     const Step& step = *steps_[t];
@@ -229,15 +232,15 @@ bool Executor::rebind(const Graph* specialized, const std::map<std::string, Shap
     if (!changed) continue;
     if (!step.fused_into.empty() || step.fuses || step.slices)
       return no(fmt::format("step '{}' is fused with another", step.name));
-    changes.push_back({t, ins, outs});
+    steps_changed.push_back({t, ins, outs});
   }
 
   // The plan there: the graph's changed layers and constants, every blob's shape.
   if (own)
     for (std::size_t i = 0; i < own->layers.size(); ++i)
       if (layer_changed[i]) {
-        own->layers[i].params = specialized->layers[i].params;
-        own->layers[i].weights = specialized->layers[i].weights;
+        if (new_params[i]) own->layers[i].params = *new_params[i];
+        if (new_values[i]) own->layers[i].weights["value"] = *new_values[i];
       }
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     if (!slot_changed[i]) continue;
@@ -253,7 +256,7 @@ bool Executor::rebind(const Graph* specialized, const std::map<std::string, Shap
     b.quant() = std::move(quant);
   }
   const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};
-  for (Change& c : changes) {
+  for (Change& c : steps_changed) {
     Step& step = *steps_[c.step];
     step.info.input_shapes = std::move(c.ins);
     step.info.output_shapes = std::move(c.outs);

@@ -7,6 +7,7 @@
 #include "core/memory_plan.hpp"
 #include "core/plan.hpp"
 #include "core/registry.hpp"
+#include "core/shape_plan.hpp"
 #include "core/weight_store.hpp"
 
 #include <softneuro/session.hpp>
@@ -16,6 +17,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace softneuro::core {
@@ -57,16 +60,16 @@ class Executor {
            std::shared_ptr<DeviceQueues> queues = nullptr, std::shared_ptr<HostArena> host_arena = nullptr);
 
   /// Makes this executor run at other input shapes, its routine choices kept
-  /// (a session's shape bucket): `shapes` is every blob's there and
-  /// `specialized` the graph at them (infer_shapes gives both; nullptr where
-  /// the graph has no shape computations). Only the steps whose shapes or
+  /// (a session's shape bucket): `shapes` is every blob's there and `changes`
+  /// what differs in the graph specialised there (respecialize; none where the
+  /// graph has no shape computations). Only the steps whose shapes or
   /// shape-computed parameters change are prepared again; the constants
-  /// computed from shapes take their new values; memory is planned again. False,
-  /// with the reason in `why`, where that would not be the same plan: the
-  /// graph folds otherwise at these shapes, or a step that changes is fused
-  /// with another, a childnet's child, or the plan has device steps. After
-  /// false or an Error the executor must not run again.
-  bool rebind(const Graph* specialized, const std::map<std::string, Shape>& shapes, std::string* why = nullptr);
+  /// computed from shapes take their new values; memory is planned again.
+  /// False, with the reason in `why`, where that would not be the same plan: a
+  /// step that changes is fused with another or a childnet's child, or the
+  /// plan has device steps. After false or an Error the executor must not run again.
+  bool rebind(const std::unordered_map<std::string_view, Shape>& shapes, const SpecializeChanges& changes,
+              std::string* why = nullptr);
 
   /// The plan it runs (after fusion: Step::fused_into, Step::view).
   const Plan& plan() const { return plan_; }

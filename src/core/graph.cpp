@@ -102,9 +102,6 @@ void sort_topologically(Graph& g) {
   g.layers = std::move(sorted);
 }
 
-namespace {
-// Rejects shapes whose element count overflows or exceeds what any machine
-// holds (2^46 elements), so damaged files cannot make the planner wrap around.
 void check_size(const Shape& s, const std::string& layer, const std::string& field) {
   constexpr int64_t kMax = int64_t{1} << 46;
   int64_t n = 1;
@@ -114,7 +111,6 @@ void check_size(const Shape& s, const std::string& layer, const std::string& fie
     n *= d;
   }
 }
-}  // namespace
 
 std::map<std::string, Shape> infer_shapes(const Graph& g) {
   std::map<std::string, Shape> inputs;
@@ -163,7 +159,7 @@ void check_input_shape(const TensorInfo& in, const Shape& s) {
 }
 
 std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::string, Shape>& input_shapes,
-                                          Graph* specialized) {
+                                          Graph* specialized, SpecializeState* state) {
   std::map<std::string, Shape> shapes;
   for (const auto& in : g.inputs) {
     auto given = input_shapes.find(in.name);
@@ -176,7 +172,7 @@ std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::st
   }
   if (has_shape_math(g)) {  // values computed from shapes: evaluated at these shapes
     const auto inputs = shapes;
-    Graph at = specialize(g, inputs, &shapes);
+    Graph at = specialize(g, inputs, &shapes, state);
     if (specialized) *specialized = std::move(at);
     for (const auto& [blob, s] : shapes) check_size(s, {}, blob);
     return shapes;

@@ -86,18 +86,25 @@ std::vector<std::size_t> check_and_order(const Graph& graph);
 /// Puts graph.layers in the order of check_and_order.
 void sort_topologically(Graph& graph);
 
+struct SpecializeState;  // core/shape_plan.hpp
+
 /// Shape of every blob of a checked, sorted graph: net inputs and each layer's
 /// outputs, via each layer type's shape inference. Throws Error naming the layer.
 std::map<std::string, Shape> infer_shapes(const Graph& graph);
 /// The same at other input shapes (every net input named in `input_shapes`).
 /// A graph with shape computations is specialised at them to tell (specialize,
 /// core/shape_plan.hpp): where `specialized` is given, it receives that graph
-/// (a plan at these shapes is built from it: build_plan), else it is dropped.
+/// (a plan at these shapes is built from it: build_plan), else it is dropped;
+/// `state` (if given) what specialize computed (core/shape_plan.hpp).
 std::map<std::string, Shape> infer_shapes(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
-                                          Graph* specialized = nullptr);
+                                          Graph* specialized = nullptr, SpecializeState* state = nullptr);
 /// The routine path to run at these input shapes: the one tuned at them, else
 /// the nearest (dims compared by ratio); `exact` says which.
 const RoutinePath& path_for(const Graph& graph, const std::map<std::string, Shape>& input_shapes, bool* exact);
+/// Throws Error (naming `layer` and `field`) where a shape has a negative dim,
+/// or an element count that overflows or exceeds what any machine holds
+/// (2^46), so that damaged files cannot make the planner wrap around.
+void check_size(const Shape& s, const std::string& layer, const std::string& field);
 /// Throws Error naming the input where `shape` is not one it takes: another
 /// rank, or another size in a dim that is not dynamic.
 void check_input_shape(const TensorInfo& input, const Shape& shape);

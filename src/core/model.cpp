@@ -154,32 +154,40 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
     return t;
   };
   auto ms_since = [](auto t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); };
-  Entry e;
-  e.inputs = inputs;
-  e.path = &path;
-  // A graph with shape computations is specialised once here, for its shapes and its plan.
-  auto specialized = core::has_shape_math(model_.graph) ? std::make_unique<core::Graph>() : nullptr;
-  try {
-    e.shapes = core::infer_shapes(model_.graph, inputs, specialized.get());
-  } catch (const Error& err) {
-    throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
-  }
-  // The cache is full: a kept plan of this shape bucket runs at these shapes.
+  const bool shape_math = core::has_shape_math(model_.graph);
+  // The cache is full: a kept plan of this shape bucket runs at these shapes,
+  // the graph specialised again only where the shapes change it.
   if (entries_.size() >= capacity_)
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->path != &path || !same_shape_bucket(it->inputs, inputs)) continue;
-      std::string why;
+      if (it->path != &path || !same_shape_bucket(it->inputs, inputs) || (shape_math && !it->specialized)) continue;
+      std::string why = "the graph folds otherwise at these shapes";
       bool rebound = false;
+      std::map<std::string, Shape> shapes;  // (a graph without shape computations: all of them, here)
       try {
-        rebound = it->executor->rebind(specialized.get(), e.shapes, &why);
+        std::optional<core::SpecializeChanges> changes;
+        std::unordered_map<std::string_view, Shape> by_name;
+        if (shape_math) {
+          changes = core::respecialize(model_.graph, inputs, *it->specialized);
+        } else {
+          shapes = core::infer_shapes(model_.graph, inputs);
+          for (const auto& [name, shape] : shapes) by_name.emplace(name, shape);
+          changes.emplace();
+        }
+        if (changes)
+          rebound = it->executor->rebind(shape_math ? it->specialized->shapes : by_name, *changes, &why);
+        if (rebound) {
+          if (shape_math)
+            for (std::string_view b : changes->blobs) it->shapes[std::string(b)] = it->specialized->shapes.at(b);
+          else
+            it->shapes = std::move(shapes);
+        }
       } catch (const Error& err) {
         why = err.what();
       }
       if (rebound) {
         core::debug("{}: the plan of input shapes {} runs at {} (re-bound in {:.1f} ms)",
                     model_.file.empty() ? model_.graph.name : model_.file, text(it->inputs), text(inputs), ms_since(t0));
-        it->inputs = std::move(e.inputs);
-        it->shapes = std::move(e.shapes);
+        it->inputs = inputs;
         it->exact.reset();
         ++plans_rebound_;
         entries_.splice(entries_.begin(), entries_, it);
@@ -190,6 +198,17 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
       entries_.erase(it);  // it may be half re-bound
       break;
     }
+  Entry e;
+  e.inputs = inputs;
+  e.path = &path;
+  // A graph with shape computations is specialised once here, for its shapes and its plan.
+  auto specialized = shape_math ? std::make_unique<core::Graph>() : nullptr;
+  if (shape_math) e.specialized = std::make_unique<core::SpecializeState>();
+  try {
+    e.shapes = core::infer_shapes(model_.graph, inputs, specialized.get(), e.specialized.get());
+  } catch (const Error& err) {
+    throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
+  }
   try {
     core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, /*keep_nan=*/false};
     e.executor = std::make_unique<core::Executor>(

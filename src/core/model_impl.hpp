@@ -3,6 +3,7 @@
 
 #include "core/executor.hpp"
 #include "core/graph.hpp"
+#include "core/shape_plan.hpp"
 #include "core/weight_store.hpp"
 
 #include <softneuro/session.hpp>
@@ -75,6 +76,9 @@ class ShapedExecutors {
     std::unique_ptr<core::Executor> executor;
     std::unique_ptr<core::Executor> exact;  ///< for inputs holding NaN or inf (keep_nan), made on first use
     const core::RoutinePath* path = nullptr;  ///< the routine path it runs (path_for)
+    /// What specialising the model at `inputs` computed (a model with shape
+    /// computations), so that a re-bind evaluates only what changes.
+    std::unique_ptr<core::SpecializeState> specialized;
   };
   /// The exact twin of the front entry's executor.
   core::Executor& exact_front();

@@ -291,7 +291,7 @@ bool has_shape_math(const Graph& g) {
 }
 
 Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
-                 std::map<std::string, Shape>* shapes_out) {
+                 std::map<std::string, Shape>* shapes_out, SpecializeState* state) {
   auto at_shapes = [&] {
     std::string t;
     for (const auto& [name, shape] : input_shapes) t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, shape.to_string());
@@ -333,6 +333,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
   sized.reserve(graph.layers.size());
   out.layers.reserve(graph.layers.size());
   std::vector<Shape> ins;
+  std::vector<char> folded(graph.layers.size(), 0);
   for (const Layer& layer : graph.layers) {
     try {
       ins.clear();
@@ -389,7 +390,10 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
       // A layer of values known at these shapes (T5's relative-position
       // buckets, Swin's window masks: Log, Min, compares of Range's output)
       // is computed now, once per shape, by the reference routines.
-      if (fold_values(l, layer, values, sized, read_as_data, out.layers)) continue;
+      if (fold_values(l, layer, values, sized, read_as_data, out.layers)) {
+        folded[static_cast<std::size_t>(&layer - graph.layers.data())] = 1;
+        continue;
+      }
       out.layers.push_back(std::move(l));
     } catch (const Error& e) {
       Error named = e.layer().empty() ? e.with_layer(layer.name) : e;
@@ -415,6 +419,13 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
       ++kept;
     }
   out.layers.resize(kept);
+  if (state) {
+    state->read_as_data = read_as_data;
+    state->folded = std::move(folded);
+    state->values = values;
+    state->sized = sized;
+    state->shapes = shapes;
+  }
   if (shapes_out) {
     std::vector<std::pair<std::string_view, const Shape*>> sorted;
     sorted.reserve(shapes.size());
@@ -424,6 +435,113 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
     for (const auto& [name, shape] : sorted) shapes_out->emplace_hint(shapes_out->end(), std::string(name), *shape);
   }
   return out;
+}
+
+std::optional<SpecializeChanges> respecialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
+                                              SpecializeState& state) {
+  if (state.folded.size() != graph.layers.size()) return std::nullopt;
+  SpecializeChanges changes;
+  NameSet changed;  // blobs whose shape or value differs from the state's
+  for (const auto& in : graph.inputs) {
+    auto given = input_shapes.find(in.name);
+    if (given == input_shapes.end()) return std::nullopt;
+    Shape& s = state.shapes[in.name];
+    if (s == given->second) continue;
+    s = given->second;
+    changed.insert(in.name);
+    changes.blobs.push_back(in.name);
+  }
+  const NameSet& read_as_data = state.read_as_data;
+  auto same = [](const Blob& a, const Blob& b) {
+    return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+           (a.data() == b.data() || (a.data() && b.data() && std::memcmp(a.data(), b.data(), a.byte_size()) == 0));
+  };
+  // A blob's new shape and (where it has one) value, noted where they differ.
+  auto set = [&](const std::string& name, const Shape& shape, const Blob* value) {
+    bool differs = false;
+    Shape& s = state.shapes[name];
+    if (s != shape) {
+      s = shape;
+      differs = true;
+      changes.blobs.push_back(name);
+    }
+    if (value) {
+      Blob& v = state.values[name];
+      if (!same(v, *value)) {
+        v = *value;
+        differs = true;
+      }
+    }
+    if (differs) changed.insert(name);
+    return differs;
+  };
+  std::vector<Shape> ins;
+  std::vector<Blob> in_values;
+  try {
+    for (std::size_t i = 0; i < graph.layers.size(); ++i) {
+      const Layer& layer = graph.layers[i];
+      if (std::none_of(layer.inputs.begin(), layer.inputs.end(), [&](const std::string& n) { return changed.count(n) != 0; }))
+        continue;
+      ins.clear();
+      for (const auto& n : layer.inputs) ins.push_back(state.shapes.at(n));
+      if (layer.type == "shape_math") {
+        in_values.clear();
+        for (const auto& n : layer.inputs) {
+          auto v = state.values.find(n);
+          in_values.push_back(v == state.values.end() ? Blob{} : v->second);
+        }
+        Blob v = evaluate_shape_math(layer, in_values, ins);
+        const std::string& name = layer.outputs.at(0);
+        if (set(name, v.shape(), &v) && read_as_data.count(name)) changes.constants[layer.name] = to_float(v);
+        continue;
+      }
+      Layer l = layer;
+      if (reads_target(l)) {
+        auto v = state.values.find(l.inputs[1]);
+        if (v == state.values.end()) return std::nullopt;
+        const auto target = to_ints(v->second);
+        if (l.get_int("allowzero", 0) && std::find(target.begin(), target.end(), 0) != target.end()) return std::nullopt;
+        l.params["shape"] = target;
+        l.params.erase("copy_dims");
+        l.params.erase("allowzero");
+        l.inputs.resize(1);
+        ins.resize(1);
+      }
+      const auto outs = infer_layer_shapes(l, ins);
+      if (!state.folded[i]) {
+        // A layer that runs: its output shapes, and a reshape's target.
+        for (std::size_t k = 0; k < outs.size() && k < layer.outputs.size(); ++k) set(layer.outputs[k], outs[k], nullptr);
+        if (reads_target(layer)) changes.params[layer.name] = l.params;
+        // It folded nowhere before: it must not now (fold_values' condition).
+        const bool could_fold = std::any_of(layer.inputs.begin(), layer.inputs.end(), [&](const std::string& n) { return state.sized.count(n) != 0; }) &&
+                                std::all_of(l.inputs.begin(), l.inputs.end(), [&](const std::string& n) { return state.values.count(n) != 0; });
+        if (could_fold) return std::nullopt;  // (it failed to fold at the state's shapes: it may not here)
+        continue;
+      }
+      // A layer computed at the shapes: computed again.
+      std::vector<Blob> vals;
+      for (const auto& n : l.inputs) {
+        auto v = state.values.find(n);
+        if (v == state.values.end()) return std::nullopt;
+        vals.push_back(to_float(v->second));
+      }
+      std::vector<Blob> results;
+      try {
+        results = evaluate_layer(l, vals);
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+      for (std::size_t k = 0; k < results.size() && k < layer.outputs.size(); ++k) {
+        if (results[k].numel() > kMaxValueElements) return std::nullopt;
+        if (set(layer.outputs[k], results[k].shape(), &results[k]) && read_as_data.count(layer.outputs[k]))
+          changes.constants[k == 0 ? layer.name : fmt::format("{}:{}", layer.name, k)] = results[k];
+      }
+    }
+  } catch (const Error&) {
+    return std::nullopt;  // specialize says why
+  }
+  for (std::string_view b : changes.blobs) check_size(state.shapes.at(b), {}, std::string(b));
+  return changes;
 }
 
 }  // namespace softneuro::core

@@ -15,19 +15,53 @@
 #include "core/graph.hpp"
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 namespace softneuro::core {
 
 /// True where the graph has a shape_math layer or a reshape reading its target.
 bool has_shape_math(const Graph& graph);
 
+/// What specialize() computed at one set of input shapes, kept to compute
+/// another's incrementally (respecialize): every blob's shape, the values of
+/// shape computations and constants, and which layers it folded. Its keys view
+/// the graph's own strings: valid while that graph lives, unchanged.
+struct SpecializeState {
+  std::unordered_map<std::string_view, Shape> shapes;
+  std::unordered_map<std::string_view, Blob> values;
+  std::unordered_set<std::string_view> sized;  ///< values that depend on the input shapes
+  std::vector<char> folded;                    ///< per layer of the graph: computed at the shapes, not run
+  std::unordered_set<std::string_view> read_as_data;  ///< blobs a layer reads as data (not only shape_math)
+};
+
 /// The graph at these input shapes (every net input named), with `shapes` (if
-/// given) set to the shape of every blob. Errors name the layer and the input
-/// shapes it fails at.
+/// given) set to the shape of every blob, and `state` (if given) what it
+/// computed. Errors name the layer and the input shapes it fails at.
 Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
-                 std::map<std::string, Shape>* shapes = nullptr);
+                 std::map<std::string, Shape>* shapes = nullptr, SpecializeState* state = nullptr);
+
+/// What differs between the graph specialised at a state's input shapes and at
+/// new ones (respecialize).
+struct SpecializeChanges {
+  std::vector<std::string_view> blobs;             ///< whose shape changed
+  std::map<std::string, Blob> constants;           ///< constant layers (by name) whose value may have changed
+  std::map<std::string, std::map<std::string, Attr>> params;  ///< layers (by name) whose parameters may have changed
+};
+
+/// The changes from the graph specialised at `state`'s input shapes to the
+/// graph at `input_shapes`, `state` moved there: only the layers reading a
+/// blob whose shape or value changed are evaluated again (a decode step at a
+/// new cache length evaluates its attention's few, not the whole graph's
+/// shape computations). Nothing, and `state` unusable, where the graph folds
+/// otherwise there or a layer fails there (specialize then says why).
+std::optional<SpecializeChanges> respecialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
+                                              SpecializeState& state);
 
 /// One shape_math layer's value from its inputs' values (`values[k]` empty
 /// where input k is a blob computed at run time) and shapes. Throws Error

@@ -7,6 +7,7 @@
 
 #include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
+#include "core/shape_plan.hpp"
 
 #include <softneuro/session.hpp>
 
@@ -266,6 +267,46 @@ TEST_CASE("transformers: a decode loop meeting a new cache length each step buil
   auto want = run(Session(net, options), in);
   for (int64_t i = 0; i < want[0].blob.numel(); ++i)
     CHECK(got[0].blob.data_as<float>()[i] == Approx(want[0].blob.data_as<float>()[i]).margin(1e-6));
+}
+
+TEST_CASE("transformers: specialising again at a new length gives what specialising there gives",
+          "[onnx][transformers][dynamic]") {
+  Model net = import_onnx(decode_step_model().save("decode_step_respecialize.onnx"));
+  const core::Graph& g = net.impl().graph;
+  auto inputs_at = [](int64_t P) {
+    return std::map<std::string, Shape>{{"past_k", Shape{1, 2, P, 4}}, {"past_v", Shape{1, 2, P, 4}},
+                                        {"q", Shape{1, 2, 1, 4}},      {"k", Shape{1, 2, 1, 4}},
+                                        {"v", Shape{1, 2, 1, 4}},      {"mask", Shape{1, P + 1}}};
+  };
+  core::SpecializeState state;
+  core::Graph before = core::specialize(g, inputs_at(5), nullptr, &state);
+  for (int64_t P : {6, 7, 8, 13, 2, 40, 40}) {
+    INFO("cache length " << P);
+    const auto changes = core::respecialize(g, inputs_at(P), state);
+    REQUIRE(changes);
+    std::map<std::string, Shape> want;
+    core::Graph at = core::specialize(g, inputs_at(P), &want);
+    for (const auto& [name, shape] : want) REQUIRE(state.shapes.at(name) == shape);
+    REQUIRE(at.layers.size() == before.layers.size());
+    for (std::size_t i = 0; i < at.layers.size(); ++i) {
+      const Layer& now = at.layers[i];
+      const Layer& was = before.layers[i];
+      REQUIRE(now.name == was.name);
+      if (now.type == "constant") {
+        // Its value: the change named, else the one it had.
+        auto c = changes->constants.find(now.name);
+        const Blob& expect = c != changes->constants.end() ? c->second : was.weight("value");
+        const Blob& got = now.weight("value");
+        REQUIRE(got.shape() == expect.shape());
+        REQUIRE(std::memcmp(got.data(), expect.data(), got.byte_size()) == 0);
+      } else if (auto p = changes->params.find(now.name); p != changes->params.end()) {
+        REQUIRE(p->second == now.params);
+      } else {
+        REQUIRE(now.params == was.params);
+      }
+    }
+    before = std::move(at);
+  }
 }
 
 TEST_CASE("transformers: a plan whose changing step is fused with another is built again, not re-bound",
