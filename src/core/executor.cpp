@@ -33,7 +33,7 @@ std::string join_names(std::span<const NamedBlob> blobs) {
 
 }  // namespace
 
-void Executor::convert_constant(Step& step, int from, int to) {
+void Executor::convert_constant(Step& step, int from, int to, std::shared_ptr<void>& into) {
   const Schema want = slots_[static_cast<std::size_t>(to)].schema;
   Blob& out = blobs_[static_cast<std::size_t>(to)];
   auto allocate_on = [&](Device device, std::size_t bytes) -> std::shared_ptr<void> {
@@ -60,7 +60,7 @@ void Executor::convert_constant(Step& step, int from, int to) {
   step.prepared->run(RunArgs{in, outs, workspace.get(), &global_pool()});
   for (Device d : {slots_[static_cast<std::size_t>(from)].schema.device, want.device})
     if (d != Device::cpu) device_memory(d)->synchronize();  // before the workspace goes
-  constant_copies_.push_back(std::move(memory));
+  into = std::move(memory);
 }
 
 Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
@@ -76,10 +76,11 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
   const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};  // prepare() on the session's queues
   // Every routine prepared (each step shares the model's derived weights
   // since the plan gave it its scope), the constants' copies converted.
-  for (auto& c : plan_.constant_adapts) {
-    Step& step = *c.step;
+  constant_copies_.resize(plan_.constant_adapts.size());
+  for (std::size_t i = 0; i < plan_.constant_adapts.size(); ++i) {
+    Step& step = *plan_.constant_adapts[i].step;
     step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
-    convert_constant(step, c.from, c.to);
+    convert_constant(step, plan_.constant_adapts[i].from, plan_.constant_adapts[i].to, constant_copies_[i]);
   }
   for (auto& step_ptr : steps_) {
     Step& step = *step_ptr;
@@ -180,11 +181,15 @@ bool Executor::rebind(const std::unordered_map<std::string_view, Shape>& shapes,
       if (c != constant_layer.end() && layer_changed[c->second]) slot_changed[i] = true;
     }
   }
-  for (const auto& c : plan_.constant_adapts)
-    if (slot_changed[static_cast<std::size_t>(c.from)])
-      return no(fmt::format("constant '{}', computed from the shapes, is converted to {}",
-                            slots_[static_cast<std::size_t>(c.from)].name,
-                            slots_[static_cast<std::size_t>(c.to)].schema.to_string()));
+  // A changed constant's copies in other schemas (converted once) are converted again.
+  std::vector<std::size_t> reconverted;
+  for (std::size_t i = 0; i < plan_.constant_adapts.size(); ++i) {
+    const auto& c = plan_.constant_adapts[i];
+    if (!slot_changed[static_cast<std::size_t>(c.from)]) continue;
+    slot_changed[static_cast<std::size_t>(c.to)] = true;
+    new_shapes[static_cast<std::size_t>(c.to)] = new_shapes[static_cast<std::size_t>(c.from)];
+    reconverted.push_back(i);
+  }
   // A layer's shapes there, by its graph blobs.
   auto layer_shapes = [&](const Layer& l, std::vector<Shape>& ins, std::vector<Shape>& outs) {
     ins.clear(), outs.clear();
@@ -256,6 +261,18 @@ bool Executor::rebind(const std::unordered_map<std::string_view, Shape>& shapes,
     b.quant() = std::move(quant);
   }
   const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};
+  for (std::size_t i : reconverted) {
+    auto& c = plan_.constant_adapts[i];
+    Step& step = *c.step;
+    const Shape& shape = new_shapes[static_cast<std::size_t>(c.to)];
+    step.info.input_shapes = {shape};
+    step.info.output_shapes = {shape};
+    if (Support ok = step.routine.routine->supports(step.info, step.routine.schema); !ok)
+      return no(fmt::format("{} does not convert constant '{}' there: {}", step.routine.descriptor,
+                            slots_[static_cast<std::size_t>(c.from)].name, ok.reason));
+    step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
+    convert_constant(step, c.from, c.to, constant_copies_[i]);
+  }
   for (Change& c : steps_changed) {
     Step& step = *steps_[c.step];
     step.info.input_shapes = std::move(c.ins);

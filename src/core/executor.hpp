@@ -113,8 +113,8 @@ class Executor {
   /// step; the chain runs nothing.
   void fuse_gates();
   /// Runs the adapt `step` once, from constant slot `from` into constant slot
-  /// `to`, whose memory the executor then owns (constant_copies_).
-  void convert_constant(Step& step, int from, int to);
+  /// `to`, whose memory the executor then owns (`into`, one of constant_copies_).
+  void convert_constant(Step& step, int from, int to, std::shared_ptr<void>& into);
   /// Concats whose inputs, and splits whose outputs, are contiguous byte ranges
   /// of their whole (core::contiguous_slices) between planned CPU blobs: the
   /// pieces live in the whole's memory and the step runs nothing.
@@ -133,7 +133,7 @@ class Executor {
   std::vector<std::unique_ptr<Step>>& steps_ = plan_.steps;
   const std::vector<int>& net_inputs_ = plan_.net_inputs;
   const std::vector<int>& net_outputs_ = plan_.net_outputs;
-  std::vector<std::shared_ptr<void>> constant_copies_;  ///< memory of constants converted once (convert_constant)
+  std::vector<std::shared_ptr<void>> constant_copies_;  ///< memory of constants converted once (convert_constant), one per plan_.constant_adapts
   std::vector<Arena> arenas_;
   std::size_t unplanned_bytes_ = 0;
   DeviceGraphs device_graphs_;  ///< [device graphs] replays runs of device steps (core/device_hooks.hpp)

@@ -269,6 +269,38 @@ TEST_CASE("transformers: a decode loop meeting a new cache length each step buil
     CHECK(got[0].blob.data_as<float>()[i] == Approx(want[0].blob.data_as<float>()[i]).margin(1e-6));
 }
 
+TEST_CASE("transformers: a re-bound plan converts a constant computed from the shapes again where a step reads "
+          "it in another layout", "[onnx][transformers][dynamic]") {
+  // The position bias (a constant per cache length) added in nhwc (XNNPACK's
+  // add, the aarch64 default): its nhwc copy is made once per plan, and again
+  // at each re-bind (before, a re-bind was refused there: a plan per length).
+  Model imported = import_onnx(decode_step_model().save("decode_step_nhwc.onnx"));
+  core::Graph g = imported.impl().graph;
+  std::string add;
+  for (const auto& l : g.layers)
+    if (l.type == "add" && std::find(l.inputs.begin(), l.inputs.end(), "bias") != l.inputs.end()) add = l.name;
+  REQUIRE(!add.empty());
+  g.routine_path.routines.push_back({add, "cpu:float32:nhwc/xnnpack", {}, 0, 0, {}});
+  Model net = detail::make_model(g);
+  SessionOptions options;
+  options.shape_cache = 1;
+  Session session(net, options);
+  bool nhwc = false;
+  for (const auto& l : session.layers()) nhwc = nhwc || (l.name == add && l.descriptor == "cpu:float32:nhwc/xnnpack");
+  if (!nhwc) return;  // (no XNNPACK add here)
+  for (int64_t P = 5; P <= 40; ++P) {
+    INFO("cache length " << P);
+    const auto in = decode_inputs(P, static_cast<unsigned>(P));
+    auto got = run(session, in);
+    auto want = run(Session(net, options), in);
+    for (std::size_t k = 0; k < got.size(); ++k)
+      for (int64_t i = 0; i < want[k].blob.numel(); ++i)
+        REQUIRE(got[k].blob.data_as<float>()[i] == Approx(want[k].blob.data_as<float>()[i]).margin(1e-6));
+  }
+  INFO("built " << session.plan_counts().built << ", re-bound " << session.plan_counts().rebound);
+  CHECK(session.plan_counts().rebound >= 25);  // 36 lengths; a plan at each bucket change of either dim
+}
+
 TEST_CASE("transformers: specialising again at a new length gives what specialising there gives",
           "[onnx][transformers][dynamic]") {
   Model net = import_onnx(decode_step_model().save("decode_step_respecialize.onnx"));
