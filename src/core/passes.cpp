@@ -27,7 +27,8 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-/// Drops the layers flagged in `removed`, keeping the order of the others.
+}  // namespace
+
 void erase_flagged(Graph& g, const std::vector<bool>& removed) {
   std::size_t w = 0;
   for (std::size_t i = 0; i < g.layers.size(); ++i)
@@ -37,6 +38,8 @@ void erase_flagged(Graph& g, const std::vector<bool>& removed) {
     }
   g.layers.resize(w);
 }
+
+namespace {
 
 /// Every read of blob `from` becomes a read of `to`.
 void rename_reads(Graph& g, const std::string& from, const std::string& to) {

@@ -10,7 +10,12 @@
 
 #include "core/graph.hpp"
 
+#include <vector>
+
 namespace softneuro::core {
+
+/// Drops the layers flagged in `removed` (one flag per layer), keeping the order of the others.
+void erase_flagged(Graph& graph, const std::vector<bool>& removed);
 
 /// Removes identity layers: their consumers read the identity's input instead.
 /// An identity whose output is a net output renames its producer's output

@@ -412,13 +412,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
               std::none_of(l.outputs.begin(), l.outputs.end(), [&](const std::string& o) { return read.count(o) != 0; });
   }
   read.clear();  // (it views the layers' strings, which move now)
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < out.layers.size(); ++i)
-    if (!drop[i]) {
-      if (kept != i) out.layers[kept] = std::move(out.layers[i]);
-      ++kept;
-    }
-  out.layers.resize(kept);
+  erase_flagged(out, drop);
   if (state) {
     state->read_as_data = read_as_data;
     state->folded = std::move(folded);

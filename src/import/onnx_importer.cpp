@@ -291,6 +291,7 @@ class Importer {
   void find_patterns();
   std::optional<Fused> match_gelu(int erf);
   std::optional<Fused> match_gelu_tanh(int tanh);
+  bool match_gelu_tail(const std::string& t, Fused& f) const;
   std::optional<Fused> match_hardswish(int clip);
   std::optional<Fused> match_layernorm(int reduce);
   int producer(const std::string& t) const {
@@ -1053,34 +1054,41 @@ std::optional<Fused> Importer::match_gelu(int e) {
       if (auto v = scalar(input_of(d, k)); v && near(*v, 1 / std::sqrt(2.0))) x = input_of(d, 1 - k);
   if (x.empty()) return std::nullopt;
 
-  const int a = sole_consumer(output_of(e, 0));
-  if (!is(a, "Add")) return std::nullopt;
-  auto one = scalar(other_input(a, output_of(e, 0)));
-  if (!one || !near(*one, 1.0)) return std::nullopt;
+  Fused f{Fused::gelu, {d, e}, x, {}, {}, 0, {}, {}};
+  if (!match_gelu_tail(output_of(e, 0), f)) return std::nullopt;
+  return f;
+}
+
+/// The end both GELU forms share, from `t` (Erf's or Tanh's output): Add(t, 1),
+/// then times x and 0.5 in the orders exporters write, Mul(Mul(x, 1+t), 0.5),
+/// Mul(x, Mul(1+t, 0.5)) or Mul(Mul(x, 0.5), 1+t) (GPT-2's). Adds those nodes
+/// to f.members and sets f.y; false where they are not there.
+bool Importer::match_gelu_tail(const std::string& t, Fused& f) const {
+  const std::string& x = f.x;
+  const int a = sole_consumer(t);
+  if (!is(a, "Add")) return false;
+  auto one = scalar(other_input(a, t));
+  if (!one || !near(*one, 1.0)) return false;
   const std::string ao = output_of(a, 0);
   const int m1 = sole_consumer(ao);
-  if (!is(m1, "Mul")) return std::nullopt;
+  if (!is(m1, "Mul")) return false;
   const std::string other = other_input(m1, ao);
-  auto is_half = [&](const std::string& t) { auto v = scalar(t); return v && near(*v, 0.5); };
-
-  Fused f{Fused::gelu, {d, e, a, m1}, x, {}, {}, 0, {}, {}};
-  if (other == x) {  // Mul(Mul(x, 1+erf), 0.5)
+  auto is_half = [&](const std::string& h) { auto v = scalar(h); return v && near(*v, 0.5); };
+  f.members.insert(f.members.end(), {a, m1});
+  if (other == x || is_half(other)) {  // Mul(Mul(x, 1+t), 0.5) or Mul(x, Mul(1+t, 0.5))
     const int m2 = sole_consumer(output_of(m1, 0));
-    if (!is(m2, "Mul") || !is_half(other_input(m2, output_of(m1, 0)))) return std::nullopt;
+    if (!is(m2, "Mul")) return false;
+    const std::string rest = other_input(m2, output_of(m1, 0));
+    if (other == x ? !is_half(rest) : rest != x) return false;
     f.members.push_back(m2);
     f.y = output_of(m2, 0);
-  } else if (is_half(other)) {  // Mul(x, Mul(1+erf, 0.5))
-    const int m2 = sole_consumer(output_of(m1, 0));
-    if (!is(m2, "Mul") || other_input(m2, output_of(m1, 0)) != x) return std::nullopt;
-    f.members.push_back(m2);
-    f.y = output_of(m2, 0);
-  } else {  // Mul(Mul(x, 0.5), 1+erf)
+  } else {  // Mul(Mul(x, 0.5), 1+t)
     const int hx = producer(other);
-    if (!is(hx, "Mul") || sole_consumer(other) != m1 || !is_half(other_input(hx, x))) return std::nullopt;
+    if (!is(hx, "Mul") || sole_consumer(other) != m1 || !is_half(other_input(hx, x))) return false;
     f.members.push_back(hx);
     f.y = output_of(m1, 0);
   }
-  return f;
+  return true;
 }
 
 /// GELU's tanh form, 0.5*x*(1+Tanh(sqrt(2/pi)*(x+0.044715*x^3))) (GPT-2's
@@ -1127,33 +1135,8 @@ std::optional<Fused> Importer::match_gelu_tanh(int t) {
     }
   }
   if (x.empty()) return std::nullopt;
-  // Add(Tanh, 1), then 0.5 * x * that.
-  const std::string tanh_out = output_of(t, 0);
-  const int a = sole_consumer(tanh_out);
-  if (!is(a, "Add") || !scalar_near(other_input(a, tanh_out), 1.0)) return std::nullopt;
-  const std::string ao = output_of(a, 0);
-  const int m1 = sole_consumer(ao);
-  if (!is(m1, "Mul")) return std::nullopt;
-  const std::string other = other_input(m1, ao);
-  auto is_half = [&](const std::string& h) { return scalar_near(h, 0.5); };
   Fused f{Fused::gelu_tanh, members, x, {}, {}, 0, {}, {}};
-  f.members.insert(f.members.end(), {a, m1});
-  if (other == x) {  // Mul(Mul(x, 1+tanh), 0.5)
-    const int m2 = sole_consumer(output_of(m1, 0));
-    if (!is(m2, "Mul") || !is_half(other_input(m2, output_of(m1, 0)))) return std::nullopt;
-    f.members.push_back(m2);
-    f.y = output_of(m2, 0);
-  } else if (is_half(other)) {  // Mul(x, Mul(1+tanh, 0.5))
-    const int m2 = sole_consumer(output_of(m1, 0));
-    if (!is(m2, "Mul") || other_input(m2, output_of(m1, 0)) != x) return std::nullopt;
-    f.members.push_back(m2);
-    f.y = output_of(m2, 0);
-  } else {  // Mul(Mul(x, 0.5), 1+tanh): GPT-2's order
-    const int hx = producer(other);
-    if (!is(hx, "Mul") || sole_consumer(other) != m1 || !is_half(other_input(hx, x))) return std::nullopt;
-    f.members.push_back(hx);
-    f.y = output_of(m1, 0);
-  }
+  if (!match_gelu_tail(output_of(t, 0), f)) return std::nullopt;
   return f;
 }
 
