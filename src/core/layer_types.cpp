@@ -1,6 +1,7 @@
 #include "core/layer_types.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <deque>
@@ -155,6 +156,11 @@ std::vector<Shape> infer_reduce(const Layer& l, std::span<const Shape> in) {
 std::vector<Shape> infer_softmax(const Layer& l, std::span<const Shape> in) {
   normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
   return {in[0]};
+}
+
+std::vector<Shape> infer_attention(const Layer& l, std::span<const Shape> in) {
+  const AttentionGeometry g = attention_geometry(l, in);
+  return {Shape{g.out_shape[0], g.out_shape[1], g.out_shape[2], g.out_shape[3]}};
 }
 
 std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
@@ -559,6 +565,7 @@ const LayerType kBuiltinTypes[] = {
     {"hardsigmoid", 1, 1, infer_same},   {"sigmoid", 1, 1, infer_same},
     {"tanh", 1, 1, infer_same},          {"gelu", 1, 1, infer_gelu},
     {"softmax", 1, 1, infer_softmax},    {"layernorm", 1, 1, infer_layernorm},
+    {"attention", 3, 4, infer_attention},
     {"add", 2, 2, infer_binary},         {"sub", 2, 2, infer_binary},
     {"mul", 2, 2, infer_binary},         {"div", 2, 2, infer_binary},
     {"max", 2, 2, infer_binary},         {"min", 2, 2, infer_binary},
@@ -1037,6 +1044,99 @@ int normalize_axis(const Layer& l, const char* field, int64_t axis, int rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank) fail(l, field, fmt::format("axis {} out of range for rank {}", axis, rank));
   return static_cast<int>(a);
+}
+
+namespace {
+std::array<int, 4> attention_perm(const Layer& l, const char* key) {
+  const auto p = ints_of_size(l, key, 4, {0, 1, 2, 3});
+  std::array<int, 4> out{};
+  std::array<bool, 4> seen{};
+  for (int i = 0; i < 4; ++i) {
+    if (p[i] < 0 || p[i] > 3 || seen[p[i]]) fail_field(l, key, fmt::format("{} is not a permutation of 0..3", fmt::join(p, ",")));
+    seen[p[i]] = true;
+    out[i] = static_cast<int>(p[i]);
+  }
+  return out;
+}
+
+/// Row-major strides of a rank-4 shape.
+std::array<int64_t, 4> strides4(const Shape& s) {
+  std::array<int64_t, 4> st{};
+  int64_t step = 1;
+  for (int i = 3; i >= 0; --i) {
+    st[i] = step;
+    step *= s[i];
+  }
+  return st;
+}
+}  // namespace
+
+AttentionGeometry attention_geometry(const Layer& l, std::span<const Shape> in) {
+  if (in.size() < 3 || in.size() > 4) fail_field(l, "input", "attention takes q, k, v and an optional mask");
+  const char* names[] = {"q", "k", "v"};
+  const char* perms[] = {"q_perm", "k_perm", "v_perm"};
+  std::array<std::array<int64_t, 4>, 3> dims{}, strides{};
+  for (int t = 0; t < 3; ++t) {
+    if (in[t].rank() != 4) fail_field(l, names[t], fmt::format("attention's {} must have rank 4, got {}", names[t], in[t].to_string()));
+    const auto p = attention_perm(l, perms[t]);
+    const auto st = strides4(in[t]);
+    for (int i = 0; i < 4; ++i) {
+      dims[t][i] = in[t][p[i]];
+      strides[t][i] = st[p[i]];
+    }
+  }
+  AttentionGeometry g;
+  g.b = dims[0][0];
+  g.h = dims[0][1];
+  g.sq = dims[0][2];
+  g.d = dims[0][3];
+  g.sk = dims[1][2];
+  g.dv = dims[2][3];
+  g.q = strides[0];
+  g.k = strides[1];
+  g.v = strides[2];
+  if (dims[1][3] != g.d)
+    fail_field(l, "k", fmt::format("k's feature size {} differs from q's {}", dims[1][3], g.d));
+  if (dims[2][2] != g.sk)
+    fail_field(l, "v", fmt::format("v has {} positions, k {}", dims[2][2], g.sk));
+  for (int t = 1; t < 3; ++t)
+    for (int i = 0; i < 2; ++i) {
+      if (dims[t][i] == dims[0][i]) continue;
+      if (dims[t][i] != 1)
+        fail_field(l, names[t], fmt::format("{} {} does not broadcast to q {} (batch and heads)", names[t], in[t].to_string(), in[0].to_string()));
+      (t == 1 ? g.k : g.v)[i] = 0;
+    }
+  if (in.size() == 4) {
+    const Shape& m = in[3];
+    if (m.rank() > 4) fail_field(l, "mask", fmt::format("attention's mask has rank {} (at most 4)", m.rank()));
+    const std::array<int64_t, 4> scores{g.b, g.h, g.sq, g.sk};
+    int64_t step = 1;
+    for (int i = 3; i >= 0; --i) {
+      const int md = i - (4 - m.rank());
+      const int64_t size = md >= 0 ? m[md] : 1;
+      if (size != scores[i] && size != 1)
+        fail_field(l, "mask", fmt::format("mask {} does not broadcast to the scores [{},{},{},{}]", m.to_string(), g.b, g.h, g.sq, g.sk));
+      g.mask[i] = size == 1 ? 0 : step;
+      step *= size;
+    }
+    g.has_mask = true;
+  }
+  const auto op = attention_perm(l, "out_perm");
+  const std::array<int64_t, 4> canon{g.b, g.h, g.sq, g.dv};
+  Shape out;
+  for (int i = 0; i < 4; ++i) {
+    g.out_shape[i] = canon[op[i]];
+    out.push_back(canon[op[i]]);
+  }
+  const auto so = strides4(out);
+  for (int i = 0; i < 4; ++i) g.out[op[i]] = so[i];
+  g.scale = static_cast<float>(l.get_float("scale", 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(g.d, 1)))));
+  if (!std::isfinite(g.scale)) fail_field(l, "scale", "attention's scale is not finite");
+  g.causal = l.get_int("causal", 0) != 0;
+  const std::string rows = l.get_string("masked_rows", "nan");
+  if (rows != "nan" && rows != "zero") fail_field(l, "masked_rows", fmt::format("masked_rows '{}' is not nan or zero", rows));
+  g.zero_masked_rows = rows == "zero";
+  return g;
 }
 
 }  // namespace softneuro::core

@@ -19,6 +19,16 @@
 //  hardsigmoid (alpha=0.2, beta=0.5: max(0,min(1,alpha*x+beta)));
 //  gelu (approximate = none|tanh).
 //  softmax   axis=-1.
+//  attention inputs q, k, v and an optional additive mask: softmax(scale * Q·Kᵀ + mask) · V per batch
+//            and head, Q [B,H,Sq,D], K [B,H,Sk,D], V [B,H,Sk,Dv], out [B,H,Sq,Dv] in canonical order;
+//            q_perm, k_perm, v_perm (default [0,1,2,3]): the input is the canonical tensor's
+//            dims in that order (canonical = transpose(input, perm): [0,2,1,3] reads [B,S,H,D]);
+//            out_perm: the output is transpose(canonical out, out_perm). K and V batch and
+//            heads equal Q's or 1 (broadcast); the mask broadcasts (NumPy, right-aligned) to
+//            [B,H,Sq,Sk]. scale (default 1/sqrt(D)); causal=0 (1: key j > i + Sk - Sq masked,
+//            as -inf); masked_rows = nan|zero: nan computes softmax's NaN where a row's
+//            probabilities are not numbers (every key -inf), zero takes such a probability as
+//            0 (the exporters' Where(IsNaN(p), 0, p) guard).
 //  layernorm axis=-1 (normalises over dims axis..rank-1), epsilon=1e-5;
 //            weights scale (shape = in.shape[axis:]), bias optional.
 //  group_norm in [N,C,...]; groups (divides C); epsilon=1e-5; weights scale [C],
@@ -120,6 +130,7 @@
 #include <softneuro/routine.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <span>
@@ -264,6 +275,22 @@ struct EinsumSpec {
   std::map<char, int64_t> sizes;
 };
 EinsumSpec einsum_spec(const Layer& layer, std::span<const Shape> inputs);
+
+/// An attention layer's sizes and the element strides, in canonical dim order
+/// (batch, head, sequence, feature), of its inputs and output; broadcast dims
+/// have stride 0. Checked against the inputs: errors name the layer and field.
+struct AttentionGeometry {
+  int64_t b = 1, h = 1, sq = 1, sk = 1, d = 1, dv = 1;
+  std::array<int64_t, 4> q{}, k{}, v{}, out{}, mask{};  ///< mask: [b, h, query, key]
+  bool has_mask = false;
+  bool causal = false;
+  bool zero_masked_rows = false;
+  float scale = 1;
+  std::array<int64_t, 4> out_shape{};  ///< canonical [B,H,Sq,Dv] permuted by out_perm
+  /// Whether key j is hidden from query i by `causal`.
+  bool hidden(int64_t i, int64_t j) const { return causal && j > i + sk - sq; }
+};
+AttentionGeometry attention_geometry(const Layer& layer, std::span<const Shape> inputs);
 
 /// Parameters of a fake_quant layer, checked.
 struct FakeQuant {

@@ -603,6 +603,291 @@ int broadcast_scalar_operands(Graph& g) {
   return count;
 }
 
+namespace {
+
+/// What fuse_attention reads of the graph: producers, readers, constants, shapes.
+/// Shape readers of `blob` are to read `source` instead: shape(blob) = shape of transpose(source, perm).
+struct Reroute {
+  std::string blob, source;
+  std::vector<int64_t> perm;
+};
+
+struct AttentionMatcher {
+  Graph& g;
+  std::map<std::string, Shape> shapes;
+  std::unordered_map<std::string, std::size_t> producer;
+  std::unordered_map<std::string, std::vector<std::size_t>> readers;
+  std::unordered_map<std::string, const Blob*> constants;
+  std::set<std::string> net_outputs;
+  std::vector<bool> taken;  ///< layers already part of a fused attention
+
+  explicit AttentionMatcher(Graph& graph) : g(graph), shapes(infer_shapes(graph)) {
+    for (std::size_t i = 0; i < g.layers.size(); ++i) {
+      const Layer& l = g.layers[i];
+      for (const auto& o : l.outputs) producer[o] = i;
+      for (const auto& in : l.inputs)
+        if (auto& r = readers[in]; r.empty() || r.back() != i) r.push_back(i);  // a layer reading a blob twice once
+      if (l.type == "constant" && l.outputs.size() == 1)
+        if (const Blob* v = l.find_weight("value"); v && plain_float(*v)) constants[l.outputs[0]] = v;
+    }
+    net_outputs.insert(g.outputs.begin(), g.outputs.end());
+    taken.assign(g.layers.size(), false);
+  }
+
+  /// A shape_math layer reading only its input's shape (op shape or size).
+  bool reads_shape(std::size_t i) const {
+    const Layer& l = g.layers[i];
+    if (l.type != "shape_math" || l.inputs.size() != 1) return false;
+    const std::string op = l.get_string("op", "");
+    return op == "shape" || op == "size";
+  }
+  /// The layers reading `blob`'s values (not only its shape).
+  std::vector<std::size_t> data_readers(const std::string& blob) const {
+    std::vector<std::size_t> out;
+    if (auto r = readers.find(blob); r != readers.end())
+      for (std::size_t i : r->second)
+        if (!reads_shape(i)) out.push_back(i);
+    return out;
+  }
+  /// The layer producing `blob` where only `reader` reads its values and it leaves no net output.
+  const Layer* sole_producer(const std::string& blob, std::size_t reader) const {
+    auto p = producer.find(blob);
+    if (p == producer.end() || data_readers(blob) != std::vector<std::size_t>{reader} || net_outputs.count(blob) ||
+        taken[p->second])
+      return nullptr;
+    const Layer& l = g.layers[p->second];
+    return l.outputs.size() == 1 ? &l : nullptr;
+  }
+  std::size_t index(const Layer& l) const { return static_cast<std::size_t>(&l - g.layers.data()); }
+  const Shape& shape(const std::string& b) const { return shapes.at(b); }
+
+  /// The one finite value of a constant operand, or nothing.
+  std::optional<double> scalar(const std::string& blob) const {
+    auto it = constants.find(blob);
+    if (it == constants.end() || it->second->numel() != 1) return std::nullopt;
+    const double v = it->second->data_as<float>()[0];
+    return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+  }
+  /// mul/div of `l`'s output by a constant scalar: the factor and the other input.
+  std::optional<std::pair<double, std::string>> scaling(const Layer& l) const {
+    if ((l.type != "mul" && l.type != "div") || l.inputs.size() != 2 || !has_no_activation(l)) return std::nullopt;
+    if (shape(l.outputs[0]) != shape(l.inputs[0]) && shape(l.outputs[0]) != shape(l.inputs[1])) return std::nullopt;
+    for (int side = 0; side < 2; ++side) {
+      if (l.type == "div" && side == 0) continue;  // c / x is no scaling
+      if (auto c = scalar(l.inputs[side])) {
+        if (l.type == "div" && *c == 0) return std::nullopt;
+        if (shape(l.outputs[0]) != shape(l.inputs[1 - side])) return std::nullopt;
+        return std::pair{l.type == "div" ? 1.0 / *c : *c, l.inputs[1 - side]};
+      }
+    }
+    return std::nullopt;
+  }
+
+  /// An operand of the scores matmul (read by layer `reader`): scalings and at
+  /// most one rank-4 transpose in front of it are absorbed. Sets the source blob and its perm.
+  void operand(std::string blob, std::size_t reader, double& scale, std::string& source, std::vector<int64_t>& perm,
+               std::vector<std::size_t>& absorbed, std::vector<Reroute>& reroutes) const {
+    perm = {0, 1, 2, 3};
+    bool transposed = false;
+    while (const Layer* p = sole_producer(blob, reader)) {
+      if (auto s = scaling(*p)) {
+        scale *= s->first;
+        reroutes.push_back({blob, s->second, {0, 1, 2, 3}});
+        blob = s->second;
+      } else if (!transposed && p->type == "transpose" && p->inputs.size() == 1 && shape(p->inputs[0]).rank() == 4) {
+        const auto tp = p->get_ints("perm", {3, 2, 1, 0});
+        if (tp.size() != 4) break;
+        // Scalings read before the transpose keep the canonical order: compose.
+        std::vector<int64_t> composed(4);
+        for (int i = 0; i < 4; ++i) composed[i] = tp[perm[i]];
+        perm = composed;
+        transposed = true;
+        reroutes.push_back({blob, p->inputs[0], tp});
+        blob = p->inputs[0];
+      } else {
+        break;
+      }
+      reader = index(*p);
+      absorbed.push_back(reader);
+    }
+    source = blob;
+  }
+
+  /// The attention ending at softmax layer `si`, or nothing; `absorbed` gets the layers it replaces.
+  std::optional<Layer> match(std::size_t si, std::vector<std::size_t>& absorbed, std::vector<Reroute>& reroutes) const {
+    const Layer& sm = g.layers[si];
+    if (sm.type != "softmax" || sm.inputs.size() != 1 || sm.outputs.size() != 1) return std::nullopt;
+    const Shape& ss = shape(sm.inputs[0]);
+    const int64_t axis = sm.get_int("axis", -1);
+    if (ss.rank() != 4 || (axis != -1 && axis != 3)) return std::nullopt;
+    absorbed = {si};
+    double scale = 1;
+    std::string mask;
+    std::string x = sm.inputs[0];
+    std::size_t reader = si;
+    // softmax(scale * (Q Kᵀ) + mask): the add, then scalings, then the matmul.
+    const Layer* p = sole_producer(x, reader);
+    if (p && p->type == "add" && p->inputs.size() == 2 && has_no_activation(*p)) {
+      int scores_side = -1;
+      for (int side = 0; side < 2 && scores_side < 0; ++side) {
+        const Layer* q = sole_producer(p->inputs[side], index(*p));
+        while (q && scaling(*q)) q = sole_producer(scaling(*q)->second, index(*q));
+        if (q && q->type == "matmul" && shape(p->inputs[side]) == shape(p->outputs[0])) scores_side = side;
+      }
+      if (scores_side < 0) return std::nullopt;
+      mask = p->inputs[1 - scores_side];
+      x = p->inputs[scores_side];
+      reader = index(*p);
+      absorbed.push_back(reader);
+      p = sole_producer(x, reader);
+    }
+    while (p && scaling(*p)) {
+      auto s = scaling(*p);
+      scale *= s->first;
+      reader = index(*p);
+      absorbed.push_back(reader);
+      x = s->second;
+      p = sole_producer(x, reader);
+    }
+    if (!p || p->type != "matmul" || p->inputs.size() != 2 || shape(p->inputs[0]).rank() != 4 ||
+        shape(p->inputs[1]).rank() != 4)
+      return std::nullopt;
+    const std::size_t m1 = index(*p);
+    absorbed.push_back(m1);
+    std::string q, k, v;
+    std::vector<int64_t> q_perm, kt_perm, v_perm, out_perm{0, 1, 2, 3};
+    reroutes.clear();
+    operand(p->inputs[0], m1, scale, q, q_perm, absorbed, reroutes);
+    operand(p->inputs[1], m1, scale, k, kt_perm, absorbed, reroutes);
+    const std::vector<int64_t> k_perm{kt_perm[0], kt_perm[1], kt_perm[3], kt_perm[2]};
+    // The probabilities: straight into the second matmul, or through the NaN guard.
+    std::string probs = sm.outputs[0];
+    bool zero_rows = false;
+    auto rit = readers.find(probs);
+    if (rit == readers.end() || net_outputs.count(probs)) return std::nullopt;
+    if (data_readers(probs).size() == 2) {
+      const Layer* cmp = nullptr;
+      const Layer* where = nullptr;
+      for (std::size_t r : data_readers(probs)) {
+        const Layer& l = g.layers[r];
+        if (l.type == "compare" && l.get_string("op", "") == "not_equal" && l.inputs.size() == 2 &&
+            l.inputs[0] == probs && l.inputs[1] == probs)
+          cmp = &l;
+        else if (l.type == "where")
+          where = &l;
+      }
+      if (!cmp || !where || where->inputs.size() != 3 || where->inputs[0] != cmp->outputs[0] ||
+          where->inputs[2] != probs || !sole_producer(cmp->outputs[0], index(*where)) ||
+          scalar(where->inputs[1]) != std::optional<double>(0.0) || shape(where->outputs[0]) != shape(probs) ||
+          net_outputs.count(where->outputs[0]) || taken[index(*cmp)] || taken[index(*where)])
+        return std::nullopt;
+      absorbed.push_back(index(*cmp));
+      absorbed.push_back(index(*where));
+      probs = where->outputs[0];
+      zero_rows = true;
+    }
+    const auto prob_readers = data_readers(probs);
+    if (prob_readers.size() != 1) return std::nullopt;
+    const Layer& m2 = g.layers[prob_readers[0]];
+    if (m2.type != "matmul" || m2.inputs.size() != 2 || m2.inputs[0] != probs || taken[index(m2)] ||
+        shape(m2.inputs[1]).rank() != 4)
+      return std::nullopt;
+    absorbed.push_back(index(m2));
+    v = m2.inputs[1];
+    v_perm = {0, 1, 2, 3};
+    if (const Layer* t = sole_producer(v, index(m2)); t && t->type == "transpose" && t->inputs.size() == 1 &&
+                                                      t->get_ints("perm", {}).size() == 4) {
+      v_perm = t->get_ints("perm", {});
+      reroutes.push_back({v, t->inputs[0], v_perm});
+      v = t->inputs[0];
+      absorbed.push_back(index(*t));
+    }
+    std::string out = m2.outputs[0];
+    const auto out_readers = data_readers(out);
+    if (!net_outputs.count(out) && out_readers.size() == 1) {
+      const Layer& t = g.layers[out_readers[0]];
+      if (t.type == "transpose" && t.get_ints("perm", {}).size() == 4 && !taken[index(t)]) {
+        out_perm = t.get_ints("perm", {});
+        std::vector<int64_t> inverse(4);
+        for (int i = 0; i < 4; ++i) inverse[out_perm[i]] = i;
+        reroutes.push_back({out, t.outputs[0], inverse});
+        out = t.outputs[0];
+        absorbed.push_back(index(t));
+      }
+    }
+    // A blob that goes must have no shape reader left without a source.
+    for (std::size_t j : absorbed)
+      for (const auto& o : g.layers[j].outputs) {
+        if (o == out) continue;
+        auto r = readers.find(o);
+        const bool shape_read = r != readers.end() && std::any_of(r->second.begin(), r->second.end(), [&](std::size_t i) { return reads_shape(i); });
+        if (shape_read && std::none_of(reroutes.begin(), reroutes.end(), [&](const Reroute& x) { return x.blob == o; }))
+          return std::nullopt;
+      }
+    Layer a;
+    a.type = "attention";
+    a.name = sm.name;
+    a.inputs = {q, k, v};
+    if (!mask.empty()) a.inputs.push_back(mask);
+    a.outputs = {out};
+    a.params["scale"] = scale;
+    a.params["q_perm"] = q_perm;
+    a.params["k_perm"] = k_perm;
+    a.params["v_perm"] = v_perm;
+    a.params["out_perm"] = out_perm;
+    if (zero_rows) a.params["masked_rows"] = std::string("zero");
+    // Only where it computes what the layers did at these shapes.
+    try {
+      std::vector<Shape> in;
+      for (const auto& i : a.inputs) in.push_back(shape(i));
+      const AttentionGeometry geo = attention_geometry(a, in);
+      if (Shape{geo.out_shape[0], geo.out_shape[1], geo.out_shape[2], geo.out_shape[3]} != shape(out))
+        return std::nullopt;
+      if (Shape{geo.b, geo.h, geo.sq, geo.sk} != ss) return std::nullopt;
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+    return a;
+  }
+};
+
+}  // namespace
+
+int fuse_attention(Graph& g) {
+  sort_topologically(g);
+  AttentionMatcher m(g);
+  std::vector<bool> removed(g.layers.size());
+  std::vector<Layer> added;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    std::vector<std::size_t> absorbed;
+    std::vector<Reroute> reroutes;
+    auto a = m.match(i, absorbed, reroutes);
+    if (!a) continue;
+    bool clash = false;
+    for (std::size_t j : absorbed) clash |= m.taken[j];
+    if (clash) continue;
+    for (std::size_t j : absorbed) m.taken[j] = removed[j] = true;
+    // In the order recorded (from the matmuls outwards), so chains compose.
+    for (const Reroute& r : reroutes)
+      for (std::size_t j = 0; j < g.layers.size(); ++j) {
+        Layer& l = g.layers[j];
+        if (!m.reads_shape(j) || l.inputs[0] != r.blob) continue;
+        l.inputs[0] = r.source;
+        if (l.get_string("op", "") == "size") continue;
+        const auto old = l.get_ints("perm", {0, 1, 2, 3});
+        if (old.size() != 4) continue;
+        std::vector<int64_t> composed(4);
+        for (int k = 0; k < 4; ++k) composed[k] = r.perm[old[k]];
+        l.params["perm"] = composed;
+      }
+    added.push_back(std::move(*a));
+  }
+  erase_flagged(g, removed);
+  for (Layer& l : added) g.layers.push_back(std::move(l));
+  sort_topologically(g);
+  return static_cast<int>(added.size());
+}
+
 std::map<std::string, QuantParams> model_quantisation(const Graph& graph) {
   std::map<std::string, QuantParams> out;
   for (const auto& l : graph.layers)
@@ -636,6 +921,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fuse_self_gating, "fuse_self_gating", fuse_self_gating},
       {o.fuse_activations, "fuse_activations", fuse_activations},
       {o.fuse_output_affine, "fuse_output_affine", fuse_output_affine},
+      {o.fuse_attention, "fuse_attention", fuse_attention},
       {o.broadcast_scalar_operands, "broadcast_scalar_operands", broadcast_scalar_operands},
       {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},
   };

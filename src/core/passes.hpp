@@ -101,6 +101,16 @@ int fuse_output_affine(Graph& graph);
 /// convolutions). Returns the number of pads folded.
 int fold_pads(Graph& graph);
 
+/// Rewrites scaled dot-product attention as the exporters write it into one
+/// `attention` layer: matmul(Q, Kᵀ), scalings by constants (on Q, Kᵀ or the
+/// scores), an optional add of a mask, softmax over the keys, optionally the
+/// Where(IsNaN(p), 0, p) guard (masked_rows = zero), matmul with V; rank-4
+/// transposes in front of Q, K and V and one after the output become the
+/// layer's perms. Each intermediate blob must be read only within the pattern
+/// and leave no net output; the layer is checked to compute the same shapes.
+/// Returns the number of attention layers made.
+int fuse_attention(Graph& graph);
+
 /// Gives a one-value constant operand of an add, mul, sub or div the rank of
 /// the output ([1,1,1,1] for a scalar beside a rank-4 blob), as a constant of
 /// its own: the same broadcast, which oneDNN's binary also takes in blocked
@@ -134,6 +144,7 @@ struct PassOptions {
   bool fuse_self_gating = true;
   bool fuse_activations = true;
   bool fuse_output_affine = true;
+  bool fuse_attention = true;
   bool broadcast_scalar_operands = true;
   bool eliminate_dead_layers = true;
 };

@@ -84,8 +84,19 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
   auto in = [&](std::size_t k, const char* field) -> const Blob& { return value_input(l, values, k, field); };
   if (op == "shape" || op == "size") {
     if (shapes.empty()) fail_field(l, "inputs", "shape of nothing");
-    const Shape& s = shapes[0];
+    Shape s = shapes[0];
     if (op == "size") return int_blob({}, {s.numel()});
+    // perm: the shape of transpose(input, perm) (a transpose fuse_attention absorbed).
+    if (l.has("perm")) {
+      const auto p = l.get_ints("perm");
+      if (p.size() != static_cast<std::size_t>(s.rank())) fail_field(l, "perm", "perm's length is not the input's rank");
+      std::vector<int64_t> dims;
+      for (int64_t d : p) {
+        if (d < 0 || d >= s.rank()) fail_field(l, "perm", fmt::format("perm entry {} out of range", d));
+        dims.push_back(shapes[0][static_cast<int>(d)]);
+      }
+      s = Shape(dims);
+    }
     const int rank = s.rank();
     int64_t start = l.get_int("start", 0), end = l.get_int("end", rank);
     if (start < 0) start += rank;

@@ -20,6 +20,7 @@ inline core::PassOptions pass_options(const ImportOptions& o) {
   p.fuse_self_gating = o.fuse_self_gating;
   p.fuse_activations = o.fuse_activations;
   p.fuse_output_affine = o.fuse_output_affine;
+  p.fuse_attention = o.fuse_attention;
   p.eliminate_dead_layers = o.eliminate_dead_layers;
   return p;
 }

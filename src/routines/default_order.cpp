@@ -148,6 +148,11 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"},
      }},
+    {"attention",
+     {
+      {"cpu/gemm_attention"},
+      {"cpu/ref"},
+     }},
     {"gather",
      {
       {"cpu/vec"},

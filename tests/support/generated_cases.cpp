@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -418,6 +419,43 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
             {"softmax middle axis", layer_of("softmax", {{"axis", int64_t{1}}}, {}),
              {random_blob({2, 16, 4, 83}, rng, -8.f, 8.f)}},
             {"softmax first axis", layer_of("softmax", {{"axis", int64_t{0}}}, {}), {random_blob({5, 3, 7}, rng, -5.f, 5.f)}}};
+  if (type == "attention") {
+    std::vector<Case> out;
+    const float ninf = -std::numeric_limits<float>::infinity();
+    // Canonical [B,H,S,D] inputs, no mask, the default scale.
+    out.push_back({"attention bhsd", layer_of("attention", {}, {}, 3),
+                   {random_blob({2, 3, 17, 16}, rng), random_blob({2, 3, 29, 16}, rng), random_blob({2, 3, 29, 8}, rng)}});
+    // As the exporters write BERT: [B,S,H,D] read through perms, out [B,S,H,Dv], a padding mask
+    // [B,1,1,Sk] (-inf and a large negative), the NaN guard.
+    {
+      Blob mask = random_blob({1, 1, 1, 40}, rng, -1.f, 1.f);
+      for (int j = 30; j < 40; ++j) mask.data_as<float>()[j] = j % 2 ? ninf : -1e9f;
+      out.push_back({"attention bshd, padding mask",
+                     layer_of("attention", {{"q_perm", Ints{0, 2, 1, 3}}, {"k_perm", Ints{0, 2, 1, 3}}, {"v_perm", Ints{0, 2, 1, 3}},
+                                            {"out_perm", Ints{0, 2, 1, 3}}, {"scale", 0.125}, {"masked_rows", std::string("zero")}},
+                              {}, 4),
+                     {random_blob({1, 33, 4, 16}, rng), random_blob({1, 40, 4, 16}, rng), random_blob({1, 40, 4, 20}, rng), mask}});
+    }
+    // Kᵀ stored [B,1,D,Sk] (one key/value head for all query heads), causal, a 2-D mask.
+    out.push_back({"attention k transposed, causal, shared heads",
+                   layer_of("attention", {{"k_perm", Ints{0, 1, 3, 2}}, {"causal", int64_t{1}}}, {}, 4),
+                   {random_blob({1, 4, 9, 32}, rng), random_blob({1, 1, 32, 12}, rng), random_blob({1, 1, 12, 32}, rng),
+                    random_blob({9, 12}, rng)}});
+    // A row of every key masked (0 under masked_rows = zero); one query, many keys (a decode step).
+    {
+      Blob mask = random_blob({1, 1, 5, 7}, rng);
+      for (int j = 0; j < 7; ++j) mask.data_as<float>()[2 * 7 + j] = ninf;
+      out.push_back({"attention masked row", layer_of("attention", {{"masked_rows", std::string("zero")}}, {}, 4),
+                     {random_blob({2, 2, 5, 8}, rng), random_blob({2, 2, 7, 8}, rng), random_blob({2, 2, 7, 8}, rng), mask}});
+    }
+    out.push_back({"attention decode step", layer_of("attention", {{"scale", 0.3}}, {}, 3),
+                   {random_blob({1, 12, 1, 64}, rng), random_blob({1, 12, 130, 64}, rng), random_blob({1, 12, 130, 64}, rng)}});
+    // Causal with fewer keys than queries: the first rows see no key (0 with masked_rows = zero).
+    out.push_back({"attention causal, rows without keys",
+                   layer_of("attention", {{"causal", int64_t{1}}, {"masked_rows", std::string("zero")}}, {}, 3),
+                   {random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 4, 8}, rng)}});
+    return out;
+  }
   if (type == "layernorm")
     return {{"layernorm [2,9,48]", layer_of("layernorm", {{"axis", int64_t{-1}}}, {{"scale", random_blob({48}, rng)}, {"bias", random_blob({48}, rng)}}),
              {random_blob({2, 9, 48}, rng)}}};

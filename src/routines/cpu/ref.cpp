@@ -12,6 +12,7 @@
 // Unary<Op> and Binary<Op>; reshape/flatten/identity share Copy<name>.
 #include "routines/gather_table.hpp"
 #include "routines/weight_checks.hpp"
+#include "routines/cpu/f32_common.hpp"
 #include "core/layer_types.hpp"
 #include "core/narrow_types.hpp"
 
@@ -1361,6 +1362,54 @@ struct Softmax final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// attention: per batch, head and query row, softmax(scale * q·k + mask) · v in double.
+
+struct Attention final : RefPrepared {
+  static constexpr std::string_view kType = "attention";
+  core::AttentionGeometry g;
+  int slots = 1;
+  explicit Attention(const LayerInfo& info)
+      : g(core::attention_geometry(*info.layer, info.input_shapes)), slots(cpu::workspace_slots()) {}
+  std::size_t workspace_bytes() const override { return sizeof(double) * static_cast<std::size_t>(g.sk * slots); }
+  void run(const RunArgs& a) override {
+    const float* q = a.inputs[0]->data_as<float>();
+    const float* k = a.inputs[1]->data_as<float>();
+    const float* v = a.inputs[2]->data_as<float>();
+    const float* mask = g.has_mask ? a.inputs[3]->data_as<float>() : nullptr;
+    float* out = a.outputs[0]->data_as<float>();
+    double* ws = static_cast<double*>(a.workspace);
+    cpu::for_each_task(a.pool, slots, g.b * g.h * g.sq, [&](int64_t t, int slot) {
+      const int64_t i = t % g.sq, h = t / g.sq % g.h, b = t / g.sq / g.h;
+      double* p = ws + slot * g.sk;
+      const float* qi = q + b * g.q[0] + h * g.q[1] + i * g.q[2];
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < g.sk; ++j) {
+        const float* kj = k + b * g.k[0] + h * g.k[1] + j * g.k[2];
+        double dot = 0;
+        for (int64_t d = 0; d < g.d; ++d) dot += double(qi[d * g.q[3]]) * double(kj[d * g.k[3]]);
+        double s = double(g.scale) * dot;
+        if (mask) s += double(mask[b * g.mask[0] + h * g.mask[1] + i * g.mask[2] + j * g.mask[3]]);
+        if (g.hidden(i, j)) s = -std::numeric_limits<double>::infinity();
+        p[j] = s;
+        mx = std::max(mx, s);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < g.sk; ++j) sum += std::exp(p[j] - mx);
+      for (int64_t j = 0; j < g.sk; ++j) {
+        p[j] = std::exp(p[j] - mx) / sum;
+        if (g.zero_masked_rows && std::isnan(p[j])) p[j] = 0;
+      }
+      float* o = out + b * g.out[0] + h * g.out[1] + i * g.out[2];
+      for (int64_t e = 0; e < g.dv; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j < g.sk; ++j) acc += p[j] * double(v[b * g.v[0] + h * g.v[1] + j * g.v[2] + e * g.v[3]]);
+        o[e * g.out[3]] = static_cast<float>(acc);
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
 // layernorm over dims axis..rank-1: y = (x - mean) / sqrt(var + eps) * scale + bias.
 
 struct Layernorm final : RefPrepared {
@@ -1818,6 +1867,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<SigmoidOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<TanhOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<GeluOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Softmax>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Attention>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<AddOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<SubOp>>);

@@ -41,6 +41,9 @@ struct Kernels {
   /// y[i] = (q[i] - zero_point) * scale, i < n: q int8 where is_signed, else
   /// uint8 (a quantised embedding table's row).
   void (*dequantize_bytes)(const uint8_t* q, bool is_signed, float* y, int64_t n, float scale, float zero_point);
+  /// One attention row in place: t = s[j] * scale + (bias ? bias[j] : add), m = max t
+  /// (to *max_out), s[j] = exp(t - m); returns the sum of the exponentials.
+  float (*exp_row)(float* s, const float* bias, float add, int64_t n, float scale, float* max_out);
 };
 
 /// The widest set this CPU runs (vec.cpp: AVX-512, AVX2+FMA; Advanced SIMD on

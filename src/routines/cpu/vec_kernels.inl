@@ -418,9 +418,48 @@ void dequantize_bytes(const uint8_t* q, bool is_signed, float* y, int64_t n, flo
   }
 }
 
+// An attention row: t = s * scale + (bias ? bias[j] : add), its max m, then
+// s = exp(t - m); returns the sum (float vectors). Normalising is the caller's.
+float exp_row(float* s, const float* bias, float add, int64_t n, float scale, float* max_out) {
+  const vf vs = vset1(scale), va = vset1(add);
+  vf m0 = vset1(-INFINITY);
+  int64_t i = 0;
+  if (bias) {
+    for (; i + kV <= n; i += kV) {
+      const vf t = vfma(vload(s + i), vs, vload(bias + i));
+      vstore(s + i, t);
+      m0 = vmax(m0, t);
+    }
+    if (i < n) vstore_n(s + i, vfma(vload_n(s + i, n - i), vs, vload_n(bias + i, n - i)), n - i);
+  } else {
+    for (; i + kV <= n; i += kV) {
+      const vf t = vfma(vload(s + i), vs, va);
+      vstore(s + i, t);
+      m0 = vmax(m0, t);
+    }
+    if (i < n) vstore_n(s + i, vfma(vload_n(s + i, n - i), vs, va), n - i);
+  }
+  if (i < n) m0 = vmax(m0, vload_n(s + i, n - i, -INFINITY));
+  const float m = hmax(m0);
+  *max_out = m;
+  const vf mx = vset1(m);
+  vf s0 = vzero();
+  i = 0;
+  for (; i + kV <= n; i += kV) {
+    const vf e = vexp(vsub(vload(s + i), mx));
+    vstore(s + i, e);
+    s0 = vadd(s0, e);
+  }
+  if (i < n) {
+    vstore_n(s + i, vexp(vsub(vload_n(s + i, n - i, -INFINITY), mx)), n - i);
+    s0 = vadd(s0, vload_n(s + i, n - i));
+  }
+  return hsum(s0);
+}
+
 }  // namespace
 
 const Kernels kKernels{layernorm_rows,  softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu,
-                       lookup,          dequantize_bytes};
+                       lookup,          dequantize_bytes, exp_row};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS

@@ -1,0 +1,151 @@
+// cpu/gemm_attention — the attention layer (core/layer_types.hpp) on our packed
+// float32 GEMM (gemm.hpp): per batch and head, K and V packed once as B
+// operands; per block of m_block query rows, S = Q·Kᵀ into a [rows, Sk] buffer,
+// each row scaled, biased by the mask and exponentiated (vec kernel exp_row),
+// then O = P·V straight into the output (any of the layer's perms with the
+// feature dim innermost), each row divided by its sum at the end. The score
+// matrix never exists beyond one query block. Tasks: (batch, head, query
+// chunk), the chunks only where heads are fewer than threads.
+//
+// Routine parameter m_block: query rows per block (the [m_block, Sk] scores
+// stay in L2 at long key counts with the smaller choices).
+#include "routines/cpu/f32_common.hpp"
+#include "routines/cpu/vec_kernels.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+namespace gemm = cpu::gemm;
+using core::AttentionGeometry;
+
+class Prepared final : public PreparedRoutine {
+ public:
+  Prepared(const LayerInfo& info, int64_t m_block)
+      : g_(core::attention_geometry(*info.layer, info.input_shapes)), k_(gemm::best_kernel()),
+        v_(cpu::vec::best_kernels()) {
+    mb_ = std::max<int64_t>(1, std::min(m_block, g_.sq));
+    kc_d_ = std::max<int64_t>(1, std::min<int64_t>(g_.d, gemm::default_kc(*k_)));
+    kc_s_ = gemm::default_kc(*k_);
+    slots_ = cpu::workspace_slots();
+    auto r16 = [](int64_t f) { return gemm::round_up(f, 16); };
+    pk_ = r16(gemm::packed_b_size(*k_, g_.d, g_.sk));
+    pv_ = r16(gemm::packed_b_size(*k_, g_.sk, g_.dv));
+    pq_ = r16(gemm::packed_a_size(*k_, mb_, g_.d));
+    ld_s_ = r16(g_.sk);
+    s_ = r16(mb_ * ld_s_);
+    pp_ = r16(gemm::packed_a_size(*k_, mb_, g_.sk));
+    slot_floats_ = pk_ + pv_ + pq_ + s_ + pp_ + r16(mb_);
+    // Query chunks per head: enough tasks for every thread.
+    const int64_t heads = g_.b * g_.h, blocks = (g_.sq + mb_ - 1) / mb_;
+    chunks_ = std::min(blocks, std::max<int64_t>(1, (slots_ + heads - 1) / heads));
+  }
+  std::size_t workspace_bytes() const override { return sizeof(float) * slot_floats_ * slots_; }
+
+  void run(const RunArgs& a) override {
+    const float* q = a.inputs[0]->data_as<float>();
+    const float* k = a.inputs[1]->data_as<float>();
+    const float* v = a.inputs[2]->data_as<float>();
+    const float* mask = g_.has_mask ? a.inputs[3]->data_as<float>() : nullptr;
+    float* out = a.outputs[0]->data_as<float>();
+    float* ws = static_cast<float*>(a.workspace);
+    const int64_t blocks = (g_.sq + mb_ - 1) / mb_;
+    cpu::for_each_task(a.pool, slots_, g_.b * g_.h * chunks_, [&](int64_t t, int slot) {
+      const int64_t chunk = t % chunks_, h = t / chunks_ % g_.h, b = t / chunks_ / g_.h;
+      float* pk = ws + slot * slot_floats_;
+      float* pv = pk + pk_;
+      float* pq = pv + pv_;
+      float* s = pq + pq_;
+      float* pp = s + s_;
+      float* inv = pp + pp_;
+      const float* kh = k + b * g_.k[0] + h * g_.k[1];
+      if (g_.k[3] == 1) gemm::pack_b(*k_, g_.d, g_.sk, kc_d_, kh, g_.k[2], true, pk);  // rows of K: Bᵀ
+      else gemm::pack_b(*k_, g_.d, g_.sk, kc_d_, kh, g_.k[3], false, pk);              // K stored transposed
+      gemm::pack_b(*k_, g_.sk, g_.dv, kc_s_, v + b * g_.v[0] + h * g_.v[1], g_.v[2], false, pv);
+      const int64_t per = (blocks + chunks_ - 1) / chunks_;
+      for (int64_t blk = chunk * per; blk < std::min(blocks, (chunk + 1) * per); ++blk) {
+        const int64_t i0 = blk * mb_, rows = std::min(mb_, g_.sq - i0);
+        gemm::pack_a(*k_, rows, g_.d, kc_d_, q + b * g_.q[0] + h * g_.q[1] + i0 * g_.q[2], g_.q[2], false, pq);
+        gemm::gemm_block(*k_, rows, g_.sk, g_.d, kc_d_, pq, pk, s, ld_s_, gemm::Epilogue{}, 0, rows, 0, g_.sk);
+        for (int64_t r = 0; r < rows; ++r) inv[r] = softmax_row(s + r * ld_s_, mask, b, h, i0 + r);
+        gemm::pack_a(*k_, rows, g_.sk, kc_s_, s, ld_s_, false, pp);
+        float* o = out + b * g_.out[0] + h * g_.out[1] + i0 * g_.out[2];
+        gemm::gemm_block(*k_, rows, g_.dv, g_.sk, kc_s_, pp, pv, o, g_.out[2], gemm::Epilogue{}, 0, rows, 0, g_.dv);
+        for (int64_t r = 0; r < rows; ++r)
+          if (inv[r] != 1.0f)
+            for (int64_t e = 0; e < g_.dv; ++e) o[r * g_.out[2] + e] *= inv[r];
+      }
+    });
+  }
+
+ private:
+  /// Row i's exponentials in place (unnormalised where it returns 1/sum, else
+  /// normalised, NaN kept or zeroed per masked_rows, and 1 returned).
+  float softmax_row(float* s, const float* mask, int64_t b, int64_t h, int64_t i) const {
+    // Causal: keys past i + Sk - Sq weigh exp(-inf) = 0; left out of the row.
+    const int64_t n = g_.causal ? std::clamp<int64_t>(i + g_.sk - g_.sq + 1, 0, g_.sk) : g_.sk;
+    const float* bias = nullptr;
+    float add = 0;
+    if (mask) {
+      const float* mrow = mask + b * g_.mask[0] + h * g_.mask[1] + i * g_.mask[2];
+      if (g_.mask[3] == 1) bias = mrow;
+      else add = *mrow;  // one value for every key of the row
+    }
+    float m = -std::numeric_limits<float>::infinity();
+    const float sum = n > 0 ? v_->exp_row(s, bias, add, n, g_.scale, &m) : 0.0f;
+    std::fill(s + n, s + g_.sk, 0.0f);
+    if (std::isfinite(m) && std::isfinite(sum) && sum > 0) return 1.0f / sum;
+    // Every key masked (-inf: exp(-inf - -inf) is NaN), or NaN or inf in the scores: as softmax computes it.
+    for (int64_t j = 0; j < g_.sk; ++j) {
+      float p = j < n ? s[j] / sum : (n == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+      if (std::isnan(p) && g_.zero_masked_rows) p = 0;
+      s[j] = p;
+    }
+    return 1.0f;
+  }
+
+  AttentionGeometry g_;
+  const gemm::Kernel* k_;
+  const cpu::vec::Kernels* v_;
+  int64_t mb_ = 1, kc_d_ = 1, kc_s_ = 1, chunks_ = 1;
+  int64_t pk_ = 0, pv_ = 0, pq_ = 0, ld_s_ = 0, s_ = 0, pp_ = 0, slot_floats_ = 0;
+  int slots_ = 1;
+};
+
+class GemmAttention final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "attention"; }
+  std::string_view algorithm() const override { return "gemm_attention"; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == Schema{})) return Support::no("cpu/gemm_attention computes in cpu:float32:nchw");
+    if (!gemm::best_kernel() || !cpu::vec::best_kernels())
+      return Support::no("cpu/gemm_attention needs AVX2+FMA, AVX-512 or Advanced SIMD");
+    const AttentionGeometry g = core::attention_geometry(*info.layer, info.input_shapes);
+    if (g.q[3] != 1 || g.v[3] != 1 || g.out[3] != 1 || (g.k[3] != 1 && g.k[2] != 1))
+      return Support::no("cpu/gemm_attention reads q, v and the output with the feature dim innermost, k either way");
+    if (g.sk == 0 || g.d == 0) return Support::no("cpu/gemm_attention needs keys and features");
+    return Support::yes();
+  }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"m_block", {64, 16, 32, 128}}};
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
+                                           const RoutineParams& params) const override {
+    return std::make_unique<Prepared>(info, routine_param(params, "m_block", 64));
+  }
+};
+
+}  // namespace
+
+SOFTNEURO_REGISTER_ROUTINE(GemmAttention);
+
+}  // namespace softneuro
