@@ -380,3 +380,60 @@ TEST_CASE("optimize: every pass in order on a conv/bn/relu/identity net", "[pass
   CHECK(count(after, "mul") == 0);
   CHECK(max_abs_diff(run_graph(after)[0].values, before[0].values) < 1e-4);
 }
+
+TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes one layer", "[passes][attention]") {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  auto scalar = [](const std::string& name, float v) { return constant(name, make_input(Shape{}, {v})); };
+  // A constant mask whose second query row masks every key: the NaN guard makes that row 0.
+  std::vector<float> mask(8 * 10, 0.0f);
+  for (int j = 0; j < 10; ++j) mask[10 + j] = ninf;
+  for (int j = 7; j < 10; ++j) mask[j] = -1e9f;
+  SECTION("BERT's form: transposes, both operands scaled, mask, guard, a shape read of Q's transpose") {
+    auto g = graph({{"q", Shape{1, 8, 2, 16}}, {"k", Shape{1, 10, 2, 16}}, {"v", Shape{1, 10, 2, 12}}}, {"y"},
+                   {layer("transpose", "tq", {"q"}, {"qt"}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}),
+                    layer("transpose", "tk", {"k"}, {"kt"}, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}}),
+                    layer("transpose", "tv", {"v"}, {"vt"}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}),
+                    scalar("c1", 0.5f), scalar("c2", 0.5f), constant("mask", make_input(Shape{1, 1, 8, 10}, mask)),
+                    scalar("zero", 0.0f), layer("mul", "mq", {"qt", "c1"}, {"qs"}), layer("mul", "mk", {"c2", "kt"}, {"ks"}),
+                    layer("matmul", "qk", {"qs", "ks"}, {"scores"}), layer("add", "masked", {"scores", "mask"}, {"biased"}),
+                    layer("softmax", "sm", {"biased"}, {"p"}, {{"axis", int64_t{-1}}}),
+                    layer("compare", "isnan", {"p", "p"}, {"nan"}, {{"op", std::string("not_equal")}}),
+                    layer("where", "guard", {"nan", "zero", "p"}, {"pk"}), layer("matmul", "pv", {"pk", "vt"}, {"o"}),
+                    layer("transpose", "to", {"o"}, {"ot"}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}),
+                    // [1,8,2,12] read as Q's heads-first shape [1,2,8,16] with the last dim inferred: [1,2,8,12]
+                    layer("shape_math", "qshape", {"qt"}, {"qdims3"}, {{"op", std::string("shape")}, {"end", int64_t{3}}}),
+                    layer("reshape", "r", {"ot", "qdims_last"}, {"y"}),
+                    constant("minus1", make_input(Shape{1}, {-1.0f})),
+                    layer("shape_math", "target", {"qdims3", "minus1"}, {"qdims_last"}, {{"op", std::string("concat")}, {"axis", int64_t{0}}})});
+    auto after = check_pass(g, core::fuse_attention, 1);
+    REQUIRE(count(after, "attention") == 1);
+    for (const char* t : {"transpose", "matmul", "softmax", "where", "compare", "mul", "add"}) CHECK(count(after, t) == 0);
+    const Layer& a = *after.find_layer("sm");
+    CHECK(a.get_string("masked_rows") == "zero");
+    CHECK(a.get_float("scale") == Approx(0.25));
+    CHECK(a.get_ints("q_perm") == std::vector<int64_t>{0, 2, 1, 3});
+    CHECK(a.get_ints("k_perm") == std::vector<int64_t>{0, 2, 1, 3});
+    CHECK(a.get_ints("out_perm") == std::vector<int64_t>{0, 2, 1, 3});
+    CHECK(after.find_layer("qshape")->inputs[0] == "q");  // reads Q through a perm now
+    CHECK(after.find_layer("qshape")->get_ints("perm") == std::vector<int64_t>{0, 2, 1, 3});
+  }
+  SECTION("GPT-2's cache: Kᵀ of a concat that is also a net output, the scores divided; shared blobs stay") {
+    auto g = graph({{"q", Shape{1, 2, 3, 16}}, {"past", Shape{1, 2, 7, 16}}, {"k", Shape{1, 2, 3, 16}}, {"v", Shape{1, 2, 10, 16}}},
+                   {"y", "present", "p2"},
+                   {layer("concat", "cat", {"past", "k"}, {"present"}, {{"axis", int64_t{2}}}),
+                    layer("transpose", "tk", {"present"}, {"kt"}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}),
+                    scalar("d", 4.0f), layer("matmul", "qk", {"q", "kt"}, {"scores"}), layer("div", "scaled", {"scores", "d"}, {"s2"}),
+                    layer("softmax", "sm", {"s2"}, {"p"}, {{"axis", int64_t{3}}}), layer("matmul", "pv", {"p", "v"}, {"y"}),
+                    // a second attention whose probabilities are a net output: not fused
+                    layer("matmul", "qk2", {"q", "kt"}, {"scores2"}), layer("softmax", "sm2", {"scores2"}, {"p2"}),
+                    layer("matmul", "pv2", {"p2", "v"}, {"y2"})});
+    g.outputs.push_back("y2");
+    auto after = check_pass(g, core::fuse_attention, 1);
+    CHECK(count(after, "attention") == 1);
+    CHECK(count(after, "softmax") == 1);
+    CHECK(count(after, "matmul") == 2);     // the second attention's
+    CHECK(count(after, "transpose") == 1);  // kt: qk2 reads it too, so the attention reads Kᵀ
+    CHECK(after.find_layer("sm")->inputs[1] == "kt");
+    CHECK(after.find_layer("sm")->get_ints("k_perm") == std::vector<int64_t>{0, 1, 3, 2});
+  }
+}
