@@ -1133,6 +1133,9 @@ AttentionGeometry attention_geometry(const Layer& l, std::span<const Shape> in) 
   g.scale = static_cast<float>(l.get_float("scale", 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(g.d, 1)))));
   if (!std::isfinite(g.scale)) fail_field(l, "scale", "attention's scale is not finite");
   g.causal = l.get_int("causal", 0) != 0;
+  const std::string align = l.get_string("causal_align", "end");
+  if (align != "end" && align != "start") fail_field(l, "causal_align", fmt::format("causal_align '{}' is not end or start", align));
+  g.causal_offset = align == "end" ? g.sk - g.sq : 0;
   const std::string rows = l.get_string("masked_rows", "nan");
   if (rows != "nan" && rows != "zero") fail_field(l, "masked_rows", fmt::format("masked_rows '{}' is not nan or zero", rows));
   g.zero_masked_rows = rows == "zero";

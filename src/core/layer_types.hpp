@@ -26,7 +26,8 @@
 //            out_perm: the output is transpose(canonical out, out_perm). K and V batch and
 //            heads equal Q's or 1 (broadcast); the mask broadcasts (NumPy, right-aligned) to
 //            [B,H,Sq,Sk]. scale (default 1/sqrt(D)); causal=0 (1: key j > i + Sk - Sq masked,
-//            as -inf); masked_rows = nan|zero: nan computes softmax's NaN where a row's
+//            as -inf: the triangle aligned to the last key; causal_align = start: j > i, ONNX
+//            Attention's without a cache); masked_rows = nan|zero: nan computes softmax's NaN where a row's
 //            probabilities are not numbers (every key -inf), zero takes such a probability as
 //            0 (the exporters' Where(IsNaN(p), 0, p) guard).
 //  layernorm axis=-1 (normalises over dims axis..rank-1), epsilon=1e-5;
@@ -284,11 +285,14 @@ struct AttentionGeometry {
   std::array<int64_t, 4> q{}, k{}, v{}, out{}, mask{};  ///< mask: [b, h, query, key]
   bool has_mask = false;
   bool causal = false;
+  int64_t causal_offset = 0;  ///< key j is hidden from query i where j > i + causal_offset
   bool zero_masked_rows = false;
   float scale = 1;
   std::array<int64_t, 4> out_shape{};  ///< canonical [B,H,Sq,Dv] permuted by out_perm
   /// Whether key j is hidden from query i by `causal`.
-  bool hidden(int64_t i, int64_t j) const { return causal && j > i + sk - sq; }
+  bool hidden(int64_t i, int64_t j) const { return causal && j > i + causal_offset; }
+  /// The keys query i sees under `causal`: [0, visible(i)).
+  int64_t visible(int64_t i) const { return causal ? std::clamp<int64_t>(i + causal_offset + 1, 0, sk) : sk; }
 };
 AttentionGeometry attention_geometry(const Layer& layer, std::span<const Shape> inputs);
 

@@ -2802,23 +2802,6 @@ void Importer::attention(const Node& n) {
   const std::string v_present = with_past(heads(2, hkv, src, dv, "v"), 5, 2, "present_value");
   const int64_t total = past + src;
   const std::string k = repeated(k_present, total, d, "k"), v = repeated(v_present, total, dv, "v");
-  const std::string kt = fresh_blob(y + "/k_t"), qk = fresh_blob(y + "/qk");
-  add_unary(n, "transpose", k, kt, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}, "k_t");
-  add(make("matmul", n.name + "/qk", {q, kt}, {qk}));
-  const double scale = n.has("scale") ? n.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(d));
-  std::string scores = fresh_blob(y + "/scaled");
-  add(make("mul", n.name + "/scale", {qk, scalar_constant(n, y + "/scale", scale)}, {scores}));
-  if (const double cap = n.get_float("softcap", 0.0); cap > 0) {  // before the bias: masked stays -inf
-    const std::string a = fresh_blob(y + "/capped_in"), t = fresh_blob(y + "/capped_tanh"), out = fresh_blob(y + "/capped");
-    add(make("mul", n.name + "/softcap_in", {scores, scalar_constant(n, y + "/inv_cap", 1 / cap)}, {a}));
-    add_unary(n, "tanh", a, t, {}, "softcap_tanh");
-    add(make("mul", n.name + "/softcap", {t, scalar_constant(n, y + "/cap", cap)}, {out}));
-    scores = out;
-  }
-  const int64_t mode = n.get_int("qk_matmul_output_mode", 0);
-  if (mode < 0 || mode > 3) throw n.error(fmt::format("qk_matmul_output_mode {} is not 0..3", mode), "qk_matmul_output_mode");
-  const std::string qk_out = used(n.out(3)) ? n.out(3) : std::string();
-  if (!qk_out.empty() && mode <= 1) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
   // The bias: the mask, and a constant [len, total] or [B, 1, len, total] of the causal, window and padding rules.
   const float ninf = -std::numeric_limits<float>::infinity();
   std::string bias;
@@ -2869,7 +2852,13 @@ void Importer::attention(const Node& n) {
     if (static_cast<int64_t>(nonpad.size()) != batch)
       throw n.error(fmt::format("{} lengths for a batch of {}", nonpad.size(), batch), "nonpad_kv_seqlen");
   }
-  if (causal || left >= 0 || right >= 0 || !nonpad.empty()) {
+  // One attention layer where nothing needs the steps apart (softcap and the
+  // QK output do); the causal triangle alone is its flag, not a constant.
+  const bool one_layer = !(n.get_float("softcap", 0.0) > 0) && !used(n.out(3));
+  // ONNX aligns the triangle to the cache's end (j <= i + past): the layer's
+  // "start" without a cache, its "end" where the new keys are the queries' own.
+  const bool causal_flag = one_layer && causal && left < 0 && right < 0 && nonpad.empty() && (past == 0 || src == len);
+  if (!causal_flag && (causal || left >= 0 || right >= 0 || !nonpad.empty())) {
     const int64_t groups = nonpad.empty() ? 1 : batch;
     std::vector<float> rule(static_cast<std::size_t>(groups * len * total), 0.0f);
     for (int64_t b = 0; b < groups; ++b) {
@@ -2892,6 +2881,58 @@ void Importer::attention(const Node& n) {
       bias = both;
     }
   }
+  const double scale = n.has("scale") ? n.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(d));
+  const int64_t mode = n.get_int("qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3) throw n.error(fmt::format("qk_matmul_output_mode {} is not 0..3", mode), "qk_matmul_output_mode");
+  if (one_layer) {
+    // Rows whose bias is -inf everywhere attend to nothing: 0 (masked_rows = zero).
+    bool zero_rows = !bias.empty() && !bias_constant;
+    if (const Blob* c = bias.empty() ? nullptr : constant(bias)) {
+      const std::vector<double> b = to_doubles(*c);
+      const int64_t w = c->shape()[c->shape().rank() - 1];
+      for (std::size_t r = 0; r * static_cast<std::size_t>(w) < b.size() && !zero_rows; ++r)
+        zero_rows = std::all_of(b.begin() + static_cast<std::ptrdiff_t>(r * w), b.begin() + static_cast<std::ptrdiff_t>((r + 1) * w),
+                                [](double v) { return std::isinf(v) && v < 0; });
+    } else if (!bias.empty()) {
+      zero_rows = true;  // a sum of constants, folded later
+    }
+    std::string qh = input(n, 0);
+    std::vector<int64_t> q_perm{0, 1, 2, 3}, out_perm{0, 1, 2, 3};
+    if (three_d) {  // [B, L, H*D] read as [B, L, H, D], heads second through the perm
+      qh = fresh_blob(y + "/q_split");
+      add_unary(n, "reshape", input(n, 0), qh, {{"shape", std::vector<int64_t>{batch, len, hq, d}}}, "q_split");
+      q_perm = out_perm = {0, 2, 1, 3};
+    }
+    const std::string ctx = three_d ? fresh_blob(y + "/merged") : y;
+    std::vector<std::string> ins{qh, k, v};
+    if (!bias.empty()) ins.push_back(bias);
+    Layer a = make("attention", n.name, ins, {ctx});
+    a.params["scale"] = scale;
+    a.params["q_perm"] = q_perm;
+    a.params["out_perm"] = out_perm;
+    if (causal_flag) {
+      a.params["causal"] = int64_t{1};
+      if (past == 0) a.params["causal_align"] = std::string("start");
+    }
+    if (zero_rows) a.params["masked_rows"] = std::string("zero");
+    add(std::move(a));
+    if (three_d) add_unary(n, "reshape", ctx, y, {{"shape", std::vector<int64_t>{batch, len, hq * dv}}});
+    return;
+  }
+  const std::string kt = fresh_blob(y + "/k_t"), qk = fresh_blob(y + "/qk");
+  add_unary(n, "transpose", k, kt, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}, "k_t");
+  add(make("matmul", n.name + "/qk", {q, kt}, {qk}));
+  std::string scores = fresh_blob(y + "/scaled");
+  add(make("mul", n.name + "/scale", {qk, scalar_constant(n, y + "/scale", scale)}, {scores}));
+  if (const double cap = n.get_float("softcap", 0.0); cap > 0) {  // before the bias: masked stays -inf
+    const std::string a = fresh_blob(y + "/capped_in"), t = fresh_blob(y + "/capped_tanh"), out = fresh_blob(y + "/capped");
+    add(make("mul", n.name + "/softcap_in", {scores, scalar_constant(n, y + "/inv_cap", 1 / cap)}, {a}));
+    add_unary(n, "tanh", a, t, {}, "softcap_tanh");
+    add(make("mul", n.name + "/softcap", {t, scalar_constant(n, y + "/cap", cap)}, {out}));
+    scores = out;
+  }
+  const std::string qk_out = used(n.out(3)) ? n.out(3) : std::string();
+  if (!qk_out.empty() && mode <= 1) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
   if (!bias.empty()) {
     const std::string biased = fresh_blob(y + "/biased");
     add(make("add", n.name + "/mask", {scores, bias}, {biased}));

@@ -236,6 +236,23 @@ TEST_CASE("shape inference: layernorm", "[core][shape]") {
   expect_error(L("layernorm"), {{2, 3, 4}}, "scale");
 }
 
+TEST_CASE("shape inference: attention (perms, broadcast heads, mask), errors naming the field", "[core][shape][attention]") {
+  using Ints = std::vector<int64_t>;
+  CHECK(infer(L("attention", {}, {}, 3), {{2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 4}}) == Shapes{{2, 3, 5, 4}});
+  // [B,S,H,D] in, [B,S,H,Dv] out; Kᵀ stored; one key/value head; a 2-D mask.
+  const Layer perms = L("attention", {{"q_perm", Ints{0, 2, 1, 3}}, {"k_perm", Ints{0, 1, 3, 2}}, {"out_perm", Ints{0, 2, 1, 3}}}, {}, 4);
+  CHECK(infer(perms, {{1, 5, 3, 8}, {1, 1, 8, 7}, {1, 1, 7, 4}, {5, 7}}) == Shapes{{1, 5, 3, 4}});
+  expect_error(perms, {{1, 5, 3, 8}, {1, 1, 8, 7}, {1, 1, 7, 4}, {5, 6}}, "mask");       // 6 keys against 7
+  expect_error(perms, {{1, 5, 3, 8}, {1, 1, 8, 7}, {1, 1, 7, 4}, {2, 1, 5, 7}}, "mask");  // grows the batch
+  expect_error(L("attention", {}, {}, 3), {{2, 3, 5, 8}, {2, 3, 7, 6}, {2, 3, 7, 4}}, "k");   // features differ
+  expect_error(L("attention", {}, {}, 3), {{2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 6, 4}}, "v");   // positions differ
+  expect_error(L("attention", {}, {}, 3), {{2, 3, 5, 8}, {2, 2, 7, 8}, {2, 3, 7, 4}}, "k");   // 2 heads for 3
+  expect_error(L("attention", {}, {}, 3), {{3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 4}}, "q");      // rank 3
+  expect_error(L("attention", {{"q_perm", Ints{0, 1, 1, 3}}}, {}, 3), {{2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 4}}, "q_perm");
+  expect_error(L("attention", {{"masked_rows", std::string("skip")}}, {}, 3), {{1, 1, 2, 2}, {1, 1, 2, 2}, {1, 1, 2, 2}},
+               "masked_rows");
+}
+
 TEST_CASE("shape inference: binary broadcasting layers", "[core][shape]") {
   for (const char* type : {"add", "sub", "mul", "div", "max", "min"}) {
     INFO(type);
@@ -517,7 +534,7 @@ TEST_CASE("shape inference: shape_math values need the input shapes (core::speci
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
-      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul", "div", "max", "min", "concat",
+      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "attention", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",

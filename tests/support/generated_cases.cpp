@@ -454,6 +454,9 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     out.push_back({"attention causal, rows without keys",
                    layer_of("attention", {{"causal", int64_t{1}}, {"masked_rows", std::string("zero")}}, {}, 3),
                    {random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 4, 8}, rng)}});
+    // ONNX Attention's triangle without a cache: aligned to the first key, more keys than queries.
+    out.push_back({"attention causal from the start", layer_of("attention", {{"causal", int64_t{1}}, {"causal_align", std::string("start")}}, {}, 3),
+                   {random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 6, 8}, rng)}});
     return out;
   }
   if (type == "layernorm")

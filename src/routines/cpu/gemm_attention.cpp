@@ -91,8 +91,8 @@ class Prepared final : public PreparedRoutine {
   /// Row i's exponentials in place (unnormalised where it returns 1/sum, else
   /// normalised, NaN kept or zeroed per masked_rows, and 1 returned).
   float softmax_row(float* s, const float* mask, int64_t b, int64_t h, int64_t i) const {
-    // Causal: keys past i + Sk - Sq weigh exp(-inf) = 0; left out of the row.
-    const int64_t n = g_.causal ? std::clamp<int64_t>(i + g_.sk - g_.sq + 1, 0, g_.sk) : g_.sk;
+    // Causal: the hidden keys weigh exp(-inf) = 0; left out of the row.
+    const int64_t n = g_.visible(i);
     const float* bias = nullptr;
     float add = 0;
     if (mask) {
