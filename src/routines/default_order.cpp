@@ -94,7 +94,7 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"dense",
      {
-      {"cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu/gemv", "cpu/onednn", "cpu:bfloat16/onednn"},
       {"cpu:float32:nhwc/xnnpack"},
       {"cpu/eigen"},
       {"cpu/split_affine"},

@@ -44,6 +44,8 @@ struct Kernels {
   /// One attention row in place: t = s[j] * scale + (bias ? bias[j] : add), m = max t
   /// (to *max_out), s[j] = exp(t - m); returns the sum of the exponentials.
   float (*exp_row)(float* s, const float* bias, float add, int64_t n, float scale, float* max_out);
+  /// y[i * ldy + r] = dot(w + r * k, x + i * k) for r < rows, i < m (a dense layer of few rows).
+  void (*gemv)(const float* w, int64_t rows, int64_t k, const float* x, int64_t m, float* y, int64_t ldy);
 };
 
 /// The widest set this CPU runs (vec.cpp: AVX-512, AVX2+FMA; Advanced SIMD on

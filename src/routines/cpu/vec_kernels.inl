@@ -457,9 +457,52 @@ float exp_row(float* s, const float* bias, float add, int64_t n, float scale, fl
   return hsum(s0);
 }
 
+// y[i * ldy + r] = w[r] · x[i] (rows of k floats), r < rows, i < m: four weight
+// rows at a time against each input row, so each weight is read from memory once.
+void gemv(const float* w, int64_t rows, int64_t k, const float* x, int64_t m, float* y, int64_t ldy) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* w0 = w + r * k;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * k;
+      vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+      int64_t j = 0;
+      for (; j + kV <= k; j += kV) {
+        const vf xv = vload(xi + j);
+        a0 = vfma(vload(w0 + j), xv, a0);
+        a1 = vfma(vload(w0 + k + j), xv, a1);
+        a2 = vfma(vload(w0 + 2 * k + j), xv, a2);
+        a3 = vfma(vload(w0 + 3 * k + j), xv, a3);
+      }
+      if (j < k) {
+        const vf xv = vload_n(xi + j, k - j);
+        a0 = vfma(vload_n(w0 + j, k - j), xv, a0);
+        a1 = vfma(vload_n(w0 + k + j, k - j), xv, a1);
+        a2 = vfma(vload_n(w0 + 2 * k + j, k - j), xv, a2);
+        a3 = vfma(vload_n(w0 + 3 * k + j, k - j), xv, a3);
+      }
+      float* yi = y + i * ldy + r;
+      yi[0] = hsum(a0);
+      yi[1] = hsum(a1);
+      yi[2] = hsum(a2);
+      yi[3] = hsum(a3);
+    }
+  }
+  for (; r < rows; ++r)
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * k;
+      const float* wr = w + r * k;
+      vf a = vzero();
+      int64_t j = 0;
+      for (; j + kV <= k; j += kV) a = vfma(vload(wr + j), vload(xi + j), a);
+      if (j < k) a = vfma(vload_n(wr + j, k - j), vload_n(xi + j, k - j), a);
+      y[i * ldy + r] = hsum(a);
+    }
+}
+
 }  // namespace
 
 const Kernels kKernels{layernorm_rows,  softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu,
-                       lookup,          dequantize_bytes, exp_row};
+                       lookup,          dequantize_bytes, exp_row, gemv};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
