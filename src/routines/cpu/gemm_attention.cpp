@@ -1,9 +1,10 @@
 // cpu/gemm_attention — the attention layer (core/layer_types.hpp) on our packed
-// float32 GEMM (gemm.hpp): per batch and head, K and V packed once as B
-// operands; per block of m_block query rows, S = Q·Kᵀ into a [rows, Sk] buffer,
-// each row scaled, biased by the mask and exponentiated (vec kernel exp_row),
-// then O = P·V straight into the output (any of the layer's perms with the
-// feature dim innermost), each row divided by its sum at the end. The score
+// float32 GEMM (gemm.hpp): per batch and head, K packed once as the B operand;
+// per block of m_block query rows, S = Q·Kᵀ into a [rows, Sk] buffer, each row
+// scaled, biased by the mask and exponentiated (vec kernel exp_row), then
+// O = P·V with P read in place (vec kernel rows_times: packing P cost 14% of
+// Whisper's encoder) straight into the output (any of the layer's perms with
+// the feature dim innermost), each row divided by its sum at the end. The score
 // matrix never exists beyond one query block. Tasks: (batch, head, query
 // chunk), the chunks only where heads are fewer than threads.
 //
@@ -35,16 +36,13 @@ class Prepared final : public PreparedRoutine {
         v_(cpu::vec::best_kernels()) {
     mb_ = std::max<int64_t>(1, std::min(m_block, g_.sq));
     kc_d_ = std::max<int64_t>(1, std::min<int64_t>(g_.d, gemm::default_kc(*k_)));
-    kc_s_ = gemm::default_kc(*k_);
     slots_ = cpu::workspace_slots();
     auto r16 = [](int64_t f) { return gemm::round_up(f, 16); };
     pk_ = r16(gemm::packed_b_size(*k_, g_.d, g_.sk));
-    pv_ = r16(gemm::packed_b_size(*k_, g_.sk, g_.dv));
     pq_ = r16(gemm::packed_a_size(*k_, mb_, g_.d));
     ld_s_ = r16(g_.sk);
     s_ = r16(mb_ * ld_s_);
-    pp_ = r16(gemm::packed_a_size(*k_, mb_, g_.sk));
-    slot_floats_ = pk_ + pv_ + pq_ + s_ + pp_ + r16(mb_);
+    slot_floats_ = pk_ + pq_ + s_ + r16(mb_);
     // Query chunks per head: enough tasks for every thread.
     const int64_t heads = g_.b * g_.h, blocks = (g_.sq + mb_ - 1) / mb_;
     chunks_ = std::min(blocks, std::max<int64_t>(1, (slots_ + heads - 1) / heads));
@@ -62,24 +60,21 @@ class Prepared final : public PreparedRoutine {
     cpu::for_each_task(a.pool, slots_, g_.b * g_.h * chunks_, [&](int64_t t, int slot) {
       const int64_t chunk = t % chunks_, h = t / chunks_ % g_.h, b = t / chunks_ / g_.h;
       float* pk = ws + slot * slot_floats_;
-      float* pv = pk + pk_;
-      float* pq = pv + pv_;
+      float* pq = pk + pk_;
       float* s = pq + pq_;
-      float* pp = s + s_;
-      float* inv = pp + pp_;
+      float* inv = s + s_;
       const float* kh = k + b * g_.k[0] + h * g_.k[1];
       if (g_.k[3] == 1) gemm::pack_b(*k_, g_.d, g_.sk, kc_d_, kh, g_.k[2], true, pk);  // rows of K: Bᵀ
       else gemm::pack_b(*k_, g_.d, g_.sk, kc_d_, kh, g_.k[3], false, pk);              // K stored transposed
-      gemm::pack_b(*k_, g_.sk, g_.dv, kc_s_, v + b * g_.v[0] + h * g_.v[1], g_.v[2], false, pv);
+      const float* vh = v + b * g_.v[0] + h * g_.v[1];
       const int64_t per = (blocks + chunks_ - 1) / chunks_;
       for (int64_t blk = chunk * per; blk < std::min(blocks, (chunk + 1) * per); ++blk) {
         const int64_t i0 = blk * mb_, rows = std::min(mb_, g_.sq - i0);
         gemm::pack_a(*k_, rows, g_.d, kc_d_, q + b * g_.q[0] + h * g_.q[1] + i0 * g_.q[2], g_.q[2], false, pq);
         gemm::gemm_block(*k_, rows, g_.sk, g_.d, kc_d_, pq, pk, s, ld_s_, gemm::Epilogue{}, 0, rows, 0, g_.sk);
         for (int64_t r = 0; r < rows; ++r) inv[r] = softmax_row(s + r * ld_s_, mask, b, h, i0 + r);
-        gemm::pack_a(*k_, rows, g_.sk, kc_s_, s, ld_s_, false, pp);
         float* o = out + b * g_.out[0] + h * g_.out[1] + i0 * g_.out[2];
-        gemm::gemm_block(*k_, rows, g_.dv, g_.sk, kc_s_, pp, pv, o, g_.out[2], gemm::Epilogue{}, 0, rows, 0, g_.dv);
+        v_->rows_times(s, ld_s_, rows, vh, g_.v[2], g_.sk, g_.dv, o, g_.out[2]);
         for (int64_t r = 0; r < rows; ++r)
           if (inv[r] != 1.0f)
             for (int64_t e = 0; e < g_.dv; ++e) o[r * g_.out[2] + e] *= inv[r];
@@ -116,8 +111,8 @@ class Prepared final : public PreparedRoutine {
   AttentionGeometry g_;
   const gemm::Kernel* k_;
   const cpu::vec::Kernels* v_;
-  int64_t mb_ = 1, kc_d_ = 1, kc_s_ = 1, chunks_ = 1;
-  int64_t pk_ = 0, pv_ = 0, pq_ = 0, ld_s_ = 0, s_ = 0, pp_ = 0, slot_floats_ = 0;
+  int64_t mb_ = 1, kc_d_ = 1, chunks_ = 1;
+  int64_t pk_ = 0, pq_ = 0, ld_s_ = 0, s_ = 0, slot_floats_ = 0;
   int slots_ = 1;
 };
 

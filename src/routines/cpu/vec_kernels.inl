@@ -500,9 +500,72 @@ void gemv(const float* w, int64_t rows, int64_t k, const float* x, int64_t m, fl
     }
 }
 
+// One block of rows_times: rows i..i+ri (ri <= 4) by NC vectors of columns
+// (the last `tail` lanes wide where tail > 0), accumulators in registers.
+template <int NC, bool kTail>
+void rows_times_block(const float* p, int64_t ldp, int64_t ri, const float* v, int64_t ldv, int64_t n, float* o,
+                      int64_t ldo, int64_t tail) {
+  vf acc[4][NC];
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < NC; ++c) acc[r][c] = vzero();
+  const float* p0 = p;
+  const float* p1 = p + std::min<int64_t>(1, ri - 1) * ldp;
+  const float* p2 = p + std::min<int64_t>(2, ri - 1) * ldp;
+  const float* p3 = p + std::min<int64_t>(3, ri - 1) * ldp;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* vj = v + j * ldv;
+    vf vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = (kTail && c == NC - 1) ? vload_n(vj + c * kV, tail) : vload(vj + c * kV);
+    const vf b0 = vset1(p0[j]), b1 = vset1(p1[j]), b2 = vset1(p2[j]), b3 = vset1(p3[j]);
+    for (int c = 0; c < NC; ++c) {
+      acc[0][c] = vfma(b0, vv[c], acc[0][c]);
+      acc[1][c] = vfma(b1, vv[c], acc[1][c]);
+      acc[2][c] = vfma(b2, vv[c], acc[2][c]);
+      acc[3][c] = vfma(b3, vv[c], acc[3][c]);
+    }
+  }
+  for (int64_t r = 0; r < ri; ++r)
+    for (int c = 0; c < NC; ++c) {
+      float* out = o + r * ldo + c * kV;
+      if (kTail && c == NC - 1) vstore_n(out, acc[r][c], tail);
+      else vstore(out, acc[r][c]);
+    }
+}
+
+// o[i * ldo + e] = sum_j p[i * ldp + j] * v[j * ldv + e], i < rows, e < dv, j < n:
+// P read in place (no packing), four of its rows against up to four vectors of V's row.
+void rows_times(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t ldv, int64_t n, int64_t dv, float* o,
+                int64_t ldo) {
+  for (int64_t e0 = 0; e0 < dv; e0 += 4 * kV) {
+    const int64_t cols = std::min<int64_t>(4 * kV, dv - e0);
+    const int nc = static_cast<int>((cols + kV - 1) / kV);
+    const int64_t tail = cols % kV;
+    for (int64_t i = 0; i < rows; i += 4) {
+      const int64_t ri = std::min<int64_t>(4, rows - i);
+      const float* pi = p + i * ldp;
+      float* oi = o + i * ldo + e0;
+      if (tail) {
+        switch (nc) {
+          case 1: rows_times_block<1, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
+          case 2: rows_times_block<2, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
+          case 3: rows_times_block<3, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
+          default: rows_times_block<4, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
+        }
+      } else {
+        switch (nc) {
+          case 1: rows_times_block<1, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
+          case 2: rows_times_block<2, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
+          case 3: rows_times_block<3, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
+          default: rows_times_block<4, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const Kernels kKernels{layernorm_rows,  softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu,
-                       lookup,          dequantize_bytes, exp_row, gemv};
+                       lookup,          dequantize_bytes, exp_row, gemv, rows_times};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
