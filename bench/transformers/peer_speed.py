@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""One transformer, ours against ONNX Runtime, same process, interleaved:
+
+    python bench/transformers/peer_speed.py MODEL.onnx [MODEL.dnn] [--rounds 5] [--runs 5] [--seq 128] [--past 127]
+
+Our model is MODEL.dnn when given (imported or tuned before), else MODEL.onnx
+imported with no flags. Inputs by name: input_ids (ids below 1000) and
+attention_mask (the last quarter 0: padded) of [1, seq]; pixel_values
+[1,3,224,224]; input_features [1,80,3000]; a KV-cache decode step (GPT-2 as
+bench/transformers/gpt2_kv.py exports it) with --past P: one new token,
+past_i [1, heads, P, head_dim] of seeded values, the mask all ones.
+ONNX Runtime runs with all graph optimisations and 2 intra-op threads, ours
+with 2 threads. Each round times each runtime after a 0.5 s pause and two
+warm-ups (ONNX Runtime's threads spin after a run: timed right after it ours
+was up to 1.7x slower), the median of --runs runs; the figures are the
+medians of the rounds. Prints the max error against ONNX Runtime too.
+"""
+import argparse
+import time
+
+import numpy as np
+import onnxruntime as ort
+import softneuro
+
+
+def feeds_for(sess, seq, past, rng):
+    feeds = {}
+    for i in sess.get_inputs():
+        if i.name == "input_ids":
+            feeds[i.name] = rng.integers(0, 1000, (1, 1 if past else seq)).astype(np.int64)
+        elif i.name == "attention_mask":
+            m = np.ones((1, past + 1 if past else seq), np.int64)
+            if not past:
+                m[0, -seq // 4:] = 0
+            feeds[i.name] = m
+        elif i.name == "pixel_values":
+            feeds[i.name] = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        elif i.name == "input_features":
+            feeds[i.name] = rng.standard_normal((1, 80, 3000)).astype(np.float32)
+        elif i.name.startswith("past_"):
+            heads, dim = i.shape[1], i.shape[3]
+            feeds[i.name] = (rng.standard_normal((1, heads, past, dim)) * 0.5).astype(np.float32)
+        else:
+            raise SystemExit(f"no input of this script is named {i.name}")
+    return feeds
+
+
+def timed(fn, runs):
+    time.sleep(0.5)
+    fn()
+    fn()
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts)) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("onnx")
+    ap.add_argument("dnn", nargs="?")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--past", type=int, default=0, help="a decode step at this cache length")
+    a = ap.parse_args()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(a.onnx, so, providers=["CPUExecutionProvider"])
+    model = softneuro.load(a.dnn) if a.dnn else softneuro.import_onnx(a.onnx)
+    ours = softneuro.Session(model, threads=2)
+    feeds = feeds_for(sess, a.seq, a.past, np.random.default_rng(0))
+    want = sess.run(None, feeds)[0]
+    got = ours.run(feeds)[sess.get_outputs()[0].name]
+    print(f"max |ours - ORT| / max |ORT| = {float(np.abs(got - want).max() / np.abs(want).max()):.2e}")
+    t_ort, t_ours = [], []
+    for _ in range(a.rounds):
+        t_ort.append(timed(lambda: sess.run(None, feeds), a.runs))
+        t_ours.append(timed(lambda: ours.run(feeds), a.runs))
+    o, u = float(np.median(t_ort)), float(np.median(t_ours))
+    print(f"ONNX Runtime {o:.1f} ms, ours {u:.1f} ms (medians of {a.rounds} rounds); ORT / ours = {o / u:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
