@@ -454,6 +454,20 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     out.push_back({"attention causal, rows without keys",
                    layer_of("attention", {{"causal", int64_t{1}}, {"masked_rows", std::string("zero")}}, {}, 3),
                    {random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 4, 8}, rng)}});
+    // Many key blocks (cpu/flash_attention's online softmax: a row's max rises block by block), a
+    // causal triangle over them, a full mask with -inf spans; an encoder's square case.
+    {
+      Blob mask = random_blob({70, 600}, rng, -2.f, 2.f);
+      for (int i = 0; i < 70; ++i)
+        for (int j = 100; j < 400; ++j)
+          if (i % 3 == 0) mask.data_as<float>()[i * 600 + j] = ninf;
+      out.push_back({"attention long, causal, masked spans", layer_of("attention", {{"causal", int64_t{1}}, {"scale", 0.9}}, {}, 4),
+                     {random_blob({1, 2, 70, 16}, rng, -2.f, 2.f), random_blob({1, 2, 600, 16}, rng, -2.f, 2.f),
+                      random_blob({1, 2, 600, 16}, rng), mask}});
+    }
+    out.push_back({"attention square 300", layer_of("attention", {}, {}, 3),
+                   {random_blob({1, 3, 300, 24}, rng, -3.f, 3.f), random_blob({1, 3, 300, 24}, rng, -3.f, 3.f),
+                    random_blob({1, 3, 300, 24}, rng)}});
     // ONNX Attention's triangle without a cache: aligned to the first key, more keys than queries.
     out.push_back({"attention causal from the start", layer_of("attention", {{"causal", int64_t{1}}, {"causal_align", std::string("start")}}, {}, 3),
                    {random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 6, 8}, rng)}});

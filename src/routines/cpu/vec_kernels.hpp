@@ -46,10 +46,10 @@ struct Kernels {
   float (*exp_row)(float* s, const float* bias, float add, int64_t n, float scale, float* max_out);
   /// y[i * ldy + r] = dot(w + r * k, x + i * k) for r < rows, i < m (a dense layer of few rows).
   void (*gemv)(const float* w, int64_t rows, int64_t k, const float* x, int64_t m, float* y, int64_t ldy);
-  /// O[rows, dv] = P[rows, n] · V[n, dv], all row-major with the given row strides,
-  /// P read in place (attention's probabilities times the values).
+  /// O[rows, dv] = P[rows, n] · V[n, dv] (+ O where `accumulate`), all row-major with the
+  /// given row strides, P read in place (attention's probabilities times the values).
   void (*rows_times)(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t ldv, int64_t n, int64_t dv,
-                     float* o, int64_t ldo);
+                     float* o, int64_t ldo, bool accumulate);
 };
 
 /// The widest set this CPU runs (vec.cpp: AVX-512, AVX2+FMA; Advanced SIMD on

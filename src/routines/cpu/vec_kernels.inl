@@ -504,10 +504,12 @@ void gemv(const float* w, int64_t rows, int64_t k, const float* x, int64_t m, fl
 // (the last `tail` lanes wide where tail > 0), accumulators in registers.
 template <int NC, bool kTail>
 void rows_times_block(const float* p, int64_t ldp, int64_t ri, const float* v, int64_t ldv, int64_t n, float* o,
-                      int64_t ldo, int64_t tail) {
+                      int64_t ldo, int64_t tail, bool accumulate) {
   vf acc[4][NC];
   for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < NC; ++c) acc[r][c] = vzero();
+    for (int c = 0; c < NC; ++c)
+      acc[r][c] = accumulate && r < ri ? ((kTail && c == NC - 1) ? vload_n(o + r * ldo + c * kV, tail) : vload(o + r * ldo + c * kV))
+                                       : vzero();
   const float* p0 = p;
   const float* p1 = p + std::min<int64_t>(1, ri - 1) * ldp;
   const float* p2 = p + std::min<int64_t>(2, ri - 1) * ldp;
@@ -532,10 +534,10 @@ void rows_times_block(const float* p, int64_t ldp, int64_t ri, const float* v, i
     }
 }
 
-// o[i * ldo + e] = sum_j p[i * ldp + j] * v[j * ldv + e], i < rows, e < dv, j < n:
+// o[i * ldo + e] (+)= sum_j p[i * ldp + j] * v[j * ldv + e], i < rows, e < dv, j < n:
 // P read in place (no packing), four of its rows against up to four vectors of V's row.
 void rows_times(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t ldv, int64_t n, int64_t dv, float* o,
-                int64_t ldo) {
+                int64_t ldo, bool accumulate) {
   for (int64_t e0 = 0; e0 < dv; e0 += 4 * kV) {
     const int64_t cols = std::min<int64_t>(4 * kV, dv - e0);
     const int nc = static_cast<int>((cols + kV - 1) / kV);
@@ -546,17 +548,17 @@ void rows_times(const float* p, int64_t ldp, int64_t rows, const float* v, int64
       float* oi = o + i * ldo + e0;
       if (tail) {
         switch (nc) {
-          case 1: rows_times_block<1, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
-          case 2: rows_times_block<2, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
-          case 3: rows_times_block<3, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
-          default: rows_times_block<4, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail); break;
+          case 1: rows_times_block<1, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail, accumulate); break;
+          case 2: rows_times_block<2, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail, accumulate); break;
+          case 3: rows_times_block<3, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail, accumulate); break;
+          default: rows_times_block<4, true>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, tail, accumulate); break;
         }
       } else {
         switch (nc) {
-          case 1: rows_times_block<1, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
-          case 2: rows_times_block<2, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
-          case 3: rows_times_block<3, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
-          default: rows_times_block<4, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0); break;
+          case 1: rows_times_block<1, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0, accumulate); break;
+          case 2: rows_times_block<2, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0, accumulate); break;
+          case 3: rows_times_block<3, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0, accumulate); break;
+          default: rows_times_block<4, false>(pi, ldp, ri, v + e0, ldv, n, oi, ldo, 0, accumulate); break;
         }
       }
     }
