@@ -367,7 +367,7 @@ int cmd_import(const std::vector<std::string>& args) {
       options.remove_identities = options.fold_constants = options.fold_pads = options.fold_batchnorm = false;
       options.fold_scale_mul = options.fold_bias_add = options.fuse_self_gating = options.fuse_activations = false;
       options.fold_input_affine = options.fuse_output_affine = options.eliminate_dead_layers = false;
-      options.fuse_attention = false;
+      options.fuse_attention = options.merge_duplicates = false;
     } else if (!a.empty() && a[0] == '-') throw Usage(fmt::format("unknown option '{}'", a));
     else if (model.empty()) model = a;
     else throw Usage(fmt::format("unexpected argument '{}'", a));

@@ -43,6 +43,7 @@ struct ImportOptions {
   bool fuse_activations = true;       ///< relu/clip/hardswish/hardsigmoid/sigmoid into conv2/dense; relu/clip into add
   bool fuse_output_affine = true;     ///< mul/add of a single constant after a conv2/dense's fused activation into it
   bool fuse_attention = true;         ///< matmul-softmax-matmul (scaled, masked, transposes around) into one attention layer
+  bool merge_duplicates = true;       ///< layers computing the same thing from the same inputs: one is kept
   bool eliminate_dead_layers = true;  ///< layers no output depends on
 
   /// The net's name; empty: the ONNX graph's name, else the file's stem.

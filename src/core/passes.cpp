@@ -9,6 +9,7 @@
 #include "core/thread_pool.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -888,6 +889,53 @@ int fuse_attention(Graph& g) {
   return static_cast<int>(added.size());
 }
 
+int merge_duplicates(Graph& g) {
+  sort_topologically(g);
+  // Same weights: the same memory, or equal bytes, shape, dtype, layout and quantisation.
+  auto same_weights = [](const Layer& a, const Layer& b) {
+    if (a.weights.size() != b.weights.size()) return false;
+    for (const auto& [key, wa] : a.weights) {
+      auto it = b.weights.find(key);
+      if (it == b.weights.end()) return false;
+      const Blob& wb = it->second;
+      if (wa.shape() != wb.shape() || wa.dtype() != wb.dtype() || wa.layout() != wb.layout() ||
+          wa.device() != wb.device() || !(wa.quant() == wb.quant()))
+        return false;
+      if (wa.data() == wb.data()) continue;
+      if (!wa.data() || !wb.data() || wa.byte_size() != wb.byte_size() ||
+          std::memcmp(wa.data(), wb.data(), wa.byte_size()) != 0)
+        return false;
+    }
+    return true;
+  };
+  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
+  std::unordered_map<std::string, std::vector<std::size_t>> seen;  // signature -> kept layers
+  std::unordered_map<std::string, std::string> renamed;            // a dropped output -> the kept one
+  std::vector<bool> removed(g.layers.size());
+  int count = 0;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    Layer& l = g.layers[i];
+    for (auto& in : l.inputs)
+      if (auto r = renamed.find(in); r != renamed.end()) in = r->second;
+    if (std::any_of(l.outputs.begin(), l.outputs.end(), [&](const std::string& o) { return net_outputs.count(o) != 0; }))
+      continue;
+    const std::string sig = fmt::format("{}|{}|{}|{}", l.type, fmt::join(l.inputs, ","), l.outputs.size(), describe_params(l));
+    auto& kept = seen[sig];
+    const Layer* twin = nullptr;
+    for (std::size_t k : kept)
+      if (same_weights(g.layers[k], l)) twin = &g.layers[k];
+    if (!twin) {
+      kept.push_back(i);
+      continue;
+    }
+    for (std::size_t o = 0; o < l.outputs.size(); ++o) renamed[l.outputs[o]] = twin->outputs[o];
+    removed[i] = true;
+    ++count;
+  }
+  erase_flagged(g, removed);
+  return count;
+}
+
 std::map<std::string, QuantParams> model_quantisation(const Graph& graph) {
   std::map<std::string, QuantParams> out;
   for (const auto& l : graph.layers)
@@ -922,6 +970,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fuse_activations, "fuse_activations", fuse_activations},
       {o.fuse_output_affine, "fuse_output_affine", fuse_output_affine},
       {o.fuse_attention, "fuse_attention", fuse_attention},
+      {o.merge_duplicates, "merge_duplicates", merge_duplicates},
       {o.broadcast_scalar_operands, "broadcast_scalar_operands", broadcast_scalar_operands},
       {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},
   };

@@ -111,6 +111,13 @@ int fold_pads(Graph& graph);
 /// Returns the number of attention layers made.
 int fuse_attention(Graph& graph);
 
+/// Keeps one of layers that compute the same thing: the same type, inputs,
+/// parameters and weights (the same memory, or equal bytes); readers of the
+/// others read its outputs. Layers writing a net output stay. BERT's exports
+/// compute the attention mask once per encoder layer: twelve `where` steps
+/// become one. Returns the number of layers removed.
+int merge_duplicates(Graph& graph);
+
 /// Gives a one-value constant operand of an add, mul, sub or div the rank of
 /// the output ([1,1,1,1] for a scalar beside a rank-4 blob), as a constant of
 /// its own: the same broadcast, which oneDNN's binary also takes in blocked
@@ -145,6 +152,7 @@ struct PassOptions {
   bool fuse_activations = true;
   bool fuse_output_affine = true;
   bool fuse_attention = true;
+  bool merge_duplicates = true;
   bool broadcast_scalar_operands = true;
   bool eliminate_dead_layers = true;
 };

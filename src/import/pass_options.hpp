@@ -21,6 +21,7 @@ inline core::PassOptions pass_options(const ImportOptions& o) {
   p.fuse_activations = o.fuse_activations;
   p.fuse_output_affine = o.fuse_output_affine;
   p.fuse_attention = o.fuse_attention;
+  p.merge_duplicates = o.merge_duplicates;
   p.eliminate_dead_layers = o.eliminate_dead_layers;
   return p;
 }

@@ -437,3 +437,21 @@ TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes o
     CHECK(after.find_layer("sm")->get_ints("k_perm") == std::vector<int64_t>{0, 1, 3, 2});
   }
 }
+
+TEST_CASE("merge_duplicates: twelve mask computations become one; weights compared, net outputs kept", "[passes][merge]") {
+  auto g = graph({{"x", Shape{1, 4, 6}}, {"m", Shape{1, 6}}}, {"y", "y2", "c"},
+                 {constant("zero", make_input(Shape{}, {0.0f})), constant("zero_again", make_input(Shape{}, {0.0f})),
+                  constant("big", make_input(Shape{}, {-1e9f})),
+                  // the same where twice (BERT: once per encoder layer), on constants that are equal too
+                  layer("where", "w1", {"m", "zero", "big"}, {"mask1"}), layer("where", "w2", {"m", "zero_again", "big"}, {"mask2"}),
+                  layer("add", "a1", {"x", "mask1"}, {"s1"}), layer("add", "a2", {"x", "mask2"}, {"s2"}),
+                  layer("softmax", "sm1", {"s1"}, {"y"}), layer("softmax", "sm2", {"s2"}, {"y2"}),  // net outputs: stay
+                  // the same inputs, other weights: both stay
+                  dense("d1", "x", "c1", 6, 3, 7), dense("d2", "x", "c2", 6, 3, 8), layer("add", "both", {"c1", "c2"}, {"c"})});
+  auto after = check_pass(g, core::merge_duplicates, 3);  // zero_again, w2, a2
+  CHECK(count(after, "where") == 1);
+  CHECK(count(after, "add") == 2);  // a1 and both
+  CHECK(count(after, "softmax") == 2);
+  CHECK(count(after, "dense") == 2);
+  CHECK(after.find_layer("sm2")->inputs[0] == "s1");
+}
