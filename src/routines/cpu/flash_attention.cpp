@@ -12,8 +12,7 @@
 //
 // Routine parameter key_block: keys per block (the scores' block is
 // 64 x key_block floats).
-#include "routines/cpu/f32_common.hpp"
-#include "routines/cpu/vec_kernels.hpp"
+#include "routines/cpu/attention_blocks.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -46,8 +45,7 @@ class Prepared final : public PreparedRoutine {
     pq_ = r16(gemm::packed_a_size(*k_, mb_, g_.d));
     s_ = r16(mb_ * nb_);
     slot_floats_ = pk_ + pq_ + s_ + 3 * r16(mb_);
-    const int64_t heads = g_.b * g_.h, blocks = (g_.sq + mb_ - 1) / mb_;
-    chunks_ = std::min(blocks, std::max<int64_t>(1, (slots_ + heads - 1) / heads));
+    chunks_ = cpu::attention::query_chunks(g_, mb_, slots_);
   }
   std::size_t workspace_bytes() const override { return sizeof(float) * slot_floats_ * slots_; }
 
@@ -67,9 +65,7 @@ class Prepared final : public PreparedRoutine {
       float* row_max = s + s_;
       float* row_sum = row_max + gemm::round_up(mb_, 16);
       float* row_bad = row_sum + gemm::round_up(mb_, 16);  // 1: NaN or +inf met
-      const float* kh = k + b * g_.k[0] + h * g_.k[1];
-      if (g_.k[3] == 1) gemm::pack_b(*k_, g_.d, g_.sk, g_.d, kh, g_.k[2], true, pk);
-      else gemm::pack_b(*k_, g_.d, g_.sk, g_.d, kh, g_.k[3], false, pk);
+      cpu::attention::pack_keys(*k_, g_, k, b, h, g_.d, pk);  // one K block: a key block is a packed B of its own
       const float* vh = v + b * g_.v[0] + h * g_.v[1];
       const int64_t per = (blocks + chunks_ - 1) / chunks_;
       for (int64_t blk = chunk * per; blk < std::min(blocks, (chunk + 1) * per); ++blk) {
@@ -102,13 +98,9 @@ class Prepared final : public PreparedRoutine {
   void block_row(float* s, const float* mask, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n, float* o,
                  float& m, float& l, float& bad, bool started) const {
     const int64_t vis = std::clamp<int64_t>(g_.visible(i) - j0, 0, n);
-    const float* bias = nullptr;
-    float add = 0;
-    if (mask) {
-      const float* mrow = mask + b * g_.mask[0] + h * g_.mask[1] + i * g_.mask[2];
-      if (g_.mask[3] == 1) bias = mrow + j0;
-      else add = *mrow;
-    }
+    const float* bias;
+    float add;
+    cpu::attention::mask_row(g_, mask, b, h, i, j0, bias, add);
     float mb = -std::numeric_limits<float>::infinity();
     const float sum = vis > 0 ? v_->exp_row(s, bias, add, vis, g_.scale, &mb) : 0.0f;
     std::fill(s + vis, s + n, 0.0f);
@@ -155,15 +147,9 @@ class FlashAttention final : public Routine {
   std::string_view layer_type() const override { return "attention"; }
   std::string_view algorithm() const override { return "flash_attention"; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (!(schema == Schema{})) return Support::no("cpu/flash_attention computes in cpu:float32:nchw");
-    if (!gemm::best_kernel() || !cpu::vec::best_kernels())
-      return Support::no("cpu/flash_attention needs AVX2+FMA, AVX-512 or Advanced SIMD");
-    const AttentionGeometry g = core::attention_geometry(*info.layer, info.input_shapes);
-    if (g.q[3] != 1 || g.v[3] != 1 || g.out[3] != 1 || (g.k[3] != 1 && g.k[2] != 1))
-      return Support::no("cpu/flash_attention reads q, v and the output with the feature dim innermost, k either way");
-    if (g.sk == 0 || g.d == 0) return Support::no("cpu/flash_attention needs keys and features");
-    if (g.d > gemm::default_kc(*gemm::best_kernel()))
-      return Support::no(fmt::format("cpu/flash_attention takes up to {} features a head", gemm::default_kc(*gemm::best_kernel())));
+    if (Support s = cpu::attention::supports(info, schema, "cpu/flash_attention"); !s) return s;
+    const int64_t d = core::attention_geometry(*info.layer, info.input_shapes).d, kc = gemm::default_kc(*gemm::best_kernel());
+    if (d > kc) return Support::no(fmt::format("cpu/flash_attention takes up to {} features a head", kc));
     return Support::yes();
   }
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {

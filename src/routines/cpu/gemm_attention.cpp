@@ -10,8 +10,7 @@
 //
 // Routine parameter m_block: query rows per block (the [m_block, Sk] scores
 // stay in L2 at long key counts with the smaller choices).
-#include "routines/cpu/f32_common.hpp"
-#include "routines/cpu/vec_kernels.hpp"
+#include "routines/cpu/attention_blocks.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -43,9 +42,7 @@ class Prepared final : public PreparedRoutine {
     ld_s_ = r16(g_.sk);
     s_ = r16(mb_ * ld_s_);
     slot_floats_ = pk_ + pq_ + s_ + r16(mb_);
-    // Query chunks per head: enough tasks for every thread.
-    const int64_t heads = g_.b * g_.h, blocks = (g_.sq + mb_ - 1) / mb_;
-    chunks_ = std::min(blocks, std::max<int64_t>(1, (slots_ + heads - 1) / heads));
+    chunks_ = cpu::attention::query_chunks(g_, mb_, slots_);
   }
   std::size_t workspace_bytes() const override { return sizeof(float) * slot_floats_ * slots_; }
 
@@ -63,9 +60,7 @@ class Prepared final : public PreparedRoutine {
       float* pq = pk + pk_;
       float* s = pq + pq_;
       float* inv = s + s_;
-      const float* kh = k + b * g_.k[0] + h * g_.k[1];
-      if (g_.k[3] == 1) gemm::pack_b(*k_, g_.d, g_.sk, kc_d_, kh, g_.k[2], true, pk);  // rows of K: Bᵀ
-      else gemm::pack_b(*k_, g_.d, g_.sk, kc_d_, kh, g_.k[3], false, pk);              // K stored transposed
+      cpu::attention::pack_keys(*k_, g_, k, b, h, kc_d_, pk);
       const float* vh = v + b * g_.v[0] + h * g_.v[1];
       const int64_t per = (blocks + chunks_ - 1) / chunks_;
       for (int64_t blk = chunk * per; blk < std::min(blocks, (chunk + 1) * per); ++blk) {
@@ -88,13 +83,9 @@ class Prepared final : public PreparedRoutine {
   float softmax_row(float* s, const float* mask, int64_t b, int64_t h, int64_t i) const {
     // Causal: the hidden keys weigh exp(-inf) = 0; left out of the row.
     const int64_t n = g_.visible(i);
-    const float* bias = nullptr;
-    float add = 0;
-    if (mask) {
-      const float* mrow = mask + b * g_.mask[0] + h * g_.mask[1] + i * g_.mask[2];
-      if (g_.mask[3] == 1) bias = mrow;
-      else add = *mrow;  // one value for every key of the row
-    }
+    const float* bias;
+    float add;
+    cpu::attention::mask_row(g_, mask, b, h, i, 0, bias, add);
     float m = -std::numeric_limits<float>::infinity();
     const float sum = n > 0 ? v_->exp_row(s, bias, add, n, g_.scale, &m) : 0.0f;
     std::fill(s + n, s + g_.sk, 0.0f);
@@ -121,14 +112,7 @@ class GemmAttention final : public Routine {
   std::string_view layer_type() const override { return "attention"; }
   std::string_view algorithm() const override { return "gemm_attention"; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (!(schema == Schema{})) return Support::no("cpu/gemm_attention computes in cpu:float32:nchw");
-    if (!gemm::best_kernel() || !cpu::vec::best_kernels())
-      return Support::no("cpu/gemm_attention needs AVX2+FMA, AVX-512 or Advanced SIMD");
-    const AttentionGeometry g = core::attention_geometry(*info.layer, info.input_shapes);
-    if (g.q[3] != 1 || g.v[3] != 1 || g.out[3] != 1 || (g.k[3] != 1 && g.k[2] != 1))
-      return Support::no("cpu/gemm_attention reads q, v and the output with the feature dim innermost, k either way");
-    if (g.sk == 0 || g.d == 0) return Support::no("cpu/gemm_attention needs keys and features");
-    return Support::yes();
+    return cpu::attention::supports(info, schema, "cpu/gemm_attention");
   }
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
     return {{"m_block", {64, 16, 32, 128}}};

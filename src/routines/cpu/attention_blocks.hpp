@@ -1,0 +1,57 @@
+// What cpu/gemm_attention and cpu/flash_attention share: their support checks,
+// K packed per head as the packed GEMM's B operand, a query row's mask, and
+// how a head's queries split into tasks. Internal to src/routines/cpu.
+#pragma once
+
+#include "routines/cpu/f32_common.hpp"
+#include "routines/cpu/vec_kernels.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string_view>
+
+namespace softneuro::cpu::attention {
+
+/// Both routines compute in plain float32 with the packed GEMM and the vec
+/// kernels, reading q, v and the output with the feature dim innermost, k either way.
+inline Support supports(const LayerInfo& info, const Schema& schema, std::string_view who) {
+  if (!(schema == Schema{})) return Support::no(fmt::format("{} computes in cpu:float32:nchw", who));
+  if (!gemm::best_kernel() || !vec::best_kernels())
+    return Support::no(fmt::format("{} needs AVX2+FMA, AVX-512 or Advanced SIMD", who));
+  const core::AttentionGeometry g = core::attention_geometry(*info.layer, info.input_shapes);
+  if (g.q[3] != 1 || g.v[3] != 1 || g.out[3] != 1 || (g.k[3] != 1 && g.k[2] != 1))
+    return Support::no(fmt::format("{} reads q, v and the output with the feature dim innermost, k either way", who));
+  if (g.sk == 0 || g.d == 0) return Support::no(fmt::format("{} needs keys and features", who));
+  return Support::yes();
+}
+
+/// K of batch b and head h as the B operand [D, Sk] of Q·Kᵀ, packed in K blocks of kc.
+inline void pack_keys(const gemm::Kernel& k, const core::AttentionGeometry& g, const float* keys, int64_t b,
+                      int64_t h, int64_t kc, float* out) {
+  const float* kh = keys + b * g.k[0] + h * g.k[1];
+  if (g.k[3] == 1) gemm::pack_b(k, g.d, g.sk, kc, kh, g.k[2], true, out);  // rows of K: Bᵀ
+  else gemm::pack_b(k, g.d, g.sk, kc, kh, g.k[3], false, out);             // K stored transposed
+}
+
+/// The mask of query row i from key j0 on: a row to add (`bias`), or one value
+/// for every key (`add`, a mask broadcast along the keys). Neither without a mask.
+inline void mask_row(const core::AttentionGeometry& g, const float* mask, int64_t b, int64_t h, int64_t i, int64_t j0,
+                     const float*& bias, float& add) {
+  bias = nullptr;
+  add = 0;
+  if (!mask) return;
+  const float* row = mask + b * g.mask[0] + h * g.mask[1] + i * g.mask[2];
+  if (g.mask[3] != 0) bias = row + j0;
+  else add = *row;
+}
+
+/// Chunks of query blocks per head: enough tasks for every thread where heads are fewer.
+inline int64_t query_chunks(const core::AttentionGeometry& g, int64_t block, int slots) {
+  const int64_t heads = g.b * g.h, blocks = (g.sq + block - 1) / block;
+  return std::min(blocks, std::max<int64_t>(1, (slots + heads - 1) / heads));
+}
+
+}  // namespace softneuro::cpu::attention
