@@ -655,7 +655,7 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
     live += bytes;
     leaving[r->second].push_back(bytes);
   };
-  auto check_live = [&](std::size_t i, const Layer& layer) {
+  auto check_live = [&](const Layer& layer) {
     if (!memory_limit_) return;
     uint64_t needed = live;
     for (const auto& o : layer.outputs) needed += static_cast<uint64_t>(shapes.at(o).numel());  // at least a byte a value
@@ -697,7 +697,7 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
       out_quant.push_back(quant_of(o));
       check_fits(layer.name, o, out_shapes.back(), 1);
     }
-    check_live(layer_index, layer);
+    check_live(layer);
     layer_keep_nan_ = keep_nan_ || nan_layers.count(layer.name);
     layer_int8_ = int8_layers.count(layer.name) > 0;
     auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
