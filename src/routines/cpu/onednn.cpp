@@ -477,9 +477,8 @@ struct Dense {
     const Blob* bias = layer.find_weight("bias");
     const Shape& x = info.input_shapes[0];
     const int64_t k = x[x.rank() - 1], n = x.numel() / k, o = w.shape()[0];
-    const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({o}, dt::f32, tag::x) : dnnl::memory::desc();
-    const dnnl::memory::desc mb_md = bias ? dnnl::memory::desc({1, o}, dt::f32, tag::ab) : dnnl::memory::desc();
-    dnnl::matmul::desc d(act_md(Shape{n, k}, {Layout::nchw, f.act}), dnnl::memory::desc({k, o}, f.act, tag::any), mb_md,
+    const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({1, o}, dt::f32, tag::ab) : dnnl::memory::desc();
+    dnnl::matmul::desc d(act_md(Shape{n, k}, {Layout::nchw, f.act}), dnnl::memory::desc({k, o}, f.act, tag::any), bias_md,
                          act_md(Shape{n, o}, {Layout::nchw, f.act}));
     Plan p;
     dnnl::post_ops ops;
@@ -491,7 +490,7 @@ struct Dense {
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
       p.keep.push_back(w);
       if (bias) {
-        args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(mb_md, *bias))}});
+        args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(weight_memory(bias_md, *bias))}});
         p.keep.push_back(*bias);
       }
     }
