@@ -120,7 +120,8 @@
 //  rnn       ONNX RNN: as gru with one gate, h = tanh(x W' + h R' + Wb + Rb).
 //  constant  no inputs; weight value; out = value.
 //  shape_math  a small int64/float32 value computed from its inputs' shapes and
-//            values when the input shapes are known (op: shape, gather, concat,
+//            values when the input shapes are known (op: shape with start, end and
+//            perm (the shape of the input transposed by it), gather, concat,
 //            slice, range, ..., fake_quant with fake_quant's parameters;
 //            core/shape_plan.hpp); a reshape may read its
 //            target from one as input 1.
