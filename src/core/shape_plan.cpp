@@ -91,8 +91,11 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
       const auto p = l.get_ints("perm");
       if (p.size() != static_cast<std::size_t>(s.rank())) fail_field(l, "perm", "perm's length is not the input's rank");
       std::vector<int64_t> dims;
+      std::vector<bool> seen(static_cast<std::size_t>(s.rank()), false);
       for (int64_t d : p) {
-        if (d < 0 || d >= s.rank()) fail_field(l, "perm", fmt::format("perm entry {} out of range", d));
+        if (d < 0 || d >= s.rank() || seen[static_cast<std::size_t>(d)])
+          fail_field(l, "perm", fmt::format("perm entry {} out of range or repeated", d));
+        seen[static_cast<std::size_t>(d)] = true;
         dims.push_back(shapes[0][static_cast<int>(d)]);
       }
       s = Shape(dims);

@@ -149,6 +149,21 @@ TEST_CASE("shape_math: ops follow ONNX semantics", "[core][shape_plan]") {
                            core::int_blob({1}, {-2})}) == std::vector<int64_t>{60, 3});
   CHECK(eval(op("shape", {{"start", int64_t{-2}}}), {Blob{}}, {Shape{1, 3, 48, 320}}) == std::vector<int64_t>{48, 320});
   CHECK(eval(op("size"), {Blob{}}, {Shape{1, 3, 48, 320}}) == std::vector<int64_t>{46080});
+  // perm: the shape of the input transposed (a transpose fuse_attention absorbed), then start and end.
+  CHECK(eval(op("shape", {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}), {Blob{}}, {Shape{1, 64, 12, 32}}) ==
+        std::vector<int64_t>{1, 12, 64, 32});
+  CHECK(eval(op("shape", {{"perm", std::vector<int64_t>{0, 2, 1, 3}}, {"end", int64_t{3}}}), {Blob{}}, {Shape{1, 64, 12, 32}}) ==
+        std::vector<int64_t>{1, 12, 64});
+  for (const auto& bad : {std::vector<int64_t>{0, 1}, std::vector<int64_t>{0, 1, 2, 7}, std::vector<int64_t>{-1, 0, 1, 2},
+                          std::vector<int64_t>{0, 1, 1, 2}}) {
+    try {
+      eval(op("shape", {{"perm", bad}}), {Blob{}}, {Shape{1, 64, 12, 32}});
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.layer() == "m");
+      CHECK(e.field() == "perm");
+    }
+  }
   CHECK(eval(op("div"), {s, core::int_blob({}, {8})}) == std::vector<int64_t>{0, 0, 5, 7});
   CHECK(eval(op("unsqueeze", {{"axes", std::vector<int64_t>{0}}}), {core::int_blob({}, {7})}) == std::vector<int64_t>{7});
   CHECK(core::evaluate_shape_math(op("unsqueeze", {{"axes", std::vector<int64_t>{0}}}), std::vector<Blob>{core::int_blob({}, {7})},
