@@ -732,7 +732,8 @@ struct AttentionMatcher {
       int scores_side = -1;
       for (int side = 0; side < 2 && scores_side < 0; ++side) {
         const Layer* q = sole_producer(p->inputs[side], index(*p));
-        while (q && scaling(*q)) q = sole_producer(scaling(*q)->second, index(*q));
+        for (auto sc = q ? scaling(*q) : std::nullopt; sc; sc = q ? scaling(*q) : std::nullopt)
+          q = sole_producer(sc->second, index(*q));
         if (q && q->type == "matmul" && shape(p->inputs[side]) == shape(p->outputs[0])) scores_side = side;
       }
       if (scores_side < 0) return std::nullopt;
@@ -742,8 +743,7 @@ struct AttentionMatcher {
       absorbed.push_back(reader);
       p = sole_producer(x, reader);
     }
-    while (p && scaling(*p)) {
-      auto s = scaling(*p);
+    for (auto s = p ? scaling(*p) : std::nullopt; s; s = p ? scaling(*p) : std::nullopt) {
       scale *= s->first;
       reader = index(*p);
       absorbed.push_back(reader);

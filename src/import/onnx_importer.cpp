@@ -2881,21 +2881,25 @@ void Importer::attention(const Node& n) {
       bias = both;
     }
   }
+  // Rows whose bias is -inf everywhere attend to nothing: 0, not softmax's NaN
+  // (the one layer's masked_rows = zero, else a guard after the softmax).
+  bool guard = !bias.empty();
+  if (guard && bias_constant) {
+    guard = false;
+    if (const Blob* c = constant(bias)) {
+      const std::vector<double> b = to_doubles(*c);
+      const int64_t w = c->shape()[c->shape().rank() - 1];
+      for (std::size_t r = 0; r * static_cast<std::size_t>(w) < b.size() && !guard; ++r)
+        guard = std::all_of(b.begin() + static_cast<std::ptrdiff_t>(r * w), b.begin() + static_cast<std::ptrdiff_t>((r + 1) * w),
+                            [](double v) { return std::isinf(v) && v < 0; });
+    } else {
+      guard = true;  // a sum of constants, folded later: check at run time
+    }
+  }
   const double scale = n.has("scale") ? n.get_float("scale") : 1.0 / std::sqrt(static_cast<double>(d));
   const int64_t mode = n.get_int("qk_matmul_output_mode", 0);
   if (mode < 0 || mode > 3) throw n.error(fmt::format("qk_matmul_output_mode {} is not 0..3", mode), "qk_matmul_output_mode");
   if (one_layer) {
-    // Rows whose bias is -inf everywhere attend to nothing: 0 (masked_rows = zero).
-    bool zero_rows = !bias.empty() && !bias_constant;
-    if (const Blob* c = bias.empty() ? nullptr : constant(bias)) {
-      const std::vector<double> b = to_doubles(*c);
-      const int64_t w = c->shape()[c->shape().rank() - 1];
-      for (std::size_t r = 0; r * static_cast<std::size_t>(w) < b.size() && !zero_rows; ++r)
-        zero_rows = std::all_of(b.begin() + static_cast<std::ptrdiff_t>(r * w), b.begin() + static_cast<std::ptrdiff_t>((r + 1) * w),
-                                [](double v) { return std::isinf(v) && v < 0; });
-    } else if (!bias.empty()) {
-      zero_rows = true;  // a sum of constants, folded later
-    }
     std::string qh = input(n, 0);
     std::vector<int64_t> q_perm{0, 1, 2, 3}, out_perm{0, 1, 2, 3};
     if (three_d) {  // [B, L, H*D] read as [B, L, H, D], heads second through the perm
@@ -2914,7 +2918,7 @@ void Importer::attention(const Node& n) {
       a.params["causal"] = int64_t{1};
       if (past == 0) a.params["causal_align"] = std::string("start");
     }
-    if (zero_rows) a.params["masked_rows"] = std::string("zero");
+    if (guard) a.params["masked_rows"] = std::string("zero");
     add(std::move(a));
     if (three_d) add_unary(n, "reshape", ctx, y, {{"shape", std::vector<int64_t>{batch, len, hq * dv}}});
     return;
@@ -2941,20 +2945,6 @@ void Importer::attention(const Node& n) {
   if (!qk_out.empty() && mode == 2) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
   std::string probs = fresh_blob(y + "/probs");
   add_unary(n, "softmax", scores, probs, {{"axis", int64_t{-1}}}, "softmax");
-  // Rows whose bias is -inf everywhere attend to nothing: 0, not softmax's NaN.
-  bool guard = !bias.empty();
-  if (guard && bias_constant) {
-    guard = false;
-    if (const Blob* c = constant(bias)) {
-      const std::vector<double> b = to_doubles(*c);
-      const int64_t w = c->shape()[c->shape().rank() - 1];
-      for (std::size_t r = 0; r * static_cast<std::size_t>(w) < b.size() && !guard; ++r)
-        guard = std::all_of(b.begin() + static_cast<std::ptrdiff_t>(r * w), b.begin() + static_cast<std::ptrdiff_t>((r + 1) * w),
-                            [](double v) { return std::isinf(v) && v < 0; });
-    } else {
-      guard = true;  // a sum of constants, folded later: check at run time
-    }
-  }
   if (guard) {
     const std::string top = fresh_blob(y + "/bias_max"), live = fresh_blob(y + "/attendable"), kept = fresh_blob(y + "/probs_kept");
     add_unary(n, "reduce", bias, top, {{"mode", std::string("max")}, {"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}},
