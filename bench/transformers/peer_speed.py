@@ -65,6 +65,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--past", type=int, default=0, help="a decode step at this cache length")
+    ap.add_argument("--openvino", action="store_true",
+                    help="OpenVINO too, at f32 and at its default precision (bfloat16 on AVX512_BF16/AMX CPUs)")
     a = ap.parse_args()
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
@@ -76,12 +78,27 @@ def main():
     want = sess.run(None, feeds)[0]
     got = ours.run(feeds)[sess.get_outputs()[0].name]
     print(f"max |ours - ORT| / max |ORT| = {float(np.abs(got - want).max() / np.abs(want).max()):.2e}")
-    t_ort, t_ours = [], []
+    contenders = {"ONNX Runtime": lambda: sess.run(None, feeds), "ours": lambda: ours.run(feeds)}
+    if a.openvino:
+        import openvino as ov
+        core = ov.Core()
+        ov_model = core.read_model(a.onnx)
+        for hint in ("f32", "default"):
+            cfg = {"INFERENCE_NUM_THREADS": 2, "PERFORMANCE_HINT": "LATENCY"}
+            if hint == "f32":
+                cfg["INFERENCE_PRECISION_HINT"] = "f32"
+            compiled = core.compile_model(ov_model, "CPU", cfg)
+            name = f"OpenVINO {hint} ({compiled.get_property('INFERENCE_PRECISION_HINT')})"
+            request = compiled.create_infer_request()
+            contenders[name] = lambda r=request: r.infer(feeds)
+    times = {k: [] for k in contenders}
     for _ in range(a.rounds):
-        t_ort.append(timed(lambda: sess.run(None, feeds), a.runs))
-        t_ours.append(timed(lambda: ours.run(feeds), a.runs))
-    o, u = float(np.median(t_ort)), float(np.median(t_ours))
-    print(f"ONNX Runtime {o:.1f} ms, ours {u:.1f} ms (medians of {a.rounds} rounds); ORT / ours = {o / u:.2f}x")
+        for k, fn in contenders.items():
+            times[k].append(timed(fn, a.runs))
+    u = float(np.median(times["ours"]))
+    for k, v in times.items():
+        m = float(np.median(v))
+        print(f"{k}: {m:.1f} ms (median of {a.rounds} rounds); its time / ours = {m / u:.2f}x")
 
 
 if __name__ == "__main__":
