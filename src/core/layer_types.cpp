@@ -33,6 +33,9 @@ void check_optional_bias(const Layer& l, int64_t channels) {
   }
 }
 
+/// A quantisation scale parameter: positive, finite, within [1e-30, 1e30].
+static float quant_scale(const Layer& l, const char* field);
+
 namespace {
 
 [[noreturn]] void fail(const Layer& l, const std::string& field, const std::string& msg) { fail_field(l, field, msg); }
@@ -124,6 +127,7 @@ std::vector<Shape> infer_prelu(const Layer& l, std::span<const Shape> in) {
     fits = slope[slope.rank() - i] == 1 || slope[slope.rank() - i] == in[0][in[0].rank() - i];
   if (!fits)
     fail(l, "slope", fmt::format("slope of shape {} does not broadcast to the input {}", slope.to_string(), in[0].to_string()));
+  if (requantizes_as_tflite(l)) tflite_prelu_params(l);
   return {in[0]};
 }
 
@@ -371,6 +375,7 @@ std::vector<Shape> infer_binary(const Layer& l, std::span<const Shape> in) {
   const Activation a = fused_activation(l);
   if (a.kind != Activation::none && (l.type != "add" || (a.kind != Activation::relu && a.kind != Activation::clip)))
     fail(l, "act", fmt::format("{} takes no fused activation '{}' (add takes relu or clip)", l.type, l.get_string("act")));
+  if (l.type == "add" && requantizes_as_tflite(l) && l.has("input_scales")) tflite_add_params(l);
   return {broadcast_shapes(l, in[0], in[1])};
 }
 
@@ -541,6 +546,11 @@ std::vector<Shape> infer_resize(const Layer& l, std::span<const Shape> in) {
   if (out[0] != in[0][0] || out[1] != in[0][1])
     fail(l, l.has("sizes") ? "sizes" : "scales", "resize changes the batch or channel dim; it resizes H and W only");
   resize_geometry(l, in[0], out);  // checks the modes
+  if (requantizes_as_tflite(l)) {
+    quant_scale(l, "scale");
+    tflite_resize_axis(l, in[0][2], out[2]);
+    tflite_resize_axis(l, in[0][3], out[3]);
+  }
   return {out};
 }
 
@@ -671,6 +681,28 @@ int64_t ResizeAxis::nearest(double src) const {
   return static_cast<int64_t>(clamped(r));  // in floating point: r may be beyond int64, or NaN
 }
 
+TfliteResizeAxis tflite_resize_axis(const Layer& l, int64_t in, int64_t out) {
+  const std::string mode = l.get_string("coordinate_transformation_mode", "half_pixel");
+  if (l.get_string("mode", "nearest") != "linear" || (mode != "half_pixel" && mode != "align_corners" && mode != "asymmetric"))
+    fail(l, "requantize", "TensorFlow Lite's int8 resize is bilinear, half_pixel, align_corners or asymmetric");
+  if (in < 1 || out < 1 || in >= (int64_t{1} << 24) || out >= (int64_t{1} << 24))
+    fail(l, "sizes", fmt::format("sizes {} -> {} (int8 resize: 1 to 2^24)", in, out));
+  const bool align = mode == "align_corners", half = mode == "half_pixel";
+  const int64_t adjust = align && out != 1 ? 1 : 0;
+  const float scale = static_cast<float>(in - adjust) / static_cast<float>(out - adjust);
+  const float offset = half ? 0.5f * scale - 0.5f : 0.0f;
+  TfliteResizeAxis a;
+  for (int64_t i = 0; i < out; ++i) {
+    float src = static_cast<float>(i) * scale + offset;
+    if (half) src = std::min(std::max(src, 0.0f), static_cast<float>(in - 1));
+    const auto lo = static_cast<int64_t>(src);
+    a.lo.push_back(lo);
+    a.hi.push_back(std::min(lo + 1, in - 1));
+    a.weight.push_back(static_cast<int32_t>(std::lrint((src - static_cast<float>(lo)) * 2048.0f)));
+  }
+  return a;
+}
+
 ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& output) {
   ResizeGeometry g;
   const std::string mode = l.get_string("mode", "nearest");
@@ -762,12 +794,16 @@ RnnGeometry rnn_geometry(const Layer& l, std::span<const Shape> in) {
   return g;
 }
 
+static float quant_scale(const Layer& l, const char* field) {
+  const double scale = l.get_float(field, 0.0);
+  if (!(scale > 0) || !std::isfinite(scale) || scale > 1e30 || scale < 1e-30)
+    fail(l, field, fmt::format("{} {} is not a positive finite number", field, scale));
+  return static_cast<float>(scale);
+}
+
 FakeQuant fake_quant_params(const Layer& l) {
   FakeQuant q;
-  const double scale = l.get_float("scale", 0.0);
-  if (!(scale > 0) || !std::isfinite(scale) || scale > 1e30 || scale < 1e-30)
-    fail(l, "scale", fmt::format("scale {} is not a positive finite number", scale));
-  q.scale = static_cast<float>(scale);
+  q.scale = quant_scale(l, "scale");
   const int64_t qmin = l.get_int("qmin", 0), qmax = l.get_int("qmax", 255);
   if (!((qmin == 0 && qmax == 255) || (qmin == -128 && qmax == 127)))
     fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", qmin, qmax));
@@ -776,7 +812,72 @@ FakeQuant fake_quant_params(const Layer& l) {
   q.qmin = static_cast<int32_t>(qmin);
   q.qmax = static_cast<int32_t>(qmax);
   q.zero_point = static_cast<int32_t>(zp);
+  if (requantizes_as_tflite(l)) {
+    q.requantize = true;
+    q.input_scale = quant_scale(l, "input_scale");
+    // As the interpreter: the two float scales' quotient in double.
+    const double m = static_cast<double>(q.input_scale) / static_cast<double>(q.scale);
+    if (!fixed_point_in_range(m))
+      fail(l, "input_scale", fmt::format("requantisation multiplier {} (input_scale / scale) is beyond 2^31", m));
+    q.multiplier = fixed_point_multiplier(m);
+  }
   return q;
+}
+
+bool tflite_add_in_range(float a_scale, float b_scale, float output_scale) {
+  const float ra = a_scale / output_scale, rb = b_scale / output_scale;
+  auto in_range = [](float r) { return r >= 0x1.0p-10f && r < 0x1.0p+8f; };
+  return in_range(ra) && in_range(rb);
+}
+
+TfliteAdd tflite_add_params(const Layer& l) {
+  TfliteAdd p;
+  const std::vector<double> scales = l.get_floats("input_scales");
+  if (scales.size() != 2 || !std::all_of(scales.begin(), scales.end(), [](double v) { return v >= 1e-30 && v <= 1e30; }))
+    fail(l, "input_scales", "two positive finite scales expected");
+  p.a_scale = static_cast<float>(scales[0]);
+  p.b_scale = static_cast<float>(scales[1]);
+  p.output_scale = quant_scale(l, "output_scale");
+  const int64_t qmin = l.get_int("qmin", -128), qmax = l.get_int("qmax", 127);
+  if (!((qmin == 0 && qmax == 255) || (qmin == -128 && qmax == 127)))
+    fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", qmin, qmax));
+  const int64_t zp = l.get_int("output_zero_point", 0);
+  if (zp < qmin || zp > qmax) fail(l, "output_zero_point", fmt::format("zero point {} lies outside [{}, {}]", zp, qmin, qmax));
+  p.qmin = static_cast<int32_t>(qmin);
+  p.qmax = static_cast<int32_t>(qmax);
+  p.output_zero_point = static_cast<int32_t>(zp);
+  if (!tflite_add_in_range(p.a_scale, p.b_scale, p.output_scale))
+    fail(l, "input_scales", "the scale ratios lie outside XNNPACK's [2^-10, 2^8)");
+  // XNNPACK's parameters: the larger ratio's multiplier in [2^20, 2^21).
+  const float ra = p.a_scale / p.output_scale, rb = p.b_scale / p.output_scale;
+  int e = 0;
+  std::frexp(std::max(ra, rb), &e);  // max = m * 2^e, m in [0.5, 1): its floor(log2) is e - 1
+  p.shift = 20 - (e - 1);
+  p.a_multiplier = static_cast<int32_t>(std::lrint(std::ldexp(ra, p.shift)));
+  p.b_multiplier = static_cast<int32_t>(std::lrint(std::ldexp(rb, p.shift)));
+  return p;
+}
+
+TflitePrelu tflite_prelu_params(const Layer& l) {
+  TflitePrelu p;
+  p.input_scale = quant_scale(l, "input_scale");
+  p.alpha_scale = quant_scale(l, "alpha_scale");
+  p.output_scale = quant_scale(l, "output_scale");
+  const int64_t qmin = l.get_int("qmin", -128), qmax = l.get_int("qmax", 127);
+  if (!((qmin == 0 && qmax == 255) || (qmin == -128 && qmax == 127)))
+    fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", qmin, qmax));
+  const int64_t zp = l.get_int("output_zero_point", 0);
+  if (zp < qmin || zp > qmax) fail(l, "output_zero_point", fmt::format("zero point {} lies outside [{}, {}]", zp, qmin, qmax));
+  p.qmin = static_cast<int32_t>(qmin);
+  p.qmax = static_cast<int32_t>(qmax);
+  p.output_zero_point = static_cast<int32_t>(zp);
+  // In float, as the interpreter's PRELU computes them (its other kernels use double).
+  const float positive = p.input_scale / p.output_scale, negative = p.input_scale * p.alpha_scale / p.output_scale;
+  if (!fixed_point_in_range(positive) || !fixed_point_in_range(negative))
+    fail(l, "output_scale", fmt::format("multipliers {} and {} of the scales are not both in (0, 2^31)", positive, negative));
+  p.positive = fixed_point_multiplier(positive);
+  p.negative = fixed_point_multiplier(negative);
+  return p;
 }
 
 QuantParams FakeQuant::as_int8() const {

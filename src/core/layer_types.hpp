@@ -40,7 +40,9 @@
 //            pair, or a quantised tensor as its real values): scale > 0,
 //            zero_point, qmin/qmax (0/255 for uint8, -128/127 for int8);
 //            y = (clamp(nearbyint(x / scale) + zero_point, qmin, qmax) - zero_point) * scale
-//            in float, as ONNX Runtime computes it.
+//            in float, as ONNX Runtime computes it. requantize = tflite with
+//            input_scale: TensorFlow Lite's QUANTIZE between integer types, its
+//            integers through a fixed-point multiplier (FakeQuant::requantize).
 //  dynamic_quantize ONNX DynamicQuantizeLinear: outputs y (uint8 values, held as
 //            floats), scale and zero_point (shape []): min/max of x widened to
 //            include 0, scale = (max - min) / 255 (1 when max = min), zero_point =
@@ -88,6 +90,10 @@
 //  abs, neg, sqrt, exp, log, erf, reciprocal (1/x); silu (x * sigmoid(x));
 //  mish (x * tanh(softplus(x))); leaky_relu (alpha=0.01: x < 0 ? alpha*x : x).
 //  prelu     weight slope, broadcast to the input: x < 0 ? slope*x : x.
+//            (add: requantize = tflite with input_scales [2], output_scale,
+//            output_zero_point, qmin, qmax is TensorFlow Lite's int8 ADD, TfliteAdd.)
+//            requantize = tflite: TensorFlow Lite's int8 PRELU (TflitePrelu) with
+//            input_scale, alpha_scale, output_scale, output_zero_point, qmin, qmax.
 //  reduce    mode = mean|sum|max|min|l2 (sqrt of the sum of squares)|prod (max, min: NaN wins); axes (any
 //            order, negative from the end; none: every axis); keepdims=1. Over an empty axis: the
 //            identity (sum 0, prod 1, max -inf, min +inf; mean NaN).
@@ -128,6 +134,8 @@
 //  Routine families add their own types (register_layer_type), e.g. the
 //  Winograd sub-layers wgenc/wgconv/wgdec in src/routines/cpu/winograd.cpp.
 #pragma once
+
+#include "core/fixed_point.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -211,11 +219,57 @@ Activation fused_activation(const Layer& layer, bool with_affine = false);
 /// Applies an activation to one value (reference semantics).
 float apply_activation(const Activation& act, float x);
 
-/// One resized axis of a resize layer: where output index x reads (ONNX Resize).
-/// An int8 add whose file (TensorFlow Lite) defines its rounding as the
-/// interpreter's XNNPACK path computes it: the scaled inputs summed with
-/// fixed-point multipliers. Routines computing the int8 sum in float refuse it.
+/// A layer whose file (TensorFlow Lite) defines its int8 result by the
+/// interpreter's integer arithmetic with fixed-point multipliers
+/// (core/fixed_point.hpp): an add (the scaled inputs summed, as its XNNPACK
+/// path does), a prelu (TflitePrelu), a fake_quant between integer grids
+/// (FakeQuant::requantize). Routines that compute such a layer in float refuse it.
 inline bool requantizes_as_tflite(const Layer& l) { return l.get_string("requantize", "") == "tflite"; }
+
+/// TensorFlow Lite's int8/uint8 PRELU on real values that lie on the input's
+/// grid: x >= 0 scaled by input_scale / output_scale, x < 0 times the integer
+/// alpha by input_scale * alpha_scale / output_scale (each product in float,
+/// as the interpreter computes them), onto the output's grid.
+struct TflitePrelu {
+  float input_scale = 1, alpha_scale = 1, output_scale = 1;
+  int32_t output_zero_point = 0, qmin = -128, qmax = 127;
+  FixedPointMultiplier positive, negative;
+  /// The alpha's integer (less its zero point) for its real value.
+  int32_t alpha_levels(float slope) const { return static_cast<int32_t>(std::nearbyint(slope / alpha_scale)); }
+  float apply(float x, int32_t alpha) const {
+    const auto levels = static_cast<int32_t>(std::nearbyint(x / input_scale));
+    const int32_t v = levels >= 0 ? multiply(levels, positive) : multiply(levels * alpha, negative);
+    return static_cast<float>(std::clamp(v + output_zero_point, qmin, qmax) - output_zero_point) * output_scale;
+  }
+};
+/// A prelu's TflitePrelu parameters (requantizes_as_tflite), checked.
+TflitePrelu tflite_prelu_params(const Layer& layer);
+
+/// TensorFlow Lite's int8/uint8 ADD as the interpreter runs it (XNNPACK's
+/// quantised add): each input's integers (less their zero points) times a
+/// multiplier below 2^21, s_in / s_out scaled by 2^shift and rounded, summed
+/// with 2^(shift-1) in wrapping int32, shifted right; on real values that lie
+/// on the inputs' grids. XNNPACK takes scale ratios in [2^-10, 2^8) only.
+struct TfliteAdd {
+  float a_scale = 1, b_scale = 1, output_scale = 1;
+  int32_t a_multiplier = 0, b_multiplier = 0, output_zero_point = 0, qmin = -128, qmax = 127;
+  int shift = 0;
+  float apply(float a, float b) const {
+    const auto la = static_cast<uint32_t>(static_cast<int32_t>(std::nearbyint(a / a_scale)));
+    const auto lb = static_cast<uint32_t>(static_cast<int32_t>(std::nearbyint(b / b_scale)));
+    const uint32_t acc = (uint32_t{1} << (shift - 1)) + la * static_cast<uint32_t>(a_multiplier) +
+                         lb * static_cast<uint32_t>(b_multiplier);
+    const int32_t q = std::clamp((static_cast<int32_t>(acc) >> shift) + output_zero_point, qmin, qmax);
+    return static_cast<float>(q - output_zero_point) * output_scale;
+  }
+};
+/// Whether the scales make an add XNNPACK's (both ratios in [2^-10, 2^8)).
+bool tflite_add_in_range(float a_scale, float b_scale, float output_scale);
+/// An add's TfliteAdd parameters (requantizes_as_tflite: input_scales,
+/// output_scale, output_zero_point, qmin, qmax), checked.
+TfliteAdd tflite_add_params(const Layer& layer);
+
+/// One resized axis of a resize layer: where output index x reads (ONNX Resize).
 
 struct ResizeAxis {
   enum Transform { half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric,
@@ -243,6 +297,25 @@ struct ResizeGeometry {
   ResizeAxis h, w;
 };
 ResizeGeometry resize_geometry(const Layer& layer, const Shape& input, const Shape& output);
+
+/// One axis of TensorFlow Lite's int8 RESIZE_BILINEAR as the interpreter runs
+/// it (XNNPACK's: source positions in float, 11-bit weights): output i blends
+/// lo[i] and hi[i] with weight[i] / 2^11 on hi.
+struct TfliteResizeAxis {
+  std::vector<int64_t> lo, hi;
+  std::vector<int32_t> weight;
+};
+/// A linear resize with requantize = tflite (and its grid's `scale`): each
+/// axis's taps for the layer's coordinate transformation (half_pixel,
+/// align_corners or asymmetric, TFLite's legacy mode).
+TfliteResizeAxis tflite_resize_axis(const Layer& layer, int64_t in, int64_t out);
+/// The blend of four levels (values / scale) by XNNPACK's int8 bilinear kernel:
+/// horizontal then vertical, in 2^22ths, rounded half up.
+inline int32_t tflite_bilinear(int32_t tl, int32_t tr, int32_t bl, int32_t br, int32_t wx, int32_t wy) {
+  const int32_t top = tl * 2048 + (tr - tl) * wx, bottom = bl * 2048 + (br - bl) * wx;
+  const int32_t acc = top * 2048 + (bottom - top) * wy;
+  return (acc + (1 << 21)) >> 22;
+}
 
 /// Geometry of lstm and gru (`gates`: 4 or 3), checked against the weights.
 struct RnnGeometry {
@@ -301,8 +374,20 @@ AttentionGeometry attention_geometry(const Layer& layer, std::span<const Shape> 
 struct FakeQuant {
   float scale = 1;
   int32_t zero_point = 0, qmin = 0, qmax = 255;
-  /// The ONNX QuantizeLinear -> DequantizeLinear of one value, in float as ONNX Runtime does.
+  /// TensorFlow Lite's QUANTIZE between integer types (`requantize = tflite`):
+  /// the input lies on the grid of `input_scale`, and its integers (less their
+  /// zero point) map through the fixed-point multiplier input_scale / scale.
+  bool requantize = false;
+  float input_scale = 1;
+  FixedPointMultiplier multiplier;
+  /// The ONNX QuantizeLinear -> DequantizeLinear of one value, in float as ONNX
+  /// Runtime does; or TensorFlow Lite's integer requantisation.
   float apply(float x) const {
+    if (requantize) {
+      const auto levels = static_cast<int32_t>(std::nearbyint(x / input_scale));
+      const int32_t q = std::clamp(multiply(levels, multiplier) + zero_point, qmin, qmax);
+      return static_cast<float>(q - zero_point) * scale;
+    }
     const float q = std::clamp(std::nearbyint(x / scale) + static_cast<float>(zero_point), static_cast<float>(qmin),
                                static_cast<float>(qmax));
     return (q - static_cast<float>(zero_point)) * scale;

@@ -940,9 +940,11 @@ std::map<std::string, QuantParams> model_quantisation(const Graph& graph) {
   std::map<std::string, QuantParams> out;
   for (const auto& l : graph.layers)
     if (l.type == "fake_quant") {
-      const QuantParams q = fake_quant_params(l).as_int8();
+      const FakeQuant f = fake_quant_params(l);
+      const QuantParams q = f.as_int8();
       out[l.outputs[0]] = q;
-      out.emplace(l.inputs[0], q);
+      // A requantisation's input lies on another grid: its producer's to record.
+      if (!f.requantize) out.emplace(l.inputs[0], q);
     }
   return out;
 }

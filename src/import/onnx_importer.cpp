@@ -1749,7 +1749,11 @@ void Importer::quantize_linear(const Node& n) {
                                                  core::ScaleRounding::up);
         continue;
       }
-      core::FakeQuant f{q.scales[ch], static_cast<int32_t>(q.zero_points[ch]), static_cast<int32_t>(q.qmin), static_cast<int32_t>(q.qmax)};
+      core::FakeQuant f;
+      f.scale = q.scales[ch];
+      f.zero_point = static_cast<int32_t>(q.zero_points[ch]);
+      f.qmin = static_cast<int32_t>(q.qmin);
+      f.qmax = static_cast<int32_t>(q.qmax);
       out.data_as<float>()[i] = f.apply(static_cast<float>(v[i]));
     }
     constants_[n.out(0)] = out;

@@ -954,11 +954,25 @@ void Importer::binary() {
   if (code_ == DIV) fused = options<fb::DivOptions>()->fused_activation_function();
   std::string y = code_ == SQUARED_DIFFERENCE ? fresh_blob(tensor_name(out(0)) + "/difference") : target(out(0));
   Layer l = make(types.at(code_), {xa, xb}, {y});
-  // An int8 ADD rounds as the interpreter's XNNPACK path does (fixed-point
-  // multipliers of s_a/s_out and s_b/s_out), which int8 routines computing the
-  // sum in float do not: they refuse it (core::requantizes_as_tflite).
-  if (code_ == ADD && quantized_activation(out(0)) && quantized_activation(a) && quantized_activation(b))
-    l.params["requantize"] = std::string("tflite");
+  // An int8 ADD rounds as the interpreter's XNNPACK path does (core::TfliteAdd:
+  // fixed-point multipliers of s_a/s_out and s_b/s_out), which routines
+  // computing the sum in float do not: they refuse it (core::requantizes_as_tflite).
+  // Outside XNNPACK's scale ratios the interpreter runs its own kernel, which is
+  // not reproduced: the sum is then rounded from float.
+  if (code_ == ADD && quantized_activation(out(0)) && quantized_activation(a) && quantized_activation(b) &&
+      ttype(a) == ttype(out(0)) && ttype(b) == ttype(out(0)) && ttype(a) != I16) {
+    const QInfo qa = qinfo(a), qb = qinfo(b), qy = qinfo(out(0));
+    if (qa.scales.size() == 1 && qb.scales.size() == 1 && qy.scales.size() == 1 &&
+        core::tflite_add_in_range(qa.scales[0], qb.scales[0], qy.scales[0])) {
+      const bool u8 = ttype(a) == U8;
+      l.params["requantize"] = std::string("tflite");
+      l.params["input_scales"] = std::vector<double>{qa.scales[0], qb.scales[0]};
+      l.params["output_scale"] = static_cast<double>(qy.scales[0]);
+      l.params["output_zero_point"] = qy.zero_points[0];
+      l.params["qmin"] = int64_t{u8 ? 0 : -128};
+      l.params["qmax"] = int64_t{u8 ? 255 : 127};
+    }
+  }
   add(std::move(l));
   if (code_ == SQUARED_DIFFERENCE) {
     const std::string sq = target(out(0));
@@ -1016,6 +1030,21 @@ void Importer::prelu() {
   }
   Layer l = make("prelu", {image ? nchw(x) : tf(x)}, {target(out(0))});
   l.weights["slope"] = std::move(slope);
+  // The interpreter's int8 PRELU is integer arithmetic (core::TflitePrelu): the
+  // layer computes that, and the fake_quant after it changes nothing.
+  const QInfo qa = qinfo(in(1));
+  if (quantized_activation(x) && quantized_activation(out(0)) && ttype(x) == ttype(out(0)) && ttype(x) != I16 &&
+      qa.scales.size() == 1 && qinfo(x).scales.size() == 1 && qinfo(out(0)).scales.size() == 1) {
+    const QInfo qx = qinfo(x), qy = qinfo(out(0));
+    const bool u8 = ttype(x) == U8;
+    l.params["requantize"] = std::string("tflite");
+    l.params["input_scale"] = static_cast<double>(qx.scales[0]);
+    l.params["alpha_scale"] = static_cast<double>(qa.scales[0]);
+    l.params["output_scale"] = static_cast<double>(qy.scales[0]);
+    l.params["output_zero_point"] = qy.zero_points[0];
+    l.params["qmin"] = int64_t{u8 ? 0 : -128};
+    l.params["qmax"] = int64_t{u8 ? 255 : 127};
+  }
   const std::string y = l.outputs[0];
   add(std::move(l));
   finish(out(0), y, image);
@@ -1128,6 +1157,14 @@ void Importer::resize() {
   if (code_ == RESIZE_BILINEAR) {
     l.params["mode"] = std::string("linear");
     l.params["coordinate_transformation_mode"] = std::string(align ? "align_corners" : half ? "half_pixel" : "asymmetric");
+    // An int8 bilinear resize on one grid blends integers with 11-bit weights
+    // in the interpreter (XNNPACK's, core::tflite_bilinear), not rounded reals.
+    const int o = out(0);
+    if (quantized_activation(x) && quantized_activation(o) && ttype(x) == ttype(o) && ttype(x) != I16 &&
+        qinfo(x).scales.size() == 1 && qinfo(x).scales == qinfo(o).scales && qinfo(x).zero_points == qinfo(o).zero_points) {
+      l.params["requantize"] = std::string("tflite");
+      l.params["scale"] = static_cast<double>(qinfo(x).scales[0]);
+    }
   } else {
     // TFLite: floor((y + 0.5*half) * scale), or round half up with align_corners.
     l.params["mode"] = std::string("nearest");
@@ -1327,9 +1364,31 @@ void Importer::quantize() {
   const int x = in(0);
   if (!quantized_activation(out(0))) throw Unsupported{fmt::format("QUANTIZE to {}", type_name(ttype(out(0))))};
   const bool image = holds_nchw(x);
-  const std::string y = target(out(0));
-  add(make("identity", {image ? nchw(x) : tf(x)}, {y}));
-  finish(out(0), y, image);  // the fake_quant onto the output's grid
+  const std::string xb = image ? nchw(x) : tf(x);
+  const QInfo qx = qinfo(x), qy = qinfo(out(0));
+  if (!quantized_activation(x) || ttype(x) == I16 || ttype(out(0)) == I16 || qx.scales.size() != 1 || qy.scales.size() != 1) {
+    const std::string y = target(out(0));
+    add(make("identity", {xb}, {y}));
+    finish(out(0), y, image);  // the fake_quant onto the output's grid
+    return;
+  }
+  // Between integer types the interpreter requantises with a fixed-point
+  // multiplier (FakeQuant::requantize), not by rounding the real value.
+  const bool u8 = ttype(out(0)) == U8;
+  const std::string y = fresh_blob(tensor_name(out(0)));
+  Layer l = make("fake_quant", {xb}, {y});
+  l.params["scale"] = static_cast<double>(qy.scales[0]);
+  l.params["zero_point"] = qy.zero_points[0];
+  l.params["qmin"] = int64_t{u8 ? 0 : -128};
+  l.params["qmax"] = int64_t{u8 ? 255 : 127};
+  l.params["requantize"] = std::string("tflite");
+  l.params["input_scale"] = static_cast<double>(qx.scales[0]);
+  if (!core::fixed_point_in_range(static_cast<double>(qx.scales[0]) / static_cast<double>(qy.scales[0])))
+    throw error(fmt::format("QUANTIZE from scale {} to {}: the multiplier is beyond 2^31", qx.scales[0], qy.scales[0]),
+                "quantization");
+  fake_quant_of_[y] = {xb, l.params};
+  add(std::move(l));
+  (image ? held_[static_cast<std::size_t>(out(0))].nchw : held_[static_cast<std::size_t>(out(0))].tf) = y;
 }
 
 void Importer::depth_space() {
@@ -1469,6 +1528,20 @@ void Importer::read_inputs() {
       const std::string real = fresh_blob(name + "/real");
       add(make("mul", {centred, edge_constant(t, q, [&](std::size_t c) { return q.scales[c]; }, NAN, name + "/scale")}, {real}));
       h.tf = real;
+      if (q.scales.size() == 1) {
+        // On the input's own grid again (exact: each value is an integer
+        // times the scale), so that the int8 layers reading it run on int8
+        // routines (core::layers_quantised_by_model), as the interpreter does.
+        const std::string on_grid = fresh_blob(name + "/quantized");
+        Layer l = make("fake_quant", {real}, {on_grid});
+        l.params["scale"] = static_cast<double>(q.scales[0]);
+        l.params["zero_point"] = q.zero_points[0];
+        l.params["qmin"] = int64_t{ty == U8 ? 0 : -128};
+        l.params["qmax"] = int64_t{ty == U8 ? 255 : 127};
+        fake_quant_of_[on_grid] = {real, l.params};
+        add(std::move(l));
+        h.tf = on_grid;
+      }
       continue;
     } else if (ty == I32 || ty == I64 || ty == BOOL || ty == U8 || ty == I8) {
       info.dtype = ty == I32 ? DType::int32 : ty == I64 ? DType::int64 : ty == BOOL ? DType::boolean : ty == U8 ? DType::uint8 : DType::int8;
@@ -1534,8 +1607,19 @@ void Importer::finish_outputs() {
       name = unique;
     }
     layer_ = name;
-    if (!held_.at(static_cast<std::size_t>(t)).available) continue;
-    std::string y = tf(t);
+    const Held& held = held_.at(static_cast<std::size_t>(t));
+    if (!held.available) continue;
+    // Held only as nchw: the file's form made from the value itself, not from
+    // behind its fake_quant (after_form_change) as for a reader that computes:
+    // its producer then writes only to a Q/DQ step, so stays on int8 routines.
+    std::string y;
+    if (held.tf.empty() && !held.nchw.empty() && !constant(t)) {
+      const Shape s = tf_shape(t);
+      y = order_free(s) ? unary_layer("reshape", held.nchw, {{"shape", s.to_vector()}}, "nhwc")
+                        : unary_layer("transpose", held.nchw, {{"perm", kToNhwc}}, "nhwc");
+    } else {
+      y = tf(t);
+    }
     const int ty = ttype(t);
     if ((ty == I8 || ty == U8) && qinfo(t).present()) {
       // Back to the file's integers: y / scale + zero point, rounded.

@@ -673,6 +673,23 @@ TEST_CASE("TFLite files that cannot import are refused with what and where", "[t
     CHECK_THROWS_WITH(import_tflite(short_buf.save("short.tflite", {sx}, {sy})),
                       Catch::Contains("needs 16 bytes, its buffer holds 3"));
   }
+  SECTION("int8 steps whose grids the interpreter's integer arithmetic cannot hold") {
+    // QUANTIZE int8 -> int8 from scale 100 to 1e-8: a multiplier of 1e10, beyond the fixed-point form's 2^31.
+    TfliteModel m;
+    const int x = m.tensor("x", {1, 4}, I8, {}, {{100.0f}, {0}});
+    const int y = m.tensor("y", {1, 4}, I8, {}, {{1e-8f}, {0}});
+    m.op(114, {x}, {y});
+    CHECK_THROWS_WITH(import_tflite(m.save("requant_far.tflite", {x}, {y})),
+                      Catch::Contains("requant_far.tflite") && Catch::Contains("beyond 2^31") && Catch::Contains("quantization"));
+    // An int8 ADD whose scale ratios lie outside XNNPACK's range imports, rounded from float (not marked).
+    TfliteModel a;
+    const int p = a.tensor("p", {1, 4}, I8, {}, {{1.0f}, {0}}), q = a.tensor("q", {1, 4}, I8, {}, {{1.0f}, {0}});
+    const int s = a.tensor("s", {1, 4}, I8, {}, {{1e-4f}, {0}});
+    a.op(0, {p, q}, {s}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(a.b()).Union());
+    const Model model = import_tflite(a.save("add_far.tflite", {p, q}, {s}));
+    for (const Layer& l : model.impl().graph.layers)
+      if (l.type == "add") CHECK_FALSE(core::requantizes_as_tflite(l));
+  }
   SECTION("a shape the file contradicts") {
     TfliteModel m;
     const int x = m.tensor("x", {1, 4, 4, 2});

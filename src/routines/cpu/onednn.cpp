@@ -761,6 +761,8 @@ struct Binary {
   }
 
   static Support check(const LayerInfo& info, Form l) {
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("TensorFlow Lite's int8 add rounds with fixed-point multipliers; this one sums in float");
     for (int i = 0; i < 2; ++i) {
       const Shape& s = info.input_shapes[static_cast<std::size_t>(i)];
       // A scalar (x / 2) broadcasts as [1, ..., 1] in the plain layout.
@@ -872,6 +874,8 @@ struct Prelu {
   static constexpr bool kRefuseReference = true;
 
   static Support check(const LayerInfo& info, Form l) {
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("TensorFlow Lite's int8 PRELU rounds with fixed-point multipliers; oneDNN's is float");
     if (Support s = rank4_unless_plain(info.input_shapes[0], l, "the input"); !s) return s;
     return float_weights(*info.layer, {"slope"});
   }

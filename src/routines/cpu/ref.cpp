@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -290,7 +291,11 @@ struct Binary final : RefPrepared {
 
 struct AddOp {
   static constexpr std::string_view kType = "add";
-  float operator()(float a, float b) const { return a + b; }
+  std::optional<core::TfliteAdd> tflite;  // TensorFlow Lite's int8 ADD (requantize = tflite)
+  explicit AddOp(const Layer& l) {
+    if (core::requantizes_as_tflite(l) && l.has("input_scales")) tflite = core::tflite_add_params(l);
+  }
+  float operator()(float a, float b) const { return tflite ? tflite->apply(a, b) : a + b; }
 };
 struct SubOp {
   static constexpr std::string_view kType = "sub";
@@ -730,16 +735,26 @@ struct Pow final : RefPrepared {
   }
 };
 
-/// prelu: x < 0 ? slope * x : x, the slope weight broadcast to the input.
+/// prelu: x < 0 ? slope * x : x, the slope weight broadcast to the input; or
+/// TensorFlow Lite's integer PRELU (requantize = tflite, core::TflitePrelu).
 struct Prelu final : RefPrepared {
   static constexpr std::string_view kType = "prelu";
   Broadcast2 bc;
   int64_t n;
   const float* slope;
+  bool tflite;
+  core::TflitePrelu tp;
+  std::vector<int32_t> alpha;  // tflite: each slope's integer
   explicit Prelu(const LayerInfo& info)
       : bc(info.input_shapes[0], info.input_shapes[0], info.layer->weight("slope").shape()),
         n(info.input_shapes[0].numel()),
-        slope(info.layer->weight("slope").data_as<float>()) {}
+        slope(info.layer->weight("slope").data_as<float>()),
+        tflite(core::requantizes_as_tflite(*info.layer)) {
+    if (!tflite) return;
+    tp = core::tflite_prelu_params(*info.layer);
+    const Blob& w = info.layer->weight("slope");
+    for (int64_t i = 0; i < w.numel(); ++i) alpha.push_back(tp.alpha_levels(slope[i]));
+  }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
@@ -747,7 +762,7 @@ struct Prelu final : RefPrepared {
       for (int64_t i = b; i < e; ++i) {
         int64_t ox, os;
         bc.offsets(i, ox, os);
-        y[i] = x[i] < 0 ? slope[os] * x[i] : x[i];
+        y[i] = tflite ? tp.apply(x[i], alpha[static_cast<std::size_t>(os)]) : x[i] < 0 ? slope[os] * x[i] : x[i];
       }
     });
   }
@@ -1642,13 +1657,39 @@ struct Resize final : RefPrepared {
     if (g.exclude_outside && sum != 0)
       for (int k = 0; k < 4; ++k) w[k] /= sum;
   }
+  bool tflite = false;  // TensorFlow Lite's int8 bilinear (requantize = tflite), on the grid of `scale`
+  float scale = 1;
+  core::TfliteResizeAxis ty, tx;
   explicit Resize(const LayerInfo& info)
       : g(core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0])),
-        planes(info.input_shapes[0][0] * info.input_shapes[0][1]) {}
+        planes(info.input_shapes[0][0] * info.input_shapes[0][1]),
+        tflite(core::requantizes_as_tflite(*info.layer)) {
+    if (!tflite) return;
+    scale = static_cast<float>(info.layer->get_float("scale"));
+    ty = core::tflite_resize_axis(*info.layer, g.h.in, g.h.out);
+    tx = core::tflite_resize_axis(*info.layer, g.w.in, g.w.out);
+  }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
     const int64_t ih = g.h.in, iw = g.w.in, oh = g.h.out, ow = g.w.out;
+    if (tflite) {
+      auto level = [&](const float* plane, int64_t r, int64_t c) {
+        return static_cast<int32_t>(std::nearbyint(plane[r * iw + c] / scale));
+      };
+      for (int64_t p = 0; p < planes; ++p) {
+        const float* plane = x + p * ih * iw;
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            const int64_t t = ty.lo[static_cast<std::size_t>(i)], b = ty.hi[static_cast<std::size_t>(i)];
+            const int64_t l = tx.lo[static_cast<std::size_t>(j)], r = tx.hi[static_cast<std::size_t>(j)];
+            const int32_t v = core::tflite_bilinear(level(plane, t, l), level(plane, t, r), level(plane, b, l), level(plane, b, r),
+                                                    tx.weight[static_cast<std::size_t>(j)], ty.weight[static_cast<std::size_t>(i)]);
+            y[(p * oh + i) * ow + j] = static_cast<float>(v) * scale;
+          }
+      }
+      return;
+    }
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t i = 0; i < oh; ++i)
         for (int64_t j = 0; j < ow; ++j) {

@@ -185,6 +185,8 @@ class Resample final : public Routine {
                                      kInt8.to_string(), kInt8Nhwc.to_string(), schema.to_string()));
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("resize needs an input [N,C,H,W]");
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("TensorFlow Lite's int8 bilinear blends with 11-bit weights in integers (cpu/ref does)");
     const std::string mode = info.layer->get_string("mode", "nearest");
     if (mode == "cubic") return Support::no("cpu/resample has no cubic mode (cpu/ref has)");
     if (schema.dtype == DType::qint8) {

@@ -304,6 +304,10 @@ struct FakeQuantVec final : PreparedRoutine {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
     a.pool->parallel_for(n, kGrainElems, [&](int64_t b, int64_t e) {
+      if (q.requantize) {  // TensorFlow Lite's integer arithmetic, value by value
+        for (int64_t i = b; i < e; ++i) y[i] = q.apply(x[i]);
+        return;
+      }
       k.quantize(x + b, y + b, e - b, q.scale, static_cast<float>(q.zero_point), static_cast<float>(q.qmin),
                  static_cast<float>(q.qmax), true);
     });
@@ -754,13 +758,19 @@ struct Prelu final : PreparedRoutine {
 
   bool nhwc = false;
   int64_t channels = 1, outer = 1, inner = 1;  // plain: [outer, channels, inner]; nhwc: [outer*inner, channels]
-  std::vector<float> slope;
+  std::vector<float> slope;  // requantize = tflite: the alphas' integers (less their zero point)
   int64_t block = 0;  // nchw8c/16c: [N, C/block, H, W, block], slopes padded with 0 (padded channels stay 0)
+  bool tflite = false;
+  core::TflitePrelu tp;
   Prelu(const LayerInfo& info, const Schema& schema, const vk::Kernels&) {
     const Shape& x = info.input_shapes[0];
     channels = slope_channels(info);
     const Blob& w = info.layer->weight("slope");
     slope.assign(w.data_as<float>(), w.data_as<float>() + channels);
+    if ((tflite = core::requantizes_as_tflite(*info.layer))) {
+      tp = core::tflite_prelu_params(*info.layer);
+      for (float& v : slope) v = static_cast<float>(tp.alpha_levels(v));
+    }
     nhwc = schema.layout == Layout::nhwc;
     block = block_of(schema.layout);
     if (block) {
@@ -780,6 +790,15 @@ struct Prelu final : PreparedRoutine {
     }
   }
   void run(const RunArgs& a) override {
+    if (tflite) {
+      run_with(a, [this](float x, float levels) { return tp.apply(x, static_cast<int32_t>(levels)); });
+    } else {
+      run_with(a, leaky);
+    }
+  }
+  /// y = f(x, slope) over the layout's channel structure.
+  template <class F>
+  void run_with(const RunArgs& a, F f) {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
     const float* s = slope.data();
@@ -792,7 +811,7 @@ struct Prelu final : PreparedRoutine {
           const float* xi = x + p * plane;
           float* yi = y + p * plane;
           for (int64_t q = 0; q < inner; ++q)
-            for (int64_t j = 0; j < block; ++j) yi[q * block + j] = leaky(xi[q * block + j], sp[j]);
+            for (int64_t j = 0; j < block; ++j) yi[q * block + j] = f(xi[q * block + j], sp[j]);
         }
       });
       return;
@@ -806,9 +825,9 @@ struct Prelu final : PreparedRoutine {
           float* yi = y + i;
           const float* si = c == 1 ? nullptr : s + k0;
           if (si)
-            for (int64_t k = 0; k < n; ++k) yi[k] = leaky(xi[k], si[k]);
+            for (int64_t k = 0; k < n; ++k) yi[k] = f(xi[k], si[k]);
           else
-            for (int64_t k = 0; k < n; ++k) yi[k] = leaky(xi[k], s[0]);
+            for (int64_t k = 0; k < n; ++k) yi[k] = f(xi[k], s[0]);
           i += n;
         }
       });
@@ -819,7 +838,7 @@ struct Prelu final : PreparedRoutine {
         const float sv = s[p % c];
         const float* xi = x + p * inner;
         float* yi = y + p * inner;
-        for (int64_t k = 0; k < inner; ++k) yi[k] = leaky(xi[k], sv);
+        for (int64_t k = 0; k < inner; ++k) yi[k] = f(xi[k], sv);
       }
     });
   }

@@ -944,6 +944,8 @@ struct Binary {
   static constexpr std::string_view kType = K::kType;
 
   static Support check(const LayerInfo& info) {
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("TensorFlow Lite's int8 add rounds with fixed-point multipliers; this one sums in float");
     if (Support s = broadcasts(info); !s) return s;
     return fused_support(core::fused_activation(*info.layer));
   }
@@ -1035,6 +1037,8 @@ struct Resize {
   static Support check(const LayerInfo& info) {
     const Shape& in = info.input_shapes[0];
     const Shape& out = info.output_shapes[0];
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("TensorFlow Lite's int8 bilinear blends with 11-bit weights in integers (cpu/ref does)");
     if (in.rank() != 4 || out.rank() != 4 || in[0] != out[0] || in[1] != out[1])
       return Support::no("XNNPACK resizes H and W of an [N,C,H,W] input only");
     const core::ResizeGeometry g = core::resize_geometry(*info.layer, in, out);

@@ -134,6 +134,8 @@ struct Binary final : KernelPrepared {
   static Support supports(const LayerInfo& info, const Schema&) {
     if (info.output_shapes[0].rank() > kern::Strided::max_rank)
       return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("TensorFlow Lite's int8 add rounds with fixed-point multipliers; this one sums in float");
     return Support::yes();
   }
   Binary(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)), act(act_params(core::fused_activation(*info.layer))) {
