@@ -235,9 +235,9 @@ struct TflitePrelu {
   int32_t output_zero_point = 0, qmin = -128, qmax = 127;
   FixedPointMultiplier positive, negative;
   /// The alpha's integer (less its zero point) for its real value.
-  int32_t alpha_levels(float slope) const { return static_cast<int32_t>(std::nearbyint(slope / alpha_scale)); }
+  int32_t alpha_levels(float slope) const { return grid_levels(slope, alpha_scale); }
   float apply(float x, int32_t alpha) const {
-    const auto levels = static_cast<int32_t>(std::nearbyint(x / input_scale));
+    const int32_t levels = grid_levels(x, input_scale);
     const int32_t v = levels >= 0 ? multiply(levels, positive) : multiply(levels * alpha, negative);
     return static_cast<float>(std::clamp(v + output_zero_point, qmin, qmax) - output_zero_point) * output_scale;
   }
@@ -254,11 +254,11 @@ struct TfliteAdd {
   float a_scale = 1, b_scale = 1, output_scale = 1;
   int32_t a_multiplier = 0, b_multiplier = 0, output_zero_point = 0, qmin = -128, qmax = 127;
   int shift = 0;
-  float apply(float a, float b) const {
-    const auto la = static_cast<uint32_t>(static_cast<int32_t>(std::nearbyint(a / a_scale)));
-    const auto lb = static_cast<uint32_t>(static_cast<int32_t>(std::nearbyint(b / b_scale)));
-    const uint32_t acc = (uint32_t{1} << (shift - 1)) + la * static_cast<uint32_t>(a_multiplier) +
-                         lb * static_cast<uint32_t>(b_multiplier);
+  float apply(float a, float b) const { return sum(grid_levels(a, a_scale), grid_levels(b, b_scale)); }
+  /// The output's real value for the inputs' integers less their zero points.
+  float sum(int32_t la, int32_t lb) const {
+    const uint32_t acc = (uint32_t{1} << (shift - 1)) + static_cast<uint32_t>(la) * static_cast<uint32_t>(a_multiplier) +
+                         static_cast<uint32_t>(lb) * static_cast<uint32_t>(b_multiplier);
     const int32_t q = std::clamp((static_cast<int32_t>(acc) >> shift) + output_zero_point, qmin, qmax);
     return static_cast<float>(q - output_zero_point) * output_scale;
   }
@@ -384,7 +384,7 @@ struct FakeQuant {
   /// Runtime does; or TensorFlow Lite's integer requantisation.
   float apply(float x) const {
     if (requantize) {
-      const auto levels = static_cast<int32_t>(std::nearbyint(x / input_scale));
+      const int32_t levels = grid_levels(x, input_scale);
       const int32_t q = std::clamp(multiply(levels, multiplier) + zero_point, qmin, qmax);
       return static_cast<float>(q - zero_point) * scale;
     }

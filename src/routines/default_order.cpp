@@ -166,7 +166,8 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"add",
      {
-      {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn",
+       "cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/vec", "cpu:float32:nchw16c/vec"},
       {"cpu:qint8/onednn", "cpu:qint8:nhwc/onednn"},
       {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8:nhwc/xnnpack"},
       {"cpu/ref"},
@@ -204,7 +205,7 @@ const LayerOrder kDefaultOrder[] = {
     {"resize",
      {
       {"cpu/resample", "cpu:float32:nhwc/xnnpack", "cpu:float32:nhwc/resample"},
-      {"cpu:qint8/resample", "cpu:qint8:nhwc/resample"},
+      {"cpu:qint8/resample", "cpu:qint8:nhwc/resample", "cpu:qint8:nhwc/xnnpack"},
       {"cpu/ref"},
      }},
     {"deconv2",

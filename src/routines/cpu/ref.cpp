@@ -1675,7 +1675,7 @@ struct Resize final : RefPrepared {
     const int64_t ih = g.h.in, iw = g.w.in, oh = g.h.out, ow = g.w.out;
     if (tflite) {
       auto level = [&](const float* plane, int64_t r, int64_t c) {
-        return static_cast<int32_t>(std::nearbyint(plane[r * iw + c] / scale));
+        return core::grid_levels(plane[r * iw + c], scale);
       };
       for (int64_t p = 0; p < planes; ++p) {
         const float* plane = x + p * ih * iw;

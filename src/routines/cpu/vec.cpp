@@ -314,6 +314,50 @@ struct FakeQuantVec final : PreparedRoutine {
   }
 };
 
+/// TensorFlow Lite's int8 add held as real values (requantize = tflite,
+/// core::TfliteAdd) of two inputs of one shape, elementwise in any layout (the
+/// blocked layouts' padded channels: 0 + 0 stays 0). The float adds refuse such
+/// a layer; this is its fast path where no int8 routine reads it (a channel
+/// pad beside it keeps the add in float).
+struct TfliteAddVec final : PreparedRoutine {
+  static constexpr std::string_view kType = "add";
+  static constexpr bool kSimd = false;
+  static std::vector<Schema> schemas() { return FakeQuantVec::schemas(); }
+  static Support supports(const LayerInfo& info, const Schema& schema) {
+    const Layer& l = *info.layer;
+    if (!core::requantizes_as_tflite(l) || !l.has("input_scales"))
+      return Support::no("computes TensorFlow Lite's int8 add only (requantize = tflite); the float adds compute the rest");
+    if (info.input_shapes[0] != info.input_shapes[1]) return Support::no("inputs of one shape only");
+    const core::Activation a = core::fused_activation(l);
+    using K = core::Activation;
+    if (a.kind != K::none && a.kind != K::relu && a.kind != K::clip) return Support::no("a fused relu or clip only");
+    return FakeQuantVec::supports(info, schema);
+  }
+
+  core::TfliteAdd p;
+  float lo = -INFINITY, hi = INFINITY;  // the fused relu or clip
+  float ia, ib;                         // the inputs' inverse scales: on the grid, x * (1/s) rounds to x / s's integer
+  int64_t n;
+  TfliteAddVec(const LayerInfo& info, const Schema& schema, const vk::Kernels&)
+      : p(core::tflite_add_params(*info.layer)),
+        ia(1.0f / p.a_scale),
+        ib(1.0f / p.b_scale),
+        n(FakeQuantVec::stored(info.input_shapes[0], schema.layout)) {
+    const core::Activation act = core::fused_activation(*info.layer);
+    if (act.kind == core::Activation::relu) lo = 0;
+    if (act.kind == core::Activation::clip) lo = act.min, hi = act.max;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* y = a.inputs[1]->data_as<float>();
+    float* z = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(n, kGrainElems, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        z[i] = std::clamp(p.sum(core::nearest_integer(x[i] * ia), core::nearest_integer(y[i] * ib)), lo, hi);
+    });
+  }
+};
+
 /// fake_quant between int8 blobs (a QDQ model's Q/DQ steps beside its int8
 /// layers): each int8 value's result in a 256-entry table built as cpu/ref
 /// computes it (cpu::int8_table); where the blobs carry the layer's own
@@ -872,6 +916,7 @@ SOFTNEURO_REGISTER_ROUTINE(Vec<Gather>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantVec>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<TfliteAddVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantInt8>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<DynamicQuantizeVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Softmax>);

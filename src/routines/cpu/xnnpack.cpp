@@ -1035,10 +1035,15 @@ struct Resize {
   static constexpr std::string_view kType = "resize";
 
   static Support check(const LayerInfo& info) {
-    const Shape& in = info.input_shapes[0];
-    const Shape& out = info.output_shapes[0];
     if (core::requantizes_as_tflite(*info.layer))
       return Support::no("TensorFlow Lite's int8 bilinear blends with 11-bit weights in integers (cpu/ref does)");
+    return check_sampling(info);
+  }
+
+  /// Whether XNNPACK samples where the layer does.
+  static Support check_sampling(const LayerInfo& info) {
+    const Shape& in = info.input_shapes[0];
+    const Shape& out = info.output_shapes[0];
     if (in.rank() != 4 || out.rank() != 4 || in[0] != out[0] || in[1] != out[1])
       return Support::no("XNNPACK resizes H and W of an [N,C,H,W] input only");
     const core::ResizeGeometry g = core::resize_geometry(*info.layer, in, out);
@@ -1181,6 +1186,39 @@ class XnnpackQ final : public Routine {
   }
 
   /// Below our own qint8 routines (10): the tuner decides.
+};
+
+/// TensorFlow Lite's int8 bilinear resize (requantize = tflite: one grid in
+/// and out): XNNPACK's s8 operator, whose 11-bit integer blend is the one the
+/// interpreter runs (core::tflite_bilinear; cpu/ref computes the same).
+struct QResize {
+  static constexpr std::string_view kType = "resize";
+
+  static Support check(const LayerInfo& info) {
+    if (!core::requantizes_as_tflite(*info.layer))
+      return Support::no("an int8 blend is TensorFlow Lite's resize only (requantize = tflite); others round from float");
+    if (Support s = Resize::check_sampling(info); !s) return s;
+    const TQ in = in_q(info), y = out_q(info);
+    if (in.scale != y.scale || in.zp != y.zp) return Support::no("the input and output need one quantisation");
+    return Support::yes();
+  }
+
+  static SetupFn create(const LayerInfo& info, Build& ops) {
+    Resize::check_tables(info, sizeof(int16_t));
+    const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
+    auto o = std::make_unique<Op>();
+    xcheck(xnn_create_resize_bilinear2d_nhwc_s8(c, c, c, ops.flags | Resize::flags(info), &o->op),
+           "xnn_create_resize_bilinear2d_nhwc_s8");
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
+    return Resize::setup_with(info, op,
+                              [](xnn_operator_t op, size_t n, size_t ih, size_t iw, size_t oh, size_t ow, const void* x,
+                                 void* y, pthreadpool_t pool) {
+                                xcheck(xnn_setup_resize_bilinear2d_nhwc_s8(op, n, ih, iw, oh, ow, static_cast<const int8_t*>(x),
+                                                                           static_cast<int8_t*>(y), pool),
+                                       "xnn_setup_resize_bilinear2d_nhwc_s8");
+                              });
+  }
 };
 
 /// A qc8 convolution over nhwc int8 blobs; dense is one with 1x1 kernels.
@@ -1570,6 +1608,7 @@ const bool g_registered = [] {
   register_routine(std::make_unique<XnnpackQ<QDense>>());
   register_routine(std::make_unique<XnnpackQ<QBinary<QAddK>>>());
   register_routine(std::make_unique<XnnpackQ<QPool2>>());
+  register_routine(std::make_unique<XnnpackQ<QResize>>());
   register_routine(std::make_unique<XnnpackQ<QBinary<QMulK>>>());
 #if defined(__aarch64__)
   register_routine(std::make_unique<Xnnpack<HalfConv2>>());
