@@ -794,6 +794,20 @@ RnnGeometry rnn_geometry(const Layer& l, std::span<const Shape> in) {
   return g;
 }
 
+/// An 8-bit grid's range (qmin, qmax: uint8's or int8's; absent: from
+/// `default_qmin`) and its zero point (the field `zero_point_field`) within it.
+static void integer_grid(const Layer& l, const char* zero_point_field, int64_t default_qmin, int32_t& zero_point,
+                         int32_t& qmin, int32_t& qmax) {
+  const int64_t lo = l.get_int("qmin", default_qmin), hi = l.get_int("qmax", default_qmin + 255);
+  if (!((lo == 0 && hi == 255) || (lo == -128 && hi == 127)))
+    fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", lo, hi));
+  const int64_t zp = l.get_int(zero_point_field, 0);
+  if (zp < lo || zp > hi) fail(l, zero_point_field, fmt::format("zero point {} lies outside [{}, {}]", zp, lo, hi));
+  zero_point = static_cast<int32_t>(zp);
+  qmin = static_cast<int32_t>(lo);
+  qmax = static_cast<int32_t>(hi);
+}
+
 static float quant_scale(const Layer& l, const char* field) {
   const double scale = l.get_float(field, 0.0);
   if (!(scale > 0) || !std::isfinite(scale) || scale > 1e30 || scale < 1e-30)
@@ -804,14 +818,7 @@ static float quant_scale(const Layer& l, const char* field) {
 FakeQuant fake_quant_params(const Layer& l) {
   FakeQuant q;
   q.scale = quant_scale(l, "scale");
-  const int64_t qmin = l.get_int("qmin", 0), qmax = l.get_int("qmax", 255);
-  if (!((qmin == 0 && qmax == 255) || (qmin == -128 && qmax == 127)))
-    fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", qmin, qmax));
-  const int64_t zp = l.get_int("zero_point", 0);
-  if (zp < qmin || zp > qmax) fail(l, "zero_point", fmt::format("zero point {} lies outside [{}, {}]", zp, qmin, qmax));
-  q.qmin = static_cast<int32_t>(qmin);
-  q.qmax = static_cast<int32_t>(qmax);
-  q.zero_point = static_cast<int32_t>(zp);
+  integer_grid(l, "zero_point", 0, q.zero_point, q.qmin, q.qmax);
   if (requantizes_as_tflite(l)) {
     q.requantize = true;
     q.input_scale = quant_scale(l, "input_scale");
@@ -838,14 +845,7 @@ TfliteAdd tflite_add_params(const Layer& l) {
   p.a_scale = static_cast<float>(scales[0]);
   p.b_scale = static_cast<float>(scales[1]);
   p.output_scale = quant_scale(l, "output_scale");
-  const int64_t qmin = l.get_int("qmin", -128), qmax = l.get_int("qmax", 127);
-  if (!((qmin == 0 && qmax == 255) || (qmin == -128 && qmax == 127)))
-    fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", qmin, qmax));
-  const int64_t zp = l.get_int("output_zero_point", 0);
-  if (zp < qmin || zp > qmax) fail(l, "output_zero_point", fmt::format("zero point {} lies outside [{}, {}]", zp, qmin, qmax));
-  p.qmin = static_cast<int32_t>(qmin);
-  p.qmax = static_cast<int32_t>(qmax);
-  p.output_zero_point = static_cast<int32_t>(zp);
+  integer_grid(l, "output_zero_point", -128, p.output_zero_point, p.qmin, p.qmax);
   if (!tflite_add_in_range(p.a_scale, p.b_scale, p.output_scale))
     fail(l, "input_scales", "the scale ratios lie outside XNNPACK's [2^-10, 2^8)");
   // XNNPACK's parameters: the larger ratio's multiplier in [2^20, 2^21).
@@ -863,14 +863,7 @@ TflitePrelu tflite_prelu_params(const Layer& l) {
   p.input_scale = quant_scale(l, "input_scale");
   p.alpha_scale = quant_scale(l, "alpha_scale");
   p.output_scale = quant_scale(l, "output_scale");
-  const int64_t qmin = l.get_int("qmin", -128), qmax = l.get_int("qmax", 127);
-  if (!((qmin == 0 && qmax == 255) || (qmin == -128 && qmax == 127)))
-    fail(l, "qmin", fmt::format("range [{}, {}] is neither uint8's [0, 255] nor int8's [-128, 127]", qmin, qmax));
-  const int64_t zp = l.get_int("output_zero_point", 0);
-  if (zp < qmin || zp > qmax) fail(l, "output_zero_point", fmt::format("zero point {} lies outside [{}, {}]", zp, qmin, qmax));
-  p.qmin = static_cast<int32_t>(qmin);
-  p.qmax = static_cast<int32_t>(qmax);
-  p.output_zero_point = static_cast<int32_t>(zp);
+  integer_grid(l, "output_zero_point", -128, p.output_zero_point, p.qmin, p.qmax);
   // In float, as the interpreter's PRELU computes them (its other kernels use double).
   const float positive = p.input_scale / p.output_scale, negative = p.input_scale * p.alpha_scale / p.output_scale;
   if (!fixed_point_in_range(positive) || !fixed_point_in_range(negative))

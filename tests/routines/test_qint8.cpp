@@ -469,7 +469,8 @@ std::vector<Case> split_cases(std::mt19937& rng, int count) {
   return out;
 }
 
-/// Nearest resizes at one quantisation (what a QDQ YOLOv8's upsampling is): bit-exact.
+/// Nearest resizes at one quantisation (what a QDQ YOLOv8's upsampling is), and
+/// TensorFlow Lite's bilinear ones: bit-exact.
 std::vector<Case> resize_cases(std::mt19937& rng, int count) {
   const char* transforms[] = {"half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"};
   const char* roundings[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
@@ -486,6 +487,20 @@ std::vector<Case> resize_cases(std::mt19937& rng, int count) {
       p["scales"] = std::vector<double>{1, 1, 2, 2};
     QuantParams q = random_quant(rng);
     out.push_back({"resize " + in.to_string() + " " + std::get<std::string>(p["coordinate_transformation_mode"]), test::make_layer("resize", p),
+                   {random_qblob(in, rng, q)}, {q}, true});
+  }
+  // TensorFlow Lite's bilinear resize (requantize = tflite): an int8 blend,
+  // which cpu/ref computes from the real values, bit for bit.
+  const char* tflite_transforms[] = {"half_pixel", "asymmetric", "align_corners"};
+  for (int i = 0; i < count / 2; ++i) {
+    Shape in{1, pick(rng, 1, 24), pick(rng, 2, 9), pick(rng, 2, 9)};
+    const QuantParams q = random_quant(rng);
+    std::map<std::string, Attr> p{{"mode", std::string("linear")},
+                                  {"coordinate_transformation_mode", std::string(tflite_transforms[i % 3])},
+                                  {"sizes", std::vector<int64_t>{in[0], in[1], pick(rng, 2, 17), pick(rng, 2, 17)}},
+                                  {"requantize", std::string("tflite")},
+                                  {"scale", static_cast<double>(q.scales[0])}};
+    out.push_back({"tflite resize " + in.to_string() + " " + tflite_transforms[i % 3], test::make_layer("resize", p),
                    {random_qblob(in, rng, q)}, {q}, true});
   }
   return out;
