@@ -548,8 +548,8 @@ std::vector<Shape> infer_resize(const Layer& l, std::span<const Shape> in) {
   resize_geometry(l, in[0], out);  // checks the modes
   if (requantizes_as_tflite(l)) {
     quant_scale(l, "scale");
-    tflite_resize_axis(l, in[0][2], out[2]);
-    tflite_resize_axis(l, in[0][3], out[3]);
+    check_tflite_resize(l, in[0][2], out[2]);  // (the taps are the routine's to build, within its memory limit)
+    check_tflite_resize(l, in[0][3], out[3]);
   }
   return {out};
 }
@@ -681,12 +681,17 @@ int64_t ResizeAxis::nearest(double src) const {
   return static_cast<int64_t>(clamped(r));  // in floating point: r may be beyond int64, or NaN
 }
 
-TfliteResizeAxis tflite_resize_axis(const Layer& l, int64_t in, int64_t out) {
+void check_tflite_resize(const Layer& l, int64_t in, int64_t out) {
   const std::string mode = l.get_string("coordinate_transformation_mode", "half_pixel");
   if (l.get_string("mode", "nearest") != "linear" || (mode != "half_pixel" && mode != "align_corners" && mode != "asymmetric"))
     fail(l, "requantize", "TensorFlow Lite's int8 resize is bilinear, half_pixel, align_corners or asymmetric");
   if (in < 1 || out < 1 || in >= (int64_t{1} << 24) || out >= (int64_t{1} << 24))
     fail(l, "sizes", fmt::format("sizes {} -> {} (int8 resize: 1 to 2^24)", in, out));
+}
+
+TfliteResizeAxis tflite_resize_axis(const Layer& l, int64_t in, int64_t out) {
+  check_tflite_resize(l, in, out);
+  const std::string mode = l.get_string("coordinate_transformation_mode", "half_pixel");
   const bool align = mode == "align_corners", half = mode == "half_pixel";
   const int64_t adjust = align && out != 1 ? 1 : 0;
   const float scale = static_cast<float>(in - adjust) / static_cast<float>(out - adjust);

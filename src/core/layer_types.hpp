@@ -309,6 +309,8 @@ struct TfliteResizeAxis {
 /// axis's taps for the layer's coordinate transformation (half_pixel,
 /// align_corners or asymmetric, TFLite's legacy mode).
 TfliteResizeAxis tflite_resize_axis(const Layer& layer, int64_t in, int64_t out);
+/// Its checks alone (mode, sizes below 2^24), naming the field.
+void check_tflite_resize(const Layer& layer, int64_t in, int64_t out);
 /// The blend of four levels (values / scale) by XNNPACK's int8 bilinear kernel:
 /// horizontal then vertical, in 2^22ths, rounded half up.
 inline int32_t tflite_bilinear(int32_t tl, int32_t tr, int32_t bl, int32_t br, int32_t wx, int32_t wy) {
