@@ -136,6 +136,12 @@ struct QInfo {
   bool present() const { return !scales.empty(); }
 };
 
+/// A layer's 8-bit integer range (qmin, qmax): uint8's or int8's.
+void set_integer_range(Layer& l, bool u8) {
+  l.params["qmin"] = int64_t{u8 ? 0 : -128};
+  l.params["qmax"] = int64_t{u8 ? 255 : 127};
+}
+
 /// What the importer holds of one TFLite tensor.
 struct Held {
   std::string tf, nchw;  ///< run-time blobs in each form ("" where not made)
@@ -732,8 +738,7 @@ void Importer::finish(int t, const std::string& blob, bool is_nchw, int same_gri
     Layer l = make("fake_quant", {y}, {q_name});
     l.params["scale"] = static_cast<double>(q.scales[0]);
     l.params["zero_point"] = q.zero_points[0];
-    l.params["qmin"] = int64_t{u8 ? 0 : -128};
-    l.params["qmax"] = int64_t{u8 ? 255 : 127};
+    set_integer_range(l, u8);
     fake_quant_of_[q_name] = {y, l.params};
     add(std::move(l));
     y = q_name;
@@ -969,8 +974,7 @@ void Importer::binary() {
       l.params["input_scales"] = std::vector<double>{qa.scales[0], qb.scales[0]};
       l.params["output_scale"] = static_cast<double>(qy.scales[0]);
       l.params["output_zero_point"] = qy.zero_points[0];
-      l.params["qmin"] = int64_t{u8 ? 0 : -128};
-      l.params["qmax"] = int64_t{u8 ? 255 : 127};
+      set_integer_range(l, u8);
     }
   }
   add(std::move(l));
@@ -1042,8 +1046,7 @@ void Importer::prelu() {
     l.params["alpha_scale"] = static_cast<double>(qa.scales[0]);
     l.params["output_scale"] = static_cast<double>(qy.scales[0]);
     l.params["output_zero_point"] = qy.zero_points[0];
-    l.params["qmin"] = int64_t{u8 ? 0 : -128};
-    l.params["qmax"] = int64_t{u8 ? 255 : 127};
+    set_integer_range(l, u8);
   }
   const std::string y = l.outputs[0];
   add(std::move(l));
@@ -1379,8 +1382,7 @@ void Importer::quantize() {
   Layer l = make("fake_quant", {xb}, {y});
   l.params["scale"] = static_cast<double>(qy.scales[0]);
   l.params["zero_point"] = qy.zero_points[0];
-  l.params["qmin"] = int64_t{u8 ? 0 : -128};
-  l.params["qmax"] = int64_t{u8 ? 255 : 127};
+  set_integer_range(l, u8);
   l.params["requantize"] = std::string("tflite");
   l.params["input_scale"] = static_cast<double>(qx.scales[0]);
   if (!core::fixed_point_in_range(static_cast<double>(qx.scales[0]) / static_cast<double>(qy.scales[0])))
@@ -1536,8 +1538,7 @@ void Importer::read_inputs() {
         Layer l = make("fake_quant", {real}, {on_grid});
         l.params["scale"] = static_cast<double>(q.scales[0]);
         l.params["zero_point"] = q.zero_points[0];
-        l.params["qmin"] = int64_t{ty == U8 ? 0 : -128};
-        l.params["qmax"] = int64_t{ty == U8 ? 255 : 127};
+        set_integer_range(l, ty == U8);
         fake_quant_of_[on_grid] = {real, l.params};
         add(std::move(l));
         h.tf = on_grid;
