@@ -129,9 +129,10 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   static const std::set<std::string> kProducts = {"conv2", "dense", "matmul"};
   static const std::set<std::string> kBeside = {"add", "mul", "sigmoid", "silu", "tanh", "gelu", "hardswish", "hardsigmoid",
                                                 "relu", "clip", "pool2", "concat"};
-  // Steps that only move values: exact in int8 where in and out share one
-  // quantisation; and TensorFlow Lite's bilinear resize, defined as an int8 blend.
-  static const std::set<std::string> kMoves = {"flatten", "reshape", "split", "resize"};
+  // Steps that only move values (a pad fills with the zero point, real 0): exact
+  // in int8 where in and out share one quantisation; and TensorFlow Lite's
+  // bilinear resize, defined as an int8 blend.
+  static const std::set<std::string> kMoves = {"flatten", "reshape", "split", "resize", "pad"};
   auto same_quant = [&](const std::string& a, const std::string& b) {
     auto qa = graph.blob_quant.find(a), qb = graph.blob_quant.find(b);
     return qa != graph.blob_quant.end() && qb != graph.blob_quant.end() && qa->second.scales == qb->second.scales &&
@@ -141,6 +142,7 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   for (const Layer& l : graph.layers) {
     const bool moves = kMoves.count(l.type) && !l.inputs.empty() && !l.outputs.empty() &&
                        (l.type != "resize" || l.get_string("mode", "nearest") == "nearest" || requantizes_as_tflite(l)) &&
+                       (l.type != "pad" || l.get_float("value", 0.0) == 0.0) &&
                        std::all_of(l.outputs.begin(), l.outputs.end(), [&](const auto& o) { return same_quant(l.inputs[0], o); });
     if (!kProducts.count(l.type) && !kBeside.count(l.type) && !moves) continue;
     const Blob* w = l.find_weight("weight");

@@ -1134,8 +1134,14 @@ void Importer::pad() {
   }
   const std::string y = l.outputs[0];
   const bool zero_fill = code_ == PAD || (code_ == PADV2 && l.get_float("value", 0.0) == 0.0);
+  // A zero pad of H and W only needs no rounding step after it: it folds into
+  // the convolution that reads it. One of the channels (a residual's pad to
+  // more channels) cannot fold: its fake_quant (exact) lets the pad and the add
+  // reading it run on int8 routines (core::layers_quantised_by_model).
+  const bool spatial = image && pads[0] == 0 && pads[1] == 0 && pads[static_cast<std::size_t>(r)] == 0 &&
+                       pads[static_cast<std::size_t>(r + 1)] == 0;
   add(std::move(l));
-  finish(out(0), y, image, zero_fill ? x : -1);
+  finish(out(0), y, image, zero_fill && spatial ? x : -1);
 }
 
 void Importer::resize() {

@@ -217,6 +217,7 @@ const LayerOrder kDefaultOrder[] = {
     {"pad",
      {
       {"cpu/vec", "cpu:float32:nhwc/vec"},
+      {"cpu:qint8/vec", "cpu:qint8:nhwc/vec"},
       {"cpu/ref"},
      }},
     {"constant", kReferenceOnly},

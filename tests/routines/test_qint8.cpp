@@ -42,7 +42,7 @@ namespace {
 
 const char* const kCoveredTypes[] = {"conv2", "dense", "pool2", "add", "mul", "concat", "split", "resize", "relu", "clip",
                                      "hardsigmoid", "hardswish", "sigmoid", "silu", "tanh", "gelu", "flatten", "reshape", "identity",
-                                     "fake_quant"};
+                                     "fake_quant", "pad"};
 /// Types computed by a table of the reference's own formula: bit-exact.
 const std::set<std::string> kTableTypes = {"hardsigmoid", "hardswish", "sigmoid", "silu", "tanh", "gelu"};
 
@@ -506,6 +506,23 @@ std::vector<Case> resize_cases(std::mt19937& rng, int count) {
   return out;
 }
 
+/// Pads of every mode at one quantisation (a residual's channel pad in a
+/// TensorFlow Lite int8 detector): the constant fill is the zero point; bit-exact.
+std::vector<Case> pad_cases(std::mt19937& rng, int count) {
+  const char* modes[] = {"constant", "reflect", "edge", "wrap"};
+  std::vector<Case> out;
+  for (int i = 0; i < count; ++i) {
+    Shape in{pick(rng, 1, 2), pick(rng, 1, 20), pick(rng, 2, 7), pick(rng, 2, 7)};
+    std::vector<int64_t> pads(8, 0);
+    for (int d = 1; d < 4; ++d) pads[d] = pick(rng, 0, 1) * pick(rng, 0, int(in[d]) - 1), pads[d + 4] = pick(rng, 0, int(in[d]) - 1);
+    const char* mode = modes[i % 4];
+    const QuantParams q = random_quant(rng);
+    out.push_back({std::string("pad ") + mode + " " + in.to_string(),
+                   test::make_layer("pad", {{"pads", pads}, {"mode", std::string(mode)}}), {random_qblob(in, rng, q)}, {q}, true});
+  }
+  return out;
+}
+
 std::vector<Case> unary_cases(const std::string& type, std::mt19937& rng, int count) {
   std::vector<Case> out;
   for (int i = 0; i < count; ++i) {
@@ -545,6 +562,7 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   if (type == "concat") return concat_cases(rng, 20);
   if (type == "split") return split_cases(rng, 24);
   if (type == "resize") return resize_cases(rng, 24);
+  if (type == "pad") return pad_cases(rng, 24);
   return unary_cases(type, rng, 30);
 }
 

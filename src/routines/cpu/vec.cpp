@@ -49,6 +49,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
+#include <type_traits>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -673,22 +675,44 @@ struct Split final : PreparedRoutine {
 /// padding on each side is mapped once in prepare. (cpu/ref computed every
 /// element's position by division: MediaPipe's channel pads took 60% of a
 /// face detector's time.)
-struct Pad final : PreparedRoutine {
+template <class T>
+struct PadT final : PreparedRoutine {
   static constexpr std::string_view kType = "pad";
   static constexpr bool kSimd = false;
-  static std::vector<Schema> schemas() { return {kPlain, kNhwc}; }
+  static constexpr bool kInt8 = std::is_same_v<T, int8_t>;
+  static std::vector<Schema> schemas() {
+    if constexpr (kInt8) return {kQPlain, kQNhwc};
+    return {kPlain, kNhwc};
+  }
   static Support supports(const LayerInfo& info, const Schema&) {
     const std::string m = info.layer->get_string("mode", "constant");
     if (m != "constant" && m != "reflect" && m != "edge" && m != "wrap") return Support::no("mode " + m);
     if (info.input_shapes[0].rank() > kMaxRank) return Support::no(fmt::format("rank above {}", kMaxRank));
+    if constexpr (kInt8) {
+      // Moving int8 values is exact where in and out share one quantisation and the fill is on its grid.
+      if (Support c = cpu::calibrated(info); !c) return c;
+      const QuantParams& qi = info.input_quant[0];
+      const QuantParams& qo = info.output_quant[0];
+      if (qi.scales.size() != 1 || qi.scales != qo.scales || qi.zero_points != qo.zero_points)
+        return Support::no("in qint8 the input and output need one quantisation (per tensor)");
+      if (m == "constant" && !fill_level(info)) return Support::no("the constant value is not on the int8 grid");
+    }
     return Support::yes();
+  }
+  /// The int8 value of the constant fill (real `value` on the output's grid), if it lies on it.
+  static std::optional<int8_t> fill_level(const LayerInfo& info) {
+    const QuantParams& q = info.output_quant[0];
+    const double v = info.layer->get_float("value", 0.0) / q.scales[0];
+    const double level = std::nearbyint(v) + q.zero_points[0];
+    if (std::abs(v - std::nearbyint(v)) > 1e-3 || level < -128 || level > 127) return std::nullopt;
+    return static_cast<int8_t>(level);
   }
   static constexpr int kMaxRank = 8;
   enum Mode { constant, reflect, edge, wrap } mode = constant;
   int rank = 0;  // physical dims, the row (last) included
   int64_t out_dims[kMaxRank] = {}, in_dims[kMaxRank] = {}, before[kMaxRank] = {}, in_stride[kMaxRank] = {};
   int64_t rows = 1;
-  float value = 0;
+  T value = 0;
   std::vector<int64_t> row_src;  // per output column: input column, or -1 (the value)
   int64_t run_at = 0, run_len = 0;  // the output columns that are the input row, in order (pads are >= 0)
 
@@ -703,11 +727,15 @@ struct Pad final : PreparedRoutine {
     return c < 0 ? -c : 2 * (len - 1) - c;  // reflect: pads < len (checked by shape inference)
   }
 
-  Pad(const LayerInfo& info, const Schema& schema, const vk::Kernels&) {
+  PadT(const LayerInfo& info, const Schema& schema, const vk::Kernels&) {
     const Layer& l = *info.layer;
     const std::string m = l.get_string("mode", "constant");
     mode = m == "reflect" ? reflect : m == "edge" ? edge : m == "wrap" ? wrap : constant;
-    value = static_cast<float>(l.get_float("value", 0.0));
+    if constexpr (kInt8) {
+      if (mode == constant) value = *fill_level(info);
+    } else {
+      value = static_cast<float>(l.get_float("value", 0.0));
+    }
     Shape in = info.input_shapes[0], out = info.output_shapes[0];
     const auto pads = l.get_ints("pads");
     std::vector<int64_t> b(pads.begin(), pads.begin() + in.rank());
@@ -732,13 +760,13 @@ struct Pad final : PreparedRoutine {
     run_len = in_dims[last];
   }
   void run(const RunArgs& a) override {
-    const float* x = a.inputs[0]->data_as<float>();
-    float* y = a.outputs[0]->data_as<float>();
+    const T* x = a.inputs[0]->data_as<T>();
+    T* y = a.outputs[0]->data_as<T>();
     const int last = rank - 1;
     const int64_t row_len = out_dims[last];
     a.pool->parallel_for(rows, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(row_len, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        float* dst = y + r * row_len;
+        T* dst = y + r * row_len;
         int64_t rem = r, off = 0;
         bool outside = false;
         for (int d = last - 1; d >= 0; --d) {
@@ -754,9 +782,9 @@ struct Pad final : PreparedRoutine {
           std::fill(dst, dst + row_len, value);
           continue;
         }
-        const float* src = x + off;
+        const T* src = x + off;
         for (int64_t o = 0; o < run_at; ++o) dst[o] = row_src[static_cast<std::size_t>(o)] < 0 ? value : src[row_src[static_cast<std::size_t>(o)]];
-        std::memcpy(dst + run_at, src, sizeof(float) * static_cast<std::size_t>(run_len));
+        std::memcpy(dst + run_at, src, sizeof(T) * static_cast<std::size_t>(run_len));
         for (int64_t o = run_at + run_len; o < row_len; ++o)
           dst[o] = row_src[static_cast<std::size_t>(o)] < 0 ? value : src[row_src[static_cast<std::size_t>(o)]];
       }
@@ -925,7 +953,8 @@ SOFTNEURO_REGISTER_ROUTINE(Vec<Elementwise<ErfK>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Transpose>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Split>);
-SOFTNEURO_REGISTER_ROUTINE(Vec<Pad>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<PadT<float>>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<PadT<int8_t>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Prelu>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kReshape>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kFlatten>>);
