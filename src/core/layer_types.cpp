@@ -849,6 +849,8 @@ TfliteAdd tflite_add_params(const Layer& l) {
     fail(l, "input_scales", "two positive finite scales expected");
   p.a_scale = static_cast<float>(scales[0]);
   p.b_scale = static_cast<float>(scales[1]);
+  p.a_inverse = 1.0f / p.a_scale;
+  p.b_inverse = 1.0f / p.b_scale;
   p.output_scale = quant_scale(l, "output_scale");
   integer_grid(l, "output_zero_point", -128, p.output_zero_point, p.qmin, p.qmax);
   if (!tflite_add_in_range(p.a_scale, p.b_scale, p.output_scale))

@@ -252,13 +252,13 @@ TflitePrelu tflite_prelu_params(const Layer& layer);
 /// on the inputs' grids. XNNPACK takes scale ratios in [2^-10, 2^8) only.
 struct TfliteAdd {
   float a_scale = 1, b_scale = 1, output_scale = 1;
+  float a_inverse = 1, b_inverse = 1;  ///< 1 / the inputs' scales: on the grid, x * (1/s) rounds to x / s's integer
   int32_t a_multiplier = 0, b_multiplier = 0, output_zero_point = 0, qmin = -128, qmax = 127;
   int shift = 0;
-  float apply(float a, float b) const { return sum(grid_levels(a, a_scale), grid_levels(b, b_scale)); }
-  /// The output's real value for the inputs' integers less their zero points.
-  float sum(int32_t la, int32_t lb) const {
-    const uint32_t acc = (uint32_t{1} << (shift - 1)) + static_cast<uint32_t>(la) * static_cast<uint32_t>(a_multiplier) +
-                         static_cast<uint32_t>(lb) * static_cast<uint32_t>(b_multiplier);
+  float apply(float a, float b) const {
+    const auto la = static_cast<uint32_t>(nearest_integer(a * a_inverse)), lb = static_cast<uint32_t>(nearest_integer(b * b_inverse));
+    const uint32_t acc = (uint32_t{1} << (shift - 1)) + la * static_cast<uint32_t>(a_multiplier) +
+                         lb * static_cast<uint32_t>(b_multiplier);
     const int32_t q = std::clamp((static_cast<int32_t>(acc) >> shift) + output_zero_point, qmin, qmax);
     return static_cast<float>(q - output_zero_point) * output_scale;
   }

@@ -338,13 +338,9 @@ struct TfliteAddVec final : PreparedRoutine {
 
   core::TfliteAdd p;
   float lo = -INFINITY, hi = INFINITY;  // the fused relu or clip
-  float ia, ib;                         // the inputs' inverse scales: on the grid, x * (1/s) rounds to x / s's integer
   int64_t n;
   TfliteAddVec(const LayerInfo& info, const Schema& schema, const vk::Kernels&)
-      : p(core::tflite_add_params(*info.layer)),
-        ia(1.0f / p.a_scale),
-        ib(1.0f / p.b_scale),
-        n(FakeQuantVec::stored(info.input_shapes[0], schema.layout)) {
+      : p(core::tflite_add_params(*info.layer)), n(FakeQuantVec::stored(info.input_shapes[0], schema.layout)) {
     const core::Activation act = core::fused_activation(*info.layer);
     if (act.kind == core::Activation::relu) lo = 0;
     if (act.kind == core::Activation::clip) lo = act.min, hi = act.max;
@@ -355,7 +351,7 @@ struct TfliteAddVec final : PreparedRoutine {
     float* z = a.outputs[0]->data_as<float>();
     a.pool->parallel_for(n, kGrainElems, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
-        z[i] = std::clamp(p.sum(core::nearest_integer(x[i] * ia), core::nearest_integer(y[i] * ib)), lo, hi);
+        z[i] = std::clamp(p.apply(x[i], y[i]), lo, hi);
     });
   }
 };

@@ -1069,13 +1069,27 @@ struct Resize {
     return 0;
   }
 
-  /// The setup shared by the float32 and float16 operators.
-  template <class Setup>
-  static SetupFn setup_with(const LayerInfo& info, xnn_operator_t op, Setup setup) {
+  /// One XNNPACK bilinear operator over elements E (float, int8_t; void for
+  /// float16), by its create and setup functions; its tables hold weights of
+  /// `weight_bytes` (check_tables).
+  template <class E>
+  static SetupFn create_op(const LayerInfo& info, Build& ops, std::size_t weight_bytes,
+                           enum xnn_status (*create)(size_t, size_t, size_t, uint32_t, xnn_operator_t*),
+                           enum xnn_status (*setup)(xnn_operator_t, size_t, size_t, size_t, size_t, size_t, const E*, E*,
+                                                    pthreadpool_t),
+                           const char* name) {
+    check_tables(info, weight_bytes);
+    const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
+    auto o = std::make_unique<Op>();
+    xcheck(create(c, c, c, ops.flags | flags(info), &o->op), name);
+    xnn_operator_t op = o->op;
+    ops.push_back(std::move(o));
     const Shape in = info.input_shapes[0], out = info.output_shapes[0];
     const auto u = [](int64_t v) { return static_cast<size_t>(v); };
     return [=](const void* const* x, void* y, pthreadpool_t pool) {
-      setup(op, u(in[0]), u(in[2]), u(in[3]), u(out[2]), u(out[3]), x[0], y, pool);
+      xcheck(setup(op, u(in[0]), u(in[2]), u(in[3]), u(out[2]), u(out[3]), static_cast<const E*>(x[0]), static_cast<E*>(y),
+                   pool),
+             name);
     };
   }
 
@@ -1088,21 +1102,10 @@ struct Resize {
   }
 
   static SetupFn create(const LayerInfo& info, Build& ops) {
-    check_tables(info, sizeof(float));
-    const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
-    auto o = std::make_unique<Op>();
-    xcheck(xnn_create_resize_bilinear2d_nhwc_f32(c, c, c, ops.flags | flags(info), &o->op),
-           "xnn_create_resize_bilinear2d_nhwc_f32");
-    xnn_operator_t op = o->op;
-    ops.push_back(std::move(o));
-    return setup_with(info, op,
-                      [](xnn_operator_t op, size_t n, size_t ih, size_t iw, size_t oh, size_t ow, const void* x, void* y,
-                         pthreadpool_t pool) {
-                        xcheck(xnn_setup_resize_bilinear2d_nhwc_f32(op, n, ih, iw, oh, ow, static_cast<const float*>(x),
-                                                                    static_cast<float*>(y), pool),
-                               "xnn_setup_resize_bilinear2d_nhwc_f32");
-                      });
+    return create_op<float>(info, ops, sizeof(float), xnn_create_resize_bilinear2d_nhwc_f32,
+                            xnn_setup_resize_bilinear2d_nhwc_f32, "resize_bilinear2d_nhwc_f32");
   }
+
 };
 
 // ---------------------------------------------------------------------------
@@ -1204,21 +1207,10 @@ struct QResize {
   }
 
   static SetupFn create(const LayerInfo& info, Build& ops) {
-    Resize::check_tables(info, sizeof(int16_t));
-    const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
-    auto o = std::make_unique<Op>();
-    xcheck(xnn_create_resize_bilinear2d_nhwc_s8(c, c, c, ops.flags | Resize::flags(info), &o->op),
-           "xnn_create_resize_bilinear2d_nhwc_s8");
-    xnn_operator_t op = o->op;
-    ops.push_back(std::move(o));
-    return Resize::setup_with(info, op,
-                              [](xnn_operator_t op, size_t n, size_t ih, size_t iw, size_t oh, size_t ow, const void* x,
-                                 void* y, pthreadpool_t pool) {
-                                xcheck(xnn_setup_resize_bilinear2d_nhwc_s8(op, n, ih, iw, oh, ow, static_cast<const int8_t*>(x),
-                                                                           static_cast<int8_t*>(y), pool),
-                                       "xnn_setup_resize_bilinear2d_nhwc_s8");
-                              });
+    return Resize::create_op<int8_t>(info, ops, sizeof(int16_t), xnn_create_resize_bilinear2d_nhwc_s8,
+                                     xnn_setup_resize_bilinear2d_nhwc_s8, "resize_bilinear2d_nhwc_s8");
   }
+
 };
 
 /// A qc8 convolution over nhwc int8 blobs; dense is one with 1x1 kernels.
@@ -1559,20 +1551,10 @@ struct HalfResize {
   static constexpr bool kHalf = true;
   static Support check(const LayerInfo& info) { return Resize::check(info); }
   static SetupFn create(const LayerInfo& info, Build& ops) {
-    Resize::check_tables(info, sizeof(uint16_t));
-    const size_t c = static_cast<size_t>(info.input_shapes[0][1]);
-    auto o = std::make_unique<Op>();
-    xcheck(xnn_create_resize_bilinear2d_nhwc_f16(c, c, c, ops.flags | Resize::flags(info), &o->op),
-           "xnn_create_resize_bilinear2d_nhwc_f16");
-    xnn_operator_t op = o->op;
-    ops.push_back(std::move(o));
-    return Resize::setup_with(info, op,
-                              [](xnn_operator_t op, size_t n, size_t ih, size_t iw, size_t oh, size_t ow, const void* x,
-                                 void* y, pthreadpool_t pool) {
-                                xcheck(xnn_setup_resize_bilinear2d_nhwc_f16(op, n, ih, iw, oh, ow, x, y, pool),
-                                       "xnn_setup_resize_bilinear2d_nhwc_f16");
-                              });
+    return Resize::create_op<void>(info, ops, sizeof(uint16_t), xnn_create_resize_bilinear2d_nhwc_f16,
+                                   xnn_setup_resize_bilinear2d_nhwc_f16, "resize_bilinear2d_nhwc_f16");
   }
+
 };
 
 /// add and mul in float16: Binary's broadcasting, XNNPACK's f16 operators.
