@@ -28,6 +28,8 @@ struct TensorInfo {
   DType dtype = DType::float32;
   /// An input's dims that may take any size at run (symbolic in the source
   /// model, e.g. batch or image width); the other dims must be as in `shape`.
+  /// An output's dims whose size depends on the input values (the boxes a
+  /// NonMaxSuppression keeps): `shape` gives the most they can hold.
   std::vector<int> dynamic_dims;
 };
 
@@ -199,6 +201,10 @@ class Session {
   /// (SessionOptions::shape_cache); runs at a shape kept perform no heap
   /// allocation of ours. Throws
   /// softneuro::Error on a missing, unknown or mis-shaped blob, naming it.
+  /// A model whose sizes depend on values (NonMaxSuppression, NonZero: its
+  /// outputs() list such dims as dynamic) runs in stages, each planned at the
+  /// sizes the ones before produced; its outputs are copied into the caller's
+  /// blobs where their shapes match, and otherwise replace them.
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
   /// Convenience form: returns freshly allocated outputs, in outputs() order.
   std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
@@ -213,7 +219,8 @@ class Session {
   /// the shapes output_shape() answers for.
   void reshape(const std::map<std::string, Shape>& input_shapes);
   /// The named output's shape at the input shapes of the last run or reshape
-  /// (at first: the default ones).
+  /// (at first: the default ones); for an output whose size depends on values,
+  /// its shape in the last run (before any: its capacity, Model::outputs()).
   Shape output_shape(const std::string& name) const;
 
   const Model& model() const;

@@ -88,6 +88,8 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
       step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
       continue;
     }
+    if (const LayerType* type = find_layer_type(step.layer->type); type && type->value_shaped)
+      step.value_shapes = step.info.output_shapes;
     try {
       step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
     } catch (const Error& e) {
@@ -611,6 +613,13 @@ void Executor::bind_outputs_to_arena() {
       blobs_[i].rebind(static_cast<char*>(blobs_[static_cast<std::size_t>(slots_[i].alias)].data()) + slots_[i].alias_offset);
 }
 
+std::optional<Shape> Executor::value_shape(const std::string& blob) const {
+  for (const auto& step : steps_)
+    for (std::size_t k = 0; k < step->value_shapes.size() && k < step->layer->outputs.size(); ++k)
+      if (step->layer->outputs[k] == blob) return step->value_shapes[k];
+  return std::nullopt;
+}
+
 void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {
   const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};
   for (const auto& given : inputs) {
@@ -664,7 +673,8 @@ void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outpu
     for (std::size_t t = begin; t < end; ++t) {
       Step& step = *steps_[t];
       RunArgs args{step.inputs, step.outputs,
-                   step.workspace_bytes ? arena(step.workspace_device).base() + step.workspace_offset : nullptr, pool};
+                   step.workspace_bytes ? arena(step.workspace_device).base() + step.workspace_offset : nullptr, pool,
+                   step.value_shapes.empty() ? nullptr : step.value_shapes.data()};
       if (!times) {
         step.prepared->run(args);
         continue;

@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,6 +79,11 @@ class Executor {
   /// Runs every step. With `step_ms` (steps().size() entries), also stores
   /// each step's wall time in milliseconds (integrated profiling).
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms = nullptr);
+
+  /// The actual shape of `blob` in the last run where a value-shaped layer
+  /// (LayerType::value_shaped) writes it: its planned blob holds the capacity,
+  /// the actual elements first. nullopt for other blobs.
+  std::optional<Shape> value_shape(const std::string& blob) const;
 
   const std::vector<std::unique_ptr<Step>>& steps() const { return plan_.steps; }
   /// Whether some of its memory is on a device other than the CPU.

@@ -353,6 +353,45 @@ std::vector<Shape> infer_top_k(const Layer& l, std::span<const Shape> in) {
   return {out, out};
 }
 
+std::vector<Shape> infer_non_max_suppression(const Layer& l, std::span<const Shape> in) {
+  const Shape& boxes = in[0];
+  const Shape& scores = in[1];
+  if (boxes.rank() != 3 || boxes[2] != 4) fail(l, "boxes", fmt::format("boxes {} are not [batch, boxes, 4]", boxes.to_string()));
+  if (scores.rank() != 3 || scores[0] != boxes[0] || scores[2] != boxes[1])
+    fail(l, "scores", fmt::format("scores {} are not [batch, classes, boxes] for boxes {}", scores.to_string(), boxes.to_string()));
+  const int64_t most = l.get_int("max_output_boxes_per_class", 0);
+  if (most < 0) fail(l, "max_output_boxes_per_class", fmt::format("{} is negative", most));
+  const int64_t center = l.get_int("center_point_box", 0);
+  if (center != 0 && center != 1) fail(l, "center_point_box", fmt::format("{} is not 0 or 1", center));
+  const double iou = l.get_float("iou_threshold", 0.0);
+  if (!(iou >= 0 && iou <= 1)) fail(l, "iou_threshold", fmt::format("{} is outside [0, 1]", iou));
+  return {Shape{boxes[0] * scores[1] * std::min(most, boxes[1]), 3}};
+}
+
+std::vector<Shape> infer_non_zero(const Layer&, std::span<const Shape> in) {
+  return {Shape{std::max(1, in[0].rank()), in[0].numel()}};
+}
+
+std::vector<Shape> infer_roi_align(const Layer& l, std::span<const Shape> in) {
+  const Shape& x = in[0];
+  if (x.rank() != 4) fail(l, "input", fmt::format("input {} is not [N, C, H, W]", x.to_string()));
+  if (in[1].rank() != 2 || in[1][1] != 4) fail(l, "rois", fmt::format("rois {} are not [R, 4]", in[1].to_string()));
+  if (in[2].rank() != 1 || in[2][0] != in[1][0])
+    fail(l, "batch_indices", fmt::format("batch_indices {} are not [{}]", in[2].to_string(), in[1][0]));
+  const std::string mode = l.get_string("mode", "avg");
+  if (mode != "avg" && mode != "max") fail(l, "mode", fmt::format("mode '{}' is not avg or max", mode));
+  const std::string ct = l.get_string("coordinate_transformation_mode", "half_pixel");
+  if (ct != "half_pixel" && ct != "output_half_pixel")
+    fail(l, "coordinate_transformation_mode", fmt::format("'{}' is not half_pixel or output_half_pixel", ct));
+  const int64_t oh = l.get_int("output_height", 1), ow = l.get_int("output_width", 1), sr = l.get_int("sampling_ratio", 0);
+  if (oh < 1 || oh > kMaxWindowParam) fail(l, "output_height", fmt::format("{} is outside 1..{}", oh, kMaxWindowParam));
+  if (ow < 1 || ow > kMaxWindowParam) fail(l, "output_width", fmt::format("{} is outside 1..{}", ow, kMaxWindowParam));
+  if (sr < 0 || sr > kMaxWindowParam) fail(l, "sampling_ratio", fmt::format("{} is outside 0..{}", sr, kMaxWindowParam));
+  const double scale = l.get_float("spatial_scale", 1.0);
+  if (!(scale > 0) || !std::isfinite(scale)) fail(l, "spatial_scale", fmt::format("{} is not a positive number", scale));
+  return {Shape{in[1][0], x[1], oh, ow}};
+}
+
 std::vector<Shape> infer_grid_sample(const Layer& l, std::span<const Shape> in) {
   const Shape& x = in[0];
   const Shape& g = in[1];
@@ -607,6 +646,9 @@ const LayerType kBuiltinTypes[] = {
     {"fake_quant", 1, 1, infer_fake_quant},
     {"dynamic_quantize", 1, 1, infer_dynamic_quantize, 3},
     {"shape_math", 1, -1, infer_shape_math, 1, true},
+    {"non_max_suppression", 2, 2, infer_non_max_suppression, 1, false, true},
+    {"non_zero", 1, 1, infer_non_zero, 1, false, true},
+    {"roi_align", 3, 3, infer_roi_align},
 };
 
 }  // namespace

@@ -125,6 +125,21 @@
 //            y_h; linear_before_reset=0.
 //  rnn       ONNX RNN: as gru with one gate, h = tanh(x W' + h R' + Wb + Rb).
 //  constant  no inputs; weight value; out = value.
+//  non_max_suppression  ONNX NonMaxSuppression: boxes [B,N,4], scores [B,C,N];
+//            max_output_boxes_per_class (0: none), iou_threshold=0, score_threshold
+//            (absent: every box a candidate), center_point_box=0 (0: [y1,x1,y2,x2], any two
+//            corners; 1: [xc,yc,w,h]). Per batch and class, candidates with score >
+//            score_threshold taken by falling score (ties: the lower box first), each kept
+//            unless its IoU with a kept box is > iou_threshold. Out [kept, 3] rows
+//            (batch, class, box) by batch, class, then order kept. Value-shaped.
+//  non_zero  out [rank, count]: the indices of the input's non-zero elements, row-major
+//            (ONNX NonZero; a rank-0 input is read as [1]). Value-shaped.
+//  roi_align x [N,C,H,W], rois [R,4] (x1,y1,x2,y2 in input pixels / spatial_scale),
+//            batch_indices [R]; mode = avg|max, output_height=1, output_width=1,
+//            sampling_ratio=0 (0: ceil(roi size / output size) per bin), spatial_scale=1,
+//            coordinate_transformation_mode = half_pixel|output_half_pixel (no -0.5 shift,
+//            rois at least 1x1); out [R,C,output_height,output_width] (ONNX RoiAlign:
+//            bilinear samples, max mode the largest weighted corner, as ONNX Runtime).
 //  shape_math  a small int64/float32 value computed from its inputs' shapes and
 //            values when the input shapes are known (op: shape with start, end and
 //            perm (the shape of the input transposed by it), gather, concat,
@@ -159,6 +174,12 @@ struct LayerType {
   int outputs = 1;  ///< outputs a layer of this type has; 0: as many as it names (at least 1)
   /// Evaluated when the net's input shapes are known (core::specialize), never by a routine.
   bool plan_time = false;
+  /// Its output shapes depend on its input values (NonMaxSuppression, NonZero):
+  /// `infer` gives each output's capacity, the most it can hold; a routine writes
+  /// the actual elements first (row-major in the actual shape), zeros after them,
+  /// and reports the actual shapes (RunArgs::output_shapes). The layers reading
+  /// such outputs run in a later stage, planned at the actual shapes (core/stages.hpp).
+  bool value_shaped = false;
 };
 
 /// The type named `name` (built in or registered), or nullptr.

@@ -5,6 +5,7 @@
 #include "core/dnn_file.hpp"
 #include "core/prepared_weights.hpp"
 #include "core/shape_plan.hpp"
+#include "core/stages.hpp"
 #include "core/weight_quant.hpp"
 #include "core/log.hpp"
 #include "core/aligned_memory.hpp"
@@ -12,7 +13,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
 #include <chrono>
 
 #include <unistd.h>
@@ -23,7 +26,7 @@
 namespace softneuro {
 namespace detail {
 
-void ModelImpl::build(core::Graph g, const std::string& from) {
+void ModelImpl::build(core::Graph g, const std::string& from, bool split) {
   file = from;
   try {
     core::sort_topologically(g);
@@ -36,9 +39,32 @@ void ModelImpl::build(core::Graph g, const std::string& from) {
       auto typed = graph.output_dtypes.find(o);
       outputs.push_back({o, shapes.at(o), typed == graph.output_dtypes.end() ? DType::float32 : typed->second, {}});
     }
+    stages.clear();
+    if (split) cut_stages();
   } catch (const Error& e) {
     throw file.empty() ? e : e.with_file(file);
   }
+}
+
+void ModelImpl::cut_stages() {
+  stages.clear();
+  if (!core::has_value_shaped(graph)) return;
+  for (auto& cut : core::split_stages(graph, shapes)) {
+    auto stage = std::make_shared<ModelImpl>();
+    stage->weights = weights;
+    stage->build(std::move(cut.graph), file, /*split=*/false);
+    stages.push_back({std::move(stage), std::move(cut.value_shaped)});
+  }
+  // An output of a later stage, or a value-shaped layer's, has its size from
+  // the values: every dim is listed as dynamic, the shape gives the capacity.
+  for (std::size_t k = 0; k < stages.size(); ++k)
+    for (const auto& o : stages[k].model->graph.outputs) {
+      const auto& vs = stages[k].value_shaped;
+      if (k == 0 && std::find(vs.begin(), vs.end(), o) == vs.end()) continue;
+      for (auto& info : outputs)
+        if (info.name == o && info.dynamic_dims.empty())
+          for (int d = 0; d < info.shape.rank(); ++d) info.dynamic_dims.push_back(d);
+    }
 }
 
 std::unique_ptr<core::Executor> ModelImpl::prepare() const {
@@ -89,7 +115,9 @@ void WorkingModel::store_prepared_weights(int threads) {
 
 Model WorkingModel::to_model() {
   executors.reset();  // they point at this graph
-  return Model(std::make_shared<const ModelImpl>(static_cast<const ModelImpl&>(*this)));
+  auto impl = std::make_shared<ModelImpl>(static_cast<const ModelImpl&>(*this));
+  impl->cut_stages();  // from the graph as it is now (its routine path, quantisation)
+  return Model(std::move(impl));
 }
 
 Model make_model(core::Graph graph, const std::string& file) {
@@ -117,8 +145,9 @@ bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std
   return true;
 }
 
-ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options)
+ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options, bool stage)
     : model_(model),
+      stage_(stage),
       capacity_(std::max<std::size_t>(1, options.shape_cache)),
       schemas_(options.schemas),
       memory_limit_(memory_limit_of(options)) {}
@@ -221,7 +250,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   ++plans_built_;
   bool default_shapes = true;
   for (const auto& in : model_.inputs) default_shapes = default_shapes && inputs.at(in.name) == in.shape;
-  if (!default_shapes || !exact) {
+  if (!stage_ && (!default_shapes || !exact)) {
     std::string tuned;
     if (!path.empty() && !exact)
       tuned = fmt::format("; no routine path was tuned at these shapes: the one tuned at {} runs where its routines "
@@ -323,7 +352,9 @@ void WorkingModel::changed() {
 }
 
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
-    : model(m), options(o), executors(model.impl(), o) {
+    : model(m), options(o), executors(m.impl().stages.empty() ? m.impl() : *m.impl().stages.front().model, o) {
+  for (std::size_t k = 1; k < model.impl().stages.size(); ++k)
+    later_stages.push_back(std::make_unique<ShapedExecutors>(*model.impl().stages[k].model, o, /*stage=*/true));
   if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), model.impl().file, {}, "threads");
   if (options.threads > 1) core::require_startable_threads(options.threads, model.impl().file, "threads");
   for (const auto& p : options.schemas) {
@@ -412,6 +443,51 @@ std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain
 }
 
 }  // namespace
+
+std::vector<NamedBlob> SessionImpl::run_stages(std::span<const NamedBlob> inputs, std::vector<double>* step_ms) {
+  const auto& stages = model.impl().stages;
+  std::vector<NamedBlob> known(inputs.begin(), inputs.end());  // the net's inputs, then each stage's outputs
+  auto find = [&](const std::string& name) -> const NamedBlob* {
+    for (const auto& b : known)
+      if (b.name == name) return &b;
+    return nullptr;
+  };
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    const ModelImpl& stage = *stages[k].model;
+    ShapedExecutors& shaped = k == 0 ? executors : *later_stages[k - 1];
+    std::vector<NamedBlob> in;
+    if (k == 0) {
+      in.assign(inputs.begin(), inputs.end());  // (the executor names what is missing or extra)
+    } else {
+      for (const auto& info : stage.inputs)
+        if (const NamedBlob* b = find(info.name)) in.push_back(*b);
+    }
+    core::Executor& executor = shaped.for_inputs(in);
+    auto outs = allocate_outputs(stage.outputs, shaped.current_shapes());
+    std::vector<double> ms(step_ms ? executor.steps().size() : 0, 0.0);
+    executor.run(in, outs, step_ms ? ms.data() : nullptr);
+    if (step_ms) step_ms->insert(step_ms->end(), ms.begin(), ms.end());
+    for (auto& o : outs)
+      if (auto actual = executor.value_shape(o.name)) o.blob.reshape(*actual);
+    known.insert(known.end(), std::make_move_iterator(outs.begin()), std::make_move_iterator(outs.end()));
+  }
+  std::vector<NamedBlob> result;
+  run_shapes.clear();
+  for (const auto& info : model.outputs()) {
+    const NamedBlob* b = find(info.name);
+    if (!b) throw Error(fmt::format("output '{}' was computed by no stage", info.name), model.impl().file, {}, info.name);
+    result.push_back(*b);
+    run_shapes[info.name] = b->blob.shape();
+  }
+  return result;
+}
+
+std::vector<core::Executor*> SessionImpl::current_executors() {
+  std::vector<core::Executor*> out{&executors.current()};
+  for (auto& later : later_stages) out.push_back(&later->current());
+  return out;
+}
+
 }  // namespace detail
 
 // --- Model
@@ -518,13 +594,36 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
+namespace {
+/// A staged model's results into the caller's outputs: copied where the caller's
+/// blob has the result's shape and type, else the caller's blob is replaced.
+void hand_over(std::vector<NamedBlob>& results, std::span<NamedBlob> outputs) {
+  for (auto& given : outputs) {
+    auto r = std::find_if(results.begin(), results.end(), [&](const NamedBlob& b) { return b.name == given.name; });
+    if (r == results.end()) throw Error(fmt::format("the net has no output named '{}'", given.name), {}, {}, given.name);
+    const Blob& got = r->blob;
+    if (given.blob.data() && given.blob.shape() == got.shape() && given.blob.dtype() == got.dtype() &&
+        given.blob.layout() == got.layout() && given.blob.device() == Device::cpu)
+      std::memcpy(given.blob.data(), got.data(), got.byte_size());
+    else
+      given.blob = got;
+  }
+}
+}  // namespace
+
 void Session::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
   core::SessionThreads threads(impl_->options.threads);
+  if (impl_->staged()) {
+    auto results = impl_->run_stages(inputs);
+    hand_over(results, outputs);
+    return;
+  }
   impl_->executor_for(inputs).run(inputs, outputs);
 }
 
 std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
   core::SessionThreads threads(impl_->options.threads);
+  if (impl_->staged()) return impl_->run_stages(inputs);
   core::Executor& executor = impl_->executor_for(inputs);
   auto outs = detail::allocate_outputs(impl_->model.outputs(), impl_->executors.current_shapes());
   executor.run(inputs, outs);
@@ -533,6 +632,12 @@ std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
 
 std::vector<double> Session::run_timed(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs) {
   core::SessionThreads threads(impl_->options.threads);
+  if (impl_->staged()) {
+    std::vector<double> ms;
+    auto results = impl_->run_stages(inputs, &ms);
+    hand_over(results, outputs);
+    return ms;
+  }
   core::Executor& executor = impl_->executor_for(inputs);
   std::vector<double> ms(executor.steps().size(), 0.0);
   executor.run(inputs, outputs, ms.data());
@@ -545,14 +650,33 @@ void Session::reshape(const std::map<std::string, Shape>& input_shapes) {
 }
 
 Shape Session::output_shape(const std::string& name) const {
-  detail::find_shape(impl_->model.outputs(), name, "output");
+  const Shape most = detail::find_shape(impl_->model.outputs(), name, "output");
+  if (impl_->staged()) {
+    auto it = impl_->run_shapes.find(name);
+    return it == impl_->run_shapes.end() ? most : it->second;
+  }
   return impl_->executors.current_shapes().at(name);
 }
 
 const Model& Session::model() const { return impl_->model; }
-std::vector<LayerSummary> Session::layers(bool explain) const { return detail::summarize(impl_->executors.current(), explain); }
-std::size_t Session::planned_bytes() const { return impl_->executors.current().arena_bytes(); }
-std::size_t Session::unplanned_bytes() const { return impl_->executors.current().unplanned_bytes(); }
+std::vector<LayerSummary> Session::layers(bool explain) const {
+  std::vector<LayerSummary> out;
+  for (core::Executor* e : impl_->current_executors()) {
+    auto part = detail::summarize(*e, explain);
+    out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return out;
+}
+std::size_t Session::planned_bytes() const {
+  std::size_t n = 0;
+  for (core::Executor* e : impl_->current_executors()) n += e->arena_bytes();
+  return n;
+}
+std::size_t Session::unplanned_bytes() const {
+  std::size_t n = 0;
+  for (core::Executor* e : impl_->current_executors()) n += e->unplanned_bytes();
+  return n;
+}
 Session::PlanCounts Session::plan_counts() const {
   return {impl_->executors.plans_built(), impl_->executors.plans_rebound()};
 }

@@ -18,6 +18,14 @@
 
 namespace softneuro::detail {
 
+struct ModelImpl;
+
+/// One stage of a model whose tensor sizes depend on values (core/stages.hpp).
+struct ModelStage {
+  std::shared_ptr<const ModelImpl> model;
+  std::vector<std::string> value_shaped;  ///< its outputs of value-dependent shape
+};
+
 /// A model: checked, sorted, shapes inferred; nothing prepared.
 struct ModelImpl {
   core::Graph graph;
@@ -26,10 +34,17 @@ struct ModelImpl {
   std::string file;  ///< where it was loaded from, for messages
   /// Derived weights, shared by every executor of this model.
   std::shared_ptr<core::WeightStore> weights = std::make_shared<core::WeightStore>();
+  /// Where a layer's output shapes depend on values: the graph cut into stages
+  /// a session runs in turn (core/stages.hpp; one or more). Empty otherwise.
+  std::vector<ModelStage> stages;
 
-  /// Checks the DAG, sorts it and infers shapes. Errors name `file` (when not
-  /// empty) and the layer at fault.
-  void build(core::Graph g, const std::string& from);
+  /// Checks the DAG, sorts it and infers shapes (a value-shaped layer's
+  /// outputs: their capacity), and cuts it into stages where it must (unless
+  /// `!split`: the graph of a stage). Errors name `file` (when not empty) and
+  /// the layer at fault.
+  void build(core::Graph g, const std::string& from, bool split = true);
+  /// `stages` from the graph as it is (none where no layer is value-shaped).
+  void cut_stages();
   /// A fresh executor of this model (prepared routines, planned memory).
   std::unique_ptr<core::Executor> prepare() const;
 };
@@ -51,7 +66,9 @@ bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std
 /// bucket, not per length.
 class ShapedExecutors {
  public:
-  ShapedExecutors(const ModelImpl& model, const SessionOptions& options);
+  /// `stage`: the executors of a later stage of a model (ModelImpl::stages),
+  /// which meets new shapes at most runs: a new plan is noted at debug level.
+  ShapedExecutors(const ModelImpl& model, const SessionOptions& options, bool stage = false);
   /// The executor of these input shapes (net inputs by name; missing: the
   /// default shape). Throws Error naming the input whose shape the model does not take.
   core::Executor& at(const std::map<std::string, Shape>& input_shapes);
@@ -83,6 +100,7 @@ class ShapedExecutors {
   /// The exact twin of the front entry's executor.
   core::Executor& exact_front();
   const ModelImpl& model_;
+  bool stage_;
   std::size_t capacity_;
   std::vector<std::string> schemas_;
   std::size_t memory_limit_;  ///< of each executor's arena (SessionOptions::memory_limit, resolved)
@@ -123,10 +141,23 @@ class SessionImpl {
   SessionImpl(const Model& model, const SessionOptions& options);
   Model model;
   SessionOptions options;
+  /// The model's executors, or its first stage's where it has stages.
   ShapedExecutors executors;
+  /// A staged model's later stages (ModelImpl::stages[1...]).
+  std::vector<std::unique_ptr<ShapedExecutors>> later_stages;
+  /// A staged model's outputs' shapes in the last run.
+  std::map<std::string, Shape> run_shapes;
 
+  bool staged() const { return !model.impl().stages.empty(); }
   /// The executor of these inputs' shapes (within the memory limit: the executor checks it).
   core::Executor& executor_for(std::span<const NamedBlob> inputs) { return executors.for_inputs(inputs); }
+  /// Runs a staged model's stages in turn, each at the shapes the ones before
+  /// produced; returns its outputs at their actual shapes. With `step_ms`, each
+  /// stage's step times in turn (integrated profiling).
+  std::vector<NamedBlob> run_stages(std::span<const NamedBlob> inputs, std::vector<double>* step_ms = nullptr);
+  /// Each stage's executor used last (stage 0 first), where a staged model's
+  /// later ones have run; the model's otherwise.
+  std::vector<core::Executor*> current_executors();
 };
 
 }  // namespace softneuro::detail

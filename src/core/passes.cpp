@@ -187,7 +187,10 @@ std::vector<Blob> evaluate_layer(const Layer& l, const std::vector<Blob>& inputs
   args.outputs = out_ptrs;
   args.workspace = workspace.get();
   args.pool = &global_pool();
+  std::vector<Shape> actual = info.output_shapes;  // a value-shaped layer's are known once it has run
+  args.output_shapes = actual.data();
   prepared->run(args);
+  for (std::size_t k = 0; k < outputs.size(); ++k) outputs[k].reshape(actual[k]);
   return outputs;
 }
 

@@ -54,6 +54,9 @@ struct Step {
   std::size_t workspace_offset = 0;
   std::size_t workspace_bytes = 0;
   Device workspace_device = Device::cpu;
+  /// A value-shaped layer's step (LayerType::value_shaped): its outputs' actual
+  /// shapes in the last run (the capacities before any). Empty elsewhere.
+  std::vector<Shape> value_shapes;
 };
 
 enum class BlobKind { net_input, constant, planned, unwritten /* between two fused steps */ };

@@ -406,6 +406,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
       // is computed now, once per shape, by the reference routines.
       if (fold_values(l, layer, values, sized, read_as_data, out.layers)) {
         folded[static_cast<std::size_t>(&layer - graph.layers.data())] = 1;
+        for (const auto& o : layer.outputs) shapes[o] = values.at(o).shape();  // (a value-shaped layer's: actual)
         continue;
       }
       out.layers.push_back(std::move(l));

@@ -450,6 +450,9 @@ class Importer {
   void bitwise(const Node&);
   void cumulative(const Node&);
   void top_k(const Node&);
+  void non_max_suppression(const Node&);
+  void non_zero(const Node&);
+  void roi_align(const Node&);
   void hardmax(const Node&);
   void thresholded_relu(const Node&);
   void celu(const Node&);
@@ -697,6 +700,9 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"CumSum", &Importer::cumulative},
       {"CumProd", &Importer::cumulative},
       {"TopK", &Importer::top_k},
+      {"NonMaxSuppression", &Importer::non_max_suppression},
+      {"NonZero", &Importer::non_zero},
+      {"RoiAlign", &Importer::roi_align},
       {"Hardmax", &Importer::hardmax},
       {"ThresholdedRelu", &Importer::thresholded_relu},
       {"Celu", &Importer::celu},
@@ -4053,6 +4059,47 @@ void Importer::top_k(const Node& n) {
   value_types_[indices] = onnx::TensorProto::INT64;
 }
 
+// NonMaxSuppression: its limit and thresholds are constants (the exporters
+// write them so); the number of boxes kept is known only at run time
+// (core/stages.hpp).
+void Importer::non_max_suppression(const Node& n) {
+  Layer l = make("non_max_suppression", n.name, {input(n, 0), input(n, 1)}, {n.out(0)});
+  auto scalar = [&](int k, const char* field) -> std::optional<double> {
+    if (!n.has_in(k)) return std::nullopt;
+    const Blob& c = require_constant(n, k, field);
+    if (c.numel() != 1) throw n.error(fmt::format("{} has {} values, not one", field, c.numel()), field);
+    return to_doubles(c)[0];
+  };
+  const auto most = scalar(2, "max_output_boxes_per_class");
+  // (a limit beyond the int64 range, e.g. 2^63 - 1 read through a double, means none)
+  l.params["max_output_boxes_per_class"] =
+      most ? (*most >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(*most)) : int64_t{0};
+  if (const auto iou = scalar(3, "iou_threshold")) l.params["iou_threshold"] = *iou;
+  if (const auto score = scalar(4, "score_threshold")) l.params["score_threshold"] = *score;
+  l.params["center_point_box"] = n.get_int("center_point_box", 0);
+  add(std::move(l));
+  value_types_[n.out(0)] = onnx::TensorProto::INT64;
+}
+
+void Importer::non_zero(const Node& n) {
+  add_unary(n, "non_zero", input(n, 0), n.out(0));
+  value_types_[n.out(0)] = onnx::TensorProto::INT64;
+}
+
+// RoiAlign: opset 16 added coordinate_transformation_mode (half_pixel by
+// default); before it, every RoiAlign computed output_half_pixel.
+void Importer::roi_align(const Node& n) {
+  Layer l = make("roi_align", n.name, {input(n, 0), input(n, 1), input(n, 2)}, {n.out(0)});
+  l.params = {{"mode", n.get_string("mode", "avg")},
+              {"output_height", n.get_int("output_height", 1)},
+              {"output_width", n.get_int("output_width", 1)},
+              {"sampling_ratio", n.get_int("sampling_ratio", 0)},
+              {"spatial_scale", n.get_float("spatial_scale", 1.0)},
+              {"coordinate_transformation_mode",
+               n.opset >= 16 ? n.get_string("coordinate_transformation_mode", "half_pixel") : std::string("output_half_pixel")}};
+  add(std::move(l));
+}
+
 // Hardmax: 1 at the first maximum along the axis, 0 elsewhere: the arg max
 // compared with the positions along the axis. Before opset 13 over the 2-D view.
 void Importer::hardmax(const Node& n) {
@@ -4888,7 +4935,7 @@ void Importer::convert(int i) {
   // (indices, shapes, a mask) hold.
   static const std::unordered_set<std::string> typed_by_data = {
       "Gather", "GatherElements", "GatherND", "Reshape", "Expand", "Tile", "Slice", "Squeeze", "Unsqueeze", "Pad",
-      "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad"};
+      "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad", "RoiAlign"};
   const int typed_inputs = typed_by_data.count(n.op()) ? std::min(1, n.num_inputs()) : n.num_inputs();
   for (int k = 0; k < typed_inputs; ++k)
     if (n.has_in(k) && !constant(n.in(k)))
@@ -4914,7 +4961,8 @@ void Importer::convert(int i) {
     keep_quantisation(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
     static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "If", "DequantizeLinear", "QLinearConv",
-                                                              "QLinearMatMul", "ConvInteger", "MatMulInteger", "OneHot"};
+                                                              "QLinearMatMul", "ConvInteger", "MatMulInteger", "OneHot",
+                                                              "NonZero", "NonMaxSuppression"};
     if (typed >= 0 && !own_types.count(n.op()))
       for (int k = 0; k < n.num_outputs(); ++k)
         if (!n.out(k).empty() && !constant(n.out(k))) value_types_.emplace(n.out(k), typed);
@@ -4958,7 +5006,9 @@ void Importer::fold_node(const Node& n, std::size_t first) {
   static const std::unordered_set<std::string> logic = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
                                                         "Or", "Xor", "Not", "IsNaN", "IsInf"};
   auto integer_output = [&](int k) {
-    if (logic.count(n.op()) || n.op() == "ArgMax" || n.op() == "ArgMin" || (n.op() == "TopK" && k == 1)) return true;
+    if (logic.count(n.op()) || n.op() == "ArgMax" || n.op() == "ArgMin" || (n.op() == "TopK" && k == 1) ||
+        n.op() == "NonMaxSuppression" || n.op() == "NonZero")
+      return true;
     const Blob* data = n.has_in(0) ? constant(n.in(0)) : nullptr;
     return data && data->dtype() == DType::int64 && keeps_integers(n.op());
   };
@@ -4996,7 +5046,7 @@ bool Importer::keeps_integers(const std::string& op) {
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
       "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
       "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot", "CenterCropPad", "Compress",
-      "ReverseSequence", "If"};
+      "ReverseSequence", "If", "NonZero"};
   return ops.count(op) != 0;
 }
 

@@ -526,6 +526,28 @@ TEST_CASE("shape inference: divmod, bitwise, cumulative, top_k", "[core][shape]"
   expect_error(gs("area"), {{2, 3, 5, 6}, {2, 4, 7, 2}}, "mode");
 }
 
+TEST_CASE("shape inference: value-shaped layers give their capacity; roi_align", "[core][shape]") {
+  auto nms = [](int64_t most, double iou, int64_t center) {
+    return L("non_max_suppression", {{"max_output_boxes_per_class", most}, {"iou_threshold", iou}, {"center_point_box", center}}, {}, 2);
+  };
+  CHECK(infer(nms(3, 0.5, 0), {{2, 10, 4}, {2, 5, 10}}) == Shapes{{30, 3}});
+  CHECK(infer(nms(int64_t{1} << 62, 0.5, 1), {{1, 10, 4}, {1, 5, 10}}) == Shapes{{50, 3}});  // at most every box
+  CHECK(infer(nms(0, 0.5, 0), {{1, 10, 4}, {1, 5, 10}}) == Shapes{{0, 3}});
+  expect_error(nms(3, 0.5, 0), {{1, 10, 5}, {1, 5, 10}}, "boxes");
+  expect_error(nms(3, 0.5, 0), {{1, 10, 4}, {1, 5, 9}}, "scores");
+  expect_error(nms(-1, 0.5, 0), {{1, 10, 4}, {1, 5, 10}}, "max_output_boxes_per_class");
+  expect_error(nms(3, 1.5, 0), {{1, 10, 4}, {1, 5, 10}}, "iou_threshold");
+  expect_error(nms(3, 0.5, 2), {{1, 10, 4}, {1, 5, 10}}, "center_point_box");
+  CHECK(infer(L("non_zero"), {{3, 4}}) == Shapes{{2, 12}});
+  CHECK(infer(L("non_zero"), {Shape{}}) == Shapes{{1, 1}});
+  auto roi = [](const char* mode, int64_t oh) { return L("roi_align", {{"mode", std::string(mode)}, {"output_height", oh}, {"output_width", int64_t{2}}}, {}, 3); };
+  CHECK(infer(roi("avg", 3), {{2, 8, 10, 12}, {5, 4}, {5}}) == Shapes{{5, 8, 3, 2}});
+  expect_error(roi("mean", 3), {{2, 8, 10, 12}, {5, 4}, {5}}, "mode");
+  expect_error(roi("max", 0), {{2, 8, 10, 12}, {5, 4}, {5}}, "output_height");
+  expect_error(roi("max", 3), {{2, 8, 10, 12}, {5, 5}, {5}}, "rois");
+  expect_error(roi("max", 3), {{2, 8, 10, 12}, {5, 4}, {4}}, "batch_indices");
+}
+
 TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
   expect_error(L("shape_math", {{"op", std::string("shape")}}), {{2, 5}}, "op");
 }
@@ -538,7 +560,8 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
-      "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample"};
+      "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
+      "non_max_suppression", "non_zero", "roi_align"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -355,6 +355,26 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                        {random_blob({2, 3, 6, 7}, rng), random_blob({2, 5, 4, 2}, rng, -1.3f, 1.3f)}});
     return out;
   }
+  if (type == "non_max_suppression") {
+    std::map<std::string, Attr> p{{"max_output_boxes_per_class", int64_t{5}}, {"iou_threshold", 0.4}, {"score_threshold", 0.3}};
+    return {{"non_max_suppression corners", layer_of(type, p, {}, 2), {random_blob({2, 20, 4}, rng, 0.f, 10.f), random_blob({2, 3, 20}, rng, 0.f, 1.f)}}};
+  }
+  if (type == "non_zero") {
+    Blob x = random_blob({3, 7, 5}, rng, -1.f, 2.f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);
+    return {{"non_zero of a third", layer_of(type, {}, {}), {x}}};
+  }
+  if (type == "roi_align") {
+    Blob batch = random_blob({4}, rng, 0.f, 2.f);
+    for (int64_t i = 0; i < batch.numel(); ++i) batch.data_as<float>()[i] = std::floor(batch.data_as<float>()[i]);
+    std::vector<Case> out;
+    for (const char* mode : {"avg", "max"})
+      out.push_back({fmt::format("roi_align {}", mode),
+                     layer_of(type, {{"mode", std::string(mode)}, {"output_height", int64_t{3}}, {"output_width", int64_t{2}},
+                                     {"spatial_scale", 0.5}}, {}, 3),
+                     {random_blob({2, 3, 10, 12}, rng), random_blob({4, 4}, rng, 0.f, 20.f), batch}});
+    return out;
+  }
   if (type == "top_k")
     return {{"top_k 3 of 9", layer_of("top_k", {{"k", int64_t{3}}, {"axis", int64_t{1}}}, {}, 1, 2), {random_blob({4, 9, 5}, rng)}},
             {"top_k smallest", layer_of("top_k", {{"k", int64_t{2}}, {"largest", int64_t{0}}}, {}, 1, 2), {random_blob({6, 7}, rng)}}};

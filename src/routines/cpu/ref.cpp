@@ -895,6 +895,174 @@ struct TopK final : RefPrepared {
   }
 };
 
+/// non_max_suppression: per batch and class, greedy selection by falling score
+/// (ties: the lower box first) of boxes whose IoU with every kept one is at most
+/// the threshold (ONNX Runtime's order and comparisons). Rows (batch, class, box)
+/// as floats; value-shaped: the rows kept, then zeros to the capacity.
+struct NonMaxSuppression final : RefPrepared {
+  static constexpr std::string_view kType = "non_max_suppression";
+  int64_t batches, classes, boxes, most;
+  bool center, thresholded;
+  float iou_threshold, score_threshold;
+  explicit NonMaxSuppression(const LayerInfo& info)
+      : batches(info.input_shapes[0][0]), classes(info.input_shapes[1][1]), boxes(info.input_shapes[0][1]),
+        most(std::min(info.layer->get_int("max_output_boxes_per_class", 0), boxes)),
+        center(info.layer->get_int("center_point_box", 0) == 1),
+        thresholded(info.layer->params.count("score_threshold") != 0),
+        iou_threshold(static_cast<float>(info.layer->get_float("iou_threshold", 0.0))),
+        score_threshold(static_cast<float>(info.layer->get_float("score_threshold", 0.0))) {}
+  // Candidate order, then the kept boxes' corners (4 floats each).
+  std::size_t workspace_bytes() const override {
+    return static_cast<std::size_t>(boxes) * (sizeof(int64_t) + 4 * sizeof(float));
+  }
+  /// Box i's corners (y1, x1, y2, x2) with y1 <= y2 and x1 <= x2.
+  void corners(const float* b, float* out) const {
+    if (center) {
+      const float xc = b[0], yc = b[1], hw = b[2] / 2, hh = b[3] / 2;
+      out[0] = yc - hh, out[1] = xc - hw, out[2] = yc + hh, out[3] = xc + hw;
+    } else {
+      out[0] = std::min(b[0], b[2]), out[1] = std::min(b[1], b[3]), out[2] = std::max(b[0], b[2]), out[3] = std::max(b[1], b[3]);
+    }
+  }
+  bool suppresses(const float* a, const float* b) const {
+    const float ih = std::min(a[2], b[2]) - std::max(a[0], b[0]), iw = std::min(a[3], b[3]) - std::max(a[1], b[1]);
+    if (ih <= 0 || iw <= 0) return false;
+    const float area_a = (a[2] - a[0]) * (a[3] - a[1]), area_b = (b[2] - b[0]) * (b[3] - b[1]);
+    if (area_a <= 0 || area_b <= 0) return false;
+    const float inter = ih * iw, uni = area_a + area_b - inter;
+    if (uni <= 0) return false;
+    return inter / uni > iou_threshold;
+  }
+  void run(const RunArgs& a) override {
+    const float* box = a.inputs[0]->data_as<float>();
+    const float* score = a.inputs[1]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    auto* order = static_cast<int64_t*>(a.workspace);
+    auto* kept = reinterpret_cast<float*>(order + boxes);
+    int64_t rows = 0;
+    for (int64_t b = 0; b < batches && most > 0; ++b)
+      for (int64_t c = 0; c < classes; ++c) {
+        const float* sc = score + (b * classes + c) * boxes;
+        int64_t candidates = 0;
+        for (int64_t i = 0; i < boxes; ++i)
+          if (!thresholded || sc[i] > score_threshold) order[candidates++] = i;
+        std::stable_sort(order, order + candidates, [&](int64_t p, int64_t q) { return sc[p] > sc[q]; });
+        int64_t n = 0;
+        for (int64_t j = 0; j < candidates && n < most; ++j) {
+          float mine[4];
+          corners(box + (b * boxes + order[j]) * 4, mine);
+          bool keep = true;
+          for (int64_t k = 0; k < n && keep; ++k) keep = !suppresses(kept + 4 * k, mine);
+          if (!keep) continue;
+          std::copy(mine, mine + 4, kept + 4 * n++);
+          y[3 * rows] = static_cast<float>(b), y[3 * rows + 1] = static_cast<float>(c);
+          y[3 * rows + 2] = static_cast<float>(order[j]);
+          ++rows;
+        }
+      }
+    std::fill(y + 3 * rows, y + a.outputs[0]->numel(), 0.0f);
+    if (a.output_shapes) a.output_shapes[0] = Shape{rows, 3};
+  }
+};
+
+/// non_zero: the indices of the non-zero elements, row-major, one row per input
+/// dim; value-shaped: [rank, count] first, then zeros to the capacity.
+struct NonZero final : RefPrepared {
+  static constexpr std::string_view kType = "non_zero";
+  Shape x;
+  explicit NonZero(const LayerInfo& info) : x(info.input_shapes[0].rank() ? info.input_shapes[0] : Shape{1}) {}
+  void run(const RunArgs& a) override {
+    const float* v = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t n = x.numel();
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; ++i) count += v[i] != 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (v[i] == 0) continue;
+      int64_t rest = i;
+      for (int d = x.rank() - 1; d >= 0; --d) {
+        y[d * count + at] = static_cast<float>(rest % x[d]);
+        rest /= x[d];
+      }
+      ++at;
+    }
+    std::fill(y + x.rank() * count, y + a.outputs[0]->numel(), 0.0f);
+    if (a.output_shapes) a.output_shapes[0] = Shape{x.rank(), count};
+  }
+};
+
+/// roi_align: each output bin the average (or the largest) of bilinear samples
+/// on a grid within it, as ONNX Runtime computes them (a sample more than one
+/// pixel outside the input reads 0; max mode takes the largest weighted corner).
+struct RoiAlign final : RefPrepared {
+  static constexpr std::string_view kType = "roi_align";
+  int64_t n, c, h, w, rois, oh, ow, ratio;
+  float scale;
+  bool max_mode, half_pixel;
+  std::string name;
+  explicit RoiAlign(const LayerInfo& info)
+      : n(info.input_shapes[0][0]), c(info.input_shapes[0][1]), h(info.input_shapes[0][2]), w(info.input_shapes[0][3]),
+        rois(info.input_shapes[1][0]), oh(info.layer->get_int("output_height", 1)), ow(info.layer->get_int("output_width", 1)),
+        ratio(info.layer->get_int("sampling_ratio", 0)), scale(static_cast<float>(info.layer->get_float("spatial_scale", 1.0))),
+        max_mode(info.layer->get_string("mode", "avg") == "max"),
+        half_pixel(info.layer->get_string("coordinate_transformation_mode", "half_pixel") == "half_pixel"),
+        name(info.layer->name) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* roi = a.inputs[1]->data_as<float>();
+    const float* batch = a.inputs[2]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    for (int64_t r = 0; r < rois; ++r)
+      if (!(batch[r] >= 0 && batch[r] < static_cast<float>(n)) || batch[r] != std::floor(batch[r]))
+        throw Error(fmt::format("batch index {} of roi {} is not one of 0..{}", batch[r], r, n - 1), {}, name, "batch_indices");
+    a.pool->parallel_for(rois * c, 1, [&](int64_t b, int64_t e) {
+      for (int64_t rc = b; rc < e; ++rc) {
+        const int64_t r = rc / c, ch = rc % c;
+        const float* plane = x + (static_cast<int64_t>(batch[r]) * c + ch) * h * w;
+        const float offset = half_pixel ? 0.5f : 0.0f;
+        const float* q = roi + 4 * r;
+        const float x0 = q[0] * scale - offset, y0 = q[1] * scale - offset;
+        const float x1 = q[2] * scale - offset, y1 = q[3] * scale - offset;
+        float rw = x1 - x0, rh = y1 - y0;
+        if (!half_pixel) rw = std::max(rw, 1.0f), rh = std::max(rh, 1.0f);
+        const float bh = rh / static_cast<float>(oh), bw = rw / static_cast<float>(ow);
+        const int64_t gh = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rh / static_cast<float>(oh)));
+        const int64_t gw = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rw / static_cast<float>(ow)));
+        const float count = static_cast<float>(std::max<int64_t>(gh * gw, 1));
+        for (int64_t ph = 0; ph < oh; ++ph)
+          for (int64_t pw = 0; pw < ow; ++pw) {
+            float acc = 0;
+            bool first = true;
+            for (int64_t iy = 0; iy < gh; ++iy)
+              for (int64_t ix = 0; ix < gw; ++ix) {
+                float sy = y0 + static_cast<float>(ph) * bh + (static_cast<float>(iy) + 0.5f) * bh / static_cast<float>(gh);
+                float sx = x0 + static_cast<float>(pw) * bw + (static_cast<float>(ix) + 0.5f) * bw / static_cast<float>(gw);
+                float v1 = 0, v2 = 0, v3 = 0, v4 = 0, w1 = 0, w2 = 0, w3 = 0, w4 = 0;
+                if (!(sy < -1.0f || sy > static_cast<float>(h) || sx < -1.0f || sx > static_cast<float>(w))) {
+                  sy = std::max(sy, 0.0f), sx = std::max(sx, 0.0f);
+                  int64_t ylo = static_cast<int64_t>(sy), xlo = static_cast<int64_t>(sx), yhi, xhi;
+                  if (ylo >= h - 1) yhi = ylo = h - 1, sy = static_cast<float>(ylo); else yhi = ylo + 1;
+                  if (xlo >= w - 1) xhi = xlo = w - 1, sx = static_cast<float>(xlo); else xhi = xlo + 1;
+                  const float ly = sy - static_cast<float>(ylo), lx = sx - static_cast<float>(xlo), hy = 1 - ly, hx = 1 - lx;
+                  w1 = hy * hx, w2 = hy * lx, w3 = ly * hx, w4 = ly * lx;
+                  v1 = plane[ylo * w + xlo], v2 = plane[ylo * w + xhi], v3 = plane[yhi * w + xlo], v4 = plane[yhi * w + xhi];
+                }
+                if (max_mode) {
+                  const float m = std::max(std::max(std::max(w1 * v1, w2 * v2), w3 * v3), w4 * v4);
+                  acc = first ? m : std::max(acc, m);
+                } else {
+                  acc += w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4;
+                }
+                first = false;
+              }
+            y[(rc * oh + ph) * ow + pw] = max_mode ? acc : acc / count;
+          }
+      }
+    });
+  }
+};
+
 /// grid_sample: each output point reads the input at a grid position
 /// (normalised to [-1, 1], x first), nearest, linear or cubic (Keys, a = -0.75)
 /// per spatial dim; taps outside read 0, the border, or the reflection (ONNX's reference).
@@ -1932,6 +2100,9 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<DivmodOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<BitwiseOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Cumulative>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<TopK>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<NonMaxSuppression>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<NonZero>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<RoiAlign>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
