@@ -368,6 +368,51 @@ std::vector<Shape> infer_non_max_suppression(const Layer& l, std::span<const Sha
   return {Shape{boxes[0] * scores[1] * std::min(most, boxes[1]), 3}};
 }
 
+std::vector<Shape> infer_scatter_elements(const Layer& l, std::span<const Shape> in) {
+  if (in[1] != in[2]) fail(l, "updates", fmt::format("updates {} do not match indices {}", in[2].to_string(), in[1].to_string()));
+  if (in[1].rank() != in[0].rank()) fail(l, "indices", fmt::format("indices {} do not have data {}'s rank", in[1].to_string(), in[0].to_string()));
+  if (in[0].rank() == 0) fail(l, "data", "data of rank 0 has no axis");
+  const int axis = normalize_axis(l, "axis", l.get_int("axis", 0), in[0].rank());
+  for (int d = 0; d < in[0].rank(); ++d)
+    if (d != axis && in[1][d] > in[0][d])
+      fail(l, "indices", fmt::format("indices {} exceed data {} in dim {}", in[1].to_string(), in[0].to_string(), d));
+  const std::string r = l.get_string("reduction", "none");
+  if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
+    fail(l, "reduction", fmt::format("reduction '{}' is not none, add, mul, max or min", r));
+  return {in[0]};
+}
+
+std::vector<Shape> infer_slice(const Layer& l, std::span<const Shape> in) {
+  const auto starts = l.get_ints("starts"), ends = l.get_ints("ends"), axes = l.get_ints("axes");
+  const auto steps = l.get_ints("steps", std::vector<int64_t>(starts.size(), 1));
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    fail(l, "starts", "starts, ends, axes and steps differ in length");
+  Shape out = in[0];
+  std::vector<bool> seen(static_cast<std::size_t>(in[0].rank()), false);
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    if (axes[i] < 0 || axes[i] >= in[0].rank() || seen[static_cast<std::size_t>(axes[i])])
+      fail(l, "axes", fmt::format("axis {} is not a dim of {} or is repeated", axes[i], in[0].to_string()));
+    seen[static_cast<std::size_t>(axes[i])] = true;
+    if (steps[i] == 0) fail(l, "steps", "step 0");
+    const SliceRange r = slice_range(starts[i], ends[i], steps[i], in[0][static_cast<int>(axes[i])]);
+    out[static_cast<int>(axes[i])] = r.count;
+  }
+  return {out};
+}
+
+std::vector<Shape> infer_branch(const Layer& l, std::span<const Shape> in) {
+  return {l.get_int("probe", 1) != 0 ? in[1] : in[2]};
+}
+
+std::vector<Shape> infer_choose(const Layer& l, std::span<const Shape> in) {
+  if (in[0].numel() != 1) fail(l, "condition", fmt::format("condition {} is not one value", in[0].to_string()));
+  if (in[1].rank() != in[2].rank())
+    fail(l, "inputs", fmt::format("the choices {} and {} differ in rank", in[1].to_string(), in[2].to_string()));
+  Shape out = in[1];
+  for (int d = 0; d < out.rank(); ++d) out[d] = std::max(in[1][d], in[2][d]);
+  return {out};
+}
+
 std::vector<Shape> infer_non_zero(const Layer&, std::span<const Shape> in) {
   return {Shape{std::max(1, in[0].rank()), in[0].numel()}};
 }
@@ -638,7 +683,7 @@ const LayerType kBuiltinTypes[] = {
     {"gather", 1, 2, infer_gather},      {"gather_elements", 2, 2, infer_gather_elements},
     {"gather_nd", 2, 2, infer_gather_nd},
     {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},
-    {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 1, infer_top_k, 2},
+    {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 2, infer_top_k, 2},
     {"grid_sample", 2, 2, infer_grid_sample},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
     {"rnn", 1, 2, infer_rnn, 2},
@@ -648,6 +693,10 @@ const LayerType kBuiltinTypes[] = {
     {"shape_math", 1, -1, infer_shape_math, 1, true},
     {"non_max_suppression", 2, 2, infer_non_max_suppression, 1, false, true},
     {"non_zero", 1, 1, infer_non_zero, 1, false, true},
+    {"choose", 3, 3, infer_choose, 1, false, true},
+    {"slice", 1, 1, infer_slice},
+    {"scatter_elements", 3, 3, infer_scatter_elements},
+    {"branch", 3, 3, infer_branch, 1, true},
     {"roi_align", 3, 3, infer_roi_align},
 };
 
@@ -947,6 +996,21 @@ struct LayerTypeTable {
     return table;
   }
 };
+
+SliceRange slice_range(int64_t start, int64_t end, int64_t step, int64_t dim) {
+  // ONNX clamping: negatives count from the end, then into [0, dim] ([-1, dim-1] going backwards).
+  if (start < 0) start = std::max(start, -dim) + dim;
+  if (end < 0) end = std::max(end, -dim - 1) + dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+  }
+  const int64_t span = step > 0 ? end - start : start - end, size = step > 0 ? step : -step;
+  return {start, span <= 0 ? 0 : (span + size - 1) / size};
+}
 
 const LayerType* find_layer_type(std::string_view name) {
   auto& table = LayerTypeTable::instance();

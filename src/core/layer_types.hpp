@@ -83,7 +83,8 @@
 //            shift by a negative amount or the width or more gives 0, or -1 to the right).
 //  cumulative op = sum|prod along axis (=0), exclusive=0, reverse=0 (ONNX CumSum/CumProd).
 //  top_k     k, axis=-1, largest=1: outputs the k values in order and their indices
-//            (as floats); ties to the lower index, NaN above every number.
+//            (as floats); ties to the lower index, NaN above every number. An input 1
+//            (a shape_math value) gives k when a session plans (core/shape_plan.hpp).
 //  grid_sample two inputs: x [N,C,D1..Dr] (r = 1..3) and grid [N,O1..Or,r] (normalised,
 //            x first); mode = linear|nearest|cubic; padding_mode = zeros|border|reflection;
 //            align_corners=0; out [N,C,O1..Or] (ONNX GridSample).
@@ -132,6 +133,18 @@
 //            score_threshold taken by falling score (ties: the lower box first), each kept
 //            unless its IoU with a kept box is > iou_threshold. Out [kept, 3] rows
 //            (batch, class, box) by batch, class, then order kept. Value-shaped.
+//  scatter_elements inputs data, indices (data's rank), updates (the indices' shape): ONNX
+//            ScatterElements along `axis`; reduction = none|add|mul|max|min; out = data's shape;
+//            each index checked as gather's (later updates win without a reduction).
+//  slice     starts, ends, axes (normalised), steps (non-zero): ONNX Slice, clamped to the
+//            input's dims when planned (a slice of a tensor whose size is known at run time).
+//  branch    inputs condition (a shape_math value), a, b: a where condition != 0, else b, taken
+//            when a session plans (ONNX If whose condition comes from shapes); the layers
+//            only the other one reads are dropped then. probe: the condition's value at
+//            import, which gives the shape before (a and b may differ in rank).
+//  choose    inputs condition (one value), a, b of one rank: out = condition != 0 ? a : b,
+//            whole (ONNX If with a condition computed at run time: both branches computed,
+//            the taken one's outputs chosen). Value-shaped: capacity the larger of each dim.
 //  non_zero  out [rank, count]: the indices of the input's non-zero elements, row-major
 //            (ONNX NonZero; a rank-0 input is read as [1]). Value-shaped.
 //  roi_align x [N,C,H,W], rois [R,4] (x1,y1,x2,y2 in input pixels / spatial_scale),
@@ -195,6 +208,12 @@ void expect_rank(const Layer& layer, const Shape& shape, int rank, const char* w
 std::vector<int64_t> ints_of_size(const Layer& layer, const char* key, std::size_t n, std::vector<int64_t> fallback);
 /// An optional bias weight must be [channels].
 void check_optional_bias(const Layer& layer, int64_t channels);
+
+/// One axis of an ONNX Slice clamped to a dim: the first index and how many are taken.
+struct SliceRange {
+  int64_t start, count;
+};
+SliceRange slice_range(int64_t start, int64_t end, int64_t step, int64_t dim);
 
 /// Checks input/output counts and runs the type's shape inference; errors name the layer.
 std::vector<Shape> infer_layer_shapes(const Layer& layer, std::span<const Shape> inputs);

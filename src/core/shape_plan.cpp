@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -22,7 +23,34 @@ namespace {
 /// damaged file or an absurd input shape can make one allocate.
 constexpr int64_t kMaxValueElements = int64_t{1} << 26;
 
-bool reads_target(const Layer& l) { return l.type == "reshape" && l.inputs.size() == 2; }
+/// A layer taking a parameter from a value computed at plan time as input 1:
+/// a reshape's target ("shape"), top_k's k (ONNX TopK's K from the number of
+/// boxes a NonZero found).
+bool reads_target(const Layer& l) { return (l.type == "reshape" || l.type == "top_k") && l.inputs.size() == 2; }
+
+/// `l` (reads_target) with the parameter from `target`'s value, input 1 gone;
+/// false where the value cannot be one (a zero-size dim in a reshape target
+/// that may not copy it, a k that is not one integer).
+bool resolve_target(Layer& l, const Blob& target, std::string* why = nullptr) {
+  const auto v = to_ints(target);
+  if (l.type == "top_k") {
+    if (v.size() != 1) {
+      if (why) *why = fmt::format("k has {} values, not one", v.size());
+      return false;
+    }
+    l.params["k"] = v[0];
+  } else {
+    if (l.get_int("allowzero", 0) && std::find(v.begin(), v.end(), 0) != v.end()) {
+      if (why) *why = "a zero-size dim (allowzero)";
+      return false;
+    }
+    l.params["shape"] = v;
+    l.params.erase("copy_dims");
+    l.params.erase("allowzero");
+  }
+  l.inputs.resize(1);
+  return true;
+}
 
 const Blob& value_input(const Layer& l, std::span<const Blob> values, std::size_t k, const char* field) {
   if (k >= values.size()) fail_field(l, field, fmt::format("op '{}' needs input {}", l.get_string("op"), k));
@@ -76,7 +104,7 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
       {"add", BinaryOp::add},     {"sub", BinaryOp::sub},   {"mul", BinaryOp::mul},         {"div", BinaryOp::div},
       {"mod", BinaryOp::mod},     {"fmod", BinaryOp::fmod}, {"pow", BinaryOp::pow},         {"equal", BinaryOp::equal},
       {"less", BinaryOp::less},   {"greater", BinaryOp::greater}, {"and", BinaryOp::logical_and},
-      {"or", BinaryOp::logical_or}};
+      {"or", BinaryOp::logical_or}, {"min", BinaryOp::min}, {"max", BinaryOp::max}};
   static const std::map<std::string, UnaryOp, std::less<>> unary_ops = {
       {"neg", UnaryOp::neg},     {"abs", UnaryOp::abs},   {"sqrt", UnaryOp::sqrt},
       {"floor", UnaryOp::floor}, {"ceil", UnaryOp::ceil}, {"not", UnaryOp::logical_not}};
@@ -227,6 +255,41 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
     for (int64_t i = 0; i < y.numel(); ++i) y.data_as<float>()[i] = (x.data_as<float>()[i] - zero_point) * scale;
     return y;
   }
+  if (op == "reduce_min" || op == "reduce_max") {  // over `axes` (default: all), keepdims=1
+    const Blob& x = in(0, "data");
+    const int rank = x.shape().rank();
+    std::vector<bool> reduced(static_cast<std::size_t>(rank), !l.has("axes"));
+    if (l.has("axes"))
+      for (int64_t a : l.get_ints("axes")) reduced[static_cast<std::size_t>(axis_in(l, "axes", a, rank))] = true;
+    const bool keep = l.get_int("keepdims", 1) != 0;
+    std::vector<int64_t> kept_dims, out_dims;  // the output with size-1 reduced dims, and as returned
+    for (int d = 0; d < rank; ++d) {
+      kept_dims.push_back(reduced[static_cast<std::size_t>(d)] ? 1 : x.shape()[d]);
+      if (!reduced[static_cast<std::size_t>(d)] || keep) out_dims.push_back(kept_dims.back());
+    }
+    if (x.numel() == 0) fail_field(l, "data", "a reduction of an empty tensor has no minimum or maximum");
+    auto reduce = [&](auto v) {  // v: the values as int64 or double; NaN wins
+      std::vector<typename decltype(v)::value_type> r(static_cast<std::size_t>(Shape(kept_dims).numel()));
+      std::vector<char> set(r.size(), 0);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        int64_t rest = i, at = 0, stride = 1;
+        for (int d = rank - 1; d >= 0; --d) {
+          const int64_t c = rest % x.shape()[d];
+          rest /= x.shape()[d];
+          if (!reduced[static_cast<std::size_t>(d)]) at += c * stride;
+          stride *= kept_dims[static_cast<std::size_t>(d)];
+        }
+        auto& m = r[static_cast<std::size_t>(at)];
+        const auto e = v[static_cast<std::size_t>(i)];
+        if (!set[static_cast<std::size_t>(at)]) m = e, set[static_cast<std::size_t>(at)] = 1;
+        else if (m == m && (e != e || (op == "reduce_min" ? e < m : e > m))) m = e;
+      }
+      return r;
+    };
+    if (x.dtype() == DType::int64) return int_blob(Shape(out_dims), reduce(to_ints(x)));
+    const auto r = reduce(to_doubles(x));
+    return float_blob(Shape(out_dims), std::vector<float>(r.begin(), r.end()));
+  }
   if (op == "where") return where(in(0, "condition"), in(1, "X"), in(2, "Y"));
   if (op == "scatter_nd") return scattered(in(0, "data"), in(1, "indices"), in(2, "updates"));
   fail_field(l, "op", fmt::format("unknown shape_math op '{}'", op));
@@ -301,7 +364,7 @@ bool fold_values(const Layer& l, const Layer& original, ByName<Blob>& values, Na
 
 bool has_shape_math(const Graph& g) {
   return std::any_of(g.layers.begin(), g.layers.end(),
-                     [](const Layer& l) { return l.type == "shape_math" || reads_target(l); });
+                     [](const Layer& l) { return l.type == "shape_math" || l.type == "branch" || reads_target(l); });
 }
 
 Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
@@ -317,7 +380,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
   for (const auto& l : graph.layers)
     if (l.type != "shape_math")
       for (std::size_t k = 0; k < l.inputs.size(); ++k)
-        if (!(reads_target(l) && k == 1)) read_as_data.insert(l.inputs[k]);
+        if (!(reads_target(l) && k == 1) && !(l.type == "branch" && k == 0)) read_as_data.insert(l.inputs[k]);
   for (const auto& o : graph.outputs) read_as_data.insert(o);
 
   // Every field but the layers, as the graph has it (a field left out here
@@ -386,17 +449,43 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
         if (used) out.layers.push_back(layer);
         continue;
       }
+      if (layer.type == "branch") {  // the branch the condition takes: its output as this one's
+        auto cond = values.find(layer.inputs[0]);
+        if (cond == values.end())
+          throw Error(fmt::format("the condition '{}' is computed at run time", layer.inputs[0]), {}, layer.name, "condition");
+        const auto c = to_doubles(cond->second);
+        if (c.size() != 1) throw Error(fmt::format("the condition has {} values, not one", c.size()), {}, layer.name, "condition");
+        const std::string& from = layer.inputs[c[0] != 0 ? 1 : 2];
+        const std::string& name = layer.outputs.at(0);
+        shapes[name] = shapes.at(from);
+        if (auto v = values.find(from); v != values.end()) {  // a value: this one too
+          values[name] = v->second;
+          sized.insert(name);
+          if (read_as_data.count(name)) {
+            Layer k;
+            k.type = "constant";
+            k.name = layer.name;
+            k.outputs = {name};
+            k.weights["value"] = to_float(v->second);
+            out.layers.push_back(std::move(k));
+          }
+          continue;
+        }
+        Layer id;
+        id.type = "identity";
+        id.name = layer.name;
+        id.inputs = {from};
+        id.outputs = {name};
+        out.layers.push_back(std::move(id));
+        continue;
+      }
       Layer l = layer;
       if (reads_target(l)) {
+        const char* field = l.type == "top_k" ? "k" : "shape";
         auto v = values.find(l.inputs[1]);
-        if (v == values.end()) throw Error(fmt::format("the target '{}' is computed at run time", l.inputs[1]), {}, l.name, "shape");
-        const auto target = to_ints(v->second);
-        if (l.get_int("allowzero", 0) && std::find(target.begin(), target.end(), 0) != target.end())
-          throw Error("a zero-size dim (allowzero)", {}, l.name, "shape");
-        l.params["shape"] = target;
-        l.params.erase("copy_dims");
-        l.params.erase("allowzero");
-        l.inputs.resize(1);
+        if (v == values.end()) throw Error(fmt::format("the value of '{}' is computed at run time", l.inputs[1]), {}, l.name, field);
+        std::string why;
+        if (!resolve_target(l, v->second, &why)) throw Error(why, {}, l.name, field);
         ins.resize(1);
       }
       auto outs = infer_layer_shapes(l, ins);
@@ -428,6 +517,17 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
   }
   read.clear();  // (it views the layers' strings, which move now)
   erase_flagged(out, drop);
+  // The branches not taken (ONNX If on a condition from shapes) are read by nothing now: dropped.
+  if (std::any_of(graph.layers.begin(), graph.layers.end(), [](const Layer& l) { return l.type == "branch"; })) {
+    std::unordered_set<std::string> needed(out.outputs.begin(), out.outputs.end());
+    std::vector<bool> dead(out.layers.size(), false);
+    for (std::size_t i = out.layers.size(); i-- > 0;) {
+      const Layer& l = out.layers[i];
+      dead[i] = std::none_of(l.outputs.begin(), l.outputs.end(), [&](const std::string& o) { return needed.count(o) != 0; });
+      if (!dead[i]) needed.insert(l.inputs.begin(), l.inputs.end());
+    }
+    erase_flagged(out, dead);
+  }
   if (state) {
     state->read_as_data = read_as_data;
     state->folded = std::move(folded);
@@ -449,6 +549,9 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
 std::optional<SpecializeChanges> respecialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
                                               SpecializeState& state) {
   if (state.folded.size() != graph.layers.size()) return std::nullopt;
+  // A branch may take the other way at these shapes: planned again (its layers differ).
+  if (std::any_of(graph.layers.begin(), graph.layers.end(), [](const Layer& l) { return l.type == "branch"; }))
+    return std::nullopt;
   SpecializeChanges changes;
   NameSet changed;  // blobs whose shape or value differs from the state's
   for (const auto& in : graph.inputs) {
@@ -507,13 +610,7 @@ std::optional<SpecializeChanges> respecialize(const Graph& graph, const std::map
       Layer l = layer;
       if (reads_target(l)) {
         auto v = state.values.find(l.inputs[1]);
-        if (v == state.values.end()) return std::nullopt;
-        const auto target = to_ints(v->second);
-        if (l.get_int("allowzero", 0) && std::find(target.begin(), target.end(), 0) != target.end()) return std::nullopt;
-        l.params["shape"] = target;
-        l.params.erase("copy_dims");
-        l.params.erase("allowzero");
-        l.inputs.resize(1);
+        if (v == state.values.end() || !resolve_target(l, v->second)) return std::nullopt;
         ins.resize(1);
       }
       const auto outs = infer_layer_shapes(l, ins);

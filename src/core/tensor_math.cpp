@@ -350,6 +350,8 @@ T apply_binary(BinaryOp op, T u, T v) {
         if (op == BinaryOp::mod && r != 0 && ((r < 0) != (v < 0))) r += v;
         return r;
       case BinaryOp::pow: return int_pow(u, v);
+      case BinaryOp::min: return std::min(u, v);
+      case BinaryOp::max: return std::max(u, v);
       default: break;
     }
   } else {
@@ -365,6 +367,8 @@ T apply_binary(BinaryOp op, T u, T v) {
         return r;
       }
       case BinaryOp::pow: return std::pow(u, v);
+      case BinaryOp::min: return u != u || v != v ? u + v : std::min(u, v);  // NaN wins, as ONNX Min
+      case BinaryOp::max: return u != u || v != v ? u + v : std::max(u, v);
       default: break;
     }
   }

@@ -48,7 +48,7 @@ inline constexpr std::size_t kMaxFoldedGrowthBytes = std::size_t{64} << 20;
 void check_folded_growth(const Shape& shape, DType dtype, std::size_t from_bytes);
 
 Blob expanded(const Blob& b, const Shape& shape);
-enum class BinaryOp { add, sub, mul, div, mod, fmod, pow, equal, less, greater, logical_and, logical_or };
+enum class BinaryOp { add, sub, mul, div, mod, fmod, pow, min, max, equal, less, greater, logical_and, logical_or };
 /// Elementwise with NumPy broadcasting; int64 when both are int64, and for the
 /// comparisons and logic (0/1). mod: the sign of the divisor (ONNX Mod fmod=0); fmod: C's.
 Blob binary(BinaryOp op, const Blob& a, const Blob& b);

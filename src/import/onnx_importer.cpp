@@ -229,6 +229,9 @@ class Importer {
   /// layer computing each output at any size (false: n's op has none, its
   /// outputs keep their value at the import size).
   bool record_shape_math(const Node& n);
+  /// The node (all its inputs constants, some size-dependent) recorded as
+  /// shape_math and its value computed now; false where it cannot be.
+  bool fold_as_shape_math(const Node& n);
   /// The size-dependent constant `name` as a blob: its shape_math layers, added once.
   std::string plan_value(const std::string& name);
   /// A constant read by a shape_math layer: its constant layer, keeping its dtype.
@@ -544,7 +547,15 @@ class Importer {
   std::unordered_map<std::string, Layer> shape_math_;
   std::unordered_set<std::string> shape_math_added_;
   std::unordered_map<std::string, std::string> value_blobs_;  // constant -> its constant layer as a shape_math input
-  bool symbolic_inputs_ = false;                            // some input dim is symbolic
+  // Some input dim is symbolic, or a layer's output size depends on values
+  // (NonMaxSuppression, NonZero): Shape and Size of blobs computed at run time
+  // are then computed when a session plans (shape_math), not at import.
+  bool symbolic_inputs_ = false;
+  // Blobs whose size depends on values (after a NonMaxSuppression, NonZero or
+  // an If computed at run time): their shapes at import are capacities, so
+  // converters give them layers that take their size when a session plans.
+  std::unordered_set<std::string> value_sized_;
+  bool value_sized(const std::string& name) const { return value_sized_.count(name) != 0; }
   std::unordered_set<std::string> taken_blobs_, taken_layers_, node_names_;
   std::unordered_set<std::string> unavailable_;       // outputs of unsupported nodes
   std::vector<std::string> unsupported_;              // one line per unsupported node
@@ -3001,43 +3012,108 @@ void Importer::identity(const Node& n) {
 // If with a condition known at import (a constant, or computed from
 // constants and fixed shapes): the branch taken, its nodes imported in place,
 // its outputs the If's. A condition computed at run time is refused.
+// If: a condition known at import imports the branch taken in place. One
+// computed at run time imports both branches and chooses each output (layer
+// choose): both are computed, and the outputs of the one taken are kept,
+// whatever their sizes (torchvision's NMS guard: empty boxes or the kept ones).
 void Importer::if_op(const Node& n) {
-  const Blob& cond = require_constant(n, 0, "cond");
-  if (cond.numel() != 1) throw n.error(fmt::format("cond has {} elements, not one", cond.numel()), "cond");
-  const char* branch_name = to_doubles(cond)[0] != 0 ? "then_branch" : "else_branch";
-  const onnx::GraphProto* branch = nullptr;
-  for (const auto& a : n.proto().attribute())
-    if (a.name() == branch_name && a.has_g()) branch = &a.g();
-  if (!branch) throw n.error(fmt::format("If has no {}", branch_name), branch_name);
-  if (branch->output_size() != n.num_outputs())
-    throw n.error(fmt::format("{} has {} outputs, the If {}", branch_name, branch->output_size(), n.num_outputs()), branch_name);
-  for (const auto& t : branch->initializer()) {
-    constants_[t.name()] = read_tensor(t, src_, n.name, branch_name);
-    onnx_types_[t.name()] = t.data_type();
-  }
-  for (const auto& p : branch->node()) {  // in their order: ONNX asks a subgraph's nodes to be sorted
-    const int i = static_cast<int>(nodes_.size());
-    nodes_.push_back(&p);
-    done_.push_back(true);
-    fused_of_.push_back(-1);
-    for (const auto& o : p.output())
-      if (!o.empty()) producers_[o] = i;
-    convert(i);
-  }
-  for (int k = 0; k < n.num_outputs(); ++k) {
-    const std::string& from = branch->output(k).name();
-    const std::string& to = n.out(k);
-    if (to.empty()) continue;
-    if (unavailable_.count(from)) {
-      unavailable_.insert(to);
-    } else if (const Blob* c = constant(from)) {
-      constants_[to] = *c;
-      if (auto t = onnx_types_.find(from); t != onnx_types_.end()) onnx_types_[to] = t->second;
-    } else {
-      add_unary(n, "identity", as_blob(n, from), to, {}, fmt::format("output{}", k));
-      if (auto t = value_types_.find(from); t != value_types_.end()) value_types_[to] = t->second;
+  auto branch_of = [&](const char* name) {
+    for (const auto& a : n.proto().attribute())
+      if (a.name() == name && a.has_g()) return &a.g();
+    throw n.error(fmt::format("If has no {}", name), name);
+  };
+  auto import_branch = [&](const onnx::GraphProto& branch, const char* name) {
+    if (branch.output_size() != n.num_outputs())
+      throw n.error(fmt::format("{} has {} outputs, the If {}", name, branch.output_size(), n.num_outputs()), name);
+    for (const auto& t : branch.initializer()) {
+      constants_[t.name()] = read_tensor(t, src_, n.name, name);
+      onnx_types_[t.name()] = t.data_type();
     }
+    for (const auto& p : branch.node()) {  // in their order: ONNX asks a subgraph's nodes to be sorted
+      const int i = static_cast<int>(nodes_.size());
+      nodes_.push_back(&p);
+      done_.push_back(true);
+      fused_of_.push_back(-1);
+      for (const auto& o : p.output())
+        if (!o.empty()) producers_[o] = i;
+      convert(i);
+    }
+  };
+  auto type_of = [&](const std::string& from) -> std::optional<int> {
+    if (auto t = value_types_.find(from); t != value_types_.end()) return t->second;
+    if (constant(from))
+      if (auto t = onnx_types_.find(from); t != onnx_types_.end() && t->second != onnx::TensorProto::FLOAT) return t->second;
+    return std::nullopt;
+  };
+  if (const Blob* cond = constant(n.in(0)); cond && !size_dependent(n.in(0))) {
+    if (cond->numel() != 1) throw n.error(fmt::format("cond has {} elements, not one", cond->numel()), "cond");
+    const char* taken = to_doubles(*cond)[0] != 0 ? "then_branch" : "else_branch";
+    const onnx::GraphProto& branch = *branch_of(taken);
+    import_branch(branch, taken);
+    for (int k = 0; k < n.num_outputs(); ++k) {
+      const std::string& from = branch.output(k).name();
+      const std::string& to = n.out(k);
+      if (to.empty()) continue;
+      if (unavailable_.count(from)) {
+        unavailable_.insert(to);
+      } else if (const Blob* c = constant(from)) {
+        constants_[to] = *c;
+        if (auto t = onnx_types_.find(from); t != onnx_types_.end()) onnx_types_[to] = t->second;
+      } else {
+        add_unary(n, "identity", as_blob(n, from), to, {}, fmt::format("output{}", k));
+        if (auto t = value_types_.find(from); t != value_types_.end()) value_types_[to] = t->second;
+      }
+    }
+    return;
   }
+  const onnx::GraphProto& then_branch = *branch_of("then_branch");
+  const onnx::GraphProto& else_branch = *branch_of("else_branch");
+  import_branch(then_branch, "then_branch");
+  import_branch(else_branch, "else_branch");
+  if (const Blob* cond = constant(n.in(0))) {  // from shapes: the branch is taken when a session plans
+    if (cond->numel() != 1) throw n.error(fmt::format("cond has {} elements, not one", cond->numel()), "cond");
+    const bool probe = to_doubles(*cond)[0] != 0;
+    const std::string c = plan_value(n.in(0));
+    for (int k = 0; k < n.num_outputs(); ++k) {
+      const std::string& to = n.out(k);
+      const std::string& a = then_branch.output(k).name();
+      const std::string& b = else_branch.output(k).name();
+      if (to.empty()) continue;
+      if (unavailable_.count(a) || unavailable_.count(b)) {
+        unavailable_.insert(to);
+        continue;
+      }
+      Layer l = make("branch", fmt::format("{}/output{}", n.name, k), {c, as_blob(n, a), as_blob(n, b)}, {to});
+      l.params["probe"] = int64_t{probe};
+      add(std::move(l));
+      const auto t = type_of(probe ? a : b);
+      if (t) value_types_[to] = *t;
+      if (value_sized(a) || value_sized(b)) value_sized_.insert(to);
+    }
+    return;
+  }
+  const std::string cond = input(n, 0);
+  for (int k = 0; k < n.num_outputs(); ++k) {
+    const std::string& to = n.out(k);
+    const std::string& a = then_branch.output(k).name();
+    const std::string& b = else_branch.output(k).name();
+    if (to.empty()) continue;
+    if (unavailable_.count(a) || unavailable_.count(b)) {
+      unavailable_.insert(to);
+      continue;
+    }
+    const auto ta = type_of(a), tb = type_of(b);
+    if (ta != tb && ta && tb)
+      throw n.error(fmt::format("the branches' output {} differ in type", k), "then_branch");
+    const std::string x = as_blob(n, a), y = as_blob(n, b);
+    if (shape_of(n, x).rank() != shape_of(n, y).rank())
+      throw Unsupported{fmt::format("If whose branches give output {} in ranks {} and {}", k, shape_of(n, x).rank(), shape_of(n, y).rank())};
+    Layer l = make("choose", fmt::format("{}/output{}", n.name, k), {cond, x, y}, {to});
+    add(std::move(l));
+    if (ta || tb) value_types_[to] = ta ? *ta : *tb;
+    value_sized_.insert(to);
+  }
+  symbolic_inputs_ = true;  // sizes after it are known at run time
 }
 
 void Importer::cast(const Node& n) { cast_to_type(n, static_cast<int>(n.get_int("to"))); }
@@ -3182,6 +3258,12 @@ void Importer::reshape(const Node& n) {
   }
   if (out.numel() != xs.numel())
     throw n.error(fmt::format("cannot reshape {} into {}", xs.to_string(), out.to_string()), "shape");
+  if (value_sized(n.in(0)) && !size_dependent(n.in(1))) {  // ONNX's 0 and -1 resolved when planned
+    Layer l = make("reshape", n.name, {input(n, 0)}, {n.out(0)});
+    l.params["shape"] = spec;
+    if (allow_zero) l.params["allowzero"] = int64_t{1};
+    return add(std::move(l));
+  }
   if (size_dependent(n.in(1)) && !constant(n.in(0))) {  // the target is computed at every size
     Layer l = make("reshape", n.name, {input(n, 0), plan_value(n.in(1))}, {n.out(0)});
     l.params["shape"] = out.to_vector();
@@ -3209,14 +3291,27 @@ void Importer::squeeze(const Node& n) {
     marked[static_cast<std::size_t>(a < 0 ? a + out_rank : a)] = true;
   }
   Shape out;
+  std::vector<int64_t> copy;  // the input dim each output dim is (-1: an inserted 1)
   if (unsqueeze) {
-    for (int i = 0, j = 0; i < out_rank; ++i) out.push_back(marked[static_cast<std::size_t>(i)] ? 1 : xs[j++]);
+    for (int i = 0, j = 0; i < out_rank; ++i) {
+      const bool inserted = marked[static_cast<std::size_t>(i)];
+      copy.push_back(inserted ? -1 : j);
+      out.push_back(inserted ? 1 : xs[j++]);
+    }
   } else {
+    if (axes.empty() && value_sized(n.in(0))) throw Unsupported{"Squeeze without axes of a tensor whose size is known at run time"};
     for (int i = 0; i < xs.rank(); ++i) {
       const bool drop = axes.empty() ? xs[i] == 1 : marked[static_cast<std::size_t>(i)];
-      if (drop && xs[i] != 1) throw n.error(fmt::format("cannot squeeze dim {} of size {}", i, xs[i]), "axes");
-      if (!drop) out.push_back(xs[i]);
+      if (drop && xs[i] != 1 && !value_sized(n.in(0))) throw n.error(fmt::format("cannot squeeze dim {} of size {}", i, xs[i]), "axes");
+      if (!drop) out.push_back(xs[i]), copy.push_back(i);
     }
+  }
+  if (value_sized(n.in(0))) {  // the dims copied when planned
+    Layer l = make("reshape", n.name, {input(n, 0)}, {n.out(0)});
+    std::vector<int64_t> spec(copy.size(), 1);
+    l.params["shape"] = spec;
+    l.params["copy_dims"] = copy;
+    return add(std::move(l));
   }
   reshape_to(n, n.in(0), out, n.out(0));
 }
@@ -3321,6 +3416,13 @@ void Importer::slice(const Node& n) {
     constants_[n.out(0)] = sliced(*c, spec);
     return;
   }
+  if (value_sized(n.in(0))) {  // clamped to the dims when planned
+    std::vector<int64_t> norm_axes;
+    for (const auto& c : spec) norm_axes.push_back(c.axis);
+    Layer l = make("slice", n.name, {input(n, 0)}, {n.out(0)});
+    l.params = {{"starts", starts}, {"ends", ends}, {"axes", norm_axes}, {"steps", steps}};
+    return add(std::move(l));
+  }
   // At run time: split layers, one cut per sliced axis (see slice_blob and slice_strided).
   std::string cur = n.in(0);
   std::vector<SliceAxis> cuts;
@@ -3399,8 +3501,9 @@ void Importer::gather(const Node& n) {
   if (axis_attr < -xs.rank() || axis_attr >= xs.rank()) throw n.error("axis out of range", "axis");
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + xs.rank() : axis_attr);
   const Blob* indices = constant(n.in(1));
-  if (!indices || (size_dependent(n.in(1)) && !constant(n.in(0)))) {
-    // Run-time indices (token ids into an embedding table): a gather layer, which checks each index.
+  if (!indices || (size_dependent(n.in(1)) && !constant(n.in(0))) || value_sized(n.in(0))) {
+    // Run-time indices (token ids into an embedding table), or data whose size is
+    // known at run time: a gather layer, which checks each index (negative ones from the end).
     const Blob* table = constant(n.in(0));
     const int table_type = table ? elem_type(n.in(0)) : -1;
     const bool integer_table = table_type == onnx::TensorProto::INT8 || table_type == onnx::TensorProto::UINT8;
@@ -4046,14 +4149,17 @@ void Importer::cumulative(const Node& n) {
 void Importer::top_k(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const Blob* k = constant(n.in(1));
-  if (!k || k->numel() != 1) throw Unsupported{"TopK with K computed at run time"};
+  if (!k || k->numel() != 1) throw Unsupported{"TopK with K computed from values at run time (K may come from shapes)"};
   if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "X");
   const int axis = normalized_axis(n, n.get_int("axis", -1), xs.rank(), "axis");
   const int64_t kv = to_ints(*k)[0];
   if (kv < 0 || kv > xs[axis]) throw n.error(fmt::format("K {} is outside 0..{}", kv, xs[axis]), "K");
   const std::string values = n.out(0).empty() ? fresh_blob(n.name + "/values") : n.out(0);
   const std::string indices = n.out(1).empty() ? fresh_blob(n.name + "/indices") : n.out(1);
-  Layer l = make("top_k", n.name, {input(n, 0)}, {values, indices});
+  // K from the sizes of blobs (torchvision's min(limit, boxes found)): computed when a session plans.
+  std::vector<std::string> ins = {input(n, 0)};
+  if (size_dependent(n.in(1))) ins.push_back(plan_value(n.in(1)));
+  Layer l = make("top_k", n.name, ins, {values, indices});
   l.params = {{"k", kv}, {"axis", int64_t{axis}}, {"largest", n.get_int("largest", 1)}};
   add(std::move(l));
   value_types_[indices] = onnx::TensorProto::INT64;
@@ -4079,11 +4185,15 @@ void Importer::non_max_suppression(const Node& n) {
   l.params["center_point_box"] = n.get_int("center_point_box", 0);
   add(std::move(l));
   value_types_[n.out(0)] = onnx::TensorProto::INT64;
+  symbolic_inputs_ = true;
+  value_sized_.insert(n.out(0));
 }
 
 void Importer::non_zero(const Node& n) {
   add_unary(n, "non_zero", input(n, 0), n.out(0));
   value_types_[n.out(0)] = onnx::TensorProto::INT64;
+  symbolic_inputs_ = true;
+  value_sized_.insert(n.out(0));
 }
 
 // RoiAlign: opset 16 added coordinate_transformation_mode (half_pixel by
@@ -4262,6 +4372,13 @@ void Importer::scatter(const Node& n) {
   if (all_constant(n) && n.op() == "ScatterND") return constant_math(n);
   const Shape ds = shape_of(n, n.in(0));
   const Blob* indices = constant(n.in(1));
+  if (n.op() == "ScatterElements" && (!indices || value_sized(n.in(0)) || value_sized(n.in(2)))) {
+    // Indices computed at run time (torchvision's RoI levels merged): a layer that checks each.
+    Layer l = make("scatter_elements", n.name, {input(n, 0), input(n, 1), input(n, 2)}, {n.out(0)});
+    l.params["axis"] = n.get_int("axis", 0);
+    l.params["reduction"] = n.get_string("reduction", "none");
+    return add(std::move(l));
+  }
   if (!indices) throw Unsupported{fmt::format("{} with indices computed at run time", n.op())};
   const Shape is = indices->shape(), us = shape_of(n, n.in(2));
   const std::vector<int64_t> idx = to_ints(*indices), dst = strides_of(ds);
@@ -4801,7 +4918,8 @@ bool Importer::record_shape_math(const Node& n) {
       {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"}, {"Equal", "equal"}, {"Less", "less"},
       {"Greater", "greater"}, {"And", "and"}, {"Or", "or"}, {"Not", "not"}, {"Neg", "neg"}, {"Abs", "abs"},
       {"Sqrt", "sqrt"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Mod", "mod"}, {"Where", "where"},
-      {"ScatterND", "scatter_nd"}, {"Cast", "cast"}, {"QuantizeLinear", "fake_quant"}, {"DequantizeLinear", "identity"}};
+      {"ScatterND", "scatter_nd"}, {"Cast", "cast"}, {"QuantizeLinear", "fake_quant"}, {"DequantizeLinear", "identity"},
+      {"Min", "min"}, {"Max", "max"}, {"ReduceMin", "reduce_min"}, {"ReduceMax", "reduce_max"}};
   auto op = ops.find(n.op());
   if (op == ops.end() || n.num_outputs() != 1) return false;
   Layer l;
@@ -4865,6 +4983,18 @@ bool Importer::record_shape_math(const Node& n) {
     Blob value = float_blob({}, {0.0f});
     if (const auto* a = n.attr("value")) value = read_tensor(a->t(), src_, n.name, "value");
     l.weights["value"] = value;
+  } else if (o == "min" || o == "max") {
+    if (inputs.size() != 2) return false;  // (two operands; ONNX's variadic form otherwise)
+  } else if (o == "reduce_min" || o == "reduce_max") {
+    if (n.get_int("noop_with_empty_axes", 0)) return false;
+    l.params["keepdims"] = n.get_int("keepdims", 1);
+    if (n.has("axes")) {
+      l.params["axes"] = n.get_ints("axes");
+    } else if (n.has_in(1)) {
+      if (size_dependent(n.in(1)) || !constant(n.in(1))) return false;
+      l.params["axes"] = to_ints(*constant(n.in(1)));
+    }
+    inputs.resize(1);
   } else if (o == "mod") {
     if (n.get_int("fmod", 0)) l.params["op"] = std::string("fmod");
   } else if (o == "cast") {
@@ -4874,6 +5004,21 @@ bool Importer::record_shape_math(const Node& n) {
     if (i.empty() || (!constant(i) && !shapes_.count(i))) return false;
   l.inputs = std::move(inputs);
   shape_math_.emplace(n.out(0), std::move(l));
+  return true;
+}
+
+bool Importer::fold_as_shape_math(const Node& n) {
+  if (!record_shape_math(n)) return false;
+  const Layer& l = shape_math_.at(n.out(0));
+  std::vector<Blob> values;
+  std::vector<Shape> shapes;
+  for (const auto& i : l.inputs) {
+    values.push_back(*constant(i));
+    shapes.push_back(values.back().shape());
+  }
+  Blob v = core::evaluate_shape_math(l, values, shapes);
+  onnx_types_[n.out(0)] = v.dtype() == DType::int64 ? onnx::TensorProto::INT64 : onnx::TensorProto::FLOAT;
+  constants_[n.out(0)] = std::move(v);
   return true;
 }
 
@@ -4935,7 +5080,8 @@ void Importer::convert(int i) {
   // (indices, shapes, a mask) hold.
   static const std::unordered_set<std::string> typed_by_data = {
       "Gather", "GatherElements", "GatherND", "Reshape", "Expand", "Tile", "Slice", "Squeeze", "Unsqueeze", "Pad",
-      "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad", "RoiAlign"};
+      "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad", "RoiAlign",
+      "ScatterElements"};
   const int typed_inputs = typed_by_data.count(n.op()) ? std::min(1, n.num_inputs()) : n.num_inputs();
   for (int k = 0; k < typed_inputs; ++k)
     if (n.has_in(k) && !constant(n.in(k)))
@@ -4955,9 +5101,17 @@ void Importer::convert(int i) {
   const std::size_t first_layer = graph_.layers.size();
   try {
     static const std::unordered_set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
-    if (windowed.count(n.op()) && n.has_in(0) && shape_of(n, n.in(0)).rank() == 3) as_2d(n, conv_it->second);
+    // Min and max of sizes (torchvision's min(limit, boxes found)), whose converters
+    // make layers: computed as shape_math now, and again when a session plans.
+    static const std::unordered_set<std::string> shape_min_max = {"Min", "Max", "ReduceMin", "ReduceMax"};
+    if (size_dependent_inputs && all_constant(n) && shape_min_max.count(n.op()) && fold_as_shape_math(n)) {}
+    else if (windowed.count(n.op()) && n.has_in(0) && shape_of(n, n.in(0)).rank() == 3) as_2d(n, conv_it->second);
     else (this->*(conv_it->second))(n);
     if (foldable) fold_node(n, first_layer);
+    for (int k = 0; k < n.num_inputs(); ++k)
+      if (n.has_in(k) && value_sized(n.in(k)))
+        for (int o = 0; o < n.num_outputs(); ++o)
+          if (!n.out(o).empty() && !constant(n.out(o))) value_sized_.insert(n.out(o));
     keep_quantisation(n);
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
     static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "If", "DequantizeLinear", "QLinearConv",

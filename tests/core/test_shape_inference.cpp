@@ -546,6 +546,23 @@ TEST_CASE("shape inference: value-shaped layers give their capacity; roi_align",
   expect_error(roi("max", 0), {{2, 8, 10, 12}, {5, 4}, {5}}, "output_height");
   expect_error(roi("max", 3), {{2, 8, 10, 12}, {5, 5}, {5}}, "rois");
   expect_error(roi("max", 3), {{2, 8, 10, 12}, {5, 4}, {4}}, "batch_indices");
+  CHECK(infer(L("choose", {}, {}, 3), {{1}, {2, 7}, {5, 3}}) == Shapes{{5, 7}});
+  expect_error(L("choose", {}, {}, 3), {{1}, {2, 7}, {5}}, "inputs");
+  expect_error(L("choose", {}, {}, 3), {{2}, {2, 7}, {5, 3}}, "condition");
+  CHECK(infer(L("branch", {{"probe", int64_t{0}}}, {}, 3), {{1}, {2, 7}, {5}}) == Shapes{{5}});
+  CHECK(infer(L("branch", {{"probe", int64_t{1}}}, {}, 3), {{1}, {2, 7}, {5}}) == Shapes{{2, 7}});
+  auto slice = [](std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> axes, std::vector<int64_t> steps) {
+    return L("slice", {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}});
+  };
+  CHECK(infer(slice({1, -1}, {100, -9}, {0, 2}, {2, -3}), {{7, 3, 8}}) == Shapes{{3, 3, 3}});
+  CHECK(infer(slice({0}, {300}, {0}, {1}), {{0, 4}}) == Shapes{{0, 4}});  // an empty tensor's slice
+  expect_error(slice({0}, {1}, {3}, {1}), {{7, 3, 8}}, "axes");
+  expect_error(slice({0}, {1}, {0}, {0}), {{7, 3, 8}}, "steps");
+  auto scatter = [](const char* reduction) { return L("scatter_elements", {{"axis", int64_t{1}}, {"reduction", std::string(reduction)}}, {}, 3); };
+  CHECK(infer(scatter("add"), {{3, 5}, {3, 4}, {3, 4}}) == Shapes{{3, 5}});
+  expect_error(scatter("add"), {{3, 5}, {3, 4}, {3, 3}}, "updates");
+  expect_error(scatter("add"), {{3, 5}, {4, 4}, {4, 4}}, "indices");
+  expect_error(scatter("or"), {{3, 5}, {3, 4}, {3, 4}}, "reduction");
 }
 
 TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
@@ -561,7 +578,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -1506,7 +1506,7 @@ TEST_CASE("Input shapes: symbolic dims default to 1 or come from the options", "
   CHECK_THROWS_WITH(import_onnx(path, unknown), Catch::Contains("nope"));
 }
 
-TEST_CASE("If with a condition known at import runs its branch in place; a run-time condition is refused", "[onnx][if]") {
+TEST_CASE("If with a condition known at import runs its branch in place; one computed at run time chooses", "[onnx][if]") {
   // cond = (2 == 3), computed at import: the else branch, which reads the outer 'r' and has an initializer.
   auto branch = [](const std::string& name, const std::string& op, float k) {
     OnnxModel b(13);
@@ -1527,17 +1527,78 @@ TEST_CASE("If with a condition known at import runs its branch in place; a run-t
   Output out = run_model(m, "if_const.onnx", Shape{4}, {-1, 0, 1, 2});
   CHECK(out.values == std::vector<float>{0, 0, -3, -6});
 
-  // The condition a graph input: refused, naming the node.
+  // The condition a graph input (refused before): both branches run, the taken one's output is kept.
   OnnxModel d(13);
   d.input("x", {4}).typed_input("c", onnx::TensorProto::BOOL, {1}).output("y");
   d.node("Relu", {"x"}, {"r"});
   d.node("If", {"c"}, {"y"}, "choose_at_run_time").g("then_branch", branch("then", "Add", 100)).g("else_branch", branch("else", "Mul", 3));
-  try {
-    import_onnx(d.save("if_runtime.onnx"));
-    FAIL("a run-time If condition was accepted");
-  } catch (const Error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("choose_at_run_time") && Catch::Contains("cond"));
-  }
+  Model net = import_onnx(d.save("if_runtime.onnx"));
+  auto run = [&](bool c) {
+    Blob cond = Blob::allocate(Shape{1}, DType::boolean);
+    cond.data_as<uint8_t>()[0] = c;
+    return run_net(net, {{"x", make_input(Shape{4}, {-1, 0, 1, 2})}, {"c", cond}})[0].values;
+  };
+  CHECK(run(true) == std::vector<float>{100, 100, 101, 102});
+  CHECK(run(false) == std::vector<float>{0, 0, 3, 6});
+  CHECK(run(true) == std::vector<float>{100, 100, 101, 102});
+}
+
+TEST_CASE("If whose branches give other sizes: from shapes, the branch is taken when planned; from values, chosen at run", "[onnx][if]") {
+  // y = the rows' sums [3] where x has one column, else x [3, cols] (torchvision's RoI
+  // pooling guard squeezes a column alike): another rank per branch.
+  auto squeeze_branch = [](bool squeeze) {
+    OnnxModel b(13);
+    if (squeeze) {
+      b.init_ints("axis1", {1}, {1});
+      b.node("ReduceSum", {"x", "axis1"}, {"sq"}).i("keepdims", 0);
+      b.output("sq");
+    } else {
+      b.node("Identity", {"x"}, {"same"});
+      b.output("same");
+    }
+    onnx::GraphProto g = b.graph();
+    g.set_name(squeeze ? "then" : "else");
+    return g;
+  };
+  OnnxModel m(13);
+  m.input("x", {3, -1}).output("y");
+  m.node("Shape", {"x"}, {"s"});
+  m.init_ints("one_index", {}, {1}).init_ints("one", {}, {1});
+  m.node("Gather", {"s", "one_index"}, {"cols"});
+  m.node("Equal", {"cols", "one"}, {"cond"});
+  m.node("If", {"cond"}, {"y"}, "guard").g("then_branch", squeeze_branch(true)).g("else_branch", squeeze_branch(false));
+  Model net = import_onnx(m.save("if_shapes.onnx"));
+  auto out = run_net(net, {{"x", make_input(Shape{3, 1}, {1, 2, 3})}});
+  CHECK(out[0].shape == Shape{3});
+  CHECK(out[0].values == std::vector<float>{1, 2, 3});
+  out = run_net(net, {{"x", make_input(Shape{3, 2}, {1, 2, 3, 4, 5, 6})}});
+  CHECK(out[0].shape == Shape{3, 2});
+  CHECK(out[0].values == std::vector<float>{1, 2, 3, 4, 5, 6});
+  out = run_net(net, {{"x", make_input(Shape{3, 1}, {7, 8, 9})}});
+  CHECK(out[0].shape == Shape{3});
+
+  // A condition from values, branches of one rank and other sizes: y = x > 0 somewhere ? x : x[:1].
+  OnnxModel v(13);
+  v.input("x", {4}).output("y");
+  v.init("zero", {}, {0.0f});
+  v.node("Greater", {"x", "zero"}, {"pos"});
+  v.node("Cast", {"pos"}, {"posf"}).i("to", onnx::TensorProto::FLOAT);
+  v.node("ReduceMax", {"posf"}, {"any"}).i("keepdims", 0);
+  v.node("Cast", {"any"}, {"c"}).i("to", onnx::TensorProto::BOOL);
+  OnnxModel whole(13), first(13);
+  whole.node("Identity", {"x"}, {"w"});
+  whole.output("w");
+  first.init_ints("s0", {1}, {0}).init_ints("s1", {1}, {1});
+  first.node("Slice", {"x", "s0", "s1"}, {"f"});
+  first.output("f");
+  v.node("If", {"c"}, {"y"}, "by_value").g("then_branch", whole.graph()).g("else_branch", first.graph());
+  Model byv = import_onnx(v.save("if_values.onnx"));
+  CHECK_FALSE(byv.outputs()[0].dynamic_dims.empty());  // its size depends on values
+  auto a = run_net(byv, {{"x", make_input(Shape{4}, {-1, 2, -3, 4})}});
+  CHECK(a[0].shape == Shape{4});
+  auto b = run_net(byv, {{"x", make_input(Shape{4}, {-1, -2, -3, -4})}});
+  CHECK(b[0].shape == Shape{1});
+  CHECK(b[0].values == std::vector<float>{-1});
 }
 
 TEST_CASE("Zero-size dims: a session runs empty tensors (reductions give their identity, a convolution of batch 0)", "[onnx][empty]") {
@@ -1873,4 +1934,45 @@ TEST_CASE("CenterCropPad: a huge target size is a clear error naming the node, n
   auto y = run_model(ok, "crop_ok.onnx", Shape{2, 3}, {1, 2, 3, 4, 5, 6});
   CHECK(y.shape == Shape{4, 1});
   CHECK(y.values == std::vector<float>{0, 2, 5, 0});  // rows padded by one each side, the middle column kept
+}
+
+TEST_CASE("A detector's post-processing: NMS, then gathers, squeezes, slices and a TopK sized by the boxes kept", "[onnx][nms]") {
+  OnnxModel m(13);
+  m.input("boxes", {1, -1, 4}).input("scores", {1, 2, -1}).output("picked").output("top");
+  m.init_ints("most", {1}, {3}).init("iou", {1}, {0.5f}).init("threshold", {1}, {0.1f});
+  m.node("NonMaxSuppression", {"boxes", "scores", "most", "iou", "threshold"}, {"kept"});
+  m.init_ints("two", {}, {2}).init_ints("zero_axis", {1}, {0});
+  m.node("Gather", {"kept", "two"}, {"box_index"}).i("axis", 1);
+  m.node("Squeeze", {"boxes", "zero_axis"}, {"rows"});
+  m.node("Gather", {"rows", "box_index"}, {"picked"});
+  // The kept boxes' classes, largest first, at most 5: K = min(5, boxes kept).
+  m.init_ints("s1", {1}, {1}).init_ints("s2", {1}, {2}).init_ints("one_axis", {1}, {1});
+  m.node("Slice", {"kept", "s1", "s2", "one_axis"}, {"class_column"});
+  m.node("Squeeze", {"class_column", "one_axis"}, {"classes"});
+  m.node("Cast", {"classes"}, {"classes_f"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Shape", {"classes"}, {"count"});
+  m.init_ints("five", {1}, {5});
+  m.node("Concat", {"five", "count"}, {"limits"}).i("axis", 0);
+  m.node("ReduceMin", {"limits"}, {"k"}).i("keepdims", 1);
+  m.node("TopK", {"classes_f", "k"}, {"top", "top_index"});
+  Model net = import_onnx(m.save("nms_tail.onnx"));
+  const std::vector<float> boxes = {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, 2, 1, 3, 0, 4, 1, 5, 0, 6, 1, 7};
+  auto run = [&](const std::vector<float>& scores) {
+    const int64_t n = static_cast<int64_t>(scores.size()) / 2;
+    return run_net(net, {{"boxes", make_input(Shape{1, n, 4}, std::vector<float>(boxes.begin(), boxes.begin() + 4 * n))},
+                         {"scores", make_input(Shape{1, 2, n}, scores)}});
+  };
+  // Class 0 keeps boxes 0, 2, 4 (box 1 overlaps box 0); class 1 boxes 4, 3, 1 by score.
+  auto out = run({0.9f, 0.8f, 0.7f, 0.05f, 0.6f, 0.1f, 0.2f, 0.05f, 0.6f, 0.65f});
+  REQUIRE(out[0].shape == Shape{6, 4});
+  for (int j = 0; j < 4; ++j) CHECK(out[0].values[static_cast<std::size_t>(4 + j)] == boxes[static_cast<std::size_t>(8 + j)]);
+  CHECK(out[1].values == std::vector<float>{1, 1, 1, 0, 0});
+  // Two kept: K = 2.
+  out = run({0.9f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.3f});
+  REQUIRE(out[0].shape == Shape{2, 4});
+  CHECK(out[1].values == std::vector<float>{1, 0});
+  // None kept, with another box count.
+  out = run({0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f});
+  CHECK(out[0].shape == Shape{0, 4});
+  CHECK(out[1].shape == Shape{0});
 }

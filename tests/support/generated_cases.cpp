@@ -2,6 +2,7 @@
 // runs every CPU routine on them, tests/cuda/test_cuda_generated.cpp every CUDA
 // routine): a few shapes and attribute sets per layer type, random values.
 #include "support/generated_cases.hpp"
+#include "core/tensor_math.hpp"
 
 #include "core/layer_types.hpp"
 #include "routines/f32_check.hpp"
@@ -375,6 +376,23 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                      {random_blob({2, 3, 10, 12}, rng), random_blob({4, 4}, rng, 0.f, 20.f), batch}});
     return out;
   }
+  if (type == "slice")
+    return {{"slice steps and negatives", layer_of(type, {{"starts", std::vector<int64_t>{1, -1}}, {"ends", std::vector<int64_t>{100, -9}},
+                                                         {"axes", std::vector<int64_t>{0, 2}}, {"steps", std::vector<int64_t>{2, -3}}}, {}),
+             {random_blob({7, 3, 8}, rng)}}};
+  if (type == "scatter_elements") {
+    std::vector<Case> out;
+    for (const char* reduction : {"none", "add", "max"}) {
+      Blob idx = random_blob({3, 4}, rng, -5.f, 5.f);
+      for (int64_t i = 0; i < idx.numel(); ++i) idx.data_as<float>()[i] = std::floor(idx.data_as<float>()[i]);
+      out.push_back({fmt::format("scatter_elements {}", reduction),
+                     layer_of(type, {{"axis", int64_t{1}}, {"reduction", std::string(reduction)}}, {}, 3),
+                     {random_blob({3, 5}, rng), idx, random_blob({3, 4}, rng)}});
+    }
+    return out;
+  }
+  if (type == "choose")
+    return {{"choose the second", layer_of(type, {}, {}, 3), {core::float_blob(Shape{1}, {0.0f}), random_blob({2, 3}, rng), random_blob({4, 2}, rng)}}};
   if (type == "top_k")
     return {{"top_k 3 of 9", layer_of("top_k", {{"k", int64_t{3}}, {"axis", int64_t{1}}}, {}, 1, 2), {random_blob({4, 9, 5}, rng)}},
             {"top_k smallest", layer_of("top_k", {{"k", int64_t{2}}, {"largest", int64_t{0}}}, {}, 1, 2), {random_blob({6, 7}, rng)}}};

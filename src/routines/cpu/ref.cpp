@@ -992,6 +992,88 @@ struct NonZero final : RefPrepared {
   }
 };
 
+/// scatter_elements: data with each update written (or reduced) at its index
+/// along the axis; indices checked as gather's.
+struct ScatterElements final : RefPrepared {
+  static constexpr std::string_view kType = "scatter_elements";
+  Shape data, idx;
+  int axis;
+  enum Reduce { none, add, mul, max, min } reduce;
+  std::string name;
+  explicit ScatterElements(const LayerInfo& info)
+      : data(info.input_shapes[0]), idx(info.input_shapes[1]),
+        axis(core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank())), name(info.layer->name) {
+    const std::string r = info.layer->get_string("reduction", "none");
+    reduce = r == "add" ? add : r == "mul" ? mul : r == "max" ? max : r == "min" ? min : none;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* ind = a.inputs[1]->data_as<float>();
+    const float* upd = a.inputs[2]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    std::copy(x, x + data.numel(), y);
+    int64_t ds[kMaxRank];
+    contiguous_strides(data, ds);
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      int64_t rest = i, at = 0;
+      for (int d = idx.rank() - 1; d >= 0; --d) {
+        const int64_t c = rest % idx[d];
+        rest /= idx[d];
+        at += (d == axis ? checked_index(ind[i], data[d], name) : c) * ds[d];
+      }
+      float& t = y[at];
+      const float u = upd[i];
+      t = reduce == add ? t + u : reduce == mul ? t * u : reduce == max ? std::max(t, u) : reduce == min ? std::min(t, u) : u;
+    }
+  }
+};
+
+/// slice: elements start, start + step, ... along each sliced axis (ONNX Slice).
+struct Slice final : RefPrepared {
+  static constexpr std::string_view kType = "slice";
+  Shape in, out;
+  int64_t first[kMaxRank] = {}, step[kMaxRank] = {};
+  explicit Slice(const LayerInfo& info) : in(info.input_shapes[0]), out(info.output_shapes[0]) {
+    for (int d = 0; d < in.rank(); ++d) step[d] = 1;
+    const Layer& l = *info.layer;
+    const auto starts = l.get_ints("starts"), ends = l.get_ints("ends"), axes = l.get_ints("axes");
+    const auto steps = l.get_ints("steps", std::vector<int64_t>(starts.size(), 1));
+    for (std::size_t i = 0; i < starts.size(); ++i) {
+      const int a = static_cast<int>(axes[i]);
+      first[a] = core::slice_range(starts[i], ends[i], steps[i], in[a]).start;
+      step[a] = steps[i];
+    }
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    int64_t strides[kMaxRank];
+    contiguous_strides(in, strides);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      int64_t rest = i, at = 0;
+      for (int d = out.rank() - 1; d >= 0; --d) {
+        at += (first[d] + (rest % out[d]) * step[d]) * strides[d];
+        rest /= out[d];
+      }
+      y[i] = x[at];
+    }
+  }
+};
+
+/// choose: the chosen input whole; value-shaped (the output holds the larger
+/// of the two, the chosen one's elements first).
+struct Choose final : RefPrepared {
+  static constexpr std::string_view kType = "choose";
+  explicit Choose(const LayerInfo&) {}
+  void run(const RunArgs& a) override {
+    const Blob& pick = *a.inputs[a.inputs[0]->data_as<float>()[0] != 0 ? 1 : 2];
+    float* y = a.outputs[0]->data_as<float>();
+    std::copy(pick.data_as<float>(), pick.data_as<float>() + pick.numel(), y);
+    std::fill(y + pick.numel(), y + a.outputs[0]->numel(), 0.0f);
+    if (a.output_shapes) a.output_shapes[0] = pick.shape();
+  }
+};
+
 /// roi_align: each output bin the average (or the largest) of bilinear samples
 /// on a grid within it, as ONNX Runtime computes them (a sample more than one
 /// pixel outside the input reads 0; max mode takes the largest weighted corner).
@@ -2103,6 +2185,9 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<TopK>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<NonMaxSuppression>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<NonZero>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<RoiAlign>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
