@@ -196,7 +196,7 @@ struct RunArgs {
   void* workspace = nullptr;
   ThreadPool* pool = nullptr;
   /// For a layer whose output shapes depend on its input values (the built-in
-  /// non_max_suppression and non_zero, docs/layer-types.md): one per output, where run() stores each
+  /// non_max_suppression, non_zero, unique and choose, docs/layer-types.md): one per output, where run() stores each
   /// output's actual shape (its blob holds the capacity); other routines leave it.
   /// Null where the caller does not ask.
   Shape* output_shapes = nullptr;

@@ -417,6 +417,18 @@ std::vector<Shape> infer_non_zero(const Layer&, std::span<const Shape> in) {
   return {Shape{std::max(1, in[0].rank()), in[0].numel()}};
 }
 
+std::vector<Shape> infer_unique(const Layer& l, std::span<const Shape> in) {
+  const Shape& x = in[0];
+  if (!l.has("axis")) {
+    const int64_t n = x.numel();
+    return {Shape{n}, Shape{n}, Shape{n}, Shape{n}};
+  }
+  if (x.rank() == 0) fail(l, "axis", "an input of rank 0 has no axis");
+  const int axis = normalize_axis(l, "axis", l.get_int("axis"), x.rank());
+  const int64_t n = x[axis];
+  return {x, Shape{n}, Shape{n}, Shape{n}};
+}
+
 std::vector<Shape> infer_roi_align(const Layer& l, std::span<const Shape> in) {
   const Shape& x = in[0];
   if (x.rank() != 4) fail(l, "input", fmt::format("input {} is not [N, C, H, W]", x.to_string()));
@@ -698,6 +710,7 @@ const LayerType kBuiltinTypes[] = {
     {"scatter_elements", 3, 3, infer_scatter_elements},
     {"branch", 3, 3, infer_branch, 1, true},
     {"roi_align", 3, 3, infer_roi_align},
+    {"unique", 1, 1, infer_unique, 4, false, true},
 };
 
 }  // namespace

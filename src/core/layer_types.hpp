@@ -147,6 +147,10 @@
 //            the taken one's outputs chosen). Value-shaped: capacity the larger of each dim.
 //  non_zero  out [rank, count]: the indices of the input's non-zero elements, row-major
 //            (ONNX NonZero; a rank-0 input is read as [1]). Value-shaped.
+//  unique    ONNX Unique: outputs y (the distinct values, or slices along `axis` when given),
+//            indices (first occurrence of each), inverse (each element's or slice's place in y),
+//            counts; sorted=1 (ascending; slices compared element by element), 0: in order of
+//            first occurrence. Value-shaped.
 //  roi_align x [N,C,H,W], rois [R,4] (x1,y1,x2,y2 in input pixels / spatial_scale),
 //            batch_indices [R]; mode = avg|max, output_height=1, output_width=1,
 //            sampling_ratio=0 (0: ceil(roi size / output size) per bin), spatial_scale=1,

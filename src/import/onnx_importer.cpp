@@ -455,6 +455,7 @@ class Importer {
   void top_k(const Node&);
   void non_max_suppression(const Node&);
   void non_zero(const Node&);
+  void unique(const Node&);
   void roi_align(const Node&);
   void hardmax(const Node&);
   void thresholded_relu(const Node&);
@@ -713,6 +714,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"TopK", &Importer::top_k},
       {"NonMaxSuppression", &Importer::non_max_suppression},
       {"NonZero", &Importer::non_zero},
+      {"Unique", &Importer::unique},
       {"RoiAlign", &Importer::roi_align},
       {"Hardmax", &Importer::hardmax},
       {"ThresholdedRelu", &Importer::thresholded_relu},
@@ -4196,6 +4198,22 @@ void Importer::non_zero(const Node& n) {
   value_sized_.insert(n.out(0));
 }
 
+// Unique: how many distinct values there are is known once it has run.
+void Importer::unique(const Node& n) {
+  std::vector<std::string> outs;
+  for (int k = 0; k < 4; ++k) outs.push_back(k < n.num_outputs() && !n.out(k).empty() ? n.out(k) : fresh_blob(fmt::format("{}/unique{}", n.name, k)));
+  Layer l = make("unique", n.name, {input(n, 0)}, outs);
+  if (n.has("axis")) l.params["axis"] = n.get_int("axis");
+  l.params["sorted"] = n.get_int("sorted", 1);
+  add(std::move(l));
+  for (int k = 0; k < 4; ++k) {
+    if (k > 0) value_types_[outs[static_cast<std::size_t>(k)]] = onnx::TensorProto::INT64;
+    value_sized_.insert(outs[static_cast<std::size_t>(k)]);
+  }
+  if (auto t = value_types_.find(n.in(0)); t != value_types_.end()) value_types_[outs[0]] = t->second;
+  symbolic_inputs_ = true;
+}
+
 // RoiAlign: opset 16 added coordinate_transformation_mode (half_pixel by
 // default); before it, every RoiAlign computed output_half_pixel.
 void Importer::roi_align(const Node& n) {
@@ -5116,7 +5134,7 @@ void Importer::convert(int i) {
     if (size_dependent_inputs && constant(n.out(0))) record_shape_math(n);
     static const std::unordered_set<std::string> own_types = {"Cast", "CastLike", "Where", "If", "DequantizeLinear", "QLinearConv",
                                                               "QLinearMatMul", "ConvInteger", "MatMulInteger", "OneHot",
-                                                              "NonZero", "NonMaxSuppression"};
+                                                              "NonZero", "NonMaxSuppression", "Unique"};
     if (typed >= 0 && !own_types.count(n.op()))
       for (int k = 0; k < n.num_outputs(); ++k)
         if (!n.out(k).empty() && !constant(n.out(k))) value_types_.emplace(n.out(k), typed);
@@ -5161,7 +5179,7 @@ void Importer::fold_node(const Node& n, std::size_t first) {
                                                         "Or", "Xor", "Not", "IsNaN", "IsInf"};
   auto integer_output = [&](int k) {
     if (logic.count(n.op()) || n.op() == "ArgMax" || n.op() == "ArgMin" || (n.op() == "TopK" && k == 1) ||
-        n.op() == "NonMaxSuppression" || n.op() == "NonZero")
+        n.op() == "NonMaxSuppression" || n.op() == "NonZero" || (n.op() == "Unique" && k > 0))
       return true;
     const Blob* data = n.has_in(0) ? constant(n.in(0)) : nullptr;
     return data && data->dtype() == DType::int64 && keeps_integers(n.op());
@@ -5200,7 +5218,7 @@ bool Importer::keeps_integers(const std::string& op) {
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
       "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
       "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot", "CenterCropPad", "Compress",
-      "ReverseSequence", "If", "NonZero"};
+      "ReverseSequence", "If", "NonZero", "Unique"};
   return ops.count(op) != 0;
 }
 

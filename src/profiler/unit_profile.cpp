@@ -252,6 +252,18 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
     for (int64_t i = 0; i < ins.back().numel(); ++i)
       idx[i] = static_cast<float>(std::uniform_int_distribution<int64_t>(0, std::max<int64_t>(1, dim_of(i)) - 1)(rng_));
   }
+  // Likewise roi_align's batch indices and scatter_elements' indices.
+  const int index_input = type == "roi_align" ? 2 : type == "scatter_elements" ? 1 : -1;
+  if (index_input >= 0 && static_cast<int>(ins.size()) > index_input && in.device == Device::cpu &&
+      in.dtype == DType::float32 && in.layout == Layout::nchw) {
+    const Shape& data = info.input_shapes[0];
+    const int64_t dim = type == "roi_align"
+                            ? data[0]
+                            : data[core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank())];
+    Blob& b = ins[static_cast<std::size_t>(index_input)];
+    for (int64_t i = 0; i < b.numel(); ++i)
+      b.data_as<float>()[i] = static_cast<float>(std::uniform_int_distribution<int64_t>(0, std::max<int64_t>(1, dim) - 1)(rng_));
+  }
   std::vector<const Blob*> in_ptrs;
   std::vector<Blob*> out_ptrs;
   for (auto& b : ins) in_ptrs.push_back(&b);

@@ -546,6 +546,10 @@ TEST_CASE("shape inference: value-shaped layers give their capacity; roi_align",
   expect_error(roi("max", 0), {{2, 8, 10, 12}, {5, 4}, {5}}, "output_height");
   expect_error(roi("max", 3), {{2, 8, 10, 12}, {5, 5}, {5}}, "rois");
   expect_error(roi("max", 3), {{2, 8, 10, 12}, {5, 4}, {4}}, "batch_indices");
+  auto unique = [](std::map<std::string, Attr> p) { return L("unique", std::move(p), {}, 1, 4); };
+  CHECK(infer(unique({}), {{3, 4}}) == Shapes{{12}, {12}, {12}, {12}});
+  CHECK(infer(unique({{"axis", int64_t{-1}}}), {{3, 4}}) == Shapes{{3, 4}, {4}, {4}, {4}});
+  expect_error(unique({{"axis", int64_t{2}}}), {{3, 4}}, "axis");
   CHECK(infer(L("choose", {}, {}, 3), {{1}, {2, 7}, {5, 3}}) == Shapes{{5, 7}});
   expect_error(L("choose", {}, {}, 3), {{1}, {2, 7}, {5}}, "inputs");
   expect_error(L("choose", {}, {}, 3), {{2}, {2, 7}, {5, 3}}, "condition");
@@ -578,7 +582,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -391,6 +391,12 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     }
     return out;
   }
+  if (type == "unique") {
+    Blob x = random_blob({4, 6}, rng, 0.f, 3.f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);
+    return {{"unique sorted", layer_of(type, {}, {}, 1, 4), {x}},
+            {"unique slices unsorted", layer_of(type, {{"axis", int64_t{1}}, {"sorted", int64_t{0}}}, {}, 1, 4), {x}}};
+  }
   if (type == "choose")
     return {{"choose the second", layer_of(type, {}, {}, 3), {core::float_blob(Shape{1}, {0.0f}), random_blob({2, 3}, rng), random_blob({4, 2}, rng)}}};
   if (type == "top_k")

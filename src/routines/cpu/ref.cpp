@@ -1074,6 +1074,77 @@ struct Choose final : RefPrepared {
   }
 };
 
+/// unique: the distinct elements (or slices along the axis), sorted or in order
+/// of first occurrence, with first indices, each one's place and the counts.
+/// Value-shaped: every output written packed at its actual shape.
+struct Unique final : RefPrepared {
+  static constexpr std::string_view kType = "unique";
+  int64_t outer = 1, len, inner = 1;  // slices: len of them, each outer x inner values
+  bool sorted;
+  Shape x;
+  int axis;  // -1: the flattened input
+  explicit Unique(const LayerInfo& info) : sorted(info.layer->get_int("sorted", 1) != 0), x(info.input_shapes[0]) {
+    axis = info.layer->has("axis") ? core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis"), x.rank()) : -1;
+    len = axis < 0 ? x.numel() : x[axis];
+    for (int d = 0; axis >= 0 && d < x.rank(); ++d) {
+      if (d < axis) outer *= x[d];
+      if (d > axis) inner *= x[d];
+    }
+  }
+  // Scratch: the slices' order and their first indices.
+  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(len) * 3 * sizeof(int64_t); }
+  void run(const RunArgs& a) override {
+    const float* v = a.inputs[0]->data_as<float>();
+    auto at = [&](int64_t slice, int64_t k) { return v[((k / inner) * len + slice) * inner + k % inner]; };
+    const int64_t width = outer * inner;
+    auto less = [&](int64_t p, int64_t q) {
+      for (int64_t k = 0; k < width; ++k)
+        if (at(p, k) != at(q, k)) return at(p, k) < at(q, k);
+      return false;
+    };
+    auto same = [&](int64_t p, int64_t q) { return !less(p, q) && !less(q, p); };
+    auto* order = static_cast<int64_t*>(a.workspace);
+    int64_t* first = order + len;  // per distinct one, in output order
+    int64_t* place = first + len;  // per slice: its distinct one
+    std::iota(order, order + len, int64_t{0});
+    std::stable_sort(order, order + len, less);  // equal slices keep their order: the first comes first
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      if (i == 0 || !same(order[i - 1], order[i])) first[distinct++] = order[i];
+      place[order[i]] = distinct - 1;
+    }
+    if (!sorted) {  // by first occurrence: renumber
+      std::vector<int64_t> by_first(first, first + distinct);
+      std::sort(by_first.begin(), by_first.end());
+      for (int64_t s = 0; s < len; ++s)
+        place[s] = std::lower_bound(by_first.begin(), by_first.end(), first[place[s]]) - by_first.begin();
+      std::copy(by_first.begin(), by_first.end(), first);
+    }
+    float* y = a.outputs[0]->data_as<float>();
+    float* idx = a.outputs[1]->data_as<float>();
+    float* inv = a.outputs[2]->data_as<float>();
+    float* cnt = a.outputs[3]->data_as<float>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t u = 0; u < distinct; ++u)
+        for (int64_t i = 0; i < inner; ++i) y[(o * distinct + u) * inner + i] = v[(o * len + first[u]) * inner + i];
+    std::fill(y + outer * distinct * inner, y + a.outputs[0]->numel(), 0.0f);
+    std::fill(cnt, cnt + len, 0.0f);
+    for (int64_t u = 0; u < distinct; ++u) idx[u] = static_cast<float>(first[u]);
+    std::fill(idx + distinct, idx + len, 0.0f);
+    for (int64_t s = 0; s < len; ++s) {
+      inv[s] = static_cast<float>(place[s]);
+      cnt[place[s]] += 1;
+    }
+    if (a.output_shapes) {
+      Shape ys = axis < 0 ? Shape{distinct} : x;
+      if (axis >= 0) ys[axis] = distinct;
+      a.output_shapes[0] = ys;
+      a.output_shapes[1] = a.output_shapes[3] = Shape{distinct};
+      a.output_shapes[2] = Shape{len};
+    }
+  }
+};
+
 /// roi_align: each output bin the average (or the largest) of bilinear samples
 /// on a grid within it, as ONNX Runtime computes them (a sample more than one
 /// pixel outside the input reads 0; max mode takes the largest weighted corner).
@@ -2185,6 +2256,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<TopK>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<NonMaxSuppression>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<NonZero>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<RoiAlign>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Unique>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
