@@ -661,7 +661,12 @@ std::vector<LayerProfile> Profiler::unit_profile() {
   const core::RoutinePath untuned;
   const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, core::PlanOptions{.weights = net_.weights});
   for (const auto& layer : net_.graph.layers) {
-    if (layer.type == "constant") continue;
+    if (layer.type == "constant") {
+      // A constant the net returns (a value computed from shapes) has its edge to the output.
+      for (const auto& o : layer.outputs)
+        if (auto s = net_.shapes.find(o); s != net_.shapes.end()) planned_blobs_.emplace(o, PlannedBlob{s->second, QuantParams{}});
+      continue;
+    }
     LayerProfile p;
     p.layer = &layer;
     const LayerInfo* planned = plan.layer_info(layer.name);

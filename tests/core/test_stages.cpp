@@ -5,6 +5,7 @@
 #include "core/tensor_math.hpp"
 
 #include <softneuro/session.hpp>
+#include <softneuro/tune.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -168,4 +169,17 @@ TEST_CASE("stages: split_stages cuts after value-shaped layers and copies shape 
   CHECK(stages[1].graph.outputs == std::vector<std::string>{"picked", "count"});
   CHECK(stages[1].graph.inputs[0].dynamic_dims == std::vector<int>{0, 1});
   CHECK(stages[1].value_shaped.empty());
+}
+
+TEST_CASE("stages: a tuned model with a value-shaped layer plans and runs its stages the same", "[core][stages][tune]") {
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.5;
+  o.integrated_runs = 2;
+  const Model tuned = tune(detector_tail(), o);
+  CHECK_FALSE(tuned.outputs()[0].dynamic_dims.empty());
+  Session session(tuned);
+  const std::vector<float> scores = {0.9f, 0.8f, 0.7f, 0.05f, 0.6f, 0.1f, 0.2f, 0.05f, 0.6f, 0.65f};
+  check(session, scores, {{0, 0}, {0, 2}, {0, 4}, {1, 4}, {1, 3}, {1, 1}});
+  check(session, std::vector<float>(10, 0.0f), {});
 }
