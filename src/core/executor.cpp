@@ -88,8 +88,7 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
       step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
       continue;
     }
-    if (const LayerType* type = find_layer_type(step.layer->type); type && type->value_shaped)
-      step.value_shapes = step.info.output_shapes;
+    if (is_value_shaped(*step.layer)) step.value_shapes = step.info.output_shapes;
     try {
       step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
     } catch (const Error& e) {

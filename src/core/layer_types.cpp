@@ -342,9 +342,15 @@ std::vector<Shape> infer_cumulative(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+bool top_k_at_run(const Layer& l) { return l.inputs.size() == 2 && l.get_int("k_at_run", 0) != 0; }
+
 std::vector<Shape> infer_top_k(const Layer& l, std::span<const Shape> in) {
   if (in[0].rank() == 0) fail(l, "input", "top_k needs an input of rank 1 or more");
   const int axis = normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
+  if (top_k_at_run(l)) {  // the most it can take: the whole axis
+    if (in[1].numel() != 1) fail(l, "k", fmt::format("k {} is not one value", in[1].to_string()));
+    return {in[0], in[0]};
+  }
   const int64_t k = l.get_int("k");
   if (k < 0 || k > in[0][axis])
     fail(l, "k", fmt::format("k {} is outside 0..{} (axis {} of {})", k, in[0][axis], axis, in[0].to_string()));
@@ -695,7 +701,7 @@ const LayerType kBuiltinTypes[] = {
     {"gather", 1, 2, infer_gather},      {"gather_elements", 2, 2, infer_gather_elements},
     {"gather_nd", 2, 2, infer_gather_nd},
     {"divmod", 2, 2, infer_divmod},      {"bitwise", 2, 2, infer_bitwise},
-    {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 2, infer_top_k, 2},
+    {"cumulative", 1, 1, infer_cumulative}, {"top_k", 1, 2, infer_top_k, 2, false, false, top_k_at_run},
     {"grid_sample", 2, 2, infer_grid_sample},
     {"lstm", 1, 3, infer_rnn, 3},         {"gru", 1, 2, infer_rnn, 2},
     {"rnn", 1, 2, infer_rnn, 2},
@@ -1023,6 +1029,11 @@ SliceRange slice_range(int64_t start, int64_t end, int64_t step, int64_t dim) {
   }
   const int64_t span = step > 0 ? end - start : start - end, size = step > 0 ? step : -step;
   return {start, span <= 0 ? 0 : (span + size - 1) / size};
+}
+
+bool is_value_shaped(const Layer& layer) {
+  const LayerType* t = find_layer_type(layer.type);
+  return t && (t->value_shaped || (t->value_shaped_when && t->value_shaped_when(layer)));
 }
 
 const LayerType* find_layer_type(std::string_view name) {

@@ -84,7 +84,9 @@
 //  cumulative op = sum|prod along axis (=0), exclusive=0, reverse=0 (ONNX CumSum/CumProd).
 //  top_k     k, axis=-1, largest=1: outputs the k values in order and their indices
 //            (as floats); ties to the lower index, NaN above every number. An input 1
-//            (a shape_math value) gives k when a session plans (core/shape_plan.hpp).
+//            (a shape_math value) gives k when a session plans (core/shape_plan.hpp);
+//            with k_at_run=1 it is a blob computed at run time (value-shaped: capacity
+//            the whole axis).
 //  grid_sample two inputs: x [N,C,D1..Dr] (r = 1..3) and grid [N,O1..Or,r] (normalised,
 //            x first); mode = linear|nearest|cubic; padding_mode = zeros|border|reflection;
 //            align_corners=0; out [N,C,O1..Or] (ONNX GridSample).
@@ -197,10 +199,14 @@ struct LayerType {
   /// and reports the actual shapes (RunArgs::output_shapes). The layers reading
   /// such outputs run in a later stage, planned at the actual shapes (core/stages.hpp).
   bool value_shaped = false;
+  /// Value-shaped only in some layers of the type (top_k with a K computed at run time).
+  bool (*value_shaped_when)(const Layer& layer) = nullptr;
 };
 
 /// The type named `name` (built in or registered), or nullptr.
 const LayerType* find_layer_type(std::string_view name);
+/// Whether this layer's output shapes depend on its input values (LayerType::value_shaped).
+bool is_value_shaped(const Layer& layer);
 /// Every layer type, built in and registered, for tests and `inspect`.
 std::vector<LayerType> layer_types();
 

@@ -26,7 +26,9 @@ constexpr int64_t kMaxValueElements = int64_t{1} << 26;
 /// A layer taking a parameter from a value computed at plan time as input 1:
 /// a reshape's target ("shape"), top_k's k (ONNX TopK's K from the number of
 /// boxes a NonZero found).
-bool reads_target(const Layer& l) { return (l.type == "reshape" || l.type == "top_k") && l.inputs.size() == 2; }
+bool reads_target(const Layer& l) {
+  return (l.type == "reshape" || (l.type == "top_k" && l.get_int("k_at_run", 0) == 0)) && l.inputs.size() == 2;
+}
 
 /// `l` (reads_target) with the parameter from `target`'s value, input 1 gone;
 /// false where the value cannot be one (a zero-size dim in a reshape target

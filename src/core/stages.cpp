@@ -15,10 +15,7 @@ namespace softneuro::core {
 
 namespace {
 const LayerType* type_of(const Layer& l) { return find_layer_type(l.type); }
-bool value_shaped(const Layer& l) {
-  const LayerType* t = type_of(l);
-  return t && t->value_shaped;
-}
+bool value_shaped(const Layer& l) { return is_value_shaped(l); }
 /// Computed when a stage is planned, from shapes and constants: copied into each stage reading it.
 bool copied(const Layer& l) {
   const LayerType* t = type_of(l);

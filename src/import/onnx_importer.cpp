@@ -4151,9 +4151,21 @@ void Importer::cumulative(const Node& n) {
 void Importer::top_k(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const Blob* k = constant(n.in(1));
-  if (!k || k->numel() != 1) throw Unsupported{"TopK with K computed from values at run time (K may come from shapes)"};
   if (xs.rank() == 0) throw n.error("input of rank 0 has no axis", "X");
   const int axis = normalized_axis(n, n.get_int("axis", -1), xs.rank(), "axis");
+  if (!k) {  // K computed from values at run time: as many as it says (value-shaped)
+    const std::string values = n.out(0).empty() ? fresh_blob(n.name + "/values") : n.out(0);
+    const std::string indices = n.out(1).empty() ? fresh_blob(n.name + "/indices") : n.out(1);
+    Layer l = make("top_k", n.name, {input(n, 0), input(n, 1)}, {values, indices});
+    l.params = {{"k_at_run", int64_t{1}}, {"axis", int64_t{axis}}, {"largest", n.get_int("largest", 1)}};
+    add(std::move(l));
+    value_types_[indices] = onnx::TensorProto::INT64;
+    value_sized_.insert(values);
+    value_sized_.insert(indices);
+    symbolic_inputs_ = true;
+    return;
+  }
+  if (k->numel() != 1) throw n.error(fmt::format("K has {} values, not one", k->numel()), "K");
   const int64_t kv = to_ints(*k)[0];
   if (kv < 0 || kv > xs[axis]) throw n.error(fmt::format("K {} is outside 0..{}", kv, xs[axis]), "K");
   const std::string values = n.out(0).empty() ? fresh_blob(n.name + "/values") : n.out(0);

@@ -1976,3 +1976,28 @@ TEST_CASE("A detector's post-processing: NMS, then gathers, squeezes, slices and
   CHECK(out[0].shape == Shape{0, 4});
   CHECK(out[1].shape == Shape{0});
 }
+
+TEST_CASE("TopK with K computed from values at run time returns K of them", "[onnx][topk]") {
+  // K = the number of set flags: the largest K values of x.
+  OnnxModel m(13);
+  m.input("x", {6}).typed_input("flags", onnx::TensorProto::BOOL, {6}).output("values").typed_output("indices", onnx::TensorProto::INT64);
+  m.node("Cast", {"flags"}, {"ones"}).i("to", onnx::TensorProto::INT64);
+  m.node("ReduceSum", {"ones"}, {"k"}).i("keepdims", 1);
+  m.node("TopK", {"x", "k"}, {"values", "indices"});
+  Model net = import_onnx(m.save("topk_run_k.onnx"));
+  Session session(net);
+  auto run = [&](std::vector<uint8_t> f) {
+    Blob flags = Blob::allocate(Shape{6}, DType::boolean);
+    std::copy(f.begin(), f.end(), flags.data_as<uint8_t>());
+    return session.run(std::vector<NamedBlob>{{"x", make_input(Shape{6}, {3, 9, 1, 7, 5, 8})}, {"flags", flags}});
+  };
+  auto out = run({1, 0, 1, 0, 1, 0});
+  REQUIRE(out[0].blob.shape() == Shape{3});
+  CHECK(std::vector<float>(out[0].blob.data_as<float>(), out[0].blob.data_as<float>() + 3) == std::vector<float>{9, 8, 7});
+  CHECK(out[1].blob.dtype() == DType::int64);
+  CHECK(std::vector<int64_t>(out[1].blob.data_as<int64_t>(), out[1].blob.data_as<int64_t>() + 3) == std::vector<int64_t>{1, 5, 3});
+  out = run({0, 0, 0, 0, 0, 0});
+  CHECK(out[0].blob.shape() == Shape{0});
+  out = run({1, 1, 1, 1, 1, 1});
+  CHECK(out[0].blob.shape() == Shape{6});
+}

@@ -865,15 +865,33 @@ struct Cumulative final : RefPrepared {
 struct TopK final : RefPrepared {
   static constexpr std::string_view kType = "top_k";
   int64_t outer, len, inner, k;
-  bool largest;
-  explicit TopK(const LayerInfo& info) : k(info.layer->get_int("k")), largest(info.layer->get_int("largest", 1) != 0) {
+  bool largest, at_run;  // at_run: k read from input 1 at every run (value-shaped)
+  int axis;
+  std::string name;
+  explicit TopK(const LayerInfo& info)
+      : k(info.layer->get_int("k", 0)), largest(info.layer->get_int("largest", 1) != 0),
+        at_run(info.layer->inputs.size() == 2 && info.layer->get_int("k_at_run", 0) != 0), name(info.layer->name) {
     const AxisSplit a(info, -1);
     outer = a.outer, len = a.len, inner = a.inner;
+    axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), info.input_shapes[0].rank());
   }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     float* values = a.outputs[0]->data_as<float>();
     float* indices = a.outputs[1]->data_as<float>();
+    if (at_run) {
+      const float kv = a.inputs[1]->data_as<float>()[0];
+      if (!(kv >= 0 && kv <= static_cast<float>(len)) || kv != std::floor(kv))
+        throw Error(fmt::format("K {} is not one of 0..{}", kv, len), {}, name, "k");
+      k = static_cast<int64_t>(kv);
+      std::fill(values + outer * k * inner, values + a.outputs[0]->numel(), 0.0f);
+      std::fill(indices + outer * k * inner, indices + a.outputs[1]->numel(), 0.0f);
+      if (a.output_shapes) {
+        Shape s = a.inputs[0]->shape();
+        s[axis] = k;
+        a.output_shapes[0] = a.output_shapes[1] = s;
+      }
+    }
     a.pool->parallel_for(outer * inner, 16, [&](int64_t b, int64_t e) {
       std::vector<int64_t> order(static_cast<std::size_t>(len));
       for (int64_t i = b; i < e; ++i) {
