@@ -423,6 +423,21 @@ std::vector<Shape> infer_non_zero(const Layer&, std::span<const Shape> in) {
   return {Shape{std::max(1, in[0].rank()), in[0].numel()}};
 }
 
+std::vector<Shape> infer_dft(const Layer& l, std::span<const Shape> in) {
+  const Shape& x = in[0];
+  if (x.rank() < 2 || (x[x.rank() - 1] != 1 && x[x.rank() - 1] != 2))
+    fail(l, "input", fmt::format("input {} is not [..., 1 or 2] (real or complex)", x.to_string()));
+  const int axis = normalize_axis(l, "axis", l.get_int("axis"), x.rank());
+  if (axis == x.rank() - 1) fail(l, "axis", "the last dim holds the real and imaginary parts, not a signal");
+  const int64_t n = l.get_int("length", x[axis]);
+  if (n < 1 || n > (int64_t{1} << 24)) fail(l, "length", fmt::format("length {} is outside 1..2^24", n));
+  const bool inverse = l.get_int("inverse", 0) != 0, onesided = l.get_int("onesided", 0) != 0;
+  Shape out = x;
+  out[axis] = onesided && !inverse ? n / 2 + 1 : n;
+  out[x.rank() - 1] = onesided && inverse ? 1 : 2;
+  return {out};
+}
+
 std::vector<Shape> infer_unique(const Layer& l, std::span<const Shape> in) {
   const Shape& x = in[0];
   if (!l.has("axis")) {
@@ -717,6 +732,7 @@ const LayerType kBuiltinTypes[] = {
     {"branch", 3, 3, infer_branch, 1, true},
     {"roi_align", 3, 3, infer_roi_align},
     {"unique", 1, 1, infer_unique, 4, false, true},
+    {"dft", 1, 1, infer_dft},
 };
 
 }  // namespace

@@ -149,6 +149,11 @@
 //            the taken one's outputs chosen). Value-shaped: capacity the larger of each dim.
 //  non_zero  out [rank, count]: the indices of the input's non-zero elements, row-major
 //            (ONNX NonZero; a rank-0 input is read as [1]). Value-shaped.
+//  dft       ONNX DFT: in [..., 1 (real) or 2 (complex)], along `axis` (not the last dim) of
+//            `length` points (the signal cut or zero-padded); inverse=0 (1: the inverse, scaled
+//            by 1/length), onesided=0 (forward: the first length/2+1 outputs; inverse: the input
+//            is the first half of a Hermitian spectrum and the output real, numpy's irfft).
+//            Out [..., length or length/2+1, ..., 2], or [..., length, ..., 1] for the inverse one-sided.
 //  unique    ONNX Unique: outputs y (the distinct values, or slices along `axis` when given),
 //            indices (first occurrence of each), inverse (each element's or slice's place in y),
 //            counts; sorted=1 (ascending; slices compared element by element), 0: in order of

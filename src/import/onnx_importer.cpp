@@ -45,6 +45,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <optional>
 #include <queue>
@@ -456,6 +457,8 @@ class Importer {
   void non_max_suppression(const Node&);
   void non_zero(const Node&);
   void unique(const Node&);
+  void dft(const Node&);
+  void window(const Node&);
   void roi_align(const Node&);
   void hardmax(const Node&);
   void thresholded_relu(const Node&);
@@ -715,6 +718,10 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"NonMaxSuppression", &Importer::non_max_suppression},
       {"NonZero", &Importer::non_zero},
       {"Unique", &Importer::unique},
+      {"DFT", &Importer::dft},
+      {"HannWindow", &Importer::window},
+      {"HammingWindow", &Importer::window},
+      {"BlackmanWindow", &Importer::window},
       {"RoiAlign", &Importer::roi_align},
       {"Hardmax", &Importer::hardmax},
       {"ThresholdedRelu", &Importer::thresholded_relu},
@@ -4224,6 +4231,57 @@ void Importer::unique(const Node& n) {
   }
   if (auto t = value_types_.find(n.in(0)); t != value_types_.end()) value_types_[outs[0]] = t->second;
   symbolic_inputs_ = true;
+}
+
+// DFT: the length and axis must be constants (opset 20 made the axis an input).
+void Importer::dft(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  int64_t axis = n.opset >= 20 ? -2 : n.get_int("axis", 1);
+  if (n.opset >= 20 && n.has_in(2)) {
+    const Blob& a = require_constant(n, 2, "axis");
+    if (a.numel() != 1) throw n.error(fmt::format("axis has {} values, not one", a.numel()), "axis");
+    axis = to_ints(a)[0];
+  }
+  axis = normalized_axis(n, axis, xs.rank(), "axis");
+  const bool inverse = n.get_int("inverse", 0) != 0, onesided = n.get_int("onesided", 0) != 0;
+  int64_t length = inverse && onesided ? 2 * (xs[static_cast<int>(axis)] - 1) : xs[static_cast<int>(axis)];
+  if (n.has_in(1)) {
+    const Blob& d = require_constant(n, 1, "dft_length");
+    if (d.numel() != 1) throw n.error(fmt::format("dft_length has {} values, not one", d.numel()), "dft_length");
+    length = to_ints(d)[0];
+  }
+  add_unary(n, "dft", input(n, 0), n.out(0),
+            {{"axis", axis}, {"length", length}, {"inverse", int64_t{inverse}}, {"onesided", int64_t{onesided}}});
+}
+
+// HannWindow, HammingWindow, BlackmanWindow of a constant size: computed now
+// (ONNX's reference formulas, in double), a constant like any other.
+void Importer::window(const Node& n) {
+  const Blob* size_blob = constant(n.in(0));
+  if (!size_blob || size_dependent(n.in(0)))
+    throw Unsupported{fmt::format("{} with a size computed at run time (a constant size is computed at import)", n.op())};
+  if (size_blob->numel() != 1) throw n.error(fmt::format("size has {} values, not one", size_blob->numel()), "size");
+  const int64_t size = to_ints(*size_blob)[0];
+  if (size < 0 || size > (int64_t{1} << 24)) throw n.error(fmt::format("size {} is outside 0..2^24", size), "size");
+  const double last = n.get_int("periodic", 1) ? static_cast<double>(size) : static_cast<double>(size - 1);
+  const int type = static_cast<int>(n.get_int("output_datatype", onnx::TensorProto::FLOAT));
+  std::vector<float> w(static_cast<std::size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    const double t = 2 * std::numbers::pi * static_cast<double>(i) / last;
+    double v = n.op() == "HannWindow"      ? std::pow(std::sin(std::numbers::pi * static_cast<double>(i) / last), 2)
+               : n.op() == "HammingWindow" ? 25.0 / 46.0 - (1 - 25.0 / 46.0) * std::cos(t)
+                                           : 0.42 - 0.5 * std::cos(t) + 0.08 * std::cos(2 * t);
+    w[static_cast<std::size_t>(i)] = static_cast<float>(v);
+  }
+  Blob out = float_blob(Shape{size}, w);
+  if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::DOUBLE && type != onnx::TensorProto::FLOAT16 &&
+      type != onnx::TensorProto::BFLOAT16) {
+    std::vector<int64_t> ints;
+    for (float f : w) ints.push_back(static_cast<int64_t>(f));  // (as numpy's astype truncates)
+    out = int_blob(Shape{size}, ints);
+  }
+  constants_[n.out(0)] = std::move(out);
+  onnx_types_[n.out(0)] = type;
 }
 
 // RoiAlign: opset 16 added coordinate_transformation_mode (half_pixel by

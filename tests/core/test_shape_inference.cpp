@@ -550,6 +550,15 @@ TEST_CASE("shape inference: value-shaped layers give their capacity; roi_align",
   CHECK(infer(unique({}), {{3, 4}}) == Shapes{{12}, {12}, {12}, {12}});
   CHECK(infer(unique({{"axis", int64_t{-1}}}), {{3, 4}}) == Shapes{{3, 4}, {4}, {4}, {4}});
   expect_error(unique({{"axis", int64_t{2}}}), {{3, 4}}, "axis");
+  auto dft = [](int64_t axis, int64_t length, int64_t inverse, int64_t onesided) {
+    return L("dft", {{"axis", axis}, {"length", length}, {"inverse", inverse}, {"onesided", onesided}});
+  };
+  CHECK(infer(dft(1, 8, 0, 0), {{3, 5, 1}}) == Shapes{{3, 8, 2}});
+  CHECK(infer(dft(1, 8, 0, 1), {{3, 5, 2}}) == Shapes{{3, 5, 2}});
+  CHECK(infer(dft(-2, 8, 1, 1), {{3, 5, 2}}) == Shapes{{3, 8, 1}});
+  expect_error(dft(2, 8, 0, 0), {{3, 5, 2}}, "axis");
+  expect_error(dft(1, 8, 0, 0), {{3, 5, 3}}, "input");
+  expect_error(dft(1, 0, 0, 0), {{3, 5, 2}}, "length");
   CHECK(infer(L("choose", {}, {}, 3), {{1}, {2, 7}, {5, 3}}) == Shapes{{5, 7}});
   expect_error(L("choose", {}, {}, 3), {{1}, {2, 7}, {5}}, "inputs");
   expect_error(L("choose", {}, {}, 3), {{2}, {2, 7}, {5, 3}}, "condition");
@@ -582,7 +591,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -2000,4 +2001,37 @@ TEST_CASE("TopK with K computed from values at run time returns K of them", "[on
   CHECK(out[0].blob.shape() == Shape{0});
   out = run({1, 1, 1, 1, 1, 1});
   CHECK(out[0].blob.shape() == Shape{6});
+}
+
+TEST_CASE("Window functions of a constant size are computed at import; DFT of a windowed frame", "[onnx][signal]") {
+  // y = DFT(x * HannWindow(8)) along the frame: an STFT's one frame, as audio front ends compute it.
+  OnnxModel m(17);
+  m.input("x", {1, 8, 1}).output("y").output("hamming").output("blackman");
+  m.init_ints("eight", {}, {8});
+  m.node("HannWindow", {"eight"}, {"hann"});
+  m.node("HammingWindow", {"eight"}, {"hamming"}).i("periodic", 0);
+  m.node("BlackmanWindow", {"eight"}, {"blackman"});
+  m.init_ints("frame_shape", {3}, {1, 8, 1});
+  m.node("Reshape", {"hann", "frame_shape"}, {"hann3"});
+  m.node("Mul", {"x", "hann3"}, {"windowed"});
+  m.node("DFT", {"windowed"}, {"y"}).i("axis", 1).i("onesided", 1);
+  Model net = import_onnx(m.save("stft_frame.onnx"));
+  const std::vector<float> x = {1, 2, 3, 4, 3, 2, 1, 0};
+  auto out = run_net(net, {{"x", make_input(Shape{1, 8, 1}, x)}});
+  REQUIRE(out[0].shape == Shape{1, 5, 2});
+  const double pi = std::numbers::pi;
+  for (int k = 0; k < 5; ++k) {
+    double re = 0, im = 0;
+    for (int t = 0; t < 8; ++t) {
+      const double w = std::pow(std::sin(pi * t / 8), 2);
+      re += x[static_cast<std::size_t>(t)] * w * std::cos(-2 * pi * k * t / 8);
+      im += x[static_cast<std::size_t>(t)] * w * std::sin(-2 * pi * k * t / 8);
+    }
+    CHECK(out[0].values[static_cast<std::size_t>(2 * k)] == Approx(re).margin(1e-5));
+    CHECK(out[0].values[static_cast<std::size_t>(2 * k + 1)] == Approx(im).margin(1e-5));
+  }
+  for (int t = 0; t < 8; ++t) {
+    CHECK(out[1].values[static_cast<std::size_t>(t)] == Approx(25.0 / 46 - 21.0 / 46 * std::cos(2 * pi * t / 7)).margin(1e-6));
+    CHECK(out[2].values[static_cast<std::size_t>(t)] == Approx(0.42 - 0.5 * std::cos(2 * pi * t / 8) + 0.08 * std::cos(4 * pi * t / 8)).margin(1e-6));
+  }
 }

@@ -397,6 +397,10 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     return {{"unique sorted", layer_of(type, {}, {}, 1, 4), {x}},
             {"unique slices unsorted", layer_of(type, {{"axis", int64_t{1}}, {"sorted", int64_t{0}}}, {}, 1, 4), {x}}};
   }
+  if (type == "dft")
+    return {{"dft complex, padded", layer_of(type, {{"axis", int64_t{1}}, {"length", int64_t{9}}}, {}), {random_blob({2, 6, 3, 2}, rng)}},
+            {"dft inverse one-sided", layer_of(type, {{"axis", int64_t{1}}, {"length", int64_t{8}}, {"inverse", int64_t{1}}, {"onesided", int64_t{1}}}, {}),
+             {random_blob({2, 5, 2}, rng)}}};
   if (type == "choose")
     return {{"choose the second", layer_of(type, {}, {}, 3), {core::float_blob(Shape{1}, {0.0f}), random_blob({2, 3}, rng), random_blob({4, 2}, rng)}}};
   if (type == "top_k")

@@ -1092,6 +1092,64 @@ struct Choose final : RefPrepared {
   }
 };
 
+/// dft: a direct (O(n * length)) discrete Fourier transform along one axis, in
+/// double, per line of the signal.
+struct Dft final : RefPrepared {
+  static constexpr std::string_view kType = "dft";
+  Shape in, out;
+  int axis;
+  int64_t n;
+  bool inverse, onesided;
+  explicit Dft(const LayerInfo& info) : in(info.input_shapes[0]), out(info.output_shapes[0]) {
+    const Layer& l = *info.layer;
+    axis = core::normalize_axis(l, "axis", l.get_int("axis"), in.rank());
+    n = l.get_int("length", in[axis]);
+    inverse = l.get_int("inverse", 0) != 0;
+    onesided = l.get_int("onesided", 0) != 0;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int r = in.rank();
+    const int64_t ci = in[r - 1], co = out[r - 1];
+    int64_t before = 1, after = 1;  // the lines: dims before the axis, and between it and the last
+    for (int d = 0; d < axis; ++d) before *= in[d];
+    for (int d = axis + 1; d < r - 1; ++d) after *= in[d];
+    const int64_t m = in[axis], k_out = out[axis];
+    const double tau = 2 * std::numbers::pi;
+    a.pool->parallel_for(before * after, 1, [&](int64_t b, int64_t e) {
+      for (int64_t line = b; line < e; ++line) {
+        const int64_t o = line / after, i = line % after;
+        auto re = [&](int64_t t) { return t < m ? static_cast<double>(x[((o * m + t) * after + i) * ci]) : 0.0; };
+        auto im = [&](int64_t t) { return t < m && ci == 2 ? static_cast<double>(x[((o * m + t) * after + i) * ci + 1]) : 0.0; };
+        for (int64_t k = 0; k < k_out; ++k) {
+          double sr = 0, si = 0;
+          if (inverse && onesided) {  // numpy's irfft: the Hermitian spectrum from its first n/2 + 1 values
+            const int64_t half = n / 2;
+            for (int64_t f = 0; f <= half; ++f) {
+              const double w = (f == 0 || (n % 2 == 0 && f == half)) ? 1.0 : 2.0;
+              const double ang = tau * static_cast<double>(f * k % n) / static_cast<double>(n);
+              sr += w * (re(f) * std::cos(ang) - (f == 0 || (n % 2 == 0 && f == half) ? 0.0 : im(f)) * std::sin(ang));
+            }
+            y[((o * k_out + k) * after + i) * co] = static_cast<float>(sr / static_cast<double>(n));
+            continue;
+          }
+          const int64_t len = std::min(m, n);
+          for (int64_t t = 0; t < len; ++t) {
+            const double ang = (inverse ? tau : -tau) * static_cast<double>(k * t % n) / static_cast<double>(n);
+            const double c = std::cos(ang), sn = std::sin(ang);
+            sr += re(t) * c - im(t) * sn;
+            si += re(t) * sn + im(t) * c;
+          }
+          const double scale = inverse ? 1.0 / static_cast<double>(n) : 1.0;
+          y[((o * k_out + k) * after + i) * co] = static_cast<float>(sr * scale);
+          y[((o * k_out + k) * after + i) * co + 1] = static_cast<float>(si * scale);
+        }
+      }
+    });
+  }
+};
+
 /// unique: the distinct elements (or slices along the axis), sorted or in order
 /// of first occurrence, with first indices, each one's place and the counts.
 /// Value-shaped: every output written packed at its actual shape.
@@ -2275,6 +2333,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<NonMaxSuppression>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<NonZero>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<RoiAlign>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unique>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Dft>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
