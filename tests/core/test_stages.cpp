@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 using namespace softneuro;
 
@@ -106,6 +107,10 @@ TEST_CASE("stages: the layers after a NonMaxSuppression are planned at the boxes
   check(session, fewer, {{0, 0}, {0, 2}, {0, 4}});
   // None kept: the layers after it run on empty tensors.
   check(session, std::vector<float>(10, 0.0f), {});
+  // A NaN score is no candidate (it passes no threshold).
+  std::vector<float> with_nan = fewer;
+  with_nan[0] = std::numeric_limits<float>::quiet_NaN();
+  check(session, with_nan, {{0, 1}, {0, 2}, {0, 4}});
   // Another box count (the inputs' dynamic dim), then the first again.
   check(session, {0.9f, 0.8f, 0.0f, 0.0f, 0.3f, 0.0f}, {{0, 0}, {1, 1}});
   check(session, scores, {{0, 0}, {0, 2}, {0, 4}, {1, 4}, {1, 3}, {1, 1}});

@@ -964,7 +964,9 @@ struct NonMaxSuppression final : RefPrepared {
         int64_t candidates = 0;
         for (int64_t i = 0; i < boxes; ++i)
           if (!thresholded || sc[i] > score_threshold) order[candidates++] = i;
-        std::stable_sort(order, order + candidates, [&](int64_t p, int64_t q) { return sc[p] > sc[q]; });
+        // (NaN scores last: the comparison stays a strict weak order)
+        auto key = [&](int64_t i) { return sc[i] != sc[i] ? -std::numeric_limits<float>::infinity() : sc[i]; };
+        std::stable_sort(order, order + candidates, [&](int64_t p, int64_t q) { return key(p) > key(q); });
         int64_t n = 0;
         for (int64_t j = 0; j < candidates && n < most; ++j) {
           float mine[4];
@@ -1173,9 +1175,16 @@ struct Unique final : RefPrepared {
     const float* v = a.inputs[0]->data_as<float>();
     auto at = [&](int64_t slice, int64_t k) { return v[((k / inner) * len + slice) * inner + k % inner]; };
     const int64_t width = outer * inner;
-    auto less = [&](int64_t p, int64_t q) {
-      for (int64_t k = 0; k < width; ++k)
-        if (at(p, k) != at(q, k)) return at(p, k) < at(q, k);
+    auto less = [&](int64_t p, int64_t q) {  // NaN above every number and equal to NaN: a total order
+      for (int64_t k = 0; k < width; ++k) {
+        const float u = at(p, k), w = at(q, k);
+        const bool un = u != u, wn = w != w;
+        if (un || wn) {
+          if (un != wn) return wn;
+          continue;
+        }
+        if (u != w) return u < w;
+      }
       return false;
     };
     auto same = [&](int64_t p, int64_t q) { return !less(p, q) && !less(q, p); };
@@ -1245,6 +1254,10 @@ struct RoiAlign final : RefPrepared {
     for (int64_t r = 0; r < rois; ++r)
       if (!(batch[r] >= 0 && batch[r] < static_cast<float>(n)) || batch[r] != std::floor(batch[r]))
         throw Error(fmt::format("batch index {} of roi {} is not one of 0..{}", batch[r], r, n - 1), {}, name, "batch_indices");
+    if (h == 0 || w == 0) {  // an empty image: every sample reads 0
+      std::fill(y, y + a.outputs[0]->numel(), 0.0f);
+      return;
+    }
     a.pool->parallel_for(rois * c, 1, [&](int64_t b, int64_t e) {
       for (int64_t rc = b; rc < e; ++rc) {
         const int64_t r = rc / c, ch = rc % c;
