@@ -423,6 +423,23 @@ std::vector<Shape> infer_non_zero(const Layer&, std::span<const Shape> in) {
   return {Shape{std::max(1, in[0].rank()), in[0].numel()}};
 }
 
+std::vector<Shape> infer_col2im(const Layer& l, std::span<const Shape> in) {
+  const auto image = l.get_ints("image_shape"), block = l.get_ints("block_shape");
+  const std::size_t r = image.size();
+  if (r < 1 || r + 2 > static_cast<std::size_t>(Shape::max_rank) || block.size() != r)
+    fail(l, "block_shape", fmt::format("image_shape and block_shape have {} and {} dims", r, block.size()));
+  const Shape& x = in[0];
+  if (x.rank() != 3) fail(l, "input", fmt::format("input {} is not [N, C * block, L]", x.to_string()));
+  const auto n = col2im_positions(l, r);
+  int64_t blocks = 1, positions = 1;
+  for (std::size_t d = 0; d < r; ++d) blocks *= block[d], positions *= n[d];
+  if (x[1] % blocks != 0) fail(l, "input", fmt::format("{} columns are not a multiple of the block's {}", x[1], blocks));
+  if (x[2] != positions) fail(l, "input", fmt::format("{} positions, the geometry gives {}", x[2], positions));
+  Shape out{x[0], x[1] / blocks};
+  for (auto d : image) out.push_back(d);
+  return {out};
+}
+
 std::vector<Shape> infer_dft(const Layer& l, std::span<const Shape> in) {
   const Shape& x = in[0];
   if (x.rank() < 2 || (x[x.rank() - 1] != 1 && x[x.rank() - 1] != 2))
@@ -733,6 +750,7 @@ const LayerType kBuiltinTypes[] = {
     {"roi_align", 3, 3, infer_roi_align},
     {"unique", 1, 1, infer_unique, 4, false, true},
     {"dft", 1, 1, infer_dft},
+    {"col2im", 1, 1, infer_col2im},
 };
 
 }  // namespace
@@ -1045,6 +1063,27 @@ SliceRange slice_range(int64_t start, int64_t end, int64_t step, int64_t dim) {
   }
   const int64_t span = step > 0 ? end - start : start - end, size = step > 0 ? step : -step;
   return {start, span <= 0 ? 0 : (span + size - 1) / size};
+}
+
+/// Col2Im's geometry: the number of block positions along each spatial dim.
+std::vector<int64_t> col2im_positions(const Layer& l, std::size_t r) {
+  const auto image = l.get_ints("image_shape"), block = l.get_ints("block_shape");
+  const auto dil = ints_of_size(l, "dilations", r, std::vector<int64_t>(r, 1));
+  const auto stride = ints_of_size(l, "strides", r, std::vector<int64_t>(r, 1));
+  const auto pads = ints_of_size(l, "pads", 2 * r, std::vector<int64_t>(2 * r, 0));
+  std::vector<int64_t> n(r);
+  for (std::size_t d = 0; d < r; ++d) {
+    if (image[d] < 1 || image[d] > kMaxSpatial) fail(l, "image_shape", fmt::format("dim {} is outside 1..{}", image[d], kMaxSpatial));
+    if (block[d] < 1 || block[d] > kMaxWindowParam) fail(l, "block_shape", fmt::format("dim {} is outside 1..{}", block[d], kMaxWindowParam));
+    if (dil[d] < 1 || dil[d] > kMaxWindowParam) fail(l, "dilations", fmt::format("{} is outside 1..{}", dil[d], kMaxWindowParam));
+    if (stride[d] < 1 || stride[d] > kMaxWindowParam) fail(l, "strides", fmt::format("{} is outside 1..{}", stride[d], kMaxWindowParam));
+    if (pads[d] < 0 || pads[d + r] < 0 || pads[d] > kMaxWindowParam || pads[d + r] > kMaxWindowParam)
+      fail(l, "pads", "a pad is outside 0..65536");
+    const int64_t span = image[d] + pads[d] + pads[d + r] - dil[d] * (block[d] - 1) - 1;
+    if (span < 0) fail(l, "block_shape", fmt::format("the block does not fit the padded image in dim {}", d));
+    n[d] = span / stride[d] + 1;
+  }
+  return n;
 }
 
 bool is_value_shaped(const Layer& layer) {

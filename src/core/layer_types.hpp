@@ -149,6 +149,10 @@
 //            the taken one's outputs chosen). Value-shaped: capacity the larger of each dim.
 //  non_zero  out [rank, count]: the indices of the input's non-zero elements, row-major
 //            (ONNX NonZero; a rank-0 input is read as [1]). Value-shaped.
+//  col2im    ONNX Col2Im: in [N, C * prod(block_shape), L] -> out [N, C, image_shape...]: each
+//            column's block summed into the image at its sliding position; image_shape,
+//            block_shape (r dims each), dilations, strides (r, default 1), pads (2r: begins,
+//            then ends; default 0); L must be the number of positions.
 //  dft       ONNX DFT: in [..., 1 (real) or 2 (complex)], along `axis` (not the last dim) of
 //            `length` points (the signal cut or zero-padded); inverse=0 (1: the inverse, scaled
 //            by 1/length), onesided=0 (forward: the first length/2+1 outputs; inverse: the input
@@ -223,6 +227,9 @@ void expect_rank(const Layer& layer, const Shape& shape, int rank, const char* w
 std::vector<int64_t> ints_of_size(const Layer& layer, const char* key, std::size_t n, std::vector<int64_t> fallback);
 /// An optional bias weight must be [channels].
 void check_optional_bias(const Layer& layer, int64_t channels);
+
+/// Col2Im's number of block positions along each of its r spatial dims (checked; errors name the field).
+std::vector<int64_t> col2im_positions(const Layer& layer, std::size_t r);
 
 /// One axis of an ONNX Slice clamped to a dim: the first index and how many are taken.
 struct SliceRange {

@@ -459,6 +459,7 @@ class Importer {
   void unique(const Node&);
   void dft(const Node&);
   void window(const Node&);
+  void col2im(const Node&);
   void roi_align(const Node&);
   void hardmax(const Node&);
   void thresholded_relu(const Node&);
@@ -719,6 +720,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"NonZero", &Importer::non_zero},
       {"Unique", &Importer::unique},
       {"DFT", &Importer::dft},
+      {"Col2Im", &Importer::col2im},
       {"HannWindow", &Importer::window},
       {"HammingWindow", &Importer::window},
       {"BlackmanWindow", &Importer::window},
@@ -4282,6 +4284,15 @@ void Importer::window(const Node& n) {
   }
   constants_[n.out(0)] = std::move(out);
   onnx_types_[n.out(0)] = type;
+}
+
+// Col2Im: the image and block shapes must be constants.
+void Importer::col2im(const Node& n) {
+  const auto image = constant_ints(n, 1, "image_shape"), block = constant_ints(n, 2, "block_shape");
+  std::map<std::string, Attr> p = {{"image_shape", image}, {"block_shape", block}};
+  for (const char* a : {"dilations", "strides", "pads"})
+    if (n.has(a)) p[a] = n.get_ints(a);
+  add_unary(n, "col2im", input(n, 0), n.out(0), std::move(p));
 }
 
 // RoiAlign: opset 16 added coordinate_transformation_mode (half_pixel by

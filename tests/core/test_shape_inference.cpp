@@ -559,6 +559,14 @@ TEST_CASE("shape inference: value-shaped layers give their capacity; roi_align",
   expect_error(dft(2, 8, 0, 0), {{3, 5, 2}}, "axis");
   expect_error(dft(1, 8, 0, 0), {{3, 5, 3}}, "input");
   expect_error(dft(1, 0, 0, 0), {{3, 5, 2}}, "length");
+  auto col2im = [](std::vector<int64_t> image, std::vector<int64_t> block, std::vector<int64_t> strides) {
+    return L("col2im", {{"image_shape", image}, {"block_shape", block}, {"strides", strides}});
+  };
+  CHECK(infer(col2im({5, 5}, {1, 5}, {1, 1}), {{1, 5, 5}}) == Shapes{{1, 1, 5, 5}});
+  CHECK(infer(col2im({6, 6}, {2, 2}, {2, 2}), {{2, 12, 9}}) == Shapes{{2, 3, 6, 6}});
+  expect_error(col2im({6, 6}, {2, 2}, {2, 2}), {{2, 12, 8}}, "input");
+  expect_error(col2im({6, 6}, {2, 2}, {0, 2}), {{2, 12, 9}}, "strides");
+  expect_error(col2im({6, 6}, {7, 2}, {1, 1}), {{2, 14, 9}}, "block_shape");
   CHECK(infer(L("choose", {}, {}, 3), {{1}, {2, 7}, {5, 3}}) == Shapes{{5, 7}});
   expect_error(L("choose", {}, {}, 3), {{1}, {2, 7}, {5}}, "inputs");
   expect_error(L("choose", {}, {}, 3), {{2}, {2, 7}, {5, 3}}, "condition");
@@ -591,7 +599,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -401,6 +401,11 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     return {{"dft complex, padded", layer_of(type, {{"axis", int64_t{1}}, {"length", int64_t{9}}}, {}), {random_blob({2, 6, 3, 2}, rng)}},
             {"dft inverse one-sided", layer_of(type, {{"axis", int64_t{1}}, {"length", int64_t{8}}, {"inverse", int64_t{1}}, {"onesided", int64_t{1}}}, {}),
              {random_blob({2, 5, 2}, rng)}}};
+  if (type == "col2im")
+    return {{"col2im strided, padded, dilated", layer_of(type, {{"image_shape", std::vector<int64_t>{7, 6}}, {"block_shape", std::vector<int64_t>{2, 3}},
+                                                              {"strides", std::vector<int64_t>{2, 1}}, {"pads", std::vector<int64_t>{1, 0, 0, 1}},
+                                                              {"dilations", std::vector<int64_t>{2, 1}}}, {}),
+             {random_blob({2, 18, 15}, rng)}}};
   if (type == "choose")
     return {{"choose the second", layer_of(type, {}, {}, 3), {core::float_blob(Shape{1}, {0.0f}), random_blob({2, 3}, rng), random_blob({4, 2}, rng)}}};
   if (type == "top_k")

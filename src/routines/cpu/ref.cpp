@@ -1094,6 +1094,49 @@ struct Choose final : RefPrepared {
   }
 };
 
+/// col2im: each column value added into the image where its block element lands.
+struct Col2Im final : RefPrepared {
+  static constexpr std::string_view kType = "col2im";
+  std::vector<int64_t> image, block, dil, stride, pads, pos;
+  int64_t batch, channels, positions;
+  explicit Col2Im(const LayerInfo& info) {
+    const Layer& l = *info.layer;
+    image = l.get_ints("image_shape"), block = l.get_ints("block_shape");
+    const std::size_t r = image.size();
+    dil = l.get_ints("dilations", std::vector<int64_t>(r, 1));
+    stride = l.get_ints("strides", std::vector<int64_t>(r, 1));
+    pads = l.get_ints("pads", std::vector<int64_t>(2 * r, 0));
+    pos = core::col2im_positions(l, r);
+    batch = info.input_shapes[0][0];
+    channels = info.output_shapes[0][1];
+    positions = info.input_shapes[0][2];
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    std::fill(y, y + a.outputs[0]->numel(), 0.0f);
+    const std::size_t r = image.size();
+    int64_t blocks = 1, pixels = 1;
+    for (std::size_t d = 0; d < r; ++d) blocks *= block[d], pixels *= image[d];
+    for (int64_t b = 0; b < batch * channels; ++b)
+      for (int64_t k = 0; k < blocks; ++k)
+        for (int64_t p = 0; p < positions; ++p) {
+          int64_t kr = k, pr = p, at = 0;
+          bool inside = true;
+          for (std::size_t d = r; d-- > 0;) {  // the last spatial dim varies fastest
+            const int64_t kd = kr % block[d], pd = pr % pos[d];
+            kr /= block[d], pr /= pos[d];
+            const int64_t o = pd * stride[d] - pads[d] + kd * dil[d];
+            inside = inside && o >= 0 && o < image[d];
+            int64_t scale = 1;
+            for (std::size_t e = d + 1; e < r; ++e) scale *= image[e];
+            at += o * scale;
+          }
+          if (inside) y[b * pixels + at] += x[(b * blocks + k) * positions + p];
+        }
+  }
+};
+
 /// dft: a direct (O(n * length)) discrete Fourier transform along one axis, in
 /// double, per line of the signal.
 struct Dft final : RefPrepared {
@@ -2347,6 +2390,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<NonZero>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<RoiAlign>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Unique>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Dft>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Col2Im>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
