@@ -3408,20 +3408,10 @@ void Importer::slice(const Node& n) {
     int64_t a = axes[i];
     if (a < -rank || a >= rank) throw n.error(fmt::format("axis {} out of range for rank {}", a, rank), "axes");
     if (a < 0) a += rank;
-    const int64_t dim = xs[static_cast<int>(a)], step = steps[i];
+    const int64_t step = steps[i];
     if (step == 0) throw n.error("step 0", "steps");
-    // ONNX clamping: negatives count from the end, then into [0,dim] ([-1,dim-1] going backwards).
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s = std::max<int64_t>(s, -dim) + dim;
-    if (e < 0) e = std::max<int64_t>(e, -dim - 1) + dim;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-    }
-    spec.push_back({static_cast<int>(a), s, e, step});
+    const core::SliceRange r = core::slice_range(starts[i], ends[i], step, xs[static_cast<int>(a)]);  // ONNX's clamping
+    spec.push_back({static_cast<int>(a), r.start, r.start + r.count * step, step});
   }
   if (const Blob* c = constant(n.in(0))) {
     constants_[n.out(0)] = sliced(*c, spec);
