@@ -1061,8 +1061,10 @@ SliceRange slice_range(int64_t start, int64_t end, int64_t step, int64_t dim) {
     start = std::clamp<int64_t>(start, 0, dim - 1);
     end = std::clamp<int64_t>(end, -1, dim - 1);
   }
-  const int64_t span = step > 0 ? end - start : start - end, size = step > 0 ? step : -step;
-  return {start, span <= 0 ? 0 : (span + size - 1) / size};
+  // (no overflow for any step, INT64_MIN included: one element where the step passes the dim)
+  const int64_t span = step > 0 ? end - start : start - end;
+  const int64_t size = step > 0 ? step : step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
+  return {start, span <= 0 ? 0 : 1 + (span - 1) / size};
 }
 
 /// Col2Im's geometry: the number of block positions along each spatial dim.

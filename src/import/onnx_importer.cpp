@@ -3411,7 +3411,8 @@ void Importer::slice(const Node& n) {
     const int64_t step = steps[i];
     if (step == 0) throw n.error("step 0", "steps");
     const core::SliceRange r = core::slice_range(starts[i], ends[i], step, xs[static_cast<int>(a)]);  // ONNX's clamping
-    spec.push_back({static_cast<int>(a), r.start, r.start + r.count * step, step});
+    const int64_t last = r.start + (r.count ? r.count - 1 : 0) * step;  // (within the dim: no overflow)
+    spec.push_back({static_cast<int>(a), r.start, r.count == 0 ? r.start : step > 0 ? last + 1 : last - 1, step});
   }
   if (const Blob* c = constant(n.in(0))) {
     constants_[n.out(0)] = sliced(*c, spec);

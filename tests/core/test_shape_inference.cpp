@@ -3,6 +3,8 @@
 // naming the layer and the field at fault.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "core/layer_types.hpp"
 #include "support/run_layer.hpp"
 
@@ -577,6 +579,10 @@ TEST_CASE("shape inference: value-shaped layers give their capacity; roi_align",
   };
   CHECK(infer(slice({1, -1}, {100, -9}, {0, 2}, {2, -3}), {{7, 3, 8}}) == Shapes{{3, 3, 3}});
   CHECK(infer(slice({0}, {300}, {0}, {1}), {{0, 4}}) == Shapes{{0, 4}});  // an empty tensor's slice
+  // Steps past the dim take one element, the extremes included (no overflow).
+  const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
+  CHECK(infer(slice({2}, {big}, {0}, {big}), {{7, 3, 8}}) == Shapes{{1, 3, 8}});
+  CHECK(infer(slice({-1}, {small}, {0}, {small}), {{7, 3, 8}}) == Shapes{{1, 3, 8}});
   expect_error(slice({0}, {1}, {3}, {1}), {{7, 3, 8}}, "axes");
   expect_error(slice({0}, {1}, {0}, {0}), {{7, 3, 8}}, "steps");
   auto scatter = [](const char* reduction) { return L("scatter_elements", {{"axis", int64_t{1}}, {"reduction", std::string(reduction)}}, {}, 3); };
