@@ -3079,6 +3079,13 @@ void Importer::if_op(const Node& n) {
   }
   const onnx::GraphProto& then_branch = *branch_of("then_branch");
   const onnx::GraphProto& else_branch = *branch_of("else_branch");
+  // An output wanted whose two sources were both converted (else it is unavailable too).
+  auto both_available = [&](const std::string& to, const std::string& a, const std::string& b) {
+    if (to.empty()) return false;
+    if (!unavailable_.count(a) && !unavailable_.count(b)) return true;
+    unavailable_.insert(to);
+    return false;
+  };
   import_branch(then_branch, "then_branch");
   import_branch(else_branch, "else_branch");
   if (const Blob* cond = constant(n.in(0))) {  // from shapes: the branch is taken when a session plans
@@ -3089,11 +3096,7 @@ void Importer::if_op(const Node& n) {
       const std::string& to = n.out(k);
       const std::string& a = then_branch.output(k).name();
       const std::string& b = else_branch.output(k).name();
-      if (to.empty()) continue;
-      if (unavailable_.count(a) || unavailable_.count(b)) {
-        unavailable_.insert(to);
-        continue;
-      }
+      if (!both_available(to, a, b)) continue;
       Layer l = make("branch", fmt::format("{}/output{}", n.name, k), {c, as_blob(n, a), as_blob(n, b)}, {to});
       l.params["probe"] = int64_t{probe};
       add(std::move(l));
@@ -3108,11 +3111,7 @@ void Importer::if_op(const Node& n) {
     const std::string& to = n.out(k);
     const std::string& a = then_branch.output(k).name();
     const std::string& b = else_branch.output(k).name();
-    if (to.empty()) continue;
-    if (unavailable_.count(a) || unavailable_.count(b)) {
-      unavailable_.insert(to);
-      continue;
-    }
+    if (!both_available(to, a, b)) continue;
     const auto ta = type_of(a), tb = type_of(b);
     if (ta != tb && ta && tb)
       throw n.error(fmt::format("the branches' output {} differ in type", k), "then_branch");
