@@ -710,7 +710,9 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
   CHECK(loaded.impl().weights->built() == 0);  // every derived weight read from the file
   const uint64_t read = loaded.impl().weights->loaded();
   if (derives) {
-    CHECK(read >= 3);  // packed; transformed and packed again (oneDNN reorders only where its layout differs)
+    // direct packs, Winograd transforms (and packs again in its childnet form); oneDNN
+    // reorders only where its layout differs, which depends on the ISA and the layout chosen.
+    CHECK(read >= 2);
     for (const auto& l : Session(loaded).layers())
       if (l.type != "adapt") CHECK(l.tuned);
   }
