@@ -1,5 +1,8 @@
 #include "core/layer_types.hpp"
 
+#include "core/dnn_file.hpp"
+#include "core/graph.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -419,6 +422,42 @@ std::vector<Shape> infer_choose(const Layer& l, std::span<const Shape> in) {
   return {out};
 }
 
+bool loop_value_shaped(const Layer& l) { return l.get_int("scan_outputs", 0) > 0; }
+
+std::vector<Shape> infer_loop(const Layer& l, std::span<const Shape> in) {
+  const LoopPorts p = loop_ports(l, in.size());
+  const Graph body = loop_body(l);
+  const std::size_t state = in.size() - p.first_carried;  // carried and outer values
+  if (body.inputs.size() != 2 + state || body.outputs.size() != 1 + p.carried + p.scan_outputs)
+    fail(l, "body", fmt::format("the body takes {} inputs and gives {} outputs; the loop passes {} and reads {}",
+                                body.inputs.size(), body.outputs.size(), 2 + state, 1 + p.carried + p.scan_outputs));
+  if (in[0].numel() != 1) fail(l, "cond", fmt::format("cond {} is not one value", in[0].to_string()));
+  if (p.trip_count_input && in[1].numel() != 1) fail(l, "trip_count", fmt::format("M {} is not one value", in[1].to_string()));
+  std::map<std::string, Shape> at{{body.inputs[0].name, Shape{}}, {body.inputs[1].name, Shape{}}};
+  for (std::size_t j = 0; j < state; ++j) at[body.inputs[2 + j].name] = in[p.first_carried + j];
+  const auto shapes = infer_shapes(body, at);
+  std::vector<Shape> out;
+  for (std::size_t j = 0; j < p.carried; ++j) {
+    const Shape& after = shapes.at(body.outputs[1 + j]);
+    if (after != in[p.first_carried + j])
+      fail(l, "body", fmt::format("loop-carried value {} changes shape from {} to {} in an iteration (only state "
+                                  "that keeps its shape is supported)", j, in[p.first_carried + j].to_string(), after.to_string()));
+    out.push_back(after);
+  }
+  const int64_t trips = l.get_int("trip_count", -1);
+  for (std::size_t j = 0; j < p.scan_outputs; ++j) {
+    if (trips < 0)
+      fail(l, "trip_count", "a loop with scan outputs needs its trip count (M) when it is planned: a constant or a "
+                             "value computed from shapes, not one computed at run time");
+    const Shape& each = shapes.at(body.outputs[1 + p.carried + j]);
+    if (each.rank() + 1 > Shape::max_rank) fail(l, "body", fmt::format("scan output {} has rank {}", j, each.rank()));
+    std::vector<int64_t> dims{trips};
+    dims.insert(dims.end(), each.begin(), each.end());
+    out.push_back(Shape(dims));
+  }
+  return out;
+}
+
 std::vector<Shape> infer_non_zero(const Layer&, std::span<const Shape> in) {
   return {Shape{std::max(1, in[0].rank()), in[0].numel()}};
 }
@@ -751,6 +790,7 @@ const LayerType kBuiltinTypes[] = {
     {"unique", 1, 1, infer_unique, 4, false, true},
     {"dft", 1, 1, infer_dft},
     {"col2im", 1, 1, infer_col2im},
+    {"loop", 1, -1, infer_loop, 0, false, false, loop_value_shaped},
 };
 
 }  // namespace
@@ -1086,6 +1126,33 @@ std::vector<int64_t> col2im_positions(const Layer& l, std::size_t r) {
     n[d] = span / stride[d] + 1;
   }
   return n;
+}
+
+LoopPorts loop_ports(const Layer& l, std::size_t inputs) {
+  LoopPorts p;
+  p.trip_count_input = l.get_int("m_input", 0) != 0;
+  p.first_carried = p.trip_count_input ? 2 : 1;
+  const int64_t carried = l.get_int("carried", 0), scans = l.get_int("scan_outputs", 0);
+  if (carried < 0 || static_cast<std::size_t>(carried) > inputs - std::min(inputs, p.first_carried))
+    fail(l, "carried", fmt::format("{} carried values, {} inputs", carried, inputs));
+  if (scans < 0 || scans > 4096) fail(l, "scan_outputs", fmt::format("{} scan outputs", scans));
+  if (inputs < p.first_carried) fail(l, "inputs", fmt::format("{} inputs, at least {}", inputs, p.first_carried));
+  p.carried = static_cast<std::size_t>(carried);
+  p.scan_outputs = static_cast<std::size_t>(scans);
+  return p;
+}
+
+Graph loop_body(const Layer& l) {
+  const Blob& bytes = l.weight("body");
+  if (bytes.dtype() != DType::uint8) fail(l, "body", "the body is not the bytes of a .dnn graph (uint8)");
+  Graph body;
+  try {
+    body = read_dnn_bytes(bytes.data(), bytes.byte_size(), l.name + "/body");
+    sort_topologically(body);
+  } catch (const Error& e) {
+    fail(l, "body", e.message());
+  }
+  return body;
 }
 
 bool is_value_shaped(const Layer& layer) {

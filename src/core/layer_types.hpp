@@ -212,6 +212,20 @@ struct LayerType {
   bool (*value_shaped_when)(const Layer& layer) = nullptr;
 };
 
+/// A loop layer's inputs: [cond, (trip count M), carried..., outer values...]
+/// and outputs [carried..., scan outputs...] (docs/layer-types.md, "loop").
+struct LoopPorts {
+  bool trip_count_input = false;  ///< input 1 is M (param m_input)
+  std::size_t first_carried = 1;
+  std::size_t carried = 0, scan_outputs = 0;
+};
+LoopPorts loop_ports(const Layer& layer, std::size_t inputs);
+/// A loop layer's body (its weight "body": a .dnn graph's bytes), read, checked
+/// and sorted; its inputs [iteration, cond, carried..., outer...], its outputs
+/// [cond, carried..., scan outputs...].
+struct Graph;
+Graph loop_body(const Layer& layer);
+
 /// The type named `name` (built in or registered), or nullptr.
 const LayerType* find_layer_type(std::string_view name);
 /// Whether this layer's output shapes depend on its input values (LayerType::value_shaped).

@@ -25,8 +25,9 @@ constexpr int64_t kMaxValueElements = int64_t{1} << 26;
 
 /// A layer taking a parameter from a value computed at plan time as input 1:
 /// a reshape's target ("shape"), top_k's k (ONNX TopK's K from the number of
-/// boxes a NonZero found).
+/// boxes a NonZero found), a loop's trip count M.
 bool reads_target(const Layer& l) {
+  if (l.type == "loop") return l.get_int("m_input", 0) == 1 && l.inputs.size() >= 2;  // its trip count M
   return (l.type == "reshape" || (l.type == "top_k" && l.get_int("k_at_run", 0) == 0)) && l.inputs.size() == 2;
 }
 
@@ -35,12 +36,17 @@ bool reads_target(const Layer& l) {
 /// that may not copy it, a k that is not one integer).
 bool resolve_target(Layer& l, const Blob& target, std::string* why = nullptr) {
   const auto v = to_ints(target);
-  if (l.type == "top_k") {
+  if (l.type == "top_k" || l.type == "loop") {
     if (v.size() != 1) {
-      if (why) *why = fmt::format("k has {} values, not one", v.size());
+      if (why) *why = fmt::format("{} has {} values, not one", l.type == "loop" ? "the trip count" : "k", v.size());
       return false;
     }
-    l.params["k"] = v[0];
+    if (l.type == "loop") {
+      l.params["trip_count"] = std::max<int64_t>(v[0], 0);
+      l.params.erase("m_input");
+    } else {
+      l.params["k"] = v[0];
+    }
   } else {
     if (l.get_int("allowzero", 0) && std::find(v.begin(), v.end(), 0) != v.end()) {
       if (why) *why = "a zero-size dim (allowzero)";
@@ -50,7 +56,7 @@ bool resolve_target(Layer& l, const Blob& target, std::string* why = nullptr) {
     l.params.erase("copy_dims");
     l.params.erase("allowzero");
   }
-  l.inputs.resize(1);
+  l.inputs.erase(l.inputs.begin() + 1);
   return true;
 }
 
@@ -483,12 +489,12 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
       }
       Layer l = layer;
       if (reads_target(l)) {
-        const char* field = l.type == "top_k" ? "k" : "shape";
+        const char* field = l.type == "top_k" ? "k" : l.type == "loop" ? "trip_count" : "shape";
         auto v = values.find(l.inputs[1]);
         if (v == values.end()) throw Error(fmt::format("the value of '{}' is computed at run time", l.inputs[1]), {}, l.name, field);
         std::string why;
         if (!resolve_target(l, v->second, &why)) throw Error(why, {}, l.name, field);
-        ins.resize(1);
+        ins.erase(ins.begin() + 1);
       }
       auto outs = infer_layer_shapes(l, ins);
       for (std::size_t k = 0; k < outs.size(); ++k) shapes[layer.outputs[k]] = outs[k];
@@ -613,7 +619,7 @@ std::optional<SpecializeChanges> respecialize(const Graph& graph, const std::map
       if (reads_target(l)) {
         auto v = state.values.find(l.inputs[1]);
         if (v == state.values.end() || !resolve_target(l, v->second)) return std::nullopt;
-        ins.resize(1);
+        ins.erase(ins.begin() + 1);
       }
       const auto outs = infer_layer_shapes(l, ins);
       if (!state.folded[i]) {

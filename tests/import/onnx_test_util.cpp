@@ -74,6 +74,7 @@ OnnxModel& OnnxModel::input(const std::string& name, const std::vector<int64_t>&
   in->set_name(name);
   auto* tt = in->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(onnx::TensorProto::FLOAT);
+  tt->mutable_shape();  // {}: a scalar, not a tensor of unknown shape
   for (std::size_t k = 0; k < dims.size(); ++k) {
     auto* dim = tt->mutable_shape()->add_dim();
     if (dims[k] < 0) dim->set_dim_param(fmt::format("{}_d{}", name, k));  // each its own size

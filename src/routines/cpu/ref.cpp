@@ -17,6 +17,7 @@
 #include "core/narrow_types.hpp"
 
 #include <softneuro/routine.hpp>
+#include <softneuro/session.hpp>
 
 #include <fmt/format.h>
 
@@ -1091,6 +1092,127 @@ struct Choose final : RefPrepared {
     std::copy(pick.data_as<float>(), pick.data_as<float>() + pick.numel(), y);
     std::fill(y + pick.numel(), y + a.outputs[0]->numel(), 0.0f);
     if (a.output_shapes) a.output_shapes[0] = pick.shape();
+  }
+};
+
+/// loop: the body, a model of its own (the layer's "body" bytes), run once
+/// per iteration in a session of its own: the carried values fed back, each
+/// scan output stacked along a new first axis. The body's session plans once
+/// (its shapes stay the same from one iteration to the next).
+struct Loop final : RefPrepared {
+  static constexpr std::string_view kType = "loop";
+  /// The most iterations of a loop that only its condition ends (no trip count):
+  /// a body whose condition never turns false is an Error, not a hang.
+  static constexpr int64_t kMaxIterations = int64_t{1} << 24;
+  const Layer& layer;
+  core::LoopPorts ports;
+  int64_t trip_count;
+  std::size_t memory_limit;
+  std::vector<Shape> capacity;  // of the outputs
+  Model body;
+  std::unique_ptr<Session> session;
+  std::vector<NamedBlob> ins, outs;
+  /// Each carried value's buffer that is not its body output's: the one the
+  /// next iteration reads (the two swap after every iteration).
+  std::vector<Blob> spare;
+
+  explicit Loop(const LayerInfo& info)
+      : layer(*info.layer), ports(core::loop_ports(layer, info.input_shapes.size())),
+        trip_count(layer.get_int("trip_count", -1)), memory_limit(info.memory_limit), capacity(info.output_shapes),
+        body(load(layer)) {
+    for (const auto& t : body.inputs())
+      if (t.dtype != DType::float32) fail("body", fmt::format("body input '{}' is {}, not float32", t.name, to_string(t.dtype)));
+    for (const auto& t : body.outputs())
+      if (t.dtype != DType::float32) fail("body", fmt::format("body output '{}' is {}, not float32", t.name, to_string(t.dtype)));
+  }
+  static Model load(const Layer& l) {
+    const Blob& bytes = l.weight("body");
+    return Model::load_bytes(bytes.data(), bytes.byte_size(), l.name + "/body");
+  }
+  [[noreturn]] void fail(const char* field, const std::string& why) const { throw Error(why, {}, layer.name, field); }
+
+  /// The body's session and blobs, made at the first run (its threads: the run's).
+  void start(const RunArgs& a) {
+    SessionOptions o;
+    o.threads = a.pool ? a.pool->num_threads() : 1;
+    o.memory_limit = memory_limit;
+    session = std::make_unique<Session>(body, o);
+    const auto& bin = body.inputs();
+    const auto& bout = body.outputs();
+    std::map<std::string, Shape> shapes{{bin[0].name, Shape{}}, {bin[1].name, Shape{}}};
+    ins.clear();
+    ins.push_back({bin[0].name, Blob::allocate(Shape{})});
+    ins.push_back({bin[1].name, Blob::allocate(Shape{})});
+    for (std::size_t j = 2; j < bin.size(); ++j) {
+      const Blob& x = *a.inputs[ports.first_carried + j - 2];
+      shapes[bin[j].name] = x.shape();
+      ins.push_back({bin[j].name, Blob{}});
+    }
+    session->reshape(shapes);
+    outs.clear();
+    for (const auto& t : bout) outs.push_back({t.name, Blob::allocate(session->output_shape(t.name))});
+    spare.clear();
+    for (std::size_t j = 0; j < ports.carried; ++j) spare.push_back(Blob::allocate(outs[1 + j].blob.shape()));
+  }
+
+  void run(const RunArgs& a) override {
+    if (!session) start(a);
+    const std::size_t n = ports.carried;
+    for (std::size_t j = 2; j < ins.size(); ++j) {  // carried (at first) and outer values: the layer's inputs, read in place
+      const Blob& x = *a.inputs[ports.first_carried + j - 2];
+      ins[j].blob = Blob::view(const_cast<void*>(x.data()), x.shape());
+    }
+    int64_t trips = trip_count;
+    if (ports.trip_count_input) trips = static_cast<int64_t>(std::max(0.0f, a.inputs[1]->data_as<float>()[0]));
+    const int64_t most = trips >= 0 ? trips : kMaxIterations;
+    if (ports.scan_outputs && trips > capacity[n][0])
+      fail("trip_count", fmt::format("trip count {} beyond the {} planned", trips, capacity[n][0]));
+    bool cond = a.inputs[0]->data_as<float>()[0] != 0;
+    int64_t i = 0;
+    for (; cond && i < most; ++i) {
+      ins[0].blob.data_as<float>()[0] = static_cast<float>(i);
+      ins[1].blob.data_as<float>()[0] = 1.0f;
+      session->run(ins, outs);
+      const Blob& c = outs[0].blob;
+      if (c.numel() != 1) fail("body", fmt::format("the body's condition has shape {}, not one value", c.shape().to_string()));
+      cond = c.data_as<float>()[0] != 0;
+      for (std::size_t j = 0; j < ports.scan_outputs; ++j) {
+        const Blob& each = outs[1 + n + j].blob;
+        Blob& y = *a.outputs[n + j];
+        const std::size_t slice = static_cast<std::size_t>(y.numel() / std::max<int64_t>(1, capacity[n + j][0]));
+        if (static_cast<std::size_t>(each.numel()) != slice)
+          fail("body", fmt::format("scan output {} has shape {} in iteration {}, {} elements planned", j,
+                                   each.shape().to_string(), i, slice));
+        std::copy_n(each.data_as<float>(), slice, y.data_as<float>() + static_cast<std::size_t>(i) * slice);
+      }
+      for (std::size_t j = 0; j < n; ++j) {  // the next iteration reads what this one wrote
+        Blob& out = outs[1 + j].blob;
+        if (out.shape() != ins[2 + j].blob.shape())
+          fail("body", fmt::format("loop-carried value {} changes shape from {} to {} in iteration {}", j,
+                                   ins[2 + j].blob.shape().to_string(), out.shape().to_string(), i));
+        std::swap(out, spare[j]);
+        ins[2 + j].blob = spare[j];
+      }
+    }
+    if (cond && trips < 0 && i == most)
+      fail("cond", fmt::format("the loop ran {} iterations and its condition is still true (a loop without a trip "
+                               "count stops at that many)", most));
+    for (std::size_t j = 0; j < n; ++j) {
+      const Blob& last = ins[2 + j].blob;
+      std::copy_n(last.data_as<float>(), last.numel(), a.outputs[j]->data_as<float>());
+    }
+    for (std::size_t j = 0; j < ports.scan_outputs; ++j) {
+      Blob& y = *a.outputs[n + j];
+      const int64_t slice = y.numel() / std::max<int64_t>(1, capacity[n + j][0]);
+      std::fill(y.data_as<float>() + i * slice, y.data_as<float>() + y.numel(), 0.0f);
+      if (a.output_shapes) {
+        Shape s = capacity[n + j];
+        s[0] = i;
+        a.output_shapes[n + j] = s;
+      }
+    }
+    if (a.output_shapes)
+      for (std::size_t j = 0; j < n; ++j) a.output_shapes[j] = capacity[j];
   }
 };
 
@@ -2392,6 +2514,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unique>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Dft>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Col2Im>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Loop>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);

@@ -1,0 +1,184 @@
+// ONNX Loop and Scan (layer loop): the body imported as a graph of its own and
+// run once per iteration, against references computed here.
+#include "import/onnx_test_util.hpp"
+
+#include <softneuro/tune.hpp>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include <vector>
+
+using namespace softneuro;
+using namespace softneuro::test;
+
+namespace {
+
+/// A Loop's body: acc_out = acc_in + step (read from outside), each iteration's
+/// acc_out * iteration stacked, cond_out = iteration < limit (read from outside).
+onnx::GraphProto accumulate_body() {
+  OnnxModel b(13);
+  b.typed_input("i", onnx::TensorProto::INT64, {}).typed_input("cond_in", onnx::TensorProto::BOOL, {}).input("acc_in", {2});
+  b.typed_output("cond_out", onnx::TensorProto::BOOL).output("acc_out").output("scan");
+  b.node("Add", {"acc_in", "step"}, {"acc_out"});
+  b.node("Cast", {"i"}, {"i_f"}).i("to", onnx::TensorProto::FLOAT);
+  b.node("Mul", {"acc_out", "i_f"}, {"scan"});
+  b.node("Less", {"i_f", "limit"}, {"cond_out"});
+  return b.graph();
+}
+
+/// The reference of accumulate_body's loop: (acc, scans) after at most `m`
+/// iterations, the condition checked after each.
+std::pair<std::vector<float>, std::vector<float>> accumulate(std::vector<float> acc, const std::vector<float>& step, int m,
+                                                             float limit) {
+  std::vector<float> scans;
+  for (int i = 0; i < m; ++i) {
+    for (int k = 0; k < 2; ++k) acc[k] += step[k];
+    for (int k = 0; k < 2; ++k) scans.push_back(acc[k] * static_cast<float>(i));
+    if (!(static_cast<float>(i) < limit)) break;
+  }
+  return {acc, scans};
+}
+
+}  // namespace
+
+TEST_CASE("Loop: carried values, scan outputs, values read from outside, and a condition that ends it early", "[onnx][loop]") {
+  OnnxModel m(13);
+  m.input("x", {2}).input("step", {2}).input("limit", {}).output("acc").output("scans");
+  m.init_ints("M", {}, {5});
+  m.node("Loop", {"M", "", "x"}, {"acc", "scans"}).g("body", accumulate_body());
+  const Model net = import_onnx(m.save("loop_accumulate.onnx"));
+  CHECK(count_layers(net, "loop") == 1);
+  Session session(net);
+  const std::vector<float> x = {1, -2}, step = {0.5f, 3};
+  for (float limit : {10.0f, 2.0f, 0.0f}) {
+    INFO("limit " << limit);
+    auto out = session.run(std::vector<NamedBlob>{
+        {"x", make_input(Shape{2}, x)}, {"step", make_input(Shape{2}, step)}, {"limit", make_input(Shape{}, {limit})}});
+    const auto [acc, scans] = accumulate(x, step, 5, limit);
+    REQUIRE(out[0].blob.shape() == Shape{2});
+    CHECK(std::vector<float>(out[0].blob.data_as<float>(), out[0].blob.data_as<float>() + 2) == acc);
+    const int64_t ran = static_cast<int64_t>(scans.size() / 2);
+    REQUIRE(out[1].blob.shape() == Shape{ran, 2});
+    CHECK(std::vector<float>(out[1].blob.data_as<float>(), out[1].blob.data_as<float>() + scans.size()) == scans);
+  }
+  SECTION("a .dnn round trip and a tuned model run the same") {
+    const std::string path = test_dir() + "/loop_accumulate.dnn";
+    TuneOptions o;
+    o.cache_dir = "-";
+    o.unit_budget_ms = 1;
+    o.integrated_runs = 2;
+    tune(net, o).save(path);
+    const Model loaded = Model::load(path);
+    auto out = run_net(loaded, {{"x", make_input(Shape{2}, x)}, {"step", make_input(Shape{2}, step)},
+                                {"limit", make_input(Shape{}, {2.0f})}});
+    const auto [acc, scans] = accumulate(x, step, 5, 2.0f);
+    CHECK(out[0].values == acc);
+    CHECK(out[1].shape == Shape{3, 2});
+    CHECK(out[1].values == scans);
+  }
+}
+
+TEST_CASE("Loop: a trip count M read at run time, carried values only", "[onnx][loop]") {
+  OnnxModel b(13);
+  b.typed_input("i", onnx::TensorProto::INT64, {}).typed_input("c", onnx::TensorProto::BOOL, {}).input("v", {3});
+  b.typed_output("c_out", onnx::TensorProto::BOOL).output("v_out");
+  b.node("Identity", {"c"}, {"c_out"});
+  b.node("Mul", {"v", "two"}, {"v_out"});
+  OnnxModel m(13);
+  m.input("x", {3}).typed_input("M", onnx::TensorProto::INT64, {}).output("y");
+  m.init("two", {}, {2});
+  m.node("Loop", {"M", "", "x"}, {"y"}).g("body", b.graph());
+  const Model net = import_onnx(m.save("loop_run_time_m.onnx"));
+  Session session(net);
+  for (int64_t trips : {0, 1, 4}) {
+    Blob count = Blob::allocate(Shape{}, DType::int64);
+    count.data_as<int64_t>()[0] = trips;
+    auto out = session.run(std::vector<NamedBlob>{{"x", make_input(Shape{3}, {1, -1, 0.5f})}, {"M", count}});
+    const float f = static_cast<float>(1 << trips);
+    CHECK(std::vector<float>(out[0].blob.data_as<float>(), out[0].blob.data_as<float>() + 3) ==
+          std::vector<float>{f, -f, 0.5f * f});
+  }
+}
+
+TEST_CASE("Loop: scan outputs need a trip count known when planned; the refusal says why", "[onnx][loop]") {
+  OnnxModel m(13);
+  m.input("x", {2}).input("step", {2}).input("limit", {}).typed_input("M", onnx::TensorProto::INT64, {}).output("acc").output("scans");
+  m.node("Loop", {"M", "", "x"}, {"acc", "scans"}).g("body", accumulate_body());
+  try {
+    import_onnx(m.save("loop_run_time_m_scans.onnx"));
+    FAIL("imported");
+  } catch (const Error& e) {
+    CHECK_THAT(e.message(), Catch::Contains("Loop with scan outputs whose trip count M is computed at run time"));
+  }
+}
+
+TEST_CASE("Scan: running sums over a sequence, forward and reverse, stacked along any axis, at any length", "[onnx][scan]") {
+  OnnxModel b(16);
+  b.input("sum_in", {2}).input("x_t", {2}).output("sum_out").output("each");
+  b.node("Add", {"sum_in", "x_t"}, {"sum_out"});
+  b.node("Identity", {"sum_out"}, {"each"});
+  for (int reverse : {0, 1}) {
+    DYNAMIC_SECTION("input direction " << reverse) {
+      OnnxModel m(16);
+      m.input("init", {2}).input("x", {-1, 2}).output("total").output("sums");
+      m.node("Scan", {"init", "x"}, {"total", "sums"})
+          .g("body", b.graph())
+          .i("num_scan_inputs", 1)
+          .ints("scan_input_directions", {reverse})
+          .ints("scan_output_axes", {1});
+      const Model net = import_onnx(m.save(fmt::format("scan_sums{}.onnx", reverse)));
+      Session session(net);
+      for (int64_t len : {3, 6}) {
+        std::vector<float> x;
+        for (int64_t t = 0; t < len; ++t) x.insert(x.end(), {static_cast<float>(t + 1), static_cast<float>(-2 * t)});
+        auto out = session.run(std::vector<NamedBlob>{{"init", make_input(Shape{2}, {10, 0})}, {"x", make_input(Shape{len, 2}, x)}});
+        std::vector<float> sum = {10, 0}, sums(static_cast<std::size_t>(2 * len));
+        for (int64_t t = 0; t < len; ++t) {
+          const int64_t at = reverse ? len - 1 - t : t;
+          for (int k = 0; k < 2; ++k) {
+            sum[k] += x[static_cast<std::size_t>(2 * at + k)];
+            sums[static_cast<std::size_t>(k * len + t)] = sum[k];  // output axis 1: [2, len]
+          }
+        }
+        REQUIRE(out[1].blob.shape() == Shape{2, len});
+        CHECK(std::vector<float>(out[0].blob.data_as<float>(), out[0].blob.data_as<float>() + 2) == sum);
+        CHECK(std::vector<float>(out[1].blob.data_as<float>(), out[1].blob.data_as<float>() + 2 * len) == sums);
+      }
+    }
+  }
+}
+
+TEST_CASE("Scan: a reverse scan output, and a body that reads a weight from outside", "[onnx][scan]") {
+  // An RNN written as a Scan: h' = tanh(x_t W + h), the outputs reversed.
+  OnnxModel b(16);
+  b.input("h", {1, 2}).input("x_t", {1, 3}).output("h_out").output("y_t");
+  b.node("MatMul", {"x_t", "W"}, {"xw"});
+  b.node("Add", {"xw", "h"}, {"pre"});
+  b.node("Tanh", {"pre"}, {"h_out"});
+  b.node("Identity", {"h_out"}, {"y_t"});
+  OnnxModel m(16);
+  m.input("h0", {1, 2}).input("x", {4, 1, 3}).output("h").output("ys");
+  const std::vector<float> w = {0.5f, -0.25f, 0.1f, 0.3f, -0.4f, 0.2f};
+  m.init("W", {3, 2}, w);
+  m.node("Scan", {"h0", "x"}, {"h", "ys"}).g("body", b.graph()).i("num_scan_inputs", 1).ints("scan_output_directions", {1});
+  const Model net = import_onnx(m.save("scan_rnn.onnx"));
+  const std::vector<float> x = pattern(12, 7, 3, 4);
+  auto out = run_net(net, {{"h0", make_input(Shape{1, 2}, {0.1f, -0.1f})}, {"x", make_input(Shape{4, 1, 3}, x)}});
+  std::vector<float> h = {0.1f, -0.1f}, ys(8);
+  for (int t = 0; t < 4; ++t) {
+    std::vector<float> next(2);
+    for (int j = 0; j < 2; ++j) {
+      double s = h[static_cast<std::size_t>(j)];
+      for (int i = 0; i < 3; ++i) s += x[static_cast<std::size_t>(3 * t + i)] * w[static_cast<std::size_t>(2 * i + j)];
+      next[static_cast<std::size_t>(j)] = static_cast<float>(std::tanh(s));
+    }
+    h = next;
+    for (int j = 0; j < 2; ++j) ys[static_cast<std::size_t>(2 * (3 - t) + j)] = h[static_cast<std::size_t>(j)];
+  }
+  REQUIRE(out[1].shape == Shape{4, 1, 2});
+  CHECK(max_abs_diff(out[0].values, h) < 1e-6);
+  CHECK(max_abs_diff(out[1].values, ys) < 1e-6);
+}
