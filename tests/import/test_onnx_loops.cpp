@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include <vector>
 
@@ -181,4 +182,29 @@ TEST_CASE("Scan: a reverse scan output, and a body that reads a weight from outs
   REQUIRE(out[1].shape == Shape{4, 1, 2});
   CHECK(max_abs_diff(out[0].values, h) < 1e-6);
   CHECK(max_abs_diff(out[1].values, ys) < 1e-6);
+}
+
+TEST_CASE("Loop: a condition that never turns false stops at the iteration cap the memory limit sets, with an Error",
+          "[onnx][loop][hostile]") {
+  OnnxModel b(13);
+  b.typed_input("i", onnx::TensorProto::INT64, {}).typed_input("c", onnx::TensorProto::BOOL, {}).input("v", {256});
+  b.typed_output("c_out", onnx::TensorProto::BOOL).output("v_out");
+  b.node("Identity", {"c"}, {"c_out"});
+  b.node("Add", {"v", "one"}, {"v_out"});
+  OnnxModel m(13);
+  m.input("x", {256}).output("y");
+  m.init("one", {}, {1});
+  m.init_ints("forever", {}, {std::numeric_limits<int64_t>::max()});
+  m.node("Loop", {"forever", "", "x"}, {"y"}).g("body", b.graph());
+  const Model net = import_onnx(m.save("loop_forever.onnx"));
+  SessionOptions o;
+  o.memory_limit = 1 << 20;  // 1 MiB: about 1,000 iterations of 1 KiB
+  Session session(net, o);
+  try {
+    session.run(std::vector<NamedBlob>{{"x", make_input(Shape{256}, std::vector<float>(256, 0.0f))}});
+    FAIL("ran");
+  } catch (const Error& e) {
+    CHECK_THAT(e.message(), Catch::Contains("its condition still holds"));
+    CHECK(e.layer() == "Loop_1");
+  }
 }

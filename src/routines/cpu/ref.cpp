@@ -1101,9 +1101,11 @@ struct Choose final : RefPrepared {
 /// (its shapes stay the same from one iteration to the next).
 struct Loop final : RefPrepared {
   static constexpr std::string_view kType = "loop";
-  /// The most iterations of a loop that only its condition ends (no trip count):
-  /// a body whose condition never turns false is an Error, not a hang.
+  /// The most iterations a loop runs: 2^24, fewer where the session's memory
+  /// limit divided by the bytes an iteration writes is less. A body whose
+  /// condition never turns false is an Error, not a hang.
   static constexpr int64_t kMaxIterations = int64_t{1} << 24;
+  int64_t most_iterations = kMaxIterations;
   const Layer& layer;
   core::LoopPorts ports;
   int64_t trip_count;
@@ -1135,7 +1137,7 @@ struct Loop final : RefPrepared {
   void start(const RunArgs& a) {
     SessionOptions o;
     o.threads = a.pool ? a.pool->num_threads() : 1;
-    o.memory_limit = memory_limit;
+    o.memory_limit = memory_limit ? memory_limit : SessionOptions::kNoMemoryLimit;
     session = std::make_unique<Session>(body, o);
     const auto& bin = body.inputs();
     const auto& bout = body.outputs();
@@ -1153,6 +1155,10 @@ struct Loop final : RefPrepared {
     for (const auto& t : bout) outs.push_back({t.name, Blob::allocate(session->output_shape(t.name))});
     spare.clear();
     for (std::size_t j = 0; j < ports.carried; ++j) spare.push_back(Blob::allocate(outs[1 + j].blob.shape()));
+    std::size_t per_iteration = 0;
+    for (const auto& o : outs) per_iteration += o.blob.byte_size();
+    if (memory_limit)
+      most_iterations = std::clamp<int64_t>(static_cast<int64_t>(memory_limit / std::max<std::size_t>(1, per_iteration)), 1, kMaxIterations);
   }
 
   void run(const RunArgs& a) override {
@@ -1164,7 +1170,7 @@ struct Loop final : RefPrepared {
     }
     int64_t trips = trip_count;
     if (ports.trip_count_input) trips = static_cast<int64_t>(std::max(0.0f, a.inputs[1]->data_as<float>()[0]));
-    const int64_t most = trips >= 0 ? trips : kMaxIterations;
+    const int64_t most = trips >= 0 ? std::min(trips, most_iterations) : most_iterations;
     if (ports.scan_outputs && trips > capacity[n][0])
       fail("trip_count", fmt::format("trip count {} beyond the {} planned", trips, capacity[n][0]));
     bool cond = a.inputs[0]->data_as<float>()[0] != 0;
@@ -1194,9 +1200,12 @@ struct Loop final : RefPrepared {
         ins[2 + j].blob = spare[j];
       }
     }
-    if (cond && trips < 0 && i == most)
-      fail("cond", fmt::format("the loop ran {} iterations and its condition is still true (a loop without a trip "
-                               "count stops at that many)", most));
+    if (cond && i == most && most < trips)
+      fail("trip_count", fmt::format("the loop ran {} iterations, the most it may (2^24, or the session's memory_limit "
+                                     "divided by the bytes an iteration writes), and its condition still holds", most));
+    if (cond && i == most && trips < 0)
+      fail("cond", fmt::format("the loop ran {} iterations, the most it may (2^24, or the session's memory_limit "
+                               "divided by the bytes an iteration writes), and its condition still holds", most));
     for (std::size_t j = 0; j < n; ++j) {
       const Blob& last = ins[2 + j].blob;
       std::copy_n(last.data_as<float>(), last.numel(), a.outputs[j]->data_as<float>());
