@@ -901,6 +901,7 @@ ResizeGeometry resize_geometry(const Layer& l, const Shape& input, const Shape& 
   g.cubic = mode == "cubic";
   g.cubic_a = l.get_float("cubic_coeff_a", -0.75);
   g.exclude_outside = l.get_int("exclude_outside", 0) != 0;
+  g.antialias = l.get_int("antialias", 0) != 0 && mode != "nearest";
   g.extrapolation_value = static_cast<float>(l.get_float("extrapolation_value", 0.0));
   static const std::pair<const char*, ResizeAxis::Transform> transforms[] = {
       {"half_pixel", ResizeAxis::half_pixel}, {"half_pixel_symmetric", ResizeAxis::half_pixel_symmetric},

@@ -111,7 +111,9 @@
 //            pytorch_half_pixel|align_corners|asymmetric|tf_half_pixel_for_nn|
 //            tf_crop_and_resize (roi [4 starts, 4 ends], extrapolation_value=0);
 //            nearest_mode = round_prefer_floor (default)|round_prefer_ceil|floor|ceil
-//            (ONNX Resize; linear clamps the source coordinate into the input).
+//            (ONNX Resize; linear clamps the source coordinate into the input);
+//            antialias=0 (linear, cubic: when downsampling, the kernel stretched by
+//            in/out over as many taps as it covers, weights normalised, exclude_outside too).
 //  flatten   axis=1: out [prod(in[:axis]), prod(in[axis:])].
 //  transpose perm (default: reversed dims).
 //  pad       pads [begin_0..begin_r-1, end_0..end_r-1] (non-negative);
@@ -147,6 +149,12 @@
 //  choose    inputs condition (one value), a, b of one rank: out = condition != 0 ? a : b,
 //            whole (ONNX If with a condition computed at run time: both branches computed,
 //            the taken one's outputs chosen). Value-shaped: capacity the larger of each dim.
+//  loop      ONNX Loop and Scan: weight body (a .dnn graph's bytes) run once per iteration;
+//            inputs cond, M (m_input=1: from shapes, read when planned; 2: at run time),
+//            carried values (carried=N), values the body reads; outputs the carried values
+//            after the last iteration, then scan_outputs stacked along a new first axis
+//            (trip_count iterations planned; value-shaped where there are scan outputs).
+//            Body: [iteration, cond, carried..., read...] -> [cond, carried..., scans...].
 //  non_zero  out [rank, count]: the indices of the input's non-zero elements, row-major
 //            (ONNX NonZero; a rank-0 input is read as [1]). Value-shaped.
 //  col2im    ONNX Col2Im: in [N, C * prod(block_shape), L] -> out [N, C, image_shape...]: each
@@ -369,6 +377,9 @@ struct ResizeGeometry {
   bool cubic = false;            ///< 4 taps of Keys' cubic convolution (coefficient cubic_a)
   double cubic_a = -0.75;
   bool exclude_outside = false;  ///< cubic: taps outside the input weigh 0, the rest renormalised
+  /// Linear or cubic downsampling with the kernel stretched by in/out (ONNX's
+  /// antialias: as many taps as the kernel covers, their weights normalised).
+  bool antialias = false;
   float extrapolation_value = 0;
   ResizeAxis h, w;
 };

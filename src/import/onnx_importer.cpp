@@ -3960,16 +3960,16 @@ void Importer::resize(const Node& n) {
   if (rank != 4) throw Unsupported{fmt::format("Resize of a rank-{} tensor (images [N,C,H,W] only)", rank)};
   const std::string mode = n.get_string("mode", "nearest");
   if (mode != "nearest" && mode != "linear" && mode != "cubic") throw Unsupported{fmt::format("Resize mode '{}'", mode)};
-  if (n.get_int("antialias", 0) != 0) throw Unsupported{"Resize with antialias"};
-  if (mode == "linear" && n.get_int("exclude_outside", 0) != 0) throw Unsupported{"linear Resize with exclude_outside"};
+  const bool antialias = n.get_int("antialias", 0) != 0 && mode != "nearest";  // (nearest ignores it)
+  if (mode == "linear" && !antialias && n.get_int("exclude_outside", 0) != 0)
+    throw Unsupported{"linear Resize with exclude_outside (without antialias its two taps are inside)"};
   std::map<std::string, Attr> params{
       {"mode", mode},
       {"coordinate_transformation_mode", n.get_string("coordinate_transformation_mode", "half_pixel")},
       {"nearest_mode", n.get_string("nearest_mode", "round_prefer_floor")}};
-  if (mode == "cubic") {
-    params["cubic_coeff_a"] = n.get_float("cubic_coeff_a", -0.75);
-    params["exclude_outside"] = n.get_int("exclude_outside", 0);
-  }
+  if (mode == "cubic") params["cubic_coeff_a"] = n.get_float("cubic_coeff_a", -0.75);
+  if (mode == "cubic" || antialias) params["exclude_outside"] = n.get_int("exclude_outside", 0);
+  if (antialias) params["antialias"] = int64_t{1};
   // axes: scales, sizes and roi name only these dims; the others keep their size.
   std::vector<int64_t> axes = n.get_ints("axes", std::vector<int64_t>{});
   for (auto& a : axes) a = normalized_axis(n, a, rank, "axes");

@@ -73,6 +73,22 @@ TEST_CASE("Resize: what it cannot import is named in the unsupported-node error"
   OnnxModel m(13);
   m.input("x", {1, 1, 3, 4}).output("y");
   m.init("scales", {4}, {1, 1, 2, 2});
-  m.node("Resize", {"x", "", "scales"}, {"y"}, "up").s("mode", "cubic").i("antialias", 1);
-  CHECK_THROWS_WITH(import_onnx(m.save("resize_antialias.onnx")), Catch::Contains("'up'") && Catch::Contains("antialias"));
+  m.node("Resize", {"x", "", "scales"}, {"y"}, "up").s("mode", "linear").i("exclude_outside", 1);
+  CHECK_THROWS_WITH(import_onnx(m.save("resize_exclude_outside.onnx")), Catch::Contains("'up'") && Catch::Contains("exclude_outside"));
+}
+
+TEST_CASE("Resize with antialias: downsampling stretches the kernel over in/out taps, weights normalised", "[onnx][resize]") {
+  // Width 4 -> 2, half_pixel: source 0.5 and 2.5; the triangle stretched to
+  // (-2, 2) weighs the 4 nearest taps 1/8, 3/8, 3/8, 1/8 (the edge repeats).
+  OnnxModel m(18);
+  m.input("x", {1, 1, 1, 4}).output("y").output("z");
+  m.init_ints("sizes", {4}, {1, 1, 1, 2});
+  m.node("Resize", {"x", "", "", "sizes"}, {"y"}).s("mode", "linear").i("antialias", 1);
+  m.node("Resize", {"x", "", "", "sizes"}, {"z"}).s("mode", "linear").i("antialias", 1).i("exclude_outside", 1);
+  Model net = import_onnx(m.save("resize_antialias.onnx"));
+  auto out = run_net(net, {{"x", make_input(Shape{1, 1, 1, 4}, {1, 2, 3, 4})}});
+  CHECK(max_abs_diff(out[0].values, {0.125f * 1 + 0.375f * 1 + 0.375f * 2 + 0.125f * 3, 0.125f * 2 + 0.375f * 3 + 0.375f * 4 + 0.125f * 4}) < 1e-6);
+  // Taps outside the input weigh 0, the others renormalised: (3/8, 3/8, 1/8) / (7/8).
+  CHECK(max_abs_diff(out[1].values, {(0.375f * 1 + 0.375f * 2 + 0.125f * 3) / 0.875f, (0.125f * 2 + 0.375f * 3 + 0.375f * 4) / 0.875f}) < 1e-6);
+  for (const auto& l : Session(net).layers()) CHECK(l.descriptor == "cpu/ref");  // no other routine antialiases
 }

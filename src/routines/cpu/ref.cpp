@@ -2241,6 +2241,49 @@ struct Resize final : RefPrepared {
     if (g.exclude_outside && sum != 0)
       for (int k = 0; k < 4; ++k) w[k] /= sum;
   }
+  /// ONNX's antialias along one axis: for each output index, the first input
+  /// index its taps read (clamped when read: the edge repeats) and their weights.
+  struct Taps {
+    std::vector<int64_t> first;
+    std::vector<double> weights;  // n per output index
+    int n = 0;
+  };
+  Taps antialias_taps(const core::ResizeAxis& axis) const {
+    Taps t;
+    const double s = std::min(axis.scale, 1.0), A = g.cubic_a;
+    // The kernel covers (-1, 1) (linear) or (-2, 2) (cubic), stretched by 1/s.
+    const int64_t start = static_cast<int64_t>(std::floor((g.cubic ? -2.0 : -1.0) / s)) + 1;
+    t.n = static_cast<int>(2 - 2 * start);
+    auto kernel = [&](double x) {
+      x = std::abs(x);
+      if (!g.cubic) return std::max(0.0, 1 - x);
+      if (x <= 1) return ((A + 2) * x - (A + 3)) * x * x + 1;
+      return x < 2 ? ((A * x - 5 * A) * x + 8 * A) * x - 4 * A : 0.0;
+    };
+    for (int64_t i = 0; i < axis.out; ++i) {
+      const double x = axis.source(i);
+      const int64_t first = static_cast<int64_t>(std::ceil(x)) - t.n / 2;  // the n nearest, ties to the lower
+      double sum = 0;
+      const std::size_t at = t.weights.size();
+      for (int k = 0; k < t.n; ++k) {
+        const double w = kernel((static_cast<double>(first + k) - x) * s);
+        t.weights.push_back(w);
+        sum += w;
+      }
+      if (g.exclude_outside) {
+        for (int k = 0; k < t.n; ++k) {
+          const int64_t j = first + k;
+          if (j < 0 || j >= axis.in) t.weights[at + static_cast<std::size_t>(k)] = 0;
+        }
+        sum = 0;
+        for (int k = 0; k < t.n; ++k) sum += t.weights[at + static_cast<std::size_t>(k)];
+      }
+      for (int k = 0; k < t.n; ++k) t.weights[at + static_cast<std::size_t>(k)] /= sum != 0 ? sum : 1;
+      t.first.push_back(first);
+    }
+    return t;
+  }
+  Taps ay, ax;
   bool tflite = false;  // TensorFlow Lite's int8 bilinear (requantize = tflite), on the grid of `scale`
   float scale = 1;
   core::TfliteResizeAxis ty, tx;
@@ -2248,6 +2291,7 @@ struct Resize final : RefPrepared {
       : g(core::resize_geometry(*info.layer, info.input_shapes[0], info.output_shapes[0])),
         planes(info.input_shapes[0][0] * info.input_shapes[0][1]),
         tflite(core::requantizes_as_tflite(*info.layer)) {
+    if (g.antialias) ay = antialias_taps(g.h), ax = antialias_taps(g.w);
     if (!tflite) return;
     scale = static_cast<float>(info.layer->get_float("scale"));
     ty = core::tflite_resize_axis(*info.layer, g.h.in, g.h.out);
@@ -2284,6 +2328,20 @@ struct Resize final : RefPrepared {
             continue;
           }
           const float* plane = x + p * ih * iw;
+          if (g.antialias) {
+            double acc = 0;
+            for (int a = 0; a < ay.n; ++a) {
+              const int64_t r = std::clamp<int64_t>(ay.first[static_cast<std::size_t>(i)] + a, 0, ih - 1);
+              double row = 0;
+              for (int b = 0; b < ax.n; ++b) {
+                const int64_t c = std::clamp<int64_t>(ax.first[static_cast<std::size_t>(j)] + b, 0, iw - 1);
+                row += ax.weights[static_cast<std::size_t>(j * ax.n + b)] * plane[r * iw + c];
+              }
+              acc += ay.weights[static_cast<std::size_t>(i * ay.n + a)] * row;
+            }
+            out = static_cast<float>(acc);
+            continue;
+          }
           if (g.cubic) {
             double wy[4], wx[4];
             int64_t ry[4], rx[4];

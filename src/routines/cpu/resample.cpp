@@ -189,6 +189,8 @@ class Resample final : public Routine {
       return Support::no("TensorFlow Lite's int8 bilinear blends with 11-bit weights in integers (cpu/ref does)");
     const std::string mode = info.layer->get_string("mode", "nearest");
     if (mode == "cubic") return Support::no("cpu/resample has no cubic mode (cpu/ref has)");
+    if (mode != "nearest" && info.layer->get_int("antialias", 0))
+      return Support::no("cpu/resample has no antialias (cpu/ref has)");
     if (schema.dtype == DType::qint8) {
       // Only moving int8 values is exact: no blend, no extrapolation value, no requantisation.
       if (mode != "nearest") return Support::no(fmt::format("in qint8 only a nearest resize, not {}", mode));

@@ -1048,6 +1048,7 @@ struct Resize {
       return Support::no("XNNPACK resizes H and W of an [N,C,H,W] input only");
     const core::ResizeGeometry g = core::resize_geometry(*info.layer, in, out);
     if (!g.linear) return Support::no("XNNPACK (2022-02) resizes bilinearly only");
+    if (g.antialias) return Support::no("XNNPACK has no antialias (cpu/ref has)");
     for (const core::ResizeAxis* a : {&g.h, &g.w}) {
       using T = core::ResizeAxis;
       if (a->transform == T::tf_crop_and_resize || a->transform == T::tf_half_pixel_for_nn)
