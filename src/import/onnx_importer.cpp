@@ -366,6 +366,7 @@ class Importer {
   /// Whether Pow's exponent is a constant of non-negative integers.
   bool integral_exponent(const Node& n) const;
   void if_op(const Node&);
+  void batchnorm_training(const Node&);
   void loop(const Node&);
   void scan(const Node&);
   /// A body input of a Loop or Scan: its name in the body, ONNX type and shape.
@@ -2688,8 +2689,55 @@ void Importer::softsign(const Node& n) {
   add(make("div", n.name, {x, d}, {y}));
 }
 
+// BatchNormalization in training mode: normalised by the batch's own statistics
+// (mean and population variance over every axis but the channels); the running
+// statistics are input * momentum + the batch's * (1 - momentum).
+void Importer::batchnorm_training(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const int rank = xs.rank();
+  if (rank < 2) throw n.error(fmt::format("X has shape {}, not [N, C, ...]", xs.to_string()), "X");
+  std::vector<int64_t> axes;
+  for (int d = 0; d < rank; ++d)
+    if (d != 1) axes.push_back(d);
+  std::vector<int64_t> per_channel(static_cast<std::size_t>(rank), 1);
+  per_channel[1] = xs[1];
+  const std::string x = input(n, 0), y = n.out(0);
+  auto blob = [&](const char* what) { return fresh_blob(y + "/" + what); };
+  auto binary = [&](const char* type, const std::string& a, const std::string& b, const std::string& out, const char* what) {
+    add(make(type, n.name + "/" + what, {a, b}, {out}));
+    return out;
+  };
+  auto channels = [&](int k, const char* what) {  // input k [C] as [1, C, 1, ...]
+    const std::string v = blob(what);
+    add_unary(n, "reshape", input(n, k), v, {{"shape", per_channel}}, what);
+    return v;
+  };
+  const std::map<std::string, Attr> mean_params{{"mode", std::string("mean")}, {"axes", axes}, {"keepdims", int64_t{1}}};
+  const std::string mean = blob("mean"), var = blob("var");
+  add_unary(n, "reduce", x, mean, mean_params, "mean");
+  const std::string d = binary("sub", x, mean, blob("centred"), "centred");
+  const std::string sq = binary("mul", d, d, blob("squares"), "squares");
+  add_unary(n, "reduce", sq, var, mean_params, "var");
+  const std::string ve = binary("add", var, scalar_constant(n, y + "/epsilon", n.get_float("epsilon", 1e-5)), blob("var_eps"), "var_eps");
+  const std::string sd = blob("std");
+  add_unary(n, "sqrt", ve, sd, {}, "std");
+  const std::string norm = binary("div", d, sd, blob("normalised"), "normalised");
+  const std::string scaled = binary("mul", norm, channels(1, "scale"), blob("scaled"), "scaled");
+  binary("add", scaled, channels(2, "B"), y, "shifted");
+  const double momentum = n.get_float("momentum", 0.9);
+  for (int k = 1; k < 3 && k < n.num_outputs(); ++k) {  // running_mean, running_var
+    if (n.out(k).empty()) continue;
+    const char* what = k == 1 ? "running_mean" : "running_var";
+    const std::string batch = blob(what);
+    add_unary(n, "reshape", k == 1 ? mean : var, batch, {{"shape", std::vector<int64_t>{xs[1]}}}, std::string(what) + "/batch");
+    const std::string kept = binary("mul", input(n, 2 + k), scalar_constant(n, y + "/momentum", momentum), blob("kept"), "kept");
+    const std::string added = binary("mul", batch, scalar_constant(n, y + "/rest", 1 - momentum), blob("added"), "added");
+    binary("add", kept, added, n.out(k), what);
+  }
+}
+
 void Importer::batchnorm(const Node& n) {
-  if (n.get_int("training_mode", 0) != 0) throw Unsupported{"BatchNormalization in training mode"};
+  if (n.get_int("training_mode", 0) != 0) return batchnorm_training(n);
   for (int k = 1; k < n.num_outputs(); ++k)
     if (used(n.out(k))) throw Unsupported{"BatchNormalization's running statistics outputs"};
   Layer l = make("batchnorm", n.name, {input(n, 0)}, {n.out(0)});

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 using namespace softneuro;
 using namespace softneuro::test;
 
@@ -76,4 +78,31 @@ TEST_CASE("Tile: constants tiled at import, blobs by concats", "[onnx][tile]") {
   bad.init_ints("r", {2}, {0, 1});
   bad.node("Tile", {"x", "r"}, {"y"}, "tile");
   CHECK_THROWS_WITH(run_model(bad, "tile_bad.onnx", Shape{2, 3}, x), Catch::Contains("repeats"));
+}
+
+TEST_CASE("BatchNormalization in training mode: the batch's statistics, and the running ones updated", "[onnx][norm]") {
+  OnnxModel m(15);
+  m.input("x", {2, 2, 1, 3}).output("y").output("running_mean").output("running_var");
+  const std::vector<float> scale = {1.5f, -0.5f}, bias = {0.25f, 1}, mean = {0.1f, -0.2f}, var = {1, 2};
+  m.init("scale", {2}, scale).init("B", {2}, bias).init("mean", {2}, mean).init("var", {2}, var);
+  m.node("BatchNormalization", {"x", "scale", "B", "mean", "var"}, {"y", "running_mean", "running_var"})
+      .i("training_mode", 1).f("momentum", 0.8f).f("epsilon", 1e-3f);
+  const std::vector<float> x = x_values(12);
+  auto out = run_net(import_onnx(m.save("batchnorm_training.onnx")), {{"x", make_input(Shape{2, 2, 1, 3}, x)}});
+  REQUIRE(out.size() == 3);
+  for (int c = 0; c < 2; ++c) {
+    std::vector<double> v;  // the channel's values: both batch items, 3 each
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 3; ++i) v.push_back(x[static_cast<std::size_t>((b * 2 + c) * 3 + i)]);
+    double mu = 0, s2 = 0;
+    for (double e : v) mu += e / 6;
+    for (double e : v) s2 += (e - mu) * (e - mu) / 6;
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 3; ++i) {
+        const std::size_t at = static_cast<std::size_t>((b * 2 + c) * 3 + i);
+        CHECK(out[0].values[at] == Approx((x[at] - mu) / std::sqrt(s2 + 1e-3) * scale[c] + bias[c]).margin(1e-5));
+      }
+    CHECK(out[1].values[static_cast<std::size_t>(c)] == Approx(mean[c] * 0.8 + mu * 0.2).margin(1e-6));
+    CHECK(out[2].values[static_cast<std::size_t>(c)] == Approx(var[c] * 0.8 + s2 * 0.2).margin(1e-6));
+  }
 }
