@@ -51,6 +51,16 @@ std::vector<Shape> infer_conv2(const Layer& l, std::span<const Shape> in) {
   return {Shape{g.n, g.oc, g.oh, g.ow}};
 }
 
+std::vector<Shape> infer_max_pool_indices(const Layer& l, std::span<const Shape> in) {
+  if (l.get_string("mode", "max") != "max") fail(l, "mode", "max_pool_indices is of a max pool");
+  const int64_t order = l.get_int("storage_order", 0);
+  if (order != 0 && order != 1) fail(l, "storage_order", fmt::format("storage_order {} is not 0 or 1", order));
+  if (in[0].numel() > int64_t{1} << 24)
+    fail(l, "input", fmt::format("{} elements: indices beyond 2^24 are not exact in float32", in[0].numel()));
+  Window2d g = pool2_window(l, in[0]);
+  return {Shape{g.n, g.c, g.oh, g.ow}};
+}
+
 std::vector<Shape> infer_pool2(const Layer& l, std::span<const Shape> in) {
   auto mode = l.get_string("mode");
   if (mode != "max" && mode != "avg") fail(l, "mode", fmt::format("unknown pool mode '{}' (max|avg)", mode));
@@ -435,7 +445,12 @@ std::vector<Shape> infer_loop(const Layer& l, std::span<const Shape> in) {
   if (p.trip_count_input && in[1].numel() != 1) fail(l, "trip_count", fmt::format("M {} is not one value", in[1].to_string()));
   std::map<std::string, Shape> at{{body.inputs[0].name, Shape{}}, {body.inputs[1].name, Shape{}}};
   for (std::size_t j = 0; j < state; ++j) at[body.inputs[2 + j].name] = in[p.first_carried + j];
-  const auto shapes = infer_shapes(body, at);
+  std::map<std::string, Shape> shapes;
+  try {
+    shapes = infer_shapes(body, at);
+  } catch (const Error& e) {
+    fail(l, "body", fmt::format("in its body{}: {}", e.layer().empty() ? "" : ", layer '" + e.layer() + "'", e.message()));
+  }
   std::vector<Shape> out;
   for (std::size_t j = 0; j < p.carried; ++j) {
     const Shape& after = shapes.at(body.outputs[1 + j]);
@@ -791,6 +806,7 @@ const LayerType kBuiltinTypes[] = {
     {"dft", 1, 1, infer_dft},
     {"col2im", 1, 1, infer_col2im},
     {"loop", 1, -1, infer_loop, 0, false, false, loop_value_shaped},
+    {"max_pool_indices", 1, 1, infer_max_pool_indices},
 };
 
 }  // namespace

@@ -14,6 +14,9 @@
 //  matmul    two inputs, NumPy matmul (batch dims broadcast).
 //  pool2     in [N,C,H,W]; mode = max|avg; kernel [kh,kw]; strides=1; pads=0;
 //            ceil_mode=0; count_include_pad=0; global=0 (global=1: kernel = H,W).
+//  max_pool_indices  pool2's max window (the same parameters): out the flat index into
+//            the input of each window's first largest value (storage_order=0: [N,C,H,W]
+//            row-major; 1: H and W column-major), as ONNX MaxPool's Indices; input at most 2^24.
 //  batchnorm in [N,C,...]; weights scale, bias, mean, var [C]; epsilon=1e-5.
 //  relu, sigmoid, tanh, hardswish; clip (min=-inf, max=+inf; relu6 is clip 0..6);
 //  hardsigmoid (alpha=0.2, beta=0.5: max(0,min(1,alpha*x+beta)));

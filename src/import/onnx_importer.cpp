@@ -2432,7 +2432,8 @@ void Importer::pool(const Node& n) {
   const bool is_max = n.op() == "MaxPool";
   const Shape xs = shape_of(n, n.in(0));
   if (xs.rank() != 4 && xs.rank() != 5) throw Unsupported{fmt::format("only 1-D, 2-D and 3-D pooling (input {})", xs.to_string())};
-  if (is_max && used(n.out(1))) throw Unsupported{"MaxPool's Indices output"};
+  const bool indices = is_max && used(n.out(1));
+  if (indices && xs.rank() != 4) throw Unsupported{"MaxPool's Indices output of a pooling other than 2-D"};
   if (xs.rank() == 5) return pool_3d(n, input(n, 0), n.out(0), is_max, n.get_int("count_include_pad", 0));
   const auto kernel = n.get_ints_n("kernel_shape", 2, {});
   const auto strides = n.get_ints_n("strides", 2, {1, 1});
@@ -2445,6 +2446,16 @@ void Importer::pool(const Node& n) {
   l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
   l.params["ceil_mode"] = n.get_int("ceil_mode", 0);
   if (!is_max) l.params["count_include_pad"] = n.get_int("count_include_pad", 0);
+  if (indices) {  // the values by any pool2 routine, the indices beside them
+    Layer at = l;
+    at.type = "max_pool_indices";
+    at.name = fresh_layer(n.name + "/indices");
+    at.outputs = {n.out(1)};
+    at.params.erase("mode");
+    at.params["storage_order"] = n.get_int("storage_order", 0);
+    add(std::move(at));
+    value_types_[n.out(1)] = onnx::TensorProto::INT64;
+  }
   add(std::move(l));
 }
 

@@ -5,7 +5,10 @@
 
 #include <limits>
 
+#include "core/dnn_file.hpp"
+#include "core/graph.hpp"
 #include "core/layer_types.hpp"
+#include "core/tensor_math.hpp"
 #include "support/run_layer.hpp"
 
 #include <softneuro/error.hpp>
@@ -596,6 +599,36 @@ TEST_CASE("shape inference: shape_math values need the input shapes (core::speci
   expect_error(L("shape_math", {{"op", std::string("shape")}}), {{2, 5}}, "op");
 }
 
+TEST_CASE("shape inference: max_pool_indices is a max pool's shape; loop stacks its scan outputs", "[core][shape]") {
+  auto indices = L("max_pool_indices", {{"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}}});
+  CHECK(infer(indices, {{1, 4, 9, 9}}) == Shapes{{1, 4, 4, 4}});
+  indices.params["storage_order"] = int64_t{2};
+  expect_error(indices, {{1, 4, 9, 9}}, "storage_order");
+  indices.params["storage_order"] = int64_t{0};
+  expect_error(indices, {{1, 64, 1024, 1024}}, "input");  // indices beyond 2^24
+
+  core::Graph body;  // [i, cond, x [2], w [2]] -> [cond, x + w, x + w again (stacked)]
+  body.inputs = {{"i", Shape{}}, {"cond", Shape{}}, {"x", Shape{2}}, {"w", Shape{2}}};
+  Layer c = L("identity"), add = L("add"), again = L("identity");
+  c.name = "c", c.inputs = {"cond"}, c.outputs = {"cond_out"};
+  add.name = "add", add.inputs = {"x", "w"}, add.outputs = {"x_out"};
+  again.name = "again", again.inputs = {"x_out"}, again.outputs = {"scan"};
+  body.layers = {c, add, again};
+  body.outputs = {"cond_out", "x_out", "scan"};
+  const auto bytes = core::serialize_dnn(body);
+  Blob b = Blob::allocate(Shape{static_cast<int64_t>(bytes.size())}, DType::uint8);
+  std::copy(bytes.begin(), bytes.end(), b.data_as<unsigned char>());
+  Layer loop = L("loop", {{"carried", int64_t{1}}, {"scan_outputs", int64_t{1}}, {"trip_count", int64_t{5}}});
+  loop.weights["body"] = b;
+  loop.outputs = {"y", "scans"};
+  CHECK(infer(loop, {{1}, {2}, {2}}) == Shapes{{2}, {5, 2}});
+  expect_error(loop, {{1}, {3}, {2}}, "body");  // x [3] + w [2]: an error in the body, named as the loop's
+  loop.params["trip_count"] = int64_t{-1};
+  expect_error(loop, {{1}, {2}, {2}}, "trip_count");  // scan outputs need the trip count when planned
+  loop.weights["body"] = core::float_blob(Shape{4}, {1, 2, 3, 4});
+  expect_error(loop, {{1}, {2}, {2}}, "body");  // not the bytes of a graph
+}
+
 // A layer type added to layer_types.cpp needs its cases above, then its name here.
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
@@ -605,7 +638,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im", "loop", "max_pool_indices"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

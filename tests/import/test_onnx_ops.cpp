@@ -2035,3 +2035,29 @@ TEST_CASE("Window functions of a constant size are computed at import; DFT of a 
     CHECK(out[2].values[static_cast<std::size_t>(t)] == Approx(0.42 - 0.5 * std::cos(2 * pi * t / 8) + 0.08 * std::cos(4 * pi * t / 8)).margin(1e-6));
   }
 }
+
+TEST_CASE("MaxPool's Indices: the flat index of each window's first largest value, row- or column-major", "[onnx][pool]") {
+  // x [1,2,2,3]; 2x2 windows, stride 1, padded by 1 at the top and left: the padding is never picked.
+  const std::vector<float> x = {5, 1, 5, 2, 7, 7, /* channel 1 */ -1, -3, -2, -4, -1, -6};
+  for (int64_t order : {0, 1}) {
+    OnnxModel m(12);
+    m.input("x", {1, 2, 2, 3}).output("y").typed_output("i", onnx::TensorProto::INT64);
+    m.node("MaxPool", {"x"}, {"y", "i"}).ints("kernel_shape", {2, 2}).ints("pads", {1, 1, 0, 0}).i("storage_order", order);
+    Model net = import_onnx(m.save("maxpool_indices" + std::to_string(order) + ".onnx"));
+    auto out = Session(net).run(std::vector<NamedBlob>{{"x", make_input(Shape{1, 2, 2, 3}, x)}});
+    REQUIRE(out[1].blob.shape() == Shape{1, 2, 2, 3});
+    REQUIRE(out[1].blob.dtype() == DType::int64);
+    std::vector<int64_t> want;
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t oh = 0; oh < 2; ++oh)
+        for (int64_t ow = 0; ow < 3; ++ow) {
+          int64_t bh = -1, bw = -1;
+          for (int64_t h = oh - 1; h <= oh; ++h)
+            for (int64_t w = ow - 1; w <= ow; ++w)
+              if (h >= 0 && w >= 0 && (bh < 0 || x[static_cast<std::size_t>((c * 2 + h) * 3 + w)] > x[static_cast<std::size_t>((c * 2 + bh) * 3 + bw)]))
+                bh = h, bw = w;
+          want.push_back(c * 6 + (order ? bw * 2 + bh : bh * 3 + bw));
+        }
+    CHECK(std::vector<int64_t>(out[1].blob.data_as<int64_t>(), out[1].blob.data_as<int64_t>() + 12) == want);
+  }
+}

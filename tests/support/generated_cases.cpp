@@ -2,6 +2,8 @@
 // runs every CPU routine on them, tests/cuda/test_cuda_generated.cpp every CUDA
 // routine): a few shapes and attribute sets per layer type, random values.
 #include "support/generated_cases.hpp"
+#include "core/dnn_file.hpp"
+#include "core/graph.hpp"
 #include "core/tensor_math.hpp"
 
 #include "core/layer_types.hpp"
@@ -406,6 +408,30 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                                                               {"strides", std::vector<int64_t>{2, 1}}, {"pads", std::vector<int64_t>{1, 0, 0, 1}},
                                                               {"dilations", std::vector<int64_t>{2, 1}}}, {}),
              {random_blob({2, 18, 15}, rng)}}};
+  if (type == "max_pool_indices") {
+    Blob x = random_blob({2, 3, 7, 6}, rng, 0.f, 4.f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);  // ties
+    return {{"max_pool_indices 3x3 stride 2, padded", layer_of(type, {{"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                                                                       {"pads", std::vector<int64_t>{1, 1, 1, 1}}}, {}), {x}},
+            {"max_pool_indices column-major, dilated", layer_of(type, {{"kernel", std::vector<int64_t>{2, 2}}, {"dilations", std::vector<int64_t>{2, 1}},
+                                                                        {"storage_order", int64_t{1}}}, {}), {x}}};
+  }
+  if (type == "loop") {
+    // body: x' = x + w (w read from outside), each iteration's x' * x' stacked.
+    core::Graph body;
+    body.inputs = {{"i", Shape{}}, {"cond", Shape{}}, {"x", Shape{2, 3}}, {"w", Shape{2, 3}}};
+    body.layers = {layer_of("identity", {}, {}), layer_of("add", {}, {}, 2), layer_of("mul", {}, {}, 2)};
+    body.layers[0].name = "c", body.layers[0].inputs = {"cond"}, body.layers[0].outputs = {"cond_out"};
+    body.layers[1].name = "step", body.layers[1].inputs = {"x", "w"}, body.layers[1].outputs = {"x_out"};
+    body.layers[2].name = "square", body.layers[2].inputs = {"x_out", "x_out"}, body.layers[2].outputs = {"scan"};
+    body.outputs = {"cond_out", "x_out", "scan"};
+    const auto bytes = core::serialize_dnn(body);
+    Blob b = Blob::allocate(Shape{static_cast<int64_t>(bytes.size())}, DType::uint8);
+    std::copy(bytes.begin(), bytes.end(), b.data_as<unsigned char>());
+    return {{"loop of 3 iterations, a carried value and a scan output",
+             layer_of(type, {{"carried", int64_t{1}}, {"scan_outputs", int64_t{1}}, {"trip_count", int64_t{3}}}, {{"body", b}}, 3, 2),
+             {core::float_blob(Shape{}, {1.0f}), random_blob({2, 3}, rng), random_blob({2, 3}, rng)}}};
+  }
   if (type == "choose")
     return {{"choose the second", layer_of(type, {}, {}, 3), {core::float_blob(Shape{1}, {0.0f}), random_blob({2, 3}, rng), random_blob({4, 2}, rng)}}};
   if (type == "top_k")

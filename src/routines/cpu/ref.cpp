@@ -1095,6 +1095,39 @@ struct Choose final : RefPrepared {
   }
 };
 
+/// max_pool_indices: where each max window's first largest value lies in the
+/// input (ONNX MaxPool's Indices), taps in the padding skipped.
+struct MaxPoolIndices final : RefPrepared {
+  static constexpr std::string_view kType = "max_pool_indices";
+  Window2d g;
+  bool column_major;
+  explicit MaxPoolIndices(const LayerInfo& info)
+      : g(core::pool2_window(*info.layer, info.input_shapes[0])),
+        column_major(info.layer->get_int("storage_order", 0) == 1) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    for (int64_t nc = 0; nc < g.n * g.c; ++nc)
+      for (int64_t oh = 0; oh < g.oh; ++oh)
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          int64_t best_h = -1, best_w = -1;
+          float best = 0;
+          for (int64_t ki = 0; ki < g.kh; ++ki) {
+            const int64_t ih = oh * g.sh - g.pt + ki * g.dh;
+            if (ih < 0 || ih >= g.h) continue;
+            for (int64_t kj = 0; kj < g.kw; ++kj) {
+              const int64_t iw = ow * g.sw - g.pl + kj * g.dw;
+              if (iw < 0 || iw >= g.w) continue;
+              const float v = x[(nc * g.h + ih) * g.w + iw];
+              if (best_h < 0 || v > best) best = v, best_h = ih, best_w = iw;
+            }
+          }
+          const int64_t at = best_h < 0 ? 0 : column_major ? best_w * g.h + best_h : best_h * g.w + best_w;
+          y[(nc * g.oh + oh) * g.ow + ow] = static_cast<float>(nc * g.h * g.w + at);
+        }
+  }
+};
+
 /// loop: the body, a model of its own (the layer's "body" bytes), run once
 /// per iteration in a session of its own: the carried values fed back, each
 /// scan output stacked along a new first axis. The body's session plans once
@@ -2582,6 +2615,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Dft>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Col2Im>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Loop>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<MaxPoolIndices>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);
