@@ -367,6 +367,7 @@ class Importer {
   bool integral_exponent(const Node& n) const;
   void if_op(const Node&);
   void batchnorm_training(const Node&);
+  void stft(const Node&);
   void loop(const Node&);
   void scan(const Node&);
   /// A body input of a Loop or Scan: its name in the body, ONNX type and shape.
@@ -749,6 +750,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"NonZero", &Importer::non_zero},
       {"Unique", &Importer::unique},
       {"DFT", &Importer::dft},
+      {"STFT", &Importer::stft},
       {"Col2Im", &Importer::col2im},
       {"HannWindow", &Importer::window},
       {"HammingWindow", &Importer::window},
@@ -4643,6 +4645,53 @@ void Importer::dft(const Node& n) {
   }
   add_unary(n, "dft", input(n, 0), n.out(0),
             {{"axis", axis}, {"length", length}, {"inverse", int64_t{inverse}}, {"onesided", int64_t{onesided}}});
+}
+
+// STFT: the frames gathered (a constant index table), each multiplied by the
+// window, then a DFT along the frame of frame_length points: [batch, frames,
+// bins, 2]. frame_step and frame_length must be constants.
+void Importer::stft(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 3 || (xs[2] != 1 && xs[2] != 2))
+    throw n.error(fmt::format("signal has shape {}, not [batch, length, 1 or 2]", xs.to_string()), "signal");
+  const int64_t step = static_cast<int64_t>(constant_scalar(n, 1, "frame_step"));
+  int64_t length = -1;
+  if (n.has_in(3)) length = static_cast<int64_t>(constant_scalar(n, 3, "frame_length"));
+  if (n.has_in(2)) {
+    const Shape ws = shape_of(n, n.in(2));
+    if (ws.rank() != 1) throw n.error(fmt::format("window has shape {}, not [frame_length]", ws.to_string()), "window");
+    if (length >= 0 && ws[0] != length)
+      throw n.error(fmt::format("window has {} values, frame_length is {}", ws[0], length), "window");
+    length = ws[0];
+  }
+  if (length < 1) throw n.error("STFT needs frame_length or a window", "frame_length");
+  if (step < 1) throw n.error(fmt::format("frame_step {} is not positive", step), "frame_step");
+  if (length > xs[1]) throw n.error(fmt::format("frame_length {} exceeds the signal's {} samples", length, xs[1]), "frame_length");
+  const int64_t frames = (xs[1] - length) / step + 1;
+  if (frames * length > (int64_t{1} << 26)) throw n.error(fmt::format("{} frames of {} samples", frames, length), "frame_step");
+  std::vector<int64_t> at;
+  for (int64_t f = 0; f < frames; ++f)
+    for (int64_t k = 0; k < length; ++k) at.push_back(f * step + k);
+  const std::string y = n.out(0);
+  const std::string positions = as_blob(n, add_constant(y + "/positions", int_blob(Shape{frames, length}, at)));
+  std::string framed = fresh_blob(y + "/frames");
+  Layer g = make("gather", n.name + "/frames", {input(n, 0), positions}, {framed});
+  g.params["axis"] = int64_t{1};
+  add(std::move(g));
+  if (n.has_in(2)) {
+    std::string w;
+    if (const Blob* c = constant(n.in(2)))
+      w = as_blob(n, add_constant(y + "/window", reshaped(to_float(*c), Shape{1, 1, length, 1})));
+    else {
+      w = fresh_blob(y + "/window");
+      add_unary(n, "reshape", input(n, 2), w, {{"shape", std::vector<int64_t>{1, 1, length, 1}}}, "window");
+    }
+    const std::string windowed = fresh_blob(y + "/windowed");
+    add(make("mul", n.name + "/windowed", {framed, w}, {windowed}));
+    framed = windowed;
+  }
+  const bool onesided = n.get_int("onesided", 1) != 0;
+  add_unary(n, "dft", framed, y, {{"axis", int64_t{2}}, {"length", length}, {"inverse", int64_t{0}}, {"onesided", int64_t{onesided}}});
 }
 
 // HannWindow, HammingWindow, BlackmanWindow of a constant size: computed now

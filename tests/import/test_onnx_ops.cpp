@@ -2061,3 +2061,28 @@ TEST_CASE("MaxPool's Indices: the flat index of each window's first largest valu
     CHECK(std::vector<int64_t>(out[1].blob.data_as<int64_t>(), out[1].blob.data_as<int64_t>() + 12) == want);
   }
 }
+
+TEST_CASE("STFT: frames of a signal windowed and transformed, one-sided", "[onnx][signal]") {
+  OnnxModel m(17);
+  m.input("x", {1, 10, 1}).output("y");
+  m.init_ints("step", {}, {3});
+  const std::vector<float> window = {0.5f, 1, 1, 0.5f};
+  m.init("window", {4}, window);
+  m.node("STFT", {"x", "step", "window"}, {"y"});
+  Model net = import_onnx(m.save("stft.onnx"));
+  const std::vector<float> x = {1, -2, 3, 0.5f, 4, -1, 2, 2, -3, 1};
+  auto out = run_net(net, {{"x", make_input(Shape{1, 10, 1}, x)}});
+  REQUIRE(out[0].shape == Shape{1, 3, 3, 2});  // (10 - 4) / 3 + 1 frames, 4 / 2 + 1 bins
+  const double pi = std::numbers::pi;
+  for (int f = 0; f < 3; ++f)
+    for (int k = 0; k < 3; ++k) {
+      double re = 0, im = 0;
+      for (int t = 0; t < 4; ++t) {
+        const double v = x[static_cast<std::size_t>(3 * f + t)] * window[static_cast<std::size_t>(t)];
+        re += v * std::cos(-2 * pi * k * t / 4);
+        im += v * std::sin(-2 * pi * k * t / 4);
+      }
+      CHECK(out[0].values[static_cast<std::size_t>((f * 3 + k) * 2)] == Approx(re).margin(1e-5));
+      CHECK(out[0].values[static_cast<std::size_t>((f * 3 + k) * 2 + 1)] == Approx(im).margin(1e-5));
+    }
+}
