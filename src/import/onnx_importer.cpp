@@ -3095,11 +3095,16 @@ void Importer::identity(const Node& n) {
     }
     // Training mode drops values at random, unless the ratio is 0 (exporters emit
     // F.dropout(x, p=0.0, training=True) like that): then it is an identity too.
-    const Blob* training = n.opset >= 12 && n.has_in(2) ? constant(n.in(2)) : nullptr;
-    if (training && training->numel() == 1 && to_ints(*training)[0] != 0) {
+    // A training_mode computed at run time may be true: refused as that is
+    // (it was an identity, whatever the value fed).
+    const bool has_training = n.opset >= 12 && n.has_in(2);
+    const Blob* training = has_training ? constant(n.in(2)) : nullptr;
+    if (has_training && (!training || training->numel() != 1 || to_ints(*training)[0] != 0)) {
       const Blob* ratio = n.has_in(1) ? constant(n.in(1)) : nullptr;
       if (!ratio || ratio->numel() != 1 || to_doubles(*ratio)[0] != 0.0)
-        throw Unsupported{"Dropout in training mode with a ratio other than 0"};
+        throw Unsupported{training ? "Dropout in training mode with a ratio other than 0 (its drops are random)"
+                                   : "Dropout whose training_mode is computed at run time, with a ratio other than 0 "
+                                     "(in training mode its drops are random; a constant false is an identity)"};
     }
   }
   if (const Blob* c = constant(n.in(0))) {  // e.g. an Identity fed by an initializer: the same constant

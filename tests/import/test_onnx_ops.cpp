@@ -2086,3 +2086,12 @@ TEST_CASE("STFT: frames of a signal windowed and transformed, one-sided", "[onnx
       CHECK(out[0].values[static_cast<std::size_t>((f * 3 + k) * 2 + 1)] == Approx(im).margin(1e-5));
     }
 }
+
+TEST_CASE("Dropout whose training_mode is fed at run time is refused, not run as an identity", "[onnx][constant]") {
+  OnnxModel m(13);
+  m.input("x", {2, 3}).typed_input("training", onnx::TensorProto::BOOL, {}).output("y");
+  m.init("ratio", {}, {0.5f});
+  m.node("Dropout", {"x", "ratio", "training"}, {"y"}, "drop");
+  CHECK_THROWS_WITH(import_onnx(m.save("dropout_run_time_training.onnx")),
+                    Catch::Contains("'drop'") && Catch::Contains("training_mode is computed at run time"));
+}
