@@ -51,6 +51,18 @@ std::vector<Shape> infer_conv2(const Layer& l, std::span<const Shape> in) {
   return {Shape{g.n, g.oc, g.oh, g.ow}};
 }
 
+std::vector<Shape> infer_deform_conv(const Layer& l, std::span<const Shape> in) {
+  const Window2d g = conv2_window(l, in[0]);
+  const int64_t og = l.get_int("offset_group", 1);
+  if (og < 1 || g.c % og != 0)
+    fail(l, "offset_group", fmt::format("offset_group {} does not divide the input's {} channels", og, g.c));
+  const Shape offset{g.n, og * 2 * g.kh * g.kw, g.oh, g.ow};
+  if (in[1] != offset) fail(l, "offset", fmt::format("offset has shape {}, expected {}", in[1].to_string(), offset.to_string()));
+  const Shape mask{g.n, og * g.kh * g.kw, g.oh, g.ow};
+  if (in.size() > 2 && in[2] != mask) fail(l, "mask", fmt::format("mask has shape {}, expected {}", in[2].to_string(), mask.to_string()));
+  return {Shape{g.n, g.oc, g.oh, g.ow}};
+}
+
 std::vector<Shape> infer_max_pool_indices(const Layer& l, std::span<const Shape> in) {
   if (l.get_string("mode", "max") != "max") fail(l, "mode", "max_pool_indices is of a max pool");
   const int64_t order = l.get_int("storage_order", 0);
@@ -807,6 +819,7 @@ const LayerType kBuiltinTypes[] = {
     {"col2im", 1, 1, infer_col2im},
     {"loop", 1, -1, infer_loop, 0, false, false, loop_value_shaped},
     {"max_pool_indices", 1, 1, infer_max_pool_indices},
+    {"deform_conv", 2, 3, infer_deform_conv},
 };
 
 }  // namespace

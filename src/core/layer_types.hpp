@@ -14,6 +14,11 @@
 //  matmul    two inputs, NumPy matmul (batch dims broadcast).
 //  pool2     in [N,C,H,W]; mode = max|avg; kernel [kh,kw]; strides=1; pads=0;
 //            ceil_mode=0; count_include_pad=0; global=0 (global=1: kernel = H,W).
+//  deform_conv  ONNX DeformConv: inputs x [N,C,H,W], offset [N, offset_group*2*KH*KW, OH, OW]
+//            (per tap its h then w shift), mask (optional, [N, offset_group*KH*KW, OH, OW]);
+//            conv2's weight, bias, strides, pads, dilations, group; offset_group=1 (channels
+//            split into groups of one offset each). Each tap samples x bilinearly at its
+//            shifted position (corners outside the input read 0), times its mask.
 //  max_pool_indices  pool2's max window (the same parameters): out the flat index into
 //            the input of each window's first largest value (storage_order=0: [N,C,H,W]
 //            row-major; 1: H and W column-major), as ONNX MaxPool's Indices; input at most 2^24.

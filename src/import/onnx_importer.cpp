@@ -368,6 +368,7 @@ class Importer {
   void if_op(const Node&);
   void batchnorm_training(const Node&);
   void stft(const Node&);
+  void deform_conv(const Node&);
   void loop(const Node&);
   void scan(const Node&);
   /// A body input of a Loop or Scan: its name in the body, ONNX type and shape.
@@ -751,6 +752,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"Unique", &Importer::unique},
       {"DFT", &Importer::dft},
       {"STFT", &Importer::stft},
+      {"DeformConv", &Importer::deform_conv},
       {"Col2Im", &Importer::col2im},
       {"HannWindow", &Importer::window},
       {"HammingWindow", &Importer::window},
@@ -1400,7 +1402,7 @@ struct ConvAttrs {
 
 ConvAttrs conv_attrs(const Node& n, const Shape& xs, const Blob& w) {
   if (xs.rank() != 4 || w.shape().rank() != 4)
-    throw Unsupported{fmt::format("only 2-D {} (input {}, weight {})", n.op() == "Conv" ? "convolutions" : "transposed convolutions",
+    throw Unsupported{fmt::format("only 2-D {} (input {}, weight {})", n.op() == "ConvTranspose" ? "transposed convolutions" : "convolutions",
                                   xs.to_string(), w.shape().to_string())};
   ConvAttrs a;
   a.kernel = n.get_ints_n("kernel_shape", 2, {w.shape()[2], w.shape()[3]});
@@ -1472,6 +1474,17 @@ Layer Importer::conv2_layer(const Node& n, const std::string& name, const std::s
   l.params["pads"] = window_pads(n, xs, kernel, strides, dilations);
   l.weights["weight"] = std::move(w);
   return l;
+}
+
+// DeformConv (2-D): conv2's geometry, each tap shifted by its offset (layer deform_conv).
+void Importer::deform_conv(const Node& n) {
+  Layer l = conv2_layer(n, n.name, input(n, 0), n.out(0), to_float(require_constant(n, 1, "W")));
+  l.type = "deform_conv";
+  l.inputs.push_back(input(n, 2));
+  if (n.has_in(3)) l.weights["bias"] = to_float(require_constant(n, 3, "B"));
+  if (n.has_in(4)) l.inputs.push_back(input(n, 4));
+  l.params["offset_group"] = n.get_int("offset_group", 1);
+  add(std::move(l));
 }
 
 // ConvTranspose (2-D): weight [C, O/group, KH, KW]; pads from pads, auto_pad or output_shape.

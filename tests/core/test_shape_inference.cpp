@@ -629,6 +629,18 @@ TEST_CASE("shape inference: max_pool_indices is a max pool's shape; loop stacks 
   expect_error(loop, {{1}, {2}, {2}}, "body");  // not the bytes of a graph
 }
 
+TEST_CASE("shape inference: deform_conv is conv2's, its offset and mask one per tap and offset group", "[core][shape]") {
+  Layer l = L("deform_conv", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"offset_group", int64_t{2}}},
+              {{"weight", Blob::allocate(Shape{6, 4, 3, 3})}});
+  l.inputs = {"x", "offset", "mask"};
+  CHECK(infer(l, {{1, 4, 5, 7}, {1, 36, 5, 7}, {1, 18, 5, 7}}) == Shapes{{1, 6, 5, 7}});
+  CHECK(infer(l, {{1, 4, 5, 7}, {1, 36, 5, 7}}) == Shapes{{1, 6, 5, 7}});
+  expect_error(l, {{1, 4, 5, 7}, {1, 18, 5, 7}}, "offset");
+  expect_error(l, {{1, 4, 5, 7}, {1, 36, 5, 7}, {1, 9, 5, 7}}, "mask");
+  l.params["offset_group"] = int64_t{3};
+  expect_error(l, {{1, 4, 5, 7}, {1, 54, 5, 7}}, "offset_group");
+}
+
 // A layer type added to layer_types.cpp needs its cases above, then its name here.
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
@@ -638,7 +650,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im", "loop", "max_pool_indices"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im", "loop", "max_pool_indices", "deform_conv"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

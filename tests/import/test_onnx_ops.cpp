@@ -2095,3 +2095,34 @@ TEST_CASE("Dropout whose training_mode is fed at run time is refused, not run as
   CHECK_THROWS_WITH(import_onnx(m.save("dropout_run_time_training.onnx")),
                     Catch::Contains("'drop'") && Catch::Contains("training_mode is computed at run time"));
 }
+
+TEST_CASE("DeformConv: zero offsets and a mask of ones are Conv; an offset of one row reads the next row", "[onnx][deform]") {
+  OnnxModel m(19);
+  m.input("x", {1, 2, 4, 5}).input("offset", {1, 18, 4, 5}).output("y").output("ref").output("shifted");
+  const std::vector<float> w = pattern(2 * 2 * 3 * 3, 7, 3, 5);
+  m.init("W", {2, 2, 3, 3}, w).init("B", {2}, {0.5f, -1});
+  m.init("down", {1, 18, 4, 5}, [] {  // every tap moved one row down: h offset 1, w offset 0
+    std::vector<float> v(18 * 20, 0.0f);
+    for (int t = 0; t < 9; ++t) std::fill_n(v.begin() + (2 * t) * 20, 20, 1.0f);
+    return v;
+  }());
+  m.node("DeformConv", {"x", "W", "offset", "B"}, {"y"}).ints("pads", {1, 1, 1, 1});
+  m.node("Conv", {"x", "W", "B"}, {"ref"}).ints("pads", {1, 1, 1, 1});
+  m.node("DeformConv", {"x", "W", "down", "B"}, {"shifted"}).ints("pads", {1, 1, 1, 1});
+  Model net = import_onnx(m.save("deform_conv.onnx"));
+  const std::vector<float> x = pattern(40, 11, 5, 3);
+  auto out = run_net(net, {{"x", make_input(Shape{1, 2, 4, 5}, x)}, {"offset", make_input(Shape{1, 18, 4, 5}, std::vector<float>(360, 0.0f))}});
+  CHECK(max_abs_diff(out[0].values, out[1].values) < 1e-5);
+  // Shifted one row down: the conv of x moved up a row (row 0 aside: its top taps read x's row 0, not padding).
+  std::vector<float> x_up(40, 0.0f);  // x moved up a row: row r holds x's row r + 1
+  for (int c = 0; c < 2; ++c)
+    for (int r = 0; r < 3; ++r)
+      for (int k = 0; k < 5; ++k) x_up[static_cast<std::size_t>((c * 4 + r) * 5 + k)] = x[static_cast<std::size_t>((c * 4 + r + 1) * 5 + k)];
+  auto moved = run_net(net, {{"x", make_input(Shape{1, 2, 4, 5}, x_up)}, {"offset", make_input(Shape{1, 18, 4, 5}, std::vector<float>(360, 0.0f))}});
+  for (int c = 0; c < 2; ++c)
+    for (int r = 1; r < 4; ++r)
+      for (int k = 0; k < 5; ++k) {
+        const std::size_t at = static_cast<std::size_t>((c * 4 + r) * 5 + k);
+        CHECK(out[2].values[at] == Approx(moved[1].values[at]).margin(1e-5));
+      }
+}

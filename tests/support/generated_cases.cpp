@@ -408,6 +408,11 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                                                               {"strides", std::vector<int64_t>{2, 1}}, {"pads", std::vector<int64_t>{1, 0, 0, 1}},
                                                               {"dilations", std::vector<int64_t>{2, 1}}}, {}),
              {random_blob({2, 18, 15}, rng)}}};
+  if (type == "deform_conv")
+    return {{"deform_conv 3x3 padded, 2 groups, 2 offset groups, masked",
+             layer_of(type, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{2}}, {"offset_group", int64_t{2}}},
+                      {{"weight", random_blob({6, 2, 3, 3}, rng)}, {"bias", random_blob({6}, rng)}}, 3),
+             {random_blob({1, 4, 5, 6}, rng), random_blob({1, 36, 5, 6}, rng, -2.f, 2.f), random_blob({1, 18, 5, 6}, rng, 0.f, 1.f)}}};
   if (type == "max_pool_indices") {
     Blob x = random_blob({2, 3, 7, 6}, rng, 0.f, 4.f);
     for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);  // ties

@@ -1095,6 +1095,68 @@ struct Choose final : RefPrepared {
   }
 };
 
+/// deform_conv: each tap read bilinearly at its offset position (corners outside
+/// the input read 0), times its mask, times the weight.
+struct DeformConv final : RefPrepared {
+  static constexpr std::string_view kType = "deform_conv";
+  Window2d g;
+  int64_t offset_groups;
+  const float* weight;
+  const float* bias = nullptr;
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"weight", "bias"}); }
+  explicit DeformConv(const LayerInfo& info)
+      : g(core::conv2_window(*info.layer, info.input_shapes[0])),
+        offset_groups(info.layer->get_int("offset_group", 1)),
+        weight(info.layer->weight("weight").data_as<float>()) {
+    if (const Blob* b = info.layer->find_weight("bias")) bias = b->data_as<float>();
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* off = a.inputs[1]->data_as<float>();
+    const float* mask = a.inputs.size() > 2 ? a.inputs[2]->data_as<float>() : nullptr;
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t taps = g.kh * g.kw, plane = g.oh * g.ow, icg = g.c / g.group, ocg = g.oc / g.group;
+    const int64_t per_offset = g.c / offset_groups;
+    auto sample = [&](const float* xp, double h, double w) {
+      const double h0 = std::floor(h), w0 = std::floor(w);
+      const double fh = h - h0, fw = w - w0;
+      double v = 0;
+      for (int dy = 0; dy < 2; ++dy)
+        for (int dx = 0; dx < 2; ++dx) {
+          const int64_t r = static_cast<int64_t>(h0) + dy, c = static_cast<int64_t>(w0) + dx;
+          if (r < 0 || r >= g.h || c < 0 || c >= g.w) continue;
+          v += (dy ? fh : 1 - fh) * (dx ? fw : 1 - fw) * xp[r * g.w + c];
+        }
+      return v;
+    };
+    a.pool->parallel_for(g.n * g.oc, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t no = begin; no < end; ++no) {
+        const int64_t n = no / g.oc, oc = no % g.oc, grp = oc / ocg;
+        for (int64_t oh = 0; oh < g.oh; ++oh)
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            double acc = bias ? bias[oc] : 0.0;
+            for (int64_t ci = 0; ci < icg; ++ci) {
+              const int64_t c = grp * icg + ci, og = c / per_offset;
+              const float* xp = x + (n * g.c + c) * g.h * g.w;
+              for (int64_t i = 0; i < g.kh; ++i)
+                for (int64_t j = 0; j < g.kw; ++j) {
+                  const int64_t t = i * g.kw + j;
+                  const int64_t at = oh * g.ow + ow;
+                  const double dh = off[((n * offset_groups + og) * taps * 2 + 2 * t) * plane + at];
+                  const double dw = off[((n * offset_groups + og) * taps * 2 + 2 * t + 1) * plane + at];
+                  const double m = mask ? mask[((n * offset_groups + og) * taps + t) * plane + at] : 1.0;
+                  const double h = static_cast<double>(oh * g.sh - g.pt + i * g.dh) + dh;
+                  const double w = static_cast<double>(ow * g.sw - g.pl + j * g.dw) + dw;
+                  acc += weight[((oc * icg + ci) * g.kh + i) * g.kw + j] * m * sample(xp, h, w);
+                }
+            }
+            y[((n * g.oc + oc) * g.oh + oh) * g.ow + ow] = static_cast<float>(acc);
+          }
+      }
+    });
+  }
+};
+
 /// max_pool_indices: where each max window's first largest value lies in the
 /// input (ONNX MaxPool's Indices), taps in the padding skipped.
 struct MaxPoolIndices final : RefPrepared {
@@ -2616,6 +2678,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Col2Im>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Loop>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<MaxPoolIndices>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<DeformConv>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);
