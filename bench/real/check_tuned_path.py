@@ -55,7 +55,8 @@ def disagreements(path, shape, rng):
     adapts = {(a["blob"].split("@")[0], a["from"], a["to"], a["descriptor"].split(" (")[0]) for a in t.report.adapts}
     for step in s.layers():
         if step["type"] != "adapt":
-            if step["name"] not in priced and step["name"].split("/")[0] not in priced:
+            # (A childnet's child is "<layer>/<child>", and ONNX layer names hold "/" themselves.)
+            if step["name"] not in priced and step["name"].rsplit("/", 1)[0] not in priced:
                 wrong.append(f"{step['name']}: runs {step['descriptor']}, a step the tuner never priced")
             continue
         blob = step["inputs"][0].split("@")[0]
