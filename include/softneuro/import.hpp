@@ -66,7 +66,11 @@ struct ImportOptions {
 /// the >= 13 meaning of axis), LayerNormalization, Constant, Identity,
 /// Dropout, Cast and CastLike (to every numeric type, float8, float4e2m1, int4
 /// and int2 included), QuantizeLinear/DequantizeLinear, If (a condition known
-/// at import: the branch taken is imported in place). ONNX Runtime's quantised
+/// at import: the branch taken is imported in place; from shapes: taken when
+/// planned; at run time: both computed, one chosen), Loop and Scan (the body a
+/// graph of its own, run per iteration), NonMaxSuppression, NonZero, Unique,
+/// TopK, RoiAlign, DeformConv, DFT, STFT, and more: docs/importing.md lists
+/// every operator with what it supports. ONNX Runtime's quantised
 /// operators (domain com.microsoft, as its QOperator quantize_static writes):
 /// QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
 /// QLinearGlobalAveragePool, QLinearConcat, QGemm, QuantizeLinear and DequantizeLinear. Computed during import when their inputs are constants:
