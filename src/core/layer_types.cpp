@@ -447,6 +447,14 @@ std::vector<Shape> infer_choose(const Layer& l, std::span<const Shape> in) {
 bool loop_value_shaped(const Layer& l) { return l.get_int("scan_outputs", 0) > 0; }
 
 std::vector<Shape> infer_loop(const Layer& l, std::span<const Shape> in) {
+  // A body may hold loops of its own: a file nesting them without end must be an Error, not a stack overflow.
+  constexpr int kMostNested = 16;
+  thread_local int nested = 0;
+  if (nested >= kMostNested) fail(l, "body", fmt::format("loops nested more than {} deep", kMostNested));
+  struct Depth {
+    Depth() { ++nested; }
+    ~Depth() { --nested; }
+  } depth;
   const LoopPorts p = loop_ports(l, in.size());
   const Graph body = loop_body(l);
   const std::size_t state = in.size() - p.first_carried;  // carried and outer values

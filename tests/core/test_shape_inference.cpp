@@ -641,6 +641,37 @@ TEST_CASE("shape inference: deform_conv is conv2's, its offset and mask one per 
   expect_error(l, {{1, 4, 5, 7}, {1, 54, 5, 7}}, "offset_group");
 }
 
+TEST_CASE("shape inference: loops nested without end in a hostile file are an error, not a stack overflow", "[core][shape][hostile]") {
+  // Each body: [i, cond, x] -> [cond, x after the inner loop]; the innermost an identity.
+  auto graph_bytes = [](const core::Graph& g) {
+    const auto bytes = core::serialize_dnn(g);
+    Blob b = Blob::allocate(Shape{static_cast<int64_t>(bytes.size())}, DType::uint8);
+    std::copy(bytes.begin(), bytes.end(), b.data_as<unsigned char>());
+    return b;
+  };
+  core::Graph body;
+  body.inputs = {{"i", Shape{}}, {"cond", Shape{}}, {"x", Shape{2}}};
+  Layer c = L("identity"), id = L("identity");
+  c.name = "c", c.inputs = {"cond"}, c.outputs = {"cond_out"};
+  id.name = "id", id.inputs = {"x"}, id.outputs = {"x_out"};
+  body.layers = {c, id};
+  body.outputs = {"cond_out", "x_out"};
+  Layer loop = L("loop", {{"carried", int64_t{1}}, {"trip_count", int64_t{2}}});
+  loop.inputs = {"cond", "x"};
+  loop.outputs = {"x_out"};
+  for (int depth = 1; depth <= 40; ++depth) {
+    loop.weights["body"] = graph_bytes(body);
+    if (depth == 3) CHECK(infer(loop, {{1}, {2}}) == Shapes{{2}});
+    body.layers = {c, loop};
+  }
+  expect_error(loop, {{1}, {2}}, "body");
+  try {
+    infer(loop, {{1}, {2}});
+  } catch (const Error& e) {
+    CHECK_THAT(e.message(), Catch::Contains("nested more than 16 deep"));
+  }
+}
+
 // A layer type added to layer_types.cpp needs its cases above, then its name here.
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
