@@ -2125,4 +2125,9 @@ TEST_CASE("DeformConv: zero offsets and a mask of ones are Conv; an offset of on
         const std::size_t at = static_cast<std::size_t>((c * 4 + r) * 5 + k);
         CHECK(out[2].values[at] == Approx(moved[1].values[at]).margin(1e-5));
       }
+  // Offsets of NaN, inf or far outside read nothing (the fuzzer's case: no index made from them): the bias alone.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -3e38f, 1e30f}) {
+    auto far = run_net(net, {{"x", make_input(Shape{1, 2, 4, 5}, x)}, {"offset", make_input(Shape{1, 18, 4, 5}, std::vector<float>(360, bad))}});
+    for (std::size_t i = 0; i < 40; ++i) CHECK(far[0].values[i] == (i < 20 ? 0.5f : -1.0f));
+  }
 }

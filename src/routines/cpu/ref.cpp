@@ -1118,6 +1118,8 @@ struct DeformConv final : RefPrepared {
     const int64_t taps = g.kh * g.kw, plane = g.oh * g.ow, icg = g.c / g.group, ocg = g.oc / g.group;
     const int64_t per_offset = g.c / offset_groups;
     auto sample = [&](const float* xp, double h, double w) {
+      // Wholly outside (NaN and inf offsets too): 0, and no index computed from it.
+      if (!(h > -1 && h < static_cast<double>(g.h) && w > -1 && w < static_cast<double>(g.w))) return 0.0;
       const double h0 = std::floor(h), w0 = std::floor(w);
       const double fh = h - h0, fw = w - w0;
       double v = 0;
@@ -1201,6 +1203,7 @@ struct Loop final : RefPrepared {
   /// condition never turns false is an Error, not a hang.
   static constexpr int64_t kMaxIterations = int64_t{1} << 24;
   int64_t most_iterations = kMaxIterations;
+  int body_threads;  // 0: the run's
   const Layer& layer;
   core::LoopPorts ports;
   int64_t trip_count;
@@ -1213,8 +1216,8 @@ struct Loop final : RefPrepared {
   /// next iteration reads (the two swap after every iteration).
   std::vector<Blob> spare;
 
-  explicit Loop(const LayerInfo& info)
-      : layer(*info.layer), ports(core::loop_ports(layer, info.input_shapes.size())),
+  explicit Loop(const LayerInfo& info, int64_t threads = 0)
+      : body_threads(static_cast<int>(threads)), layer(*info.layer), ports(core::loop_ports(layer, info.input_shapes.size())),
         trip_count(layer.get_int("trip_count", -1)), memory_limit(info.memory_limit), capacity(info.output_shapes),
         body(load(layer)) {
     for (const auto& t : body.inputs())
@@ -1231,7 +1234,7 @@ struct Loop final : RefPrepared {
   /// The body's session and blobs, made at the first run (its threads: the run's).
   void start(const RunArgs& a) {
     SessionOptions o;
-    o.threads = a.pool ? a.pool->num_threads() : 1;
+    o.threads = body_threads > 0 ? body_threads : a.pool ? a.pool->num_threads() : 1;
     o.memory_limit = memory_limit ? memory_limit : SessionOptions::kNoMemoryLimit;
     session = std::make_unique<Session>(body, o);
     const auto& bin = body.inputs();
@@ -2629,6 +2632,25 @@ struct Rnn final : RefPrepared {
   }
 };
 
+/// loop's routine: Ref's, with one parameter the tuner measures: the threads
+/// of the body's session (0: the run's; 1: one, where a small body loses more
+/// to starting a parallel region per step than a second thread gives).
+class LoopRoutine final : public Routine {
+ public:
+  std::string_view layer_type() const override { return Loop::kType; }
+  std::string_view algorithm() const override { return "ref"; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override { return ref_.supports(info, schema); }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    return {{"body_threads", {0, 1}}};
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
+    return std::make_unique<Loop>(info, routine_param(params, "body_threads", 0));
+  }
+
+ private:
+  Ref<Loop> ref_;
+};
+
 // ---------------------------------------------------------------------------
 // Registration: one line per layer type.
 
@@ -2676,7 +2698,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unique>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Dft>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Col2Im>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
-SOFTNEURO_REGISTER_ROUTINE(Ref<Loop>);
+SOFTNEURO_REGISTER_ROUTINE(LoopRoutine);
 SOFTNEURO_REGISTER_ROUTINE(Ref<MaxPoolIndices>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<DeformConv>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
