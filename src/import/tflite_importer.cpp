@@ -179,6 +179,8 @@ class Importer {
   Shape tf_shape(int t) const;
   int ttype(int t) const { return tensor(t).type(); }
   QInfo qinfo(int t) const;
+  /// An int8 or uint8 net input's or output's quantisation, its zero points within the type.
+  QInfo edge_qinfo(int t) const;
   bool quantized_activation(int t) const;
   std::span<const uint8_t> buffer(int t) const;
   Blob read_constant(int t) const;
@@ -324,6 +326,16 @@ QInfo Importer::qinfo(int t) const {
     if (!(s > 0) || !std::isfinite(s))
       throw error(fmt::format("tensor '{}' has quantisation scale {}", tensor_name(t), s), "quantization");
   q.dim = qp->quantized_dimension();
+  return q;
+}
+
+QInfo Importer::edge_qinfo(int t) const {
+  QInfo q = qinfo(t);
+  const bool is_signed = ttype(t) == I8;
+  for (int64_t z : q.zero_points)
+    if (z < (is_signed ? -128 : 0) || z > (is_signed ? 127 : 255))
+      throw error(fmt::format("tensor '{}' ({}) has zero point {}, outside its type", tensor_name(t), is_signed ? "int8" : "uint8", z),
+                  "quantization");
   return q;
 }
 
@@ -1524,7 +1536,7 @@ void Importer::read_inputs() {
       info.dtype = DType::float32;
     } else if ((ty == I8 || ty == U8) && qinfo(t).present()) {
       // The file's integers at the edge; inside, their real values.
-      const QInfo q = qinfo(t);
+      const QInfo q = edge_qinfo(t);
       info.dtype = ty == I8 ? DType::int8 : DType::uint8;
       graph_.inputs.push_back(info);
       // Per channel where the file quantises it so (before, the first
@@ -1630,7 +1642,7 @@ void Importer::finish_outputs() {
     const int ty = ttype(t);
     if ((ty == I8 || ty == U8) && qinfo(t).present()) {
       // Back to the file's integers: y / scale + zero point, rounded.
-      const QInfo q = qinfo(t);
+      const QInfo q = edge_qinfo(t);
       std::string v = fresh_blob(name + "/levels");
       add(make("mul", {y, edge_constant(t, q, [&](std::size_t c) { return 1.0f / q.scales[c]; }, NAN, name + "/inverse_scale")},
                {v}));
