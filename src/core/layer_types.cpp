@@ -464,7 +464,18 @@ std::vector<Shape> infer_loop(const Layer& l, std::span<const Shape> in) {
   if (in[0].numel() != 1) fail(l, "cond", fmt::format("cond {} is not one value", in[0].to_string()));
   if (p.trip_count_input && in[1].numel() != 1) fail(l, "trip_count", fmt::format("M {} is not one value", in[1].to_string()));
   std::map<std::string, Shape> at{{body.inputs[0].name, Shape{}}, {body.inputs[1].name, Shape{}}};
-  for (std::size_t j = 0; j < state; ++j) at[body.inputs[2 + j].name] = in[p.first_carried + j];
+  int64_t trips = l.get_int("trip_count", -1);
+  for (std::size_t j = 0; j < state; ++j) {
+    Shape s = in[p.first_carried + j];
+    if (j >= p.carried && j < p.carried + p.scan_inputs) {  // a slice of it per iteration
+      if (s.rank() < 1) fail(l, "scan_inputs", fmt::format("scan input {} is a scalar", j - p.carried));
+      if (j > p.carried && s[0] != trips)
+        fail(l, "scan_inputs", fmt::format("scan input {} has {} slices, scan input 0 {}", j - p.carried, s[0], trips));
+      trips = s[0];
+      s = Shape(std::vector<int64_t>(s.begin() + 1, s.end()));
+    }
+    at[body.inputs[2 + j].name] = s;
+  }
   std::map<std::string, Shape> shapes;
   try {
     shapes = infer_shapes(body, at);
@@ -479,7 +490,6 @@ std::vector<Shape> infer_loop(const Layer& l, std::span<const Shape> in) {
                                   "that keeps its shape is supported)", j, in[p.first_carried + j].to_string(), after.to_string()));
     out.push_back(after);
   }
-  const int64_t trips = l.get_int("trip_count", -1);
   for (std::size_t j = 0; j < p.scan_outputs; ++j) {
     if (trips < 0)
       fail(l, "trip_count", "a loop with scan outputs needs its trip count (M) when it is planned: a constant or a "
@@ -1177,6 +1187,10 @@ LoopPorts loop_ports(const Layer& l, std::size_t inputs) {
   if (inputs < p.first_carried) fail(l, "inputs", fmt::format("{} inputs, at least {}", inputs, p.first_carried));
   p.carried = static_cast<std::size_t>(carried);
   p.scan_outputs = static_cast<std::size_t>(scans);
+  const int64_t sliced = l.get_int("scan_inputs", 0);
+  if (sliced < 0 || static_cast<std::size_t>(sliced) > inputs - p.first_carried - p.carried)
+    fail(l, "scan_inputs", fmt::format("{} scan inputs after {} carried values of {} inputs", sliced, carried, inputs));
+  p.scan_inputs = static_cast<std::size_t>(sliced);
   return p;
 }
 

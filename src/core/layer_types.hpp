@@ -162,7 +162,9 @@
 //            carried values (carried=N), values the body reads; outputs the carried values
 //            after the last iteration, then scan_outputs stacked along a new first axis
 //            (trip_count iterations planned; value-shaped where there are scan outputs).
-//            Body: [iteration, cond, carried..., read...] -> [cond, carried..., scans...].
+//            scan_inputs=0: inputs after the carried ones the body reads a slice of per
+//            iteration (along their first axis; their length is the trip count: ONNX Scan).
+//            Body: [iteration, cond, carried..., slices..., read...] -> [cond, carried..., scans...].
 //  non_zero  out [rank, count]: the indices of the input's non-zero elements, row-major
 //            (ONNX NonZero; a rank-0 input is read as [1]). Value-shaped.
 //  col2im    ONNX Col2Im: in [N, C * prod(block_shape), L] -> out [N, C, image_shape...]: each
@@ -234,6 +236,9 @@ struct LoopPorts {
   bool trip_count_input = false;  ///< input 1 is M (param m_input)
   std::size_t first_carried = 1;
   std::size_t carried = 0, scan_outputs = 0;
+  /// Inputs after the carried ones read a slice per iteration (their first
+  /// axis; param scan_inputs): the trip count is their length.
+  std::size_t scan_inputs = 0;
 };
 LoopPorts loop_ports(const Layer& layer, std::size_t inputs);
 /// A loop layer's body (its weight "body": a .dnn graph's bytes), read, checked

@@ -3400,10 +3400,10 @@ void Importer::loop(const Node& n) {
   add_loop(n.name, std::move(inputs), std::move(outputs), std::move(params), g, types);
 }
 
-// Scan (opset 9 on): a loop over slices of its scan inputs, its body given the
-// slice of each at the iteration (a Gather on the scan axis, from the end for
-// a reverse direction); each scan output stacked, then reversed or moved to
-// its axis.
+// Scan (opset 9 on): a loop over slices of its scan inputs (each with its scan
+// axis moved first and reversed where read from the end; the loop hands the
+// body one slice per iteration, the trip count their length); each scan output
+// stacked, then reversed or moved to its axis.
 void Importer::scan(const Node& n) {
   if (n.opset < 9) throw Unsupported{"Scan of opset 8 (a batch axis and sequence_lens)"};
   const auto* a = n.attr("body");
@@ -3428,8 +3428,8 @@ void Importer::scan(const Node& n) {
 
   auto value_blob_of = [&](const std::string& x) { return size_dependent(x) ? plan_value(x) : as_blob(n, x); };
   onnx::GraphProto b = body;
-  const std::string iter = "softneuro.scan.iteration", cond = "softneuro.scan.cond";
-  std::vector<BodyInput> ins{{iter, onnx::TensorProto::INT64, Shape{}}, {cond, onnx::TensorProto::BOOL, Shape{}}};
+  const std::string cond = "softneuro.scan.cond";
+  std::vector<BodyInput> ins{{"softneuro.scan.iteration", onnx::TensorProto::INT64, Shape{}}, {cond, onnx::TensorProto::BOOL, Shape{}}};
   std::vector<std::string> inputs{scalar_constant(n, n.name + "/cond", 1.0)};
   std::vector<std::string> carried_in;
   for (int k = 0; k < states; ++k) {
@@ -3437,73 +3437,51 @@ void Importer::scan(const Node& n) {
     ins.push_back({body.input(k).name(), onnx_type_of(n.in(k)), shape_of(n, x)});
     carried_in.push_back(x);
   }
-  // The slicing nodes, before the body's own.
-  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-  auto node = [&](const char* op, std::vector<std::string> in, const std::string& out) {
-    auto* p = nodes.Add();
-    p->set_op_type(op);
-    p->set_name(out);
-    for (auto& i : in) p->add_input(i);
-    p->add_output(out);
-    return p;
-  };
-  auto int_init = [&](const std::string& name, int64_t v) {
-    auto* t = b.add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::INT64);
-    t->add_int64_data(v);
-  };
+  // Each scan input with its scan axis first (a transpose) and in the order
+  // read (a reversing slice): the loop hands the body one slice per iteration.
   int64_t length = -1;
-  std::string full0;
   std::vector<std::string> fulls;
   for (int64_t j = 0; j < m; ++j) {
-    const std::string x = value_blob_of(n.in(states + static_cast<int>(j)));
+    const int k = states + static_cast<int>(j);
+    std::string x = value_blob_of(n.in(k));
     const Shape xs = shape_of(n, x);
     const int axis = normalized_axis(n, in_axes[static_cast<std::size_t>(j)], xs.rank(), "scan_input_axes");
     if (length >= 0 && xs[axis] != length)
       throw n.error(fmt::format("scan input {} has {} slices along its axis, scan input 0 {}", j, xs[axis], length), "input");
-    if (j == 0) length = xs[axis], full0 = x;
-    const std::string full = fmt::format("softneuro.scan.input{}", j);
-    ins.push_back({full, onnx_type_of(n.in(states + static_cast<int>(j))), xs});
-    fulls.push_back(x);
-    std::string index = iter;
-    if (in_dirs[static_cast<std::size_t>(j)] != 0) {  // from the end: (dim - 1) - iteration
-      const std::string p = fmt::format("softneuro.scan.{}.", j);
-      int_init(p + "axis", axis);
-      int_init(p + "one", 1);
-      node("Shape", {full}, p + "shape");
-      node("Gather", {p + "shape", p + "axis"}, p + "dim");
-      node("Sub", {p + "dim", p + "one"}, p + "last");
-      node("Sub", {p + "last", iter}, p + "index");
-      index = p + "index";
+    length = xs[axis];
+    if (axis != 0) {
+      std::vector<int64_t> perm{axis};
+      for (int d = 0; d < xs.rank(); ++d)
+        if (d != axis) perm.push_back(d);
+      const std::string t = fresh_blob(fmt::format("{}/input{}/axis_first", n.name, j));
+      add_unary(n, "transpose", x, t, {{"perm", perm}}, fmt::format("input{}_axis_first", j));
+      x = t;
     }
-    auto* g = node("Gather", {full, index}, body.input(states + static_cast<int>(j)).name());
-    auto* ax = g->add_attribute();
-    ax->set_name("axis");
-    ax->set_type(onnx::AttributeProto::INT);
-    ax->set_i(axis);
+    if (in_dirs[static_cast<std::size_t>(j)] != 0) {
+      const std::string r = fresh_blob(fmt::format("{}/input{}/reversed", n.name, j));
+      add_unary(n, "slice", x, r,
+                {{"starts", std::vector<int64_t>{-1}}, {"ends", std::vector<int64_t>{std::numeric_limits<int64_t>::min()}},
+                 {"axes", std::vector<int64_t>{0}}, {"steps", std::vector<int64_t>{-1}}},
+                fmt::format("input{}_reversed", j));
+      x = r;
+    }
+    Shape slice = shape_of(n, x);
+    ins.push_back({body.input(k).name(), onnx_type_of(n.in(k)), Shape(std::vector<int64_t>(slice.begin() + 1, slice.end()))});
+    fulls.push_back(x);
   }
-  node("Identity", {cond}, "softneuro.scan.cond_out");
-  for (const auto& p : body.node()) *nodes.Add() = p;
-  *b.mutable_node() = std::move(nodes);
+  {  // the body's condition: always true
+    auto* id = b.add_node();
+    id->set_op_type("Identity");
+    id->set_name("softneuro.scan.cond_out");
+    id->add_input(cond);
+    id->add_output("softneuro.scan.cond_out");
+  }
   b.clear_output();
   b.add_output()->set_name("softneuro.scan.cond_out");
   for (const auto& o : body.output()) *b.add_output() = o;
 
-  std::map<std::string, Attr> params{{"carried", int64_t{states}}, {"scan_outputs", int64_t{scans}}};
-  const int axis0 = normalized_axis(n, in_axes[0], shape_of(n, full0).rank(), "scan_input_axes");
-  if (symbolic_inputs_ || value_sized(full0)) {  // the number of slices, when a session plans
-    Layer l = make("shape_math", n.name + "/length", {full0}, {fresh_blob(n.name + "/length")});
-    l.params["op"] = std::string("shape");
-    l.params["start"] = int64_t{axis0};
-    l.params["end"] = int64_t{axis0 + 1};
-    const std::string len = l.outputs[0];
-    shapes_[len] = Shape{1};
-    graph_.layers.push_back(std::move(l));
-    params["m_input"] = int64_t{1};
-    inputs.push_back(len);
-  }
-  params["trip_count"] = length;  // (where planned: its value at the sizes here)
+  std::map<std::string, Attr> params{{"carried", int64_t{states}}, {"scan_outputs", int64_t{scans}},
+                                     {"scan_inputs", int64_t{m}}};  // (the trip count: their length)
   inputs.insert(inputs.end(), carried_in.begin(), carried_in.end());
   inputs.insert(inputs.end(), fulls.begin(), fulls.end());
   std::vector<std::string> outer;

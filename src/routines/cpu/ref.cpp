@@ -1244,8 +1244,9 @@ struct Loop final : RefPrepared {
     ins.push_back({bin[0].name, Blob::allocate(Shape{})});
     ins.push_back({bin[1].name, Blob::allocate(Shape{})});
     for (std::size_t j = 2; j < bin.size(); ++j) {
-      const Blob& x = *a.inputs[ports.first_carried + j - 2];
-      shapes[bin[j].name] = x.shape();
+      Shape s = a.inputs[ports.first_carried + j - 2]->shape();
+      if (sliced(j)) s = Shape(std::vector<int64_t>(s.begin() + 1, s.end()));
+      shapes[bin[j].name] = s;
       ins.push_back({bin[j].name, Blob{}});
     }
     session->reshape(shapes);
@@ -1259,15 +1260,19 @@ struct Loop final : RefPrepared {
       most_iterations = std::clamp<int64_t>(static_cast<int64_t>(memory_limit / std::max<std::size_t>(1, per_iteration)), 1, kMaxIterations);
   }
 
+  /// Whether body input j (of [iteration, cond, carried..., slices..., read...]) is a slice.
+  bool sliced(std::size_t j) const { return j >= 2 + ports.carried && j < 2 + ports.carried + ports.scan_inputs; }
+
   void run(const RunArgs& a) override {
     if (!session) start(a);
     const std::size_t n = ports.carried;
     for (std::size_t j = 2; j < ins.size(); ++j) {  // carried (at first) and outer values: the layer's inputs, read in place
       const Blob& x = *a.inputs[ports.first_carried + j - 2];
-      ins[j].blob = Blob::view(const_cast<void*>(x.data()), x.shape());
+      if (!sliced(j)) ins[j].blob = Blob::view(const_cast<void*>(x.data()), x.shape());
     }
     int64_t trips = trip_count;
     if (ports.trip_count_input) trips = static_cast<int64_t>(std::max(0.0f, a.inputs[1]->data_as<float>()[0]));
+    if (ports.scan_inputs) trips = a.inputs[ports.first_carried + n]->shape()[0];
     const int64_t most = trips >= 0 ? std::min(trips, most_iterations) : most_iterations;
     if (ports.scan_outputs && trips > capacity[n][0])
       fail("trip_count", fmt::format("trip count {} beyond the {} planned", trips, capacity[n][0]));
@@ -1276,6 +1281,11 @@ struct Loop final : RefPrepared {
     for (; cond && i < most; ++i) {
       ins[0].blob.data_as<float>()[0] = static_cast<float>(i);
       ins[1].blob.data_as<float>()[0] = 1.0f;
+      for (std::size_t j = 0; j < ports.scan_inputs; ++j) {  // this iteration's slice, in place
+        const Blob& x = *a.inputs[ports.first_carried + n + j];
+        const Shape s(std::vector<int64_t>(x.shape().begin() + 1, x.shape().end()));
+        ins[2 + n + j].blob = Blob::view(const_cast<float*>(x.data_as<float>()) + i * s.numel(), s);
+      }
       session->run(ins, outs);
       const Blob& c = outs[0].blob;
       if (c.numel() != 1) fail("body", fmt::format("the body's condition has shape {}, not one value", c.shape().to_string()));
