@@ -1215,6 +1215,7 @@ struct Loop final : RefPrepared {
   /// Each carried value's buffer that is not its body output's: the one the
   /// next iteration reads (the two swap after every iteration).
   std::vector<Blob> spare;
+  std::vector<Shape> slices;  // each scan input's slice (planned once: shapes are fixed per prepare)
 
   explicit Loop(const LayerInfo& info, int64_t threads = 0)
       : body_threads(static_cast<int>(threads)), layer(*info.layer), ports(core::loop_ports(layer, info.input_shapes.size())),
@@ -1241,11 +1242,12 @@ struct Loop final : RefPrepared {
     const auto& bout = body.outputs();
     std::map<std::string, Shape> shapes{{bin[0].name, Shape{}}, {bin[1].name, Shape{}}};
     ins.clear();
+    slices.clear();
     ins.push_back({bin[0].name, Blob::allocate(Shape{})});
     ins.push_back({bin[1].name, Blob::allocate(Shape{})});
     for (std::size_t j = 2; j < bin.size(); ++j) {
       Shape s = a.inputs[ports.first_carried + j - 2]->shape();
-      if (sliced(j)) s = Shape(std::vector<int64_t>(s.begin() + 1, s.end()));
+      if (sliced(j)) s = Shape(std::vector<int64_t>(s.begin() + 1, s.end())), slices.push_back(s);
       shapes[bin[j].name] = s;
       ins.push_back({bin[j].name, Blob{}});
     }
@@ -1283,8 +1285,7 @@ struct Loop final : RefPrepared {
       ins[1].blob.data_as<float>()[0] = 1.0f;
       for (std::size_t j = 0; j < ports.scan_inputs; ++j) {  // this iteration's slice, in place
         const Blob& x = *a.inputs[ports.first_carried + n + j];
-        const Shape s(std::vector<int64_t>(x.shape().begin() + 1, x.shape().end()));
-        ins[2 + n + j].blob = Blob::view(const_cast<float*>(x.data_as<float>()) + i * s.numel(), s);
+        ins[2 + n + j].blob = Blob::view(const_cast<float*>(x.data_as<float>()) + i * slices[j].numel(), slices[j]);
       }
       session->run(ins, outs);
       const Blob& c = outs[0].blob;
