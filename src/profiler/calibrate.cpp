@@ -11,6 +11,7 @@
 
 #include "core/dnn_file.hpp"
 #include "core/hash.hpp"
+#include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/passes.hpp"
 #include "core/weight_quant.hpp"
@@ -183,7 +184,7 @@ struct Range {
   }
 };
 
-constexpr const char* kCalibrationVersion = "softneuro-calibration-v4";  // v4: max pooling keeps its input's quantisation
+constexpr const char* kCalibrationVersion = "softneuro-calibration-v5";  // v5: layers that move values keep their input's quantisation
 
 /// What the calibration result depends on: the layers (types, wiring,
 /// parameters, weight bytes), the inputs' shapes, the options and the inputs given.
@@ -333,6 +334,19 @@ std::pair<double, double> consumer_range(const core::Graph& g, const std::string
   if (consumers == 0) return {lo, hi};
   const double nlo = std::max(lo, floor), nhi = std::min(hi, ceil);
   return nlo < nhi ? std::make_pair(nlo, nhi) : std::make_pair(lo, hi);
+}
+
+/// Whether every output value of `l` is one of its first input's values (or a
+/// zero fill), so its outputs can share the input's quantisation.
+bool moves_values(const Layer& l) {
+  static const std::set<std::string> kMoves = {"reshape", "flatten", "squeeze", "unsqueeze", "transpose", "split",
+                                               "slice",   "identity", "depth_to_space", "space_to_depth"};
+  if (kMoves.count(l.type)) return true;
+  if (l.type == "pool2") return l.get_string("mode") == "max" && l.outputs.size() == 1;
+  // TensorFlow Lite's int8 bilinear resize has its own grids.
+  if (l.type == "resize") return l.get_string("mode", "nearest") == "nearest" && !core::requantizes_as_tflite(l);
+  if (l.type == "pad") return l.get_string("mode", "constant") != "constant" || l.get_float("value", 0.0) == 0.0;
+  return false;
 }
 
 }  // namespace
@@ -563,13 +577,18 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
       std::tie(lo, hi) = consumer_range(net.graph, name, lo, hi);
       q[name] = quant_from_range(lo, hi);
     }
-    // A max pooling's outputs are some of its inputs: they keep the input's
-    // quantisation (what ONNX Runtime's QDQ rules do too), so no routine
-    // requantises after the maximum (XNNPACK's int8 max pooling then ran a
-    // requantisation pass of its own: ResNet50's took 0.6 ms instead of 0.05).
+    // A layer that only moves values (a max pooling, a nearest resize, a
+    // reshape, ...) outputs some of its input's values: its outputs keep the
+    // input's quantisation (what ONNX Runtime's QDQ rules do too), so no
+    // routine requantises after it (XNNPACK's int8 max pooling then ran a
+    // requantisation pass of its own: ResNet50's took 0.6 ms instead of 0.05),
+    // and its int8 routines, which need one quantisation in and out, run it
+    // under every range method, not only under the one the tuner priced.
     for (const Layer& l : net.graph.layers)
-      if (l.type == "pool2" && l.get_string("mode") == "max" && l.inputs.size() == 1 && l.outputs.size() == 1)
-        if (auto in = q.find(l.inputs[0]); in != q.end() && q.count(l.outputs[0])) q[l.outputs[0]] = in->second;
+      if (moves_values(l) && !l.inputs.empty())
+        if (auto in = q.find(l.inputs[0]); in != q.end())
+          for (const auto& o : l.outputs)
+            if (q.count(o)) q[o] = in->second;
     keep_own(q);
     result.quants.push_back(std::move(q));
   }

@@ -198,6 +198,38 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     CHECK(pq.at("mp") == pq.at("c"));
   }
 
+  // So does every layer that only moves values, under every range method:
+  // the tuner prices a path under the first and keeps the most accurate, and
+  // an int8 nearest resize (one quantisation in and out) must run under
+  // either (a hybrid YOLOv8n tuned cpu:qint8:nhwc/resample, then ran its
+  // default under the method kept). A downsampling resize and a slice see
+  // fewer values than their input, so their own ranges are narrower.
+  {
+    core::Graph p;
+    p.name = "conv-moves";
+    p.inputs = {{"input", Shape{1, 8, 16, 16}, DType::float32}};
+    p.layers.push_back(layer("c", "conv2", {"input"}, "c", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+                             {{"weight", normal_blob(Shape{8, 8, 3, 3}, 52, 0.3f)}}));
+    p.layers.push_back(layer("rs", "resize", {"c"}, "rs",
+                             {{"mode", std::string("nearest")}, {"scales", std::vector<double>{1, 1, 0.5, 0.5}}}));
+    p.layers.push_back(layer("sl", "slice", {"c"}, "sl",
+                             {{"starts", std::vector<int64_t>{0}}, {"ends", std::vector<int64_t>{2}}, {"axes", std::vector<int64_t>{1}}}));
+    p.layers.push_back(layer("out", "add", {"rs", "rs"}, "out"));
+    p.layers.push_back(layer("out2", "add", {"sl", "sl"}, "out2"));
+    p.outputs = {"out", "out2"};
+    auto moved = detail::WorkingModel::build(p);
+    CalibrationOptions mo;
+    mo.inputs = {{{"input", x}}};
+    mo.methods = {RangeMethod::minmax, RangeMethod::percentile, RangeMethod::mse, RangeMethod::entropy};
+    mo.percentile = 99.0;
+    const auto quants = profiler::calibrate(*moved, mo, "-").quants;
+    REQUIRE(quants.size() == 4);
+    for (const auto& q : quants) {
+      CHECK(q.at("rs") == q.at("c"));
+      CHECK(q.at("sl") == q.at("c"));
+    }
+  }
+
   // Every other range method clips: never a wider range than min/max (mse
   // keeps these Gaussian ranges whole: clipping their few tail values costs more).
   for (RangeMethod m : {RangeMethod::percentile, RangeMethod::mse, RangeMethod::entropy}) {
@@ -758,7 +790,7 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
 TEST_CASE("the calibration cache refuses scales outside [1e-30, 1e30]", "[calibrate]") {
   const std::string path = test::temp_path("scale_range.tsv");
   auto load_with_scale = [&](const char* scale) {
-    std::string body = fmt::format("softneuro-calibration-v4\n0\tx\t{}\t3\n", scale);
+    std::string body = fmt::format("softneuro-calibration-v5\n0\tx\t{}\t3\n", scale);
     body += fmt::format("{:016x}\n", core::xxh64(body.data(), body.size()));
     std::ofstream(path, std::ios::binary | std::ios::trunc) << body;
     return profiler::load_calibration(path, 1);
