@@ -214,7 +214,10 @@ class PlanBuilder {
  private:
   int add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema);
   /// The blob `slot` as a consumer in `want` sees it: itself, or an adapt step's output.
-  int in_schema(int slot, const Schema& want, const std::string& consumer);
+  /// Slot `slot` in schema `want` for `consumer`, converted where it is not;
+  /// the tuned adapt is looked up for `priced_for` (a childnet's child reading
+  /// its layer's input: the adapt the tuner priced for the layer), else `consumer`.
+  int in_schema(int slot, const Schema& want, const std::string& consumer, const std::string& priced_for = {});
   /// An adapt step converting `slot` to `want` (once per slot and schema), with the tuned routine where it applies.
   int convert(int slot, const Schema& want, const std::string& consumer, const AdaptChoice* tuned);
   /// The routine path's adapt of `blob` read by `consumer` in schema `to` (nullptr: none).
@@ -276,13 +279,13 @@ const AdaptChoice* PlanBuilder::tuned_adapt(const std::string& blob, const std::
   return nullptr;
 }
 
-int PlanBuilder::in_schema(int slot, const Schema& want, const std::string& consumer) {
+int PlanBuilder::in_schema(int slot, const Schema& want, const std::string& consumer, const std::string& priced_for) {
   if (slots_[static_cast<std::size_t>(slot)].schema == want) return slot;
   const std::string blob = slots_[static_cast<std::size_t>(slot)].name;
   // The tuned path names the schema each adapt converts from: the blob as its
   // producer wrote it, or the blob's shared copy in another schema (an adapt of
   // its own, consumer ""), which is then made first.
-  const AdaptChoice* tuned = tuned_adapt(blob, consumer, want);
+  const AdaptChoice* tuned = tuned_adapt(blob, priced_for.empty() ? consumer : priced_for, want);
   if (!tuned) {
     // The consumer reads the shared copy in its own schema.
     const AdaptChoice* shared = tuned_adapt(blob, "", want);
@@ -563,7 +566,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
     return outs;
   }
 
-  for (int s : input_slots) step->input_blobs.push_back(in_schema(s, schema, layer.name));
+  for (int s : input_slots) step->input_blobs.push_back(in_schema(s, schema, layer.name, parent));
   int here = static_cast<int>(steps_.size());
   for (int s : step->input_blobs) slots_[static_cast<std::size_t>(s)].last = here;
   std::vector<int> outs;

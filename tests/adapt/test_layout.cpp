@@ -183,3 +183,42 @@ TEST_CASE("the executor takes an edge's adapt from the routine path and shows it
     }
   CHECK(found);
 }
+
+// A childnet's first child reads the layer's input: the adapt into it is the
+// one the tuner priced for the layer (consumer: the layer), not the default
+// (a hybrid YOLOv8n ran a reorder into a Winograd child that no priced adapt named).
+TEST_CASE("the adapt into a childnet's child is the one the path names for its layer", "[adapt]") {
+  core::Graph g;
+  g.name = "relu-winograd";
+  g.inputs = {{"input", Shape{1, 8, 8, 8}, DType::float32, {}}};
+  g.layers.push_back(test::layer("act", "relu", {"input"}, {"r"}));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 0.3f);
+  Blob w = Blob::allocate(Shape{8, 8, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = d(rng);
+  g.layers.push_back(test::layer("conv", "conv2", {"r"}, {"out"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, {{"weight", w}}));
+  g.outputs = {"out"};
+  const std::string wino = "cpu:float32:nchw8c/winograd";
+  {
+    Schema s;
+    const Routine* r = core::RoutineRegistry::instance().find("conv2", wino, &s);
+    if (!r || !r->supports(LayerInfo{&g.layers[1], {Shape{1, 8, 8, 8}}, {Shape{1, 8, 8, 8}}}, s).ok) {
+      SUCCEED("no blocked Winograd here");
+      return;
+    }
+  }
+  g.routine_path.device_fingerprint = "test";
+  g.routine_path.routines.push_back({"act", "cpu/ref", {}, 0.1, 0.1});
+  g.routine_path.routines.push_back({"conv", wino, {{"tile", 2}}, 0.5, 0.6});
+  g.routine_path.adapts.push_back({"r", "conv", "cpu", "cpu:float32:nchw8c", {"cpu:float32:nchw8c/reorder"}, 0.125});
+  Model net = detail::make_model(g);
+  int adapts_of_r = 0;
+  for (const auto& l : Session(net).layers())
+    if (l.type == "adapt" && l.inputs[0] == "r") {
+      ++adapts_of_r;
+      CHECK(l.descriptor == "cpu:float32:nchw8c/reorder");
+      CHECK(l.tuned);
+      CHECK(l.predicted_ms == 0.125);
+    }
+  CHECK(adapts_of_r == 1);
+}
