@@ -627,9 +627,22 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
   const int entry = boundary();
   for (const auto& i : cn->inputs) producer[i] = entry;
   std::vector<int> node(cn->layers.size());
+  // A child reading the layer's inputs or writing its outputs computes in the
+  // layer's schema (or the one its childnet gives it): the executor converts
+  // the layer's inputs straight into that child's schema and its consumers read
+  // that child's outputs, so the adapts the outer path prices are the ones that run.
+  auto on_boundary = [&](const Layer& child) {
+    for (const auto& i : child.inputs)
+      if (std::find(cn->inputs.begin(), cn->inputs.end(), i) != cn->inputs.end()) return true;
+    for (const auto& o : child.outputs)
+      if (std::find(cn->outputs.begin(), cn->outputs.end(), o) != cn->outputs.end()) return true;
+    return false;
+  };
   for (std::size_t k = 0; k < cn->layers.size(); ++k) {
     std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+    const bool boundary_child = on_boundary(cn->layers[k]);
     for (const auto& m : options[k]) {
+      if (boundary_child && !(m.cand.schema == schema) && !(m.cand.schema == cn->schemas[k])) continue;
       auto& c = cost[static_cast<std::size_t>(index(m.cand.schema))];
       c = std::min(c, m.unit_ms);
     }
