@@ -6,7 +6,7 @@
 A case counts for the operator it tests: its first node's, or for an
 "_expanded" case (the operator spelled out as its function body) the
 operator of the case it expands. The operators are those of the importer's
-converter table (src/import/onnx_importer.cpp), which docs/importing.md lists.
+converter table (src/import/onnx/importer.cpp), which docs/importing.md lists.
 """
 import collections
 import os
@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main():
     report = sys.argv[1]
-    src = open(os.path.join(ROOT, "src", "import", "onnx_importer.cpp")).read()
+    src = open(os.path.join(ROOT, "src", "import", "onnx", "importer.cpp")).read()
     converted = set(re.findall(r'\{"([A-Za-z]+)", &Importer::', src))
     rows = [l.rstrip("\n").split("\t") for l in open(report) if l.startswith("test_")]
     op_of = {name: op for name, op, _ in rows}

@@ -6,8 +6,10 @@ find_package(Protobuf REQUIRED)
 find_package(ONNX REQUIRED)
 
 set(SOFTNEURO_IMPORT_DIR ${CMAKE_CURRENT_LIST_DIR})
+# The ONNX translator: onnx/importer.cpp its scaffolding, one file per operator family.
+file(GLOB SOFTNEURO_ONNX_CONVERTERS CONFIGURE_DEPENDS ${SOFTNEURO_IMPORT_DIR}/onnx/*.cpp)
 add_library(softneuro_onnx SHARED
-  ${SOFTNEURO_IMPORT_DIR}/onnx_importer.cpp
+  ${SOFTNEURO_ONNX_CONVERTERS}
   ${SOFTNEURO_IMPORT_DIR}/onnx_tensor.cpp
   ${SOFTNEURO_IMPORT_DIR}/dynamic_dims.cpp)
 add_library(softneuro::onnx ALIAS softneuro_onnx)

@@ -1,6 +1,6 @@
 // Constants during ONNX import: tensors read from the model (inline or
 // external data) and the small computations the importer does on them at
-// import time (shape arithmetic and data movement, see onnx_importer.cpp).
+// import time (shape arithmetic and data movement, see onnx/importer.hpp).
 //
 // A constant is a Blob of dtype float32 (every floating ONNX type) or int64
 // (every integer type and bool): two types are all shape computations need,
