@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 10;
+inline constexpr uint32_t abi_version = 11;  // 11: fusion is decided when planning (fuses_previous, int8_table, gates_by_table)
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -216,14 +216,10 @@ class PreparedRoutine {
   /// identity quantisation step): the executor may then give the output the
   /// input's memory and run nothing. run() must still copy where they differ.
   virtual bool output_is_input() const { return false; }
-  /// The 256-entry table this step applies to its one qint8 input element by
-  /// element (indexed by the byte as uint8_t), or null. With gated_by_table()
-  /// the executor folds such steps into a binary step that reads both their
-  /// input and their result: YOLOv8's int8 SiLU, x * sigmoid(x), as one table.
-  virtual const int8_t* int8_table() const { return nullptr; }
   /// This two-input step where input `gated` is table[input 1 - gated],
   /// element by element and of the same shape: a one-input step reading
   /// input 1 - gated that computes the same bytes, or null where it cannot.
+  /// Called where the plan chose it (Routine::gates_by_table).
   virtual std::unique_ptr<PreparedRoutine> gated_by_table(std::size_t gated, const int8_t* table) const {
     (void)gated, (void)table;
     return nullptr;
@@ -289,6 +285,8 @@ class Routine {
   /// rows; a first convolution reads the plain image, not a copy padded to 16
   /// channels). The step reads `previous`'s inputs and writes `layer`'s
   /// outputs. nullptr (the default): each runs on its own.
+  /// Called where the plan chose it (fuses_previous); nullptr there makes the
+  /// two run apart after all.
   virtual std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous,
                                                                  const Routine& previous_routine,
                                                                  const RoutineParams& previous_params,
@@ -296,6 +294,30 @@ class Routine {
                                                                  const RoutineParams& params) const {
     (void)previous, (void)previous_routine, (void)previous_params, (void)layer, (void)schema, (void)params;
     return nullptr;
+  }
+  /// Whether prepare_with_previous() computes these two as one step: decided
+  /// when a session plans, before anything is prepared (nothing packed), so the
+  /// plan the tuner reads holds the fusion. False (the default): apart.
+  virtual bool fuses_previous(const LayerInfo& previous, const Routine& previous_routine,
+                              const RoutineParams& previous_params, const LayerInfo& layer, const Schema& schema,
+                              const RoutineParams& params) const {
+    (void)previous, (void)previous_routine, (void)previous_params, (void)layer, (void)schema, (void)params;
+    return false;
+  }
+  /// Where this layer, prepared, applies a 256-entry table to its one qint8
+  /// input element by element (indexed by the byte as uint8_t): true, and the
+  /// table in `table`. A plan folds such steps into a binary step reading both
+  /// their input and their result (gates_by_table): YOLOv8's int8 SiLU,
+  /// x * sigmoid(x), as one table.
+  virtual bool int8_table(const LayerInfo& layer, const Schema& schema, int8_t (&table)[256]) const {
+    (void)layer, (void)schema, (void)table;
+    return false;
+  }
+  /// Whether this two-input layer, prepared, can take input `gated` as a
+  /// table of the other input (PreparedRoutine::gated_by_table).
+  virtual bool gates_by_table(const LayerInfo& layer, const Schema& schema, std::size_t gated) const {
+    (void)layer, (void)schema, (void)gated;
+    return false;
   }
 };
 

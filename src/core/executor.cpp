@@ -82,23 +82,18 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
     step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
     convert_constant(step, plan_.constant_adapts[i].from, plan_.constant_adapts[i].to, constant_copies_[i]);
   }
-  for (auto& step_ptr : steps_) {
-    Step& step = *step_ptr;
-    if (step.layer->type == "adapt") {
-      step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
-      continue;
-    }
-    if (is_value_shaped(*step.layer)) step.value_shapes = step.info.output_shapes;
-    try {
-      step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
-    } catch (const Error& e) {
-      throw e.with_layer(step.name);
-    } catch (const std::exception& e) {
-      throw Error(fmt::format("{} failed to prepare: {}", step.routine.descriptor, e.what()), {}, step.name, "routine");
+  // The plan's fused steps are prepared with the step that computes them.
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    Step& step = *steps_[t];
+    if (step.fuses_previous) {
+      prepare_fused_pair(t);
+    } else if (step.gate) {
+      prepare_step(step);
+      prepare_gate(step);
+    } else if (step.fused_into.empty()) {
+      prepare_step(step);
     }
   }
-  fuse_steps();
-  fuse_gates();
   share_views();
   share_slices();
 
@@ -376,93 +371,73 @@ void Executor::plan_arenas(const std::shared_ptr<HostArena>& host_arena) {
   bind_outputs_to_arena();
 }
 
-void Executor::fuse_steps() {
-  std::vector<bool> absorbed(steps_.size(), false);  // a step already computing the one before it
-  for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
-    Step& a = *steps_[t];
-    Step& b = *steps_[t + 1];
-    if (b.layer->type == "adapt" || !a.parent.empty() || !b.parent.empty() || absorbed[t] ||
-        a.output_blobs.size() != 1 || b.input_blobs.size() != 1 || b.input_blobs[0] != a.output_blobs[0] ||
-        !(a.routine.schema == b.routine.schema))
-      continue;
-    BlobSlot& between = slots_[static_cast<std::size_t>(a.output_blobs[0])];
-    // Read by b alone: not a net output, no adapted copy, no later reader.
-    if (between.kind != BlobKind::planned || between.last != static_cast<int>(t) + 1) continue;
-    std::unique_ptr<PreparedRoutine> both;
-    try {
-      both = b.routine.routine->prepare_with_previous(a.info, *a.routine.routine, a.params, b.info, b.routine.schema,
-                                                      b.params);
-    } catch (const std::exception& e) {
-      debug("'{}' and '{}' run apart: {} could not fuse them ({})", a.name, b.name, b.routine.descriptor, e.what());
-    }
-    if (!both) continue;
-    debug("'{}' and '{}' run as one step of {}: blob '{}' is never written", a.name, b.name, b.routine.descriptor,
-          between.name);
-    b.prepared = std::move(both);
-    b.fuses = true;
-    b.input_blobs = a.input_blobs;
-    for (int s : a.input_blobs) {
-      int& last = slots_[static_cast<std::size_t>(s)].last;
-      last = std::max(last, static_cast<int>(t) + 1);
-    }
-    between.kind = BlobKind::unwritten;
-    absorbed[t + 1] = true;
-    a.fused_into = b.name;
-    a.prepared = std::make_unique<ComputedElsewhere>();
-    a.output_blobs.clear();
+void Executor::prepare_step(Step& step) {
+  if (step.layer->type == "adapt") {
+    step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
+    return;
+  }
+  if (is_value_shaped(*step.layer)) step.value_shapes = step.info.output_shapes;
+  try {
+    step.prepared = step.routine.routine->prepare(step.info, step.routine.schema, step.params);
+  } catch (const Error& e) {
+    throw e.with_layer(step.name);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{} failed to prepare: {}", step.routine.descriptor, e.what()), {}, step.name, "routine");
   }
 }
 
-void Executor::fuse_gates() {
-  std::vector<int> readers(slots_.size(), 0), producer(slots_.size(), -1);
-  for (std::size_t t = 0; t < steps_.size(); ++t) {
-    for (int s : steps_[t]->input_blobs) ++readers[static_cast<std::size_t>(s)];
-    for (int s : steps_[t]->output_blobs) producer[static_cast<std::size_t>(s)] = static_cast<int>(t);
+void Executor::prepare_fused_pair(std::size_t t) {
+  Step& a = *steps_[t - 1];
+  Step& b = *steps_[t];
+  std::unique_ptr<PreparedRoutine> both;
+  try {
+    both = b.routine.routine->prepare_with_previous(a.info, *a.routine.routine, a.params, b.info, b.routine.schema,
+                                                    b.params);
+  } catch (const std::exception& e) {
+    debug("'{}' and '{}' run apart: {} could not prepare them as one ({})", a.name, b.name, b.routine.descriptor, e.what());
   }
-  for (int s : net_outputs_) ++readers[static_cast<std::size_t>(s)];  // the caller reads them too
-  auto alone = [](const Step& s) { return s.parent.empty() && s.fused_into.empty() && s.layer->type != "adapt"; };
-  for (auto& step_ptr : steps_) {
-    Step& m = *step_ptr;
-    if (m.input_blobs.size() != 2 || m.output_blobs.size() != 1 || !alone(m) || m.input_blobs[0] == m.input_blobs[1]) continue;
-    for (std::size_t gated = 0; gated < 2; ++gated) {
-      const int x = m.input_blobs[1 - gated];
-      // Back from the gated input through one-input table steps that nothing else reads, to x.
-      std::vector<int> chain;
-      bool reaches_x = false;
-      for (int blob = m.input_blobs[gated]; !reaches_x;) {
-        const auto b = static_cast<std::size_t>(blob);
-        if (readers[b] != 1 || slots_[b].kind != BlobKind::planned || producer[b] < 0) break;
-        const Step& s = *steps_[static_cast<std::size_t>(producer[b])];
-        if (s.input_blobs.size() != 1 || s.output_blobs.size() != 1 || !alone(s) || !(s.routine.schema == m.routine.schema) ||
-            !s.prepared->int8_table())
-          break;
-        chain.push_back(producer[b]);
-        blob = s.input_blobs[0];
-        reaches_x = blob == x;
-      }
-      if (!reaches_x) continue;
-      int8_t table[256];
-      for (int u = 0; u < 256; ++u) table[u] = static_cast<int8_t>(static_cast<uint8_t>(u));
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {  // the first applied first
-        const int8_t* t = steps_[static_cast<std::size_t>(*it)]->prepared->int8_table();
-        for (int8_t& v : table) v = t[static_cast<uint8_t>(v)];
-      }
-      std::unique_ptr<PreparedRoutine> fused = m.prepared->gated_by_table(gated, table);
-      if (!fused) continue;
-      debug("'{}' runs as one table: {} step(s) of its input '{}' fold into it", m.name, chain.size(),
-            slots_[static_cast<std::size_t>(x)].name);
-      m.prepared = std::move(fused);
-      m.fuses = true;
-      m.input_blobs = {x};
-      for (int c : chain) {
-        Step& s = *steps_[static_cast<std::size_t>(c)];
-        for (int o : s.output_blobs) slots_[static_cast<std::size_t>(o)].kind = BlobKind::unwritten;
-        s.fused_into = m.name;
-        s.prepared = std::make_unique<ComputedElsewhere>();
-        s.output_blobs.clear();
-      }
-      break;
+  if (!both) {
+    warn("'{}' and '{}' run apart: {} planned them as one step but could not prepare them so", a.name, b.name,
+         b.routine.descriptor);
+    a.fused_into.clear();
+    b.fuses = b.fuses_previous = false;
+    prepare_step(a);
+    prepare_step(b);
+    return;
+  }
+  b.prepared = std::move(both);
+  b.input_blobs = a.input_blobs;
+  for (int s : a.input_blobs) {
+    int& last = slots_[static_cast<std::size_t>(s)].last;
+    last = std::max(last, static_cast<int>(t));
+  }
+  slots_[static_cast<std::size_t>(a.output_blobs[0])].kind = BlobKind::unwritten;
+  a.prepared = std::make_unique<ComputedElsewhere>();
+  a.output_blobs.clear();
+}
+
+void Executor::prepare_gate(Step& m) {
+  const Step::Gate& g = *m.gate;
+  std::unique_ptr<PreparedRoutine> fused = m.prepared->gated_by_table(g.gated, g.table.data());
+  if (!fused) {
+    warn("'{}' runs apart from its input's table steps: {} planned them as one table but could not prepare it so",
+         m.name, m.routine.descriptor);
+    for (int c : g.chain) {
+      Step& s = *steps_[static_cast<std::size_t>(c)];
+      s.fused_into.clear();
+      prepare_step(s);
     }
+    m.fuses = false;
+    m.gate.reset();
+    return;
+  }
+  m.prepared = std::move(fused);
+  m.input_blobs = {m.input_blobs[1 - g.gated]};
+  for (int c : g.chain) {
+    Step& s = *steps_[static_cast<std::size_t>(c)];
+    for (int o : s.output_blobs) slots_[static_cast<std::size_t>(o)].kind = BlobKind::unwritten;
+    s.prepared = std::make_unique<ComputedElsewhere>();
+    s.output_blobs.clear();
   }
 }
 

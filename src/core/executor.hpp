@@ -112,12 +112,13 @@ class Executor {
   /// rebind: memory grows where it must, never shrinks) and binds them.
   void plan_arenas(const std::shared_ptr<HostArena>& host_arena);
   void bind_outputs_to_arena();
-  /// Lets each layer's routine take in the step before it (Routine::prepare_with_previous) where the blob between them has no other use.
-  void fuse_steps();
-  /// A binary step whose one input is a chain of int8 tables of its other
-  /// input (PreparedRoutine::int8_table, gated_by_table) becomes one table
-  /// step; the chain runs nothing.
-  void fuse_gates();
+  /// Prepares step `t` alone.
+  void prepare_step(Step& step);
+  /// Prepares the steps the plan fused (Step::fuses_previous, Step::gate) as
+  /// one and wires their blobs so; where a routine cannot after all (nullptr),
+  /// they are prepared and run apart.
+  void prepare_fused_pair(std::size_t t);
+  void prepare_gate(Step& m);
   /// Runs the adapt `step` once, from constant slot `from` into constant slot
   /// `to`, whose memory the executor then owns (`into`, one of constant_copies_).
   void convert_constant(Step& step, int from, int to, std::shared_ptr<void>& into);

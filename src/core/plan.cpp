@@ -213,8 +213,7 @@ class PlanBuilder {
 
  private:
   int add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema);
-  /// The blob `slot` as a consumer in `want` sees it: itself, or an adapt step's output.
-  /// Slot `slot` in schema `want` for `consumer`, converted where it is not;
+  /// Slot `slot` in schema `want` for `consumer`: itself, or an adapt step's output;
   /// the tuned adapt is looked up for `priced_for` (a childnet's child reading
   /// its layer's input: the adapt the tuner priced for the layer), else `consumer`.
   int in_schema(int slot, const Schema& want, const std::string& consumer, const std::string& priced_for = {});
@@ -233,6 +232,8 @@ class PlanBuilder {
   /// model; nullptr where it holds none.
   std::shared_ptr<const Layer> float_weights_of(const Layer& layer) const;
   bool allowed(const Schema& s) const;
+  /// The steps that run as one (Step::fuses_previous, Step::gate), once every step is placed.
+  void choose_fusion();
   /// The schema of a net input or output of dtype `d`: the I/O schema, typed.
   Schema edge_schema(DType d) const { return Schema{io_schema_.device, d, io_schema_.layout}; }
 
@@ -739,6 +740,88 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
   for (const auto& in : graph.inputs) plan_.net_inputs.push_back(blob_index.at(in.name));
   const int end = static_cast<int>(steps_.size());
   for (int s : plan_.net_outputs) slots_[static_cast<std::size_t>(s)].last = end;
+  choose_fusion();
+}
+
+void PlanBuilder::choose_fusion() {
+  // A step and the one after it, which reads nothing but its one output and is
+  // that blob's only reader, as one prepared routine (oneDNN's 1x1 + depthwise
+  // pair, a first convolution reading the plain image its adapt would copy).
+  std::vector<bool> absorbed(steps_.size(), false);  // a step already computing the one before it
+  for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
+    Step& a = *steps_[t];
+    Step& b = *steps_[t + 1];
+    if (b.layer->type == "adapt" || !a.parent.empty() || !b.parent.empty() || absorbed[t] ||
+        a.output_blobs.size() != 1 || b.input_blobs.size() != 1 || b.input_blobs[0] != a.output_blobs[0] ||
+        !(a.routine.schema == b.routine.schema))
+      continue;
+    const BlobSlot& between = slots_[static_cast<std::size_t>(a.output_blobs[0])];
+    // Read by b alone: not a net output, no adapted copy, no later reader.
+    if (between.kind != BlobKind::planned || between.last != static_cast<int>(t) + 1) continue;
+    bool fuses = false;
+    try {
+      fuses = b.routine.routine->fuses_previous(a.info, *a.routine.routine, a.params, b.info, b.routine.schema, b.params);
+    } catch (const std::exception& e) {
+      debug("'{}' and '{}' run apart: {} could not tell whether they fuse ({})", a.name, b.name, b.routine.descriptor,
+            e.what());
+    }
+    if (!fuses) continue;
+    debug("'{}' and '{}' run as one step of {}: blob '{}' is never written", a.name, b.name, b.routine.descriptor,
+          between.name);
+    b.fuses = b.fuses_previous = true;
+    a.fused_into = b.name;
+    absorbed[t + 1] = true;
+  }
+
+  // A binary step one of whose inputs is the other through one-input int8
+  // table steps that nothing else reads: one table (YOLOv8's int8 SiLU).
+  std::vector<int> readers(slots_.size(), 0), producer(slots_.size(), -1);
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    for (int s : steps_[t]->input_blobs) ++readers[static_cast<std::size_t>(s)];
+    for (int s : steps_[t]->output_blobs) producer[static_cast<std::size_t>(s)] = static_cast<int>(t);
+  }
+  for (int s : plan_.net_outputs) ++readers[static_cast<std::size_t>(s)];  // the caller reads them too
+  auto alone = [](const Step& s) {
+    return s.parent.empty() && s.fused_into.empty() && !s.fuses && s.layer->type != "adapt";
+  };
+  for (auto& step_ptr : steps_) {
+    Step& m = *step_ptr;
+    if (m.input_blobs.size() != 2 || m.output_blobs.size() != 1 || !alone(m) || m.input_blobs[0] == m.input_blobs[1]) continue;
+    for (std::size_t gated = 0; gated < 2; ++gated) {
+      const int x = m.input_blobs[1 - gated];
+      // Back from the gated input through one-input table steps that nothing else reads, to x.
+      std::vector<int> chain;
+      std::vector<std::array<int8_t, 256>> tables;
+      bool reaches_x = false;
+      for (int blob = m.input_blobs[gated]; !reaches_x;) {
+        const auto b = static_cast<std::size_t>(blob);
+        if (readers[b] != 1 || slots_[b].kind != BlobKind::planned || producer[b] < 0) break;
+        const Step& s = *steps_[static_cast<std::size_t>(producer[b])];
+        if (s.input_blobs.size() != 1 || s.output_blobs.size() != 1 || !alone(s) || !(s.routine.schema == m.routine.schema))
+          break;
+        int8_t table[256];
+        if (!s.routine.routine->int8_table(s.info, s.routine.schema, table)) break;
+        chain.push_back(producer[b]);
+        tables.emplace_back();
+        std::copy(table, table + 256, tables.back().begin());
+        blob = s.input_blobs[0];
+        reaches_x = blob == x;
+      }
+      if (!reaches_x || !m.routine.routine->gates_by_table(m.info, m.routine.schema, gated)) continue;
+      Step::Gate g;
+      g.gated = gated;
+      for (int u = 0; u < 256; ++u) g.table[static_cast<std::size_t>(u)] = static_cast<int8_t>(static_cast<uint8_t>(u));
+      for (auto it = tables.rbegin(); it != tables.rend(); ++it)  // the first applied first
+        for (int8_t& v : g.table) v = (*it)[static_cast<uint8_t>(v)];
+      g.chain.assign(chain.rbegin(), chain.rend());
+      debug("'{}' runs as one table: {} step(s) of its input '{}' fold into it", m.name, chain.size(),
+            slots_[static_cast<std::size_t>(x)].name);
+      for (int c : chain) steps_[static_cast<std::size_t>(c)]->fused_into = m.name;
+      m.fuses = true;
+      m.gate = std::move(g);
+      break;
+    }
+  }
 }
 
 }  // namespace

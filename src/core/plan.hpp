@@ -12,8 +12,10 @@
 
 #include <softneuro/routine.hpp>
 
+#include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,8 +43,20 @@ struct Step {
   bool tuned = false;
   double predicted_ms = 0;
   double measured_ms = 0;    ///< in-net time the tuner measured for the chosen path (0: none)
-  std::string fused_into;    ///< the step that computes this one too (Routine::prepare_with_previous); this one runs nothing
+  std::string fused_into;    ///< the step that computes this one too (the plan's fusion); this one runs nothing
   bool fuses = false;        ///< its prepared routine computes other steps too (those fused into it)
+  /// The plan's fusion, which the executor prepares: this step and the one
+  /// before it as one (Routine::fuses_previous, prepare_with_previous)...
+  bool fuses_previous = false;
+  /// ...or this two-input step with input `gated` computed from the other by
+  /// `table`, which the steps `chain` (one-input table steps, first applied
+  /// first) compose (Routine::int8_table, gates_by_table).
+  struct Gate {
+    std::size_t gated = 0;
+    std::array<int8_t, 256> table{};
+    std::vector<int> chain;  ///< step indices
+  };
+  std::optional<Gate> gate;
   bool view = false;         ///< its output shares its input's memory (PreparedRoutine::output_is_input): it runs nothing
   bool slices = false;       ///< a view step whose concat inputs or split outputs live in their whole's memory
   LayerInfo info;

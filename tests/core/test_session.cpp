@@ -2,6 +2,8 @@
 // derived weights and run concurrently with identical outputs.
 #include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
+#include "core/plan.hpp"
+#include "core/thread_pool.hpp"
 #include "core/registry.hpp"
 #include "core/layer_types.hpp"
 #include "core/weight_store.hpp"
@@ -415,6 +417,19 @@ TEST_CASE("session: a routine computes the step before it too, and the blob betw
   if (stem_routine.find("nchw16c/onednn") != std::string::npos || stem_routine.find("nchw8c/onednn") != std::string::npos) {
     CHECK(fused_into["expand"] == "depthwise");
     CHECK(fused_into["adapt:x->stem"] == "stem");
+    // The plan chose the fusion before anything was prepared (what the tuner reads).
+    {
+      const core::SessionThreads threads(1);
+      const auto& impl = model.impl();
+      const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
+      std::map<std::string, const core::Step*> planned;
+      for (const auto& st : plan.steps) planned[st->name] = st.get();
+      REQUIRE(planned.count("depthwise"));
+      CHECK(planned.at("expand")->fused_into == "depthwise");
+      CHECK(planned.at("depthwise")->fuses_previous);
+      CHECK(planned.at("adapt:x->stem")->fused_into == "stem");
+      for (const auto& st : plan.steps) CHECK(st->prepared == nullptr);
+    }
     // The stem's output and the depthwise output are all there is (plus oneDNN's few rows).
     const auto expanded = static_cast<std::size_t>(c * hw * hw * 4);
     CHECK(fused.planned_bytes() < expanded);

@@ -602,6 +602,9 @@ TEST_CASE("build_plan chooses what a prepared executor runs, and prepares nothin
       CHECK(a.info.input_quant == b.info.input_quant);
       CHECK(a.info.output_quant == b.info.output_quant);
       CHECK(a.info.keep_nan == b.info.keep_nan);
+      // Fusion is the plan's (the executor prepares what it chose).
+      CHECK(a.fused_into == b.fused_into);
+      CHECK(a.fuses == b.fuses);
       CHECK(a.prepared == nullptr);
       CHECK(b.prepared != nullptr);
     }

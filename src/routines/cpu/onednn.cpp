@@ -219,24 +219,36 @@ class Onednn final : public Routine {
     }
   }
 
+  bool fuses_previous(const LayerInfo& previous, const Routine& previous_routine, const RoutineParams&,
+                      const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, true, false); }) {
+      if (!pairs_with(previous, previous_routine)) return false;
+      try {
+        match_threads();
+        return Op::plan_with_previous(previous, info, kForm, previous.layer->type == "adapt", false).has_value();
+      } catch (const dnnl::error&) {
+        return false;
+      }
+    } else {
+      return false;
+    }
+  }
+
   std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous, const Routine& previous_routine,
                                                          const RoutineParams&, const LayerInfo& info, const Schema&,
                                                          const RoutineParams&) const override {
-    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, true); }) {
-      if (D != DType::float32 || !previous.layer) return nullptr;
-      // A layer before it on this very routine (same operation, layout, data
-      // type), or the adapt that brought its input into this layout.
+    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, true, true); }) {
+      if (!pairs_with(previous, previous_routine)) return nullptr;
       const bool adapt = previous.layer->type == "adapt";
-      if (!adapt && &previous_routine != this) return nullptr;
-            try {
+      try {
         match_threads();
-        std::optional<Plan> plan = Op::plan_with_previous(previous, info, kForm, adapt);
+        std::optional<Plan> plan = Op::plan_with_previous(previous, info, kForm, adapt, true);
         if (!plan) return nullptr;
         core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
                     kSchema.to_string(), plan->steps.back().pd.impl_info_str());
         auto prepared = std::make_unique<Prepared>(std::move(*plan));
         prepared->set_replan([previous, info, adapt] {
-                    std::optional<Plan> again = Op::plan_with_previous(previous, info, kForm, adapt);
+          std::optional<Plan> again = Op::plan_with_previous(previous, info, kForm, adapt, true);
           if (!again) throw Error("oneDNN cannot plan the pair for one thread");
           return std::move(*again);
         });
@@ -247,6 +259,14 @@ class Onednn final : public Routine {
     } else {
       return nullptr;
     }
+  }
+
+ private:
+  /// A layer before it on this very routine (same operation, layout, data
+  /// type), or the adapt that brought its input into this layout.
+  bool pairs_with(const LayerInfo& previous, const Routine& previous_routine) const {
+    if (D != DType::float32 || !previous.layer) return false;
+    return previous.layer->type == "adapt" || &previous_routine == this;
   }
 };
 
@@ -332,13 +352,13 @@ struct Conv2 {
   /// JIT kernels read such inputs plain anyway (plan() copies them back into
   /// the workspace), so the copy padded to 16 channels, 5.3x the image
   /// (MobileNetV2: 3.1 MiB, the session's largest blob), is never made.
-  static std::optional<Plan> plan_from_plain(const LayerInfo& adapt, const LayerInfo& info, Form l) {
+  static std::optional<Plan> plan_from_plain(const LayerInfo& adapt, const LayerInfo& info, Form l, bool prepare) {
     if (l != Layout::nchw8c && l != Layout::nchw16c) return std::nullopt;
     if (!(Schema::parse(adapt.layer->get_string("from")) == Schema{})) return std::nullopt;
     const Shape& in = info.input_shapes[0];
     if (in.rank() != 4 || in[1] >= channel_block(l) || !check(info, l)) return std::nullopt;
     if (core::conv2_window(*info.layer, in).group != 1) return std::nullopt;
-    Plan p = plan(info, l, true, true);
+    Plan p = plan(info, l, prepare, true);
     if (!reference_impl(p).empty()) return std::nullopt;
     return p;
   }
@@ -349,8 +369,10 @@ struct Conv2 {
   /// (MobileNetV2's 96x112x112 expansion, 4.6 MiB, was most of a session's
   /// arena). Same speed as the two apart (16->96@112 then 3x3 s2: 0.329 against
   /// 0.327 ms); nullopt where oneDNN would fuse only in its reference code.
-  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& next, Form l, bool adapt) {
-    if (adapt) return plan_from_plain(previous, next, l);
+  /// `prepare` false: whether they fuse, nothing bound (the plan's question).
+  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& next, Form l, bool adapt,
+                                                bool prepare) {
+    if (adapt) return plan_from_plain(previous, next, l, prepare);
     const LayerInfo& info = previous;
     const Layer& pw = *info.layer;
     const Layer& dw = *next.layer;
@@ -384,17 +406,21 @@ struct Conv2 {
     if (is_reference(pd)) return std::nullopt;
     // oneDNN derives the depthwise output's size (its right padding) itself: it must be ours.
     if (pd.dst_desc() != act_md(next.output_shapes[0], l)) return std::nullopt;
+    constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
+    const dnnl::memory::desc dwb_md({b.c}, dt::f32, tag::x);
+    if (dw_bias && pd.query_md(dnnl::query::exec_arg_md, kDwBias) != dwb_md) return std::nullopt;
+    if (!prepare) {
+      p.steps.push_back({pd, {}});
+      return p;
+    }
 
     std::vector<std::pair<int, Mem>> args{{DNNL_ARG_SRC, in0}, {DNNL_ARG_DST, out0}};
     bind_weights(info, p, args, w, wd, pd.weights_desc(), bias, b_md);
-    constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
     const dnnl::memory dwm = shared_reorder(info, p.shared, "dw_weight", weight_memory(plain_md({b.c, 1, 1, 3, 3}), dw_w),
                                             pd.query_md(dnnl::query::exec_arg_md, kDwWeights));
     args.push_back({kDwWeights, Mem{Mem::fixed, p.add_fixed(dwm)}});
     p.keep.push_back(dw_w);
     if (dw_bias) {
-      const dnnl::memory::desc dwb_md({b.c}, dt::f32, tag::x);
-      if (pd.query_md(dnnl::query::exec_arg_md, kDwBias) != dwb_md) return std::nullopt;
       args.push_back({kDwBias, Mem{Mem::fixed, p.add_fixed(weight_memory(dwb_md, *dw_bias))}});
       p.keep.push_back(*dw_bias);
     }

@@ -853,7 +853,6 @@ class Lut final : public PreparedRoutine {
     identity_ = cpu::int8_table_identity(table_);
   }
   bool output_is_input() const override { return identity_; }
-  const int8_t* int8_table() const override { return table_; }
   void run(const RunArgs& a) override {
     const int8_t* x = a.inputs[0]->data_as<int8_t>();
     int8_t* y = a.outputs[0]->data_as<int8_t>();
@@ -974,6 +973,10 @@ class MulRoutine final : public Routine {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this mul: {}", ok.reason));
     return std::make_unique<Mul>(info, s == kNhwc);
   }
+  /// Mul::gated_by_table: inputs of one shape.
+  bool gates_by_table(const LayerInfo& info, const Schema& s, std::size_t gated) const override {
+    return gated < 2 && info.input_shapes.size() == 2 && info.input_shapes[0] == info.input_shapes[1] && supports(info, s);
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -1040,9 +1043,13 @@ class LutRoutine : public Routine {
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this {}: {}", type_, ok.reason));
-    const Layer& l = *info.layer;
     int8_t table[256];
+    if (!int8_table(info, s, table)) throw Error(fmt::format("cpu:qint8/qint8 cannot run this {}: {}", type_, supports(info, s).reason));
+    return std::make_unique<Lut>(info.input_shapes[0].numel(), table);
+  }
+  bool int8_table(const LayerInfo& info, const Schema& s, int8_t (&table)[256]) const override {
+    if (!supports(info, s)) return false;
+    const Layer& l = *info.layer;
     const TQ x = in_q(info, 0), y = out_q(info);
     // The formulas of cpu/ref (src/routines/cpu/ref.cpp), in the same precision.
     if (type_ == "hardsigmoid") {
@@ -1070,7 +1077,7 @@ class LutRoutine : public Routine {
         return static_cast<float>(0.5 * d * (1.0 + std::erf(d / std::sqrt(2.0))));
       });
     }
-    return std::make_unique<Lut>(info.input_shapes[0].numel(), table);
+    return true;
   }
 
  private:
@@ -1087,11 +1094,16 @@ class FakeQuantRoutine final : public Routine {
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
-    if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this fake_quant: {}", ok.reason));
-    const core::FakeQuant q = core::fake_quant_params(*info.layer);
     int8_t table[256];
-    cpu::int8_table(table, in_q(info, 0), out_q(info), [&](float v) { return q.apply(v); });
+    if (!int8_table(info, s, table))
+      throw Error(fmt::format("cpu:qint8/qint8 cannot run this fake_quant: {}", supports(info, s).reason));
     return std::make_unique<Lut>(info.input_shapes[0].numel(), table);
+  }
+  bool int8_table(const LayerInfo& info, const Schema& s, int8_t (&table)[256]) const override {
+    if (!supports(info, s)) return false;
+    const core::FakeQuant q = core::fake_quant_params(*info.layer);
+    cpu::int8_table(table, in_q(info, 0), out_q(info), [&](float v) { return q.apply(v); });
+    return true;
   }
 };
 
