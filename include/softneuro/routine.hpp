@@ -124,7 +124,15 @@ struct LayerInfo {
   /// fast form loses NaN computes the exact one, or refuses. Otherwise a routine
   /// may take the fast form.
   bool keep_nan = false;
+  /// In prepare: the threads the step will run on (the session's team), for
+  /// what a routine sizes per thread (workspace slots, OpenMP's team). The
+  /// plan always sets it; 0 (a LayerInfo made by hand): the library's count.
+  int threads = 0;
 };
+
+/// The threads to size per-thread state for in prepare: info.threads, or the
+/// library's count where a LayerInfo made by hand leaves it 0.
+int team_threads(const LayerInfo& info);
 
 /// Throws Error naming the layer and field `memory_limit` where `bytes` that
 /// prepare is about to allocate for `what` exceed info.memory_limit.

@@ -3,6 +3,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/shape_plan.hpp"
+#include "core/thread_pool.hpp"
 #include "core/weight_quant.hpp"
 
 #include <fmt/format.h>
@@ -249,6 +250,8 @@ class PlanBuilder {
   const std::shared_ptr<WeightStore>& weights_ = plan_.options.weights;
   const std::size_t memory_limit_ = plan_.options.memory_limit;
   const bool keep_nan_ = plan_.options.keep_nan;
+  /// LayerInfo::threads: the options', else the calling thread's team, read once here.
+  const int threads_ = plan_.options.threads > 0 ? plan_.options.threads : global_pool().num_threads();
   const Schema io_schema_ = plan_.options.io_schema;
   /// While building: "descriptor (why)" -> the layers whose tuned routine cannot run here.
   std::map<std::string, std::vector<std::string>> tuned_missing_;
@@ -324,6 +327,7 @@ int PlanBuilder::convert(int slot, const Schema& want, const std::string& consum
   const Shape& shape = blobs_[static_cast<std::size_t>(slot)].shape();
   step->info.layer = step->layer;
   step->info.memory_limit = memory_limit_;
+  step->info.threads = threads_;
   step->info.input_shapes = {shape};
   step->info.output_shapes = {shape};
   step->info.input_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
@@ -399,6 +403,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
   step->layer = &layer;
   step->info.layer = &layer;
   step->info.memory_limit = memory_limit_;
+  step->info.threads = threads_;
   step->info.keep_nan = layer_keep_nan_;
   for (int s : input_slots) {
     step->info.input_shapes.push_back(blobs_[static_cast<std::size_t>(s)].shape());

@@ -103,6 +103,9 @@ struct PlanOptions {
   /// Every layer keeps NaN as ONNX does (LayerInfo::keep_nan), for inputs that
   /// hold NaN or inf; otherwise only the layers a NaN-making layer feeds do.
   bool keep_nan = false;
+  /// The threads the session runs on (LayerInfo::threads); 0: the calling
+  /// thread's team (a session's own count, else the library's).
+  int threads = 0;
 };
 
 struct Plan {

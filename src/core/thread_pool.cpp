@@ -155,6 +155,16 @@ ContentionGuard& contention_guard() { return contention(); }
 
 ThreadPool& global_pool() { return state().pool; }
 
+}  // namespace softneuro::core
+
+namespace softneuro {
+int team_threads(const LayerInfo& info) {
+  return std::max(1, info.threads > 0 ? info.threads : core::global_pool().num_threads());
+}
+}  // namespace softneuro
+
+namespace softneuro::core {
+
 void add_thread_count_hook(ThreadCountHook hook) {
   auto& s = state();
   std::lock_guard lock(s.mutex);

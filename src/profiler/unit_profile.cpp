@@ -581,6 +581,7 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
     LayerInfo& ci = infos[k];
     ci.layer = &child;
     ci.keep_nan = info.keep_nan;
+    ci.threads = info.threads;
     try {
       for (const auto& i : child.inputs) ci.input_shapes.push_back(shape.at(i));
       ci.output_shapes = core::infer_layer_shapes(child, ci.input_shapes);

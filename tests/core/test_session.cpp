@@ -847,3 +847,23 @@ TEST_CASE("session: a concat's inputs and a split's outputs live in their whole'
     }
   }
 }
+
+TEST_CASE("the plan tells every step the threads it will run on", "[session][threads]") {
+  // LayerInfo::threads: what routines size per-thread state for in prepare,
+  // given by the plan (a session's count), not read from a thread-local.
+  Model model = detail::make_model(test::multi_io_graph());
+  const auto& impl = model.impl();
+  for (int threads : {1, 3}) {
+    const core::Plan plan =
+        core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights, .threads = threads});
+    for (const auto& st : plan.steps) CHECK(st->info.threads == threads);
+    for (const auto& [name, info] : plan.layer_infos) CHECK(info.threads == threads);
+  }
+  {
+    const core::SessionThreads team(2);  // a session's own count, read once by the plan
+    const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
+    for (const auto& st : plan.steps) CHECK(st->info.threads == 2);
+  }
+  LayerInfo by_hand;
+  CHECK(team_threads(by_hand) == core::global_pool().num_threads());
+}

@@ -184,7 +184,7 @@ class Onednn final : public Routine {
         try {
       Support s = Op::check(info, kForm);
       if (!s) return s;
-      match_threads();
+      match_threads(info);
       const Plan p = Op::plan(info, kForm, false);
       if (std::string_view impl = reference_impl(p); Op::kRefuseReference && !impl.empty())
         return Support::no(fmt::format("oneDNN has only its reference implementation ({}) for this", impl));
@@ -201,7 +201,7 @@ class Onednn final : public Routine {
     if (D == DType::bfloat16 && !has_bf16())
       throw Error("cpu:bfloat16/onednn: CPU lacks bfloat16 instructions (AVX-512 BF16 or AMX-BF16)");
         try {
-      match_threads();
+      match_threads(info);
       note_wait_policy();
       Plan plan = Op::plan(info, kForm, true);
       if (core::log_enabled(core::LogLevel::debug)) {
@@ -224,7 +224,7 @@ class Onednn final : public Routine {
     if constexpr (requires { Op::plan_with_previous(previous, info, kForm, true, false); }) {
       if (!pairs_with(previous, previous_routine)) return false;
       try {
-        match_threads();
+        match_threads(info);
         return Op::plan_with_previous(previous, info, kForm, previous.layer->type == "adapt", false).has_value();
       } catch (const dnnl::error&) {
         return false;
@@ -241,7 +241,7 @@ class Onednn final : public Routine {
       if (!pairs_with(previous, previous_routine)) return nullptr;
       const bool adapt = previous.layer->type == "adapt";
       try {
-        match_threads();
+        match_threads(info);
         std::optional<Plan> plan = Op::plan_with_previous(previous, info, kForm, adapt, true);
         if (!plan) return nullptr;
         core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,

@@ -126,11 +126,12 @@ inline bool has_avx512() {
   return yes;
 }
 
-/// Makes the calling thread's OpenMP team size the library's thread count (or its session's).
-/// libgomp keeps this setting per thread, so every thread that prepares or runs
-/// a oneDNN routine checks it (cheap: one call to omp_get_max_threads).
-inline void match_threads() {
-  const int n = core::global_pool().num_threads();  // a session's own count where it has one
+/// Makes the calling thread's OpenMP team size the threads the layer will run
+/// on (LayerInfo::threads). libgomp keeps this setting per thread, so every
+/// thread that plans or prepares a oneDNN routine sets it (cheap: one call to
+/// omp_get_max_threads).
+inline void match_threads(const LayerInfo& info) {
+  const int n = team_threads(info);
   if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 

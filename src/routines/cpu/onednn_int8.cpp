@@ -347,7 +347,7 @@ class OnednnQ final : public Routine {
         if (Support s = layout_ok(info.input_shapes[i], L, "an input"); !s) return s;
       if (Support s = layout_ok(info.output_shapes[0], L, "the output"); !s) return s;
       if (Support s = Op::check(info, L); !s) return s;
-      match_threads();
+      match_threads(info);
       const Plan p = Op::plan(info, L, false);
       if (std::string_view impl = reference_impl(p); Op::kRefuseReference && !impl.empty())
         return Support::no(fmt::format("oneDNN has only its reference implementation ({}) for this", impl));
@@ -361,7 +361,7 @@ class OnednnQ final : public Routine {
 
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     try {
-      match_threads();
+      match_threads(info);
       note_wait_policy();
       Plan plan = Op::plan(info, L, true);
       if (core::log_enabled(core::LogLevel::debug)) {

@@ -168,7 +168,7 @@ void run_tasks(ThreadPool* pool, int64_t slots, int64_t tasks, F&& fn) {
   });
 }
 
-int64_t thread_slots() { return std::max(1, num_threads()); }
+int64_t thread_slots(const LayerInfo& info) { return team_threads(info); }
 
 /// [n][c][s] <-> [n][s][c] for int8, in tiles of 64 positions.
 void transpose_to_nhwc(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t s, ThreadPool* pool) {
@@ -304,7 +304,7 @@ class GemmConv final : public PreparedRoutine {
     if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
     // Enough tasks for the threads to balance (taken dynamically): smaller pixel
     // blocks first (no work is repeated), then output-channel chunks (each repeats the im2col).
-    slots_ = thread_slots();
+    slots_ = thread_slots(info);
     const int64_t want = slots_ == 1 ? 1 : 4 * slots_, outer = g.n * g.group;
     int64_t pb = ceil_div(P, mb);
     if (outer * pb < want) pb = std::max(pb, std::min(ceil_div(P, 16), ceil_div(want, outer)));
@@ -670,10 +670,10 @@ class ConvRoutine final : public Routine {
 
 class Pool final : public PreparedRoutine {
  public:
-  Pool(const Window2d& g, bool is_max, bool include_pad, TQ in, TQ out, bool nhwc)
+  Pool(const Window2d& g, bool is_max, bool include_pad, TQ in, TQ out, bool nhwc, int64_t slots)
       : g_(g), max_(is_max), include_pad_(include_pad), in_(in), out_(out), nhwc_(nhwc) {
     m_ = static_cast<float>(double(in.scale) / double(out.scale));
-    slots_ = thread_slots();
+    slots_ = slots;
     slot_bytes_ = align64(static_cast<std::size_t>(g.c) * sizeof(int32_t));
   }
   std::size_t workspace_bytes() const override { return nhwc_ ? static_cast<std::size_t>(slots_) * slot_bytes_ : 0; }
@@ -791,7 +791,8 @@ class PoolRoutine final : public Routine {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this pool2: {}", ok.reason));
     const Layer& l = *info.layer;
     return std::make_unique<Pool>(core::pool2_window(l, info.input_shapes[0]), l.get_string("mode") == "max",
-                                  l.get_int("count_include_pad", 0) != 0, in_q(info, 0), out_q(info), s == kNhwc);
+                                  l.get_int("count_include_pad", 0) != 0, in_q(info, 0), out_q(info), s == kNhwc,
+                                  thread_slots(info));
   }
 };
 
