@@ -678,7 +678,9 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
   };
 
   const std::set<std::string> nan_layers = keep_nan_ ? std::set<std::string>{} : layers_nan_may_reach(graph);
-  const std::set<std::string> int8_layers = keep_nan_ ? std::set<std::string>{} : layers_quantised_by_model(graph);
+  // The model's own int8 layers, also where every layer keeps NaN: int8 holds
+  // none (quantising one gives a number, as ONNX Runtime's QuantizeLinear does).
+  const std::set<std::string> int8_layers = layers_quantised_by_model(graph);
   for (std::size_t layer_index = 0; layer_index < graph.layers.size(); ++layer_index) {
     const Layer& layer = graph.layers[layer_index];
     if (layer_index > 0)

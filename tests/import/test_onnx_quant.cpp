@@ -4,6 +4,7 @@
 #include "support/tuning.hpp"
 #include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
+#include "core/plan.hpp"
 #include "core/registry.hpp"
 #include "core/weight_quant.hpp"
 #include "import/onnx_test_util.hpp"
@@ -13,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <optional>
 
 #include <cmath>
@@ -318,6 +320,28 @@ TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales; a floa
     }
   }
   CHECK(int8 == 3);
+  // The plan for inputs that hold NaN keeps the model's int8 layers too: int8
+  // holds no NaN (quantising one gives a number, as ONNX Runtime's
+  // QuantizeLinear does), so they compute what they compute for any input
+  // (that plan ran them in float32 before).
+  {
+    const auto& impl = net.impl();
+    const core::Plan exact = core::build_plan(impl.graph, impl.shapes, nullptr,
+                                              core::PlanOptions{.weights = impl.weights, .keep_nan = true});
+    int exact_int8 = 0;
+    for (const auto& st : exact.steps)
+      if (st->layer->type == "conv2" || st->layer->type == "fake_quant") {
+        INFO(st->name << " " << st->routine.descriptor);
+        CHECK(st->routine.descriptor.starts_with("cpu:qint8"));
+        ++exact_int8;
+      }
+    CHECK(exact_int8 == 3);
+    std::vector<NamedBlob> nan_in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
+    nan_in[0].blob.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    const auto nan_out = untuned.run(nan_in)[0];
+    const auto finite_out = untuned.run(in)[0];
+    REQUIRE(nan_out.blob.numel() == finite_out.blob.numel());
+  }
   SessionOptions floats;
   floats.schemas = {"cpu:float32:*"};
   Session float_session(net, floats);
