@@ -58,7 +58,7 @@ struct ImportOptions {
 /// strides, dilations, pads, output_padding, output_shape, auto_pad), Gemm, MatMul, Einsum
 /// (any equation; batched matrix products as matmul), Relu, Clip, HardSwish, HardSigmoid, Sigmoid,
 /// Tanh, Gelu, Add, Sub, Mul, Div, Pow (squares), GlobalAveragePool,
-/// GlobalMaxPool, AveragePool, MaxPool (1-D to 3-D; ceil_mode, asymmetric pads, auto_pad),
+/// GlobalMaxPool, AveragePool, MaxPool (1-D to 3-D; ceil_mode, asymmetric pads, auto_pad; Indices), MaxUnpool,
 /// ReduceMean/ReduceMax (contiguous axes), Flatten, Reshape, Squeeze,
 /// Unsqueeze, Concat, Split, Slice (any steps; backwards: at most 256 elements), Gather (constant indices),
 /// Transpose, Pad, Expand, Resize (nearest with every nearest_mode, linear;

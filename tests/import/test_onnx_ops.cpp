@@ -2062,6 +2062,63 @@ TEST_CASE("MaxPool's Indices: the flat index of each window's first largest valu
   }
 }
 
+TEST_CASE("MaxUnpool puts each value back where MaxPool's Indices found it, zeros elsewhere", "[onnx][pool]") {
+  // SegNet's encoder-decoder: MaxPool with Indices, then MaxUnpool of the
+  // pooled values (indices computed at run time), its size given or inferred.
+  const std::vector<float> x = {1, 9, 2, 3, /**/ 4, 5, 8, 6, /**/ 7, 0, 1, 1, /**/ 2, 3, 1, 4,
+                                /* channel 1 */ -1, -2, -3, -4, -5, -6, -7, -8, -9, -1, -2, -3, -4, -5, -6, -7};
+  for (bool sized : {false, true}) {
+    OnnxModel m(12);
+    m.input("x", {1, 2, 4, 4}).output("y");
+    m.node("MaxPool", {"x"}, {"p", "i"}).ints("kernel_shape", {2, 2}).ints("strides", {2, 2});
+    std::vector<std::string> ins = {"p", "i"};
+    if (sized) {
+      m.init_ints("shape", {4}, {1, 2, 5, 6});
+      ins.push_back("shape");
+    }
+    m.node("MaxUnpool", ins, {"y"}).ints("kernel_shape", {2, 2}).ints("strides", {2, 2});
+    Model net = import_onnx(m.save(sized ? "maxunpool_sized.onnx" : "maxunpool.onnx"));
+    auto out = run_net(net, {{"x", make_input(Shape{1, 2, 4, 4}, x)}});
+    const int64_t h = sized ? 5 : 4, w = sized ? 6 : 4;
+    REQUIRE(out[0].shape == Shape{1, 2, h, w});
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t r = 0; r < h; ++r)
+        for (int64_t q = 0; q < w; ++q) {
+          float want = 0;
+          if (r < 4 && q < 4) {
+            // The window's largest value, where it lies.
+            const int64_t br = r / 2 * 2, bq = q / 2 * 2;
+            int64_t at = -1;
+            for (int64_t a = br; a < br + 2; ++a)
+              for (int64_t b = bq; b < bq + 2; ++b)
+                if (at < 0 || x[static_cast<std::size_t>(c * 16 + a * 4 + b)] > x[static_cast<std::size_t>(at)]) at = c * 16 + a * 4 + b;
+            if (at == c * 16 + r * 4 + q) want = x[static_cast<std::size_t>(at)];
+          }
+          INFO(c << " " << r << " " << q);
+          CHECK(out[0].values[static_cast<std::size_t>((c * h + r) * w + q)] == want);
+        }
+  }
+  // A smaller output_shape than the unpooled size is an error naming the field.
+  OnnxModel bad(12);
+  bad.input("x", {1, 1, 2, 2}).input("i", {1, 1, 2, 2}).output("y");
+  bad.init_ints("shape", {4}, {1, 1, 3, 3});
+  bad.node("MaxUnpool", {"x", "i", "shape"}, {"y"}).ints("kernel_shape", {2, 2}).ints("strides", {2, 2});
+  CHECK_THROWS_WITH(import_onnx(bad.save("maxunpool_small.onnx")), Catch::Contains("output_shape"));
+}
+
+TEST_CASE("Slice of a run-time tensor to nothing gives an empty tensor", "[onnx][slice]") {
+  OnnxModel m(13);
+  m.input("x", {4, 3}).output("y");
+  m.init_ints("starts", {1}, {10});
+  m.init_ints("ends", {1}, {20});
+  m.init_ints("axes", {1}, {0});
+  m.node("Relu", {"x"}, {"r"});
+  m.node("Slice", {"r", "starts", "ends", "axes"}, {"y"});
+  Model net = import_onnx(m.save("slice_to_nothing.onnx"));
+  auto out = run_net(net, {{"x", make_input(Shape{4, 3}, std::vector<float>(12, 1.f))}});
+  CHECK(out[0].shape == Shape{0, 3});
+}
+
 TEST_CASE("STFT: frames of a signal windowed and transformed, one-sided", "[onnx][signal]") {
   OnnxModel m(17);
   m.input("x", {1, 10, 1}).output("y");

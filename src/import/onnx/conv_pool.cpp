@@ -276,6 +276,60 @@ void Importer::lp_pool(const Node& n) {
   add_unary(n, "pow", sum, y, {{"exponent", 1.0 / p}});
 }
 
+// MaxUnpool: X's values at MaxPool's flat indices I (over the whole output,
+// batch and channels included) of a zero tensor: a scatter into zeros of the
+// size (in - 1) * stride + kernel - pads per spatial dim, flattened, then its
+// shape; a larger output_shape pads it with zeros at the end of each dim (as
+// ONNX's reference does).
+void Importer::max_unpool(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0)), is = shape_of(n, n.in(1));
+  if (xs.rank() < 3) throw n.error(fmt::format("input {} needs [N, C, spatial...]", xs.to_string()), "X");
+  if (is != xs) throw n.error(fmt::format("indices {} are not the input's shape {}", is.to_string(), xs.to_string()), "I");
+  const std::size_t spatial = static_cast<std::size_t>(xs.rank() - 2);
+  const std::vector<int64_t> kernel = n.get_ints("kernel_shape");
+  if (kernel.size() != spatial) throw n.error(fmt::format("{} sizes for {} spatial dims", kernel.size(), spatial), "kernel_shape");
+  const std::vector<int64_t> strides = n.get_ints("strides", std::vector<int64_t>(spatial, 1));
+  const std::vector<int64_t> pads = n.get_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  if (strides.size() != spatial) throw n.error(fmt::format("{} strides for {} spatial dims", strides.size(), spatial), "strides");
+  if (pads.size() != 2 * spatial) throw n.error(fmt::format("{} pads for {} spatial dims", pads.size(), spatial), "pads");
+  Shape out{xs[0], xs[1]};
+  for (std::size_t d = 0; d < spatial; ++d) {
+    if (kernel[d] < 1 || strides[d] < 1) throw n.error("kernel and strides must be positive", "kernel_shape");
+    out.push_back((xs[static_cast<int>(d) + 2] - 1) * strides[d] + kernel[d] - pads[d] - pads[d + spatial]);
+  }
+  for (int d = 0; d < out.rank(); ++d)
+    if (out[d] < 1) throw n.error(fmt::format("the output {} is empty", out.to_string()), "pads");
+  std::vector<int64_t> grow(static_cast<std::size_t>(2 * xs.rank()), 0);  // zeros after each dim
+  bool grows = false;
+  if (n.has_in(2)) {
+    const std::vector<int64_t> given = constant_ints(n, 2, "output_shape");
+    if (given.size() != static_cast<std::size_t>(xs.rank()))
+      throw n.error(fmt::format("output_shape {} for an input {}", fmt::join(given, "x"), xs.to_string()), "output_shape");
+    for (int d = 0; d < out.rank(); ++d) {
+      if (given[static_cast<std::size_t>(d)] < out[d] || (d < 2 && given[static_cast<std::size_t>(d)] != out[d]))
+        throw n.error(fmt::format("output_shape {} is smaller than the unpooled {}", fmt::join(given, "x"),
+                                  out.to_string()), "output_shape");
+      grow[static_cast<std::size_t>(xs.rank() + d)] = given[static_cast<std::size_t>(d)] - out[d];
+      grows = grows || grow[static_cast<std::size_t>(xs.rank() + d)] > 0;
+    }
+  }
+  const int64_t total = out.numel();
+  if (total > (int64_t{1} << 31)) throw n.error(fmt::format("the output {} is too large", out.to_string()), "output_shape");
+  const std::string zeros = as_blob(n, add_constant(n.out(0) + "/zeros", float_blob(Shape{total}, std::vector<float>(static_cast<std::size_t>(total), 0.f))));
+  const std::string flat_x = fresh_blob(n.out(0) + "/values"), flat_i = fresh_blob(n.out(0) + "/indices");
+  reshape_to(n, input(n, 0), Shape{xs.numel()}, flat_x);
+  reshape_to(n, n.in(1), Shape{xs.numel()}, flat_i);
+  const std::string flat_y = fresh_blob(n.out(0) + "/flat");
+  Layer l = make("scatter_elements", n.name, {zeros, as_blob(n, flat_i), as_blob(n, flat_x)}, {flat_y});
+  l.params["axis"] = int64_t{0};
+  l.params["reduction"] = std::string("none");
+  add(std::move(l));
+  if (!grows) return reshape_to(n, flat_y, out, n.out(0));
+  const std::string unpooled = fresh_blob(n.out(0) + "/unpooled");
+  reshape_to(n, flat_y, out, unpooled);
+  add_unary(n, "pad", unpooled, n.out(0), {{"pads", grow}, {"mode", std::string("constant")}});
+}
+
 void Importer::global_pool(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   if (xs.rank() < 3) throw n.error(fmt::format("input {} has no spatial dims", xs.to_string()), "X");

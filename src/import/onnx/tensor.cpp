@@ -364,7 +364,12 @@ void Importer::slice(const Node& n) {
     constants_[n.out(0)] = sliced(*c, spec);
     return;
   }
-  if (value_sized(n.in(0))) {  // clamped to the dims when planned
+  const bool empty = std::any_of(spec.begin(), spec.end(), [](const SliceAxis& s) {
+    return s.step > 0 ? s.end <= s.start : s.end >= s.start;
+  });
+  // Clamped to the dims when planned (a value-sized input), or a slice to
+  // nothing: one slice layer (an empty output runs on cpu/ref, which copies nothing).
+  if (value_sized(n.in(0)) || empty) {
     std::vector<int64_t> norm_axes;
     for (const auto& c : spec) norm_axes.push_back(c.axis);
     Layer l = make("slice", n.name, {input(n, 0)}, {n.out(0)});
@@ -375,7 +380,6 @@ void Importer::slice(const Node& n) {
   std::string cur = n.in(0);
   std::vector<SliceAxis> cuts;
   for (const auto& s : spec) {
-    if (s.step > 0 ? s.end <= s.start : s.end >= s.start) throw Unsupported{"Slice of a run-time tensor to nothing"};
     if (s.start != 0 || s.end != xs[s.axis] || s.step != 1) cuts.push_back(s);
   }
   if (cuts.empty()) return add_unary(n, "identity", input(n, 0), n.out(0));
