@@ -69,7 +69,7 @@ struct ImportOptions {
 /// at import: the branch taken is imported in place; from shapes: taken when
 /// planned; at run time: both computed, one chosen), Loop and Scan (the body a
 /// graph of its own, run per iteration), NonMaxSuppression, NonZero, Unique,
-/// TopK, RoiAlign, DeformConv, DFT, STFT, and more: docs/importing.md lists
+/// TopK, RoiAlign, DeformConv, DFT, STFT, TensorScatter, and more: docs/importing.md lists
 /// every operator with what it supports. ONNX Runtime's quantised
 /// operators (domain com.microsoft, as its QOperator quantize_static writes):
 /// QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,

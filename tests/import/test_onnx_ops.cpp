@@ -2106,6 +2106,50 @@ TEST_CASE("MaxUnpool puts each value back where MaxPool's Indices found it, zero
   CHECK_THROWS_WITH(import_onnx(bad.save("maxunpool_small.onnx")), Catch::Contains("output_shape"));
 }
 
+TEST_CASE("TensorScatter writes each batch row's update into the cache at write indices fed at run time", "[onnx][scatter]") {
+  // A KV cache [batch 2, heads 1, max 4, dim 3], one or two new positions per row.
+  for (const std::string mode : {"linear", "circular"}) {
+    const int64_t seq = 2;
+    OnnxModel m(24);
+    m.input("past", {2, 1, 4, 3}).input("update", {2, 1, seq, 3});
+    m.typed_input("at", onnx::TensorProto::INT64, {2}).output("present");
+    m.node("TensorScatter", {"past", "update", "at"}, {"present"}).s("mode", mode);
+    Model net = import_onnx(m.save("tensor_scatter_" + mode + ".onnx"));
+    std::vector<float> past(24), update(12);
+    for (std::size_t i = 0; i < past.size(); ++i) past[i] = static_cast<float>(i);
+    for (std::size_t i = 0; i < update.size(); ++i) update[i] = -1.f - static_cast<float>(i);
+    const std::vector<int64_t> at = {1, mode == "circular" ? 3 : 2};
+    Blob at_blob = Blob::allocate(Shape{2}, DType::int64);
+    for (int i = 0; i < 2; ++i) at_blob.data_as<int64_t>()[i] = at[static_cast<std::size_t>(i)];
+    auto out = Session(net).run(std::vector<NamedBlob>{
+        {"past", make_input(Shape{2, 1, 4, 3}, past)}, {"update", make_input(Shape{2, 1, seq, 3}, update)}, {"at", at_blob}});
+    std::vector<float> want = past;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t d = 0; d < 3; ++d) {
+          const int64_t pos = (at[static_cast<std::size_t>(b)] + s) % 4;
+          want[static_cast<std::size_t>((b * 4 + pos) * 3 + d)] = update[static_cast<std::size_t>((b * seq + s) * 3 + d)];
+        }
+    INFO(mode);
+    REQUIRE(out[0].blob.shape() == Shape{2, 1, 4, 3});
+    CHECK(std::vector<float>(out[0].blob.data_as<float>(), out[0].blob.data_as<float>() + 24) == want);
+    if (mode == "linear") {
+      // Past the end in linear mode: an error naming the scatter, not a write elsewhere.
+      at_blob.data_as<int64_t>()[1] = 3;
+      CHECK_THROWS_AS(Session(net).run(std::vector<NamedBlob>{{"past", make_input(Shape{2, 1, 4, 3}, past)},
+                                                              {"update", make_input(Shape{2, 1, seq, 3}, update)},
+                                                              {"at", at_blob}}),
+                      Error);
+    }
+  }
+  // Constant write indices past the end: refused at import, naming the field.
+  OnnxModel bad(24);
+  bad.input("past", {1, 4, 3}).input("update", {1, 2, 3}).output("present");
+  bad.init_ints("at", {1}, {3});
+  bad.node("TensorScatter", {"past", "update", "at"}, {"present"});
+  CHECK_THROWS_WITH(import_onnx(bad.save("tensor_scatter_bad.onnx")), Catch::Contains("write_indices"));
+}
+
 TEST_CASE("Slice of a run-time tensor to nothing gives an empty tensor", "[onnx][slice]") {
   OnnxModel m(13);
   m.input("x", {4, 3}).output("y");

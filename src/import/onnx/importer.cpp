@@ -178,6 +178,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"ReduceProd", &Importer::reduce},
       {"LpPool", &Importer::lp_pool},
       {"MaxUnpool", &Importer::max_unpool},
+      {"TensorScatter", &Importer::tensor_scatter},
       {"SoftmaxCrossEntropyLoss", &Importer::softmax_cross_entropy},
       // Computed at import when their inputs are constants (index and mask arithmetic).
       {"Mod", &Importer::mod_op},
@@ -683,7 +684,7 @@ void Importer::convert(int i) {
   static const std::unordered_set<std::string> typed_by_data = {
       "Gather", "GatherElements", "GatherND", "Reshape", "Expand", "Tile", "Slice", "Squeeze", "Unsqueeze", "Pad",
       "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad", "RoiAlign",
-      "ScatterElements", "MaxUnpool"};
+      "ScatterElements", "MaxUnpool", "TensorScatter"};
   const int typed_inputs = typed_by_data.count(n.op()) ? std::min(1, n.num_inputs()) : n.num_inputs();
   for (int k = 0; k < typed_inputs; ++k)
     if (n.has_in(k) && !constant(n.in(k)))

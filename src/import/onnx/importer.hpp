@@ -513,6 +513,7 @@ class Importer {
   void shrink(const Node&);
   void lp_pool(const Node&);
   void max_unpool(const Node&);
+  void tensor_scatter(const Node&);
   /// Max or average pooling of a 5-D `x` into `y` with `n`'s window attributes.
   void pool_3d(const Node& n, const std::string& x, const std::string& y, bool is_max, int64_t count_include_pad);
   void scatter(const Node&);

@@ -564,6 +564,72 @@ void Importer::pad(const Node& n) {
   add_unary(n, "pad", input(n, 0), n.out(0), std::move(params));
 }
 
+// TensorScatter (a KV cache written in place): each batch row b of `update`
+// written into `past_cache` along `axis` from write_indices[b] (0 without
+// them), wrapping past the end in circular mode. A ScatterElements whose
+// indices are write_indices[b] + s along the axis: computed here where the
+// write indices are constants, else by an add (and a mod) at run time, where
+// the scatter checks each index.
+void Importer::tensor_scatter(const Node& n) {
+  const Shape ps = shape_of(n, n.in(0)), us = shape_of(n, n.in(1));
+  const int rank = ps.rank();
+  if (rank < 2 || us.rank() != rank)
+    throw n.error(fmt::format("past_cache {} and update {} need one rank of at least 2", ps.to_string(), us.to_string()), "update");
+  const int axis = normalized_axis(n, n.get_int("axis", -2), rank, "axis");
+  if (axis == 0) throw n.error("axis 0 is the batch", "axis");
+  for (int d = 0; d < rank; ++d)
+    if (d == axis ? us[d] > ps[d] : us[d] != ps[d])
+      throw n.error(fmt::format("update {} does not fit past_cache {} along axis {}", us.to_string(), ps.to_string(), axis), "update");
+  const std::string mode = n.get_string("mode", "linear");
+  if (mode != "linear" && mode != "circular") throw n.error(fmt::format("mode '{}' (linear or circular)", mode), "mode");
+  const bool circular = mode == "circular";
+  const int64_t max_seq = ps[axis], seq = us[axis], batch = us[0];
+  int64_t inner = 1;  // elements after the axis
+  for (int d = axis + 1; d < rank; ++d) inner *= us[d];
+  // Each element's position along the axis in `update`, and its batch row.
+  auto position = [&](int64_t e) { return (e / inner) % seq; };
+  auto row = [&](int64_t e) { return e / (us.numel() / batch); };
+  const Blob* wi = n.has_in(2) ? constant(n.in(2)) : nullptr;
+  if (n.has_in(2) && shape_of(n, n.in(2)) != Shape{batch})
+    throw n.error(fmt::format("write_indices {} are not one per batch row ({})", shape_of(n, n.in(2)).to_string(), batch),
+                  "write_indices");
+  std::string indices;
+  if (!n.has_in(2) || wi) {
+    const std::vector<int64_t> start = wi ? to_ints(*wi) : std::vector<int64_t>(static_cast<std::size_t>(batch), 0);
+    std::vector<float> idx(static_cast<std::size_t>(us.numel()));
+    for (int64_t e = 0; e < us.numel(); ++e) {
+      const int64_t b = row(e), at = start[static_cast<std::size_t>(b)] + position(e);
+      if (start[static_cast<std::size_t>(b)] < 0 || (!circular && at >= max_seq))
+        throw n.error(fmt::format("row {} writes {} values from {} into {}", b, seq, start[static_cast<std::size_t>(b)], max_seq),
+                      "write_indices");
+      idx[static_cast<std::size_t>(e)] = static_cast<float>(circular ? at % max_seq : at);
+    }
+    indices = as_blob(n, add_constant(n.out(0) + "/indices", float_blob(us, idx)));
+  } else {
+    std::vector<float> pos(static_cast<std::size_t>(us.numel()));
+    for (int64_t e = 0; e < us.numel(); ++e) pos[static_cast<std::size_t>(e)] = static_cast<float>(position(e));
+    Shape row_shape(std::vector<int64_t>(static_cast<std::size_t>(rank), 1));
+    row_shape[0] = batch;
+    const std::string starts = fresh_blob(n.out(0) + "/starts");
+    reshape_to(n, input(n, 2), row_shape, starts);
+    indices = fresh_blob(n.out(0) + "/indices");
+    add(make("add", n.name + "/indices", {starts, as_blob(n, add_constant(n.out(0) + "/positions", float_blob(us, pos)))},
+             {indices}));
+    if (circular) {
+      const std::string wrapped = fresh_blob(n.out(0) + "/wrapped");
+      Layer m = make("divmod", n.name + "/wrap", {indices, scalar_constant(n, n.out(0) + "/length", static_cast<double>(max_seq))},
+                     {wrapped});
+      m.params["op"] = std::string("mod");
+      add(std::move(m));
+      indices = wrapped;
+    }
+  }
+  Layer l = make("scatter_elements", n.name, {input(n, 0), indices, input(n, 1)}, {n.out(0)});
+  l.params["axis"] = int64_t{axis};
+  l.params["reduction"] = std::string("none");
+  add(std::move(l));
+}
+
 void Importer::expand(const Node& n) {
   const auto dims = constant_ints(n, 1, "shape");
   if (dims.size() > static_cast<std::size_t>(Shape::max_rank)) throw n.error("too many dims", "shape");
