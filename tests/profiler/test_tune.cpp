@@ -14,6 +14,8 @@
 #include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <cstdlib>
 #include <fmt/format.h>
 
 #include <sys/stat.h>
@@ -208,6 +210,13 @@ TEST_CASE("cached times are read scaled by the drift the spot checks measure", "
   // Where other processes (CTest's other tests) slowed either tuning, the
   // times measured moved by as much as the lie: nothing to tell.
   if (cold.others_cpus < 0 || cold.others_cpus >= 0.5 || warm.others_cpus >= 0.5) return;
+  // Under an emulator (qemu, scripts/arm64.sh) code runs slower until it is
+  // translated: times move by more than the 4x that marks another machine's
+  // cache (the full suite's arm64 stage once read every record as one).
+  if (std::getenv("SOFTNEURO_EMULATED")) {
+    WARN("emulated CPU: the drift's size is not checked");
+    return;
+  }
   CHECK(warm.cache_drift < 0.8);
   CHECK(warm.cache_drift > 0.25);
   CHECK_THAT(warm.to_text(), Catch::Contains("cached times read scaled by"));
