@@ -233,8 +233,10 @@ class PlanBuilder {
   /// model; nullptr where it holds none.
   std::shared_ptr<const Layer> float_weights_of(const Layer& layer) const;
   bool allowed(const Schema& s) const;
-  /// The steps that run as one (Step::fuses_previous, Step::gate), once every step is placed.
-  void choose_fusion();
+  /// The steps that run as one, once every step is placed: a step and the one
+  /// before it (Step::fuses_previous), then int8 gates (Step::gate).
+  void fuse_pairs();
+  void fuse_gates();
   /// The schema of a net input or output of dtype `d`: the I/O schema, typed.
   Schema edge_schema(DType d) const { return Schema{io_schema_.device, d, io_schema_.layout}; }
 
@@ -747,10 +749,11 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
   for (const auto& in : graph.inputs) plan_.net_inputs.push_back(blob_index.at(in.name));
   const int end = static_cast<int>(steps_.size());
   for (int s : plan_.net_outputs) slots_[static_cast<std::size_t>(s)].last = end;
-  choose_fusion();
+  fuse_pairs();
+  fuse_gates();
 }
 
-void PlanBuilder::choose_fusion() {
+void PlanBuilder::fuse_pairs() {
   // A step and the one after it, which reads nothing but its one output and is
   // that blob's only reader, as one prepared routine (oneDNN's 1x1 + depthwise
   // pair, a first convolution reading the plain image its adapt would copy).
@@ -779,7 +782,9 @@ void PlanBuilder::choose_fusion() {
     a.fused_into = b.name;
     absorbed[t + 1] = true;
   }
+}
 
+void PlanBuilder::fuse_gates() {
   // A binary step one of whose inputs is the other through one-input int8
   // table steps that nothing else reads: one table (YOLOv8's int8 SiLU).
   std::vector<int> readers(slots_.size(), 0), producer(slots_.size(), -1);

@@ -313,9 +313,12 @@ void Importer::max_unpool(const Node& n) {
       grows = grows || grow[static_cast<std::size_t>(xs.rank() + d)] > 0;
     }
   }
-  const int64_t total = out.numel();
-  if (total > (int64_t{1} << 31)) throw n.error(fmt::format("the output {} is too large", out.to_string()), "output_shape");
-  const std::string zeros = as_blob(n, add_constant(n.out(0) + "/zeros", float_blob(Shape{total}, std::vector<float>(static_cast<std::size_t>(total), 0.f))));
+  try {
+    check_folded_growth(out, DType::float32, 0);  // the zeros are a constant of the model
+  } catch (const Error& e) {
+    throw n.error(e.message(), "output_shape");
+  }
+  const std::string zeros = as_blob(n, add_constant(n.out(0) + "/zeros", Blob::allocate(Shape{out.numel()})));
   const std::string flat_x = fresh_blob(n.out(0) + "/values"), flat_i = fresh_blob(n.out(0) + "/indices");
   reshape_to(n, input(n, 0), Shape{xs.numel()}, flat_x);
   reshape_to(n, n.in(1), Shape{xs.numel()}, flat_i);

@@ -61,7 +61,7 @@ class PreparedEigen final : public PreparedRoutine {
     w_ = w;
     if (const Blob* b = layer.find_weight("bias")) bias_ = *b;
     act_ = core::fused_activation(layer, true);  // apply_activation applies act_scale/act_shift too
-    slots_ = cpu::workspace_slots(info);
+    slots_ = team_threads(info);
     // Tasks: column blocks first (every thread a share of the weights), rows when there are many.
     cb_ = std::max<int64_t>(1, std::min<int64_t>(slots_, (o_ + 15) / 16));
     rb_ = std::max<int64_t>(1, std::min<int64_t>(r_ / 16, slots_ / cb_));
@@ -168,7 +168,7 @@ class PreparedEigenRnn final : public PreparedRoutine {
           if (candidate) rbh_[static_cast<std::size_t>(d * H_ + k - 2 * H_)] = rb;
         }
     }
-    slots_ = cpu::workspace_slots(info);
+    slots_ = team_threads(info);
     rows_ = g_.seq * g_.batch;
     unit_blocks_ = std::max<int64_t>(1, std::min<int64_t>(slots_, (H_ + 15) / 16));
     units_ = (H_ + unit_blocks_ - 1) / unit_blocks_;

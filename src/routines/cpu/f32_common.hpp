@@ -147,10 +147,6 @@ inline Support check_activation(const Layer& l) {
   return Support::yes();
 }
 
-/// Threads a prepared routine sizes its per-thread workspace for (the team the
-/// plan gives it, LayerInfo::threads; run() uses at most that many slots).
-inline int workspace_slots(const LayerInfo& info) { return team_threads(info); }
-
 /// Runs task(t, slot) for t in [0, tasks) on the pool with at most `slots`
 /// concurrent slots: slot s takes tasks s, s+used, s+2*used, ... (static round robin).
 template <class F>

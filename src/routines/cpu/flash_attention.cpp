@@ -39,7 +39,7 @@ class Prepared final : public PreparedRoutine {
     mb_ = std::max<int64_t>(1, std::min(kQueryBlock, g_.sq));
     // Key blocks start at multiples of the kernel's NR: a block is then a packed B of its own.
     nb_ = gemm::round_up(std::max<int64_t>(k_->nr, std::min(key_block, g_.sk)), k_->nr);
-    slots_ = cpu::workspace_slots(info);
+    slots_ = team_threads(info);
     auto r16 = [](int64_t f) { return gemm::round_up(f, 16); };
     pk_ = r16(gemm::packed_b_size(*k_, g_.d, g_.sk));
     pq_ = r16(gemm::packed_a_size(*k_, mb_, g_.d));

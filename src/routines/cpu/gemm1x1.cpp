@@ -49,7 +49,7 @@ class PreparedNhwc final : public PreparedRoutine {
     });
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);
-    slots_ = cpu::workspace_slots(info);
+    slots_ = team_threads(info);
     slot_floats_ = gemm::round_up(gemm::packed_a_size(*k_, mb_, cg_), 16);
   }
   std::size_t workspace_bytes() const override { return sizeof(float) * slot_floats_ * slots_; }

@@ -35,7 +35,7 @@ class Prepared final : public PreparedRoutine {
         v_(cpu::vec::best_kernels()) {
     mb_ = std::max<int64_t>(1, std::min(m_block, g_.sq));
     kc_d_ = std::max<int64_t>(1, std::min<int64_t>(g_.d, gemm::default_kc(*k_)));
-    slots_ = cpu::workspace_slots(info);
+    slots_ = team_threads(info);
     auto r16 = [](int64_t f) { return gemm::round_up(f, 16); };
     pk_ = r16(gemm::packed_b_size(*k_, g_.d, g_.sk));
     pq_ = r16(gemm::packed_a_size(*k_, mb_, g_.d));

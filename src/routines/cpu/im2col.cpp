@@ -117,7 +117,7 @@ class PreparedNchw final : public PreparedRoutine {
     pa_size_ = pa_size;
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);
-    slots_ = cpu::workspace_slots(info);
+    slots_ = team_threads(info);
     slot_floats_ = gemm::round_up(kk_ * pb_, 16);
   }
   std::size_t workspace_bytes() const override { return sizeof(float) * slot_floats_ * slots_; }

@@ -168,7 +168,6 @@ void run_tasks(ThreadPool* pool, int64_t slots, int64_t tasks, F&& fn) {
   });
 }
 
-int64_t thread_slots(const LayerInfo& info) { return team_threads(info); }
 
 /// [n][c][s] <-> [n][s][c] for int8, in tiles of 64 positions.
 void transpose_to_nhwc(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t s, ThreadPool* pool) {
@@ -304,7 +303,7 @@ class GemmConv final : public PreparedRoutine {
     if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
     // Enough tasks for the threads to balance (taken dynamically): smaller pixel
     // blocks first (no work is repeated), then output-channel chunks (each repeats the im2col).
-    slots_ = thread_slots(info);
+    slots_ = team_threads(info);
     const int64_t want = slots_ == 1 ? 1 : 4 * slots_, outer = g.n * g.group;
     int64_t pb = ceil_div(P, mb);
     if (outer * pb < want) pb = std::max(pb, std::min(ceil_div(P, 16), ceil_div(want, outer)));
@@ -792,7 +791,7 @@ class PoolRoutine final : public Routine {
     const Layer& l = *info.layer;
     return std::make_unique<Pool>(core::pool2_window(l, info.input_shapes[0]), l.get_string("mode") == "max",
                                   l.get_int("count_include_pad", 0) != 0, in_q(info, 0), out_q(info), s == kNhwc,
-                                  thread_slots(info));
+                                  team_threads(info));
   }
 };
 

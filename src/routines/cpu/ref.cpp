@@ -2077,7 +2077,7 @@ struct Attention final : RefPrepared {
   core::AttentionGeometry g;
   int slots = 1;
   explicit Attention(const LayerInfo& info)
-      : g(core::attention_geometry(*info.layer, info.input_shapes)), slots(cpu::workspace_slots(info)) {}
+      : g(core::attention_geometry(*info.layer, info.input_shapes)), slots(team_threads(info)) {}
   std::size_t workspace_bytes() const override { return sizeof(double) * static_cast<std::size_t>(g.sk * slots); }
   void run(const RunArgs& a) override {
     const float* q = a.inputs[0]->data_as<float>();
