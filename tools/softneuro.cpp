@@ -55,7 +55,8 @@ commands:
                             measure routines on this device, pick the fastest routine path (DPRS)
       --schemas A,B,...     schemas to consider, or globs over device:dtype:layout
                             (default: every float32 CPU schema, i.e. cpu:float32:*, and cpu:qint8:* too for a
-                            model its author quantised (ONNX QDQ); hybrid: cpu:float32:*,cpu:qint8:*)
+                            model its author quantised (ONNX QDQ); hybrid: cpu:float32:*,cpu:qint8:*, which also
+                            allows float32 dense layers with int8 products, cpu/dynamic_int8)
       --cache DIR           profile cache folder ('-': none; default $SOFTNEURO_CACHE_DIR or ~/.cache/softneuro)
       --candidates K        candidates per layer and schema kept for integrated profiling (default 2)
       --unit-budget-ms X    measuring time per candidate (default 15)

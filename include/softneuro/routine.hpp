@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 11;  // 11: fusion is decided when planning (fuses_previous, int8_table, gates_by_table)
+inline constexpr uint32_t abi_version = 12;  // 12: Routine::precision (a float32 routine computing in int8)
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -265,6 +265,12 @@ class Routine {
   virtual std::string_view algorithm() const = 0;
   /// Schemas this routine computes in; each gives one descriptor.
   virtual std::vector<Schema> schemas() const { return {Schema{}}; }
+  /// The dtype this routine computes at in `schema`: the schema's own, or a
+  /// lower one where it quantises inside (cpu/dynamic_int8 reads and writes
+  /// float32 and multiplies int8). Such a routine is reduced precision like a
+  /// qint8 schema: never an untuned default, a tuning candidate only where a
+  /// schema of that dtype is allowed, and held to the accuracy budget.
+  virtual DType precision(const Schema& schema) const { return schema.dtype; }
   /// Whether the routine can compute this layer in this schema, with the reason when not.
   virtual Support supports(const LayerInfo& layer, const Schema& schema) const = 0;
   /// Tunable parameters for this layer; empty when there is nothing to tune.

@@ -74,9 +74,12 @@ bool makes_nan(const Layer& layer, const Blob* constant_second) {
 
 bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8) {
   return std::any_of(path.routines.begin(), path.routines.end(), [&](const RoutineChoice& r) {
-    const DType d = Schema::parse(r.descriptor.substr(0, r.descriptor.find('/'))).dtype;
+    const DType d = RoutineRegistry::instance().precision(r.descriptor);
     const bool reduced = d == DType::qint8 || d == DType::float16 || d == DType::bfloat16;
-    return reduced && !(d == DType::qint8 && model_int8.count(r.layer));
+    // A model's own int8 layers compute the model in a qint8 schema; a float32
+    // routine quantising inside does not.
+    const bool schema_int8 = Schema::parse(r.descriptor.substr(0, r.descriptor.find('/'))).dtype == DType::qint8;
+    return reduced && !(schema_int8 && model_int8.count(r.layer));
   });
 }
 

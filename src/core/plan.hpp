@@ -169,7 +169,8 @@ std::set<std::string> layers_nan_may_reach(const Graph& graph);
 /// as its author asked.
 std::set<std::string> layers_quantised_by_model(const Graph& graph);
 /// Whether `path` computes any layer below float32 (qint8, float16, bfloat16;
-/// a routine's dtype is its descriptor's schema's), but for the layers of
+/// a routine's dtype is the one its descriptor computes at,
+/// RoutineRegistry::precision), but for the layers of
 /// `model_int8` in qint8: with the model's own scales they compute the model.
 bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8);
 

@@ -178,6 +178,16 @@ const Routine* RoutineRegistry::find(std::string_view layer_type, std::string_vi
   return nullptr;
 }
 
+DType RoutineRegistry::precision(std::string_view descriptor) const {
+  {
+    std::lock_guard lock(mutex_);
+    for (const Entry& e : entries_)
+      for (const auto& [s, d] : e.schemas)
+        if (d == descriptor && e.routine->precision(s) != s.dtype) return e.routine->precision(s);
+  }
+  return Schema::parse(descriptor.substr(0, descriptor.find('/'))).dtype;
+}
+
 std::pair<int, int> RoutineRegistry::default_rank(std::string_view layer_type, std::string_view descriptor) const {
   std::lock_guard lock(mutex_);
   auto order = default_order_.find(layer_type);
@@ -239,7 +249,7 @@ Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& 
   const Candidate* best = nullptr;
   std::pair<int, int> best_rank;
   for (const auto& c : all) {
-    if (!c.support.ok) continue;
+    if (!c.support.ok || c.precision() != c.schema.dtype) continue;  // reduced precision only where tuned so
     const auto rank = default_rank(layer.layer->type, c.descriptor);
     if (!best || rank < best_rank) {
       best = &c;
@@ -274,7 +284,9 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
   for (std::size_t k : of_type(layer.layer->type))
     for (const auto& [s, d] : entries_[k].schemas) {
       const auto [tier, position] = ranks[r++];
-      if (s.dtype != dtype || s.device != Device::cpu || (allowed && !allowed(s))) continue;
+      if (s.dtype != dtype || s.device != Device::cpu || (allowed && !allowed(s)) ||
+          entries_[k].routine->precision(s) != s.dtype)
+        continue;
       order.push_back({&entries_[k], &s, &d, {tier, !(s == preferred), position}});
     }
   std::stable_sort(order.begin(), order.end(), [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });

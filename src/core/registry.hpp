@@ -21,6 +21,9 @@ struct Candidate {
   Schema schema;
   std::string descriptor;
   Support support;
+  /// The dtype it computes at (Routine::precision): below the schema's for a
+  /// routine that quantises inside.
+  DType precision() const { return routine ? routine->precision(schema) : schema.dtype; }
 };
 
 class RoutineRegistry {
@@ -49,6 +52,11 @@ class RoutineRegistry {
 
   /// The routine registered for (layer type, descriptor), or nullptr; sets *schema.
   const Routine* find(std::string_view layer_type, std::string_view descriptor, Schema* schema) const;
+  /// The dtype a descriptor computes at, for paths that name descriptors only
+  /// (a .dnn's): below its schema's where a routine registered under it
+  /// quantises inside (Routine::precision); its schema's dtype otherwise, and
+  /// for a descriptor no routine here has.
+  DType precision(std::string_view descriptor) const;
 
   /// The untuned default in `schema`: the supported routine first in the layer
   /// type's default order (set_default_order). Throws Error listing every

@@ -173,7 +173,7 @@ struct Tuner {
   std::vector<std::pair<std::string, profiler::PlannedPath>> single_dtype_paths(const std::vector<LayerProfile>& profiles) {
     std::set<DType> dtypes;
     for (const auto& p : profiles)
-      for (const auto& m : p.measured) dtypes.insert(m.cand.schema.dtype);
+      for (const auto& m : p.measured) dtypes.insert(m.cand.precision());
     std::vector<std::pair<std::string, profiler::PlannedPath>> out;
     if (dtypes.size() < 2) return out;
     for (DType d : dtypes) {
@@ -183,10 +183,10 @@ struct Tuner {
       for (auto& p : restricted) {
         std::vector<Measured> keep;
         for (const auto& m : p.measured)
-          if (m.cand.schema.dtype == d) keep.push_back(m);
+          if (m.cand.precision() == d) keep.push_back(m);
         if (keep.empty())
           for (const auto& m : p.measured)
-            if (m.cand.schema.device == Device::cpu && m.cand.schema.dtype == DType::float32) keep.push_back(m);
+            if (m.cand.schema.device == Device::cpu && m.cand.precision() == DType::float32) keep.push_back(m);
         if (keep.empty() && possible) missing = p.layer->name;
         possible = possible && !keep.empty();
         p.measured = std::move(keep);
@@ -530,10 +530,10 @@ struct Tuner {
     std::vector<std::map<DType, double>> error(profiles.size());
     for (std::size_t i = 0; i < profiles.size(); ++i) {
       std::map<DType, const Measured*> reduced;  // the pick where it is in that dtype, else the first measured
-      if (planned.picks[i] && profiler::below_float32(planned.picks[i]->cand.schema.dtype))
-        reduced[planned.picks[i]->cand.schema.dtype] = planned.picks[i];
+      if (planned.picks[i] && profiler::below_float32(planned.picks[i]->cand.precision()))
+        reduced[planned.picks[i]->cand.precision()] = planned.picks[i];
       for (const auto& m : profiles[i].measured)
-        if (profiler::below_float32(m.cand.schema.dtype)) reduced.emplace(m.cand.schema.dtype, &m);
+        if (profiler::below_float32(m.cand.precision())) reduced.emplace(m.cand.precision(), &m);
       for (const auto& [dtype, q] : reduced) {
         progress("accuracy budget", static_cast<int>(i), static_cast<int>(profiles.size()), profiles[i].layer->name);
         core::RoutinePath alone;
@@ -546,10 +546,15 @@ struct Tuner {
     profiler::Plan plan = profiler::build_plan(net, profiles, prof, true, step_ms);
     std::vector<std::vector<double>> node_error(plan.graph.node_cost.size(),
                                                 std::vector<double>(static_cast<std::size_t>(plan.graph.num_schemas), 0));
+    // A node's error in a schema is that of the candidate DPRS prices it by
+    // there, whose precision may be below the schema's (cpu/dynamic_int8).
     for (std::size_t i = 0; i < profiles.size(); ++i)
-      for (std::size_t s = 0; s < plan.schemas.size(); ++s)
-        if (auto e = error[i].find(plan.schemas[s].dtype); e != error[i].end())
+      for (std::size_t s = 0; s < plan.schemas.size(); ++s) {
+        const Measured* m = profiles[i].best_in(plan.schemas[s], true);
+        if (!m) continue;
+        if (auto e = error[i].find(m->cand.precision()); e != error[i].end())
           node_error[static_cast<std::size_t>(plan.node_of[i])][s] = e->second;
+      }
     int checks = 0;
     dprs::Solution sol = dprs::solve_under_budget(plan.graph, node_error, [&](const dprs::Solution& candidate) {
       progress("accuracy budget", ++checks, 10, "validating a path");

@@ -134,10 +134,22 @@ bool Rules::schema_allowed(const Schema& s) const {
   return std::any_of(schemas.begin(), schemas.end(), [&](const std::string& p) { return s.matches(p); });
 }
 
+bool Rules::candidate_allowed(const core::Candidate& c) const {
+  if (!schema_allowed(c.schema)) return false;
+  const DType p = c.precision();
+  if (p == c.schema.dtype) return true;
+  for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
+    if (schema_allowed(Schema{c.schema.device, p, l})) return true;
+  return false;
+}
+
 bool Rules::refuses_reduced(const std::string& layer, const std::string& descriptor) const {
   if (!reduced_only_for) return false;
-  const DType d = Schema::parse(descriptor.substr(0, descriptor.find('/'))).dtype;
-  return below_float32(d) && !(d == DType::qint8 && reduced_only_for->count(layer));
+  const DType d = core::RoutineRegistry::instance().precision(descriptor);
+  const bool schema_int8 = Schema::parse(descriptor.substr(0, descriptor.find('/'))).dtype == DType::qint8;
+  // A quantised model's own int8 layers keep their int8 schema; quantising
+  // float32 inside a routine is this tuning's choice, not the model's.
+  return below_float32(d) && !(schema_int8 && reduced_only_for->count(layer));
 }
 
 bool Rules::allows(const std::string& layer, const std::string& descriptor) const {
@@ -592,7 +604,8 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
     for (std::size_t o = 0; o < child.outputs.size(); ++o) shape[child.outputs[o]] = ci.output_shapes[o];
     std::vector<Candidate> cands;
     for (auto& c : registry.candidates(ci))
-      if (c.support.ok && (rules_.schema_allowed(c.schema) || c.schema == cn->schemas[k]) && rules_.allows(child.name, c.descriptor))
+      if (c.support.ok && (rules_.candidate_allowed(c) || (c.schema == cn->schemas[k] && c.precision() == c.schema.dtype)) &&
+          rules_.allows(child.name, c.descriptor))
         cands.push_back(std::move(c));
     options[k] = measure_candidates(ci, cands, depth + 1);
     spot_check_grouped(ci, options[k]);  // the childnet's cost is its children's
@@ -709,7 +722,7 @@ std::vector<LayerProfile> Profiler::unit_profile() {
         core::debug("{}: {} is not a candidate: {}", layer.name, c.descriptor, c.support.reason);
         continue;
       }
-      if (!rules_.schema_allowed(c.schema)) continue;
+      if (!rules_.candidate_allowed(c)) continue;
       if (rules_.allows(layer.name, c.descriptor)) cands.push_back(std::move(c));
       else refused_reduced = refused_reduced || rules_.refuses_reduced(layer.name, c.descriptor);
     }
@@ -717,7 +730,7 @@ std::vector<LayerProfile> Profiler::unit_profile() {
       // The user's schemas leave this layer nothing (e.g. qint8-only and no qint8
       // routine for its type): it falls back to float32 on the CPU rather than failing.
       for (auto& c : registry.candidates(p.info))
-        if (c.support.ok && c.schema.device == Device::cpu && c.schema.dtype == DType::float32 &&
+        if (c.support.ok && c.schema.device == Device::cpu && c.precision() == DType::float32 &&
             rules_.allows(layer.name, c.descriptor))
           cands.push_back(std::move(c));
       if (!cands.empty() && !refused_reduced)  // (refused for want of samples: tune() says so once)

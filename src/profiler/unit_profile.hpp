@@ -38,6 +38,10 @@ struct Rules {
   /// own int8 layers): a tuning without real samples to check accuracy on.
   std::optional<std::set<std::string>> reduced_only_for;
   bool schema_allowed(const Schema& s) const;
+  /// Whether a candidate's schema is allowed and, for one computing below its
+  /// schema's dtype (Routine::precision), some schema of that dtype on its
+  /// device is too: a float32 routine multiplying int8 needs qint8 allowed.
+  bool candidate_allowed(const core::Candidate& c) const;
   /// Whether reduced_only_for refuses `layer` the routine `descriptor`.
   bool refuses_reduced(const std::string& layer, const std::string& descriptor) const;
   /// Whether `layer` may use `descriptor` (the reduced-precision rule, bans, then pins).

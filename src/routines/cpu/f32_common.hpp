@@ -147,6 +147,24 @@ inline Support check_activation(const Layer& l) {
   return Support::yes();
 }
 
+/// Support::no unless `info` is a dense layer of one input [..., K > 0] and a
+/// weight [O, K], whose fused activation (and affine after it) apply_activation
+/// computes: the routines that run dense through it (cpu/gemv, cpu/dynamic_int8).
+inline Support check_dense(const LayerInfo& info, std::string_view who) {
+  if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() < 1)
+    return Support::no("dense needs an input [..., K]");
+  const Shape& in = info.input_shapes[0];
+  const int64_t k = in[in.rank() - 1];
+  const Shape& w = info.layer->weight("weight").shape();
+  if (k == 0 || w.rank() != 2 || w[1] != k) return Support::no(fmt::format("{} needs weights [O, K] of the input's K > 0", who));
+  try {
+    core::fused_activation(*info.layer, true);
+  } catch (const Error& e) {
+    return Support::no(e.message());
+  }
+  return Support::yes();
+}
+
 /// Runs task(t, slot) for t in [0, tasks) on the pool with at most `slots`
 /// concurrent slots: slot s takes tasks s, s+used, s+2*used, ... (static round robin).
 template <class F>

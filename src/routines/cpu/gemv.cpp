@@ -66,20 +66,12 @@ class Gemv final : public Routine {
   Support supports(const LayerInfo& info, const Schema& schema) const override {
     if (!(schema == Schema{})) return Support::no("cpu/gemv computes in cpu (plain float32)");
     if (!cpu::vec::best_kernels()) return Support::no("cpu/gemv needs AVX2+FMA, AVX-512 or Advanced SIMD");
-    if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() < 1)
-      return Support::no("dense needs an input [..., K]");
+    if (!info.layer || info.layer->inputs.size() != 1) return Support::no("dense needs one input");
     if (Support s = routines::float_weights(*info.layer, {"weight", "bias"}, "cpu/gemv"); !s) return s;
+    if (Support s = cpu::check_dense(info, "cpu/gemv"); !s) return s;
     const Shape& in = info.input_shapes[0];
-    const int64_t k = in[in.rank() - 1];
-    if (k == 0 || info.layer->weight("weight").shape().rank() != 2 || info.layer->weight("weight").shape()[1] != k)
-      return Support::no("cpu/gemv needs weights [O, K] of the input's K > 0");
-    if (in.numel() / k > kMaxRows)
+    if (in.numel() / in[in.rank() - 1] > kMaxRows)
       return Support::no(fmt::format("cpu/gemv takes at most {} rows (a GEMM reuses the weights beyond)", kMaxRows));
-    try {
-      core::fused_activation(*info.layer, true);
-    } catch (const Error& e) {
-      return Support::no(e.message());
-    }
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {

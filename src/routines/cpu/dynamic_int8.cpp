@@ -1,0 +1,190 @@
+// cpu/dynamic_int8 — a dense layer in float32 that multiplies in int8: each
+// activation row quantised when the layer runs (its own scale, nine bits),
+// the weights once per output channel (int8, packed in blocks of 16 channels),
+// products summed exactly in int32 and scaled back to float32 (kernels:
+// dynamic_int8_kernels.hpp). What a transformer's dense layers need where
+// static int8 fails them (activations whose range moves with every input),
+// and a decode step's dense layers, which stream their weights: a quarter of
+// float32's bytes. Reduced precision (Routine::precision: qint8): a candidate
+// only where the tuning allows qint8, held to the accuracy budget, never an
+// untuned default.
+#include "core/cpu_features.hpp"
+#include "core/layer_types.hpp"
+#include "core/prepared_weights.hpp"
+#include "core/weight_quant.hpp"
+#include "routines/cpu/dynamic_int8_kernels.hpp"
+#include "routines/cpu/f32_common.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace softneuro {
+
+bool dynamic_int8::avx2_usable() { return core::cpu_features().avx2_fma(); }
+
+namespace {
+
+using dynamic_int8::kBlockN;
+using dynamic_int8::kTileM;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The weights as the kernel reads them: blocks of 16 output channels, each
+/// [k2][16][2] int8; per channel its scale and bias (zeros past the last).
+struct Packed {
+  Blob w;                    ///< blocks * k2 * 32 bytes, 64-byte aligned
+  std::vector<float> scale;  ///< blocks * 16
+  std::vector<float> bias;   ///< blocks * 16
+};
+
+class Prepared final : public PreparedRoutine {
+ public:
+  explicit Prepared(const LayerInfo& info) {
+    const Layer& layer = *info.layer;
+    const Shape& in = info.input_shapes[0];
+    k_ = in[in.rank() - 1];
+    m_ = k_ ? in.numel() / k_ : 0;
+    const Blob& w = layer.weight("weight");
+    n_ = w.shape()[0];
+    k2_ = (k_ + 1) / 2;
+    blocks_ = ceil_div(n_, kBlockN);
+    act_ = core::fused_activation(layer, true);
+    const Blob* bias = layer.find_weight("bias");
+    const auto packed_bytes = static_cast<std::size_t>(blocks_ * k2_ * 32), lanes = static_cast<std::size_t>(blocks_ * kBlockN);
+    check_prepare_bytes(info, packed_bytes + 2 * lanes * sizeof(float), "its int8 weights");
+    auto save = [](const Packed& p) {
+      return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(p.w.data()), p.w.byte_size()),
+                                core::array_bytes(p.scale.data(), p.scale.size()),
+                                core::array_bytes(p.bias.data(), p.bias.size())});
+    };
+    auto load = [&](const Blob& bytes) -> std::optional<Packed> {
+      auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float)});
+      if (!a) return std::nullopt;
+      Packed p;
+      p.w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
+      p.scale.resize(lanes);
+      p.bias.resize(lanes);
+      std::memcpy(p.scale.data(), (*a)[1], lanes * sizeof(float));
+      std::memcpy(p.bias.data(), (*a)[2], lanes * sizeof(float));
+      return p;
+    };
+    packed_ = core::prepared_weights<Packed>(info, "dynamic_int8", [&] {
+      const core::ChannelQuantized q = core::channel_int8(w, 127);
+      Packed p;
+      p.w = Blob::allocate(Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);  // zero-filled
+      p.scale.assign(lanes, 0.0f);
+      p.bias.assign(lanes, 0.0f);
+      const Blob b = bias ? core::float_weight(*bias) : Blob();
+      auto* dst = static_cast<int8_t*>(p.w.data());
+      for (int64_t o = 0; o < n_; ++o) {
+        const int64_t blk = o / kBlockN, lane = o % kBlockN;
+        p.scale[static_cast<std::size_t>(o)] = q.scale[static_cast<std::size_t>(o)];
+        if (bias) p.bias[static_cast<std::size_t>(o)] = b.data_as<float>()[o];
+        const int8_t* src = q.q.data() + o * k_;
+        int8_t* block = dst + blk * k2_ * 32;
+        for (int64_t kk = 0; kk < k_; ++kk) block[(kk / 2) * 32 + lane * 2 + (kk & 1)] = src[kk];
+      }
+      return p;
+    }, save, load);
+    ldu_ = 2 * k2_;
+  }
+
+  std::size_t workspace_bytes() const override {
+    return static_cast<std::size_t>(m_ * ldu_) * sizeof(int16_t) + static_cast<std::size_t>(m_) * sizeof(float) + 64;
+  }
+
+  void run(const RunArgs& args) override {
+    if (m_ == 0 || n_ == 0) return;
+    const float* x = args.inputs[0]->data_as<float>();
+    float* y = args.outputs[0]->data_as<float>();
+    auto* u = static_cast<int16_t*>(args.workspace);
+    auto* xs = reinterpret_cast<float*>(u + m_ * ldu_);
+    // Rows in chunks of whole tiles, one quantisation each.
+    const int64_t tiles = ceil_div(m_, kTileM);
+    std::atomic<bool> finite{true};
+    args.pool->parallel_for(tiles, 1, [&](int64_t t0, int64_t t1) {
+      const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
+      if (!dynamic_int8::quantize_rows(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, xs + r0))
+        finite.store(false, std::memory_order_relaxed);
+    });
+    if (!finite.load()) return run_float(x, y);  // NaN or infinity: float32 keeps them as ONNX does
+    const Packed& p = *packed_;
+    const auto* w = static_cast<const int8_t*>(p.w.data());
+    // Column blocks over the threads; each streams its block's weights once
+    // and keeps them in cache over every row tile.
+    args.pool->parallel_for(blocks_, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int nvalid = static_cast<int>(std::min<int64_t>(kBlockN, n_ - blk * kBlockN));
+        const float* ws = p.scale.data() + blk * kBlockN;
+        const float* bias = p.bias.data() + blk * kBlockN;
+        for (int64_t r = 0; r < m_; r += kTileM) {
+          const int mr = static_cast<int>(std::min<int64_t>(kTileM, m_ - r));
+          dynamic_int8::gemm_tile(mr, u + r * ldu_, ldu_, w + blk * k2_ * 32, k2_, xs + r, ws, bias,
+                                  y + r * n_ + blk * kBlockN, n_, nvalid);
+        }
+        if (act_.kind == core::Activation::none && !act_.affine()) continue;
+        for (int64_t r = 0; r < m_; ++r)
+          for (int j = 0; j < nvalid; ++j) {
+            float& v = y[r * n_ + blk * kBlockN + j];
+            v = core::apply_activation(act_, v);
+          }
+      }
+    });
+  }
+
+ private:
+  /// The layer in float32 with the dequantised weights: for an input holding
+  /// NaN or infinity, whose rows have no scale to quantise by.
+  void run_float(const float* x, float* y) const {
+    const Packed& p = *packed_;
+    const auto* w = static_cast<const int8_t*>(p.w.data());
+    for (int64_t r = 0; r < m_; ++r)
+      for (int64_t o = 0; o < n_; ++o) {
+        const int8_t* block = w + (o / kBlockN) * k2_ * 32;
+        const int64_t lane = o % kBlockN;
+        float acc = 0;
+        for (int64_t kk = 0; kk < k_; ++kk) acc += x[r * k_ + kk] * static_cast<float>(block[(kk / 2) * 32 + lane * 2 + (kk & 1)]);
+        const auto c = static_cast<std::size_t>(o);
+        y[r * n_ + o] = core::apply_activation(act_, acc * p.scale[c] + p.bias[c]);
+      }
+  }
+
+  int64_t k_ = 0, m_ = 0, n_ = 0, k2_ = 0, blocks_ = 0, ldu_ = 0;
+  core::Activation act_;
+  std::shared_ptr<const Packed> packed_;
+};
+
+class DynamicInt8 final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "dense"; }
+  std::string_view algorithm() const override { return "dynamic_int8"; }
+  DType precision(const Schema&) const override { return DType::qint8; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == Schema{})) return Support::no("cpu/dynamic_int8 computes in cpu (plain float32 in and out)");
+    if (!dynamic_int8::avx2_usable()) return Support::no("cpu/dynamic_int8 needs AVX2 and FMA");
+    if (!info.layer || info.layer->inputs.size() != 1) return Support::no("dense needs one input");
+    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = routines::float_weights(*info.layer, {"bias"}, "cpu/dynamic_int8"); !s) return s;
+    if (Support s = cpu::check_dense(info, "cpu/dynamic_int8"); !s) return s;
+    const Shape& in = info.input_shapes[0];
+    if (const int64_t k = in[in.rank() - 1]; k > dynamic_int8::kMaxK)
+      return Support::no(fmt::format("K {} over {}: the int32 sums of int8 products could overflow", k, dynamic_int8::kMaxK));
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    return std::make_unique<Prepared>(info);
+  }
+};
+
+}  // namespace
+
+SOFTNEURO_REGISTER_ROUTINE(DynamicInt8);
+
+}  // namespace softneuro

@@ -1,0 +1,42 @@
+// Inner kernels of cpu/dynamic_int8 (src/routines/cpu/dynamic_int8.cpp),
+// implemented in dynamic_int8_kernels_avx2.cpp (built with -mavx2 -mfma);
+// callers check avx2_usable() first. Plain types only in this interface.
+//
+// Arithmetic: an activation row r is quantised at run time to int16 values
+// u = round(x / s_r), s_r = max|x_r| / 255 (nine bits: vpmaddwd takes any
+// int16); weights per output channel to int8 w = round(W / s_w) in
+// [-127, 127], stored as int8 and widened on load (a quarter of float32's
+// bytes: a decode step's dense layers stream their weights once). vpmaddwd
+// sums products in pairs into int32 exactly: |u0*w0 + u1*w1| <= 64770, so K up
+// to kMaxK keeps every accumulator exact. y = acc * s_r * s_w + bias.
+#pragma once
+
+#include <cstdint>
+
+namespace softneuro::dynamic_int8 {
+
+/// Whether this CPU runs the kernels (defined in dynamic_int8.cpp: the
+/// compiler may use AVX2 anywhere in the kernels' file, the check included).
+bool avx2_usable();
+
+/// Output channels per packed weight block: [k2][16][2] int8, 32 bytes per K pair.
+inline constexpr int kBlockN = 16;
+/// Most rows of a tile: 4 rows x 16 columns are 8 ymm accumulators.
+inline constexpr int kTileM = 4;
+/// The longest K whose int32 accumulators stay exact (65536 pairs of 64770 overflow).
+inline constexpr int64_t kMaxK = 65536;
+/// The largest |u| of a quantised activation.
+inline constexpr float kActMax = 255.0f;
+
+/// Row r < m of x (`ldx` floats apart, k values) to u (ldu int16 apart, k
+/// values then zeros to an even count) and its scale s[r] (0 for a row of
+/// zeros). False where a row holds NaN or infinity (nothing defined to round).
+bool quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float* s);
+
+/// y[r][j] = float(sum_k u[r][k] * w[k][j]) * xs[r] * ws[j] + bias[j] for
+/// r < mr (1..kTileM) and j < nvalid (1..16); row r of y at y + r * ldy.
+/// w: one packed block, k2 K pairs; ws, bias: 16 values (bias may be null).
+void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int8_t* w, int64_t k2, const float* xs, const float* ws,
+               const float* bias, float* y, int64_t ldy, int nvalid);
+
+}  // namespace softneuro::dynamic_int8

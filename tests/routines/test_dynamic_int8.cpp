@@ -1,0 +1,157 @@
+// cpu/dynamic_int8: the arithmetic it defines (rows quantised at run time,
+// int8 weights per channel, exact int32 sums), and what its reduced
+// precision means for defaults, candidates and the accuracy check.
+#include "core/cpu_features.hpp"
+#include "core/model_impl.hpp"
+#include "core/plan.hpp"
+#include "core/registry.hpp"
+#include "core/weight_quant.hpp"
+#include "profiler/unit_profile.hpp"
+#include "routines/f32_check.hpp"
+#include "support/run_layer.hpp"
+#include "support/tuning.hpp"
+
+#include <softneuro/session.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace softneuro;
+using test::f32::random_blob;
+
+namespace {
+
+Layer dense(const Blob& w, const Blob* bias, const std::string& act = "none") {
+  std::map<std::string, Blob> weights{{"weight", w}};
+  if (bias) weights["bias"] = *bias;
+  return test::make_layer("dense", {{"act", act}}, weights);
+}
+
+/// What the routine defines: each row on its own nine-bit grid, the weights
+/// on their per-channel int8 grid, the products summed exactly.
+std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
+  const core::ChannelQuantized q = core::channel_int8(w, 127);
+  std::vector<double> y(static_cast<std::size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x.data_as<float>() + r * k;
+    float amax = 0;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
+    const float s = amax / 255.0f, inv = amax > 0 ? 255.0f / amax : 0.0f;
+    for (int64_t o = 0; o < n; ++o) {
+      int64_t acc = 0;
+      for (int64_t i = 0; i < k; ++i)
+        acc += static_cast<int64_t>(std::nearbyint(xr[i] * inv)) * q.q[static_cast<std::size_t>(o * k + i)];
+      y[static_cast<std::size_t>(r * n + o)] =
+          static_cast<double>(acc) * s * q.scale[static_cast<std::size_t>(o)] + (bias ? bias->data_as<float>()[o] : 0.0);
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and near float32", "[routines][dynamic_int8]") {
+  if (!core::cpu_features().avx2_fma()) return;  // says unsupported there (test_every_routine)
+  std::mt19937 rng(7);
+  struct Dims {
+    int64_t m, k, n;
+  };
+  for (Dims d : {Dims{1, 1, 1}, Dims{1, 768, 50}, Dims{3, 7, 16}, Dims{4, 64, 33}, Dims{5, 129, 17}, Dims{17, 300, 40},
+                 Dims{64, 96, 31}}) {
+    for (bool with_bias : {false, true}) {
+      INFO("m " << d.m << " k " << d.k << " n " << d.n << (with_bias ? " with bias" : ""));
+      const Blob x = random_blob({d.m, d.k}, rng, -2.f, 3.f);
+      const Blob w = random_blob({d.n, d.k}, rng, -0.5f, 0.5f);
+      const Blob b = random_blob({d.n}, rng);
+      const Layer l = dense(w, with_bias ? &b : nullptr);
+      const auto got = test::values(test::run_layer(l, {x}, "cpu/dynamic_int8")[0]);
+      const auto want = expected(x, w, with_bias ? &b : nullptr, d.m, d.k, d.n);
+      const auto exact = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
+      REQUIRE(got.size() == want.size());
+      double scale = 0, err = 0, err_float = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::fabs(want[i]));
+        err = std::max(err, std::fabs(got[i] - want[i]));
+        err_float = std::max(err_float, std::fabs(static_cast<double>(got[i]) - exact[i]));
+      }
+      CHECK(err <= 1e-5 * scale + 1e-6);        // the int8 arithmetic, to float32 rounding
+      CHECK(err_float <= 1e-2 * scale + 1e-5);  // and within a percent of float32
+    }
+  }
+  SECTION("a fused activation, a row of zeros, and a row holding NaN") {
+    const Blob w = random_blob({20, 40}, rng, -0.5f, 0.5f);
+    Blob x = random_blob({3, 40}, rng);
+    for (int64_t i = 0; i < 40; ++i) x.data_as<float>()[40 + i] = 0;
+    const Layer relu = dense(w, nullptr, "relu");
+    const auto got = test::values(test::run_layer(relu, {x}, "cpu/dynamic_int8")[0]);
+    for (float v : got) CHECK(v >= 0);
+    for (int j = 0; j < 20; ++j) CHECK(got[static_cast<std::size_t>(20 + j)] == 0);
+    x.data_as<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+    const auto with_nan = test::values(test::run_layer(dense(w, nullptr), {x}, "cpu/dynamic_int8")[0]);
+    for (int j = 0; j < 20; ++j) CHECK(std::isnan(with_nan[static_cast<std::size_t>(j)]));  // as float32 has it
+    for (int j = 40; j < 60; ++j) CHECK(std::isfinite(with_nan[static_cast<std::size_t>(j)]));
+  }
+}
+
+TEST_CASE("cpu/dynamic_int8 is reduced precision: never a default, a candidate only where qint8 is allowed",
+          "[routines][dynamic_int8][tune]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  auto& registry = core::RoutineRegistry::instance();
+  CHECK(registry.precision("cpu/dynamic_int8") == DType::qint8);
+  CHECK(registry.precision("cpu/onednn") == DType::float32);
+  core::RoutinePath path;
+  path.routines.push_back({"fc", "cpu/dynamic_int8", {}, 0, 0, {}});
+  CHECK(core::computes_below_float32(path, {}));
+  CHECK(core::computes_below_float32(path, {"fc"}));  // a model's own int8 layers are qint8 ones, not this
+
+  std::mt19937 rng(3);
+  core::Graph g;
+  g.name = "fc";
+  g.inputs = {{"x", Shape{2, 64}, DType::float32}};
+  Layer fc = dense(random_blob({32, 64}, rng), nullptr);
+  fc.name = "fc";
+  fc.inputs = {"x"};
+  fc.outputs = {"y"};
+  g.layers = {fc};
+  g.outputs = {"y"};
+  Model net = detail::make_model(g);
+  for (const auto& l : Session(net).layers()) CHECK(l.descriptor != "cpu/dynamic_int8");  // the untuned default
+
+  LayerInfo info;
+  info.layer = &net.impl().graph.layers[0];
+  info.input_shapes = {Shape{2, 64}};
+  info.output_shapes = {Shape{2, 32}};
+  profiler::Rules float_only, hybrid;
+  hybrid.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+  int seen = 0;
+  for (const auto& c : registry.candidates(info))
+    if (c.descriptor == "cpu/dynamic_int8") {
+      ++seen;
+      CHECK(c.support.ok);
+      CHECK(c.precision() == DType::qint8);
+      CHECK_FALSE(float_only.candidate_allowed(c));
+      CHECK(hybrid.candidate_allowed(c));
+    }
+  CHECK(seen == 1);
+
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.5;
+  o.integrated_runs = 2;
+  o.pin = {{"fc", "cpu/dynamic_int8"}};
+  SECTION("pinned in a float32 tuning: not a candidate, so the pin leaves the layer none") {
+    CHECK_THROWS_WITH(tune(net, o), Catch::Contains("no routine can run this dense layer within the schemas and rules given"));
+  }
+  SECTION("pinned in a hybrid tuning: chosen, and the file says reduced precision") {
+    o.schemas = {"cpu:float32:*", "cpu:qint8:*"};
+    o.accuracy = "none";
+    const Model t = tune(net, o);
+    bool chosen = false;
+    for (const auto& l : Session(t).layers()) chosen = chosen || l.descriptor == "cpu/dynamic_int8";
+    CHECK(chosen);
+    CHECK(t.accuracy_check().reduced_precision);
+  }
+}
