@@ -447,7 +447,9 @@ int cmd_tune(const std::vector<std::string>& args) {
   if (threads > 0) sn::set_num_threads(threads);
   const sn::Model model = sn::Model::load(in);
   if (!calibration_dir.empty()) {
-    auto samples = sn::load_samples(calibration_dir, model.input_names());
+    std::vector<sn::DType> dtypes;
+    for (const auto& t : model.inputs()) dtypes.push_back(t.dtype);
+    auto samples = sn::load_samples(calibration_dir, model.input_names(), 4096, dtypes);
     // Every fourth sample validates the accuracy budget; the others calibrate.
     for (std::size_t k = 0; k < samples.size(); ++k)
       (samples.size() >= 2 && k % 4 == 3 ? opt.validation : opt.calibration.inputs).push_back(std::move(samples[k]));

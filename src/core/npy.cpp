@@ -391,11 +391,17 @@ void save_npz(const std::string& path, std::span<const NamedBlob> arrays) {
 }
 
 std::vector<std::vector<NamedBlob>> load_samples(const std::string& dir, const std::vector<std::string>& input_names,
-                                                 std::size_t max_samples) {
+                                                 std::size_t max_samples, const std::vector<DType>& input_dtypes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error("not a folder of samples", dir);
   if (input_names.empty()) throw Error("the model has no inputs to bind samples to", dir);
+  if (!input_dtypes.empty() && input_dtypes.size() != input_names.size())
+    throw Error(fmt::format("{} input dtypes for {} inputs", input_dtypes.size(), input_names.size()), dir);
+  auto dtype_of = [&](const std::string& name) {
+    if (input_dtypes.empty()) return DType::float32;
+    return input_dtypes[static_cast<std::size_t>(std::find(input_names.begin(), input_names.end(), name) - input_names.begin())];
+  };
   std::vector<std::string> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const auto ext = it->path().extension();
@@ -430,9 +436,10 @@ std::vector<std::vector<NamedBlob>> load_samples(const std::string& dir, const s
                       m.name);
     }
     for (const auto& in : sample)
-      if (in.blob.dtype() != DType::float32)
-        throw Error(fmt::format("a sample of input '{}' must be float32, the file holds {}", in.name, to_string(in.blob.dtype())), f,
-                    {}, in.name);
+      if (in.blob.dtype() != dtype_of(in.name))
+        throw Error(fmt::format("a sample of input '{}' must be {} (the model's input), the file holds {}", in.name,
+                                to_string(dtype_of(in.name)), to_string(in.blob.dtype())),
+                    f, {}, in.name);
     out.push_back(std::move(sample));
   }
   return out;

@@ -536,9 +536,10 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   for (int pass = 0; pass < (histograms ? 2 : 1); ++pass) {
     for (const auto& batch : given) {
       for (const auto& in : batch) {
-        if (in.blob.dtype() != DType::float32 || in.blob.layout() != Layout::nchw || !in.blob.data())
-          throw Error(fmt::format("calibration input '{}' must be float32 nchw with memory", in.name), net.file, {},
-                      in.name);
+        if (in.blob.layout() != Layout::nchw || !in.blob.data())
+          throw Error(fmt::format("calibration input '{}' must be nchw with memory", in.name), net.file, {}, in.name);
+        // Integer inputs (token ids, masks) index and select: nothing quantises them.
+        if (in.blob.dtype() != DType::float32) continue;
         Range& r = ranges[in.name];
         pass == 0 ? r.observe(in.blob.data_as<float>(), in.blob.numel())
                   : r.histogram(in.blob.data_as<float>(), in.blob.numel());

@@ -265,6 +265,27 @@ TEST_CASE("a folder of .npy samples loads in name order; bad folders are clear e
   fs::remove_all(dir);
 }
 
+TEST_CASE("samples of integer inputs load as the model's dtype: token ids beside a float input", "[basics][npy]") {
+  // softneuro tune --calibration refused a BERT's int64 token ids ("must be float32").
+  namespace fs = std::filesystem;
+  const std::string dir = test::temp_path("int_samples");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Blob ids = Blob::allocate(Shape{1, 4}, DType::int64);
+  for (int64_t i = 0; i < 4; ++i) ids.data_as<int64_t>()[i] = 100 + i;
+  const NamedBlob sample[] = {{"input_ids", ids}, {"scale", test::iota_blob(Shape{1}, 1.0f, 0.5f)}};
+  save_npz(dir + "/s0.npz", sample);
+  const auto samples = load_samples(dir, {"input_ids", "scale"}, 16, {DType::int64, DType::float32});
+  REQUIRE(samples.size() == 1);
+  REQUIRE(samples[0][0].blob.dtype() == DType::int64);
+  CHECK(samples[0][0].blob.data_as<int64_t>()[3] == 103);
+  CHECK_THROWS_WITH(load_samples(dir, {"input_ids", "scale"}, 16, {DType::int32, DType::float32}),
+                    Catch::Contains("a sample of input 'input_ids' must be int32 (the model's input), the file holds int64"));
+  CHECK_THROWS_WITH(load_samples(dir, {"input_ids", "scale"}), Catch::Contains("must be float32"));
+  CHECK_THROWS_WITH(load_samples(dir, {"input_ids", "scale"}, 16, {DType::int64}), Catch::Contains("1 input dtypes for 2 inputs"));
+  fs::remove_all(dir);
+}
+
 // Archives numpy 1.24 wrote: np.savez(f, x=np.arange(6, dtype=np.float32).reshape(1, 2, 3),
 // y=np.array([[1.5, -2]], dtype=np.float32)), and the same with np.savez_compressed.
 const std::string kNumpySavez(

@@ -973,3 +973,32 @@ TEST_CASE("weights on a model's own int8 grid keep its integers and scales, what
   CHECK(core::quantize_per_channel(w.data_as<float>(), 2, 4, 63, grid).scale[1] == Approx(2.0f / 63));
   CHECK(core::int8_grid_scales(w, 3) == nullptr);
 }
+
+TEST_CASE("a model of token ids calibrates: its int64 input indexes, the float blobs after it get ranges", "[calibrate]") {
+  // calibrate() refused every integer input ("must be float32"), the synthetic
+  // ones too: no model taking token ids could be tuned hybrid.
+  core::Graph g;
+  g.name = "ids";
+  g.inputs = {{"ids", Shape{1, 5}, DType::int64}};
+  Layer emb = test::make_layer("gather", {{"axis", int64_t{0}}}, {{"table", normal_blob(Shape{20, 8}, 3)}}, 1, 1, "emb");
+  emb.inputs = {"ids"};
+  emb.outputs = {"e"};
+  Layer fc = test::make_layer("dense", {}, {{"weight", normal_blob(Shape{4, 8}, 4)}}, 1, 1, "fc");
+  fc.inputs = {"e"};
+  fc.outputs = {"y"};
+  g.layers = {emb, fc};
+  g.outputs = {"y"};
+  const Model net = detail::make_model(g);
+  Blob ids = Blob::allocate(Shape{1, 5}, DType::int64);
+  for (int64_t i = 0; i < 5; ++i) ids.data_as<int64_t>()[i] = 3 * i + 1;
+  CalibrationOptions opt;
+  opt.inputs = {{{"ids", ids}}};
+  for (const bool synthetic : {false, true}) {
+    INFO((synthetic ? "synthetic inputs" : "the user's token ids"));
+    const Model c = calibrate(net, synthetic ? CalibrationOptions{} : opt);
+    const auto& bq = c.impl().graph.blob_quant;
+    CHECK(bq.count("e"));
+    CHECK(bq.count("y"));
+    CHECK_FALSE(bq.count("ids"));
+  }
+}
