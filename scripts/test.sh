@@ -2,10 +2,9 @@
 # The whole test suite on a fresh machine: install dependencies, build (Release)
 # and run every test under CTest, the ONNX node tests and the Python package's;
 # then rebuild with AddressSanitizer + UBSan and run the unit and importer tests
-# and the fuzz regression inputs again under it; then fuzz each reader of
-# untrusted bytes for 10 seconds (docs/fuzzing.md). Prints each stage's wall time.
-# ThreadSanitizer and aarch64 under qemu are scripts/test_platforms.sh's: with
-# them CI took 72 minutes.
+# and the fuzz regression inputs again under it (docs/fuzzing.md). Prints each
+# stage's wall time. ThreadSanitizer, aarch64 under qemu and fuzzing are
+# scripts/test_platforms.sh's: with them CI took 72 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each stage's wall time, printed as it ends and all together at the end.
@@ -54,38 +53,33 @@ build/python-venv/bin/pip install -q --no-build-isolation ".[test,serve]"
 # ASan + UBSan: every unit and importer test, the unit tests again as on an
 # AVX2-only CPU where this one has AVX-512 (but the direct convolution's
 # parameter sweeps, which run the same uninstrumented tiles), and every input
-# fuzzing once crashed with. One clang build (scripts/asan-build.sh, build-fuzz/)
-# serves these tests and the fuzzing stage below. Not here: the CLI and
-# out-of-tree plugin tests and the SSE4.1 rerun (CTest runs them on the Release
-# build); the per-ISA kernel files are not instrumented (CMakeLists.txt: one
-# took 9 minutes to compile so); the CUDA backend (its tests skip without a GPU).
+# fuzzing once crashed with. clang (scripts/asan-build.sh, build-asan/). Not
+# here: the CLI and out-of-tree plugin tests and the SSE4.1 rerun (CTest runs
+# them on the Release build); the per-ISA kernel files are not instrumented
+# (CMakeLists.txt: one took 9 minutes to compile so); the CUDA backend (its
+# tests skip without a GPU).
 stage "asan build"
-./scripts/asan-build.sh softneuro_tests softneuro_import_tests softneuro_fuzz_regressions \
-  fuzz_dnn_load fuzz_onnx_import fuzz_tflite_import fuzz_npy_read fuzz_cache_read
+./scripts/asan-build.sh softneuro_tests softneuro_import_tests softneuro_fuzz_regressions
 stage "asan tests"
-export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  LSAN_OPTIONS="suppressions=$PWD/tests/lsan_suppressions.txt"
 # The direct convolution's sweeps keep both cores busy; the rest of the suite
 # runs on one, so the run as on an AVX2-only CPU goes beside it (into a file).
-./build-fuzz/tests/softneuro_tests "[direct]"
+./build-asan/tests/softneuro_tests "[direct]"
 # As on an AVX2-only CPU: only where this one has more (on an AVX2 CPU the run
 # above is that run).
 if grep -qw avx512f /proc/cpuinfo; then
-  SOFTNEURO_MAX_CPU_ISA=avx2 ./build-fuzz/tests/softneuro_tests "~[direct]" > build-fuzz/tests_at_avx2.log 2>&1 &
+  SOFTNEURO_MAX_CPU_ISA=avx2 ./build-asan/tests/softneuro_tests "~[direct]" > build-asan/tests_at_avx2.log 2>&1 &
   at_avx2=$!
-  ./build-fuzz/tests/softneuro_tests "~[direct]"
-  wait "$at_avx2" || { cat build-fuzz/tests_at_avx2.log; echo "ASan run at avx2 failed" >&2; exit 1; }
-  tail -n 2 build-fuzz/tests_at_avx2.log
+  ./build-asan/tests/softneuro_tests "~[direct]"
+  wait "$at_avx2" || { cat build-asan/tests_at_avx2.log; echo "ASan run at avx2 failed" >&2; exit 1; }
+  tail -n 2 build-asan/tests_at_avx2.log
 else
-  ./build-fuzz/tests/softneuro_tests "~[direct]"
+  ./build-asan/tests/softneuro_tests "~[direct]"
 fi
-./build-fuzz/softneuro_import_tests
-SOFTNEURO_LOG=error ./build-fuzz/fuzz/softneuro_fuzz_regressions fuzz/regressions
-unset ASAN_OPTIONS UBSAN_OPTIONS
-
-# Fuzzing: each harness for 10 seconds from the carried corpora (the long
-# campaigns are scripts/fuzz_campaign.sh's).
-stage "fuzz runs"
-./scripts/fuzz.sh 10
+./build-asan/softneuro_import_tests
+SOFTNEURO_LOG=error ./build-asan/fuzz/softneuro_fuzz_regressions fuzz/regressions
+unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 stage "done"
 printf '%s' "$stage_times"
 echo "test.sh: all stages passed in $SECONDS s"

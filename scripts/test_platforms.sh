@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test stages apart from CI (scripts/test.sh runs the rest): the
-# concurrency tests under ThreadSanitizer, then the aarch64 cross build's tests
-# under qemu-aarch64 (docs/arm.md). About 22 minutes on 2 cores; run it after
-# changes to threads, sessions or the plan's concurrency, and to portable
-# kernels or anything compiled differently for aarch64. Needs what
+# concurrency tests under ThreadSanitizer, the aarch64 cross build's tests
+# under qemu-aarch64 (docs/arm.md), then each fuzzing harness for half a minute
+# (docs/fuzzing.md). About 30 minutes on 2 cores; run it after changes to
+# threads, sessions or the plan's concurrency, to portable kernels or anything
+# compiled differently for aarch64, and to readers of files. Needs what
 # scripts/test.sh installs (run that first on a fresh machine). Prints each
 # stage's wall time.
 set -euo pipefail
@@ -47,6 +48,11 @@ if [ "$(uname -m)" = x86_64 ]; then
 else
   echo "test_platforms.sh: $(uname -m) host: scripts/test.sh ran the unit and importer tests natively (CTest, ASan)"
 fi
+
+# Fuzzing: each harness for half a minute (clang-14, ASan + UBSan, build-fuzz/);
+# the long campaigns are scripts/fuzz_campaign.sh's.
+stage "fuzz build + runs"
+./scripts/fuzz.sh 30
 
 stage "done"
 printf '%s' "$stage_times"
