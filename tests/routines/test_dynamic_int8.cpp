@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -51,6 +52,41 @@ std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int
   return y;
 }
 
+/// The u8s8 form: each row on a u8 grid of its range (with zero), the weights on 7 bits.
+std::vector<double> expected_u8s8(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
+  const core::ChannelQuantized q = core::channel_int8(w, 63);
+  std::vector<double> y(static_cast<std::size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x.data_as<float>() + r * k;
+    float mn = 0, mx = 0;
+    for (int64_t i = 0; i < k; ++i) mn = std::min(mn, xr[i]), mx = std::max(mx, xr[i]);
+    const float s = (mx - mn) / 255.0f, inv = mx > mn ? 255.0f / (mx - mn) : 0.0f;
+    const auto z = static_cast<int64_t>(std::nearbyint(-mn * inv));
+    for (int64_t o = 0; o < n; ++o) {
+      int64_t acc = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t u = std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(xr[i] * inv)) + z, 0, 255);
+        acc += (u - z) * q.q[static_cast<std::size_t>(o * k + i)];
+      }
+      y[static_cast<std::size_t>(r * n + o)] =
+          static_cast<double>(acc) * s * q.scale[static_cast<std::size_t>(o)] + (bias ? bias->data_as<float>()[o] : 0.0);
+    }
+  }
+  return y;
+}
+
+std::vector<float> run_form(const Layer& l, const Blob& x, int64_t u8s8) {
+  LayerInfo info;
+  info.layer = &l;
+  info.input_shapes = {x.shape()};
+  info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("dense", "cpu/dynamic_int8", &schema);
+  REQUIRE(r);
+  auto prepared = r->prepare(info, schema, {{"u8s8", u8s8}});
+  return test::values(test::run_prepared(*prepared, {x}, info.output_shapes, schema)[0]);
+}
+
 }  // namespace
 
 TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and near float32", "[routines][dynamic_int8]") {
@@ -61,14 +97,16 @@ TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and n
   };
   for (Dims d : {Dims{1, 1, 1}, Dims{1, 768, 50}, Dims{3, 7, 16}, Dims{4, 64, 33}, Dims{5, 129, 17}, Dims{17, 300, 40},
                  Dims{64, 96, 31}}) {
+    for (int64_t u8s8 : {0, 1})
     for (bool with_bias : {false, true}) {
-      INFO("m " << d.m << " k " << d.k << " n " << d.n << (with_bias ? " with bias" : ""));
+      INFO("m " << d.m << " k " << d.k << " n " << d.n << (with_bias ? " with bias" : "") << " u8s8 " << u8s8);
       const Blob x = random_blob({d.m, d.k}, rng, -2.f, 3.f);
       const Blob w = random_blob({d.n, d.k}, rng, -0.5f, 0.5f);
       const Blob b = random_blob({d.n}, rng);
       const Layer l = dense(w, with_bias ? &b : nullptr);
-      const auto got = test::values(test::run_layer(l, {x}, "cpu/dynamic_int8")[0]);
-      const auto want = expected(x, w, with_bias ? &b : nullptr, d.m, d.k, d.n);
+      const auto got = run_form(l, x, u8s8);
+      const auto want = u8s8 ? expected_u8s8(x, w, with_bias ? &b : nullptr, d.m, d.k, d.n)
+                             : expected(x, w, with_bias ? &b : nullptr, d.m, d.k, d.n);
       const auto exact = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
       REQUIRE(got.size() == want.size());
       double scale = 0, err = 0, err_float = 0;
@@ -78,7 +116,7 @@ TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and n
         err_float = std::max(err_float, std::fabs(static_cast<double>(got[i]) - exact[i]));
       }
       CHECK(err <= 1e-5 * scale + 1e-6);        // the int8 arithmetic, to float32 rounding
-      CHECK(err_float <= 1e-2 * scale + 1e-5);  // and within a percent of float32
+      CHECK(err_float <= (u8s8 ? 2e-2 : 1e-2) * scale + 1e-5);  // and within a percent or two of float32
     }
   }
   SECTION("a fused activation, a row of zeros, and a row holding NaN") {
@@ -90,9 +128,13 @@ TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and n
     for (float v : got) CHECK(v >= 0);
     for (int j = 0; j < 20; ++j) CHECK(got[static_cast<std::size_t>(20 + j)] == 0);
     x.data_as<float>()[5] = std::numeric_limits<float>::quiet_NaN();
-    const auto with_nan = test::values(test::run_layer(dense(w, nullptr), {x}, "cpu/dynamic_int8")[0]);
-    for (int j = 0; j < 20; ++j) CHECK(std::isnan(with_nan[static_cast<std::size_t>(j)]));  // as float32 has it
-    for (int j = 40; j < 60; ++j) CHECK(std::isfinite(with_nan[static_cast<std::size_t>(j)]));
+    for (int64_t u8s8 : {0, 1}) {
+      const auto with_nan = run_form(dense(w, nullptr), x, u8s8);
+      for (int j = 0; j < 20; ++j) CHECK(std::isnan(with_nan[static_cast<std::size_t>(j)]));  // as float32 has it
+      for (int j = 40; j < 60; ++j) CHECK(std::isfinite(with_nan[static_cast<std::size_t>(j)]));
+      const auto zeros = run_form(dense(w, nullptr), Blob::allocate(Shape{2, 40}), u8s8);  // zero-filled
+      for (float v : zeros) CHECK(v == 0);
+    }
   }
 }
 

@@ -5,7 +5,9 @@
 // dynamic_int8_kernels.hpp). What a transformer's dense layers need where
 // static int8 fails them (activations whose range moves with every input),
 // and a decode step's dense layers, which stream their weights: a quarter of
-// float32's bytes. Reduced precision (Routine::precision: qint8): a candidate
+// float32's bytes. Two forms (parameter u8s8): exact int16 products, or u8
+// activations against 7-bit weights at twice the products per instruction.
+// Reduced precision (Routine::precision: qint8): a candidate
 // only where the tuning allows qint8, held to the accuracy budget, never an
 // untuned default.
 #include "core/cpu_features.hpp"
@@ -36,83 +38,100 @@ using dynamic_int8::kTileM;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The weights as the kernel reads them: blocks of 16 output channels, each
-/// [k2][16][2] int8; per channel its scale and bias (zeros past the last).
+/// The weights as the kernels read them: blocks of 16 output channels, each
+/// [k2][16][2] int8 (the int16 form) or [k4][16][4] int8 (u8s8, 7-bit values);
+/// per channel its scale, bias and (u8s8) the sum of its integers, zeros
+/// past the last channel.
 struct Packed {
-  Blob w;                    ///< blocks * k2 * 32 bytes, 64-byte aligned
-  std::vector<float> scale;  ///< blocks * 16
-  std::vector<float> bias;   ///< blocks * 16
+  Blob w;                      ///< blocks * block_bytes, 64-byte aligned
+  std::vector<float> scale;    ///< blocks * 16
+  std::vector<float> bias;     ///< blocks * 16
+  std::vector<int32_t> colsum; ///< blocks * 16 (u8s8)
 };
 
 class Prepared final : public PreparedRoutine {
  public:
-  explicit Prepared(const LayerInfo& info) {
+  Prepared(const LayerInfo& info, bool u8s8) : u8s8_(u8s8) {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     k_ = in[in.rank() - 1];
     m_ = k_ ? in.numel() / k_ : 0;
     const Blob& w = layer.weight("weight");
     n_ = w.shape()[0];
-    k2_ = (k_ + 1) / 2;
+    group_ = u8s8 ? 4 : 2;  // K values a weight lane holds per step
+    steps_ = ceil_div(k_, group_);
+    ldu_ = steps_ * group_;
+    block_bytes_ = steps_ * group_ * kBlockN;
     blocks_ = ceil_div(n_, kBlockN);
     act_ = core::fused_activation(layer, true);
     const Blob* bias = layer.find_weight("bias");
-    const auto packed_bytes = static_cast<std::size_t>(blocks_ * k2_ * 32), lanes = static_cast<std::size_t>(blocks_ * kBlockN);
-    check_prepare_bytes(info, packed_bytes + 2 * lanes * sizeof(float), "its int8 weights");
+    const auto packed_bytes = static_cast<std::size_t>(blocks_ * block_bytes_), lanes = static_cast<std::size_t>(blocks_ * kBlockN);
+    check_prepare_bytes(info, packed_bytes + 3 * lanes * sizeof(float), "its int8 weights");
     auto save = [](const Packed& p) {
       return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(p.w.data()), p.w.byte_size()),
                                 core::array_bytes(p.scale.data(), p.scale.size()),
-                                core::array_bytes(p.bias.data(), p.bias.size())});
+                                core::array_bytes(p.bias.data(), p.bias.size()),
+                                core::array_bytes(p.colsum.data(), p.colsum.size())});
     };
     auto load = [&](const Blob& bytes) -> std::optional<Packed> {
-      auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float)});
+      auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float), lanes * sizeof(int32_t)});
       if (!a) return std::nullopt;
       Packed p;
       p.w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
       p.scale.resize(lanes);
       p.bias.resize(lanes);
+      p.colsum.resize(lanes);
       std::memcpy(p.scale.data(), (*a)[1], lanes * sizeof(float));
       std::memcpy(p.bias.data(), (*a)[2], lanes * sizeof(float));
+      std::memcpy(p.colsum.data(), (*a)[3], lanes * sizeof(int32_t));
       return p;
     };
-    packed_ = core::prepared_weights<Packed>(info, "dynamic_int8", [&] {
-      const core::ChannelQuantized q = core::channel_int8(w, 127);
+    packed_ = core::prepared_weights<Packed>(info, u8s8 ? "dynamic_int8/u8s8" : "dynamic_int8", [&] {
+      const core::ChannelQuantized q = core::channel_int8(w, u8s8 ? dynamic_int8::kU8s8Qmax : 127);
       Packed p;
       p.w = Blob::allocate(Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);  // zero-filled
       p.scale.assign(lanes, 0.0f);
       p.bias.assign(lanes, 0.0f);
+      p.colsum.assign(lanes, 0);
       const Blob b = bias ? core::float_weight(*bias) : Blob();
       auto* dst = static_cast<int8_t*>(p.w.data());
       for (int64_t o = 0; o < n_; ++o) {
-        const int64_t blk = o / kBlockN, lane = o % kBlockN;
-        p.scale[static_cast<std::size_t>(o)] = q.scale[static_cast<std::size_t>(o)];
-        if (bias) p.bias[static_cast<std::size_t>(o)] = b.data_as<float>()[o];
+        const auto c = static_cast<std::size_t>(o);
+        p.scale[c] = q.scale[c];
+        if (bias) p.bias[c] = b.data_as<float>()[o];
         const int8_t* src = q.q.data() + o * k_;
-        int8_t* block = dst + blk * k2_ * 32;
-        for (int64_t kk = 0; kk < k_; ++kk) block[(kk / 2) * 32 + lane * 2 + (kk & 1)] = src[kk];
+        for (int64_t kk = 0; kk < k_; ++kk) {
+          dst[offset(o, kk)] = src[kk];
+          p.colsum[c] += src[kk];
+        }
       }
       return p;
     }, save, load);
-    ldu_ = 2 * k2_;
   }
 
   std::size_t workspace_bytes() const override {
-    return static_cast<std::size_t>(m_ * ldu_) * sizeof(int16_t) + static_cast<std::size_t>(m_) * sizeof(float) + 64;
+    const std::size_t values = static_cast<std::size_t>(m_ * ldu_) * (u8s8_ ? sizeof(uint8_t) : sizeof(int16_t));
+    return (values + 63) / 64 * 64 + static_cast<std::size_t>(m_) * (sizeof(float) + sizeof(int32_t)) + 64;
   }
 
   void run(const RunArgs& args) override {
     if (m_ == 0 || n_ == 0) return;
     const float* x = args.inputs[0]->data_as<float>();
     float* y = args.outputs[0]->data_as<float>();
-    auto* u = static_cast<int16_t*>(args.workspace);
-    auto* xs = reinterpret_cast<float*>(u + m_ * ldu_);
+    const std::size_t values = static_cast<std::size_t>(m_ * ldu_) * (u8s8_ ? sizeof(uint8_t) : sizeof(int16_t));
+    auto* base = static_cast<char*>(args.workspace);
+    auto* xs = reinterpret_cast<float*>(base + (values + 63) / 64 * 64);
+    auto* zp = reinterpret_cast<int32_t*>(xs + m_);
+    auto* u = reinterpret_cast<int16_t*>(base);
+    auto* q = reinterpret_cast<uint8_t*>(base);
     // Rows in chunks of whole tiles, one quantisation each.
     const int64_t tiles = ceil_div(m_, kTileM);
     std::atomic<bool> finite{true};
     args.pool->parallel_for(tiles, 1, [&](int64_t t0, int64_t t1) {
       const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
-      if (!dynamic_int8::quantize_rows(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, xs + r0))
-        finite.store(false, std::memory_order_relaxed);
+      const bool ok = u8s8_ ? dynamic_int8::quantize_rows_u8(x + r0 * k_, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, xs + r0, zp + r0)
+                            : dynamic_int8::quantize_rows(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, xs + r0);
+      if (!ok) finite.store(false, std::memory_order_relaxed);
     });
     if (!finite.load()) return run_float(x, y);  // NaN or infinity: float32 keeps them as ONNX does
     const Packed& p = *packed_;
@@ -122,12 +141,17 @@ class Prepared final : public PreparedRoutine {
     args.pool->parallel_for(blocks_, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t blk = b0; blk < b1; ++blk) {
         const int nvalid = static_cast<int>(std::min<int64_t>(kBlockN, n_ - blk * kBlockN));
-        const float* ws = p.scale.data() + blk * kBlockN;
-        const float* bias = p.bias.data() + blk * kBlockN;
+        const std::size_t lane0 = static_cast<std::size_t>(blk * kBlockN);
+        const int8_t* wb = w + blk * block_bytes_;
         for (int64_t r = 0; r < m_; r += kTileM) {
           const int mr = static_cast<int>(std::min<int64_t>(kTileM, m_ - r));
-          dynamic_int8::gemm_tile(mr, u + r * ldu_, ldu_, w + blk * k2_ * 32, k2_, xs + r, ws, bias,
-                                  y + r * n_ + blk * kBlockN, n_, nvalid);
+          float* yr = y + r * n_ + blk * kBlockN;
+          if (u8s8_)
+            dynamic_int8::gemm_tile_u8s8(mr, q + r * ldu_, ldu_, wb, steps_, xs + r, zp + r, p.colsum.data() + lane0,
+                                         p.scale.data() + lane0, p.bias.data() + lane0, yr, n_, nvalid);
+          else
+            dynamic_int8::gemm_tile(mr, u + r * ldu_, ldu_, wb, steps_, xs + r, p.scale.data() + lane0,
+                                    p.bias.data() + lane0, yr, n_, nvalid);
         }
         if (act_.kind == core::Activation::none && !act_.affine()) continue;
         for (int64_t r = 0; r < m_; ++r)
@@ -140,6 +164,11 @@ class Prepared final : public PreparedRoutine {
   }
 
  private:
+  /// Where weight (channel o, k) lies in the packing.
+  int64_t offset(int64_t o, int64_t kk) const {
+    return (o / kBlockN) * block_bytes_ + (kk / group_) * group_ * kBlockN + (o % kBlockN) * group_ + kk % group_;
+  }
+
   /// The layer in float32 with the dequantised weights: for an input holding
   /// NaN or infinity, whose rows have no scale to quantise by.
   void run_float(const float* x, float* y) const {
@@ -147,16 +176,15 @@ class Prepared final : public PreparedRoutine {
     const auto* w = static_cast<const int8_t*>(p.w.data());
     for (int64_t r = 0; r < m_; ++r)
       for (int64_t o = 0; o < n_; ++o) {
-        const int8_t* block = w + (o / kBlockN) * k2_ * 32;
-        const int64_t lane = o % kBlockN;
         float acc = 0;
-        for (int64_t kk = 0; kk < k_; ++kk) acc += x[r * k_ + kk] * static_cast<float>(block[(kk / 2) * 32 + lane * 2 + (kk & 1)]);
+        for (int64_t kk = 0; kk < k_; ++kk) acc += x[r * k_ + kk] * static_cast<float>(w[offset(o, kk)]);
         const auto c = static_cast<std::size_t>(o);
         y[r * n_ + o] = core::apply_activation(act_, acc * p.scale[c] + p.bias[c]);
       }
   }
 
-  int64_t k_ = 0, m_ = 0, n_ = 0, k2_ = 0, blocks_ = 0, ldu_ = 0;
+  bool u8s8_ = false;
+  int64_t k_ = 0, m_ = 0, n_ = 0, group_ = 2, steps_ = 0, ldu_ = 0, block_bytes_ = 0, blocks_ = 0;
   core::Activation act_;
   std::shared_ptr<const Packed> packed_;
 };
@@ -178,8 +206,11 @@ class DynamicInt8 final : public Routine {
       return Support::no(fmt::format("K {} over {}: the int32 sums of int8 products could overflow", k, dynamic_int8::kMaxK));
     return Support::yes();
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
-    return std::make_unique<Prepared>(info);
+  /// u8s8: activations as u8 and weights on 7 bits, vpmaddubsw's twice the
+  /// products per instruction (judged by the accuracy budget like every form).
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {{"u8s8", {0, 1}}}; }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
+    return std::make_unique<Prepared>(info, routine_param(params, "u8s8", 0) != 0);
   }
 };
 

@@ -39,4 +39,22 @@ bool quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u
 void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int8_t* w, int64_t k2, const float* xs, const float* ws,
                const float* bias, float* y, int64_t ldy, int nvalid);
 
+// The u8s8 form (routine parameter u8s8=1): vpmaddubsw takes twice the
+// products per instruction of vpmaddwd, exact while every pair sum fits int16:
+// activations as u8 per row (q = round(x / s) + zp in [0, 255]), weights on
+// 7 bits ([-63, 63]: 2 * 255 * 63 = 32130). y = (acc - zp * colsum) * s * s_w + bias.
+/// Weights of the u8s8 form: [k4][16][4] int8, 64 bytes per K quad.
+inline constexpr int kU8s8Qmax = 63;
+
+/// Row r < m of x to u8 values q (ldq bytes apart, k values then zeros to a
+/// multiple of 4), its scale s[r] and zero point zp[r] (the range holds 0).
+/// False where a row holds NaN or infinity.
+bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp);
+
+/// As gemm_tile, over k4 K quads of u8 rows and a u8s8 weight block, with
+/// each row's zero point times the block's column sums (colsum) taken off.
+void gemm_tile_u8s8(int mr, const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const float* xs,
+                    const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy,
+                    int nvalid);
+
 }  // namespace softneuro::dynamic_int8

@@ -58,7 +58,120 @@ void tile(const int16_t* u, int64_t ldu, const int8_t* w, int64_t k2, const floa
   }
 }
 
+template <int MR>
+void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const float* xs, const int32_t* zp,
+               const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy, int nvalid) {
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t k = 0; k < k4; ++k) {
+    // 16 columns x a K quad: columns 0-7 in the first 32 bytes, 8-15 in the next.
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + k * 64));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + k * 64 + 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, q + r * ldq + 4 * k, 4);
+      const __m256i a = _mm256_set1_epi32(quad);
+      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));
+      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+    }
+  }
+  const __m256 ws0 = _mm256_loadu_ps(ws), ws1 = _mm256_loadu_ps(ws + 8);
+  const __m256i cs0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(colsum));
+  const __m256i cs1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(colsum + 8));
+  const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+  const __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    const __m256i z = _mm256_set1_epi32(zp[r]);
+    const __m256 s = _mm256_set1_ps(xs[r]);
+    const __m256i a0 = _mm256_sub_epi32(c0[r], _mm256_mullo_epi32(z, cs0));
+    const __m256i a1 = _mm256_sub_epi32(c1[r], _mm256_mullo_epi32(z, cs1));
+    const __m256 y0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(ws0, s), b0);
+    const __m256 y1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(ws1, s), b1);
+    float* out = y + r * ldy;
+    if (nvalid == 16) {
+      _mm256_storeu_ps(out, y0);
+      _mm256_storeu_ps(out + 8, y1);
+    } else {
+      alignas(32) float t[16];
+      _mm256_store_ps(t, y0);
+      _mm256_store_ps(t + 8, y1);
+      for (int j = 0; j < nvalid; ++j) out[j] = t[j];
+    }
+  }
+}
+
 }  // namespace
+
+bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * ldx;
+    uint8_t* qr = q + r * ldq;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+      const __m256 v = _mm256_loadu_ps(xr + i);
+      lo = _mm256_min_ps(lo, v);
+      hi = _mm256_max_ps(hi, v);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    }
+    alignas(32) float l8[8], h8[8];
+    _mm256_store_ps(l8, lo);
+    _mm256_store_ps(h8, hi);
+    float mn = 0, mx = 0;
+    for (int j = 0; j < 8; ++j) mn = l8[j] < mn ? l8[j] : mn, mx = h8[j] > mx ? h8[j] : mx;
+    bool finite = _mm256_movemask_ps(bad) == 0;
+    for (; i < k; ++i) {
+      const float v = xr[i];
+      finite = finite && v - v == 0;
+      mn = v < mn ? v : mn;
+      mx = v > mx ? v : mx;
+    }
+    if (!finite || !(mx - mn <= 3.4e38f)) return false;
+    const int64_t kp = (k + 3) & ~int64_t(3);
+    if (mx == mn) {  // all zeros
+      s[r] = 0;
+      zp[r] = 0;
+      std::memset(qr, 0, static_cast<std::size_t>(kp));
+      continue;
+    }
+    const float scale = (mx - mn) / 255.0f, inv = 255.0f / (mx - mn);
+    const int32_t z = _mm_cvtss_si32(_mm_set_ss(-mn * inv));  // in [0, 255]: mn <= 0 <= mx
+    s[r] = scale;
+    zp[r] = z;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i vz = _mm256_set1_epi32(z);
+    for (i = 0; i + 32 <= k; i += 32) {
+      __m256i v[4];
+      for (int j = 0; j < 4; ++j)
+        v[j] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xr + i + 8 * j), vinv)), vz);
+      // Saturating packs keep [0, 255]; each pack interleaves 128-bit halves, undone by the permutes.
+      const __m256i w01 = _mm256_packs_epi32(v[0], v[1]), w23 = _mm256_packs_epi32(v[2], v[3]);
+      const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + i), b);
+    }
+    for (; i < k; ++i) {
+      const int32_t v = _mm_cvtss_si32(_mm_set_ss(xr[i] * inv)) + z;
+      qr[i] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    for (; i < kp; ++i) qr[i] = 0;
+  }
+  return true;
+}
+
+void gemm_tile_u8s8(int mr, const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const float* xs,
+                    const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy,
+                    int nvalid) {
+  switch (mr) {
+    case 1: return tile_u8s8<1>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
+    case 2: return tile_u8s8<2>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
+    case 3: return tile_u8s8<3>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
+    default: return tile_u8s8<4>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
+  }
+}
 
 bool quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float* s) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
