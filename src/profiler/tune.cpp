@@ -524,9 +524,25 @@ struct Tuner {
   /// finds the fastest path whose validated accuracy meets the budget.
   /// Unchanged where it already does; where no path passes, final_check falls
   /// back to float32.
-  profiler::PlannedPath meet_budget(std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
+  profiler::PlannedPath meet_budget(std::vector<LayerProfile>& all, profiler::PlannedPath planned) {
     if (accuracy_ok(planned.path) || !validation().resolves_budget()) return planned;
     const profiler::Validator& v = validation();
+    // DPRS prices a layer in a schema by its fastest candidate there: a float32
+    // schema whose fastest multiplies in int8 (cpu/dynamic_int8) would carry
+    // that error and hide the exact routines from the search. So the search
+    // sees, in a schema with candidates of its own dtype, only those.
+    std::vector<LayerProfile> profiles = all;
+    for (auto& p : profiles) {
+      std::set<std::string> exact_schemas;
+      for (const auto& m : p.measured)
+        if (m.cand.precision() == m.cand.schema.dtype) exact_schemas.insert(m.cand.schema.to_string());
+      std::erase_if(p.measured, [&](const Measured& m) {
+        return m.cand.precision() != m.cand.schema.dtype && exact_schemas.count(m.cand.schema.to_string());
+      });
+    }
+    const std::vector<const Measured*> picks = planned.picks;  // into `all`, kept where nothing better is found
+    for (std::size_t i = 0; i < planned.picks.size() && i < profiles.size(); ++i)
+      planned.picks[i] = same_in(profiles[i], planned.picks[i]);
     std::vector<std::map<DType, double>> error(profiles.size());
     for (std::size_t i = 0; i < profiles.size(); ++i) {
       std::map<DType, const Measured*> reduced;  // the pick where it is in that dtype, else the first measured
@@ -560,11 +576,25 @@ struct Tuner {
       progress("accuracy budget", ++checks, 10, "validating a path");
       return accuracy_ok(profiler::read_path(plan, candidate, profiles, true, report.device_fingerprint).path);
     }, 10);
-    if (!sol.feasible) return planned;
+    if (!sol.feasible) {
+      planned.picks = picks;
+      return planned;
+    }
     core::info("accuracy budget {}: {} of {} validated paths met it", budget.text,
                std::count_if(accuracy_seen.begin(), accuracy_seen.end(), [&](const auto& kv) { return validation().budget().met_by(kv.second); }),
                accuracy_seen.size());
-    return profiler::read_path(plan, sol, profiles, true, report.device_fingerprint);
+    profiler::PlannedPath out = profiler::read_path(plan, sol, profiles, true, report.device_fingerprint);
+    for (std::size_t i = 0; i < out.picks.size() && i < all.size(); ++i) out.picks[i] = same_in(all[i], out.picks[i]);
+    return out;
+  }
+
+  /// The entry of `p` measuring what `m` measured (the same routine and
+  /// parameters), or nullptr: picks move between copies of the profiles.
+  static const Measured* same_in(const LayerProfile& p, const Measured* m) {
+    if (!m) return nullptr;
+    for (const auto& e : p.measured)
+      if (e.cand.descriptor == m->cand.descriptor && e.cand.schema == m->cand.schema && e.params == m->params) return &e;
+    return nullptr;
   }
 
   /// What the paths of earlier tunings are kept under in the profile cache:
