@@ -18,6 +18,19 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
+/// A tile row's 16 outputs (columns 0-7, 8-15), the first `nvalid` of them.
+inline void store16(float* out, __m256 y0, __m256 y1, int nvalid) {
+  if (nvalid == 16) {
+    _mm256_storeu_ps(out, y0);
+    _mm256_storeu_ps(out + 8, y1);
+    return;
+  }
+  alignas(32) float t[16];
+  _mm256_store_ps(t, y0);
+  _mm256_store_ps(t + 8, y1);
+  for (int j = 0; j < nvalid; ++j) out[j] = t[j];
+}
+
 template <int MR>
 void tile(const int16_t* u, int64_t ldu, const int8_t* w, int64_t k2, const float* xs, const float* ws,
           const float* bias, float* y, int64_t ldy, int nvalid) {
@@ -45,16 +58,7 @@ void tile(const int16_t* u, int64_t ldu, const int8_t* w, int64_t k2, const floa
     const __m256 s = _mm256_set1_ps(xs[r]);
     const __m256 y0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0[r]), _mm256_mul_ps(ws0, s), b0);
     const __m256 y1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1[r]), _mm256_mul_ps(ws1, s), b1);
-    float* out = y + r * ldy;
-    if (nvalid == 16) {
-      _mm256_storeu_ps(out, y0);
-      _mm256_storeu_ps(out + 8, y1);
-    } else {
-      alignas(32) float t[16];
-      _mm256_store_ps(t, y0);
-      _mm256_store_ps(t + 8, y1);
-      for (int j = 0; j < nvalid; ++j) out[j] = t[j];
-    }
+    store16(y + r * ldy, y0, y1, nvalid);
   }
 }
 
@@ -91,16 +95,7 @@ void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const
     const __m256i a1 = _mm256_sub_epi32(c1[r], _mm256_mullo_epi32(z, cs1));
     const __m256 y0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(ws0, s), b0);
     const __m256 y1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(ws1, s), b1);
-    float* out = y + r * ldy;
-    if (nvalid == 16) {
-      _mm256_storeu_ps(out, y0);
-      _mm256_storeu_ps(out + 8, y1);
-    } else {
-      alignas(32) float t[16];
-      _mm256_store_ps(t, y0);
-      _mm256_store_ps(t + 8, y1);
-      for (int j = 0; j < nvalid; ++j) out[j] = t[j];
-    }
+    store16(y + r * ldy, y0, y1, nvalid);
   }
 }
 
@@ -178,24 +173,23 @@ bool quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = x + r * ldx;
     int16_t* ur = u + r * ldu;
-    __m256 mx = _mm256_setzero_ps();
+    // max_ps drops a NaN operand: the same pass checks the values themselves
+    // (a NaN or an infinity makes x - x nonzero or NaN).
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 8 <= k; i += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(xr + i)));
+    for (; i + 8 <= k; i += 8) {
+      const __m256 v = _mm256_loadu_ps(xr + i);
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v));
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    }
     float amax = hmax(mx);
-    bool finite = true;
+    bool finite = _mm256_movemask_ps(bad) == 0;
     for (; i < k; ++i) {
       const float a = xr[i] < 0 ? -xr[i] : xr[i];
       amax = a > amax ? a : amax;
-      finite = finite && a == a;
+      finite = finite && xr[i] - xr[i] == 0;
     }
-    // max_ps drops a NaN operand: check the row's values themselves once (a NaN
-    // or an infinity makes x - x nonzero or NaN).
-    __m256 bad = _mm256_setzero_ps();
-    for (i = 0; i + 8 <= k; i += 8) {
-      const __m256 v = _mm256_loadu_ps(xr + i);
-      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
-    }
-    if (!finite || _mm256_movemask_ps(bad) != 0 || !(amax <= 3.4e38f)) return false;
+    if (!finite || !(amax <= 3.4e38f)) return false;
     const int64_t kp = (k + 1) & ~int64_t(1);
     if (amax == 0) {
       s[r] = 0;
