@@ -945,6 +945,10 @@ TEST_CASE("a net with sequence outputs is held to the whole argmax sequence by d
   o.validation.clear();
   for (unsigned k = 0; k < 20; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 6, 16}, 100 + k)}});
   o.pin.clear();
+  // Static qint8 only: where cpu/dynamic_int8 made the fastest path, that path
+  // could meet the budget on these samples and miss it on the synthetic
+  // confirmation ones (a note of its own), by the load on the machine.
+  o.ban = {{"*", "cpu/dynamic_int8"}};
   const TuneReport r = tune_and_keep(again, o);
   CHECK(r.accuracy_budget == "seq:0.95");
   CHECK(r.accuracy_note.empty());
