@@ -11,7 +11,9 @@
 // [1,12,197,197] last axis; gelu [1,197,3072] (erf and tanh forms); matmul
 // [12,197,64] x [12,64,197] (attention scores) and [12,197,197] x [12,197,64]
 // (attention times values); concat [1,1,768] + [1,196,768] on axis 1 (class
-// token) and a DenseNet-like channel concat [1,128,28,28] + [1,32,28,28].
+// token) and a DenseNet-like channel concat [1,128,28,28] + [1,32,28,28];
+// dense layers of BERT-base at 128 tokens, ViT-B/16 and the Whisper-tiny
+// encoder (with GFLOP/s at the median).
 //
 // Only run() is timed, inputs already in the routine's schema. Each cell: two
 // warm-up runs, then up to --runs (default 200) timed runs or --budget seconds
@@ -30,6 +32,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +55,7 @@ struct Case {
   std::string name;
   Layer layer;
   std::vector<Shape> inputs;
+  double flops = 0;  // products and sums per run, where a GFLOP/s figure means something
 };
 
 Blob random_blob(const Shape& s, std::mt19937& rng, Layout layout = Layout::nchw) {
@@ -85,6 +89,12 @@ std::vector<Case> cases(std::mt19937& rng) {
   c.push_back({"matmul [12,197,64]x[12,64,197]", make("matmul", {}, {}, 2), {Shape{12, 197, 64}, Shape{12, 64, 197}}});
   c.push_back({"matmul [12,197,197]x[12,197,64]", make("matmul", {}, {}, 2),
                {Shape{12, 197, 197}, Shape{12, 197, 64}}});
+  for (auto [rows, in, out] : {std::array<int64_t, 3>{128, 768, 768}, {128, 768, 3072}, {128, 3072, 768},
+                                {197, 768, 3072}, {1500, 384, 1536}}) {
+    c.push_back({fmt::format("dense [1,{},{}] -> {}", rows, in, out),
+                 make("dense", {}, {{"weight", random_blob({out, in}, rng)}, {"bias", random_blob({out}, rng)}}, 1),
+                 {Shape{1, rows, in}}, 2.0 * rows * in * out});
+  }
   c.push_back({"concat [1,1,768]+[1,196,768] axis 1", make("concat", {{"axis", int64_t{1}}}, {}, 2),
                {Shape{1, 1, 768}, Shape{1, 196, 768}}});
   c.push_back({"concat [1,128,28,28]+[1,32,28,28] axis 1", make("concat", {{"axis", int64_t{1}}}, {}, 2),
@@ -160,7 +170,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   fmt::print("ops_bench: median (fastest) run() time in us, wall clock; OpenMP wait {}\n", softneuro::openmp_wait());
   std::string header = fmt::format("{:<42} {:<30} {:<16}", "case", "routine", "params");
-  for (int t : thread_counts) header += fmt::format(" {:>22}", fmt::format("{} thread{}", t, t > 1 ? "s" : ""));
+  for (int t : thread_counts) header += fmt::format(" {:>32}", fmt::format("{} thread{}", t, t > 1 ? "s" : ""));
   fmt::print("{}\n", header);
   for (Case& c : cases(rng)) {
     if (!type_filter.empty() && c.name.find(type_filter) == std::string::npos) continue;
@@ -186,7 +196,9 @@ int main(int argc, char** argv) {
         for (int t : thread_counts) {
           set_num_threads(t);
           const Timing tm = time_routine(*r, info, schema, p, ins, outs, runs, budget);
-          line += fmt::format(" {:>22}", fmt::format("{:.1f} ({:.1f})", tm.median_us, tm.min_us));
+          std::string cell = fmt::format("{:.1f} ({:.1f})", tm.median_us, tm.min_us);
+          if (c.flops > 0) cell += fmt::format(" {:.0f} GF/s", c.flops / tm.median_us * 1e-3);
+          line += fmt::format(" {:>32}", cell);
         }
         fmt::print("{}\n", line);
         std::fflush(stdout);
