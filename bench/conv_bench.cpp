@@ -52,6 +52,7 @@
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 #include "conv_layer.hpp"
+#include "evict_caches.hpp"
 
 #include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
@@ -259,25 +260,6 @@ struct Result {
 bool g_fastest = false;
 bool g_cold = false;  // --cold
 
-/// --cold: before each timed run, evict the caches by reading a buffer larger
-/// than the last-level cache, then read the input back in. In a net a layer's
-/// input was just written by the layer before it, but its weights were last
-/// read a whole inference ago: they come from DRAM (ResNet50: 100 MB of them).
-void evict_caches(const Blob& x) {
-  static const std::size_t floats = (std::size_t(512) << 20) / sizeof(float);
-  static std::unique_ptr<float[]> big = [] {
-    std::unique_ptr<float[]> b(new float[floats]);
-    std::fill(b.get(), b.get() + floats, 1.0f);
-    return b;
-  }();
-  float sum = 0;
-  for (std::size_t i = 0; i < floats; i += 16) sum += big[i];
-  const float* xp = static_cast<const float*>(x.data());
-  for (std::size_t i = 0, n = x.byte_size() / sizeof(float); i < n; i += 16) sum += xp[i];
-  static volatile float sink;
-  sink = sum;
-}
-
 /// Every combination of a routine's parameters (its param_space cross
 /// product), at most `cap` of them (evenly spaced), or just the defaults.
 std::vector<RoutineParams> capped_combinations(const std::vector<RoutineParamSpec>& space, std::size_t cap) {
@@ -356,7 +338,7 @@ struct PreparedCase {
   }
   /// One run's time in ms (wall, or --cpu-time: CPU time / threads; --cold: caches evicted first).
   double time_run(int threads) {
-    if (g_cold) evict_caches(*ins[0]);
+    if (g_cold) bench::evict_caches(*ins[0]);
     const double c0 = cpu_seconds();
     auto t0 = Clock::now();
     run();

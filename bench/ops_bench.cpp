@@ -5,7 +5,7 @@
 // vector_bits 512 and 256).
 //
 //   ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T]
-//             [--runs N] [--budget SECONDS]
+//             [--runs N] [--budget SECONDS] [--cold]
 //
 // Shapes: layernorm [1,197,768] over the last axis (scale and bias); softmax
 // [1,12,197,197] last axis; gelu [1,197,3072] (erf and tanh forms); matmul
@@ -15,7 +15,8 @@
 // dense layers of BERT-base at 128 tokens, ViT-B/16 and the Whisper-tiny
 // encoder (with GFLOP/s at the median).
 //
-// Only run() is timed, inputs already in the routine's schema. Each cell: two
+// Only run() is timed, inputs already in the routine's schema; --cold evicts
+// the caches before each timed run (weights and output from DRAM, as in a net). Each cell: two
 // warm-up runs, then up to --runs (default 200) timed runs or --budget seconds
 // (default 0.5, at least 5 runs); the median (and the fastest run) in
 // microseconds, wall time. The routine is prepared again for each thread count
@@ -25,6 +26,7 @@
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
+#include "evict_caches.hpp"
 
 #include <softneuro/session.hpp>
 #include <softneuro/routine.hpp>
@@ -115,7 +117,7 @@ struct Timing {
 };
 
 Timing time_routine(const Routine& r, const LayerInfo& info, const Schema& schema, const RoutineParams& params,
-                    std::vector<Blob>& ins, std::vector<Blob>& outs, int max_runs, double budget_s) {
+                    std::vector<Blob>& ins, std::vector<Blob>& outs, int max_runs, double budget_s, bool cold) {
   auto prepared = r.prepare(info, schema, params);
   const std::size_t ws = prepared->workspace_bytes();
   std::unique_ptr<void, void (*)(void*)> workspace(ws ? std::aligned_alloc(64, (ws + 63) / 64 * 64) : nullptr,
@@ -130,6 +132,7 @@ Timing time_routine(const Routine& r, const LayerInfo& info, const Schema& schem
   std::vector<double> t;
   const auto start = Clock::now();
   while (static_cast<int>(t.size()) < max_runs) {
+    if (cold) bench::evict_caches(ins[0]);
     const auto t0 = Clock::now();
     prepared->run(args);
     t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -146,6 +149,7 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts{1, 2};
   int runs = 200;
   double budget = 0.5;
+  bool cold = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -160,10 +164,11 @@ int main(int argc, char** argv) {
     else if (a == "--threads") thread_counts = {std::atoi(next().c_str())};
     else if (a == "--runs") runs = std::max(1, std::atoi(next().c_str()));
     else if (a == "--budget") budget = std::atof(next().c_str());
+    else if (a == "--cold") cold = true;
     else {
       std::fprintf(stderr,
                    "usage: ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T] [--runs N] "
-                   "[--budget SECONDS]\n");
+                   "[--budget SECONDS] [--cold]\n");
       return 2;
     }
   }
@@ -195,7 +200,7 @@ int main(int argc, char** argv) {
         std::string line = fmt::format("{:<42} {:<30} {:<16}", c.name, d, params_text(p));
         for (int t : thread_counts) {
           set_num_threads(t);
-          const Timing tm = time_routine(*r, info, schema, p, ins, outs, runs, budget);
+          const Timing tm = time_routine(*r, info, schema, p, ins, outs, runs, budget, cold);
           std::string cell = fmt::format("{:.1f} ({:.1f})", tm.median_us, tm.min_us);
           if (c.flops > 0) cell += fmt::format(" {:.0f} GF/s", c.flops / tm.median_us * 1e-3);
           line += fmt::format(" {:>32}", cell);
