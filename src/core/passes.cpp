@@ -687,24 +687,70 @@ struct AttentionMatcher {
     return std::nullopt;
   }
 
-  /// An operand of the scores matmul (read by layer `reader`): scalings and at
-  /// most one rank-4 transpose in front of it are absorbed. Sets the source blob and its perm.
-  void operand(std::string blob, std::size_t reader, double& scale, std::string& source, std::vector<int64_t>& perm,
-               std::vector<std::size_t>& absorbed, std::vector<Reroute>& reroutes) const {
+  /// A reshape merging batch and heads, [b,h,s,d] -> [b*h,s,d] (the
+  /// TorchScript exports of transformers 4.x: Whisper, BART, Marian): its input.
+  std::optional<std::string> merged_heads(const Layer& l) const {
+    if (l.type != "reshape" || l.inputs.empty() || l.outputs.size() != 1) return std::nullopt;
+    const Shape& in = shape(l.inputs[0]);
+    const Shape& out = shape(l.outputs[0]);
+    if (in.rank() != 4 || out.rank() != 3 || out[0] != in[0] * in[1] || out[1] != in[2] || out[2] != in[3])
+      return std::nullopt;
+    return l.inputs[0];
+  }
+  /// A reshape splitting them again, [b*h,s,d] -> [b,h,s,d].
+  bool splits_heads(const Layer& l) const {
+    if (l.type != "reshape" || l.inputs.empty() || l.outputs.size() != 1) return false;
+    const Shape& in = shape(l.inputs[0]);
+    const Shape& out = shape(l.outputs[0]);
+    return in.rank() == 3 && out.rank() == 4 && in[0] == out[0] * out[1] && in[1] == out[2] && in[2] == out[3];
+  }
+
+  /// An operand of a matmul of attention (read by layer `reader`): scalings
+  /// (where `scale` is given) and at most one rank-4 transpose in front of it
+  /// are absorbed; a rank-3 operand (`merged`: batch and heads in one dim)
+  /// first through scalings, at most one rank-3 transpose of its last two dims
+  /// and the reshape that merged them (no other form: false). Sets the source
+  /// blob and its perm.
+  bool operand(std::string blob, std::size_t reader, bool merged, double* scale, std::string& source,
+               std::vector<int64_t>& perm, std::vector<std::size_t>& absorbed, std::vector<Reroute>& reroutes) const {
     perm = {0, 1, 2, 3};
+    auto compose = [&](const std::vector<int64_t>& tp) {
+      std::vector<int64_t> composed(4);
+      for (int i = 0; i < 4; ++i) composed[i] = tp[perm[i]];
+      perm = composed;
+    };
+    for (bool transposed = false; merged;) {
+      const Layer* p = sole_producer(blob, reader);
+      if (!p) return false;
+      reader = index(*p);
+      if (auto s = scale ? scaling(*p) : std::nullopt) {
+        *scale *= s->first;
+        blob = s->second;
+      } else if (!transposed && p->type == "transpose" && p->inputs.size() == 1 && shape(p->inputs[0]).rank() == 3) {
+        const auto tp = p->get_ints("perm", {2, 1, 0});
+        if (tp.size() != 3 || tp[0] != 0) return false;
+        compose({0, 1, tp[1] + 1, tp[2] + 1});
+        transposed = true;
+        blob = p->inputs[0];
+      } else if (auto src = merged_heads(*p)) {
+        blob = *src;
+        merged = false;
+      } else {
+        return false;
+      }
+      absorbed.push_back(reader);
+    }
     bool transposed = false;
     while (const Layer* p = sole_producer(blob, reader)) {
-      if (auto s = scaling(*p)) {
-        scale *= s->first;
+      if (auto s = scale ? scaling(*p) : std::nullopt) {
+        *scale *= s->first;
         reroutes.push_back({blob, s->second, {0, 1, 2, 3}});
         blob = s->second;
       } else if (!transposed && p->type == "transpose" && p->inputs.size() == 1 && shape(p->inputs[0]).rank() == 4) {
         const auto tp = p->get_ints("perm", {3, 2, 1, 0});
         if (tp.size() != 4) break;
         // Scalings read before the transpose keep the canonical order: compose.
-        std::vector<int64_t> composed(4);
-        for (int i = 0; i < 4; ++i) composed[i] = tp[perm[i]];
-        perm = composed;
+        compose(tp);
         transposed = true;
         reroutes.push_back({blob, p->inputs[0], tp});
         blob = p->inputs[0];
@@ -715,6 +761,7 @@ struct AttentionMatcher {
       absorbed.push_back(reader);
     }
     source = blob;
+    return true;
   }
 
   /// The attention ending at softmax layer `si`, or nothing; `absorbed` gets the layers it replaces.
@@ -723,46 +770,62 @@ struct AttentionMatcher {
     if (sm.type != "softmax" || sm.inputs.size() != 1 || sm.outputs.size() != 1) return std::nullopt;
     const Shape& ss = shape(sm.inputs[0]);
     const int64_t axis = sm.get_int("axis", -1);
-    if (ss.rank() != 4 || (axis != -1 && axis != 3)) return std::nullopt;
+    if ((ss.rank() != 4 && ss.rank() != 3) || (axis != -1 && axis != ss.rank() - 1)) return std::nullopt;
     absorbed = {si};
     double scale = 1;
     std::string mask;
     std::string x = sm.inputs[0];
     std::size_t reader = si;
     // softmax(scale * (Q Kᵀ) + mask): the add, then scalings, then the matmul.
+    // With batch and heads merged (rank 3), the mask may be added between a
+    // split and a merge of them (BART's encoder).
     const Layer* p = sole_producer(x, reader);
+    if (p && merged_heads(*p)) {
+      const Layer* add = sole_producer(p->inputs[0], index(*p));
+      if (!add || add->type != "add") return std::nullopt;
+      reader = index(*p);
+      absorbed.push_back(reader);
+      x = p->inputs[0];
+      p = add;
+    }
+    // Scalings, and a split of merged heads, in front of the scores matmul.
+    auto scores_step = [&](const Layer& l) { return scaling(l).has_value() || splits_heads(l); };
+    auto scores_input = [&](const Layer& l) { return splits_heads(l) ? l.inputs[0] : scaling(l)->second; };
     if (p && p->type == "add" && p->inputs.size() == 2 && has_no_activation(*p)) {
       int scores_side = -1;
       for (int side = 0; side < 2 && scores_side < 0; ++side) {
         const Layer* q = sole_producer(p->inputs[side], index(*p));
-        for (auto sc = q ? scaling(*q) : std::nullopt; sc; sc = q ? scaling(*q) : std::nullopt)
-          q = sole_producer(sc->second, index(*q));
+        while (q && scores_step(*q)) q = sole_producer(scores_input(*q), index(*q));
         if (q && q->type == "matmul" && shape(p->inputs[side]) == shape(p->outputs[0])) scores_side = side;
       }
       if (scores_side < 0) return std::nullopt;
       mask = p->inputs[1 - scores_side];
+      // A mask added to merged scores broadcasts over batch and heads alike only below rank 3.
+      if (shape(p->outputs[0]).rank() == 3 && shape(mask).rank() > 2) return std::nullopt;
       x = p->inputs[scores_side];
       reader = index(*p);
       absorbed.push_back(reader);
       p = sole_producer(x, reader);
     }
-    for (auto s = p ? scaling(*p) : std::nullopt; s; s = p ? scaling(*p) : std::nullopt) {
-      scale *= s->first;
+    while (p && scores_step(*p)) {
+      if (auto s = scaling(*p)) scale *= s->first;
       reader = index(*p);
       absorbed.push_back(reader);
-      x = s->second;
+      x = scores_input(*p);
       p = sole_producer(x, reader);
     }
-    if (!p || p->type != "matmul" || p->inputs.size() != 2 || shape(p->inputs[0]).rank() != 4 ||
-        shape(p->inputs[1]).rank() != 4)
-      return std::nullopt;
+    if (!p || p->type != "matmul" || p->inputs.size() != 2) return std::nullopt;
+    const int rank = shape(p->inputs[0]).rank();
+    if (rank != ss.rank() || shape(p->inputs[1]).rank() != rank) return std::nullopt;
+    const bool merged = rank == 3;
     const std::size_t m1 = index(*p);
     absorbed.push_back(m1);
     std::string q, k, v;
     std::vector<int64_t> q_perm, kt_perm, v_perm, out_perm{0, 1, 2, 3};
     reroutes.clear();
-    operand(p->inputs[0], m1, scale, q, q_perm, absorbed, reroutes);
-    operand(p->inputs[1], m1, scale, k, kt_perm, absorbed, reroutes);
+    if (!operand(p->inputs[0], m1, merged, &scale, q, q_perm, absorbed, reroutes) ||
+        !operand(p->inputs[1], m1, merged, &scale, k, kt_perm, absorbed, reroutes))
+      return std::nullopt;
     const std::vector<int64_t> k_perm{kt_perm[0], kt_perm[1], kt_perm[3], kt_perm[2]};
     // The probabilities: straight into the second matmul, or through the NaN guard.
     std::string probs = sm.outputs[0];
@@ -794,19 +857,18 @@ struct AttentionMatcher {
     if (prob_readers.size() != 1) return std::nullopt;
     const Layer& m2 = g.layers[prob_readers[0]];
     if (m2.type != "matmul" || m2.inputs.size() != 2 || m2.inputs[0] != probs || taken[index(m2)] ||
-        shape(m2.inputs[1]).rank() != 4)
+        shape(m2.inputs[1]).rank() != rank)
       return std::nullopt;
     absorbed.push_back(index(m2));
-    v = m2.inputs[1];
-    v_perm = {0, 1, 2, 3};
-    if (const Layer* t = sole_producer(v, index(m2)); t && t->type == "transpose" && t->inputs.size() == 1 &&
-                                                      t->get_ints("perm", {}).size() == 4) {
-      v_perm = t->get_ints("perm", {});
-      reroutes.push_back({v, t->inputs[0], v_perm});
-      v = t->inputs[0];
-      absorbed.push_back(index(*t));
-    }
+    if (!operand(m2.inputs[1], index(m2), merged, nullptr, v, v_perm, absorbed, reroutes)) return std::nullopt;
     std::string out = m2.outputs[0];
+    if (merged) {  // the heads split again: [b*h,sq,dv] -> [b,h,sq,dv]
+      const auto split = data_readers(out);
+      if (net_outputs.count(out) || split.size() != 1 || taken[split[0]] || !splits_heads(g.layers[split[0]]))
+        return std::nullopt;
+      absorbed.push_back(split[0]);
+      out = g.layers[split[0]].outputs[0];
+    }
     const auto out_readers = data_readers(out);
     if (!net_outputs.count(out) && out_readers.size() == 1) {
       const Layer& t = g.layers[out_readers[0]];
@@ -847,7 +909,8 @@ struct AttentionMatcher {
       const AttentionGeometry geo = attention_geometry(a, in);
       if (Shape{geo.out_shape[0], geo.out_shape[1], geo.out_shape[2], geo.out_shape[3]} != shape(out))
         return std::nullopt;
-      if (Shape{geo.b, geo.h, geo.sq, geo.sk} != ss) return std::nullopt;
+      if ((ss.rank() == 4 ? Shape{geo.b, geo.h, geo.sq, geo.sk} : Shape{geo.b * geo.h, geo.sq, geo.sk}) != ss)
+        return std::nullopt;
     } catch (const Error&) {
       return std::nullopt;
     }

@@ -436,6 +436,61 @@ TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes o
     CHECK(after.find_layer("sm")->inputs[1] == "kt");
     CHECK(after.find_layer("sm")->get_ints("k_perm") == std::vector<int64_t>{0, 1, 3, 2});
   }
+  // transformers 4.x (Whisper, BART, Marian): heads merged into the batch,
+  // [b,h,s,d] -> [b*h,s,d], the products on rank 3, Kᵀ a rank-3 transpose.
+  auto ints = [](std::vector<int64_t> v) { return Attr{std::move(v)}; };
+  auto merged_heads = [&](std::vector<Layer> scores_to_probs) {
+    std::vector<Layer> l = {
+        layer("transpose", "tq", {"q"}, {"qt"}, {{"perm", ints({0, 2, 1, 3})}}),
+        layer("reshape", "rq", {"qt"}, {"q3"}, {{"shape", ints({2, -1, 16})}}), scalar("c", 0.25f),
+        layer("mul", "mq", {"q3", "c"}, {"qs"}),
+        layer("transpose", "tk", {"k"}, {"kt"}, {{"perm", ints({0, 2, 1, 3})}}),
+        layer("reshape", "rk", {"kt"}, {"k3"}, {{"shape", ints({2, -1, 16})}}),
+        layer("transpose", "tk3", {"k3"}, {"k3t"}, {{"perm", ints({0, 2, 1})}}),
+        layer("transpose", "tv", {"v"}, {"vt"}, {{"perm", ints({0, 2, 1, 3})}}),
+        layer("reshape", "rv", {"vt"}, {"v3"}, {{"shape", ints({2, -1, 12})}}),
+        layer("matmul", "qk", {"qs", "k3t"}, {"scores"}),
+        layer("softmax", "sm", {"probs_in"}, {"p"}, {{"axis", int64_t{-1}}}),
+        layer("matmul", "pv", {"p", "v3"}, {"o3"}),
+        layer("reshape", "ro", {"o3"}, {"o4"}, {{"shape", ints({1, 2, 5, 12})}}),
+        layer("transpose", "to", {"o4"}, {"ot"}, {{"perm", ints({0, 2, 1, 3})}}),
+        layer("reshape", "r", {"ot"}, {"y"}, {{"shape", ints({1, 5, 24})}})};
+    for (Layer& x : scores_to_probs) l.push_back(std::move(x));
+    return graph({{"q", Shape{1, 5, 2, 16}}, {"k", Shape{1, 7, 2, 16}}, {"v", Shape{1, 7, 2, 12}}}, {"y"}, std::move(l));
+  };
+  SECTION("Whisper's encoder (transformers 4.x): merged heads, Q scaled, no mask") {
+    auto after = check_pass(merged_heads({layer("reshape", "id", {"scores"}, {"probs_in"}, {{"shape", ints({2, 5, 7})}})}),
+                            core::fuse_attention, 0);
+    // The scores pass through a reshape that changes nothing: not this form.
+    CHECK(count(after, "attention") == 0);
+    auto g = merged_heads({});
+    for (Layer& l : g.layers)
+      if (l.name == "sm") l.inputs[0] = "scores";
+    after = check_pass(g, core::fuse_attention, 1);
+    REQUIRE(count(after, "attention") == 1);
+    for (const char* t : {"transpose", "matmul", "softmax", "mul"}) CHECK(count(after, t) == 0);
+    CHECK(count(after, "reshape") == 1);  // the last, to [1,5,24]
+    const Layer& a = *after.find_layer("sm");
+    CHECK(a.inputs == std::vector<std::string>{"q", "k", "v"});
+    CHECK(a.get_float("scale") == Approx(0.25));
+    CHECK(a.get_ints("q_perm") == std::vector<int64_t>{0, 2, 1, 3});
+    CHECK(a.get_ints("k_perm") == std::vector<int64_t>{0, 2, 1, 3});
+    CHECK(a.get_ints("v_perm") == std::vector<int64_t>{0, 2, 1, 3});
+    CHECK(a.get_ints("out_perm") == std::vector<int64_t>{0, 2, 1, 3});
+  }
+  SECTION("BART's encoder (transformers 4.x): the mask added between a split and a merge of the heads") {
+    std::vector<float> m(5 * 7, 0.0f);
+    for (int i = 0; i < 5; ++i) m[i * 7 + 6] = -1e9f;
+    auto g = merged_heads({layer("reshape", "split", {"scores"}, {"s4"}, {{"shape", ints({1, 2, 5, 7})}}),
+                           constant("mask", make_input(Shape{1, 1, 5, 7}, m)),
+                           layer("add", "masked", {"s4", "mask"}, {"b4"}),
+                           layer("reshape", "merge", {"b4"}, {"probs_in"}, {{"shape", ints({2, 5, 7})}})});
+    auto after = check_pass(g, core::fuse_attention, 1);
+    REQUIRE(count(after, "attention") == 1);
+    CHECK(count(after, "add") == 0);
+    CHECK(count(after, "reshape") == 1);
+    CHECK(after.find_layer("sm")->inputs.back() == "mask");
+  }
 }
 
 TEST_CASE("merge_duplicates: twelve mask computations become one; weights compared, net outputs kept", "[passes][merge]") {
