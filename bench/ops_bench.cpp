@@ -13,7 +13,8 @@
 // (attention times values); concat [1,1,768] + [1,196,768] on axis 1 (class
 // token) and a DenseNet-like channel concat [1,128,28,28] + [1,32,28,28];
 // dense layers of BERT-base at 128 tokens, ViT-B/16 and the Whisper-tiny
-// encoder (with GFLOP/s at the median).
+// encoder, and attention at BERT's, ViT's and Whisper's sizes (with GFLOP/s
+// at the median: the products only).
 //
 // Only run() is timed, inputs already in the routine's schema; --cold evicts
 // the caches before each timed run (weights and output from DRAM, as in a net). Each cell: two
@@ -96,6 +97,14 @@ std::vector<Case> cases(std::mt19937& rng) {
     c.push_back({fmt::format("dense [1,{},{}] -> {}", rows, in, out),
                  make("dense", {}, {{"weight", random_blob({out, in}, rng)}, {"bias", random_blob({out}, rng)}}, 1),
                  {Shape{1, rows, in}}, 2.0 * rows * in * out});
+  }
+  // Attention over [batch, tokens, heads, 64] as the exporters lay it out (heads second after the perms).
+  for (auto [tokens, heads] : {std::array<int64_t, 2>{128, 12}, {197, 12}, {1500, 6}}) {
+    const std::vector<int64_t> perm{0, 2, 1, 3};
+    const Shape s{1, tokens, heads, 64};
+    c.push_back({fmt::format("attention [1,{},{},64]", tokens, heads),
+                 make("attention", {{"scale", 0.125}, {"q_perm", perm}, {"k_perm", perm}, {"v_perm", perm}, {"out_perm", perm}}, {}, 3),
+                 {s, s, s}, 4.0 * heads * tokens * tokens * 64});
   }
   c.push_back({"concat [1,1,768]+[1,196,768] axis 1", make("concat", {{"axis", int64_t{1}}}, {}, 2),
                {Shape{1, 1, 768}, Shape{1, 196, 768}}});

@@ -150,7 +150,7 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"attention",
      {
-      {"cpu/gemm_attention", "cpu/flash_attention"},
+      {"cpu/gemm_attention", "cpu/flash_attention", "cpu/onednn"},
       {"cpu/ref"},
      }},
     {"gather",

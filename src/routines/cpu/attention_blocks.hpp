@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string_view>
 
 namespace softneuro::cpu::attention {
@@ -46,6 +48,29 @@ inline void mask_row(const core::AttentionGeometry& g, const float* mask, int64_
   const float* row = mask + b * g.mask[0] + h * g.mask[1] + i * g.mask[2];
   if (g.mask[3] != 0) bias = row + j0;
   else add = *row;
+}
+
+/// Query row i's scores (Sk of them, at s) to exponentials in place: scaled,
+/// masked, the keys causal attention hides 0. Unnormalised where it returns
+/// 1/sum (the caller divides the row's output), else normalised, NaN kept or
+/// zeroed per masked_rows, and 1 returned.
+inline float softmax_row(const core::AttentionGeometry& g, const vec::Kernels& v, float* s, const float* mask,
+                         int64_t b, int64_t h, int64_t i) {
+  const int64_t n = g.visible(i);
+  const float* bias;
+  float add;
+  mask_row(g, mask, b, h, i, 0, bias, add);
+  float m = -std::numeric_limits<float>::infinity();
+  const float sum = n > 0 ? v.exp_row(s, bias, add, n, g.scale, &m) : 0.0f;
+  std::fill(s + n, s + g.sk, 0.0f);
+  if (std::isfinite(m) && std::isfinite(sum) && sum > 0) return 1.0f / sum;
+  // Every key masked (-inf: exp(-inf - -inf) is NaN), or NaN or inf in the scores: as softmax computes it.
+  for (int64_t j = 0; j < g.sk; ++j) {
+    float p = j < n ? s[j] / sum : (n == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+    if (std::isnan(p) && g.zero_masked_rows) p = 0;
+    s[j] = p;
+  }
+  return 1.0f;
 }
 
 /// Chunks of query blocks per head: enough tasks for every thread where heads are fewer.

@@ -17,8 +17,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <memory>
 #include <vector>
 
@@ -67,7 +65,7 @@ class Prepared final : public PreparedRoutine {
         const int64_t i0 = blk * mb_, rows = std::min(mb_, g_.sq - i0);
         gemm::pack_a(*k_, rows, g_.d, kc_d_, q + b * g_.q[0] + h * g_.q[1] + i0 * g_.q[2], g_.q[2], false, pq);
         gemm::gemm_block(*k_, rows, g_.sk, g_.d, kc_d_, pq, pk, s, ld_s_, gemm::Epilogue{}, 0, rows, 0, g_.sk);
-        for (int64_t r = 0; r < rows; ++r) inv[r] = softmax_row(s + r * ld_s_, mask, b, h, i0 + r);
+        for (int64_t r = 0; r < rows; ++r) inv[r] = cpu::attention::softmax_row(g_, *v_, s + r * ld_s_, mask, b, h, i0 + r);
         float* o = out + b * g_.out[0] + h * g_.out[1] + i0 * g_.out[2];
         v_->rows_times(s, ld_s_, rows, vh, g_.v[2], g_.sk, g_.dv, o, g_.out[2], false);
         for (int64_t r = 0; r < rows; ++r)
@@ -78,27 +76,6 @@ class Prepared final : public PreparedRoutine {
   }
 
  private:
-  /// Row i's exponentials in place (unnormalised where it returns 1/sum, else
-  /// normalised, NaN kept or zeroed per masked_rows, and 1 returned).
-  float softmax_row(float* s, const float* mask, int64_t b, int64_t h, int64_t i) const {
-    // Causal: the hidden keys weigh exp(-inf) = 0; left out of the row.
-    const int64_t n = g_.visible(i);
-    const float* bias;
-    float add;
-    cpu::attention::mask_row(g_, mask, b, h, i, 0, bias, add);
-    float m = -std::numeric_limits<float>::infinity();
-    const float sum = n > 0 ? v_->exp_row(s, bias, add, n, g_.scale, &m) : 0.0f;
-    std::fill(s + n, s + g_.sk, 0.0f);
-    if (std::isfinite(m) && std::isfinite(sum) && sum > 0) return 1.0f / sum;
-    // Every key masked (-inf: exp(-inf - -inf) is NaN), or NaN or inf in the scores: as softmax computes it.
-    for (int64_t j = 0; j < g_.sk; ++j) {
-      float p = j < n ? s[j] / sum : (n == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
-      if (std::isnan(p) && g_.zero_masked_rows) p = 0;
-      s[j] = p;
-    }
-    return 1.0f;
-  }
-
   AttentionGeometry g_;
   const gemm::Kernel* k_;
   const cpu::vec::Kernels* v_;

@@ -1,0 +1,172 @@
+// cpu/onednn for the attention layer (core/layer_types.hpp): Q·Kᵀ and P·V as
+// oneDNN matmuls, batched over batch and heads, the layer's operands read in
+// place through their perms (strided descriptors); the softmax between them
+// ours (attention_blocks.hpp's softmax_row: scale, mask, causal, masked rows).
+// The scores exist for one block of query rows at a time, at most
+// kScoreBytes. Beside cpu/gemm_attention and cpu/flash_attention (our packed
+// GEMM, P·V read in place) it is the attention built on the GEMM routines:
+// where oneDNN's GEMM outruns ours (AVX2 at 1,500 keys: Whisper's encoder) the
+// tuner takes it.
+#include "routines/cpu/attention_blocks.hpp"
+#include "routines/cpu/onednn_common.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+using namespace onednn_common;
+using core::AttentionGeometry;
+
+/// The scores of one block of query rows (every batch and head) at most.
+constexpr int64_t kScoreBytes = int64_t{8} << 20;
+
+/// A float32 descriptor of dims `d` with element strides `st` (a broadcast
+/// operand's dim of one, stride 0, gets the stride past the others').
+dnnl::memory::desc strided(const std::array<int64_t, 4>& d, std::array<int64_t, 4> st) {
+  int64_t past = 1;
+  for (int i = 0; i < 4; ++i) past = std::max(past, st[i] * d[i]);
+  for (int i = 0; i < 4; ++i)
+    if (st[i] == 0) st[i] = past;
+  return {dnnl::memory::dims(d.begin(), d.end()), dnnl::memory::data_type::f32,
+          dnnl::memory::dims(st.begin(), st.end())};
+}
+
+/// C = A · B as one oneDNN matmul: input 0 is A, input 1 is B, output 0 is C.
+Plan product(const dnnl::memory::desc& a, const dnnl::memory::desc& b, const dnnl::memory::desc& c) {
+  const dnnl::matmul::desc d(a, b, c);
+  return Plan::single(dnnl::matmul::primitive_desc(d, make_attr(), cpu_engine()),
+                      {{DNNL_ARG_SRC, in0}, {DNNL_ARG_WEIGHTS, Mem{Mem::input, 1}}, {DNNL_ARG_DST, out0}});
+}
+
+/// The two products for blocks of `rows` query rows.
+struct Products {
+  Plan qk, pv;
+  Products(const AttentionGeometry& g, int64_t rows) {
+    const int64_t kb = g.k[0] == 0 ? 1 : g.b, kh = g.k[1] == 0 ? 1 : g.h;
+    const int64_t vb = g.v[0] == 0 ? 1 : g.b, vh = g.v[1] == 0 ? 1 : g.h;
+    const dnnl::memory::desc scores = strided({g.b, g.h, rows, g.sk}, {g.h * rows * g.sk, rows * g.sk, g.sk, 1});
+    qk = product(strided({g.b, g.h, rows, g.d}, g.q), strided({kb, kh, g.d, g.sk}, {g.k[0], g.k[1], g.k[3], g.k[2]}),
+                 scores);
+    pv = product(scores, strided({vb, vh, g.sk, g.dv}, g.v), strided({g.b, g.h, rows, g.dv}, g.out));
+  }
+  bool reference() const { return !reference_impl(qk).empty() || !reference_impl(pv).empty(); }
+};
+
+int64_t block_rows(const AttentionGeometry& g) {
+  return std::clamp<int64_t>(kScoreBytes / static_cast<int64_t>(sizeof(float)) / (g.b * g.h * g.sk), 1, g.sq);
+}
+
+class PreparedAttention final : public PreparedRoutine {
+ public:
+  explicit PreparedAttention(const LayerInfo& info)
+      : g_(core::attention_geometry(*info.layer, info.input_shapes)), v_(cpu::vec::best_kernels()) {
+    match_threads(info);
+    rows_ = block_rows(g_);
+    Products full(g_, rows_);
+    full_qk_ = std::make_unique<Prepared>(std::move(full.qk));
+    full_pv_ = std::make_unique<Prepared>(std::move(full.pv));
+    if (const int64_t tail = g_.sq % rows_; tail > 0) {
+      Products last(g_, tail);
+      tail_qk_ = std::make_unique<Prepared>(std::move(last.qk));
+      tail_pv_ = std::make_unique<Prepared>(std::move(last.pv));
+    }
+    score_floats_ = (g_.b * g_.h * rows_ * g_.sk + 15) / 16 * 16;
+    inv_floats_ = (g_.b * g_.h * rows_ + 15) / 16 * 16;
+    for (const auto* p : {full_qk_.get(), full_pv_.get(), tail_qk_.get(), tail_pv_.get()})
+      if (p) scratch_ = std::max(scratch_, p->workspace_bytes());
+  }
+
+  std::size_t workspace_bytes() const override {
+    return sizeof(float) * static_cast<std::size_t>(score_floats_ + inv_floats_) + scratch_;
+  }
+
+  void run(const RunArgs& a) override {
+    const float* q = a.inputs[0]->data_as<float>();
+    const float* mask = g_.has_mask ? a.inputs[3]->data_as<float>() : nullptr;
+    float* out = a.outputs[0]->data_as<float>();
+    float* scores = static_cast<float*>(a.workspace);
+    float* inv = scores + score_floats_;
+    void* scratch = inv + inv_floats_;
+    Blob keys = Blob::view(const_cast<void*>(a.inputs[1]->data()), Shape{1});
+    Blob values = Blob::view(const_cast<void*>(a.inputs[2]->data()), Shape{1});
+    Blob score_blob = Blob::view(scores, Shape{1});
+    for (int64_t i0 = 0; i0 < g_.sq; i0 += rows_) {
+      const int64_t rows = std::min(rows_, g_.sq - i0);
+      Prepared& qk = rows == rows_ ? *full_qk_ : *tail_qk_;
+      Prepared& pv = rows == rows_ ? *full_pv_ : *tail_pv_;
+      Blob queries = Blob::view(const_cast<float*>(q + i0 * g_.q[2]), Shape{1});
+      Blob block_out = Blob::view(out + i0 * g_.out[2], Shape{1});
+      const Blob* qk_in[] = {&queries, &keys};
+      Blob* qk_out[] = {&score_blob};
+      qk.run(RunArgs{qk_in, qk_out, scratch, a.pool});
+      const int64_t per_head = rows, n = g_.b * g_.h * rows;
+      a.pool->parallel_for(n, 8, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t r = t % per_head, h = t / per_head % g_.h, b = t / per_head / g_.h;
+          inv[t] = cpu::attention::softmax_row(g_, *v_, scores + t * g_.sk, mask, b, h, i0 + r);
+        }
+      });
+      const Blob* pv_in[] = {&score_blob, &values};
+      Blob* pv_out[] = {&block_out};
+      pv.run(RunArgs{pv_in, pv_out, scratch, a.pool});
+      // Rows left unnormalised by softmax_row: their outputs divided by the sum.
+      a.pool->parallel_for(n, 64, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          if (inv[t] == 1.0f) continue;
+          const int64_t r = t % per_head, h = t / per_head % g_.h, b = t / per_head / g_.h;
+          float* o = out + b * g_.out[0] + h * g_.out[1] + (i0 + r) * g_.out[2];
+          for (int64_t e = 0; e < g_.dv; ++e) o[e * g_.out[3]] *= inv[t];
+        }
+      });
+    }
+  }
+
+ private:
+  AttentionGeometry g_;
+  const cpu::vec::Kernels* v_;
+  int64_t rows_ = 1, score_floats_ = 0, inv_floats_ = 0;
+  std::size_t scratch_ = 0;
+  std::unique_ptr<Prepared> full_qk_, full_pv_, tail_qk_, tail_pv_;
+};
+
+class OnednnAttention final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "attention"; }
+  std::string_view algorithm() const override { return "onednn"; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == Schema{})) return Support::no("cpu/onednn attention computes in cpu:float32:nchw");
+    if (!cpu::vec::best_kernels()) return Support::no("cpu/onednn attention's softmax needs AVX2+FMA, AVX-512 or Advanced SIMD");
+    try {
+      const AttentionGeometry g = core::attention_geometry(*info.layer, info.input_shapes);
+      if (g.sk == 0 || g.d == 0 || g.sq == 0) return Support::no("cpu/onednn attention needs queries, keys and features");
+      match_threads(info);
+      const int64_t rows = block_rows(g);
+      if (Products(g, rows).reference() || (g.sq % rows && Products(g, g.sq % rows).reference()))
+        return Support::no("oneDNN has only its reference matmul for these operands");
+    } catch (const dnnl::error& e) {
+      return Support::no(fmt::format("oneDNN 2.6 cannot create its matmuls: {}", e.what()));
+    } catch (const Error& e) {
+      return Support::no(e.what());
+    }
+    return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    return std::make_unique<PreparedAttention>(info);
+  }
+};
+
+}  // namespace
+
+SOFTNEURO_REGISTER_ROUTINE(OnednnAttention);
+
+}  // namespace softneuro
