@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -610,10 +611,13 @@ int broadcast_scalar_operands(Graph& g) {
 namespace {
 
 /// What fuse_attention reads of the graph: producers, readers, constants, shapes.
-/// Shape readers of `blob` are to read `source` instead: shape(blob) = shape of transpose(source, perm).
+/// Shape readers of `blob` are to read `source` instead: shape(blob) = shape
+/// of transpose(source, perm), its first two dims then one where `merge`
+/// (blob [b*h,s,d] of a source [b,h,s,d]: the merge_heads of a shape_math).
 struct Reroute {
   std::string blob, source;
   std::vector<int64_t> perm;
+  bool merge = false;
 };
 
 struct AttentionMatcher {
@@ -725,14 +729,17 @@ struct AttentionMatcher {
       reader = index(*p);
       if (auto s = scale ? scaling(*p) : std::nullopt) {
         *scale *= s->first;
+        reroutes.push_back({blob, s->second, {0, 1, 2}});
         blob = s->second;
       } else if (!transposed && p->type == "transpose" && p->inputs.size() == 1 && shape(p->inputs[0]).rank() == 3) {
         const auto tp = p->get_ints("perm", {2, 1, 0});
         if (tp.size() != 3 || tp[0] != 0) return false;
         compose({0, 1, tp[1] + 1, tp[2] + 1});
         transposed = true;
+        reroutes.push_back({blob, p->inputs[0], tp});
         blob = p->inputs[0];
       } else if (auto src = merged_heads(*p)) {
+        reroutes.push_back({blob, *src, {0, 1, 2, 3}, true});
         blob = *src;
         merged = false;
       } else {
@@ -941,10 +948,18 @@ int fuse_attention(Graph& g) {
         if (!m.reads_shape(j) || l.inputs[0] != r.blob) continue;
         l.inputs[0] = r.source;
         if (l.get_string("op", "") == "size") continue;
-        const auto old = l.get_ints("perm", {0, 1, 2, 3});
-        if (old.size() != 4) continue;
-        std::vector<int64_t> composed(4);
-        for (int k = 0; k < 4; ++k) composed[k] = r.perm[old[k]];
+        const std::size_t rank = r.merge ? 3 : r.perm.size();  // the blob's
+        std::vector<int64_t> identity(rank);
+        std::iota(identity.begin(), identity.end(), 0);
+        const auto old = l.get_ints("perm", identity);
+        if (old.size() != rank) continue;
+        if (r.merge) {  // the reader's perm keeps the merged dim first: the rank-3 transposes absorbed do
+          l.params["perm"] = std::vector<int64_t>{0, 1, old[1] + 1, old[2] + 1};
+          l.params["merge_heads"] = int64_t{1};
+          continue;
+        }
+        std::vector<int64_t> composed(rank);
+        for (std::size_t k = 0; k < rank; ++k) composed[k] = r.perm[static_cast<std::size_t>(old[k])];
         l.params["perm"] = composed;
       }
     added.push_back(std::move(*a));

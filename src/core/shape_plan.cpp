@@ -122,7 +122,7 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
     if (shapes.empty()) fail_field(l, "inputs", "shape of nothing");
     Shape s = shapes[0];
     if (op == "size") return int_blob({}, {s.numel()});
-    // perm: the shape of transpose(input, perm) (a transpose fuse_attention absorbed).
+    // perm: the shape of transpose(input, perm) (a transpose fuse_attention absorbed);
     if (l.has("perm")) {
       const auto p = l.get_ints("perm");
       if (p.size() != static_cast<std::size_t>(s.rank())) fail_field(l, "perm", "perm's length is not the input's rank");
@@ -134,6 +134,13 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
         seen[static_cast<std::size_t>(d)] = true;
         dims.push_back(shapes[0][static_cast<int>(d)]);
       }
+      s = Shape(dims);
+    }
+    // merge_heads: the first two dims as one (a reshape [b,h,s,d] -> [b*h,s,d] fuse_attention absorbed).
+    if (l.get_int("merge_heads", 0)) {
+      if (s.rank() < 2) fail_field(l, "merge_heads", fmt::format("{} has no two dims to merge", s.to_string()));
+      std::vector<int64_t> dims{s[0] * s[1]};
+      for (int d = 2; d < s.rank(); ++d) dims.push_back(s[d]);
       s = Shape(dims);
     }
     const int rank = s.rank();

@@ -478,6 +478,19 @@ TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes o
     CHECK(a.get_ints("v_perm") == std::vector<int64_t>{0, 2, 1, 3});
     CHECK(a.get_ints("out_perm") == std::vector<int64_t>{0, 2, 1, 3});
   }
+  SECTION("BART's key length read from the merged keys' shape: the reader reads K's, merged") {
+    auto g = merged_heads({});
+    for (Layer& l : g.layers)
+      if (l.name == "sm") l.inputs[0] = "scores";
+    g.layers.push_back(layer("shape_math", "klen", {"k3t"}, {"kdims"}, {{"op", std::string("shape")}}));
+    g.outputs.push_back("kdims");
+    auto after = check_pass(g, core::fuse_attention, 1);
+    REQUIRE(count(after, "attention") == 1);
+    const Layer& reader = *after.find_layer("klen");
+    CHECK(reader.inputs[0] == "k");
+    CHECK(reader.get_ints("perm") == std::vector<int64_t>{0, 2, 3, 1});
+    CHECK(reader.get_int("merge_heads") == 1);
+  }
   SECTION("BART's encoder (transformers 4.x): the mask added between a split and a merge of the heads") {
     std::vector<float> m(5 * 7, 0.0f);
     for (int i = 0; i < 5; ++i) m[i * 7 + 6] = -1e9f;
