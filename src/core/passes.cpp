@@ -709,6 +709,27 @@ struct AttentionMatcher {
     return in.rank() == 3 && out.rank() == 4 && in[0] == out[0] * out[1] && in[1] == out[2] && in[2] == out[3];
   }
 
+  /// where(cond, scores, c) with c a constant of at most -1e30 (-inf, or
+  /// float's lowest as transformers 4.x writes GPT-2's causal mask): the cond
+  /// and c blobs. The same as adding where(cond, 0, c) to the scores: a kept
+  /// score is exact, a dropped one is c plus a score (c itself) or -inf, 0 after softmax.
+  std::optional<std::pair<std::string, std::string>> masking_where(const Layer& l) const {
+    if (l.type != "where" || l.inputs.size() != 3 || l.outputs.size() != 1) return std::nullopt;
+    auto c = constants.find(l.inputs[2]);
+    if (c == constants.end() || c->second->numel() != 1 || !(c->second->data_as<float>()[0] <= -1e30f)) return std::nullopt;
+    if (shape(l.outputs[0]) != shape(l.inputs[1]) || shape(l.inputs[0]).rank() > shape(l.inputs[1]).rank())
+      return std::nullopt;
+    return std::pair{l.inputs[0], l.inputs[2]};
+  }
+  /// mul/div of the scores by a one-value blob computed at run time (GPT-2's
+  /// 1 / sqrt(head_dim) from the values' shape): the op and the blob.
+  std::optional<std::pair<std::string, std::string>> runtime_scaling(const Layer& l) const {
+    if ((l.type != "mul" && l.type != "div") || l.inputs.size() != 2 || !has_no_activation(l)) return std::nullopt;
+    const std::string& c = l.inputs[1];
+    if (constants.count(c) || shape(c).numel() != 1 || shape(l.outputs[0]) != shape(l.inputs[0])) return std::nullopt;
+    return std::pair{l.type, c};
+  }
+
   /// An operand of a matmul of attention (read by layer `reader`): scalings
   /// (where `scale` is given) and at most one rank-4 transpose in front of it
   /// are absorbed; a rank-3 operand (`merged`: batch and heads in one dim)
@@ -772,7 +793,9 @@ struct AttentionMatcher {
   }
 
   /// The attention ending at softmax layer `si`, or nothing; `absorbed` gets the layers it replaces.
-  std::optional<Layer> match(std::size_t si, std::vector<std::size_t>& absorbed, std::vector<Reroute>& reroutes) const {
+  /// `extra`: layers to add before it (a where-mask as an additive one, a run-time scaling of Q).
+  std::optional<Layer> match(std::size_t si, std::vector<std::size_t>& absorbed, std::vector<Reroute>& reroutes,
+                             std::vector<Layer>& extra) const {
     const Layer& sm = g.layers[si];
     if (sm.type != "softmax" || sm.inputs.size() != 1 || sm.outputs.size() != 1) return std::nullopt;
     const Shape& ss = shape(sm.inputs[0]);
@@ -795,9 +818,17 @@ struct AttentionMatcher {
       x = p->inputs[0];
       p = add;
     }
-    // Scalings, and a split of merged heads, in front of the scores matmul.
-    auto scores_step = [&](const Layer& l) { return scaling(l).has_value() || splits_heads(l); };
-    auto scores_input = [&](const Layer& l) { return splits_heads(l) ? l.inputs[0] : scaling(l)->second; };
+    // Scalings, a split of merged heads, a where-mask and a run-time scaling
+    // (one each) in front of the scores matmul.
+    auto scores_step = [&](const Layer& l) {
+      return scaling(l).has_value() || splits_heads(l) || masking_where(l).has_value() || runtime_scaling(l).has_value();
+    };
+    auto scores_input = [&](const Layer& l) {
+      if (splits_heads(l) || runtime_scaling(l)) return l.inputs[0];
+      if (masking_where(l)) return l.inputs[1];
+      return scaling(l)->second;
+    };
+    std::optional<std::pair<std::string, std::string>> where_mask, runtime_scale;
     if (p && p->type == "add" && p->inputs.size() == 2 && has_no_activation(*p)) {
       int scores_side = -1;
       for (int side = 0; side < 2 && scores_side < 0; ++side) {
@@ -815,7 +846,15 @@ struct AttentionMatcher {
       p = sole_producer(x, reader);
     }
     while (p && scores_step(*p)) {
-      if (auto s = scaling(*p)) scale *= s->first;
+      if (auto s = scaling(*p)) {
+        scale *= s->first;
+      } else if (auto w = masking_where(*p)) {
+        if (where_mask) return std::nullopt;
+        where_mask = w;
+      } else if (auto r = runtime_scaling(*p)) {
+        if (runtime_scale) return std::nullopt;
+        runtime_scale = r;
+      }
       reader = index(*p);
       absorbed.push_back(reader);
       x = scores_input(*p);
@@ -897,6 +936,48 @@ struct AttentionMatcher {
         if (shape_read && std::none_of(reroutes.begin(), reroutes.end(), [&](const Reroute& x) { return x.blob == o; }))
           return std::nullopt;
       }
+    // The where-mask as an additive one (beside the model's), the run-time
+    // scaling on Q: (Q / c)·Kᵀ = (Q·Kᵀ) / c.
+    extra.clear();
+    std::map<std::string, Shape> made_shapes;  // of the blobs the extra layers make
+    auto fresh = [&](const std::string& what) { return fmt::format("{}/{}", sm.name, what); };
+    if (where_mask) {
+      Layer zero;
+      zero.type = "constant";
+      zero.name = fresh("mask_zero");
+      zero.outputs = {zero.name};
+      zero.weights["value"] = Blob::allocate(Shape{}, DType::float32);  // zero-filled
+      Layer w;
+      w.type = "where";
+      w.name = fresh("where_mask");
+      w.inputs = {where_mask->first, zero.outputs[0], where_mask->second};
+      w.outputs = {w.name};
+      std::string additive = w.outputs[0];
+      made_shapes[additive] = shape(where_mask->first);
+      extra.push_back(std::move(zero));
+      extra.push_back(std::move(w));
+      if (!mask.empty()) {
+        Layer sum;
+        sum.type = "add";
+        sum.name = fresh("mask_sum");
+        sum.inputs = {additive, mask};
+        sum.outputs = {sum.name};
+        made_shapes[sum.outputs[0]] = broadcast(made_shapes.at(additive), shape(mask));
+        additive = sum.outputs[0];
+        extra.push_back(std::move(sum));
+      }
+      mask = additive;
+    }
+    if (runtime_scale) {
+      Layer sq;
+      sq.type = runtime_scale->first;
+      sq.name = fresh("q_scaled");
+      sq.inputs = {q, runtime_scale->second};
+      sq.outputs = {sq.name};
+      made_shapes[sq.outputs[0]] = shape(q);
+      q = sq.outputs[0];
+      extra.push_back(std::move(sq));
+    }
     Layer a;
     a.type = "attention";
     a.name = sm.name;
@@ -912,7 +993,10 @@ struct AttentionMatcher {
     // Only where it computes what the layers did at these shapes.
     try {
       std::vector<Shape> in;
-      for (const auto& i : a.inputs) in.push_back(shape(i));
+      for (const auto& i : a.inputs) {
+        if (auto made = made_shapes.find(i); made != made_shapes.end()) in.push_back(made->second);
+        else in.push_back(shape(i));
+      }
       const AttentionGeometry geo = attention_geometry(a, in);
       if (Shape{geo.out_shape[0], geo.out_shape[1], geo.out_shape[2], geo.out_shape[3]} != shape(out))
         return std::nullopt;
@@ -932,10 +1016,12 @@ int fuse_attention(Graph& g) {
   AttentionMatcher m(g);
   std::vector<bool> removed(g.layers.size());
   std::vector<Layer> added;
+  int fused = 0;
   for (std::size_t i = 0; i < g.layers.size(); ++i) {
     std::vector<std::size_t> absorbed;
     std::vector<Reroute> reroutes;
-    auto a = m.match(i, absorbed, reroutes);
+    std::vector<Layer> extra;
+    auto a = m.match(i, absorbed, reroutes, extra);
     if (!a) continue;
     bool clash = false;
     for (std::size_t j : absorbed) clash |= m.taken[j];
@@ -962,12 +1048,14 @@ int fuse_attention(Graph& g) {
         for (std::size_t k = 0; k < rank; ++k) composed[k] = r.perm[static_cast<std::size_t>(old[k])];
         l.params["perm"] = composed;
       }
+    for (Layer& l : extra) added.push_back(std::move(l));
     added.push_back(std::move(*a));
+    ++fused;
   }
   erase_flagged(g, removed);
   for (Layer& l : added) g.layers.push_back(std::move(l));
   sort_topologically(g);
-  return static_cast<int>(added.size());
+  return fused;
 }
 
 int merge_duplicates(Graph& g) {

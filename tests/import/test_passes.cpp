@@ -436,6 +436,29 @@ TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes o
     CHECK(after.find_layer("sm")->inputs[1] == "kt");
     CHECK(after.find_layer("sm")->get_ints("k_perm") == std::vector<int64_t>{0, 1, 3, 2});
   }
+  SECTION("GPT-2 (transformers 4.x): a where-mask of lowest floats, a scaling by a value known at run time") {
+    std::vector<float> tril(5 * 7, 0.0f), pad(7, 0.0f);
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j <= i + 2; ++j) tril[i * 7 + j] = 1.0f;
+    pad[0] = -1e9f;
+    auto g = graph({{"q", Shape{1, 2, 5, 8}}, {"k", Shape{1, 2, 7, 8}}, {"v", Shape{1, 2, 7, 8}}, {"d", Shape{}}}, {"y"},
+                   {constant("tril", make_input(Shape{5, 7}, tril)), scalar("half", 0.5f),
+                    layer("compare", "causal", {"tril", "half"}, {"keep"}, {{"op", std::string("greater")}}),
+                    scalar("lowest", std::numeric_limits<float>::lowest()),
+                    constant("pad", make_input(Shape{1, 1, 1, 7}, pad)),
+                    layer("transpose", "tk", {"k"}, {"kt"}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}),
+                    layer("matmul", "qk", {"q", "kt"}, {"scores"}), layer("mul", "scaled", {"scores", "d"}, {"s2"}),
+                    layer("where", "masked", {"keep", "s2", "lowest"}, {"s3"}), layer("add", "padded", {"s3", "pad"}, {"s4"}),
+                    layer("softmax", "sm", {"s4"}, {"p"}, {{"axis", int64_t{-1}}}), layer("matmul", "pv", {"p", "v"}, {"y"})});
+    auto after = check_pass(g, core::fuse_attention, 1);
+    REQUIRE(count(after, "attention") == 1);
+    for (const char* t : {"transpose", "matmul", "softmax"}) CHECK(count(after, t) == 0);
+    const Layer& a = *after.find_layer("sm");
+    CHECK(a.inputs[0] == "sm/q_scaled");  // Q times d
+    CHECK(after.find_layer("sm/q_scaled")->inputs == std::vector<std::string>{"q", "d"});
+    CHECK(after.find_layer("sm/where_mask")->inputs == std::vector<std::string>{"keep", "sm/mask_zero", "lowest"});
+    CHECK(a.inputs[3] == "sm/mask_sum");
+  }
   // transformers 4.x (Whisper, BART, Marian): heads merged into the batch,
   // [b,h,s,d] -> [b*h,s,d], the products on rank 3, Kᵀ a rank-3 transpose.
   auto ints = [](std::vector<int64_t> v) { return Attr{std::move(v)}; };
