@@ -709,17 +709,25 @@ struct AttentionMatcher {
     return in.rank() == 3 && out.rank() == 4 && in[0] == out[0] * out[1] && in[1] == out[2] && in[2] == out[3];
   }
 
-  /// where(cond, scores, c) with c a constant of at most -1e30 (-inf, or
-  /// float's lowest as transformers 4.x writes GPT-2's causal mask): the cond
-  /// and c blobs. The same as adding where(cond, 0, c) to the scores: a kept
-  /// score is exact, a dropped one is c plus a score (c itself) or -inf, 0 after softmax.
-  std::optional<std::pair<std::string, std::string>> masking_where(const Layer& l) const {
+  /// where(cond, scores, c) or where(cond, c, scores) with c a constant of at
+  /// most -1e30 (-inf, or float's lowest as transformers 4.x writes GPT-2's
+  /// causal mask and DistilBERT's masked_fill). The same as adding
+  /// where(cond, 0, c) (or where(cond, c, 0)) to the scores: a kept score is
+  /// exact, a dropped one is c plus a score (c itself) or -inf, 0 after softmax.
+  struct WhereMask {
+    std::string cond, lowest;
+    int scores = 1;  ///< the where's input holding the scores (1 or 2)
+  };
+  std::optional<WhereMask> masking_where(const Layer& l) const {
     if (l.type != "where" || l.inputs.size() != 3 || l.outputs.size() != 1) return std::nullopt;
-    auto c = constants.find(l.inputs[2]);
-    if (c == constants.end() || c->second->numel() != 1 || !(c->second->data_as<float>()[0] <= -1e30f)) return std::nullopt;
-    if (shape(l.outputs[0]) != shape(l.inputs[1]) || shape(l.inputs[0]).rank() > shape(l.inputs[1]).rank())
-      return std::nullopt;
-    return std::pair{l.inputs[0], l.inputs[2]};
+    for (int scores : {1, 2}) {
+      auto c = constants.find(l.inputs[3 - scores]);
+      if (c == constants.end() || c->second->numel() != 1 || !(c->second->data_as<float>()[0] <= -1e30f)) continue;
+      if (shape(l.outputs[0]) != shape(l.inputs[scores]) || shape(l.inputs[0]).rank() > shape(l.inputs[scores]).rank())
+        return std::nullopt;
+      return WhereMask{l.inputs[0], l.inputs[3 - scores], scores};
+    }
+    return std::nullopt;
   }
   /// mul/div of the scores by a one-value blob computed at run time (GPT-2's
   /// 1 / sqrt(head_dim) from the values' shape): the op and the blob.
@@ -793,9 +801,11 @@ struct AttentionMatcher {
   }
 
   /// The attention ending at softmax layer `si`, or nothing; `absorbed` gets the layers it replaces.
-  /// `extra`: layers to add before it (a where-mask as an additive one, a run-time scaling of Q).
+  /// `extra`: layers to add before it (a where-mask as an additive one, a
+  /// run-time scaling of Q, the scores' shape); `scores_readers`: the shape
+  /// readers of the scores, to read `extra`'s scores shape instead.
   std::optional<Layer> match(std::size_t si, std::vector<std::size_t>& absorbed, std::vector<Reroute>& reroutes,
-                             std::vector<Layer>& extra) const {
+                             std::vector<Layer>& extra, std::vector<std::size_t>& scores_readers) const {
     const Layer& sm = g.layers[si];
     if (sm.type != "softmax" || sm.inputs.size() != 1 || sm.outputs.size() != 1) return std::nullopt;
     const Shape& ss = shape(sm.inputs[0]);
@@ -825,10 +835,11 @@ struct AttentionMatcher {
     };
     auto scores_input = [&](const Layer& l) {
       if (splits_heads(l) || runtime_scaling(l)) return l.inputs[0];
-      if (masking_where(l)) return l.inputs[1];
+      if (auto w = masking_where(l)) return l.inputs[w->scores];
       return scaling(l)->second;
     };
-    std::optional<std::pair<std::string, std::string>> where_mask, runtime_scale;
+    std::optional<WhereMask> where_mask;
+    std::optional<std::pair<std::string, std::string>> runtime_scale;
     if (p && p->type == "add" && p->inputs.size() == 2 && has_no_activation(*p)) {
       int scores_side = -1;
       for (int side = 0; side < 2 && scores_side < 0; ++side) {
@@ -927,14 +938,25 @@ struct AttentionMatcher {
         absorbed.push_back(index(t));
       }
     }
-    // A blob that goes must have no shape reader left without a source.
+    // A blob that goes must have no shape reader left without a source. The
+    // scores' whole shape (DistilBERT expands its mask to it) is Q's first
+    // three dims and K's key count: readers of it read that (scores_shape).
+    scores_readers.clear();
     for (std::size_t j : absorbed)
       for (const auto& o : g.layers[j].outputs) {
         if (o == out) continue;
         auto r = readers.find(o);
-        const bool shape_read = r != readers.end() && std::any_of(r->second.begin(), r->second.end(), [&](std::size_t i) { return reads_shape(i); });
-        if (shape_read && std::none_of(reroutes.begin(), reroutes.end(), [&](const Reroute& x) { return x.blob == o; }))
-          return std::nullopt;
+        if (r == readers.end() || std::none_of(r->second.begin(), r->second.end(), [&](std::size_t i) { return reads_shape(i); }))
+          continue;
+        if (std::any_of(reroutes.begin(), reroutes.end(), [&](const Reroute& x) { return x.blob == o; })) continue;
+        if (merged || shape(o) != ss) return std::nullopt;
+        for (std::size_t i : r->second) {
+          const Layer& reader = g.layers[i];
+          if (!reads_shape(i)) continue;
+          if (reader.get_string("op", "") != "shape" || reader.has("start") || reader.has("end") || reader.has("perm"))
+            return std::nullopt;
+          scores_readers.push_back(i);
+        }
       }
     // The where-mask as an additive one (beside the model's), the run-time
     // scaling on Q: (Q / c)·Kᵀ = (Q·Kᵀ) / c.
@@ -950,10 +972,11 @@ struct AttentionMatcher {
       Layer w;
       w.type = "where";
       w.name = fresh("where_mask");
-      w.inputs = {where_mask->first, zero.outputs[0], where_mask->second};
+      w.inputs = {where_mask->cond, zero.outputs[0], where_mask->lowest};
+      if (where_mask->scores == 2) std::swap(w.inputs[1], w.inputs[2]);
       w.outputs = {w.name};
       std::string additive = w.outputs[0];
-      made_shapes[additive] = shape(where_mask->first);
+      made_shapes[additive] = shape(where_mask->cond);
       extra.push_back(std::move(zero));
       extra.push_back(std::move(w));
       if (!mask.empty()) {
@@ -967,6 +990,25 @@ struct AttentionMatcher {
         extra.push_back(std::move(sum));
       }
       mask = additive;
+    }
+    if (!scores_readers.empty()) {
+      Layer qs, ks, cat;
+      qs.type = ks.type = cat.type = "shape_math";
+      qs.name = fresh("q_dims");
+      qs.inputs = {q};
+      qs.params = {{"op", std::string("shape")}, {"perm", q_perm}, {"start", int64_t{0}}, {"end", int64_t{3}}};
+      ks.name = fresh("key_count");
+      ks.inputs = {k};
+      ks.params = {{"op", std::string("shape")}, {"perm", k_perm}, {"start", int64_t{2}}, {"end", int64_t{3}}};
+      cat.name = fresh("scores_shape");
+      cat.inputs = {qs.name, ks.name};
+      cat.params = {{"op", std::string("concat")}, {"axis", int64_t{0}}};
+      qs.outputs = {qs.name};
+      ks.outputs = {ks.name};
+      cat.outputs = {cat.name};
+      extra.push_back(std::move(qs));
+      extra.push_back(std::move(ks));
+      extra.push_back(std::move(cat));
     }
     if (runtime_scale) {
       Layer sq;
@@ -1021,12 +1063,18 @@ int fuse_attention(Graph& g) {
     std::vector<std::size_t> absorbed;
     std::vector<Reroute> reroutes;
     std::vector<Layer> extra;
-    auto a = m.match(i, absorbed, reroutes, extra);
+    std::vector<std::size_t> scores_readers;
+    auto a = m.match(i, absorbed, reroutes, extra, scores_readers);
     if (!a) continue;
     bool clash = false;
     for (std::size_t j : absorbed) clash |= m.taken[j];
     if (clash) continue;
     for (std::size_t j : absorbed) m.taken[j] = removed[j] = true;
+    for (std::size_t j : scores_readers) {
+      Layer& l = g.layers[j];
+      l.inputs = {fmt::format("{}/scores_shape", a->name)};
+      l.params = {{"op", std::string("identity")}};
+    }
     // In the order recorded (from the matmuls outwards), so chains compose.
     for (const Reroute& r : reroutes)
       for (std::size_t j = 0; j < g.layers.size(); ++j) {

@@ -459,6 +459,32 @@ TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes o
     CHECK(after.find_layer("sm/where_mask")->inputs == std::vector<std::string>{"keep", "sm/mask_zero", "lowest"});
     CHECK(a.inputs[3] == "sm/mask_sum");
   }
+  SECTION("DistilBERT (transformers 4.x): masked_fill(mask expanded to the scores' shape, lowest)") {
+    auto g = graph({{"q", Shape{1, 2, 5, 8}}, {"k", Shape{1, 2, 7, 8}}, {"v", Shape{1, 2, 7, 8}}}, {"y"},
+                   {constant("keep", make_input(Shape{1, 1, 1, 7}, {1, 1, 1, 1, 1, 0, 0})), scalar("zero", 0.0f),
+                    layer("compare", "is_pad", {"keep", "zero"}, {"pad"}, {{"op", std::string("equal")}}),
+                    scalar("lowest", std::numeric_limits<float>::lowest()), scalar("c", 0.35f),
+                    layer("mul", "mq", {"q", "c"}, {"qs"}),
+                    layer("transpose", "tk", {"k"}, {"kt"}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}),
+                    layer("matmul", "qk", {"qs", "kt"}, {"scores"}),
+                    layer("shape_math", "expand_as", {"scores"}, {"sdims"}, {{"op", std::string("shape")}}),
+                    [] {
+                      Layer z = layer("shape_math", "zeros", {"sdims"}, {"z"}, {{"op", std::string("constant_of_shape")}});
+                      z.weights["value"] = make_input(Shape{}, {0.0f});
+                      return z;
+                    }(),
+                    layer("add", "expand", {"pad", "z"}, {"pad4"}),
+                    layer("compare", "cast", {"pad4", "zero"}, {"cond"}, {{"op", std::string("not_equal")}}),
+                    layer("where", "fill", {"cond", "lowest", "scores"}, {"filled"}),
+                    layer("softmax", "sm", {"filled"}, {"p"}, {{"axis", int64_t{-1}}}), layer("matmul", "pv", {"p", "v"}, {"y"})});
+    auto after = check_pass(g, core::fuse_attention, 1);
+    REQUIRE(count(after, "attention") == 1);
+    for (const char* t : {"transpose", "matmul", "softmax", "mul"}) CHECK(count(after, t) == 0);
+    CHECK(after.find_layer("sm/where_mask")->inputs == std::vector<std::string>{"cond", "lowest", "sm/mask_zero"});
+    // The mask's expand reads the scores' shape from Q's first three dims and K's key count.
+    CHECK(after.find_layer("expand_as")->inputs == std::vector<std::string>{"sm/scores_shape"});
+    CHECK(after.find_layer("sm/key_count")->get_ints("perm") == std::vector<int64_t>{0, 1, 2, 3});
+  }
   // transformers 4.x (Whisper, BART, Marian): heads merged into the batch,
   // [b,h,s,d] -> [b*h,s,d], the products on rank 3, Kᵀ a rank-3 transpose.
   auto ints = [](std::vector<int64_t> v) { return Attr{std::move(v)}; };
