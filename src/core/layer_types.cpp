@@ -11,6 +11,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <cmath>
+#include <numbers>
 #include <limits>
 #include <numeric>
 
@@ -88,7 +89,7 @@ std::vector<Shape> infer_dense(const Layer& l, std::span<const Shape> in) {
   if (w[1] != x[x.rank() - 1])
     fail(l, "weight", fmt::format("weight {} does not match input {} (last dim K)", w.to_string(), x.to_string()));
   check_optional_bias(l, w[0]);
-  fused_activation(l, true);
+  fused_activation(l, true, true);
   Shape out = x;
   out[out.rank() - 1] = w[0];
   return {out};
@@ -1376,7 +1377,7 @@ Window2d pool2_window(const Layer& l, const Shape& x) {
   return g;
 }
 
-Activation fused_activation(const Layer& l, bool with_affine) {
+Activation fused_activation(const Layer& l, bool with_affine, bool with_gelu) {
   Activation a;
   a.scale = static_cast<float>(l.get_float("act_scale", 1.0));
   a.shift = static_cast<float>(l.get_float("act_shift", 0.0));
@@ -1398,7 +1399,12 @@ Activation fused_activation(const Layer& l, bool with_affine) {
     a.beta = static_cast<float>(l.get_float("act_beta", 0.5));
   } else if (kind == "sigmoid") a.kind = Activation::sigmoid;
   else if (kind == "silu") a.kind = Activation::silu;
-  else fail(l, "act", fmt::format("unknown fused activation '{}'", kind));
+  else if (kind == "gelu") {
+    const auto form = l.get_string("act_approximate", "none");
+    if (form != "none" && form != "tanh") fail(l, "act_approximate", fmt::format("unknown gelu approximation '{}'", form));
+    if (!with_gelu) fail(l, "act", fmt::format("a fused gelu is not applied here ({} layer; dense layers' float32 routines apply it)", l.type));
+    a.kind = form == "tanh" ? Activation::gelu_tanh : Activation::gelu;
+  } else fail(l, "act", fmt::format("unknown fused activation '{}'", kind));
   return a;
 }
 
@@ -1412,6 +1418,11 @@ float activation_alone(const Activation& a, float x) {
     case Activation::hardsigmoid: return std::min(std::max(a.alpha * x + a.beta, 0.0f), 1.0f);
     case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-x));
     case Activation::silu: return x / (1.0f + std::exp(-x));
+    case Activation::gelu: return static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+    case Activation::gelu_tanh: {
+      const double v = x, k = std::sqrt(2.0 / std::numbers::pi);
+      return static_cast<float>(0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v))));
+    }
   }
   return x;
 }

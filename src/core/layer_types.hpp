@@ -10,7 +10,8 @@
 //            [C,O/group,KH,KW], bias [O] optional; strides, pads, dilations, group as
 //            conv2; output_padding [oph,opw]=0 (each below its stride or dilation);
 //            OH = sh*(H-1) + oph + dh*(KH-1) + 1 - pt - pb (OW alike).
-//  dense     in [...,K]; weight [O,K], bias [O] optional; out [...,O]; fused act as conv2.
+//  dense     in [...,K]; weight [O,K], bias [O] optional; out [...,O]; fused act as conv2,
+//            or gelu (act_approximate = none|tanh: the gelu layer's erf and tanh forms).
 //  matmul    two inputs, NumPy matmul (batch dims broadcast).
 //  pool2     in [N,C,H,W]; mode = max|avg; kernel [kh,kw]; strides=1; pads=0;
 //            ceil_mode=0; count_include_pad=0; global=0 (global=1: kernel = H,W).
@@ -300,7 +301,7 @@ Deconv2Window deconv2_window(const Layer& layer, const Shape& input);
 
 /// Fused activation of conv2/dense, resolved from parameters.
 struct Activation {
-  enum Kind { none, relu, clip, hardswish, hardsigmoid, sigmoid, silu } kind = none;
+  enum Kind { none, relu, clip, hardswish, hardsigmoid, sigmoid, silu, gelu, gelu_tanh } kind = none;
   float min = 0, max = 0;       ///< clip bounds
   float alpha = 0, beta = 0;    ///< hardsigmoid
   /// After the activation: y * scale + shift (a conv2's or dense's `act_scale`
@@ -312,7 +313,9 @@ struct Activation {
 /// act_shift), only routines that apply that too ask for it (`with_affine`):
 /// for the others this throws an Error, so that their supports() refuses the
 /// layer instead of dropping the affine.
-Activation fused_activation(const Layer& layer, bool with_affine = false);
+/// A fused gelu (dense layers: fuse_activations) likewise only for routines
+/// that apply it (`with_gelu`).
+Activation fused_activation(const Layer& layer, bool with_affine = false, bool with_gelu = false);
 /// Applies an activation to one value (reference semantics).
 float apply_activation(const Activation& act, float x);
 

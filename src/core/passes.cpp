@@ -429,11 +429,16 @@ int fuse_self_gating(Graph& g) {
 
 int fuse_activations(Graph& g) {
   int count = 0;
-  for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu"}) {
+  // gelu into dense layers only (a transformer's feed-forward), whose routines
+  // opt in to it (core::fused_activation's with_gelu).
+  for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "gelu"}) {
     count += absorb_into_producers(g, type, [](Layer& p, const Layer& act, std::size_t, const Context&) {
       if (!takes_activation(p, act.type) || !has_no_activation(p)) return false;
+      if (act.type == "gelu" && p.type != "dense") return false;
       p.params["act"] = act.type;
-      if (act.type == "clip") {
+      if (act.type == "gelu") {
+        if (const auto form = act.get_string("approximate", "none"); form != "none") p.params["act_approximate"] = form;
+      } else if (act.type == "clip") {
         if (act.has("min")) p.params["act_min"] = act.get_float("min");
         if (act.has("max")) p.params["act_max"] = act.get_float("max");
       } else if (act.type == "hardsigmoid") {

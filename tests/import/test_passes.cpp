@@ -259,6 +259,21 @@ TEST_CASE("fuse_activations: relu, clip, hardswish, hardsigmoid, sigmoid into co
   CHECK(count(after, "relu") == 1);
 }
 
+TEST_CASE("fuse_activations: gelu (erf and tanh forms) into dense, not into conv2", "[passes][act]") {
+  auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"v", Shape{3, 5}}}, {"y1", "y2", "y3"},
+                 {dense("d1", "v", "a1", 5, 7, 1), layer("gelu", "g1", {"a1"}, {"y1"}),
+                  dense("d2", "v", "a2", 5, 7, 2), layer("gelu", "g2", {"a2"}, {"y2"}, {{"approximate", std::string("tanh")}}),
+                  conv("c3", "x", "a3", 2, 3, 3), layer("gelu", "g3", {"a3"}, {"y3"})});
+  auto after = check_pass(g, core::fuse_activations, 2);
+  CHECK(after.find_layer("d1")->get_string("act") == "gelu");
+  CHECK_FALSE(after.find_layer("d1")->has("act_approximate"));
+  CHECK(after.find_layer("d2")->get_string("act_approximate") == "tanh");
+  CHECK(count(after, "gelu") == 1);  // the conv2's stays a layer
+  // A routine that does not apply a fused gelu refuses it, naming the field.
+  CHECK_THROWS_WITH(core::fused_activation(*after.find_layer("d1")), Catch::Contains("act") && Catch::Contains("gelu"));
+  CHECK(core::fused_activation(*after.find_layer("d2"), false, true).kind == core::Activation::gelu_tanh);
+}
+
 TEST_CASE("fuse_activations: relu and clip into add (a residual add), not others", "[passes][act]") {
   auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"z", Shape{1, 2, 4, 4}}}, {"y1", "y2", "y3", "y4"},
                  {layer("add", "a1", {"x", "z"}, {"s1"}), layer("relu", "r1", {"s1"}, {"y1"}),

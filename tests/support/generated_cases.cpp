@@ -104,6 +104,16 @@ std::vector<Case> dense_cases(std::mt19937& rng) {
                  layer_of("dense", {{"act", std::string("hardswish")}, {"act_scale", 0.5}, {"act_shift", 0.25}},
                           {{"weight", random_blob({24, 48}, rng, -0.2f, 0.2f)}, {"bias", random_blob({24}, rng)}}),
                  {random_blob({4, 48}, rng)}});
+  // A transformer's feed-forward: gelu fused (fuse_activations), erf and tanh forms; a decode step's 2 rows.
+  out.push_back({"dense [2,64] x 300 gelu",
+                 layer_of("dense", {{"act", std::string("gelu")}},
+                          {{"weight", random_blob({300, 64}, rng, -0.2f, 0.2f)}, {"bias", random_blob({300}, rng)}}),
+                 {random_blob({2, 64}, rng, -3.f, 3.f)}});
+  out.push_back({"dense [1,33,64] x 70 gelu tanh * 0.5 + 0.1",
+                 layer_of("dense", {{"act", std::string("gelu")}, {"act_approximate", std::string("tanh")},
+                                    {"act_scale", 0.5}, {"act_shift", 0.1}},
+                          {{"weight", random_blob({70, 64}, rng, -0.2f, 0.2f)}, {"bias", random_blob({70}, rng)}}),
+                 {random_blob({1, 33, 64}, rng, -3.f, 3.f)}});
   return out;
 }
 

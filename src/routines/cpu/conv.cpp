@@ -31,6 +31,7 @@ class DenseAsConv final : public core::ChildnetRoutine {
         return Support::no(fmt::format("weight '{}' must be plain float32 on the CPU", key));
     }
     if (!info.layer->find_weight("weight")) return Support::no("weight is missing");
+    if (info.layer->get_string("act", "none") == "gelu") return Support::no("no conv2 routine applies a fused gelu");
     return Support::yes();
   }
   std::optional<Childnet> childnet(const LayerInfo& info, const Schema&, const RoutineParams&) const override {

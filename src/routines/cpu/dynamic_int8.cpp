@@ -63,7 +63,7 @@ class Prepared final : public PreparedRoutine {
     ldu_ = steps_ * group_;
     block_bytes_ = steps_ * group_ * kBlockN;
     blocks_ = ceil_div(n_, kBlockN);
-    act_ = core::fused_activation(layer, true);
+    act_ = core::fused_activation(layer, true, true);
     const Blob* bias = layer.find_weight("bias");
     const auto packed_bytes = static_cast<std::size_t>(blocks_ * block_bytes_), lanes = static_cast<std::size_t>(blocks_ * kBlockN);
     check_prepare_bytes(info, packed_bytes + 3 * lanes * sizeof(float), "its int8 weights");
@@ -154,11 +154,7 @@ class Prepared final : public PreparedRoutine {
                                     p.bias.data() + lane0, yr, n_, nvalid);
         }
         if (act_.kind == core::Activation::none && !act_.affine()) continue;
-        for (int64_t r = 0; r < m_; ++r)
-          for (int j = 0; j < nvalid; ++j) {
-            float& v = y[r * n_ + blk * kBlockN + j];
-            v = core::apply_activation(act_, v);
-          }
+        for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_ + blk * kBlockN, nvalid);
       }
     });
   }
@@ -186,6 +182,7 @@ class Prepared final : public PreparedRoutine {
   bool u8s8_ = false;
   int64_t k_ = 0, m_ = 0, n_ = 0, group_ = 2, steps_ = 0, ldu_ = 0, block_bytes_ = 0, blocks_ = 0;
   core::Activation act_;
+  const cpu::vec::Kernels* v_ = cpu::vec::best_kernels();
   std::shared_ptr<const Packed> packed_;
 };
 

@@ -60,7 +60,7 @@ class PreparedEigen final : public PreparedRoutine {
     o_ = w.shape()[0];
     w_ = w;
     if (const Blob* b = layer.find_weight("bias")) bias_ = *b;
-    act_ = core::fused_activation(layer, true);  // apply_activation applies act_scale/act_shift too
+    act_ = core::fused_activation(layer, true, true);  // apply_activation applies act_scale/act_shift too
     slots_ = team_threads(info);
     // Tasks: column blocks first (every thread a share of the weights), rows when there are many.
     cb_ = std::max<int64_t>(1, std::min<int64_t>(slots_, (o_ + 15) / 16));

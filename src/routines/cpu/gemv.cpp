@@ -31,7 +31,7 @@ class Prepared final : public PreparedRoutine {
     w_ = layer.weight("weight");
     o_ = w_.shape()[0];
     if (const Blob* b = layer.find_weight("bias")) bias_ = *b;
-    act_ = core::fused_activation(layer, true);  // apply_activation applies act_scale/act_shift too
+    act_ = core::fused_activation(layer, true, true);
   }
 
   void run(const RunArgs& args) override {
@@ -44,11 +44,12 @@ class Prepared final : public PreparedRoutine {
       const int64_t o0 = b0 * kBlockRows, o1 = std::min(o_, b1 * kBlockRows);
       v_->gemv(w + o0 * k_, o1 - o0, k_, x, m_, y + o0, o_);
       if (!bias && act_.kind == core::Activation::none && !act_.affine()) return;
-      for (int64_t i = 0; i < m_; ++i)
-        for (int64_t o = o0; o < o1; ++o) {
-          float& v = y[i * o_ + o];
-          v = core::apply_activation(act_, bias ? v + bias[o] : v);
-        }
+      for (int64_t i = 0; i < m_; ++i) {
+        float* row = y + i * o_;
+        if (bias)
+          for (int64_t o = o0; o < o1; ++o) row[o] += bias[o];
+        if (act_.kind != core::Activation::none || act_.affine()) cpu::activate_row(act_, *v_, row + o0, o1 - o0);
+      }
     });
   }
 

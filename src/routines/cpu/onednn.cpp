@@ -506,7 +506,7 @@ struct Dense {
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({1, o}, dt::f32, tag::ab) : dnnl::memory::desc();
     Plan p;
     dnnl::post_ops ops;
-    fuse_activation(ops, p, core::fused_activation(layer, true), info, Shape{n, o}, {Layout::nchw, f.act});
+    fuse_activation(ops, p, core::fused_activation(layer, true, true), info, Shape{n, o}, {Layout::nchw, f.act});
     auto make_pd = [&](tag weights) {
       dnnl::matmul::desc d(act_md(Shape{n, k}, {Layout::nchw, f.act}), dnnl::memory::desc({k, o}, f.act, weights),
                            bias_md, act_md(Shape{n, o}, {Layout::nchw, f.act}));

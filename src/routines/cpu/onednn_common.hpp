@@ -267,6 +267,8 @@ inline Activation append_activation(dnnl::post_ops& ops, const Activation& a, bo
       break;
     case Activation::sigmoid: ops.append_eltwise(1.0f, alg::eltwise_logistic, 0.0f, 0.0f); break;
     case Activation::silu: ops.append_eltwise(1.0f, alg::eltwise_swish, 1.0f, 0.0f); break;
+    case Activation::gelu: ops.append_eltwise(1.0f, alg::eltwise_gelu_erf, 0.0f, 0.0f); break;
+    case Activation::gelu_tanh: ops.append_eltwise(1.0f, alg::eltwise_gelu_tanh, 0.0f, 0.0f); break;
   }
   if (a.affine()) ops.append_eltwise(1.0f, alg::eltwise_linear, a.scale, a.shift);  // act_scale, act_shift
   return {};

@@ -151,6 +151,8 @@ Support activation_epilogue(const Layer& l, const TQ& out, Epilogue* ep) {
       break;
     case Activation::sigmoid: return Support::no("fused sigmoid has no qint8 epilogue");
     case Activation::silu: return Support::no("fused silu has no qint8 epilogue");
+    case Activation::gelu:
+    case Activation::gelu_tanh: return Support::no("fused gelu has no qint8 epilogue");
   }
   if (ep) *ep = e;
   return Support::yes();

@@ -1857,7 +1857,7 @@ struct Dense final : RefPrepared {
   Blob weight, bias;
   static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"weight", "bias"}); }
   explicit Dense(const LayerInfo& info)
-      : act(core::fused_activation(*info.layer, true)), weight(info.layer->weight("weight")) {
+      : act(core::fused_activation(*info.layer, true, true)), weight(info.layer->weight("weight")) {
     const Shape& s = info.input_shapes[0];
     rows = prod(s, 0, s.rank() - 1);
     k = s[s.rank() - 1];

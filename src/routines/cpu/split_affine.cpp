@@ -33,14 +33,18 @@ class SplitAffine final : public core::ChildnetRoutine {
       return Support::no("computes in cpu (and a conv2 in cpu:float32:nhwc)");
     if (!info.layer || info.input_shapes.size() != 1 || info.output_shapes.size() != 1)
       return Support::no("needs a layer of one input and one output");
-    if (!core::fused_activation(*info.layer, true).affine()) return Support::no("no affine after the activation to split off");
+    try {  // the part before the affine keeps the activation: its routines take or refuse it
+      if (!core::fused_activation(*info.layer, true, true).affine()) return Support::no("no affine after the activation to split off");
+    } catch (const Error& e) {
+      return Support::no(e.message());
+    }
     if (info.output_shapes[0].rank() < 2) return Support::no("needs an output of rank >= 2 (the affine's channels are dim 1)");
     return Support::yes();
   }
 
   std::optional<Childnet> childnet(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     const Layer& l = *info.layer;
-    const core::Activation act = core::fused_activation(l, true);
+    const core::Activation act = core::fused_activation(l, true, true);
     Layer compute = l;
     compute.name = l.name + "/compute";
     compute.params.erase("act_scale");
