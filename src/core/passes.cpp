@@ -427,8 +427,46 @@ int fuse_self_gating(Graph& g) {
   });
 }
 
-int fuse_activations(Graph& g) {
+namespace {
+/// dense -> reshape -> gelu (GPT-2's Gemm on [tokens, hidden], then back to
+/// [batch, tokens, 4*hidden]) as dense(gelu) -> reshape: the gelu is elementwise.
+int gelu_through_reshape(Graph& g) {
+  sort_topologically(g);
+  std::unordered_map<std::string, std::size_t> producer;
+  std::unordered_map<std::string, int> reads;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    for (const auto& o : g.layers[i].outputs) producer[o] = i;
+    for (const auto& in : g.layers[i].inputs) ++reads[in];
+  }
+  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
+  auto sole = [&](const std::string& blob) -> Layer* {
+    auto p = producer.find(blob);
+    if (p == producer.end() || reads[blob] != 1 || net_outputs.count(blob)) return nullptr;
+    Layer& l = g.layers[p->second];
+    return l.outputs.size() == 1 ? &l : nullptr;
+  };
+  std::vector<bool> removed(g.layers.size());
   int count = 0;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    const Layer& c = g.layers[i];
+    if (c.type != "gelu" || c.inputs.size() != 1 || c.outputs.size() != 1) continue;
+    Layer* r = sole(c.inputs[0]);
+    if (!r || r->type != "reshape" || r->inputs.empty()) continue;
+    Layer* d = sole(r->inputs[0]);
+    if (!d || d->type != "dense" || !has_no_activation(*d)) continue;
+    d->params["act"] = std::string("gelu");
+    if (const auto form = c.get_string("approximate", "none"); form != "none") d->params["act_approximate"] = form;
+    r->outputs[0] = c.outputs[0];
+    removed[i] = true;
+    ++count;
+  }
+  erase_flagged(g, removed);
+  return count;
+}
+}  // namespace
+
+int fuse_activations(Graph& g) {
+  int count = gelu_through_reshape(g);
   // gelu into dense layers only (a transformer's feed-forward), whose routines
   // opt in to it (core::fused_activation's with_gelu).
   for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "gelu"}) {

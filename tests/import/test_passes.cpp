@@ -260,15 +260,20 @@ TEST_CASE("fuse_activations: relu, clip, hardswish, hardsigmoid, sigmoid into co
 }
 
 TEST_CASE("fuse_activations: gelu (erf and tanh forms) into dense, not into conv2", "[passes][act]") {
-  auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"v", Shape{3, 5}}}, {"y1", "y2", "y3"},
+  auto g = graph({{"x", Shape{1, 2, 4, 4}}, {"v", Shape{3, 5}}}, {"y1", "y2", "y3", "y4"},
                  {dense("d1", "v", "a1", 5, 7, 1), layer("gelu", "g1", {"a1"}, {"y1"}),
                   dense("d2", "v", "a2", 5, 7, 2), layer("gelu", "g2", {"a2"}, {"y2"}, {{"approximate", std::string("tanh")}}),
-                  conv("c3", "x", "a3", 2, 3, 3), layer("gelu", "g3", {"a3"}, {"y3"})});
-  auto after = check_pass(g, core::fuse_activations, 2);
+                  conv("c3", "x", "a3", 2, 3, 3), layer("gelu", "g3", {"a3"}, {"y3"}),
+                  // GPT-2's Gemm on [tokens, hidden], back to [batch, tokens, 4*hidden], then the gelu
+                  dense("d4", "v", "a4", 5, 8, 4), layer("reshape", "r4", {"a4"}, {"b4"}, {{"shape", std::vector<int64_t>{1, 3, 8}}}),
+                  layer("gelu", "g4", {"b4"}, {"y4"}, {{"approximate", std::string("tanh")}})});
+  auto after = check_pass(g, core::fuse_activations, 3);
   CHECK(after.find_layer("d1")->get_string("act") == "gelu");
   CHECK_FALSE(after.find_layer("d1")->has("act_approximate"));
   CHECK(after.find_layer("d2")->get_string("act_approximate") == "tanh");
   CHECK(count(after, "gelu") == 1);  // the conv2's stays a layer
+  CHECK(after.find_layer("d4")->get_string("act_approximate") == "tanh");
+  CHECK(after.find_layer("r4")->outputs[0] == "y4");
   // A routine that does not apply a fused gelu refuses it, naming the field.
   CHECK_THROWS_WITH(core::fused_activation(*after.find_layer("d1")), Catch::Contains("act") && Catch::Contains("gelu"));
   CHECK(core::fused_activation(*after.find_layer("d2"), false, true).kind == core::Activation::gelu_tanh);
