@@ -500,7 +500,9 @@ TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes o
     auto after = check_pass(g, core::fuse_attention, 1);
     REQUIRE(count(after, "attention") == 1);
     for (const char* t : {"transpose", "matmul", "softmax", "mul"}) CHECK(count(after, t) == 0);
-    CHECK(after.find_layer("sm/where_mask")->inputs == std::vector<std::string>{"cond", "lowest", "sm/mask_zero"});
+    // The mask compared before its expand: [1,1,1,7], broadcast in the attention.
+    CHECK(after.find_layer("sm/where_mask")->inputs == std::vector<std::string>{"cast/unexpanded", "lowest", "sm/mask_zero"});
+    CHECK(after.find_layer("cast/unexpanded")->inputs == std::vector<std::string>{"pad", "zero"});
     // The mask's expand reads the scores' shape from Q's first three dims and K's key count.
     CHECK(after.find_layer("expand_as")->inputs == std::vector<std::string>{"sm/scores_shape"});
     CHECK(after.find_layer("sm/key_count")->get_ints("perm") == std::vector<int64_t>{0, 1, 2, 3});
