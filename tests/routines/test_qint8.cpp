@@ -742,3 +742,37 @@ TEST_CASE("int8 conv2: oneDNN's, ours and XNNPACK's round exactly alike", "[qint
   }
   if (compared == 0) WARN("no int8 conv routine besides XNNPACK's runs here");
 }
+
+TEST_CASE("cpu:qint8/qint8 lists u8s8 for int8 weights on 7 bits only",
+          "[qint8][params]") {
+  const auto& f = core::cpu_features();
+  if (!f.avx2_fma() || f.avx512_vnni || f.avx_vnni) return;  // VNNI CPUs list vnni instead
+  auto dense_with = [](std::vector<int8_t> values, std::vector<float> scales) {
+    Layer l;
+    l.name = "d";
+    l.type = "dense";
+    l.inputs = {"x"};
+    l.outputs = {"y"};
+    Blob w = Blob::allocate(Shape{2, 4}, DType::qint8);
+    std::memcpy(w.data(), values.data(), values.size());
+    w.quant().scales = std::move(scales);
+    w.quant().axis = 0;
+    l.weights["weight"] = w;
+    return l;
+  };
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("dense", "cpu:qint8/qint8", &schema);
+  REQUIRE(r);
+  auto u8s8_choices = [&](const Layer& l) {
+    LayerInfo info;
+    info.layer = &l;
+    info.input_shapes = {Shape{1, 4}};
+    for (const auto& p : r->param_space(info, schema))
+      if (p.name == "u8s8") return p.choices;
+    return std::vector<int64_t>{};
+  };
+  // Every channel's largest |w| 63: on the u8s8 kernel's grid; one channel at 127: another grid.
+  CHECK(u8s8_choices(dense_with({63, -1, 2, 0, -63, 5, 0, 1}, {0.1f, 0.2f})) == std::vector<int64_t>{0, 1});
+  CHECK(u8s8_choices(dense_with({63, -1, 2, 0, -127, 5, 0, 1}, {0.1f, 0.2f})) == std::vector<int64_t>{0});
+  CHECK(u8s8_choices(dense_with({0, 0, 0, 0, 63, 5, 0, 1}, {0.0f, 0.2f})) == std::vector<int64_t>{0, 1});  // a channel of zeros
+}
