@@ -903,13 +903,12 @@ struct AttentionMatcher {
     }
     // Scalings, a split of merged heads, a where-mask and a run-time scaling
     // (one each) in front of the scores matmul.
-    auto scores_step = [&](const Layer& l) {
-      return scaling(l).has_value() || splits_heads(l) || masking_where(l).has_value() || runtime_scaling(l).has_value();
-    };
-    auto scores_input = [&](const Layer& l) {
+    // The scores' blob such a step reads, or nothing for any other layer.
+    auto scores_input = [&](const Layer& l) -> std::optional<std::string> {
+      if (auto s = scaling(l)) return s->second;
       if (splits_heads(l) || runtime_scaling(l)) return l.inputs[0];
       if (auto w = masking_where(l)) return l.inputs[w->scores];
-      return scaling(l)->second;
+      return std::nullopt;
     };
     std::optional<WhereMask> where_mask;
     std::optional<std::pair<std::string, std::string>> runtime_scale;
@@ -917,7 +916,8 @@ struct AttentionMatcher {
       int scores_side = -1;
       for (int side = 0; side < 2 && scores_side < 0; ++side) {
         const Layer* q = sole_producer(p->inputs[side], index(*p));
-        while (q && scores_step(*q)) q = sole_producer(scores_input(*q), index(*q));
+        for (auto in = q ? scores_input(*q) : std::nullopt; in; in = q ? scores_input(*q) : std::nullopt)
+          q = sole_producer(*in, index(*q));
         if (q && q->type == "matmul" && shape(p->inputs[side]) == shape(p->outputs[0])) scores_side = side;
       }
       if (scores_side < 0) return std::nullopt;
@@ -929,7 +929,7 @@ struct AttentionMatcher {
       absorbed.push_back(reader);
       p = sole_producer(x, reader);
     }
-    while (p && scores_step(*p)) {
+    for (auto in = p ? scores_input(*p) : std::nullopt; in; in = p ? scores_input(*p) : std::nullopt) {
       if (auto s = scaling(*p)) {
         scale *= s->first;
       } else if (auto w = masking_where(*p)) {
@@ -941,7 +941,7 @@ struct AttentionMatcher {
       }
       reader = index(*p);
       absorbed.push_back(reader);
-      x = scores_input(*p);
+      x = *in;
       p = sole_producer(x, reader);
     }
     if (!p || p->type != "matmul" || p->inputs.size() != 2) return std::nullopt;

@@ -109,11 +109,16 @@ class PreparedAttention final : public PreparedRoutine {
       const Blob* qk_in[] = {&queries, &keys};
       Blob* qk_out[] = {&score_blob};
       qk.run(RunArgs{qk_in, qk_out, scratch, a.pool});
-      const int64_t per_head = rows, n = g_.b * g_.h * rows;
+      // Row t of the block's scores: batch b, head h, query i0 + r.
+      struct Row {
+        int64_t b, h, r;
+      };
+      auto row = [&](int64_t t) { return Row{t / rows / g_.h, t / rows % g_.h, t % rows}; };
+      const int64_t n = g_.b * g_.h * rows;
       a.pool->parallel_for(n, 8, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t r = t % per_head, h = t / per_head % g_.h, b = t / per_head / g_.h;
-          inv[t] = cpu::attention::softmax_row(g_, *v_, scores + t * g_.sk, mask, b, h, i0 + r);
+          const Row x = row(t);
+          inv[t] = cpu::attention::softmax_row(g_, *v_, scores + t * g_.sk, mask, x.b, x.h, i0 + x.r);
         }
       });
       const Blob* pv_in[] = {&score_blob, &values};
@@ -123,8 +128,8 @@ class PreparedAttention final : public PreparedRoutine {
       a.pool->parallel_for(n, 64, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
           if (inv[t] == 1.0f) continue;
-          const int64_t r = t % per_head, h = t / per_head % g_.h, b = t / per_head / g_.h;
-          float* o = out + b * g_.out[0] + h * g_.out[1] + (i0 + r) * g_.out[2];
+          const Row x = row(t);
+          float* o = out + x.b * g_.out[0] + x.h * g_.out[1] + (i0 + x.r) * g_.out[2];
           for (int64_t e = 0; e < g_.dv; ++e) o[e * g_.out[3]] *= inv[t];
         }
       });
