@@ -331,6 +331,18 @@ std::vector<Case> conv_cases(std::mt19937& rng, int count) {
     if (!shapes_ok(l, {in})) continue;
     out.push_back({lab, l, {random_qblob(in, rng, random_quant(rng))}, {}, false});
   }
+  // And ResNet's 3x3 convolutions (stride 1, one group: cpu:qint8:nhwc/winograd's), padded on some sides.
+  for (int i = 0; i < 12; ++i) {
+    const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 48), oc = pick(rng, 1, 40), h = pick(rng, 3, 13), w = pick(rng, 3, 13);
+    std::map<std::string, Attr> p;
+    p["pads"] = std::vector<int64_t>{pick(rng, 0, 1), pick(rng, 0, 1), pick(rng, 0, 1), pick(rng, 0, 1)};
+    std::string lab = fmt::format("conv2 3x3 n={} c={} {}x{} oc={}", n, c, h, w, oc);
+    add_activation(p, rng, lab);
+    std::map<std::string, Blob> weights{{"weight", normal_blob(Shape{oc, c, 3, 3}, rng, 0.3f)}};
+    if (pick(rng, 0, 3)) weights["bias"] = normal_blob(Shape{oc}, rng, 0.5f);
+    Layer l = test::make_layer("conv2", p, weights);
+    out.push_back({lab, l, {random_qblob(Shape{n, c, h, w}, rng, random_quant(rng))}, {}, false});
+  }
   return out;
 }
 
@@ -775,4 +787,70 @@ TEST_CASE("cpu:qint8/qint8 lists u8s8 for int8 weights on 7 bits only",
   CHECK(u8s8_choices(dense_with({63, -1, 2, 0, -63, 5, 0, 1}, {0.1f, 0.2f})) == std::vector<int64_t>{0, 1});
   CHECK(u8s8_choices(dense_with({63, -1, 2, 0, -127, 5, 0, 1}, {0.1f, 0.2f})) == std::vector<int64_t>{0});
   CHECK(u8s8_choices(dense_with({0, 0, 0, 0, 63, 5, 0, 1}, {0.0f, 0.2f})) == std::vector<int64_t>{0, 1});  // a channel of zeros
+}
+
+// Winograd F(2x2, 3x3) in integers is exact (winograd_qint8.cpp): its outputs
+// equal the GEMM routine's int16 kernel's bit for bit, for 8-bit weights at
+// their extremes, activations at both ends of int8, any zero point, odd sizes
+// (tiles past the output's edge), odd channel counts, batches, padding on one
+// side only, and a fused clamp.
+TEST_CASE("cpu:qint8:nhwc/winograd equals the GEMM routine bit for bit", "[qint8][routines][winograd]") {
+  if (!core::cpu_features().avx2_fma()) {
+    WARN("CPU lacks AVX2: nothing to compare on this machine");
+    return;
+  }
+  struct Shape4 {
+    int64_t n, c, h, w, oc;
+    std::vector<int64_t> pads;
+    bool relu, extreme;
+  };
+  const std::vector<Shape4> shapes{{1, 16, 8, 8, 16, {1, 1, 1, 1}, false, false},
+                                   {1, 3, 7, 5, 20, {1, 1, 1, 1}, true, false},
+                                   {2, 33, 9, 6, 17, {0, 1, 1, 0}, false, false},
+                                   {1, 64, 14, 14, 64, {1, 1, 1, 1}, true, false},
+                                   {1, 200, 5, 7, 40, {0, 0, 0, 0}, false, true},
+                                   {1, 96, 3, 3, 8, {2, 2, 2, 2}, false, true},
+                                   {1, 1800, 3, 3, 16, {1, 1, 1, 1}, false, true}};  // the most channels
+  std::mt19937 rng(23);
+  for (const auto& sh : shapes) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Blob w = Blob::allocate({sh.oc, sh.c, 3, 3});
+    for (int64_t i = 0; i < w.numel(); ++i)  // extreme: every weight at +-max of its channel (+-127 after quantisation)
+      w.data_as<float>()[i] = sh.extreme ? (rng() % 2 ? 1.0f : -1.0f) : u(rng);
+    Blob b = Blob::allocate({sh.oc});
+    for (int64_t i = 0; i < sh.oc; ++i) b.data_as<float>()[i] = u(rng);
+    std::map<std::string, Attr> p{{"pads", sh.pads}};
+    if (sh.relu) p["act"] = std::string("relu");
+    Layer l = test::make_layer("conv2", p, {{"weight", w}, {"bias", b}});
+    for (const int32_t zp : {-128, -3, 127}) {
+      QBlob x = random_qblob({sh.n, sh.c, sh.h, sh.w}, rng, make_quant(0.02f, zp));
+      if (sh.extreme)  // activations at the far end from the zero point: |q - zp| = 255 where zp is +-128/127
+        for (auto& q : x.q) q = static_cast<int8_t>(zp < 0 ? 127 : -128);
+      const std::vector<QuantParams> oq{make_quant(sh.extreme ? 40.0f : 0.3f, 5)};
+      QRun want = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/qint8", {{"u8s8", 0}});
+      QRun got = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/winograd");
+      REQUIRE(want.support.ok);
+      REQUIRE(got.support.ok);
+      INFO("n " << sh.n << " c " << sh.c << " " << sh.h << "x" << sh.w << " oc " << sh.oc << " zero point " << zp);
+      int64_t differ = 0, saturated = 0;
+      for (std::size_t i = 0; i < want.outputs[0].size(); ++i) {
+        differ += got.outputs[0][i] != want.outputs[0][i];
+        saturated += want.outputs[0][i] == 127 || want.outputs[0][i] == -128;
+      }
+      CHECK(differ == 0);
+      CHECK(saturated < static_cast<int64_t>(want.outputs[0].size()));  // the outputs say something
+    }
+  }
+  // Refusals: stride 2, a 1x1 kernel, groups.
+  Blob w3 = Blob::allocate({8, 8, 3, 3});
+  Blob w1 = Blob::allocate({8, 8, 1, 1});
+  Blob wg = Blob::allocate({8, 4, 3, 3});
+  for (Blob* b : {&w3, &w1, &wg}) std::fill(b->data_as<float>(), b->data_as<float>() + b->numel(), 0.5f);
+  QBlob x = random_qblob({1, 8, 6, 6}, rng, make_quant(0.02f, 0));
+  const std::vector<QuantParams> oq{make_quant(0.3f, 0)};
+  CHECK_FALSE(run_qint8(test::make_layer("conv2", {{"strides", std::vector<int64_t>{2, 2}}}, {{"weight", w3}}), {x}, oq,
+                        "cpu:qint8:nhwc/winograd").support.ok);
+  CHECK_FALSE(run_qint8(test::make_layer("conv2", {}, {{"weight", w1}}), {x}, oq, "cpu:qint8:nhwc/winograd").support.ok);
+  CHECK_FALSE(run_qint8(test::make_layer("conv2", {{"group", int64_t{2}}}, {{"weight", wg}}), {x}, oq,
+                        "cpu:qint8:nhwc/winograd").support.ok);
 }

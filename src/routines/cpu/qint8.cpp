@@ -58,6 +58,7 @@
 #include "core/layer_types.hpp"
 #include "core/prepared_weights.hpp"
 #include "core/weight_quant.hpp"
+#include "routines/cpu/qint8_common.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/quant_params.hpp"
 
@@ -81,6 +82,69 @@ bool qint8::avx2_usable() { return core::cpu_features().avx2_fma(); }
 
 bool qint8::vnni_usable() { return core::cpu_features().avx2_fma() && core::cpu_features().avx_vnni; }
 
+Support qint8::routine_support(const LayerInfo& info, const Schema& s) {
+  if (!qint8::avx2_usable()) return Support::no("CPU lacks AVX2 (or FMA)");
+  if (s.device != Device::cpu || s.dtype != DType::qint8 || !(s.layout == Layout::nchw || s.layout == Layout::nhwc))
+    return Support::no(fmt::format("computes in cpu:qint8[:nhwc], not {}", s.to_string()));
+  return cpu::calibrated(info);
+}
+
+/// The fused activation as an epilogue, or why it cannot be one.
+/// An affine after the activation (act_scale, act_shift): scaled into
+/// inv_out (or, linear, into the multipliers) and added as add_out; a relu or
+/// clip, clamped in the quantised domain after it, clamps the affine's image
+/// of its bounds.
+Support qint8::activation_epilogue(const Layer& l, const cpu::TQ& out, Epilogue* ep) {
+  // (Only conv2 and dense apply the affine: the add's epilogue is its clamp alone.)
+  core::Activation a = core::fused_activation(l, l.type == "conv2" || l.type == "dense");
+  Epilogue e;
+  e.zp = out.zp;
+  e.inv_out = a.scale / out.scale;
+  e.add_out = a.shift / out.scale;
+  e.act_scale = a.scale;
+  switch (a.kind) {
+    case core::Activation::none: break;
+    case core::Activation::relu:
+    case core::Activation::clip: {
+      core::Activation bounds = a;
+      if (a.affine()) {
+        const float lo = a.kind == core::Activation::relu ? 0.0f : a.min;
+        const float hi = a.kind == core::Activation::relu ? std::numeric_limits<float>::infinity() : a.max;
+        const float at_lo = lo * a.scale + a.shift, at_hi = hi * a.scale + a.shift;
+        bounds.kind = core::Activation::clip;
+        bounds.min = std::min(at_lo, at_hi);
+        bounds.max = std::max(at_lo, at_hi);
+        if (a.scale == 0) bounds.min = bounds.max = a.shift;
+      }
+      const cpu::Int8Bounds b = cpu::int8_bounds(bounds, out);
+      e.lo = b.lo;
+      e.hi = b.hi;
+      break;
+    }
+    case core::Activation::hardswish: e.act = Epilogue::hardswish; break;
+    case core::Activation::hardsigmoid:
+      e.act = Epilogue::hardsigmoid;
+      e.alpha = a.alpha;
+      e.beta = a.beta;
+      break;
+    case core::Activation::sigmoid: return Support::no("fused sigmoid has no qint8 epilogue");
+    case core::Activation::silu: return Support::no("fused silu has no qint8 epilogue");
+    case core::Activation::gelu:
+    case core::Activation::gelu_tanh: return Support::no("fused gelu has no qint8 epilogue");
+  }
+  if (ep) *ep = e;
+  return Support::yes();
+}
+
+int32_t qint8::quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
+
+/// In float, in this order: XNNPACK's (and so TensorFlow Lite's) requantisation
+/// scale, so that products that tie in rounding round alike.
+float qint8::output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
+  const float s = s_in * s_w;
+  return ep.act != Epilogue::linear ? s : ep.act_scale == 1 ? s / s_out : s * ep.act_scale / s_out;
+}
+
 namespace {
 
 using cpu::Int8Bounds;
@@ -102,73 +166,12 @@ std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// What every routine here needs: AVX2, a qint8 schema, calibration of every blob.
-Support common(const LayerInfo& info, const Schema& s) {
-  if (!qint8::avx2_usable()) return Support::no("CPU lacks AVX2 (or FMA)");
-  if (!(s == kNchw || s == kNhwc)) return Support::no(fmt::format("computes in cpu:qint8[:nhwc], not {}", s.to_string()));
-  return calibrated(info);
-}
+Support common(const LayerInfo& info, const Schema& s) { return qint8::routine_support(info, s); }
+using qint8::activation_epilogue;
+using qint8::output_multiplier;
+using qint8::quantise_bias;
+using qint8::run_tasks;
 
-
-
-/// The fused activation as an epilogue, or why it cannot be one.
-/// An affine after the activation (act_scale, act_shift): scaled into
-/// inv_out (or, linear, into the multipliers) and added as add_out; a relu or
-/// clip, clamped in the quantised domain after it, clamps the affine's image
-/// of its bounds.
-Support activation_epilogue(const Layer& l, const TQ& out, Epilogue* ep) {
-  // (Only conv2 and dense apply the affine: the add's epilogue is its clamp alone.)
-  Activation a = core::fused_activation(l, l.type == "conv2" || l.type == "dense");
-  Epilogue e;
-  e.zp = out.zp;
-  e.inv_out = a.scale / out.scale;
-  e.add_out = a.shift / out.scale;
-  e.act_scale = a.scale;
-  switch (a.kind) {
-    case Activation::none: break;
-    case Activation::relu:
-    case Activation::clip: {
-      Activation bounds = a;
-      if (a.affine()) {
-        const float lo = a.kind == Activation::relu ? 0.0f : a.min;
-        const float hi = a.kind == Activation::relu ? std::numeric_limits<float>::infinity() : a.max;
-        const float at_lo = lo * a.scale + a.shift, at_hi = hi * a.scale + a.shift;
-        bounds.kind = Activation::clip;
-        bounds.min = std::min(at_lo, at_hi);
-        bounds.max = std::max(at_lo, at_hi);
-        if (a.scale == 0) bounds.min = bounds.max = a.shift;
-      }
-      const Int8Bounds b = int8_bounds(bounds, out);
-      e.lo = b.lo;
-      e.hi = b.hi;
-      break;
-    }
-    case Activation::hardswish: e.act = Epilogue::hardswish; break;
-    case Activation::hardsigmoid:
-      e.act = Epilogue::hardsigmoid;
-      e.alpha = a.alpha;
-      e.beta = a.beta;
-      break;
-    case Activation::sigmoid: return Support::no("fused sigmoid has no qint8 epilogue");
-    case Activation::silu: return Support::no("fused silu has no qint8 epilogue");
-    case Activation::gelu:
-    case Activation::gelu_tanh: return Support::no("fused gelu has no qint8 epilogue");
-  }
-  if (ep) *ep = e;
-  return Support::yes();
-}
-
-/// Runs fn(task, slot) for every task in [0, tasks) on the pool; each slot
-/// (a scratch area) is used by one thread at a time. Tasks are taken in order
-/// by whichever thread is free (dynamic balance), without allocating.
-template <class F>
-void run_tasks(ThreadPool* pool, int64_t slots, int64_t tasks, F&& fn) {
-  std::atomic<int64_t> next{0};
-  pool->parallel_for(std::max<int64_t>(1, std::min(slots, tasks)), 1, [&](int64_t b, int64_t e) {
-    for (int64_t s = b; s < e; ++s)
-      for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) fn(t, s);
-  });
-}
 
 
 /// [n][c][s] <-> [n][s][c] for int8, in tiles of 64 positions.
@@ -199,13 +202,6 @@ void transpose_to_nchw(const int8_t* x, int8_t* y, int64_t n, int64_t c, int64_t
 
 /// Weights per output channel, symmetric (the project's convention, core/weight_quant.hpp).
 using QuantWeights = core::ChannelQuantized;
-int32_t quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
-/// In float, in this order: XNNPACK's (and so TensorFlow Lite's) requantisation
-/// scale, so that products that tie in rounding round alike.
-float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out) {
-  const float s = s_in * s_w;
-  return ep.act != Epilogue::linear ? s : ep.act_scale == 1 ? s / s_out : s * ep.act_scale / s_out;
-}
 
 // ---------------------------------------------------------------------------
 // conv2 (and dense): im2col blocks x packed weights, 4x16 GEMM tiles.

@@ -86,6 +86,20 @@ void depthwise_pixel(const int8_t* const* taps, int ntaps, int64_t c, int64_t cp
 /// Where channel `ch` of a tap pair lies in the depthwise packing (in int16 pairs within a 16-channel block).
 int dw_pack_index(int ch);
 
+/// Winograd F(2x2, 3x3) (cpu:qint8:nhwc/winograd), exact in integers: the
+/// input transform Bᵀ d B has entries 0 and ±1 (|v| <= 4 * 255 on int8 minus
+/// the zero point), the weight transform is scaled to integers, (2G) g (2G)ᵀ
+/// (|u| <= 9 * 127), so the int32 products are exact and Aᵀ m A is 4 times the
+/// convolution's exact dot products (int32 sums that wrap on the way end equal
+/// to it while 4 * 9 * C * 255 * 127 fits int32).
+/// Input transform of one 4x4 patch, channels last: taps[4 * i + j] is input
+/// pixel (i, j)'s `c` channels (null: padding, a real 0). v[p * ldp + ch] (p < 16, ch < c) as int16.
+void winograd_input(const int8_t* const* taps, int64_t c, int32_t zp, int16_t* v, int64_t ldp);
+/// Output transform of one tile for 16 output channels: m[p * ldp + lane] (p < 16)
+/// -> y = Aᵀ m A / 4, then the epilogue; output (r, s) of the 2x2 goes to dst[2r + s]
+/// (null: outside the output), its first nvalid channels.
+void winograd_output(const int32_t* m, int64_t ldp, const Epilogue& ep, int8_t* const* dst, int nvalid);
+
 /// y = clamp(round(float(x - zx) * m) + zy, lo, hi), elementwise.
 void requant(const int8_t* x, int8_t* y, int64_t n, int32_t zx, float m, int32_t zy, int32_t lo, int32_t hi);
 /// y = clamp(round(float(a - za) * ma + float(b - zb) * mb) + zy, lo, hi), elementwise (fma).

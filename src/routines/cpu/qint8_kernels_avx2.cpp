@@ -176,6 +176,63 @@ void widen(const int8_t* x, int16_t* y, int64_t n, int32_t zp) {
   for (; i < n; ++i) y[i] = static_cast<int16_t>(x[i] - zp);
 }
 
+void winograd_input(const int8_t* const* taps, int64_t c, int32_t zp, int16_t* v, int64_t ldp) {
+  const __m256i vzp = _mm256_set1_epi16(static_cast<int16_t>(zp));
+  for (int64_t cb = 0; cb < c; cb += 16) {
+    const int64_t n = min64(16, c - cb);
+    __m256i d[16];
+    for (int t = 0; t < 16; ++t) d[t] = taps[t] ? load16_minus(taps[t] + cb, n, vzp) : _mm256_setzero_si256();
+    // Bᵀ d over the rows (Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]), then the same over the columns.
+    __m256i t[16];
+    for (int j = 0; j < 4; ++j) {
+      t[j] = _mm256_sub_epi16(d[j], d[8 + j]);
+      t[4 + j] = _mm256_add_epi16(d[4 + j], d[8 + j]);
+      t[8 + j] = _mm256_sub_epi16(d[8 + j], d[4 + j]);
+      t[12 + j] = _mm256_sub_epi16(d[4 + j], d[12 + j]);
+    }
+    for (int i = 0; i < 4; ++i) {
+      const __m256i* r = t + 4 * i;
+      const __m256i out[4] = {_mm256_sub_epi16(r[0], r[2]), _mm256_add_epi16(r[1], r[2]), _mm256_sub_epi16(r[2], r[1]),
+                              _mm256_sub_epi16(r[1], r[3])};
+      for (int j = 0; j < 4; ++j) {
+        int16_t* dst = v + (4 * i + j) * ldp + cb;
+        if (n == 16) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), out[j]);
+        } else {
+          alignas(32) int16_t tmp[16];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), out[j]);
+          std::memcpy(dst, tmp, static_cast<std::size_t>(n) * sizeof(int16_t));
+        }
+      }
+    }
+  }
+}
+
+void winograd_output(const int32_t* m, int64_t ldp, const Epilogue& ep, int8_t* const* dst, int nvalid) {
+  __m256i y[2][4];  // [half of the 16 lanes][output 2r + s]
+  for (int h = 0; h < 2; ++h) {
+    __m256i mm[16];
+    for (int p = 0; p < 16; ++p) mm[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + p * ldp + 8 * h));
+    // Aᵀ m over the rows (Aᵀ = [1 1 1 0; 0 1 -1 -1]), then over the columns.
+    __m256i s[2][4];
+    for (int j = 0; j < 4; ++j) {
+      s[0][j] = _mm256_add_epi32(_mm256_add_epi32(mm[j], mm[4 + j]), mm[8 + j]);
+      s[1][j] = _mm256_sub_epi32(_mm256_sub_epi32(mm[4 + j], mm[8 + j]), mm[12 + j]);
+    }
+    for (int r = 0; r < 2; ++r) {
+      y[h][2 * r] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(s[r][0], s[r][1]), s[r][2]), 2);
+      y[h][2 * r + 1] = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_sub_epi32(s[r][1], s[r][2]), s[r][3]), 2);
+    }
+  }
+  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);
+  for (int q = 0; q < 4; ++q)
+    if (dst[q])
+      store16(requant8(_mm256_add_epi32(y[0][q], bias0), m0, ep), requant8(_mm256_add_epi32(y[1][q], bias1), m1, ep),
+              dst[q], nvalid);
+}
+
 int dw_pack_index(int ch) {
   const int b = ch & ~15, c = ch & 15;
   const int p = c < 4 ? c : c < 8 ? c + 4 : c < 12 ? c - 4 : c;
