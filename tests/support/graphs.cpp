@@ -32,10 +32,10 @@ Layer layer(std::string name, std::string type, std::vector<std::string> in, std
   return l;
 }
 
-core::Graph chain_graph(int length) {
+core::Graph chain_graph(int length, int64_t channels, int64_t size) {
   core::Graph g;
   g.name = "chain";
-  g.inputs = {{"input", Shape{1, 4, 8, 8}, DType::float32, {}}};
+  g.inputs = {{"input", Shape{1, channels, size, size}, DType::float32, {}}};
   std::string prev = "input";
   const char* kinds[] = {"conv2", "relu", "sigmoid", "tanh", "hardswish"};
   for (int i = 0; i < length; ++i) {
@@ -44,7 +44,8 @@ core::Graph chain_graph(int length) {
     std::map<std::string, Blob> w;
     std::map<std::string, Attr> p;
     if (type == "conv2") {
-      w = {{"weight", random_blob({4, 4, 3, 3}, static_cast<unsigned>(i))}, {"bias", random_blob({4}, 99u + static_cast<unsigned>(i))}};
+      w = {{"weight", random_blob({channels, channels, 3, 3}, static_cast<unsigned>(i))},
+           {"bias", random_blob({channels}, 99u + static_cast<unsigned>(i))}};
       p = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
     }
     g.layers.push_back(layer(fmt::format("l{}", i), type, {prev}, {out}, p, w));

@@ -14,7 +14,7 @@ Layer layer(std::string name, std::string type, std::vector<std::string> in, std
             std::map<std::string, Attr> params = {}, std::map<std::string, Blob> weights = {});
 
 /// input [1,4,8,8] -> conv -> relu -> ... a chain of `length` layers -> output "out".
-core::Graph chain_graph(int length);
+core::Graph chain_graph(int length, int64_t channels = 4, int64_t size = 8);
 /// Two inputs, a branch and a merge, two outputs (and a split): a small DAG.
 core::Graph multi_io_graph();
 /// Serialises and loads a graph through the public API (as a file in `dir`).
