@@ -2232,3 +2232,41 @@ TEST_CASE("DeformConv: zero offsets and a mask of ones are Conv; an offset of on
     for (std::size_t i = 0; i < 40; ++i) CHECK(far[0].values[i] == (i < 20 ? 0.5f : -1.0f));
   }
 }
+
+TEST_CASE("CausalConvWithState: a decode step at a time with the state carried equals the whole sequence", "[onnx][conv]") {
+  // Mamba's streaming convolution: past_state a run-time input, a bias, SiLU.
+  const int64_t c = 3, k = 3, len = 6;
+  const std::vector<float> w = pattern(static_cast<std::size_t>(c * k), 5, 3, 4), b{0.25f, -0.5f, 0.1f};
+  auto model = [&](int64_t steps, const std::string& file) {
+    OnnxModel m(27);
+    m.input("x", {1, c, steps}).input("past", {1, c, k - 1}).output("y").output("present");
+    m.init("W", {c, 1, k}, w).init("B", {c}, b);
+    m.node("CausalConvWithState", {"x", "W", "B", "past"}, {"y", "present"}).s("activation", "silu");
+    return import_onnx(m.save(file));
+  };
+  const Model whole = model(len, "causal_conv_whole.onnx"), step = model(2, "causal_conv_step.onnx");
+  const std::vector<float> x = pattern(static_cast<std::size_t>(c * len), 7, 5, 3);
+  auto all = run_net(whole, {{"x", make_input(Shape{1, c, len}, x)}, {"past", make_input(Shape{1, c, k - 1}, std::vector<float>(c * (k - 1), 0.0f))}});
+  // The formula: y[ch][t] = silu(b[ch] + sum_j w[ch][j] * padded[ch][t + j]), padded = k - 1 zeros, then x.
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t t = 0; t < len; ++t) {
+      double acc = b[static_cast<std::size_t>(ch)];
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t at = t + j - (k - 1);
+        if (at >= 0) acc += w[static_cast<std::size_t>(ch * k + j)] * x[static_cast<std::size_t>(ch * len + at)];
+      }
+      CHECK(all[0].values[static_cast<std::size_t>(ch * len + t)] == Approx(acc / (1 + std::exp(-acc))).margin(1e-5));
+    }
+  std::vector<float> state(static_cast<std::size_t>(c * (k - 1)), 0.0f);
+  for (int64_t t0 = 0; t0 < len; t0 += 2) {
+    std::vector<float> chunk;
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t t = t0; t < t0 + 2; ++t) chunk.push_back(x[static_cast<std::size_t>(ch * len + t)]);
+    auto out = run_net(step, {{"x", make_input(Shape{1, c, 2}, chunk)}, {"past", make_input(Shape{1, c, k - 1}, state)}});
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t t = 0; t < 2; ++t)
+        CHECK(out[0].values[static_cast<std::size_t>(ch * 2 + t)] == Approx(all[0].values[static_cast<std::size_t>(ch * len + t0 + t)]).margin(1e-6));
+    state = out[1].values;
+  }
+  CHECK(max_abs_diff(state, all[1].values) == 0);  // the last k - 1 inputs
+}

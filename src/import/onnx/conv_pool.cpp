@@ -115,6 +115,58 @@ Layer Importer::conv2_layer(const Node& n, const std::string& name, const std::s
   return l;
 }
 
+// CausalConvWithState (opset 27; Mamba's and Gated DeltaNet's streaming
+// convolution): the concat, depthwise 1-D Conv and slice it fuses, as layers.
+// The input [B, C, L] after the k - 1 positions of past_state (zeros without
+// it), a depthwise Conv of kernel k over that without padding (its own routines
+// and tuning, as any 1-D Conv), an optional SiLU; present_state is the last
+// k - 1 positions of the padded input.
+void Importer::causal_conv_with_state(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() != 3) throw n.error(fmt::format("input {} is not rank 3 (batch, channels, length)", xs.to_string()), "input");
+  const Blob& w = require_constant(n, 1, "weight");
+  const int64_t c = xs[1];
+  if (w.shape().rank() != 3 || w.shape()[0] != c || w.shape()[1] != 1 || w.shape()[2] < 1)
+    throw n.error(fmt::format("weight {} is not (channels {}, 1, k)", w.shape().to_string(), c), "weight");
+  const int64_t k = w.shape()[2];
+  const std::string activation = n.get_string("activation", "none");
+  if (activation != "none" && activation != "silu" && activation != "swish")
+    throw n.error(fmt::format("unknown activation '{}' (none, silu, swish)", activation), "activation");
+  if (n.has_in(2) && shape_of(n, n.in(2)) != Shape{c}) throw n.error(fmt::format("bias {} is not ({})", shape_of(n, n.in(2)).to_string(), c), "bias");
+  if (k == 1 && n.num_outputs() > 1 && !n.out(1).empty())
+    throw Unsupported{"CausalConvWithState of kernel size 1: its present_state is empty (no zero-length tensors)"};
+  std::string padded = input(n, 0);
+  if (n.has_in(3)) {
+    const Shape ps = shape_of(n, n.in(3));
+    if (ps.rank() != 3 || ps[0] != xs[0] || ps[1] != c || ps[2] != k - 1)
+      throw n.error(fmt::format("past_state {} is not (batch {}, channels {}, k - 1 = {})", ps.to_string(), xs[0], c, k - 1), "past_state");
+    padded = fresh_blob(n.out(0) + "/with_past");
+    Layer l = make("concat", n.name + "/with_past", {input(n, 3), input(n, 0)}, {padded});
+    l.params["axis"] = int64_t{2};
+    add(std::move(l));
+  } else if (k > 1) {
+    padded = fresh_blob(n.out(0) + "/padded");
+    add_unary(n, "pad", input(n, 0), padded, {{"pads", std::vector<int64_t>{0, 0, k - 1, 0, 0, 0}}, {"mode", std::string("constant")}},
+              "pad");
+  }
+  // The convolution, as a 1-D Conv node of the graph would be imported.
+  onnx::NodeProto p;
+  p.set_op_type("Conv");
+  p.add_input(padded);
+  p.add_input(n.in(1));
+  if (n.has_in(2)) p.add_input(n.in(2));
+  const std::string conv_out = activation == "none" ? n.out(0) : fresh_blob(n.out(0) + "/conv");
+  p.add_output(conv_out);
+  auto* group = p.add_attribute();
+  group->set_name("group");
+  group->set_type(onnx::AttributeProto::INT);
+  group->set_i(c);
+  const Node conv_node(p, n.name + "/conv", n.opset, file_);
+  as_2d(conv_node, &Importer::conv);
+  if (activation != "none") add_unary(n, "silu", conv_out, n.out(0), {}, "silu");
+  if (n.num_outputs() > 1 && !n.out(1).empty()) slice_blob(n, padded, 2, xs[2], xs[2] + k - 1, n.out(1));
+}
+
 // DeformConv (2-D): conv2's geometry, each tap shifted by its offset (layer deform_conv).
 void Importer::deform_conv(const Node& n) {
   Layer l = conv2_layer(n, n.name, input(n, 0), n.out(0), to_float(require_constant(n, 1, "W")));

@@ -159,6 +159,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"DFT", &Importer::dft},
       {"STFT", &Importer::stft},
       {"DeformConv", &Importer::deform_conv},
+      {"CausalConvWithState", &Importer::causal_conv_with_state},
       {"Col2Im", &Importer::col2im},
       {"HannWindow", &Importer::window},
       {"HammingWindow", &Importer::window},

@@ -383,6 +383,7 @@ class Importer {
   void batchnorm_training(const Node&);
   void stft(const Node&);
   void deform_conv(const Node&);
+  void causal_conv_with_state(const Node&);
   void loop(const Node&);
   void scan(const Node&);
   /// A body input of a Loop or Scan: its name in the body, ONNX type and shape.
