@@ -40,6 +40,52 @@ void check_optional_bias(const Layer& l, int64_t channels) {
 /// A quantisation scale parameter: positive, finite, within [1e-30, 1e30].
 static float quant_scale(const Layer& l, const char* field);
 
+LinearAttentionGeometry linear_attention_geometry(const Layer& l, std::span<const Shape> in) {
+  LinearAttentionGeometry g;
+  g.hq = l.get_int("q_num_heads", 0);
+  g.hkv = l.get_int("kv_num_heads", 0);
+  if (g.hq < 1 || g.hkv < 1 || g.hq % g.hkv != 0)
+    fail_field(l, "q_num_heads", fmt::format("q_num_heads {} must be a positive multiple of kv_num_heads {}", g.hq, g.hkv));
+  const std::string rule = l.get_string("update_rule", "gated_delta");
+  if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta")
+    fail_field(l, "update_rule", fmt::format("unknown update_rule '{}' (linear, gated, delta, gated_delta)", rule));
+  g.gated = rule == "gated" || rule == "gated_delta";
+  g.delta = rule == "delta" || rule == "gated_delta";
+  g.has_past = l.get_int("has_past", 0) != 0;
+  const std::size_t want = 3 + g.has_past + g.gated + g.delta;
+  if (in.size() != want)
+    fail_field(l, "inputs", fmt::format("{} inputs; update_rule '{}'{} takes {}", in.size(), rule, g.has_past ? " with a past state" : "", want));
+  const char* names[] = {"query", "key", "value"};
+  for (int i = 0; i < 3; ++i)
+    if (in[static_cast<std::size_t>(i)].rank() != 3) fail_field(l, names[i], fmt::format("{} {} is not rank 3 (batch, tokens, heads * size)", names[i], in[static_cast<std::size_t>(i)].to_string()));
+  g.b = in[0][0];
+  g.t = in[0][1];
+  for (int i = 1; i < 3; ++i)
+    if (in[static_cast<std::size_t>(i)][0] != g.b || in[static_cast<std::size_t>(i)][1] != g.t)
+      fail_field(l, names[i], fmt::format("{} {} differs from the query {} in batch or tokens", names[i], in[static_cast<std::size_t>(i)].to_string(), in[0].to_string()));
+  if (in[0][2] % g.hq != 0) fail_field(l, "query", fmt::format("query width {} is not a multiple of q_num_heads {}", in[0][2], g.hq));
+  g.dk = in[0][2] / g.hq;
+  if (in[1][2] != g.hkv * g.dk) fail_field(l, "key", fmt::format("key width {} is not kv_num_heads {} x {}", in[1][2], g.hkv, g.dk));
+  if (in[2][2] % g.hkv != 0) fail_field(l, "value", fmt::format("value width {} is not a multiple of kv_num_heads {}", in[2][2], g.hkv));
+  g.dv = in[2][2] / g.hkv;
+  std::size_t k = 3;
+  if (g.has_past && in[k++] != Shape{g.b, g.hkv, g.dk, g.dv})
+    fail_field(l, "past_state", fmt::format("past_state {} is not [{}, {}, {}, {}]", in[k - 1].to_string(), g.b, g.hkv, g.dk, g.dv));
+  if (g.gated) {
+    const Shape& d = in[k++];
+    if (d.rank() != 3 || d[0] != g.b || d[1] != g.t || (d[2] != g.hkv && d[2] != g.hkv * g.dk))
+      fail_field(l, "decay", fmt::format("decay {} is not [{}, {}, {} or {}]", d.to_string(), g.b, g.t, g.hkv, g.hkv * g.dk));
+    g.decay_per_key = d[2] == g.hkv * g.dk && g.dk > 1;  // (at dk 1 the two forms are one)
+  }
+  if (g.delta) {
+    const Shape& bt = in[k++];
+    if (bt.rank() != 3 || bt[0] != g.b || bt[1] != g.t || (bt[2] != g.hkv && bt[2] != 1))
+      fail_field(l, "beta", fmt::format("beta {} is not [{}, {}, {} or 1]", bt.to_string(), g.b, g.t, g.hkv));
+    g.beta_per_head = bt[2] == g.hkv;
+  }
+  return g;
+}
+
 namespace {
 
 [[noreturn]] void fail(const Layer& l, const std::string& field, const std::string& msg) { fail_field(l, field, msg); }
@@ -191,6 +237,14 @@ std::vector<Shape> infer_softmax(const Layer& l, std::span<const Shape> in) {
 std::vector<Shape> infer_attention(const Layer& l, std::span<const Shape> in) {
   const AttentionGeometry g = attention_geometry(l, in);
   return {Shape{g.out_shape[0], g.out_shape[1], g.out_shape[2], g.out_shape[3]}};
+}
+
+/// linear_attention: query [B, T, Hq*dk], key [B, T, Hkv*dk], value [B, T, Hkv*dv],
+/// then past_state [B, Hkv, dk, dv] (has_past), decay (gated rules) and beta
+/// (delta rules); outputs [B, T, Hq*dv] and the state.
+std::vector<Shape> infer_linear_attention(const Layer& l, std::span<const Shape> in) {
+  const LinearAttentionGeometry g = linear_attention_geometry(l, in);
+  return {Shape{g.b, g.t, g.hq * g.dv}, Shape{g.b, g.hkv, g.dk, g.dv}};
 }
 
 std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
@@ -795,6 +849,7 @@ const LayerType kBuiltinTypes[] = {
     {"tanh", 1, 1, infer_same},          {"gelu", 1, 1, infer_gelu},
     {"softmax", 1, 1, infer_softmax},    {"layernorm", 1, 1, infer_layernorm},
     {"attention", 3, 4, infer_attention},
+    {"linear_attention", 3, 6, infer_linear_attention, 2},
     {"add", 2, 2, infer_binary},         {"sub", 2, 2, infer_binary},
     {"mul", 2, 2, infer_binary},         {"div", 2, 2, infer_binary},
     {"max", 2, 2, infer_binary},         {"min", 2, 2, infer_binary},

@@ -475,6 +475,18 @@ struct AttentionGeometry {
 };
 AttentionGeometry attention_geometry(const Layer& layer, std::span<const Shape> inputs);
 
+/// A linear_attention layer's sizes (ONNX LinearAttention): B batches of T
+/// tokens, hq query heads sharing hkv key/value heads, keys of dk, values of dv;
+/// which optional inputs it reads (past_state, then decay for the gated rules,
+/// then beta for the delta rules) and their forms. Throws Error naming the field.
+struct LinearAttentionGeometry {
+  int64_t b = 1, t = 1, hq = 1, hkv = 1, dk = 1, dv = 1;
+  bool has_past = false, gated = false, delta = false;
+  bool decay_per_key = false;  ///< decay [B, T, hkv * dk] (else one per head: [B, T, hkv])
+  bool beta_per_head = false;  ///< beta [B, T, hkv] (else one for every head: [B, T, 1])
+};
+LinearAttentionGeometry linear_attention_geometry(const Layer& layer, std::span<const Shape> inputs);
+
 /// Parameters of a fake_quant layer, checked.
 struct FakeQuant {
   float scale = 1;

@@ -641,6 +641,31 @@ TEST_CASE("shape inference: deform_conv is conv2's, its offset and mask one per 
   expect_error(l, {{1, 4, 5, 7}, {1, 54, 5, 7}}, "offset_group");
 }
 
+TEST_CASE("shape inference: linear_attention's output and state; which inputs its rule reads", "[core][shape]") {
+  Layer l = L("linear_attention", {{"q_num_heads", int64_t{4}}, {"kv_num_heads", int64_t{2}}, {"update_rule", std::string("gated_delta")},
+                                   {"has_past", int64_t{1}}}, {});
+  l.inputs = {"q", "k", "v", "past", "decay", "beta"};
+  l.outputs = {"y", "state"};
+  const Shapes good{{2, 5, 12}, {2, 5, 6}, {2, 5, 4}, {2, 2, 3, 2}, {2, 5, 6}, {2, 5, 1}};
+  CHECK(infer(l, good) == Shapes{{2, 5, 8}, {2, 2, 3, 2}});
+  auto with = [&](std::size_t i, Shape s) {
+    Shapes v = good;
+    v[i] = std::move(s);
+    return v;
+  };
+  expect_error(l, with(1, {2, 5, 4}), "key");            // not kv_num_heads * dk
+  expect_error(l, with(2, {2, 4, 4}), "value");          // another token count
+  expect_error(l, with(3, {2, 2, 3, 3}), "past_state");
+  expect_error(l, with(4, {2, 5, 3}), "decay");          // neither per head (2) nor per key (6)
+  expect_error(l, with(5, {2, 5, 3}), "beta");
+  expect_error(l, Shapes{good[0], good[1], good[2]}, "inputs");  // the rule's decay and beta missing
+  l.params["q_num_heads"] = int64_t{3};
+  expect_error(l, good, "q_num_heads");  // not a multiple of the key/value heads
+  l.params["q_num_heads"] = int64_t{4};
+  l.params["update_rule"] = std::string("softmax");
+  expect_error(l, good, "update_rule");
+}
+
 TEST_CASE("shape inference: loops nested without end in a hostile file are an error, not a stack overflow", "[core][shape][hostile]") {
   // Each body: [i, cond, x] -> [cond, x after the inner loop]; the innermost an identity.
   auto graph_bytes = [](const core::Graph& g) {
@@ -681,7 +706,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im", "loop", "max_pool_indices", "deform_conv"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im", "loop", "max_pool_indices", "deform_conv", "linear_attention"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

@@ -2270,3 +2270,62 @@ TEST_CASE("CausalConvWithState: a decode step at a time with the state carried e
   }
   CHECK(max_abs_diff(state, all[1].values) == 0);  // the last k - 1 inputs
 }
+
+TEST_CASE("LinearAttention: a prefill equals its tokens one decode step at a time; bad shapes name the field", "[onnx][attention]") {
+  // Gated DeltaNet's form with grouped-query heads (4 query heads on 2 key/value
+  // heads), every input fed at run time as a model's are: per-key decay, per-head beta.
+  const int64_t t = 3, hq = 4, hkv = 2, dk = 3, dv = 2;
+  auto model = [&](int64_t tokens, const std::string& file) {
+    OnnxModel m(27);
+    m.input("q", {1, tokens, hq * dk}).input("k", {1, tokens, hkv * dk}).input("v", {1, tokens, hkv * dv});
+    m.input("past", {1, hkv, dk, dv}).input("decay", {1, tokens, hkv * dk}).input("beta", {1, tokens, hkv});
+    m.output("y").output("present");
+    m.node("LinearAttention", {"q", "k", "v", "past", "decay", "beta"}, {"y", "present"})
+        .i("q_num_heads", hq).i("kv_num_heads", hkv).s("update_rule", "gated_delta");
+    return import_onnx(m.save(file));
+  };
+  const Model prefill = model(t, "linear_attention_prefill.onnx"), step = model(1, "linear_attention_step.onnx");
+  const std::vector<float> q = pattern(t * hq * dk, 5, 3, 4), k = pattern(t * hkv * dk, 7, 5, 3), v = pattern(t * hkv * dv, 3, 2, 5);
+  std::vector<float> decay = pattern(t * hkv * dk, 11, 3, 7), beta = pattern(t * hkv, 13, 4, 3);
+  for (auto& g : decay) g = -std::abs(g);      // log-space decay: exp(g) <= 1
+  for (auto& b : beta) b = 0.5f + 0.25f * b;  // an update rate
+  const std::vector<float> past = pattern(hkv * dk * dv, 17, 5, 2);
+  auto slice = [](const std::vector<float>& x, int64_t tok, int64_t width) {
+    return std::vector<float>(x.begin() + tok * width, x.begin() + (tok + 1) * width);
+  };
+  auto all = run_net(prefill, {{"q", make_input(Shape{1, t, hq * dk}, q)}, {"k", make_input(Shape{1, t, hkv * dk}, k)},
+                               {"v", make_input(Shape{1, t, hkv * dv}, v)}, {"past", make_input(Shape{1, hkv, dk, dv}, past)},
+                               {"decay", make_input(Shape{1, t, hkv * dk}, decay)}, {"beta", make_input(Shape{1, t, hkv}, beta)}});
+  REQUIRE(all[0].values.size() == static_cast<std::size_t>(t * hq * dv));
+  std::vector<float> state = past;
+  for (int64_t tok = 0; tok < t; ++tok) {
+    auto out = run_net(step, {{"q", make_input(Shape{1, 1, hq * dk}, slice(q, tok, hq * dk))},
+                              {"k", make_input(Shape{1, 1, hkv * dk}, slice(k, tok, hkv * dk))},
+                              {"v", make_input(Shape{1, 1, hkv * dv}, slice(v, tok, hkv * dv))},
+                              {"past", make_input(Shape{1, hkv, dk, dv}, state)},
+                              {"decay", make_input(Shape{1, 1, hkv * dk}, slice(decay, tok, hkv * dk))},
+                              {"beta", make_input(Shape{1, 1, hkv}, slice(beta, tok, hkv))}});
+    CHECK(max_abs_diff(out[0].values, slice(all[0].values, tok, hq * dv)) < 1e-6);
+    state = out[1].values;
+  }
+  CHECK(max_abs_diff(state, all[1].values) < 1e-6);
+  // One token by hand, the "linear" rule from a zero state: S = k ⊗ v, o = scale qᵀ S, scale 1/sqrt(dk).
+  {
+    OnnxModel m(27);
+    m.input("q", {1, 1, 2}).output("y");
+    m.init("k", {1, 1, 2}, {1, 2}).init("v", {1, 1, 1}, {3});
+    m.node("LinearAttention", {"q", "k", "v"}, {"y"}).i("q_num_heads", 1).i("kv_num_heads", 1).s("update_rule", "linear");
+    auto out = run_net(import_onnx(m.save("linear_attention_one.onnx")), {{"q", make_input(Shape{1, 1, 2}, {0.5f, -1})}});
+    CHECK(out[0].values[0] == Approx((0.5 * 1 * 3 + -1 * 2 * 3) / std::sqrt(2.0)).margin(1e-6));
+  }
+  // A decay the rule does not take, and a key whose width is not kv_num_heads * dk.
+  OnnxModel bad(27);
+  bad.input("q", {1, 2, 6}).output("y").init("k", {1, 2, 6}, pattern(12, 3, 2, 1)).init("v", {1, 2, 2}, pattern(4, 3, 2, 1));
+  bad.init("g", {1, 2, 2}, pattern(4, 3, 2, 1));
+  bad.node("LinearAttention", {"q", "k", "v", "", "g"}, {"y"}, "la").i("q_num_heads", 2).i("kv_num_heads", 2).s("update_rule", "linear");
+  CHECK_THROWS_WITH(import_onnx(bad.save("linear_attention_bad_decay.onnx")), Catch::Contains("'la'") && Catch::Contains("takes no"));
+  OnnxModel wide(27);
+  wide.input("q", {1, 2, 6}).output("y").init("k", {1, 2, 4}, pattern(8, 3, 2, 1)).init("v", {1, 2, 2}, pattern(4, 3, 2, 1));
+  wide.node("LinearAttention", {"q", "k", "v"}, {"y"}, "la").i("q_num_heads", 2).i("kv_num_heads", 2).s("update_rule", "linear");
+  CHECK_THROWS_WITH(import_onnx(wide.save("linear_attention_bad_key.onnx")), Catch::Contains("key width 4"));
+}

@@ -423,6 +423,28 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
              layer_of(type, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{2}}, {"offset_group", int64_t{2}}},
                       {{"weight", random_blob({6, 2, 3, 3}, rng)}, {"bias", random_blob({6}, rng)}}, 3),
              {random_blob({1, 4, 5, 6}, rng), random_blob({1, 36, 5, 6}, rng, -2.f, 2.f), random_blob({1, 18, 5, 6}, rng, 0.f, 1.f)}}};
+  if (type == "linear_attention") {
+    // [B=2, T=3]: 4 query heads on 2 key/value heads, dk 3, dv 2.
+    auto qkv = [&] {
+      return std::vector<Blob>{random_blob({2, 3, 12}, rng), random_blob({2, 3, 6}, rng), random_blob({2, 3, 4}, rng)};
+    };
+    std::vector<Blob> gd = qkv();
+    gd.push_back(random_blob({2, 2, 3, 2}, rng));          // past_state
+    gd.push_back(random_blob({2, 3, 6}, rng, -1.f, 0.f));  // decay per key (log space)
+    gd.push_back(random_blob({2, 3, 2}, rng, 0.f, 1.f));   // beta per head
+    std::vector<Blob> gated = qkv();
+    gated.push_back(random_blob({2, 3, 2}, rng, -1.f, 0.f));  // decay per head
+    return {{"linear_attention gated_delta, past, grouped heads",
+             layer_of(type, {{"q_num_heads", int64_t{4}}, {"kv_num_heads", int64_t{2}}, {"update_rule", std::string("gated_delta")},
+                             {"has_past", int64_t{1}}}, {}, 6, 2),
+             gd},
+            {"linear_attention gated, no past, scale 0.5",
+             layer_of(type, {{"q_num_heads", int64_t{4}}, {"kv_num_heads", int64_t{2}}, {"update_rule", std::string("gated")},
+                             {"scale", 0.5}}, {}, 4, 2),
+             gated},
+            {"linear_attention linear", layer_of(type, {{"q_num_heads", int64_t{4}}, {"kv_num_heads", int64_t{2}}, {"update_rule", std::string("linear")}}, {}, 3, 2),
+             qkv()}};
+  }
   if (type == "max_pool_indices") {
     Blob x = random_blob({2, 3, 7, 6}, rng, 0.f, 4.f);
     for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);  // ties

@@ -13,6 +13,32 @@ namespace onnx_import {
 // softcapped, then biased by the mask (padded with -inf to the keys), the
 // causal triangle and sliding window (aligned to the end of the cache), the
 // padding of nonpad_kv_seqlen; softmax, rows with no attendable key set to 0.
+// LinearAttention (opset 27: Gated DeltaNet, RWKV-style and Mamba-2 linear
+// attention): one layer, linear_attention (docs/layer-types.md), the inputs
+// it reads in order (query, key, value, then past_state, decay, beta where
+// given). Which of decay and beta a rule takes is checked here, by name.
+void Importer::linear_attention(const Node& n) {
+  const std::string rule = n.get_string("update_rule", "gated_delta");
+  const bool gated = rule == "gated" || rule == "gated_delta", delta = rule == "delta" || rule == "gated_delta";
+  if (!gated && !delta && rule != "linear")
+    throw n.error(fmt::format("unknown update_rule '{}' (linear, gated, delta, gated_delta)", rule), "update_rule");
+  if (gated != n.has_in(4))
+    throw n.error(fmt::format("update_rule '{}' {} a decay input", rule, gated ? "needs" : "takes no"), "decay");
+  if (delta != n.has_in(5))
+    throw n.error(fmt::format("update_rule '{}' {} a beta input", rule, delta ? "needs" : "takes no"), "beta");
+  Layer l = make("linear_attention", n.name, {input(n, 0), input(n, 1), input(n, 2)}, {n.out(0)});
+  for (int k = 3; k <= 5; ++k)
+    if (n.has_in(k)) l.inputs.push_back(input(n, k));
+  // present_state: the layer always computes it; unnamed, a blob of its own.
+  l.outputs.push_back(n.num_outputs() > 1 && !n.out(1).empty() ? n.out(1) : fresh_blob(n.out(0) + "/present_state"));
+  l.params["q_num_heads"] = n.get_int("q_num_heads");
+  l.params["kv_num_heads"] = n.get_int("kv_num_heads");
+  l.params["update_rule"] = rule;
+  l.params["has_past"] = int64_t{n.has_in(3)};
+  if (n.has("scale")) l.params["scale"] = n.get_float("scale");
+  add(std::move(l));
+}
+
 void Importer::attention(const Node& n) {
   const Shape qs = shape_of(n, n.in(0)), ks = shape_of(n, n.in(1)), vs = shape_of(n, n.in(2));
   if (qs.rank() != ks.rank() || qs.rank() != vs.rank() || (qs.rank() != 3 && qs.rank() != 4))

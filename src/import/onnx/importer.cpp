@@ -75,6 +75,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"LogSoftmax", &Importer::log_softmax},
       {"RMSNormalization", &Importer::rms_norm},
       {"Attention", &Importer::attention},
+      {"LinearAttention", &Importer::linear_attention},
       {"RotaryEmbedding", &Importer::rotary_embedding},
       {"Sum", &Importer::sum_mean},
       {"Max", &Importer::sum_mean},

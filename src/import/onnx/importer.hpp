@@ -357,6 +357,7 @@ class Importer {
   void log_softmax(const Node&);
   void rms_norm(const Node&);
   void attention(const Node&);
+  void linear_attention(const Node&);
   void sum_mean(const Node&);
   void softsign(const Node&);
   void elu_softplus(const Node&);

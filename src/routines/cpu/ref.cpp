@@ -1159,6 +1159,76 @@ struct DeformConv final : RefPrepared {
   }
 };
 
+/// linear_attention (ONNX LinearAttention): per batch and key/value head, a
+/// state S [dk, dv] carried over the tokens, in the spec's order: decayed by
+/// exp(g) (gated rules), the value corrected by what S already holds for the key
+/// (delta rules: v <- beta (v - Sᵀ k)), then S += k ⊗ v, and each query head of
+/// the group reads o = scale qᵀ S. State in float32 as the reference's, dot
+/// products summed in double.
+struct LinearAttention final : RefPrepared {
+  static constexpr std::string_view kType = "linear_attention";
+  core::LinearAttentionGeometry g;
+  double scale;
+  explicit LinearAttention(const LayerInfo& info) : g(core::linear_attention_geometry(*info.layer, info.input_shapes)) {
+    const double s = info.layer->get_float("scale", 0.0);
+    scale = s == 0 ? 1.0 / std::sqrt(static_cast<double>(g.dk)) : s;
+  }
+  void run(const RunArgs& a) override {
+    const float* q = a.inputs[0]->data_as<float>();
+    const float* k = a.inputs[1]->data_as<float>();
+    const float* v = a.inputs[2]->data_as<float>();
+    std::size_t next = 3;
+    const float* past = g.has_past ? a.inputs[next++]->data_as<float>() : nullptr;
+    const float* decay = g.gated ? a.inputs[next++]->data_as<float>() : nullptr;
+    const float* beta = g.delta ? a.inputs[next++]->data_as<float>() : nullptr;
+    float* out = a.outputs[0]->data_as<float>();
+    float* state = a.outputs[1]->data_as<float>();
+    const int64_t group = g.hq / g.hkv, sd = g.dk * g.dv;
+    a.pool->parallel_for(g.b * g.hkv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<double> corrected(static_cast<std::size_t>(g.dv));
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / g.hkv, h = bh % g.hkv;
+        float* S = state + bh * sd;
+        if (past) std::copy(past + bh * sd, past + (bh + 1) * sd, S);
+        else std::fill(S, S + sd, 0.0f);
+        for (int64_t t = 0; t < g.t; ++t) {
+          const int64_t bt = b * g.t + t;
+          const float* kt = k + (bt * g.hkv + h) * g.dk;
+          const float* vt = v + (bt * g.hkv + h) * g.dv;
+          if (decay) {
+            for (int64_t d = 0; d < g.dk; ++d) {
+              const float e = std::exp(g.decay_per_key ? decay[(bt * g.hkv + h) * g.dk + d] : decay[bt * g.hkv + h]);
+              for (int64_t m = 0; m < g.dv; ++m) S[d * g.dv + m] *= e;
+            }
+          }
+          for (int64_t m = 0; m < g.dv; ++m) corrected[static_cast<std::size_t>(m)] = vt[m];
+          if (beta) {
+            const double bv = g.beta_per_head ? beta[bt * g.hkv + h] : beta[bt];
+            for (int64_t m = 0; m < g.dv; ++m) {
+              double held = 0;
+              for (int64_t d = 0; d < g.dk; ++d) held += static_cast<double>(S[d * g.dv + m]) * kt[d];
+              corrected[static_cast<std::size_t>(m)] = bv * (vt[m] - static_cast<float>(held));
+            }
+          }
+          for (int64_t d = 0; d < g.dk; ++d)
+            for (int64_t m = 0; m < g.dv; ++m)
+              S[d * g.dv + m] += static_cast<float>(kt[d] * static_cast<float>(corrected[static_cast<std::size_t>(m)]));
+          for (int64_t gi = 0; gi < group; ++gi) {
+            const int64_t hq = h * group + gi;
+            const float* qt = q + (bt * g.hq + hq) * g.dk;
+            float* ot = out + (bt * g.hq + hq) * g.dv;
+            for (int64_t m = 0; m < g.dv; ++m) {
+              double acc = 0;
+              for (int64_t d = 0; d < g.dk; ++d) acc += static_cast<double>(qt[d]) * S[d * g.dv + m];
+              ot[m] = static_cast<float>(scale * acc);
+            }
+          }
+        }
+      }
+    });
+  }
+};
+
 /// max_pool_indices: where each max window's first largest value lies in the
 /// input (ONNX MaxPool's Indices), taps in the padding skipped.
 struct MaxPoolIndices final : RefPrepared {
@@ -2712,6 +2782,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Choose>);
 SOFTNEURO_REGISTER_ROUTINE(LoopRoutine);
 SOFTNEURO_REGISTER_ROUTINE(Ref<MaxPoolIndices>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<DeformConv>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<LinearAttention>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);
