@@ -763,3 +763,45 @@ TEST_CASE("QOperator: a Split of integers keeps its quantisation, and com.micros
   for (std::size_t i = 0; i < z.size(); ++i) CHECK(out[1].values[i] == Approx(z[i]).margin(1e-6));
 }
 
+
+TEST_CASE("DequantizeLinear and QuantizeLinear with block_size: each element at its block's scale and zero point", "[onnx][quant]") {
+  // An LLM's weights quantised in blocks of 4 along K ([K 8, N 3] int8, scale and zero point [2, 3]),
+  // dequantised into a MatMul: folded at import.
+  const int64_t k = 8, n = 3, block = 4;
+  std::vector<int64_t> wq(k * n);
+  for (int64_t i = 0; i < k * n; ++i) wq[static_cast<std::size_t>(i)] = (i * 37) % 255 - 127;
+  const std::vector<float> scale{0.5f, 0.25f, 0.125f, 2.0f, 1.0f, 0.75f};
+  const std::vector<int64_t> zp{0, 3, -2, 1, 0, -5};
+  OnnxModel m(21);
+  m.input("x", {1, k}).output("y").output("q");
+  m.init_typed("W", onnx::TensorProto::INT8, {k, n}, wq).init("s", {2, n}, scale).init_typed("z", onnx::TensorProto::INT8, {2, n}, zp);
+  m.node("DequantizeLinear", {"W", "s", "z"}, {"Wf"}).i("axis", 0).i("block_size", block);
+  m.node("MatMul", {"x", "Wf"}, {"y"});
+  // The same blocks quantising the input's run-time values ([1, 8]: blocks of 4 along axis 1).
+  m.init("xs", {1, 2}, {0.1f, 0.05f}).init_typed("xz", onnx::TensorProto::INT8, {1, 2}, {0, 10});
+  m.node("QuantizeLinear", {"x", "xs", "xz"}, {"q"}).i("axis", 1).i("block_size", block);
+  Model net = import_onnx(m.save("blocked_quant.onnx"));
+  std::vector<float> x(static_cast<std::size_t>(k));
+  for (int64_t i = 0; i < k; ++i) x[static_cast<std::size_t>(i)] = 0.3f * static_cast<float>(i) - 1.1f;
+  auto out = run_net(net, {{"x", make_input(Shape{1, k}, x)}});
+  for (int64_t j = 0; j < n; ++j) {
+    double want = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const auto b = static_cast<std::size_t>((i / block) * n + j);
+      want += x[static_cast<std::size_t>(i)] * (wq[static_cast<std::size_t>(i * n + j)] - zp[b]) * scale[b];
+    }
+    CHECK(out[0].values[static_cast<std::size_t>(j)] == Approx(want).epsilon(1e-5));
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    const float s = i < block ? 0.1f : 0.05f, z = i < block ? 0.0f : 10.0f;
+    CHECK(out[1].values[static_cast<std::size_t>(i)] == std::clamp(std::nearbyint(x[static_cast<std::size_t>(i)] / s) + z, -128.0f, 127.0f));
+  }
+  // A scale not shaped as the blocks: an error naming the field.
+  OnnxModel bad(21);
+  bad.input("x", {1, k}).output("y");
+  bad.init_typed("W", onnx::TensorProto::INT8, {k, n}, wq).init("s", {3, n}, std::vector<float>(9, 1.0f));
+  bad.node("DequantizeLinear", {"W", "s"}, {"Wf"}, "dq").i("axis", 0).i("block_size", block);
+  bad.node("MatMul", {"x", "Wf"}, {"y"});
+  CHECK_THROWS_WITH(import_onnx(bad.save("blocked_quant_bad.onnx")),
+                    Catch::Contains("'dq'") && Catch::Contains("scale") && Catch::Contains("blocks of 4"));
+}

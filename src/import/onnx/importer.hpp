@@ -464,6 +464,16 @@ class Importer {
   void quantized_output(const Node& n, const std::string& real, const QParams& q, int axis);
   /// A per-axis constant [C, 1, ...] (or a scalar) lined up with axis `axis` of a rank-`rank` tensor.
   std::string along_axis(const Node& n, const std::string& name, const std::vector<float>& values, int axis, int rank);
+  /// Blocked quantisation (opset 21's block_size): q's scales and zero points
+  /// (shaped like x, its axis in blocks of `block`) repeated over their blocks,
+  /// one per element of x; the scale's shape checked, the field named.
+  struct Blocked {
+    std::vector<float> scales, zero_points;
+  };
+  Blocked blocked(const Node& n, const QParams& q, const Shape& xs, int axis, int64_t block) const;
+  void blocked_quantize(const Node& n, int64_t block);
+  QParams quantize_params(const Node& n);
+  void blocked_dequantize(const Node& n, int64_t block);
   /// `int32`: the zero point may be int32 (a DequantizeLinear of a constant bias).
   QParams qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32 = false);
   /// A per-tensor QParams as a fake_quant layer's parameters.

@@ -123,10 +123,10 @@ Blob Importer::dequantized(const Node& n, const Blob& v, const QParams& q, int a
   return out;
 }
 
-void Importer::quantize_linear(const Node& n) {
-  if (n.get_int("block_size", 0) != 0) throw Unsupported{"QuantizeLinear with block_size (blocked quantisation)"};
+// QuantizeLinear's output type: its zero point's, or (opset 21) output_dtype without one.
+Importer::QParams Importer::quantize_params(const Node& n) {
   QParams q = qparams(n, 1, 2, "y");
-  if (!n.has_in(2) && n.has("output_dtype")) {  // opset 21: the type without a zero point
+  if (!n.has_in(2) && n.has("output_dtype")) {
     const auto t = n.get_int("output_dtype");
     if (t == onnx::TensorProto::INT8) q.qmin = -128, q.qmax = 127;
     else if (t == onnx::TensorProto::UINT16) q.qmax = 65535;
@@ -138,6 +138,87 @@ void Importer::quantize_linear(const Node& n) {
                                     onnx_type_name(t))};
     q.type = static_cast<int>(t);
   }
+  return q;
+}
+
+Importer::Blocked Importer::blocked(const Node& n, const QParams& q, const Shape& xs, int axis, int64_t block) const {
+  if (block < 1) throw n.error(fmt::format("block_size {} is not positive", block), "block_size");
+  const int rank = xs.rank();
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) throw n.error(fmt::format("axis out of range for rank {}", rank), "axis");
+  const Shape ss = constant(n.in(1))->shape();
+  Shape want = xs;
+  want[axis] = (xs[axis] + block - 1) / block;
+  if (ss != want)
+    throw n.error(fmt::format("scale {} is not the input {} in blocks of {} along axis {}: {}", ss.to_string(), xs.to_string(),
+                              block, axis, want.to_string()),
+                  "scale");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= xs[d];
+  for (int d = axis + 1; d < rank; ++d) inner *= xs[d];
+  const int64_t dim = xs[axis], blocks = want[axis];
+  Blocked b;
+  b.scales.reserve(static_cast<std::size_t>(xs.numel()));
+  b.zero_points.reserve(static_cast<std::size_t>(xs.numel()));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t d = 0; d < dim; ++d)
+      for (int64_t i = 0; i < inner; ++i) {
+        const auto at = static_cast<std::size_t>((o * blocks + d / block) * inner + i);
+        b.scales.push_back(q.scales[at]);
+        b.zero_points.push_back(static_cast<float>(q.zero_points[at]));
+      }
+  return b;
+}
+
+// QuantizeLinear with block_size: saturate(round_half_even(x / scale) + zero
+// point), the scale and zero point of each element's block.
+void Importer::blocked_quantize(const Node& n, int64_t block) {
+  const QParams q = quantize_params(n);
+  if (q.float_type) throw Unsupported{"blocked QuantizeLinear to a float8 or float4 type"};
+  const Shape xs = shape_of(n, n.in(0));
+  const Blocked b = blocked(n, q, xs, static_cast<int>(n.get_int("axis", 1)), block);
+  const std::string y = n.out(0);
+  if (const Blob* c = constant(n.in(0))) {
+    const std::vector<double> v = to_doubles(*c);
+    Blob out = Blob::allocate(xs);
+    for (std::size_t i = 0; i < v.size(); ++i)  // the integers (ONNX Runtime's float arithmetic)
+      out.data_as<float>()[i] = std::clamp(std::nearbyint(static_cast<float>(v[i]) / b.scales[i]) + b.zero_points[i],
+                                           static_cast<float>(q.qmin), static_cast<float>(q.qmax));
+    constants_[y] = std::move(out);
+    value_types_[y] = q.type;
+    return;
+  }
+  const std::string scaled = fresh_blob(y + "/scaled"), rounded = fresh_blob(y + "/rounded"), shifted = fresh_blob(y + "/shifted");
+  add(make("div", n.name + "/scale", {input(n, 0), as_blob(n, add_constant(y + "/scale", float_blob(xs, b.scales)))}, {scaled}));
+  add_unary(n, "round", scaled, rounded, {{"mode", std::string("nearest_even")}}, "round");
+  add(make("add", n.name + "/zero_point", {rounded, as_blob(n, add_constant(y + "/zero_point", float_blob(xs, b.zero_points)))}, {shifted}));
+  add_unary(n, "clip", shifted, y, {{"min", static_cast<double>(q.qmin)}, {"max", static_cast<double>(q.qmax)}});
+  value_types_[y] = q.type;
+}
+
+// DequantizeLinear with block_size: (x - zero point) * scale, those of each
+// element's block (LLM weights quantised in blocks: folded when constant).
+void Importer::blocked_dequantize(const Node& n, int64_t block) {
+  const QParams q = qparams(n, 1, 2, "x", true);
+  if (q.float_type) throw Unsupported{"blocked DequantizeLinear of a float8 or float4 type"};
+  const Shape xs = shape_of(n, n.in(0));
+  const Blocked b = blocked(n, q, xs, static_cast<int>(n.get_int("axis", 1)), block);
+  const std::string y = n.out(0);
+  if (const Blob* c = constant(n.in(0))) {
+    const std::vector<double> v = to_doubles(*c);
+    std::vector<float> real(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) real[i] = static_cast<float>((v[i] - b.zero_points[i]) * b.scales[i]);
+    constants_[y] = float_blob(xs, real);
+    return;
+  }
+  const std::string centred = fresh_blob(y + "/centred");
+  add(make("sub", n.name + "/zero_point", {input(n, 0), as_blob(n, add_constant(y + "/zero_point", float_blob(xs, b.zero_points)))}, {centred}));
+  add(make("mul", n.name + "/scale", {centred, as_blob(n, add_constant(y + "/scale", float_blob(xs, b.scales)))}, {y}));
+}
+
+void Importer::quantize_linear(const Node& n) {
+  if (const int64_t block = n.get_int("block_size", 0); block != 0) return blocked_quantize(n, block);
+  const QParams q = quantize_params(n);
   const int axis = static_cast<int>(n.get_int("axis", 1));
   if (const Blob* c = constant(n.in(0))) {
     // A constant: quantised now, held as its real values.
@@ -227,7 +308,7 @@ void Importer::quantized_output(const Node& n, const std::string& real, const QP
 }
 
 void Importer::dequantize_linear(const Node& n) {
-  if (n.get_int("block_size", 0) != 0) throw Unsupported{"DequantizeLinear with block_size (blocked quantisation)"};
+  if (const int64_t block = n.get_int("block_size", 0); block != 0) return blocked_dequantize(n, block);
   const std::string& x = n.in(0);
   const int axis = static_cast<int>(n.get_int("axis", 1));
   if (auto it = quantized_.find(x); it != quantized_.end()) {
