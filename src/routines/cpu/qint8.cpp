@@ -136,6 +136,23 @@ Support qint8::activation_epilogue(const Layer& l, const cpu::TQ& out, Epilogue*
   return Support::yes();
 }
 
+Blob qint8::save_packed(const PackedWeights& pw) {
+  return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(pw.packed.data()), pw.packed.byte_size()),
+                            core::array_bytes(pw.bias.data(), pw.bias.size()), core::array_bytes(pw.mult.data(), pw.mult.size())});
+}
+
+std::optional<qint8::PackedWeights> qint8::load_packed(const Blob& bytes, std::size_t packed_bytes, std::size_t lanes) {
+  auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(int32_t), lanes * sizeof(float)});
+  if (!a) return std::nullopt;
+  PackedWeights pw;
+  pw.packed = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
+  pw.bias.resize(lanes);
+  pw.mult.resize(lanes);
+  std::memcpy(pw.bias.data(), (*a)[1], lanes * sizeof(int32_t));
+  std::memcpy(pw.mult.data(), (*a)[2], lanes * sizeof(float));
+  return pw;
+}
+
 int32_t qint8::quantise_bias(float b, float s_in, float s_w) { return core::quantize_bias_value(b, double(s_in) * double(s_w)); }
 
 /// In float, in this order: XNNPACK's (and so TensorFlow Lite's) requantisation
@@ -241,21 +258,7 @@ class GemmConv final : public PreparedRoutine {
     const int64_t blocks = g.group * ocb_;
     block_bytes_ = ksteps_ * 64;  // 16 lanes x (2 int16 or 4 int8)
     const auto packed_bytes = static_cast<std::size_t>(blocks * block_bytes_), lanes = static_cast<std::size_t>(blocks * 16);
-    auto save = [](const Packed& pw) {
-      return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(pw.packed.data()), pw.packed.byte_size()),
-                                core::array_bytes(pw.bias.data(), pw.bias.size()), core::array_bytes(pw.mult.data(), pw.mult.size())});
-    };
-    auto load = [&](const Blob& bytes) -> std::optional<Packed> {
-      auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(int32_t), lanes * sizeof(float)});
-      if (!a) return std::nullopt;
-      Packed pw;
-      pw.packed = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
-      pw.bias.resize(lanes);
-      pw.mult.resize(lanes);
-      std::memcpy(pw.bias.data(), (*a)[1], lanes * sizeof(int32_t));
-      std::memcpy(pw.mult.data(), (*a)[2], lanes * sizeof(float));
-      return pw;
-    };
+    auto load = [&](const Blob& bytes) { return qint8::load_packed(bytes, packed_bytes, lanes); };
     weights_ = core::prepared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
       Packed pw;
       // Quantised per output channel (which the order within one does not
@@ -295,7 +298,7 @@ class GemmConv final : public PreparedRoutine {
             }
           }
       return pw;
-    }, save, load);
+    }, qint8::save_packed, load);
     // Blocks of output pixels: about 96 KiB of rows, a multiple of the tile height.
     const int64_t P = g.oh * g.ow;
     if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
@@ -444,11 +447,7 @@ class GemmConv final : public PreparedRoutine {
   uint8_t pad_u8_ = 128;
   int64_t icg_, ocg_, k_, ksteps_ = 0, kpad_ = 0, es_ = 2, tile_m_ = 4, ocb_, block_bytes_ = 0, ldu_ = 0;
   int64_t mbe_ = 1, pblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
-  struct Packed {
-    Blob packed;
-    std::vector<int32_t> bias;
-    std::vector<float> mult;
-  };
+  using Packed = qint8::PackedWeights;
   std::shared_ptr<const Packed> weights_;
   int64_t kc_ = 0;  ///< K chunk (pairs) of the K-blocked AVX2 path; 0: one pass
   std::size_t xbytes_ = 0, ubytes_ = 0, obytes_ = 0, abytes_ = 0;

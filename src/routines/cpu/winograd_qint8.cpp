@@ -60,21 +60,7 @@ class WinogradConv final : public PreparedRoutine {
     block_elems_ = k2_ * 32;  // [k2][16 lanes][2] int16
     const int64_t blocks = 16 * ocb_;
     const auto lanes = static_cast<std::size_t>(ocb_ * 16), packed_bytes = static_cast<std::size_t>(blocks * block_elems_ * 2);
-    auto save = [](const Packed& pw) {
-      return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(pw.packed.data()), pw.packed.byte_size()),
-                                core::array_bytes(pw.bias.data(), pw.bias.size()), core::array_bytes(pw.mult.data(), pw.mult.size())});
-    };
-    auto load = [&](const Blob& bytes) -> std::optional<Packed> {
-      auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(int32_t), lanes * sizeof(float)});
-      if (!a) return std::nullopt;
-      Packed pw;
-      pw.packed = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
-      pw.bias.resize(lanes);
-      pw.mult.resize(lanes);
-      std::memcpy(pw.bias.data(), (*a)[1], lanes * sizeof(int32_t));
-      std::memcpy(pw.mult.data(), (*a)[2], lanes * sizeof(float));
-      return pw;
-    };
+    auto load = [&](const Blob& bytes) { return qint8::load_packed(bytes, packed_bytes, lanes); };
     weights_ = core::prepared_weights<Packed>(info, "qwinograd23", [&] {
       // The GEMM routine's per-channel int8 weights, then per (output, input)
       // channel U = (2G) g (2G)ᵀ, packed per transform position p as
@@ -104,7 +90,7 @@ class WinogradConv final : public PreparedRoutine {
         }
       }
       return pw;
-    }, save, load);
+    }, qint8::save_packed, load);
     // Blocks of tiles: the 16 transformed matrices of a block about 96 KiB (L2),
     // at least 16 tiles: each position's packed weights (C * 32 bytes per 16
     // output channels) are read once per block, and at 7x7 with 512 channels
@@ -182,11 +168,7 @@ class WinogradConv final : public PreparedRoutine {
   int64_t k2_ = 0, ldv_ = 0, ocb_ = 0, block_elems_ = 0;
   int64_t tb_ = 4, tblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
   std::size_t vbytes_ = 0, mbytes_ = 0;
-  struct Packed {
-    Blob packed;
-    std::vector<int32_t> bias;
-    std::vector<float> mult;
-  };
+  using Packed = qint8::PackedWeights;
   std::shared_ptr<const Packed> weights_;
 };
 
