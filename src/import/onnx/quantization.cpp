@@ -150,8 +150,8 @@ Importer::Blocked Importer::blocked(const Node& n, const QParams& q, const Shape
   Shape want = xs;
   want[axis] = (xs[axis] + block - 1) / block;
   if (ss != want)
-    throw n.error(fmt::format("scale {} is not the input {} in blocks of {} along axis {}: {}", ss.to_string(), xs.to_string(),
-                              block, axis, want.to_string()),
+    throw n.error(fmt::format("scale {} is not the input {} in blocks of {} (block_size) along axis {}: {}", ss.to_string(),
+                              xs.to_string(), block, axis, want.to_string()),
                   "scale");
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= xs[d];
