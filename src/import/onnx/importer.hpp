@@ -473,6 +473,8 @@ class Importer {
   Blocked blocked(const Node& n, const QParams& q, const Shape& xs, int axis, int64_t block) const;
   void blocked_quantize(const Node& n, int64_t block);
   QParams quantize_params(const Node& n);
+  void add_integers(const Node& n, const std::string& real, const std::string& scale, const std::string& zero_point,
+                    const QParams& q);
   void blocked_dequantize(const Node& n, int64_t block);
   /// `int32`: the zero point may be int32 (a DequantizeLinear of a constant bias).
   QParams qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32 = false);

@@ -188,12 +188,8 @@ void Importer::blocked_quantize(const Node& n, int64_t block) {
     value_types_[y] = q.type;
     return;
   }
-  const std::string scaled = fresh_blob(y + "/scaled"), rounded = fresh_blob(y + "/rounded"), shifted = fresh_blob(y + "/shifted");
-  add(make("div", n.name + "/scale", {input(n, 0), as_blob(n, add_constant(y + "/scale", float_blob(xs, b.scales)))}, {scaled}));
-  add_unary(n, "round", scaled, rounded, {{"mode", std::string("nearest_even")}}, "round");
-  add(make("add", n.name + "/zero_point", {rounded, as_blob(n, add_constant(y + "/zero_point", float_blob(xs, b.zero_points)))}, {shifted}));
-  add_unary(n, "clip", shifted, y, {{"min", static_cast<double>(q.qmin)}, {"max", static_cast<double>(q.qmax)}});
-  value_types_[y] = q.type;
+  add_integers(n, input(n, 0), as_blob(n, add_constant(y + "/scale", float_blob(xs, b.scales))),
+               as_blob(n, add_constant(y + "/zero_point", float_blob(xs, b.zero_points))), q);
 }
 
 // DequantizeLinear with block_size: (x - zero point) * scale, those of each
@@ -296,13 +292,20 @@ void Importer::quantized_output(const Node& n, const std::string& real, const QP
     return;
   }
   if (!is_graph_output(y)) return add_fake_quant(n, real, y, per_tensor(n, q, "y"));
-  // The integers themselves: saturate(round_half_even(x / scale) + zero point).
   const int rank = shape_of(n, real).rank();
   std::vector<float> zp(q.zero_points.begin(), q.zero_points.end());
+  add_integers(n, real, along_axis(n, y + "/scale", q.scales, axis, rank), along_axis(n, y + "/zero_point", zp, axis, rank), q);
+}
+
+// The integers a QuantizeLinear outputs, at run time: saturate(round_half_even(real / scale) + zero point),
+// scale and zero point blobs that broadcast to real's shape.
+void Importer::add_integers(const Node& n, const std::string& real, const std::string& scale, const std::string& zero_point,
+                            const QParams& q) {
+  const std::string y = n.out(0);
   const std::string scaled = fresh_blob(y + "/scaled"), rounded = fresh_blob(y + "/rounded"), shifted = fresh_blob(y + "/shifted");
-  add(make("div", n.name + "/scale", {real, along_axis(n, y + "/scale", q.scales, axis, rank)}, {scaled}));
+  add(make("div", n.name + "/scale", {real, scale}, {scaled}));
   add_unary(n, "round", scaled, rounded, {{"mode", std::string("nearest_even")}}, "round");
-  add(make("add", n.name + "/zero_point", {rounded, along_axis(n, y + "/zero_point", zp, axis, rank)}, {shifted}));
+  add(make("add", n.name + "/zero_point", {rounded, zero_point}, {shifted}));
   add_unary(n, "clip", shifted, y, {{"min", static_cast<double>(q.qmin)}, {"max", static_cast<double>(q.qmax)}});
   value_types_[y] = q.type;
 }

@@ -183,7 +183,7 @@ std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-Support common(const LayerInfo& info, const Schema& s) { return qint8::routine_support(info, s); }
+using qint8::routine_support;
 using qint8::activation_epilogue;
 using qint8::output_multiplier;
 using qint8::quantise_bias;
@@ -517,7 +517,7 @@ class DenseRoutine final : public Routine {
   std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema&) const override { return gemm_space(*info.layer); }
   int weight_qmax(const RoutineParams& params) const override { return gemm_weight_qmax(params); }
   Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
+    if (Support c = routine_support(info, s); !c) return c;
     const Layer& l = *info.layer;
     if (Support w = core::int8_routine_weight(l, "weight", true); !w) return w;
     if (Support b = core::int8_routine_weight(l, "bias", false); !b) return b;
@@ -643,7 +643,7 @@ class ConvRoutine final : public Routine {
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
+    if (Support c = routine_support(info, s); !c) return c;
     const Layer& l = *info.layer;
     if (Support w = core::int8_routine_weight(l, "weight", true); !w) return w;
     if (Support b = core::int8_routine_weight(l, "bias", false); !b) return b;
@@ -787,7 +787,7 @@ class PoolRoutine final : public Routine {
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
+    if (Support c = routine_support(info, s); !c) return c;
     const std::string mode = info.layer->get_string("mode", "");
     if (mode != "max" && mode != "avg") return Support::no(fmt::format("pool mode '{}' (max and avg only)", mode));
     if (info.input_shapes[0].rank() != 4) return Support::no("pool2 input must be 4-D");
@@ -837,7 +837,7 @@ class AddRoutine final : public Routine {
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
+    if (Support c = routine_support(info, s); !c) return c;
     if (info.input_shapes[0] != info.input_shapes[1] || info.input_shapes[0] != info.output_shapes[0])
       return Support::no(fmt::format("inputs {} and {} differ: no broadcasting in qint8 add",
                                      info.input_shapes[0].to_string(), info.input_shapes[1].to_string()));
@@ -963,7 +963,7 @@ class MulRoutine final : public Routine {
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
+    if (Support c = routine_support(info, s); !c) return c;
     const Shape& a = info.input_shapes[0];
     const Shape& b = info.input_shapes[1];
     const Shape& out = info.output_shapes[0];
@@ -1026,7 +1026,7 @@ class ActRoutine final : public Routine {
   std::string_view layer_type() const override { return kClip ? "clip" : "relu"; }
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return routine_support(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this {}: {}", layer_type(), ok.reason));
     const TQ y = out_q(info);
@@ -1050,7 +1050,7 @@ class LutRoutine : public Routine {
   std::string_view layer_type() const override { return type_; }
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return routine_support(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     int8_t table[256];
     if (!int8_table(info, s, table)) throw Error(fmt::format("cpu:qint8/qint8 cannot run this {}: {}", type_, supports(info, s).reason));
@@ -1101,7 +1101,7 @@ class FakeQuantRoutine final : public Routine {
   std::string_view layer_type() const override { return "fake_quant"; }
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return routine_support(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     int8_t table[256];
     if (!int8_table(info, s, table))
@@ -1138,7 +1138,7 @@ class CopyRoutine : public Routine {
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
+    if (Support c = routine_support(info, s); !c) return c;
     const bool same_shape = info.input_shapes[0] == info.output_shapes[0];
     if (s == kNhwc && !same_shape && !(layout_trivial(info.input_shapes[0]) && layout_trivial(info.output_shapes[0])))
       return Support::no("in nhwc the element order changes; computed in cpu:qint8 (nchw)");
@@ -1274,7 +1274,7 @@ class SplitRoutine final : public Routine {
   std::string_view layer_type() const override { return "split"; }
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
-  Support supports(const LayerInfo& info, const Schema& s) const override { return common(info, s); }
+  Support supports(const LayerInfo& info, const Schema& s) const override { return routine_support(info, s); }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8/qint8 cannot run this split: {}", ok.reason));
     return std::make_unique<Split>(info, s);
@@ -1287,7 +1287,7 @@ class ConcatRoutine final : public Routine {
   std::string_view algorithm() const override { return "qint8"; }
   std::vector<Schema> schemas() const override { return {kNchw, kNhwc}; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (Support c = common(info, s); !c) return c;
+    if (Support c = routine_support(info, s); !c) return c;
     if (!info.layer->has("axis")) return Support::no("concat needs an axis");
     return Support::yes();
   }
