@@ -7,12 +7,14 @@
 #   eager    torch_peers.py: torchvision's ResNet50 and MobileNetV2 exported, PyTorch eager timed
 #   tune     import, hybrid tune (cpu:float32:*,cuda:float32,cuda:float16) and run each model and batch
 #   bench    softneuro bench --sessions 4 of the batch-1 tuned nets (outputs identical across sessions)
-#   compile  torch_peers.py: torch.compile timed (last: the slowest step)
+#   compile  torch_peers.py: torch.compile timed (last: the slowest step; COMPILE_MODES, default compile;
+#            compile-graphs: reduce-overhead)
 #   cuda_bench  cuDNN algorithms per convolution, graphs against eager runs
 # Environment: TUNES (NAME=MODEL.bBATCH@SCHEMAS ...; default the three models at batch 1 over
 # cpu:float32:*,cuda:float32,cuda:float16 and ResNet50/MobileNetV2 at batch 8 over B8_SCHEMAS,
 # default cuda:*), TUNE_BUDGET (s per tune, 60), DEADLINE (s; steps that would start later are
-# skipped, default 560).
+# skipped, default 560), PEER_MODELS (torch_peers.py's --models: resnet50,mobilenet_v2[,bert]; a model named
+# bert is BERT-base at sequence 128), SKIP_EAGER_RUN (set: no run without CUDA graphs).
 # Logs go to $OUT (summary.txt and logs.tgz: the device tool brings back 8 files at most).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -47,11 +49,14 @@ rng = np.random.default_rng(0)
 for b in (1, 8):
     np.save("$W/img_b%d.npy" % b, rng.standard_normal((b, 3, 224, 224), dtype=np.float32))
     np.save("$W/line_b%d.npy" % b, rng.standard_normal((b, 3, 48, 320), dtype=np.float32))
+    np.save("$W/ids_b%d.npy" % b, rng.integers(0, 30522, size=(b, 128), dtype=np.int64))
+    np.save("$W/mask_b%d.npy" % b, np.ones((b, 128), dtype=np.int64))
 PY
 cp $D/models/ch_PP-OCRv4_rec_infer.onnx $W/rec.onnx
 # Exports the torchvision models (and times eager PyTorch with "eager").
 modes=none; has eager && modes=eager
-PYTHONUNBUFFERED=1 timeout 120 python3 bench/gpu/torch_peers.py --export $W --modes $modes --json "$OUT/torch_eager.json" > "$OUT/torch_eager.log" 2>&1
+PYTHONUNBUFFERED=1 timeout 150 python3 bench/gpu/torch_peers.py --export $W --modes $modes --models ${PEER_MODELS:-resnet50,mobilenet_v2} \
+  --json "$OUT/torch_eager.json" > "$OUT/torch_eager.log" 2>&1
 note "torch_peers $modes rc $?"; grep '^{' "$OUT/torch_eager.log" | tee -a "$summary"
 
 hybrid='cpu:float32:*,cuda:float32,cuda:float16'
@@ -64,16 +69,21 @@ if has tune; then
     t=${entry%%=*} spec=${entry#*=}
     m=${spec%%.b*} rest=${spec#*.b}; b=${rest%%@*} schemas=${rest#*@}
     time_for 60 "tune $t" || continue
-    if [ $m = rec ]; then in=x; shape=${b}x3x48x320; npy=$W/line_b$b.npy; else in=input; shape=${b}x3x224x224; npy=$W/img_b$b.npy; fi
-    $sn import $W/$m.onnx -o $W/$t.dnn --input-shape $in=$shape > "$OUT/$t.log" 2>&1 || { note "$t import failed: $(tail -2 "$OUT/$t.log")"; continue; }
+    if [ $m = rec ]; then shapes="--input-shape x=${b}x3x48x320"; feeds="--input x=$W/line_b$b.npy"
+    elif [ $m = bert ]; then shapes="--input-shape input_ids=${b}x128 --input-shape attention_mask=${b}x128"
+      feeds="--input input_ids=$W/ids_b$b.npy --input attention_mask=$W/mask_b$b.npy"
+    else shapes="--input-shape input=${b}x3x224x224"; feeds="--input input=$W/img_b$b.npy"; fi
+    $sn import $W/$m.onnx -o $W/$t.dnn $shapes > "$OUT/$t.log" 2>&1 || { note "$t import failed: $(tail -2 "$OUT/$t.log")"; continue; }
     graphs=; [[ $t == *.nographs ]] && graphs=SOFTNEURO_CUDA_GRAPHS=0  # a NAME ending .nographs tunes without CUDA graphs
     timeout ${TUNE_TIMEOUT:-120} env $graphs $sn tune $W/$t.dnn -o $W/$t.tuned.dnn --schemas "$schemas" --cache - --unit-budget-ms 5 \
       --time-budget ${TUNE_BUDGET:-60} --json "$OUT/$t.tune.json" >> "$OUT/$t.log" 2>&1
     note "$t tune ($schemas) rc $?: $(grep -E '^(predicted|tuned in)' "$OUT/$t.log" | tr '\n' ' ') $(grep '^tune:' "$OUT/$t.log" | tail -2 | tr '\n' ' ')"
-    timeout 60 $sn run $W/$t.tuned.dnn --input $in=$npy --repeat 200 > "$OUT/$t.run.log" 2>&1
+    timeout 60 $sn run $W/$t.tuned.dnn $feeds --repeat 200 > "$OUT/$t.run.log" 2>&1
     note "$t run rc $?: $(grep -E '^latency' "$OUT/$t.run.log")"
-    SOFTNEURO_CUDA_GRAPHS=0 timeout 60 $sn run $W/$t.tuned.dnn --input $in=$npy --repeat 200 > "$OUT/$t.eager.log" 2>&1
-    note "$t run, no CUDA graphs (SOFTNEURO_CUDA_GRAPHS=0) rc $?: $(grep -E '^latency' "$OUT/$t.eager.log")"
+    if [ -z "${SKIP_EAGER_RUN:-}" ]; then
+      SOFTNEURO_CUDA_GRAPHS=0 timeout 60 $sn run $W/$t.tuned.dnn $feeds --repeat 200 > "$OUT/$t.eager.log" 2>&1
+      note "$t run, no CUDA graphs (SOFTNEURO_CUDA_GRAPHS=0) rc $?: $(grep -E '^latency' "$OUT/$t.eager.log")"
+    fi
     awk 'NF >= 5 && $3 ~ /^(cuda|cpu)/ {print $3}' "$OUT/$t.log" | sort | uniq -c | sort -rn | head -8 | tr -s ' \n' ' ' | sed 's/^/  path:/' | tee -a "$summary"; echo | tee -a "$summary"
     grep -E '^[0-9]+ adapts' "$OUT/$t.log" | tee -a "$summary"
   done
@@ -87,7 +97,8 @@ if has bench; then
   done
 fi
 if has compile && time_for 75 "torch.compile"; then
-  PYTHONUNBUFFERED=1 timeout $((deadline - (SECONDS - start) - 10)) python3 bench/gpu/torch_peers.py --export $W --modes compile \
+  PYTHONUNBUFFERED=1 timeout $((deadline - (SECONDS - start) - 10)) python3 bench/gpu/torch_peers.py --export $W \
+    --modes ${COMPILE_MODES:-compile} --models ${PEER_MODELS:-resnet50,mobilenet_v2} \
     --json "$OUT/torch_compile.json" > "$OUT/torch_compile.log" 2>&1
   note "torch_peers compile rc $?"; grep '^{' "$OUT/torch_compile.log" | tee -a "$summary"
 fi

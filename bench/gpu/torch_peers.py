@@ -10,7 +10,12 @@ memory to the float32 output back in host memory (upload, cast and download incl
 a run). Prints one JSON line per figure and writes them to --json.
 
     python3 bench/gpu/torch_peers.py --export DIR [--json OUT] [--runs 50] [--modes eager,compile,compile-graphs]
-                                     [--models resnet50,mobilenet_v2]
+                                     [--models resnet50,mobilenet_v2,bert]
+
+"bert": BERT-base (Hugging Face transformers, built from its config with seeded random weights by
+bench/transformers/hf_models.py and exported as that script does, TorchScript exporter, opset 17) at sequence 128,
+inputs input_ids and attention_mask (int64, all ones); "host_ms" from the host's int64 ids to the float32
+last_hidden_state [B, 128, 768] back on the host.
 """
 import argparse
 import copy
@@ -18,8 +23,12 @@ import json
 import os
 import time
 
+import sys
+
 import torch
 import torchvision
+
+SEQ = 128
 
 
 def median_ms(fn, runs):
@@ -38,10 +47,14 @@ def median_ms(fn, runs):
     return times[len(times) // 2]
 
 
-def host_median_ms(model, batch, dtype, runs):
-    """From a float32 host tensor to a float32 host tensor, wall time."""
-    x = torch.randn(batch, 3, 224, 224)
-    fn = lambda: model(x.to("cuda").to(dtype)).float().cpu()
+def host_median_ms(model, batch, dtype, runs, text=False):
+    """From a float32 host tensor (text: int64 ids and mask) to a float32 host tensor, wall time."""
+    if text:
+        ids, mask = torch.randint(0, 30522, (batch, SEQ)), torch.ones(batch, SEQ, dtype=torch.int64)
+        fn = lambda: model(ids.to("cuda"), mask.to("cuda")).float().cpu()
+    else:
+        x = torch.randn(batch, 3, 224, 224)
+        fn = lambda: model(x.to("cuda").to(dtype)).float().cpu()
     for _ in range(5):
         fn()
     times = []
@@ -65,29 +78,53 @@ def main():
     rows = []
     modes = args.modes.split(",")
     for name in args.models.split(","):
-        model = getattr(torchvision.models, name)(weights=None).eval()
-        for m in model.modules() if name == "mobilenet_v2" else ():
-            if isinstance(m, torch.nn.Conv2d):
-                torch.nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
-        x1 = torch.randn(1, 3, 224, 224)
+        text = name == "bert"
         path = f"{args.export}/{name}.onnx"
-        if not os.path.exists(path):
-            t0 = time.time()
-            torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, input_names=["input"], output_names=["output"],
-                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=17,
-                              dynamo=False)
-            print(f"exported {path} in {time.time() - t0:.1f} s", flush=True)
+        if text:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "transformers"))
+            import hf_models
+            if not os.path.exists(path):
+                t0 = time.time()
+                hf_models.export("bert", "base", "torchscript17", path)
+                print(f"exported {path} in {time.time() - t0:.1f} s", flush=True)
+            bert, _ = hf_models.build("bert", "base")
+
+            class LastHidden(torch.nn.Module):
+                def __init__(self, m):
+                    super().__init__()
+                    self.m = m
+
+                def forward(self, input_ids, attention_mask):
+                    return self.m(input_ids=input_ids, attention_mask=attention_mask)[0]
+            model = LastHidden(bert).eval()
+        else:
+            model = getattr(torchvision.models, name)(weights=None).eval()
+            for m in model.modules() if name == "mobilenet_v2" else ():
+                if isinstance(m, torch.nn.Conv2d):
+                    torch.nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+            if not os.path.exists(path):
+                t0 = time.time()
+                torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, input_names=["input"], output_names=["output"],
+                                  dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=17,
+                                  dynamo=False)
+                print(f"exported {path} in {time.time() - t0:.1f} s", flush=True)
         model = model.cuda()
+
+        def inputs(batch, dtype):
+            if text:
+                return (torch.randint(0, 30522, (batch, SEQ), device="cuda"),
+                        torch.ones(batch, SEQ, dtype=torch.int64, device="cuda"))
+            return (torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype),)
         with torch.inference_mode():
             if "eager" in modes:
                 model_half = copy.deepcopy(model).half()
                 for batch in (1, 8):
                     for label, m, dtype in (("eager float32", model, torch.float32),
                                             ("eager float16", model_half, torch.float16)):
-                        x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype)
+                        x = inputs(batch, dtype)
                         rows.append({"model": name, "batch": batch, "peer": f"torch {label}",
-                                     "ms": median_ms(lambda: m(x), args.runs),
-                                     "host_ms": host_median_ms(m, batch, dtype, args.runs)})
+                                     "ms": median_ms(lambda: m(*x), args.runs),
+                                     "host_ms": host_median_ms(m, batch, dtype, args.runs, text)})
                         print(json.dumps(rows[-1]), flush=True)
             for mode in [m for m in modes if m.startswith("compile")]:
                 # "compile": torch.compile's default mode; "compile-graphs": mode="reduce-overhead",
@@ -96,13 +133,13 @@ def main():
                 compiled = torch.compile(copy.deepcopy(model).half(), mode="reduce-overhead" if graphs else None)
                 for batch in (1, 8):
                     t0 = time.time()
-                    x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16)
+                    x = inputs(batch, torch.float16)
                     for _ in range(3 if graphs else 1):  # reduce-overhead records its graph on the third call
-                        compiled(x)
+                        compiled(*x)
                     rows.append({"model": name, "batch": batch,
                                  "peer": "torch.compile float16" + (" reduce-overhead" if graphs else ""),
-                                 "ms": median_ms(lambda: compiled(x), args.runs), "compile_s": round(time.time() - t0, 1),
-                                 "host_ms": host_median_ms(compiled, batch, torch.float16, args.runs)})
+                                 "ms": median_ms(lambda: compiled(*x), args.runs), "compile_s": round(time.time() - t0, 1),
+                                 "host_ms": host_median_ms(compiled, batch, torch.float16, args.runs, text)})
                     print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -25,7 +25,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 12;  // 12: Routine::precision (a float32 routine computing in int8)
+inline constexpr uint32_t abi_version = 13;  // 13: PreparedRoutine::checks_non_finite, saw_non_finite
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -232,6 +232,15 @@ class PreparedRoutine {
     (void)gated, (void)table;
     return nullptr;
   }
+  /// True where run() checks input 0 for NaN and inf as it copies it (a
+  /// device upload, in the same pass as its copy into staging memory). A
+  /// session then does not scan a net input that only such steps read; it
+  /// asks saw_non_finite() after the run instead, and runs the inputs again
+  /// on the plan that keeps NaN (LayerInfo::keep_nan) where one was found.
+  virtual bool checks_non_finite() const { return false; }
+  /// After a run (its device work finished): whether the values of input 0
+  /// that run() checked held NaN or inf.
+  virtual bool saw_non_finite() const { return false; }
 };
 
 /// A routine implemented as a small net of sub-layers (SoftNeuro's childnets,

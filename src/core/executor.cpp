@@ -594,6 +594,28 @@ std::optional<Shape> Executor::value_shape(const std::string& blob) const {
   return std::nullopt;
 }
 
+bool Executor::checks_non_finite(const std::string& name) const {
+  for (std::size_t k = 0; k < net_inputs_.size(); ++k) {
+    if (graph_.inputs[k].name != name) continue;
+    const int slot = net_inputs_[k];
+    bool read = false;
+    for (const auto& step : steps_)
+      for (std::size_t i = 0; i < step->input_blobs.size(); ++i) {
+        if (step->input_blobs[i] != slot) continue;
+        if (i != 0 || !step->prepared || !step->prepared->checks_non_finite()) return false;
+        read = true;
+      }
+    return read;
+  }
+  return false;
+}
+
+bool Executor::saw_non_finite() const {
+  for (const auto& step : steps_)
+    if (step->prepared && step->prepared->checks_non_finite() && step->prepared->saw_non_finite()) return true;
+  return false;
+}
+
 void Executor::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs, double* step_ms) {
   const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};
   for (const auto& given : inputs) {

@@ -86,6 +86,13 @@ class Executor {
   std::optional<Shape> value_shape(const std::string& blob) const;
 
   const std::vector<std::unique_ptr<Step>>& steps() const { return plan_.steps; }
+  /// Whether every step that reads net input `name` checks it for NaN and inf
+  /// as it copies it (PreparedRoutine::checks_non_finite: a device upload), so
+  /// that the caller need not scan it before the run; saw_non_finite() then
+  /// says after the run what they found.
+  bool checks_non_finite(const std::string& name) const;
+  /// After a run: whether a step that checks a net input found NaN or inf.
+  bool saw_non_finite() const;
   /// Whether some of its memory is on a device other than the CPU.
   bool uses_device() const {
     for (const auto& a : arenas_)

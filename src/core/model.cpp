@@ -308,9 +308,7 @@ core::Executor& ShapedExecutors::exact_front() {
 }
 
 core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
-  // NaN or inf given: the routines' fast forms may lose NaN (oneDNN's relu and clip give 0).
-  bool non_finite = false;
-  for (const auto& in : inputs) non_finite = non_finite || holds_non_finite(in.blob);
+  core::Executor* fast = nullptr;
   // The common case, the shapes of the last run, without building a map.
   if (!entries_.empty()) {
     const auto& last = entries_.front().inputs;
@@ -319,12 +317,35 @@ core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
       auto it = last.find(inputs[i].name);
       same = it != last.end() && it->second == inputs[i].blob.shape();
     }
-    if (same) return non_finite ? exact_front() : *entries_.front().executor;
+    if (same) fast = entries_.front().executor.get();
   }
-  std::map<std::string, Shape> shapes;
-  for (const auto& in : inputs) shapes[in.name] = in.blob.shape();
-  core::Executor& fast = at(shapes);
-  return non_finite ? exact_front() : fast;
+  if (!fast) {
+    std::map<std::string, Shape> shapes;
+    for (const auto& in : inputs) shapes[in.name] = in.blob.shape();
+    fast = &at(shapes);
+  }
+  // NaN or inf given: the routines' fast forms may lose NaN (oneDNN's relu and
+  // clip give 0). Inputs the plan's uploads check as they copy them are not
+  // scanned here (run() asks the executor afterwards).
+  bool non_finite = false;
+  for (const auto& in : inputs)
+    non_finite = non_finite || (!fast->checks_non_finite(in.name) && holds_non_finite(in.blob));
+  return non_finite ? exact_front() : *fast;
+}
+
+core::Executor& ShapedExecutors::run(core::Executor& chosen, std::span<const NamedBlob> inputs,
+                                     std::span<NamedBlob> outputs, std::vector<double>* step_ms) {
+  core::Executor* e = &chosen;
+  auto run_on = [&](core::Executor& x) {
+    if (step_ms) step_ms->assign(x.steps().size(), 0.0);
+    x.run(inputs, outputs, step_ms ? step_ms->data() : nullptr);
+  };
+  run_on(*e);
+  if (e == entries_.front().executor.get() && e->saw_non_finite()) {
+    e = &exact_front();
+    run_on(*e);
+  }
+  return *e;
 }
 
 core::Executor& ShapedExecutors::current() {
@@ -462,10 +483,10 @@ std::vector<NamedBlob> SessionImpl::run_stages(std::span<const NamedBlob> inputs
       for (const auto& info : stage.inputs)
         if (const NamedBlob* b = find(info.name)) in.push_back(*b);
     }
-    core::Executor& executor = shaped.for_inputs(in);
+    core::Executor& chosen = shaped.for_inputs(in);
     auto outs = allocate_outputs(stage.outputs, shaped.current_shapes());
-    std::vector<double> ms(step_ms ? executor.steps().size() : 0, 0.0);
-    executor.run(in, outs, step_ms ? ms.data() : nullptr);
+    std::vector<double> ms;
+    core::Executor& executor = shaped.run(chosen, in, outs, step_ms ? &ms : nullptr);
     if (step_ms) step_ms->insert(step_ms->end(), ms.begin(), ms.end());
     for (auto& o : outs)
       if (auto actual = executor.value_shape(o.name)) o.blob.reshape(*actual);
@@ -618,7 +639,7 @@ void Session::run(std::span<const NamedBlob> inputs, std::span<NamedBlob> output
     hand_over(results, outputs);
     return;
   }
-  impl_->executor_for(inputs).run(inputs, outputs);
+  impl_->executors.run(impl_->executor_for(inputs), inputs, outputs);
 }
 
 std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
@@ -626,7 +647,7 @@ std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
   if (impl_->staged()) return impl_->run_stages(inputs);
   core::Executor& executor = impl_->executor_for(inputs);
   auto outs = detail::allocate_outputs(impl_->model.outputs(), impl_->executors.current_shapes());
-  executor.run(inputs, outs);
+  impl_->executors.run(executor, inputs, outs);
   return outs;
 }
 
@@ -638,9 +659,8 @@ std::vector<double> Session::run_timed(std::span<const NamedBlob> inputs, std::s
     hand_over(results, outputs);
     return ms;
   }
-  core::Executor& executor = impl_->executor_for(inputs);
-  std::vector<double> ms(executor.steps().size(), 0.0);
-  executor.run(inputs, outputs, ms.data());
+  std::vector<double> ms;
+  impl_->executors.run(impl_->executor_for(inputs), inputs, outputs, &ms);
   return ms;
 }
 

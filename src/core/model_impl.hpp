@@ -76,6 +76,13 @@ class ShapedExecutors {
   /// input holds NaN or inf, its exact twin (every layer keeps NaN as ONNX
   /// does, LayerInfo::keep_nan), prepared on the first such run.
   core::Executor& for_inputs(std::span<const NamedBlob> inputs);
+  /// Runs the inputs on `chosen` (what for_inputs gave for them); where its
+  /// uploads found NaN or inf in an input for_inputs did not scan
+  /// (Executor::saw_non_finite), again on the exact twin. With `step_ms`, the
+  /// step times of the executor that ran last (resized to its steps). Returns
+  /// that executor.
+  core::Executor& run(core::Executor& chosen, std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs,
+                      std::vector<double>* step_ms = nullptr);
   /// The executor used last (prepared at the default shapes where none was).
   core::Executor& current();
   /// Blob shapes of the executor used last.

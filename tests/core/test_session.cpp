@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <random>
 #include <thread>
@@ -871,4 +872,103 @@ TEST_CASE("the plan tells every step the threads it will run on", "[session][thr
   }
   LayerInfo by_hand;
   CHECK(team_threads(by_hand) == core::global_pool().num_threads());
+}
+
+namespace {
+// test_checked_copy: y = x. "cpu/checking" copies as a device upload does,
+// checking the values for NaN and inf in the same pass
+// (PreparedRoutine::checks_non_finite), and like a fast routine loses NaN
+// (writes 0 for it): it refuses layers NaN may reach. "cpu/exact" copies as is.
+struct CheckedCopyRuns {
+  int checking = 0, exact = 0;
+};
+CheckedCopyRuns g_checked_copy_runs;
+
+class CheckedCopyPrepared final : public PreparedRoutine {
+ public:
+  explicit CheckedCopyPrepared(bool checking) : checking_(checking) {}
+  bool checks_non_finite() const override { return checking_; }
+  bool saw_non_finite() const override { return saw_; }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    saw_ = false;
+    for (int64_t i = 0; i < a.inputs[0]->numel(); ++i) {
+      const bool finite = std::isfinite(x[i]);
+      saw_ = saw_ || !finite;
+      y[i] = checking_ && std::isnan(x[i]) ? 0.0f : x[i];
+    }
+    ++(checking_ ? g_checked_copy_runs.checking : g_checked_copy_runs.exact);
+  }
+
+ private:
+  bool checking_;
+  bool saw_ = false;
+};
+
+class CheckedCopy final : public Routine {
+ public:
+  explicit CheckedCopy(bool checking) : checking_(checking) {}
+  std::string_view layer_type() const override { return "test_checked_copy"; }
+  std::string_view algorithm() const override { return checking_ ? "checking" : "exact"; }
+  std::vector<Schema> schemas() const override { return {Schema{}}; }
+  Support supports(const LayerInfo& info, const Schema&) const override {
+    return checking_ && info.keep_nan ? Support::no("gives 0 for NaN") : Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    return std::make_unique<CheckedCopyPrepared>(checking_);
+  }
+
+ private:
+  bool checking_;
+};
+std::vector<Shape> same_shape(const Layer&, std::span<const Shape> in) { return {in[0]}; }
+}  // namespace
+
+TEST_CASE("an input only checking steps read is not scanned before the run; NaN they find runs it again on the exact plan",
+          "[session]") {
+  static const bool registered = [] {
+    register_layer_type({"test_checked_copy", 1, 1, same_shape});
+    register_routine(std::make_unique<CheckedCopy>(true));
+    register_routine(std::make_unique<CheckedCopy>(false));
+    set_default_order("test_checked_copy", {{"cpu/checking"}, {"cpu/exact"}});
+    return true;
+  }();
+  (void)registered;
+  Layer copy;
+  copy.name = "copy";
+  copy.type = "test_checked_copy";
+  copy.inputs = {"x"};
+  copy.outputs = {"y"};
+  Model model = Model::build("checked", {{"x", Shape{1, 4}, DType::float32}}, {copy}, {"y"});
+  Session session(model);
+  Blob x = Blob::allocate({1, 4});
+  float* xv = x.data_as<float>();
+  xv[0] = 1, xv[1] = 2, xv[2] = -3, xv[3] = 4;
+  std::vector<NamedBlob> ins{{"x", x}};
+  g_checked_copy_runs = {};
+  auto outs = session.run(ins);
+  CHECK(outs.at(0).blob.data_as<float>()[2] == -3.0f);
+  CHECK(g_checked_copy_runs.checking == 1);
+  CHECK(g_checked_copy_runs.exact == 0);
+
+  // NaN: the fast plan runs first (nothing scanned it), its copy finds NaN, the exact plan runs again.
+  xv[1] = std::numeric_limits<float>::quiet_NaN();
+  session.run(ins, outs);
+  CHECK(std::isnan(outs.at(0).blob.data_as<float>()[1]));
+  CHECK(outs.at(0).blob.data_as<float>()[3] == 4.0f);
+  CHECK(g_checked_copy_runs.checking == 2);
+  CHECK(g_checked_copy_runs.exact == 1);
+  // Step times (run_timed) come from the plan that ran last.
+  const std::vector<double> ms = session.run_timed(ins, outs);
+  CHECK(ms.size() == 1);
+  CHECK(std::isnan(outs.at(0).blob.data_as<float>()[1]));
+
+  // Finite again: the fast plan alone.
+  xv[1] = 2;
+  g_checked_copy_runs = {};
+  session.run(ins, outs);
+  CHECK(outs.at(0).blob.data_as<float>()[1] == 2.0f);
+  CHECK(g_checked_copy_runs.checking == 1);
+  CHECK(g_checked_copy_runs.exact == 0);
 }

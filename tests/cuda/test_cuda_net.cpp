@@ -16,9 +16,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <latch>
+#include <limits>
 #include <thread>
 
 using namespace softneuro;
@@ -83,6 +85,37 @@ TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[n
       for (const auto& t : gpu.model().outputs()) outs.push_back({t.name, Blob::allocate(t.shape)});
       gpu.run(in, outs);
       check_same(outs, cpu.run(in), tolerance_for(Schema::parse(schema), 5.0), schema + " in-place outputs");
+    }
+  }
+}
+
+TEST_CASE("NaN in an input only uploads read: found as it is copied, and it reaches the outputs as on the CPU", "[net]") {
+  // conv2 -> relu -> sigmoid -> tanh -> hardswish -> conv2 on the device: the
+  // session scans no input (the upload checks it), the kernels keep NaN
+  // (relu and the clamps gave 0 for it), cuDNN's fused call propagates it.
+  for (const std::string schema : {"cuda", "cuda:float16"}) {
+    core::Graph g = test::chain_graph(6);
+    Session cpu(detail::make_model(g));
+    Session gpu(detail::make_model(on_device(g, schema)));
+    std::mt19937 rng(5);
+    for (int run = 0; run < 5; ++run) {  // eager, recorded, replayed; NaN, then finite again
+      auto in = inputs_of(cpu.model(), rng);
+      if (run < 3) in[0].blob.data_as<float>()[run * 7] = std::numeric_limits<float>::quiet_NaN();
+      auto want = cpu.run(in);
+      auto got = gpu.run(in);
+      auto nan_count = [](const Blob& b) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < b.numel(); ++i) n += std::isnan(b.data_as<float>()[i]) ? 1 : 0;
+        return n;
+      };
+      INFO(schema << " run " << run);
+      if (run < 3) {
+        CHECK(nan_count(want[0].blob) > 0);
+        CHECK(nan_count(got[0].blob) > 0);
+      } else {
+        CHECK(nan_count(got[0].blob) == 0);
+        check_same(got, want, tolerance_for(Schema::parse(schema), 5.0), schema + " finite after NaN");
+      }
     }
   }
 }

@@ -59,7 +59,11 @@ namespace softneuro::cuda {
   X(cudnnGetConvolution2dForwardOutputDim)    \
   X(cudnnGetConvolutionForwardWorkspaceSize)  \
   X(cudnnGetConvolutionForwardAlgorithm_v7)   \
-  X(cudnnConvolutionForward)
+  X(cudnnConvolutionForward)                  \
+  X(cudnnConvolutionBiasActivationForward)    \
+  X(cudnnCreateActivationDescriptor)          \
+  X(cudnnSetActivationDescriptor)             \
+  X(cudnnDestroyActivationDescriptor)
 
 // Function pointer types: decltype of the declaration, except for the two cuBLAS
 // functions its header overloads in C++ (spelled out, and checked against it

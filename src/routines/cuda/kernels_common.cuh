@@ -29,13 +29,17 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
+/// x clamped to [lo, hi], NaN kept (fminf/fmaxf would return the bound for it,
+/// and a NaN input must give NaN as cpu/ref does: LayerInfo::keep_nan).
+__device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+
 __device__ __forceinline__ float activation_only(const ActParams& a, float x) {
   switch (a.kind) {
     case Act::none: return x;
-    case Act::relu: return x > 0.f ? x : 0.f;
-    case Act::clip: return fminf(fmaxf(x, a.a), a.b);
-    case Act::hardswish: return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) / 6.f;
-    case Act::hardsigmoid: return fminf(fmaxf(a.a * x + a.b, 0.f), 1.f);
+    case Act::relu: return x < 0.f ? 0.f : x;
+    case Act::clip: return clamp_keep_nan(x, a.a, a.b);
+    case Act::hardswish: return x * clamp_keep_nan(x + 3.f, 0.f, 6.f) / 6.f;
+    case Act::hardsigmoid: return clamp_keep_nan(a.a * x + a.b, 0.f, 1.f);
     case Act::sigmoid: return 1.f / (1.f + expf(-x));
     case Act::silu: return x / (1.f + expf(-x));
     case Act::tanh: return tanhf(x);

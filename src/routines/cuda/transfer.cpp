@@ -11,6 +11,9 @@
 //    out of it is done: an event) and queues the upload; nothing waits for it.
 //  - device -> host queues the download and waits for it, since the consumer
 //    is CPU code that runs next; then copies staging into the host blob.
+// The upload checks the values for NaN and inf as it copies them into staging
+// (PreparedRoutine::checks_non_finite): the session then scans no net input
+// that only uploads read, and asks after the run.
 // While the stream is recorded into a CUDA graph (core/device_graph.hpp) the
 // host-side copies become host nodes of the graph (cudaLaunchHostFunc) that
 // read the blob's memory when the graph is replayed: the executor re-points
@@ -21,6 +24,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -69,13 +75,46 @@ struct Conversion {
   }
 };
 
+/// Copies `bytes` of floating-point values of `dtype` (float32 or float16) and
+/// says whether any is NaN or inf (all exponent bits set), in one pass: each
+/// piece is checked while it is still in cache after its copy.
+bool copy_checking_finite(void* dst, const void* src, std::size_t bytes, DType dtype) {
+  constexpr std::size_t kPiece = 16384;
+  bool found = false;
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (std::size_t at = 0; at < bytes; at += kPiece) {
+    const std::size_t n = std::min(kPiece, bytes - at);
+    std::memcpy(d + at, s + at, n);
+    const char* piece = d + at;  // just copied: in cache
+    bool any = false;
+    if (dtype == DType::float32) {
+      for (std::size_t i = 0; i + 4 <= n; i += 4) {
+        uint32_t v;
+        std::memcpy(&v, piece + i, 4);
+        any |= (v & 0x7f800000u) == 0x7f800000u;
+      }
+    } else {
+      for (std::size_t i = 0; i + 2 <= n; i += 2) {
+        uint16_t v;
+        std::memcpy(&v, piece + i, 2);
+        any |= (v & 0x7c00u) == 0x7c00u;
+      }
+    }
+    found = found || any;
+  }
+  return found;
+}
+
 // ---------------------------------------------------------------------------
 
 class HostToDevice final : public Prepared {
  public:
   HostToDevice(const Shape& shape, const Schema& from, const Schema& to)
-      : conv_(shape, from, to), bytes_(storage_bytes(shape, from.dtype, from.layout)), staging_(bytes_) {}
+      : conv_(shape, from, to), dtype_(from.dtype), bytes_(storage_bytes(shape, from.dtype, from.layout)), staging_(bytes_) {}
   std::size_t workspace_bytes() const override { return conv_.needed ? bytes_ : 0; }
+  bool checks_non_finite() const override { return true; }
+  bool saw_non_finite() const override { return non_finite_.load(std::memory_order_relaxed); }
   void run(const RunArgs& a) override {
     if (!bytes_) return;
     const bool recording = capturing();
@@ -85,7 +124,8 @@ class HostToDevice final : public Prepared {
       check(cudaLaunchHostFunc(stream(), &HostToDevice::fill, this), "cudaLaunchHostFunc");
     } else {
       check(cudaEventSynchronize(done_.get()), "cudaEventSynchronize");  // staging is free again
-      std::memcpy(staging_.get(), a.inputs[0]->data(), bytes_);
+      non_finite_.store(copy_checking_finite(staging_.get(), a.inputs[0]->data(), bytes_, dtype_),
+                        std::memory_order_relaxed);
     }
     check(cudaMemcpyAsync(dst, staging_.get(), bytes_, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (upload)");
     if (!recording) check(cudaEventRecord(done_.get(), stream()), "cudaEventRecord");
@@ -95,13 +135,16 @@ class HostToDevice final : public Prepared {
  private:
   static void CUDART_CB fill(void* self) {
     auto* p = static_cast<HostToDevice*>(self);
-    std::memcpy(p->staging_.get(), p->source_->data(), p->bytes_);
+    p->non_finite_.store(copy_checking_finite(p->staging_.get(), p->source_->data(), p->bytes_, p->dtype_),
+                         std::memory_order_relaxed);
   }
   Conversion conv_;
+  DType dtype_;
   std::size_t bytes_;
   PinnedBuffer staging_;
   Event done_;
   const Blob* source_ = nullptr;  // read by fill() when a recorded graph replays
+  std::atomic<bool> non_finite_{false};  // written by run() or fill(), read after the run
 };
 
 class DeviceToHost final : public Prepared {
