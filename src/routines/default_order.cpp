@@ -153,11 +153,13 @@ const LayerOrder kDefaultOrder[] = {
      {
       {"cpu/gemm_attention", "cpu/flash_attention", "cpu/onednn"},
       {"cpu/ref"},
+      {"cuda/kernel", "cuda:float16/kernel"},
      }},
     {"gather",
      {
       {"cpu/vec"},
       {"cpu/ref"},
+      {"cuda/kernel", "cuda:float16/kernel"},
      }},
     {"layernorm",
      {

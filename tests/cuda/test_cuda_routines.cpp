@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 
 using namespace softneuro;
@@ -36,7 +38,8 @@ void add_act(std::map<std::string, Attr>& p, const std::string& act) {
 TEST_CASE("the CUDA routines are registered", "[routines]") {
   for (const char* type : {"conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish",
                            "hardsigmoid", "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul",
-                           "div", "concat", "split", "transpose", "reshape", "flatten", "identity"}) {
+                           "div", "concat", "split", "transpose", "reshape", "flatten", "identity", "attention",
+                           "gather"}) {
     INFO(type);
     CHECK_FALSE(cuda_descriptors(type).empty());
   }
@@ -234,4 +237,88 @@ TEST_CASE("a cuDNN algorithm cuDNN refuses for the shape is rejected by prepare,
   // Unknown algorithm numbers are refused too.
   got = run_on_device(l, {random_blob({1, 3, 12, 12}, rng)}, "cuda/cudnn", {{"algo", 99}}, &why);
   CHECK_FALSE(got.has_value());
+}
+
+TEST_CASE("attention: BERT-base with a padding mask, causal float16, wide heads, decode steps", "[routines]") {
+  std::mt19937 rng(20);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::vector<int64_t> bshd{0, 2, 1, 3};
+  // BERT-base as its exporters write it: q, k, v [B,S,H,D] read through perms, out
+  // [B,S,H,D], the padding mask [B,1,1,S] (-10000 from the attention_mask; -inf too).
+  {
+    const int64_t b = 2, s = 128, h = 12, d = 64;
+    Blob mask = Blob::allocate(Shape{b, 1, 1, s});
+    for (int64_t j = 0; j < s; ++j) {
+      mask.data_as<float>()[j] = j < 120 ? 0.0f : ninf;
+      mask.data_as<float>()[s + j] = j < 100 ? 0.0f : -10000.0f;
+    }
+    Layer l = make_layer("attention", {{"q_perm", bshd}, {"k_perm", bshd}, {"v_perm", bshd}, {"out_perm", bshd}}, {}, 4);
+    CHECK(check_all_cuda_routines(l, {random_blob({b, s, h, d}, rng), random_blob({b, s, h, d}, rng),
+                                      random_blob({b, s, h, d}, rng), mask},
+                                  "BERT-base attention") == 2);
+  }
+  // Causal (a decoder's prompt), float32 and float16: sequences that are no multiple of the
+  // 32-key tile, masked rows as 0.
+  CHECK(check_all_cuda_routines(make_layer("attention", {{"causal", int64_t{1}}, {"masked_rows", std::string("zero")}}, {}, 3),
+                                {random_blob({2, 4, 77, 32}, rng), random_blob({2, 4, 77, 32}, rng),
+                                 random_blob({2, 4, 77, 32}, rng)},
+                                "causal attention 77") == 2);
+  // The widest heads (128 features, 16 query rows a block) and 96 (inside that tile), a
+  // mask per head and query; one query against 300 cached keys, causal from the end.
+  CHECK(check_all_cuda_routines(make_layer("attention", {{"scale", 0.05}}, {}, 4),
+                                {random_blob({1, 3, 40, 128}, rng), random_blob({1, 3, 200, 128}, rng),
+                                 random_blob({1, 3, 200, 128}, rng), random_blob({1, 3, 40, 200}, rng)},
+                                "attention d 128") == 2);
+  CHECK(check_all_cuda_routines(make_layer("attention", {}, {}, 3),
+                                {random_blob({2, 2, 19, 96}, rng), random_blob({2, 2, 33, 96}, rng),
+                                 random_blob({2, 2, 33, 72}, rng)},
+                                "attention d 96, dv 72") == 2);
+  CHECK(check_all_cuda_routines(make_layer("attention", {{"causal", int64_t{1}}}, {}, 3),
+                                {random_blob({1, 8, 1, 64}, rng), random_blob({1, 8, 300, 64}, rng),
+                                 random_blob({1, 8, 300, 64}, rng)},
+                                "attention decode step, causal") == 2);
+  // Every key of every row hidden, masked_rows = nan: NaN as cpu/ref's softmax gives it.
+  Blob all_hidden = Blob::allocate(Shape{1, 1, 1, 5});
+  for (int64_t j = 0; j < 5; ++j) all_hidden.data_as<float>()[j] = ninf;
+  auto nan_rows = run_on_device(make_layer("attention", {}, {}, 4),
+                                {random_blob({1, 2, 3, 8}, rng), random_blob({1, 2, 5, 8}, rng),
+                                 random_blob({1, 2, 5, 8}, rng), all_hidden},
+                                "cuda/kernel");
+  REQUIRE(nan_rows.has_value());
+  for (int64_t i = 0; i < (*nan_rows)[0].numel(); ++i) CHECK(std::isnan((*nan_rows)[0].data_as<float>()[i]));
+  // Heads wider than the kernel's shared tiles are refused.
+  CHECK_THROWS_WITH(run_on_device(make_layer("attention", {}, {}, 3),
+                                  {random_blob({1, 1, 4, 160}, rng), random_blob({1, 1, 4, 160}, rng),
+                                   random_blob({1, 1, 4, 160}, rng)},
+                                  "cuda/kernel"),
+                    Catch::Contains("at most 128"));
+}
+
+TEST_CASE("gather: an embedding table's rows, negative and bad indices, float16's exact range", "[routines]") {
+  std::mt19937 rng(21);
+  // Token ids into a [1000, 64] weight table, some negative (from the end).
+  Blob ids = Blob::allocate(Shape{2, 9});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data_as<float>()[i] = static_cast<float>(pick(rng, -1000, 999));
+  Layer embed = make_layer("gather", {{"axis", int64_t{0}}}, {{"table", random_blob({1000, 64}, rng)}});
+  CHECK(check_all_cuda_routines(embed, {ids}, "embedding [1000, 64]") == 2);
+  // An index outside [-1000, 1000) or not whole: a row of NaN (cpu/ref raises an Error).
+  Blob bad = Blob::allocate(Shape{3});
+  bad.data_as<float>()[0] = 1000.0f;
+  bad.data_as<float>()[1] = 2.5f;
+  bad.data_as<float>()[2] = -1000.0f;
+  auto got = run_on_device(embed, {bad}, "cuda/kernel");
+  REQUIRE(got.has_value());
+  const float* y = (*got)[0].data_as<float>();
+  const float* row0 = embed.weight("table").data_as<float>();
+  for (int64_t e = 0; e < 64; ++e) {
+    CHECK(std::isnan(y[e]));
+    CHECK(std::isnan(y[64 + e]));
+    CHECK(y[128 + e] == row0[e]);
+  }
+  // Ids above 2048 are not all float16 values: cuda:float16 refuses such a table, float32 takes it.
+  Layer vocab = make_layer("gather", {{"axis", int64_t{0}}}, {{"table", random_blob({3000, 8}, rng)}});
+  Blob high = Blob::allocate(Shape{1, 5});
+  for (int64_t i = 0; i < 5; ++i) high.data_as<float>()[i] = static_cast<float>(2995 - 700 * i);
+  CHECK(check_all_cuda_routines(vocab, {high}, "gather [3000, 8]") == 1);
+  CHECK_THROWS_WITH(run_on_device(vocab, {high}, "cuda:float16/kernel"), Catch::Contains("2048"));
 }

@@ -1,7 +1,8 @@
 // cuda:float32 / cuda:float16 routines "kernel": our own CUDA kernels
 // (kernels.cu) for the elementwise activations, broadcasting arithmetic,
-// pooling, depthwise convolution, batchnorm, softmax, layernorm, concat/split
-// (strided copies), transpose and the plain copies (reshape, flatten, identity).
+// pooling, depthwise convolution, batchnorm, softmax, layernorm, attention,
+// gather (embedding lookups), concat/split (strided copies), transpose and the
+// plain copies (reshape, flatten, identity).
 // Layout-agnostic ones also run in nhwc. Weights are uploaded as float32 in
 // prepare(); run() only queues work on the backend's stream.
 //
@@ -14,6 +15,7 @@
 // and Kernel<P> is the registered Routine.
 #include "core/layer_types.hpp"
 #include "routines/cuda/common.hpp"
+#include "routines/gather_table.hpp"
 
 #include <softneuro/routine.hpp>
 
@@ -322,6 +324,101 @@ struct Layernorm final : KernelPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// attention (core::attention_geometry, semantics of cpu/ref): one launch of
+// the flash-attention kernel (kernels.cu); q, k, v, the mask and the output
+// in the schema's dtype, float32 arithmetic inside. Any strides (perms, Kᵀ
+// stored, shared key/value heads, a broadcast mask).
+
+struct Attention final : KernelPrepared {
+  static constexpr std::string_view kType = "attention";
+  static constexpr bool kNhwc = false;
+  kern::Attention g;
+  bool has_mask;
+  kern::Elem t;
+  static Support supports(const LayerInfo& info, const Schema&) {
+    const core::AttentionGeometry a = core::attention_geometry(*info.layer, info.input_shapes);
+    if (a.d > kern::kAttentionMaxHeadDim || a.dv > kern::kAttentionMaxHeadDim)
+      return Support::no(fmt::format("heads of {} key and {} value features: the kernel stages at most {} in shared memory",
+                                     a.d, a.dv, kern::kAttentionMaxHeadDim));
+    if (a.b * a.h > std::numeric_limits<int32_t>::max())
+      return Support::no(fmt::format("{} batch x head pairs: one block row each, at most 2^31 - 1", a.b * a.h));
+    return Support::yes();
+  }
+  Attention(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)) {
+    const core::AttentionGeometry a = core::attention_geometry(*info.layer, info.input_shapes);
+    g.b = a.b, g.h = a.h, g.sq = a.sq, g.sk = a.sk, g.d = a.d, g.dv = a.dv;
+    for (int i = 0; i < 4; ++i) {
+      g.q[i] = a.q[static_cast<std::size_t>(i)];
+      g.k[i] = a.k[static_cast<std::size_t>(i)];
+      g.v[i] = a.v[static_cast<std::size_t>(i)];
+      g.out[i] = a.out[static_cast<std::size_t>(i)];
+      g.mask[i] = a.mask[static_cast<std::size_t>(i)];
+    }
+    g.causal = a.causal;
+    g.causal_offset = a.causal_offset;
+    g.zero_masked_rows = a.zero_masked_rows;
+    g.scale = a.scale;
+    has_mask = a.has_mask;
+  }
+  void run(const RunArgs& a) override {
+    check(kern::attention(t, g, a.inputs[0]->data(), a.inputs[1]->data(), a.inputs[2]->data(),
+                          has_mask ? a.inputs[3]->data() : nullptr, a.outputs[0]->data(), stream()),
+          "attention kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
+// gather (an embedding lookup): rows of the table, input 0 or the weight
+// "table" (float32, or int8/uint8 per tensor dequantised once here as
+// cpu/ref dequantises each row: routines::GatherTable), uploaded in the
+// schema's dtype. The indices arrive as the schema's floats (an int64 net
+// input is made float32 by io_cast, then moved by the transfer); float16
+// holds whole numbers exactly only up to 2048, so cuda:float16 refuses longer
+// axes. An index that is no whole number in [-len, len) gives a row of NaN
+// where cpu/ref raises an Error: a kernel cannot raise one.
+
+struct Gather final : KernelPrepared {
+  static constexpr std::string_view kType = "gather";
+  static constexpr bool kNhwc = false;
+  static constexpr int64_t kHalfExactIntegers = 2048;
+  kern::Elem t;
+  int64_t outer = 1, len = 1, inner = 1, count;
+  bool from_weight;
+  DeviceBuffer table;  // the weight table, where there is one
+  static int64_t axis_len(const LayerInfo& info, const Shape& table) {
+    return table[core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), table.rank())];
+  }
+  static Support supports(const LayerInfo& info, const Schema& s) {
+    if (Support ok = routines::GatherTable::check(info, "cuda/kernel"); !ok) return ok;
+    const int64_t n = axis_len(info, routines::GatherTable(info).shape);
+    if (s.dtype == DType::float16 && n > kHalfExactIntegers)
+      return Support::no(fmt::format("an axis of {} entries: indices arrive as float16, which holds whole numbers "
+                                     "exactly only up to {} (cuda/kernel in float32 takes it)",
+                                     n, kHalfExactIntegers));
+    return Support::yes();
+  }
+  Gather(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)), count(info.input_shapes.back().numel()) {
+    const routines::GatherTable data(info);
+    const Shape& shape = data.shape;
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), shape.rank());
+    outer = prod(shape, 0, axis);
+    len = shape[axis];
+    inner = prod(shape, axis + 1, shape.rank());
+    from_weight = info.input_shapes.size() == 1;  // no data input: the weight "table"
+    if (from_weight) {
+      std::vector<float> values(static_cast<std::size_t>(shape.numel()));
+      data.copy(nullptr, 0, shape.numel(), values.data(), routines::dequantize_bytes);
+      table = upload_floats(values, s.dtype);
+    }
+  }
+  void run(const RunArgs& a) override {
+    const void* rows = from_weight ? table.get() : a.inputs[0]->data();
+    check(kern::gather_rows(t, rows, a.inputs.back()->data(), a.outputs[0]->data(), outer, len, inner, count, stream()),
+          "gather kernel");
+  }
+};
+
+// ---------------------------------------------------------------------------
 // concat / split along an axis: per outer index, contiguous chunks in memory
 // order, copied as 2D (pitched) device-to-device copies.
 
@@ -461,6 +558,8 @@ SOFTNEURO_REGISTER_ROUTINE(Kernel<Depthwise>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Batchnorm>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Softmax>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Layernorm>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Attention>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Gather>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Split>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Transpose>);

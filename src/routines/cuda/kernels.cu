@@ -202,6 +202,186 @@ __global__ void layernorm_kernel(const T* __restrict__ x, T* __restrict__ y, con
   }
 }
 
+// ---------------------------------------------------------------------------
+// Attention: FlashAttention's schedule on the CUDA cores. A block of 8 warps
+// takes one (batch, head) and a tile of query rows, kRowsPerWarp per warp; the
+// keys are walked in tiles of 32, each staged (with its values) in shared
+// memory as float32. Per key tile, lane j scores key j against each of its
+// warp's rows (the q rows broadcast from shared memory), the warp folds the
+// tile into each row's running max and sum (the online softmax: earlier sums
+// rescaled where the max rises), and the lanes split the output features
+// (kDMax / 32 each), adding p_j * v_j for the tile's keys, p_j passed by
+// shuffle. Each row is divided by its sum at the end. Everything is float32
+// inside; q, k, v, the mask and the output are in T.
+
+constexpr int kAttnWarps = 8;
+constexpr int kAttnKeys = 32;  // keys per tile: one per lane when scoring
+
+template <class T, int kDMax, int kRowsPerWarp>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention_kernel(Attention g, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     const T* __restrict__ mask, T* __restrict__ out, int64_t query_tiles) {
+  constexpr int kRows = kAttnWarps * kRowsPerWarp;  // query rows per block
+  constexpr int kPerLane = kDMax / 32;               // output features per lane
+  __shared__ float q_s[kRows][kDMax];
+  // One padding column: lane j reads row j of a column, kDMax + 1 floats apart (no bank conflicts).
+  __shared__ float k_s[kAttnKeys][kDMax + 1];
+  __shared__ float v_s[kAttnKeys][kDMax];
+
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int64_t batch = blockIdx.x / g.h, head = blockIdx.x % g.h;
+  const T* qh = q + batch * g.q[0] + head * g.q[1];
+  const T* kh = k + batch * g.k[0] + head * g.k[1];
+  const T* vh = v + batch * g.v[0] + head * g.v[1];
+  const T* mh = mask ? mask + batch * g.mask[0] + head * g.mask[1] : nullptr;
+  T* oh = out + batch * g.out[0] + head * g.out[1];
+  const int d = static_cast<int>(g.d), dv = static_cast<int>(g.dv);
+
+  for (int64_t tile = blockIdx.y; tile < query_tiles; tile += gridDim.y) {
+    const int64_t i0 = tile * kRows;
+    __syncthreads();  // the previous query tile's reads of q_s, k_s and v_s are done
+    for (int r = warp; r < kRows; r += kAttnWarps) {
+      const int64_t i = i0 + r;
+      for (int c = lane; c < d; c += 32) q_s[r][c] = i < g.sq ? ld(qh, i * g.q[2] + c * g.q[3]) : 0.f;
+    }
+    // Keys past the last visible one of the tile's last row are hidden from all its rows.
+    const int64_t last = (i0 + kRows < g.sq ? i0 + kRows : g.sq) - 1;
+    int64_t keys = g.sk;
+    if (g.causal) {
+      keys = last + g.causal_offset + 1;
+      keys = keys < 0 ? 0 : keys > g.sk ? g.sk : keys;
+    }
+
+    float row_max[kRowsPerWarp], row_sum[kRowsPerWarp], acc[kRowsPerWarp][kPerLane];
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      row_max[rr] = -INFINITY;
+      row_sum[rr] = 0.f;
+#pragma unroll
+      for (int t = 0; t < kPerLane; ++t) acc[rr][t] = 0.f;
+    }
+
+    for (int64_t j0 = 0; j0 < keys; j0 += kAttnKeys) {
+      const int n = static_cast<int>(keys - j0 < kAttnKeys ? keys - j0 : kAttnKeys);  // keys in this tile
+      __syncthreads();  // q_s is written; the previous key tile's reads of k_s and v_s are done
+      for (int jj = warp; jj < kAttnKeys; jj += kAttnWarps) {
+        const int64_t j = j0 + jj;
+        const bool key = jj < n;
+        for (int c = lane; c < d; c += 32) k_s[jj][c] = key ? ld(kh, j * g.k[2] + c * g.k[3]) : 0.f;
+        // Zeros past dv and past the tile's keys: every lane's features read defined values.
+        for (int c = lane; c < kDMax; c += 32) v_s[jj][c] = key && c < dv ? ld(vh, j * g.v[2] + c * g.v[3]) : 0.f;
+      }
+      __syncthreads();
+
+      // Scores of key j0 + lane for each of the warp's rows.
+      float p[kRowsPerWarp];
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) p[rr] = 0.f;
+#pragma unroll 4
+      for (int c = 0; c < d; ++c) {
+        const float kc = k_s[lane][c];
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) p[rr] = fmaf(q_s[warp * kRowsPerWarp + rr][c], kc, p[rr]);
+      }
+      const int64_t j = j0 + lane;
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        const int64_t i = i0 + warp * kRowsPerWarp + rr;
+        // As cpu/ref: scale * q.k + mask, then -inf where causal hides the key.
+        float x = -INFINITY;  // lanes past the tile's keys
+        if (lane < n) {
+          x = p[rr] * g.scale;
+          if (mh && i < g.sq) x += ld(mh, i * g.mask[2] + j * g.mask[3]);
+          if (g.causal && j > i + g.causal_offset) x = -INFINITY;
+        }
+        // Online softmax. A -inf score adds nothing (also while the max is still -inf,
+        // where exp(-inf - -inf) would be NaN); NaN and +inf scores make the sum NaN,
+        // which marks the row as softmax's NaN below.
+        const float new_max = fmaxf(row_max[rr], warp_max(x));
+        const float rescale = row_max[rr] == -INFINITY ? 0.f : expf(row_max[rr] - new_max);
+        const float e = x == -INFINITY ? 0.f : expf(x - new_max);
+        row_sum[rr] = row_sum[rr] * rescale + warp_sum(e);
+        row_max[rr] = new_max;
+#pragma unroll
+        for (int t = 0; t < kPerLane; ++t) acc[rr][t] *= rescale;
+        p[rr] = e;
+      }
+
+      // p . V: lane takes features lane, lane + 32, ...; key jj's weight comes from lane jj.
+      for (int jj = 0; jj < n; ++jj) {
+        float vj[kPerLane];
+#pragma unroll
+        for (int t = 0; t < kPerLane; ++t) vj[t] = v_s[jj][lane + 32 * t];
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          const float pj = __shfl_sync(0xffffffffu, p[rr], jj);
+#pragma unroll
+          for (int t = 0; t < kPerLane; ++t) acc[rr][t] = fmaf(pj, vj[t], acc[rr][t]);
+        }
+      }
+    }
+
+    const float masked_row = g.zero_masked_rows ? 0.f : NAN;
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int64_t i = i0 + warp * kRowsPerWarp + rr;
+      if (i >= g.sq) continue;
+      // No key at all (sk = 0): cpu/ref's empty sum, 0. A row that met only -inf
+      // (sum 0), or NaN or +inf (sum NaN): softmax's NaN, or 0 under masked_rows = zero.
+      const bool nan_row = g.sk > 0 && !(row_sum[rr] > 0.f);
+      const float inv = 1.f / row_sum[rr];
+#pragma unroll
+      for (int t = 0; t < kPerLane; ++t) {
+        const int c = lane + 32 * t;
+        if (c >= dv) continue;
+        const float y = g.sk == 0 ? 0.f : nan_row ? masked_row : acc[rr][t] * inv;
+        st(oh, i * g.out[2] + c * g.out[3], y);
+      }
+    }
+  }
+}
+
+template <class T, int kDMax, int kRowsPerWarp>
+cudaError_t launch_attention(const Attention& g, const void* q, const void* k, const void* v, const void* mask,
+                             void* out, cudaStream_t s) {
+  constexpr int kRows = kAttnWarps * kRowsPerWarp;
+  const int64_t tiles = (g.sq + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(g.b * g.h), static_cast<unsigned>(tiles < 65535 ? tiles : 65535));
+  attention_kernel<T, kDMax, kRowsPerWarp><<<grid, kAttnWarps * 32, 0, s>>>(
+      g, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(mask),
+      static_cast<T*>(out), tiles);
+  return cudaGetLastError();
+}
+
+/// Picks the feature tile from the wider of d and dv: rows per warp such that
+/// the shared tiles stay under 48 KB (41 KB at 128 features).
+template <class T>
+cudaError_t attention_for(const Attention& g, const void* q, const void* k, const void* v, const void* mask,
+                          void* out, cudaStream_t s) {
+  const int64_t widest = g.d > g.dv ? g.d : g.dv;
+  if (widest <= 32) return launch_attention<T, 32, 4>(g, q, k, v, mask, out, s);
+  if (widest <= 64) return launch_attention<T, 64, 4>(g, q, k, v, mask, out, s);
+  return launch_attention<T, 128, 2>(g, q, k, v, mask, out, s);
+}
+
+// ---------------------------------------------------------------------------
+// gather: one thread per output element; the index checked as cpu/ref checks it.
+
+template <class T>
+__global__ void gather_rows_kernel(const T* __restrict__ table, const T* __restrict__ indices, T* __restrict__ y,
+                                   int64_t len, int64_t inner, int64_t count, int64_t n) {
+  SOFTNEURO_GRID_LOOP(e, n) {
+    const int64_t col = e % inner, row = e / inner, i = row % count, o = row / count;
+    const double at = ld(indices, i);  // double: the comparisons exact for any len, as cpu/ref's
+    if (!(at >= -static_cast<double>(len) && at < static_cast<double>(len)) || at != floor(at)) {
+      st(y, e, NAN);
+      continue;
+    }
+    const int64_t r = static_cast<int64_t>(at < 0 ? at + static_cast<double>(len) : at);
+    y[e] = table[(o * len + r) * inner + col];
+  }
+}
+
 int row_threads(int64_t len) {
   int t = 32;
   while (t < 1024 && t < len) t *= 2;
@@ -340,6 +520,29 @@ cudaError_t layernorm(Elem t, const void* x, void* y, const float* scale, const 
   else
     layernorm_kernel<float><<<row_blocks(outer), threads, 0, s>>>(static_cast<const float*>(x), static_cast<float*>(y),
                                                                  scale, bias, outer, inner, epsilon);
+  return cudaGetLastError();
+}
+
+cudaError_t attention(Elem t, const Attention& g, const void* q, const void* k, const void* v, const void* mask,
+                      void* out, cudaStream_t s) {
+  if (g.d > kAttentionMaxHeadDim || g.dv > kAttentionMaxHeadDim || g.d < 0 || g.dv < 0) return cudaErrorInvalidValue;
+  if (g.b * g.h * g.sq * g.dv <= 0) return cudaSuccess;
+  if (g.b * g.h > 0x7fffffff) return cudaErrorInvalidValue;  // gridDim.x
+  return t == Elem::f16 ? attention_for<__half>(g, q, k, v, mask, out, s) : attention_for<float>(g, q, k, v, mask, out, s);
+}
+
+cudaError_t gather_rows(Elem t, const void* table, const void* indices, void* y, int64_t outer, int64_t len,
+                        int64_t inner, int64_t count, cudaStream_t s) {
+  const int64_t n = outer * count * inner;
+  if (n <= 0) return cudaSuccess;
+  if (t == Elem::f16)
+    gather_rows_kernel<__half><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __half*>(table),
+                                                                  static_cast<const __half*>(indices),
+                                                                  static_cast<__half*>(y), len, inner, count, n);
+  else
+    gather_rows_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(table),
+                                                                 static_cast<const float*>(indices),
+                                                                 static_cast<float*>(y), len, inner, count, n);
   return cudaGetLastError();
 }
 

@@ -83,6 +83,33 @@ cudaError_t softmax(Elem t, const void* x, void* y, int64_t outer, int64_t len, 
 cudaError_t layernorm(Elem t, const void* x, void* y, const float* scale, const float* bias, int64_t outer,
                       int64_t inner, float epsilon, cudaStream_t s);
 
+/// Attention (core::AttentionGeometry): per batch, head and query row,
+/// softmax(scale * q.k + mask) . v, each operand read through its element
+/// strides in [b, h, seq, feature] order (0 where broadcast); the mask is in
+/// the element type too, `mask` nullptr where there is none. Keys past
+/// `i + causal_offset` are hidden from query i where `causal`. A row whose
+/// every key is -inf (or whose scores meet NaN or +inf) is NaN, or 0 where
+/// `zero_masked_rows`, as softmax gives it.
+struct Attention {
+  int64_t b = 1, h = 1, sq = 1, sk = 1, d = 1, dv = 1;
+  int64_t q[4] = {}, k[4] = {}, v[4] = {}, out[4] = {}, mask[4] = {};
+  bool causal = false, zero_masked_rows = false;
+  int64_t causal_offset = 0;
+  float scale = 1;
+};
+/// The largest d and dv attention() takes.
+constexpr int64_t kAttentionMaxHeadDim = 128;
+/// cudaErrorInvalidValue where d or dv is above kAttentionMaxHeadDim.
+cudaError_t attention(Elem t, const Attention& g, const void* q, const void* k, const void* v, const void* mask,
+                      void* out, cudaStream_t s);
+
+/// Rows of a table seen as [outer, len, inner] at `count` indices held as
+/// floats (elements of type t, like the table): y[o, i, :] = table[o, idx[i], :],
+/// a negative index counting from the end. An index that is no whole number in
+/// [-len, len) gives a row of NaN (a kernel cannot raise the CPU routines' error).
+cudaError_t gather_rows(Elem t, const void* table, const void* indices, void* y, int64_t outer, int64_t len,
+                        int64_t inner, int64_t count, cudaStream_t s);
+
 /// Dtype and layout conversion of a blob seen as [N, C, S] (nhwc: [N, S, C]),
 /// any of float32/float16 x nchw/nhwc to any (defined in transfer_kernels.cu).
 cudaError_t convert(Elem from, bool from_nhwc, Elem to, bool to_nhwc, const void* x, void* y, int64_t n,
