@@ -51,6 +51,15 @@ for b in (1, 8):
     np.save("$W/line_b%d.npy" % b, rng.standard_normal((b, 3, 48, 320), dtype=np.float32))
     np.save("$W/ids_b%d.npy" % b, rng.integers(0, 30522, size=(b, 128), dtype=np.int64))
     np.save("$W/mask_b%d.npy" % b, np.ones((b, 128), dtype=np.int64))
+    # Samples for the accuracy budget of float16 paths (tune --calibration): inputs like the runs'.
+    import os
+    for kind in ("img", "line", "bert"):
+        os.makedirs("$W/cal_%s_b%d" % (kind, b), exist_ok=True)
+    for k in range(4):
+        np.save("$W/cal_img_b%d/%d.npy" % (b, k), rng.standard_normal((b, 3, 224, 224), dtype=np.float32))
+        np.save("$W/cal_line_b%d/%d.npy" % (b, k), rng.standard_normal((b, 3, 48, 320), dtype=np.float32))
+        np.savez("$W/cal_bert_b%d/%d.npz" % (b, k), input_ids=rng.integers(0, 30522, size=(b, 128), dtype=np.int64),
+                 attention_mask=np.ones((b, 128), dtype=np.int64))
 PY
 cp $D/models/ch_PP-OCRv4_rec_infer.onnx $W/rec.onnx
 # Exports the torchvision models (and times eager PyTorch with "eager").
@@ -69,13 +78,13 @@ if has tune; then
     t=${entry%%=*} spec=${entry#*=}
     m=${spec%%.b*} rest=${spec#*.b}; b=${rest%%@*} schemas=${rest#*@}
     time_for 60 "tune $t" || continue
-    if [ $m = rec ]; then shapes="--input-shape x=${b}x3x48x320"; feeds="--input x=$W/line_b$b.npy"
+    if [ $m = rec ]; then shapes="--input-shape x=${b}x3x48x320"; feeds="--input x=$W/line_b$b.npy"; cal=$W/cal_line_b$b
     elif [ $m = bert ]; then shapes="--input-shape input_ids=${b}x128 --input-shape attention_mask=${b}x128"
-      feeds="--input input_ids=$W/ids_b$b.npy --input attention_mask=$W/mask_b$b.npy"
-    else shapes="--input-shape input=${b}x3x224x224"; feeds="--input input=$W/img_b$b.npy"; fi
+      feeds="--input input_ids=$W/ids_b$b.npy --input attention_mask=$W/mask_b$b.npy"; cal=$W/cal_bert_b$b
+    else shapes="--input-shape input=${b}x3x224x224"; feeds="--input input=$W/img_b$b.npy"; cal=$W/cal_img_b$b; fi
     $sn import $W/$m.onnx -o $W/$t.dnn $shapes > "$OUT/$t.log" 2>&1 || { note "$t import failed: $(tail -2 "$OUT/$t.log")"; continue; }
     graphs=; [[ $t == *.nographs ]] && graphs=SOFTNEURO_CUDA_GRAPHS=0  # a NAME ending .nographs tunes without CUDA graphs
-    timeout ${TUNE_TIMEOUT:-120} env $graphs $sn tune $W/$t.dnn -o $W/$t.tuned.dnn --schemas "$schemas" --cache - --unit-budget-ms 5 \
+    timeout ${TUNE_TIMEOUT:-120} env $graphs $sn tune $W/$t.dnn -o $W/$t.tuned.dnn --schemas "$schemas" --cache - --unit-budget-ms 5 --calibration $cal \
       --time-budget ${TUNE_BUDGET:-60} --json "$OUT/$t.tune.json" >> "$OUT/$t.log" 2>&1
     note "$t tune ($schemas) rc $?: $(grep -E '^(predicted|tuned in)' "$OUT/$t.log" | tr '\n' ' ') $(grep '^tune:' "$OUT/$t.log" | tail -2 | tr '\n' ' ')"
     timeout 60 $sn run $W/$t.tuned.dnn $feeds --repeat 200 > "$OUT/$t.run.log" 2>&1

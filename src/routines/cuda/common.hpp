@@ -23,8 +23,8 @@ inline kern::ActParams act_params(const core::Activation& a) {
     case core::Activation::hardsigmoid: p.kind = kern::Act::hardsigmoid, p.a = a.alpha, p.b = a.beta; break;
     case core::Activation::sigmoid: p.kind = kern::Act::sigmoid; break;
     case core::Activation::silu: p.kind = kern::Act::silu; break;
-    case core::Activation::gelu:
-    case core::Activation::gelu_tanh: throw Error("the CUDA kernels have no fused gelu");
+    case core::Activation::gelu: p.kind = kern::Act::gelu; break;
+    case core::Activation::gelu_tanh: p.kind = kern::Act::gelu_tanh; break;
   }
   p.affine = a.affine();
   p.scale = a.scale;

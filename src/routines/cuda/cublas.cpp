@@ -73,7 +73,7 @@ Support dense_support(const LayerInfo& info, const Schema& schema, Support lib) 
 class PreparedGemm final : public Prepared {
  public:
   PreparedGemm(const LayerInfo& info, const Schema& s)
-      : d_(info), t_(s.dtype), act_(act_params(core::fused_activation(*info.layer, /*with_affine=*/true))) {
+      : d_(info), t_(s.dtype), act_(act_params(core::fused_activation(*info.layer, /*with_affine=*/true, /*with_gelu=*/true))) {
     w_ = upload_floats(weight_values(info.layer->weight("weight")), t_);
     if (const Blob* b = info.layer->find_weight("bias")) bias_ = upload_floats(weight_values(*b), DType::float32);
   }
@@ -127,7 +127,7 @@ class PreparedLt final : public Prepared {
   PreparedLt(const LayerInfo& info, const Schema& s, int heuristic) : d_(info), t_(s.dtype) {
     const CublasLt lib = cublaslt();
     const CublasLtApi& f = lib.api;
-    core::Activation act = core::fused_activation(*info.layer, /*with_affine=*/true);
+    core::Activation act = core::fused_activation(*info.layer, /*with_affine=*/true, /*with_gelu=*/true);
     const Blob* b = info.layer->find_weight("bias");
     w_ = upload_floats(weight_values(info.layer->weight("weight")), t_);
     if (b) bias_ = upload_floats(weight_values(*b), t_);  // the epilogue reads bias in the output's type
