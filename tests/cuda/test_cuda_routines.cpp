@@ -95,6 +95,22 @@ TEST_CASE("dense: cuBLAS and cuBLASLt (with epilogues) match cpu/ref", "[routine
                                         fmt::format("dense {} -> {}", in.to_string(), o), 3.0);
   }
   CHECK(compared >= 8 * 4);
+
+  // A transformer's feed-forward: gelu fused into the dense (erf and tanh forms)
+  // runs on every dense routine (cuBLAS, cuBLASLt with each heuristic, float32
+  // and float16); prepare refused it, and BERT-base ran these layers on the CPU.
+  for (const char* form : {"none", "tanh"}) {
+    std::map<std::string, Attr> p{{"act", std::string("gelu")}, {"act_approximate", std::string(form)}};
+    std::map<std::string, Blob> wts{{"weight", random_blob({96, 64}, rng)}, {"bias", random_blob({96}, rng)}};
+    std::map<std::string, RoutineTally> tally;
+    check_all_cuda_routines(make_layer("dense", p, wts), {random_blob({1, 16, 64}, rng, -3.f, 3.f)},
+                            fmt::format("dense gelu {}", form), 3.0, &tally);
+    for (const auto& [d, t] : tally) {
+      INFO(d << " refused:" << t.refusals);
+      CHECK(t.runs > 0);
+      CHECK(t.refusals.empty());
+    }
+  }
 }
 
 TEST_CASE("matmul: cuBLAS strided batched matches cpu/ref", "[routines]") {
