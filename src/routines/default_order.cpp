@@ -155,6 +155,9 @@ const LayerOrder kDefaultOrder[] = {
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float16/kernel"},
      }},
+    {"compare", {{"cpu/vec"}, {"cpu/ref"}, {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"}}},
+    {"logical", {{"cpu/vec"}, {"cpu/ref"}, {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"}}},
+    {"where", {{"cpu/vec"}, {"cpu/ref"}, {"cuda/kernel", "cuda:float32:nhwc/kernel", "cuda:float16/kernel", "cuda:float16:nhwc/kernel"}}},
     {"gather",
      {
       {"cpu/vec"},

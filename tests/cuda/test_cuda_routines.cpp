@@ -39,7 +39,7 @@ TEST_CASE("the CUDA routines are registered", "[routines]") {
   for (const char* type : {"conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish",
                            "hardsigmoid", "sigmoid", "tanh", "gelu", "softmax", "layernorm", "add", "sub", "mul",
                            "div", "concat", "split", "transpose", "reshape", "flatten", "identity", "attention",
-                           "gather"}) {
+                           "gather", "compare", "logical", "where"}) {
     INFO(type);
     CHECK_FALSE(cuda_descriptors(type).empty());
   }

@@ -300,6 +300,18 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
         for (int64_t i = 0; i < x->numel(); ++i) x->data_as<float>()[i] = std::floor(x->data_as<float>()[i]);
       out.push_back({fmt::format("{} {}", type, op), layer_of(type, {{"op", op}}, {}, 2), {a, b}});
     }
+    // A transformer's mask logic: a [B,1,1,S] padding mask against a [1,1,S,1]
+    // column (the causal compare), and a 4-D pair sharing no merged dims.
+    auto integers = [&](Shape shape) {
+      Blob x = random_blob(std::move(shape), rng, 0.f, 3.f);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);
+      return x;
+    };
+    const std::string op = type == "compare" ? "less_equal" : "and";
+    out.push_back({fmt::format("{} {} mask [2,1,1,16] x [1,1,16,1]", type, op), layer_of(type, {{"op", op}}, {}, 2),
+                   {integers({2, 1, 1, 16}), integers({1, 1, 16, 1})}});
+    out.push_back({fmt::format("{} {} [2,3,4,5] x [2,1,4,1]", type, op), layer_of(type, {{"op", op}}, {}, 2),
+                   {integers({2, 3, 4, 5}), integers({2, 1, 4, 1})}});
     return out;
   }
   if (type == "take") {
@@ -486,7 +498,15 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
   if (type == "where") {
     Blob c = random_blob({4, 1, 6}, rng, -1.f, 1.f);
     for (int64_t i = 0; i < c.numel(); ++i) c.data_as<float>()[i] = c.data_as<float>()[i] > 0 ? 1.f : 0.f;
-    return {{"where broadcast", layer_of("where", {}, {}, 3), {c, random_blob({3, 6}, rng), random_blob({4, 3, 1}, rng)}}};
+    // The attention mask's: where(mask [B,1,S,S], 0, -inf-like [1]) and a scalar condition.
+    Blob m = random_blob({2, 1, 8, 8}, rng, -1.f, 1.f);
+    for (int64_t i = 0; i < m.numel(); ++i) m.data_as<float>()[i] = m.data_as<float>()[i] > 0 ? 1.f : 0.f;
+    Blob one = Blob::allocate(Shape{1});
+    one.data_as<float>()[0] = 1.f;
+    return {{"where broadcast", layer_of("where", {}, {}, 3), {c, random_blob({3, 6}, rng), random_blob({4, 3, 1}, rng)}},
+            {"where mask [2,1,8,8], [1], [1]", layer_of("where", {}, {}, 3),
+             {m, random_blob({1}, rng), random_blob({1}, rng, -1e4f, -1e3f)}},
+            {"where scalar condition", layer_of("where", {}, {}, 3), {one, random_blob({2, 5}, rng), random_blob({2, 5}, rng)}}};
   }
   if (type == "round") {
     std::vector<Case> out;

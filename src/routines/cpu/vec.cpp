@@ -912,6 +912,182 @@ struct Prelu final : PreparedRoutine {
   }
 };
 
+// ---------------------------------------------------------------------------
+// compare, logical and where (a transformer's attention-mask logic), NumPy
+// broadcast walked in runs: the output's dims merged where every input steps
+// through them alike, so each run is as long as it can be and each input
+// steps 0 or 1 element in it. cpu/ref computes an index per element.
+
+/// Up to three inputs broadcast onto `out`, as runs of run_len elements.
+struct BroadcastRuns {
+  static constexpr int kMaxInputs = 3;
+  int inputs = 0, rank = 0;  ///< of the merged dims (the last is the run)
+  std::vector<int64_t> dims;
+  std::vector<int64_t> strides[kMaxInputs];  ///< per merged dim, in elements (0: broadcast)
+  int64_t runs = 1, run_len = 1;
+  int64_t step[kMaxInputs] = {};  ///< each input's step within a run: 0 or 1
+
+  BroadcastRuns(const Shape& out, std::initializer_list<Shape> ins) : inputs(static_cast<int>(ins.size())) {
+    const int r = out.rank();
+    std::vector<std::vector<int64_t>> st;
+    for (const Shape& in : ins) {  // contiguous strides, right-aligned; 0 where broadcast
+      std::vector<int64_t> v(static_cast<std::size_t>(r), 0);
+      int64_t e = 1;
+      for (int d = in.rank() - 1; d >= 0; --d) {
+        const int od = d + r - in.rank();
+        v[static_cast<std::size_t>(od)] = in[d] == 1 ? 0 : e;
+        e *= in[d];
+      }
+      st.push_back(std::move(v));
+    }
+    // Merge dim d into the merged dim after it where every input steps alike (innermost first).
+    std::vector<int64_t> md;
+    std::vector<std::vector<int64_t>> ms(st.size());
+    for (int d = r - 1; d >= 0; --d) {
+      const int64_t n = out[d];
+      if (n == 1) continue;
+      bool merge = !md.empty();
+      for (std::size_t k = 0; merge && k < st.size(); ++k) {
+        const int64_t inner_stride = ms[k].back(), inner_n = md.back();
+        const int64_t sd = st[k][static_cast<std::size_t>(d)];
+        merge = (sd == 0 && inner_stride == 0) || (sd != 0 && sd == inner_stride * inner_n);
+      }
+      if (merge) {
+        md.back() *= n;
+        continue;
+      }
+      md.push_back(n);
+      for (std::size_t k = 0; k < st.size(); ++k) ms[k].push_back(st[k][static_cast<std::size_t>(d)]);
+    }
+    if (md.empty()) {  // a single element
+      md.push_back(1);
+      for (auto& m : ms) m.push_back(0);
+    }
+    rank = static_cast<int>(md.size());
+    dims.assign(md.rbegin(), md.rend());
+    for (std::size_t k = 0; k < ms.size(); ++k) strides[k].assign(ms[k].rbegin(), ms[k].rend());
+    run_len = dims.back();
+    for (int d = 0; d + 1 < rank; ++d) runs *= dims[static_cast<std::size_t>(d)];
+    for (int k = 0; k < inputs; ++k) step[k] = strides[k].back() ? 1 : 0;  // contiguous inner strides are 1
+  }
+  /// Each input's first element of run `run`.
+  void start(int64_t run, int64_t (&at)[kMaxInputs]) const {
+    for (int k = 0; k < inputs; ++k) at[k] = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      const int64_t n = dims[static_cast<std::size_t>(d)], i = run % n;
+      run /= n;
+      for (int k = 0; k < inputs; ++k) at[k] += i * strides[k][static_cast<std::size_t>(d)];
+    }
+  }
+  /// f(first output element, each input's first element) for every run, over the pool.
+  template <class F>
+  void for_runs(ThreadPool* pool, F&& f) const {
+    pool->parallel_for(runs, std::max<int64_t>(1, kGrainElems / run_len), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t at[kMaxInputs];
+        start(r, at);
+        f(r * run_len, at);
+      }
+    });
+  }
+};
+
+/// z = op(x, y) over a run, each input stepping 0 or 1 (four loops the compiler vectorises).
+template <class Op>
+void binary_run(const Op& op, const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) {
+  if (sx && sy) for (int64_t i = 0; i < n; ++i) z[i] = op(x[i], y[i]);
+  else if (sx) for (int64_t i = 0; i < n; ++i) z[i] = op(x[i], y[0]);
+  else if (sy) for (int64_t i = 0; i < n; ++i) z[i] = op(x[0], y[i]);
+  else for (int64_t i = 0; i < n; ++i) z[i] = op(x[0], y[0]);
+}
+
+template <class Op>
+struct PredicateVec final : PreparedRoutine {
+  static constexpr std::string_view kType = Op::kType;
+  static constexpr bool kSimd = false;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo& info, const Schema&) {
+    if (!Op::known(info.layer->get_string("op", "")))
+      return Support::no(fmt::format("unknown op '{}'", info.layer->get_string("op", "")));
+    return Support::yes();
+  }
+  Op op;
+  BroadcastRuns bc;
+  PredicateVec(const LayerInfo& info, const Schema&, const vk::Kernels&)
+      : op(info.layer->get_string("op", "")), bc(info.output_shapes[0], {info.input_shapes[0], info.input_shapes[1]}) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* y = a.inputs[1]->data_as<float>();
+    float* z = a.outputs[0]->data_as<float>();
+    bc.for_runs(a.pool, [&](int64_t o, const int64_t (&at)[BroadcastRuns::kMaxInputs]) {
+      op.run(x + at[0], bc.step[0], y + at[1], bc.step[1], z + o, bc.run_len);
+    });
+  }
+};
+
+/// compare: 1 or 0, as C++ compares floats (NaN: only not_equal holds), as cpu/ref.
+struct CompareRuns {
+  static constexpr std::string_view kType = "compare";
+  enum { eq, ne, lt, le, gt, ge } op;
+  static bool known(const std::string& o) {
+    return o == "equal" || o == "not_equal" || o == "less" || o == "less_equal" || o == "greater" || o == "greater_equal";
+  }
+  explicit CompareRuns(const std::string& o)
+      : op(o == "equal" ? eq : o == "not_equal" ? ne : o == "less" ? lt : o == "less_equal" ? le : o == "greater" ? gt : ge) {}
+  void run(const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) const {
+    auto f = [](bool b) { return b ? 1.0f : 0.0f; };
+    switch (op) {
+      case eq: binary_run([&](float a, float b) { return f(a == b); }, x, sx, y, sy, z, n); break;
+      case ne: binary_run([&](float a, float b) { return f(a != b); }, x, sx, y, sy, z, n); break;
+      case lt: binary_run([&](float a, float b) { return f(a < b); }, x, sx, y, sy, z, n); break;
+      case le: binary_run([&](float a, float b) { return f(a <= b); }, x, sx, y, sy, z, n); break;
+      case gt: binary_run([&](float a, float b) { return f(a > b); }, x, sx, y, sy, z, n); break;
+      case ge: binary_run([&](float a, float b) { return f(a >= b); }, x, sx, y, sy, z, n); break;
+    }
+  }
+};
+
+/// logical: and, or, xor of nonzero (NaN counts as true), 1 or 0, as cpu/ref.
+struct LogicalRuns {
+  static constexpr std::string_view kType = "logical";
+  enum { land, lor, lxor } op;
+  static bool known(const std::string& o) { return o == "and" || o == "or" || o == "xor"; }
+  explicit LogicalRuns(const std::string& o) : op(o == "and" ? land : o == "or" ? lor : lxor) {}
+  void run(const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n) const {
+    auto f = [](bool b) { return b ? 1.0f : 0.0f; };
+    switch (op) {
+      case land: binary_run([&](float a, float b) { return f(a != 0 && b != 0); }, x, sx, y, sy, z, n); break;
+      case lor: binary_run([&](float a, float b) { return f(a != 0 || b != 0); }, x, sx, y, sy, z, n); break;
+      case lxor: binary_run([&](float a, float b) { return f((a != 0) != (b != 0)); }, x, sx, y, sy, z, n); break;
+    }
+  }
+};
+
+/// where: condition != 0 ? x : y, the three broadcast (NaN condition: x), as cpu/ref.
+struct WhereVec final : PreparedRoutine {
+  static constexpr std::string_view kType = "where";
+  static constexpr bool kSimd = false;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+  BroadcastRuns bc;
+  WhereVec(const LayerInfo& info, const Schema&, const vk::Kernels&)
+      : bc(info.output_shapes[0], {info.input_shapes[0], info.input_shapes[1], info.input_shapes[2]}) {}
+  void run(const RunArgs& a) override {
+    const float* c = a.inputs[0]->data_as<float>();
+    const float* x = a.inputs[1]->data_as<float>();
+    const float* y = a.inputs[2]->data_as<float>();
+    float* z = a.outputs[0]->data_as<float>();
+    bc.for_runs(a.pool, [&](int64_t o, const int64_t (&at)[BroadcastRuns::kMaxInputs]) {
+      const float* cr = c + at[0];
+      const float* xr = x + at[1];
+      const float* yr = y + at[2];
+      const int64_t sc = bc.step[0], sx = bc.step[1], sy = bc.step[2];
+      float* zr = z + o;
+      for (int64_t i = 0; i < bc.run_len; ++i) zr[i] = cr[i * sc] != 0 ? xr[i * sx] : yr[i * sy];
+    });
+  }
+};
+
 /// reshape, flatten, identity: the same elements in the same order. The
 /// executor gives the output the input's memory where it can; elsewhere (a net
 /// input or output) they are copied in equal ranges across threads.
@@ -952,6 +1128,9 @@ SOFTNEURO_REGISTER_ROUTINE(Vec<Split>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<PadT<float>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<PadT<int8_t>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Prelu>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<PredicateVec<CompareRuns>>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<PredicateVec<LogicalRuns>>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<WhereVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kReshape>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kFlatten>>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Copy<kIdentity>>);

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -122,13 +123,65 @@ struct GeluOp {
 };
 
 // ---------------------------------------------------------------------------
-// add, sub, mul, div with NumPy broadcasting, in either layout; add's fused activation.
+// add, sub, mul, div with NumPy broadcasting, in either layout; add's fused
+// activation. compare and logical (1 or 0) and where likewise.
 
-template <kern::BinOp Op, const char* Name>
+/// NumPy broadcasting of up to three inputs onto `out` stored in `layout`: the
+/// output's dims in memory order, with each input's strides (sa, sb, sc; 0 where broadcast).
+kern::Strided broadcast_strides(const Shape& out, std::initializer_list<const Shape*> ins, Layout layout) {
+  kern::Strided st;
+  const int rank = out.rank();
+  const auto p = physical_order(rank, layout);
+  st.rank = rank;
+  int64_t* strides[3] = {st.sa, st.sb, st.sc};
+  int k = 0;
+  for (const Shape* in : ins) {
+    const auto l = logical_strides(*in, layout);
+    for (int j = 0; j < rank; ++j) {
+      const int d = p[static_cast<std::size_t>(j)];
+      const int di = d - (rank - in->rank());
+      strides[k][j] = (di >= 0 && (*in)[di] != 1) ? l[static_cast<std::size_t>(di)] : 0;
+    }
+    ++k;
+  }
+  for (int j = 0; j < rank; ++j) st.dims[j] = out[p[static_cast<std::size_t>(j)]];
+  return st;
+}
+
+/// The kernel's operation of a layer: fixed (add..div), or its "op" (compare, logical).
+template <kern::BinOp Op>
+struct FixedOp {
+  static std::optional<kern::BinOp> of(const Layer&) { return Op; }
+};
+struct CompareOp {
+  static std::optional<kern::BinOp> of(const Layer& l) {
+    const std::string o = l.get_string("op", "");
+    using B = kern::BinOp;
+    if (o == "equal") return B::eq;
+    if (o == "not_equal") return B::ne;
+    if (o == "less") return B::lt;
+    if (o == "less_equal") return B::le;
+    if (o == "greater") return B::gt;
+    if (o == "greater_equal") return B::ge;
+    return std::nullopt;
+  }
+};
+struct LogicalOp {
+  static std::optional<kern::BinOp> of(const Layer& l) {
+    const std::string o = l.get_string("op", "");
+    if (o == "and") return kern::BinOp::land;
+    if (o == "or") return kern::BinOp::lor;
+    if (o == "xor") return kern::BinOp::lxor;
+    return std::nullopt;
+  }
+};
+
+template <class OpOf, const char* Name>
 struct Binary final : KernelPrepared {
   static constexpr std::string_view kType = Name;
   static constexpr bool kNhwc = true;
   kern::Elem t;
+  kern::BinOp op;
   int64_t n;
   bool same;
   kern::Strided st;
@@ -138,36 +191,51 @@ struct Binary final : KernelPrepared {
       return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
     if (core::requantizes_as_tflite(*info.layer))
       return Support::no("TensorFlow Lite's int8 add rounds with fixed-point multipliers; this one sums in float");
+    if (!OpOf::of(*info.layer)) return Support::no(fmt::format("unknown op '{}'", info.layer->get_string("op", "")));
     return Support::yes();
   }
-  Binary(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)), act(act_params(core::fused_activation(*info.layer))) {
+  Binary(const LayerInfo& info, const Schema& s)
+      : t(elem(s.dtype)), op(*OpOf::of(*info.layer)), act(act_params(core::fused_activation(*info.layer))) {
     const Shape& out = info.output_shapes[0];
-    const Shape& a = info.input_shapes[0];
-    const Shape& b = info.input_shapes[1];
     n = out.numel();
-    same = a == out && b == out;
-    const int rank = out.rank();
-    auto p = physical_order(rank, s.layout);
-    auto la = logical_strides(a, s.layout), lb = logical_strides(b, s.layout);
-    st.rank = rank;
-    for (int k = 0; k < rank; ++k) {
-      const int d = p[static_cast<std::size_t>(k)];
-      st.dims[k] = out[d];
-      const int da = d - (rank - a.rank()), db = d - (rank - b.rank());
-      st.sa[k] = (da >= 0 && a[da] != 1) ? la[static_cast<std::size_t>(da)] : 0;
-      st.sb[k] = (db >= 0 && b[db] != 1) ? lb[static_cast<std::size_t>(db)] : 0;
-    }
+    same = info.input_shapes[0] == out && info.input_shapes[1] == out;
+    st = broadcast_strides(out, {&info.input_shapes[0], &info.input_shapes[1]}, s.layout);
   }
   void run(const RunArgs& a) override {
-    check(kern::binary(t, Op, a.inputs[0]->data(), a.inputs[1]->data(), a.outputs[0]->data(), n, st, same, act, stream()),
+    check(kern::binary(t, op, a.inputs[0]->data(), a.inputs[1]->data(), a.outputs[0]->data(), n, st, same, act, stream()),
           "binary kernel");
   }
 };
-constexpr char kAdd[] = "add", kSub[] = "sub", kMul[] = "mul", kDiv[] = "div";
-using Add = Binary<kern::BinOp::add, kAdd>;
-using Sub = Binary<kern::BinOp::sub, kSub>;
-using Mul = Binary<kern::BinOp::mul, kMul>;
-using Div = Binary<kern::BinOp::div, kDiv>;
+constexpr char kAdd[] = "add", kSub[] = "sub", kMul[] = "mul", kDiv[] = "div", kCompare[] = "compare",
+               kLogical[] = "logical";
+using Add = Binary<FixedOp<kern::BinOp::add>, kAdd>;
+using Sub = Binary<FixedOp<kern::BinOp::sub>, kSub>;
+using Mul = Binary<FixedOp<kern::BinOp::mul>, kMul>;
+using Div = Binary<FixedOp<kern::BinOp::div>, kDiv>;
+using Compare = Binary<CompareOp, kCompare>;
+using Logical = Binary<LogicalOp, kLogical>;
+
+struct Where final : KernelPrepared {
+  static constexpr std::string_view kType = "where";
+  static constexpr bool kNhwc = true;
+  kern::Elem t;
+  int64_t n;
+  kern::Strided st;
+  static Support supports(const LayerInfo& info, const Schema&) {
+    if (info.output_shapes[0].rank() > kern::Strided::max_rank)
+      return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
+    return Support::yes();
+  }
+  Where(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)), n(info.output_shapes[0].numel()) {
+    st = broadcast_strides(info.output_shapes[0], {&info.input_shapes[0], &info.input_shapes[1], &info.input_shapes[2]},
+                           s.layout);
+  }
+  void run(const RunArgs& a) override {
+    check(kern::where(t, a.inputs[0]->data(), a.inputs[1]->data(), a.inputs[2]->data(), a.outputs[0]->data(), n, st,
+                      stream()),
+          "where kernel");
+  }
+};
 
 // ---------------------------------------------------------------------------
 // pool2 (max/avg, pads, strides, dilations, ceil mode, count_include_pad, global).
@@ -553,6 +621,9 @@ SOFTNEURO_REGISTER_ROUTINE(Kernel<Add>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Sub>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Mul>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Div>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Compare>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Logical>);
+SOFTNEURO_REGISTER_ROUTINE(Kernel<Where>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Pool2>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Depthwise>);
 SOFTNEURO_REGISTER_ROUTINE(Kernel<Batchnorm>);

@@ -34,6 +34,16 @@ __device__ __forceinline__ float binop(BinOp op, float a, float b) {
     case BinOp::sub: return a - b;
     case BinOp::mul: return a * b;
     case BinOp::div: return a / b;
+    // As cpu/ref: C++'s float comparisons (NaN: only ne holds); nonzero is true (NaN too).
+    case BinOp::eq: return a == b ? 1.f : 0.f;
+    case BinOp::ne: return a != b ? 1.f : 0.f;
+    case BinOp::lt: return a < b ? 1.f : 0.f;
+    case BinOp::le: return a <= b ? 1.f : 0.f;
+    case BinOp::gt: return a > b ? 1.f : 0.f;
+    case BinOp::ge: return a >= b ? 1.f : 0.f;
+    case BinOp::land: return a != 0.f && b != 0.f ? 1.f : 0.f;
+    case BinOp::lor: return a != 0.f || b != 0.f ? 1.f : 0.f;
+    case BinOp::lxor: return (a != 0.f) != (b != 0.f) ? 1.f : 0.f;
   }
   return 0.f;
 }
@@ -56,6 +66,22 @@ __global__ void binary_strided_kernel(BinOp op, const T* __restrict__ a, const T
       ob += c * s.sb[d];
     }
     st(y, i, activate(act, binop(op, ld(a, oa), ld(b, ob))));
+  }
+}
+
+template <class T>
+__global__ void where_kernel(const T* __restrict__ c, const T* __restrict__ a, const T* __restrict__ b,
+                             T* __restrict__ y, int64_t n, Strided s) {
+  SOFTNEURO_GRID_LOOP(i, n) {
+    int64_t rem = i, oc = 0, oa = 0, ob = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const int64_t k = rem % s.dims[d];
+      rem /= s.dims[d];
+      oc += k * s.sa[d];
+      oa += k * s.sb[d];
+      ob += k * s.sc[d];
+    }
+    y[i] = ld(c, oc) != 0.f ? a[oa] : b[ob];
   }
 }
 
@@ -450,6 +476,20 @@ cudaError_t binary(Elem t, BinOp op, const void* a, const void* b, void* y, int6
     if (same) binary_same_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, act);
     else binary_strided_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(op, A, B, Y, n, st, act);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t where(Elem t, const void* condition, const void* a, const void* b, void* y, int64_t n, const Strided& st,
+                  cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  if (t == Elem::f16)
+    where_kernel<__half><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __half*>(condition),
+                                                            static_cast<const __half*>(a), static_cast<const __half*>(b),
+                                                            static_cast<__half*>(y), n, st);
+  else
+    where_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(condition),
+                                                           static_cast<const float*>(a), static_cast<const float*>(b),
+                                                           static_cast<float*>(y), n, st);
   return cudaGetLastError();
 }
 

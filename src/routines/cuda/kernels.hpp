@@ -46,13 +46,19 @@ struct Strided {
   int64_t dims[max_rank] = {};
   int64_t sa[max_rank] = {};
   int64_t sb[max_rank] = {};
+  int64_t sc[max_rank] = {};  ///< a third input's (where)
 };
 
-enum class BinOp : int { add = 0, sub, mul, div };
+/// add..div; then compare (eq..ge) and logical (land..lxor), which give 1 or 0.
+enum class BinOp : int { add = 0, sub, mul, div, eq, ne, lt, le, gt, ge, land, lor, lxor };
 /// y = act(a op b) with NumPy broadcasting expressed by `st` over n output elements.
 /// `same`: a and b are laid out like y (no index arithmetic).
 cudaError_t binary(Elem t, BinOp op, const void* a, const void* b, void* y, int64_t n, const Strided& st, bool same,
                    ActParams act, cudaStream_t s);
+
+/// y = condition != 0 ? a : b (NumPy broadcasting: condition sa, a sb, b sc over n output elements).
+cudaError_t where(Elem t, const void* condition, const void* a, const void* b, void* y, int64_t n, const Strided& st,
+                  cudaStream_t s);
 
 /// y[i] = x[offset(i)]: a permutation (transpose) or any gather by strides (sa).
 cudaError_t strided_copy(Elem t, const void* x, void* y, int64_t n, const Strided& st, cudaStream_t s);
