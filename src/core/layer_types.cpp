@@ -947,7 +947,12 @@ double ResizeAxis::source(int64_t x) const {
       return len_in / 2 * (1 - adjustment) + (xr + 0.5) / scale - 0.5;
     }
     case pytorch_half_pixel: return out > 1 ? (xr + 0.5) / scale - 0.5 : 0.0;
-    case align_corners: return out > 1 ? xr * (len_in - 1) / (len_out - 1) : 0.0;
+    case align_corners: {
+      // ONNX (its reference, ONNX Runtime) maps through in * scale, not the
+      // rounded output size: a 0.6 scale of 4 pixels samples 3/1.4 apart.
+      const double resized = scale * len_in;
+      return out > 1 && resized != 1.0 ? xr * (len_in - 1) / (resized - 1) : 0.0;
+    }
     case asymmetric: return xr / scale;
     case tf_half_pixel_for_nn: return (xr + 0.5) / scale;
     case tf_crop_and_resize:

@@ -45,6 +45,19 @@ TEST_CASE("Resize: scales (opset 11, empty roi) and sizes (opset 13) import and 
   }
 }
 
+TEST_CASE("Resize: align_corners with scales maps through in * scale, not the rounded output size", "[onnx][resize]") {
+  // ONNX's test_resize_downsample_scales_linear_align_corners: [1,1,2,4] scaled
+  // by 0.6 is [1,1,1,2]; its second pixel samples 1 * 3 / (2.4 - 1) = 2.142857
+  // (the rounded size's 3 / (2 - 1) gave the last pixel, 4).
+  OnnxModel m(13);
+  m.input("x", {1, 1, 2, 4}).output("y");
+  m.init("scales", {4}, {1, 1, 0.6f, 0.6f});
+  m.node("Resize", {"x", "", "scales"}, {"y"}).s("mode", "linear").s("coordinate_transformation_mode", "align_corners");
+  Output y = run_model(m, "resize_align_scales.onnx", Shape{1, 1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(y.shape == Shape{1, 1, 1, 2});
+  CHECK(max_abs_diff(y.values, {1.0f, 3.142857f}) < 1e-5);
+}
+
 TEST_CASE("Resize: crop boxes beyond any index and NaN read the extrapolation value or the edge", "[onnx][resize]") {
   // Fuzzing found it (fuzz/regressions/onnx_import/resize-roi-beyond-int64):
   // a source coordinate of 3e38 converted to an index (undefined behaviour).

@@ -1056,7 +1056,7 @@ struct Resize {
       if (a->transform == T::pytorch_half_pixel && a->out == 1)
         return Support::no("pytorch_half_pixel to one pixel samples the first (XNNPACK's half_pixel the middle)");
       const double exact = static_cast<double>(a->out) / static_cast<double>(a->in);
-      if (a->transform != T::align_corners && std::abs(a->scale - exact) > 1e-9 * exact)
+      if (std::abs(a->scale - exact) > 1e-9 * exact)
         return Support::no(fmt::format("scale {} is not out/in = {}/{}: XNNPACK samples at in/out", a->scale, a->out,
                                        a->in));
     }
