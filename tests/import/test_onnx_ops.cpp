@@ -2329,3 +2329,22 @@ TEST_CASE("LinearAttention: a prefill equals its tokens one decode step at a tim
   wide.node("LinearAttention", {"q", "k", "v"}, {"y"}, "la").i("q_num_heads", 2).i("kv_num_heads", 2).s("update_rule", "linear");
   CHECK_THROWS_WITH(import_onnx(wide.save("linear_attention_bad_key.onnx")), Catch::Contains("key width 4"));
 }
+
+TEST_CASE("ReduceMax/ReduceMin of booleans over an empty set give false/true, the type's least and greatest",
+          "[onnx][reduce]") {
+  // ONNX's test_reduce_max_empty_set_bool: -inf (max of nothing) read as a boolean was true.
+  for (const char* op : {"ReduceMax", "ReduceMin"}) {
+    INFO(op);
+    OnnxModel m(18);
+    m.input("x", {2, 0, 4}).output("y");
+    m.init_ints("axes", {1}, {1});
+    m.node("Cast", {"x"}, {"b"}).i("to", onnx::TensorProto::BOOL);
+    m.node(op, {"b", "axes"}, {"r"}).i("keepdims", 1);
+    m.node("Cast", {"r"}, {"y"}).i("to", onnx::TensorProto::FLOAT);
+    Output y = run_model(m, std::string("reduce_empty_bool_") + op + ".onnx", Shape{2, 0, 4}, {});
+    CHECK(y.shape == Shape{2, 1, 4});
+    const float want = std::string(op) == "ReduceMax" ? 0.0f : 1.0f;
+    CHECK(std::all_of(y.values.begin(), y.values.end(), [&](float v) { return v == want; }));
+    CHECK(y.values.size() == 8);
+  }
+}

@@ -69,6 +69,14 @@ void Importer::reduce(const Node& n) {
     }
     return;
   }
+  if ((mode == "max" || mode == "min") && elem_type(n.in(0)) == onnx::TensorProto::BOOL) {
+    // Over an empty set max is -inf, min +inf, which as booleans read true;
+    // ONNX gives the type's least (false) and greatest (true): clip to [0, 1].
+    const std::string r = fresh_blob(y + "/reduced");
+    add_unary(n, "reduce", x, r, reduced(mode, keep));
+    add_unary(n, "clip", r, y, {{"min", 0.0}, {"max", 1.0}}, "bool");
+    return;
+  }
   add_unary(n, "reduce", x, y, reduced(mode, keep));
 }
 
