@@ -17,6 +17,7 @@
 #include <limits>
 #include <optional>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace softneuro;
@@ -804,4 +805,33 @@ TEST_CASE("DequantizeLinear and QuantizeLinear with block_size: each element at 
   bad.node("MatMul", {"x", "Wf"}, {"y"});
   CHECK_THROWS_WITH(import_onnx(bad.save("blocked_quant_bad.onnx")),
                     Catch::Contains("'dq'") && Catch::Contains("scale") && Catch::Contains("blocks of 4"));
+}
+
+TEST_CASE("QuantizeLinear with a scale computed at run time (DynamicQuantizeLinear's function body)", "[onnx][quant]") {
+  // scale = max(x) / 127 at run time, zero point a constant int8 0: y = saturate(round_half_even(x / scale) + 0).
+  OnnxModel m(19);
+  m.input("x", {6}).typed_output("y", onnx::TensorProto::FLOAT);
+  m.init("d", {}, {127.0f});
+  m.init_ints("zp", {}, {0});
+  m.node("ReduceMax", {"x"}, {"mx"}).i("keepdims", 0);
+  m.node("Div", {"mx", "d"}, {"scale"});
+  m.node("Cast", {"zp"}, {"zp8"}).i("to", onnx::TensorProto::INT8);
+  m.node("QuantizeLinear", {"x", "scale", "zp8"}, {"q"});
+  m.node("Cast", {"q"}, {"y"}).i("to", onnx::TensorProto::FLOAT);
+  const std::vector<float> x = {-3.0f, -1.0f, 0.0f, 0.5f, 1.27f, 2.54f};
+  Output y = run_model(m, "quantize_runtime_scale.onnx", Shape{6}, x);
+  REQUIRE(y.values.size() == 6);
+  const float scale = 2.54f / 127.0f;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO(i);
+    CHECK(y.values[i] == std::clamp(std::nearbyint(x[i] / scale), -128.0f, 127.0f));
+  }
+
+  // Per axis at run time: refused, naming what is supported.
+  OnnxModel p(19);
+  p.input("x", {2, 3}).output("y");
+  p.init_ints("axes", {1}, {1});
+  p.node("ReduceMax", {"x", "axes"}, {"scale"}).i("keepdims", 0);
+  p.node("QuantizeLinear", {"x", "scale"}, {"y"}).i("axis", 0);
+  CHECK_THROWS_WITH(import_onnx(p.save("quantize_runtime_axis.onnx")), Catch::Contains("per tensor only"));
 }

@@ -805,7 +805,7 @@ bool Importer::keeps_integers(const std::string& op) {
       "GatherElements", "Trilu", "Div", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
       "CumSum", "CumProd", "TopK", "ReduceProd", "SpaceToDepth", "DepthToSpace", "DequantizeLinear", "QLinearConv",
       "QLinearMatMul", "ConvInteger", "MatMulInteger", "ScatterND", "ScatterElements", "GatherND", "EyeLike", "OneHot", "CenterCropPad", "Compress",
-      "ReverseSequence", "If", "NonZero", "Unique",
+      "ReverseSequence", "If", "NonZero", "Unique", "QuantizeLinear",
       "Loop", "Scan"};  // (a body checks its own operators on the types it is given)
   return ops.count(op) != 0;
 }

@@ -442,6 +442,7 @@ class Importer {
   void conv_integer(const Node&);
   void matmul_integer(const Node&);
   /// Scale and zero point of a quantisation (inputs scale_k and zp_k), the range from the zero point's type.
+  void runtime_quantize(const Node& n);
   struct QParams {
     std::vector<float> scales;
     std::vector<int64_t> zero_points;

@@ -214,6 +214,7 @@ void Importer::blocked_dequantize(const Node& n, int64_t block) {
 
 void Importer::quantize_linear(const Node& n) {
   if (const int64_t block = n.get_int("block_size", 0); block != 0) return blocked_quantize(n, block);
+  if (!constant(n.in(1)) || (n.has_in(2) && !constant(n.in(2)))) return runtime_quantize(n);
   const QParams q = quantize_params(n);
   const int axis = static_cast<int>(n.get_int("axis", 1));
   if (const Blob* c = constant(n.in(0))) {
@@ -247,6 +248,29 @@ void Importer::quantize_linear(const Node& n) {
     return;
   }
   quantized_output(n, input(n, 0), q, axis);
+}
+
+// A scale (and zero point) computed at run time, per tensor: DynamicQuantizeLinear
+// written out as its function body (ReduceMin/Max, Div, Round, Cast, then
+// QuantizeLinear of the computed scale and zero point). The integers come from
+// the same layers as a constant scale's (add_integers).
+void Importer::runtime_quantize(const Node& n) {
+  const std::string y = n.out(0);
+  for (int k = 1; k <= 2; ++k)
+    if (n.has_in(k) && !constant(n.in(k)) && shape_of(n, n.in(k)).numel() != 1)
+      throw Unsupported{fmt::format("QuantizeLinear with a {} computed at run time per axis (per tensor only)",
+                                    k == 1 ? "scale" : "zero point")};
+  const int t = n.has_in(2) ? elem_type(n.in(2)) : static_cast<int>(n.get_int("output_dtype", onnx::TensorProto::UINT8));
+  QParams q;
+  q.type = t;
+  if (t == onnx::TensorProto::INT8) q.qmin = -128, q.qmax = 127;
+  else if (t == onnx::TensorProto::UINT16) q.qmax = 65535;
+  else if (t == onnx::TensorProto::INT16) q.qmin = -32768, q.qmax = 32767;
+  else if (t != onnx::TensorProto::UINT8)
+    throw Unsupported{fmt::format("QuantizeLinear to {} with a scale computed at run time (uint8, int8, uint16 and int16 are)",
+                                  onnx_type_name(t))};
+  const std::string zero_point = n.has_in(2) ? input(n, 2) : scalar_constant(n, y + "/zero_point", 0.0);
+  add_integers(n, input(n, 0), input(n, 1), zero_point, q);
 }
 
 std::string Importer::along_axis(const Node& n, const std::string& name, const std::vector<float>& values, int axis, int rank) {

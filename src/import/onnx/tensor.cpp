@@ -93,6 +93,7 @@ void Importer::cast_to_type(const Node& n, int to) {
     throw Unsupported{fmt::format("Cast to {}", onnx_type_name(to))};
   if (const Blob* c = constant(n.in(0))) {
     constants_[n.out(0)] = cast_to(*c, to_floating ? DType::float32 : DType::int64);
+    onnx_types_[n.out(0)] = to;  // a zero point's type is its range (qparams), a CastLike's target type
     return;
   }
   if (to == T::BOOL) {  // x != 0
