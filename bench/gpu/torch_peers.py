@@ -88,15 +88,7 @@ def main():
                 hf_models.export("bert", "base", "torchscript17", path)
                 print(f"exported {path} in {time.time() - t0:.1f} s", flush=True)
             bert, _ = hf_models.build("bert", "base")
-
-            class LastHidden(torch.nn.Module):
-                def __init__(self, m):
-                    super().__init__()
-                    self.m = m
-
-                def forward(self, input_ids, attention_mask):
-                    return self.m(input_ids=input_ids, attention_mask=attention_mask)[0]
-            model = LastHidden(bert).eval()
+            model = hf_models.last_hidden_of_text(bert).eval()
         else:
             model = getattr(torchvision.models, name)(weights=None).eval()
             for m in model.modules() if name == "mobilenet_v2" else ():

@@ -64,6 +64,20 @@ def build(name, size):
     raise SystemExit(f"unknown model {name}")
 
 
+def last_hidden_of_text(model):
+    """A text model as (input_ids, attention_mask) -> last_hidden_state, as exported (and as bench/gpu times it)."""
+    import torch
+
+    class M(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask)[0]
+    return M(model)
+
+
 def export(name, size, exporter, path):
     import torch
     model, kind = build(name, size)
@@ -75,14 +89,6 @@ def export(name, size, exporter, path):
         names = ["input_ids", "attention_mask"]
         args = (ids, mask)
         dyn = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
-
-        class M(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, input_ids, attention_mask):
-                return self.m(input_ids=input_ids, attention_mask=attention_mask)[0]
     elif kind == "image":
         names, args = ["pixel_values"], (torch.randn(1, 3, 224, 224),)
         dyn = {"pixel_values": {0: "batch"}}
@@ -105,7 +111,7 @@ def export(name, size, exporter, path):
 
             def forward(self, input_features):
                 return self.m(input_features)[0]
-    wrapped = M(model).eval()
+    wrapped = (last_hidden_of_text(model) if kind in ("text", "causal") else M(model)).eval()
     ts = exporter.startswith("torchscript")
     opset = int(exporter.replace("torchscript", "").replace("dynamo", ""))
     with torch.no_grad():

@@ -96,6 +96,7 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
   }
   share_views();
   share_slices();
+  note_checking_steps();
 
   plan_arenas(host_arena);
 
@@ -307,6 +308,7 @@ bool Executor::rebind(const std::unordered_map<std::string_view, Shape>& shapes,
     }
     step.prepared = std::move(prepared);
   }
+  note_checking_steps();
   plan_arenas(arena(Device::cpu).shared);
   return true;
 }
@@ -594,25 +596,32 @@ std::optional<Shape> Executor::value_shape(const std::string& blob) const {
   return std::nullopt;
 }
 
-bool Executor::checks_non_finite(const std::string& name) const {
+void Executor::note_checking_steps() {
+  checking_steps_.clear();
+  for (std::size_t t = 0; t < steps_.size(); ++t)
+    if (steps_[t]->prepared && steps_[t]->prepared->checks_non_finite()) checking_steps_.push_back(t);
+  checked_inputs_.assign(net_inputs_.size(), false);
   for (std::size_t k = 0; k < net_inputs_.size(); ++k) {
-    if (graph_.inputs[k].name != name) continue;
-    const int slot = net_inputs_[k];
-    bool read = false;
+    bool read = false, all_check = true;
     for (const auto& step : steps_)
       for (std::size_t i = 0; i < step->input_blobs.size(); ++i) {
-        if (step->input_blobs[i] != slot) continue;
-        if (i != 0 || !step->prepared || !step->prepared->checks_non_finite()) return false;
+        if (step->input_blobs[i] != net_inputs_[k]) continue;
         read = true;
+        all_check = all_check && i == 0 && step->prepared && step->prepared->checks_non_finite();
       }
-    return read;
+    checked_inputs_[k] = read && all_check;
   }
+}
+
+bool Executor::checks_non_finite(const std::string& name) const {
+  for (std::size_t k = 0; k < net_inputs_.size(); ++k)
+    if (graph_.inputs[k].name == name) return checked_inputs_[k];
   return false;
 }
 
 bool Executor::saw_non_finite() const {
-  for (const auto& step : steps_)
-    if (step->prepared && step->prepared->checks_non_finite() && step->prepared->saw_non_finite()) return true;
+  for (std::size_t t : checking_steps_)
+    if (steps_[t]->prepared->saw_non_finite()) return true;
   return false;
 }
 

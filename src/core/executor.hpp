@@ -133,6 +133,9 @@ class Executor {
   /// of their whole (core::contiguous_slices) between planned CPU blobs: the
   /// pieces live in the whole's memory and the step runs nothing.
   void share_slices();
+  /// Which net inputs only checking steps read, and which steps check
+  /// (checked_inputs_, checking_steps_): once the steps are prepared.
+  void note_checking_steps();
   /// Steps whose output is their input's bytes (PreparedRoutine::output_is_input)
   /// between planned CPU blobs: the output shares the input's memory, whose
   /// lifetime grows to cover it, and the step runs nothing.
@@ -150,6 +153,8 @@ class Executor {
   std::vector<std::shared_ptr<void>> constant_copies_;  ///< memory of constants converted once (convert_constant), one per plan_.constant_adapts
   std::vector<Arena> arenas_;
   std::size_t unplanned_bytes_ = 0;
+  std::vector<bool> checked_inputs_;      ///< per net input: checks_non_finite
+  std::vector<std::size_t> checking_steps_;  ///< steps whose prepared routine checks its input 0
   DeviceGraphs device_graphs_;  ///< [device graphs] replays runs of device steps (core/device_hooks.hpp)
 };
 

@@ -148,6 +148,13 @@ kern::Strided broadcast_strides(const Shape& out, std::initializer_list<const Sh
   return st;
 }
 
+/// The strided kernels index at most Strided::max_rank dims.
+Support strided_rank(const LayerInfo& info) {
+  if (info.output_shapes[0].rank() > kern::Strided::max_rank)
+    return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
+  return Support::yes();
+}
+
 /// The kernel's operation of a layer: fixed (add..div), or its "op" (compare, logical).
 template <kern::BinOp Op>
 struct FixedOp {
@@ -187,8 +194,7 @@ struct Binary final : KernelPrepared {
   kern::Strided st;
   kern::ActParams act;
   static Support supports(const LayerInfo& info, const Schema&) {
-    if (info.output_shapes[0].rank() > kern::Strided::max_rank)
-      return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
+    if (Support s = strided_rank(info); !s) return s;
     if (core::requantizes_as_tflite(*info.layer))
       return Support::no("TensorFlow Lite's int8 add rounds with fixed-point multipliers; this one sums in float");
     if (!OpOf::of(*info.layer)) return Support::no(fmt::format("unknown op '{}'", info.layer->get_string("op", "")));
@@ -221,11 +227,7 @@ struct Where final : KernelPrepared {
   kern::Elem t;
   int64_t n;
   kern::Strided st;
-  static Support supports(const LayerInfo& info, const Schema&) {
-    if (info.output_shapes[0].rank() > kern::Strided::max_rank)
-      return Support::no(fmt::format("rank {} is above {}", info.output_shapes[0].rank(), kern::Strided::max_rank));
-    return Support::yes();
-  }
+  static Support supports(const LayerInfo& info, const Schema&) { return strided_rank(info); }
   Where(const LayerInfo& info, const Schema& s) : t(elem(s.dtype)), n(info.output_shapes[0].numel()) {
     st = broadcast_strides(info.output_shapes[0], {&info.input_shapes[0], &info.input_shapes[1], &info.input_shapes[2]},
                            s.layout);
