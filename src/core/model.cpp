@@ -2,6 +2,7 @@
 
 #include "core/device.hpp"
 #include "core/executor.hpp"
+#include "core/narrow_types.hpp"
 #include "core/dnn_file.hpp"
 #include "core/prepared_weights.hpp"
 #include "core/shape_plan.hpp"
@@ -273,22 +274,10 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
 }
 
 namespace {
-/// Whether a floating-point blob holds NaN or inf (one pass, vectorised: the exponent bits all set).
+/// Whether a floating-point CPU blob holds NaN or inf.
 bool holds_non_finite(const Blob& b) {
-  if (!b.data() || b.device() != Device::cpu) return false;
-  const auto n = static_cast<std::size_t>(b.numel());
-  auto any = [n](const auto* bits, auto exponent) {
-    bool found = false;
-    for (std::size_t i = 0; i < n; ++i) found |= (bits[i] & exponent) == exponent;
-    return found;
-  };
-  switch (b.dtype()) {
-    case DType::float32: return any(static_cast<const uint32_t*>(b.data()), uint32_t{0x7f800000});
-    case DType::float64: return any(static_cast<const uint64_t*>(b.data()), uint64_t{0x7ff0000000000000});
-    case DType::float16: return any(static_cast<const uint16_t*>(b.data()), uint16_t{0x7c00});
-    case DType::bfloat16: return any(static_cast<const uint16_t*>(b.data()), uint16_t{0x7f80});
-    default: return false;
-  }
+  return b.data() && b.device() == Device::cpu &&
+         core::holds_non_finite(b.data(), static_cast<std::size_t>(b.numel()), b.dtype());
 }
 }  // namespace
 

@@ -7,11 +7,29 @@
 
 #include <softneuro/blob.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <utility>
 
 namespace softneuro::core {
+
+/// Whether `count` values of a floating-point `type` at `data` hold NaN or inf
+/// (one pass, vectorised: the exponent bits all set); false for other types.
+inline bool holds_non_finite(const void* data, std::size_t count, DType type) {
+  auto any = [count](const auto* bits, auto exponent) {
+    bool found = false;
+    for (std::size_t i = 0; i < count; ++i) found |= (bits[i] & exponent) == exponent;
+    return found;
+  };
+  switch (type) {
+    case DType::float32: return any(static_cast<const uint32_t*>(data), uint32_t{0x7f800000});
+    case DType::float64: return any(static_cast<const uint64_t*>(data), uint64_t{0x7ff0000000000000});
+    case DType::float16: return any(static_cast<const uint16_t*>(data), uint16_t{0x7c00});
+    case DType::bfloat16: return any(static_cast<const uint16_t*>(data), uint16_t{0x7f80});
+    default: return false;
+  }
+}
 
 /// How a value between two powers of two becomes a float8e8m0 (a power of two):
 /// ONNX Cast's round_mode.

@@ -18,6 +18,7 @@
 // host-side copies become host nodes of the graph (cudaLaunchHostFunc) that
 // read the blob's memory when the graph is replayed: the executor re-points
 // net inputs and outputs at the caller's memory on every run.
+#include "core/narrow_types.hpp"
 #include "routines/cuda/common.hpp"
 
 #include <softneuro/routine.hpp>
@@ -26,7 +27,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -76,32 +76,18 @@ struct Conversion {
 };
 
 /// Copies `bytes` of floating-point values of `dtype` (float32 or float16) and
-/// says whether any is NaN or inf (all exponent bits set), in one pass: each
-/// piece is checked while it is still in cache after its copy.
+/// says whether any is NaN or inf, in one pass: each piece is checked while it
+/// is still in cache after its copy.
 bool copy_checking_finite(void* dst, const void* src, std::size_t bytes, DType dtype) {
   constexpr std::size_t kPiece = 16384;
+  const std::size_t width = elem_bytes(dtype);
   bool found = false;
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   for (std::size_t at = 0; at < bytes; at += kPiece) {
     const std::size_t n = std::min(kPiece, bytes - at);
     std::memcpy(d + at, s + at, n);
-    const char* piece = d + at;  // just copied: in cache
-    bool any = false;
-    if (dtype == DType::float32) {
-      for (std::size_t i = 0; i + 4 <= n; i += 4) {
-        uint32_t v;
-        std::memcpy(&v, piece + i, 4);
-        any |= (v & 0x7f800000u) == 0x7f800000u;
-      }
-    } else {
-      for (std::size_t i = 0; i + 2 <= n; i += 2) {
-        uint16_t v;
-        std::memcpy(&v, piece + i, 2);
-        any |= (v & 0x7c00u) == 0x7c00u;
-      }
-    }
-    found = found || any;
+    found = core::holds_non_finite(d + at, n / width, dtype) || found;
   }
   return found;
 }
