@@ -204,7 +204,10 @@ class Session {
   /// A model whose sizes depend on values (NonMaxSuppression, NonZero: its
   /// outputs() list such dims as dynamic) runs in stages, each planned at the
   /// sizes the ones before produced; its outputs are copied into the caller's
-  /// blobs where their shapes match, and otherwise replace them.
+  /// blobs where their shapes match, and otherwise replace them. An input
+  /// whose value sets sizes (a window's size, Range's bounds given as inputs:
+  /// docs/importing.md) is part of a plan's key like a shape: give it in host
+  /// memory; outputs() give the shapes at ones.
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
   /// Convenience form: returns freshly allocated outputs, in outputs() order.
   std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);

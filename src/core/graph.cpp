@@ -159,7 +159,8 @@ void check_input_shape(const TensorInfo& in, const Shape& s) {
 }
 
 std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::string, Shape>& input_shapes,
-                                          Graph* specialized, SpecializeState* state) {
+                                          Graph* specialized, SpecializeState* state,
+                                          const std::map<std::string, Blob>* input_values) {
   std::map<std::string, Shape> shapes;
   for (const auto& in : g.inputs) {
     auto given = input_shapes.find(in.name);
@@ -172,7 +173,7 @@ std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::st
   }
   if (has_shape_math(g)) {  // values computed from shapes: evaluated at these shapes
     const auto inputs = shapes;
-    Graph at = specialize(g, inputs, &shapes, state);
+    Graph at = specialize(g, inputs, &shapes, state, input_values);
     if (specialized) *specialized = std::move(at);
     for (const auto& [blob, s] : shapes) check_size(s, {}, blob);
     return shapes;

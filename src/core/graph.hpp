@@ -95,9 +95,11 @@ std::map<std::string, Shape> infer_shapes(const Graph& graph);
 /// A graph with shape computations is specialised at them to tell (specialize,
 /// core/shape_plan.hpp): where `specialized` is given, it receives that graph
 /// (a plan at these shapes is built from it: build_plan), else it is dropped;
-/// `state` (if given) what specialize computed (core/shape_plan.hpp).
+/// `state` (if given) what specialize computed (core/shape_plan.hpp), and
+/// `input_values` the values of the inputs that set shapes (value_inputs).
 std::map<std::string, Shape> infer_shapes(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
-                                          Graph* specialized = nullptr, SpecializeState* state = nullptr);
+                                          Graph* specialized = nullptr, SpecializeState* state = nullptr,
+                                          const std::map<std::string, Blob>* input_values = nullptr);
 /// The routine path to run at these input shapes: the one tuned at them, else
 /// the nearest (dims compared by ratio); `exact` says which.
 const RoutinePath& path_for(const Graph& graph, const std::map<std::string, Shape>& input_shapes, bool* exact);

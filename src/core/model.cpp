@@ -148,12 +148,27 @@ bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std
 
 ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options, bool stage)
     : model_(model),
+      value_inputs_(core::value_inputs(model.graph)),
       stage_(stage),
       capacity_(std::max<std::size_t>(1, options.shape_cache)),
       schemas_(options.schemas),
       memory_limit_(memory_limit_of(options)) {}
 
-core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
+namespace {
+/// Whether two blobs hold the same shape, type and bytes (values of inputs that set shapes).
+bool same_value(const Blob& a, const Blob& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         (a.numel() == 0 || std::memcmp(a.data(), b.data(), a.byte_size()) == 0);
+}
+bool same_values(const std::map<std::string, Blob>& a, const std::map<std::string, Blob>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j)
+    if (i->first != j->first || !same_value(i->second, j->second)) return false;
+  return true;
+}
+}  // namespace
+
+core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, const std::map<std::string, Blob>& given_values) {
   std::map<std::string, Shape> inputs;
   for (const auto& in : model_.inputs) {
     auto it = given.find(in.name);
@@ -170,8 +185,14 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   }
   for (const auto& [name, shape] : given)
     if (!inputs.count(name)) throw Error(fmt::format("the model has no input named '{}'", name), model_.file, {}, name);
+  std::map<std::string, Blob> values;
+  for (const auto& name : value_inputs_) {
+    auto v = given_values.find(name);
+    const TensorInfo& in = *std::find_if(model_.inputs.begin(), model_.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
+    values[name] = v != given_values.end() ? v->second : core::value_default(in);
+  }
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
-    if (it->inputs == inputs) {
+    if (it->inputs == inputs && same_values(it->values, values)) {
       entries_.splice(entries_.begin(), entries_, it);
       return *entries_.front().executor;
     }
@@ -189,7 +210,9 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
   // the graph specialised again only where the shapes change it.
   if (entries_.size() >= capacity_)
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->path != &path || !same_shape_bucket(it->inputs, inputs) || (shape_math && !it->specialized)) continue;
+      if (it->path != &path || !same_shape_bucket(it->inputs, inputs) || (shape_math && !it->specialized) ||
+          !same_values(it->values, values))
+        continue;
       std::string why = "the graph folds otherwise at these shapes";
       bool rebound = false;
       std::map<std::string, Shape> shapes;  // (a graph without shape computations: all of them, here)
@@ -230,12 +253,13 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given) {
     }
   Entry e;
   e.inputs = inputs;
+  e.values = std::move(values);
   e.path = &path;
   // A graph with shape computations is specialised once here, for its shapes and its plan.
   auto specialized = shape_math ? std::make_unique<core::Graph>() : nullptr;
   if (shape_math) e.specialized = std::make_unique<core::SpecializeState>();
   try {
-    e.shapes = core::infer_shapes(model_.graph, inputs, specialized.get(), e.specialized.get());
+    e.shapes = core::infer_shapes(model_.graph, inputs, specialized.get(), e.specialized.get(), &e.values);
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
@@ -287,8 +311,16 @@ core::Executor& ShapedExecutors::exact_front() {
     bool tuned_here = false;
     const core::RoutinePath& path = core::path_for(model_.graph, e.inputs, &tuned_here);
     try {
-      e.exact = std::make_unique<core::Executor>(model_.graph, e.shapes, Schema{}, model_.weights, &path, schemas_,
-                                                 memory_limit_, /*keep_nan=*/true, queues_, host_arena_);
+      core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, /*keep_nan=*/true};
+      if (core::has_shape_math(model_.graph)) {  // specialised at the entry's values too
+        auto specialized = std::make_unique<core::Graph>();
+        core::infer_shapes(model_.graph, e.inputs, specialized.get(), nullptr, &e.values);
+        e.exact = std::make_unique<core::Executor>(core::build_plan(std::move(specialized), e.shapes, path, std::move(options)),
+                                                   queues_, host_arena_);
+      } else {
+        e.exact = std::make_unique<core::Executor>(core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
+                                                   queues_, host_arena_);
+      }
     } catch (const Error& err) {
       throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
     }
@@ -308,10 +340,26 @@ core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
     }
     if (same) fast = entries_.front().executor.get();
   }
+  // The values of the inputs that set shapes, where the model has such inputs.
+  std::map<std::string, Blob> values;
+  for (const auto& name : value_inputs_)
+    for (const auto& in : inputs)
+      if (in.name == name) {
+        try {
+          values[name] = core::shape_value(name, in.blob);
+        } catch (const Error& e) {
+          throw model_.file.empty() ? e : e.with_file(model_.file);
+        }
+        if (fast) {
+          const auto& kept = entries_.front().values;
+          auto k = kept.find(name);
+          if (k == kept.end() || !same_value(k->second, values[name])) fast = nullptr;
+        }
+      }
   if (!fast) {
     std::map<std::string, Shape> shapes;
     for (const auto& in : inputs) shapes[in.name] = in.blob.shape();
-    fast = &at(shapes);
+    fast = &at(shapes, values);
   }
   // NaN or inf given: the routines' fast forms may lose NaN (oneDNN's relu and
   // clip give 0). Inputs the plan's uploads check as they copy them are not

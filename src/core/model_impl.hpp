@@ -70,8 +70,11 @@ class ShapedExecutors {
   /// which meets new shapes at most runs: a new plan is noted at debug level.
   ShapedExecutors(const ModelImpl& model, const SessionOptions& options, bool stage = false);
   /// The executor of these input shapes (net inputs by name; missing: the
-  /// default shape). Throws Error naming the input whose shape the model does not take.
-  core::Executor& at(const std::map<std::string, Shape>& input_shapes);
+  /// default shape) and values of the inputs that set shapes (core::value_inputs,
+  /// as core::shape_value gives them; missing: core::value_default). Throws
+  /// Error naming the input whose shape the model does not take.
+  core::Executor& at(const std::map<std::string, Shape>& input_shapes,
+                     const std::map<std::string, Blob>& input_values = {});
   /// The executor of the shapes of these input blobs; where a floating-point
   /// input holds NaN or inf, its exact twin (every layer keeps NaN as ONNX
   /// does, LayerInfo::keep_nan), prepared on the first such run.
@@ -96,6 +99,7 @@ class ShapedExecutors {
  private:
   struct Entry {
     std::map<std::string, Shape> inputs;
+    std::map<std::string, Blob> values;   ///< of the inputs that set shapes (value_inputs_)
     std::map<std::string, Shape> shapes;  ///< every blob's, as the executor was planned
     std::unique_ptr<core::Executor> executor;
     std::unique_ptr<core::Executor> exact;  ///< for inputs holding NaN or inf (keep_nan), made on first use
@@ -107,6 +111,8 @@ class ShapedExecutors {
   /// The exact twin of the front entry's executor.
   core::Executor& exact_front();
   const ModelImpl& model_;
+  /// The net inputs whose values set shapes: part of an executor's key.
+  std::vector<std::string> value_inputs_;
   bool stage_;
   std::size_t capacity_;
   std::vector<std::string> schemas_;

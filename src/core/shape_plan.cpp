@@ -3,11 +3,14 @@
 #include "core/passes.hpp"
 
 #include "core/layer_types.hpp"
+#include "core/narrow_types.hpp"
 #include "core/tensor_math.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -115,7 +118,7 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
       {"or", BinaryOp::logical_or}, {"min", BinaryOp::min}, {"max", BinaryOp::max}};
   static const std::map<std::string, UnaryOp, std::less<>> unary_ops = {
       {"neg", UnaryOp::neg},     {"abs", UnaryOp::abs},   {"sqrt", UnaryOp::sqrt},
-      {"floor", UnaryOp::floor}, {"ceil", UnaryOp::ceil}, {"not", UnaryOp::logical_not}};
+      {"floor", UnaryOp::floor}, {"ceil", UnaryOp::ceil}, {"not", UnaryOp::logical_not}, {"relu", UnaryOp::relu}};
   const std::string op = l.get_string("op");
   auto in = [&](std::size_t k, const char* field) -> const Blob& { return value_input(l, values, k, field); };
   if (op == "shape" || op == "size") {
@@ -255,6 +258,15 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
       fail_field(l, "limit", e.message());
     }
   }
+  if (op == "window") {  // HannWindow, HammingWindow, BlackmanWindow of a size known when planned
+    const Blob& size = in(0, "size");
+    if (size.numel() != 1) fail_field(l, "size", fmt::format("size has {} values, not one", size.numel()));
+    try {
+      return window_values(l.get_string("kind"), to_ints(size)[0], l.get_int("periodic", 1) != 0, l.get_int("integer", 0) != 0);
+    } catch (const Error& e) {
+      fail_field(l, e.field(), e.message());
+    }
+  }
   if (op == "fake_quant") {  // a QuantizeLinear of a size-dependent value, held as its real values
     const FakeQuant q = fake_quant_params(l);
     const Blob x = cast_to(in(0, "x"), DType::float32);  // (the input itself where float32 already)
@@ -382,8 +394,85 @@ bool has_shape_math(const Graph& g) {
                      [](const Layer& l) { return l.type == "shape_math" || l.type == "branch" || reads_target(l); });
 }
 
+namespace {
+/// Whether layer `l` reads its input k for its value when shapes are planned.
+bool reads_value(const Layer& l, std::size_t k) {
+  if (l.type == "shape_math") {
+    const std::string op = l.get_string("op", "");
+    return op != "shape" && op != "size";
+  }
+  return (reads_target(l) && k == 1) || (l.type == "branch" && k == 0);
+}
+}  // namespace
+
+std::vector<std::string> value_inputs(const Graph& graph) {
+  std::vector<std::string> out;
+  for (const auto& in : graph.inputs) {
+    bool read = false;
+    for (const auto& l : graph.layers) {
+      for (std::size_t k = 0; k < l.inputs.size() && !read; ++k) read = l.inputs[k] == in.name && reads_value(l, k);
+      if (read) break;
+    }
+    if (read) out.push_back(in.name);
+  }
+  return out;
+}
+
+Blob shape_value(const std::string& input, const Blob& value) {
+  if (value.device() != Device::cpu || (!value.data() && value.numel() > 0))
+    throw Error("this input sets the model's shapes (a size, a bound or a count): give it in host memory", {}, {}, input);
+  if (value.numel() > 1024)
+    throw Error(fmt::format("this input sets the model's shapes and holds {} values (at most 1024)", value.numel()), {}, {},
+                input);
+  const auto n = static_cast<std::size_t>(value.numel());
+  auto read = [&]<class T>(T) {
+    std::vector<T> v(n);
+    if (n) std::memcpy(v.data(), value.data(), n * sizeof(T));
+    return v;
+  };
+  auto ints = [&](auto t) {
+    std::vector<int64_t> out;
+    for (auto x : read(t)) out.push_back(static_cast<int64_t>(x));
+    return int_blob(value.shape(), out);
+  };
+  switch (value.dtype()) {
+    case DType::float32: return float_blob(value.shape(), read(float{}));
+    case DType::float64: {
+      std::vector<float> out;
+      for (double x : read(double{})) out.push_back(static_cast<float>(x));
+      return float_blob(value.shape(), out);
+    }
+    case DType::float16:
+    case DType::bfloat16: {
+      std::vector<float> out;
+      for (uint16_t x : read(uint16_t{}))
+        out.push_back(value.dtype() == DType::float16 ? half_to_float(x) : std::bit_cast<float>(uint32_t{x} << 16));
+      return float_blob(value.shape(), out);
+    }
+    case DType::int8: return ints(int8_t{});
+    case DType::uint8: case DType::boolean: return ints(uint8_t{});
+    case DType::int16: return ints(int16_t{});
+    case DType::uint16: return ints(uint16_t{});
+    case DType::int32: return ints(int32_t{});
+    case DType::uint32: return ints(uint32_t{});
+    case DType::int64: return ints(int64_t{});
+    case DType::uint64: return ints(uint64_t{});
+    default:
+      throw Error(fmt::format("this input sets the model's shapes; its type {} cannot hold a size", to_string(value.dtype())),
+                  {}, {}, input);
+  }
+}
+
+Blob value_default(const TensorInfo& input) {
+  const auto n = static_cast<std::size_t>(input.shape.numel());
+  const bool floating = input.dtype == DType::float32 || input.dtype == DType::float64 || input.dtype == DType::float16 ||
+                        input.dtype == DType::bfloat16;
+  return floating ? float_blob(input.shape, std::vector<float>(n, 1.0f)) : int_blob(input.shape, std::vector<int64_t>(n, 1));
+}
+
 Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
-                 std::map<std::string, Shape>* shapes_out, SpecializeState* state) {
+                 std::map<std::string, Shape>* shapes_out, SpecializeState* state,
+                 const std::map<std::string, Blob>* input_values) {
   auto at_shapes = [&] {
     std::string t;
     for (const auto& [name, shape] : input_shapes) t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, shape.to_string());
@@ -423,6 +512,17 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
   values.reserve(graph.layers.size());
   NameSet sized;        // those of them that depend on the input shapes
   sized.reserve(graph.layers.size());
+  // The inputs whose values set shapes: their values as given, else the default.
+  for (const auto& name : value_inputs(graph)) {
+    const TensorInfo& in = *std::find_if(graph.inputs.begin(), graph.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
+    const auto given = input_values ? input_values->find(name) : std::map<std::string, Blob>::const_iterator{};
+    Blob v = input_values && given != input_values->end() ? given->second : value_default(in);
+    if (v.shape() != shapes.at(in.name))
+      throw Error(fmt::format("the value given has shape {}, the input {}", v.shape().to_string(), shapes.at(in.name).to_string()),
+                  {}, {}, name);
+    values[in.name] = std::move(v);
+    sized.insert(in.name);
+  }
   out.layers.reserve(graph.layers.size());
   std::vector<Shape> ins;
   std::vector<char> folded(graph.layers.size(), 0);

@@ -28,6 +28,20 @@ namespace softneuro::core {
 /// True where the graph has a shape_math layer or a reshape reading its target.
 bool has_shape_math(const Graph& graph);
 
+/// The net inputs whose values set shapes: read by a shape computation for
+/// their values (Range's bounds, a window's size, ConstantOfShape's shape), as
+/// a reshape target, a trip count or a branch condition. A session plans per
+/// value of these, as per input shape (their default plan: value_default).
+std::vector<std::string> value_inputs(const Graph& graph);
+/// What the shape computations read of such an input given `value`: its
+/// values as int64 (integers, bools) or float32. Throws Error naming the input
+/// where it is not in host memory or too large to be a shape.
+Blob shape_value(const std::string& input, const Blob& value);
+/// The value planned for where none is given (a session's first plan, the
+/// model's default shapes): ones, an int64 or float32 blob of the input's
+/// default shape.
+Blob value_default(const TensorInfo& input);
+
 /// What specialize() computed at one set of input shapes, kept to compute
 /// another's incrementally (respecialize): every blob's shape, the values of
 /// shape computations and constants, and which layers it folded. Its keys view
@@ -43,8 +57,11 @@ struct SpecializeState {
 /// The graph at these input shapes (every net input named), with `shapes` (if
 /// given) set to the shape of every blob, and `state` (if given) what it
 /// computed. Errors name the layer and the input shapes it fails at.
+/// `input_values`: those of value_inputs (by name, shape_value's form); where
+/// one is not given, value_default's.
 Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
-                 std::map<std::string, Shape>* shapes = nullptr, SpecializeState* state = nullptr);
+                 std::map<std::string, Shape>* shapes = nullptr, SpecializeState* state = nullptr,
+                 const std::map<std::string, Blob>* input_values = nullptr);
 
 /// What differs between the graph specialised at a state's input shapes and at
 /// new ones (respecialize).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <cstdlib>
 #include <limits>
 #include <type_traits>
@@ -441,6 +442,7 @@ Blob unary(UnaryOp op, const Blob& a) {
       case UnaryOp::floor: v = std::floor(v); break;
       case UnaryOp::ceil: v = std::ceil(v); break;
       case UnaryOp::logical_not: v = v == 0; break;
+      case UnaryOp::relu: v = v > 0 ? v : (v == v ? 0.0 : v); break;  // (NaN stays)
     }
     if (dtype == DType::int64 && !(v >= -0x1p63 && v < 0x1p63))
       throw Error(fmt::format("the int64 result {} of element {} is not an int64", v, i));
@@ -518,6 +520,24 @@ Blob arange(const Blob& start, const Blob& limit, const Blob& delta, int64_t max
   std::vector<float> v(static_cast<std::size_t>(count));
   for (int64_t i = 0; i < count; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(first + static_cast<double>(i) * step);
   return float_blob(Shape{count}, v);
+}
+
+Blob window_values(std::string_view kind, int64_t size, bool periodic, bool integer) {
+  if (size < 0 || size > (int64_t{1} << 24)) throw Error(fmt::format("size {} is outside 0..2^24", size), {}, {}, "size");
+  if (kind != "hann" && kind != "hamming" && kind != "blackman") throw Error(fmt::format("unknown window '{}'", kind), {}, {}, "kind");
+  const double last = periodic ? static_cast<double>(size) : static_cast<double>(size - 1);
+  std::vector<float> w(static_cast<std::size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    const double t = 2 * std::numbers::pi * static_cast<double>(i) / last;
+    const double v = kind == "hann"      ? std::pow(std::sin(std::numbers::pi * static_cast<double>(i) / last), 2)
+                     : kind == "hamming" ? 25.0 / 46.0 - (1 - 25.0 / 46.0) * std::cos(t)
+                                         : 0.42 - 0.5 * std::cos(t) + 0.08 * std::cos(2 * t);
+    w[static_cast<std::size_t>(i)] = static_cast<float>(v);
+  }
+  if (!integer) return float_blob(Shape{size}, w);
+  std::vector<int64_t> ints;
+  for (float f : w) ints.push_back(static_cast<int64_t>(f));
+  return int_blob(Shape{size}, ints);
 }
 
 }  // namespace softneuro::core

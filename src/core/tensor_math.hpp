@@ -52,7 +52,7 @@ enum class BinaryOp { add, sub, mul, div, mod, fmod, pow, min, max, equal, less,
 /// Elementwise with NumPy broadcasting; int64 when both are int64, and for the
 /// comparisons and logic (0/1). mod: the sign of the divisor (ONNX Mod fmod=0); fmod: C's.
 Blob binary(BinaryOp op, const Blob& a, const Blob& b);
-enum class UnaryOp { neg, abs, sqrt, floor, ceil, logical_not };
+enum class UnaryOp { neg, abs, sqrt, floor, ceil, logical_not, relu };
 Blob unary(UnaryOp op, const Blob& a);
 /// ONNX ScatterND (no reduction): data with the slices at `indices` replaced by `updates`.
 Blob scattered(const Blob& data, const Blob& indices, const Blob& updates);
@@ -60,6 +60,11 @@ Blob scattered(const Blob& data, const Blob& indices, const Blob& updates);
 /// int64 exactly where start is int64, else in double stored as float32.
 /// Throws Error for delta 0 or more than `max_count` elements.
 Blob arange(const Blob& start, const Blob& limit, const Blob& delta, int64_t max_count);
+/// ONNX's HannWindow, HammingWindow and BlackmanWindow (`kind`: hann, hamming,
+/// blackman) of `size` values (0..2^24), periodic or symmetric, computed in
+/// double: float32, or int64 truncated (an integer output_datatype, as numpy's
+/// astype). Throws Error (field "size") outside that range.
+Blob window_values(std::string_view kind, int64_t size, bool periodic, bool integer);
 /// cond ? a : b, broadcast.
 Blob where(const Blob& cond, const Blob& a, const Blob& b);
 

@@ -2036,6 +2036,58 @@ TEST_CASE("Window functions of a constant size are computed at import; DFT of a 
   }
 }
 
+TEST_CASE("Inputs that set sizes: a session plans per value", "[onnx][signal][shape]") {
+  // A window's size, Range's start and ConstantOfShape's shape given as inputs.
+  // Range's start reaches it through Sub, Div and Ceil first (its expanded
+  // form's arithmetic); `bias` is a scalar input read as data only: no plan per value.
+  OnnxModel m(17);
+  m.typed_input("n", onnx::TensorProto::INT64, {}).input("start", {}).typed_input("dims", onnx::TensorProto::INT64, {2});
+  m.input("bias", {}).output("w").output("r").output("c").output("count").output("b");
+  m.init("limit", {}, {5.0f}).init("delta", {}, {0.5f});
+  m.node("HannWindow", {"n"}, {"w"});
+  m.node("Range", {"start", "limit", "delta"}, {"r"});
+  m.node("Sub", {"limit", "start"}, {"span"});
+  m.node("Div", {"span", "delta"}, {"steps"});
+  m.node("Ceil", {"steps"}, {"count"});
+  m.node("ConstantOfShape", {"dims"}, {"c"}).t("value", float_tensor({1}, {7.0f}));
+  m.node("Add", {"bias", "limit"}, {"b"});
+  Model net = import_onnx(m.save("value_inputs.onnx"));
+  Session session(net);
+  auto run = [&](int64_t n, float start, std::vector<int64_t> dims, float bias) {
+    Blob nb = Blob::allocate(Shape{}, DType::int64), db = Blob::allocate(Shape{2}, DType::int64);
+    nb.data_as<int64_t>()[0] = n;
+    std::copy(dims.begin(), dims.end(), db.data_as<int64_t>());
+    return session.run(std::vector<NamedBlob>{{"n", nb}, {"start", make_input(Shape{}, {start})}, {"dims", db},
+                                              {"bias", make_input(Shape{}, {bias})}});
+  };
+  auto check = [&](int64_t n, float start, std::vector<int64_t> dims) {
+    auto out = run(n, start, dims, 0.25f);
+    REQUIRE(out[0].blob.shape() == Shape{n});
+    for (int64_t i = 0; i < n; ++i)
+      CHECK(out[0].blob.data_as<float>()[i] == Approx(std::pow(std::sin(std::numbers::pi * i / n), 2)).margin(1e-6));
+    const auto count = static_cast<int64_t>(std::ceil((5.0 - start) / 0.5));
+    REQUIRE(out[1].blob.shape() == Shape{count});
+    for (int64_t i = 0; i < count; ++i) CHECK(out[1].blob.data_as<float>()[i] == Approx(start + 0.5 * i));
+    CHECK(out[3].blob.data_as<float>()[0] == static_cast<float>(count));
+    REQUIRE(out[2].blob.shape() == Shape(dims));
+    for (int64_t i = 0; i < out[2].blob.numel(); ++i) CHECK(out[2].blob.data_as<float>()[i] == 7.0f);
+  };
+  check(8, 1.0f, {2, 3});
+  check(3, 4.0f, {1, 5});
+  check(8, 1.0f, {2, 3});
+  CHECK(session.plan_counts().built == 3);  // the session's first, at the default values (ones), and one per value met
+  // The data-only scalar changes no plan.
+  for (float bias : {1.0f, 2.0f, 3.0f}) CHECK(run(8, 1.0f, {2, 3}, bias)[4].blob.data_as<float>()[0] == 5.0f + bias);
+  CHECK(session.plan_counts().built == 3);
+  // A size beyond what a window may have: an error naming the field.
+  try {
+    run(int64_t{1} << 30, 1.0f, {2, 3}, 0.0f);
+    FAIL("a window of 2^30 values was planned");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("size") != std::string::npos);
+  }
+}
+
 TEST_CASE("MaxPool's Indices: the flat index of each window's first largest value, row- or column-major", "[onnx][pool]") {
   // x [1,2,2,3]; 2x2 windows, stride 1, padded by 1 at the top and left: the padding is never picked.
   const std::vector<float> x = {5, 1, 5, 2, 7, 7, /* channel 1 */ -1, -3, -2, -4, -1, -6};

@@ -11,7 +11,7 @@ void Importer::unary(const Node& n) {
       {"Exp", "exp"}, {"Log", "log"}, {"Erf", "erf"}, {"Reciprocal", "reciprocal"}, {"LeakyRelu", "leaky_relu"},
       {"Mish", "mish"}};
   // Index arithmetic on constants (shape subgraphs) is computed here, in its own dtype.
-  if (constant(n.in(0)) && (n.op() == "Neg" || n.op() == "Abs" || n.op() == "Sqrt")) return constant_math(n);
+  if (constant(n.in(0)) && (n.op() == "Neg" || n.op() == "Abs" || n.op() == "Sqrt" || n.op() == "Relu")) return constant_math(n);
   std::map<std::string, Attr> params;
   static const std::set<std::string> trig = {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"};
   if (trig.count(n.op())) {

@@ -297,6 +297,49 @@ void Importer::read_inputs() {
   }
   for (const auto& in : graph_.inputs) shapes_[in.name] = in.shape;
   if (symbols_out_) *symbols_out_ = symbols;
+  mark_value_inputs();
+}
+
+// Inputs whose values set sizes (a window's size, Range's bounds,
+// ConstantOfShape's shape, the trip count of a Loop with scan outputs), read
+// directly or through the arithmetic that shape computations do: held as
+// values known when a session plans (size_dependent, at their default value
+// here), so that those nodes become shape_math and the session plans per
+// value (core::value_inputs). Other inputs are never read so: a plan per value
+// of a position id would be a plan per step.
+void Importer::mark_value_inputs() {
+  static const std::map<std::string, std::vector<int>> sets_sizes = {
+      {"Range", {0, 1, 2}}, {"ConstantOfShape", {0}}, {"HannWindow", {0}}, {"HammingWindow", {0}},
+      {"BlackmanWindow", {0}}, {"Loop", {0}}};
+  static const std::set<std::string> passes_on = {"Identity", "Cast", "Add", "Sub", "Mul", "Div", "Ceil", "Floor", "Max", "Relu",
+                                                  "Min", "Neg", "Abs", "Squeeze", "Unsqueeze", "Concat", "Reshape"};
+  std::map<std::string, std::set<std::string>> from;  // a tensor: the small inputs it is computed from
+  for (const auto& in : graph_.inputs)
+    if (in.dynamic_dims.empty() && in.shape.rank() <= 1 && in.shape.numel() <= 64) from[in.name] = {in.name};
+  if (from.empty()) return;
+  std::set<std::string> marked;
+  for (const auto& p : g_.node()) {
+    const auto reads = sets_sizes.find(p.op_type());
+    const bool loop_scans = p.op_type() == "Loop" && p.output_size() > p.input_size() - 2;
+    if (reads != sets_sizes.end() && (p.op_type() != "Loop" || loop_scans))
+      for (int k : reads->second)
+        if (k < p.input_size())
+          if (auto f = from.find(p.input(k)); f != from.end()) marked.insert(f->second.begin(), f->second.end());
+    if (passes_on.count(p.op_type()) && p.output_size() == 1) {
+      std::set<std::string> all;
+      for (const auto& i : p.input())
+        if (auto f = from.find(i); f != from.end()) all.insert(f->second.begin(), f->second.end());
+      if (!all.empty()) from[p.output(0)] = std::move(all);
+    }
+  }
+  for (const auto& in : graph_.inputs)
+    if (marked.count(in.name)) {
+      constants_[in.name] = core::value_default(in);
+      Layer planned;  // read by the plan as it is: no layer computes it
+      planned.type = "input";
+      shape_math_.emplace(in.name, std::move(planned));
+      shape_math_added_.insert(in.name);
+    }
 }
 
 /// The subgraphs a node holds (If's branches; Loop's and Scan's bodies).
@@ -495,7 +538,7 @@ void Importer::constant_math(const Node& n) {
       {"And", BinaryOp::logical_and}, {"Or", BinaryOp::logical_or}};
   static const std::map<std::string, UnaryOp> unary_ops = {
       {"Not", UnaryOp::logical_not}, {"Neg", UnaryOp::neg}, {"Abs", UnaryOp::abs},
-      {"Sqrt", UnaryOp::sqrt}, {"Floor", UnaryOp::floor}, {"Ceil", UnaryOp::ceil}};
+      {"Sqrt", UnaryOp::sqrt}, {"Floor", UnaryOp::floor}, {"Ceil", UnaryOp::ceil}, {"Relu", UnaryOp::relu}};
   const std::size_t want = n.op() == "ScatterND" ? 3 : unary_ops.count(n.op()) ? 1 : 2;
   if (in.size() != want) throw n.error(fmt::format("{} takes {} inputs", n.op(), want), "input");
   try {
@@ -522,9 +565,10 @@ bool Importer::record_shape_math(const Node& n) {
       {"ConstantOfShape", "constant_of_shape"}, {"Range", "range"}, {"Add", "add"}, {"Sub", "sub"},
       {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"}, {"Equal", "equal"}, {"Less", "less"},
       {"Greater", "greater"}, {"And", "and"}, {"Or", "or"}, {"Not", "not"}, {"Neg", "neg"}, {"Abs", "abs"},
-      {"Sqrt", "sqrt"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Mod", "mod"}, {"Where", "where"},
+      {"Sqrt", "sqrt"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Relu", "relu"}, {"Mod", "mod"}, {"Where", "where"},
       {"ScatterND", "scatter_nd"}, {"Cast", "cast"}, {"QuantizeLinear", "fake_quant"}, {"DequantizeLinear", "identity"},
-      {"Min", "min"}, {"Max", "max"}, {"ReduceMin", "reduce_min"}, {"ReduceMax", "reduce_max"}};
+      {"Min", "min"}, {"Max", "max"}, {"ReduceMin", "reduce_min"}, {"ReduceMax", "reduce_max"},
+      {"HannWindow", "window"}, {"HammingWindow", "window"}, {"BlackmanWindow", "window"}};
   auto op = ops.find(n.op());
   if (op == ops.end() || n.num_outputs() != 1) return false;
   Layer l;
@@ -602,6 +646,10 @@ bool Importer::record_shape_math(const Node& n) {
     inputs.resize(1);
   } else if (o == "mod") {
     if (n.get_int("fmod", 0)) l.params["op"] = std::string("fmod");
+  } else if (o == "window") {
+    l.params["kind"] = window_kind(n.op());
+    l.params["periodic"] = n.get_int("periodic", 1);
+    l.params["integer"] = int64_t{!floating_type(static_cast<int>(n.get_int("output_datatype", onnx::TensorProto::FLOAT)))};
   } else if (o == "cast") {
     l.params["to"] = std::string(constant(n.out(0))->dtype() == DType::int64 ? "int64" : "float32");
   }

@@ -148,6 +148,16 @@ class Node {
 
 inline bool near(double a, double b) { return std::abs(a - b) <= 1e-4 * std::max(1.0, std::abs(b)); }
 
+/// The window of HannWindow, HammingWindow or BlackmanWindow (core::window_values' kind).
+inline std::string window_kind(const std::string& op) {
+  return op == "HannWindow" ? "hann" : op == "HammingWindow" ? "hamming" : "blackman";
+}
+/// Whether an ONNX element type is a floating-point one (a window's output_datatype).
+inline bool floating_type(int type) {
+  return type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::DOUBLE || type == onnx::TensorProto::FLOAT16 ||
+         type == onnx::TensorProto::BFLOAT16;
+}
+
 /// The subgraphs a node holds (If's branches; Loop's and Scan's bodies).
 std::vector<const onnx::GraphProto*> subgraphs(const onnx::NodeProto& p);
 /// The names a node's subgraphs read from the scopes around them (their
@@ -240,6 +250,7 @@ class Importer {
   std::string as_blob(const Node& n, const std::string& name);
   /// Gives the constant `name` its constant layer.
   void materialize(const std::string& name);
+  void mark_value_inputs();
   bool size_dependent(const std::string& name) const { return shape_math_.count(name) != 0; }
   /// After node n computed constants from size-dependent ones: the shape_math
   /// layer computing each output at any size (false: n's op has none, its

@@ -73,32 +73,20 @@ void Importer::stft(const Node& n) {
 }
 
 // HannWindow, HammingWindow, BlackmanWindow of a constant size: computed now
-// (ONNX's reference formulas, in double), a constant like any other.
+// (ONNX's reference formulas, in double), a constant like any other. Of a size
+// a session gives (an input that sets shapes): again when it plans, as
+// shape_math (record_shape_math).
 void Importer::window(const Node& n) {
   const Blob* size_blob = constant(n.in(0));
-  if (!size_blob || size_dependent(n.in(0)))
-    throw Unsupported{fmt::format("{} with a size computed at run time (a constant size is computed at import)", n.op())};
+  if (!size_blob) throw Unsupported{fmt::format("{} with a size computed at run time (a constant size, or a model input, is read when a session plans)", n.op())};
   if (size_blob->numel() != 1) throw n.error(fmt::format("size has {} values, not one", size_blob->numel()), "size");
-  const int64_t size = to_ints(*size_blob)[0];
-  if (size < 0 || size > (int64_t{1} << 24)) throw n.error(fmt::format("size {} is outside 0..2^24", size), "size");
-  const double last = n.get_int("periodic", 1) ? static_cast<double>(size) : static_cast<double>(size - 1);
   const int type = static_cast<int>(n.get_int("output_datatype", onnx::TensorProto::FLOAT));
-  std::vector<float> w(static_cast<std::size_t>(size));
-  for (int64_t i = 0; i < size; ++i) {
-    const double t = 2 * std::numbers::pi * static_cast<double>(i) / last;
-    double v = n.op() == "HannWindow"      ? std::pow(std::sin(std::numbers::pi * static_cast<double>(i) / last), 2)
-               : n.op() == "HammingWindow" ? 25.0 / 46.0 - (1 - 25.0 / 46.0) * std::cos(t)
-                                           : 0.42 - 0.5 * std::cos(t) + 0.08 * std::cos(2 * t);
-    w[static_cast<std::size_t>(i)] = static_cast<float>(v);
+  try {
+    constants_[n.out(0)] = core::window_values(window_kind(n.op()), to_ints(*size_blob)[0], n.get_int("periodic", 1) != 0,
+                                                !floating_type(type));
+  } catch (const Error& e) {
+    throw n.error(e.message(), "size");
   }
-  Blob out = float_blob(Shape{size}, w);
-  if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::DOUBLE && type != onnx::TensorProto::FLOAT16 &&
-      type != onnx::TensorProto::BFLOAT16) {
-    std::vector<int64_t> ints;
-    for (float f : w) ints.push_back(static_cast<int64_t>(f));  // (as numpy's astype truncates)
-    out = int_blob(Shape{size}, ints);
-  }
-  constants_[n.out(0)] = std::move(out);
   onnx_types_[n.out(0)] = type;
 }
 
