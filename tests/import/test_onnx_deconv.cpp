@@ -121,3 +121,36 @@ TEST_CASE("Constants folded at import grow to 64 MiB at most", "[onnx][limits]")
     CHECK(model(op, {2, 3, 4}).shape == Shape{2, 3, 4});
   }
 }
+
+TEST_CASE("ConvTranspose in 3-D: strides, pads, dilations, output_padding and bias against its definition", "[onnx][deconv]") {
+  // y[m, o] = b[m] + sum over c, i, k with o = i * s + k * d - pad_begin of x[c, i] * w[c, m, k].
+  const std::vector<int64_t> xs = {1, 3, 2, 3, 4}, ws = {3, 2, 2, 3, 2};
+  const std::vector<int64_t> s = {2, 1, 2}, d = {1, 2, 1}, pads = {1, 0, 0, 0, 1, 1}, op = {1, 0, 1};
+  const auto x = pattern(3 * 2 * 3 * 4, 7, 3, 4), w = pattern(3 * 2 * 2 * 3 * 2, 5, 2, 3);
+  const std::vector<float> b = {0.5f, -0.25f};
+  OnnxModel m(13);
+  m.input("x", xs).output("y");
+  m.init("w", ws, w).init("b", {2}, b);
+  m.node("ConvTranspose", {"x", "w", "b"}, {"y"}).ints("strides", s).ints("dilations", d).ints("pads", pads).ints("output_padding", op);
+  const Output out = run_model(m, "deconv3d.onnx", Shape(xs), x);
+  std::vector<int64_t> o(3);
+  for (int i = 0; i < 3; ++i)
+    o[static_cast<std::size_t>(i)] = s[static_cast<std::size_t>(i)] * (xs[static_cast<std::size_t>(i) + 2] - 1) + op[static_cast<std::size_t>(i)] +
+                                     (ws[static_cast<std::size_t>(i) + 2] - 1) * d[static_cast<std::size_t>(i)] + 1 -
+                                     pads[static_cast<std::size_t>(i)] - pads[static_cast<std::size_t>(i) + 3];
+  REQUIRE(out.shape == Shape{1, 2, o[0], o[1], o[2]});
+  std::vector<double> want(static_cast<std::size_t>(2 * o[0] * o[1] * o[2]));
+  for (int64_t mo = 0; mo < 2; ++mo)
+    for (int64_t p = 0; p < o[0] * o[1] * o[2]; ++p) want[static_cast<std::size_t>(mo * o[0] * o[1] * o[2] + p)] = b[static_cast<std::size_t>(mo)];
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t mo = 0; mo < 2; ++mo)
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 3; ++i1) for (int64_t i2 = 0; i2 < 4; ++i2)
+        for (int64_t k0 = 0; k0 < 2; ++k0) for (int64_t k1 = 0; k1 < 3; ++k1) for (int64_t k2 = 0; k2 < 2; ++k2) {
+          const int64_t a = i0 * s[0] + k0 * d[0] - pads[0], bb = i1 * s[1] + k1 * d[1] - pads[1], cc = i2 * s[2] + k2 * d[2] - pads[2];
+          if (a < 0 || a >= o[0] || bb < 0 || bb >= o[1] || cc < 0 || cc >= o[2]) continue;
+          want[static_cast<std::size_t>(((mo * o[0] + a) * o[1] + bb) * o[2] + cc)] +=
+              static_cast<double>(x[static_cast<std::size_t>(((c * 2 + i0) * 3 + i1) * 4 + i2)]) *
+              w[static_cast<std::size_t>((((c * 2 + mo) * 2 + k0) * 3 + k1) * 2 + k2)];
+        }
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(out.values[i] == Approx(want[i]).margin(1e-4));
+}

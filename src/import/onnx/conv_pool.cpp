@@ -179,8 +179,86 @@ void Importer::deform_conv(const Node& n) {
 }
 
 // ConvTranspose (2-D): weight [C, O/group, KH, KW]; pads from pads, auto_pad or output_shape.
+// ConvTranspose of 3 spatial dims (or more): each input position's
+// contributions as a dense layer (weight [M * prod(k), C]), then Col2Im adds
+// the overlapping blocks into the output image: the transposed convolution's
+// own definition, on our GEMM routines. One group.
+void Importer::conv_transpose_nd(const Node& n) {
+  const Shape xs = shape_of(n, n.in(0));
+  const Blob w = to_float(require_constant(n, 1, "W"));
+  const int spatial = xs.rank() - 2;
+  if (w.shape().rank() != xs.rank())
+    throw n.error(fmt::format("weight {} for input {}", w.shape().to_string(), xs.to_string()), "W");
+  const int64_t group = n.get_int("group", 1);
+  if (group != 1) throw Unsupported{fmt::format("{}-D transposed convolutions of {} groups (one group is supported)", spatial, group)};
+  const auto sn = static_cast<std::size_t>(spatial);
+  const int64_t c = xs[1], m = w.shape()[1];
+  if (w.shape()[0] != c) throw n.error(fmt::format("weight {} for {} input channels", w.shape().to_string(), c), "W");
+  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  if (n.get_ints("kernel_shape", kernel) != kernel)
+    throw n.error(fmt::format("kernel_shape differs from the weight's {}", w.shape().to_string()), "kernel_shape");
+  const auto strides = n.get_ints_n("strides", sn, std::vector<int64_t>(sn, 1));
+  const auto dilations = n.get_ints_n("dilations", sn, std::vector<int64_t>(sn, 1));
+  auto output_padding = n.get_ints_n("output_padding", sn, std::vector<int64_t>(sn, 0));
+  std::vector<int64_t> pads = n.get_ints_n("pads", 2 * sn, std::vector<int64_t>(2 * sn, 0));
+  const std::string auto_pad = n.get_string("auto_pad", "NOTSET");
+  if (n.has("output_shape") || (auto_pad != "NOTSET" && auto_pad != "VALID")) {
+    std::vector<int64_t> out = n.has("output_shape") ? n.get_ints("output_shape") : std::vector<int64_t>{};
+    if (out.size() == sn + 2) out.erase(out.begin(), out.begin() + 2);
+    if (!n.has("output_shape"))
+      for (std::size_t i = 0; i < sn; ++i) out.push_back(xs[static_cast<int>(i) + 2] * strides[i]);
+    if (out.size() != sn) throw n.error(fmt::format("expected {} (or {}) dims", sn, sn + 2), "output_shape");
+    for (std::size_t i = 0; i < sn; ++i) {  // as in 2-D (conv_transpose)
+      int64_t total = strides[i] * (xs[static_cast<int>(i) + 2] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - out[i];
+      if (total < 0) output_padding[i] -= total, total = 0;
+      pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[i + sn] = total - pads[i];
+    }
+  } else if (auto_pad == "VALID") {
+    pads.assign(2 * sn, 0);
+  }
+  std::vector<int64_t> image;
+  int64_t blocks = 1, block_size = 1;
+  for (std::size_t i = 0; i < sn; ++i) {
+    const int64_t in = xs[static_cast<int>(i) + 2];
+    if (output_padding[i] >= strides[i] && output_padding[i] >= dilations[i])
+      throw n.error(fmt::format("output_padding {} is not below the stride {} or dilation {}", output_padding[i], strides[i],
+                                dilations[i]), "output_padding");
+    image.push_back(strides[i] * (in - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + sn]);
+    if (image.back() <= 0) throw n.error(fmt::format("output size {} along spatial dim {}", image.back(), i), "pads");
+    blocks *= in;
+    block_size *= kernel[i];
+  }
+  // The dense weight [M * K, C]: row m * K + k holds w[:, m, k] (Col2Im's channel-major blocks).
+  Blob dense_w = Blob::allocate(Shape{m * block_size, c});
+  const float* src = w.data_as<float>();
+  float* dst = dense_w.data_as<float>();
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t r = 0; r < m * block_size; ++r) dst[r * c + ci] = src[ci * m * block_size + r];
+  const std::string y = n.out(0);
+  const std::string flat = fresh_blob(y + "/flat"), rows = fresh_blob(y + "/rows"), cols = fresh_blob(y + "/cols"),
+                    by_block = fresh_blob(y + "/blocks");
+  add_unary(n, "reshape", input(n, 0), flat, {{"shape", std::vector<int64_t>{xs[0], c, blocks}}}, "flat");
+  add_unary(n, "transpose", flat, rows, {{"perm", std::vector<int64_t>{0, 2, 1}}}, "rows");
+  Layer d = make("dense", n.name + "/blocks", {rows}, {cols});
+  d.weights["weight"] = std::move(dense_w);
+  add(std::move(d));
+  add_unary(n, "transpose", cols, by_block, {{"perm", std::vector<int64_t>{0, 2, 1}}}, "by_block");
+  std::map<std::string, Attr> p = {{"image_shape", image}, {"block_shape", kernel}, {"dilations", dilations},
+                                   {"strides", strides}, {"pads", pads}};
+  if (!n.has_in(2)) return add_unary(n, "col2im", by_block, y, std::move(p));
+  const std::string summed = fresh_blob(y + "/summed");
+  add_unary(n, "col2im", by_block, summed, std::move(p));
+  Shape bias_shape(std::vector<int64_t>(static_cast<std::size_t>(xs.rank()), 1));
+  bias_shape[1] = m;
+  const Blob& b = require_constant(n, 2, "B");
+  if (b.numel() != m) throw n.error(fmt::format("bias has {} values for {} output channels", b.numel(), m), "B");
+  add(make("add", n.name + "/bias", {summed, as_blob(n, add_constant(y + "/bias", reshaped(to_float(b), bias_shape)))}, {y}));
+}
+
 void Importer::conv_transpose(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
+  if (xs.rank() > 4) return conv_transpose_nd(n);
   const Blob& w = require_constant(n, 1, "W");
   const auto [kernel, strides, dilations] = conv_attrs(n, xs, w);
   auto output_padding = n.get_ints_n("output_padding", 2, {0, 0});

@@ -433,6 +433,7 @@ class Importer {
   void pad(const Node&);
   void resize(const Node&);
   void conv_transpose(const Node&);
+  void conv_transpose_nd(const Node&);
   void rnn(const Node&);
   void quantize_linear(const Node&);
   void dequantize_linear(const Node&);
