@@ -714,12 +714,13 @@ std::vector<Shape> infer_reshape(const Layer& l, std::span<const Shape> in) {
   Shape out;
   int infer_at = -1;
   int64_t known = 1;
+  const bool allow_zero = l.get_int("allowzero", 0) != 0;  // ONNX's allowzero: a 0 is a 0, not the input's dim
   for (std::size_t i = 0; i < spec.size(); ++i) {
     int64_t d = spec[i];
     if (!copy.empty() && copy[i] != -1) {
       if (copy[i] < 0 || copy[i] >= in[0].rank()) fail(l, "copy_dims", fmt::format("dim {} is not one of the input's", copy[i]));
       d = in[0][static_cast<int>(copy[i])];
-    } else if (d == 0) {
+    } else if (d == 0 && !allow_zero) {
       if (static_cast<int>(i) >= in[0].rank()) fail(l, "shape", "0 refers past the input's rank");
       d = in[0][static_cast<int>(i)];
     } else if (d == -1) {

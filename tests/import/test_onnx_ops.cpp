@@ -2036,6 +2036,23 @@ TEST_CASE("Window functions of a constant size are computed at import; DFT of a 
   }
 }
 
+TEST_CASE("A 0 a graph input declares is a zero-size dim; Reshape with allowzero keeps a 0", "[onnx][shape]") {
+  // It was read as a symbolic dim, probed at 64: the run at 0 was refused.
+  OnnxModel m(14);
+  m.input("x", {0, 3, 4}).output("y").output("t");
+  m.init_ints("dims", {3}, {3, 4, 0});
+  m.node("Reshape", {"x", "dims"}, {"y"}).i("allowzero", 1);
+  m.init_ints("k", {}, {1});
+  m.node("Transpose", {"x"}, {"xt"}).ints("perm", {1, 0, 2});
+  m.node("Trilu", {"xt", "k"}, {"t"});
+  Model net = import_onnx(m.save("zero_dims.onnx"));
+  REQUIRE(net.inputs()[0].shape == Shape{0, 3, 4});
+  CHECK(net.inputs()[0].dynamic_dims.empty());
+  auto out = Session(net).run(std::vector<NamedBlob>{{"x", make_input(Shape{0, 3, 4}, {})}});
+  CHECK(out[0].blob.shape() == Shape{3, 4, 0});
+  CHECK(out[1].blob.shape() == Shape{3, 0, 4});
+}
+
 TEST_CASE("Inputs that set sizes: a session plans per value", "[onnx][signal][shape]") {
   // A window's size, Range's start and ConstantOfShape's shape given as inputs.
   // Range's start reaches it through Sub, Div and Ceil first (its expanded

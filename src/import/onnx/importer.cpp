@@ -246,7 +246,7 @@ void Importer::read_inputs() {
     Shape shape;
     if (tt.has_shape()) {
       if (tt.shape().dim_size() > Shape::max_rank) throw Error("graph input has too many dims", file_, {}, name);
-      for (const auto& d : tt.shape().dim()) shape.push_back(d.has_dim_value() && d.dim_value() > 0 ? d.dim_value() : -1);
+      for (const auto& d : tt.shape().dim()) shape.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : -1);
     }
     if (given != options_.input_shapes.end()) {
       // A given dim fixes a symbolic one; a given -1 leaves it symbolic.
@@ -498,7 +498,9 @@ void Importer::reshape_to(const Node& n, const std::string& x, const Shape& shap
     constants_[y] = reshaped(*c, shape);
     return;
   }
-  add_unary(n, "reshape", as_blob(n, x), y, {{"shape", shape.to_vector()}});
+  std::map<std::string, Attr> p{{"shape", shape.to_vector()}};
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) p["allowzero"] = int64_t{1};  // a 0 is a 0, not a copy
+  add_unary(n, "reshape", as_blob(n, x), y, std::move(p));
 }
 
 void Importer::slice_blob(const Node& n, const std::string& x, int axis, int64_t begin, int64_t end,
