@@ -125,11 +125,11 @@ if(SOFTNEURO_HAVE_CUDA)
   target_include_directories(cuda_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(cuda_bench PRIVATE softneuro softneuro_tune fmt::fmt)
 
-  # Tests: one executable; without a usable GPU it exits 77, which CTest reports as skipped.
+  # Tests: one executable on the suite's Catch2 main; without a usable GPU it exits 77, which CTest reports as skipped.
   if(BUILD_TESTING)
     find_package(Catch2 REQUIRED)
     add_executable(softneuro_cuda_tests
-      ${PROJECT_SOURCE_DIR}/tests/cuda/main.cpp
+      ${PROJECT_SOURCE_DIR}/tests/cuda/device_gate.cpp
       ${PROJECT_SOURCE_DIR}/tests/cuda/cuda_harness.cpp
       ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_routines.cpp
       ${PROJECT_SOURCE_DIR}/tests/cuda/test_cuda_transfer.cpp
@@ -141,7 +141,7 @@ if(SOFTNEURO_HAVE_CUDA)
     add_dependencies(softneuro_cuda_tests dnn_schema)
     target_include_directories(softneuro_cuda_tests PRIVATE
       ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests ${DNN_GEN_DIR})
-    target_link_libraries(softneuro_cuda_tests PRIVATE softneuro softneuro_tune fmt::fmt Catch2::Catch2)
+    target_link_libraries(softneuro_cuda_tests PRIVATE softneuro softneuro_tune fmt::fmt catch2_main)
     foreach(part routines transfer net)
       add_test(NAME cuda_${part} COMMAND softneuro_cuda_tests "[${part}]")
       set_tests_properties(cuda_${part} PROPERTIES SKIP_RETURN_CODE 77 LABELS cuda)
