@@ -2,6 +2,7 @@
 // Uses only the public API, as an app would.
 #include <softneuro/import.hpp>
 #include <softneuro/softneuro.hpp>
+#include <softneuro/routine.hpp>  // registered_routines, Schema: the CLI lists and checks routines
 #include <softneuro/tune.hpp>
 
 #include <fmt/format.h>

@@ -8,8 +8,9 @@
 //   }
 //   SOFTNEURO_PLUGIN(add_routines)
 //
-// load_plugin() checks the ABI version the plugin was compiled against before
-// calling it, so a plugin built for another libsoftneuro is refused, not run.
+// An app loads one with load_plugin() (softneuro/session.hpp), which checks the
+// ABI version the plugin was compiled against before calling it, so a plugin
+// built for another libsoftneuro is refused, not run.
 #pragma once
 
 #include <softneuro/routine.hpp>
@@ -26,12 +27,6 @@ class PluginRegistrar {
   virtual ~PluginRegistrar() = default;
   virtual void add(std::unique_ptr<Routine> routine) = 0;
 };
-
-/// Loads the plugin at `path` and registers its routines. Throws softneuro::Error
-/// (naming the file) when the file is not a loadable library, lacks the entry
-/// points, was built for another ABI version, or registers a descriptor twice.
-/// Loading the same file twice is a no-op.
-void load_plugin(const std::string& path);
 
 }  // namespace softneuro
 

@@ -9,6 +9,7 @@
 
 #include <softneuro/blob.hpp>
 #include <softneuro/error.hpp>
+#include <softneuro/layer.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -45,42 +46,6 @@ struct Schema {
   /// Throws softneuro::Error where a pattern without * ? [ is not a schema.
   bool matches(std::string_view pattern) const;
   bool operator==(const Schema&) const = default;
-};
-
-// ---------------------------------------------------------------------------
-// Layers
-
-/// A layer parameter: an integer, a float, a string, or a list of integers or floats.
-using Attr = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
-
-/// What to compute: a type ("conv2", "relu", ...), layer parameters, weights,
-/// and the names of the blobs it reads and writes. Knows nothing of routines.
-struct Layer {
-  std::string name;
-  std::string type;
-  std::vector<std::string> inputs;
-  std::vector<std::string> outputs;
-  std::map<std::string, Attr> params;
-  std::map<std::string, Blob> weights;
-
-  bool has(const std::string& key) const { return params.count(key) != 0; }
-  /// Typed parameter access; a missing (without default) or mistyped value
-  /// throws softneuro::Error naming this layer and the field.
-  int64_t get_int(const std::string& key) const;
-  int64_t get_int(const std::string& key, int64_t fallback) const;
-  double get_float(const std::string& key) const;
-  double get_float(const std::string& key, double fallback) const;
-  std::string get_string(const std::string& key) const;
-  std::string get_string(const std::string& key, const std::string& fallback) const;
-  std::vector<int64_t> get_ints(const std::string& key) const;
-  std::vector<int64_t> get_ints(const std::string& key, std::vector<int64_t> fallback) const;
-  std::vector<double> get_floats(const std::string& key) const;
-  std::vector<double> get_floats(const std::string& key, std::vector<double> fallback) const;
-
-  /// The weight or an Error naming this layer and the weight.
-  const Blob& weight(const std::string& key) const;
-  /// The weight or nullptr.
-  const Blob* find_weight(const std::string& key) const;
 };
 
 /// What a routine derives from its weights in prepare (packed, reordered,

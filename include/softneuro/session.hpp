@@ -2,7 +2,7 @@
 #pragma once
 
 #include <softneuro/blob.hpp>
-#include <softneuro/routine.hpp>  // Layer, for Model::build
+#include <softneuro/layer.hpp>  // Layer, for Model::build
 
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +16,7 @@ namespace softneuro {
 
 namespace detail {
 struct ModelImpl;
+struct ModelAccess;
 class SessionImpl;
 }
 
@@ -137,11 +138,9 @@ class Model {
   std::size_t prepared_weight_bytes() const;
   bool prepared_weights_usable() const;
 
-  /// For the library's own modules; not for apps.
-  explicit Model(std::shared_ptr<const detail::ModelImpl> impl);
-  const detail::ModelImpl& impl() const { return *impl_; }
-
  private:
+  friend struct detail::ModelAccess;  // the library's own modules (core/model_impl.hpp)
+  explicit Model(std::shared_ptr<const detail::ModelImpl> impl);
   std::shared_ptr<const detail::ModelImpl> impl_;
 };
 
@@ -251,6 +250,13 @@ class Session {
 /// Throws softneuro::Error (field "threads") where that many threads cannot
 /// start at once in this process.
 void set_num_threads(int threads);
+
+/// Loads the plugin at `path` (softneuro/plugin.hpp says how one is written)
+/// and registers its routines. Throws softneuro::Error (naming the file) when
+/// the file is not a loadable library, lacks the entry points, was built for
+/// another ABI version, or registers a descriptor twice. Loading the same file
+/// twice is a no-op.
+void load_plugin(const std::string& path);
 int num_threads();
 
 /// How the idle threads of the library's team (libgomp's, shared with oneDNN

@@ -118,13 +118,13 @@ Model WorkingModel::to_model() {
   executors.reset();  // they point at this graph
   auto impl = std::make_shared<ModelImpl>(static_cast<const ModelImpl&>(*this));
   impl->cut_stages();  // from the graph as it is now (its routine path, quantisation)
-  return Model(std::move(impl));
+  return ModelAccess::make(std::move(impl));
 }
 
 Model make_model(core::Graph graph, const std::string& file) {
   auto impl = std::make_shared<ModelImpl>();
   impl->build(std::move(graph), file);
-  return Model(std::move(impl));
+  return ModelAccess::make(std::move(impl));
 }
 
 namespace {
@@ -410,16 +410,16 @@ void WorkingModel::changed() {
 }
 
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
-    : model(m), options(o), executors(m.impl().stages.empty() ? m.impl() : *m.impl().stages.front().model, o) {
-  for (std::size_t k = 1; k < model.impl().stages.size(); ++k)
-    later_stages.push_back(std::make_unique<ShapedExecutors>(*model.impl().stages[k].model, o, /*stage=*/true));
-  if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), model.impl().file, {}, "threads");
-  if (options.threads > 1) core::require_startable_threads(options.threads, model.impl().file, "threads");
+    : model(m), options(o), executors(detail::impl_of(m).stages.empty() ? detail::impl_of(m) : *detail::impl_of(m).stages.front().model, o) {
+  for (std::size_t k = 1; k < detail::impl_of(model).stages.size(); ++k)
+    later_stages.push_back(std::make_unique<ShapedExecutors>(*detail::impl_of(model).stages[k].model, o, /*stage=*/true));
+  if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), detail::impl_of(model).file, {}, "threads");
+  if (options.threads > 1) core::require_startable_threads(options.threads, detail::impl_of(model).file, "threads");
   for (const auto& p : options.schemas) {
     try {
       (void)Schema{}.matches(p);  // a pattern that is no schema and no glob
     } catch (const Error& e) {
-      throw Error(e.message(), model.impl().file, {}, "schemas");
+      throw Error(e.message(), detail::impl_of(model).file, {}, "schemas");
     }
   }
   core::SessionThreads threads(options.threads);  // routines prepare for the team they will run on
@@ -503,7 +503,7 @@ std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain
 }  // namespace
 
 std::vector<NamedBlob> SessionImpl::run_stages(std::span<const NamedBlob> inputs, std::vector<double>* step_ms) {
-  const auto& stages = model.impl().stages;
+  const auto& stages = detail::impl_of(model).stages;
   std::vector<NamedBlob> known(inputs.begin(), inputs.end());  // the net's inputs, then each stage's outputs
   auto find = [&](const std::string& name) -> const NamedBlob* {
     for (const auto& b : known)
@@ -533,7 +533,7 @@ std::vector<NamedBlob> SessionImpl::run_stages(std::span<const NamedBlob> inputs
   run_shapes.clear();
   for (const auto& info : model.outputs()) {
     const NamedBlob* b = find(info.name);
-    if (!b) throw Error(fmt::format("output '{}' was computed by no stage", info.name), model.impl().file, {}, info.name);
+    if (!b) throw Error(fmt::format("output '{}' was computed by no stage", info.name), detail::impl_of(model).file, {}, info.name);
     result.push_back(*b);
     run_shapes[info.name] = b->blob.shape();
   }

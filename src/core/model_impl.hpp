@@ -49,6 +49,14 @@ struct ModelImpl {
   std::unique_ptr<core::Executor> prepare() const;
 };
 
+/// What the library's own modules (tuner, importers, tests) reach behind a
+/// Model, which apps cannot: its ModelImpl, and a Model made of one.
+struct ModelAccess {
+  static const ModelImpl& impl(const Model& m) { return *m.impl_; }
+  static Model make(std::shared_ptr<const ModelImpl> impl) { return Model(std::move(impl)); }
+};
+inline const ModelImpl& impl_of(const Model& m) { return ModelAccess::impl(m); }
+
 /// `graph` checked, sorted and its shapes inferred, as a Model (errors name `file`).
 Model make_model(core::Graph graph, const std::string& file = {});
 
@@ -161,7 +169,7 @@ class SessionImpl {
   /// A staged model's outputs' shapes in the last run.
   std::map<std::string, Shape> run_shapes;
 
-  bool staged() const { return !model.impl().stages.empty(); }
+  bool staged() const { return !detail::impl_of(model).stages.empty(); }
   /// The executor of these inputs' shapes (within the memory limit: the executor checks it).
   core::Executor& executor_for(std::span<const NamedBlob> inputs) { return executors.for_inputs(inputs); }
   /// Runs a staged model's stages in turn, each at the shapes the ones before

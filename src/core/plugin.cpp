@@ -1,4 +1,5 @@
 #include <softneuro/plugin.hpp>
+#include <softneuro/session.hpp>
 
 #include "core/registry.hpp"
 

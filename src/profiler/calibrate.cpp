@@ -632,7 +632,7 @@ Blob corrected_bias(const Layer& l, const Blob& grid, const std::vector<double>&
 }  // namespace profiler
 
 Model calibrate(const Model& model, const CalibrationOptions& options) {
-  auto work = detail::WorkingModel::of(model.impl());
+  auto work = detail::WorkingModel::of(detail::impl_of(model));
   profiler::calibrate(*work, options, {});
   return work->to_model();
 }

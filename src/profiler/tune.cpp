@@ -924,7 +924,7 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
 }  // namespace
 
 Model tune(const Model& model, const TuneOptions& options, TuneReport* report) {
-  auto work = detail::WorkingModel::of(model.impl());
+  auto work = detail::WorkingModel::of(detail::impl_of(model));
   // A model its author quantised runs its int8 layers by default: tuning
   // weighs them against float32 rather than leaving int8 out.
   TuneOptions opt = options;

@@ -3,6 +3,7 @@
 #include "support/run_layer.hpp"
 
 #include <softneuro/plugin.hpp>
+#include <softneuro/session.hpp>
 
 #include <catch2/catch.hpp>
 

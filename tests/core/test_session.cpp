@@ -61,10 +61,10 @@ TEST_CASE("session: loading and inspecting a model prepares nothing", "[session]
   Model model = Model::load(SOFTNEURO_DEMO_MODEL);
   CHECK(!model.inputs().empty());
   CHECK(model.output_shape(model.outputs()[0].name) == model.outputs()[0].shape);
-  CHECK(model.impl().weights->built() == 0);
+  CHECK(detail::impl_of(model).weights->built() == 0);
   Session s(model);
 #if defined(__x86_64__)
-  CHECK(model.impl().weights->built() > 0);  // the demo's oneDNN convolutions reorder their weights
+  CHECK(detail::impl_of(model).weights->built() > 0);  // the demo's oneDNN convolutions reorder their weights
 #endif
 }
 
@@ -95,7 +95,7 @@ TEST_CASE("session: a model loaded from memory runs as the file does", "[session
 TEST_CASE("session: sessions of one model share derived weights", "[session]") {
   Model model = Model::load(SOFTNEURO_DEMO_MODEL);
   Session first(model);
-  const uint64_t built = model.impl().weights->built();
+  const uint64_t built = detail::impl_of(model).weights->built();
 #if !defined(__x86_64__)
   // On aarch64 XNNPACK runs the demo's convolutions: it packs their weights inside its own
   // operators, once per session (docs/arm.md); no routine there derives them in the model's store.
@@ -107,13 +107,13 @@ TEST_CASE("session: sessions of one model share derived weights", "[session]") {
   REQUIRE(built > 0);
   {
     Session second(model), third(model);
-    CHECK(model.impl().weights->built() == built);  // nothing packed again
+    CHECK(detail::impl_of(model).weights->built() == built);  // nothing packed again
     auto in = random_inputs(model, 1);
     CHECK(same(first.run(in), second.run(in)));
   }
   // With every session gone, the model holds no derived weights; a new session builds them again.
   Session s(Model::load(SOFTNEURO_DEMO_MODEL));
-  CHECK(s.model().impl().weights->built() == built);
+  CHECK(detail::impl_of(s.model()).weights->built() == built);
 }
 
 TEST_CASE("session: sessions of one model run concurrently with identical outputs", "[session][threads][concurrency]") {
@@ -270,7 +270,7 @@ TEST_CASE("session: schemas restrict the routines a session runs, tuned ones inc
     if (!layer.empty()) break;
   }
   REQUIRE(!layer.empty());
-  core::Graph g = net.impl().graph;
+  core::Graph g = detail::impl_of(net).graph;
   g.routine_path.routines = {{layer, descriptor, {}, 0.1, 0}};
   Model model = detail::make_model(std::move(g));
 
@@ -421,7 +421,7 @@ TEST_CASE("session: a routine computes the step before it too, and the blob betw
     // The plan chose the fusion before anything was prepared (what the tuner reads).
     {
       const core::SessionThreads threads(1);
-      const auto& impl = model.impl();
+      const auto& impl = detail::impl_of(model);
       const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
       std::map<std::string, const core::Step*> planned;
       for (const auto& st : plan.steps) planned[st->name] = st.get();
@@ -464,7 +464,7 @@ TEST_CASE("session: routine parameters outside the routine's space never reach i
   const auto expected = Session(untuned).run(in);
   for (const RoutineParams& params : {RoutineParams{{"m_block", int64_t{0x3000000000}}}, RoutineParams{{"tile", 3}},
                                       RoutineParams{{"tile", 4}}}) {
-    core::Graph g = net.impl().graph;
+    core::Graph g = detail::impl_of(net).graph;
     g.routine_path.routines = {{layer, "cpu/winograd", params, 0.1, 0}};
     Model model = detail::make_model(std::move(g));
     Session s(model);
@@ -509,10 +509,10 @@ TEST_CASE("session: over hundreds of input shapes the shared weights held stay b
   for (int k = 0; k < 400; ++k) {
     std::vector<NamedBlob> in{{"x", blob({1, 3, 4 + k % 20, 4 + k / 20})}};
     session.run(in);
-    if (k == 3) early = model.impl().weights->entries();
+    if (k == 3) early = detail::impl_of(model).weights->entries();
   }
-  INFO("weight store entries after 4 shapes: " << early << ", after 400: " << model.impl().weights->entries());
-  CHECK(model.impl().weights->entries() <= 2 * std::max<std::size_t>(early, 64));  // swept as it doubles
+  INFO("weight store entries after 4 shapes: " << early << ", after 400: " << detail::impl_of(model).weights->entries());
+  CHECK(detail::impl_of(model).weights->entries() <= 2 * std::max<std::size_t>(early, 64));  // swept as it doubles
 }
 
 // Derived weights depend on a layer's weights, not on the input size: packed
@@ -559,14 +559,14 @@ TEST_CASE("session: derived weights are packed once per model, for every shape a
   CHECK(ran["winograd"] == "cpu/winograd");
   auto at12 = input(12, 12);
   const auto want = first.run(at12);
-  const uint64_t built = model.impl().weights->built();
+  const uint64_t built = detail::impl_of(model).weights->built();
   REQUIRE(built > 0);
   first.run(input(20, 9));
   first.run(input(7, 30));
-  CHECK(model.impl().weights->built() == built);  // other shapes: nothing packed again
+  CHECK(detail::impl_of(model).weights->built() == built);  // other shapes: nothing packed again
   Session second(model);
   CHECK(same(second.run(at12), want));
-  CHECK(model.impl().weights->built() == built);  // another session: nothing packed again
+  CHECK(detail::impl_of(model).weights->built() == built);  // another session: nothing packed again
 }
 
 // A dynamic model tuned at one size runs at others on the same path. The direct
@@ -646,10 +646,10 @@ TEST_CASE("session: the executors of its input shapes share one CPU arena, the l
   // 306 MiB after four); a session runs one shape at a time, so one arena of
   // the largest plan serves them all, rebound at each run.
   const Model model = detail::make_model(test::chain_graph(6));
-  auto graph = model.impl().graph;
+  auto graph = detail::impl_of(model).graph;
   graph.inputs[0].dynamic_dims = {0, 2, 3};
   const Model dynamic = detail::make_model(std::move(graph));
-  detail::ShapedExecutors shaped(dynamic.impl(), SessionOptions{});
+  detail::ShapedExecutors shaped(detail::impl_of(dynamic), SessionOptions{});
   std::size_t largest = 0, sum = 0;
   std::mt19937 rng(9);
   std::vector<std::pair<std::vector<NamedBlob>, std::vector<float>>> runs;
@@ -858,7 +858,7 @@ TEST_CASE("the plan tells every step the threads it will run on", "[session][thr
   // LayerInfo::threads: what routines size per-thread state for in prepare,
   // given by the plan (a session's count), not read from a thread-local.
   Model model = detail::make_model(test::multi_io_graph());
-  const auto& impl = model.impl();
+  const auto& impl = detail::impl_of(model);
   for (int threads : {1, 3}) {
     const core::Plan plan =
         core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights, .threads = threads});

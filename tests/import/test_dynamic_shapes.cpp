@@ -244,7 +244,7 @@ TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per sh
   const std::string dnn = test_dir() + "/buckets.dnn";
   net.save(dnn);
   Model model = Model::load(dnn);
-  const core::Graph& g = model.impl().graph;
+  const core::Graph& g = detail::impl_of(model).graph;
   CHECK(g.routine_path.input_shapes.at("x") == Shape{1, 4, 8, 8});
   REQUIRE(g.shape_paths.size() == 1);
   CHECK(g.shape_paths[0].input_shapes.at("x") == Shape{1, 4, 32, 32});

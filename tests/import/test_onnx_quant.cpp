@@ -165,7 +165,7 @@ TEST_CASE("QDQ: QuantizeLinear/DequantizeLinear pairs compute what ONNX Runtime 
   // The int8 weight stays marked as the file's grid (stored as int8, never
   // rounded onto the 7-bit grid of the u8s8 kernels).
   int marked = 0;
-  for (const Layer& l : net.impl().graph.layers)
+  for (const Layer& l : detail::impl_of(net).graph.layers)
     if (l.type == "conv2") {
       const Blob& w = l.weight("weight");
       CHECK(core::stored_as_int8(w));
@@ -228,7 +228,7 @@ TEST_CASE("Dynamic quantisation: DynamicQuantizeLinear, MatMulInteger and ConvIn
     net.save(dnn);
     bool int8 = false;
     Model loaded = Model::load(dnn);
-    for (const auto& l : loaded.impl().graph.layers)
+    for (const auto& l : detail::impl_of(loaded).graph.layers)
       if (l.type == "dense") int8 = l.weight("weight").dtype() == DType::qint8;
     CHECK(int8);
     const std::vector<NamedBlob> in{{"x", make_input(Shape{2, 6}, pattern(12, 7, 3, 2.5f))}};
@@ -326,7 +326,7 @@ TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales; a floa
   // QuantizeLinear does), so they compute what they compute for any input
   // (that plan ran them in float32 before).
   {
-    const auto& impl = net.impl();
+    const auto& impl = detail::impl_of(net);
     const core::Plan exact = core::build_plan(impl.graph, impl.shapes, nullptr,
                                               core::PlanOptions{.weights = impl.weights, .keep_nan = true});
     int exact_int8 = 0;

@@ -418,7 +418,7 @@ TEST_CASE("A TFLite int8 ADD rounds as the interpreter's XNNPACK path: fixed poi
   m.op(6, {y}, {yf});
   const Model model = import_tflite(m.save("int8_add.tflite", {x, c}, {yf}));
   const Layer* add = nullptr;
-  for (const Layer& l : model.impl().graph.layers)
+  for (const Layer& l : detail::impl_of(model).graph.layers)
     if (l.type == "add") add = &l;
   REQUIRE(add);
   CHECK(core::requantizes_as_tflite(*add));
@@ -687,7 +687,7 @@ TEST_CASE("TFLite files that cannot import are refused with what and where", "[t
     const int s = a.tensor("s", {1, 4}, I8, {}, {{1e-4f}, {0}});
     a.op(0, {p, q}, {s}, fb::BuiltinOptions::AddOptions, fb::CreateAddOptions(a.b()).Union());
     const Model model = import_tflite(a.save("add_far.tflite", {p, q}, {s}));
-    for (const Layer& l : model.impl().graph.layers)
+    for (const Layer& l : detail::impl_of(model).graph.layers)
       if (l.type == "add") CHECK_FALSE(core::requantizes_as_tflite(l));
   }
   SECTION("a shape the file contradicts") {

@@ -275,7 +275,7 @@ TEST_CASE("transformers: a re-bound plan converts a constant computed from the s
   // add, the aarch64 default): its nhwc copy is made once per plan, and again
   // at each re-bind (before, a re-bind was refused there: a plan per length).
   Model imported = import_onnx(decode_step_model().save("decode_step_nhwc.onnx"));
-  core::Graph g = imported.impl().graph;
+  core::Graph g = detail::impl_of(imported).graph;
   std::string add;
   for (const auto& l : g.layers)
     if (l.type == "add" && std::find(l.inputs.begin(), l.inputs.end(), "bias") != l.inputs.end()) add = l.name;
@@ -304,7 +304,7 @@ TEST_CASE("transformers: a re-bound plan converts a constant computed from the s
 TEST_CASE("transformers: specialising again at a new length gives what specialising there gives",
           "[onnx][transformers][dynamic]") {
   Model net = import_onnx(decode_step_model().save("decode_step_respecialize.onnx"));
-  const core::Graph& g = net.impl().graph;
+  const core::Graph& g = detail::impl_of(net).graph;
   auto inputs_at = [](int64_t P) {
     return std::map<std::string, Shape>{{"past_k", Shape{1, 2, P, 4}}, {"past_v", Shape{1, 2, P, 4}},
                                         {"q", Shape{1, 2, 1, 4}},      {"k", Shape{1, 2, 1, 4}},
@@ -385,7 +385,7 @@ TEST_CASE("transformers: an embedding ONNX Runtime quantised (int8 rows gathered
     const std::string onnx_path = m.save(is_signed ? "int8_embedding.onnx" : "uint8_embedding.onnx");
     Model net = import_onnx(onnx_path);
     // One gather layer, its table the integers with the scale and zero point.
-    const core::Graph& g = net.impl().graph;
+    const core::Graph& g = detail::impl_of(net).graph;
     int gathers = 0;
     for (const auto& l : g.layers) {
       if (l.type == "sub" || l.type == "mul") FAIL("the dequantisation was not folded: " << l.name);
@@ -401,7 +401,7 @@ TEST_CASE("transformers: an embedding ONNX Runtime quantised (int8 rows gathered
     const std::string dnn = test_dir() + (is_signed ? "/int8_embedding.dnn" : "/uint8_embedding.dnn");
     net.save(dnn);
     Model loaded = Model::load(dnn);
-    for (const auto& l : loaded.impl().graph.layers)
+    for (const auto& l : detail::impl_of(loaded).graph.layers)
       if (l.type == "gather") CHECK(l.weight("table").dtype() == (is_signed ? DType::qint8 : DType::quint8));
     Session session(loaded);
     for (int64_t L : {5, 12}) {

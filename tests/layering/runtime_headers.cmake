@@ -1,7 +1,11 @@
 # The runtime's public headers (what an app that only runs models includes)
-# include nothing of the tuner or the importer, directly or through another.
+# include nothing of the tuner or the importer, directly or through another;
+# an app's (softneuro.hpp and what it includes) nothing of the routine-author
+# API either (routine.hpp, plugin.hpp).
 # Run: cmake -DCXX=c++ -DINCLUDE=<repo>/include -DPROBE=<dir> -P runtime_headers.cmake
-set(runtime_headers blob.hpp error.hpp npy.hpp plugin.hpp routine.hpp session.hpp softneuro.hpp)
+cmake_policy(SET CMP0057 NEW)  # if(IN_LIST), in script mode too
+set(runtime_headers blob.hpp error.hpp layer.hpp npy.hpp plugin.hpp routine.hpp session.hpp softneuro.hpp)
+set(app_headers blob.hpp error.hpp layer.hpp npy.hpp session.hpp softneuro.hpp)
 set(problems "")
 foreach(h IN LISTS runtime_headers)
   set(source ${PROBE}/runtime_header_${h}.cpp)
@@ -11,7 +15,11 @@ foreach(h IN LISTS runtime_headers)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "softneuro/${h} does not compile on its own:\n${err}")
   endif()
-  foreach(other tune.hpp calibrate.hpp import.hpp)
+  set(forbidden tune.hpp calibrate.hpp import.hpp)
+  if(h IN_LIST app_headers)
+    list(APPEND forbidden routine.hpp plugin.hpp)
+  endif()
+  foreach(other IN LISTS forbidden)
     if(deps MATCHES "softneuro/${other}")
       list(APPEND problems "softneuro/${h} includes softneuro/${other}")
     endif()
@@ -19,6 +27,6 @@ foreach(h IN LISTS runtime_headers)
 endforeach()
 if(problems)
   list(JOIN problems "\n  " problems)
-  message(FATAL_ERROR "runtime headers reach the tuner or the importer:\n  ${problems}")
+  message(FATAL_ERROR "public headers include what they must not (the tuner, the importer; an app's, the routine API):\n  ${problems}")
 endif()
-message(STATUS "runtime headers: nothing of the tuner or the importer")
+message(STATUS "runtime headers: nothing of the tuner or the importer; an app's, nothing of the routine API")

@@ -143,7 +143,7 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
   CalibrationOptions opt;
   opt.inputs = {{{"input", x}}, {{"input", x2}}};
   net = calibrate(net, opt);
-  const auto& bq = net.impl().graph.blob_quant;
+  const auto& bq = detail::impl_of(net).graph.blob_quant;
   auto blobs = all_blobs(g, x);
   auto blobs2 = all_blobs(g, x2);
   CHECK(bq.size() == blobs.size());
@@ -189,7 +189,7 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     CalibrationOptions po;
     po.inputs = {{{"input", x}}};
     pooled = calibrate(pooled, po);
-    const auto& pq = pooled.impl().graph.blob_quant;
+    const auto& pq = detail::impl_of(pooled).graph.blob_quant;
     const auto values = all_blobs(p, x);
     double c_min = 0, mp_min = 0;
     for (int64_t i = 0; i < values.at("c").numel(); ++i) c_min = std::min(c_min, double(values.at("c").data_as<float>()[i]));
@@ -240,7 +240,7 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     one.percentile = 99.0;
     clipped = calibrate(clipped, one);
     int narrower = 0;
-    for (const auto& [name, q] : clipped.impl().graph.blob_quant) {
+    for (const auto& [name, q] : detail::impl_of(clipped).graph.blob_quant) {
       CHECK(q.scales[0] <= bq.at(name).scales[0] * 1.0001);
       narrower += q.scales[0] < bq.at(name).scales[0] * 0.999;
     }
@@ -351,10 +351,10 @@ TEST_CASE("calibration survives a .dnn round trip and synthetic inputs are deter
   std::string path = test::temp_path("calibrated.dnn");
   net.save(path);
   Model loaded = Model::load(path);
-  CHECK(loaded.impl().graph.blob_quant == net.impl().graph.blob_quant);
+  CHECK(detail::impl_of(loaded).graph.blob_quant == detail::impl_of(net).graph.blob_quant);
   Model again = detail::make_model(conv_net());
   again = calibrate(again);
-  CHECK(again.impl().graph.blob_quant == net.impl().graph.blob_quant);
+  CHECK(detail::impl_of(again).graph.blob_quant == detail::impl_of(net).graph.blob_quant);
 }
 
 TEST_CASE("calibration on extreme samples writes scales the loader accepts", "[calibrate]") {
@@ -374,7 +374,7 @@ TEST_CASE("calibration on extreme samples writes scales the loader accepts", "[c
     CalibrationOptions o;
     o.inputs = {{{"x", x}}};
     net = calibrate(net, o);
-    for (const auto& [blob, q] : net.impl().graph.blob_quant)
+    for (const auto& [blob, q] : detail::impl_of(net).graph.blob_quant)
       for (float sc : q.scales) CHECK(core::quant_scale_in_range(sc));
     const std::string path = test::temp_path("extreme_calibration.dnn");
     net.save(path);
@@ -392,7 +392,7 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     TuneOptions o = quick("calib-hybrid", {"cpu", "cpu:qint8"});
     o.accuracy = "none";  // no samples: reduced precision only where allowed unchecked
     TuneReport r = tune_and_keep(net, o);
-    CHECK_FALSE(net.impl().graph.blob_quant.empty());  // calibrated on the way
+    CHECK_FALSE(detail::impl_of(net).graph.blob_quant.empty());  // calibrated on the way
     CHECK(r.measured_ms > 0);
     const auto got = run_net(net, x);
     CHECK(cosine(got, want) >= 0.99);
@@ -451,7 +451,7 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
   // The grid holds what the qint8 routines computed with: the float-weight
   // tuning's path on grid weights computes exactly what it computed.
   // Each on the grid of its routine's weight range (7 bits where u8s8=1 was tuned).
-  core::Graph g = kept.impl().graph;
+  core::Graph g = detail::impl_of(kept).graph;
   int moved = 0;
   for (const auto& r : g.routine_path.routines)
     for (Layer& l : g.layers)
@@ -476,9 +476,9 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
   // A quarter of the bytes, less each weight's 64-byte alignment and a float scale per output channel.
   CHECK(large_bytes - small_bytes >= report.int8_weight_float_bytes / 2);
   Model loaded = Model::load(small);
-  for (const auto& l : loaded.impl().graph.layers) {
+  for (const auto& l : detail::impl_of(loaded).graph.layers) {
     const Blob* w = l.find_weight("weight");
-    if (!w || net.impl().graph.find_layer(l.name)->weight("weight").quant().empty()) continue;
+    if (!w || detail::impl_of(net).graph.find_layer(l.name)->weight("weight").quant().empty()) continue;
     CHECK(core::int8_weight(*w));  // held as the file's int8 values (float32 ones where a float routine runs)
     CHECK(w->quant().scales.size() == static_cast<std::size_t>(w->shape()[0]));
   }
@@ -887,7 +887,7 @@ TEST_CASE("without samples of the user's, tuning chooses nothing below float32 a
     TuneReport r = tune_and_keep(net, o);
     CHECK(r.reduced_refused);
     CHECK_THAT(r.to_text(), Catch::Contains("no samples of your own to check it on"));
-    CHECK(net.impl().graph.blob_quant.empty());  // nothing to calibrate for
+    CHECK(detail::impl_of(net).graph.blob_quant.empty());  // nothing to calibrate for
     for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
     const AccuracyCheck check = net.accuracy_check();
     CHECK(check.recorded);
@@ -1000,7 +1000,7 @@ TEST_CASE("a model of token ids calibrates: its int64 input indexes, the float b
   for (const bool synthetic : {false, true}) {
     INFO((synthetic ? "synthetic inputs" : "the user's token ids"));
     const Model c = calibrate(net, synthetic ? CalibrationOptions{} : opt);
-    const auto& bq = c.impl().graph.blob_quant;
+    const auto& bq = detail::impl_of(c).graph.blob_quant;
     CHECK(bq.count("e"));
     CHECK(bq.count("y"));
     CHECK_FALSE(bq.count("ids"));

@@ -515,7 +515,7 @@ TEST_CASE("tune() and calibrate() return new models and leave theirs as they wer
   TuneReport report;
   const Model tuned = tune(untuned, quick("-"), &report);
   CHECK(untuned.tuned_fingerprint().empty());
-  CHECK(untuned.impl().graph.routine_path.routines.empty());
+  CHECK(detail::impl_of(untuned).graph.routine_path.routines.empty());
   CHECK_FALSE(tuned.tuned_fingerprint().empty());
   CHECK(report.layers.size() == 4);
   for (const auto& l : Session(tuned).layers())
@@ -526,8 +526,8 @@ TEST_CASE("tune() and calibrate() return new models and leave theirs as they wer
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-4));  // other routines, other rounding
 
   const Model calibrated = calibrate(untuned);
-  CHECK(untuned.impl().graph.blob_quant.empty());
-  CHECK_FALSE(calibrated.impl().graph.blob_quant.empty());
+  CHECK(detail::impl_of(untuned).graph.blob_quant.empty());
+  CHECK_FALSE(detail::impl_of(calibrated).graph.blob_quant.empty());
   // The session made before any of it runs as it did.
   std::vector<NamedBlob> in{{"input", test::iota_blob(untuned.input_shape("input"), 0.01f, -0.5f)}};
   CHECK(test::values(before.run(in)[0].blob) == run_net(untuned));
@@ -558,7 +558,7 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
       continue;
     }
     // A childnet runs as its children ("<layer>/<child>"), each with the choice the path stores for it.
-    const auto& path = tuned.impl().graph.routine_path.routines;
+    const auto& path = detail::impl_of(tuned).graph.routine_path.routines;
     const auto choice = std::find_if(path.begin(), path.end(), [&](const auto& r) { return r.layer == want.layer; });
     REQUIRE(choice != path.end());
     CHECK(choice->descriptor == want.descriptor);
@@ -571,7 +571,7 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
       CHECK(c->second.routine_params == profiler::params_text(child.params));
     }
   }
-  const auto& impl = tuned.impl();
+  const auto& impl = detail::impl_of(tuned);
   core::Executor exec(impl.graph, impl.shapes, Schema{}, impl.weights);
   int qint8_steps = 0;
   for (const auto& step : exec.steps()) {
@@ -596,7 +596,7 @@ TEST_CASE("build_plan chooses what a prepared executor runs, and prepares nothin
   opt.schemas = {"cpu:float32:*", "cpu:qint8:*"};
   opt.accuracy = "none";
   for (const Model& model : {Model::load(SOFTNEURO_DEMO_MODEL), tune(Model::load(SOFTNEURO_DEMO_MODEL), opt)}) {
-    const auto& impl = model.impl();
+    const auto& impl = detail::impl_of(model);
     const core::Executor full(impl.graph, impl.shapes, Schema{}, impl.weights);
     const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
     std::vector<const core::Step*> ran;
@@ -696,7 +696,7 @@ core::Graph conv3_graph(bool depthwise = false) {
 
 /// `model` read again from its file without the prepared weights.
 Model without_prepared(const Model& model) {
-  core::Graph g = model.impl().graph;
+  core::Graph g = detail::impl_of(model).graph;
   g.prepared.reset();
   g.prepared_tag.clear();
   return detail::make_model(std::move(g));
@@ -714,16 +714,16 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
   const bool derives = false;
 #endif
   const Model tuned = tune(net, o);
-  REQUIRE(tuned.impl().graph.prepared);
+  REQUIRE(detail::impl_of(tuned).graph.prepared);
   const std::string path = test::temp_path("prepared.dnn");
   tuned.save(path);
 
   const Model loaded = Model::load(path);
-  REQUIRE(loaded.impl().graph.prepared);
-  CHECK(loaded.impl().graph.prepared->size() == tuned.impl().graph.prepared->size());
+  REQUIRE(detail::impl_of(loaded).graph.prepared);
+  CHECK(detail::impl_of(loaded).graph.prepared->size() == detail::impl_of(tuned).graph.prepared->size());
   const auto got = run_net(loaded);
-  CHECK(loaded.impl().weights->built() == 0);  // every derived weight read from the file
-  const uint64_t read = loaded.impl().weights->loaded();
+  CHECK(detail::impl_of(loaded).weights->built() == 0);  // every derived weight read from the file
+  const uint64_t read = detail::impl_of(loaded).weights->loaded();
   if (derives) {
     // direct packs, Winograd transforms (and packs again in its childnet form); oneDNN
     // reorders only where its layout differs, which depends on the ISA and the layout chosen.
@@ -734,23 +734,23 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
   // The same values as the weights derived again.
   const Model plain = without_prepared(loaded);
   CHECK(got == run_net(plain));
-  CHECK(plain.impl().weights->built() == read);
+  CHECK(detail::impl_of(plain).weights->built() == read);
 
   SECTION("another library or CPU extensions: the bytes are not read") {
-    core::Graph g = loaded.impl().graph;
+    core::Graph g = detail::impl_of(loaded).graph;
     g.prepared_tag = "libsoftneuro 0.0.0 | sse2";
     const Model other = detail::make_model(std::move(g));
     CHECK(run_net(other) == got);
-    CHECK(other.impl().weights->loaded() == 0);
+    CHECK(detail::impl_of(other).weights->loaded() == 0);
   }
   SECTION("bytes of another size under a key are not read") {
-    core::Graph g = loaded.impl().graph;
+    core::Graph g = detail::impl_of(loaded).graph;
     auto damaged = std::make_shared<std::map<std::string, Blob>>(*g.prepared);
     for (auto& [key, bytes] : *damaged) bytes = Blob::view(bytes.data(), Shape{bytes.numel() / 2}, DType::uint8);
     g.prepared = damaged;
     const Model other = detail::make_model(std::move(g));
     CHECK(run_net(other) == got);
-    CHECK(other.impl().weights->loaded() == 0);
+    CHECK(detail::impl_of(other).weights->loaded() == 0);
   }
   SECTION("the GEMM routines' packed weights and depthwise's") {
     Model dw = detail::make_model(conv3_graph(true));
@@ -759,8 +759,8 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
     t.save(test::temp_path("prepared_gemm.dnn"));
     const Model back = Model::load(test::temp_path("prepared_gemm.dnn"));
     const auto values = run_net(back);
-    CHECK(back.impl().weights->built() == 0);
-    if (derives) CHECK(back.impl().weights->loaded() >= 3);
+    CHECK(detail::impl_of(back).weights->built() == 0);
+    if (derives) CHECK(detail::impl_of(back).weights->loaded() >= 3);
     CHECK(values == run_net(without_prepared(back)));
   }
   SECTION("our qint8 family's packed weights, bias and multipliers") {
@@ -772,8 +772,8 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
     t.save(test::temp_path("prepared_qint8.dnn"));
     const Model back = Model::load(test::temp_path("prepared_qint8.dnn"));
     const auto values = run_net(back);
-    CHECK(back.impl().weights->built() == 0);
-    CHECK(back.impl().weights->loaded() >= 3);
+    CHECK(detail::impl_of(back).weights->built() == 0);
+    CHECK(detail::impl_of(back).weights->loaded() >= 3);
     CHECK(values == run_net(without_prepared(back)));
   }
   SECTION("a small file: a seed of the dnn_load fuzzer (files under 64 KiB)") {
@@ -786,8 +786,8 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
   }
   SECTION("none where the options say so, and none saved again after a change") {
     o.prepared_weights = false;
-    CHECK_FALSE(tune(net, o).impl().graph.prepared);
-    CHECK_FALSE(calibrate(loaded).impl().graph.prepared);
+    CHECK_FALSE(detail::impl_of(tune(net, o)).graph.prepared);
+    CHECK_FALSE(detail::impl_of(calibrate(loaded)).graph.prepared);
   }
 }
 
@@ -811,15 +811,15 @@ TEST_CASE("a tuned file's int8 weights stay int8 once loaded: qint8 routines rea
     const std::string path = test::temp_path("int8_weights_" + algorithm + ".dnn");
     tuned->save(path);
     const Model back = Model::load(path);
-    for (const Layer& l : back.impl().graph.layers) CHECK(core::int8_weight(l.weight("weight")));  // no float copy
+    for (const Layer& l : detail::impl_of(back).graph.layers) CHECK(core::int8_weight(l.weight("weight")));  // no float copy
     const auto values = run_net(back);
     for (const auto& l : Session(back).layers())
       if (l.type != "adapt") CHECK(l.descriptor.find("cpu:qint8") == 0);
-    CHECK(back.impl().weights->built() == 0);  // nor one made for the sessions
+    CHECK(detail::impl_of(back).weights->built() == 0);  // nor one made for the sessions
 
     // The same values as from the weights' float32 values (what a load kept before).
-    const Model floats = detail::WorkingModel::of(back.impl())->to_model();
-    for (const Layer& l : floats.impl().graph.layers) CHECK(l.weight("weight").dtype() == DType::float32);
+    const Model floats = detail::WorkingModel::of(detail::impl_of(back))->to_model();
+    for (const Layer& l : detail::impl_of(floats).graph.layers) CHECK(l.weight("weight").dtype() == DType::float32);
     CHECK(values == run_net(floats));
 
     // Float routines (a session that allows only float32) read the float32 values.

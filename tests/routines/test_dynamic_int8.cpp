@@ -163,7 +163,7 @@ TEST_CASE("cpu/dynamic_int8 is reduced precision: never a default, a candidate o
   for (const auto& l : Session(net).layers()) CHECK(l.descriptor != "cpu/dynamic_int8");  // the untuned default
 
   LayerInfo info;
-  info.layer = &net.impl().graph.layers[0];
+  info.layer = &detail::impl_of(net).graph.layers[0];
   info.input_shapes = {Shape{2, 64}};
   info.output_shapes = {Shape{2, 32}};
   profiler::Rules float_only, hybrid;

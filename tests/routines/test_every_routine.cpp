@@ -338,9 +338,7 @@ TEST_CASE("A NaN pixel makes a convolutional net's outputs NaN, as in ONNX Runti
     INFO(routine);
     core::Graph pinned = g;
     pinned.routine_path.routines = {{"c1", routine, {}, 0, 0, {}}, {"c2", routine, {}, 0, 0, {}}};
-    auto impl = std::make_shared<detail::ModelImpl>();
-    impl->build(std::move(pinned), "");
-    Model model(impl);
+    Model model = detail::make_model(std::move(pinned));
     Session session(model);
     Blob x = random_blob({1, 3, 16, 16}, rng, 0.f, 1.f);
     const auto finite = test::values(session.run(std::vector<NamedBlob>{{"x", x}})[0].blob);
