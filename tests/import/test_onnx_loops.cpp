@@ -104,9 +104,29 @@ TEST_CASE("Loop: a trip count M read at run time, carried values only", "[onnx][
   }
 }
 
-TEST_CASE("Loop: scan outputs need a trip count known when planned; the refusal says why", "[onnx][loop]") {
+TEST_CASE("Loop: scan outputs need a trip count known when planned: an input's plans per value; from data, a refusal says why",
+          "[onnx][loop]") {
+  {
+    OnnxModel m(13);
+    m.input("x", {2}).input("step", {2}).input("limit", {}).typed_input("M", onnx::TensorProto::INT64, {}).output("acc").output("scans");
+    m.node("Loop", {"M", "", "x"}, {"acc", "scans"}).g("body", accumulate_body());
+    Session session(import_onnx(m.save("loop_input_m_scans.onnx")));
+    const std::vector<float> x = {1, -2}, step = {0.5f, 3};
+    for (int trips : {3, 5, 3}) {
+      Blob count = Blob::allocate(Shape{}, DType::int64);
+      count.data_as<int64_t>()[0] = trips;
+      auto out = session.run(std::vector<NamedBlob>{{"x", make_input(Shape{2}, x)}, {"step", make_input(Shape{2}, step)},
+                                                    {"limit", make_input(Shape{}, {100.0f})}, {"M", count}});
+      const auto [acc, scans] = accumulate(x, step, trips, 100.0f);
+      REQUIRE(out[1].blob.shape() == Shape{trips, 2});
+      CHECK(std::vector<float>(out[1].blob.data_as<float>(), out[1].blob.data_as<float>() + 2 * trips) == scans);
+      CHECK(std::vector<float>(out[0].blob.data_as<float>(), out[0].blob.data_as<float>() + 2) == acc);
+    }
+  }
   OnnxModel m(13);
-  m.input("x", {2}).input("step", {2}).input("limit", {}).typed_input("M", onnx::TensorProto::INT64, {}).output("acc").output("scans");
+  m.input("x", {2}).input("step", {2}).input("limit", {}).output("acc").output("scans");
+  m.node("ReduceSum", {"x"}, {"total"}).i("keepdims", 0);
+  m.node("Cast", {"total"}, {"M"}).i("to", onnx::TensorProto::INT64);
   m.node("Loop", {"M", "", "x"}, {"acc", "scans"}).g("body", accumulate_body());
   try {
     import_onnx(m.save("loop_run_time_m_scans.onnx"));
@@ -206,5 +226,43 @@ TEST_CASE("Loop: a condition that never turns false stops at the iteration cap t
   } catch (const Error& e) {
     CHECK_THAT(e.message(), Catch::Contains("its condition still holds"));
     CHECK(e.layer() == "Loop_1");
+  }
+}
+
+TEST_CASE("Loop: a body slicing rows by its iteration number plans per iteration", "[onnx][loop]") {
+  // ONNX's test_loop11: each iteration adds row i of a table read from outside
+  // (a Slice whose bounds come from the iteration number). More iterations
+  // than a session keeps plans (shape_cache 4).
+  OnnxModel b(13);
+  b.typed_input("i", onnx::TensorProto::INT64, {}).typed_input("cond_in", onnx::TensorProto::BOOL, {}).input("y_in", {1});
+  b.typed_output("cond_out", onnx::TensorProto::BOOL).output("y_out").output("scan");
+  b.init_ints("zero", {1}, {0}).init_ints("one", {}, {1});
+  b.node("Identity", {"cond_in"}, {"cond_out"});
+  b.node("Unsqueeze", {"i", "zero"}, {"start"});
+  b.node("Add", {"i", "one"}, {"i1"});
+  b.node("Unsqueeze", {"i1", "zero"}, {"end"});
+  b.node("Slice", {"table", "start", "end"}, {"row"});
+  b.node("Add", {"y_in", "row"}, {"y_out"});
+  b.node("Identity", {"y_out"}, {"scan"});
+  OnnxModel m(13);
+  m.typed_input("m", onnx::TensorProto::INT64, {}).output("y").output("scans");
+  const std::vector<float> table = {1, -2, 4, 0.5f, 3, -1, 2, 6};
+  m.init("table", {8}, table).init("y0", {1}, {10});
+  m.init_typed("cond", onnx::TensorProto::BOOL, {}, {1});
+  m.node("Loop", {"m", "cond", "y0"}, {"y", "scans"}).g("body", b.graph());
+  const Model net = import_onnx(m.save("loop_slice_rows.onnx"));
+  Session session(net);
+  for (int64_t trips : {8, 3, 8}) {
+    INFO(trips << " iterations");
+    Blob mb = Blob::allocate(Shape{}, DType::int64);
+    mb.data_as<int64_t>()[0] = trips;
+    auto out = session.run(std::vector<NamedBlob>{{"m", mb}});
+    REQUIRE(out[1].blob.shape() == Shape{trips, 1});
+    float y = 10;
+    for (int64_t i = 0; i < trips; ++i) {
+      y += table[static_cast<std::size_t>(i)];
+      CHECK(out[1].blob.data_as<float>()[i] == y);
+    }
+    CHECK(out[0].blob.data_as<float>()[0] == y);
   }
 }

@@ -180,6 +180,7 @@ core::Graph Importer::body_graph(const Node& n, onnx::GraphProto body, const std
   ImportOptions options = options_;
   options.input_shapes.clear();
   Importer nested(m, file_, options, &sizes, nullptr);
+  nested.body_ = true;
   for (const auto& [name, value] : copied) {
     nested.constants_[name] = value;
     if (auto t = onnx_types_.find(name); t != onnx_types_.end()) nested.onnx_types_[name] = t->second;

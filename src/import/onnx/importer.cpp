@@ -311,6 +311,9 @@ void Importer::mark_value_inputs() {
   static const std::map<std::string, std::vector<int>> sets_sizes = {
       {"Range", {0, 1, 2}}, {"ConstantOfShape", {0}}, {"HannWindow", {0}}, {"HammingWindow", {0}},
       {"BlackmanWindow", {0}}, {"Loop", {0}}};
+  // In a loop's body, also a Slice's bounds (the iteration number picking a
+  // row): the body plans per iteration there, as the shapes may change.
+  static const std::map<std::string, std::vector<int>> sets_sizes_in_body = {{"Slice", {1, 2}}};
   static const std::set<std::string> passes_on = {"Identity", "Cast", "Add", "Sub", "Mul", "Div", "Ceil", "Floor", "Max", "Relu",
                                                   "Min", "Neg", "Abs", "Squeeze", "Unsqueeze", "Concat", "Reshape"};
   std::map<std::string, std::set<std::string>> from;  // a tensor: the small inputs it is computed from
@@ -319,10 +322,12 @@ void Importer::mark_value_inputs() {
   if (from.empty()) return;
   std::set<std::string> marked;
   for (const auto& p : g_.node()) {
-    const auto reads = sets_sizes.find(p.op_type());
+    const std::vector<int>* reads = nullptr;
+    if (auto r = sets_sizes.find(p.op_type()); r != sets_sizes.end()) reads = &r->second;
+    else if (auto b = sets_sizes_in_body.find(p.op_type()); body_ && b != sets_sizes_in_body.end()) reads = &b->second;
     const bool loop_scans = p.op_type() == "Loop" && p.output_size() > p.input_size() - 2;
-    if (reads != sets_sizes.end() && (p.op_type() != "Loop" || loop_scans))
-      for (int k : reads->second)
+    if (reads && (p.op_type() != "Loop" || loop_scans))
+      for (int k : *reads)
         if (k < p.input_size())
           if (auto f = from.find(p.input(k)); f != from.end()) marked.insert(f->second.begin(), f->second.end());
     if (passes_on.count(p.op_type()) && p.output_size() == 1) {

@@ -628,6 +628,7 @@ class Importer {
   // (NonMaxSuppression, NonZero): Shape and Size of blobs computed at run time
   // are then computed when a session plans (shape_math), not at import.
   bool symbolic_inputs_ = false;
+  bool body_ = false;  ///< translating a Loop's or Scan's body (body_graph)
   // Blobs whose size depends on values (after a NonMaxSuppression, NonZero or
   // an If computed at run time): their shapes at import are capacities, so
   // converters give them layers that take their size when a session plans.
