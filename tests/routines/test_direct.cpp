@@ -85,7 +85,7 @@ TEST_CASE("direct conv2 matches cpu/ref", "[direct][conv2]") {
   CHECK(supported == 40);
 }
 
-TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter combination)", "[direct][conv2]") {
+TEST_CASE("direct conv2 on real model shapes (resnet/vgg 3x3, every parameter combination)", "[direct][conv2][sweep]") {
   const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nchw16c/direct", "cpu:float32:nchw8c/direct");
   INFO(descriptor);
   std::mt19937 rng(77);
