@@ -312,15 +312,15 @@ core::Executor& ShapedExecutors::exact_front() {
     const core::RoutinePath& path = core::path_for(model_.graph, e.inputs, &tuned_here);
     try {
       core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, /*keep_nan=*/true};
-      if (core::has_shape_math(model_.graph)) {  // specialised at the entry's values too
-        auto specialized = std::make_unique<core::Graph>();
+      std::unique_ptr<core::Graph> specialized;  // a graph with shape computations: at the entry's shapes and values
+      if (core::has_shape_math(model_.graph)) {
+        specialized = std::make_unique<core::Graph>();
         core::infer_shapes(model_.graph, e.inputs, specialized.get(), nullptr, &e.values);
-        e.exact = std::make_unique<core::Executor>(core::build_plan(std::move(specialized), e.shapes, path, std::move(options)),
-                                                   queues_, host_arena_);
-      } else {
-        e.exact = std::make_unique<core::Executor>(core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
-                                                   queues_, host_arena_);
       }
+      e.exact = std::make_unique<core::Executor>(
+          specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
+                      : core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
+          queues_, host_arena_);
     } catch (const Error& err) {
       throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
     }
@@ -340,25 +340,28 @@ core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
     }
     if (same) fast = entries_.front().executor.get();
   }
-  // The values of the inputs that set shapes, where the model has such inputs.
-  std::map<std::string, Blob> values;
-  for (const auto& name : value_inputs_)
-    for (const auto& in : inputs)
-      if (in.name == name) {
-        try {
-          values[name] = core::shape_value(name, in.blob);
-        } catch (const Error& e) {
-          throw model_.file.empty() ? e : e.with_file(model_.file);
-        }
-        if (fast) {
+  // Inputs that set sizes: the last run's plan fits only at the same values
+  // (compared in place: a run at a kept shape allocates nothing).
+  if (fast)
+    for (const auto& name : value_inputs_)
+      for (const auto& in : inputs)
+        if (in.name == name) {
           const auto& kept = entries_.front().values;
           auto k = kept.find(name);
-          if (k == kept.end() || !same_value(k->second, values[name])) fast = nullptr;
+          if (k == kept.end() || !core::same_shape_value(k->second, in.blob)) fast = nullptr;
         }
-      }
   if (!fast) {
     std::map<std::string, Shape> shapes;
-    for (const auto& in : inputs) shapes[in.name] = in.blob.shape();
+    std::map<std::string, Blob> values;
+    for (const auto& in : inputs) {
+      shapes[in.name] = in.blob.shape();
+      if (std::find(value_inputs_.begin(), value_inputs_.end(), in.name) == value_inputs_.end()) continue;
+      try {
+        values[in.name] = core::shape_value(in.name, in.blob);
+      } catch (const Error& e) {
+        throw model_.file.empty() ? e : e.with_file(model_.file);
+      }
+    }
     fast = &at(shapes, values);
   }
   // NaN or inf given: the routines' fast forms may lose NaN (oneDNN's relu and

@@ -418,49 +418,68 @@ std::vector<std::string> value_inputs(const Graph& graph) {
   return out;
 }
 
+namespace {
+/// Element i of a host blob of a plain type: as float32 where the type is a
+/// floating one, else exactly as an int64. False for a type that holds no size.
+bool shape_element(const Blob& b, int64_t i, bool& floating, float& f, int64_t& n) {
+  const auto* p = static_cast<const unsigned char*>(b.data());
+  auto at = [&]<class T>(T) {
+    T x;
+    std::memcpy(&x, p + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    return x;
+  };
+  floating = b.dtype() == DType::float32 || b.dtype() == DType::float64 || b.dtype() == DType::float16 ||
+             b.dtype() == DType::bfloat16;
+  switch (b.dtype()) {
+    case DType::float32: f = at(float{}); return true;
+    case DType::float64: f = static_cast<float>(at(double{})); return true;
+    case DType::float16: f = half_to_float(at(uint16_t{})); return true;
+    case DType::bfloat16: f = std::bit_cast<float>(uint32_t{at(uint16_t{})} << 16); return true;
+    case DType::int8: n = at(int8_t{}); return true;
+    case DType::uint8: case DType::boolean: n = at(uint8_t{}); return true;
+    case DType::int16: n = at(int16_t{}); return true;
+    case DType::uint16: n = at(uint16_t{}); return true;
+    case DType::int32: n = at(int32_t{}); return true;
+    case DType::uint32: n = at(uint32_t{}); return true;
+    case DType::int64: n = at(int64_t{}); return true;
+    case DType::uint64: n = static_cast<int64_t>(at(uint64_t{})); return true;
+    default: return false;
+  }
+}
+}  // namespace
+
 Blob shape_value(const std::string& input, const Blob& value) {
   if (value.device() != Device::cpu || (!value.data() && value.numel() > 0))
     throw Error("this input sets the model's shapes (a size, a bound or a count): give it in host memory", {}, {}, input);
   if (value.numel() > 1024)
     throw Error(fmt::format("this input sets the model's shapes and holds {} values (at most 1024)", value.numel()), {}, {},
                 input);
-  const auto n = static_cast<std::size_t>(value.numel());
-  auto read = [&]<class T>(T) {
-    std::vector<T> v(n);
-    if (n) std::memcpy(v.data(), value.data(), n * sizeof(T));
-    return v;
-  };
-  auto ints = [&](auto t) {
-    std::vector<int64_t> out;
-    for (auto x : read(t)) out.push_back(static_cast<int64_t>(x));
-    return int_blob(value.shape(), out);
-  };
-  switch (value.dtype()) {
-    case DType::float32: return float_blob(value.shape(), read(float{}));
-    case DType::float64: {
-      std::vector<float> out;
-      for (double x : read(double{})) out.push_back(static_cast<float>(x));
-      return float_blob(value.shape(), out);
-    }
-    case DType::float16:
-    case DType::bfloat16: {
-      std::vector<float> out;
-      for (uint16_t x : read(uint16_t{}))
-        out.push_back(value.dtype() == DType::float16 ? half_to_float(x) : std::bit_cast<float>(uint32_t{x} << 16));
-      return float_blob(value.shape(), out);
-    }
-    case DType::int8: return ints(int8_t{});
-    case DType::uint8: case DType::boolean: return ints(uint8_t{});
-    case DType::int16: return ints(int16_t{});
-    case DType::uint16: return ints(uint16_t{});
-    case DType::int32: return ints(int32_t{});
-    case DType::uint32: return ints(uint32_t{});
-    case DType::int64: return ints(int64_t{});
-    case DType::uint64: return ints(uint64_t{});
-    default:
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  bool floating = false;
+  for (int64_t i = 0; i < value.numel(); ++i) {
+    float f = 0;
+    int64_t n = 0;
+    if (!shape_element(value, i, floating, f, n))
       throw Error(fmt::format("this input sets the model's shapes; its type {} cannot hold a size", to_string(value.dtype())),
                   {}, {}, input);
+    floating ? floats.push_back(f) : ints.push_back(n);
   }
+  floating = floating || value.dtype() == DType::float32 || value.dtype() == DType::float64 ||
+             value.dtype() == DType::float16 || value.dtype() == DType::bfloat16;  // (an empty one)
+  return floating ? float_blob(value.shape(), floats) : int_blob(value.shape(), ints);
+}
+
+bool same_shape_value(const Blob& kept, const Blob& given) {
+  if (given.device() != Device::cpu || given.shape() != kept.shape() || (!given.data() && given.numel() > 0)) return false;
+  for (int64_t i = 0; i < given.numel(); ++i) {
+    bool floating = false;
+    float f = 0;
+    int64_t n = 0;
+    if (!shape_element(given, i, floating, f, n) || floating != (kept.dtype() == DType::float32)) return false;
+    if (floating ? kept.data_as<float>()[i] != f : kept.data_as<int64_t>()[i] != n) return false;
+  }
+  return true;
 }
 
 Blob value_default(const TensorInfo& input) {

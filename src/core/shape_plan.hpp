@@ -37,6 +37,9 @@ std::vector<std::string> value_inputs(const Graph& graph);
 /// values as int64 (integers, bools) or float32. Throws Error naming the input
 /// where it is not in host memory or too large to be a shape.
 Blob shape_value(const std::string& input, const Blob& value);
+/// Whether `kept` (shape_value's form) is what shape_value gives of `given`,
+/// allocating nothing (a session's check at each run).
+bool same_shape_value(const Blob& kept, const Blob& given);
 /// The value planned for where none is given (a session's first plan, the
 /// model's default shapes): ones, an int64 or float32 blob of the input's
 /// default shape.
