@@ -77,7 +77,7 @@ struct AccuracyCheck {
   /// Whether the path computes layers below float32 (qint8, float16,
   /// bfloat16), not counting the int8 layers of a model its author quantised.
   bool reduced_precision = false;
-  /// The budget the path was held to ("top1:0.99", "seq:0.95", "cosine:0.999",
+  /// The budget the path was held to ("top1:0.99", "seq:0.95", "ctc:0.95", "cosine:0.999",
   /// "rel-l2:0.02", a metric of the user's "NAME:MIN"); "none": reduced
   /// precision allowed unchecked (tune --accuracy none); empty: no budget (a
   /// float32 tuning, an untuned model, or a file tuned before records were kept).

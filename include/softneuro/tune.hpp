@@ -77,9 +77,12 @@ struct TuneOptions {
   /// The accuracy budget of a tuning that allows qint8, float16 or bfloat16:
   /// "top1:0.99" (argmax agreement over the last axis, per position),
   /// "seq:0.95" (the whole argmax sequence of a sample's output agrees),
+  /// "ctc:0.95" (the line a greedy CTC decoder reads agrees; blank: class 0
+  /// or the last, read off the float32 outputs),
   /// "cosine:0.999", "rel-l2:0.02", or "none". Empty, where qint8 is allowed:
   /// "seq:0.95" for a net with an output of several positions per sample (a
-  /// CTC recogniser's [1, T, classes], a language model's logits), else
+  /// language model's logits; "ctc:0.95" where class 0 or the last wins most
+  /// positions of the float32 outputs: a CTC recogniser's blank), else
   /// "top1:0.99", the decisions such nets hand their users (a model whose
   /// outputs are boxes or embeddings should give cosine or rel-l2); without
   /// qint8, "cosine:0.999". Measured against the float32 net's own outputs on

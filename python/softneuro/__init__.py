@@ -216,7 +216,8 @@ def tune(
     validation: samples the accuracy budget is measured on. Without samples of either,
         nothing below float32 is chosen (but a quantised model's own int8 layers), unless
         accuracy="none"; Model.accuracy_check says how the result was checked.
-    accuracy: "top1:0.99", "seq:0.95" (the whole argmax sequence), "cosine:0.999",
+    accuracy: "top1:0.99", "seq:0.95" (the whole argmax sequence), "ctc:0.95" (the line a greedy
+        CTC decoder reads), "cosine:0.999",
         "rel-l2:0.02" or "none" (reduced precision allowed unchecked); default: seq:0.95
         for outputs of several positions per sample, else top1:0.99 (qint8), cosine:0.999.
     metric: fn(outputs_list) -> float over the validation samples' outputs (dicts, in

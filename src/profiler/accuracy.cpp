@@ -20,6 +20,7 @@ bool AccuracyBudget::met_by(double measured) const {
     case Metric::none: return true;
     case Metric::top1:
     case Metric::seq:
+    case Metric::ctc:
     case Metric::cosine: return measured >= value;
     case Metric::rel_l2: return measured <= value;
     case Metric::user: return measured >= value;
@@ -37,19 +38,20 @@ AccuracyBudget parse_accuracy(const std::string& text) {
   char* end = nullptr;
   const double v = value.empty() ? NAN : std::strtod(value.c_str(), &end);
   if (value.empty() || *end != '\0' || !std::isfinite(v))
-    throw Error(fmt::format("'{}' is not METRIC:VALUE (top1:0.99, seq:0.95, cosine:0.999, rel-l2:0.02) or none",
+    throw Error(fmt::format("'{}' is not METRIC:VALUE (top1:0.99, seq:0.95, ctc:0.95, cosine:0.999, rel-l2:0.02) or none",
                             text.substr(0, 60)),
                 {}, {}, "accuracy");
-  if (metric == "top1" || metric == "seq" || metric == "cosine") {
+  if (metric == "top1" || metric == "seq" || metric == "ctc" || metric == "cosine") {
     if (!(v > 0 && v <= 1)) throw Error(fmt::format("{} must be in (0, 1], not {}", metric, value), {}, {}, "accuracy");
-    b.metric = metric == "top1" ? AccuracyBudget::Metric::top1
+    b.metric = metric == "top1"  ? AccuracyBudget::Metric::top1
                : metric == "seq" ? AccuracyBudget::Metric::seq
+               : metric == "ctc" ? AccuracyBudget::Metric::ctc
                                  : AccuracyBudget::Metric::cosine;
   } else if (metric == "rel-l2") {
     if (!(v > 0)) throw Error(fmt::format("rel-l2 must be above 0, not {}", value), {}, {}, "accuracy");
     b.metric = AccuracyBudget::Metric::rel_l2;
   } else {
-    throw Error(fmt::format("unknown metric '{}' (top1, seq, cosine, rel-l2)", metric.substr(0, 40)), {}, {}, "accuracy");
+    throw Error(fmt::format("unknown metric '{}' (top1, seq, ctc, cosine, rel-l2)", metric.substr(0, 40)), {}, {}, "accuracy");
   }
   b.value = v;
   return b;
@@ -108,21 +110,48 @@ struct Tally {
   double count = 0;
 };
 
+bool argmax_metric(AccuracyBudget::Metric m) {
+  return m == AccuracyBudget::Metric::top1 || m == AccuracyBudget::Metric::seq || m == AccuracyBudget::Metric::ctc;
+}
+
+/// Position p's argmax of a [..., last] output; a NaN wins (it never agrees by luck).
+int64_t argmax_at(const float* x, int64_t p, int64_t last) {
+  int64_t a = 0;
+  for (int64_t i = 1; i < last; ++i)
+    if (!(x[p * last + i] <= x[p * last + a])) a = i;
+  return a;
+}
+
+/// What a greedy CTC decoder reads: each position's argmax, repeats merged, blanks dropped.
+std::vector<int64_t> ctc_read(const float* x, int64_t positions, int64_t last, int64_t blank) {
+  std::vector<int64_t> out;
+  int64_t previous = -1;
+  for (int64_t p = 0; p < positions; ++p) {
+    const int64_t a = argmax_at(x, p, last);
+    if (!std::isfinite(x[p * last + a])) return {-1};  // a NaN reads nothing right
+    if (a != previous && a != blank) out.push_back(a);
+    previous = a;
+  }
+  return out;
+}
+
 /// Adds one output's comparison (`got` against the float32 `want`) to the tally.
 void compare(const AccuracyBudget& budget, const Blob& got, const Blob& want, Tally& t) {
   const float* g = got.data_as<float>();
   const float* w = want.data_as<float>();
   const int64_t n = want.numel();
-  if (budget.metric == AccuracyBudget::Metric::top1 || budget.metric == AccuracyBudget::Metric::seq) {
+  if (argmax_metric(budget.metric)) {
     const int64_t last = want.shape().rank() ? want.shape()[want.shape().rank() - 1] : 1;
     if (last < 2) return;  // nothing to choose between
+    if (budget.metric == AccuracyBudget::Metric::ctc) {
+      const int64_t blank = budget.blank_last ? last - 1 : 0;
+      t.sum += ctc_read(g, n / last, last, blank) == ctc_read(w, n / last, last, blank);
+      t.count += 1;
+      return;
+    }
     bool all = true;  // seq: the whole argmax sequence agrees
     for (int64_t p = 0; p < n / last; ++p) {
-      int64_t ag = 0, aw = 0;
-      for (int64_t i = 1; i < last; ++i) {
-        if (!(g[p * last + i] <= g[p * last + ag])) ag = i;  // a NaN wins: it never agrees by luck
-        if (w[p * last + i] > w[p * last + aw]) aw = i;
-      }
+      const int64_t ag = argmax_at(g, p, last), aw = argmax_at(w, p, last);
       const bool agree = std::isfinite(g[p * last + ag]) && ag == aw;
       all = all && agree;
       if (budget.metric == AccuracyBudget::Metric::top1) t.sum += agree, t.count += 1;
@@ -145,6 +174,15 @@ void compare(const AccuracyBudget& budget, const Blob& got, const Blob& want, Ta
   t.count += 1;
 }
 
+}  // namespace
+
+double output_score(const AccuracyBudget& budget, const Blob& got, const Blob& want) {
+  Tally t;
+  compare(budget, got, want, t);
+  return t.count ? t.sum / t.count : 1.0;
+}
+
+namespace {
 /// The net's outputs on one sample, each as float32 (an integer-typed output's values converted).
 std::vector<NamedBlob> run(core::Executor& exec, const detail::WorkingModel& net, const std::vector<NamedBlob>& sample) {
   std::vector<NamedBlob> out;
@@ -191,13 +229,16 @@ Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<Na
   const core::RoutinePath untuned;  // the float32 default
   core::Executor ref(net.graph, net.shapes, Schema{}, nullptr, &untuned);
   for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
+  if (budget_.metric == AccuracyBudget::Metric::ctc || (budget_.metric == AccuracyBudget::Metric::seq && budget_.ctc_if_blank))
+    find_blank();
   for (const auto& r : reference_)
     for (const auto& o : r) {
       const Shape& s = o.blob.shape();
       const int64_t last = s.rank() ? s[s.rank() - 1] : 1;
       if (budget_.metric == AccuracyBudget::Metric::top1) {
         if (last >= 2) observations_ += static_cast<std::size_t>(o.blob.numel() / last);
-      } else if (budget_.metric != AccuracyBudget::Metric::seq || last >= 2) {
+      } else if ((budget_.metric != AccuracyBudget::Metric::seq && budget_.metric != AccuracyBudget::Metric::ctc) ||
+                 last >= 2) {
         ++observations_;
       }
     }
@@ -233,6 +274,35 @@ double Validator::user_set_score(const std::vector<std::vector<NamedBlob>>& outp
 
 double Validator::user_score(const std::vector<NamedBlob>& float32, const std::vector<NamedBlob>& tuned) const {
   return checked_score(budget_, net_.file, [&] { return budget_.score(float32, tuned); });
+}
+
+void Validator::find_blank() {
+  // Positions of the outputs with several of them per sample, and how many
+  // class 0 and the last class win in the float32 outputs.
+  double positions = 0, first = 0, last_class = 0;
+  for (const auto& r : reference_)
+    for (const auto& o : r) {
+      const Shape& s = o.blob.shape();
+      if (s.rank() < 2) continue;
+      const int64_t last = s[s.rank() - 1];
+      if (last < 2 || o.blob.numel() / last < 2) continue;
+      const float* x = o.blob.data_as<float>();
+      for (int64_t p = 0; p < o.blob.numel() / last; ++p) {
+        const int64_t a = argmax_at(x, p, last);
+        positions += 1;
+        first += a == 0;
+        last_class += a == last - 1;
+      }
+    }
+  budget_.blank_last = last_class > first;
+  const double share = positions > 0 ? std::max(first, last_class) / positions : 0;
+  if (budget_.metric == AccuracyBudget::Metric::seq && share >= 0.5) {
+    budget_.metric = AccuracyBudget::Metric::ctc;
+    budget_.text = fmt::format("ctc:{}", budget_.value);
+  }
+  if (budget_.metric == AccuracyBudget::Metric::ctc)
+    blank_note_ = fmt::format("blank class {} wins {:.0f}% of the float32 outputs' positions",
+                              budget_.blank_last ? "last" : "0", 100 * share);
 }
 
 double Validator::measure(const core::RoutinePath& path, double* cosine) const {
@@ -273,7 +343,7 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
 }
 
 std::size_t Validator::observations_needed() const {
-  if ((budget_.metric != AccuracyBudget::Metric::top1 && budget_.metric != AccuracyBudget::Metric::seq) || budget_.value >= 1)
+  if (!argmax_metric(budget_.metric) || budget_.value >= 1)
     return 1;
   return static_cast<std::size_t>(std::ceil(1.0 / (1.0 - budget_.value) - 1e-9));
 }
