@@ -116,8 +116,11 @@ def export(name, size, exporter, path):
     opset = int(exporter.replace("torchscript", "").replace("dynamo", ""))
     with torch.no_grad():
         if ts:
+            # (torch before 2.5, Debian's 1.13 among them, has no dynamo argument: TorchScript is all it exports.)
+            import inspect
+            legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
             torch.onnx.export(wrapped, args, path, input_names=names, output_names=["last_hidden_state"],
-                              dynamic_axes={**dyn, "last_hidden_state": {0: "batch"}}, opset_version=opset, dynamo=False)
+                              dynamic_axes={**dyn, "last_hidden_state": {0: "batch"}}, opset_version=opset, **legacy)
         else:
             shapes = {}
             for n in names:

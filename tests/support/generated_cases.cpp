@@ -177,9 +177,24 @@ std::vector<Case> binary_cases(const std::string& type, std::mt19937& rng) {
   if (type == "div")
     out.push_back({"div by a constant [1,16,6,6] [1,16,1,1]", layer_of(type, {}, {}, 2),
                    {random_blob({1, 16, 6, 6}, rng), random_blob({1, 16, 1, 1}, rng, 0.5f, 2.0f)}, true});
-  if (type == "add")
+  if (type == "add") {
     out.push_back({"add relu", layer_of("add", {{"act", std::string("relu")}}, {}, 2),
                    {random_blob({1, 16, 6, 6}, rng), random_blob({1, 16, 6, 6}, rng)}});
+    // TensorFlow Lite's int8 add in float (requantize = tflite): inputs on their int8 grids.
+    auto on_grid = [&](float scale) {
+      Blob b = random_blob({1, 16, 6, 6}, rng, -128 * scale, 127 * scale);
+      float* x = b.data_as<float>();
+      for (int64_t i = 0; i < b.numel(); ++i) x[i] = std::nearbyint(x[i] / scale) * scale;
+      return b;
+    };
+    out.push_back({"add tflite int8", layer_of("add", {{"requantize", std::string("tflite")},
+                                                       {"input_scales", std::vector<double>{0.05, 0.04}},
+                                                       {"output_scale", 0.07},
+                                                       {"output_zero_point", int64_t{-3}},
+                                                       {"act", std::string("relu")}},
+                                               {}, 2),
+                   {on_grid(0.05f), on_grid(0.04f)}});
+  }
   return out;
 }
 

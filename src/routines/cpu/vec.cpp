@@ -1088,25 +1088,28 @@ struct WhereVec final : PreparedRoutine {
   }
 };
 
-/// reshape, flatten, identity: the same elements in the same order. The
-/// executor gives the output the input's memory where it can; elsewhere (a net
-/// input or output) they are copied in equal ranges across threads.
+/// reshape, flatten, identity: the same elements in the same order, in float32
+/// or bfloat16 (a transformer's head reshapes between bfloat16 denses and
+/// attention stay bfloat16: no casts around them). The executor gives the
+/// output the input's memory where it can; elsewhere (a net input or output)
+/// they are copied in equal ranges across threads.
 template <const char* Name>
 struct Copy final : PreparedRoutine {
   static constexpr std::string_view kType = Name;
   static constexpr bool kSimd = false;
-  static std::vector<Schema> schemas() { return {kPlain}; }
+  static std::vector<Schema> schemas() { return {kPlain, Schema{Device::cpu, DType::bfloat16, Layout::nchw}}; }
   static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
 
-  int64_t n;
-  Copy(const LayerInfo& info, const Schema&, const vk::Kernels&) : n(info.input_shapes[0].numel()) {}
+  std::size_t bytes;
+  Copy(const LayerInfo& info, const Schema& schema, const vk::Kernels&)
+      : bytes(static_cast<std::size_t>(info.input_shapes[0].numel()) * dtype_size(schema.dtype)) {}
   bool output_is_input() const override { return true; }
   void run(const RunArgs& a) override {
-    const float* x = a.inputs[0]->data_as<float>();
-    float* y = a.outputs[0]->data_as<float>();
+    const auto* x = static_cast<const char*>(a.inputs[0]->data());
+    auto* y = static_cast<char*>(a.outputs[0]->data());
     if (x == y) return;
-    a.pool->parallel_for(n, int64_t{1} << 18, [&](int64_t b, int64_t e) {
-      std::memcpy(y + b, x + b, sizeof(float) * static_cast<std::size_t>(e - b));
+    a.pool->parallel_for(static_cast<int64_t>(bytes), int64_t{1} << 20, [&](int64_t b, int64_t e) {
+      std::memcpy(y + b, x + b, static_cast<std::size_t>(e - b));
     });
   }
 };
