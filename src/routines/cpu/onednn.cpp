@@ -1173,6 +1173,8 @@ const bool g_registered = [] {
   register_bf16<Binary<AddK>>();
   register_bf16<Binary<MulK>>();
   register_bf16<Concat>();
+  register_bf16<Layernorm, Layout::nchw>();  // a transformer's: between bfloat16 denses, no casts around it
+  register_bf16<Matmul, Layout::nchw>();
   return true;
 }();
 
