@@ -29,6 +29,11 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string params_text(const RoutineParams& p);
 
+/// The inputs a unit measurement runs on: small random values in the schema's
+/// dtype and layout (float16 and bfloat16: normal values, magnitudes 2^-5 to 2);
+/// on another device, zero-filled device memory from the device's backend.
+Blob random_blob(const Shape& shape, const Schema& s, std::mt19937& rng);
+
 /// What the user lets the tuner choose from: schemas (globs), pins and bans.
 struct Rules {
   std::vector<std::string> schemas;  ///< empty: every float32 CPU schema
