@@ -178,7 +178,7 @@ struct Tuner {
   /// accuracy budget by its qint8 layers, the bfloat16 one may meet it (PP-OCRv4's
   /// recogniser on an AMX Xeon: the budget kept float32 at 6.1 ms; float32 and
   /// bfloat16 read 39 of 40 lines as float32 does at 3.2 ms).
-  std::vector<std::pair<std::string, profiler::PlannedPath>> single_dtype_paths(const std::vector<LayerProfile>& profiles) {
+  std::vector<std::pair<std::string, profiler::PlannedPath>> dtype_restricted_paths(const std::vector<LayerProfile>& profiles) {
     std::set<DType> dtypes;
     for (const auto& p : profiles)
       for (const auto& m : p.measured) dtypes.insert(m.cand.precision());
@@ -722,7 +722,7 @@ struct Tuner {
   void final_check(const std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
     // In-context costs measured around a mixed path can hide that a
     // single-dtype path runs faster as a whole: those are measured beside it.
-    auto alternatives = single_dtype_paths(profiles);
+    auto alternatives = dtype_restricted_paths(profiles);
     for (auto& b : budget_paths)
       if (path_key(b.second.path) != path_key(planned.path) &&
           std::none_of(alternatives.begin(), alternatives.end(),

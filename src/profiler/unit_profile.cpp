@@ -372,6 +372,9 @@ std::string quant_digest(const std::vector<QuantParams>& ins, const std::vector<
 std::string Profiler::candidate_key(const LayerInfo& info, const Candidate& c, const RoutineParams& params) const {
   std::string key = fmt::format("{}|{}|{}|{}", key_prefix_, signature(info), c.descriptor, params_text(params));
   if (c.schema.dtype == DType::qint8) key += "|q" + quant_digest(info.input_quant, info.output_quant);
+  // Measured on normal half-precision values (random_blob): times cached from
+  // random bytes, subnormals among them, are not these.
+  if (c.schema.dtype == DType::bfloat16 || c.schema.dtype == DType::float16) key += "|normal";
   return key;
 }
 
