@@ -189,6 +189,11 @@ class PreparedRoutine {
   /// identity quantisation step): the executor may then give the output the
   /// input's memory and run nothing. run() must still copy where they differ.
   virtual bool output_is_input() const { return false; }
+  /// The input output 0 starts from (a residual a fused convolution adds its
+  /// result to), or -1: the executor gives the output that input's memory
+  /// where nothing reads the input after this step, and run() copies the
+  /// input into the output where their memory differs.
+  virtual int output_accumulates() const { return -1; }
   /// This two-input step where input `gated` is table[input 1 - gated],
   /// element by element and of the same shape: a one-input step reading
   /// input 1 - gated that computes the same bytes, or null where it cannot.
@@ -266,13 +271,14 @@ class Routine {
     return std::nullopt;
   }
   /// Computes `previous` (a layer, or an adapt, run with `previous_routine` and
-  /// `previous_params`) and `layer` as one step, where `layer` reads nothing
-  /// but `previous`'s one output and is its only reader: the blob between them
+  /// `previous_params`) and `layer` as one step, where `layer` reads
+  /// `previous`'s one output (and maybe other blobs) and is its only reader: the blob between them
   /// is never written whole and needs no memory (after a 1x1 convolution,
   /// oneDNN's fused depthwise one keeps MobileNet's expanded tensor to a few
   /// rows; a first convolution reads the plain image, not a copy padded to 16
-  /// channels). The step reads `previous`'s inputs and writes `layer`'s
-  /// outputs. nullptr (the default): each runs on its own.
+  /// channels). The step reads `previous`'s inputs, then `layer`'s other
+  /// inputs (a residual add's second operand), and writes `layer`'s outputs.
+  /// nullptr (the default): each runs on its own.
   /// Called where the plan chose it (fuses_previous); nullptr there makes the
   /// two run apart after all.
   virtual std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous,

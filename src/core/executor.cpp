@@ -95,6 +95,7 @@ Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_
     }
   }
   share_views();
+  share_accumulators();
   share_slices();
   note_checking_steps();
 
@@ -408,7 +409,11 @@ void Executor::prepare_fused_pair(std::size_t t) {
     return;
   }
   b.prepared = std::move(both);
-  b.input_blobs = a.input_blobs;
+  // a's inputs, then b's others (prepare_with_previous's order).
+  std::vector<int> inputs = a.input_blobs;
+  for (int s : b.input_blobs)
+    if (s != a.output_blobs[0]) inputs.push_back(s);
+  b.input_blobs = std::move(inputs);
   for (int s : a.input_blobs) {
     int& last = slots_[static_cast<std::size_t>(s)].last;
     last = std::max(last, static_cast<int>(t));
@@ -462,6 +467,38 @@ void Executor::share_views() {
     step.view = true;
     step.prepared = std::make_unique<ComputedElsewhere>();
     debug("'{}' runs nothing: blob '{}' shares the memory of '{}'", step.name, dst.name, src.name);
+  }
+}
+
+void Executor::share_accumulators() {
+  auto is_net_output = [&](int slot) { return std::find(net_outputs_.begin(), net_outputs_.end(), slot) != net_outputs_.end(); };
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    Step& step = *steps_[t];
+    if (!step.prepared || step.view || step.output_blobs.size() != 1) continue;
+    const int k = step.prepared->output_accumulates();
+    if (k < 0 || k >= static_cast<int>(step.input_blobs.size())) continue;
+    const int in = step.input_blobs[static_cast<std::size_t>(k)], out = step.output_blobs[0];
+    const int root = slots_[static_cast<std::size_t>(in)].alias >= 0 ? slots_[static_cast<std::size_t>(in)].alias : in;
+    BlobSlot& src = slots_[static_cast<std::size_t>(root)];
+    BlobSlot& dst = slots_[static_cast<std::size_t>(out)];
+    // The input's memory (and every view of it) must be read by nothing after this
+    // step, and be ours to overwrite: not a net input, output or constant.
+    if (src.kind != BlobKind::planned || dst.kind != BlobKind::planned || src.schema.device != Device::cpu ||
+        dst.schema.device != Device::cpu || src.last != static_cast<int>(t) || is_net_output(root) || is_net_output(out) ||
+        dst.alias >= 0 || blobs_[static_cast<std::size_t>(in)].byte_size() != blobs_[static_cast<std::size_t>(out)].byte_size())
+      continue;
+    // Nor another input of the step (a convolution of x added to x reads x while writing).
+    bool read_otherwise = false;
+    for (std::size_t i = 0; i < step.input_blobs.size(); ++i) {
+      const int other = step.input_blobs[i], other_root = slots_[static_cast<std::size_t>(other)].alias >= 0
+                                                             ? slots_[static_cast<std::size_t>(other)].alias
+                                                             : other;
+      read_otherwise = read_otherwise || (static_cast<int>(i) != k && other_root == root);
+    }
+    if (read_otherwise) continue;
+    dst.alias = root;
+    src.last = std::max(src.last, dst.last);
+    debug("'{}' writes its result onto blob '{}' in place", step.name, src.name);
   }
 }
 

@@ -140,6 +140,9 @@ class Executor {
   /// between planned CPU blobs: the output shares the input's memory, whose
   /// lifetime grows to cover it, and the step runs nothing.
   void share_views();
+  /// Gives a step's output the memory of the input it accumulates onto
+  /// (PreparedRoutine::output_accumulates) where nothing reads that input after.
+  void share_accumulators();
 
   /// First, so destroyed last: the prepared routines and the recording go before their queues.
   std::shared_ptr<DeviceQueues> queues_;

@@ -757,15 +757,17 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
 }
 
 void PlanBuilder::fuse_pairs() {
-  // A step and the one after it, which reads nothing but its one output and is
-  // that blob's only reader, as one prepared routine (oneDNN's 1x1 + depthwise
-  // pair, a first convolution reading the plain image its adapt would copy).
+  // A step and the one after it, which reads its one output (and maybe other
+  // blobs) and is that blob's only reader, as one prepared routine (oneDNN's
+  // 1x1 + depthwise pair, a first convolution reading the plain image its adapt
+  // would copy, a convolution adding its result to a residual).
   std::vector<bool> absorbed(steps_.size(), false);  // a step already computing the one before it
   for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
     Step& a = *steps_[t];
     Step& b = *steps_[t + 1];
+    // b reads a's one output once, and maybe other blobs (a residual add's other operand).
     if (b.layer->type == "adapt" || !a.parent.empty() || !b.parent.empty() || absorbed[t] ||
-        a.output_blobs.size() != 1 || b.input_blobs.size() != 1 || b.input_blobs[0] != a.output_blobs[0] ||
+        a.output_blobs.size() != 1 || std::count(b.input_blobs.begin(), b.input_blobs.end(), a.output_blobs[0]) != 1 ||
         !(a.routine.schema == b.routine.schema))
       continue;
     const BlobSlot& between = slots_[static_cast<std::size_t>(a.output_blobs[0])];

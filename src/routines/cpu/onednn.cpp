@@ -263,9 +263,16 @@ class Onednn final : public Routine {
 
  private:
   /// A layer before it on this very routine (same operation, layout, data
-  /// type), or the adapt that brought its input into this layout.
+  /// type), or the adapt that brought its input into this layout; an add, a
+  /// oneDNN convolution in its schema (any data type).
   bool pairs_with(const LayerInfo& previous, const Routine& previous_routine) const {
-    if (D != DType::float32 || !previous.layer) return false;
+    if (!previous.layer) return false;
+    if (Op::kType == "add") {
+      const auto ss = previous_routine.schemas();
+      return previous.layer->type == "conv2" && previous_routine.layer_type() == "conv2" &&
+             previous_routine.algorithm() == "onednn" && std::find(ss.begin(), ss.end(), kSchema) != ss.end();
+    }
+    if (D != DType::float32) return false;
     return previous.layer->type == "adapt" || &previous_routine == this;
   }
 };
@@ -287,7 +294,11 @@ struct Conv2 {
   }
 
   /// `plain_input`: the input arrives plain (an adapt to `l` taken in: plan_with_previous).
-  static Plan plan(const LayerInfo& info, Form l, bool prepare, bool plain_input = false) {
+  /// `residual_add`: an add after it (its LayerInfo) whose other operand is
+  /// input 1 of the fused step: a sum post-op onto the output, which starts
+  /// as that operand, then the add's activation.
+  static Plan plan(const LayerInfo& info, Form l, bool prepare, bool plain_input = false,
+                   const LayerInfo* residual_add = nullptr) {
     const Layer& layer = *info.layer;
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
     const Activation act = core::fused_activation(layer, true);
@@ -304,6 +315,14 @@ struct Conv2 {
     Plan p;
     dnnl::post_ops ops;
     fuse_activation(ops, p, act, info, info.output_shapes[0], l);
+    if (residual_add) {
+      // (An activation run after the steps would come after the sum: not this.)
+      if (p.after.kind != Activation::none) throw Error("the convolution's activation runs after it");
+      ops.append_sum(1.0f);
+      fuse_activation(ops, p, core::fused_activation(*residual_add->layer), *residual_add, info.output_shapes[0], l);
+      if (p.after.kind != Activation::none) throw Error("the add's activation runs after it");
+      p.accumulate = 1;
+    }
     auto make_pd = [&](const dnnl::memory::desc& src) {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                         src, w_any, b_md, act_md(info.output_shapes[0], l), {g.sh, g.sw},
@@ -847,6 +866,31 @@ struct Binary {
     return p;
   }
 
+  /// add: a convolution on this schema whose output is one operand, the other
+  /// of the same shape, as one convolution adding its result onto the other
+  /// (a sum post-op, then the add's activation: oneDNN keeps its brgconv
+  /// kernels with it, not with a binary post-op). The fused step reads the
+  /// convolution's input, then the other operand (input 1), whose memory the
+  /// executor gives the output where nothing reads it after (ResNet's blocks).
+  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& info, Form l, bool adapt,
+                                                bool prepare) {
+    if constexpr (K::kAlg != dnnl::algorithm::binary_add) {
+      return std::nullopt;
+    } else {
+      if (adapt || previous.layer->type != "conv2" || previous.input_shapes.size() != 1) return std::nullopt;
+      if (info.input_shapes.size() != 2 || info.input_shapes[0] != info.input_shapes[1] ||
+          info.input_shapes[0] != info.output_shapes[0] || core::requantizes_as_tflite(*info.layer))
+        return std::nullopt;
+      if (!Conv2::check(previous, l)) return std::nullopt;
+      try {
+        Plan p = Conv2::plan(previous, l, prepare, false, &info);
+        if (p.steps.size() != 1 || is_reference(p.steps[0].pd)) return std::nullopt;
+        return p;
+      } catch (const Error&) {
+        return std::nullopt;
+      }
+    }
+  }
 };
 
 /// One oneDNN binary operation: the layer type, its algorithm, whether it commutes.

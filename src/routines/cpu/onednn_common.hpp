@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -342,6 +343,9 @@ struct Plan {
   Activation after;
   Shape after_shape;
   Layout after_layout = Layout::nchw;
+  /// The input the steps add onto output 0 (a sum post-op): copied into the
+  /// output first where the executor did not give them one memory; -1: none.
+  int accumulate = -1;
 
   /// The common case: one primitive reading inputs and writing output 0.
   static Plan single(const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, Mem>> args) {
@@ -380,7 +384,7 @@ class Prepared final : public PreparedRoutine {
  public:
   explicit Prepared(Plan plan)
       : stream_(cpu_engine()), keep_(std::move(plan.keep)), shared_(std::move(plan.shared)), after_(plan.after),
-        after_shape_(std::move(plan.after_shape)), after_layout_(plan.after_layout) {
+        after_shape_(std::move(plan.after_shape)), after_layout_(plan.after_layout), accumulate_(plan.accumulate) {
     // One oneDNN memory per blob, fixed memory and temporary, shared by the steps.
     std::vector<std::pair<Mem, dnnl_memory_t>> handles;
     for (const auto& m : plan.fixed) {
@@ -415,6 +419,7 @@ class Prepared final : public PreparedRoutine {
   }
 
   std::size_t workspace_bytes() const override { return workspace_bytes_; }
+  int output_accumulates() const override { return accumulate_; }
 
   /// How to plan the same layer again at the current thread count: a
   /// primitive fixes its thread count when created, so while other processes
@@ -432,6 +437,10 @@ class Prepared final : public PreparedRoutine {
       if (single_) return single_->run(a);
     }
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    if (accumulate_ >= 0) {
+      const Blob& from = *a.inputs[static_cast<std::size_t>(accumulate_)];
+      if (from.data() != a.outputs[0]->data()) std::memcpy(a.outputs[0]->data(), from.data(), a.outputs[0]->byte_size());
+    }
     for (Bind& b : binds_) {
       const void* p = b.output ? a.outputs[static_cast<std::size_t>(b.index)]->data()
                                : a.inputs[static_cast<std::size_t>(b.index)]->data();
@@ -506,6 +515,7 @@ class Prepared final : public PreparedRoutine {
   Activation after_;
   Shape after_shape_;
   Layout after_layout_;
+  int accumulate_ = -1;
   std::function<Plan()> replan_;
   std::unique_ptr<Prepared> single_;
   bool single_failed_ = false;
