@@ -26,7 +26,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 13;  // 13: PreparedRoutine::checks_non_finite, saw_non_finite
+inline constexpr uint32_t abi_version = 14;  // 14: PreparedRoutine::output_accumulates; fused pairs read the layer's other inputs
 
 // ---------------------------------------------------------------------------
 // Schemas
