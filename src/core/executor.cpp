@@ -455,7 +455,7 @@ void Executor::share_views() {
     if (step.input_blobs.size() != 1 || step.output_blobs.size() != 1 || !step.prepared->output_is_input()) continue;
     const int in = step.input_blobs[0], out = step.output_blobs[0];
     BlobSlot& dst = slots_[static_cast<std::size_t>(out)];
-    const int root = slots_[static_cast<std::size_t>(in)].alias >= 0 ? slots_[static_cast<std::size_t>(in)].alias : in;
+    const int root = memory_root(in);
     BlobSlot& src = slots_[static_cast<std::size_t>(root)];
     // Net outputs are the caller's memory, net inputs and constants not ours to plan.
     if (src.kind != BlobKind::planned || dst.kind != BlobKind::planned || src.schema.device != Device::cpu ||
@@ -478,7 +478,7 @@ void Executor::share_accumulators() {
     const int k = step.prepared->output_accumulates();
     if (k < 0 || k >= static_cast<int>(step.input_blobs.size())) continue;
     const int in = step.input_blobs[static_cast<std::size_t>(k)], out = step.output_blobs[0];
-    const int root = slots_[static_cast<std::size_t>(in)].alias >= 0 ? slots_[static_cast<std::size_t>(in)].alias : in;
+    const int root = memory_root(in);
     BlobSlot& src = slots_[static_cast<std::size_t>(root)];
     BlobSlot& dst = slots_[static_cast<std::size_t>(out)];
     // The input's memory (and every view of it) must be read by nothing after this
@@ -489,12 +489,8 @@ void Executor::share_accumulators() {
       continue;
     // Nor another input of the step (a convolution of x added to x reads x while writing).
     bool read_otherwise = false;
-    for (std::size_t i = 0; i < step.input_blobs.size(); ++i) {
-      const int other = step.input_blobs[i], other_root = slots_[static_cast<std::size_t>(other)].alias >= 0
-                                                             ? slots_[static_cast<std::size_t>(other)].alias
-                                                             : other;
-      read_otherwise = read_otherwise || (static_cast<int>(i) != k && other_root == root);
-    }
+    for (std::size_t i = 0; i < step.input_blobs.size(); ++i)
+      read_otherwise = read_otherwise || (static_cast<int>(i) != k && memory_root(step.input_blobs[i]) == root);
     if (read_otherwise) continue;
     dst.alias = root;
     src.last = std::max(src.last, dst.last);

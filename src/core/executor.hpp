@@ -143,6 +143,11 @@ class Executor {
   /// Gives a step's output the memory of the input it accumulates onto
   /// (PreparedRoutine::output_accumulates) where nothing reads that input after.
   void share_accumulators();
+  /// The planned blob whose memory `slot` uses (its own, or the one it aliases).
+  int memory_root(int slot) const {
+    const int a = slots_[static_cast<std::size_t>(slot)].alias;
+    return a >= 0 ? a : slot;
+  }
 
   /// First, so destroyed last: the prepared routines and the recording go before their queues.
   std::shared_ptr<DeviceQueues> queues_;

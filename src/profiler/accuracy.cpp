@@ -110,10 +110,6 @@ struct Tally {
   double count = 0;
 };
 
-bool argmax_metric(AccuracyBudget::Metric m) {
-  return m == AccuracyBudget::Metric::top1 || m == AccuracyBudget::Metric::seq || m == AccuracyBudget::Metric::ctc;
-}
-
 /// Position p's argmax of a [..., last] output; a NaN wins (it never agrees by luck).
 int64_t argmax_at(const float* x, int64_t p, int64_t last) {
   int64_t a = 0;
@@ -140,7 +136,7 @@ void compare(const AccuracyBudget& budget, const Blob& got, const Blob& want, Ta
   const float* g = got.data_as<float>();
   const float* w = want.data_as<float>();
   const int64_t n = want.numel();
-  if (argmax_metric(budget.metric)) {
+  if (budget.counts_argmax()) {
     const int64_t last = want.shape().rank() ? want.shape()[want.shape().rank() - 1] : 1;
     if (last < 2) return;  // nothing to choose between
     if (budget.metric == AccuracyBudget::Metric::ctc) {
@@ -343,7 +339,7 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
 }
 
 std::size_t Validator::observations_needed() const {
-  if (!argmax_metric(budget_.metric) || budget_.value >= 1)
+  if (!budget_.counts_argmax() || budget_.value >= 1)
     return 1;
   return static_cast<std::size_t>(std::ceil(1.0 / (1.0 - budget_.value) - 1e-9));
 }

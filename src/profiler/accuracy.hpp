@@ -36,6 +36,8 @@ struct AccuracyBudget {
   double max_drop = 0;
   /// Whether a measured value meets the budget (top1, seq, ctc, cosine: at least; rel-l2: at most).
   bool met_by(double measured) const;
+  /// top1, seq, ctc: decisions (argmax) counted, so the value moves in whole steps.
+  bool counts_argmax() const { return metric == Metric::top1 || metric == Metric::seq || metric == Metric::ctc; }
 };
 
 /// The default budget of a tuning that allows qint8 on a net whose outputs hold

@@ -583,10 +583,7 @@ struct Tuner {
         // outputs' cosine loss, far below one step, ranks them.
         double cosine = 1;
         const double value = v.measure(alone, &cosine);
-        const bool argmax = budget.metric == profiler::AccuracyBudget::Metric::top1 ||
-                            budget.metric == profiler::AccuracyBudget::Metric::seq ||
-                            budget.metric == profiler::AccuracyBudget::Metric::ctc;
-        error[i][dtype] = std::max(0.0, v.error(value)) + (argmax ? std::max(0.0, 1.0 - cosine) : 0.0);
+        error[i][dtype] = std::max(0.0, v.error(value)) + (budget.counts_argmax() ? std::max(0.0, 1.0 - cosine) : 0.0);
         double& s = sensitivity[profiles[i].layer->name];
         s = std::max(s, error[i][dtype]);
       }

@@ -144,20 +144,6 @@ void fuse_activation(dnnl::post_ops& ops, Plan& p, const Activation& a, const La
   p.after_layout = l;
 }
 
-/// Whether the CPU has bfloat16 instructions (AVX-512 BF16 or AMX-BF16): the
-/// cpu:bfloat16 routines refuse everything elsewhere (oneDNN would emulate or
-/// run reference code).
-/// (oneDNN's own ISA limit, DNNL_MAX_CPU_ISA, counts too.)
-bool has_bf16() {
-  static const bool yes = [] {
-    const core::CpuFeatures& f = core::cpu_features();
-    const auto isa = static_cast<unsigned>(onednn_isa());
-    return (f.avx512_bf16 || f.amx_bf16) &&
-           (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
-  }();
-  return yes;
-}
-
 /// The registered Routine for operation Op in one layout and data type
 /// (float32, or bfloat16: activations bf16, weights reordered to bf16 in
 /// prepare, accumulation and bias in float32, post-ops on float32 values).

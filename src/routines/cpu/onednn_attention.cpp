@@ -13,7 +13,6 @@
 // (AMX tiles where present) accumulating in float32; the scores and the softmax
 // in float32, each row normalised, then reordered to bfloat16 for P·V.
 #include "routines/cpu/attention_blocks.hpp"
-#include "core/cpu_features.hpp"
 #include "routines/cpu/onednn_common.hpp"
 
 #include <softneuro/routine.hpp>
@@ -201,13 +200,6 @@ class PreparedAttention final : public PreparedRoutine {
   std::size_t scratch_ = 0;
   std::unique_ptr<Prepared> full_qk_, full_pv_, tail_qk_, tail_pv_, mask_;
 };
-
-/// Whether the CPU has bfloat16 instructions oneDNN uses (AVX-512 BF16 or AMX-BF16).
-bool has_bf16() {
-  const core::CpuFeatures& f = core::cpu_features();
-  const auto isa = static_cast<unsigned>(onednn_isa());
-  return (f.avx512_bf16 || f.amx_bf16) && (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
-}
 
 template <DType D>
 class OnednnAttention final : public Routine {

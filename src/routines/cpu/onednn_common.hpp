@@ -127,6 +127,19 @@ inline bool has_avx512() {
   return yes;
 }
 
+/// Whether the CPU has bfloat16 instructions (AVX-512 BF16 or AMX-BF16) within
+/// oneDNN's ISA limit (DNNL_MAX_CPU_ISA counts too): the cpu:bfloat16 routines
+/// refuse everything elsewhere (oneDNN would emulate or run reference code).
+inline bool has_bf16() {
+  static const bool yes = [] {
+    const core::CpuFeatures& f = core::cpu_features();
+    const auto isa = static_cast<unsigned>(onednn_isa());
+    return (f.avx512_bf16 || f.amx_bf16) &&
+           (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  }();
+  return yes;
+}
+
 /// Makes the calling thread's OpenMP team size the threads the layer will run
 /// on (LayerInfo::threads). libgomp keeps this setting per thread, so every
 /// thread that plans or prepares a oneDNN routine sets it (cheap: one call to
