@@ -151,7 +151,7 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"attention",
      {
-      {"cpu/gemm_attention", "cpu/flash_attention", "cpu/onednn"},
+      {"cpu/gemm_attention", "cpu/flash_attention", "cpu/onednn", "cpu:bfloat16/tile_attention", "cpu:bfloat16/onednn"},
       {"cpu/ref"},
       {"cuda/kernel", "cuda:float16/kernel"},
      }},

@@ -619,6 +619,10 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     out.push_back({"attention square 300", layer_of("attention", {}, {}, 3),
                    {random_blob({1, 3, 300, 24}, rng, -3.f, 3.f), random_blob({1, 3, 300, 24}, rng, -3.f, 3.f),
                     random_blob({1, 3, 300, 24}, rng)}});
+    // Features past one 32-deep tile step and values past one 32-wide column pair, neither a
+    // multiple of 32; a strip's tail of queries, keys past a 32-key block (cpu:bfloat16/tile_attention).
+    out.push_back({"attention wide heads", layer_of("attention", {{"scale", 0.1}}, {}, 3),
+                   {random_blob({1, 2, 45, 80}, rng), random_blob({1, 2, 70, 80}, rng), random_blob({1, 2, 70, 72}, rng)}});
     // ONNX Attention's triangle without a cache: aligned to the first key, more keys than queries.
     out.push_back({"attention causal from the start", layer_of("attention", {{"causal", int64_t{1}}, {"causal_align", std::string("start")}}, {}, 3),
                    {random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 6, 8}, rng)}});

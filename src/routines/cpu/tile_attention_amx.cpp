@@ -1,0 +1,236 @@
+// AMX kernels of cpu:bfloat16/tile_attention (tile_attention_kernels.hpp).
+// Tiles 0-3 accumulate a 32x32 block (two row tiles by two column tiles),
+// 4-5 hold the A rows and 6-7 the B columns of one 32-deep step: four tile
+// products per four loads, oneDNN's brgemm blocking.
+#include "routines/cpu/tile_attention_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace softneuro::cpu::tile_attention {
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+uint16_t round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
+
+}  // namespace
+
+void configure_tiles() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  // GCC 12's _tile_loadconfig names only the first 8 bytes as read: the
+  // stores to the rest could be dropped. The whole struct is the operand here.
+  __asm__ volatile("ldtilecfg %0" ::"m"(c));
+}
+
+void release_tiles() { _tile_release(); }
+
+void pack_keys(const uint16_t* k, int64_t key_stride, int64_t dim_stride, int64_t keys, int64_t d, int64_t keys_pad,
+               int64_t d_pad, uint16_t* out) {
+  const int64_t steps = d_pad / 32;
+  for (int64_t kb = 0; kb < keys_pad / 16; ++kb)
+    for (int64_t s = 0; s < steps; ++s) {
+      uint16_t* tile = out + (kb * steps + s) * kTileElems;
+      for (int64_t n = 0; n < 16; ++n) {
+        const int64_t key = kb * 16 + n;
+        const uint16_t* row = k + key * key_stride;
+        for (int64_t e = 0; e < 32; ++e) {  // element (r = e / 2, n, t = e % 2)
+          const int64_t dim = s * 32 + e;
+          tile[(e / 2) * 32 + n * 2 + (e % 2)] = key < keys && dim < d ? row[dim * dim_stride] : uint16_t{0};
+        }
+      }
+    }
+}
+
+void pack_values(const uint16_t* v, int64_t key_stride, int64_t col_stride, int64_t keys, int64_t dv, int64_t keys_pad,
+                 int64_t dv_pad, uint16_t* out) {
+  const int64_t steps = keys_pad / 32;
+  // out[2n] = row a's column n, out[2n + 1] = row b's.
+  alignas(64) uint16_t pairs[32];
+  for (int i = 0; i < 16; ++i) {
+    pairs[2 * i] = static_cast<uint16_t>(i);
+    pairs[2 * i + 1] = static_cast<uint16_t>(32 + i);
+  }
+  const __m512i index = _mm512_load_si512(pairs);
+  for (int64_t g = 0; g < dv_pad / 16; ++g) {
+    const int64_t c0 = g * 16, cols = dv - c0 >= 16 ? 16 : (dv > c0 ? dv - c0 : 0);
+    for (int64_t ks = 0; ks < steps; ++ks) {
+      uint16_t* tile = out + (g * steps + ks) * kTileElems;
+      for (int64_t r = 0; r < 16; ++r) {
+        const int64_t key = ks * 32 + 2 * r;
+        __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+        if (col_stride == 1) {
+          if (key < keys) a = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(first(cols), v + key * key_stride + c0));
+          if (key + 1 < keys)
+            b = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(first(cols), v + (key + 1) * key_stride + c0));
+        } else {
+          alignas(32) uint16_t ra[16] = {}, rb[16] = {};
+          for (int64_t n = 0; n < cols; ++n) {
+            if (key < keys) ra[n] = v[key * key_stride + (c0 + n) * col_stride];
+            if (key + 1 < keys) rb[n] = v[(key + 1) * key_stride + (c0 + n) * col_stride];
+          }
+          a = _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(ra)));
+          b = _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(rb)));
+        }
+        _mm512_storeu_si512(tile + r * 32, _mm512_permutex2var_epi16(a, index, b));
+      }
+    }
+  }
+}
+
+void scores(const uint16_t* q, int64_t d_pad, const uint16_t* k_packed, int64_t keys, float* s, int64_t lds) {
+  const int64_t steps = d_pad / 32, qs = d_pad * 2, ss = lds * 4;
+  for (int64_t j = 0; j < keys; j += 32) {
+    const uint16_t* b0 = k_packed + (j / 16) * steps * kTileElems;
+    const uint16_t* b1 = b0 + steps * kTileElems;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t st = 0; st < steps; ++st) {
+      _tile_loadd(4, q + st * 32, qs);
+      _tile_loadd(5, q + 16 * d_pad + st * 32, qs);
+      _tile_loadd(6, b0 + st * kTileElems, 64);
+      _tile_loadd(7, b1 + st * kTileElems, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, s + j, ss);
+    _tile_stored(1, s + j + 16, ss);
+    _tile_stored(2, s + 16 * lds + j, ss);
+    _tile_stored(3, s + 16 * lds + j + 16, ss);
+  }
+}
+
+void values(const uint16_t* p, int64_t ldp, const uint16_t* v_packed, int64_t keys, int64_t keys_pad, int64_t dv_pad,
+            float* o) {
+  const int64_t steps = keys_pad / 32, ps = ldp * 2, os = dv_pad * 4;
+  for (int64_t c = 0; c < dv_pad; c += 32) {
+    const uint16_t* b0 = v_packed + (c / 16) * steps * kTileElems;
+    const uint16_t* b1 = b0 + steps * kTileElems;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t ks = 0; ks < keys / 32; ++ks) {
+      _tile_loadd(4, p + ks * 32, ps);
+      _tile_loadd(5, p + 16 * ldp + ks * 32, ps);
+      _tile_loadd(6, b0 + ks * kTileElems, 64);
+      _tile_loadd(7, b1 + ks * kTileElems, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, o + c, os);
+    _tile_stored(1, o + c + 16, os);
+    _tile_stored(2, o + 16 * dv_pad + c, os);
+    _tile_stored(3, o + 16 * dv_pad + c + 16, os);
+  }
+}
+
+float softmax_row(const float* s, const float* bias, float add, int64_t n, float scale, uint16_t* p, int64_t n_pad,
+                  float* max_out) {
+  const __m512 vs = _mm512_set1_ps(scale), va = _mm512_set1_ps(add);
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  __mmask16 nan = 0;
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = first(n - j);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(k, bias + j) : va;
+    const __m512 t = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, s + j), vs, b);
+    m = _mm512_mask_max_ps(m, k, m, t);
+    nan |= _mm512_mask_cmp_ps_mask(k, t, t, _CMP_UNORD_Q);
+  }
+  const float mx = _mm512_reduce_max_ps(m);
+  *max_out = mx;
+  if (nan) return NAN;
+  // exp(t - mx) = 2^(u), u = (t - mx) log2 e = n + f, |f| <= 1/2: 2^f by its
+  // degree-5 Taylor polynomial (relative error under 3e-6, far below bf16's
+  // 4e-3), scaled by 2^n; u below -126 gives 0, not a subnormal.
+  const float log2e = 1.44269504088896341f;
+  const __m512 us = _mm512_set1_ps(scale * log2e), ua = _mm512_set1_ps((add - mx) * log2e),
+               l2 = _mm512_set1_ps(log2e), off = _mm512_set1_ps(-mx * log2e), low = _mm512_set1_ps(-126.0f);
+  const __m512 c1 = _mm512_set1_ps(0.693147181f), c2 = _mm512_set1_ps(0.240226507f),
+               c3 = _mm512_set1_ps(0.0555041087f), c4 = _mm512_set1_ps(0.00961812911f),
+               c5 = _mm512_set1_ps(0.00133335581f), one = _mm512_set1_ps(1.0f);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = first(n - j);
+    const __m512 x = _mm512_maskz_loadu_ps(k, s + j);
+    const __m512 u = bias ? _mm512_fmadd_ps(x, us, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, bias + j), l2, off))
+                          : _mm512_fmadd_ps(x, us, ua);
+    const __m512 whole = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(u, whole);
+    __m512 q = _mm512_fmadd_ps(c5, f, c4);
+    q = _mm512_fmadd_ps(q, f, c3);
+    q = _mm512_fmadd_ps(q, f, c2);
+    q = _mm512_fmadd_ps(q, f, c1);
+    q = _mm512_fmadd_ps(q, f, one);
+    const __m512 e = _mm512_maskz_scalef_ps(k & _mm512_cmp_ps_mask(u, low, _CMP_GE_OQ), q, whole);
+    sum = _mm512_add_ps(sum, e);
+    const __m256bh h = _mm512_cvtneps_pbh(e);
+    _mm256_mask_storeu_epi16(p + j, k, reinterpret_cast<const __m256i&>(h));
+  }
+  const int64_t done = n < 0 ? 0 : n;
+  if (n_pad > done) std::memset(p + done, 0, sizeof(uint16_t) * (n_pad - done));
+  return _mm512_reduce_add_ps(sum);
+}
+
+void to_bf16(const float* x, uint16_t* y, int64_t n, int64_t n_pad) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(y + i, reinterpret_cast<const __m512i&>(h));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = first(n - i);
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+    _mm256_mask_storeu_epi16(y + i, m, reinterpret_cast<const __m256i&>(h));
+  }
+  if (n_pad > n) std::memset(y + n, 0, sizeof(uint16_t) * (n_pad - n));
+}
+
+void scaled_to_bf16(const float* x, float scale, uint16_t* y, int64_t stride, int64_t n) {
+  if (stride != 1) {
+    for (int64_t i = 0; i < n; ++i) y[i * stride] = round_bf16(x[i] * scale);
+    return;
+  }
+  const __m512 by = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first(n - i);
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), by));
+    _mm256_mask_storeu_epi16(y + i, m, reinterpret_cast<const __m256i&>(h));
+  }
+}
+
+void from_bf16(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first(n - i);
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  }
+}
+
+}  // namespace softneuro::cpu::tile_attention
