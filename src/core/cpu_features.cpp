@@ -7,6 +7,10 @@
 #if defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -147,6 +151,18 @@ const CpuFeatures& cpu_features() {
 bool cpu_features_capped() {
   static const bool capped = !(detected() == cpu_features());
   return capped;
+}
+
+bool amx_tiles_permitted() {
+  static const bool ok = [] {
+    if (!cpu_features().amx_tile) return false;
+#if defined(__linux__) && defined(__x86_64__)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
 }
 
 CpuFeatures CpuFeatures::every() {

@@ -52,5 +52,9 @@ const CpuFeatures& cpu_features();
 /// Whether max_cpu_isa() takes away an instruction set this CPU has: code that
 /// picks its kernels itself (XNNPACK) must then stay out.
 bool cpu_features_capped();
+/// Whether this process may use the AMX tile registers: the CPU has them
+/// (within max_cpu_isa()) and the operating system granted their state (Linux
+/// grants it to a process that asks; asked once, for every thread).
+bool amx_tiles_permitted();
 
 }  // namespace softneuro::core

@@ -1,6 +1,6 @@
 // cpu:bfloat16/tile_attention — the attention layer (core/layer_types.hpp) on
 // AMX tiles: per batch and head, K and V are packed once into the tiles'
-// layouts (tile_attention_kernels.hpp); per strip of 32 query rows, S = Q·Kᵀ
+// layouts (tile_kernels.hpp); per strip of 32 query rows, S = Q·Kᵀ
 // (AMX, float32 accumulators) into a [32, Sk] buffer that stays in L2, each
 // row scaled, masked and exponentiated in float32 straight into bfloat16
 // (rows with NaN, +inf or no visible key as softmax computes them:
@@ -10,7 +10,7 @@
 // (oneDNN 2.6's bf16 matmuls, 0.3-0.6 TFLOP/s on Q·Kᵀ with 64 features) for
 // the tuner: these products run at 0.7-1.3 TFLOP/s a core (Whisper's shapes).
 #include "routines/cpu/attention_blocks.hpp"
-#include "routines/cpu/tile_attention_kernels.hpp"
+#include "routines/cpu/tile_kernels.hpp"
 
 #include "core/cpu_features.hpp"
 
@@ -24,35 +24,20 @@
 #include <limits>
 #include <memory>
 
-#if defined(__linux__) && defined(__x86_64__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 namespace softneuro {
 namespace {
 
-namespace tiles = cpu::tile_attention;
+namespace tiles = cpu::tile;
 using core::AttentionGeometry;
 using cpu::gemm::round_up;
 
 constexpr int64_t kRows = tiles::kStripRows;
 
-/// Linux gives a process the tile registers' state only when it asks (once, for every thread).
-bool tiles_permitted() {
-#if defined(__linux__) && defined(__x86_64__)
-  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-  return ok;
-#else
-  return false;
-#endif
-}
-
 Support usable() {
   const core::CpuFeatures& f = core::cpu_features();
   if (!(f.amx_tile && f.amx_bf16 && f.avx512_bf16 && f.avx512_core()))
     return Support::no("cpu:bfloat16/tile_attention needs AMX-BF16 and AVX-512 BF16");
-  if (!tiles_permitted()) return Support::no("the operating system refused this process the AMX tile state");
+  if (!core::amx_tiles_permitted()) return Support::no("the operating system refused this process the AMX tile state");
   if (!cpu::vec::best_kernels()) return Support::no("cpu:bfloat16/tile_attention's softmax needs AVX-512");
   return Support::yes();
 }

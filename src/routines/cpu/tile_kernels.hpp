@@ -1,13 +1,14 @@
-// The AMX kernels of cpu:bfloat16/tile_attention (tile_attention_amx.cpp):
-// bfloat16 operands in the layouts the tiles load, float32 accumulators.
-// Call only where the CPU has AMX-BF16 and AVX-512 BF16 and the process may
-// use the tile registers (tile_attention.cpp checks both). Internal to
-// src/routines/cpu.
+// The AMX kernels (tile_kernels_amx.cpp) of cpu:bfloat16/tile_attention
+// (bfloat16 operands, float32 accumulators) and cpu[:bfloat16]/tile_dense
+// (int8 operands, int32 accumulators), in the layouts the tiles load. Call
+// only where the CPU has AMX (BF16 and INT8) and AVX-512 BF16 and the process
+// may use the tile registers (the routines check: core::amx_tiles_permitted).
+// Internal to src/routines/cpu.
 #pragma once
 
 #include <cstdint>
 
-namespace softneuro::cpu::tile_attention {
+namespace softneuro::cpu::tile {
 
 /// Query rows per strip: two tiles of 16 rows.
 constexpr int64_t kStripRows = 32;
@@ -54,4 +55,21 @@ void scaled_to_bf16(const float* x, float scale, uint16_t* y, int64_t stride, in
 /// y[i] = float(x[i]), i < n.
 void from_bf16(const uint16_t* x, float* y, int64_t n);
 
-}  // namespace softneuro::cpu::tile_attention
+/// Dense: k values per int8 tile row step.
+constexpr int64_t kDepth = 64;
+/// One activation row quantised symmetrically: q = round(x / s) in [-127, 127]
+/// for the k values, 0 up to k_pad; the row in chunks of kDepth values, chunk
+/// j at q + j * chunk_stride (kDepth: a plain row; 32 * kDepth: the row of a
+/// packed strip). Returns s = max |x| / 127 (0 for a row of zeros), or NaN
+/// where the row holds NaN or an infinity.
+float quantize_row(const float* x, int64_t k, int8_t* q, int64_t k_pad, int64_t chunk_stride);
+/// One [32, 32] block of a dense layer: out[r][c] = (A[r] · B[c]) * xs[r] * ws[c]
+/// + bias[c] for r < 32 (rows <= 16: the first 16 only), c < 32, row stride 32.
+/// A: a packed strip of 32 int8 rows (quantize_row's chunk_stride 32 * kDepth:
+/// per step of kDepth, the 32 rows' chunks one after another); B: two packed
+/// column tile streams b0, b1 of k_pad / kDepth tiles each (tile ks: element
+/// (r, n, t) = W[n][ks * 64 + 4r + t]).
+void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, const float* xs,
+                 const float* ws, const float* bias, float* out);
+
+}  // namespace softneuro::cpu::tile

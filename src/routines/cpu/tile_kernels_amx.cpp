@@ -1,15 +1,16 @@
-// AMX kernels of cpu:bfloat16/tile_attention (tile_attention_kernels.hpp).
-// Tiles 0-3 accumulate a 32x32 block (two row tiles by two column tiles),
-// 4-5 hold the A rows and 6-7 the B columns of one 32-deep step: four tile
-// products per four loads, oneDNN's brgemm blocking.
-#include "routines/cpu/tile_attention_kernels.hpp"
+// AMX kernels of cpu:bfloat16/tile_attention and cpu[:bfloat16]/tile_dense
+// (tile_kernels.hpp). Tiles 0-3 accumulate a 32x32 block (two row tiles by
+// two column tiles), 4-5 hold the A rows and 6-7 the B columns of one step
+// (32 bf16 or 64 int8 deep): four tile products per four loads, oneDNN's
+// brgemm blocking.
+#include "routines/cpu/tile_kernels.hpp"
 
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
 
-namespace softneuro::cpu::tile_attention {
+namespace softneuro::cpu::tile {
 namespace {
 
 struct alignas(64) TileConfig {
@@ -233,4 +234,70 @@ void from_bf16(const uint16_t* x, float* y, int64_t n) {
   }
 }
 
-}  // namespace softneuro::cpu::tile_attention
+float quantize_row(const float* x, int64_t k, int8_t* q, int64_t k_pad, int64_t chunk_stride) {
+  __m512 m = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), inf = _mm512_set1_ps(INFINITY);
+  for (int64_t j = 0; j < k; j += 16) {
+    const __mmask16 v = first(k - j);
+    const __m512 a = _mm512_and_ps(_mm512_maskz_loadu_ps(v, x + j), abs_mask);
+    bad |= _mm512_mask_cmp_ps_mask(v, a, inf, _CMP_NLT_UQ);  // NaN or inf
+    m = _mm512_max_ps(m, a);
+  }
+  if (bad) return NAN;
+  const float mx = _mm512_reduce_max_ps(m);
+  const float s = mx / 127.0f;
+  const __m512 by = _mm512_set1_ps(mx > 0 ? 127.0f / mx : 0.0f);
+  for (int64_t j = 0; j < k_pad; j += 16) {
+    const __mmask16 v = j < k ? first(k - j) : __mmask16(0);
+    const __m512i i = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(v, x + j), by));  // nearest, ties to even
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + (j / kDepth) * chunk_stride + j % kDepth), _mm512_cvtsepi32_epi8(i));
+  }
+  return s;
+}
+
+void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, const float* xs,
+                 const float* ws, const float* bias, float* out) {
+  const int64_t steps = k_pad / kDepth;
+  auto* c = reinterpret_cast<int32_t*>(out);  // the sums, then the values in their place
+  _tile_zero(0);
+  _tile_zero(1);
+  if (rows > 16) {
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t ks = 0; ks < steps; ++ks) {
+      _tile_loadd(4, a + ks * 32 * kDepth, kDepth);
+      _tile_loadd(5, a + ks * 32 * kDepth + 16 * kDepth, kDepth);
+      _tile_loadd(6, b0 + ks * 1024, 64);
+      _tile_loadd(7, b1 + ks * 1024, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(2, c + 16 * 32, 128);
+    _tile_stored(3, c + 16 * 32 + 16, 128);
+  } else {
+    for (int64_t ks = 0; ks < steps; ++ks) {
+      _tile_loadd(4, a + ks * 32 * kDepth, kDepth);
+      _tile_loadd(6, b0 + ks * 1024, 64);
+      _tile_loadd(7, b1 + ks * 1024, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+    }
+  }
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+  const __m512 w0 = _mm512_loadu_ps(ws), w1 = _mm512_loadu_ps(ws + 16);
+  const __m512 z0 = _mm512_loadu_ps(bias), z1 = _mm512_loadu_ps(bias + 16);
+  const int64_t n = rows > 16 ? 32 : 16;
+  for (int64_t r = 0; r < n; ++r) {
+    const __m512 x = _mm512_set1_ps(xs[r]);
+    int32_t* cr = c + r * 32;
+    const __m512 v0 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr)), v1 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr + 16));
+    _mm512_storeu_ps(out + r * 32, _mm512_fmadd_ps(v0, _mm512_mul_ps(x, w0), z0));
+    _mm512_storeu_ps(out + r * 32 + 16, _mm512_fmadd_ps(v1, _mm512_mul_ps(x, w1), z1));
+  }
+}
+
+}  // namespace softneuro::cpu::tile

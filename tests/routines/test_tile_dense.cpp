@@ -1,0 +1,152 @@
+// cpu/tile_dense and cpu:bfloat16/tile_dense (AMX-INT8): the arithmetic they
+// define (each row quantised symmetrically to int8 at run time, int8 weights
+// per channel, exact int32 sums), rows of zeros and NaN, and what reduced
+// precision means for the untuned default.
+#include "core/cpu_features.hpp"
+#include "core/registry.hpp"
+#include "core/layer_types.hpp"
+#include "core/weight_quant.hpp"
+#include "routines/f32_check.hpp"
+#include "support/run_layer.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+using namespace softneuro;
+using test::f32::random_blob;
+
+namespace {
+
+bool amx() {
+  const core::CpuFeatures& f = core::cpu_features();
+  return f.amx_int8 && f.amx_bf16 && f.avx512_bf16 && core::amx_tiles_permitted();
+}
+
+Layer dense(const Blob& w, const Blob* bias, const std::string& act = "none") {
+  std::map<std::string, Blob> weights{{"weight", w}};
+  if (bias) weights["bias"] = *bias;
+  return test::make_layer("dense", {{"act", act}}, weights);
+}
+
+float bf16_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+/// Each row on its own int8 grid (max |x| / 127), the weights per channel, the sums exact.
+std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
+  const core::ChannelQuantized q = core::channel_int8(w, 127);
+  std::vector<double> y(static_cast<std::size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x.data_as<float>() + r * k;
+    float amax = 0;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
+    const float s = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int64_t o = 0; o < n; ++o) {
+      int64_t acc = 0;
+      for (int64_t i = 0; i < k; ++i)
+        acc += static_cast<int64_t>(std::nearbyint(xr[i] * inv)) * q.q[static_cast<std::size_t>(o * k + i)];
+      y[static_cast<std::size_t>(r * n + o)] =
+          static_cast<double>(acc) * s * q.scale[static_cast<std::size_t>(o)] + (bias ? bias->data_as<float>()[o] : 0.0);
+    }
+  }
+  return y;
+}
+
+/// The layer on `descriptor`'s prepared routine; bfloat16 schemas get x rounded
+/// to bfloat16 and give their outputs back as float32.
+std::vector<float> run(const Layer& l, const Blob& x, const char* descriptor) {
+  LayerInfo info;
+  info.layer = &l;
+  info.input_shapes = {x.shape()};
+  info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("dense", descriptor, &schema);
+  REQUIRE(r);
+  REQUIRE(r->supports(info, schema));
+  auto prepared = r->prepare(info, schema, {});
+  if (schema.dtype != DType::bfloat16) return test::values(test::run_prepared(*prepared, {x}, info.output_shapes, schema)[0]);
+  Blob h = Blob::allocate(x.shape(), DType::bfloat16);
+  for (int64_t i = 0; i < x.shape().numel(); ++i) {
+    const float v = bf16_round(x.data_as<float>()[i]);
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    h.data_as<uint16_t>()[i] = static_cast<uint16_t>(std::isnan(v) ? 0x7fc0u : u >> 16);
+  }
+  const Blob y = test::run_prepared(*prepared, {h}, info.output_shapes, schema)[0];
+  std::vector<float> out(static_cast<std::size_t>(y.shape().numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(y.data_as<uint16_t>()[i]) << 16;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tile_dense computes dense as its int8 arithmetic defines, in float32 and bfloat16", "[routines][tile_dense]") {
+  if (!amx()) return;  // says unsupported there (test_every_routine)
+  std::mt19937 rng(11);
+  struct Dims {
+    int64_t m, k, n;
+  };
+  for (Dims d : {Dims{1, 1, 1}, Dims{1, 768, 50}, Dims{5, 129, 17}, Dims{17, 300, 40}, Dims{33, 64, 32},
+                 Dims{70, 200, 97}}) {
+    for (bool with_bias : {false, true}) {
+      INFO("m " << d.m << " k " << d.k << " n " << d.n << (with_bias ? " with bias" : ""));
+      Blob x = random_blob({d.m, d.k}, rng, -2.f, 3.f);
+      for (int64_t i = 0; i < x.shape().numel(); ++i) x.data_as<float>()[i] = bf16_round(x.data_as<float>()[i]);
+      const Blob w = random_blob({d.n, d.k}, rng, -0.5f, 0.5f);
+      const Blob b = random_blob({d.n}, rng);
+      const Layer l = dense(w, with_bias ? &b : nullptr);
+      const auto want = expected(x, w, with_bias ? &b : nullptr, d.m, d.k, d.n);
+      const auto exact = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
+      const auto f32 = run(l, x, "cpu/tile_dense");
+      const auto bf16 = run(l, x, "cpu:bfloat16/tile_dense");
+      REQUIRE(f32.size() == want.size());
+      REQUIRE(bf16.size() == want.size());
+      double scale = 0, err = 0, err_bf16 = 0, err_float = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::fabs(want[i]));
+        err = std::max(err, std::fabs(f32[i] - want[i]));
+        err_bf16 = std::max(err_bf16, std::fabs(bf16[i] - want[i]) / std::max(1.0, std::fabs(want[i])));
+        err_float = std::max(err_float, std::fabs(static_cast<double>(f32[i]) - exact[i]));
+      }
+      CHECK(err <= 1e-5 * scale + 1e-6);   // the int8 arithmetic, to float32 rounding
+      CHECK(err_bf16 <= 1.0 / 128);        // the same, rounded to bfloat16
+      CHECK(err_float <= 2e-2 * scale + 1e-5);  // and within a percent or two of float32
+    }
+  }
+  SECTION("a fused gelu, a row of zeros, and a row holding NaN") {
+    const Blob w = random_blob({20, 40}, rng, -0.5f, 0.5f);
+    const Blob b = random_blob({20}, rng);
+    Blob x = random_blob({3, 40}, rng);
+    for (int64_t i = 0; i < 40; ++i) x.data_as<float>()[40 + i] = 0;
+    for (const char* d : {"cpu/tile_dense", "cpu:bfloat16/tile_dense"}) {
+      INFO(d);
+      const Layer gelu = dense(w, &b, "gelu");
+      const auto got = run(gelu, x, d);
+      const auto ref = test::values(test::run_layer(gelu, {x}, "cpu/ref")[0]);
+      for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - ref[i]) <= 3e-2 * (1 + std::fabs(ref[i])));
+      for (int j = 0; j < 20; ++j) CHECK(got[static_cast<std::size_t>(20 + j)] == Approx(ref[static_cast<std::size_t>(20 + j)]).epsilon(1e-2));  // the bias alone
+      Blob nan = x.clone();
+      nan.data_as<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+      const auto with_nan = run(dense(w, nullptr), nan, d);
+      for (int j = 0; j < 20; ++j) CHECK(std::isnan(with_nan[static_cast<std::size_t>(j)]));  // as float32 has it
+      for (int j = 40; j < 60; ++j) CHECK(std::isfinite(with_nan[static_cast<std::size_t>(j)]));
+    }
+  }
+}
+
+TEST_CASE("tile_dense is reduced precision: a candidate only where qint8 is allowed", "[routines][tile_dense]") {
+  auto& registry = core::RoutineRegistry::instance();
+  CHECK(registry.precision("cpu/tile_dense") == DType::qint8);
+  CHECK(registry.precision("cpu:bfloat16/tile_dense") == DType::qint8);
+}
