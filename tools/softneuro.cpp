@@ -73,8 +73,8 @@ commands:
       --accuracy M:V        budget for qint8, float16 and bfloat16 paths against float32: top1:0.99
                             (with qint8), seq:0.95 (with qint8, outputs of several positions per
                             sample: the whole argmax sequence; ctc:0.95 where a CTC blank wins most
-                            positions: the line a greedy decoder reads), cosine:0.999 (without qint8),
-                            rel-l2:0.02, or none (allowed unchecked); a path that misses it is not kept
+                            positions: the line a greedy decoder reads), cosine:0.999 (without qint8, or
+                            outputs straight from a layer norm: hidden states), rel-l2:0.02, or none (allowed unchecked); a path that misses it is not kept
       --keep-float-weights  keep float32 weights where layers run in qint8 (default: stored as int8
                             and per-channel scales, the values the qint8 routines compute with)
       --no-prepared-weights store the layers' weights only (default: also the routine path's derived

@@ -297,6 +297,7 @@ struct Tuner {
     } else if (!opt.accuracy.empty() || wants_qint8 || wants_reduced_float) {
       budget = profiler::parse_accuracy(!opt.accuracy.empty() ? opt.accuracy
                                         : !wants_qint8        ? profiler::kDefaultFloatAccuracy
+                                        : feature_outputs()   ? profiler::kDefaultFeatureAccuracy
                                         : sequence_outputs()  ? profiler::kDefaultSequenceAccuracy
                                                               : profiler::kDefaultAccuracy);
       budget.ctc_if_blank = opt.accuracy.empty();
@@ -432,6 +433,17 @@ struct Tuner {
       if (positions > 1) return true;
     }
     return false;
+  }
+
+  /// Whether every output comes straight from a layer normalisation (hidden states, not scores).
+  bool feature_outputs() const {
+    for (const auto& o : net.graph.outputs) {
+      const auto producer = std::find_if(net.graph.layers.begin(), net.graph.layers.end(), [&](const Layer& l) {
+        return std::find(l.outputs.begin(), l.outputs.end(), o) != l.outputs.end();
+      });
+      if (producer == net.graph.layers.end() || producer->type != "layernorm") return false;
+    }
+    return !net.graph.outputs.empty();
   }
 
   /// Whether the schemas allowed include float16 or bfloat16 ones (on any device):

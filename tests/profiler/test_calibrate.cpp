@@ -1012,6 +1012,31 @@ TEST_CASE("a net whose sequence outputs read as CTC is held to the line it reads
   // Without a blank winning most positions (the earlier test's logits), the default stays seq.
 }
 
+TEST_CASE("a net whose outputs come straight from a layer norm is held to a cosine by default, not an argmax",
+          "[calibrate][tune][accuracy]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // [1, 6, 12] hidden states (a transformer encoder's last_hidden_state): the
+  // argmax over their features means nothing (ViT's 197 x 768 under seq:0.95
+  // measured 0 on every path, float32 kept).
+  core::Graph g;
+  g.name = "hidden-states";
+  g.inputs = {{"input", Shape{1, 6, 16}, DType::float32}};
+  Blob gamma = Blob::allocate(Shape{12}), beta = Blob::allocate(Shape{12});
+  std::fill(gamma.data_as<float>(), gamma.data_as<float>() + 12, 1.0f);
+  std::fill(beta.data_as<float>(), beta.data_as<float>() + 12, 0.0f);
+  g.layers.push_back(layer("fc", "dense", {"input"}, "h", {}, {{"weight", normal_blob(Shape{12, 16}, 9, 0.5f)}}));
+  g.layers.push_back(layer("ln", "layernorm", {"h"}, "hidden", {{"axis", int64_t{-1}}}, {{"scale", gamma}, {"bias", beta}}));
+  g.outputs = {"hidden"};
+  TuneOptions o = quick("feature-default", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+  for (unsigned k = 0; k < 20; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 6, 16}, 100 + k)}});
+  Model net = detail::make_model(g);
+  CHECK(tune_and_keep(net, o).accuracy_budget == "cosine:0.999");
+  // Given by the user, seq stays seq.
+  o.accuracy = "seq:0.95";
+  Model again = detail::make_model(g);
+  CHECK(tune_and_keep(again, o).accuracy_budget == "seq:0.95");
+}
+
 TEST_CASE("weights on a model's own int8 grid keep its integers and scales, whatever a channel's largest value", "[calibrate][quant]") {
   // Two channels on steps 0.05 and 0.02 whose largest integers are 5 and 100 (an
   // ONNX QDQ weight's scale comes from its calibration, not from max|w| / 127).
