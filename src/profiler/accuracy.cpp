@@ -301,7 +301,7 @@ void Validator::find_blank() {
                               budget_.blank_last ? "last" : "0", 100 * share);
 }
 
-double Validator::measure(const core::RoutinePath& path, double* cosine) const {
+double Validator::measure(const core::RoutinePath& path, double* cosine, std::size_t max_samples) const {
   if (budget_.metric == AccuracyBudget::Metric::none) return 0;
   // The path runs beside the graph; a graph is copied only where the path changes its weights.
   const std::optional<core::Graph> transformed = transform_ ? transform_(net_.graph, path) : std::nullopt;
@@ -310,7 +310,8 @@ double Validator::measure(const core::RoutinePath& path, double* cosine) const {
   AccuracyBudget by_cosine;
   by_cosine.metric = AccuracyBudget::Metric::cosine;
   std::vector<std::vector<NamedBlob>> all;  // a set metric's input
-  for (std::size_t k = 0; k < samples_.size(); ++k) {
+  const std::size_t count = budget_.score_set ? samples_.size() : std::min(samples_.size(), max_samples);
+  for (std::size_t k = 0; k < count; ++k) {
     auto got = run(tuned, net_, samples_[k]);
     if (budget_.score_set) {
       if (cosine)

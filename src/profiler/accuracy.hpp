@@ -9,6 +9,7 @@
 #include <softneuro/tune.hpp>
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <set>
@@ -85,7 +86,10 @@ class Validator {
   Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget);
   /// The budget's metric of `path`, averaged over samples and outputs; with
   /// `cosine`, also the mean cosine similarity (a finer tie-break than top1).
-  double measure(const core::RoutinePath& path, double* cosine = nullptr) const;
+  /// On the first `max_samples` samples only where given (not for a set metric,
+  /// which scores the whole set).
+  double measure(const core::RoutinePath& path, double* cosine = nullptr,
+                 std::size_t max_samples = std::numeric_limits<std::size_t>::max()) const;
   /// What a measured value gives up: 1 - value for top1 and cosine, the value for rel-l2.
   double error(double value) const;
   /// The budget measured: a default seq becomes ctc where the float32 outputs show a CTC blank.

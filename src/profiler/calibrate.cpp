@@ -45,22 +45,29 @@ struct Range {
   std::vector<uint64_t> hist;  // second pass: kBins over [lo, hi]
   uint64_t count = 0;
 
+  // Both loops run over every value of every blob of every sample (ResNet50:
+  // 11 million a sample): in float, branch-free where they can be (x - x is 0
+  // for finite x only), so that the compiler vectorises them.
   void observe(const float* p, int64_t n) {
-    double a = lo, b = hi;
+    const float inf = std::numeric_limits<float>::infinity();
+    float a = inf, b = -inf;
     for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(p[i])) continue;
-      a = std::min(a, double(p[i]));
-      b = std::max(b, double(p[i]));
+      const float x = p[i];
+      const bool finite = x - x == 0.0f;
+      const float x_lo = finite ? x : inf, x_hi = finite ? x : -inf;
+      a = x_lo < a ? x_lo : a;
+      b = x_hi > b ? x_hi : b;
     }
-    lo = a;
-    hi = b;
+    lo = std::min(lo, double(a));
+    hi = std::max(hi, double(b));
   }
   void histogram(const float* p, int64_t n) {
     if (hist.empty()) hist.assign(kBins, 0);
     const double width = hi - lo;
+    const double per = width > 0 ? kBins / width : 0.0;
     for (int64_t i = 0; i < n; ++i) {
       if (!std::isfinite(p[i])) continue;
-      int bin = width > 0 ? static_cast<int>((double(p[i]) - lo) / width * kBins) : 0;
+      const int bin = static_cast<int>((double(p[i]) - lo) * per);
       ++hist[static_cast<std::size_t>(std::clamp(bin, 0, kBins - 1))];
       ++count;
     }
@@ -527,8 +534,13 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
     if (channels == 0 || b.numel() % channels) return;
     const int64_t inner = c.last_axis ? 1 : b.numel() / std::max<int64_t>(1, b.shape()[0] * channels);
     const float* p = b.data_as<float>();
-    for (int64_t i = 0; i < b.numel(); ++i)
-      if (std::isfinite(p[i])) c.sums[static_cast<std::size_t>(c.last_axis ? i % channels : i / inner % channels)] += p[i];
+    // Runs of `inner` values of one channel, channel after channel (no division per value).
+    for (int64_t i = 0, ch = 0; i < b.numel(); i += inner, ch = ch + 1 == channels ? 0 : ch + 1) {
+      double sum = 0;
+      for (int64_t j = i; j < i + inner; ++j)
+        if (std::isfinite(p[j])) sum += p[j];
+      c.sums[static_cast<std::size_t>(ch)] += sum;
+    }
     c.per_channel += double(b.numel()) / double(channels);
   };
   // Min and max first; a second pass fills histograms over them where a method needs one.
