@@ -14,6 +14,7 @@
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/passes.hpp"
+#include "core/thread_pool.hpp"
 #include "core/weight_quant.hpp"
 
 #include <fmt/format.h>
@@ -543,6 +544,8 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
     }
     c.per_channel += double(b.numel()) / double(channels);
   };
+  std::vector<Range*> result_ranges;  // made before the threads share the map
+  for (const auto& o : results) result_ranges.push_back(&ranges[o.name]);
   // Min and max first; a second pass fills histograms over them where a method needs one.
   const bool histograms = std::any_of(options.methods.begin(), options.methods.end(), [](RangeMethod m) { return m != RangeMethod::minmax; });
   for (int pass = 0; pass < (histograms ? 2 : 1); ++pass) {
@@ -562,12 +565,17 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
       } catch (const Error& e) {
         throw e.file().empty() ? e.with_file(net.file) : e;
       }
-      for (const auto& o : results) {
-        Range& r = ranges[o.name];
-        pass == 0 ? r.observe(o.blob.data_as<float>(), o.blob.numel())
-                  : r.histogram(o.blob.data_as<float>(), o.blob.numel());
-        if (pass == 0) add_channel_sums(o.name, o.blob);
-      }
+      // Each blob's statistics are its own: over the threads (one took 30% of
+      // a ResNet50 calibration while the other waited).
+      core::global_pool().parallel_for(static_cast<int64_t>(results.size()), 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const NamedBlob& o = results[static_cast<std::size_t>(i)];
+          Range& r = *result_ranges[static_cast<std::size_t>(i)];
+          pass == 0 ? r.observe(o.blob.data_as<float>(), o.blob.numel())
+                    : r.histogram(o.blob.data_as<float>(), o.blob.numel());
+          if (pass == 0) add_channel_sums(o.name, o.blob);
+        }
+      });
     }
   }
   // Constants: their values are their range.
