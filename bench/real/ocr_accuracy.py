@@ -2,6 +2,7 @@
 """Does tuning keep a trained text recogniser's answers? PP-OCRv4's recogniser on rendered lines.
 
     bench/.venv/bin/python bench/real/ocr_accuracy.py [--cli build/softneuro] [--lines 40] [--out FILE.md]
+        [--variants float32,budget3]
 
 Renders text lines (words, numbers, punctuation; the DejaVu fonts Debian ships) as PaddleOCR's
 recogniser expects them (height 48, width padded to 320, (x/255 - 0.5) / 0.5), a calibration set
@@ -135,6 +136,7 @@ def main():
     ap.add_argument("--cal-lines", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--variants", help="comma-separated subset of the variants below (default: all)")
     a = ap.parse_args()
     if not os.path.exists(MODEL):
         sys.exit(f"{MODEL} missing: run shared/real-models/fetch.sh")
@@ -154,6 +156,11 @@ def main():
         "unchecked": ["--schemas", THREE, "--accuracy", "none"],
         "budget3": ["--schemas", THREE] + cal,
     }
+    if a.variants:
+        unknown = set(a.variants.split(",")) - set(variants)
+        if unknown:
+            sys.exit(f"unknown variants {sorted(unknown)}: choose among {sorted(variants)}")
+        variants = {k: v for k, v in variants.items() if k in a.variants.split(",")}
     files, notes = {"untuned": base}, {}
     for name, extra in variants.items():
         out = os.path.join(work, f"rec.{name}.dnn")

@@ -1,5 +1,7 @@
 // cpu/tile_dense and cpu:bfloat16/tile_dense — a dense layer whose products
-// run in int8 on AMX tiles (tile_kernels.hpp): each activation row quantised
+// run in int8 on AMX tiles (tile_kernels.hpp), and the same for pointwise
+// convolutions channels last (cpu[:bfloat16]:nhwc/tile_dense, a row per
+// pixel): each activation row quantised
 // when the layer runs (symmetric, its own scale), the weights once per output
 // channel (int8, packed as the tiles load them, 32 channels a panel), sums
 // exact in int32, scaled back to float32 with the bias, then the fused
@@ -52,16 +54,24 @@ class Prepared final : public PreparedRoutine {
   static constexpr bool kBf16 = D == DType::bfloat16;
   using Element = std::conditional_t<kBf16, uint16_t, float>;
 
-  explicit Prepared(const LayerInfo& info) : v_(cpu::vec::best_kernels()) {
+  /// m rows of k values in, each to the weight's [O, k] outputs (a dense layer's rows;
+  /// a pointwise convolution's pixels, channels last).
+  Prepared(const LayerInfo& info, int64_t m, int64_t k) : k_(k), m_(m), v_(cpu::vec::best_kernels()) {
     const Layer& layer = *info.layer;
-    const Shape& in = info.input_shapes[0];
-    k_ = in[in.rank() - 1];
-    m_ = k_ ? in.numel() / k_ : 0;
     const Blob& w = layer.weight("weight");
     n_ = w.shape()[0];
     k_pad_ = round_up(k_, tile::kDepth);
     panels_ = (n_ + kPanel - 1) / kPanel;
     act_ = core::fused_activation(layer, true, true);
+    switch (act_.kind) {  // the activations the AMX file applies (the others: the vec kernels, or per value)
+      case core::Activation::none: act_kind_ = tile::Act::none; break;
+      case core::Activation::relu: act_kind_ = tile::Act::relu; break;
+      case core::Activation::clip: act_kind_ = tile::Act::clip, act_p0_ = act_.min, act_p1_ = act_.max; break;
+      case core::Activation::hardswish: act_kind_ = tile::Act::hardswish; break;
+      case core::Activation::hardsigmoid: act_kind_ = tile::Act::hardsigmoid, act_p0_ = act_.alpha, act_p1_ = act_.beta; break;
+      default: simple_ = false;
+    }
+    if (simple_ && act_kind_ == tile::Act::none && !act_.affine()) simple_ = false, trivial_ = true;
     const Blob* bias = layer.find_weight("bias");
     const auto bytes = static_cast<std::size_t>(panels_ * kPanel * k_pad_), lanes = static_cast<std::size_t>(panels_ * kPanel);
     check_prepare_bytes(info, bytes + 2 * lanes * sizeof(float), "its int8 weights");
@@ -176,7 +186,8 @@ class Prepared final : public PreparedRoutine {
   /// A block's rows, activated, into the output.
   void store(float* block, int64_t rows, int64_t cols, Element* y) const {
     // The whole block at once (columns past the layer's hold 0: zero weights, scales and bias).
-    if (act_.kind != core::Activation::none || act_.affine()) cpu::activate_row(act_, *v_, block, rows * kPanel);
+    if (simple_) tile::activate(block, rows * kPanel, act_kind_, act_p0_, act_p1_, act_.scale, act_.shift);
+    else if (!trivial_) cpu::activate_row(act_, *v_, block, rows * kPanel);
     for (int64_t r = 0; r < rows; ++r) {
       float* v = block + r * kPanel;
       if constexpr (kBf16) tile::scaled_to_bf16(v, 1.0f, y + r * n_, 1, cols);
@@ -217,9 +228,21 @@ class Prepared final : public PreparedRoutine {
   int64_t k_ = 0, m_ = 0, n_ = 0, k_pad_ = 0, panels_ = 0;
   int slots_ = 1;
   core::Activation act_;
+  tile::Act act_kind_ = tile::Act::none;
+  float act_p0_ = 0, act_p1_ = 0;
+  bool simple_ = true, trivial_ = false;  ///< activate() applies it; nothing to apply
   const cpu::vec::Kernels* v_;
   std::shared_ptr<const Packed> packed_;
 };
+
+Support usable() {
+  const core::CpuFeatures& f = core::cpu_features();
+  if (!(f.amx_tile && f.amx_int8 && f.amx_bf16 && f.avx512_bf16 && f.avx512_core()))
+    return Support::no("tile_dense needs AMX-INT8 and AVX-512 BF16");
+  if (!core::amx_tiles_permitted()) return Support::no("the operating system refused this process the AMX tile state");
+  if (!cpu::vec::best_kernels()) return Support::no("tile_dense's epilogue needs AVX-512");
+  return Support::yes();
+}
 
 template <DType D>
 class TileDense final : public Routine {
@@ -243,17 +266,46 @@ class TileDense final : public Routine {
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     if (Support s = usable(); !s) throw Error(fmt::format("{}/tile_dense: {}", kSchema.to_string(), s.reason));
-    return std::make_unique<Prepared<D>>(info);
+    const Shape& in = info.input_shapes[0];
+    const int64_t k = in[in.rank() - 1];
+    return std::make_unique<Prepared<D>>(info, k ? in.numel() / k : 0, k);
   }
+};
 
- private:
-  static Support usable() {
-    const core::CpuFeatures& f = core::cpu_features();
-    if (!(f.amx_tile && f.amx_int8 && f.amx_bf16 && f.avx512_bf16 && f.avx512_core()))
-      return Support::no("tile_dense needs AMX-INT8 and AVX-512 BF16");
-    if (!core::amx_tiles_permitted()) return Support::no("the operating system refused this process the AMX tile state");
-    if (!cpu::vec::best_kernels()) return Support::no("tile_dense's epilogue needs AVX-512");
+/// A pointwise convolution (1x1, stride 1, unpadded, one group) channels last:
+/// a dense layer over the pixels, each pixel's channels quantised by its own
+/// scale when the layer runs (where static int8 has one scale for a blob).
+template <DType D>
+class TileConv1x1 final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, D, Layout::nhwc};
+  std::string_view layer_type() const override { return "conv2"; }
+  std::string_view algorithm() const override { return "tile_dense"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+  DType precision(const Schema&) const override { return DType::qint8; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kSchema)) return Support::no(fmt::format("{}/tile_dense computes in {}", kSchema.to_string(), kSchema.to_string()));
+    if (Support s = usable(); !s) return s;
+    if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
+      return Support::no("conv2 needs an input [N,C,H,W]");
+    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = routines::float_weights(*info.layer, {"bias"}, "tile_dense"); !s) return s;
+    const core::Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
+    if (!(g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.pb == 0 && g.pr == 0 &&
+          g.group == 1 && g.oh == g.h && g.ow == g.w))
+      return Support::no("tile_dense takes 1x1 stride-1 unpadded convolutions of one group");
+    if (g.c == 0 || g.c > kMaxK) return Support::no(fmt::format("{} input channels: 1 to {}", g.c, kMaxK));
+    try {
+      core::fused_activation(*info.layer, true, true);
+    } catch (const Error& e) {
+      return Support::no(e.message());
+    }
     return Support::yes();
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    if (Support s = usable(); !s) throw Error(fmt::format("{}/tile_dense: {}", kSchema.to_string(), s.reason));
+    const Shape& in = info.input_shapes[0];
+    return std::make_unique<Prepared<D>>(info, in[0] * in[2] * in[3], in[1]);
   }
 };
 
@@ -261,5 +313,7 @@ class TileDense final : public Routine {
 
 SOFTNEURO_REGISTER_ROUTINE(TileDense<DType::float32>);
 SOFTNEURO_REGISTER_ROUTINE(TileDense<DType::bfloat16>);
+SOFTNEURO_REGISTER_ROUTINE(TileConv1x1<DType::float32>);
+SOFTNEURO_REGISTER_ROUTINE(TileConv1x1<DType::bfloat16>);
 
 }  // namespace softneuro

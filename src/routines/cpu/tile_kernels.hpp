@@ -55,6 +55,12 @@ void scaled_to_bf16(const float* x, float scale, uint16_t* y, int64_t stride, in
 /// y[i] = float(x[i]), i < n.
 void from_bf16(const uint16_t* x, float* y, int64_t n);
 
+/// The activations activate() applies (core::Activation's kinds of the same names).
+enum class Act { none, relu, clip, hardswish, hardsigmoid };
+/// x[i] = act(x[i]) * scale + shift, i < n, NaN kept as core::apply_activation
+/// keeps it: clip to [p0, p1]; hardsigmoid min(max(p0 x + p1, 0), 1).
+void activate(float* x, int64_t n, Act act, float p0, float p1, float scale, float shift);
+
 /// Dense: k values per int8 tile row step.
 constexpr int64_t kDepth = 64;
 /// One activation row quantised symmetrically: q = round(x / s) in [-127, 127]

@@ -234,6 +234,29 @@ void from_bf16(const uint16_t* x, float* y, int64_t n) {
   }
 }
 
+void activate(float* x, int64_t n, Act act, float p0, float p1, float scale, float shift) {
+  // max_ps(c, v) and min_ps(c, v) return v where v is NaN: NaN passes as in apply_activation.
+  const __m512 zero = _mm512_setzero_ps(), three = _mm512_set1_ps(3.0f), six = _mm512_set1_ps(6.0f),
+               sixth = _mm512_set1_ps(1.0f / 6.0f), one = _mm512_set1_ps(1.0f), a = _mm512_set1_ps(p0),
+               b = _mm512_set1_ps(p1), s = _mm512_set1_ps(scale), t = _mm512_set1_ps(shift);
+  const bool affine = scale != 1.0f || shift != 0.0f;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first(n - i);
+    __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    switch (act) {
+      case Act::none: break;
+      case Act::relu: v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, zero); break;
+      case Act::clip: v = _mm512_min_ps(b, _mm512_max_ps(a, v)); break;
+      case Act::hardswish:
+        v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_min_ps(six, _mm512_max_ps(zero, _mm512_add_ps(v, three)))), sixth);
+        break;
+      case Act::hardsigmoid: v = _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(a, v, b))); break;
+    }
+    if (affine) v = _mm512_fmadd_ps(v, s, t);
+    _mm512_mask_storeu_ps(x + i, m, v);
+  }
+}
+
 float quantize_row(const float* x, int64_t k, int8_t* q, int64_t k_pad, int64_t chunk_stride) {
   __m512 m = _mm512_setzero_ps();
   __mmask16 bad = 0;
