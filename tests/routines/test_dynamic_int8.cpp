@@ -6,6 +6,7 @@
 #include "core/plan.hpp"
 #include "core/registry.hpp"
 #include "core/weight_quant.hpp"
+#include "profiler/accuracy.hpp"
 #include "profiler/unit_profile.hpp"
 #include "routines/f32_check.hpp"
 #include "support/run_layer.hpp"
@@ -196,4 +197,35 @@ TEST_CASE("cpu/dynamic_int8 is reduced precision: never a default, a candidate o
     CHECK(chosen);
     CHECK(t.accuracy_check().reduced_precision);
   }
+}
+
+TEST_CASE("a path measured on the first samples only scores what a validator of those samples scores",
+          "[tune][accuracy]") {
+  // The tuner measures each layer's sensitivity on the first 16 validation
+  // samples (Validator::measure's max_samples) and validates paths on all.
+  if (!core::cpu_features().avx2_fma()) return;
+  std::mt19937 rng(5);
+  core::Graph g;
+  g.name = "fc";
+  g.inputs = {{"x", Shape{2, 64}, DType::float32}};
+  Layer fc = dense(random_blob({32, 64}, rng), nullptr);
+  fc.name = "fc";
+  fc.inputs = {"x"};
+  fc.outputs = {"y"};
+  g.layers = {fc};
+  g.outputs = {"y"};
+  const auto net = detail::WorkingModel::build(g);
+  std::vector<std::vector<NamedBlob>> samples;
+  for (int k = 0; k < 6; ++k) samples.push_back({{"x", random_blob({2, 64}, rng, -3.f, 3.f)}});
+  core::RoutinePath path;
+  path.routines.push_back({"fc", "cpu/dynamic_int8", {}, 0, 0, {}});
+  const profiler::AccuracyBudget budget = profiler::parse_accuracy("cosine:0.999");
+  const profiler::Validator all(*net, samples, budget);
+  const profiler::Validator first(*net, {samples.begin(), samples.begin() + 2}, budget);
+  double cos_all = 0, cos_first = 0, cos_two = 0;
+  const double two = all.measure(path, &cos_two, 2);
+  CHECK(two == first.measure(path, &cos_first));
+  CHECK(cos_two == cos_first);
+  CHECK(all.measure(path, &cos_all) == all.measure(path, nullptr, 100));  // more than there are: all of them
+  CHECK(two < 1.0);  // int8 products: below float32's 1
 }
