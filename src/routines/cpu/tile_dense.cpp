@@ -72,6 +72,11 @@ class Prepared final : public PreparedRoutine {
       default: simple_ = false;
     }
     if (simple_ && act_kind_ == tile::Act::none && !act_.affine()) simple_ = false, trivial_ = true;
+    epilogue_ = {act_kind_, act_p0_, act_p1_, act_.scale, act_.shift};
+    if (act_.kind == core::Activation::gelu || act_.kind == core::Activation::gelu_tanh) {
+      epilogue_.gelu = v_->gelu;
+      epilogue_.gelu_tanh = act_.kind == core::Activation::gelu_tanh;
+    }
     const Blob* bias = layer.find_weight("bias");
     const auto bytes = static_cast<std::size_t>(panels_ * kPanel * k_pad_), lanes = static_cast<std::size_t>(panels_ * kPanel);
     check_prepare_bytes(info, bytes + 2 * lanes * sizeof(float), "its int8 weights");
@@ -166,6 +171,11 @@ class Prepared final : public PreparedRoutine {
       for (int64_t panel = p0; panel < p1; ++panel) {
         const int8_t* b0 = w + panel * 2 * steps * 1024;
         const int64_t c0 = panel * kPanel, cols = std::min(kPanel, n_ - c0);
+        if (simple_ || trivial_ || epilogue_.gelu) {  // the epilogue in the AMX file, overlapping the next strip's products
+          tile::dense_panel(a, m_, k_pad_, b0, b0 + steps * 1024, xs, p.scale.data() + c0, p.bias.data() + c0, cols,
+                            epilogue_, y + c0, n_, kBf16, reinterpret_cast<int32_t*>(block));
+          continue;
+        }
         for (int64_t r0 = 0; r0 < m_; r0 += kRows) {
           const int64_t rows = std::min(kRows, m_ - r0);
           tile::dense_block(a + r0 * k_pad_, k_pad_, rows, b0, b0 + steps * 1024, xs + r0, p.scale.data() + c0,
@@ -180,8 +190,8 @@ class Prepared final : public PreparedRoutine {
  private:
   int64_t m_pad() const { return round_up(m_, kRows); }
   int64_t a_bytes() const { return round_up(m_pad() * k_pad_, 64); }
-  /// Per thread: a row of the input in float32 (bf16 inputs), or one [32, 32] block.
-  int64_t slot_bytes() const { return round_up(4 * std::max(k_, kRows * kPanel), 64); }
+  /// Per thread: a row of the input in float32 (bf16 inputs), or three [32, 32] blocks.
+  int64_t slot_bytes() const { return round_up(4 * std::max(k_, 3 * kRows * kPanel), 64); }
 
   /// A block's rows, activated, into the output.
   void store(float* block, int64_t rows, int64_t cols, Element* y) const {
@@ -231,6 +241,7 @@ class Prepared final : public PreparedRoutine {
   tile::Act act_kind_ = tile::Act::none;
   float act_p0_ = 0, act_p1_ = 0;
   bool simple_ = true, trivial_ = false;  ///< activate() applies it; nothing to apply
+  tile::Epilogue epilogue_;
   const cpu::vec::Kernels* v_;
   std::shared_ptr<const Packed> packed_;
 };

@@ -61,6 +61,16 @@ enum class Act { none, relu, clip, hardswish, hardsigmoid };
 /// keeps it: clip to [p0, p1]; hardsigmoid min(max(p0 x + p1, 0), 1).
 void activate(float* x, int64_t n, Act act, float p0, float p1, float scale, float shift);
 
+/// What dense_panel applies to each value after the sums: scaled back, the bias,
+/// the activation, then * scale + shift.
+struct Epilogue {
+  Act act = Act::none;
+  float p0 = 0, p1 = 0, scale = 1, shift = 0;
+  /// A gelu instead of `act` (the vec kernels': a strip's values at once), its tanh form.
+  void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form) = nullptr;
+  bool gelu_tanh = false;
+};
+
 /// Dense: k values per int8 tile row step.
 constexpr int64_t kDepth = 64;
 /// One activation row quantised symmetrically: q = round(x / s) in [-127, 127]
@@ -77,5 +87,14 @@ float quantize_row(const float* x, int64_t k, int8_t* q, int64_t k_pad, int64_t 
 /// (r, n, t) = W[n][ks * 64 + 4r + t]).
 void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, const float* xs,
                  const float* ws, const float* bias, float* out);
+
+/// Rows [0, m) of one panel of 32 output columns (the first `cols` written), in
+/// one pass: y[r][c] = e((A[r] · B[c]) * xs[r] * ws[c] + bias[c]), float32 or
+/// bf16 (`bf16`) at row stride ldy; A the packed strips (dense_block's), `scratch`
+/// 2 * 32 * 32 int32 (3 * 32 * 32 with a gelu). Each strip's products start before the previous strip's
+/// epilogue runs, so that the vector work overlaps the tiles'.
+void dense_panel(const int8_t* a, int64_t m, int64_t k_pad, const int8_t* b0, const int8_t* b1, const float* xs,
+                 const float* ws, const float* bias, int64_t cols, const Epilogue& e, void* y, int64_t ldy, bool bf16,
+                 int32_t* scratch);
 
 }  // namespace softneuro::cpu::tile

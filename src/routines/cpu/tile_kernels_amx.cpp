@@ -323,4 +323,122 @@ void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0,
   }
 }
 
+namespace {
+
+/// One strip's products into c (32 x 32 int32, row stride 32): rows <= 16 the first 16 only.
+void strip_products(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, int32_t* c) {
+  const int64_t steps = k_pad / kDepth;
+  _tile_zero(0);
+  _tile_zero(1);
+  if (rows > 16) {
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t ks = 0; ks < steps; ++ks) {
+      _tile_loadd(4, a + ks * 32 * kDepth, kDepth);
+      _tile_loadd(5, a + ks * 32 * kDepth + 16 * kDepth, kDepth);
+      _tile_loadd(6, b0 + ks * 1024, 64);
+      _tile_loadd(7, b1 + ks * 1024, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(2, c + 16 * 32, 128);
+    _tile_stored(3, c + 16 * 32 + 16, 128);
+  } else {
+    for (int64_t ks = 0; ks < steps; ++ks) {
+      _tile_loadd(4, a + ks * 32 * kDepth, kDepth);
+      _tile_loadd(6, b0 + ks * 1024, 64);
+      _tile_loadd(7, b1 + ks * 1024, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+    }
+  }
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+}
+
+__m512 apply(const Epilogue& e, __m512 v) {
+  const __m512 zero = _mm512_setzero_ps();
+  switch (e.act) {
+    case Act::none: break;
+    case Act::relu: v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, zero); break;
+    case Act::clip: v = _mm512_min_ps(_mm512_set1_ps(e.p1), _mm512_max_ps(_mm512_set1_ps(e.p0), v)); break;
+    case Act::hardswish:
+      v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, _mm512_add_ps(v, _mm512_set1_ps(3.0f))))),
+                        _mm512_set1_ps(1.0f / 6.0f));
+      break;
+    case Act::hardsigmoid:
+      v = _mm512_min_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(zero, _mm512_fmadd_ps(_mm512_set1_ps(e.p0), v, _mm512_set1_ps(e.p1))));
+      break;
+  }
+  return _mm512_fmadd_ps(v, _mm512_set1_ps(e.scale), _mm512_set1_ps(e.shift));
+}
+
+/// One strip's sums to the output rows.
+void strip_epilogue(const int32_t* c, int64_t rows, const float* xs, const float* ws, const float* bias, int64_t cols,
+                    const Epilogue& e, void* y, int64_t ldy, bool bf16, float* stage) {
+  const __mmask16 m0 = first(cols), m1 = cols > 16 ? first(cols - 16) : __mmask16(0);
+  const __m512 w0 = _mm512_loadu_ps(ws), w1 = _mm512_loadu_ps(ws + 16);
+  const __m512 z0 = _mm512_loadu_ps(bias), z1 = _mm512_loadu_ps(bias + 16);
+  if (e.gelu) {  // the strip's values, then the gelu over all of them
+    for (int64_t r = 0; r < rows; ++r) {
+      const __m512 x = _mm512_set1_ps(xs[r]);
+      const int32_t* cr = c + r * 32;
+      _mm512_storeu_ps(stage + r * 32, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(cr)), _mm512_mul_ps(x, w0), z0));
+      _mm512_storeu_ps(stage + r * 32 + 16,
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(cr + 16)), _mm512_mul_ps(x, w1), z1));
+    }
+    e.gelu(stage, stage, rows * 32, e.gelu_tanh);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    __m512 v0, v1;
+    if (e.gelu) {
+      const __m512 s = _mm512_set1_ps(e.scale), t = _mm512_set1_ps(e.shift);
+      v0 = _mm512_fmadd_ps(_mm512_loadu_ps(stage + r * 32), s, t);
+      v1 = _mm512_fmadd_ps(_mm512_loadu_ps(stage + r * 32 + 16), s, t);
+    } else {
+      const __m512 x = _mm512_set1_ps(xs[r]);
+      const int32_t* cr = c + r * 32;
+      v0 = apply(e, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(cr)), _mm512_mul_ps(x, w0), z0));
+      v1 = apply(e, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(cr + 16)), _mm512_mul_ps(x, w1), z1));
+    }
+    if (bf16) {
+      uint16_t* yr = static_cast<uint16_t*>(y) + r * ldy;
+      const __m256bh h0 = _mm512_cvtneps_pbh(v0), h1 = _mm512_cvtneps_pbh(v1);
+      _mm256_mask_storeu_epi16(yr, m0, reinterpret_cast<const __m256i&>(h0));
+      if (m1) _mm256_mask_storeu_epi16(yr + 16, m1, reinterpret_cast<const __m256i&>(h1));
+    } else {
+      float* yr = static_cast<float*>(y) + r * ldy;
+      _mm512_mask_storeu_ps(yr, m0, v0);
+      if (m1) _mm512_mask_storeu_ps(yr + 16, m1, v1);
+    }
+  }
+}
+
+}  // namespace
+
+void dense_panel(const int8_t* a, int64_t m, int64_t k_pad, const int8_t* b0, const int8_t* b1, const float* xs,
+                 const float* ws, const float* bias, int64_t cols, const Epilogue& e, void* y, int64_t ldy, bool bf16,
+                 int32_t* scratch) {
+  const int64_t esize = bf16 ? 2 : 4;
+  int64_t prev = -1;
+  for (int64_t r0 = 0; r0 < m; r0 += 32) {
+    const int64_t rows = m - r0 < 32 ? m - r0 : 32;
+    int32_t* c = scratch + ((r0 / 32) % 2) * 1024;
+    strip_products(a + r0 * k_pad, k_pad, rows, b0, b1, c);
+    if (prev >= 0) {
+      const int64_t prows = m - prev < 32 ? m - prev : 32;
+      strip_epilogue(scratch + ((prev / 32) % 2) * 1024, prows, xs + prev, ws, bias, cols, e,
+                     static_cast<char*>(y) + prev * ldy * esize, ldy, bf16, reinterpret_cast<float*>(scratch + 2048));
+    }
+    prev = r0;
+  }
+  if (prev >= 0) {
+    const int64_t prows = m - prev < 32 ? m - prev : 32;
+    strip_epilogue(scratch + ((prev / 32) % 2) * 1024, prows, xs + prev, ws, bias, cols, e,
+                   static_cast<char*>(y) + prev * ldy * esize, ldy, bf16, reinterpret_cast<float*>(scratch + 2048));
+  }
+}
+
 }  // namespace softneuro::cpu::tile
