@@ -76,6 +76,20 @@ std::vector<double> expected_u8s8(const Blob& x, const Blob& w, const Blob* bias
   return y;
 }
 
+/// A net of one dense layer "fc": x [2, 64] -> y [2, 32].
+core::Graph fc_graph(std::mt19937& rng) {
+  core::Graph g;
+  g.name = "fc";
+  g.inputs = {{"x", Shape{2, 64}, DType::float32}};
+  Layer fc = dense(random_blob({32, 64}, rng), nullptr);
+  fc.name = "fc";
+  fc.inputs = {"x"};
+  fc.outputs = {"y"};
+  g.layers = {fc};
+  g.outputs = {"y"};
+  return g;
+}
+
 std::vector<float> run_form(const Layer& l, const Blob& x, int64_t u8s8) {
   LayerInfo info;
   info.layer = &l;
@@ -151,15 +165,7 @@ TEST_CASE("cpu/dynamic_int8 is reduced precision: never a default, a candidate o
   CHECK(core::computes_below_float32(path, {"fc"}));  // a model's own int8 layers are qint8 ones, not this
 
   std::mt19937 rng(3);
-  core::Graph g;
-  g.name = "fc";
-  g.inputs = {{"x", Shape{2, 64}, DType::float32}};
-  Layer fc = dense(random_blob({32, 64}, rng), nullptr);
-  fc.name = "fc";
-  fc.inputs = {"x"};
-  fc.outputs = {"y"};
-  g.layers = {fc};
-  g.outputs = {"y"};
+  const core::Graph g = fc_graph(rng);
   Model net = detail::make_model(g);
   for (const auto& l : Session(net).layers()) CHECK(l.descriptor != "cpu/dynamic_int8");  // the untuned default
 
@@ -205,15 +211,7 @@ TEST_CASE("a path measured on the first samples only scores what a validator of 
   // samples (Validator::measure's max_samples) and validates paths on all.
   if (!core::cpu_features().avx2_fma()) return;
   std::mt19937 rng(5);
-  core::Graph g;
-  g.name = "fc";
-  g.inputs = {{"x", Shape{2, 64}, DType::float32}};
-  Layer fc = dense(random_blob({32, 64}, rng), nullptr);
-  fc.name = "fc";
-  fc.inputs = {"x"};
-  fc.outputs = {"y"};
-  g.layers = {fc};
-  g.outputs = {"y"};
+  const core::Graph g = fc_graph(rng);
   const auto net = detail::WorkingModel::build(g);
   std::vector<std::vector<NamedBlob>> samples;
   for (int k = 0; k < 6; ++k) samples.push_back({{"x", random_blob({2, 64}, rng, -3.f, 3.f)}});

@@ -63,19 +63,23 @@ class Prepared final : public PreparedRoutine {
     k_pad_ = round_up(k_, tile::kDepth);
     panels_ = (n_ + kPanel - 1) / kPanel;
     act_ = core::fused_activation(layer, true, true);
-    switch (act_.kind) {  // the activations the AMX file applies (the others: the vec kernels, or per value)
-      case core::Activation::none: act_kind_ = tile::Act::none; break;
-      case core::Activation::relu: act_kind_ = tile::Act::relu; break;
-      case core::Activation::clip: act_kind_ = tile::Act::clip, act_p0_ = act_.min, act_p1_ = act_.max; break;
-      case core::Activation::hardswish: act_kind_ = tile::Act::hardswish; break;
-      case core::Activation::hardsigmoid: act_kind_ = tile::Act::hardsigmoid, act_p0_ = act_.alpha, act_p1_ = act_.beta; break;
-      default: simple_ = false;
-    }
-    if (simple_ && act_kind_ == tile::Act::none && !act_.affine()) simple_ = false, trivial_ = true;
-    epilogue_ = {act_kind_, act_p0_, act_p1_, act_.scale, act_.shift};
-    if (act_.kind == core::Activation::gelu || act_.kind == core::Activation::gelu_tanh) {
-      epilogue_.gelu = v_->gelu;
-      epilogue_.gelu_tanh = act_.kind == core::Activation::gelu_tanh;
+    // What dense_panel applies itself (a gelu by the vec kernels there); silu and sigmoid in store().
+    epilogue_.scale = act_.scale;
+    epilogue_.shift = act_.shift;
+    switch (act_.kind) {
+      case core::Activation::none: epilogue_.act = tile::Act::none; break;
+      case core::Activation::relu: epilogue_.act = tile::Act::relu; break;
+      case core::Activation::clip: epilogue_.act = tile::Act::clip, epilogue_.p0 = act_.min, epilogue_.p1 = act_.max; break;
+      case core::Activation::hardswish: epilogue_.act = tile::Act::hardswish; break;
+      case core::Activation::hardsigmoid:
+        epilogue_.act = tile::Act::hardsigmoid, epilogue_.p0 = act_.alpha, epilogue_.p1 = act_.beta;
+        break;
+      case core::Activation::gelu:
+      case core::Activation::gelu_tanh:
+        epilogue_.gelu = v_->gelu;
+        epilogue_.gelu_tanh = act_.kind == core::Activation::gelu_tanh;
+        break;
+      default: in_panel_ = false;
     }
     const Blob* bias = layer.find_weight("bias");
     const auto bytes = static_cast<std::size_t>(panels_ * kPanel * k_pad_), lanes = static_cast<std::size_t>(panels_ * kPanel);
@@ -171,7 +175,7 @@ class Prepared final : public PreparedRoutine {
       for (int64_t panel = p0; panel < p1; ++panel) {
         const int8_t* b0 = w + panel * 2 * steps * 1024;
         const int64_t c0 = panel * kPanel, cols = std::min(kPanel, n_ - c0);
-        if (simple_ || trivial_ || epilogue_.gelu) {  // the epilogue in the AMX file, overlapping the next strip's products
+        if (in_panel_) {  // the epilogue in the AMX file, overlapping the next strip's products
           tile::dense_panel(a, m_, k_pad_, b0, b0 + steps * 1024, xs, p.scale.data() + c0, p.bias.data() + c0, cols,
                             epilogue_, y + c0, n_, kBf16, reinterpret_cast<int32_t*>(block));
           continue;
@@ -193,11 +197,10 @@ class Prepared final : public PreparedRoutine {
   /// Per thread: a row of the input in float32 (bf16 inputs), or three [32, 32] blocks.
   int64_t slot_bytes() const { return round_up(4 * std::max(k_, 3 * kRows * kPanel), 64); }
 
-  /// A block's rows, activated, into the output.
+  /// A block's rows, activated (silu, sigmoid: what dense_panel leaves to the vec kernels), into the output.
   void store(float* block, int64_t rows, int64_t cols, Element* y) const {
     // The whole block at once (columns past the layer's hold 0: zero weights, scales and bias).
-    if (simple_) tile::activate(block, rows * kPanel, act_kind_, act_p0_, act_p1_, act_.scale, act_.shift);
-    else if (!trivial_) cpu::activate_row(act_, *v_, block, rows * kPanel);
+    cpu::activate_row(act_, *v_, block, rows * kPanel);
     for (int64_t r = 0; r < rows; ++r) {
       float* v = block + r * kPanel;
       if constexpr (kBf16) tile::scaled_to_bf16(v, 1.0f, y + r * n_, 1, cols);
@@ -238,10 +241,8 @@ class Prepared final : public PreparedRoutine {
   int64_t k_ = 0, m_ = 0, n_ = 0, k_pad_ = 0, panels_ = 0;
   int slots_ = 1;
   core::Activation act_;
-  tile::Act act_kind_ = tile::Act::none;
-  float act_p0_ = 0, act_p1_ = 0;
-  bool simple_ = true, trivial_ = false;  ///< activate() applies it; nothing to apply
   tile::Epilogue epilogue_;
+  bool in_panel_ = true;  ///< dense_panel applies the activation (else store() does)
   const cpu::vec::Kernels* v_;
   std::shared_ptr<const Packed> packed_;
 };
@@ -255,6 +256,22 @@ Support usable() {
   return Support::yes();
 }
 
+/// What both forms check: the schema, the CPU, one input, an int8-able weight and a float bias.
+Support common_checks(const LayerInfo& info, const Schema& schema, const Schema& own) {
+  if (!(schema == own)) return Support::no(fmt::format("{}/tile_dense computes in {}", own.to_string(), own.to_string()));
+  if (Support s = usable(); !s) return s;
+  if (!info.layer || info.input_shapes.size() != 1) return Support::no(fmt::format("{} needs one input", info.layer ? info.layer->type : "the layer"));
+  if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+  return routines::float_weights(*info.layer, {"bias"}, "tile_dense");
+}
+
+/// The prepared form of m rows of k values, or the reason it cannot run here.
+template <DType D>
+std::unique_ptr<PreparedRoutine> prepared(const LayerInfo& info, const Schema& own, int64_t m, int64_t k) {
+  if (Support s = usable(); !s) throw Error(fmt::format("{}/tile_dense: {}", own.to_string(), s.reason));
+  return std::make_unique<Prepared<D>>(info, m, k);
+}
+
 template <DType D>
 class TileDense final : public Routine {
  public:
@@ -264,11 +281,7 @@ class TileDense final : public Routine {
   std::vector<Schema> schemas() const override { return {kSchema}; }
   DType precision(const Schema&) const override { return DType::qint8; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (!(schema == kSchema)) return Support::no(fmt::format("{}/tile_dense computes in {}", kSchema.to_string(), kSchema.to_string()));
-    if (Support s = usable(); !s) return s;
-    if (!info.layer || info.layer->inputs.size() != 1) return Support::no("dense needs one input");
-    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
-    if (Support s = routines::float_weights(*info.layer, {"bias"}, "tile_dense"); !s) return s;
+    if (Support s = common_checks(info, schema, kSchema); !s) return s;
     if (Support s = cpu::check_dense(info, "tile_dense"); !s) return s;
     const Shape& in = info.input_shapes[0];
     if (const int64_t k = in[in.rank() - 1]; k > kMaxK)
@@ -276,10 +289,9 @@ class TileDense final : public Routine {
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
-    if (Support s = usable(); !s) throw Error(fmt::format("{}/tile_dense: {}", kSchema.to_string(), s.reason));
     const Shape& in = info.input_shapes[0];
     const int64_t k = in[in.rank() - 1];
-    return std::make_unique<Prepared<D>>(info, k ? in.numel() / k : 0, k);
+    return prepared<D>(info, kSchema, k ? in.numel() / k : 0, k);
   }
 };
 
@@ -295,12 +307,8 @@ class TileConv1x1 final : public Routine {
   std::vector<Schema> schemas() const override { return {kSchema}; }
   DType precision(const Schema&) const override { return DType::qint8; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
-    if (!(schema == kSchema)) return Support::no(fmt::format("{}/tile_dense computes in {}", kSchema.to_string(), kSchema.to_string()));
-    if (Support s = usable(); !s) return s;
-    if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
-      return Support::no("conv2 needs an input [N,C,H,W]");
-    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
-    if (Support s = routines::float_weights(*info.layer, {"bias"}, "tile_dense"); !s) return s;
+    if (Support s = common_checks(info, schema, kSchema); !s) return s;
+    if (info.input_shapes[0].rank() != 4) return Support::no("conv2 needs an input [N,C,H,W]");
     const core::Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
     if (!(g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.pb == 0 && g.pr == 0 &&
           g.group == 1 && g.oh == g.h && g.ow == g.w))
@@ -314,9 +322,8 @@ class TileConv1x1 final : public Routine {
     return Support::yes();
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
-    if (Support s = usable(); !s) throw Error(fmt::format("{}/tile_dense: {}", kSchema.to_string(), s.reason));
     const Shape& in = info.input_shapes[0];
-    return std::make_unique<Prepared<D>>(info, in[0] * in[2] * in[3], in[1]);
+    return prepared<D>(info, kSchema, in[0] * in[2] * in[3], in[1]);
   }
 };
 

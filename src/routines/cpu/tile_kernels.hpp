@@ -55,17 +55,16 @@ void scaled_to_bf16(const float* x, float scale, uint16_t* y, int64_t stride, in
 /// y[i] = float(x[i]), i < n.
 void from_bf16(const uint16_t* x, float* y, int64_t n);
 
-/// The activations activate() applies (core::Activation's kinds of the same names).
+/// The activations dense_panel applies itself (core::Activation's kinds of the
+/// same names; NaN kept as core::apply_activation keeps it).
 enum class Act { none, relu, clip, hardswish, hardsigmoid };
-/// x[i] = act(x[i]) * scale + shift, i < n, NaN kept as core::apply_activation
-/// keeps it: clip to [p0, p1]; hardsigmoid min(max(p0 x + p1, 0), 1).
-void activate(float* x, int64_t n, Act act, float p0, float p1, float scale, float shift);
 
 /// What dense_panel applies to each value after the sums: scaled back, the bias,
 /// the activation, then * scale + shift.
 struct Epilogue {
   Act act = Act::none;
-  float p0 = 0, p1 = 0, scale = 1, shift = 0;
+  float p0 = 0, p1 = 0;  ///< clip's bounds; hardsigmoid's alpha and beta
+  float scale = 1, shift = 0;
   /// A gelu instead of `act` (the vec kernels': a strip's values at once), its tanh form.
   void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form) = nullptr;
   bool gelu_tanh = false;

@@ -234,29 +234,6 @@ void from_bf16(const uint16_t* x, float* y, int64_t n) {
   }
 }
 
-void activate(float* x, int64_t n, Act act, float p0, float p1, float scale, float shift) {
-  // max_ps(c, v) and min_ps(c, v) return v where v is NaN: NaN passes as in apply_activation.
-  const __m512 zero = _mm512_setzero_ps(), three = _mm512_set1_ps(3.0f), six = _mm512_set1_ps(6.0f),
-               sixth = _mm512_set1_ps(1.0f / 6.0f), one = _mm512_set1_ps(1.0f), a = _mm512_set1_ps(p0),
-               b = _mm512_set1_ps(p1), s = _mm512_set1_ps(scale), t = _mm512_set1_ps(shift);
-  const bool affine = scale != 1.0f || shift != 0.0f;
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = first(n - i);
-    __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    switch (act) {
-      case Act::none: break;
-      case Act::relu: v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, zero); break;
-      case Act::clip: v = _mm512_min_ps(b, _mm512_max_ps(a, v)); break;
-      case Act::hardswish:
-        v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_min_ps(six, _mm512_max_ps(zero, _mm512_add_ps(v, three)))), sixth);
-        break;
-      case Act::hardsigmoid: v = _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(a, v, b))); break;
-    }
-    if (affine) v = _mm512_fmadd_ps(v, s, t);
-    _mm512_mask_storeu_ps(x + i, m, v);
-  }
-}
-
 float quantize_row(const float* x, int64_t k, int8_t* q, int64_t k_pad, int64_t chunk_stride) {
   __m512 m = _mm512_setzero_ps();
   __mmask16 bad = 0;
@@ -277,50 +254,6 @@ float quantize_row(const float* x, int64_t k, int8_t* q, int64_t k_pad, int64_t 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + (j / kDepth) * chunk_stride + j % kDepth), _mm512_cvtsepi32_epi8(i));
   }
   return s;
-}
-
-void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, const float* xs,
-                 const float* ws, const float* bias, float* out) {
-  const int64_t steps = k_pad / kDepth;
-  auto* c = reinterpret_cast<int32_t*>(out);  // the sums, then the values in their place
-  _tile_zero(0);
-  _tile_zero(1);
-  if (rows > 16) {
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t ks = 0; ks < steps; ++ks) {
-      _tile_loadd(4, a + ks * 32 * kDepth, kDepth);
-      _tile_loadd(5, a + ks * 32 * kDepth + 16 * kDepth, kDepth);
-      _tile_loadd(6, b0 + ks * 1024, 64);
-      _tile_loadd(7, b1 + ks * 1024, 64);
-      _tile_dpbssd(0, 4, 6);
-      _tile_dpbssd(1, 4, 7);
-      _tile_dpbssd(2, 5, 6);
-      _tile_dpbssd(3, 5, 7);
-    }
-    _tile_stored(2, c + 16 * 32, 128);
-    _tile_stored(3, c + 16 * 32 + 16, 128);
-  } else {
-    for (int64_t ks = 0; ks < steps; ++ks) {
-      _tile_loadd(4, a + ks * 32 * kDepth, kDepth);
-      _tile_loadd(6, b0 + ks * 1024, 64);
-      _tile_loadd(7, b1 + ks * 1024, 64);
-      _tile_dpbssd(0, 4, 6);
-      _tile_dpbssd(1, 4, 7);
-    }
-  }
-  _tile_stored(0, c, 128);
-  _tile_stored(1, c + 16, 128);
-  const __m512 w0 = _mm512_loadu_ps(ws), w1 = _mm512_loadu_ps(ws + 16);
-  const __m512 z0 = _mm512_loadu_ps(bias), z1 = _mm512_loadu_ps(bias + 16);
-  const int64_t n = rows > 16 ? 32 : 16;
-  for (int64_t r = 0; r < n; ++r) {
-    const __m512 x = _mm512_set1_ps(xs[r]);
-    int32_t* cr = c + r * 32;
-    const __m512 v0 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr)), v1 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr + 16));
-    _mm512_storeu_ps(out + r * 32, _mm512_fmadd_ps(v0, _mm512_mul_ps(x, w0), z0));
-    _mm512_storeu_ps(out + r * 32 + 16, _mm512_fmadd_ps(v1, _mm512_mul_ps(x, w1), z1));
-  }
 }
 
 namespace {
@@ -357,6 +290,26 @@ void strip_products(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* 
   _tile_stored(0, c, 128);
   _tile_stored(1, c + 16, 128);
 }
+
+}  // namespace
+
+void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, const float* xs,
+                 const float* ws, const float* bias, float* out) {
+  auto* c = reinterpret_cast<int32_t*>(out);  // the sums, then the values in their place
+  strip_products(a, k_pad, rows, b0, b1, c);
+  const __m512 w0 = _mm512_loadu_ps(ws), w1 = _mm512_loadu_ps(ws + 16);
+  const __m512 z0 = _mm512_loadu_ps(bias), z1 = _mm512_loadu_ps(bias + 16);
+  const int64_t n = rows > 16 ? 32 : 16;
+  for (int64_t r = 0; r < n; ++r) {
+    const __m512 x = _mm512_set1_ps(xs[r]);
+    int32_t* cr = c + r * 32;
+    const __m512 v0 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr)), v1 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr + 16));
+    _mm512_storeu_ps(out + r * 32, _mm512_fmadd_ps(v0, _mm512_mul_ps(x, w0), z0));
+    _mm512_storeu_ps(out + r * 32 + 16, _mm512_fmadd_ps(v1, _mm512_mul_ps(x, w1), z1));
+  }
+}
+
+namespace {
 
 __m512 apply(const Epilogue& e, __m512 v) {
   const __m512 zero = _mm512_setzero_ps();
