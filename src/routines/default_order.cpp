@@ -272,7 +272,8 @@ const LayerOrder kDefaultOrder[] = {
 /// On aarch64, XNNPACK's routines lead, float32 and int8: oneDNN 2.6's aarch64
 /// build has reference implementations only for much of what it runs jit code
 /// for on x86 (docs/arm.md), and our own int8 kernels are x86's: the qint8
-/// family and the int8 Winograd are not built there, and their entries go. Elsewhere the list as is.
+/// family, the int8 Winograd and the AMX routines (tile_*) are not built there,
+/// and their entries go. Elsewhere the list as is.
 std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::vector<std::string>>& tiers) {
 #if defined(__aarch64__)
   const std::string f32 = "cpu:float32:nhwc/xnnpack", int8 = "cpu:qint8:nhwc/xnnpack";
@@ -286,7 +287,8 @@ std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::
     bool int8_tier = lists(tier, int8);
     for (const auto& d : tier) {
       int8_tier = int8_tier || d.rfind("cpu:qint8", 0) == 0;
-      if (d.ends_with("/qint8") || d == "cpu:qint8:nhwc/winograd") continue;  // (qint8.cpp, winograd_qint8.cpp: x86 only)
+      if (d.ends_with("/qint8") || d == "cpu:qint8:nhwc/winograd" || d.find("/tile_") != std::string::npos)
+        continue;  // (qint8.cpp, winograd_qint8.cpp, tile_*.cpp: x86 only)
       if (d == f32) out[0].push_back(d);
       else if (d != int8) rest.push_back(d);
     }

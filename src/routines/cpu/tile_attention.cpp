@@ -24,6 +24,10 @@
 #include <limits>
 #include <memory>
 
+// AMX is x86-64's: elsewhere the kernels are not built (CMakeLists.txt) and
+// these routines are not registered.
+#if defined(__x86_64__)
+
 namespace softneuro {
 namespace {
 
@@ -66,7 +70,6 @@ class Prepared final : public PreparedRoutine {
   std::size_t workspace_bytes() const override { return static_cast<std::size_t>(mask_bytes_ + slot_bytes_ * slots_); }
 
   void run(const RunArgs& a) override {
-#if defined(__x86_64__)
     const uint16_t* q = a.inputs[0]->data_as<uint16_t>();
     const uint16_t* k = a.inputs[1]->data_as<uint16_t>();
     const uint16_t* v = a.inputs[2]->data_as<uint16_t>();
@@ -117,10 +120,6 @@ class Prepared final : public PreparedRoutine {
       }
       tiles::release_tiles();
     });
-#else
-    (void)a;
-    throw Error("cpu:bfloat16/tile_attention runs on x86-64 only");
-#endif
   }
 
  private:
@@ -183,3 +182,5 @@ class TileAttention final : public Routine {
 SOFTNEURO_REGISTER_ROUTINE(TileAttention);
 
 }  // namespace softneuro
+
+#endif  // defined(__x86_64__)

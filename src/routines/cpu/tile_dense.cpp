@@ -31,6 +31,10 @@
 #include <type_traits>
 #include <vector>
 
+// AMX is x86-64's: elsewhere the kernels are not built (CMakeLists.txt) and
+// these routines are not registered.
+#if defined(__x86_64__)
+
 namespace softneuro {
 namespace {
 
@@ -335,3 +339,5 @@ SOFTNEURO_REGISTER_ROUTINE(TileConv1x1<DType::float32>);
 SOFTNEURO_REGISTER_ROUTINE(TileConv1x1<DType::bfloat16>);
 
 }  // namespace softneuro
+
+#endif  // defined(__x86_64__)
