@@ -177,7 +177,7 @@ TEST_CASE("every float32, bfloat16 and float16 CPU routine matches cpu/ref on ev
       // routine may refuse them all for want of instructions.
       // XNNPACK's float16 routines where the CPU has fp16 arithmetic (aarch64) likewise.
       // The AMX routines where the CPU has AMX.
-      const bool amx_only = routine->algorithm() == "tile_attention";
+      const bool amx_only = routine->algorithm().starts_with("tile_");  // tile_attention, tile_dense
       if (ran == 0 && ((every_isa && (!amx_only || cpu.amx_bf16)) || (schema.dtype == DType::float16 && cpu.fp16_arith)))
         FAIL_CHECK("no generated case is supported by " << descriptor << ": add one to tests/routines/test_every_routine.cpp"
                                                          << refusals);
