@@ -67,7 +67,7 @@ class Prepared final : public PreparedRoutine {
     k_pad_ = round_up(k_, tile::kDepth);
     panels_ = (n_ + kPanel - 1) / kPanel;
     act_ = core::fused_activation(layer, true, true);
-    // What dense_panel applies itself (a gelu by the vec kernels there); silu and sigmoid in store().
+    // What dense_panel applies itself; the others (gelu, silu, sigmoid) by the vec kernels, over a strip at once.
     epilogue_.scale = act_.scale;
     epilogue_.shift = act_.shift;
     switch (act_.kind) {
@@ -78,12 +78,12 @@ class Prepared final : public PreparedRoutine {
       case core::Activation::hardsigmoid:
         epilogue_.act = tile::Act::hardsigmoid, epilogue_.p0 = act_.alpha, epilogue_.p1 = act_.beta;
         break;
-      case core::Activation::gelu:
-      case core::Activation::gelu_tanh:
-        epilogue_.gelu = v_->gelu;
-        epilogue_.gelu_tanh = act_.kind == core::Activation::gelu_tanh;
-        break;
-      default: in_panel_ = false;
+      default:
+        epilogue_.context = this;
+        epilogue_.activate = [](const void* self, float* x, int64_t n) {
+          const auto* me = static_cast<const Prepared*>(self);
+          cpu::activate_row(me->act_, *me->v_, x, n);
+        };
     }
     const Blob* bias = layer.find_weight("bias");
     const auto bytes = static_cast<std::size_t>(panels_ * kPanel * k_pad_), lanes = static_cast<std::size_t>(panels_ * kPanel);
@@ -174,22 +174,13 @@ class Prepared final : public PreparedRoutine {
         1, std::min<int64_t>({static_cast<int64_t>(slots_), panels_, args.pool ? int64_t(args.pool->num_threads()) : 1}));
     cpu::for_each_task(args.pool, slots_, used, [&](int64_t t, int slot) {
       const int64_t p0 = panels_ * t / used, p1 = panels_ * (t + 1) / used;
-      float* block = reinterpret_cast<float*>(slots + slot * slot_bytes());
+      auto* scratch = reinterpret_cast<int32_t*>(slots + slot * slot_bytes());
       tile::configure_tiles();
       for (int64_t panel = p0; panel < p1; ++panel) {
         const int8_t* b0 = w + panel * 2 * steps * 1024;
         const int64_t c0 = panel * kPanel, cols = std::min(kPanel, n_ - c0);
-        if (in_panel_) {  // the epilogue in the AMX file, overlapping the next strip's products
-          tile::dense_panel(a, m_, k_pad_, b0, b0 + steps * 1024, xs, p.scale.data() + c0, p.bias.data() + c0, cols,
-                            epilogue_, y + c0, n_, kBf16, reinterpret_cast<int32_t*>(block));
-          continue;
-        }
-        for (int64_t r0 = 0; r0 < m_; r0 += kRows) {
-          const int64_t rows = std::min(kRows, m_ - r0);
-          tile::dense_block(a + r0 * k_pad_, k_pad_, rows, b0, b0 + steps * 1024, xs + r0, p.scale.data() + c0,
-                            p.bias.data() + c0, block);
-          store(block, rows, cols, y + r0 * n_ + c0);
-        }
+        tile::dense_panel(a, m_, k_pad_, b0, b0 + steps * 1024, xs, p.scale.data() + c0, p.bias.data() + c0, cols,
+                          epilogue_, y + c0, n_, kBf16, scratch);
       }
       tile::release_tiles();
     });
@@ -198,19 +189,8 @@ class Prepared final : public PreparedRoutine {
  private:
   int64_t m_pad() const { return round_up(m_, kRows); }
   int64_t a_bytes() const { return round_up(m_pad() * k_pad_, 64); }
-  /// Per thread: a row of the input in float32 (bf16 inputs), or three [32, 32] blocks.
+  /// Per thread: a row of the input in float32 (bf16 inputs), or dense_panel's scratch.
   int64_t slot_bytes() const { return round_up(4 * std::max(k_, 3 * kRows * kPanel), 64); }
-
-  /// A block's rows, activated (silu, sigmoid: what dense_panel leaves to the vec kernels), into the output.
-  void store(float* block, int64_t rows, int64_t cols, Element* y) const {
-    // The whole block at once (columns past the layer's hold 0: zero weights, scales and bias).
-    cpu::activate_row(act_, *v_, block, rows * kPanel);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* v = block + r * kPanel;
-      if constexpr (kBf16) tile::scaled_to_bf16(v, 1.0f, y + r * n_, 1, cols);
-      else std::memcpy(y + r * n_, v, sizeof(float) * static_cast<std::size_t>(cols));
-    }
-  }
 
   /// The layer in float32 with the dequantised weights: for an input holding
   /// NaN or infinity, whose rows have no scale to quantise by.
@@ -246,7 +226,6 @@ class Prepared final : public PreparedRoutine {
   int slots_ = 1;
   core::Activation act_;
   tile::Epilogue epilogue_;
-  bool in_panel_ = true;  ///< dense_panel applies the activation (else store() does)
   const cpu::vec::Kernels* v_;
   std::shared_ptr<const Packed> packed_;
 };

@@ -65,9 +65,11 @@ struct Epilogue {
   Act act = Act::none;
   float p0 = 0, p1 = 0;  ///< clip's bounds; hardsigmoid's alpha and beta
   float scale = 1, shift = 0;
-  /// A gelu instead of `act` (the vec kernels': a strip's values at once), its tanh form.
-  void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form) = nullptr;
-  bool gelu_tanh = false;
+  /// Any other activation (gelu, silu, sigmoid: the routine's vec kernels),
+  /// with the affine after it, instead of `act` and the affine here: called
+  /// on a strip's float32 values at once.
+  void (*activate)(const void* context, float* x, int64_t n) = nullptr;
+  const void* context = nullptr;
 };
 
 /// Dense: k values per int8 tile row step.
@@ -78,20 +80,14 @@ constexpr int64_t kDepth = 64;
 /// packed strip). Returns s = max |x| / 127 (0 for a row of zeros), or NaN
 /// where the row holds NaN or an infinity.
 float quantize_row(const float* x, int64_t k, int8_t* q, int64_t k_pad, int64_t chunk_stride);
-/// One [32, 32] block of a dense layer: out[r][c] = (A[r] · B[c]) * xs[r] * ws[c]
-/// + bias[c] for r < 32 (rows <= 16: the first 16 only), c < 32, row stride 32.
-/// A: a packed strip of 32 int8 rows (quantize_row's chunk_stride 32 * kDepth:
-/// per step of kDepth, the 32 rows' chunks one after another); B: two packed
-/// column tile streams b0, b1 of k_pad / kDepth tiles each (tile ks: element
-/// (r, n, t) = W[n][ks * 64 + 4r + t]).
-void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, const float* xs,
-                 const float* ws, const float* bias, float* out);
-
 /// Rows [0, m) of one panel of 32 output columns (the first `cols` written), in
 /// one pass: y[r][c] = e((A[r] · B[c]) * xs[r] * ws[c] + bias[c]), float32 or
-/// bf16 (`bf16`) at row stride ldy; A the packed strips (dense_block's), `scratch`
-/// 2 * 32 * 32 int32 (3 * 32 * 32 with a gelu). Each strip's products start before the previous strip's
-/// epilogue runs, so that the vector work overlaps the tiles'.
+/// bf16 (`bf16`) at row stride ldy; A the packed strips of 32 int8 rows
+/// (quantize_row's chunk_stride 32 * kDepth: per step of kDepth, the 32 rows'
+/// chunks one after another); B two column tile streams b0, b1 of k_pad / kDepth
+/// tiles each (tile ks: element (r, n, t) = W[n][ks * 64 + 4r + t]); `scratch`
+/// 2 * 32 * 32 int32 (3 * 32 * 32 with `activate`). Each strip's products start
+/// before the previous strip's epilogue runs, so that the vector work overlaps the tiles'.
 void dense_panel(const int8_t* a, int64_t m, int64_t k_pad, const int8_t* b0, const int8_t* b1, const float* xs,
                  const float* ws, const float* bias, int64_t cols, const Epilogue& e, void* y, int64_t ldy, bool bf16,
                  int32_t* scratch);

@@ -99,56 +99,49 @@ void pack_values(const uint16_t* v, int64_t key_stride, int64_t col_stride, int6
   }
 }
 
+namespace {
+
+/// C[32, 32] (float32, row stride ldc) = A[32, steps * 32] · B: A bf16 rows of
+/// stride lda (elements), B two packed column tile streams b0, b1 (tile st at
+/// st * kTileElems).
+void bf16_block(const uint16_t* a, int64_t lda, const uint16_t* b0, const uint16_t* b1, int64_t steps, float* c,
+                int64_t ldc) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t st = 0; st < steps; ++st) {
+    _tile_loadd(4, a + st * 32, lda * 2);
+    _tile_loadd(5, a + 16 * lda + st * 32, lda * 2);
+    _tile_loadd(6, b0 + st * kTileElems, 64);
+    _tile_loadd(7, b1 + st * kTileElems, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
+  _tile_stored(2, c + 16 * ldc, ldc * 4);
+  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+}  // namespace
+
 void scores(const uint16_t* q, int64_t d_pad, const uint16_t* k_packed, int64_t keys, float* s, int64_t lds) {
-  const int64_t steps = d_pad / 32, qs = d_pad * 2, ss = lds * 4;
-  for (int64_t j = 0; j < keys; j += 32) {
+  const int64_t steps = d_pad / 32;
+  for (int64_t j = 0; j < keys; j += 32) {  // keys j..j+15 and j+16..j+31: packed key blocks j/16 and j/16 + 1
     const uint16_t* b0 = k_packed + (j / 16) * steps * kTileElems;
-    const uint16_t* b1 = b0 + steps * kTileElems;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t st = 0; st < steps; ++st) {
-      _tile_loadd(4, q + st * 32, qs);
-      _tile_loadd(5, q + 16 * d_pad + st * 32, qs);
-      _tile_loadd(6, b0 + st * kTileElems, 64);
-      _tile_loadd(7, b1 + st * kTileElems, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, s + j, ss);
-    _tile_stored(1, s + j + 16, ss);
-    _tile_stored(2, s + 16 * lds + j, ss);
-    _tile_stored(3, s + 16 * lds + j + 16, ss);
+    bf16_block(q, d_pad, b0, b0 + steps * kTileElems, steps, s + j, lds);
   }
 }
 
 void values(const uint16_t* p, int64_t ldp, const uint16_t* v_packed, int64_t keys, int64_t keys_pad, int64_t dv_pad,
             float* o) {
-  const int64_t steps = keys_pad / 32, ps = ldp * 2, os = dv_pad * 4;
-  for (int64_t c = 0; c < dv_pad; c += 32) {
+  const int64_t steps = keys_pad / 32;
+  for (int64_t c = 0; c < dv_pad; c += 32) {  // columns c..c+31: packed column groups c/16 and c/16 + 1
     const uint16_t* b0 = v_packed + (c / 16) * steps * kTileElems;
-    const uint16_t* b1 = b0 + steps * kTileElems;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t ks = 0; ks < keys / 32; ++ks) {
-      _tile_loadd(4, p + ks * 32, ps);
-      _tile_loadd(5, p + 16 * ldp + ks * 32, ps);
-      _tile_loadd(6, b0 + ks * kTileElems, 64);
-      _tile_loadd(7, b1 + ks * kTileElems, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, o + c, os);
-    _tile_stored(1, o + c + 16, os);
-    _tile_stored(2, o + 16 * dv_pad + c, os);
-    _tile_stored(3, o + 16 * dv_pad + c + 16, os);
+    bf16_block(p, ldp, b0, b0 + steps * kTileElems, keys / 32, o + c, dv_pad);
   }
 }
 
@@ -293,22 +286,6 @@ void strip_products(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* 
 
 }  // namespace
 
-void dense_block(const int8_t* a, int64_t k_pad, int64_t rows, const int8_t* b0, const int8_t* b1, const float* xs,
-                 const float* ws, const float* bias, float* out) {
-  auto* c = reinterpret_cast<int32_t*>(out);  // the sums, then the values in their place
-  strip_products(a, k_pad, rows, b0, b1, c);
-  const __m512 w0 = _mm512_loadu_ps(ws), w1 = _mm512_loadu_ps(ws + 16);
-  const __m512 z0 = _mm512_loadu_ps(bias), z1 = _mm512_loadu_ps(bias + 16);
-  const int64_t n = rows > 16 ? 32 : 16;
-  for (int64_t r = 0; r < n; ++r) {
-    const __m512 x = _mm512_set1_ps(xs[r]);
-    int32_t* cr = c + r * 32;
-    const __m512 v0 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr)), v1 = _mm512_cvtepi32_ps(_mm512_loadu_si512(cr + 16));
-    _mm512_storeu_ps(out + r * 32, _mm512_fmadd_ps(v0, _mm512_mul_ps(x, w0), z0));
-    _mm512_storeu_ps(out + r * 32 + 16, _mm512_fmadd_ps(v1, _mm512_mul_ps(x, w1), z1));
-  }
-}
-
 namespace {
 
 __m512 apply(const Epilogue& e, __m512 v) {
@@ -334,7 +311,7 @@ void strip_epilogue(const int32_t* c, int64_t rows, const float* xs, const float
   const __mmask16 m0 = first(cols), m1 = cols > 16 ? first(cols - 16) : __mmask16(0);
   const __m512 w0 = _mm512_loadu_ps(ws), w1 = _mm512_loadu_ps(ws + 16);
   const __m512 z0 = _mm512_loadu_ps(bias), z1 = _mm512_loadu_ps(bias + 16);
-  if (e.gelu) {  // the strip's values, then the gelu over all of them
+  if (e.activate) {  // the strip's values, then the routine's activation over all of them
     for (int64_t r = 0; r < rows; ++r) {
       const __m512 x = _mm512_set1_ps(xs[r]);
       const int32_t* cr = c + r * 32;
@@ -342,14 +319,13 @@ void strip_epilogue(const int32_t* c, int64_t rows, const float* xs, const float
       _mm512_storeu_ps(stage + r * 32 + 16,
                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(cr + 16)), _mm512_mul_ps(x, w1), z1));
     }
-    e.gelu(stage, stage, rows * 32, e.gelu_tanh);
+    e.activate(e.context, stage, rows * 32);
   }
   for (int64_t r = 0; r < rows; ++r) {
     __m512 v0, v1;
-    if (e.gelu) {
-      const __m512 s = _mm512_set1_ps(e.scale), t = _mm512_set1_ps(e.shift);
-      v0 = _mm512_fmadd_ps(_mm512_loadu_ps(stage + r * 32), s, t);
-      v1 = _mm512_fmadd_ps(_mm512_loadu_ps(stage + r * 32 + 16), s, t);
+    if (e.activate) {
+      v0 = _mm512_loadu_ps(stage + r * 32);
+      v1 = _mm512_loadu_ps(stage + r * 32 + 16);
     } else {
       const __m512 x = _mm512_set1_ps(xs[r]);
       const int32_t* cr = c + r * 32;
