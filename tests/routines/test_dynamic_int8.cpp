@@ -9,6 +9,7 @@
 #include "profiler/accuracy.hpp"
 #include "profiler/unit_profile.hpp"
 #include "routines/f32_check.hpp"
+#include "routines/row_int8_check.hpp"
 #include "support/run_layer.hpp"
 #include "support/tuning.hpp"
 
@@ -32,25 +33,9 @@ Layer dense(const Blob& w, const Blob* bias, const std::string& act = "none") {
   return test::make_layer("dense", {{"act", act}}, weights);
 }
 
-/// What the routine defines: each row on its own nine-bit grid, the weights
-/// on their per-channel int8 grid, the products summed exactly.
+/// Each row on its own grid of max |x| / 255, the weights per channel on int8, the sums exact.
 std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
-  const core::ChannelQuantized q = core::channel_int8(w, 127);
-  std::vector<double> y(static_cast<std::size_t>(m * n));
-  for (int64_t r = 0; r < m; ++r) {
-    const float* xr = x.data_as<float>() + r * k;
-    float amax = 0;
-    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
-    const float s = amax / 255.0f, inv = amax > 0 ? 255.0f / amax : 0.0f;
-    for (int64_t o = 0; o < n; ++o) {
-      int64_t acc = 0;
-      for (int64_t i = 0; i < k; ++i)
-        acc += static_cast<int64_t>(std::nearbyint(xr[i] * inv)) * q.q[static_cast<std::size_t>(o * k + i)];
-      y[static_cast<std::size_t>(r * n + o)] =
-          static_cast<double>(acc) * s * q.scale[static_cast<std::size_t>(o)] + (bias ? bias->data_as<float>()[o] : 0.0);
-    }
-  }
-  return y;
+  return test::row_int8_dense(x, w, bias, m, k, n, 255.0f);
 }
 
 /// The u8s8 form: each row on a u8 grid of its range (with zero), the weights on 7 bits.

@@ -7,6 +7,7 @@
 #include "core/layer_types.hpp"
 #include "core/weight_quant.hpp"
 #include "routines/f32_check.hpp"
+#include "routines/row_int8_check.hpp"
 #include "support/run_layer.hpp"
 
 #include <catch2/catch.hpp>
@@ -40,24 +41,9 @@ float bf16_round(float x) {
   return x;
 }
 
-/// Each row on its own int8 grid (max |x| / 127), the weights per channel, the sums exact.
+/// Each row on its own grid of max |x| / 127, the weights per channel on int8, the sums exact.
 std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
-  const core::ChannelQuantized q = core::channel_int8(w, 127);
-  std::vector<double> y(static_cast<std::size_t>(m * n));
-  for (int64_t r = 0; r < m; ++r) {
-    const float* xr = x.data_as<float>() + r * k;
-    float amax = 0;
-    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
-    const float s = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-    for (int64_t o = 0; o < n; ++o) {
-      int64_t acc = 0;
-      for (int64_t i = 0; i < k; ++i)
-        acc += static_cast<int64_t>(std::nearbyint(xr[i] * inv)) * q.q[static_cast<std::size_t>(o * k + i)];
-      y[static_cast<std::size_t>(r * n + o)] =
-          static_cast<double>(acc) * s * q.scale[static_cast<std::size_t>(o)] + (bias ? bias->data_as<float>()[o] : 0.0);
-    }
-  }
-  return y;
+  return test::row_int8_dense(x, w, bias, m, k, n, 127.0f);
 }
 
 /// The layer on `descriptor`'s prepared routine; bfloat16 schemas get x rounded
