@@ -5,6 +5,9 @@
 #include <softneuro/session.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -41,6 +44,38 @@ double others_cpus(const CpuClock& from, const CpuClock& to) {
   const double wall = to.wall_s - from.wall_s;
   if (from.machine_s < 0 || to.machine_s < 0 || wall <= 0) return -1;
   return std::max(0.0, (to.machine_s - from.machine_s) - (to.ours_s - from.ours_s)) / wall;
+}
+
+std::size_t private_cache_bytes() {
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 >= (64 << 10) && l2 <= (64 << 20) ? static_cast<std::size_t>(l2) : std::size_t{2} << 20;
+}
+
+namespace {
+std::atomic<uint64_t> g_evictions{0};
+}
+
+uint64_t private_cache_evictions() { return g_evictions.load(std::memory_order_relaxed); }
+
+void evict_private_caches() {
+  // Read, not written: dirty lines would be written back during the timed run.
+  static const std::size_t bytes = private_cache_bytes() + private_cache_bytes() / 2;
+  static std::mutex mutex;
+  static std::vector<std::vector<uint64_t>> scratch;
+  std::lock_guard lock(mutex);
+  auto& pool = core::global_pool();
+  const int n = pool.num_threads();
+  while (static_cast<int>(scratch.size()) < n) scratch.emplace_back(bytes / sizeof(uint64_t), scratch.size() + 1);
+  std::atomic<uint64_t> sink{0};
+  pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      uint64_t sum = 0;
+      const auto& buf = scratch[static_cast<std::size_t>(t)];
+      for (std::size_t i = 0; i < buf.size(); i += 8) sum += buf[i];  // a line each
+      sink.fetch_add(sum, std::memory_order_relaxed);
+    }
+  });
+  g_evictions.fetch_add(1, std::memory_order_relaxed);
 }
 
 double robust_median(std::vector<double> s) {

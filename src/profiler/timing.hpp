@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -27,6 +28,15 @@ Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps =
 /// device's time read off its own markers. The budget counts wall time.
 Timing measure_samples(const std::function<double()>& sample, double budget_ms, int min_reps = 3, int max_reps = 200,
                        double cutoff_ms = 0);
+
+/// The bytes of one core's private (L2) cache, 2 MiB where the system does not say.
+std::size_t private_cache_bytes();
+/// Reads a scratch buffer a little larger than its private cache on every
+/// thread of the library's pool, so what a timed run reads next comes from the
+/// shared cache or memory, as a layer's weights do in a run of the whole net.
+void evict_private_caches();
+/// How many times evict_private_caches has run in this process.
+uint64_t private_cache_evictions();
 
 /// The robust median used by measure(), for samples gathered elsewhere.
 double robust_median(std::vector<double> samples);

@@ -34,6 +34,15 @@ std::string params_text(const RoutineParams& p);
 /// on another device, zero-filled device memory from the device's backend.
 Blob random_blob(const Shape& shape, const Schema& s, std::mt19937& rng);
 
+/// Layers with at least this many bytes of weights are measured with them out
+/// of the cores' private caches (evict_private_caches before each timed run),
+/// as a run of the net finds them: hot in L2, oneDNN's bfloat16 768x768 dense
+/// measured 0.11 ms alone where it takes 0.135-0.16 in ViT, and won near-ties
+/// it loses in the net against routines with half the weight bytes.
+inline constexpr std::size_t kStreamedWeightBytes = 256 << 10;
+/// Whether a layer's weights are that large.
+bool weights_stream(const LayerInfo& info);
+
 /// What the user lets the tuner choose from: schemas (globs), pins and bans.
 struct Rules {
   std::vector<std::string> schemas;  ///< empty: every float32 CPU schema
@@ -207,6 +216,7 @@ class Profiler {
   std::mt19937 rng_{1234};
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int measurements_ = 0, cache_hits_ = 0, cache_remeasured_ = 0;
+  uint64_t touched_ = 0;  ///< a sink for the bytes read to warm inputs
   /// Groups of cached times spot-checked once each, with the verdict (true:
   /// they held): adapts by routine and source schema ("adapt|descriptor|from"),
   /// childnet children by layer type and routine (spot_check_grouped).
