@@ -89,15 +89,39 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
   for (const auto& l : net.graph.layers)
     if (l.type == "constant")
       produced(l.outputs[0], fixed_node(Schema{Device::cpu, l.weight("value").dtype(), Layout::nchw}));
-  for (const auto& p : profiles) {
-    std::vector<double> cost(static_cast<std::size_t>(S), kInf);
+  // Per profile and schema, its best candidate's cost (kInf: none).
+  std::vector<std::vector<double>> best(profiles.size(), std::vector<double>(static_cast<std::size_t>(S), kInf));
+  for (std::size_t i = 0; i < profiles.size(); ++i) {
+    const auto& p = profiles[i];
     for (const auto& m : p.measured) {
-      auto& c = cost[static_cast<std::size_t>(index(m.cand.schema))];
-      c = std::min(c, p.cost(m, integrated) + step_ms);
+      auto& c = best[i][static_cast<std::size_t>(index(m.cand.schema))];
+      c = std::min(c, p.cost(m, integrated));
     }
+    std::vector<double> cost = best[i];
+    for (double& c : cost) c += step_ms;
     const int node = g.add_node(std::move(cost));
     plan.node_of.push_back(node);
-    for (const auto& in : p.layer->inputs) add_edge(in, source.at(in), node, p.layer->name);
+    for (const auto& in : p.layer->inputs) {
+      add_edge(in, source.at(in), node, p.layer->name);
+      if (p.fused_with_previous.empty() || i == 0 || profiles[i - 1].layer->outputs.size() != 1 ||
+          profiles[i - 1].layer->outputs[0] != in || source.at(in) != plan.node_of[i - 1])
+        continue;
+      // One step instead of two: the pair's cost against the two best apart, and a step's dispatch.
+      auto& edge = plan.edges.back();
+      edge.consumer_profile = static_cast<int>(i);
+      edge.fused.assign(static_cast<std::size_t>(S), nullptr);
+      std::vector<double> saving(static_cast<std::size_t>(S), 0.0);
+      for (const auto& f : p.fused_with_previous) {
+        if (!profiles[i - 1].find(f.previous_descriptor, f.previous_params) || !p.find(f.descriptor, f.params)) continue;
+        const auto s = static_cast<std::size_t>(index(f.schema));
+        const double d = p.cost(f, integrated) - best[i - 1][s] - best[i][s] - step_ms;
+        if (d < saving[s]) {
+          saving[s] = d;
+          edge.fused[s] = &f;
+        }
+      }
+      for (int s = 0; s < S; ++s) g.edges.back().adapt[static_cast<std::size_t>(s * S + s)] += saving[static_cast<std::size_t>(s)];
+    }
     for (const auto& o : p.layer->outputs) produced(o, node);
   }
   for (const auto& o : net.graph.outputs) add_edge(o, source.at(o), fixed_node(Schema{}), "output");
@@ -117,6 +141,21 @@ PlannedPath read_path(const Plan& plan, const dprs::Solution& solution, const st
   }
   out.predicted_ms = solution.total;
   const int S = plan.graph.num_schemas;
+  // The fused pairs whose price the solution took: their candidates, the pair's time on the second.
+  for (std::size_t e = 0; e < plan.edges.size(); ++e) {
+    const auto& edge = plan.edges[e];
+    if (edge.consumer_profile < 0) continue;
+    const int a = schema_of(plan.graph.edges[e].from), b = schema_of(plan.graph.edges[e].to);
+    const FusedPair* f = a == b ? edge.fused[static_cast<std::size_t>(b)] : nullptr;
+    if (!f) continue;
+    const auto i = static_cast<std::size_t>(edge.consumer_profile);
+    const Measured* previous = profiles[i - 1].find(f->previous_descriptor, f->previous_params);
+    const Measured* mine = profiles[i].find(f->descriptor, f->params);
+    out.picks[i - 1] = previous;
+    out.picks[i] = mine;
+    out.path.routines[i - 1] = {profiles[i - 1].layer->name, previous->cand.descriptor, previous->params, 0, 0, {}};
+    out.path.routines[i] = {profiles[i].layer->name, mine->cand.descriptor, mine->params, profiles[i].cost(*f, integrated), 0, {}};
+  }
   std::set<std::tuple<std::string, int, int>> converted;
   for (std::size_t e = 0; e < plan.graph.edges.size(); ++e) {
     const auto& edge = plan.graph.edges[e];

@@ -19,6 +19,10 @@ struct Plan {
     std::string blob;
     std::string consumer;  ///< a layer, "output", or "" for the blob's shared copy
     std::vector<AdaptPick> picks;  ///< S*S, as in graph.edges
+    /// Where the edge runs from the layer profiled before `consumer_profile`
+    /// to it: per schema, the fused pair its diagonal is priced by (nullptr: apart).
+    int consumer_profile = -1;
+    std::vector<const FusedPair*> fused;
   };
   std::vector<Edge> edges;  ///< parallel to graph.edges
 };
@@ -29,7 +33,10 @@ struct Plan {
 /// with its adapt costs. A blob several layers read gets a node of its own,
 /// its shared copy: converted once, read by every consumer, as the executor
 /// runs it. `step_ms` is added to every layer and adapt (each step's dispatch
-/// beyond its own time, measured in context).
+/// beyond its own time, measured in context). Two consecutive layers a
+/// routine runs as one step (LayerProfile::fused_with_previous) are priced so:
+/// their edge's cost in a schema is lowered by what the pair saves there
+/// against the two layers' best candidates apart.
 Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
                 bool integrated, double step_ms = 0, const Profiler::Progress& progress = {});
 
@@ -39,7 +46,8 @@ struct PlannedPath {
   double predicted_ms = 0;              ///< the solution's total, each distinct conversion counted once
 };
 
-/// The routine path of a solution: each layer's best candidate in its schema,
+/// The routine path of a solution: each layer's best candidate in its schema
+/// (or, where the solution took a fused pair's price, the pair's candidates),
 /// and every adapt the solution implies (a conversion several edges need, the
 /// same blob from and to the same schemas, runs once and is counted once).
 PlannedPath read_path(const Plan& plan, const dprs::Solution& solution, const std::vector<LayerProfile>& profiles,

@@ -159,7 +159,15 @@ struct Tuner {
   void measure_in_context(std::vector<LayerProfile>& profiles, const profiler::PlannedPath& planned) {
     auto r = prof.run_interleaved({planned.path}, opt.integrated_runs, 1)[0];
     for (std::size_t i = 0; i < profiles.size(); ++i) {
-      auto it = r.per_step.find(profiles[i].layer->name);
+      const std::string& name = profiles[i].layer->name;
+      // Two layers one step computed: the pair's time, not either candidate's apart.
+      if (i + 1 < profiles.size() && r.fused_away.count(name))
+        if (profiler::FusedPair* f = profiles[i + 1].fused_pair(planned.picks[i], planned.picks[i + 1])) {
+          f->integrated_ms = r.per_step[name] + r.per_step[profiles[i + 1].layer->name];
+          ++i;
+          continue;
+        }
+      auto it = r.per_step.find(name);
       if (it != r.per_step.end()) profiles[i].entry(planned.picks[i]).integrated_ms = it->second;
     }
     // The adapts' steps: from the blob, or (a consumer's) from its shared copy.
@@ -327,6 +335,7 @@ struct Tuner {
       report.range_method = to_string(opt.calibration.methods.front());
     }
     auto profiles = prof.unit_profile();
+    prof.measure_fused_pairs(profiles);
 
     // DPRS on unit costs.
     progress("dprs", 0, 1, "");
@@ -379,6 +388,14 @@ struct Tuner {
     if (!same_routines(planned.path, last_run)) measure_in_context(profiles, planned);
     planned.predicted_ms = 0;
     for (std::size_t i = 0; i < profiles.size(); ++i) {
+      if (i + 1 < profiles.size())
+        if (const profiler::FusedPair* f = profiles[i + 1].fused_pair(planned.picks[i], planned.picks[i + 1])) {
+          planned.path.routines[i].predicted_ms = 0;
+          planned.path.routines[i + 1].predicted_ms = profiles[i + 1].cost(*f, true);
+          planned.predicted_ms += planned.path.routines[i + 1].predicted_ms + step_ms;
+          ++i;
+          continue;
+        }
       planned.path.routines[i].predicted_ms = profiles[i].cost(*planned.picks[i], true);
       planned.predicted_ms += planned.path.routines[i].predicted_ms + step_ms;
     }

@@ -198,6 +198,21 @@ const Measured* LayerProfile::best_in(const Schema& s, bool integrated) const {
   return best;
 }
 
+const Measured* LayerProfile::find(const std::string& descriptor, const RoutineParams& params) const {
+  for (const auto& m : measured)
+    if (m.cand.descriptor == descriptor && m.params == params) return &m;
+  return nullptr;
+}
+
+FusedPair* LayerProfile::fused_pair(const Measured* previous, const Measured* mine) {
+  if (!previous || !mine) return nullptr;
+  for (auto& f : fused_with_previous)
+    if (f.descriptor == mine->cand.descriptor && f.params == mine->params &&
+        f.previous_descriptor == previous->cand.descriptor && f.previous_params == previous->params)
+      return &f;
+  return nullptr;
+}
+
 void update_context_ratios(std::vector<LayerProfile>& profiles) {
   std::vector<double> all;
   for (auto& p : profiles)
@@ -314,6 +329,16 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
   if (type == "loop" && in.device == Device::cpu && in.dtype == DType::float32 && !ins.empty()) {
     ins[0].data_as<float>()[0] = 1.0f;
     if (core::loop_ports(*info.layer, ins.size()).trip_count_input) ins[1].data_as<float>()[0] = 1.0f;
+  }
+  // A step that adds its result onto an input gets that input's memory for its
+  // output, as the executor gives it (else it copies the input in first).
+  const int accumulates = prepared.output_accumulates();
+  if (accumulates >= 0 && static_cast<std::size_t>(accumulates) < ins.size() && outs.size() == 1 &&
+      ins[static_cast<std::size_t>(accumulates)].byte_size() == outs[0].byte_size()) {
+    const Blob& acc = ins[static_cast<std::size_t>(accumulates)];
+    Blob shared = Blob::view(const_cast<void*>(acc.data()), outs[0].shape(), outs[0].dtype(), outs[0].layout());
+    shared.quant() = outs[0].quant();
+    outs[0] = std::move(shared);
   }
   std::vector<const Blob*> in_ptrs;
   std::vector<Blob*> out_ptrs;
@@ -809,6 +834,64 @@ std::vector<LayerProfile> Profiler::unit_profile() {
   return profiles;
 }
 
+void Profiler::measure_fused_pairs(std::vector<LayerProfile>& profiles) {
+  std::map<std::string, int> readers;
+  for (const auto& l : net_.graph.layers)
+    for (const auto& i : l.inputs) ++readers[i];
+  for (const auto& o : net_.graph.outputs) readers[o] += 2;  // the caller reads it too
+  for (std::size_t i = 1; i < profiles.size(); ++i) {
+    progress_("fused pairs", static_cast<int>(i), static_cast<int>(profiles.size()), profiles[i].layer->name);
+    const LayerProfile& a = profiles[i - 1];
+    LayerProfile& b = profiles[i];
+    b.fused_with_previous.clear();
+    // The plan fuses a step with the one right after it that alone reads its one output, once.
+    if (a.layer->outputs.size() != 1) continue;
+    const std::string& between = a.layer->outputs[0];
+    const auto& ins = b.layer->inputs;
+    if (readers[between] != 1 || std::count(ins.begin(), ins.end(), between) != 1) continue;
+    const auto reads = static_cast<std::size_t>(std::find(ins.begin(), ins.end(), between) - ins.begin());
+    // The step reads a's inputs, then b's others.
+    LayerInfo pair = b.info;
+    pair.layer = a.layer;  // whose weights the step streams (weights_stream)
+    pair.input_shapes = a.info.input_shapes;
+    for (std::size_t k = 0; k < b.info.input_shapes.size(); ++k)
+      if (k != reads) pair.input_shapes.push_back(b.info.input_shapes[k]);
+    for (const auto& mb : b.measured) {
+      if (mb.unit_ms == kInf || !mb.children.empty()) continue;
+      for (const auto& ma : a.measured) {
+        if (ma.unit_ms == kInf || !ma.children.empty() || !(ma.cand.schema == mb.cand.schema)) continue;
+        bool fuses = false;
+        try {
+          fuses = mb.cand.routine->fuses_previous(a.info, *ma.cand.routine, ma.params, b.info, mb.cand.schema, mb.params);
+        } catch (const std::exception&) {
+        }
+        if (!fuses) continue;
+        FusedPair f{ma.cand.descriptor, mb.cand.descriptor, ma.params, mb.params, mb.cand.schema, kInf, 0,
+                    ma.cache_key + "+" + mb.cache_key};
+        if (auto hit = cache_.find(f.cache_key)) {
+          const bool disk = !cache_.is_fresh(f.cache_key);
+          cache_hits_ += disk;
+          f.unit_ms = disk ? *hit * cache_drift() : *hit;
+        } else {
+          std::unique_ptr<PreparedRoutine> prepared;
+          try {
+            prepared = mb.cand.routine->prepare_with_previous(a.info, *ma.cand.routine, ma.params, b.info,
+                                                              mb.cand.schema, mb.params);
+          } catch (const std::exception& e) {
+            core::info("'{}' + '{}': {} cannot prepare them as one step: {}", a.layer->name, b.layer->name,
+                       mb.cand.descriptor, e.what());
+          }
+          if (prepared) f.unit_ms = time_prepared(*prepared, mb.cand.schema, mb.cand.schema, pair, f.cache_key);
+        }
+        core::debug("'{}' + '{}' as one step of {} ({} before): {:.4f} ms, apart {:.4f} + {:.4f}", a.layer->name,
+                    b.layer->name, mb.cand.descriptor, ma.cand.descriptor, f.unit_ms, ma.unit_ms, mb.unit_ms);
+        if (f.unit_ms < kInf) b.fused_with_previous.push_back(std::move(f));
+      }
+    }
+    close_load_window();
+  }
+}
+
 std::vector<InContext> Profiler::run_interleaved(const std::vector<core::RoutinePath>& paths, int runs, int rounds) {
   std::vector<NamedBlob> ins, outs;
   std::uniform_real_distribution<float> real(-1, 1);
@@ -873,6 +956,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const double ms = samples[p][i].estimate();
       out[p].per_step[steps[i]->name] = ms;
+      if (!steps[i]->fused_into.empty()) out[p].fused_away.insert(steps[i]->name);
       out[p].steps_ms += ms;
       // A childnet's children run as steps of their own: the parent layer's
       // in-context time is their sum.

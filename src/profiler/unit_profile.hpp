@@ -73,10 +73,25 @@ struct Measured {
   bool from_disk = false;  ///< unit_ms came from the profile cache file, not this tuning
 };
 
+/// A candidate of the layer before and one of this layer that one routine
+/// computes as one step (Routine::fuses_previous: a oneDNN convolution and the
+/// residual add after it), as the executor's plan runs them wherever a path
+/// picks both: measured as that one step, so DPRS prices what runs.
+struct FusedPair {
+  std::string previous_descriptor, descriptor;
+  RoutineParams previous_params, params;
+  Schema schema;
+  double unit_ms = kInf;
+  double integrated_ms = 0;  ///< the two steps' time in a whole-net run, where one ran them fused
+  std::string cache_key;
+};
+
 struct LayerProfile {
   const Layer* layer = nullptr;
   LayerInfo info;
   std::vector<Measured> measured;  ///< sorted by unit_ms
+  /// Pairs with the layer profiled before this one (measure_fused_pairs).
+  std::vector<FusedPair> fused_with_previous;
   /// In-context time over unit time, from this layer's candidates measured in
   /// context (else the net's median ratio): a candidate measured only alone is
   /// estimated at unit_ms * context_ratio, so it does not look cheaper than the
@@ -87,8 +102,19 @@ struct LayerProfile {
   double cost(const Measured& m, bool integrated) const {
     return !integrated ? m.unit_ms : m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms * context_ratio;
   }
+  /// A fused pair's time as cost() gives a candidate's (the pair estimated by this layer's ratio).
+  double cost(const FusedPair& f, bool integrated) const {
+    return !integrated ? f.unit_ms : f.integrated_ms > 0 ? f.integrated_ms : f.unit_ms * context_ratio;
+  }
   /// The best candidate in schema `s` (nullptr: none).
   const Measured* best_in(const Schema& s, bool integrated) const;
+  /// This layer's entry measuring `descriptor` with `params` (nullptr: none).
+  const Measured* find(const std::string& descriptor, const RoutineParams& params) const;
+  /// The pair of `previous` (the layer before's pick) and `mine` (this layer's), or nullptr: they run apart.
+  FusedPair* fused_pair(const Measured* previous, const Measured* mine);
+  const FusedPair* fused_pair(const Measured* previous, const Measured* mine) const {
+    return const_cast<LayerProfile*>(this)->fused_pair(previous, mine);
+  }
   Measured& entry(const Measured* m) { return measured[static_cast<std::size_t>(m - measured.data())]; }
 };
 
@@ -105,6 +131,7 @@ struct AdaptPick {
 /// Whole-net runs of one routine path.
 struct InContext {
   std::map<std::string, double> per_step;  ///< median ms per step name (a childnet parent: its children's sum)
+  std::set<std::string> fused_away;        ///< steps another step computed (Step::fused_into)
   double total_ms = 0;                     ///< median of the round medians
   /// Per step, what a whole run took beyond the sum of its steps (dispatch,
   /// pool wake-ups): the smallest over the runs, the one a preemption did not stretch.
@@ -122,6 +149,11 @@ class Profiler {
 
   /// Unit profiling: every allowed candidate of every non-constant layer, over its parameter space.
   std::vector<LayerProfile> unit_profile();
+  /// Each pair of consecutive layers the plan could run as one step (the
+  /// second reads the first's one output, its only reader), for every pair of
+  /// their candidates in one schema that a routine fuses: that step, measured
+  /// (LayerProfile::fused_with_previous).
+  void measure_fused_pairs(std::vector<LayerProfile>& profiles);
   /// The cheapest adapt of a blob from one schema to another (ms kInf: none), over
   /// every adapt routine and parameter combination.
   AdaptPick adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to);

@@ -237,3 +237,81 @@ TEST_CASE("the planner prices a constant's conversion at nothing: sessions conve
   CHECK(others > 0);
   CHECK(planned.predicted_ms == Approx(planned.path.routines[0].predicted_ms + 0.01 + others));
 }
+
+// A oneDNN convolution and the residual add after it run as one step wherever
+// a path picks both (the plan fuses them), but DPRS priced the two apart: the
+// tuned ResNet50 took other convolutions before its 16 adds and ran 31-32 ms
+// where the fused pairs run 26-27 (same run).
+TEST_CASE("the planner prices two layers one routine computes as one step at that step's time", "[tune][planner]") {
+  core::Graph g;
+  g.name = "residual";
+  const Shape shape{1, 32, 14, 14};
+  g.inputs = {{"x", shape, DType::float32, {}}};
+  Layer conv = test::make_layer("conv2", {}, {}, 1, 1, "conv");
+  conv.inputs = {"x"};
+  conv.outputs = {"c"};
+  conv.weights = {{"weight", test::iota_blob(Shape{32, 32, 1, 1}, 0.001f, -0.5f)}, {"bias", test::iota_blob(Shape{32}, 0.01f, -0.1f)}};
+  Layer add = test::make_layer("add", {}, {}, 2, 1, "add");
+  add.inputs = {"c", "x"};
+  add.outputs = {"y"};
+  g.layers = {conv, add};
+  g.outputs = {"y"};
+  auto net = detail::WorkingModel::build(g);
+  TuneOptions opt;
+  opt.cache_dir = "-";
+  opt.unit_budget_ms = 0.2;
+  profiler::Profiler prof(*net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {});
+  auto profiles = prof.unit_profile();
+  REQUIRE(profiles.size() == 2);
+  prof.measure_fused_pairs(profiles);
+  if (profiles[1].fused_with_previous.empty()) {
+    WARN("no routine runs a convolution and an add as one step on this CPU: not checked");
+    return;
+  }
+  CHECK(profiles[0].fused_with_previous.empty());
+  const profiler::FusedPair pair = profiles[1].fused_with_previous.front();
+  INFO(pair.previous_descriptor << " + " << pair.descriptor);
+  CHECK(pair.unit_ms > 0);
+  CHECK(pair.unit_ms < profiler::kInf);
+  // In the pair's schema: the pair's candidates 1 ms each apart, every other
+  // candidate 0.5, the pair 0.6 as one step.
+  for (auto& p : profiles) only(p, pair.schema);
+  for (auto& m : profiles[0].measured)
+    m.unit_ms = m.cand.descriptor == pair.previous_descriptor && m.params == pair.previous_params ? 1.0 : 0.5;
+  for (auto& m : profiles[1].measured) m.unit_ms = m.cand.descriptor == pair.descriptor && m.params == pair.params ? 1.0 : 0.5;
+  profiles[1].fused_with_previous = {pair};
+  profiles[1].fused_with_previous[0].unit_ms = 0.6;
+
+  const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, false, /*step_ms=*/0.01);
+  const dprs::Solution sol = dprs::solve(plan.graph);
+  REQUIRE(sol.feasible);
+  const profiler::PlannedPath planned = profiler::read_path(plan, sol, profiles, false, "here");
+  CHECK(planned.path.routines[0].descriptor == pair.previous_descriptor);
+  CHECK(planned.path.routines[0].params == pair.previous_params);
+  CHECK(planned.path.routines[1].descriptor == pair.descriptor);
+  CHECK(planned.path.routines[1].params == pair.params);
+  CHECK(planned.path.routines[0].predicted_ms == 0);
+  CHECK(planned.path.routines[1].predicted_ms == Approx(0.6));
+  // One step: the pair and one dispatch, beside x's and y's conversions.
+  double adapts = 0;
+  for (const auto& a : planned.path.adapts) adapts += a.predicted_ms;
+  CHECK(planned.predicted_ms == Approx(0.6 + 0.01 + adapts));
+
+  // The plan runs the pair as one step, as priced.
+  core::Graph tuned = net->graph;
+  tuned.routine_path = planned.path;
+  const core::Plan run = core::build_plan(tuned, net->shapes);
+  const core::Step* c = nullptr;
+  for (const auto& s : run.steps)
+    if (s->name == "conv") c = s.get();
+  REQUIRE(c);
+  CHECK(c->fused_into == "add");
+
+  // Where the pair saves nothing, the layers' fastest candidates apart.
+  profiles[1].fused_with_previous[0].unit_ms = 3.0;
+  const profiler::Plan apart_plan = profiler::build_plan(*net, profiles, prof, false, 0.01);
+  const profiler::PlannedPath apart = profiler::read_path(apart_plan, dprs::solve(apart_plan.graph), profiles, false, "here");
+  if (profiles[0].measured.size() > 1)
+    CHECK_FALSE((apart.path.routines[0].descriptor == pair.previous_descriptor &&
+                 apart.path.routines[0].params == pair.previous_params));
+}
