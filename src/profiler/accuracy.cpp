@@ -227,17 +227,21 @@ Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<Na
   for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
   if (budget_.metric == AccuracyBudget::Metric::ctc || (budget_.metric == AccuracyBudget::Metric::seq && budget_.ctc_if_blank))
     find_blank();
-  for (const auto& r : reference_)
+  for (const auto& r : reference_) {
+    std::size_t mine = 0;
     for (const auto& o : r) {
       const Shape& s = o.blob.shape();
       const int64_t last = s.rank() ? s[s.rank() - 1] : 1;
       if (budget_.metric == AccuracyBudget::Metric::top1) {
-        if (last >= 2) observations_ += static_cast<std::size_t>(o.blob.numel() / last);
+        if (last >= 2) mine += static_cast<std::size_t>(o.blob.numel() / last);
       } else if ((budget_.metric != AccuracyBudget::Metric::seq && budget_.metric != AccuracyBudget::Metric::ctc) ||
                  last >= 2) {
-        ++observations_;
+        ++mine;
       }
     }
+    sample_observations_.push_back(mine);
+    observations_ += mine;
+  }
   if (budget_.metric == AccuracyBudget::Metric::user && budget_.score_set) {
     reference_score_ = user_set_score(reference_);
     budget_.value = reference_score_ - budget_.max_drop;
@@ -301,7 +305,9 @@ void Validator::find_blank() {
                               budget_.blank_last ? "last" : "0", 100 * share);
 }
 
-double Validator::measure(const core::RoutinePath& path, double* cosine, std::size_t max_samples) const {
+double Validator::measure(const core::RoutinePath& path, double* cosine, std::size_t max_samples,
+                          std::size_t* stopped_after) const {
+  if (stopped_after) *stopped_after = 0;
   if (budget_.metric == AccuracyBudget::Metric::none) return 0;
   // The path runs beside the graph; a graph is copied only where the path changes its weights.
   const std::optional<core::Graph> transformed = transform_ ? transform_(net_.graph, path) : std::nullopt;
@@ -327,6 +333,21 @@ double Validator::measure(const core::RoutinePath& path, double* cosine, std::si
       if (budget_.metric != AccuracyBudget::Metric::user)
       compare(budget_, got[o].blob, reference_[k][o].blob, t);
       if (cosine) compare(by_cosine, got[o].blob, reference_[k][o].blob, c);
+    }
+    // Every observation of the top1, seq, ctc and cosine metrics counts at
+    // most 1 and every rel-l2 one at least 0: once even the best the samples
+    // left could give misses the budget, the path misses it. The value
+    // returned is that best.
+    if (stopped_after && budget_.metric != AccuracyBudget::Metric::user && t.count > 0 && k + 1 < count) {
+      double left = 0;
+      for (std::size_t j = k + 1; j < count; ++j) left += static_cast<double>(sample_observations_[j]);
+      const double best = budget_.metric == AccuracyBudget::Metric::rel_l2 ? t.sum / (t.count + left)
+                                                                           : (t.sum + left) / (t.count + left);
+      if (!budget_.met_by(best)) {
+        *stopped_after = k + 1;
+        if (cosine) *cosine = c.count ? c.sum / c.count : 1.0;
+        return best;
+      }
     }
   }
   if (cosine) *cosine = c.count ? c.sum / c.count : 1.0;

@@ -88,8 +88,13 @@ class Validator {
   /// `cosine`, also the mean cosine similarity (a finer tie-break than top1).
   /// On the first `max_samples` samples only where given (not for a set metric,
   /// which scores the whole set).
+  /// With `stopped_after`: the measurement stops as soon as the samples left
+  /// cannot bring the value within the budget (a top1, seq, ctc, cosine or
+  /// rel-l2 budget), returns the best value they could still have given and
+  /// sets *stopped_after to the samples run (0: every sample ran, the value is exact).
   double measure(const core::RoutinePath& path, double* cosine = nullptr,
-                 std::size_t max_samples = std::numeric_limits<std::size_t>::max()) const;
+                 std::size_t max_samples = std::numeric_limits<std::size_t>::max(),
+                 std::size_t* stopped_after = nullptr) const;
   /// What a measured value gives up: 1 - value for top1 and cosine, the value for rel-l2.
   double error(double value) const;
   /// The budget measured: a default seq becomes ctc where the float32 outputs show a CTC blank.
@@ -122,6 +127,7 @@ class Validator {
   std::vector<std::vector<NamedBlob>> samples_;
   AccuracyBudget budget_;
   std::vector<std::vector<NamedBlob>> reference_;  ///< per sample, the float32 outputs
+  std::vector<std::size_t> sample_observations_;    ///< per sample, its observations (observations())
   StoreTransform transform_;
   double reference_score_ = 0;
   std::string blank_note_;

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -86,6 +87,7 @@ struct Tuner {
   std::optional<profiler::Validator> validator;
   std::optional<profiler::Validator> confirmer;  ///< the budget on the calibration samples
   std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
+  std::set<std::string> accuracy_bounds;         ///< of those, values that are bounds (accuracy_of)
   /// Paths the budget's search found within float32 and one reduced dtype,
   /// measured beside the tuned path in final_check.
   std::vector<std::pair<std::string, profiler::PlannedPath>> budget_paths;
@@ -480,13 +482,20 @@ struct Tuner {
 
   /// The budget's metric of `path` on the validation samples; NaN where there
   /// is nothing to check (no budget, or nothing below float32: float32 itself).
-  double accuracy_of(const core::RoutinePath& path) {
+  /// A path's accuracy on the validation samples; where it misses the budget,
+  /// the best value the samples left could still have given when that was
+  /// clear (the search validates many paths that miss), unless `exact`.
+  double accuracy_of(const core::RoutinePath& path, bool exact = false) {
     if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path, model_int8))
       return NAN;
-    auto it = accuracy_seen.find(path_key(path));
-    if (it != accuracy_seen.end()) return it->second;
-    const double v = validation().measure(path);
-    accuracy_seen[path_key(path)] = v;
+    const std::string key = path_key(path);
+    auto it = accuracy_seen.find(key);
+    if (it != accuracy_seen.end() && !(exact && accuracy_bounds.count(key))) return it->second;
+    std::size_t stopped = 0;
+    const double v = validation().measure(path, nullptr, std::numeric_limits<std::size_t>::max(), exact ? nullptr : &stopped);
+    accuracy_seen[key] = v;
+    if (stopped) accuracy_bounds.insert(key);
+    else accuracy_bounds.erase(key);
     return v;
   }
   bool accuracy_ok(const core::RoutinePath& path) {
@@ -508,7 +517,8 @@ struct Tuner {
       confirmer.emplace(net, std::move(samples), budget);
       confirmer->set_store_transform(store_transform());
     }
-    const double v = confirmer->measure(path);
+    std::size_t stopped = 0;
+    const double v = confirmer->measure(path, nullptr, std::numeric_limits<std::size_t>::max(), report_it ? nullptr : &stopped);
     if (report_it) report.accuracy_confirmed = v;
     if (budget.met_by(v)) return true;
     if (report_it)
@@ -570,6 +580,7 @@ struct Tuner {
     }
     report.bias_correction = bias_correction;
     accuracy_seen.clear();  // measured under other scales
+    accuracy_bounds.clear();
     accuracy_seen[path_key(path)] = best_value;
     core::info("range method {}{} kept: the chosen path measured {:.4f}", report.range_method,
                bias_correction ? " with bias correction" : "", best_value);
@@ -811,7 +822,7 @@ struct Tuner {
     // The accuracy budget: a path that misses it gives way to the fastest path
     // measured that meets it (float32 throughout, or float32 and one reduced dtype).
     bool force_default = false;
-    report.accuracy = accuracy_of(planned.path);
+    report.accuracy = accuracy_of(planned.path, true);
     if (std::isnan(report.accuracy)) report.accuracy = -1;
     report.accuracy_missed = !accuracy_ok(planned.path) || !confirmed(planned.path, true);
     const std::string why = report.accuracy_note.empty() ? "" : "; " + report.accuracy_note;
@@ -843,7 +854,7 @@ struct Tuner {
           // It meets the budget: the report and the file carry its values.
           report.accuracy_note = fmt::format("the mixed path missed it ({:.4f}{}); the {} path meets it", report.accuracy,
                                              why, alt.first);
-          report.accuracy = accuracy_of(planned.path);
+          report.accuracy = accuracy_of(planned.path, true);
           confirmed(planned.path, true);
           report.accuracy_missed = false;
         }

@@ -212,3 +212,39 @@ TEST_CASE("a path measured on the first samples only scores what a validator of 
   CHECK(all.measure(path, &cos_all) == all.measure(path, nullptr, 100));  // more than there are: all of them
   CHECK(two < 1.0);  // int8 products: below float32's 1
 }
+
+TEST_CASE("a path's validation stops once the samples left cannot bring it within the budget", "[tune][accuracy]") {
+  // The tuner's budget search validates many paths that miss; ResNet50's
+  // spent 43 s running every validation sample through each.
+  if (!core::cpu_features().avx2_fma()) return;
+  std::mt19937 rng(5);
+  const core::Graph g = fc_graph(rng);
+  const auto net = detail::WorkingModel::build(g);
+  std::vector<std::vector<NamedBlob>> samples;
+  for (int k = 0; k < 12; ++k) samples.push_back({{"x", random_blob({2, 64}, rng, -3.f, 3.f)}});
+  core::RoutinePath path;
+  path.routines.push_back({"fc", "cpu/dynamic_int8", {}, 0, 0, {}});
+  for (const char* text : {"cosine:1", "rel-l2:0.0000001", "top1:1"}) {
+    INFO(text);
+    const profiler::Validator v(*net, samples, profiler::parse_accuracy(text));
+    const double exact = v.measure(path);
+    std::size_t stopped = 0;
+    const double bound = v.measure(path, nullptr, std::numeric_limits<std::size_t>::max(), &stopped);
+    if (v.budget().met_by(exact)) {  // (top1 may agree on every sample)
+      CHECK(stopped == 0);
+      CHECK(bound == exact);
+      continue;
+    }
+    CHECK(stopped >= 1);
+    CHECK(stopped < samples.size());
+    CHECK_FALSE(v.budget().met_by(bound));
+    // The best the samples left could have given: never worse than the exact value.
+    if (v.budget().metric == profiler::AccuracyBudget::Metric::rel_l2) CHECK(bound <= exact);
+    else CHECK(bound >= exact);
+  }
+  // A budget the path meets: every sample runs, the value is exact.
+  const profiler::Validator loose(*net, samples, profiler::parse_accuracy("cosine:0.9"));
+  std::size_t stopped = 7;
+  CHECK(loose.measure(path, nullptr, std::numeric_limits<std::size_t>::max(), &stopped) == loose.measure(path));
+  CHECK(stopped == 0);
+}
