@@ -26,7 +26,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 14;  // 14: PreparedRoutine::output_accumulates; fused pairs read the layer's other inputs
+inline constexpr uint32_t abi_version = 15;  // 15: SharedWeights::prepared (a plugin's derived weights stored in tuned files)
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -63,10 +63,37 @@ class SharedWeights {
     return std::static_pointer_cast<const T>(
         get_or_make(key, [&]() -> std::shared_ptr<const void> { return std::make_shared<const T>(make()); }));
   }
+  /// As get(), and the object is saved in a tuned .dnn file (its prepared
+  /// weights) and read back from it, so that a session of the file builds
+  /// nothing: `save(const T&)` gives its bytes (a 1-D uint8 Blob; kept beyond
+  /// this call, so it captures by value), `load(const Blob& bytes)` a
+  /// std::optional<T> made from them (it may view them: they live as long as
+  /// the object; nothing where they do not fit what prepare computes, and the
+  /// object is built again). The key must say everything the bytes depend on
+  /// beyond the layer, routine, parameters, shapes and quantisation.
+  template <class T, class Make, class Save, class Load>
+  std::shared_ptr<const T> prepared(std::string_view key, Make&& make, Save save, Load&& load) {
+    return std::static_pointer_cast<const T>(get_or_make_saved(
+        key, [&]() -> std::shared_ptr<const void> { return std::make_shared<const T>(make()); },
+        [save](const void* p) { return save(*static_cast<const T*>(p)); },
+        [&load](const Blob& bytes) -> std::shared_ptr<const void> {
+          std::optional<T> t = load(bytes);
+          if (!t) return nullptr;
+          return std::make_shared<const T>(std::move(*t));
+        }));
+  }
 
  protected:
   virtual std::shared_ptr<const void> get_or_make(std::string_view key,
                                                   const std::function<std::shared_ptr<const void>()>& make) = 0;
+  /// get_or_make, with how the object is saved and loaded (a store that saves nothing ignores them).
+  virtual std::shared_ptr<const void> get_or_make_saved(std::string_view key,
+                                                        const std::function<std::shared_ptr<const void>()>& make,
+                                                        const std::function<Blob(const void*)>& save,
+                                                        const std::function<std::shared_ptr<const void>(const Blob&)>& load) {
+    (void)save, (void)load;
+    return get_or_make(key, make);
+  }
 };
 
 /// What a routine sees of a layer when it decides, prepares and runs: the layer
@@ -107,6 +134,13 @@ void check_prepare_bytes(const LayerInfo& info, std::size_t bytes, std::string_v
 template <class T, class F>
 std::shared_ptr<const T> shared_weights(const LayerInfo& info, std::string_view key, F&& make) {
   if (info.shared) return info.shared->get<T>(key, std::forward<F>(make));
+  return std::make_shared<const T>(make());
+}
+
+/// shared_weights(), and the object is stored in a tuned file (SharedWeights::prepared).
+template <class T, class Make, class Save, class Load>
+std::shared_ptr<const T> prepared_weights(const LayerInfo& info, std::string_view key, Make&& make, Save save, Load&& load) {
+  if (info.shared) return info.shared->prepared<T>(key, std::forward<Make>(make), std::move(save), std::forward<Load>(load));
   return std::make_shared<const T>(make());
 }
 

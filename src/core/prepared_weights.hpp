@@ -38,25 +38,6 @@ inline std::shared_ptr<const void> owner_of(const Blob& bytes) { return std::mak
 /// Packings differ between these; not between core counts or CPU models.
 std::string prepared_weights_tag();
 
-/// shared_weights(info, key, make), and the object is stored in a tuned file:
-/// `save(const T&)` gives its bytes (pack_arrays); `load(const Blob& bytes)`
-/// gives a T reading them in place (std::optional<T>; nothing where they do
-/// not fit what the routine reads). `save` is kept beyond this call: it must
-/// capture by value.
-template <class T, class Make, class Save, class Load>
-std::shared_ptr<const T> prepared_weights(const LayerInfo& info, std::string_view key, Make&& make, Save save, Load&& load) {
-  auto* scoped = dynamic_cast<ScopedWeights*>(info.shared);
-  if (!scoped) return shared_weights<T>(info, key, std::forward<Make>(make));
-  PreparedCodec codec{[save](const void* p) { return save(*static_cast<const T*>(p)); },
-                      [&load](const Blob& bytes) -> std::shared_ptr<const void> {
-                        std::optional<T> t = load(bytes);
-                        if (!t) return nullptr;
-                        return std::make_shared<const T>(std::move(*t));
-                      }};
-  return std::static_pointer_cast<const T>(scoped->get_or_make_prepared(
-      key, [&]() -> std::shared_ptr<const void> { return std::make_shared<const T>(make()); }, codec));
-}
-
 /// A float32 Blob (a transformed weight) as prepared weights: its bytes, and
 /// back as a view of the file's at `shape`.
 Blob save_float_blob(const Blob& b);

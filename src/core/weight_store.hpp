@@ -68,14 +68,15 @@ class ScopedWeights final : public SharedWeights {
  public:
   ScopedWeights(std::shared_ptr<WeightStore> store, std::string scope)
       : store_(std::move(store)), scope_(std::move(scope)) {}
-  /// As get_or_make, with the codec that saves the object in a tuned file.
-  std::shared_ptr<const void> get_or_make_prepared(std::string_view key,
-                                                   const std::function<std::shared_ptr<const void>()>& make,
-                                                   const PreparedCodec& codec) {
-    return store_->get_or_make(scope_ + "|" + std::string(key), make, &codec);
-  }
 
  protected:
+  std::shared_ptr<const void> get_or_make_saved(std::string_view key,
+                                                const std::function<std::shared_ptr<const void>()>& make,
+                                                const std::function<Blob(const void*)>& save,
+                                                const std::function<std::shared_ptr<const void>(const Blob&)>& load) override {
+    const PreparedCodec codec{save, load};
+    return store_->get_or_make(scope_ + "|" + std::string(key), make, &codec);
+  }
   std::shared_ptr<const void> get_or_make(std::string_view key,
                                           const std::function<std::shared_ptr<const void>()>& make) override {
     return store_->get_or_make(scope_ + "|" + std::string(key), make);

@@ -1,9 +1,11 @@
 // Plugins: a good one registers its routines; a mismatched or broken one is refused.
+#include "core/model_impl.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
 #include <softneuro/plugin.hpp>
 #include <softneuro/session.hpp>
+#include <softneuro/tune.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -75,4 +77,42 @@ TEST_CASE("a plugin registers all its routines or none", "[plugin]") {
   CHECK_THROWS_WITH(load_plugin(plugin("test_plugin_duplicate")), Catch::Contains("cpu/ref") && Catch::Contains("already registered"));
   auto relus = registered_routines("relu");
   CHECK(std::find(relus.begin(), relus.end(), "cpu/plugin_dup_first") == relus.end());
+}
+
+// A plugin's routines could only share their derived weights within a process
+// (the codec that stores them in a tuned file was core's alone): every session
+// of a tuned file derived them again.
+TEST_CASE("a plugin's routine stores its derived weights in a tuned file, and a session of it reads them", "[plugin]") {
+  load_plugin(plugin("test_plugin_good"));
+  core::Graph g;
+  g.name = "plugin_dense";
+  g.inputs = {{"x", Shape{3, 8}, DType::float32, {}}};
+  Layer fc = test::make_layer("dense", {}, {}, 1, 1, "fc");
+  fc.inputs = {"x"};
+  fc.outputs = {"y"};
+  fc.weights = {{"weight", test::iota_blob(Shape{5, 8}, 0.01f, -0.2f)}, {"bias", test::iota_blob(Shape{5}, 0.1f, -0.2f)}};
+  g.layers = {fc};
+  g.outputs = {"y"};
+  const Model net = detail::make_model(g);
+  TuneOptions o;
+  o.cache_dir = "-";
+  o.unit_budget_ms = 0.2;
+  o.integrated_runs = 2;
+  o.pin = {{"fc", "cpu/plugin_dense"}};
+  const Model tuned = tune(net, o);
+  CHECK(tuned.prepared_weight_bytes() >= 5 * 8 * sizeof(float));
+  const std::string path = test::temp_path("plugin_prepared.dnn");
+  tuned.save(path);
+
+  const Model back = Model::load(path);
+  std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{3, 8}, 0.05f, -0.6f)}};
+  Session s(back);
+  REQUIRE(s.layers().size() == 1);
+  CHECK(s.layers()[0].descriptor == "cpu/plugin_dense");
+  const auto got = test::values(s.run(in)[0].blob);
+  CHECK(detail::impl_of(back).weights->built() == 0);  // read from the file, derived by nobody
+  CHECK(detail::impl_of(back).weights->loaded() >= 1);
+  const auto want = test::values(Session(net).run(in)[0].blob);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
 }

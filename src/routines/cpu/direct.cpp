@@ -297,7 +297,7 @@ class PreparedDirect final : public PreparedRoutine {
       pw.bias = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[1]), bias_floats);
       return pw;
     };
-    weights_ = core::prepared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v_, ics_), [&] {
+    weights_ = prepared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v_, ics_), [&] {
       Packed pw;
       pw.weight.assign(static_cast<std::size_t>(ogs * w_og_), 0.0f);
       for (int64_t og = 0; og < ogs; ++og)

@@ -86,7 +86,7 @@ class Prepared final : public PreparedRoutine {
       std::memcpy(p.colsum.data(), (*a)[3], lanes * sizeof(int32_t));
       return p;
     };
-    packed_ = core::prepared_weights<Packed>(info, u8s8 ? "dynamic_int8/u8s8" : "dynamic_int8", [&] {
+    packed_ = prepared_weights<Packed>(info, u8s8 ? "dynamic_int8/u8s8" : "dynamic_int8", [&] {
       const core::ChannelQuantized q = core::channel_int8(w, u8s8 ? dynamic_int8::kU8s8Qmax : 127);
       Packed p;
       p.w = Blob::allocate(Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);  // zero-filled

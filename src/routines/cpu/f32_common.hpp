@@ -106,7 +106,7 @@ std::optional<AlignedFloats> load_floats(const Blob& bytes, std::size_t floats);
 template <class Pack>
 std::shared_ptr<const AlignedFloats> packed_floats(const LayerInfo& info, std::string_view key, std::size_t floats,
                                                    Pack&& pack) {
-  return core::prepared_weights<AlignedFloats>(
+  return prepared_weights<AlignedFloats>(
       info, key,
       [&] {
         AlignedFloats packed;

@@ -218,7 +218,7 @@ template <class Make>
 dnnl::memory prepared_memory(const LayerInfo& info, std::vector<std::shared_ptr<const void>>& hold, std::string_view key,
                              const dnnl::memory::desc& want, Make&& make) {
   const std::size_t bytes = want.get_size();
-  auto m = core::prepared_weights<WeightMemory>(
+  auto m = prepared_weights<WeightMemory>(
       info, fmt::format("{}/{:016x}", key, core::xxh64(&want.data, sizeof(want.data))),
       [&] { return WeightMemory{make(), nullptr}; },
       [](const WeightMemory& w) {

@@ -142,7 +142,7 @@ struct WeightScales {
 
 std::shared_ptr<const WeightScales> weight_scales(const LayerInfo& info, LazyQuant& quant) {
   const std::size_t n = static_cast<std::size_t>(quant.oc);
-  return core::prepared_weights<WeightScales>(
+  return prepared_weights<WeightScales>(
       info, "int8.scales", [&] { return WeightScales{quant.get().scale, quant.get().row_sum}; },
       [](const WeightScales& s) {
         return core::pack_arrays({core::array_bytes(s.scale.data(), s.scale.size()), core::array_bytes(s.row_sum.data(), s.row_sum.size())});

@@ -259,7 +259,7 @@ class GemmConv final : public PreparedRoutine {
     block_bytes_ = ksteps_ * 64;  // 16 lanes x (2 int16 or 4 int8)
     const auto packed_bytes = static_cast<std::size_t>(blocks * block_bytes_), lanes = static_cast<std::size_t>(blocks * 16);
     auto load = [&](const Blob& bytes) { return qint8::load_packed(bytes, packed_bytes, lanes); };
-    weights_ = core::prepared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
+    weights_ = prepared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
       Packed pw;
       // Quantised per output channel (which the order within one does not
       // change), then into K order.

@@ -104,7 +104,7 @@ class Prepared final : public PreparedRoutine {
       std::memcpy(p.bias.data(), (*a)[2], lanes * sizeof(float));
       return p;
     };
-    packed_ = core::prepared_weights<Packed>(info, "tile_dense", [&] {
+    packed_ = prepared_weights<Packed>(info, "tile_dense", [&] {
       const core::ChannelQuantized q = core::channel_int8(w, 127);
       Packed p;
       p.w = Blob::allocate(Shape{static_cast<int64_t>(bytes)}, DType::qint8);  // zero-filled

@@ -198,7 +198,7 @@ Childnet winograd_childnet(const Layer& l, const LayerInfo& info, int64_t m, con
   core::Window2d g = core::conv2_window(l, info.input_shapes[0]);
   // The transformed weights, shared by every session and shape of the model (the view keeps them alive).
   const Shape u_shape{(m + 2) * (m + 2), g.c, g.oc};
-  const auto shared = core::prepared_weights<Blob>(
+  const auto shared = prepared_weights<Blob>(
       info, fmt::format("wg.U/{}", m), [&] { return transformed_weights(m, l.weight("weight").data_as<float>(), g.c, g.oc); },
       [](const Blob& u) { return core::save_float_blob(u); },
       [&](const Blob& bytes) { return core::load_float_blob(bytes, u_shape); });
@@ -346,7 +346,7 @@ struct ConvPrepared final : PreparedRoutine {
   explicit ConvPrepared(const LayerInfo& info)
       : p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), k(info.output_shapes[0][1]), tp(info.input_shapes[0][2]),
         u(info.layer->weight("weight")),
-        shared(core::prepared_weights<wg::PackedU>(
+        shared(prepared_weights<wg::PackedU>(
             info, "wg.packed",
             [&] {
               wg::PackedU pk;
@@ -544,7 +544,7 @@ std::shared_ptr<const wg::blocked::PackedU> packed_u(const LayerInfo& info, cons
   const int64_t vec = k.vec, kb = (oc + vec - 1) / vec, cpad = (c + vec - 1) / vec * vec;
   const int nk = k.group(t);
   const std::size_t floats = static_cast<std::size_t>(p * kb * cpad * vec);
-  return core::prepared_weights<wg::blocked::PackedU>(
+  return prepared_weights<wg::blocked::PackedU>(
       info, fmt::format("{}/{}", key, nk),
       [&] {
         const Blob u = transformed();

@@ -61,7 +61,7 @@ class WinogradConv final : public PreparedRoutine {
     const int64_t blocks = 16 * ocb_;
     const auto lanes = static_cast<std::size_t>(ocb_ * 16), packed_bytes = static_cast<std::size_t>(blocks * block_elems_ * 2);
     auto load = [&](const Blob& bytes) { return qint8::load_packed(bytes, packed_bytes, lanes); };
-    weights_ = core::prepared_weights<Packed>(info, "qwinograd23", [&] {
+    weights_ = prepared_weights<Packed>(info, "qwinograd23", [&] {
       // The GEMM routine's per-channel int8 weights, then per (output, input)
       // channel U = (2G) g (2G)ᵀ, packed per transform position p as
       // [p][output block][input pair][16 lanes][2] int16.
