@@ -13,6 +13,8 @@
 #include <limits>
 #include <optional>
 
+#include <unistd.h>
+
 namespace softneuro::profiler {
 
 bool AccuracyBudget::met_by(double measured) const {
@@ -312,13 +314,108 @@ double Validator::measure(const core::RoutinePath& path, double* cosine, std::si
   // The path runs beside the graph; a graph is copied only where the path changes its weights.
   const std::optional<core::Graph> transformed = transform_ ? transform_(net_.graph, path) : std::nullopt;
   core::Executor tuned(transformed ? *transformed : net_.graph, net_.shapes, Schema{}, nullptr, &path);
+  return score(tuned, [this](std::size_t k) -> const std::vector<NamedBlob>& { return samples_[k]; }, cosine, max_samples,
+               stopped_after);
+}
+
+bool Validator::keep_values(std::size_t count) const {
+  if (kept_.size() >= count) return true;
+  if (keep_refused_) return false;
+  const core::Graph& g = net_.graph;
+  core::Graph every = g;
+  every.routine_path = {};
+  every.output_dtypes.clear();  // every value as the float32 the layers compute
+  every.outputs.clear();
+  std::set<std::string> inputs;
+  for (const auto& in : g.inputs) inputs.insert(in.name);
+  std::size_t bytes = 0;
+  for (const Layer& l : g.layers)
+    if (l.type != "constant")
+      for (const auto& o : l.outputs)
+        if (!o.empty() && !inputs.count(o) && std::find(every.outputs.begin(), every.outputs.end(), o) == every.outputs.end()) {
+          every.outputs.push_back(o);
+          bytes += static_cast<std::size_t>(net_.shapes.at(o).numel()) * sizeof(float);
+        }
+  // At most a quarter of the machine's memory, and 4 GiB (ResNet50's 16 samples: 1.6 GB).
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const std::size_t quarter = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) / 4 * static_cast<std::size_t>(page) : 0;
+  if (bytes * count > std::min(kKeptBytes, quarter)) {
+    keep_refused_ = true;
+    return false;
+  }
+  const core::RoutinePath untuned;
+  core::Executor exec(every, net_.shapes, Schema{}, nullptr, &untuned);
+  for (std::size_t k = kept_.size(); k < count; ++k) {
+    std::vector<NamedBlob> out;
+    for (const auto& o : every.outputs) out.push_back({o, Blob::allocate(net_.shapes.at(o))});
+    exec.run(samples_[k], out);
+    std::map<std::string, Blob> values;
+    for (auto& o : out) values.emplace(o.name, std::move(o.blob));
+    kept_.push_back(std::move(values));
+  }
+  return true;
+}
+
+double Validator::measure_from(std::size_t first, const core::RoutinePath& path, double* cosine,
+                               std::size_t max_samples) const {
+  const core::Graph& g = net_.graph;
+  const std::size_t count = std::min(samples_.size(), max_samples);
+  if (budget_.metric == AccuracyBudget::Metric::none || budget_.score_set || first == 0 || first >= g.layers.size())
+    return measure(path, cosine, max_samples);
+  // The layers from `first` on, and every constant; what they read from before, inputs.
+  core::Graph sub = g;
+  sub.routine_path = {};
+  sub.shape_paths.clear();
+  sub.layers.clear();
+  std::set<std::string> produced;
+  for (std::size_t j = 0; j < g.layers.size(); ++j)
+    if (g.layers[j].type == "constant" || j >= first) {
+      sub.layers.push_back(g.layers[j]);
+      for (const auto& o : g.layers[j].outputs) produced.insert(o);
+    }
+  for (const auto& o : g.outputs)
+    if (!produced.count(o)) return measure(path, cosine, max_samples);  // a net output computed before `first`
+  sub.inputs.clear();
+  std::vector<bool> kept_input;  // per sub input: a kept value (else the sample's own input)
+  for (const Layer& l : sub.layers)
+    for (const auto& i : l.inputs) {
+      if (i.empty() || produced.count(i) ||
+          std::any_of(sub.inputs.begin(), sub.inputs.end(), [&](const TensorInfo& t) { return t.name == i; }))
+        continue;
+      auto given = std::find_if(g.inputs.begin(), g.inputs.end(), [&](const TensorInfo& t) { return t.name == i; });
+      sub.inputs.push_back(given != g.inputs.end() ? *given : TensorInfo{i, net_.shapes.at(i), DType::float32, {}});
+      kept_input.push_back(given == g.inputs.end());
+    }
+  if (!keep_values(count)) return measure(path, cosine, max_samples);
+  const std::optional<core::Graph> transformed = transform_ ? transform_(sub, path) : std::nullopt;
+  core::Executor tuned(transformed ? *transformed : sub, net_.shapes, Schema{}, nullptr, &path);
+  std::vector<NamedBlob> inputs;
+  return score(tuned,
+               [&](std::size_t k) -> const std::vector<NamedBlob>& {
+                 inputs.clear();
+                 for (std::size_t i = 0; i < sub.inputs.size(); ++i) {
+                   const std::string& name = sub.inputs[i].name;
+                   if (kept_input[i]) {
+                     inputs.push_back({name, kept_[k].at(name)});
+                     continue;
+                   }
+                   for (const auto& in : samples_[k])
+                     if (in.name == name) inputs.push_back(in);
+                 }
+                 return inputs;
+               },
+               cosine, max_samples, nullptr);
+}
+
+double Validator::score(core::Executor& tuned, const std::function<const std::vector<NamedBlob>&(std::size_t)>& sample,
+                        double* cosine, std::size_t max_samples, std::size_t* stopped_after) const {
   Tally t, c;
   AccuracyBudget by_cosine;
   by_cosine.metric = AccuracyBudget::Metric::cosine;
   std::vector<std::vector<NamedBlob>> all;  // a set metric's input
   const std::size_t count = budget_.score_set ? samples_.size() : std::min(samples_.size(), max_samples);
   for (std::size_t k = 0; k < count; ++k) {
-    auto got = run(tuned, net_, samples_[k]);
+    auto got = run(tuned, net_, sample(k));
     if (budget_.score_set) {
       if (cosine)
         for (std::size_t o = 0; o < got.size(); ++o) compare(by_cosine, got[o].blob, reference_[k][o].blob, c);

@@ -10,11 +10,16 @@
 
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <set>
 #include <string>
 #include <vector>
+
+namespace softneuro::core {
+class Executor;
+}
 
 namespace softneuro::profiler {
 
@@ -95,6 +100,15 @@ class Validator {
   double measure(const core::RoutinePath& path, double* cosine = nullptr,
                  std::size_t max_samples = std::numeric_limits<std::size_t>::max(),
                  std::size_t* stopped_after = nullptr) const;
+  /// measure() of a path that computes as the float32 default before layer
+  /// `first` (an index into the graph's layers; a layer's sensitivity): the
+  /// net runs from that layer on, reading the float32 values of the blobs
+  /// before it from a run of the default kept from the first call (the
+  /// layers before it compute them alike either way). measure() itself where
+  /// a net output comes before `first`, or the values would take over kKeptBytes or a
+  /// quarter of the machine's memory.
+  double measure_from(std::size_t first, const core::RoutinePath& path, double* cosine = nullptr,
+                      std::size_t max_samples = std::numeric_limits<std::size_t>::max()) const;
   /// What a measured value gives up: 1 - value for top1 and cosine, the value for rel-l2.
   double error(double value) const;
   /// The budget measured: a default seq becomes ctc where the float32 outputs show a CTC blank.
@@ -128,6 +142,15 @@ class Validator {
   AccuracyBudget budget_;
   std::vector<std::vector<NamedBlob>> reference_;  ///< per sample, the float32 outputs
   std::vector<std::size_t> sample_observations_;    ///< per sample, its observations (observations())
+  static constexpr std::size_t kKeptBytes = std::size_t{4} << 30;
+  /// Per sample (the first ones), every layer output's float32 value (measure_from).
+  mutable std::vector<std::map<std::string, Blob>> kept_;
+  mutable bool keep_refused_ = false;
+  /// Keeps the first `count` samples' values; false where they would take too much memory.
+  bool keep_values(std::size_t count) const;
+  /// The budget's metric of `tuned` run on sample(k) for the first samples (measure()).
+  double score(core::Executor& tuned, const std::function<const std::vector<NamedBlob>&(std::size_t)>& sample,
+               double* cosine, std::size_t max_samples, std::size_t* stopped_after) const;
   StoreTransform transform_;
   double reference_score_ = 0;
   std::string blank_note_;

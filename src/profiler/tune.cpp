@@ -630,7 +630,8 @@ struct Tuner {
         // then validated on every sample (ResNet50's 73 layers by 2 dtypes on
         // 100 samples took 420 s of a 590 s tuning).
         double cosine = 1;
-        const double value = v.measure(alone, &cosine, kSensitivitySamples);
+        const auto first = static_cast<std::size_t>(profiles[i].layer - net.graph.layers.data());
+        const double value = v.measure_from(first, alone, &cosine, kSensitivitySamples);
         error[i][dtype] = std::max(0.0, v.error(value)) + (budget.counts_argmax() ? std::max(0.0, 1.0 - cosine) : 0.0);
         double& s = sensitivity[profiles[i].layer->name];
         s = std::max(s, error[i][dtype]);
