@@ -53,9 +53,16 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
     const bool constant = constants.count(blob) > 0;
     std::vector<double> cost(static_cast<std::size_t>(S * S));
     std::vector<AdaptPick> picks(static_cast<std::size_t>(S * S));
+    // Only schemas both ends can take: the others' conversions are never chosen.
+    const auto& from_cost = g.node_cost[static_cast<std::size_t>(from)];
+    const auto& to_cost = g.node_cost[static_cast<std::size_t>(to)];
     for (int a = 0; a < S; ++a)
       for (int b = 0; b < S; ++b) {
         auto& p = picks[static_cast<std::size_t>(a * S + b)];
+        if (from_cost[static_cast<std::size_t>(a)] == kInf || to_cost[static_cast<std::size_t>(b)] == kInf) {
+          cost[static_cast<std::size_t>(a * S + b)] = kInf;
+          continue;
+        }
         p = adapt(shape, q, a, b);
         if (integrated && !constant && a != b && p.ms < kInf)
           if (auto in_context = profiler.adapt_in_context(blob, consumer, plan.schemas[static_cast<std::size_t>(a)],
