@@ -868,7 +868,14 @@ void Profiler::measure_fused_pairs(std::vector<LayerProfile>& profiles) {
         if (!fuses) continue;
         FusedPair f{ma.cand.descriptor, mb.cand.descriptor, ma.params, mb.params, mb.cand.schema, kInf, 0,
                     ma.cache_key + "+" + mb.cache_key};
-        if (auto hit = cache_.find(f.cache_key)) {
+        // A pair read from the cache beside members measured now (fresh, or
+        // spot-checked and found off) would compare unevenly: measured again.
+        auto hit = cache_.find(f.cache_key);
+        if (hit && !cache_.is_fresh(f.cache_key) && !(ma.from_disk && mb.from_disk)) {
+          ++cache_remeasured_;
+          hit.reset();
+        }
+        if (hit) {
           const bool disk = !cache_.is_fresh(f.cache_key);
           cache_hits_ += disk;
           f.unit_ms = disk ? *hit * cache_drift() : *hit;
