@@ -1,6 +1,7 @@
 #include "profiler/accuracy.hpp"
 
 #include "core/executor.hpp"
+#include "profiler/calibrate.hpp"
 
 #include <softneuro/error.hpp>
 
@@ -321,21 +322,10 @@ double Validator::measure(const core::RoutinePath& path, double* cosine, std::si
 bool Validator::keep_values(std::size_t count) const {
   if (kept_.size() >= count) return true;
   if (keep_refused_) return false;
-  const core::Graph& g = net_.graph;
-  core::Graph every = g;
-  every.routine_path = {};
-  every.output_dtypes.clear();  // every value as the float32 the layers compute
-  every.outputs.clear();
-  std::set<std::string> inputs;
-  for (const auto& in : g.inputs) inputs.insert(in.name);
+  core::Graph every = every_value_out(net_.graph);
+  every.blob_quant = net_.graph.blob_quant;  // the values as the default computes them (a QDQ model's int8 layers)
   std::size_t bytes = 0;
-  for (const Layer& l : g.layers)
-    if (l.type != "constant")
-      for (const auto& o : l.outputs)
-        if (!o.empty() && !inputs.count(o) && std::find(every.outputs.begin(), every.outputs.end(), o) == every.outputs.end()) {
-          every.outputs.push_back(o);
-          bytes += static_cast<std::size_t>(net_.shapes.at(o).numel()) * sizeof(float);
-        }
+  for (const auto& o : every.outputs) bytes += static_cast<std::size_t>(net_.shapes.at(o).numel()) * sizeof(float);
   // At most a quarter of the machine's memory, and 4 GiB (ResNet50's 16 samples: 1.6 GB).
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   const std::size_t quarter = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) / 4 * static_cast<std::size_t>(page) : 0;
@@ -343,8 +333,7 @@ bool Validator::keep_values(std::size_t count) const {
     keep_refused_ = true;
     return false;
   }
-  const core::RoutinePath untuned;
-  core::Executor exec(every, net_.shapes, Schema{}, nullptr, &untuned);
+  core::Executor exec(every, net_.shapes);
   for (std::size_t k = kept_.size(); k < count; ++k) {
     std::vector<NamedBlob> out;
     for (const auto& o : every.outputs) out.push_back({o, Blob::allocate(net_.shapes.at(o))});

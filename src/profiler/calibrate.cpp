@@ -468,6 +468,26 @@ QuantParams quant_from_range(double lo, double hi) {
   return q;
 }
 
+core::Graph every_value_out(const core::Graph& graph) {
+  core::Graph g = graph;
+  g.routine_path = {};
+  g.shape_paths.clear();
+  g.blob_quant.clear();
+  g.output_dtypes.clear();  // every value as the float32 the layers compute
+  std::set<std::string> seen(g.outputs.begin(), g.outputs.end());
+  for (const Layer& l : g.layers) {
+    if (l.type == "constant") continue;
+    for (const auto& o : l.outputs)
+      if (!o.empty() && seen.insert(o).second) g.outputs.push_back(o);
+  }
+  std::set<std::string> direct;
+  for (const auto& in : g.inputs) direct.insert(in.name);
+  for (const Layer& l : g.layers)
+    if (l.type == "constant") direct.insert(l.outputs[0]);
+  std::erase_if(g.outputs, [&](const std::string& o) { return direct.count(o) > 0; });
+  return g;
+}
+
 Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& options, const std::string& cache_dir) {
   if (options.methods.empty()) throw Error("no range method to calibrate with", net.file, {}, "methods");
   if (!(options.percentile > 50 && options.percentile <= 100))
@@ -493,27 +513,9 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   // cpu/ref oracle: ranges do not need its exactness, and it took ~100 s of a
   // ResNet50 tuning), every layer output made a net output so that the run
   // leaves it in our memory.
-  core::Graph g = net.graph;
-  g.routine_path = {};
-  g.shape_paths.clear();
-  g.blob_quant.clear();
-  g.output_dtypes.clear();  // every value as the float32 the layers compute
-  std::set<std::string> seen(g.outputs.begin(), g.outputs.end());
-  for (const Layer& l : g.layers) {
-    if (l.type == "constant") continue;
-    for (const auto& o : l.outputs)
-      if (seen.insert(o).second) g.outputs.push_back(o);
-  }
-  // Outputs that are constants or net inputs are measured from their data directly.
-  std::set<std::string> direct;
-  for (const auto& in : g.inputs) direct.insert(in.name);
-  for (const Layer& l : g.layers)
-    if (l.type == "constant") direct.insert(l.outputs[0]);
-  std::vector<std::string> outs;
-  for (const auto& o : g.outputs)
-    if (!direct.count(o)) outs.push_back(o);
-  g.outputs = outs;
-
+  // (Outputs that are constants or net inputs are measured from their data directly.)
+  const core::Graph g = every_value_out(net.graph);
+  const std::vector<std::string>& outs = g.outputs;
   core::Executor exec(g, net.shapes);
   std::vector<NamedBlob> results;
   for (const auto& o : outs) results.push_back({o, Blob::allocate(net.shapes.at(o))});

@@ -58,4 +58,9 @@ std::vector<std::vector<NamedBlob>> synthetic_inputs(const detail::WorkingModel&
 /// scale = (hi - lo) / 255, zero_point = round(-128 - lo / scale) in [-128, 127].
 QuantParams quant_from_range(double lo, double hi);
 
+/// `graph` to run on the default float32 routines with every value a layer
+/// computes made a net output (not constants' or net inputs'), each as the
+/// float32 the layers compute: a run leaves them all in the caller's memory.
+core::Graph every_value_out(const core::Graph& graph);
+
 }  // namespace softneuro::profiler

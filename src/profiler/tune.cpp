@@ -709,10 +709,7 @@ struct Tuner {
   /// The entry of `p` measuring what `m` measured (the same routine and
   /// parameters), or nullptr: picks move between copies of the profiles.
   static const Measured* same_in(const LayerProfile& p, const Measured* m) {
-    if (!m) return nullptr;
-    for (const auto& e : p.measured)
-      if (e.cand.descriptor == m->cand.descriptor && e.cand.schema == m->cand.schema && e.params == m->params) return &e;
-    return nullptr;
+    return m ? p.find(m->cand.descriptor, m->params) : nullptr;
   }
 
   /// What the paths of earlier tunings are kept under in the profile cache:

@@ -266,14 +266,18 @@ bool weights_stream(const LayerInfo& info) {
   return bytes >= kStreamedWeightBytes;
 }
 
+std::optional<double> Profiler::cached(const std::string& key, bool* from_disk) {
+  auto hit = cache_.find(key);
+  if (!hit) return std::nullopt;
+  const bool disk = !cache_.is_fresh(key);
+  cache_hits_ += disk;
+  if (from_disk) *from_disk = disk;
+  return disk ? *hit * cache_drift() : *hit;
+}
+
 double Profiler::time_routine(const Routine& r, const Schema& s, const LayerInfo& info, const RoutineParams& params,
                               const std::string& key, double cutoff_ms, bool* from_disk, bool fresh) {
-  if (auto hit = fresh ? std::nullopt : cache_.find(key)) {
-    const bool disk = !cache_.is_fresh(key);
-    cache_hits_ += disk;
-    if (from_disk) *from_disk = disk;
-    return disk ? *hit * cache_drift() : *hit;
-  }
+  if (auto hit = fresh ? std::nullopt : cached(key, from_disk)) return *hit;
   cache_remeasured_ += cache_.untrusted(key);
   std::unique_ptr<PreparedRoutine> prepared;
   try {
@@ -870,15 +874,10 @@ void Profiler::measure_fused_pairs(std::vector<LayerProfile>& profiles) {
                     ma.cache_key + "+" + mb.cache_key};
         // A pair read from the cache beside members measured now (fresh, or
         // spot-checked and found off) would compare unevenly: measured again.
-        auto hit = cache_.find(f.cache_key);
-        if (hit && !cache_.is_fresh(f.cache_key) && !(ma.from_disk && mb.from_disk)) {
-          ++cache_remeasured_;
-          hit.reset();
-        }
-        if (hit) {
-          const bool disk = !cache_.is_fresh(f.cache_key);
-          cache_hits_ += disk;
-          f.unit_ms = disk ? *hit * cache_drift() : *hit;
+        const bool stale = cache_.find(f.cache_key) && !cache_.is_fresh(f.cache_key) && !(ma.from_disk && mb.from_disk);
+        cache_remeasured_ += stale;
+        if (auto hit = stale ? std::nullopt : cached(f.cache_key)) {
+          f.unit_ms = *hit;
         } else {
           std::unique_ptr<PreparedRoutine> prepared;
           try {

@@ -207,6 +207,8 @@ class Profiler {
  private:
   double budget_ms() const;
   std::string signature(const LayerInfo& info) const;
+  /// A cached time as this tuning reads it (one from the file scaled by cache_drift()), counted as a hit.
+  std::optional<double> cached(const std::string& key, bool* from_disk = nullptr);
   double time_routine(const Routine& r, const Schema& s, const LayerInfo& info, const RoutineParams& params,
                       const std::string& key, double cutoff_ms = 0, bool* from_disk = nullptr, bool fresh = false);
   /// The cache key of a candidate of `info` with `params`: a qint8 routine's
