@@ -241,15 +241,12 @@ TEST_CASE("the planner prices a constant's conversion at nothing: sessions conve
   CHECK(planned.predicted_ms == Approx(planned.path.routines[0].predicted_ms + 0.01 + others));
 }
 
-// A oneDNN convolution and the residual add after it run as one step wherever
-// a path picks both (the plan fuses them), but DPRS priced the two apart: the
-// tuned ResNet50 took other convolutions before its 16 adds and ran 31-32 ms
-// where the fused pairs run 26-27 (same run).
-TEST_CASE("the planner prices two layers one routine computes as one step at that step's time", "[tune][planner]") {
+namespace {
+// x -> 1x1 conv -> c; y = c + x: a convolution and the residual add after it.
+core::Graph residual_graph() {
   core::Graph g;
   g.name = "residual";
-  const Shape shape{1, 32, 14, 14};
-  g.inputs = {{"x", shape, DType::float32, {}}};
+  g.inputs = {{"x", Shape{1, 32, 14, 14}, DType::float32, {}}};
   Layer conv = test::make_layer("conv2", {}, {}, 1, 1, "conv");
   conv.inputs = {"x"};
   conv.outputs = {"c"};
@@ -259,7 +256,16 @@ TEST_CASE("the planner prices two layers one routine computes as one step at tha
   add.outputs = {"y"};
   g.layers = {conv, add};
   g.outputs = {"y"};
-  auto net = detail::WorkingModel::build(g);
+  return g;
+}
+}  // namespace
+
+// A oneDNN convolution and the residual add after it run as one step wherever
+// a path picks both (the plan fuses them), but DPRS priced the two apart: the
+// tuned ResNet50 took other convolutions before its 16 adds and ran 31-32 ms
+// where the fused pairs run 26-27 (same run).
+TEST_CASE("the planner prices two layers one routine computes as one step at that step's time", "[tune][planner]") {
+  auto net = detail::WorkingModel::build(residual_graph());
   TuneOptions opt;
   opt.cache_dir = "-";
   opt.unit_budget_ms = 0.2;
@@ -322,20 +328,7 @@ TEST_CASE("the planner prices two layers one routine computes as one step at tha
 // A fused pair's cached time beside its members measured now (not cached, or
 // spot-checked and found off) compares unevenly with them: measured again.
 TEST_CASE("a fused pair's cached time is measured again where its members were measured now", "[tune][planner][cache]") {
-  core::Graph g;
-  g.name = "residual";
-  const Shape shape{1, 32, 14, 14};
-  g.inputs = {{"x", shape, DType::float32, {}}};
-  Layer conv = test::make_layer("conv2", {}, {}, 1, 1, "conv");
-  conv.inputs = {"x"};
-  conv.outputs = {"c"};
-  conv.weights = {{"weight", test::iota_blob(Shape{32, 32, 1, 1}, 0.001f, -0.5f)}, {"bias", test::iota_blob(Shape{32}, 0.01f, -0.1f)}};
-  Layer add = test::make_layer("add", {}, {}, 2, 1, "add");
-  add.inputs = {"c", "x"};
-  add.outputs = {"y"};
-  g.layers = {conv, add};
-  g.outputs = {"y"};
-  auto net = detail::WorkingModel::build(g);
+  auto net = detail::WorkingModel::build(residual_graph());
   TuneOptions opt;
   opt.cache_dir = "-";
   opt.unit_budget_ms = 0.2;
