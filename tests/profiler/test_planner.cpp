@@ -359,3 +359,43 @@ TEST_CASE("a fused pair's cached time is measured again where its members were m
   }
   CHECK(second.cache_remeasured() >= static_cast<int>(again[1].fused_with_previous.size()));
 }
+
+// Cached pairs beside cached members were reused unchecked: a pair's time from
+// another machine state (here 1000 ms) decided the fusion unseen. They are
+// spot-checked by routine pair and schema, as childnet children are.
+TEST_CASE("cached fused pairs beside cached members are spot-checked and measured again where they lie",
+          "[tune][planner][cache]") {
+  auto net = detail::WorkingModel::build(residual_graph());
+  const std::string dir = test::temp_path("pair_spot_cache");
+  std::filesystem::remove_all(dir);
+  TuneOptions opt;
+  opt.cache_dir = dir;
+  opt.unit_budget_ms = 0.2;
+  auto quiet = [](const char*, int, int, const std::string&) {};
+  std::vector<std::string> pair_keys;
+  {
+    profiler::Profiler first(*net, opt, profiler::Rules{}, "test", quiet);
+    auto profiles = first.unit_profile();
+    first.measure_fused_pairs(profiles);
+    if (profiles.size() != 2 || profiles[1].fused_with_previous.empty()) {
+      WARN("no routine runs a convolution and an add as one step on this CPU: not checked");
+      return;
+    }
+    for (const auto& f : profiles[1].fused_with_previous) pair_keys.push_back(f.cache_key);
+    first.save_cache();
+  }
+  {
+    profiler::ProfileCache lie(dir);
+    for (const auto& key : pair_keys) lie.put(key, 1000.0, 0.0);
+    lie.save();
+  }
+  profiler::Profiler second(*net, opt, profiler::Rules{}, "test", quiet);
+  auto again = second.unit_profile();
+  second.measure_fused_pairs(again);
+  REQUIRE(!again[1].fused_with_previous.empty());
+  for (const auto& f : again[1].fused_with_previous) {
+    INFO(f.previous_descriptor << " + " << f.descriptor);
+    CHECK(f.unit_ms < 100.0);
+  }
+  std::filesystem::remove_all(dir);
+}
