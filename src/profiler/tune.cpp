@@ -85,7 +85,8 @@ struct Tuner {
   const TuneOptions& opt;
   profiler::AccuracyBudget budget;  ///< none where the tuning allows no qint8
   std::optional<profiler::Validator> validator;
-  std::optional<profiler::Validator> confirmer;  ///< the budget on the calibration samples
+  std::optional<profiler::Validator> confirmer;  ///< the budget on the calibration samples (confirmation())
+  bool budget_resolved_with_calibration = false;  ///< resolves_budget() with the confirmation's observations
   std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
   std::set<std::string> accuracy_bounds;         ///< of those, values that are bounds (accuracy_of)
   /// Paths the budget's search found within float32 and one reduced dtype,
@@ -435,14 +436,45 @@ struct Tuner {
         report.accuracy_budget = budget.text;
       }
       if (budget.metric != profiler::AccuracyBudget::Metric::none && !validator->resolves_budget()) {
-        report.accuracy_note = fmt::format("validation too small: {} observations cannot resolve {} (it needs {}); no path "
-                                           "below float32 is kept",
-                                           validator->observations(), budget.text, validator->observations_needed());
-        core::warn("{}: give more samples (--calibration DIR: every fourth validates), or a cosine or rel-l2 budget",
-                   report.accuracy_note);
+        // Every path kept also meets the budget on the user's calibration
+        // samples (confirmed): together they may resolve what the validation
+        // samples alone cannot (64 lines: 16 validate, ctc:0.95 needs 20).
+        const std::size_t together = validator->observations() + confirmation_observations();
+        if (together >= validator->observations_needed()) {
+          budget_resolved_with_calibration = true;
+          core::info("accuracy budget {}: {} validation observations cannot resolve it alone (it needs {}); every path "
+                     "kept also meets it on the {} calibration samples ({} observations together)",
+                     budget.text, validator->observations(), validator->observations_needed(), confirmer->samples(),
+                     together);
+        } else {
+          report.accuracy_note = fmt::format("validation too small: {} observations cannot resolve {} (it needs {}); no "
+                                             "path below float32 is kept",
+                                             together, budget.text, validator->observations_needed());
+          core::warn("{}: give more samples (--calibration DIR: every fourth validates), or a cosine or rel-l2 budget",
+                     report.accuracy_note);
+        }
       }
     }
     return *validator;
+  }
+  /// Whether the samples can tell the budget met (Validator::resolves_budget),
+  /// the calibration samples every kept path is confirmed on counted in.
+  bool resolves_budget() { return validation().resolves_budget() || budget_resolved_with_calibration; }
+  /// The observations of the confirmation on the user's calibration samples
+  /// (0 where they are not the user's, or a metric scores the validation set only).
+  std::size_t confirmation_observations() {
+    if (budget.score_set || opt.calibration.inputs.empty()) return 0;
+    return confirmation().observations();
+  }
+  /// The budget on the calibration samples (made at the first use).
+  profiler::Validator& confirmation() {
+    if (!confirmer) {
+      auto samples = opt.calibration.inputs.empty() ? profiler::synthetic_inputs(net, opt.calibration.synthetic_batches)
+                                                    : opt.calibration.inputs;
+      confirmer.emplace(net, std::move(samples), budget);
+      confirmer->set_store_transform(store_transform());
+    }
+    return *confirmer;
   }
 
   /// Whether an output holds several positions per sample: rank 3 or more
@@ -500,7 +532,7 @@ struct Tuner {
   }
   bool accuracy_ok(const core::RoutinePath& path) {
     const double v = accuracy_of(path);
-    return std::isnan(v) || (validation().resolves_budget() && validation().budget().met_by(v));
+    return std::isnan(v) || (resolves_budget() && validation().budget().met_by(v));
   }
   /// Whether `path` also meets the budget on the calibration samples, which
   /// the search never chose paths by (meeting it on the validation samples
@@ -511,14 +543,8 @@ struct Tuner {
       return true;
     // A metric over the validation set scores those samples only (its labels are the user's).
     if (budget.score_set) return true;
-    if (!confirmer) {
-      auto samples = opt.calibration.inputs.empty() ? profiler::synthetic_inputs(net, opt.calibration.synthetic_batches)
-                                                    : opt.calibration.inputs;
-      confirmer.emplace(net, std::move(samples), budget);
-      confirmer->set_store_transform(store_transform());
-    }
     std::size_t stopped = 0;
-    const double v = confirmer->measure(path, nullptr, std::numeric_limits<std::size_t>::max(), report_it ? nullptr : &stopped);
+    const double v = confirmation().measure(path, nullptr, std::numeric_limits<std::size_t>::max(), report_it ? nullptr : &stopped);
     if (report_it) report.accuracy_confirmed = v;
     if (budget.met_by(v)) return true;
     if (report_it)
@@ -549,7 +575,7 @@ struct Tuner {
     const auto& quants = calibration.quants;
     if (quants.empty() || !profiler::uses_qint8(path)) return;
     profiler::Validator& v = validation();
-    if (budget.metric != profiler::AccuracyBudget::Metric::none && !v.resolves_budget()) return;  // no qint8 path is kept
+    if (budget.metric != profiler::AccuracyBudget::Metric::none && !resolves_budget()) return;  // no qint8 path is kept
     auto better = [&](double value, double cosine, double than_value, double than_cosine) {
       const double err = v.error(value), than = v.error(than_value);
       return err < than - 1e-12 || (err <= than + 1e-12 && cosine > than_cosine);
@@ -593,7 +619,7 @@ struct Tuner {
   /// Unchanged where it already does; where no path passes, final_check falls
   /// back to float32.
   profiler::PlannedPath meet_budget(std::vector<LayerProfile>& all, profiler::PlannedPath planned) {
-    if (accuracy_ok(planned.path) || !validation().resolves_budget()) return planned;
+    if (accuracy_ok(planned.path) || !resolves_budget()) return planned;
     const profiler::Validator& v = validation();
     // DPRS prices a layer in a schema by its fastest candidate there: a float32
     // schema whose fastest multiplies in int8 (cpu/dynamic_int8) would carry
