@@ -192,6 +192,11 @@ struct TuneReport {
   /// Cached times measured again: taken under load, or off when spot-checked
   /// (the fastest cached candidate of each layer's schemas is measured again).
   int cache_remeasured = 0;
+  /// Layer sensitivities the accuracy budget's search read from the profile
+  /// cache (measured by an earlier tuning on the same model, calibration,
+  /// quantisation, budget and samples), and those it measured.
+  int sensitivities_cached = 0;
+  int sensitivities_measured = 0;
   /// How much faster (below 1) or slower the machine ran the spot-checked
   /// candidates than when the cache measured them: cached times were read
   /// scaled by it (1: no drift, or too few checks to say).

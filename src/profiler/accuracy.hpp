@@ -125,6 +125,8 @@ class Validator {
   /// A set metric's score of every sample's outputs, checked finite.
   double user_set_score(const std::vector<std::vector<NamedBlob>>& outputs) const;
   std::size_t samples() const { return samples_.size(); }
+  /// The samples' inputs, in order.
+  const std::vector<std::vector<NamedBlob>>& sample_inputs() const { return samples_; }
   /// The decisions one measurement counts: top1, every position of every
   /// output over all samples; seq, every output (with a last axis of 2 or
   /// more) of every sample (ctc likewise); other metrics, every output of every sample.

@@ -203,6 +203,8 @@ struct Range {
 
 constexpr const char* kCalibrationVersion = "softneuro-calibration-v6";  // v6: histogram bounds from the first kBoundSamples samples
 
+}  // namespace
+
 /// What the calibration result depends on: the layers (types, wiring,
 /// parameters, weight bytes), the inputs' shapes, the options and the inputs given.
 std::string calibration_key(const detail::WorkingModel& net, const CalibrationOptions& options) {
@@ -234,6 +236,8 @@ std::string calibration_key(const detail::WorkingModel& net, const CalibrationOp
       s += fmt::format("x {} {:016x}|", in.name, in.blob.data() ? core::xxh64(in.blob.data(), in.blob.byte_size()) : 0);
   return fmt::format("{:016x}{:016x}", core::xxh64(s.data(), s.size()), core::xxh64(s.data(), s.size(), 0x9e3779b9));
 }
+
+namespace {
 
 std::string cache_file(const std::string& dir, const std::string& key) {
   return dir + "/calibration/" + key + ".tsv";

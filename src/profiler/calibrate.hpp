@@ -30,6 +30,9 @@ struct Calibration {
 /// is read from / kept in cache_dir/calibration/, keyed by the net's layers,
 /// weights and the options.
 Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& options, const std::string& cache_dir);
+/// What a calibration depends on (the layers' types, wiring, parameters and
+/// weight bytes, the input shapes, the options and inputs given), as a digest.
+std::string calibration_key(const detail::WorkingModel& net, const CalibrationOptions& options);
 
 /// A cached calibration file with `methods` range methods; nothing where it is
 /// missing or damaged (warned: a checksum mismatch, another version, a scale

@@ -86,6 +86,8 @@ struct Tuner {
   profiler::AccuracyBudget budget;  ///< none where the tuning allows no qint8
   std::optional<profiler::Validator> validator;
   std::optional<profiler::Validator> confirmer;  ///< the budget on the calibration samples (confirmation())
+  std::string sensitivity_base;  ///< sensitivity_key()'s digest of what every sensitivity depends on
+  int sensitivities_measured = 0, sensitivities_cached = 0;
   bool budget_resolved_with_calibration = false;  ///< resolves_budget() with the confirmation's observations
   std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
   std::set<std::string> accuracy_bounds;         ///< of those, values that are bounds (accuracy_of)
@@ -621,6 +623,7 @@ struct Tuner {
   profiler::PlannedPath meet_budget(std::vector<LayerProfile>& all, profiler::PlannedPath planned) {
     if (accuracy_ok(planned.path) || !resolves_budget()) return planned;
     const profiler::Validator& v = validation();
+    sensitivity_base.clear();  // the quantisation in use may have changed since the last search
     // DPRS prices a layer in a schema by its fastest candidate there: a float32
     // schema whose fastest multiplies in int8 (cpu/dynamic_int8) would carry
     // that error and hide the exact routines from the search. So the search
@@ -655,14 +658,24 @@ struct Tuner {
         // On a few samples: ranks the layers for the search, whose paths are
         // then validated on every sample (ResNet50's 73 layers by 2 dtypes on
         // 100 samples took 420 s of a 590 s tuning).
-        double cosine = 1;
-        const auto first = static_cast<std::size_t>(profiles[i].layer - net.graph.layers.data());
-        const double value = v.measure_from(first, alone, &cosine, kSensitivitySamples);
-        error[i][dtype] = std::max(0.0, v.error(value)) + (budget.counts_argmax() ? std::max(0.0, 1.0 - cosine) : 0.0);
+        const std::string key = sensitivity_key(alone.routines[0]);
+        if (auto hit = key.empty() ? std::nullopt : prof.cache().find(key)) {
+          error[i][dtype] = *hit;
+          ++sensitivities_cached;
+        } else {
+          double cosine = 1;
+          const auto first = static_cast<std::size_t>(profiles[i].layer - net.graph.layers.data());
+          const double value = v.measure_from(first, alone, &cosine, kSensitivitySamples);
+          error[i][dtype] = std::max(0.0, v.error(value)) + (budget.counts_argmax() ? std::max(0.0, 1.0 - cosine) : 0.0);
+          if (!key.empty()) prof.cache().put(key, error[i][dtype], 0.0);
+          ++sensitivities_measured;
+        }
         double& s = sensitivity[profiles[i].layer->name];
         s = std::max(s, error[i][dtype]);
       }
     }
+    core::info("accuracy budget {}: {} layer sensitivities measured, {} from the profile cache", budget.text,
+               sensitivities_measured, sensitivities_cached);
     // The search over every dtype allowed, then within float32 and each reduced
     // dtype alone: a mixed path can meet the budget on the validation samples by
     // luck and miss it on the calibration samples, where float32 and bfloat16
@@ -697,6 +710,30 @@ struct Tuner {
       return planned;
     }
     return std::move(*out);
+  }
+
+  /// The profile cache's key of a layer's sensitivity with `alone` its one
+  /// routine below float32: beside the layer and routine, what the value
+  /// depends on (the model and its calibration, the quantisation in use, bias
+  /// correction, the budget, the samples it is measured on, the library).
+  /// Empty for a metric of the user's (a function: not a key). A stale value
+  /// only ranks the layers for the search; each path it finds is validated.
+  std::string sensitivity_key(const core::RoutineChoice& alone) {
+    if (budget.metric == profiler::AccuracyBudget::Metric::user) return {};
+    if (sensitivity_base.empty()) {
+      std::string s = fmt::format("{}|{}|{}|{}|", prof.key_prefix(), profiler::calibration_key(net, opt.calibration),
+                                  validation().budget().text, bias_correction ? "bias-corrected" : "as calibrated");
+      for (const auto& [blob, q] : net.graph.blob_quant)
+        s += fmt::format("{}:{}:{}:{};", blob, q.axis, fmt::join(q.scales, ","), fmt::join(q.zero_points, ","));
+      const auto& samples = validation().sample_inputs();
+      for (std::size_t k = 0; k < samples.size() && k < kSensitivitySamples; ++k)
+        for (const auto& in : samples[k])
+          s += fmt::format("x {} {} {:016x}|", in.name, in.blob.shape().to_string(),
+                           in.blob.data() ? core::xxh64(in.blob.data(), in.blob.byte_size()) : 0);
+      sensitivity_base = fmt::format("{:016x}{:016x}", core::xxh64(s.data(), s.size()),
+                                     core::xxh64(s.data(), s.size(), 0x9e3779b9));
+    }
+    return fmt::format("sensitivity|{}|{}|{}|{}", sensitivity_base, alone.layer, alone.descriptor, params_text(alone.params));
   }
 
   /// Every dtype together (nullopt), then each one alone where there are several.
@@ -977,6 +1014,8 @@ struct Tuner {
     report.measurements = prof.measurements();
     report.cache_hits = prof.cache_hits();
     report.cache_remeasured = prof.cache_remeasured();
+    report.sensitivities_cached = sensitivities_cached;
+    report.sensitivities_measured = sensitivities_measured;
     report.cache_drift = prof.cache_drift();
     report.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.others_cpus = profiler::others_cpus(cpu_at_start, profiler::cpu_clock());

@@ -610,6 +610,39 @@ TEST_CASE("a budget between float32 and the unconstrained hybrid path is met by 
   CHECK(sum / static_cast<double>(val.size()) >= budget - 1e-6);
 }
 
+// The budget's search measured every layer's sensitivity again on each tuning
+// (26 s of a 42 s warm recogniser tuning, the unit times all cached): they are
+// kept in the profile cache under what they depend on.
+TEST_CASE("a warm tuning reads the layer sensitivities of an earlier one from the profile cache", "[calibrate][tune][accuracy][cache]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  std::vector<std::vector<NamedBlob>> val{{{"input", normal_blob(Shape{1, 8, 16, 16}, 32)}},
+                                          {{"input", normal_blob(Shape{1, 8, 16, 16}, 33)}}};
+  TuneOptions o = quick("sensitivity-cache", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+  o.accuracy = "cosine:0.9999999";  // below what any path with a qint8 layer keeps: the search runs
+  o.validation = val;
+  o.calibration.inputs = val;
+  Model first = detail::make_model(conv_net());
+  const TuneReport r1 = tune_and_keep(first, o);
+  INFO(r1.to_text());
+  if (r1.sensitivities_measured == 0) {
+    WARN("DPRS chose float32 throughout: the budget's search did not run");
+    return;
+  }
+  CHECK(r1.sensitivities_cached == 0);
+  CHECK_THAT(r1.to_text(), Catch::Contains(fmt::format("layer sensitivities: {} measured, 0 from the profile cache",
+                                                       r1.sensitivities_measured)));
+  Model second = detail::make_model(conv_net());
+  const TuneReport r2 = tune_and_keep(second, o);
+  INFO(r2.to_text());
+  if (r2.sensitivities_measured + r2.sensitivities_cached > 0) CHECK(r2.sensitivities_cached > 0);
+  // Other validation samples: other sensitivities, measured again.
+  Model third = detail::make_model(conv_net());
+  o.validation = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 40)}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 41)}}};
+  const TuneReport r3 = tune_and_keep(third, o);
+  INFO(r3.to_text());
+  CHECK(r3.sensitivities_cached == 0);
+}
+
 TEST_CASE("a user's accuracy metric decides like a built-in one, and its failures are clear errors", "[calibrate][tune][accuracy]") {
   if (!core::cpu_features().avx2_fma()) return;
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 32);
