@@ -100,7 +100,10 @@ std::string TuneReport::to_text() const {
                      cache_drift < 1 ? "faster" : "slower");
   if (others_cpus >= 0) s += fmt::format("other processes meanwhile: {:.2f} CPUs busy on average\n", others_cpus);
   for (const auto& [stage, secs] : stage_s) s += fmt::format("  {:<22} {:8.2f} s\n", stage, secs);
-  for (const auto& o : other_shapes) s += "\n" + o.to_text();
+  for (const auto& o : other_shapes) {
+    s += '\n';  // (not "\n" + text: GCC 12's -Wrestrict misreads that temporary)
+    s += o.to_text();
+  }
   return s;
 }
 
