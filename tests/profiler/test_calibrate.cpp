@@ -993,14 +993,22 @@ TEST_CASE("without samples of the user's, tuning chooses nothing below float32 a
   }
 }
 
-TEST_CASE("a net with sequence outputs is held to the whole argmax sequence by default", "[calibrate][tune][accuracy]") {
-  if (!core::cpu_features().avx2_fma()) return;
-  // [1, 6, 10] logits: a recogniser's time steps. Two samples cannot resolve seq:0.95 (20 needed).
+namespace {
+// [1, 6, 10] logits of one dense layer: a recogniser's time steps.
+core::Graph sequence_logits() {
   core::Graph g;
   g.name = "sequence-logits";
   g.inputs = {{"input", Shape{1, 6, 16}, DType::float32}};
   g.layers.push_back(layer("fc", "dense", {"input"}, "logits", {}, {{"weight", normal_blob(Shape{10, 16}, 9, 0.5f)}}));
   g.outputs = {"logits"};
+  return g;
+}
+}  // namespace
+
+TEST_CASE("a net with sequence outputs is held to the whole argmax sequence by default", "[calibrate][tune][accuracy]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  // [1, 6, 10] logits: a recogniser's time steps. Two samples cannot resolve seq:0.95 (20 needed).
+  const core::Graph g = sequence_logits();
   Model net = detail::make_model(g);
   TuneOptions o = quick("sequence-default", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
   o.validation = {{{"input", normal_blob(Shape{1, 6, 16}, 10)}}, {{"input", normal_blob(Shape{1, 6, 16}, 11)}}};
@@ -1029,11 +1037,7 @@ TEST_CASE("a net with sequence outputs is held to the whole argmax sequence by d
 TEST_CASE("validation and calibration samples together resolve a budget the validation samples alone cannot",
           "[calibrate][tune][accuracy]") {
   if (!core::cpu_features().avx2_fma()) return;
-  core::Graph g;
-  g.name = "sequence-logits";
-  g.inputs = {{"input", Shape{1, 6, 16}, DType::float32}};
-  g.layers.push_back(layer("fc", "dense", {"input"}, "logits", {}, {{"weight", normal_blob(Shape{10, 16}, 9, 0.5f)}}));
-  g.outputs = {"logits"};
+  const core::Graph g = sequence_logits();
   TuneOptions o = quick("sequence-together", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
   for (unsigned k = 0; k < 5; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 6, 16}, 200 + k)}});
   o.pin = {{"fc", "cpu:qint8*"}};  // measured, so the budget is looked at
