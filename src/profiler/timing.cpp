@@ -135,6 +135,9 @@ Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps, 
       budget_ms, min_reps, max_reps, cutoff_ms);
 }
 
+/// How long a measurement goes on without one clean sample (see measure_samples).
+constexpr double kPreemptedPatienceMs = 50;
+
 Timing measure_samples(const std::function<double()>& sample, double budget_ms, int min_reps, int max_reps,
                        double cutoff_ms) {
   using clock = std::chrono::steady_clock;
@@ -155,7 +158,11 @@ Timing measure_samples(const std::function<double()>& sample, double budget_ms, 
     if (cutoff_ms > 0 && samples.size() == 1 && ms > cutoff_ms) break;
     const double spent = std::chrono::duration<double, std::milli>(t1 - start).count();
     const bool enough_clean = static_cast<int>(samples.clean.size()) >= min_reps;
-    if (static_cast<int>(samples.size()) >= min_reps && spent >= budget_ms && (enough_clean || spent >= 4 * budget_ms))
+    // Without a clean sample, four budgets or kPreemptedPatienceMs, whichever
+    // is longer: a 1 us step measured first in a process ran 7.5 ms in each of
+    // its samples, all preempted, and two of them took four budgets of 0.5 ms.
+    const double patience = samples.clean.empty() ? std::max(4 * budget_ms, kPreemptedPatienceMs) : 4 * budget_ms;
+    if (static_cast<int>(samples.size()) >= min_reps && spent >= budget_ms && (enough_clean || spent >= patience))
       break;
   }
   return {samples.estimate(), static_cast<int>(samples.size())};

