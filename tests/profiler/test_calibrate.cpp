@@ -634,7 +634,11 @@ TEST_CASE("a warm tuning reads the layer sensitivities of an earlier one from th
   Model second = detail::make_model(conv_net());
   const TuneReport r2 = tune_and_keep(second, o);
   INFO(r2.to_text());
-  if (r2.sensitivities_measured + r2.sensitivities_cached > 0) CHECK(r2.sensitivities_cached > 0);
+  // The same quantisation (range method and bias correction are chosen on the
+  // path DPRS took, which timing may change): the first tuning's values read.
+  if (r2.sensitivities_measured + r2.sensitivities_cached > 0 && r2.range_method == r1.range_method &&
+      r2.bias_correction == r1.bias_correction)
+    CHECK(r2.sensitivities_cached > 0);
   // Other validation samples: other sensitivities, measured again.
   Model third = detail::make_model(conv_net());
   o.validation = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 40)}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 41)}}};
