@@ -446,8 +446,8 @@ struct Tuner {
           budget_resolved_with_calibration = true;
           core::info("accuracy budget {}: {} validation observations cannot resolve it alone (it needs {}); every path "
                      "kept also meets it on the {} calibration samples ({} observations together)",
-                     budget.text, validator->observations(), validator->observations_needed(), confirmer->samples(),
-                     together);
+                     budget.text, validator->observations(), validator->observations_needed(),
+                     confirmation().samples(), together);
         } else {
           report.accuracy_note = fmt::format("validation too small: {} observations cannot resolve {} (it needs {}); no "
                                              "path below float32 is kept",
@@ -723,8 +723,9 @@ struct Tuner {
     if (sensitivity_base.empty()) {
       std::string s = fmt::format("{}|{}|{}|{}|", prof.key_prefix(), profiler::calibration_key(net, opt.calibration),
                                   validation().budget().text, bias_correction ? "bias-corrected" : "as calibrated");
-      for (const auto& [blob, q] : net.graph.blob_quant)
-        s += fmt::format("{}:{}:{}:{};", blob, q.axis, fmt::join(q.scales, ","), fmt::join(q.zero_points, ","));
+      std::vector<QuantParams> quant;
+      for (const auto& [blob, q] : net.graph.blob_quant) quant.push_back(q);
+      s += profiler::quant_digest(quant, {}) + "|";
       const auto& samples = validation().sample_inputs();
       for (std::size_t k = 0; k < samples.size() && k < kSensitivitySamples; ++k)
         for (const auto& in : samples[k])

@@ -416,8 +416,6 @@ void Profiler::close_load_window() {
   window_start_ = now;
 }
 
-namespace {
-/// What a quantisation is, as text for a cache key (a digest of its values).
 std::string quant_digest(const std::vector<QuantParams>& ins, const std::vector<QuantParams>& outs) {
   std::string bytes;
   for (const auto* list : {&ins, &outs}) {
@@ -432,7 +430,6 @@ std::string quant_digest(const std::vector<QuantParams>& ins, const std::vector<
   }
   return fmt::format("{:016x}", core::xxh64(bytes.data(), bytes.size()));
 }
-}  // namespace
 
 std::string Profiler::candidate_key(const LayerInfo& info, const Candidate& c, const RoutineParams& params) const {
   std::string key = fmt::format("{}|{}|{}|{}", key_prefix_, signature(info), c.descriptor, params_text(params));
@@ -515,15 +512,16 @@ double Profiler::cache_drift() const {
 /// 2-vCPU machine, and at a quarter most groups failed on that noise alone.
 constexpr double kGroupCheckTolerance = 0.5;
 
+void Profiler::check_in_group(const std::string& group, const std::function<bool()>& measure_again) {
+  auto it = spot_checked_.find(group);
+  if (it == spot_checked_.end()) spot_checked_[group] = !measure_again();
+  else if (!it->second) measure_again();
+}
+
 void Profiler::spot_check_grouped(const LayerInfo& info, std::vector<Measured>& measured) {
-  for (auto& m : measured) {
-    if (!m.from_disk || m.cache_key.empty()) continue;
-    auto again = [&] { return remeasure(info, m, kGroupCheckTolerance); };
-    const std::string group = info.layer->type + "|" + m.cand.descriptor;
-    auto it = spot_checked_.find(group);
-    if (it == spot_checked_.end()) spot_checked_[group] = !again();
-    else if (!it->second) again();
-  }
+  for (auto& m : measured)
+    if (m.from_disk && !m.cache_key.empty())
+      check_in_group(info.layer->type + "|" + m.cand.descriptor, [&] { return remeasure(info, m, kGroupCheckTolerance); });
 }
 
 void Profiler::record_adapt_in_context(const std::string& blob, const std::string& consumer, const Schema& from,
@@ -593,13 +591,8 @@ AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, con
     ++cache_remeasured_;
     return std::abs(t.ms - was) > kGroupCheckTolerance * std::max(t.ms, was);
   };
-  for (auto& t : timed) {
-    if (!t.from_disk) continue;
-    const std::string check = "adapt|" + t.cand->descriptor + "|" + from.to_string();
-    auto it = spot_checked_.find(check);
-    if (it == spot_checked_.end()) spot_checked_[check] = !again(t);
-    else if (!it->second) again(t);
-  }
+  for (auto& t : timed)
+    if (t.from_disk) check_in_group("adapt|" + t.cand->descriptor + "|" + from.to_string(), [&] { return again(t); });
   AdaptPick best;
   for (const auto& t : timed)
     if (t.ms < best.ms) best = {t.ms, t.cand->descriptor, t.params};
@@ -898,20 +891,15 @@ void Profiler::measure_fused_pairs(std::vector<LayerProfile>& profiles) {
         bool from_disk = false;
         if (auto hit = stale ? std::nullopt : cached(f.cache_key, &from_disk)) {
           f.unit_ms = *hit;
-          // Cached pairs are spot-checked by routine pair and schema, as
-          // childnet children are: the first met is measured again, and where
-          // it is off by more than half, every cached pair of that group is.
-          const std::string group = "pair|" + ma.cand.descriptor + "+" + mb.cand.descriptor + "|" +
-                                    mb.cand.schema.to_string();
-          auto it = spot_checked_.find(group);
-          if (from_disk && (it == spot_checked_.end() || !it->second)) {
-            const double was = f.unit_ms;
-            f.unit_ms = measure();
-            --cache_hits_;
-            ++cache_remeasured_;
-            if (it == spot_checked_.end())
-              spot_checked_[group] = std::abs(f.unit_ms - was) <= kGroupCheckTolerance * std::max(f.unit_ms, was);
-          }
+          // Cached pairs are checked by routine pair and schema, as childnet children are.
+          if (from_disk)
+            check_in_group("pair|" + ma.cand.descriptor + "+" + mb.cand.descriptor + "|" + mb.cand.schema.to_string(), [&] {
+              const double was = f.unit_ms;
+              f.unit_ms = measure();
+              --cache_hits_;
+              ++cache_remeasured_;
+              return std::abs(f.unit_ms - was) > kGroupCheckTolerance * std::max(f.unit_ms, was);
+            });
         } else {
           f.unit_ms = measure();
         }

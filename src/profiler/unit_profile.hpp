@@ -42,6 +42,8 @@ Blob random_blob(const Shape& shape, const Schema& s, std::mt19937& rng);
 inline constexpr std::size_t kStreamedWeightBytes = 256 << 10;
 /// Whether a layer's weights are that large.
 bool weights_stream(const LayerInfo& info);
+/// What a quantisation is, as text for a cache key (a digest of its values).
+std::string quant_digest(const std::vector<QuantParams>& ins, const std::vector<QuantParams>& outs);
 
 /// What the user lets the tuner choose from: schemas (globs), pins and bans.
 struct Rules {
@@ -232,6 +234,11 @@ class Profiler {
   /// cached time met measured again; where it is off by more than half,
   /// every cached time of that type and routine met afterwards too.
   void spot_check_grouped(const LayerInfo& info, std::vector<Measured>& measured);
+  /// The group check of one cached time (children, adapts, fused pairs):
+  /// `measure_again` measures it afresh and says whether it was off by more
+  /// than kGroupCheckTolerance; it runs for the first time met of `group`,
+  /// and for every one of a group whose first was off.
+  void check_in_group(const std::string& group, const std::function<bool()>& measure_again);
   /// Gives the times measured since the window opened the machine's load over it.
   void close_load_window();
   double time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
