@@ -258,6 +258,22 @@ core::Graph residual_graph() {
   g.outputs = {"y"};
   return g;
 }
+
+struct MeasuredPairs {
+  std::vector<profiler::FusedPair> pairs;  ///< the add's, with the convolution before it
+  int remeasured = 0;                      ///< Profiler::cache_remeasured()
+};
+
+// The fused pairs a profiler with `opt` measures on residual_graph(), its
+// cache saved where `save`.
+MeasuredPairs measure_pairs(detail::WorkingModel& net, const TuneOptions& opt, bool save = false) {
+  profiler::Profiler prof(net, opt, profiler::Rules{}, "test", [](const char*, int, int, const std::string&) {});
+  auto profiles = prof.unit_profile();
+  prof.measure_fused_pairs(profiles);
+  if (save) prof.save_cache();
+  if (profiles.size() != 2) return {{}, prof.cache_remeasured()};
+  return {profiles[1].fused_with_previous, prof.cache_remeasured()};
+}
 }  // namespace
 
 // A oneDNN convolution and the residual add after it run as one step wherever
@@ -332,11 +348,8 @@ TEST_CASE("a fused pair's cached time is measured again where its members were m
   TuneOptions opt;
   opt.cache_dir = "-";
   opt.unit_budget_ms = 0.2;
-  auto quiet = [](const char*, int, int, const std::string&) {};
-  profiler::Profiler first(*net, opt, profiler::Rules{}, "test", quiet);
-  auto profiles = first.unit_profile();
-  first.measure_fused_pairs(profiles);
-  if (profiles.size() != 2 || profiles[1].fused_with_previous.empty()) {
+  const MeasuredPairs first = measure_pairs(*net, opt);
+  if (first.pairs.empty()) {
     WARN("no routine runs a convolution and an add as one step on this CPU: not checked");
     return;
   }
@@ -345,19 +358,17 @@ TEST_CASE("a fused pair's cached time is measured again where its members were m
   std::filesystem::remove_all(dir);
   {
     profiler::ProfileCache lie(dir);
-    for (const auto& f : profiles[1].fused_with_previous) lie.put(f.cache_key, 1000.0);
+    for (const auto& f : first.pairs) lie.put(f.cache_key, 1000.0);
     lie.save();
   }
   opt.cache_dir = dir;
-  profiler::Profiler second(*net, opt, profiler::Rules{}, "test", quiet);
-  auto again = second.unit_profile();
-  second.measure_fused_pairs(again);
-  REQUIRE(!again[1].fused_with_previous.empty());
-  for (const auto& f : again[1].fused_with_previous) {
+  const MeasuredPairs again = measure_pairs(*net, opt);
+  REQUIRE(!again.pairs.empty());
+  for (const auto& f : again.pairs) {
     INFO(f.previous_descriptor << " + " << f.descriptor);
     CHECK(f.unit_ms < 100.0);
   }
-  CHECK(second.cache_remeasured() >= static_cast<int>(again[1].fused_with_previous.size()));
+  CHECK(again.remeasured >= static_cast<int>(again.pairs.size()));
 }
 
 // Cached pairs beside cached members were reused unchecked: a pair's time from
@@ -371,29 +382,19 @@ TEST_CASE("cached fused pairs beside cached members are spot-checked and measure
   TuneOptions opt;
   opt.cache_dir = dir;
   opt.unit_budget_ms = 0.2;
-  auto quiet = [](const char*, int, int, const std::string&) {};
-  std::vector<std::string> pair_keys;
-  {
-    profiler::Profiler first(*net, opt, profiler::Rules{}, "test", quiet);
-    auto profiles = first.unit_profile();
-    first.measure_fused_pairs(profiles);
-    if (profiles.size() != 2 || profiles[1].fused_with_previous.empty()) {
-      WARN("no routine runs a convolution and an add as one step on this CPU: not checked");
-      return;
-    }
-    for (const auto& f : profiles[1].fused_with_previous) pair_keys.push_back(f.cache_key);
-    first.save_cache();
+  const MeasuredPairs first = measure_pairs(*net, opt, /*save=*/true);
+  if (first.pairs.empty()) {
+    WARN("no routine runs a convolution and an add as one step on this CPU: not checked");
+    return;
   }
   {
     profiler::ProfileCache lie(dir);
-    for (const auto& key : pair_keys) lie.put(key, 1000.0, 0.0);
+    for (const auto& f : first.pairs) lie.put(f.cache_key, 1000.0, 0.0);
     lie.save();
   }
-  profiler::Profiler second(*net, opt, profiler::Rules{}, "test", quiet);
-  auto again = second.unit_profile();
-  second.measure_fused_pairs(again);
-  REQUIRE(!again[1].fused_with_previous.empty());
-  for (const auto& f : again[1].fused_with_previous) {
+  const MeasuredPairs again = measure_pairs(*net, opt);
+  REQUIRE(!again.pairs.empty());
+  for (const auto& f : again.pairs) {
     INFO(f.previous_descriptor << " + " << f.descriptor);
     CHECK(f.unit_ms < 100.0);
   }
