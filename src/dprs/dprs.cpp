@@ -39,18 +39,28 @@
 //   - Ties: the first minimum in enumeration order is kept (lowest schema
 //     indices), so results are deterministic.
 //
-// Complexity. Let F_i be the open layers when layer i is processed and
-// k = max_i |F_i| (Solution::max_open_constraints). Step i enumerates the
-// S^(|F_i|+1) schema assignments of F_i + {i}, each with 1 + indegree(i)
-// additions (every producer of i is open, so a layer has at most |F_i|
-// distinct producers): time O((N + E) * S^(k+1)), i.e. O(N * S^(k+1)) for
-// bounded in-degree, and O(N * S^2) = O(N) for fixed S on a straight net. The carried table has
-// at most S^k entries (O(S^k) memory per table: layers closed at step i are
-// minimised out while enumerating, the S^(k+1) product is never stored);
-// back-pointers take at most S^k entries per step.
+// Domains. Before solving, each layer's schemas are reduced to those an
+// optimum may use (reduce_domains: infinite costs, schemas no neighbour can
+// adapt to, schemas another is never worse than), and the DP enumerates only
+// those. The tuner offers every schema of every routine (ten with three
+// dtypes), but a layer has measured routines in a few, and a recogniser with
+// a frontier of seven layers needs 10^8 entries a step over all ten and a few
+// million over its domains.
+//
+// Complexity. Let F_i be the open layers when layer i is processed, d_v the
+// size of layer v's domain (at most S) and k = max_i |F_i|
+// (Solution::max_open_constraints). Step i enumerates the prod_{F_i + {i}} d_v
+// <= S^(k+1) assignments of F_i + {i}, each with 1 + indegree(i) additions
+// (every producer of i is open, so a layer has at most |F_i| distinct
+// producers): time O((N + E) * S^(k+1)), i.e. O(N * S^(k+1)) for bounded
+// in-degree, and O(N * S^2) = O(N) for fixed S on a straight net. The carried
+// table has at most S^k entries (layers closed at step i are minimised out
+// while enumerating, the product is never stored); back-pointers take at
+// most S^k entries per step. Reducing the domains costs
+// O(rounds * sum_v d_v^2 * sum_{edges at v} d_other).
 //
 // Bounded work on dense graphs. Before solving, a symbolic pass computes the
-// frontier of every step. If one step would enumerate more than
+// frontier of every step. If one step would enumerate (over the domains) more than
 // Options::max_table_entries entries, or all steps together more than
 // Options::max_total_entries, the solver falls back to a heuristic and
 // reports exact = false:
@@ -199,6 +209,10 @@ struct Problem {
   std::vector<double> cost;                 // N*S; +infinity where the mask forbids the schema
   std::vector<std::vector<Index>> in_edges;  // edge indices, per consumer
   std::vector<std::vector<Index>> out_edges; // edge indices, per producer
+  // The schemas each layer can take in an optimal path, ascending (see
+  // reduce_domains); the DP enumerates these, not all S.
+  std::vector<std::vector<Index>> dom;
+  bool empty_domain = false;  // some layer has no schema: infeasible
 
   const double* adapt(Index e) const { return graph->edges[e].adapt.data(); }
   Index from(Index e) const { return static_cast<Index>(graph->edges[e].from); }
@@ -220,7 +234,91 @@ Problem prepare(const CostGraph& g) {
     p.in_edges[p.to(e)].push_back(e);
     p.out_edges[p.from(e)].push_back(e);
   }
+  p.dom.resize(p.N);
+  for (Index n = 0; n < p.N; ++n)
+    for (Index s = 0; s < p.S; ++s)
+      if (p.cost[n * p.S + s] < kInfinity) p.dom[n].push_back(s);
   return p;
+}
+
+// Largest change of edge e's adapt cost, over the schemas its other end can
+// take, when this end's schema goes from s to t: +infinity if t is
+// incompatible where s was not, -infinity if s is compatible with nothing.
+double worst_adapt_change(const Problem& p, Index e, bool this_end_is_consumer, Index s, Index t) {
+  const double* adapt = p.adapt(e);
+  const Index other = this_end_is_consumer ? p.from(e) : p.to(e);
+  double worst = -kInfinity;
+  for (Index o : p.dom[other]) {
+    const double as = this_end_is_consumer ? adapt[o * p.S + s] : adapt[s * p.S + o];
+    const double at = this_end_is_consumer ? adapt[o * p.S + t] : adapt[t * p.S + o];
+    if (as == kInfinity) continue;  // s is infeasible beside o: nothing to compare
+    if (at == kInfinity) return kInfinity;
+    worst = std::max(worst, at - as);
+  }
+  return worst;
+}
+
+// Shrinks every layer's domain without changing the optimum, so that the
+// exact DP fits where the full S^(k+1) enumeration would not (ten schemas
+// over a frontier of seven layers is 10^8 entries a step; the schemas a
+// layer can really take are usually a few):
+//   - a schema is dropped when an edge's adapt from (or to) every schema the
+//     other end can take is infinite (arc consistency), and
+//   - a schema s is dropped when another, t, is never worse: t's cost minus
+//     s's plus, per incident edge, the largest change of its adapt over the
+//     other end's schemas is < 0, or == 0 with t < s (so ties still go to
+//     the lowest schema). Every assignment using s then costs at least as
+//     much with t, so an optimum without s exists.
+// Repeated until nothing changes, since each removal can enable others.
+void reduce_domains(Problem& p) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (Index n = 0; n < p.N; ++n) {
+      auto& d = p.dom[n];
+      for (std::size_t k = 0; k < d.size();) {
+        const Index s = d[k];
+        bool drop = false;
+        for (Index t : d) {
+          if (t == s) continue;
+          double change = p.cost[n * p.S + t] - p.cost[n * p.S + s];
+          for (Index e : p.in_edges[n]) {
+            if (change == kInfinity || change == -kInfinity) break;
+            change += worst_adapt_change(p, e, true, s, t);
+          }
+          for (Index e : p.out_edges[n]) {
+            if (change == kInfinity || change == -kInfinity) break;
+            change += worst_adapt_change(p, e, false, s, t);
+          }
+          if (change < 0 || (change == 0 && t < s)) {
+            drop = true;
+            break;
+          }
+        }
+        // Arc consistency, also for a layer whose domain is a single schema.
+        if (!drop)
+          for (Index e : p.in_edges[n])
+            if (std::none_of(p.dom[p.from(e)].begin(), p.dom[p.from(e)].end(),
+                             [&](Index o) { return p.adapt(e)[o * p.S + s] < kInfinity; }))
+              drop = true;
+        if (!drop)
+          for (Index e : p.out_edges[n])
+            if (std::none_of(p.dom[p.to(e)].begin(), p.dom[p.to(e)].end(),
+                             [&](Index o) { return p.adapt(e)[s * p.S + o] < kInfinity; }))
+              drop = true;
+        if (drop) {
+          d.erase(d.begin() + static_cast<std::ptrdiff_t>(k));
+          changed = true;
+        } else {
+          ++k;
+        }
+      }
+      if (d.empty()) {
+        p.empty_domain = true;
+        return;
+      }
+    }
+  }
 }
 
 double total_of(const Problem& p, const std::vector<int>& schema) {
@@ -231,13 +329,18 @@ double total_of(const Problem& p, const std::vector<int>& schema) {
   return total;
 }
 
-// base^exp if it is <= cap, else nothing (no overflow for any cap).
-bool pow_within(Index base, Index exp, Index cap, Index& out) {
+// The product of the domain sizes of `layers` (and of `extra`, if any) if it
+// is <= cap (no overflow for any cap).
+bool domain_product(const Problem& p, const std::vector<Index>& layers, const Index* extra, Index cap, Index& out) {
   Index r = 1;
-  for (Index i = 0; i < exp; ++i) {
-    if (base != 0 && r > cap / base) return false;
-    r *= base;
-  }
+  auto times = [&](Index d) {
+    if (d != 0 && r > cap / d) return false;
+    r *= d;
+    return true;
+  };
+  for (Index v : layers)
+    if (!times(p.dom[v].size())) return false;
+  if (extra && !times(p.dom[*extra].size())) return false;
   if (r > cap) return false;
   out = r;
   return true;
@@ -274,7 +377,7 @@ Plan make_plan(const Problem& p, const Options& opt, Index table_limit) {
     for (Index v : open) (close_at[v] == i ? st.closed : st.kept).push_back(v);
     (close_at[i] == i ? st.closed : st.kept).push_back(i);
     Index work = 0;
-    if (!pow_within(p.S, open.size() + 1, table_limit, work) || work > opt.max_total_entries - total) {
+    if (!domain_product(p, open, &i, table_limit, work) || work > opt.max_total_entries - total) {
       plan.fits = false;
     } else {
       total += work;
@@ -284,13 +387,16 @@ Plan make_plan(const Problem& p, const Options& opt, Index table_limit) {
   return plan;
 }
 
-// Exact frontier DP; returns the argmin assignment.
+// Exact frontier DP over the layers' domains; returns the argmin assignment.
+// A table entry is indexed by the positions of its layers' schemas in their
+// domains (mixed radix), not by the schemas themselves.
 std::vector<int> solve_exact(const Problem& p, const Plan& plan) {
   const Index S = p.S;
   std::vector<double> table{0.0};                  // over the current frontier
   std::vector<std::vector<std::uint32_t>> back(p.N);  // argmin of the relaxed layers
   std::vector<Index> pos(p.N, 0);                  // position of a layer in `vars`
-  std::vector<Index> vars, digit, old_stride;
+  std::vector<Index> vars, digit, radix, old_stride;
+  std::vector<const Index*> schemas_of;            // per position: its layer's domain
   std::vector<std::pair<const double*, Index>> producers;  // (adapt, position of producer)
 
   for (Index i = 0; i < p.N; ++i) {
@@ -300,13 +406,19 @@ std::vector<int> solve_exact(const Problem& p, const Plan& plan) {
     vars = st.closed;
     vars.insert(vars.end(), st.kept.begin(), st.kept.end());
     const Index n = vars.size();
-    for (Index j = 0; j < n; ++j) pos[vars[j]] = j;
+    radix.resize(n);
+    schemas_of.resize(n);
+    for (Index j = 0; j < n; ++j) {
+      pos[vars[j]] = j;
+      radix[j] = p.dom[vars[j]].size();
+      schemas_of[j] = p.dom[vars[j]].data();
+    }
     old_stride.assign(n + 1, 0);  // stride of each digit in the old table (0 for layer i)
     {
       Index stride = 1;
       for (Index v : st.open) {
         old_stride[pos[v]] = stride;
-        stride *= S;
+        stride *= p.dom[v].size();
       }
     }
     producers.clear();
@@ -315,8 +427,8 @@ std::vector<int> solve_exact(const Problem& p, const Plan& plan) {
     const double* ci = &p.cost[i * S];
 
     Index n_closed = 1, n_kept = 1;
-    for (Index j = 0; j < st.closed.size(); ++j) n_closed *= S;
-    for (Index j = 0; j < st.kept.size(); ++j) n_kept *= S;
+    for (Index v : st.closed) n_closed *= p.dom[v].size();
+    for (Index v : st.kept) n_kept *= p.dom[v].size();
 
     std::vector<double> next(n_kept);
     auto& bp = back[i];
@@ -327,9 +439,9 @@ std::vector<int> solve_exact(const Problem& p, const Plan& plan) {
       double best = kInfinity;
       std::uint32_t arg = 0;
       for (Index d = 0; d < n_closed; ++d) {
-        const Index si = digit[pi];
+        const Index si = schemas_of[pi][digit[pi]];
         double v = table[old] + ci[si];
-        for (const auto& [adapt, pu] : producers) v += adapt[digit[pu] * S + si];
+        for (const auto& [adapt, pu] : producers) v += adapt[schemas_of[pu][digit[pu]] * S + si];
         if (v < best) {
           best = v;
           arg = static_cast<std::uint32_t>(d);
@@ -338,9 +450,9 @@ std::vector<int> solve_exact(const Problem& p, const Plan& plan) {
         for (Index j = 0; j < n; ++j) {
           ++digit[j];
           old += old_stride[j];
-          if (digit[j] < S) break;
+          if (digit[j] < radix[j]) break;
           digit[j] = 0;
-          old -= S * old_stride[j];
+          old -= radix[j] * old_stride[j];
         }
       }
       next[k] = best;
@@ -350,20 +462,24 @@ std::vector<int> solve_exact(const Problem& p, const Plan& plan) {
   }
 
   // Rebuild backwards: the kept layers of step i are relaxed at later steps,
-  // so their schemas are known when step i is visited.
+  // so their schemas (and positions in their domains) are known when step i
+  // is visited.
   std::vector<int> schema(p.N, 0);
+  std::vector<Index> at(p.N, 0);  // position of schema[v] in dom[v]
   for (Index i = p.N; i-- > 0;) {
     const Step& st = plan.steps[i];
     if (st.closed.empty()) continue;
     Index k = 0, m = 1;
     for (Index v : st.kept) {
-      k += static_cast<Index>(schema[v]) * m;
-      m *= S;
+      k += at[v] * m;
+      m *= p.dom[v].size();
     }
     Index d = back[i][k];
     for (Index v : st.closed) {
-      schema[v] = static_cast<int>(d % S);
-      d /= S;
+      const Index r = p.dom[v].size();
+      at[v] = d % r;
+      schema[v] = static_cast<int>(p.dom[v][at[v]]);
+      d /= r;
     }
   }
   return schema;
@@ -403,7 +519,7 @@ std::vector<int> solve_beam(const Problem& p, const Plan& plan, Index beam) {
     const Index states = value.size();
     for (Index b = 0; b < states; ++b) {
       const std::uint32_t* state = digits.data() + b * w;
-      for (Index s = 0; s < S; ++s) {
+      for (Index s : p.dom[i]) {
         double v = value[b] + p.cost[i * S + s];
         for (const auto& [adapt, pu] : producers) v += adapt[state[pu] * S + s];
         for (Index j = 0; j < key_src.size(); ++j) {
@@ -468,7 +584,7 @@ void polish(const Problem& p, std::vector<int>& schema) {
       const auto current = static_cast<Index>(schema[n]);
       double best = local(n, current);
       Index best_s = current;
-      for (Index s = 0; s < S; ++s) {
+      for (Index s : p.dom[n]) {
         if (s == current) continue;
         const double v = local(n, s);
         if (v < best) {
@@ -495,7 +611,22 @@ Solution solve(const CostGraph& graph, const Options& options) {
     sol.total = 0;
     return sol;
   }
-  const Problem p = prepare(graph);
+  Problem p = prepare(graph);
+  reduce_domains(p);
+  if (p.empty_domain) {
+    // No finite path: report the lowest allowed schemas (or 0), as before.
+    sol.max_open_constraints = make_plan(p, options, 0).width;
+    sol.schema.assign(p.N, 0);
+    for (Index n = 0; n < p.N; ++n)
+      for (Index s = 0; s < p.S; ++s)
+        if (graph.is_allowed(static_cast<int>(n), static_cast<int>(s))) {
+          sol.schema[n] = static_cast<int>(s);
+          break;
+        }
+    sol.total = total_of(p, sol.schema);
+    sol.feasible = false;
+    return sol;
+  }
   // Back-pointers are 32-bit: never enumerate more than 2^32 - 1 entries in a step.
   const Index table_limit = std::min<Index>(options.max_table_entries, UINT32_MAX);
   const Plan plan = make_plan(p, options, table_limit);

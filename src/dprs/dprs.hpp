@@ -63,8 +63,9 @@ struct CostGraph {
 };
 
 struct Options {
-  /// Largest number of DP table entries one step may enumerate, S^(k+1)
-  /// with k open constraints. Beyond it the solver falls back to the
+  /// Largest number of DP table entries one step may enumerate: the product
+  /// of the domain sizes of the k open layers and the layer's own (at most
+  /// S^(k+1)). Beyond it the solver falls back to the
   /// heuristic and reports exact = false.
   std::size_t max_table_entries = std::size_t{1} << 22;
   /// Bound on the sum over all steps of the entries enumerated (which is
