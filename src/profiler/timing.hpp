@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <vector>
 
@@ -20,8 +21,9 @@ struct Timing {
 /// which one of our threads was preempted are left out where any sample was not
 /// (on a busy machine the budget stretches to 4x to find `min_reps` such); where
 /// every sample was, the fastest is the least disturbed and is returned.
-/// With a `cutoff_ms`: a first timed run slower than it ends the measurement
-/// there (a candidate that much slower than the best known is not worth the budget).
+/// With a `cutoff_ms`: `min_reps` timed runs all slower than it end the
+/// measurement there (a candidate that much slower than the best known is not
+/// worth the budget; one run is not enough to say so, see kCutoffRuns).
 Timing measure(const std::function<void()>& fn, double budget_ms, int min_reps = 3, int max_reps = 200,
                double cutoff_ms = 0);
 /// measure() of a quantity `sample` reports itself (ms) each time it runs: a
@@ -50,7 +52,9 @@ double robust_median(std::vector<double> samples);
 class PreemptionProbe {
  public:
   /// `threads`: the team's size; `team_spins`: whether idle team threads spin.
-  PreemptionProbe(int threads, bool team_spins) : threads_(threads), team_spins_(team_spins) {}
+  /// The threads alive now are those whose CPU time it reads (a team spinning
+  /// between runs is alive after its first).
+  PreemptionProbe(int threads, bool team_spins);
   /// Before a run.
   void start();
   /// After a run of `wall_ms`: whether it was preempted.
@@ -60,8 +64,16 @@ class PreemptionProbe {
   int threads_;
   bool team_spins_;
   long switches_ = 0;
-  double cpu_ms_ = 0;
+  std::vector<clockid_t> clocks_;
+  std::vector<double> cpu_ms_;
+  mutable std::vector<double> now_ms_;
 };
+
+/// The CPU clocks of this process's threads alive now, and each one's CPU
+/// time in ms (-1 for a thread that has ended). Exact at any moment, unlike
+/// the process's clock, which adds other threads' time at scheduler ticks.
+std::vector<clockid_t> process_thread_clocks();
+void threads_cpu_ms(const std::vector<clockid_t>& clocks, std::vector<double>& ms);
 
 /// A probe for runs on the library's pool under the process's OpenMP wait.
 PreemptionProbe pool_preemption_probe();
