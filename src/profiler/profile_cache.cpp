@@ -26,7 +26,9 @@ namespace {
 // v2: device routines are timed by their device time alone (v1 counted host launches too).
 // v3: each record carries the load it was measured under, and a qint8 routine's
 // key its quantisation (a warm cache chose a path 1.5x slower than a cold tuning).
-constexpr const char* kVersion = "softneuro-profile-v3";
+// v4: times whose samples were judged preempted by each thread's exact CPU
+// clock and cut off after three slow runs, not one (v3's: 2% of them 4x off).
+constexpr const char* kVersion = "softneuro-profile-v4";
 constexpr const char* kVersionStem = "softneuro-profile-v";
 
 /// A record's checksum: of its three fields (a profile's key, time and load; a path's model, time and text).
