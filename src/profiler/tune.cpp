@@ -573,14 +573,28 @@ struct Tuner {
   /// Calibration gave one quantisation per range method: the path DPRS chose
   /// is validated under each (the budget's metric, then cosine to break ties)
   /// and the best is kept. The times measured do not depend on the scales.
+  /// Where the metric ties, the method (and bias correction) an earlier tuning
+  /// of this model with this calibration kept wins: every method read 1.0000
+  /// on the recogniser's ctc budget, the cosine on each tuning's own path
+  /// picked mse once and percentile the next, and another quantisation had
+  /// the warm tuning measure all 195 layer sensitivities again (13 s).
   void choose_range_method(const core::RoutinePath& path) {
     const auto& quants = calibration.quants;
     if (quants.empty() || !profiler::uses_qint8(path)) return;
     profiler::Validator& v = validation();
     if (budget.metric != profiler::AccuracyBudget::Metric::none && !resolves_budget()) return;  // no qint8 path is kept
-    auto better = [&](double value, double cosine, double than_value, double than_cosine) {
+    const std::string remembered_key = fmt::format("range-method|{}|{}|{}", prof.key_prefix(), model_key(),
+                                                   profiler::calibration_key(net, opt.calibration));
+    const std::optional<double> remembered = prof.cache().find(remembered_key);
+    const int remembered_method = remembered ? static_cast<int>(*remembered) / 2 : -1;
+    const int remembered_bias = remembered ? static_cast<int>(*remembered) % 2 : -1;
+    // `preferred`: the earlier tuning's choice, which a tie on the metric keeps.
+    auto better = [&](double value, double cosine, bool preferred, double than_value, double than_cosine, bool than_preferred) {
       const double err = v.error(value), than = v.error(than_value);
-      return err < than - 1e-12 || (err <= than + 1e-12 && cosine > than_cosine);
+      if (err < than - 1e-12) return true;
+      if (err > than + 1e-12) return false;
+      if (preferred != than_preferred) return preferred;
+      return cosine > than_cosine;
     };
     std::size_t best = 0;
     double best_value = 0, best_cosine = 0;
@@ -590,7 +604,9 @@ struct Tuner {
       double cosine = 0;
       const double value = quants.size() == 1 ? 0 : v.measure(path, &cosine);
       if (quants.size() > 1) report.range_methods.emplace_back(to_string(opt.calibration.methods[k]), value);
-      if (k == 0 || better(value, cosine, best_value, best_cosine)) best = k, best_value = value, best_cosine = cosine;
+      if (k == 0 || better(value, cosine, static_cast<int>(k) == remembered_method, best_value, best_cosine,
+                           static_cast<int>(best) == remembered_method))
+        best = k, best_value = value, best_cosine = cosine;
     }
     net.graph.blob_quant = quants[best];
     net.changed();
@@ -603,15 +619,19 @@ struct Tuner {
       double cosine = 0;
       const double value = v.measure(path, &cosine);
       report.bias_corrected_accuracy = value;
-      bias_correction = better(value, cosine, best_value, best_cosine);
+      const bool same_method = static_cast<int>(best) == remembered_method;
+      bias_correction = better(value, cosine, same_method && remembered_bias == 1, best_value, best_cosine,
+                               same_method && remembered_bias == 0);
       if (bias_correction) best_value = value;
     }
     report.bias_correction = bias_correction;
+    prof.cache().put(remembered_key, static_cast<double>(2 * best + (bias_correction ? 1 : 0)), 0.0);
     accuracy_seen.clear();  // measured under other scales
     accuracy_bounds.clear();
     accuracy_seen[path_key(path)] = best_value;
-    core::info("range method {}{} kept: the chosen path measured {:.4f}", report.range_method,
-               bias_correction ? " with bias correction" : "", best_value);
+    core::info("range method {}{} kept: the chosen path measured {:.4f}{}", report.range_method,
+               bias_correction ? " with bias correction" : "", best_value,
+               remembered ? " (an earlier tuning's choice wins a tie)" : "");
   }
 
   /// Under an accuracy budget the path DPRS chose may miss it: then each layer's

@@ -9,6 +9,7 @@
 #include "core/weight_quant.hpp"
 #include "profiler/accuracy.hpp"
 #include "profiler/calibrate.hpp"
+#include "profiler/profile_cache.hpp"
 #include "support/graphs.hpp"
 #include "support/run_layer.hpp"
 
@@ -829,6 +830,48 @@ TEST_CASE("a path missing the budget on the calibration samples alone is searche
   CHECK(in_qint8(second) > 0);  // fewer layers in qint8, not none
   const std::vector<float> second_c = run_net(second, c);
   CHECK(1 - strict * rel_err(want_c.data(), second_c.data(), want_c.size()) >= 0.5);
+}
+
+// Before, the cosine on each tuning's own path broke a tie on the budget's
+// metric: two tunings of one model kept different range methods, so another
+// quantisation, and the second measured every layer sensitivity again.
+TEST_CASE("range methods tied on the budget keep the one an earlier tuning of the model kept",
+          "[calibrate][tune][accuracy][cache]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  TuneOptions o = quick("range-method-tie", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+  o.pin = {{"c*", "cpu:qint8*"}};
+  o.ban = {{"*", "cpu/dynamic_int8"}};
+  o.accuracy = "cosine:0.01";  // every method meets it: the metric ties only where the values do
+  for (unsigned k = 0; k < 4; ++k) o.calibration.inputs.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, 500 + k)}});
+  for (unsigned k = 0; k < 4; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, 600 + k)}});
+  Model first = detail::make_model(conv_net());
+  const TuneReport r1 = tune_and_keep(first, o);
+  REQUIRE(r1.range_methods.size() > 1);
+  // The record the first tuning left, rewritten to another method: as if an
+  // earlier tuning had kept it. A budget every method meets at the same value
+  // (a metric that scores every path 1) makes the tie.
+  std::string key;
+  {
+    std::ifstream f(o.cache_dir + "/profiles.tsv");
+    for (std::string line; std::getline(f, line);)
+      if (auto at = line.find("\trange-method|"); at != std::string::npos) key = line.substr(at + 1, line.find('\t', at + 1) - at - 1);
+  }
+  REQUIRE_FALSE(key.empty());
+  std::size_t kept = 0;
+  while (r1.range_methods[kept].first != r1.range_method) ++kept;
+  const std::size_t other = (kept + 1) % r1.range_methods.size();
+  {
+    profiler::ProfileCache cache(o.cache_dir);
+    cache.put(key, static_cast<double>(2 * other), 0.0);
+    cache.save();
+  }
+  o.accuracy.clear();
+  o.accuracy_metric = {"any", [](std::span<const NamedBlob>, std::span<const NamedBlob>) { return 1.0; }, 0.5};
+  Model second = detail::make_model(conv_net());
+  const TuneReport r2 = tune_and_keep(second, o);
+  INFO(r2.to_text());
+  CHECK(r2.range_method == r1.range_methods[other].first);
+  CHECK_FALSE(r2.bias_correction);
 }
 
 TEST_CASE("accuracy budgets are parsed strictly", "[accuracy]") {
