@@ -647,7 +647,6 @@ struct Tuner {
     // a mixed path meeting both (3.1 ms, the recogniser).
     if ((accuracy_ok(planned.path) && confirmed(planned.path)) || !resolves_budget()) return planned;
     const profiler::Validator& v = validation();
-    sensitivity_base.clear();  // the quantisation in use may have changed since the last search
     // DPRS prices a layer in a schema by its fastest candidate there: a float32
     // schema whose fastest multiplies in int8 (cpu/dynamic_int8) would carry
     // that error and hide the exact routines from the search. So the search
@@ -682,7 +681,7 @@ struct Tuner {
         // On a few samples: ranks the layers for the search, whose paths are
         // then validated on every sample (ResNet50's 73 layers by 2 dtypes on
         // 100 samples took 420 s of a 590 s tuning).
-        const std::string key = sensitivity_key(alone.routines[0]);
+        const std::string key = sensitivity_key(alone.routines[0], *profiles[i].layer);
         if (auto hit = key.empty() ? std::nullopt : prof.cache().find(key)) {
           error[i][dtype] = *hit;
           ++sensitivities_cached;
@@ -738,18 +737,19 @@ struct Tuner {
 
   /// The profile cache's key of a layer's sensitivity with `alone` its one
   /// routine below float32: beside the layer and routine, what the value
-  /// depends on (the model and its calibration, the quantisation in use, bias
-  /// correction, the budget, the samples it is measured on, the library).
+  /// depends on (the model and its calibration, the budget, the samples it is
+  /// measured on, the library; for a qint8 routine, its blobs' quantisation
+  /// and bias correction: the other layers run in float32, and a bfloat16
+  /// routine's loss depends on no scale, so another calibration or range
+  /// method no longer has it measured again).
   /// Empty for a metric of the user's (a function: not a key). A stale value
   /// only ranks the layers for the search; each path it finds is validated.
-  std::string sensitivity_key(const core::RoutineChoice& alone) {
+  std::string sensitivity_key(const core::RoutineChoice& alone, const Layer& layer) {
     if (budget.metric == profiler::AccuracyBudget::Metric::user) return {};
     if (sensitivity_base.empty()) {
-      std::string s = fmt::format("{}|{}|{}|{}|", prof.key_prefix(), profiler::calibration_key(net, opt.calibration),
-                                  validation().budget().text, bias_correction ? "bias-corrected" : "as calibrated");
-      std::vector<QuantParams> quant;
-      for (const auto& [blob, q] : net.graph.blob_quant) quant.push_back(q);
-      s += profiler::quant_digest(quant, {}) + "|";
+      // The model's layers and weights (calibration_key without samples or options).
+      std::string s = fmt::format("{}|{}|{}|", prof.key_prefix(), profiler::calibration_key(net, CalibrationOptions{}),
+                                  validation().budget().text);
       const auto& samples = validation().sample_inputs();
       for (std::size_t k = 0; k < samples.size() && k < kSensitivitySamples; ++k)
         for (const auto& in : samples[k])
@@ -758,7 +758,17 @@ struct Tuner {
       sensitivity_base = fmt::format("{:016x}{:016x}", core::xxh64(s.data(), s.size()),
                                      core::xxh64(s.data(), s.size(), 0x9e3779b9));
     }
-    return fmt::format("sensitivity|{}|{}|{}|{}", sensitivity_base, alone.layer, alone.descriptor, params_text(alone.params));
+    std::string quant;
+    if (alone.descriptor.find(":qint8") != std::string::npos) {
+      std::vector<QuantParams> ins, outs;
+      for (const auto& b : layer.inputs)
+        if (auto it = net.graph.blob_quant.find(b); it != net.graph.blob_quant.end()) ins.push_back(it->second);
+      for (const auto& b : layer.outputs)
+        if (auto it = net.graph.blob_quant.find(b); it != net.graph.blob_quant.end()) outs.push_back(it->second);
+      quant = fmt::format("|{}|{}", profiler::quant_digest(ins, outs), bias_correction ? "bias-corrected" : "as calibrated");
+    }
+    return fmt::format("sensitivity|{}|{}|{}|{}{}", sensitivity_base, alone.layer, alone.descriptor, params_text(alone.params),
+                       quant);
   }
 
   /// Every dtype together (nullopt), then each one alone where there are several.

@@ -648,6 +648,40 @@ TEST_CASE("a warm tuning reads the layer sensitivities of an earlier one from th
   CHECK(r3.sensitivities_cached == 0);
 }
 
+// Before, every sensitivity was keyed by the whole calibration and every
+// blob's quantisation: a tuning with other calibration samples measured again
+// the bfloat16 ones too, whose loss (the layer alone below float32, the rest in
+// float32) depends on no scale.
+TEST_CASE("a bfloat16 layer's sensitivity is read from the cache under another calibration and a qint8 one measured again",
+          "[calibrate][tune][accuracy][cache]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  std::vector<std::vector<NamedBlob>> val{{{"input", normal_blob(Shape{1, 8, 16, 16}, 32)}},
+                                          {{"input", normal_blob(Shape{1, 8, 16, 16}, 33)}}};
+  TuneOptions o = quick("sensitivity-bf16", {"cpu", "cpu:qint8", "cpu:qint8:nhwc", "cpu:bfloat16", "cpu:bfloat16:nhwc"});
+  o.accuracy = "cosine:0.9999999";  // below what any path with a reduced layer keeps: the search runs
+  o.validation = val;
+  o.calibration.inputs = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 50)}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 51)}}};
+  Model first = detail::make_model(conv_net());
+  const TuneReport r1 = tune_and_keep(first, o);
+  INFO(r1.to_text());
+  if (r1.sensitivities_measured == 0) {
+    WARN("DPRS chose float32 throughout: the budget's search did not run");
+    return;
+  }
+  // Other calibration samples: another quantisation, the same validation samples.
+  o.calibration.inputs = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 60)}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 61)}}};
+  Model second = detail::make_model(conv_net());
+  const TuneReport r2 = tune_and_keep(second, o);
+  INFO(r2.to_text());
+  if (r2.sensitivities_measured + r2.sensitivities_cached == 0) {
+    WARN("the second tuning's DPRS path met the budget: no search");
+    return;
+  }
+  // The layers' bfloat16 losses read; their qint8 ones, under other scales, measured.
+  CHECK(r2.sensitivities_cached > 0);
+  CHECK(r2.sensitivities_measured > 0);
+}
+
 TEST_CASE("a user's accuracy metric decides like a built-in one, and its failures are clear errors", "[calibrate][tune][accuracy]") {
   if (!core::cpu_features().avx2_fma()) return;
   Blob x = normal_blob(Shape{1, 8, 16, 16}, 32);
