@@ -75,7 +75,7 @@ if(BUILD_TESTING)
   target_link_libraries(softneuro_import_tests PRIVATE
     softneuro_onnx softneuro_tflite softneuro softneuro_tune onnx_proto protobuf::libprotobuf
     flatbuffers::flatbuffers_shared fmt::fmt catch2_main)
-  catch_discover_tests(softneuro_import_tests)
+  catch_discover_tests(softneuro_import_tests EXTRA_ARGS -w NoTests)  # as tests/CMakeLists.txt
 
   # The CLI's import command: it exists and refuses a missing file with the importer's message.
   add_test(NAME cli_import_rejects_missing_file COMMAND softneuro_cli import /nonexistent.onnx -o /nonexistent.dnn)

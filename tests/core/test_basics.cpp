@@ -151,7 +151,7 @@ TEST_CASE(".npy files round-trip", "[basics]") {
   CHECK_THROWS_AS(load_npy(bad), Error);
 }
 
-TEST_CASE("narrow types: every value round-trips; Cast's rounding, saturation, wrapping and specials", "[basics][narrow]") {
+TEST_CASE("narrow types: every value round-trips, Cast's rounding, saturation, wrapping and specials", "[basics][narrow]") {
   using core::cast_bits;
   using core::ScaleRounding;
   const auto up = ScaleRounding::up;
@@ -241,7 +241,7 @@ TEST_CASE("narrow types in .npy: 1-byte voids, read as the type the caller names
   CHECK(load_npy(f, DType::int4).dtype() == DType::float32);
 }
 
-TEST_CASE("a folder of .npy samples loads in name order; bad folders are clear errors", "[basics][npy]") {
+TEST_CASE("a folder of .npy samples loads in name order, bad folders are clear errors", "[basics][npy]") {
   namespace fs = std::filesystem;
   const std::string dir = test::temp_path("samples");
   fs::remove_all(dir);

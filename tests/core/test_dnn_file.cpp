@@ -259,7 +259,7 @@ TEST_CASE("the routine path survives a round trip", "[dnn]") {
   CHECK(net.tuned_fingerprint() == "test-cpu avx2 t2");
 }
 
-TEST_CASE("the OpenMP wait a path was tuned under survives a round trip; a malformed one is refused", "[dnn]") {
+TEST_CASE("the OpenMP wait a path was tuned under survives a round trip, a malformed one is refused", "[dnn]") {
   auto g = test::chain_graph(3);
   g.routine_path.device_fingerprint = "test-cpu avx2 t2";
   g.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
@@ -282,7 +282,7 @@ TEST_CASE("the OpenMP wait a path was tuned under survives a round trip; a malfo
   }
 }
 
-TEST_CASE("dynamic dims and shape-bucket paths survive a round trip; bad ones are refused", "[dnn]") {
+TEST_CASE("dynamic dims and shape-bucket paths survive a round trip, bad ones are refused", "[dnn]") {
   auto g = test::chain_graph(3);
   g.inputs[0].dynamic_dims = {0, 2, 3};
   g.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
@@ -344,7 +344,7 @@ TEST_CASE("calibrated blob quantisation survives a round trip and reaches routin
   }
 }
 
-TEST_CASE("weights on their int8 grid are stored as int8; damaged int8 weights are refused", "[dnn]") {
+TEST_CASE("weights on their int8 grid are stored as int8, damaged int8 weights are refused", "[dnn]") {
   auto g = test::chain_graph(1);
   Blob& w = g.layers[0].weights.at("weight");
   auto grid = core::on_int8_grid(w);

@@ -74,7 +74,7 @@ TEST_CASE("prelu requantize = tflite is TFLite's integer PRELU in cpu/ref and cp
   CHECK_THROWS_WITH(run_layer(l, {x}, "cpu/onednn"), Catch::Contains("fixed-point"));
 }
 
-TEST_CASE("add requantize = tflite is XNNPACK's int8 add in cpu/ref; float adds refuse it", "[fixed_point]") {
+TEST_CASE("add requantize = tflite is XNNPACK's int8 add in cpu/ref, float adds refuse it", "[fixed_point]") {
   // both inputs on grid 0.5, output grid 1: multipliers 2^20, shift 21, rounding half up.
   const Layer l = make_layer("add", {{"requantize", std::string("tflite")}, {"input_scales", std::vector<double>{0.5, 0.5}},
                                      {"output_scale", 1.0}, {"output_zero_point", int64_t{0}}}, {}, 2);

@@ -992,7 +992,7 @@ class CheckedCopy final : public Routine {
 std::vector<Shape> same_shape(const Layer&, std::span<const Shape> in) { return {in[0]}; }
 }  // namespace
 
-TEST_CASE("an input only checking steps read is not scanned before the run; NaN they find runs it again on the exact plan",
+TEST_CASE("an input only checking steps read is not scanned before the run, NaN they find runs it again on the exact plan",
           "[session]") {
   static const bool registered = [] {
     register_layer_type({"test_checked_copy", 1, 1, same_shape});

@@ -531,7 +531,7 @@ TEST_CASE("shape inference: divmod, bitwise, cumulative, top_k", "[core][shape]"
   expect_error(gs("area"), {{2, 3, 5, 6}, {2, 4, 7, 2}}, "mode");
 }
 
-TEST_CASE("shape inference: value-shaped layers give their capacity; roi_align", "[core][shape]") {
+TEST_CASE("shape inference: value-shaped layers give their capacity, roi_align", "[core][shape]") {
   auto nms = [](int64_t most, double iou, int64_t center) {
     return L("non_max_suppression", {{"max_output_boxes_per_class", most}, {"iou_threshold", iou}, {"center_point_box", center}}, {}, 2);
   };
@@ -599,7 +599,7 @@ TEST_CASE("shape inference: shape_math values need the input shapes (core::speci
   expect_error(L("shape_math", {{"op", std::string("shape")}}), {{2, 5}}, "op");
 }
 
-TEST_CASE("shape inference: max_pool_indices is a max pool's shape; loop stacks its scan outputs", "[core][shape]") {
+TEST_CASE("shape inference: max_pool_indices is a max pool's shape, loop stacks its scan outputs", "[core][shape]") {
   auto indices = L("max_pool_indices", {{"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}}});
   CHECK(infer(indices, {{1, 4, 9, 9}}) == Shapes{{1, 4, 4, 4}});
   indices.params["storage_order"] = int64_t{2};
@@ -641,7 +641,7 @@ TEST_CASE("shape inference: deform_conv is conv2's, its offset and mask one per 
   expect_error(l, {{1, 4, 5, 7}, {1, 54, 5, 7}}, "offset_group");
 }
 
-TEST_CASE("shape inference: linear_attention's output and state; which inputs its rule reads", "[core][shape]") {
+TEST_CASE("shape inference: linear_attention's output and state, which inputs its rule reads", "[core][shape]") {
   Layer l = L("linear_attention", {{"q_num_heads", int64_t{4}}, {"kv_num_heads", int64_t{2}}, {"update_rule", std::string("gated_delta")},
                                    {"has_past", int64_t{1}}}, {});
   l.inputs = {"q", "k", "v", "past", "decay", "beta"};

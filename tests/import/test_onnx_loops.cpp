@@ -104,7 +104,7 @@ TEST_CASE("Loop: a trip count M read at run time, carried values only", "[onnx][
   }
 }
 
-TEST_CASE("Loop: scan outputs need a trip count known when planned: an input's plans per value; from data, a refusal says why",
+TEST_CASE("Loop: scan outputs need a trip count known when planned: an input's plans per value, from data, a refusal says why",
           "[onnx][loop]") {
   {
     OnnxModel m(13);

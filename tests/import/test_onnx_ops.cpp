@@ -1507,7 +1507,7 @@ TEST_CASE("Input shapes: symbolic dims default to 1 or come from the options", "
   CHECK_THROWS_WITH(import_onnx(path, unknown), Catch::Contains("nope"));
 }
 
-TEST_CASE("If with a condition known at import runs its branch in place; one computed at run time chooses", "[onnx][if]") {
+TEST_CASE("If with a condition known at import runs its branch in place, one computed at run time chooses", "[onnx][if]") {
   // cond = (2 == 3), computed at import: the else branch, which reads the outer 'r' and has an initializer.
   auto branch = [](const std::string& name, const std::string& op, float k) {
     OnnxModel b(13);
@@ -1544,7 +1544,7 @@ TEST_CASE("If with a condition known at import runs its branch in place; one com
   CHECK(run(true) == std::vector<float>{100, 100, 101, 102});
 }
 
-TEST_CASE("If whose branches give other sizes: from shapes, the branch is taken when planned; from values, chosen at run", "[onnx][if]") {
+TEST_CASE("If whose branches give other sizes: from shapes, the branch is taken when planned, from values, chosen at run", "[onnx][if]") {
   // y = the rows' sums [3] where x has one column, else x [3, cols] (torchvision's RoI
   // pooling guard squeezes a column alike): another rank per branch.
   auto squeeze_branch = [](bool squeeze) {
@@ -2003,7 +2003,7 @@ TEST_CASE("TopK with K computed from values at run time returns K of them", "[on
   CHECK(out[0].blob.shape() == Shape{6});
 }
 
-TEST_CASE("Window functions of a constant size are computed at import; DFT of a windowed frame", "[onnx][signal]") {
+TEST_CASE("Window functions of a constant size are computed at import, DFT of a windowed frame", "[onnx][signal]") {
   // y = DFT(x * HannWindow(8)) along the frame: an STFT's one frame, as audio front ends compute it.
   OnnxModel m(17);
   m.input("x", {1, 8, 1}).output("y").output("hamming").output("blackman");
@@ -2036,7 +2036,7 @@ TEST_CASE("Window functions of a constant size are computed at import; DFT of a 
   }
 }
 
-TEST_CASE("A 0 a graph input declares is a zero-size dim; Reshape with allowzero keeps a 0", "[onnx][shape]") {
+TEST_CASE("A 0 a graph input declares is a zero-size dim, Reshape with allowzero keeps a 0", "[onnx][shape]") {
   // It was read as a symbolic dim, probed at 64: the run at 0 was refused.
   OnnxModel m(14);
   m.input("x", {0, 3, 4}).output("y").output("t");
@@ -2266,7 +2266,7 @@ TEST_CASE("Dropout whose training_mode is fed at run time is refused, not run as
                     Catch::Contains("'drop'") && Catch::Contains("training_mode is computed at run time"));
 }
 
-TEST_CASE("DeformConv: zero offsets and a mask of ones are Conv; an offset of one row reads the next row", "[onnx][deform]") {
+TEST_CASE("DeformConv: zero offsets and a mask of ones are Conv, an offset of one row reads the next row", "[onnx][deform]") {
   OnnxModel m(19);
   m.input("x", {1, 2, 4, 5}).input("offset", {1, 18, 4, 5}).output("y").output("ref").output("shifted");
   const std::vector<float> w = pattern(2 * 2 * 3 * 3, 7, 3, 5);
@@ -2340,7 +2340,7 @@ TEST_CASE("CausalConvWithState: a decode step at a time with the state carried e
   CHECK(max_abs_diff(state, all[1].values) == 0);  // the last k - 1 inputs
 }
 
-TEST_CASE("LinearAttention: a prefill equals its tokens one decode step at a time; bad shapes name the field", "[onnx][attention]") {
+TEST_CASE("LinearAttention: a prefill equals its tokens one decode step at a time, bad shapes name the field", "[onnx][attention]") {
   // Gated DeltaNet's form with grouped-query heads (4 query heads on 2 key/value
   // heads), every input fed at run time as a model's are: per-key decay, per-head beta.
   const int64_t t = 3, hq = 4, hkv = 2, dk = 3, dv = 2;

@@ -304,7 +304,7 @@ TEST_CASE("A QDQ model tuned with qint8 schemas runs on int8 routines with its o
   for (std::size_t i = 0; i < int8.size(); ++i) CHECK(std::fabs(int8[i] - floats[i]) <= 0.03f + 1e-5f);
 }
 
-TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales; a float32-only session keeps floats", "[onnx][quant]") {
+TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales, a float32-only session keeps floats", "[onnx][quant]") {
   if (!core::cpu_features().avx2_fma()) return;  // our qint8 routines need AVX2
   // qdq_conv's weights are int8 in [-5, 5] (a channel's largest is not 127):
   // the qint8 routines compute with the model's integers and scales, so the
@@ -400,7 +400,7 @@ TEST_CASE("A QDQ model's float layers between int8 ones stay in the int8 layers'
   CHECK(sigmoid == conv);
 }
 
-TEST_CASE("QuantizeLinear as a graph output hands back the integers; DequantizeLinear reads integer inputs", "[onnx][quant]") {
+TEST_CASE("QuantizeLinear as a graph output hands back the integers, DequantizeLinear reads integer inputs", "[onnx][quant]") {
   // y = saturate(round_half_even(x / 0.5) + 10) as uint8 (the dequantised values were handed back before).
   OnnxModel m(13);
   m.input("x", {6});

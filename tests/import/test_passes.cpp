@@ -577,7 +577,7 @@ TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes o
   }
 }
 
-TEST_CASE("merge_duplicates: twelve mask computations become one; weights compared, net outputs kept", "[passes][merge]") {
+TEST_CASE("merge_duplicates: twelve mask computations become one, weights compared, net outputs kept", "[passes][merge]") {
   auto g = graph({{"x", Shape{1, 4, 6}}, {"m", Shape{1, 6}}}, {"y", "y2", "c"},
                  {constant("zero", make_input(Shape{}, {0.0f})), constant("zero_again", make_input(Shape{}, {0.0f})),
                   constant("big", make_input(Shape{}, {-1e9f})),

@@ -146,7 +146,7 @@ std::map<std::string, double> cache_times(const std::string& dir) {
 
 // A warm cache once chose a path 1.5x slower than a cold tuning: times measured
 // under load, or under other quantisation, were reused as they were.
-TEST_CASE("profile cache entries carry the load they were measured under; untrusted ones are measured again",
+TEST_CASE("profile cache entries carry the load they were measured under, untrusted ones are measured again",
           "[tune][cache]") {
   const std::string dir = fresh_dir("cache-load");
   std::filesystem::create_directories(dir);
@@ -485,7 +485,7 @@ TEST_CASE("a damaged profile cache is ignored, never trusted", "[tune]") {
 // Before, two tuners sharing a cache folder each rewrote the file with what
 // they had read at their start: the first one's records were lost; and a FIFO
 // in the record file's place blocked the tuner forever.
-TEST_CASE("tuners sharing a cache folder lose nothing; only a regular file is read", "[tune]") {
+TEST_CASE("tuners sharing a cache folder lose nothing, only a regular file is read", "[tune]") {
   std::string dir = fresh_dir("cache-shared");
   profiler::ProfileCache a(dir), b(dir);  // both opened before either saved
   a.put("from-a", 1.5);

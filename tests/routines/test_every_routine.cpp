@@ -315,7 +315,7 @@ TEST_CASE("NaN made inside the net (0 / 0) stays NaN through oneDNN's fused relu
     }
 }
 
-TEST_CASE("A NaN pixel makes a convolutional net's outputs NaN, as in ONNX Runtime; finite inputs keep the fast plan",
+TEST_CASE("A NaN pixel makes a convolutional net's outputs NaN, as in ONNX Runtime, finite inputs keep the fast plan",
           "[routines][nan]") {
   // MobileNetV2's shape of the problem: convolutions with fused clip(0, 6) on oneDNN, then a global
   // average. One NaN pixel gave finite outputs (oneDNN's clip turned the NaN into 0).
@@ -354,7 +354,7 @@ TEST_CASE("A NaN pixel makes a convolutional net's outputs NaN, as in ONNX Runti
   }
 }
 
-TEST_CASE("NaN may reach the layers a NaN-making layer feeds; Pow to an integral power and Div by non-zero constants make none",
+TEST_CASE("NaN may reach the layers a NaN-making layer feeds, Pow to an integral power and Div by non-zero constants make none",
           "[routines][nan]") {
   // Pow was marked whatever its exponent: x ** 2 or x ** 3 (GELU's tanh form) made every layer after it take the
   // slower NaN-keeping forms.

@@ -476,7 +476,7 @@ TEST_CASE("onednn add and mul match cpu/ref (same shapes, channel broadcast)", "
   }
 }
 
-TEST_CASE("onednn sub and div match cpu/ref; a broadcast first input is refused (they do not commute)", "[onednn][binary]") {
+TEST_CASE("onednn sub and div match cpu/ref, a broadcast first input is refused (they do not commute)", "[onednn][binary]") {
   // (Before, sub and div had XNNPACK alone: where it could not run, as at
   // SOFTNEURO_MAX_CPU_ISA=avx2, YOLOv8n's box decoding ran on cpu/ref.)
   for (const char* type : {"sub", "div"}) {

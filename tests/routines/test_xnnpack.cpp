@@ -268,7 +268,7 @@ TEST_CASE("xnnpack conv2 matches cpu/ref", "[xnnpack][conv2]") {
   CHECK(tally.supported == tally.total);
 }
 
-TEST_CASE("xnnpack dense matches cpu/ref; rank > 2 inputs are refused", "[xnnpack][dense]") {
+TEST_CASE("xnnpack dense matches cpu/ref, rank > 2 inputs are refused", "[xnnpack][dense]") {
   if (!xnnpack_available()) return;
   std::mt19937 rng(98);
   Tally tally;
@@ -621,7 +621,7 @@ TEST_CASE("xnnpack qint8 routines refuse quantisation scales XNNPACK cannot take
   }
 }
 
-TEST_CASE("xnnpack: on aarch64 its float32 routines lead the untuned default order; elsewhere the list is as written",
+TEST_CASE("xnnpack: on aarch64 its float32 routines lead the untuned default order, elsewhere the list is as written",
           "[xnnpack][default_order]") {
   // On aarch64 oneDNN 2.6 has reference implementations only for much of it
   // and our own kernels are x86's (docs/arm.md).
