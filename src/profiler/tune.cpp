@@ -91,6 +91,9 @@ struct Tuner {
   bool budget_resolved_with_calibration = false;  ///< resolves_budget() with the confirmation's observations
   std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
   std::set<std::string> accuracy_bounds;         ///< of those, values that are bounds (accuracy_of)
+  /// By path_key: the value on the calibration samples (confirmed) and whether
+  /// it is exact (else a bound its early stop left: a miss).
+  std::map<std::string, std::pair<double, bool>> confirmation_seen;
   /// Paths the budget's search found within float32 and one reduced dtype,
   /// measured beside the tuned path in final_check.
   std::vector<std::pair<std::string, profiler::PlannedPath>> budget_paths;
@@ -545,8 +548,14 @@ struct Tuner {
       return true;
     // A metric over the validation set scores those samples only (its labels are the user's).
     if (budget.score_set) return true;
-    std::size_t stopped = 0;
-    const double v = confirmation().measure(path, nullptr, std::numeric_limits<std::size_t>::max(), report_it ? nullptr : &stopped);
+    // Asked of one path by the budget's search and again by the final check: measured once.
+    const auto [it, first] = confirmation_seen.try_emplace(path_key(path), 0.0, false);
+    auto& [v, exact] = it->second;
+    if (first || (report_it && !exact)) {
+      std::size_t stopped = 0;
+      v = confirmation().measure(path, nullptr, std::numeric_limits<std::size_t>::max(), report_it ? nullptr : &stopped);
+      exact = stopped == 0;
+    }
     if (report_it) report.accuracy_confirmed = v;
     if (budget.met_by(v)) return true;
     if (report_it)
@@ -627,6 +636,7 @@ struct Tuner {
     report.bias_correction = bias_correction;
     prof.cache().put(remembered_key, static_cast<double>(2 * best + (bias_correction ? 1 : 0)), 0.0);
     accuracy_seen.clear();  // measured under other scales
+    confirmation_seen.clear();
     accuracy_bounds.clear();
     accuracy_seen[path_key(path)] = best_value;
     core::info("range method {}{} kept: the chosen path measured {:.4f}{}", report.range_method,

@@ -120,6 +120,15 @@ TuneOptions quick(const std::string& name, std::vector<std::string> schemas) {
   return o;
 }
 
+/// quick() with two validation samples and a budget no path with a layer
+/// below float32 keeps (cosine:0.9999999): the budget's search runs.
+TuneOptions searching_budget(const std::string& name, std::vector<std::string> schemas) {
+  TuneOptions o = quick(name, std::move(schemas));
+  o.accuracy = "cosine:0.9999999";
+  o.validation = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 32)}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 33)}}};
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("quantisation of a range: includes zero, maps the ends to -128 and 127", "[calibrate]") {
@@ -616,12 +625,8 @@ TEST_CASE("a budget between float32 and the unconstrained hybrid path is met by 
 // kept in the profile cache under what they depend on.
 TEST_CASE("a warm tuning reads the layer sensitivities of an earlier one from the profile cache", "[calibrate][tune][accuracy][cache]") {
   if (!core::cpu_features().avx2_fma()) return;
-  std::vector<std::vector<NamedBlob>> val{{{"input", normal_blob(Shape{1, 8, 16, 16}, 32)}},
-                                          {{"input", normal_blob(Shape{1, 8, 16, 16}, 33)}}};
-  TuneOptions o = quick("sensitivity-cache", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
-  o.accuracy = "cosine:0.9999999";  // below what any path with a qint8 layer keeps: the search runs
-  o.validation = val;
-  o.calibration.inputs = val;
+  TuneOptions o = searching_budget("sensitivity-cache", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+  o.calibration.inputs = o.validation;
   Model first = detail::make_model(conv_net());
   const TuneReport r1 = tune_and_keep(first, o);
   INFO(r1.to_text());
@@ -655,11 +660,7 @@ TEST_CASE("a warm tuning reads the layer sensitivities of an earlier one from th
 TEST_CASE("a bfloat16 layer's sensitivity is read from the cache under another calibration and a qint8 one measured again",
           "[calibrate][tune][accuracy][cache]") {
   if (!core::cpu_features().avx2_fma()) return;
-  std::vector<std::vector<NamedBlob>> val{{{"input", normal_blob(Shape{1, 8, 16, 16}, 32)}},
-                                          {{"input", normal_blob(Shape{1, 8, 16, 16}, 33)}}};
-  TuneOptions o = quick("sensitivity-bf16", {"cpu", "cpu:qint8", "cpu:qint8:nhwc", "cpu:bfloat16", "cpu:bfloat16:nhwc"});
-  o.accuracy = "cosine:0.9999999";  // below what any path with a reduced layer keeps: the search runs
-  o.validation = val;
+  TuneOptions o = searching_budget("sensitivity-bf16", {"cpu", "cpu:qint8", "cpu:qint8:nhwc", "cpu:bfloat16", "cpu:bfloat16:nhwc"});
   o.calibration.inputs = {{{"input", normal_blob(Shape{1, 8, 16, 16}, 50)}}, {{"input", normal_blob(Shape{1, 8, 16, 16}, 51)}}};
   Model first = detail::make_model(conv_net());
   const TuneReport r1 = tune_and_keep(first, o);
