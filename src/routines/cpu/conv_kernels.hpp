@@ -242,6 +242,11 @@ struct Kernels {
   DirectFn first_nhwc_rgb[kMaxTiles][3] = {};
   /// pointwise[t][s]: the same for 1x1 unpadded convolutions (kh0 = 0, kh = kw = 1, never an edge).
   DirectFn pointwise[kMaxTiles][3] = {};
+  // The assembly tables below are filled by the code gen_direct_asm.py writes
+  // (build/generated/asm/routines/cpu/direct_asm_{avx512,avx2}.inc), one line per
+  // entry naming its function: asm_tile_<OCB>x<W>_s<stride>[_split<k>][_l2] (_l2:
+  // without the per-step weight prefetch, p = 0), asm_tile2r_..., asm_first_...,
+  // asm_first_run_...; e.g. asm_tile[1][3][0][6] = &asm_tile_4x6_s1.
   /// asm_tile[p][o][s][w]: p = 1 each channel step prefetches its weights ahead
   /// (streamed weights), 0 not (weights that stay in cache; AVX2 only, see
   /// w_prefetch_choice); OCB = o + 1 (1 to 4, see ocb_index), stride 1, 2 (s = 0, 1),

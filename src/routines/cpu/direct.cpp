@@ -185,6 +185,58 @@ const conv::Kernels* kernels_for(Layout l) {
 /// Floats of an nhwc edge tile's zero-padded patch (kh rows x the tile's input columns x C).
 constexpr int64_t kPatchFloats = 4096;
 
+/// How a layer's tiles run, decided once in prepare; each mode has its row function.
+enum class Mode {
+  first_asm,    ///< nhwc RGB first layer: the assembly first-layer tiles (first_asm_row)
+  first_tiles,  ///< nhwc first layer: intrinsic tiles, edge tiles from a zero-padded patch (tile_row)
+  narrow,       ///< blocked first layer: the narrow kernels over a compact padded copy (tile_row)
+  asm_rows,     ///< blocked: the assembly tiles, a row, a pair of rows or a spanned run a call (asm_row)
+  tiles,        ///< blocked: intrinsic tiles, pointwise or general with edge kernels (tile_row)
+};
+
+/// The layer's sizes as the kernels walk them, in blocks of V channels.
+struct Geometry {
+  Window2d g{};  ///< the window the tiles compute (compact: the stride-1 plane of the pixels read)
+  int64_t v = 0;
+  int64_t icg = 0, ocg = 0;              ///< channels per group
+  int64_t icbg = 0, ocbg = 0;            ///< blocks per group
+  int64_t icb_total = 0, ocb_total = 0;  ///< blocks of all groups (ocb_total = group * ocbg)
+  int64_t ics = 0;                       ///< input-channel slots per block of the packed weights (V, or C in nhwc)
+  int64_t w_icb = 0, w_og = 0;           ///< packed floats per input block, per group of ocb output blocks
+  int64_t y_px = 0;                      ///< floats between output pixels (V blocked, OC in nhwc)
+  int stride_idx = 1;                    ///< the kernel tables' stride index: 1 or 2 (0: any other)
+};
+
+/// The copy of the input that the narrow kernels, the padded copy and compact read.
+struct InputCopy {
+  bool used = false;
+  bool compact = false;    ///< a strided 1x1 layer's pixels, copied into a stride-1 plane
+  int64_t hp = 0, wp = 0;  ///< its rows and columns (the padding made explicit)
+  int64_t px = 0;          ///< floats per pixel (the narrow kernels: conv::kNarrowPx)
+  int64_t floats = 0;      ///< the copy's floats
+  int64_t slack = 0;       ///< zeros after them, which a row's last tile reads past its end
+  int64_t src_h = 0, src_w = 0, src_sh = 1, src_sw = 1;  ///< compact: the input's own rows, columns, strides
+};
+
+/// The assembly tiles' choices (Mode::asm_rows).
+struct AsmOptions {
+  bool pad_copy = false;    ///< they read a copy padded on every side (input_mode 1, or 2 over a padded input)
+  bool span = false;        ///< planes walked flat across their rows (input_mode 2, AsmRow::span_ow)
+  bool rows2 = false;       ///< two-row tiles for rows of <= kMaxAsm2rW pixels (pair_next)
+  bool w_prefetch = true;   ///< the tiles prefetch their weights (w_prefetch)
+  std::vector<char> pair_next;  ///< rows2: whether row r and r + 1 take a two-row tile
+};
+
+/// The first-layer assembly tiles' walk of a row (Mode::first_asm), the same for
+/// every row: `full` tiles of the tile width, then `tail`'s widths (0: none); the
+/// full tiles [run_lo, run_hi) read inside the input, one call of `run` (null:
+/// none) where all kernel rows are read.
+struct FirstRowPlan {
+  int64_t full = 0, run_lo = 0, run_hi = 0;
+  int tail[2] = {};
+  conv::AsmFirstFn run = nullptr;
+};
+
 struct Config {
   int tile = 0;  ///< index into Kernels' tiles
   int ocb = 1, w = 1;
@@ -194,98 +246,231 @@ struct Config {
   bool all_rows = false;    ///< oh_block 0
 };
 
+/// The input as a run's tiles read it: the layer's own, or the copy in the workspace.
+struct Input {
+  const float* x = nullptr;
+  int64_t px = 0;                   ///< floats per pixel
+  int64_t row_len = 0, plane_in = 0;
+  int64_t top = 0, left = 0;        ///< padding before row and column 0 (none in a copy)
+  int64_t h_in = 0, w_in = 0;       ///< rows and columns
+};
+
+/// What a run's walk over the output keeps for every row.
+struct Walk {
+  Input in;
+  int tw = 0;             ///< pixels per tile
+  bool flat = false;      ///< rows walked are runs of tw pixels across image rows (pointwise flat, spanned)
+  int64_t pixels = 0;     ///< OH * OW
+  int64_t oh_n = 0;       ///< rows walked
+  int64_t ow_n = 0;       ///< pixels per row walked
+  int64_t row_in = 0;     ///< floats between the input rows walked
+  int64_t plane_out = 0;  ///< floats of one output channel block's plane
+  int64_t y_ocb = 0;      ///< floats between output channel blocks
+};
+
+/// One call of a row function: a pass over input-channel blocks (t) for output
+/// row oh (rows: 2 for a two-row tile; a flat walk: the rows [oh, oh_end) as one run).
+struct Row {
+  conv::DirectTile t;
+  const float* x = nullptr;  ///< the input at the first kernel row read
+  float* y = nullptr;        ///< the output at the row's first pixel
+  int64_t oh = 0, oh_end = 0, rows = 1;
+  int64_t kh0 = 0, kh1 = 0;  ///< the kernel rows inside the input
+  int64_t row_w = 0;         ///< pixels in the row (a flat walk: the run's)
+  int last_steps = 0;        ///< the last block's channels in steps of 4 (the assembly tiles)
+};
+
 class PreparedDirect final : public PreparedRoutine {
  public:
-  PreparedDirect(const LayerInfo& info, const conv::Kernels& k, Layout layout, const RoutineParams& params)
-      : k_(k), nhwc_(layout == Layout::nhwc) {
+  PreparedDirect(const LayerInfo& info, const conv::Kernels& k, Layout layout, const RoutineParams& params) : k_(k) {
     const Layer& layer = *info.layer;
-    g_ = core::conv2_window(layer, info.input_shapes[0]);
-    v_ = k.vec;
+    const bool nhwc = layout == Layout::nhwc;
+    Window2d& g = geo_.g;
+    g = core::conv2_window(layer, info.input_shapes[0]);
+    geo_.v = k.vec;
+    const int64_t v = k.vec;
     // compact: a strided 1x1 convolution reads a copy of just the pixels it
     // uses and then runs as a stride-1 one over that plane, walked flat (whole
     // tiles across its rows).
-    compact_ = compactable(g_) && routine_param(params, "compact", default_compact(g_, k.vec)) != 0;
-    if (compact_) {
-      src_h_ = g_.h;
-      src_w_ = g_.w;
-      src_sh_ = g_.sh;
-      src_sw_ = g_.sw;
-      g_.h = g_.oh;
-      g_.w = g_.ow;
-      g_.sh = g_.sw = 1;
+    copy_.compact = compactable(g) && routine_param(params, "compact", default_compact(g, v)) != 0;
+    if (copy_.compact) {
+      copy_.src_h = g.h;
+      copy_.src_w = g.w;
+      copy_.src_sh = g.sh;
+      copy_.src_sw = g.sw;
+      g.h = g.oh;
+      g.w = g.ow;
+      g.sh = g.sw = 1;
     }
-    icg_ = g_.c / g_.group;
-    ocg_ = g_.oc / g_.group;
-    icbg_ = (icg_ + v_ - 1) / v_;
-    ocbg_ = (ocg_ + v_ - 1) / v_;
-    icb_total_ = (g_.c + v_ - 1) / v_;
-    ocb_total_ = (g_.oc + v_ - 1) / v_;  // = group * ocbg_ (whole blocks per group when group > 1)
+    geo_.icg = g.c / g.group;
+    geo_.ocg = g.oc / g.group;
+    geo_.icbg = (geo_.icg + v - 1) / v;
+    geo_.ocbg = (geo_.ocg + v - 1) / v;
+    geo_.icb_total = (g.c + v - 1) / v;
+    geo_.ocb_total = (g.oc + v - 1) / v;  // = group * ocbg (whole blocks per group when group > 1)
+    geo_.stride_idx = g.sw == 1 ? 1 : g.sw == 2 ? 2 : 0;
+    geo_.ics = nhwc ? g.c : v;
+    geo_.y_px = nhwc ? g.oc : v;
 
     // The tile: oc_block reduced to a divisor of the blocks per group, then the widest tile <= ow_tile.
-    const int64_t want_w = routine_param(params, "ow_tile", v_ == 16 ? 14 : 6);  // param_space's first choice
-    const int ocb = effective_ocb(k, ocbg_, static_cast<int>(routine_param(params, "oc_block", 2)));
-    const int best = effective_tile(k, ocb, want_w);
-    cfg_.tile = best;
+    const int64_t want_w = routine_param(params, "ow_tile", v == 16 ? 14 : 6);  // param_space's first choice
+    const int ocb = effective_ocb(k, geo_.ocbg, static_cast<int>(routine_param(params, "oc_block", 2)));
+    cfg_.tile = effective_tile(k, ocb, want_w);
     cfg_.ocb = ocb;
-    cfg_.w = k.tile_w[best];
-    const int64_t taps = g_.kh * g_.kw;
-    ics_ = nhwc_ ? g_.c : v_;  // input-channel slots per block in the packed weights
+    cfg_.w = k.tile_w[cfg_.tile];
+    const int64_t taps = g.kh * g.kw;
+    geo_.w_icb = taps * geo_.ics * ocb * v;
+    geo_.w_og = geo_.icbg * geo_.w_icb;
     int64_t icb = routine_param(params, "ic_block", 0);
-    if (icb <= 0) icb = std::max<int64_t>(1, (32 * 1024) / (taps * v_ * ocb * v_ * 4));
-    cfg_.icb = std::min(icb, icbg_);
+    if (icb <= 0) icb = std::max<int64_t>(1, (32 * 1024) / (taps * v * ocb * v * 4));
+    cfg_.icb = std::min(icb, geo_.icbg);
     const int64_t ohb = routine_param(params, "oh_block", 1);
-    cfg_.ohb = ohb <= 0 ? g_.oh : std::min<int64_t>(ohb, g_.oh);
+    cfg_.ohb = ohb <= 0 ? g.oh : std::min<int64_t>(ohb, g.oh);
     cfg_.all_rows = ohb <= 0;
     cfg_.rows_outer = routine_param(params, "task_order", 0) != 0;
-    stride_idx_ = g_.sw == 1 ? 1 : g_.sw == 2 ? 2 : 0;
+    cpu::to_epilogue(core::fused_activation(layer), ep_);
+
+    const int oi = conv::ocb_index(ocb);
+    mode_ = choose_mode(k, nhwc, oi);
+    // An unpadded 1x1 convolution at stride 1: the output plane is the input's,
+    // each walked flat, as one run of OH*OW pixels (tiles span image rows).
+    flat_ = (mode_ == Mode::asm_rows || mode_ == Mode::tiles) && g.kh == 1 && g.kw == 1 && !padded(g) && g.sh == 1 &&
+            g.sw == 1;
+    tw_ = cfg_.w;
+    if (mode_ == Mode::asm_rows || mode_ == Mode::first_asm) tw_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
+    if (mode_ == Mode::asm_rows) choose_asm_options(k, params, oi, want_w);
+    if (mode_ == Mode::first_asm) plan_first_row(oi);
+    // The intrinsic tiles (first_tiles, narrow, tiles): pointwise kernels for an
+    // unpadded 1x1 layer (every tap inside the input), else the general ones,
+    // with edge kernels for tiles whose taps leave the input's columns.
+    const bool pointwise = mode_ == Mode::tiles && g.kh == 1 && g.kw == 1 && !padded(g);
+    const auto& fns = mode_ == Mode::first_tiles ? (g.c == 3 ? k.first_nhwc_rgb : k.first_nhwc)
+                      : mode_ == Mode::narrow   ? k.narrow
+                      : pointwise               ? k.pointwise
+                                                : k.direct;
+    tile_fn_ = fns[cfg_.tile][geo_.stride_idx];
+    edge_fn_ = mode_ == Mode::tiles ? k.direct_edge[cfg_.tile][geo_.stride_idx] : tile_fn_;
+
+    // The copy: the narrow kernels read a compact one with the padding made
+    // explicit (kNarrowPx floats per pixel: 4x less to copy and to read than a
+    // whole zero-padded vector), the assembly tiles a padded one where they
+    // ask, compact the pixels a strided 1x1 layer reads. nhwc first layers read
+    // their input in place (edge tiles from a zero-padded patch).
+    copy_.used = mode_ == Mode::narrow || asm_.pad_copy || copy_.compact;
+    if (copy_.used) {
+      copy_.hp = g.h + g.pt + g.pb;
+      copy_.wp = g.w + g.pl + g.pr;
+      copy_.px = mode_ == Mode::narrow ? conv::kNarrowPx : v;
+      // Reads of a tile past the row end (the last tile of a row) stay inside the buffer.
+      copy_.slack = (int64_t(std::max(cfg_.w, tw_)) * g.sw + (g.kw - 1) * g.dw + 1) * copy_.px + copy_.wp * copy_.px;
+      copy_.floats = g.n * geo_.icb_total * copy_.hp * copy_.wp * copy_.px;
+    }
+    weights_ = pack(info, ocb);
+  }
+
+  std::size_t workspace_bytes() const override {
+    return copy_.used ? sizeof(float) * static_cast<std::size_t>(copy_.floats + copy_.slack) : 0;
+  }
+
+  void run(const RunArgs& args) override {
+    const Walk wk = walk_of(args);
+    switch (mode_) {
+      case Mode::first_asm:
+        walk(args, wk, [this](const Walk& w, const Row& r) { first_asm_row(w, r); });
+        break;
+      case Mode::asm_rows:
+        walk(args, wk, [this](const Walk& w, const Row& r) { asm_row(w, r); });
+        break;
+      case Mode::first_tiles:
+      case Mode::narrow:
+      case Mode::tiles:
+        walk(args, wk, [this](const Walk& w, const Row& r) { tile_row(w, r); });
+        break;
+    }
+  }
+
+ private:
+  Mode choose_mode(const conv::Kernels& k, bool nhwc, int oi) const {
+    const Window2d& g = geo_.g;
+    if (nhwc)  // (first layers only, supports())
+      return g.c == 3 && k.asm_first[oi][0][1] && (g.sw == 1 || g.sw == 2) && g.kh <= 64 &&
+                     (ep_.act == cpu::gemm::Act::none || ep_.act == cpu::gemm::Act::relu ||
+                      ep_.act == cpu::gemm::Act::clip)
+                 ? Mode::first_asm  // (which apply bias and relu/clip themselves)
+                 : Mode::first_tiles;
+    if (g.group == 1 && geo_.icg <= conv::kNarrowPx) return Mode::narrow;
     // The assembly tiles (AVX-512, AVX2): strides 1 and 2, at most 64 taps, an edge
     // tile's padded copy of one ic block within conv::kAsmEdgeFloats.
-    const int oi = conv::ocb_index(ocb);
-    // A first layer (at most kNarrowPx input channels): the narrow kernels.
-    narrow_ = g_.group == 1 && icg_ <= conv::kNarrowPx;
-    // An unpadded 1x1 convolution: the pointwise kernels (every tap inside the
-    // input; a padded one has rows and columns of padding only). At stride 1
-    // the output plane is the input's: each is walked flat, as one run of
-    // OH*OW pixels (tiles span image rows).
-    pointwise_ = !narrow_ && g_.kh == 1 && g_.kw == 1 && !padded(g_);
-    flat_ = pointwise_ && g_.sh == 1 && g_.sw == 1;
-    use_asm_ = k.asm_row && k.asm_max_w[oi] > 0 && !narrow_ && (g_.sw == 1 || g_.sw == 2) && taps <= 64 &&
-               g_.kh * ((g_.kw - 1) * g_.dw + 1) * v_ <= conv::kAsmEdgeFloats;
-    if (use_asm_) asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
-    cpu::to_epilogue(core::fused_activation(layer), ep_);
+    if (k.asm_row && k.asm_max_w[oi] > 0 && (g.sw == 1 || g.sw == 2) && g.kh * g.kw <= 64 &&
+        g.kh * ((g.kw - 1) * g.dw + 1) * geo_.v <= conv::kAsmEdgeFloats)
+      return Mode::asm_rows;
+    return Mode::tiles;
+  }
+
+  void choose_asm_options(const conv::Kernels& k, const RoutineParams& params, int oi, int64_t want_w) {
+    const Window2d& g = geo_.g;
+    const int64_t v = geo_.v;
     // input_mode 2: the plane walked flat across its output rows (tiles across two
-    // rows take the split tiles) over an input without edges: a padded copy
-    // (pad_copy_ below), or an unpadded input read in place.
-    const bool can_span = use_asm_ && spannable(g_, v_, asm_w_, k, oi, ep_.act);
-    const int64_t mode =
-        routine_param(params, "input_mode", default_input_mode(g_, v_, k.asm2r_ocb > 0, can_span, asm_w_));
-    span_ = can_span && mode == kSpanned;
-    // The padded copy: the assembly tiles read a copy of the input padded on
-    // every side, so no tile is an edge tile and every pair of rows can take a
-    // two-row tile; it costs one pass over the input per run.
-    pad_copy_ = use_asm_ && padded(g_) && mode != kInPlace;
-    w_prefetch_ = !k.w_prefetch_choice || routine_param(params, "w_prefetch", default_w_prefetch(g_, span_)) != 0;
+    // rows take the split tiles) over an input without edges: a padded copy, or
+    // an unpadded input read in place.
+    const bool can_span = spannable(g, v, tw_, k, oi, ep_.act);
+    const int64_t mode = routine_param(params, "input_mode", default_input_mode(g, v, k.asm2r_ocb > 0, can_span, tw_));
+    asm_.span = can_span && mode == kSpanned;
+    // The padded copy: the tiles read a copy of the input padded on every side,
+    // so no tile is an edge tile and every pair of rows can take a two-row
+    // tile; it costs one pass over the input per run.
+    asm_.pad_copy = padded(g) && mode != kInPlace;
+    asm_.w_prefetch = !k.w_prefetch_choice || routine_param(params, "w_prefetch", default_w_prefetch(g, asm_.span)) != 0;
     // Two-row tiles (asm2r_ocb blocks x 2 rows of ow <= 7 pixels) when ow_tile asks for
     // both rows. Without the padded copy they need rows whose tile runs in place
     // (only its first and last columns outside the input), and only pairs of
-    // rows that see the same kernel rows take them (run()).
-    // (A flat plane is walked as runs of pixels: no rows.)
-    rows2_ = use_asm_ && ocb == k.asm2r_ocb && !flat_ && !span_ && (pad_copy_ || rows_in_place(g_, v_)) && g_.oh >= 2 && g_.ow <= conv::kMaxAsm2rW &&
-             want_w >= 2 * g_.ow;
-    if (rows2_) cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
-    // Which rows pair with the next: any with the padded copy, else those
-    // seeing the same kernel rows.
-    if (rows2_)
-      pair_next_ = pad_copy_ ? std::vector<char>(static_cast<std::size_t>(g_.oh - 1), 1) : same_kernel_rows(g_);
+    // rows that see the same kernel rows take them. (A flat plane is walked as
+    // runs of pixels: no rows.)
+    asm_.rows2 = cfg_.ocb == k.asm2r_ocb && !flat_ && !asm_.span && (asm_.pad_copy || rows_in_place(g, v)) &&
+                 g.oh >= 2 && g.ow <= conv::kMaxAsm2rW && want_w >= 2 * g.ow;
+    if (!asm_.rows2) return;
+    cfg_.ohb += cfg_.ohb % 2;  // tasks of whole row pairs
+    // Which rows pair with the next: any with the padded copy, else those seeing the same kernel rows.
+    asm_.pair_next = asm_.pad_copy ? std::vector<char>(static_cast<std::size_t>(g.oh - 1), 1) : same_kernel_rows(g);
+  }
 
-    // Weights: [og][icb][kh][kw][ic < ics][ocb][oc], and the bias by blocks: the
-    // model's, shared by every session and shape (they depend on the channels only).
-    const Blob& w = layer.weight("weight");
-    const float* wd = w.data_as<float>();
-    const int64_t ogs = ocb_total_ / ocb;
-    w_icb_ = taps * ics_ * ocb * v_;
-    w_og_ = icbg_ * w_icb_;
-    const std::size_t weight_floats = static_cast<std::size_t>(ogs * w_og_), bias_floats = static_cast<std::size_t>(ocb_total_ * v_);
+  /// first_asm_row's tiling, the same for every row. A remainder with fewer
+  /// accumulators than hide the FMA latency (2 ports x 4 cycles) shares the
+  /// last full tile's pixels (VGG16's 224 = 37 x 6 + 2 -> 36 x 6 + 4 + 4).
+  void plan_first_row(int oi) {
+    const Window2d& g = geo_.g;
+    const int tw = tw_;
+    const int64_t rem = g.ow % tw;
+    first_.full = g.ow / tw;
+    first_.tail[0] = static_cast<int>(rem);
+    if (first_.full > 0 && rem > 0 && cfg_.ocb * rem < 8) {
+      --first_.full;
+      first_.tail[0] = static_cast<int>((tw + rem + 1) / 2);
+      first_.tail[1] = static_cast<int>((tw + rem) / 2);
+    }
+    // The full tiles inside the input's columns are consecutive: one run per row.
+    while (first_.run_lo < first_.full && !first_inner(first_.run_lo * tw, tw)) ++first_.run_lo;
+    first_.run_hi = first_.run_lo;
+    while (first_.run_hi < first_.full && first_inner(first_.run_hi * tw, tw)) ++first_.run_hi;
+    if (g.kh == 3 && g.kw == 3) first_.run = k_.asm_first_run[oi][g.sw - 1][tw];
+  }
+
+  struct Packed {
+    cpu::AlignedFloats weight, bias;
+  };
+
+  /// The weights as [og][icb][kh][kw][ic < ics][ocb][oc], and the bias by
+  /// blocks: the model's, shared by every session and shape (they depend on
+  /// the channels only).
+  std::shared_ptr<const Packed> pack(const LayerInfo& info, int ocb) const {
+    const Layer& layer = *info.layer;
+    const Window2d& g = geo_.g;
+    const int64_t v = geo_.v, taps = g.kh * g.kw, ics = geo_.ics;
+    const int64_t icg = geo_.icg, ocg = geo_.ocg, icbg = geo_.icbg, ocbg = geo_.ocbg;
+    const int64_t ogs = geo_.ocb_total / ocb;
+    const int64_t w_icb = geo_.w_icb, w_og = geo_.w_og;
+    const std::size_t weight_floats = static_cast<std::size_t>(ogs * w_og),
+                      bias_floats = static_cast<std::size_t>(geo_.ocb_total * v);
     auto save = [](const Packed& pw) {
       return core::pack_arrays({core::array_bytes(pw.weight.data(), pw.weight.size()), core::array_bytes(pw.bias.data(), pw.bias.size())});
     };
@@ -297,290 +482,200 @@ class PreparedDirect final : public PreparedRoutine {
       pw.bias = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[1]), bias_floats);
       return pw;
     };
-    weights_ = prepared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v_, ics_), [&] {
+    auto make = [&] {
+      const float* wd = layer.weight("weight").data_as<float>();
       Packed pw;
-      pw.weight.assign(static_cast<std::size_t>(ogs * w_og_), 0.0f);
+      pw.weight.assign(weight_floats, 0.0f);
       for (int64_t og = 0; og < ogs; ++og)
         for (int64_t j = 0; j < ocb; ++j)
-          for (int64_t oc = 0; oc < v_; ++oc) {
-            const int64_t ob = og * ocb + j;                          // global oc block
-            const int64_t gi = g_.group == 1 ? 0 : ob / ocbg_;        // its group
-            const int64_t o = g_.group == 1 ? ob * v_ + oc : gi * ocg_ + (ob % ocbg_) * v_ + oc;
-            if ((g_.group == 1 ? ob * v_ + oc : (ob % ocbg_) * v_ + oc) >= ocg_) continue;
-            for (int64_t ib = 0; ib < icbg_; ++ib)
-              for (int64_t ic = 0; ic < ics_; ++ic) {
-                const int64_t i = ib * ics_ + ic;
-                if (i >= icg_) continue;
+          for (int64_t oc = 0; oc < v; ++oc) {
+            const int64_t ob = og * ocb + j;                    // global oc block
+            const int64_t gi = g.group == 1 ? 0 : ob / ocbg;    // its group
+            const int64_t o = g.group == 1 ? ob * v + oc : gi * ocg + (ob % ocbg) * v + oc;
+            if ((g.group == 1 ? ob * v + oc : (ob % ocbg) * v + oc) >= ocg) continue;
+            for (int64_t ib = 0; ib < icbg; ++ib)
+              for (int64_t ic = 0; ic < ics; ++ic) {
+                const int64_t i = ib * ics + ic;
+                if (i >= icg) continue;
                 for (int64_t t = 0; t < taps; ++t)
-                  pw.weight[og * w_og_ + ib * w_icb_ + t * (ics_ * ocb * v_) + ic * ocb * v_ + j * v_ + oc] =
-                      wd[(o * icg_ + i) * taps + t];
+                  pw.weight[og * w_og + ib * w_icb + t * (ics * ocb * v) + ic * ocb * v + j * v + oc] =
+                      wd[(o * icg + i) * taps + t];
               }
           }
-      pw.bias.assign(static_cast<std::size_t>(ocb_total_ * v_), 0.0f);
+      pw.bias.assign(bias_floats, 0.0f);
       if (const Blob* b = layer.find_weight("bias"))
-        for (int64_t o = 0; o < g_.oc; ++o) {
+        for (int64_t o = 0; o < g.oc; ++o) {
           // Output channel o sits at block (o / ocg) * ocbg + (o % ocg) / v, lane (o % ocg) % v.
-          const int64_t gi = o / ocg_, r = o % ocg_;
-          pw.bias[(gi * ocbg_ + r / v_) * v_ + r % v_] = b->data_as<float>()[o];
+          const int64_t gi = o / ocg, r = o % ocg;
+          pw.bias[(gi * ocbg + r / v) * v + r % v] = b->data_as<float>()[o];
         }
       return pw;
-    }, save, load);
-    // nhwc RGB first layers: the assembly first-layer tiles, which
-    // apply bias and relu/clip themselves (other activations: the intrinsics).
-    first_asm_ = nhwc_ && g_.c == 3 && k.asm_first[oi][0][1] && (g_.sw == 1 || g_.sw == 2) && g_.kh <= 64 &&
-                 (ep_.act == cpu::gemm::Act::none || ep_.act == cpu::gemm::Act::relu || ep_.act == cpu::gemm::Act::clip);
-    if (first_asm_) {
-      asm_w_ = static_cast<int>(std::min<int64_t>(want_w, k.asm_max_w[oi]));
-      // first_row's tiling, the same for every row. A remainder with fewer
-      // accumulators than hide the FMA latency (2 ports x 4 cycles) shares the
-      // last full tile's pixels (VGG16's 224 = 37 x 6 + 2 -> 36 x 6 + 4 + 4).
-      const int tw = asm_w_;
-      const int64_t rem = g_.ow % tw;
-      first_full_ = g_.ow / tw;
-      first_tail_[0] = static_cast<int>(rem);
-      if (first_full_ > 0 && rem > 0 && cfg_.ocb * rem < 8) {
-        --first_full_;
-        first_tail_[0] = static_cast<int>((tw + rem + 1) / 2);
-        first_tail_[1] = static_cast<int>((tw + rem) / 2);
-      }
-      // The full tiles inside the input's columns are consecutive: one run per row.
-      while (first_run_lo_ < first_full_ && !first_inner(first_run_lo_ * tw, tw)) ++first_run_lo_;
-      first_run_hi_ = first_run_lo_;
-      while (first_run_hi_ < first_full_ && first_inner(first_run_hi_ * tw, tw)) ++first_run_hi_;
-      if (g_.kh == 3 && g_.kw == 3) first_run_ = k.asm_first_run[oi][g_.sw - 1][tw];
-    }
-
-    hp_ = g_.h + g_.pt + g_.pb;
-    wp_ = g_.w + g_.pl + g_.pr;
-    // A first layer (3 channels): the padded copy keeps kNarrowPx floats per
-    // pixel instead of a whole zero-padded vector, and the kernels skip the
-    // padded channels (4x less to copy and to read, 5x fewer FMAs than V=16).
-    px_ = narrow_ ? conv::kNarrowPx : v_;
-    // Reads of a tile past the row end (the last tile of a row) stay inside the buffer.
-    slack_ = (int64_t(cfg_.w) * g_.sw + (g_.kw - 1) * g_.dw + 1) * px_ + wp_ * px_;
-    pad_floats_ = g_.n * icb_total_ * hp_ * wp_ * px_;
-    // nhwc (first layers only, supports()): the input is already compact (C
-    // floats per pixel), read in place by the first_nhwc kernels (edge tiles
-    // from a zero-padded patch); the output written OC floats per pixel.
-    copy_ = (narrow_ && !nhwc_) || pad_copy_ || compact_;
-    y_px_ = nhwc_ ? g_.oc : v_;
+    };
+    return prepared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v, ics), make, save, load);
   }
 
-  std::size_t workspace_bytes() const override { return copy_ ? sizeof(float) * (pad_floats_ + slack_) : 0; }
-
-  void run(const RunArgs& args) override {
+  /// The input copied into the workspace as copy_ describes it (rows of the
+  /// padding made explicit, or compact's pixels), slack zeros after it.
+  const float* copy_input(const RunArgs& args) const {
+    const Window2d& g = geo_.g;
+    const int64_t v = geo_.v;
     const float* x = args.inputs[0]->data_as<float>();
-    float* y = args.outputs[0]->data_as<float>();
-    const int64_t v = v_;
-    // The narrow kernels (a blocked first layer) read a compact copy with the
-    // padding made explicit; the others read the input itself, skipping kernel
-    // rows outside it and reading zeros for columns outside it (edge kernels).
-    const float* src = x;
-    int64_t px = nhwc_ ? g_.c : v, row_len = g_.w * px, plane_in = g_.h * row_len, top = g_.pt, left = g_.pl;
-    if (copy_) {
-      float* xp = static_cast<float*>(args.workspace);
-      px = px_;
-      row_len = wp_ * px;
-      plane_in = hp_ * row_len;
-      top = left = 0;
-      const int64_t rows = g_.n * icb_total_ * hp_, row_in = g_.w * v;
-      auto pad_rows = [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          const int64_t ih = r % hp_ - g_.pt, plane = r / hp_;
-          float* d = xp + r * row_len;
-          if (compact_) {  // the pixels of input row ih * sh a strided 1x1 convolution reads
-            const float* from = x + ((plane * src_h_ + ih * src_sh_) * src_w_) * v;
-            for (int64_t iw = 0; iw < g_.w; ++iw) std::memcpy(d + iw * v, from + iw * src_sw_ * v, sizeof(float) * v);
-            continue;
-          }
-          if (ih < 0 || ih >= g_.h) {
-            std::memset(d, 0, sizeof(float) * row_len);
-            continue;
-          }
-          std::memset(d, 0, sizeof(float) * g_.pl * px);
-          const float* from = x + (plane * g_.h + ih) * row_in;
-          float* dp = d + g_.pl * px;
-          if (px == v)
-            std::memcpy(dp, from, sizeof(float) * row_in);
-          else
-            for (int64_t iw = 0; iw < g_.w; ++iw)
-              for (int64_t c = 0; c < px; ++c) dp[iw * px + c] = c < icg_ ? from[iw * v + c] : 0.0f;
-          std::memset(d + (g_.pl + g_.w) * px, 0, sizeof(float) * g_.pr * px);
+    float* xp = static_cast<float*>(args.workspace);
+    const int64_t rows = g.n * geo_.icb_total * copy_.hp, row_in = g.w * v, px = copy_.px, row_len = copy_.wp * copy_.px;
+    auto pad_rows = [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t ih = r % copy_.hp - g.pt, plane = r / copy_.hp;
+        float* d = xp + r * row_len;
+        if (copy_.compact) {  // the pixels of input row ih * sh a strided 1x1 convolution reads
+          const float* from = x + ((plane * copy_.src_h + ih * copy_.src_sh) * copy_.src_w) * v;
+          for (int64_t iw = 0; iw < g.w; ++iw) std::memcpy(d + iw * v, from + iw * copy_.src_sw * v, sizeof(float) * v);
+          continue;
         }
-      };
-      if (args.pool) args.pool->parallel_for(rows, 16, pad_rows);
-      else pad_rows(0, rows);
-      std::memset(xp + pad_floats_, 0, sizeof(float) * slack_);
-      src = xp;
-    }
-    const int64_t h_in = copy_ ? hp_ : g_.h, w_in = copy_ ? wp_ : g_.w;
+        if (ih < 0 || ih >= g.h) {
+          std::memset(d, 0, sizeof(float) * row_len);
+          continue;
+        }
+        std::memset(d, 0, sizeof(float) * g.pl * px);
+        const float* from = x + (plane * g.h + ih) * row_in;
+        float* dp = d + g.pl * px;
+        if (px == v)
+          std::memcpy(dp, from, sizeof(float) * row_in);
+        else
+          for (int64_t iw = 0; iw < g.w; ++iw)
+            for (int64_t c = 0; c < px; ++c) dp[iw * px + c] = c < geo_.icg ? from[iw * v + c] : 0.0f;
+        std::memset(d + (g.pl + g.w) * px, 0, sizeof(float) * g.pr * px);
+      }
+    };
+    if (args.pool) args.pool->parallel_for(rows, 16, pad_rows);
+    else pad_rows(0, rows);
+    std::memset(xp + copy_.floats, 0, sizeof(float) * copy_.slack);
+    return xp;
+  }
 
-    // Tiles.
-    const int ocb = cfg_.ocb, tw = use_asm_ || first_asm_ ? asm_w_ : cfg_.w;
+  /// The input a run's tiles read: the layer's own, or (copy_) the copy made
+  /// in the workspace now; and the walk over the output rows.
+  Walk walk_of(const RunArgs& args) const {
+    const Window2d& g = geo_.g;
+    const int64_t v = geo_.v;
+    const bool nhwc = mode_ == Mode::first_asm || mode_ == Mode::first_tiles;
+    const float* x = args.inputs[0]->data_as<float>();
+    Walk wk;
+    Input& in = wk.in;
+    in.x = x;
+    in.px = nhwc ? g.c : v;
+    in.row_len = g.w * in.px;
+    in.plane_in = g.h * in.row_len;
+    in.top = g.pt;
+    in.left = g.pl;
+    in.h_in = g.h;
+    in.w_in = g.w;
+    if (copy_.used) {
+      in.x = copy_input(args);
+      in.px = copy_.px;
+      in.row_len = copy_.wp * copy_.px;
+      in.plane_in = copy_.hp * in.row_len;
+      in.top = in.left = 0;
+      in.h_in = copy_.hp;
+      in.w_in = copy_.wp;
+    }
     // A flat plane is walked as "rows" of tw pixels, so tiles span image rows (a
     // 7x7 plane takes 14-pixel tiles) and only the plane's last tile is partial;
     // so is a spanned one (input_mode 2), whose rows in the input stay apart.
-    const bool flat = flat_ || span_;
-    const int64_t pixels = g_.oh * g_.ow;
-    const int64_t oh_n = flat ? (pixels + tw - 1) / tw : g_.oh;        // rows walked
-    const int64_t ow_n = flat ? tw : g_.ow;                            // pixels per row walked
-    const int64_t row_in = flat_ && !span_ ? tw * v : row_len, h_walk = flat_ ? oh_n : h_in;
+    wk.tw = tw_;
+    wk.flat = flat_ || asm_.span;
+    wk.pixels = g.oh * g.ow;
+    wk.oh_n = wk.flat ? (wk.pixels + tw_ - 1) / tw_ : g.oh;
+    wk.ow_n = wk.flat ? tw_ : g.ow;
+    wk.row_in = flat_ && !asm_.span ? tw_ * v : in.row_len;
+    // Output: oc blocks y_ocb apart, pixels y_px apart; blocked [n][ocb][OH][OW][V], nhwc [n][OH][OW][OC].
+    wk.plane_out = g.oh * g.ow * v;
+    wk.y_ocb = nhwc ? v : wk.plane_out;
+    return wk;
+  }
+
+  /// Tasks over (image, group of ocb output blocks, block of rows) on the pool;
+  /// in each, the input-channel passes outermost (a pass's weights are reused
+  /// by every row of the task), then its rows, each one call of row_fn.
+  template <class RowFn>
+  void walk(const RunArgs& args, const Walk& wk, const RowFn& row_fn) const {
+    const Window2d& g = geo_.g;
+    const int64_t v = geo_.v;
+    const bool nhwc = mode_ == Mode::first_asm || mode_ == Mode::first_tiles;
+    const int ocb = cfg_.ocb;
+    float* y = args.outputs[0]->data_as<float>();
     // Rows holding input: kernel rows outside them are skipped (the padded copy's
     // zero rows too, except where a two-row tile's other row needs that kernel row).
-    const int64_t in_lo = pad_copy_ ? g_.pt : 0, in_hi = pad_copy_ ? g_.pt + g_.h : h_walk;
+    const int64_t h_walk = flat_ ? wk.oh_n : wk.in.h_in;
+    const int64_t in_lo = asm_.pad_copy ? g.pt : 0, in_hi = asm_.pad_copy ? g.pt + g.h : h_walk;
     // task_order 1 with oh_block 0: a block of rows per thread, each for every OC group.
     int64_t ohb = cfg_.ohb;
     if (cfg_.rows_outer && cfg_.all_rows) {
       const int64_t threads = args.pool ? args.pool->num_threads() : 1;
-      ohb = (oh_n + threads - 1) / threads;
-      if (rows2_) ohb += ohb % 2;
+      ohb = (wk.oh_n + threads - 1) / threads;
+      if (asm_.rows2) ohb += ohb % 2;
     }
-    const int64_t ogs = ocb_total_ / ocb, rbs = (oh_n + ohb - 1) / ohb, items = g_.n * ogs * rbs;
-    const conv::DirectFn fn =
-        (nhwc_ ? (g_.c == 3 ? k_.first_nhwc_rgb : k_.first_nhwc) : narrow_ ? k_.narrow : pointwise_ ? k_.pointwise : k_.direct)[cfg_.tile][stride_idx_];
-    const conv::DirectFn fn_edge = narrow_ ? fn : k_.direct_edge[cfg_.tile][stride_idx_];
-    // Output: oc blocks y_ocb apart, pixels y_px apart; blocked [n][ocb][OH][OW][V], nhwc [n][OH][OW][OC].
-    const int64_t plane_out = g_.oh * g_.ow * v, y_px = y_px_, y_ocb = nhwc_ ? v : plane_out;
+    const int64_t ogs = geo_.ocb_total / ocb, rbs = (wk.oh_n + ohb - 1) / ohb, items = g.n * ogs * rbs;
     alignas(64) static const float zeros[16] = {};
     auto body = [&](int64_t b, int64_t e) {
-      alignas(64) float tmp[4 * 32 * 16];
-      alignas(64) float patch[kPatchFloats];  // nhwc: an edge tile's input, zero-padded
       for (int64_t it = b; it < e; ++it) {
         const int64_t rb = cfg_.rows_outer ? it / ogs % rbs : it % rbs;
         const int64_t og = cfg_.rows_outer ? it % ogs : it / rbs % ogs, n = it / rbs / ogs;
-        const int64_t oh_begin = rb * ohb, oh_end = std::min(oh_n, oh_begin + ohb);
+        const int64_t oh_begin = rb * ohb, oh_end = std::min(wk.oh_n, oh_begin + ohb);
         const int64_t ob0 = og * ocb;
-        const int64_t gi = g_.group == 1 ? 0 : ob0 / ocbg_;
-        const int64_t icb0 = g_.group == 1 ? 0 : gi * icbg_;
-        int valid_last = static_cast<int>(v);
-        if (g_.group == 1) valid_last = static_cast<int>(std::min<int64_t>(v, g_.oc - (ob0 + ocb - 1) * v));
-        conv::DirectTile t;
-        t.x_icb = plane_in;
-        t.x_row = row_in;
-        t.w_icb = w_icb_;
-        t.kw = static_cast<int>(g_.kw);
-        t.dh = static_cast<int>(g_.dh);
-        t.dw = static_cast<int>(g_.dw);
-        t.sw = static_cast<int>(g_.sw);
+        const int64_t gi = g.group == 1 ? 0 : ob0 / geo_.ocbg;
+        const int64_t icb0 = g.group == 1 ? 0 : gi * geo_.icbg;
+        Row r;
+        conv::DirectTile& t = r.t;
+        t.valid_last = static_cast<int>(v);
+        if (g.group == 1) t.valid_last = static_cast<int>(std::min<int64_t>(v, g.oc - (ob0 + ocb - 1) * v));
+        t.x_icb = wk.in.plane_in;
+        t.x_row = wk.row_in;
+        t.w_icb = geo_.w_icb;
+        t.kw = static_cast<int>(g.kw);
+        t.dh = static_cast<int>(g.dh);
+        t.dw = static_cast<int>(g.dw);
+        t.sw = static_cast<int>(g.sw);
         t.bias = weights_->bias.data() + ob0 * v;
-        t.valid_last = valid_last;
-        t.ic_valid = static_cast<int>(icg_);  // read by the narrow kernels only
-        t.x_px = px;
-        t.y_px = y_px;
+        t.ic_valid = static_cast<int>(geo_.icg);  // read by the narrow kernels only
+        t.x_px = wk.in.px;
+        t.y_px = geo_.y_px;
         t.zeros = zeros;
-        // Input-channel passes outermost: a pass's weights are reused by every row of the task.
-        for (int64_t ic0 = 0; ic0 < icbg_; ic0 += cfg_.icb) {
-          t.icbs = std::min(cfg_.icb, icbg_ - ic0);
+        r.oh_end = oh_end;
+        for (int64_t ic0 = 0; ic0 < geo_.icbg; ic0 += cfg_.icb) {
+          t.icbs = std::min(cfg_.icb, geo_.icbg - ic0);
           t.load_y = ic0 > 0;
-          t.last = ic0 + cfg_.icb >= icbg_;
-          t.w = weights_->weight.data() + og * w_og_ + ic0 * w_icb_;
+          t.last = ic0 + cfg_.icb >= geo_.icbg;
+          t.w = weights_->weight.data() + og * geo_.w_og + ic0 * geo_.w_icb;
           // Channels of the last block, in steps of 4 (only the pass holding it).
-          const int last_steps = t.last ? static_cast<int>((icg_ - (icbg_ - 1) * v + 3) / 4) : static_cast<int>(v / 4);
+          r.last_steps = t.last ? static_cast<int>((geo_.icg - (geo_.icbg - 1) * v + 3) / 4) : static_cast<int>(v / 4);
           // Pairs first, then single rows: a pass's first call reads its weights from
           // L3 on layers with many channels, and a pair gives each weight twice the
           // FMAs of a row (ResNet50's 512 s2@14: its top row, 2 of 3 kernel rows, took
           // as long as a pair when it came first).
-          for (int sweep = rows2_ ? 0 : 1; sweep < 2; ++sweep) {
-            // Flat: the task's rows walked are one run of pixels (one call of the row driver).
-            for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += flat ? oh_end - oh_begin : rows) {
-              // A pair: two rows sharing a two-row tile (pair_next_).
-              rows = rows2_ && oh + 1 < oh_end && pair_next_[static_cast<std::size_t>(oh)] ? 2 : 1;
+          for (int sweep = asm_.rows2 ? 0 : 1; sweep < 2; ++sweep) {
+            // Flat: the task's rows walked are one run of pixels (one call of the row function).
+            for (int64_t oh = oh_begin, rows = 1; oh < oh_end; oh += wk.flat ? oh_end - oh_begin : rows) {
+              rows = asm_.rows2 && oh + 1 < oh_end && asm_.pair_next[static_cast<std::size_t>(oh)] ? 2 : 1;
               if ((rows == 2) != (sweep == 0)) continue;
               // Kernel rows inside the input: [kh0, kh1) (of either row of a pair).
               // (A spanned run: all of them, its input without edges.)
-              const int64_t ih0 = span_ ? 0 : oh * g_.sh - top;
-              const auto [kh0, kh1] = span_ ? std::pair<int64_t, int64_t>{0, g_.kh}
-                                            : kernel_rows(g_, oh, oh + rows - 1, top, in_lo, in_hi);
+              const int64_t ih0 = asm_.span ? 0 : oh * g.sh - wk.in.top;
+              const auto [kh0, kh1] = asm_.span ? std::pair<int64_t, int64_t>{0, g.kh}
+                                                : kernel_rows(g, oh, oh + rows - 1, wk.in.top, in_lo, in_hi);
+              r.oh = oh;
+              r.rows = rows;
+              r.kh0 = kh0;
+              r.kh1 = kh1;
               t.kh0 = static_cast<int>(kh0);
               t.kh = static_cast<int>(kh1);
-              const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g_.dh : 0;  // never read when no row is inside
-              const float* xrow = src + (n * icb_total_ + icb0 + ic0) * plane_in + ih_first * row_in;
-              float* yrow = nhwc_ ? y + (n * g_.oh + oh) * g_.ow * y_px + ob0 * v
-                                  : y + (n * ocb_total_ + ob0) * plane_out + (span_ ? 0 : oh * ow_n * v);
+              const int64_t ih_first = kh0 < kh1 ? ih0 + kh0 * g.dh : 0;  // never read when no row is inside
+              r.x = wk.in.x + (n * geo_.icb_total + icb0 + ic0) * wk.in.plane_in + ih_first * wk.row_in;
+              r.y = nhwc ? y + (n * g.oh + oh) * g.ow * geo_.y_px + ob0 * v
+                         : y + (n * geo_.ocb_total + ob0) * wk.plane_out + (asm_.span ? 0 : oh * wk.ow_n * v);
               // Flat: the run ends at the plane's end (the last tile may be partial; past it, zeros).
-              const int64_t row_w = flat ? std::min<int64_t>((oh_end - oh) * tw, pixels - oh * tw) : ow_n;
-              t.w_in = flat_ ? row_w : w_in;
-              if (first_asm_) {
-                first_row(xrow, t.w + kh0 * g_.kw * (3 * ocb * v), yrow, static_cast<int>(kh1 - kh0), t.bias, row_in);
-                continue;
-              }
-              if (use_asm_) {
-                conv::AsmRow r;
-                r.x = xrow;
-                r.w = t.w + kh0 * g_.kw * (v * ocb * v);
-                r.y = yrow;
-                r.icbs = t.icbs;
-                r.x_icb = plane_in;
-                r.x_row = row_in;
-                r.w_icb = w_icb_;
-                r.y_ocb = plane_out;
-                r.ow = row_w;
-                r.w_in = t.w_in;
-                r.ocb = ocb;
-                r.tw = tw;
-                r.kh_n = static_cast<int>(kh1 - kh0);
-                r.kw = t.kw;
-                r.dh = t.dh;
-                r.dw = t.dw;
-                r.sw = t.sw;
-                r.pl = static_cast<int>(left);
-                r.load_y = t.load_y;
-                r.last = t.last;
-                r.bias = t.bias;
-                r.valid_last = valid_last;
-                r.last_steps = last_steps;
-                r.rows = static_cast<int>(rows);
-                r.w_prefetch = w_prefetch_;
-                r.x_row2 = g_.sh * row_in;
-                r.y_row = ow_n * v;
-                r.span_ow = span_ ? g_.ow : 0;
-                r.span_px = pixels;
-                r.span_tiles = oh_n;
-                r.tile0 = oh;
-                r.tile1 = oh_end;
-                k_.asm_row(r, ep_);
-                continue;
-              }
-              for (int64_t ow0 = 0; ow0 < row_w; ow0 += tw) {
-                const int64_t col0 = ow0 * g_.sw - left;
-                t.col0 = col0;
-                t.x = xrow + col0 * px;
-                t.x_row = row_in;  // an nhwc edge tile's patch changes these
-                t.dh = static_cast<int>(g_.dh);
-                const int64_t wcur = std::min<int64_t>(tw, row_w - ow0);
-                // Any tap of the tile's tw pixels outside the input's columns?
-                const bool edge = col0 < 0 || (ow0 + tw - 1) * g_.sw - left + (g_.kw - 1) * g_.dw >= t.w_in;
-                const conv::DirectFn f = edge ? fn_edge : fn;
-                if (nhwc_ && edge) {
-                  const int64_t span = (tw - 1) * g_.sw + g_.kw;
-                  fill_patch(xrow, row_in, static_cast<int>(kh1 - kh0), col0, span, patch);
-                  t.x = patch;
-                  t.x_row = span * g_.c;
-                  t.dh = 1;
-                }
-                if (wcur == tw) {
-                  t.y = yrow + ow0 * y_px;
-                  t.y_ocb = y_ocb;
-                  t.y_px = y_px;
-                  f(t, ep_);
-                  continue;
-                }
-                // The row's last, narrower tile: through a stack tile ([ocb][tw][V]).
-                t.y = tmp;
-                t.y_ocb = tw * v;
-                t.y_px = v;
-                auto copy = [&](bool out) {
-                  for (int j = 0; j < ocb; ++j)
-                    for (int64_t i = 0; i < wcur; ++i) {
-                      float* yp = yrow + j * y_ocb + (ow0 + i) * y_px;
-                      float* tp = tmp + (j * tw + i) * v;
-                      std::memcpy(out ? yp : tp, out ? tp : yp, sizeof(float) * v);
-                    }
-                };
-                if (t.load_y) copy(false);
-                f(t, ep_);
-                copy(true);
-              }
+              r.row_w = wk.flat ? std::min<int64_t>((oh_end - oh) * wk.tw, wk.pixels - oh * wk.tw) : wk.ow_n;
+              t.w_in = flat_ ? r.row_w : wk.in.w_in;
+              row_fn(wk, r);
             }
           }
         }
@@ -590,16 +685,108 @@ class PreparedDirect final : public PreparedRoutine {
     else body(0, items);
   }
 
- private:
+  /// Mode::asm_rows: the row (a pair, a spanned run) in the assembly tiles' row driver.
+  void asm_row(const Walk& wk, const Row& row) const {
+    const Window2d& g = geo_.g;
+    const conv::DirectTile& t = row.t;
+    conv::AsmRow r;
+    r.x = row.x;
+    r.w = t.w + row.kh0 * g.kw * (geo_.v * cfg_.ocb * geo_.v);
+    r.y = row.y;
+    r.icbs = t.icbs;
+    r.x_icb = wk.in.plane_in;
+    r.x_row = wk.row_in;
+    r.w_icb = geo_.w_icb;
+    r.y_ocb = wk.plane_out;
+    r.ow = row.row_w;
+    r.w_in = t.w_in;
+    r.ocb = cfg_.ocb;
+    r.tw = wk.tw;
+    r.kh_n = static_cast<int>(row.kh1 - row.kh0);
+    r.kw = t.kw;
+    r.dh = t.dh;
+    r.dw = t.dw;
+    r.sw = t.sw;
+    r.pl = static_cast<int>(wk.in.left);
+    r.load_y = t.load_y;
+    r.last = t.last;
+    r.bias = t.bias;
+    r.valid_last = t.valid_last;
+    r.last_steps = row.last_steps;
+    r.rows = static_cast<int>(row.rows);
+    r.w_prefetch = asm_.w_prefetch;
+    r.x_row2 = g.sh * wk.row_in;
+    r.y_row = wk.ow_n * geo_.v;
+    r.span_ow = asm_.span ? g.ow : 0;
+    r.span_px = wk.pixels;
+    r.span_tiles = wk.oh_n;
+    r.tile0 = row.oh;
+    r.tile1 = row.oh_end;
+    k_.asm_row(r, ep_);
+  }
+
+  /// Mode::first_tiles, narrow, tiles: the row in intrinsic tiles of tw pixels,
+  /// edge kernels (nhwc: a zero-padded patch) where a tile's taps leave the
+  /// input's columns, the row's narrower last tile through a stack tile.
+  void tile_row(const Walk& wk, const Row& row) const {
+    const Window2d& g = geo_.g;
+    const int64_t v = geo_.v, tw = wk.tw, y_px = geo_.y_px;
+    const int ocb = cfg_.ocb;
+    alignas(64) float tmp[4 * 32 * 16];
+    alignas(64) float patch[kPatchFloats];  // nhwc: an edge tile's input, zero-padded
+    conv::DirectTile t = row.t;
+    for (int64_t ow0 = 0; ow0 < row.row_w; ow0 += tw) {
+      const int64_t col0 = ow0 * g.sw - wk.in.left;
+      t.col0 = col0;
+      t.x = row.x + col0 * wk.in.px;
+      t.x_row = wk.row_in;  // an nhwc edge tile's patch changes these
+      t.dh = static_cast<int>(g.dh);
+      const int64_t wcur = std::min<int64_t>(tw, row.row_w - ow0);
+      // Any tap of the tile's tw pixels outside the input's columns?
+      const bool edge = col0 < 0 || (ow0 + tw - 1) * g.sw - wk.in.left + (g.kw - 1) * g.dw >= t.w_in;
+      const conv::DirectFn f = edge ? edge_fn_ : tile_fn_;
+      if (mode_ == Mode::first_tiles && edge) {
+        const int64_t span = (tw - 1) * g.sw + g.kw;
+        fill_patch(row.x, wk.row_in, static_cast<int>(row.kh1 - row.kh0), col0, span, patch);
+        t.x = patch;
+        t.x_row = span * g.c;
+        t.dh = 1;
+      }
+      if (wcur == tw) {
+        t.y = row.y + ow0 * y_px;
+        t.y_ocb = wk.y_ocb;
+        t.y_px = y_px;
+        f(t, ep_);
+        continue;
+      }
+      // The row's last, narrower tile: through a stack tile ([ocb][tw][V]).
+      t.y = tmp;
+      t.y_ocb = tw * v;
+      t.y_px = v;
+      auto copy = [&](bool out) {
+        for (int j = 0; j < ocb; ++j)
+          for (int64_t i = 0; i < wcur; ++i) {
+            float* yp = row.y + j * wk.y_ocb + (ow0 + i) * y_px;
+            float* tp = tmp + (j * tw + i) * v;
+            std::memcpy(out ? yp : tp, out ? tp : yp, sizeof(float) * v);
+          }
+      };
+      if (t.load_y) copy(false);
+      f(t, ep_);
+      copy(true);
+    }
+  }
+
   /// nhwc: an edge tile's input as a zero-padded patch [rows][span][C]: the
   /// columns [col0, col0 + span) of `rows` kernel rows from x (rows dh apart,
   /// row_in floats each), zeros outside the input.
   void fill_patch(const float* x, int64_t row_in, int rows, int64_t col0, int64_t span, float* patch) const {
     // nhwc: a row's pixels are contiguous, so per row zeros | a copy | zeros.
-    const int64_t c = g_.c;
-    const int64_t lo = std::clamp<int64_t>(-col0, 0, span), hi = std::clamp<int64_t>(g_.w - col0, lo, span);
+    const Window2d& g = geo_.g;
+    const int64_t c = g.c;
+    const int64_t lo = std::clamp<int64_t>(-col0, 0, span), hi = std::clamp<int64_t>(g.w - col0, lo, span);
     for (int r = 0; r < rows; ++r) {
-      const float* from = x + r * g_.dh * row_in + (col0 + lo) * c;
+      const float* from = x + r * g.dh * row_in + (col0 + lo) * c;
       float* to = patch + r * span * c;
       std::fill(to, to + lo * c, 0.0f);
       std::copy(from, from + (hi - lo) * c, to + lo * c);
@@ -610,40 +797,44 @@ class PreparedDirect final : public PreparedRoutine {
   /// Whether a first-layer tile of wcur pixels from output column ow0 reads only
   /// columns inside the input (else an edge tile: a zero-padded patch).
   bool first_inner(int64_t ow0, int wcur) const {
-    const int64_t col0 = ow0 * g_.sw - g_.pl;
-    return col0 >= 0 && col0 + (wcur - 1) * g_.sw + g_.kw <= g_.w;
+    const Window2d& g = geo_.g;
+    const int64_t col0 = ow0 * g.sw - g.pl;
+    return col0 >= 0 && col0 + (wcur - 1) * g.sw + g.kw <= g.w;
   }
 
-  /// One output row of an nhwc RGB first layer in assembly tiles (first_asm_):
-  /// x at the first kernel row read (rows of row_in floats, dh apart), w the
-  /// weights from that row, rows read: kh_n; tiles of asm_w_ pixels as planned
-  /// in the constructor (first_full_, first_tail_); edge tiles read a zero-padded
-  /// patch. A row reading all 3 rows of a 3x3 kernel takes its inner tiles in
-  /// one run (first_run_).
-  void first_row(const float* x, const float* w, float* y, int kh_n, const float* bias, int64_t row_in) const {
-    const int oi = conv::ocb_index(cfg_.ocb), si = static_cast<int>(g_.sw) - 1, tw = asm_w_;
-    const int64_t c = 3;
+  /// Mode::first_asm: one output row of an nhwc RGB first layer in assembly
+  /// tiles, as plan_first_row planned them: the row's x at the first kernel row
+  /// read, kernel rows read kh1 - kh0; edge tiles read a zero-padded patch. A
+  /// row reading all 3 rows of a 3x3 kernel takes its inner tiles in one run.
+  void first_asm_row(const Walk& wk, const Row& row) const {
+    const Window2d& g = geo_.g;
+    const int oi = conv::ocb_index(cfg_.ocb), si = static_cast<int>(g.sw) - 1, tw = tw_;
+    const int kh_n = static_cast<int>(row.kh1 - row.kh0);
+    const int64_t c = 3, y_px = geo_.y_px, row_in = wk.row_in;
+    const float* x = row.x;
+    const float* bias = row.t.bias;
+    float* y = row.y;
     alignas(64) float patch[kPatchFloats];
     int64_t rows[64], rows_patch[64];
-    for (int r = 0; r < kh_n; ++r) rows[r] = r * g_.dh * row_in * int64_t(sizeof(float));
+    for (int r = 0; r < kh_n; ++r) rows[r] = r * g.dh * row_in * int64_t(sizeof(float));
     conv::AsmFirstTile a;
-    a.w = w;
+    a.w = row.t.w + row.kh0 * g.kw * (3 * cfg_.ocb * geo_.v);
     a.rows = kh_n;
-    a.kw = g_.kw;
-    a.y_px_bytes = y_px_ * int64_t(sizeof(float));
+    a.kw = g.kw;
+    a.y_px_bytes = y_px * int64_t(sizeof(float));
     a.bias = bias;
     a.last = ep_.act == cpu::gemm::Act::none ? 1 : ep_.act == cpu::gemm::Act::relu ? 3 : 2;
     a.lo = ep_.act == cpu::gemm::Act::relu ? 0.0f : ep_.lo;
     a.hi = ep_.act == cpu::gemm::Act::relu ? std::numeric_limits<float>::infinity() : ep_.hi;
     // Tiles from output column ow0 (count: a run's, of tw pixels; else one of wcur).
     auto tiles = [&](int64_t ow0, int wcur, int64_t count, conv::AsmFirstFn fn) {
-      const int64_t col0 = ow0 * g_.sw - g_.pl, span = (wcur - 1) * g_.sw + g_.kw;
-      a.y = y + ow0 * y_px_;
+      const int64_t col0 = ow0 * g.sw - g.pl, span = (wcur - 1) * g.sw + g.kw;
+      a.y = y + ow0 * y_px;
       a.tiles = count;
       if (kh_n == 0) {  // no kernel row inside the input: the bias (and activation) alone
         for (int64_t i = 0; i < wcur; ++i)
-          for (int64_t o = 0; o < cfg_.ocb * v_; ++o)
-            a.y[i * y_px_ + o] = a.last == 1 ? bias[o] : std::clamp(bias[o], a.lo, a.hi);
+          for (int64_t o = 0; o < cfg_.ocb * geo_.v; ++o)
+            a.y[i * y_px + o] = a.last == 1 ? bias[o] : std::clamp(bias[o], a.lo, a.hi);
         return;
       }
       if (first_inner(ow0, wcur)) {
@@ -658,13 +849,13 @@ class PreparedDirect final : public PreparedRoutine {
       fn(a);
     };
     // Full tiles: those before the run, the run, those after (without a run, all one by one).
-    const bool run = first_run_ && kh_n == 3 && first_run_hi_ > first_run_lo_;
-    const int64_t lo = run ? first_run_lo_ : first_full_, hi = run ? first_run_hi_ : first_full_;
+    const bool run = first_.run && kh_n == 3 && first_.run_hi > first_.run_lo;
+    const int64_t lo = run ? first_.run_lo : first_.full, hi = run ? first_.run_hi : first_.full;
     for (int64_t i = 0; i < lo; ++i) tiles(i * tw, tw, 1, k_.asm_first[oi][si][tw]);
-    if (run) tiles(lo * tw, tw, hi - lo, first_run_);
-    for (int64_t i = hi; i < first_full_; ++i) tiles(i * tw, tw, 1, k_.asm_first[oi][si][tw]);
-    int64_t ow0 = first_full_ * tw;
-    for (int part : first_tail_)
+    if (run) tiles(lo * tw, tw, hi - lo, first_.run);
+    for (int64_t i = hi; i < first_.full; ++i) tiles(i * tw, tw, 1, k_.asm_first[oi][si][tw]);
+    int64_t ow0 = first_.full * tw;
+    for (int part : first_.tail)
       if (part > 0) {
         tiles(ow0, part, 1, k_.asm_first[oi][si][part]);
         ow0 += part;
@@ -672,38 +863,15 @@ class PreparedDirect final : public PreparedRoutine {
   }
 
   const conv::Kernels& k_;
-  Window2d g_{};
-  int64_t v_ = 0, icg_ = 0, ocg_ = 0, icbg_ = 0, ocbg_ = 0, icb_total_ = 0, ocb_total_ = 0;
-  int64_t w_icb_ = 0, w_og_ = 0, hp_ = 0, wp_ = 0, slack_ = 0, pad_floats_ = 0;
-  int stride_idx_ = 1;
-  bool nhwc_ = false;             ///< nhwc input and output (a first layer; else blocked)
-  bool copy_ = false;             ///< the narrow kernels read a compact padded copy (blocked layouts)
-  int64_t ics_ = 0;               ///< input-channel slots per block of the packed weights (V, or C in nhwc)
-  int64_t y_px_ = 0;              ///< floats between output pixels
-  bool use_asm_ = false;  ///< the assembly tiles (conv::AsmRow), asm_w_ pixels wide
-  bool pad_copy_ = false;  ///< use_asm_: they read a copy padded on every side (copy_ too)
-  bool rows2_ = false;     ///< two-row tiles for rows of <= kMaxAsm2rW pixels
-  bool span_ = false;      ///< use_asm_: planes walked flat across their rows (AsmRow::span_ow)
-  bool w_prefetch_ = true;  ///< use_asm_: the tiles prefetch their weights (w_prefetch)
-  bool compact_ = false;  ///< a strided 1x1 layer run at stride 1 over a copy of the pixels it reads (copy_ too)
-  int64_t src_h_ = 0, src_w_ = 0, src_sh_ = 1, src_sw_ = 1;  ///< compact_: the input's own rows, columns, strides
-  std::vector<char> pair_next_;  ///< rows2_: whether row r and r + 1 take a two-row tile
-  bool first_asm_ = false;  ///< nhwc RGB: the assembly first-layer tiles (first_row), asm_w_ wide
-  /// first_asm_: each row's first_full_ tiles of asm_w_ pixels, then first_tail_'s
-  /// widths (0: none); the full tiles [first_run_lo_, first_run_hi_) read inside the
-  /// input, one call of first_run_ (null: none) where all kernel rows are read.
-  int64_t first_full_ = 0, first_run_lo_ = 0, first_run_hi_ = 0;
-  int first_tail_[2] = {};
-  conv::AsmFirstFn first_run_ = nullptr;
-  int asm_w_ = 0;
-  bool narrow_ = false;  ///< at most conv::kNarrowPx input channels: the narrow kernels
-  bool pointwise_ = false;  ///< unpadded 1x1: the pointwise kernels
-  bool flat_ = false;       ///< pointwise_ at stride 1: planes walked as runs of pixels
-  int64_t px_ = 0;       ///< floats per pixel of the padded input
+  Mode mode_ = Mode::tiles;
+  Geometry geo_;
   Config cfg_;
-  struct Packed {
-    cpu::AlignedFloats weight, bias;
-  };
+  InputCopy copy_;
+  AsmOptions asm_;
+  FirstRowPlan first_;
+  int tw_ = 0;         ///< pixels per tile (the assembly tiles: at most ow_tile; else cfg_.w)
+  bool flat_ = false;  ///< an unpadded 1x1 layer at stride 1: planes walked as runs of pixels
+  conv::DirectFn tile_fn_ = nullptr, edge_fn_ = nullptr;  ///< the intrinsic tiles (first_tiles, narrow, tiles)
   std::shared_ptr<const Packed> weights_;
   cpu::gemm::Epilogue ep_;
 };
