@@ -168,7 +168,8 @@ bool same_values(const std::map<std::string, Blob>& a, const std::map<std::strin
 }
 }  // namespace
 
-core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, const std::map<std::string, Blob>& given_values) {
+core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, const std::map<std::string, Blob>& given_values,
+                                    bool keep_nan) {
   std::map<std::string, Shape> inputs;
   for (const auto& in : model_.inputs) {
     auto it = given.find(in.name);
@@ -192,7 +193,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     values[name] = v != given_values.end() ? v->second : core::value_default(in);
   }
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
-    if (it->inputs == inputs && same_values(it->values, values)) {
+    if (it->keep_nan == keep_nan && it->inputs == inputs && same_values(it->values, values)) {
       entries_.splice(entries_.begin(), entries_, it);
       return *entries_.front().executor;
     }
@@ -206,12 +207,15 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
   };
   auto ms_since = [](auto t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); };
   const bool shape_math = core::has_shape_math(model_.graph);
+  const auto kept = [&](bool nan) {
+    return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.keep_nan == nan; }));
+  };
   // The cache is full: a kept plan of this shape bucket runs at these shapes,
   // the graph specialised again only where the shapes change it.
-  if (entries_.size() >= capacity_)
+  if (kept(keep_nan) >= capacity_)
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->path != &path || !same_shape_bucket(it->inputs, inputs) || (shape_math && !it->specialized) ||
-          !same_values(it->values, values))
+      if (it->keep_nan != keep_nan || it->path != &path || !same_shape_bucket(it->inputs, inputs) ||
+          (shape_math && !it->specialized) || !same_values(it->values, values))
         continue;
       std::string why = "the graph folds otherwise at these shapes";
       bool rebound = false;
@@ -241,7 +245,6 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
         core::debug("{}: the plan of input shapes {} runs at {} (re-bound in {:.1f} ms)",
                     model_.file.empty() ? model_.graph.name : model_.file, text(it->inputs), text(inputs), ms_since(t0));
         it->inputs = inputs;
-        it->exact.reset();
         ++plans_rebound_;
         entries_.splice(entries_.begin(), entries_, it);
         return *entries_.front().executor;
@@ -254,6 +257,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
   Entry e;
   e.inputs = inputs;
   e.values = std::move(values);
+  e.keep_nan = keep_nan;
   e.path = &path;
   // A graph with shape computations is specialised once here, for its shapes and its plan.
   auto specialized = shape_math ? std::make_unique<core::Graph>() : nullptr;
@@ -264,7 +268,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
   try {
-    core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, /*keep_nan=*/false};
+    core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, keep_nan};
     e.executor = std::make_unique<core::Executor>(
         specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
                     : core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
@@ -275,7 +279,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
   ++plans_built_;
   bool default_shapes = true;
   for (const auto& in : model_.inputs) default_shapes = default_shapes && inputs.at(in.name) == in.shape;
-  if (!stage_ && (!default_shapes || !exact)) {
+  if (!stage_ && !keep_nan && (!default_shapes || !exact)) {
     std::string tuned;
     if (!path.empty() && !exact)
       tuned = fmt::format("; no routine path was tuned at these shapes: the one tuned at {} runs where its routines "
@@ -284,9 +288,16 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     core::info("{}: prepared for input shapes {} in {:.1f} ms{}", model_.file.empty() ? model_.graph.name : model_.file,
                text(inputs), ms_since(t0), tuned);
   }
+  if (keep_nan)
+    core::debug("{}: a plan keeping NaN for input shapes {} (inputs hold NaN or inf)",
+                model_.file.empty() ? model_.graph.name : model_.file, text(inputs));
   entries_.push_front(std::move(e));
-  if (entries_.size() > capacity_) {
-    while (entries_.size() > capacity_) entries_.pop_back();
+  if (kept(keep_nan) > capacity_) {
+    // The least recently used of its kind goes.
+    while (kept(keep_nan) > capacity_) {
+      auto last = std::find_if(entries_.rbegin(), entries_.rend(), [&](const Entry& x) { return x.keep_nan == keep_nan; });
+      entries_.erase(std::next(last).base());
+    }
 #if defined(__GLIBC__)
     // The dropped arena's pages back to the system: arenas of ever other sizes
     // otherwise fragment glibc's heap, and resident memory creeps up with the
@@ -305,27 +316,11 @@ bool holds_non_finite(const Blob& b) {
 }
 }  // namespace
 
-core::Executor& ShapedExecutors::exact_front() {
-  Entry& e = entries_.front();
-  if (!e.exact) {
-    bool tuned_here = false;
-    const core::RoutinePath& path = core::path_for(model_.graph, e.inputs, &tuned_here);
-    try {
-      core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, /*keep_nan=*/true};
-      std::unique_ptr<core::Graph> specialized;  // a graph with shape computations: at the entry's shapes and values
-      if (core::has_shape_math(model_.graph)) {
-        specialized = std::make_unique<core::Graph>();
-        core::infer_shapes(model_.graph, e.inputs, specialized.get(), nullptr, &e.values);
-      }
-      e.exact = std::make_unique<core::Executor>(
-          specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
-                      : core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
-          queues_, host_arena_);
-    } catch (const Error& err) {
-      throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
-    }
-  }
-  return *e.exact;
+core::Executor& ShapedExecutors::keeping_nan_front() {
+  // (Copies: at() reorders the entries.)
+  const std::map<std::string, Shape> inputs = entries_.front().inputs;
+  const std::map<std::string, Blob> values = entries_.front().values;
+  return at(inputs, values, /*keep_nan=*/true);
 }
 
 core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
@@ -338,7 +333,7 @@ core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
       auto it = last.find(inputs[i].name);
       same = it != last.end() && it->second == inputs[i].blob.shape();
     }
-    if (same) fast = entries_.front().executor.get();
+    if (same && !entries_.front().keep_nan) fast = entries_.front().executor.get();
   }
   // Inputs that set sizes: the last run's plan fits only at the same values
   // (compared in place: a run at a kept shape allocates nothing).
@@ -370,7 +365,7 @@ core::Executor& ShapedExecutors::for_inputs(std::span<const NamedBlob> inputs) {
   bool non_finite = false;
   for (const auto& in : inputs)
     non_finite = non_finite || (!fast->checks_non_finite(in.name) && holds_non_finite(in.blob));
-  return non_finite ? exact_front() : *fast;
+  return non_finite ? keeping_nan_front() : *fast;
 }
 
 core::Executor& ShapedExecutors::run(core::Executor& chosen, std::span<const NamedBlob> inputs,
@@ -381,8 +376,8 @@ core::Executor& ShapedExecutors::run(core::Executor& chosen, std::span<const Nam
     x.run(inputs, outputs, step_ms ? step_ms->data() : nullptr);
   };
   run_on(*e);
-  if (e == entries_.front().executor.get() && e->saw_non_finite()) {
-    e = &exact_front();
+  if (e == entries_.front().executor.get() && !entries_.front().keep_nan && e->saw_non_finite()) {
+    e = &keeping_nan_front();
     run_on(*e);
   }
   return *e;

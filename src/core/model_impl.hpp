@@ -81,17 +81,19 @@ class ShapedExecutors {
   /// default shape) and values of the inputs that set shapes (core::value_inputs,
   /// as core::shape_value gives them; missing: core::value_default). Throws
   /// Error naming the input whose shape the model does not take.
+  /// keep_nan: the plan in which every layer keeps NaN as ONNX does
+  /// (LayerInfo::keep_nan), for inputs holding NaN or inf; a key of the cache
+  /// beside the shapes (at most `capacity` plans of each kind are kept).
   core::Executor& at(const std::map<std::string, Shape>& input_shapes,
-                     const std::map<std::string, Blob>& input_values = {});
+                     const std::map<std::string, Blob>& input_values = {}, bool keep_nan = false);
   /// The executor of the shapes of these input blobs; where a floating-point
-  /// input holds NaN or inf, its exact twin (every layer keeps NaN as ONNX
-  /// does, LayerInfo::keep_nan), prepared on the first such run.
+  /// input holds NaN or inf, the NaN-keeping plan of those shapes.
   core::Executor& for_inputs(std::span<const NamedBlob> inputs);
   /// Runs the inputs on `chosen` (what for_inputs gave for them); where its
   /// uploads found NaN or inf in an input for_inputs did not scan
-  /// (Executor::saw_non_finite), again on the exact twin. With `step_ms`, the
-  /// step times of the executor that ran last (resized to its steps). Returns
-  /// that executor.
+  /// (Executor::saw_non_finite), again on the NaN-keeping plan. With
+  /// `step_ms`, the step times of the executor that ran last (resized to its
+  /// steps). Returns that executor.
   core::Executor& run(core::Executor& chosen, std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs,
                       std::vector<double>* step_ms = nullptr);
   /// The executor used last (prepared at the default shapes where none was).
@@ -108,16 +110,16 @@ class ShapedExecutors {
   struct Entry {
     std::map<std::string, Shape> inputs;
     std::map<std::string, Blob> values;   ///< of the inputs that set shapes (value_inputs_)
+    bool keep_nan = false;                ///< the plan for inputs holding NaN or inf
     std::map<std::string, Shape> shapes;  ///< every blob's, as the executor was planned
     std::unique_ptr<core::Executor> executor;
-    std::unique_ptr<core::Executor> exact;  ///< for inputs holding NaN or inf (keep_nan), made on first use
     const core::RoutinePath* path = nullptr;  ///< the routine path it runs (path_for)
     /// What specialising the model at `inputs` computed (a model with shape
     /// computations), so that a re-bind evaluates only what changes.
     std::unique_ptr<core::SpecializeState> specialized;
   };
-  /// The exact twin of the front entry's executor.
-  core::Executor& exact_front();
+  /// The NaN-keeping plan of the front entry's shapes and values.
+  core::Executor& keeping_nan_front();
   const ModelImpl& model_;
   /// The net inputs whose values set shapes: part of an executor's key.
   std::vector<std::string> value_inputs_;

@@ -1026,6 +1026,10 @@ TEST_CASE("an input only checking steps read is not scanned before the run, NaN 
   CHECK(outs.at(0).blob.data_as<float>()[3] == 4.0f);
   CHECK(g_checked_copy_runs.checking == 2);
   CHECK(g_checked_copy_runs.exact == 1);
+  // The NaN-keeping plan is one of the session's plans, keyed beside the
+  // shapes: layers() names what ran last (it named the fast plan's routine).
+  REQUIRE(session.layers().size() == 1);
+  CHECK(session.layers()[0].descriptor == "cpu/exact");
   // Step times (run_timed) come from the plan that ran last.
   const std::vector<double> ms = session.run_timed(ins, outs);
   CHECK(ms.size() == 1);
@@ -1038,4 +1042,5 @@ TEST_CASE("an input only checking steps read is not scanned before the run, NaN 
   CHECK(outs.at(0).blob.data_as<float>()[1] == 2.0f);
   CHECK(g_checked_copy_runs.checking == 1);
   CHECK(g_checked_copy_runs.exact == 0);
+  CHECK(session.layers()[0].descriptor == "cpu/checking");
 }

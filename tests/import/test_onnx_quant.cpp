@@ -340,6 +340,8 @@ TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales, a floa
     std::vector<NamedBlob> nan_in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
     nan_in[0].blob.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
     const auto nan_out = untuned.run(nan_in)[0];
+    for (const auto& l : untuned.layers())  // the plan that ran
+      if (l.type == "conv2" || l.type == "fake_quant") CHECK(l.descriptor.starts_with("cpu:qint8"));
     const auto finite_out = untuned.run(in)[0];
     REQUIRE(nan_out.blob.numel() == finite_out.blob.numel());
   }
