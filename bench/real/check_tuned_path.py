@@ -3,8 +3,8 @@
 (cpu:float32:* + cpu:qint8:*, calibrated on seeded random inputs, no accuracy
 budget so qint8 is taken wherever it is faster), then a session of the tuned
 model at the shape it was tuned at: every layer of the tuning report must run
-with the descriptor (routine and schema) and routine parameters the report
-names. Exit status 1 on any disagreement.
+with the descriptor (routine and schema), routine parameters and
+quantisation (scales and zero points of its blobs) the report names. Exit status 1 on any disagreement.
 
     bench/.venv/bin/pip install .
     bench/.venv/bin/python bench/real/check_tuned_path.py [--models DIR]
@@ -48,6 +48,9 @@ def disagreements(path, shape, rng):
         if got["descriptor"] != want["descriptor"] or got["routine_params"] != want["routine_params"]:
             wrong.append(f"{want['layer']}: tuned {want['descriptor']} [{want['routine_params']}], "
                          f"runs {got['descriptor']} [{got['routine_params']}]")
+        elif got["quant"] != want["quant"]:  # measured with one quantisation, run with another
+            wrong.append(f"{want['layer']}: {want['descriptor']} measured with quantisation "
+                         f"'{want['quant']}', runs with '{got['quant']}'")
     # And the other way: every step the session runs, fused and viewed ones
     # included, is one the tuner priced: a layer of the report (or a child of
     # one), or an adapt of the report's (blob, schemas and routine).

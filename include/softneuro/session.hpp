@@ -44,6 +44,9 @@ struct LayerSummary {
   std::string params;      ///< "strides=[1,1] group=1 ..." (weights as "name:shape")
   std::string descriptor;  ///< the routine chosen to run it, e.g. "cpu/ref"
   std::string routine_params;  ///< "tile=4 ..." or empty
+  /// Its blobs' quantisation: "in 0.0235/128 out 0.0117/0" (per axis
+  /// "axis0:64#DIGEST", none "-"); empty where no blob of the step is quantised.
+  std::string quant;
   bool tuned = false;      ///< whether the descriptor comes from a tuned routine path
   double predicted_ms = 0; ///< time the tuner predicted (0 when untuned)
   double measured_ms = 0;  ///< time the tuner measured in a whole-net run of the chosen path (0: none)

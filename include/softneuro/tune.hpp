@@ -130,6 +130,9 @@ struct TuneReport {
     /// loss (1 - top1 or cosine, or rel-l2) with this layer alone in qint8;
     /// -1 where not measured.
     double sensitivity = -1;
+    /// The quantisation the routine was measured with (its blobs' scales and
+    /// zero points, as LayerSummary::quant names them); empty: none.
+    std::string quant;
   };
   struct AdaptLine {
     std::string blob, consumer, from_schema, to_schema, descriptor;

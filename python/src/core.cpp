@@ -364,6 +364,7 @@ NB_MODULE(_core, m) {
           d["type"] = x.type;
           d["descriptor"] = x.descriptor;
           d["routine_params"] = x.routine_params;
+          d["quant"] = x.quant;
           d["tuned"] = x.tuned;
           d["inputs"] = x.inputs;
           d["fused_into"] = x.fused_into;

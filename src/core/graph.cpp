@@ -1,5 +1,6 @@
 #include "core/graph.hpp"
 
+#include "core/hash.hpp"
 #include "core/layer_types.hpp"
 #include "core/shape_plan.hpp"
 
@@ -193,6 +194,24 @@ std::map<std::string, Shape> infer_shapes(const Graph& g, const std::map<std::st
     }
   }
   return shapes;
+}
+
+std::string describe_quant(const std::vector<QuantParams>& inputs, const std::vector<QuantParams>& outputs) {
+  auto one = [](const QuantParams& q) -> std::string {
+    if (q.empty()) return "-";
+    if (q.axis < 0 && q.scales.size() == 1)
+      return fmt::format("{:.9g}/{}", q.scales[0], q.zero_points.empty() ? 0 : q.zero_points[0]);
+    const uint64_t h = xxh64(q.scales.data(), q.scales.size() * sizeof(float),
+                             xxh64(q.zero_points.data(), q.zero_points.size() * sizeof(int32_t)));
+    return fmt::format("axis{}:{}#{:08x}", q.axis, q.scales.size(), static_cast<uint32_t>(h));
+  };
+  const bool any = std::any_of(inputs.begin(), inputs.end(), [](const QuantParams& q) { return !q.empty(); }) ||
+                   std::any_of(outputs.begin(), outputs.end(), [](const QuantParams& q) { return !q.empty(); });
+  if (!any) return {};
+  std::vector<std::string> in, out;
+  for (const auto& q : inputs) in.push_back(one(q));
+  for (const auto& q : outputs) out.push_back(one(q));
+  return fmt::format("in {} out {}", fmt::join(in, ","), fmt::join(out, ","));
 }
 
 std::string describe_params(const Layer& l) {

@@ -114,4 +114,10 @@ void check_input_shape(const TensorInfo& input, const Shape& shape);
 /// "strides=[1,1] group=1 weight:[64,3,7,7]" for inspect and error messages.
 std::string describe_params(const Layer& layer);
 
+/// A step's quantisation, as sessions and tuning reports name it: each input's,
+/// then each output's, "-" where none; per tensor "scale/zero point", per axis
+/// "axisA:N#DIGEST" (N channels, the digest of their scales and zero points).
+/// Empty where no blob of the step is quantised.
+std::string describe_quant(const std::vector<QuantParams>& inputs, const std::vector<QuantParams>& outputs);
+
 }  // namespace softneuro::core

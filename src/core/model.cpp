@@ -476,6 +476,7 @@ std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain
     s.params = core::describe_params(*step->layer);
     s.descriptor = step->routine.descriptor;
     for (const auto& [k, v] : step->params) s.routine_params += fmt::format("{}{}={}", s.routine_params.empty() ? "" : " ", k, v);
+    s.quant = core::describe_quant(step->info.input_quant, step->info.output_quant);
     s.tuned = step->tuned;
     s.predicted_ms = step->predicted_ms;
     s.measured_ms = step->measured_ms;

@@ -250,6 +250,7 @@ struct Tuner {
   struct DefaultPath {
     core::RoutinePath path;
     bool allowed = true;
+    std::map<std::string, std::string> quant;  ///< each layer's, as its plan's step has it (describe_quant)
   };
   DefaultPath default_path() {
     DefaultPath out;
@@ -266,6 +267,7 @@ struct Tuner {
                     prof.rules().allows(step->name, step->routine.descriptor);
       if (step->parent.empty()) {  // a childnet's children follow their parent's default
         out.path.routines.push_back({step->name, step->routine.descriptor, step->params, 0, 0, {}});
+        out.quant[step->name] = core::describe_quant(step->info.input_quant, step->info.output_quant);
       }
     }
     return out;
@@ -291,7 +293,9 @@ struct Tuner {
       report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
                                m ? m->unit_ms : r.predicted_ms, m ? m->integrated_ms : 0,
                                i < profiles.size() ? static_cast<int>(profiles[i].measured.size()) : 0,
-                               sensitivity.count(r.layer) ? sensitivity.at(r.layer) : -1.0});
+                               sensitivity.count(r.layer) ? sensitivity.at(r.layer) : -1.0,
+                               i < profiles.size() ? core::describe_quant(profiles[i].info.input_quant, profiles[i].info.output_quant)
+                                                   : std::string()});
     }
     for (const auto& a : planned.path.adapts)
       report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema,
@@ -389,11 +393,17 @@ struct Tuner {
       measure_in_context(profiles, planned);
       last_run = planned.path;
     }
+    const auto quant_profiled = net.graph.blob_quant;
     choose_range_method(planned.path);
+    // Another range method than the one profiled: every blob's scales changed.
+    // The profiles take them (the report names what runs), and the path is
+    // measured again in context with them below.
+    const bool requantised = net.graph.blob_quant != quant_profiled;
+    if (requantised) prof.requantise(profiles);
     planned = meet_budget(profiles, std::move(planned));
     // The prediction: the chosen path's costs measured in its own context (the
     // minimum over noisy in-context costs DPRS took favours lucky samples).
-    if (!same_routines(planned.path, last_run)) measure_in_context(profiles, planned);
+    if (requantised || !same_routines(planned.path, last_run)) measure_in_context(profiles, planned);
     planned.predicted_ms = 0;
     for (std::size_t i = 0; i < profiles.size(); ++i) {
       if (i + 1 < profiles.size())
@@ -1025,7 +1035,7 @@ struct Tuner {
       report.adapts.clear();
       for (const auto& r : path.routines)
         report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
-                                 r.predicted_ms, r.measured_ms, 1});
+                                 r.predicted_ms, r.measured_ms, 1, -1.0, fallback.quant[r.layer]});
       // And its adapts, with their times in those runs (a kept default's were
       // left out: the report named none of the conversions a session then ran).
       for (const auto& a : path.adapts) {

@@ -764,6 +764,21 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
   return sol.total;
 }
 
+void Profiler::requantise(std::vector<LayerProfile>& profiles) {
+  const core::RoutinePath untuned;
+  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, core::PlanOptions{.weights = net_.weights});
+  for (auto& p : profiles) {
+    const LayerInfo* planned = plan.layer_info(p.layer->name);
+    if (!planned) continue;
+    p.info.input_quant = planned->input_quant;
+    p.info.output_quant = planned->output_quant;
+    for (std::size_t i = 0; i < p.layer->inputs.size() && i < planned->input_quant.size(); ++i)
+      if (auto b = planned_blobs_.find(p.layer->inputs[i]); b != planned_blobs_.end()) b->second.quant = planned->input_quant[i];
+    for (std::size_t i = 0; i < p.layer->outputs.size() && i < planned->output_quant.size(); ++i)
+      if (auto b = planned_blobs_.find(p.layer->outputs[i]); b != planned_blobs_.end()) b->second.quant = planned->output_quant[i];
+  }
+}
+
 std::vector<LayerProfile> Profiler::unit_profile() {
   auto& registry = core::RoutineRegistry::instance();
   std::vector<LayerProfile> profiles;

@@ -151,6 +151,10 @@ class Profiler {
 
   /// Unit profiling: every allowed candidate of every non-constant layer, over its parameter space.
   std::vector<LayerProfile> unit_profile();
+  /// After the net's quantisation changed (the range method a tuning keeps):
+  /// each profile's LayerInfo, and the blobs adapts are measured on, take the
+  /// quantisation the net's plan now gives them. Times measured before stay.
+  void requantise(std::vector<LayerProfile>& profiles);
   /// Each pair of consecutive layers the plan could run as one step (the
   /// second reads the first's one output, its only reader), for every pair of
   /// their candidates in one schema that a routine fuses: that step, measured

@@ -604,6 +604,8 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
     if (got != ran.end()) {
       CHECK(got->second.descriptor == want.descriptor);
       CHECK(got->second.routine_params == want.routine_params);
+      // The quantisation it was measured with is the one it runs with.
+      CHECK(got->second.quant == want.quant);
       continue;
     }
     // A childnet runs as its children ("<layer>/<child>"), each with the choice the path stores for it.
