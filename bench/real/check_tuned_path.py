@@ -51,6 +51,9 @@ def disagreements(path, shape, rng):
         elif got["quant"] != want["quant"]:  # measured with one quantisation, run with another
             wrong.append(f"{want['layer']}: {want['descriptor']} measured with quantisation "
                          f"'{want['quant']}', runs with '{got['quant']}'")
+        elif got["fused_into"] != want["fused_into"]:  # priced as one step with the next, run apart (or the reverse)
+            wrong.append(f"{want['layer']}: priced {'fused into ' + repr(want['fused_into']) if want['fused_into'] else 'apart'}, "
+                         f"runs {'fused into ' + repr(got['fused_into']) if got['fused_into'] else 'apart'}")
     # And the other way: every step the session runs, fused and viewed ones
     # included, is one the tuner priced: a layer of the report (or a child of
     # one), or an adapt of the report's (blob, schemas and routine).

@@ -133,6 +133,9 @@ struct TuneReport {
     /// The quantisation the routine was measured with (its blobs' scales and
     /// zero points, as LayerSummary::quant names them); empty: none.
     std::string quant;
+    /// The layer whose step computes this one too, as it was priced (a fused
+    /// pair measured as one step: LayerSummary::fused_into); empty: none.
+    std::string fused_into;
   };
   struct AdaptLine {
     std::string blob, consumer, from_schema, to_schema, descriptor;

@@ -251,6 +251,7 @@ struct Tuner {
     core::RoutinePath path;
     bool allowed = true;
     std::map<std::string, std::string> quant;  ///< each layer's, as its plan's step has it (describe_quant)
+    std::map<std::string, std::string> fused_into;  ///< each layer's Step::fused_into
   };
   DefaultPath default_path() {
     DefaultPath out;
@@ -268,6 +269,7 @@ struct Tuner {
       if (step->parent.empty()) {  // a childnet's children follow their parent's default
         out.path.routines.push_back({step->name, step->routine.descriptor, step->params, 0, 0, {}});
         out.quant[step->name] = core::describe_quant(step->info.input_quant, step->info.output_quant);
+        out.fused_into[step->name] = step->fused_into;
       }
     }
     return out;
@@ -296,6 +298,10 @@ struct Tuner {
                                sensitivity.count(r.layer) ? sensitivity.at(r.layer) : -1.0,
                                i < profiles.size() ? core::describe_quant(profiles[i].info.input_quant, profiles[i].info.output_quant)
                                                    : std::string()});
+      // A pair DPRS priced as one step: the second layer's step computes the first.
+      if (i > 0 && i < profiles.size() && i < planned.picks.size() &&
+          profiles[i].fused_pair(planned.picks[i - 1], planned.picks[i]))
+        report.layers[i - 1].fused_into = r.layer;
     }
     for (const auto& a : planned.path.adapts)
       report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema,
@@ -1035,7 +1041,7 @@ struct Tuner {
       report.adapts.clear();
       for (const auto& r : path.routines)
         report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
-                                 r.predicted_ms, r.measured_ms, 1, -1.0, fallback.quant[r.layer]});
+                                 r.predicted_ms, r.measured_ms, 1, -1.0, fallback.quant[r.layer], fallback.fused_into[r.layer]});
       // And its adapts, with their times in those runs (a kept default's were
       // left out: the report named none of the conversions a session then ran).
       for (const auto& a : path.adapts) {

@@ -126,10 +126,10 @@ std::string TuneReport::to_json() const {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     s += fmt::format("{}\n    {{\"layer\": \"{}\", \"type\": \"{}\", \"descriptor\": \"{}\", \"routine_params\": \"{}\", "
-                     "\"unit_ms\": {}, \"integrated_ms\": {}, \"candidates\": {}, \"sensitivity\": {}, \"quant\": \"{}\"}}",
+                     "\"unit_ms\": {}, \"integrated_ms\": {}, \"candidates\": {}, \"sensitivity\": {}, \"quant\": \"{}\", \"fused_into\": \"{}\"}}",
                      i ? "," : "", json_escape(l.layer), json_escape(l.type), json_escape(l.descriptor),
                      json_escape(l.routine_params), l.unit_ms, l.integrated_ms, l.candidates, l.sensitivity,
-                     json_escape(l.quant));
+                     json_escape(l.quant), json_escape(l.fused_into));
   }
   s += "\n  ],\n  \"stages\": [";
   for (std::size_t i = 0; i < stage_s.size(); ++i)

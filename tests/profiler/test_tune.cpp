@@ -604,8 +604,10 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
     if (got != ran.end()) {
       CHECK(got->second.descriptor == want.descriptor);
       CHECK(got->second.routine_params == want.routine_params);
-      // The quantisation it was measured with is the one it runs with.
+      // The quantisation it was measured with is the one it runs with, and
+      // it runs fused where it was priced as one step with the next.
       CHECK(got->second.quant == want.quant);
+      CHECK(got->second.fused_into == want.fused_into);
       continue;
     }
     // A childnet runs as its children ("<layer>/<child>"), each with the choice the path stores for it.
