@@ -28,6 +28,7 @@
 #include "core/narrow_types.hpp"
 #include "core/tensor_math.hpp"
 #include "core/weight_quant.hpp"
+#include "import/graph_builder.hpp"
 #include "import/pass_options.hpp"
 
 #include <softneuro/import.hpp>
@@ -148,7 +149,7 @@ struct Held {
   bool available = true; ///< false: made by an unsupported operator
 };
 
-class Importer {
+class Importer : private import::GraphBuilder {
  public:
   Importer(const core::MappedFile& file, const std::string& path, const ImportOptions& options)
       : file_(file), path_(path), options_(options) {}
@@ -160,13 +161,10 @@ class Importer {
   const ImportOptions& options_;
   const fb::Model* model_ = nullptr;
   const fb::SubGraph* g_ = nullptr;
-  core::Graph graph_;
   std::vector<Held> held_;
   std::map<int, Blob> constants_;  ///< float32 values in the file's layout
-  std::map<std::string, Shape> shapes_;
   /// The fake_quant layers' outputs: their input and parameters.
   std::map<std::string, std::pair<std::string, std::map<std::string, Attr>>> fake_quant_of_;
-  std::set<std::string> blobs_taken_, layers_taken_;
   std::vector<std::string> unsupported_;
   // The operator being translated.
   const fb::Operator* op_ = nullptr;
@@ -208,10 +206,9 @@ class Importer {
   const Blob& require_constant(int k, const char* field) const;
   template <class T> const T* options() const;
 
-  // --- graph building
-  std::string fresh_blob(const std::string& base);
-  std::string fresh_layer(const std::string& base);
+  // --- graph building (fresh names, shapes: GraphBuilder's)
   Layer make(const std::string& type, std::vector<std::string> inputs, std::vector<std::string> outputs);
+  /// GraphBuilder::add, its errors naming the file and the operator.
   void add(Layer l);
   std::string unary_layer(const std::string& type, const std::string& x, std::map<std::string, Attr> params = {},
                           const char* suffix = nullptr);
@@ -602,18 +599,6 @@ const T* Importer::options() const {
 // ---------------------------------------------------------------------------
 // Graph building
 
-std::string Importer::fresh_blob(const std::string& base) {
-  std::string name = base;
-  for (int k = 1; !blobs_taken_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
-  return name;
-}
-
-std::string Importer::fresh_layer(const std::string& base) {
-  std::string name = base;
-  for (int k = 1; !layers_taken_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
-  return name;
-}
-
 Layer Importer::make(const std::string& type, std::vector<std::string> inputs, std::vector<std::string> outputs) {
   Layer l;
   l.type = type;
@@ -624,16 +609,11 @@ Layer Importer::make(const std::string& type, std::vector<std::string> inputs, s
 }
 
 void Importer::add(Layer l) {
-  std::vector<Shape> ins;
-  for (const auto& i : l.inputs) ins.push_back(shapes_.at(i));
-  std::vector<Shape> outs;
   try {
-    outs = core::infer_layer_shapes(l, ins);
+    GraphBuilder::add(std::move(l));
   } catch (const Error& e) {
     throw Error(e.message(), path_, layer_, e.field());
   }
-  for (std::size_t k = 0; k < outs.size(); ++k) shapes_[l.outputs[k]] = outs[k];
-  graph_.layers.push_back(std::move(l));
 }
 
 std::string Importer::unary_layer(const std::string& type, const std::string& x, std::map<std::string, Attr> params,
@@ -1621,7 +1601,7 @@ void Importer::finish_outputs() {
     std::string name = tensor_name(t);
     if (names.count(name)) {
       std::string unique = name;
-      for (int k = 1; names.count(unique) || blobs_taken_.count(unique); ++k) unique = fmt::format("{}_{}", name, k);
+      for (int k = 1; names.count(unique) || taken_blobs_.count(unique); ++k) unique = fmt::format("{}_{}", name, k);
       core::warn("{}: another output is named '{}' too: this one is output '{}'", path_, name, unique);
       name = unique;
     }
@@ -1672,8 +1652,8 @@ void Importer::finish_outputs() {
         graph_.outputs.push_back(y);
         continue;
       }
-      if (blobs_taken_.count(name)) rename_blob(name, fresh_blob(name + "/inner"));
-      blobs_taken_.insert(name);
+      if (taken_blobs_.count(name)) rename_blob(name, fresh_blob(name + "/inner"));
+      taken_blobs_.insert(name);
       add(make("identity", {y}, {name}));
       y = name;
     }

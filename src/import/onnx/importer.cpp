@@ -447,21 +447,6 @@ Node Importer::node(int i) const {
   return Node(p, std::move(name), it == opsets_.end() ? 0 : it->second, file_);
 }
 
-std::string Importer::fresh_blob(const std::string& base) {
-  std::string name = base;
-  for (int k = 1; !taken_blobs_.insert(name).second; ++k) name = fmt::format("{}_{}", base, k);
-  return name;
-}
-
-std::string Importer::fresh_layer(const std::string& base, bool node_layer) {
-  // A layer named after a node keeps the node's name; others (constants) avoid every node's name.
-  auto free = [&](const std::string& n) { return !taken_layers_.count(n) && (node_layer || !node_names_.count(n)); };
-  std::string name = base;
-  for (int k = 1; !free(name); ++k) name = fmt::format("{}_{}", base, k);
-  taken_layers_.insert(name);
-  return name;
-}
-
 std::string Importer::as_blob(const Node& n, const std::string& name) {
   if (shapes_.count(name)) return name;
   if (!constant(name)) throw n.error(fmt::format("tensor '{}' is not computed before this node", name), "input");
@@ -488,14 +473,6 @@ std::string Importer::add_constant(const std::string& base, const Blob& value) {
   std::string name = fresh_blob(base);
   constants_[name] = value;
   return name;
-}
-
-void Importer::add(Layer l) {
-  std::vector<Shape> ins;
-  for (const auto& i : l.inputs) ins.push_back(shapes_.at(i));
-  std::vector<Shape> outs = core::infer_layer_shapes(l, ins);
-  for (std::size_t k = 0; k < outs.size(); ++k) shapes_[l.outputs[k]] = outs[k];
-  graph_.layers.push_back(std::move(l));
 }
 
 void Importer::reshape_to(const Node& n, const std::string& x, const Shape& shape, const std::string& y) {

@@ -35,6 +35,7 @@
 #include "core/model_impl.hpp"
 #include "core/weight_quant.hpp"
 #include "import/dynamic_dims.hpp"
+#include "import/graph_builder.hpp"
 #include "import/onnx_tensor.hpp"
 #include "import/pass_options.hpp"
 
@@ -179,7 +180,7 @@ struct Fused {
 
 // ---------------------------------------------------------------------------
 
-class Importer {
+class Importer : private import::GraphBuilder {
  public:
   /// `symbol_sizes`: the sizes named symbolic dims take while translating
   /// (default: 1 for a name some input has as its leading dim, 64 for others);
@@ -284,9 +285,11 @@ class Importer {
     return !tensor.empty() && (consumers_.count(tensor) || graph_outputs_.count(tensor));
   }
 
-  // --- names
-  std::string fresh_blob(const std::string& base);
-  std::string fresh_layer(const std::string& base, bool node_layer = true);
+  // --- names (fresh_blob: GraphBuilder's)
+  /// A layer named after a node keeps the node's name; others (constants) avoid every node's name.
+  std::string fresh_layer(const std::string& base, bool node_layer = true) {
+    return GraphBuilder::fresh_layer(base, node_layer ? nullptr : &node_names_);
+  }
 
   // --- layers
   Layer make(const std::string& type, const std::string& name, std::vector<std::string> inputs,
@@ -298,8 +301,6 @@ class Importer {
     l.outputs = std::move(outputs);
     return l;
   }
-  /// Infers the layer's output shapes and appends it to the graph.
-  void add(Layer l);
   /// Adds the one-input layer `type` from `x` into `y`.
   void add_unary(const Node& n, const std::string& type, const std::string& x, const std::string& y,
                  std::map<std::string, Attr> params = {}, const std::string& suffix = {}) {
@@ -602,7 +603,6 @@ class Importer {
   TensorSource src_;
   std::map<std::string, int> opsets_;  // domain -> version
 
-  core::Graph graph_;
   std::vector<const onnx::NodeProto*> nodes_;       // topological order
   std::unordered_map<std::string, int> producers_;  // tensor -> node index
   std::unordered_map<std::string, std::vector<int>> consumers_;
@@ -617,7 +617,6 @@ class Importer {
   std::unordered_map<std::string, core::FakeQuant> quantized_;
   /// DynamicQuantizeLinear's integer outputs (held as floats): their scale and zero point blobs.
   std::unordered_map<std::string, std::pair<std::string, std::string>> int_valued_;
-  std::unordered_map<std::string, Shape> shapes_;     // blobs computed at run time (and materialized constants)
   /// Constants that depend on the size of a symbolic input dim: their value at
   /// the import size is in constants_, and the shape_math layer computing them
   /// at any size here, added to the graph where a layer reads them (plan_value).
@@ -634,7 +633,7 @@ class Importer {
   // converters give them layers that take their size when a session plans.
   std::unordered_set<std::string> value_sized_;
   bool value_sized(const std::string& name) const { return value_sized_.count(name) != 0; }
-  std::unordered_set<std::string> taken_blobs_, taken_layers_, node_names_;
+  std::unordered_set<std::string> node_names_;
   std::unordered_set<std::string> unavailable_;       // outputs of unsupported nodes
   std::vector<std::string> unsupported_;              // one line per unsupported node
   std::vector<Fused> fused_;
