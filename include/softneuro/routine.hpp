@@ -26,7 +26,7 @@
 namespace softneuro {
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 15;  // 15: SharedWeights::prepared (a plugin's derived weights stored in tuned files)
+inline constexpr uint32_t abi_version = 16;  // 16: Routine::pack / unpack / plan (shape-free packing apart from planning)
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -94,6 +94,26 @@ class SharedWeights {
     (void)save, (void)load;
     return get_or_make(key, make);
   }
+};
+
+/// What a routine derives from a layer's weights for every input shape
+/// (packed, transformed, quantised weights): Routine::pack makes it once per
+/// model, and every session and shape of the model shares it.
+class PackedWeights {
+ public:
+  virtual ~PackedWeights() = default;
+  /// Its bytes for a tuned .dnn file (a 1-D uint8 Blob), which Routine::unpack
+  /// reads back; an empty Blob: not stored (a session of the file packs again).
+  virtual Blob save() const { return {}; }
+};
+
+/// What Routine::pack sees of a layer: its weights and attributes and its
+/// blobs' quantisation, never a shape, so what it derives serves every input
+/// shape a session meets.
+struct PackInfo {
+  const Layer* layer = nullptr;
+  std::vector<QuantParams> input_quant;   ///< empty unless calibrated
+  std::vector<QuantParams> output_quant;  ///< empty unless calibrated
 };
 
 /// What a routine sees of a layer when it decides, prepares and runs: the layer
@@ -295,9 +315,32 @@ class Routine {
   /// [-qmax, qmax], the project's convention 127; 63 where a kernel needs 7-bit
   /// weights). Tuning stores such a layer's weights on that grid.
   virtual int weight_qmax(const RoutineParams&) const { return 127; }
-  /// One-time work (weight packing, transforms). Throws softneuro::Error when impossible.
+  /// A routine that derives weights splits its one-time work in two:
+  ///  - pack(): what the layer's weights give it whatever the shapes (packed,
+  ///    transformed, quantised), made once per model: the model's store keeps
+  ///    it by layer, descriptor, parameters and quantisation (the routine
+  ///    names no key) and stores it in tuned files (PackedWeights::save, unpack);
+  ///  - plan(): per input shape, the prepared routine over what pack() made.
+  /// The default prepare() does both. A routine that packs nothing may
+  /// override prepare() alone.
+  virtual std::shared_ptr<const PackedWeights> pack(const PackInfo&, const Schema&, const RoutineParams&) const {
+    return nullptr;
+  }
+  /// pack()'s object from the bytes its save() gave, or nullptr where they do
+  /// not fit what plan() reads (another build's packing: it packs again).
+  virtual std::shared_ptr<const PackedWeights> unpack(const Blob&, const PackInfo&, const Schema&,
+                                                      const RoutineParams&) const {
+    return nullptr;
+  }
+  /// The prepared routine at the shapes of `layer`, over `packed` (what pack()
+  /// made: nullptr where it makes nothing). Throws softneuro::Error when impossible.
+  virtual std::unique_ptr<PreparedRoutine> plan(const LayerInfo& layer, const Schema& schema, const RoutineParams& params,
+                                                std::shared_ptr<const PackedWeights> packed) const;
+  /// One-time work for a layer at its shapes. The default: pack() through the
+  /// model's store (layer.shared; its own copy without one), then plan().
+  /// Throws softneuro::Error when impossible.
   virtual std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& layer, const Schema& schema,
-                                                   const RoutineParams& params) const = 0;
+                                                   const RoutineParams& params) const;
   /// A childnet routine returns its children here (and nullopt otherwise);
   /// the executor then runs the children instead of calling prepare(). Throws
   /// softneuro::Error when the childnet cannot be built with these parameters.

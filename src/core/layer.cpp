@@ -142,6 +142,37 @@ std::vector<RoutineParams> param_combinations(const std::vector<RoutineParamSpec
   return out;
 }
 
+std::unique_ptr<PreparedRoutine> Routine::plan(const LayerInfo& info, const Schema& schema, const RoutineParams&,
+                                               std::shared_ptr<const PackedWeights>) const {
+  throw Error(fmt::format("{}/{} implements neither prepare() nor plan()", schema.to_string(), algorithm()), {},
+              info.layer ? info.layer->name : std::string(), "routine");
+}
+
+namespace {
+/// pack()'s object as the model's store holds it (nullptr where it packs nothing).
+struct PackedHolder {
+  std::shared_ptr<const PackedWeights> packed;
+};
+}  // namespace
+
+std::unique_ptr<PreparedRoutine> Routine::prepare(const LayerInfo& info, const Schema& schema,
+                                                  const RoutineParams& params) const {
+  const PackInfo p{info.layer, info.input_quant, info.output_quant};
+  const std::shared_ptr<const PackedHolder> held = prepared_weights<PackedHolder>(
+      info, "packed", [&] { return PackedHolder{pack(p, schema, params)}; },
+      [](const PackedHolder& h) { return h.packed ? h.packed->save() : Blob{}; },
+      [&](const Blob& bytes) -> std::optional<PackedHolder> {
+        auto unpacked = unpack(bytes, p, schema, params);
+        if (!unpacked) return std::nullopt;
+        return PackedHolder{std::move(unpacked)};
+      });
+  // Sharing the holder's ownership: while the prepared routine holds its
+  // weights, the store's entry stays alive for other sessions and shapes.
+  std::shared_ptr<const PackedWeights> packed =
+      held->packed ? std::shared_ptr<const PackedWeights>(held, held->packed.get()) : nullptr;
+  return plan(info, schema, params, std::move(packed));
+}
+
 void check_prepare_bytes(const LayerInfo& info, std::size_t bytes, std::string_view what) {
   if (info.memory_limit && bytes > info.memory_limit)
     throw Error(fmt::format("{} would take {} bytes, more than the session's memory limit of {} bytes", what, bytes,

@@ -115,7 +115,6 @@ void WorkingModel::store_prepared_weights(int threads) {
 }
 
 Model WorkingModel::to_model() {
-  executors.reset();  // they point at this graph
   auto impl = std::make_shared<ModelImpl>(static_cast<const ModelImpl&>(*this));
   impl->cut_stages();  // from the graph as it is now (its routine path, quantisation)
   return ModelAccess::make(std::move(impl));
@@ -393,15 +392,7 @@ const std::map<std::string, Shape>& ShapedExecutors::current_shapes() {
   return entries_.front().shapes;
 }
 
-ShapedExecutors& WorkingModel::shaped() const {
-  if (!executors) executors = std::make_unique<ShapedExecutors>(*this, SessionOptions{});
-  return *executors;
-}
-
-core::Executor& WorkingModel::prepared() const { return shaped().at({}); }
-
 void WorkingModel::changed() {
-  executors.reset();
   weights = std::make_shared<core::WeightStore>();
   graph.prepared.reset();
   graph.prepared_tag.clear();

@@ -136,22 +136,18 @@ class ShapedExecutors {
 };
 
 /// A model calibration and tuning change (quantisation, routine path, weights
-/// on their int8 grid) and its executors, prepared on first use. The tuner's
-/// working copy: a Model is immutable.
+/// on their int8 grid): the tuner's working copy, as a Model is immutable. It
+/// runs nothing itself: the tuner plans and runs each path it measures
+/// (core::build_plan) from its graph.
 struct WorkingModel : ModelImpl {
-  mutable std::unique_ptr<ShapedExecutors> executors;
-
   static std::unique_ptr<WorkingModel> build(core::Graph graph, const std::string& file = {});
   /// A working copy of `model` (the graph's weights shared, not copied; so are
   /// its derived weights until the graph changes).
   static std::unique_ptr<WorkingModel> of(const ModelImpl& model);
-  /// The model as it is now, as an immutable Model (this copy's executors are dropped).
+  /// The model as it is now, as an immutable Model.
   Model to_model();
-  /// The executor at the default input shapes, prepared now if it was not.
-  core::Executor& prepared() const;
-  ShapedExecutors& shaped() const;
-  /// After the graph changed (routine path, quantisation): the executor is
-  /// dropped and derived weights are no longer shared with earlier models.
+  /// After the graph changed (routine path, quantisation): derived weights
+  /// are no longer shared with earlier models.
   void changed();
   /// Derives the weights of the routine path at each of its input shapes in a
   /// fresh store (sessions of `threads`), and keeps those a tuned file stores

@@ -66,7 +66,8 @@ std::map<std::string, Blob> WeightStore::saved() const {
         if (auto alive = e.object.lock()) live.emplace(key, std::make_pair(std::move(alive), e.save));
   }
   std::map<std::string, Blob> out;
-  for (const auto& [key, object] : live) out.emplace(key, object.second(object.first.get()));
+  for (const auto& [key, object] : live)
+    if (Blob bytes = object.second(object.first.get()); bytes.data()) out.emplace(key, std::move(bytes));  // (empty: not stored)
   return out;
 }
 

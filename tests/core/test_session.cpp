@@ -1044,3 +1044,79 @@ TEST_CASE("an input only checking steps read is not scanned before the run, NaN 
   CHECK(g_checked_copy_runs.exact == 0);
   CHECK(session.layers()[0].descriptor == "cpu/checking");
 }
+
+namespace {
+/// y = x + w[0], packing "w + 0" once per model: counts its packs and plans.
+struct PackCounts {
+  int packs = 0, plans = 0;
+};
+PackCounts g_pack_counts;
+struct AddedValue final : PackedWeights {
+  float value = 0;
+};
+class PackingAdd final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "test_packed_add"; }
+  std::string_view algorithm() const override { return "packing"; }
+  std::vector<Schema> schemas() const override { return {Schema{}}; }
+  Support supports(const LayerInfo&, const Schema&) const override { return Support::yes(); }
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    ++g_pack_counts.packs;
+    auto v = std::make_shared<AddedValue>();
+    v->value = info.layer->weight("w").data_as<float>()[0];
+    return v;
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    ++g_pack_counts.plans;
+    struct Run final : PreparedRoutine {
+      std::shared_ptr<const AddedValue> v;
+      void run(const RunArgs& a) override {
+        const float* x = a.inputs[0]->data_as<float>();
+        float* y = a.outputs[0]->data_as<float>();
+        for (int64_t i = 0; i < a.inputs[0]->numel(); ++i) y[i] = x[i] + v->value;
+      }
+    };
+    REQUIRE(info.input_shapes.size() == 1);  // plan() sees the shapes; pack() (PackInfo) cannot
+    auto run = std::make_unique<Run>();
+    run->v = std::static_pointer_cast<const AddedValue>(std::move(packed));
+    return run;
+  }
+};
+}  // namespace
+
+TEST_CASE("a routine packs once per model, and every session and input shape plans over that one packing", "[session][prepared]") {
+  static const bool registered = [] {
+    register_layer_type({"test_packed_add", 1, 1, same_shape});
+    register_routine(std::make_unique<PackingAdd>());
+    return true;
+  }();
+  (void)registered;
+  Layer add;
+  add.name = "add";
+  add.type = "test_packed_add";
+  add.inputs = {"x"};
+  add.outputs = {"y"};
+  add.weights["w"] = Blob::allocate({1});
+  add.weights["w"].data_as<float>()[0] = 2.5f;
+  core::Graph g;
+  g.name = "packed";
+  g.inputs = {{"x", Shape{1, 4}, DType::float32, {}}};
+  g.inputs[0].dynamic_dims = {1};
+  g.layers = {add};
+  g.outputs = {"y"};
+  const Model model = detail::make_model(std::move(g));
+  g_pack_counts = {};
+  Session a(model), b(model);
+  for (int64_t n : {4, 7}) {
+    Blob x = Blob::allocate({1, n});
+    for (int64_t i = 0; i < n; ++i) x.data_as<float>()[i] = static_cast<float>(i);
+    for (Session* s : {&a, &b}) {
+      const auto y = test::values(s->run(std::vector<NamedBlob>{{"x", x}})[0].blob);
+      REQUIRE(y.size() == static_cast<std::size_t>(n));
+      CHECK(y.back() == static_cast<float>(n - 1) + 2.5f);
+    }
+  }
+  CHECK(g_pack_counts.packs == 1);  // two sessions, two shapes: one packing
+  CHECK(g_pack_counts.plans == 4);
+}

@@ -1,6 +1,6 @@
 // A well-formed test plugin: a relu routine, "cpu/plugin_relu", and a dense
-// routine whose transposed weights are prepared weights a tuned file stores,
-// "cpu/plugin_dense".
+// routine that packs its transposed weights (Routine::pack), which a tuned
+// file stores, "cpu/plugin_dense".
 #include "relu_routine.hpp"
 
 #include <softneuro/plugin.hpp>
@@ -13,7 +13,18 @@ namespace {
 
 constexpr char kName[] = "plugin_relu";
 
-/// y = x Wᵀ + b over the last axis, with Wᵀ derived once per model.
+/// Wᵀ, packed once per model (Routine::pack) and stored in tuned files.
+struct Transposed final : softneuro::PackedWeights {
+  std::vector<float> t;
+  softneuro::Blob save() const override {
+    softneuro::Blob bytes = softneuro::Blob::allocate(softneuro::Shape{static_cast<int64_t>(t.size() * sizeof(float))},
+                                                      softneuro::DType::uint8);
+    std::memcpy(bytes.data(), t.data(), t.size() * sizeof(float));
+    return bytes;
+  }
+};
+
+/// y = x Wᵀ + b over the last axis.
 class PluginDense final : public softneuro::Routine {
  public:
   std::string_view layer_type() const override { return "dense"; }
@@ -24,31 +35,31 @@ class PluginDense final : public softneuro::Routine {
       return softneuro::Support::no("a test routine: weight and bias, no activation");
     return softneuro::Support::yes();
   }
-  std::unique_ptr<softneuro::PreparedRoutine> prepare(const softneuro::LayerInfo& info, const softneuro::Schema&,
-                                                      const softneuro::RoutineParams&) const override {
+  std::shared_ptr<const softneuro::PackedWeights> pack(const softneuro::PackInfo& info, const softneuro::Schema&,
+                                                       const softneuro::RoutineParams&) const override {
     const softneuro::Blob& w = info.layer->weight("weight");
     const int64_t n = w.shape()[0], k = w.shape()[1];
-    using Transposed = std::vector<float>;
-    auto wt = softneuro::prepared_weights<Transposed>(
-        info, "transposed",
-        [&] {
-          Transposed t(static_cast<std::size_t>(n * k));
-          for (int64_t o = 0; o < n; ++o)
-            for (int64_t i = 0; i < k; ++i) t[static_cast<std::size_t>(i * n + o)] = w.data_as<float>()[o * k + i];
-          return t;
-        },
-        [](const Transposed& t) {
-          softneuro::Blob bytes = softneuro::Blob::allocate(softneuro::Shape{static_cast<int64_t>(t.size() * sizeof(float))},
-                                                            softneuro::DType::uint8);
-          std::memcpy(bytes.data(), t.data(), t.size() * sizeof(float));
-          return bytes;
-        },
-        [&](const softneuro::Blob& bytes) -> std::optional<Transposed> {
-          if (bytes.byte_size() != static_cast<std::size_t>(n * k) * sizeof(float)) return std::nullopt;
-          Transposed t(static_cast<std::size_t>(n * k));
-          std::memcpy(t.data(), bytes.data(), bytes.byte_size());
-          return t;
-        });
+    auto wt = std::make_shared<Transposed>();
+    wt->t.resize(static_cast<std::size_t>(n * k));
+    for (int64_t o = 0; o < n; ++o)
+      for (int64_t i = 0; i < k; ++i) wt->t[static_cast<std::size_t>(i * n + o)] = w.data_as<float>()[o * k + i];
+    return wt;
+  }
+  std::shared_ptr<const softneuro::PackedWeights> unpack(const softneuro::Blob& bytes, const softneuro::PackInfo& info,
+                                                         const softneuro::Schema&,
+                                                         const softneuro::RoutineParams&) const override {
+    const softneuro::Blob& w = info.layer->weight("weight");
+    const auto floats = static_cast<std::size_t>(w.shape()[0] * w.shape()[1]);
+    if (bytes.byte_size() != floats * sizeof(float)) return nullptr;
+    auto wt = std::make_shared<Transposed>();
+    wt->t.resize(floats);
+    std::memcpy(wt->t.data(), bytes.data(), bytes.byte_size());
+    return wt;
+  }
+  std::unique_ptr<softneuro::PreparedRoutine> plan(const softneuro::LayerInfo& info, const softneuro::Schema&,
+                                                   const softneuro::RoutineParams&,
+                                                   std::shared_ptr<const softneuro::PackedWeights> packed) const override {
+    const softneuro::Blob& w = info.layer->weight("weight");
     struct Run final : softneuro::PreparedRoutine {
       std::shared_ptr<const Transposed> wt;
       const softneuro::Blob* bias;
@@ -59,16 +70,16 @@ class PluginDense final : public softneuro::Routine {
         for (int64_t r = 0, rows = a.inputs[0]->numel() / k; r < rows; ++r)
           for (int64_t o = 0; o < n; ++o) {
             float s = bias->data_as<float>()[o];
-            for (int64_t i = 0; i < k; ++i) s += x[r * k + i] * (*wt)[static_cast<std::size_t>(i * n + o)];
+            for (int64_t i = 0; i < k; ++i) s += x[r * k + i] * wt->t[static_cast<std::size_t>(i * n + o)];
             y[r * n + o] = s;
           }
       }
     };
     auto run = std::make_unique<Run>();
-    run->wt = std::move(wt);
+    run->wt = std::static_pointer_cast<const Transposed>(std::move(packed));
     run->bias = &info.layer->weight("bias");
-    run->n = n;
-    run->k = k;
+    run->n = w.shape()[0];
+    run->k = w.shape()[1];
     return run;
   }
 };

@@ -194,6 +194,86 @@ enum class Mode {
   tiles,        ///< blocked: intrinsic tiles, pointwise or general with edge kernels (tile_row)
 };
 
+/// What the packed weights' layout depends on: the weights' shape
+/// [OC, C/group, KH, KW], the groups, the vector width and the output-channel
+/// blocks per tile (oc_block as it runs); never the input's size.
+struct Packing {
+  int64_t v = 0, group = 1, oc = 0, icg = 0, ocg = 0, taps = 0;
+  int64_t ics = 0;   ///< input-channel slots per block (V, or C in nhwc)
+  int64_t icbg = 0, ocbg = 0, ocb_total = 0;
+  int ocb = 1;
+  int64_t w_icb() const { return taps * ics * ocb * v; }  ///< floats per input block
+  int64_t w_og() const { return icbg * w_icb(); }          ///< floats per group of ocb output blocks
+  std::size_t weight_floats() const { return static_cast<std::size_t>(ocb_total / ocb * w_og()); }
+  std::size_t bias_floats() const { return static_cast<std::size_t>(ocb_total * v); }
+};
+
+Packing packing_of(const Layer& layer, const conv::Kernels& k, bool nhwc, const RoutineParams& params) {
+  const Shape& w = layer.weight("weight").shape();
+  Packing p;
+  p.v = k.vec;
+  p.group = layer.get_int("group", 1);
+  p.oc = w[0];
+  p.icg = w[1];
+  p.ocg = p.oc / p.group;
+  p.taps = w[2] * w[3];
+  p.ics = nhwc ? p.icg * p.group : p.v;
+  p.icbg = (p.icg + p.v - 1) / p.v;
+  p.ocbg = (p.ocg + p.v - 1) / p.v;
+  p.ocb_total = (p.oc + p.v - 1) / p.v;
+  p.ocb = effective_ocb(k, p.ocbg, static_cast<int>(routine_param(params, "oc_block", 2)));
+  return p;
+}
+
+/// The weights as [og][icb][kh][kw][ic < ics][ocb][oc] (zero-padded channels),
+/// the bias by blocks: one copy per model, for every shape (Direct::pack).
+struct DirectPacked final : PackedWeights {
+  cpu::AlignedFloats weight, bias;
+  Blob save() const override {
+    return core::pack_arrays({core::array_bytes(weight.data(), weight.size()), core::array_bytes(bias.data(), bias.size())});
+  }
+};
+
+std::shared_ptr<const DirectPacked> pack_direct(const Layer& layer, const Packing& p) {
+  const float* wd = layer.weight("weight").data_as<float>();
+  const int64_t v = p.v, ocb = p.ocb, ics = p.ics, taps = p.taps, w_icb = p.w_icb(), w_og = p.w_og();
+  auto pw = std::make_shared<DirectPacked>();
+  pw->weight.assign(p.weight_floats(), 0.0f);
+  for (int64_t og = 0; og < p.ocb_total / ocb; ++og)
+    for (int64_t j = 0; j < ocb; ++j)
+      for (int64_t oc = 0; oc < v; ++oc) {
+        const int64_t ob = og * ocb + j;                     // global oc block
+        const int64_t gi = p.group == 1 ? 0 : ob / p.ocbg;   // its group
+        const int64_t o = p.group == 1 ? ob * v + oc : gi * p.ocg + (ob % p.ocbg) * v + oc;
+        if ((p.group == 1 ? ob * v + oc : (ob % p.ocbg) * v + oc) >= p.ocg) continue;
+        for (int64_t ib = 0; ib < p.icbg; ++ib)
+          for (int64_t ic = 0; ic < ics; ++ic) {
+            const int64_t i = ib * ics + ic;
+            if (i >= p.icg) continue;
+            for (int64_t t = 0; t < taps; ++t)
+              pw->weight[og * w_og + ib * w_icb + t * (ics * ocb * v) + ic * ocb * v + j * v + oc] =
+                  wd[(o * p.icg + i) * taps + t];
+          }
+      }
+  pw->bias.assign(p.bias_floats(), 0.0f);
+  if (const Blob* b = layer.find_weight("bias"))
+    for (int64_t o = 0; o < p.oc; ++o) {
+      // Output channel o sits at block (o / ocg) * ocbg + (o % ocg) / v, lane (o % ocg) % v.
+      const int64_t gi = o / p.ocg, r = o % p.ocg;
+      pw->bias[(gi * p.ocbg + r / v) * v + r % v] = b->data_as<float>()[o];
+    }
+  return pw;
+}
+
+std::shared_ptr<const DirectPacked> unpack_direct(const Blob& bytes, const Packing& p) {
+  auto arrays = core::unpack_arrays(bytes, {p.weight_floats() * sizeof(float), p.bias_floats() * sizeof(float)});
+  if (!arrays) return nullptr;
+  auto pw = std::make_shared<DirectPacked>();
+  pw->weight = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[0]), p.weight_floats());
+  pw->bias = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[1]), p.bias_floats());
+  return pw;
+}
+
 /// The layer's sizes as the kernels walk them, in blocks of V channels.
 struct Geometry {
   Window2d g{};  ///< the window the tiles compute (compact: the stride-1 plane of the pixels read)
@@ -282,7 +362,9 @@ struct Row {
 
 class PreparedDirect final : public PreparedRoutine {
  public:
-  PreparedDirect(const LayerInfo& info, const conv::Kernels& k, Layout layout, const RoutineParams& params) : k_(k) {
+  PreparedDirect(const LayerInfo& info, const conv::Kernels& k, Layout layout, const RoutineParams& params,
+                 std::shared_ptr<const DirectPacked> packed)
+      : k_(k), weights_(std::move(packed)) {
     const Layer& layer = *info.layer;
     const bool nhwc = layout == Layout::nhwc;
     Window2d& g = geo_.g;
@@ -365,7 +447,11 @@ class PreparedDirect final : public PreparedRoutine {
       copy_.slack = (int64_t(std::max(cfg_.w, tw_)) * g.sw + (g.kw - 1) * g.dw + 1) * copy_.px + copy_.wp * copy_.px;
       copy_.floats = g.n * geo_.icb_total * copy_.hp * copy_.wp * copy_.px;
     }
-    weights_ = pack(info, ocb);
+    const Packing packing = packing_of(layer, k, nhwc, params);
+    if (!weights_ || packing.ocb != ocb || packing.w_icb() != geo_.w_icb || packing.w_og() != geo_.w_og ||
+        weights_->weight.size() != packing.weight_floats() || weights_->bias.size() != packing.bias_floats())
+      throw Error(fmt::format("cpu:float32:{}/direct: its packed weights do not fit this layer", to_string(layout)), {}, layer.name,
+                  "weight");
   }
 
   std::size_t workspace_bytes() const override {
@@ -453,65 +539,6 @@ class PreparedDirect final : public PreparedRoutine {
     first_.run_hi = first_.run_lo;
     while (first_.run_hi < first_.full && first_inner(first_.run_hi * tw, tw)) ++first_.run_hi;
     if (g.kh == 3 && g.kw == 3) first_.run = k_.asm_first_run[oi][g.sw - 1][tw];
-  }
-
-  struct Packed {
-    cpu::AlignedFloats weight, bias;
-  };
-
-  /// The weights as [og][icb][kh][kw][ic < ics][ocb][oc], and the bias by
-  /// blocks: the model's, shared by every session and shape (they depend on
-  /// the channels only).
-  std::shared_ptr<const Packed> pack(const LayerInfo& info, int ocb) const {
-    const Layer& layer = *info.layer;
-    const Window2d& g = geo_.g;
-    const int64_t v = geo_.v, taps = g.kh * g.kw, ics = geo_.ics;
-    const int64_t icg = geo_.icg, ocg = geo_.ocg, icbg = geo_.icbg, ocbg = geo_.ocbg;
-    const int64_t ogs = geo_.ocb_total / ocb;
-    const int64_t w_icb = geo_.w_icb, w_og = geo_.w_og;
-    const std::size_t weight_floats = static_cast<std::size_t>(ogs * w_og),
-                      bias_floats = static_cast<std::size_t>(geo_.ocb_total * v);
-    auto save = [](const Packed& pw) {
-      return core::pack_arrays({core::array_bytes(pw.weight.data(), pw.weight.size()), core::array_bytes(pw.bias.data(), pw.bias.size())});
-    };
-    auto load = [&](const Blob& bytes) -> std::optional<Packed> {
-      auto arrays = core::unpack_arrays(bytes, {weight_floats * sizeof(float), bias_floats * sizeof(float)});
-      if (!arrays) return std::nullopt;
-      Packed pw;
-      pw.weight = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[0]), weight_floats);
-      pw.bias = cpu::AlignedFloats::view(core::owner_of(bytes), reinterpret_cast<const float*>((*arrays)[1]), bias_floats);
-      return pw;
-    };
-    auto make = [&] {
-      const float* wd = layer.weight("weight").data_as<float>();
-      Packed pw;
-      pw.weight.assign(weight_floats, 0.0f);
-      for (int64_t og = 0; og < ogs; ++og)
-        for (int64_t j = 0; j < ocb; ++j)
-          for (int64_t oc = 0; oc < v; ++oc) {
-            const int64_t ob = og * ocb + j;                    // global oc block
-            const int64_t gi = g.group == 1 ? 0 : ob / ocbg;    // its group
-            const int64_t o = g.group == 1 ? ob * v + oc : gi * ocg + (ob % ocbg) * v + oc;
-            if ((g.group == 1 ? ob * v + oc : (ob % ocbg) * v + oc) >= ocg) continue;
-            for (int64_t ib = 0; ib < icbg; ++ib)
-              for (int64_t ic = 0; ic < ics; ++ic) {
-                const int64_t i = ib * ics + ic;
-                if (i >= icg) continue;
-                for (int64_t t = 0; t < taps; ++t)
-                  pw.weight[og * w_og + ib * w_icb + t * (ics * ocb * v) + ic * ocb * v + j * v + oc] =
-                      wd[(o * icg + i) * taps + t];
-              }
-          }
-      pw.bias.assign(bias_floats, 0.0f);
-      if (const Blob* b = layer.find_weight("bias"))
-        for (int64_t o = 0; o < g.oc; ++o) {
-          // Output channel o sits at block (o / ocg) * ocbg + (o % ocg) / v, lane (o % ocg) % v.
-          const int64_t gi = o / ocg, r = o % ocg;
-          pw.bias[(gi * ocbg + r / v) * v + r % v] = b->data_as<float>()[o];
-        }
-      return pw;
-    };
-    return prepared_weights<Packed>(info, fmt::format("direct.packed/{}/{}/{}", ocb, v, ics), make, save, load);
   }
 
   /// The input copied into the workspace as copy_ describes it (rows of the
@@ -872,7 +899,7 @@ class PreparedDirect final : public PreparedRoutine {
   int tw_ = 0;         ///< pixels per tile (the assembly tiles: at most ow_tile; else cfg_.w)
   bool flat_ = false;  ///< an unpadded 1x1 layer at stride 1: planes walked as runs of pixels
   conv::DirectFn tile_fn_ = nullptr, edge_fn_ = nullptr;  ///< the intrinsic tiles (first_tiles, narrow, tiles)
-  std::shared_ptr<const Packed> weights_;
+  std::shared_ptr<const DirectPacked> weights_;
   cpu::gemm::Epilogue ep_;
 };
 
@@ -984,11 +1011,24 @@ class Direct final : public Routine {
     return space;
   }
 
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
-                                           const RoutineParams& params) const override {
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams& params) const override {
+    return pack_direct(*info.layer, packing_of(*info.layer, kernels(), L == Layout::nhwc, params));
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams& params) const override {
+    return unpack_direct(bytes, packing_of(*info.layer, kernels(), L == Layout::nhwc, params));
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    return std::make_unique<PreparedDirect>(info, kernels(), L, params,
+                                            std::dynamic_pointer_cast<const DirectPacked>(std::move(packed)));
+  }
+
+ private:
+  static const conv::Kernels& kernels() {
     const conv::Kernels* k = kernels_for(L);
     if (!k) throw Error(fmt::format("{}/direct: the CPU lacks the ISA", kSchema.to_string()));
-    return std::make_unique<PreparedDirect>(info, *k, L, params);
+    return *k;
   }
 
 };
