@@ -136,15 +136,17 @@ Support qint8::activation_epilogue(const Layer& l, const cpu::TQ& out, Epilogue*
   return Support::yes();
 }
 
-Blob qint8::save_packed(const PackedWeights& pw) {
+Blob qint8::GemmWeights::save() const { return save_packed(*this); }
+
+Blob qint8::save_packed(const GemmWeights& pw) {
   return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(pw.packed.data()), pw.packed.byte_size()),
                             core::array_bytes(pw.bias.data(), pw.bias.size()), core::array_bytes(pw.mult.data(), pw.mult.size())});
 }
 
-std::optional<qint8::PackedWeights> qint8::load_packed(const Blob& bytes, std::size_t packed_bytes, std::size_t lanes) {
+std::optional<qint8::GemmWeights> qint8::load_packed(const Blob& bytes, std::size_t packed_bytes, std::size_t lanes) {
   auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(int32_t), lanes * sizeof(float)});
   if (!a) return std::nullopt;
-  PackedWeights pw;
+  GemmWeights pw;
   pw.packed = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
   pw.bias.resize(lanes);
   pw.mult.resize(lanes);
@@ -235,13 +237,81 @@ enum class GemmKernel {
 /// The weight range of a kernel (Routine::weight_qmax).
 constexpr int kernel_qmax(GemmKernel k) { return k == GemmKernel::u8s8 ? 63 : 127; }
 
+/// What a GEMM's packed weights depend on: the weights' shape and groups
+/// (never the input's size) and the kernel.
+struct GemmShape {
+  int64_t oc = 0, icg = 0, kh = 1, kw = 1, group = 1;
+  GemmKernel kernel = GemmKernel::int16;
+  bool u8() const { return kernel != GemmKernel::int16; }  ///< u8 activations, K in quads
+  int64_t ocg() const { return oc / group; }
+  int64_t k() const { return kh * kw * icg; }
+  int64_t ksteps() const { return ceil_div(k(), u8() ? 4 : 2); }
+  int64_t ocb() const { return ceil_div(ocg(), qint8::kTileN); }
+  int64_t blocks() const { return group * ocb(); }
+  int64_t block_bytes() const { return ksteps() * 64; }  ///< 16 lanes x (2 int16 or 4 int8) a K step
+  std::size_t packed_bytes() const { return static_cast<std::size_t>(blocks() * block_bytes()); }
+  std::size_t lanes() const { return static_cast<std::size_t>(blocks() * 16); }
+};
+
+/// The weights w ([oc][icg][kh][kw] float32) in K order (ki, kj, ic),
+/// quantised per output channel, packed [group][ocb][ksteps][16][kstep]
+/// (int16 pairs for int16, int8 quads for the u8 kernels), with each output
+/// channel's int32 bias (bias may be null) and requantisation multiplier.
+std::shared_ptr<const qint8::GemmWeights> pack_gemm(const GemmShape& s, const Blob& w, const float* bias,
+                                                    const Epilogue& ep, TQ in, TQ out) {
+  const bool u8 = s.u8();
+  const int64_t icg = s.icg, ocg = s.ocg(), k = s.k(), ocb = s.ocb(), block_bytes = s.block_bytes();
+  auto pw = std::make_shared<qint8::GemmWeights>();
+  // Quantised per output channel (which the order within one does not change), then into K order.
+  QuantWeights qw = core::channel_int8(w, kernel_qmax(s.kernel));
+  {
+    std::vector<int8_t> wk(qw.q.size());
+    for (int64_t o = 0; o < s.oc; ++o)
+      for (int64_t ic = 0; ic < icg; ++ic)
+        for (int64_t ki = 0; ki < s.kh; ++ki)
+          for (int64_t kj = 0; kj < s.kw; ++kj)
+            wk[static_cast<std::size_t>(o * k + (ki * s.kw + kj) * icg + ic)] =
+                qw.q[static_cast<std::size_t>(((o * icg + ic) * s.kh + ki) * s.kw + kj)];
+    qw.q = std::move(wk);
+  }
+  pw->packed = Blob::allocate(Shape{static_cast<int64_t>(s.packed_bytes())}, DType::quint8);  // 64-byte aligned, zero-filled
+  pw->bias.assign(s.lanes(), 0);
+  pw->mult.assign(s.lanes(), 0.0f);
+  for (int64_t grp = 0; grp < s.group; ++grp)
+    for (int64_t jb = 0; jb < ocb; ++jb)
+      for (int lane = 0; lane < 16; ++lane) {
+        const int64_t ocl = jb * 16 + lane;
+        if (ocl >= ocg) continue;
+        const int64_t o = grp * ocg + ocl;
+        const std::size_t slot = static_cast<std::size_t>((grp * ocb + jb) * 16 + lane);
+        const float sw = qw.scale[static_cast<std::size_t>(o)];
+        const int8_t* wq = qw.q.data() + o * k;
+        int64_t wsum = 0;
+        for (int64_t kk = 0; kk < k; ++kk) wsum += wq[kk];
+        pw->bias[slot] = (bias ? quantise_bias(bias[o], in.scale, sw) : 0) -
+                         (u8 ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
+        pw->mult[slot] = output_multiplier(ep, in.scale, sw, out.scale);
+        char* vb = static_cast<char*>(pw->packed.data()) + (grp * ocb + jb) * block_bytes;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          if (u8) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
+          else reinterpret_cast<int16_t*>(vb)[(kk / 2) * 32 + lane * 2 + (kk & 1)] = wq[kk];
+        }
+      }
+  return pw;
+}
+
+std::shared_ptr<const qint8::GemmWeights> unpack_gemm(const Blob& bytes, const GemmShape& s) {
+  auto pw = qint8::load_packed(bytes, s.packed_bytes(), s.lanes());
+  return pw ? std::make_shared<const qint8::GemmWeights>(std::move(*pw)) : nullptr;
+}
+
 class GemmConv final : public PreparedRoutine {
  public:
-  /// w: [oc][icg][kh][kw] float32; bias may be null. nhwc_*: the blobs' layouts.
-  /// The packed weights, bias and multipliers are the model's (info.shared): shared by every session and shape.
-  GemmConv(const LayerInfo& info, const Window2d& g, const Blob& w, const float* bias, const Epilogue& ep, TQ in,
-           TQ out, bool nhwc_in, bool nhwc_out, int64_t mb, GemmKernel kernel)
-      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), kernel_(kernel) {
+  /// nhwc_*: the blobs' layouts. `packed`: pack_gemm's for this layer (the
+  /// model's: shared by every session and shape).
+  GemmConv(const LayerInfo& info, const Window2d& g, const Epilogue& ep, TQ in, bool nhwc_in, bool nhwc_out, int64_t mb,
+           GemmKernel kernel, std::shared_ptr<const qint8::GemmWeights> packed)
+      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), kernel_(kernel), weights_(std::move(packed)) {
     const bool u8 = kernel != GemmKernel::int16;  // u8 activations, K in quads
     icg_ = g.c / g.group;
     ocg_ = g.oc / g.group;
@@ -253,52 +323,11 @@ class GemmConv final : public PreparedRoutine {
     tile_m_ = kernel == GemmKernel::vnni ? qint8::kTileMVnni : kernel == GemmKernel::u8s8 ? qint8::kTileMU8S8 : qint8::kTileM;
     pad_u8_ = static_cast<uint8_t>(in.zp + 128);  // a real 0, as u8
     ocb_ = ceil_div(ocg_, qint8::kTileN);
-    // Weights in K order (ki, kj, ic), quantised per output channel, packed
-    // [group][ocb][ksteps][16][kstep] (int16 pairs for int16, int8 quads for the u8 kernels).
-    const int64_t blocks = g.group * ocb_;
-    block_bytes_ = ksteps_ * 64;  // 16 lanes x (2 int16 or 4 int8)
-    const auto packed_bytes = static_cast<std::size_t>(blocks * block_bytes_), lanes = static_cast<std::size_t>(blocks * 16);
-    auto load = [&](const Blob& bytes) { return qint8::load_packed(bytes, packed_bytes, lanes); };
-    weights_ = prepared_weights<Packed>(info, fmt::format("qgemm/{}", static_cast<int>(kernel)), [&] {
-      Packed pw;
-      // Quantised per output channel (which the order within one does not
-      // change), then into K order.
-      QuantWeights qw = core::channel_int8(w, kernel_qmax(kernel));
-      {
-        std::vector<int8_t> wk(qw.q.size());
-        for (int64_t o = 0; o < g.oc; ++o)
-          for (int64_t ic = 0; ic < icg_; ++ic)
-            for (int64_t ki = 0; ki < g.kh; ++ki)
-              for (int64_t kj = 0; kj < g.kw; ++kj)
-                wk[static_cast<std::size_t>(o * k_ + (ki * g.kw + kj) * icg_ + ic)] =
-                    qw.q[static_cast<std::size_t>(((o * icg_ + ic) * g.kh + ki) * g.kw + kj)];
-        qw.q = std::move(wk);
-      }
-      pw.packed = Blob::allocate(Shape{blocks * block_bytes_}, DType::quint8);  // 64-byte aligned, zero-filled
-      pw.bias.assign(static_cast<std::size_t>(blocks * 16), 0);
-      pw.mult.assign(static_cast<std::size_t>(blocks * 16), 0.0f);
-      for (int64_t grp = 0; grp < g.group; ++grp)
-        for (int64_t jb = 0; jb < ocb_; ++jb)
-          for (int lane = 0; lane < 16; ++lane) {
-            const int64_t ocl = jb * 16 + lane;
-            if (ocl >= ocg_) continue;
-            const int64_t o = grp * ocg_ + ocl;
-            const std::size_t slot = static_cast<std::size_t>((grp * ocb_ + jb) * 16 + lane);
-            const float sw = qw.scale[static_cast<std::size_t>(o)];
-            const int8_t* wq = qw.q.data() + o * k_;
-            int64_t wsum = 0;
-            for (int64_t kk = 0; kk < k_; ++kk) wsum += wq[kk];
-            pw.bias[slot] = (bias ? quantise_bias(bias[o], in.scale, sw) : 0) -
-                          (u8 ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
-            pw.mult[slot] = output_multiplier(ep, in.scale, sw, out.scale);
-            char* vb = static_cast<char*>(pw.packed.data()) + (grp * ocb_ + jb) * block_bytes_;
-            for (int64_t kk = 0; kk < k_; ++kk) {
-              if (u8) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
-              else reinterpret_cast<int16_t*>(vb)[(kk / 2) * 32 + lane * 2 + (kk & 1)] = wq[kk];
-            }
-          }
-      return pw;
-    }, qint8::save_packed, load);
+    block_bytes_ = ksteps_ * 64;
+    const GemmShape shape{g.oc, icg_, g.kh, g.kw, g.group, kernel};
+    if (!weights_ || weights_->packed.byte_size() != shape.packed_bytes() || weights_->bias.size() != shape.lanes() ||
+        weights_->mult.size() != shape.lanes() || shape.block_bytes() != block_bytes_)
+      throw Error("cpu:qint8 GEMM: its packed weights do not fit this layer", {}, info.layer ? info.layer->name : "", "weight");
     // Blocks of output pixels: about 96 KiB of rows, a multiple of the tile height.
     const int64_t P = g.oh * g.ow;
     if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
@@ -447,8 +476,7 @@ class GemmConv final : public PreparedRoutine {
   uint8_t pad_u8_ = 128;
   int64_t icg_, ocg_, k_, ksteps_ = 0, kpad_ = 0, es_ = 2, tile_m_ = 4, ocb_, block_bytes_ = 0, ldu_ = 0;
   int64_t mbe_ = 1, pblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
-  using Packed = qint8::PackedWeights;
-  std::shared_ptr<const Packed> weights_;
+  std::shared_ptr<const qint8::GemmWeights> weights_;
   int64_t kc_ = 0;  ///< K chunk (pairs) of the K-blocked AVX2 path; 0: one pass
   std::size_t xbytes_ = 0, ubytes_ = 0, obytes_ = 0, abytes_ = 0;
 };
@@ -528,7 +556,20 @@ class DenseRoutine final : public Routine {
     if (x[x.rank() - 1] > kMaxK) return Support::no(fmt::format("a dot product of more than {} terms could overflow int32", kMaxK));
     return activation_epilogue(l, out_q(info), nullptr);
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& p, const Schema&, const RoutineParams& params) const override {
+    const Layer& l = *p.layer;
+    const Blob& w = l.weight("weight");
+    Epilogue ep;
+    activation_epilogue(l, out_q(p), &ep);
+    const Blob* b = l.find_weight("bias");
+    return pack_gemm(shape_of(w, params), w, b ? b->data_as<float>() : nullptr, ep, in_q(p, 0), out_q(p));
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& p, const Schema&,
+                                              const RoutineParams& params) const override {
+    return unpack_gemm(bytes, shape_of(p.layer->weight("weight"), params));
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema& s, const RoutineParams& params,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{} cannot run this dense: {}", make_descriptor(s, algorithm()), ok.reason));
     const Layer& l = *info.layer;
     const Shape& x = info.input_shapes[0];
@@ -546,9 +587,14 @@ class DenseRoutine final : public Routine {
     g.group = 1;
     Epilogue ep;
     activation_epilogue(l, out_q(info), &ep);
-    const Blob* b = l.find_weight("bias");
-    return std::make_unique<GemmConv>(info, g, w, b ? b->data_as<float>() : nullptr, ep, in_q(info, 0),
-                                      out_q(info), true, true, routine_param(params, "mb", 0), gemm_kernel(params));
+    return std::make_unique<GemmConv>(info, g, ep, in_q(info, 0), true, true, routine_param(params, "mb", 0),
+                                      gemm_kernel(params), std::dynamic_pointer_cast<const qint8::GemmWeights>(std::move(packed)));
+  }
+
+ private:
+  /// The dense's weights [O, K] as a GEMM of 1x1 taps.
+  static GemmShape shape_of(const Blob& w, const RoutineParams& params) {
+    return GemmShape{w.shape()[0], w.shape()[1], 1, 1, 1, gemm_kernel(params)};
   }
 };
 
@@ -657,7 +703,23 @@ class ConvRoutine final : public Routine {
     return gemm_space(*info.layer);
   }
   int weight_qmax(const RoutineParams& params) const override { return gemm_weight_qmax(params); }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams& params) const override {
+  /// GEMM convolutions pack; depthwise ones (DepthwiseConv) pack nothing.
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& p, const Schema&, const RoutineParams& params) const override {
+    const Layer& l = *p.layer;
+    const std::optional<GemmShape> shape = gemm_shape_of(l, params);
+    if (!shape) return nullptr;
+    Epilogue ep;
+    activation_epilogue(l, out_q(p), &ep);
+    const Blob* b = l.find_weight("bias");
+    return pack_gemm(*shape, l.weight("weight"), b ? b->data_as<float>() : nullptr, ep, in_q(p, 0), out_q(p));
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& p, const Schema&,
+                                              const RoutineParams& params) const override {
+    const std::optional<GemmShape> shape = gemm_shape_of(*p.layer, params);
+    return shape ? unpack_gemm(bytes, *shape) : nullptr;
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema& s, const RoutineParams& params,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("{} cannot run this conv2: {}", make_descriptor(s, algorithm()), ok.reason));
     const Layer& l = *info.layer;
     Window2d g = core::conv2_window(l, info.input_shapes[0]);
@@ -668,8 +730,18 @@ class ConvRoutine final : public Routine {
     if (is_depthwise(g))
       return std::make_unique<DepthwiseConv>(g, l.weight("weight"), b ? b->data_as<float>() : nullptr, ep,
                                              in_q(info, 0), out_q(info), nhwc);
-    return std::make_unique<GemmConv>(info, g, l.weight("weight"), b ? b->data_as<float>() : nullptr, ep,
-                                      in_q(info, 0), out_q(info), nhwc, nhwc, routine_param(params, "mb", 0), gemm_kernel(params));
+    return std::make_unique<GemmConv>(info, g, ep, in_q(info, 0), nhwc, nhwc, routine_param(params, "mb", 0),
+                                      gemm_kernel(params), std::dynamic_pointer_cast<const qint8::GemmWeights>(std::move(packed)));
+  }
+
+ private:
+  /// The convolution as a GEMM from its weights [OC, C/group, KH, KW] and
+  /// groups; nothing for a depthwise one (one input and output channel a group).
+  static std::optional<GemmShape> gemm_shape_of(const Layer& l, const RoutineParams& params) {
+    const Shape& w = l.weight("weight").shape();
+    const int64_t group = l.get_int("group", 1);
+    if (group > 1 && w[1] == 1 && w[0] == group) return std::nullopt;
+    return GemmShape{w[0], w[1], w[2], w[3], group, gemm_kernel(params)};
   }
 };
 

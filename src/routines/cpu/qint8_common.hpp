@@ -27,16 +27,17 @@ int32_t quantise_bias(float b, float s_in, float s_w);
 float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out);
 
 /// A GEMM's packed weights with the bias and requantisation multiplier of
-/// each output channel (16 lanes a block): conv2's and dense's prepared weights.
-struct PackedWeights {
+/// each output channel (16 lanes a block): conv2's and dense's (Routine::pack).
+struct GemmWeights final : softneuro::PackedWeights {
   Blob packed;
   std::vector<int32_t> bias;
   std::vector<float> mult;
+  Blob save() const override;
 };
 /// Their bytes in a file's weight store, and back: nothing where the bytes do
 /// not hold `packed_bytes` of weights and `lanes` channels.
-Blob save_packed(const PackedWeights& pw);
-std::optional<PackedWeights> load_packed(const Blob& bytes, std::size_t packed_bytes, std::size_t lanes);
+Blob save_packed(const GemmWeights& pw);
+std::optional<GemmWeights> load_packed(const Blob& bytes, std::size_t packed_bytes, std::size_t lanes);
 
 /// Runs fn(task, slot) for every task in [0, tasks) on the pool; each slot
 /// (a scratch area) is used by one thread at a time. Tasks are taken in order

@@ -45,13 +45,16 @@ inline Support calibrated(const LayerInfo& info) {
   return Support::yes();
 }
 
-/// Input i's / output i's quantisation (after supports() said yes).
-inline TQ in_q(const LayerInfo& info, std::size_t i = 0) {
+/// Input i's / output i's quantisation (after supports() said yes); of a
+/// LayerInfo, or of the PackInfo a routine packs with.
+template <class Info>
+TQ in_q(const Info& info, std::size_t i = 0) {
   TQ t;
   tensor_quant(info.input_quant, i, "input", &t);
   return t;
 }
-inline TQ out_q(const LayerInfo& info, std::size_t i = 0) {
+template <class Info>
+TQ out_q(const Info& info, std::size_t i = 0) {
   TQ t;
   tensor_quant(info.output_quant, i, "output", &t);
   return t;

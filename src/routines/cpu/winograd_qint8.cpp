@@ -168,7 +168,7 @@ class WinogradConv final : public PreparedRoutine {
   int64_t k2_ = 0, ldv_ = 0, ocb_ = 0, block_elems_ = 0;
   int64_t tb_ = 4, tblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
   std::size_t vbytes_ = 0, mbytes_ = 0;
-  using Packed = qint8::PackedWeights;
+  using Packed = qint8::GemmWeights;
   std::shared_ptr<const Packed> weights_;
 };
 
