@@ -114,6 +114,9 @@ struct PackInfo {
   const Layer* layer = nullptr;
   std::vector<QuantParams> input_quant;   ///< empty unless calibrated
   std::vector<QuantParams> output_quant;  ///< empty unless calibrated
+  /// The memory limit of the session that packs first (0: none): packing
+  /// checks what it allocates against it (check_prepare_bytes).
+  std::size_t memory_limit = 0;
 };
 
 /// What a routine sees of a layer when it decides, prepares and runs: the layer
@@ -149,6 +152,8 @@ int team_threads(const LayerInfo& info);
 /// Throws Error naming the layer and field `memory_limit` where `bytes` that
 /// prepare is about to allocate for `what` exceed info.memory_limit.
 void check_prepare_bytes(const LayerInfo& info, std::size_t bytes, std::string_view what);
+/// The same for what pack() allocates.
+void check_prepare_bytes(const PackInfo& info, std::size_t bytes, std::string_view what);
 
 /// `make()` (a T) from the model's shared store where `info` has one, else a copy of one's own.
 template <class T, class F>

@@ -157,7 +157,7 @@ struct PackedHolder {
 
 std::unique_ptr<PreparedRoutine> Routine::prepare(const LayerInfo& info, const Schema& schema,
                                                   const RoutineParams& params) const {
-  const PackInfo p{info.layer, info.input_quant, info.output_quant};
+  const PackInfo p{info.layer, info.input_quant, info.output_quant, info.memory_limit};
   const std::shared_ptr<const PackedHolder> held = prepared_weights<PackedHolder>(
       info, "packed", [&] { return PackedHolder{pack(p, schema, params)}; },
       [](const PackedHolder& h) { return h.packed ? h.packed->save() : Blob{}; },
@@ -174,6 +174,10 @@ std::unique_ptr<PreparedRoutine> Routine::prepare(const LayerInfo& info, const S
 }
 
 void check_prepare_bytes(const LayerInfo& info, std::size_t bytes, std::string_view what) {
+  check_prepare_bytes(PackInfo{info.layer, {}, {}, info.memory_limit}, bytes, what);
+}
+
+void check_prepare_bytes(const PackInfo& info, std::size_t bytes, std::string_view what) {
   if (info.memory_limit && bytes > info.memory_limit)
     throw Error(fmt::format("{} would take {} bytes, more than the session's memory limit of {} bytes", what, bytes,
                             info.memory_limit),

@@ -816,6 +816,35 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
     if (derives) CHECK(detail::impl_of(back).weights->loaded() >= 3);
     CHECK(values == run_net(without_prepared(back)));
   }
+  SECTION("the int8 dense routines' packs (Routine::pack): dynamic int8, and AMX tiles where the CPU has them") {
+    if (!derives) return;
+    core::Graph g;
+    g.name = "dense_pack";
+    g.inputs = {{"x", Shape{4, 32}, DType::float32, {}}};
+    Layer fc = test::make_layer("dense", {}, {}, 1, 1, "fc");
+    fc.inputs = {"x"};
+    fc.outputs = {"y"};
+    fc.weights = {{"weight", test::iota_blob(Shape{24, 32}, 0.002f, -0.7f)}, {"bias", test::iota_blob(Shape{24}, 0.01f, -0.1f)}};
+    g.layers = {fc};
+    g.outputs = {"y"};
+    const Model dense = detail::make_model(std::move(g));
+    o.schemas = {"cpu:float32:*", "cpu:qint8:*", "cpu:bfloat16:*"};
+    o.accuracy = "none";
+    const auto f = core::cpu_features();
+    for (const char* routine : {"cpu/dynamic_int8", "cpu/tile_dense"}) {
+      if (std::string_view(routine) == "cpu/tile_dense" && !(f.amx_int8 && f.avx512_bf16 && core::amx_tiles_permitted())) continue;
+      INFO(routine);
+      o.pin = {{"fc", routine}};
+      const Model t = tune(dense, o);
+      t.save(test::temp_path("prepared_dense.dnn"));
+      const Model back = Model::load(test::temp_path("prepared_dense.dnn"));
+      const auto values = run_net(back);
+      REQUIRE(Session(back).layers()[0].descriptor == routine);
+      CHECK(detail::impl_of(back).weights->built() == 0);  // the pack read from the file
+      CHECK(detail::impl_of(back).weights->loaded() >= 1);
+      CHECK(values == run_net(without_prepared(back)));
+    }
+  }
   SECTION("our qint8 family's packed weights, bias and multipliers") {
     if (!derives) return;
     o.schemas = {"cpu:float32:*", "cpu:qint8:*"};

@@ -38,75 +38,103 @@ using dynamic_int8::kTileM;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The weights as the kernels read them: blocks of 16 output channels, each
-/// [k2][16][2] int8 (the int16 form) or [k4][16][4] int8 (u8s8, 7-bit values);
-/// per channel its scale, bias and (u8s8) the sum of its integers, zeros
-/// past the last channel.
-struct Packed {
+/// Where the packed weights put each value: blocks of 16 output channels,
+/// each [k2][16][2] int8 (the int16 form) or [k4][16][4] int8 (u8s8, 7-bit
+/// values). From the weights' [N, K] and the form, never the input's size.
+struct WeightPanels {
+  int64_t n = 0, k = 0;
+  int64_t group = 2;  ///< K values a weight lane holds per step
+  int64_t steps = 0, block_bytes = 0, blocks = 0;
+  WeightPanels(int64_t n_, int64_t k_, bool u8s8)
+      : n(n_), k(k_), group(u8s8 ? 4 : 2), steps(ceil_div(k, group)), block_bytes(steps * group * kBlockN),
+        blocks(ceil_div(n, kBlockN)) {}
+  int64_t offset(int64_t o, int64_t kk) const {
+    return (o / kBlockN) * block_bytes + (kk / group) * group * kBlockN + (o % kBlockN) * group + kk % group;
+  }
+  std::size_t packed_bytes() const { return static_cast<std::size_t>(blocks * block_bytes); }
+  std::size_t lanes() const { return static_cast<std::size_t>(blocks * kBlockN); }
+};
+
+/// The weights as the kernels read them (WeightPanels); per channel its
+/// scale, bias and (u8s8) the sum of its integers, zeros past the last channel.
+struct Packed final : PackedWeights {
   Blob w;                      ///< blocks * block_bytes, 64-byte aligned
   std::vector<float> scale;    ///< blocks * 16
   std::vector<float> bias;     ///< blocks * 16
   std::vector<int32_t> colsum; ///< blocks * 16 (u8s8)
+  Blob save() const override {
+    return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(w.data()), w.byte_size()),
+                              core::array_bytes(scale.data(), scale.size()), core::array_bytes(bias.data(), bias.size()),
+                              core::array_bytes(colsum.data(), colsum.size())});
+  }
 };
+
+WeightPanels panels_of(const Layer& layer, bool u8s8) {
+  const Shape& w = layer.weight("weight").shape();
+  return WeightPanels(w[0], w[1], u8s8);
+}
+
+std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8) {
+  const Layer& layer = *info.layer;
+  const WeightPanels wp = panels_of(layer, u8s8);
+  const std::size_t lanes = wp.lanes();
+  check_prepare_bytes(info, wp.packed_bytes() + 3 * lanes * sizeof(float), "its int8 weights");
+  const core::ChannelQuantized q = core::channel_int8(layer.weight("weight"), u8s8 ? dynamic_int8::kU8s8Qmax : 127);
+  const Blob* bias = layer.find_weight("bias");
+  auto p = std::make_shared<Packed>();
+  p->w = Blob::allocate(Shape{static_cast<int64_t>(wp.packed_bytes())}, DType::quint8);  // zero-filled
+  p->scale.assign(lanes, 0.0f);
+  p->bias.assign(lanes, 0.0f);
+  p->colsum.assign(lanes, 0);
+  const Blob b = bias ? core::float_weight(*bias) : Blob();
+  auto* dst = static_cast<int8_t*>(p->w.data());
+  for (int64_t o = 0; o < wp.n; ++o) {
+    const auto c = static_cast<std::size_t>(o);
+    p->scale[c] = q.scale[c];
+    if (bias) p->bias[c] = b.data_as<float>()[o];
+    const int8_t* src = q.q.data() + o * wp.k;
+    for (int64_t kk = 0; kk < wp.k; ++kk) {
+      dst[wp.offset(o, kk)] = src[kk];
+      p->colsum[c] += src[kk];
+    }
+  }
+  return p;
+}
+
+std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& info, bool u8s8) {
+  const WeightPanels wp = panels_of(*info.layer, u8s8);
+  const std::size_t packed_bytes = wp.packed_bytes(), lanes = wp.lanes();
+  auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float), lanes * sizeof(int32_t)});
+  if (!a) return nullptr;
+  auto p = std::make_shared<Packed>();
+  p->w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
+  p->scale.resize(lanes);
+  p->bias.resize(lanes);
+  p->colsum.resize(lanes);
+  std::memcpy(p->scale.data(), (*a)[1], lanes * sizeof(float));
+  std::memcpy(p->bias.data(), (*a)[2], lanes * sizeof(float));
+  std::memcpy(p->colsum.data(), (*a)[3], lanes * sizeof(int32_t));
+  return p;
+}
 
 class Prepared final : public PreparedRoutine {
  public:
-  Prepared(const LayerInfo& info, bool u8s8) : u8s8_(u8s8) {
+  Prepared(const LayerInfo& info, bool u8s8, std::shared_ptr<const Packed> packed)
+      : u8s8_(u8s8), packed_(std::move(packed)) {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     k_ = in[in.rank() - 1];
     m_ = k_ ? in.numel() / k_ : 0;
-    const Blob& w = layer.weight("weight");
-    n_ = w.shape()[0];
-    group_ = u8s8 ? 4 : 2;  // K values a weight lane holds per step
-    steps_ = ceil_div(k_, group_);
+    const WeightPanels wp = panels_of(layer, u8s8);
+    n_ = wp.n;
+    group_ = wp.group;
+    steps_ = wp.steps;
     ldu_ = steps_ * group_;
-    block_bytes_ = steps_ * group_ * kBlockN;
-    blocks_ = ceil_div(n_, kBlockN);
+    block_bytes_ = wp.block_bytes;
+    blocks_ = wp.blocks;
     act_ = core::fused_activation(layer, true, true);
-    const Blob* bias = layer.find_weight("bias");
-    const auto packed_bytes = static_cast<std::size_t>(blocks_ * block_bytes_), lanes = static_cast<std::size_t>(blocks_ * kBlockN);
-    check_prepare_bytes(info, packed_bytes + 3 * lanes * sizeof(float), "its int8 weights");
-    auto save = [](const Packed& p) {
-      return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(p.w.data()), p.w.byte_size()),
-                                core::array_bytes(p.scale.data(), p.scale.size()),
-                                core::array_bytes(p.bias.data(), p.bias.size()),
-                                core::array_bytes(p.colsum.data(), p.colsum.size())});
-    };
-    auto load = [&](const Blob& bytes) -> std::optional<Packed> {
-      auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float), lanes * sizeof(int32_t)});
-      if (!a) return std::nullopt;
-      Packed p;
-      p.w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
-      p.scale.resize(lanes);
-      p.bias.resize(lanes);
-      p.colsum.resize(lanes);
-      std::memcpy(p.scale.data(), (*a)[1], lanes * sizeof(float));
-      std::memcpy(p.bias.data(), (*a)[2], lanes * sizeof(float));
-      std::memcpy(p.colsum.data(), (*a)[3], lanes * sizeof(int32_t));
-      return p;
-    };
-    packed_ = prepared_weights<Packed>(info, u8s8 ? "dynamic_int8/u8s8" : "dynamic_int8", [&] {
-      const core::ChannelQuantized q = core::channel_int8(w, u8s8 ? dynamic_int8::kU8s8Qmax : 127);
-      Packed p;
-      p.w = Blob::allocate(Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);  // zero-filled
-      p.scale.assign(lanes, 0.0f);
-      p.bias.assign(lanes, 0.0f);
-      p.colsum.assign(lanes, 0);
-      const Blob b = bias ? core::float_weight(*bias) : Blob();
-      auto* dst = static_cast<int8_t*>(p.w.data());
-      for (int64_t o = 0; o < n_; ++o) {
-        const auto c = static_cast<std::size_t>(o);
-        p.scale[c] = q.scale[c];
-        if (bias) p.bias[c] = b.data_as<float>()[o];
-        const int8_t* src = q.q.data() + o * k_;
-        for (int64_t kk = 0; kk < k_; ++kk) {
-          dst[offset(o, kk)] = src[kk];
-          p.colsum[c] += src[kk];
-        }
-      }
-      return p;
-    }, save, load);
+    if (!packed_ || wp.k != k_ || packed_->w.byte_size() != wp.packed_bytes() || packed_->scale.size() != wp.lanes())
+      throw Error("cpu/dynamic_int8: its packed weights do not fit this layer", {}, layer.name, "weight");
   }
 
   std::size_t workspace_bytes() const override {
@@ -206,8 +234,17 @@ class DynamicInt8 final : public Routine {
   /// u8s8: activations as u8 and weights on 7 bits, vpmaddubsw's twice the
   /// products per instruction (judged by the accuracy budget like every form).
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {{"u8s8", {0, 1}}}; }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
-    return std::make_unique<Prepared>(info, routine_param(params, "u8s8", 0) != 0);
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams& params) const override {
+    return pack_dynamic(info, routine_param(params, "u8s8", 0) != 0);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams& params) const override {
+    return unpack_dynamic(bytes, info, routine_param(params, "u8s8", 0) != 0);
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    return std::make_unique<Prepared>(info, routine_param(params, "u8s8", 0) != 0,
+                                      std::dynamic_pointer_cast<const Packed>(std::move(packed)));
   }
 };
 

@@ -47,10 +47,70 @@ constexpr int64_t kMaxK = 131072;
 
 /// The weights as the tiles load them: panels of 32 channels, each two streams
 /// of K / 64 tiles; per channel its scale and bias (0 past the last channel).
-struct Packed {
+struct Packed final : PackedWeights {
   Blob w;
   std::vector<float> scale, bias;
+  Blob save() const override {
+    return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(w.data()), w.byte_size()),
+                              core::array_bytes(scale.data(), scale.size()), core::array_bytes(bias.data(), bias.size())});
+  }
 };
+
+/// The panels' sizes, from the weights [O, K] (a pointwise convolution's [O, K, 1, 1]), never the input's.
+struct Panels {
+  int64_t n = 0, k = 0, k_pad = 0, panels = 0;
+  explicit Panels(const Layer& layer) {
+    const Shape& w = layer.weight("weight").shape();
+    n = w[0];
+    k = w[1];
+    k_pad = round_up(k, tile::kDepth);
+    panels = (n + kPanel - 1) / kPanel;
+  }
+  std::size_t bytes() const { return static_cast<std::size_t>(panels * kPanel * k_pad); }
+  std::size_t lanes() const { return static_cast<std::size_t>(panels * kPanel); }
+};
+
+std::shared_ptr<const Packed> pack_panels(const PackInfo& info) {
+  const Layer& layer = *info.layer;
+  const Panels p(layer);
+  const std::size_t bytes = p.bytes(), lanes = p.lanes();
+  check_prepare_bytes(info, bytes + 2 * lanes * sizeof(float), "its int8 weights");
+  const core::ChannelQuantized q = core::channel_int8(layer.weight("weight"), 127);
+  const Blob* bias = layer.find_weight("bias");
+  auto out = std::make_shared<Packed>();
+  out->w = Blob::allocate(Shape{static_cast<int64_t>(bytes)}, DType::qint8);  // zero-filled
+  out->scale.assign(lanes, 0.0f);
+  out->bias.assign(lanes, 0.0f);
+  const Blob b = bias ? core::float_weight(*bias) : Blob();
+  auto* dst = static_cast<int8_t*>(out->w.data());
+  const int64_t steps = p.k_pad / tile::kDepth;
+  for (int64_t o = 0; o < p.n; ++o) {
+    out->scale[static_cast<std::size_t>(o)] = q.scale[static_cast<std::size_t>(o)];
+    if (bias) out->bias[static_cast<std::size_t>(o)] = b.data_as<float>()[o];
+    // Channel o: stream o / 16 (two a panel), column o % 16 of each of its tiles.
+    int8_t* stream = dst + (o / 16) * steps * 1024;
+    const int64_t n = o % 16;
+    for (int64_t kk = 0; kk < p.k; ++kk) {
+      const int64_t ks = kk / tile::kDepth, e = kk % tile::kDepth;
+      stream[ks * 1024 + (e / 4) * 64 + n * 4 + e % 4] = q.q[static_cast<std::size_t>(o * p.k + kk)];
+    }
+  }
+  return out;
+}
+
+std::shared_ptr<const Packed> unpack_panels(const Blob& blob, const PackInfo& info) {
+  const Panels p(*info.layer);
+  const std::size_t bytes = p.bytes(), lanes = p.lanes();
+  auto a = core::unpack_arrays(blob, {bytes, lanes * sizeof(float), lanes * sizeof(float)});
+  if (!a) return nullptr;
+  auto out = std::make_shared<Packed>();
+  out->w = Blob::view(core::owner_of(blob), (*a)[0], Shape{static_cast<int64_t>(bytes)}, DType::qint8);
+  out->scale.resize(lanes);
+  out->bias.resize(lanes);
+  std::memcpy(out->scale.data(), (*a)[1], lanes * sizeof(float));
+  std::memcpy(out->bias.data(), (*a)[2], lanes * sizeof(float));
+  return out;
+}
 
 template <DType D>
 class Prepared final : public PreparedRoutine {
@@ -60,7 +120,8 @@ class Prepared final : public PreparedRoutine {
 
   /// m rows of k values in, each to the weight's [O, k] outputs (a dense layer's rows;
   /// a pointwise convolution's pixels, channels last).
-  Prepared(const LayerInfo& info, int64_t m, int64_t k) : k_(k), m_(m), v_(cpu::vec::best_kernels()) {
+  Prepared(const LayerInfo& info, int64_t m, int64_t k, std::shared_ptr<const Packed> packed)
+      : k_(k), m_(m), v_(cpu::vec::best_kernels()), packed_(std::move(packed)) {
     const Layer& layer = *info.layer;
     const Blob& w = layer.weight("weight");
     n_ = w.shape()[0];
@@ -85,47 +146,9 @@ class Prepared final : public PreparedRoutine {
           cpu::activate_row(me->act_, *me->v_, x, n);
         };
     }
-    const Blob* bias = layer.find_weight("bias");
-    const auto bytes = static_cast<std::size_t>(panels_ * kPanel * k_pad_), lanes = static_cast<std::size_t>(panels_ * kPanel);
-    check_prepare_bytes(info, bytes + 2 * lanes * sizeof(float), "its int8 weights");
-    auto save = [](const Packed& p) {
-      return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(p.w.data()), p.w.byte_size()),
-                                core::array_bytes(p.scale.data(), p.scale.size()),
-                                core::array_bytes(p.bias.data(), p.bias.size())});
-    };
-    auto load = [&](const Blob& blob) -> std::optional<Packed> {
-      auto a = core::unpack_arrays(blob, {bytes, lanes * sizeof(float), lanes * sizeof(float)});
-      if (!a) return std::nullopt;
-      Packed p;
-      p.w = Blob::view(core::owner_of(blob), (*a)[0], Shape{static_cast<int64_t>(bytes)}, DType::qint8);
-      p.scale.resize(lanes);
-      p.bias.resize(lanes);
-      std::memcpy(p.scale.data(), (*a)[1], lanes * sizeof(float));
-      std::memcpy(p.bias.data(), (*a)[2], lanes * sizeof(float));
-      return p;
-    };
-    packed_ = prepared_weights<Packed>(info, "tile_dense", [&] {
-      const core::ChannelQuantized q = core::channel_int8(w, 127);
-      Packed p;
-      p.w = Blob::allocate(Shape{static_cast<int64_t>(bytes)}, DType::qint8);  // zero-filled
-      p.scale.assign(lanes, 0.0f);
-      p.bias.assign(lanes, 0.0f);
-      const Blob b = bias ? core::float_weight(*bias) : Blob();
-      auto* dst = static_cast<int8_t*>(p.w.data());
-      const int64_t steps = k_pad_ / tile::kDepth;
-      for (int64_t o = 0; o < n_; ++o) {
-        p.scale[static_cast<std::size_t>(o)] = q.scale[static_cast<std::size_t>(o)];
-        if (bias) p.bias[static_cast<std::size_t>(o)] = b.data_as<float>()[o];
-        // Channel o: stream o / 16 (two a panel), column o % 16 of each of its tiles.
-        int8_t* stream = dst + (o / 16) * steps * 1024;
-        const int64_t n = o % 16;
-        for (int64_t kk = 0; kk < k_; ++kk) {
-          const int64_t ks = kk / tile::kDepth, e = kk % tile::kDepth;
-          stream[ks * 1024 + (e / 4) * 64 + n * 4 + e % 4] = q.q[static_cast<std::size_t>(o * k_ + kk)];
-        }
-      }
-      return p;
-    }, save, load);
+    const Panels p(layer);
+    if (!packed_ || p.k != k_ || p.n != n_ || packed_->w.byte_size() != p.bytes() || packed_->scale.size() != p.lanes())
+      throw Error("tile_dense: its packed weights do not fit this layer", {}, layer.name, "weight");
     slots_ = team_threads(info);
   }
 
@@ -250,9 +273,10 @@ Support common_checks(const LayerInfo& info, const Schema& schema, const Schema&
 
 /// The prepared form of m rows of k values, or the reason it cannot run here.
 template <DType D>
-std::unique_ptr<PreparedRoutine> prepared(const LayerInfo& info, const Schema& own, int64_t m, int64_t k) {
+std::unique_ptr<PreparedRoutine> prepared(const LayerInfo& info, const Schema& own, int64_t m, int64_t k,
+                                          std::shared_ptr<const PackedWeights> packed) {
   if (Support s = usable(); !s) throw Error(fmt::format("{}/tile_dense: {}", own.to_string(), s.reason));
-  return std::make_unique<Prepared<D>>(info, m, k);
+  return std::make_unique<Prepared<D>>(info, m, k, std::dynamic_pointer_cast<const Packed>(std::move(packed)));
 }
 
 template <DType D>
@@ -271,10 +295,18 @@ class TileDense final : public Routine {
       return Support::no(fmt::format("K {} over {}: the int32 sums of int8 products could overflow", k, kMaxK));
     return Support::yes();
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return pack_panels(info);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    return unpack_panels(bytes, info);
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
     const Shape& in = info.input_shapes[0];
     const int64_t k = in[in.rank() - 1];
-    return prepared<D>(info, kSchema, k ? in.numel() / k : 0, k);
+    return prepared<D>(info, kSchema, k ? in.numel() / k : 0, k, std::move(packed));
   }
 };
 
@@ -304,9 +336,17 @@ class TileConv1x1 final : public Routine {
     }
     return Support::yes();
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return pack_panels(info);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    return unpack_panels(bytes, info);
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
     const Shape& in = info.input_shapes[0];
-    return prepared<D>(info, kSchema, in[0] * in[2] * in[3], in[1]);
+    return prepared<D>(info, kSchema, in[0] * in[2] * in[3], in[1], std::move(packed));
   }
 };
 
