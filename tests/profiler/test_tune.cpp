@@ -845,14 +845,17 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
       CHECK(values == run_net(without_prepared(back)));
     }
   }
-  SECTION("our qint8 family's packed weights, bias and multipliers") {
+  SECTION("our qint8 family's packed weights, bias and multipliers, Winograd's transformed ones") {
     if (!derives) return;
     o.schemas = {"cpu:float32:*", "cpu:qint8:*"};
     o.accuracy = "none";
-    o.pin = {{"c*", "cpu:qint8*/qint8"}};
+    // (c2, 3x3 at stride 1: the int8 Winograd's transformed weights.)
+    o.pin = {{"c1", "cpu:qint8*/qint8"}, {"c2", "cpu:qint8:nhwc/winograd"}, {"c3", "cpu:qint8*/qint8"}};
     const Model t = tune(net, o);
     t.save(test::temp_path("prepared_qint8.dnn"));
     const Model back = Model::load(test::temp_path("prepared_qint8.dnn"));
+    for (const auto& l : Session(back).layers())
+      if (l.name == "c2") CHECK(l.descriptor == "cpu:qint8:nhwc/winograd");
     const auto values = run_net(back);
     CHECK(detail::impl_of(back).weights->built() == 0);
     CHECK(detail::impl_of(back).weights->loaded() >= 3);

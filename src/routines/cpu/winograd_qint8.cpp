@@ -49,48 +49,72 @@ constexpr int64_t kMaxChannels = 1800;
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// The transformed weights' sizes, from the weights [OC, C, 3, 3]: never the input's.
+struct Transformed {
+  int64_t oc = 0, c = 0, k2 = 0, ocb = 0, block_elems = 0;
+  explicit Transformed(const Layer& l) {
+    const Shape& w = l.weight("weight").shape();
+    oc = w[0];
+    c = w[1];
+    k2 = ceil_div(c, 2);
+    ocb = ceil_div(oc, qint8::kTileN);
+    block_elems = k2 * 32;  // [k2][16 lanes][2] int16
+  }
+  std::size_t lanes() const { return static_cast<std::size_t>(ocb * 16); }
+  std::size_t packed_bytes() const { return static_cast<std::size_t>(16 * ocb * block_elems * 2); }
+};
+
+/// The GEMM routine's per-channel int8 weights, then per (output, input)
+/// channel U = (2G) g (2G)ᵀ, packed per transform position p as
+/// [p][output block][input pair][16 lanes][2] int16; each output channel's
+/// int32 bias and requantisation multiplier.
+std::shared_ptr<const qint8::GemmWeights> transform_weights(const PackInfo& info) {
+  const Layer& l = *info.layer;
+  const Transformed t(l);
+  Epilogue ep;
+  qint8::activation_epilogue(l, cpu::out_q(info), &ep);
+  const TQ in = cpu::in_q(info, 0), out = cpu::out_q(info);
+  const Blob* b = l.find_weight("bias");
+  const float* bias = b ? b->data_as<float>() : nullptr;
+  const core::ChannelQuantized qw = core::channel_int8(l.weight("weight"), 127);
+  auto pw = std::make_shared<qint8::GemmWeights>();
+  pw->packed = Blob::allocate(Shape{static_cast<int64_t>(t.packed_bytes())}, DType::quint8);  // 64-byte aligned, zero-filled
+  pw->bias.assign(t.lanes(), 0);
+  pw->mult.assign(t.lanes(), 0.0f);
+  auto* packed = static_cast<int16_t*>(pw->packed.data());
+  static constexpr int G2[4][3] = {{2, 0, 0}, {1, 1, 1}, {1, -1, 1}, {0, 0, 2}};
+  for (int64_t o = 0; o < t.oc; ++o) {
+    const float sw = qw.scale[static_cast<std::size_t>(o)];
+    pw->bias[static_cast<std::size_t>(o)] = bias ? qint8::quantise_bias(bias[o], in.scale, sw) : 0;
+    pw->mult[static_cast<std::size_t>(o)] = qint8::output_multiplier(ep, in.scale, sw, out.scale);
+    const int64_t jb = o / 16, lane = o % 16;
+    for (int64_t ic = 0; ic < t.c; ++ic) {
+      const int8_t* k = qw.q.data() + (o * t.c + ic) * 9;
+      int32_t gt[4][3];  // (2G) g
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 3; ++j) gt[i][j] = G2[i][0] * k[j] + G2[i][1] * k[3 + j] + G2[i][2] * k[6 + j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+          const int32_t u = gt[i][0] * G2[j][0] + gt[i][1] * G2[j][1] + gt[i][2] * G2[j][2];
+          packed[((4 * i + j) * t.ocb + jb) * t.block_elems + (ic / 2) * 32 + lane * 2 + (ic & 1)] = static_cast<int16_t>(u);
+        }
+    }
+  }
+  return pw;
+}
+
 class WinogradConv final : public PreparedRoutine {
  public:
-  WinogradConv(const LayerInfo& info, const Window2d& g, const Blob& w, const float* bias, const Epilogue& ep, TQ in,
-               TQ out)
-      : g_(g), ep_(ep), zp_in_(in.zp) {
-    k2_ = ceil_div(g.c, 2);
+  WinogradConv(const LayerInfo& info, const Window2d& g, const Epilogue& ep, TQ in,
+               std::shared_ptr<const qint8::GemmWeights> packed)
+      : g_(g), ep_(ep), zp_in_(in.zp), weights_(std::move(packed)) {
+    const Transformed t(*info.layer);
+    k2_ = t.k2;
     ldv_ = 2 * k2_;
-    ocb_ = ceil_div(g.oc, qint8::kTileN);
-    block_elems_ = k2_ * 32;  // [k2][16 lanes][2] int16
-    const int64_t blocks = 16 * ocb_;
-    const auto lanes = static_cast<std::size_t>(ocb_ * 16), packed_bytes = static_cast<std::size_t>(blocks * block_elems_ * 2);
-    auto load = [&](const Blob& bytes) { return qint8::load_packed(bytes, packed_bytes, lanes); };
-    weights_ = prepared_weights<Packed>(info, "qwinograd23", [&] {
-      // The GEMM routine's per-channel int8 weights, then per (output, input)
-      // channel U = (2G) g (2G)ᵀ, packed per transform position p as
-      // [p][output block][input pair][16 lanes][2] int16.
-      const core::ChannelQuantized qw = core::channel_int8(w, 127);
-      Packed pw;
-      pw.packed = Blob::allocate(Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);  // 64-byte aligned, zero-filled
-      pw.bias.assign(lanes, 0);
-      pw.mult.assign(lanes, 0.0f);
-      auto* packed = static_cast<int16_t*>(pw.packed.data());
-      static constexpr int G2[4][3] = {{2, 0, 0}, {1, 1, 1}, {1, -1, 1}, {0, 0, 2}};
-      for (int64_t o = 0; o < g.oc; ++o) {
-        const float sw = qw.scale[static_cast<std::size_t>(o)];
-        pw.bias[static_cast<std::size_t>(o)] = bias ? qint8::quantise_bias(bias[o], in.scale, sw) : 0;
-        pw.mult[static_cast<std::size_t>(o)] = qint8::output_multiplier(ep, in.scale, sw, out.scale);
-        const int64_t jb = o / 16, lane = o % 16;
-        for (int64_t ic = 0; ic < g.c; ++ic) {
-          const int8_t* k = qw.q.data() + (o * g.c + ic) * 9;
-          int32_t gt[4][3];  // (2G) g
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 3; ++j) gt[i][j] = G2[i][0] * k[j] + G2[i][1] * k[3 + j] + G2[i][2] * k[6 + j];
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j) {
-              const int32_t u = gt[i][0] * G2[j][0] + gt[i][1] * G2[j][1] + gt[i][2] * G2[j][2];
-              packed[((4 * i + j) * ocb_ + jb) * block_elems_ + (ic / 2) * 32 + lane * 2 + (ic & 1)] = static_cast<int16_t>(u);
-            }
-        }
-      }
-      return pw;
-    }, qint8::save_packed, load);
+    ocb_ = t.ocb;
+    block_elems_ = t.block_elems;
+    if (!weights_ || t.c != g.c || weights_->packed.byte_size() != t.packed_bytes() || weights_->bias.size() != t.lanes())
+      throw Error("cpu:qint8:nhwc/winograd: its packed weights do not fit this layer", {}, info.layer->name, "weight");
     // Blocks of tiles: the 16 transformed matrices of a block about 96 KiB (L2),
     // at least 16 tiles: each position's packed weights (C * 32 bytes per 16
     // output channels) are read once per block, and at 7x7 with 512 channels
@@ -168,8 +192,7 @@ class WinogradConv final : public PreparedRoutine {
   int64_t k2_ = 0, ldv_ = 0, ocb_ = 0, block_elems_ = 0;
   int64_t tb_ = 4, tblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
   std::size_t vbytes_ = 0, mbytes_ = 0;
-  using Packed = qint8::GemmWeights;
-  std::shared_ptr<const Packed> weights_;
+  std::shared_ptr<const qint8::GemmWeights> weights_;
 };
 
 class WinogradRoutine final : public Routine {
@@ -191,14 +214,23 @@ class WinogradRoutine final : public Routine {
       return Support::no(fmt::format("{} input channels: above {} its int32 sums could overflow", g.c, kMaxChannels));
     return qint8::activation_epilogue(l, cpu::out_q(info), nullptr);
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema& s, const RoutineParams&) const override {
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return transform_weights(info);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    const Transformed t(*info.layer);
+    auto pw = qint8::load_packed(bytes, t.packed_bytes(), t.lanes());
+    return pw ? std::make_shared<const qint8::GemmWeights>(std::move(*pw)) : nullptr;
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema& s, const RoutineParams&,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
     if (Support ok = supports(info, s); !ok) throw Error(fmt::format("cpu:qint8:nhwc/winograd cannot run this conv2: {}", ok.reason));
     const Layer& l = *info.layer;
     Epilogue ep;
     qint8::activation_epilogue(l, cpu::out_q(info), &ep);
-    const Blob* b = l.find_weight("bias");
-    return std::make_unique<WinogradConv>(info, core::conv2_window(l, info.input_shapes[0]), l.weight("weight"),
-                                          b ? b->data_as<float>() : nullptr, ep, cpu::in_q(info, 0), cpu::out_q(info));
+    return std::make_unique<WinogradConv>(info, core::conv2_window(l, info.input_shapes[0]), ep, cpu::in_q(info, 0),
+                                          std::dynamic_pointer_cast<const qint8::GemmWeights>(std::move(packed)));
   }
 };
 
