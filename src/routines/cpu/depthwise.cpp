@@ -38,21 +38,32 @@ const conv::Kernels* kernels_for(Layout l) {
   return conv::kernels_avx2();
 }
 
+/// The weights [C, 1, KH, KW] as [C / V][tap][V] (zero-padded channels): the
+/// kernels' vector width and the weights' shape, never the input's size.
+std::size_t packed_floats_of(const Layer& layer, int64_t v) {
+  const Shape& w = layer.weight("weight").shape();
+  return static_cast<std::size_t>((w[0] + v - 1) / v * w[2] * w[3] * v);
+}
+
+std::shared_ptr<const PackedWeights> pack_depthwise(const Layer& layer, int64_t v) {
+  const Shape& s = layer.weight("weight").shape();
+  const int64_t channels = s[0], taps = s[2] * s[3];
+  const float* w = layer.weight("weight").data_as<float>();
+  return cpu::pack_floats(packed_floats_of(layer, v), [&](float* packed) {
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t t = 0; t < taps; ++t) packed[(c / v * taps + t) * v + c % v] = w[c * taps + t];
+  });
+}
+
 class PreparedDepthwise final : public PreparedRoutine {
  public:
-  PreparedDepthwise(const LayerInfo& info, Layout layout, const conv::Kernels& k) : k_(k), layout_(layout) {
+  PreparedDepthwise(const LayerInfo& info, Layout layout, const conv::Kernels& k, std::shared_ptr<const PackedWeights> packed)
+      : k_(k), layout_(layout) {
     const Layer& layer = *info.layer;
     g_ = core::conv2_window(layer, info.input_shapes[0]);
     v_ = k.vec;
     cb_ = (g_.c + v_ - 1) / v_;
-    const int64_t taps = g_.kh * g_.kw;
-    const float* w = layer.weight("weight").data_as<float>();
-    // The model's: shared by every session and shape, and stored in a tuned file.
-    const auto floats = static_cast<std::size_t>(cb_ * taps * v_);
-    packed_ = cpu::packed_floats(info, fmt::format("depthwise.packed/{}", v_), floats, [&](float* packed) {
-      for (int64_t c = 0; c < g_.c; ++c)
-        for (int64_t t = 0; t < taps; ++t) packed[(c / v_ * taps + t) * v_ + c % v_] = w[c * taps + t];
-    });
+    packed_ = cpu::packed_of(packed, packed_floats_of(layer, v_), info, "cpu/depthwise");
     bias_.assign(static_cast<std::size_t>(cb_ * v_), 0.0f);
     if (const Blob* b = layer.find_weight("bias")) std::copy(b->data_as<float>(), b->data_as<float>() + g_.c, bias_.begin());
     cpu::to_epilogue(core::fused_activation(layer), ep_);
@@ -192,10 +203,23 @@ class Depthwise final : public Routine {
     return Support::yes();
   }
 
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return pack_depthwise(*info.layer, kernels().vec);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    return cpu::unpack_floats(bytes, packed_floats_of(*info.layer, kernels().vec));
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    return std::make_unique<PreparedDepthwise>(info, L, kernels(), std::move(packed));
+  }
+
+ private:
+  static const conv::Kernels& kernels() {
     const conv::Kernels* k = kernels_for(L);
     if (!k) throw Error(fmt::format("{}/depthwise: the CPU lacks the ISA", kSchema.to_string()));
-    return std::make_unique<PreparedDepthwise>(info, L, *k);
+    return *k;
   }
 
 };

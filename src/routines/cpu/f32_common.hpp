@@ -101,20 +101,34 @@ class AlignedFloats {
 Blob save_floats(const AlignedFloats& a);
 std::optional<AlignedFloats> load_floats(const Blob& bytes, std::size_t floats);
 
-/// `floats` values packed by `pack(float* zeroed)` once per model: shared by its
-/// sessions and shapes, and stored in a tuned file (core::prepared_weights).
+/// A packed float array as Routine::pack makes it (a tuned file stores its bytes).
+struct FloatPack final : PackedWeights {
+  AlignedFloats floats;
+  Blob save() const override { return save_floats(floats); }
+};
+/// `n` values packed by `pack(float* zeroed)`, for Routine::pack.
 template <class Pack>
-std::shared_ptr<const AlignedFloats> packed_floats(const LayerInfo& info, std::string_view key, std::size_t floats,
-                                                   Pack&& pack) {
-  return prepared_weights<AlignedFloats>(
-      info, key,
-      [&] {
-        AlignedFloats packed;
-        packed.assign(floats, 0.0f);
-        pack(packed.data());
-        return packed;
-      },
-      save_floats, [&](const Blob& bytes) { return load_floats(bytes, floats); });
+std::shared_ptr<const FloatPack> pack_floats(std::size_t n, Pack&& pack) {
+  auto p = std::make_shared<FloatPack>();
+  p->floats.assign(n, 0.0f);
+  pack(p->floats.data());
+  return p;
+}
+/// Routine::unpack's: a view of a tuned file's bytes where they hold exactly `n` values.
+inline std::shared_ptr<const FloatPack> unpack_floats(const Blob& bytes, std::size_t n) {
+  auto a = load_floats(bytes, n);
+  if (!a) return nullptr;
+  auto p = std::make_shared<FloatPack>();
+  p->floats = std::move(*a);
+  return p;
+}
+/// A pack's floats where it holds `n` of them; throws naming the layer otherwise.
+inline std::shared_ptr<const AlignedFloats> packed_of(const std::shared_ptr<const PackedWeights>& packed, std::size_t n,
+                                                       const LayerInfo& info, std::string_view who) {
+  const auto* p = dynamic_cast<const FloatPack*>(packed.get());
+  if (!p || p->floats.size() != n)
+    throw Error(fmt::format("{}: its packed weights do not fit this layer", who), {}, info.layer ? info.layer->name : "", "weight");
+  return std::shared_ptr<const AlignedFloats>(packed, &p->floats);
 }
 
 /// The layer's fused activation as an epilogue; false when our kernels lack it.

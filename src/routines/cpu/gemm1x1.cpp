@@ -29,24 +29,43 @@ using core::Window2d;
 using cpu::gemm::Kernel;
 namespace gemm = cpu::gemm;
 
+/// The GEMM's B from the weights [OC, C/group, 1, 1]: per group, C/group x OC/group.
+struct PackedB {
+  const Kernel* k = gemm::best_kernel();
+  int64_t group = 1, cg = 0, ocg = 0, kc = 0, size = 0;  ///< size: floats per group
+  explicit PackedB(const Layer& layer) {
+    const Shape& w = layer.weight("weight").shape();
+    group = layer.get_int("group", 1);
+    cg = w[1];
+    ocg = w[0] / group;
+    kc = gemm::default_kc(*k);
+    size = gemm::packed_b_size(*k, cg, ocg);
+  }
+  std::size_t floats() const { return static_cast<std::size_t>(size * group); }
+};
+
+std::shared_ptr<const PackedWeights> pack_nhwc(const Layer& layer) {
+  const PackedB b(layer);
+  const float* w = layer.weight("weight").data_as<float>();
+  return cpu::pack_floats(b.floats(), [&](float* packed) {
+    for (int64_t gi = 0; gi < b.group; ++gi)
+      gemm::pack_b(*b.k, b.cg, b.ocg, b.kc, w + gi * b.ocg * b.cg, b.cg, true, packed + gi * b.size);
+  });
+}
+
 class PreparedNhwc final : public PreparedRoutine {
  public:
-  PreparedNhwc(const LayerInfo& info, int64_t m_block) {
+  PreparedNhwc(const LayerInfo& info, int64_t m_block, std::shared_ptr<const PackedWeights> packed) {
     const Layer& layer = *info.layer;
     g_ = core::conv2_window(layer, info.input_shapes[0]);
-    k_ = gemm::best_kernel();
-    cg_ = g_.c / g_.group;
-    ocg_ = g_.oc / g_.group;
-    kc_ = gemm::default_kc(*k_);
+    const PackedB b(layer);
+    k_ = b.k;
+    cg_ = b.cg;
+    ocg_ = b.ocg;
+    kc_ = b.kc;
     mb_ = std::max<int64_t>(k_->mr, m_block / k_->mr * k_->mr);
-    const Blob& w = layer.weight("weight");
-    pb_size_ = gemm::packed_b_size(*k_, cg_, ocg_);
-    // The model's: shared by every session and shape, and stored in a tuned file.
-    const auto floats = static_cast<std::size_t>(pb_size_ * g_.group);
-    packed_ = cpu::packed_floats(info, fmt::format("gemm1x1.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_), floats, [&](float* packed) {
-      for (int64_t gi = 0; gi < g_.group; ++gi)
-        gemm::pack_b(*k_, cg_, ocg_, kc_, w.data_as<float>() + gi * ocg_ * cg_, cg_, true, packed + gi * pb_size_);
-    });
+    pb_size_ = b.size;
+    packed_ = cpu::packed_of(packed, b.floats(), info, "cpu:float32:nhwc/gemm1x1");
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);
     slots_ = team_threads(info);
@@ -96,9 +115,16 @@ class Gemm1x1Nhwc final : public Routine {
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
     return {{"m_block", {48, 96, 192, 384}}};
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
-                                           const RoutineParams& params) const override {
-    return std::make_unique<PreparedNhwc>(info, routine_param(params, "m_block", 96));
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return pack_nhwc(*info.layer);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    return cpu::unpack_floats(bytes, PackedB(*info.layer).floats());
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    return std::make_unique<PreparedNhwc>(info, routine_param(params, "m_block", 96), std::move(packed));
   }
 };
 

@@ -95,26 +95,35 @@ void im2col_pack(const Kernel& k, const Window2d& g, const float* x, int64_t kk,
 }
 
 
+/// The GEMM's A from the weights: per group, OC/group rows of K = C/group * KH * KW.
+struct PackedA {
+  const Kernel* k = gemm::best_kernel();
+  int64_t group = 1, ocg = 0, kk = 0, kc = 0, size = 0;  ///< size: floats per group
+  explicit PackedA(const Layer& layer) {
+    const Shape& w = layer.weight("weight").shape();
+    group = layer.get_int("group", 1);
+    ocg = w[0] / group;
+    kk = w[1] * w[2] * w[3];
+    kc = gemm::default_kc(*k);
+    size = gemm::packed_a_size(*k, ocg, kk);
+  }
+  std::size_t floats() const { return static_cast<std::size_t>(size * group); }
+};
+
 class PreparedNchw final : public PreparedRoutine {
  public:
-  PreparedNchw(const LayerInfo& info, int64_t p_block) {
+  PreparedNchw(const LayerInfo& info, int64_t p_block, std::shared_ptr<const PackedWeights> packed) {
     const Layer& layer = *info.layer;
     g_ = core::conv2_window(layer, info.input_shapes[0]);
-    k_ = gemm::best_kernel();
-    ocg_ = g_.oc / g_.group;
-    kk_ = g_.c / g_.group * g_.kh * g_.kw;
-    kc_ = gemm::default_kc(*k_);
+    const PackedA a(layer);
+    k_ = a.k;
+    ocg_ = a.ocg;
+    kk_ = a.kk;
+    kc_ = a.kc;
     const int64_t p = g_.oh * g_.ow;
     pb_ = std::min(gemm::round_up(p, k_->nr), std::max<int64_t>(k_->nr, gemm::round_up(p_block, k_->nr)));
-    const Blob& w = layer.weight("weight");
-    const int64_t pa_size = gemm::packed_a_size(*k_, ocg_, kk_);
-    // The model's: shared by every session and shape, and stored in a tuned file.
-    const auto floats = static_cast<std::size_t>(pa_size * g_.group);
-    packed_ = cpu::packed_floats(info, fmt::format("im2col.packed/{}/{}x{}/{}", k_->isa, k_->mr, k_->nr, kc_), floats, [&](float* packed) {
-      for (int64_t gi = 0; gi < g_.group; ++gi)
-        gemm::pack_a(*k_, ocg_, kk_, kc_, w.data_as<float>() + gi * ocg_ * kk_, kk_, false, packed + gi * pa_size);
-    });
-    pa_size_ = pa_size;
+    packed_ = cpu::packed_of(packed, a.floats(), info, "cpu/im2col");
+    pa_size_ = a.size;
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + g_.oc);
     ep_ = make_epilogue(layer);
     slots_ = team_threads(info);
@@ -160,8 +169,21 @@ class PreparedNchw final : public PreparedRoutine {
 
 }  // namespace
 
-std::unique_ptr<PreparedRoutine> prepare_nchw(const LayerInfo& info, int64_t p_block) {
-  return std::make_unique<PreparedNchw>(info, p_block);
+std::shared_ptr<const PackedWeights> pack_nchw(const Layer& layer) {
+  const PackedA a(layer);
+  const float* w = layer.weight("weight").data_as<float>();
+  return cpu::pack_floats(a.floats(), [&](float* packed) {
+    for (int64_t gi = 0; gi < a.group; ++gi)
+      gemm::pack_a(*a.k, a.ocg, a.kk, a.kc, w + gi * a.ocg * a.kk, a.kk, false, packed + gi * a.size);
+  });
+}
+
+std::shared_ptr<const PackedWeights> unpack_nchw(const Blob& bytes, const Layer& layer) {
+  return cpu::unpack_floats(bytes, PackedA(layer).floats());
+}
+
+std::unique_ptr<PreparedRoutine> plan_nchw(const LayerInfo& info, int64_t p_block, std::shared_ptr<const PackedWeights> packed) {
+  return std::make_unique<PreparedNchw>(info, p_block, std::move(packed));
 }
 
 }  // namespace softneuro::cpu::conv_gemm

@@ -22,8 +22,12 @@ Support common_checks(const LayerInfo& info, const Schema& schema, Layout layout
 
 gemm::Epilogue make_epilogue(const Layer& layer);
 
-/// The nchw GEMM convolution (im2col of `p_block` output pixels per task).
-std::unique_ptr<PreparedRoutine> prepare_nchw(const LayerInfo& info, int64_t p_block);
+/// The nchw GEMM convolution's weights packed as the GEMM's A (per group), from
+/// the weights [OC, C/group, KH, KW] and the CPU's kernel: never the input's size.
+std::shared_ptr<const PackedWeights> pack_nchw(const Layer& layer);
+std::shared_ptr<const PackedWeights> unpack_nchw(const Blob& bytes, const Layer& layer);
+/// The nchw GEMM convolution (im2col of `p_block` output pixels per task) over pack_nchw's weights.
+std::unique_ptr<PreparedRoutine> plan_nchw(const LayerInfo& info, int64_t p_block, std::shared_ptr<const PackedWeights> packed);
 
 /// cpu/im2col (any conv2) and cpu/gemm1x1 (pointwise only): one code, two
 /// places in the default order (gemm1x1.cpp says why).
@@ -44,9 +48,16 @@ class ConvGemmNchw final : public Routine {
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
     return {{"p_block", {128, 256, 512, 1024}}};
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&,
-                                           const RoutineParams& params) const override {
-    return prepare_nchw(info, routine_param(params, "p_block", 256));
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return pack_nchw(*info.layer);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    return unpack_nchw(bytes, *info.layer);
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    return plan_nchw(info, routine_param(params, "p_block", 256), std::move(packed));
   }
 };
 
