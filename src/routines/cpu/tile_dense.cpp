@@ -279,8 +279,20 @@ std::unique_ptr<PreparedRoutine> prepared(const LayerInfo& info, const Schema& o
   return std::make_unique<Prepared<D>>(info, m, k, std::dynamic_pointer_cast<const Packed>(std::move(packed)));
 }
 
+/// Both forms' packing: the panels of their weights [O, K] (a pointwise convolution's [O, K, 1, 1]).
+class TilePacking : public Routine {
+ public:
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return pack_panels(info);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    return unpack_panels(bytes, info);
+  }
+};
+
 template <DType D>
-class TileDense final : public Routine {
+class TileDense final : public TilePacking {
  public:
   static constexpr Schema kSchema{Device::cpu, D, Layout::nchw};
   std::string_view layer_type() const override { return "dense"; }
@@ -295,13 +307,6 @@ class TileDense final : public Routine {
       return Support::no(fmt::format("K {} over {}: the int32 sums of int8 products could overflow", k, kMaxK));
     return Support::yes();
   }
-  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
-    return pack_panels(info);
-  }
-  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
-                                              const RoutineParams&) const override {
-    return unpack_panels(bytes, info);
-  }
   std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
                                         std::shared_ptr<const PackedWeights> packed) const override {
     const Shape& in = info.input_shapes[0];
@@ -314,7 +319,7 @@ class TileDense final : public Routine {
 /// a dense layer over the pixels, each pixel's channels quantised by its own
 /// scale when the layer runs (where static int8 has one scale for a blob).
 template <DType D>
-class TileConv1x1 final : public Routine {
+class TileConv1x1 final : public TilePacking {
  public:
   static constexpr Schema kSchema{Device::cpu, D, Layout::nhwc};
   std::string_view layer_type() const override { return "conv2"; }
@@ -335,13 +340,6 @@ class TileConv1x1 final : public Routine {
       return Support::no(e.message());
     }
     return Support::yes();
-  }
-  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
-    return pack_panels(info);
-  }
-  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
-                                              const RoutineParams&) const override {
-    return unpack_panels(bytes, info);
   }
   std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
                                         std::shared_ptr<const PackedWeights> packed) const override {
