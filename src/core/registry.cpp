@@ -244,7 +244,18 @@ std::vector<std::string> RoutineRegistry::unknown_in_default_order() const {
   return unknown;
 }
 
+void RoutineRegistry::check_default_order() const {
+  // (A throw leaves the flag unset: every later use fails the same way.)
+  std::call_once(order_checked_, [this] {
+    const std::vector<std::string> unknown = unknown_in_default_order();
+    if (!unknown.empty())
+      throw Error(fmt::format("the default routine order (src/routines/default_order.cpp) names routines this build "
+                              "does not register: {}", fmt::join(unknown, ", ")));
+  });
+}
+
 Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& schema) const {
+  check_default_order();
   auto all = candidates(layer, schema);
   const Candidate* best = nullptr;
   std::pair<int, int> best_rank;
@@ -267,6 +278,7 @@ Candidate RoutineRegistry::default_choice(const LayerInfo& layer, const Schema& 
 Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, const Schema& preferred,
                                                      const std::function<bool(const Schema&)>& allowed,
                                                      DType dtype) const {
+  check_default_order();
   // The untuned default computes in float32 on the CPU; other dtypes and
   // devices need calibration or transfers that only the tuner can weigh.
   // Ranked first, asked second: supports() only until one says yes (a

@@ -85,6 +85,11 @@ class RoutineRegistry {
   /// routine renamed. CUDA entries and device transfers count only where some
   /// CUDA routine is registered (a build without the CUDA backend has none).
   std::vector<std::string> unknown_in_default_order() const;
+  /// Throws Error listing them where there are any: once per process, at the
+  /// first untuned default chosen (every default_choice asks), so a build
+  /// whose order names a routine it lacks fails at start-up, not by ranking
+  /// that routine last without a word.
+  void check_default_order() const;
 
   /// Renamed descriptors (register_descriptor_alias).
   struct Alias {
@@ -125,6 +130,7 @@ class RoutineRegistry {
   /// a routine or an order is added. Call with mutex_ held.
   const std::vector<std::pair<int, int>>& ranks_of_type(std::string_view layer_type) const;
   mutable std::map<std::string, std::vector<std::pair<int, int>>, std::less<>> ranks_;
+  mutable std::once_flag order_checked_;
 };
 
 }  // namespace softneuro::core

@@ -672,6 +672,21 @@ class OrderProbe final : public Routine {
 std::vector<Shape> infer_same_shape(const Layer&, std::span<const Shape> in) { return {in[0]}; }
 }  // namespace
 
+TEST_CASE("a default order naming a routine nobody registered fails the first default choice, not ranked last in silence", "[basics]") {
+  core::RoutineRegistry registry;  // its own: the process's stays as it is
+  registry.add(std::make_unique<OrderProbe>("plain", "cpu"), "test");
+  registry.set_default_order("test_order", {{"cpu/plian"}, {"cpu/plain"}});
+  Layer l;
+  l.name = "probe";
+  l.type = "test_order";
+  l.inputs = {"x"};
+  l.outputs = {"y"};
+  const LayerInfo info{&l, {Shape{1, 4}}, {Shape{1, 4}}, {}, {}};
+  // (It chose cpu/plain from the second tier before, the typo unseen.)
+  CHECK_THROWS_WITH(registry.default_choice_any_schema(info, Schema{}), Catch::Contains("test_order: cpu/plian"));
+  CHECK_THROWS_WITH(registry.default_choice(info, Schema{}), Catch::Contains("does not register"));  // every use
+}
+
 TEST_CASE("the default order: first tier with a supported routine, staying in the input's schema within it", "[basics]") {
   register_layer_type({"test_order", 1, 1, infer_same_shape});
   register_routine(std::make_unique<OrderProbe>("blocked", "cpu:float32:nchw16c"));
