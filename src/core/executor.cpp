@@ -68,7 +68,15 @@ Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shape
                    std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues,
                    std::shared_ptr<HostArena> host_arena)
     : Executor(build_plan(graph, shapes, path,
-                          PlanOptions{io_schema, std::move(weights), std::move(schemas), memory_limit, keep_nan}),
+                          [&] {
+                            PlanOptions o;
+                            o.io_schema = io_schema;
+                            o.weights = std::move(weights);
+                            o.schemas = std::move(schemas);
+                            o.memory_limit = memory_limit;
+                            o.keep_nan = keep_nan;
+                            return o;
+                          }()),
                std::move(queues), std::move(host_arena)) {}
 
 Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_ptr<HostArena> host_arena)

@@ -148,6 +148,7 @@ bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std
 ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options, bool stage)
     : model_(model),
       value_inputs_(core::value_inputs(model.graph)),
+      analyses_(std::make_shared<const core::GraphAnalyses>(core::analyse(model.graph))),
       stage_(stage),
       capacity_(std::max<std::size_t>(1, options.shape_cache)),
       schemas_(options.schemas),
@@ -267,7 +268,12 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
   }
   try {
-    core::PlanOptions options{Schema{}, model_.weights, schemas_, memory_limit_, keep_nan};
+    core::PlanOptions options;
+    options.weights = model_.weights;
+    options.schemas = schemas_;
+    options.memory_limit = memory_limit_;
+    options.keep_nan = keep_nan;
+    options.analyses = analyses_;
     e.executor = std::make_unique<core::Executor>(
         specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
                     : core::build_plan(model_.graph, e.shapes, &path, std::move(options)),

@@ -123,6 +123,8 @@ class ShapedExecutors {
   const ModelImpl& model_;
   /// The net inputs whose values set shapes: part of an executor's key.
   std::vector<std::string> value_inputs_;
+  /// The model graph's analyses, made once for every plan of it.
+  std::shared_ptr<const core::GraphAnalyses> analyses_;
   bool stage_;
   std::size_t capacity_;
   std::vector<std::string> schemas_;

@@ -183,6 +183,8 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   return out;
 }
 
+GraphAnalyses analyse(const Graph& graph) { return {layers_nan_may_reach(graph), layers_quantised_by_model(graph)}; }
+
 std::set<std::string> layers_nan_may_reach(const Graph& graph) {
   std::set<std::string> layers, nan_blobs;
   std::map<std::string, const Blob*> constants;
@@ -682,10 +684,14 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
                   {}, layer.name, "memory_limit");
   };
 
-  const std::set<std::string> nan_layers = keep_nan_ ? std::set<std::string>{} : layers_nan_may_reach(graph);
-  // The model's own int8 layers, also where every layer keeps NaN: int8 holds
-  // none (quantising one gives a number, as ONNX Runtime's QuantizeLinear does).
-  const std::set<std::string> int8_layers = layers_quantised_by_model(graph);
+  // The model's own int8 layers (also where every layer keeps NaN: int8 holds
+  // none, quantising one gives a number, as ONNX Runtime's QuantizeLinear
+  // does) and the layers NaN may reach: the session's, else computed here.
+  std::shared_ptr<const GraphAnalyses> analyses = plan_.options.analyses;
+  if (!analyses || plan_.specialized) analyses = std::make_shared<const GraphAnalyses>(analyse(graph));
+  const std::set<std::string> no_layers;
+  const std::set<std::string>& nan_layers = keep_nan_ ? no_layers : analyses->nan_may_reach;
+  const std::set<std::string>& int8_layers = analyses->quantised_by_model;
   for (std::size_t layer_index = 0; layer_index < graph.layers.size(); ++layer_index) {
     const Layer& layer = graph.layers[layer_index];
     if (layer_index > 0)

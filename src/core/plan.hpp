@@ -87,6 +87,13 @@ struct BlobSlot {
   std::size_t alias_offset = 0;  ///< where in that blob's memory, in bytes
 };
 
+/// What planning reads of a whole graph: computed once per graph, not per plan.
+struct GraphAnalyses {
+  std::set<std::string> nan_may_reach;       ///< layers_nan_may_reach
+  std::set<std::string> quantised_by_model;  ///< layers_quantised_by_model
+};
+GraphAnalyses analyse(const Graph& graph);
+
 struct PlanOptions {
   /// Net inputs arrive and outputs leave in it (a childnet routine prepared on
   /// its own: its parent's schema; a net: the default one).
@@ -106,6 +113,9 @@ struct PlanOptions {
   /// The threads the session runs on (LayerInfo::threads); 0: the calling
   /// thread's team (a session's own count, else the library's).
   int threads = 0;
+  /// The given graph's analyses (a session's, made once); nullptr, or a graph
+  /// specialised at these shapes (another graph): computed while planning.
+  std::shared_ptr<const GraphAnalyses> analyses;
 };
 
 struct Plan {
