@@ -36,9 +36,9 @@ std::string TuneReport::to_text() const {
   }
   s += fmt::format("\n{:<{}}  {:<12} {:<{}}  {:>10}  {:>10}  {:>5}\n", "layer", wn, "type", "routine", wd, "unit ms", "in-net ms", "cands");
   for (const auto& l : layers)
-    s += fmt::format("{:<{}}  {:<12} {:<{}}  {:>10.4f}  {:>10.4f}  {:>5}\n", l.layer, wn, l.type,
+    s += fmt::format("{:<{}}  {:<12} {:<{}}  {:>10.4f}  {:>10.4f}  {:>5}{}\n", l.layer, wn, l.type,
                      l.descriptor + (l.routine_params.empty() ? "" : " (" + l.routine_params + ")"), wd, l.unit_ms,
-                     l.integrated_ms, l.candidates);
+                     l.integrated_ms, l.candidates, l.fused_into.empty() ? "" : "  computed by " + l.fused_into + "'s step");
   double adapt_ms = 0;
   for (const auto& a : adapts) adapt_ms += a.ms;
   s += fmt::format("\n{} adapts, {:.4f} ms in all\n", adapts.size(), adapt_ms);
