@@ -39,6 +39,104 @@ void Importer::linear_attention(const Node& n) {
   add(std::move(l));
 }
 
+/// Attention's attn_mask (input 3) as an additive bias over `total` keys
+/// ("" where there is none): a constant one (bool masks as 0 / -inf, padded
+/// with -inf to every key), or layers computing it at run time (*bias_constant false).
+std::string Importer::attention_mask(const Node& n, int64_t total, bool* bias_constant) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::string y = n.out(0);
+  std::string bias;
+  *bias_constant = true;
+  if (n.has_in(3)) {
+    const Shape ms = shape_of(n, n.in(3));
+    if (ms.rank() < 1 || ms[ms.rank() - 1] > total)
+      throw n.error(fmt::format("attn_mask {} is longer than the {} keys", ms.to_string(), total), "attn_mask");
+    const bool is_bool = elem_type(n.in(3)) == onnx::TensorProto::BOOL;
+    if (const Blob* c = constant(n.in(3))) {
+      const std::vector<double> m = to_doubles(*c);
+      const int64_t w = ms[ms.rank() - 1], rows = ms.numel() / std::max<int64_t>(w, 1);
+      Shape padded = ms;
+      padded[ms.rank() - 1] = total;
+      std::vector<float> b(static_cast<std::size_t>(rows * total), ninf);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < w; ++j) {
+          const double v = m[static_cast<std::size_t>(r * w + j)];
+          b[static_cast<std::size_t>(r * total + j)] = is_bool ? (v != 0 ? 0.0f : ninf) : static_cast<float>(v);
+        }
+      bias = as_blob(n, add_constant(y + "/mask_bias", float_blob(padded, b)));
+    } else {
+      *bias_constant = false;
+      bias = input(n, 3);
+      if (is_bool) {
+        const std::string additive = fresh_blob(y + "/mask_additive");
+        add(make("where", n.name + "/mask_additive", {bias, scalar_constant(n, y + "/zero", 0.0), scalar_constant(n, y + "/ninf", ninf)},
+                 {additive}));
+        bias = additive;
+      }
+      if (ms[ms.rank() - 1] < total) {
+        const std::string padded = fresh_blob(y + "/mask_padded");
+        std::vector<int64_t> pads(static_cast<std::size_t>(2 * ms.rank()), 0);
+        pads[static_cast<std::size_t>(2 * ms.rank() - 1)] = total - ms[ms.rank() - 1];
+        add_unary(n, "pad", bias, padded, {{"pads", pads}, {"mode", std::string("constant")}, {"value", static_cast<double>(ninf)}},
+                  "mask_pad");
+        bias = padded;
+      }
+    }
+  }
+  return bias;
+}
+
+/// Attention as its steps where one attention layer cannot compute it
+/// (softcap; the QK product as an output): QKᵀ, scale, softcap, bias,
+/// softmax, the all-masked rows' guard, PV, and the heads merged back.
+void Importer::attention_steps(const Node& n, const AttentionSteps& a) {
+  const std::string &q = a.q, &k = a.k, &v = a.v, &bias = a.bias, &y = a.y;
+  const bool guard = a.guard, three_d = a.three_d;
+  const double scale = a.scale;
+  const int64_t mode = a.mode, batch = a.batch, len = a.len, hq = a.hq, dv = a.dv;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::string kt = fresh_blob(y + "/k_t"), qk = fresh_blob(y + "/qk");
+  add_unary(n, "transpose", k, kt, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}, "k_t");
+  add(make("matmul", n.name + "/qk", {q, kt}, {qk}));
+  std::string scores = fresh_blob(y + "/scaled");
+  add(make("mul", n.name + "/scale", {qk, scalar_constant(n, y + "/scale", scale)}, {scores}));
+  if (const double cap = n.get_float("softcap", 0.0); cap > 0) {  // before the bias: masked stays -inf
+    const std::string a = fresh_blob(y + "/capped_in"), t = fresh_blob(y + "/capped_tanh"), out = fresh_blob(y + "/capped");
+    add(make("mul", n.name + "/softcap_in", {scores, scalar_constant(n, y + "/inv_cap", 1 / cap)}, {a}));
+    add_unary(n, "tanh", a, t, {}, "softcap_tanh");
+    add(make("mul", n.name + "/softcap", {t, scalar_constant(n, y + "/cap", cap)}, {out}));
+    scores = out;
+  }
+  const std::string qk_out = used(n.out(3)) ? n.out(3) : std::string();
+  if (!qk_out.empty() && mode <= 1) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
+  if (!bias.empty()) {
+    const std::string biased = fresh_blob(y + "/biased");
+    add(make("add", n.name + "/mask", {scores, bias}, {biased}));
+    scores = biased;
+  }
+  if (!qk_out.empty() && mode == 2) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
+  std::string probs = fresh_blob(y + "/probs");
+  add_unary(n, "softmax", scores, probs, {{"axis", int64_t{-1}}}, "softmax");
+  if (guard) {
+    const std::string top = fresh_blob(y + "/bias_max"), live = fresh_blob(y + "/attendable"), kept = fresh_blob(y + "/probs_kept");
+    add_unary(n, "reduce", bias, top, {{"mode", std::string("max")}, {"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}},
+              "bias_max");
+    Layer c = make("compare", n.name + "/attendable", {top, scalar_constant(n, y + "/ninf_row", ninf)}, {live});
+    c.params["op"] = std::string("greater");
+    add(std::move(c));
+    add(make("where", n.name + "/guard", {live, probs, scalar_constant(n, y + "/zero_prob", 0.0)}, {kept}));
+    probs = kept;
+  }
+  if (!qk_out.empty() && mode == 3) add_unary(n, "identity", probs, qk_out, {}, "qk_matmul_output");
+  const std::string ctx = three_d ? fresh_blob(y + "/context") : y;
+  add(make("matmul", three_d ? n.name + "/pv" : n.name, {probs, v}, {ctx}));
+  if (three_d) {
+    const std::string merged = fresh_blob(y + "/merged");
+    add_unary(n, "transpose", ctx, merged, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}, "merge");
+    add_unary(n, "reshape", merged, y, {{"shape", std::vector<int64_t>{batch, len, hq * dv}}});
+  }
+}
+
 void Importer::attention(const Node& n) {
   const Shape qs = shape_of(n, n.in(0)), ks = shape_of(n, n.in(1)), vs = shape_of(n, n.in(2));
   if (qs.rank() != ks.rank() || qs.rank() != vs.rank() || (qs.rank() != 3 && qs.rank() != 4))
@@ -103,44 +201,8 @@ void Importer::attention(const Node& n) {
   const std::string k = repeated(k_present, total, d, "k"), v = repeated(v_present, total, dv, "v");
   // The bias: the mask, and a constant [len, total] or [B, 1, len, total] of the causal, window and padding rules.
   const float ninf = -std::numeric_limits<float>::infinity();
-  std::string bias;
   bool bias_constant = true;
-  if (n.has_in(3)) {
-    const Shape ms = shape_of(n, n.in(3));
-    if (ms.rank() < 1 || ms[ms.rank() - 1] > total)
-      throw n.error(fmt::format("attn_mask {} is longer than the {} keys", ms.to_string(), total), "attn_mask");
-    const bool is_bool = elem_type(n.in(3)) == onnx::TensorProto::BOOL;
-    if (const Blob* c = constant(n.in(3))) {
-      const std::vector<double> m = to_doubles(*c);
-      const int64_t w = ms[ms.rank() - 1], rows = ms.numel() / std::max<int64_t>(w, 1);
-      Shape padded = ms;
-      padded[ms.rank() - 1] = total;
-      std::vector<float> b(static_cast<std::size_t>(rows * total), ninf);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < w; ++j) {
-          const double v = m[static_cast<std::size_t>(r * w + j)];
-          b[static_cast<std::size_t>(r * total + j)] = is_bool ? (v != 0 ? 0.0f : ninf) : static_cast<float>(v);
-        }
-      bias = as_blob(n, add_constant(y + "/mask_bias", float_blob(padded, b)));
-    } else {
-      bias_constant = false;
-      bias = input(n, 3);
-      if (is_bool) {
-        const std::string additive = fresh_blob(y + "/mask_additive");
-        add(make("where", n.name + "/mask_additive", {bias, scalar_constant(n, y + "/zero", 0.0), scalar_constant(n, y + "/ninf", ninf)},
-                 {additive}));
-        bias = additive;
-      }
-      if (ms[ms.rank() - 1] < total) {
-        const std::string padded = fresh_blob(y + "/mask_padded");
-        std::vector<int64_t> pads(static_cast<std::size_t>(2 * ms.rank()), 0);
-        pads[static_cast<std::size_t>(2 * ms.rank() - 1)] = total - ms[ms.rank() - 1];
-        add_unary(n, "pad", bias, padded, {{"pads", pads}, {"mode", std::string("constant")}, {"value", static_cast<double>(ninf)}},
-                  "mask_pad");
-        bias = padded;
-      }
-    }
-  }
+  std::string bias = attention_mask(n, total, &bias_constant);
   const bool causal = n.get_int("is_causal", 0) != 0;
   const int64_t left = n.get_int("left_window_size", -1), right = n.get_int("right_window_size", -1);
   std::vector<int64_t> nonpad;
@@ -222,46 +284,7 @@ void Importer::attention(const Node& n) {
     if (three_d) add_unary(n, "reshape", ctx, y, {{"shape", std::vector<int64_t>{batch, len, hq * dv}}});
     return;
   }
-  const std::string kt = fresh_blob(y + "/k_t"), qk = fresh_blob(y + "/qk");
-  add_unary(n, "transpose", k, kt, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}}, "k_t");
-  add(make("matmul", n.name + "/qk", {q, kt}, {qk}));
-  std::string scores = fresh_blob(y + "/scaled");
-  add(make("mul", n.name + "/scale", {qk, scalar_constant(n, y + "/scale", scale)}, {scores}));
-  if (const double cap = n.get_float("softcap", 0.0); cap > 0) {  // before the bias: masked stays -inf
-    const std::string a = fresh_blob(y + "/capped_in"), t = fresh_blob(y + "/capped_tanh"), out = fresh_blob(y + "/capped");
-    add(make("mul", n.name + "/softcap_in", {scores, scalar_constant(n, y + "/inv_cap", 1 / cap)}, {a}));
-    add_unary(n, "tanh", a, t, {}, "softcap_tanh");
-    add(make("mul", n.name + "/softcap", {t, scalar_constant(n, y + "/cap", cap)}, {out}));
-    scores = out;
-  }
-  const std::string qk_out = used(n.out(3)) ? n.out(3) : std::string();
-  if (!qk_out.empty() && mode <= 1) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
-  if (!bias.empty()) {
-    const std::string biased = fresh_blob(y + "/biased");
-    add(make("add", n.name + "/mask", {scores, bias}, {biased}));
-    scores = biased;
-  }
-  if (!qk_out.empty() && mode == 2) add_unary(n, "identity", scores, qk_out, {}, "qk_matmul_output");
-  std::string probs = fresh_blob(y + "/probs");
-  add_unary(n, "softmax", scores, probs, {{"axis", int64_t{-1}}}, "softmax");
-  if (guard) {
-    const std::string top = fresh_blob(y + "/bias_max"), live = fresh_blob(y + "/attendable"), kept = fresh_blob(y + "/probs_kept");
-    add_unary(n, "reduce", bias, top, {{"mode", std::string("max")}, {"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}},
-              "bias_max");
-    Layer c = make("compare", n.name + "/attendable", {top, scalar_constant(n, y + "/ninf_row", ninf)}, {live});
-    c.params["op"] = std::string("greater");
-    add(std::move(c));
-    add(make("where", n.name + "/guard", {live, probs, scalar_constant(n, y + "/zero_prob", 0.0)}, {kept}));
-    probs = kept;
-  }
-  if (!qk_out.empty() && mode == 3) add_unary(n, "identity", probs, qk_out, {}, "qk_matmul_output");
-  const std::string ctx = three_d ? fresh_blob(y + "/context") : y;
-  add(make("matmul", three_d ? n.name + "/pv" : n.name, {probs, v}, {ctx}));
-  if (three_d) {
-    const std::string merged = fresh_blob(y + "/merged");
-    add_unary(n, "transpose", ctx, merged, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}, "merge");
-    add_unary(n, "reshape", merged, y, {{"shape", std::vector<int64_t>{batch, len, hq * dv}}});
-  }
+  attention_steps(n, AttentionSteps{q, k, v, bias, y, guard, three_d, scale, mode, batch, len, hq, dv});
 }
 
 // RotaryEmbedding (opset 23) with constant caches and position ids: the

@@ -369,6 +369,15 @@ class Importer : private import::GraphBuilder {
   void log_softmax(const Node&);
   void rms_norm(const Node&);
   void attention(const Node&);
+  std::string attention_mask(const Node& n, int64_t total, bool* bias_constant);
+  /// What attention() hands the step-by-step form.
+  struct AttentionSteps {
+    std::string q, k, v, bias, y;
+    bool guard = false, three_d = false;
+    double scale = 1;
+    int64_t mode = 0, batch = 0, len = 0, hq = 0, dv = 0;
+  };
+  void attention_steps(const Node& n, const AttentionSteps& a);
   void linear_attention(const Node&);
   void sum_mean(const Node&);
   void softsign(const Node&);
