@@ -384,25 +384,30 @@ class PreparedDirect final : public PreparedRoutine {
       g.w = g.ow;
       g.sh = g.sw = 1;
     }
-    geo_.icg = g.c / g.group;
-    geo_.ocg = g.oc / g.group;
-    geo_.icbg = (geo_.icg + v - 1) / v;
-    geo_.ocbg = (geo_.ocg + v - 1) / v;
+    // The channels in blocks and the packed weights' layout: the pack's own (packing_of).
+    const Packing packing = packing_of(layer, k, nhwc, params);
+    if (!weights_ || weights_->weight.size() != packing.weight_floats() || weights_->bias.size() != packing.bias_floats())
+      throw Error(fmt::format("cpu:float32:{}/direct: its packed weights do not fit this layer", to_string(layout)), {}, layer.name,
+                  "weight");
+    geo_.icg = packing.icg;
+    geo_.ocg = packing.ocg;
+    geo_.icbg = packing.icbg;
+    geo_.ocbg = packing.ocbg;
     geo_.icb_total = (g.c + v - 1) / v;
-    geo_.ocb_total = (g.oc + v - 1) / v;  // = group * ocbg (whole blocks per group when group > 1)
+    geo_.ocb_total = packing.ocb_total;  // = group * ocbg (whole blocks per group when group > 1)
     geo_.stride_idx = g.sw == 1 ? 1 : g.sw == 2 ? 2 : 0;
-    geo_.ics = nhwc ? g.c : v;
+    geo_.ics = packing.ics;
     geo_.y_px = nhwc ? g.oc : v;
+    geo_.w_icb = packing.w_icb();
+    geo_.w_og = packing.w_og();
 
-    // The tile: oc_block reduced to a divisor of the blocks per group, then the widest tile <= ow_tile.
+    // The tile: oc_block reduced to a divisor of the blocks per group (packing.ocb), then the widest tile <= ow_tile.
     const int64_t want_w = routine_param(params, "ow_tile", v == 16 ? 14 : 6);  // param_space's first choice
-    const int ocb = effective_ocb(k, geo_.ocbg, static_cast<int>(routine_param(params, "oc_block", 2)));
+    const int ocb = packing.ocb;
     cfg_.tile = effective_tile(k, ocb, want_w);
     cfg_.ocb = ocb;
     cfg_.w = k.tile_w[cfg_.tile];
     const int64_t taps = g.kh * g.kw;
-    geo_.w_icb = taps * geo_.ics * ocb * v;
-    geo_.w_og = geo_.icbg * geo_.w_icb;
     int64_t icb = routine_param(params, "ic_block", 0);
     if (icb <= 0) icb = std::max<int64_t>(1, (32 * 1024) / (taps * v * ocb * v * 4));
     cfg_.icb = std::min(icb, geo_.icbg);
@@ -447,11 +452,6 @@ class PreparedDirect final : public PreparedRoutine {
       copy_.slack = (int64_t(std::max(cfg_.w, tw_)) * g.sw + (g.kw - 1) * g.dw + 1) * copy_.px + copy_.wp * copy_.px;
       copy_.floats = g.n * geo_.icb_total * copy_.hp * copy_.wp * copy_.px;
     }
-    const Packing packing = packing_of(layer, k, nhwc, params);
-    if (!weights_ || packing.ocb != ocb || packing.w_icb() != geo_.w_icb || packing.w_og() != geo_.w_og ||
-        weights_->weight.size() != packing.weight_floats() || weights_->bias.size() != packing.bias_floats())
-      throw Error(fmt::format("cpu:float32:{}/direct: its packed weights do not fit this layer", to_string(layout)), {}, layer.name,
-                  "weight");
   }
 
   std::size_t workspace_bytes() const override {
