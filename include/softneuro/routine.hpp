@@ -25,8 +25,12 @@
 
 namespace softneuro {
 
+namespace core {
+class RoutineRegistry;  // internal: the routines a plan chooses from
+}
+
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 16;  // 16: Routine::pack / unpack / plan (shape-free packing apart from planning)
+inline constexpr uint32_t abi_version = 17;  // 17: LayerInfo::routines (the registry a plan chooses from)
 
 // ---------------------------------------------------------------------------
 // Schemas
@@ -143,6 +147,10 @@ struct LayerInfo {
   /// what a routine sizes per thread (workspace slots, OpenMP's team). The
   /// plan always sets it; 0 (a LayerInfo made by hand): the library's count.
   int threads = 0;
+  /// The routines the plan chooses from (its frozen registry), for a built-in
+  /// routine that composes others (a chain of adapts); nullptr (a LayerInfo
+  /// made by hand): the process's. Plugins leave it alone.
+  const core::RoutineRegistry* routines = nullptr;
 };
 
 /// The threads to size per-thread state for in prepare: info.threads, or the

@@ -42,6 +42,11 @@ const std::vector<Schema>& chain_targets() {
   return targets;
 }
 
+/// The registry the plan chooses from (the process's for a LayerInfo made by hand).
+const core::RoutineRegistry& registry_of(const LayerInfo& info) {
+  return info.routines ? *info.routines : core::RoutineRegistry::instance();
+}
+
 /// One registered single-step adapt routine and the schema it produces.
 struct Step {
   const Routine* routine = nullptr;
@@ -49,8 +54,7 @@ struct Step {
   std::string descriptor;
 };
 
-std::vector<Step> single_step_adapts() {
-  auto& reg = core::RoutineRegistry::instance();
+std::vector<Step> single_step_adapts(const core::RoutineRegistry& reg) {
   std::vector<Step> out;
   for (const auto& d : reg.descriptors("adapt")) {
     Schema s;
@@ -96,7 +100,7 @@ using Chains = std::vector<std::vector<Step>>;
 /// on the schemas, the blob's rank and quantisation only, so the result
 /// serves every shape of that rank (cached by ChainAdapt).
 Chains search_chains(const Schema& from, const Schema& to, const LayerInfo& base) {
-  const auto steps = single_step_adapts();
+  const auto steps = single_step_adapts(registry_of(base));
   // Breadth-first over partial chains; a schema is not visited twice within a chain.
   struct Partial {
     std::vector<int> steps;
@@ -278,8 +282,8 @@ class ChainAdapt final : public Routine {
       const QuantParams& p = info.input_quant[0];
       q = fmt::format("{}:{}:{}", p.axis, fmt::join(p.scales, ","), fmt::join(p.zero_points, ","));
     }
-    return fmt::format("{}>{}|r{}|q{}|n{}", from.to_string(), to.to_string(), info.input_shapes.at(0).rank(), q,
-                       core::RoutineRegistry::instance().routine_count());
+    return fmt::format("{}>{}|r{}|q{}|g{}", from.to_string(), to.to_string(), info.input_shapes.at(0).rank(), q,
+                       registry_of(info).generation());
   }
   /// The shortest chains for this conversion (unordered), searched once per cache key
   /// (supports, param_space and prepare each searched again: a fifth of

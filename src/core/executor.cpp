@@ -63,22 +63,6 @@ void Executor::convert_constant(Step& step, int from, int to, std::shared_ptr<vo
   into = std::move(memory);
 }
 
-Executor::Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema,
-                   std::shared_ptr<WeightStore> weights, const RoutinePath* path, std::vector<std::string> schemas,
-                   std::size_t memory_limit, bool keep_nan, std::shared_ptr<DeviceQueues> queues,
-                   std::shared_ptr<HostArena> host_arena)
-    : Executor(build_plan(graph, shapes, path,
-                          [&] {
-                            PlanOptions o;
-                            o.io_schema = io_schema;
-                            o.weights = std::move(weights);
-                            o.schemas = std::move(schemas);
-                            o.memory_limit = memory_limit;
-                            o.keep_nan = keep_nan;
-                            return o;
-                          }()),
-               std::move(queues), std::move(host_arena)) {}
-
 Executor::Executor(Plan plan, std::shared_ptr<DeviceQueues> queues, std::shared_ptr<HostArena> host_arena)
     : queues_(std::move(queues)), plan_(std::move(plan)) {
   const DeviceQueues::Binding bound = queues_ ? queues_->bind() : DeviceQueues::Binding{};  // prepare() on the session's queues

@@ -53,12 +53,6 @@ class Executor {
   /// used where every step runs on the CPU (a device graph records host
   /// addresses, so an executor with device steps keeps its own).
   explicit Executor(Plan plan, std::shared_ptr<DeviceQueues> queues = nullptr, std::shared_ptr<HostArena> host_arena = nullptr);
-  /// build_plan() (PlanOptions from `io_schema`, `weights`, `schemas`,
-  /// `memory_limit`, `keep_nan`), then the above.
-  Executor(const Graph& graph, const std::map<std::string, Shape>& shapes, const Schema& io_schema = Schema{},
-           std::shared_ptr<WeightStore> weights = nullptr, const RoutinePath* path = nullptr,
-           std::vector<std::string> schemas = {}, std::size_t memory_limit = 0, bool keep_nan = false,
-           std::shared_ptr<DeviceQueues> queues = nullptr, std::shared_ptr<HostArena> host_arena = nullptr);
 
   /// Makes this executor run at other input shapes, its routine choices kept
   /// (a session's shape bucket): `shapes` is every blob's there and `changes`

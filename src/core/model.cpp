@@ -53,6 +53,7 @@ void ModelImpl::cut_stages() {
   for (auto& cut : core::split_stages(graph, shapes)) {
     auto stage = std::make_shared<ModelImpl>();
     stage->weights = weights;
+    stage->registry = registry;
     stage->build(std::move(cut.graph), file, /*split=*/false);
     stages.push_back({std::move(stage), std::move(cut.value_shaped)});
   }
@@ -66,14 +67,6 @@ void ModelImpl::cut_stages() {
         if (info.name == o && info.dynamic_dims.empty())
           for (int d = 0; d < info.shape.rank(); ++d) info.dynamic_dims.push_back(d);
     }
-}
-
-std::unique_ptr<core::Executor> ModelImpl::prepare() const {
-  try {
-    return std::make_unique<core::Executor>(graph, shapes, Schema{}, weights);
-  } catch (const Error& e) {
-    throw file.empty() || !e.file().empty() ? e : e.with_file(file);
-  }
 }
 
 std::unique_ptr<WorkingModel> WorkingModel::build(core::Graph graph, const std::string& file) {
@@ -120,8 +113,9 @@ Model WorkingModel::to_model() {
   return ModelAccess::make(std::move(impl));
 }
 
-Model make_model(core::Graph graph, const std::string& file) {
+Model make_model(core::Graph graph, const std::string& file, std::shared_ptr<const core::RoutineRegistry> registry) {
   auto impl = std::make_shared<ModelImpl>();
+  impl->registry = std::move(registry);
   impl->build(std::move(graph), file);
   return ModelAccess::make(std::move(impl));
 }
@@ -145,10 +139,12 @@ bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std
   return true;
 }
 
-ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options, bool stage)
+ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& options,
+                                 std::shared_ptr<const core::RoutineRegistry> registry, bool stage)
     : model_(model),
       value_inputs_(core::value_inputs(model.graph)),
       analyses_(std::make_shared<const core::GraphAnalyses>(core::analyse(model.graph))),
+      registry_(registry ? std::move(registry) : model.routines()),
       stage_(stage),
       capacity_(std::max<std::size_t>(1, options.shape_cache)),
       schemas_(options.schemas),
@@ -274,6 +270,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     options.memory_limit = memory_limit_;
     options.keep_nan = keep_nan;
     options.analyses = analyses_;
+    options.registry = registry_;
     e.executor = std::make_unique<core::Executor>(
         specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
                     : core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
@@ -405,9 +402,14 @@ void WorkingModel::changed() {
 }
 
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
-    : model(m), options(o), executors(detail::impl_of(m).stages.empty() ? detail::impl_of(m) : *detail::impl_of(m).stages.front().model, o) {
+    : model(m),
+      options(o),
+      registry(detail::impl_of(m).routines()),
+      executors(detail::impl_of(m).stages.empty() ? detail::impl_of(m) : *detail::impl_of(m).stages.front().model, o,
+                registry) {
   for (std::size_t k = 1; k < detail::impl_of(model).stages.size(); ++k)
-    later_stages.push_back(std::make_unique<ShapedExecutors>(*detail::impl_of(model).stages[k].model, o, /*stage=*/true));
+    later_stages.push_back(
+        std::make_unique<ShapedExecutors>(*detail::impl_of(model).stages[k].model, o, registry, /*stage=*/true));
   if (options.threads < 0) throw Error(fmt::format("SessionOptions.threads is {}; give 0 (the library's) or more", options.threads), detail::impl_of(model).file, {}, "threads");
   if (options.threads > 1) core::require_startable_threads(options.threads, detail::impl_of(model).file, "threads");
   for (const auto& p : options.schemas) {
@@ -480,7 +482,7 @@ std::vector<LayerSummary> summarize(const core::Executor& executor, bool explain
     s.fused_into = step->fused_into;
     s.view = step->view;
     if (explain) {
-      const auto& registry = core::RoutineRegistry::instance();
+      const core::RoutineRegistry& registry = *executor.plan().options.registry;
       auto all = registry.candidates(step->info);
       const int listed_tiers = static_cast<int>(registry.default_order(s.type).size());
       std::vector<std::pair<std::pair<int, int>, LayerSummary::Candidate>> ranked;
@@ -615,7 +617,7 @@ AccuracyCheck Model::accuracy_check() const {
       c = *p->accuracy;
     } else {
       if (!int8_known) model_int8 = core::layers_quantised_by_model(g), int8_known = true;
-      c.reduced_precision = core::computes_below_float32(*p, model_int8);
+      c.reduced_precision = core::computes_below_float32(*p, model_int8, *impl_->routines());
     }
     if (first) {
       out = c, first = false;

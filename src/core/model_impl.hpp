@@ -45,8 +45,22 @@ struct ModelImpl {
   void build(core::Graph g, const std::string& from, bool split = true);
   /// `stages` from the graph as it is (none where no layer is value-shaped).
   void cut_stages();
-  /// A fresh executor of this model (prepared routines, planned memory).
-  std::unique_ptr<core::Executor> prepare() const;
+  /// The registry its sessions and tunings choose from (a test's own);
+  /// nullptr: the process's.
+  std::shared_ptr<const core::RoutineRegistry> registry;
+  /// That registry as it is now, frozen (RoutineRegistry::snapshot()): what a
+  /// session takes at its creation, and a tuning when it starts.
+  std::shared_ptr<const core::RoutineRegistry> routines() const {
+    return (registry ? *registry : core::RoutineRegistry::instance()).snapshot();
+  }
+  /// Options of a plan of it: its routines and, where `shared_weights`, its
+  /// store of derived weights (else the plan's own: a graph derived from it).
+  core::PlanOptions plan_options(bool shared_weights = true) const {
+    core::PlanOptions o;
+    if (shared_weights) o.weights = weights;
+    o.registry = routines();
+    return o;
+  }
 };
 
 /// What the library's own modules (tuner, importers, tests) reach behind a
@@ -57,8 +71,11 @@ struct ModelAccess {
 };
 inline const ModelImpl& impl_of(const Model& m) { return ModelAccess::impl(m); }
 
-/// `graph` checked, sorted and its shapes inferred, as a Model (errors name `file`).
-Model make_model(core::Graph graph, const std::string& file = {});
+/// `graph` checked, sorted and its shapes inferred, as a Model (errors name
+/// `file`), whose sessions and tunings choose from `registry` (nullptr: the
+/// process's, ModelImpl::registry).
+Model make_model(core::Graph graph, const std::string& file = {},
+                 std::shared_ptr<const core::RoutineRegistry> registry = nullptr);
 
 /// Whether two sets of input shapes are in one shape bucket: the same ranks,
 /// and every dim that differs rounds up to the same power of two (1, 2, 3-4,
@@ -74,9 +91,12 @@ bool same_shape_bucket(const std::map<std::string, Shape>& a, const std::map<std
 /// bucket, not per length.
 class ShapedExecutors {
  public:
-  /// `stage`: the executors of a later stage of a model (ModelImpl::stages),
-  /// which meets new shapes at most runs: a new plan is noted at debug level.
-  ShapedExecutors(const ModelImpl& model, const SessionOptions& options, bool stage = false);
+  /// `registry`: the routines every plan chooses from (nullptr: the model's,
+  /// ModelImpl::routines()). `stage`: the executors of a later stage of a
+  /// model (ModelImpl::stages), which meets new shapes at most runs: a new
+  /// plan is noted at debug level.
+  ShapedExecutors(const ModelImpl& model, const SessionOptions& options,
+                  std::shared_ptr<const core::RoutineRegistry> registry = nullptr, bool stage = false);
   /// The executor of these input shapes (net inputs by name; missing: the
   /// default shape) and values of the inputs that set shapes (core::value_inputs,
   /// as core::shape_value gives them; missing: core::value_default). Throws
@@ -125,6 +145,8 @@ class ShapedExecutors {
   std::vector<std::string> value_inputs_;
   /// The model graph's analyses, made once for every plan of it.
   std::shared_ptr<const core::GraphAnalyses> analyses_;
+  /// The routines every plan of it chooses from, frozen at its creation.
+  std::shared_ptr<const core::RoutineRegistry> registry_;
   bool stage_;
   std::size_t capacity_;
   std::vector<std::string> schemas_;
@@ -162,6 +184,8 @@ class SessionImpl {
   SessionImpl(const Model& model, const SessionOptions& options);
   Model model;
   SessionOptions options;
+  /// The routines its plans choose from, frozen at its creation (every stage's).
+  std::shared_ptr<const core::RoutineRegistry> registry;
   /// The model's executors, or its first stage's where it has stages.
   ShapedExecutors executors;
   /// A staged model's later stages (ModelImpl::stages[1...]).

@@ -72,9 +72,10 @@ bool makes_nan(const Layer& layer, const Blob* constant_second) {
   return t == "sqrt" || t == "log" || t == "divmod" || t == "cast";
 }
 
-bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8) {
+bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8,
+                            const RoutineRegistry& registry) {
   return std::any_of(path.routines.begin(), path.routines.end(), [&](const RoutineChoice& r) {
-    const DType d = RoutineRegistry::instance().precision(r.descriptor);
+    const DType d = registry.precision(r.descriptor);
     const bool reduced = d == DType::qint8 || d == DType::float16 || d == DType::bfloat16;
     // A model's own int8 layers compute the model in a qint8 schema; a float32
     // routine quantising inside does not.
@@ -260,6 +261,7 @@ class PlanBuilder {
   /// LayerInfo::threads: the options', else the calling thread's team, read once here.
   const int threads_ = plan_.options.threads > 0 ? plan_.options.threads : global_pool().num_threads();
   const Schema io_schema_ = plan_.options.io_schema;
+  const RoutineRegistry& registry_ = *plan_.options.registry;
   /// While building: "descriptor (why)" -> the layers whose tuned routine cannot run here.
   std::map<std::string, std::vector<std::string>> tuned_missing_;
   bool layer_keep_nan_ = false;  ///< LayerInfo::keep_nan of the layer add_layer is adding
@@ -317,7 +319,7 @@ int PlanBuilder::in_schema(int slot, const Schema& want, const std::string& cons
 }
 
 int PlanBuilder::convert(int slot, const Schema& want, const std::string& consumer, const AdaptChoice* tuned) {
-  auto& registry = RoutineRegistry::instance();
+  const RoutineRegistry& registry = registry_;
   auto key = std::make_pair(slot, want.to_string());
   if (auto it = adapted_.find(key); it != adapted_.end()) return it->second;  // converted once, whoever reads it
   const BlobSlot& from = slots_[static_cast<std::size_t>(slot)];
@@ -335,6 +337,7 @@ int PlanBuilder::convert(int slot, const Schema& want, const std::string& consum
   step->info.layer = step->layer;
   step->info.memory_limit = memory_limit_;
   step->info.threads = threads_;
+  step->info.routines = &registry_;
   step->info.input_shapes = {shape};
   step->info.output_shapes = {shape};
   step->info.input_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
@@ -403,7 +406,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
                                      const std::vector<Shape>& output_shapes,
                                      const std::vector<QuantParams>& output_quant, const RoutineChoice* rc,
                                      const Schema* child_schema, const std::string& parent) {
-  auto& registry = RoutineRegistry::instance();
+  const RoutineRegistry& registry = registry_;
   auto step = std::make_unique<Step>();
   step->name = layer.name;
   step->parent = parent;
@@ -411,6 +414,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
   step->info.layer = &layer;
   step->info.memory_limit = memory_limit_;
   step->info.threads = threads_;
+  step->info.routines = &registry_;
   step->info.keep_nan = layer_keep_nan_;
   for (int s : input_slots) {
     step->info.input_shapes.push_back(blobs_[static_cast<std::size_t>(s)].shape());
@@ -853,6 +857,7 @@ Plan build_plan(const Graph& given, const std::map<std::string, Shape>& shapes, 
                 PlanOptions options) {
   Plan plan;
   plan.options = std::move(options);
+  if (!plan.options.registry) plan.options.registry = RoutineRegistry::instance().snapshot();
   plan.specialized = specialized_if_needed(given, shapes);
   plan.graph = plan.specialized ? plan.specialized.get() : &given;
   PlanBuilder(plan, path ? *path : given.routine_path).build(shapes);
@@ -863,6 +868,7 @@ Plan build_plan(std::unique_ptr<Graph> specialized, const std::map<std::string, 
                 PlanOptions options) {
   Plan plan;
   plan.options = std::move(options);
+  if (!plan.options.registry) plan.options.registry = RoutineRegistry::instance().snapshot();
   plan.specialized = std::move(specialized);
   plan.graph = plan.specialized.get();
   PlanBuilder(plan, path).build(shapes);

@@ -116,6 +116,10 @@ struct PlanOptions {
   /// The given graph's analyses (a session's, made once); nullptr, or a graph
   /// specialised at these shapes (another graph): computed while planning.
   std::shared_ptr<const GraphAnalyses> analyses;
+  /// The routines to choose from (a frozen RoutineRegistry::snapshot(): the
+  /// session's or the tuning's); nullptr: the process's as it is now. Steps'
+  /// routines stay alive as long as the plan holds it.
+  std::shared_ptr<const RoutineRegistry> registry;
 };
 
 struct Plan {
@@ -180,8 +184,9 @@ std::set<std::string> layers_nan_may_reach(const Graph& graph);
 std::set<std::string> layers_quantised_by_model(const Graph& graph);
 /// Whether `path` computes any layer below float32 (qint8, float16, bfloat16;
 /// a routine's dtype is the one its descriptor computes at,
-/// RoutineRegistry::precision), but for the layers of
+/// RoutineRegistry::precision in `registry`), but for the layers of
 /// `model_int8` in qint8: with the model's own scales they compute the model.
-bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8);
+bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8,
+                            const RoutineRegistry& registry);
 
 }  // namespace softneuro::core

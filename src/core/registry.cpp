@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <tuple>
 
@@ -67,7 +68,35 @@ RoutineRegistry& RoutineRegistry::instance() {
 
 namespace {
 thread_local std::vector<std::unique_ptr<Routine>>* t_captured = nullptr;
+std::atomic<std::uint64_t> g_generations{0};
 }  // namespace
+
+RoutineRegistry::RoutineRegistry() : generation_(++g_generations) {}
+
+RoutineRegistry::RoutineRegistry(const RoutineRegistry& other) : generation_(++g_generations) {
+  std::lock_guard lock(other.mutex_);
+  entries_ = other.entries_;
+  default_order_ = other.default_order_;
+  aliases_ = other.aliases_;
+  by_type_ = other.by_type_;
+}
+
+void RoutineRegistry::changed() {
+  generation_ = ++g_generations;
+  ranks_.clear();
+  snapshot_.reset();
+}
+
+std::shared_ptr<const RoutineRegistry> RoutineRegistry::snapshot() const {
+  std::lock_guard lock(mutex_);
+  if (!snapshot_) snapshot_ = std::make_shared<const RoutineRegistry>(*this);
+  return snapshot_;
+}
+
+std::uint64_t RoutineRegistry::generation() const {
+  std::lock_guard lock(mutex_);
+  return generation_;
+}
 
 void RoutineRegistry::capture_static_registrations(std::vector<std::unique_ptr<Routine>>* into) { t_captured = into; }
 std::vector<std::unique_ptr<Routine>>* RoutineRegistry::captured_static_registrations() { return t_captured; }
@@ -111,7 +140,7 @@ void RoutineRegistry::add_all(std::vector<std::unique_ptr<Routine>> routines, co
     by_type_[e.type].push_back(entries_.size());
     entries_.push_back(std::move(e));
   }
-  ranks_.clear();
+  changed();
 }
 
 const std::vector<std::pair<int, int>>& RoutineRegistry::ranks_of_type(std::string_view layer_type) const {
@@ -220,7 +249,7 @@ std::vector<std::vector<std::string>> RoutineRegistry::default_order(std::string
 void RoutineRegistry::set_default_order(std::string_view layer_type, std::vector<std::vector<std::string>> tiers) {
   std::lock_guard lock(mutex_);
   default_order_[std::string(layer_type)] = std::move(tiers);
-  ranks_.clear();
+  changed();
 }
 
 std::vector<std::string> RoutineRegistry::unknown_in_default_order() const {
@@ -322,6 +351,7 @@ void RoutineRegistry::add_alias(std::string_view old_descriptor, std::string_vie
   if (aliases_.count(old_descriptor))
     throw Error(fmt::format("descriptor alias '{}' is already registered", old_descriptor));
   aliases_.emplace(std::string(old_descriptor), Alias{std::string(new_descriptor), std::move(params)});
+  changed();
 }
 
 const RoutineRegistry::Alias* RoutineRegistry::alias(std::string_view descriptor) const {

@@ -5,6 +5,7 @@
 
 #include <softneuro/routine.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,9 +27,27 @@ struct Candidate {
   DType precision() const { return routine ? routine->precision(schema) : schema.dtype; }
 };
 
+/// The routines a plan chooses from. The process's (instance()) is what
+/// built-in routines and plugins register into; a plan, a session and a tuning
+/// read a frozen snapshot of it (snapshot()), passed to them explicitly
+/// (PlanOptions::registry), so a plugin loaded or a routine registered later
+/// never changes a plan already running, and a test extends its own copy
+/// instead of the process's.
 class RoutineRegistry {
  public:
+  /// The process's registry, which registrations go to.
   static RoutineRegistry& instance();
+
+  RoutineRegistry();
+  /// A copy sharing the routines: what is added to it afterwards is its own.
+  RoutineRegistry(const RoutineRegistry& other);
+  RoutineRegistry& operator=(const RoutineRegistry&) = delete;
+
+  /// This registry as it is now, frozen (the same object until it changes).
+  std::shared_ptr<const RoutineRegistry> snapshot() const;
+  /// A number no other registry state has (a copy or a change gets a new one),
+  /// so caches of what the registered routines can do key on it.
+  std::uint64_t generation() const;
 
   /// Adds a routine; `origin` is "builtin" or the plugin's path (for messages).
   /// Refuses a (layer type, descriptor) pair that is already registered.
@@ -103,15 +122,14 @@ class RoutineRegistry {
   /// Whether `routine` is built into this library (not a plugin's).
   bool builtin(const Routine* routine) const;
 
-  /// How many routines are registered: grows with each plugin, so caches of
-  /// what the registered routines can do key on it.
+  /// How many routines are registered.
   std::size_t routine_count() const;
   /// Every descriptor registered for a layer type ("" = all types), sorted.
   std::vector<std::string> descriptors(std::string_view layer_type = {}) const;
 
  private:
   struct Entry {
-    std::unique_ptr<Routine> routine;
+    std::shared_ptr<Routine> routine;  // shared with copies and snapshots
     std::string type;  // routine->layer_type(), kept: lookups compare it often
     std::string origin;
     std::vector<std::pair<Schema, std::string>> schemas;  // with their descriptors
@@ -131,6 +149,10 @@ class RoutineRegistry {
   const std::vector<std::pair<int, int>>& ranks_of_type(std::string_view layer_type) const;
   mutable std::map<std::string, std::vector<std::pair<int, int>>, std::less<>> ranks_;
   mutable std::once_flag order_checked_;
+  std::uint64_t generation_;
+  mutable std::shared_ptr<const RoutineRegistry> snapshot_;  // dropped at each change
+  /// After a change, with mutex_ held.
+  void changed();
 };
 
 }  // namespace softneuro::core

@@ -100,11 +100,6 @@ bool uses_qint8(const core::RoutinePath& path) {
 
 bool below_float32(DType dtype) { return dtype == DType::qint8 || dtype == DType::float16 || dtype == DType::bfloat16; }
 
-bool uses_reduced_precision(const core::RoutinePath& path) { return core::computes_below_float32(path, {}); }
-
-bool uses_reduced_precision(const core::RoutinePath& path, const std::set<std::string>& model_int8) {
-  return core::computes_below_float32(path, model_int8);
-}
 
 namespace {
 
@@ -226,7 +221,7 @@ std::vector<NamedBlob> run(core::Executor& exec, const detail::WorkingModel& net
 Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget)
     : net_(net), samples_(std::move(samples)), budget_(std::move(budget)) {
   const core::RoutinePath untuned;  // the float32 default
-  core::Executor ref(net.graph, net.shapes, Schema{}, nullptr, &untuned);
+  core::Executor ref(core::build_plan(net.graph, net.shapes, &untuned, net.plan_options(false)));
   for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
   if (budget_.metric == AccuracyBudget::Metric::ctc || (budget_.metric == AccuracyBudget::Metric::seq && budget_.ctc_if_blank))
     find_blank();
@@ -314,7 +309,8 @@ double Validator::measure(const core::RoutinePath& path, double* cosine, std::si
   if (budget_.metric == AccuracyBudget::Metric::none) return 0;
   // The path runs beside the graph; a graph is copied only where the path changes its weights.
   const std::optional<core::Graph> transformed = transform_ ? transform_(net_.graph, path) : std::nullopt;
-  core::Executor tuned(transformed ? *transformed : net_.graph, net_.shapes, Schema{}, nullptr, &path);
+  core::Executor tuned(
+      core::build_plan(transformed ? *transformed : net_.graph, net_.shapes, &path, net_.plan_options(false)));
   return score(tuned, [this](std::size_t k) -> const std::vector<NamedBlob>& { return samples_[k]; }, cosine, max_samples,
                stopped_after);
 }
@@ -333,7 +329,7 @@ bool Validator::keep_values(std::size_t count) const {
     keep_refused_ = true;
     return false;
   }
-  core::Executor exec(every, net_.shapes);
+  core::Executor exec(core::build_plan(every, net_.shapes, nullptr, net_.plan_options(false)));
   for (std::size_t k = kept_.size(); k < count; ++k) {
     std::vector<NamedBlob> out;
     for (const auto& o : every.outputs) out.push_back({o, Blob::allocate(net_.shapes.at(o))});
@@ -377,7 +373,7 @@ double Validator::measure_from(std::size_t first, const core::RoutinePath& path,
     }
   if (!keep_values(count)) return measure(path, cosine, max_samples);
   const std::optional<core::Graph> transformed = transform_ ? transform_(sub, path) : std::nullopt;
-  core::Executor tuned(transformed ? *transformed : sub, net_.shapes, Schema{}, nullptr, &path);
+  core::Executor tuned(core::build_plan(transformed ? *transformed : sub, net_.shapes, &path, net_.plan_options(false)));
   std::vector<NamedBlob> inputs;
   return score(tuned,
                [&](std::size_t k) -> const std::vector<NamedBlob>& {

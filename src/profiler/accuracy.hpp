@@ -168,12 +168,5 @@ bool runs_in_qint8(const core::RoutineChoice& routine);
 bool uses_qint8(const core::RoutinePath& path);
 /// Whether values in `dtype` hold less than float32 does: qint8, float16, bfloat16.
 bool below_float32(DType dtype);
-/// Whether a path runs any layer below float32 (only such a path can lose
-/// accuracy to precision: float16 flushes values under 6e-8 to zero).
-bool uses_reduced_precision(const core::RoutinePath& path);
-/// The same, but for the layers in `model_int8` (core::layers_quantised_by_model)
-/// in qint8: with the model's own scales they compute what its author
-/// quantised, so they lose nothing to the model.
-bool uses_reduced_precision(const core::RoutinePath& path, const std::set<std::string>& model_int8);
 
 }  // namespace softneuro::profiler

@@ -520,7 +520,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   // (Outputs that are constants or net inputs are measured from their data directly.)
   const core::Graph g = every_value_out(net.graph);
   const std::vector<std::string>& outs = g.outputs;
-  core::Executor exec(g, net.shapes);
+  core::Executor exec(core::build_plan(g, net.shapes, nullptr, net.plan_options(false)));
   std::vector<NamedBlob> results;
   for (const auto& o : outs) results.push_back({o, Blob::allocate(net.shapes.at(o))});
 
@@ -673,7 +673,10 @@ Blob corrected_bias(const Layer& l, const Blob& grid, const std::vector<double>&
 
 Model calibrate(const Model& model, const CalibrationOptions& options) {
   auto work = detail::WorkingModel::of(detail::impl_of(model));
+  const std::shared_ptr<const core::RoutineRegistry> given = work->registry;
+  work->registry = work->routines();  // one set of routines for every plan of the calibration
   profiler::calibrate(*work, options, {});
+  work->registry = given;
   return work->to_model();
 }
 

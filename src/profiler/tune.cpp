@@ -44,15 +44,16 @@ using profiler::params_text;
 constexpr std::size_t kSensitivitySamples = 16;
 
 /// The weight range (Routine::weight_qmax) of each conv2 and dense layer of
-/// `g` that `path` runs in qint8.
-std::map<std::string, int> qint8_weight_ranges(const core::Graph& g, const core::RoutinePath& path) {
+/// `g` that `path` runs in qint8 (its routines found in `registry`).
+std::map<std::string, int> qint8_weight_ranges(const core::Graph& g, const core::RoutinePath& path,
+                                               const core::RoutineRegistry& registry) {
   std::map<std::string, int> out;
   for (const auto& r : path.routines) {
     if (!profiler::runs_in_qint8(r)) continue;
     const Layer* l = g.find_layer(r.layer);
     if (!l || (l->type != "conv2" && l->type != "dense")) continue;
     Schema schema;
-    const Routine* routine = core::RoutineRegistry::instance().find(l->type, r.descriptor, &schema);
+    const Routine* routine = registry.find(l->type, r.descriptor, &schema);
     out[r.layer] = routine ? routine->weight_qmax(r.params) : 127;
   }
   return out;
@@ -257,7 +258,7 @@ struct Tuner {
     DefaultPath out;
     out.path.device_fingerprint = report.device_fingerprint;
     const core::RoutinePath untuned;  // the untuned default, whatever the net held
-    const core::Plan plan = core::build_plan(net.graph, net.shapes, &untuned, core::PlanOptions{.weights = net.weights});
+    const core::Plan plan = core::build_plan(net.graph, net.shapes, &untuned, net.plan_options());
     for (const auto& step : plan.steps) {
       if (step->layer->type == "adapt") {
         out.path.adapts.push_back({step->adapt_layer.inputs[0], step->adapt_consumer, step->adapt_layer.get_string("from"),
@@ -265,7 +266,7 @@ struct Tuner {
         continue;
       }
       out.allowed = out.allowed && prof.rules().schema_allowed(step->routine.schema) &&
-                    prof.rules().allows(step->name, step->routine.descriptor);
+                    prof.rules().allows(step->name, step->routine);
       if (step->parent.empty()) {  // a childnet's children follow their parent's default
         out.path.routines.push_back({step->name, step->routine.descriptor, step->params, 0, 0, {}});
         out.quant[step->name] = core::describe_quant(step->info.input_quant, step->info.output_quant);
@@ -539,7 +540,7 @@ struct Tuner {
   /// the best value the samples left could still have given when that was
   /// clear (the search validates many paths that miss), unless `exact`.
   double accuracy_of(const core::RoutinePath& path, bool exact = false) {
-    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path, model_int8))
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !core::computes_below_float32(path, model_int8, *net.routines()))
       return NAN;
     const std::string key = path_key(path);
     auto it = accuracy_seen.find(key);
@@ -560,7 +561,7 @@ struct Tuner {
   /// after trying a dozen paths can be luck: MobileNetV2 met top1:0.99 on 8
   /// validation samples and agreed on 80% of 50 others).
   bool confirmed(const core::RoutinePath& path, bool report_it = false) {
-    if (budget.metric == profiler::AccuracyBudget::Metric::none || !profiler::uses_reduced_precision(path, model_int8))
+    if (budget.metric == profiler::AccuracyBudget::Metric::none || !core::computes_below_float32(path, model_int8, *net.routines()))
       return true;
     // A metric over the validation set scores those samples only (its labels are the user's).
     if (budget.score_set) return true;
@@ -582,7 +583,7 @@ struct Tuner {
   /// How the graph of a path is stored (validators measure it so).
   profiler::Validator::StoreTransform store_transform() {
     return [this](const core::Graph& g, const core::RoutinePath& path) -> std::optional<core::Graph> {
-      const auto in_qint8 = qint8_weight_ranges(g, path);
+      const auto in_qint8 = qint8_weight_ranges(g, path, *net.routines());
       if (in_qint8.empty()) return std::nullopt;
       core::Graph stored = g;
       as_stored(stored, in_qint8, bias_correction ? &calibration.channel_means : nullptr);
@@ -973,7 +974,7 @@ struct Tuner {
         report.earlier_taken = static_cast<std::size_t>(best) >= singles;
         report.predicted_ms = report.earlier_taken ? in_run_prediction(m) : planned.predicted_ms;
         report_path(planned, profiles);
-        if (profiler::uses_reduced_precision(planned.path, model_int8)) {
+        if (core::computes_below_float32(planned.path, model_int8, *net.routines())) {
           // It meets the budget: the report and the file carry its values.
           report.accuracy_note = fmt::format("the mixed path missed it ({:.4f}{}); the {} path meets it", report.accuracy,
                                              why, alt.first);
@@ -1063,7 +1064,7 @@ struct Tuner {
   AccuracyCheck accuracy_check(const core::RoutinePath& path) const {
     AccuracyCheck c;
     c.recorded = true;
-    c.reduced_precision = profiler::uses_reduced_precision(path, model_int8);
+    c.reduced_precision = core::computes_below_float32(path, model_int8, *net.routines());
     c.budget = budget.text;
     if (c.reduced_precision && !report.accuracy_missed && report.accuracy >= 0) {
       c.measured = report.accuracy;
@@ -1104,9 +1105,10 @@ void store_int8_weights(detail::WorkingModel& net, TuneReport& report, const std
   std::vector<const core::RoutinePath*> paths{&net.graph.routine_path};
   for (const auto& p : net.graph.shape_paths) paths.push_back(&p);
   // Layers in qint8 on every path, with one weight range on all of them.
-  std::map<std::string, int> in_qint8 = qint8_weight_ranges(net.graph, *paths[0]);
+  const std::shared_ptr<const core::RoutineRegistry> routines = net.routines();
+  std::map<std::string, int> in_qint8 = qint8_weight_ranges(net.graph, *paths[0], *routines);
   for (std::size_t k = 1; k < paths.size(); ++k) {
-    const auto other = qint8_weight_ranges(net.graph, *paths[k]);
+    const auto other = qint8_weight_ranges(net.graph, *paths[k], *routines);
     for (auto it = in_qint8.begin(); it != in_qint8.end();) {
       const auto o = other.find(it->first);
       it = o == other.end() || o->second != it->second ? in_qint8.erase(it) : std::next(it);
@@ -1158,6 +1160,7 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
       g = core::specialize(g, shapes);
     }
     auto at = detail::WorkingModel::build(std::move(g), net.file);
+    at->registry = net.registry;
     Tuner tuner(*at, each);
     TuneReport report = tuner.run();
     // Biases are corrected where every bucket kept the correction (the first bucket's calibration).
@@ -1186,6 +1189,10 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
 
 Model tune(const Model& model, const TuneOptions& options, TuneReport* report) {
   auto work = detail::WorkingModel::of(detail::impl_of(model));
+  // One set of routines for the whole tuning (every plan measured, validated
+  // and stored); the tuned model's sessions choose as the given model's do.
+  const std::shared_ptr<const core::RoutineRegistry> given = work->registry;
+  work->registry = work->routines();
   // A model its author quantised runs its int8 layers by default: tuning
   // weighs them against float32 rather than leaving int8 out.
   TuneOptions opt = options;
@@ -1194,6 +1201,7 @@ Model tune(const Model& model, const TuneOptions& options, TuneReport* report) {
   TuneReport r = tune_in_place(*work, opt);
   if (opt.prepared_weights) work->store_prepared_weights(r.threads);
   if (report) *report = std::move(r);
+  work->registry = given;
   return work->to_model();
 }
 

@@ -169,17 +169,18 @@ bool Rules::candidate_allowed(const core::Candidate& c) const {
   return false;
 }
 
-bool Rules::refuses_reduced(const std::string& layer, const std::string& descriptor) const {
+bool Rules::refuses_reduced(const std::string& layer, const core::Candidate& c) const {
   if (!reduced_only_for) return false;
-  const DType d = core::RoutineRegistry::instance().precision(descriptor);
-  const bool schema_int8 = Schema::parse(descriptor.substr(0, descriptor.find('/'))).dtype == DType::qint8;
+  const DType d = c.precision();
+  const bool schema_int8 = c.schema.dtype == DType::qint8;
   // A quantised model's own int8 layers keep their int8 schema; quantising
   // float32 inside a routine is this tuning's choice, not the model's.
   return below_float32(d) && !(schema_int8 && reduced_only_for->count(layer));
 }
 
-bool Rules::allows(const std::string& layer, const std::string& descriptor) const {
-  if (refuses_reduced(layer, descriptor)) return false;
+bool Rules::allows(const std::string& layer, const core::Candidate& c) const {
+  if (refuses_reduced(layer, c)) return false;
+  const std::string& descriptor = c.descriptor;
   for (const auto& r : ban)
     if (glob(r.layer, layer) && glob(r.descriptor, descriptor)) return false;
   bool pinned = false, match = false;
@@ -559,7 +560,7 @@ AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, con
     auto prepared = t.cand->routine->prepare(info, to, t.params);
     t.ms = time_prepared(*prepared, from, to, info, t.key);
   };
-  const auto cands = core::RoutineRegistry::instance().candidates(info, to);
+  const auto cands = net_.routines()->candidates(info, to);
   std::vector<Timed> timed;
   for (const auto& c : cands) {
     if (!c.support.ok) continue;
@@ -665,7 +666,8 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
   if (depth > 8 || cn->inputs.size() != info.input_shapes.size() || cn->outputs.size() != info.output_shapes.size() ||
       cn->schemas.size() != cn->layers.size())
     return kInf;
-  auto& registry = core::RoutineRegistry::instance();
+  const std::shared_ptr<const core::RoutineRegistry> routines = net_.routines();
+  const core::RoutineRegistry& registry = *routines;
   std::map<std::string, Shape> shape;
   for (std::size_t i = 0; i < cn->inputs.size(); ++i) shape[cn->inputs[i]] = info.input_shapes[i];
   std::vector<LayerInfo> infos(cn->layers.size());
@@ -687,7 +689,7 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
     std::vector<Candidate> cands;
     for (auto& c : registry.candidates(ci))
       if (c.support.ok && (rules_.candidate_allowed(c) || (c.schema == cn->schemas[k] && c.precision() == c.schema.dtype)) &&
-          rules_.allows(child.name, c.descriptor))
+          rules_.allows(child.name, c))
         cands.push_back(std::move(c));
     options[k] = measure_candidates(ci, cands, depth + 1);
     spot_check_grouped(ci, options[k]);  // the childnet's cost is its children's
@@ -766,7 +768,7 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
 
 void Profiler::requantise(std::vector<LayerProfile>& profiles) {
   const core::RoutinePath untuned;
-  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, core::PlanOptions{.weights = net_.weights});
+  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, net_.plan_options());
   for (auto& p : profiles) {
     const LayerInfo* planned = plan.layer_info(p.layer->name);
     if (!planned) continue;
@@ -780,7 +782,8 @@ void Profiler::requantise(std::vector<LayerProfile>& profiles) {
 }
 
 std::vector<LayerProfile> Profiler::unit_profile() {
-  auto& registry = core::RoutineRegistry::instance();
+  const std::shared_ptr<const core::RoutineRegistry> routines = net_.routines();
+  const core::RoutineRegistry& registry = *routines;
   std::vector<LayerProfile> profiles;
   int total = 0;
   for (const auto& l : net_.graph.layers) total += l.type != "constant";
@@ -789,7 +792,7 @@ std::vector<LayerProfile> Profiler::unit_profile() {
   // quantisation of its blobs, constants' included, keep_nan): read from its
   // plan, never derived again here.
   const core::RoutinePath untuned;
-  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, core::PlanOptions{.weights = net_.weights});
+  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, net_.plan_options());
   for (const auto& layer : net_.graph.layers) {
     if (layer.type == "constant") {
       // A constant the net returns (a value computed from shapes) has its edge to the output.
@@ -820,15 +823,15 @@ std::vector<LayerProfile> Profiler::unit_profile() {
         continue;
       }
       if (!rules_.candidate_allowed(c)) continue;
-      if (rules_.allows(layer.name, c.descriptor)) cands.push_back(std::move(c));
-      else refused_reduced = refused_reduced || rules_.refuses_reduced(layer.name, c.descriptor);
+      if (rules_.allows(layer.name, c)) cands.push_back(std::move(c));
+      else refused_reduced = refused_reduced || rules_.refuses_reduced(layer.name, c);
     }
     if (cands.empty() && !rules_.schemas.empty()) {
       // The user's schemas leave this layer nothing (e.g. qint8-only and no qint8
       // routine for its type): it falls back to float32 on the CPU rather than failing.
       for (auto& c : registry.candidates(p.info))
         if (c.support.ok && c.schema.device == Device::cpu && c.precision() == DType::float32 &&
-            rules_.allows(layer.name, c.descriptor))
+            rules_.allows(layer.name, c))
           cands.push_back(std::move(c));
       if (!cands.empty() && !refused_reduced)  // (refused for want of samples: tune() says so once)
         core::warn("layer '{}' ({}): no routine in the schemas given supports it; it stays float32 on the CPU",
@@ -936,7 +939,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
   std::vector<std::unique_ptr<core::Executor>> execs;
   for (std::size_t p = 0; p < paths.size(); ++p) {
     // The path beside the graph: nothing of the graph is copied.
-    execs.push_back(std::make_unique<core::Executor>(net_.graph, net_.shapes, Schema{}, net_.weights, &paths[p]));
+    execs.push_back(std::make_unique<core::Executor>(core::build_plan(net_.graph, net_.shapes, &paths[p], net_.plan_options())));
     execs.back()->run(ins, outs);  // warm-up
   }
   // Runs another process preempted are left out where a clean one exists (Samples).

@@ -58,10 +58,10 @@ struct Rules {
   /// schema's dtype (Routine::precision), some schema of that dtype on its
   /// device is too: a float32 routine multiplying int8 needs qint8 allowed.
   bool candidate_allowed(const core::Candidate& c) const;
-  /// Whether reduced_only_for refuses `layer` the routine `descriptor`.
-  bool refuses_reduced(const std::string& layer, const std::string& descriptor) const;
-  /// Whether `layer` may use `descriptor` (the reduced-precision rule, bans, then pins).
-  bool allows(const std::string& layer, const std::string& descriptor) const;
+  /// Whether reduced_only_for refuses `layer` the candidate `c`.
+  bool refuses_reduced(const std::string& layer, const core::Candidate& c) const;
+  /// Whether `layer` may use `c` (the reduced-precision rule, bans, then pins on its descriptor).
+  bool allows(const std::string& layer, const core::Candidate& c) const;
 };
 
 /// One measured (routine, schema, parameters) for a layer.

@@ -669,7 +669,6 @@ class OrderProbe final : public Routine {
  private:
   std::string algorithm_, schema_;
 };
-std::vector<Shape> infer_same_shape(const Layer&, std::span<const Shape> in) { return {in[0]}; }
 }  // namespace
 
 TEST_CASE("a default order naming a routine nobody registered fails the first default choice, not ranked last in silence", "[basics]") {
@@ -688,13 +687,12 @@ TEST_CASE("a default order naming a routine nobody registered fails the first de
 }
 
 TEST_CASE("the default order: first tier with a supported routine, staying in the input's schema within it", "[basics]") {
-  register_layer_type({"test_order", 1, 1, infer_same_shape});
-  register_routine(std::make_unique<OrderProbe>("blocked", "cpu:float32:nchw16c"));
-  register_routine(std::make_unique<OrderProbe>("channels_last", "cpu:float32:nhwc"));
-  register_routine(std::make_unique<OrderProbe>("plain", "cpu"));
-  register_routine(std::make_unique<OrderProbe>("unlisted", "cpu"));
-  set_default_order("test_order", {{"cpu:float32:nchw16c/blocked", "*/channels_last"}, {"cpu/plain"}});
-  const auto& registry = core::RoutineRegistry::instance();
+  core::RoutineRegistry registry;  // its own: the process's stays as it is
+  registry.add(std::make_unique<OrderProbe>("blocked", "cpu:float32:nchw16c"), "test");
+  registry.add(std::make_unique<OrderProbe>("channels_last", "cpu:float32:nhwc"), "test");
+  registry.add(std::make_unique<OrderProbe>("plain", "cpu"), "test");
+  registry.add(std::make_unique<OrderProbe>("unlisted", "cpu"), "test");
+  registry.set_default_order("test_order", {{"cpu:float32:nchw16c/blocked", "*/channels_last"}, {"cpu/plain"}});
   CHECK(registry.default_rank("test_order", "cpu:float32:nhwc/channels_last") == std::pair{0, 1});
   CHECK(registry.default_rank("test_order", "cpu/plain") == std::pair{1, 0});
   CHECK(registry.default_rank("test_order", "cpu/unlisted").first == 2);

@@ -46,7 +46,11 @@ class ReluChildnet final : public core::ChildnetRoutine {
     return cn;
   }
 };
-SOFTNEURO_REGISTER_ROUTINE(ReluChildnet);
+/// The process's routines and ReluChildnet, which only this file's models see.
+std::shared_ptr<const core::RoutineRegistry> routines() {
+  static const auto registry = test::registry_with(std::make_unique<ReluChildnet>());
+  return registry;
+}
 
 std::vector<float> run_net(const Model& net) {
   std::vector<NamedBlob> inputs;
@@ -65,10 +69,10 @@ std::vector<float> run_net(const Model& net) {
 
 TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
   auto g = test::chain_graph(3);
-  Model plain = detail::make_model(g);
+  Model plain = detail::make_model(g, {}, routines());
   auto want = run_net(plain);
   g.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 0, 0, {}});
-  Model net = detail::make_model(g);
+  Model net = detail::make_model(g, {}, routines());
   std::vector<std::string> names;
   for (const auto& l : Session(net).layers()) names.push_back(l.name);
   CHECK(std::find(names.begin(), names.end(), "l1/a") != names.end());
@@ -78,7 +82,7 @@ TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
 
   SECTION("a child's routine comes from the parent's child choices") {
     g.routine_path.routines.back().children = {{"l1/b", "cpu/ref", {}, 0.5, 0, {}}};
-    Model tuned = detail::make_model(g);
+    Model tuned = detail::make_model(g, {}, routines());
     for (const auto& l : Session(tuned).layers()) {
       if (l.name == "l1/b") {
         CHECK(l.tuned);
@@ -90,7 +94,7 @@ TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
   }
   SECTION("a child choice that does not exist falls back to the default") {
     g.routine_path.routines.back().children = {{"l1/b", "cpu/not_in_this_build", {}, 0, 0, {}}};
-    Model tuned = detail::make_model(g);
+    Model tuned = detail::make_model(g, {}, routines());
     CHECK(run_net(tuned) == want);
   }
 }
@@ -123,7 +127,7 @@ TEST_CASE("child choices survive a .dnn round trip", "[childnet][dnn]") {
     for (auto& k : c.children) strip(k);
   };
   for (auto& c : back.routine_path.routines) strip(c);
-  Model net = detail::make_model(std::move(back));
+  Model net = detail::make_model(std::move(back), {}, routines());
   for (const auto& l : Session(net).layers())
     if (l.name == "l1/b") CHECK(l.tuned);
 }
@@ -132,5 +136,5 @@ TEST_CASE("a childnet routine prepares and runs standalone", "[childnet]") {
   Layer l = test::make_layer("relu");
   Blob x = test::iota_blob(Shape{2, 3, 4}, 0.5f, -5.0f);
   auto want = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
-  CHECK(test::values(test::run_layer(l, {x}, "cpu/test_childnet")[0]) == want);
+  CHECK(test::values(test::run_layer(l, {x}, "cpu/test_childnet", routines().get())[0]) == want);
 }

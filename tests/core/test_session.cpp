@@ -994,20 +994,21 @@ std::vector<Shape> same_shape(const Layer&, std::span<const Shape> in) { return 
 
 TEST_CASE("an input only checking steps read is not scanned before the run, NaN they find runs it again on the exact plan",
           "[session]") {
-  static const bool registered = [] {
-    register_layer_type({"test_checked_copy", 1, 1, same_shape});
-    register_routine(std::make_unique<CheckedCopy>(true));
-    register_routine(std::make_unique<CheckedCopy>(false));
-    set_default_order("test_checked_copy", {{"cpu/checking"}, {"cpu/exact"}});
-    return true;
-  }();
+  static const bool registered = (register_layer_type({"test_checked_copy", 1, 1, same_shape}), true);
   (void)registered;
+  auto registry = test::registry_with(std::make_unique<CheckedCopy>(true), std::make_unique<CheckedCopy>(false));
+  registry->set_default_order("test_checked_copy", {{"cpu/checking"}, {"cpu/exact"}});
   Layer copy;
   copy.name = "copy";
   copy.type = "test_checked_copy";
   copy.inputs = {"x"};
   copy.outputs = {"y"};
-  Model model = Model::build("checked", {{"x", Shape{1, 4}, DType::float32}}, {copy}, {"y"});
+  core::Graph g;
+  g.name = "checked";
+  g.inputs = {{"x", Shape{1, 4}, DType::float32, {}}};
+  g.layers = {copy};
+  g.outputs = {"y"};
+  Model model = detail::make_model(std::move(g), {}, registry);
   Session session(model);
   Blob x = Blob::allocate({1, 4});
   float* xv = x.data_as<float>();
@@ -1086,11 +1087,7 @@ class PackingAdd final : public Routine {
 }  // namespace
 
 TEST_CASE("a routine packs once per model, and every session and input shape plans over that one packing", "[session][prepared]") {
-  static const bool registered = [] {
-    register_layer_type({"test_packed_add", 1, 1, same_shape});
-    register_routine(std::make_unique<PackingAdd>());
-    return true;
-  }();
+  static const bool registered = (register_layer_type({"test_packed_add", 1, 1, same_shape}), true);
   (void)registered;
   Layer add;
   add.name = "add";
@@ -1105,7 +1102,7 @@ TEST_CASE("a routine packs once per model, and every session and input shape pla
   g.inputs[0].dynamic_dims = {1};
   g.layers = {add};
   g.outputs = {"y"};
-  const Model model = detail::make_model(std::move(g));
+  const Model model = detail::make_model(std::move(g), {}, test::registry_with(std::make_unique<PackingAdd>()));
   g_pack_counts = {};
   Session a(model), b(model);
   for (int64_t n : {4, 7}) {
@@ -1135,4 +1132,57 @@ TEST_CASE("a session analyses its model's graph once, and each plan of a new sha
     CHECK(e.plan().options.analyses.get() == seen);  // layers_nan_may_reach and the model's int8 layers, once
   }
   CHECK(shaped.plans_built() == 3);
+}
+
+namespace {
+/// relu under another name, registered after sessions exist.
+class LateRelu final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "relu"; }
+  std::string_view algorithm() const override { return "test_late"; }
+  std::vector<Schema> schemas() const override { return {Schema{}}; }
+  Support supports(const LayerInfo&, const Schema&) const override { return Support::yes(); }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    struct P final : PreparedRoutine {
+      void run(const RunArgs& a) override {
+        const float* x = a.inputs[0]->data_as<float>();
+        float* y = a.outputs[0]->data_as<float>();
+        for (int64_t i = 0, n = a.inputs[0]->numel(); i < n; ++i) y[i] = std::max(x[i], 0.0f);
+      }
+    };
+    return std::make_unique<P>();
+  }
+};
+}  // namespace
+
+// Plans read the registry explicitly (PlanOptions::registry), a session's frozen
+// at its creation: a routine registered later never changes the routines of a
+// session already running, even at a shape it plans anew.
+TEST_CASE("a session chooses from the routines registered when it was created, at every shape it plans", "[session][registry]") {
+  core::Graph g;
+  g.name = "late";
+  g.inputs = {{"x", Shape{1, 8}, DType::float32, {1}}};
+  g.layers = {test::layer("act", "relu", {"x"}, {"y"})};
+  g.outputs = {"y"};
+  auto registry = test::registry_with();
+  const Model model = detail::make_model(std::move(g), {}, registry);
+  auto descriptor = [](Session& s, int64_t n) {
+    Blob x = test::iota_blob({1, n}, 1.0f, -4.0f);
+    const auto y = s.run(std::vector<NamedBlob>{{"x", x}});
+    CHECK(test::values(y[0].blob)[0] == 0.0f);
+    return s.layers()[0].descriptor;
+  };
+  Session before(model);
+  const std::string first = descriptor(before, 8);
+  CHECK(first != "cpu/test_late");
+
+  registry->add(std::make_unique<LateRelu>(), "test");
+  registry->set_default_order("relu", {{"cpu/test_late"}});
+  Session after(model);
+  CHECK(descriptor(after, 8) == "cpu/test_late");
+  CHECK(descriptor(before, 12) == first);  // a new plan, from the routines the session started with
+  CHECK(descriptor(before, 8) == first);
+  // The process's registry never saw the test's routine.
+  CHECK(core::RoutineRegistry::instance().find("relu", "cpu/test_late", nullptr) == nullptr);
+  CHECK(detail::impl_of(model).routines() == registry->snapshot());  // one frozen copy until it changes
 }

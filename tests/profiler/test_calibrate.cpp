@@ -1031,8 +1031,7 @@ class HalfRelu final : public Routine {
 // over cuda:float32 and cuda:float16 kept float16 steps that flushed a
 // MobileNetV2's outputs (about 1e-8, below float16's smallest subnormal) to zero.
 TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tune][accuracy]") {
-  static const bool registered = (register_routine(std::make_unique<HalfRelu>()), true);
-  (void)registered;
+  const auto registry = test::registry_with(std::make_unique<HalfRelu>());
   core::Graph g;
   g.name = "tiny-logits";
   g.inputs = {{"input", Shape{1, 64}, DType::float32}};
@@ -1040,14 +1039,14 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
   g.layers.push_back(layer("act", "relu", {"fc"}, "logits"));
   g.outputs = {"logits"};
   SECTION("pinned to float16: no float32 path may replace it, so tuning refuses") {
-    Model net = detail::make_model(g);
+    Model net = detail::make_model(g, {}, registry);
     TuneOptions o = quick("half-pinned", {"cpu", "cpu:float16"});
     o.pin = {{"act", "cpu:float16/*"}};
     o.validation = {{{"input", normal_blob(Shape{1, 64}, 8, 1.0f)}}};
     CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("misses the accuracy budget cosine:0.999"));
   }
   SECTION("a budget of none keeps it: the user asked") {
-    Model net = detail::make_model(g);
+    Model net = detail::make_model(g, {}, registry);
     TuneOptions o = quick("half-none", {"cpu", "cpu:float16"});
     o.pin = {{"act", "cpu:float16/*"}};
     o.accuracy = "none";
@@ -1066,13 +1065,13 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
     CHECK_FALSE(check.checked());
   }
   SECTION("no samples of the user's: float16 is not chosen; pinned to it, the error says what is missing") {
-    Model net = detail::make_model(g);
+    Model net = detail::make_model(g, {}, registry);
     TuneOptions o = quick("half-no-samples", {"cpu", "cpu:float16"});
     TuneReport r = tune_and_keep(net, o);
     CHECK(r.reduced_refused);
     for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("float16") == std::string::npos);
     CHECK_FALSE(net.accuracy_check().reduced_precision);
-    Model pinned = detail::make_model(g);
+    Model pinned = detail::make_model(g, {}, registry);
     o.pin = {{"act", "cpu:float16/*"}};
     CHECK_THROWS_WITH(tune_and_keep(pinned, o), Catch::Contains("it needs samples of your own"));
   }

@@ -113,7 +113,7 @@ TEST_CASE("the planner converts a blob several layers read once, and the executo
   // The executor runs exactly the path's conversions, with the path's routines.
   core::Graph g = net->graph;
   g.routine_path = planned.path;
-  core::Executor exec(g, net->shapes);
+  core::Executor exec(core::build_plan(g, net->shapes, nullptr, net->plan_options(false)));
   std::vector<std::string> adapt_steps;
   for (const auto& step : exec.steps())
     if (step->layer->type == "adapt") {
@@ -177,7 +177,7 @@ TEST_CASE("a path whose shared copy no longer applies converts directly", "[tune
                  {"b", "r1", "cpu:float32:nhwc", "cpu:float32:nchw8c", {"cpu:float32:nchw8c/reorder"}, 0, {}}};
   g.routine_path = path;
   auto net = detail::WorkingModel::build(g);
-  core::Executor exec(net->graph, net->shapes);
+  core::Executor exec(core::build_plan(net->graph, net->shapes, nullptr, net->plan_options(false)));
   int adapts = 0;
   for (const auto& step : exec.steps()) adapts += step->layer->type == "adapt";
   CHECK(adapts == 2);  // b for r1, y1 back to the net's schema

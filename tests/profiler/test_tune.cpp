@@ -625,7 +625,7 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
     }
   }
   const auto& impl = detail::impl_of(tuned);
-  core::Executor exec(impl.graph, impl.shapes, Schema{}, impl.weights);
+  core::Executor exec(core::build_plan(impl.graph, impl.shapes, nullptr, impl.plan_options()));
   int qint8_steps = 0;
   for (const auto& step : exec.steps()) {
     if (step->routine.schema.dtype != DType::qint8 || step->layer->type == "adapt") continue;
@@ -650,7 +650,7 @@ TEST_CASE("build_plan chooses what a prepared executor runs, and prepares nothin
   opt.accuracy = "none";
   for (const Model& model : {Model::load(SOFTNEURO_DEMO_MODEL), tune(Model::load(SOFTNEURO_DEMO_MODEL), opt)}) {
     const auto& impl = detail::impl_of(model);
-    const core::Executor full(impl.graph, impl.shapes, Schema{}, impl.weights);
+    const core::Executor full(core::build_plan(impl.graph, impl.shapes, nullptr, impl.plan_options()));
     const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
     std::vector<const core::Step*> ran;
     for (const auto& s : full.steps()) ran.push_back(s.get());
@@ -701,8 +701,6 @@ class Unpreparable final : public Routine {
 // that one failed (here its prepare throws; on aarch64 a childnet whose children
 // cannot run), the layer had no candidate and tuning failed.
 TEST_CASE("a layer whose faster routines all fail to measure is measured on the reference", "[tune]") {
-  static const bool registered = (register_routine(std::make_unique<Unpreparable>()), true);
-  (void)registered;
   core::Graph g;
   g.name = "flaky";
   g.inputs = {{"x", Shape{1, 16, 8, 8}, DType::float32}};
@@ -711,11 +709,10 @@ TEST_CASE("a layer whose faster routines all fail to measure is measured on the 
   l.outputs = {"y"};
   g.layers = {l};
   g.outputs = {"y"};
-  Model net = detail::make_model(std::move(g));
+  Model net = detail::make_model(std::move(g), {}, test::registry_with(std::make_unique<Unpreparable>()));
   TuneOptions o = quick("-");
   o.schemas = {"cpu"};
-  // Only cpu/ref and the test routine left (other tests register relu routines of their own).
-  o.ban = {{"flaky", "*onednn*"}, {"flaky", "*test_childnet*"}, {"flaky", "*_relu"}};
+  o.ban = {{"flaky", "*onednn*"}, {"flaky", "*_relu"}};  // only cpu/ref and the test routine left
   tune_and_keep(net, o);
   for (const auto& s : Session(net).layers())
     if (s.name == "flaky") CHECK(s.descriptor == "cpu/ref");
@@ -997,8 +994,6 @@ class EvictionProbe final : public Routine {
 // put ViT's dense layers on static int8 and float32 paths that ran 1.3x slower
 // (38 ms) than its choice with weights out of the cache (30 ms, the same run).
 TEST_CASE("layers with large weights are measured with the weights out of the cores' caches", "[tune][profiler]") {
-  static const bool registered = (register_routine(std::make_unique<EvictionProbe>()), true);
-  (void)registered;
   core::Graph g;
   g.name = "weights";
   g.inputs = {{"x", Shape{1, 512}, DType::float32, {}}};
@@ -1015,7 +1010,7 @@ TEST_CASE("layers with large weights are measured with the weights out of the co
   g.outputs = {"y"};
   REQUIRE(512 * 512 * 4 >= profiler::kStreamedWeightBytes);
   REQUIRE(512 * 8 * 4 < profiler::kStreamedWeightBytes);
-  Model net = detail::make_model(std::move(g));
+  Model net = detail::make_model(std::move(g), {}, test::registry_with(std::make_unique<EvictionProbe>()));
   const std::string dir = fresh_dir("eviction_cache");
   TuneOptions o = quick(dir);
   o.pin = {{"big", "*test_eviction_probe"}, {"small", "*test_eviction_probe"}};

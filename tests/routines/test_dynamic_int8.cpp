@@ -146,8 +146,8 @@ TEST_CASE("cpu/dynamic_int8 is reduced precision: never a default, a candidate o
   CHECK(registry.precision("cpu/onednn") == DType::float32);
   core::RoutinePath path;
   path.routines.push_back({"fc", "cpu/dynamic_int8", {}, 0, 0, {}});
-  CHECK(core::computes_below_float32(path, {}));
-  CHECK(core::computes_below_float32(path, {"fc"}));  // a model's own int8 layers are qint8 ones, not this
+  CHECK(core::computes_below_float32(path, {}, registry));
+  CHECK(core::computes_below_float32(path, {"fc"}, registry));  // a model's own int8 layers are qint8 ones, not this
 
   std::mt19937 rng(3);
   const core::Graph g = fc_graph(rng);

@@ -76,4 +76,10 @@ std::string temp_path(const std::string& name) {
   return (dir / name).string();
 }
 
+std::shared_ptr<core::RoutineRegistry> registry_with(std::vector<std::unique_ptr<Routine>> extra) {
+  auto registry = std::make_shared<core::RoutineRegistry>(core::RoutineRegistry::instance());
+  registry->add_all(std::move(extra), "test");
+  return registry;
+}
+
 }  // namespace softneuro::test

@@ -12,14 +12,17 @@
 
 namespace softneuro::test {
 
-std::vector<Blob> run_layer(const Layer& layer, const std::vector<Blob>& inputs, std::string_view descriptor) {
+std::vector<Blob> run_layer(const Layer& layer, const std::vector<Blob>& inputs, std::string_view descriptor,
+                            const core::RoutineRegistry* registry) {
+  if (!registry) registry = &core::RoutineRegistry::instance();
   LayerInfo info;
   info.layer = &layer;
+  info.routines = registry;
   for (const Blob& b : inputs) info.input_shapes.push_back(b.shape());
   info.output_shapes = core::infer_layer_shapes(layer, info.input_shapes);
 
   Schema schema;
-  const Routine* routine = core::RoutineRegistry::instance().find(layer.type, descriptor, &schema);
+  const Routine* routine = registry->find(layer.type, descriptor, &schema);
   if (!routine)
     throw Error(fmt::format("no routine {} for layer type {}", descriptor, layer.type), {}, layer.name, "type");
   for (const Blob& b : inputs)

@@ -12,11 +12,12 @@
 
 namespace softneuro::test {
 
-/// Runs `layer` on `inputs` with the routine named by `descriptor` on the
-/// global pool and returns the outputs. Throws softneuro::Error when shape
-/// inference fails, the routine is unknown, or it does not support the layer.
+/// Runs `layer` on `inputs` with the routine named by `descriptor` (in
+/// `registry`, nullptr: the process's) on the global pool and returns the
+/// outputs. Throws softneuro::Error when shape inference fails, the routine
+/// is unknown, or it does not support the layer.
 std::vector<Blob> run_layer(const Layer& layer, const std::vector<Blob>& inputs,
-                            std::string_view descriptor = "cpu/ref");
+                            std::string_view descriptor = "cpu/ref", const core::RoutineRegistry* registry = nullptr);
 
 /// Runs a prepared routine once on `inputs` (in its schema's layout) with a
 /// workspace of its size, outputs of `output_shapes` in `schema`, on the global pool.
