@@ -33,6 +33,7 @@ void ModelImpl::build(core::Graph g, const std::string& from, bool split) {
     core::sort_topologically(g);
     shapes = core::infer_shapes(g);
     graph = std::move(g);
+    analyses = std::make_shared<const core::GraphAnalyses>(core::analyse(graph));
     if (graph.prepared && graph.prepared_tag == core::prepared_weights_tag()) weights->use_prepared(graph.prepared);
     inputs = graph.inputs;
     outputs.clear();
@@ -143,7 +144,6 @@ ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& o
                                  std::shared_ptr<const core::RoutineRegistry> registry, bool stage)
     : model_(model),
       value_inputs_(core::value_inputs(model.graph)),
-      analyses_(std::make_shared<const core::GraphAnalyses>(core::analyse(model.graph))),
       registry_(registry ? std::move(registry) : model.routines()),
       stage_(stage),
       capacity_(std::max<std::size_t>(1, options.shape_cache)),
@@ -269,7 +269,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     options.schemas = schemas_;
     options.memory_limit = memory_limit_;
     options.keep_nan = keep_nan;
-    options.analyses = analyses_;
+    options.analyses = model_.analyses;
     options.registry = registry_;
     e.executor = std::make_unique<core::Executor>(
         specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
@@ -397,6 +397,7 @@ const std::map<std::string, Shape>& ShapedExecutors::current_shapes() {
 
 void WorkingModel::changed() {
   weights = std::make_shared<core::WeightStore>();
+  analyses = std::make_shared<const core::GraphAnalyses>(core::analyse(graph));  // weights read as constants may have moved
   graph.prepared.reset();
   graph.prepared_tag.clear();
 }

@@ -34,6 +34,9 @@ struct ModelImpl {
   std::string file;  ///< where it was loaded from, for messages
   /// Derived weights, shared by every executor of this model.
   std::shared_ptr<core::WeightStore> weights = std::make_shared<core::WeightStore>();
+  /// What planning reads of the whole graph (core::analyse), made once here
+  /// for every plan of every session of it and the tuner's.
+  std::shared_ptr<const core::GraphAnalyses> analyses;
   /// Where a layer's output shapes depend on values: the graph cut into stages
   /// a session runs in turn (core/stages.hpp; one or more). Empty otherwise.
   std::vector<ModelStage> stages;
@@ -53,11 +56,12 @@ struct ModelImpl {
   std::shared_ptr<const core::RoutineRegistry> routines() const {
     return (registry ? *registry : core::RoutineRegistry::instance()).snapshot();
   }
-  /// Options of a plan of it: its routines and, where `shared_weights`, its
-  /// store of derived weights (else the plan's own: a graph derived from it).
-  core::PlanOptions plan_options(bool shared_weights = true) const {
+  /// Options of a plan of it: its routines and, where `of_graph`, its store
+  /// of derived weights and its analyses (else those of the plan's own: a
+  /// graph derived from this one).
+  core::PlanOptions plan_options(bool of_graph = true) const {
     core::PlanOptions o;
-    if (shared_weights) o.weights = weights;
+    if (of_graph) o.weights = weights, o.analyses = analyses;
     o.registry = routines();
     return o;
   }
@@ -143,8 +147,6 @@ class ShapedExecutors {
   const ModelImpl& model_;
   /// The net inputs whose values set shapes: part of an executor's key.
   std::vector<std::string> value_inputs_;
-  /// The model graph's analyses, made once for every plan of it.
-  std::shared_ptr<const core::GraphAnalyses> analyses_;
   /// The routines every plan of it chooses from, frozen at its creation.
   std::shared_ptr<const core::RoutineRegistry> registry_;
   bool stage_;
@@ -170,8 +172,9 @@ struct WorkingModel : ModelImpl {
   static std::unique_ptr<WorkingModel> of(const ModelImpl& model);
   /// The model as it is now, as an immutable Model.
   Model to_model();
-  /// After the graph changed (routine path, quantisation): derived weights
-  /// are no longer shared with earlier models.
+  /// After the graph changed (routine path, quantisation, weights): derived
+  /// weights are no longer shared with earlier models, and the analyses are
+  /// made again.
   void changed();
   /// Derives the weights of the routine path at each of its input shapes in a
   /// fresh store (sessions of `threads`), and keeps those a tuned file stores
