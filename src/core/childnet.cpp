@@ -21,16 +21,17 @@ class PreparedChildnet final : public PreparedRoutine {
     graph_.outputs = l.outputs;
     graph_.layers = {l};
     RoutineChoice rc{l.name, make_descriptor(schema, algorithm), params, 0, 0, children};
-    graph_.routine_path.routines = {rc};
+    Tuning tuning;
+    tuning.routine_path.routines = {rc};
     for (std::size_t i = 0; i < info.output_quant.size(); ++i)
-      if (!info.output_quant[i].scales.empty()) graph_.blob_quant[l.outputs[i]] = info.output_quant[i];
+      if (!info.output_quant[i].scales.empty()) tuning.blob_quant[l.outputs[i]] = info.output_quant[i];
     // Inputs and outputs in the parent's schema (its caller's blobs are); the
     // children chosen from the parent plan's routines, which that plan keeps
     // alive as long as this prepared routine (not owned here).
     PlanOptions options;
     options.io_schema = schema;
     if (info.routines) options.registry = std::shared_ptr<const RoutineRegistry>(std::shared_ptr<void>{}, info.routines);
-    executor_ = std::make_unique<Executor>(build_plan(graph_, shapes_, nullptr, std::move(options)));
+    executor_ = std::make_unique<Executor>(build_plan(graph_, tuning, shapes_, nullptr, std::move(options)));
     for (const auto& step : executor_->steps())
       if (step->parent != l.name && step->layer->type != "adapt")
         throw Error(fmt::format("{} is not a childnet routine here", rc.descriptor), {}, l.name, "routine");

@@ -168,9 +168,9 @@ std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<f
   return out;
 }
 
-Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const void> owner, const std::string& file) {
+/// The header checked (magic, version, sizes, checksum) and the model section verified.
+const fb::Model* checked_model(const unsigned char* base, std::size_t size, const std::string& file, Header& h) {
   if (size < kHeaderSize) bad(file, "header", fmt::format("file is truncated: {} bytes, a header alone is {}", size, kHeaderSize));
-  Header h;
   std::memcpy(&h, base, kHeaderSize);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) bad(file, "header.magic", "not a .dnn file (bad magic)");
   if (h.version == 0 || h.version > dnn_format_version)
@@ -191,9 +191,14 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
   if (!fb::VerifyModelBuffer(verifier)) bad(file, "model", "the model section fails FlatBuffers verification");
   const fb::Model* m = fb::GetModel(model);
 
-  Reader r{file, base + h.weights_offset, h.weights_size, owner};
+  return m;
+}
+
+/// The graph of a verified model section: inputs, outputs, layers and their weights.
+Graph read_graph(const fb::Model* m, const Reader& r) {
+  const std::string& file = r.file;
   Graph g;
-  g.storage = owner;
+  g.storage = r.owner;
   g.name = r.str(m->name());
   if (m->inputs())
     for (auto t : *m->inputs()) {
@@ -234,6 +239,14 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
             bad(file, "weights." + r.str(w->name()), "duplicate weight", l.name);
       g.layers.push_back(std::move(l));
     }
+  return g;
+}
+
+/// What tuning added to the graph `g`: its routine paths (descriptors renamed
+/// since, by their alias), prepared weights and blob quantisation.
+Tuning read_tuning(const fb::Model* m, const Reader& r, const Graph& g) {
+  const std::string& file = r.file;
+  Tuning t;
   auto read_path = [&](const fb::RoutinePath* p, const std::string& field) {
     RoutinePath path;
     path.device_fingerprint = r.str(p->device_fingerprint());
@@ -299,17 +312,17 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
     }
     return path;
   };
-  if (auto p = m->routine_path()) g.routine_path = read_path(p, "routine_path");
+  if (auto p = m->routine_path()) t.routine_path = read_path(p, "routine_path");
   if (m->shape_paths()) {
     for (auto p : *m->shape_paths()) {
-      const std::string field = fmt::format("shape_paths[{}]", g.shape_paths.size());
-      g.shape_paths.push_back(read_path(p, field));
-      if (g.shape_paths.back().input_shapes.empty()) bad(file, field + ".input_shapes", "a shape bucket's path names no input shapes");
+      const std::string field = fmt::format("shape_paths[{}]", t.shape_paths.size());
+      t.shape_paths.push_back(read_path(p, field));
+      if (t.shape_paths.back().input_shapes.empty()) bad(file, field + ".input_shapes", "a shape bucket's path names no input shapes");
     }
   }
   if (auto p = m->prepared()) {
     auto entries = std::make_shared<std::map<std::string, Blob>>();
-    g.prepared_tag = r.str(p->tag());
+    t.prepared_tag = r.str(p->tag());
     if (p->weights())
       for (auto w : *p->weights()) {
         const std::string key = r.str(w->key());
@@ -318,10 +331,10 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
         if (off % kAlign != 0) bad(file, field, fmt::format("offset {} is not 64-byte aligned", off));
         if (off > r.weights_size || n > r.weights_size - off)
           bad(file, field, fmt::format("bytes [{}, +{}) lie outside the weights section ({} bytes)", off, n, r.weights_size));
-        Blob b = Blob::view(owner, r.weights + off, Shape{static_cast<int64_t>(n)}, DType::uint8);
+        Blob b = Blob::view(r.owner, r.weights + off, Shape{static_cast<int64_t>(n)}, DType::uint8);
         if (!entries->emplace(key, std::move(b)).second) bad(file, field, "duplicate entry");
       }
-    g.prepared = std::move(entries);
+    t.prepared = std::move(entries);
   }
   if (m->blob_quant())
     for (auto q : *m->blob_quant()) {
@@ -334,21 +347,31 @@ Graph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const v
         bad(file, field, "inconsistent scales, zero points or axis");
       for (float sc : qp.scales)
         if (!quant_scale_in_range(sc)) bad(file, field, fmt::format("scale {} lies outside [1e-30, 1e30]", sc));
-      if (!g.blob_quant.emplace(r.str(q->blob()), std::move(qp)).second) bad(file, field, "duplicate entry");
+      if (!t.blob_quant.emplace(r.str(q->blob()), std::move(qp)).second) bad(file, field, "duplicate entry");
     }
-  return g;
+  return t;
+}
+
+TunedGraph parse(const unsigned char* base, std::size_t size, std::shared_ptr<const void> owner, const std::string& file) {
+  Header h;
+  const fb::Model* m = checked_model(base, size, file, h);
+  const Reader r{file, base + h.weights_offset, h.weights_size, owner};
+  TunedGraph out;
+  out.graph = read_graph(m, r);
+  out.tuning = read_tuning(m, r, out.graph);
+  return out;
 }
 
 }  // namespace
 
-Graph read_dnn(const std::string& path) {
+TunedGraph read_dnn(const std::string& path) {
   const MappedFile m = map_file(path);
   if (m.size < kHeaderSize)
     bad(path, "header", fmt::format("file is truncated: {} bytes, a header alone is {}", m.size, kHeaderSize));
   return parse(m.data, m.size, m.owner, path);
 }
 
-Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name) {
+TunedGraph read_dnn_bytes(const void* data, std::size_t size, const std::string& name) {
   void* copy = allocate_aligned(align_up(std::max<std::size_t>(size, 1)));
   if (!copy) throw Error("out of memory", name);
   std::shared_ptr<const void> owner(copy, [](const void* q) { std::free(const_cast<void*>(q)); });
@@ -365,7 +388,7 @@ uint32_t required_format_version(const Graph& graph) {
   return 1;
 }
 
-std::vector<unsigned char> serialize_dnn(const Graph& g) {
+std::vector<unsigned char> serialize_dnn(const Graph& g, const Tuning& t) {
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   std::vector<const Blob*> blobs;  // in weights-section order
   std::deque<Blob> int8_weights;   // the int8 storage of weights on their int8 grid (stable addresses)
@@ -462,11 +485,11 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
                                  shapes.empty() ? 0 : fbb.CreateVector(shapes), accuracy);
   };
   flatbuffers::Offset<fb::RoutinePath> path = 0;
-  if (!g.routine_path.empty() || !g.routine_path.device_fingerprint.empty()) path = write_path(g.routine_path);
+  if (!t.routine_path.empty() || !t.routine_path.device_fingerprint.empty()) path = write_path(t.routine_path);
   std::vector<flatbuffers::Offset<fb::RoutinePath>> shape_paths;
-  for (const auto& p : g.shape_paths) shape_paths.push_back(write_path(p));
+  for (const auto& p : t.shape_paths) shape_paths.push_back(write_path(p));
   std::vector<flatbuffers::Offset<fb::BlobQuant>> quants;
-  for (const auto& [blob, q] : g.blob_quant) {
+  for (const auto& [blob, q] : t.blob_quant) {
     auto zps = q.zero_points.empty() ? 0 : fbb.CreateVector(q.zero_points);
     quants.push_back(fb::CreateBlobQuant(fbb, fbb.CreateString(blob), fbb.CreateVector(q.scales), zps, q.axis));
   }
@@ -481,15 +504,15 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
     output_dtypes = fbb.CreateVector(codes);
   }
   flatbuffers::Offset<fb::PreparedWeights> prepared = 0;
-  if (g.prepared) {
+  if (t.prepared) {
     std::vector<flatbuffers::Offset<fb::PreparedWeight>> entries;
-    for (const auto& [key, b] : *g.prepared) {
+    for (const auto& [key, b] : *t.prepared) {
       std::size_t offset = weights_size;
       weights_size = align_up(weights_size + b.byte_size());
       blobs.push_back(&b);
       entries.push_back(fb::CreatePreparedWeight(fbb, fbb.CreateString(key), offset, b.byte_size()));
     }
-    prepared = fb::CreatePreparedWeights(fbb, fbb.CreateString(g.prepared_tag), fbb.CreateVector(entries));
+    prepared = fb::CreatePreparedWeights(fbb, fbb.CreateString(t.prepared_tag), fbb.CreateVector(entries));
   }
   auto model = fb::CreateModel(fbb, fbb.CreateString(g.name), fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
                                fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path, quant_vec,
@@ -517,8 +540,8 @@ std::vector<unsigned char> serialize_dnn(const Graph& g) {
   return out;
 }
 
-void write_dnn(const Graph& graph, const std::string& path) {
-  auto bytes = serialize_dnn(graph);
+void write_dnn(const Graph& graph, const std::string& path, const Tuning& tuning) {
+  auto bytes = serialize_dnn(graph, tuning);
   write_file_atomically(path, bytes.data(), bytes.size());
 }
 

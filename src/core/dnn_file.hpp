@@ -21,14 +21,15 @@ uint32_t required_format_version(const Graph& graph);
 /// verifier, every enum, shape, offset and size. Weights are views into the
 /// memory-mapped file (kept alive by Graph::storage). The graph itself (DAG,
 /// shapes) is checked by the caller. Throws Error naming the file and field.
-Graph read_dnn(const std::string& path);
+TunedGraph read_dnn(const std::string& path);
 /// The same from bytes in memory (copied into aligned storage); `name` is used in errors.
-Graph read_dnn_bytes(const void* data, std::size_t size, const std::string& name);
+TunedGraph read_dnn_bytes(const void* data, std::size_t size, const std::string& name);
 
-/// The bytes of a .dnn file for the graph (deterministic: the same graph gives the same bytes).
-std::vector<unsigned char> serialize_dnn(const Graph& graph);
-/// Writes serialize_dnn(graph) to a temporary file beside `path`, then renames it over `path`.
-void write_dnn(const Graph& graph, const std::string& path);
+/// The bytes of a .dnn file for the graph and its tuning (deterministic: the
+/// same ones give the same bytes).
+std::vector<unsigned char> serialize_dnn(const Graph& graph, const Tuning& tuning = {});
+/// Writes serialize_dnn(graph, tuning) to a temporary file beside `path`, then renames it over `path`.
+void write_dnn(const Graph& graph, const std::string& path, const Tuning& tuning = {});
 
 /// Writes bytes atomically (temporary file + fsync + rename); used for every file we save.
 void write_file_atomically(const std::string& path, const void* data, std::size_t size);

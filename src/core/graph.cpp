@@ -119,7 +119,7 @@ std::map<std::string, Shape> infer_shapes(const Graph& g) {
   return infer_shapes(g, inputs);
 }
 
-const RoutinePath& path_for(const Graph& g, const std::map<std::string, Shape>& inputs, bool* exact) {
+const RoutinePath& Tuning::path_for(const Graph& g, const std::map<std::string, Shape>& inputs, bool* exact) const {
   auto shapes_of = [&](const RoutinePath& p) {
     if (!p.input_shapes.empty()) return p.input_shapes;
     std::map<std::string, Shape> d;
@@ -136,9 +136,9 @@ const RoutinePath& path_for(const Graph& g, const std::map<std::string, Shape>& 
     }
     return d;
   };
-  const RoutinePath* best = &g.routine_path;
-  double best_d = distance(shapes_of(g.routine_path));
-  for (const auto& p : g.shape_paths)
+  const RoutinePath* best = &routine_path;
+  double best_d = distance(shapes_of(routine_path));
+  for (const auto& p : shape_paths)
     if (double d = distance(shapes_of(p)); d < best_d) best = &p, best_d = d;
   if (exact) *exact = best_d == 0;
   return *best;

@@ -1,5 +1,7 @@
-// The net as data: layers, named inputs/outputs, and a routine path when tuned.
-// This is what .dnn files hold, what the importer builds and what graph passes rewrite.
+// The net as data: layers, named inputs/outputs (Graph), and beside it what
+// tuning adds (Tuning: routine paths, quantisation, prepared weights). A .dnn
+// file holds both; the importer builds a graph (and a quantised model's own
+// quantisation); graph passes rewrite graphs; plans read both.
 #pragma once
 
 #include <softneuro/session.hpp>
@@ -61,20 +63,37 @@ struct Graph {
   /// indices, masks), converted at the net's edge; absent: float32.
   std::map<std::string, DType> output_dtypes;
   std::vector<Layer> layers;
+  /// Keeps memory alive that weights view (e.g. a memory-mapped file).
+  std::shared_ptr<const void> storage;
+
+  const Layer* find_layer(const std::string& name) const;
+};
+
+/// What tuning and calibration add to a graph, kept beside it (layers named,
+/// never copied): a plan reads the graph with one of these.
+struct Tuning {
   RoutinePath routine_path;
   /// Routine paths tuned at other input shapes (tune --shapes), one per shape bucket.
   std::vector<RoutinePath> shape_paths;
-  /// Quantisation of activation blobs (from calibration), by blob name.
+  /// Quantisation of activation blobs, by blob name: calibrated, or a quantised
+  /// model's own (core::quantise_by_model).
   std::map<std::string, QuantParams> blob_quant;
   /// Derived weights of the routine path, ready to use (packed, transformed,
   /// reordered), by the whole key of the model's weight store; used where
   /// `prepared_tag` is this library's prepared_weights_tag(). Empty: none.
   std::shared_ptr<const std::map<std::string, Blob>> prepared;
   std::string prepared_tag;
-  /// Keeps memory alive that weights view (e.g. a memory-mapped file).
-  std::shared_ptr<const void> storage;
 
-  const Layer* find_layer(const std::string& name) const;
+  /// The routine path to run at these input shapes (`graph`'s default shapes
+  /// where a path names none): the one tuned at them, else the nearest (dims
+  /// compared by ratio); `exact` says which.
+  const RoutinePath& path_for(const Graph& graph, const std::map<std::string, Shape>& input_shapes, bool* exact) const;
+};
+
+/// A graph and its tuning, as a .dnn file holds them.
+struct TunedGraph {
+  Graph graph;
+  Tuning tuning;
 };
 
 /// Checks the DAG: unique layer and blob names, every blob produced once
@@ -100,9 +119,6 @@ std::map<std::string, Shape> infer_shapes(const Graph& graph);
 std::map<std::string, Shape> infer_shapes(const Graph& graph, const std::map<std::string, Shape>& input_shapes,
                                           Graph* specialized = nullptr, SpecializeState* state = nullptr,
                                           const std::map<std::string, Blob>* input_values = nullptr);
-/// The routine path to run at these input shapes: the one tuned at them, else
-/// the nearest (dims compared by ratio); `exact` says which.
-const RoutinePath& path_for(const Graph& graph, const std::map<std::string, Shape>& input_shapes, bool* exact);
 /// Throws Error (naming `layer` and `field`) where a shape has a negative dim,
 /// or an element count that overflows or exceeds what any machine holds
 /// (2^46), so that damaged files cannot make the planner wrap around.

@@ -1261,7 +1261,7 @@ Graph loop_body(const Layer& l) {
   if (bytes.dtype() != DType::uint8) fail(l, "body", "the body is not the bytes of a .dnn graph (uint8)");
   Graph body;
   try {
-    body = read_dnn_bytes(bytes.data(), bytes.byte_size(), l.name + "/body");
+    body = read_dnn_bytes(bytes.data(), bytes.byte_size(), l.name + "/body").graph;
     sort_topologically(body);
   } catch (const Error& e) {
     fail(l, "body", e.message());

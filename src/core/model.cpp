@@ -27,14 +27,15 @@
 namespace softneuro {
 namespace detail {
 
-void ModelImpl::build(core::Graph g, const std::string& from, bool split) {
+void ModelImpl::build(core::Graph g, core::Tuning t, const std::string& from, bool split) {
   file = from;
   try {
     core::sort_topologically(g);
     shapes = core::infer_shapes(g);
     graph = std::move(g);
-    analyses = std::make_shared<const core::GraphAnalyses>(core::analyse(graph));
-    if (graph.prepared && graph.prepared_tag == core::prepared_weights_tag()) weights->use_prepared(graph.prepared);
+    tuning = std::move(t);
+    analyses = std::make_shared<const core::GraphAnalyses>(core::analyse(graph, tuning.blob_quant));
+    if (tuning.prepared && tuning.prepared_tag == core::prepared_weights_tag()) weights->use_prepared(tuning.prepared);
     inputs = graph.inputs;
     outputs.clear();
     for (const auto& o : graph.outputs) {
@@ -55,7 +56,7 @@ void ModelImpl::cut_stages() {
     auto stage = std::make_shared<ModelImpl>();
     stage->weights = weights;
     stage->registry = registry;
-    stage->build(std::move(cut.graph), file, /*split=*/false);
+    stage->build(std::move(cut.graph), tuning, file, /*split=*/false);  // layers keep their names: one tuning serves all
     stages.push_back({std::move(stage), std::move(cut.value_shaped)});
   }
   // An output of a later stage, or a value-shaped layer's, has its size from
@@ -70,9 +71,9 @@ void ModelImpl::cut_stages() {
     }
 }
 
-std::unique_ptr<WorkingModel> WorkingModel::build(core::Graph graph, const std::string& file) {
+std::unique_ptr<WorkingModel> WorkingModel::build(core::Graph graph, core::Tuning tuning, const std::string& file) {
   auto impl = std::make_unique<WorkingModel>();
-  impl->ModelImpl::build(std::move(graph), file);
+  impl->ModelImpl::build(std::move(graph), std::move(tuning), file);
   return impl;
 }
 
@@ -81,8 +82,8 @@ std::unique_ptr<WorkingModel> WorkingModel::of(const ModelImpl& model) {
   static_cast<ModelImpl&>(*impl) = model;
   // A copy made to change: what the file prepared for its path is not saved
   // again (the store keeps reading it while the graph is unchanged).
-  impl->graph.prepared.reset();
-  impl->graph.prepared_tag.clear();
+  impl->tuning.prepared.reset();
+  impl->tuning.prepared_tag.clear();
   // Calibration, the reference routines and the int8 grids compute with
   // float32 weights: a tuned file's int8 ones (core::int8_weight) become their values.
   for (auto& l : impl->graph.layers)
@@ -95,17 +96,17 @@ void WorkingModel::store_prepared_weights(int threads) {
   ModelImpl copy = *this;
   copy.weights = std::make_shared<core::WeightStore>();
   copy.weights->record();
-  copy.graph.prepared.reset();
+  copy.tuning.prepared.reset();
   SessionOptions options;
   options.threads = threads;
-  options.shape_cache = graph.shape_paths.size() + 1;
+  options.shape_cache = tuning.shape_paths.size() + 1;
   core::SessionThreads team(threads);
   ShapedExecutors executors(copy, options);
-  executors.at(graph.routine_path.input_shapes);
-  for (const auto& p : graph.shape_paths) executors.at(p.input_shapes);
+  executors.at(tuning.routine_path.input_shapes);
+  for (const auto& p : tuning.shape_paths) executors.at(p.input_shapes);
   auto saved = std::make_shared<std::map<std::string, Blob>>(copy.weights->saved());
-  graph.prepared_tag = core::prepared_weights_tag();
-  graph.prepared = std::move(saved);
+  tuning.prepared_tag = core::prepared_weights_tag();
+  tuning.prepared = std::move(saved);
 }
 
 Model WorkingModel::to_model() {
@@ -114,10 +115,11 @@ Model WorkingModel::to_model() {
   return ModelAccess::make(std::move(impl));
 }
 
-Model make_model(core::Graph graph, const std::string& file, std::shared_ptr<const core::RoutineRegistry> registry) {
+Model make_model(core::Graph graph, core::Tuning tuning, const std::string& file,
+                 std::shared_ptr<const core::RoutineRegistry> registry) {
   auto impl = std::make_shared<ModelImpl>();
   impl->registry = std::move(registry);
-  impl->build(std::move(graph), file);
+  impl->build(std::move(graph), std::move(tuning), file);
   return ModelAccess::make(std::move(impl));
 }
 
@@ -195,7 +197,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     }
   const auto t0 = std::chrono::steady_clock::now();
   bool exact = false;
-  const core::RoutinePath& path = core::path_for(model_.graph, inputs, &exact);
+  const core::RoutinePath& path = model_.tuning.path_for(model_.graph, inputs, &exact);
   auto text = [](const std::map<std::string, Shape>& shapes) {
     std::string t;
     for (const auto& [name, shape] : shapes) t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, shape.to_string());
@@ -272,8 +274,8 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     options.analyses = model_.analyses;
     options.registry = registry_;
     e.executor = std::make_unique<core::Executor>(
-        specialized ? core::build_plan(std::move(specialized), e.shapes, path, std::move(options))
-                    : core::build_plan(model_.graph, e.shapes, &path, std::move(options)),
+        specialized ? core::build_plan(std::move(specialized), model_.tuning, e.shapes, path, std::move(options))
+                    : core::build_plan(model_.graph, model_.tuning, e.shapes, &path, std::move(options)),
         queues_, host_arena_);
   } catch (const Error& err) {
     throw model_.file.empty() || !err.file().empty() ? err : err.with_file(model_.file);
@@ -397,9 +399,9 @@ const std::map<std::string, Shape>& ShapedExecutors::current_shapes() {
 
 void WorkingModel::changed() {
   weights = std::make_shared<core::WeightStore>();
-  analyses = std::make_shared<const core::GraphAnalyses>(core::analyse(graph));  // weights read as constants may have moved
-  graph.prepared.reset();
-  graph.prepared_tag.clear();
+  analyses = std::make_shared<const core::GraphAnalyses>(core::analyse(graph, tuning.blob_quant));  // weights read as constants may have moved
+  tuning.prepared.reset();
+  tuning.prepared_tag.clear();
 }
 
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
@@ -428,12 +430,12 @@ SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
 namespace {
 
 /// Warnings where a tuned path was made under other conditions than this process's.
-void check_tuned_conditions(const core::Graph& g, const std::string& path) {
-  const std::string& tuned_on = g.routine_path.device_fingerprint;
+void check_tuned_conditions(const core::Tuning& t, const std::string& path) {
+  const std::string& tuned_on = t.routine_path.device_fingerprint;
   if (!tuned_on.empty() && tuned_on != core::device_fingerprint())
     core::warn("{}: tuned on another device ({}); this is {}. It runs, but re-tune for the best speed", path,
                tuned_on, core::device_fingerprint());
-  const std::string& tuned_wait = g.routine_path.openmp_wait;
+  const std::string& tuned_wait = t.routine_path.openmp_wait;
   if (!tuned_wait.empty() && tuned_wait != openmp_wait())
     core::warn("{}: tuned while OpenMP threads waited '{}', this process waits '{}': its times may differ from the "
                "tuner's (set GOMP_SPINCOUNT or OMP_WAIT_POLICY before the process starts; see softneuro::openmp_wait)",
@@ -441,14 +443,14 @@ void check_tuned_conditions(const core::Graph& g, const std::string& path) {
 }
 
 /// A .dnn file read and checked: from `path`, or from `bytes` (then `path` names them in messages).
-core::Graph read_checked(const std::string& path, const void* bytes = nullptr, std::size_t size = 0) {
-  core::Graph g;
+core::TunedGraph read_checked(const std::string& path, const void* bytes = nullptr, std::size_t size = 0) {
+  core::TunedGraph g;
   try {
     g = bytes ? core::read_dnn_bytes(bytes, size, path) : core::read_dnn(path);
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
-  check_tuned_conditions(g, path);
+  check_tuned_conditions(g.tuning, path);
   return g;
 }
 
@@ -553,7 +555,8 @@ Model::Model(std::shared_ptr<const detail::ModelImpl> impl) : impl_(std::move(im
 
 Model Model::load(const std::string& path) {
   auto impl = std::make_shared<detail::ModelImpl>();
-  impl->build(detail::read_checked(path), path);
+  core::TunedGraph read = detail::read_checked(path);
+  impl->build(std::move(read.graph), std::move(read.tuning), path);
   return Model(std::move(impl));
 }
 
@@ -561,7 +564,8 @@ Model Model::load_bytes(const void* data, std::size_t size, const std::string& n
   if (!data && size) throw Error("no bytes to read (null data)", name);
   static const unsigned char empty = 0;
   auto impl = std::make_shared<detail::ModelImpl>();
-  impl->build(detail::read_checked(name, data ? data : &empty, size), name);
+  core::TunedGraph read = detail::read_checked(name, data ? data : &empty, size);
+  impl->build(std::move(read.graph), std::move(read.tuning), name);
   return Model(std::move(impl));
 }
 
@@ -573,11 +577,11 @@ Model Model::build(std::string name, std::vector<TensorInfo> inputs, std::vector
   g.layers = std::move(layers);
   g.outputs = std::move(outputs);
   auto impl = std::make_shared<detail::ModelImpl>();
-  impl->build(std::move(g), {});
+  impl->build(std::move(g), {}, {});
   return Model(std::move(impl));
 }
 
-void Model::save(const std::string& path) const { core::write_dnn(impl_->graph, path); }
+void Model::save(const std::string& path) const { core::write_dnn(impl_->graph, path, impl_->tuning); }
 const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
 std::vector<std::string> Model::input_names() const {
@@ -592,33 +596,30 @@ std::vector<std::string> Model::output_names() const {
 }
 Shape Model::input_shape(const std::string& name) const { return detail::find_shape(impl_->inputs, name, "input"); }
 Shape Model::output_shape(const std::string& name) const { return detail::find_shape(impl_->outputs, name, "output"); }
-std::string Model::tuned_fingerprint() const { return impl_->graph.routine_path.device_fingerprint; }
-std::string Model::tuned_openmp_wait() const { return impl_->graph.routine_path.openmp_wait; }
-static std::vector<std::map<std::string, Shape>> tuned_shapes_of(const core::Graph& g) {
+std::string Model::tuned_fingerprint() const { return impl_->tuning.routine_path.device_fingerprint; }
+std::string Model::tuned_openmp_wait() const { return impl_->tuning.routine_path.openmp_wait; }
+static std::vector<std::map<std::string, Shape>> tuned_shapes_of(const core::Tuning& g) {
   std::vector<std::map<std::string, Shape>> out;
   if (!g.routine_path.input_shapes.empty()) out.push_back(g.routine_path.input_shapes);
   for (const auto& p : g.shape_paths) out.push_back(p.input_shapes);
   return out;
 }
-std::vector<std::map<std::string, Shape>> Model::tuned_shapes() const { return tuned_shapes_of(impl_->graph); }
+std::vector<std::map<std::string, Shape>> Model::tuned_shapes() const { return tuned_shapes_of(impl_->tuning); }
 AccuracyCheck Model::accuracy_check() const {
   // One record for the model: the main path's, where any bucket's path
   // computes below float32 so does the model, and it is checked only as far as
   // its least checked path.
-  const core::Graph& g = impl_->graph;
-  std::set<std::string> model_int8;
-  bool int8_known = false;
+  const core::Tuning& t = impl_->tuning;
   AccuracyCheck out;
   bool first = true;
-  std::vector<const core::RoutinePath*> paths{&g.routine_path};
-  for (const auto& p : g.shape_paths) paths.push_back(&p);
+  std::vector<const core::RoutinePath*> paths{&t.routine_path};
+  for (const auto& p : t.shape_paths) paths.push_back(&p);
   for (const core::RoutinePath* p : paths) {
     AccuracyCheck c;
     if (p->accuracy) {
       c = *p->accuracy;
     } else {
-      if (!int8_known) model_int8 = core::layers_quantised_by_model(g), int8_known = true;
-      c.reduced_precision = core::computes_below_float32(*p, model_int8, *impl_->routines());
+      c.reduced_precision = core::computes_below_float32(*p, impl_->analyses->quantised_by_model, *impl_->routines());
     }
     if (first) {
       out = c, first = false;
@@ -635,12 +636,12 @@ AccuracyCheck Model::accuracy_check() const {
 const std::string& Model::name() const { return impl_->graph.name; }
 std::size_t Model::prepared_weight_bytes() const {
   std::size_t n = 0;
-  if (impl_->graph.prepared)
-    for (const auto& [key, bytes] : *impl_->graph.prepared) n += bytes.byte_size();
+  if (impl_->tuning.prepared)
+    for (const auto& [key, bytes] : *impl_->tuning.prepared) n += bytes.byte_size();
   return n;
 }
 bool Model::prepared_weights_usable() const {
-  return impl_->graph.prepared && impl_->graph.prepared_tag == core::prepared_weights_tag();
+  return impl_->tuning.prepared && impl_->tuning.prepared_tag == core::prepared_weights_tag();
 }
 
 // --- Session

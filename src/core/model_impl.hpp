@@ -29,6 +29,8 @@ struct ModelStage {
 /// A model: checked, sorted, shapes inferred; nothing prepared.
 struct ModelImpl {
   core::Graph graph;
+  /// What tuning added beside the graph (routine paths, quantisation, prepared weights).
+  core::Tuning tuning;
   std::map<std::string, Shape> shapes;
   std::vector<TensorInfo> inputs, outputs;
   std::string file;  ///< where it was loaded from, for messages
@@ -45,7 +47,7 @@ struct ModelImpl {
   /// outputs: their capacity), and cuts it into stages where it must (unless
   /// `!split`: the graph of a stage). Errors name `file` (when not empty) and
   /// the layer at fault.
-  void build(core::Graph g, const std::string& from, bool split = true);
+  void build(core::Graph g, core::Tuning t, const std::string& from, bool split = true);
   /// `stages` from the graph as it is (none where no layer is value-shaped).
   void cut_stages();
   /// The registry its sessions and tunings choose from (a test's own);
@@ -78,7 +80,7 @@ inline const ModelImpl& impl_of(const Model& m) { return ModelAccess::impl(m); }
 /// `graph` checked, sorted and its shapes inferred, as a Model (errors name
 /// `file`), whose sessions and tunings choose from `registry` (nullptr: the
 /// process's, ModelImpl::registry).
-Model make_model(core::Graph graph, const std::string& file = {},
+Model make_model(core::Graph graph, core::Tuning tuning = {}, const std::string& file = {},
                  std::shared_ptr<const core::RoutineRegistry> registry = nullptr);
 
 /// Whether two sets of input shapes are in one shape bucket: the same ranks,
@@ -166,7 +168,7 @@ class ShapedExecutors {
 /// runs nothing itself: the tuner plans and runs each path it measures
 /// (core::build_plan) from its graph.
 struct WorkingModel : ModelImpl {
-  static std::unique_ptr<WorkingModel> build(core::Graph graph, const std::string& file = {});
+  static std::unique_ptr<WorkingModel> build(core::Graph graph, core::Tuning tuning = {}, const std::string& file = {});
   /// A working copy of `model` (the graph's weights shared, not copied; so are
   /// its derived weights until the graph changes).
   static std::unique_ptr<WorkingModel> of(const ModelImpl& model);
@@ -178,7 +180,7 @@ struct WorkingModel : ModelImpl {
   void changed();
   /// Derives the weights of the routine path at each of its input shapes in a
   /// fresh store (sessions of `threads`), and keeps those a tuned file stores
-  /// ready to use (graph.prepared).
+  /// ready to use (tuning.prepared).
   void store_prepared_weights(int threads);
 };
 

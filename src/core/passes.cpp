@@ -1250,10 +1250,6 @@ std::map<std::string, QuantParams> model_quantisation(const Graph& graph) {
   return out;
 }
 
-void record_model_quantisation(Graph& graph) {
-  for (auto& [blob, q] : model_quantisation(graph)) graph.blob_quant[blob] = std::move(q);
-}
-
 void optimize(Graph& g, const PassOptions& o) {
   struct Step {
     bool on;

@@ -135,8 +135,6 @@ int eliminate_dead_layers(Graph& graph);
 /// that one (the layer before then writes int8 straight at it, as QLinearConv
 /// does). Empty for a float model.
 std::map<std::string, QuantParams> model_quantisation(const Graph& graph);
-/// model_quantisation(graph) into graph.blob_quant. Importers run it after optimize().
-void record_model_quantisation(Graph& graph);
 
 /// Which passes optimize() runs.
 struct PassOptions {

@@ -84,7 +84,7 @@ bool computes_below_float32(const RoutinePath& path, const std::set<std::string>
   });
 }
 
-std::set<std::string> layers_quantised_by_model(const Graph& graph) {
+std::set<std::string> layers_quantised_by_model(const Graph& graph, const std::map<std::string, QuantParams>& quant) {
   std::set<std::string> out;
   std::map<std::string, const Layer*> producer;
   std::map<std::string, std::vector<const Layer*>> readers;
@@ -111,12 +111,12 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
     return false;
   };
   const std::set<std::string> net_outputs(graph.outputs.begin(), graph.outputs.end());
-  auto quantised = [&](const std::string& blob) { return graph.blob_quant.count(blob) > 0; };
+  auto quantised = [&](const std::string& blob) { return quant.count(blob) > 0; };
   // Held in int8 at its recorded quantisation, the blob is what the model
   // computes only where every reader quantises it so at once.
   auto read_quantised = [&](const std::string& blob) {
     if (!quantised(blob) || net_outputs.count(blob) || !readers.count(blob)) return false;
-    const QuantParams& q = graph.blob_quant.at(blob);
+    const QuantParams& q = quant.at(blob);
     for (const Layer* r : readers.at(blob)) {
       if (r->type != "fake_quant") return false;
       const QuantParams p = fake_quant_params(*r).as_int8();
@@ -139,8 +139,8 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   // bilinear resize, defined as an int8 blend.
   static const std::set<std::string> kMoves = {"flatten", "reshape", "split", "resize", "pad"};
   auto same_quant = [&](const std::string& a, const std::string& b) {
-    auto qa = graph.blob_quant.find(a), qb = graph.blob_quant.find(b);
-    return qa != graph.blob_quant.end() && qb != graph.blob_quant.end() && qa->second.scales == qb->second.scales &&
+    auto qa = quant.find(a), qb = quant.find(b);
+    return qa != quant.end() && qb != quant.end() && qa->second.scales == qb->second.scales &&
            qa->second.zero_points == qb->second.zero_points;
   };
   std::vector<const Layer*> beside;
@@ -184,7 +184,9 @@ std::set<std::string> layers_quantised_by_model(const Graph& graph) {
   return out;
 }
 
-GraphAnalyses analyse(const Graph& graph) { return {layers_nan_may_reach(graph), layers_quantised_by_model(graph)}; }
+GraphAnalyses analyse(const Graph& graph, const std::map<std::string, QuantParams>& quant) {
+  return {layers_nan_may_reach(graph), layers_quantised_by_model(graph, quant)};
+}
 
 std::set<std::string> layers_nan_may_reach(const Graph& graph) {
   std::set<std::string> layers, nan_blobs;
@@ -215,7 +217,8 @@ namespace {
 /// Builds one plan (build_plan): the executor's planning, apart from its preparing.
 class PlanBuilder {
  public:
-  PlanBuilder(Plan& plan, const RoutinePath& path) : plan_(plan), path_(path) {}
+  PlanBuilder(Plan& plan, const RoutinePath& path, const std::map<std::string, QuantParams>& quant)
+      : plan_(plan), path_(path), quant_(quant) {}
   void build(const std::map<std::string, Shape>& shapes);
 
  private:
@@ -248,6 +251,7 @@ class PlanBuilder {
 
   Plan& plan_;
   const RoutinePath& path_;
+  const std::map<std::string, QuantParams>& quant_;  ///< the blobs' quantisation (Tuning::blob_quant)
   const Graph& graph_ = *plan_.graph;
   std::vector<BlobSlot>& slots_ = plan_.slots;
   std::vector<Blob>& blobs_ = plan_.blobs;
@@ -280,8 +284,8 @@ int PlanBuilder::add_blob(const std::string& name, BlobKind kind, const Shape& s
   slots_.push_back(std::move(s));
   blobs_.push_back(Blob::view(nullptr, shape, schema.dtype, schema.layout, schema.device));
   // Calibrated quantisation travels with the blob (adapted copies "x@schema" share x's).
-  auto q = graph_.blob_quant.find(name.substr(0, name.find('@')));
-  if (q != graph_.blob_quant.end()) blobs_.back().quant() = q->second;
+  auto q = quant_.find(name.substr(0, name.find('@')));
+  if (q != quant_.end()) blobs_.back().quant() = q->second;
   return static_cast<int>(slots_.size()) - 1;
 }
 
@@ -692,7 +696,7 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
   // none, quantising one gives a number, as ONNX Runtime's QuantizeLinear
   // does) and the layers NaN may reach: the session's, else computed here.
   std::shared_ptr<const GraphAnalyses> analyses = plan_.options.analyses;
-  if (!analyses || plan_.specialized) analyses = std::make_shared<const GraphAnalyses>(analyse(graph));
+  if (!analyses || plan_.specialized) analyses = std::make_shared<const GraphAnalyses>(analyse(graph, quant_));
   const std::set<std::string> no_layers;
   const std::set<std::string>& nan_layers = keep_nan_ ? no_layers : analyses->nan_may_reach;
   const std::set<std::string>& int8_layers = analyses->quantised_by_model;
@@ -714,8 +718,8 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
       continue;
     }
     auto quant_of = [&](const std::string& blob) {
-      auto q = graph.blob_quant.find(blob);
-      return q == graph.blob_quant.end() ? QuantParams{} : q->second;
+      auto q = quant_.find(blob);
+      return q == quant_.end() ? QuantParams{} : q->second;
     };
     std::vector<int> ins;
     for (const auto& i : layer.inputs) ins.push_back(blob_index.at(i));
@@ -853,25 +857,25 @@ void PlanBuilder::fuse_gates() {
 
 }  // namespace
 
-Plan build_plan(const Graph& given, const std::map<std::string, Shape>& shapes, const RoutinePath* path,
-                PlanOptions options) {
+Plan build_plan(const Graph& given, const Tuning& tuning, const std::map<std::string, Shape>& shapes,
+                const RoutinePath* path, PlanOptions options) {
   Plan plan;
   plan.options = std::move(options);
   if (!plan.options.registry) plan.options.registry = RoutineRegistry::instance().snapshot();
   plan.specialized = specialized_if_needed(given, shapes);
   plan.graph = plan.specialized ? plan.specialized.get() : &given;
-  PlanBuilder(plan, path ? *path : given.routine_path).build(shapes);
+  PlanBuilder(plan, path ? *path : tuning.routine_path, tuning.blob_quant).build(shapes);
   return plan;
 }
 
-Plan build_plan(std::unique_ptr<Graph> specialized, const std::map<std::string, Shape>& shapes, const RoutinePath& path,
-                PlanOptions options) {
+Plan build_plan(std::unique_ptr<Graph> specialized, const Tuning& tuning, const std::map<std::string, Shape>& shapes,
+                const RoutinePath& path, PlanOptions options) {
   Plan plan;
   plan.options = std::move(options);
   if (!plan.options.registry) plan.options.registry = RoutineRegistry::instance().snapshot();
   plan.specialized = std::move(specialized);
   plan.graph = plan.specialized.get();
-  PlanBuilder(plan, path).build(shapes);
+  PlanBuilder(plan, path, tuning.blob_quant).build(shapes);
   return plan;
 }
 

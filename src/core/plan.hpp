@@ -92,7 +92,8 @@ struct GraphAnalyses {
   std::set<std::string> nan_may_reach;       ///< layers_nan_may_reach
   std::set<std::string> quantised_by_model;  ///< layers_quantised_by_model
 };
-GraphAnalyses analyse(const Graph& graph);
+/// Of `graph` with its blobs quantised as `quant` (Tuning::blob_quant).
+GraphAnalyses analyse(const Graph& graph, const std::map<std::string, QuantParams>& quant);
 
 struct PlanOptions {
   /// Net inputs arrive and outputs leave in it (a childnet routine prepared on
@@ -150,16 +151,17 @@ struct Plan {
 };
 
 /// Chooses every layer's routine (`path`'s where it applies here, default:
-/// the graph's; else the default choice), the adapts where schemas differ
+/// the tuning's; else the default choice), the adapts where schemas differ
 /// and childnet routines' children, at the net input shapes `shapes` (every
-/// blob's shape). Prepares nothing. Throws Error naming the layer at fault.
-Plan build_plan(const Graph& graph, const std::map<std::string, Shape>& shapes, const RoutinePath* path = nullptr,
-                PlanOptions options = {});
+/// blob's shape), the blobs quantised as `tuning` says. Prepares nothing.
+/// Throws Error naming the layer at fault.
+Plan build_plan(const Graph& graph, const Tuning& tuning, const std::map<std::string, Shape>& shapes,
+                const RoutinePath* path = nullptr, PlanOptions options = {});
 /// The same from a graph already specialised at these shapes (infer_shapes
 /// gives it): a model with shape computations is not specialised twice for
 /// each new shape (a decode step at each new cache length paid it twice).
-Plan build_plan(std::unique_ptr<Graph> specialized, const std::map<std::string, Shape>& shapes, const RoutinePath& path,
-                PlanOptions options = {});
+Plan build_plan(std::unique_ptr<Graph> specialized, const Tuning& tuning, const std::map<std::string, Shape>& shapes,
+                const RoutinePath& path, PlanOptions options = {});
 
 // Analyses of a graph the plan is built from.
 
@@ -181,7 +183,7 @@ std::set<std::string> layers_nan_may_reach(const Graph& graph);
 /// fake_quant layers; and the fake_quant layers next to all of them. The
 /// untuned default runs them on qint8 routines with the model's own scales,
 /// as its author asked.
-std::set<std::string> layers_quantised_by_model(const Graph& graph);
+std::set<std::string> layers_quantised_by_model(const Graph& graph, const std::map<std::string, QuantParams>& quant);
 /// Whether `path` computes any layer below float32 (qint8, float16, bfloat16;
 /// a routine's dtype is the one its descriptor computes at,
 /// RoutineRegistry::precision in `registry`), but for the layers of

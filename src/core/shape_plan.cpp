@@ -508,16 +508,12 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
 
   // Every field but the layers, as the graph has it (a field left out here
   // was lost: int64 outputs of a model with shape_math failed every run).
+  // What tuning added stays beside the graph (Tuning): nothing of it is copied.
   Graph out;
   out.name = graph.name;
   out.inputs = graph.inputs;
   out.outputs = graph.outputs;
   out.output_dtypes = graph.output_dtypes;
-  out.routine_path = graph.routine_path;
-  out.shape_paths = graph.shape_paths;
-  out.blob_quant = graph.blob_quant;
-  out.prepared = graph.prepared;
-  out.prepared_tag = graph.prepared_tag;
   out.storage = graph.storage;
   for (auto& in : out.inputs) {
     auto it = input_shapes.find(in.name);

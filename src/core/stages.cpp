@@ -131,12 +131,7 @@ std::vector<Stage> split_stages(const Graph& g, const std::map<std::string, Shap
           if (own.count(o) && read_later.count(o) && !net_outputs.count(o)) sg.outputs.push_back(o);
     for (const auto& [blob, dtype] : g.output_dtypes)
       if (own.count(blob) && net_outputs.count(blob)) sg.output_dtypes[blob] = dtype;
-    sg.routine_path = g.routine_path;
-    sg.shape_paths = g.shape_paths;
-    sg.blob_quant = g.blob_quant;
-    sg.prepared = g.prepared;
-    sg.prepared_tag = g.prepared_tag;
-    sg.storage = g.storage;
+    sg.storage = g.storage;  // (the stages share the model's tuning: layers keep their names)
   }
   return out;
 }

@@ -1775,8 +1775,8 @@ Model import_tflite(const std::string& path, const ImportOptions& options) {
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
-  core::record_model_quantisation(graph);
-  Model model = detail::make_model(std::move(graph), path);
+  core::Tuning own{.blob_quant = core::model_quantisation(graph)};  // its int8 tensors' quantisation
+  Model model = detail::make_model(std::move(graph), std::move(own), path);
   core::info("{}: read, translated and optimized in {:.1f} ms", path,
              std::chrono::duration<double, std::milli>(clock::now() - t0).count());
   return model;

@@ -221,7 +221,7 @@ std::vector<NamedBlob> run(core::Executor& exec, const detail::WorkingModel& net
 Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget)
     : net_(net), samples_(std::move(samples)), budget_(std::move(budget)) {
   const core::RoutinePath untuned;  // the float32 default
-  core::Executor ref(core::build_plan(net.graph, net.shapes, &untuned, net.plan_options(false)));
+  core::Executor ref(core::build_plan(net.graph, net.tuning, net.shapes, &untuned, net.plan_options(false)));
   for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
   if (budget_.metric == AccuracyBudget::Metric::ctc || (budget_.metric == AccuracyBudget::Metric::seq && budget_.ctc_if_blank))
     find_blank();
@@ -310,7 +310,7 @@ double Validator::measure(const core::RoutinePath& path, double* cosine, std::si
   // The path runs beside the graph; a graph is copied only where the path changes its weights.
   const std::optional<core::Graph> transformed = transform_ ? transform_(net_.graph, path) : std::nullopt;
   core::Executor tuned(
-      core::build_plan(transformed ? *transformed : net_.graph, net_.shapes, &path, net_.plan_options(false)));
+      core::build_plan(transformed ? *transformed : net_.graph, net_.tuning, net_.shapes, &path, net_.plan_options(false)));
   return score(tuned, [this](std::size_t k) -> const std::vector<NamedBlob>& { return samples_[k]; }, cosine, max_samples,
                stopped_after);
 }
@@ -318,8 +318,9 @@ double Validator::measure(const core::RoutinePath& path, double* cosine, std::si
 bool Validator::keep_values(std::size_t count) const {
   if (kept_.size() >= count) return true;
   if (keep_refused_) return false;
-  core::Graph every = every_value_out(net_.graph);
-  every.blob_quant = net_.graph.blob_quant;  // the values as the default computes them (a QDQ model's int8 layers)
+  const core::Graph every = every_value_out(net_.graph);
+  // The values as the default computes them (a QDQ model's int8 layers at their quantisation).
+  const core::Tuning as_default{.blob_quant = net_.tuning.blob_quant};
   std::size_t bytes = 0;
   for (const auto& o : every.outputs) bytes += static_cast<std::size_t>(net_.shapes.at(o).numel()) * sizeof(float);
   // At most a quarter of the machine's memory, and 4 GiB (ResNet50's 16 samples: 1.6 GB).
@@ -329,7 +330,7 @@ bool Validator::keep_values(std::size_t count) const {
     keep_refused_ = true;
     return false;
   }
-  core::Executor exec(core::build_plan(every, net_.shapes, nullptr, net_.plan_options(false)));
+  core::Executor exec(core::build_plan(every, as_default, net_.shapes, nullptr, net_.plan_options(false)));
   for (std::size_t k = kept_.size(); k < count; ++k) {
     std::vector<NamedBlob> out;
     for (const auto& o : every.outputs) out.push_back({o, Blob::allocate(net_.shapes.at(o))});
@@ -349,8 +350,6 @@ double Validator::measure_from(std::size_t first, const core::RoutinePath& path,
     return measure(path, cosine, max_samples);
   // The layers from `first` on, and every constant; what they read from before, inputs.
   core::Graph sub = g;
-  sub.routine_path = {};
-  sub.shape_paths.clear();
   sub.layers.clear();
   std::set<std::string> produced;
   for (std::size_t j = 0; j < g.layers.size(); ++j)
@@ -373,7 +372,7 @@ double Validator::measure_from(std::size_t first, const core::RoutinePath& path,
     }
   if (!keep_values(count)) return measure(path, cosine, max_samples);
   const std::optional<core::Graph> transformed = transform_ ? transform_(sub, path) : std::nullopt;
-  core::Executor tuned(core::build_plan(transformed ? *transformed : sub, net_.shapes, &path, net_.plan_options(false)));
+  core::Executor tuned(core::build_plan(transformed ? *transformed : sub, net_.tuning, net_.shapes, &path, net_.plan_options(false)));
   std::vector<NamedBlob> inputs;
   return score(tuned,
                [&](std::size_t k) -> const std::vector<NamedBlob>& {

@@ -474,9 +474,6 @@ QuantParams quant_from_range(double lo, double hi) {
 
 core::Graph every_value_out(const core::Graph& graph) {
   core::Graph g = graph;
-  g.routine_path = {};
-  g.shape_paths.clear();
-  g.blob_quant.clear();
   g.output_dtypes.clear();  // every value as the float32 the layers compute
   std::set<std::string> seen(g.outputs.begin(), g.outputs.end());
   for (const Layer& l : g.layers) {
@@ -507,8 +504,8 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   if (cached) {
     if (auto c = load_calibration(path, options.methods.size())) {
       for (Quantisation& q : c->quants) keep_own(q);
-      net.graph.blob_quant = c->quants.front();
-      core::info("calibration of {} blobs read from {}", net.graph.blob_quant.size(), path);
+      net.tuning.blob_quant = c->quants.front();
+      core::info("calibration of {} blobs read from {}", net.tuning.blob_quant.size(), path);
       net.changed();
       return std::move(*c);
     }
@@ -520,7 +517,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   // (Outputs that are constants or net inputs are measured from their data directly.)
   const core::Graph g = every_value_out(net.graph);
   const std::vector<std::string>& outs = g.outputs;
-  core::Executor exec(core::build_plan(g, net.shapes, nullptr, net.plan_options(false)));
+  core::Executor exec(core::build_plan(g, core::Tuning{}, net.shapes, nullptr, net.plan_options(false)));
   std::vector<NamedBlob> results;
   for (const auto& o : outs) results.push_back({o, Blob::allocate(net.shapes.at(o))});
 
@@ -638,10 +635,10 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
     for (double& v : c.sums) v /= c.per_channel;
     result.channel_means[name] = std::move(c.sums);
   }
-  net.graph.blob_quant = result.quants.front();
+  net.tuning.blob_quant = result.quants.front();
   std::vector<std::string> names;
   for (RangeMethod m : options.methods) names.push_back(to_string(m));
-  core::info("calibrated {} blobs on {} batch(es), range method{} {}", net.graph.blob_quant.size(), given.size(),
+  core::info("calibrated {} blobs on {} batch(es), range method{} {}", net.tuning.blob_quant.size(), given.size(),
              names.size() == 1 ? "" : "s", fmt::join(names, ", "));
   if (cached) save_calibration(path, result);
   net.changed();  // prepared again, with the quantisation, at the next run

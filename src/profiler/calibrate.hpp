@@ -25,7 +25,7 @@ struct Calibration {
 };
 
 /// Runs the float32 net with its default routines on the calibration inputs;
-/// sets net.graph.blob_quant to the first method's quantisation and marks the
+/// sets net.tuning.blob_quant to the first method's quantisation and marks the
 /// net changed (prepared again). With a `cache_dir` ("" or "-": none) the result
 /// is read from / kept in cache_dir/calibration/, keyed by the net's layers,
 /// weights and the options.

@@ -258,7 +258,7 @@ struct Tuner {
     DefaultPath out;
     out.path.device_fingerprint = report.device_fingerprint;
     const core::RoutinePath untuned;  // the untuned default, whatever the net held
-    const core::Plan plan = core::build_plan(net.graph, net.shapes, &untuned, net.plan_options());
+    const core::Plan plan = core::build_plan(net.graph, net.tuning, net.shapes, &untuned, net.plan_options());
     for (const auto& step : plan.steps) {
       if (step->layer->type == "adapt") {
         out.path.adapts.push_back({step->adapt_layer.inputs[0], step->adapt_consumer, step->adapt_layer.get_string("from"),
@@ -313,7 +313,7 @@ struct Tuner {
   TuneReport run() {
     if (num_threads() < 1) throw Error("no threads");
     check_schema_entries();
-    model_int8 = core::layers_quantised_by_model(net.graph);
+    model_int8 = net.analyses->quantised_by_model;
     // qint8 routines need every blob's quantisation: calibrate when none is stored yet.
     bool wants_qint8 = false;
     for (Layout l : {Layout::nchw, Layout::nhwc, Layout::nchw8c, Layout::nchw16c})
@@ -347,7 +347,7 @@ struct Tuner {
       prof.restrict_reduced_to(model_int8);
       wants_qint8 = wants_qint8 && !model_int8.empty();
     }
-    if (wants_qint8 && (net.graph.blob_quant.empty() || !opt.calibration.inputs.empty())) {
+    if (wants_qint8 && (net.tuning.blob_quant.empty() || !opt.calibration.inputs.empty())) {
       progress("calibration", 0, 1, "");
       calibration = profiler::calibrate(net, opt.calibration,
                                         opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir);
@@ -400,12 +400,12 @@ struct Tuner {
       measure_in_context(profiles, planned);
       last_run = planned.path;
     }
-    const auto quant_profiled = net.graph.blob_quant;
+    const auto quant_profiled = net.tuning.blob_quant;
     choose_range_method(planned.path);
     // Another range method than the one profiled: every blob's scales changed.
     // The profiles take them (the report names what runs), and the path is
     // measured again in context with them below.
-    const bool requantised = net.graph.blob_quant != quant_profiled;
+    const bool requantised = net.tuning.blob_quant != quant_profiled;
     if (requantised) prof.requantise(profiles);
     planned = meet_budget(profiles, std::move(planned));
     // The prediction: the chosen path's costs measured in its own context (the
@@ -626,7 +626,7 @@ struct Tuner {
     double best_value = 0, best_cosine = 0;
     for (std::size_t k = 0; k < quants.size(); ++k) {
       progress("range methods", static_cast<int>(k), static_cast<int>(quants.size()), to_string(opt.calibration.methods[k]));
-      net.graph.blob_quant = quants[k];
+      net.tuning.blob_quant = quants[k];
       double cosine = 0;
       const double value = quants.size() == 1 ? 0 : v.measure(path, &cosine);
       if (quants.size() > 1) report.range_methods.emplace_back(to_string(opt.calibration.methods[k]), value);
@@ -634,7 +634,7 @@ struct Tuner {
                            static_cast<int>(best) == remembered_method))
         best = k, best_value = value, best_cosine = cosine;
     }
-    net.graph.blob_quant = quants[best];
+    net.tuning.blob_quant = quants[best];
     net.changed();
     report.range_method = to_string(opt.calibration.methods[best]);
     // Bias correction, under the method kept: measured, not assumed.
@@ -789,9 +789,9 @@ struct Tuner {
     if (alone.descriptor.find(":qint8") != std::string::npos) {
       std::vector<QuantParams> ins, outs;
       for (const auto& b : layer.inputs)
-        if (auto it = net.graph.blob_quant.find(b); it != net.graph.blob_quant.end()) ins.push_back(it->second);
+        if (auto it = net.tuning.blob_quant.find(b); it != net.tuning.blob_quant.end()) ins.push_back(it->second);
       for (const auto& b : layer.outputs)
-        if (auto it = net.graph.blob_quant.find(b); it != net.graph.blob_quant.end()) outs.push_back(it->second);
+        if (auto it = net.tuning.blob_quant.find(b); it != net.tuning.blob_quant.end()) outs.push_back(it->second);
       quant = fmt::format("|{}|{}", profiler::quant_digest(ins, outs), bias_correction ? "bias-corrected" : "as calibrated");
     }
     return fmt::format("sensitivity|{}|{}|{}|{}{}", sensitivity_base, alone.layer, alone.descriptor, params_text(alone.params),
@@ -1054,7 +1054,7 @@ struct Tuner {
     }
     path.openmp_wait = report.openmp_wait;
     path.accuracy = accuracy_check(path);
-    net.graph.routine_path = path;
+    net.tuning.routine_path = path;
     net.changed();
     prof.cache().put_path(model_key(), path);
     prof.save_cache();
@@ -1102,8 +1102,8 @@ struct Tuner {
 /// them as int8 and the path computes what it computed while tuned; with
 /// `means`, their biases are corrected as the path was validated.
 void store_int8_weights(detail::WorkingModel& net, TuneReport& report, const std::map<std::string, std::vector<double>>* means) {
-  std::vector<const core::RoutinePath*> paths{&net.graph.routine_path};
-  for (const auto& p : net.graph.shape_paths) paths.push_back(&p);
+  std::vector<const core::RoutinePath*> paths{&net.tuning.routine_path};
+  for (const auto& p : net.tuning.shape_paths) paths.push_back(&p);
   // Layers in qint8 on every path, with one weight range on all of them.
   const std::shared_ptr<const core::RoutineRegistry> routines = net.routines();
   std::map<std::string, int> in_qint8 = qint8_weight_ranges(net.graph, *paths[0], *routines);
@@ -1159,27 +1159,27 @@ TuneReport tune_in_place(detail::WorkingModel& net, const TuneOptions& options) 
       for (const auto& in : g.inputs) shapes[in.name] = in.shape;
       g = core::specialize(g, shapes);
     }
-    auto at = detail::WorkingModel::build(std::move(g), net.file);
+    auto at = detail::WorkingModel::build(std::move(g), net.tuning, net.file);
     at->registry = net.registry;
     Tuner tuner(*at, each);
     TuneReport report = tuner.run();
     // Biases are corrected where every bucket kept the correction (the first bucket's calibration).
     correct_bias = correct_bias && tuner.bias_correction;
     if (paths.empty()) means = tuner.calibration.channel_means;
-    core::RoutinePath path = at->graph.routine_path;
+    core::RoutinePath path = at->tuning.routine_path;
     if (!options.shapes.empty())
       for (const auto& in : at->graph.inputs) path.input_shapes[in.name] = in.shape;
     report.input_shapes = path.input_shapes;
     paths.push_back(std::move(path));
     if (paths.size() == 1) {
       first = std::move(report);
-      net.graph.blob_quant = at->graph.blob_quant;  // calibrated once, for every bucket
+      net.tuning.blob_quant = at->tuning.blob_quant;  // calibrated once, for every bucket
     } else {
       first.other_shapes.push_back(std::move(report));
     }
   }
-  net.graph.routine_path = paths.front();
-  net.graph.shape_paths.assign(paths.begin() + 1, paths.end());
+  net.tuning.routine_path = paths.front();
+  net.tuning.shape_paths.assign(paths.begin() + 1, paths.end());
   net.changed();
   if (!options.keep_float_weights) store_int8_weights(net, first, correct_bias ? &means : nullptr);
   return first;
@@ -1196,7 +1196,7 @@ Model tune(const Model& model, const TuneOptions& options, TuneReport* report) {
   // A model its author quantised runs its int8 layers by default: tuning
   // weighs them against float32 rather than leaving int8 out.
   TuneOptions opt = options;
-  if (opt.schemas.empty() && !core::layers_quantised_by_model(work->graph).empty())
+  if (opt.schemas.empty() && !work->analyses->quantised_by_model.empty())
     opt.schemas = {"cpu:float32:*", "cpu:qint8:*"};
   TuneReport r = tune_in_place(*work, opt);
   if (opt.prepared_weights) work->store_prepared_weights(r.threads);

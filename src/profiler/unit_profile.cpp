@@ -768,7 +768,7 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
 
 void Profiler::requantise(std::vector<LayerProfile>& profiles) {
   const core::RoutinePath untuned;
-  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, net_.plan_options());
+  const core::Plan plan = core::build_plan(net_.graph, net_.tuning, net_.shapes, &untuned, net_.plan_options());
   for (auto& p : profiles) {
     const LayerInfo* planned = plan.layer_info(p.layer->name);
     if (!planned) continue;
@@ -792,7 +792,7 @@ std::vector<LayerProfile> Profiler::unit_profile() {
   // quantisation of its blobs, constants' included, keep_nan): read from its
   // plan, never derived again here.
   const core::RoutinePath untuned;
-  const core::Plan plan = core::build_plan(net_.graph, net_.shapes, &untuned, net_.plan_options());
+  const core::Plan plan = core::build_plan(net_.graph, net_.tuning, net_.shapes, &untuned, net_.plan_options());
   for (const auto& layer : net_.graph.layers) {
     if (layer.type == "constant") {
       // A constant the net returns (a value computed from shapes) has its edge to the output.
@@ -939,7 +939,7 @@ std::vector<InContext> Profiler::run_interleaved(const std::vector<core::Routine
   std::vector<std::unique_ptr<core::Executor>> execs;
   for (std::size_t p = 0; p < paths.size(); ++p) {
     // The path beside the graph: nothing of the graph is copied.
-    execs.push_back(std::make_unique<core::Executor>(core::build_plan(net_.graph, net_.shapes, &paths[p], net_.plan_options())));
+    execs.push_back(std::make_unique<core::Executor>(core::build_plan(net_.graph, net_.tuning, net_.shapes, &paths[p], net_.plan_options())));
     execs.back()->run(ins, outs);  // warm-up
   }
   // Runs another process preempted are left out where a clean one exists (Samples).

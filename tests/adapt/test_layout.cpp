@@ -98,7 +98,7 @@ TEST_CASE("the executor inserts adapts where schemas differ, and results hold", 
   auto registry = std::make_shared<core::RoutineRegistry>(core::RoutineRegistry::instance());
   registry->add(std::make_unique<NhwcTanh>(), "test");
   registry->set_default_order("tanh", {{"cpu:float32:nhwc/test_nhwc"}});
-  Model net = detail::make_model(g, {}, registry);
+  Model net = detail::make_model(g, {}, {}, registry);
   CHECK(core::RoutineRegistry::instance().find("tanh", "cpu:float32:nhwc/test_nhwc", nullptr) == nullptr);
   int adapts = 0, nhwc = 0;
   const auto layers = Session(net).layers();
@@ -125,13 +125,14 @@ TEST_CASE("the executor inserts adapts where schemas differ, and results hold", 
 
 TEST_CASE("the executor takes an edge's adapt from the routine path and shows its times", "[adapt]") {
   auto g = test::chain_graph(4);
+  core::Tuning tuning;
   const Layer& first = g.layers.front();
   const Layer& second = g.layers[1];
   // Run the first layer in nchw8c, the second in nhwc: one adapt between them.
   // (Without AVX2 oneDNN has only reference code for nchw8c and refuses it:
   // then the first layer runs cpu/ref, in plain nchw.)
   Schema blocked{Device::cpu, DType::float32, Layout::nchw8c};
-  g.routine_path.device_fingerprint = "test";
+  tuning.routine_path.device_fingerprint = "test";
   auto pick = [&](const Layer& l, Layout layout) {
     const std::string d = Schema{Device::cpu, DType::float32, layout}.to_string() + "/onednn";
     auto all = registered_routines(l.type);
@@ -149,11 +150,11 @@ TEST_CASE("the executor takes an edge's adapt from the routine path and shows it
       blocked = Schema{};
     }
   }
-  g.routine_path.routines.push_back({first.name, d1, {}, 0.5, 0.6});
-  g.routine_path.routines.push_back({second.name, d2, {}, 0.25, 0.3});
-  g.routine_path.adapts.push_back({first.outputs[0], second.name, blocked.to_string(), "cpu:float32:nhwc",
+  tuning.routine_path.routines.push_back({first.name, d1, {}, 0.5, 0.6});
+  tuning.routine_path.routines.push_back({second.name, d2, {}, 0.25, 0.3});
+  tuning.routine_path.adapts.push_back({first.outputs[0], second.name, blocked.to_string(), "cpu:float32:nhwc",
                                    {"cpu:float32:nhwc/reorder"}, 0.125});
-  Model net = detail::make_model(g);
+  Model net = detail::make_model(g, tuning);
   bool found = false;
   for (const auto& l : Session(net).layers()) {
     if (l.name == first.name) {
@@ -170,8 +171,8 @@ TEST_CASE("the executor takes an edge's adapt from the routine path and shows it
   CHECK(found);
   // A parameter the tuned adapt does not have (a crafted file) never reaches
   // its prepare(): the default adapt converts the blob.
-  g.routine_path.adapts[0].params = {{"via", 7}};
-  Model crafted = detail::make_model(g);
+  tuning.routine_path.adapts[0].params = {{"via", 7}};
+  Model crafted = detail::make_model(g, tuning);
   found = false;
   for (const auto& l : Session(crafted).layers())
     if (l.type == "adapt" && l.inputs[0] == first.outputs[0]) {
@@ -187,6 +188,7 @@ TEST_CASE("the executor takes an edge's adapt from the routine path and shows it
 // (a hybrid YOLOv8n ran a reorder into a Winograd child that no priced adapt named).
 TEST_CASE("the adapt into a childnet's child is the one the path names for its layer", "[adapt]") {
   core::Graph g;
+  core::Tuning tuning;
   g.name = "relu-winograd";
   g.inputs = {{"input", Shape{1, 8, 8, 8}, DType::float32, {}}};
   g.layers.push_back(test::layer("act", "relu", {"input"}, {"r"}));
@@ -205,11 +207,11 @@ TEST_CASE("the adapt into a childnet's child is the one the path names for its l
       return;
     }
   }
-  g.routine_path.device_fingerprint = "test";
-  g.routine_path.routines.push_back({"act", "cpu/ref", {}, 0.1, 0.1});
-  g.routine_path.routines.push_back({"conv", wino, {{"tile", 2}}, 0.5, 0.6});
-  g.routine_path.adapts.push_back({"r", "conv", "cpu", "cpu:float32:nchw8c", {"cpu:float32:nchw8c/reorder"}, 0.125});
-  Model net = detail::make_model(g);
+  tuning.routine_path.device_fingerprint = "test";
+  tuning.routine_path.routines.push_back({"act", "cpu/ref", {}, 0.1, 0.1});
+  tuning.routine_path.routines.push_back({"conv", wino, {{"tile", 2}}, 0.5, 0.6});
+  tuning.routine_path.adapts.push_back({"r", "conv", "cpu", "cpu:float32:nchw8c", {"cpu:float32:nchw8c/reorder"}, 0.125});
+  Model net = detail::make_model(g, tuning);
   int adapts_of_r = 0;
   for (const auto& l : Session(net).layers())
     if (l.type == "adapt" && l.inputs[0] == "r") {

@@ -304,6 +304,7 @@ TEST_CASE("a chain offers each shortest order of steps as 'via', all giving the 
 TEST_CASE("the executor inserts quantising adapts and chains around qint8 layers", "[adapt][qint8]") {
   // x -> relu (qint8 nhwc, by the routine path) -> tanh (float32 cpu/ref); both y and z are net outputs.
   core::Graph g;
+  core::Tuning tuning;
   g.name = "q";
   g.inputs = {{"x", Shape{1, 8, 4, 4}, DType::float32}};
   Layer relu = test::make_layer("relu", {}, {}, 1, 1, "r");
@@ -314,12 +315,12 @@ TEST_CASE("the executor inserts quantising adapts and chains around qint8 layers
   tanh.outputs = {"z"};
   g.layers = {relu, tanh};
   g.outputs = {"z", "y"};
-  g.blob_quant["x"] = QuantParams{{4.0f / 255}, {0}, -1};
-  g.blob_quant["y"] = QuantParams{{2.0f / 255}, {-128}, -1};
+  tuning.blob_quant["x"] = QuantParams{{4.0f / 255}, {0}, -1};
+  tuning.blob_quant["y"] = QuantParams{{2.0f / 255}, {-128}, -1};
   const auto relus = registered_routines("relu");
   if (std::find(relus.begin(), relus.end(), std::string("cpu:qint8:nhwc/qint8")) == relus.end()) return;  // none in this build
-  g.routine_path.routines = {{"r", "cpu:qint8:nhwc/qint8", {}, 0, 0}, {"t", "cpu/ref", {}, 0, 0}};
-  Session net(detail::make_model(g));
+  tuning.routine_path.routines = {{"r", "cpu:qint8:nhwc/qint8", {}, 0, 0}, {"t", "cpu/ref", {}, 0, 0}};
+  Session net(detail::make_model(g, tuning));
   bool quantised = false;
   for (const auto& l : net.layers()) quantised = quantised || l.descriptor == "cpu:qint8:nhwc/qint8";
   if (!quantised) return;  // CPU without AVX2: the default runs instead
@@ -338,6 +339,7 @@ TEST_CASE("a calibrated constant read by a qint8 layer is quantised by the scale
   // no adapt could convert it (YOLOv8n, hybrid: "no adapt routine converts blob
   // '/model.22/Unsqueeze_12_output_0' from cpu to cpu:qint8").
   core::Graph g;
+  core::Tuning tuning;
   g.name = "qconst";
   g.inputs = {{"x", Shape{1, 8, 4, 4}, DType::float32}};
   Layer c;
@@ -353,12 +355,12 @@ TEST_CASE("a calibrated constant read by a qint8 layer is quantised by the scale
   tanh.outputs = {"z"};
   g.layers = {c, relu, tanh};
   g.outputs = {"y", "z"};
-  g.blob_quant["k"] = QuantParams{{4.0f / 255}, {0}, -1};
-  g.blob_quant["y"] = QuantParams{{2.0f / 255}, {-128}, -1};
+  tuning.blob_quant["k"] = QuantParams{{4.0f / 255}, {0}, -1};
+  tuning.blob_quant["y"] = QuantParams{{2.0f / 255}, {-128}, -1};
   const auto relus = registered_routines("relu");
   if (std::find(relus.begin(), relus.end(), std::string("cpu:qint8:nhwc/qint8")) == relus.end()) return;  // none in this build
-  g.routine_path.routines = {{"r", "cpu:qint8:nhwc/qint8", {}, 0, 0}, {"t", "cpu/ref", {}, 0, 0}};
-  Session net(detail::make_model(g));
+  tuning.routine_path.routines = {{"r", "cpu:qint8:nhwc/qint8", {}, 0, 0}, {"t", "cpu/ref", {}, 0, 0}};
+  Session net(detail::make_model(g, tuning));
   bool quantised = false;
   for (const auto& l : net.layers()) quantised = quantised || l.descriptor == "cpu:qint8:nhwc/qint8";
   if (!core::cpu_features().avx2_fma()) return;  // the qint8 routines need AVX2: the default runs instead

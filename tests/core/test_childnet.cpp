@@ -69,10 +69,11 @@ std::vector<float> run_net(const Model& net) {
 
 TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
   auto g = test::chain_graph(3);
-  Model plain = detail::make_model(g, {}, routines());
+  core::Tuning tuning;
+  Model plain = detail::make_model(g, tuning, {}, routines());
   auto want = run_net(plain);
-  g.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 0, 0, {}});
-  Model net = detail::make_model(g, {}, routines());
+  tuning.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 0, 0, {}});
+  Model net = detail::make_model(g, tuning, {}, routines());
   std::vector<std::string> names;
   for (const auto& l : Session(net).layers()) names.push_back(l.name);
   CHECK(std::find(names.begin(), names.end(), "l1/a") != names.end());
@@ -81,8 +82,8 @@ TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
   CHECK(run_net(net) == want);
 
   SECTION("a child's routine comes from the parent's child choices") {
-    g.routine_path.routines.back().children = {{"l1/b", "cpu/ref", {}, 0.5, 0, {}}};
-    Model tuned = detail::make_model(g, {}, routines());
+    tuning.routine_path.routines.back().children = {{"l1/b", "cpu/ref", {}, 0.5, 0, {}}};
+    Model tuned = detail::make_model(g, tuning, {}, routines());
     for (const auto& l : Session(tuned).layers()) {
       if (l.name == "l1/b") {
         CHECK(l.tuned);
@@ -93,21 +94,22 @@ TEST_CASE("a childnet routine expands into its child steps", "[childnet]") {
     CHECK(run_net(tuned) == want);
   }
   SECTION("a child choice that does not exist falls back to the default") {
-    g.routine_path.routines.back().children = {{"l1/b", "cpu/not_in_this_build", {}, 0, 0, {}}};
-    Model tuned = detail::make_model(g, {}, routines());
+    tuning.routine_path.routines.back().children = {{"l1/b", "cpu/not_in_this_build", {}, 0, 0, {}}};
+    Model tuned = detail::make_model(g, tuning, {}, routines());
     CHECK(run_net(tuned) == want);
   }
 }
 
 TEST_CASE("child choices survive a .dnn round trip", "[childnet][dnn]") {
   auto g = test::chain_graph(3);
+  core::Tuning tuning;
   core::RoutineChoice inner{"l1/b/x", "cpu/ref", {{"k", 3}}, 0.125, 0, {}};
   core::RoutineChoice child{"l1/b", "cpu/ref", {{"tile", 4}}, 0.25, 0.5, {inner}};
-  g.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 1.0, 2.0, {child, {"l1/a", "cpu/ref", {}, 0, 0, {}}}});
-  auto bytes = core::serialize_dnn(g);
+  tuning.routine_path.routines.push_back({"l1", "cpu/test_childnet", {}, 1.0, 2.0, {child, {"l1/a", "cpu/ref", {}, 0, 0, {}}}});
+  auto bytes = core::serialize_dnn(g, tuning);
   auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
-  REQUIRE(back.routine_path.routines.size() == 1);
-  const auto& rc = back.routine_path.routines[0];
+  REQUIRE(back.tuning.routine_path.routines.size() == 1);
+  const auto& rc = back.tuning.routine_path.routines[0];
   REQUIRE(rc.children.size() == 2);
   CHECK(rc.children[0].layer == "l1/b");
   CHECK(rc.children[0].params == RoutineParams{{"tile", 4}});
@@ -121,13 +123,13 @@ TEST_CASE("child choices survive a .dnn round trip", "[childnet][dnn]") {
   // Byte-identical when written again, and the net runs with the choices (less
   // the parameters above, which cpu/ref does not have: outside its space they
   // would make the default choice run the layer).
-  CHECK(core::serialize_dnn(back) == bytes);
+  CHECK(core::serialize_dnn(back.graph, back.tuning) == bytes);
   std::function<void(core::RoutineChoice&)> strip = [&](core::RoutineChoice& c) {
     c.params.clear();
     for (auto& k : c.children) strip(k);
   };
-  for (auto& c : back.routine_path.routines) strip(c);
-  Model net = detail::make_model(std::move(back), {}, routines());
+  for (auto& c : back.tuning.routine_path.routines) strip(c);
+  Model net = detail::make_model(std::move(back.graph), std::move(back.tuning), {}, routines());
   for (const auto& l : Session(net).layers())
     if (l.name == "l1/b") CHECK(l.tuned);
 }

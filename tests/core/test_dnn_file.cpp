@@ -51,7 +51,7 @@ std::vector<float> run_once(const Model& net) {
 // Loads bytes as Model::load would: parse, then check and prepare the graph.
 void load_bytes(const std::vector<unsigned char>& bytes) {
   auto g = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem.dnn");
-  detail::WorkingModel::build(std::move(g), "mem.dnn");
+  detail::WorkingModel::build(std::move(g.graph), std::move(g.tuning), "mem.dnn");
 }
 
 void rechecksum(std::vector<unsigned char>& b) {
@@ -95,7 +95,7 @@ TEST_CASE("weights are 64-byte aligned in the mapped file", "[dnn]") {
   std::string a = test::temp_path("aligned.dnn");
   core::write_dnn(test::chain_graph(6), a);
   auto g = core::read_dnn(a);
-  for (const auto& l : g.layers)
+  for (const auto& l : g.graph.layers)
     for (const auto& [k, w] : l.weights) CHECK(reinterpret_cast<uintptr_t>(w.data()) % 64 == 0);
 }
 
@@ -117,7 +117,7 @@ TEST_CASE("scalar weights and empty lists round-trip (an empty vector of 8-byte 
   core::write_dnn(g, a);
   auto back = core::read_dnn(a);
   k = 0;
-  for (const auto& l : back.layers)
+  for (const auto& l : back.graph.layers)
     for (int j = 0; j < 3; ++j, ++k) {
       const Blob& b = l.weights.at("scalar" + std::to_string(j));
       CHECK(b.shape().rank() == 0);
@@ -204,9 +204,9 @@ TEST_CASE("a graph with an affine after a fused activation is written as format 
   affine.layers[0].params["act_shift"] = -1.0;
   const auto bytes = core::serialize_dnn(affine);
   CHECK(version_of(bytes) == 2);
-  const core::Graph back = core::read_dnn_bytes(bytes.data(), bytes.size(), "affine.dnn");
-  CHECK(back.layers[0].get_float("act_scale", 1) == 0.5);
-  CHECK(back.layers[0].get_float("act_shift", 0) == -1.0);
+  const core::TunedGraph back = core::read_dnn_bytes(bytes.data(), bytes.size(), "affine.dnn");
+  CHECK(back.graph.layers[0].get_float("act_scale", 1) == 0.5);
+  CHECK(back.graph.layers[0].get_float("act_shift", 0) == -1.0);
 }
 
 TEST_CASE("load errors name the file", "[dnn]") {
@@ -238,40 +238,41 @@ TEST_CASE("a failed save leaves the previous file intact and no temporary behind
 }
 
 TEST_CASE("the routine path survives a round trip", "[dnn]") {
-  auto g = test::chain_graph(3);
-  g.routine_path.device_fingerprint = "test-cpu avx2 t2";
-  g.routine_path.routines.push_back({"l0", "cpu/ref", {{"tile", 4}, {"block", 64}}, 1.5, 1.75});
-  g.routine_path.adapts.push_back({"b0", "l1", "cpu", "cpu:float32:nhwc", {"cpu/nchw_to_nhwc"}, 0.25, {{"via", 1}}});
-  auto back = core::read_dnn_bytes(core::serialize_dnn(g).data(), core::serialize_dnn(g).size(), "mem");
-  REQUIRE(back.routine_path.routines.size() == 1);
-  CHECK(back.routine_path.device_fingerprint == "test-cpu avx2 t2");
-  CHECK(back.routine_path.routines[0].params == g.routine_path.routines[0].params);
-  CHECK(back.routine_path.routines[0].predicted_ms == 1.5);
-  REQUIRE(back.routine_path.adapts.size() == 1);
-  CHECK(back.routine_path.adapts[0].steps == std::vector<std::string>{"cpu/nchw_to_nhwc"});
-  CHECK(back.routine_path.adapts[0].params == RoutineParams{{"via", 1}});
-  CHECK(back.routine_path.openmp_wait.empty());  // not recorded: older files
+  core::TunedGraph g{test::chain_graph(3)};
+  g.tuning.routine_path.device_fingerprint = "test-cpu avx2 t2";
+  g.tuning.routine_path.routines.push_back({"l0", "cpu/ref", {{"tile", 4}, {"block", 64}}, 1.5, 1.75});
+  g.tuning.routine_path.adapts.push_back({"b0", "l1", "cpu", "cpu:float32:nhwc", {"cpu/nchw_to_nhwc"}, 0.25, {{"via", 1}}});
+  auto back = core::read_dnn_bytes(core::serialize_dnn(g.graph, g.tuning).data(), core::serialize_dnn(g.graph, g.tuning).size(), "mem");
+  REQUIRE(back.tuning.routine_path.routines.size() == 1);
+  CHECK(back.tuning.routine_path.device_fingerprint == "test-cpu avx2 t2");
+  CHECK(back.tuning.routine_path.routines[0].params == g.tuning.routine_path.routines[0].params);
+  CHECK(back.tuning.routine_path.routines[0].predicted_ms == 1.5);
+  REQUIRE(back.tuning.routine_path.adapts.size() == 1);
+  CHECK(back.tuning.routine_path.adapts[0].steps == std::vector<std::string>{"cpu/nchw_to_nhwc"});
+  CHECK(back.tuning.routine_path.adapts[0].params == RoutineParams{{"via", 1}});
+  CHECK(back.tuning.routine_path.openmp_wait.empty());  // not recorded: older files
   // A tuned choice is used when it applies (cpu/ref has no parameters: the ones
   // above, outside its space, would make the default choice run the layer).
-  back.routine_path.routines[0].params.clear();
-  Model net = detail::make_model(std::move(back));
+  back.tuning.routine_path.routines[0].params.clear();
+  Model net = detail::make_model(std::move(back.graph), std::move(back.tuning));
   CHECK(Session(net).layers()[0].tuned);
   CHECK(net.tuned_fingerprint() == "test-cpu avx2 t2");
 }
 
 TEST_CASE("the OpenMP wait a path was tuned under survives a round trip, a malformed one is refused", "[dnn]") {
   auto g = test::chain_graph(3);
-  g.routine_path.device_fingerprint = "test-cpu avx2 t2";
-  g.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
+  core::Tuning tuning;
+  tuning.routine_path.device_fingerprint = "test-cpu avx2 t2";
+  tuning.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
   for (const char* wait : {"passive", "active", "spin=10000", "spin=0"}) {
-    g.routine_path.openmp_wait = wait;
-    auto bytes = core::serialize_dnn(g);
-    CHECK(core::read_dnn_bytes(bytes.data(), bytes.size(), "mem").routine_path.openmp_wait == wait);
+    tuning.routine_path.openmp_wait = wait;
+    auto bytes = core::serialize_dnn(g, tuning);
+    CHECK(core::read_dnn_bytes(bytes.data(), bytes.size(), "mem").tuning.routine_path.openmp_wait == wait);
   }
   for (const std::string& wait : std::vector<std::string>{"spin=", "spin=12a", "sleepy", "spin=-5", std::string(100, '9'),
                                                        "spin=" + std::string(30, '1')}) {
-    g.routine_path.openmp_wait = wait;
-    auto bytes = core::serialize_dnn(g);
+    tuning.routine_path.openmp_wait = wait;
+    auto bytes = core::serialize_dnn(g, tuning);
     try {
       core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
       FAIL("accepted openmp_wait '" << wait << "'");
@@ -283,24 +284,24 @@ TEST_CASE("the OpenMP wait a path was tuned under survives a round trip, a malfo
 }
 
 TEST_CASE("dynamic dims and shape-bucket paths survive a round trip, bad ones are refused", "[dnn]") {
-  auto g = test::chain_graph(3);
-  g.inputs[0].dynamic_dims = {0, 2, 3};
-  g.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
-  g.routine_path.input_shapes = {{"input", Shape{1, 4, 8, 8}}};
+  core::TunedGraph g{test::chain_graph(3)};
+  g.graph.inputs[0].dynamic_dims = {0, 2, 3};
+  g.tuning.routine_path.routines.push_back({"l0", "cpu/ref", {}, 1.5, 1.75});
+  g.tuning.routine_path.input_shapes = {{"input", Shape{1, 4, 8, 8}}};
   core::RoutinePath bucket;
   bucket.routines.push_back({"l0", "cpu/ref", {}, 4.0, 4.5});
   bucket.input_shapes = {{"input", Shape{2, 4, 32, 16}}};
-  g.shape_paths.push_back(bucket);
-  auto bytes = core::serialize_dnn(g);
+  g.tuning.shape_paths.push_back(bucket);
+  auto bytes = core::serialize_dnn(g.graph, g.tuning);
   auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
-  CHECK(back.inputs[0].dynamic_dims == std::vector<int>{0, 2, 3});
-  CHECK(back.routine_path.input_shapes == g.routine_path.input_shapes);
-  REQUIRE(back.shape_paths.size() == 1);
-  CHECK(back.shape_paths[0].input_shapes == bucket.input_shapes);
-  CHECK(back.shape_paths[0].routines[0].predicted_ms == 4.0);
+  CHECK(back.graph.inputs[0].dynamic_dims == std::vector<int>{0, 2, 3});
+  CHECK(back.tuning.routine_path.input_shapes == g.tuning.routine_path.input_shapes);
+  REQUIRE(back.tuning.shape_paths.size() == 1);
+  CHECK(back.tuning.shape_paths[0].input_shapes == bucket.input_shapes);
+  CHECK(back.tuning.shape_paths[0].routines[0].predicted_ms == 4.0);
 
-  auto refused = [](const core::Graph& bad, const std::string& field) {
-    auto b = core::serialize_dnn(bad);
+  auto refused = [](const core::TunedGraph& bad, const std::string& field) {
+    auto b = core::serialize_dnn(bad.graph, bad.tuning);
     try {
       core::read_dnn_bytes(b.data(), b.size(), "mem");
       FAIL("accepted");
@@ -310,35 +311,35 @@ TEST_CASE("dynamic dims and shape-bucket paths survive a round trip, bad ones ar
     }
   };
   auto bad = g;
-  bad.inputs[0].dynamic_dims = {0, 4};  // past the rank
+  bad.graph.inputs[0].dynamic_dims = {0, 4};  // past the rank
   refused(bad, "inputs.input.dynamic_dims");
-  bad.inputs[0].dynamic_dims = {2, 0};  // out of order
+  bad.graph.inputs[0].dynamic_dims = {2, 0};  // out of order
   refused(bad, "inputs.input.dynamic_dims");
   bad = g;
-  bad.shape_paths[0].input_shapes = {{"input", Shape{2, 5, 32, 16}}};  // a fixed dim changed
+  bad.tuning.shape_paths[0].input_shapes = {{"input", Shape{2, 5, 32, 16}}};  // a fixed dim changed
   refused(bad, "shape_paths[0].input_shapes.input");
-  bad.shape_paths[0].input_shapes = {{"nope", Shape{1}}};
+  bad.tuning.shape_paths[0].input_shapes = {{"nope", Shape{1}}};
   refused(bad, "shape_paths[0].input_shapes");
-  bad.shape_paths[0].input_shapes.clear();
+  bad.tuning.shape_paths[0].input_shapes.clear();
   refused(bad, "shape_paths[0].input_shapes");
 }
 
 TEST_CASE("calibrated blob quantisation survives a round trip and reaches routines", "[dnn]") {
-  auto g = test::chain_graph(3);
-  g.blob_quant["b0"] = QuantParams{{0.05f}, {3}, -1};
-  g.blob_quant["out"] = QuantParams{{0.1f, 0.2f}, {}, 1};
-  auto bytes = core::serialize_dnn(g);
+  core::TunedGraph g{test::chain_graph(3)};
+  g.tuning.blob_quant["b0"] = QuantParams{{0.05f}, {3}, -1};
+  g.tuning.blob_quant["out"] = QuantParams{{0.1f, 0.2f}, {}, 1};
+  auto bytes = core::serialize_dnn(g.graph, g.tuning);
   auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
-  CHECK(back.blob_quant == g.blob_quant);
-  Model net = detail::make_model(std::move(back));
+  CHECK(back.tuning.blob_quant == g.tuning.blob_quant);
+  Model net = detail::make_model(std::move(back.graph), std::move(back.tuning));
   // A non-positive scale is damage, not data.
-  g.blob_quant["b0"].scales = {-1.0f};
-  auto bad = core::serialize_dnn(g);
+  g.tuning.blob_quant["b0"].scales = {-1.0f};
+  auto bad = core::serialize_dnn(g.graph, g.tuning);
   CHECK_THROWS_WITH(core::read_dnn_bytes(bad.data(), bad.size(), "mem"), Catch::Contains("blob_quant.b0"));
   // So is one beyond the range the library computes with (1e38 aborted in XNNPACK).
   for (float huge : {1e38f, 1e-38f}) {
-    g.blob_quant["b0"].scales = {huge};
-    auto out_of_range = core::serialize_dnn(g);
+    g.tuning.blob_quant["b0"].scales = {huge};
+    auto out_of_range = core::serialize_dnn(g.graph, g.tuning);
     CHECK_THROWS_WITH(core::read_dnn_bytes(out_of_range.data(), out_of_range.size(), "mem"),
                       Catch::Contains("blob_quant.b0") && Catch::Contains("outside [1e-30, 1e30]"));
   }
@@ -356,13 +357,13 @@ TEST_CASE("weights on their int8 grid are stored as int8, damaged int8 weights a
   auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
   // A conv2's stays int8 in the file's memory (core::int8_weight); its float32
   // values are those saved.
-  const Blob& got = back.layers[0].weights.at("weight");
-  REQUIRE(back.layers[0].type == "conv2");
+  const Blob& got = back.graph.layers[0].weights.at("weight");
+  REQUIRE(back.graph.layers[0].type == "conv2");
   CHECK(core::int8_weight(got));
   const Blob values = core::float_weight(got);
   CHECK(values.quant() == w.quant());
   CHECK(std::memcmp(values.data(), w.data(), w.byte_size()) == 0);
-  CHECK(core::serialize_dnn(back) == bytes);  // saved again: int8 again, byte for byte
+  CHECK(core::serialize_dnn(back.graph, back.tuning) == bytes);  // saved again: int8 again, byte for byte
   // The 7-bit grid of a routine whose weight range is 63 (qint8 u8s8): stored as
   // int8 too, and quantised again at that range it gives back its own values.
   {
@@ -380,7 +381,7 @@ TEST_CASE("weights on their int8 grid are stored as int8, damaged int8 weights a
     auto bytes7 = core::serialize_dnn(g7);
     CHECK(bytes7.size() < float_bytes);
     auto back7 = core::read_dnn_bytes(bytes7.data(), bytes7.size(), "mem");
-    CHECK(std::memcmp(core::float_weight(back7.layers[0].weights.at("weight")).data(), w7.data(), w7.byte_size()) == 0);
+    CHECK(std::memcmp(core::float_weight(back7.graph.layers[0].weights.at("weight")).data(), w7.data(), w7.byte_size()) == 0);
   }
   // A float32 weight whose values are off its scales' grid is stored as float32, without them.
   auto off = g;
@@ -391,8 +392,8 @@ TEST_CASE("weights on their int8 grid are stored as int8, damaged int8 weights a
   off.layers[0].weights["weight"] = shifted;
   auto off_bytes = core::serialize_dnn(off);
   auto off_back = core::read_dnn_bytes(off_bytes.data(), off_bytes.size(), "mem");
-  CHECK(off_back.layers[0].weights.at("weight").quant().empty());
-  CHECK(off_back.layers[0].weights.at("weight").data_as<float>()[5] == shifted.data_as<float>()[5]);
+  CHECK(off_back.graph.layers[0].weights.at("weight").quant().empty());
+  CHECK(off_back.graph.layers[0].weights.at("weight").data_as<float>()[5] == shifted.data_as<float>()[5]);
 
   // int8 weights as another writer could store them, each damage refused naming the field.
   auto refused = [&](QuantParams q, const std::string& field) {
@@ -532,30 +533,30 @@ TEST_CASE("int8 weights read back per tensor and per slice of any axis", "[dnn]"
 }
 
 TEST_CASE("prepared weights round-trip, aligned, and saved again byte for byte", "[dnn][prepared]") {
-  core::Graph g = test::chain_graph(2);
+  core::TunedGraph g{test::chain_graph(2)};
   auto prepared = std::make_shared<std::map<std::string, Blob>>();
   for (int i = 0; i < 3; ++i) {
     Blob b = Blob::allocate(Shape{100 + 37 * i}, DType::uint8);
     for (int64_t j = 0; j < b.numel(); ++j) b.data_as<uint8_t>()[j] = static_cast<uint8_t>(j * (i + 3));
     prepared->emplace(fmt::format("l{}|cpu:float32:nchw/some|k{}", i, i), b);
   }
-  g.prepared = prepared;
-  g.prepared_tag = "libsoftneuro test | avx2";
-  const auto bytes = core::serialize_dnn(g);
-  const core::Graph back = core::read_dnn_bytes(bytes.data(), bytes.size(), "p.dnn");
-  CHECK(back.prepared_tag == g.prepared_tag);
-  REQUIRE(back.prepared);
-  REQUIRE(back.prepared->size() == 3);
+  g.tuning.prepared = prepared;
+  g.tuning.prepared_tag = "libsoftneuro test | avx2";
+  const auto bytes = core::serialize_dnn(g.graph, g.tuning);
+  const core::TunedGraph back = core::read_dnn_bytes(bytes.data(), bytes.size(), "p.dnn");
+  CHECK(back.tuning.prepared_tag == g.tuning.prepared_tag);
+  REQUIRE(back.tuning.prepared);
+  REQUIRE(back.tuning.prepared->size() == 3);
   for (const auto& [key, b] : *prepared) {
-    const Blob& r = back.prepared->at(key);
+    const Blob& r = back.tuning.prepared->at(key);
     CHECK(reinterpret_cast<std::uintptr_t>(r.data()) % 64 == 0);
     REQUIRE(r.byte_size() == b.byte_size());
     CHECK(std::memcmp(r.data(), b.data(), b.byte_size()) == 0);
   }
-  CHECK(core::serialize_dnn(back) == bytes);
+  CHECK(core::serialize_dnn(back.graph, back.tuning) == bytes);
   // A file without them reads none (older files, tune --no-prepared-weights).
   const auto plain = core::serialize_dnn(test::chain_graph(2));
-  CHECK_FALSE(core::read_dnn_bytes(plain.data(), plain.size(), "q.dnn").prepared);
+  CHECK_FALSE(core::read_dnn_bytes(plain.data(), plain.size(), "q.dnn").tuning.prepared);
 }
 
 TEST_CASE("a FIFO or a device is neither read as a model nor replaced by one", "[dnn]") {

@@ -53,7 +53,7 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 
 namespace {
 
-Model build(core::Graph g) { return detail::make_model(std::move(g)); }
+Model build(core::Graph g, core::Tuning tuning = {}) { return detail::make_model(std::move(g), std::move(tuning)); }
 
 std::string error_layer(core::Graph g) {
   try {
@@ -124,8 +124,9 @@ TEST_CASE("layers given out of order are sorted topologically", "[net]") {
 
 TEST_CASE("the memory plan of a 10-layer chain reuses buffers", "[net]") {
   auto g = test::chain_graph(10);
-  for (const auto& l : g.layers) g.routine_path.routines.push_back({l.name, "cpu/ref", {}, 0, 0});  // nchw throughout
-  Model net = build(g);
+  core::Tuning tuning;
+  for (const auto& l : g.layers) tuning.routine_path.routines.push_back({l.name, "cpu/ref", {}, 0, 0});  // nchw throughout
+  Model net = build(g, tuning);
   INFO("planned " << Session(net).planned_bytes() << " of " << Session(net).unplanned_bytes());
   CHECK(Session(net).planned_bytes() < Session(net).unplanned_bytes());
   // A chain needs two live blobs at a time (plus alignment), not ten.
@@ -160,10 +161,11 @@ TEST_CASE("memory plans never overlap live buffers", "[net]") {
 // primitives do (dnnl_primitive_execute copies its arguments into a map: six
 // small allocations per call, no public way around it), so these tests pin
 // every layer to our routines; README says so.
-core::Graph pinned_to_ours(core::Graph g) {
+Model pinned_to_ours(core::Graph g) {
+  core::Tuning tuning;
   for (const auto& l : g.layers)
-    if (l.type != "constant") g.routine_path.routines.push_back({l.name, "cpu/ref", {}, 0, 0});
-  return g;
+    if (l.type != "constant") tuning.routine_path.routines.push_back({l.name, "cpu/ref", {}, 0, 0});
+  return detail::make_model(std::move(g), std::move(tuning));
 }
 
 /// Heap allocations of a session's second run.
@@ -179,7 +181,7 @@ int64_t allocations_of_second_run(const Model& model, std::span<const NamedBlob>
 
 TEST_CASE("Session::run allocates nothing on its second call", "[net]") {
   for (auto g : {test::chain_graph(10), test::multi_io_graph()}) {
-    Model net = build(pinned_to_ours(g));
+    Model net = pinned_to_ours(g);
     std::vector<NamedBlob> inputs, outputs;
     unsigned seed = 0;
     for (const auto& t : net.inputs()) inputs.push_back({t.name, random_input(t.shape, seed++)});
@@ -190,6 +192,7 @@ TEST_CASE("Session::run allocates nothing on its second call", "[net]") {
 
 TEST_CASE("a net with childnet routines (cpu/winograd, cpu/conv) allocates nothing on its second call", "[net][childnet]") {
   core::Graph g;
+  core::Tuning tuning;
   g.inputs = {{"x", Shape{1, 8, 10, 10}, DType::float32}};
   Layer conv;
   conv.name = "conv";
@@ -207,8 +210,8 @@ TEST_CASE("a net with childnet routines (cpu/winograd, cpu/conv) allocates nothi
   dense.weights["weight"] = random_input(Shape{5, 10}, 5);
   g.layers = {conv, dense};
   g.outputs = {"y"};
-  g.routine_path.routines = {{"conv", "cpu/winograd", {{"tile", 4}}, 0, 0, {}}, {"dense", "cpu/conv", {}, 0, 0, {{"dense/conv", "cpu/ref", {}, 0, 0, {}}}}};  // oneDNN allocates (see above): our routines only
-  Model net = build(g);
+  tuning.routine_path.routines = {{"conv", "cpu/winograd", {{"tile", 4}}, 0, 0, {}}, {"dense", "cpu/conv", {}, 0, 0, {{"dense/conv", "cpu/ref", {}, 0, 0, {}}}}};  // oneDNN allocates (see above): our routines only
+  Model net = build(g, tuning);
   std::vector<NamedBlob> inputs{{"x", random_input(Shape{1, 8, 10, 10}, 1)}};
   std::vector<NamedBlob> outputs{{"y", Blob::allocate(Shape{1, 8, 10, 5})}};
   CHECK(allocations_of_second_run(net, inputs, outputs) == 0);
@@ -216,7 +219,7 @@ TEST_CASE("a net with childnet routines (cpu/winograd, cpu/conv) allocates nothi
 
 TEST_CASE("the demo model runs without allocating after its first call", "[net]") {
   set_num_threads(2);
-  Model net = detail::make_model(pinned_to_ours(core::read_dnn(SOFTNEURO_DEMO_MODEL)));
+  Model net = pinned_to_ours(core::read_dnn(SOFTNEURO_DEMO_MODEL).graph);
   std::vector<NamedBlob> inputs{{"input", random_input(net.input_shape("input"), 1)}};
   std::vector<NamedBlob> outputs{{"probabilities", Blob::allocate(net.output_shape("probabilities"))}};
   CHECK(allocations_of_second_run(net, inputs, outputs) == 0);
@@ -264,11 +267,12 @@ TEST_CASE("run rejects missing, unknown and mis-shaped blobs", "[net]") {
 
 TEST_CASE("a tuned routine that does not exist here falls back to the default", "[net]") {
   auto g = test::chain_graph(3);
+  core::Tuning tuning;
   std::string default_choice;
   for (const auto& l : Session(build(g)).layers())
     if (l.name == "l1") default_choice = l.descriptor;
-  g.routine_path.routines.push_back({"l1", "cpu/not_in_this_build", {}, 0, 0});
-  Model net = build(g);
+  tuning.routine_path.routines.push_back({"l1", "cpu/not_in_this_build", {}, 0, 0});
+  Model net = build(g, tuning);
   for (const auto& l : Session(net).layers())
     if (l.name == "l1") {
       CHECK(l.descriptor == default_choice);

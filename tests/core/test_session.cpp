@@ -271,8 +271,9 @@ TEST_CASE("session: schemas restrict the routines a session runs, tuned ones inc
   }
   REQUIRE(!layer.empty());
   core::Graph g = detail::impl_of(net).graph;
-  g.routine_path.routines = {{layer, descriptor, {}, 0.1, 0}};
-  Model model = detail::make_model(std::move(g));
+  core::Tuning tuning;
+  tuning.routine_path.routines = {{layer, descriptor, {}, 0.1, 0}};
+  Model model = detail::make_model(std::move(g), tuning);
 
   auto descriptor_of = [&](const Session& s) {
     for (const auto& l : s.layers())
@@ -422,7 +423,7 @@ TEST_CASE("session: a routine computes the step before it too, and the blob betw
     {
       const core::SessionThreads threads(1);
       const auto& impl = detail::impl_of(model);
-      const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
+      const core::Plan plan = core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
       std::map<std::string, const core::Step*> planned;
       for (const auto& st : plan.steps) planned[st->name] = st.get();
       REQUIRE(planned.count("depthwise"));
@@ -482,8 +483,9 @@ TEST_CASE("session: a oneDNN convolution adds its result onto a residual in plac
       INFO(descriptor << ": " << c.what);
       Model reference = Model::build("block", inputs, c.layers, c.outputs);
       core::Graph g = detail::impl_of(reference).graph;
-      for (const auto& l : g.layers) g.routine_path.routines.push_back({l.name, descriptor, {}, 0, 0, {}});
-      Model pinned = detail::make_model(std::move(g));
+      core::Tuning tuning;
+      for (const auto& l : g.layers) tuning.routine_path.routines.push_back({l.name, descriptor, {}, 0, 0, {}});
+      Model pinned = detail::make_model(std::move(g), tuning);
       Session fused(pinned, SessionOptions{1});
       std::map<std::string, std::string> ran, fused_into;
       for (const auto& l : fused.layers()) ran[l.name] = l.descriptor, fused_into[l.name] = l.fused_into;
@@ -532,8 +534,9 @@ TEST_CASE("session: routine parameters outside the routine's space never reach i
   for (const RoutineParams& params : {RoutineParams{{"m_block", int64_t{0x3000000000}}}, RoutineParams{{"tile", 3}},
                                       RoutineParams{{"tile", 4}}}) {
     core::Graph g = detail::impl_of(net).graph;
-    g.routine_path.routines = {{layer, "cpu/winograd", params, 0.1, 0}};
-    Model model = detail::make_model(std::move(g));
+    core::Tuning tuning;
+    tuning.routine_path.routines = {{layer, "cpu/winograd", params, 0.1, 0}};
+    Model model = detail::make_model(std::move(g), tuning);
     Session s(model);
     bool tuned = false;  // Winograd's childnet runs as child steps "<layer>/wgenc", ...
     for (const auto& l : s.layers()) tuned = tuned || l.name.rfind(layer + "/", 0) == 0;
@@ -604,6 +607,7 @@ TEST_CASE("session: derived weights are packed once per model, for every shape a
     return l;
   };
   core::Graph g;
+  core::Tuning tuning;
   g.name = "packed_once";
   g.inputs = {{"x", Shape{1, 8, 12, 12}, DType::float32, {2, 3}}};
   g.outputs = {"y"};
@@ -611,8 +615,8 @@ TEST_CASE("session: derived weights are packed once per model, for every shape a
   for (const auto& [layer, desc] : std::vector<std::pair<std::string, std::string>>{
            {"direct", "cpu:float32:nchw8c/direct"}, {"winograd_blocked", "cpu:float32:nchw8c/winograd"},
            {"winograd", "cpu/winograd"}})
-    g.routine_path.routines.push_back({layer, desc, {}, 0, 0, {}});
-  Model model = detail::make_model(std::move(g));
+    tuning.routine_path.routines.push_back({layer, desc, {}, 0, 0, {}});
+  Model model = detail::make_model(std::move(g), tuning);
   auto input = [&](int64_t h, int64_t w) {
     Blob b = Blob::allocate(Shape{1, 8, h, w});
     for (int64_t i = 0; i < b.numel(); ++i) b.data_as<float>()[i] = nd(rng);
@@ -669,13 +673,14 @@ TEST_CASE("session: a path tuned at one input size keeps its routines at another
   REQUIRE(std::find(tuned_at.begin(), tuned_at.end(), 2) != tuned_at.end());  // spanned applies at 10x10
   REQUIRE(std::find(run_at.begin(), run_at.end(), 2) == run_at.end());        // not at 2x2
   core::Graph g;
+  core::Tuning tuning;
   g.name = "tuned_elsewhere";
   g.inputs = {{"x", Shape{1, 64, 10, 10}, DType::float32, {2, 3}}};
   g.outputs = {"y"};
   g.layers = {l};
-  Model untuned = detail::make_model(g);
-  g.routine_path.routines.push_back({"pointwise", desc, {{"input_mode", 2}}, 0, 0, {}});
-  Model model = detail::make_model(std::move(g));
+  Model untuned = detail::make_model(g, tuning);
+  tuning.routine_path.routines.push_back({"pointwise", desc, {{"input_mode", 2}}, 0, 0, {}});
+  Model model = detail::make_model(std::move(g), tuning);
   Blob x = Blob::allocate(Shape{1, 64, 2, 2});
   for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = nd(rng);
   const std::vector<NamedBlob> in{{"x", x}};
@@ -928,13 +933,13 @@ TEST_CASE("the plan tells every step the threads it will run on", "[session][thr
   const auto& impl = detail::impl_of(model);
   for (int threads : {1, 3}) {
     const core::Plan plan =
-        core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights, .threads = threads});
+        core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights, .threads = threads});
     for (const auto& st : plan.steps) CHECK(st->info.threads == threads);
     for (const auto& [name, info] : plan.layer_infos) CHECK(info.threads == threads);
   }
   {
     const core::SessionThreads team(2);  // a session's own count, read once by the plan
-    const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
+    const core::Plan plan = core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
     for (const auto& st : plan.steps) CHECK(st->info.threads == 2);
   }
   LayerInfo by_hand;
@@ -1008,7 +1013,7 @@ TEST_CASE("an input only checking steps read is not scanned before the run, NaN 
   g.inputs = {{"x", Shape{1, 4}, DType::float32, {}}};
   g.layers = {copy};
   g.outputs = {"y"};
-  Model model = detail::make_model(std::move(g), {}, registry);
+  Model model = detail::make_model(std::move(g), {}, {}, registry);
   Session session(model);
   Blob x = Blob::allocate({1, 4});
   float* xv = x.data_as<float>();
@@ -1102,7 +1107,7 @@ TEST_CASE("a routine packs once per model, and every session and input shape pla
   g.inputs[0].dynamic_dims = {1};
   g.layers = {add};
   g.outputs = {"y"};
-  const Model model = detail::make_model(std::move(g), {}, test::registry_with(std::make_unique<PackingAdd>()));
+  const Model model = detail::make_model(std::move(g), {}, {}, test::registry_with(std::make_unique<PackingAdd>()));
   g_pack_counts = {};
   Session a(model), b(model);
   for (int64_t n : {4, 7}) {
@@ -1168,7 +1173,7 @@ TEST_CASE("a session chooses from the routines registered when it was created, a
   g.layers = {test::layer("act", "relu", {"x"}, {"y"})};
   g.outputs = {"y"};
   auto registry = test::registry_with();
-  const Model model = detail::make_model(std::move(g), {}, registry);
+  const Model model = detail::make_model(std::move(g), {}, {}, registry);
   auto descriptor = [](Session& s, int64_t n) {
     Blob x = test::iota_blob({1, n}, 1.0f, -4.0f);
     const auto y = s.run(std::vector<NamedBlob>{{"x", x}});

@@ -30,14 +30,14 @@ namespace {
 
 /// Every layer on `schema` ("cuda" or "cuda:float16"): cuDNN for conv2,
 /// cuBLAS for dense, our kernels for the rest.
-core::Graph on_device(core::Graph g, const std::string& schema) {
-  g.routine_path = {};
+core::Tuning on_device(const core::Graph& g, const std::string& schema) {
+  core::Tuning t;
   for (const Layer& l : g.layers) {
     if (l.type == "constant") continue;
     const char* algo = l.type == "conv2" ? "cudnn" : l.type == "dense" ? "cublas" : "kernel";
-    g.routine_path.routines.push_back({l.name, fmt::format("{}/{}", schema, algo), {}, 0, 0});
+    t.routine_path.routines.push_back({l.name, fmt::format("{}/{}", schema, algo), {}, 0, 0});
   }
-  return g;
+  return t;
 }
 
 std::vector<NamedBlob> inputs_of(const Model& net, std::mt19937& rng) {
@@ -59,7 +59,7 @@ TEST_CASE("a net entirely on the device runs, then replays as a CUDA graph", "[n
     for (int which = 0; which < 2; ++which) {
       core::Graph g = which ? test::multi_io_graph() : test::chain_graph(6);
       Session cpu(detail::make_model(g));
-      Session gpu(detail::make_model(on_device(g, schema)));
+      Session gpu(detail::make_model(g, on_device(g, schema)));
       for (const auto& l : gpu.layers()) {
         INFO(l.name << " " << l.descriptor);
         CHECK((l.descriptor.rfind("cuda", 0) == 0 || l.type == "adapt"));
@@ -96,7 +96,7 @@ TEST_CASE("NaN in an input only uploads read: found as it is copied, and it reac
   for (const std::string schema : {"cuda", "cuda:float16"}) {
     core::Graph g = test::chain_graph(6);
     Session cpu(detail::make_model(g));
-    Session gpu(detail::make_model(on_device(g, schema)));
+    Session gpu(detail::make_model(g, on_device(g, schema)));
     std::mt19937 rng(5);
     for (int run = 0; run < 5; ++run) {  // eager, recorded, replayed; NaN, then finite again
       auto in = inputs_of(cpu.model(), rng);
@@ -125,10 +125,11 @@ TEST_CASE("host steps between device steps: each run of device steps replays as 
   for (const std::string schema : {"cuda", "cuda:float16"}) {
     core::Graph g = test::chain_graph(8);
     Session cpu(detail::make_model(g));
-    core::Graph mixed = on_device(g, schema);
-    for (auto& r : mixed.routine_path.routines)
+    core::Graph mixed = g;
+    core::Tuning mixed_tuning = on_device(g, schema);
+    for (auto& r : mixed_tuning.routine_path.routines)
       if (r.layer == "l2" || r.layer == "l6") r.descriptor = "cpu/ref";
-    Session gpu(detail::make_model(mixed));
+    Session gpu(detail::make_model(mixed, mixed_tuning));
     const cuda::GraphStats before = cuda::graph_stats();
     std::mt19937 rng(33);
     for (int run = 0; run < 5; ++run) {  // fresh inputs each time: the replayed uploads read them
@@ -151,11 +152,12 @@ TEST_CASE("a layer on the device between CPU layers in a blocked layout runs, th
   core::Graph g = test::chain_graph(3);  // l0 conv2, l1 relu, l2 sigmoid
   Session cpu(detail::make_model(g));
   core::Graph mixed = g;
-  mixed.routine_path = {};
-  mixed.routine_path.routines.push_back({"l0", "cpu:float32:nchw16c/onednn", {}, 0, 0});
-  mixed.routine_path.routines.push_back({"l1", "cuda:float16/kernel", {}, 0, 0});
-  mixed.routine_path.routines.push_back({"l2", "cpu:float32:nchw16c/onednn", {}, 0, 0});
-  Session gpu(detail::make_model(mixed));
+  core::Tuning mixed_tuning;
+  mixed_tuning.routine_path = {};
+  mixed_tuning.routine_path.routines.push_back({"l0", "cpu:float32:nchw16c/onednn", {}, 0, 0});
+  mixed_tuning.routine_path.routines.push_back({"l1", "cuda:float16/kernel", {}, 0, 0});
+  mixed_tuning.routine_path.routines.push_back({"l2", "cpu:float32:nchw16c/onednn", {}, 0, 0});
+  Session gpu(detail::make_model(mixed, mixed_tuning));
   for (const auto& l : gpu.layers()) {
     INFO(l.name << " " << l.descriptor);
     if (l.name == "l1") CHECK(l.descriptor == "cuda:float16/kernel");
@@ -231,8 +233,9 @@ TEST_CASE("sessions on one GPU run at once, each on its own stream and library h
   // --sessions 4` of a tuned ResNet50 aborted.
   constexpr int kSessions = 4, kRuns = 12;
   for (const std::string schema : {"cuda", "cuda:float16"}) {
-    const core::Graph g = on_device(test::multi_io_graph(), schema);
-    Model reference = detail::make_model(g);
+    const core::Graph g = test::multi_io_graph();
+    const core::Tuning tuning = on_device(g, schema);
+    Model reference = detail::make_model(g, tuning);
     Session reference_session(reference);
     std::vector<std::vector<NamedBlob>> inputs, want;
     std::mt19937 rng(34);
@@ -242,7 +245,7 @@ TEST_CASE("sessions on one GPU run at once, each on its own stream and library h
     }
     // A model each, as separate apps would load it.
     std::vector<std::unique_ptr<Session>> nets;
-    for (int s = 0; s < kSessions; ++s) nets.push_back(std::make_unique<Session>(detail::make_model(g)));
+    for (int s = 0; s < kSessions; ++s) nets.push_back(std::make_unique<Session>(detail::make_model(g, tuning)));
     std::latch first_runs_done(kSessions);  // every session records its second run at the same time
     std::vector<std::string> errors(kSessions);
     std::vector<int> mismatches(kSessions, 0);

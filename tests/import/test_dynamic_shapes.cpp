@@ -244,7 +244,8 @@ TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per sh
   const std::string dnn = test_dir() + "/buckets.dnn";
   net.save(dnn);
   Model model = Model::load(dnn);
-  const core::Graph& g = detail::impl_of(model).graph;
+  const core::Graph& graph = detail::impl_of(model).graph;
+  const core::Tuning& g = detail::impl_of(model).tuning;
   CHECK(g.routine_path.input_shapes.at("x") == Shape{1, 4, 8, 8});
   REQUIRE(g.shape_paths.size() == 1);
   CHECK(g.shape_paths[0].input_shapes.at("x") == Shape{1, 4, 32, 32});
@@ -252,11 +253,11 @@ TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per sh
 
   // The bucket of a shape: its own, else the nearest by dim ratios.
   bool exact = false;
-  CHECK(&core::path_for(g, {{"x", Shape{1, 4, 32, 32}}}, &exact) == &g.shape_paths[0]);
+  CHECK(&g.path_for(graph, {{"x", Shape{1, 4, 32, 32}}}, &exact) == &g.shape_paths[0]);
   CHECK(exact);
-  CHECK(&core::path_for(g, {{"x", Shape{1, 4, 24, 30}}}, &exact) == &g.shape_paths[0]);
+  CHECK(&g.path_for(graph, {{"x", Shape{1, 4, 24, 30}}}, &exact) == &g.shape_paths[0]);
   CHECK(!exact);
-  CHECK(&core::path_for(g, {{"x", Shape{1, 4, 9, 7}}}, &exact) == &g.routine_path);
+  CHECK(&g.path_for(graph, {{"x", Shape{1, 4, 9, 7}}}, &exact) == &g.routine_path);
 
   // Every bucket's path, and a shape between them, computes what the untuned model does.
   Session session(model);

@@ -327,7 +327,7 @@ TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales, a floa
   // (that plan ran them in float32 before).
   {
     const auto& impl = detail::impl_of(net);
-    const core::Plan exact = core::build_plan(impl.graph, impl.shapes, nullptr,
+    const core::Plan exact = core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr,
                                               core::PlanOptions{.weights = impl.weights, .keep_nan = true});
     int exact_int8 = 0;
     for (const auto& st : exact.steps)

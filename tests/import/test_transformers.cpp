@@ -276,12 +276,13 @@ TEST_CASE("transformers: a re-bound plan converts a constant computed from the s
   // at each re-bind (before, a re-bind was refused there: a plan per length).
   Model imported = import_onnx(decode_step_model().save("decode_step_nhwc.onnx"));
   core::Graph g = detail::impl_of(imported).graph;
+  core::Tuning tuning = detail::impl_of(imported).tuning;
   std::string add;
   for (const auto& l : g.layers)
     if (l.type == "add" && std::find(l.inputs.begin(), l.inputs.end(), "bias") != l.inputs.end()) add = l.name;
   REQUIRE(!add.empty());
-  g.routine_path.routines.push_back({add, "cpu:float32:nhwc/xnnpack", {}, 0, 0, {}});
-  Model net = detail::make_model(g);
+  tuning.routine_path.routines.push_back({add, "cpu:float32:nhwc/xnnpack", {}, 0, 0, {}});
+  Model net = detail::make_model(g, tuning);
   SessionOptions options;
   options.shape_cache = 1;
   Session session(net, options);

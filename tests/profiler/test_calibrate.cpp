@@ -101,7 +101,6 @@ std::map<std::string, Blob> all_blobs(core::Graph g, const Blob& x) {
   for (const auto& l : g.layers)
     for (const auto& o : l.outputs)
       if (outs.insert(o).second) g.outputs.push_back(o);
-  g.blob_quant.clear();
   Model net = detail::make_model(g);
   auto res = Session(net).run(std::vector<NamedBlob>{{g.inputs[0].name, x}});
   std::map<std::string, Blob> m;
@@ -154,7 +153,7 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
   CalibrationOptions opt;
   opt.inputs = {{{"input", x}}, {{"input", x2}}};
   net = calibrate(net, opt);
-  const auto& bq = detail::impl_of(net).graph.blob_quant;
+  const auto& bq = detail::impl_of(net).tuning.blob_quant;
   auto blobs = all_blobs(g, x);
   auto blobs2 = all_blobs(g, x2);
   CHECK(bq.size() == blobs.size());
@@ -200,7 +199,7 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     CalibrationOptions po;
     po.inputs = {{{"input", x}}};
     pooled = calibrate(pooled, po);
-    const auto& pq = detail::impl_of(pooled).graph.blob_quant;
+    const auto& pq = detail::impl_of(pooled).tuning.blob_quant;
     const auto values = all_blobs(p, x);
     double c_min = 0, mp_min = 0;
     for (int64_t i = 0; i < values.at("c").numel(); ++i) c_min = std::min(c_min, double(values.at("c").data_as<float>()[i]));
@@ -251,7 +250,7 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
     one.percentile = 99.0;
     clipped = calibrate(clipped, one);
     int narrower = 0;
-    for (const auto& [name, q] : detail::impl_of(clipped).graph.blob_quant) {
+    for (const auto& [name, q] : detail::impl_of(clipped).tuning.blob_quant) {
       CHECK(q.scales[0] <= bq.at(name).scales[0] * 1.0001);
       narrower += q.scales[0] < bq.at(name).scales[0] * 0.999;
     }
@@ -262,7 +261,7 @@ TEST_CASE("calibration quantises every blob and its range holds the observed val
   auto quants = profiler::calibrate(*all, opt, "-").quants;
   REQUIRE(quants.size() == 4);
   CHECK(quants[0] == bq);
-  CHECK(all->graph.blob_quant == bq);
+  CHECK(all->tuning.blob_quant == bq);
 
   // Bad inputs are errors naming the input.
   Model other = detail::make_model(g);
@@ -395,10 +394,10 @@ TEST_CASE("calibration survives a .dnn round trip and synthetic inputs are deter
   std::string path = test::temp_path("calibrated.dnn");
   net.save(path);
   Model loaded = Model::load(path);
-  CHECK(detail::impl_of(loaded).graph.blob_quant == detail::impl_of(net).graph.blob_quant);
+  CHECK(detail::impl_of(loaded).tuning.blob_quant == detail::impl_of(net).tuning.blob_quant);
   Model again = detail::make_model(conv_net());
   again = calibrate(again);
-  CHECK(detail::impl_of(again).graph.blob_quant == detail::impl_of(net).graph.blob_quant);
+  CHECK(detail::impl_of(again).tuning.blob_quant == detail::impl_of(net).tuning.blob_quant);
 }
 
 TEST_CASE("calibration on extreme samples writes scales the loader accepts", "[calibrate]") {
@@ -418,7 +417,7 @@ TEST_CASE("calibration on extreme samples writes scales the loader accepts", "[c
     CalibrationOptions o;
     o.inputs = {{{"x", x}}};
     net = calibrate(net, o);
-    for (const auto& [blob, q] : detail::impl_of(net).graph.blob_quant)
+    for (const auto& [blob, q] : detail::impl_of(net).tuning.blob_quant)
       for (float sc : q.scales) CHECK(core::quant_scale_in_range(sc));
     const std::string path = test::temp_path("extreme_calibration.dnn");
     net.save(path);
@@ -436,7 +435,7 @@ TEST_CASE("a net tuned with qint8 schemas runs and stays close to float32", "[ca
     TuneOptions o = quick("calib-hybrid", {"cpu", "cpu:qint8"});
     o.accuracy = "none";  // no samples: reduced precision only where allowed unchecked
     TuneReport r = tune_and_keep(net, o);
-    CHECK_FALSE(detail::impl_of(net).graph.blob_quant.empty());  // calibrated on the way
+    CHECK_FALSE(detail::impl_of(net).tuning.blob_quant.empty());  // calibrated on the way
     CHECK(r.measured_ms > 0);
     const auto got = run_net(net, x);
     CHECK(cosine(got, want) >= 0.99);
@@ -496,8 +495,9 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
   // tuning's path on grid weights computes exactly what it computed.
   // Each on the grid of its routine's weight range (7 bits where u8s8=1 was tuned).
   core::Graph g = detail::impl_of(kept).graph;
+  core::Tuning tuning = detail::impl_of(kept).tuning;
   int moved = 0;
-  for (const auto& r : g.routine_path.routines)
+  for (const auto& r : tuning.routine_path.routines)
     for (Layer& l : g.layers)
       if (l.name == r.layer && r.descriptor.find("qint8") != std::string::npos && (l.type == "conv2" || l.type == "dense")) {
         Schema schema;
@@ -509,7 +509,7 @@ TEST_CASE("weights of layers tuned into qint8 are stored as int8 and compute exa
         ++moved;
       }
   CHECK(moved >= 4);
-  Model on_grid = detail::make_model(g);
+  Model on_grid = detail::make_model(g, tuning);
   CHECK(run_net(on_grid, x) == run_net(kept, x));
 
   const std::string small = test::temp_path("int8w.dnn"), large = test::temp_path("int8w-float.dnn");
@@ -946,7 +946,7 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
 
   auto cached = detail::WorkingModel::build(conv_net());
   profiler::calibrate(*cached, {}, dir);
-  CHECK(cached->graph.blob_quant == fresh->graph.blob_quant);
+  CHECK(cached->tuning.blob_quant == fresh->tuning.blob_quant);
 
   // Other options (or another net) mean another key, never the cached answer.
   auto clipped = detail::WorkingModel::build(conv_net());
@@ -965,7 +965,7 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
   }
   auto damaged = detail::WorkingModel::build(conv_net());
   profiler::calibrate(*damaged, {}, dir);
-  CHECK(damaged->graph.blob_quant == fresh->graph.blob_quant);
+  CHECK(damaged->tuning.blob_quant == fresh->tuning.blob_quant);
 
   // A scale of inf behind a valid checksum (before: accepted, and the .dnn
   // written from it refused by our own loader): ignored, calibrated again.
@@ -982,13 +982,13 @@ TEST_CASE("the calibration cache returns the same quantisation and ignores a dam
   std::ofstream(files[0], std::ios::binary | std::ios::trunc) << text;
   auto infinite = detail::WorkingModel::build(conv_net());
   profiler::calibrate(*infinite, {}, dir);
-  CHECK(infinite->graph.blob_quant == fresh->graph.blob_quant);
+  CHECK(infinite->tuning.blob_quant == fresh->tuning.blob_quant);
   // A FIFO in the record's place is not read (it would block).
   fs::remove(files[0]);
   REQUIRE(mkfifo(files[0].c_str(), 0600) == 0);
   auto fifo = detail::WorkingModel::build(conv_net());
   profiler::calibrate(*fifo, {}, dir);
-  CHECK(fifo->graph.blob_quant == fresh->graph.blob_quant);
+  CHECK(fifo->tuning.blob_quant == fresh->tuning.blob_quant);
 }
 
 TEST_CASE("the calibration cache refuses scales outside [1e-30, 1e30]", "[calibrate]") {
@@ -1039,14 +1039,14 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
   g.layers.push_back(layer("act", "relu", {"fc"}, "logits"));
   g.outputs = {"logits"};
   SECTION("pinned to float16: no float32 path may replace it, so tuning refuses") {
-    Model net = detail::make_model(g, {}, registry);
+    Model net = detail::make_model(g, {}, {}, registry);
     TuneOptions o = quick("half-pinned", {"cpu", "cpu:float16"});
     o.pin = {{"act", "cpu:float16/*"}};
     o.validation = {{{"input", normal_blob(Shape{1, 64}, 8, 1.0f)}}};
     CHECK_THROWS_WITH(tune_and_keep(net, o), Catch::Contains("misses the accuracy budget cosine:0.999"));
   }
   SECTION("a budget of none keeps it: the user asked") {
-    Model net = detail::make_model(g, {}, registry);
+    Model net = detail::make_model(g, {}, {}, registry);
     TuneOptions o = quick("half-none", {"cpu", "cpu:float16"});
     o.pin = {{"act", "cpu:float16/*"}};
     o.accuracy = "none";
@@ -1065,13 +1065,13 @@ TEST_CASE("a float16 path that misses the accuracy budget is never saved", "[tun
     CHECK_FALSE(check.checked());
   }
   SECTION("no samples of the user's: float16 is not chosen; pinned to it, the error says what is missing") {
-    Model net = detail::make_model(g, {}, registry);
+    Model net = detail::make_model(g, {}, {}, registry);
     TuneOptions o = quick("half-no-samples", {"cpu", "cpu:float16"});
     TuneReport r = tune_and_keep(net, o);
     CHECK(r.reduced_refused);
     for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("float16") == std::string::npos);
     CHECK_FALSE(net.accuracy_check().reduced_precision);
-    Model pinned = detail::make_model(g, {}, registry);
+    Model pinned = detail::make_model(g, {}, {}, registry);
     o.pin = {{"act", "cpu:float16/*"}};
     CHECK_THROWS_WITH(tune_and_keep(pinned, o), Catch::Contains("it needs samples of your own"));
   }
@@ -1090,7 +1090,7 @@ TEST_CASE("without samples of the user's, tuning chooses nothing below float32 a
     TuneReport r = tune_and_keep(net, o);
     CHECK(r.reduced_refused);
     CHECK_THAT(r.to_text(), Catch::Contains("no samples of your own to check it on"));
-    CHECK(detail::impl_of(net).graph.blob_quant.empty());  // nothing to calibrate for
+    CHECK(detail::impl_of(net).tuning.blob_quant.empty());  // nothing to calibrate for
     for (const auto& l : Session(net).layers()) CHECK(l.descriptor.find("qint8") == std::string::npos);
     const AccuracyCheck check = net.accuracy_check();
     CHECK(check.recorded);
@@ -1322,7 +1322,7 @@ TEST_CASE("a model of token ids calibrates: its int64 input indexes, the float b
   for (const bool synthetic : {false, true}) {
     INFO((synthetic ? "synthetic inputs" : "the user's token ids"));
     const Model c = calibrate(net, synthetic ? CalibrationOptions{} : opt);
-    const auto& bq = detail::impl_of(c).graph.blob_quant;
+    const auto& bq = detail::impl_of(c).tuning.blob_quant;
     CHECK(bq.count("e"));
     CHECK(bq.count("y"));
     CHECK_FALSE(bq.count("ids"));

@@ -111,9 +111,8 @@ TEST_CASE("the planner converts a blob several layers read once, and the executo
   CHECK(planned.path.adapts.size() == 3);
 
   // The executor runs exactly the path's conversions, with the path's routines.
-  core::Graph g = net->graph;
-  g.routine_path = planned.path;
-  core::Executor exec(core::build_plan(g, net->shapes, nullptr, net->plan_options(false)));
+  // (The path beside the graph: nothing of the graph is copied.)
+  core::Executor exec(core::build_plan(net->graph, net->tuning, net->shapes, &planned.path, net->plan_options(false)));
   std::vector<std::string> adapt_steps;
   for (const auto& step : exec.steps())
     if (step->layer->type == "adapt") {
@@ -125,7 +124,8 @@ TEST_CASE("the planner converts a blob several layers read once, and the executo
   CHECK(std::count(adapt_steps.begin(), adapt_steps.end(), "adapt:b@cpu:float32:nchw8c") == 1);
 
   // And computes what the untuned net computes.
-  Model tuned = detail::make_model(g), plain_net = detail::make_model(fork_graph());
+  Model tuned = detail::make_model(net->graph, core::Tuning{.routine_path = planned.path}),
+        plain_net = detail::make_model(fork_graph());
   std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 16, 8, 8}, 0.01f, -0.5f)}};
   auto a = Session(tuned).run(in), b = Session(plain_net).run(in);
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
@@ -171,17 +171,18 @@ TEST_CASE("a path whose shared copy no longer applies converts directly", "[tune
   // The path says r1 converts b from a shared nhwc copy made from nchw16c, but
   // r0 runs in nchw here: the executor converts b for r1 directly.
   core::Graph g = fork_graph();
+  core::Tuning tuning;
   core::RoutinePath path;
   path.routines = {{"r0", "cpu/ref", {}, 0, 0, {}}, {"r1", "cpu:float32:nchw8c/onednn", {}, 0, 0, {}}};
   path.adapts = {{"b", "", "cpu:float32:nchw16c", "cpu:float32:nhwc", {"cpu:float32:nhwc/reorder"}, 0, {}},
                  {"b", "r1", "cpu:float32:nhwc", "cpu:float32:nchw8c", {"cpu:float32:nchw8c/reorder"}, 0, {}}};
-  g.routine_path = path;
-  auto net = detail::WorkingModel::build(g);
-  core::Executor exec(core::build_plan(net->graph, net->shapes, nullptr, net->plan_options(false)));
+  tuning.routine_path = path;
+  auto net = detail::WorkingModel::build(g, tuning);
+  core::Executor exec(core::build_plan(net->graph, net->tuning, net->shapes, nullptr, net->plan_options(false)));
   int adapts = 0;
   for (const auto& step : exec.steps()) adapts += step->layer->type == "adapt";
   CHECK(adapts == 2);  // b for r1, y1 back to the net's schema
-  Model tuned = detail::make_model(g), plain_net = detail::make_model(fork_graph());
+  Model tuned = detail::make_model(g, tuning), plain_net = detail::make_model(fork_graph());
   std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 16, 8, 8}, 0.01f, -0.5f)}};
   auto a = Session(tuned).run(in), b = Session(plain_net).run(in);
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));
@@ -323,9 +324,7 @@ TEST_CASE("the planner prices two layers one routine computes as one step at tha
   CHECK(planned.predicted_ms == Approx(0.6 + 0.01 + adapts));
 
   // The plan runs the pair as one step, as priced.
-  core::Graph tuned = net->graph;
-  tuned.routine_path = planned.path;
-  const core::Plan run = core::build_plan(tuned, net->shapes);
+  const core::Plan run = core::build_plan(net->graph, net->tuning, net->shapes, &planned.path);
   const core::Step* c = nullptr;
   for (const auto& s : run.steps)
     if (s->name == "conv") c = s.get();

@@ -564,7 +564,7 @@ TEST_CASE("tune() and calibrate() return new models and leave theirs as they wer
   TuneReport report;
   const Model tuned = tune(untuned, quick("-"), &report);
   CHECK(untuned.tuned_fingerprint().empty());
-  CHECK(detail::impl_of(untuned).graph.routine_path.routines.empty());
+  CHECK(detail::impl_of(untuned).tuning.routine_path.routines.empty());
   CHECK_FALSE(tuned.tuned_fingerprint().empty());
   CHECK(report.layers.size() == 4);
   for (const auto& l : Session(tuned).layers())
@@ -575,8 +575,8 @@ TEST_CASE("tune() and calibrate() return new models and leave theirs as they wer
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-4));  // other routines, other rounding
 
   const Model calibrated = calibrate(untuned);
-  CHECK(detail::impl_of(untuned).graph.blob_quant.empty());
-  CHECK_FALSE(detail::impl_of(calibrated).graph.blob_quant.empty());
+  CHECK(detail::impl_of(untuned).tuning.blob_quant.empty());
+  CHECK_FALSE(detail::impl_of(calibrated).tuning.blob_quant.empty());
   // The session made before any of it runs as it did.
   std::vector<NamedBlob> in{{"input", test::iota_blob(untuned.input_shape("input"), 0.01f, -0.5f)}};
   CHECK(test::values(before.run(in)[0].blob) == run_net(untuned));
@@ -611,7 +611,7 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
       continue;
     }
     // A childnet runs as its children ("<layer>/<child>"), each with the choice the path stores for it.
-    const auto& path = detail::impl_of(tuned).graph.routine_path.routines;
+    const auto& path = detail::impl_of(tuned).tuning.routine_path.routines;
     const auto choice = std::find_if(path.begin(), path.end(), [&](const auto& r) { return r.layer == want.layer; });
     REQUIRE(choice != path.end());
     CHECK(choice->descriptor == want.descriptor);
@@ -625,16 +625,16 @@ TEST_CASE("the executor runs every layer as the hybrid tuning report names it", 
     }
   }
   const auto& impl = detail::impl_of(tuned);
-  core::Executor exec(core::build_plan(impl.graph, impl.shapes, nullptr, impl.plan_options()));
+  core::Executor exec(core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr, impl.plan_options()));
   int qint8_steps = 0;
   for (const auto& step : exec.steps()) {
     if (step->routine.schema.dtype != DType::qint8 || step->layer->type == "adapt") continue;
     ++qint8_steps;
     for (std::size_t i = 0; i < step->layer->inputs.size() && i < step->info.input_quant.size(); ++i)
-      if (auto q = impl.graph.blob_quant.find(step->layer->inputs[i]); q != impl.graph.blob_quant.end())
+      if (auto q = impl.tuning.blob_quant.find(step->layer->inputs[i]); q != impl.tuning.blob_quant.end())
         CHECK(step->info.input_quant[i] == q->second);
     for (std::size_t i = 0; i < step->layer->outputs.size() && i < step->info.output_quant.size(); ++i)
-      if (auto q = impl.graph.blob_quant.find(step->layer->outputs[i]); q != impl.graph.blob_quant.end())
+      if (auto q = impl.tuning.blob_quant.find(step->layer->outputs[i]); q != impl.tuning.blob_quant.end())
         CHECK(step->info.output_quant[i] == q->second);
   }
   int qint8_layers = 0;
@@ -650,8 +650,8 @@ TEST_CASE("build_plan chooses what a prepared executor runs, and prepares nothin
   opt.accuracy = "none";
   for (const Model& model : {Model::load(SOFTNEURO_DEMO_MODEL), tune(Model::load(SOFTNEURO_DEMO_MODEL), opt)}) {
     const auto& impl = detail::impl_of(model);
-    const core::Executor full(core::build_plan(impl.graph, impl.shapes, nullptr, impl.plan_options()));
-    const core::Plan plan = core::build_plan(impl.graph, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
+    const core::Executor full(core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr, impl.plan_options()));
+    const core::Plan plan = core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr, core::PlanOptions{.weights = impl.weights});
     std::vector<const core::Step*> ran;
     for (const auto& s : full.steps()) ran.push_back(s.get());
     REQUIRE(plan.steps.size() == ran.size());
@@ -709,7 +709,7 @@ TEST_CASE("a layer whose faster routines all fail to measure is measured on the 
   l.outputs = {"y"};
   g.layers = {l};
   g.outputs = {"y"};
-  Model net = detail::make_model(std::move(g), {}, test::registry_with(std::make_unique<Unpreparable>()));
+  Model net = detail::make_model(std::move(g), {}, {}, test::registry_with(std::make_unique<Unpreparable>()));
   TuneOptions o = quick("-");
   o.schemas = {"cpu"};
   o.ban = {{"flaky", "*onednn*"}, {"flaky", "*_relu"}};  // only cpu/ref and the test routine left
@@ -746,10 +746,10 @@ core::Graph conv3_graph(bool depthwise = false) {
 
 /// `model` read again from its file without the prepared weights.
 Model without_prepared(const Model& model) {
-  core::Graph g = detail::impl_of(model).graph;
-  g.prepared.reset();
-  g.prepared_tag.clear();
-  return detail::make_model(std::move(g));
+  core::Tuning tuning = detail::impl_of(model).tuning;
+  tuning.prepared.reset();
+  tuning.prepared_tag.clear();
+  return detail::make_model(detail::impl_of(model).graph, std::move(tuning));
 }
 }  // namespace
 
@@ -764,13 +764,13 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
   const bool derives = false;
 #endif
   const Model tuned = tune(net, o);
-  REQUIRE(detail::impl_of(tuned).graph.prepared);
+  REQUIRE(detail::impl_of(tuned).tuning.prepared);
   const std::string path = test::temp_path("prepared.dnn");
   tuned.save(path);
 
   const Model loaded = Model::load(path);
-  REQUIRE(detail::impl_of(loaded).graph.prepared);
-  CHECK(detail::impl_of(loaded).graph.prepared->size() == detail::impl_of(tuned).graph.prepared->size());
+  REQUIRE(detail::impl_of(loaded).tuning.prepared);
+  CHECK(detail::impl_of(loaded).tuning.prepared->size() == detail::impl_of(tuned).tuning.prepared->size());
   const auto got = run_net(loaded);
   CHECK(detail::impl_of(loaded).weights->built() == 0);  // every derived weight read from the file
   const uint64_t read = detail::impl_of(loaded).weights->loaded();
@@ -787,18 +787,18 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
   CHECK(detail::impl_of(plain).weights->built() == read);
 
   SECTION("another library or CPU extensions: the bytes are not read") {
-    core::Graph g = detail::impl_of(loaded).graph;
-    g.prepared_tag = "libsoftneuro 0.0.0 | sse2";
-    const Model other = detail::make_model(std::move(g));
+    core::Tuning tuning = detail::impl_of(loaded).tuning;
+    tuning.prepared_tag = "libsoftneuro 0.0.0 | sse2";
+    const Model other = detail::make_model(detail::impl_of(loaded).graph, std::move(tuning));
     CHECK(run_net(other) == got);
     CHECK(detail::impl_of(other).weights->loaded() == 0);
   }
   SECTION("bytes of another size under a key are not read") {
-    core::Graph g = detail::impl_of(loaded).graph;
-    auto damaged = std::make_shared<std::map<std::string, Blob>>(*g.prepared);
+    core::Tuning tuning = detail::impl_of(loaded).tuning;
+    auto damaged = std::make_shared<std::map<std::string, Blob>>(*tuning.prepared);
     for (auto& [key, bytes] : *damaged) bytes = Blob::view(bytes.data(), Shape{bytes.numel() / 2}, DType::uint8);
-    g.prepared = damaged;
-    const Model other = detail::make_model(std::move(g));
+    tuning.prepared = damaged;
+    const Model other = detail::make_model(detail::impl_of(loaded).graph, std::move(tuning));
     CHECK(run_net(other) == got);
     CHECK(detail::impl_of(other).weights->loaded() == 0);
   }
@@ -868,8 +868,8 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
   }
   SECTION("none where the options say so, and none saved again after a change") {
     o.prepared_weights = false;
-    CHECK_FALSE(detail::impl_of(tune(net, o)).graph.prepared);
-    CHECK_FALSE(detail::impl_of(calibrate(loaded)).graph.prepared);
+    CHECK_FALSE(detail::impl_of(tune(net, o)).tuning.prepared);
+    CHECK_FALSE(detail::impl_of(calibrate(loaded)).tuning.prepared);
   }
 }
 
@@ -1010,7 +1010,7 @@ TEST_CASE("layers with large weights are measured with the weights out of the co
   g.outputs = {"y"};
   REQUIRE(512 * 512 * 4 >= profiler::kStreamedWeightBytes);
   REQUIRE(512 * 8 * 4 < profiler::kStreamedWeightBytes);
-  Model net = detail::make_model(std::move(g), {}, test::registry_with(std::make_unique<EvictionProbe>()));
+  Model net = detail::make_model(std::move(g), {}, {}, test::registry_with(std::make_unique<EvictionProbe>()));
   const std::string dir = fresh_dir("eviction_cache");
   TuneOptions o = quick(dir);
   o.pin = {{"big", "*test_eviction_probe"}, {"small", "*test_eviction_probe"}};

@@ -99,8 +99,9 @@ core::Graph one_layer_graph(const Case& c) {
 /// run that routine (it refused the layer).
 bool run_pinned(const Case& c, const core::RoutineChoice& choice, std::vector<Blob>& outputs) {
   core::Graph g = one_layer_graph(c);
-  g.routine_path.routines = {choice};
-  Model net = detail::make_model(std::move(g));
+  core::Tuning tuning;
+  tuning.routine_path.routines = {choice};
+  Model net = detail::make_model(std::move(g), tuning);
   bool ran = false;  // the layer on that routine, or a childnet's children (named layer/child)
   for (const auto& l : Session(net).layers())
     ran = ran || (l.name == c.layer.name && l.descriptor == choice.descriptor) || l.name.starts_with(c.layer.name + "/");
@@ -272,8 +273,9 @@ TEST_CASE("NaN propagates through every float32 activation routine, standalone a
 
 namespace {
 /// A two-layer net: y0 = conv2(x0 / x1, 1x1, act) with conv2 pinned to `conv_routine`.
-core::Graph div_then_conv(const std::string& conv_routine, const std::string& act, std::mt19937& rng) {
+Model div_then_conv(const std::string& conv_routine, const std::string& act, std::mt19937& rng) {
   core::Graph g;
+  core::Tuning tuning;
   g.name = "div_conv";
   g.inputs = {{"x0", Shape{1, 8, 5, 5}, DType::float32}, {"x1", Shape{1, 8, 5, 5}, DType::float32}};
   Layer div = test::make_layer("div", {}, {}, 2, 1, "div");
@@ -284,8 +286,8 @@ core::Graph div_then_conv(const std::string& conv_routine, const std::string& ac
   conv.inputs = {"q"};
   g.layers = {div, conv};
   g.outputs = {"y0"};
-  g.routine_path.routines = {{"conv", conv_routine, {}, 0, 0, {}}};
-  return g;
+  tuning.routine_path.routines = {{"conv", conv_routine, {}, 0, 0, {}}};
+  return detail::make_model(std::move(g), std::move(tuning));
 }
 }  // namespace
 
@@ -296,7 +298,7 @@ TEST_CASE("NaN made inside the net (0 / 0) stays NaN through oneDNN's fused relu
   for (const char* act : {"relu", "clip"})
     for (const char* routine : {"cpu/onednn", "cpu:float32:nchw8c/onednn", "cpu:float32:nhwc/onednn"}) {
       INFO(routine << " act " << act);
-      Model net = detail::make_model(div_then_conv(routine, act, rng));
+      Model net = div_then_conv(routine, act, rng);
       bool pinned = false;
       for (const auto& l : Session(net).layers()) pinned = pinned || (l.name == "conv" && l.descriptor == routine);
 #if !defined(__x86_64__)
@@ -339,8 +341,9 @@ TEST_CASE("A NaN pixel makes a convolutional net's outputs NaN, as in ONNX Runti
   for (const char* routine : {"cpu:float32:nchw8c/onednn", "cpu:float32:nhwc/xnnpack"}) {
     INFO(routine);
     core::Graph pinned = g;
-    pinned.routine_path.routines = {{"c1", routine, {}, 0, 0, {}}, {"c2", routine, {}, 0, 0, {}}};
-    Model model = detail::make_model(std::move(pinned));
+    core::Tuning pinned_tuning;
+    pinned_tuning.routine_path.routines = {{"c1", routine, {}, 0, 0, {}}, {"c2", routine, {}, 0, 0, {}}};
+    Model model = detail::make_model(std::move(pinned), pinned_tuning);
     Session session(model);
     Blob x = random_blob({1, 3, 16, 16}, rng, 0.f, 1.f);
     const auto finite = test::values(session.run(std::vector<NamedBlob>{{"x", x}})[0].blob);

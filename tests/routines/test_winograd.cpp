@@ -69,8 +69,9 @@ core::Graph conv_graph(const ConvCase& cc, std::mt19937& rng) {
 }
 
 std::vector<float> run(core::Graph g, const Blob& x, std::vector<core::RoutineChoice> path = {}) {
-  g.routine_path.routines = std::move(path);
-  Model net = detail::make_model(std::move(g));
+  core::Tuning tuning;
+  tuning.routine_path.routines = std::move(path);
+  Model net = detail::make_model(std::move(g), std::move(tuning));
   std::vector<NamedBlob> in{{"x", x}};
   return test::values(Session(net).run(in)[0].blob);
 }
@@ -115,6 +116,7 @@ TEST_CASE("cpu/winograd matches cpu/ref conv2 for every tile and child routine",
   const bool has_avx512 = core::cpu_features().avx512_core() && core::cpu_features().fma;
   for (const auto& cc : cases) {
     auto g = conv_graph(cc, rng);
+    core::Tuning tuning;
     Blob x = random_blob(Shape{cc.n, cc.c, cc.h, cc.w}, rng);
     auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
     for (int64_t m : {2, 4, 6}) {
@@ -132,8 +134,8 @@ TEST_CASE("cpu/winograd matches cpu/ref conv2 for every tile and child routine",
                   << cc.pads[1] << cc.pads[2] << cc.pads[3] << " act=" << cc.act << " tile=" << m << " children="
                   << (child.empty() ? "default" : child) << " variant=" << variant);
         auto path = wg_choice(m, child, params);
-        g.routine_path.routines = {path};
-        Model net = detail::make_model(g);
+        tuning.routine_path.routines = {path};
+        Model net = detail::make_model(g, tuning);
         bool ran_child = child.empty();
         for (const auto& l : Session(net).layers())
           if (l.name == "conv/wgconv") ran_child = ran_child || l.descriptor == child;
@@ -173,6 +175,7 @@ TEST_CASE("cpu:float32:nchw16c/winograd and nchw8c/winograd (blocked children) m
     REQUIRE(parent);
     for (const auto& cc : cases) {
       auto g = conv_graph(cc, rng);
+      core::Tuning tuning;
       Blob x = random_blob(Shape{cc.n, cc.c, cc.h, cc.w}, rng);
       auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
       for (int64_t m : {2, 4, 6}) {
@@ -184,8 +187,8 @@ TEST_CASE("cpu:float32:nchw16c/winograd and nchw8c/winograd (blocked children) m
           WARN("skipped " << desc << ": " << ok.reason);
           break;
         }
-        g.routine_path.routines = {{"conv", desc, {{"tile", m}}, 0, 0, {}}};
-        Model net = detail::make_model(g);
+        tuning.routine_path.routines = {{"conv", desc, {{"tile", m}}, 0, 0, {}}};
+        Model net = detail::make_model(g, tuning);
         std::vector<std::string> types;
         for (const auto& l : Session(net).layers())
           if (l.type != "adapt") types.push_back(l.type);
@@ -204,10 +207,11 @@ TEST_CASE("a net whose routine path chooses cpu/winograd tile 4 runs its childre
   std::mt19937 rng(7);
   ConvCase cc{1, 16, 14, 14, 24, {1, 1, 1, 1}, true, "relu"};
   auto g = conv_graph(cc, rng);
+  core::Tuning tuning;
   Blob x = random_blob(Shape{1, 16, 14, 14}, rng);
   auto want = run(g, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
-  g.routine_path.routines = {wg_choice(4, "")};
-  Model net = detail::make_model(g);
+  tuning.routine_path.routines = {wg_choice(4, "")};
+  Model net = detail::make_model(g, tuning);
   std::vector<std::string> names;
   for (const auto& l : Session(net).layers()) names.push_back(l.name + ":" + l.type);
   CHECK(names == std::vector<std::string>{"conv/wgenc:wgenc", "conv/wgconv:wgconv", "conv/wgdec:wgdec"});
@@ -223,9 +227,10 @@ TEST_CASE("a .dnn save/load round trip keeps cpu/winograd's child choices", "[wi
   std::mt19937 rng(11);
   ConvCase cc{1, 8, 9, 9, 8, {1, 1, 1, 1}, false, "none"};
   auto g = conv_graph(cc, rng);
-  g.routine_path.routines = {wg_choice(6, "cpu/ref")};
-  g.routine_path.routines[0].children[1].predicted_ms = 0.25;
-  Model net = detail::make_model(g);
+  core::Tuning tuning;
+  tuning.routine_path.routines = {wg_choice(6, "cpu/ref")};
+  tuning.routine_path.routines[0].children[1].predicted_ms = 0.25;
+  Model net = detail::make_model(g, tuning);
   const std::string path = test::temp_path("wg_roundtrip.dnn");
   net.save(path);
   Model back = Model::load(path);
@@ -248,12 +253,13 @@ TEST_CASE("a .dnn written with the old Winograd names loads onto cpu/winograd", 
   std::mt19937 rng(12);
   ConvCase cc{1, 8, 9, 9, 8, {1, 1, 1, 1}, true, "relu"};
   auto g = conv_graph(cc, rng);
+  core::Tuning tuning;
   core::RoutineChoice rc{"conv", "cpu/wg", {{"tile", 4}}, 0, 0, {}};
   for (const char* c : {"wgenc", "wgconv", "wgdec"})
     rc.children.push_back({std::string("conv/") + c, c == std::string("wgconv") ? "cpu/avx512" : "cpu/avx2", {}, 0, 0, {}});
-  g.routine_path.routines = {rc};
+  tuning.routine_path.routines = {rc};
   const std::string path = test::temp_path("wg_old_names.dnn");
-  detail::make_model(g).save(path);  // written as given: the old names
+  detail::make_model(g, tuning).save(path);  // written as given: the old names
   Model back = Model::load(path);
   std::vector<std::string> desc;
   for (const auto& l : Session(back).layers()) desc.push_back(l.name + "=" + l.descriptor + " " + l.routine_params);
@@ -304,11 +310,12 @@ TEST_CASE("cpu/conv: dense as reshape -> conv2 1x1 -> reshape matches cpu/ref", 
       REQUIRE(got.size() == want.size());
       for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
       core::Graph g;
+      core::Tuning tuning;
       g.inputs = {{"x0", xs, DType::float32}};
       g.layers = {l};
       g.outputs = {"y0"};
-      g.routine_path.routines = {{"L", "cpu/conv", {}, 0, 0, {{"L/conv", "cpu/ref", {}, 0, 0, {}}}}};
-      Model net = detail::make_model(g);
+      tuning.routine_path.routines = {{"L", "cpu/conv", {}, 0, 0, {{"L/conv", "cpu/ref", {}, 0, 0, {}}}}};
+      Model net = detail::make_model(g, tuning);
       std::vector<std::string> names;
       for (const auto& s : Session(net).layers()) names.push_back(s.name + "=" + s.descriptor);
       CHECK(names[1] == "L/conv=cpu/ref");

@@ -955,7 +955,6 @@ core::Graph import_optimized(const std::string& path, const ImportOptions& optio
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
-  core::record_model_quantisation(graph);
   return graph;
 }
 
@@ -1079,7 +1078,9 @@ Model import_onnx(const std::string& path, const ImportOptions& options) {
     if (!in.dynamic_dims.empty())
       core::info("{}: input '{}' takes any size in dims [{}] (default shape {})", path, in.name,
                  fmt::join(in.dynamic_dims, ","), in.shape.to_string());
-  Model model = detail::make_model(std::move(graph), path);
+  // A quantised model's own quantisation (its Q/DQ steps) travels beside the graph.
+  core::Tuning own{.blob_quant = core::model_quantisation(graph)};
+  Model model = detail::make_model(std::move(graph), std::move(own), path);
   core::info("{}: read, translated and optimized in {:.1f} ms, dynamic dims checked in {:.1f} ms, model built in {:.1f} ms",
              path, ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
   return model;
