@@ -30,6 +30,7 @@ class PreparedChildnet final : public PreparedRoutine {
     // alive as long as this prepared routine (not owned here).
     PlanOptions options;
     options.io_schema = schema;
+    options.threads = info.threads;  // the parent step's team
     if (info.routines) options.registry = std::shared_ptr<const RoutineRegistry>(std::shared_ptr<void>{}, info.routines);
     executor_ = std::make_unique<Executor>(build_plan(graph_, tuning, shapes_, nullptr, std::move(options)));
     for (const auto& step : executor_->steps())

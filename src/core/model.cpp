@@ -150,7 +150,8 @@ ShapedExecutors::ShapedExecutors(const ModelImpl& model, const SessionOptions& o
       stage_(stage),
       capacity_(std::max<std::size_t>(1, options.shape_cache)),
       schemas_(options.schemas),
-      memory_limit_(memory_limit_of(options)) {}
+      memory_limit_(memory_limit_of(options)),
+      threads_(options.threads) {}
 
 namespace {
 /// Whether two blobs hold the same shape, type and bytes (values of inputs that set shapes).
@@ -273,6 +274,7 @@ core::Executor& ShapedExecutors::at(const std::map<std::string, Shape>& given, c
     options.keep_nan = keep_nan;
     options.analyses = model_.analyses;
     options.registry = registry_;
+    options.threads = threads_ > 0 ? threads_ : core::library_threads();
     e.executor = std::make_unique<core::Executor>(
         specialized ? core::build_plan(std::move(specialized), model_.tuning, e.shapes, path, std::move(options))
                     : core::build_plan(model_.graph, model_.tuning, e.shapes, &path, std::move(options)),

@@ -4,6 +4,7 @@
 #include "core/executor.hpp"
 #include "core/graph.hpp"
 #include "core/shape_plan.hpp"
+#include "core/thread_pool.hpp"
 #include "core/weight_store.hpp"
 
 #include <softneuro/session.hpp>
@@ -65,6 +66,7 @@ struct ModelImpl {
     core::PlanOptions o;
     if (of_graph) o.weights = weights, o.analyses = analyses;
     o.registry = routines();
+    o.threads = core::global_pool().num_threads();  // the tuning's team: the calling thread's
     return o;
   }
 };
@@ -155,6 +157,7 @@ class ShapedExecutors {
   std::size_t capacity_;
   std::vector<std::string> schemas_;
   std::size_t memory_limit_;  ///< of each executor's arena (SessionOptions::memory_limit, resolved)
+  int threads_;               ///< SessionOptions::threads (0: the library's when a plan is built)
   /// The session's device queues (a CUDA stream and library handles), shared by its executors.
   std::shared_ptr<core::DeviceQueues> queues_ = core::DeviceQueues::create();
   /// One CPU arena for all its executors: they run one at a time.

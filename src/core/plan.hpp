@@ -111,7 +111,8 @@ struct PlanOptions {
   /// Every layer keeps NaN as ONNX does (LayerInfo::keep_nan), for inputs that
   /// hold NaN or inf; otherwise only the layers a NaN-making layer feeds do.
   bool keep_nan = false;
-  /// The threads the session runs on (LayerInfo::threads); 0: the calling
+  /// The threads the session runs on (LayerInfo::threads): sessions and the
+  /// tuner always give it; 0 (PlanOptions made by hand): the calling
   /// thread's team (a session's own count, else the library's).
   int threads = 0;
   /// The given graph's analyses (a session's, made once); nullptr, or a graph

@@ -52,6 +52,7 @@ class Pool final : public ThreadPool {
   }
 
   void resize(int threads) { threads_.store(std::max(1, threads), std::memory_order_relaxed); }
+  int library_threads() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
  protected:
   void run_chunks(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t), void* ctx) override {
@@ -154,6 +155,7 @@ int64_t ContentionGuard::shrinks() const {
 ContentionGuard& contention_guard() { return contention(); }
 
 ThreadPool& global_pool() { return state().pool; }
+int library_threads() { return state().pool.library_threads(); }
 
 }  // namespace softneuro::core
 

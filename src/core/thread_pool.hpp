@@ -13,6 +13,9 @@ namespace softneuro::core {
 
 /// The pool every routine runs on. Sized by set_num_threads (default: all cores).
 ThreadPool& global_pool();
+/// The library's thread count (set_num_threads), whatever session's team the
+/// calling thread runs (global_pool().num_threads() gives that team's).
+int library_threads();
 
 /// Steady under contention: where other processes hold the CPUs, a parallel
 /// region's workers start late (a scheduler slice, milliseconds, instead of

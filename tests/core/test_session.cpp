@@ -1194,3 +1194,24 @@ TEST_CASE("a session chooses from the routines registered when it was created, a
   CHECK(core::RoutineRegistry::instance().find("relu", "cpu/test_late", nullptr) == nullptr);
   CHECK(detail::impl_of(model).routines() == registry->snapshot());  // one frozen copy until it changes
 }
+
+// A plan's LayerInfo::threads came from the calling thread's team where the
+// session's own count was not handed to it: a plan built outside a run (the
+// session's layers(), a new shape met there) was sized for whatever team that
+// thread had.
+TEST_CASE("every plan of a session is sized for the session's threads, whatever team the thread building it runs",
+          "[session][threads]") {
+  auto graph = test::chain_graph(3);
+  graph.inputs[0].dynamic_dims = {2, 3};
+  const Model model = detail::make_model(std::move(graph));
+  core::SessionThreads elsewhere(1);  // a team of one on this thread
+  detail::ShapedExecutors shaped(detail::impl_of(model), SessionOptions{.threads = 2});
+  for (const Shape& s : {Shape{1, 4, 8, 8}, Shape{1, 4, 12, 6}}) {
+    const core::Executor& e = shaped.at({{"input", s}});
+    CHECK(e.plan().options.threads == 2);
+    for (const auto& step : e.steps()) CHECK(step->info.threads == 2);
+  }
+  // The library's count where the session names none.
+  detail::ShapedExecutors library(detail::impl_of(model), SessionOptions{});
+  CHECK(library.at({{"input", Shape{1, 4, 8, 8}}}).plan().options.threads == core::library_threads());
+}
