@@ -813,6 +813,19 @@ TEST_CASE("a tuned file stores its path's derived weights, and its sessions deri
     if (derives) CHECK(detail::impl_of(back).weights->loaded() >= 3);
     CHECK(values == run_net(without_prepared(back)));
   }
+  SECTION("the float32 Winograd childnet's U, packed for its SIMD gemm by Routine::pack") {
+    if (!derives) return;
+    o.pin = {{"c2", "cpu/winograd"}};
+    const Model t = tune(net, o);
+    bool child = false;
+    for (const auto& l : Session(t).layers()) child = child || (l.type == "wgconv" && l.descriptor == "cpu/winograd");
+    REQUIRE(child);
+    t.save(test::temp_path("prepared_wg.dnn"));
+    const Model back = Model::load(test::temp_path("prepared_wg.dnn"));
+    const auto values = run_net(back);
+    CHECK(detail::impl_of(back).weights->built() == 0);  // U transformed and packed: both read from the file
+    CHECK(values == run_net(without_prepared(back)));
+  }
   SECTION("the int8 dense routines' packs (Routine::pack): dynamic int8, and AMX tiles where the CPU has them") {
     if (!derives) return;
     core::Graph g;

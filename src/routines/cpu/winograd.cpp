@@ -337,42 +337,37 @@ struct EncPrepared final : PreparedRoutine {
 
 // --- wgconv
 
+/// wgconv's weight U [P][C][K] in panels of wg::kPackedRows kernels for the
+/// SIMD gemm (Routine::pack): what the layer's weight gives, whatever the tile
+/// count, so one pack serves every session and shape of the model.
+struct WgPack final : PackedWeights {
+  wg::PackedU u;
+  Blob save() const override { return cpu::save_floats(u.data); }
+};
+
+/// The floats of the pack of `l`'s weight U [P][C][K].
+std::size_t wg_packed_floats(const Layer& l) {
+  const Shape& s = l.weight("weight").shape();
+  const int64_t panels = (s[2] + wg::kPackedRows - 1) / wg::kPackedRows;
+  return static_cast<std::size_t>(s[0] * panels * s[1] * wg::kPackedRows);
+}
+
 template <Isa I>
 struct ConvPrepared final : PreparedRoutine {
   int64_t p, c, k, tp;
   Blob u;
-  std::shared_ptr<const wg::PackedU> shared;  ///< the model's, every session's and shape's
-  const wg::PackedU& packed;
-  explicit ConvPrepared(const LayerInfo& info)
+  std::shared_ptr<const WgPack> packed;  ///< the model's (the SIMD kernels'); none for the reference
+  explicit ConvPrepared(const LayerInfo& info, std::shared_ptr<const WgPack> pk = nullptr)
       : p(info.input_shapes[0][0]), c(info.input_shapes[0][1]), k(info.output_shapes[0][1]), tp(info.input_shapes[0][2]),
         u(info.layer->weight("weight")),
-        shared(prepared_weights<wg::PackedU>(
-            info, "wg.packed",
-            [&] {
-              wg::PackedU pk;
-              if constexpr (I == Isa::avx2 && kX86Kernels) pk = wg::avx2::pack(u.data_as<float>(), p, c, k);
-              if constexpr (I == Isa::avx512 && kX86Kernels) pk = wg::avx512::pack(u.data_as<float>(), p, c, k);
-              return pk;
-            },
-            [](const wg::PackedU& pk) { return cpu::save_floats(pk.data); },
-            [&](const Blob& bytes) -> std::optional<wg::PackedU> {
-              const int64_t panels = (k + wg::kPackedRows - 1) / wg::kPackedRows;
-              auto data = cpu::load_floats(bytes, static_cast<std::size_t>(p * panels * c * wg::kPackedRows));
-              if (!data) return std::nullopt;
-              wg::PackedU pk;
-              pk.rows = wg::kPackedRows;
-              pk.panels = panels;
-              pk.data = std::move(*data);
-              return pk;
-            })),
-        packed(*shared) {}
+        packed(std::move(pk)) {}
   void run(const RunArgs& a) override {
     const float* v = a.inputs[0]->data_as<float>();
     float* mm = a.outputs[0]->data_as<float>();
     if constexpr (I == Isa::avx2 && kX86Kernels) {
-      wg::avx2::gemm(packed, p, c, k, tp, v, mm, *a.pool);
+      wg::avx2::gemm(packed->u, p, c, k, tp, v, mm, *a.pool);
     } else if constexpr (I == Isa::avx512 && kX86Kernels) {
-      wg::avx512::gemm(packed, p, c, k, tp, v, mm, *a.pool);
+      wg::avx512::gemm(packed->u, p, c, k, tp, v, mm, *a.pool);
     } else {
       const float* ud = u.data_as<float>();
       a.pool->parallel_for(p * k, 1, [&](int64_t b0, int64_t b1) {
@@ -484,6 +479,60 @@ class WgSimdRoutine final : public Routine {
 
  private:
   std::string_view type_;
+};
+
+/// cpu/winograd for wgconv: its U packed once per model (pack), planned per
+/// shape over that pack. `avx512` as WgSimdRoutine's; both kernel sets pack
+/// U alike (panels of wg::kPackedRows).
+class WgSimdConv final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "wgconv"; }
+  std::string_view algorithm() const override { return "winograd"; }
+  Support supports(const LayerInfo& info, const Schema& s) const override {
+    if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
+    if (auto ok = isa_support(Isa::avx2); !ok) return ok;
+    return float_cpu(info.layer->find_weight("weight"), "weight");
+  }
+  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
+    if (!isa_support(Isa::avx512)) return {};
+    return {{"avx512", {1, 0}}};
+  }
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams& params) const override {
+    const Blob& w = info.layer->weight("weight");
+    if (w.shape().rank() != 3) throw Error("the weight U is not [P,C,K]", {}, info.layer->name, "weight");
+    check_prepare_bytes(info, wg_packed_floats(*info.layer) * sizeof(float), "packed weights");
+    const int64_t p = w.shape()[0], c = w.shape()[1], k = w.shape()[2];
+    auto out = std::make_shared<WgPack>();
+    if constexpr (kX86Kernels) {
+      out->u = avx512(params) ? wg::avx512::pack(w.data_as<float>(), p, c, k) : wg::avx2::pack(w.data_as<float>(), p, c, k);
+    }
+    return out;
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    const Shape& s = info.layer->weight("weight").shape();
+    if (s.rank() != 3) return nullptr;
+    auto data = cpu::load_floats(bytes, wg_packed_floats(*info.layer));
+    if (!data) return nullptr;
+    auto out = std::make_shared<WgPack>();
+    out->u.rows = wg::kPackedRows;
+    out->u.panels = (s[2] + wg::kPackedRows - 1) / wg::kPackedRows;
+    out->u.data = std::move(*data);
+    return out;
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    auto pk = std::dynamic_pointer_cast<const WgPack>(packed);
+    if (!pk || pk->u.data.size() != wg_packed_floats(*info.layer))
+      throw Error("cpu/winograd: its packed weights do not fit this layer", {}, info.layer->name, "weight");
+    if (avx512(params)) return std::make_unique<ConvPrepared<Isa::avx512>>(info, std::move(pk));
+    return std::make_unique<ConvPrepared<Isa::avx2>>(info, std::move(pk));
+  }
+
+ private:
+  static bool avx512(const RoutineParams& params) {
+    return isa_support(Isa::avx512).ok && routine_param(params, "avx512", 1) != 0;
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -721,7 +770,7 @@ struct Registrations {
     register_routine(std::make_unique<WgRoutine<EncPrepared>>("wgenc"));
     register_routine(std::make_unique<WgSimdRoutine<EncPrepared>>("wgenc"));
     register_routine(std::make_unique<WgRoutine<ConvPrepared>>("wgconv"));
-    register_routine(std::make_unique<WgSimdRoutine<ConvPrepared>>("wgconv"));
+    register_routine(std::make_unique<WgSimdConv>());
     register_routine(std::make_unique<WgRoutine<DecPrepared>>("wgdec"));
     register_routine(std::make_unique<WgSimdRoutine<DecPrepared>>("wgdec"));
     // Names before the family took its file's name.
