@@ -242,81 +242,85 @@ Graph read_graph(const fb::Model* m, const Reader& r) {
   return g;
 }
 
+/// A routine path of the file (`field` names it in errors), its descriptors
+/// renamed since by their alias; its input shapes are checked against `g`'s inputs.
+RoutinePath read_path(const fb::RoutinePath* p, const Reader& r, const Graph& g, const std::string& field) {
+  const std::string& file = r.file;
+  RoutinePath path;
+  path.device_fingerprint = r.str(p->device_fingerprint());
+  path.openmp_wait = r.str(p->openmp_wait());
+  if (const std::string& w = path.openmp_wait; !w.empty()) {
+    const bool count = w.size() > 5 && w.size() <= 25 && w.rfind("spin=", 0) == 0 &&
+                       w.find_first_not_of("0123456789", 5) == std::string::npos;
+    if (!(w == "passive" || w == "active" || count))
+      bad(file, field + ".openmp_wait", fmt::format("'{}' is not passive, active or spin=N", w.substr(0, 40)));
+  }
+  // A childnet routine's choice holds its children's, recursively.
+  auto choice = [&](auto&& self, const fb::RoutineChoice* c) -> RoutineChoice {
+    RoutineChoice rc{r.str(c->layer()), r.str(c->descriptor()), {}, c->predicted_ms(), c->measured_ms(), {}};
+    if (c->params())
+      for (auto kv : *c->params()) rc.params.emplace_back(r.str(kv->name()), kv->value());
+    // A routine renamed since the file was written: its new name and parameter.
+    if (const RoutineRegistry::Alias* a = RoutineRegistry::instance().alias(rc.descriptor)) {
+      rc.descriptor = a->descriptor;
+      for (const auto& [name, value] : a->params)
+        if (std::none_of(rc.params.begin(), rc.params.end(), [&name = name](const auto& p) { return p.first == name; }))
+          rc.params.emplace_back(name, value);
+    }
+    if (c->children())
+      for (auto child : *c->children()) rc.children.push_back(self(self, child));
+    return rc;
+  };
+  if (p->routines())
+    for (auto c : *p->routines()) path.routines.push_back(choice(choice, c));
+  if (p->adapts())
+    for (auto a : *p->adapts()) {
+      AdaptChoice ac{r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
+                     r.str(a->to_schema()), strings(a->steps()), a->predicted_ms(), {}};
+      if (a->params())
+        for (auto kv : *a->params()) ac.params.emplace_back(r.str(kv->name()), kv->value());
+      path.adapts.push_back(std::move(ac));
+    }
+  if (p->input_shapes())
+    for (auto t : *p->input_shapes()) {
+      const std::string name = r.str(t->name());
+      const TensorInfo* in = nullptr;
+      for (const auto& i : g.inputs)
+        if (i.name == name) in = &i;
+      if (!in) bad(file, field + ".input_shapes", fmt::format("the model has no input '{}'", name.substr(0, 80)));
+      const Shape shape = r.shape(t->shape(), {}, field + ".input_shapes." + name);
+      try {
+        check_input_shape(*in, shape);
+      } catch (const Error& e) {
+        bad(file, field + ".input_shapes." + name, e.message());
+      }
+      path.input_shapes[name] = shape;
+    }
+  if (const fb::AccuracyCheck* a = p->accuracy()) {
+    AccuracyCheck c;
+    c.reduced_precision = a->reduced_precision();
+    c.budget = r.str(a->budget());
+    c.samples = a->samples();
+    c.measured = a->measured();
+    c.recorded = true;
+    if (c.budget.size() > 200) bad(file, field + ".accuracy.budget", "longer than 200 characters");
+    if (c.samples < 0) bad(file, field + ".accuracy.samples", fmt::format("{} samples", c.samples));
+    if (!std::isfinite(c.measured)) bad(file, field + ".accuracy.measured", "not a finite value");
+    path.accuracy = c;
+  }
+  return path;
+}
+
 /// What tuning added to the graph `g`: its routine paths (descriptors renamed
 /// since, by their alias), prepared weights and blob quantisation.
 Tuning read_tuning(const fb::Model* m, const Reader& r, const Graph& g) {
   const std::string& file = r.file;
   Tuning t;
-  auto read_path = [&](const fb::RoutinePath* p, const std::string& field) {
-    RoutinePath path;
-    path.device_fingerprint = r.str(p->device_fingerprint());
-    path.openmp_wait = r.str(p->openmp_wait());
-    if (const std::string& w = path.openmp_wait; !w.empty()) {
-      const bool count = w.size() > 5 && w.size() <= 25 && w.rfind("spin=", 0) == 0 &&
-                         w.find_first_not_of("0123456789", 5) == std::string::npos;
-      if (!(w == "passive" || w == "active" || count))
-        bad(file, field + ".openmp_wait", fmt::format("'{}' is not passive, active or spin=N", w.substr(0, 40)));
-    }
-    // A childnet routine's choice holds its children's, recursively.
-    auto choice = [&](auto&& self, const fb::RoutineChoice* c) -> RoutineChoice {
-      RoutineChoice rc{r.str(c->layer()), r.str(c->descriptor()), {}, c->predicted_ms(), c->measured_ms(), {}};
-      if (c->params())
-        for (auto kv : *c->params()) rc.params.emplace_back(r.str(kv->name()), kv->value());
-      // A routine renamed since the file was written: its new name and parameter.
-      if (const RoutineRegistry::Alias* a = RoutineRegistry::instance().alias(rc.descriptor)) {
-        rc.descriptor = a->descriptor;
-        for (const auto& [name, value] : a->params)
-          if (std::none_of(rc.params.begin(), rc.params.end(), [&name = name](const auto& p) { return p.first == name; }))
-            rc.params.emplace_back(name, value);
-      }
-      if (c->children())
-        for (auto child : *c->children()) rc.children.push_back(self(self, child));
-      return rc;
-    };
-    if (p->routines())
-      for (auto c : *p->routines()) path.routines.push_back(choice(choice, c));
-    if (p->adapts())
-      for (auto a : *p->adapts()) {
-        AdaptChoice ac{r.str(a->blob()), r.str(a->consumer()), r.str(a->from_schema()),
-                       r.str(a->to_schema()), strings(a->steps()), a->predicted_ms(), {}};
-        if (a->params())
-          for (auto kv : *a->params()) ac.params.emplace_back(r.str(kv->name()), kv->value());
-        path.adapts.push_back(std::move(ac));
-      }
-    if (p->input_shapes())
-      for (auto t : *p->input_shapes()) {
-        const std::string name = r.str(t->name());
-        const TensorInfo* in = nullptr;
-        for (const auto& i : g.inputs)
-          if (i.name == name) in = &i;
-        if (!in) bad(file, field + ".input_shapes", fmt::format("the model has no input '{}'", name.substr(0, 80)));
-        const Shape shape = r.shape(t->shape(), {}, field + ".input_shapes." + name);
-        try {
-          check_input_shape(*in, shape);
-        } catch (const Error& e) {
-          bad(file, field + ".input_shapes." + name, e.message());
-        }
-        path.input_shapes[name] = shape;
-      }
-    if (const fb::AccuracyCheck* a = p->accuracy()) {
-      AccuracyCheck c;
-      c.reduced_precision = a->reduced_precision();
-      c.budget = r.str(a->budget());
-      c.samples = a->samples();
-      c.measured = a->measured();
-      c.recorded = true;
-      if (c.budget.size() > 200) bad(file, field + ".accuracy.budget", "longer than 200 characters");
-      if (c.samples < 0) bad(file, field + ".accuracy.samples", fmt::format("{} samples", c.samples));
-      if (!std::isfinite(c.measured)) bad(file, field + ".accuracy.measured", "not a finite value");
-      path.accuracy = c;
-    }
-    return path;
-  };
-  if (auto p = m->routine_path()) t.routine_path = read_path(p, "routine_path");
+  if (auto p = m->routine_path()) t.routine_path = read_path(p, r, g, "routine_path");
   if (m->shape_paths()) {
     for (auto p : *m->shape_paths()) {
       const std::string field = fmt::format("shape_paths[{}]", t.shape_paths.size());
-      t.shape_paths.push_back(read_path(p, field));
+      t.shape_paths.push_back(read_path(p, r, g, field));
       if (t.shape_paths.back().input_shapes.empty()) bad(file, field + ".input_shapes", "a shape bucket's path names no input shapes");
     }
   }
@@ -388,90 +392,103 @@ uint32_t required_format_version(const Graph& graph) {
   return 1;
 }
 
-std::vector<unsigned char> serialize_dnn(const Graph& g, const Tuning& t) {
-  flatbuffers::FlatBufferBuilder fbb(1 << 16);
-  std::vector<const Blob*> blobs;  // in weights-section order
-  std::deque<Blob> int8_weights;   // the int8 storage of weights on their int8 grid (stable addresses)
+namespace {
+
+/// Builds a file's model section and lists the blobs of its weights section.
+struct Writer {
+  flatbuffers::FlatBufferBuilder fbb{1 << 16};
+  std::vector<const Blob*> blobs;  ///< in weights-section order
+  std::deque<Blob> int8_weights;   ///< the int8 storage of weights on their int8 grid (stable addresses)
   std::size_t weights_size = 0;
 
-  auto ints = [&](const Shape& s) { return fbb.CreateVector(s.to_vector()); };
-  std::vector<flatbuffers::Offset<fb::Tensor>> inputs;
-  for (const auto& t : g.inputs)
-    inputs.push_back(fb::CreateTensor(fbb, fbb.CreateString(t.name), static_cast<uint8_t>(t.dtype), ints(t.shape),
-                                      t.dynamic_dims.empty() ? 0 : fbb.CreateVector(t.dynamic_dims)));
-  std::vector<flatbuffers::Offset<fb::Layer>> layers;
-  for (const auto& l : g.layers) {
-    std::vector<flatbuffers::Offset<fb::Attr>> params;
-    for (const auto& [k, v] : l.params) {
-      auto name = fbb.CreateString(k);
-      flatbuffers::Offset<fb::Attr> a;
-      std::visit(
-          [&](const auto& x) {
-            using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, int64_t>) a = fb::CreateAttr(fbb, name, fb::AttrKind::Int, x);
-            else if constexpr (std::is_same_v<T, double>) a = fb::CreateAttr(fbb, name, fb::AttrKind::Float, 0, x);
-            else if constexpr (std::is_same_v<T, std::string>) {
-              auto s = fbb.CreateString(x);
-              a = fb::CreateAttr(fbb, name, fb::AttrKind::String, 0, 0, s);
-            } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-              auto v2 = fbb.CreateVector(x);
-              a = fb::CreateAttr(fbb, name, fb::AttrKind::Ints, 0, 0, 0, v2);
-            } else {
-              auto v2 = fbb.CreateVector(x);
-              a = fb::CreateAttr(fbb, name, fb::AttrKind::Floats, 0, 0, 0, 0, v2);
-            }
-          },
-          v);
-      params.push_back(a);
-    }
-    std::vector<flatbuffers::Offset<fb::Weight>> weights;
-    for (const auto& [k, given] : l.weights) {
-      if (given.layout() != Layout::nchw || given.device() != Device::cpu)
-        throw Error("only plain CPU weights can be saved", {}, l.name, "weights." + k);
-      if (!given.data() && given.byte_size() != 0) throw Error("weight has no memory", {}, l.name, "weights." + k);
-      // A float32 weight on its int8 grid is stored as int8 and its scales;
-      // any other keeps its dtype, and a float32 one no scales.
-      const Blob* stored = &given;
-      QuantParams quant = given.quant();
-      if (auto q = int8_storage(given)) {
-        stored = &int8_weights.emplace_back(std::move(*q));
-      } else if (given.dtype() == DType::float32) {
-        quant = QuantParams{};
-      }
-      const Blob& b = *stored;
-      std::size_t offset = weights_size;
-      weights_size = align_up(weights_size + b.byte_size());
-      blobs.push_back(&b);
-      auto scales = quant.scales.empty() ? 0 : fbb.CreateVector(quant.scales);
-      auto zps = quant.zero_points.empty() ? 0 : fbb.CreateVector(quant.zero_points);
-      auto shape = ints(b.shape());
-      weights.push_back(fb::CreateWeight(fbb, fbb.CreateString(k), static_cast<uint8_t>(b.dtype()), shape, offset,
-                                         b.byte_size(), scales, zps, quant.axis));
-    }
-    layers.push_back(fb::CreateLayer(fbb, fbb.CreateString(l.name), fbb.CreateString(l.type),
-                                     fbb.CreateVectorOfStrings(l.inputs), fbb.CreateVectorOfStrings(l.outputs),
-                                     fbb.CreateVector(params), fbb.CreateVector(weights)));
+  flatbuffers::Offset<flatbuffers::Vector<int64_t>> ints(const Shape& s) { return fbb.CreateVector(s.to_vector()); }
+  /// Places `b` in the weights section; returns its offset.
+  std::size_t place(const Blob& b) {
+    const std::size_t offset = weights_size;
+    weights_size = align_up(weights_size + b.byte_size());
+    blobs.push_back(&b);
+    return offset;
   }
-  auto write_path = [&](const RoutinePath& p) {
+
+  flatbuffers::Offset<fb::Attr> attr(const std::string& k, const Attr& v) {
+    auto name = fbb.CreateString(k);
+    flatbuffers::Offset<fb::Attr> a;
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, int64_t>) a = fb::CreateAttr(fbb, name, fb::AttrKind::Int, x);
+          else if constexpr (std::is_same_v<T, double>) a = fb::CreateAttr(fbb, name, fb::AttrKind::Float, 0, x);
+          else if constexpr (std::is_same_v<T, std::string>) {
+            auto s = fbb.CreateString(x);
+            a = fb::CreateAttr(fbb, name, fb::AttrKind::String, 0, 0, s);
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            auto v2 = fbb.CreateVector(x);
+            a = fb::CreateAttr(fbb, name, fb::AttrKind::Ints, 0, 0, 0, v2);
+          } else {
+            auto v2 = fbb.CreateVector(x);
+            a = fb::CreateAttr(fbb, name, fb::AttrKind::Floats, 0, 0, 0, 0, v2);
+          }
+        },
+        v);
+    return a;
+  }
+
+  flatbuffers::Offset<fb::Weight> weight(const Layer& l, const std::string& k, const Blob& given) {
+    if (given.layout() != Layout::nchw || given.device() != Device::cpu)
+      throw Error("only plain CPU weights can be saved", {}, l.name, "weights." + k);
+    if (!given.data() && given.byte_size() != 0) throw Error("weight has no memory", {}, l.name, "weights." + k);
+    // A float32 weight on its int8 grid is stored as int8 and its scales;
+    // any other keeps its dtype, and a float32 one no scales.
+    const Blob* stored = &given;
+    QuantParams quant = given.quant();
+    if (auto q = int8_storage(given)) {
+      stored = &int8_weights.emplace_back(std::move(*q));
+    } else if (given.dtype() == DType::float32) {
+      quant = QuantParams{};
+    }
+    const Blob& b = *stored;
+    const std::size_t offset = place(b);
+    auto scales = quant.scales.empty() ? 0 : fbb.CreateVector(quant.scales);
+    auto zps = quant.zero_points.empty() ? 0 : fbb.CreateVector(quant.zero_points);
+    auto shape = ints(b.shape());
+    return fb::CreateWeight(fbb, fbb.CreateString(k), static_cast<uint8_t>(b.dtype()), shape, offset, b.byte_size(),
+                            scales, zps, quant.axis);
+  }
+
+  flatbuffers::Offset<fb::Layer> layer(const Layer& l) {
+    std::vector<flatbuffers::Offset<fb::Attr>> params;
+    for (const auto& [k, v] : l.params) params.push_back(attr(k, v));
+    std::vector<flatbuffers::Offset<fb::Weight>> weights;
+    for (const auto& [k, given] : l.weights) weights.push_back(weight(l, k, given));
+    return fb::CreateLayer(fbb, fbb.CreateString(l.name), fbb.CreateString(l.type), fbb.CreateVectorOfStrings(l.inputs),
+                           fbb.CreateVectorOfStrings(l.outputs), fbb.CreateVector(params), fbb.CreateVector(weights));
+  }
+
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::RoutineParam>>> params(const RoutineParams& ps) {
+    std::vector<flatbuffers::Offset<fb::RoutineParam>> out;
+    for (const auto& [k, v] : ps) out.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
+    return fbb.CreateVector(out);
+  }
+
+  /// A routine choice and its children's, recursively.
+  flatbuffers::Offset<fb::RoutineChoice> choice(const RoutineChoice& c) {
+    std::vector<flatbuffers::Offset<fb::RoutineChoice>> children;
+    for (const auto& child : c.children) children.push_back(choice(child));
+    auto children_vec = children.empty() ? 0 : fbb.CreateVector(children);  // absent: what older writers wrote
+    auto ps = params(c.params);
+    return fb::CreateRoutineChoice(fbb, fbb.CreateString(c.layer), fbb.CreateString(c.descriptor), ps, c.predicted_ms,
+                                   c.measured_ms, children_vec);
+  }
+
+  flatbuffers::Offset<fb::RoutinePath> path(const RoutinePath& p) {
     std::vector<flatbuffers::Offset<fb::RoutineChoice>> rcs;
-    auto choice = [&](auto&& self, const RoutineChoice& c) -> flatbuffers::Offset<fb::RoutineChoice> {
-      std::vector<flatbuffers::Offset<fb::RoutineChoice>> children;
-      for (const auto& child : c.children) children.push_back(self(self, child));
-      auto children_vec = children.empty() ? 0 : fbb.CreateVector(children);  // absent: what older writers wrote
-      std::vector<flatbuffers::Offset<fb::RoutineParam>> ps;
-      for (const auto& [k, v] : c.params) ps.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
-      return fb::CreateRoutineChoice(fbb, fbb.CreateString(c.layer), fbb.CreateString(c.descriptor),
-                                     fbb.CreateVector(ps), c.predicted_ms, c.measured_ms, children_vec);
-    };
-    for (const auto& c : p.routines) rcs.push_back(choice(choice, c));
+    for (const auto& c : p.routines) rcs.push_back(choice(c));
     std::vector<flatbuffers::Offset<fb::AdaptChoice>> acs;
     for (const auto& a : p.adapts) {
-      std::vector<flatbuffers::Offset<fb::RoutineParam>> ps;
-      for (const auto& [k, v] : a.params) ps.push_back(fb::CreateRoutineParam(fbb, fbb.CreateString(k), v));
+      auto ps = a.params.empty() ? 0 : params(a.params);
       acs.push_back(fb::CreateAdaptChoice(fbb, fbb.CreateString(a.blob), fbb.CreateString(a.consumer),
                                           fbb.CreateString(a.from_schema), fbb.CreateString(a.to_schema),
-                                          fbb.CreateVectorOfStrings(a.steps), a.predicted_ms,
-                                          ps.empty() ? 0 : fbb.CreateVector(ps)));
+                                          fbb.CreateVectorOfStrings(a.steps), a.predicted_ms, ps));
     }
     std::vector<flatbuffers::Offset<fb::Tensor>> shapes;
     for (const auto& [name, shape] : p.input_shapes)
@@ -483,61 +500,86 @@ std::vector<unsigned char> serialize_dnn(const Graph& g, const Tuning& t) {
     return fb::CreateRoutinePath(fbb, fbb.CreateString(p.device_fingerprint), fbb.CreateVector(rcs), fbb.CreateVector(acs),
                                  p.openmp_wait.empty() ? 0 : fbb.CreateString(p.openmp_wait),
                                  shapes.empty() ? 0 : fbb.CreateVector(shapes), accuracy);
-  };
-  flatbuffers::Offset<fb::RoutinePath> path = 0;
-  if (!t.routine_path.empty() || !t.routine_path.device_fingerprint.empty()) path = write_path(t.routine_path);
-  std::vector<flatbuffers::Offset<fb::RoutinePath>> shape_paths;
-  for (const auto& p : t.shape_paths) shape_paths.push_back(write_path(p));
-  std::vector<flatbuffers::Offset<fb::BlobQuant>> quants;
-  for (const auto& [blob, q] : t.blob_quant) {
-    auto zps = q.zero_points.empty() ? 0 : fbb.CreateVector(q.zero_points);
-    quants.push_back(fb::CreateBlobQuant(fbb, fbb.CreateString(blob), fbb.CreateVector(q.scales), zps, q.axis));
   }
-  auto quant_vec = quants.empty() ? 0 : fbb.CreateVector(quants);
-  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> output_dtypes = 0;
-  if (!g.output_dtypes.empty()) {
+
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::BlobQuant>>> blob_quant(
+      const std::map<std::string, QuantParams>& quant) {
+    std::vector<flatbuffers::Offset<fb::BlobQuant>> quants;
+    for (const auto& [blob, q] : quant) {
+      auto zps = q.zero_points.empty() ? 0 : fbb.CreateVector(q.zero_points);
+      quants.push_back(fb::CreateBlobQuant(fbb, fbb.CreateString(blob), fbb.CreateVector(q.scales), zps, q.axis));
+    }
+    return quants.empty() ? 0 : fbb.CreateVector(quants);
+  }
+
+  flatbuffers::Offset<fb::PreparedWeights> prepared(const Tuning& t) {
+    if (!t.prepared) return 0;
+    std::vector<flatbuffers::Offset<fb::PreparedWeight>> entries;
+    for (const auto& [key, b] : *t.prepared) {
+      const std::size_t offset = place(b);
+      entries.push_back(fb::CreatePreparedWeight(fbb, fbb.CreateString(key), offset, b.byte_size()));
+    }
+    return fb::CreatePreparedWeights(fbb, fbb.CreateString(t.prepared_tag), fbb.CreateVector(entries));
+  }
+
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> output_dtypes(const Graph& g) {
+    if (g.output_dtypes.empty()) return 0;
     std::vector<uint8_t> codes;
     for (const auto& o : g.outputs) {
       auto it = g.output_dtypes.find(o);
       codes.push_back(static_cast<uint8_t>(it == g.output_dtypes.end() ? DType::float32 : it->second));
     }
-    output_dtypes = fbb.CreateVector(codes);
+    return fbb.CreateVector(codes);
   }
-  flatbuffers::Offset<fb::PreparedWeights> prepared = 0;
-  if (t.prepared) {
-    std::vector<flatbuffers::Offset<fb::PreparedWeight>> entries;
-    for (const auto& [key, b] : *t.prepared) {
-      std::size_t offset = weights_size;
-      weights_size = align_up(weights_size + b.byte_size());
-      blobs.push_back(&b);
-      entries.push_back(fb::CreatePreparedWeight(fbb, fbb.CreateString(key), offset, b.byte_size()));
-    }
-    prepared = fb::CreatePreparedWeights(fbb, fbb.CreateString(t.prepared_tag), fbb.CreateVector(entries));
-  }
-  auto model = fb::CreateModel(fbb, fbb.CreateString(g.name), fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
-                               fbb.CreateVector(inputs), fbb.CreateVectorOfStrings(g.outputs), fbb.CreateVector(layers), path, quant_vec,
-                               shape_paths.empty() ? 0 : fbb.CreateVector(shape_paths), output_dtypes, prepared);
-  fb::FinishModelBuffer(fbb, model);
 
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = required_format_version(g);
-  h.model_offset = kHeaderSize;
-  h.model_size = fbb.GetSize();
-  h.weights_offset = align_up(kHeaderSize + h.model_size);
-  h.weights_size = weights_size;
-  h.file_size = h.weights_offset + weights_size;
-  std::vector<unsigned char> out(h.file_size, 0);
-  std::memcpy(out.data() + h.model_offset, fbb.GetBufferPointer(), h.model_size);
-  std::size_t offset = 0;
-  for (const Blob* b : blobs) {
-    if (b->byte_size()) std::memcpy(out.data() + h.weights_offset + offset, b->data(), b->byte_size());
-    offset = align_up(offset + b->byte_size());
+  /// The whole file: header, the model section, the weights section.
+  std::vector<unsigned char> file(uint32_t version) const {
+    Header h{};
+    std::memcpy(h.magic, kMagic, sizeof kMagic);
+    h.version = version;
+    h.model_offset = kHeaderSize;
+    h.model_size = fbb.GetSize();
+    h.weights_offset = align_up(kHeaderSize + h.model_size);
+    h.weights_size = weights_size;
+    h.file_size = h.weights_offset + weights_size;
+    std::vector<unsigned char> out(h.file_size, 0);
+    std::memcpy(out.data() + h.model_offset, fbb.GetBufferPointer(), h.model_size);
+    std::size_t offset = 0;
+    for (const Blob* b : blobs) {
+      if (b->byte_size()) std::memcpy(out.data() + h.weights_offset + offset, b->data(), b->byte_size());
+      offset = align_up(offset + b->byte_size());
+    }
+    std::memcpy(out.data(), &h, kHeaderSize);
+    h.checksum = file_checksum(out.data(), out.size());
+    std::memcpy(out.data(), &h, kHeaderSize);
+    return out;
   }
-  std::memcpy(out.data(), &h, kHeaderSize);
-  h.checksum = file_checksum(out.data(), out.size());
-  std::memcpy(out.data(), &h, kHeaderSize);
-  return out;
+};
+
+}  // namespace
+
+std::vector<unsigned char> serialize_dnn(const Graph& g, const Tuning& t) {
+  Writer w;
+  std::vector<flatbuffers::Offset<fb::Tensor>> inputs;
+  for (const auto& in : g.inputs)
+    inputs.push_back(fb::CreateTensor(w.fbb, w.fbb.CreateString(in.name), static_cast<uint8_t>(in.dtype), w.ints(in.shape),
+                                      in.dynamic_dims.empty() ? 0 : w.fbb.CreateVector(in.dynamic_dims)));
+  std::vector<flatbuffers::Offset<fb::Layer>> layers;
+  for (const auto& l : g.layers) layers.push_back(w.layer(l));
+  flatbuffers::Offset<fb::RoutinePath> path = 0;
+  if (!t.routine_path.empty() || !t.routine_path.device_fingerprint.empty()) path = w.path(t.routine_path);
+  std::vector<flatbuffers::Offset<fb::RoutinePath>> shape_paths;
+  for (const auto& p : t.shape_paths) shape_paths.push_back(w.path(p));
+  auto quant = w.blob_quant(t.blob_quant);
+  auto output_dtypes = w.output_dtypes(g);
+  auto prepared = w.prepared(t);
+  auto model = fb::CreateModel(w.fbb, w.fbb.CreateString(g.name),
+                               w.fbb.CreateString(fmt::format("libsoftneuro {}", SOFTNEURO_VERSION)),
+                               w.fbb.CreateVector(inputs), w.fbb.CreateVectorOfStrings(g.outputs),
+                               w.fbb.CreateVector(layers), path, quant,
+                               shape_paths.empty() ? 0 : w.fbb.CreateVector(shape_paths), output_dtypes, prepared);
+  fb::FinishModelBuffer(w.fbb, model);
+  return w.file(required_format_version(g));
 }
 
 void write_dnn(const Graph& graph, const std::string& path, const Tuning& tuning) {

@@ -237,7 +237,9 @@ class PlanBuilder {
                              const std::vector<Shape>& output_shapes, const std::vector<QuantParams>& output_quant,
                              const RoutineChoice* choice, const Schema* child_schema, const std::string& parent);
   /// Gives `step` its view of the weight store before it is prepared.
-  void share_weights(Step& step) const;
+  /// Binds the step to the model's store of derived weights, in a scope of
+  /// its own; returns that scope.
+  std::string share_weights(Step& step);
   /// `layer` with its int8 weights (core::int8_weight) as float32, made once per
   /// model; nullptr where it holds none.
   std::shared_ptr<const Layer> float_weights_of(const Layer& layer) const;
@@ -271,6 +273,7 @@ class PlanBuilder {
   bool layer_keep_nan_ = false;  ///< LayerInfo::keep_nan of the layer add_layer is adding
   bool layer_int8_ = false;      ///< the layer add_layer is adding defaults to qint8 (layers_quantised_by_model)
   std::map<std::pair<int, std::string>, int> adapted_;  ///< (slot, schema) -> adapted slot
+  std::vector<std::string> parent_scopes_;  ///< the weight scopes of the childnets whose children are being added
 };
 
 int PlanBuilder::add_blob(const std::string& name, BlobKind kind, const Shape& shape, const Schema& schema) {
@@ -524,7 +527,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
 
   // A childnet routine: its children become steps here, their blobs planned like any other.
   std::optional<Childnet> children;
-  share_weights(*step);  // before childnet(): a childnet's derived weights (Winograd's transformed ones) are shared too
+  const std::string scope = share_weights(*step);  // before childnet(): a childnet's derived weights (Winograd's transformed ones) are shared too
   try {
     children = step->routine.routine->childnet(step->info, schema, step->params);
   } catch (const Error& e) {
@@ -541,6 +544,11 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
                               cn.schemas.size()), {}, layer.name, "routine");
     std::map<std::string, int> local;  // child blob name -> slot
     for (std::size_t i = 0; i < input_slots.size(); ++i) local[cn.inputs[i]] = input_slots[i];
+    parent_scopes_.push_back(scope);
+    struct Pop {
+      std::vector<std::string>& scopes;
+      ~Pop() { scopes.pop_back(); }
+    } pop{parent_scopes_};
     std::vector<int> outs(output_shapes.size(), -1);
     for (std::size_t k = 0; k < cn.layers.size(); ++k) {
       const Layer& child = cn.layers[k];
@@ -619,10 +627,13 @@ std::shared_ptr<const Layer> PlanBuilder::float_weights_of(const Layer& layer) c
       weights_->get_or_make("|float32 weights|" + layer.name, [&]() -> std::shared_ptr<const void> { return make(); }));
 }
 
-void PlanBuilder::share_weights(Step& step) const {
-  if (!weights_) return;
-  // Everything a routine's derived weights depend on besides the layer's own weights.
-  std::string scope = fmt::format("{}|{}|", step.name, step.routine.descriptor);
+std::string PlanBuilder::share_weights(Step& step) {
+  if (!weights_) return {};
+  // Everything a routine's derived weights depend on besides the layer's own
+  // weights; a childnet's child's, its parent's too (Winograd's wgconv child
+  // has other weights at each tile of its parent, under the same name).
+  std::string scope = fmt::format("{}{}|{}|", parent_scopes_.empty() ? "" : parent_scopes_.back() + ">", step.name,
+                                  step.routine.descriptor);
   for (const auto& [k, v] : step.params) scope += fmt::format("{}={},", k, v);
   auto quant = [&](const QuantParams& q) {
     scope += fmt::format("q{}:", q.axis);
@@ -634,8 +645,9 @@ void PlanBuilder::share_weights(Step& step) const {
   // does depend on a size puts what it depends on in its own key.
   for (const auto& q : step.info.input_quant) quant(q);
   for (const auto& q : step.info.output_quant) quant(q);
-  step.shared_weights = std::make_unique<ScopedWeights>(weights_, std::move(scope));
+  step.shared_weights = std::make_unique<ScopedWeights>(weights_, scope);
   step.info.shared = step.shared_weights.get();
+  return scope;
 }
 
 bool PlanBuilder::allowed(const Schema& s) const {

@@ -110,6 +110,142 @@ Shape dims_of(const Layer& l, const Blob& b, const char* field) {
   return Shape(dims);
 }
 
+/// shape_math's shape and size: of the first input's shape, the dims [start, end)
+/// after a `perm` and `merge_heads` (what fuse_attention absorbed).
+Blob shape_dims(const Layer& l, std::span<const Shape> shapes, const std::string& op) {
+  if (shapes.empty()) fail_field(l, "inputs", "shape of nothing");
+  Shape s = shapes[0];
+  if (op == "size") return int_blob({}, {s.numel()});
+  // perm: the shape of transpose(input, perm) (a transpose fuse_attention absorbed);
+  if (l.has("perm")) {
+    const auto p = l.get_ints("perm");
+    if (p.size() != static_cast<std::size_t>(s.rank())) fail_field(l, "perm", "perm's length is not the input's rank");
+    std::vector<int64_t> dims;
+    std::vector<bool> seen(static_cast<std::size_t>(s.rank()), false);
+    for (int64_t d : p) {
+      if (d < 0 || d >= s.rank() || seen[static_cast<std::size_t>(d)])
+        fail_field(l, "perm", fmt::format("perm entry {} out of range or repeated", d));
+      seen[static_cast<std::size_t>(d)] = true;
+      dims.push_back(shapes[0][static_cast<int>(d)]);
+    }
+    s = Shape(dims);
+  }
+  // merge_heads: the first two dims as one (a reshape [b,h,s,d] -> [b*h,s,d] fuse_attention absorbed).
+  if (l.get_int("merge_heads", 0)) {
+    if (s.rank() < 2) fail_field(l, "merge_heads", fmt::format("{} has no two dims to merge", s.to_string()));
+    std::vector<int64_t> dims{s[0] * s[1]};
+    for (int d = 2; d < s.rank(); ++d) dims.push_back(s[d]);
+    s = Shape(dims);
+  }
+  const int rank = s.rank();
+  int64_t start = l.get_int("start", 0), end = l.get_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  return int_blob(Shape{end - start}, std::vector<int64_t>(s.begin() + start, s.begin() + end));
+}
+
+Blob reshape_value(const Layer& l, std::span<const Blob> values) {
+  auto in = [&](std::size_t k, const char* field) -> const Blob& { return value_input(l, values, k, field); };
+  const Blob& data = in(0, "data");
+  Layer r;
+  r.name = l.name;
+  r.type = "reshape";
+  r.inputs = {"data"};
+  r.outputs = {"reshaped"};
+  r.params["shape"] = to_ints(in(1, "shape"));
+  if (l.get_int("allowzero", 0))
+    for (auto d : to_ints(values[1]))
+      if (d == 0) fail_field(l, "shape", "a zero-size dim (allowzero)");
+  const Shape s = data.shape();
+  return reshaped(data, infer_layer_shapes(r, std::span<const Shape>(&s, 1)).at(0));
+}
+
+/// unsqueeze, squeeze and flatten of `data`: its values under another shape.
+Blob reshaped_dims(const Layer& l, const Blob& data, const std::string& op) {
+  const Shape& s = data.shape();
+  Shape out;
+  if (op == "flatten") {
+    const int axis = static_cast<int>(l.get_int("axis", 1) < 0 ? l.get_int("axis", 1) + s.rank() : l.get_int("axis", 1));
+    if (axis < 0 || axis > s.rank()) fail_field(l, "axis", "out of range");
+    int64_t a = 1, b = 1;
+    for (int d = 0; d < s.rank(); ++d) (d < axis ? a : b) *= s[d];
+    return reshaped(data, Shape{a, b});
+  }
+  const auto axes = l.get_ints("axes", {});
+  if (op == "squeeze") {
+    std::set<int> drop;
+    for (auto a : axes) drop.insert(axis_in(l, "axes", a, s.rank()));
+    for (int d = 0; d < s.rank(); ++d) {
+      if (axes.empty() ? s[d] == 1 : drop.count(d) != 0) {
+        if (s[d] != 1) fail_field(l, "axes", fmt::format("dim {} of {} is not 1", d, s.to_string()));
+        continue;
+      }
+      out.push_back(s[d]);
+    }
+    return reshaped(data, out);
+  }
+  const int rank = s.rank() + static_cast<int>(axes.size());
+  if (rank > Shape::max_rank) fail_field(l, "axes", "too many dims");
+  std::set<int> add;
+  for (auto a : axes)
+    if (!add.insert(axis_in(l, "axes", a, rank)).second) fail_field(l, "axes", "an axis twice");
+  for (int d = 0, k = 0; d < rank; ++d) out.push_back(add.count(d) ? 1 : s[k++]);
+  return reshaped(data, out);
+}
+
+Blob tiled(const Layer& l, const Blob& input, const Blob& repeats_blob) {
+  Blob cur = input;
+  const auto repeats = to_ints(repeats_blob);
+  if (static_cast<int>(repeats.size()) != cur.shape().rank()) fail_field(l, "repeats", "not one per dim");
+  int64_t total = cur.numel();
+  for (std::size_t a = 0; a < repeats.size(); ++a) {
+    if (repeats[a] < 0 || (repeats[a] > 0 && total > kMaxValueElements / repeats[a]))
+      fail_field(l, "repeats", fmt::format("repeats [{}] of {}", fmt::join(repeats, ","), cur.shape().to_string()));
+    total *= repeats[a];
+    if (repeats[a] != 1)
+      cur = concatenated(std::vector<Blob>(static_cast<std::size_t>(repeats[a]), cur), static_cast<int>(a));
+  }
+  return cur;
+}
+
+/// reduce_min and reduce_max of `x` over `axes` (default: all), keepdims (default 1); NaN wins.
+Blob reduced_extreme(const Layer& l, const Blob& x, const std::string& op) {
+  const int rank = x.shape().rank();
+  std::vector<bool> reduced(static_cast<std::size_t>(rank), !l.has("axes"));
+  if (l.has("axes"))
+    for (int64_t a : l.get_ints("axes")) reduced[static_cast<std::size_t>(axis_in(l, "axes", a, rank))] = true;
+  const bool keep = l.get_int("keepdims", 1) != 0;
+  std::vector<int64_t> kept_dims, out_dims;  // the output with size-1 reduced dims, and as returned
+  for (int d = 0; d < rank; ++d) {
+    kept_dims.push_back(reduced[static_cast<std::size_t>(d)] ? 1 : x.shape()[d]);
+    if (!reduced[static_cast<std::size_t>(d)] || keep) out_dims.push_back(kept_dims.back());
+  }
+  if (x.numel() == 0) fail_field(l, "data", "a reduction of an empty tensor has no minimum or maximum");
+  auto reduce = [&](auto v) {  // v: the values as int64 or double; NaN wins
+    std::vector<typename decltype(v)::value_type> r(static_cast<std::size_t>(Shape(kept_dims).numel()));
+    std::vector<char> set(r.size(), 0);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t rest = i, at = 0, stride = 1;
+      for (int d = rank - 1; d >= 0; --d) {
+        const int64_t c = rest % x.shape()[d];
+        rest /= x.shape()[d];
+        if (!reduced[static_cast<std::size_t>(d)]) at += c * stride;
+        stride *= kept_dims[static_cast<std::size_t>(d)];
+      }
+      auto& m = r[static_cast<std::size_t>(at)];
+      const auto e = v[static_cast<std::size_t>(i)];
+      if (!set[static_cast<std::size_t>(at)]) m = e, set[static_cast<std::size_t>(at)] = 1;
+      else if (m == m && (e != e || (op == "reduce_min" ? e < m : e > m))) m = e;
+    }
+    return r;
+  };
+  if (x.dtype() == DType::int64) return int_blob(Shape(out_dims), reduce(to_ints(x)));
+  const auto r = reduce(to_doubles(x));
+  return float_blob(Shape(out_dims), std::vector<float>(r.begin(), r.end()));
+}
+
 Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shape> shapes) {
   static const std::map<std::string, BinaryOp, std::less<>> binary_ops = {
       {"add", BinaryOp::add},     {"sub", BinaryOp::sub},   {"mul", BinaryOp::mul},         {"div", BinaryOp::div},
@@ -121,39 +257,7 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
       {"floor", UnaryOp::floor}, {"ceil", UnaryOp::ceil}, {"not", UnaryOp::logical_not}, {"relu", UnaryOp::relu}};
   const std::string op = l.get_string("op");
   auto in = [&](std::size_t k, const char* field) -> const Blob& { return value_input(l, values, k, field); };
-  if (op == "shape" || op == "size") {
-    if (shapes.empty()) fail_field(l, "inputs", "shape of nothing");
-    Shape s = shapes[0];
-    if (op == "size") return int_blob({}, {s.numel()});
-    // perm: the shape of transpose(input, perm) (a transpose fuse_attention absorbed);
-    if (l.has("perm")) {
-      const auto p = l.get_ints("perm");
-      if (p.size() != static_cast<std::size_t>(s.rank())) fail_field(l, "perm", "perm's length is not the input's rank");
-      std::vector<int64_t> dims;
-      std::vector<bool> seen(static_cast<std::size_t>(s.rank()), false);
-      for (int64_t d : p) {
-        if (d < 0 || d >= s.rank() || seen[static_cast<std::size_t>(d)])
-          fail_field(l, "perm", fmt::format("perm entry {} out of range or repeated", d));
-        seen[static_cast<std::size_t>(d)] = true;
-        dims.push_back(shapes[0][static_cast<int>(d)]);
-      }
-      s = Shape(dims);
-    }
-    // merge_heads: the first two dims as one (a reshape [b,h,s,d] -> [b*h,s,d] fuse_attention absorbed).
-    if (l.get_int("merge_heads", 0)) {
-      if (s.rank() < 2) fail_field(l, "merge_heads", fmt::format("{} has no two dims to merge", s.to_string()));
-      std::vector<int64_t> dims{s[0] * s[1]};
-      for (int d = 2; d < s.rank(); ++d) dims.push_back(s[d]);
-      s = Shape(dims);
-    }
-    const int rank = s.rank();
-    int64_t start = l.get_int("start", 0), end = l.get_int("end", rank);
-    if (start < 0) start += rank;
-    if (end < 0) end += rank;
-    start = std::clamp<int64_t>(start, 0, rank);
-    end = std::clamp<int64_t>(end, start, rank);
-    return int_blob(Shape{end - start}, std::vector<int64_t>(s.begin() + start, s.begin() + end));
-  }
+  if (op == "shape" || op == "size") return shape_dims(l, shapes, op);
   if (auto b = binary_ops.find(op); b != binary_ops.end()) return binary(b->second, in(0, "A"), in(1, "B"));
   if (auto u = unary_ops.find(op); u != unary_ops.end()) return unary(u->second, in(0, "X"));
   if (op == "identity") return in(0, "input");
@@ -175,52 +279,8 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
     return concatenated(parts, axis_in(l, "axis", l.get_int("axis"), parts[0].shape().rank()));
   }
   if (op == "slice") return slice_value(l, values);
-  if (op == "reshape") {
-    const Blob& data = in(0, "data");
-    Layer r;
-    r.name = l.name;
-    r.type = "reshape";
-    r.inputs = {"data"};
-    r.outputs = {"reshaped"};
-    r.params["shape"] = to_ints(in(1, "shape"));
-    if (l.get_int("allowzero", 0))
-      for (auto d : to_ints(values[1]))
-        if (d == 0) fail_field(l, "shape", "a zero-size dim (allowzero)");
-    const Shape s = data.shape();
-    return reshaped(data, infer_layer_shapes(r, std::span<const Shape>(&s, 1)).at(0));
-  }
-  if (op == "unsqueeze" || op == "squeeze" || op == "flatten") {
-    const Blob& data = in(0, "data");
-    const Shape& s = data.shape();
-    Shape out;
-    if (op == "flatten") {
-      const int axis = static_cast<int>(l.get_int("axis", 1) < 0 ? l.get_int("axis", 1) + s.rank() : l.get_int("axis", 1));
-      if (axis < 0 || axis > s.rank()) fail_field(l, "axis", "out of range");
-      int64_t a = 1, b = 1;
-      for (int d = 0; d < s.rank(); ++d) (d < axis ? a : b) *= s[d];
-      return reshaped(data, Shape{a, b});
-    }
-    const auto axes = l.get_ints("axes", {});
-    if (op == "squeeze") {
-      std::set<int> drop;
-      for (auto a : axes) drop.insert(axis_in(l, "axes", a, s.rank()));
-      for (int d = 0; d < s.rank(); ++d) {
-        if (axes.empty() ? s[d] == 1 : drop.count(d) != 0) {
-          if (s[d] != 1) fail_field(l, "axes", fmt::format("dim {} of {} is not 1", d, s.to_string()));
-          continue;
-        }
-        out.push_back(s[d]);
-      }
-      return reshaped(data, out);
-    }
-    const int rank = s.rank() + static_cast<int>(axes.size());
-    if (rank > Shape::max_rank) fail_field(l, "axes", "too many dims");
-    std::set<int> add;
-    for (auto a : axes)
-      if (!add.insert(axis_in(l, "axes", a, rank)).second) fail_field(l, "axes", "an axis twice");
-    for (int d = 0, k = 0; d < rank; ++d) out.push_back(add.count(d) ? 1 : s[k++]);
-    return reshaped(data, out);
-  }
+  if (op == "reshape") return reshape_value(l, values);
+  if (op == "unsqueeze" || op == "squeeze" || op == "flatten") return reshaped_dims(l, in(0, "data"), op);
   if (op == "transpose") {
     const Blob& data = in(0, "data");
     std::vector<int64_t> perm = l.get_ints("perm", {});
@@ -232,20 +292,7 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
     const Blob& data = in(0, "input");
     return expanded(data, broadcast(data.shape(), dims_of(l, in(1, "shape"), "shape")));
   }
-  if (op == "tile") {
-    Blob cur = in(0, "input");
-    const auto repeats = to_ints(in(1, "repeats"));
-    if (static_cast<int>(repeats.size()) != cur.shape().rank()) fail_field(l, "repeats", "not one per dim");
-    int64_t total = cur.numel();
-    for (std::size_t a = 0; a < repeats.size(); ++a) {
-      if (repeats[a] < 0 || (repeats[a] > 0 && total > kMaxValueElements / repeats[a]))
-        fail_field(l, "repeats", fmt::format("repeats [{}] of {}", fmt::join(repeats, ","), cur.shape().to_string()));
-      total *= repeats[a];
-      if (repeats[a] != 1)
-        cur = concatenated(std::vector<Blob>(static_cast<std::size_t>(repeats[a]), cur), static_cast<int>(a));
-    }
-    return cur;
-  }
+  if (op == "tile") return tiled(l, in(0, "input"), in(1, "repeats"));
   if (op == "constant_of_shape") {
     const Blob& v = l.weight("value");
     if (v.numel() != 1) fail_field(l, "value", "expected one value");
@@ -282,41 +329,7 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
     for (int64_t i = 0; i < y.numel(); ++i) y.data_as<float>()[i] = (x.data_as<float>()[i] - zero_point) * scale;
     return y;
   }
-  if (op == "reduce_min" || op == "reduce_max") {  // over `axes` (default: all), keepdims=1
-    const Blob& x = in(0, "data");
-    const int rank = x.shape().rank();
-    std::vector<bool> reduced(static_cast<std::size_t>(rank), !l.has("axes"));
-    if (l.has("axes"))
-      for (int64_t a : l.get_ints("axes")) reduced[static_cast<std::size_t>(axis_in(l, "axes", a, rank))] = true;
-    const bool keep = l.get_int("keepdims", 1) != 0;
-    std::vector<int64_t> kept_dims, out_dims;  // the output with size-1 reduced dims, and as returned
-    for (int d = 0; d < rank; ++d) {
-      kept_dims.push_back(reduced[static_cast<std::size_t>(d)] ? 1 : x.shape()[d]);
-      if (!reduced[static_cast<std::size_t>(d)] || keep) out_dims.push_back(kept_dims.back());
-    }
-    if (x.numel() == 0) fail_field(l, "data", "a reduction of an empty tensor has no minimum or maximum");
-    auto reduce = [&](auto v) {  // v: the values as int64 or double; NaN wins
-      std::vector<typename decltype(v)::value_type> r(static_cast<std::size_t>(Shape(kept_dims).numel()));
-      std::vector<char> set(r.size(), 0);
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        int64_t rest = i, at = 0, stride = 1;
-        for (int d = rank - 1; d >= 0; --d) {
-          const int64_t c = rest % x.shape()[d];
-          rest /= x.shape()[d];
-          if (!reduced[static_cast<std::size_t>(d)]) at += c * stride;
-          stride *= kept_dims[static_cast<std::size_t>(d)];
-        }
-        auto& m = r[static_cast<std::size_t>(at)];
-        const auto e = v[static_cast<std::size_t>(i)];
-        if (!set[static_cast<std::size_t>(at)]) m = e, set[static_cast<std::size_t>(at)] = 1;
-        else if (m == m && (e != e || (op == "reduce_min" ? e < m : e > m))) m = e;
-      }
-      return r;
-    };
-    if (x.dtype() == DType::int64) return int_blob(Shape(out_dims), reduce(to_ints(x)));
-    const auto r = reduce(to_doubles(x));
-    return float_blob(Shape(out_dims), std::vector<float>(r.begin(), r.end()));
-  }
+  if (op == "reduce_min" || op == "reduce_max") return reduced_extreme(l, in(0, "data"), op);
   if (op == "where") return where(in(0, "condition"), in(1, "X"), in(2, "Y"));
   if (op == "scatter_nd") return scattered(in(0, "data"), in(1, "indices"), in(2, "updates"));
   fail_field(l, "op", fmt::format("unknown shape_math op '{}'", op));

@@ -888,26 +888,37 @@ struct Tuner {
   /// tuning, the best single-dtype paths, and the paths earlier tunings of
   /// this model kept) in fresh executors, interleaved, as `softneuro run`
   /// prepares them; never hands back a path slower than the default.
-  void final_check(const std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
+  /// The paths measured whole beside the tuned one in the final runs: the
+  /// single-dtype ones, those the budget's search found, then those earlier
+  /// tunings kept; measured[0] is the tuned path's, measured[1] the default's,
+  /// measured[2 + k] alternatives[k]'s.
+  struct Finalists {
+    std::vector<std::pair<std::string, profiler::PlannedPath>> alternatives;
+    std::size_t singles = 0;  ///< alternatives before this are not earlier tunings'
+    std::vector<profiler::InContext> measured;
+    double others = 0;  ///< other processes' CPUs busy during the runs (profiler::others_cpus)
+  };
+  Finalists measure_finalists(const std::vector<LayerProfile>& profiles, const profiler::PlannedPath& planned,
+                              const DefaultPath& fallback) {
+    Finalists f;
     // In-context costs measured around a mixed path can hide that a
     // single-dtype path runs faster as a whole: those are measured beside it.
-    auto alternatives = dtype_restricted_paths(profiles);
+    f.alternatives = dtype_restricted_paths(profiles);
     for (auto& b : budget_paths)
       if (path_key(b.second.path) != path_key(planned.path) &&
-          std::none_of(alternatives.begin(), alternatives.end(),
+          std::none_of(f.alternatives.begin(), f.alternatives.end(),
                        [&](const auto& a) { return path_key(a.second.path) == path_key(b.second.path); }))
-        alternatives.push_back(std::move(b));
-    DefaultPath fallback = default_path();
+        f.alternatives.push_back(std::move(b));
     progress("final measurement", 0, 1, "");
     std::vector<core::RoutinePath> to_measure{planned.path, core::RoutinePath{}};
-    for (const auto& alt : alternatives) to_measure.push_back(alt.second.path);
+    for (const auto& alt : f.alternatives) to_measure.push_back(alt.second.path);
     // Cached times a spot check cannot catch (a fast candidate's time recorded
     // too high) lead DPRS to a slower path; the paths earlier tunings kept,
     // the cold one's among them, are measured beside it whole.
     // (One the untuned default runs is measured as the default.)
     auto earlier = earlier_paths(profiles, planned.path);
     report.earlier_paths = static_cast<int>(earlier.size());
-    const std::size_t singles = alternatives.size();
+    f.singles = f.alternatives.size();
     bool earlier_is_default = false;
     for (auto& e : earlier) {
       if (path_key(e.second.path) == path_key(fallback.path)) {
@@ -915,96 +926,145 @@ struct Tuner {
         continue;
       }
       to_measure.push_back(e.second.path);
-      alternatives.push_back(std::move(e));
+      f.alternatives.push_back(std::move(e));
     }
     // Each round runs a path for about 25 ms (5 to 100 runs), so that a small
     // net's comparison is not decided by a handful of runs.
     const int final_runs = std::clamp(static_cast<int>(25.0 / std::max(0.01, report.predicted_ms)),
                                       std::max(5, opt.integrated_runs), 100);
     const profiler::CpuClock final_start = profiler::cpu_clock();
-    auto measured = prof.run_interleaved(to_measure, final_runs, 5);
-    const double final_others = profiler::others_cpus(final_start, profiler::cpu_clock());
-    if (earlier_is_default) report.earlier_ms = measured[1].total_ms;
-    for (std::size_t k = 0; k < alternatives.size(); ++k) {
-      const auto& m = measured[2 + k];
-      const bool earlier_one = k >= singles;
-      core::debug("final measurement: the {} path {:.3f} ms, the tuned path {:.3f} ms", alternatives[k].first, m.total_ms,
-                  measured[0].total_ms);
+    f.measured = prof.run_interleaved(to_measure, final_runs, 5);
+    f.others = profiler::others_cpus(final_start, profiler::cpu_clock());
+    if (earlier_is_default) report.earlier_ms = f.measured[1].total_ms;
+    return f;
+  }
+
+  /// `planned` becomes a finalist that measured 3% faster and meets the budget.
+  void take_faster(Finalists& f, const std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned) {
+    for (std::size_t k = 0; k < f.alternatives.size(); ++k) {
+      const auto& m = f.measured[2 + k];
+      const bool earlier_one = k >= f.singles;
+      core::debug("final measurement: the {} path {:.3f} ms, the tuned path {:.3f} ms", f.alternatives[k].first,
+                  m.total_ms, f.measured[0].total_ms);
       if (earlier_one && (report.earlier_ms == 0 || m.total_ms < report.earlier_ms)) report.earlier_ms = m.total_ms;
-      if (m.total_ms < measured[0].total_ms * 0.97 && accuracy_ok(alternatives[k].second.path) &&
-          confirmed(alternatives[k].second.path)) {
-        core::info("the {} path measured {:.3f} ms, the tuned path {:.3f} ms: taking the {} path", alternatives[k].first,
-                   m.total_ms, measured[0].total_ms, alternatives[k].first);
-        planned = alternatives[k].second;
-        measured[0] = m;
+      if (m.total_ms < f.measured[0].total_ms * 0.97 && accuracy_ok(f.alternatives[k].second.path) &&
+          confirmed(f.alternatives[k].second.path)) {
+        core::info("the {} path measured {:.3f} ms, the tuned path {:.3f} ms: taking the {} path", f.alternatives[k].first,
+                   m.total_ms, f.measured[0].total_ms, f.alternatives[k].first);
+        planned = f.alternatives[k].second;
+        f.measured[0] = m;
         // An earlier tuning's prediction is not this one's: its steps' times here.
         report.predicted_ms = earlier_one ? in_run_prediction(m) : planned.predicted_ms;
         report.earlier_taken = earlier_one;
         report_path(planned, profiles);
       }
     }
-    // The accuracy budget: a path that misses it gives way to the fastest path
-    // measured that meets it (float32 throughout, or float32 and one reduced dtype).
-    bool force_default = false;
+  }
+
+  /// The accuracy budget: a path that misses it gives way to the fastest
+  /// finalist that meets it (float32 throughout, or float32 and one reduced
+  /// dtype, or an earlier tuning's, validated here like the tuned one); else
+  /// the untuned default is kept (returns true) where the rules allow it, and
+  /// tuning fails where they do not.
+  bool meet_budget_finally(Finalists& f, const std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned,
+                           const DefaultPath& fallback) {
     report.accuracy = accuracy_of(planned.path, true);
     if (std::isnan(report.accuracy)) report.accuracy = -1;
     report.accuracy_missed = !accuracy_ok(planned.path) || !confirmed(planned.path, true);
+    if (!report.accuracy_missed) return false;
     const std::string why = report.accuracy_note.empty() ? "" : "; " + report.accuracy_note;
-    if (report.accuracy_missed) {
-      // The fastest path measured that meets the budget: one in a single
-      // reduced dtype with float32, the float32-only one, or one an earlier
-      // tuning kept (validated here like the tuned one).
-      int best = -1;
-      for (std::size_t k = 0; k < alternatives.size(); ++k) {
-        if (best >= 0 && measured[2 + k].total_ms >= measured[2 + best].total_ms) continue;
-        const core::RoutinePath& alt = alternatives[k].second.path;
-        const bool ok = accuracy_ok(alt) && confirmed(alt);
-        core::debug("the {} path ({:.3f} ms) {} the accuracy budget ({:.4f} on the validation samples)",
-                    alternatives[k].first, measured[2 + k].total_ms, ok ? "meets" : "misses", accuracy_of(alt));
-        if (ok) best = static_cast<int>(k);
-      }
-      const bool alt_faster = best >= 0 && measured[2 + best].total_ms < measured[1].total_ms;
-      if (best >= 0 && (alt_faster || !fallback.allowed)) {
-        const auto& alt = alternatives[static_cast<std::size_t>(best)];
-        const auto& m = measured[2 + best];
-        core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): taking the {} path ({:.3f} ms)",
-                   budget.text, report.accuracy, why, alt.first, m.total_ms);
-        planned = alt.second;
-        measured[0] = m;
-        report.earlier_taken = static_cast<std::size_t>(best) >= singles;
-        report.predicted_ms = report.earlier_taken ? in_run_prediction(m) : planned.predicted_ms;
-        report_path(planned, profiles);
-        if (core::computes_below_float32(planned.path, model_int8, *net.routines())) {
-          // It meets the budget: the report and the file carry its values.
-          report.accuracy_note = fmt::format("the mixed path missed it ({:.4f}{}); the {} path meets it", report.accuracy,
-                                             why, alt.first);
-          report.accuracy = accuracy_of(planned.path, true);
-          confirmed(planned.path, true);
-          report.accuracy_missed = false;
-        }
-      } else if (fallback.allowed) {
-        core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): keeping the untuned default's routines "
-                   "(float32, but for the layers a quantised model's author put in int8)",
-                   budget.text, report.accuracy, why);
-        force_default = true;
-      } else {
-        throw Error(fmt::format("the tuned path misses the accuracy budget {} (measured {:.4f}{}) and the schemas allowed "
-                                "leave no float32 path to keep instead; allow cpu:float32:* or loosen the budget",
-                                budget.text, report.accuracy, why),
-                    net.file, {}, "accuracy");
-      }
+    int best = -1;
+    for (std::size_t k = 0; k < f.alternatives.size(); ++k) {
+      if (best >= 0 && f.measured[2 + k].total_ms >= f.measured[2 + best].total_ms) continue;
+      const core::RoutinePath& alt = f.alternatives[k].second.path;
+      const bool ok = accuracy_ok(alt) && confirmed(alt);
+      core::debug("the {} path ({:.3f} ms) {} the accuracy budget ({:.4f} on the validation samples)",
+                  f.alternatives[k].first, f.measured[2 + k].total_ms, ok ? "meets" : "misses", accuracy_of(alt));
+      if (ok) best = static_cast<int>(k);
     }
-    core::RoutinePath path = planned.path;
-    const double tuned_ms = measured[0].total_ms, default_ms = measured[1].total_ms;
+    const bool alt_faster = best >= 0 && f.measured[2 + best].total_ms < f.measured[1].total_ms;
+    if (best >= 0 && (alt_faster || !fallback.allowed)) {
+      const auto& alt = f.alternatives[static_cast<std::size_t>(best)];
+      const auto& m = f.measured[2 + best];
+      core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): taking the {} path ({:.3f} ms)", budget.text,
+                 report.accuracy, why, alt.first, m.total_ms);
+      planned = alt.second;
+      f.measured[0] = m;
+      report.earlier_taken = static_cast<std::size_t>(best) >= f.singles;
+      report.predicted_ms = report.earlier_taken ? in_run_prediction(m) : planned.predicted_ms;
+      report_path(planned, profiles);
+      if (core::computes_below_float32(planned.path, model_int8, *net.routines())) {
+        // It meets the budget: the report and the file carry its values.
+        report.accuracy_note = fmt::format("the mixed path missed it ({:.4f}{}); the {} path meets it", report.accuracy,
+                                           why, alt.first);
+        report.accuracy = accuracy_of(planned.path, true);
+        confirmed(planned.path, true);
+        report.accuracy_missed = false;
+      }
+      return false;
+    }
+    if (fallback.allowed) {
+      core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): keeping the untuned default's routines "
+                 "(float32, but for the layers a quantised model's author put in int8)",
+                 budget.text, report.accuracy, why);
+      return true;
+    }
+    throw Error(fmt::format("the tuned path misses the accuracy budget {} (measured {:.4f}{}) and the schemas allowed "
+                            "leave no float32 path to keep instead; allow cpu:float32:* or loosen the budget",
+                            budget.text, report.accuracy, why),
+                net.file, {}, "accuracy");
+  }
+
+  /// The untuned default's routines kept, its times from the final runs
+  /// (`default_run`) in the report and the path.
+  core::RoutinePath keep_default(const DefaultPath& fallback, const profiler::InContext& default_run) {
+    auto text_of = [](const std::map<std::string, std::string>& m, const std::string& layer) {
+      auto it = m.find(layer);
+      return it == m.end() ? std::string() : it->second;
+    };
+    report.kept_default = true;
+    report.earlier_taken = false;
+    core::RoutinePath path = fallback.path;
     for (auto& rc : path.routines)
-      if (auto it = measured[0].per_step.find(rc.layer); it != measured[0].per_step.end()) rc.measured_ms = it->second;
+      if (auto it = default_run.per_step.find(rc.layer); it != default_run.per_step.end())
+        rc.predicted_ms = rc.measured_ms = it->second;
+    // Its in-context cost, as DPRS sums a tuned path's: each step's time in the
+    // final runs (the median of those no other process preempted, else the
+    // fastest: under load the whole-net median counts stalls) and the gaps
+    // between steps.
+    report.measured_ms = default_run.total_ms;
+    report.predicted_ms = in_run_prediction(default_run);
+    report.layers.clear();
+    report.adapts.clear();
+    for (const auto& r : path.routines)
+      report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
+                               r.predicted_ms, r.measured_ms, 1, -1.0, text_of(fallback.quant, r.layer),
+                               text_of(fallback.fused_into, r.layer)});
+    // And its adapts, with their times in those runs (a kept default's were
+    // left out: the report named none of the conversions a session then ran).
+    for (const auto& a : path.adapts) {
+      auto it = default_run.per_step.find(core::adapt_step_name(a.blob, a.consumer, Schema::parse(a.to_schema)));
+      report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema, adapt_text(a),
+                               it == default_run.per_step.end() ? 0.0 : it->second});
+    }
+    return path;
+  }
+
+  void final_check(const std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
+    const DefaultPath fallback = default_path();
+    Finalists f = measure_finalists(profiles, planned, fallback);
+    take_faster(f, profiles, planned);
+    const bool force_default = meet_budget_finally(f, profiles, planned, fallback);
+    core::RoutinePath path = planned.path;
+    const double tuned_ms = f.measured[0].total_ms, default_ms = f.measured[1].total_ms;
+    for (auto& rc : path.routines)
+      if (auto it = f.measured[0].per_step.find(rc.layer); it != f.measured[0].per_step.end()) rc.measured_ms = it->second;
     for (auto& l : report.layers)
-      if (auto it = measured[0].per_step.find(l.layer); it != measured[0].per_step.end() && l.integrated_ms == 0)
+      if (auto it = f.measured[0].per_step.find(l.layer); it != f.measured[0].per_step.end() && l.integrated_ms == 0)
         l.integrated_ms = it->second;
     report.measured_ms = tuned_ms;
     // (Only when the default itself obeys the user's schemas, pins and bans.)
-    const bool default_allowed = fallback.allowed;
-    if (default_allowed) report.default_ms = default_ms;
+    if (fallback.allowed) report.default_ms = default_ms;
     // A tuned path is kept only where it measured faster than the default,
     // with the machine otherwise quiet: where other processes kept every core
     // busy, a team of spinning threads waited whole time slices for each
@@ -1012,11 +1072,10 @@ struct Tuner {
     // quiet machine. (Machine-wide CPU time, not per-run signals: involuntary
     // switches and the team's CPU time flagged 94% of the runs on a quiet
     // 2-core Xeon VM, our own threads preempting each other.)
-    const bool disturbed = final_others >= 0.5;
-    if (default_allowed && (force_default || default_ms <= tuned_ms || disturbed)) {
-      report.kept_default = true;
+    const bool disturbed = f.others >= 0.5;
+    if (fallback.allowed && (force_default || default_ms <= tuned_ms || disturbed)) {
       if (force_default) {
-        // (said above; the report keeps the value the tuned path missed by)
+        // (said in meet_budget_finally; the report keeps the value the tuned path missed by)
       } else if (default_ms <= tuned_ms) {
         core::warn("the tuned path measured {:.3f} ms, the untuned default {:.3f} ms: keeping the default's routines",
                    tuned_ms, default_ms);
@@ -1024,33 +1083,10 @@ struct Tuner {
         core::warn("other processes kept {:.1f} CPUs busy during the final runs: the tuned path ({:.3f} ms against the "
                    "default's {:.3f}) cannot be trusted to be faster on a quiet machine; keeping the default's routines "
                    "(tune again when the machine is quiet)",
-                   final_others, tuned_ms, default_ms);
+                   f.others, tuned_ms, default_ms);
       }
       if (!force_default) report.accuracy = -1;  // the default runs nothing in qint8: no value of its own
-      report.earlier_taken = false;
-      path = fallback.path;
-      for (auto& rc : path.routines)
-        if (auto it = measured[1].per_step.find(rc.layer); it != measured[1].per_step.end())
-          rc.predicted_ms = rc.measured_ms = it->second;
-      // Its in-context cost, as DPRS sums a tuned path's: each step's time in the
-      // final runs (the median of those no other process preempted, else the
-      // fastest: under load the whole-net median counts stalls) and the gaps
-      // between steps.
-      report.measured_ms = default_ms;
-      report.predicted_ms = in_run_prediction(measured[1]);
-      report.layers.clear();
-      report.adapts.clear();
-      for (const auto& r : path.routines)
-        report.layers.push_back({r.layer, net.graph.find_layer(r.layer)->type, r.descriptor, params_text(r.params),
-                                 r.predicted_ms, r.measured_ms, 1, -1.0, fallback.quant[r.layer], fallback.fused_into[r.layer]});
-      // And its adapts, with their times in those runs (a kept default's were
-      // left out: the report named none of the conversions a session then ran).
-      for (const auto& a : path.adapts) {
-        auto it = measured[1].per_step.find(core::adapt_step_name(a.blob, a.consumer, Schema::parse(a.to_schema)));
-        report.adapts.push_back({a.blob, a.consumer, a.from_schema, a.to_schema,
-                                 adapt_text(a),
-                                 it == measured[1].per_step.end() ? 0.0 : it->second});
-      }
+      path = keep_default(fallback, f.measured[1]);
     }
     path.openmp_wait = report.openmp_wait;
     path.accuracy = accuracy_check(path);

@@ -223,6 +223,40 @@ TEST_CASE("a net whose routine path chooses cpu/winograd tile 4 runs its childre
   CHECK(test::values(Session(net).run(in)[0].blob) == got);
 }
 
+// A child's derived weights were scoped by the child's name, descriptor and
+// parameters only: the wgconv child of tile 4 and of tile 2 (other weights U
+// under one name) shared one pack in the model's store, and the second plan
+// read the first's panels (the tuner's final runs measure such paths side by
+// side; so does a model whose shape buckets tune different tiles).
+TEST_CASE("the children of one layer at two tiles in one model each derive their own weights", "[winograd][net]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  std::mt19937 rng(11);
+  ConvCase cc{1, 16, 12, 12, 24, {1, 1, 1, 1}, true, "none"};
+  auto g = conv_graph(cc, rng);
+  g.inputs[0].dynamic_dims = {2, 3};
+  core::Tuning tuning;
+  tuning.routine_path.routines = {wg_choice(4, "cpu/winograd")};
+  tuning.routine_path.input_shapes = {{"x", Shape{1, 16, 12, 12}}};
+  core::RoutinePath bucket;
+  bucket.routines = {wg_choice(2, "cpu/winograd")};
+  bucket.input_shapes = {{"x", Shape{1, 16, 40, 40}}};
+  tuning.shape_paths = {bucket};
+  const Model net = detail::make_model(g, tuning);
+  Session session(net);
+  for (const Shape& s : {Shape{1, 16, 12, 12}, Shape{1, 16, 40, 40}, Shape{1, 16, 12, 12}}) {
+    INFO(s.to_string());
+    const Blob x = random_blob(s, rng);
+    auto ref = g;
+    ref.inputs[0].shape = s;
+    const auto want = run(ref, x, {{"conv", "cpu/ref", {}, 0, 0, {}}});
+    std::vector<NamedBlob> in{{"x", x}};
+    const auto got = test::values(session.run(in)[0].blob);
+    double scale = 0;
+    const double err = max_err(got, want, &scale);
+    CHECK(err <= tolerance(4) * scale);
+  }
+}
+
 TEST_CASE("a .dnn save/load round trip keeps cpu/winograd's child choices", "[winograd][dnn]") {
   std::mt19937 rng(11);
   ConvCase cc{1, 8, 9, 9, 8, {1, 1, 1, 1}, false, "none"};
