@@ -247,6 +247,8 @@ class PlanBuilder {
   /// The steps that run as one, once every step is placed: a step and the one
   /// before it (Step::fuses_previous), then int8 gates (Step::gate).
   void fuse_pairs();
+  /// Warns once of the layers whose tuned routine cannot run here.
+  void warn_tuned_missing();
   void fuse_gates();
   /// The schema of a net input or output of dtype `d`: the I/O schema, typed.
   Schema edge_schema(DType d) const { return Schema{io_schema_.device, d, io_schema_.layout}; }
@@ -654,6 +656,69 @@ bool PlanBuilder::allowed(const Schema& s) const {
   return schemas_.empty() || std::any_of(schemas_.begin(), schemas_.end(), [&](const std::string& p) { return s.matches(p); });
 }
 
+/// The bytes of the blobs alive while each layer runs, which must fit the
+/// session's memory limit together, checked before the layer's routine is
+/// prepared: the arena's own check comes only after every layer was (a long
+/// net at a huge shape prepared for a minute, XNNPACK running each operator
+/// on scratch of its size, to be refused). Each blob lives until its last
+/// reader in graph order; net outputs live on. A running sum (blobs join as
+/// their producer is added, leave after their last reader): summed over every
+/// blob at every layer, this check took most of a new shape's planning on a
+/// net of thousands of layers.
+class LiveBytes {
+ public:
+  LiveBytes(const Graph& graph, const std::map<std::string, Shape>& shapes, std::size_t limit)
+      : shapes_(shapes), limit_(limit), leaving_(graph.layers.size() + 1) {
+    for (std::size_t i = 0; i < graph.layers.size(); ++i)
+      for (const auto& b : graph.layers[i].inputs) last_reader_[b] = i;
+    for (const auto& o : graph.outputs) last_reader_[o] = graph.layers.size();
+  }
+  /// Before layer `index`: the blobs the one before it read last leave.
+  void at(std::size_t index) {
+    if (index > 0)
+      for (uint64_t bytes : leaving_[index - 1]) live_ -= bytes;
+  }
+  /// A planned layer output of `bytes` joins until its last reader.
+  void join(const std::string& blob, uint64_t bytes) {
+    const auto r = last_reader_.find(blob);
+    if (r == last_reader_.end()) return;
+    live_ += bytes;
+    leaving_[r->second].push_back(bytes);
+  }
+  /// Throws Error naming the layer where what is alive and its outputs (at least a byte a value) exceed the limit.
+  void check(const Layer& layer) const {
+    if (!limit_) return;
+    uint64_t needed = live_;
+    for (const auto& o : layer.outputs) needed += static_cast<uint64_t>(shapes_.at(o).numel());
+    if (needed > limit_)
+      throw Error(fmt::format("the blobs alive while it runs take at least {} bytes, more than the session's memory "
+                              "limit of {} bytes", needed, limit_),
+                  {}, layer.name, "memory_limit");
+  }
+
+ private:
+  const std::map<std::string, Shape>& shapes_;
+  std::size_t limit_;
+  std::map<std::string, std::size_t> last_reader_;
+  std::vector<std::vector<uint64_t>> leaving_;  ///< bytes leaving after layer i
+  uint64_t live_ = 0;  ///< planned layer outputs read at or after the current layer, in their schemas
+};
+
+void PlanBuilder::warn_tuned_missing() {
+  if (tuned_missing_.empty()) return;
+  // A file tuned on another machine (x86 on ARM, AVX-512 on AVX2): name every such layer once.
+  std::size_t n = 0;
+  std::string groups;
+  for (const auto& [routine, layers] : tuned_missing_) {
+    n += layers.size();
+    groups += fmt::format("; {}: '{}'", routine, fmt::join(layers, "', '"));
+  }
+  warn("{} layer(s) cannot run their tuned routine here and run the default choice (tuned on another CPU? "
+       "tune again on this one){}",
+       n, groups);
+  tuned_missing_.clear();
+}
+
 void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
   const Graph& graph = graph_;
   std::map<std::string, int> blob_index;  // blob name -> slot in its producer's schema
@@ -673,36 +738,7 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
     check_fits({}, in.name, shapes.at(in.name), dtype_size(s.dtype));
     blob_index[in.name] = add_blob(in.name, BlobKind::net_input, shapes.at(in.name), s);
   }
-  // The blobs alive while a layer runs must fit together too, and that is
-  // checked before the layer's routine is prepared: the arena's own check
-  // comes only after every layer was (a long net at a huge shape prepared for
-  // a minute, XNNPACK running each operator on scratch of its size, to be
-  // refused). Each blob's last reader in graph order; net outputs live on.
-  // Kept as a running sum (blobs join as their producer is added, leave after
-  // their last reader): summed over every blob at every layer, this check took
-  // most of a new shape's planning on a net of thousands of layers.
-  std::map<std::string, std::size_t> last_reader;
-  for (std::size_t i = 0; i < graph.layers.size(); ++i)
-    for (const auto& b : graph.layers[i].inputs) last_reader[b] = i;
-  for (const auto& o : graph.outputs) last_reader[o] = graph.layers.size();
-  uint64_t live = 0;  // planned layer outputs read at or after the current layer, in their schemas
-  std::vector<std::vector<uint64_t>> leaving(graph.layers.size() + 1);  // bytes leaving after layer i
-  auto join_live = [&](const std::string& name, int slot) {
-    const auto r = last_reader.find(name);
-    if (r == last_reader.end() || slots_[static_cast<std::size_t>(slot)].kind != BlobKind::planned) return;
-    const uint64_t bytes = blobs_[static_cast<std::size_t>(slot)].byte_size();
-    live += bytes;
-    leaving[r->second].push_back(bytes);
-  };
-  auto check_live = [&](const Layer& layer) {
-    if (!memory_limit_) return;
-    uint64_t needed = live;
-    for (const auto& o : layer.outputs) needed += static_cast<uint64_t>(shapes.at(o).numel());  // at least a byte a value
-    if (needed > memory_limit_)
-      throw Error(fmt::format("the blobs alive while it runs take at least {} bytes, more than the session's memory "
-                              "limit of {} bytes", needed, memory_limit_),
-                  {}, layer.name, "memory_limit");
-  };
+  LiveBytes live(graph, shapes, memory_limit_);
 
   // The model's own int8 layers (also where every layer keeps NaN: int8 holds
   // none, quantising one gives a number, as ONNX Runtime's QuantizeLinear
@@ -714,8 +750,7 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
   const std::set<std::string>& int8_layers = analyses->quantised_by_model;
   for (std::size_t layer_index = 0; layer_index < graph.layers.size(); ++layer_index) {
     const Layer& layer = graph.layers[layer_index];
-    if (layer_index > 0)
-      for (uint64_t bytes : leaving[layer_index - 1]) live -= bytes;
+    live.at(layer_index);
     if (layer.type == "constant") {
       // Constants are bound to their weight's memory once; nothing runs.
       const Blob& value = layer.weight("value");
@@ -742,30 +777,19 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
       out_quant.push_back(quant_of(o));
       check_fits(layer.name, o, out_shapes.back(), 1);
     }
-    check_live(layer);
+    live.check(layer);
     layer_keep_nan_ = keep_nan_ || nan_layers.count(layer.name);
     layer_int8_ = int8_layers.count(layer.name) > 0;
     auto outs = add_layer(layer, ins, out_shapes, out_quant, path_.find(layer.name), nullptr, {});
     for (std::size_t k = 0; k < layer.outputs.size(); ++k) {
       blob_index[layer.outputs[k]] = outs[k];
-      join_live(layer.outputs[k], outs[k]);
+      if (slots_[static_cast<std::size_t>(outs[k])].kind == BlobKind::planned)
+        live.join(layer.outputs[k], blobs_[static_cast<std::size_t>(outs[k])].byte_size());
     }
   }
   layer_keep_nan_ = false;
   layer_int8_ = false;
-  if (!tuned_missing_.empty()) {
-    // A file tuned on another machine (x86 on ARM, AVX-512 on AVX2): name every such layer once.
-    std::size_t n = 0;
-    std::string groups;
-    for (const auto& [routine, layers] : tuned_missing_) {
-      n += layers.size();
-      groups += fmt::format("; {}: '{}'", routine, fmt::join(layers, "', '"));
-    }
-    warn("{} layer(s) cannot run their tuned routine here and run the default choice (tuned on another CPU? "
-         "tune again on this one){}",
-         n, groups);
-    tuned_missing_.clear();
-  }
+  warn_tuned_missing();
 
   // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU),
   // typed ones in their dtype.

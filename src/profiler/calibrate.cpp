@@ -489,6 +489,94 @@ core::Graph every_value_out(const core::Graph& graph) {
   return g;
 }
 
+namespace {
+
+/// Channel sums of conv2 and dense inputs (axis 1; dense: the last axis), for
+/// bias correction: their means over every value calibration sees.
+class ChannelMeans {
+ public:
+  explicit ChannelMeans(const detail::WorkingModel& net) {
+    for (const Layer& l : net.graph.layers)
+      if ((l.type == "conv2" || l.type == "dense") && !l.inputs.empty() && net.shapes.count(l.inputs[0]) &&
+          !sums_.count(l.inputs[0])) {
+        const Shape& x = net.shapes.at(l.inputs[0]);
+        if (x.rank() < 2) continue;
+        Sums& c = sums_[l.inputs[0]];
+        c.last_axis = l.type == "dense";
+        c.sums.assign(static_cast<std::size_t>(c.last_axis ? x[x.rank() - 1] : x[1]), 0.0);
+      }
+  }
+  /// Adds blob `name`'s values, where a layer reads it (threads may add different blobs at once).
+  void add(const std::string& name, const Blob& b) {
+    auto it = sums_.find(name);
+    if (it == sums_.end()) return;
+    Sums& c = it->second;
+    const int64_t channels = static_cast<int64_t>(c.sums.size());
+    if (channels == 0 || b.numel() % channels) return;
+    const int64_t inner = c.last_axis ? 1 : b.numel() / std::max<int64_t>(1, b.shape()[0] * channels);
+    const float* p = b.data_as<float>();
+    // Runs of `inner` values of one channel, channel after channel (no division per value).
+    for (int64_t i = 0, ch = 0; i < b.numel(); i += inner, ch = ch + 1 == channels ? 0 : ch + 1) {
+      double sum = 0;
+      for (int64_t j = i; j < i + inner; ++j)
+        if (std::isfinite(p[j])) sum += p[j];
+      c.sums[static_cast<std::size_t>(ch)] += sum;
+    }
+    c.per_channel += double(b.numel()) / double(channels);
+  }
+  std::map<std::string, std::vector<double>> means() && {
+    std::map<std::string, std::vector<double>> out;
+    for (auto& [name, c] : sums_) {
+      if (!(c.per_channel > 0)) continue;  // a constant input: nothing seen
+      for (double& v : c.sums) v /= c.per_channel;
+      out[name] = std::move(c.sums);
+    }
+    return out;
+  }
+
+ private:
+  struct Sums {
+    std::vector<double> sums;
+    double per_channel = 0;  ///< values added to each sum
+    bool last_axis = false;
+  };
+  std::map<std::string, Sums> sums_;
+};
+
+/// One quantisation per range method from what calibration saw of each blob.
+std::vector<Quantisation> quantisations(const core::Graph& graph, std::map<std::string, Range>& ranges,
+                                        const CalibrationOptions& options) {
+  std::vector<Quantisation> out;
+  const std::set<std::string> net_outputs(graph.outputs.begin(), graph.outputs.end());
+  for (RangeMethod m : options.methods) {
+    Quantisation q;
+    for (auto& [name, r] : ranges) {
+      // Net outputs keep every value seen: their rare extremes (the winning
+      // class's score) are what the user reads, and clipping them cost the
+      // PP-OCR recogniser's softmax most of its argmax under the entropy method.
+      auto [lo, hi] = net_outputs.count(name) ? std::make_pair(r.lo, r.hi) : r.range(m, options.percentile);
+      std::tie(lo, hi) = consumer_range(graph, name, lo, hi);
+      q[name] = quant_from_range(lo, hi);
+    }
+    // A layer that only moves values (a max pooling, a nearest resize, a
+    // reshape, ...) outputs some of its input's values: its outputs keep the
+    // input's quantisation (what ONNX Runtime's QDQ rules do too), so no
+    // routine requantises after it (XNNPACK's int8 max pooling then ran a
+    // requantisation pass of its own: ResNet50's took 0.6 ms instead of 0.05),
+    // and its int8 routines, which need one quantisation in and out, run it
+    // under every range method, not only under the one the tuner priced.
+    for (const Layer& l : graph.layers)
+      if (moves_values(l) && !l.inputs.empty())
+        if (auto in = q.find(l.inputs[0]); in != q.end())
+          for (const auto& o : l.outputs)
+            if (q.count(o)) q[o] = in->second;
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+}  // namespace
+
 Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& options, const std::string& cache_dir) {
   if (options.methods.empty()) throw Error("no range method to calibrate with", net.file, {}, "methods");
   if (!(options.percentile > 50 && options.percentile <= 100))
@@ -523,39 +611,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
 
   auto given = options.inputs.empty() ? synthetic_inputs(net, options.synthetic_batches) : options.inputs;
   std::map<std::string, Range> ranges;
-  // Channel sums of conv2 and dense inputs (axis 1; dense: the last axis), for bias correction.
-  struct ChannelSums {
-    std::vector<double> sums;
-    double per_channel = 0;  ///< values added to each sum
-    bool last_axis = false;
-  };
-  std::map<std::string, ChannelSums> channel_sums;
-  for (const Layer& l : net.graph.layers)
-    if ((l.type == "conv2" || l.type == "dense") && !l.inputs.empty() && net.shapes.count(l.inputs[0]) &&
-        !channel_sums.count(l.inputs[0])) {
-      const Shape& x = net.shapes.at(l.inputs[0]);
-      if (x.rank() < 2) continue;
-      ChannelSums& c = channel_sums[l.inputs[0]];
-      c.last_axis = l.type == "dense";
-      c.sums.assign(static_cast<std::size_t>(c.last_axis ? x[x.rank() - 1] : x[1]), 0.0);
-    }
-  auto add_channel_sums = [&](const std::string& name, const Blob& b) {
-    auto it = channel_sums.find(name);
-    if (it == channel_sums.end()) return;
-    ChannelSums& c = it->second;
-    const int64_t channels = static_cast<int64_t>(c.sums.size());
-    if (channels == 0 || b.numel() % channels) return;
-    const int64_t inner = c.last_axis ? 1 : b.numel() / std::max<int64_t>(1, b.shape()[0] * channels);
-    const float* p = b.data_as<float>();
-    // Runs of `inner` values of one channel, channel after channel (no division per value).
-    for (int64_t i = 0, ch = 0; i < b.numel(); i += inner, ch = ch + 1 == channels ? 0 : ch + 1) {
-      double sum = 0;
-      for (int64_t j = i; j < i + inner; ++j)
-        if (std::isfinite(p[j])) sum += p[j];
-      c.sums[static_cast<std::size_t>(ch)] += sum;
-    }
-    c.per_channel += double(b.numel()) / double(channels);
-  };
+  ChannelMeans channel_means(net);
   std::vector<Range*> result_ranges;  // made before the threads share the map
   for (const auto& o : results) result_ranges.push_back(&ranges[o.name]);
   // Min and max first (over the first kBoundSamples samples where a method
@@ -575,7 +631,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
         Range& r = ranges[in.name];
         if (pass == 1) r.histogram(in.blob.data_as<float>(), in.blob.numel());  // (its bounds from pass 0)
         r.observe(in.blob.data_as<float>(), in.blob.numel());
-        if (last) add_channel_sums(in.name, in.blob);
+        if (last) channel_means.add(in.name, in.blob);
       }
       try {
         exec.run(batch, results);
@@ -590,7 +646,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
           Range& r = *result_ranges[static_cast<std::size_t>(i)];
           if (pass == 1) r.histogram(o.blob.data_as<float>(), o.blob.numel());  // (its bounds from pass 0)
           r.observe(o.blob.data_as<float>(), o.blob.numel());
-          if (last) add_channel_sums(o.name, o.blob);
+          if (last) channel_means.add(o.name, o.blob);
         }
       });
     }
@@ -604,37 +660,9 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   }
 
   Calibration result;
-  const std::set<std::string> net_outputs(net.graph.outputs.begin(), net.graph.outputs.end());
-  for (RangeMethod m : options.methods) {
-    Quantisation q;
-    for (auto& [name, r] : ranges) {
-      // Net outputs keep every value seen: their rare extremes (the winning
-      // class's score) are what the user reads, and clipping them cost the
-      // PP-OCR recogniser's softmax most of its argmax under the entropy method.
-      auto [lo, hi] = net_outputs.count(name) ? std::make_pair(r.lo, r.hi) : r.range(m, options.percentile);
-      std::tie(lo, hi) = consumer_range(net.graph, name, lo, hi);
-      q[name] = quant_from_range(lo, hi);
-    }
-    // A layer that only moves values (a max pooling, a nearest resize, a
-    // reshape, ...) outputs some of its input's values: its outputs keep the
-    // input's quantisation (what ONNX Runtime's QDQ rules do too), so no
-    // routine requantises after it (XNNPACK's int8 max pooling then ran a
-    // requantisation pass of its own: ResNet50's took 0.6 ms instead of 0.05),
-    // and its int8 routines, which need one quantisation in and out, run it
-    // under every range method, not only under the one the tuner priced.
-    for (const Layer& l : net.graph.layers)
-      if (moves_values(l) && !l.inputs.empty())
-        if (auto in = q.find(l.inputs[0]); in != q.end())
-          for (const auto& o : l.outputs)
-            if (q.count(o)) q[o] = in->second;
-    keep_own(q);
-    result.quants.push_back(std::move(q));
-  }
-  for (auto& [name, c] : channel_sums) {
-    if (!(c.per_channel > 0)) continue;  // a constant input: nothing seen
-    for (double& v : c.sums) v /= c.per_channel;
-    result.channel_means[name] = std::move(c.sums);
-  }
+  result.quants = quantisations(net.graph, ranges, options);
+  for (Quantisation& q : result.quants) keep_own(q);
+  result.channel_means = std::move(channel_means).means();
   net.tuning.blob_quant = result.quants.front();
   std::vector<std::string> names;
   for (RangeMethod m : options.methods) names.push_back(to_string(m));
