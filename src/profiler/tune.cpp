@@ -117,7 +117,7 @@ struct Tuner {
   Tuner(detail::WorkingModel& n, const TuneOptions& o)
       : net(n),
         opt(o),
-        prof(n, o, profiler::Rules{o.schemas, o.pin, o.ban},
+        prof(n, o, profiler::Rules{o.schemas, o.pin, o.ban, std::nullopt},
              // Times measured while idle threads slept do not hold where they spin, and the other way round.
              fmt::format("{}|t{}|{}|v{}", core::device_fingerprint(), num_threads(), openmp_wait(), version()),
              [this](const char* stage, int done, int total, const std::string& item) { progress(stage, done, total, item); }) {
@@ -145,7 +145,7 @@ struct Tuner {
       if (std::find(known.begin(), known.end(), s) == known.end()) known.push_back(s);
     }
     for (const auto& text : opt.schemas) {
-      profiler::Rules one{{text}, {}, {}};
+      profiler::Rules one{{text}, {}, {}, std::nullopt};
       if (std::none_of(known.begin(), known.end(), [&](const Schema& s) { return one.schema_allowed(s); })) {
         std::string list;
         for (const auto& s : known) list += (list.empty() ? "" : ", ") + s.to_string();
@@ -298,7 +298,8 @@ struct Tuner {
                                i < profiles.size() ? static_cast<int>(profiles[i].measured.size()) : 0,
                                sensitivity.count(r.layer) ? sensitivity.at(r.layer) : -1.0,
                                i < profiles.size() ? core::describe_quant(profiles[i].info.input_quant, profiles[i].info.output_quant)
-                                                   : std::string()});
+                                                   : std::string(),
+                               std::string()});
       // A pair DPRS priced as one step: the second layer's step computes the first.
       if (i > 0 && i < profiles.size() && i < planned.picks.size() &&
           profiles[i].fused_pair(planned.picks[i - 1], planned.picks[i]))
@@ -313,6 +314,36 @@ struct Tuner {
   TuneReport run() {
     if (num_threads() < 1) throw Error("no threads");
     check_schema_entries();
+    resolve_budget_and_calibrate();
+    auto profiles = prof.unit_profile();
+    prof.measure_fused_pairs(profiles);
+
+    // DPRS on unit costs.
+    progress("dprs", 0, 1, "");
+    profiler::PlannedPath planned = solve(profiles, false);
+    integrated_profiling(profiles, planned);
+    core::RoutinePath last_run = settle_in_context(profiles, planned);
+    const auto quant_profiled = net.tuning.blob_quant;
+    choose_range_method(planned.path);
+    // Another range method than the one profiled: every blob's scales changed.
+    // The profiles take them (the report names what runs), and the path is
+    // measured again in context with them below.
+    const bool requantised = net.tuning.blob_quant != quant_profiled;
+    if (requantised) prof.requantise(profiles);
+    planned = meet_budget(profiles, std::move(planned));
+    // The prediction: the chosen path's costs measured in its own context (the
+    // minimum over noisy in-context costs DPRS took favours lucky samples).
+    if (requantised || !same_routines(planned.path, last_run)) measure_in_context(profiles, planned);
+    predict(profiles, planned);
+    report.predicted_ms = planned.predicted_ms;
+    report_path(planned, profiles);
+    final_check(profiles, planned);
+    return finish();
+  }
+
+  /// The accuracy budget (parsed first: a bad one is an error before any
+  /// measuring) and, where qint8 is wanted, calibration.
+  void resolve_budget_and_calibrate() {
     model_int8 = net.analyses->quantised_by_model;
     // qint8 routines need every blob's quantisation: calibrate when none is stored yet.
     bool wants_qint8 = false;
@@ -353,14 +384,10 @@ struct Tuner {
                                         opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir);
       report.range_method = to_string(opt.calibration.methods.front());
     }
-    auto profiles = prof.unit_profile();
-    prof.measure_fused_pairs(profiles);
+  }
 
-    // DPRS on unit costs.
-    progress("dprs", 0, 1, "");
-    profiler::PlannedPath planned = solve(profiles, false);
-
-    // Integrated profiling: the best few candidates per (layer, chosen schema), in whole-net runs.
+  /// Integrated profiling: the best few candidates per (layer, chosen schema), in whole-net runs.
+  void integrated_profiling(std::vector<LayerProfile>& profiles, const profiler::PlannedPath& planned) {
     const int rounds = std::max(1, opt.candidates_per_schema);
     for (int k = 0; k < rounds; ++k) {
       progress("integrated profiling", k, rounds, "");
@@ -379,18 +406,22 @@ struct Tuner {
       measure_in_context(profiles, kth);
     }
     progress("integrated profiling", rounds, rounds, "");
+  }
 
-    // DPRS again with in-context costs. The path it chooses is run in context
-    // and solved again until it chooses the path it last ran (or four rounds):
-    // its prediction is then the sum of times measured in its own context, not
-    // of times each candidate had beside other neighbours (a mix of two
-    // measured paths predicted 0.31 ms and ran 0.38).
-    auto same_routines = [](const core::RoutinePath& a, const core::RoutinePath& b) {
-      if (a.routines.size() != b.routines.size()) return false;
-      for (std::size_t i = 0; i < a.routines.size(); ++i)
-        if (a.routines[i].descriptor != b.routines[i].descriptor || a.routines[i].params != b.routines[i].params) return false;
-      return true;
-    };
+  static bool same_routines(const core::RoutinePath& a, const core::RoutinePath& b) {
+    if (a.routines.size() != b.routines.size()) return false;
+    for (std::size_t i = 0; i < a.routines.size(); ++i)
+      if (a.routines[i].descriptor != b.routines[i].descriptor || a.routines[i].params != b.routines[i].params) return false;
+    return true;
+  }
+
+  /// DPRS again with in-context costs. The path it chooses is run in context
+  /// and solved again until it chooses the path it last ran (or four rounds):
+  /// its prediction is then the sum of times measured in its own context, not
+  /// of times each candidate had beside other neighbours (a mix of two
+  /// measured paths predicted 0.31 ms and ran 0.38). Returns the path run last.
+  core::RoutinePath settle_in_context(std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned) {
+    const int rounds = std::max(1, opt.candidates_per_schema);
     core::RoutinePath last_run = planned.path;  // the k = 0 round ran the unit-cost path
     for (int round = 0;; ++round) {
       profiler::update_context_ratios(profiles);
@@ -400,17 +431,12 @@ struct Tuner {
       measure_in_context(profiles, planned);
       last_run = planned.path;
     }
-    const auto quant_profiled = net.tuning.blob_quant;
-    choose_range_method(planned.path);
-    // Another range method than the one profiled: every blob's scales changed.
-    // The profiles take them (the report names what runs), and the path is
-    // measured again in context with them below.
-    const bool requantised = net.tuning.blob_quant != quant_profiled;
-    if (requantised) prof.requantise(profiles);
-    planned = meet_budget(profiles, std::move(planned));
-    // The prediction: the chosen path's costs measured in its own context (the
-    // minimum over noisy in-context costs DPRS took favours lucky samples).
-    if (requantised || !same_routines(planned.path, last_run)) measure_in_context(profiles, planned);
+    return last_run;
+  }
+
+  /// `planned`'s prediction: each step's in-context cost (a fused pair's, its
+  /// second's) and a dispatch, and its adapts.
+  void predict(const std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned) const {
     planned.predicted_ms = 0;
     for (std::size_t i = 0; i < profiles.size(); ++i) {
       if (i + 1 < profiles.size())
@@ -425,10 +451,6 @@ struct Tuner {
       planned.predicted_ms += planned.path.routines[i].predicted_ms + step_ms;
     }
     for (const auto& a : planned.path.adapts) planned.predicted_ms += a.predicted_ms;
-    report.predicted_ms = planned.predicted_ms;
-    report_path(planned, profiles);
-    final_check(profiles, planned);
-    return finish();
   }
 
   /// The validation samples (the user's, else synthetic, with a warning) and
