@@ -72,6 +72,28 @@ bool makes_nan(const Layer& layer, const Blob* constant_second) {
   return t == "sqrt" || t == "log" || t == "divmod" || t == "cast";
 }
 
+Layer adapt_layer(std::string name, std::string input, std::string output, const Schema& from, const Schema& to) {
+  Layer l;
+  l.name = std::move(name);
+  l.type = "adapt";
+  l.inputs = {std::move(input)};
+  l.outputs = {std::move(output)};
+  l.params["from"] = from.to_string();
+  l.params["to"] = to.to_string();
+  return l;
+}
+
+LayerInfo adapt_info(const Layer& adapt, const Shape& shape, const QuantParams& quant, const PlanOptions& options) {
+  LayerInfo info;
+  info.layer = &adapt;
+  info.input_shapes = info.output_shapes = {shape};
+  info.input_quant = info.output_quant = {quant};  // quantising adapts need the blob's calibration
+  info.memory_limit = options.memory_limit;
+  info.threads = options.threads > 0 ? options.threads : global_pool().num_threads();
+  info.routines = options.registry.get();
+  return info;
+}
+
 bool computes_below_float32(const RoutinePath& path, const std::set<std::string>& model_int8,
                             const RoutineRegistry& registry) {
   return std::any_of(path.routines.begin(), path.routines.end(), [&](const RoutineChoice& r) {
@@ -335,22 +357,11 @@ int PlanBuilder::convert(int slot, const Schema& want, const std::string& consum
   auto step = std::make_unique<Step>();
   step->name = adapt_step_name(from.name, consumer, want);
   step->adapt_consumer = consumer;
-  step->adapt_layer.name = step->name;
-  step->adapt_layer.type = "adapt";
-  step->adapt_layer.inputs = {from.name};
-  step->adapt_layer.outputs = {fmt::format("{}@{}", from.name, want.to_string())};
-  step->adapt_layer.params["from"] = from.schema.to_string();
-  step->adapt_layer.params["to"] = want.to_string();
+  step->adapt_layer =
+      adapt_layer(step->name, from.name, fmt::format("{}@{}", from.name, want.to_string()), from.schema, want);
   step->layer = &step->adapt_layer;
-  const Shape& shape = blobs_[static_cast<std::size_t>(slot)].shape();
-  step->info.layer = step->layer;
-  step->info.memory_limit = memory_limit_;
-  step->info.threads = threads_;
-  step->info.routines = &registry_;
-  step->info.input_shapes = {shape};
-  step->info.output_shapes = {shape};
-  step->info.input_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
-  step->info.output_quant = {blobs_[static_cast<std::size_t>(slot)].quant()};
+  const Shape shape = blobs_[static_cast<std::size_t>(slot)].shape();  // (a copy: add_blob grows blobs_)
+  step->info = adapt_info(step->adapt_layer, shape, blobs_[static_cast<std::size_t>(slot)].quant(), plan_.options);
   auto cands = registry.candidates(step->info, want);
   const Candidate* pick = nullptr;
   // The adapt routine the tuner measured cheapest for this conversion, where it still applies.

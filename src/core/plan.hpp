@@ -124,6 +124,13 @@ struct PlanOptions {
   std::shared_ptr<const RoutineRegistry> registry;
 };
 
+/// The synthetic layer of an adapt: `input` converted from `from` to `to` into `output`.
+Layer adapt_layer(std::string name, std::string input, std::string output, const Schema& from, const Schema& to);
+/// What an adapt of a blob of `shape` and quantisation `quant` is told: as its
+/// plan step is, and as the tuner measures it (the threads, routines and
+/// memory limit of `options`, whose registry must be set).
+LayerInfo adapt_info(const Layer& adapt, const Shape& shape, const QuantParams& quant, const PlanOptions& options);
+
 struct Plan {
   PlanOptions options;
   std::unique_ptr<Graph> specialized;  ///< the graph at these shapes where it has shape_math layers

@@ -1775,7 +1775,8 @@ Model import_tflite(const std::string& path, const ImportOptions& options) {
   } catch (const Error& e) {
     throw e.file().empty() ? e.with_file(path) : e;
   }
-  core::Tuning own{.blob_quant = core::model_quantisation(graph)};  // its int8 tensors' quantisation
+  core::Tuning own;  // its int8 tensors' quantisation
+  own.blob_quant = core::model_quantisation(graph);
   Model model = detail::make_model(std::move(graph), std::move(own), path);
   core::info("{}: read, translated and optimized in {:.1f} ms", path,
              std::chrono::duration<double, std::milli>(clock::now() - t0).count());

@@ -320,7 +320,8 @@ bool Validator::keep_values(std::size_t count) const {
   if (keep_refused_) return false;
   const core::Graph every = every_value_out(net_.graph);
   // The values as the default computes them (a QDQ model's int8 layers at their quantisation).
-  const core::Tuning as_default{.blob_quant = net_.tuning.blob_quant};
+  core::Tuning as_default;
+  as_default.blob_quant = net_.tuning.blob_quant;
   std::size_t bytes = 0;
   for (const auto& o : every.outputs) bytes += static_cast<std::size_t>(net_.shapes.at(o).numel()) * sizeof(float);
   // At most a quarter of the machine's memory, and 4 GiB (ResNet50's 16 samples: 1.6 GB).

@@ -539,14 +539,9 @@ std::optional<double> Profiler::adapt_in_context(const std::string& blob, const 
 
 AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, const Schema& from, const Schema& to) {
   if (from == to) return {0.0, {}, {}};
-  Layer l;
-  l.name = "adapt";
-  l.type = "adapt";
-  l.inputs = {"x"};
-  l.outputs = {"y"};
-  l.params["from"] = from.to_string();
-  l.params["to"] = to.to_string();
-  LayerInfo info{&l, {shape}, {shape}, {quant}, {quant}};  // quantising adapts need the blob's calibration
+  const Layer l = core::adapt_layer("adapt", "x", "y", from, to);
+  const core::PlanOptions options = net_.plan_options();  // (its registry alive while measured)
+  const LayerInfo info = core::adapt_info(l, shape, quant, options);
   struct Timed {
     const Candidate* cand;
     RoutineParams params;

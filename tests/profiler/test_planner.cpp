@@ -124,8 +124,9 @@ TEST_CASE("the planner converts a blob several layers read once, and the executo
   CHECK(std::count(adapt_steps.begin(), adapt_steps.end(), "adapt:b@cpu:float32:nchw8c") == 1);
 
   // And computes what the untuned net computes.
-  Model tuned = detail::make_model(net->graph, core::Tuning{.routine_path = planned.path}),
-        plain_net = detail::make_model(fork_graph());
+  core::Tuning tuning;
+  tuning.routine_path = planned.path;
+  Model tuned = detail::make_model(net->graph, tuning), plain_net = detail::make_model(fork_graph());
   std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 16, 8, 8}, 0.01f, -0.5f)}};
   auto a = Session(tuned).run(in), b = Session(plain_net).run(in);
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(test::values(a[k].blob) == test::values(b[k].blob));

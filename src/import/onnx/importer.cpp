@@ -1079,7 +1079,8 @@ Model import_onnx(const std::string& path, const ImportOptions& options) {
       core::info("{}: input '{}' takes any size in dims [{}] (default shape {})", path, in.name,
                  fmt::join(in.dynamic_dims, ","), in.shape.to_string());
   // A quantised model's own quantisation (its Q/DQ steps) travels beside the graph.
-  core::Tuning own{.blob_quant = core::model_quantisation(graph)};
+  core::Tuning own;
+  own.blob_quant = core::model_quantisation(graph);
   Model model = detail::make_model(std::move(graph), std::move(own), path);
   core::info("{}: read, translated and optimized in {:.1f} ms, dynamic dims checked in {:.1f} ms, model built in {:.1f} ms",
              path, ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
