@@ -1,6 +1,9 @@
 #include "core/childnet.hpp"
 
 #include "core/executor.hpp"
+#include "core/layer_types.hpp"
+
+#include <map>
 
 #include <fmt/format.h>
 
@@ -55,6 +58,50 @@ class PreparedChildnet final : public PreparedRoutine {
 };
 
 }  // namespace
+
+std::vector<ChildShapes> child_shapes(const Childnet& cn, const LayerInfo& parent) {
+  const std::string& name = parent.layer->name;
+  if (cn.inputs.size() != parent.input_shapes.size() || cn.outputs.size() != parent.output_shapes.size() ||
+      cn.schemas.size() != cn.layers.size())
+    throw Error(fmt::format("an inconsistent childnet ({} inputs, {} outputs, {} layers, {} schemas)", cn.inputs.size(),
+                            cn.outputs.size(), cn.layers.size(), cn.schemas.size()),
+                {}, name, "routine");
+  std::map<std::string, Shape> shape;
+  std::map<std::string, QuantParams> quant;  // of the parent's inputs
+  for (std::size_t i = 0; i < cn.inputs.size(); ++i) {
+    shape[cn.inputs[i]] = parent.input_shapes[i];
+    if (i < parent.input_quant.size()) quant[cn.inputs[i]] = parent.input_quant[i];
+  }
+  std::vector<ChildShapes> out(cn.layers.size());
+  for (std::size_t k = 0; k < cn.layers.size(); ++k) {
+    const Layer& child = cn.layers[k];
+    ChildShapes& c = out[k];
+    for (const auto& i : child.inputs) {
+      auto it = shape.find(i);
+      if (it == shape.end())
+        throw Error(fmt::format("child layer '{}' reads blob '{}' that no earlier child writes", child.name, i), {}, name,
+                    "routine");
+      c.inputs.push_back(it->second);
+      auto q = quant.find(i);
+      c.input_quant.push_back(q == quant.end() ? QuantParams{} : q->second);
+    }
+    c.outputs = infer_layer_shapes(child, c.inputs);
+    // The parent's outputs keep their shapes and quantisation; internal blobs have none.
+    c.output_quant.resize(child.outputs.size());
+    for (std::size_t o = 0; o < child.outputs.size(); ++o) {
+      shape[child.outputs[o]] = c.outputs[o];
+      for (std::size_t j = 0; j < cn.outputs.size(); ++j)
+        if (cn.outputs[j] == child.outputs[o]) {
+          if (c.outputs[o] != parent.output_shapes[j])
+            throw Error(fmt::format("child layer '{}' writes {} for the layer's output {}", child.name,
+                                    c.outputs[o].to_string(), parent.output_shapes[j].to_string()),
+                        {}, name, "routine");
+          if (j < parent.output_quant.size()) c.output_quant[o] = parent.output_quant[j];
+        }
+    }
+  }
+  return out;
+}
 
 std::unique_ptr<PreparedRoutine> prepare_childnet(const LayerInfo& layer, const Schema& schema, std::string_view algorithm,
                                                   const RoutineParams& params, const std::vector<RoutineChoice>& children) {

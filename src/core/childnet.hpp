@@ -24,6 +24,20 @@ std::unique_ptr<PreparedRoutine> prepare_childnet(const LayerInfo& layer, const 
                                                   std::string_view algorithm, const RoutineParams& params,
                                                   const std::vector<RoutineChoice>& children = {});
 
+/// What a childnet's child is told of its blobs, as its parent's plan tells it.
+struct ChildShapes {
+  std::vector<Shape> inputs, outputs;
+  /// The parent's blobs' quantisation where the child reads or writes one of
+  /// them (its inputs, its outputs); none on the childnet's own blobs.
+  std::vector<QuantParams> input_quant, output_quant;
+};
+/// Each child's, in order: the parent's input shapes flow through the
+/// children's shape inference. Throws Error naming the parent layer where a
+/// child reads a blob no earlier child writes, the childnet is inconsistent
+/// (counts of inputs, outputs, schemas), or a child writes one of the
+/// parent's outputs at another shape. The plan and the tuner both read it.
+std::vector<ChildShapes> child_shapes(const Childnet& cn, const LayerInfo& parent);
+
 /// Base of a childnet routine: its childnet() says the children, and outside a
 /// net it is prepared as that childnet (prepare_childnet).
 class ChildnetRoutine : public Routine {

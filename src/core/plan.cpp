@@ -1,5 +1,6 @@
 #include "core/plan.hpp"
 
+#include "core/childnet.hpp"
 #include "core/layer_types.hpp"
 #include "core/log.hpp"
 #include "core/shape_plan.hpp"
@@ -550,11 +551,12 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
   }
   if (children) {
     const Childnet& cn = *childnets_.emplace_back(std::make_unique<Childnet>(std::move(*children)));
-    if (cn.inputs.size() != input_slots.size() || cn.outputs.size() != output_shapes.size() ||
-        cn.schemas.size() != cn.layers.size())
-      throw Error(fmt::format("{} built an inconsistent childnet ({} inputs, {} outputs, {} layers, {} schemas)",
-                              step->routine.descriptor, cn.inputs.size(), cn.outputs.size(), cn.layers.size(),
-                              cn.schemas.size()), {}, layer.name, "routine");
+    std::vector<ChildShapes> shapes;
+    try {
+      shapes = child_shapes(cn, step->info);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", step->routine.descriptor, e.message()), {}, layer.name, e.field());
+    }
     std::map<std::string, int> local;  // child blob name -> slot
     for (std::size_t i = 0; i < input_slots.size(); ++i) local[cn.inputs[i]] = input_slots[i];
     parent_scopes_.push_back(scope);
@@ -566,30 +568,11 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
     for (std::size_t k = 0; k < cn.layers.size(); ++k) {
       const Layer& child = cn.layers[k];
       std::vector<int> child_in;
-      std::vector<Shape> child_in_shapes;
-      for (const auto& i : child.inputs) {
-        auto it = local.find(i);
-        if (it == local.end())
-          throw Error(fmt::format("child layer '{}' reads blob '{}' that no earlier child writes", child.name, i), {},
-                      layer.name, "routine");
-        child_in.push_back(it->second);
-        child_in_shapes.push_back(blobs_[static_cast<std::size_t>(it->second)].shape());
-      }
-      std::vector<Shape> child_out_shapes = infer_layer_shapes(child, child_in_shapes);
-      // The parent's outputs keep their shapes and quantisation; internal blobs have none.
-      std::vector<QuantParams> child_out_quant(child.outputs.size());
-      for (std::size_t o = 0; o < child.outputs.size(); ++o)
-        for (std::size_t j = 0; j < cn.outputs.size(); ++j)
-          if (cn.outputs[j] == child.outputs[o]) {
-            if (child_out_shapes[o] != output_shapes[j])
-              throw Error(fmt::format("child layer '{}' writes {} for the layer's output {}", child.name,
-                                      child_out_shapes[o].to_string(), output_shapes[j].to_string()), {}, layer.name, "routine");
-            if (j < output_quant.size()) child_out_quant[o] = output_quant[j];
-          }
+      for (const auto& i : child.inputs) child_in.push_back(local.at(i));  // (child_shapes checked each is written)
       const RoutineChoice* child_rc = rc && step->tuned ? rc->find_child(child.name) : nullptr;
       if (!child_rc) child_rc = path_.find(child.name);
-      std::vector<int> produced = add_layer(child, child_in, child_out_shapes, child_out_quant, child_rc, &cn.schemas[k],
-                                            parent.empty() ? layer.name : parent);
+      std::vector<int> produced = add_layer(child, child_in, shapes[k].outputs, shapes[k].output_quant, child_rc,
+                                            &cn.schemas[k], parent.empty() ? layer.name : parent);
       for (std::size_t o = 0; o < child.outputs.size(); ++o) {
         local[child.outputs[o]] = produced[o];
         for (std::size_t j = 0; j < cn.outputs.size(); ++j)

@@ -1,5 +1,6 @@
 #include "profiler/unit_profile.hpp"
 
+#include "core/childnet.hpp"
 #include "core/device.hpp"
 #include "core/device_hooks.hpp"
 #include "core/executor.hpp"
@@ -561,8 +562,8 @@ AdaptPick Profiler::adapt_cost(const Shape& shape, const QuantParams& quant, con
     if (!c.support.ok) continue;
     for (const auto& params : combinations(c.routine->param_space(info, to))) {
       std::string key = fmt::format("{}|adapt{}|{}|{}{}", key_prefix_, shape.to_string(), from.to_string(), c.descriptor,
-                                    params.empty() ? std::string() : "|" + params_text(params));
-      if (from.dtype == DType::qint8 || to.dtype == DType::qint8) key += "|q" + quant_digest({quant}, {});
+                                    params.empty() ? std::string() : fmt::format("|{}", params_text(params)));
+      if (from.dtype == DType::qint8 || to.dtype == DType::qint8) key += fmt::format("|q{}", quant_digest({quant}, {}));
       Timed t{&c, params, key, 0, false};
       if (auto hit = cache_.find(key)) {
         t.from_disk = !cache_.is_fresh(key);
@@ -658,29 +659,36 @@ double Profiler::childnet_cost(const Routine& r, const Schema& schema, const Lay
     return kInf;
   }
   if (!cn) return -1;
-  if (depth > 8 || cn->inputs.size() != info.input_shapes.size() || cn->outputs.size() != info.output_shapes.size() ||
-      cn->schemas.size() != cn->layers.size())
+  if (depth > 8) return kInf;
+  // Each child as the plan would tell it (core::child_shapes).
+  std::vector<core::ChildShapes> shapes;
+  try {
+    shapes = core::child_shapes(*cn, info);
+  } catch (const std::exception& e) {
+    core::info("{}: the childnet of {} is inconsistent: {}", info.layer->name, make_descriptor(schema, r.algorithm()),
+               e.what());
     return kInf;
+  }
+  std::map<std::string, Shape> shape;  // every blob of the childnet
+  for (std::size_t i = 0; i < cn->inputs.size(); ++i) shape[cn->inputs[i]] = info.input_shapes[i];
+  for (std::size_t k = 0; k < cn->layers.size(); ++k)
+    for (std::size_t o = 0; o < cn->layers[k].outputs.size(); ++o) shape[cn->layers[k].outputs[o]] = shapes[k].outputs[o];
   const std::shared_ptr<const core::RoutineRegistry> routines = net_.routines();
   const core::RoutineRegistry& registry = *routines;
-  std::map<std::string, Shape> shape;
-  for (std::size_t i = 0; i < cn->inputs.size(); ++i) shape[cn->inputs[i]] = info.input_shapes[i];
   std::vector<LayerInfo> infos(cn->layers.size());
   std::vector<std::vector<Measured>> options(cn->layers.size());
   for (std::size_t k = 0; k < cn->layers.size(); ++k) {
     const Layer& child = cn->layers[k];
     LayerInfo& ci = infos[k];
     ci.layer = &child;
+    ci.input_shapes = shapes[k].inputs;
+    ci.output_shapes = shapes[k].outputs;
+    ci.input_quant = shapes[k].input_quant;
+    ci.output_quant = shapes[k].output_quant;
     ci.keep_nan = info.keep_nan;
     ci.threads = info.threads;
-    try {
-      for (const auto& i : child.inputs) ci.input_shapes.push_back(shape.at(i));
-      ci.output_shapes = core::infer_layer_shapes(child, ci.input_shapes);
-    } catch (const std::exception& e) {
-      core::info("{}: childnet child '{}' is inconsistent: {}", info.layer->name, child.name, e.what());
-      return kInf;
-    }
-    for (std::size_t o = 0; o < child.outputs.size(); ++o) shape[child.outputs[o]] = ci.output_shapes[o];
+    ci.routines = info.routines;
+    ci.memory_limit = info.memory_limit;
     std::vector<Candidate> cands;
     for (auto& c : registry.candidates(ci))
       if (c.support.ok && (rules_.candidate_allowed(c) || (c.schema == cn->schemas[k] && c.precision() == c.schema.dtype)) &&

@@ -140,3 +140,40 @@ TEST_CASE("a childnet routine prepares and runs standalone", "[childnet]") {
   auto want = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
   CHECK(test::values(test::run_layer(l, {x}, "cpu/test_childnet", routines().get())[0]) == want);
 }
+
+// The plan and the tuner each derived a child's shapes (the tuner without the
+// parent's quantisation, threads' registry or checks); core::child_shapes is
+// the one derivation both read.
+TEST_CASE("a childnet's children's shapes and quantisation come from its parent, and bad childnets are refused", "[childnet]") {
+  Layer parent = test::make_layer("relu", {}, {}, 1, 1, "p");
+  QuantParams qin{{0.5f}, {3}, -1}, qout{{0.25f}, {-2}, -1};
+  LayerInfo info{&parent, {Shape{1, 4, 5, 5}}, {Shape{1, 4, 5, 5}}, {qin}, {qout}};
+  Childnet cn;
+  Layer a = test::make_layer("identity", {}, {}, 1, 1, "p/a");
+  a.inputs = {"x"};
+  a.outputs = {"t"};
+  Layer b = test::make_layer("relu", {}, {}, 1, 1, "p/b");
+  b.inputs = {"t"};
+  b.outputs = {"y"};
+  cn.layers = {a, b};
+  cn.schemas = {Schema{}, Schema{}};
+  cn.inputs = {"x"};
+  cn.outputs = {"y"};
+  const auto shapes = core::child_shapes(cn, info);
+  REQUIRE(shapes.size() == 2);
+  CHECK(shapes[0].inputs == std::vector<Shape>{Shape{1, 4, 5, 5}});
+  CHECK(shapes[0].input_quant[0].scales == qin.scales);      // reads the parent's input
+  CHECK(shapes[0].output_quant[0].scales.empty());           // the childnet's own blob
+  CHECK(shapes[1].input_quant[0].scales.empty());
+  CHECK(shapes[1].output_quant[0].scales == qout.scales);    // writes the parent's output
+
+  Childnet unread = cn;
+  unread.layers[1].inputs = {"nowhere"};
+  CHECK_THROWS_WITH(core::child_shapes(unread, info), Catch::Contains("reads blob 'nowhere'"));
+  Childnet wrong_shape = cn;
+  wrong_shape.layers[1].type = "flatten";
+  CHECK_THROWS_WITH(core::child_shapes(wrong_shape, info), Catch::Contains("for the layer's output [1,4,5,5]"));
+  Childnet inconsistent = cn;
+  inconsistent.schemas.pop_back();
+  CHECK_THROWS_WITH(core::child_shapes(inconsistent, info), Catch::Contains("inconsistent childnet"));
+}
