@@ -455,10 +455,9 @@ class WgRoutine final : public Routine {
 /// listed only where the CPU has AVX-512) picks the kernel set; the default is
 /// the widest the CPU has, and a file tuned elsewhere asking for AVX-512 runs
 /// the AVX2 kernels (the same arithmetic) where AVX-512 is missing.
-template <template <Isa> class P>
-class WgSimdRoutine final : public Routine {
+class WgSimdBase : public Routine {
  public:
-  explicit WgSimdRoutine(std::string_view type) : type_(type) {}
+  explicit WgSimdBase(std::string_view type) : type_(type) {}
   std::string_view layer_type() const override { return type_; }
   std::string_view algorithm() const override { return "winograd"; }
   Support supports(const LayerInfo& info, const Schema& s) const override {
@@ -471,32 +470,33 @@ class WgSimdRoutine final : public Routine {
     if (!isa_support(Isa::avx512)) return {};
     return {{"avx512", {1, 0}}};
   }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
-    const bool avx512 = isa_support(Isa::avx512).ok;
-    if (avx512 && routine_param(params, "avx512", 1) != 0) return std::make_unique<P<Isa::avx512>>(info);
-    return std::make_unique<P<Isa::avx2>>(info);
+
+ protected:
+  /// The AVX-512 kernels: where the CPU has them and the parameters do not ask for AVX2.
+  static bool avx512(const RoutineParams& params) {
+    return isa_support(Isa::avx512).ok && routine_param(params, "avx512", 1) != 0;
   }
 
  private:
   std::string_view type_;
 };
 
+template <template <Isa> class P>
+class WgSimdRoutine final : public WgSimdBase {
+ public:
+  using WgSimdBase::WgSimdBase;
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams& params) const override {
+    if (avx512(params)) return std::make_unique<P<Isa::avx512>>(info);
+    return std::make_unique<P<Isa::avx2>>(info);
+  }
+};
+
 /// cpu/winograd for wgconv: its U packed once per model (pack), planned per
 /// shape over that pack. `avx512` as WgSimdRoutine's; both kernel sets pack
 /// U alike (panels of wg::kPackedRows).
-class WgSimdConv final : public Routine {
+class WgSimdConv final : public WgSimdBase {
  public:
-  std::string_view layer_type() const override { return "wgconv"; }
-  std::string_view algorithm() const override { return "winograd"; }
-  Support supports(const LayerInfo& info, const Schema& s) const override {
-    if (!(s == Schema{})) return Support::no("computes in cpu (float32 nchw) only");
-    if (auto ok = isa_support(Isa::avx2); !ok) return ok;
-    return float_cpu(info.layer->find_weight("weight"), "weight");
-  }
-  std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override {
-    if (!isa_support(Isa::avx512)) return {};
-    return {{"avx512", {1, 0}}};
-  }
+  WgSimdConv() : WgSimdBase("wgconv") {}
   std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams& params) const override {
     const Blob& w = info.layer->weight("weight");
     if (w.shape().rank() != 3) throw Error("the weight U is not [P,C,K]", {}, info.layer->name, "weight");
@@ -527,11 +527,6 @@ class WgSimdConv final : public Routine {
       throw Error("cpu/winograd: its packed weights do not fit this layer", {}, info.layer->name, "weight");
     if (avx512(params)) return std::make_unique<ConvPrepared<Isa::avx512>>(info, std::move(pk));
     return std::make_unique<ConvPrepared<Isa::avx2>>(info, std::move(pk));
-  }
-
- private:
-  static bool avx512(const RoutineParams& params) {
-    return isa_support(Isa::avx512).ok && routine_param(params, "avx512", 1) != 0;
   }
 };
 
