@@ -137,6 +137,50 @@ void Importer::attention_steps(const Node& n, const AttentionSteps& a) {
   }
 }
 
+namespace {
+
+/// The rules of an Attention node a constant bias applies: causal (aligned to
+/// the cache's end), a window either side, and each batch row's key length.
+struct AttentionRules {
+  bool causal = false;
+  int64_t left = -1, right = -1;  ///< the window (-1: unbounded)
+  int64_t past = 0;               ///< keys in the cache before the new ones
+  std::vector<int64_t> nonpad;    ///< per batch row (empty: all keys)
+};
+
+/// The bias of `rules`: 0 where a query may attend a key, -inf elsewhere;
+/// [len, total], or [batch, 1, len, total] where the key lengths differ per row.
+std::vector<float> rule_bias(const AttentionRules& rules, int64_t batch, int64_t len, int64_t total) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t groups = rules.nonpad.empty() ? 1 : batch;
+  std::vector<float> rule(static_cast<std::size_t>(groups * len * total), 0.0f);
+  for (int64_t b = 0; b < groups; ++b) {
+    const int64_t offset = rules.nonpad.empty() ? rules.past : rules.nonpad[static_cast<std::size_t>(b)] - len;
+    for (int64_t i = 0; i < len; ++i)
+      for (int64_t j = 0; j < total; ++j) {
+        const int64_t diff = i + offset - j;
+        const bool allowed = (!rules.causal || diff >= 0) && (rules.left < 0 || diff <= rules.left) &&
+                             (rules.right < 0 || -diff <= rules.right) &&
+                             (rules.nonpad.empty() || j < rules.nonpad[static_cast<std::size_t>(b)]);
+        if (!allowed) rule[static_cast<std::size_t>((b * len + i) * total + j)] = ninf;
+      }
+  }
+  return rule;
+}
+
+/// Whether a constant bias is -inf over a whole row of keys (a query that attends nothing).
+bool masks_a_whole_row(const Blob& bias) {
+  const std::vector<double> b = to_doubles(bias);
+  const std::size_t w = static_cast<std::size_t>(bias.shape()[bias.shape().rank() - 1]);
+  for (std::size_t r = 0; w > 0 && (r + 1) * w <= b.size(); ++r)
+    if (std::all_of(b.begin() + static_cast<std::ptrdiff_t>(r * w), b.begin() + static_cast<std::ptrdiff_t>((r + 1) * w),
+                    [](double v) { return std::isinf(v) && v < 0; }))
+      return true;
+  return false;
+}
+
+}  // namespace
+
 void Importer::attention(const Node& n) {
   const Shape qs = shape_of(n, n.in(0)), ks = shape_of(n, n.in(1)), vs = shape_of(n, n.in(2));
   if (qs.rank() != ks.rank() || qs.rank() != vs.rank() || (qs.rank() != 3 && qs.rank() != 4))
@@ -200,7 +244,6 @@ void Importer::attention(const Node& n) {
   const int64_t total = past + src;
   const std::string k = repeated(k_present, total, d, "k"), v = repeated(v_present, total, dv, "v");
   // The bias: the mask, and a constant [len, total] or [B, 1, len, total] of the causal, window and padding rules.
-  const float ninf = -std::numeric_limits<float>::infinity();
   bool bias_constant = true;
   std::string bias = attention_mask(n, total, &bias_constant);
   const bool causal = n.get_int("is_causal", 0) != 0;
@@ -220,19 +263,8 @@ void Importer::attention(const Node& n) {
   // "start" without a cache, its "end" where the new keys are the queries' own.
   const bool causal_flag = one_layer && causal && left < 0 && right < 0 && nonpad.empty() && (past == 0 || src == len);
   if (!causal_flag && (causal || left >= 0 || right >= 0 || !nonpad.empty())) {
-    const int64_t groups = nonpad.empty() ? 1 : batch;
-    std::vector<float> rule(static_cast<std::size_t>(groups * len * total), 0.0f);
-    for (int64_t b = 0; b < groups; ++b) {
-      const int64_t offset = nonpad.empty() ? past : nonpad[static_cast<std::size_t>(b)] - len;
-      for (int64_t i = 0; i < len; ++i)
-        for (int64_t j = 0; j < total; ++j) {
-          const int64_t diff = i + offset - j;
-          const bool allowed = (!causal || diff >= 0) && (left < 0 || diff <= left) && (right < 0 || -diff <= right) &&
-                               (nonpad.empty() || j < nonpad[static_cast<std::size_t>(b)]);
-          if (!allowed) rule[static_cast<std::size_t>((b * len + i) * total + j)] = ninf;
-        }
-    }
     const Shape rs = nonpad.empty() ? Shape{len, total} : Shape{batch, 1, len, total};
+    const std::vector<float> rule = rule_bias(AttentionRules{causal, left, right, past, nonpad}, batch, len, total);
     const std::string r = as_blob(n, add_constant(y + "/rule_bias", float_blob(rs, rule)));
     if (bias.empty()) {
       bias = r;
@@ -248,11 +280,7 @@ void Importer::attention(const Node& n) {
   if (guard && bias_constant) {
     guard = false;
     if (const Blob* c = constant(bias)) {
-      const std::vector<double> b = to_doubles(*c);
-      const int64_t w = c->shape()[c->shape().rank() - 1];
-      for (std::size_t r = 0; r * static_cast<std::size_t>(w) < b.size() && !guard; ++r)
-        guard = std::all_of(b.begin() + static_cast<std::ptrdiff_t>(r * w), b.begin() + static_cast<std::ptrdiff_t>((r + 1) * w),
-                            [](double v) { return std::isinf(v) && v < 0; });
+      guard = masks_a_whole_row(*c);
     } else {
       guard = true;  // a sum of constants, folded later: check at run time
     }
