@@ -90,7 +90,7 @@ LayerInfo adapt_info(const Layer& adapt, const Shape& shape, const QuantParams& 
   info.input_shapes = info.output_shapes = {shape};
   info.input_quant = info.output_quant = {quant};  // quantising adapts need the blob's calibration
   info.memory_limit = options.memory_limit;
-  info.threads = options.threads > 0 ? options.threads : global_pool().num_threads();
+  info.threads = options.threads;
   info.routines = options.registry.get();
   return info;
 }
@@ -290,7 +290,7 @@ class PlanBuilder {
   const std::size_t memory_limit_ = plan_.options.memory_limit;
   const bool keep_nan_ = plan_.options.keep_nan;
   /// LayerInfo::threads: the options', else the calling thread's team, read once here.
-  const int threads_ = plan_.options.threads > 0 ? plan_.options.threads : global_pool().num_threads();
+  const int threads_ = plan_.options.threads;  // resolved by start_plan
   const Schema io_schema_ = plan_.options.io_schema;
   const RoutineRegistry& registry_ = *plan_.options.registry;
   /// While building: "descriptor (why)" -> the layers whose tuned routine cannot run here.
@@ -351,7 +351,6 @@ int PlanBuilder::in_schema(int slot, const Schema& want, const std::string& cons
 }
 
 int PlanBuilder::convert(int slot, const Schema& want, const std::string& consumer, const AdaptChoice* tuned) {
-  const RoutineRegistry& registry = registry_;
   auto key = std::make_pair(slot, want.to_string());
   if (auto it = adapted_.find(key); it != adapted_.end()) return it->second;  // converted once, whoever reads it
   const BlobSlot& from = slots_[static_cast<std::size_t>(slot)];
@@ -363,7 +362,7 @@ int PlanBuilder::convert(int slot, const Schema& want, const std::string& consum
   step->layer = &step->adapt_layer;
   const Shape shape = blobs_[static_cast<std::size_t>(slot)].shape();  // (a copy: add_blob grows blobs_)
   step->info = adapt_info(step->adapt_layer, shape, blobs_[static_cast<std::size_t>(slot)].quant(), plan_.options);
-  auto cands = registry.candidates(step->info, want);
+  auto cands = registry_.candidates(step->info, want);
   const Candidate* pick = nullptr;
   // The adapt routine the tuner measured cheapest for this conversion, where it still applies.
   if (tuned)
@@ -384,8 +383,8 @@ int PlanBuilder::convert(int slot, const Schema& want, const std::string& consum
       }
   if (!pick)
     for (const auto& c : cands)
-      if (c.support.ok && (!pick || registry.default_rank("adapt", c.descriptor) <
-                                        registry.default_rank("adapt", pick->descriptor)))
+      if (c.support.ok && (!pick || registry_.default_rank("adapt", c.descriptor) <
+                                        registry_.default_rank("adapt", pick->descriptor)))
         pick = &c;
   if (!pick) {
     // No one adapt converts a device's blob from or to a blocked CPU layout
@@ -427,7 +426,6 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
                                      const std::vector<Shape>& output_shapes,
                                      const std::vector<QuantParams>& output_quant, const RoutineChoice* rc,
                                      const Schema* child_schema, const std::string& parent) {
-  const RoutineRegistry& registry = registry_;
   auto step = std::make_unique<Step>();
   step->name = layer.name;
   step->parent = parent;
@@ -455,7 +453,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
     if (step->float_layer) step->layer = step->info.layer = step->float_layer.get();
   };
   auto reads_int8 = [&](const Routine* r, const Schema& s) {
-    return r && s.dtype == DType::qint8 && registry.builtin(r);
+    return r && s.dtype == DType::qint8 && registry_.builtin(r);
   };
 
   // A step that meets an empty tensor (a zero-size dim) runs cpu/ref, which
@@ -466,7 +464,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
   if (!child_schema && (std::any_of(step->info.input_shapes.begin(), step->info.input_shapes.end(), empty) ||
                         std::any_of(output_shapes.begin(), output_shapes.end(), empty))) {
     Schema schema;
-    if (const Routine* r = registry.find(layer.type, "cpu/ref", &schema)) {
+    if (const Routine* r = registry_.find(layer.type, "cpu/ref", &schema)) {
       read_floats();
       step->routine = Candidate{r, schema, "cpu/ref", r->supports(step->info, schema)};
       chosen = step->routine.support.ok;
@@ -475,7 +473,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
   // The tuned choice where it still applies here, else the default.
   if (rc && !chosen) {
     Schema schema;
-    const Routine* r = registry.find(layer.type, rc->descriptor, &schema);
+    const Routine* r = registry_.find(layer.type, rc->descriptor, &schema);
     if (!reads_int8(r, schema)) read_floats();
     Support why = Support::no("it is not registered in this build");
     try {
@@ -510,7 +508,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
     read_floats();
     if (child_schema) {
       // A child computes in the schema its childnet gave it.
-      step->routine = registry.default_choice(step->info, *child_schema);
+      step->routine = registry_.default_choice(step->info, *child_schema);
     } else {
       // The layout the computed inputs already have (a constant first operand,
       // mul(scale, x), is converted once; x would be reordered every run).
@@ -527,10 +525,10 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
       // channels last (oneDNN's int8 convolutions reorder nchw blobs inside:
       // a QDQ MobileNetV2 ran 3.0 ms so, 1.0 tuned in nhwc, on a Zen 5).
       if (layer_int8_)
-        step->routine = registry.default_choice_any_schema(
+        step->routine = registry_.default_choice_any_schema(
             step->info, preferred.dtype == DType::qint8 ? preferred : Schema{Device::cpu, DType::qint8, Layout::nhwc},
             is_allowed, DType::qint8);
-      if (!step->routine.routine) step->routine = registry.default_choice_any_schema(step->info, preferred, is_allowed);
+      if (!step->routine.routine) step->routine = registry_.default_choice_any_schema(step->info, preferred, is_allowed);
       if (!allowed(step->routine.schema))
         throw Error(fmt::format("no float32 routine in the session's schemas ({}) supports this layer",
                                 fmt::join(schemas_, ", ")),
@@ -885,13 +883,21 @@ void PlanBuilder::fuse_gates() {
   }
 }
 
+/// A plan of `options` with what they leave open resolved: the process's
+/// registry as it is now, the calling thread's team.
+Plan start_plan(PlanOptions options) {
+  Plan plan;
+  plan.options = std::move(options);
+  if (!plan.options.registry) plan.options.registry = RoutineRegistry::instance().snapshot();
+  if (plan.options.threads <= 0) plan.options.threads = global_pool().num_threads();
+  return plan;
+}
+
 }  // namespace
 
 Plan build_plan(const Graph& given, const Tuning& tuning, const std::map<std::string, Shape>& shapes,
                 const RoutinePath* path, PlanOptions options) {
-  Plan plan;
-  plan.options = std::move(options);
-  if (!plan.options.registry) plan.options.registry = RoutineRegistry::instance().snapshot();
+  Plan plan = start_plan(std::move(options));
   plan.specialized = specialized_if_needed(given, shapes);
   plan.graph = plan.specialized ? plan.specialized.get() : &given;
   PlanBuilder(plan, path ? *path : tuning.routine_path, tuning.blob_quant).build(shapes);
@@ -900,9 +906,7 @@ Plan build_plan(const Graph& given, const Tuning& tuning, const std::map<std::st
 
 Plan build_plan(std::unique_ptr<Graph> specialized, const Tuning& tuning, const std::map<std::string, Shape>& shapes,
                 const RoutinePath& path, PlanOptions options) {
-  Plan plan;
-  plan.options = std::move(options);
-  if (!plan.options.registry) plan.options.registry = RoutineRegistry::instance().snapshot();
+  Plan plan = start_plan(std::move(options));
   plan.specialized = std::move(specialized);
   plan.graph = plan.specialized.get();
   PlanBuilder(plan, path, tuning.blob_quant).build(shapes);

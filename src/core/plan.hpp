@@ -113,7 +113,8 @@ struct PlanOptions {
   bool keep_nan = false;
   /// The threads the session runs on (LayerInfo::threads): sessions and the
   /// tuner always give it; 0 (PlanOptions made by hand): the calling
-  /// thread's team (a session's own count, else the library's).
+  /// thread's team (a session's own count, else the library's), which the
+  /// plan's options then hold.
   int threads = 0;
   /// The given graph's analyses (a session's, made once); nullptr, or a graph
   /// specialised at these shapes (another graph): computed while planning.
@@ -128,7 +129,8 @@ struct PlanOptions {
 Layer adapt_layer(std::string name, std::string input, std::string output, const Schema& from, const Schema& to);
 /// What an adapt of a blob of `shape` and quantisation `quant` is told: as its
 /// plan step is, and as the tuner measures it (the threads, routines and
-/// memory limit of `options`, whose registry must be set).
+/// memory limit of `options`, which give both: a plan's, or a model's
+/// plan_options()).
 LayerInfo adapt_info(const Layer& adapt, const Shape& shape, const QuantParams& quant, const PlanOptions& options);
 
 struct Plan {

@@ -148,17 +148,7 @@ TEST_CASE("a childnet's children's shapes and quantisation come from its parent,
   Layer parent = test::make_layer("relu", {}, {}, 1, 1, "p");
   QuantParams qin{{0.5f}, {3}, -1}, qout{{0.25f}, {-2}, -1};
   LayerInfo info{&parent, {Shape{1, 4, 5, 5}}, {Shape{1, 4, 5, 5}}, {qin}, {qout}};
-  Childnet cn;
-  Layer a = test::make_layer("identity", {}, {}, 1, 1, "p/a");
-  a.inputs = {"x"};
-  a.outputs = {"t"};
-  Layer b = test::make_layer("relu", {}, {}, 1, 1, "p/b");
-  b.inputs = {"t"};
-  b.outputs = {"y"};
-  cn.layers = {a, b};
-  cn.schemas = {Schema{}, Schema{}};
-  cn.inputs = {"x"};
-  cn.outputs = {"y"};
+  const Childnet cn = *ReluChildnet().childnet(info, Schema{}, {});  // x -> identity -> t -> relu -> y
   const auto shapes = core::child_shapes(cn, info);
   REQUIRE(shapes.size() == 2);
   CHECK(shapes[0].inputs == std::vector<Shape>{Shape{1, 4, 5, 5}});
