@@ -90,9 +90,17 @@ struct Tuner {
   std::string sensitivity_base;  ///< sensitivity_key()'s digest of what every sensitivity depends on
   int sensitivities_measured = 0, sensitivities_cached = 0;
   bool budget_resolved_with_calibration = false;  ///< resolves_budget() with the confirmation's observations
-  std::map<std::string, double> accuracy_seen;  ///< by path_key: paths validated so far
+  /// The quantisation a path is judged and runs with: a range method (an
+  /// index into calibration.quants) and whether biases are corrected.
+  struct PathQuant {
+    std::size_t method = 0;
+    bool bias = false;
+    bool operator==(const PathQuant&) const = default;
+  };
+  PathQuant quant_now;  ///< the one net.tuning holds (choose_range_method, adopt)
+  std::map<std::string, double> accuracy_seen;  ///< by judged_key: paths validated so far
   std::set<std::string> accuracy_bounds;         ///< of those, values that are bounds (accuracy_of)
-  /// By path_key: the value on the calibration samples (confirmed) and whether
+  /// By judged_key: the value on the calibration samples (confirmed) and whether
   /// it is exact (else a bound its early stop left: a miss).
   std::map<std::string, std::pair<double, bool>> confirmation_seen;
   /// Paths the budget's search found within float32 and one reduced dtype,
@@ -564,7 +572,7 @@ struct Tuner {
   double accuracy_of(const core::RoutinePath& path, bool exact = false) {
     if (budget.metric == profiler::AccuracyBudget::Metric::none || !core::computes_below_float32(path, model_int8, *net.routines()))
       return NAN;
-    const std::string key = path_key(path);
+    const std::string key = judged_key(path);
     auto it = accuracy_seen.find(key);
     if (it != accuracy_seen.end() && !(exact && accuracy_bounds.count(key))) return it->second;
     std::size_t stopped = 0;
@@ -588,7 +596,7 @@ struct Tuner {
     // A metric over the validation set scores those samples only (its labels are the user's).
     if (budget.score_set) return true;
     // Asked of one path by the budget's search and again by the final check: measured once.
-    const auto [it, first] = confirmation_seen.try_emplace(path_key(path), 0.0, false);
+    const auto [it, first] = confirmation_seen.try_emplace(judged_key(path), 0.0, false);
     auto& [v, exact] = it->second;
     if (first || (report_it && !exact)) {
       std::size_t stopped = 0;
@@ -617,6 +625,70 @@ struct Tuner {
     for (const auto& r : path.routines) k += r.layer + '=' + r.descriptor + ' ' + params_text(r.params) + ';';
     return k;
   }
+  /// A path as judged: its routines under the quantisation net.tuning holds.
+  std::string judged_key(const core::RoutinePath& path) const {
+    return fmt::format("{}#{}{}", path_key(path), quant_now.method, quant_now.bias ? "b" : "");
+  }
+
+  /// What the cache keeps of the quantisation a tuning kept `path` with: the
+  /// range method's own value (not an index: another tuning may try other
+  /// methods) and bias correction.
+  std::string path_quant_key(const core::RoutinePath& path) const {
+    const std::string k = path_key(path);
+    return fmt::format("path-quant|{}|{:016x}", model_key(), core::xxh64(k.data(), k.size()));
+  }
+  void remember_path_quant(const core::RoutinePath& path) {
+    if (calibration.quants.empty() || !profiler::uses_qint8(path)) return;
+    const auto method = static_cast<int>(opt.calibration.methods[quant_now.method]);
+    prof.cache().put(path_quant_key(path), 2.0 * method + (quant_now.bias ? 1 : 0), 0.0);
+  }
+  /// The quantisation an earlier tuning kept `path` with, where this tuning
+  /// tries its range method; else the one held now.
+  PathQuant path_quant(const core::RoutinePath& path) {
+    PathQuant q = quant_now;
+    if (calibration.quants.empty() || !profiler::uses_qint8(path)) return q;
+    const std::optional<double> v = prof.cache().find(path_quant_key(path));
+    if (!v || !(*v >= 0 && *v < 64)) return q;
+    const int code = static_cast<int>(*v);
+    const auto& methods = opt.calibration.methods;
+    const auto it = std::find(methods.begin(), methods.end(), static_cast<RangeMethod>(code / 2));
+    if (it == methods.end() || static_cast<std::size_t>(it - methods.begin()) >= calibration.quants.size()) return q;
+    q.method = static_cast<std::size_t>(it - methods.begin());
+    q.bias = code % 2 == 1 && !opt.keep_float_weights && !calibration.channel_means.empty();
+    return q;
+  }
+  /// Makes `q` the quantisation net.tuning holds (validators measure with it).
+  void hold_quant(const PathQuant& q) {
+    if (q == quant_now) return;
+    net.tuning.blob_quant = calibration.quants[q.method];
+    bias_correction = q.bias;
+    quant_now = q;
+    net.changed();
+  }
+  /// Whether `path` meets the budget on both sample sets under `q`; the
+  /// quantisation held before is held again after.
+  bool meets_budget_under(const core::RoutinePath& path, const PathQuant& q) {
+    const PathQuant before = quant_now;
+    hold_quant(q);
+    const bool ok = accuracy_ok(path) && confirmed(path);
+    hold_quant(before);
+    return ok;
+  }
+  /// The tuning takes `q` for the path it keeps: the profiles' blobs (which
+  /// the report names) and the range method the cache remembers follow.
+  void adopt_quant(const PathQuant& q, std::vector<LayerProfile>& profiles) {
+    if (q == quant_now) return;
+    core::info("range method {}{} taken with the path an earlier tuning kept", to_string(opt.calibration.methods[q.method]),
+               q.bias ? " with bias correction" : "");
+    hold_quant(q);
+    prof.requantise(profiles);
+    report.range_method = to_string(opt.calibration.methods[q.method]);
+    report.bias_correction = q.bias;
+    prof.cache().put(range_method_key(), static_cast<double>(2 * q.method + (q.bias ? 1 : 0)), 0.0);
+  }
+  std::string range_method_key() const {
+    return fmt::format("range-method|{}|{}|{}", prof.key_prefix(), model_key(), profiler::calibration_key(net, opt.calibration));
+  }
 
   /// Calibration gave one quantisation per range method: the path DPRS chose
   /// is validated under each (the budget's metric, then cosine to break ties)
@@ -631,53 +703,79 @@ struct Tuner {
     if (quants.empty() || !profiler::uses_qint8(path)) return;
     profiler::Validator& v = validation();
     if (budget.metric != profiler::AccuracyBudget::Metric::none && !resolves_budget()) return;  // no qint8 path is kept
-    const std::string remembered_key = fmt::format("range-method|{}|{}|{}", prof.key_prefix(), model_key(),
-                                                   profiler::calibration_key(net, opt.calibration));
+    const std::string remembered_key = range_method_key();
     const std::optional<double> remembered = prof.cache().find(remembered_key);
     const int remembered_method = remembered ? static_cast<int>(*remembered) / 2 : -1;
     const int remembered_bias = remembered ? static_cast<int>(*remembered) % 2 : -1;
-    // `preferred`: the earlier tuning's choice, which a tie on the metric keeps.
-    auto better = [&](double value, double cosine, bool preferred, double than_value, double than_cosine, bool than_preferred) {
-      const double err = v.error(value), than = v.error(than_value);
-      if (err < than - 1e-12) return true;
-      if (err > than + 1e-12) return false;
-      if (preferred != than_preferred) return preferred;
-      return cosine > than_cosine;
+    // A method's score on the path: the budget's metric on the validation
+    // samples; where that ties, on the calibration samples (the final check
+    // asks both: on the recogniser every method read 1.0000 on 16 validation
+    // lines, and the cosine's pick missed ctc:0.95 on the calibration lines
+    // where another method met it, so the budget's search ran and kept a
+    // 1.2x slower path); then the earlier tuning's choice; then the cosine.
+    struct Score {
+      double value = 0, cosine = 0, confirmed = NAN;
+      bool preferred = false;
     };
+    const bool can_confirm = budget.metric != profiler::AccuracyBudget::Metric::none && !budget.score_set;
+    // (On 64 of them at most: a tie-break, on ResNet50's 300 it took 15 s.)
+    constexpr std::size_t kTieSamples = 64;
+    auto confirm = [&](Score& sc) {
+      if (can_confirm && std::isnan(sc.confirmed)) sc.confirmed = confirmation().measure(path, nullptr, kTieSamples);
+    };
+    auto tied = [&](double a, double b) { return std::abs(v.error(a) - v.error(b)) <= 1e-12; };
+    // Whether `a` scores better than `b`; `hold_a` and `hold_b` make each one's
+    // quantisation the net's, for the calibration samples' values where needed.
+    auto better = [&](Score& a, const std::function<void()>& hold_a, Score& b, const std::function<void()>& hold_b) {
+      if (!tied(a.value, b.value)) return v.error(a.value) < v.error(b.value);
+      if (can_confirm) {
+        hold_a();
+        confirm(a);
+        hold_b();
+        confirm(b);
+        if (!tied(a.confirmed, b.confirmed)) return v.error(a.confirmed) < v.error(b.confirmed);
+      }
+      if (a.preferred != b.preferred) return a.preferred;
+      return a.cosine > b.cosine;
+    };
+    std::vector<Score> scores(quants.size());
     std::size_t best = 0;
-    double best_value = 0, best_cosine = 0;
     for (std::size_t k = 0; k < quants.size(); ++k) {
       progress("range methods", static_cast<int>(k), static_cast<int>(quants.size()), to_string(opt.calibration.methods[k]));
       net.tuning.blob_quant = quants[k];
-      double cosine = 0;
-      const double value = quants.size() == 1 ? 0 : v.measure(path, &cosine);
-      if (quants.size() > 1) report.range_methods.emplace_back(to_string(opt.calibration.methods[k]), value);
-      if (k == 0 || better(value, cosine, static_cast<int>(k) == remembered_method, best_value, best_cosine,
-                           static_cast<int>(best) == remembered_method))
-        best = k, best_value = value, best_cosine = cosine;
+      Score& sc = scores[k];
+      sc.value = quants.size() == 1 ? 0 : v.measure(path, &sc.cosine);
+      sc.preferred = static_cast<int>(k) == remembered_method;
+      if (quants.size() > 1) report.range_methods.emplace_back(to_string(opt.calibration.methods[k]), sc.value);
+      if (k > 0 && better(sc, [&] { net.tuning.blob_quant = quants[k]; }, scores[best],
+                          [&, b = best] { net.tuning.blob_quant = quants[b]; }))
+        best = k;
     }
     net.tuning.blob_quant = quants[best];
     net.changed();
     report.range_method = to_string(opt.calibration.methods[best]);
+    Score kept = scores[best];
     // Bias correction, under the method kept: measured, not assumed.
     if (!opt.keep_float_weights && !calibration.channel_means.empty()) {
-      if (quants.size() == 1) best_value = v.measure(path, &best_cosine);
+      if (quants.size() == 1) kept.value = v.measure(path, &kept.cosine);
       progress("range methods", static_cast<int>(quants.size()), static_cast<int>(quants.size()), "bias correction");
-      bias_correction = true;
-      double cosine = 0;
-      const double value = v.measure(path, &cosine);
-      report.bias_corrected_accuracy = value;
       const bool same_method = static_cast<int>(best) == remembered_method;
-      bias_correction = better(value, cosine, same_method && remembered_bias == 1, best_value, best_cosine,
-                               same_method && remembered_bias == 0);
-      if (bias_correction) best_value = value;
+      kept.preferred = same_method && remembered_bias == 0;
+      Score corrected;
+      corrected.preferred = same_method && remembered_bias == 1;
+      bias_correction = true;
+      corrected.value = v.measure(path, &corrected.cosine);
+      report.bias_corrected_accuracy = corrected.value;
+      bias_correction = better(corrected, [&] { bias_correction = true; }, kept, [&] { bias_correction = false; });
+      if (bias_correction) kept = corrected;
     }
+    const double best_value = kept.value;
     report.bias_correction = bias_correction;
     prof.cache().put(remembered_key, static_cast<double>(2 * best + (bias_correction ? 1 : 0)), 0.0);
-    accuracy_seen.clear();  // measured under other scales
-    confirmation_seen.clear();
-    accuracy_bounds.clear();
-    accuracy_seen[path_key(path)] = best_value;
+    quant_now = {best, bias_correction};
+    accuracy_seen[judged_key(path)] = best_value;
+    if (!std::isnan(kept.confirmed) && confirmation().samples() <= kTieSamples)
+      confirmation_seen[judged_key(path)] = {kept.confirmed, true};
     core::info("range method {}{} kept: the chosen path measured {:.4f}{}", report.range_method,
                bias_correction ? " with bias correction" : "", best_value,
                remembered ? " (an earlier tuning's choice wins a tie)" : "");
@@ -896,7 +994,9 @@ struct Tuner {
           if (m.cand.descriptor == r.descriptor && m.params == r.params && std::isfinite(m.unit_ms)) p.picks[it->second] = &m;
         ok = p.picks[it->second] != nullptr;
       }
-      const bool known = path_key(tuned) == path_key(path) ||
+      // (The tuned path itself where the earlier tuning kept it under another
+      // quantisation: it may meet the budget under that one only.)
+      const bool known = (path_key(tuned) == path_key(path) && path_quant(path) == quant_now) ||
                          std::any_of(out.begin(), out.end(), [&](const auto& q) { return path_key(q.second.path) == path_key(path); });
       if (!ok || known) continue;
       path.device_fingerprint = report.device_fingerprint;
@@ -916,6 +1016,7 @@ struct Tuner {
   /// measured[2 + k] alternatives[k]'s.
   struct Finalists {
     std::vector<std::pair<std::string, profiler::PlannedPath>> alternatives;
+    std::vector<PathQuant> quants;  ///< each alternative's: an earlier tuning's path is judged under the one it kept
     std::size_t singles = 0;  ///< alternatives before this are not earlier tunings'
     std::vector<profiler::InContext> measured;
     double others = 0;  ///< other processes' CPUs busy during the runs (profiler::others_cpus)
@@ -950,6 +1051,8 @@ struct Tuner {
       to_measure.push_back(e.second.path);
       f.alternatives.push_back(std::move(e));
     }
+    f.quants.assign(f.alternatives.size(), quant_now);
+    for (std::size_t k = f.singles; k < f.alternatives.size(); ++k) f.quants[k] = path_quant(f.alternatives[k].second.path);
     // Each round runs a path for about 25 ms (5 to 100 runs), so that a small
     // net's comparison is not decided by a handful of runs.
     const int final_runs = std::clamp(static_cast<int>(25.0 / std::max(0.01, report.predicted_ms)),
@@ -962,17 +1065,20 @@ struct Tuner {
   }
 
   /// `planned` becomes a finalist that measured 3% faster and meets the budget.
-  void take_faster(Finalists& f, const std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned) {
+  void take_faster(Finalists& f, std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned) {
     for (std::size_t k = 0; k < f.alternatives.size(); ++k) {
       const auto& m = f.measured[2 + k];
       const bool earlier_one = k >= f.singles;
       core::debug("final measurement: the {} path {:.3f} ms, the tuned path {:.3f} ms", f.alternatives[k].first,
                   m.total_ms, f.measured[0].total_ms);
       if (earlier_one && (report.earlier_ms == 0 || m.total_ms < report.earlier_ms)) report.earlier_ms = m.total_ms;
-      if (m.total_ms < f.measured[0].total_ms * 0.97 && accuracy_ok(f.alternatives[k].second.path) &&
-          confirmed(f.alternatives[k].second.path)) {
+      // The tuned routines under an earlier tuning's quantisation run as fast:
+      // only the budget (meet_budget_finally) may prefer them.
+      if (path_key(f.alternatives[k].second.path) == path_key(planned.path)) continue;
+      if (m.total_ms < f.measured[0].total_ms * 0.97 && meets_budget_under(f.alternatives[k].second.path, f.quants[k])) {
         core::info("the {} path measured {:.3f} ms, the tuned path {:.3f} ms: taking the {} path", f.alternatives[k].first,
                    m.total_ms, f.measured[0].total_ms, f.alternatives[k].first);
+        adopt_quant(f.quants[k], profiles);
         planned = f.alternatives[k].second;
         f.measured[0] = m;
         // An earlier tuning's prediction is not this one's: its steps' times here.
@@ -988,7 +1094,7 @@ struct Tuner {
   /// dtype, or an earlier tuning's, validated here like the tuned one); else
   /// the untuned default is kept (returns true) where the rules allow it, and
   /// tuning fails where they do not.
-  bool meet_budget_finally(Finalists& f, const std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned,
+  bool meet_budget_finally(Finalists& f, std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned,
                            const DefaultPath& fallback) {
     report.accuracy = accuracy_of(planned.path, true);
     if (std::isnan(report.accuracy)) report.accuracy = -1;
@@ -999,9 +1105,9 @@ struct Tuner {
     for (std::size_t k = 0; k < f.alternatives.size(); ++k) {
       if (best >= 0 && f.measured[2 + k].total_ms >= f.measured[2 + best].total_ms) continue;
       const core::RoutinePath& alt = f.alternatives[k].second.path;
-      const bool ok = accuracy_ok(alt) && confirmed(alt);
-      core::debug("the {} path ({:.3f} ms) {} the accuracy budget ({:.4f} on the validation samples)",
-                  f.alternatives[k].first, f.measured[2 + k].total_ms, ok ? "meets" : "misses", accuracy_of(alt));
+      const bool ok = meets_budget_under(alt, f.quants[k]);
+      core::debug("the {} path ({:.3f} ms) {} the accuracy budget", f.alternatives[k].first, f.measured[2 + k].total_ms,
+                  ok ? "meets" : "misses");
       if (ok) best = static_cast<int>(k);
     }
     const bool alt_faster = best >= 0 && f.measured[2 + best].total_ms < f.measured[1].total_ms;
@@ -1010,6 +1116,7 @@ struct Tuner {
       const auto& m = f.measured[2 + best];
       core::warn("the tuned path misses the accuracy budget {} ({:.4f}{}): taking the {} path ({:.3f} ms)", budget.text,
                  report.accuracy, why, alt.first, m.total_ms);
+      adopt_quant(f.quants[static_cast<std::size_t>(best)], profiles);
       planned = alt.second;
       f.measured[0] = m;
       report.earlier_taken = static_cast<std::size_t>(best) >= f.singles;
@@ -1072,7 +1179,7 @@ struct Tuner {
     return path;
   }
 
-  void final_check(const std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
+  void final_check(std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
     const DefaultPath fallback = default_path();
     Finalists f = measure_finalists(profiles, planned, fallback);
     take_faster(f, profiles, planned);
@@ -1115,6 +1222,7 @@ struct Tuner {
     net.tuning.routine_path = path;
     net.changed();
     prof.cache().put_path(model_key(), path);
+    remember_path_quant(path);
     prof.save_cache();
   }
 
