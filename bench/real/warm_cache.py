@@ -38,8 +38,10 @@ def sh(cmd):
 
 def tune(cli, base, out, cache, extra):
     t0 = time.time()
-    sh([cli, "tune", base, "-o", out, "--cache", cache, "--report", out + ".txt"] + extra)
+    log = sh([cli, "tune", base, "-o", out, "--cache", cache, "--report", out + ".txt"] + extra)
     secs = time.time() - t0
+    with open(out + ".log", "w") as f:  # the tuner's log, beside its report
+        f.write(log)
     report = open(out + ".txt").read()
     predicted, measured = re.search(r"predicted \(DPRS[^)]*\) ([0-9.]+) ms, measured ([0-9.]+) ms", report).groups()
     cache_line = re.search(r"tuned in .*", report).group(0)

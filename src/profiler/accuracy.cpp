@@ -450,6 +450,18 @@ std::size_t Validator::observations_needed() const {
 
 bool Validator::resolves_budget() const { return observations_ >= observations_needed(); }
 
+bool ties_on_validation(const Validator& v, double a, double b) { return std::abs(v.error(a) - v.error(b)) <= 1e-12; }
+
+bool better_range_method(const Validator& v, const RangeMethodScore& a, const RangeMethodScore& b) {
+  if (!ties_on_validation(v, a.value, b.value)) return v.error(a.value) < v.error(b.value);
+  if (!std::isnan(a.confirmed) && !std::isnan(b.confirmed)) {
+    const bool a_meets = v.budget().met_by(a.confirmed), b_meets = v.budget().met_by(b.confirmed);
+    if (a_meets != b_meets) return a_meets;
+  }
+  if (a.preferred != b.preferred) return a.preferred;
+  return a.cosine > b.cosine;
+}
+
 double Validator::error(double value) const {
   switch (budget_.metric) {
     case AccuracyBudget::Metric::rel_l2: return value;

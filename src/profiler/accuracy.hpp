@@ -162,6 +162,22 @@ class Validator {
   std::size_t observations_ = 0;  ///< a user metric's mean score of the float32 outputs against themselves
 };
 
+/// One range method's (or bias correction's) scores on a path: what the
+/// tuner keeps the method by.
+struct RangeMethodScore {
+  double value = 0;        ///< the budget's metric on the validation samples
+  double cosine = 0;       ///< their mean cosine
+  double confirmed = std::numeric_limits<double>::quiet_NaN();  ///< the metric on the calibration samples, where measured
+  bool preferred = false;  ///< the one an earlier tuning of the model kept
+};
+/// Whether the validation values of two methods tie (the same error to 1e-12).
+bool ties_on_validation(const Validator& v, double a, double b);
+/// Whether `a` scores better than `b` on `v`'s budget: the validation value;
+/// on a tie, meeting the budget on the calibration samples where both were
+/// measured there (a closer value alone does not count); then the earlier
+/// tuning's choice (its sensitivities are cached under its scales); then the cosine.
+bool better_range_method(const Validator& v, const RangeMethodScore& a, const RangeMethodScore& b);
+
 /// Whether a routine computes in qint8 (its descriptor's schema).
 bool runs_in_qint8(const core::RoutineChoice& routine);
 /// Whether a path runs any layer in qint8.

@@ -707,36 +707,26 @@ struct Tuner {
     const std::optional<double> remembered = prof.cache().find(remembered_key);
     const int remembered_method = remembered ? static_cast<int>(*remembered) / 2 : -1;
     const int remembered_bias = remembered ? static_cast<int>(*remembered) % 2 : -1;
-    // A method's score on the path: the budget's metric on the validation
-    // samples; where that ties, on the calibration samples (the final check
-    // asks both: on the recogniser every method read 1.0000 on 16 validation
-    // lines, and the cosine's pick missed ctc:0.95 on the calibration lines
-    // where another method met it, so the budget's search ran and kept a
-    // 1.2x slower path); then the earlier tuning's choice; then the cosine.
-    struct Score {
-      double value = 0, cosine = 0, confirmed = NAN;
-      bool preferred = false;
-    };
+    // (profiler::better_range_method. The calibration samples count because
+    // the final check asks them too: on the recogniser every method read
+    // 1.0000 on 16 validation lines, and the cosine's pick missed ctc:0.95 on
+    // the calibration lines where another method met them, so the budget's
+    // search ran and kept a 1.2x slower path.)
+    using Score = profiler::RangeMethodScore;
     const bool can_confirm = budget.metric != profiler::AccuracyBudget::Metric::none && !budget.score_set;
-    // (On 64 of them at most: a tie-break, on ResNet50's 300 it took 15 s.)
+    // (On 64 of them at most: a tie-break, not the final check; ResNet50 calibrates on 300.)
     constexpr std::size_t kTieSamples = 64;
-    auto confirm = [&](Score& sc) {
-      if (can_confirm && std::isnan(sc.confirmed)) sc.confirmed = confirmation().measure(path, nullptr, kTieSamples);
-    };
-    auto tied = [&](double a, double b) { return std::abs(v.error(a) - v.error(b)) <= 1e-12; };
     // Whether `a` scores better than `b`; `hold_a` and `hold_b` make each one's
-    // quantisation the net's, for the calibration samples' values where needed.
+    // quantisation the net's, for the calibration samples' values where the validation ties.
     auto better = [&](Score& a, const std::function<void()>& hold_a, Score& b, const std::function<void()>& hold_b) {
-      if (!tied(a.value, b.value)) return v.error(a.value) < v.error(b.value);
-      if (can_confirm) {
-        hold_a();
-        confirm(a);
-        hold_b();
-        confirm(b);
-        if (!tied(a.confirmed, b.confirmed)) return v.error(a.confirmed) < v.error(b.confirmed);
+      if (can_confirm && profiler::ties_on_validation(v, a.value, b.value)) {
+        for (auto [sc, hold] : {std::pair{&a, &hold_a}, std::pair{&b, &hold_b}})
+          if (std::isnan(sc->confirmed)) {
+            (*hold)();
+            sc->confirmed = confirmation().measure(path, nullptr, kTieSamples);
+          }
       }
-      if (a.preferred != b.preferred) return a.preferred;
-      return a.cosine > b.cosine;
+      return profiler::better_range_method(v, a, b);
     };
     std::vector<Score> scores(quants.size());
     std::size_t best = 0;

@@ -290,3 +290,28 @@ TEST_CASE("a layer's sensitivity measured from that layer on equals the whole ne
     CHECK(from_cos == Approx(whole_cos).margin(1e-6));
   }
 }
+
+TEST_CASE("range methods tied on the validation samples: meeting the budget on the calibration samples decides first",
+          "[tune][accuracy]") {
+  std::mt19937 rng(7);
+  const auto net = detail::WorkingModel::build(fc_graph(rng));
+  const profiler::Validator v(*net, {{{"x", random_blob({2, 64}, rng, -3.f, 3.f)}}}, profiler::parse_accuracy("top1:0.9"));
+  using S = profiler::RangeMethodScore;
+  auto score = [](double value, double confirmed, bool preferred, double cosine) {
+    S s;
+    s.value = value, s.confirmed = confirmed, s.preferred = preferred, s.cosine = cosine;
+    return s;
+  };
+  // The validation value first, whatever else.
+  CHECK(profiler::better_range_method(v, score(0.97, 0.5, false, 0.1), score(0.95, 1.0, true, 1.0)));
+  // Tied there: the one meeting the budget on the calibration samples, over the earlier choice and the cosine.
+  CHECK(profiler::better_range_method(v, score(1.0, 0.92, false, 0.1), score(1.0, 0.85, true, 1.0)));
+  CHECK_FALSE(profiler::better_range_method(v, score(1.0, 0.85, true, 1.0), score(1.0, 0.92, false, 0.1)));
+  // Both meet it there: a closer value alone does not outweigh the earlier choice.
+  CHECK(profiler::better_range_method(v, score(1.0, 0.91, true, 0.1), score(1.0, 0.99, false, 1.0)));
+  // Both miss it there, or it was not measured: the earlier choice, then the cosine.
+  CHECK(profiler::better_range_method(v, score(1.0, 0.5, true, 0.1), score(1.0, 0.8, false, 1.0)));
+  CHECK(profiler::better_range_method(v, score(1.0, NAN, false, 0.9), score(1.0, NAN, false, 0.8)));
+  CHECK(profiler::ties_on_validation(v, 1.0, 1.0));
+  CHECK_FALSE(profiler::ties_on_validation(v, 1.0, 0.99));
+}
