@@ -2,7 +2,7 @@
 // on the convolution shapes of VGG16, ResNet50 and MobileNetV2 (batch 1, 224²
 // input), and prints GFLOP/s next to the machine's measured FMA peak.
 //
-//   conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING]
+//   conv_bench [--model vgg16|resnet50|mobilenetv2|ppocr_rec] [--shape SUBSTRING]
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--list]
 //              [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]
@@ -213,6 +213,10 @@ std::vector<ConvShape> model_shapes() {
       in = bl[1];
     }
   add(v, "mobilenetv2", 320, 1280, 1, 1, 7);
+  // PP-OCRv4's recogniser (48x320 input): its 5x5 depthwise layers, on square
+  // planes of about their pixels (240 channels at 12x80, 480 at 6x80).
+  add(v, "ppocr_rec", 240, 240, 5, 1, 31, 240);
+  add(v, "ppocr_rec", 480, 480, 5, 1, 22, 480);
   return v;
 }
 
@@ -569,7 +573,7 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") goals.rounds = std::max(0, std::atoi(value().c_str()));
     else {
       fmt::print(stderr,
-                 "usage: conv_bench [--model vgg16|resnet50|mobilenetv2] [--shape SUBSTRING] [--routine SUBSTRING]\n"
+                 "usage: conv_bench [--model vgg16|resnet50|mobilenetv2|ppocr_rec] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max]\n"
                  "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time] [--cold]\n"
                  "                  [--rounds N]\n");

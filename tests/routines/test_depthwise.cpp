@@ -31,6 +31,16 @@ TEST_CASE("depthwise conv2 matches cpu/ref", "[depthwise][conv2]") {
     INFO(label.str());
     if (!check_or_skip(l, {random_blob({n, c, h, w}, rng)}, descriptor, {})) return;
   }
+  // 5x5 at stride 1 over four vectors or more (in nhwc, the row-block kernels
+  // on the whole vectors and rows on a partial last one): PP-OCR's layers.
+  for (const int64_t c : {64, 70, 80, 240}) {
+    for (const int64_t n : {1, 2}) {
+      Layer l = conv_layer(c, c, c, 5, 5, 1, 1, 1, 1, {2, 2, 2, 2}, true, rng);
+      set_act(l, kActs[static_cast<std::size_t>(c + n) % 5], rng);
+      INFO("5x5 c" << c << " n" << n);
+      if (!check_or_skip(l, {random_blob({n, c, 7, 13}, rng)}, descriptor, {})) return;
+    }
+  }
   // Refused: not depthwise, 7x7.
   Layer g2 = conv_layer(8, 8, 4, 3, 3, 1, 1, 1, 1, {1, 1, 1, 1}, false, rng);
   CHECK_FALSE(run_in_schema(g2, {random_blob({1, 8, 5, 5}, rng)}, descriptor).support.ok);

@@ -202,12 +202,14 @@ struct DepthwiseRow {
 };
 using DepthwiseFn = void (*)(const DepthwiseRow&, const gemm::Epilogue&);
 
-/// Output rows [oh0, oh1) of one channel vector of a depthwise convolution in
-/// a blocked layout, dilation 1, square K x K taps, stride S in both
-/// directions (kernels for K 3, 5 and S 1, 2): the K*K weight vectors stay in
-/// registers for the whole block; interior pixels several at a time with no
-/// bound checks, edge pixels checking each tap.
-///   x: the channel vector's input plane ([H][W][V]), y: its output plane ([OH][OW][V]),
+/// Output rows [oh0, oh1) of one channel vector of a depthwise convolution,
+/// dilation 1, square K x K taps, stride S in both directions (kernels for K
+/// 3, 5 and S 1, 2): 3x3's weight vectors stay in registers for the whole
+/// block; interior pixels several at a time with no bound checks, edge pixels
+/// checking each tap.
+///   x: the channel vector's first input pixel, y: its first output pixel; pixels
+///   px (x) and py (y) floats apart: V in a blocked layout ([H][W][V] planes),
+///   C in nhwc (whole vectors only: every lane is loaded and stored);
 ///   w: K*K weight vectors, bias: V floats or null.
 struct DepthwiseBlock {
   const float* x = nullptr;
@@ -215,6 +217,7 @@ struct DepthwiseBlock {
   const float* bias = nullptr;
   float* y = nullptr;
   int64_t h = 0, w_in = 0, ow = 0, oh0 = 0, oh1 = 0;
+  int64_t px = 0, py = 0;
   int pt = 0, pl = 0;
   int valid = 0;  ///< valid channels of this vector; lanes past it are written 0
 };

@@ -306,37 +306,63 @@ void depthwise_row(const DepthwiseRow& r, const gemm::Epilogue& ep) {
 // ---------------------------------------------------------------------------
 // Depthwise on a block of output rows of one channel vector (conv::DepthwiseBlock).
 
+/// The block kernels' weights: 3x3's nine vectors stay in registers for the
+/// whole block; 5x5's 25 would not fit beside the sums and inputs (they spilled:
+/// 42% of the FMA peak on a 240-channel layer), so each row's five are loaded
+/// per step from L1 instead.
+template <int K>
+struct DwbWeights {
+  vf wv[K == 3 ? 9 : 1];
+  const float* w;
+  explicit DwbWeights(const float* packed) : w(packed) {
+    if constexpr (K == 3) {
+#pragma GCC unroll 9
+      for (int i = 0; i < 9; ++i) wv[i] = vload(packed + i * kV);
+    }
+  }
+  vf at(int i) const {
+    if constexpr (K == 3) return wv[i];
+    else return vload(w + i * kV);
+  }
+};
+
 /// P output pixels of one row at once (P independent sums over the K*K taps),
 /// every column tap inside the image; rows outside it skipped unless ALL_ROWS.
-/// x0: input at (row ih0, column ow*S - pl) of the first pixel.
+/// x0: input at (row ih0, column ow*S - pl) of the first pixel; pixels px
+/// floats apart in x, py in y (kV in a blocked layout, C in nhwc).
 template <int K, int S, int P, bool ALL_ROWS>
-__attribute__((always_inline)) inline void dwb_pixels(const float* x0, int64_t row, const bool* rv, const vf* wv,
-                                                      const VAct& act, vf bias, int valid, float* yp) {
+__attribute__((always_inline)) inline void dwb_pixels(const float* x0, int64_t row, int64_t px, int64_t py,
+                                                      const bool* rv, const DwbWeights<K>& w, const VAct& act, vf bias,
+                                                      int valid, float* yp) {
   vf a[P];
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) a[p] = vzero();
 #pragma GCC unroll 5
   for (int kh = 0; kh < K; ++kh) {
     if (!ALL_ROWS && !rv[kh]) continue;
+    vf wk[K];
+#pragma GCC unroll 5
+    for (int kw = 0; kw < K; ++kw) wk[kw] = w.at(kh * K + kw);
+    const float* xr = x0 + kh * row;
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw) {
-      const float* q = x0 + kh * row + kw * kV;
 #pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) a[p] = vfma(vload(q + p * S * kV), wv[kh * K + kw], a[p]);
+      for (int p = 0; p < P; ++p) a[p] = vfma(vload(xr + (kw + p * S) * px), wk[kw], a[p]);
     }
   }
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
     vf v = act(vadd(a[p], bias));
     if (valid < kV) v = vkeep_n(v, valid);
-    vstore(yp + p * kV, v);
+    vstore(yp + p * py, v);
   }
 }
 
 /// One output pixel near the left or right edge: each tap's column checked.
 template <int K, int S>
 __attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& b, const float* xrow, const bool* rv,
-                                                    const vf* wv, const VAct& act, vf bias, int64_t ow, float* yp) {
+                                                    const DwbWeights<K>& w, const VAct& act, vf bias, int64_t ow,
+                                                    float* yp) {
   vf a = vzero();
   const int64_t iw0 = ow * S - b.pl;
 #pragma GCC unroll 5
@@ -344,7 +370,7 @@ __attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& 
     if (!rv[kh]) continue;
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw)
-      if (iw0 + kw >= 0 && iw0 + kw < b.w_in) a = vfma(vload(xrow + kh * b.w_in * kV + (iw0 + kw) * kV), wv[kh * K + kw], a);
+      if (iw0 + kw >= 0 && iw0 + kw < b.w_in) a = vfma(vload(xrow + kh * b.w_in * b.px + (iw0 + kw) * b.px), w.at(kh * K + kw), a);
   }
   vf v = act(vadd(a, bias));
   if (b.valid < kV) v = vkeep_n(v, b.valid);
@@ -354,32 +380,30 @@ __attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& 
 /// The interior pixels [lo, hi) of one output row: kDwPix at a time, then 4, 2, 1.
 template <int K, int S, bool ALL_ROWS>
 __attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlock& b, const float* xrow,
-                                                        const bool* rv, const vf* wv, const VAct& act, vf bias,
+                                                        const bool* rv, const DwbWeights<K>& w, const VAct& act, vf bias,
                                                         int64_t lo, int64_t hi, float* yr) {
-  constexpr int P = K == 3 ? kDwPix : 4;  // K = 5: 25 weight vectors stay in registers beside 4 sums
-  const int64_t row = b.w_in * kV;
+  constexpr int P = kDwPix;
+  const int64_t row = b.w_in * b.px, px = b.px, py = b.py;
   int64_t ow = lo;
-  auto at = [&](int64_t o) { return xrow + (o * S - b.pl) * kV; };
-  for (; ow + P <= hi; ow += P) dwb_pixels<K, S, P, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+  auto at = [&](int64_t o) { return xrow + (o * S - b.pl) * px; };
+  for (; ow + P <= hi; ow += P) dwb_pixels<K, S, P, ALL_ROWS>(at(ow), row, px, py, rv, w, act, bias, b.valid, yr + ow * py);
   if constexpr (P > 4)
     if (ow + 4 <= hi) {
-      dwb_pixels<K, S, 4, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+      dwb_pixels<K, S, 4, ALL_ROWS>(at(ow), row, px, py, rv, w, act, bias, b.valid, yr + ow * py);
       ow += 4;
     }
   if (ow + 2 <= hi) {
-    dwb_pixels<K, S, 2, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+    dwb_pixels<K, S, 2, ALL_ROWS>(at(ow), row, px, py, rv, w, act, bias, b.valid, yr + ow * py);
     ow += 2;
   }
-  if (ow < hi) dwb_pixels<K, S, 1, ALL_ROWS>(at(ow), row, rv, wv, act, bias, b.valid, yr + ow * kV);
+  if (ow < hi) dwb_pixels<K, S, 1, ALL_ROWS>(at(ow), row, px, py, rv, w, act, bias, b.valid, yr + ow * py);
 }
 
 template <int K, int S>
 void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
   const VAct act(ep);
   const vf bias = b.bias ? vload(b.bias) : vzero();
-  vf wv[K * K];
-#pragma GCC unroll 25
-  for (int i = 0; i < K * K; ++i) wv[i] = vload(b.w + i * kV);
+  const DwbWeights<K> w(b.w);
   // Interior columns: every tap inside, ow*S - pl >= 0 and ow*S - pl + K-1 <= w_in - 1.
   const int64_t lo = std::min<int64_t>(b.ow, (b.pl + S - 1) / S);
   const int64_t last = b.w_in - 1 + b.pl - (K - 1);
@@ -390,12 +414,12 @@ void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
     bool all = true;
 #pragma GCC unroll 5
     for (int kh = 0; kh < K; ++kh) all &= rv[kh] = ih0 + kh >= 0 && ih0 + kh < b.h;
-    const float* xrow = b.x + ih0 * b.w_in * kV;  // row ih0 (only rows inside are read)
-    float* yr = b.y + oh * b.ow * kV;
-    for (int64_t ow = 0; ow < lo; ++ow) dwb_edge<K, S>(b, xrow, rv, wv, act, bias, ow, yr + ow * kV);
-    if (all) dwb_interior<K, S, true>(b, xrow, rv, wv, act, bias, lo, hi, yr);
-    else dwb_interior<K, S, false>(b, xrow, rv, wv, act, bias, lo, hi, yr);
-    for (int64_t ow = hi; ow < b.ow; ++ow) dwb_edge<K, S>(b, xrow, rv, wv, act, bias, ow, yr + ow * kV);
+    const float* xrow = b.x + ih0 * b.w_in * b.px;  // row ih0 (only rows inside are read)
+    float* yr = b.y + oh * b.ow * b.py;
+    for (int64_t ow = 0; ow < lo; ++ow) dwb_edge<K, S>(b, xrow, rv, w, act, bias, ow, yr + ow * b.py);
+    if (all) dwb_interior<K, S, true>(b, xrow, rv, w, act, bias, lo, hi, yr);
+    else dwb_interior<K, S, false>(b, xrow, rv, w, act, bias, lo, hi, yr);
+    for (int64_t ow = hi; ow < b.ow; ++ow) dwb_edge<K, S>(b, xrow, rv, w, act, bias, ow, yr + ow * b.py);
   }
 }
 
