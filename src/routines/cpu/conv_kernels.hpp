@@ -208,8 +208,9 @@ using DepthwiseFn = void (*)(const DepthwiseRow&, const gemm::Epilogue&);
 /// block; interior pixels several at a time with no bound checks, edge pixels
 /// checking each tap.
 ///   x: the channel vector's first input pixel, y: its first output pixel; pixels
-///   px (x) and py (y) floats apart: V in a blocked layout ([H][W][V] planes),
-///   C in nhwc (whole vectors only: every lane is loaded and stored);
+///   V floats apart in a blocked layout ([H][W][V] planes); in nhwc
+///   (depthwise_block_nhwc) px (x) and py (y), C (whole vectors only: every
+///   lane is loaded and stored);
 ///   w: K*K weight vectors, bias: V floats or null.
 struct DepthwiseBlock {
   const float* x = nullptr;
@@ -282,6 +283,8 @@ struct Kernels {
   DepthwiseFn depthwise = nullptr;
   /// depthwise_block[k][s]: k = 0 for 3x3, 1 for 5x5; s = 0 for stride 1, 1 for stride 2.
   DepthwiseBlockFn depthwise_block[2][2] = {};
+  /// 5x5, stride 1, pixels DepthwiseBlock::px / py apart (nhwc).
+  DepthwiseBlockFn depthwise_block_nhwc = nullptr;
 };
 
 /// The AVX2 (V=8) and AVX-512 (V=16) kernels; nullptr when the CPU lacks the ISA.

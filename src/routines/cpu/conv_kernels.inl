@@ -360,9 +360,9 @@ __attribute__((always_inline)) inline void dwb_pixels(const float* x0, int64_t r
 
 /// One output pixel near the left or right edge: each tap's column checked.
 template <int K, int S>
-__attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& b, const float* xrow, const bool* rv,
-                                                    const DwbWeights<K>& w, const VAct& act, vf bias, int64_t ow,
-                                                    float* yp) {
+__attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& b, const float* xrow, int64_t px,
+                                                    const bool* rv, const DwbWeights<K>& w, const VAct& act, vf bias,
+                                                    int64_t ow, float* yp) {
   vf a = vzero();
   const int64_t iw0 = ow * S - b.pl;
 #pragma GCC unroll 5
@@ -370,7 +370,7 @@ __attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& 
     if (!rv[kh]) continue;
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw)
-      if (iw0 + kw >= 0 && iw0 + kw < b.w_in) a = vfma(vload(xrow + kh * b.w_in * b.px + (iw0 + kw) * b.px), w.at(kh * K + kw), a);
+      if (iw0 + kw >= 0 && iw0 + kw < b.w_in) a = vfma(vload(xrow + (kh * b.w_in + iw0 + kw) * px), w.at(kh * K + kw), a);
   }
   vf v = act(vadd(a, bias));
   if (b.valid < kV) v = vkeep_n(v, b.valid);
@@ -379,11 +379,11 @@ __attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& 
 
 /// The interior pixels [lo, hi) of one output row: kDwPix at a time, then 4, 2, 1.
 template <int K, int S, bool ALL_ROWS>
-__attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlock& b, const float* xrow,
-                                                        const bool* rv, const DwbWeights<K>& w, const VAct& act, vf bias,
-                                                        int64_t lo, int64_t hi, float* yr) {
+__attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlock& b, const float* xrow, int64_t px,
+                                                        int64_t py, const bool* rv, const DwbWeights<K>& w,
+                                                        const VAct& act, vf bias, int64_t lo, int64_t hi, float* yr) {
   constexpr int P = kDwPix;
-  const int64_t row = b.w_in * b.px, px = b.px, py = b.py;
+  const int64_t row = b.w_in * px;
   int64_t ow = lo;
   auto at = [&](int64_t o) { return xrow + (o * S - b.pl) * px; };
   for (; ow + P <= hi; ow += P) dwb_pixels<K, S, P, ALL_ROWS>(at(ow), row, px, py, rv, w, act, bias, b.valid, yr + ow * py);
@@ -399,8 +399,11 @@ __attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlo
   if (ow < hi) dwb_pixels<K, S, 1, ALL_ROWS>(at(ow), row, px, py, rv, w, act, bias, b.valid, yr + ow * py);
 }
 
-template <int K, int S>
+/// STRIDED: pixels b.px / b.py floats apart (nhwc); else kV (blocked layouts,
+/// whose offsets stay constants the loads encode).
+template <int K, int S, bool STRIDED>
 void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
+  const int64_t px = STRIDED ? b.px : kV, py = STRIDED ? b.py : kV;
   const VAct act(ep);
   const vf bias = b.bias ? vload(b.bias) : vzero();
   const DwbWeights<K> w(b.w);
@@ -414,12 +417,12 @@ void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
     bool all = true;
 #pragma GCC unroll 5
     for (int kh = 0; kh < K; ++kh) all &= rv[kh] = ih0 + kh >= 0 && ih0 + kh < b.h;
-    const float* xrow = b.x + ih0 * b.w_in * b.px;  // row ih0 (only rows inside are read)
-    float* yr = b.y + oh * b.ow * b.py;
-    for (int64_t ow = 0; ow < lo; ++ow) dwb_edge<K, S>(b, xrow, rv, w, act, bias, ow, yr + ow * b.py);
-    if (all) dwb_interior<K, S, true>(b, xrow, rv, w, act, bias, lo, hi, yr);
-    else dwb_interior<K, S, false>(b, xrow, rv, w, act, bias, lo, hi, yr);
-    for (int64_t ow = hi; ow < b.ow; ++ow) dwb_edge<K, S>(b, xrow, rv, w, act, bias, ow, yr + ow * b.py);
+    const float* xrow = b.x + ih0 * b.w_in * px;  // row ih0 (only rows inside are read)
+    float* yr = b.y + oh * b.ow * py;
+    for (int64_t ow = 0; ow < lo; ++ow) dwb_edge<K, S>(b, xrow, px, rv, w, act, bias, ow, yr + ow * py);
+    if (all) dwb_interior<K, S, true>(b, xrow, px, py, rv, w, act, bias, lo, hi, yr);
+    else dwb_interior<K, S, false>(b, xrow, px, py, rv, w, act, bias, lo, hi, yr);
+    for (int64_t ow = hi; ow < b.ow; ++ow) dwb_edge<K, S>(b, xrow, px, rv, w, act, bias, ow, yr + ow * py);
   }
 }
 
@@ -698,10 +701,11 @@ conv::Kernels make_kernels() {
   k.asm_row = &asm_row;
 #endif
   k.depthwise = &depthwise_row;
-  k.depthwise_block[0][0] = &depthwise_block<3, 1>;
-  k.depthwise_block[0][1] = &depthwise_block<3, 2>;
-  k.depthwise_block[1][0] = &depthwise_block<5, 1>;
-  k.depthwise_block[1][1] = &depthwise_block<5, 2>;
+  k.depthwise_block[0][0] = &depthwise_block<3, 1, false>;
+  k.depthwise_block[0][1] = &depthwise_block<3, 2, false>;
+  k.depthwise_block[1][0] = &depthwise_block<5, 1, false>;
+  k.depthwise_block[1][1] = &depthwise_block<5, 2, false>;
+  k.depthwise_block_nhwc = &depthwise_block<5, 1, true>;
   return k;
 }
 

@@ -79,7 +79,7 @@ class PreparedDepthwise final : public PreparedRoutine {
     const bool nhwc_blocks = g_.kh == 5 && g_.sh == 1 && g_.c / v_ >= 4;
     if (g_.dh == 1 && g_.dw == 1 && g_.sh == g_.sw && (g_.sh == 1 || g_.sh == 2) &&
         (layout_ != Layout::nhwc || nhwc_blocks)) {
-      block_fn_ = k.depthwise_block[g_.kh == 5 ? 1 : 0][g_.sh == 2 ? 1 : 0];
+      block_fn_ = layout_ == Layout::nhwc ? k.depthwise_block_nhwc : k.depthwise_block[g_.kh == 5 ? 1 : 0][g_.sh == 2 ? 1 : 0];
       full_cb_ = layout_ == Layout::nhwc ? g_.c / v_ : cb_;
       // Rows per block: whole planes, split so that the layer has at least
       // 16 tasks (every thread gets some, the last ones stay short).
