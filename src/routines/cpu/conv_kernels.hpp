@@ -213,10 +213,10 @@ using DepthwiseFn = void (*)(const DepthwiseRow&, const gemm::Epilogue&);
 ///   lane is loaded and stored);
 ///   w: K*K weight vectors, bias: V floats or null.
 struct DepthwiseBlock {
-  const float* x = nullptr;
+  const void* x = nullptr;  ///< float, or bfloat16 bits (depthwise_block_nhwc_bf16)
   const float* w = nullptr;
   const float* bias = nullptr;
-  float* y = nullptr;
+  void* y = nullptr;
   int64_t h = 0, w_in = 0, ow = 0, oh0 = 0, oh1 = 0;
   int64_t px = 0, py = 0;
   int pt = 0, pl = 0;
@@ -285,6 +285,9 @@ struct Kernels {
   DepthwiseBlockFn depthwise_block[2][2] = {};
   /// 5x5, stride 1, pixels DepthwiseBlock::px / py apart (nhwc).
   DepthwiseBlockFn depthwise_block_nhwc = nullptr;
+  /// The same in bfloat16 (x and y; weights, sums and the epilogue in
+  /// float32), [k][s] as depthwise_block's.
+  DepthwiseBlockFn depthwise_block_nhwc_bf16[2][2] = {};
 };
 
 /// The AVX2 (V=8) and AVX-512 (V=16) kernels; nullptr when the CPU lacks the ISA.

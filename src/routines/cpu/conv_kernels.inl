@@ -306,6 +306,40 @@ void depthwise_row(const DepthwiseRow& r, const gemm::Epilogue& ep) {
 // ---------------------------------------------------------------------------
 // Depthwise on a block of output rows of one channel vector (conv::DepthwiseBlock).
 
+/// A vector of the block kernels' input or output: float32, or bfloat16 (its
+/// bits as uint16_t; stored rounded to nearest even, NaN kept quiet, as the
+/// casts round).
+inline vf vload_x(const float* p) { return vload(p); }
+inline void vstore_x(float* p, vf v) { vstore(p, v); }
+#if SN_F32_AVX512
+inline vf vload_x(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void vstore_x(uint16_t* p, vf v) {
+  const __m512i u = _mm512_castps_si512(v);
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                   _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+}
+#else
+inline vf vload_x(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline void vstore_x(uint16_t* p, vf v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i rounded = _mm256_add_epi32(
+      u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+  const __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan), 16);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+#endif
+
 /// The block kernels' weights: 3x3's nine vectors stay in registers for the
 /// whole block; 5x5's 25 would not fit beside the sums and inputs (they spilled:
 /// 42% of the FMA peak on a 240-channel layer), so each row's five are loaded
@@ -330,10 +364,10 @@ struct DwbWeights {
 /// every column tap inside the image; rows outside it skipped unless ALL_ROWS.
 /// x0: input at (row ih0, column ow*S - pl) of the first pixel; pixels px
 /// floats apart in x, py in y (kV in a blocked layout, C in nhwc).
-template <int K, int S, int P, bool ALL_ROWS>
-__attribute__((always_inline)) inline void dwb_pixels(const float* x0, int64_t row, int64_t px, int64_t py,
+template <int K, int S, int P, bool ALL_ROWS, class T>
+__attribute__((always_inline)) inline void dwb_pixels(const T* x0, int64_t row, int64_t px, int64_t py,
                                                       const bool* rv, const DwbWeights<K>& w, const VAct& act, vf bias,
-                                                      int valid, float* yp) {
+                                                      int valid, T* yp) {
   vf a[P];
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) a[p] = vzero();
@@ -343,26 +377,26 @@ __attribute__((always_inline)) inline void dwb_pixels(const float* x0, int64_t r
     vf wk[K];
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw) wk[kw] = w.at(kh * K + kw);
-    const float* xr = x0 + kh * row;
+    const T* xr = x0 + kh * row;
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw) {
 #pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) a[p] = vfma(vload(xr + (kw + p * S) * px), wk[kw], a[p]);
+      for (int p = 0; p < P; ++p) a[p] = vfma(vload_x(xr + (kw + p * S) * px), wk[kw], a[p]);
     }
   }
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
     vf v = act(vadd(a[p], bias));
     if (valid < kV) v = vkeep_n(v, valid);
-    vstore(yp + p * py, v);
+    vstore_x(yp + p * py, v);
   }
 }
 
 /// One output pixel near the left or right edge: each tap's column checked.
-template <int K, int S>
-__attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& b, const float* xrow, int64_t px,
+template <int K, int S, class T>
+__attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& b, const T* xrow, int64_t px,
                                                     const bool* rv, const DwbWeights<K>& w, const VAct& act, vf bias,
-                                                    int64_t ow, float* yp) {
+                                                    int64_t ow, T* yp) {
   vf a = vzero();
   const int64_t iw0 = ow * S - b.pl;
 #pragma GCC unroll 5
@@ -370,18 +404,18 @@ __attribute__((always_inline)) inline void dwb_edge(const conv::DepthwiseBlock& 
     if (!rv[kh]) continue;
 #pragma GCC unroll 5
     for (int kw = 0; kw < K; ++kw)
-      if (iw0 + kw >= 0 && iw0 + kw < b.w_in) a = vfma(vload(xrow + (kh * b.w_in + iw0 + kw) * px), w.at(kh * K + kw), a);
+      if (iw0 + kw >= 0 && iw0 + kw < b.w_in) a = vfma(vload_x(xrow + (kh * b.w_in + iw0 + kw) * px), w.at(kh * K + kw), a);
   }
   vf v = act(vadd(a, bias));
   if (b.valid < kV) v = vkeep_n(v, b.valid);
-  vstore(yp, v);
+  vstore_x(yp, v);
 }
 
 /// The interior pixels [lo, hi) of one output row: kDwPix at a time, then 4, 2, 1.
-template <int K, int S, bool ALL_ROWS>
-__attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlock& b, const float* xrow, int64_t px,
+template <int K, int S, bool ALL_ROWS, class T>
+__attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlock& b, const T* xrow, int64_t px,
                                                         int64_t py, const bool* rv, const DwbWeights<K>& w,
-                                                        const VAct& act, vf bias, int64_t lo, int64_t hi, float* yr) {
+                                                        const VAct& act, vf bias, int64_t lo, int64_t hi, T* yr) {
   constexpr int P = kDwPix;
   const int64_t row = b.w_in * px;
   int64_t ow = lo;
@@ -399,9 +433,10 @@ __attribute__((always_inline)) inline void dwb_interior(const conv::DepthwiseBlo
   if (ow < hi) dwb_pixels<K, S, 1, ALL_ROWS>(at(ow), row, px, py, rv, w, act, bias, b.valid, yr + ow * py);
 }
 
-/// STRIDED: pixels b.px / b.py floats apart (nhwc); else kV (blocked layouts,
-/// whose offsets stay constants the loads encode).
-template <int K, int S, bool STRIDED>
+/// STRIDED: pixels b.px / b.py values apart (nhwc); else kV (blocked layouts,
+/// whose offsets stay constants the loads encode). T: the values' type, float
+/// or bfloat16 (uint16_t bits).
+template <int K, int S, bool STRIDED, class T = float>
 void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
   const int64_t px = STRIDED ? b.px : kV, py = STRIDED ? b.py : kV;
   const VAct act(ep);
@@ -417,8 +452,8 @@ void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
     bool all = true;
 #pragma GCC unroll 5
     for (int kh = 0; kh < K; ++kh) all &= rv[kh] = ih0 + kh >= 0 && ih0 + kh < b.h;
-    const float* xrow = b.x + ih0 * b.w_in * px;  // row ih0 (only rows inside are read)
-    float* yr = b.y + oh * b.ow * py;
+    const T* xrow = static_cast<const T*>(b.x) + ih0 * b.w_in * px;  // row ih0 (only rows inside are read)
+    T* yr = static_cast<T*>(b.y) + oh * b.ow * py;
     for (int64_t ow = 0; ow < lo; ++ow) dwb_edge<K, S>(b, xrow, px, rv, w, act, bias, ow, yr + ow * py);
     if (all) dwb_interior<K, S, true>(b, xrow, px, py, rv, w, act, bias, lo, hi, yr);
     else dwb_interior<K, S, false>(b, xrow, px, py, rv, w, act, bias, lo, hi, yr);
@@ -706,6 +741,10 @@ conv::Kernels make_kernels() {
   k.depthwise_block[1][0] = &depthwise_block<5, 1, false>;
   k.depthwise_block[1][1] = &depthwise_block<5, 2, false>;
   k.depthwise_block_nhwc = &depthwise_block<5, 1, true>;
+  k.depthwise_block_nhwc_bf16[0][0] = &depthwise_block<3, 1, true, uint16_t>;
+  k.depthwise_block_nhwc_bf16[0][1] = &depthwise_block<3, 2, true, uint16_t>;
+  k.depthwise_block_nhwc_bf16[1][0] = &depthwise_block<5, 1, true, uint16_t>;
+  k.depthwise_block_nhwc_bf16[1][1] = &depthwise_block<5, 2, true, uint16_t>;
   return k;
 }
 
