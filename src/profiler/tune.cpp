@@ -630,32 +630,37 @@ struct Tuner {
     return fmt::format("{}#{}{}", path_key(path), quant_now.method, quant_now.bias ? "b" : "");
   }
 
-  /// What the cache keeps of the quantisation a tuning kept `path` with: the
-  /// range method's own value (not an index: another tuning may try other
-  /// methods) and bias correction.
+  /// A quantisation as the profile cache keeps it (the range-method and
+  /// path-quant records): 2 x the range method's own value (not an index:
+  /// another tuning may try other methods) + bias correction.
+  double quant_code(const PathQuant& q) const {
+    return 2.0 * static_cast<int>(opt.calibration.methods[q.method]) + (q.bias ? 1 : 0);
+  }
+  /// A record's quantisation, where this tuning tries its range method (and can correct biases).
+  std::optional<PathQuant> quant_of_code(std::optional<double> code) const {
+    if (!code || !(*code >= 0 && *code < 64)) return std::nullopt;
+    const int c = static_cast<int>(*code);
+    const auto& methods = opt.calibration.methods;
+    const auto it = std::find(methods.begin(), methods.end(), static_cast<RangeMethod>(c / 2));
+    if (it == methods.end() || static_cast<std::size_t>(it - methods.begin()) >= calibration.quants.size()) return std::nullopt;
+    return PathQuant{static_cast<std::size_t>(it - methods.begin()),
+                     c % 2 == 1 && !opt.keep_float_weights && !calibration.channel_means.empty()};
+  }
+
+  /// Where the cache keeps the quantisation a tuning kept `path` with.
   std::string path_quant_key(const core::RoutinePath& path) const {
     const std::string k = path_key(path);
     return fmt::format("path-quant|{}|{:016x}", model_key(), core::xxh64(k.data(), k.size()));
   }
   void remember_path_quant(const core::RoutinePath& path) {
     if (calibration.quants.empty() || !profiler::uses_qint8(path)) return;
-    const auto method = static_cast<int>(opt.calibration.methods[quant_now.method]);
-    prof.cache().put(path_quant_key(path), 2.0 * method + (quant_now.bias ? 1 : 0), 0.0);
+    prof.cache().put(path_quant_key(path), quant_code(quant_now), 0.0);
   }
   /// The quantisation an earlier tuning kept `path` with, where this tuning
   /// tries its range method; else the one held now.
   PathQuant path_quant(const core::RoutinePath& path) {
-    PathQuant q = quant_now;
-    if (calibration.quants.empty() || !profiler::uses_qint8(path)) return q;
-    const std::optional<double> v = prof.cache().find(path_quant_key(path));
-    if (!v || !(*v >= 0 && *v < 64)) return q;
-    const int code = static_cast<int>(*v);
-    const auto& methods = opt.calibration.methods;
-    const auto it = std::find(methods.begin(), methods.end(), static_cast<RangeMethod>(code / 2));
-    if (it == methods.end() || static_cast<std::size_t>(it - methods.begin()) >= calibration.quants.size()) return q;
-    q.method = static_cast<std::size_t>(it - methods.begin());
-    q.bias = code % 2 == 1 && !opt.keep_float_weights && !calibration.channel_means.empty();
-    return q;
+    if (calibration.quants.empty() || !profiler::uses_qint8(path)) return quant_now;
+    return quant_of_code(prof.cache().find(path_quant_key(path))).value_or(quant_now);
   }
   /// Makes `q` the quantisation net.tuning holds (validators measure with it).
   void hold_quant(const PathQuant& q) {
@@ -684,7 +689,7 @@ struct Tuner {
     prof.requantise(profiles);
     report.range_method = to_string(opt.calibration.methods[q.method]);
     report.bias_correction = q.bias;
-    prof.cache().put(range_method_key(), static_cast<double>(2 * q.method + (q.bias ? 1 : 0)), 0.0);
+    prof.cache().put(range_method_key(), quant_code(q), 0.0);
   }
   std::string range_method_key() const {
     return fmt::format("range-method|{}|{}|{}", prof.key_prefix(), model_key(), profiler::calibration_key(net, opt.calibration));
@@ -703,10 +708,7 @@ struct Tuner {
     if (quants.empty() || !profiler::uses_qint8(path)) return;
     profiler::Validator& v = validation();
     if (budget.metric != profiler::AccuracyBudget::Metric::none && !resolves_budget()) return;  // no qint8 path is kept
-    const std::string remembered_key = range_method_key();
-    const std::optional<double> remembered = prof.cache().find(remembered_key);
-    const int remembered_method = remembered ? static_cast<int>(*remembered) / 2 : -1;
-    const int remembered_bias = remembered ? static_cast<int>(*remembered) % 2 : -1;
+    const std::optional<PathQuant> remembered = quant_of_code(prof.cache().find(range_method_key()));
     // (profiler::better_range_method. The calibration samples count because
     // the final check asks them too: on the recogniser every method read
     // 1.0000 on 16 validation lines, and the cosine's pick missed ctc:0.95 on
@@ -735,7 +737,7 @@ struct Tuner {
       net.tuning.blob_quant = quants[k];
       Score& sc = scores[k];
       sc.value = quants.size() == 1 ? 0 : v.measure(path, &sc.cosine);
-      sc.preferred = static_cast<int>(k) == remembered_method;
+      sc.preferred = remembered && remembered->method == k;
       if (quants.size() > 1) report.range_methods.emplace_back(to_string(opt.calibration.methods[k]), sc.value);
       if (k > 0 && better(sc, [&] { net.tuning.blob_quant = quants[k]; }, scores[best],
                           [&, b = best] { net.tuning.blob_quant = quants[b]; }))
@@ -749,10 +751,10 @@ struct Tuner {
     if (!opt.keep_float_weights && !calibration.channel_means.empty()) {
       if (quants.size() == 1) kept.value = v.measure(path, &kept.cosine);
       progress("range methods", static_cast<int>(quants.size()), static_cast<int>(quants.size()), "bias correction");
-      const bool same_method = static_cast<int>(best) == remembered_method;
-      kept.preferred = same_method && remembered_bias == 0;
+      const bool same_method = remembered && remembered->method == best;
+      kept.preferred = same_method && !remembered->bias;
       Score corrected;
-      corrected.preferred = same_method && remembered_bias == 1;
+      corrected.preferred = same_method && remembered->bias;
       bias_correction = true;
       corrected.value = v.measure(path, &corrected.cosine);
       report.bias_corrected_accuracy = corrected.value;
@@ -761,8 +763,8 @@ struct Tuner {
     }
     const double best_value = kept.value;
     report.bias_correction = bias_correction;
-    prof.cache().put(remembered_key, static_cast<double>(2 * best + (bias_correction ? 1 : 0)), 0.0);
     quant_now = {best, bias_correction};
+    prof.cache().put(range_method_key(), quant_code(quant_now), 0.0);
     accuracy_seen[judged_key(path)] = best_value;
     if (!std::isnan(kept.confirmed) && confirmation().samples() <= kTieSamples)
       confirmation_seen[judged_key(path)] = {kept.confirmed, true};

@@ -128,6 +128,32 @@ TuneOptions searching_budget(const std::string& name, std::vector<std::string> s
   return o;
 }
 
+/// quick() with the convolutions pinned to qint8 (no dynamic int8), a budget
+/// every range method meets (cosine:0.01: the metric ties only where the values
+/// do) and 4 calibration and 4 validation samples seeded from `seed`.
+TuneOptions pinned_qint8(const std::string& name, unsigned seed) {
+  TuneOptions o = quick(name, {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
+  o.pin = {{"c*", "cpu:qint8*"}};
+  o.ban = {{"*", "cpu/dynamic_int8"}};
+  o.accuracy = "cosine:0.01";
+  for (unsigned k = 0; k < 4; ++k) o.calibration.inputs.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, seed + k)}});
+  for (unsigned k = 0; k < 4; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, seed + 100 + k)}});
+  return o;
+}
+
+/// The last record in `cache_dir`'s profile cache whose key starts with
+/// `prefix` (as the tuner keys it, without the key prefix): its key and value.
+std::pair<std::string, double> cache_record(const std::string& cache_dir, const std::string& prefix) {
+  std::pair<std::string, double> out{"", -1};
+  std::ifstream f(cache_dir + "/profiles.tsv");
+  for (std::string line; std::getline(f, line);)
+    if (auto at = line.find("\t" + prefix); at != std::string::npos) {
+      const auto end = line.find('\t', at + 1);
+      out = {line.substr(at + 1, end - at - 1), std::stod(line.substr(end + 1))};
+    }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("quantisation of a range: includes zero, maps the ends to -128 and 127", "[calibrate]") {
@@ -876,24 +902,14 @@ TEST_CASE("a path missing the budget on the calibration samples alone is searche
 TEST_CASE("range methods tied on the budget keep the one an earlier tuning of the model kept",
           "[calibrate][tune][accuracy][cache]") {
   if (!core::cpu_features().avx2_fma()) return;
-  TuneOptions o = quick("range-method-tie", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
-  o.pin = {{"c*", "cpu:qint8*"}};
-  o.ban = {{"*", "cpu/dynamic_int8"}};
-  o.accuracy = "cosine:0.01";  // every method meets it: the metric ties only where the values do
-  for (unsigned k = 0; k < 4; ++k) o.calibration.inputs.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, 500 + k)}});
-  for (unsigned k = 0; k < 4; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, 600 + k)}});
+  TuneOptions o = pinned_qint8("range-method-tie", 500);
   Model first = detail::make_model(conv_net());
   const TuneReport r1 = tune_and_keep(first, o);
   REQUIRE(r1.range_methods.size() > 1);
   // The record the first tuning left, rewritten to another method: as if an
   // earlier tuning had kept it. A budget every method meets at the same value
   // (a metric that scores every path 1) makes the tie.
-  std::string key;
-  {
-    std::ifstream f(o.cache_dir + "/profiles.tsv");
-    for (std::string line; std::getline(f, line);)
-      if (auto at = line.find("\trange-method|"); at != std::string::npos) key = line.substr(at + 1, line.find('\t', at + 1) - at - 1);
-  }
+  const std::string key = cache_record(o.cache_dir, "range-method|").first;
   REQUIRE_FALSE(key.empty());
   std::size_t kept = 0;
   while (r1.range_methods[kept].first != r1.range_method) ++kept;
@@ -927,28 +943,13 @@ TEST_CASE("range methods tied on the budget keep the one an earlier tuning of th
 TEST_CASE("an earlier tuning's path is judged under the quantisation it was kept with",
           "[calibrate][tune][accuracy][cache]") {
   if (!core::cpu_features().avx2_fma()) return;
-  TuneOptions o = quick("path-quant", {"cpu", "cpu:qint8", "cpu:qint8:nhwc"});
-  o.pin = {{"c*", "cpu:qint8*"}};
-  o.ban = {{"*", "cpu/dynamic_int8"}};
+  TuneOptions o = pinned_qint8("path-quant", 700);
   o.candidates_per_schema = 1;
-  o.accuracy = "cosine:0.01";
-  for (unsigned k = 0; k < 4; ++k) o.calibration.inputs.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, 700 + k)}});
-  for (unsigned k = 0; k < 4; ++k) o.validation.push_back({{"input", normal_blob(Shape{1, 8, 16, 16}, 800 + k)}});
   Model first = detail::make_model(conv_net());
   const TuneReport r1 = tune_and_keep(first, o);
   INFO(r1.to_text());
   REQUIRE(r1.range_methods.size() > 1);
-  std::string key;
-  double value = -1;
-  {
-    std::ifstream f(o.cache_dir + "/profiles.tsv");
-    for (std::string line; std::getline(f, line);)
-      if (auto at = line.find("\tpath-quant|"); at != std::string::npos) {
-        const auto end = line.find('\t', at + 1);
-        key = line.substr(at + 1, end - at - 1);
-        value = std::stod(line.substr(end + 1));
-      }
-  }
+  const auto [key, value] = cache_record(o.cache_dir, "path-quant|");
   REQUIRE_FALSE(key.empty());
   std::size_t kept = 0;
   while (r1.range_methods[kept].first != r1.range_method) ++kept;

@@ -107,9 +107,8 @@ class PreparedDepthwise final : public PreparedRoutine {
     const float* x = args.inputs[0]->data_as<float>();
     float* y = args.outputs[0]->data_as<float>();
     if (block_fn_ && full_cb_ > 0) run_blocks(args.pool, x, y);
-    // nhwc: by rows, every channel vector or the partial last one the blocks left.
-    if (layout_ == Layout::nhwc && full_cb_ < cb_) run_nhwc_rows(args.pool, x, y, full_cb_);
-    else if (!block_fn_) run_blocked_rows(args.pool, x, y);
+    // By rows what the blocks left: every channel vector, or nhwc's partial last one.
+    if (full_cb_ < cb_) run_rows(args.pool, x, y, full_cb_);
   }
 
  private:
@@ -161,53 +160,32 @@ class PreparedDepthwise final : public PreparedRoutine {
     return r;
   }
 
-  /// nhwc by output row, channel vectors from `first_cb` on (the last masked).
-  void run_nhwc_rows(ThreadPool* pool, const float* x, float* y, int64_t first_cb) const {
-    const int64_t v = v_, taps = g_.kh * g_.kw, items = g_.n * g_.oh;
+  /// By output row: in nhwc tasks (image, row), its channel vectors from
+  /// `first_cb` on (the last masked); in a blocked layout (image, channel
+  /// block, row).
+  void run_rows(ThreadPool* pool, const float* x, float* y, int64_t first_cb) const {
+    const bool nhwc = layout_ == Layout::nhwc;
+    const int64_t v = v_, taps = g_.kh * g_.kw, items = g_.n * (nhwc ? 1 : cb_) * g_.oh;
     auto body = [&](int64_t b, int64_t e) {
       conv::DepthwiseRow r = row_base();
-      r.px = g_.c;
-      r.rx = g_.w * g_.c;
-      r.py = g_.c;
+      r.px = r.py = nhwc ? g_.c : v;
+      r.rx = g_.w * r.px;
       for (int64_t it = b; it < e; ++it) {
-        const int64_t oh = it % g_.oh, n = it / g_.oh;
+        const int64_t oh = it % g_.oh, rest = it / g_.oh;
+        const int64_t n = nhwc ? rest : rest / cb_, cb0 = nhwc ? first_cb : rest % cb_, cb1 = nhwc ? cb_ : cb0 + 1;
         r.ih0 = oh * g_.sh - g_.pt;
-        for (int64_t cb = first_cb; cb < cb_; ++cb) {
-          r.x = x + n * g_.h * g_.w * g_.c + cb * v;
-          r.y = y + (n * g_.oh + oh) * g_.ow * g_.c + cb * v;
+        for (int64_t cb = cb0; cb < cb1; ++cb) {
+          r.x = x + (nhwc ? n * g_.h * g_.w * g_.c + cb * v : (n * cb_ + cb) * g_.h * g_.w * v);
+          r.y = y + (nhwc ? (n * g_.oh + oh) * g_.ow * g_.c + cb * v : ((n * cb_ + cb) * g_.oh + oh) * g_.ow * v);
           r.w = packed_->data() + cb * taps * v;
           r.bias = bias_.data() + cb * v;
           r.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
-          r.masked = r.valid < v;
+          r.masked = nhwc && r.valid < v;  // (a blocked layout's padded lanes are written 0)
           k_.depthwise(r, ep_);
         }
       }
     };
-    if (pool) pool->parallel_for(items, 1, body);
-    else body(0, items);
-  }
-
-  /// A blocked layout by output row: tasks (image, channel block, row).
-  void run_blocked_rows(ThreadPool* pool, const float* x, float* y) const {
-    const int64_t v = v_, taps = g_.kh * g_.kw, items = g_.n * cb_ * g_.oh;
-    auto body = [&](int64_t b, int64_t e) {
-      conv::DepthwiseRow r = row_base();
-      r.px = v;
-      r.rx = g_.w * v;
-      r.py = v;
-      for (int64_t it = b; it < e; ++it) {
-        const int64_t oh = it % g_.oh, plane = it / g_.oh, cb = plane % cb_;
-        r.ih0 = oh * g_.sh - g_.pt;
-        r.x = x + plane * g_.h * g_.w * v;
-        r.y = y + (plane * g_.oh + oh) * g_.ow * v;
-        r.w = packed_->data() + cb * taps * v;
-        r.bias = bias_.data() + cb * v;
-        r.valid = static_cast<int>(std::min<int64_t>(v, g_.c - cb * v));
-        r.masked = false;
-        k_.depthwise(r, ep_);
-      }
-    };
-    if (pool) pool->parallel_for(items, 4, body);
+    if (pool) pool->parallel_for(items, nhwc ? 1 : 4, body);
     else body(0, items);
   }
 
