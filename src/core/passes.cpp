@@ -57,10 +57,14 @@ bool plain_float(const Blob& b) {
 }
 
 bool is_conv_or_dense(const Layer& l) { return l.type == "conv2" || l.type == "dense"; }
-/// A producer that can take a fused activation of this kind: conv2 and dense
-/// take all; add takes relu and clip (every add routine applies them).
+/// A layer with a weight per output channel, a bias and a fused activation
+/// that every routine of it applies: conv2, dense and deconv2 (a detector's
+/// upsampling head: ConvTranspose, then its bias, batchnorm and relu or sigmoid).
+bool has_channel_epilogue(const Layer& l) { return is_conv_or_dense(l) || l.type == "deconv2"; }
+/// A producer that can take a fused activation of this kind: conv2, dense and
+/// deconv2 take all; add takes relu and clip (every add routine applies them).
 bool takes_activation(const Layer& p, const std::string& act) {
-  return is_conv_or_dense(p) || (p.type == "add" && (act == "relu" || act == "clip"));
+  return has_channel_epilogue(p) || (p.type == "add" && (act == "relu" || act == "clip"));
 }
 bool has_no_activation(const Layer& l) { return l.get_string("act", "none") == "none"; }
 
@@ -119,21 +123,40 @@ int absorb_into_producers(Graph& g, std::string_view consumer_type, const Absorb
   return count;
 }
 
-/// A new blob with `w`'s values, each block of `w.numel()/factors.size()`
-/// consecutive values (one output channel) multiplied by its factor.
-Blob scale_rows(const Blob& w, const std::vector<double>& factors) {
-  Blob out = Blob::allocate(w.shape());
-  const int64_t rows = static_cast<int64_t>(factors.size());
-  const int64_t per = w.numel() / rows;
-  const float* src = w.data_as<float>();
-  float* dst = out.data_as<float>();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < per; ++j) dst[r * per + j] = static_cast<float>(src[r * per + j] * factors[static_cast<std::size_t>(r)]);
-  return out;
+/// Output channels of a conv2/dense (the first dim of its weight) or a
+/// deconv2 (weight [C, O/group, KH, KW], ONNX's ConvTranspose).
+int64_t output_channels(const Layer& l) {
+  const Shape& w = l.weight("weight").shape();
+  return l.type == "deconv2" ? w[1] * l.get_int("group", 1) : w[0];
 }
 
-/// Output channels of a conv2/dense (the first dim of its weight).
-int64_t output_channels(const Layer& l) { return l.weight("weight").shape()[0]; }
+/// Layer `l`'s weight with each output channel's values multiplied by its
+/// factor: a conv2/dense's rows; a deconv2's [C, O/group, KH, KW] per group,
+/// output channel g * O/group + o.
+Blob scale_output_channels(const Layer& l, const std::vector<double>& factors) {
+  const Blob& w = l.weight("weight");
+  Blob out = Blob::allocate(w.shape());
+  const float* src = w.data_as<float>();
+  float* dst = out.data_as<float>();
+  const int64_t channels = static_cast<int64_t>(factors.size());
+  if (l.type != "deconv2") {
+    const int64_t per = w.numel() / channels;
+    for (int64_t r = 0; r < channels; ++r)
+      for (int64_t j = 0; j < per; ++j) dst[r * per + j] = static_cast<float>(src[r * per + j] * factors[static_cast<std::size_t>(r)]);
+    return out;
+  }
+  const int64_t c = w.shape()[0], ocg = w.shape()[1], taps = w.numel() / (c * ocg);
+  const int64_t icg = c / l.get_int("group", 1);
+  for (int64_t i = 0; i < c; ++i)
+    for (int64_t o = 0; o < ocg; ++o) {
+      const double f = factors[static_cast<std::size_t>(i / icg * ocg + o)];
+      for (int64_t t = 0; t < taps; ++t) {
+        const int64_t at = (i * ocg + o) * taps + t;
+        dst[at] = static_cast<float>(src[at] * f);
+      }
+    }
+  return out;
+}
 
 /// The layer's bias as doubles (zeros when it has none).
 std::vector<double> bias_of(const Layer& l) {
@@ -284,7 +307,7 @@ int fold_constants(Graph& g) {
 
 int fold_batchnorm(Graph& g) {
   return absorb_into_producers(g, "batchnorm", [](Layer& p, const Layer& bn, std::size_t, const Context& ctx) {
-    if (!is_conv_or_dense(p) || !has_no_activation(p) || !weights_plain(p) || !weights_plain(bn)) return false;
+    if (!has_channel_epilogue(p) || !has_no_activation(p) || !weights_plain(p) || !weights_plain(bn)) return false;
     // batchnorm normalises dim 1: a dense output's channels only when it is [N,O].
     if (p.type == "dense" && ctx.shapes.at(p.outputs[0]).rank() != 2) return false;
     const int64_t channels = output_channels(p);
@@ -299,7 +322,7 @@ int fold_batchnorm(Graph& g) {
       factor[c] = double(scale[c]) / std::sqrt(double(var[c]) + eps);
       bias[c] = (bias[c] - mean[c]) * factor[c] + shift[c];
     }
-    p.weights["weight"] = scale_rows(p.weight("weight"), factor);
+    p.weights["weight"] = scale_output_channels(p, factor);
     set_bias(p, bias);
     return true;
   });
@@ -331,14 +354,14 @@ std::optional<std::vector<double>> per_channel_values(const Blob& c, const Shape
 /// constant grows p's output by broadcasting, or a value is not finite.
 std::optional<std::vector<double>> per_channel_constant(const Layer& p, const Layer& op, std::size_t input,
                                                         const Context& ctx) {
-  if (!is_conv_or_dense(p) || !has_no_activation(p) || !has_no_activation(op) || !weights_plain(p) ||
+  if (!has_channel_epilogue(p) || !has_no_activation(p) || !has_no_activation(op) || !weights_plain(p) ||
       op.inputs.size() != 2)
     return std::nullopt;
   auto cit = ctx.constants.find(op.inputs[1 - input]);
   if (cit == ctx.constants.end() || !plain_float(*cit->second)) return std::nullopt;
   const Shape& y = ctx.shapes.at(op.inputs[input]);
   if (ctx.shapes.at(op.outputs[0]) != y || y.rank() < 1) return std::nullopt;
-  auto v = per_channel_values(*cit->second, y, p.type == "conv2" ? 1 : y.rank() - 1);
+  auto v = per_channel_values(*cit->second, y, p.type == "dense" ? y.rank() - 1 : 1);
   if (v && static_cast<int64_t>(v->size()) != output_channels(p)) return std::nullopt;
   return v;
 }
@@ -404,7 +427,7 @@ int fold_scale_mul(Graph& g) {
     if (!c) return false;
     std::vector<double> bias = bias_of(p);
     for (std::size_t i = 0; i < bias.size(); ++i) bias[i] *= (*c)[i];
-    p.weights["weight"] = scale_rows(p.weight("weight"), *c);
+    p.weights["weight"] = scale_output_channels(p, *c);
     if (p.find_weight("bias")) set_bias(p, bias);
     return true;
   });
@@ -1264,6 +1287,8 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fold_batchnorm, "fold_batchnorm", fold_batchnorm},
       {o.fold_scale_mul, "fold_scale_mul", fold_scale_mul},
       {o.fold_bias_add, "fold_bias_add", fold_bias_add},
+      // A batchnorm after a bias exported as an add (ConvTranspose -> add -> batchnorm) folds once the add has.
+      {o.fold_batchnorm, "fold_batchnorm", fold_batchnorm},
       {o.fold_input_affine, "fold_input_affine", fold_input_affine},
       {o.fuse_self_gating, "fuse_self_gating", fuse_self_gating},
       {o.fuse_activations, "fuse_activations", fuse_activations},

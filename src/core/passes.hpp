@@ -43,17 +43,18 @@ int fold_constants(Graph& graph);
 /// Returns the number of layers folded.
 int fold_dequantized_gather(Graph& graph);
 
-/// Folds a batchnorm into the conv2 (or rank-2 dense) that produces its input,
-/// when that output has no other consumer, is not a net output and the conv2
-/// has no fused activation: the weights are scaled per output channel and the
-/// bias shifted. Returns the number of batchnorms folded.
+/// Folds a batchnorm into the conv2, deconv2 (or rank-2 dense) that produces
+/// its input, when that output has no other consumer, is not a net output and
+/// the layer has no fused activation: the weights are scaled per output channel
+/// and the bias shifted. Returns the number of batchnorms folded.
 int fold_batchnorm(Graph& graph);
 
-/// Folds `add(x, c)` (either order), where x comes from a conv2/dense without
-/// fused activation, read by nothing else and not a net output, and c is a
-/// constant with one value per output channel (shape [O] or [1,..,1,O] for
-/// dense, [O,1,1] or [1,O,1,1] for conv2) or one value in all, into that
-/// layer's bias. Returns the number of adds folded.
+/// Folds `add(x, c)` (either order), where x comes from a conv2/deconv2/dense
+/// without fused activation, read by nothing else and not a net output, and c
+/// is a constant with one value per output channel (shape [O] or [1,..,1,O] for
+/// dense, [O,1,1] or [1,O,1,1] for conv2 and deconv2) or one value in all, into
+/// that layer's bias (a ConvTranspose's bias exported as an add, PP-OCRv4's
+/// detector). Returns the number of adds folded.
 int fold_bias_add(Graph& graph);
 
 /// Folds `mul(x, c)` under the same conditions into that layer's weights and
@@ -80,8 +81,8 @@ int fold_input_affine(Graph& graph);
 /// blobs to quantise. Returns the number of rewrites.
 int fuse_self_gating(Graph& graph);
 
-/// Fuses relu, clip, hardswish, hardsigmoid, sigmoid and silu into the conv2/dense
-/// that produces their input (its `act` parameters), and relu and clip into an
+/// Fuses relu, clip, hardswish, hardsigmoid, sigmoid and silu into the
+/// conv2/deconv2/dense that produces their input (its `act` parameters), and relu and clip into an
 /// add (ResNet's residual add -> relu: one pass over the blob instead of two),
 /// when that output has no other consumer, is not a net output and the layer
 /// has no activation yet.

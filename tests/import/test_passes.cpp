@@ -185,6 +185,42 @@ TEST_CASE("fold_scale_mul and fold_bias_add: per-channel and single constants in
   CHECK(folded.find_layer("c")->outputs[0] == "y");
 }
 
+TEST_CASE("deconv2 (ConvTranspose) takes its bias add, batchnorm, scale and activation", "[passes][bias][act]") {
+  // PP-OCRv4's detector head: ConvTranspose, its bias as an add of [24,1,1], batchnorm, relu; then
+  // ConvTranspose to one channel, its bias add, sigmoid. Grouped: output channel g * O/group + o.
+  auto deconv = [](const std::string& name, const std::string& in, const std::string& out, int64_t c, int64_t o,
+                   int64_t group, unsigned seed) {
+    Layer l = layer("deconv2", name, {in}, {out},
+                    {{"strides", std::vector<int64_t>{2, 2}}, {"group", group}});
+    l.weights["weight"] = random_blob(Shape{c, o / group, 2, 2}, seed);
+    return l;
+  };
+  auto g = graph({{"x", Shape{1, 4, 3, 5}}}, {"y", "z"},
+                 {deconv("t0", "x", "a", 4, 6, 1, 1), constant("b0", random_blob(Shape{6, 1, 1}, 2)),
+                  layer("add", "add0", {"a", "b0"}, {"b"}), batchnorm("bn", "b", "c", 6, 3),
+                  layer("relu", "r", {"c"}, {"d"}), deconv("t1", "d", "e", 6, 1, 1, 4),
+                  constant("b1", random_blob(Shape{1}, 5)), layer("add", "add1", {"b1", "e"}, {"f"}),
+                  layer("sigmoid", "s", {"f"}, {"y"}),
+                  deconv("t2", "x", "h", 4, 6, 2, 6), constant("m2", random_blob(Shape{1, 6, 1, 1}, 7)),
+                  layer("mul", "mul2", {"h", "m2"}, {"k"}), batchnorm("bn2", "k", "z", 6, 8)});
+  auto biased = check_pass(g, core::fold_bias_add, 2);
+  auto scaled = check_pass(biased, core::fold_scale_mul, 1, 1e-4);
+  auto normed = check_pass(scaled, core::fold_batchnorm, 2, 1e-4);
+  auto fused = check_pass(normed, core::fuse_activations, 2, 1e-4);
+  for (const char* gone : {"add", "mul", "batchnorm", "relu", "sigmoid"}) CHECK(count(fused, gone) == 0);
+  CHECK(fused.find_layer("t0")->get_string("act") == "relu");
+  CHECK(fused.find_layer("t1")->get_string("act") == "sigmoid");
+  CHECK(fused.find_layer("t2")->outputs[0] == "z");
+  // optimize: the batchnorm after the bias add folds once the add has (the passes' order is bn, mul, add).
+  core::Graph all = g;
+  core::optimize(all);
+  CHECK(count(all, "deconv2") == 3);
+  CHECK(static_cast<int>(all.layers.size()) == 3);
+  CHECK(all.find_layer("t0")->get_string("act") == "relu");
+  const auto before = run_graph(g), after = run_graph(all);
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(max_abs_diff(after[i].values, before[i].values) < 1e-4);
+}
+
 TEST_CASE("fold_input_affine: mul and add of per-input-channel constants into the conv2/dense reading them",
           "[passes][bias]") {
   auto pointwise = [](const std::string& name, const std::string& in, const std::string& out, int64_t c, int64_t o,

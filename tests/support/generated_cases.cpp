@@ -75,10 +75,15 @@ std::vector<Case> deconv2_cases(std::mt19937& rng) {
   struct C {
     int64_t c, h, k, kernel, stride, pad, group, output_padding;
   };
-  for (const C& s : {C{16, 8, 8, 2, 2, 0, 1, 0}, C{8, 5, 12, 3, 2, 1, 1, 1}, C{12, 6, 12, 4, 2, 1, 4, 0}}) {
+  // The last two: a detector's upsampling head (its bias, batchnorm and relu or sigmoid folded in),
+  // one output channel in a blocked layout's lanes.
+  for (const C& s : {C{16, 8, 8, 2, 2, 0, 1, 0}, C{8, 5, 12, 3, 2, 1, 1, 1}, C{12, 6, 12, 4, 2, 1, 4, 0},
+                     C{24, 9, 24, 2, 2, 0, 1, 0}, C{24, 10, 1, 2, 2, 0, 1, 0}}) {
+    const char* act = s.k == 24 ? "relu" : s.k == 1 ? "sigmoid" : "none";
     std::map<std::string, Attr> p{{"strides", Ints{s.stride, s.stride}}, {"pads", Ints{s.pad, s.pad, s.pad, s.pad}},
-                                  {"group", s.group}, {"output_padding", Ints{s.output_padding, s.output_padding}}};
-    out.push_back({fmt::format("deconv {}x{} -> {} k{} s{} p{} g{}", s.c, s.h, s.k, s.kernel, s.stride, s.pad, s.group),
+                                  {"group", s.group}, {"output_padding", Ints{s.output_padding, s.output_padding}},
+                                  {"act", std::string(act)}};
+    out.push_back({fmt::format("deconv {}x{} -> {} k{} s{} p{} g{} {}", s.c, s.h, s.k, s.kernel, s.stride, s.pad, s.group, act),
                    layer_of("deconv2", p,
                             {{"weight", random_blob({s.c, s.k / s.group, s.kernel, s.kernel}, rng, -0.3f, 0.3f)},
                              {"bias", random_blob({s.k}, rng)}}),
