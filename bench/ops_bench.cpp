@@ -106,6 +106,14 @@ std::vector<Case> cases(std::mt19937& rng) {
                  make("attention", {{"scale", 0.125}, {"q_perm", perm}, {"k_perm", perm}, {"v_perm", perm}, {"out_perm", perm}}, {}, 3),
                  {s, s, s}, 4.0 * heads * tokens * tokens * 64});
   }
+  // PP-OCRv4's detector head at 640x640: ConvTranspose 2x2 stride 2, its bias, batchnorm and relu or sigmoid folded in.
+  for (auto [c_in, c_out, hw, act] : {std::tuple<int64_t, int64_t, int64_t, const char*>{24, 24, 160, "relu"},
+                                      {24, 1, 320, "sigmoid"}}) {
+    c.push_back({fmt::format("deconv2 k2 s2 [1,{},{},{}] -> {} {}", c_in, hw, hw, c_out, act),
+                 make("deconv2", {{"strides", std::vector<int64_t>{2, 2}}, {"act", std::string(act)}},
+                      {{"weight", random_blob({c_in, c_out, 2, 2}, rng)}, {"bias", random_blob({c_out}, rng)}}, 1),
+                 {Shape{1, c_in, hw, hw}}, 2.0 * c_in * c_out * 4 * hw * hw});
+  }
   c.push_back({"concat [1,1,768]+[1,196,768] axis 1", make("concat", {{"axis", int64_t{1}}}, {}, 2),
                {Shape{1, 1, 768}, Shape{1, 196, 768}}});
   c.push_back({"concat [1,128,28,28]+[1,32,28,28] axis 1", make("concat", {{"axis", int64_t{1}}}, {}, 2),

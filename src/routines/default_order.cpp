@@ -216,7 +216,7 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"deconv2",
      {
-      {"cpu:float32:nchw16c/onednn", "cpu:float32:nchw8c/onednn"},
+      {"cpu:float32:nchw16c/onednn", "cpu:float32:nchw8c/onednn", "cpu:float32:nhwc/pixel_shuffle"},
       {"cpu/onednn", "cpu:float32:nhwc/onednn", "cpu:float32:nhwc/xnnpack"},
       {"cpu/ref"},
      }},

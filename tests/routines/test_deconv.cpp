@@ -90,6 +90,42 @@ TEST_CASE("deconv2: cpu:float32:nhwc/xnnpack matches cpu/ref", "[deconv][xnnpack
   if (unavailable == 0) CHECK(checked >= 18);
 }
 
+TEST_CASE("deconv2: cpu:float32:nhwc/pixel_shuffle matches cpu/ref where the kernel equals the stride", "[deconv][pixel_shuffle]") {
+  // Output channels x kernel width below and above the GEMM tile's width (the transposed
+  // product and the direct one), non-square kernels, a batch of two, bias or none, activations.
+  std::mt19937 rng(13);
+  struct C {
+    int64_t c, oc, kh, kw, n, h, w;
+  };
+  int trial = 0;
+  for (const C& t : {C{24, 1, 2, 2, 1, 9, 11}, C{24, 24, 2, 2, 1, 7, 13}, C{5, 3, 3, 1, 2, 4, 5}, C{8, 40, 1, 2, 1, 3, 17},
+                     C{16, 7, 2, 3, 2, 5, 3}, C{300, 2, 2, 2, 1, 2, 3}, C{3, 17, 4, 4, 1, 1, 1}}) {
+    std::map<std::string, Blob> weights{{"weight", random_blob({t.c, t.oc, t.kh, t.kw}, rng)}};
+    if (trial % 3 != 2) weights["bias"] = random_blob({t.oc}, rng);
+    Layer l = make_layer("deconv2", {{"strides", std::vector<int64_t>{t.kh, t.kw}}}, weights);
+    if (trial == 0) l.params["act"] = std::string("sigmoid");
+    else if (trial % 2) set_act(l, kActs[trial % 5], rng);
+    INFO("trial " << trial << " c " << t.c << " oc " << t.oc << " kernel " << t.kh << "x" << t.kw);
+    if (!check_or_skip(l, {random_blob({t.n, t.c, t.h, t.w}, rng)}, "cpu:float32:nhwc/pixel_shuffle")) return;
+    ++trial;
+  }
+  SECTION("anything but a kernel equal to its stride is refused, naming why") {
+    Blob x = random_blob({1, 4, 3, 3}, rng);
+    auto refusal = [&](std::map<std::string, Attr> p, int64_t group = 1) {
+      Layer l = make_layer("deconv2", std::move(p), {{"weight", random_blob({4, 4 / group, 2, 2}, rng)}});
+      if (group > 1) l.params["group"] = group;
+      return run_in_schema(l, {x}, "cpu:float32:nhwc/pixel_shuffle").support;
+    };
+    for (const Support& s : {refusal({{"strides", std::vector<int64_t>{1, 1}}}),
+                             refusal({{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{0, 0, 1, 1}}}),
+                             refusal({{"strides", std::vector<int64_t>{2, 2}}, {"output_padding", std::vector<int64_t>{1, 1}}}),
+                             refusal({{"strides", std::vector<int64_t>{2, 2}}}, 2)}) {
+      CHECK_FALSE(s);
+      CHECK((s.reason.find("kernels equal to their strides") != std::string::npos || isa_missing(s.reason)));
+    }
+  }
+}
+
 TEST_CASE("deconv2: bad parameters are errors naming the field", "[deconv]") {
   std::mt19937 rng(1);
   Blob x = random_blob({1, 4, 3, 3}, rng);

@@ -61,6 +61,7 @@ inline vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
 inline vf vdiv(vf a, vf b) { return vdivq_f32(a, b); }
 inline vf vfnma(vf a, vf b, vf c) { return vfmsq_f32(c, a, b); }  // c - a*b
 inline vf vround(vf a) { return vrndnq_f32(a); }                    // to nearest, ties to even
+inline float vhsum(vf v) { return vaddvq_f32(v); }
 /// 2^n for integral n in [-126, 127] held as floats.
 inline vf vpow2i(vf n) { return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23)); }
 #elif SN_F32_AVX512
@@ -84,6 +85,7 @@ inline vf vkeep_n(vf v, int n) { return _mm512_maskz_mov_ps(static_cast<__mmask1
 inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
 inline vf vfnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a*b
+inline float vhsum(vf v) { return _mm512_reduce_add_ps(v); }
 inline vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline vf vpow2i(vf n) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
@@ -110,6 +112,11 @@ inline vf vkeep_n(vf v, int n) { return _mm256_and_ps(v, _mm256_castsi256_ps(lan
 inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
 inline vf vfnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a*b
+inline float vhsum(vf v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
 inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline vf vpow2i(vf n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));

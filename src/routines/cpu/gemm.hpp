@@ -59,11 +59,21 @@ struct Epilogue {
 using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool load_c,
                              bool last, const float* bias_m, const float* bias_n, const Epilogue& ep);
 
+/// C[m, n] = A[m, k] · Bᵀ + bias_n, then the epilogue's activation, for few columns
+/// (n <= kMaxNarrow): B as its n rows of k floats, row i of A at a + i * lda and of C
+/// at c + i * ldc; each output a dot product across vector lanes. Where a product
+/// has fewer columns than the register tile is wide (a transposed convolution to
+/// one channel: 2 of 16), which would compute mostly padding.
+using NarrowKernel = void (*)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, float* c,
+                              int64_t ldc, const float* bias_n, const Epilogue& ep);
+inline constexpr int kMaxNarrow = 8;
+
 struct Kernel {
   const char* isa = "";  ///< "avx2", "avx512" or "neon"
   int mr = 0, nr = 0;    ///< register tile
   int vec = 0;           ///< floats per vector register
   MicroKernel micro = nullptr;
+  NarrowKernel narrow = nullptr;
 };
 
 /// The AVX2+FMA kernel (6x16) and the AVX-512 one (12x32); nullptr when the CPU lacks the ISA.
