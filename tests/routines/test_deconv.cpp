@@ -59,10 +59,12 @@ TEST_CASE("deconv2: */onednn matches cpu/ref in every layout", "[deconv][onednn]
         continue;
       }
       // Refusals: a missing ISA, or a case oneDNN has only reference code for
-      // (or, on aarch64, a fused hardswish its jit kernels skip).
+      // (or, on aarch64, a fused hardswish its jit kernels skip), or a bias or
+      // activation on partly filled channel blocks (no sound pass after it).
       INFO(why);
       CHECK((isa_missing(why) || why.find("reference implementation") != std::string::npos ||
-             why.find("skip a fused hardswish") != std::string::npos));
+             why.find("skip a fused hardswish") != std::string::npos ||
+             why.find("leave a pass after it unsound") != std::string::npos));
     }
 #if defined(__x86_64__)
   CHECK(checked >= 24);

@@ -442,16 +442,26 @@ struct Deconv2 {
   static constexpr std::string_view kType = "deconv2";
   static constexpr bool kRefuseReference = true;
 
+  /// Whether the bias and activation can be a binary add after the deconvolution:
+  /// oneDNN 2.6's binary post-op writes wrong values on a blocked layout whose
+  /// channels leave the last block partly empty, and with AVX-512 past the
+  /// output where they fill blocks of 8 but not of 16 (Binary's plan).
+  static bool add_after_is_sound(const Shape& out, Form l) {
+    const int64_t block = channel_block(l);
+    return block == 0 || (out[1] % block == 0 && (block == 16 || !has_avx512() || out[1] % 16 == 0));
+  }
+  static bool has_epilogue(const Layer& layer) {
+    return layer.find_weight("bias") || core::fused_activation(layer).kind != Activation::none;
+  }
+
   static Support check(const LayerInfo& info, Form l) {
     if (Support s = Conv2::check(info, l); !s) return s;
-    const int64_t block = channel_block(l);
-    if (!has_avx512() && block && info.output_shapes[0][1] % block != 0 && l.act == dt::f32 &&
-        (info.layer->find_weight("bias") || core::fused_activation(*info.layer).kind != Activation::none))
+    if (l.act == dt::f32 && has_epilogue(*info.layer) && !add_after_is_sound(info.output_shapes[0], l))
       return Support::no(fmt::format(
-          "oneDNN 2.6 without AVX-512 runs a deconvolution's bias or fused activation about 20x slower, and {} "
-          "output channels leave its last block of {} partly empty (where a pass after it would be unsound): "
-          "channels last or another routine",
-          info.output_shapes[0][1], block));
+          "oneDNN 2.6 runs a deconvolution's bias and fused activation in reference code after it (5-40x "
+          "slower), and {} output channels in blocks of {} leave a pass after it unsound: channels last or "
+          "another routine",
+          info.output_shapes[0][1], channel_block(l)));
     return Support::yes();
   }
 
@@ -468,15 +478,12 @@ struct Deconv2 {
                                           : dims{g.kh * g.kw, ocg * g.kh * g.kw, g.kw, 1};
     const dnnl::memory::desc w_any(wd, l.act, tag::any);
     const Shape& out = info.output_shapes[0];
-    // Without AVX-512, oneDNN 2.6's deconvolution with a bias or an eltwise
-    // post-op runs them slowly (ops_bench, Zen 1: 2x2 stride 2, 24 -> 24 at 160,
-    // 2 ms plain, 10 with a bias, 82 with a relu; 4x4 stride 2, 64 -> 32 at 40,
-    // 1.5, 2.1 and 8.6 ms): there the bias and activation are a binary add
-    // after it, one pass, where its post-op is sound (binary's, on a blocked
-    // layout, is not where the channels leave the last block partly empty).
-    const int64_t block = channel_block(l);
-    const bool after = !has_avx512() && (bias || act.kind != Activation::none) && l.act == dt::f32 &&
-                       (block == 0 || out[1] % block == 0);
+    // oneDNN 2.6's deconvolution (its reference wrapper around the backward-data
+    // convolution, whatever the ISA) applies a bias and post-ops in scalar code
+    // after it (ops_bench, Zen 1: 2x2 stride 2, 24 -> 24 at 160, 2 ms plain, 10
+    // with a bias, 82 with a relu; 4x4 stride 2, 64 -> 32 at 40, 1.5, 2.1 and
+    // 8.6 ms): they are a binary add after it instead, one jit pass (1.5 ms with the relu).
+    const bool after = l.act == dt::f32 && (bias || act.kind != Activation::none) && add_after_is_sound(out, l);
     const dnnl::memory::desc b_md = bias && !after ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
     Plan p;
     dnnl::post_ops ops;
