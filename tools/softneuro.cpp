@@ -75,6 +75,9 @@ commands:
                             sample: the whole argmax sequence; ctc:0.95 where a CTC blank wins most
                             positions: the line a greedy decoder reads), cosine:0.999 (without qint8, or
                             outputs straight from a layer norm: hidden states), rel-l2:0.02, or none (allowed unchecked); a path that misses it is not kept
+      --min-reduced-gain F  keep a path below float32 only where it is predicted at least F faster
+                            than the fastest float32 one (default 0.02: 2%); else float32, and no
+                            time spent calibrating every sample or checking the budget (0: any gain)
       --keep-float-weights  keep float32 weights where layers run in qint8 (default: stored as int8
                             and per-channel scales, the values the qint8 routines compute with)
       --no-prepared-weights store the layers' weights only (default: also the routine path's derived
@@ -122,6 +125,17 @@ int parse_int(const std::string& s, const char* flag, int min) {
   } catch (...) {
   }
   throw Usage(fmt::format("{} expects an integer >= {}, got '{}'", flag, min, s));
+}
+
+/// A fraction in [0, 1): "0.02" (2%).
+double parse_fraction(const std::string& s, const char* flag) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used == s.size() && v >= 0 && v < 1) return v;
+  } catch (...) {
+  }
+  throw Usage(fmt::format("{} expects a fraction from 0 up to 1 (0.02: 2%), got '{}'", flag, s));
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -427,6 +441,7 @@ int cmd_tune(const std::vector<std::string>& args) {
     else if (a == "--threads") threads = parse_int(value("--threads"), "--threads", 1);
     else if (a == "--calibration") calibration_dir = value("--calibration");
     else if (a == "--accuracy") opt.accuracy = value("--accuracy");
+    else if (a == "--min-reduced-gain") opt.min_reduced_gain = parse_fraction(value("--min-reduced-gain"), "--min-reduced-gain");
     else if (a == "--keep-float-weights") opt.keep_float_weights = true;
     else if (a == "--no-prepared-weights") opt.prepared_weights = false;
     else if (a == "--shapes") {

@@ -238,7 +238,7 @@ def main():
     ap.add_argument("onnx")
     ap.add_argument("--dnn", action="append", default=[], help="LABEL=FILE.dnn (any number)")
     ap.add_argument("--onnx-int8", help="a quantised ONNX file to run under ONNX Runtime too")
-    ap.add_argument("--input", action="append", default=[], help="NAME=1x3x224x224")
+    ap.add_argument("--input", action="append", default=[], help="NAME=1x3x224x224 (seeded normal values) or NAME=FILE.npy")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
@@ -248,13 +248,17 @@ def main():
     ap.add_argument("--out", help="also write the tables here (Markdown)")
     args = ap.parse_args()
 
-    given = {}
+    given, loaded = {}, {}
     for spec in args.input:
-        name, shape = spec.split("=", 1)
-        given[name] = parse_shape(shape)
+        name, value = spec.split("=", 1)
+        if value.endswith(".npy"):  # token ids, masks: integer inputs as they are
+            loaded[name] = np.load(value)
+            given[name] = list(loaded[name].shape)
+        else:
+            given[name] = parse_shape(value)
     shapes = onnx_inputs(args.onnx, given)
     rng = np.random.default_rng(0)
-    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    feeds = {n: loaded[n] if n in loaded else rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     tmp = tempfile.mkdtemp(prefix="per_layer_")
     files = {}
     for n, a in feeds.items():

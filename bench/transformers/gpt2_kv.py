@@ -11,6 +11,7 @@ time of a step at a new cache length against the same step run again.
     python bench/transformers/gpt2_kv.py --out /tmp/gpt2kv --steps 64
 """
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -44,10 +45,12 @@ def main():
     dyn.update({f"past_{i}": {0: "batch", 2: "past_sequence"} for i in range(2 * L)})
     args = (torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, 4, dtype=torch.int64), *[torch.randn(1, H, 3, D) for _ in range(2 * L)])
     path = os.path.join(a.out, "gpt2_kv.onnx")
+    # torch before 2.5 (Debian's 1.13) has no dynamo argument: TorchScript is all it exports.
+    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     with torch.no_grad():
         torch.onnx.export(mk.LmWithCache(lm), args, path, input_names=names,
                           output_names=["logits"] + [f"present_{i}" for i in range(2 * L)], dynamic_axes=dyn,
-                          opset_version=17, dynamo=False)
+                          opset_version=17, **legacy)
     prompt = [464, 3290, 318, 257]
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     t0 = time.time()

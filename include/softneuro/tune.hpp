@@ -92,6 +92,13 @@ struct TuneOptions {
   /// the file records. A path that misses it is never kept: the fastest
   /// float32 path measured is, and the report says so.
   std::string accuracy;
+  /// A path with layers below float32 (qint8, bfloat16, float16) is kept only
+  /// where DPRS predicts it at least this fraction faster than the fastest
+  /// float32 path measured (0.02: 2%); else the float32 path is, and the
+  /// tuning spends nothing on the accuracy budget or on calibrating with every
+  /// sample (qint8 is first timed under scales from a few of them). A
+  /// quantised model's own int8 layers are not judged by it. 0: any gain.
+  double min_reduced_gain = 0.02;
   /// A metric of your own in place of `accuracy` (which must then be empty).
   AccuracyMetric accuracy_metric;
   /// Validation samples, each binding every net input by name (load_samples()
@@ -181,6 +188,14 @@ struct TuneReport {
   /// Why a path missed where the value alone does not say (validation too
   /// small to resolve the budget, or missed on the calibration samples).
   std::string accuracy_note;
+  /// The fraction of the fastest float32 path's predicted time that the path
+  /// below float32 DPRS chose saves (-1: not compared: no such path); under
+  /// TuneOptions::min_reduced_gain the float32 path was kept
+  /// (reduced_not_worth) and only `provisional_samples` calibrated qint8's timing.
+  double reduced_gain = -1;
+  double min_reduced_gain = 0;  ///< TuneOptions::min_reduced_gain, as the tuning applied it
+  bool reduced_not_worth = false;
+  int provisional_samples = 0;
   /// The calibration's range method kept (CalibrationOptions::methods; "" where
   /// the tuning did not calibrate), and each method tried with the value the
   /// budget's metric measured for the chosen path under it.

@@ -225,7 +225,7 @@ NB_MODULE(_core, m) {
          const std::vector<std::map<std::string, InArray>>& validation, const std::string& accuracy,
          nb::object metric, double max_drop, double time_budget_s, nb::object progress,
          const std::vector<std::map<std::string, std::vector<int64_t>>>& shapes, bool keep_float_weights,
-         bool prepared_weights) {
+         bool prepared_weights, double min_reduced_gain) {
         softneuro::TuneOptions o;
         o.schemas = schemas;
         o.cache_dir = cache_dir;
@@ -233,6 +233,7 @@ NB_MODULE(_core, m) {
         o.time_budget_s = time_budget_s;
         o.keep_float_weights = keep_float_weights;
         o.prepared_weights = prepared_weights;
+        o.min_reduced_gain = min_reduced_gain;
         for (const auto& s : calibration) o.calibration.inputs.push_back(owned_blobs_of(s));
         for (const auto& s : validation) o.validation.push_back(owned_blobs_of(s));
         for (const auto& bucket : shapes) {
@@ -298,7 +299,7 @@ NB_MODULE(_core, m) {
       },
       "model"_a, "schemas"_a, "cache_dir"_a, "calibration"_a, "validation"_a, "accuracy"_a, "metric"_a.none(),
       "max_drop"_a, "time_budget_s"_a, "progress"_a.none(), "shapes"_a, "keep_float_weights"_a,
-      "prepared_weights"_a);
+      "prepared_weights"_a, "min_reduced_gain"_a);
 
   nb::class_<PySession>(m, "Session")
       .def(

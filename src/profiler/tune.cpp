@@ -43,6 +43,12 @@ using profiler::params_text;
 /// rank the layers; the paths the search then finds are validated on all.
 constexpr std::size_t kSensitivitySamples = 16;
 
+/// Calibration samples whose scales time the qint8 candidates until a path
+/// below float32 is known to pay (times do not depend on the scales): every
+/// sample calibrates only then. ResNet50's 300 took 113 s of a Zen 1 tuning
+/// whose one int8 layer saved 0.1% of the run.
+constexpr std::size_t kProvisionalSamples = 8;
+
 /// The weight range (Routine::weight_qmax) of each conv2 and dense layer of
 /// `g` that `path` runs in qint8 (its routines found in `registry`).
 std::map<std::string, int> qint8_weight_ranges(const core::Graph& g, const core::RoutinePath& path,
@@ -112,6 +118,10 @@ struct Tuner {
   std::set<std::string> model_int8;
   /// What calibration measured: one quantisation per range method, and channel means.
   profiler::Calibration calibration;
+  /// From kProvisionalSamples samples, one range method (calibrate_fully()
+  /// replaces it), and the quantisation the net held before it.
+  bool calibration_provisional = false;
+  std::map<std::string, QuantParams> quant_before_calibration;
   bool bias_correction = false;  ///< kept where it measured better
   bool real_samples = false;     ///< the user gave samples (validation or calibration)
   TuneReport report;
@@ -217,34 +227,9 @@ struct Tuner {
     std::set<std::string> seen;
     auto add = [&](DType d, bool with_float32) {
       const std::string name = with_float32 ? fmt::format("float32+{}", to_string(d)) : fmt::format("{}-only", to_string(d));
-      std::vector<LayerProfile> restricted = profiles;
-      bool possible = true;
-      std::string missing;
-      for (auto& p : restricted) {
-        std::vector<Measured> keep;
-        for (const auto& m : p.measured)
-          if (m.cand.precision() == d || (with_float32 && m.cand.precision() == DType::float32)) keep.push_back(m);
-        if (keep.empty())
-          for (const auto& m : p.measured)
-            if (m.cand.schema.device == Device::cpu && m.cand.precision() == DType::float32) keep.push_back(m);
-        if (keep.empty() && possible) missing = p.layer->name;
-        possible = possible && !keep.empty();
-        p.measured = std::move(keep);
-      }
-      if (!possible) {
-        core::debug("no {} path: layer '{}' has no candidate in it", name, missing);
-        return;
-      }
-      profiler::Plan plan = profiler::build_plan(net, restricted, prof, true, step_ms);
-      dprs::Solution sol = dprs::solve(plan.graph);
-      if (!sol.feasible) {
-        core::debug("no {} path: DPRS found none", name);
-        return;
-      }
-      profiler::PlannedPath path = profiler::read_path(plan, sol, restricted, true, report.device_fingerprint);
-      path.picks.clear();  // they point into `restricted`
-      if (!seen.insert(path_key(path.path)).second) return;  // the same path under another name
-      out.push_back({name, std::move(path)});
+      std::optional<profiler::PlannedPath> path = restricted_path(profiles, d, with_float32, name);
+      if (!path || !seen.insert(path_key(path->path)).second) return;  // none, or the same path under another name
+      out.push_back({name, std::move(*path)});
     };
     for (DType d : dtypes) add(d, false);
     // (With one reduced dtype, float32 and it together is the whole search.)
@@ -252,6 +237,37 @@ struct Tuner {
       for (DType d : dtypes)
         if (d != DType::float32) add(d, true);
     return out;
+  }
+
+  /// The best path over the candidates computing in `d` (and float32 too
+  /// with `with_float32`), each layer with none keeping its float32 CPU ones,
+  /// with in-context costs; none where a layer has neither. Its picks are
+  /// cleared (they would point into a copy of the profiles).
+  std::optional<profiler::PlannedPath> restricted_path(const std::vector<LayerProfile>& profiles, DType d,
+                                                       bool with_float32, const std::string& name) {
+    std::vector<LayerProfile> restricted = profiles;
+    for (auto& p : restricted) {
+      std::vector<Measured> keep;
+      for (const auto& m : p.measured)
+        if (m.cand.precision() == d || (with_float32 && m.cand.precision() == DType::float32)) keep.push_back(m);
+      if (keep.empty())
+        for (const auto& m : p.measured)
+          if (m.cand.schema.device == Device::cpu && m.cand.precision() == DType::float32) keep.push_back(m);
+      if (keep.empty()) {
+        core::debug("no {} path: layer '{}' has no candidate in it", name, p.layer->name);
+        return std::nullopt;
+      }
+      p.measured = std::move(keep);
+    }
+    profiler::Plan plan = profiler::build_plan(net, restricted, prof, true, step_ms);
+    dprs::Solution sol = dprs::solve(plan.graph);
+    if (!sol.feasible) {
+      core::debug("no {} path: DPRS found none", name);
+      return std::nullopt;
+    }
+    profiler::PlannedPath path = profiler::read_path(plan, sol, restricted, true, report.device_fingerprint);
+    path.picks.clear();
+    return path;
   }
 
   /// The untuned default as a complete path (its routines and adapts), and
@@ -331,6 +347,7 @@ struct Tuner {
     profiler::PlannedPath planned = solve(profiles, false);
     integrated_profiling(profiles, planned);
     core::RoutinePath last_run = settle_in_context(profiles, planned);
+    weigh_reduced(profiles, planned, last_run);
     const auto quant_profiled = net.tuning.blob_quant;
     choose_range_method(planned.path);
     // Another range method than the one profiled: every blob's scales changed.
@@ -388,9 +405,76 @@ struct Tuner {
     }
     if (wants_qint8 && (net.tuning.blob_quant.empty() || !opt.calibration.inputs.empty())) {
       progress("calibration", 0, 1, "");
-      calibration = profiler::calibrate(net, opt.calibration,
-                                        opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir);
-      report.range_method = to_string(opt.calibration.methods.front());
+      quant_before_calibration = net.tuning.blob_quant;
+      if (model_int8.empty() && opt.calibration.inputs.size() > kProvisionalSamples && !opt.calibration.methods.empty()) {
+        CalibrationOptions few = opt.calibration;
+        few.inputs.resize(kProvisionalSamples);
+        few.methods = {RangeMethod::minmax};  // one pass
+        calibration = profiler::calibrate(net, few, calibration_dir());
+        calibration_provisional = true;
+        report.provisional_samples = static_cast<int>(kProvisionalSamples);
+      } else {
+        calibration = profiler::calibrate(net, opt.calibration, calibration_dir());
+        report.range_method = to_string(opt.calibration.methods.front());
+      }
+    }
+  }
+  std::string calibration_dir() const {
+    return opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir;
+  }
+
+  /// Every sample and range method, where the provisional calibration timed qint8.
+  void calibrate_fully(std::vector<LayerProfile>& profiles) {
+    if (!calibration_provisional) return;
+    calibration_provisional = false;
+    progress("calibration", 0, 1, "every sample");
+    calibration = profiler::calibrate(net, opt.calibration, calibration_dir());
+    report.range_method = to_string(opt.calibration.methods.front());
+    prof.requantise(profiles);
+  }
+
+  /// Whether the path below float32 DPRS chose (`planned`, in-context costs)
+  /// pays: at least TuneOptions::min_reduced_gain faster than the fastest
+  /// float32 path. Where it does (or no float32 path exists: pins), the
+  /// tuning goes on to calibrate with every sample and hold the path to the
+  /// budget. Where it does not, every candidate below float32 leaves the
+  /// profiles and the tuning goes on as a float32 one: no range methods, no
+  /// sensitivities, no budget search for a gain below the noise of a
+  /// measurement (ResNet50 on a Zen 1: 136 s of range methods for an int8
+  /// classifier layer that saved 0.1 ms of 87). A quantised model's own int8
+  /// layers are the model: not weighed.
+  void weigh_reduced(std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned, core::RoutinePath& last_run) {
+    const auto reduced = [](const Measured& m) { return profiler::below_float32(m.cand.precision()); };
+    const bool any = std::any_of(profiles.begin(), profiles.end(),
+                                 [&](const LayerProfile& p) { return std::any_of(p.measured.begin(), p.measured.end(), reduced); });
+    if (!any || !model_int8.empty() || !(opt.min_reduced_gain > 0)) return calibrate_fully(profiles);
+    const bool chosen = std::any_of(planned.picks.begin(), planned.picks.end(), [&](const Measured* m) { return m && reduced(*m); });
+    const std::optional<profiler::PlannedPath> f32 = restricted_path(profiles, DType::float32, false, "float32-only");
+    if (!f32 || !(f32->predicted_ms > 0)) return calibrate_fully(profiles);
+    report.reduced_gain = chosen ? 1.0 - planned.predicted_ms / f32->predicted_ms : 0.0;
+    report.min_reduced_gain = opt.min_reduced_gain;
+    if (report.reduced_gain >= opt.min_reduced_gain && chosen) return calibrate_fully(profiles);
+    report.reduced_not_worth = true;
+    core::info("below float32 the path was predicted {:.3f} ms against float32's {:.3f} ({:.1f}% faster, under {:.1f}%): "
+               "float32 kept, nothing below it calibrated or validated",
+               chosen ? planned.predicted_ms : f32->predicted_ms, f32->predicted_ms, 100 * report.reduced_gain,
+               100 * opt.min_reduced_gain);
+    for (auto& p : profiles) {
+      std::erase_if(p.measured, reduced);
+      std::erase_if(p.fused_with_previous, [&](const profiler::FusedPair& f) { return !p.find(f.descriptor, f.params); });
+    }
+    if (calibration_provisional) {
+      // Scales that only timed candidates no path keeps: the net stays as it was given.
+      calibration = {};
+      calibration_provisional = false;
+      net.tuning.blob_quant = quant_before_calibration;
+      net.changed();
+      prof.requantise(profiles);
+    }
+    planned = solve(profiles, true);
+    if (!same_routines(planned.path, last_run)) {
+      measure_in_context(profiles, planned);
+      last_run = planned.path;
     }
   }
 

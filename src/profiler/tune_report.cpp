@@ -62,7 +62,14 @@ std::string TuneReport::to_text() const {
   if (!accuracy_budget.empty()) {
     const std::string on = fmt::format("{} {} sample{}", validation_samples, validation_synthetic ? "synthetic" : "validation",
                                        validation_samples == 1 ? "" : "s");
-    if (accuracy_budget == "none")
+    if (reduced_not_worth)
+      s += fmt::format("accuracy budget {}: not needed: the fastest path below float32 was predicted {:.1f}% faster than "
+                       "float32's, under the {:.1f}% it must gain (min_reduced_gain), so float32 is kept{}\n",
+                       accuracy_budget, 100 * reduced_gain, 100 * min_reduced_gain,
+                       provisional_samples > 0 ? fmt::format(" (qint8 timed under scales from {} calibration samples)",
+                                                             provisional_samples)
+                                               : "");
+    else if (accuracy_budget == "none")
       s += "accuracy budget none: not checked\n";
     else if (reduced_refused)
       s += fmt::format("accuracy budget {}: no samples of your own to check it on, so nothing below float32 is "
@@ -112,13 +119,13 @@ std::string TuneReport::to_json() const {
                               "  \"predicted_ms\": {},\n  \"measured_ms\": {},\n  \"default_ms\": {},\n  \"kept_default\": {},\n"
                               "  \"earlier_paths\": {},\n  \"earlier_ms\": {},\n  \"earlier_taken\": {},\n"
                               "  \"accuracy_budget\": \"{}\",\n  \"accuracy\": {},\n  \"validation_samples\": {},\n"
-                              "  \"validation_synthetic\": {},\n  \"reduced_refused\": {},\n  \"accuracy_missed\": {},\n  \"accuracy_confirmed\": {},\n  \"accuracy_note\": \"{}\",\n"
+                              "  \"validation_synthetic\": {},\n  \"reduced_refused\": {},\n  \"reduced_gain\": {},\n  \"min_reduced_gain\": {},\n  \"reduced_not_worth\": {},\n  \"provisional_samples\": {},\n  \"accuracy_missed\": {},\n  \"accuracy_confirmed\": {},\n  \"accuracy_note\": \"{}\",\n"
                               "  \"int8_weight_layers\": {},\n  \"int8_weight_float_bytes\": {},\n  \"range_method\": \"{}\",\n"
                               "  \"bias_correction\": {},\n"
                               "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"cache_remeasured\": {},\n  \"sensitivities_cached\": {},\n  \"sensitivities_measured\": {},\n  \"cache_drift\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
                               json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default,
-                              earlier_paths, earlier_ms, earlier_taken, json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, reduced_refused, accuracy_missed,
+                              earlier_paths, earlier_ms, earlier_taken, json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, reduced_refused, reduced_gain, min_reduced_gain, reduced_not_worth, provisional_samples, accuracy_missed,
                               accuracy_confirmed, json_escape(accuracy_note),
                               int8_weight_layers, int8_weight_float_bytes, json_escape(range_method), bias_correction, tuning_s, measurements,
                               cache_hits, cache_remeasured, sensitivities_cached, sensitivities_measured, cache_drift, exact,

@@ -16,6 +16,7 @@ past_3 [batch, 2, past_sequence, 16]; logits and present_0 ... present_3) with
 ONNX Runtime's greedy decode of 12 tokens, and a WordPiece tokenizer trained
 on a few sentences (tiny_tokenizer.json) for the examples.
 """
+import inspect
 import os
 
 import numpy as np
@@ -54,14 +55,20 @@ class LmWithCache(torch.nn.Module):
         self.m = m
 
     def forward(self, input_ids, attention_mask, *past):
-        cache = tf.DynamicCache(config=self.m.config)
-        for i in range(len(past) // 2):
-            cache.update(past[2 * i], past[2 * i + 1], i)
+        pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2))
+        if "config" in inspect.signature(tf.DynamicCache.__init__).parameters:
+            cache = tf.DynamicCache(config=self.m.config)
+            for i, (k, v) in enumerate(pairs):
+                cache.update(k, v, i)
+        else:  # transformers 4.x (beside Debian's torch 1.13): the cache as legacy tuples
+            cache = pairs
         out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
-        presents = []
-        for layer in out.past_key_values.layers:
-            presents += [layer.keys, layer.values]
-        return (out.logits, *presents)
+        pkv = out.past_key_values
+        if hasattr(pkv, "layers"):
+            layers = [(layer.keys, layer.values) for layer in pkv.layers]
+        else:
+            layers = pkv.to_legacy_cache() if hasattr(pkv, "to_legacy_cache") else pkv
+        return (out.logits, *[t for kv in layers for t in kv])
 
 
 def greedy(sess, prompt, steps, layers, heads, head_dim):
