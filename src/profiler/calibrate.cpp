@@ -72,13 +72,37 @@ struct Range {
   void histogram(const float* p, int64_t n) {
     if (hist.empty()) hist.assign(kBins, 0), hlo = lo, hhi = hi;
     const double width = hhi - hlo;
-    const double per = width > 0 ? kBins / width : 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(p[i])) continue;
-      // (clamped as a double: values beyond the bounds may be far beyond an int)
-      const double at = per > 0 ? std::clamp((double(p[i]) - hlo) * per, 0.0, double(kBins - 1)) : 0.0;
-      ++hist[static_cast<std::size_t>(at)];
-      ++count;
+    const double per = width > 0 ? kBins / width : 0.0, top = kBins - 1;
+    // The bins of a block of values first, in a loop the compiler vectorises
+    // (clamped as a double: values beyond the bounds may be far beyond an int;
+    // a value that is not finite to bin kBins, never counted), then counted in
+    // two interleaved tallies: in one, a run of one bin (a relu's zeros) waited
+    // on the store of each increment. A third of a calibration was this loop.
+    thread_local std::vector<uint32_t> tally;
+    constexpr int64_t kBlock = 512, kMaxPerCall = int64_t{1} << 31;  // (a tally fits in 32 bits)
+    int32_t bin[kBlock];
+    for (int64_t c0 = 0; c0 < n; c0 += kMaxPerCall) {
+      const int64_t cn = std::min(kMaxPerCall, n - c0);
+      tally.assign(2 * (kBins + 1), 0);
+      uint32_t* t0 = tally.data();
+      uint32_t* t1 = t0 + kBins + 1;
+      for (int64_t i0 = c0; i0 < c0 + cn; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, c0 + cn - i0);
+        for (int64_t i = 0; i < m; ++i) {
+          const float x = p[i0 + i];
+          const bool finite = x - x == 0.0f;
+          const double at = std::min(std::max((double(finite ? x : 0.0f) - hlo) * per, 0.0), top);
+          bin[i] = finite ? static_cast<int32_t>(at) : kBins;
+        }
+        int64_t i = 0;
+        for (; i + 1 < m; i += 2) ++t0[bin[i]], ++t1[bin[i + 1]];
+        if (i < m) ++t0[bin[i]];
+      }
+      for (int b = 0; b < kBins; ++b) {
+        const uint64_t c = uint64_t{t0[b]} + t1[b];
+        hist[static_cast<std::size_t>(b)] += c;
+        count += c;
+      }
     }
   }
   double bin_width() const { return (hhi - hlo) / kBins; }
