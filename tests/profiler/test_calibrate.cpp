@@ -937,10 +937,15 @@ TEST_CASE("a path missing the budget on the calibration samples alone is searche
   const TuneReport r = tune_and_keep(second, o);
   INFO(r.to_text());
   CHECK_FALSE(r.accuracy_missed);
-  // Fewer layers in qint8, not none. Where other processes kept a CPU busy
-  // (ASan's stage beside others), the second tuning's DPRS path may differ
-  // from the first's and its ten validations find none: only the budget is checked.
-  if (r.others_cpus >= 0 && r.others_cpus < 0.5) CHECK(in_qint8(second) > 0);
+  // Never float32 in the path's place without a search: layers stay in qint8,
+  // or the budget's search ran (the layers' sensitivities priced it). Which
+  // one depends on the times measured (on a Zen 1, a third of the runs on a
+  // quiet machine): the second tuning may keep another range method, under
+  // which its path meets the strict sample and needs no search; or the
+  // search's ten validations find no mixed path that also meets it.
+  const int second_qint8 = in_qint8(second);
+  INFO("qint8 layers " << second_qint8 << ", sensitivities " << r.sensitivities_measured + r.sensitivities_cached);
+  CHECK((second_qint8 > 0 || r.sensitivities_measured + r.sensitivities_cached > 0));
   const std::vector<float> second_c = run_net(second, c);
   CHECK(1 - strict * rel_err(want_c.data(), second_c.data(), want_c.size()) >= 0.5);
 }
