@@ -868,6 +868,12 @@ struct Tuner {
     // validation samples and missed on the calibration samples had final_check
     // fall back to float32 and bfloat16 alone (4.0 ms) where the search finds
     // a mixed path meeting both (3.1 ms, the recogniser).
+    // (A stage of its own in the report: validating the path on both sets ran
+    // 400 whole-net runs of ResNet50, reported as calibration before.)
+    if (budget.metric != profiler::AccuracyBudget::Metric::none &&
+        std::any_of(planned.picks.begin(), planned.picks.end(),
+                    [](const Measured* m) { return m && profiler::below_float32(m->cand.precision()); }))
+      progress("accuracy budget", 0, 1, "validating the path");
     if ((accuracy_ok(planned.path) && confirmed(planned.path)) || !resolves_budget()) return planned;
     const profiler::Validator& v = validation();
     // DPRS prices a layer in a schema by its fastest candidate there: a float32
