@@ -218,11 +218,16 @@ std::vector<NamedBlob> run(core::Executor& exec, const detail::WorkingModel& net
 
 }  // namespace
 
-Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget)
+Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget,
+                     std::vector<std::vector<NamedBlob>> references)
     : net_(net), samples_(std::move(samples)), budget_(std::move(budget)) {
-  const core::RoutinePath untuned;  // the float32 default
-  core::Executor ref(core::build_plan(net.graph, net.tuning, net.shapes, &untuned, net.plan_options(false)));
-  for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
+  if (references.size() == samples_.size()) {
+    reference_ = std::move(references);
+  } else {
+    const core::RoutinePath untuned;  // the float32 default
+    core::Executor ref(core::build_plan(net.graph, net.tuning, net.shapes, &untuned, net.plan_options(false)));
+    for (const auto& sample : samples_) reference_.push_back(run(ref, net, sample));
+  }
   if (budget_.metric == AccuracyBudget::Metric::ctc || (budget_.metric == AccuracyBudget::Metric::seq && budget_.ctc_if_blank))
     find_blank();
   for (const auto& r : reference_) {

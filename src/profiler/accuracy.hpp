@@ -88,7 +88,11 @@ double output_score(const AccuracyBudget& budget, const Blob& got, const Blob& w
 /// every net input); the float32 outputs are computed once.
 class Validator {
  public:
-  Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget);
+  /// `references`: the float32 default's outputs of each sample, in the
+  /// graph's output order, where already computed (Calibration::outputs);
+  /// else (another count of them) they are run here.
+  Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget,
+            std::vector<std::vector<NamedBlob>> references = {});
   /// The budget's metric of `path`, averaged over samples and outputs; with
   /// `cosine`, also the mean cosine similarity (a finer tie-break than top1).
   /// On the first `max_samples` samples only where given (not for a set metric,

@@ -46,6 +46,9 @@ constexpr int kBins = 8192;  // fine enough for the entropy search to shrink a r
 /// over ResNet50's 300 calibration samples took 62 s of its tuning.
 constexpr std::size_t kBoundSamples = 32;
 
+/// Calibration::outputs beyond this many bytes are not kept.
+constexpr std::size_t kKeptOutputBytes = std::size_t{256} << 20;
+
 struct Range {
   double lo = std::numeric_limits<double>::infinity();
   double hi = -std::numeric_limits<double>::infinity();
@@ -642,6 +645,18 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   // needs histograms); then, where one does, a pass over every sample fills
   // histograms within those bounds, extending min and max.
   const bool histograms = std::any_of(options.methods.begin(), options.methods.end(), [](RangeMethod m) { return m != RangeMethod::minmax; });
+  // The net's outputs among the results, kept from the last pass (Calibration::outputs).
+  std::vector<std::size_t> net_outputs;
+  std::size_t output_bytes = 0;
+  for (const auto& o : net.graph.outputs) {
+    auto it = std::find_if(results.begin(), results.end(), [&](const NamedBlob& r) { return r.name == o; });
+    if (it == results.end()) break;
+    net_outputs.push_back(static_cast<std::size_t>(it - results.begin()));
+    output_bytes += it->blob.byte_size();
+  }
+  const bool keep_outputs = net.graph.output_dtypes.empty() && net_outputs.size() == net.graph.outputs.size() &&
+                            output_bytes * given.size() <= kKeptOutputBytes;
+  std::vector<std::vector<NamedBlob>> kept_outputs;
   for (int pass = 0; pass < (histograms ? 2 : 1); ++pass) {
     const bool last = pass == (histograms ? 1 : 0);
     const std::size_t samples = histograms && pass == 0 ? std::min(given.size(), kBoundSamples) : given.size();
@@ -661,6 +676,10 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
         exec.run(batch, results);
       } catch (const Error& e) {
         throw e.file().empty() ? e.with_file(net.file) : e;
+      }
+      if (last && keep_outputs) {
+        std::vector<NamedBlob>& mine = kept_outputs.emplace_back();
+        for (std::size_t i : net_outputs) mine.push_back({results[i].name, results[i].blob.clone()});
       }
       // Each blob's statistics are its own: over the threads (one took 30% of
       // a ResNet50 calibration while the other waited).
@@ -687,6 +706,7 @@ Calibration calibrate(detail::WorkingModel& net, const CalibrationOptions& optio
   result.quants = quantisations(net.graph, ranges, options);
   for (Quantisation& q : result.quants) keep_own(q);
   result.channel_means = std::move(channel_means).means();
+  result.outputs = std::move(kept_outputs);
   net.tuning.blob_quant = result.quants.front();
   std::vector<std::string> names;
   for (RangeMethod m : options.methods) names.push_back(to_string(m));

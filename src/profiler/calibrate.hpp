@@ -22,6 +22,11 @@ namespace softneuro::profiler {
 struct Calibration {
   std::vector<std::map<std::string, QuantParams>> quants;
   std::map<std::string, std::vector<double>> channel_means;
+  /// Each input's net outputs as the float32 default computed them, in the
+  /// graph's output order: a validator's references on those samples without
+  /// running them again. Empty where the calibration was read from the cache,
+  /// an output is not float32, or they would take over kKeptOutputBytes.
+  std::vector<std::vector<NamedBlob>> outputs;
 };
 
 /// Runs the float32 net with its default routines on the calibration inputs;
