@@ -461,10 +461,13 @@ struct Tuner {
                "float32 kept, nothing below it calibrated or validated",
                chosen ? planned.predicted_ms : f32->predicted_ms, f32->predicted_ms, 100 * report.reduced_gain,
                100 * opt.min_reduced_gain);
-    for (auto& p : profiles) {
-      std::erase_if(p.measured, reduced);
-      std::erase_if(p.fused_with_previous, [&](const profiler::FusedPair& f) { return !p.find(f.descriptor, f.params); });
-    }
+    for (auto& p : profiles) std::erase_if(p.measured, reduced);
+    // (A fused pair prices two candidates: kept where both still are.)
+    for (std::size_t i = 0; i < profiles.size(); ++i)
+      std::erase_if(profiles[i].fused_with_previous, [&](const profiler::FusedPair& f) {
+        return !profiles[i].find(f.descriptor, f.params) ||
+               (i > 0 && !profiles[i - 1].find(f.previous_descriptor, f.previous_params));
+      });
     if (calibration_provisional) {
       // Scales that only timed candidates no path keeps: the net stays as it was given.
       calibration = {};
