@@ -414,14 +414,18 @@ struct Tuner {
         calibration_provisional = true;
         report.provisional_samples = static_cast<int>(kProvisionalSamples);
       } else {
-        calibration = profiler::calibrate(net, opt.calibration, calibration_dir());
-        if (budget.metric == profiler::AccuracyBudget::Metric::none) calibration.outputs.clear();  // nothing confirms
-        report.range_method = to_string(opt.calibration.methods.front());
+        calibrate_every_sample();
       }
     }
   }
   std::string calibration_dir() const {
     return opt.cache_dir.empty() ? profiler::ProfileCache::default_dir() : opt.cache_dir;
+  }
+  /// The calibration the options ask for: every sample, every range method.
+  void calibrate_every_sample() {
+    calibration = profiler::calibrate(net, opt.calibration, calibration_dir());
+    if (budget.metric == profiler::AccuracyBudget::Metric::none) calibration.outputs.clear();  // nothing confirms
+    report.range_method = to_string(opt.calibration.methods.front());
   }
 
   /// Every sample and range method, where the provisional calibration timed qint8.
@@ -429,10 +433,14 @@ struct Tuner {
     if (!calibration_provisional) return;
     calibration_provisional = false;
     progress("calibration", 0, 1, "every sample");
-    calibration = profiler::calibrate(net, opt.calibration, calibration_dir());
-    if (budget.metric == profiler::AccuracyBudget::Metric::none) calibration.outputs.clear();  // nothing confirms
-    report.range_method = to_string(opt.calibration.methods.front());
+    calibrate_every_sample();
     prof.requantise(profiles);
+  }
+
+  /// Whether a candidate, or some layer of a path, computes below float32.
+  static bool below_float32(const Measured* m) { return m && profiler::below_float32(m->cand.precision()); }
+  static bool runs_below_float32(const profiler::PlannedPath& p) {
+    return std::any_of(p.picks.begin(), p.picks.end(), [](const Measured* m) { return below_float32(m); });
   }
 
   /// Whether the path below float32 DPRS chose (`planned`, in-context costs)
@@ -446,11 +454,11 @@ struct Tuner {
   /// classifier layer that saved 0.1 ms of 87). A quantised model's own int8
   /// layers are the model: not weighed.
   void weigh_reduced(std::vector<LayerProfile>& profiles, profiler::PlannedPath& planned, core::RoutinePath& last_run) {
-    const auto reduced = [](const Measured& m) { return profiler::below_float32(m.cand.precision()); };
+    const auto reduced = [](const Measured& m) { return below_float32(&m); };
     const bool any = std::any_of(profiles.begin(), profiles.end(),
                                  [&](const LayerProfile& p) { return std::any_of(p.measured.begin(), p.measured.end(), reduced); });
     if (!any || !model_int8.empty() || !(opt.min_reduced_gain > 0)) return calibrate_fully(profiles);
-    const bool chosen = std::any_of(planned.picks.begin(), planned.picks.end(), [&](const Measured* m) { return m && reduced(*m); });
+    const bool chosen = runs_below_float32(planned);
     const std::optional<profiler::PlannedPath> f32 = restricted_path(profiles, DType::float32, false, "float32-only");
     if (!f32 || !(f32->predicted_ms > 0)) return calibrate_fully(profiles);
     report.reduced_gain = chosen ? 1.0 - planned.predicted_ms / f32->predicted_ms : 0.0;
@@ -881,9 +889,7 @@ struct Tuner {
     // a mixed path meeting both (3.1 ms, the recogniser).
     // (A stage of its own in the report: validating the path on both sets ran
     // 400 whole-net runs of ResNet50, reported as calibration before.)
-    if (budget.metric != profiler::AccuracyBudget::Metric::none &&
-        std::any_of(planned.picks.begin(), planned.picks.end(),
-                    [](const Measured* m) { return m && profiler::below_float32(m->cand.precision()); }))
+    if (budget.metric != profiler::AccuracyBudget::Metric::none && runs_below_float32(planned))
       progress("accuracy budget", 0, 1, "validating the path");
     if ((accuracy_ok(planned.path) && confirmed(planned.path)) || !resolves_budget()) return planned;
     const profiler::Validator& v = validation();

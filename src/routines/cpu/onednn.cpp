@@ -483,7 +483,7 @@ struct Deconv2 {
     // after it (ops_bench, Zen 1: 2x2 stride 2, 24 -> 24 at 160, 2 ms plain, 10
     // with a bias, 82 with a relu; 4x4 stride 2, 64 -> 32 at 40, 1.5, 2.1 and
     // 8.6 ms): they are a binary add after it instead, one jit pass (1.5 ms with the relu).
-    const bool after = l.act == dt::f32 && (bias || act.kind != Activation::none) && add_after_is_sound(out, l);
+    const bool after = l.act == dt::f32 && has_epilogue(layer) && add_after_is_sound(out, l);
     const dnnl::memory::desc b_md = bias && !after ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
     Plan p;
     dnnl::post_ops ops;
