@@ -1279,10 +1279,14 @@ struct Tuner {
   }
 
   void final_check(std::vector<LayerProfile>& profiles, profiler::PlannedPath planned) {
-    const DefaultPath fallback = default_path();
+    DefaultPath fallback = default_path();
+    const auto quant_measured = net.tuning.blob_quant;
     Finalists f = measure_finalists(profiles, planned, fallback);
     take_faster(f, profiles, planned);
     const bool force_default = meet_budget_finally(f, profiles, planned, fallback);
+    // A finalist's quantisation taken (adopt_quant): a kept default reports the
+    // blobs' scales a session of the file runs with, not those it was measured with.
+    if (net.tuning.blob_quant != quant_measured) fallback.quant = default_path().quant;
     core::RoutinePath path = planned.path;
     const double tuned_ms = f.measured[0].total_ms, default_ms = f.measured[1].total_ms;
     for (auto& rc : path.routines)
