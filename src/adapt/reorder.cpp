@@ -15,6 +15,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__SSE__) || defined(_M_X64)
+#include <xmmintrin.h>
+#endif
+
 namespace softneuro {
 namespace {
 
@@ -35,6 +39,59 @@ struct Addressing {
   int64_t per_image() const { return block ? cb * block * S : C * S; }
 };
 
+// A channel block between plain rows and its panel: `lanes` rows of `len`
+// positions (`row` floats apart) and `len` x `block` floats, the lanes past
+// `lanes` (the last block's padding) zero. 4x4 transposes in registers where
+// SSE is: a value at a time, nchw -> nchw8c ran at 1 GB/s (ResNet50's first
+// activation 4.7 ms on a Zen 1), a tenth of a plain transpose's rate.
+void rows_to_panel(const float* x, int64_t row, float* y, int64_t block, int64_t lanes, int64_t len) {
+  int64_t p = 0;
+#if defined(__SSE__) || defined(_M_X64)
+  for (; p + 4 <= len; p += 4) {
+    int64_t l = 0;
+    for (; l + 4 <= lanes; l += 4) {
+      __m128 r0 = _mm_loadu_ps(x + l * row + p), r1 = _mm_loadu_ps(x + (l + 1) * row + p);
+      __m128 r2 = _mm_loadu_ps(x + (l + 2) * row + p), r3 = _mm_loadu_ps(x + (l + 3) * row + p);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      _mm_storeu_ps(y + p * block + l, r0);
+      _mm_storeu_ps(y + (p + 1) * block + l, r1);
+      _mm_storeu_ps(y + (p + 2) * block + l, r2);
+      _mm_storeu_ps(y + (p + 3) * block + l, r3);
+    }
+    for (int64_t q = p; q < p + 4; ++q) {
+      for (int64_t k = l; k < lanes; ++k) y[q * block + k] = x[k * row + q];
+      for (int64_t k = lanes; k < block; ++k) y[q * block + k] = 0.0f;
+    }
+  }
+#endif
+  for (; p < len; ++p) {
+    for (int64_t k = 0; k < lanes; ++k) y[p * block + k] = x[k * row + p];
+    for (int64_t k = lanes; k < block; ++k) y[p * block + k] = 0.0f;
+  }
+}
+
+void panel_to_rows(const float* x, int64_t block, float* y, int64_t row, int64_t lanes, int64_t len) {
+  int64_t p = 0;
+#if defined(__SSE__) || defined(_M_X64)
+  for (; p + 4 <= len; p += 4) {
+    int64_t l = 0;
+    for (; l + 4 <= lanes; l += 4) {
+      __m128 r0 = _mm_loadu_ps(x + p * block + l), r1 = _mm_loadu_ps(x + (p + 1) * block + l);
+      __m128 r2 = _mm_loadu_ps(x + (p + 2) * block + l), r3 = _mm_loadu_ps(x + (p + 3) * block + l);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      _mm_storeu_ps(y + l * row + p, r0);
+      _mm_storeu_ps(y + (l + 1) * row + p, r1);
+      _mm_storeu_ps(y + (l + 2) * row + p, r2);
+      _mm_storeu_ps(y + (l + 3) * row + p, r3);
+    }
+    for (int64_t k = l; k < lanes; ++k)
+      for (int64_t q = p; q < p + 4; ++q) y[k * row + q] = x[q * block + k];
+  }
+#endif
+  for (; p < len; ++p)
+    for (int64_t k = 0; k < lanes; ++k) y[k * row + p] = x[p * block + k];
+}
+
 class Reorder final : public PreparedRoutine {
  public:
   Reorder(const Shape& shape, Layout from, Layout to) {
@@ -50,6 +107,56 @@ class Reorder final : public PreparedRoutine {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
     const Addressing src(from_, c_, s_), dst(to_, c_, s_);
+    if (src.block != dst.block && (from_ == Layout::nchw || to_ == Layout::nchw) && c_ > 1) {
+      // nchw <-> blocked: a task per (image, channel block, run of positions),
+      // reading or writing the block's rows as streams (a tile across every
+      // channel touched a page per channel row: TLB misses).
+      const Addressing& blocked = src.block ? src : dst;
+      const int64_t blk = blocked.block, cb = blocked.cb, s = s_, c = c_;
+      constexpr int64_t kRun = 256;
+      const int64_t runs = (s + kRun - 1) / kRun;
+      const bool to_blocked = dst.block != 0;
+      a.pool->parallel_for(n_ * cb * runs, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t img = t / (cb * runs), k = t / runs % cb, s0 = t % runs * kRun, len = std::min(s, s0 + kRun) - s0;
+          const int64_t lanes = std::min(blk, c - k * blk);
+          const int64_t plain = (img * c + k * blk) * s + s0, panel = ((img * cb + k) * s + s0) * blk;
+          if (to_blocked)
+            rows_to_panel(x + plain, s, y + panel, blk, lanes, len);
+          else
+            panel_to_rows(x + panel, blk, y + plain, s, lanes, len);
+        }
+      });
+      return;
+    }
+    if (src.block != dst.block && (from_ == Layout::nhwc || to_ == Layout::nhwc) && c_ > 1) {
+      // nhwc <-> blocked: each position's channels of a block are contiguous on
+      // both sides; a task per (image, run of positions), block after block.
+      const Addressing& blocked = src.block ? src : dst;
+      const int64_t blk = blocked.block, cb = blocked.cb, s = s_, c = c_;
+      constexpr int64_t kRun = 16;
+      const int64_t runs = (s + kRun - 1) / kRun;
+      const bool to_blocked = dst.block != 0;
+      a.pool->parallel_for(n_ * runs, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t img = t / runs, s0 = t % runs * kRun, s1 = std::min(s, s0 + kRun);
+          for (int64_t k = 0; k < cb; ++k) {
+            const int64_t lanes = std::min(blk, c - k * blk);
+            const std::size_t bytes = static_cast<std::size_t>(lanes) * sizeof(float);
+            for (int64_t p = s0; p < s1; ++p) {
+              const int64_t at = (img * s + p) * c + k * blk, panel = ((img * cb + k) * s + p) * blk;
+              if (to_blocked) {
+                std::memcpy(y + panel, x + at, bytes);
+                std::fill(y + panel + lanes, y + panel + blk, 0.0f);
+              } else {
+                std::memcpy(y + at, x + panel, bytes);
+              }
+            }
+          }
+        }
+      });
+      return;
+    }
     if (dst.block) std::memset(y, 0, static_cast<std::size_t>(n_ * dst.per_image()) * sizeof(float));  // zero the padding
     // Tiles of kTileS positions x kTileC channels, so that both the reads and
     // the strided writes of a transpose stay in L1 (a pass over whole channels
