@@ -34,6 +34,10 @@
 #include <tuple>
 #include <utility>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace softneuro {
 namespace profiler {
 namespace {
@@ -59,15 +63,33 @@ struct Range {
   // Both loops run over every value of every blob of every sample (ResNet50:
   // 11 million a sample): in float, branch-free where they can be (x - x is 0
   // for finite x only), so that the compiler vectorises them.
+  // (observe: GCC leaves a min or max into one value scalar without
+  // -ffast-math, and branches on the finite test: it was 87% of the
+  // statistics pass. Four lanes of SSE2, x86-64's baseline, where there are.)
   void observe(const float* p, int64_t n) {
     const float inf = std::numeric_limits<float>::infinity();
     float a = inf, b = -inf;
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+#if defined(__SSE2__)
+    const __m128 pos = _mm_set1_ps(inf), neg = _mm_set1_ps(-inf), zero = _mm_setzero_ps();
+    __m128 a4 = pos, b4 = neg;
+    for (; i + 4 <= n; i += 4) {
+      const __m128 x = _mm_loadu_ps(p + i);
+      const __m128 finite = _mm_cmpeq_ps(_mm_sub_ps(x, x), zero);  // (x - x is 0 for finite x only)
+      a4 = _mm_min_ps(a4, _mm_or_ps(_mm_and_ps(finite, x), _mm_andnot_ps(finite, pos)));
+      b4 = _mm_max_ps(b4, _mm_or_ps(_mm_and_ps(finite, x), _mm_andnot_ps(finite, neg)));
+    }
+    alignas(16) float la[4], lb[4];
+    _mm_store_ps(la, a4);
+    _mm_store_ps(lb, b4);
+    a = std::min({la[0], la[1], la[2], la[3]});
+    b = std::max({lb[0], lb[1], lb[2], lb[3]});
+#endif
+    for (; i < n; ++i) {
       const float x = p[i];
       const bool finite = x - x == 0.0f;
-      const float x_lo = finite ? x : inf, x_hi = finite ? x : -inf;
-      a = x_lo < a ? x_lo : a;
-      b = x_hi > b ? x_hi : b;
+      a = finite && x < a ? x : a;
+      b = finite && x > b ? x : b;
     }
     lo = std::min(lo, double(a));
     hi = std::max(hi, double(b));
@@ -518,6 +540,32 @@ core::Graph every_value_out(const core::Graph& graph) {
 
 namespace {
 
+/// The sum of the finite values among n at p: blocks of 256 summed in 8 float
+/// lanes (a loop the compiler vectorises), each block's sum added in double.
+/// (A value at a time in double, with a branch per value, was most of
+/// calibration's statistics pass after the histograms.)
+double finite_sum(const float* p, int64_t n) {
+  double sum = 0;
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    const int64_t m = std::min<int64_t>(256, n - i0);
+    float lane[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8)
+      for (int l = 0; l < 8; ++l) {
+        const float x = p[i0 + i + l];
+        lane[l] += x - x == 0.0f ? x : 0.0f;  // (x - x is 0 for finite x only)
+      }
+    for (; i < m; ++i) {
+      const float x = p[i0 + i];
+      lane[0] += x - x == 0.0f ? x : 0.0f;
+    }
+    double block = 0;
+    for (float v : lane) block += v;
+    sum += block;
+  }
+  return sum;
+}
+
 /// Channel sums of conv2 and dense inputs (axis 1; dense: the last axis), for
 /// bias correction: their means over every value calibration sees.
 class ChannelMeans {
@@ -543,12 +591,8 @@ class ChannelMeans {
     const int64_t inner = c.last_axis ? 1 : b.numel() / std::max<int64_t>(1, b.shape()[0] * channels);
     const float* p = b.data_as<float>();
     // Runs of `inner` values of one channel, channel after channel (no division per value).
-    for (int64_t i = 0, ch = 0; i < b.numel(); i += inner, ch = ch + 1 == channels ? 0 : ch + 1) {
-      double sum = 0;
-      for (int64_t j = i; j < i + inner; ++j)
-        if (std::isfinite(p[j])) sum += p[j];
-      c.sums[static_cast<std::size_t>(ch)] += sum;
-    }
+    for (int64_t i = 0, ch = 0; i < b.numel(); i += inner, ch = ch + 1 == channels ? 0 : ch + 1)
+      c.sums[static_cast<std::size_t>(ch)] += finite_sum(p + i, inner);
     c.per_channel += double(b.numel()) / double(channels);
   }
   std::map<std::string, std::vector<double>> means() && {

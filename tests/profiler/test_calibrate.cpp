@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -453,6 +454,37 @@ TEST_CASE("calibration survives a .dnn round trip and synthetic inputs are deter
   Model again = detail::make_model(conv_net());
   again = calibrate(again);
   CHECK(detail::impl_of(again).tuning.blob_quant == detail::impl_of(net).tuning.blob_quant);
+}
+
+TEST_CASE("calibration ranges the finite values only, wherever NaN and infinities stand", "[calibrate]") {
+  // 37 values: the vector loop's blocks and a tail of one.
+  core::Graph g;
+  g.name = "non-finite";
+  g.inputs = {{"x", Shape{1, 37}, DType::float32}};
+  g.layers = {layer("act", "relu", {"x"}, "y")};
+  g.outputs = {"y"};
+  const Blob clean = normal_blob(Shape{1, 37}, 7);
+  Blob dirty = clean.clone();
+  for (int64_t i : {0, 5, 13, 36}) dirty.data_as<float>()[i] = 0.0f;
+  Blob with_non_finite = dirty.clone();
+  with_non_finite.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  with_non_finite.data_as<float>()[5] = std::numeric_limits<float>::infinity();
+  with_non_finite.data_as<float>()[13] = -std::numeric_limits<float>::infinity();
+  with_non_finite.data_as<float>()[36] = std::numeric_limits<float>::infinity();
+  auto scales = [&](const Blob& x) {
+    CalibrationOptions o;
+    o.inputs = {{{"x", x}}};
+    o.methods = {RangeMethod::minmax, RangeMethod::percentile};
+    auto net = detail::WorkingModel::build(g);
+    return profiler::calibrate(*net, o, "-").quants;
+  };
+  const auto want = scales(dirty), got = scales(with_non_finite);
+  REQUIRE(want.size() == 2);
+  for (std::size_t m = 0; m < 2; ++m) {
+    INFO("method " << m);
+    CHECK(got[m].at("x") == want[m].at("x"));
+    CHECK(got[m].at("y") == want[m].at("y"));
+  }
 }
 
 TEST_CASE("calibration on extreme samples writes scales the loader accepts", "[calibrate]") {
