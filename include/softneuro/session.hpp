@@ -211,7 +211,11 @@ class Session {
   /// docs/importing.md) is part of a plan's key like a shape: give it in host
   /// memory; outputs() give the shapes at ones.
   void run(std::span<const NamedBlob> inputs, std::span<NamedBlob> outputs);
-  /// Convenience form: returns freshly allocated outputs, in outputs() order.
+  /// Convenience form: returns the outputs, in outputs() order, in memory of
+  /// their own: fresh, or that of outputs it returned in the two runs before
+  /// once the caller holds no blob over it (a decode loop's step outputs, let
+  /// go of after the next step read them, are not allocated again). Outputs
+  /// the caller holds are never written again.
   std::vector<NamedBlob> run(std::span<const NamedBlob> inputs);
   /// As run(), and returns each step's wall time in milliseconds, in the
   /// order of layers() (adapts included; a step fused into the one before it

@@ -18,6 +18,8 @@
 #include <bit>
 #include <cstring>
 #include <chrono>
+#include <cstdlib>
+#include <limits>
 
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -406,6 +408,35 @@ void WorkingModel::changed() {
   tuning.prepared_tag.clear();
 }
 
+std::vector<NamedBlob> SessionImpl::output_blobs(const std::map<std::string, Shape>& shapes) {
+  ++runs_;
+  // Memory returned two runs ago or earlier and not taken again is let go.
+  std::erase_if(handed_out_, [&](const HandedOut& h) { return h.run + 2 < runs_; });
+  std::vector<NamedBlob> outs;
+  for (const auto& t : model.outputs()) {
+    const Shape& shape = shapes.at(t.name);
+    const std::size_t bytes = storage_bytes(shape, t.dtype, Layout::nchw);
+    if (bytes > std::numeric_limits<std::size_t>::max() / 2)
+      throw Error(fmt::format("output '{}' of shape {} is too large to allocate", t.name, shape.to_string()), {}, {}, t.name);
+    const std::size_t need = std::max<std::size_t>(64, (bytes + 63) / 64 * 64);
+    // Memory only this session holds (use_count 1: no blob over it is left),
+    // of a size that fits without wasting half of it.
+    auto it = std::find_if(handed_out_.begin(), handed_out_.end(), [&](const HandedOut& h) {
+      return h.run < runs_ && h.memory.use_count() == 1 && h.bytes >= need && h.bytes / 2 <= need;
+    });
+    if (it == handed_out_.end()) {
+      void* p = core::allocate_aligned(need);
+      if (!p) throw Error(fmt::format("out of memory allocating {} bytes for output '{}'", need, t.name), {}, {}, t.name);
+      std::memset(p, 0, need);
+      handed_out_.push_back({std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); }), need, runs_});
+      it = std::prev(handed_out_.end());
+    }
+    it->run = runs_;
+    outs.push_back({t.name, Blob::view(it->memory, it->memory.get(), shape, t.dtype)});
+  }
+  return outs;
+}
+
 SessionImpl::SessionImpl(const Model& m, const SessionOptions& o)
     : model(m),
       options(o),
@@ -685,7 +716,7 @@ std::vector<NamedBlob> Session::run(std::span<const NamedBlob> inputs) {
   core::SessionThreads threads(impl_->options.threads);
   if (impl_->staged()) return impl_->run_stages(inputs);
   core::Executor& executor = impl_->executor_for(inputs);
-  auto outs = detail::allocate_outputs(impl_->model.outputs(), impl_->executors.current_shapes());
+  auto outs = impl_->output_blobs(impl_->executors.current_shapes());
   impl_->executors.run(executor, inputs, outs);
   return outs;
 }

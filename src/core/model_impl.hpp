@@ -211,6 +211,21 @@ class SessionImpl {
   /// Each stage's executor used last (stage 0 first), where a staged model's
   /// later ones have run; the model's otherwise.
   std::vector<core::Executor*> current_executors();
+  /// Blobs for run()'s convenience form to return, in outputs() order: memory
+  /// of outputs it returned in the two runs before, where the caller has let go
+  /// of every copy, else fresh memory. (Fresh memory each step cost a decode
+  /// loop in Python 2 ms of 29: GPT-2's 9.4 MB of cache outputs zero-filled
+  /// and faulted in each time.)
+  std::vector<NamedBlob> output_blobs(const std::map<std::string, Shape>& shapes);
+
+ private:
+  struct HandedOut {
+    std::shared_ptr<const void> memory;  ///< held by every blob over it too: unique once the caller let go
+    std::size_t bytes = 0;
+    uint64_t run = 0;  ///< the run that returned it last
+  };
+  std::vector<HandedOut> handed_out_;
+  uint64_t runs_ = 0;
 };
 
 }  // namespace softneuro::detail

@@ -152,6 +152,34 @@ TEST_CASE("session: a session at two threads matches one at one thread", "[sessi
   for (int64_t i = 0; i < a[0].blob.numel(); ++i) CHECK(std::abs(x[i] - y[i]) <= 1e-4f * (1 + std::abs(x[i])));
 }
 
+TEST_CASE("session: run() reuses the memory of outputs the caller let go of, never of ones it holds", "[session]") {
+  // A decode loop's pattern: a step's outputs are the next step's inputs,
+  // let go of after it.
+  Model model = Model::load(SOFTNEURO_DEMO_MODEL);
+  const auto in1 = random_inputs(model, 5), in2 = random_inputs(model, 6);
+  Session s(model);
+  auto a = s.run(in1);
+  const Blob want1 = a[0].blob.clone();
+  const void* first = a[0].blob.data();
+  // Held: the next run writes elsewhere, and `a` keeps its values.
+  auto b = s.run(in2);
+  const Blob want2 = b[0].blob.clone();
+  CHECK(b[0].blob.data() != first);
+  CHECK(std::memcmp(a[0].blob.data(), want1.data(), want1.byte_size()) == 0);
+  // Let go of: its memory is taken again, and holds the new run's values.
+  a.clear();
+  auto c = s.run(in2);
+  CHECK(c[0].blob.data() == first);
+  CHECK(std::memcmp(c[0].blob.data(), want2.data(), want2.byte_size()) == 0);
+  // A copy of a blob holds its memory as the blob does.
+  const Blob kept = b[0].blob;
+  b.clear();
+  auto d = s.run(in1);
+  CHECK(d[0].blob.data() != kept.data());
+  CHECK(std::memcmp(kept.data(), want2.data(), want2.byte_size()) == 0);
+  CHECK(std::memcmp(d[0].blob.data(), want1.data(), want1.byte_size()) == 0);
+}
+
 TEST_CASE("session: bad options are clear errors", "[session]") {
   Model model = Model::load(SOFTNEURO_DEMO_MODEL);
   try {
