@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <chrono>
@@ -431,6 +432,9 @@ std::vector<NamedBlob> SessionImpl::output_blobs(const std::map<std::string, Sha
       handed_out_.push_back({std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); }), need, runs_});
       it = std::prev(handed_out_.end());
     }
+    // (use_count() reads relaxed: the writes of a thread that let go of a blob
+    // over this memory happen before ours.)
+    std::atomic_thread_fence(std::memory_order_acquire);
     it->run = runs_;
     outs.push_back({t.name, Blob::view(it->memory, it->memory.get(), shape, t.dtype)});
   }
