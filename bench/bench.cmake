@@ -29,3 +29,8 @@ target_link_libraries(shape_memory_bench PRIVATE softneuro fmt::fmt)
 # session creation, first and second run), milliseconds.
 add_executable(load_bench ${CMAKE_CURRENT_LIST_DIR}/load_bench.cpp)
 target_link_libraries(load_bench PRIVATE softneuro fmt::fmt)
+
+# calibrate_bench: softneuro::calibrate() with every range method on a model
+# and a folder of samples (a hybrid tuning's full calibration), in rounds.
+add_executable(calibrate_bench ${CMAKE_CURRENT_LIST_DIR}/calibrate_bench.cpp)
+target_link_libraries(calibrate_bench PRIVATE softneuro_tune softneuro fmt::fmt)
