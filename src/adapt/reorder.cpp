@@ -39,57 +39,31 @@ struct Addressing {
   int64_t per_image() const { return block ? cb * block * S : C * S; }
 };
 
-// A channel block between plain rows and its panel: `lanes` rows of `len`
-// positions (`row` floats apart) and `len` x `block` floats, the lanes past
-// `lanes` (the last block's padding) zero. 4x4 transposes in registers where
-// SSE is: a value at a time, nchw -> nchw8c ran at 1 GB/s (ResNet50's first
-// activation 4.7 ms on a Zen 1), a tenth of a plain transpose's rate.
-void rows_to_panel(const float* x, int64_t row, float* y, int64_t block, int64_t lanes, int64_t len) {
-  int64_t p = 0;
+// y[c * ys + r] = x[r * xs + c] for rows x cols values: a channel block's
+// rows to its panel of positions x lanes, or back. 4x4 transposes in
+// registers where SSE is: a value at a time, nchw -> nchw8c ran at 1 GB/s
+// (ResNet50's first activation 4.7 ms on a Zen 1), a tenth of a plain
+// transpose's rate.
+void transpose(const float* x, int64_t xs, float* y, int64_t ys, int64_t rows, int64_t cols) {
+  int64_t c = 0;
 #if defined(__SSE__) || defined(_M_X64)
-  for (; p + 4 <= len; p += 4) {
-    int64_t l = 0;
-    for (; l + 4 <= lanes; l += 4) {
-      __m128 r0 = _mm_loadu_ps(x + l * row + p), r1 = _mm_loadu_ps(x + (l + 1) * row + p);
-      __m128 r2 = _mm_loadu_ps(x + (l + 2) * row + p), r3 = _mm_loadu_ps(x + (l + 3) * row + p);
+  for (; c + 4 <= cols; c += 4) {
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      __m128 r0 = _mm_loadu_ps(x + r * xs + c), r1 = _mm_loadu_ps(x + (r + 1) * xs + c);
+      __m128 r2 = _mm_loadu_ps(x + (r + 2) * xs + c), r3 = _mm_loadu_ps(x + (r + 3) * xs + c);
       _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      _mm_storeu_ps(y + p * block + l, r0);
-      _mm_storeu_ps(y + (p + 1) * block + l, r1);
-      _mm_storeu_ps(y + (p + 2) * block + l, r2);
-      _mm_storeu_ps(y + (p + 3) * block + l, r3);
+      _mm_storeu_ps(y + c * ys + r, r0);
+      _mm_storeu_ps(y + (c + 1) * ys + r, r1);
+      _mm_storeu_ps(y + (c + 2) * ys + r, r2);
+      _mm_storeu_ps(y + (c + 3) * ys + r, r3);
     }
-    for (int64_t q = p; q < p + 4; ++q) {
-      for (int64_t k = l; k < lanes; ++k) y[q * block + k] = x[k * row + q];
-      for (int64_t k = lanes; k < block; ++k) y[q * block + k] = 0.0f;
-    }
+    for (int64_t q = c; q < c + 4; ++q)
+      for (int64_t k = r; k < rows; ++k) y[q * ys + k] = x[k * xs + q];
   }
 #endif
-  for (; p < len; ++p) {
-    for (int64_t k = 0; k < lanes; ++k) y[p * block + k] = x[k * row + p];
-    for (int64_t k = lanes; k < block; ++k) y[p * block + k] = 0.0f;
-  }
-}
-
-void panel_to_rows(const float* x, int64_t block, float* y, int64_t row, int64_t lanes, int64_t len) {
-  int64_t p = 0;
-#if defined(__SSE__) || defined(_M_X64)
-  for (; p + 4 <= len; p += 4) {
-    int64_t l = 0;
-    for (; l + 4 <= lanes; l += 4) {
-      __m128 r0 = _mm_loadu_ps(x + p * block + l), r1 = _mm_loadu_ps(x + (p + 1) * block + l);
-      __m128 r2 = _mm_loadu_ps(x + (p + 2) * block + l), r3 = _mm_loadu_ps(x + (p + 3) * block + l);
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      _mm_storeu_ps(y + l * row + p, r0);
-      _mm_storeu_ps(y + (l + 1) * row + p, r1);
-      _mm_storeu_ps(y + (l + 2) * row + p, r2);
-      _mm_storeu_ps(y + (l + 3) * row + p, r3);
-    }
-    for (int64_t k = l; k < lanes; ++k)
-      for (int64_t q = p; q < p + 4; ++q) y[k * row + q] = x[q * block + k];
-  }
-#endif
-  for (; p < len; ++p)
-    for (int64_t k = 0; k < lanes; ++k) y[k * row + p] = x[p * block + k];
+  for (; c < cols; ++c)
+    for (int64_t k = 0; k < rows; ++k) y[c * ys + k] = x[k * xs + c];
 }
 
 class Reorder final : public PreparedRoutine {
@@ -121,10 +95,13 @@ class Reorder final : public PreparedRoutine {
           const int64_t img = t / (cb * runs), k = t / runs % cb, s0 = t % runs * kRun, len = std::min(s, s0 + kRun) - s0;
           const int64_t lanes = std::min(blk, c - k * blk);
           const int64_t plain = (img * c + k * blk) * s + s0, panel = ((img * cb + k) * s + s0) * blk;
-          if (to_blocked)
-            rows_to_panel(x + plain, s, y + panel, blk, lanes, len);
-          else
-            panel_to_rows(x + panel, blk, y + plain, s, lanes, len);
+          if (to_blocked) {
+            transpose(x + plain, s, y + panel, blk, lanes, len);
+            if (lanes < blk)  // the last block's padding lanes
+              for (int64_t p = 0; p < len; ++p) std::fill(y + panel + p * blk + lanes, y + panel + (p + 1) * blk, 0.0f);
+          } else {
+            transpose(x + panel, blk, y + plain, s, len, lanes);
+          }
         }
       });
       return;
