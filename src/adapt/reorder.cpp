@@ -81,39 +81,37 @@ class Reorder final : public PreparedRoutine {
     const float* x = a.inputs[0]->data_as<float>();
     float* y = a.outputs[0]->data_as<float>();
     const Addressing src(from_, c_, s_), dst(to_, c_, s_);
-    if (src.block != dst.block && (from_ == Layout::nchw || to_ == Layout::nchw) && c_ > 1) {
-      // nchw <-> blocked: a task per (image, channel block, run of positions),
-      // reading or writing the block's rows as streams (a tile across every
-      // channel touched a page per channel row: TLB misses).
+    if ((src.block == 0) != (dst.block == 0) && c_ > 1) {
+      // Blocked <-> nchw or nhwc.
       const Addressing& blocked = src.block ? src : dst;
       const int64_t blk = blocked.block, cb = blocked.cb, s = s_, c = c_;
-      constexpr int64_t kRun = 256;
-      const int64_t runs = (s + kRun - 1) / kRun;
       const bool to_blocked = dst.block != 0;
-      a.pool->parallel_for(n_ * cb * runs, 1, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) {
-          const int64_t img = t / (cb * runs), k = t / runs % cb, s0 = t % runs * kRun, len = std::min(s, s0 + kRun) - s0;
-          const int64_t lanes = std::min(blk, c - k * blk);
-          const int64_t plain = (img * c + k * blk) * s + s0, panel = ((img * cb + k) * s + s0) * blk;
-          if (to_blocked) {
-            transpose(x + plain, s, y + panel, blk, lanes, len);
-            if (lanes < blk)  // the last block's padding lanes
-              for (int64_t p = 0; p < len; ++p) std::fill(y + panel + p * blk + lanes, y + panel + (p + 1) * blk, 0.0f);
-          } else {
-            transpose(x + panel, blk, y + plain, s, len, lanes);
+      if (from_ == Layout::nchw || to_ == Layout::nchw) {
+        // A task per (image, channel block, run of positions), reading or
+        // writing the block's rows as streams (a tile across every channel
+        // touched a page per channel row: TLB misses).
+        constexpr int64_t kRun = 256;
+        const int64_t runs = (s + kRun - 1) / kRun;
+        a.pool->parallel_for(n_ * cb * runs, 1, [&](int64_t b, int64_t e) {
+          for (int64_t t = b; t < e; ++t) {
+            const int64_t img = t / (cb * runs), k = t / runs % cb, s0 = t % runs * kRun, len = std::min(s, s0 + kRun) - s0;
+            const int64_t lanes = std::min(blk, c - k * blk);
+            const int64_t plain = (img * c + k * blk) * s + s0, panel = ((img * cb + k) * s + s0) * blk;
+            if (to_blocked) {
+              transpose(x + plain, s, y + panel, blk, lanes, len);
+              if (lanes < blk)  // the last block's padding lanes
+                for (int64_t p = 0; p < len; ++p) std::fill(y + panel + p * blk + lanes, y + panel + (p + 1) * blk, 0.0f);
+            } else {
+              transpose(x + panel, blk, y + plain, s, len, lanes);
+            }
           }
-        }
-      });
-      return;
-    }
-    if (src.block != dst.block && (from_ == Layout::nhwc || to_ == Layout::nhwc) && c_ > 1) {
-      // nhwc <-> blocked: each position's channels of a block are contiguous on
-      // both sides; a task per (image, run of positions), block after block.
-      const Addressing& blocked = src.block ? src : dst;
-      const int64_t blk = blocked.block, cb = blocked.cb, s = s_, c = c_;
+        });
+        return;
+      }
+      // nhwc: each position's channels of a block are contiguous on both
+      // sides; a task per (image, run of positions), block after block.
       constexpr int64_t kRun = 16;
       const int64_t runs = (s + kRun - 1) / kRun;
-      const bool to_blocked = dst.block != 0;
       a.pool->parallel_for(n_ * runs, 1, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
           const int64_t img = t / runs, s0 = t % runs * kRun, s1 = std::min(s, s0 + kRun);
