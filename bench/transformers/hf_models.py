@@ -61,6 +61,51 @@ def build(name, size):
                                   {"d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536,
                                    "decoder_layers": 4, "decoder_attention_heads": 6, "decoder_ffn_dim": 1536}))  # whisper-tiny
         return tf.WhisperModel(cfg).get_encoder(), "audio"
+    # Decoder-only language models: rotary positions, RMSNorm, gated MLPs,
+    # grouped-query attention (llama, mistral), ALiBi (bloom), local attention (gpt-neo).
+    dec = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000)
+    if name == "llama":
+        return tf.LlamaModel(tf.LlamaConfig(**(dict(dec, num_key_value_heads=2) if tiny else {}))), "causal"
+    if name == "mistral":
+        return tf.MistralModel(tf.MistralConfig(**(dict(dec, num_key_value_heads=2, sliding_window=32) if tiny else {}))), "causal"
+    if name == "phi":
+        return tf.PhiModel(tf.PhiConfig(**(dec if tiny else {}))), "causal"
+    if name == "falcon":
+        return tf.FalconModel(tf.FalconConfig(**(dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "opt":
+        return tf.OPTModel(tf.OPTConfig(**(dict(hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4, word_embed_proj_dim=64, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "bloom":
+        return tf.BloomModel(tf.BloomConfig(**(dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "gpt-neo":
+        return tf.GPTNeoModel(tf.GPTNeoConfig(**(dict(hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]], window_size=8, vocab_size=1000) if tiny else {}))), "causal"
+    # Encoders with their own twists: factorised embeddings and shared layers
+    # (albert), disentangled relative attention (deberta-v2), bottlenecks
+    # (mobilebert), relative position buckets (mpnet), a causal text tower
+    # pooled at the end-of-text token (clip-text).
+    if name == "albert":
+        return tf.AlbertModel(tf.AlbertConfig(**(dict(small, embedding_size=32, vocab_size=1000) if tiny else {}))), "text"
+    if name == "electra":
+        return tf.ElectraModel(tf.ElectraConfig(**(dict(small, embedding_size=32, vocab_size=1000) if tiny else {}))), "text"
+    if name == "deberta-v2":
+        return tf.DebertaV2Model(tf.DebertaV2Config(**(dict(small, vocab_size=1000) if tiny else {}))), "text"
+    if name == "mobilebert":
+        return tf.MobileBertModel(tf.MobileBertConfig(**(dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, intra_bottleneck_size=32, embedding_size=32, true_hidden_size=32, vocab_size=1000) if tiny else {}))), "text"
+    if name == "mpnet":
+        return tf.MPNetModel(tf.MPNetConfig(**(dict(small, vocab_size=1000) if tiny else {}))), "text"
+    if name == "clip-text":
+        return tf.CLIPTextModel(tf.CLIPTextConfig(**(dict(small, vocab_size=1000) if tiny else {}))), "text"
+    if name == "clip-vision":
+        return tf.CLIPVisionModel(tf.CLIPVisionConfig(**small)), "image"
+    if name == "deit":
+        return tf.DeiTModel(tf.DeiTConfig(**small)), "image"
+    if name == "beit":  # relative position bias tables
+        return tf.BeitModel(tf.BeitConfig(**small, use_relative_position_bias=True)), "image"
+    if name == "convnext":
+        return tf.ConvNextModel(tf.ConvNextConfig(**({"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 2, 1]} if tiny else {}))), "image"
+    if name == "segformer":
+        return tf.SegformerModel(tf.SegformerConfig(**({"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1], "num_attention_heads": [1, 2, 4, 8], "decoder_hidden_size": 64} if tiny else {}))), "image"
+    if name == "wav2vec2":  # raw waveform: a convolutional feature encoder, group norm, a convolutional position embedding
+        return tf.Wav2Vec2Model(tf.Wav2Vec2Config(**(dict(small, conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
     raise SystemExit(f"unknown model {name}")
 
 
@@ -100,6 +145,17 @@ def export(name, size, exporter, path):
 
             def forward(self, pixel_values):
                 return self.m(pixel_values=pixel_values)[0]
+    elif kind == "wave":
+        names, args = ["input_values"], (torch.randn(1, 16000),)
+        dyn = {"input_values": {0: "batch", 1: "samples"}}
+
+        class M(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_values):
+                return self.m(input_values)[0]
     else:
         names, args = ["input_features"], (torch.randn(1, model.config.num_mel_bins, 3000),)
         dyn = {"input_features": {0: "batch"}}
@@ -129,7 +185,8 @@ def export(name, size, exporter, path):
             torch.onnx.export(wrapped, args, path, input_names=names, output_names=["last_hidden_state"],
                               dynamic_shapes=tuple(shapes[n] for n in names), opset_version=opset, dynamo=True,
                               external_data=False)
-    return kind, vocab
+    max_len = getattr(model.config, "max_position_embeddings", None) if name == "clip-text" else None
+    return kind, vocab, max_len
 
 
 def inputs_for(kind, vocab, seq, padded, rng):
@@ -141,6 +198,8 @@ def inputs_for(kind, vocab, seq, padded, rng):
         return {"input_ids": ids, "attention_mask": mask}
     if kind == "image":
         return {"pixel_values": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    if kind == "wave":
+        return {"input_values": rng.standard_normal((1, 16000 if not seq else seq * 160)).astype(np.float32)}
     return {"input_features": rng.standard_normal((1, 80, 3000)).astype(np.float32)}
 
 
@@ -179,7 +238,7 @@ def main():
             onnx_path = os.path.join(a.out, tag + ".onnx")
             dnn = os.path.join(a.out, tag + ".dnn")
             try:
-                kind, vocab = export(name, a.size, exporter, onnx_path)
+                kind, vocab, max_len = export(name, a.size, exporter, onnx_path)
             except Exception as e:  # noqa: BLE001 - an exporter failure is reported, not ours
                 print(f"{tag}: export failed: {str(e).splitlines()[0][:200]}")
                 continue
@@ -192,7 +251,10 @@ def main():
             print(f"{tag}: imported with no flags in {time.time() - t0:.1f} s", flush=True)
             sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             rng = np.random.default_rng(0)
-            cases = [(s, False) for s in lengths] + [(lengths[0], True)] if kind in ("text", "causal") else [(0, False)]
+            if kind in ("text", "causal"):
+                cases = [(s, False) for s in lengths] + [(lengths[0], True)]
+            else:  # a waveform at two lengths (seq x 160 samples); an image or spectrogram at its one size
+                cases = [(0, False), (lengths[1], False)] if kind == "wave" else [(0, False)]
             files = [dnn]
             if not a.no_tune:
                 tuned = os.path.join(a.out, tag + ".tuned.dnn")
@@ -203,6 +265,8 @@ def main():
                 else:
                     files.append(tuned)
             for seq, padded in cases:
+                # (CLIP's text tower has 77 positions: longer inputs are not the model's.)
+                seq = seq * max_len // max(lengths) if seq and max_len and max(lengths) > max_len else seq
                 feeds = inputs_for(kind, vocab, seq, padded, rng)
                 ref = sess.run(None, feeds)[0]
                 for f in files:

@@ -681,10 +681,23 @@ std::vector<Shape> infer_split(const Layer& l, std::span<const Shape> in) {
   }
   if (static_cast<int64_t>(sizes.size()) != n)
     fail(l, "split", fmt::format("{} sizes for {} outputs", sizes.size(), n));
+  // One size may be -1: that part takes what the others leave (x[:, 1:] of a
+  // dim that varies with the input).
   int64_t sum = 0;
-  for (auto s : sizes) {
-    if (s < 0) fail(l, "split", "negative split size");
-    sum += s;
+  int rest = -1;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1 && rest < 0) {
+      rest = static_cast<int>(i);
+      continue;
+    }
+    if (sizes[i] < 0) fail(l, "split", sizes[i] == -1 ? "more than one size is -1" : "negative split size");
+    if (sizes[i] > dim) fail(l, "split", fmt::format("size {} exceeds the axis size {}", sizes[i], dim));
+    sum += sizes[i];
+  }
+  if (rest >= 0) {
+    if (sum > dim) fail(l, "split", fmt::format("sizes sum to {} before the -1 part, axis size is {}", sum, dim));
+    sizes[static_cast<std::size_t>(rest)] = dim - sum;
+    sum = dim;
   }
   if (sum != dim) fail(l, "split", fmt::format("sizes sum to {}, axis size is {}", sum, dim));
   std::vector<Shape> out;

@@ -331,6 +331,19 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
   }
   if (op == "reduce_min" || op == "reduce_max") return reduced_extreme(l, in(0, "data"), op);
   if (op == "where") return where(in(0, "condition"), in(1, "X"), in(2, "Y"));
+  if (op == "trilu") {  // (Mistral's sliding-window mask: ones of the mask's shape, k from the cache length)
+    int64_t k = 0;
+    if (values.size() > 1) {
+      const auto kv = to_ints(in(1, "k"));
+      if (kv.size() != 1) fail_field(l, "k", fmt::format("k has {} values, not one", kv.size()));
+      k = kv[0];
+    }
+    try {
+      return triangle(in(0, "input"), k, l.get_int("upper", 1) != 0);
+    } catch (const Error& e) {
+      fail_field(l, "input", e.message());
+    }
+  }
   if (op == "scatter_nd") return scattered(in(0, "data"), in(1, "indices"), in(2, "updates"));
   fail_field(l, "op", fmt::format("unknown shape_math op '{}'", op));
 }

@@ -498,6 +498,24 @@ Blob where(const Blob& cond, const Blob& a, const Blob& b) {
   return r;
 }
 
+Blob triangle(const Blob& x, int64_t k, bool upper) {
+  const Shape& s = x.shape();
+  if (s.rank() < 2) throw Error(fmt::format("input {} has fewer than 2 dims", s.to_string()));
+  const int64_t rows = s[s.rank() - 2], cols = s[s.rank() - 1];
+  Blob r = cast_to(x, x.dtype() == DType::int64 ? DType::int64 : DType::float32).clone();
+  by_dtype(r.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* v = r.data_as<T>();
+    const int64_t matrices = rows > 0 && cols > 0 ? r.numel() / (rows * cols) : 0;
+    for (int64_t m = 0; m < matrices; ++m)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          if (upper ? j - i < k : j - i > k) v[(m * rows + i) * cols + j] = T{0};
+    return 0;
+  });
+  return r;
+}
+
 Blob arange(const Blob& start, const Blob& limit, const Blob& delta, int64_t max_count) {
   if (start.numel() != 1 || limit.numel() != 1 || delta.numel() != 1) throw Error("start, limit and delta must be scalars");
   if (start.dtype() == DType::int64) {

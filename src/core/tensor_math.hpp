@@ -67,6 +67,9 @@ Blob arange(const Blob& start, const Blob& limit, const Blob& delta, int64_t max
 Blob window_values(std::string_view kind, int64_t size, bool periodic, bool integer);
 /// cond ? a : b, broadcast.
 Blob where(const Blob& cond, const Blob& a, const Blob& b);
+/// ONNX Trilu: `x` (rank 2 or more) with the elements outside the upper
+/// (j - i >= k) or lower (j - i <= k) triangle of its last two dims zeroed.
+Blob triangle(const Blob& x, int64_t k, bool upper);
 
 /// NumPy broadcast of two shapes; throws Error (no layer) when they do not broadcast.
 Shape broadcast(const Shape& a, const Shape& b);

@@ -72,10 +72,11 @@ SymbolicDim parse_dim_param(const std::string& text, const std::string& fallback
   return d;
 }
 
-void ReshapeSpec::apply(Layer& reshape) const {
-  reshape.params["shape"] = shape;
-  if (copy_dims.empty()) reshape.params.erase("copy_dims");
-  else reshape.params["copy_dims"] = copy_dims;
+void SizeSpec::apply(Layer& layer) const {
+  for (const auto& [name, values] : params) {
+    if (values.empty()) layer.params.erase(name);
+    else layer.params[name] = values;
+  }
 }
 
 namespace {
@@ -93,7 +94,7 @@ std::string compare_layers(const Layer& a, const Layer& b) {
   for (const auto& [k, v] : a.params) {
     auto it = b.params.find(k);
     // (A target read when a session plans holds the value at the import size.)
-    const bool planned = (a.type == "reshape" && (k == "shape" || k == "copy_dims")) ||
+    const bool planned = (a.type == "reshape" && (k == "shape" || k == "copy_dims")) || (a.type == "split" && k == "split") ||
                          (a.type == "loop" && k == "trip_count" && a.get_int("m_input", 0) == 1);
     if (it == b.params.end() || (it->second != v && !planned))
       return fmt::format("layer '{}' ({}) parameter '{}' changes", a.name, a.type, k);
@@ -160,10 +161,32 @@ std::string reshape_spec(const std::vector<Shape>& in, const std::vector<Shape>&
   return {};
 }
 
+/// The sizes of split `l` that give its outputs' shapes in every import
+/// (`all`): the parts that keep their size, -1 for the one that changes.
+std::string split_spec(const Layer& l, const std::vector<BlobShapes>& all, std::vector<int64_t>& spec) {
+  const Shape& whole = all[0].at(l.inputs[0]);
+  const int axis = core::normalize_axis(l, "axis", l.get_int("axis", 0), whole.rank());
+  spec.clear();
+  int changing = -1;
+  for (std::size_t p = 0; p < l.outputs.size(); ++p) {
+    const int64_t size = all[0].at(l.outputs[p])[axis];
+    bool same = true;
+    for (const auto& s : all) same = same && s.at(l.outputs[p])[axis] == size;
+    if (same) {
+      spec.push_back(size);
+      continue;
+    }
+    if (changing >= 0) return fmt::format("its parts {} and {} both change", changing, p);
+    changing = static_cast<int>(p);
+    spec.push_back(-1);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string generalize(const core::Graph& base, const core::Graph& probe, std::vector<BlobShapes>& sizes,
-                       ReshapeSpecs& specs) {
+                       SizeSpecs& specs) {
   if (probe.layers.size() != base.layers.size())
     return fmt::format("the graph has {} layers at one size and {} at another", base.layers.size(), probe.layers.size());
   if (probe.outputs != base.outputs) return "the net's outputs change";
@@ -171,9 +194,17 @@ std::string generalize(const core::Graph& base, const core::Graph& probe, std::v
     if (auto why = compare_layers(base.layers[i], probe.layers[i]); !why.empty()) return why;
   std::vector<BlobShapes> all = sizes;
   all.push_back(core::infer_shapes(probe));
-  ReshapeSpecs found;
+  SizeSpecs found;
   for (std::size_t i = 0; i < base.layers.size(); ++i) {
     const Layer& l = base.layers[i];
+    if (l.type == "split" && l.inputs.size() == 1 && l.params.count("split")) {
+      if (l.get_ints("split") == probe.layers[i].get_ints("split")) continue;
+      std::vector<int64_t> sizes;
+      if (auto why = split_spec(l, all, sizes); !why.empty())
+        return fmt::format("the sizes of split '{}' depend on the size and {}", l.name, why);
+      found[i].params["split"] = std::move(sizes);
+      continue;
+    }
     if (l.type != "reshape" || l.inputs.size() != 1) continue;  // a target read from shape_math holds at any size
     std::vector<Shape> in, out;
     for (const auto& s : all) {
@@ -183,9 +214,12 @@ std::string generalize(const core::Graph& base, const core::Graph& probe, std::v
     bool differs = false;
     for (const auto& o : out) differs = differs || o != out[0];
     if (!differs) continue;
-    ReshapeSpec spec;
-    if (auto why = reshape_spec(in, out, spec.shape, spec.copy_dims); !why.empty())
+    std::vector<int64_t> shape, copy_dims;
+    if (auto why = reshape_spec(in, out, shape, copy_dims); !why.empty())
       return fmt::format("the target of reshape '{}' depends on the size and {}", l.name, why);
+    SizeSpec spec;
+    spec.params["shape"] = std::move(shape);
+    spec.params["copy_dims"] = std::move(copy_dims);
     // The spec must give every size's shape (a -1 infers from the element count).
     Layer generic = l;
     spec.apply(generic);

@@ -5,7 +5,8 @@
 // symbolic dim at another size and comparing the two graphs shows which
 // parameters depend on it; where each is a reshape target that ONNX's 0 (copy
 // the input dim), -1 (infer) and copies of other input dims express for every
-// size tried, the dim stays dynamic.
+// size tried, or a split whose one changing part is the rest of the dim
+// (x[:, 1:], x[..., :-1]), the dim stays dynamic.
 #pragma once
 
 #include "core/graph.hpp"
@@ -38,24 +39,26 @@ struct InputSymbols {
   std::map<std::string, int64_t> sizes;
 };
 
-/// A reshape target that holds for every size tried (the reshape layer's
-/// `shape` and `copy_dims` parameters).
-struct ReshapeSpec {
-  std::vector<int64_t> shape, copy_dims;
-  void apply(Layer& reshape) const;
+/// Parameters of one layer that hold for every size tried: a reshape's
+/// target (`shape`, `copy_dims`), a split's sizes with -1 for the part that
+/// takes the rest of the dim.
+struct SizeSpec {
+  std::map<std::string, std::vector<int64_t>> params;  ///< set; an empty list removes the parameter
+  void apply(Layer& layer) const;
 };
 /// By layer index.
-using ReshapeSpecs = std::map<std::size_t, ReshapeSpec>;
+using SizeSpecs = std::map<std::size_t, SizeSpec>;
 /// The blob shapes of one import, by blob name.
 using BlobShapes = std::map<std::string, Shape>;
 
 /// Compares `base` with `probe`, the same model imported with other input
 /// sizes. `sizes` holds the blob shapes of base and of every probe accepted so
 /// far. Where every difference is a reshape target that one spec of 0s, -1 and
-/// constants resolves to at every size, appends the probe's shapes to `sizes`,
-/// fills `specs` and returns an empty string; otherwise returns why not (the
-/// first layer that differs otherwise) and changes neither.
+/// constants resolves to at every size, or a split's sizes of which one part
+/// takes what the others leave, appends the probe's shapes to `sizes`, fills
+/// `specs` and returns an empty string; otherwise returns why not (the first
+/// layer that differs otherwise) and changes neither.
 std::string generalize(const core::Graph& base, const core::Graph& probe, std::vector<BlobShapes>& sizes,
-                       ReshapeSpecs& specs);
+                       SizeSpecs& specs);
 
 }  // namespace softneuro::onnx_import

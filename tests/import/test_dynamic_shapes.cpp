@@ -110,22 +110,23 @@ TEST_CASE("dynamic shapes: a shape the model does not take is an error naming th
 }
 
 TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a warning", "[onnx][dynamic]") {
-  // y = x[..., :W-1] along the last dim: the slice's sizes change with W, so W cannot vary; N can.
+  // y = x[..., 1:W/2] along the last dim: two of the slice's three parts change
+  // with W, which no split sizes express, so W cannot vary; N can.
   OnnxModel m(13);
   m.input("x", {-1, 2, 8, -1}).output("y");
-  m.init_ints("i3", {}, {3}).init_ints("one", {1}, {1}).init_ints("zero", {1}, {0}).init_ints("ax", {1}, {3});
+  m.init_ints("i3", {}, {3}).init_ints("two", {1}, {2}).init_ints("one", {1}, {1}).init_ints("ax", {1}, {3});
   m.init_ints("ax0", {1}, {0});
   m.node("Shape", {"x"}, {"s"});
   m.node("Gather", {"s", "i3"}, {"w"});
   m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
-  m.node("Sub", {"w1", "one"}, {"end"});
-  m.node("Slice", {"x", "zero", "end", "ax"}, {"y"});
+  m.node("Div", {"w1", "two"}, {"end"});
+  m.node("Slice", {"x", "one", "end", "ax"}, {"y"});
   Model net = import_onnx(m.save("fixed_dim.onnx"));
   CHECK(net.inputs()[0].shape == Shape{1, 2, 8, 64});
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0});
   Session session(net);
   auto ok = session.run(input_of(Shape{3, 2, 8, 64}, 2));
-  CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 63});
+  CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 31});
   CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
 }
 
@@ -213,6 +214,55 @@ TEST_CASE("dynamic shapes: Expand of a computed tensor to a shape from the input
       mean /= static_cast<double>(plane);
       for (int64_t i = 0; i < plane; ++i) REQUIRE(y[p * plane + i] == Approx(x[p * plane + i] + mean).margin(1e-5));
     }
+  });
+}
+
+TEST_CASE("dynamic shapes: slices whose one changing part is the rest of the dim keep it dynamic", "[onnx][dynamic]") {
+  // y = concat(x[..., 1:W], x[..., :1]): x rolled by one column, its end
+  // computed from the shape and its start a constant (MobileBERT's trigram
+  // embedding, wav2vec2's x[..., :-1]). Before, both slices' split sizes held W
+  // at the import size, and W was fixed at 64 with a warning.
+  OnnxModel m(13);
+  m.input("x", {-1, 2, -1, -1}).output("y");
+  m.init_ints("i3", {}, {3}).init_ints("one", {1}, {1}).init_ints("zero", {1}, {0}).init_ints("ax", {1}, {3});
+  m.init_ints("ax0", {1}, {0});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i3"}, {"w"});
+  m.node("Unsqueeze", {"w", "ax0"}, {"end"});
+  m.node("Slice", {"x", "one", "end", "ax"}, {"rest"});
+  m.node("Slice", {"x", "zero", "one", "ax"}, {"first"});
+  m.node("Concat", {"rest", "first"}, {"y"}).i("axis", 3);
+  check_every_shape(m, "roll_by_slices.onnx", [](const float* x, const float* y, const Shape& s) {
+    const int64_t w = s[3];
+    for (int64_t r = 0; r < s.numel() / w; ++r)
+      for (int64_t j = 0; j < w; ++j) REQUIRE(y[r * w + j] == x[r * w + (j + 1) % w]);
+  });
+}
+
+TEST_CASE("dynamic shapes: a triangle of a mask of the input's size follows every input shape", "[onnx][dynamic]") {
+  // y = x * tril(ones(H, W), k = W - H) (Mistral's sliding-window mask: Trilu
+  // of ConstantOfShape, k from the sizes). Before, the triangle was a constant
+  // of the import size, and H and W were fixed at 64 with a warning.
+  OnnxModel m(14);
+  m.input("x", {-1, 2, -1, -1}).output("y");
+  m.init_ints("i2", {}, {2}).init_ints("i3", {}, {3}).init_ints("hw_from", {1}, {2}).init_ints("hw_to", {1}, {4});
+  m.init_ints("ax0", {1}, {0});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Slice", {"s", "hw_from", "hw_to", "ax0"}, {"hw"});
+  m.node("ConstantOfShape", {"hw"}, {"ones"}).t("value", float_tensor({1}, {1.0f}));
+  m.node("Gather", {"s", "i2"}, {"h"});
+  m.node("Gather", {"s", "i3"}, {"w"});
+  m.node("Sub", {"w", "h"}, {"k"});
+  m.node("Trilu", {"ones", "k"}, {"mask"}).i("upper", 0);
+  m.node("Mul", {"x", "mask"}, {"y"});
+  check_every_shape(m, "trilu_of_input_size.onnx", [](const float* x, const float* y, const Shape& s) {
+    const int64_t h = s[2], w = s[3];
+    for (int64_t r = 0; r < s[0] * s[1]; ++r)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j) {
+          const int64_t at = (r * h + i) * w + j;
+          REQUIRE(y[at] == (j - i <= w - h ? x[at] : 0.0f));
+        }
   });
 }
 

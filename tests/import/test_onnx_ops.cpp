@@ -798,6 +798,40 @@ TEST_CASE("LayerNormalization (opset 17) and the pattern exporters decompose it 
   }
 }
 
+TEST_CASE("a decomposed LayerNormalization over the channels of NCHW (ConvNeXt's channels-first norm)", "[onnx][layernorm]") {
+  // Refused before ("reduces axes that are not the last ones"): a tiny
+  // ConvNeXt from transformers did not import.
+  const Shape xs{2, 6, 3, 4};
+  const auto x = random_values(144, 31), g = random_values(6, 32), b = random_values(6, 33);
+  OnnxModel m(13);
+  m.init("g", {6, 1, 1}, g).init("b", {6, 1, 1}, b).init("two", {}, {2.0f}).init("eps", {}, {1e-6f});
+  m.input("x", xs.to_vector()).output("y");
+  m.node("ReduceMean", {"x"}, {"mean"}).ints("axes", {1});
+  m.node("Sub", {"x", "mean"}, {"d"});
+  m.node("Pow", {"d", "two"}, {"sq"});
+  m.node("ReduceMean", {"sq"}, {"var"}).ints("axes", {1});
+  m.node("Add", {"var", "eps"}, {"ve"});
+  m.node("Sqrt", {"ve"}, {"sd"});
+  m.node("Div", {"d", "sd"}, {"n"});
+  m.node("Mul", {"g", "n"}, {"ng"});
+  m.node("Add", {"ng", "b"}, {"y"});
+  Model net = import_onnx(m.save("ln_channels_first.onnx"));
+  CHECK(count_layers(net, "layernorm") == 1);
+  // The reference over the channels: positions as rows of 6 values.
+  std::vector<float> rows(x.size()), ones(6, 1.0f), zeros(6, 0.0f);
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 6; ++c)
+      for (int64_t p = 0; p < 12; ++p) rows[static_cast<std::size_t>((n * 12 + p) * 6 + c)] = x[static_cast<std::size_t>((n * 6 + c) * 12 + p)];
+  const auto normed = ref_layernorm(rows, 24, 6, ones, zeros, 1e-6);
+  std::vector<float> expected(x.size());
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 6; ++c)
+      for (int64_t p = 0; p < 12; ++p)
+        expected[static_cast<std::size_t>((n * 6 + c) * 12 + p)] =
+            normed[static_cast<std::size_t>((n * 12 + p) * 6 + c)] * g[static_cast<std::size_t>(c)] + b[static_cast<std::size_t>(c)];
+  CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < 1e-4);
+}
+
 TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization (opset 23)", "[onnx][layernorm]") {
   const Shape xs{2, 3, 8};
   auto x = random_values(48, 43);

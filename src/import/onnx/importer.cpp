@@ -552,7 +552,7 @@ bool Importer::record_shape_math(const Node& n) {
       {"Sqrt", "sqrt"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Relu", "relu"}, {"Mod", "mod"}, {"Where", "where"},
       {"ScatterND", "scatter_nd"}, {"Cast", "cast"}, {"QuantizeLinear", "fake_quant"}, {"DequantizeLinear", "identity"},
       {"Min", "min"}, {"Max", "max"}, {"ReduceMin", "reduce_min"}, {"ReduceMax", "reduce_max"},
-      {"HannWindow", "window"}, {"HammingWindow", "window"}, {"BlackmanWindow", "window"}};
+      {"HannWindow", "window"}, {"HammingWindow", "window"}, {"BlackmanWindow", "window"}, {"Trilu", "trilu"}};
   auto op = ops.find(n.op());
   if (op == ops.end() || n.num_outputs() != 1) return false;
   Layer l;
@@ -634,6 +634,8 @@ bool Importer::record_shape_math(const Node& n) {
     l.params["kind"] = window_kind(n.op());
     l.params["periodic"] = n.get_int("periodic", 1);
     l.params["integer"] = int64_t{!floating_type(static_cast<int>(n.get_int("output_datatype", onnx::TensorProto::FLOAT)))};
+  } else if (o == "trilu") {
+    l.params["upper"] = n.get_int("upper", 1);
   } else if (o == "cast") {
     l.params["to"] = std::string(constant(n.out(0))->dtype() == DType::int64 ? "int64" : "float32");
   }
@@ -738,10 +740,12 @@ void Importer::convert(int i) {
   const std::size_t first_layer = graph_.layers.size();
   try {
     static const std::unordered_set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
-    // Min and max of sizes (torchvision's min(limit, boxes found)), whose converters
-    // make layers: computed as shape_math now, and again when a session plans.
-    static const std::unordered_set<std::string> shape_min_max = {"Min", "Max", "ReduceMin", "ReduceMax"};
-    if (size_dependent_inputs && all_constant(n) && shape_min_max.count(n.op()) && fold_as_shape_math(n)) {}
+    // Min and max of sizes (torchvision's min(limit, boxes found)) and a
+    // triangle of a mask of the input's size (Mistral's sliding window), whose
+    // converters make layers: computed as shape_math now, and again when a
+    // session plans.
+    static const std::unordered_set<std::string> planned_ops = {"Min", "Max", "ReduceMin", "ReduceMax", "Trilu"};
+    if (size_dependent_inputs && all_constant(n) && planned_ops.count(n.op()) && fold_as_shape_math(n)) {}
     else if (windowed.count(n.op()) && n.has_in(0) && shape_of(n, n.in(0)).rank() == 3) as_2d(n, conv_it->second);
     else (this->*(conv_it->second))(n);
     if (foldable) fold_node(n, first_layer);
@@ -994,7 +998,7 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
 void keep_dynamic_dims(core::Graph& graph, const std::string& path, const ImportOptions& options,
                        const InputSymbols& symbols) {
   std::vector<BlobShapes> sizes;
-  ReshapeSpecs specs;
+  SizeSpecs specs;
   std::set<std::string> fixed, done;
   for (const auto& [name, base] : symbols.sizes) {
     if (done.count(name)) continue;

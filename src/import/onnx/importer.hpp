@@ -350,6 +350,7 @@ class Importer : private import::GraphBuilder {
     return {};
   }
   void emit_fused(const Fused& f);
+  void emit_layernorm_moved(const Fused& f, const Node& n, const Shape& xs, const std::vector<int64_t>& axes);
 
   // --- converters (one per ONNX operator family)
   void conv(const Node&);

@@ -242,9 +242,10 @@ void Importer::emit_fused(const Fused& f) {
     if (a < 0) a += rank;
   }
   std::sort(axes.begin(), axes.end());
-  for (std::size_t i = 0; i < axes.size(); ++i)
-    if (axes[i] != rank - static_cast<int64_t>(axes.size() - i))
-      throw Unsupported{"the decomposed LayerNormalization reduces axes that are not the last ones"};
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  bool trailing = true;
+  for (std::size_t i = 0; i < axes.size(); ++i) trailing = trailing && axes[i] == rank - static_cast<int64_t>(axes.size() - i);
+  if (!trailing) return emit_layernorm_moved(f, n, xs, axes);
   const int axis = static_cast<int>(axes[0]);
   Shape norm;
   for (int i = axis; i < rank; ++i) norm.push_back(xs[i]);
@@ -281,6 +282,40 @@ void Importer::emit_fused(const Fused& f) {
     cur = next;
   }
   if (add_after) add(make("add", n.name + "/bias", {cur, as_blob(n, f.bias)}, {f.y}));
+}
+
+/// A decomposed LayerNormalization over axes that are not the last ones
+/// (ConvNeXt's channels-first norm: x.mean(1) of NCHW): transposed so that
+/// they are, normalised, transposed back; its scale and bias are layers after.
+void Importer::emit_layernorm_moved(const Fused& f, const Node& n, const Shape& xs, const std::vector<int64_t>& axes) {
+  const int rank = xs.rank();
+  std::vector<int64_t> perm, inverse(static_cast<std::size_t>(rank));
+  for (int d = 0; d < rank; ++d)
+    if (!std::binary_search(axes.begin(), axes.end(), d)) perm.push_back(d);
+  const int axis = static_cast<int>(perm.size());
+  perm.insert(perm.end(), axes.begin(), axes.end());
+  for (int d = 0; d < rank; ++d) inverse[static_cast<std::size_t>(perm[static_cast<std::size_t>(d)])] = d;
+  Shape norm;
+  for (int64_t a : axes) norm.push_back(xs[static_cast<int>(a)]);
+  const std::string moved = fresh_blob(f.y + "/moved"), normed = fresh_blob(f.y + "/moved_norm");
+  Layer to = make("transpose", n.name + "/to_last", {as_blob(n, f.x)}, {moved});
+  to.params["perm"] = perm;
+  add(std::move(to));
+  Layer l = make("layernorm", n.name, {moved}, {normed});
+  l.params["axis"] = int64_t{axis};
+  l.params["epsilon"] = f.epsilon;
+  l.weights["scale"] = expanded(float_blob({}, {1.0f}), norm);
+  add(std::move(l));
+  std::string cur = f.scale.empty() && f.bias.empty() ? f.y : fresh_blob(f.y + "/norm");
+  Layer back = make("transpose", n.name + "/back", {normed}, {cur});
+  back.params["perm"] = inverse;
+  add(std::move(back));
+  if (!f.scale.empty()) {
+    const std::string next = f.bias.empty() ? f.y : fresh_blob(f.y + "/scaled");
+    add(make("mul", n.name + "/scale", {cur, as_blob(n, f.scale)}, {next}));
+    cur = next;
+  }
+  if (!f.bias.empty()) add(make("add", n.name + "/bias", {cur, as_blob(n, f.bias)}, {f.y}));
 }
 
 }  // namespace onnx_import
