@@ -1594,9 +1594,14 @@ AttentionGeometry attention_geometry(const Layer& l, std::span<const Shape> in) 
   for (int t = 1; t < 3; ++t)
     for (int i = 0; i < 2; ++i) {
       if (dims[t][i] == dims[0][i]) continue;
-      if (dims[t][i] != 1)
-        fail_field(l, names[t], fmt::format("{} {} does not broadcast to q {} (batch and heads)", names[t], in[t].to_string(), in[0].to_string()));
-      (t == 1 ? g.k : g.v)[i] = 0;
+      if (dims[t][i] == 1) {
+        (t == 1 ? g.k : g.v)[i] = 0;
+      } else if (i == 1 && dims[t][1] > 1 && g.h % dims[t][1] == 0) {
+        (t == 1 ? g.k_group : g.v_group) = g.h / dims[t][1];
+      } else {
+        fail_field(l, names[t], fmt::format("{} {} does not broadcast to q {} (batch; heads: as many, one, or a divisor)",
+                                            names[t], in[t].to_string(), in[0].to_string()));
+      }
     }
   if (in.size() == 4) {
     const Shape& m = in[3];

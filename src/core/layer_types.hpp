@@ -458,10 +458,17 @@ EinsumSpec einsum_spec(const Layer& layer, std::span<const Shape> inputs);
 
 /// An attention layer's sizes and the element strides, in canonical dim order
 /// (batch, head, sequence, feature), of its inputs and output; broadcast dims
-/// have stride 0. Checked against the inputs: errors name the layer and field.
+/// have stride 0. K and V may have fewer heads than Q where theirs divide Q's
+/// (grouped-query attention: query head h reads key/value head h / group).
+/// Checked against the inputs: errors name the layer and field.
 struct AttentionGeometry {
   int64_t b = 1, h = 1, sq = 1, sk = 1, d = 1, dv = 1;
   std::array<int64_t, 4> q{}, k{}, v{}, out{}, mask{};  ///< mask: [b, h, query, key]
+  int64_t k_group = 1, v_group = 1;  ///< query heads per key / value head
+  /// Where the keys / values of batch b read by query head h start.
+  int64_t k_at(int64_t b_, int64_t h_) const { return b_ * k[0] + h_ / k_group * k[1]; }
+  int64_t v_at(int64_t b_, int64_t h_) const { return b_ * v[0] + h_ / v_group * v[1]; }
+  bool grouped() const { return k_group > 1 || v_group > 1; }
   bool has_mask = false;
   bool causal = false;
   int64_t causal_offset = 0;  ///< key j is hidden from query i where j > i + causal_offset

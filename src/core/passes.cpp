@@ -1213,6 +1213,102 @@ int fuse_attention(Graph& g) {
   return fused;
 }
 
+namespace {
+
+/// Whether `blob` is zeros: a constant of zeros, or a shape_math
+/// constant_of_shape of 0 (an Expand's zeros at a size-dependent target).
+bool zeros_blob(const Graph& g, const std::unordered_map<std::string, std::size_t>& producer, const std::string& blob) {
+  auto p = producer.find(blob);
+  if (p == producer.end()) return false;
+  const Layer& l = g.layers[p->second];
+  const Blob* v = l.find_weight("value");
+  const bool fill = l.type == "shape_math" && l.get_string("op", "") == "constant_of_shape";
+  if (!v || !(l.type == "constant" || fill) || v->dtype() != DType::float32 || v->numel() > (int64_t{1} << 24)) return false;
+  const float* x = v->data_as<float>();
+  return std::all_of(x, x + v->numel(), [](float f) { return f == 0.0f; });
+}
+
+/// The blob attention `a` could read as input t (1: K, 2: V) with fewer
+/// heads, where that input repeats each head of it `group` times in a row
+/// (transformers' repeat_kv: unsqueeze, expand, reshape; or a concat of
+/// copies): empty where it does not.
+std::string repeated_heads_source(const Graph& g, const std::map<std::string, Shape>& shapes,
+                                  const std::unordered_map<std::string, std::size_t>& producer, const Layer& a, int t) {
+  auto layer_of = [&](const std::string& blob) -> const Layer* {
+    auto p = producer.find(blob);
+    return p == producer.end() ? nullptr : &g.layers[p->second];
+  };
+  auto shape_of = [&](const std::string& blob) -> const Shape* {
+    auto it = shapes.find(blob);
+    return it == shapes.end() ? nullptr : &it->second;
+  };
+  const Layer* r = layer_of(a.inputs[static_cast<std::size_t>(t)]);
+  if (!r || r->type != "reshape" || r->inputs.empty()) return {};
+  const std::vector<int64_t> perm = a.get_ints(t == 1 ? "k_perm" : "v_perm", {0, 1, 2, 3});
+  if (perm.size() != 4 || perm[1] < 0 || perm[1] > 3) return {};
+  const int hd = static_cast<int>(perm[1]);  // the heads' dim of the input
+  const Shape* rs = shape_of(r->outputs[0]);
+  const Shape* es = shape_of(r->inputs[0]);
+  if (!rs || !es || rs->rank() != 4 || es->rank() != 5) return {};
+  // [.., hkv, group, ..] -> [.., hkv * group, ..] at the heads' dim
+  for (int d = 0; d < 5; ++d) {
+    if (d == hd || d == hd + 1) continue;
+    if ((*es)[d] != (*rs)[d < hd ? d : d - 1]) return {};
+  }
+  const int64_t hkv = (*es)[hd], group = (*es)[hd + 1];
+  if (group < 2 || hkv * group != (*rs)[hd]) return {};
+  const Layer* e = layer_of(r->inputs[0]);
+  if (!e || e->outputs.size() != 1) return {};
+  std::string unsqueezed;
+  if (e->type == "add" && e->inputs.size() == 2 && has_no_activation(*e)) {
+    for (int side = 0; side < 2; ++side)
+      if (zeros_blob(g, producer, e->inputs[static_cast<std::size_t>(side)])) unsqueezed = e->inputs[static_cast<std::size_t>(1 - side)];
+  } else if (e->type == "concat" && static_cast<int64_t>(e->inputs.size()) == group && e->get_int("axis", 0) == hd + 1 &&
+             std::all_of(e->inputs.begin(), e->inputs.end(), [&](const std::string& i) { return i == e->inputs[0]; })) {
+    unsqueezed = e->inputs[0];
+  }
+  const Shape* us = unsqueezed.empty() ? nullptr : shape_of(unsqueezed);
+  if (!us || us->rank() != 5 || (*us)[hd + 1] != 1) return {};
+  for (int d = 0; d < 5; ++d)
+    if (d != hd + 1 && (*us)[d] != (*es)[d]) return {};
+  const Layer* u = layer_of(unsqueezed);
+  if (!u || u->type != "reshape" || u->inputs.empty()) return {};
+  const Shape* ks = shape_of(u->inputs[0]);
+  if (!ks || ks->rank() != 4) return {};
+  for (int d = 0; d < 4; ++d)
+    if ((*ks)[d] != (*us)[d <= hd ? d : d + 1]) return {};
+  return u->inputs[0];
+}
+
+}  // namespace
+
+int share_kv_heads(Graph& g) {
+  const std::map<std::string, Shape> shapes = infer_shapes(g);
+  std::unordered_map<std::string, std::size_t> producer;
+  for (std::size_t i = 0; i < g.layers.size(); ++i)
+    for (const auto& o : g.layers[i].outputs) producer[o] = i;
+  int count = 0;
+  for (Layer& a : g.layers) {
+    if (a.type != "attention") continue;
+    for (int t = 1; t <= 2; ++t) {
+      const std::string source = repeated_heads_source(g, shapes, producer, a, t);
+      if (source.empty()) continue;
+      Layer grouped = a;
+      grouped.inputs[static_cast<std::size_t>(t)] = source;
+      std::vector<Shape> in;
+      for (const auto& i : grouped.inputs) in.push_back(shapes.at(i));
+      try {  // (the same output: checked, not assumed)
+        if (infer_layer_shapes(grouped, in) != std::vector<Shape>{shapes.at(a.outputs[0])}) continue;
+      } catch (const Error&) {
+        continue;
+      }
+      a.inputs[static_cast<std::size_t>(t)] = source;
+      ++count;
+    }
+  }
+  return count;
+}
+
 int merge_duplicates(Graph& g) {
   sort_topologically(g);
   // Same weights: the same memory, or equal bytes, shape, dtype, layout and quantisation.
@@ -1294,6 +1390,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fuse_activations, "fuse_activations", fuse_activations},
       {o.fuse_output_affine, "fuse_output_affine", fuse_output_affine},
       {o.fuse_attention, "fuse_attention", fuse_attention},
+      {o.fuse_attention, "share_kv_heads", share_kv_heads},
       {o.merge_duplicates, "merge_duplicates", merge_duplicates},
       {o.broadcast_scalar_operands, "broadcast_scalar_operands", broadcast_scalar_operands},
       {o.eliminate_dead_layers, "eliminate_dead_layers", eliminate_dead_layers},

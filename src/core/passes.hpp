@@ -112,6 +112,13 @@ int fold_pads(Graph& graph);
 /// Returns the number of attention layers made.
 int fuse_attention(Graph& graph);
 
+/// An attention layer whose K or V repeats each head of a blob `group` times
+/// in a row (transformers' repeat_kv for grouped-query attention: unsqueeze,
+/// expand, reshape; or a concat of copies) reads that blob instead: query head
+/// h reads key/value head h / group, and the copies are not made. Returns the
+/// number of inputs rewired (the repeats, unread, go with the dead layers).
+int share_kv_heads(Graph& graph);
+
 /// Keeps one of layers that compute the same thing: the same type, inputs,
 /// parameters and weights (the same memory, or equal bytes); readers of the
 /// others read its outputs. Layers writing a net output stay. BERT's exports

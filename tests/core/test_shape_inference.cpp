@@ -252,6 +252,9 @@ TEST_CASE("shape inference: attention (perms, broadcast heads, mask), errors nam
   expect_error(L("attention", {}, {}, 3), {{2, 3, 5, 8}, {2, 3, 7, 6}, {2, 3, 7, 4}}, "k");   // features differ
   expect_error(L("attention", {}, {}, 3), {{2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 6, 4}}, "v");   // positions differ
   expect_error(L("attention", {}, {}, 3), {{2, 3, 5, 8}, {2, 2, 7, 8}, {2, 3, 7, 4}}, "k");   // 2 heads for 3
+  // Grouped-query heads: 2 key/value heads for 6 query heads, each read by 3.
+  CHECK(infer(L("attention", {}, {}, 3), {{2, 6, 5, 8}, {2, 2, 7, 8}, {2, 2, 7, 4}}) == Shapes{{2, 6, 5, 4}});
+  expect_error(L("attention", {}, {}, 3), {{2, 6, 5, 8}, {2, 4, 7, 8}, {2, 2, 7, 4}}, "k");   // 4 heads for 6
   expect_error(L("attention", {}, {}, 3), {{3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 4}}, "q");      // rank 3
   expect_error(L("attention", {{"q_perm", Ints{0, 1, 1, 3}}}, {}, 3), {{2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 4}}, "q_perm");
   expect_error(L("attention", {{"masked_rows", std::string("skip")}}, {}, 3), {{1, 1, 2, 2}, {1, 1, 2, 2}, {1, 1, 2, 2}},

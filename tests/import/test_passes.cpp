@@ -437,6 +437,32 @@ TEST_CASE("optimize: every pass in order on a conv/bn/relu/identity net", "[pass
   CHECK(max_abs_diff(run_graph(after)[0].values, before[0].values) < 1e-4);
 }
 
+TEST_CASE("share_kv_heads: grouped-query attention reads its 2 key/value heads, not 6 copies", "[passes][attention]") {
+  using Ints = std::vector<int64_t>;
+  // transformers' repeat_kv: K [1,2,5,8] -> unsqueeze [1,2,1,5,8] -> expand (+ zeros) [1,2,3,5,8] ->
+  // reshape [1,6,5,8]; V the same through a concat of three copies (ONNX Attention's import).
+  auto g = graph({{"q", Shape{1, 6, 4, 8}}, {"k", Shape{1, 2, 5, 8}}, {"v", Shape{1, 2, 5, 8}}}, {"y"},
+                 {layer("reshape", "uk", {"k"}, {"k5"}, {{"shape", Ints{1, 2, 1, 5, 8}}}),
+                  constant("zeros", make_input(Shape{1, 2, 3, 5, 8}, std::vector<float>(240, 0.0f))),
+                  layer("add", "ek", {"k5", "zeros"}, {"kx"}), layer("reshape", "rk", {"kx"}, {"k6"}, {{"shape", Ints{1, 6, 5, 8}}}),
+                  layer("reshape", "uv", {"v"}, {"v5"}, {{"shape", Ints{1, 2, 1, 5, 8}}}),
+                  layer("concat", "cv", {"v5", "v5", "v5"}, {"vx"}, {{"axis", int64_t{2}}}),
+                  layer("reshape", "rv", {"vx"}, {"v6"}, {{"shape", Ints{1, 6, 5, 8}}}),
+                  layer("attention", "a", {"q", "k6", "v6"}, {"y"}, {{"causal", int64_t{1}}})});
+  auto after = check_pass(g, core::share_kv_heads, 2);
+  CHECK(after.find_layer("a")->inputs == std::vector<std::string>{"q", "k", "v"});
+  core::eliminate_dead_layers(after);
+  CHECK(count(after, "add") == 0);
+  CHECK(count(after, "concat") == 0);
+  // Not a repeat: heads interleaved (group before hkv) stay as they are.
+  auto interleaved = graph({{"q", Shape{1, 6, 4, 8}}, {"k", Shape{1, 2, 5, 8}}}, {"y"},
+                           {layer("reshape", "uk", {"k"}, {"k5"}, {{"shape", Ints{1, 1, 2, 5, 8}}}),
+                            constant("zeros", make_input(Shape{1, 3, 2, 5, 8}, std::vector<float>(240, 0.0f))),
+                            layer("add", "ek", {"k5", "zeros"}, {"kx"}), layer("reshape", "rk", {"kx"}, {"k6"}, {{"shape", Ints{1, 6, 5, 8}}}),
+                            layer("attention", "a", {"q", "k6", "k6"}, {"y"})});
+  check_pass(interleaved, core::share_kv_heads, 0);
+}
+
 TEST_CASE("fuse_attention: the exporters' scaled dot-product attention becomes one layer", "[passes][attention]") {
   const float ninf = -std::numeric_limits<float>::infinity();
   auto scalar = [](const std::string& name, float v) { return constant(name, make_input(Shape{}, {v})); };

@@ -628,6 +628,15 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     // multiple of 32; a strip's tail of queries, keys past a 32-key block (cpu:bfloat16/tile_attention).
     out.push_back({"attention wide heads", layer_of("attention", {{"scale", 0.1}}, {}, 3),
                    {random_blob({1, 2, 45, 80}, rng), random_blob({1, 2, 70, 80}, rng), random_blob({1, 2, 70, 72}, rng)}});
+    // Grouped-query heads (LLaMA, Mistral): 6 query heads over 2 key/value heads, read through
+    // BERT's perms, causal; and a decode step over 4 of 12.
+    out.push_back({"attention grouped heads, bshd, causal",
+                   layer_of("attention", {{"q_perm", Ints{0, 2, 1, 3}}, {"k_perm", Ints{0, 2, 1, 3}}, {"v_perm", Ints{0, 2, 1, 3}},
+                                          {"out_perm", Ints{0, 2, 1, 3}}, {"causal", int64_t{1}}},
+                            {}, 3),
+                   {random_blob({1, 21, 6, 16}, rng), random_blob({1, 21, 2, 16}, rng), random_blob({1, 21, 2, 16}, rng)}});
+    out.push_back({"attention grouped heads, decode step", layer_of("attention", {}, {}, 3),
+                   {random_blob({1, 12, 1, 32}, rng), random_blob({1, 4, 90, 32}, rng), random_blob({1, 4, 90, 32}, rng)}});
     // ONNX Attention's triangle without a cache: aligned to the first key, more keys than queries.
     out.push_back({"attention causal from the start", layer_of("attention", {{"causal", int64_t{1}}, {"causal_align", std::string("start")}}, {}, 3),
                    {random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 6, 8}, rng)}});

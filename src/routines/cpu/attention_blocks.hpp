@@ -33,7 +33,7 @@ inline Support supports(const LayerInfo& info, const Schema& schema, std::string
 /// K of batch b and head h as the B operand [D, Sk] of Q·Kᵀ, packed in K blocks of kc.
 inline void pack_keys(const gemm::Kernel& k, const core::AttentionGeometry& g, const float* keys, int64_t b,
                       int64_t h, int64_t kc, float* out) {
-  const float* kh = keys + b * g.k[0] + h * g.k[1];
+  const float* kh = keys + g.k_at(b, h);
   if (g.k[3] == 1) gemm::pack_b(k, g.d, g.sk, kc, kh, g.k[2], true, out);  // rows of K: Bᵀ
   else gemm::pack_b(k, g.d, g.sk, kc, kh, g.k[3], false, out);             // K stored transposed
 }

@@ -66,7 +66,7 @@ class Prepared final : public PreparedRoutine {
       float* row_sum = row_max + gemm::round_up(mb_, 16);
       float* row_bad = row_sum + gemm::round_up(mb_, 16);  // 1: NaN or +inf met
       cpu::attention::pack_keys(*k_, g_, k, b, h, g_.d, pk);  // one K block: a key block is a packed B of its own
-      const float* vh = v + b * g_.v[0] + h * g_.v[1];
+      const float* vh = v + g_.v_at(b, h);
       const int64_t per = (blocks + chunks_ - 1) / chunks_;
       for (int64_t blk = chunk * per; blk < std::min(blocks, (chunk + 1) * per); ++blk) {
         const int64_t i0 = blk * mb_, rows = std::min(mb_, g_.sq - i0);

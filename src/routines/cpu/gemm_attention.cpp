@@ -59,7 +59,7 @@ class Prepared final : public PreparedRoutine {
       float* s = pq + pq_;
       float* inv = s + s_;
       cpu::attention::pack_keys(*k_, g_, k, b, h, kc_d_, pk);
-      const float* vh = v + b * g_.v[0] + h * g_.v[1];
+      const float* vh = v + g_.v_at(b, h);
       const int64_t per = (blocks + chunks_ - 1) / chunks_;
       for (int64_t blk = chunk * per; blk < std::min(blocks, (chunk + 1) * per); ++blk) {
         const int64_t i0 = blk * mb_, rows = std::min(mb_, g_.sq - i0);

@@ -216,6 +216,7 @@ class OnednnAttention final : public Routine {
     try {
       const AttentionGeometry g = core::attention_geometry(*info.layer, info.input_shapes);
       if (g.sk == 0 || g.d == 0 || g.sq == 0) return Support::no("cpu/onednn attention needs queries, keys and features");
+      if (g.grouped()) return Support::no("cpu/onednn attention's matmuls take as many key/value heads as query heads, or one");
       match_threads(info);
       const int64_t rows = block_rows(g);
       const dt type = kBf16 ? dt::bf16 : dt::f32;

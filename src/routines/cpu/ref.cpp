@@ -2162,7 +2162,7 @@ struct Attention final : RefPrepared {
       const float* qi = q + b * g.q[0] + h * g.q[1] + i * g.q[2];
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < g.sk; ++j) {
-        const float* kj = k + b * g.k[0] + h * g.k[1] + j * g.k[2];
+        const float* kj = k + g.k_at(b, h) + j * g.k[2];
         double dot = 0;
         for (int64_t d = 0; d < g.d; ++d) dot += double(qi[d * g.q[3]]) * double(kj[d * g.k[3]]);
         double s = double(g.scale) * dot;
@@ -2180,7 +2180,7 @@ struct Attention final : RefPrepared {
       float* o = out + b * g.out[0] + h * g.out[1] + i * g.out[2];
       for (int64_t e = 0; e < g.dv; ++e) {
         double acc = 0;
-        for (int64_t j = 0; j < g.sk; ++j) acc += p[j] * double(v[b * g.v[0] + h * g.v[1] + j * g.v[2] + e * g.v[3]]);
+        for (int64_t j = 0; j < g.sk; ++j) acc += p[j] * double(v[g.v_at(b, h) + j * g.v[2] + e * g.v[3]]);
         o[e * g.out[3]] = static_cast<float>(acc);
       }
     });

@@ -93,8 +93,8 @@ class Prepared final : public PreparedRoutine {
       auto* o = reinterpret_cast<float*>(base + packed_k_ + packed_v_ + queries_ + scores_ + probs_);
       auto* inv = reinterpret_cast<float*>(base + packed_k_ + packed_v_ + queries_ + scores_ + probs_ + outs_);
       tiles::configure_tiles();
-      tiles::pack_keys(k + b * g_.k[0] + h * g_.k[1], g_.k[2], g_.k[3], g_.sk, g_.d, keys_pad_, d_pad_, pk);
-      tiles::pack_values(v + b * g_.v[0] + h * g_.v[1], g_.v[2], g_.v[3], g_.sk, g_.dv, keys_pad_, dv_pad_, pv);
+      tiles::pack_keys(k + g_.k_at(b, h), g_.k[2], g_.k[3], g_.sk, g_.d, keys_pad_, d_pad_, pk);
+      tiles::pack_values(v + g_.v_at(b, h), g_.v[2], g_.v[3], g_.sk, g_.dv, keys_pad_, dv_pad_, pv);
       for (int64_t strip = chunk * per; strip < std::min(strips, (chunk + 1) * per); ++strip) {
         const int64_t i0 = strip * kRows, rows = std::min(kRows, g_.sq - i0);
         load_queries(q + b * g_.q[0] + h * g_.q[1] + i0 * g_.q[2], rows, qs);

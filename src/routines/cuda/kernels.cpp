@@ -407,6 +407,7 @@ struct Attention final : KernelPrepared {
   kern::Elem t;
   static Support supports(const LayerInfo& info, const Schema&) {
     const core::AttentionGeometry a = core::attention_geometry(*info.layer, info.input_shapes);
+    if (a.grouped()) return Support::no("the kernel takes as many key/value heads as query heads, or one");
     if (a.d > kern::kAttentionMaxHeadDim || a.dv > kern::kAttentionMaxHeadDim)
       return Support::no(fmt::format("heads of {} key and {} value features: the kernel stages at most {} in shared memory",
                                      a.d, a.dv, kern::kAttentionMaxHeadDim));
