@@ -898,7 +898,7 @@ const LayerType kBuiltinTypes[] = {
     {"non_max_suppression", 2, 2, infer_non_max_suppression, 1, false, true},
     {"non_zero", 1, 1, infer_non_zero, 1, false, true},
     {"choose", 3, 3, infer_choose, 1, false, true},
-    {"slice", 1, 1, infer_slice},
+    {"slice", 1, 2, infer_slice},  // (input 2: the starts and ends, computed when planned; see shape_plan)
     {"scatter_elements", 3, 3, infer_scatter_elements},
     {"branch", 3, 3, infer_branch, 1, true},
     {"roi_align", 3, 3, infer_roi_align},

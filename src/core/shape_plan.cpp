@@ -28,10 +28,12 @@ constexpr int64_t kMaxValueElements = int64_t{1} << 26;
 
 /// A layer taking a parameter from a value computed at plan time as input 1:
 /// a reshape's target ("shape"), top_k's k (ONNX TopK's K from the number of
-/// boxes a NonZero found), a loop's trip count M.
+/// boxes a NonZero found), a loop's trip count M, a slice's starts and ends
+/// (OPT's positions[:, past:] in a decode step).
 bool reads_target(const Layer& l) {
   if (l.type == "loop") return l.get_int("m_input", 0) == 1 && l.inputs.size() >= 2;  // its trip count M
-  return (l.type == "reshape" || (l.type == "top_k" && l.get_int("k_at_run", 0) == 0)) && l.inputs.size() == 2;
+  return (l.type == "reshape" || l.type == "slice" || (l.type == "top_k" && l.get_int("k_at_run", 0) == 0)) &&
+         l.inputs.size() == 2;
 }
 
 /// `l` (reads_target) with the parameter from `target`'s value, input 1 gone;
@@ -39,7 +41,15 @@ bool reads_target(const Layer& l) {
 /// that may not copy it, a k that is not one integer).
 bool resolve_target(Layer& l, const Blob& target, std::string* why = nullptr) {
   const auto v = to_ints(target);
-  if (l.type == "top_k" || l.type == "loop") {
+  if (l.type == "slice") {  // the starts, then the ends, one per axis
+    const std::size_t n = l.get_ints("axes", {}).size();
+    if (v.size() != 2 * n) {
+      if (why) *why = fmt::format("the bounds have {} values, not {} (a start and an end per axis)", v.size(), 2 * n);
+      return false;
+    }
+    l.params["starts"] = std::vector<int64_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
+    l.params["ends"] = std::vector<int64_t>(v.begin() + static_cast<std::ptrdiff_t>(n), v.end());
+  } else if (l.type == "top_k" || l.type == "loop") {
     if (v.size() != 1) {
       if (why) *why = fmt::format("{} has {} values, not one", l.type == "loop" ? "the trip count" : "k", v.size());
       return false;

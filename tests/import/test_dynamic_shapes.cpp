@@ -13,6 +13,7 @@
 #include <cmath>
 #include <functional>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 using namespace softneuro;
@@ -110,23 +111,22 @@ TEST_CASE("dynamic shapes: a shape the model does not take is an error naming th
 }
 
 TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a warning", "[onnx][dynamic]") {
-  // y = x[..., 1:W/2] along the last dim: two of the slice's three parts change
-  // with W, which no split sizes express, so W cannot vary; N can.
+  // y = pad(x, W zeros after the last dim): the pad's sizes, a parameter read
+  // at the import size, change with W, so W cannot vary; N can.
   OnnxModel m(13);
   m.input("x", {-1, 2, 8, -1}).output("y");
-  m.init_ints("i3", {}, {3}).init_ints("two", {1}, {2}).init_ints("one", {1}, {1}).init_ints("ax", {1}, {3});
-  m.init_ints("ax0", {1}, {0});
+  m.init_ints("i3", {}, {3}).init_ints("ax0", {1}, {0}).init_ints("before", {7}, {0, 0, 0, 0, 0, 0, 0});
   m.node("Shape", {"x"}, {"s"});
   m.node("Gather", {"s", "i3"}, {"w"});
   m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
-  m.node("Div", {"w1", "two"}, {"end"});
-  m.node("Slice", {"x", "one", "end", "ax"}, {"y"});
+  m.node("Concat", {"before", "w1"}, {"pads"}).i("axis", 0);
+  m.node("Pad", {"x", "pads"}, {"y"});
   Model net = import_onnx(m.save("fixed_dim.onnx"));
   CHECK(net.inputs()[0].shape == Shape{1, 2, 8, 64});
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0});
   Session session(net);
   auto ok = session.run(input_of(Shape{3, 2, 8, 64}, 2));
-  CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 31});
+  CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 128});
   CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
 }
 
@@ -218,17 +218,14 @@ TEST_CASE("dynamic shapes: Expand of a computed tensor to a shape from the input
 }
 
 TEST_CASE("dynamic shapes: slices whose one changing part is the rest of the dim keep it dynamic", "[onnx][dynamic]") {
-  // y = concat(x[..., 1:W], x[..., :1]): x rolled by one column, its end
-  // computed from the shape and its start a constant (MobileBERT's trigram
-  // embedding, wav2vec2's x[..., :-1]). Before, both slices' split sizes held W
-  // at the import size, and W was fixed at 64 with a warning.
+  // y = concat(x[..., 1:], x[..., :1]): x rolled by one column, constant
+  // bounds cutting a dim that changes (MobileBERT's trigram embedding,
+  // wav2vec2's x[..., :-1]). Before, both slices' split sizes held W at the
+  // import size, and W was fixed at 64 with a warning.
   OnnxModel m(13);
   m.input("x", {-1, 2, -1, -1}).output("y");
-  m.init_ints("i3", {}, {3}).init_ints("one", {1}, {1}).init_ints("zero", {1}, {0}).init_ints("ax", {1}, {3});
-  m.init_ints("ax0", {1}, {0});
-  m.node("Shape", {"x"}, {"s"});
-  m.node("Gather", {"s", "i3"}, {"w"});
-  m.node("Unsqueeze", {"w", "ax0"}, {"end"});
+  m.init_ints("one", {1}, {1}).init_ints("zero", {1}, {0}).init_ints("ax", {1}, {3});
+  m.init_ints("end", {1}, {std::numeric_limits<int64_t>::max()});
   m.node("Slice", {"x", "one", "end", "ax"}, {"rest"});
   m.node("Slice", {"x", "zero", "one", "ax"}, {"first"});
   m.node("Concat", {"rest", "first"}, {"y"}).i("axis", 3);
@@ -237,6 +234,33 @@ TEST_CASE("dynamic shapes: slices whose one changing part is the rest of the dim
     for (int64_t r = 0; r < s.numel() / w; ++r)
       for (int64_t j = 0; j < w; ++j) REQUIRE(y[r * w + j] == x[r * w + (j + 1) % w]);
   });
+}
+
+TEST_CASE("dynamic shapes: a slice whose start is computed from the sizes takes it when planned", "[onnx][dynamic]") {
+  // y = x[..., W/2:]: both of the cut's parts change with W (OPT's
+  // positions[:, past:] in a decode step). Before, W was fixed at 64 with a warning.
+  OnnxModel m(13);
+  m.input("x", {-1, 2, -1, -1}).output("y");
+  m.init_ints("i3", {}, {3}).init_ints("two", {1}, {2}).init_ints("ax", {1}, {3}).init_ints("ax0", {1}, {0});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i3"}, {"w"});
+  m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
+  m.node("Div", {"w1", "two"}, {"start"});
+  m.node("Slice", {"x", "start", "w1", "ax"}, {"y"});
+  Model net = import_onnx(m.save("slice_from_sizes.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 2, 3});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 2, 5, 7}, Shape{2, 2, 3, 20}, Shape{1, 2, 64, 100}, Shape{1, 2, 4, 1}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 5);
+    auto got = session.run(ins);
+    const int64_t w = s[3], start = w / 2;
+    REQUIRE(got[0].blob.shape() == Shape{s[0], s[1], s[2], w - start});
+    const float* x = ins[0].blob.data_as<float>();
+    const float* y = got[0].blob.data_as<float>();
+    for (int64_t r = 0; r < s.numel() / w; ++r)
+      for (int64_t j = start; j < w; ++j) REQUIRE(y[r * (w - start) + j - start] == x[r * w + j]);
+  }
 }
 
 TEST_CASE("dynamic shapes: a triangle of a mask of the input's size follows every input shape", "[onnx][dynamic]") {

@@ -365,6 +365,27 @@ void Importer::slice(const Node& n) {
     constants_[n.out(0)] = sliced(*c, spec);
     return;
   }
+  // Bounds computed from sizes (OPT's positions[:, past:] in a decode step):
+  // a slice layer whose starts and ends are taken when a session plans, from
+  // a shape_math value of both; held at the import size for now.
+  if ((size_dependent(n.in(1)) || size_dependent(n.in(2))) && !(n.has_in(3) && size_dependent(n.in(3))) &&
+      !(n.has_in(4) && size_dependent(n.in(4)))) {
+    Layer bounds;
+    bounds.type = "shape_math";
+    bounds.name = fresh_layer(n.name + "/bounds", false);
+    bounds.outputs = {fresh_blob(n.out(0) + "/bounds")};
+    bounds.params["op"] = std::string("concat");
+    bounds.params["axis"] = int64_t{0};
+    for (int k = 1; k <= 2; ++k) bounds.inputs.push_back(size_dependent(n.in(k)) ? plan_value(n.in(k)) : value_blob(n.in(k)));
+    shapes_[bounds.outputs[0]] = Shape{static_cast<int64_t>(2 * starts.size())};
+    const std::string b = bounds.outputs[0];
+    graph_.layers.push_back(std::move(bounds));
+    std::vector<int64_t> norm_axes;
+    for (const auto& c : spec) norm_axes.push_back(c.axis);
+    Layer l = make("slice", n.name, {input(n, 0), b}, {n.out(0)});
+    l.params = {{"starts", starts}, {"ends", ends}, {"axes", norm_axes}, {"steps", steps}};
+    return add(std::move(l));
+  }
   const bool empty = std::any_of(spec.begin(), spec.end(), [](const SliceAxis& s) {
     return s.step > 0 ? s.end <= s.start : s.end >= s.start;
   });
