@@ -290,6 +290,34 @@ TEST_CASE("dynamic shapes: a triangle of a mask of the input's size follows ever
   });
 }
 
+TEST_CASE("dynamic shapes: a leading dim that is batch times heads takes a size the graph translates at", "[onnx][dynamic]") {
+  // y = x[:, None, :] + reshape(cache, [batch, 4, 8]): Bloom's KV cache is
+  // [batch * heads, ...], its own name at 1 like a batch, and the reshape
+  // refused 1 x 8 values. Before, the import failed at every size tried.
+  OnnxModel m(13);
+  m.named_input("x", onnx::TensorProto::FLOAT, {"batch", "8"}).named_input("cache", onnx::TensorProto::FLOAT, {"batch_heads", "8"});
+  m.output("y");
+  m.init_ints("i0", {}, {0}).init_ints("ax0", {1}, {0}).init_ints("rest", {2}, {4, 8}).init_ints("ax1", {1}, {1});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i0"}, {"b"});
+  m.node("Unsqueeze", {"b", "ax0"}, {"b1"});
+  m.node("Concat", {"b1", "rest"}, {"target"}).i("axis", 0);
+  m.node("Reshape", {"cache", "target"}, {"heads"});
+  m.node("Unsqueeze", {"x", "ax1"}, {"x3"});
+  m.node("Add", {"x3", "heads"}, {"y"});
+  Model net = import_onnx(m.save("batch_times_heads.onnx"));
+  REQUIRE(net.inputs().size() == 2);
+  CHECK(net.inputs()[1].shape == Shape{4, 8});
+  auto x = random_values(8, 1), c = random_values(32, 2);
+  std::vector<NamedBlob> ins{{"x", make_input(Shape{1, 8}, x)}, {"cache", make_input(Shape{4, 8}, c)}};
+  Session session(net);
+  auto got = session.run(ins);
+  REQUIRE(got[0].blob.shape() == Shape{1, 4, 8});
+  const float* y = got[0].blob.data_as<float>();
+  for (std::size_t h = 0; h < 4; ++h)
+    for (std::size_t i = 0; i < 8; ++i) CHECK(y[h * 8 + i] == x[i] + c[h * 8 + i]);
+}
+
 TEST_CASE("dynamic shapes: --input-shape fixes symbolic dims, '?' (-1) keeps one dynamic", "[onnx][dynamic]") {
   const std::string path = shape_subgraph_model().save("dynamic_given.onnx");
   ImportOptions o;

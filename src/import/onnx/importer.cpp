@@ -964,12 +964,14 @@ core::Graph import_optimized(const std::string& path, const ImportOptions& optio
 
 /// The first import: at the default sizes of the symbolic dims, else (a graph
 /// valid only for some sizes, such as a recogniser whose height must pool to
-/// one row) at the first of a few common sizes that every non-batch name takes.
+/// one row) at the first of a few common sizes that every non-batch name
+/// takes, else with one leading name other than the batch at a few sizes.
 core::Graph import_first(const std::string& path, const ImportOptions& options, InputSymbols& symbols) {
   try {
     return import_optimized(path, options, nullptr, &symbols);
   } catch (const Error& first) {
-    if (symbols.sizes.empty()) throw;
+    // (Unsupported operators are so at any size.)
+    if (symbols.sizes.empty() || first.field() == "op_type") throw;
     for (int64_t size : {32, 48, 16, 96, 128, 224, 256, 320, 8, 512}) {
       std::map<std::string, int64_t> sizes = symbols.sizes;
       bool any = false;
@@ -984,6 +986,28 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
         symbols = std::move(tried);
         return g;
       } catch (const Error&) {
+      }
+    }
+    // A leading dim that is not a batch (Bloom's and Falcon's caches are
+    // [batch * heads, ...]): each such name alone at a few sizes; the batch
+    // (the first input's leading dim) stays 1.
+    const std::string batch = symbols.dims.empty() || symbols.dims[0].dim != 0 || symbols.dims[0].terms.size() != 1
+                                  ? std::string()
+                                  : symbols.dims[0].terms.begin()->first;
+    for (const auto& [name, base] : symbols.sizes) {
+      if (base != 1 || name == batch) continue;
+      for (int64_t size : {2, 4, 8, 12, 16, 3, 6, 24, 32, 64}) {
+        std::map<std::string, int64_t> sizes = symbols.sizes;
+        sizes[name] = size;
+        try {
+          InputSymbols tried;
+          core::Graph g = import_optimized(path, options, &sizes, &tried);
+          core::info("{}: the model does not translate with '{}' at 1 ({}); it takes {} instead", path, name,
+                     first.message(), size);
+          symbols = std::move(tried);
+          return g;
+        } catch (const Error&) {
+        }
       }
     }
     throw;
