@@ -23,8 +23,9 @@ class SessionImpl;
 /// A net input or output: its name, logical shape and dtype.
 struct TensorInfo {
   std::string name;
-  /// An input's default shape (what a session prepares for at creation), an
-  /// output's shape at the default input shapes.
+  /// An input's default shape (what a session prepares for at creation,
+  /// unless the file was tuned at other shapes: then those, see
+  /// Model::tuned_shapes), an output's shape at the default input shapes.
   Shape shape;
   DType dtype = DType::float32;
   /// An input's dims that may take any size at run (symbolic in the source

@@ -270,8 +270,9 @@ class PlanBuilder {
   /// The steps that run as one, once every step is placed: a step and the one
   /// before it (Step::fuses_previous), then int8 gates (Step::gate).
   void fuse_pairs();
-  /// Warns once of the layers whose tuned routine cannot run here.
-  void warn_tuned_missing();
+  /// Warns once of the layers whose tuned routine cannot run here (at the
+  /// net input shapes in `shapes`).
+  void warn_tuned_missing(const std::map<std::string, Shape>& shapes);
   void fuse_gates();
   /// The schema of a net input or output of dtype `d`: the I/O schema, typed.
   Schema edge_schema(DType d) const { return Schema{io_schema_.device, d, io_schema_.layout}; }
@@ -696,19 +697,35 @@ class LiveBytes {
   uint64_t live_ = 0;  ///< planned layer outputs read at or after the current layer, in their schemas
 };
 
-void PlanBuilder::warn_tuned_missing() {
+void PlanBuilder::warn_tuned_missing(const std::map<std::string, Shape>& shapes) {
   if (tuned_missing_.empty()) return;
-  // A file tuned on another machine (x86 on ARM, AVX-512 on AVX2): name every such layer once.
   std::size_t n = 0;
   std::string groups;
   for (const auto& [routine, layers] : tuned_missing_) {
     n += layers.size();
     groups += fmt::format("; {}: '{}'", routine, fmt::join(layers, "', '"));
   }
+  tuned_missing_.clear();
+  // A path tuned at other input shapes (a decode step's, planned at a
+  // prompt's) may name routines that do not take these: nothing is wrong.
+  std::string tuned_at, here;
+  for (const auto& in : graph_.inputs) {
+    auto t = path_.input_shapes.find(in.name);
+    const Shape& tuned = t != path_.input_shapes.end() ? t->second : in.shape;
+    auto s = shapes.find(in.name);
+    if (s == shapes.end() || s->second == tuned) continue;
+    tuned_at += fmt::format("{}{}={}", tuned_at.empty() ? "" : " ", in.name, tuned.to_string());
+    here += fmt::format("{}{}={}", here.empty() ? "" : " ", in.name, s->second.to_string());
+  }
+  if (!tuned_at.empty()) {
+    info("{} layer(s) run the default choice at input shapes {}: their routine, tuned at {}, does not take them{}", n,
+         here, tuned_at, groups);
+    return;
+  }
+  // A file tuned on another machine (x86 on ARM, AVX-512 on AVX2): name every such layer once.
   warn("{} layer(s) cannot run their tuned routine here and run the default choice (tuned on another CPU? "
        "tune again on this one){}",
        n, groups);
-  tuned_missing_.clear();
 }
 
 void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
@@ -781,7 +798,7 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
   }
   layer_keep_nan_ = false;
   layer_int8_ = false;
-  warn_tuned_missing();
+  warn_tuned_missing(shapes);
 
   // Net outputs leave in the I/O schema (a net's: float32, nchw, on the CPU),
   // typed ones in their dtype.

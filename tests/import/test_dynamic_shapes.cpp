@@ -361,6 +361,15 @@ TEST_CASE("dynamic shapes: tuning at several shapes stores a routine path per sh
   CHECK(!exact);
   CHECK(&g.path_for(graph, {{"x", Shape{1, 4, 9, 7}}}, &exact) == &g.routine_path);
 
+  // A session prepares first at the shapes the path was tuned at, not the
+  // model's default [1,4,64,64] (a decode step's file planned a prompt first).
+  {
+    Session first(model);
+    CHECK(first.output_shape("y") == Shape{1, 64, 6});
+    first.run(input_of(Shape{1, 4, 8, 8}, 6));
+    CHECK(first.plan_counts().built == 1);
+  }
+
   // Every bucket's path, and a shape between them, computes what the untuned model does.
   Session session(model);
   for (const Shape& s : {Shape{1, 4, 8, 8}, Shape{1, 4, 32, 32}, Shape{2, 4, 20, 12}}) {
