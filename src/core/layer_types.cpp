@@ -259,6 +259,19 @@ std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+// rms_norm: y = x / sqrt(mean(x^2 over axis..rank-1) + epsilon) * scale (RMSNorm: LLaMA, Mistral, T5).
+std::vector<Shape> infer_rms_norm(const Layer& l, std::span<const Shape> in) {
+  int axis = normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
+  Shape norm;
+  for (int i = axis; i < in[0].rank(); ++i) norm.push_back(in[0][i]);
+  const Shape& s = weight_shape(l, "scale");
+  if (s.numel() != norm.numel())
+    fail(l, "scale", fmt::format("scale has shape {}, expected {}", s.to_string(), norm.to_string()));
+  const double eps = l.get_float("epsilon", 1e-6);
+  if (!(eps >= 0) || !std::isfinite(eps)) fail(l, "epsilon", fmt::format("epsilon {} is not a non-negative number", eps));
+  return {in[0]};
+}
+
 std::vector<Shape> infer_group_norm(const Layer& l, std::span<const Shape> in) {
   if (in[0].rank() < 2) fail(l, "input", fmt::format("group_norm needs [N,C,...], got {}", in[0].to_string()));
   const int64_t c = in[0][1], groups = l.get_int("groups", 0);
@@ -862,6 +875,7 @@ const LayerType kBuiltinTypes[] = {
     {"hardsigmoid", 1, 1, infer_same},   {"sigmoid", 1, 1, infer_same},
     {"tanh", 1, 1, infer_same},          {"gelu", 1, 1, infer_gelu},
     {"softmax", 1, 1, infer_softmax},    {"layernorm", 1, 1, infer_layernorm},
+    {"rms_norm", 1, 1, infer_rms_norm},
     {"attention", 3, 4, infer_attention},
     {"linear_attention", 3, 6, infer_linear_attention, 2},
     {"add", 2, 2, infer_binary},         {"sub", 2, 2, infer_binary},

@@ -323,6 +323,14 @@ TEST_CASE("cpu/ref layernorm", "[ref][layernorm]") {
               {-0.5f, 0.5f});
 }
 
+TEST_CASE("cpu/ref rms_norm", "[ref][layernorm]") {
+  // row [1,2,3,4]: mean square 7.5; row [3,4]: 12.5 with epsilon 0 over the last dim of [2,2]
+  check_layer(make_layer("rms_norm", {{"epsilon", 0.0}}, {{"scale", B({4}, {1, 1, 2, 1})}}), {B({1, 4}, {1, 2, 3, 4})}, {1, 4},
+              {0.365148372f, 0.730296743f, 2.19089023f, 1.46059349f});
+  // epsilon matters: mean square 1, epsilon 3 -> divide by 2
+  check_layer(make_layer("rms_norm", {{"epsilon", 3.0}}, {{"scale", B({2}, {1, 1})}}), {B({1, 2}, {-1, 1})}, {1, 2}, {-0.5f, 0.5f});
+}
+
 TEST_CASE("cpu/ref binary broadcasting", "[ref][elementwise]") {
   SECTION("add [2,3] + [3]") {
     check_layer(make_layer("add", {}, {}, 2), {B({2, 3}, {1, 2, 3, 4, 5, 6}), B({3}, {10, 20, 30})}, {2, 3},

@@ -237,6 +237,9 @@ TEST_CASE("shape inference: layernorm", "[core][shape]") {
         Shapes{{2, 3, 4}});
   expect_error(L("layernorm", {{"axis", 1}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "scale");
   expect_error(L("layernorm", {}, {{"scale", w(Shape{4})}, {"bias", w(Shape{3})}}), {{2, 3, 4}}, "bias");
+  CHECK(infer(L("rms_norm", {}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}) == Shapes{{2, 3, 4}});
+  expect_error(L("rms_norm", {{"axis", 1}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "scale");
+  expect_error(L("rms_norm", {{"epsilon", -1.0}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "epsilon");
   expect_error(L("layernorm", {{"axis", 3}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "axis");
   expect_error(L("layernorm"), {{2, 3, 4}}, "scale");
 }
@@ -704,7 +707,7 @@ TEST_CASE("shape inference: loops nested without end in a hostile file are an er
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
-      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "attention", "add", "sub", "mul", "div", "max", "min", "concat",
+      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "rms_norm", "attention", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",

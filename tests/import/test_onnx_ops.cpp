@@ -832,6 +832,53 @@ TEST_CASE("a decomposed LayerNormalization over the channels of NCHW (ConvNeXt's
   CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, expected) < 1e-4);
 }
 
+TEST_CASE("RMSNorm as transformers' exports write it becomes one rms_norm layer", "[onnx][layernorm]") {
+  // LLaMA's: x * (1 / sqrt(mean(x^2) + eps)), cast to float, times the weight;
+  // T5's other order (weight first) and x / sqrt(...) without a weight.
+  const Shape xs{2, 3, 8};
+  const auto x = random_values(48, 41), g = random_values(8, 42);
+  auto reference = [&](bool weighted, double eps) {
+    std::vector<float> y(x.size());
+    for (std::size_t r = 0; r < 6; ++r) {
+      double ms = 0;
+      for (std::size_t i = 0; i < 8; ++i) ms += double(x[r * 8 + i]) * x[r * 8 + i];
+      const double inv = 1 / std::sqrt(ms / 8 + eps);
+      for (std::size_t i = 0; i < 8; ++i) y[r * 8 + i] = static_cast<float>(x[r * 8 + i] * inv * (weighted ? g[i] : 1.0f));
+    }
+    return y;
+  };
+  SECTION("LLaMA: Pow, ReduceMean, Add, Sqrt, Div(1, .), Mul, Cast, Mul(weight, .)") {
+    OnnxModel m(13);
+    m.init("g", {8}, g).init("two", {}, {2.0f}).init("eps", {}, {1e-6f}).init("one", {}, {1.0f});
+    m.input("x", xs.to_vector()).output("y");
+    m.node("Pow", {"x", "two"}, {"sq"});
+    m.node("ReduceMean", {"sq"}, {"ms"}).ints("axes", {-1});
+    m.node("Add", {"ms", "eps"}, {"mse"});
+    m.node("Sqrt", {"mse"}, {"rms"});
+    m.node("Div", {"one", "rms"}, {"inv"});
+    m.node("Mul", {"x", "inv"}, {"n"});
+    m.node("Cast", {"n"}, {"nf"}).i("to", 1);
+    m.node("Mul", {"g", "nf"}, {"y"});
+    Model net = import_onnx(m.save("rms_llama.onnx"));
+    CHECK(count_layers(net, "rms_norm") == 1);
+    CHECK(computing_steps(Session(net)) == 1);
+    CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, reference(true, 1e-6)) < 1e-5);
+  }
+  SECTION("x / sqrt(mean(x * x) + eps), no weight") {
+    OnnxModel m(13);
+    m.init("eps", {}, {0.25f});
+    m.input("x", xs.to_vector()).output("y");
+    m.node("Mul", {"x", "x"}, {"sq"});
+    m.node("ReduceMean", {"sq"}, {"ms"}).ints("axes", {2});
+    m.node("Add", {"ms", "eps"}, {"mse"});
+    m.node("Sqrt", {"mse"}, {"rms"});
+    m.node("Div", {"x", "rms"}, {"y"});
+    Model net = import_onnx(m.save("rms_div.onnx"));
+    CHECK(count_layers(net, "rms_norm") == 1);
+    CHECK(max_abs_diff(run_net(net, {{"x", make_input(xs, x)}})[0].values, reference(false, 0.25)) < 1e-5);
+  }
+}
+
 TEST_CASE("LayerNormalization's Mean and InvStdDev outputs, and RMSNormalization (opset 23)", "[onnx][layernorm]") {
   const Shape xs{2, 3, 8};
   auto x = random_values(48, 43);

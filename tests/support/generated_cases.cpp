@@ -642,6 +642,11 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                    {random_blob({1, 2, 4, 8}, rng), random_blob({1, 2, 6, 8}, rng), random_blob({1, 2, 6, 8}, rng)}});
     return out;
   }
+  if (type == "rms_norm")  // a row of whole vectors and one with a tail
+    return {{"rms_norm [2,9,48]", layer_of("rms_norm", {{"axis", int64_t{-1}}, {"epsilon", 1e-6}}, {{"scale", random_blob({48}, rng)}}),
+             {random_blob({2, 9, 48}, rng)}},
+            {"rms_norm [3,37] eps 0.5", layer_of("rms_norm", {{"epsilon", 0.5}}, {{"scale", random_blob({37}, rng)}}),
+             {random_blob({3, 37}, rng)}}};
   if (type == "layernorm")
     return {{"layernorm [2,9,48]", layer_of("layernorm", {{"axis", int64_t{-1}}}, {{"scale", random_blob({48}, rng)}, {"bias", random_blob({48}, rng)}}),
              {random_blob({2, 9, 48}, rng)}}};

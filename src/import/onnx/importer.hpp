@@ -169,7 +169,7 @@ void subgraph_names(const onnx::NodeProto& p, std::set<std::string>& reads, std:
 // A fused pattern: several nodes that become one layer.
 
 struct Fused {
-  enum Kind { gelu, gelu_tanh, layernorm, hardswish } kind;
+  enum Kind { gelu, gelu_tanh, layernorm, hardswish, rms_norm } kind;
   std::vector<int> members;  ///< node indices
   std::string x, y;          ///< input and output tensors
   std::vector<int64_t> axes; ///< layernorm: the reduced axes
@@ -325,6 +325,7 @@ class Importer : private import::GraphBuilder {
   bool match_gelu_tail(const std::string& t, Fused& f) const;
   std::optional<Fused> match_hardswish(int clip);
   std::optional<Fused> match_layernorm(int reduce);
+  std::optional<Fused> match_rms_norm(int reduce);
   int producer(const std::string& t) const {
     auto it = producers_.find(t);
     return it == producers_.end() ? -1 : it->second;
@@ -350,7 +351,7 @@ class Importer : private import::GraphBuilder {
     return {};
   }
   void emit_fused(const Fused& f);
-  void emit_layernorm_moved(const Fused& f, const Node& n, const Shape& xs, const std::vector<int64_t>& axes);
+  void emit_norm_moved(const Fused& f, const Node& n, const Shape& xs, const std::vector<int64_t>& axes);
 
   // --- converters (one per ONNX operator family)
   void conv(const Node&);

@@ -130,31 +130,26 @@ void Importer::layernorm(const Node& n) {
   add_unary(n, "reciprocal", sd, n.out(2), {}, "inv_std");
 }
 
-// RMSNormalization (opset 23): x / sqrt(mean(x^2 over axis..) + epsilon) * scale, as steps.
+// RMSNormalization (opset 23): x / sqrt(mean(x^2 over axis..) + epsilon) * scale, one rms_norm layer.
 void Importer::rms_norm(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
   const int axis = normalized_axis(n, n.get_int("axis", -1), rank, "axis");
-  std::vector<int64_t> axes;
   Shape norm;
-  for (int i = axis; i < rank; ++i) axes.push_back(i), norm.push_back(xs[i]);
+  for (int i = axis; i < rank; ++i) norm.push_back(xs[i]);
   Blob scale;
   try {
     scale = expanded(to_float(require_constant(n, 1, "scale")), norm);
   } catch (const Error& e) {
     throw n.error(e.message(), "scale");
   }
-  const std::string y = n.out(0), x = input(n, 0);
-  const std::string sq = fresh_blob(y + "/squared"), ms = fresh_blob(y + "/mean_square"), mse = fresh_blob(y + "/plus_eps"),
-                    rms = fresh_blob(y + "/rms"), normed = fresh_blob(y + "/normalised");
-  add(make("mul", n.name + "/square", {x, x}, {sq}));
-  add_unary(n, "reduce", sq, ms, {{"mode", std::string("mean")}, {"axes", axes}, {"keepdims", int64_t{1}}}, "mean");
-  add(make("add", n.name + "/epsilon",
-           {ms, scalar_constant(n, y + "/eps", n.get_float("epsilon", 1e-5))},
-           {mse}));
-  add_unary(n, "sqrt", mse, rms, {}, "sqrt");
-  add(make("div", n.name + "/normalise", {x, rms}, {normed}));
-  add(make("mul", n.name, {normed, as_blob(n, add_constant(y + "/scale", scale))}, {y}));
+  const double eps = n.get_float("epsilon", 1e-5);
+  if (!(eps >= 0) || !std::isfinite(eps)) throw n.error(fmt::format("epsilon {} is not a non-negative number", eps), "epsilon");
+  Layer l = make("rms_norm", n.name, {input(n, 0)}, {n.out(0)});
+  l.params["axis"] = int64_t{axis};
+  l.params["epsilon"] = eps;
+  l.weights["scale"] = scale;
+  add(std::move(l));
 }
 
 // MeanVarianceNormalization: (x - mean) / (sqrt(mean((x - mean)^2)) + 1e-9)

@@ -11,7 +11,10 @@ void Importer::find_patterns() {
     std::optional<Fused> f;
     if (is(i, "Erf")) f = match_gelu(i);
     else if (is(i, "Tanh")) f = match_gelu_tanh(i);
-    else if (is(i, "ReduceMean")) f = match_layernorm(i);
+    else if (is(i, "ReduceMean")) {
+      f = match_layernorm(i);
+      if (!f) f = match_rms_norm(i);
+    }
     else if (is(i, "Clip")) f = match_hardswish(i);
     if (!f) continue;
     bool free = std::all_of(f->members.begin(), f->members.end(), [&](int m) { return fused_of_[static_cast<std::size_t>(m)] < 0; });
@@ -224,6 +227,58 @@ std::optional<Fused> Importer::match_layernorm(int r1) {
   return f;
 }
 
+/// RMSNorm as exporters write it (LLaMA, Mistral, T5):
+///   ms = ReduceMean(Pow(x, 2) or Mul(x, x)); r = Sqrt(ms + eps);
+///   y = x / r, or x * (1 / r) (Div(1, r) or Reciprocal(r), either operand order)
+///   [Cast to float] [y = y * scale] (a constant).
+std::optional<Fused> Importer::match_rms_norm(int r) {
+  const Node rn = node(r);
+  if (rn.get_int("keepdims", 1) != 1) return std::nullopt;
+  std::vector<int64_t> axes = rn.get_ints("axes", std::vector<int64_t>{});
+  if (axes.empty() && at(r).input_size() == 2 && constant(input_of(r, 1))) axes = to_ints(*constant(input_of(r, 1)));
+  if (axes.empty()) return std::nullopt;
+  const int p = producer(input_of(r, 0));
+  if (sole_consumer(input_of(r, 0)) != r || p < 0 || at(p).input_size() != 2) return std::nullopt;
+  std::string x;
+  if (is(p, "Pow") && scalar(input_of(p, 1)) == 2.0) x = input_of(p, 0);
+  else if (is(p, "Mul") && input_of(p, 0) == input_of(p, 1)) x = input_of(p, 0);
+  if (x.empty()) return std::nullopt;
+  const int ad = sole_consumer(output_of(r, 0));
+  if (!is(ad, "Add")) return std::nullopt;
+  const auto eps = scalar(other_input(ad, output_of(r, 0)));
+  if (!eps || *eps < 0) return std::nullopt;
+  const int sq = sole_consumer(output_of(ad, 0));
+  if (!is(sq, "Sqrt")) return std::nullopt;
+  const std::string rms = output_of(sq, 0);
+  const int d = sole_consumer(rms);
+  Fused f{Fused::rms_norm, {p, r, ad, sq, d}, x, {}, axes, *eps, {}, {}};
+  if (is(d, "Div") && input_of(d, 0) == x && input_of(d, 1) == rms) {
+    f.y = output_of(d, 0);
+  } else {
+    const bool inverse = (is(d, "Div") && input_of(d, 1) == rms && scalar(input_of(d, 0)) == 1.0) || is(d, "Reciprocal");
+    const int m = inverse ? sole_consumer(output_of(d, 0)) : -1;
+    if (!is(m, "Mul") || other_input(m, output_of(d, 0)) != x) return std::nullopt;
+    f.members.push_back(m);
+    f.y = output_of(m, 0);
+  }
+  // (HF casts to float32 and back around the norm: a Cast to float is nothing here.)
+  if (int c = sole_consumer(f.y); is(c, "Cast") && node(c).get_int("to", 0) == onnx::TensorProto::FLOAT) {
+    if (int mu = sole_consumer(output_of(c, 0)); is(mu, "Mul") && constant(other_input(mu, output_of(c, 0)))) {
+      f.members.push_back(c);
+      f.y = output_of(c, 0);
+    }
+  }
+  if (int mu = sole_consumer(f.y); is(mu, "Mul")) {
+    const std::string c = other_input(mu, f.y);
+    if (!c.empty() && constant(c)) {
+      f.members.push_back(mu);
+      f.scale = c;
+      f.y = output_of(mu, 0);
+    }
+  }
+  return f;
+}
+
 void Importer::emit_fused(const Fused& f) {
   const Node n = node(f.last());
   if (f.kind == Fused::gelu || f.kind == Fused::gelu_tanh) {
@@ -245,7 +300,7 @@ void Importer::emit_fused(const Fused& f) {
   axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
   bool trailing = true;
   for (std::size_t i = 0; i < axes.size(); ++i) trailing = trailing && axes[i] == rank - static_cast<int64_t>(axes.size() - i);
-  if (!trailing) return emit_layernorm_moved(f, n, xs, axes);
+  if (!trailing) return emit_norm_moved(f, n, xs, axes);
   const int axis = static_cast<int>(axes[0]);
   Shape norm;
   for (int i = axis; i < rank; ++i) norm.push_back(xs[i]);
@@ -265,6 +320,16 @@ void Importer::emit_fused(const Fused& f) {
   };
   const Blob ones = expanded(float_blob({}, {1.0f}), norm);
   std::optional<Blob> scale = f.scale.empty() ? std::optional<Blob>(ones) : per_norm(f.scale);
+  if (f.kind == Fused::rms_norm) {
+    const std::string out = scale ? f.y : fresh_blob(f.y + "/norm");
+    Layer l = make("rms_norm", n.name, {as_blob(n, f.x)}, {out});
+    l.params["axis"] = int64_t{axis};
+    l.params["epsilon"] = f.epsilon;
+    l.weights["scale"] = scale ? *scale : ones;
+    add(std::move(l));
+    if (!scale) add(make("mul", n.name + "/scale", {out, as_blob(n, f.scale)}, {f.y}));
+    return;
+  }
   const bool mul_after = !scale;  // a scale that does not fold stays a mul layer...
   std::optional<Blob> bias = f.bias.empty() || mul_after ? std::nullopt : per_norm(f.bias);
   const bool add_after = !f.bias.empty() && !bias;  // ...and so does the bias after it
@@ -284,10 +349,10 @@ void Importer::emit_fused(const Fused& f) {
   if (add_after) add(make("add", n.name + "/bias", {cur, as_blob(n, f.bias)}, {f.y}));
 }
 
-/// A decomposed LayerNormalization over axes that are not the last ones
-/// (ConvNeXt's channels-first norm: x.mean(1) of NCHW): transposed so that
-/// they are, normalised, transposed back; its scale and bias are layers after.
-void Importer::emit_layernorm_moved(const Fused& f, const Node& n, const Shape& xs, const std::vector<int64_t>& axes) {
+/// A decomposed LayerNormalization or RMSNorm over axes that are not the last
+/// ones (ConvNeXt's channels-first norm: x.mean(1) of NCHW): transposed so
+/// that they are, normalised, transposed back; its scale and bias are layers after.
+void Importer::emit_norm_moved(const Fused& f, const Node& n, const Shape& xs, const std::vector<int64_t>& axes) {
   const int rank = xs.rank();
   std::vector<int64_t> perm, inverse(static_cast<std::size_t>(rank));
   for (int d = 0; d < rank; ++d)
@@ -301,7 +366,7 @@ void Importer::emit_layernorm_moved(const Fused& f, const Node& n, const Shape& 
   Layer to = make("transpose", n.name + "/to_last", {as_blob(n, f.x)}, {moved});
   to.params["perm"] = perm;
   add(std::move(to));
-  Layer l = make("layernorm", n.name, {moved}, {normed});
+  Layer l = make(f.kind == Fused::rms_norm ? "rms_norm" : "layernorm", n.name, {moved}, {normed});
   l.params["axis"] = int64_t{axis};
   l.params["epsilon"] = f.epsilon;
   l.weights["scale"] = expanded(float_blob({}, {1.0f}), norm);

@@ -2188,6 +2188,38 @@ struct Attention final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// rms_norm over dims axis..rank-1: y = x / sqrt(mean(x^2) + eps) * scale.
+
+struct RmsNorm final : RefPrepared {
+  static constexpr std::string_view kType = "rms_norm";
+  int64_t outer, inner;
+  double eps;
+  Blob scale;
+  static Support supports(const LayerInfo& info) { return float_weights(*info.layer, {"scale"}); }
+  explicit RmsNorm(const LayerInfo& info) : eps(info.layer->get_float("epsilon", 1e-6)), scale(info.layer->weight("scale")) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    outer = prod(s, 0, axis);
+    inner = prod(s, axis, s.rank());
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const float* sc = scale.data_as<float>();
+    a.pool->parallel_for(outer, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        const float* xr = x + o * inner;
+        float* yr = y + o * inner;
+        double squares = 0;
+        for (int64_t i = 0; i < inner; ++i) squares += double(xr[i]) * double(xr[i]);
+        const double inv = 1.0 / std::sqrt(squares / double(inner) + eps);
+        for (int64_t i = 0; i < inner; ++i) yr[i] = static_cast<float>(xr[i] * inv * sc[i]);
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
 // layernorm over dims axis..rank-1: y = (x - mean) / sqrt(var + eps) * scale + bias.
 
 struct Layernorm final : RefPrepared {
@@ -2750,6 +2782,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Unary<GeluOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Softmax>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Attention>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Layernorm>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<RmsNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<AddOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<SubOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MulOp>>);

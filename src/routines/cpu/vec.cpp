@@ -240,6 +240,33 @@ struct Layernorm final : PreparedRoutine {
   }
 };
 
+/// rms_norm: rows of the normalised dims, the sum of squares in two vector accumulators.
+struct RmsNorm final : PreparedRoutine {
+  static constexpr std::string_view kType = "rms_norm";
+  static constexpr bool kSimd = true;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo& info, const Schema&) { return float_weights(*info.layer, {"scale"}); }
+
+  const vk::Kernels& k;
+  int64_t outer, inner;
+  float eps;
+  Blob scale;
+  RmsNorm(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), eps(static_cast<float>(info.layer->get_float("epsilon", 1e-6))), scale(info.layer->weight("scale")) {
+    const Shape& s = info.input_shapes[0];
+    const int axis = core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", -1), s.rank());
+    outer = prod(s, 0, axis);
+    inner = prod(s, axis, s.rank());
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(outer, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(1, inner)), [&](int64_t b, int64_t e) {
+      k.rms_norm_rows(x + b * inner, y + b * inner, e - b, inner, scale.data_as<float>(), eps);
+    });
+  }
+};
+
 struct GroupNorm final : PreparedRoutine {
   static constexpr std::string_view kType = "group_norm";
   static constexpr bool kSimd = true;
@@ -1117,6 +1144,7 @@ constexpr char kReshape[] = "reshape", kFlatten[] = "flatten", kIdentity[] = "id
 
 SOFTNEURO_REGISTER_ROUTINE(Vec<Gather>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<RmsNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<TfliteAddVec>);

@@ -14,6 +14,8 @@ struct Kernels {
   /// row's first element against cancellation).
   void (*layernorm_rows)(const float* x, float* y, int64_t rows, int64_t n, const float* scale, const float* bias,
                          float eps);
+  /// rows x n, row-major: y = x / sqrt(mean(x^2) + eps) * scale per row (RMSNorm).
+  void (*rms_norm_rows)(const float* x, float* y, int64_t rows, int64_t n, const float* scale, float eps);
   /// rows x n, row-major: softmax of each row (max-subtracted, vectorised exp).
   void (*softmax_rows)(const float* x, float* y, int64_t rows, int64_t n);
   /// One [n, inner] slab, softmax along n (values `inner` apart), for the

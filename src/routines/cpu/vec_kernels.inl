@@ -175,6 +175,32 @@ inline vf vgelu_tanh(vf x) {
   return vdiv(x, vadd(vset1(1.0f), vexp(u2)));
 }
 
+void rms_norm_rows(const float* x, float* y, int64_t rows, int64_t n, const float* scale, float eps) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * n;
+    float* yr = y + row * n;
+    vf q0 = vzero(), q1 = vzero();
+    int64_t i = 0;
+    for (; i + 2 * kV <= n; i += 2 * kV) {
+      const vf a = vload(xr + i), b = vload(xr + i + kV);
+      q0 = vfma(a, a, q0);
+      q1 = vfma(b, b, q1);
+    }
+    for (; i + kV <= n; i += kV) {
+      const vf a = vload(xr + i);
+      q0 = vfma(a, a, q0);
+    }
+    if (i < n) {
+      const vf a = vload_n(xr + i, n - i);  // missing lanes read as 0
+      q1 = vfma(a, a, q1);
+    }
+    const vf inv = vset1(1.0f / std::sqrt(hsum(vadd(q0, q1)) / static_cast<float>(n) + eps));
+    i = 0;
+    for (; i + kV <= n; i += kV) vstore(yr + i, vmul(vmul(vload(xr + i), inv), vload(scale + i)));
+    if (i < n) vstore_n(yr + i, vmul(vmul(vload_n(xr + i, n - i), inv), vload_n(scale + i, n - i)), n - i);
+  }
+}
+
 void layernorm_rows(const float* x, float* y, int64_t rows, int64_t n, const float* scale, const float* bias,
                     float eps) {
   for (int64_t row = 0; row < rows; ++row) {
@@ -565,7 +591,7 @@ void rows_times(const float* p, int64_t ldp, int64_t rows, const float* v, int64
 
 }  // namespace
 
-const Kernels kKernels{layernorm_rows,  softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu,
+const Kernels kKernels{layernorm_rows,  rms_norm_rows, softmax_rows, softmax_strided, gelu, erf, group_norm, quantize, min_max, silu,
                        lookup,          dequantize_bytes, exp_row, gemv, rows_times};
 
 }  // namespace softneuro::cpu::vec::SN_VEC_NS
