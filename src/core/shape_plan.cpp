@@ -647,7 +647,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, Shape>& input_s
       }
       Layer l = layer;
       if (reads_target(l)) {
-        const char* field = l.type == "top_k" ? "k" : l.type == "loop" ? "trip_count" : "shape";
+        const char* field = l.type == "top_k" ? "k" : l.type == "loop" ? "trip_count" : l.type == "slice" ? "starts" : "shape";
         auto v = values.find(l.inputs[1]);
         if (v == values.end()) throw Error(fmt::format("the value of '{}' is computed at run time", l.inputs[1]), {}, l.name, field);
         std::string why;

@@ -175,6 +175,17 @@ TEST_CASE("shape_math: ops follow ONNX semantics", "[core][shape_plan]") {
   CHECK(eval(cos, {core::int_blob({2}, {2, 2})}) == std::vector<int64_t>{5, 5, 5, 5});
   CHECK(eval(op("where"), {core::int_blob({2}, {1, 0}), core::int_blob({2}, {1, 2}), core::int_blob({2}, {3, 4})}) ==
         std::vector<int64_t>{1, 4});
+  // Trilu: the lower triangle with k = 1 (upper 0), the upper one with k = -1, k missing: 0.
+  const Blob ones = core::int_blob({2, 3}, {1, 1, 1, 1, 1, 1});
+  CHECK(eval(op("trilu", {{"upper", int64_t{0}}}), {ones, core::int_blob({}, {1})}) == std::vector<int64_t>{1, 1, 0, 1, 1, 1});
+  CHECK(eval(op("trilu"), {ones, core::int_blob({}, {-1})}) == std::vector<int64_t>{1, 1, 1, 1, 1, 1});
+  CHECK(eval(op("trilu"), {ones}) == std::vector<int64_t>{1, 1, 1, 0, 1, 1});
+  try {
+    eval(op("trilu"), {core::int_blob({3}, {1, 1, 1})});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.field() == "input");
+  }
   // Errors name the layer and the field; a range too long is refused before it is allocated.
   CHECK_THROWS_WITH(eval(op("range"), {core::int_blob({}, {0}), core::int_blob({}, {int64_t{1} << 40}), core::int_blob({}, {1})}),
                     Catch::Contains("a range of more than"));
@@ -185,6 +196,33 @@ TEST_CASE("shape_math: ops follow ONNX semantics", "[core][shape_plan]") {
   } catch (const Error& e) {
     CHECK(e.layer() == "m");
     CHECK(e.field() == "indices");
+  }
+}
+
+TEST_CASE("shape_math: a slice's bounds from a value, and a bad one named", "[core][shape_plan]") {
+  // y = x[:, W-2:W] along the last dim: the bounds [W-2, W] concatenated, read when planned.
+  core::Graph g;
+  g.inputs = {TensorInfo{"x", Shape{1, 3, 4, 4}, DType::float32, {3}}};
+  g.outputs = {"y"};
+  g.layers = {math("s", "shape", {"x"}), ints("three", {3}), math("w", "gather", {"s", "three"}, {{"axis", int64_t{0}}}),
+              ints("two", {2}), math("start", "sub", {"w", "two"}),
+              math("bounds", "concat", {"start", "w"}, {{"axis", int64_t{0}}}),
+              layer("slice", "cut", {"x", "bounds"}, "y",
+                    {{"starts", std::vector<int64_t>{2}}, {"ends", std::vector<int64_t>{4}}, {"axes", std::vector<int64_t>{3}},
+                     {"steps", std::vector<int64_t>{1}}})};
+  std::map<std::string, Shape> shapes;
+  const core::Graph at9 = core::specialize(g, {{"x", Shape{1, 3, 4, 9}}}, &shapes);
+  CHECK_FALSE(core::has_shape_math(at9));
+  CHECK(shapes.at("y") == Shape{1, 3, 4, 2});
+  CHECK(at9.find_layer("cut")->get_ints("starts") == std::vector<int64_t>{7});
+  // Bounds of another length are an error naming the slice.
+  g.layers[5] = math("bounds", "concat", {"start", "w", "two"}, {{"axis", int64_t{0}}});
+  try {
+    core::specialize(g, {{"x", Shape{1, 3, 4, 9}}});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.layer() == "cut");
+    CHECK_THAT(e.message(), Catch::Contains("a start and an end per axis"));
   }
 }
 
