@@ -247,13 +247,20 @@ std::vector<Shape> infer_linear_attention(const Layer& l, std::span<const Shape>
   return {Shape{g.b, g.t, g.hq * g.dv}, Shape{g.b, g.hkv, g.dk, g.dv}};
 }
 
-std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
-  int axis = normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
+/// The dims a layernorm or rms_norm normalises over (axis..rank-1), its scale
+/// checked to hold one value for each of their positions.
+Shape normalised_dims(const Layer& l, const Shape& in) {
+  const int axis = normalize_axis(l, "axis", l.get_int("axis", -1), in.rank());
   Shape norm;
-  for (int i = axis; i < in[0].rank(); ++i) norm.push_back(in[0][i]);
+  for (int i = axis; i < in.rank(); ++i) norm.push_back(in[i]);
   const Shape& s = weight_shape(l, "scale");
   if (s.numel() != norm.numel())
     fail(l, "scale", fmt::format("scale has shape {}, expected {}", s.to_string(), norm.to_string()));
+  return norm;
+}
+
+std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
+  const Shape norm = normalised_dims(l, in[0]);
   if (const Blob* b = l.find_weight("bias"); b && b->shape().numel() != norm.numel())
     fail(l, "bias", fmt::format("bias has shape {}, expected {}", b->shape().to_string(), norm.to_string()));
   return {in[0]};
@@ -261,12 +268,7 @@ std::vector<Shape> infer_layernorm(const Layer& l, std::span<const Shape> in) {
 
 // rms_norm: y = x / sqrt(mean(x^2 over axis..rank-1) + epsilon) * scale (RMSNorm: LLaMA, Mistral, T5).
 std::vector<Shape> infer_rms_norm(const Layer& l, std::span<const Shape> in) {
-  int axis = normalize_axis(l, "axis", l.get_int("axis", -1), in[0].rank());
-  Shape norm;
-  for (int i = axis; i < in[0].rank(); ++i) norm.push_back(in[0][i]);
-  const Shape& s = weight_shape(l, "scale");
-  if (s.numel() != norm.numel())
-    fail(l, "scale", fmt::format("scale has shape {}, expected {}", s.to_string(), norm.to_string()));
+  normalised_dims(l, in[0]);
   const double eps = l.get_float("epsilon", 1e-6);
   if (!(eps >= 0) || !std::isfinite(eps)) fail(l, "epsilon", fmt::format("epsilon {} is not a non-negative number", eps));
   return {in[0]};
