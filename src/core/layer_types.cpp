@@ -274,6 +274,25 @@ std::vector<Shape> infer_rms_norm(const Layer& l, std::span<const Shape> in) {
   return {in[0]};
 }
 
+// rotary: y = x * cos + rotate_half(x) * sin over the last dim D (rotate_half:
+// [-x2, x1] of its halves; transformers' rotary position embedding), cos and
+// sin [.., D] broadcast onto x.
+std::vector<Shape> infer_rotary(const Layer& l, std::span<const Shape> in) {
+  const Shape& x = in[0];
+  if (x.rank() < 1 || x[x.rank() - 1] % 2 != 0)
+    fail(l, "input", fmt::format("input {} has no last dim of even size", x.to_string()));
+  const char* names[] = {"cos", "sin"};
+  for (int t = 1; t <= 2; ++t) {
+    const Shape& c = in[static_cast<std::size_t>(t)];
+    bool onto = c.rank() >= 1 && c.rank() <= x.rank() && c[c.rank() - 1] == x[x.rank() - 1];
+    for (int d = 0; onto && d < c.rank(); ++d) onto = c[d] == 1 || c[d] == x[d + x.rank() - c.rank()];
+    if (!onto)
+      fail(l, names[t - 1], fmt::format("{} {} does not broadcast onto the input {} with its last dim", names[t - 1],
+                                        c.to_string(), x.to_string()));
+  }
+  return {x};
+}
+
 std::vector<Shape> infer_group_norm(const Layer& l, std::span<const Shape> in) {
   if (in[0].rank() < 2) fail(l, "input", fmt::format("group_norm needs [N,C,...], got {}", in[0].to_string()));
   const int64_t c = in[0][1], groups = l.get_int("groups", 0);
@@ -878,6 +897,7 @@ const LayerType kBuiltinTypes[] = {
     {"tanh", 1, 1, infer_same},          {"gelu", 1, 1, infer_gelu},
     {"softmax", 1, 1, infer_softmax},    {"layernorm", 1, 1, infer_layernorm},
     {"rms_norm", 1, 1, infer_rms_norm},
+    {"rotary", 3, 3, infer_rotary},
     {"attention", 3, 4, infer_attention},
     {"linear_attention", 3, 6, infer_linear_attention, 2},
     {"add", 2, 2, infer_binary},         {"sub", 2, 2, infer_binary},

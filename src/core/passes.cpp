@@ -1282,6 +1282,101 @@ std::string repeated_heads_source(const Graph& g, const std::map<std::string, Sh
 
 }  // namespace
 
+int fuse_rotary(Graph& g) {
+  const std::map<std::string, Shape> shapes = infer_shapes(g);
+  std::unordered_map<std::string, std::size_t> producer;
+  std::unordered_map<std::string, int> readers;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    for (const auto& o : g.layers[i].outputs) producer[o] = i;
+    for (const auto& in : g.layers[i].inputs) ++readers[in];
+  }
+  for (const auto& o : g.outputs) readers[o] += 1000;  // a net output is never absorbed
+  auto made_by = [&](const std::string& blob, const char* type) -> Layer* {
+    auto p = producer.find(blob);
+    if (p == producer.end() || g.layers[p->second].type != type) return nullptr;
+    return &g.layers[p->second];
+  };
+  auto plain = [](const Layer& l) { return l.get_string("act", "none") == "none" && !l.params.count("act_scale"); };
+  std::vector<bool> removed(g.layers.size());
+  int count = 0;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    Layer& add = g.layers[i];
+    if (add.type != "add" || add.inputs.size() != 2 || !plain(add) || removed[i]) continue;
+    // add(mul(x, cos), mul(concat(neg(x2), x1), sin)), the muls in either order
+    for (int side = 0; side < 2; ++side) {
+      Layer* direct = made_by(add.inputs[static_cast<std::size_t>(side)], "mul");
+      Layer* turned = made_by(add.inputs[static_cast<std::size_t>(1 - side)], "mul");
+      if (!direct || !turned || direct == turned || !plain(*direct) || !plain(*turned)) continue;
+      Layer* cat = nullptr;
+      std::string sin;
+      for (int k = 0; k < 2 && !cat; ++k)
+        if ((cat = made_by(turned->inputs[static_cast<std::size_t>(k)], "concat"))) sin = turned->inputs[static_cast<std::size_t>(1 - k)];
+      if (!cat || cat->inputs.size() != 2) continue;
+      Layer* neg = made_by(cat->inputs[0], "neg");
+      if (!neg) continue;
+      // The halves: one split, or two slices x[..., :D/2] and x[..., D/2:] (bounds computed from shapes).
+      std::vector<Layer*> cut;
+      std::string x;
+      if (Layer* split = made_by(neg->inputs[0], "split")) {
+        if (split->outputs.size() != 2 || split->outputs[1] != neg->inputs[0] || split->outputs[0] != cat->inputs[1]) continue;
+        x = split->inputs[0];
+        cut = {split};
+      } else {
+        Layer* high = made_by(neg->inputs[0], "slice");
+        Layer* low = made_by(cat->inputs[1], "slice");
+        if (!high || !low || high->inputs[0] != low->inputs[0]) continue;
+        x = low->inputs[0];
+        cut = {low, high};
+      }
+      const Shape& xs = shapes.at(x);
+      if (xs.rank() < 1 || xs[xs.rank() - 1] % 2 != 0) continue;
+      const int last = xs.rank() - 1;
+      const int64_t half = xs[last] / 2;
+      auto halves = [&]() {
+        if (cut.size() == 1)
+          return normalize_axis(*cut[0], "axis", cut[0]->get_int("axis", 0), xs.rank()) == last &&
+                 shapes.at(cut[0]->outputs[0])[last] == half;
+        for (int k = 0; k < 2; ++k) {  // low from 0, high from half, each half long, on the last axis alone
+          const Layer& c = *cut[static_cast<std::size_t>(k)];
+          const auto axes = c.get_ints("axes", {}), starts = c.get_ints("starts", {}), ends = c.get_ints("ends", {});
+          const auto steps = c.get_ints("steps", std::vector<int64_t>(axes.size(), 1));
+          if (axes.size() != 1 || starts.size() != 1 || ends.size() != 1 || steps.size() != 1 || steps[0] != 1 ||
+              (axes[0] != last && axes[0] != -1) || shapes.at(c.outputs[0])[last] != half ||
+              slice_range(starts[0], ends[0], 1, xs[last]).start != (k == 0 ? 0 : half))
+            return false;
+        }
+        return true;
+      };
+      if (!halves() || normalize_axis(*cat, "axis", cat->get_int("axis", 0), xs.rank()) != last) continue;
+      std::string cos;
+      for (int k = 0; k < 2; ++k)
+        if (direct->inputs[static_cast<std::size_t>(k)] == x) cos = direct->inputs[static_cast<std::size_t>(1 - k)];
+      if (cos.empty() || shapes.at(add.outputs[0]) != xs) continue;
+      // Every blob in between read only here.
+      std::vector<std::string> inner = {direct->outputs[0], turned->outputs[0], cat->outputs[0], neg->outputs[0]};
+      for (const Layer* c : cut) inner.insert(inner.end(), c->outputs.begin(), c->outputs.end());
+      if (std::any_of(inner.begin(), inner.end(), [&](const std::string& b) { return readers[b] != 1; })) continue;
+      Layer r;
+      r.type = "rotary";
+      r.name = add.name;
+      r.inputs = {x, cos, sin};
+      r.outputs = add.outputs;
+      try {
+        if (infer_layer_shapes(r, std::vector<Shape>{xs, shapes.at(cos), shapes.at(sin)}) != std::vector<Shape>{xs}) continue;
+      } catch (const Error&) {
+        continue;  // cos or sin of another form
+      }
+      for (const Layer* l : {direct, turned, cat, neg}) removed[static_cast<std::size_t>(l - g.layers.data())] = true;
+      for (const Layer* l : cut) removed[static_cast<std::size_t>(l - g.layers.data())] = true;
+      add = std::move(r);
+      ++count;
+      break;
+    }
+  }
+  erase_flagged(g, removed);
+  return count;
+}
+
 int share_kv_heads(Graph& g) {
   const std::map<std::string, Shape> shapes = infer_shapes(g);
   std::unordered_map<std::string, std::size_t> producer;
@@ -1389,6 +1484,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.fuse_self_gating, "fuse_self_gating", fuse_self_gating},
       {o.fuse_activations, "fuse_activations", fuse_activations},
       {o.fuse_output_affine, "fuse_output_affine", fuse_output_affine},
+      {o.fuse_rotary, "fuse_rotary", fuse_rotary},
       {o.fuse_attention, "fuse_attention", fuse_attention},
       {o.fuse_attention, "share_kv_heads", share_kv_heads},
       {o.merge_duplicates, "merge_duplicates", merge_duplicates},

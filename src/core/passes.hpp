@@ -112,6 +112,12 @@ int fold_pads(Graph& graph);
 /// Returns the number of attention layers made.
 int fuse_attention(Graph& graph);
 
+/// Transformers' rotary position embedding, x * cos + rotate_half(x) * sin
+/// with rotate_half(x) = concat(-x2, x1) of x's halves along its last dim
+/// (add, two muls, a split, a neg and a concat), becomes one `rotary` layer
+/// where the blobs between are read only there. Returns the number made.
+int fuse_rotary(Graph& graph);
+
 /// An attention layer whose K or V repeats each head of a blob `group` times
 /// in a row (transformers' repeat_kv for grouped-query attention: unsqueeze,
 /// expand, reshape; or a concat of copies) reads that blob instead: query head
@@ -157,6 +163,7 @@ struct PassOptions {
   bool fuse_self_gating = true;
   bool fuse_activations = true;
   bool fuse_output_affine = true;
+  bool fuse_rotary = true;
   bool fuse_attention = true;
   bool merge_duplicates = true;
   bool broadcast_scalar_operands = true;

@@ -171,6 +171,8 @@ const LayerOrder kDefaultOrder[] = {
       {"cuda/kernel", "cuda:float16/kernel"},
      }},
     {"rms_norm", {{"cpu/vec"}, {"cpu/ref"}}},
+    {"rotary", {{"cpu/vec"}, {"cpu/ref"}}},
+    {"slice", {{"cpu/vec"}, {"cpu/ref"}}},
     {"add",
      {
       {"cpu:float32:nchw8c/onednn", "cpu:float32:nchw16c/onednn", "cpu:bfloat16:nchw8c/onednn", "cpu:bfloat16:nchw16c/onednn", "cpu:float32:nhwc/onednn", "cpu:bfloat16:nhwc/onednn", "cpu:float32:nhwc/xnnpack", "cpu/onednn", "cpu:bfloat16/onednn",

@@ -238,6 +238,10 @@ TEST_CASE("shape inference: layernorm", "[core][shape]") {
   expect_error(L("layernorm", {{"axis", 1}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "scale");
   expect_error(L("layernorm", {}, {{"scale", w(Shape{4})}, {"bias", w(Shape{3})}}), {{2, 3, 4}}, "bias");
   CHECK(infer(L("rms_norm", {}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}) == Shapes{{2, 3, 4}});
+  CHECK(infer(L("rotary", {}, {}, 3), {{2, 3, 5, 8}, {1, 1, 5, 8}, {5, 8}}) == Shapes{{2, 3, 5, 8}});
+  expect_error(L("rotary", {}, {}, 3), {{2, 3, 5, 7}, {5, 7}, {5, 7}}, "input");  // an odd head
+  expect_error(L("rotary", {}, {}, 3), {{2, 3, 5, 8}, {5, 4}, {5, 8}}, "cos");    // half a table
+  expect_error(L("rotary", {}, {}, 3), {{2, 3, 5, 8}, {5, 8}, {2, 4, 5, 8}}, "sin");  // a table larger than x
   expect_error(L("rms_norm", {{"axis", 1}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "scale");
   expect_error(L("rms_norm", {{"epsilon", -1.0}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "epsilon");
   expect_error(L("layernorm", {{"axis", 3}}, {{"scale", w(Shape{4})}}), {{2, 3, 4}}, "axis");
@@ -707,7 +711,7 @@ TEST_CASE("shape inference: loops nested without end in a hostile file are an er
 TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
   const std::set<std::string> tested = {
       "conv2", "dense", "matmul", "pool2", "batchnorm", "relu", "clip", "hardswish", "hardsigmoid",
-      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "rms_norm", "attention", "add", "sub", "mul", "div", "max", "min", "concat",
+      "sigmoid", "tanh", "gelu", "softmax", "layernorm", "rms_norm", "rotary", "attention", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",

@@ -437,6 +437,37 @@ TEST_CASE("optimize: every pass in order on a conv/bn/relu/identity net", "[pass
   CHECK(max_abs_diff(run_graph(after)[0].values, before[0].values) < 1e-4);
 }
 
+TEST_CASE("fuse_rotary: x * cos + rotate_half(x) * sin becomes one rotary layer", "[passes][attention]") {
+  using Ints = std::vector<int64_t>;
+  // rotate_half(x) = concat(-x[..., 4:], x[..., :4]): as a split (transformers 4.x at a fixed head size),
+  // or two slices (bounds computed from x.shape[-1] // 2); cos and sin [1,1,5,8] over [1,3,5,8].
+  auto rotated = [&](bool slices, bool swapped) {
+    std::vector<Layer> layers;
+    if (slices) {
+      layers.push_back(layer("slice", "lo", {"x"}, {"x1"}, {{"starts", Ints{0}}, {"ends", Ints{4}}, {"axes", Ints{3}}}));
+      layers.push_back(layer("slice", "hi", {"x"}, {"x2"}, {{"starts", Ints{4}}, {"ends", Ints{INT64_MAX}}, {"axes", Ints{3}}}));
+    } else {
+      layers.push_back(layer("split", "halves", {"x"}, {"x1", "x2"}, {{"axis", int64_t{3}}, {"split", Ints{4, 4}}}));
+    }
+    layers.push_back(layer("neg", "n", {"x2"}, {"nx2"}));
+    layers.push_back(layer("concat", "cat", swapped ? std::vector<std::string>{"x1", "nx2"} : std::vector<std::string>{"nx2", "x1"},
+                           {"r"}, {{"axis", int64_t{-1}}}));
+    layers.push_back(layer("mul", "xc", {"cos", "x"}, {"a"}));
+    layers.push_back(layer("mul", "rs", {"r", "sin"}, {"b"}));
+    layers.push_back(layer("add", "sum", {"a", "b"}, {"y"}));
+    return graph({{"x", Shape{1, 3, 5, 8}}, {"cos", Shape{1, 1, 5, 8}}, {"sin", Shape{1, 1, 5, 8}}}, {"y"}, layers);
+  };
+  for (bool slices : {false, true}) {
+    INFO((slices ? "slices" : "split"));
+    auto after = check_pass(rotated(slices, false), core::fuse_rotary, 1);
+    REQUIRE(after.layers.size() == 1);
+    CHECK(after.layers[0].type == "rotary");
+    CHECK(after.layers[0].inputs == std::vector<std::string>{"x", "cos", "sin"});
+    // concat(x1, -x2) is another rotation: left alone.
+    check_pass(rotated(slices, true), core::fuse_rotary, 0);
+  }
+}
+
 TEST_CASE("share_kv_heads: grouped-query attention reads its 2 key/value heads, not 6 copies", "[passes][attention]") {
   using Ints = std::vector<int64_t>;
   // transformers' repeat_kv: K [1,2,5,8] -> unsqueeze [1,2,1,5,8] -> expand (+ zeros) [1,2,3,5,8] ->

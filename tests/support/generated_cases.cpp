@@ -420,10 +420,24 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                      {random_blob({2, 3, 10, 12}, rng), random_blob({4, 4}, rng, 0.f, 20.f), batch}});
     return out;
   }
-  if (type == "slice")
-    return {{"slice steps and negatives", layer_of(type, {{"starts", std::vector<int64_t>{1, -1}}, {"ends", std::vector<int64_t>{100, -9}},
-                                                         {"axes", std::vector<int64_t>{0, 2}}, {"steps", std::vector<int64_t>{2, -3}}}, {}),
-             {random_blob({7, 3, 8}, rng)}}};
+  if (type == "slice") {
+    using Ints = std::vector<int64_t>;
+    return {{"slice steps and negatives", layer_of(type, {{"starts", Ints{1, -1}}, {"ends", Ints{100, -9}},
+                                                         {"axes", Ints{0, 2}}, {"steps", Ints{2, -3}}}, {}),
+             {random_blob({7, 3, 8}, rng)}},
+            // Steps of 1 (cpu/vec's memcpy runs): rotary's halves, a middle block, a whole copy.
+            {"slice the last half", layer_of(type, {{"starts", Ints{5}}, {"ends", Ints{INT64_MAX}}, {"axes", Ints{3}}, {"steps", Ints{1}}}, {}),
+             {random_blob({1, 3, 7, 10}, rng)}},
+            {"slice a middle block", layer_of(type, {{"starts", Ints{1, -4}}, {"ends", Ints{3, -1}}, {"axes", Ints{1, 2}}}, {}),
+             {random_blob({2, 4, 9, 5}, rng)}},
+            {"slice all of it", layer_of(type, {{"starts", Ints{0}}, {"ends", Ints{50}}, {"axes", Ints{0}}}, {}),
+             {random_blob({3, 4}, rng)}}};
+  }
+  if (type == "rotary")  // cos and sin broadcast over heads (and batch), a head of 6
+    return {{"rotary [2,3,5,8], tables [1,1,5,8]", layer_of(type, {}, {}, 3),
+             {random_blob({2, 3, 5, 8}, rng), random_blob({1, 1, 5, 8}, rng), random_blob({1, 1, 5, 8}, rng)}},
+            {"rotary [2,4,6], tables [2,1,6] and [4,6]", layer_of(type, {}, {}, 3),
+             {random_blob({2, 4, 6}, rng), random_blob({2, 1, 6}, rng), random_blob({4, 6}, rng)}}};
   if (type == "scatter_elements") {
     std::vector<Case> out;
     for (const char* reduction : {"none", "add", "max"}) {

@@ -2188,6 +2188,43 @@ struct Attention final : RefPrepared {
 };
 
 // ---------------------------------------------------------------------------
+// rotary: y[j] = x[j] cos[j] - x[j+h] sin[j], y[j+h] = x[j+h] cos[j+h] + x[j] sin[j+h] (j < h = D/2),
+// cos and sin broadcast onto x by an index per element.
+
+struct Rotary final : RefPrepared {
+  static constexpr std::string_view kType = "rotary";
+  Shape x, c, s;
+  explicit Rotary(const LayerInfo& info) : x(info.input_shapes[0]), c(info.input_shapes[1]), s(info.input_shapes[2]) {}
+  /// The offset in `in` (broadcast onto x) of x's element `flat`.
+  static int64_t offset(const Shape& x, const Shape& in, int64_t flat) {
+    int64_t at = 0, stride = 1;
+    for (int d = x.rank() - 1; d >= 0; --d) {
+      const int64_t i = flat % x[d];
+      flat /= x[d];
+      const int id = d - (x.rank() - in.rank());
+      if (id < 0) break;
+      if (in[id] != 1) at += i * stride;
+      stride *= in[id];
+    }
+    return at;
+  }
+  void run(const RunArgs& a) override {
+    const float* xv = a.inputs[0]->data_as<float>();
+    const float* cv = a.inputs[1]->data_as<float>();
+    const float* sv = a.inputs[2]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t d = x[x.rank() - 1], h = d / 2;
+    a.pool->parallel_for(x.numel(), 1024, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) {
+        const int64_t j = e % d;
+        const double other = j < h ? -double(xv[e + h]) : double(xv[e - h]);
+        y[e] = static_cast<float>(double(xv[e]) * cv[offset(x, c, e)] + other * sv[offset(x, s, e)]);
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------
 // rms_norm over dims axis..rank-1: y = x / sqrt(mean(x^2) + eps) * scale.
 
 struct RmsNorm final : RefPrepared {
@@ -2783,6 +2820,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<Softmax>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Attention>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<RmsNorm>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<Rotary>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<AddOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<SubOp>>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Binary<MulOp>>);

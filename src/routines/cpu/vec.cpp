@@ -1115,6 +1115,105 @@ struct WhereVec final : PreparedRoutine {
   }
 };
 
+/// slice with every step 1 (ONNX Slice clamped when planned): the output's
+/// rows of its innermost dims that stay whole, each one memcpy from where
+/// the slice starts. (cpu/ref computed every element's position: rotary
+/// embeddings' halves x[..., :D/2] at every layer of a decoder.)
+struct SliceVec final : PreparedRoutine {
+  static constexpr std::string_view kType = "slice";
+  static constexpr bool kSimd = false;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo& info, const Schema&) {
+    if (info.layer->inputs.size() != 1) return Support::no("its bounds are taken when planned");
+    for (int64_t s : info.layer->get_ints("steps", {}))
+      if (s != 1) return Support::no("a step other than 1");
+    if (info.input_shapes[0].rank() > Shape::max_rank) return Support::no(fmt::format("rank above {}", Shape::max_rank));
+    return Support::yes();
+  }
+  Shape out;
+  int rank = 0;
+  int64_t run_len = 1, rows = 1, offset = 0;  ///< elements copied at once, how many such, the first's offset in x
+  int64_t in_stride[Shape::max_rank] = {};
+  SliceVec(const LayerInfo& info, const Schema&, const vk::Kernels&) : out(info.output_shapes[0]), rank(out.rank()) {
+    const Shape& in = info.input_shapes[0];
+    int64_t first[Shape::max_rank] = {};
+    const Layer& l = *info.layer;
+    const auto starts = l.get_ints("starts"), ends = l.get_ints("ends"), axes = l.get_ints("axes");
+    for (std::size_t i = 0; i < starts.size(); ++i) {
+      const int a = static_cast<int>(axes[i]);
+      first[a] = core::slice_range(starts[i], ends[i], 1, in[a]).start;
+    }
+    int64_t e = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      in_stride[d] = e;
+      offset += first[d] * e;
+      e *= in[d];
+    }
+    // The innermost dims the slice keeps whole (and the first it cuts) are one run.
+    int d = rank - 1;
+    while (d >= 0 && out[d] == in[d]) run_len *= out[d--];
+    if (d >= 0) run_len *= out[d--];
+    rank = d + 1;  // the outer dims walked row by row
+    rows = run_len ? out.numel() / run_len : 0;
+  }
+  void run_rows(const float* x, float* y, int64_t b, int64_t e) const {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t rest = r, at = offset;
+      for (int d = rank - 1; d >= 0; --d) {
+        at += (rest % out[d]) * in_stride[d];
+        rest /= out[d];
+      }
+      std::memcpy(y + r * run_len, x + at, sizeof(float) * static_cast<std::size_t>(run_len));
+    }
+  }
+  void run(const RunArgs& a) override {
+    if (rows == 0) return;
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(rows, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(run_len, 1)),
+                         [&](int64_t b, int64_t e) { run_rows(x, y, b, e); });
+  }
+};
+
+/// rotary: rows of the last dim D, cos and sin rows found by broadcasting the
+/// outer dims (BroadcastRuns over the shapes without their last dim).
+struct RotaryVec final : PreparedRoutine {
+  static constexpr std::string_view kType = "rotary";
+  static constexpr bool kSimd = false;
+  static std::vector<Schema> schemas() { return {kPlain}; }
+  static Support supports(const LayerInfo&, const Schema&) { return Support::yes(); }
+  static Shape outer(const Shape& s) {
+    Shape o;
+    for (int i = 0; i + 1 < s.rank(); ++i) o.push_back(s[i]);
+    return o;
+  }
+  int64_t d, h;
+  BroadcastRuns bc;
+  RotaryVec(const LayerInfo& info, const Schema&, const vk::Kernels&)
+      : d(info.input_shapes[0][info.input_shapes[0].rank() - 1]), h(d / 2),
+        bc(outer(info.input_shapes[0]), {outer(info.input_shapes[0]), outer(info.input_shapes[1]), outer(info.input_shapes[2])}) {}
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* c = a.inputs[1]->data_as<float>();
+    const float* s = a.inputs[2]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    a.pool->parallel_for(bc.runs, std::max<int64_t>(1, kGrainElems / (bc.run_len * std::max<int64_t>(d, 1))), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t at[BroadcastRuns::kMaxInputs];
+        bc.start(r, at);
+        for (int64_t i = 0; i < bc.run_len; ++i) {
+          const float* xr = x + (at[0] + i * bc.step[0]) * d;
+          const float* cr = c + (at[1] + i * bc.step[1]) * d;
+          const float* sr = s + (at[2] + i * bc.step[2]) * d;
+          float* yr = y + (r * bc.run_len + i) * d;
+          for (int64_t j = 0; j < h; ++j) yr[j] = xr[j] * cr[j] - xr[j + h] * sr[j];
+          for (int64_t j = 0; j < h; ++j) yr[j + h] = xr[j + h] * cr[j + h] + xr[j] * sr[j + h];
+        }
+      }
+    });
+  }
+};
+
 /// reshape, flatten, identity: the same elements in the same order, in float32
 /// or bfloat16 (a transformer's head reshapes between bfloat16 denses and
 /// attention stay bfloat16: no casts around them). The executor gives the
@@ -1145,6 +1244,8 @@ constexpr char kReshape[] = "reshape", kFlatten[] = "flatten", kIdentity[] = "id
 SOFTNEURO_REGISTER_ROUTINE(Vec<Gather>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<Layernorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<RmsNorm>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<RotaryVec>);
+SOFTNEURO_REGISTER_ROUTINE(Vec<SliceVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<GroupNorm>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<FakeQuantVec>);
 SOFTNEURO_REGISTER_ROUTINE(Vec<TfliteAddVec>);
