@@ -396,9 +396,9 @@ core::Executor& ShapedExecutors::current() {
   if (!entries_.empty()) return *entries_.front().executor;
   // At the shapes the routine path was tuned at, where the file names them
   // (a decode step's: one token and a cache), else the default shapes.
-  std::map<std::string, Shape> tuned = model_.tuning.routine_path.input_shapes;
-  for (const auto& [name, shape] : tuned)
-    if (std::none_of(model_.inputs.begin(), model_.inputs.end(), [&](const TensorInfo& t) { return t.name == name; }))
+  const std::map<std::string, Shape>& tuned = model_.tuning.routine_path.input_shapes;
+  for (const auto& kv : tuned)
+    if (std::none_of(model_.inputs.begin(), model_.inputs.end(), [&](const TensorInfo& t) { return t.name == kv.first; }))
       return at({});
   return at(tuned);
 }

@@ -970,8 +970,7 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
   try {
     return import_optimized(path, options, nullptr, &symbols);
   } catch (const Error& first) {
-    // (Unsupported operators are so at any size.)
-    if (symbols.sizes.empty() || first.field() == "op_type") throw;
+    if (symbols.sizes.empty()) throw;
     for (int64_t size : {32, 48, 16, 96, 128, 224, 256, 320, 8, 512}) {
       std::map<std::string, int64_t> sizes = symbols.sizes;
       bool any = false;
@@ -990,7 +989,9 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
     }
     // A leading dim that is not a batch (Bloom's and Falcon's caches are
     // [batch * heads, ...]): each such name alone at a few sizes; the batch
-    // (the first input's leading dim) stays 1.
+    // (the first input's leading dim) stays 1. (Not for unsupported
+    // operators: they are so at any size.)
+    if (first.field() == "op_type") throw;
     const std::string batch = symbols.dims.empty() || symbols.dims[0].dim != 0 || symbols.dims[0].terms.size() != 1
                                   ? std::string()
                                   : symbols.dims[0].terms.begin()->first;
