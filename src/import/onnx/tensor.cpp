@@ -365,6 +365,17 @@ void Importer::slice(const Node& n) {
     constants_[n.out(0)] = sliced(*c, spec);
     return;
   }
+  // One slice layer with ONNX's bounds, clamped when planned; `bounds`, where
+  // given, computes them then.
+  auto slice_layer = [&](const std::string& bounds) {
+    std::vector<int64_t> norm_axes;
+    for (const auto& c : spec) norm_axes.push_back(c.axis);
+    std::vector<std::string> ins{input(n, 0)};
+    if (!bounds.empty()) ins.push_back(bounds);
+    Layer l = make("slice", n.name, ins, {n.out(0)});
+    l.params = {{"starts", starts}, {"ends", ends}, {"axes", norm_axes}, {"steps", steps}};
+    add(std::move(l));
+  };
   // Bounds computed from sizes (OPT's positions[:, past:] in a decode step):
   // a slice layer whose starts and ends are taken when a session plans, from
   // a shape_math value of both; held at the import size for now.
@@ -380,24 +391,14 @@ void Importer::slice(const Node& n) {
     shapes_[bounds.outputs[0]] = Shape{static_cast<int64_t>(2 * starts.size())};
     const std::string b = bounds.outputs[0];
     graph_.layers.push_back(std::move(bounds));
-    std::vector<int64_t> norm_axes;
-    for (const auto& c : spec) norm_axes.push_back(c.axis);
-    Layer l = make("slice", n.name, {input(n, 0), b}, {n.out(0)});
-    l.params = {{"starts", starts}, {"ends", ends}, {"axes", norm_axes}, {"steps", steps}};
-    return add(std::move(l));
+    return slice_layer(b);
   }
   const bool empty = std::any_of(spec.begin(), spec.end(), [](const SliceAxis& s) {
     return s.step > 0 ? s.end <= s.start : s.end >= s.start;
   });
   // Clamped to the dims when planned (a value-sized input), or a slice to
   // nothing: one slice layer (an empty output runs on cpu/ref, which copies nothing).
-  if (value_sized(n.in(0)) || empty) {
-    std::vector<int64_t> norm_axes;
-    for (const auto& c : spec) norm_axes.push_back(c.axis);
-    Layer l = make("slice", n.name, {input(n, 0)}, {n.out(0)});
-    l.params = {{"starts", starts}, {"ends", ends}, {"axes", norm_axes}, {"steps", steps}};
-    return add(std::move(l));
-  }
+  if (value_sized(n.in(0)) || empty) return slice_layer({});
   // At run time: split layers, one cut per sliced axis (see slice_blob and slice_strided).
   std::string cur = n.in(0);
   std::vector<SliceAxis> cuts;
