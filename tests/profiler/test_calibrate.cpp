@@ -570,13 +570,14 @@ TEST_CASE("a path below float32 that gains under min_reduced_gain is not kept, n
   auto calibrations = [](const TuneReport& r) {
     return std::count_if(r.stage_s.begin(), r.stage_s.end(), [](const auto& s) { return s.first == "calibration"; });
   };
-  // No path below float32 gains 99%: float32 is kept, qint8 having been timed
-  // under scales from 8 of the 12 samples, and those scales are not stored.
-  auto [net, r] = tuned(0.99);
+  // No path gains 100% (its predicted time is positive), whatever the load did
+  // to the timings (CI once measured a 99.03% gain): float32 is kept, qint8
+  // having been timed under scales from 8 of the 12 samples, not stored.
+  auto [net, r] = tuned(1.0);
   INFO(r.to_text());
   CHECK(r.reduced_not_worth);
-  CHECK(r.reduced_gain < 0.99);
-  CHECK(r.min_reduced_gain == 0.99);
+  CHECK(r.reduced_gain < 1.0);
+  CHECK(r.min_reduced_gain == 1.0);
   CHECK(r.provisional_samples == 8);
   CHECK(calibrations(r) == 1);
   CHECK(r.range_method.empty());
