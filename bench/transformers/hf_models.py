@@ -106,6 +106,69 @@ def build(name, size):
         return tf.SegformerModel(tf.SegformerConfig(**({"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1], "num_attention_heads": [1, 2, 4, 8], "decoder_hidden_size": 64} if tiny else {}))), "image"
     if name == "wav2vec2":  # raw waveform: a convolutional feature encoder, group norm, a convolutional position embedding
         return tf.Wav2Vec2Model(tf.Wav2Vec2Config(**(dict(small, conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
+    # More decoders: partial rotary (gpt-neox, persimmon with q/k layer norms),
+    # interleaved rotary (gpt-j, codegen), multi-query attention (gpt-bigcode),
+    # ALiBi (mpt), sinusoidal positions (ctrl), experts routed per token (mixtral).
+    if name == "gpt-neox":
+        return tf.GPTNeoXModel(tf.GPTNeoXConfig(**(dict(dec, rotary_pct=0.25) if tiny else {}))), "causal"
+    if name == "persimmon":
+        return tf.PersimmonModel(tf.PersimmonConfig(**(dict(dec, partial_rotary_factor=0.5) if tiny else {}))), "causal"
+    if name == "gpt-j":
+        return tf.GPTJModel(tf.GPTJConfig(**(dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "codegen":
+        return tf.CodeGenModel(tf.CodeGenConfig(**(dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "gpt-bigcode":
+        return tf.GPTBigCodeModel(tf.GPTBigCodeConfig(**(dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, multi_query=True) if tiny else {}))), "causal"
+    if name == "mpt":
+        return tf.MptModel(tf.MptConfig(**(dict(d_model=64, n_heads=4, n_layers=2, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "ctrl":
+        return tf.CTRLModel(tf.CTRLConfig(**(dict(n_embd=64, n_layer=2, n_head=4, dff=128, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "biogpt":
+        return tf.BioGptModel(tf.BioGptConfig(**(dict(small, vocab_size=1000) if tiny else {}))), "causal"
+    if name == "mixtral":
+        return tf.MixtralModel(tf.MixtralConfig(**(dict(dec, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2) if tiny else {}))), "causal"
+    # More encoders: grouped 1x1 convolutions (squeezebert), rotary (roformer,
+    # esm), span-based dynamic convolution (convbert), relative attention
+    # (xlnet, deberta), windowed attention padded to the window (longformer).
+    if name == "squeezebert":
+        return tf.SqueezeBertModel(tf.SqueezeBertConfig(**(dict(small, embedding_size=64, vocab_size=1000) if tiny else {}))), "text"
+    if name == "roformer":
+        return tf.RoFormerModel(tf.RoFormerConfig(**(dict(small, embedding_size=64, vocab_size=1000) if tiny else {}))), "text"
+    if name == "esm":
+        return tf.EsmModel(tf.EsmConfig(**(dict(small, vocab_size=33, pad_token_id=1, position_embedding_type="rotary") if tiny else {}))), "text"
+    if name == "convbert":
+        return tf.ConvBertModel(tf.ConvBertConfig(**(dict(small, embedding_size=64, vocab_size=1000) if tiny else {}))), "text"
+    if name == "xlnet":
+        return tf.XLNetModel(tf.XLNetConfig(**(dict(d_model=64, n_layer=2, n_head=4, d_inner=128, vocab_size=1000) if tiny else {}))), "text"
+    if name == "deberta":
+        return tf.DebertaModel(tf.DebertaConfig(**(dict(small, vocab_size=1000) if tiny else {}))), "text"
+    if name == "longformer":
+        return tf.LongformerModel(tf.LongformerConfig(**(dict(small, attention_window=[8, 8], vocab_size=1000) if tiny else {}))), "text"
+    # More vision: continuous position bias (swinv2), position embeddings
+    # resized bicubically to the image (dinov2, yolos), unfolded patches
+    # (mobilevit), attention biases gathered by index (levit), pooling mixers
+    # (poolformer), convolutional projections (cvt).
+    if name == "swinv2":
+        return tf.Swinv2Model(tf.Swinv2Config(**({"embed_dim": 32, "depths": [2, 2], "num_heads": [2, 4]} if tiny else {}))), "image"
+    if name == "dinov2":
+        return tf.Dinov2Model(tf.Dinov2Config(**small)), "image"
+    if name == "yolos":
+        return tf.YolosModel(tf.YolosConfig(**small, num_detection_tokens=10)), "image"
+    if name == "mobilevit":
+        return tf.MobileViTModel(tf.MobileViTConfig(**({"hidden_sizes": [64, 80, 96], "neck_hidden_sizes": [16, 16, 24, 48, 64, 80, 320]} if tiny else {}))), "image"
+    if name == "levit":
+        return tf.LevitModel(tf.LevitConfig()), "image"
+    if name == "poolformer":
+        return tf.PoolFormerModel(tf.PoolFormerConfig(**({"depths": [1, 1, 2, 1]} if tiny else {}))), "image"
+    if name == "cvt":
+        return tf.CvtModel(tf.CvtConfig(**({"depth": [1, 1, 2]} if tiny else {}))), "image"
+    # More speech: gated relative position bias (wavlm), squeezed sequences (sew).
+    if name == "hubert":
+        return tf.HubertModel(tf.HubertConfig(**(dict(small, conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
+    if name == "wavlm":
+        return tf.WavLMModel(tf.WavLMConfig(**(dict(small, conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
+    if name == "sew":
+        return tf.SEWModel(tf.SEWConfig(**(dict(small, conv_dim=(32,) * 13, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
     raise SystemExit(f"unknown model {name}")
 
 

@@ -905,7 +905,8 @@ const LayerType kBuiltinTypes[] = {
     {"max", 2, 2, infer_binary},         {"min", 2, 2, infer_binary},
     {"concat", 1, -1, infer_concat},     {"split", 1, 1, infer_split, 0},
     {"reshape", 1, 2, infer_reshape},    {"flatten", 1, 1, infer_flatten},
-    {"transpose", 1, 1, infer_transpose},{"pad", 1, 1, infer_pad},
+    {"transpose", 1, 1, infer_transpose},{"pad", 1, 2, infer_pad},  // (input 2: the pads, computed when planned)
+    
     {"identity", 1, 1, infer_same},      {"constant", 0, 0, infer_constant},
     {"resize", 1, 1, infer_resize},     {"deconv2", 1, 1, infer_deconv2},
     {"abs", 1, 1, infer_same},           {"neg", 1, 1, infer_same},

@@ -29,10 +29,12 @@ constexpr int64_t kMaxValueElements = int64_t{1} << 26;
 /// A layer taking a parameter from a value computed at plan time as input 1:
 /// a reshape's target ("shape"), top_k's k (ONNX TopK's K from the number of
 /// boxes a NonZero found), a loop's trip count M, a slice's starts and ends
-/// (OPT's positions[:, past:] in a decode step).
+/// (OPT's positions[:, past:] in a decode step), a pad's pads (SEW's sequence
+/// padded back to its length after pooling).
 bool reads_target(const Layer& l) {
   if (l.type == "loop") return l.get_int("m_input", 0) == 1 && l.inputs.size() >= 2;  // its trip count M
-  return (l.type == "reshape" || l.type == "slice" || (l.type == "top_k" && l.get_int("k_at_run", 0) == 0)) &&
+  return (l.type == "reshape" || l.type == "slice" || l.type == "pad" ||
+          (l.type == "top_k" && l.get_int("k_at_run", 0) == 0)) &&
          l.inputs.size() == 2;
 }
 
@@ -49,6 +51,26 @@ bool resolve_target(Layer& l, const Blob& target, std::string* why = nullptr) {
     }
     l.params["starts"] = std::vector<int64_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
     l.params["ends"] = std::vector<int64_t>(v.begin() + static_cast<std::ptrdiff_t>(n), v.end());
+  } else if (l.type == "pad") {  // before and after each axis listed (every axis where none are)
+    const auto axes = l.get_ints("pad_axes", {});
+    const std::size_t n = axes.empty() ? l.get_ints("pads").size() / 2 : axes.size();
+    if (v.size() != 2 * n || std::any_of(v.begin(), v.end(), [](int64_t p) { return p < 0; })) {
+      if (why) *why = fmt::format("the pads {} are not {} values of at least 0", fmt::join(v, ","), 2 * n);
+      return false;
+    }
+    if (axes.empty()) {
+      l.params["pads"] = v;
+    } else {
+      std::vector<int64_t> full = l.get_ints("pads");
+      const std::size_t rank = full.size() / 2;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto a = static_cast<std::size_t>(axes[i]);
+        full[a] = v[i];
+        full[a + rank] = v[i + n];
+      }
+      l.params["pads"] = std::move(full);
+      l.params.erase("pad_axes");
+    }
   } else if (l.type == "top_k" || l.type == "loop") {
     if (v.size() != 1) {
       if (why) *why = fmt::format("{} has {} values, not one", l.type == "loop" ? "the trip count" : "k", v.size());

@@ -96,6 +96,7 @@ std::string compare_layers(const Layer& a, const Layer& b) {
     // (A target read when a session plans holds the value at the import size.)
     const bool planned = (a.type == "reshape" && (k == "shape" || k == "copy_dims")) || (a.type == "split" && k == "split") ||
                          (a.type == "slice" && a.inputs.size() == 2 && (k == "starts" || k == "ends")) ||
+                         (a.type == "pad" && a.inputs.size() == 2 && k == "pads") ||
                          (a.type == "loop" && k == "trip_count" && a.get_int("m_input", 0) == 1);
     if (it == b.params.end() || (it->second != v && !planned))
       return fmt::format("layer '{}' ({}) parameter '{}' changes", a.name, a.type, k);

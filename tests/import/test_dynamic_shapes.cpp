@@ -111,16 +111,17 @@ TEST_CASE("dynamic shapes: a shape the model does not take is an error naming th
 }
 
 TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a warning", "[onnx][dynamic]") {
-  // y = pad(x, W zeros after the last dim): the pad's sizes, a parameter read
-  // at the import size, change with W, so W cannot vary; N can.
+  // y = tile(x, W / 32 copies along the last dim): copies, a structure made at
+  // the import size, change with W, so W cannot vary; N can.
   OnnxModel m(13);
   m.input("x", {-1, 2, 8, -1}).output("y");
-  m.init_ints("i3", {}, {3}).init_ints("ax0", {1}, {0}).init_ints("before", {7}, {0, 0, 0, 0, 0, 0, 0});
+  m.init_ints("i3", {}, {3}).init_ints("ax0", {1}, {0}).init_ints("ones", {3}, {1, 1, 1}).init_ints("d32", {}, {32});
   m.node("Shape", {"x"}, {"s"});
   m.node("Gather", {"s", "i3"}, {"w"});
-  m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
-  m.node("Concat", {"before", "w1"}, {"pads"}).i("axis", 0);
-  m.node("Pad", {"x", "pads"}, {"y"});
+  m.node("Div", {"w", "d32"}, {"copies"});
+  m.node("Unsqueeze", {"copies", "ax0"}, {"c1"});
+  m.node("Concat", {"ones", "c1"}, {"repeats"}).i("axis", 0);
+  m.node("Tile", {"x", "repeats"}, {"y"});
   Model net = import_onnx(m.save("fixed_dim.onnx"));
   CHECK(net.inputs()[0].shape == Shape{1, 2, 8, 64});
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0});
@@ -128,6 +129,80 @@ TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a
   auto ok = session.run(input_of(Shape{3, 2, 8, 64}, 2));
   CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 128});
   CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
+}
+
+TEST_CASE("dynamic shapes: a split of rows gathered at the positions follows the sizes", "[onnx][dynamic]") {
+  // y = x + split(table[range(W)], 2 halves along the last axis)[1], as
+  // CodeGen splits its sin/cos table gathered at the positions. Before, the
+  // split of that size-dependent value was a constant of the import size,
+  // and W stayed 64 with a warning.
+  OnnxModel m(13);
+  m.input("x", {-1, -1, 2}).output("y");
+  std::vector<float> table(100 * 4);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
+  m.init("table", {100, 4}, table).init_ints("i1", {}, {1}).init_ints("zero", {}, {0}).init_ints("one", {}, {1});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i1"}, {"w"});
+  m.node("Range", {"zero", "w", "one"}, {"positions"});
+  m.node("Gather", {"table", "positions"}, {"rows"});
+  m.node("Split", {"rows"}, {"first", "second"}).i("axis", 1);
+  m.node("Add", {"x", "second"}, {"y"});
+  Model net = import_onnx(m.save("split_of_rows.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 64, 2}, Shape{2, 5, 2}, Shape{1, 70, 2}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 5);
+    auto y = session.run(ins);
+    REQUIRE(y[0].blob.shape() == s);
+    const float* x = ins[0].blob.data_as<float>();
+    const float* out = y[0].blob.data_as<float>();
+    bool same = true;
+    for (int64_t b = 0; b < s[0]; ++b)
+      for (int64_t p = 0; p < s[1]; ++p)
+        for (int64_t c = 0; c < 2; ++c) {
+          const int64_t i = (b * s[1] + p) * 2 + c;
+          same = same && out[i] == x[i] + table[static_cast<std::size_t>(p * 4 + 2 + c)];
+        }
+    CHECK(same);
+  }
+}
+
+TEST_CASE("dynamic shapes: pads computed from the sizes are taken at every size", "[onnx][dynamic]") {
+  // y = pad(x, W % 2 zeros after the last dim, then W zeros after the rows),
+  // as SEW pads its pooled sequence back to an odd length. Before, the pads
+  // were the import size's: W % 2 is 0 at 64 and at the sizes the import
+  // compared, so W stayed dynamic and an odd W lost its last column.
+  OnnxModel m(13);
+  m.input("x", {-1, 2, 8, -1}).output("y");
+  m.init_ints("i3", {}, {3}).init_ints("ax0", {1}, {0}).init_ints("two", {}, {2});
+  m.init_ints("zeros", {2}, {0, 0}).init_ints("zero", {1}, {0});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i3"}, {"w"});
+  m.node("Mod", {"w", "two"}, {"odd"});
+  m.node("Unsqueeze", {"odd", "ax0"}, {"odd1"});
+  m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
+  // pads: before N, C, H, W = 0; after N, C = 0, H = W, W = W % 2.
+  m.node("Concat", {"zeros", "zeros", "zeros", "w1", "odd1"}, {"pads"}).i("axis", 0);
+  m.node("Pad", {"x", "pads"}, {"y"});
+  Model net = import_onnx(m.save("pads_from_sizes.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 3});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 2, 8, 64}, Shape{2, 2, 8, 33}, Shape{1, 2, 8, 5}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 4);
+    auto y = session.run(ins);
+    const int64_t w = s[3], oh = 8 + w, ow = w + w % 2;
+    REQUIRE(y[0].blob.shape() == Shape{s[0], 2, oh, ow});
+    const float* x = ins[0].blob.data_as<float>();
+    const float* out = y[0].blob.data_as<float>();
+    bool same = true;
+    for (int64_t p = 0; p < s[0] * 2; ++p)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j)
+          same = same && out[(p * oh + i) * ow + j] == (i < 8 && j < w ? x[(p * 8 + i) * w + j] : 0.0f);
+    CHECK(same);
+  }
 }
 
 namespace {

@@ -1361,6 +1361,16 @@ TEST_CASE("Slice and Gather of run-time tensors", "[onnx][slice]") {
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t c = 0; c < 3; ++c) CHECK(got.values[static_cast<std::size_t>((a * 2 + b) * 3 + c)] == value(a, 1 + 2 * b, 2 * c));
   }
+  SECTION("Slice with a step that does not tile the dim (LeViT's x[:, ::2] of an odd count; refused before)") {
+    OnnxModel m(13);
+    m.init_ints("starts", {2}, {0, 1}).init_ints("ends", {2}, {5, 6}).init_ints("axes", {2}, {1, 2}).init_ints("steps", {2}, {2, 4});
+    unary_model(m, "Slice", xs, {"starts", "ends", "axes", "steps"});
+    auto got = run_model(m, "slice_step_odd.onnx", xs, x);
+    REQUIRE(got.shape == Shape{2, 3, 2});
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t c = 0; c < 2; ++c) CHECK(got.values[static_cast<std::size_t>((a * 3 + b) * 2 + c)] == value(a, 2 * b, 1 + 4 * c));
+  }
   SECTION("Slice going backwards (x[:, ::-1, 4:0:-2]; refused before)") {
     OnnxModel m(13);
     m.init_ints("starts", {2}, {-1, 4}).init_ints("ends", {2}, {INT64_MIN, 0}).init_ints("axes", {2}, {1, 2})

@@ -553,6 +553,7 @@ bool Importer::record_shape_math(const Node& n) {
       {"ScatterND", "scatter_nd"}, {"Cast", "cast"}, {"QuantizeLinear", "fake_quant"}, {"DequantizeLinear", "identity"},
       {"Min", "min"}, {"Max", "max"}, {"ReduceMin", "reduce_min"}, {"ReduceMax", "reduce_max"},
       {"HannWindow", "window"}, {"HammingWindow", "window"}, {"BlackmanWindow", "window"}, {"Trilu", "trilu"}};
+  if (n.op() == "Split") return record_split_shape_math(n);
   auto op = ops.find(n.op());
   if (op == ops.end() || n.num_outputs() != 1) return false;
   Layer l;
@@ -643,6 +644,39 @@ bool Importer::record_shape_math(const Node& n) {
     if (i.empty() || (!constant(i) && !shapes_.count(i))) return false;
   l.inputs = std::move(inputs);
   shape_math_.emplace(n.out(0), std::move(l));
+  return true;
+}
+
+// A Split of a size-dependent value (CodeGen's sin/cos table gathered at the
+// positions, split in halves): each part a shape_math slice at the offsets it
+// has at the import size. A part whose offsets follow the sizes differs at the
+// second import size, so that dim stays fixed with the import's warning.
+bool Importer::record_split_shape_math(const Node& n) {
+  const Blob* x = n.has_in(0) ? constant(n.in(0)) : nullptr;
+  if (!x) return false;
+  const int rank = x->shape().rank();
+  int64_t axis = n.get_int("axis", 0);
+  if (axis < -rank || axis >= rank) return false;
+  if (axis < 0) axis += rank;
+  int64_t start = 0;
+  std::vector<std::pair<std::string, Layer>> parts;
+  for (int k = 0; k < n.num_outputs(); ++k) {
+    const Blob* part = constant(n.out(k));
+    if (n.out(k).empty() || !part) return false;
+    const int64_t end = start + part->shape()[static_cast<int>(axis)];
+    Layer l;
+    l.type = "shape_math";
+    l.name = fresh_layer(fmt::format("{}/shape_math_{}", n.name, k), false);
+    l.outputs = {n.out(k)};
+    l.params["op"] = std::string("slice");
+    auto ints = [&](int64_t v, const char* what) {
+      return add_constant(fmt::format("{}/{}_{}", n.name, what, k), int_blob(Shape{1}, {v}));
+    };
+    l.inputs = {n.in(0), ints(start, "starts"), ints(end, "ends"), ints(axis, "axes")};
+    parts.emplace_back(n.out(k), std::move(l));
+    start = end;
+  }
+  for (auto& [name, l] : parts) shape_math_.emplace(name, std::move(l));
   return true;
 }
 
@@ -964,14 +998,14 @@ core::Graph import_optimized(const std::string& path, const ImportOptions& optio
 
 /// The first import: at the default sizes of the symbolic dims, else (a graph
 /// valid only for some sizes, such as a recogniser whose height must pool to
-/// one row) at the first of a few common sizes that every non-batch name
-/// takes, else with one leading name other than the batch at a few sizes.
+/// one row, or a waveform that a stack of strided convolutions shortens) at
+/// the first of a few common sizes that every non-batch name takes, else with one leading name other than the batch at a few sizes.
 core::Graph import_first(const std::string& path, const ImportOptions& options, InputSymbols& symbols) {
   try {
     return import_optimized(path, options, nullptr, &symbols);
   } catch (const Error& first) {
     if (symbols.sizes.empty()) throw;
-    for (int64_t size : {32, 48, 16, 96, 128, 224, 256, 320, 8, 512}) {
+    for (int64_t size : {32, 48, 16, 96, 128, 224, 256, 320, 8, 512, 1024, 4096, 16000}) {
       std::map<std::string, int64_t> sizes = symbols.sizes;
       bool any = false;
       for (auto& [name, s] : sizes)

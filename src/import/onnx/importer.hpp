@@ -257,6 +257,7 @@ class Importer : private import::GraphBuilder {
   /// layer computing each output at any size (false: n's op has none, its
   /// outputs keep their value at the import size).
   bool record_shape_math(const Node& n);
+  bool record_split_shape_math(const Node& n);
   /// The node (all its inputs constants, some size-dependent) recorded as
   /// shape_math and its value computed now; false where it cannot be.
   bool fold_as_shape_math(const Node& n);

@@ -339,6 +339,19 @@ void Importer::split(const Node& n) {
   add(std::move(l));
 }
 
+namespace {
+/// Where slice_strided's run of count * step elements starts before `start`
+/// (j <= start % step), or -1 where no such run fits in the dim.
+int64_t strided_run_offset(const Shape& xs, int axis, int64_t start, int64_t count, int64_t step) {
+  const int64_t dim = xs[axis];
+  int64_t j = 0;
+  while (j < step && j <= start && start - j + count * step > dim) ++j;
+  return j == step || j > start || xs.rank() + 1 > Shape::max_rank ? -1 : j;
+}
+/// The most runs of indices `take` slices and concatenates.
+constexpr int64_t kMaxTakenRuns = 256;
+}  // namespace
+
 void Importer::slice(const Node& n) {
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
@@ -406,6 +419,13 @@ void Importer::slice(const Node& n) {
     if (s.start != 0 || s.end != xs[s.axis] || s.step != 1) cuts.push_back(s);
   }
   if (cuts.empty()) return add_unary(n, "identity", input(n, 0), n.out(0));
+  // A step that does not tile the dim (LeViT's x[:, ::2] of 7 positions), or a
+  // long run backwards: one slice layer, which takes any step.
+  const bool by_splits = std::all_of(cuts.begin(), cuts.end(), [&](const SliceAxis& c) {
+    if (c.step < 0) return (c.start - c.end) <= kMaxTakenRuns;
+    return c.step == 1 || strided_run_offset(xs, c.axis, c.start, (c.end - c.start + c.step - 1) / c.step, c.step) >= 0;
+  });
+  if (!by_splits) return slice_layer({});
   for (std::size_t i = 0; i < cuts.size(); ++i) {
     const auto& c = cuts[i];
     const std::string next = i + 1 == cuts.size() ? n.out(0) : fresh_blob(fmt::format("{}/axis{}", n.out(0), c.axis));
@@ -426,10 +446,9 @@ void Importer::take(const Node& n, const std::string& x, int axis, const std::ve
     if (!runs.empty() && runs.back().second == i) ++runs.back().second;
     else runs.push_back({i, i + 1});
   }
-  constexpr std::size_t kMaxRuns = 256;
-  if (idx.empty() || runs.size() > kMaxRuns)
+  if (idx.empty() || static_cast<int64_t>(runs.size()) > kMaxTakenRuns)
     throw Unsupported{fmt::format("{} of a run-time tensor taking {} indices in {} runs (at most {})", n.op(), idx.size(),
-                                  runs.size(), kMaxRuns)};
+                                  runs.size(), kMaxTakenRuns)};
   if (runs.size() == 1) return slice_blob(n, x, axis, runs[0].first, runs[0].second, y);
   std::vector<std::string> parts;
   for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -447,11 +466,8 @@ void Importer::slice_strided(const Node& n, const std::string& x, int axis, int6
   // elements seen as [count, step], of which one column is kept. The run starts
   // j <= start % step before `start`, wherever it fits in the dim.
   const Shape xs = shape_of(n, x);
-  const int64_t dim = xs[axis];
-  int64_t j = 0;
-  while (j < step && j <= start && start - j + count * step > dim) ++j;
-  if (j == step || j > start || xs.rank() + 1 > Shape::max_rank)
-    throw Unsupported{fmt::format("Slice of a run-time tensor with step {} that does not tile the dim", step)};
+  const int64_t j = strided_run_offset(xs, axis, start, count, step);
+  if (j < 0) throw Unsupported{fmt::format("Slice of a run-time tensor with step {} that does not tile the dim", step)};
   const int64_t base = start - j;
   const std::string run = fresh_blob(y + "/run"), grid = fresh_blob(y + "/grid"), column = fresh_blob(y + "/column");
   slice_blob(n, x, axis, base, base + count * step, run);
@@ -567,9 +583,10 @@ void Importer::pad(const Node& n) {
   const std::string mode = n.get_string("mode", "constant");
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") throw Unsupported{fmt::format("Pad mode '{}'", mode)};
   auto pads = constant_ints(n, 1, "pads");
+  std::vector<int64_t> axes;
   if (n.has_in(3)) {  // opset 18: pads for these axes only, the others unpadded
     const int rank = shape_of(n, n.in(0)).rank();
-    auto axes = constant_ints(n, 3, "axes");
+    axes = constant_ints(n, 3, "axes");
     if (pads.size() != 2 * axes.size())
       throw n.error(fmt::format("{} pads for {} axes", pads.size(), axes.size()), "pads");
     std::vector<int64_t> full(static_cast<std::size_t>(2 * rank), 0);
@@ -577,6 +594,7 @@ void Importer::pad(const Node& n) {
       const int64_t a = normalized_axis(n, axes[i], rank, "axes");
       full[static_cast<std::size_t>(a)] = pads[i];
       full[static_cast<std::size_t>(a + rank)] = pads[i + axes.size()];
+      axes[i] = a;
     }
     pads = std::move(full);
   }
@@ -584,6 +602,15 @@ void Importer::pad(const Node& n) {
     if (p < 0) throw Unsupported{"Pad with negative pads (cropping)"};
   std::map<std::string, Attr> params{{"pads", pads}, {"mode", mode}};
   if (n.has_in(2)) params["value"] = constant_scalar(n, 2, "constant_value");
+  // Pads computed from sizes (SEW pads its pooled sequence back to its
+  // length): taken when a session plans, as a slice's bounds; these are the
+  // import size's.
+  if (size_dependent(n.in(1)) && !(n.has_in(3) && size_dependent(n.in(3)))) {
+    if (!axes.empty()) params["pad_axes"] = axes;
+    Layer l = make("pad", n.name, {input(n, 0), plan_value(n.in(1))}, {n.out(0)});
+    l.params = std::move(params);
+    return add(std::move(l));
+  }
   add_unary(n, "pad", input(n, 0), n.out(0), std::move(params));
 }
 
