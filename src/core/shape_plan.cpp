@@ -376,6 +376,11 @@ Blob evaluate(const Layer& l, std::span<const Blob> values, std::span<const Shap
       fail_field(l, "input", e.message());
     }
   }
+  if (op == "eye_like") {  // ones on diagonal k of a matrix of the input's shape (XLNet's mask of its length)
+    const Shape& s = in(0, "input").shape();
+    if (s.rank() != 2) fail_field(l, "input", fmt::format("input {} is not 2-D", s.to_string()));
+    return eye(s, l.get_int("k", 0), l.get_int("integer", 0) ? DType::int64 : DType::float32);
+  }
   if (op == "scatter_nd") return scattered(in(0, "data"), in(1, "indices"), in(2, "updates"));
   fail_field(l, "op", fmt::format("unknown shape_math op '{}'", op));
 }

@@ -516,6 +516,20 @@ Blob triangle(const Blob& x, int64_t k, bool upper) {
   return r;
 }
 
+Blob eye(const Shape& shape, int64_t k, DType dtype) {
+  if (shape.rank() != 2) throw Error(fmt::format("shape {} is not 2-D", shape.to_string()));
+  Blob r = Blob::allocate(shape, dtype);
+  by_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    T* v = r.data_as<T>();
+    std::fill(v, v + r.numel(), T{0});
+    for (int64_t i = 0; i < shape[0]; ++i)
+      if (i + k >= 0 && i + k < shape[1]) v[i * shape[1] + i + k] = T{1};
+    return 0;
+  });
+  return r;
+}
+
 Blob arange(const Blob& start, const Blob& limit, const Blob& delta, int64_t max_count) {
   if (start.numel() != 1 || limit.numel() != 1 || delta.numel() != 1) throw Error("start, limit and delta must be scalars");
   if (start.dtype() == DType::int64) {

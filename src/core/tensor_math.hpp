@@ -70,6 +70,8 @@ Blob where(const Blob& cond, const Blob& a, const Blob& b);
 /// ONNX Trilu: `x` (rank 2 or more) with the elements outside the upper
 /// (j - i >= k) or lower (j - i <= k) triangle of its last two dims zeroed.
 Blob triangle(const Blob& x, int64_t k, bool upper);
+/// A matrix of `shape` (2-D) with ones on diagonal k (ONNX EyeLike), zeros elsewhere.
+Blob eye(const Shape& shape, int64_t k, DType dtype);
 
 /// NumPy broadcast of two shapes; throws Error (no layer) when they do not broadcast.
 Shape broadcast(const Shape& a, const Shape& b);

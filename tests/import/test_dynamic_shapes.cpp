@@ -168,6 +168,37 @@ TEST_CASE("dynamic shapes: a split of rows gathered at the positions follows the
   }
 }
 
+TEST_CASE("dynamic shapes: an EyeLike of the input's size follows it", "[onnx][dynamic]") {
+  // y = x @ eye(W, k=1): each row shifted one column right, as XLNet builds
+  // -eye(seq) into its mask. Before, the eye was a constant of the import
+  // size and W stayed 64 with a warning.
+  OnnxModel m(13);
+  m.input("x", {-1, -1}).output("y");
+  m.init_ints("i1", {}, {1}).init_ints("ax0", {1}, {0});
+  m.node("Shape", {"x"}, {"s"});
+  m.node("Gather", {"s", "i1"}, {"w"});
+  m.node("Unsqueeze", {"w", "ax0"}, {"w1"});
+  m.node("Concat", {"w1", "w1"}, {"square"}).i("axis", 0);
+  m.node("ConstantOfShape", {"square"}, {"zeros"});
+  m.node("EyeLike", {"zeros"}, {"eye"}).i("k", 1);
+  m.node("MatMul", {"x", "eye"}, {"y"});
+  Model net = import_onnx(m.save("eye_of_size.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 64}, Shape{3, 5}, Shape{2, 70}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 6);
+    auto y = session.run(ins);
+    REQUIRE(y[0].blob.shape() == s);
+    const float* x = ins[0].blob.data_as<float>();
+    const float* out = y[0].blob.data_as<float>();
+    bool same = true;
+    for (int64_t r = 0; r < s[0]; ++r)
+      for (int64_t j = 0; j < s[1]; ++j) same = same && out[r * s[1] + j] == (j == 0 ? 0.0f : x[r * s[1] + j - 1]);
+    CHECK(same);
+  }
+}
+
 TEST_CASE("dynamic shapes: pads computed from the sizes are taken at every size", "[onnx][dynamic]") {
   // y = pad(x, W % 2 zeros after the last dim, then W zeros after the rows),
   // as SEW pads its pooled sequence back to an odd length. Before, the pads

@@ -552,7 +552,8 @@ bool Importer::record_shape_math(const Node& n) {
       {"Sqrt", "sqrt"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Relu", "relu"}, {"Mod", "mod"}, {"Where", "where"},
       {"ScatterND", "scatter_nd"}, {"Cast", "cast"}, {"QuantizeLinear", "fake_quant"}, {"DequantizeLinear", "identity"},
       {"Min", "min"}, {"Max", "max"}, {"ReduceMin", "reduce_min"}, {"ReduceMax", "reduce_max"},
-      {"HannWindow", "window"}, {"HammingWindow", "window"}, {"BlackmanWindow", "window"}, {"Trilu", "trilu"}};
+      {"HannWindow", "window"}, {"HammingWindow", "window"}, {"BlackmanWindow", "window"}, {"Trilu", "trilu"},
+      {"EyeLike", "eye_like"}};
   if (n.op() == "Split") return record_split_shape_math(n);
   auto op = ops.find(n.op());
   if (op == ops.end() || n.num_outputs() != 1) return false;
@@ -637,6 +638,9 @@ bool Importer::record_shape_math(const Node& n) {
     l.params["integer"] = int64_t{!floating_type(static_cast<int>(n.get_int("output_datatype", onnx::TensorProto::FLOAT)))};
   } else if (o == "trilu") {
     l.params["upper"] = n.get_int("upper", 1);
+  } else if (o == "eye_like") {  // (XLNet's -eye(seq) of its mask)
+    l.params["k"] = n.get_int("k", 0);
+    l.params["integer"] = int64_t{constant(n.out(0)) && constant(n.out(0))->dtype() == DType::int64};
   } else if (o == "cast") {
     l.params["to"] = std::string(constant(n.out(0))->dtype() == DType::int64 ? "int64" : "float32");
   }

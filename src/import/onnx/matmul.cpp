@@ -68,7 +68,8 @@ void Importer::gemm(const Node& n) {
 }
 
 void Importer::matmul(const Node& n) {
-  const Blob* b = constant(n.in(1));
+  // (A value computed from sizes, an eye of the sequence's length, is no weight: a matmul reads it.)
+  const Blob* b = size_dependent(n.in(1)) ? nullptr : constant(n.in(1));
   // A constant 2-D right operand is a weight: dense computes [...,K] x [K,N] with weight [N,K].
   if (b && b->shape().rank() == 2 && !constant(n.in(0)) && shape_of(n, n.in(0)).rank() >= 1) {
     Layer d = make("dense", n.name, {input(n, 0)}, {n.out(0)});

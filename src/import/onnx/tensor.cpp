@@ -1108,11 +1108,7 @@ void Importer::one_hot(const Node& n) {
 void Importer::eye_like(const Node& n) {
   const Shape s = shape_of(n, n.in(0));
   if (s.rank() != 2) throw n.error(fmt::format("input {} is not 2-D", s.to_string()), "input");
-  const int64_t k = n.get_int("k", 0);
-  std::vector<float> v(static_cast<std::size_t>(s.numel()), 0.f);
-  for (int64_t i = 0; i < s[0]; ++i)
-    if (i + k >= 0 && i + k < s[1]) v[static_cast<std::size_t>(i * s[1] + i + k)] = 1.f;
-  constants_[n.out(0)] = float_blob(s, v);
+  constants_[n.out(0)] = core::eye(s, n.get_int("k", 0), DType::float32);
 }
 
 void Importer::take_positions(const Node& n, const std::string& y, const Shape& shape, const std::vector<int64_t>& positions) {
