@@ -502,6 +502,22 @@ std::vector<Shape> infer_scatter_elements(const Layer& l, std::span<const Shape>
   return {in[0]};
 }
 
+std::vector<Shape> infer_scatter_nd(const Layer& l, std::span<const Shape> in) {
+  // indices [..., k] of k-tuples into data's first k dims; updates [..., data dims after k].
+  if (in[1].rank() < 1) fail(l, "indices", "indices need at least one dim");
+  const int64_t k = in[1][in[1].rank() - 1];
+  if (k < 1 || k > in[0].rank())
+    fail(l, "indices", fmt::format("index tuples of {} for data {}", k, in[0].to_string()));
+  Shape want;
+  for (int d = 0; d + 1 < in[1].rank(); ++d) want.push_back(in[1][d]);
+  for (int d = static_cast<int>(k); d < in[0].rank(); ++d) want.push_back(in[0][d]);
+  if (in[2] != want) fail(l, "updates", fmt::format("updates {} are not {}", in[2].to_string(), want.to_string()));
+  const std::string r = l.get_string("reduction", "none");
+  if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
+    fail(l, "reduction", fmt::format("reduction '{}' is not none, add, mul, max or min", r));
+  return {in[0]};
+}
+
 std::vector<Shape> infer_slice(const Layer& l, std::span<const Shape> in) {
   const auto starts = l.get_ints("starts"), ends = l.get_ints("ends"), axes = l.get_ints("axes");
   const auto steps = l.get_ints("steps", std::vector<int64_t>(starts.size(), 1));
@@ -936,7 +952,7 @@ const LayerType kBuiltinTypes[] = {
     {"non_zero", 1, 1, infer_non_zero, 1, false, true},
     {"choose", 3, 3, infer_choose, 1, false, true},
     {"slice", 1, 2, infer_slice},  // (input 2: the starts and ends, computed when planned; see shape_plan)
-    {"scatter_elements", 3, 3, infer_scatter_elements},
+    {"scatter_elements", 3, 3, infer_scatter_elements}, {"scatter_nd", 3, 3, infer_scatter_nd},
     {"branch", 3, 3, infer_branch, 1, true},
     {"roi_align", 3, 3, infer_roi_align},
     {"unique", 1, 1, infer_unique, 4, false, true},

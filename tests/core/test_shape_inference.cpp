@@ -603,6 +603,12 @@ TEST_CASE("shape inference: value-shaped layers give their capacity, roi_align",
   expect_error(scatter("add"), {{3, 5}, {3, 4}, {3, 3}}, "updates");
   expect_error(scatter("add"), {{3, 5}, {4, 4}, {4, 4}}, "indices");
   expect_error(scatter("or"), {{3, 5}, {3, 4}, {3, 4}}, "reduction");
+  auto scatter_nd = [](const char* reduction) { return L("scatter_nd", {{"reduction", std::string(reduction)}}, {}, 3); };
+  CHECK(infer(scatter_nd("none"), {{4, 5, 6}, {3, 2}, {3, 6}}) == Shapes{{4, 5, 6}});
+  CHECK(infer(scatter_nd("add"), {{4, 5}, {2, 3, 1}, {2, 3, 5}}) == Shapes{{4, 5}});
+  expect_error(scatter_nd("none"), {{4, 5, 6}, {3, 2}, {3, 5}}, "updates");
+  expect_error(scatter_nd("none"), {{4, 5, 6}, {3, 4}, {3}}, "indices");
+  expect_error(scatter_nd("xor"), {{4, 5, 6}, {3, 2}, {3, 6}}, "reduction");
 }
 
 TEST_CASE("shape inference: shape_math values need the input shapes (core::specialize)", "[core][shape]") {
@@ -716,7 +722,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
       "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
-      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "unique", "dft", "col2im", "loop", "max_pool_indices", "deform_conv", "linear_attention"};
+      "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "scatter_nd", "unique", "dft", "col2im", "loop", "max_pool_indices", "deform_conv", "linear_attention"};
   for (const auto& t : core::layer_types()) {
     if (t.name.starts_with("test_")) continue;  // registered by test_basics.cpp
     INFO(t.name);

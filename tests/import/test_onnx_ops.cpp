@@ -1995,6 +1995,38 @@ TEST_CASE("ScatterND and ScatterElements with constant indices: run-time updates
   }
 }
 
+TEST_CASE("ScatterND with indices computed at run time (refused before): written, reduced, each index checked", "[onnx][scatter]") {
+  auto blob = [](const Shape& shape, std::vector<float> v) {
+    Blob b = Blob::allocate(shape);
+    std::copy(v.begin(), v.end(), b.data_as<float>());
+    return b;
+  };
+  auto ints = [](const Shape& shape, std::vector<int64_t> v) {
+    Blob b = Blob::allocate(shape, DType::int64);
+    std::copy(v.begin(), v.end(), b.data_as<int64_t>());
+    return b;
+  };
+  const Blob x = blob(Shape{4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  for (const std::string reduction : {"none", "add", "max"}) {
+    INFO(reduction);
+    OnnxModel m(18);
+    m.input("x", {4, 2}).typed_input("i", onnx::TensorProto::INT64, {3, 1}).input("u", {3, 2}).output("y");
+    m.node("ScatterND", {"x", "i", "u"}, {"y"}, "scatter").s("reduction", reduction);
+    Model net = import_onnx(m.save("scatter_nd_indices_" + reduction + ".onnx"));
+    Session session(net);
+    // rows 3, -3 (row 1) and 3 again: without a reduction the later update wins
+    auto y = session.run(std::vector<NamedBlob>{{"x", x}, {"i", ints(Shape{3, 1}, {3, -3, 3})}, {"u", blob(Shape{3, 2}, {10, 20, -1, 9, 30, 1})}});
+    const float* v = y[0].blob.data_as<float>();
+    const std::vector<float> got(v, v + 8);
+    const std::vector<float> want = reduction == "none" ? std::vector<float>{1, 2, -1, 9, 5, 6, 30, 1}
+                                    : reduction == "add" ? std::vector<float>{1, 2, 2, 13, 5, 6, 47, 29}
+                                                         : std::vector<float>{1, 2, 3, 9, 5, 6, 30, 20};
+    CHECK(got == want);
+    CHECK_THROWS_WITH(session.run(std::vector<NamedBlob>{{"x", x}, {"i", ints(Shape{3, 1}, {0, 4, 1})}, {"u", blob(Shape{3, 2}, {0, 0, 0, 0, 0, 0})}}),
+                      Catch::Contains("scatter") && Catch::Contains("4"));
+  }
+}
+
 TEST_CASE("ReduceMax and ReduceMin keep -inf, inf and NaN, computed at run time or folded", "[onnx][reduce]") {
   // oneDNN's max reduction gave -3.4e38 for a row of -inf (a fully masked attention row).
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();

@@ -449,6 +449,17 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     }
     return out;
   }
+  if (type == "scatter_nd") {  // pairs into [4,5,6] (slices of 6), some negative and repeated
+    std::vector<Case> out;
+    for (const char* reduction : {"none", "add", "min"}) {
+      Blob idx = Blob::allocate(Shape{3, 2});
+      const float pairs[] = {1, -2, 3, 0, -3, 3};
+      std::copy(pairs, pairs + 6, idx.data_as<float>());
+      out.push_back({fmt::format("scatter_nd {}", reduction), layer_of(type, {{"reduction", std::string(reduction)}}, {}, 3),
+                     {random_blob({4, 5, 6}, rng), idx, random_blob({3, 6}, rng)}});
+    }
+    return out;
+  }
   if (type == "unique") {
     Blob x = random_blob({4, 6}, rng, 0.f, 3.f);
     for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = std::floor(x.data_as<float>()[i]);

@@ -943,6 +943,13 @@ void Importer::scatter(const Node& n) {
     l.params["reduction"] = n.get_string("reduction", "none");
     return add(std::move(l));
   }
+  if (n.op() == "ScatterND" && (!indices || size_dependent(n.in(1)) || value_sized(n.in(0)) || value_sized(n.in(2)))) {
+    // Indices computed at run time or from the sizes (Longformer's chunked
+    // attention): a layer that checks each tuple.
+    Layer l = make("scatter_nd", n.name, {input(n, 0), input(n, 1), input(n, 2)}, {n.out(0)});
+    l.params["reduction"] = n.get_string("reduction", "none");
+    return add(std::move(l));
+  }
   if (!indices) throw Unsupported{fmt::format("{} with indices computed at run time", n.op())};
   const Shape is = indices->shape(), us = shape_of(n, n.in(2));
   const std::vector<int64_t> idx = to_ints(*indices), dst = strides_of(ds);

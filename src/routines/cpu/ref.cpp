@@ -1049,6 +1049,44 @@ struct ScatterElements final : RefPrepared {
   }
 };
 
+/// scatter_nd: data with each update slice written (or reduced) at its index
+/// tuple (ONNX ScatterND; Longformer's chunks, a cache written at run-time
+/// positions); every index checked as gather's.
+struct ScatterNd final : RefPrepared {
+  static constexpr std::string_view kType = "scatter_nd";
+  Shape data;
+  int64_t tuples, k, slice;
+  enum Reduce { none, add, mul, max, min } reduce;
+  std::string name;
+  explicit ScatterNd(const LayerInfo& info) : data(info.input_shapes[0]), name(info.layer->name) {
+    const Shape& is = info.input_shapes[1];
+    k = is[is.rank() - 1];
+    tuples = k ? is.numel() / k : 0;
+    slice = 1;
+    for (int d = static_cast<int>(k); d < data.rank(); ++d) slice *= data[d];
+    const std::string r = info.layer->get_string("reduction", "none");
+    reduce = r == "add" ? add : r == "mul" ? mul : r == "max" ? max : r == "min" ? min : none;
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    const float* ind = a.inputs[1]->data_as<float>();
+    const float* upd = a.inputs[2]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    std::copy(x, x + data.numel(), y);
+    int64_t ds[kMaxRank];
+    contiguous_strides(data, ds);
+    for (int64_t t = 0; t < tuples; ++t) {
+      int64_t at = 0;
+      for (int64_t j = 0; j < k; ++j) at += checked_index(ind[t * k + j], data[static_cast<int>(j)], name) * ds[j];
+      const float* u = upd + t * slice;
+      float* o = y + at;
+      for (int64_t e = 0; e < slice; ++e)
+        o[e] = reduce == add ? o[e] + u[e] : reduce == mul ? o[e] * u[e] : reduce == max ? std::max(o[e], u[e])
+             : reduce == min ? std::min(o[e], u[e]) : u[e];
+    }
+  }
+};
+
 /// slice: elements start, start + step, ... along each sliced axis (ONNX Slice).
 struct Slice final : RefPrepared {
   static constexpr std::string_view kType = "slice";
@@ -2856,6 +2894,7 @@ SOFTNEURO_REGISTER_ROUTINE(Ref<DeformConv>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<LinearAttention>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Slice>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterElements>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<ScatterNd>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<GridSample>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Concat>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Split>);
