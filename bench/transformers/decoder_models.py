@@ -4,7 +4,8 @@ random weights, exported by the TorchScript exporter (opset 17), imported with
 no flags and compared with ONNX Runtime on the same file and inputs:
 
 - causal language models with their KV cache (llama, mistral with a sliding
-  window shorter than the cache, phi, opt, bloom): a prompt of 4 tokens, then
+  window shorter than the cache, phi, opt, bloom, gpt-neox, codegen,
+  persimmon, biogpt): a prompt of 4 tokens, then
   one-token steps at cache lengths 1, 5, 17, 40 and 3, every set in one
   `softneuro run` session (shape buckets re-bound, as a decode loop is);
 - the decoders of encoder-decoder models (t5, bart, whisper, marian, pegasus)
@@ -27,7 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests", "data"))
 TOL = 1e-4
-CAUSAL = ("llama", "mistral", "phi", "opt", "bloom")
+CAUSAL = ("llama", "mistral", "phi", "opt", "bloom", "gpt-neox", "codegen", "persimmon", "biogpt")
 SEQ2SEQ = ("t5", "bart", "whisper", "marian", "pegasus")
 
 
@@ -43,6 +44,16 @@ def causal_lm(name):
     if name == "opt":
         return tf.OPTForCausalLM(tf.OPTConfig(hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
                                               word_embed_proj_dim=64, vocab_size=1000))
+    # Partial rotary (gpt-neox, persimmon), interleaved rotary tables split in halves (codegen), learned positions offset by the cache (biogpt).
+    if name == "gpt-neox":
+        return tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**dec, rotary_pct=0.25))
+    if name == "codegen":
+        return tf.CodeGenForCausalLM(tf.CodeGenConfig(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, vocab_size=1000))
+    if name == "persimmon":
+        return tf.PersimmonForCausalLM(tf.PersimmonConfig(**dec, partial_rotary_factor=0.5))
+    if name == "biogpt":
+        return tf.BioGptForCausalLM(tf.BioGptConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                    num_attention_heads=4, vocab_size=1000))
     return tf.BloomForCausalLM(tf.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=1000))
 
 
