@@ -266,3 +266,80 @@ TEST_CASE("Loop: a body slicing rows by its iteration number plans per iteration
     CHECK(out[0].blob.data_as<float>()[0] == y);
   }
 }
+
+namespace {
+
+/// Makes a graph input or output of `g` a sequence of float tensors.
+void as_sequence(onnx::ValueInfoProto* v) {
+  v->mutable_type()->Clear();
+  v->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+}
+
+}  // namespace
+
+TEST_CASE("Loop building a sequence over a constant count is unrolled (refused before): repeat_interleave as exported",
+          "[onnx][loop][sequence]") {
+  // y = repeat_interleave(x, 2, dim=1), as TorchScript exports it where the
+  // dim is symbolic (GPT-J's rotary tables): the columns split to a sequence,
+  // a Loop over their count inserting each column twice side by side into a
+  // sequence, concatenated.
+  OnnxModel b(13);
+  b.typed_input("i", onnx::TensorProto::INT64, {}).typed_input("cond_in", onnx::TensorProto::BOOL, {}).input("acc_in", {});
+  b.typed_output("cond_out", onnx::TensorProto::BOOL).output("acc_out");
+  as_sequence(b.graph().mutable_input(2));
+  as_sequence(b.graph().mutable_output(1));
+  b.node("SequenceAt", {"columns", "i"}, {"column"});
+  b.node("Concat", {"column", "column"}, {"twice"}).i("axis", 1);
+  b.node("SequenceInsert", {"acc_in", "twice"}, {"acc_out"});
+  b.node("Identity", {"cond_in"}, {"cond_out"});
+  OnnxModel m(13);
+  m.input("x", {-1, 3}).output("y");
+  m.init_ints("ones", {3}, {1, 1, 1}).init_ints("i1", {}, {1});
+  m.node("SplitToSequence", {"x", "ones"}, {"columns"}).i("axis", 1);
+  m.node("SequenceLength", {"columns"}, {"count"});
+  m.node("SequenceEmpty", {}, {"empty"}).i("dtype", onnx::TensorProto::FLOAT);
+  m.node("Loop", {"count", "", "empty"}, {"pieces"}).g("body", b.graph());
+  m.node("ConcatFromSequence", {"pieces"}, {"y"}).i("axis", 1);
+  const Model net = import_onnx(m.save("loop_sequence.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0});
+  Session session(net);
+  for (int64_t rows : {1, 4}) {
+    const std::vector<float> x = random_values(static_cast<std::size_t>(rows * 3), 7);
+    auto y = session.run(std::vector<NamedBlob>{{"x", make_input(Shape{rows, 3}, x)}});
+    REQUIRE(y[0].blob.shape() == Shape{rows, 6});
+    const float* v = y[0].blob.data_as<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < 6; ++j) CHECK(v[r * 6 + j] == x[static_cast<std::size_t>(r * 3 + j / 2)]);
+  }
+}
+
+TEST_CASE("Sequences known at import: construct, erase, at, length, stack, split without keeping the axis", "[onnx][sequence]") {
+  // rows = SplitToSequence(x) (axis 0, keepdims 0): 3 rows of 4; drop row 1;
+  // y = stack([rows[-1], rows[0], x[0] * count]) along a new axis 1.
+  OnnxModel m(13);
+  m.input("x", {3, 4}).output("y");
+  m.init_ints("one", {}, {1}).init_ints("last", {}, {-1}).init_ints("first", {}, {0});
+  m.node("SplitToSequence", {"x"}, {"rows"}).i("keepdims", 0);
+  m.node("SequenceErase", {"rows", "one"}, {"kept"});
+  m.node("SequenceAt", {"kept", "last"}, {"r2"});
+  m.node("SequenceAt", {"kept", "first"}, {"r0"});
+  m.node("SequenceLength", {"kept"}, {"count"});
+  m.node("Cast", {"count"}, {"count_f"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"r0", "count_f"}, {"scaled"});
+  m.node("SequenceConstruct", {"r2", "r0", "scaled"}, {"three"});
+  m.node("ConcatFromSequence", {"three"}, {"y"}).i("axis", 1).i("new_axis", 1);
+  const std::vector<float> x = random_values(12, 8);
+  auto y = run_model(m, "sequence_ops.onnx", Shape{3, 4}, x);
+  REQUIRE(y.shape == Shape{4, 3});
+  for (int64_t j = 0; j < 4; ++j) {
+    CHECK(y.values[static_cast<std::size_t>(j * 3)] == x[static_cast<std::size_t>(8 + j)]);
+    CHECK(y.values[static_cast<std::size_t>(j * 3 + 1)] == x[static_cast<std::size_t>(j)]);
+    CHECK(y.values[static_cast<std::size_t>(j * 3 + 2)] == x[static_cast<std::size_t>(j)] * 2.0f);
+  }
+  // A position computed at run time is refused, naming the node.
+  OnnxModel bad(13);
+  bad.input("x", {3, 4}).typed_input("p", onnx::TensorProto::INT64, {}).output("y");
+  bad.node("SplitToSequence", {"x"}, {"rows"}).i("keepdims", 0);
+  bad.node("SequenceAt", {"rows", "p"}, {"y"}, "pick");
+  CHECK_THROWS_WITH(import_onnx(bad.save("sequence_at_runtime.onnx")), Catch::Contains("pick") && Catch::Contains("run time"));
+}

@@ -231,6 +231,7 @@ void Importer::loop(const Node& n) {
   if (body.input_size() != 2 + carried || body.output_size() != 1 + carried + scans)
     throw n.error(fmt::format("the body takes {} inputs and gives {} outputs; the Loop passes {} and reads {}", body.input_size(),
                               body.output_size(), 2 + carried, 1 + carried + scans), "body");
+  if (unroll_loop(n, body)) return;
   constexpr int64_t kMostScanTrips = int64_t{1} << 24;
   auto value_blob_of = [&](const std::string& x) { return size_dependent(x) ? plan_value(x) : as_blob(n, x); };
   std::map<std::string, Attr> params{{"carried", int64_t{carried}}, {"scan_outputs", int64_t{scans}}};

@@ -49,6 +49,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <numbers>
@@ -411,6 +412,26 @@ class Importer : private import::GraphBuilder {
   void causal_conv_with_state(const Node&);
   void loop(const Node&);
   void scan(const Node&);
+  /// Sequence operators (sequence.cpp): a sequence is the list of its
+  /// elements' names, known at import.
+  void sequence_op(const Node&);
+  /// A Loop over a constant trip count carrying a sequence, its body converted
+  /// once per iteration; false where the Loop carries no sequence.
+  bool unroll_loop(const Node& n, const onnx::GraphProto& body);
+  const std::vector<std::string>& sequence_of(const Node& n, int k);
+  /// Input k of n: a constant position in a sequence of `size` (from the end
+  /// where negative; `insert` allows the end itself).
+  int64_t sequence_position(const Node& n, int k, std::size_t size, bool insert);
+  /// A node made here (op on `inputs`, giving `outputs`, on behalf of `from`)
+  /// converted as if the file held it; its first output.
+  std::string convert_synthesized(const Node& from, const std::string& op, std::vector<std::string> inputs,
+                                  std::vector<std::string> outputs,
+                                  const std::function<void(onnx::NodeProto&)>& attributes = {});
+  std::string axes_constant(const Node& n, const std::vector<int64_t>& axes);
+  int default_opset() const {
+    auto it = opsets_.find("");
+    return it == opsets_.end() ? 0 : it->second;
+  }
   /// A body input of a Loop or Scan: its name in the body, ONNX type and shape.
   struct BodyInput {
     std::string name;
@@ -651,6 +672,8 @@ class Importer : private import::GraphBuilder {
   std::vector<Fused> fused_;
   std::vector<int> fused_of_;                         // node -> index into fused_, or -1
   std::vector<bool> done_;                            // node already translated
+  std::unordered_map<std::string, std::vector<std::string>> sequences_;  // sequence -> its elements
+  std::deque<onnx::NodeProto> synthesized_;           // nodes made here (unrolled loop bodies, sequence steps)
 };
 
 }  // namespace onnx_import
