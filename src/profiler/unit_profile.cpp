@@ -330,6 +330,18 @@ double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, cons
     for (int64_t i = 0; i < b.numel(); ++i)
       b.data_as<float>()[i] = static_cast<float>(std::uniform_int_distribution<int64_t>(0, std::max<int64_t>(1, dim) - 1)(rng_));
   }
+  // scatter_nd's index tuples: element i of a tuple of k names data dim i % k.
+  if (type == "scatter_nd" && ins.size() == 3 && in.device == Device::cpu && in.dtype == DType::float32 &&
+      in.layout == Layout::nchw) {
+    const Shape& data = info.input_shapes[0];
+    const Shape& is = info.input_shapes[1];
+    const int64_t k = is.rank() ? std::max<int64_t>(1, is[is.rank() - 1]) : 1;
+    Blob& b = ins[1];
+    for (int64_t i = 0; i < b.numel(); ++i) {
+      const int64_t dim = data.rank() ? data[static_cast<int>(std::min<int64_t>(i % k, data.rank() - 1))] : 1;
+      b.data_as<float>()[i] = static_cast<float>(std::uniform_int_distribution<int64_t>(0, std::max<int64_t>(1, dim) - 1)(rng_));
+    }
+  }
   // A loop runs while its condition holds: held true, and a trip count read at
   // run time is one iteration (its real count is the data's).
   if (type == "loop" && in.device == Device::cpu && in.dtype == DType::float32 && !ins.empty()) {
