@@ -169,6 +169,38 @@ def build(name, size):
         return tf.WavLMModel(tf.WavLMConfig(**(dict(small, conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
     if name == "sew":
         return tf.SEWModel(tf.SEWConfig(**(dict(small, conv_dim=(32,) * 13, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
+    # A third round: pooled sequences (funnel), integer-only arithmetic as
+    # floats (ibert), Nystrom landmarks (nystromformer), block-sparse attention
+    # (big-bird), global response norm (convnextv2), focal modulation
+    # (focalnet), spatial reduction attention (pvt), conformer blocks with
+    # rotary positions (wav2vec2-conformer), disentangled attention over a
+    # squeezed sequence (sew-d).
+    if name == "funnel":
+        return tf.FunnelBaseModel(tf.FunnelConfig(**(dict(d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1], vocab_size=1000) if tiny else {}))), "text"
+    if name == "ibert":
+        return tf.IBertModel(tf.IBertConfig(**(dict(small, vocab_size=1000) if tiny else {}))), "text"
+    if name == "nystromformer":
+        return tf.NystromformerModel(tf.NystromformerConfig(**(dict(small, vocab_size=1000, num_landmarks=8, segment_means_seq_len=64) if tiny else {}))), "text"
+    if name == "big-bird":
+        return tf.BigBirdModel(tf.BigBirdConfig(**(dict(small, vocab_size=1000, block_size=8, num_random_blocks=2) if tiny else {}))), "text"
+    if name == "rembert":
+        return tf.RemBertModel(tf.RemBertConfig(**(dict(small, input_embedding_size=32, output_embedding_size=32, vocab_size=1000) if tiny else {}))), "text"
+    if name == "convnextv2":
+        return tf.ConvNextV2Model(tf.ConvNextV2Config(**({"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 2, 1]} if tiny else {}))), "image"
+    if name == "focalnet":
+        return tf.FocalNetModel(tf.FocalNetConfig(**({"embed_dim": 32, "depths": [1, 1, 2, 1]} if tiny else {}))), "image"
+    if name == "pvt":
+        return tf.PvtModel(tf.PvtConfig(**({"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1]} if tiny else {}))), "image"
+    if name == "efficientformer":
+        return tf.EfficientFormerModel(tf.EfficientFormerConfig()), "image"
+    if name == "mobilevitv2":
+        return tf.MobileViTV2Model(tf.MobileViTV2Config()), "image"
+    if name == "wav2vec2-conformer":
+        return tf.Wav2Vec2ConformerModel(tf.Wav2Vec2ConformerConfig(**(dict(small, conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, position_embeddings_type="rotary") if tiny else {}))), "wave"
+    if name == "sew-d":
+        return tf.SEWDModel(tf.SEWDConfig(**(dict(small, conv_dim=(32,) * 13) if tiny else {}))), "wave"
+    if name == "data2vec-audio":
+        return tf.Data2VecAudioModel(tf.Data2VecAudioConfig(**(dict(small, conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4) if tiny else {}))), "wave"
     raise SystemExit(f"unknown model {name}")
 
 

@@ -199,6 +199,32 @@ TEST_CASE("dynamic shapes: an EyeLike of the input's size follows it", "[onnx][d
   }
 }
 
+TEST_CASE("dynamic shapes: a strided slice of a dim that changes takes every parity", "[onnx][dynamic]") {
+  // y = x[:, ::2] (Funnel pools its sequence so). Before, the cut was a grid of
+  // [count, 2] made at the import size's (even) parity: an odd W failed to reshape.
+  OnnxModel m(13);
+  m.input("x", {-1, -1, 4}).output("y");
+  m.init_ints("starts", {1}, {0}).init_ints("ends", {1}, {INT64_MAX}).init_ints("axes", {1}, {1}).init_ints("steps", {1}, {2});
+  m.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  Model net = import_onnx(m.save("strided_dynamic.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0, 1});
+  Session session(net);
+  for (const Shape& s : {Shape{1, 64, 4}, Shape{2, 7, 4}, Shape{1, 1, 4}}) {
+    INFO(s.to_string());
+    auto ins = input_of(s, 7);
+    auto y = session.run(ins);
+    const int64_t rows = (s[1] + 1) / 2;
+    REQUIRE(y[0].blob.shape() == Shape{s[0], rows, 4});
+    const float* x = ins[0].blob.data_as<float>();
+    const float* out = y[0].blob.data_as<float>();
+    bool same = true;
+    for (int64_t b = 0; b < s[0]; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < 4; ++c) same = same && out[(b * rows + r) * 4 + c] == x[(b * s[1] + 2 * r) * 4 + c];
+    CHECK(same);
+  }
+}
+
 TEST_CASE("dynamic shapes: pads computed from the sizes are taken at every size", "[onnx][dynamic]") {
   // y = pad(x, W % 2 zeros after the last dim, then W zeros after the rows),
   // as SEW pads its pooled sequence back to an odd length. Before, the pads

@@ -431,7 +431,12 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
             {"slice a middle block", layer_of(type, {{"starts", Ints{1, -4}}, {"ends", Ints{3, -1}}, {"axes", Ints{1, 2}}}, {}),
              {random_blob({2, 4, 9, 5}, rng)}},
             {"slice all of it", layer_of(type, {{"starts", Ints{0}}, {"ends", Ints{50}}, {"axes", Ints{0}}}, {}),
-             {random_blob({3, 4}, rng)}}};
+             {random_blob({3, 4}, rng)}},
+            // Positive steps (cpu/vec's runs of the whole inner dims, or one element at a time).
+            {"slice every second row of an odd count", layer_of(type, {{"starts", Ints{0}}, {"ends", Ints{INT64_MAX}}, {"axes", Ints{1}}, {"steps", Ints{2}}}, {}),
+             {random_blob({2, 7, 6}, rng)}},
+            {"slice with a step on the last dim", layer_of(type, {{"starts", Ints{1, 1}}, {"ends", Ints{5, 9}}, {"axes", Ints{1, 2}}, {"steps", Ints{3, 2}}}, {}),
+             {random_blob({2, 5, 9}, rng)}}};
   }
   if (type == "rotary")  // cos and sin broadcast over heads (and batch), a head of 6
     return {{"rotary [2,3,5,8], tables [1,1,5,8]", layer_of(type, {}, {}, 3),

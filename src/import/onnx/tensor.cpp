@@ -419,10 +419,13 @@ void Importer::slice(const Node& n) {
     if (s.start != 0 || s.end != xs[s.axis] || s.step != 1) cuts.push_back(s);
   }
   if (cuts.empty()) return add_unary(n, "identity", input(n, 0), n.out(0));
-  // A step that does not tile the dim (LeViT's x[:, ::2] of 7 positions), or a
-  // long run backwards: one slice layer, which takes any step.
+  // A step that does not tile the dim (LeViT's x[:, ::2] of 7 positions), a
+  // step over a graph whose sizes may change (Funnel's x[:, ::2] of an odd
+  // sequence: the grid of slice_strided is made for one parity), or a long
+  // run backwards: one slice layer, which takes any step.
   const bool by_splits = std::all_of(cuts.begin(), cuts.end(), [&](const SliceAxis& c) {
     if (c.step < 0) return (c.start - c.end) <= kMaxTakenRuns;
+    if (c.step > 1 && symbolic_inputs_) return false;
     return c.step == 1 || strided_run_offset(xs, c.axis, c.start, (c.end - c.start + c.step - 1) / c.step, c.step) >= 0;
   });
   if (!by_splits) return slice_layer({});

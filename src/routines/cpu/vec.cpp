@@ -1115,10 +1115,11 @@ struct WhereVec final : PreparedRoutine {
   }
 };
 
-/// slice with every step 1 (ONNX Slice clamped when planned): the output's
-/// rows of its innermost dims that stay whole, each one memcpy from where
-/// the slice starts. (cpu/ref computed every element's position: rotary
-/// embeddings' halves x[..., :D/2] at every layer of a decoder.)
+/// slice with positive steps (ONNX Slice clamped when planned): the output's
+/// rows of its innermost dims that stay whole, each one memcpy from where the
+/// slice starts (one element at a time where the last dim has a step). (cpu/ref
+/// computed every element's position: rotary embeddings' halves x[..., :D/2]
+/// at every layer of a decoder, Funnel's and Swin's x[:, ::2].)
 struct SliceVec final : PreparedRoutine {
   static constexpr std::string_view kType = "slice";
   static constexpr bool kSimd = false;
@@ -1126,33 +1127,37 @@ struct SliceVec final : PreparedRoutine {
   static Support supports(const LayerInfo& info, const Schema&) {
     if (info.layer->inputs.size() != 1) return Support::no("its bounds are taken when planned");
     for (int64_t s : info.layer->get_ints("steps", {}))
-      if (s != 1) return Support::no("a step other than 1");
+      if (s < 1) return Support::no("a step going backwards");
     if (info.input_shapes[0].rank() > Shape::max_rank) return Support::no(fmt::format("rank above {}", Shape::max_rank));
     return Support::yes();
   }
   Shape out;
   int rank = 0;
   int64_t run_len = 1, rows = 1, offset = 0;  ///< elements copied at once, how many such, the first's offset in x
-  int64_t in_stride[Shape::max_rank] = {};
+  int64_t in_stride[Shape::max_rank] = {};    ///< x elements between consecutive outputs along each dim
   SliceVec(const LayerInfo& info, const Schema&, const vk::Kernels&) : out(info.output_shapes[0]), rank(out.rank()) {
     const Shape& in = info.input_shapes[0];
-    int64_t first[Shape::max_rank] = {};
+    int64_t first[Shape::max_rank] = {}, step[Shape::max_rank];
+    std::fill(step, step + Shape::max_rank, int64_t{1});
     const Layer& l = *info.layer;
     const auto starts = l.get_ints("starts"), ends = l.get_ints("ends"), axes = l.get_ints("axes");
+    const auto steps = l.get_ints("steps", std::vector<int64_t>(starts.size(), 1));
     for (std::size_t i = 0; i < starts.size(); ++i) {
       const int a = static_cast<int>(axes[i]);
-      first[a] = core::slice_range(starts[i], ends[i], 1, in[a]).start;
+      step[a] = steps[i];
+      first[a] = core::slice_range(starts[i], ends[i], steps[i], in[a]).start;
     }
     int64_t e = 1;
     for (int d = rank - 1; d >= 0; --d) {
-      in_stride[d] = e;
+      in_stride[d] = e * step[d];
       offset += first[d] * e;
       e *= in[d];
     }
-    // The innermost dims the slice keeps whole (and the first it cuts) are one run.
+    // The innermost dims the slice keeps whole (and the first it cuts, where
+    // its step is 1) are one run.
     int d = rank - 1;
-    while (d >= 0 && out[d] == in[d]) run_len *= out[d--];
-    if (d >= 0) run_len *= out[d--];
+    while (d >= 0 && out[d] == in[d] && step[d] == 1) run_len *= out[d--];
+    if (d >= 0 && step[d] == 1) run_len *= out[d--];
     rank = d + 1;  // the outer dims walked row by row
     rows = run_len ? out.numel() / run_len : 0;
   }
@@ -1163,7 +1168,8 @@ struct SliceVec final : PreparedRoutine {
         at += (rest % out[d]) * in_stride[d];
         rest /= out[d];
       }
-      std::memcpy(y + r * run_len, x + at, sizeof(float) * static_cast<std::size_t>(run_len));
+      if (run_len == 1) y[r] = x[at];
+      else std::memcpy(y + r * run_len, x + at, sizeof(float) * static_cast<std::size_t>(run_len));
     }
   }
   void run(const RunArgs& a) override {
