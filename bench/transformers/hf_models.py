@@ -190,7 +190,7 @@ def build(name, size):
     if name == "focalnet":
         return tf.FocalNetModel(tf.FocalNetConfig(**({"embed_dim": 32, "depths": [1, 1, 2, 1]} if tiny else {}))), "image"
     if name == "pvt":
-        return tf.PvtModel(tf.PvtConfig(**({"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1]} if tiny else {}))), "image"
+        return tf.PvtModel(tf.PvtConfig(**({"hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1], "num_attention_heads": [1, 2, 4, 8]} if tiny else {}))), "image"
     if name == "efficientformer":
         return tf.EfficientFormerModel(tf.EfficientFormerConfig()), "image"
     if name == "mobilevitv2":
