@@ -285,20 +285,21 @@ TEST_CASE("Loop building a sequence over a constant count is unrolled (refused b
   // sequence, concatenated.
   OnnxModel b(13);
   b.typed_input("i", onnx::TensorProto::INT64, {}).typed_input("cond_in", onnx::TensorProto::BOOL, {}).input("acc_in", {});
-  b.typed_output("cond_out", onnx::TensorProto::BOOL).output("acc_out");
+  b.typed_output("cond_out", onnx::TensorProto::BOOL).output("acc_out").output("column_scan");
   as_sequence(b.graph().mutable_input(2));
   as_sequence(b.graph().mutable_output(1));
   b.node("SequenceAt", {"columns", "i"}, {"column"});
   b.node("Concat", {"column", "column"}, {"twice"}).i("axis", 1);
   b.node("SequenceInsert", {"acc_in", "twice"}, {"acc_out"});
   b.node("Identity", {"cond_in"}, {"cond_out"});
+  b.node("Neg", {"column"}, {"column_scan"});
   OnnxModel m(13);
-  m.input("x", {-1, 3}).output("y");
+  m.input("x", {-1, 3}).output("y").output("scans");
   m.init_ints("ones", {3}, {1, 1, 1}).init_ints("i1", {}, {1});
   m.node("SplitToSequence", {"x", "ones"}, {"columns"}).i("axis", 1);
   m.node("SequenceLength", {"columns"}, {"count"});
   m.node("SequenceEmpty", {}, {"empty"}).i("dtype", onnx::TensorProto::FLOAT);
-  m.node("Loop", {"count", "", "empty"}, {"pieces"}).g("body", b.graph());
+  m.node("Loop", {"count", "", "empty"}, {"pieces", "scans"}).g("body", b.graph());
   m.node("ConcatFromSequence", {"pieces"}, {"y"}).i("axis", 1);
   const Model net = import_onnx(m.save("loop_sequence.onnx"));
   CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{0});
@@ -310,6 +311,11 @@ TEST_CASE("Loop building a sequence over a constant count is unrolled (refused b
     const float* v = y[0].blob.data_as<float>();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < 6; ++j) CHECK(v[r * 6 + j] == x[static_cast<std::size_t>(r * 3 + j / 2)]);
+    // Each iteration's -column stacked: [3, rows, 1].
+    REQUIRE(y[1].blob.shape() == Shape{3, rows, 1});
+    const float* sc = y[1].blob.data_as<float>();
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t r = 0; r < rows; ++r) CHECK(sc[c * rows + r] == -x[static_cast<std::size_t>(r * 3 + c)]);
   }
 }
 

@@ -24,15 +24,7 @@ void Importer::if_op(const Node& n) {
       constants_[t.name()] = read_tensor(t, src_, n.name, name);
       onnx_types_[t.name()] = t.data_type();
     }
-    for (const auto& p : branch.node()) {  // in their order: ONNX asks a subgraph's nodes to be sorted
-      const int i = static_cast<int>(nodes_.size());
-      nodes_.push_back(&p);
-      done_.push_back(true);
-      fused_of_.push_back(-1);
-      for (const auto& o : p.output())
-        if (!o.empty()) producers_[o] = i;
-      convert(i);
-    }
+    for (const auto& p : branch.node()) convert_node(p);  // in their order: ONNX asks a subgraph's nodes to be sorted
   };
   auto type_of = [&](const std::string& from) -> std::optional<int> {
     if (auto t = value_types_.find(from); t != value_types_.end()) return t->second;

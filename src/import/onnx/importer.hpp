@@ -427,7 +427,11 @@ class Importer : private import::GraphBuilder {
   std::string convert_synthesized(const Node& from, const std::string& op, std::vector<std::string> inputs,
                                   std::vector<std::string> outputs,
                                   const std::function<void(onnx::NodeProto&)>& attributes = {});
-  std::string axes_constant(const Node& n, const std::vector<int64_t>& axes);
+  /// `op` (Squeeze or Unsqueeze) of x at `axis`, its axes an input or an attribute as the opset asks.
+  std::string axes_op(const Node& from, const std::string& op, const std::string& x, int64_t axis, const std::string& y);
+  /// A node the file's graph does not list (a branch's, an unrolled body's,
+  /// one made here): appended to the nodes and converted now.
+  void convert_node(const onnx::NodeProto& p);
   int default_opset() const {
     auto it = opsets_.find("");
     return it == opsets_.end() ? 0 : it->second;

@@ -45,13 +45,7 @@ std::string Importer::convert_synthesized(const Node& from, const std::string& o
   for (auto& i : inputs) p.add_input(i);
   for (auto& o : outputs) p.add_output(o);
   if (attributes) attributes(p);
-  const int i = static_cast<int>(nodes_.size());
-  nodes_.push_back(&p);
-  done_.push_back(true);
-  fused_of_.push_back(-1);
-  for (const auto& o : p.output())
-    if (!o.empty()) producers_[o] = i;
-  convert(i);
+  convert_node(p);
   for (const auto& o : p.output())
     if (unavailable_.count(o))
       throw Unsupported{fmt::format("{}'s {} of its elements: {}", from.op(), op,
@@ -59,10 +53,29 @@ std::string Importer::convert_synthesized(const Node& from, const std::string& o
   return p.output(0);
 }
 
-std::string Importer::axes_constant(const Node& n, const std::vector<int64_t>& axes) {
-  const std::string name = add_constant(n.name + "/axes", int_blob(Shape{static_cast<int64_t>(axes.size())}, axes));
-  onnx_types_[name] = onnx::TensorProto::INT64;
-  return name;
+void Importer::convert_node(const onnx::NodeProto& p) {
+  const int i = static_cast<int>(nodes_.size());
+  nodes_.push_back(&p);
+  done_.push_back(true);
+  fused_of_.push_back(-1);
+  for (const auto& o : p.output())
+    if (!o.empty()) producers_[o] = i;
+  convert(i);
+}
+
+std::string Importer::axes_op(const Node& from, const std::string& op, const std::string& x, int64_t axis,
+                              const std::string& y) {
+  if (default_opset() >= 13) {
+    const std::string axes = add_constant(from.name + "/axes", int_blob(Shape{1}, {axis}));
+    onnx_types_[axes] = onnx::TensorProto::INT64;
+    return convert_synthesized(from, op, {x, axes}, {y});
+  }
+  return convert_synthesized(from, op, {x}, {y}, [&](onnx::NodeProto& q) {
+    auto* attr = q.add_attribute();
+    attr->set_name("axes");
+    attr->set_type(onnx::AttributeProto::INTS);
+    attr->add_ints(axis);
+  });
 }
 
 void Importer::sequence_op(const Node& n) {
@@ -99,20 +112,7 @@ void Importer::sequence_op(const Node& n) {
     if (n.get_int("new_axis", 0)) {  // each element gains the axis first (as a stack)
       const int rank = shape_of(n, items[0]).rank() + 1;
       const int64_t a = normalized_axis(n, axis, rank, "axis");
-      for (auto& p : parts) {
-        const std::string y = fresh_blob(p + "/unsqueezed");
-        if (default_opset() >= 13) {
-          convert_synthesized(n, "Unsqueeze", {p, axes_constant(n, {a})}, {y});
-        } else {
-          convert_synthesized(n, "Unsqueeze", {p}, {y}, [&](onnx::NodeProto& q) {
-            auto* attr = q.add_attribute();
-            attr->set_name("axes");
-            attr->set_type(onnx::AttributeProto::INTS);
-            attr->add_ints(a);
-          });
-        }
-        p = y;
-      }
+      for (auto& p : parts) p = axes_op(n, "Unsqueeze", p, a, fresh_blob(p + "/unsqueezed"));
     }
     convert_synthesized(n, "Concat", parts, {n.out(0)}, [&](onnx::NodeProto& q) {
       auto* attr = q.add_attribute();
@@ -171,20 +171,7 @@ void Importer::sequence_op(const Node& n) {
                           parts, axis_attr);
     }
     if (!given && n.get_int("keepdims", 1) == 0) {  // each part loses the axis
-      for (auto& p : parts) {
-        const std::string y = fresh_blob(p + "/squeezed");
-        if (default_opset() >= 13) {
-          convert_synthesized(n, "Squeeze", {p, axes_constant(n, {axis})}, {y});
-        } else {
-          convert_synthesized(n, "Squeeze", {p}, {y}, [&](onnx::NodeProto& q) {
-            auto* attr = q.add_attribute();
-            attr->set_name("axes");
-            attr->set_type(onnx::AttributeProto::INTS);
-            attr->add_ints(axis);
-          });
-        }
-        p = y;
-      }
+      for (auto& p : parts) p = axes_op(n, "Squeeze", p, axis, fresh_blob(p + "/squeezed"));
     }
     sequences_[n.out(0)] = std::move(parts);
   } else {
@@ -254,13 +241,7 @@ bool Importer::unroll_loop(const Node& n, const onnx::GraphProto& body) {
         if (!q.input(k).empty() && names.count(q.input(k))) q.set_input(k, names.at(q.input(k)));
       for (int k = 0; k < q.output_size(); ++k)
         if (!q.output(k).empty()) q.set_output(k, local(q.output(k)));
-      const int i = static_cast<int>(nodes_.size());
-      nodes_.push_back(&q);
-      done_.push_back(true);
-      fused_of_.push_back(-1);
-      for (const auto& o : q.output())
-        if (!o.empty()) producers_[o] = i;
-      convert(i);
+      convert_node(q);
     }
     auto out = [&](int k) {
       const std::string& name = body.output(k).name();
@@ -285,29 +266,15 @@ bool Importer::unroll_loop(const Node& n, const onnx::GraphProto& body) {
   for (int s = 0; s < scans; ++s) {  // each iteration's value stacked along a new first axis
     const std::string y = n.out(carried + s);
     if (y.empty()) continue;
-    const std::string seq = fresh_blob(y + "/scanned");
-    sequences_[seq] = scanned[static_cast<std::size_t>(s)];
-    if (scanned[static_cast<std::size_t>(s)].empty()) throw Unsupported{"Loop with scan outputs and no iteration"};
-    onnx::NodeProto stack;
-    stack.set_op_type("ConcatFromSequence");
-    stack.add_input(seq);
-    stack.add_output(y);
-    auto* a = stack.add_attribute();
-    a->set_name("axis");
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(0);
-    auto* na = stack.add_attribute();
-    na->set_name("new_axis");
-    na->set_type(onnx::AttributeProto::INT);
-    na->set_i(1);
-    onnx::NodeProto& q = synthesized_.emplace_back(std::move(stack));
-    q.set_name(n.name + "/stack" + std::to_string(s));
-    const int i = static_cast<int>(nodes_.size());
-    nodes_.push_back(&q);
-    done_.push_back(true);
-    fused_of_.push_back(-1);
-    producers_[y] = i;
-    convert(i);
+    std::vector<std::string>& values = scanned[static_cast<std::size_t>(s)];
+    if (values.empty()) throw Unsupported{"Loop with scan outputs and no iteration"};
+    for (auto& v : values) v = axes_op(n, "Unsqueeze", v, 0, fresh_blob(v + "/stacked"));
+    convert_synthesized(n, "Concat", values, {y}, [](onnx::NodeProto& q) {
+      auto* attr = q.add_attribute();
+      attr->set_name("axis");
+      attr->set_type(onnx::AttributeProto::INT);
+      attr->set_i(0);
+    });
   }
   return true;
 }

@@ -1013,20 +1013,30 @@ struct NonZero final : RefPrepared {
   }
 };
 
+/// How a scatter combines an update with the value it lands on (ONNX's reduction attribute).
+struct ScatterReduction {
+  enum Op { none, add, mul, max, min } op = none;
+  explicit ScatterReduction(const Layer& l) {
+    const std::string r = l.get_string("reduction", "none");
+    op = r == "add" ? add : r == "mul" ? mul : r == "max" ? max : r == "min" ? min : none;
+  }
+  void apply(float& t, float u) const {
+    t = op == add ? t + u : op == mul ? t * u : op == max ? std::max(t, u) : op == min ? std::min(t, u) : u;
+  }
+};
+
 /// scatter_elements: data with each update written (or reduced) at its index
 /// along the axis; indices checked as gather's.
 struct ScatterElements final : RefPrepared {
   static constexpr std::string_view kType = "scatter_elements";
   Shape data, idx;
   int axis;
-  enum Reduce { none, add, mul, max, min } reduce;
+  ScatterReduction reduce;
   std::string name;
   explicit ScatterElements(const LayerInfo& info)
       : data(info.input_shapes[0]), idx(info.input_shapes[1]),
-        axis(core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank())), name(info.layer->name) {
-    const std::string r = info.layer->get_string("reduction", "none");
-    reduce = r == "add" ? add : r == "mul" ? mul : r == "max" ? max : r == "min" ? min : none;
-  }
+        axis(core::normalize_axis(*info.layer, "axis", info.layer->get_int("axis", 0), data.rank())),
+        reduce(*info.layer), name(info.layer->name) {}
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
     const float* ind = a.inputs[1]->data_as<float>();
@@ -1042,9 +1052,7 @@ struct ScatterElements final : RefPrepared {
         rest /= idx[d];
         at += (d == axis ? checked_index(ind[i], data[d], name) : c) * ds[d];
       }
-      float& t = y[at];
-      const float u = upd[i];
-      t = reduce == add ? t + u : reduce == mul ? t * u : reduce == max ? std::max(t, u) : reduce == min ? std::min(t, u) : u;
+      reduce.apply(y[at], upd[i]);
     }
   }
 };
@@ -1056,16 +1064,14 @@ struct ScatterNd final : RefPrepared {
   static constexpr std::string_view kType = "scatter_nd";
   Shape data;
   int64_t tuples, k, slice;
-  enum Reduce { none, add, mul, max, min } reduce;
+  ScatterReduction reduce;
   std::string name;
-  explicit ScatterNd(const LayerInfo& info) : data(info.input_shapes[0]), name(info.layer->name) {
+  explicit ScatterNd(const LayerInfo& info) : data(info.input_shapes[0]), reduce(*info.layer), name(info.layer->name) {
     const Shape& is = info.input_shapes[1];
     k = is[is.rank() - 1];
     tuples = k ? is.numel() / k : 0;
     slice = 1;
     for (int d = static_cast<int>(k); d < data.rank(); ++d) slice *= data[d];
-    const std::string r = info.layer->get_string("reduction", "none");
-    reduce = r == "add" ? add : r == "mul" ? mul : r == "max" ? max : r == "min" ? min : none;
   }
   void run(const RunArgs& a) override {
     const float* x = a.inputs[0]->data_as<float>();
@@ -1078,11 +1084,7 @@ struct ScatterNd final : RefPrepared {
     for (int64_t t = 0; t < tuples; ++t) {
       int64_t at = 0;
       for (int64_t j = 0; j < k; ++j) at += checked_index(ind[t * k + j], data[static_cast<int>(j)], name) * ds[j];
-      const float* u = upd + t * slice;
-      float* o = y + at;
-      for (int64_t e = 0; e < slice; ++e)
-        o[e] = reduce == add ? o[e] + u[e] : reduce == mul ? o[e] * u[e] : reduce == max ? std::max(o[e], u[e])
-             : reduce == min ? std::min(o[e], u[e]) : u[e];
+      for (int64_t e = 0; e < slice; ++e) reduce.apply(y[at + e], upd[t * slice + e]);
     }
   }
 };
