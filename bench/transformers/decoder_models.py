@@ -5,7 +5,7 @@ no flags and compared with ONNX Runtime on the same file and inputs:
 
 - causal language models with their KV cache (llama, mistral with a sliding
   window shorter than the cache, phi, opt, bloom, gpt-neox, codegen,
-  persimmon, biogpt): a prompt of 4 tokens, then
+  persimmon, biogpt, gpt-bigcode with one multi-query cache per layer): a prompt of 4 tokens, then
   one-token steps at cache lengths 1, 5, 17, 40 and 3, every set in one
   `softneuro run` session (shape buckets re-bound, as a decode loop is);
 - the decoders of encoder-decoder models (t5, bart, whisper, marian, pegasus)
@@ -28,7 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests", "data"))
 TOL = 1e-4
-CAUSAL = ("llama", "mistral", "phi", "opt", "bloom", "gpt-neox", "codegen", "persimmon", "biogpt")
+CAUSAL = ("llama", "mistral", "phi", "opt", "bloom", "gpt-neox", "codegen", "persimmon", "biogpt", "gpt-bigcode")
 SEQ2SEQ = ("t5", "bart", "whisper", "marian", "pegasus")
 
 
@@ -51,6 +51,8 @@ def causal_lm(name):
         return tf.CodeGenForCausalLM(tf.CodeGenConfig(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, vocab_size=1000))
     if name == "persimmon":
         return tf.PersimmonForCausalLM(tf.PersimmonConfig(**dec, partial_rotary_factor=0.5))
+    if name == "gpt-bigcode":  # multi-query: one cache tensor per layer, keys and values side by side
+        return tf.GPTBigCodeForCausalLM(tf.GPTBigCodeConfig(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, multi_query=True))
     if name == "biogpt":
         return tf.BioGptForCausalLM(tf.BioGptConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                                     num_attention_heads=4, vocab_size=1000))
@@ -98,22 +100,36 @@ def export_causal(name, path):
     layers, heads, dim = 2, 4, 16
     kv_heads = getattr(lm.config, "num_key_value_heads", None) or heads
 
+    single = name == "gpt-bigcode"
+    caches = layers if single else 2 * layers
+
     def cache_shape(i, past):  # bloom: keys [batch*heads, dim, past], values [batch*heads, past, dim]
         if name == "bloom":
             return (heads, dim, past) if i % 2 == 0 else (heads, past, dim)
+        if single:  # [batch, past, keys and values of the one key/value head]
+            return (1, past, 2 * dim)
         return (1, kv_heads, past, dim)
 
-    names = ["input_ids", "attention_mask"] + [f"past_{i}" for i in range(2 * layers)]
+    class LmWithOneCachePerLayer(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, *past):
+            out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=list(past), use_cache=True)
+            return (out.logits, *out.past_key_values)
+
+    names = ["input_ids", "attention_mask"] + [f"past_{i}" for i in range(caches)]
     dyn = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "past_sequence + sequence"}}
-    for i in range(2 * layers):
+    for i in range(caches):
         dyn[f"past_{i}"] = ({0: "batch_heads", 2 if i % 2 == 0 else 1: "past_sequence"} if name == "bloom"
-                            else {0: "batch", 2: "past_sequence"})
+                            else {0: "batch", 1: "past_sequence"} if single else {0: "batch", 2: "past_sequence"})
     args = (torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, 4, dtype=torch.int64),
-            *[torch.randn(*cache_shape(i, 3)) for i in range(2 * layers)])
+            *[torch.randn(*cache_shape(i, 3)) for i in range(caches)])
     legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     with torch.no_grad():
-        torch.onnx.export(mk.LmWithCache(lm), args, path, input_names=names,
-                          output_names=["logits"] + [f"present_{i}" for i in range(2 * layers)], dynamic_axes=dyn,
+        torch.onnx.export(LmWithOneCachePerLayer(lm) if single else mk.LmWithCache(lm), args, path, input_names=names,
+                          output_names=["logits"] + [f"present_{i}" for i in range(caches)], dynamic_axes=dyn,
                           opset_version=17, **legacy)
     rng = np.random.default_rng(0)
     sets = []
@@ -121,7 +137,7 @@ def export_causal(name, path):
         seq = 4 if past == 0 else 1
         feeds = {"input_ids": rng.integers(0, 1000, (1, seq), dtype=np.int64),
                  "attention_mask": np.ones((1, past + seq), np.int64)}
-        for i in range(2 * layers):
+        for i in range(caches):
             feeds[f"past_{i}"] = (rng.standard_normal(cache_shape(i, past)) * 0.5).astype(np.float32)
         sets.append((f"cache {past}, {seq} token{'s' if seq > 1 else ''}", feeds))
     return "logits", sets
