@@ -1011,7 +1011,8 @@ core::Graph import_optimized(const std::string& path, const ImportOptions& optio
 /// The first import: at the default sizes of the symbolic dims, else (a graph
 /// valid only for some sizes, such as a recogniser whose height must pool to
 /// one row, or a waveform that a stack of strided convolutions shortens) at
-/// the first of a few common sizes that every non-batch name takes, else with one leading name other than the batch at a few sizes.
+/// the first of a few common sizes that every non-batch name takes, else with
+/// one leading name other than the batch at a few sizes.
 core::Graph import_first(const std::string& path, const ImportOptions& options, InputSymbols& symbols) {
   try {
     return import_optimized(path, options, nullptr, &symbols);

@@ -189,20 +189,14 @@ bool Importer::unroll_loop(const Node& n, const onnx::GraphProto& body) {
   // fixed, with its warning.)
   const Blob* m = constant(n.in(0));
   if (!m || m->numel() != 1) return false;
-  const int64_t trips = std::max<int64_t>(0, to_ints(*m)[0]);
+  int64_t trips = std::max<int64_t>(0, to_ints(*m)[0]);
   if (trips > kMostUnrolledTrips)
     throw Unsupported{fmt::format("Loop building a sequence over {} iterations (at most {} unrolled)", trips, kMostUnrolledTrips)};
   if (n.has_in(1)) {
     const Blob* cond = constant(n.in(1));
     if (!cond || size_dependent(n.in(1)) || cond->numel() != 1)
       throw Unsupported{"Loop building a sequence with a condition computed at run time"};
-    if (to_ints(*cond)[0] == 0) {  // no iteration: the carried values as they came in
-      for (int k = 0; k < carried && k < n.num_outputs(); ++k) {
-        if (sequences_.count(n.in(2 + k))) sequences_[n.out(k)] = sequences_.at(n.in(2 + k));
-        else convert_synthesized(n, "Identity", {n.in(2 + k)}, {n.out(k)});
-      }
-      return true;
-    }
+    if (to_ints(*cond)[0] == 0) trips = 0;  // no iteration: the carried values as they came in
   }
   for (const auto& p : body.node())
     for (const auto& a : p.attribute())
@@ -224,11 +218,8 @@ bool Importer::unroll_loop(const Node& n, const onnx::GraphProto& body) {
     onnx_types_[iteration] = onnx::TensorProto::INT64;
     constants_[cond] = int_blob(Shape{}, {1});
     onnx_types_[cond] = onnx::TensorProto::BOOL;
-    for (int k = 0; k < carried; ++k) {
-      const std::string x = local(body.input(2 + k).name());
-      if (sequences_.count(current[static_cast<std::size_t>(k)])) sequences_[x] = sequences_.at(current[static_cast<std::size_t>(k)]);
-      else convert_synthesized(n, "Identity", {current[static_cast<std::size_t>(k)]}, {x});
-    }
+    // The body reads the carried values themselves, tensors and sequences alike.
+    for (int k = 0; k < carried; ++k) names[body.input(2 + k).name()] = current[static_cast<std::size_t>(k)];
     for (const auto& t : body.initializer()) {
       const std::string x = local(t.name());
       constants_[x] = read_tensor(t, src_, n.name, "body");
