@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Hugging Face transformers as a new user meets them: each model built from
 its config with seeded random weights, exported by torch.onnx.export (the
-TorchScript exporter at opsets 17 and 20, the dynamo exporter at 18 and 23),
-imported with no flags, run at two sequence lengths and with a padded
+TorchScript exporter at opsets 17 and 20, the dynamo exporter at 18 and 23;
+ortopt17: the TorchScript export passed through ONNX Runtime's transformer
+optimizer, its com.microsoft operators in the file), imported with no flags, run at two sequence lengths and with a padded
 attention mask, compared with ONNX Runtime on the same file and inputs, then
 tuned with default options and compared again.
 
@@ -218,7 +219,23 @@ def last_hidden_of_text(model):
     return M(model)
 
 
+# The model_type ONNX Runtime's transformer optimizer takes for each name (others: "bert", its generic encoder fusions).
+ORT_MODEL_TYPES = {"gpt2": "gpt2", "vit": "vit", "deit": "vit", "bart-encoder": "bart", "whisper-encoder": "bart",
+                   "t5-encoder": "t5", "clip-text": "clip", "swin": "swin"}
+
+
 def export(name, size, exporter, path):
+    """exporter: torchscriptNN, dynamoNN (opset NN), or ortoptNN (torchscriptNN, then ONNX Runtime's
+    transformer optimizer, as Optimum's --optimize O1 runs it: com.microsoft operators)."""
+    if exporter.startswith("ortopt"):
+        from onnxruntime.transformers.optimizer import optimize_model
+        raw = path + ".raw.onnx"
+        result = export(name, size, exporter.replace("ortopt", "torchscript"), raw)
+        # num_heads and hidden_size 0: detected from the graph.
+        optimize_model(raw, model_type=ORT_MODEL_TYPES.get(name, "bert"), num_heads=0, hidden_size=0, opt_level=1,
+                       use_gpu=False).save_model_to_file(path)
+        os.remove(raw)
+        return result
     import torch
     model, kind = build(name, size)
     model.eval()

@@ -200,12 +200,23 @@ void Importer::attention(const Node& n) {
     throw n.error("the hidden sizes do not split into the heads", "q_num_heads");
   const int64_t len = three_d ? qs[1] : qs[2], src = three_d ? ks[1] : ks[2];
   const int64_t d = three_d ? qs[2] / hq : qs[3], dv = three_d ? vs[2] / hkv : vs[3];
-  // [B, L, H*D] -> [B, H, L, D]
+  // One attention layer where nothing needs the steps apart (softcap and the QK output do).
+  const bool one_layer = !(n.get_float("softcap", 0.0) > 0) && !used(n.out(3));
+  // 3-D K and V neither cached, repeated for grouped heads nor outputs: the
+  // layer reads them in place as [B, L, H, D] through its perms (no transposes).
+  const bool kv_in_place = one_layer && three_d && !n.has_in(4) && hq == hkv && !used(n.out(1)) && !used(n.out(2));
+  // [B, L, H*D] -> [B, L, H, D], then (heads) [B, H, L, D]
+  auto split_heads = [&](int k, int64_t h, int64_t seq, int64_t dim, const char* what) {
+    const std::string split = fresh_blob(fmt::format("{}/{}_split", y, what));
+    add_unary(n, "reshape", input(n, k), split, {{"shape", std::vector<int64_t>{batch, seq, h, dim}}}, std::string(what) + "_split");
+    return split;
+  };
   auto heads = [&](int k, int64_t h, int64_t seq, int64_t dim, const char* what) {
     if (!three_d) return input(n, k);
-    const std::string split = fresh_blob(fmt::format("{}/{}_split", y, what)), t = fresh_blob(fmt::format("{}/{}_heads", y, what));
-    add_unary(n, "reshape", input(n, k), split, {{"shape", std::vector<int64_t>{batch, seq, h, dim}}}, std::string(what) + "_split");
-    add_unary(n, "transpose", split, t, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}, std::string(what) + "_heads");
+    if (kv_in_place && k > 0) return split_heads(k, h, seq, dim, what);
+    const std::string t = fresh_blob(fmt::format("{}/{}_heads", y, what));
+    add_unary(n, "transpose", split_heads(k, h, seq, dim, what), t, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}},
+              std::string(what) + "_heads");
     return t;
   };
   // Grouped-query attention: each key/value head serves hq / hkv query heads.
@@ -256,9 +267,7 @@ void Importer::attention(const Node& n) {
     if (static_cast<int64_t>(nonpad.size()) != batch)
       throw n.error(fmt::format("{} lengths for a batch of {}", nonpad.size(), batch), "nonpad_kv_seqlen");
   }
-  // One attention layer where nothing needs the steps apart (softcap and the
-  // QK output do); the causal triangle alone is its flag, not a constant.
-  const bool one_layer = !(n.get_float("softcap", 0.0) > 0) && !used(n.out(3));
+  // In one layer, the causal triangle alone is its flag, not a constant.
   // ONNX aligns the triangle to the cache's end (j <= i + past): the layer's
   // "start" without a cache, its "end" where the new keys are the queries' own.
   const bool causal_flag = one_layer && causal && left < 0 && right < 0 && nonpad.empty() && (past == 0 || src == len);
@@ -303,6 +312,7 @@ void Importer::attention(const Node& n) {
     a.params["scale"] = scale;
     a.params["q_perm"] = q_perm;
     a.params["out_perm"] = out_perm;
+    if (kv_in_place) a.params["k_perm"] = a.params["v_perm"] = std::vector<int64_t>{0, 2, 1, 3};
     if (causal_flag) {
       a.params["causal"] = int64_t{1};
       if (past == 0) a.params["causal_align"] = std::string("start");

@@ -16,6 +16,17 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::ms_convert
       {"QLinearGlobalAveragePool", &Importer::qlinear_global_pool},
       {"QLinearConcat", &Importer::qlinear_concat},
       {"QGemm", &Importer::qgemm},
+      {"SkipLayerNormalization", &Importer::skip_layer_norm},
+      {"SkipSimplifiedLayerNormalization", &Importer::skip_layer_norm},
+      {"EmbedLayerNormalization", &Importer::embed_layer_norm},
+      {"Attention", &Importer::contrib_attention},
+      {"MultiHeadAttention", &Importer::multi_head_attention},
+      {"BiasGelu", &Importer::contrib_activation},
+      {"FastGelu", &Importer::contrib_activation},
+      {"Gelu", &Importer::contrib_activation},
+      {"QuickGelu", &Importer::contrib_activation},
+      {"BiasAdd", &Importer::contrib_activation},
+      {"FusedMatMul", &Importer::fused_matmul},
   };
   return table;
 }
@@ -74,6 +85,8 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::converters
       {"ReduceLogSumExp", &Importer::reduce},
       {"LogSoftmax", &Importer::log_softmax},
       {"RMSNormalization", &Importer::rms_norm},
+      // ONNX Runtime's name for it, in the default domain (its transformer optimizer writes it).
+      {"SimplifiedLayerNormalization", &Importer::rms_norm},
       {"Attention", &Importer::attention},
       {"LinearAttention", &Importer::linear_attention},
       {"RotaryEmbedding", &Importer::rotary_embedding},
@@ -767,7 +780,12 @@ void Importer::convert(int i) {
       "Gather", "GatherElements", "GatherND", "Reshape", "Expand", "Tile", "Slice", "Squeeze", "Unsqueeze", "Pad",
       "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad", "RoiAlign",
       "ScatterElements", "MaxUnpool", "TensorScatter"};
-  const int typed_inputs = typed_by_data.count(n.op()) ? std::min(1, n.num_inputs()) : n.num_inputs();
+  // ONNX Runtime's transformer operators: their integer inputs are token ids and masks.
+  static const std::unordered_set<std::string> contrib_float = {"EmbedLayerNormalization", "Attention", "MultiHeadAttention"};
+  const bool ms = n.proto().domain() == "com.microsoft";
+  const int typed_inputs = ms && contrib_float.count(n.op()) ? 0
+                           : typed_by_data.count(n.op()) ? std::min(1, n.num_inputs())
+                                                         : n.num_inputs();
   for (int k = 0; k < typed_inputs; ++k)
     if (n.has_in(k) && !constant(n.in(k)))
       if (auto t = value_types_.find(n.in(k)); t != value_types_.end()) typed = t->second;

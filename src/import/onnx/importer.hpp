@@ -200,8 +200,9 @@ class Importer : private import::GraphBuilder {
  private:
   using Converter = void (Importer::*)(const Node&);
   static const std::unordered_map<std::string, Converter>& converters();
-  /// ONNX Runtime's quantised operators (domain com.microsoft), as its
-  /// quantize_static writes a QOperator model.
+  /// ONNX Runtime's operators (domain com.microsoft): the quantised ones its
+  /// quantize_static writes in a QOperator model, the transformer ones its
+  /// transformer optimizer writes.
   static const std::unordered_map<std::string, Converter>& ms_converters();
 
   // --- set-up
@@ -422,13 +423,37 @@ class Importer : private import::GraphBuilder {
   /// Input k of n: a constant position in a sequence of `size` (from the end
   /// where negative; `insert` allows the end itself).
   int64_t sequence_position(const Node& n, int k, std::size_t size, bool insert);
+  /// ONNX Runtime's transformer operators (contrib.cpp), as the standard operators they compute.
+  void skip_layer_norm(const Node&);
+  void embed_layer_norm(const Node&);
+  void contrib_attention(const Node&);
+  void multi_head_attention(const Node&);
+  void contrib_activation(const Node&);
+  void fused_matmul(const Node&);
+  /// Input k of a com.microsoft attention node, its int32 mask, as an additive
+  /// bias for [B, N, S, T] ("" for none); `keys` makes the [T] key positions.
+  std::string contrib_mask_bias(const Node& n, int k, int64_t batch, const std::function<std::string()>& keys, bool two_b);
+  /// [T] key positions 0 .. T-1, T the sum of the sizes of the (tensor, axis) pairs.
+  std::string key_positions(const Node& n, const std::vector<std::pair<std::string, int>>& dims);
+  /// A mask's bias plus input bias_k (an attention_bias) where the node has it.
+  std::string summed_bias(const Node& n, const std::string& mask, int bias_k);
+  /// `op` (Unsqueeze, Squeeze, ReduceSum) synthesized over `axes`, given as an input or an attribute as the opset asks.
+  std::string axes_node(const Node& from, const std::string& op, const std::string& x, std::vector<int64_t> axes,
+                        const std::string& y, std::function<void(onnx::NodeProto&)> more = {});
+  /// An int64 constant the importer makes, as a name synthesized nodes read.
+  std::string int_constant(const std::string& base, const Shape& shape, const std::vector<int64_t>& values);
+  /// A fresh name for a value between synthesized nodes (its converter makes it: used() holds).
+  std::string synthesized_value(const std::string& base);
+  /// Input k of n by name; an Error naming `field` where the node lacks it.
+  std::string input_name(const Node& n, int k, const char* field) const {
+    if (!n.has_in(k)) throw n.error("required input missing", field);
+    return n.in(k);
+  }
   /// A node made here (op on `inputs`, giving `outputs`, on behalf of `from`)
   /// converted as if the file held it; its first output.
   std::string convert_synthesized(const Node& from, const std::string& op, std::vector<std::string> inputs,
                                   std::vector<std::string> outputs,
                                   const std::function<void(onnx::NodeProto&)>& attributes = {});
-  /// `op` (Squeeze or Unsqueeze) of x at `axis`, its axes an input or an attribute as the opset asks.
-  std::string axes_op(const Node& from, const std::string& op, const std::string& x, int64_t axis, const std::string& y);
   /// A node the file's graph does not list (a branch's, an unrolled body's,
   /// one made here): appended to the nodes and converted now.
   void convert_node(const onnx::NodeProto& p);

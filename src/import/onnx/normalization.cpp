@@ -130,8 +130,11 @@ void Importer::layernorm(const Node& n) {
   add_unary(n, "reciprocal", sd, n.out(2), {}, "inv_std");
 }
 
-// RMSNormalization (opset 23): x / sqrt(mean(x^2 over axis..) + epsilon) * scale, one rms_norm layer.
+// RMSNormalization (opset 23) and ONNX Runtime's SimplifiedLayerNormalization:
+// x / sqrt(mean(x^2 over axis..) + epsilon) * scale, one rms_norm layer.
 void Importer::rms_norm(const Node& n) {
+  if (n.num_outputs() > 1 && used(n.out(1)))  // (SimplifiedLayerNormalization's)
+    throw Unsupported{fmt::format("{}'s inv_std_var output", n.op())};
   const Shape xs = shape_of(n, n.in(0));
   const int rank = xs.rank();
   const int axis = normalized_axis(n, n.get_int("axis", -1), rank, "axis");

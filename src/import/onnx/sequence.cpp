@@ -63,19 +63,31 @@ void Importer::convert_node(const onnx::NodeProto& p) {
   convert(i);
 }
 
-std::string Importer::axes_op(const Node& from, const std::string& op, const std::string& x, int64_t axis,
-                              const std::string& y) {
+std::string Importer::axes_node(const Node& from, const std::string& op, const std::string& x, std::vector<int64_t> axes,
+                                const std::string& y, std::function<void(onnx::NodeProto&)> more) {
   if (default_opset() >= 13) {
-    const std::string axes = add_constant(from.name + "/axes", int_blob(Shape{1}, {axis}));
-    onnx_types_[axes] = onnx::TensorProto::INT64;
-    return convert_synthesized(from, op, {x, axes}, {y});
+    const std::string a = int_constant(from.name + "/axes", Shape{static_cast<int64_t>(axes.size())}, axes);
+    return convert_synthesized(from, op, {x, a}, {y}, more);
   }
   return convert_synthesized(from, op, {x}, {y}, [&](onnx::NodeProto& q) {
     auto* attr = q.add_attribute();
     attr->set_name("axes");
     attr->set_type(onnx::AttributeProto::INTS);
-    attr->add_ints(axis);
+    for (int64_t a : axes) attr->add_ints(a);
+    if (more) more(q);
   });
+}
+
+std::string Importer::int_constant(const std::string& base, const Shape& shape, const std::vector<int64_t>& values) {
+  const std::string c = add_constant(base, int_blob(shape, values));
+  onnx_types_[c] = onnx::TensorProto::INT64;
+  return c;
+}
+
+std::string Importer::synthesized_value(const std::string& base) {
+  const std::string v = fresh_blob(base);
+  consumers_[v];  // read by a node made here: converters make it (used() is true)
+  return v;
 }
 
 void Importer::sequence_op(const Node& n) {
@@ -112,7 +124,7 @@ void Importer::sequence_op(const Node& n) {
     if (n.get_int("new_axis", 0)) {  // each element gains the axis first (as a stack)
       const int rank = shape_of(n, items[0]).rank() + 1;
       const int64_t a = normalized_axis(n, axis, rank, "axis");
-      for (auto& p : parts) p = axes_op(n, "Unsqueeze", p, a, fresh_blob(p + "/unsqueezed"));
+      for (auto& p : parts) p = axes_node(n, "Unsqueeze", p, {a}, fresh_blob(p + "/unsqueezed"));
     }
     convert_synthesized(n, "Concat", parts, {n.out(0)}, [&](onnx::NodeProto& q) {
       auto* attr = q.add_attribute();
@@ -171,7 +183,7 @@ void Importer::sequence_op(const Node& n) {
                           parts, axis_attr);
     }
     if (!given && n.get_int("keepdims", 1) == 0) {  // each part loses the axis
-      for (auto& p : parts) p = axes_op(n, "Squeeze", p, axis, fresh_blob(p + "/squeezed"));
+      for (auto& p : parts) p = axes_node(n, "Squeeze", p, {axis}, fresh_blob(p + "/squeezed"));
     }
     sequences_[n.out(0)] = std::move(parts);
   } else {
@@ -259,7 +271,7 @@ bool Importer::unroll_loop(const Node& n, const onnx::GraphProto& body) {
     if (y.empty()) continue;
     std::vector<std::string>& values = scanned[static_cast<std::size_t>(s)];
     if (values.empty()) throw Unsupported{"Loop with scan outputs and no iteration"};
-    for (auto& v : values) v = axes_op(n, "Unsqueeze", v, 0, fresh_blob(v + "/stacked"));
+    for (auto& v : values) v = axes_node(n, "Unsqueeze", v, {0}, fresh_blob(v + "/stacked"));
     convert_synthesized(n, "Concat", values, {y}, [](onnx::NodeProto& q) {
       auto* attr = q.add_attribute();
       attr->set_name("axis");

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""ONNX Runtime's transformer operators (domain com.microsoft, as its
+transformer optimizer writes them) in small random graphs, one per form each
+operator takes: imported with no flags, run by `softneuro run`, and compared
+with ONNX Runtime's CPU kernels on the same file and inputs.
+
+    bench/.venv/bin/python bench/transformers/ort_contrib_ops.py --cli build/softneuro --out /tmp/contrib
+
+Prints one line per case; exits 1 if any output is off by more than 1e-5 of its largest value.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+TOL = 1e-5
+F, I32, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
+rng = np.random.default_rng(0)
+
+
+def model(nodes, inputs, outputs, inits):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+                          [onnx.numpy_helper.from_array(v, n) for n, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def ms(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, domain="com.microsoft", **attrs)
+
+
+def randn(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def cases():
+    B, S, H, N = 2, 5, 16, 4
+    x = randn(B, S, H)
+    gamma, beta, bias = randn(H), randn(H), randn(H)
+    # SkipLayerNormalization: with and without beta and bias, the sum as an output.
+    for name, ins in (("skip_ln", ["x", "skip", "gamma", "beta", "bias"]), ("skip_ln_nobias", ["x", "skip", "gamma", "beta"]),
+                      ("skip_ln_gamma_only", ["x", "skip", "gamma"])):
+        yield name, model([ms("SkipLayerNormalization", ins, ["y", "", "", "sum"], epsilon=1e-5)],
+                          [("x", F, [B, S, H]), ("skip", F, [B, S, H])], [("y", F), ("sum", F)],
+                          {"gamma": gamma, "beta": beta, "bias": bias}), {"x": x, "skip": randn(B, S, H)}
+    yield "skip_simplified", model([ms("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma", "bias"], ["y", "", "", "sum"])],
+                                   [("x", F, [B, S, H]), ("skip", F, [B, S, H])], [("y", F), ("sum", F)],
+                                   {"gamma": gamma, "bias": bias}), {"x": x, "skip": randn(B, S, H)}
+    yield "simplified_ln", model([helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["y"], epsilon=1e-6)],
+                                 [("x", F, [B, S, H])], [("y", F)], {"gamma": gamma}), {"x": x}
+    for op, ins in (("BiasGelu", ["x", "bias"]), ("FastGelu", ["x", "bias"]), ("FastGelu", ["x"]), ("Gelu", ["x"]),
+                    ("QuickGelu", ["x"])):
+        yield f"{op}_{len(ins)}", model([ms(op, ins, ["y"])], [("x", F, [B, S, H])], [("y", F)], {"bias": bias}), {"x": x * 3}
+    yield "QuickGelu_alpha", model([ms("QuickGelu", ["x"], ["y"], alpha=1.0)], [("x", F, [B, S, H])], [("y", F)], {}), {"x": x}
+    for ta, tb, alpha in ((0, 1, 1.0), (1, 0, 0.5), (1, 1, 2.0)):
+        a, b = randn(3, 6, 7) if not ta else randn(3, 7, 6), randn(7, 4) if not tb else randn(4, 7)
+        yield f"fused_matmul_{ta}{tb}", model([ms("FusedMatMul", ["a", "b"], ["y"], transA=ta, transB=tb, alpha=alpha)],
+                                             [("a", F, list(a.shape))], [("y", F)], {"b": b}), {"a": a}
+    # EmbedLayerNormalization: with segments and mask, without (DistilBERT), with position ids.
+    V, P = 50, 32
+    ids = rng.integers(0, V, (B, S)).astype(np.int32)
+    seg = rng.integers(0, 2, (B, S)).astype(np.int32)
+    mask = np.ones((B, S), np.int32)
+    mask[1, 3:] = 0
+    mask[0, 1] = 2  # not counted: only ones are
+    emb = {"word": randn(V, H), "pos": randn(P, H), "segemb": randn(2, H), "gamma": gamma, "beta": beta}
+    yield "embed_ln", model([ms("EmbedLayerNormalization", ["ids", "seg", "word", "pos", "segemb", "gamma", "beta", "mask"],
+                                ["y", "mask_index", "sum"], epsilon=1e-12)],
+                            [("ids", I32, [B, S]), ("seg", I32, [B, S]), ("mask", I32, [B, S])],
+                            [("y", F), ("mask_index", I32), ("sum", F)], emb), {"ids": ids, "seg": seg, "mask": mask}
+    yield "embed_ln_nomask", model([ms("EmbedLayerNormalization", ["ids", "", "word", "pos", "", "gamma", "beta"], ["y", "mask_index"])],
+                                   [("ids", I32, [B, S])], [("y", F), ("mask_index", I32)], emb), {"ids": ids}
+    pos_ids = rng.integers(0, P, (1, S)).astype(np.int32)
+    yield "embed_ln_positions", model([ms("EmbedLayerNormalization", ["ids", "", "word", "pos", "", "gamma", "beta", "", "pids"],
+                                          ["y", "mask_index"])],
+                                      [("ids", I32, [B, S]), ("pids", I32, [1, S])], [("y", F), ("mask_index", I32)], emb), {"ids": ids, "pids": pos_ids}
+    # Attention: the mask forms, causal, past, attention_bias, unequal V size, computed weights.
+    W, Wb = randn(H, 3 * H, scale=0.5), randn(3 * H)
+    lengths = np.array([S, 3], np.int32)
+    ends_starts = np.array([S, 4, 0, 2], np.int32)
+    raw = mask.copy()
+    raw[0, 1] = 1
+    raw3 = (rng.random((B, S, S)) > 0.3).astype(np.int32)
+    raw3[:, :, 0] = 1
+    for tag, m in (("none", None), ("lengths", lengths), ("ends_starts", ends_starts), ("raw", raw), ("raw3", raw3),
+                   ("dummy", np.ones((B, 1), np.int32)), ("all_masked", np.array([0, 3], np.int32))):
+        for uni in (0, 1):
+            ins, feeds, types = ["x", "W", "Wb"], {"x": x}, [("x", F, [B, S, H])]
+            if m is not None:
+                ins.append("m")
+                feeds["m"] = m
+                types.append(("m", I32, list(m.shape)))
+            yield f"attention_{tag}_uni{uni}", model([ms("Attention", ins, ["y"], num_heads=N, unidirectional=uni)], types, [("y", F)],
+                                                     {"W": W, "Wb": Wb}), feeds
+    yield "attention_filter_lowest", model([ms("Attention", ["x", "W", "Wb", "m"], ["y"], num_heads=N,
+                                               mask_filter_value=float(np.finfo(np.float32).min))],
+                                           [("x", F, [B, S, H]), ("m", I32, [B])], [("y", F)], {"W": W, "Wb": Wb}), {"x": x, "m": lengths}
+    Pl = 3
+    past = randn(2, B, N, Pl, H // N)
+    yield "attention_past", model([ms("Attention", ["x", "W", "Wb", "m", "past"], ["y", "present"], num_heads=N, unidirectional=1)],
+                                  [("x", F, [B, S, H]), ("m", I32, [B, Pl + S]), ("past", F, [2, B, N, Pl, H // N])],
+                                  [("y", F), ("present", F)], {"W": W, "Wb": Wb}),\
+        {"x": x, "m": np.concatenate([np.ones((B, Pl), np.int32), raw], 1), "past": past}
+    yield "attention_past_one_token", model([ms("Attention", ["x", "W", "Wb", "", "past"], ["y", "present"], num_heads=N, unidirectional=1)],
+                                            [("x", F, [B, 1, H]), ("past", F, [2, B, N, Pl, H // N])],
+                                            [("y", F), ("present", F)], {"W": W, "Wb": Wb}), {"x": x[:, :1], "past": past}
+    yield "attention_bias_input", model([ms("Attention", ["x", "W", "Wb", "m", "", "ab"], ["y"], num_heads=N, scale=0.3)],
+                                        [("x", F, [B, S, H]), ("m", I32, [B]), ("ab", F, [1, N, S, S])], [("y", F)], {"W": W, "Wb": Wb}),\
+        {"x": x, "m": lengths, "ab": randn(1, N, S, S)}
+    W2 = randn(H, 2 * H + 8, scale=0.5)
+    yield "attention_qkv_sizes", model([ms("Attention", ["x", "W2"], ["y"], num_heads=N, qkv_hidden_sizes=[H, H, 8])],
+                                       [("x", F, [B, S, H])], [("y", F)], {"W2": W2}), {"x": x}
+    yield "attention_runtime_weights", model([ms("Attention", ["x", "W", "Wb"], ["y"], num_heads=N)],
+                                             [("x", F, [B, S, H]), ("W", F, [H, 3 * H]), ("Wb", F, [3 * H])], [("y", F)], {}),\
+        {"x": x, "W": W, "Wb": Wb}
+    # MultiHeadAttention: separate Q, K, V with bias and cache; K and V in heads (cross attention).
+    L = 7
+    q, k, v = randn(B, S, H), randn(B, L, H), randn(B, L, H)
+    mb = randn(3 * H)
+    kpm = np.ones((B, L), np.int32)
+    kpm[1, 5:] = 0
+    yield "mha_qkv", model([ms("MultiHeadAttention", ["q", "k", "v", "b", "kpm"], ["y"], num_heads=N)],
+                           [("q", F, [B, S, H]), ("k", F, [B, L, H]), ("v", F, [B, L, H]), ("kpm", I32, [B, L])], [("y", F)], {"b": mb}),\
+        {"q": q, "k": k, "v": v, "kpm": kpm}
+    yield "mha_lengths_bias", model([ms("MultiHeadAttention", ["q", "k", "v", "", "kpm", "ab"], ["y", "", "", "qk"], num_heads=N)],
+                                    [("q", F, [B, S, H]), ("k", F, [B, L, H]), ("v", F, [B, L, H]), ("kpm", I32, [B]),
+                                     ("ab", F, [B, 1, S, L])], [("y", F), ("qk", F)], {}),\
+        {"q": q, "k": k, "v": v, "kpm": np.array([L, 4], np.int32), "ab": randn(B, 1, S, L)}
+    pk, pv = randn(B, N, Pl, H // N), randn(B, N, Pl, H // N)
+    yield "mha_past_causal", model([ms("MultiHeadAttention", ["q", "k", "v", "b", "", "", "pk", "pv"], ["y", "present_k", "present_v"],
+                                      num_heads=N, unidirectional=1)],
+                                   [("q", F, [B, S, H]), ("k", F, [B, S, H]), ("v", F, [B, S, H]), ("pk", F, [B, N, Pl, H // N]),
+                                    ("pv", F, [B, N, Pl, H // N])], [("y", F), ("present_k", F), ("present_v", F)], {"b": mb}),\
+        {"q": q, "k": randn(B, S, H), "v": randn(B, S, H), "pk": pk, "pv": pv}
+    k4, v4 = randn(B, N, L, H // N), randn(B, N, L, H // N)
+    yield "mha_kv_in_heads", model([ms("MultiHeadAttention", ["q", "k", "v", "b", "kpm"], ["y", "present_k", "present_v"], num_heads=N)],
+                                   [("q", F, [B, S, H]), ("k", F, [B, N, L, H // N]), ("v", F, [B, N, L, H // N]), ("kpm", I32, [B, L])],
+                                   [("y", F), ("present_k", F), ("present_v", F)], {"b": mb}),\
+        {"q": q, "k": k4, "v": v4, "kpm": kpm}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", default="build/softneuro")
+    ap.add_argument("--out", default="/tmp/contrib")
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    import onnxruntime as ort
+    ort.set_default_logger_severity(3)  # (initializers a case does not read)
+    os.makedirs(a.out, exist_ok=True)
+    bad = 0
+    for name, m, feeds in cases():
+        if a.only and a.only not in name:
+            continue
+        path = os.path.join(a.out, name + ".onnx")
+        onnx.save(m, path)
+        outs = [o.name for o in m.graph.output]
+        ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(outs, feeds)
+        dnn = path[:-5] + ".dnn"
+        r = subprocess.run([a.cli, "import", path, "-o", dnn], capture_output=True, text=True)
+        if r.returncode:
+            print(f"{name}: import failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+            bad += 1
+            continue
+        args = [a.cli, "run", dnn, "--repeat", "1", "--top", "0"]
+        for k, v in feeds.items():
+            np.save(os.path.join(a.out, f"{name}.{k}.npy"), v)
+            args += ["--input", f"{k}={os.path.join(a.out, f'{name}.{k}.npy')}"]
+        for o in outs:
+            args += ["--output", f"{o}={os.path.join(a.out, f'{name}.out.{o}.npy')}"]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode:
+            print(f"{name}: run failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+            bad += 1
+            continue
+        worst = 0.0
+        for o, want in zip(outs, ref):
+            got = np.load(os.path.join(a.out, f"{name}.out.{o}.npy"))
+            if got.shape != want.shape:
+                worst = float("inf")
+                print(f"{name}: {o} shape {got.shape}, ONNX Runtime {want.shape}")
+                continue
+            worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want)) / max(float(np.max(np.abs(want))), 1e-30)))
+        ok = worst <= TOL
+        bad += not ok
+        print(f"{name}: {'ok' if ok else 'MISMATCH'} (largest difference {worst:.2e} of the largest value)")
+    print(f"{bad} failed")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

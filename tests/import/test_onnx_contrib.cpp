@@ -1,0 +1,369 @@
+// ONNX Runtime's transformer operators (com.microsoft), as its transformer
+// optimizer writes them, against direct computations of what its CPU kernels
+// compute (bench/transformers/ort_contrib_ops.py compares with ONNX Runtime itself).
+#include "import/onnx_test_util.hpp"
+
+#include <softneuro/session.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using namespace softneuro;
+using namespace softneuro::test;
+
+namespace {
+
+void ms_domain(OnnxModel& m) {
+  auto* o = m.proto.add_opset_import();
+  o->set_domain("com.microsoft");
+  o->set_version(1);
+}
+
+NodeRef ms_node(OnnxModel& m, const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
+                const std::string& name = {}) {
+  NodeRef r = m.node(op, in, out, name);
+  r.p->set_domain("com.microsoft");
+  return r;
+}
+
+Blob int_blob32(const Shape& s, const std::vector<int32_t>& v) {
+  Blob b = Blob::allocate(s, DType::int32);
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(int32_t));
+  return b;
+}
+
+std::vector<NamedBlob> run(Session&& s, std::vector<NamedBlob> in) { return s.run(in); }
+std::vector<NamedBlob> run(Session& s, std::vector<NamedBlob> in) { return s.run(in); }
+
+std::vector<float> values_of(const NamedBlob& b) {
+  const float* p = b.blob.data_as<float>();
+  return std::vector<float>(p, p + b.blob.numel());
+}
+
+/// Layer normalisation of each row of `h` values.
+std::vector<float> layer_norm(const std::vector<float>& x, int64_t h, const std::vector<float>& gamma, const std::vector<float>& beta,
+                              double eps) {
+  std::vector<float> y(x.size());
+  for (std::size_t r = 0; r < x.size() / static_cast<std::size_t>(h); ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < h; ++i) mean += x[r * h + i];
+    mean /= static_cast<double>(h);
+    for (int64_t i = 0; i < h; ++i) var += (x[r * h + i] - mean) * (x[r * h + i] - mean);
+    var /= static_cast<double>(h);
+    for (int64_t i = 0; i < h; ++i)
+      y[r * h + i] = static_cast<float>((x[r * h + i] - mean) / std::sqrt(var + eps) * gamma[i] + (beta.empty() ? 0.0 : beta[i]));
+  }
+  return y;
+}
+
+/// Attention of q [B, S, N*H] over k, v [B, T, N*H] (rows of a past first),
+/// bias(b, s, j) added to the scaled scores (-inf: not attended).
+std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int64_t B,
+                             int64_t S, int64_t T, int64_t N, int64_t H, const std::function<double(int64_t, int64_t, int64_t)>& bias) {
+  std::vector<float> y(static_cast<std::size_t>(B * S * N * H));
+  const double scale = 1 / std::sqrt(static_cast<double>(H));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        std::vector<double> p(static_cast<std::size_t>(T));
+        double top = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < T; ++j) {
+          double dot = 0;
+          for (int64_t h = 0; h < H; ++h) dot += q[((b * S + s) * N + n) * H + h] * k[((b * T + j) * N + n) * H + h];
+          p[j] = dot * scale + bias(b, s, j);
+          top = std::max(top, p[j]);
+        }
+        double sum = 0;
+        for (auto& e : p) sum += (e = std::exp(e - top));
+        for (int64_t h = 0; h < H; ++h) {
+          double acc = 0;
+          for (int64_t j = 0; j < T; ++j) acc += p[j] / sum * v[((b * T + j) * N + n) * H + h];
+          y[((b * S + s) * N + n) * H + h] = static_cast<float>(acc);
+        }
+      }
+  return y;
+}
+
+/// x [rows, in] @ w [in, out] columns [from, from + size) + bias.
+std::vector<float> project(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias, int64_t rows,
+                           int64_t in, int64_t out, int64_t from, int64_t size) {
+  std::vector<float> y(static_cast<std::size_t>(rows * size));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < size; ++c) {
+      double acc = bias[from + c];
+      for (int64_t i = 0; i < in; ++i) acc += x[r * in + i] * w[i * out + from + c];
+      y[r * size + c] = static_cast<float>(acc);
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("contrib: SkipLayerNormalization normalises input + skip + bias, the sum its fourth output", "[onnx][contrib]") {
+  const int64_t B = 2, S = 3, H = 8;
+  const auto x = random_values(B * S * H, 1), skip = random_values(B * S * H, 2), gamma = random_values(H, 3), beta = random_values(H, 4),
+             bias = random_values(H, 5);
+  for (bool simplified : {false, true}) {
+    INFO((simplified ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization"));
+    OnnxModel m(17);
+    ms_domain(m);
+    m.input("x", {B, S, H}).input("skip", {B, S, H}).output("y").output("sum");
+    m.init("gamma", {H}, gamma).init("beta", {H}, beta).init("bias", {H}, bias);
+    ms_node(m, simplified ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization",
+            simplified ? std::vector<std::string>{"x", "skip", "gamma", "bias"} : std::vector<std::string>{"x", "skip", "gamma", "beta", "bias"},
+            {"y", "", "", "sum"})
+        .f("epsilon", 1e-5f);
+    auto out = run(Session(import_onnx(m.save("skip_ln.onnx"))),
+                   {{"x", make_input(Shape{B, S, H}, x)}, {"skip", make_input(Shape{B, S, H}, skip)}});
+    std::vector<float> sum(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) sum[i] = (x[i] + bias[i % H]) + skip[i];  // the bias first (contrib.cpp)
+    std::vector<float> want;
+    if (simplified) {
+      want.resize(sum.size());
+      for (int64_t r = 0; r < B * S; ++r) {
+        double ms = 0;
+        for (int64_t i = 0; i < H; ++i) ms += sum[r * H + i] * sum[r * H + i];
+        for (int64_t i = 0; i < H; ++i) want[r * H + i] = static_cast<float>(sum[r * H + i] / std::sqrt(ms / H + 1e-5) * gamma[i]);
+      }
+    } else {
+      want = layer_norm(sum, H, gamma, beta, 1e-5);
+    }
+    REQUIRE(out.size() == 2);
+    CHECK(max_abs_diff(values_of(out[0]), want) < 1e-5);
+    CHECK(max_abs_diff(values_of(out[1]), sum) == 0);
+  }
+}
+
+TEST_CASE("contrib: EmbedLayerNormalization at any length, its mask_index the count of ones per row", "[onnx][contrib]") {
+  const int64_t V = 20, P = 16, H = 8;
+  const auto word = random_values(V * H, 1), pos = random_values(P * H, 2), seg = random_values(2 * H, 3), gamma = random_values(H, 4),
+             beta = random_values(H, 5);
+  OnnxModel m(17);
+  ms_domain(m);
+  m.named_input("ids", onnx::TensorProto::INT32, {"batch", "sequence"})
+      .named_input("segments", onnx::TensorProto::INT32, {"batch", "sequence"})
+      .named_input("mask", onnx::TensorProto::INT32, {"batch", "sequence"})
+      .output("y")
+      .typed_output("mask_index", onnx::TensorProto::INT32);
+  m.init("word", {V, H}, word).init("pos", {P, H}, pos).init("seg", {2, H}, seg).init("gamma", {H}, gamma).init("beta", {H}, beta);
+  ms_node(m, "EmbedLayerNormalization", {"ids", "segments", "word", "pos", "seg", "gamma", "beta", "mask"}, {"y", "mask_index"});
+  Session session(import_onnx(m.save("embed_ln.onnx")));
+  for (int64_t S : {5, 9}) {
+    INFO("length " << S);
+    const int64_t B = 2;
+    std::vector<int32_t> ids, segments, mask;
+    for (int64_t i = 0; i < B * S; ++i) {
+      ids.push_back(static_cast<int32_t>((i * 7 + 3) % V));
+      segments.push_back(static_cast<int32_t>(i % S >= 2));
+      mask.push_back(i % S < S - 2 ? 1 : 0);
+    }
+    mask[1] = 2;  // not a one: not counted, as ONNX Runtime counts
+    auto out = run(session, {{"ids", int_blob32(Shape{B, S}, ids)}, {"segments", int_blob32(Shape{B, S}, segments)},
+                            {"mask", int_blob32(Shape{B, S}, mask)}});
+    std::vector<float> sum(static_cast<std::size_t>(B * S * H));
+    for (int64_t t = 0; t < B * S; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        sum[t * H + h] = word[ids[t] * H + h] + pos[(t % S) * H + h] + seg[segments[t] * H + h];
+    CHECK(max_abs_diff(values_of(out[0]), layer_norm(sum, H, gamma, beta, 1e-12)) < 1e-5);
+    REQUIRE(out[1].blob.shape() == Shape{B});
+    REQUIRE(out[1].blob.dtype() == DType::int32);
+    CHECK(out[1].blob.data_as<int32_t>()[0] == S - 3);
+    CHECK(out[1].blob.data_as<int32_t>()[1] == S - 2);
+  }
+}
+
+TEST_CASE("contrib: Attention with merged Q/K/V weights, each mask form, causal and a past", "[onnx][contrib]") {
+  const int64_t B = 2, N = 2, H = 3, D = N * H, P = 2;
+  const auto w = random_values(D * 3 * D, 1), wb = random_values(3 * D, 2);
+  const double filter = -10000;
+  struct Form {
+    const char* name;
+    Shape shape;                                 // of the mask at sequence S (0 in a dim: the total T, -1: S)
+    std::function<int32_t(int64_t, int64_t)> at;  // mask value at flat position i, given S
+    std::function<bool(const std::vector<int32_t>&, int64_t, int64_t, int64_t, int64_t, int64_t)> attends;  // m, b, s, j, S, T
+  };
+  const std::vector<Form> forms = {
+      {"none", {}, nullptr, [](auto&, int64_t, int64_t, int64_t, int64_t, int64_t) { return true; }},
+      {"lengths [B]", {B}, [](int64_t i, int64_t S) { return static_cast<int32_t>(i == 0 ? S + P : S - 1 + P); },
+       [](auto& m, int64_t b, int64_t, int64_t j, int64_t, int64_t) { return j < m[b]; }},
+      {"ends and starts [2B]", {2 * B}, [](int64_t i, int64_t S) { return static_cast<int32_t>(i < B ? S + P - i : i - B + 1); },
+       [](auto& m, int64_t b, int64_t, int64_t j, int64_t, int64_t) { return j < m[b] && j >= m[B + b]; }},
+      {"raw [B, T]", {B, 0}, [](int64_t i, int64_t) { return static_cast<int32_t>((i * 5) % 7 != 3); },
+       [](auto& m, int64_t b, int64_t, int64_t j, int64_t, int64_t T) { return m[b * T + j] > 0; }},
+      {"raw [B, S, T]", {B, -1, 0}, [](int64_t i, int64_t) { return static_cast<int32_t>((i * 5) % 7 != 3); },
+       [](auto& m, int64_t b, int64_t s, int64_t j, int64_t S, int64_t T) { return m[(b * S + s) * T + j] > 0; }},
+  };
+  for (bool causal : {false, true})
+    for (bool past : {false, true})
+      for (const Form& form : forms) {
+        INFO(form.name << (causal ? ", causal" : "") << (past ? ", past" : ""));
+        const int64_t PP = past ? P : 0;
+        OnnxModel m(17);
+        ms_domain(m);
+        m.named_input("x", onnx::TensorProto::FLOAT, {std::to_string(B), "sequence", std::to_string(D)}).output("y");
+        m.init("w", {D, 3 * D}, w).init("wb", {3 * D}, wb);
+        std::vector<std::string> ins{"x", "w", "wb", form.at ? "mask" : ""};
+        if (form.at) {
+          std::vector<std::string> dims;
+          for (int64_t d : form.shape) dims.push_back(d == 0 ? (past ? "past + sequence" : "sequence") : d == -1 ? "sequence" : std::to_string(d));
+          m.named_input("mask", onnx::TensorProto::INT32, dims);
+        }
+        if (past) {
+          m.named_input("past", onnx::TensorProto::FLOAT, {"2", std::to_string(B), std::to_string(N), "past", std::to_string(H)});
+          ins.push_back("past");
+          m.output("present");
+        }
+        ms_node(m, "Attention", ins, past ? std::vector<std::string>{"y", "present"} : std::vector<std::string>{"y"})
+            .i("num_heads", N)
+            .i("unidirectional", causal);
+        const Model net = import_onnx(m.save("ms_attention.onnx"));
+        CHECK(count_layers(net, "attention") == 1);
+        // K and V read in place through the layer's perms, where no cache concatenates them.
+        if (!past) CHECK(count_layers(net, "transpose") == 0);
+        Session session(net);
+        for (int64_t S : {4, 6}) {
+          INFO("sequence " << S);
+          const int64_t T = PP + S;
+          const auto x = random_values(B * S * D, static_cast<unsigned>(S));
+          std::vector<NamedBlob> in{{"x", make_input(Shape{B, S, D}, x)}};
+          std::vector<int32_t> mask;
+          if (form.at) {
+            std::vector<int64_t> dims;
+            for (int64_t d : form.shape) dims.push_back(d == 0 ? T : d == -1 ? S : d);
+            const Shape ms(dims);
+            for (int64_t i = 0; i < ms.numel(); ++i) mask.push_back(form.at(i, S));
+            in.push_back({"mask", int_blob32(ms, mask)});
+          }
+          const auto past_values = random_values(2 * B * N * PP * H, 9);
+          if (past) in.push_back({"past", make_input(Shape{2, B, N, PP, H}, past_values)});
+          auto out = session.run(in);
+          // K and V: the past's rows, then the new ones ([B, T, N*H] for the reference).
+          std::vector<float> q = project(x, w, wb, B * S, D, 3 * D, 0, D), k_new = project(x, w, wb, B * S, D, 3 * D, D, D),
+                             v_new = project(x, w, wb, B * S, D, 3 * D, 2 * D, D);
+          std::vector<float> k(static_cast<std::size_t>(B * T * D)), v(k.size());
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t h = 0; h < H; ++h) {
+                  const auto at = static_cast<std::size_t>(((b * T + t) * N + n) * H + h);
+                  if (t < PP) {
+                    k[at] = past_values[static_cast<std::size_t>(((b * N + n) * PP + t) * H + h)];
+                    v[at] = past_values[static_cast<std::size_t>((((B + b) * N + n) * PP + t) * H + h)];
+                  } else {
+                    k[at] = k_new[static_cast<std::size_t>(((b * S + t - PP) * N + n) * H + h)];
+                    v[at] = v_new[static_cast<std::size_t>(((b * S + t - PP) * N + n) * H + h)];
+                  }
+                }
+          auto bias = [&](int64_t b, int64_t s, int64_t j) {
+            if (causal && j > PP + s) return -std::numeric_limits<double>::infinity();
+            return form.attends(mask, b, s, j, S, T) ? 0.0 : filter;
+          };
+          const auto want = attention(q, k, v, B, S, T, N, H, bias);
+          REQUIRE(out[0].blob.shape() == Shape{B, S, D});
+          // A row whose every key is masked attends to them all shifted by the
+          // filter, as ONNX Runtime does: its scores then keep float32's ~1e-3
+          // steps at 10,000, which a computation in doubles does not.
+          const std::vector<float> got = values_of(out[0]);
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t s = 0; s < S; ++s) {
+              bool attended = false;
+              for (int64_t j = 0; j < T; ++j) attended = attended || bias(b, s, j) == 0.0;
+              for (int64_t i = (b * S + s) * D; i < (b * S + s + 1) * D; ++i)
+                REQUIRE(got[static_cast<std::size_t>(i)] == Approx(want[static_cast<std::size_t>(i)]).margin(attended ? 2e-5 : 5e-3));
+            }
+          if (past) {
+            REQUIRE(out[1].blob.shape() == Shape{2, B, N, T, H});
+            const float* pr = out[1].blob.data_as<float>();
+            for (int64_t b = 0; b < B; ++b)
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t t = 0; t < T; ++t)
+                  for (int64_t h = 0; h < H; ++h)
+                    REQUIRE(pr[((b * N + n) * T + t) * H + h] == Approx(k[static_cast<std::size_t>(((b * T + t) * N + n) * H + h)]).margin(1e-5));
+          }
+        }
+      }
+}
+
+TEST_CASE("contrib: MultiHeadAttention over K and V already in heads (a cross-attention cache), Q's bias only",
+          "[onnx][contrib]") {
+  const int64_t B = 1, S = 3, L = 5, N = 2, H = 4, D = N * H;
+  const auto q = random_values(B * S * D, 1), k4 = random_values(B * N * L * H, 2), v4 = random_values(B * N * L * H, 3),
+             bias = random_values(3 * D, 4);
+  OnnxModel m(17);
+  ms_domain(m);
+  m.input("q", {B, S, D}).input("k", {B, N, L, H}).input("v", {B, N, L, H}).output("y");
+  m.init("bias", {3 * D}, bias);
+  ms_node(m, "MultiHeadAttention", {"q", "k", "v", "bias"}, {"y"}).i("num_heads", N);
+  auto out = run(Session(import_onnx(m.save("mha_heads.onnx"))),
+                 {{"q", make_input(Shape{B, S, D}, q)}, {"k", make_input(Shape{B, N, L, H}, k4)}, {"v", make_input(Shape{B, N, L, H}, v4)}});
+  std::vector<float> qb(q.size()), k(k4.size()), v(v4.size());
+  for (std::size_t i = 0; i < q.size(); ++i) qb[i] = q[i] + bias[i % D];
+  for (int64_t n = 0; n < N; ++n)  // [B, N, L, H] -> [B, L, N*H]
+    for (int64_t j = 0; j < L; ++j)
+      for (int64_t h = 0; h < H; ++h) {
+        k[static_cast<std::size_t>((j * N + n) * H + h)] = k4[static_cast<std::size_t>((n * L + j) * H + h)];
+        v[static_cast<std::size_t>((j * N + n) * H + h)] = v4[static_cast<std::size_t>((n * L + j) * H + h)];
+      }
+  const auto want = attention(qb, k, v, B, S, L, N, H, [](int64_t, int64_t, int64_t) { return 0.0; });
+  REQUIRE(out[0].blob.shape() == Shape{B, S, D});
+  CHECK(max_abs_diff(values_of(out[0]), want) < 2e-5);
+}
+
+TEST_CASE("contrib: the GELU forms and FusedMatMul compute their formulas", "[onnx][contrib]") {
+  const int64_t R = 4, C = 6;
+  const auto x = random_values(R * C, 1), bias = random_values(C, 2);
+  auto gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+  auto fast = [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
+  auto quick = [](double v) { return v / (1 + std::exp(-1.702 * v)); };
+  struct Case {
+    const char* op;
+    bool biased;
+    std::function<double(double)> f;
+  };
+  for (const Case& c : {Case{"BiasGelu", true, gelu}, Case{"FastGelu", true, fast}, Case{"FastGelu", false, fast}, Case{"Gelu", false, gelu},
+                        Case{"QuickGelu", false, quick}}) {
+    INFO(c.op << (c.biased ? " with a bias" : ""));
+    OnnxModel m(17);
+    ms_domain(m);
+    m.input("x", {R, C}).output("y");
+    m.init("bias", {C}, bias);
+    ms_node(m, c.op, c.biased ? std::vector<std::string>{"x", "bias"} : std::vector<std::string>{"x"}, {"y"});
+    const Output y = run_model(m, "gelu_form.onnx", Shape{R, C}, x);
+    std::vector<float> want(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) want[i] = static_cast<float>(c.f(x[i] + (c.biased ? bias[i % C] : 0.0)));
+    CHECK(max_abs_diff(y.values, want) < 1e-5);
+  }
+  // FusedMatMul: alpha * Aᵀ @ Bᵀ.
+  const auto b = random_values(5 * R, 3);
+  OnnxModel m(17);
+  ms_domain(m);
+  m.input("x", {R, C}).output("y");
+  m.init("b", {5, R}, b);
+  ms_node(m, "FusedMatMul", {"x", "b"}, {"y"}).i("transA", 1).i("transB", 1).f("alpha", 0.5f);
+  const Output y = run_model(m, "fused_matmul.onnx", Shape{R, C}, x);
+  REQUIRE(y.shape == Shape{C, 5});
+  for (int64_t i = 0; i < C; ++i)
+    for (int64_t j = 0; j < 5; ++j) {
+      double acc = 0;
+      for (int64_t t = 0; t < R; ++t) acc += x[t * C + i] * b[j * R + t];
+      CHECK(y.values[static_cast<std::size_t>(i * 5 + j)] == Approx(0.5 * acc).margin(1e-5));
+    }
+}
+
+TEST_CASE("contrib: forms ONNX Runtime's CPU kernels refuse are refused naming the node", "[onnx][contrib]") {
+  OnnxModel m(17);
+  ms_domain(m);
+  m.input("x", {1, 4, 6}).typed_input("mask", onnx::TensorProto::INT32, {1, 1, 4, 4}).output("y");
+  m.init("w", {6, 18}, random_values(108, 1));
+  ms_node(m, "Attention", {"x", "w", "", "mask"}, {"y"}, "the_attention").i("num_heads", 2);
+  CHECK_THROWS_WITH(import_onnx(m.save("attention_4d_mask.onnx")), Catch::Contains("the_attention") && Catch::Contains("4-D mask"));
+  OnnxModel r(17);
+  ms_domain(r);
+  r.input("x", {1, 4, 6}).output("y");
+  r.init("w", {6, 18}, random_values(108, 1));
+  ms_node(r, "Attention", {"x", "w"}, {"y"}, "rotary").i("num_heads", 2).i("do_rotary", 1);
+  CHECK_THROWS_WITH(import_onnx(r.save("attention_rotary.onnx")), Catch::Contains("rotary") && Catch::Contains("do_rotary"));
+}
