@@ -142,6 +142,101 @@ def cases():
                                    [("y", F), ("present_k", F), ("present_v", F)], {"b": mb}),\
         {"q": q, "k": k4, "v": v4, "kpm": kpm}
 
+    # GroupQueryAttention (onnxruntime-genai's decoders): 4 query heads over 2 KV heads of 16, the cache
+    # right-padded per batch row (seqlens_k: valid keys after the step, minus 1), rotary from cos/sin caches.
+    N, NKV, HD, MC = 4, 2, 16, 64
+    cos_cache, sin_cache = [np.cos(np.outer(np.arange(MC), 1.0 / 10000 ** (np.arange(0, 8) / 8))).astype(np.float32),
+                            np.sin(np.outer(np.arange(MC), 1.0 / 10000 ** (np.arange(0, 8) / 8))).astype(np.float32)]
+
+    def gqa(name, S, P, lengths, rotary=0, interleaved=0, packed=False, **attrs):
+        B = len(lengths)
+        ins, types, feeds = [], [], {}
+        if packed:
+            ins += ["qkv", "", ""]
+            feeds["qkv"] = randn(B, S, (N + 2 * NKV) * HD)
+            types.append(("qkv", F, [B, S, (N + 2 * NKV) * HD]))
+        else:
+            ins += ["q", "k", "v"]
+            feeds.update(q=randn(B, S, N * HD), k=randn(B, S, NKV * HD), v=randn(B, S, NKV * HD))
+            types += [("q", F, [B, S, N * HD]), ("k", F, [B, S, NKV * HD]), ("v", F, [B, S, NKV * HD])]
+        if P:
+            ins += ["pk", "pv"]
+            feeds.update(pk=randn(B, NKV, P, HD), pv=randn(B, NKV, P, HD))
+            types += [("pk", F, [B, NKV, P, HD]), ("pv", F, [B, NKV, P, HD])]
+        else:
+            ins += ["", ""]
+        ins += ["seqlens_k", "total"]
+        feeds["seqlens_k"] = np.array(lengths, np.int32) - 1
+        types.append(("seqlens_k", I32, [B]))
+        inits = {"total": np.array(max(lengths), np.int32)}
+        if rotary:
+            ins += ["cos", "sin"]
+            inits.update(cos=cos_cache, sin=sin_cache)
+        node = ms("GroupQueryAttention", ins, ["y", "present_k", "present_v"], num_heads=N, kv_num_heads=NKV,
+                  do_rotary=rotary, rotary_interleaved=interleaved, **attrs)
+        return name, model([node], types, [("y", F), ("present_k", F), ("present_v", F)], inits), feeds
+
+    yield gqa("gqa_prompt", 5, 0, [5, 5])
+    yield gqa("gqa_prompt_padded_rotary", 5, 0, [5, 3], rotary=1)
+    yield gqa("gqa_prompt_interleaved", 5, 0, [5, 2], rotary=1, interleaved=1)
+    yield gqa("gqa_decode_rotary", 1, 6, [7, 7], rotary=1)
+    yield gqa("gqa_decode_ragged", 1, 6, [7, 4], rotary=1)
+    yield gqa("gqa_chunk", 3, 4, [7], rotary=1)
+    yield gqa("gqa_window_softcap", 1, 6, [7, 5], local_window_size=3, softcap=2.0)
+    yield gqa("gqa_packed", 4, 0, [4, 3], rotary=1, packed=True)
+    yield gqa("gqa_scale_noncausal", 4, 0, [4, 4], scale=0.2, causal=0)
+    # onnxruntime-genai's model builder: seqlens_k and total_sequence_length from the attention mask.
+    B, S, P = 1, 3, 5
+    nodes = [helper.make_node("ReduceSum", ["mask", "one"], ["len64"], keepdims=0),
+             helper.make_node("Sub", ["len64", "one"], ["last64"]),
+             helper.make_node("Cast", ["last64"], ["seqlens_k"], to=I32),
+             helper.make_node("Shape", ["mask"], ["mshape"]),
+             helper.make_node("Gather", ["mshape", "one"], ["total64"], axis=0),
+             helper.make_node("Cast", ["total64"], ["total"], to=I32),
+             ms("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens_k", "total", "cos", "sin"],
+                ["y", "present_k", "present_v"], num_heads=N, kv_num_heads=NKV, do_rotary=1)]
+    yield "gqa_builder_mask", model(nodes, [("q", F, [B, S, N * HD]), ("k", F, [B, S, NKV * HD]), ("v", F, [B, S, NKV * HD]),
+                                            ("pk", F, [B, NKV, P, HD]), ("pv", F, [B, NKV, P, HD]), ("mask", I64, [B, P + S])],
+                                    [("y", F), ("present_k", F), ("present_v", F)],
+                                    {"one": np.array([1], np.int64), "cos": cos_cache, "sin": sin_cache}),\
+        {"q": randn(B, S, N * HD), "k": randn(B, S, NKV * HD), "v": randn(B, S, NKV * HD), "pk": randn(B, NKV, P, HD),
+         "pv": randn(B, NKV, P, HD), "mask": np.ones((B, P + S), np.int64)}
+    # RotaryEmbedding (com.microsoft): 3-D and 4-D input, an offset or per-token positions, partial rotation.
+    x3, x4 = randn(2, 5, N * HD), randn(2, N, 5, HD)
+    for tag, x, pos, attrs in (("3d_offset", x3, np.array([3], np.int64), {"num_heads": N}),
+                               ("3d_positions", x3, rng.integers(0, MC, (2, 5)).astype(np.int64), {"interleaved": 1}),
+                               ("4d", x4, rng.integers(0, MC, (2, 5)).astype(np.int64), {}),
+                               ("partial", x3, np.array([0], np.int64), {"num_heads": N, "rotary_embedding_dim": 8})):
+        c, sn = (cos_cache, sin_cache) if tag != "partial" else (cos_cache[:, :4], sin_cache[:, :4])
+        yield f"rotary_{tag}", model([ms("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], **attrs)],
+                                     [("x", F, list(x.shape)), ("pos", I64, list(pos.shape))], [("y", F)],
+                                     {"cos": c, "sin": sn}), {"x": x, "pos": pos}
+    # MatMulNBits: 4-bit (with and without zero points, a bias), 8-bit, a K that is not a multiple of the block.
+    for bits, K, Nn, block, zp, bias_on in ((4, 64, 24, 32, True, True), (4, 40, 8, 16, False, False), (8, 32, 8, 16, True, False),
+                                            (2, 64, 8, 32, True, False)):
+        blocks = (K + block - 1) // block
+        q = rng.integers(0, 2 ** bits, (Nn, blocks, block)).astype(np.uint8)
+        per = 8 // bits
+        packed_b = np.zeros((Nn, blocks, block * bits // 8), np.uint8)
+        for i in range(per):
+            packed_b |= (q[:, :, i::per] << (bits * i)).astype(np.uint8)
+        scales = (rng.random((Nn, blocks)) * 0.1 + 0.01).astype(np.float32)
+        ins, inits = ["a", "B", "scales"], {"B": packed_b, "scales": scales}
+        if zp:
+            z = rng.integers(0, 2 ** bits, (Nn, blocks)).astype(np.uint8)
+            zbytes = (blocks * bits + 7) // 8
+            zpacked = np.zeros((Nn, zbytes), np.uint8)
+            for blk in range(blocks):
+                zpacked[:, blk * bits // 8] |= (z[:, blk] << ((blk * bits) % 8)).astype(np.uint8)
+            ins.append("zp")
+            inits["zp"] = zpacked
+        if bias_on:
+            ins += [""] * (4 - len(ins)) + ["", "bias"]
+            inits["bias"] = randn(Nn)
+        a = randn(2, 3, K)
+        yield f"matmul_{bits}bits_K{K}", model([ms("MatMulNBits", ins, ["y"], K=K, N=Nn, bits=bits, block_size=block)],
+                                               [("a", F, [2, 3, K])], [("y", F)], inits), {"a": a}
+
 
 def main():
     ap = argparse.ArgumentParser()

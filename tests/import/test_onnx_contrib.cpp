@@ -367,3 +367,133 @@ TEST_CASE("contrib: forms ONNX Runtime's CPU kernels refuse are refused naming t
   ms_node(r, "Attention", {"x", "w"}, {"y"}, "rotary").i("num_heads", 2).i("do_rotary", 1);
   CHECK_THROWS_WITH(import_onnx(r.save("attention_rotary.onnx")), Catch::Contains("rotary") && Catch::Contains("do_rotary"));
 }
+
+TEST_CASE("contrib: GroupQueryAttention as onnxruntime-genai's decoders feed it: a prompt, then decode steps over a "
+          "growing cache in one session, rotary and grouped heads",
+          "[onnx][contrib]") {
+  const int64_t N = 4, NKV = 2, H = 8, MC = 32, R = H / 2;  // rotary over every feature of a head
+  std::vector<float> cos(static_cast<std::size_t>(MC * R)), sin(cos.size());
+  for (int64_t p = 0; p < MC; ++p)
+    for (int64_t i = 0; i < R; ++i) {
+      const double f = static_cast<double>(p) / std::pow(10000.0, 2.0 * static_cast<double>(i) / H);
+      cos[static_cast<std::size_t>(p * R + i)] = static_cast<float>(std::cos(f));
+      sin[static_cast<std::size_t>(p * R + i)] = static_cast<float>(std::sin(f));
+    }
+  OnnxModel m(17);
+  ms_domain(m);
+  m.named_input("q", onnx::TensorProto::FLOAT, {"1", "sequence", std::to_string(N * H)})
+      .named_input("k", onnx::TensorProto::FLOAT, {"1", "sequence", std::to_string(NKV * H)})
+      .named_input("v", onnx::TensorProto::FLOAT, {"1", "sequence", std::to_string(NKV * H)})
+      .named_input("past_key", onnx::TensorProto::FLOAT, {"1", std::to_string(NKV), "past", std::to_string(H)})
+      .named_input("past_value", onnx::TensorProto::FLOAT, {"1", std::to_string(NKV), "past", std::to_string(H)})
+      .named_input("attention_mask", onnx::TensorProto::INT64, {"1", "past + sequence"})
+      .output("y")
+      .output("present_key")
+      .output("present_value");
+  m.init("cos", {MC, R}, cos).init("sin", {MC, R}, sin).init_ints("one", {1}, {1});
+  // seqlens_k and total_sequence_length from the mask, as the model builder writes them.
+  m.node("ReduceSum", {"attention_mask", "one"}, {"length"}).i("keepdims", 0);
+  m.node("Sub", {"length", "one"}, {"last"});
+  m.node("Cast", {"last"}, {"seqlens_k"}).i("to", onnx::TensorProto::INT32);
+  m.node("Shape", {"attention_mask"}, {"mask_shape"});
+  m.node("Gather", {"mask_shape", "one"}, {"total64"}).i("axis", 0);
+  m.node("Cast", {"total64"}, {"total"}).i("to", onnx::TensorProto::INT32);
+  ms_node(m, "GroupQueryAttention", {"q", "k", "v", "past_key", "past_value", "seqlens_k", "total", "cos", "sin"},
+          {"y", "present_key", "present_value"})
+      .i("num_heads", N)
+      .i("kv_num_heads", NKV)
+      .i("do_rotary", 1);
+  Session session(import_onnx(m.save("gqa_decoder.onnx")));
+  // Rotary in halves at position p of a head's features.
+  auto rotate = [&](std::vector<float>& x, int64_t heads, int64_t S, int64_t first) {
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t n = 0; n < heads; ++n) {
+        float* f = &x[static_cast<std::size_t>((s * heads + n) * H)];
+        for (int64_t i = 0; i < R; ++i) {
+          const double c = cos[static_cast<std::size_t>((first + s) * R + i)], sn = sin[static_cast<std::size_t>((first + s) * R + i)];
+          const double a = f[i], b = f[i + R];
+          f[i] = static_cast<float>(a * c - b * sn);
+          f[i + R] = static_cast<float>(b * c + a * sn);
+        }
+      }
+  };
+  std::vector<float> cache_k, cache_v;  // [T, NKV, H] as the reference keeps them
+  int64_t P = 0;
+  for (int64_t S : {4, 1, 1, 3}) {
+    INFO("past " << P << ", " << S << " new");
+    auto q = random_values(S * N * H, static_cast<unsigned>(10 + P)), k = random_values(S * NKV * H, static_cast<unsigned>(20 + P)),
+         v = random_values(S * NKV * H, static_cast<unsigned>(30 + P));
+    // The session's past: [1, NKV, P, H] from the reference's cache.
+    std::vector<float> pk(static_cast<std::size_t>(NKV * P * H)), pv(pk.size());
+    for (int64_t t = 0; t < P; ++t)
+      for (int64_t n = 0; n < NKV; ++n)
+        for (int64_t h = 0; h < H; ++h) {
+          pk[static_cast<std::size_t>((n * P + t) * H + h)] = cache_k[static_cast<std::size_t>((t * NKV + n) * H + h)];
+          pv[static_cast<std::size_t>((n * P + t) * H + h)] = cache_v[static_cast<std::size_t>((t * NKV + n) * H + h)];
+        }
+    Blob mask = Blob::allocate(Shape{1, P + S}, DType::int64);
+    std::fill(mask.data_as<int64_t>(), mask.data_as<int64_t>() + P + S, int64_t{1});
+    auto out = run(session, {{"q", make_input(Shape{1, S, N * H}, q)},
+                             {"k", make_input(Shape{1, S, NKV * H}, k)},
+                             {"v", make_input(Shape{1, S, NKV * H}, v)},
+                             {"past_key", make_input(Shape{1, NKV, P, H}, pk)},
+                             {"past_value", make_input(Shape{1, NKV, P, H}, pv)},
+                             {"attention_mask", std::move(mask)}});
+    rotate(q, N, S, P);
+    rotate(k, NKV, S, P);
+    cache_k.insert(cache_k.end(), k.begin(), k.end());
+    cache_v.insert(cache_v.end(), v.begin(), v.end());
+    const int64_t T = P + S;
+    std::vector<float> kf(static_cast<std::size_t>(T * N * H)), vf(kf.size());  // each KV head serving N / NKV query heads
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t h = 0; h < H; ++h) {
+          kf[static_cast<std::size_t>((t * N + n) * H + h)] = cache_k[static_cast<std::size_t>((t * NKV + n / (N / NKV)) * H + h)];
+          vf[static_cast<std::size_t>((t * N + n) * H + h)] = cache_v[static_cast<std::size_t>((t * NKV + n / (N / NKV)) * H + h)];
+        }
+    const auto want = attention(q, kf, vf, 1, S, T, N, H, [&](int64_t, int64_t s, int64_t j) {
+      return j > P + s ? -std::numeric_limits<double>::infinity() : 0.0;
+    });
+    REQUIRE(out[0].blob.shape() == Shape{1, S, N * H});
+    CHECK(max_abs_diff(values_of(out[0]), want) < 2e-5);
+    REQUIRE(out[1].blob.shape() == Shape{1, NKV, T, H});
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < NKV; ++n)
+        for (int64_t h = 0; h < H; ++h)
+          REQUIRE(out[1].blob.data_as<float>()[(n * T + t) * H + h] ==
+                  Approx(cache_k[static_cast<std::size_t>((t * NKV + n) * H + h)]).margin(1e-5));
+    P = T;
+  }
+}
+
+TEST_CASE("contrib: MatMulNBits dequantises its blockwise codes (low bits first, packed zero points)", "[onnx][contrib]") {
+  const int64_t K = 40, N = 3, block = 16, blocks = 3;  // a K that is not a multiple of the block
+  std::vector<int64_t> codes(static_cast<std::size_t>(N * blocks * block)), zeros(static_cast<std::size_t>(N * blocks));
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int64_t>((i * 7 + 3) % 16);
+  for (std::size_t i = 0; i < zeros.size(); ++i) zeros[i] = static_cast<int64_t>((i * 5 + 1) % 16);
+  std::vector<int64_t> packed(static_cast<std::size_t>(N * blocks * block / 2)), zp_packed(static_cast<std::size_t>(N * 2));
+  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = codes[2 * i] | (codes[2 * i + 1] << 4);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t b = 0; b < blocks; ++b) zp_packed[static_cast<std::size_t>(r * 2 + b / 2)] |= zeros[static_cast<std::size_t>(r * blocks + b)] << (4 * (b % 2));
+  const auto scales = random_values(static_cast<std::size_t>(N * blocks), 2);
+  OnnxModel m(17);
+  ms_domain(m);
+  m.input("x", {2, K}).output("y");
+  m.init_typed("codes", onnx::TensorProto::UINT8, {N, blocks, block / 2}, packed)
+      .init("scales", {N * blocks}, scales)
+      .init_typed("zeros", onnx::TensorProto::UINT8, {N, 2}, zp_packed);
+  ms_node(m, "MatMulNBits", {"x", "codes", "scales", "zeros"}, {"y"}).i("K", K).i("N", N).i("bits", 4).i("block_size", block);
+  const auto x = random_values(2 * K, 1);
+  const Output y = run_model(m, "matmul_nbits.onnx", Shape{2, K}, x);
+  REQUIRE(y.shape == Shape{2, N});
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t r = 0; r < N; ++r) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const auto b = static_cast<std::size_t>(r * blocks + k / block);
+        acc += x[static_cast<std::size_t>(i * K + k)] *
+               static_cast<double>(codes[static_cast<std::size_t>((r * blocks + k / block) * block + k % block)] - zeros[b]) * scales[b];
+      }
+      CHECK(y.values[static_cast<std::size_t>(i * N + r)] == Approx(acc).margin(1e-4));
+    }
+}

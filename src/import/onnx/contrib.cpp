@@ -2,7 +2,9 @@
 // domain, which its transformer optimizer (onnxruntime.transformers.optimizer,
 // Optimum's --optimize) writes into BERT, GPT-2, ViT, T5, Whisper, CLIP and
 // LLaMA files: SkipLayerNormalization, EmbedLayerNormalization, Attention,
-// MultiHeadAttention, the GELU forms, FusedMatMul. Each is converted as the
+// MultiHeadAttention, the GELU forms, FusedMatMul; and onnxruntime-genai's
+// decoders: GroupQueryAttention, RotaryEmbedding, MatMulNBits (4-bit weights,
+// dequantised here into float32). Each is converted as the
 // standard operators it computes (nodes synthesized here, converted by their
 // own converters): the passes then fuse them as they fuse a plain export's,
 // constants fold and sizes stay symbolic the same way.
@@ -469,6 +471,345 @@ void Importer::multi_head_attention(const Node& n) {
   convert_synthesized(n, "Reshape", {merged, int_constant(y + "/y_shape", Shape{3}, {0, 0, dv})}, {y});
   for (int k = 1; k <= 2; ++k)
     if (!out(k).empty()) convert_synthesized(n, "Identity", {n.in(k)}, {out(k)});
+}
+
+
+std::string Importer::sequence_range(const Node& n, const std::string& x, int axis) {
+  const std::string y = n.out(0), len = synthesized_value(y + "/length"), limit = synthesized_value(y + "/limit"),
+                    r = synthesized_value(y + "/range");
+  convert_synthesized(n, "Shape", {x}, {len}, both(int_attr("start", axis), int_attr("end", axis + 1)));
+  axes_node(n, "Squeeze", len, {0}, limit);
+  convert_synthesized(n, "Range", {int_constant(y + "/range_start", Shape{}, {0}), limit, int_constant(y + "/range_step", Shape{}, {1})}, {r});
+  return r;
+}
+
+// x [B, S, heads, H] rotated by the cos/sin rows of `pos` ([B or 1, S]):
+// its first rd features in halves (or, interleaved, in even/odd pairs), the
+// rest as they are, as ONNX Runtime's rotary kernels compute.
+std::string Importer::rotated(const Node& n, const std::string& x, const std::string& pos, const std::string& cos_cache,
+                              const std::string& sin_cache, int64_t rd, int64_t h, bool interleaved, const std::string& what) {
+  const std::string y = n.out(0) + "/" + what;
+  auto v = [&](const std::string& tag) { return synthesized_value(y + "/" + tag); };
+  auto slice = [&](const std::string& t, int64_t from, int64_t to, int64_t step, const std::string& tag) {
+    const std::string out = v(tag);
+    convert_synthesized(n, "Slice", {t, int_constant(y + "/from", Shape{1}, {from}), int_constant(y + "/to", Shape{1}, {to}),
+                                     int_constant(y + "/axis", Shape{1}, {3}), int_constant(y + "/step", Shape{1}, {step})},
+                        {out});
+    return out;
+  };
+  auto table = [&](const std::string& cache, const std::string& tag) {  // [B, S, rd/2] -> [B, S, 1, rd/2]
+    const std::string rows = v(tag + "_rows"), lifted = v(tag);
+    convert_synthesized(n, "Gather", {cache, pos}, {rows}, int_attr("axis", 0));
+    axes_node(n, "Unsqueeze", rows, {2}, lifted);
+    return lifted;
+  };
+  const std::string c = table(cos_cache, "cos"), sn = table(sin_cache, "sin");
+  const std::string a = interleaved ? slice(x, 0, rd, 2, "even") : slice(x, 0, rd / 2, 1, "first_half");
+  const std::string b = interleaved ? slice(x, 1, rd, 2, "odd") : slice(x, rd / 2, rd, 1, "second_half");
+  auto combine = [&](const std::string& p, const std::string& q, const char* op, const std::string& tag) {
+    const std::string pc = v(tag + "_c"), qs = v(tag + "_s"), out = v(tag);
+    convert_synthesized(n, "Mul", {p, c}, {pc});
+    convert_synthesized(n, "Mul", {q, sn}, {qs});
+    convert_synthesized(n, op, {pc, qs}, {out});
+    return out;
+  };
+  const std::string ra = combine(a, b, "Sub", "rotated_a"), rb = combine(b, a, "Add", "rotated_b");
+  std::string rot;
+  if (interleaved) {  // [.., rd/2] pairs back to even/odd positions
+    const std::string ea = v("even_lifted"), ob = v("odd_lifted"), pairs = v("pairs");
+    axes_node(n, "Unsqueeze", ra, {4}, ea);
+    axes_node(n, "Unsqueeze", rb, {4}, ob);
+    convert_synthesized(n, "Concat", {ea, ob}, {pairs}, int_attr("axis", 4));
+    rot = v("interleaved");
+    convert_synthesized(n, "Reshape", {pairs, int_constant(y + "/pairs_shape", Shape{4}, {0, 0, 0, rd})}, {rot});
+  }
+  std::vector<std::string> parts = interleaved ? std::vector<std::string>{rot} : std::vector<std::string>{ra, rb};
+  if (rd < h) parts.push_back(slice(x, rd, h, 1, "pass"));
+  if (parts.size() == 1) return parts[0];
+  const std::string out = v("rotated");
+  convert_synthesized(n, "Concat", parts, {out}, int_attr("axis", 3));
+  return out;
+}
+
+// RotaryEmbedding (com.microsoft): x [B, S, hidden] or [B, N, S, H]; position
+// ids [B, S], or one offset (positions offset .. offset + S - 1); cos and sin
+// caches [positions, rd / 2], rd the rotated features of each head.
+void Importer::contrib_rotary(const Node& n) {
+  const std::string x = input_name(n, 0, "input"), y = n.out(0);
+  const Shape xs = shape_of(n, x), cs = shape_of(n, input_name(n, 2, "cos_cache")), ps = shape_of(n, input_name(n, 1, "position_ids"));
+  if (xs.rank() != 3 && xs.rank() != 4) throw n.error(fmt::format("input {} is neither 3-D nor 4-D", xs.to_string()), "input");
+  if (cs.rank() != 2 || shape_of(n, input_name(n, 3, "sin_cache")) != cs)
+    throw n.error(fmt::format("cos_cache {} and sin_cache {} are not one [positions, rd / 2]", cs.to_string(),
+                              shape_of(n, n.in(3)).to_string()),
+                  "cos_cache");
+  const bool four = xs.rank() == 4;
+  const int64_t hidden = four ? xs[1] * xs[3] : xs[2];
+  const int64_t dim = n.get_int("rotary_embedding_dim", 0), heads_attr = n.get_int("num_heads", 0);
+  const int64_t h = four ? xs[3] : dim > 0 ? (heads_attr > 0 ? hidden / heads_attr : 0) : 2 * cs[1];
+  const int64_t rd = dim > 0 ? dim : 2 * cs[1];
+  if (h <= 0 || hidden % h != 0 || rd > h || rd % 2 != 0 || rd / 2 != cs[1])
+    throw n.error(fmt::format("the caches {} rotate {} of heads of {} in a hidden size of {}", cs.to_string(), rd, h, hidden),
+                  "rotary_embedding_dim");
+  const int64_t heads = hidden / h;
+  // [B, S, heads, H]
+  const std::string x4 = synthesized_value(y + "/x4");
+  if (four) convert_synthesized(n, "Transpose", {x}, {x4}, ints_attr("perm", {0, 2, 1, 3}));
+  else convert_synthesized(n, "Reshape", {x, int_constant(y + "/split_shape", Shape{4}, {0, 0, heads, h})}, {x4});
+  std::string pos = n.in(1);
+  if (ps.numel() == 1 && ps.rank() <= 1) {  // an offset: offset + [0 .. S)
+    const std::string r = sequence_range(n, x, four ? 2 : 1), row = synthesized_value(y + "/positions_row");
+    axes_node(n, "Unsqueeze", r, {0}, row);
+    pos = synthesized_value(y + "/positions");
+    convert_synthesized(n, "Add", {row, n.in(1)}, {pos});
+  } else if (ps.rank() != 2) {
+    throw n.error(fmt::format("position_ids {} are neither one offset nor [batch, sequence]", ps.to_string()), "position_ids");
+  }
+  const std::string r = rotated(n, x4, pos, n.in(2), n.in(3), rd, h, n.get_int("interleaved", 0) != 0, "rotary");
+  if (four) convert_synthesized(n, "Transpose", {r}, {y}, ints_attr("perm", {0, 2, 1, 3}));
+  else convert_synthesized(n, "Reshape", {r, int_constant(y + "/merge_shape", Shape{3}, {0, 0, hidden})}, {y});
+}
+
+// GroupQueryAttention (com.microsoft; onnxruntime-genai's decoders). Its
+// cache is right-padded per batch row: seqlens_k[b] + 1 keys are valid after
+// the step, so the row's past holds past_b = max(0, seqlens_k[b] + 1 - S)
+// (0 in a first prompt, whose padded rows are written too), the present its
+// past's first past_b rows, then the S new ones, then zeros, over
+// max(total_sequence_length, P) rows; query s attends keys below
+// min(past_b + s + 1, seqlens_k[b] + 1) (the last local_window_size of them).
+// Rotary (do_rotary) at positions past_b + s, on Q and the new K.
+void Importer::group_query_attention(const Node& n) {
+  if (n.get_int("smooth_softmax", -1) == 1 || n.has_in(11)) throw Unsupported{"GroupQueryAttention with a softmax sink"};
+  for (int k : {12, 13, 14, 15, 16})
+    if (n.has_in(k)) throw Unsupported{"GroupQueryAttention with a quantised cache, QK norms or query_seqlens"};
+  if (n.has_in(9)) throw Unsupported{"GroupQueryAttention with position_ids"};
+  if (n.get_int("qk_output", 0) != 0) throw Unsupported{"GroupQueryAttention's qk output"};
+  if (n.get_int("sliding_window_cache", 0) != 0) throw Unsupported{"GroupQueryAttention with a sliding-window cache"};
+  const std::string y = n.out(0);
+  auto v = [&](const std::string& tag) { return synthesized_value(y + "/" + tag); };
+  const int64_t heads = n.get_int("num_heads"), kv_heads = n.get_int("kv_num_heads");
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+    throw n.error(fmt::format("num_heads {} is not a multiple of kv_num_heads {}", heads, kv_heads), "num_heads");
+  const Shape qs = shape_of(n, input_name(n, 0, "query"));
+  if (qs.rank() != 3) throw n.error(fmt::format("query {} is not [batch, sequence, hidden]", qs.to_string()), "query");
+  const bool packed = !n.has_in(1);
+  if (packed == n.has_in(2)) throw n.error("key and value come together", "key");
+  const int64_t h = packed ? qs[2] / (heads + 2 * kv_heads) : qs[2] / heads;
+  if (h <= 0 || (packed ? h * (heads + 2 * kv_heads) : h * heads) != qs[2])
+    throw n.error(fmt::format("query {} does not split into {} heads", qs.to_string(), heads), "num_heads");
+  // Q [B, S, N, H], K and V [B, S, Nkv, H]
+  auto split = [&](const std::string& t, int64_t from, int64_t count, const std::string& tag) {
+    std::string part = t;
+    if (packed) {
+      part = v(tag + "_packed");
+      convert_synthesized(n, "Slice", {t, int_constant(y + "/from", Shape{1}, {from * h}), int_constant(y + "/to", Shape{1}, {(from + count) * h}),
+                                       int_constant(y + "/last", Shape{1}, {2})},
+                          {part});
+    } else if (shape_of(n, t).rank() != 3 || shape_of(n, t)[2] != count * h) {
+      throw n.error(fmt::format("{} {} is not [batch, sequence, {}]", tag, shape_of(n, t).to_string(), count * h), tag);
+    }
+    const std::string four = v(tag + "_split");
+    convert_synthesized(n, "Reshape", {part, int_constant(y + "/" + tag + "_shape", Shape{4}, {0, 0, count, h})}, {four});
+    return four;
+  };
+  std::string q = split(n.in(0), 0, heads, "query");
+  std::string k = split(packed ? n.in(0) : n.in(1), packed ? heads : 0, kv_heads, "key");
+  const std::string vv = split(packed ? n.in(0) : n.in(2), packed ? heads + kv_heads : 0, kv_heads, "value");
+  // Lengths: tot = seqlens_k + 1 keys after the step; past_b = max(0, tot - S).
+  const std::string seqlens = input_name(n, 5, "seqlens_k"), total_in = input_name(n, 6, "total_sequence_length");
+  if (!constant(total_in)) throw Unsupported{"GroupQueryAttention with a total_sequence_length computed at run time"};
+  const std::string tot = v("valid_keys"), s_len = v("query_length"), s_scalar = v("query_length_scalar"), unclamped = v("past_unclamped"),
+                    past_b = v("past_valid");
+  convert_synthesized(n, "Add", {seqlens, int_constant(y + "/one", Shape{}, {1})}, {tot});
+  convert_synthesized(n, "Shape", {n.in(0)}, {s_len}, both(int_attr("start", 1), int_attr("end", 2)));
+  axes_node(n, "Squeeze", s_len, {0}, s_scalar);
+  convert_synthesized(n, "Sub", {tot, s_scalar}, {unclamped});
+  convert_synthesized(n, "Max", {unclamped, int_constant(y + "/zero", Shape{}, {0})}, {past_b});
+  const std::string past_col = v("past_valid_column"), steps = sequence_range(n, n.in(0), 1), steps_row = v("steps_row");
+  axes_node(n, "Unsqueeze", past_b, {1}, past_col);
+  axes_node(n, "Unsqueeze", steps, {0}, steps_row);
+  if (n.get_int("do_rotary", 0)) {
+    const Shape cs = shape_of(n, input_name(n, 7, "cos_cache"));
+    if (cs.rank() != 2 || shape_of(n, input_name(n, 8, "sin_cache")) != cs || 2 * cs[1] > h)
+      throw n.error(fmt::format("cos_cache {} does not rotate heads of {}", cs.to_string(), h), "cos_cache");
+    const std::string pos = v("positions");  // past_b + s
+    convert_synthesized(n, "Add", {past_col, steps_row}, {pos});
+    const bool interleaved = n.get_int("rotary_interleaved", 0) != 0;
+    q = rotated(n, q, pos, n.in(7), n.in(8), 2 * cs[1], h, interleaved, "q_rotary");
+    k = rotated(n, k, pos, n.in(7), n.in(8), 2 * cs[1], h, interleaved, "k_rotary");
+  }
+  auto heads_first = [&](const std::string& t, const std::string& tag) {  // [B, S, n, H] -> [B, n, S, H]
+    const std::string out = v(tag);
+    convert_synthesized(n, "Transpose", {t}, {out}, ints_attr("perm", {0, 2, 1, 3}));
+    return out;
+  };
+  const std::string qh = heads_first(q, "q_heads"), kh = heads_first(k, "k_heads"), vh = heads_first(vv, "v_heads");
+  // The present: [B, Nkv, Tp, H].
+  auto out_or = [&](int k_out, const std::string& tag) { return n.num_outputs() > k_out && used(n.out(k_out)) ? n.out(k_out) : v(tag); };
+  std::string present_k = out_or(1, "present_key"), present_v = out_or(2, "present_value");
+  std::string keys;  // [Tp] key positions
+  if (n.has_in(3) != n.has_in(4)) throw n.error("past_key and past_value come together", "past_key");
+  if (!n.has_in(3)) {  // a first prompt: the new rows are the present
+    convert_synthesized(n, "Identity", {kh}, {present_k});
+    convert_synthesized(n, "Identity", {vh}, {present_v});
+    keys = sequence_range(n, n.in(0), 1);
+  } else {
+    const Shape pks = shape_of(n, n.in(3));
+    if (pks.rank() != 4 || pks[1] != kv_heads || pks[3] != h || shape_of(n, n.in(4)) != pks)
+      throw n.error(fmt::format("past_key {} and past_value {} are not [batch, {}, past, {}]", pks.to_string(),
+                                shape_of(n, n.in(4)).to_string(), kv_heads, h),
+                    "past_key");
+    // Tp = max(total_sequence_length, P); row j of the present reads row
+    // j of the past below past_b, then new row j - past_b (at P + j - past_b
+    // of past and new concatenated), and is 0 from past_b + S on.
+    const std::string p_len = v("past_length"), p_scalar = v("past_length_scalar"), tp = v("present_length"),
+                      total64 = v("total_length");
+    convert_synthesized(n, "Shape", {n.in(3)}, {p_len}, both(int_attr("start", 2), int_attr("end", 3)));
+    axes_node(n, "Squeeze", p_len, {0}, p_scalar);
+    const std::string total_scalar = v("total_scalar");  // (one element, of any rank)
+    convert_synthesized(n, "Reshape", {total_in, int_constant(y + "/scalar_shape", Shape{0}, {})}, {total_scalar});
+    convert_synthesized(n, "Cast", {total_scalar}, {total64}, int_attr("to", onnx::TensorProto::INT64));
+    convert_synthesized(n, "Max", {total64, p_scalar}, {tp});
+    keys = v("present_rows");
+    convert_synthesized(n, "Range", {int_constant(y + "/rows_start", Shape{}, {0}), tp, int_constant(y + "/rows_step", Shape{}, {1})}, {keys});
+    const std::string rows = v("present_rows_2d"), in_past = v("from_past"), shifted = v("shifted"), from_new = v("from_new"),
+                      source = v("source_row"), last = v("last_row"), clamped = v("source_clamped"), new_end = v("new_end"),
+                      written = v("written"), src4 = v("source_4d"), valid4 = v("written_4d");
+    axes_node(n, "Unsqueeze", keys, {0}, rows);
+    convert_synthesized(n, "Less", {rows, past_col}, {in_past});
+    convert_synthesized(n, "Sub", {rows, past_col}, {shifted});
+    convert_synthesized(n, "Add", {shifted, p_scalar}, {from_new});
+    convert_synthesized(n, "Where", {in_past, rows, from_new}, {source});
+    const std::string ps_sum = v("past_plus_new");
+    convert_synthesized(n, "Add", {p_scalar, s_scalar}, {ps_sum});
+    convert_synthesized(n, "Sub", {ps_sum, int_constant(y + "/one_row", Shape{}, {1})}, {last});
+    convert_synthesized(n, "Min", {source, last}, {clamped});
+    const std::string new_end_col = v("new_end_column");
+    convert_synthesized(n, "Add", {past_col, s_scalar}, {new_end_col});
+    convert_synthesized(n, "Less", {rows, new_end_col}, {written});
+    axes_node(n, "Unsqueeze", clamped, {1, 3}, src4);
+    axes_node(n, "Unsqueeze", written, {1, 3}, valid4);
+    auto present = [&](const std::string& past, const std::string& fresh, const std::string& out, const std::string& tag) {
+      const std::string both_ = v(tag + "_concat"), shape = v(tag + "_shape"), index = v(tag + "_index"), gathered = v(tag + "_gathered");
+      convert_synthesized(n, "Concat", {past, fresh}, {both_}, int_attr("axis", 2));
+      // the index over [B, Nkv, Tp, H]
+      const std::string lead = v(tag + "_lead"), tail_ = v(tag + "_tail"), tp1 = v(tag + "_tp");
+      convert_synthesized(n, "Shape", {both_}, {lead}, int_attr("end", 2));
+      convert_synthesized(n, "Shape", {both_}, {tail_}, int_attr("start", 3));
+      axes_node(n, "Unsqueeze", tp, {0}, tp1);
+      convert_synthesized(n, "Concat", {lead, tp1, tail_}, {shape}, int_attr("axis", 0));
+      convert_synthesized(n, "Expand", {src4, shape}, {index});
+      convert_synthesized(n, "GatherElements", {both_, index}, {gathered}, int_attr("axis", 2));
+      convert_synthesized(n, "Where", {valid4, gathered, add_constant(y + "/zero_value", float_blob({}, {0.0f}))}, {out});
+    };
+    present(n.in(3), kh, present_k, "present_key");
+    present(n.in(4), vh, present_v, "present_value");
+  }
+  // The bias [B, 1, S, Tp]: 0 where query s attends key j, -inf elsewhere.
+  const std::string tot_col = v("valid_keys_column"), keys3 = v("keys_3d");
+  axes_node(n, "Unsqueeze", tot, {1}, tot_col);
+  axes_node(n, "Unsqueeze", keys, {0, 1}, keys3);
+  std::string allowed = v("attended");
+  if (n.get_int("causal", 1)) {
+    const std::string reach = v("reach"), reach1 = v("reach_plus_one"), cl = v("causal_length"), cl3 = v("causal_length_3d");
+    convert_synthesized(n, "Add", {past_col, steps_row}, {reach});
+    convert_synthesized(n, "Add", {reach, int_constant(y + "/one_key", Shape{}, {1})}, {reach1});
+    convert_synthesized(n, "Min", {reach1, tot_col}, {cl});
+    axes_node(n, "Unsqueeze", cl, {2}, cl3);
+    convert_synthesized(n, "Less", {keys3, cl3}, {allowed});
+    if (const int64_t w = n.get_int("local_window_size", -1); w >= 0) {
+      const std::string start = v("window_start"), before = v("before_window"), inside = v("in_window"), both_ = v("attended_window");
+      convert_synthesized(n, "Sub", {cl3, int_constant(y + "/window", Shape{}, {w})}, {start});
+      convert_synthesized(n, "Less", {keys3, start}, {before});
+      convert_synthesized(n, "Not", {before}, {inside});
+      convert_synthesized(n, "And", {allowed, inside}, {both_});
+      allowed = both_;
+    }
+  } else {
+    if (n.get_int("local_window_size", -1) >= 0) throw n.error("local_window_size needs causal attention", "local_window_size");
+    const std::string tot3 = v("valid_keys_3d");
+    axes_node(n, "Unsqueeze", tot_col, {2}, tot3);
+    convert_synthesized(n, "Less", {keys3, tot3}, {allowed});
+  }
+  const std::string bias3 = v("bias_3d"), bias4 = v("bias");
+  convert_synthesized(n, "Where", {allowed, add_constant(y + "/attend", float_blob({}, {0.0f})),
+                                   add_constant(y + "/masked", float_blob({}, {-std::numeric_limits<float>::infinity()}))},
+                      {bias3});
+  axes_node(n, "Unsqueeze", bias3, {1}, bias4);
+  const std::string bias = summed_bias(n, bias4, 10);
+  const std::string ctx = v("context"), merged = v("merged");
+  convert_synthesized(n, "Attention", {qh, present_k, present_v, bias}, {ctx}, [&](onnx::NodeProto& p) {
+    if (const double sc = n.get_float("scale", 0.0); sc != 0.0) float_attr("scale", sc)(p);
+    if (const double cap = n.get_float("softcap", 0.0); cap > 0) float_attr("softcap", cap)(p);
+  });
+  convert_synthesized(n, "Transpose", {ctx}, {merged}, ints_attr("perm", {0, 2, 1, 3}));
+  convert_synthesized(n, "Reshape", {merged, int_constant(y + "/y_shape", Shape{3}, {0, 0, heads * h})}, {y});
+}
+
+// MatMulNBits: A @ Wᵀ (+ bias), W [N, K] blockwise quantised to `bits` bits
+// (codes packed low bits first), W = (code - zero point) * scale per block of
+// block_size along K; the zero points packed likewise (default 2^(bits-1))
+// or real. Dequantised here into a float32 weight (8x the memory of 4-bit codes).
+void Importer::matmul_nbits(const Node& n) {
+  const int64_t K = n.get_int("K"), N = n.get_int("N"), bits = n.get_int("bits", 4), block = n.get_int("block_size");
+  if (bits != 2 && bits != 4 && bits != 8) throw n.error(fmt::format("bits {} is not 2, 4 or 8", bits), "bits");
+  if (block < 16 || (block & (block - 1)) != 0) throw n.error(fmt::format("block_size {} is not a power of 2 of 16 or more", block), "block_size");
+  if (K <= 0 || N <= 0) throw n.error(fmt::format("K {} and N {} must be positive", K, N), "K");
+  const int64_t blocks = (K + block - 1) / block, blob = block * bits / 8;
+  const Blob& codes = require_constant(n, 1, "B");
+  if (codes.numel() != N * blocks * blob)
+    throw n.error(fmt::format("B {} does not hold [{}, {}, {}] bytes", codes.shape().to_string(), N, blocks, blob), "B");
+  const std::vector<double> scales = to_doubles(require_constant(n, 2, "scales"));
+  if (static_cast<int64_t>(scales.size()) != N * blocks)
+    throw n.error(fmt::format("{} scales for [{}, {}] blocks", scales.size(), N, blocks), "scales");
+  const std::vector<int64_t> bytes = to_ints(codes);
+  const int64_t mask = (int64_t{1} << bits) - 1;
+  auto code = [&](const std::vector<int64_t>& packed, int64_t row_bytes, int64_t row, int64_t index) {
+    const int64_t bit = index * bits;
+    return (packed[static_cast<std::size_t>(row * row_bytes + bit / 8)] >> (bit % 8)) & mask;
+  };
+  // Zero point of (row, block): packed codes, real values, or the midpoint.
+  std::function<double(int64_t, int64_t)> zero = [&](int64_t, int64_t) { return static_cast<double>(int64_t{1} << (bits - 1)); };
+  std::vector<int64_t> zp_codes;
+  std::vector<double> zp_real;
+  const int64_t zp_row = (blocks * bits + 7) / 8;
+  if (n.has_in(3)) {
+    const Blob& z = require_constant(n, 3, "zero_points");
+    if (elem_type(n.in(3)) == onnx::TensorProto::UINT8) {
+      if (n.has_in(4)) throw Unsupported{"MatMulNBits with g_idx and packed zero points (ONNX Runtime ignores such zero points)"};
+      if (z.numel() != N * zp_row) throw n.error(fmt::format("{} zero point bytes for {} rows of {} blocks", z.numel(), N, blocks), "zero_points");
+      zp_codes = to_ints(z);
+      zero = [&](int64_t r, int64_t b) { return static_cast<double>(code(zp_codes, zp_row, r, b)); };
+    } else {
+      zp_real = to_doubles(z);
+      if (static_cast<int64_t>(zp_real.size()) != N * blocks)
+        throw n.error(fmt::format("{} zero points for [{}, {}] blocks", zp_real.size(), N, blocks), "zero_points");
+      zero = [&](int64_t r, int64_t b) { return zp_real[static_cast<std::size_t>(r * blocks + b)]; };
+    }
+  }
+  std::vector<int64_t> group;  // block of each k (g_idx), else k / block
+  if (n.has_in(4)) {
+    group = to_ints(require_constant(n, 4, "g_idx"));
+    if (static_cast<int64_t>(group.size()) < K) throw n.error(fmt::format("{} g_idx entries for K {}", group.size(), K), "g_idx");
+    for (int64_t g : group)
+      if (g < 0 || g >= blocks) throw n.error(fmt::format("g_idx entry {} is not a block of {}", g, blocks), "g_idx");
+  }
+  std::vector<float> w(static_cast<std::size_t>(K * N));  // [K, N]
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t b = group.empty() ? k / block : group[static_cast<std::size_t>(k)];
+      const double q = static_cast<double>(code(bytes, blocks * blob, r, k));
+      w[static_cast<std::size_t>(k * N + r)] =
+          static_cast<float>((q - zero(r, b)) * scales[static_cast<std::size_t>(r * blocks + b)]);
+    }
+  core::info("{}: MatMulNBits '{}' ({}-bit, {} x {}) held as float32 weights", file_, n.name, bits, K, N);
+  const std::string weight = add_constant(n.name + "/weight", float_blob({K, N}, w));
+  if (!n.has_in(5)) {
+    convert_synthesized(n, "MatMul", {input_name(n, 0, "A"), weight}, {n.out(0)});
+    return;
+  }
+  const std::string product = synthesized_value(n.out(0) + "/product");
+  convert_synthesized(n, "MatMul", {input_name(n, 0, "A"), weight}, {product});
+  convert_synthesized(n, "Add", {product, n.in(5)}, {n.out(0)});
 }
 
 }  // namespace onnx_import

@@ -27,6 +27,9 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::ms_convert
       {"QuickGelu", &Importer::contrib_activation},
       {"BiasAdd", &Importer::contrib_activation},
       {"FusedMatMul", &Importer::fused_matmul},
+      {"RotaryEmbedding", &Importer::contrib_rotary},
+      {"GroupQueryAttention", &Importer::group_query_attention},
+      {"MatMulNBits", &Importer::matmul_nbits},
   };
   return table;
 }
@@ -781,7 +784,8 @@ void Importer::convert(int i) {
       "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad", "RoiAlign",
       "ScatterElements", "MaxUnpool", "TensorScatter"};
   // ONNX Runtime's transformer operators: their integer inputs are token ids and masks.
-  static const std::unordered_set<std::string> contrib_float = {"EmbedLayerNormalization", "Attention", "MultiHeadAttention"};
+  static const std::unordered_set<std::string> contrib_float = {"EmbedLayerNormalization", "Attention", "MultiHeadAttention",
+                                                                   "GroupQueryAttention", "RotaryEmbedding", "MatMulNBits"};
   const bool ms = n.proto().domain() == "com.microsoft";
   const int typed_inputs = ms && contrib_float.count(n.op()) ? 0
                            : typed_by_data.count(n.op()) ? std::min(1, n.num_inputs())

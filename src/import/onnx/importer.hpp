@@ -430,6 +430,14 @@ class Importer : private import::GraphBuilder {
   void multi_head_attention(const Node&);
   void contrib_activation(const Node&);
   void fused_matmul(const Node&);
+  void contrib_rotary(const Node&);
+  void group_query_attention(const Node&);
+  void matmul_nbits(const Node&);
+  /// Positions 0 .. size(x, axis) - 1 (an int64 [size] computed from sizes).
+  std::string sequence_range(const Node& n, const std::string& x, int axis);
+  /// x [B, S, heads, H] rotated by the cos/sin cache rows at `pos` ([B or 1, S]): its first rd features.
+  std::string rotated(const Node& n, const std::string& x, const std::string& pos, const std::string& cos_cache,
+                      const std::string& sin_cache, int64_t rd, int64_t h, bool interleaved, const std::string& what);
   /// Input k of a com.microsoft attention node, its int32 mask, as an additive
   /// bias for [B, N, S, T] ("" for none); `keys` makes the [T] key positions.
   std::string contrib_mask_bias(const Node& n, int k, int64_t batch, const std::function<std::string()>& keys, bool two_b);
