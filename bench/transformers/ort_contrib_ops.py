@@ -237,6 +237,22 @@ def cases():
         yield f"matmul_{bits}bits_K{K}", model([ms("MatMulNBits", ins, ["y"], K=K, N=Nn, bits=bits, block_size=block)],
                                                [("a", F, [2, 3, K])], [("y", F)], inits), {"a": a}
 
+    # FusedConv and FusedGemm (ONNX Runtime's saved optimized files): each activation, Z added before it.
+    xc = randn(1, 4, 9, 9)
+    wc, bc = randn(6, 4, 3, 3, scale=0.3), randn(6)
+    for act, params in (("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 0.7]), ("HardSigmoid", [0.25, 0.4]),
+                        ("Sigmoid", []), ("Tanh", [])):
+        extra = {"activation_params": params} if params else {}
+        yield f"fused_conv_{act}", model([ms("FusedConv", ["x", "w", "b"], ["y"], activation=act, pads=[1, 1, 1, 1], strides=[1, 1],
+                                            **extra)],
+                                         [("x", F, [1, 4, 9, 9])], [("y", F)], {"w": wc, "b": bc}), {"x": xc}
+    yield "fused_conv_z", model([ms("FusedConv", ["x", "w", "b", "z"], ["y"], activation="Relu", strides=[2, 2], group=2)],
+                                [("x", F, [1, 4, 9, 9]), ("z", F, [1, 6, 4, 4])], [("y", F)], {"w": randn(6, 2, 3, 3), "b": bc}),\
+        {"x": xc, "z": randn(1, 6, 4, 4)}
+    yield "fused_gemm", model([ms("FusedGemm", ["a", "b", "c"], ["y"], activation="LeakyRelu", activation_alpha=0.1, transB=1,
+                                  alpha=0.5, beta=2.0)],
+                              [("a", F, [3, 8])], [("y", F)], {"b": randn(5, 8), "c": randn(5)}), {"a": randn(3, 8)}
+
 
 def main():
     ap = argparse.ArgumentParser()

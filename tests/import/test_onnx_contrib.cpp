@@ -497,3 +497,47 @@ TEST_CASE("contrib: MatMulNBits dequantises its blockwise codes (low bits first,
       CHECK(y.values[static_cast<std::size_t>(i * N + r)] == Approx(acc).margin(1e-4));
     }
 }
+
+TEST_CASE("contrib: FusedConv and FusedGemm are their convolution or product, Z added, then the activation",
+          "[onnx][contrib]") {
+  const auto w = random_values(6 * 4 * 9, 1), b = random_values(6, 2), z = random_values(6 * 5 * 5, 3), x = random_values(4 * 5 * 5, 4);
+  auto conv_model = [&](bool fused) {
+    OnnxModel m(17);
+    ms_domain(m);
+    m.input("x", {1, 4, 5, 5}).output("y");
+    m.init("w", {6, 4, 3, 3}, w).init("b", {6}, b).init("z", {1, 6, 5, 5}, z);
+    if (fused) {
+      NodeRef c = ms_node(m, "FusedConv", {"x", "w", "b", "z"}, {"y"}).s("activation", "HardSigmoid").ints("pads", {1, 1, 1, 1});
+      auto* a = c.p->add_attribute();  // activation_params: alpha 1/6, beta 0.5 (as ONNX Runtime writes HardSwish's)
+      a->set_name("activation_params");
+      a->set_type(onnx::AttributeProto::FLOATS);
+      a->add_floats(1.0f / 6);
+      a->add_floats(0.5f);
+    } else {
+      m.node("Conv", {"x", "w", "b"}, {"c"}).ints("pads", {1, 1, 1, 1});
+      m.node("Add", {"c", "z"}, {"s"});
+      m.node("HardSigmoid", {"s"}, {"y"}).f("alpha", 1.0f / 6).f("beta", 0.5f);
+    }
+    return m;
+  };
+  const Output got = run_model(conv_model(true), "fused_conv.onnx", Shape{1, 4, 5, 5}, x);
+  const Output want = run_model(conv_model(false), "plain_conv.onnx", Shape{1, 4, 5, 5}, x);
+  REQUIRE(got.shape == Shape{1, 6, 5, 5});
+  CHECK(max_abs_diff(got.values, want.values) < 1e-6);
+  // FusedGemm: LeakyRelu(0.5 * x @ bᵀ + 2 * c), activation_alpha its slope.
+  OnnxModel g(17);
+  ms_domain(g);
+  g.input("x", {3, 8}).output("y");
+  const auto gb = random_values(5 * 8, 5), gc = random_values(5, 6), gx = random_values(3 * 8, 7);
+  g.init("b", {5, 8}, gb).init("c", {5}, gc);
+  ms_node(g, "FusedGemm", {"x", "b", "c"}, {"y"}).s("activation", "LeakyRelu").f("activation_alpha", 0.1f).i("transB", 1).f("alpha", 0.5f).f(
+      "beta", 2.0f);
+  const Output y = run_model(g, "fused_gemm.onnx", Shape{3, 8}, gx);
+  REQUIRE(y.shape == Shape{3, 5});
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) {
+      double acc = 2.0 * gc[static_cast<std::size_t>(j)];
+      for (int64_t k = 0; k < 8; ++k) acc += 0.5 * gx[static_cast<std::size_t>(i * 8 + k)] * gb[static_cast<std::size_t>(j * 8 + k)];
+      CHECK(y.values[static_cast<std::size_t>(i * 5 + j)] == Approx(acc > 0 ? acc : 0.1 * acc).margin(1e-5));
+    }
+}

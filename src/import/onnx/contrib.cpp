@@ -2,7 +2,8 @@
 // domain, which its transformer optimizer (onnxruntime.transformers.optimizer,
 // Optimum's --optimize) writes into BERT, GPT-2, ViT, T5, Whisper, CLIP and
 // LLaMA files: SkipLayerNormalization, EmbedLayerNormalization, Attention,
-// MultiHeadAttention, the GELU forms, FusedMatMul; and onnxruntime-genai's
+// MultiHeadAttention, the GELU forms, FusedMatMul; FusedConv and FusedGemm
+// (files ONNX Runtime saved optimized); and onnxruntime-genai's
 // decoders: GroupQueryAttention, RotaryEmbedding, MatMulNBits (4-bit weights,
 // dequantised here into float32). Each is converted as the
 // standard operators it computes (nodes synthesized here, converted by their
@@ -810,6 +811,69 @@ void Importer::matmul_nbits(const Node& n) {
   const std::string product = synthesized_value(n.out(0) + "/product");
   convert_synthesized(n, "MatMul", {input_name(n, 0, "A"), weight}, {product});
   convert_synthesized(n, "Add", {product, n.in(5)}, {n.out(0)});
+}
+
+
+// The activation of ONNX Runtime's FusedConv and FusedGemm on x into y
+// (Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid: its MLAS activations),
+// `params` its floats (alpha; min and max; alpha and beta).
+void Importer::fused_activation(const Node& n, const std::string& act, const std::vector<double>& params, const std::string& x,
+                                const std::string& y) {
+  auto param = [&](std::size_t k, double fallback) { return k < params.size() ? params[k] : fallback; };
+  if (act == "Relu" || act == "Tanh" || act == "Sigmoid") {
+    convert_synthesized(n, act, {x}, {y});
+  } else if (act == "LeakyRelu") {
+    convert_synthesized(n, act, {x}, {y}, float_attr("alpha", param(0, 0.01)));
+  } else if (act == "HardSigmoid") {
+    convert_synthesized(n, act, {x}, {y}, both(float_attr("alpha", param(0, 0.2)), float_attr("beta", param(1, 0.5))));
+  } else if (act == "Clip") {
+    const double lo = param(0, -std::numeric_limits<float>::max()), hi = param(1, std::numeric_limits<float>::max());
+    const std::string y_ = n.out(0);
+    // (bounds as inputs from opset 11, as attributes before: the synthesized node carries both)
+    convert_synthesized(n, "Clip", {x, add_constant(y_ + "/clip_min", float_blob({}, {static_cast<float>(lo)})),
+                                    add_constant(y_ + "/clip_max", float_blob({}, {static_cast<float>(hi)}))},
+                        {y}, both(float_attr("min", lo), float_attr("max", hi)));
+  } else {
+    throw Unsupported{fmt::format("{} with activation '{}'", n.op(), act)};
+  }
+}
+
+// FusedConv (ONNX Runtime's saved optimized files): Conv, plus Z where given,
+// then its activation.
+void Importer::fused_conv(const Node& n) {
+  const std::string act = n.get_string("activation", "");
+  const std::vector<double> params = n.get_floats("activation_params", std::vector<double>{});
+  const std::string y = n.out(0);
+  std::vector<std::string> ins{input_name(n, 0, "X"), input_name(n, 1, "W")};
+  if (n.has_in(2)) ins.push_back(n.in(2));
+  const std::string conv = act.empty() && !n.has_in(3) ? y : synthesized_value(y + "/conv");
+  convert_synthesized(n, "Conv", ins, {conv}, [&](onnx::NodeProto& p) {
+    for (const auto& a : n.proto().attribute())
+      if (a.name() != "activation" && a.name() != "activation_params") *p.add_attribute() = a;
+  });
+  std::string x = conv;
+  if (n.has_in(3)) {
+    x = act.empty() ? y : synthesized_value(y + "/sum");
+    convert_synthesized(n, "Add", {conv, n.in(3)}, {x});
+  }
+  if (!act.empty()) fused_activation(n, act, params, x, y);
+}
+
+// FusedGemm: Gemm, then its activation (activation_alpha, _beta as its floats).
+void Importer::fused_gemm(const Node& n) {
+  const std::string act = n.get_string("activation", ""), y = n.out(0);
+  std::vector<std::string> ins{input_name(n, 0, "A"), input_name(n, 1, "B")};
+  if (n.has_in(2)) ins.push_back(n.in(2));
+  const std::string product = act.empty() ? y : synthesized_value(y + "/gemm");
+  convert_synthesized(n, "Gemm", ins, {product}, [&](onnx::NodeProto& p) {
+    for (const auto& a : n.proto().attribute())
+      if (a.name().rfind("activation", 0) != 0) *p.add_attribute() = a;
+  });
+  if (act.empty()) return;
+  std::vector<double> params;
+  if (n.has("activation_alpha")) params.push_back(n.get_float("activation_alpha"));
+  if (n.has("activation_beta")) params.push_back(n.get_float("activation_beta"));
+  fused_activation(n, act, params, product, y);
 }
 
 }  // namespace onnx_import

@@ -30,6 +30,8 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::ms_convert
       {"RotaryEmbedding", &Importer::contrib_rotary},
       {"GroupQueryAttention", &Importer::group_query_attention},
       {"MatMulNBits", &Importer::matmul_nbits},
+      {"FusedConv", &Importer::fused_conv},
+      {"FusedGemm", &Importer::fused_gemm},
   };
   return table;
 }

@@ -131,6 +131,12 @@ class Node {
     if (a->type() != onnx::AttributeProto::INTS) throw error("expected a list of integers", key);
     return {a->ints().begin(), a->ints().end()};
   }
+  std::vector<double> get_floats(const char* key, std::optional<std::vector<double>> fallback = {}) const {
+    const auto* a = attr(key);
+    if (!a) return value_or_missing(key, fallback);
+    if (a->type() != onnx::AttributeProto::FLOATS) throw error("expected a list of floats", key);
+    return {a->floats().begin(), a->floats().end()};
+  }
   /// A list attribute that must have `n` entries (the rank of a window).
   std::vector<int64_t> get_ints_n(const char* key, std::size_t n, std::vector<int64_t> fallback) const {
     auto v = get_ints(key, fallback);
@@ -433,6 +439,11 @@ class Importer : private import::GraphBuilder {
   void contrib_rotary(const Node&);
   void group_query_attention(const Node&);
   void matmul_nbits(const Node&);
+  void fused_conv(const Node&);
+  void fused_gemm(const Node&);
+  /// FusedConv's and FusedGemm's activation `act` with its float parameters, x into y.
+  void fused_activation(const Node& n, const std::string& act, const std::vector<double>& params, const std::string& x,
+                        const std::string& y);
   /// Positions 0 .. size(x, axis) - 1 (an int64 [size] computed from sizes).
   std::string sequence_range(const Node& n, const std::string& x, int axis);
   /// x [B, S, heads, H] rotated by the cos/sin cache rows at `pos` ([B or 1, S]): its first rd features.
