@@ -53,6 +53,8 @@ def causal_lm(name):
         return tf.PersimmonForCausalLM(tf.PersimmonConfig(**dec, partial_rotary_factor=0.5))
     if name == "gpt-bigcode":  # multi-query: one cache tensor per layer, keys and values side by side
         return tf.GPTBigCodeForCausalLM(tf.GPTBigCodeConfig(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, multi_query=True))
+    if name == "gpt2":  # (gpt2_kv.py checks GPT-2 here; optimum_decoders.py builds it from this)
+        return tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000))
     if name == "biogpt":
         return tf.BioGptForCausalLM(tf.BioGptConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                                     num_attention_heads=4, vocab_size=1000))

@@ -27,6 +27,7 @@ struct SymbolicDim {
   int dim = 0;
   std::map<std::string, int64_t> terms;  ///< name -> coefficient
   int64_t offset = 0;
+  std::string param;  ///< the dim_param as the file writes it
   /// The dim's size where the named sizes are `sizes` (missing names count 0).
   int64_t size_at(const std::map<std::string, int64_t>& sizes) const;
 };
@@ -37,6 +38,9 @@ SymbolicDim parse_dim_param(const std::string& text, const std::string& fallback
 struct InputSymbols {
   std::vector<SymbolicDim> dims;
   std::map<std::string, int64_t> sizes;
+  /// dim_params read as another expression (an offset the graph contradicts
+  /// read as a size: import_first), for every import of the model.
+  std::map<std::string, std::string> read_as;
 };
 
 /// Parameters of one layer that hold for every size tried: a reshape's

@@ -17,7 +17,9 @@ namespace softneuro::onnx_import {
 /// `symbol_sizes`: the sizes named symbolic input dims take while translating
 /// (default: 1 for a name that is an input's leading dim, 64 for others); they
 /// stay symbolic. `symbols`, where given, receives the inputs' symbolic dims.
+/// `read_as`: dim_params read as other expressions (InputSymbols::read_as).
 core::Graph import_graph(const std::string& path, const ImportOptions& options = {},
-                         const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr);
+                         const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr,
+                         const std::map<std::string, std::string>* read_as = nullptr);
 
 }  // namespace softneuro::onnx_import

@@ -227,6 +227,41 @@ std::vector<NamedBlob> decode_inputs(int64_t P, unsigned seed) {
 }
 }  // namespace
 
+TEST_CASE("transformers: a mask named past + 1 beside a symbolic sequence is read as past + sequence (Optimum's "
+          "decoders), prompt and decode steps alike",
+          "[onnx][transformers][dynamic]") {
+  // As above, but the new tokens [1, sequence, 4]: the graph takes past + sequence, the name says past + 1.
+  OnnxModel m(17);
+  m.named_input("past", onnx::TensorProto::FLOAT, {"1", "past_sequence_length", "4"});
+  m.named_input("new", onnx::TensorProto::FLOAT, {"1", "sequence_length", "4"});
+  m.named_input("mask", onnx::TensorProto::INT64, {"1", "past_sequence_length + 1"}).output("y");
+  m.init_ints("axes", {1}, {2});
+  m.node("Concat", {"past", "new"}, {"keys"}).i("axis", 1);
+  m.node("Unsqueeze", {"mask", "axes"}, {"m3"});
+  m.node("Cast", {"m3"}, {"mf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"keys", "mf"}, {"y"});
+  Model net = import_onnx(m.save("past_plus_sequence.onnx"));
+  CHECK(net.inputs()[2].shape == Shape{1, 128});
+  CHECK(net.inputs()[1].dynamic_dims == std::vector<int>{1});
+  CHECK(net.inputs()[2].dynamic_dims == std::vector<int>{1});
+  Session session(net);
+  for (auto [P, S] : {std::pair<int64_t, int64_t>{0, 5}, {5, 1}, {6, 3}}) {
+    INFO("past " << P << ", " << S << " new");
+    const std::vector<float> past = random_values(static_cast<std::size_t>(P * 4), 6), now = random_values(static_cast<std::size_t>(S * 4), 7);
+    std::vector<int64_t> mask(static_cast<std::size_t>(P + S), 1);
+    mask[0] = 0;
+    auto out = run(session, {{"past", make_input(Shape{1, P, 4}, past)}, {"new", make_input(Shape{1, S, 4}, now)},
+                             {"mask", ids_blob(Shape{1, P + S}, mask)}});
+    REQUIRE(out[0].blob.shape() == Shape{1, P + S, 4});
+    const float* y = out[0].blob.data_as<float>();
+    for (int64_t t = 0; t < P + S; ++t)
+      for (int64_t c = 0; c < 4; ++c) {
+        const float k = t < P ? past[static_cast<std::size_t>(t * 4 + c)] : now[static_cast<std::size_t>((t - P) * 4 + c)];
+        REQUIRE(y[t * 4 + c] == k * float(mask[static_cast<std::size_t>(t)]));
+      }
+  }
+}
+
 TEST_CASE("transformers: a decode loop meeting a new cache length each step builds a plan per shape bucket",
           "[onnx][transformers][dynamic]") {
   Model net = import_onnx(decode_step_model().save("decode_step.onnx"));

@@ -292,8 +292,10 @@ void Importer::read_inputs() {
     for (int i = 0; i < shape.rank(); ++i)
       if (shape[i] < 0) {
         const auto& d = tt.shape().dim(i);
-        symbols.dims.push_back(parse_dim_param(d.has_dim_param() ? d.dim_param() : std::string(),
-                                               fmt::format("{}[{}]", name, i)));
+        const std::string param = d.has_dim_param() ? d.dim_param() : std::string();
+        auto r = read_as_ ? read_as_->find(param) : std::map<std::string, std::string>::const_iterator{};
+        symbols.dims.push_back(parse_dim_param(read_as_ && r != read_as_->end() ? r->second : param, fmt::format("{}[{}]", name, i)));
+        symbols.dims.back().param = param;
         symbols.dims.back().input = name;
         symbols.dims.back().dim = i;
         info.dynamic_dims.push_back(i);
@@ -322,6 +324,7 @@ void Importer::read_inputs() {
     in.shape[d.dim] = size;
   }
   for (const auto& in : graph_.inputs) shapes_[in.name] = in.shape;
+  if (read_as_) symbols.read_as = *read_as_;
   if (symbols_out_) *symbols_out_ = symbols;
   mark_value_inputs();
 }
@@ -999,12 +1002,13 @@ void parse_file(const std::string& path, onnx::ModelProto& model) {
 }
 
 core::Graph import_graph(const std::string& path, const ImportOptions& options,
-                         const std::map<std::string, int64_t>* symbol_sizes, InputSymbols* symbols) {
+                         const std::map<std::string, int64_t>* symbol_sizes, InputSymbols* symbols,
+                         const std::map<std::string, std::string>* read_as) {
   try {
     auto model = std::make_unique<onnx::ModelProto>();
     parse_file(path, *model);
     if (!model->has_graph()) throw Error("not an ONNX model: it holds no graph", path, {}, "graph");
-    Importer importer(*model, path, options, symbol_sizes, symbols);
+    Importer importer(*model, path, options, symbol_sizes, symbols, read_as);
     return importer.run();
   } catch (const Error&) {
     throw;
@@ -1022,8 +1026,9 @@ namespace onnx_import {
 namespace {
 
 core::Graph import_optimized(const std::string& path, const ImportOptions& options,
-                             const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr) {
-  core::Graph graph = import_graph(path, options, symbol_sizes, symbols);
+                             const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr,
+                             const std::map<std::string, std::string>* read_as = nullptr) {
+  core::Graph graph = import_graph(path, options, symbol_sizes, symbols, read_as);
   try {
     core::optimize(graph, import::pass_options(options));
   } catch (const Error& e) {
@@ -1036,7 +1041,8 @@ core::Graph import_optimized(const std::string& path, const ImportOptions& optio
 /// valid only for some sizes, such as a recogniser whose height must pool to
 /// one row, or a waveform that a stack of strided convolutions shortens) at
 /// the first of a few common sizes that every non-batch name takes, else with
-/// one leading name other than the batch at a few sizes.
+/// a dim named "past + 1" read as past plus another name, else with one
+/// leading name other than the batch at a few sizes (and such readings).
 core::Graph import_first(const std::string& path, const ImportOptions& options, InputSymbols& symbols) {
   try {
     return import_optimized(path, options, nullptr, &symbols);
@@ -1058,30 +1064,51 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
       } catch (const Error&) {
       }
     }
+    // (Not for unsupported operators: they are so at any size.)
+    if (first.field() == "op_type") throw;
+    // A dim named "past + 1" beside another input's "sequence": Optimum
+    // names its decoders' attention masks after the decode step, where the
+    // graph takes past + sequence. Where the names do not translate, each
+    // such + 1 read as one other name (a size that is 1 in that step).
+    std::vector<std::map<std::string, std::string>> readings{{}};
+    for (const SymbolicDim& d : symbols.dims) {
+      if (d.offset != 1 || d.terms.empty()) continue;
+      std::string text;
+      for (const auto& [name, k] : d.terms) text += fmt::format("{}{}*{}", text.empty() ? "" : "+", k, name);
+      for (const auto& [other, size] : symbols.sizes)
+        if (!d.terms.count(other) && size != 1) readings.push_back({{d.param, fmt::format("{}+{}", text, other)}});
+    }
+    auto read_so = [&](const std::map<std::string, std::string>& read_as, const std::map<std::string, int64_t>* sizes,
+                       const std::string& how) -> std::optional<core::Graph> {
+      try {
+        InputSymbols tried;
+        core::Graph g = import_optimized(path, options, sizes, &tried, &read_as);
+        for (const auto& [param, as] : read_as)
+          core::info("{}: the dim named '{}' read as {}: the model does not translate with + 1", path, param, as);
+        if (!how.empty()) core::info("{}: the model does not translate {} ({})", path, how, first.message());
+        symbols = std::move(tried);
+        return g;
+      } catch (const Error&) {
+        return std::nullopt;
+      }
+    };
+    for (std::size_t r = 1; r < readings.size(); ++r)
+      if (auto g = read_so(readings[r], nullptr, "")) return std::move(*g);
     // A leading dim that is not a batch (Bloom's and Falcon's caches are
     // [batch * heads, ...]): each such name alone at a few sizes; the batch
-    // (the first input's leading dim) stays 1. (Not for unsupported
-    // operators: they are so at any size.)
-    if (first.field() == "op_type") throw;
+    // (the first input's leading dim) stays 1.
     const std::string batch = symbols.dims.empty() || symbols.dims[0].dim != 0 || symbols.dims[0].terms.size() != 1
                                   ? std::string()
                                   : symbols.dims[0].terms.begin()->first;
-    for (const auto& [name, base] : symbols.sizes) {
-      if (base != 1 || name == batch) continue;
-      for (int64_t size : {2, 4, 8, 12, 16, 3, 6, 24, 32, 64}) {
-        std::map<std::string, int64_t> sizes = symbols.sizes;
-        sizes[name] = size;
-        try {
-          InputSymbols tried;
-          core::Graph g = import_optimized(path, options, &sizes, &tried);
-          core::info("{}: the model does not translate with '{}' at 1 ({}); it takes {} instead", path, name,
-                     first.message(), size);
-          symbols = std::move(tried);
-          return g;
-        } catch (const Error&) {
+    for (const auto& read_as : readings)
+      for (const auto& [name, base] : symbols.sizes) {
+        if (base != 1 || name == batch) continue;
+        for (int64_t size : {2, 4, 8, 12, 16, 3, 6, 24, 32, 64}) {
+          std::map<std::string, int64_t> sizes = symbols.sizes;
+          sizes[name] = size;
+          if (auto g = read_so(read_as, &sizes, fmt::format("with '{}' at 1; it takes {} instead", name, size))) return std::move(*g);
         }
       }
-    }
     throw;
   }
 }
@@ -1113,7 +1140,7 @@ void keep_dynamic_dims(core::Graph& graph, const std::string& path, const Import
         if (why.empty()) tried = size;
         core::Graph probe;
         try {
-          probe = import_optimized(path, options, &at);
+          probe = import_optimized(path, options, &at, nullptr, &symbols.read_as);
         } catch (const Error& e) {
           if (why.empty()) why = e.message();
           continue;

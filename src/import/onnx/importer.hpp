@@ -193,9 +193,10 @@ class Importer : private import::GraphBuilder {
   /// (default: 1 for a name some input has as its leading dim, 64 for others);
   /// `symbols`, where given, receives the inputs' symbolic dims and sizes.
   Importer(onnx::ModelProto& model, const std::string& file, const ImportOptions& options,
-           const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr)
+           const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr,
+           const std::map<std::string, std::string>* read_as = nullptr)
       : model_(model), g_(*model.mutable_graph()), file_(file), options_(options), symbol_sizes_(symbol_sizes),
-        symbols_out_(symbols) {
+        symbols_out_(symbols), read_as_(read_as) {
     src_.file = file;
     const auto dir = std::filesystem::path(file).parent_path();
     src_.dir = (dir.empty() ? std::filesystem::path(".") : dir).string();
@@ -681,6 +682,7 @@ class Importer : private import::GraphBuilder {
   const ImportOptions& options_;
   const std::map<std::string, int64_t>* symbol_sizes_;
   InputSymbols* symbols_out_;
+  const std::map<std::string, std::string>* read_as_;
   TensorSource src_;
   std::map<std::string, int> opsets_;  // domain -> version
 
