@@ -227,6 +227,28 @@ std::vector<NamedBlob> decode_inputs(int64_t P, unsigned seed) {
 }
 }  // namespace
 
+TEST_CASE("transformers: an Expand by a constant target with 1s where the input has its sequence keeps the sequence "
+          "dynamic (GPT-J's dynamo export)",
+          "[onnx][transformers][dynamic]") {
+  OnnxModel m(17);
+  m.named_input("x", onnx::TensorProto::FLOAT, {"1", "sequence", "1", "4"}).output("y");
+  m.init_ints("shape", {4}, {1, 1, 2, 1});
+  m.node("Expand", {"x", "shape"}, {"y"});
+  Model net = import_onnx(m.save("expand_constant_target.onnx"));
+  CHECK(net.inputs()[0].dynamic_dims == std::vector<int>{1});
+  Session session(net);
+  for (int64_t S : {5, 70}) {
+    INFO("sequence " << S);
+    const auto x = random_values(static_cast<std::size_t>(S * 4), 3);
+    auto out = run(session, {{"x", make_input(Shape{1, S, 1, 4}, x)}});
+    REQUIRE(out[0].blob.shape() == Shape{1, S, 2, 4});
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t r = 0; r < 2; ++r)
+        for (int64_t c = 0; c < 4; ++c)
+          REQUIRE(out[0].blob.data_as<float>()[(t * 2 + r) * 4 + c] == x[static_cast<std::size_t>(t * 4 + c)]);
+  }
+}
+
 TEST_CASE("transformers: a mask named past + 1 beside a symbolic sequence is read as past + sequence (Optimum's "
           "decoders), prompt and decode steps alike",
           "[onnx][transformers][dynamic]") {

@@ -729,7 +729,16 @@ void Importer::expand(const Node& n) {
     add(make("add", n.name, {input(n, 0), zeros}, {n.out(0)}));
     return;
   }
-  const std::string zeros = add_constant(n.out(0) + "/zeros", Blob::allocate(out));
+  // Zeros only along the dims the target widens (1 where the input gives the
+  // size): a dim that follows the input's size stays free (GPT-J's dynamo
+  // export expands its gathered sin/cos rows over a constant [.., 1, 2]).
+  const Shape xs = shape_of(n, n.in(0));
+  std::vector<int64_t> widened(static_cast<std::size_t>(out.rank()), 1);
+  for (int d = 0; d < out.rank(); ++d) {
+    const int xd = d - (out.rank() - xs.rank());
+    if (xd < 0 || xs[xd] != out[d]) widened[static_cast<std::size_t>(d)] = out[d];
+  }
+  const std::string zeros = add_constant(n.out(0) + "/zeros", Blob::allocate(Shape(widened)));
   add(make("add", n.name, {input(n, 0), as_blob(n, zeros)}, {n.out(0)}));
 }
 
