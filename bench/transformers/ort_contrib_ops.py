@@ -148,7 +148,7 @@ def cases():
     cos_cache, sin_cache = [np.cos(np.outer(np.arange(MC), 1.0 / 10000 ** (np.arange(0, 8) / 8))).astype(np.float32),
                             np.sin(np.outer(np.arange(MC), 1.0 / 10000 ** (np.arange(0, 8) / 8))).astype(np.float32)]
 
-    def gqa(name, S, P, lengths, rotary=0, interleaved=0, packed=False, **attrs):
+    def gqa(name, S, P, lengths, rotary=0, interleaved=0, packed=False, positions=None, **attrs):
         B = len(lengths)
         ins, types, feeds = [], [], {}
         if packed:
@@ -172,6 +172,10 @@ def cases():
         if rotary:
             ins += ["cos", "sin"]
             inits.update(cos=cos_cache, sin=sin_cache)
+        if positions is not None:
+            ins += ["pos"]
+            feeds["pos"] = positions
+            types.append(("pos", I64, list(positions.shape)))
         node = ms("GroupQueryAttention", ins, ["y", "present_k", "present_v"], num_heads=N, kv_num_heads=NKV,
                   do_rotary=rotary, rotary_interleaved=interleaved, **attrs)
         return name, model([node], types, [("y", F), ("present_k", F), ("present_v", F)], inits), feeds
@@ -185,6 +189,8 @@ def cases():
     yield gqa("gqa_window_softcap", 1, 6, [7, 5], local_window_size=3, softcap=2.0)
     yield gqa("gqa_packed", 4, 0, [4, 3], rotary=1, packed=True)
     yield gqa("gqa_scale_noncausal", 4, 0, [4, 4], scale=0.2, causal=0)
+    yield gqa("gqa_prompt_position_ids", 5, 0, [5, 5], rotary=1, positions=np.array([[7, 9, 9, 9, 9], [3, 0, 0, 0, 0]], np.int64))
+    yield gqa("gqa_decode_position_ids", 1, 6, [7, 5], rotary=1, positions=np.array([[20], [11]], np.int64))
     # onnxruntime-genai's model builder: seqlens_k and total_sequence_length from the attention mask.
     B, S, P = 1, 3, 5
     nodes = [helper.make_node("ReduceSum", ["mask", "one"], ["len64"], keepdims=0),

@@ -541,3 +541,55 @@ TEST_CASE("contrib: FusedConv and FusedGemm are their convolution or product, Z 
       CHECK(y.values[static_cast<std::size_t>(i * 5 + j)] == Approx(acc > 0 ? acc : 0.1 * acc).margin(1e-5));
     }
 }
+
+TEST_CASE("contrib: GroupQueryAttention's position_ids: a first prompt counts from its first id", "[onnx][contrib]") {
+  const int64_t N = 2, NKV = 1, H = 4, MC = 16, R = H / 2, S = 3;
+  std::vector<float> cos(static_cast<std::size_t>(MC * R)), sin(cos.size());
+  for (int64_t p = 0; p < MC; ++p)
+    for (int64_t i = 0; i < R; ++i) {
+      cos[static_cast<std::size_t>(p * R + i)] = static_cast<float>(std::cos(0.3 * static_cast<double>(p * (i + 1))));
+      sin[static_cast<std::size_t>(p * R + i)] = static_cast<float>(std::sin(0.3 * static_cast<double>(p * (i + 1))));
+    }
+  OnnxModel m(17);
+  ms_domain(m);
+  m.input("q", {1, S, N * H}).input("k", {1, S, NKV * H}).input("v", {1, S, NKV * H});
+  m.typed_input("seqlens_k", onnx::TensorProto::INT32, {1}).typed_input("position_ids", onnx::TensorProto::INT64, {1, S});
+  m.output("y");
+  m.init("cos", {MC, R}, cos).init("sin", {MC, R}, sin).init_typed("total", onnx::TensorProto::INT32, {}, {S});
+  ms_node(m, "GroupQueryAttention", {"q", "k", "v", "", "", "seqlens_k", "total", "cos", "sin", "position_ids"}, {"y"})
+      .i("num_heads", N)
+      .i("kv_num_heads", NKV)
+      .i("do_rotary", 1);
+  auto q = random_values(S * N * H, 1), k = random_values(S * NKV * H, 2), v = random_values(S * NKV * H, 3);
+  Blob ids = Blob::allocate(Shape{1, S}, DType::int64);
+  const int64_t given[] = {5, 0, 0};  // only the first counts in a first prompt: positions 5, 6, 7
+  std::copy(given, given + S, ids.data_as<int64_t>());
+  auto out = run(Session(import_onnx(m.save("gqa_position_ids.onnx"))),
+                 {{"q", make_input(Shape{1, S, N * H}, q)}, {"k", make_input(Shape{1, S, NKV * H}, k)},
+                  {"v", make_input(Shape{1, S, NKV * H}, v)}, {"seqlens_k", int_blob32(Shape{1}, {static_cast<int32_t>(S - 1)})},
+                  {"position_ids", std::move(ids)}});
+  auto rotate = [&](std::vector<float>& x, int64_t heads) {
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t n = 0; n < heads; ++n)
+        for (int64_t i = 0; i < R; ++i) {
+          float* f = &x[static_cast<std::size_t>((s * heads + n) * H)];
+          const double c = cos[static_cast<std::size_t>((5 + s) * R + i)], sn = sin[static_cast<std::size_t>((5 + s) * R + i)];
+          const double a = f[i], b = f[i + R];
+          f[i] = static_cast<float>(a * c - b * sn);
+          f[i + R] = static_cast<float>(b * c + a * sn);
+        }
+  };
+  rotate(q, N);
+  rotate(k, NKV);
+  std::vector<float> kf, vf;  // the one KV head for both query heads
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      kf.insert(kf.end(), k.begin() + t * H, k.begin() + (t + 1) * H);
+      vf.insert(vf.end(), v.begin() + t * H, v.begin() + (t + 1) * H);
+    }
+  const auto want = attention(q, kf, vf, 1, S, S, N, H, [](int64_t, int64_t s, int64_t j) {
+    return j > s ? -std::numeric_limits<double>::infinity() : 0.0;
+  });
+  REQUIRE(out[0].blob.shape() == Shape{1, S, N * H});
+  CHECK(max_abs_diff(values_of(out[0]), want) < 2e-5);
+}

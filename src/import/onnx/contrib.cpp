@@ -577,12 +577,12 @@ void Importer::contrib_rotary(const Node& n) {
 // past's first past_b rows, then the S new ones, then zeros, over
 // max(total_sequence_length, P) rows; query s attends keys below
 // min(past_b + s + 1, seqlens_k[b] + 1) (the last local_window_size of them).
-// Rotary (do_rotary) at positions past_b + s, on Q and the new K.
+// Rotary (do_rotary) at positions past_b + s (or position_ids: from the
+// first one in a first prompt, as given later), on Q and the new K.
 void Importer::group_query_attention(const Node& n) {
   if (n.get_int("smooth_softmax", -1) == 1 || n.has_in(11)) throw Unsupported{"GroupQueryAttention with a softmax sink"};
   for (int k : {12, 13, 14, 15, 16})
     if (n.has_in(k)) throw Unsupported{"GroupQueryAttention with a quantised cache, QK norms or query_seqlens"};
-  if (n.has_in(9)) throw Unsupported{"GroupQueryAttention with position_ids"};
   if (n.get_int("qk_output", 0) != 0) throw Unsupported{"GroupQueryAttention's qk output"};
   if (n.get_int("sliding_window_cache", 0) != 0) throw Unsupported{"GroupQueryAttention with a sliding-window cache"};
   const std::string y = n.out(0);
@@ -632,8 +632,24 @@ void Importer::group_query_attention(const Node& n) {
     const Shape cs = shape_of(n, input_name(n, 7, "cos_cache"));
     if (cs.rank() != 2 || shape_of(n, input_name(n, 8, "sin_cache")) != cs || 2 * cs[1] > h)
       throw n.error(fmt::format("cos_cache {} does not rotate heads of {}", cs.to_string(), h), "cos_cache");
-    const std::string pos = v("positions");  // past_b + s
+    std::string pos = v("positions");  // past_b + s
     convert_synthesized(n, "Add", {past_col, steps_row}, {pos});
+    if (n.has_in(9)) {
+      // position_ids [B, S]: a first prompt (S == total_sequence_length)
+      // counts from its first id, a later step takes them as they are.
+      const Shape ps = shape_of(n, n.in(9));
+      if (ps.rank() != 2) throw n.error(fmt::format("position_ids {} are not [batch, sequence]", ps.to_string()), "position_ids");
+      const std::string first_id = v("first_position"), counted = v("prompt_positions"), total_q = v("total_as_length"),
+                        first_prompt = v("first_prompt"), chosen = v("given_positions");
+      convert_synthesized(n, "Slice", {n.in(9), int_constant(y + "/origin", Shape{2}, {0, 0}), int_constant(y + "/origin_end", Shape{2}, {1, 1}),
+                                       int_constant(y + "/both_axes", Shape{2}, {0, 1})},
+                          {first_id});
+      convert_synthesized(n, "Add", {first_id, steps_row}, {counted});
+      convert_synthesized(n, "Cast", {total_in}, {total_q}, int_attr("to", onnx::TensorProto::INT64));
+      convert_synthesized(n, "Equal", {s_scalar, total_q}, {first_prompt});
+      convert_synthesized(n, "Where", {first_prompt, counted, n.in(9)}, {chosen});
+      pos = chosen;
+    }
     const bool interleaved = n.get_int("rotary_interleaved", 0) != 0;
     q = rotated(n, q, pos, n.in(7), n.in(8), 2 * cs[1], h, interleaved, "q_rotary");
     k = rotated(n, k, pos, n.in(7), n.in(8), 2 * cs[1], h, interleaved, "k_rotary");
