@@ -222,10 +222,7 @@ std::string Importer::contrib_mask_bias(const Node& n, int k, int64_t batch, con
     auto column = [&](int64_t from, const char* what) {  // mask[from : from + B] as [B, 1]
       std::string part = m;
       if (from != 0 || size != batch) {
-        part = synthesized_value(fmt::format("{}/mask_{}", y, what));
-        convert_synthesized(n, "Slice", {m, int_constant(y + "/from", Shape{1}, {from}), int_constant(y + "/to", Shape{1}, {from + batch}),
-                                         int_constant(y + "/axis0", Shape{1}, {0})},
-                            {part});
+        part = slice_node(n, m, 0, from, from + batch, synthesized_value(fmt::format("{}/mask_{}", y, what)));
       }
       const std::string col = synthesized_value(fmt::format("{}/mask_{}_column", y, what));
       axes_node(n, "Unsqueeze", part, {1}, col);
@@ -259,7 +256,15 @@ std::string Importer::contrib_mask_bias(const Node& n, int k, int64_t batch, con
   return lifted;
 }
 
-std::string Importer::key_positions(const Node& n, const std::vector<std::pair<std::string, int>>& dims) {
+std::string Importer::slice_node(const Node& n, const std::string& x, int64_t axis, int64_t from, int64_t to, const std::string& y,
+                                 int64_t step) {
+  const std::string base = n.out(0) + "/slice";
+  return convert_synthesized(n, "Slice", {x, int_constant(base + "_from", Shape{1}, {from}), int_constant(base + "_to", Shape{1}, {to}),
+                                          int_constant(base + "_axis", Shape{1}, {axis}), int_constant(base + "_step", Shape{1}, {step})},
+                             {y});
+}
+
+std::string Importer::positions_along(const Node& n, const std::vector<std::pair<std::string, int>>& dims) {
   const std::string y = n.out(0);
   std::string total;
   for (const auto& [t, axis] : dims) {
@@ -318,6 +323,7 @@ void Importer::contrib_attention(const Node& n) {
   // passes make each a dense layer); computed weights: one product, sliced.
   const Blob* w = constant(n.in(1));
   const Blob* b = n.has_in(2) ? constant(n.in(2)) : nullptr;
+  const Blob wf = w ? to_float(*w) : Blob(), bf = b ? to_float(*b) : Blob();
   std::string product;
   if (!w) {
     product = synthesized_value(y + "/qkv");
@@ -331,28 +337,21 @@ void Importer::contrib_attention(const Node& n) {
     const std::string proj = synthesized_value(fmt::format("{}/{}", y, names[p]));
     std::string raw = n.has_in(2) ? synthesized_value(fmt::format("{}/{}_product", y, names[p])) : proj;
     if (w) {
-      const Blob wf = to_float(*w);
       std::vector<float> part(static_cast<std::size_t>(ws[0] * size));
       const float* src = wf.data_as<float>();
       for (int64_t r = 0; r < ws[0]; ++r)
         std::copy(src + r * ws[1] + from, src + r * ws[1] + from + size, part.begin() + r * size);
       convert_synthesized(n, "MatMul", {x, add_constant(fmt::format("{}/{}_weight", y, names[p]), float_blob({ws[0], size}, part))}, {raw});
     } else {
-      convert_synthesized(n, "Slice", {product, int_constant(y + "/from", Shape{1}, {from}), int_constant(y + "/to", Shape{1}, {from + size}),
-                                       int_constant(y + "/last_axis", Shape{1}, {-1})},
-                          {raw});
+      slice_node(n, product, -1, from, from + size, raw);
     }
     if (n.has_in(2)) {
       std::string bias_part;
       if (b) {
-        const Blob bf = to_float(*b);
         const float* src = bf.data_as<float>();
         bias_part = add_constant(fmt::format("{}/{}_bias", y, names[p]), float_blob({size}, std::vector<float>(src + from, src + from + size)));
       } else {
-        bias_part = synthesized_value(fmt::format("{}/{}_bias", y, names[p]));
-        convert_synthesized(n, "Slice", {n.in(2), int_constant(y + "/from", Shape{1}, {from}), int_constant(y + "/to", Shape{1}, {from + size}),
-                                         int_constant(y + "/axis0", Shape{1}, {0})},
-                            {bias_part});
+        bias_part = slice_node(n, n.in(2), 0, from, from + size, synthesized_value(fmt::format("{}/{}_bias", y, names[p])));
       }
       convert_synthesized(n, "Add", {raw, bias_part}, {proj});
     }
@@ -375,7 +374,7 @@ void Importer::contrib_attention(const Node& n) {
   auto keys = [&] {
     std::vector<std::pair<std::string, int>> dims{{x, 1}};
     if (n.has_in(4)) dims.emplace_back(n.in(4), 3);
-    return key_positions(n, dims);
+    return positions_along(n, dims);
   };
   const std::string bias = summed_bias(n, contrib_mask_bias(n, 3, batch, keys, true), 5);
   const bool present = n.num_outputs() > 1 && used(n.out(1));
@@ -430,10 +429,8 @@ void Importer::multi_head_attention(const Node& n) {
       throw n.error(fmt::format("bias {} is not [{}]", bs.to_string(), 2 * d + dv), "bias");
     const int64_t begin[] = {0, d, 2 * d}, size[] = {d, d, dv};
     for (int p = 0; p < (in_heads ? 1 : 3); ++p) {
-      const std::string part = synthesized_value(fmt::format("{}/bias{}", y, p)), biased = synthesized_value(fmt::format("{}/biased{}", y, p));
-      convert_synthesized(n, "Slice", {n.in(3), int_constant(y + "/from", Shape{1}, {begin[p]}),
-                                       int_constant(y + "/to", Shape{1}, {begin[p] + size[p]}), int_constant(y + "/axis0", Shape{1}, {0})},
-                          {part});
+      const std::string part = slice_node(n, n.in(3), 0, begin[p], begin[p] + size[p], synthesized_value(fmt::format("{}/bias{}", y, p))),
+                        biased = synthesized_value(fmt::format("{}/biased{}", y, p));
       convert_synthesized(n, "Add", {qkv[static_cast<std::size_t>(p)], part}, {biased});
       qkv[static_cast<std::size_t>(p)] = biased;
     }
@@ -445,7 +442,7 @@ void Importer::multi_head_attention(const Node& n) {
   auto keys = [&] {
     std::vector<std::pair<std::string, int>> dims{{n.in(1), in_heads ? 2 : 1}};
     if (n.has_in(6)) dims.emplace_back(n.in(6), 2);
-    return key_positions(n, dims);
+    return positions_along(n, dims);
   };
   const std::string bias = summed_bias(n, contrib_mask_bias(n, 4, qs[0], keys, false), 5);
   const bool qk = n.num_outputs() > 3 && used(n.out(3));
@@ -475,15 +472,6 @@ void Importer::multi_head_attention(const Node& n) {
 }
 
 
-std::string Importer::sequence_range(const Node& n, const std::string& x, int axis) {
-  const std::string y = n.out(0), len = synthesized_value(y + "/length"), limit = synthesized_value(y + "/limit"),
-                    r = synthesized_value(y + "/range");
-  convert_synthesized(n, "Shape", {x}, {len}, both(int_attr("start", axis), int_attr("end", axis + 1)));
-  axes_node(n, "Squeeze", len, {0}, limit);
-  convert_synthesized(n, "Range", {int_constant(y + "/range_start", Shape{}, {0}), limit, int_constant(y + "/range_step", Shape{}, {1})}, {r});
-  return r;
-}
-
 // x [B, S, heads, H] rotated by the cos/sin rows of `pos` ([B or 1, S]):
 // its first rd features in halves (or, interleaved, in even/odd pairs), the
 // rest as they are, as ONNX Runtime's rotary kernels compute.
@@ -492,11 +480,7 @@ std::string Importer::rotated(const Node& n, const std::string& x, const std::st
   const std::string y = n.out(0) + "/" + what;
   auto v = [&](const std::string& tag) { return synthesized_value(y + "/" + tag); };
   auto slice = [&](const std::string& t, int64_t from, int64_t to, int64_t step, const std::string& tag) {
-    const std::string out = v(tag);
-    convert_synthesized(n, "Slice", {t, int_constant(y + "/from", Shape{1}, {from}), int_constant(y + "/to", Shape{1}, {to}),
-                                     int_constant(y + "/axis", Shape{1}, {3}), int_constant(y + "/step", Shape{1}, {step})},
-                        {out});
-    return out;
+    return slice_node(n, t, 3, from, to, v(tag), step);
   };
   auto table = [&](const std::string& cache, const std::string& tag) {  // [B, S, rd/2] -> [B, S, 1, rd/2]
     const std::string rows = v(tag + "_rows"), lifted = v(tag);
@@ -558,7 +542,7 @@ void Importer::contrib_rotary(const Node& n) {
   else convert_synthesized(n, "Reshape", {x, int_constant(y + "/split_shape", Shape{4}, {0, 0, heads, h})}, {x4});
   std::string pos = n.in(1);
   if (ps.numel() == 1 && ps.rank() <= 1) {  // an offset: offset + [0 .. S)
-    const std::string r = sequence_range(n, x, four ? 2 : 1), row = synthesized_value(y + "/positions_row");
+    const std::string r = positions_along(n, {{x, four ? 2 : 1}}), row = synthesized_value(y + "/positions_row");
     axes_node(n, "Unsqueeze", r, {0}, row);
     pos = synthesized_value(y + "/positions");
     convert_synthesized(n, "Add", {row, n.in(1)}, {pos});
@@ -601,10 +585,7 @@ void Importer::group_query_attention(const Node& n) {
   auto split = [&](const std::string& t, int64_t from, int64_t count, const std::string& tag) {
     std::string part = t;
     if (packed) {
-      part = v(tag + "_packed");
-      convert_synthesized(n, "Slice", {t, int_constant(y + "/from", Shape{1}, {from * h}), int_constant(y + "/to", Shape{1}, {(from + count) * h}),
-                                       int_constant(y + "/last", Shape{1}, {2})},
-                          {part});
+      part = slice_node(n, t, 2, from * h, (from + count) * h, v(tag + "_packed"));
     } else if (shape_of(n, t).rank() != 3 || shape_of(n, t)[2] != count * h) {
       throw n.error(fmt::format("{} {} is not [batch, sequence, {}]", tag, shape_of(n, t).to_string(), count * h), tag);
     }
@@ -623,9 +604,13 @@ void Importer::group_query_attention(const Node& n) {
   convert_synthesized(n, "Add", {seqlens, int_constant(y + "/one", Shape{}, {1})}, {tot});
   convert_synthesized(n, "Shape", {n.in(0)}, {s_len}, both(int_attr("start", 1), int_attr("end", 2)));
   axes_node(n, "Squeeze", s_len, {0}, s_scalar);
+  // total_sequence_length as an int64 scalar (one element, of any rank)
+  const std::string total_scalar = v("total_scalar"), total64 = v("total_length");
+  convert_synthesized(n, "Reshape", {total_in, int_constant(y + "/scalar_shape", Shape{0}, {})}, {total_scalar});
+  convert_synthesized(n, "Cast", {total_scalar}, {total64}, int_attr("to", onnx::TensorProto::INT64));
   convert_synthesized(n, "Sub", {tot, s_scalar}, {unclamped});
   convert_synthesized(n, "Max", {unclamped, int_constant(y + "/zero", Shape{}, {0})}, {past_b});
-  const std::string past_col = v("past_valid_column"), steps = sequence_range(n, n.in(0), 1), steps_row = v("steps_row");
+  const std::string past_col = v("past_valid_column"), steps = positions_along(n, {{n.in(0), 1}}), steps_row = v("steps_row");
   axes_node(n, "Unsqueeze", past_b, {1}, past_col);
   axes_node(n, "Unsqueeze", steps, {0}, steps_row);
   if (n.get_int("do_rotary", 0)) {
@@ -639,14 +624,13 @@ void Importer::group_query_attention(const Node& n) {
       // counts from its first id, a later step takes them as they are.
       const Shape ps = shape_of(n, n.in(9));
       if (ps.rank() != 2) throw n.error(fmt::format("position_ids {} are not [batch, sequence]", ps.to_string()), "position_ids");
-      const std::string first_id = v("first_position"), counted = v("prompt_positions"), total_q = v("total_as_length"),
-                        first_prompt = v("first_prompt"), chosen = v("given_positions");
+      const std::string first_id = v("first_position"), counted = v("prompt_positions"), first_prompt = v("first_prompt"),
+                        chosen = v("given_positions");
       convert_synthesized(n, "Slice", {n.in(9), int_constant(y + "/origin", Shape{2}, {0, 0}), int_constant(y + "/origin_end", Shape{2}, {1, 1}),
                                        int_constant(y + "/both_axes", Shape{2}, {0, 1})},
                           {first_id});
       convert_synthesized(n, "Add", {first_id, steps_row}, {counted});
-      convert_synthesized(n, "Cast", {total_in}, {total_q}, int_attr("to", onnx::TensorProto::INT64));
-      convert_synthesized(n, "Equal", {s_scalar, total_q}, {first_prompt});
+      convert_synthesized(n, "Equal", {s_scalar, total64}, {first_prompt});
       convert_synthesized(n, "Where", {first_prompt, counted, n.in(9)}, {chosen});
       pos = chosen;
     }
@@ -668,7 +652,7 @@ void Importer::group_query_attention(const Node& n) {
   if (!n.has_in(3)) {  // a first prompt: the new rows are the present
     convert_synthesized(n, "Identity", {kh}, {present_k});
     convert_synthesized(n, "Identity", {vh}, {present_v});
-    keys = sequence_range(n, n.in(0), 1);
+    keys = steps;  // (no past: the keys are the new rows)
   } else {
     const Shape pks = shape_of(n, n.in(3));
     if (pks.rank() != 4 || pks[1] != kv_heads || pks[3] != h || shape_of(n, n.in(4)) != pks)
@@ -678,13 +662,9 @@ void Importer::group_query_attention(const Node& n) {
     // Tp = max(total_sequence_length, P); row j of the present reads row
     // j of the past below past_b, then new row j - past_b (at P + j - past_b
     // of past and new concatenated), and is 0 from past_b + S on.
-    const std::string p_len = v("past_length"), p_scalar = v("past_length_scalar"), tp = v("present_length"),
-                      total64 = v("total_length");
+    const std::string p_len = v("past_length"), p_scalar = v("past_length_scalar"), tp = v("present_length");
     convert_synthesized(n, "Shape", {n.in(3)}, {p_len}, both(int_attr("start", 2), int_attr("end", 3)));
     axes_node(n, "Squeeze", p_len, {0}, p_scalar);
-    const std::string total_scalar = v("total_scalar");  // (one element, of any rank)
-    convert_synthesized(n, "Reshape", {total_in, int_constant(y + "/scalar_shape", Shape{0}, {})}, {total_scalar});
-    convert_synthesized(n, "Cast", {total_scalar}, {total64}, int_attr("to", onnx::TensorProto::INT64));
     convert_synthesized(n, "Max", {total64, p_scalar}, {tp});
     keys = v("present_rows");
     convert_synthesized(n, "Range", {int_constant(y + "/rows_start", Shape{}, {0}), tp, int_constant(y + "/rows_step", Shape{}, {1})}, {keys});
@@ -705,16 +685,17 @@ void Importer::group_query_attention(const Node& n) {
     convert_synthesized(n, "Less", {rows, new_end_col}, {written});
     axes_node(n, "Unsqueeze", clamped, {1, 3}, src4);
     axes_node(n, "Unsqueeze", written, {1, 3}, valid4);
+    // The source row of each present row, over [B, Nkv, Tp, H] (K and V alike).
+    const std::string lead = v("present_lead"), tail_ = v("present_tail"), tp1 = v("present_tp"), shape = v("present_shape"),
+                      index = v("present_index");
+    convert_synthesized(n, "Shape", {n.in(3)}, {lead}, int_attr("end", 2));
+    convert_synthesized(n, "Shape", {n.in(3)}, {tail_}, int_attr("start", 3));
+    axes_node(n, "Unsqueeze", tp, {0}, tp1);
+    convert_synthesized(n, "Concat", {lead, tp1, tail_}, {shape}, int_attr("axis", 0));
+    convert_synthesized(n, "Expand", {src4, shape}, {index});
     auto present = [&](const std::string& past, const std::string& fresh, const std::string& out, const std::string& tag) {
-      const std::string both_ = v(tag + "_concat"), shape = v(tag + "_shape"), index = v(tag + "_index"), gathered = v(tag + "_gathered");
+      const std::string both_ = v(tag + "_concat"), gathered = v(tag + "_gathered");
       convert_synthesized(n, "Concat", {past, fresh}, {both_}, int_attr("axis", 2));
-      // the index over [B, Nkv, Tp, H]
-      const std::string lead = v(tag + "_lead"), tail_ = v(tag + "_tail"), tp1 = v(tag + "_tp");
-      convert_synthesized(n, "Shape", {both_}, {lead}, int_attr("end", 2));
-      convert_synthesized(n, "Shape", {both_}, {tail_}, int_attr("start", 3));
-      axes_node(n, "Unsqueeze", tp, {0}, tp1);
-      convert_synthesized(n, "Concat", {lead, tp1, tail_}, {shape}, int_attr("axis", 0));
-      convert_synthesized(n, "Expand", {src4, shape}, {index});
       convert_synthesized(n, "GatherElements", {both_, index}, {gathered}, int_attr("axis", 2));
       convert_synthesized(n, "Where", {valid4, gathered, add_constant(y + "/zero_value", float_blob({}, {0.0f}))}, {out});
     };

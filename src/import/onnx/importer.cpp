@@ -293,8 +293,9 @@ void Importer::read_inputs() {
       if (shape[i] < 0) {
         const auto& d = tt.shape().dim(i);
         const std::string param = d.has_dim_param() ? d.dim_param() : std::string();
-        auto r = read_as_ ? read_as_->find(param) : std::map<std::string, std::string>::const_iterator{};
-        symbols.dims.push_back(parse_dim_param(read_as_ && r != read_as_->end() ? r->second : param, fmt::format("{}[{}]", name, i)));
+        std::string text = param;
+        if (read_as_ && read_as_->count(param)) text = read_as_->at(param);
+        symbols.dims.push_back(parse_dim_param(text, fmt::format("{}[{}]", name, i)));
         symbols.dims.back().param = param;
         symbols.dims.back().input = name;
         symbols.dims.back().dim = i;
@@ -1078,7 +1079,7 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
       for (const auto& [other, size] : symbols.sizes)
         if (!d.terms.count(other) && size != 1) readings.push_back({{d.param, fmt::format("{}+{}", text, other)}});
     }
-    auto read_so = [&](const std::map<std::string, std::string>& read_as, const std::map<std::string, int64_t>* sizes,
+    auto import_read_as = [&](const std::map<std::string, std::string>& read_as, const std::map<std::string, int64_t>* sizes,
                        const std::string& how) -> std::optional<core::Graph> {
       try {
         InputSymbols tried;
@@ -1093,7 +1094,7 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
       }
     };
     for (std::size_t r = 1; r < readings.size(); ++r)
-      if (auto g = read_so(readings[r], nullptr, "")) return std::move(*g);
+      if (auto g = import_read_as(readings[r], nullptr, "")) return std::move(*g);
     // A leading dim that is not a batch (Bloom's and Falcon's caches are
     // [batch * heads, ...]): each such name alone at a few sizes; the batch
     // (the first input's leading dim) stays 1.
@@ -1106,7 +1107,7 @@ core::Graph import_first(const std::string& path, const ImportOptions& options, 
         for (int64_t size : {2, 4, 8, 12, 16, 3, 6, 24, 32, 64}) {
           std::map<std::string, int64_t> sizes = symbols.sizes;
           sizes[name] = size;
-          if (auto g = read_so(read_as, &sizes, fmt::format("with '{}' at 1; it takes {} instead", name, size))) return std::move(*g);
+          if (auto g = import_read_as(read_as, &sizes, fmt::format("with '{}' at 1; it takes {} instead", name, size))) return std::move(*g);
         }
       }
     throw;

@@ -445,16 +445,17 @@ class Importer : private import::GraphBuilder {
   /// FusedConv's and FusedGemm's activation `act` with its float parameters, x into y.
   void fused_activation(const Node& n, const std::string& act, const std::vector<double>& params, const std::string& x,
                         const std::string& y);
-  /// Positions 0 .. size(x, axis) - 1 (an int64 [size] computed from sizes).
-  std::string sequence_range(const Node& n, const std::string& x, int axis);
   /// x [B, S, heads, H] rotated by the cos/sin cache rows at `pos` ([B or 1, S]): its first rd features.
   std::string rotated(const Node& n, const std::string& x, const std::string& pos, const std::string& cos_cache,
                       const std::string& sin_cache, int64_t rd, int64_t h, bool interleaved, const std::string& what);
   /// Input k of a com.microsoft attention node, its int32 mask, as an additive
   /// bias for [B, N, S, T] ("" for none); `keys` makes the [T] key positions.
   std::string contrib_mask_bias(const Node& n, int k, int64_t batch, const std::function<std::string()>& keys, bool two_b);
-  /// [T] key positions 0 .. T-1, T the sum of the sizes of the (tensor, axis) pairs.
-  std::string key_positions(const Node& n, const std::vector<std::pair<std::string, int>>& dims);
+  /// Positions 0 .. T-1 (int64, computed from sizes), T the sum of the sizes of the (tensor, axis) pairs.
+  std::string positions_along(const Node& n, const std::vector<std::pair<std::string, int>>& dims);
+  /// A synthesized Slice of x's [from, to) along `axis` (every `step`-th) into y; y.
+  std::string slice_node(const Node& n, const std::string& x, int64_t axis, int64_t from, int64_t to, const std::string& y,
+                         int64_t step = 1);
   /// A mask's bias plus input bias_k (an attention_bias) where the node has it.
   std::string summed_bias(const Node& n, const std::string& mask, int bias_k);
   /// `op` (Unsqueeze, Squeeze, ReduceSum) synthesized over `axes`, given as an input or an attribute as the opset asks.
