@@ -315,18 +315,25 @@ def inputs_for(kind, vocab, seq, padded, rng):
     return {"input_features": rng.standard_normal((1, 80, 3000)).astype(np.float32)}
 
 
-def run_ours(cli, dnn, feeds, work, tag):
+def run_cli(cli, dnn, feeds, outputs, work, tag):
+    """`softneuro run` of `dnn` once on `feeds` (name -> array); the arrays of `outputs`, in order.
+    RuntimeError with the CLI's last line where it fails."""
     args = [cli, "run", dnn, "--repeat", "1", "--top", "0"]
     for k, v in feeds.items():
         p = os.path.join(work, f"{tag}.{k}.npy")
         np.save(p, v)
         args += ["--input", f"{k}={p}"]
-    out = os.path.join(work, f"{tag}.out.npy")
-    args += ["--output", f"last_hidden_state={out}"]
+    paths = [os.path.join(work, f"{tag}.out.{o}.npy") for o in outputs]
+    for o, p in zip(outputs, paths):
+        args += ["--output", f"{o}={p}"]
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}")
-    return np.load(out)
+    return [np.load(p) for p in paths]
+
+
+def run_ours(cli, dnn, feeds, work, tag):
+    return run_cli(cli, dnn, feeds, ["last_hidden_state"], work, tag)[0]
 
 
 def main():

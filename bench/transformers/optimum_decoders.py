@@ -26,6 +26,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from hf_models import run_cli  # noqa: E402
+
 TOL = 1e-4
 
 
@@ -75,17 +77,11 @@ def generate(cli, path, dnn, work):
             feeds["position_ids"] = np.arange(total, total + S, dtype=np.int64)[None]
         feeds.update(past)
         ref = s.run(outs, feeds)
-        args = [cli, "run", dnn, "--repeat", "1", "--top", "0"]
-        for k, v in feeds.items():
-            np.save(os.path.join(work, k + ".npy"), v)
-            args += ["--input", f"{k}={os.path.join(work, k + '.npy')}"]
-        for o in outs:
-            args += ["--output", f"{o}={os.path.join(work, 'out_' + o + '.npy')}"]
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode:
-            raise RuntimeError(f"step {step}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
-        for o, want in zip(outs, ref):
-            got = np.load(os.path.join(work, "out_" + o + ".npy"))
+        try:
+            gots = run_cli(cli, dnn, feeds, outs, work, f"step{step}")
+        except RuntimeError as e:
+            raise RuntimeError(f"step {step}: {e}") from e
+        for o, got, want in zip(outs, gots, ref):
             if got.shape != want.shape:
                 raise RuntimeError(f"step {step}: {o} {got.shape} against {want.shape}")
             worst = max(worst, float(np.max(np.abs(got - want)) / max(1e-30, float(np.max(np.abs(want))))))

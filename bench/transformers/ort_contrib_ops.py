@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from hf_models import run_cli
+
 TOL = 1e-5
 F, I32, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
 rng = np.random.default_rng(0)
@@ -283,20 +285,14 @@ def main():
             print(f"{name}: import failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
             bad += 1
             continue
-        args = [a.cli, "run", dnn, "--repeat", "1", "--top", "0"]
-        for k, v in feeds.items():
-            np.save(os.path.join(a.out, f"{name}.{k}.npy"), v)
-            args += ["--input", f"{k}={os.path.join(a.out, f'{name}.{k}.npy')}"]
-        for o in outs:
-            args += ["--output", f"{o}={os.path.join(a.out, f'{name}.out.{o}.npy')}"]
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode:
-            print(f"{name}: run failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+        try:
+            gots = run_cli(a.cli, dnn, feeds, outs, a.out, name)
+        except RuntimeError as e:
+            print(f"{name}: run failed: {e}")
             bad += 1
             continue
         worst = 0.0
-        for o, want in zip(outs, ref):
-            got = np.load(os.path.join(a.out, f"{name}.out.{o}.npy"))
+        for o, got, want in zip(outs, gots, ref):
             if got.shape != want.shape:
                 worst = float("inf")
                 print(f"{name}: {o} shape {got.shape}, ONNX Runtime {want.shape}")
