@@ -26,4 +26,6 @@ fi
 # ONNX Runtime's quantisation tools (bench/real/check_quantized.py) need ml_dtypes
 # and onnx.reference (onnx >= 1.13; Debian's is 1.12): both into the venv only.
 "$HERE/.venv/bin/python" -c "import ml_dtypes, onnx.reference" 2>/dev/null || "$HERE/.venv/bin/pip" install -q ml_dtypes "onnx>=1.16"
+# onnx-ir: ONNX Runtime's weight-only quantizer (MatMulNBitsQuantizer, gpt2_kv.py --nbits) imports it.
+"$HERE/.venv/bin/python" -c "import onnx_ir" 2>/dev/null || "$HERE/.venv/bin/pip" install -q onnx-ir
 "$HERE/.venv/bin/python" -c "import onnxruntime, torch, torchvision, onnx; print('onnxruntime', onnxruntime.__version__, 'torch', torch.__version__, 'torchvision', torchvision.__version__, 'onnx', onnx.__version__)"

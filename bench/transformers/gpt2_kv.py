@@ -7,8 +7,12 @@ each step's logits with the same tokens fed (ONNX Runtime's greedy ones: the
 largest difference relative to the step's largest logit), the free-running
 greedy tokens (a near-tie may go either way, and the rest follows), and the
 time of a step at a new cache length against the same step run again.
+With --nbits 4 the file first goes through ONNX Runtime's weight-only
+quantizer (MatMulNBitsQuantizer: every MatMul with a constant weight becomes a
+blockwise MatMulNBits, as LLM files ship), and both run that file.
 
     python bench/transformers/gpt2_kv.py --out /tmp/gpt2kv --steps 64
+    python bench/transformers/gpt2_kv.py --out /tmp/gpt2kv --steps 64 --nbits 4   # needs onnx-ir (install-bench-deps.sh)
 """
 import argparse
 import inspect
@@ -29,6 +33,12 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of whole decode loops, ours and ONNX Runtime's")
     ap.add_argument("--init", type=float, default=0.02, help="initializer_range (0.5 makes a chaotic net: PyTorch and ONNX Runtime differ by 97%%)")
+    ap.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2",
+                    help="llama: TinyLlama-1.1B's widths; its projections are MatMuls, which --nbits quantizes (GPT-2's are Gemms)")
+    ap.add_argument("--layers", type=int, default=0, help="decoder layers (default: GPT-2's 12, LLaMA 4)")
+    ap.add_argument("--nbits", type=int, default=0, help="quantize the weights to MatMulNBits of these bits (2, 4, 8) first")
+    ap.add_argument("--block", type=int, default=32, help="MatMulNBits block size")
+    ap.add_argument("--symmetric", action="store_true", help="symmetric codes (no zero points)")
     a = ap.parse_args()
     import onnxruntime as ort
     import torch
@@ -37,20 +47,36 @@ def main():
     import softneuro
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(0)
-    cfg = tf.GPT2Config(initializer_range=a.init)
-    lm = tf.GPT2LMHeadModel(cfg).eval()
-    L, H, D = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
+    if a.arch == "llama":  # TinyLlama-1.1B's widths (grouped KV heads), fewer layers
+        cfg = tf.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_attention_heads=32, num_key_value_heads=4,
+                             num_hidden_layers=a.layers or 4, vocab_size=32000, initializer_range=a.init)
+        lm = tf.LlamaForCausalLM(cfg).eval()
+        L, H, D = cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+    else:
+        cfg = tf.GPT2Config(initializer_range=a.init, **({"n_layer": a.layers} if a.layers else {}))
+        lm = tf.GPT2LMHeadModel(cfg).eval()
+        L, H, D = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
     names = ["input_ids", "attention_mask"] + [f"past_{i}" for i in range(2 * L)]
     dyn = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "past_sequence + sequence"}}
     dyn.update({f"past_{i}": {0: "batch", 2: "past_sequence"} for i in range(2 * L)})
     args = (torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, 4, dtype=torch.int64), *[torch.randn(1, H, 3, D) for _ in range(2 * L)])
-    path = os.path.join(a.out, "gpt2_kv.onnx")
+    path = os.path.join(a.out, f"{a.arch}_kv.onnx")
     # torch before 2.5 (Debian's 1.13) has no dynamo argument: TorchScript is all it exports.
     legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     with torch.no_grad():
         torch.onnx.export(mk.LmWithCache(lm), args, path, input_names=names,
                           output_names=["logits"] + [f"present_{i}" for i in range(2 * L)], dynamic_axes=dyn,
                           opset_version=17, **legacy)
+    if a.nbits:
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+        q = MatMulNBitsQuantizer(onnx.load(path), bits=a.nbits, block_size=a.block, is_symmetric=a.symmetric)
+        q.process()
+        path = os.path.join(a.out, f"{a.arch}_kv_{a.nbits}bit.onnx")
+        q.model.save_model_to_file(path, use_external_data_format=False)
+        ops = [n.op_type for n in onnx.load(path).graph.node]
+        print(f"{path}: {ops.count('MatMulNBits')} MatMulNBits ({a.nbits}-bit, block {a.block}), {ops.count('MatMul')} MatMul left; "
+              f"{os.path.getsize(path) / 2**20:.1f} MiB")
     prompt = [464, 3290, 318, 257]
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     t0 = time.time()

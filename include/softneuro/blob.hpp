@@ -99,12 +99,16 @@ class Shape {
   int rank_ = 0;
 };
 
-/// Scale and zero point of a quantised blob: one value per tensor, or one per
-/// channel along `axis` (per-channel weights).
+/// Scale and zero point of a quantised blob: one value per tensor, one per
+/// channel along `axis` (per-channel weights), or, with `block_size`, one per
+/// block of that many values along `axis` (ONNX's blocked quantisation, 4-bit
+/// LLM weights): the scales then have the blob's shape with dim `axis`
+/// ceil(dim / block_size), row-major.
 struct QuantParams {
   std::vector<float> scales;
   std::vector<int32_t> zero_points;
-  int axis = -1;  ///< -1: per tensor
+  int axis = -1;           ///< -1: per tensor
+  int64_t block_size = 0;  ///< 0: per tensor or per channel
   bool empty() const noexcept { return scales.empty(); }
   bool operator==(const QuantParams&) const = default;
 };

@@ -125,6 +125,9 @@ struct Reader {
     b.quant().axis = w->quant_axis();
     if (b.quant().axis < -1 || b.quant().axis >= std::max(1, s.rank()))
       bad(file, field + ".quant_axis", fmt::format("axis {} out of range", b.quant().axis), layer);
+    b.quant().block_size = w->quant_block_size();
+    if (b.quant().block_size < 0 || (b.quant().block_size > 0 && b.quant().axis < 0))
+      bad(file, field + ".quant_block_size", fmt::format("block size {} on axis {}", b.quant().block_size, b.quant().axis), layer);
     // Weights stored quantised (int8 and scales, as the tuner writes the weights
     // of layers that run in qint8) are computed with as float32, which keeps the
     // scales; a conv2's or dense's int8 weight stays int8 in the file's memory
@@ -132,7 +135,9 @@ struct Reader {
     if (dt == DType::qint8 || dt == DType::quint8) {
       try {
         // A gather's quantised table too: its rows are dequantised as they are read.
+        // A dense's blockwise weight (4-bit LLM weights as 8-bit codes) stays so.
         const bool keep = (str(w->name()) == "weight" && (into.type == "conv2" || into.type == "dense") && int8_weight(b)) ||
+                          (str(w->name()) == "weight" && into.type == "dense" && block_quantized(b)) ||
                           (str(w->name()) == "table" && into.type == "gather");
         if (!keep) return dequantize_weight(b, field);
         check_weight_quant(b, field);
@@ -452,7 +457,7 @@ struct Writer {
     auto zps = quant.zero_points.empty() ? 0 : fbb.CreateVector(quant.zero_points);
     auto shape = ints(b.shape());
     return fb::CreateWeight(fbb, fbb.CreateString(k), static_cast<uint8_t>(b.dtype()), shape, offset, b.byte_size(),
-                            scales, zps, quant.axis);
+                            scales, zps, quant.axis, quant.block_size);
   }
 
   flatbuffers::Offset<fb::Layer> layer(const Layer& l) {

@@ -263,7 +263,7 @@ class PlanBuilder {
   /// Binds the step to the model's store of derived weights, in a scope of
   /// its own; returns that scope.
   std::string share_weights(Step& step);
-  /// `layer` with its int8 weights (core::int8_weight) as float32, made once per
+  /// `layer` with its stored weights (core::stored_quantized: int8, blockwise) as float32, made once per
   /// model; nullptr where it holds none.
   std::shared_ptr<const Layer> float_weights_of(const Layer& layer) const;
   bool allowed(const Schema& s) const;
@@ -453,8 +453,19 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
     step->float_layer = float_weights_of(layer);
     if (step->float_layer) step->layer = step->info.layer = step->float_layer.get();
   };
-  auto reads_int8 = [&](const Routine* r, const Schema& s) {
-    return r && s.dtype == DType::qint8 && registry_.builtin(r);
+  // A blockwise weight (core::block_quantized: 4-bit LLM weights) goes as it is
+  // to the built-in routines that read it (cpu/nbits_dense), the model's own
+  // arithmetic in a quarter of float32's memory; any other gets the floats.
+  const bool holds_blocks =
+      std::any_of(layer.weights.begin(), layer.weights.end(), [](const auto& kv) { return block_quantized(kv.second); });
+  auto reads_stored = [&](const Routine* r, const Schema& s) {
+    if (!r || !registry_.builtin(r)) return false;
+    if (!holds_blocks) return s.dtype == DType::qint8;
+    try {
+      return s.dtype != DType::qint8 && r->supports(step->info, s).ok;
+    } catch (const std::exception&) {
+      return false;
+    }
   };
 
   // A step that meets an empty tensor (a zero-size dim) runs cpu/ref, which
@@ -475,7 +486,7 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
   if (rc && !chosen) {
     Schema schema;
     const Routine* r = registry_.find(layer.type, rc->descriptor, &schema);
-    if (!reads_int8(r, schema)) read_floats();
+    if (!reads_stored(r, schema)) read_floats();
     Support why = Support::no("it is not registered in this build");
     try {
       if (r) why = r->supports(step->info, schema);
@@ -503,6 +514,16 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
       step->predicted_ms = rc->predicted_ms;
       step->measured_ms = rc->measured_ms;
       chosen = true;
+    }
+  }
+  if (!chosen && holds_blocks && !child_schema) {
+    try {
+      Candidate c = registry_.default_choice_any_schema(step->info, Schema{}, [this](const Schema& s) { return allowed(s); });
+      if (c.routine && c.support.ok && registry_.builtin(c.routine)) {
+        step->routine = std::move(c);
+        chosen = true;
+      }
+    } catch (const Error&) {  // none reads the blocks: the floats below
     }
   }
   if (!chosen) {
@@ -608,12 +629,12 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
 }
 
 std::shared_ptr<const Layer> PlanBuilder::float_weights_of(const Layer& layer) const {
-  if (std::none_of(layer.weights.begin(), layer.weights.end(), [](const auto& kv) { return int8_weight(kv.second); }))
+  if (std::none_of(layer.weights.begin(), layer.weights.end(), [](const auto& kv) { return stored_quantized(kv.second); }))
     return nullptr;
   auto make = [&] {
     Layer copy = layer;
     for (auto& [k, w] : copy.weights)
-      if (int8_weight(w)) w = float_weight(w);
+      if (stored_quantized(w)) w = float_weight(w);
     return std::make_shared<const Layer>(std::move(copy));
   };
   if (!weights_) return make();

@@ -72,8 +72,20 @@ Blob float_weight(const Blob& w);
 /// fit qmax, without a float copy.
 ChannelQuantized channel_int8(const Blob& w, int qmax = 127);
 
+/// Whether `w` is a dense weight [N, K] of 8-bit codes (quint8 or qint8) with
+/// one scale (and zero point) per block of quant().block_size along K, N x
+/// ceil(K / block_size) of them: the 2-, 4- and 8-bit blockwise weights of LLM
+/// files (ONNX Runtime's MatMulNBits), one code per byte. Those weights are
+/// the model's own: a routine that reads them (cpu/nbits_dense) computes the
+/// model's arithmetic in float32; the others get their float32 values.
+bool block_quantized(const Blob& w);
+/// Whether the model holds `w` in a form only some routines read (an
+/// int8_weight or a block_quantized one); the others read its float32 values.
+inline bool stored_quantized(const Blob& w) { return int8_weight(w) || block_quantized(w); }
+
 /// The float32 values of an int8 weight (qint8 or quint8) with its scales and
-/// zero points (per tensor, or per slice of `quant().axis`), which it keeps.
+/// zero points (per tensor, per slice of `quant().axis` or per block of it),
+/// which it keeps.
 /// An Error naming `field` where the scales do not fit the shape or are not
 /// finite and positive, or a zero point lies outside the dtype.
 Blob dequantize_weight(const Blob& q, const std::string& field);

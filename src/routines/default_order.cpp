@@ -95,7 +95,7 @@ const LayerOrder kDefaultOrder[] = {
      }},
     {"dense",
      {
-      {"cpu/gemv", "cpu/onednn", "cpu:bfloat16/onednn"},
+      {"cpu/nbits_dense", "cpu/gemv", "cpu/onednn", "cpu:bfloat16/onednn"},
       {"cpu:float32:nhwc/xnnpack"},
       {"cpu/eigen"},
       {"cpu/split_affine"},

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 using namespace softneuro;
@@ -496,6 +497,68 @@ TEST_CASE("contrib: MatMulNBits dequantises its blockwise codes (low bits first,
       }
       CHECK(y.values[static_cast<std::size_t>(i * N + r)] == Approx(acc).margin(1e-4));
     }
+}
+
+TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (a quarter of float32's memory) and cpu/nbits_dense computes with them",
+          "[onnx][contrib]") {
+  // K not a multiple of the block; a decode step's 1 and 3 rows and a prompt's 9
+  // (the rows kernel and the GEMM path); bits 2, 4 and 8; a bias input.
+  const int64_t K = 200, N = 70, block = 32, blocks = 7;
+  for (int64_t bits : {4, 8, 2}) {
+    INFO("bits " << bits);
+    const int64_t levels = int64_t{1} << bits, row_codes = blocks * block, row_bytes = row_codes * bits / 8;
+    std::vector<int64_t> codes(static_cast<std::size_t>(N * row_codes)), zeros(static_cast<std::size_t>(N * blocks));
+    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int64_t>((i * 7 + 3) % levels);
+    for (std::size_t i = 0; i < zeros.size(); ++i) zeros[i] = static_cast<int64_t>((i * 5 + 1) % levels);
+    auto pack = [&](const std::vector<int64_t>& v, int64_t per_row, int64_t rows) {  // low bits first, rows byte-aligned
+      const int64_t bytes = (per_row * bits + 7) / 8;
+      std::vector<int64_t> out(static_cast<std::size_t>(rows * bytes));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < per_row; ++i)
+          out[static_cast<std::size_t>(r * bytes + i * bits / 8)] |= v[static_cast<std::size_t>(r * per_row + i)] << (i * bits % 8);
+      return out;
+    };
+    const auto scales = random_values(static_cast<std::size_t>(N * blocks), 2), bias = random_values(N, 3);
+    OnnxModel m(17);
+    ms_domain(m);
+    m.named_input("x", onnx::TensorProto::FLOAT, {"1", "S", std::to_string(K)}).output("y");
+    m.init_typed("codes", onnx::TensorProto::UINT8, {N, blocks, row_bytes / blocks}, pack(codes, row_codes, N))
+        .init("scales", {N * blocks}, scales)
+        .init_typed("zeros", onnx::TensorProto::UINT8, {N, (blocks * bits + 7) / 8}, pack(zeros, blocks, N))
+        .init("bias", {N}, bias);
+    ms_node(m, "MatMulNBits", {"x", "codes", "scales", "zeros", "", "bias"}, {"y"}).i("K", K).i("N", N).i("bits", bits).i("block_size", block);
+    const Model net = import_onnx(m.save("matmul_nbits_" + std::to_string(bits) + ".onnx"));
+    const std::string dnn = test_dir() + "/matmul_nbits.dnn";
+    net.save(dnn);
+    const Model loaded = Model::load(dnn);
+    for (const Model* model : {&net, &loaded}) {
+      bool nbits = false;
+      for (const auto& l : Session(*model).layers()) nbits = nbits || (l.type == "dense" && l.descriptor == "cpu/nbits_dense");
+      CHECK(nbits);
+      for (int64_t S : {1, 3, 9}) {
+        INFO("S " << S << (model == &loaded ? " (the .dnn)" : ""));
+        const auto x = random_values(static_cast<std::size_t>(S * K), static_cast<unsigned>(S));
+        const Output y = run_net(*model, {{"x", make_input(Shape{1, S, K}, x)}}).at(0);
+        REQUIRE(y.shape == Shape{1, S, N});
+        for (int64_t i = 0; i < S; ++i)
+          for (int64_t r = 0; r < N; ++r) {
+            double acc = bias[static_cast<std::size_t>(r)], size = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const auto b = static_cast<std::size_t>(r * blocks + k / block);
+              const double term = x[static_cast<std::size_t>(i * K + k)] *
+                                  static_cast<double>(codes[static_cast<std::size_t>(r * row_codes + k)] - zeros[b]) * scales[b];
+              acc += term;
+              size += std::fabs(term);
+            }
+            // (float32 sums: a few float epsilons of the terms' size)
+            CHECK(y.values[static_cast<std::size_t>(i * N + r)] == Approx(acc).margin(4e-6 * size + 1e-6));
+          }
+      }
+    }
+    // Codes one per byte with their scales: well under float32's N * K * 4 bytes.
+    std::ifstream f(dnn, std::ios::binary | std::ios::ate);
+    CHECK(static_cast<int64_t>(f.tellg()) < N * K * 2);
+  }
 }
 
 TEST_CASE("contrib: FusedConv and FusedGemm are their convolution or product, Z added, then the activation",

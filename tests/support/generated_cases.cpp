@@ -92,8 +92,40 @@ std::vector<Case> deconv2_cases(std::mt19937& rng) {
   return out;
 }
 
+/// A blockwise weight [n, k] as LLM files hold it (core::block_quantized):
+/// 4-bit codes one per byte with per-block scales and zero points, or signed
+/// codes without zero points.
+Blob block_weight(int64_t n, int64_t k, int64_t block, bool is_signed, std::mt19937& rng) {
+  Blob w = Blob::allocate(Shape{n, k}, is_signed ? DType::qint8 : DType::quint8);
+  std::uniform_int_distribution<int> code(is_signed ? -8 : 0, is_signed ? 7 : 15);
+  for (int64_t i = 0; i < n * k; ++i) w.data_as<uint8_t>()[i] = static_cast<uint8_t>(code(rng));
+  const int64_t blocks = (k + block - 1) / block;
+  w.quant().axis = 1;
+  w.quant().block_size = block;
+  std::uniform_real_distribution<float> scale(0.005f, 0.05f);
+  for (int64_t i = 0; i < n * blocks; ++i) {
+    w.quant().scales.push_back(scale(rng));
+    if (!is_signed) w.quant().zero_points.push_back(code(rng));
+  }
+  return w;
+}
+
 std::vector<Case> dense_cases(std::mt19937& rng) {
   std::vector<Case> out;
+  // Blockwise 4-bit weights (an LLM's, cpu/nbits_dense): a decode step's one
+  // row with K not a multiple of the block, a few rows, and a prompt's many
+  // (dequantised into the GEMM's panels) with N past a register tile's edge.
+  struct B {
+    int64_t m, k, n, block;
+    bool is_signed;
+    const char* act;
+  };
+  for (const B& b : {B{1, 100, 37, 32, false, "none"}, B{3, 64, 20, 16, false, "relu"}, B{2, 48, 9, 16, true, "none"},
+                     B{37, 96, 70, 32, true, "gelu"}, B{10, 80, 40, 16, false, "silu"}})
+    out.push_back({fmt::format("dense [{},{}] x {} blockwise {}{} {}", b.m, b.k, b.n, b.block, b.is_signed ? " signed" : "", b.act),
+                   layer_of("dense", {{"act", std::string(b.act)}},
+                            {{"weight", block_weight(b.n, b.k, b.block, b.is_signed, rng)}, {"bias", random_blob({b.n}, rng)}}),
+                   {random_blob({b.m, b.k}, rng)}});
   // [3200, 256]: rows beyond every row blocking (Eigen's, the pool's tasks).
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 10}, {3, 37, 19}, {8, 128, 96}, {3200, 256, 40}})
     out.push_back({fmt::format("dense [{},{}] x {}", m, k, n),

@@ -10,6 +10,7 @@
 // own converters): the passes then fuse them as they fuse a plain export's,
 // constants fold and sizes stay symbolic the same way.
 #include "import/onnx/importer.hpp"
+#include "core/weight_quant.hpp"
 
 namespace softneuro {
 namespace onnx_import {
@@ -746,7 +747,8 @@ void Importer::group_query_attention(const Node& n) {
 // MatMulNBits: A @ Wᵀ (+ bias), W [N, K] blockwise quantised to `bits` bits
 // (codes packed low bits first), W = (code - zero point) * scale per block of
 // block_size along K; the zero points packed likewise (default 2^(bits-1))
-// or real. Dequantised here into a float32 weight (8x the memory of 4-bit codes).
+// or real. Kept blockwise, one code per byte (a quarter of float32's memory);
+// with g_idx or real zero points dequantised into a float32 weight.
 void Importer::matmul_nbits(const Node& n) {
   const int64_t K = n.get_int("K"), N = n.get_int("N"), bits = n.get_int("bits", 4), block = n.get_int("block_size");
   if (bits != 2 && bits != 4 && bits != 8) throw n.error(fmt::format("bits {} is not 2, 4 or 8", bits), "bits");
@@ -790,6 +792,40 @@ void Importer::matmul_nbits(const Node& n) {
     if (static_cast<int64_t>(group.size()) < K) throw n.error(fmt::format("{} g_idx entries for K {}", group.size(), K), "g_idx");
     for (int64_t g : group)
       if (g < 0 || g >= blocks) throw n.error(fmt::format("g_idx entry {} is not a block of {}", g, blocks), "g_idx");
+  }
+  // Without g_idx and with integer zero points, the weight stays blockwise:
+  // its codes one per byte with their scales and zero points
+  // (core::block_quantized), which cpu/nbits_dense computes with as they are.
+  if (group.empty() && zp_real.empty() && !constant(n.in(0))) {
+    Blob w = Blob::allocate(Shape{N, K}, DType::quint8);
+    uint8_t* q = w.data_as<uint8_t>();
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t k = 0; k < K; ++k) q[r * K + k] = static_cast<uint8_t>(code(bytes, blocks * blob, r, k));
+    QuantParams& qp = w.quant();
+    qp.axis = 1;
+    qp.block_size = block;
+    qp.scales.resize(static_cast<std::size_t>(N * blocks));
+    qp.zero_points.resize(qp.scales.size());
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto at = static_cast<std::size_t>(r * blocks + b);
+        qp.scales[at] = static_cast<float>(scales[at]);
+        qp.zero_points[at] = static_cast<int32_t>(zero(r, b));
+      }
+    try {
+      core::check_weight_quant(w, "scales");
+    } catch (const Error& e) {
+      throw n.error(e.message(), e.field());
+    }
+    const Blob* bias = n.has_in(5) ? constant(n.in(5)) : nullptr;
+    const bool bias_row = bias && bias->numel() == N;
+    Layer d = make("dense", n.name, {input(n, 0)}, {n.has_in(5) && !bias_row ? synthesized_value(n.out(0) + "/product") : n.out(0)});
+    d.weights["weight"] = std::move(w);
+    if (bias_row) d.weights["bias"] = reshaped(to_float(*bias), Shape{N});
+    const std::string product = d.outputs[0];
+    add(std::move(d));
+    if (n.has_in(5) && !bias_row) convert_synthesized(n, "Add", {product, n.in(5)}, {n.out(0)});
+    return;
   }
   std::vector<float> w(static_cast<std::size_t>(K * N));  // [K, N]
   for (int64_t r = 0; r < N; ++r)

@@ -1,0 +1,248 @@
+// cpu/nbits_dense — a dense layer whose weight the model holds blockwise
+// quantised (core::block_quantized: the 2-, 4- and 8-bit weights of LLM files,
+// ONNX Runtime's MatMulNBits), computed from the codes as stored: a quarter of
+// float32's memory, and of the bytes a decode step streams. The model's own
+// arithmetic in float32 (W = (q - z) * s per block), never reduced precision.
+//  - up to kMaxRows input rows (a decode step): the rows kernel
+//    (nbits_dense_kernels.hpp) over blocks of weight rows per thread;
+//  - more (a prompt): per task a slice of output columns is dequantised into
+//    the packed B of the float32 GEMM (gemm.hpp) and multiplied there.
+#include "core/cpu_features.hpp"
+#include "core/weight_quant.hpp"
+#include "routines/cpu/f32_common.hpp"
+#include "routines/cpu/nbits_dense_kernels.hpp"
+
+#include <softneuro/routine.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+namespace softneuro {
+namespace {
+
+namespace gemm = cpu::gemm;
+using cpu::nbits::kMaxRows;
+
+constexpr int64_t kBlockRows = 64;  ///< weight rows per task of the rows path
+
+void rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const float* x, int64_t m, const float* xsum,
+                   float* y, int64_t ldy) {
+  for (int64_t o = o0; o < o1; ++o)
+    for (int64_t r = 0; r < m; ++r) {
+      double total = 0;
+      for (int64_t b = 0; b < w.blocks; ++b) {
+        const int64_t k0 = b * w.block, k1 = std::min(w.k, k0 + w.block);
+        float acc = 0;
+        for (int64_t k = k0; k < k1; ++k) {
+          const uint8_t c = w.codes[o * w.k + k];
+          acc += (w.is_signed ? static_cast<float>(static_cast<int8_t>(c)) : static_cast<float>(c)) * x[r * w.k + k];
+        }
+        const std::size_t at = static_cast<std::size_t>(o * w.blocks + b);
+        total += double(w.scale[at]) * acc - double(w.scaled_zero[at]) * xsum[r * w.blocks + b];
+      }
+      y[r * ldy + o] = static_cast<float>(total);
+    }
+}
+
+cpu::nbits::RowsKernel rows_kernel() {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (core::cpu_features().avx2_fma()) return cpu::nbits::unchecked_rows_avx2();
+#endif
+  return &rows_portable;
+}
+
+/// The per-block numbers the kernels read, derived once per model (pack()) and
+/// shared by every shape's plan: an LLM holds millions of blocks.
+struct BlockNumbers final : PackedWeights {
+  std::vector<float> scaled_zero;  ///< s * z (the scales and zero points are the weight's own)
+  explicit BlockNumbers(const QuantParams& qp) : scaled_zero(qp.scales.size()) {
+    for (std::size_t i = 0; i < qp.scales.size(); ++i)
+      scaled_zero[i] = qp.zero_points.empty() ? 0.0f : qp.scales[i] * static_cast<float>(qp.zero_points[i]);
+  }
+};
+
+class Prepared final : public PreparedRoutine {
+ public:
+  Prepared(const LayerInfo& info, std::shared_ptr<const BlockNumbers> numbers)
+      : v_(cpu::vec::best_kernels()), rows_(rows_kernel()), g_(gemm::best_kernel()), numbers_(std::move(numbers)) {
+    const Layer& layer = *info.layer;
+    const Shape& in = info.input_shapes[0];
+    w_ = layer.weight("weight");
+    const QuantParams& qp = w_.quant();
+    k_ = w_.shape()[1];
+    m_ = k_ ? in.numel() / k_ : 0;
+    n_ = w_.shape()[0];
+    weights_.codes = w_.data_as<uint8_t>();
+    weights_.is_signed = w_.dtype() == DType::qint8;
+    weights_.n = n_;
+    weights_.k = k_;
+    weights_.block = qp.block_size;
+    weights_.blocks = (k_ + qp.block_size - 1) / qp.block_size;
+    if (!numbers_ || numbers_->scaled_zero.size() != qp.scales.size())
+      throw Error(fmt::format("cpu/nbits_dense: {} block numbers for {} scales", numbers_ ? numbers_->scaled_zero.size() : 0,
+                              qp.scales.size()));
+    scale_ = qp.scales.data();
+    zero_ = qp.zero_points.empty() ? nullptr : qp.zero_points.data();
+    weights_.scale = scale_;
+    weights_.scaled_zero = numbers_->scaled_zero.data();
+    if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + n_);
+    act_ = core::fused_activation(layer, true, true);
+    slots_ = team_threads(info);
+    use_gemm_ = m_ > kMaxRows && g_;
+    if (use_gemm_) {
+      kc_ = gemm::default_kc(*g_);
+      nc_ = 4 * g_->nr;
+      pa_floats_ = gemm::round_up(gemm::packed_a_size(*g_, m_, k_), 16);
+      slot_floats_ = gemm::round_up(gemm::packed_b_size(*g_, k_, nc_), 16);
+    }
+  }
+
+  std::size_t workspace_bytes() const override {
+    if (use_gemm_) return sizeof(float) * static_cast<std::size_t>(pa_floats_ + slot_floats_ * slots_);
+    return sizeof(float) * static_cast<std::size_t>(std::min(m_, kMaxRows) * weights_.blocks);
+  }
+
+  void run(const RunArgs& args) override {
+    const float* x = args.inputs[0]->data_as<float>();
+    float* y = args.outputs[0]->data_as<float>();
+    float* ws = static_cast<float*>(args.workspace);
+    if (use_gemm_) return run_gemm(x, y, ws, args.pool);
+    for (int64_t r0 = 0; r0 < m_; r0 += kMaxRows) run_rows(x + r0 * k_, std::min(kMaxRows, m_ - r0), y + r0 * n_, ws, args.pool);
+  }
+
+ private:
+  void finish(float* y, int64_t rows, int64_t o0, int64_t o1) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = y + r * n_;
+      if (!bias_.empty())
+        for (int64_t o = o0; o < o1; ++o) row[o] += bias_[static_cast<std::size_t>(o)];
+      if (act_.kind == core::Activation::none && !act_.affine()) continue;
+      if (v_) {
+        cpu::activate_row(act_, *v_, row + o0, o1 - o0);
+      } else {
+        for (int64_t o = o0; o < o1; ++o) row[o] = core::apply_activation(act_, row[o]);
+        if (act_.affine() && (act_.kind == core::Activation::gelu || act_.kind == core::Activation::gelu_tanh))
+          for (int64_t o = o0; o < o1; ++o) row[o] = row[o] * act_.scale + act_.shift;
+      }
+    }
+  }
+
+  void run_rows(const float* x, int64_t rows, float* y, float* xsum, ThreadPool* pool) const {
+    const int64_t blocks = weights_.blocks;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t k0 = b * weights_.block, k1 = std::min(k_, k0 + weights_.block);
+        float s = 0;
+        for (int64_t k = k0; k < k1; ++k) s += x[r * k_ + k];
+        xsum[r * blocks + b] = s;
+      }
+    const int64_t tasks = (n_ + kBlockRows - 1) / kBlockRows;
+    auto body = [&](int64_t t0, int64_t t1) {
+      const int64_t o0 = t0 * kBlockRows, o1 = std::min(n_, t1 * kBlockRows);
+      rows_(weights_, o0, o1, x, rows, xsum, y, n_);
+      finish(y, rows, o0, o1);
+    };
+    if (pool) pool->parallel_for(tasks, 1, body);
+    else body(0, tasks);
+  }
+
+  /// Columns [n0, n0 + cols) of Wᵀ (K x N) as gemm::pack_b lays them out.
+  void dequantize_panel(int64_t n0, int64_t cols, float* out) const {
+    const int64_t nr = g_->nr, np = gemm::round_up(cols, nr), blocks = weights_.blocks, bs = weights_.block;
+    for (int64_t k0 = 0; k0 < k_; k0 += kc_) {
+      const int64_t kcb = std::min(kc_, k_ - k0);
+      float* block = out + k0 * np;
+      for (int64_t p = 0; p < np; p += nr) {
+        float* panel = block + p * kcb;
+        for (int64_t j = 0; j < nr; ++j) {
+          const int64_t o = n0 + p + j;
+          if (p + j >= cols) {
+            for (int64_t kk = 0; kk < kcb; ++kk) panel[kk * nr + j] = 0;
+            continue;
+          }
+          const uint8_t* codes = weights_.codes + o * k_;
+          for (int64_t kk = k0; kk < k0 + kcb;) {  // (q - z) * s as the model defines it
+            const std::size_t at = static_cast<std::size_t>(o * blocks + kk / bs);
+            const float s = scale_[at], z = zero_ ? static_cast<float>(zero_[at]) : 0.0f;
+            for (const int64_t end = std::min(k0 + kcb, (kk / bs + 1) * bs); kk < end; ++kk) {
+              const float c = weights_.is_signed ? static_cast<float>(static_cast<int8_t>(codes[kk])) : static_cast<float>(codes[kk]);
+              panel[(kk - k0) * nr + j] = (c - z) * s;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void run_gemm(const float* x, float* y, float* ws, ThreadPool* pool) const {
+    float* pa = ws;
+    gemm::pack_a(*g_, m_, k_, kc_, x, k_, false, pa);
+    const int64_t tasks = (n_ + nc_ - 1) / nc_;
+    cpu::for_each_task(pool, slots_, tasks, [&](int64_t t, int slot) {
+      const int64_t n0 = t * nc_, cols = std::min(nc_, n_ - n0);
+      float* pb = ws + pa_floats_ + slot * slot_floats_;
+      dequantize_panel(n0, cols, pb);
+      gemm::Epilogue ep;
+      gemm::gemm_block(*g_, m_, cols, k_, kc_, pa, pb, y + n0, n_, ep, 0, m_, 0, cols);
+      finish(y, m_, n0, n0 + cols);
+    });
+  }
+
+  const cpu::vec::Kernels* v_;
+  cpu::nbits::RowsKernel rows_;
+  const gemm::Kernel* g_;
+  Blob w_;
+  cpu::nbits::Weights weights_;
+  std::shared_ptr<const BlockNumbers> numbers_;
+  const float* scale_ = nullptr;  ///< the weight's own (w_ holds them)
+  const int32_t* zero_ = nullptr;  ///< nullptr: zeros
+  std::vector<float> bias_;
+  core::Activation act_;
+  int64_t k_ = 0, m_ = 0, n_ = 0, kc_ = 0, nc_ = 0, pa_floats_ = 0, slot_floats_ = 0;
+  int slots_ = 1;
+  bool use_gemm_ = false;
+};
+
+class NbitsDense final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "dense"; }
+  std::string_view algorithm() const override { return "nbits_dense"; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == Schema{})) return Support::no("cpu/nbits_dense computes in cpu (plain float32)");
+    if (!info.layer || info.layer->inputs.size() != 1 || info.input_shapes.size() != 1 || info.input_shapes[0].rank() < 1)
+      return Support::no("dense needs one input [..., K]");
+    const Blob* w = info.layer->find_weight("weight");
+    if (!w || !core::block_quantized(*w))
+      return Support::no("cpu/nbits_dense reads blockwise quantised weights (4-bit LLM weights) only");
+    if (w->device() != Device::cpu || w->layout() != Layout::nchw || (w->numel() > 0 && !w->data()))
+      return Support::no("the weight must be plain on the CPU, with memory");
+    if (Support s = routines::float_weights(*info.layer, {"bias"}, "cpu/nbits_dense"); !s) return s;
+    const Shape& in = info.input_shapes[0];
+    if (in[in.rank() - 1] != w->shape()[1] || w->shape()[1] == 0)
+      return Support::no(fmt::format("the input's K {} is not the weight's {}", in[in.rank() - 1], w->shape()[1]));
+    if (const Blob* b = info.layer->find_weight("bias"); b && b->numel() != w->shape()[0])
+      return Support::no(fmt::format("bias of {} values for {} outputs", b->numel(), w->shape()[0]));
+    try {
+      core::fused_activation(*info.layer, true, true);
+    } catch (const Error& e) {
+      return Support::no(e.message());
+    }
+    return Support::yes();
+  }
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return std::make_shared<const BlockNumbers>(info.layer->weight("weight").quant());
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    return std::make_unique<Prepared>(info, std::dynamic_pointer_cast<const BlockNumbers>(packed));
+  }
+};
+
+}  // namespace
+
+SOFTNEURO_REGISTER_ROUTINE(NbitsDense);
+
+}  // namespace softneuro

@@ -1,0 +1,39 @@
+// Inner kernel of cpu/nbits_dense (src/routines/cpu/nbits_dense.cpp): a few
+// activation rows against blockwise-quantised weight rows, the decode step of
+// an LLM whose file holds 4-bit weights. The AVX2 form is in
+// nbits_dense_kernels_avx2.cpp (built with -mavx2 -mfma; callers check the CPU
+// first), the portable one in nbits_dense.cpp. Plain types only here.
+//
+// Arithmetic: W[o][k] = (q[o][k] - z[o][b]) * s[o][b], b = k / block, so
+//   y[m][o] = sum_b s[o][b] * sum_{k in b} q[o][k] x[m][k] - (s z)[o][b] * xsum[m][b]
+// with xsum[m][b] the sum of row m's x over block b: one convert and one FMA
+// per code, the zero point once per block.
+#pragma once
+
+#include <cstdint>
+
+namespace softneuro::cpu::nbits {
+
+/// The most activation rows the row kernel takes at once.
+inline constexpr int64_t kMaxRows = 4;
+
+/// The weights as stored: codes [n][k] (one per byte; int8 where `is_signed`,
+/// else uint8), per block of `block` along k a scale and scale * zero point,
+/// [n][blocks].
+struct Weights {
+  const uint8_t* codes = nullptr;
+  bool is_signed = false;
+  int64_t n = 0, k = 0, block = 0, blocks = 0;
+  const float* scale = nullptr;
+  const float* scaled_zero = nullptr;
+};
+
+/// y[m][o] for m < rows (<= kMaxRows) and o in [o0, o1) as above, no bias: x
+/// row m at x + m * k, its block sums at xsum + m * blocks, y row m at y + m * ldy.
+using RowsKernel = void (*)(const Weights& w, int64_t o0, int64_t o1, const float* x, int64_t rows, const float* xsum,
+                            float* y, int64_t ldy);
+
+/// The AVX2+FMA kernel (defined in the AVX2 file: call only on a CPU that has it).
+RowsKernel unchecked_rows_avx2();
+
+}  // namespace softneuro::cpu::nbits
