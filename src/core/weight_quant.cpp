@@ -150,7 +150,8 @@ namespace {
 int64_t scale_count(const Shape& s, const QuantParams& qp) {
   if (qp.axis < 0) return 1;
   if (qp.block_size <= 0) return s[qp.axis];
-  return s.numel() / std::max<int64_t>(s[qp.axis], 1) * ((s[qp.axis] + qp.block_size - 1) / qp.block_size);
+  const int64_t dim = s[qp.axis], blocks = dim == 0 ? 0 : (dim - 1) / qp.block_size + 1;  // (no overflow at any block size)
+  return s.numel() / std::max<int64_t>(dim, 1) * blocks;
 }
 }  // namespace
 
@@ -204,7 +205,7 @@ Blob dequantize_weight(const Blob& q, const std::string& field) {
     return q.dtype() == DType::qint8 ? int32_t{q.data_as<int8_t>()[i]} : int32_t{q.data_as<uint8_t>()[i]};
   };
   if (qp.block_size > 0) {  // scale [outer, a / block_size, i]
-    const int64_t blocks = (slices + qp.block_size - 1) / qp.block_size, outer = slices ? q.numel() / (slices * inner) : 0;
+    const int64_t blocks = slices == 0 ? 0 : (slices - 1) / qp.block_size + 1, outer = slices ? q.numel() / (slices * inner) : 0;
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t a = 0; a < slices; ++a)
         for (int64_t i = 0; i < inner; ++i) {

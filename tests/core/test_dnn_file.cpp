@@ -420,6 +420,73 @@ TEST_CASE("weights on their int8 grid are stored as int8, damaged int8 weights a
   refused({}, "weights.weight.scales");
 }
 
+TEST_CASE("a dense's blockwise weight (4-bit LLM codes) stays blockwise through a file; damaged ones are refused", "[dnn]") {
+  // dense [6] -> [5]: codes [5, 6] in blocks of 4 along K (2 blocks a row, the last one short).
+  auto graph_with = [](const Blob& w) {
+    core::Graph g;
+    g.name = "blocks";
+    g.inputs = {{"x", Shape{1, 6}}};
+    Layer d;
+    d.name = "d";
+    d.type = "dense";
+    d.inputs = {"x"};
+    d.outputs = {"y"};
+    d.weights["weight"] = w;
+    g.layers.push_back(d);
+    g.outputs = {"y"};
+    return g;
+  };
+  Blob w = Blob::allocate(Shape{5, 6}, DType::quint8);
+  for (int i = 0; i < 30; ++i) w.data_as<uint8_t>()[i] = static_cast<uint8_t>(i % 16);
+  w.quant().axis = 1;
+  w.quant().block_size = 4;
+  w.quant().scales = {0.1f, -0.2f, 0.3f, 0.0f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 1.0f};  // negative and zero: ONNX Runtime's symmetric codes
+  w.quant().zero_points = {8, 8, 0, 15, 8, 8, 1, 2, 3, 4};
+  REQUIRE(core::block_quantized(w));
+  auto bytes = core::serialize_dnn(graph_with(w));
+  auto back = core::read_dnn_bytes(bytes.data(), bytes.size(), "mem");
+  const Blob& got = back.graph.layers[0].weights.at("weight");
+  CHECK(got.dtype() == DType::quint8);
+  CHECK(got.quant() == w.quant());
+  CHECK(core::block_quantized(got));
+  CHECK(std::memcmp(got.data(), w.data(), 30) == 0);
+  const Blob values = core::float_weight(got);  // what the float routines read
+  CHECK(values.data_as<float>()[0] == (0 - 8) * 0.1f);
+  CHECK(values.data_as<float>()[5] == (5 - 8) * -0.2f);
+  CHECK(values.data_as<float>()[6 + 4] == (10 - 15) * 0.0f);
+  auto refused = [&](QuantParams q, const std::string& field) {
+    Blob raw = Blob::allocate(Shape{5, 6}, DType::quint8);
+    raw.quant() = std::move(q);
+    auto b = core::serialize_dnn(graph_with(raw));
+    try {
+      core::read_dnn_bytes(b.data(), b.size(), "mem");
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.field() == field);
+      CHECK(e.layer() == "d");
+    }
+  };
+  QuantParams q = w.quant();
+  q.scales.pop_back();
+  refused(q, "weights.weight.scales");
+  q = w.quant();
+  q.scales[3] = std::numeric_limits<float>::quiet_NaN();
+  refused(q, "weights.weight.scales");
+  q = w.quant();
+  q.zero_points[2] = 300;
+  refused(q, "weights.weight.zero_points");
+  q = w.quant();
+  q.block_size = -4;
+  refused(q, "weights.weight.quant_block_size");
+  q = w.quant();
+  q.block_size = std::numeric_limits<int64_t>::max();  // one block a row: 5 scales, not 10
+  refused(q, "weights.weight.scales");
+  q.scales.resize(5);
+  q.zero_points.resize(5);
+  auto one_block = core::serialize_dnn(graph_with([&] { Blob b = w; b.quant() = q; return b; }()));
+  CHECK(core::block_quantized(core::read_dnn_bytes(one_block.data(), one_block.size(), "mem").graph.layers[0].weights.at("weight")));
+}
+
 // Before, storage_bytes wrapped: a conv weight of shape [16,16,2^27,2^27]
 // needed 2^64 bytes, i.e. 0, and a file that claimed 0 bytes for it loaded.
 TEST_CASE("a weight whose byte size overflows is refused, not wrapped to a small size", "[dnn]") {

@@ -769,7 +769,7 @@ TEST_CASE("QOperator: a Split of integers keeps its quantisation, and com.micros
 
 TEST_CASE("DequantizeLinear and QuantizeLinear with block_size: each element at its block's scale and zero point", "[onnx][quant]") {
   // An LLM's weights quantised in blocks of 4 along K ([K 8, N 3] int8, scale and zero point [2, 3]),
-  // dequantised into a MatMul: folded at import.
+  // dequantised into a MatMul: kept as those codes, a blockwise weight that cpu/nbits_dense reads.
   const int64_t k = 8, n = 3, block = 4;
   std::vector<int64_t> wq(k * n);
   for (int64_t i = 0; i < k * n; ++i) wq[static_cast<std::size_t>(i)] = (i * 37) % 255 - 127;
@@ -787,6 +787,9 @@ TEST_CASE("DequantizeLinear and QuantizeLinear with block_size: each element at 
   std::vector<float> x(static_cast<std::size_t>(k));
   for (int64_t i = 0; i < k; ++i) x[static_cast<std::size_t>(i)] = 0.3f * static_cast<float>(i) - 1.1f;
   auto out = run_net(net, {{"x", make_input(Shape{1, k}, x)}});
+  bool blockwise = false;
+  for (const auto& l : Session(net).layers()) blockwise = blockwise || (l.type == "dense" && l.descriptor == "cpu/nbits_dense");
+  CHECK(blockwise);
   for (int64_t j = 0; j < n; ++j) {
     double want = 0;
     for (int64_t i = 0; i < k; ++i) {

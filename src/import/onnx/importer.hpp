@@ -574,7 +574,9 @@ class Importer : private import::GraphBuilder {
                     const QParams& q);
   void blocked_dequantize(const Node& n, int64_t block);
   /// `int32`: the zero point may be int32 (a DequantizeLinear of a constant bias).
-  QParams qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32 = false);
+  /// `blocks`: a blocked DequantizeLinear's, whose scales may be 0 or negative
+  /// (ONNX Runtime's symmetric 4-bit weights: a block's largest value over -8).
+  QParams qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32 = false, bool blocks = false);
   /// A per-tensor QParams as a fake_quant layer's parameters.
   core::FakeQuant per_tensor(const Node& n, const QParams& q, const char* what) const;
   static void set_narrow_type(QParams& q, int type);
@@ -692,6 +694,11 @@ class Importer : private import::GraphBuilder {
   std::unordered_map<std::string, std::vector<int>> consumers_;
   std::unordered_set<std::string> graph_outputs_;
   std::unordered_map<std::string, Blob> constants_;
+  /// The codes behind a constant that a blocked DequantizeLinear made from
+  /// 8-bit or narrower integers, with their per-block quantisation: a MatMul
+  /// reading that constant keeps them as a blockwise weight (core::block_quantized).
+  std::unordered_map<std::string, Blob> blocked_codes_;
+  static std::optional<Blob> blockwise_weight(const Blob& codes);
   std::unordered_map<std::string, int> onnx_types_;   // initializers and Constant outputs: their ONNX element type
   /// Tensors computed at run time that hold other values than float ones
   /// (typed graph inputs, casts, comparisons): their ONNX element type. They

@@ -1,5 +1,6 @@
 // ONNX import: Gemm, MatMul and Einsum.
 #include "import/onnx/importer.hpp"
+#include "core/weight_quant.hpp"
 
 namespace softneuro {
 namespace onnx_import {
@@ -67,6 +68,36 @@ void Importer::gemm(const Node& n) {
   }
 }
 
+// A blocked DequantizeLinear's codes [K, N] in blocks along K (axis 0, as
+// ONNX Runtime's weight-only quantizer writes them for a MatMul) as a dense
+// weight [N, K] in blocks along K: codes and scales transposed. Nothing for
+// blocks along N.
+std::optional<Blob> Importer::blockwise_weight(const Blob& codes) {
+  const QuantParams& q = codes.quant();
+  if (q.axis != 0 || q.block_size <= 0) return std::nullopt;
+  const int64_t K = codes.shape()[0], N = codes.shape()[1], blocks = K == 0 ? 0 : (K - 1) / q.block_size + 1;
+  Blob w = Blob::allocate(Shape{N, K}, codes.dtype());
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t o = 0; o < N; ++o) w.data_as<uint8_t>()[o * K + k] = codes.data_as<uint8_t>()[k * N + o];
+  QuantParams& t = w.quant();
+  t.axis = 1;
+  t.block_size = q.block_size;
+  t.scales.resize(q.scales.size());
+  if (!q.zero_points.empty()) t.zero_points.resize(q.zero_points.size());
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t o = 0; o < N; ++o) {
+      t.scales[static_cast<std::size_t>(o * blocks + b)] = q.scales[static_cast<std::size_t>(b * N + o)];
+      if (!q.zero_points.empty()) t.zero_points[static_cast<std::size_t>(o * blocks + b)] = q.zero_points[static_cast<std::size_t>(b * N + o)];
+    }
+  if (!core::block_quantized(w)) return std::nullopt;
+  try {
+    core::check_weight_quant(w, "weight");
+  } catch (const Error&) {
+    return std::nullopt;  // (its float32 values are what the model computes)
+  }
+  return w;
+}
+
 void Importer::matmul(const Node& n) {
   // (A value computed from sizes, an eye of the sequence's length, is no weight: a matmul reads it.)
   const Blob* b = size_dependent(n.in(1)) ? nullptr : constant(n.in(1));
@@ -74,6 +105,8 @@ void Importer::matmul(const Node& n) {
   if (b && b->shape().rank() == 2 && !constant(n.in(0)) && shape_of(n, n.in(0)).rank() >= 1) {
     Layer d = make("dense", n.name, {input(n, 0)}, {n.out(0)});
     d.weights["weight"] = transposed(to_float(*b), {1, 0});
+    if (auto codes = blocked_codes_.find(n.in(1)); codes != blocked_codes_.end())
+      if (auto w = blockwise_weight(codes->second)) d.weights["weight"] = std::move(*w);
     add(std::move(d));
     return;
   }

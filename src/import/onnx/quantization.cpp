@@ -4,10 +4,10 @@
 namespace softneuro {
 namespace onnx_import {
 
-Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32) {
+Importer::QParams Importer::qparams(const Node& n, int scale_k, int zp_k, const char* what, bool int32, bool blocks) {
   QParams q;
   for (double v : to_doubles(require_constant(n, scale_k, "scale"))) {
-    if (!core::quant_scale_in_range(v))
+    if (!(blocks && std::isfinite(v) && std::fabs(v) <= 1e30) && !core::quant_scale_in_range(v))
       throw n.error(fmt::format("{} scale {} lies outside [1e-30, 1e30]", what, v), "scale");
     q.scales.push_back(static_cast<float>(v));
   }
@@ -195,7 +195,7 @@ void Importer::blocked_quantize(const Node& n, int64_t block) {
 // DequantizeLinear with block_size: (x - zero point) * scale, those of each
 // element's block (LLM weights quantised in blocks: folded when constant).
 void Importer::blocked_dequantize(const Node& n, int64_t block) {
-  const QParams q = qparams(n, 1, 2, "x", true);
+  const QParams q = qparams(n, 1, 2, "x", true, true);
   if (q.float_type) throw Unsupported{"blocked DequantizeLinear of a float8 or float4 type"};
   const Shape xs = shape_of(n, n.in(0));
   const Blocked b = blocked(n, q, xs, static_cast<int>(n.get_int("axis", 1)), block);
@@ -205,6 +205,21 @@ void Importer::blocked_dequantize(const Node& n, int64_t block) {
     std::vector<float> real(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) real[i] = static_cast<float>((v[i] - b.zero_points[i]) * b.scales[i]);
     constants_[y] = float_blob(xs, real);
+    // 4-bit LLM weights: kept for a MatMul (Importer::matmul), signed or not as
+    // the codes are (a symmetric file's int4 codes come without zero points).
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    const bool is_signed = lo != v.end() && *lo < 0;
+    if (xs.rank() == 2 && lo != v.end() && *lo >= (is_signed ? -128 : 0) && *hi <= (is_signed ? 127 : 255)) {
+      Blob codes = Blob::allocate(xs, is_signed ? DType::qint8 : DType::quint8);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        codes.data_as<uint8_t>()[i] = static_cast<uint8_t>(static_cast<int64_t>(v[i]) & 0xFF);  // (int8's bits where signed)
+      QuantParams& qp = codes.quant();
+      qp.axis = static_cast<int>(n.get_int("axis", 1) < 0 ? n.get_int("axis", 1) + 2 : n.get_int("axis", 1));
+      qp.block_size = block;
+      qp.scales = q.scales;
+      qp.zero_points.assign(q.zero_points.begin(), q.zero_points.end());
+      blocked_codes_[y] = std::move(codes);
+    }
     return;
   }
   const std::string centred = fresh_blob(y + "/centred");

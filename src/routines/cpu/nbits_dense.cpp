@@ -80,7 +80,7 @@ class Prepared final : public PreparedRoutine {
     weights_.n = n_;
     weights_.k = k_;
     weights_.block = qp.block_size;
-    weights_.blocks = (k_ + qp.block_size - 1) / qp.block_size;
+    weights_.blocks = k_ == 0 ? 0 : (k_ - 1) / qp.block_size + 1;
     if (!numbers_ || numbers_->scaled_zero.size() != qp.scales.size())
       throw Error(fmt::format("cpu/nbits_dense: {} block numbers for {} scales", numbers_ ? numbers_->scaled_zero.size() : 0,
                               qp.scales.size()));
