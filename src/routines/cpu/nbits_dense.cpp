@@ -47,6 +47,13 @@ void rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const f
     }
 }
 
+cpu::nbits::PanelKernel panel_kernel() {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (core::cpu_features().avx2_fma()) return cpu::nbits::unchecked_panel_avx2();
+#endif
+  return nullptr;
+}
+
 cpu::nbits::RowsKernel rows_kernel() {
 #if defined(__x86_64__) || defined(_M_X64)
   if (core::cpu_features().avx2_fma()) return cpu::nbits::unchecked_rows_avx2();
@@ -67,7 +74,8 @@ struct BlockNumbers final : PackedWeights {
 class Prepared final : public PreparedRoutine {
  public:
   Prepared(const LayerInfo& info, std::shared_ptr<const BlockNumbers> numbers)
-      : v_(cpu::vec::best_kernels()), rows_(rows_kernel()), g_(gemm::best_kernel()), numbers_(std::move(numbers)) {
+      : v_(cpu::vec::best_kernels()), rows_(rows_kernel()), panel_(panel_kernel()), g_(gemm::best_kernel()),
+        numbers_(std::move(numbers)) {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     w_ = layer.weight("weight");
@@ -157,6 +165,11 @@ class Prepared final : public PreparedRoutine {
       float* block = out + k0 * np;
       for (int64_t p = 0; p < np; p += nr) {
         float* panel = block + p * kcb;
+        if (panel_ && nr % 16 == 0 && bs % 8 == 0 && kc_ % 8 == 0) {  // 16 columns at a time, vectorised
+          for (int64_t c = 0; c < nr; c += 16)
+            panel_(weights_, zero_, n0 + p + c, std::clamp<int64_t>(cols - p - c, 0, 16), k0, kcb, panel + c, nr);
+          continue;
+        }
         for (int64_t j = 0; j < nr; ++j) {
           const int64_t o = n0 + p + j;
           if (p + j >= cols) {
@@ -193,6 +206,7 @@ class Prepared final : public PreparedRoutine {
 
   const cpu::vec::Kernels* v_;
   cpu::nbits::RowsKernel rows_;
+  cpu::nbits::PanelKernel panel_;  ///< nullptr: the portable loop
   const gemm::Kernel* g_;
   Blob w_;
   cpu::nbits::Weights weights_;

@@ -36,4 +36,12 @@ using RowsKernel = void (*)(const Weights& w, int64_t o0, int64_t o1, const floa
 /// The AVX2+FMA kernel (defined in the AVX2 file: call only on a CPU that has it).
 RowsKernel unchecked_rows_avx2();
 
+/// Weight rows [o, o + rows) (rows <= 16) at k in [k0, k0 + kc) as float32
+/// values (q - z) * s, transposed: out[(k - k0) * ld + j] for j < 16, zeros
+/// for j >= rows (a GEMM's packed B panel from the codes). Needs block and k0
+/// multiples of 8 and k0 + kc <= k; kc a multiple of 8 or reaching k.
+using PanelKernel = void (*)(const Weights& w, const int32_t* zero_points, int64_t o, int64_t rows, int64_t k0, int64_t kc,
+                             float* out, int64_t ld);
+PanelKernel unchecked_panel_avx2();
+
 }  // namespace softneuro::cpu::nbits
