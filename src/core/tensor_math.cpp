@@ -31,10 +31,14 @@ void contiguous_strides(const Shape& s, int64_t* st) {
   }
 }
 
-/// Calls f(T{}) with T = int64_t or float by the blob's dtype.
+/// Calls f(T{}) with T = int64_t or float by the blob's dtype. A blob of bytes
+/// (an importer's MatMulNBits codes) is no constant these compute with: read as
+/// float it would be read past its end.
 template <class F>
 decltype(auto) by_dtype(DType d, F&& f) {
   if (d == DType::int64) return f(int64_t{});
+  if (d == DType::uint8 || d == DType::int8 || d == DType::quint8 || d == DType::qint8)
+    throw Error(fmt::format("a {} tensor where float32 or int64 values are computed with", to_string(d)));
   return f(float{});
 }
 

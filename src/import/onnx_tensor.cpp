@@ -207,7 +207,7 @@ std::optional<DType> edge_dtype(int type) {
 }
 
 Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
-                 const std::string& field) {
+                 const std::string& field, bool bytes) {
   auto fail = [&](const std::string& msg) -> Error { return Error(msg, src.file, node, field); };
   if (t.dims_size() > Shape::max_rank)
     throw fail(fmt::format("tensor '{}' has rank {}, at most {} is supported", t.name(), t.dims_size(), Shape::max_rank));
@@ -225,7 +225,8 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
   if (esize == 0)
     throw fail(fmt::format("tensor '{}' has data type {}, which the importer does not read", t.name(),
                            onnx_type_name(type)));
-  const DType dtype = is_floating(type) ? DType::float32 : DType::int64;
+  bytes = bytes && type == onnx::TensorProto::UINT8;
+  const DType dtype = bytes ? DType::uint8 : is_floating(type) ? DType::float32 : DType::int64;
   const auto count = static_cast<std::size_t>(n);
 
   // Where the values are, and whether there are as many as the dims say:
@@ -263,6 +264,12 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
   if (raw && type == T::DOUBLE) {
     const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
     for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = narrowed(raw_value<double>(p + i * esize, type), i);
+    return out;
+  }
+  if (bytes) {
+    if (raw && count) std::memcpy(out.data(), raw->data(), count);
+    if (!raw)
+      for (std::size_t i = 0; i < count; ++i) out.data_as<uint8_t>()[i] = static_cast<uint8_t>(t.int32_data(static_cast<int>(i)));
     return out;
   }
   if (raw) {

@@ -45,8 +45,10 @@ std::optional<DType> edge_dtype(int type);
 /// Reads a TensorProto into a float32 or int64 blob, checking every size
 /// (int4, uint4 and float4e2m1 are packed two to a byte, int2 and uint2 four).
 /// Errors name the file, `node` and `field`.
+/// `bytes`: a UINT8 tensor stays a uint8 blob, one byte a value (the packed
+/// 4-bit codes of an LLM's MatMulNBits: as int64 they would take 8x the file).
 Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std::string& node,
-                 const std::string& field);
+                 const std::string& field, bool bytes = false);
 
 // The tensor computations of constant folding are core's (core/tensor_math.hpp).
 using core::int_blob;

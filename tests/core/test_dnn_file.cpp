@@ -420,7 +420,7 @@ TEST_CASE("weights on their int8 grid are stored as int8, damaged int8 weights a
   refused({}, "weights.weight.scales");
 }
 
-TEST_CASE("a dense's blockwise weight (4-bit LLM codes) stays blockwise through a file; damaged ones are refused", "[dnn]") {
+TEST_CASE("a dense's blockwise weight (4-bit LLM codes) stays blockwise through a file, damaged ones are refused", "[dnn]") {
   // dense [6] -> [5]: codes [5, 6] in blocks of 4 along K (2 blocks a row, the last one short).
   auto graph_with = [](const Blob& w) {
     core::Graph g;

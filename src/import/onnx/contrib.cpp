@@ -761,15 +761,19 @@ void Importer::matmul_nbits(const Node& n) {
   const std::vector<double> scales = to_doubles(require_constant(n, 2, "scales"));
   if (static_cast<int64_t>(scales.size()) != N * blocks)
     throw n.error(fmt::format("{} scales for [{}, {}] blocks", scales.size(), N, blocks), "scales");
-  const std::vector<int64_t> bytes = to_ints(codes);
   const int64_t mask = (int64_t{1} << bits) - 1;
-  auto code = [&](const std::vector<int64_t>& packed, int64_t row_bytes, int64_t row, int64_t index) {
+  // (codes and zero points as bytes where only MatMulNBits reads them: Importer::read_initializers)
+  auto code = [&](const Blob& packed, int64_t row_bytes, int64_t row, int64_t index) {
     const int64_t bit = index * bits;
-    return (packed[static_cast<std::size_t>(row * row_bytes + bit / 8)] >> (bit % 8)) & mask;
+    const auto at = static_cast<std::size_t>(row * row_bytes + bit / 8);
+    const int64_t byte = packed.dtype() == DType::uint8 ? int64_t{packed.data_as<uint8_t>()[at]} : packed.data_as<int64_t>()[at];
+    return (byte >> (bit % 8)) & mask;
   };
+  if (codes.dtype() != DType::uint8 && codes.dtype() != DType::int64) throw n.error("B must hold uint8 codes", "B");
+  const Blob& bytes = codes;
   // Zero point of (row, block): packed codes, real values, or the midpoint.
   std::function<double(int64_t, int64_t)> zero = [&](int64_t, int64_t) { return static_cast<double>(int64_t{1} << (bits - 1)); };
-  std::vector<int64_t> zp_codes;
+  const Blob* zp_codes = nullptr;
   std::vector<double> zp_real;
   const int64_t zp_row = (blocks * bits + 7) / 8;
   if (n.has_in(3)) {
@@ -777,8 +781,9 @@ void Importer::matmul_nbits(const Node& n) {
     if (elem_type(n.in(3)) == onnx::TensorProto::UINT8) {
       if (n.has_in(4)) throw Unsupported{"MatMulNBits with g_idx and packed zero points (ONNX Runtime ignores such zero points)"};
       if (z.numel() != N * zp_row) throw n.error(fmt::format("{} zero point bytes for {} rows of {} blocks", z.numel(), N, blocks), "zero_points");
-      zp_codes = to_ints(z);
-      zero = [&](int64_t r, int64_t b) { return static_cast<double>(code(zp_codes, zp_row, r, b)); };
+      if (z.dtype() != DType::uint8 && z.dtype() != DType::int64) throw n.error("zero_points must hold uint8 codes", "zero_points");
+      zp_codes = &z;
+      zero = [&](int64_t r, int64_t b) { return static_cast<double>(code(*zp_codes, zp_row, r, b)); };
     } else {
       zp_real = to_doubles(z);
       if (static_cast<int64_t>(zp_real.size()) != N * blocks)

@@ -236,9 +236,17 @@ void Importer::read_opsets() {
 }
 
 void Importer::read_initializers() {
+  // Those only MatMulNBits read as codes or zero points stay bytes (Importer::matmul_nbits).
+  std::unordered_map<std::string, bool> nbits_only;
+  for (const auto& node : g_.node())
+    for (int i = 0; i < node.input_size(); ++i) {
+      auto [it, fresh] = nbits_only.emplace(node.input(i), true);
+      it->second = it->second && node.op_type() == "MatMulNBits" && node.domain() == "com.microsoft" && (i == 1 || i == 3);
+    }
   for (auto& t : *g_.mutable_initializer()) {
     if (t.name().empty()) throw Error("an initializer has no name", file_, {}, "initializer");
-    if (!constants_.emplace(t.name(), read_tensor(t, src_, {}, t.name())).second)
+    const auto only = nbits_only.find(t.name());
+    if (!constants_.emplace(t.name(), read_tensor(t, src_, {}, t.name(), only != nbits_only.end() && only->second)).second)
       throw Error(fmt::format("initializer '{}' appears twice", t.name()), file_, {}, "initializer");
     onnx_types_[t.name()] = t.data_type();
     // The blob holds a copy now: free the model's bytes early (large models).
