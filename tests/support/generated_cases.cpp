@@ -122,7 +122,7 @@ std::vector<Case> dense_cases(std::mt19937& rng) {
   };
   for (const B& b : {B{1, 100, 37, 32, false, "none"}, B{3, 64, 20, 16, false, "relu"}, B{2, 48, 9, 16, true, "none"},
                      B{37, 96, 70, 32, true, "gelu"}, B{10, 80, 40, 16, false, "silu"},
-                     B{6, 100, 21, 32, false, "none"}})
+                     B{6, 100, 21, 32, false, "none"}, B{1, 72, 13, 8, true, "none"}})
     out.push_back({fmt::format("dense [{},{}] x {} blockwise {}{} {}", b.m, b.k, b.n, b.block, b.is_signed ? " signed" : "", b.act),
                    layer_of("dense", {{"act", std::string(b.act)}},
                             {{"weight", block_weight(b.n, b.k, b.block, b.is_signed, rng)}, {"bias", random_blob({b.n}, rng)}}),

@@ -41,7 +41,7 @@ void rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const f
           acc += (w.is_signed ? static_cast<float>(static_cast<int8_t>(c)) : static_cast<float>(c)) * x[r * w.k + k];
         }
         const std::size_t at = static_cast<std::size_t>(o * w.blocks + b);
-        total += double(w.scale[at]) * acc - double(w.scaled_zero[at]) * xsum[r * w.blocks + b];
+        total += double(w.scale[at]) * (acc - (w.zero ? double(w.zero[at]) : 0.0) * xsum[r * w.blocks + b]);
       }
       y[r * ldy + o] = static_cast<float>(total);
     }
@@ -61,21 +61,10 @@ cpu::nbits::RowsKernel rows_kernel() {
   return &rows_portable;
 }
 
-/// The per-block numbers the kernels read, derived once per model (pack()) and
-/// shared by every shape's plan: an LLM holds millions of blocks.
-struct BlockNumbers final : PackedWeights {
-  std::vector<float> scaled_zero;  ///< s * z (the scales and zero points are the weight's own)
-  explicit BlockNumbers(const QuantParams& qp) : scaled_zero(qp.scales.size()) {
-    for (std::size_t i = 0; i < qp.scales.size(); ++i)
-      scaled_zero[i] = qp.zero_points.empty() ? 0.0f : qp.scales[i] * static_cast<float>(qp.zero_points[i]);
-  }
-};
-
 class Prepared final : public PreparedRoutine {
  public:
-  Prepared(const LayerInfo& info, std::shared_ptr<const BlockNumbers> numbers)
-      : v_(cpu::vec::best_kernels()), rows_(rows_kernel()), panel_(panel_kernel()), g_(gemm::best_kernel()),
-        numbers_(std::move(numbers)) {
+  explicit Prepared(const LayerInfo& info)
+      : v_(cpu::vec::best_kernels()), rows_(rows_kernel()), panel_(panel_kernel()), g_(gemm::best_kernel()) {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     w_ = layer.weight("weight");
@@ -89,13 +78,8 @@ class Prepared final : public PreparedRoutine {
     weights_.k = k_;
     weights_.block = qp.block_size;
     weights_.blocks = k_ == 0 ? 0 : (k_ - 1) / qp.block_size + 1;
-    if (!numbers_ || numbers_->scaled_zero.size() != qp.scales.size())
-      throw Error(fmt::format("cpu/nbits_dense: {} block numbers for {} scales", numbers_ ? numbers_->scaled_zero.size() : 0,
-                              qp.scales.size()));
-    scale_ = qp.scales.data();
-    zero_ = qp.zero_points.empty() ? nullptr : qp.zero_points.data();
-    weights_.scale = scale_;
-    weights_.scaled_zero = numbers_->scaled_zero.data();
+    weights_.scale = qp.scales.data();  // (w_ holds them)
+    weights_.zero = qp.zero_points.empty() ? nullptr : qp.zero_points.data();
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + n_);
     act_ = core::fused_activation(layer, true, true);
     slots_ = team_threads(info);
@@ -167,7 +151,7 @@ class Prepared final : public PreparedRoutine {
         float* panel = block + p * kcb;
         if (panel_ && nr % 16 == 0 && bs % 8 == 0 && kc_ % 8 == 0) {  // 16 columns at a time, vectorised
           for (int64_t c = 0; c < nr; c += 16)
-            panel_(weights_, zero_, n0 + p + c, std::clamp<int64_t>(cols - p - c, 0, 16), k0, kcb, panel + c, nr);
+            panel_(weights_, n0 + p + c, std::clamp<int64_t>(cols - p - c, 0, 16), k0, kcb, panel + c, nr);
           continue;
         }
         for (int64_t j = 0; j < nr; ++j) {
@@ -179,7 +163,7 @@ class Prepared final : public PreparedRoutine {
           const uint8_t* codes = weights_.codes + o * k_;
           for (int64_t kk = k0; kk < k0 + kcb;) {  // (q - z) * s as the model defines it
             const std::size_t at = static_cast<std::size_t>(o * blocks + kk / bs);
-            const float s = scale_[at], z = zero_ ? static_cast<float>(zero_[at]) : 0.0f;
+            const float s = weights_.scale[at], z = weights_.zero ? static_cast<float>(weights_.zero[at]) : 0.0f;
             for (const int64_t end = std::min(k0 + kcb, (kk / bs + 1) * bs); kk < end; ++kk) {
               const float c = weights_.is_signed ? static_cast<float>(static_cast<int8_t>(codes[kk])) : static_cast<float>(codes[kk]);
               panel[(kk - k0) * nr + j] = (c - z) * s;
@@ -210,9 +194,6 @@ class Prepared final : public PreparedRoutine {
   const gemm::Kernel* g_;
   Blob w_;
   cpu::nbits::Weights weights_;
-  std::shared_ptr<const BlockNumbers> numbers_;
-  const float* scale_ = nullptr;  ///< the weight's own (w_ holds them)
-  const int32_t* zero_ = nullptr;  ///< nullptr: zeros
   std::vector<float> bias_;
   core::Activation act_;
   int64_t k_ = 0, m_ = 0, n_ = 0, kc_ = 0, nc_ = 0, pa_floats_ = 0, slot_floats_ = 0;
@@ -246,12 +227,8 @@ class NbitsDense final : public Routine {
     }
     return Support::yes();
   }
-  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
-    return std::make_shared<const BlockNumbers>(info.layer->weight("weight").quant());
-  }
-  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
-                                        std::shared_ptr<const PackedWeights> packed) const override {
-    return std::make_unique<Prepared>(info, std::dynamic_pointer_cast<const BlockNumbers>(packed));
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    return std::make_unique<Prepared>(info);  // (reads the weight, its scales and zero points as stored: nothing to pack)
   }
 };
 

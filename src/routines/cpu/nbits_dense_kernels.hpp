@@ -5,7 +5,7 @@
 // first), the portable one in nbits_dense.cpp. Plain types only here.
 //
 // Arithmetic: W[o][k] = (q[o][k] - z[o][b]) * s[o][b], b = k / block, so
-//   y[m][o] = sum_b s[o][b] * sum_{k in b} q[o][k] x[m][k] - (s z)[o][b] * xsum[m][b]
+//   y[m][o] = sum_b s[o][b] * (sum_{k in b} q[o][k] x[m][k] - z[o][b] * xsum[m][b])
 // with xsum[m][b] the sum of row m's x over block b: one convert and one FMA
 // per code, the zero point once per block.
 #pragma once
@@ -18,14 +18,14 @@ namespace softneuro::cpu::nbits {
 inline constexpr int64_t kMaxRows = 4;
 
 /// The weights as stored: codes [n][k] (one per byte; int8 where `is_signed`,
-/// else uint8), per block of `block` along k a scale and scale * zero point,
-/// [n][blocks].
+/// else uint8), per block of `block` along k a scale and a zero point (none:
+/// zeros), [n][blocks].
 struct Weights {
   const uint8_t* codes = nullptr;
   bool is_signed = false;
   int64_t n = 0, k = 0, block = 0, blocks = 0;
   const float* scale = nullptr;
-  const float* scaled_zero = nullptr;
+  const int32_t* zero = nullptr;
 };
 
 /// y[m][o] for m < rows (<= kMaxRows) and o in [o0, o1) as above, no bias: x
@@ -40,8 +40,7 @@ RowsKernel unchecked_rows_avx2();
 /// values (q - z) * s, transposed: out[(k - k0) * ld + j] for j < 16, zeros
 /// for j >= rows (a GEMM's packed B panel from the codes). Needs block and k0
 /// multiples of 8 and k0 + kc <= k; kc a multiple of 8 or reaching k.
-using PanelKernel = void (*)(const Weights& w, const int32_t* zero_points, int64_t o, int64_t rows, int64_t k0, int64_t kc,
-                             float* out, int64_t ld);
+using PanelKernel = void (*)(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out, int64_t ld);
 PanelKernel unchecked_panel_avx2();
 
 }  // namespace softneuro::cpu::nbits

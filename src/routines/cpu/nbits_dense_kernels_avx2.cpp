@@ -55,7 +55,7 @@ void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, flo
     }
     for (int r = 0; r < R; ++r) {
       const std::size_t at = static_cast<std::size_t>((o + r) * w.blocks + b);
-      const float s = w.scale[at], sz = w.scaled_zero[at];
+      const float s = w.scale[at], sz = w.zero ? s * static_cast<float>(w.zero[at]) : 0.0f;
       const __m256 sv = _mm256_set1_ps(s);
       for (int m = 0; m < M; ++m) {
         total[r][m] = _mm256_fmadd_ps(acc[r][m], sv, total[r][m]);
@@ -78,7 +78,9 @@ void four_rows_one_x(const Weights& w, int64_t o, const float* x, const float* x
   const int64_t k = w.k, block = w.block;
   const uint8_t *q0 = w.codes + o * k, *q1 = q0 + k, *q2 = q1 + k, *q3 = q2 + k;
   const float *s0 = w.scale + o * w.blocks, *s1 = s0 + w.blocks, *s2 = s1 + w.blocks, *s3 = s2 + w.blocks;
-  const float *z0 = w.scaled_zero + o * w.blocks, *z1 = z0 + w.blocks, *z2 = z1 + w.blocks, *z3 = z2 + w.blocks;
+  static const int32_t kNoZeros[1] = {0};  // (a stride of 0 below: every block's zero point 0)
+  const int64_t zs = w.zero ? w.blocks : 0;
+  const int32_t *z0 = w.zero ? w.zero + o * w.blocks : kNoZeros, *z1 = z0 + zs, *z2 = z1 + zs, *z3 = z2 + zs;
   __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
   float e0 = 0, e1 = 0, e2 = 0, e3 = 0;
   for (int64_t b = 0; b < w.blocks; ++b) {
@@ -103,10 +105,11 @@ void four_rows_one_x(const Weights& w, int64_t o, const float* x, const float* x
     t2 = _mm256_fmadd_ps(a2, _mm256_broadcast_ss(s2 + b), t2);
     t3 = _mm256_fmadd_ps(a3, _mm256_broadcast_ss(s3 + b), t3);
     const float xs = xsum[b];
-    e0 -= z0[b] * xs;
-    e1 -= z1[b] * xs;
-    e2 -= z2[b] * xs;
-    e3 -= z3[b] * xs;
+    const int64_t zb = w.zero ? b : 0;
+    e0 -= s0[b] * static_cast<float>(z0[zb]) * xs;
+    e1 -= s1[b] * static_cast<float>(z1[zb]) * xs;
+    e2 -= s2[b] * static_cast<float>(z2[zb]) * xs;
+    e3 -= s3[b] * static_cast<float>(z3[zb]) * xs;
   }
   y[o] = hsum(t0) + e0;
   y[o + 1] = hsum(t1) + e1;
@@ -162,7 +165,7 @@ inline void store_transposed(__m256 r0, __m256 r1, __m256 r2, __m256 r3, __m256 
 }
 
 template <bool Signed>
-void panel(const Weights& w, const int32_t* zero_points, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out, int64_t ld) {
+void panel(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out, int64_t ld) {
   const int64_t k = w.k, end = k0 + kc;
   for (int64_t kk = k0; kk < end; kk += 8) {
     const int64_t b = kk / w.block, n = std::min<int64_t>(8, end - kk);
@@ -173,7 +176,7 @@ void panel(const Weights& w, const int32_t* zero_points, int64_t o, int64_t rows
         continue;
       }
       const std::size_t at = static_cast<std::size_t>((o + r) * w.blocks + b);
-      const __m256 z = _mm256_set1_ps(zero_points ? static_cast<float>(zero_points[at]) : 0.0f);
+      const __m256 z = _mm256_set1_ps(w.zero ? static_cast<float>(w.zero[at]) : 0.0f);
       __m256 c;
       if (n == 8) {
         c = codes8<Signed>(w.codes + (o + r) * k + kk);
@@ -197,10 +200,9 @@ void panel(const Weights& w, const int32_t* zero_points, int64_t o, int64_t rows
   }
 }
 
-void panel_any(const Weights& w, const int32_t* zero_points, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out,
-               int64_t ld) {
-  if (w.is_signed) panel<true>(w, zero_points, o, rows, k0, kc, out, ld);
-  else panel<false>(w, zero_points, o, rows, k0, kc, out, ld);
+void panel_any(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out, int64_t ld) {
+  if (w.is_signed) panel<true>(w, o, rows, k0, kc, out, ld);
+  else panel<false>(w, o, rows, k0, kc, out, ld);
 }
 
 }  // namespace
