@@ -14,6 +14,9 @@ exporter it drives (its own venv: torch from the package index):
     /tmp/optimum-venv/bin/pip install "transformers==4.36.2" "optimum==1.16.2" onnx==1.23.2 onnxruntime==1.32.0 onnxscript
     /tmp/optimum-venv/bin/python bench/transformers/optimum_decoders.py --cli build/softneuro --out /tmp/optimum
 
+With --nbits 4 each file first goes through ONNX Runtime's weight-only quantizer
+(MatMulNBits, block 32; --symmetric: without zero points), and both run that file.
+
 Exits 1 if any output is off by more than 1e-4 of its largest value, or a model does not import or run.
 """
 import argparse
@@ -43,6 +46,22 @@ def export(name, out):
     decoder_models.causal_lm(name).save_pretrained(hf)
     main_export(hf, output=os.path.join(out, name), task="text-generation-with-past", opset=17)
     return os.path.join(out, name, "model.onnx")
+
+
+def quantize(path, bits, symmetric):
+    """The file with its MatMul weights blockwise (MatMulNBits), as LLM files ship. (The quantizer's QDQ form,
+    blocked DequantizeLinear, needs opset 21, which these exports are not; the tests cover it.)"""
+    import logging
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    q = MatMulNBitsQuantizer(onnx.load(path), bits=bits, block_size=32, is_symmetric=symmetric)
+    q.process()
+    out = path.replace(".onnx", f"_{bits}bit.onnx")
+    q.model.save_model_to_file(out, use_external_data_format=False)
+    ops = [n.op_type for n in q.model.model.graph.node]
+    print(f"{os.path.basename(os.path.dirname(out))}: {ops.count('MatMulNBits')} MatMulNBits, {ops.count('MatMul')} MatMul left")
+    return out
 
 
 def generate(cli, path, dnn, work):
@@ -97,6 +116,10 @@ def main():
     ap.add_argument("--cli", default="build/softneuro")
     ap.add_argument("--out", default="/tmp/optimum")
     ap.add_argument("--models", default="gpt2,llama,mistral,phi,opt,bloom,gpt-neox,codegen")
+    ap.add_argument("--nbits", type=int, default=0,
+                    help="first through ONNX Runtime's weight-only quantizer: MatMuls with constant weights to MatMulNBits "
+                         "of these bits, block 32")
+    ap.add_argument("--symmetric", action="store_true", help="symmetric codes (no zero points)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     bad = 0
@@ -106,6 +129,8 @@ def main():
         except Exception as e:  # noqa: BLE001 - an exporter failure is reported, not ours
             print(f"{name}: export failed: {str(e).splitlines()[0][:200]}")
             continue
+        if a.nbits:
+            path = quantize(path, a.nbits, a.symmetric)
         dnn = os.path.join(a.out, name + ".dnn")
         r = subprocess.run([a.cli, "import", path, "-o", dnn], capture_output=True, text=True)
         if r.returncode:
