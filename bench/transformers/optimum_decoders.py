@@ -48,19 +48,21 @@ def export(name, out):
     return os.path.join(out, name, "model.onnx")
 
 
-def quantize(path, bits, symmetric):
+def quantize(path, bits, symmetric, embeddings=False):
     """The file with its MatMul weights blockwise (MatMulNBits), as LLM files ship. (The quantizer's QDQ form,
     blocked DequantizeLinear, needs opset 21, which these exports are not; the tests cover it.)"""
     import logging
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
-    q = MatMulNBitsQuantizer(onnx.load(path), bits=bits, block_size=32, is_symmetric=symmetric)
+    q = MatMulNBitsQuantizer(onnx.load(path), bits=bits, block_size=32, is_symmetric=symmetric,
+                             op_types_to_quantize=("MatMul", "Gather") if embeddings else None)
     q.process()
     out = path.replace(".onnx", f"_{bits}bit.onnx")
     q.model.save_model_to_file(out, use_external_data_format=False)
     ops = [n.op_type for n in q.model.model.graph.node]
-    print(f"{os.path.basename(os.path.dirname(out))}: {ops.count('MatMulNBits')} MatMulNBits, {ops.count('MatMul')} MatMul left")
+    print(f"{os.path.basename(os.path.dirname(out))}: {ops.count('MatMulNBits')} MatMulNBits, "
+          f"{ops.count('GatherBlockQuantized')} GatherBlockQuantized, {ops.count('MatMul')} MatMul left")
     return out
 
 
@@ -120,6 +122,7 @@ def main():
                     help="first through ONNX Runtime's weight-only quantizer: MatMuls with constant weights to MatMulNBits "
                          "of these bits, block 32")
     ap.add_argument("--symmetric", action="store_true", help="symmetric codes (no zero points)")
+    ap.add_argument("--embeddings", action="store_true", help="the token embedding's Gather too (GatherBlockQuantized)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     bad = 0
@@ -130,7 +133,7 @@ def main():
             print(f"{name}: export failed: {str(e).splitlines()[0][:200]}")
             continue
         if a.nbits:
-            path = quantize(path, a.nbits, a.symmetric)
+            path = quantize(path, a.nbits, a.symmetric, a.embeddings)
         dnn = os.path.join(a.out, name + ".dnn")
         r = subprocess.run([a.cli, "import", path, "-o", dnn], capture_output=True, text=True)
         if r.returncode:

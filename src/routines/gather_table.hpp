@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -34,6 +35,12 @@ struct GatherTable {
   DType dtype = DType::float32;
   float scale = 1, zero_point = 0;
   Shape shape;
+  /// A table in blocks along its last dim (an LLM's 4-bit embedding, ONNX
+  /// Runtime's GatherBlockQuantized): a scale and zero point per block of
+  /// `block` values of a row of `row` values; block 0: one scale.
+  int64_t block = 0, row = 0, blocks = 0;
+  const float* scales = nullptr;
+  const int32_t* zero_points = nullptr;  ///< nullptr: zeros
 
   /// Whether `who` (a descriptor) reads this layer's table: input 0, or a
   /// weight of the dtypes above, quantised per tensor.
@@ -48,8 +55,17 @@ struct GatherTable {
       return Support::no(fmt::format("weight 'table' is {}; {} reads float32, int8 or uint8 tables", to_string(d), who));
     if (d == DType::qint8 || d == DType::quint8) {
       const QuantParams& q = t->quant();
-      if (q.scales.size() != 1 || q.zero_points.size() > 1 || !core::quant_scale_in_range(q.scales[0]))
-        return Support::no(fmt::format("{} reads a table quantised per tensor (one scale in [1e-30, 1e30])", who));
+      const bool blocks = q.block_size > 0 && q.axis == t->shape().rank() - 1;
+      if (blocks) {
+        try {
+          core::check_weight_quant(*t, "table");
+        } catch (const Error& e) {
+          return Support::no(fmt::format("weight 'table': {}", e.message()));
+        }
+      } else if (q.scales.size() != 1 || q.zero_points.size() > 1 || !core::quant_scale_in_range(q.scales[0])) {
+        return Support::no(fmt::format("{} reads a table quantised per tensor (one scale in [1e-30, 1e30]) or in blocks "
+                                       "along its last dim", who));
+      }
     }
     return Support::yes();
   }
@@ -60,8 +76,17 @@ struct GatherTable {
     weight = t.data();
     dtype = t.dtype();
     shape = t.shape();
-    if (!t.quant().scales.empty()) scale = t.quant().scales[0];
-    if (!t.quant().zero_points.empty()) zero_point = static_cast<float>(t.quant().zero_points[0]);
+    const QuantParams& q = t.quant();
+    if (q.block_size > 0 && shape.rank() >= 1) {
+      block = q.block_size;
+      row = shape[shape.rank() - 1];
+      blocks = row == 0 ? 0 : (row - 1) / block + 1;
+      scales = q.scales.data();
+      zero_points = q.zero_points.empty() ? nullptr : q.zero_points.data();
+      return;
+    }
+    if (!q.scales.empty()) scale = q.scales[0];
+    if (!q.zero_points.empty()) zero_point = static_cast<float>(q.zero_points[0]);
   }
 
   bool is_signed() const { return dtype == DType::int8 || dtype == DType::qint8; }
@@ -75,8 +100,16 @@ struct GatherTable {
       std::memcpy(y, input0->data_as<float>() + at, static_cast<std::size_t>(n) * sizeof(float));
     } else if (!bytes()) {
       std::memcpy(y, static_cast<const float*>(weight) + at, static_cast<std::size_t>(n) * sizeof(float));
-    } else {
+    } else if (block == 0) {
       dequantize(static_cast<const uint8_t*>(weight) + at, is_signed(), y, n, scale, zero_point);
+    } else {  // a piece per block: its own scale and zero point
+      for (int64_t i = at, end = at + n; i < end;) {
+        const int64_t r = i / row, c = i % row, piece = std::min({end - i, block - c % block, row - c});
+        const int64_t b = r * blocks + c / block;
+        dequantize(static_cast<const uint8_t*>(weight) + i, is_signed(), y + (i - at), piece, scales[b],
+                   zero_points ? static_cast<float>(zero_points[b]) : 0.0f);
+        i += piece;
+      }
     }
   }
 };

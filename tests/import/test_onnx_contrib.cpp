@@ -561,6 +561,74 @@ TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (a quarter of float32'
   }
 }
 
+TEST_CASE("contrib: GatherBlockQuantized gathers an embedding's rows from its 4-bit codes, kept blockwise", "[onnx][contrib]") {
+  // uint8 data: 4-bit codes two a byte along the last dim (D 40 of blocks of 16: the last one short),
+  // zero points packed likewise or the default 8; int4 data gathered along axis 1 (dequantised at import).
+  const int64_t V = 7, D = 40, block = 16, blocks = 3;
+  std::vector<int64_t> codes(static_cast<std::size_t>(V * D)), zeros(static_cast<std::size_t>(V * blocks));
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int64_t>((i * 7 + 3) % 16);
+  for (std::size_t i = 0; i < zeros.size(); ++i) zeros[i] = static_cast<int64_t>((i * 5 + 1) % 16);
+  std::vector<int64_t> packed(static_cast<std::size_t>(V * D / 2)), zp_packed(static_cast<std::size_t>(V * 2));
+  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = codes[2 * i] | (codes[2 * i + 1] << 4);
+  for (int64_t r = 0; r < V; ++r)
+    for (int64_t b = 0; b < blocks; ++b) zp_packed[static_cast<std::size_t>(r * 2 + b / 2)] |= zeros[static_cast<std::size_t>(r * blocks + b)] << (4 * (b % 2));
+  const auto scales = random_values(static_cast<std::size_t>(V * blocks), 4);
+  const std::vector<int64_t> ids{3, 0, 6, 6, -1, 2};
+  for (bool with_zeros : {true, false}) {
+    INFO((with_zeros ? "packed zero points" : "default zero point 8"));
+    OnnxModel m(17);
+    ms_domain(m);
+    m.typed_input("ids", onnx::TensorProto::INT64, {2, 3}).output("y");
+    m.init_typed("data", onnx::TensorProto::UINT8, {V, D / 2}, packed).init("scales", {V, blocks}, scales);
+    std::vector<std::string> in{"data", "ids", "scales"};
+    if (with_zeros) {
+      m.init_typed("zeros", onnx::TensorProto::UINT8, {V, 2}, zp_packed);
+      in.push_back("zeros");
+    }
+    ms_node(m, "GatherBlockQuantized", in, {"y"}).i("block_size", block).i("bits", 4).i("gather_axis", 0).i("quantize_axis", 1);
+    const Model net = import_onnx(m.save("gather_block_quantized.onnx"));
+    const std::string dnn = test_dir() + "/gather_block_quantized.dnn";
+    net.save(dnn);
+    for (const Model& model : {net, Model::load(dnn)}) {
+      Blob x = Blob::allocate(Shape{2, 3}, DType::int64);
+      for (std::size_t i = 0; i < ids.size(); ++i) x.data_as<int64_t>()[i] = ids[i];
+      const Output y = run_net(model, {{"ids", x}}).at(0);
+      REQUIRE(y.shape == Shape{2, 3, D});
+      for (std::size_t t = 0; t < ids.size(); ++t) {
+        const int64_t r = ids[t] < 0 ? ids[t] + V : ids[t];
+        for (int64_t c = 0; c < D; ++c) {
+          const auto b = static_cast<std::size_t>(r * blocks + c / block);
+          const double want = static_cast<double>(codes[static_cast<std::size_t>(r * D + c)] - (with_zeros ? zeros[b] : 8)) * scales[b];
+          CHECK(y.values[t * D + static_cast<std::size_t>(c)] == Approx(want).margin(1e-6));
+        }
+      }
+    }
+    std::ifstream f(dnn, std::ios::binary | std::ios::ate);
+    CHECK(static_cast<int64_t>(f.tellg()) < V * D * 4);  // codes a byte each, not float32
+  }
+  // int4 data [3, 2, 32] gathered along axis 1, blocks along the last dim: a float table.
+  OnnxModel g(21);
+  ms_domain(g);
+  g.typed_input("ids", onnx::TensorProto::INT64, {1}).output("y");
+  std::vector<int64_t> v4(3 * 2 * 32);
+  for (std::size_t i = 0; i < v4.size(); ++i) v4[i] = static_cast<int64_t>(i % 16) - 8;
+  std::vector<int64_t> v4_packed(v4.size() / 2);
+  for (std::size_t i = 0; i < v4_packed.size(); ++i) v4_packed[i] = (v4[2 * i] & 0xF) | ((v4[2 * i + 1] & 0xF) << 4);
+  const auto s4 = random_values(3 * 2 * 2, 5);
+  g.init_typed("data", 22 /* INT4 */, {3, 2, 32}, v4_packed).init("scales", {3, 2, 2}, s4);
+  ms_node(g, "GatherBlockQuantized", {"data", "ids", "scales"}, {"y"}).i("block_size", 16).i("gather_axis", 1).i("quantize_axis", 2);
+  Blob one = Blob::allocate(Shape{1}, DType::int64);
+  one.data_as<int64_t>()[0] = 1;
+  const Output y4 = run_net(import_onnx(g.save("gather_block_quantized_int4.onnx")), {{"ids", one}}).at(0);
+  REQUIRE(y4.shape == Shape{3, 1, 32});
+  for (int64_t a = 0; a < 3; ++a)
+    for (int64_t c = 0; c < 32; ++c) {
+      const auto i = static_cast<std::size_t>((a * 2 + 1) * 32 + c);
+      CHECK(y4.values[static_cast<std::size_t>(a * 32 + c)] ==
+            Approx(static_cast<double>(v4[i]) * s4[static_cast<std::size_t>((a * 2 + 1) * 2 + c / 16)]).margin(1e-6));
+    }
+}
+
 TEST_CASE("contrib: FusedConv and FusedGemm are their convolution or product, Z added, then the activation",
           "[onnx][contrib]") {
   const auto w = random_values(6 * 4 * 9, 1), b = random_values(6, 2), z = random_values(6 * 5 * 5, 3), x = random_values(4 * 5 * 5, 4);

@@ -852,6 +852,101 @@ void Importer::matmul_nbits(const Node& n) {
 }
 
 
+// GatherBlockQuantized: a Gather along gather_axis of data quantised in blocks
+// of block_size along quantize_axis, each element (q - z) * s of its block. uint8
+// data holds `bits` codes a byte, low bits first, in its last dim (the quantize
+// axis), zero points packed likewise, default 2^(bits-1) (MatMulNBits's
+// convention); int4/uint4 data its values, zero points default 0. An LLM's
+// embedding (gather axis 0, blocks along the last dim) stays blockwise: a gather
+// layer whose table is the codes a byte each with their scales (the rows
+// dequantised as they are read). Other axes: the table dequantised at import.
+// (ONNX Runtime gives zeros for an index out of range; a gather refuses it.)
+void Importer::gather_block_quantized(const Node& n) {
+  const Blob& data = require_constant(n, 0, "data");
+  const int data_type = elem_type(n.in(0));
+  const bool packed = data_type == onnx::TensorProto::UINT8;
+  if (!packed && data_type != kInt4 && data_type != kUInt4)
+    throw Unsupported{fmt::format("GatherBlockQuantized of {} data (uint8, int4 and uint4 are supported)", onnx_type_name(data_type))};
+  const int64_t bits = packed ? n.get_int("bits", 4) : 4, block = n.get_int("block_size", 128);
+  if (bits != 2 && bits != 4 && bits != 8) throw n.error(fmt::format("bits {} is not 2, 4 or 8", bits), "bits");
+  if (block < 16 || (block & (block - 1)) != 0) throw n.error(fmt::format("block_size {} is not a power of 2 of 16 or more", block), "block_size");
+  const Shape ds = data.shape();
+  const int rank = ds.rank();
+  if (rank < 1) throw n.error("data is a scalar", "data");
+  auto axis_of = [&](const char* name, int64_t fallback) {
+    int64_t a = n.get_int(name, fallback);
+    if (a < 0) a += rank;
+    if (a < 0 || a >= rank) throw n.error(fmt::format("{} out of range for rank {}", name, rank), name);
+    return static_cast<int>(a);
+  };
+  const int gather_axis = axis_of("gather_axis", 0), quantize_axis = axis_of("quantize_axis", 1);
+  if (gather_axis == quantize_axis) throw n.error("gather_axis and quantize_axis are the same", "quantize_axis");
+  if (packed && (gather_axis != 0 || quantize_axis != rank - 1))
+    throw n.error("uint8 data is gathered along axis 0 and quantised along its last", "quantize_axis");
+  const int64_t per_byte = packed ? 8 / bits : 1;
+  Shape vs = ds;  // the values' shape
+  vs[rank - 1] = packed ? ds[rank - 1] * per_byte : ds[rank - 1];
+  const int64_t qdim = vs[quantize_axis], blocks = (qdim + block - 1) / block;
+  Shape ss = vs;
+  ss[quantize_axis] = blocks;
+  const Blob& scale_blob = require_constant(n, 2, "scales");
+  if (scale_blob.shape() != ss)
+    throw n.error(fmt::format("scales {} are not the data {} in blocks of {}: {}", scale_blob.shape().to_string(),
+                              vs.to_string(), block, ss.to_string()), "scales");
+  const std::vector<double> scales = to_doubles(scale_blob);
+  const int64_t count = vs.numel();
+  auto byte = [](const Blob& b, int64_t i) {
+    return b.dtype() == DType::uint8 ? int64_t{b.data_as<uint8_t>()[i]} : b.data_as<int64_t>()[i];
+  };
+  // Value i of `b` (row-major over `shape`), unpacked where packed.
+  auto value = [&](const Blob& b, const Shape& shape, int64_t i) -> int64_t {
+    if (!packed) return byte(b, i);
+    const int64_t last = shape[rank - 1], r = i / last, c = i % last, row_bytes = (last * bits + 7) / 8;
+    return (byte(b, r * row_bytes + c * bits / 8) >> (c * bits % 8)) & ((int64_t{1} << bits) - 1);
+  };
+  if (packed && data.dtype() != DType::uint8 && data.dtype() != DType::int64) throw n.error("data must hold uint8 codes", "data");
+  const bool is_signed = data_type == kInt4;
+  const Blob* zp = n.has_in(3) ? &require_constant(n, 3, "zero_points") : nullptr;
+  if (zp && (packed ? zp->shape().rank() != rank || zp->numel() != ss.numel() / blocks * ((blocks * bits + 7) / 8) || quantize_axis != rank - 1
+                    : zp->shape() != ss))
+    throw n.error(fmt::format("zero_points {} do not fit the scales {}", zp->shape().to_string(), ss.to_string()), "zero_points");
+  auto zero = [&](int64_t k) -> int64_t {
+    if (!zp) return packed ? int64_t{1} << (bits - 1) : 0;
+    return value(*zp, ss, k);
+  };
+  // Scale k of value i: its block along the quantize axis.
+  int64_t inner = 1;
+  for (int d = quantize_axis + 1; d < rank; ++d) inner *= vs[d];
+  auto scale_index = [&](int64_t i) { return (i / (qdim * inner) * blocks + i / inner % qdim / block) * inner + i % inner; };
+  const std::string y = n.out(0);
+  if (gather_axis == 0 && quantize_axis == rank - 1) {
+    Blob table = Blob::allocate(vs, is_signed ? DType::qint8 : DType::quint8);
+    for (int64_t i = 0; i < count; ++i) table.data_as<uint8_t>()[i] = static_cast<uint8_t>(value(data, ds, i) & 0xFF);
+    QuantParams& q = table.quant();
+    q.axis = rank - 1;
+    q.block_size = block;
+    q.scales.assign(scales.begin(), scales.end());
+    if (zp || packed)
+      for (int64_t k = 0; k < ss.numel(); ++k) q.zero_points.push_back(static_cast<int32_t>(zero(k)));
+    try {
+      core::check_weight_quant(table, "scales");
+    } catch (const Error& e) {
+      throw n.error(e.message(), e.field());
+    }
+    Layer l = make("gather", n.name, {input(n, 1)}, {y});
+    l.weights["table"] = std::move(table);
+    l.params["axis"] = int64_t{0};
+    add(std::move(l));
+    return;
+  }
+  std::vector<float> real(static_cast<std::size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const auto k = scale_index(i);
+    real[static_cast<std::size_t>(i)] = static_cast<float>(static_cast<double>(value(data, ds, i) - zero(k)) * scales[static_cast<std::size_t>(k)]);
+  }
+  convert_synthesized(n, "Gather", {add_constant(y + "/table", float_blob(vs, real)), n.in(1)}, {y}, int_attr("axis", gather_axis));
+}
+
 // The activation of ONNX Runtime's FusedConv and FusedGemm on x into y
 // (Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid: its MLAS activations),
 // `params` its floats (alpha; min and max; alpha and beta).

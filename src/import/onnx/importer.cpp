@@ -30,6 +30,7 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::ms_convert
       {"RotaryEmbedding", &Importer::contrib_rotary},
       {"GroupQueryAttention", &Importer::group_query_attention},
       {"MatMulNBits", &Importer::matmul_nbits},
+      {"GatherBlockQuantized", &Importer::gather_block_quantized},
       {"FusedConv", &Importer::fused_conv},
       {"FusedGemm", &Importer::fused_gemm},
   };
@@ -236,12 +237,14 @@ void Importer::read_opsets() {
 }
 
 void Importer::read_initializers() {
-  // Those only MatMulNBits read as codes or zero points stay bytes (Importer::matmul_nbits).
+  // Those only MatMulNBits or GatherBlockQuantized read as codes or zero points stay bytes (contrib.cpp).
   std::unordered_map<std::string, bool> nbits_only;
   for (const auto& node : g_.node())
     for (int i = 0; i < node.input_size(); ++i) {
       auto [it, fresh] = nbits_only.emplace(node.input(i), true);
-      it->second = it->second && node.op_type() == "MatMulNBits" && node.domain() == "com.microsoft" && (i == 1 || i == 3);
+      const bool ms = node.domain() == "com.microsoft";
+      it->second = it->second && ((ms && node.op_type() == "MatMulNBits" && (i == 1 || i == 3)) ||
+                                  (ms && node.op_type() == "GatherBlockQuantized" && (i == 0 || i == 3)));
     }
   for (auto& t : *g_.mutable_initializer()) {
     if (t.name().empty()) throw Error("an initializer has no name", file_, {}, "initializer");
@@ -799,7 +802,8 @@ void Importer::convert(int i) {
       "ScatterElements", "MaxUnpool", "TensorScatter"};
   // ONNX Runtime's transformer operators: their integer inputs are token ids and masks.
   static const std::unordered_set<std::string> contrib_float = {"EmbedLayerNormalization", "Attention", "MultiHeadAttention",
-                                                                   "GroupQueryAttention", "RotaryEmbedding", "MatMulNBits"};
+                                                                   "GroupQueryAttention", "RotaryEmbedding", "MatMulNBits",
+                                                                   "GatherBlockQuantized"};
   const bool ms = n.proto().domain() == "com.microsoft";
   const int typed_inputs = ms && contrib_float.count(n.op()) ? 0
                            : typed_by_data.count(n.op()) ? std::min(1, n.num_inputs())

@@ -440,6 +440,7 @@ class Importer : private import::GraphBuilder {
   void contrib_rotary(const Node&);
   void group_query_attention(const Node&);
   void matmul_nbits(const Node&);
+  void gather_block_quantized(const Node&);
   void fused_conv(const Node&);
   void fused_gemm(const Node&);
   /// FusedConv's and FusedGemm's activation `act` with its float parameters, x into y.
