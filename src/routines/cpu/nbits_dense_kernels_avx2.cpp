@@ -20,7 +20,14 @@ inline float hsum(__m256 v) {
 template <bool Signed>
 inline __m256 codes8(const uint8_t* p) {
   const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  return _mm256_cvtepi32_ps(Signed ? _mm256_cvtepi8_epi32(c) : _mm256_cvtepu8_epi32(c));
+  if constexpr (Signed) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
+  } else {
+    // 2^23 + q as float bits, less 2^23: q exactly, an integer OR and a float
+    // subtract in place of the convert (Zen 1 converts on one pipe only).
+    const __m256i magic = _mm256_set1_epi32(0x4B000000);
+    return _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(_mm256_cvtepu8_epi32(c), magic)), _mm256_castsi256_ps(magic));
+  }
 }
 
 template <bool Signed>
@@ -72,49 +79,49 @@ void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, flo
 /// A decode step's case (one row of x, blocks of a multiple of 8 codes): four
 /// weight rows in named registers, the block sums scaled into the totals
 /// without a round trip through memory (the general form's arrays spilled
-/// there: a third of its time). The last block may be short.
-template <bool Signed>
+/// there: a third of its time). Full blocks in the loop, with nothing that
+/// needs other registers; a short last block after it.
+template <bool Signed, bool Zeros>
 void four_rows_one_x(const Weights& w, int64_t o, const float* x, const float* xsum, float* y) {
-  const int64_t k = w.k, block = w.block;
+  const int64_t k = w.k, block = w.block, nb = w.blocks, full = k / block;
   const uint8_t *q0 = w.codes + o * k, *q1 = q0 + k, *q2 = q1 + k, *q3 = q2 + k;
-  const float *s0 = w.scale + o * w.blocks, *s1 = s0 + w.blocks, *s2 = s1 + w.blocks, *s3 = s2 + w.blocks;
-  static const int32_t kNoZeros[1] = {0};  // (a stride of 0 below: every block's zero point 0)
-  const int64_t zs = w.zero ? w.blocks : 0;
-  const int32_t *z0 = w.zero ? w.zero + o * w.blocks : kNoZeros, *z1 = z0 + zs, *z2 = z1 + zs, *z3 = z2 + zs;
+  const float *s0 = w.scale + o * nb, *s1 = s0 + nb, *s2 = s1 + nb, *s3 = s2 + nb;
+  const int32_t* z0 = Zeros ? w.zero + o * nb : nullptr;
   __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
   float e0 = 0, e1 = 0, e2 = 0, e3 = 0;
-  for (int64_t b = 0; b < w.blocks; ++b) {
-    const int64_t k0 = b * block, k1 = std::min(k, k0 + block);
+  for (int64_t b = 0; b < full; ++b) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t kk = k0;
-    for (; kk + 8 <= k1; kk += 8) {
+    for (int64_t kk = b * block, end = kk + block; kk < end; kk += 8) {
       const __m256 xv = _mm256_loadu_ps(x + kk);
       a0 = _mm256_fmadd_ps(codes8<Signed>(q0 + kk), xv, a0);
       a1 = _mm256_fmadd_ps(codes8<Signed>(q1 + kk), xv, a1);
       a2 = _mm256_fmadd_ps(codes8<Signed>(q2 + kk), xv, a2);
       a3 = _mm256_fmadd_ps(codes8<Signed>(q3 + kk), xv, a3);
     }
-    for (; kk < k1; ++kk) {  // a short last block
-      e0 += s0[b] * code<Signed>(q0 + kk) * x[kk];
-      e1 += s1[b] * code<Signed>(q1 + kk) * x[kk];
-      e2 += s2[b] * code<Signed>(q2 + kk) * x[kk];
-      e3 += s3[b] * code<Signed>(q3 + kk) * x[kk];
-    }
     t0 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(s0 + b), t0);
     t1 = _mm256_fmadd_ps(a1, _mm256_broadcast_ss(s1 + b), t1);
     t2 = _mm256_fmadd_ps(a2, _mm256_broadcast_ss(s2 + b), t2);
     t3 = _mm256_fmadd_ps(a3, _mm256_broadcast_ss(s3 + b), t3);
-    const float xs = xsum[b];
-    const int64_t zb = w.zero ? b : 0;
-    e0 -= s0[b] * static_cast<float>(z0[zb]) * xs;
-    e1 -= s1[b] * static_cast<float>(z1[zb]) * xs;
-    e2 -= s2[b] * static_cast<float>(z2[zb]) * xs;
-    e3 -= s3[b] * static_cast<float>(z3[zb]) * xs;
+    if constexpr (Zeros) {
+      const float xs = xsum[b];
+      e0 -= s0[b] * static_cast<float>(z0[b]) * xs;
+      e1 -= s1[b] * static_cast<float>(z0[nb + b]) * xs;
+      e2 -= s2[b] * static_cast<float>(z0[2 * nb + b]) * xs;
+      e3 -= s3[b] * static_cast<float>(z0[3 * nb + b]) * xs;
+    }
   }
-  y[o] = hsum(t0) + e0;
-  y[o + 1] = hsum(t1) + e1;
-  y[o + 2] = hsum(t2) + e2;
-  y[o + 3] = hsum(t3) + e3;
+  float r[4] = {hsum(t0) + e0, hsum(t1) + e1, hsum(t2) + e2, hsum(t3) + e3};
+  if (full < nb) {  // the short last block
+    const int64_t b = full;
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t* q = w.codes + (o + i) * k;
+      float acc = 0;
+      for (int64_t kk = b * block; kk < k; ++kk) acc += code<Signed>(q + kk) * x[kk];
+      const auto at = static_cast<std::size_t>((o + i) * nb + b);
+      r[i] += w.scale[at] * (acc - (Zeros ? static_cast<float>(w.zero[at]) : 0.0f) * xsum[b]);
+    }
+  }
+  for (int i = 0; i < 4; ++i) y[o + i] = r[i];
 }
 
 template <bool Signed>
@@ -122,8 +129,10 @@ void rows(const Weights& w, int64_t o0, int64_t o1, const float* x, int64_t m, c
   int64_t o = o0;
   switch (m) {
     case 1:
-      if (w.block % 8 == 0)
-        for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed>(w, o, x, xsum, y);
+      if (w.block % 8 == 0 && w.zero)
+        for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, true>(w, o, x, xsum, y);
+      else if (w.block % 8 == 0)
+        for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, false>(w, o, x, xsum, y);
       for (; o + 4 <= o1; o += 4) rows_at<Signed, 4, 1>(w, o, x, xsum, y, ldy);
       for (; o < o1; ++o) rows_at<Signed, 1, 1>(w, o, x, xsum, y, ldy);
       break;
