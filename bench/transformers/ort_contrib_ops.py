@@ -245,6 +245,28 @@ def cases():
         yield f"matmul_{bits}bits_K{K}", model([ms("MatMulNBits", ins, ["y"], K=K, N=Nn, bits=bits, block_size=block)],
                                                [("a", F, [2, 3, K])], [("y", F)], inits), {"a": a}
 
+    # GatherBlockQuantized: an embedding's codes (uint8 packed, packed zero points or the default), 2-, 4- and 8-bit;
+    # negative ids from the end.
+    for bits, zp_on in ((4, True), (4, False), (8, True), (2, True)):
+        V, D, block = 20, 64, 32
+        per = 8 // bits
+        q = rng.integers(0, 2 ** bits, (V, D)).astype(np.uint8)
+        data = np.zeros((V, D // per), np.uint8)
+        for i in range(per):
+            data |= (q[:, i::per] << (bits * i)).astype(np.uint8)
+        ins, inits = ["data", "ids", "scales"], {"data": data, "scales": randn(V, D // block, scale=0.05)}
+        if zp_on:
+            z = rng.integers(0, 2 ** bits, (V, D // block)).astype(np.uint8)
+            zpacked = np.zeros((V, ((D // block) * bits + 7) // 8), np.uint8)
+            for blk in range(D // block):
+                zpacked[:, blk * bits // 8] |= (z[:, blk] << ((blk * bits) % 8)).astype(np.uint8)
+            ins.append("zp")
+            inits["zp"] = zpacked
+        ids = rng.integers(-V, V, (2, 5)).astype(np.int64)
+        yield (f"gather_block_quantized_{bits}bits{'_zp' if zp_on else ''}",
+               model([ms("GatherBlockQuantized", ins, ["y"], bits=bits, block_size=block, gather_axis=0, quantize_axis=1)],
+                     [("ids", I64, [2, 5])], [("y", F)], inits), {"ids": ids})
+
     # FusedConv and FusedGemm (ONNX Runtime's saved optimized files): each activation, Z added before it.
     xc = randn(1, 4, 9, 9)
     wc, bc = randn(6, 4, 3, 3, scale=0.3), randn(6)
