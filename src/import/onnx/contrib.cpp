@@ -827,6 +827,9 @@ void Importer::matmul_nbits(const Node& n) {
     Layer d = make("dense", n.name, {input(n, 0)}, {n.has_in(5) && !bias_row ? synthesized_value(n.out(0) + "/product") : n.out(0)});
     d.weights["weight"] = std::move(w);
     if (bias_row) d.weights["bias"] = reshaped(to_float(*bias), Shape{N});
+    // accuracy_level 4: the file lets the activations be int8 (ONNX Runtime quantises
+    // them per block); cpu/nbits_dense does so in decode steps for codes of <= 4 bits.
+    if (n.get_int("accuracy_level", 0) == 4 && bits <= 4) d.params["accuracy_level"] = int64_t{4};
     const std::string product = d.outputs[0];
     add(std::move(d));
     if (n.has_in(5) && !bias_row) convert_synthesized(n, "Add", {product, n.in(5)}, {n.out(0)});

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -54,6 +55,50 @@ cpu::nbits::PanelKernel panel_kernel() {
   return nullptr;
 }
 
+}  // namespace
+
+namespace cpu::nbits {
+void quantize_row(const float* x, int64_t k, int64_t block, int8_t* xq, float* xs, int32_t* xsum) {
+  for (int64_t b = 0, k0 = 0; k0 < k; ++b, k0 += block) {
+    const int64_t k1 = std::min(k, k0 + block);
+    float amax = 0;
+    for (int64_t i = k0; i < k1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;  // (as ONNX Runtime's QuantizeARow_CompInt8)
+    int32_t sum = 0;
+    for (int64_t i = k0; i < k1; ++i) {
+      const auto q = static_cast<int8_t>(std::nearbyint(x[i] * inverse));  // round half to even
+      xq[i] = q;
+      sum += q;
+    }
+    xs[b] = amax / 127.0f;
+    xsum[b] = sum;
+  }
+}
+}  // namespace cpu::nbits
+
+namespace {
+
+void int8_rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const int8_t* xq, const float* xs,
+                        const int32_t* xsum, float* y) {
+  for (int64_t o = o0; o < o1; ++o) {
+    float r = 0;
+    for (int64_t b = 0; b < w.blocks; ++b) {
+      int32_t acc = 0;
+      for (int64_t kk = b * w.block, end = std::min(w.k, kk + w.block); kk < end; ++kk) acc += int32_t{w.codes[o * w.k + kk]} * xq[kk];
+      const auto at = static_cast<std::size_t>(o * w.blocks + b);
+      r += w.scale[at] * xs[b] * static_cast<float>(acc - (w.zero ? w.zero[at] * xsum[b] : 0));
+    }
+    y[o] = r;
+  }
+}
+
+cpu::nbits::Int8RowsKernel int8_rows_kernel() {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (core::cpu_features().avx2_fma()) return cpu::nbits::unchecked_int8_rows_avx2();
+#endif
+  return &int8_rows_portable;
+}
+
 cpu::nbits::RowsKernel rows_kernel() {
 #if defined(__x86_64__) || defined(_M_X64)
   if (core::cpu_features().avx2_fma()) return cpu::nbits::unchecked_rows_avx2();
@@ -84,6 +129,10 @@ class Prepared final : public PreparedRoutine {
     act_ = core::fused_activation(layer, true, true);
     slots_ = team_threads(info);
     use_gemm_ = m_ > kMaxRows && g_;
+    // The file's accuracy_level 4 (ONNX Runtime's CompInt8) for codes of at most
+    // 4 bits: a decode step's rows quantised to int8 per block, as it computes.
+    int8_ = m_ <= kMaxRows && layer.get_int("accuracy_level", 0) == 4 && !weights_.is_signed;
+    if (int8_) int8_rows_ = int8_rows_kernel();
     if (use_gemm_) {
       kc_ = gemm::default_kc(*g_);
       nc_ = 4 * g_->nr;
@@ -94,6 +143,7 @@ class Prepared final : public PreparedRoutine {
 
   std::size_t workspace_bytes() const override {
     if (use_gemm_) return sizeof(float) * static_cast<std::size_t>(pa_floats_ + slot_floats_ * slots_);
+    if (int8_) return static_cast<std::size_t>(gemm::round_up(k_, 64) + 8 * weights_.blocks);  // xq, xs, xsum
     return sizeof(float) * static_cast<std::size_t>(std::min(m_, kMaxRows) * weights_.blocks);
   }
 
@@ -102,6 +152,24 @@ class Prepared final : public PreparedRoutine {
     float* y = args.outputs[0]->data_as<float>();
     float* ws = static_cast<float*>(args.workspace);
     if (use_gemm_) return run_gemm(x, y, ws, args.pool);
+    if (int8_) {
+      auto* xq = static_cast<int8_t*>(args.workspace);
+      auto* xs = reinterpret_cast<float*>(xq + gemm::round_up(k_, 64));
+      auto* xsum = reinterpret_cast<int32_t*>(xs + weights_.blocks);
+      for (int64_t r = 0; r < m_; ++r) {
+        cpu::nbits::quantize_row(x + r * k_, k_, weights_.block, xq, xs, xsum);
+        float* yr = y + r * n_;
+        const int64_t tasks = (n_ + kBlockRows - 1) / kBlockRows;
+        auto body = [&](int64_t t0, int64_t t1) {
+          const int64_t o0 = t0 * kBlockRows, o1 = std::min(n_, t1 * kBlockRows);
+          int8_rows_(weights_, o0, o1, xq, xs, xsum, yr);
+          finish(yr, 1, o0, o1);
+        };
+        if (args.pool) args.pool->parallel_for(tasks, 1, body);
+        else body(0, tasks);
+      }
+      return;
+    }
     for (int64_t r0 = 0; r0 < m_; r0 += kMaxRows) run_rows(x + r0 * k_, std::min(kMaxRows, m_ - r0), y + r0 * n_, ws, args.pool);
   }
 
@@ -199,6 +267,8 @@ class Prepared final : public PreparedRoutine {
   int64_t k_ = 0, m_ = 0, n_ = 0, kc_ = 0, nc_ = 0, pa_floats_ = 0, slot_floats_ = 0;
   int slots_ = 1;
   bool use_gemm_ = false;
+  bool int8_ = false;  ///< activations quantised per block (the file's accuracy_level 4)
+  cpu::nbits::Int8RowsKernel int8_rows_ = nullptr;
 };
 
 class NbitsDense final : public Routine {

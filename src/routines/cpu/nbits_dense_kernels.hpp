@@ -36,6 +36,20 @@ using RowsKernel = void (*)(const Weights& w, int64_t o0, int64_t o1, const floa
 /// The AVX2+FMA kernel (defined in the AVX2 file: call only on a CPU that has it).
 RowsKernel unchecked_rows_avx2();
 
+// The int8 form, where the file asks for it (MatMulNBits's accuracy_level 4,
+// codes of at most 4 bits): each block of a row of x quantised to int8 as
+// ONNX Runtime's CompInt8 does (scale amax / 127, codes round-half-even of
+// x * 127 / amax), then per block an exact integer sum of codes times x codes:
+//   y[o] = sum_b s[o][b] * xs[b] * (sum_{k in b} q[o][k] xq[k] - z[o][b] * xsum[b])
+// with xsum[b] the sum of the block's x codes.
+
+/// One row of x (k values) per block of `block`: codes xq, scales xs, code sums xsum.
+void quantize_row(const float* x, int64_t k, int64_t block, int8_t* xq, float* xs, int32_t* xsum);
+/// y[o] for o in [o0, o1) from one quantised row of x (no bias). Codes at most 15.
+using Int8RowsKernel = void (*)(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, const float* xs,
+                                const int32_t* xsum, float* y);
+Int8RowsKernel unchecked_int8_rows_avx2();
+
 /// Weight rows [o, o + rows) (rows <= 16) at k in [k0, k0 + kc) as float32
 /// values (q - z) * s, transposed: out[(k - k0) * ld + j] for j < 16, zeros
 /// for j >= rows (a GEMM's packed B panel from the codes). Needs block and k0

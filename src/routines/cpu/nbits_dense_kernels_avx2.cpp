@@ -214,9 +214,60 @@ void panel_any(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc
   else panel<false>(w, o, rows, k0, kc, out, ld);
 }
 
+/// The 8 lanes of each of a[0..7] summed: lane j of the result is a[j]'s sum.
+inline __m256i lane_sums8(const __m256i* a) {
+  const __m256i h01 = _mm256_hadd_epi32(a[0], a[1]), h23 = _mm256_hadd_epi32(a[2], a[3]),
+                h45 = _mm256_hadd_epi32(a[4], a[5]), h67 = _mm256_hadd_epi32(a[6], a[7]);
+  const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+/// One weight row against one int8 row of x. Eight blocks at a time: per 32
+/// codes one vpmaddubsw (codes unsigned, at most 15: pair sums within int16)
+/// and one vpmaddwd into int32, exact; the eight block sums gathered into one
+/// vector and scaled there, zero points' term too (per block alone, the
+/// scaling cost more than the products: blocks of 32 are one step each).
+float int8_row(const Weights& w, int64_t o, const int8_t* xq, const float* xs, const int32_t* xsum) {
+  const int64_t k = w.k, block = w.block, nb = w.blocks, full = block % 32 == 0 ? k / block : 0, groups = full / 8;
+  const uint8_t* q = w.codes + o * k;
+  const float* s = w.scale + o * nb;
+  const int32_t* z = w.zero ? w.zero + o * nb : nullptr;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i a[8];
+    for (int j = 0; j < 8; ++j) {
+      a[j] = _mm256_setzero_si256();
+      for (int64_t kk = (g * 8 + j) * block, end = kk + block; kk < end; kk += 32) {
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + kk));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kk));
+        a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(c, xv), ones));
+      }
+    }
+    __m256i sums = lane_sums8(a);
+    if (z)
+      sums = _mm256_sub_epi32(sums, _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(z + g * 8)),
+                                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum + g * 8))));
+    const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(s + g * 8), _mm256_loadu_ps(xs + g * 8));
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, total);
+  }
+  float r = hsum(total);
+  for (int64_t b = groups * 8; b < nb; ++b) {  // the blocks past the last eight, or not of whole 32s
+    int32_t acc = 0;
+    for (int64_t kk = b * block, end = std::min(k, kk + block); kk < end; ++kk) acc += int32_t{q[kk]} * xq[kk];
+    r += s[b] * xs[b] * static_cast<float>(acc - (z ? z[b] * xsum[b] : 0));
+  }
+  return r;
+}
+
+void int8_rows(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, const float* xs, const int32_t* xsum, float* y) {
+  for (int64_t o = o0; o < o1; ++o) y[o] = int8_row(w, o, xq, xs, xsum);
+}
+
 }  // namespace
 
 RowsKernel unchecked_rows_avx2() { return &rows_any; }
+Int8RowsKernel unchecked_int8_rows_avx2() { return &int8_rows; }
 PanelKernel unchecked_panel_avx2() { return &panel_any; }
 
 }  // namespace softneuro::cpu::nbits
