@@ -744,6 +744,20 @@ void Importer::group_query_attention(const Node& n) {
   convert_synthesized(n, "Reshape", {merged, int_constant(y + "/y_shape", Shape{3}, {0, 0, heads * h})}, {y});
 }
 
+namespace {
+/// Value `i` of an integer constant: its bytes where the importer kept them so
+/// (read_initializers: MatMulNBits's and GatherBlockQuantized's codes), else its int64s.
+int64_t integer_at(const Blob& b, int64_t i) {
+  return b.dtype() == DType::uint8 ? int64_t{b.data_as<uint8_t>()[i]} : b.data_as<int64_t>()[i];
+}
+/// Code `index` of row `row` of codes packed `bits` to a byte, low bits first,
+/// rows `row_bytes` apart: MatMulNBits's and GatherBlockQuantized's layout.
+int64_t packed_code(const Blob& packed, int64_t row_bytes, int64_t row, int64_t index, int64_t bits) {
+  const int64_t bit = index * bits;
+  return (integer_at(packed, row * row_bytes + bit / 8) >> (bit % 8)) & ((int64_t{1} << bits) - 1);
+}
+}  // namespace
+
 // MatMulNBits: A @ Wᵀ (+ bias), W [N, K] blockwise quantised to `bits` bits
 // (codes packed low bits first), W = (code - zero point) * scale per block of
 // block_size along K; the zero points packed likewise (default 2^(bits-1))
@@ -761,13 +775,8 @@ void Importer::matmul_nbits(const Node& n) {
   const std::vector<double> scales = to_doubles(require_constant(n, 2, "scales"));
   if (static_cast<int64_t>(scales.size()) != N * blocks)
     throw n.error(fmt::format("{} scales for [{}, {}] blocks", scales.size(), N, blocks), "scales");
-  const int64_t mask = (int64_t{1} << bits) - 1;
-  // (codes and zero points as bytes where only MatMulNBits reads them: Importer::read_initializers)
   auto code = [&](const Blob& packed, int64_t row_bytes, int64_t row, int64_t index) {
-    const int64_t bit = index * bits;
-    const auto at = static_cast<std::size_t>(row * row_bytes + bit / 8);
-    const int64_t byte = packed.dtype() == DType::uint8 ? int64_t{packed.data_as<uint8_t>()[at]} : packed.data_as<int64_t>()[at];
-    return (byte >> (bit % 8)) & mask;
+    return packed_code(packed, row_bytes, row, index, bits);
   };
   if (codes.dtype() != DType::uint8 && codes.dtype() != DType::int64) throw n.error("B must hold uint8 codes", "B");
   const Blob& bytes = codes;
@@ -898,14 +907,11 @@ void Importer::gather_block_quantized(const Node& n) {
                               vs.to_string(), block, ss.to_string()), "scales");
   const std::vector<double> scales = to_doubles(scale_blob);
   const int64_t count = vs.numel();
-  auto byte = [](const Blob& b, int64_t i) {
-    return b.dtype() == DType::uint8 ? int64_t{b.data_as<uint8_t>()[i]} : b.data_as<int64_t>()[i];
-  };
   // Value i of `b` (row-major over `shape`), unpacked where packed.
   auto value = [&](const Blob& b, const Shape& shape, int64_t i) -> int64_t {
-    if (!packed) return byte(b, i);
-    const int64_t last = shape[rank - 1], r = i / last, c = i % last, row_bytes = (last * bits + 7) / 8;
-    return (byte(b, r * row_bytes + c * bits / 8) >> (c * bits % 8)) & ((int64_t{1} << bits) - 1);
+    if (!packed) return integer_at(b, i);
+    const int64_t last = shape[rank - 1];
+    return packed_code(b, (last * bits + 7) / 8, i / last, i % last, bits);
   };
   if (packed && data.dtype() != DType::uint8 && data.dtype() != DType::int64) throw n.error("data must hold uint8 codes", "data");
   const bool is_signed = data_type == kInt4;
