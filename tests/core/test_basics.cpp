@@ -1,4 +1,5 @@
 // Blobs, schemas, .npy files, the thread pool, the registry's answers.
+#include "core/tensor_math.hpp"
 #include "core/aligned_memory.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
@@ -121,6 +122,16 @@ TEST_CASE("SOFTNEURO_MAX_CPU_ISA levels: names, order, what each cap leaves", "[
   const auto& here = core::cpu_features();
   if (core::max_cpu_isa() < CpuIsa::avx512_core) CHECK_FALSE(here.avx512f);
   if (core::max_cpu_isa() < CpuIsa::avx2) CHECK_FALSE(here.avx2);
+}
+
+TEST_CASE("constant folding refuses a tensor of bytes instead of reading it as floats past its end", "[basics]") {
+  // (The importer keeps MatMulNBits's codes as uint8 blobs; read as float32 a blob of n bytes is 4n bytes.)
+  Blob b = Blob::allocate(Shape{5}, DType::uint8);
+  CHECK_THROWS_AS(core::to_ints(b), Error);
+  CHECK_THROWS_AS(core::to_doubles(b), Error);
+  Blob q = Blob::allocate(Shape{5}, DType::qint8);
+  CHECK_THROWS_AS(core::to_ints(q), Error);
+  CHECK(core::to_ints(core::int_blob(Shape{2}, {3, -4})) == std::vector<int64_t>{3, -4});
 }
 
 TEST_CASE(".npy files round-trip", "[basics]") {
