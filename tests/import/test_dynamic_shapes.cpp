@@ -15,6 +15,11 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include <unistd.h>
 
 using namespace softneuro;
 using namespace softneuro::test;
@@ -129,6 +134,45 @@ TEST_CASE("dynamic shapes: a dim the model needs at one size stays fixed, with a
   auto ok = session.run(input_of(Shape{3, 2, 8, 64}, 2));
   CHECK(ok[0].blob.shape() == Shape{3, 2, 8, 128});
   CHECK_THROWS_WITH(session.run(input_of(Shape{1, 2, 8, 32}, 3)), Catch::Contains("input 'x'") && Catch::Contains("[?,2,8,64]"));
+}
+
+TEST_CASE("dynamic shapes: a fixed dim named in many inputs is one warning, not one per input", "[onnx][dynamic]") {
+  // Five inputs name their last dim W (as a decoder's cache names its head dim in every past input), and a
+  // Tile's copies fix it: before, five warnings (a 32-layer genai decoder: 64).
+  OnnxModel m(13);
+  for (int i = 0; i < 5; ++i) m.named_input("x" + std::to_string(i), onnx::TensorProto::FLOAT, {"N", "W"});
+  m.output("y");
+  m.init_ints("i1", {}, {1}).init_ints("ax0", {1}, {0}).init_ints("one", {1}, {1}).init_ints("d32", {}, {32});
+  m.node("Add", {"x0", "x1"}, {"a1"});
+  m.node("Add", {"a1", "x2"}, {"a2"});
+  m.node("Add", {"a2", "x3"}, {"a3"});
+  m.node("Add", {"a3", "x4"}, {"a4"});
+  m.node("Shape", {"a4"}, {"s"});
+  m.node("Gather", {"s", "i1"}, {"w"});
+  m.node("Div", {"w", "d32"}, {"copies"});
+  m.node("Unsqueeze", {"copies", "ax0"}, {"c1"});
+  m.node("Concat", {"one", "c1"}, {"repeats"}).i("axis", 0);
+  m.node("Tile", {"a4", "repeats"}, {"y"});
+  const std::string path = m.save("fixed_dim_many.onnx"), log = test_dir() + "/fixed_dim_many.log";
+  // stderr into a file while importing (the library logs there).
+  std::fflush(stderr);
+  const int saved = dup(2);
+  FILE* f = std::fopen(log.c_str(), "w");
+  REQUIRE(f);
+  dup2(fileno(f), 2);
+  Model net = import_onnx(path);
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::fclose(f);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int warnings = 0;
+  for (std::size_t at = text.find("symbolic (W)"); at != std::string::npos; at = text.find("symbolic (W)", at + 1)) ++warnings;
+  CHECK(warnings == 1);
+  CHECK(text.find("'x0' dim 1") != std::string::npos);
+  CHECK(text.find("and 2 more") != std::string::npos);
+  for (const auto& input : net.inputs()) CHECK(input.dynamic_dims == std::vector<int>{0});
 }
 
 TEST_CASE("dynamic shapes: a split of rows gathered at the positions follows the sizes", "[onnx][dynamic]") {

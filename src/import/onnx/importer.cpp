@@ -1182,11 +1182,21 @@ void keep_dynamic_dims(core::Graph& graph, const std::string& path, const Import
     done.insert(name);
     if (why.empty()) continue;
     fixed.insert(name);
+    // One warning per name (a decoder's cache names its head dim in every past input: 64 of them).
+    std::vector<std::string> where;
+    int64_t stays = base;
     for (const auto& d : symbols.dims)
-      if (d.terms.count(name))
-        core::warn("{}: input '{}' dim {} is symbolic ({}), but the model runs at one size of it only, {} (at {}={}: {}); "
-                   "it stays {} (give another with --input-shape)",
-                   path, d.input, d.dim, name, base, name, tried, why, d.size_at(symbols.sizes));
+      if (d.terms.count(name)) {
+        where.push_back(fmt::format("'{}' dim {}", d.input, d.dim));
+        stays = d.size_at(symbols.sizes);
+      }
+    if (where.empty()) continue;
+    const std::size_t shown = std::min<std::size_t>(where.size(), 3);
+    core::warn("{}: input{} {}{} {} symbolic ({}), but the model runs at one size of it only, {} (at {}={}: {}); "
+               "it stays {} (give another with --input-shape)",
+               path, where.size() > 1 ? "s" : "", fmt::join(where.begin(), where.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+               where.size() > shown ? fmt::format(" and {} more", where.size() - shown) : "", where.size() > 1 ? "are" : "is", name,
+               base, name, tried, why, stays);
   }
   for (auto& in : graph.inputs) {
     std::vector<int> kept;
