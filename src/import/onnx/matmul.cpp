@@ -104,9 +104,9 @@ void Importer::matmul(const Node& n) {
   // A constant 2-D right operand is a weight: dense computes [...,K] x [K,N] with weight [N,K].
   if (b && b->shape().rank() == 2 && !constant(n.in(0)) && shape_of(n, n.in(0)).rank() >= 1) {
     Layer d = make("dense", n.name, {input(n, 0)}, {n.out(0)});
-    d.weights["weight"] = transposed(to_float(*b), {1, 0});
-    if (auto codes = blocked_codes_.find(n.in(1)); codes != blocked_codes_.end())
-      if (auto w = blockwise_weight(codes->second)) d.weights["weight"] = std::move(*w);
+    std::optional<Blob> blockwise;
+    if (auto codes = blocked_codes_.find(n.in(1)); codes != blocked_codes_.end()) blockwise = blockwise_weight(codes->second);
+    d.weights["weight"] = blockwise ? std::move(*blockwise) : transposed(to_float(*b), {1, 0});
     add(std::move(d));
     return;
   }

@@ -207,9 +207,12 @@ void Importer::blocked_dequantize(const Node& n, int64_t block) {
     constants_[y] = float_blob(xs, real);
     // 4-bit LLM weights: kept for a MatMul (Importer::matmul), signed or not as
     // the codes are (a symmetric file's int4 codes come without zero points).
+    bool into_matmul = false;
+    if (auto readers = consumers_.find(y); readers != consumers_.end())
+      for (int i : readers->second) into_matmul = into_matmul || (is(i, "MatMul") && node(i).in(1) == y);
     const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
     const bool is_signed = lo != v.end() && *lo < 0;
-    if (xs.rank() == 2 && lo != v.end() && *lo >= (is_signed ? -128 : 0) && *hi <= (is_signed ? 127 : 255)) {
+    if (into_matmul && xs.rank() == 2 && lo != v.end() && *lo >= (is_signed ? -128 : 0) && *hi <= (is_signed ? 127 : 255)) {
       Blob codes = Blob::allocate(xs, is_signed ? DType::qint8 : DType::quint8);
       for (std::size_t i = 0; i < v.size(); ++i)
         codes.data_as<uint8_t>()[i] = static_cast<uint8_t>(static_cast<int64_t>(v[i]) & 0xFF);  // (int8's bits where signed)

@@ -159,14 +159,10 @@ class Prepared final : public PreparedRoutine {
       for (int64_t r = 0; r < m_; ++r) {
         cpu::nbits::quantize_row(x + r * k_, k_, weights_.block, xq, xs, xsum);
         float* yr = y + r * n_;
-        const int64_t tasks = (n_ + kBlockRows - 1) / kBlockRows;
-        auto body = [&](int64_t t0, int64_t t1) {
-          const int64_t o0 = t0 * kBlockRows, o1 = std::min(n_, t1 * kBlockRows);
+        over_weight_rows(args.pool, [&](int64_t o0, int64_t o1) {
           int8_rows_(weights_, o0, o1, xq, xs, xsum, yr);
           finish(yr, 1, o0, o1);
-        };
-        if (args.pool) args.pool->parallel_for(tasks, 1, body);
-        else body(0, tasks);
+        });
       }
       return;
     }
@@ -199,14 +195,19 @@ class Prepared final : public PreparedRoutine {
         for (int64_t k = k0; k < k1; ++k) s += x[r * k_ + k];
         xsum[r * blocks + b] = s;
       }
-    const int64_t tasks = (n_ + kBlockRows - 1) / kBlockRows;
-    auto body = [&](int64_t t0, int64_t t1) {
-      const int64_t o0 = t0 * kBlockRows, o1 = std::min(n_, t1 * kBlockRows);
+    over_weight_rows(pool, [&](int64_t o0, int64_t o1) {
       rows_(weights_, o0, o1, x, rows, xsum, y, n_);
       finish(y, rows, o0, o1);
-    };
-    if (pool) pool->parallel_for(tasks, 1, body);
-    else body(0, tasks);
+    });
+  }
+
+  /// body(o0, o1) over the weight rows in blocks of kBlockRows, on the pool.
+  template <class F>
+  void over_weight_rows(ThreadPool* pool, F&& body) const {
+    const int64_t tasks = (n_ + kBlockRows - 1) / kBlockRows;
+    auto blocks = [&](int64_t t0, int64_t t1) { body(t0 * kBlockRows, std::min(n_, t1 * kBlockRows)); };
+    if (pool) pool->parallel_for(tasks, 1, blocks);
+    else blocks(0, tasks);
   }
 
   /// Columns [n0, n0 + cols) of Wᵀ (K x N) as gemm::pack_b lays them out.
@@ -277,25 +278,16 @@ class NbitsDense final : public Routine {
   std::string_view algorithm() const override { return "nbits_dense"; }
   Support supports(const LayerInfo& info, const Schema& schema) const override {
     if (!(schema == Schema{})) return Support::no("cpu/nbits_dense computes in cpu (plain float32)");
-    if (!info.layer || info.layer->inputs.size() != 1 || info.input_shapes.size() != 1 || info.input_shapes[0].rank() < 1)
-      return Support::no("dense needs one input [..., K]");
+    if (!info.layer || info.layer->inputs.size() != 1) return Support::no("dense needs one input");
     const Blob* w = info.layer->find_weight("weight");
     if (!w || !core::block_quantized(*w))
       return Support::no("cpu/nbits_dense reads blockwise quantised weights (4-bit LLM weights) only");
     if (w->device() != Device::cpu || w->layout() != Layout::nchw || (w->numel() > 0 && !w->data()))
       return Support::no("the weight must be plain on the CPU, with memory");
     if (Support s = routines::float_weights(*info.layer, {"bias"}, "cpu/nbits_dense"); !s) return s;
-    const Shape& in = info.input_shapes[0];
-    if (in[in.rank() - 1] != w->shape()[1] || w->shape()[1] == 0)
-      return Support::no(fmt::format("the input's K {} is not the weight's {}", in[in.rank() - 1], w->shape()[1]));
     if (const Blob* b = info.layer->find_weight("bias"); b && b->numel() != w->shape()[0])
       return Support::no(fmt::format("bias of {} values for {} outputs", b->numel(), w->shape()[0]));
-    try {
-      core::fused_activation(*info.layer, true, true);
-    } catch (const Error& e) {
-      return Support::no(e.message());
-    }
-    return Support::yes();
+    return cpu::check_dense(info, "cpu/nbits_dense");  // [..., K] against [N, K], the fused activation
   }
   std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     return std::make_unique<Prepared>(info);  // (reads the weight, its scales and zero points as stored: nothing to pack)

@@ -1,21 +1,19 @@
 // cpu/nbits_dense's row kernel in AVX2+FMA (nbits_dense_kernels.hpp): eight
 // codes widened to int32, converted and multiplied into the rows of x; per
 // block the sums are scaled into each (weight row, x row) total.
+// Built with -mavx2 -mfma: only intrinsics and this file's own helpers, in an
+// anonymous namespace (no std:: templates another file could link to this copy of).
+#define SN_F32_AVX512 0
+#include "routines/cpu/f32_simd.hpp"
 #include "routines/cpu/nbits_dense_kernels.hpp"
 
 #include <immintrin.h>
 
-#include <algorithm>
-
 namespace softneuro::cpu::nbits {
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2::vhsum;
+inline int64_t least(int64_t a, int64_t b) { return a < b ? a : b; }
 
 template <bool Signed>
 inline __m256 codes8(const uint8_t* p) {
@@ -35,7 +33,8 @@ inline float code(const uint8_t* p) {
   return Signed ? static_cast<float>(static_cast<int8_t>(*p)) : static_cast<float>(*p);
 }
 
-/// R weight rows from o against M rows of x (R * M <= 4: 8 accumulators).
+/// R weight rows from o against M rows of x (R * M <= 4: 8 accumulators): the
+/// forms beside four_rows_one_x (several rows of x, blocks not of whole 8s).
 template <bool Signed, int R, int M>
 void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, float* y, int64_t ldy) {
   __m256 total[R][M];
@@ -47,7 +46,7 @@ void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, flo
     }
   const int64_t k = w.k;
   for (int64_t b = 0; b < w.blocks; ++b) {
-    const int64_t k0 = b * w.block, k1 = std::min(k, k0 + w.block);
+    const int64_t k0 = b * w.block, k1 = least(k, k0 + w.block);
     __m256 acc[R][M];
     for (int r = 0; r < R; ++r)
       for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
@@ -73,7 +72,7 @@ void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, flo
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) y[m * ldy + o + r] = hsum(total[r][m]) + extra[r][m];
+    for (int m = 0; m < M; ++m) y[m * ldy + o + r] = vhsum(total[r][m]) + extra[r][m];
 }
 
 /// A decode step's case (one row of x, blocks of a multiple of 8 codes): four
@@ -110,7 +109,7 @@ void four_rows_one_x(const Weights& w, int64_t o, const float* x, const float* x
       e3 -= s3[b] * static_cast<float>(z0[3 * nb + b]) * xs;
     }
   }
-  float r[4] = {hsum(t0) + e0, hsum(t1) + e1, hsum(t2) + e2, hsum(t3) + e3};
+  float r[4] = {vhsum(t0) + e0, vhsum(t1) + e1, vhsum(t2) + e2, vhsum(t3) + e3};
   if (full < nb) {  // the short last block
     const int64_t b = full;
     for (int i = 0; i < 4; ++i) {
@@ -133,7 +132,6 @@ void rows(const Weights& w, int64_t o0, int64_t o1, const float* x, int64_t m, c
         for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, true>(w, o, x, xsum, y);
       else if (w.block % 8 == 0)
         for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, false>(w, o, x, xsum, y);
-      for (; o + 4 <= o1; o += 4) rows_at<Signed, 4, 1>(w, o, x, xsum, y, ldy);
       for (; o < o1; ++o) rows_at<Signed, 1, 1>(w, o, x, xsum, y, ldy);
       break;
     case 2:
@@ -177,7 +175,7 @@ template <bool Signed>
 void panel(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out, int64_t ld) {
   const int64_t k = w.k, end = k0 + kc;
   for (int64_t kk = k0; kk < end; kk += 8) {
-    const int64_t b = kk / w.block, n = std::min<int64_t>(8, end - kk);
+    const int64_t b = kk / w.block, n = least(8, end - kk);
     __m256 v[16];
     for (int64_t r = 0; r < 16; ++r) {
       if (r >= rows) {
@@ -251,10 +249,10 @@ float int8_row(const Weights& w, int64_t o, const int8_t* xq, const float* xs, c
     const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(s + g * 8), _mm256_loadu_ps(xs + g * 8));
     total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, total);
   }
-  float r = hsum(total);
+  float r = vhsum(total);
   for (int64_t b = groups * 8; b < nb; ++b) {  // the blocks past the last eight, or not of whole 32s
     int32_t acc = 0;
-    for (int64_t kk = b * block, end = std::min(k, kk + block); kk < end; ++kk) acc += int32_t{q[kk]} * xq[kk];
+    for (int64_t kk = b * block, end = least(k, kk + block); kk < end; ++kk) acc += int32_t{q[kk]} * xq[kk];
     r += s[b] * xs[b] * static_cast<float>(acc - (z ? z[b] * xsum[b] : 0));
   }
   return r;
