@@ -145,8 +145,11 @@ class Blob {
   template <class T> T* data_as() noexcept { return static_cast<T*>(data_); }
   template <class T> const T* data_as() const noexcept { return static_cast<const T*>(data_); }
 
-  QuantParams& quant() noexcept { return quant_; }
-  const QuantParams& quant() const noexcept { return quant_; }
+  /// The quantisation, shared by copies of this blob until one changes it:
+  /// the mutable form gives this blob its own first (an LLM's blockwise
+  /// scales are hundreds of MB, and graphs are copied per plan).
+  QuantParams& quant();
+  const QuantParams& quant() const noexcept { return quant_ ? *quant_ : kNoQuant; }
 
   /// Points this blob at other memory, keeping shape/dtype/layout (no allocation).
   void rebind(void* data) noexcept { data_ = data; }
@@ -162,7 +165,8 @@ class Blob {
   DType dtype_ = DType::float32;
   Layout layout_ = Layout::nchw;
   Device device_ = Device::cpu;
-  QuantParams quant_;
+  std::shared_ptr<QuantParams> quant_;  ///< null: none
+  static const QuantParams kNoQuant;  // (defined once in blob.cpp: per-ISA files define no inline symbols)
 };
 
 /// Bytes needed for `shape` of `dtype` in `layout`; the largest size_t where

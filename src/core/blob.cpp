@@ -134,6 +134,14 @@ Blob Blob::view(std::shared_ptr<const void> owner, const void* data, const Shape
   return b;
 }
 
+const QuantParams Blob::kNoQuant{};
+
+QuantParams& Blob::quant() {
+  if (!quant_) quant_ = std::make_shared<QuantParams>();
+  else if (quant_.use_count() > 1) quant_ = std::make_shared<QuantParams>(*quant_);
+  return *quant_;
+}
+
 Blob Blob::clone() const {
   if (device_ != Device::cpu) throw Error("clone of a non-CPU blob");
   Blob b = allocate(shape_, dtype_, layout_);

@@ -14,7 +14,7 @@
 
 namespace softneuro::core {
 
-MappedFile map_file(const std::string& path) {
+MappedFile map_file(const std::string& path, bool copy_on_write) {
   // O_NONBLOCK: opening a FIFO for reading waits for a writer otherwise (a
   // FIFO given as a model hung forever); it is refused below as not regular.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -30,7 +30,7 @@ MappedFile map_file(const std::string& path) {
     ::close(fd);
     return m;
   }
-  void* p = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* p = ::mmap(nullptr, m.size, copy_on_write ? PROT_READ | PROT_WRITE : PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) throw Error(fmt::format("cannot map the file: {}", std::strerror(errno)), path);
   const std::size_t size = m.size;

@@ -16,6 +16,8 @@ struct MappedFile {
 
 /// Maps `path`; Error naming the file when it cannot be opened, is not a
 /// regular file, or cannot be mapped. An empty file maps to no data.
-MappedFile map_file(const std::string& path);
+/// `copy_on_write`: the pages may be written, privately (a blob viewing them
+/// may be changed in place; the file never is).
+MappedFile map_file(const std::string& path, bool copy_on_write = false);
 
 }  // namespace softneuro::core

@@ -75,9 +75,14 @@ Out raw_value(const unsigned char* p, int type) {
   }
 }
 
-/// Reads `bytes` bytes of external data into `out`, checking the path and every size.
-void read_external(const onnx::TensorProto& t, const TensorSource& src, std::size_t bytes, std::string& out,
-                   const std::string& node, const std::string& field) {
+/// Where a tensor's external data lies: its file, resolved, and the offset
+/// of its `bytes` bytes there, every path and size checked.
+struct ExternalSpan {
+  std::filesystem::path path;
+  uint64_t offset = 0;
+};
+ExternalSpan external_span(const onnx::TensorProto& t, const TensorSource& src, std::size_t bytes, const std::string& node,
+                           const std::string& field) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : t.external_data()) {
@@ -114,10 +119,41 @@ void read_external(const onnx::TensorProto& t, const TensorSource& src, std::siz
     throw Error(fmt::format("external data '{}' (offset {}, length {}) does not hold the {} bytes of the tensor "
                             "(the file has {})", location, offset, length, bytes, file_size),
                 src.file, node, field);
-  std::ifstream in(path, std::ios::binary);
+  return {path, static_cast<uint64_t>(offset)};
+}
+
+/// Reads `bytes` bytes of external data at `span` into `out`.
+void read_span(const ExternalSpan& span, std::size_t bytes, char* out, const TensorSource& src, const std::string& node,
+               const std::string& field) {
+  std::ifstream in(span.path, std::ios::binary);
+  if (!in.seekg(static_cast<std::streamoff>(span.offset)) || !in.read(out, static_cast<std::streamsize>(bytes)))
+    throw Error(fmt::format("cannot read external data '{}'", span.path.string()), src.file, node, field);
+}
+
+/// The external data at `span` in its file's mapping (TensorSource::mapped),
+/// or null where the file changed size since its checks or cannot be mapped.
+const unsigned char* mapped_span(const ExternalSpan& span, std::size_t bytes, const TensorSource& src,
+                                 std::shared_ptr<const void>& owner) {
+  auto& files = *src.mapped;
+  auto it = files.find(span.path.string());
+  if (it == files.end()) {
+    try {
+      it = files.emplace(span.path.string(), core::map_file(span.path.string(), true)).first;
+    } catch (const Error&) {
+      return nullptr;  // (read the usual way: its error names the tensor)
+    }
+  }
+  if (span.offset + bytes > it->second.size) return nullptr;
+  owner = it->second.owner;
+  return it->second.data + span.offset;
+}
+
+/// Reads `bytes` bytes of external data into `out`, checking the path and every size.
+void read_external(const onnx::TensorProto& t, const TensorSource& src, std::size_t bytes, std::string& out,
+                   const std::string& node, const std::string& field) {
+  const ExternalSpan span = external_span(t, src, bytes, node, field);
   out.resize(bytes);
-  if (!in.seekg(offset) || !in.read(out.data(), static_cast<std::streamsize>(bytes)))
-    throw Error(fmt::format("cannot read external data '{}'", path.string()), src.file, node, field);
+  read_span(span, bytes, out.data(), src, node, field);
 }
 
 /// A tensor of a narrow type (float8, float4, int4, int2): elements of `bits`
@@ -232,16 +268,31 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
   // Where the values are, and whether there are as many as the dims say:
   // checked before allocating, so absurd dims never allocate.
   using T = onnx::TensorProto;
+  const bool as_stored = type == T::FLOAT || bytes;  // its bytes are the blob's
   std::string external;
-  const std::string* raw = nullptr;
+  const char* raw = nullptr;
   if (t.data_location() == T::EXTERNAL) {
-    read_external(t, src, count * esize, external, node, field);
-    raw = &external;
+    const ExternalSpan span = external_span(t, src, count * esize, node, field);
+    std::shared_ptr<const void> owner;
+    const unsigned char* mapped = src.mapped && count ? mapped_span(span, count * esize, src, owner) : nullptr;
+    if (mapped && as_stored && reinterpret_cast<std::uintptr_t>(mapped) % esize == 0)
+      return Blob::view(std::move(owner), mapped, shape, dtype);
+    if (mapped) {
+      raw = reinterpret_cast<const char*>(mapped);
+    } else if (as_stored) {  // read straight into the blob
+      Blob out = uninitialized_blob(shape, dtype);
+      if (count) read_span(span, count * esize, static_cast<char*>(out.data()), src, node, field);
+      return out;
+    } else {
+      external.resize(count * esize);
+      read_span(span, count * esize, external.data(), src, node, field);
+      raw = external.data();
+    }
   } else if (!t.raw_data().empty() || count == 0) {
-    raw = &t.raw_data();
-    if (raw->size() != count * esize)
+    raw = t.raw_data().data();
+    if (t.raw_data().size() != count * esize)
       throw fail(fmt::format("tensor '{}' {} holds {} bytes of data, expected {}", t.name(), shape.to_string(),
-                             raw->size(), count * esize));
+                             t.raw_data().size(), count * esize));
   } else {
     const int have = type == T::FLOAT ? t.float_data_size()
                      : type == T::DOUBLE ? t.double_data_size()
@@ -262,18 +313,18 @@ Blob read_tensor(const onnx::TensorProto& t, const TensorSource& src, const std:
     return f;
   };
   if (raw && type == T::DOUBLE) {
-    const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
+    const auto* p = reinterpret_cast<const unsigned char*>(raw);
     for (std::size_t i = 0; i < count; ++i) out.data_as<float>()[i] = narrowed(raw_value<double>(p + i * esize, type), i);
     return out;
   }
   if (bytes) {
-    if (raw && count) std::memcpy(out.data(), raw->data(), count);
+    if (raw && count) std::memcpy(out.data(), raw, count);
     if (!raw)
       for (std::size_t i = 0; i < count; ++i) out.data_as<uint8_t>()[i] = static_cast<uint8_t>(t.int32_data(static_cast<int>(i)));
     return out;
   }
   if (raw) {
-    const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
+    const auto* p = reinterpret_cast<const unsigned char*>(raw);
     if (type == T::FLOAT) {
       if (count) std::memcpy(out.data(), p, count * 4);  // the common case, in one copy
     } else if (dtype == DType::float32) {

@@ -7,6 +7,7 @@
 // and float32 is what layers read.
 #pragma once
 
+#include "core/mapped_file.hpp"
 #include "core/tensor_math.hpp"
 
 #include <softneuro/blob.hpp>
@@ -15,6 +16,8 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +28,12 @@ namespace softneuro::onnx_import {
 struct TensorSource {
   std::string file;
   std::string dir;
+  /// Where set, external data files are mapped (copy on write) and float32
+  /// and byte tensors view their pages instead of being read: the dynamic-dim
+  /// probes, which import the model again at other sizes and drop it
+  /// (an LLM's weights read, copied and zeroed once per probe took most of
+  /// its import). The mapped files, by resolved path.
+  std::shared_ptr<std::map<std::string, core::MappedFile>> mapped;
 };
 
 /// ONNX's narrow element types (opsets 19 to 25), newer than the onnx library

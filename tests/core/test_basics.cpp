@@ -13,6 +13,8 @@
 #include <softneuro/routine.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <utility>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -56,6 +58,27 @@ TEST_CASE("shapes and blobs", "[basics]") {
   // A default blob is empty (it once was not: its rank-0 shape counts one element).
   CHECK(Blob{}.empty());
   CHECK_FALSE(b.empty());
+}
+
+// An LLM's blockwise scales are hundreds of MB: copies of a blob (graphs are
+// copied per plan) share its quantisation until one of them changes it.
+TEST_CASE("blob copies share their quantisation until one changes it", "[basics]") {
+  Blob w = Blob::allocate({4, 64}, DType::quint8);
+  w.quant().scales.assign(8, 0.5f);
+  w.quant().zero_points.assign(8, 8);
+  w.quant().axis = 1;
+  w.quant().block_size = 32;
+  Blob copy = w;
+  const Blob& seen = copy;
+  CHECK(&seen.quant() == &std::as_const(w).quant());
+  copy.quant().scales[0] = 2.0f;
+  CHECK(std::as_const(w).quant().scales[0] == 0.5f);
+  CHECK(seen.quant().scales[0] == 2.0f);
+  CHECK(seen.quant().block_size == 32);
+  CHECK(Blob{}.quant().empty());
+  Blob cloned = w.clone();
+  cloned.quant().axis = 0;
+  CHECK(std::as_const(w).quant().axis == 1);
 }
 
 TEST_CASE("long-lived buffers: 64-byte aligned, 2 MiB aligned from 2 MiB up, zeroed blobs", "[basics]") {

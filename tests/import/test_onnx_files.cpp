@@ -115,6 +115,40 @@ TEST_CASE("Initializers in an external data file", "[onnx][external]") {
   }
 }
 
+// The dynamic-dim probes import the model again with its data files mapped,
+// not read; the model kept owns its weights: it runs the same after the data
+// file is overwritten and cut short.
+TEST_CASE("A dynamic model's external data: probed through a mapping, kept as its own copy", "[onnx][external]") {
+  auto classifier = [](bool external) {
+    OnnxModel m = small_classifier();
+    auto* dim = m.graph().mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+    dim->set_dim_param("batch");
+    if (!external) return m.save("dynamic_inline.onnx");
+    std::string blob;
+    for (auto& t : *m.graph().mutable_initializer()) {
+      const std::string offset = std::to_string(blob.size()), length = std::to_string(t.raw_data().size());
+      blob += t.raw_data();
+      t.clear_raw_data();
+      t.set_data_location(onnx::TensorProto::EXTERNAL);
+      for (const auto& [k, v] : {std::pair{"location", std::string("dynamic_weights.bin")}, {"offset", offset}, {"length", length}}) {
+        auto* e = t.add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      }
+    }
+    write_bytes("dynamic_weights.bin", blob);
+    return m.save("dynamic_external.onnx");
+  };
+  const auto x = random_values(2 * 192, 45);
+  Model reference = import_onnx(classifier(false));
+  const auto expected = run_net(reference, {{"x", make_input(Shape{2, 3, 8, 8}, x)}})[0].values;
+  const std::string path = classifier(true);
+  Model net = import_onnx(path);
+  REQUIRE(net.inputs()[0].dynamic_dims == std::vector<int>{0});
+  write_bytes("dynamic_weights.bin", std::string(64, '\0'));
+  CHECK(run_net(net, {{"x", make_input(Shape{2, 3, 8, 8}, x)}})[0].values == expected);
+}
+
 TEST_CASE("Unsupported nodes are listed together: name, op type, opset", "[onnx][unsupported]") {
   OnnxModel m(13);
   m.input("x", {1, 4}).output("y");

@@ -756,6 +756,41 @@ int64_t packed_code(const Blob& packed, int64_t row_bytes, int64_t row, int64_t 
   const int64_t bit = index * bits;
   return (integer_at(packed, row * row_bytes + bit / 8) >> (bit % 8)) & ((int64_t{1} << bits) - 1);
 }
+/// The first `count` codes of each of `rows` rows of `packed` (as packed_code)
+/// into `out`, a byte each, rows `count` apart: an LLM's weights unpacked at
+/// import in one pass over its bytes (per code through packed_code, a 1B-parameter
+/// model took seconds, and each dynamic-dim probe imports it again).
+void unpack_codes(const Blob& packed, int64_t row_bytes, int64_t rows, int64_t count, int64_t bits, uint8_t* out) {
+  if (packed.dtype() != DType::uint8) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < count; ++k) out[r * count + k] = static_cast<uint8_t>(packed_code(packed, row_bytes, r, k, bits));
+    return;
+  }
+  const auto per_byte = static_cast<int>(8 / bits);
+  const auto mask = static_cast<unsigned>((1 << bits) - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = packed.data_as<uint8_t>() + r * row_bytes;
+    uint8_t* dst = out + r * count;
+    if (bits == 8) {
+      std::memcpy(dst, src, static_cast<std::size_t>(count));
+      continue;
+    }
+    const int64_t whole = count / per_byte;
+    if (bits == 4) {  // (the common case, in a loop the compiler vectorises)
+      for (int64_t b = 0; b < whole; ++b) {
+        dst[2 * b] = static_cast<uint8_t>(src[b] & 15);
+        dst[2 * b + 1] = static_cast<uint8_t>(src[b] >> 4);
+      }
+    } else {
+      for (int64_t b = 0; b < whole; ++b) {
+        unsigned v = src[b];
+        for (int j = 0; j < per_byte; ++j, v >>= bits) dst[b * per_byte + j] = static_cast<uint8_t>(v & mask);
+      }
+    }
+    for (int64_t k = whole * per_byte; k < count; ++k)
+      dst[k] = static_cast<uint8_t>((src[k / per_byte] >> (bits * (k % per_byte))) & mask);
+  }
+}
 }  // namespace
 
 // MatMulNBits: A @ Wᵀ (+ bias), W [N, K] blockwise quantised to `bits` bits
@@ -811,10 +846,8 @@ void Importer::matmul_nbits(const Node& n) {
   // its codes one per byte with their scales and zero points
   // (core::block_quantized), which cpu/nbits_dense computes with as they are.
   if (group.empty() && zp_real.empty() && !constant(n.in(0))) {
-    Blob w = Blob::allocate(Shape{N, K}, DType::quint8);
-    uint8_t* q = w.data_as<uint8_t>();
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t k = 0; k < K; ++k) q[r * K + k] = static_cast<uint8_t>(code(bytes, blocks * blob, r, k));
+    Blob w = core::uninitialized_blob(Shape{N, K}, DType::quint8);
+    unpack_codes(bytes, blocks * blob, N, K, bits, w.data_as<uint8_t>());
     QuantParams& qp = w.quant();
     qp.axis = 1;
     qp.block_size = block;
@@ -929,8 +962,13 @@ void Importer::gather_block_quantized(const Node& n) {
   auto scale_index = [&](int64_t i) { return (i / (qdim * inner) * blocks + i / inner % qdim / block) * inner + i % inner; };
   const std::string y = n.out(0);
   if (gather_axis == 0 && quantize_axis == rank - 1) {
-    Blob table = Blob::allocate(vs, is_signed ? DType::qint8 : DType::quint8);
-    for (int64_t i = 0; i < count; ++i) table.data_as<uint8_t>()[i] = static_cast<uint8_t>(value(data, ds, i) & 0xFF);
+    Blob table = core::uninitialized_blob(vs, is_signed ? DType::qint8 : DType::quint8);
+    if (packed) {
+      const int64_t last = vs[rank - 1];
+      unpack_codes(data, ds[rank - 1], count / last, last, bits, table.data_as<uint8_t>());
+    } else {
+      for (int64_t i = 0; i < count; ++i) table.data_as<uint8_t>()[i] = static_cast<uint8_t>(value(data, ds, i) & 0xFF);
+    }
     QuantParams& q = table.quant();
     q.axis = rank - 1;
     q.block_size = block;

@@ -1016,12 +1016,12 @@ void parse_file(const std::string& path, onnx::ModelProto& model) {
 
 core::Graph import_graph(const std::string& path, const ImportOptions& options,
                          const std::map<std::string, int64_t>* symbol_sizes, InputSymbols* symbols,
-                         const std::map<std::string, std::string>* read_as) {
+                         const std::map<std::string, std::string>* read_as, bool map_weights) {
   try {
     auto model = std::make_unique<onnx::ModelProto>();
     parse_file(path, *model);
     if (!model->has_graph()) throw Error("not an ONNX model: it holds no graph", path, {}, "graph");
-    Importer importer(*model, path, options, symbol_sizes, symbols, read_as);
+    Importer importer(*model, path, options, symbol_sizes, symbols, read_as, map_weights);
     return importer.run();
   } catch (const Error&) {
     throw;
@@ -1040,8 +1040,8 @@ namespace {
 
 core::Graph import_optimized(const std::string& path, const ImportOptions& options,
                              const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr,
-                             const std::map<std::string, std::string>* read_as = nullptr) {
-  core::Graph graph = import_graph(path, options, symbol_sizes, symbols, read_as);
+                             const std::map<std::string, std::string>* read_as = nullptr, bool map_weights = false) {
+  core::Graph graph = import_graph(path, options, symbol_sizes, symbols, read_as, map_weights);
   try {
     core::optimize(graph, import::pass_options(options));
   } catch (const Error& e) {
@@ -1153,7 +1153,7 @@ void keep_dynamic_dims(core::Graph& graph, const std::string& path, const Import
         if (why.empty()) tried = size;
         core::Graph probe;
         try {
-          probe = import_optimized(path, options, &at, nullptr, &symbols.read_as);
+          probe = import_optimized(path, options, &at, nullptr, &symbols.read_as, true);
         } catch (const Error& e) {
           if (why.empty()) why = e.message();
           continue;

@@ -194,10 +194,11 @@ class Importer : private import::GraphBuilder {
   /// `symbols`, where given, receives the inputs' symbolic dims and sizes.
   Importer(onnx::ModelProto& model, const std::string& file, const ImportOptions& options,
            const std::map<std::string, int64_t>* symbol_sizes = nullptr, InputSymbols* symbols = nullptr,
-           const std::map<std::string, std::string>* read_as = nullptr)
+           const std::map<std::string, std::string>* read_as = nullptr, bool map_weights = false)
       : model_(model), g_(*model.mutable_graph()), file_(file), options_(options), symbol_sizes_(symbol_sizes),
         symbols_out_(symbols), read_as_(read_as) {
     src_.file = file;
+    if (map_weights) src_.mapped = std::make_shared<std::map<std::string, core::MappedFile>>();
     const auto dir = std::filesystem::path(file).parent_path();
     src_.dir = (dir.empty() ? std::filesystem::path(".") : dir).string();
   }
