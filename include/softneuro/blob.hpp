@@ -24,10 +24,17 @@ namespace softneuro {
 enum class DType : uint8_t {
   float32 = 0, float16, bfloat16, qint8, quint8, int32, int64,
   float64, int8, uint8, int16, uint16, uint32, uint64, boolean,
-  float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float8e8m0, float4e2m1, int4, uint4, int2, uint2
+  float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float8e8m0, float4e2m1, int4, uint4, int2, uint2,
+  /// The codes of a blockwise-quantised weight [N, K] (QuantParams::block_size),
+  /// 0 to 15, two a byte: 4-bit LLM weights in their files' bytes (a byte a code
+  /// doubles what a decode step reads). K is a multiple of 32; each row's
+  /// codes in groups of 32, byte j of a group's 16 holding code j in its low
+  /// bits and code j + 16 in its high bits (both halves unpack with a mask and
+  /// a shift, in order). Not an edge type.
+  quint4
 };
 /// The last DType (file readers check codes against it).
-inline constexpr DType kLastDType = DType::uint2;
+inline constexpr DType kLastDType = DType::quint4;
 /// Whether this is one of the narrow types (float8*, float4e2m1, int4, uint4, int2, uint2).
 constexpr bool is_narrow(DType d) noexcept { return d >= DType::float8e4m3fn && d <= DType::uint2; }
 /// Whether values of this type are integers (the plain integer types, int4 ... uint2 and boolean).
@@ -60,7 +67,8 @@ std::string_view to_string(Device);
 DType parse_dtype(std::string_view);
 Layout parse_layout(std::string_view);
 Device parse_device(std::string_view);
-/// Bytes per element (1 for the quantised and the narrow types).
+/// Bytes per element (1 for the quantised and the narrow types; quint4 packs two
+/// a byte: storage_bytes counts its bytes).
 std::size_t dtype_size(DType);
 /// A narrow type's element (its byte) as float32, which holds every such value exactly.
 float narrow_value(DType type, uint8_t bits);

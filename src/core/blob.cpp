@@ -16,7 +16,7 @@ namespace {
 constexpr std::string_view kDTypes[] = {"float32", "float16", "bfloat16", "qint8", "quint8", "int32",  "int64",  "float64",
                                         "int8",    "uint8",   "int16",    "uint16", "uint32", "uint64", "bool",
                                         "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0",
-                                        "float4e2m1", "int4", "uint4", "int2", "uint2"};
+                                        "float4e2m1", "int4", "uint4", "int2", "uint2", "quint4"};
 static_assert(std::size(kDTypes) == static_cast<std::size_t>(kLastDType) + 1);
 constexpr std::string_view kLayouts[] = {"nchw", "nhwc", "nchw8c", "nchw16c"};
 constexpr std::string_view kDevices[] = {"cpu", "cuda"};
@@ -45,6 +45,7 @@ std::size_t dtype_size(DType d) {
     case DType::float8e4m3fn: case DType::float8e4m3fnuz: case DType::float8e5m2: case DType::float8e5m2fnuz:
     case DType::float8e8m0: case DType::float4e2m1: case DType::int4: case DType::uint4: case DType::int2:
     case DType::uint2: return 1;  // unpacked: one element per byte
+    case DType::quint4: return 1;  // (two a byte: storage_bytes counts them)
   }
   return 0;
 }
@@ -93,6 +94,7 @@ std::size_t storage_bytes(const Shape& s, DType dtype, Layout layout) noexcept {
     const std::size_t padded = static_cast<std::size_t>((s[1] + b - 1) / b * b);
     if (__builtin_mul_overflow(n / static_cast<std::size_t>(s[1]), padded, &n)) return kMax;
   }
+  if (dtype == DType::quint4) return n / 2 + n % 2;
   std::size_t bytes;
   return __builtin_mul_overflow(n, dtype_size(dtype), &bytes) ? kMax : bytes;
 }

@@ -158,9 +158,34 @@ int64_t scale_count(const Shape& s, const QuantParams& qp) {
 bool block_quantized(const Blob& w) {
   const QuantParams& qp = w.quant();
   const Shape& s = w.shape();
-  return (w.dtype() == DType::quint8 || w.dtype() == DType::qint8) && qp.block_size > 0 && s.rank() == 2 && qp.axis == 1 &&
-         static_cast<int64_t>(qp.scales.size()) == scale_count(s, qp) &&
+  return (w.dtype() == DType::quint8 || w.dtype() == DType::qint8 || (w.dtype() == DType::quint4 && s.rank() == 2 && s[1] % 32 == 0)) &&
+         qp.block_size > 0 && s.rank() == 2 && qp.axis == 1 && static_cast<int64_t>(qp.scales.size()) == scale_count(s, qp) &&
          (qp.zero_points.empty() || qp.zero_points.size() == qp.scales.size());
+}
+
+std::optional<Blob> packed_codes4(const Blob& w) {
+  if (w.dtype() == DType::quint4 || !block_quantized(w) || w.shape()[1] % 32 != 0 || !w.data()) return std::nullopt;
+  const bool is_signed = w.dtype() == DType::qint8;
+  const int shift = is_signed ? 8 : 0;  // int4's -8..7 as 0..15, zero points likewise
+  const auto* q = w.data_as<uint8_t>();
+  const int64_t n = w.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const int v = is_signed ? int{static_cast<int8_t>(q[i])} + shift : int{q[i]};
+    if (v < 0 || v > 15) return std::nullopt;
+  }
+  const QuantParams& qp = w.quant();
+  std::vector<int32_t> zeros = qp.zero_points;
+  if (is_signed && zeros.empty()) zeros.assign(qp.scales.size(), 0);
+  for (int32_t& z : zeros) z += shift;
+  Blob out = Blob::allocate(w.shape(), DType::quint4);
+  auto* p = out.data_as<uint8_t>();
+  auto value = [&](int64_t i) { return static_cast<unsigned>(is_signed ? static_cast<int8_t>(q[i]) + shift : q[i]); };
+  for (int64_t g = 0; g < n; g += 32)  // (quint4's groups: byte j holds codes j and j + 16)
+    for (int64_t j = 0; j < 16; ++j) p[g / 2 + j] = static_cast<uint8_t>(value(g + j) | (value(g + j + 16) << 4));
+  QuantParams& o = out.quant();
+  o = qp;
+  o.zero_points = std::move(zeros);
+  return out;
 }
 
 void check_weight_quant(const Blob& q, const std::string& field) {
@@ -168,6 +193,9 @@ void check_weight_quant(const Blob& q, const std::string& field) {
   const Shape& s = q.shape();
   const bool per_axis = qp.axis >= 0;
   if (per_axis && qp.axis >= s.rank()) throw Error(fmt::format("quantisation axis {} of a rank-{} weight", qp.axis, s.rank()), {}, {}, field);
+  if (q.dtype() == DType::quint4 && (qp.block_size <= 0 || s.rank() != 2 || s[1] % 32 != 0))
+    throw Error(fmt::format("4-bit codes {} are not a blockwise weight [N, K] with K a multiple of 32", s.to_string()), {}, {},
+                field + ".block_size");
   if (qp.block_size < 0 || (qp.block_size > 0 && !per_axis))
     throw Error(fmt::format("block size {} on axis {}", qp.block_size, qp.axis), {}, {}, field + ".block_size");
   const int64_t slices = scale_count(s, qp);
@@ -176,7 +204,7 @@ void check_weight_quant(const Blob& q, const std::string& field) {
                 field + ".scales");
   if (!qp.zero_points.empty() && qp.zero_points.size() != qp.scales.size())
     throw Error(fmt::format("{} zero points for {} scales", qp.zero_points.size(), qp.scales.size()), {}, {}, field + ".zero_points");
-  const int32_t lo = q.dtype() == DType::qint8 ? -128 : 0, hi = q.dtype() == DType::qint8 ? 127 : 255;
+  const int32_t lo = q.dtype() == DType::qint8 ? -128 : 0, hi = q.dtype() == DType::qint8 ? 127 : q.dtype() == DType::quint4 ? 15 : 255;
   for (std::size_t i = 0; i < qp.scales.size(); ++i) {
     // A block's scale may be 0 (a block of zeros) or negative (ONNX Runtime's
     // symmetric 4-bit codes: its largest value over -8); an int8 weight's not.
@@ -202,6 +230,7 @@ Blob dequantize_weight(const Blob& q, const std::string& field) {
     for (int d = qp.axis + 1; d < s.rank(); ++d) inner *= s[d];
   float* v = out.data_as<float>();
   auto code = [&](int64_t i) {
+    if (q.dtype() == DType::quint4) return int32_t{(q.data_as<uint8_t>()[i / 32 * 16 + i % 16] >> (i % 32 < 16 ? 0 : 4)) & 15};
     return q.dtype() == DType::qint8 ? int32_t{q.data_as<int8_t>()[i]} : int32_t{q.data_as<uint8_t>()[i]};
   };
   if (qp.block_size > 0) {  // scale [outer, a / block_size, i]

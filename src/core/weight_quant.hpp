@@ -72,13 +72,18 @@ Blob float_weight(const Blob& w);
 /// fit qmax, without a float copy.
 ChannelQuantized channel_int8(const Blob& w, int qmax = 127);
 
-/// Whether `w` is a dense weight [N, K] of 8-bit codes (quint8 or qint8) with
-/// one scale (and zero point) per block of quant().block_size along K, N x
-/// ceil(K / block_size) of them: the 2-, 4- and 8-bit blockwise weights of LLM
-/// files (ONNX Runtime's MatMulNBits), one code per byte. Those weights are
-/// the model's own: a routine that reads them (cpu/nbits_dense) computes the
-/// model's arithmetic in float32; the others get their float32 values.
+/// Whether `w` is a dense weight [N, K] of codes (quint8 or qint8 a byte each;
+/// quint4 two a byte, K a multiple of 32) with one scale (and zero point) per block of
+/// quant().block_size along K, N x ceil(K / block_size) of them: the 2-, 4-
+/// and 8-bit blockwise weights of LLM files (ONNX Runtime's MatMulNBits).
+/// Those weights are the model's own: a routine that reads them
+/// (cpu/nbits_dense) computes the model's arithmetic in float32; the others
+/// get their float32 values.
 bool block_quantized(const Blob& w);
+/// A block_quantized weight of a byte a code whose codes span at most 16
+/// values (4-bit codes; int4's shifted by 8, with their zero points) as quint4
+/// with the same values; nullopt for any other weight, or K not a multiple of 32.
+std::optional<Blob> packed_codes4(const Blob& w);
 /// Whether the model holds `w` in a form only some routines read (an
 /// int8_weight or a block_quantized one); the others read its float32 values.
 inline bool stored_quantized(const Blob& w) { return int8_weight(w) || block_quantized(w); }

@@ -454,9 +454,7 @@ TEST_CASE("a dense's blockwise weight (4-bit LLM codes) stays blockwise through 
   CHECK(values.data_as<float>()[0] == (0 - 8) * 0.1f);
   CHECK(values.data_as<float>()[5] == (5 - 8) * -0.2f);
   CHECK(values.data_as<float>()[6 + 4] == (10 - 15) * 0.0f);
-  auto refused = [&](QuantParams q, const std::string& field) {
-    Blob raw = Blob::allocate(Shape{5, 6}, DType::quint8);
-    raw.quant() = std::move(q);
+  auto refused_blob = [&](const Blob& raw, const std::string& field) {
     auto b = core::serialize_dnn(graph_with(raw));
     try {
       core::read_dnn_bytes(b.data(), b.size(), "mem");
@@ -465,6 +463,11 @@ TEST_CASE("a dense's blockwise weight (4-bit LLM codes) stays blockwise through 
       CHECK(e.field() == field);
       CHECK(e.layer() == "d");
     }
+  };
+  auto refused = [&](QuantParams q, const std::string& field) {
+    Blob raw = Blob::allocate(Shape{5, 6}, DType::quint8);
+    raw.quant() = std::move(q);
+    refused_blob(raw, field);
   };
   QuantParams q = w.quant();
   q.scales.pop_back();
@@ -485,6 +488,42 @@ TEST_CASE("a dense's blockwise weight (4-bit LLM codes) stays blockwise through 
   q.zero_points.resize(5);
   auto one_block = core::serialize_dnn(graph_with([&] { Blob b = w; b.quant() = q; return b; }()));
   CHECK(core::block_quantized(core::read_dnn_bytes(one_block.data(), one_block.size(), "mem").graph.layers[0].weights.at("weight")));
+
+  // Two codes a byte (quint4, K a multiple of 32): [3, 64] in 96 bytes, the same values through the file.
+  CHECK_FALSE(core::packed_codes4(w));  // (K 6)
+  Blob wide = Blob::allocate(Shape{3, 64}, DType::quint8);
+  for (int i = 0; i < 192; ++i) wide.data_as<uint8_t>()[i] = static_cast<uint8_t>((i * 7) % 16);
+  wide.quant().axis = 1;
+  wide.quant().block_size = 16;
+  for (int i = 0; i < 12; ++i) {
+    wide.quant().scales.push_back(0.1f * static_cast<float>(i - 3));
+    wide.quant().zero_points.push_back(i % 16);
+  }
+  const Blob packed = *core::packed_codes4(wide);
+  CHECK(packed.dtype() == DType::quint4);
+  CHECK(packed.byte_size() == 96);
+  CHECK(packed.data_as<uint8_t>()[1] == (7 | (((17 * 7) % 16) << 4)));  // codes 1 and 17 of row 0
+  auto packed_bytes = core::serialize_dnn(graph_with(packed));
+  const Blob packed_back = core::read_dnn_bytes(packed_bytes.data(), packed_bytes.size(), "mem").graph.layers[0].weights.at("weight");
+  CHECK(packed_back.dtype() == DType::quint4);
+  CHECK(core::block_quantized(packed_back));
+  const Blob packed_values = core::float_weight(packed_back), wide_values = core::float_weight(wide);
+  CHECK(std::memcmp(packed_values.data(), wide_values.data(), 192 * sizeof(float)) == 0);
+  // A zero point past 15, or codes that are no blockwise weight (no blocks, K not a multiple of 32), are refused.
+  Blob bad = packed.clone();
+  bad.quant().zero_points[1] = 16;
+  refused_blob(bad, "weights.weight.zero_points");
+  bad = packed.clone();
+  bad.quant().block_size = 0;
+  bad.quant().scales = {0.5f};
+  bad.quant().zero_points = {8};
+  bad.quant().axis = -1;
+  refused_blob(bad, "weights.weight.block_size");
+  Blob odd = Blob::allocate(Shape{3, 48}, DType::quint4);
+  odd.quant() = packed.quant();
+  odd.quant().scales.resize(9);
+  odd.quant().zero_points.resize(9);
+  refused_blob(odd, "weights.weight.block_size");
 }
 
 // Before, storage_bytes wrapped: a conv weight of shape [16,16,2^27,2^27]

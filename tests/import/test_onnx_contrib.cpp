@@ -2,6 +2,7 @@
 // optimizer writes them, against direct computations of what its CPU kernels
 // compute (bench/transformers/ort_contrib_ops.py compares with ONNX Runtime itself).
 #include "import/onnx_test_util.hpp"
+#include "core/model_impl.hpp"
 
 #include <softneuro/session.hpp>
 
@@ -499,13 +500,15 @@ TEST_CASE("contrib: MatMulNBits dequantises its blockwise codes (low bits first,
     }
 }
 
-TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (a quarter of float32's memory) and cpu/nbits_dense computes with them",
+TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (4-bit ones two a byte) and cpu/nbits_dense computes with them",
           "[onnx][contrib]") {
-  // K not a multiple of the block; a decode step's 1 and 3 rows and a prompt's 9
+  // K not a multiple of the block (codes a byte each) and one of 32 (2- and
+  // 4-bit codes two a byte); a decode step's 1 and 3 rows and a prompt's 9
   // (the rows kernel and the GEMM path); bits 2, 4 and 8; a bias input.
-  const int64_t K = 200, N = 70, block = 32, blocks = 7;
-  for (int64_t bits : {4, 8, 2}) {
-    INFO("bits " << bits);
+  const int64_t N = 70, block = 32;
+  for (auto [K, bits] : {std::pair<int64_t, int64_t>{200, 4}, {256, 4}, {200, 8}, {192, 2}}) {
+    INFO("K " << K << " bits " << bits);
+    const int64_t blocks = (K + block - 1) / block;
     const int64_t levels = int64_t{1} << bits, row_codes = blocks * block, row_bytes = row_codes * bits / 8;
     std::vector<int64_t> codes(static_cast<std::size_t>(N * row_codes)), zeros(static_cast<std::size_t>(N * blocks));
     for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int64_t>((i * 7 + 3) % levels);
@@ -535,6 +538,9 @@ TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (a quarter of float32'
       bool nbits = false;
       for (const auto& l : Session(*model).layers()) nbits = nbits || (l.type == "dense" && l.descriptor == "cpu/nbits_dense");
       CHECK(nbits);
+      // 2- and 4-bit codes two a byte, as the file holds 4-bit ones (a decode step reads half the bytes).
+      for (const Layer& l : detail::impl_of(*model).graph.layers)
+        if (l.type == "dense") CHECK(l.weight("weight").dtype() == (bits <= 4 && K % 32 == 0 ? DType::quint4 : DType::quint8));
       for (int64_t S : {1, 3, 9}) {
         INFO("S " << S << (model == &loaded ? " (the .dnn)" : ""));
         const auto x = random_values(static_cast<std::size_t>(S * K), static_cast<unsigned>(S));
@@ -555,9 +561,9 @@ TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (a quarter of float32'
           }
       }
     }
-    // Codes one per byte with their scales: well under float32's N * K * 4 bytes.
+    // The codes with their scales: well under float32's N * K * 4 bytes.
     std::ifstream f(dnn, std::ios::binary | std::ios::ate);
-    CHECK(static_cast<int64_t>(f.tellg()) < N * K * 2);
+    CHECK(static_cast<int64_t>(f.tellg()) < N * K * (bits <= 4 && K % 32 == 0 ? 1 : 2));
   }
 }
 

@@ -5,6 +5,7 @@
 #include "core/dnn_file.hpp"
 #include "core/graph.hpp"
 #include "core/tensor_math.hpp"
+#include "core/weight_quant.hpp"
 
 #include "core/layer_types.hpp"
 #include "routines/f32_check.hpp"
@@ -127,6 +128,17 @@ std::vector<Case> dense_cases(std::mt19937& rng) {
                    layer_of("dense", {{"act", std::string(b.act)}},
                             {{"weight", block_weight(b.n, b.k, b.block, b.is_signed, rng)}, {"bias", random_blob({b.n}, rng)}}),
                    {random_blob({b.m, b.k}, rng)}});
+  // The same as the model keeps 4-bit codes, two a byte (quint4, core::packed_codes4):
+  // the decode kernel (blocks of 16, 32 and 64), blocks of 8 (the general
+  // form), a few rows and a prompt's panels; int4's signed codes shifted onto 0..15.
+  for (const B& b : {B{1, 160, 37, 32, false, "none"}, B{1, 128, 41, 16, false, "relu"}, B{3, 64, 20, 16, false, "none"},
+                     B{37, 96, 70, 32, true, "gelu"}, B{1, 96, 13, 8, true, "none"}, B{4, 64, 9, 16, false, "silu"},
+                     B{1, 320, 16, 64, false, "none"}}) {
+    Blob w = block_weight(b.n, b.k, b.block, b.is_signed, rng);
+    out.push_back({fmt::format("dense [{},{}] x {} blockwise {}{} two a byte {}", b.m, b.k, b.n, b.block, b.is_signed ? " signed" : "", b.act),
+                   layer_of("dense", {{"act", std::string(b.act)}}, {{"weight", *core::packed_codes4(w)}, {"bias", random_blob({b.n}, rng)}}),
+                   {random_blob({b.m, b.k}, rng)}});
+  }
   // [3200, 256]: rows beyond every row blocking (Eigen's, the pool's tasks).
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 10}, {3, 37, 19}, {8, 128, 96}, {3200, 256, 40}})
     out.push_back({fmt::format("dense [{},{}] x {}", m, k, n),

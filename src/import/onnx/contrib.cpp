@@ -796,8 +796,9 @@ void unpack_codes(const Blob& packed, int64_t row_bytes, int64_t rows, int64_t c
 // MatMulNBits: A @ Wᵀ (+ bias), W [N, K] blockwise quantised to `bits` bits
 // (codes packed low bits first), W = (code - zero point) * scale per block of
 // block_size along K; the zero points packed likewise (default 2^(bits-1))
-// or real. Kept blockwise, one code per byte (a quarter of float32's memory);
-// with g_idx or real zero points dequantised into a float32 weight.
+// or real. Kept blockwise, 2- and 4-bit codes two a byte (quint4: an eighth of
+// float32's memory), 8-bit ones a byte each; with g_idx or real zero points
+// dequantised into a float32 weight.
 void Importer::matmul_nbits(const Node& n) {
   const int64_t K = n.get_int("K"), N = n.get_int("N"), bits = n.get_int("bits", 4), block = n.get_int("block_size");
   if (bits != 2 && bits != 4 && bits != 8) throw n.error(fmt::format("bits {} is not 2, 4 or 8", bits), "bits");
@@ -843,8 +844,8 @@ void Importer::matmul_nbits(const Node& n) {
       if (g < 0 || g >= blocks) throw n.error(fmt::format("g_idx entry {} is not a block of {}", g, blocks), "g_idx");
   }
   // Without g_idx and with integer zero points, the weight stays blockwise:
-  // its codes one per byte with their scales and zero points
-  // (core::block_quantized), which cpu/nbits_dense computes with as they are.
+  // its codes with their scales and zero points (core::block_quantized),
+  // which cpu/nbits_dense computes with as they are.
   if (group.empty() && zp_real.empty() && !constant(n.in(0))) {
     Blob w = core::uninitialized_blob(Shape{N, K}, DType::quint8);
     unpack_codes(bytes, blocks * blob, N, K, bits, w.data_as<uint8_t>());
@@ -864,6 +865,7 @@ void Importer::matmul_nbits(const Node& n) {
     } catch (const Error& e) {
       throw n.error(e.message(), e.field());
     }
+    if (auto packed = core::packed_codes4(w)) w = std::move(*packed);  // 2- and 4-bit codes two a byte, as the file has them
     const Blob* bias = n.has_in(5) ? constant(n.in(5)) : nullptr;
     const bool bias_row = bias && bias->numel() == N;
     Layer d = make("dense", n.name, {input(n, 0)}, {n.has_in(5) && !bias_row ? synthesized_value(n.out(0) + "/product") : n.out(0)});

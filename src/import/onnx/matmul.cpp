@@ -95,6 +95,7 @@ std::optional<Blob> Importer::blockwise_weight(const Blob& codes) {
   } catch (const Error&) {
     return std::nullopt;  // (its float32 values are what the model computes)
   }
+  if (auto packed = core::packed_codes4(w)) return packed;  // int4 and uint4 codes two a byte
   return w;
 }
 

@@ -1,7 +1,8 @@
 // cpu/nbits_dense — a dense layer whose weight the model holds blockwise
 // quantised (core::block_quantized: the 2-, 4- and 8-bit weights of LLM files,
-// ONNX Runtime's MatMulNBits), computed from the codes as stored: a quarter of
-// float32's memory, and of the bytes a decode step streams. The model's own
+// ONNX Runtime's MatMulNBits), computed from the codes as stored (4-bit ones two
+// a byte: an eighth of float32's memory, and of the bytes a decode step
+// streams, which bounds its time). The model's own
 // arithmetic in float32 (W = (q - z) * s per block), never reduced precision.
 //  - up to kMaxRows input rows (a decode step): the rows kernel
 //    (nbits_dense_kernels.hpp) over blocks of weight rows per thread;
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace softneuro {
@@ -29,6 +31,13 @@ using cpu::nbits::kMaxRows;
 
 constexpr int64_t kBlockRows = 64;  ///< weight rows per task of the rows path
 
+/// Code kk of weight row o, as stored (the portable paths).
+int32_t code_at(const cpu::nbits::Weights& w, int64_t o, int64_t kk) {
+  if (w.packed) return (w.codes[o * w.k / 2 + kk / 32 * 16 + kk % 16] >> (kk % 32 < 16 ? 0 : 4)) & 15;
+  const uint8_t c = w.codes[o * w.k + kk];
+  return w.is_signed ? int32_t{static_cast<int8_t>(c)} : int32_t{c};
+}
+
 void rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const float* x, int64_t m, const float* xsum,
                    float* y, int64_t ldy) {
   for (int64_t o = o0; o < o1; ++o)
@@ -37,10 +46,7 @@ void rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const f
       for (int64_t b = 0; b < w.blocks; ++b) {
         const int64_t k0 = b * w.block, k1 = std::min(w.k, k0 + w.block);
         float acc = 0;
-        for (int64_t k = k0; k < k1; ++k) {
-          const uint8_t c = w.codes[o * w.k + k];
-          acc += (w.is_signed ? static_cast<float>(static_cast<int8_t>(c)) : static_cast<float>(c)) * x[r * w.k + k];
-        }
+        for (int64_t k = k0; k < k1; ++k) acc += static_cast<float>(code_at(w, o, k)) * x[r * w.k + k];
         const std::size_t at = static_cast<std::size_t>(o * w.blocks + b);
         total += double(w.scale[at]) * (acc - (w.zero ? double(w.zero[at]) : 0.0) * xsum[r * w.blocks + b]);
       }
@@ -84,7 +90,7 @@ void int8_rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, co
     float r = 0;
     for (int64_t b = 0; b < w.blocks; ++b) {
       int32_t acc = 0;
-      for (int64_t kk = b * w.block, end = std::min(w.k, kk + w.block); kk < end; ++kk) acc += int32_t{w.codes[o * w.k + kk]} * xq[kk];
+      for (int64_t kk = b * w.block, end = std::min(w.k, kk + w.block); kk < end; ++kk) acc += code_at(w, o, kk) * xq[kk];
       const auto at = static_cast<std::size_t>(o * w.blocks + b);
       r += w.scale[at] * xs[b] * static_cast<float>(acc - (w.zero ? w.zero[at] * xsum[b] : 0));
     }
@@ -113,12 +119,13 @@ class Prepared final : public PreparedRoutine {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     w_ = layer.weight("weight");
-    const QuantParams& qp = w_.quant();
+    const QuantParams& qp = std::as_const(w_).quant();  // (shared with the layer's, not copied)
     k_ = w_.shape()[1];
     m_ = k_ ? in.numel() / k_ : 0;
     n_ = w_.shape()[0];
     weights_.codes = w_.data_as<uint8_t>();
     weights_.is_signed = w_.dtype() == DType::qint8;
+    weights_.packed = w_.dtype() == DType::quint4;
     weights_.n = n_;
     weights_.k = k_;
     weights_.block = qp.block_size;
@@ -229,14 +236,11 @@ class Prepared final : public PreparedRoutine {
             for (int64_t kk = 0; kk < kcb; ++kk) panel[kk * nr + j] = 0;
             continue;
           }
-          const uint8_t* codes = weights_.codes + o * k_;
           for (int64_t kk = k0; kk < k0 + kcb;) {  // (q - z) * s as the model defines it
             const std::size_t at = static_cast<std::size_t>(o * blocks + kk / bs);
             const float s = weights_.scale[at], z = weights_.zero ? static_cast<float>(weights_.zero[at]) : 0.0f;
-            for (const int64_t end = std::min(k0 + kcb, (kk / bs + 1) * bs); kk < end; ++kk) {
-              const float c = weights_.is_signed ? static_cast<float>(static_cast<int8_t>(codes[kk])) : static_cast<float>(codes[kk]);
-              panel[(kk - k0) * nr + j] = (c - z) * s;
-            }
+            for (const int64_t end = std::min(k0 + kcb, (kk / bs + 1) * bs); kk < end; ++kk)
+              panel[(kk - k0) * nr + j] = (static_cast<float>(code_at(weights_, o, kk)) - z) * s;
           }
         }
       }

@@ -17,12 +17,14 @@ namespace softneuro::cpu::nbits {
 /// The most activation rows the row kernel takes at once.
 inline constexpr int64_t kMaxRows = 4;
 
-/// The weights as stored: codes [n][k] (one per byte; int8 where `is_signed`,
-/// else uint8), per block of `block` along k a scale and a zero point (none:
+/// The weights as stored: codes [n][k] (one per byte, int8 where `is_signed`,
+/// else uint8; or `packed`: 0 to 15, two per byte as DType::quint4 lays them
+/// out, k a multiple of 32), per block of `block` along k a scale and a zero point (none:
 /// zeros), [n][blocks].
 struct Weights {
   const uint8_t* codes = nullptr;
   bool is_signed = false;
+  bool packed = false;
   int64_t n = 0, k = 0, block = 0, blocks = 0;
   const float* scale = nullptr;
   const int32_t* zero = nullptr;

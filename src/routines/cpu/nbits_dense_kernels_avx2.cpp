@@ -15,9 +15,9 @@ namespace {
 using avx2::vhsum;
 inline int64_t least(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/// The low 8 bytes of c, codes, as floats.
 template <bool Signed>
-inline __m256 codes8(const uint8_t* p) {
-  const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+inline __m256 bytes8(__m128i c) {
   if constexpr (Signed) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
   } else {
@@ -28,14 +28,41 @@ inline __m256 codes8(const uint8_t* p) {
   }
 }
 
-template <bool Signed>
-inline float code(const uint8_t* p) {
-  return Signed ? static_cast<float>(static_cast<int8_t>(*p)) : static_cast<float>(*p);
+/// Bytes of packed codes (quint4: in each group of 32, byte j holds codes j
+/// and j + 16) shifted right by `shift` bits (0: the low halves, 4: the high)
+/// and masked: the codes as a byte each, in order.
+inline __m128i nibbles(__m128i bytes, __m128i shift) {
+  return _mm_and_si128(_mm_srl_epi16(bytes, shift), _mm_set1_epi8(0x0F));
+}
+/// The shift that brings code kk to a byte's low bits.
+inline __m128i nibble_shift(int64_t kk) { return _mm_cvtsi32_si128(kk % 32 < 16 ? 0 : 4); }
+
+/// The codes of a weight row: one per byte, or (Packed) two.
+template <bool Packed>
+inline const uint8_t* row_codes(const Weights& w, int64_t o) {
+  return w.codes + (Packed ? o * w.k / 2 : o * w.k);
+}
+
+/// Codes kk .. kk + 7 of a row (kk a multiple of 8) as floats.
+template <bool Signed, bool Packed>
+inline __m256 codes8(const uint8_t* row, int64_t kk) {
+  if constexpr (Packed) {
+    const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + kk / 32 * 16 + kk % 16));
+    return bytes8<false>(nibbles(c, nibble_shift(kk)));
+  } else {
+    return bytes8<Signed>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + kk)));
+  }
+}
+
+template <bool Signed, bool Packed>
+inline float code(const uint8_t* row, int64_t kk) {
+  if constexpr (Packed) return static_cast<float>((row[kk / 32 * 16 + kk % 16] >> (kk % 32 < 16 ? 0 : 4)) & 15);
+  return Signed ? static_cast<float>(static_cast<int8_t>(row[kk])) : static_cast<float>(row[kk]);
 }
 
 /// R weight rows from o against M rows of x (R * M <= 4: 8 accumulators): the
 /// forms beside four_rows_one_x (several rows of x, blocks not of whole 8s).
-template <bool Signed, int R, int M>
+template <bool Signed, bool Packed, int R, int M>
 void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, float* y, int64_t ldy) {
   __m256 total[R][M];
   float extra[R][M];
@@ -55,7 +82,7 @@ void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, flo
       __m256 xv[M];
       for (int m = 0; m < M; ++m) xv[m] = _mm256_loadu_ps(x + m * k + kk);
       for (int r = 0; r < R; ++r) {
-        const __m256 c = codes8<Signed>(w.codes + (o + r) * k + kk);
+        const __m256 c = codes8<Signed, Packed>(row_codes<Packed>(w, o + r), kk);
         for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(c, xv[m], acc[r][m]);
       }
     }
@@ -66,7 +93,7 @@ void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, flo
       for (int m = 0; m < M; ++m) {
         total[r][m] = _mm256_fmadd_ps(acc[r][m], sv, total[r][m]);
         float tail = 0;
-        for (int64_t t = kk; t < k1; ++t) tail += code<Signed>(w.codes + (o + r) * k + t) * x[m * k + t];
+        for (int64_t t = kk; t < k1; ++t) tail += code<Signed, Packed>(row_codes<Packed>(w, o + r), t) * x[m * k + t];
         extra[r][m] += s * tail - sz * xsum[m * w.blocks + b];
       }
     }
@@ -80,22 +107,38 @@ void rows_at(const Weights& w, int64_t o, const float* x, const float* xsum, flo
 /// without a round trip through memory (the general form's arrays spilled
 /// there: a third of its time). Full blocks in the loop, with nothing that
 /// needs other registers; a short last block after it.
-template <bool Signed, bool Zeros>
+template <bool Signed, bool Packed, bool Zeros>
 void four_rows_one_x(const Weights& w, int64_t o, const float* x, const float* xsum, float* y) {
-  const int64_t k = w.k, block = w.block, nb = w.blocks, full = k / block;
-  const uint8_t *q0 = w.codes + o * k, *q1 = q0 + k, *q2 = q1 + k, *q3 = q2 + k;
+  const int64_t k = w.k, block = w.block, nb = w.blocks, full = k / block, row = Packed ? k / 2 : k;
+  const uint8_t *q0 = row_codes<Packed>(w, o), *q1 = q0 + row, *q2 = q1 + row, *q3 = q2 + row;
   const float *s0 = w.scale + o * nb, *s1 = s0 + nb, *s2 = s1 + nb, *s3 = s2 + nb;
   const int32_t* z0 = Zeros ? w.zero + o * nb : nullptr;
   __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
   float e0 = 0, e1 = 0, e2 = 0, e3 = 0;
   for (int64_t b = 0; b < full; ++b) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t kk = b * block, end = kk + block; kk < end; kk += 8) {
-      const __m256 xv = _mm256_loadu_ps(x + kk);
-      a0 = _mm256_fmadd_ps(codes8<Signed>(q0 + kk), xv, a0);
-      a1 = _mm256_fmadd_ps(codes8<Signed>(q1 + kk), xv, a1);
-      a2 = _mm256_fmadd_ps(codes8<Signed>(q2 + kk), xv, a2);
-      a3 = _mm256_fmadd_ps(codes8<Signed>(q3 + kk), xv, a3);
+    if constexpr (Packed) {  // 16 codes a row per step (blocks of whole 16s): one half of a group's 16 bytes
+      for (int64_t kk = b * block, end = kk + block; kk < end; kk += 16) {
+        const __m256 xl = _mm256_loadu_ps(x + kk), xh = _mm256_loadu_ps(x + kk + 8);
+        const __m128i shift = nibble_shift(kk);
+        auto step = [&](const uint8_t* q, __m256& a) {
+          const __m128i c = nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kk / 32 * 16)), shift);
+          a = _mm256_fmadd_ps(bytes8<false>(c), xl, a);
+          a = _mm256_fmadd_ps(bytes8<false>(_mm_unpackhi_epi64(c, c)), xh, a);
+        };
+        step(q0, a0);
+        step(q1, a1);
+        step(q2, a2);
+        step(q3, a3);
+      }
+    } else {
+      for (int64_t kk = b * block, end = kk + block; kk < end; kk += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + kk);
+        a0 = _mm256_fmadd_ps(codes8<Signed, false>(q0, kk), xv, a0);
+        a1 = _mm256_fmadd_ps(codes8<Signed, false>(q1, kk), xv, a1);
+        a2 = _mm256_fmadd_ps(codes8<Signed, false>(q2, kk), xv, a2);
+        a3 = _mm256_fmadd_ps(codes8<Signed, false>(q3, kk), xv, a3);
+      }
     }
     t0 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(s0 + b), t0);
     t1 = _mm256_fmadd_ps(a1, _mm256_broadcast_ss(s1 + b), t1);
@@ -113,9 +156,9 @@ void four_rows_one_x(const Weights& w, int64_t o, const float* x, const float* x
   if (full < nb) {  // the short last block
     const int64_t b = full;
     for (int i = 0; i < 4; ++i) {
-      const uint8_t* q = w.codes + (o + i) * k;
+      const uint8_t* q = row_codes<Packed>(w, o + i);
       float acc = 0;
-      for (int64_t kk = b * block; kk < k; ++kk) acc += code<Signed>(q + kk) * x[kk];
+      for (int64_t kk = b * block; kk < k; ++kk) acc += code<Signed, Packed>(q, kk) * x[kk];
       const auto at = static_cast<std::size_t>((o + i) * nb + b);
       r[i] += w.scale[at] * (acc - (Zeros ? static_cast<float>(w.zero[at]) : 0.0f) * xsum[b]);
     }
@@ -123,33 +166,34 @@ void four_rows_one_x(const Weights& w, int64_t o, const float* x, const float* x
   for (int i = 0; i < 4; ++i) y[o + i] = r[i];
 }
 
-template <bool Signed>
+template <bool Signed, bool Packed>
 void rows(const Weights& w, int64_t o0, int64_t o1, const float* x, int64_t m, const float* xsum, float* y, int64_t ldy) {
   int64_t o = o0;
   switch (m) {
     case 1:
-      if (w.block % 8 == 0 && w.zero)
-        for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, true>(w, o, x, xsum, y);
-      else if (w.block % 8 == 0)
-        for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, false>(w, o, x, xsum, y);
-      for (; o < o1; ++o) rows_at<Signed, 1, 1>(w, o, x, xsum, y, ldy);
+      if (w.block % (Packed ? 16 : 8) == 0 && w.zero)
+        for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, Packed, true>(w, o, x, xsum, y);
+      else if (w.block % (Packed ? 16 : 8) == 0)
+        for (; o + 4 <= o1; o += 4) four_rows_one_x<Signed, Packed, false>(w, o, x, xsum, y);
+      for (; o < o1; ++o) rows_at<Signed, Packed, 1, 1>(w, o, x, xsum, y, ldy);
       break;
     case 2:
-      for (; o + 2 <= o1; o += 2) rows_at<Signed, 2, 2>(w, o, x, xsum, y, ldy);
-      for (; o < o1; ++o) rows_at<Signed, 1, 2>(w, o, x, xsum, y, ldy);
+      for (; o + 2 <= o1; o += 2) rows_at<Signed, Packed, 2, 2>(w, o, x, xsum, y, ldy);
+      for (; o < o1; ++o) rows_at<Signed, Packed, 1, 2>(w, o, x, xsum, y, ldy);
       break;
     case 3:
-      for (; o < o1; ++o) rows_at<Signed, 1, 3>(w, o, x, xsum, y, ldy);
+      for (; o < o1; ++o) rows_at<Signed, Packed, 1, 3>(w, o, x, xsum, y, ldy);
       break;
     default:
-      for (; o < o1; ++o) rows_at<Signed, 1, 4>(w, o, x, xsum, y, ldy);
+      for (; o < o1; ++o) rows_at<Signed, Packed, 1, 4>(w, o, x, xsum, y, ldy);
       break;
   }
 }
 
 void rows_any(const Weights& w, int64_t o0, int64_t o1, const float* x, int64_t m, const float* xsum, float* y, int64_t ldy) {
-  if (w.is_signed) rows<true>(w, o0, o1, x, m, xsum, y, ldy);
-  else rows<false>(w, o0, o1, x, m, xsum, y, ldy);
+  if (w.packed) rows<false, true>(w, o0, o1, x, m, xsum, y, ldy);
+  else if (w.is_signed) rows<true, false>(w, o0, o1, x, m, xsum, y, ldy);
+  else rows<false, false>(w, o0, o1, x, m, xsum, y, ldy);
 }
 
 /// Rows r[0..7] (8 floats each) transposed into out + i * ld, i < 8.
@@ -171,9 +215,9 @@ inline void store_transposed(__m256 r0, __m256 r1, __m256 r2, __m256 r3, __m256 
   _mm256_storeu_ps(out + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
-template <bool Signed>
+template <bool Signed, bool Packed>
 void panel(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out, int64_t ld) {
-  const int64_t k = w.k, end = k0 + kc;
+  const int64_t end = k0 + kc;
   for (int64_t kk = k0; kk < end; kk += 8) {
     const int64_t b = kk / w.block, n = least(8, end - kk);
     __m256 v[16];
@@ -186,10 +230,10 @@ void panel(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, fl
       const __m256 z = _mm256_set1_ps(w.zero ? static_cast<float>(w.zero[at]) : 0.0f);
       __m256 c;
       if (n == 8) {
-        c = codes8<Signed>(w.codes + (o + r) * k + kk);
+        c = codes8<Signed, Packed>(row_codes<Packed>(w, o + r), kk);
       } else {  // the last codes of a row
         alignas(32) float tail[8] = {};
-        for (int64_t i = 0; i < n; ++i) tail[i] = code<Signed>(w.codes + (o + r) * k + kk + i);
+        for (int64_t i = 0; i < n; ++i) tail[i] = code<Signed, Packed>(row_codes<Packed>(w, o + r), kk + i);
         c = _mm256_load_ps(tail);
       }
       v[r] = _mm256_mul_ps(_mm256_sub_ps(c, z), _mm256_set1_ps(w.scale[at]));  // (q - z) * s, as the model has it
@@ -208,8 +252,9 @@ void panel(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, fl
 }
 
 void panel_any(const Weights& w, int64_t o, int64_t rows, int64_t k0, int64_t kc, float* out, int64_t ld) {
-  if (w.is_signed) panel<true>(w, o, rows, k0, kc, out, ld);
-  else panel<false>(w, o, rows, k0, kc, out, ld);
+  if (w.packed) panel<false, true>(w, o, rows, k0, kc, out, ld);
+  else if (w.is_signed) panel<true, false>(w, o, rows, k0, kc, out, ld);
+  else panel<false, false>(w, o, rows, k0, kc, out, ld);
 }
 
 /// The 8 lanes of each of a[0..7] summed: lane j of the result is a[j]'s sum.
@@ -225,9 +270,10 @@ inline __m256i lane_sums8(const __m256i* a) {
 /// and one vpmaddwd into int32, exact; the eight block sums gathered into one
 /// vector and scaled there, zero points' term too (per block alone, the
 /// scaling cost more than the products: blocks of 32 are one step each).
+template <bool Packed>
 float int8_row(const Weights& w, int64_t o, const int8_t* xq, const float* xs, const int32_t* xsum) {
   const int64_t k = w.k, block = w.block, nb = w.blocks, full = block % 32 == 0 ? k / block : 0, groups = full / 8;
-  const uint8_t* q = w.codes + o * k;
+  const uint8_t* q = row_codes<Packed>(w, o);
   const float* s = w.scale + o * nb;
   const int32_t* z = w.zero ? w.zero + o * nb : nullptr;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -237,7 +283,13 @@ float int8_row(const Weights& w, int64_t o, const int8_t* xq, const float* xs, c
     for (int j = 0; j < 8; ++j) {
       a[j] = _mm256_setzero_si256();
       for (int64_t kk = (g * 8 + j) * block, end = kk + block; kk < end; kk += 32) {
-        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + kk));
+        __m256i c;
+        if constexpr (Packed) {  // a group's 16 bytes: its low halves codes 0..15, its high ones 16..31
+          const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kk / 2));
+          c = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(p, 4), p), _mm256_set1_epi8(0x0F));
+        } else {
+          c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + kk));
+        }
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + kk));
         a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(c, xv), ones));
       }
@@ -252,14 +304,18 @@ float int8_row(const Weights& w, int64_t o, const int8_t* xq, const float* xs, c
   float r = vhsum(total);
   for (int64_t b = groups * 8; b < nb; ++b) {  // the blocks past the last eight, or not of whole 32s
     int32_t acc = 0;
-    for (int64_t kk = b * block, end = least(k, kk + block); kk < end; ++kk) acc += int32_t{q[kk]} * xq[kk];
+    for (int64_t kk = b * block, end = least(k, kk + block); kk < end; ++kk)
+      acc += static_cast<int32_t>(code<false, Packed>(q, kk)) * xq[kk];
     r += s[b] * xs[b] * static_cast<float>(acc - (z ? z[b] * xsum[b] : 0));
   }
   return r;
 }
 
 void int8_rows(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, const float* xs, const int32_t* xsum, float* y) {
-  for (int64_t o = o0; o < o1; ++o) y[o] = int8_row(w, o, xq, xs, xsum);
+  if (w.packed)
+    for (int64_t o = o0; o < o1; ++o) y[o] = int8_row<true>(w, o, xq, xs, xsum);
+  else
+    for (int64_t o = o0; o < o1; ++o) y[o] = int8_row<false>(w, o, xq, xs, xsum);
 }
 
 }  // namespace
