@@ -506,7 +506,8 @@ TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (4-bit ones two a byte
   // 4-bit codes two a byte); a decode step's 1 and 3 rows and a prompt's 9
   // (the rows kernel and the GEMM path); bits 2, 4 and 8; a bias input.
   const int64_t N = 70, block = 32;
-  for (auto [K, bits] : {std::pair<int64_t, int64_t>{200, 4}, {256, 4}, {200, 8}, {192, 2}}) {
+  for (const auto& form : {std::pair<int64_t, int64_t>{200, 4}, {256, 4}, {200, 8}, {192, 2}}) {
+    const int64_t K = form.first, bits = form.second;  // (not a structured binding: clang 14 captures none)
     INFO("K " << K << " bits " << bits);
     const int64_t blocks = (K + block - 1) / block;
     const int64_t levels = int64_t{1} << bits, row_codes = blocks * block, row_bytes = row_codes * bits / 8;
