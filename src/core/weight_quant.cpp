@@ -158,8 +158,8 @@ int64_t scale_count(const Shape& s, const QuantParams& qp) {
 bool block_quantized(const Blob& w) {
   const QuantParams& qp = w.quant();
   const Shape& s = w.shape();
-  return (w.dtype() == DType::quint8 || w.dtype() == DType::qint8 || (w.dtype() == DType::quint4 && s.rank() == 2 && s[1] % 32 == 0)) &&
-         qp.block_size > 0 && s.rank() == 2 && qp.axis == 1 && static_cast<int64_t>(qp.scales.size()) == scale_count(s, qp) &&
+  return s.rank() == 2 && (w.dtype() == DType::quint8 || w.dtype() == DType::qint8 || (w.dtype() == DType::quint4 && s[1] % 32 == 0)) &&
+         qp.block_size > 0 && qp.axis == 1 && static_cast<int64_t>(qp.scales.size()) == scale_count(s, qp) &&
          (qp.zero_points.empty() || qp.zero_points.size() == qp.scales.size());
 }
 
@@ -230,7 +230,7 @@ Blob dequantize_weight(const Blob& q, const std::string& field) {
     for (int d = qp.axis + 1; d < s.rank(); ++d) inner *= s[d];
   float* v = out.data_as<float>();
   auto code = [&](int64_t i) {
-    if (q.dtype() == DType::quint4) return int32_t{(q.data_as<uint8_t>()[i / 32 * 16 + i % 16] >> (i % 32 < 16 ? 0 : 4)) & 15};
+    if (q.dtype() == DType::quint4) return quint4_code(q.data_as<uint8_t>(), i);
     return q.dtype() == DType::qint8 ? int32_t{q.data_as<int8_t>()[i]} : int32_t{q.data_as<uint8_t>()[i]};
   };
   if (qp.block_size > 0) {  // scale [outer, a / block_size, i]

@@ -84,6 +84,10 @@ bool block_quantized(const Blob& w);
 /// values (4-bit codes; int4's shifted by 8, with their zero points) as quint4
 /// with the same values; nullopt for any other weight, or K not a multiple of 32.
 std::optional<Blob> packed_codes4(const Blob& w);
+/// Code i of quint4 codes (a row's, or a whole weight's: rows are whole groups).
+inline int32_t quint4_code(const uint8_t* codes, int64_t i) {
+  return (codes[i / 32 * 16 + i % 16] >> (i % 32 < 16 ? 0 : 4)) & 15;
+}
 /// Whether the model holds `w` in a form only some routines read (an
 /// int8_weight or a block_quantized one); the others read its float32 values.
 inline bool stored_quantized(const Blob& w) { return int8_weight(w) || block_quantized(w); }

@@ -865,7 +865,7 @@ void Importer::matmul_nbits(const Node& n) {
     } catch (const Error& e) {
       throw n.error(e.message(), e.field());
     }
-    if (auto packed = core::packed_codes4(w)) w = std::move(*packed);  // 2- and 4-bit codes two a byte, as the file has them
+    if (auto packed = core::packed_codes4(w)) w = std::move(*packed);  // 2- and 4-bit codes two a byte (quint4's order)
     const Blob* bias = n.has_in(5) ? constant(n.in(5)) : nullptr;
     const bool bias_row = bias && bias->numel() == N;
     Layer d = make("dense", n.name, {input(n, 0)}, {n.has_in(5) && !bias_row ? synthesized_value(n.out(0) + "/product") : n.out(0)});

@@ -33,7 +33,7 @@ constexpr int64_t kBlockRows = 64;  ///< weight rows per task of the rows path
 
 /// Code kk of weight row o, as stored (the portable paths).
 int32_t code_at(const cpu::nbits::Weights& w, int64_t o, int64_t kk) {
-  if (w.packed) return (w.codes[o * w.k / 2 + kk / 32 * 16 + kk % 16] >> (kk % 32 < 16 ? 0 : 4)) & 15;
+  if (w.packed) return core::quint4_code(w.codes + o * w.k / 2, kk);
   const uint8_t c = w.codes[o * w.k + kk];
   return w.is_signed ? int32_t{static_cast<int8_t>(c)} : int32_t{c};
 }
