@@ -1,4 +1,4 @@
-# The per-ISA files (*_avx2.cpp, *_avx512.cpp, *_vnni.cpp, *_amx.cpp) run only after a
+# The per-ISA files (*_avx2.cpp, *_avx512.cpp, *_avx512vnni.cpp, *_vnni.cpp, *_amx.cpp) run only after a
 # CPU check made elsewhere: the compiler may use the ISA's instructions anywhere
 # in them (clang vectorised an AVX-512 file's own check with AVX-512 and it
 # crashed on an AVX2 CPU). So none of them calls core::cpu_features(), and none
@@ -10,7 +10,7 @@ string(REPLACE "|" ";" objects "${OBJECTS}")
 set(isa_objects "")
 set(other_objects "")
 foreach(o IN LISTS objects)
-  if(o MATCHES "_(avx2|avx512|vnni|amx)\\.cpp\\.o$")
+  if(o MATCHES "_(avx2|avx512|avx512vnni|vnni|amx)\\.cpp\\.o$")
     list(APPEND isa_objects ${o})
   else()
     list(APPEND other_objects ${o})

@@ -4,8 +4,10 @@
 #include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
 #include "core/plan.hpp"
+#include "core/prepared_weights.hpp"
 #include "core/registry.hpp"
 #include "core/weight_quant.hpp"
+#include "routines/cpu/dynamic_int8_kernels.hpp"
 #include "profiler/accuracy.hpp"
 #include "profiler/unit_profile.hpp"
 #include "routines/f32_check.hpp"
@@ -38,9 +40,10 @@ std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int
   return test::row_int8_dense(x, w, bias, m, k, n, 255.0f);
 }
 
-/// The u8s8 form: each row on a u8 grid of its range (with zero), the weights on 7 bits.
+/// The u8s8 form: each row on a u8 grid of its range (with zero), the weights
+/// on 7 bits, or 8 where AVX512-VNNI runs the form.
 std::vector<double> expected_u8s8(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
-  const core::ChannelQuantized q = core::channel_int8(w, 63);
+  const core::ChannelQuantized q = core::channel_int8(w, dynamic_int8::vnni512_usable() ? 127 : 63);
   std::vector<double> y(static_cast<std::size_t>(m * n));
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = x.data_as<float>() + r * k;
@@ -95,8 +98,9 @@ TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and n
   struct Dims {
     int64_t m, k, n;
   };
+  // (VNNI tiles: 6 rows x 4 blocks of 16 columns; 130 and 200 columns end in part-filled groups.)
   for (Dims d : {Dims{1, 1, 1}, Dims{1, 768, 50}, Dims{3, 7, 16}, Dims{4, 64, 33}, Dims{5, 129, 17}, Dims{17, 300, 40},
-                 Dims{64, 96, 31}}) {
+                 Dims{64, 96, 31}, Dims{13, 200, 130}, Dims{7, 64, 64}, Dims{2, 36, 200}}) {
     for (int64_t u8s8 : {0, 1})
     for (bool with_bias : {false, true}) {
       INFO("m " << d.m << " k " << d.k << " n " << d.n << (with_bias ? " with bias" : "") << " u8s8 " << u8s8);
@@ -136,6 +140,33 @@ TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and n
       for (float v : zeros) CHECK(v == 0);
     }
   }
+}
+
+TEST_CASE("cpu/dynamic_int8's u8 weights packed for another CPU are packed again, not misread",
+          "[routines][dynamic_int8]") {
+  // A .dnn file keeps the packed weights; their range depends on the CPU (8
+  // bits under VNNI, 7 where vpmaddubsw's pair sums must not saturate).
+  if (!core::cpu_features().avx2_fma()) return;
+  std::mt19937 rng(11);
+  const Layer l = dense(random_blob({40, 64}, rng, -0.5f, 0.5f), nullptr);
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("dense", "cpu/dynamic_int8", &schema);
+  REQUIRE(r);
+  const PackInfo info{&l, {}, {}, 0};
+  const RoutineParams u8{{"u8s8", 1}};
+  const Blob saved = r->pack(info, schema, u8)->save();
+  CHECK(r->unpack(saved, info, schema, u8));
+  // The range is the last array (40 channels: 3 blocks of 16 x 64 K bytes, 48
+  // lanes of scale, bias and column sums); the other CPU's makes unpack refuse.
+  Blob other = saved.clone();
+  const auto arrays = core::unpack_arrays(other, {3 * 16 * 64, 48 * 4, 48 * 4, 48 * 4, 4});
+  REQUIRE(arrays);
+  auto* qmax = reinterpret_cast<int32_t*>(const_cast<std::byte*>((*arrays)[4]));
+  REQUIRE(*qmax == (dynamic_int8::vnni512_usable() ? 127 : 63));
+  *qmax = *qmax == 127 ? 63 : 127;
+  CHECK_FALSE(r->unpack(other, info, schema, u8));
+  // A file packed before the range was saved (four arrays): packed again too.
+  CHECK_FALSE(r->unpack(Blob::allocate(Shape{16}, DType::quint8), info, schema, u8));
 }
 
 TEST_CASE("cpu/dynamic_int8 is reduced precision: never a default, a candidate only where qint8 is allowed",

@@ -6,7 +6,8 @@
 // static int8 fails them (activations whose range moves with every input),
 // and a decode step's dense layers, which stream their weights: a quarter of
 // float32's bytes. Two forms (parameter u8s8): exact int16 products, or u8
-// activations against 7-bit weights at twice the products per instruction.
+// activations against 7-bit weights at twice the products per instruction
+// (against 8-bit weights, four times, where AVX512-VNNI's vpdpbusd runs them).
 // Reduced precision (Routine::precision: qint8): a candidate
 // only where the tuning allows qint8, held to the accuracy budget, never an
 // untuned default.
@@ -30,11 +31,22 @@
 namespace softneuro {
 
 bool dynamic_int8::avx2_usable() { return core::cpu_features().avx2_fma(); }
+bool dynamic_int8::vnni512_usable() {
+  const core::CpuFeatures& f = core::cpu_features();
+  return f.avx2_fma() && f.avx512_core() && f.avx512_vnni;
+}
 
 namespace {
 
 using dynamic_int8::kBlockN;
 using dynamic_int8::kTileM;
+
+/// The weights' integer range: 8 bits, but 7 for the u8 form without VNNI
+/// (vpmaddubsw's pair sums saturate at int16). A rule of this CPU: a packing
+/// made for another (a .dnn file's) is made again where it differs.
+int32_t weight_qmax(bool u8s8) {
+  return u8s8 && !dynamic_int8::vnni512_usable() ? dynamic_int8::kU8s8Qmax : 127;
+}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -62,10 +74,11 @@ struct Packed final : PackedWeights {
   std::vector<float> scale;    ///< blocks * 16
   std::vector<float> bias;     ///< blocks * 16
   std::vector<int32_t> colsum; ///< blocks * 16 (u8s8)
+  int32_t qmax = 127;          ///< the integers' range, weight_qmax()
   Blob save() const override {
     return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(w.data()), w.byte_size()),
                               core::array_bytes(scale.data(), scale.size()), core::array_bytes(bias.data(), bias.size()),
-                              core::array_bytes(colsum.data(), colsum.size())});
+                              core::array_bytes(colsum.data(), colsum.size()), core::array_bytes(&qmax, 1)});
   }
 };
 
@@ -79,9 +92,11 @@ std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8) {
   const WeightPanels wp = panels_of(layer, u8s8);
   const std::size_t lanes = wp.lanes();
   check_prepare_bytes(info, wp.packed_bytes() + 3 * lanes * sizeof(float), "its int8 weights");
-  const core::ChannelQuantized q = core::channel_int8(layer.weight("weight"), u8s8 ? dynamic_int8::kU8s8Qmax : 127);
+  const int32_t qmax = weight_qmax(u8s8);
+  const core::ChannelQuantized q = core::channel_int8(layer.weight("weight"), qmax);
   const Blob* bias = layer.find_weight("bias");
   auto p = std::make_shared<Packed>();
+  p->qmax = qmax;
   p->w = Blob::allocate(Shape{static_cast<int64_t>(wp.packed_bytes())}, DType::quint8);  // zero-filled
   p->scale.assign(lanes, 0.0f);
   p->bias.assign(lanes, 0.0f);
@@ -104,9 +119,12 @@ std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8) {
 std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& info, bool u8s8) {
   const WeightPanels wp = panels_of(*info.layer, u8s8);
   const std::size_t packed_bytes = wp.packed_bytes(), lanes = wp.lanes();
-  auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float), lanes * sizeof(int32_t)});
+  auto a = core::unpack_arrays(
+      bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float), lanes * sizeof(int32_t), sizeof(int32_t)});
   if (!a) return nullptr;
   auto p = std::make_shared<Packed>();
+  std::memcpy(&p->qmax, (*a)[4], sizeof(int32_t));
+  if (p->qmax != weight_qmax(u8s8)) return nullptr;  // packed for a CPU with(out) VNNI: packed again
   p->w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
   p->scale.resize(lanes);
   p->bias.resize(lanes);
@@ -133,8 +151,10 @@ class Prepared final : public PreparedRoutine {
     block_bytes_ = wp.block_bytes;
     blocks_ = wp.blocks;
     act_ = core::fused_activation(layer, true, true);
-    if (!packed_ || wp.k != k_ || packed_->w.byte_size() != wp.packed_bytes() || packed_->scale.size() != wp.lanes())
+    if (!packed_ || wp.k != k_ || packed_->w.byte_size() != wp.packed_bytes() || packed_->scale.size() != wp.lanes() ||
+        packed_->qmax != weight_qmax(u8s8))
       throw Error("cpu/dynamic_int8: its packed weights do not fit this layer", {}, layer.name, "weight");
+    vnni_ = u8s8 && packed_->qmax == dynamic_int8::kVnniQmax;
   }
 
   std::size_t workspace_bytes() const override {
@@ -164,6 +184,7 @@ class Prepared final : public PreparedRoutine {
     if (!finite.load()) return run_float(x, y);  // NaN or infinity: float32 keeps them as ONNX does
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
+    if (vnni_) return run_vnni(q, xs, zp, y, args);
     // Column blocks over the threads; each streams its block's weights once
     // and keeps them in cache over every row tile.
     args.pool->parallel_for(blocks_, 1, [&](int64_t b0, int64_t b1) {
@@ -188,6 +209,34 @@ class Prepared final : public PreparedRoutine {
   }
 
  private:
+  /// The u8 form on AVX512-VNNI: tiles of 6 rows x 64 columns (4 blocks), the
+  /// threads over groups of 4 blocks, each group's weights kept in cache
+  /// over every row tile.
+  void run_vnni(const uint8_t* q, const float* xs, const int32_t* zp, float* y, const RunArgs& args) const {
+    using dynamic_int8::kTileBlocksVnni;
+    using dynamic_int8::kTileMVnni;
+    const Packed& p = *packed_;
+    const auto* w = static_cast<const int8_t*>(p.w.data());
+    const int64_t groups = ceil_div(blocks_, kTileBlocksVnni);
+    args.pool->parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t blk = g * kTileBlocksVnni, col = blk * kBlockN;
+        const int nb = static_cast<int>(std::min<int64_t>(kTileBlocksVnni, blocks_ - blk));
+        const int64_t ncols = std::min<int64_t>(nb * kBlockN, n_ - col);
+        const int nlast = static_cast<int>(ncols - (nb - 1) * kBlockN);
+        const auto lane0 = static_cast<std::size_t>(col);
+        for (int64_t r = 0; r < m_; r += kTileMVnni) {
+          const int mr = static_cast<int>(std::min<int64_t>(kTileMVnni, m_ - r));
+          dynamic_int8::gemm_tile_vnni(mr, nb, q + r * ldu_, ldu_, w + blk * block_bytes_, block_bytes_, steps_, xs + r,
+                                       zp + r, p.colsum.data() + lane0, p.scale.data() + lane0, p.bias.data() + lane0,
+                                       y + r * n_ + col, n_, nlast);
+        }
+        if (act_.kind == core::Activation::none && !act_.affine()) continue;
+        for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_ + col, ncols);
+      }
+    });
+  }
+
   /// Where weight (channel o, k) lies in the packing.
   int64_t offset(int64_t o, int64_t kk) const {
     return (o / kBlockN) * block_bytes_ + (kk / group_) * group_ * kBlockN + (o % kBlockN) * group_ + kk % group_;
@@ -207,7 +256,7 @@ class Prepared final : public PreparedRoutine {
       }
   }
 
-  bool u8s8_ = false;
+  bool u8s8_ = false, vnni_ = false;
   int64_t k_ = 0, m_ = 0, n_ = 0, group_ = 2, steps_ = 0, ldu_ = 0, block_bytes_ = 0, blocks_ = 0;
   core::Activation act_;
   const cpu::vec::Kernels* v_ = cpu::vec::best_kernels();
@@ -232,7 +281,8 @@ class DynamicInt8 final : public Routine {
     return Support::yes();
   }
   /// u8s8: activations as u8 and weights on 7 bits, vpmaddubsw's twice the
-  /// products per instruction (judged by the accuracy budget like every form).
+  /// products per instruction (judged by the accuracy budget like every form);
+  /// on 8 bits by vpdpbusd where AVX512-VNNI runs it (weight_qmax).
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {{"u8s8", {0, 1}}}; }
   std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams& params) const override {
     return pack_dynamic(info, routine_param(params, "u8s8", 0) != 0);

@@ -1,6 +1,7 @@
 // Inner kernels of cpu/dynamic_int8 (src/routines/cpu/dynamic_int8.cpp),
-// implemented in dynamic_int8_kernels_avx2.cpp (built with -mavx2 -mfma);
-// callers check avx2_usable() first. Plain types only in this interface.
+// implemented in dynamic_int8_kernels_avx2.cpp (built with -mavx2 -mfma) and
+// dynamic_int8_kernels_avx512vnni.cpp; callers check avx2_usable() and
+// vnni512_usable() first. Plain types only in this interface.
 //
 // Arithmetic: an activation row r is quantised at run time to int16 values
 // u = round(x / s_r), s_r = max|x_r| / 255 (nine bits: vpmaddwd takes any
@@ -18,6 +19,9 @@ namespace softneuro::dynamic_int8 {
 /// Whether this CPU runs the kernels (defined in dynamic_int8.cpp: the
 /// compiler may use AVX2 anywhere in the kernels' file, the check included).
 bool avx2_usable();
+
+/// Whether this CPU runs the AVX512-VNNI kernel (AVX-512 F/BW/VL/DQ and VNNI).
+bool vnni512_usable();
 
 /// Output channels per packed weight block: [k2][16][2] int8, 32 bytes per K pair.
 inline constexpr int kBlockN = 16;
@@ -56,5 +60,20 @@ bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t
 void gemm_tile_u8s8(int mr, const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const float* xs,
                     const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy,
                     int nvalid);
+
+// Where AVX512-VNNI is usable the u8 form's weights keep 8 bits ([-127, 127]):
+// vpdpbusd sums its products in int32 without saturation (exact for K <= kMaxK).
+inline constexpr int kVnniQmax = 127;
+/// Rows and 16-column weight blocks of a VNNI tile: 6 x 4 zmm accumulators.
+inline constexpr int kTileMVnni = 6;
+inline constexpr int kTileBlocksVnni = 4;
+
+/// As gemm_tile_u8s8 over mr (1..kTileMVnni) rows and nb (1..kTileBlocksVnni)
+/// adjacent weight blocks, block_bytes apart, with 8-bit weights; colsum, ws
+/// and bias hold nb * 16 values; the last block's first nlast (1..16) columns
+/// are written, the others' all 16.
+void gemm_tile_vnni(int mr, int nb, const uint8_t* q, int64_t ldq, const int8_t* w, int64_t block_bytes, int64_t k4,
+                    const float* xs, const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias,
+                    float* y, int64_t ldy, int nlast);
 
 }  // namespace softneuro::dynamic_int8
