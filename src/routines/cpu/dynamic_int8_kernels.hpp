@@ -76,4 +76,18 @@ void gemm_tile_vnni(int mr, int nb, const uint8_t* q, int64_t ldq, const int8_t*
                     const float* xs, const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias,
                     float* y, int64_t ldy, int nlast);
 
+// Operands of cpu/int8_attention in the VNNI weight blocks ([k4][16][4] int8
+// per 16 columns, block_bytes apart, zeroed beforehand): int8 per column with
+// scale[c] = max |column| / 127 and sum[c] its integers' sum. False where a
+// value is NaN or infinite.
+/// Column c = row c of x (n rows of depth floats, ldx apart: the keys).
+bool pack_rows_int8(const float* x, int64_t n, int64_t depth, int64_t ldx, int8_t* w, int64_t block_bytes, float* scale,
+                    int32_t* sum);
+/// Column c = column c of x (depth rows of n floats, ldx apart: the values' channels).
+bool pack_columns_int8(const float* x, int64_t depth, int64_t n, int64_t ldx, int8_t* w, int64_t block_bytes,
+                       float* scale, int32_t* sum);
+/// Rows of values in [0, 1] (p, ldp apart) to u8 round(p * 255), zeros to a
+/// multiple of 4 (q, ldq apart). False where a row holds NaN.
+bool quantize_unit_rows(const float* p, int64_t rows, int64_t n, int64_t ldp, uint8_t* q, int64_t ldq);
+
 }  // namespace softneuro::dynamic_int8
