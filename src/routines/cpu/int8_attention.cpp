@@ -42,10 +42,10 @@ constexpr int64_t kBlockN = d8::kBlockN;
 constexpr int64_t kGroupN = kBlockN * d8::kTileBlocksVnni;  // columns of one kernel call
 
 /// Operands packed as the VNNI kernel's weight blocks: n columns (keys for
-/// Q·Kᵀ, value channels for P·V) over a depth of `depth` (features, keys),
-/// int8 per column with its scale and integer sum, zeros past the end.
+/// Q·Kᵀ, value channels for P·V) over a depth (features, keys) of `quads`
+/// groups of 4, int8 per column with its scale and integer sum, zeros past the end.
 struct Operand {
-  int64_t n = 0, depth = 0, quads = 0, blocks = 0, block_bytes = 0;
+  int64_t n = 0, quads = 0, blocks = 0, block_bytes = 0;
   int8_t* w = nullptr;
   float* scale = nullptr;
   int32_t* sum = nullptr;
@@ -53,7 +53,6 @@ struct Operand {
   static Operand layout(int64_t n, int64_t depth) {
     Operand o;
     o.n = n;
-    o.depth = depth;
     o.quads = (depth + 3) / 4;
     o.blocks = (n + kBlockN - 1) / kBlockN;
     o.block_bytes = o.quads * 4 * kBlockN;
