@@ -689,4 +689,79 @@ double evaluate(const CostGraph& graph, const std::vector<int>& schema) {
   return total_of(prepare(graph), schema);
 }
 
+std::vector<Solution> error_time_hull(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
+                                      const Options& options, int max_solves) {
+  if (node_error.size() != graph.node_cost.size()) throw std::invalid_argument("node_error: one row per node");
+  double max_error = 0, min_error = kInfinity, time_scale = 0;
+  for (std::size_t n = 0; n < node_error.size(); ++n) {
+    if (node_error[n].size() != static_cast<std::size_t>(graph.num_schemas))
+      throw std::invalid_argument("node_error: S entries per row");
+    for (std::size_t s = 0; s < node_error[n].size(); ++s) {
+      const double e = node_error[n][s];
+      if (!(e >= 0) || e == kInfinity) throw std::invalid_argument("node_error: finite and >= 0");
+      max_error = std::max(max_error, e);
+      if (e > 0) min_error = std::min(min_error, e);
+      const double c = graph.node_cost[n][s];
+      if (c < kInfinity && c > 0) time_scale += c;
+    }
+  }
+  struct Vertex {
+    double lambda;
+    Solution sol;
+    double error;
+  };
+  int solves = 0;
+  auto solve_at = [&](double lambda) {
+    CostGraph g = graph;
+    for (std::size_t n = 0; n < g.node_cost.size(); ++n)
+      for (std::size_t s = 0; s < g.node_cost[n].size(); ++s) g.node_cost[n][s] += lambda * node_error[n][s];
+    ++solves;
+    Vertex v{lambda, solve(g, options), 0};
+    if (v.sol.feasible) {
+      v.sol.total = evaluate(graph, v.sol.schema);
+      for (std::size_t n = 0; n < v.sol.schema.size(); ++n) v.error += node_error[n][static_cast<std::size_t>(v.sol.schema[n])];
+    }
+    return v;
+  };
+  std::vector<Vertex> found{solve_at(0)};
+  if (!found[0].sol.feasible) return {};
+  if (max_error > 0 && found[0].error > 0) {
+    // Past this lambda, a unit of the least error outweighs every time there
+    // is: the path of least error (errors far below the largest count as none).
+    min_error = std::max(min_error, max_error * 1e-9);
+    found.push_back(solve_at(4 * std::max(time_scale, 1.0) / min_error));
+    // Between two vertices, where their lines cross: a vertex of its own, or none.
+    std::vector<std::pair<std::size_t, std::size_t>> open{{0, 1}};
+    while (!open.empty() && solves < max_solves) {
+      const auto [a, b] = open.back();
+      open.pop_back();
+      const Vertex& va = found[a];
+      const Vertex& vb = found[b];
+      if (va.sol.schema == vb.sol.schema || !(va.error > vb.error)) continue;
+      const double cross = (vb.sol.total - va.sol.total) / (va.error - vb.error);
+      if (!(cross > va.lambda && cross < vb.lambda)) continue;
+      Vertex m = solve_at(cross);
+      if (!m.sol.feasible || m.sol.schema == va.sol.schema || m.sol.schema == vb.sol.schema) continue;
+      // On the line between them (no lower there): not a new vertex.
+      const double at_cross = va.sol.total + cross * va.error;
+      if (m.sol.total + cross * m.error >= at_cross - 1e-12 * std::max(1.0, std::abs(at_cross))) continue;
+      found.push_back(std::move(m));
+      open.push_back({a, found.size() - 1});
+      open.push_back({found.size() - 1, b});
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const Vertex& x, const Vertex& y) {
+    return x.sol.total != y.sol.total ? x.sol.total < y.sol.total : x.error < y.error;
+  });
+  // Faster first, each with less error than every faster one.
+  std::vector<Solution> hull;
+  double least = kInfinity;
+  for (auto& v : found)
+    if (v.sol.feasible && v.error < least) {
+      least = v.error;
+      hull.push_back(std::move(v.sol));
+    }
+  return hull;
+}
+
 }  // namespace softneuro::dprs

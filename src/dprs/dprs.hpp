@@ -119,20 +119,29 @@ Solution solve(const CostGraph& graph, const Options& options = {});
 std::vector<double> fold_childnet(const CostGraph& inner, int entry, int exit,
                                   const Options& options = {}, bool* exact = nullptr);
 
+/// The paths on the lower convex hull of (error, time): each optimal for
+/// node_cost + lambda * node_error at some lambda >= 0 (N rows of S errors,
+/// finite, >= 0), from lambda = 0 (the fastest path) to the least error;
+/// sorted by time, so by decreasing error. Found exactly (each vertex from
+/// its neighbours' intersection), at most `max_solves` DPRS solves.
+std::vector<Solution> error_time_hull(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
+                                      const Options& options = {}, int max_solves = 400);
+
 /// The fastest path that passes `meets` (the tuner: its accuracy measured on
-/// validation samples), by a Lagrangian search: node_error[n][s] (N rows of
-/// S, >= 0) estimates what layer n in schema s costs in accuracy; DPRS solves
-/// node_cost + lambda * node_error, lambda = 0 first, then raised until a
-/// solution passes and bisected (at most `max_checks` calls of `meets` in
-/// all) towards the smallest passing lambda; of the solutions that passed,
-/// the fastest (by `graph`'s costs) is returned. Solutions of equal schemas
-/// are checked once. Returns an infeasible Solution when none passed (e.g.
-/// even the error-free path failed). A path on the lower convex hull of
-/// (error, time), so not always the constrained optimum; exact for additive
-/// errors where the budget falls on a hull vertex.
+/// validation samples): node_error estimates what each layer costs in
+/// accuracy in each schema; the hull's paths (error_time_hull) are checked
+/// fastest first, then by bisection over them (more error, less time: a path
+/// passing means every slower one would), at most `max_checks` calls of
+/// `meets`. Returns the fastest that passed, or an infeasible Solution when
+/// none did (e.g. even the least-error path failed). Not always the
+/// constrained optimum (a passing path above the hull is out of reach);
+/// exact for additive errors where the budget falls on a hull vertex.
+/// `faster_than`: a passing path already known elsewhere (another search's):
+/// paths not faster than it are never checked.
 template <class Meets>
 Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
-                            Meets&& meets, int max_checks = 12, const Options& options = {});
+                            Meets&& meets, int max_checks = 12, double faster_than = kInfinity,
+                            const Options& options = {});
 
 /// Total cost of an assignment (+infinity if any term is infinite or a
 /// schema is not allowed by the mask). Throws std::invalid_argument on a
@@ -143,63 +152,21 @@ double evaluate(const CostGraph& graph, const std::vector<int>& schema);
 
 template <class Meets>
 Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
-                            Meets&& meets, int max_checks, const Options& options) {
-  if (node_error.size() != graph.node_cost.size())
-    throw std::invalid_argument("node_error: one row per node");
-  double max_error = 0, time_scale = 0;
-  for (std::size_t n = 0; n < node_error.size(); ++n) {
-    if (node_error[n].size() != static_cast<std::size_t>(graph.num_schemas))
-      throw std::invalid_argument("node_error: S entries per row");
-    for (std::size_t s = 0; s < node_error[n].size(); ++s) {
-      const double e = node_error[n][s];
-      if (!(e >= 0) || e == kInfinity) throw std::invalid_argument("node_error: finite and >= 0");
-      max_error = e > max_error ? e : max_error;
-      const double c = graph.node_cost[n][s];
-      if (c < kInfinity) time_scale += c > 0 ? c : 0;
-    }
-  }
-  std::map<std::vector<int>, bool> checked;
+                            Meets&& meets, int max_checks, double faster_than, const Options& options) {
+  std::vector<Solution> hull = error_time_hull(graph, node_error, options);
+  std::size_t n = 0;  // the hull's paths faster than faster_than: a prefix
+  while (n < hull.size() && hull[n].total < faster_than) ++n;
   int checks = 0;
-  Solution best;  // the fastest that passed
-  auto with_lambda = [&](double lambda) {
-    CostGraph g = graph;
-    for (std::size_t n = 0; n < g.node_cost.size(); ++n)
-      for (std::size_t s = 0; s < g.node_cost[n].size(); ++s) g.node_cost[n][s] += lambda * node_error[n][s];
-    Solution sol = solve(g, options);
-    if (sol.feasible) sol.total = evaluate(graph, sol.schema);
-    return sol;
-  };
-  // Whether the solution for lambda passes (checked once per distinct path).
-  auto passes = [&](double lambda) -> int {  // 1 passes, 0 fails, -1 no check left or infeasible
-    Solution sol = with_lambda(lambda);
-    if (!sol.feasible) return -1;
-    auto it = checked.find(sol.schema);
-    if (it == checked.end()) {
-      if (checks >= max_checks) return -1;
-      ++checks;
-      it = checked.emplace(sol.schema, static_cast<bool>(meets(static_cast<const Solution&>(sol)))).first;
-    }
-    if (it->second && (!best.feasible || sol.total < best.total)) best = sol;
-    return it->second ? 1 : 0;
-  };
-  int r = passes(0);
-  if (r != 0 || max_error == 0) return best;
-  // Raise lambda until the error terms dominate the times, then bisect.
-  double lo = 0, hi = max_error > 0 ? time_scale / max_error * 1e-3 : 1;
-  if (!(hi > 0)) hi = 1;
-  for (int k = 0; k < 40; ++k, hi *= 4) {
-    r = passes(hi);
-    if (r != 0) break;
-    lo = hi;
+  auto passes = [&](std::size_t i) { return ++checks, static_cast<bool>(meets(static_cast<const Solution&>(hull[i]))); };
+  if (n == 0 || max_checks <= 0) return Solution{};
+  if (passes(0)) return hull[0];
+  // lo failed; hi passed (hi == n: none yet); the first passing path is in (lo, hi].
+  std::size_t lo = 0, hi = n;
+  while (hi - lo > 1 && checks < max_checks) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (passes(mid) ? hi : lo) = mid;
   }
-  if (r != 1) return best;
-  while (checks < max_checks && hi - lo > 1e-9 * hi) {
-    const double mid = 0.5 * (lo + hi);
-    const int m = passes(mid);
-    if (m < 0) break;
-    (m == 1 ? hi : lo) = mid;
-  }
-  return best;
+  return hi < n ? hull[hi] : Solution{};
 }
 
 }  // namespace softneuro::dprs

@@ -878,8 +878,8 @@ struct Tuner {
 
   /// Under an accuracy budget the path DPRS chose may miss it: then each layer's
   /// sensitivity in each dtype below float32 (the metric's loss with that layer
-  /// alone in it) prices its schemas of that dtype, and the Lagrangian search
-  /// finds the fastest path whose validated accuracy meets the budget.
+  /// alone in it) prices its schemas of that dtype, and the budget search
+  /// (dprs::solve_under_budget) finds the fastest path whose validated accuracy meets the budget.
   /// Unchanged where it already does; where no path passes, final_check falls
   /// back to float32.
   profiler::PlannedPath meet_budget(std::vector<LayerProfile>& all, profiler::PlannedPath planned) {
@@ -954,6 +954,9 @@ struct Tuner {
       for (const auto& [dtype, value] : e) reduced_dtypes.insert(dtype);
     std::optional<profiler::PlannedPath> out;
     budget_paths.clear();
+    // The cost graph's total of the fastest path found so far: a later search
+    // validates only paths faster than it (each validation is hundreds of runs).
+    double fastest = dprs::kInfinity;
     for (std::optional<DType> only : all_then_each(reduced_dtypes)) {
       std::vector<LayerProfile> subset = profiles;
       if (only)
@@ -961,7 +964,7 @@ struct Tuner {
           std::erase_if(p.measured, [&](const Measured& m) {
             return profiler::below_float32(m.cand.precision()) && m.cand.precision() != *only;
           });
-      std::optional<profiler::PlannedPath> found = search_under_budget(subset, error);
+      std::optional<profiler::PlannedPath> found = search_under_budget(subset, error, fastest);
       if (!found) continue;
       for (std::size_t i = 0; i < found->picks.size() && i < all.size(); ++i) found->picks[i] = same_in(all[i], found->picks[i]);
       if (!out) {
@@ -1025,10 +1028,13 @@ struct Tuner {
     return out;
   }
 
-  /// The Lagrangian search over `profiles` with each layer's `error` in each
+  /// The budget search over `profiles` with each layer's `error` in each
   /// reduced dtype: the fastest path whose validated accuracy meets the budget.
+  /// Only paths faster than `fastest` (a cost-graph total) are validated; a
+  /// path found lowers it.
   std::optional<profiler::PlannedPath> search_under_budget(const std::vector<LayerProfile>& profiles,
-                                                           const std::vector<std::map<DType, double>>& error) {
+                                                           const std::vector<std::map<DType, double>>& error,
+                                                           double& fastest) {
     profiler::Plan plan = profiler::build_plan(net, profiles, prof, true, step_ms);
     std::vector<std::vector<double>> node_error(plan.graph.node_cost.size(),
                                                 std::vector<double>(static_cast<std::size_t>(plan.graph.num_schemas), 0));
@@ -1045,9 +1051,15 @@ struct Tuner {
     dprs::Solution sol = dprs::solve_under_budget(plan.graph, node_error, [&](const dprs::Solution& candidate) {
       progress("accuracy budget", ++checks, 10, "validating a path");
       const core::RoutinePath path = profiler::read_path(plan, candidate, profiles, true, report.device_fingerprint).path;
-      return accuracy_ok(path) && confirmed(path);
-    }, 10);
+      const auto start = std::chrono::steady_clock::now();
+      const bool validated = accuracy_ok(path), passes = validated && confirmed(path);
+      core::debug("accuracy budget: a path of {:.3f} ms (cost graph) {} ({:.1f} s)", candidate.total,
+                  passes ? "met it" : validated ? "missed it on the calibration samples" : "missed it",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      return passes;
+    }, 10, fastest);
     if (!sol.feasible) return std::nullopt;
+    fastest = std::min(fastest, sol.total);
     return profiler::read_path(plan, sol, profiles, true, report.device_fingerprint);
   }
 

@@ -720,7 +720,7 @@ TEST_CASE("evaluate sums layer and adapt costs", "[dprs]") {
 // budget. Every passing path is a candidate for brute force.
 TEST_CASE("the budget search against brute force on random graphs with error costs", "[dprs][random][budget]") {
   Rng rng(20261123u);
-  int checked = 0, optimal = 0, unconstrained_passed = 0;
+  int checked = 0, optimal = 0, unconstrained_passed = 0, all_calls = 0;
   for (int iter = 0; iter < 600; ++iter) {
     const int S = rng.integer(2, 3);
     const int N = rng.integer(1, max_nodes(S) - 2);
@@ -760,6 +760,7 @@ TEST_CASE("the budget search against brute force on random graphs with error cos
     CHECK(same_total(sol.total, evaluate(g, sol.schema)));
     CHECK(sol.total >= best_within - 1e-9);
     CHECK(calls <= 64);
+    all_calls += calls;
     // Where the fastest path of all is within the budget, it is the answer.
     if (error_of(any_path) <= budget + 1e-12 || same_total(best_any, best_within)) {
       ++unconstrained_passed;
@@ -768,11 +769,56 @@ TEST_CASE("the budget search against brute force on random graphs with error cos
     optimal += same_total(sol.total, best_within);
     ++checked;
   }
-  std::printf("budget search: %d random graphs, the constrained optimum found in %d (%d where the fastest path passed)\n",
-              checked, optimal, unconstrained_passed);
+  std::printf("budget search: %d random graphs, the constrained optimum found in %d (%d where the fastest path passed), "
+              "%d checks in all\n", checked, optimal, unconstrained_passed, all_calls);
   // A convex-hull method: a passing path above the hull of (error, time) is
   // out of its reach (472 of 600 optimal when written), never worse than float32.
   CHECK(optimal >= checked * 3 / 4);
+}
+
+// A path known from another search bounds this one: nothing as slow is ever
+// validated, and what the search would have found faster than it, it finds.
+TEST_CASE("the budget search validates only paths faster than a known one", "[dprs][random][budget]") {
+  Rng rng(20261202u);
+  int bounded_skipped = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const int S = rng.integer(2, 3);
+    const int N = rng.integer(1, max_nodes(S) - 2);
+    CostGraph g = iter % 2 == 0 ? random_dag(rng, S, N) : random_series_parallel(rng, S, N);
+    for (auto& row : g.node_cost) row[0] = rng.uniform(1, 10);
+    for (auto& e : g.edges)
+      for (int a = 0; a < S; ++a) e.adapt[static_cast<std::size_t>(a * S + a)] = 0;
+    std::vector<std::vector<double>> err(static_cast<std::size_t>(g.num_nodes()), std::vector<double>(static_cast<std::size_t>(S), 0));
+    for (auto& row : err)
+      for (int s = 1; s < S; ++s) row[static_cast<std::size_t>(s)] = rng.chance(0.2) ? 0 : rng.uniform(0, 1);
+    const double budget = rng.uniform(0, 1.5);
+    auto meets = [&](const Solution& s) {
+      double e = 0;
+      for (std::size_t n = 0; n < s.schema.size(); ++n) e += err[n][static_cast<std::size_t>(s.schema[n])];
+      return e <= budget + 1e-12;
+    };
+    int free_calls = 0;
+    const Solution free = solve_under_budget(g, err, [&](const Solution& s) { return ++free_calls, meets(s); }, 64);
+    REQUIRE(free.feasible);
+    const double known = free.total * rng.uniform(0.8, 1.3);
+    INFO("iteration " << iter << ", unbounded " << free.total << ", known " << known);
+    int calls = 0;
+    const Solution bounded = solve_under_budget(g, err, [&](const Solution& s) {
+      ++calls;
+      CHECK(s.total < known);
+      return meets(s);
+    }, 64, known);
+    bounded_skipped += calls < free_calls;
+    if (bounded.feasible) {
+      CHECK(meets(bounded));
+      CHECK(bounded.total < known);
+    }
+    if (free.total < known) {
+      REQUIRE(bounded.feasible);
+      CHECK(bounded.total <= free.total + 1e-9);
+    }
+  }
+  CHECK(bounded_skipped > 0);
 }
 
 TEST_CASE("the budget search returns nothing when no path passes", "[dprs][budget]") {
