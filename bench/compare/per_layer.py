@@ -7,7 +7,7 @@ with `softneuro run --steps`, in interleaved rounds (every contender once per
 round, the same input), and prints, layer by layer, each one's median time:
 
     bench/.venv/bin/python bench/compare/per_layer.py MODEL.onnx --dnn tuned=M.dnn [--dnn hybrid=H.dnn]
-        [--onnx-int8 M_int8.onnx] [--input x=1x3x224x224] [--threads 2] [--runs 20] [--rounds 3]
+        [--onnx-int8 M_int8.onnx] [--openvino-default] [--input x=1x3x224x224] [--threads 2] [--runs 20] [--rounds 3]
         [--cli build/softneuro] [--out bench/results/per_layer_M.md] [--top 40]
 
 Layers are matched by the ONNX node name the importer keeps (a fused
@@ -106,14 +106,16 @@ class OrtRunner:
 
 
 class OvRunner:
-    def __init__(self, path, threads, label):
+    def __init__(self, path, threads, label, precision="f32"):
+        """precision: "f32", or None for OpenVINO's default (bfloat16 on CPUs with AVX512_BF16 or AMX)."""
         import openvino as ov
-        self.label = label
         core = ov.Core()
         model = core.read_model(path)
-        cfg = {"INFERENCE_NUM_THREADS": threads, "PERF_COUNT": True, "PERFORMANCE_HINT": "LATENCY",
-               "INFERENCE_PRECISION_HINT": "f32"}
+        cfg = {"INFERENCE_NUM_THREADS": threads, "PERF_COUNT": True, "PERFORMANCE_HINT": "LATENCY"}
+        if precision:
+            cfg["INFERENCE_PRECISION_HINT"] = precision
         self.compiled = core.compile_model(model, "CPU", cfg)
+        self.label = label if precision else f"{label} ({self.compiled.get_property('INFERENCE_PRECISION_HINT').to_string()})"
         self.request = self.compiled.create_infer_request()
 
     def round(self, feeds, runs):
@@ -244,6 +246,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "softneuro"))
     ap.add_argument("--skip", action="append", default=[], help="ort, ort-int8, openvino")
+    ap.add_argument("--openvino-default", action="store_true",
+                    help="also OpenVINO at its default precision (bfloat16 on CPUs with AVX512_BF16 or AMX)")
     ap.add_argument("--top", type=int, default=40, help="layers shown (the slowest in any contender)")
     ap.add_argument("--out", help="also write the tables here (Markdown)")
     args = ap.parse_args()
@@ -279,6 +283,8 @@ def main():
     if "openvino" not in args.skip:
         try:
             runners.append(OvRunner(args.onnx, args.threads, "OpenVINO fp32"))
+            if args.openvino_default:
+                runners.append(OvRunner(args.onnx, args.threads, "OpenVINO default", precision=None))
         except ImportError as e:
             skipped.append(f"OpenVINO ({e})")
     for spec in args.dnn:
