@@ -22,7 +22,6 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
-#include <utility>
 #include <vector>
 
 namespace softneuro::dprs {
@@ -131,7 +130,6 @@ std::vector<Solution> error_time_hull(const CostGraph& graph, const std::vector<
 /// How solve_under_budget searches.
 struct BudgetSearch {
   int max_checks = 12;                ///< calls of `meets` at most
-  int max_confirmations = 12;         ///< calls of `confirms` at most (each of a path `meets` passed)
   double faster_than = kInfinity;     ///< a passing path known elsewhere (another search's): slower ones are never checked
   /// Paths less than this fraction faster than one that passed are not
   /// checked (0: the hull's every path; the tuner's times are no finer).
@@ -150,17 +148,6 @@ struct BudgetSearch {
 template <class Meets>
 Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
                             Meets&& meets, const BudgetSearch& search = {}, const Options& options = {});
-/// The same where passing takes a second check, `confirms` (the tuner: the
-/// budget on more samples), asked only of the path the search would answer:
-/// where it fails, that path counts as failing and the search goes on above
-/// it, confirming each path that passes as it is checked. (Bisection passes
-/// paths that a faster one then replaces: their second check, where the
-/// first is a good guide, would be spent for nothing.)
-template <class Meets, class Confirms>
-Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
-                            Meets&& meets, Confirms&& confirms, const BudgetSearch& search = {},
-                            const Options& options = {});
-
 /// Total cost of an assignment (+infinity if any term is infinite or a
 /// schema is not allowed by the mask). Throws std::invalid_argument on a
 /// malformed graph or assignment.
@@ -168,62 +155,24 @@ double evaluate(const CostGraph& graph, const std::vector<int>& schema);
 
 // ------------------------------------------------------------ implementation
 
-template <class Meets, class Confirms>
+template <class Meets>
 Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
-                            Meets&& meets, Confirms&& confirms, const BudgetSearch& search, const Options& options) {
+                            Meets&& meets, const BudgetSearch& search, const Options& options) {
   std::vector<Solution> hull = error_time_hull(graph, node_error, options);
   std::size_t n = 0;  // the hull's paths faster than search.faster_than: a prefix
   while (n < hull.size() && hull[n].total < search.faster_than) ++n;
   if (n == 0 || search.max_checks <= 0) return Solution{};
-  enum : char { unknown, failed, met, confirmed };
-  std::vector<char> state(n, unknown);
-  int checks = 0, confirmations = 0;
-  // Once a path met the first check and missed the second, the first says
-  // too little here: every path that meets it is confirmed as it is checked.
-  bool strict = false;
-  auto passes = [&](std::size_t i) {
-    const Solution& sol = hull[i];
-    if (state[i] == unknown) ++checks, state[i] = meets(sol) ? met : failed;
-    if (state[i] == met && strict) {
-      if (confirmations >= search.max_confirmations) return false;
-      ++confirmations;
-      state[i] = confirms(sol) ? confirmed : failed;
-    }
-    return state[i] == met || state[i] == confirmed;
-  };
+  int checks = 0;
+  auto passes = [&](std::size_t i) { return ++checks, static_cast<bool>(meets(static_cast<const Solution&>(hull[i]))); };
+  if (passes(0)) return hull[0];
   // lo failed; hi passed (hi == n: none yet); the answer is in (lo, hi].
   std::size_t lo = 0, hi = n;
-  if (!passes(0)) {
-    while (hi - lo > 1 && checks < search.max_checks &&
-           !(hi < n && hull[lo + 1].total >= hull[hi].total * (1 - search.resolution))) {
-      const std::size_t mid = lo + (hi - lo) / 2;
-      (passes(mid) ? hi : lo) = mid;
-    }
-  } else {
-    hi = 0;
-  }
-  if (hi == n) return Solution{};
-  if (state[hi] == met) {
-    strict = true;
-    if (!passes(hi)) {
-      // Searched again above it, every passing path confirmed.
-      lo = hi, hi = n;
-      while (hi - lo > 1 && checks < search.max_checks && confirmations < search.max_confirmations &&
-             !(hi < n && hull[lo + 1].total >= hull[hi].total * (1 - search.resolution))) {
-        const std::size_t mid = lo + (hi - lo) / 2;
-        (passes(mid) ? hi : lo) = mid;
-      }
-      if (hi < n && state[hi] != confirmed) hi = n;
-    }
+  while (hi - lo > 1 && checks < search.max_checks &&
+         !(hi < n && hull[lo + 1].total >= hull[hi].total * (1 - search.resolution))) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (passes(mid) ? hi : lo) = mid;
   }
   return hi < n ? hull[hi] : Solution{};
-}
-
-template <class Meets>
-Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
-                            Meets&& meets, const BudgetSearch& search, const Options& options) {
-  return solve_under_budget(graph, node_error, std::forward<Meets>(meets), [](const Solution&) { return true; },
-                            search, options);
 }
 
 }  // namespace softneuro::dprs

@@ -826,50 +826,6 @@ TEST_CASE("the budget search validates only paths faster than a known one", "[dp
   CHECK(bounded_skipped > 0);
 }
 
-// A second check asked of the answer only: where it fails, the search goes on
-// above that path, and answers what one check of both would.
-TEST_CASE("the budget search confirms only the path it would answer", "[dprs][random][budget]") {
-  Rng rng(20261203u);
-  for (int iter = 0; iter < 300; ++iter) {
-    const int S = rng.integer(2, 3);
-    const int N = rng.integer(1, max_nodes(S) - 2);
-    CostGraph g = iter % 2 == 0 ? random_dag(rng, S, N) : random_series_parallel(rng, S, N);
-    for (auto& row : g.node_cost) row[0] = rng.uniform(1, 10);
-    for (auto& e : g.edges)
-      for (int a = 0; a < S; ++a) e.adapt[static_cast<std::size_t>(a * S + a)] = 0;
-    std::vector<std::vector<double>> err(static_cast<std::size_t>(g.num_nodes()), std::vector<double>(static_cast<std::size_t>(S), 0));
-    for (auto& row : err)
-      for (int s = 1; s < S; ++s) row[static_cast<std::size_t>(s)] = rng.chance(0.2) ? 0 : rng.uniform(0, 1);
-    const double budget = rng.uniform(0, 1.5), stricter = budget * rng.uniform(0.3, 1.0);
-    auto error_of = [&](const Solution& s) {
-      double e = 0;
-      for (std::size_t n = 0; n < s.schema.size(); ++n) e += err[n][static_cast<std::size_t>(s.schema[n])];
-      return e;
-    };
-    INFO("iteration " << iter << ", budget " << budget << ", confirmed within " << stricter);
-    const Solution both = solve_under_budget(g, err, [&](const Solution& s) { return error_of(s) <= stricter + 1e-12; }, {.max_checks = 64});
-    int confirmations = 0;
-    const Solution two = solve_under_budget(
-        g, err, [&](const Solution& s) { return error_of(s) <= budget + 1e-12; },
-        [&](const Solution& s) {
-          ++confirmations;
-          CHECK(error_of(s) <= budget + 1e-12);  // asked of a path that passed the first check only
-          return error_of(s) <= stricter + 1e-12;
-        },
-        {.max_checks = 64, .max_confirmations = 64});
-    REQUIRE(two.feasible == both.feasible);
-    if (both.feasible) {
-      CHECK(same_total(two.total, both.total));
-      CHECK(confirmations >= 1);
-    }
-    // With one confirmation: the path it confirmed, or none.
-    const Solution once = solve_under_budget(
-        g, err, [&](const Solution& s) { return error_of(s) <= budget + 1e-12; },
-        [&](const Solution& s) { return error_of(s) <= stricter + 1e-12; }, {.max_checks = 64, .max_confirmations = 1});
-    if (once.feasible) CHECK(error_of(once) <= stricter + 1e-12);
-  }
-}
-
 TEST_CASE("the budget search returns nothing when no path passes", "[dprs][budget]") {
   CostGraph g;
   g.num_schemas = 2;
