@@ -714,6 +714,26 @@ TEST_CASE("evaluate sums layer and adapt costs", "[dprs]") {
 
 // ------------------------------------------------------------ accuracy budget
 
+// A random graph whose float32 schema (0) always has a path, with no adapt
+// within a schema, and each node's estimated error in the reduced ones.
+struct BudgetCase {
+  CostGraph g;
+  std::vector<std::vector<double>> err;
+};
+BudgetCase random_budget_case(Rng& rng, int iter) {
+  BudgetCase c;
+  const int S = rng.integer(2, 3);
+  const int N = rng.integer(1, max_nodes(S) - 2);
+  c.g = iter % 2 == 0 ? random_dag(rng, S, N) : random_series_parallel(rng, S, N);
+  for (auto& row : c.g.node_cost) row[0] = rng.uniform(1, 10);
+  for (auto& e : c.g.edges)
+    for (int a = 0; a < S; ++a) e.adapt[static_cast<std::size_t>(a * S + a)] = 0;
+  c.err.assign(static_cast<std::size_t>(c.g.num_nodes()), std::vector<double>(static_cast<std::size_t>(S), 0));
+  for (auto& row : c.err)
+    for (int s = 1; s < S; ++s) row[static_cast<std::size_t>(s)] = rng.chance(0.2) ? 0 : rng.uniform(0, 1);
+  return c;
+}
+
 // The Lagrangian search of the accuracy budget against brute force: schema 0
 // is error-free (float32), the others carry a random per-node error (a
 // layer's sensitivity), a path passes when its summed error is within the
@@ -722,15 +742,8 @@ TEST_CASE("the budget search against brute force on random graphs with error cos
   Rng rng(20261123u);
   int checked = 0, optimal = 0, unconstrained_passed = 0, all_calls = 0;
   for (int iter = 0; iter < 600; ++iter) {
-    const int S = rng.integer(2, 3);
-    const int N = rng.integer(1, max_nodes(S) - 2);
-    CostGraph g = iter % 2 == 0 ? random_dag(rng, S, N) : random_series_parallel(rng, S, N);
-    for (auto& row : g.node_cost) row[0] = rng.uniform(1, 10);  // the float32 path always exists
-    for (auto& e : g.edges)
-      for (int a = 0; a < S; ++a) e.adapt[static_cast<std::size_t>(a * S + a)] = 0;
-    std::vector<std::vector<double>> err(static_cast<std::size_t>(g.num_nodes()), std::vector<double>(static_cast<std::size_t>(S), 0));
-    for (auto& row : err)
-      for (int s = 1; s < S; ++s) row[static_cast<std::size_t>(s)] = rng.chance(0.2) ? 0 : rng.uniform(0, 1);
+    auto [g, err] = random_budget_case(rng, iter);
+    const int S = g.num_schemas;
     const double budget = rng.uniform(0, 1.5);
     auto error_of = [&](const std::vector<int>& a) {
       double e = 0;
@@ -782,15 +795,7 @@ TEST_CASE("the budget search validates only paths faster than a known one", "[dp
   Rng rng(20261202u);
   int bounded_skipped = 0;
   for (int iter = 0; iter < 300; ++iter) {
-    const int S = rng.integer(2, 3);
-    const int N = rng.integer(1, max_nodes(S) - 2);
-    CostGraph g = iter % 2 == 0 ? random_dag(rng, S, N) : random_series_parallel(rng, S, N);
-    for (auto& row : g.node_cost) row[0] = rng.uniform(1, 10);
-    for (auto& e : g.edges)
-      for (int a = 0; a < S; ++a) e.adapt[static_cast<std::size_t>(a * S + a)] = 0;
-    std::vector<std::vector<double>> err(static_cast<std::size_t>(g.num_nodes()), std::vector<double>(static_cast<std::size_t>(S), 0));
-    for (auto& row : err)
-      for (int s = 1; s < S; ++s) row[static_cast<std::size_t>(s)] = rng.chance(0.2) ? 0 : rng.uniform(0, 1);
+    auto [g, err] = random_budget_case(rng, iter);
     const double budget = rng.uniform(0, 1.5);
     auto meets = [&](const Solution& s) {
       double e = 0;
