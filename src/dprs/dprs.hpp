@@ -20,7 +20,6 @@
 
 #include <cstddef>
 #include <limits>
-#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -131,8 +130,9 @@ std::vector<Solution> error_time_hull(const CostGraph& graph, const std::vector<
 struct BudgetSearch {
   int max_checks = 12;                ///< calls of `meets` at most
   double faster_than = kInfinity;     ///< a passing path known elsewhere (another search's): slower ones are never checked
-  /// Paths less than this fraction faster than one that passed are not
-  /// checked (0: the hull's every path; the tuner's times are no finer).
+  /// Paths less than this fraction faster than one that passed (or than
+  /// faster_than) are not checked (0: the hull's every path; the tuner's
+  /// times are no finer).
   double resolution = 0;
 };
 
@@ -159,8 +159,8 @@ template <class Meets>
 Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vector<double>>& node_error,
                             Meets&& meets, const BudgetSearch& search, const Options& options) {
   std::vector<Solution> hull = error_time_hull(graph, node_error, options);
-  std::size_t n = 0;  // the hull's paths faster than search.faster_than: a prefix
-  while (n < hull.size() && hull[n].total < search.faster_than) ++n;
+  std::size_t n = 0;  // the hull's paths faster than search.faster_than by the resolution: a prefix
+  while (n < hull.size() && hull[n].total < search.faster_than * (1 - search.resolution)) ++n;
   if (n == 0 || search.max_checks <= 0) return Solution{};
   int checks = 0;
   auto passes = [&](std::size_t i) { return ++checks, static_cast<bool>(meets(static_cast<const Solution&>(hull[i]))); };

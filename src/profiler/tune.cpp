@@ -1080,7 +1080,7 @@ struct Tuner {
           return timed("validation samples", candidate, [&] { return accuracy_ok(path); }) &&
                  timed("calibration samples", candidate, [&] { return confirmed(path); });
         },
-        {.max_checks = 10, .faster_than = fastest * (1 - kBudgetResolution), .resolution = kBudgetResolution});
+        {.max_checks = 10, .faster_than = fastest, .resolution = kBudgetResolution});
     core::debug("accuracy budget: the search's DPRS solves took {:.2f} s",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - search_start).count() - checking_s);
     if (!sol.feasible) return std::nullopt;
