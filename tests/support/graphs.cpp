@@ -70,10 +70,24 @@ core::Graph multi_io_graph() {
   return g;
 }
 
+namespace {
+// The test process's scratch directory, removed when the process exits normally (a forked child that
+// exits through _exit or a signal leaves it to its parent).
+struct ScratchDir {
+  pid_t owner = ::getpid();
+  std::filesystem::path path = std::filesystem::temp_directory_path() / fmt::format("softneuro-test-{}", owner);
+  ~ScratchDir() {
+    if (::getpid() != owner) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+}  // namespace
+
 std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("softneuro-test-{}", ::getpid());
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static const ScratchDir scratch;
+  std::filesystem::create_directories(scratch.path);
+  return (scratch.path / name).string();
 }
 
 std::shared_ptr<core::RoutineRegistry> registry_with(std::vector<std::unique_ptr<Routine>> extra) {
