@@ -13,13 +13,24 @@
 
 namespace softneuro::fuzz {
 
+namespace {
+// Removed when the process exits normally; a crash leaves it beside the crashing input.
+struct ScratchDir {
+  pid_t owner = ::getpid();
+  std::filesystem::path path = std::filesystem::temp_directory_path() / fmt::format("softneuro-fuzz-{}", owner);
+  std::string text = path.string();
+  ScratchDir() { std::filesystem::create_directories(path); }
+  ~ScratchDir() {
+    if (::getpid() != owner) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+}  // namespace
+
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    auto d = std::filesystem::temp_directory_path() / fmt::format("softneuro-fuzz-{}", ::getpid());
-    std::filesystem::create_directories(d);
-    return d.string();
-  }();
-  return dir;
+  static const ScratchDir dir;
+  return dir.text;
 }
 
 std::string write_scratch(const std::string& name, const uint8_t* data, std::size_t size) {
