@@ -382,8 +382,13 @@ void Executor::prepare_step(Step& step) {
 }
 
 void Executor::prepare_fused_pair(std::size_t t) {
-  Step& a = *steps_[t - 1];
   Step& b = *steps_[t];
+  // The step it computes, and the adapt of that step's output between them
+  // it makes unneeded, if any (PlanBuilder::fuse_pairs).
+  Step& a = *steps_[b.fused_previous_step];
+  Step* via = nullptr;
+  for (std::size_t u = b.fused_previous_step + 1; u < t; ++u)
+    if (steps_[u]->fused_into == b.name) via = steps_[u].get();
   std::unique_ptr<PreparedRoutine> both;
   try {
     both = b.routine.routine->prepare_with_previous(a.info, *a.routine.routine, a.params, b.info, b.routine.schema,
@@ -397,22 +402,30 @@ void Executor::prepare_fused_pair(std::size_t t) {
     a.fused_into.clear();
     b.fuses = b.fuses_previous = false;
     prepare_step(a);
+    if (via) {
+      via->fused_into.clear();
+      prepare_step(*via);
+    }
     prepare_step(b);
     return;
   }
   b.prepared = std::move(both);
   // a's inputs, then b's others (prepare_with_previous's order).
+  const int between = via ? via->output_blobs[0] : a.output_blobs[0];
   std::vector<int> inputs = a.input_blobs;
   for (int s : b.input_blobs)
-    if (s != a.output_blobs[0]) inputs.push_back(s);
+    if (s != between) inputs.push_back(s);
   b.input_blobs = std::move(inputs);
   for (int s : a.input_blobs) {
     int& last = slots_[static_cast<std::size_t>(s)].last;
     last = std::max(last, static_cast<int>(t));
   }
-  slots_[static_cast<std::size_t>(a.output_blobs[0])].kind = BlobKind::unwritten;
-  a.prepared = std::make_unique<ComputedElsewhere>();
-  a.output_blobs.clear();
+  for (Step* s : {&a, via}) {
+    if (!s) continue;
+    slots_[static_cast<std::size_t>(s->output_blobs[0])].kind = BlobKind::unwritten;
+    s->prepared = std::make_unique<ComputedElsewhere>();
+    s->output_blobs.clear();
+  }
 }
 
 void Executor::prepare_gate(Step& m) {

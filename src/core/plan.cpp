@@ -837,22 +837,43 @@ void PlanBuilder::build(const std::map<std::string, Shape>& shapes) {
 }
 
 void PlanBuilder::fuse_pairs() {
-  // A step and the one after it, which reads its one output (and maybe other
-  // blobs) and is that blob's only reader, as one prepared routine (oneDNN's
-  // 1x1 + depthwise pair, a first convolution reading the plain image its adapt
-  // would copy, a convolution adding its result to a residual).
+  // A step and the next layer's step, which reads its one output (and maybe
+  // other blobs) and is that blob's only reader, as one prepared routine
+  // (oneDNN's 1x1 + depthwise pair, a first convolution reading the plain
+  // image its adapt would copy, a convolution adding its result to a
+  // residual). Adapts of other blobs may run between them, and one adapt of
+  // the output itself that only the second reads: the pair then computes
+  // across the two schemas (a bfloat16 convolution writing the float32
+  // residual sum), and that adapt runs nothing.
   std::vector<bool> absorbed(steps_.size(), false);  // a step already computing the one before it
+  auto reads = [](const Step& s, int blob) { return std::count(s.input_blobs.begin(), s.input_blobs.end(), blob); };
   for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
     Step& a = *steps_[t];
-    Step& b = *steps_[t + 1];
-    // b reads a's one output once, and maybe other blobs (a residual add's other operand).
-    if (b.layer->type == "adapt" || !a.parent.empty() || !b.parent.empty() || absorbed[t] ||
-        a.output_blobs.size() != 1 || std::count(b.input_blobs.begin(), b.input_blobs.end(), a.output_blobs[0]) != 1 ||
-        !(a.routine.schema == b.routine.schema))
-      continue;
-    const BlobSlot& between = slots_[static_cast<std::size_t>(a.output_blobs[0])];
-    // Read by b alone: not a net output, no adapted copy, no later reader.
-    if (between.kind != BlobKind::planned || between.last != static_cast<int>(t) + 1) continue;
+    if (!a.parent.empty() || absorbed[t] || a.output_blobs.size() != 1) continue;
+    const int out = a.output_blobs[0];
+    // The adapts after a layer's step, the one converting its output (`via`), the step after them.
+    std::size_t u = t + 1;
+    int via = -1;
+    bool other_reader = false;
+    for (; a.layer->type != "adapt" && u < steps_.size() && steps_[u]->layer->type == "adapt" && steps_[u]->parent.empty();
+         ++u)
+      if (reads(*steps_[u], out)) {
+        other_reader = other_reader || via >= 0;
+        via = static_cast<int>(u);
+      }
+    if (u == steps_.size() || other_reader) continue;
+    Step& b = *steps_[u];
+    if (b.layer->type == "adapt" || !b.parent.empty()) continue;
+    const int read = via >= 0 ? steps_[static_cast<std::size_t>(via)]->output_blobs[0] : out;
+    if (reads(b, read) != 1 || (via < 0 && !(a.routine.schema == b.routine.schema))) continue;
+    // Read by b alone (through `via`): not a net output, no other adapted copy, no later reader.
+    const BlobSlot& between = slots_[static_cast<std::size_t>(out)];
+    if (between.kind != BlobKind::planned || between.last != (via >= 0 ? via : static_cast<int>(u))) continue;
+    if (via >= 0) {
+      const BlobSlot& copy = slots_[static_cast<std::size_t>(read)];
+      if (copy.kind != BlobKind::planned || copy.last != static_cast<int>(u) || !(copy.schema == b.routine.schema))
+        continue;
+    }
     bool fuses = false;
     try {
       fuses = b.routine.routine->fuses_previous(a.info, *a.routine.routine, a.params, b.info, b.routine.schema, b.params);
@@ -861,11 +882,13 @@ void PlanBuilder::fuse_pairs() {
             e.what());
     }
     if (!fuses) continue;
-    debug("'{}' and '{}' run as one step of {}: blob '{}' is never written", a.name, b.name, b.routine.descriptor,
-          between.name);
+    debug("'{}' and '{}' run as one step of {}: blob '{}' is never written{}", a.name, b.name, b.routine.descriptor,
+          between.name, via >= 0 ? fmt::format(" (nor its {} copy)", b.routine.schema.to_string()) : std::string());
     b.fuses = b.fuses_previous = true;
+    b.fused_previous_step = t;
     a.fused_into = b.name;
-    absorbed[t + 1] = true;
+    if (via >= 0) steps_[static_cast<std::size_t>(via)]->fused_into = b.name;
+    absorbed[u] = true;
   }
 }
 

@@ -48,6 +48,7 @@ struct Step {
   /// The plan's fusion, which the executor prepares: this step and the one
   /// before it as one (Routine::fuses_previous, prepare_with_previous)...
   bool fuses_previous = false;
+  std::size_t fused_previous_step = 0;  ///< with fuses_previous: the index of the step it computes
   /// ...or this two-input step with input `gated` computed from the other by
   /// `table`, which the steps `chain` (one-input table steps, first applied
   /// first) compose (Routine::int8_table, gates_by_table).

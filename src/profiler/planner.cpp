@@ -113,21 +113,23 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
       if (p.fused_with_previous.empty() || i == 0 || profiles[i - 1].layer->outputs.size() != 1 ||
           profiles[i - 1].layer->outputs[0] != in || source.at(in) != plan.node_of[i - 1])
         continue;
-      // One step instead of two: the pair's cost against the two best apart, and a step's dispatch.
+      // One step instead of two (and no adapt between them): the pair's cost
+      // against the two best apart and a step's dispatch, where less than the edge's.
       auto& edge = plan.edges.back();
+      auto& cost = g.edges.back().adapt;
       edge.consumer_profile = static_cast<int>(i);
-      edge.fused.assign(static_cast<std::size_t>(S), nullptr);
-      std::vector<double> saving(static_cast<std::size_t>(S), 0.0);
+      edge.fused.assign(static_cast<std::size_t>(S * S), nullptr);
       for (const auto& f : p.fused_with_previous) {
         if (!profiles[i - 1].find(f.previous_descriptor, f.previous_params) || !p.find(f.descriptor, f.params)) continue;
-        const auto s = static_cast<std::size_t>(index(f.schema));
-        const double d = p.cost(f, integrated) - best[i - 1][s] - best[i][s] - step_ms;
-        if (d < saving[s]) {
-          saving[s] = d;
-          edge.fused[s] = &f;
+        const auto a = static_cast<std::size_t>(index(f.previous_schema)), b = static_cast<std::size_t>(index(f.schema));
+        const std::size_t k = a * static_cast<std::size_t>(S) + b;
+        if (cost[k] == kInf) continue;
+        const double d = p.cost(f, integrated) - best[i - 1][a] - best[i][b] - step_ms;
+        if (d < cost[k]) {
+          cost[k] = d;
+          edge.fused[k] = &f;
         }
       }
-      for (int s = 0; s < S; ++s) g.edges.back().adapt[static_cast<std::size_t>(s * S + s)] += saving[static_cast<std::size_t>(s)];
     }
     for (const auto& o : p.layer->outputs) produced(o, node);
   }
@@ -153,7 +155,7 @@ PlannedPath read_path(const Plan& plan, const dprs::Solution& solution, const st
     const auto& edge = plan.edges[e];
     if (edge.consumer_profile < 0) continue;
     const int a = schema_of(plan.graph.edges[e].from), b = schema_of(plan.graph.edges[e].to);
-    const FusedPair* f = a == b ? edge.fused[static_cast<std::size_t>(b)] : nullptr;
+    const FusedPair* f = edge.fused[static_cast<std::size_t>(a * S + b)];
     if (!f) continue;
     const auto i = static_cast<std::size_t>(edge.consumer_profile);
     const Measured* previous = profiles[i - 1].find(f->previous_descriptor, f->previous_params);
@@ -168,7 +170,9 @@ PlannedPath read_path(const Plan& plan, const dprs::Solution& solution, const st
     const auto& edge = plan.graph.edges[e];
     const int a = schema_of(edge.from), b = schema_of(edge.to);
     if (a == b) continue;
-    double ms = edge.adapt[static_cast<std::size_t>(a * S + b)];
+    // An adapt a fused pair makes unneeded: its time is in the pair's.
+    const bool fused = !plan.edges[e].fused.empty() && plan.edges[e].fused[static_cast<std::size_t>(a * S + b)];
+    double ms = fused ? 0 : edge.adapt[static_cast<std::size_t>(a * S + b)];
     // The executor converts a blob from one schema to another once, whoever reads it.
     if (!converted.insert({plan.edges[e].blob, a, b}).second) {
       out.predicted_ms -= ms;

@@ -20,7 +20,8 @@ struct Plan {
     std::string consumer;  ///< a layer, "output", or "" for the blob's shared copy
     std::vector<AdaptPick> picks;  ///< S*S, as in graph.edges
     /// Where the edge runs from the layer profiled before `consumer_profile`
-    /// to it: per schema, the fused pair its diagonal is priced by (nullptr: apart).
+    /// to it: per pair of schemas (S*S, as the adapt costs), the fused pair
+    /// that prices it (nullptr: apart).
     int consumer_profile = -1;
     std::vector<const FusedPair*> fused;
   };
@@ -35,8 +36,10 @@ struct Plan {
 /// runs it. `step_ms` is added to every layer and adapt (each step's dispatch
 /// beyond its own time, measured in context). Two consecutive layers a
 /// routine runs as one step (LayerProfile::fused_with_previous) are priced so:
-/// their edge's cost in a schema is lowered by what the pair saves there
-/// against the two layers' best candidates apart.
+/// their edge's cost for a pair of schemas (the same, or two a routine
+/// computes across: a bfloat16 convolution and a float32 add) becomes the
+/// pair's time less the two layers' best candidates apart there, where that
+/// is less than the adapt between them.
 Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>& profiles, Profiler& profiler,
                 bool integrated, double step_ms = 0, const Profiler::Progress& progress = {});
 

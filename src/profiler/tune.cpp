@@ -207,7 +207,8 @@ struct Tuner {
       const Schema from = Schema::parse(a.from_schema), to = Schema::parse(a.to_schema);
       for (const auto& source : {a.blob, a.blob + "@" + from.to_string()})
         if (auto it = r.per_step.find(core::adapt_step_name(source, a.consumer, to)); it != r.per_step.end()) {
-          prof.record_adapt_in_context(a.blob, a.consumer, from, to, it->second);
+          // (One a fused pair made unneeded ran nothing: its time is the pair's, not the adapt's.)
+          if (!r.fused_away.count(it->first)) prof.record_adapt_in_context(a.blob, a.consumer, from, to, it->second);
           break;
         }
     }

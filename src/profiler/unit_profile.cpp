@@ -295,9 +295,9 @@ double Profiler::time_routine(const Routine& r, const Schema& s, const LayerInfo
 /// The median time of a prepared routine reading blobs in schema `in` and
 /// writing blobs in `out` (device work synchronised inside the timed region).
 double Profiler::time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
-                               const std::string& key, double cutoff_ms) {
+                               const std::string& key, double cutoff_ms, const Schema* first_in) {
   std::vector<Blob> ins, outs;
-  for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, in, rng_));
+  for (const auto& shape : info.input_shapes) ins.push_back(random_blob(shape, ins.empty() && first_in ? *first_in : in, rng_));
   for (const auto& shape : info.output_shapes) outs.push_back(random_blob(shape, out, rng_));
   // A gather's indices are whole numbers within the gathered dim (random
   // values would be refused): random rows, as token ids read them.
@@ -897,14 +897,15 @@ void Profiler::measure_fused_pairs(std::vector<LayerProfile>& profiles) {
     for (const auto& mb : b.measured) {
       if (mb.unit_ms == kInf || !mb.children.empty()) continue;
       for (const auto& ma : a.measured) {
-        if (ma.unit_ms == kInf || !ma.children.empty() || !(ma.cand.schema == mb.cand.schema)) continue;
+        // (Across two schemas where b's routine computes a's output in its own: the adapt between them runs nothing.)
+        if (ma.unit_ms == kInf || !ma.children.empty() || ma.cand.schema.device != mb.cand.schema.device) continue;
         bool fuses = false;
         try {
           fuses = mb.cand.routine->fuses_previous(a.info, *ma.cand.routine, ma.params, b.info, mb.cand.schema, mb.params);
         } catch (const std::exception&) {
         }
         if (!fuses) continue;
-        FusedPair f{ma.cand.descriptor, mb.cand.descriptor, ma.params, mb.params, mb.cand.schema, kInf, 0,
+        FusedPair f{ma.cand.descriptor, mb.cand.descriptor, ma.params, mb.params, ma.cand.schema, mb.cand.schema, kInf, 0,
                     ma.cache_key + "+" + mb.cache_key};
         // A pair read from the cache beside members measured now (fresh, or
         // spot-checked and found off) would compare unevenly: measured again.
@@ -919,7 +920,8 @@ void Profiler::measure_fused_pairs(std::vector<LayerProfile>& profiles) {
             core::info("'{}' + '{}': {} cannot prepare them as one step: {}", a.layer->name, b.layer->name,
                        mb.cand.descriptor, e.what());
           }
-          return prepared ? time_prepared(*prepared, mb.cand.schema, mb.cand.schema, pair, f.cache_key) : kInf;
+          return prepared ? time_prepared(*prepared, mb.cand.schema, mb.cand.schema, pair, f.cache_key, 0, &ma.cand.schema)
+                          : kInf;
         };
         bool from_disk = false;
         if (auto hit = stale ? std::nullopt : cached(f.cache_key, &from_disk)) {

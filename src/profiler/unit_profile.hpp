@@ -82,7 +82,7 @@ struct Measured {
 struct FusedPair {
   std::string previous_descriptor, descriptor;
   RoutineParams previous_params, params;
-  Schema schema;
+  Schema previous_schema, schema;  ///< the two candidates' (a bfloat16 convolution, a float32 add)
   double unit_ms = kInf;
   double integrated_ms = 0;  ///< the two steps' time in a whole-net run, where one ran them fused
   std::string cache_key;
@@ -245,8 +245,9 @@ class Profiler {
   void check_in_group(const std::string& group, const std::function<bool()>& measure_again);
   /// Gives the times measured since the window opened the machine's load over it.
   void close_load_window();
+  /// `first_in`: the first input's schema where it is not `in` (a fused pair across two schemas).
   double time_prepared(PreparedRoutine& prepared, const Schema& in, const Schema& out, const LayerInfo& info,
-                       const std::string& key, double cutoff_ms = 0);
+                       const std::string& key, double cutoff_ms = 0, const Schema* first_in = nullptr);
   /// Candidates of a layer (or childnet child) the rules allow, measured over their parameter spaces.
   std::vector<Measured> measure_candidates(const LayerInfo& info, const std::vector<core::Candidate>& cands, int depth);
   double childnet_cost(const Routine& r, const Schema& schema, const LayerInfo& info, const RoutineParams& params,

@@ -1,6 +1,7 @@
 // The planner: a blob several layers read is converted once (its shared copy is
 // a node of the cost graph), the path read back names every adapt with the
 // schema it converts from, and the executor runs exactly those conversions.
+#include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "profiler/planner.hpp"
@@ -399,4 +400,88 @@ TEST_CASE("cached fused pairs beside cached members are spot-checked and measure
     CHECK(f.unit_ms < 100.0);
   }
   std::filesystem::remove_all(dir);
+}
+
+// A hybrid path's bfloat16 convolution before a float32 residual add ran as
+// three steps (the convolution, a cast of its output, the add): the add's
+// routine computes the pair as one step across the two schemas, the
+// convolution writing float32 onto the residual. Priced by DPRS as that step
+// (no cast), planned so, computing the float32 net's values to bfloat16's precision.
+TEST_CASE("a bfloat16 convolution and the float32 add after it are priced and run as one step, no cast between",
+          "[tune][planner]") {
+  if (!core::cpu_features().avx512_bf16) {
+    WARN("no bfloat16 instructions on this CPU: not checked");
+    return;
+  }
+  auto net = detail::WorkingModel::build(residual_graph());
+  TuneOptions opt;
+  opt.cache_dir = "-";
+  opt.unit_budget_ms = 0.2;
+  profiler::Rules rules;
+  rules.schemas = {"cpu:float32:*", "cpu:bfloat16:*"};
+  profiler::Profiler prof(*net, opt, rules, "test", [](const char*, int, int, const std::string&) {});
+  auto profiles = prof.unit_profile();
+  REQUIRE(profiles.size() == 2);
+  prof.measure_fused_pairs(profiles);
+  const Schema bf16{Device::cpu, DType::bfloat16, Layout::nchw16c}, f32{Device::cpu, DType::float32, Layout::nchw16c};
+  const profiler::FusedPair* across = nullptr;
+  for (const auto& f : profiles[1].fused_with_previous)
+    if (f.previous_schema == bf16 && f.schema == f32) across = &f;
+  REQUIRE(across);
+  const profiler::FusedPair pair = *across;
+  INFO(pair.previous_descriptor << " + " << pair.descriptor);
+  CHECK(pair.unit_ms < profiler::kInf);
+
+  // The convolution in bfloat16, the add in float32: 1 ms each apart, 0.6 as one step.
+  only(profiles[0], bf16);
+  only(profiles[1], f32);
+  for (auto& m : profiles[0].measured)
+    m.unit_ms = m.cand.descriptor == pair.previous_descriptor && m.params == pair.previous_params ? 1.0 : 5.0;
+  for (auto& m : profiles[1].measured) m.unit_ms = m.cand.descriptor == pair.descriptor && m.params == pair.params ? 1.0 : 5.0;
+  profiles[1].fused_with_previous = {pair};
+  profiles[1].fused_with_previous[0].unit_ms = 0.6;
+  const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, false, /*step_ms=*/0.01);
+  const dprs::Solution sol = dprs::solve(plan.graph);
+  REQUIRE(sol.feasible);
+  const profiler::PlannedPath planned = profiler::read_path(plan, sol, profiles, false, "here");
+  CHECK(planned.path.routines[0].descriptor == pair.previous_descriptor);
+  CHECK(planned.path.routines[1].descriptor == pair.descriptor);
+  CHECK(planned.path.routines[0].predicted_ms == 0);
+  CHECK(planned.path.routines[1].predicted_ms == Approx(0.6));
+  // The cast of c the pair makes unneeded costs nothing; the others (x's, y's) what they cost.
+  double adapts = 0;
+  bool c_cast = false;
+  for (const auto& a : planned.path.adapts) {
+    adapts += a.predicted_ms;
+    if (a.blob == "c") {
+      c_cast = true;
+      CHECK(a.predicted_ms == 0);
+    }
+  }
+  CHECK(c_cast);
+  CHECK(planned.predicted_ms == Approx(0.6 + 0.01 + adapts));
+
+  // The plan runs the pair as one step, its cast computed by it too.
+  core::Executor exec(core::build_plan(net->graph, net->tuning, net->shapes, &planned.path, net->plan_options(false)));
+  int fused_steps = 0;
+  for (const auto& s : exec.steps()) {
+    UNSCOPED_INFO(s->name << " " << s->routine.descriptor << " fused into '" << s->fused_into << "'");
+    if (s->name == "conv" || s->name.rfind("adapt:c", 0) == 0) fused_steps += s->fused_into == "add";
+  }
+  CHECK(fused_steps == 2);
+
+  // Its values: the float32 net's, within bfloat16's rounding of x and the weights.
+  core::Tuning tuning;
+  tuning.routine_path = planned.path;
+  Model tuned = detail::make_model(net->graph, tuning), plain_net = detail::make_model(residual_graph());
+  std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 32, 14, 14}, 0.0007f, -2.0f)}};
+  const auto got = test::values(Session(tuned).run(in)[0].blob), want = test::values(Session(plain_net).run(in)[0].blob);
+  REQUIRE(got.size() == want.size());
+  float scale = 0, worst = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    scale = std::max(scale, std::abs(want[k]));
+    worst = std::max(worst, std::abs(got[k] - want[k]));
+  }
+  CHECK(worst <= 0.02f * scale);
+  CHECK(worst > 0);  // computed in bfloat16 indeed
 }

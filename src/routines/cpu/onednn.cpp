@@ -207,11 +207,13 @@ class Onednn final : public Routine {
 
   bool fuses_previous(const LayerInfo& previous, const Routine& previous_routine, const RoutineParams&,
                       const LayerInfo& info, const Schema&, const RoutineParams&) const override {
-    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, true, false); }) {
-      if (!pairs_with(previous, previous_routine)) return false;
+    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, kForm, true, false); }) {
+      const std::optional<Form> previous_form = pairs_with(previous, previous_routine);
+      if (!previous_form) return false;
       try {
         match_threads(info);
-        return Op::plan_with_previous(previous, info, kForm, previous.layer->type == "adapt", false).has_value();
+        return Op::plan_with_previous(previous, info, *previous_form, kForm, previous.layer->type == "adapt", false)
+            .has_value();
       } catch (const dnnl::error&) {
         return false;
       }
@@ -223,18 +225,19 @@ class Onednn final : public Routine {
   std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous, const Routine& previous_routine,
                                                          const RoutineParams&, const LayerInfo& info, const Schema&,
                                                          const RoutineParams&) const override {
-    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, true, true); }) {
-      if (!pairs_with(previous, previous_routine)) return nullptr;
+    if constexpr (requires { Op::plan_with_previous(previous, info, kForm, kForm, true, true); }) {
+      const std::optional<Form> previous_form = pairs_with(previous, previous_routine);
+      if (!previous_form) return nullptr;
       const bool adapt = previous.layer->type == "adapt";
       try {
         match_threads(info);
-        std::optional<Plan> plan = Op::plan_with_previous(previous, info, kForm, adapt, true);
+        std::optional<Plan> plan = Op::plan_with_previous(previous, info, *previous_form, kForm, adapt, true);
         if (!plan) return nullptr;
         core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
                     kSchema.to_string(), plan->steps.back().pd.impl_info_str());
         auto prepared = std::make_unique<Prepared>(std::move(*plan));
-        prepared->set_replan([previous, info, adapt] {
-          std::optional<Plan> again = Op::plan_with_previous(previous, info, kForm, adapt, true);
+        prepared->set_replan([previous, info, adapt, form = *previous_form] {
+          std::optional<Plan> again = Op::plan_with_previous(previous, info, form, kForm, adapt, true);
           if (!again) throw Error("oneDNN cannot plan the pair for one thread");
           return std::move(*again);
         });
@@ -248,18 +251,28 @@ class Onednn final : public Routine {
   }
 
  private:
-  /// A layer before it on this very routine (same operation, layout, data
-  /// type), or the adapt that brought its input into this layout; an add, a
-  /// oneDNN convolution in its schema (any data type).
-  bool pairs_with(const LayerInfo& previous, const Routine& previous_routine) const {
-    if (!previous.layer) return false;
+  /// The form `previous` computes in where it pairs with this layer: a layer
+  /// before it on this very routine (same operation, layout, data type), or
+  /// the adapt that brought its input into this layout; an add, a oneDNN
+  /// convolution in its layout, in its data type or (a float32 add) in
+  /// bfloat16, whose output it then writes in float32 (a hybrid path's
+  /// residual: no cast between them).
+  std::optional<Form> pairs_with(const LayerInfo& previous, const Routine& previous_routine) const {
+    if (!previous.layer) return std::nullopt;
     if (Op::kType == "add") {
       const auto ss = previous_routine.schemas();
-      return previous.layer->type == "conv2" && previous_routine.layer_type() == "conv2" &&
-             previous_routine.algorithm() == "onednn" && std::find(ss.begin(), ss.end(), kSchema) != ss.end();
+      if (previous.layer->type != "conv2" || previous_routine.layer_type() != "conv2" ||
+          previous_routine.algorithm() != "onednn" || ss.size() != 1)
+        return std::nullopt;
+      const Schema& s = ss[0];
+      if (s == kSchema) return kForm;
+      if (s.device == Device::cpu && s.layout == L && D == DType::float32 && s.dtype == DType::bfloat16)
+        return Form{L, dt::bf16};
+      return std::nullopt;
     }
-    if (D != DType::float32) return false;
-    return previous.layer->type == "adapt" || &previous_routine == this;
+    if (D != DType::float32) return std::nullopt;
+    if (previous.layer->type == "adapt" || &previous_routine == this) return kForm;
+    return std::nullopt;
   }
 };
 
@@ -282,9 +295,11 @@ struct Conv2 {
   /// `plain_input`: the input arrives plain (an adapt to `l` taken in: plan_with_previous).
   /// `residual_add`: an add after it (its LayerInfo) whose other operand is
   /// input 1 of the fused step: a sum post-op onto the output, which starts
-  /// as that operand, then the add's activation.
+  /// as that operand, then the add's activation; `out_act`: the output's
+  /// data type where it is not the input's (the add's).
   static Plan plan(const LayerInfo& info, Form l, bool prepare, bool plain_input = false,
-                   const LayerInfo* residual_add = nullptr) {
+                   const LayerInfo* residual_add = nullptr, dt out_act = dt::undef) {
+    const Form o{l.layout, out_act == dt::undef ? l.act : out_act};
     const Layer& layer = *info.layer;
     const Window2d g = core::conv2_window(layer, info.input_shapes[0]);
     const Activation act = core::fused_activation(layer, true);
@@ -300,18 +315,18 @@ struct Conv2 {
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::f32, tag::x) : dnnl::memory::desc();
     Plan p;
     dnnl::post_ops ops;
-    fuse_activation(ops, p, act, info, info.output_shapes[0], l);
+    fuse_activation(ops, p, act, info, info.output_shapes[0], o);
     if (residual_add) {
       // (An activation run after the steps would come after the sum: not this.)
       if (p.after.kind != Activation::none) throw Error("the convolution's activation runs after it");
       ops.append_sum(1.0f);
-      fuse_activation(ops, p, core::fused_activation(*residual_add->layer), *residual_add, info.output_shapes[0], l);
+      fuse_activation(ops, p, core::fused_activation(*residual_add->layer), *residual_add, info.output_shapes[0], o);
       if (p.after.kind != Activation::none) throw Error("the add's activation runs after it");
       p.accumulate = 1;
     }
     auto make_pd = [&](const dnnl::memory::desc& src) {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        src, w_any, b_md, act_md(info.output_shapes[0], l), {g.sh, g.sw},
+                                        src, w_any, b_md, act_md(info.output_shapes[0], o), {g.sh, g.sw},
                                         {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
       return dnnl::convolution_forward::primitive_desc(d, make_attr(&ops), cpu_engine());
     };
@@ -375,8 +390,9 @@ struct Conv2 {
   /// arena). Same speed as the two apart (16->96@112 then 3x3 s2: 0.329 against
   /// 0.327 ms); nullopt where oneDNN would fuse only in its reference code.
   /// `prepare` false: whether they fuse, nothing bound (the plan's question).
-  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& next, Form l, bool adapt,
-                                                bool prepare) {
+  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& next, Form previous_form,
+                                                Form l, bool adapt, bool prepare) {
+    if (previous_form.layout != l.layout || previous_form.act != l.act) return std::nullopt;
     if (adapt) return plan_from_plain(previous, next, l, prepare);
     const LayerInfo& info = previous;
     const Layer& pw = *info.layer;
@@ -901,8 +917,10 @@ struct Binary {
   /// kernels with it, not with a binary post-op). The fused step reads the
   /// convolution's input, then the other operand (input 1), whose memory the
   /// executor gives the output where nothing reads it after (ResNet's blocks).
-  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& info, Form l, bool adapt,
-                                                bool prepare) {
+  /// The convolution computes in `previous_form` (bfloat16 before a float32
+  /// add: its output and the sum in float32).
+  static std::optional<Plan> plan_with_previous(const LayerInfo& previous, const LayerInfo& info, Form previous_form,
+                                                Form l, bool adapt, bool prepare) {
     if constexpr (K::kAlg != dnnl::algorithm::binary_add) {
       return std::nullopt;
     } else {
@@ -910,9 +928,9 @@ struct Binary {
       if (info.input_shapes.size() != 2 || info.input_shapes[0] != info.input_shapes[1] ||
           info.input_shapes[0] != info.output_shapes[0] || core::requantizes_as_tflite(*info.layer))
         return std::nullopt;
-      if (!Conv2::check(previous, l)) return std::nullopt;
+      if (!Conv2::check(previous, previous_form)) return std::nullopt;
       try {
-        Plan p = Conv2::plan(previous, l, prepare, false, &info);
+        Plan p = Conv2::plan(previous, previous_form, prepare, false, &info, l.act);
         if (p.steps.size() != 1 || is_reference(p.steps[0].pd)) return std::nullopt;
         return p;
       } catch (const Error&) {
