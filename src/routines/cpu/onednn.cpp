@@ -255,8 +255,8 @@ class Onednn final : public Routine {
   /// before it on this very routine (same operation, layout, data type), or
   /// the adapt that brought its input into this layout; an add, a oneDNN
   /// convolution in its layout, in its data type or (a float32 add) in
-  /// bfloat16, whose output it then writes in float32 (a hybrid path's
-  /// residual: no cast between them).
+  /// bfloat16 or qint8 (s8), whose output it then writes in float32 (a hybrid
+  /// path's residual: no cast or dequantisation between them).
   std::optional<Form> pairs_with(const LayerInfo& previous, const Routine& previous_routine) const {
     if (!previous.layer) return std::nullopt;
     if (Op::kType == "add") {
@@ -268,6 +268,9 @@ class Onednn final : public Routine {
       if (s == kSchema) return kForm;
       if (s.device == Device::cpu && s.layout == L && D == DType::float32 && s.dtype == DType::bfloat16)
         return Form{L, dt::bf16};
+      if (s.device == Device::cpu && s.layout == L && D == DType::float32 && s.dtype == DType::qint8 &&
+          (L == Layout::nhwc || L == Layout::nchw))
+        return Form{L, dt::s8};
       return std::nullopt;
     }
     if (D != DType::float32) return std::nullopt;
@@ -928,6 +931,7 @@ struct Binary {
       if (info.input_shapes.size() != 2 || info.input_shapes[0] != info.input_shapes[1] ||
           info.input_shapes[0] != info.output_shapes[0] || core::requantizes_as_tflite(*info.layer))
         return std::nullopt;
+      if (previous_form.act == dt::s8) return onednn_common::int8_conv_sum(previous, info, l.layout, prepare);
       if (!Conv2::check(previous, previous_form)) return std::nullopt;
       try {
         Plan p = Conv2::plan(previous, previous_form, prepare, false, &info, l.act);

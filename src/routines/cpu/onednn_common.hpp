@@ -533,4 +533,11 @@ class Prepared final : public PreparedRoutine {
   std::unique_ptr<Prepared> single_;
   bool single_failed_ = false;
 };
+
+/// A cpu:qint8 oneDNN convolution (`conv`, in layout `l`) and the float32 add
+/// after it (`add`) as one step: the int8 products scaled to real values,
+/// written in float32 onto the add's other operand (input 1 of the step) by a
+/// sum post-op, then the add's activation; nullopt where oneDNN cannot (its
+/// reference code). In onednn_int8.cpp.
+std::optional<Plan> int8_conv_sum(const LayerInfo& conv, const LayerInfo& add, Layout l, bool prepare);
 }  // namespace softneuro::onednn_common

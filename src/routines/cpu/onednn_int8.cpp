@@ -397,12 +397,15 @@ struct Conv2 {
     return epilogue_ok(*info.layer);
   }
 
-  static Plan plan(const LayerInfo& info, Layout l, bool prepare) {
+  /// `residual_add`: a float32 add after it whose other operand is input 1 of
+  /// the step (int8_conv_sum): the output in float32, real values (no output
+  /// quantisation), summed onto that operand, then the add's activation.
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare, const LayerInfo* residual_add = nullptr) {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     const Shape& out = info.output_shapes[0];
     const Window2d g = core::conv2_window(layer, in);
-    const TQ qi = in_q(info, 0), qo = out_q(info);
+    const TQ qi = in_q(info, 0), qo = residual_add ? TQ{1.0f, 0} : out_q(info);
     const Blob& w = layer.weight("weight");
     const Blob* bias = layer.find_weight("bias");
     // Weights are quantised in prepare only; supports() builds the primitive with
@@ -410,13 +413,25 @@ struct Conv2 {
     LazyQuant quant{w, g.oc, std::nullopt};
     const auto qw = prepare ? weight_scales(info, quant) : nullptr;
     Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi, qo, false);
+    Plan p;
+    const dt out_dt = residual_add ? dt::f32 : dt::s8;
+    if (residual_add) {
+      // Real values (scale s_in·s_w, out scale 1): the conv's activation as it is, the sum, the add's.
+      ep.ops = dnnl::post_ops();
+      append_activation(ep.ops, core::fused_activation(layer), false);
+      ep.ops.append_sum(1.0f);
+      const Activation a = core::fused_activation(*residual_add->layer);
+      if (residual_add->keep_nan && drops_nan(a)) throw Error("the add's activation would drop NaN");
+      append_activation(ep.ops, a, false);
+      p.accumulate = 1;
+    }
 
     const Dims wd = g.group > 1 ? Dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw} : Dims{g.oc, g.c, g.kh, g.kw};
     const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::s32, tag::x) : dnnl::memory::desc();
     auto make_pd = [&](Layout act_layout) {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                         act(in, act_layout), dnnl::memory::desc(wd, dt::s8, tag::any), b_md,
-                                        act(out, act_layout), {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl},
+                                        act(out, act_layout, out_dt), {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl},
                                         {g.pb, g.pr});
       dnnl::primitive_attr attr = attr_base();
       attr.set_output_scales(1 << 1, ep.scales);
@@ -426,10 +441,9 @@ struct Conv2 {
       return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
     };
     dnnl::convolution_forward::primitive_desc pd = make_pd(l);
-    Plan p;
     if (qw) p.shared.push_back(qw);  // kept, so that a tuned file stores it
     Mem src = in0, dst = out0;
-    if (l == Layout::nchw && is_reference(pd)) {
+    if (l == Layout::nchw && is_reference(pd) && !residual_add) {
       // nchw int8 is oneDNN's reference code: go through nhwc temporaries.
       dnnl::convolution_forward::primitive_desc nhwc = make_pd(Layout::nhwc);
       if (!is_reference(nhwc)) {
@@ -715,4 +729,18 @@ const bool g_registered = [] {
 }();
 
 }  // namespace
+
+std::optional<onednn_common::Plan> onednn_common::int8_conv_sum(const LayerInfo& conv, const LayerInfo& add, Layout l,
+                                                                 bool prepare) {
+  if (conv.layer->type != "conv2" || conv.input_shapes.size() != 1 || !calibrated(conv)) return std::nullopt;
+  if (!int8_weights_exact() || !Conv2::check(conv, l)) return std::nullopt;
+  try {
+    Plan p = Conv2::plan(conv, l, prepare, &add);
+    if (p.steps.size() != 1 || is_reference(p.steps[0].pd)) return std::nullopt;
+    return p;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace softneuro
