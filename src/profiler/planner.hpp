@@ -24,6 +24,9 @@ struct Plan {
     /// that prices it (nullptr: apart).
     int consumer_profile = -1;
     std::vector<const FusedPair*> fused;
+    /// Per pair of schemas, where the two best candidates would run as one
+    /// step: the fastest two that run apart, where cheaper than any pair.
+    std::vector<std::pair<const Measured*, const Measured*>> apart;
   };
   std::vector<Edge> edges;  ///< parallel to graph.edges
 };
