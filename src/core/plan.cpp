@@ -849,7 +849,7 @@ void PlanBuilder::fuse_pairs() {
   auto reads = [](const Step& s, int blob) { return std::count(s.input_blobs.begin(), s.input_blobs.end(), blob); };
   for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
     Step& a = *steps_[t];
-    if (!a.parent.empty() || absorbed[t] || a.output_blobs.size() != 1) continue;
+    if (!a.parent.empty() || absorbed[t] || !a.fused_into.empty() || a.output_blobs.size() != 1) continue;
     const int out = a.output_blobs[0];
     // The adapts after a layer's step, the one converting its output (`via`), the step after them.
     std::size_t u = t + 1;
@@ -863,7 +863,7 @@ void PlanBuilder::fuse_pairs() {
       }
     if (u == steps_.size() || other_reader) continue;
     Step& b = *steps_[u];
-    if (b.layer->type == "adapt" || !b.parent.empty()) continue;
+    if (b.layer->type == "adapt" || !b.parent.empty() || absorbed[u]) continue;
     const int read = via >= 0 ? steps_[static_cast<std::size_t>(via)]->output_blobs[0] : out;
     if (reads(b, read) != 1 || (via < 0 && !(a.routine.schema == b.routine.schema))) continue;
     // Read by b alone (through `via`): not a net output, no other adapted copy, no later reader.

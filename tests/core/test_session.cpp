@@ -1243,3 +1243,75 @@ TEST_CASE("every plan of a session is sized for the session's threads, whatever 
   detail::ShapedExecutors library(detail::impl_of(model), SessionOptions{});
   CHECK(library.at({{"input", Shape{1, 4, 8, 8}}}).plan().options.threads == core::library_threads());
 }
+
+namespace {
+// An add that says it computes the step before it too, but cannot prepare the pair.
+class RefusesPair final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "add"; }
+  std::string_view algorithm() const override { return "refuses_pair"; }
+  std::vector<Schema> schemas() const override { return {Schema{}}; }
+  Support supports(const LayerInfo& info, const Schema&) const override {
+    return info.input_shapes.size() == 2 && info.input_shapes[0] == info.input_shapes[1] ? Support::yes()
+                                                                                        : Support::no("same shapes only");
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    struct Run final : PreparedRoutine {
+      void run(const RunArgs& a) override {
+        const float *x = a.inputs[0]->data_as<float>(), *y = a.inputs[1]->data_as<float>();
+        float* z = a.outputs[0]->data_as<float>();
+        for (int64_t i = 0; i < a.inputs[0]->numel(); ++i) z[i] = x[i] + y[i];
+      }
+    };
+    return std::make_unique<Run>();
+  }
+  bool fuses_previous(const LayerInfo&, const Routine&, const RoutineParams&, const LayerInfo&, const Schema&,
+                      const RoutineParams&) const override {
+    return true;
+  }
+};
+}  // namespace
+
+// The plan fuses a step with the next layer's across the adapt of its output
+// (another schema: a bfloat16 convolution and a float32 add); where the routine
+// then cannot prepare them as one, the three steps run apart, adapt included.
+TEST_CASE("a pair planned across an adapt that cannot be prepared as one runs apart, the adapt too", "[session]") {
+  const auto relus = registered_routines("relu");
+  if (std::find(relus.begin(), relus.end(), std::string("cpu:float32:nchw8c/onednn")) == relus.end()) return;
+  core::Graph g;
+  g.name = "pair_fallback";
+  g.inputs = {{"x", Shape{1, 16, 6, 6}, DType::float32}};
+  Layer relu = test::make_layer("relu", {}, {}, 1, 1, "r");
+  relu.inputs = {"x"};
+  relu.outputs = {"rx"};
+  Layer add = test::make_layer("add", {}, {}, 2, 1, "a");
+  add.inputs = {"rx", "x"};
+  add.outputs = {"y"};
+  g.layers = {relu, add};
+  g.outputs = {"y"};
+  core::Tuning tuning;
+  tuning.routine_path.routines = {{"r", "cpu:float32:nchw8c/onednn", {}, 0, 0}, {"a", "cpu/refuses_pair", {}, 0, 0}};
+  const Model model = detail::make_model(g, tuning, {}, test::registry_with(std::make_unique<RefusesPair>()));
+  const auto& impl = detail::impl_of(model);
+  const core::Plan plan = core::build_plan(impl.graph, impl.tuning, impl.shapes, nullptr, impl.plan_options());
+  std::map<std::string, const core::Step*> planned;
+  for (const auto& st : plan.steps) {
+    UNSCOPED_INFO(st->name << " " << st->routine.descriptor);
+    planned[st->name] = st.get();
+  }
+  REQUIRE(planned.count("r"));
+  if (planned.at("r")->routine.descriptor != "cpu:float32:nchw8c/onednn") return;  // oneDNN's reference code here
+  CHECK(planned.at("r")->fused_into == "a");
+  CHECK(planned.at("adapt:rx->a")->fused_into == "a");
+  CHECK(planned.at("a")->fuses_previous);
+
+  Session s(model);
+  for (const auto& l : s.layers()) {
+    INFO(l.name);
+    CHECK(l.fused_into.empty());
+  }
+  const Blob x = test::iota_blob(Shape{1, 16, 6, 6}, 0.01f, -2.0f);
+  const auto y = test::values(s.run(std::vector<NamedBlob>{{"x", x}})[0].blob);
+  const auto xs = test::values(x);
+  for (std::size_t i = 0; i < xs.size(); ++i) CHECK(y[i] == std::max(0.0f, xs[i]) + xs[i]);
+}
