@@ -62,6 +62,17 @@ void only(profiler::LayerProfile& p, const Schema& schema) {
   p.measured = std::move(keep);
 }
 
+/// profiles[0] and [1] priced: the pair's two candidates `members` ms each
+/// apart, every other candidate `others`, the pair `as_one` as one step.
+void price_pair(std::vector<profiler::LayerProfile>& profiles, const profiler::FusedPair& pair, double members,
+                double others, double as_one) {
+  for (auto& m : profiles[0].measured)
+    m.unit_ms = m.cand.descriptor == pair.previous_descriptor && m.params == pair.previous_params ? members : others;
+  for (auto& m : profiles[1].measured) m.unit_ms = m.cand.descriptor == pair.descriptor && m.params == pair.params ? members : others;
+  profiles[1].fused_with_previous = {pair};
+  profiles[1].fused_with_previous[0].unit_ms = as_one;
+}
+
 /// fork_graph unit-profiled, r0 kept to plain nchw candidates and r1, r2 to nchw8c ones.
 struct ForkProfiles {
   std::shared_ptr<detail::WorkingModel> net = detail::WorkingModel::build(fork_graph());
@@ -304,11 +315,7 @@ TEST_CASE("the planner prices two layers one routine computes as one step at tha
   // In the pair's schema: the pair's candidates 1 ms each apart, every other
   // candidate 0.5, the pair 0.6 as one step.
   for (auto& p : profiles) only(p, pair.schema);
-  for (auto& m : profiles[0].measured)
-    m.unit_ms = m.cand.descriptor == pair.previous_descriptor && m.params == pair.previous_params ? 1.0 : 0.5;
-  for (auto& m : profiles[1].measured) m.unit_ms = m.cand.descriptor == pair.descriptor && m.params == pair.params ? 1.0 : 0.5;
-  profiles[1].fused_with_previous = {pair};
-  profiles[1].fused_with_previous[0].unit_ms = 0.6;
+  price_pair(profiles, pair, 1.0, 0.5, 0.6);
 
   const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, false, /*step_ms=*/0.01);
   const dprs::Solution sol = dprs::solve(plan.graph);
@@ -346,9 +353,7 @@ TEST_CASE("the planner prices two layers one routine computes as one step at tha
   // ResNet50 ran a 6 ms step it had priced at 0.7. Priced as the pair, the
   // next fastest two that run apart win (1.0 each).
   if (profiles[0].measured.size() < 2 || profiles[1].measured.size() < 2) return;
-  for (auto& m : profiles[0].measured)
-    m.unit_ms = m.cand.descriptor == pair.previous_descriptor && m.params == pair.previous_params ? 0.5 : 1.0;
-  for (auto& m : profiles[1].measured) m.unit_ms = m.cand.descriptor == pair.descriptor && m.params == pair.params ? 0.5 : 1.0;
+  price_pair(profiles, pair, 0.5, 1.0, 3.0);
   const profiler::Plan slow_plan = profiler::build_plan(*net, profiles, prof, false, 0.01);
   const profiler::PlannedPath slow = profiler::read_path(slow_plan, dprs::solve(slow_plan.graph), profiles, false, "here");
   const bool took_pair = slow.path.routines[0].descriptor == pair.previous_descriptor &&
@@ -455,11 +460,7 @@ TEST_CASE("a bfloat16 convolution and the float32 add after it are priced and ru
   // The convolution in bfloat16, the add in float32: 1 ms each apart, 0.6 as one step.
   only(profiles[0], bf16);
   only(profiles[1], f32);
-  for (auto& m : profiles[0].measured)
-    m.unit_ms = m.cand.descriptor == pair.previous_descriptor && m.params == pair.previous_params ? 1.0 : 5.0;
-  for (auto& m : profiles[1].measured) m.unit_ms = m.cand.descriptor == pair.descriptor && m.params == pair.params ? 1.0 : 5.0;
-  profiles[1].fused_with_previous = {pair};
-  profiles[1].fused_with_previous[0].unit_ms = 0.6;
+  price_pair(profiles, pair, 1.0, 5.0, 0.6);
   const profiler::Plan plan = profiler::build_plan(*net, profiles, prof, false, /*step_ms=*/0.01);
   const dprs::Solution sol = dprs::solve(plan.graph);
   REQUIRE(sol.feasible);
