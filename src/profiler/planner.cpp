@@ -213,9 +213,19 @@ PlannedPath read_path(const Plan& plan, const dprs::Solution& solution, const st
     const auto& edge = plan.graph.edges[e];
     const int a = schema_of(edge.from), b = schema_of(edge.to);
     if (a == b) continue;
-    // An adapt a fused pair makes unneeded: its time is in the pair's.
-    const bool fused = !plan.edges[e].fused.empty() && plan.edges[e].fused[static_cast<std::size_t>(a * S + b)];
-    double ms = fused ? 0 : edge.adapt[static_cast<std::size_t>(a * S + b)];
+    // An adapt a fused pair makes unneeded: its time is in the pair's. Where
+    // the edge took two candidates apart instead of the two best, their extra
+    // is in the layers' times, not the adapt's.
+    const auto k = static_cast<std::size_t>(a * S + b);
+    const bool fused = !plan.edges[e].fused.empty() && plan.edges[e].fused[k];
+    double ms = fused ? 0 : edge.adapt[k];
+    if (!plan.edges[e].apart.empty())
+      if (const auto [x, y] = plan.edges[e].apart[k]; x && y) {
+        const auto i = static_cast<std::size_t>(plan.edges[e].consumer_profile);
+        const LayerProfile &q = profiles[i - 1], &p = profiles[i];
+        ms -= q.cost(*x, integrated) + p.cost(*y, integrated) -
+              q.cost(*q.best_in(x->cand.schema, integrated), integrated) - p.cost(*p.best_in(y->cand.schema, integrated), integrated);
+      }
     // The executor converts a blob from one schema to another once, whoever reads it.
     if (!converted.insert({plan.edges[e].blob, a, b}).second) {
       out.predicted_ms -= ms;

@@ -482,6 +482,29 @@ TEST_CASE("a bfloat16 convolution and the float32 add after it are priced and ru
   CHECK(c_cast);
   CHECK(planned.predicted_ms == Approx(0.6 + 0.01 + adapts));
 
+  // Slower as one step than two others apart: those two, the cast priced as
+  // the cast. (A second candidate each where the schema has one: the same
+  // routine under other parameters, which no measured pair names.)
+  {
+    for (auto& p : profiles)
+      if (p.measured.size() < 2) {
+        p.measured.push_back(p.measured.front());
+        p.measured.back().params.push_back({"other", 1});
+      }
+    price_pair(profiles, pair, 0.5, 1.0, 3.0);
+    const profiler::Plan slow_plan = profiler::build_plan(*net, profiles, prof, false, 0.01);
+    const profiler::PlannedPath slow = profiler::read_path(slow_plan, dprs::solve(slow_plan.graph), profiles, false, "here");
+    CHECK_FALSE(profiles[1].fused_pair(slow.picks[0], slow.picks[1]));
+    double slow_adapts = 0;
+    for (const auto& a : slow.path.adapts) {
+      slow_adapts += a.predicted_ms;
+      if (a.blob == "c") CHECK(a.predicted_ms < 0.5);
+    }
+    // (One of the pair's candidates with another of the next layer's is no pair: 0.5 + 1.0.)
+    CHECK(slow.path.routines[0].predicted_ms + slow.path.routines[1].predicted_ms == Approx(1.5));
+    CHECK(slow.predicted_ms == Approx(1.5 + 0.02 + slow_adapts));
+  }
+
   // The plan runs the pair as one step, its cast computed by it too.
   core::Executor exec(core::build_plan(net->graph, net->tuning, net->shapes, &planned.path, net->plan_options(false)));
   int fused_steps = 0;
