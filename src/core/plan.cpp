@@ -851,16 +851,16 @@ void PlanBuilder::fuse_pairs() {
     Step& a = *steps_[t];
     if (!a.parent.empty() || absorbed[t] || !a.fused_into.empty() || a.output_blobs.size() != 1) continue;
     const int out = a.output_blobs[0];
-    // The adapts after a layer's step, the one converting its output (`via`), the step after them.
+    // After a layer's step: the adapts, the one converting its output (`via`), the step after them.
     std::size_t u = t + 1;
     int via = -1;
     bool other_reader = false;
-    for (; a.layer->type != "adapt" && u < steps_.size() && steps_[u]->layer->type == "adapt" && steps_[u]->parent.empty();
-         ++u)
-      if (reads(*steps_[u], out)) {
-        other_reader = other_reader || via >= 0;
-        via = static_cast<int>(u);
-      }
+    if (a.layer->type != "adapt")
+      for (; u < steps_.size() && steps_[u]->layer->type == "adapt" && steps_[u]->parent.empty(); ++u)
+        if (reads(*steps_[u], out)) {
+          other_reader = other_reader || via >= 0;
+          via = static_cast<int>(u);
+        }
     if (u == steps_.size() || other_reader) continue;
     Step& b = *steps_[u];
     if (b.layer->type == "adapt" || !b.parent.empty() || absorbed[u]) continue;

@@ -266,11 +266,9 @@ class Onednn final : public Routine {
         return std::nullopt;
       const Schema& s = ss[0];
       if (s == kSchema) return kForm;
-      if (s.device == Device::cpu && s.layout == L && D == DType::float32 && s.dtype == DType::bfloat16)
-        return Form{L, dt::bf16};
-      if (s.device == Device::cpu && s.layout == L && D == DType::float32 && s.dtype == DType::qint8 &&
-          (L == Layout::nhwc || L == Layout::nchw))
-        return Form{L, dt::s8};
+      if (s.device != Device::cpu || s.layout != L || D != DType::float32) return std::nullopt;
+      if (s.dtype == DType::bfloat16) return Form{L, dt::bf16};
+      if (s.dtype == DType::qint8 && (L == Layout::nhwc || L == Layout::nchw)) return Form{L, dt::s8};
       return std::nullopt;
     }
     if (D != DType::float32) return std::nullopt;
