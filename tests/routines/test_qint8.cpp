@@ -755,6 +755,47 @@ TEST_CASE("int8 conv2: oneDNN's, ours and XNNPACK's round exactly alike", "[qint
   if (compared == 0) WARN("no int8 conv routine besides XNNPACK's runs here");
 }
 
+// A relu's output (zero point -128) reaches oneDNN's 3x3 convolution as u8
+// with no zero point, its sign bits flipped in the step's workspace (its
+// brgemm kernels; s8 with a zero point ran the older jit_int8 one): the padded
+// borders stay exact (u8 0 is real 0), and the results equal our exact GEMM
+// routine's bit for bit, for activations at both ends, strides 1 and 2,
+// batches, and for zero points where the flip does not apply.
+TEST_CASE("int8 conv2: oneDNN's on inputs with zero point -128 equals ours bit for bit", "[qint8][routines]") {
+  Schema schema;
+  const Routine* onednn = core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/onednn", &schema);
+  if (!onednn || !core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/qint8", &schema)) return;  // aarch64
+  std::mt19937 rng(11);
+  int compared = 0;
+  for (const int zp : {-128, -128, -5}) {
+    for (const int64_t stride : {1, 2}) {
+      const int64_t c = 32, oc = 48, n = stride == 1 ? 2 : 1;
+      std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+      Blob w = Blob::allocate({oc, c, 3, 3});
+      for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng);
+      Blob b = Blob::allocate({oc});
+      for (int64_t i = 0; i < oc; ++i) b.data_as<float>()[i] = u(rng);
+      Layer l = test::make_layer("conv2",
+                                 {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{stride, stride}},
+                                  {"act", std::string("relu")}},
+                                 {{"weight", w}, {"bias", b}});
+      QBlob x = random_qblob({n, c, 13, 11}, rng, make_quant(0.02f, zp));
+      for (std::size_t i = 0; i < x.q.size(); i += 7) x.q[i] = static_cast<int8_t>(i % 2 ? 127 : -128);
+      const std::vector<QuantParams> oq{make_quant(0.05f, -128)};
+      QRun got = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/onednn");
+      if (!got.support) continue;  // oneDNN's needs VNNI
+      QRun want = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/qint8");
+      REQUIRE(want.support);
+      INFO("zero point " << zp << " stride " << stride);
+      int64_t differ = 0;
+      for (std::size_t i = 0; i < want.outputs[0].size(); ++i) differ += got.outputs[0][i] != want.outputs[0][i];
+      CHECK(differ == 0);
+      ++compared;
+    }
+  }
+  if (compared == 0) WARN("oneDNN's int8 conv does not run here (needs AVX-512 VNNI)");
+}
+
 TEST_CASE("cpu:qint8/qint8 lists u8s8 for int8 weights on 7 bits only",
           "[qint8][params]") {
   const auto& f = core::cpu_features();

@@ -359,6 +359,11 @@ struct Plan {
   /// The input the steps add onto output 0 (a sum post-op): copied into the
   /// output first where the executor did not give them one memory; -1: none.
   int accumulate = -1;
+  /// The temp that holds input 0 with each byte's sign bit flipped, written
+  /// before the steps: an s8 activation with zero point -128 (a relu's) is
+  /// then u8 with none, which oneDNN 2.6 convolves with its brgemm kernels;
+  /// -1: none.
+  int unsigned_input = -1;
 
   /// The common case: one primitive reading inputs and writing output 0.
   static Plan single(const dnnl::primitive_desc_base& pd, std::vector<std::pair<int, Mem>> args) {
@@ -386,6 +391,9 @@ inline bool is_reference(const dnnl::primitive_desc_base& pd) {
   return impl.substr(0, 3) == "ref";
 }
 
+/// Whether oneDNN picked one of its brgemm-based implementations ("brgconv", "brg:").
+inline bool is_brgemm(const dnnl::primitive_desc_base& pd) { return std::string_view(pd.impl_info_str()).starts_with("brg"); }
+
 /// The implementation oneDNN picked, or an empty view when none is "ref" (for supports()).
 inline std::string_view reference_impl(const Plan& p) {
   for (const auto& s : p.steps)
@@ -393,11 +401,24 @@ inline std::string_view reference_impl(const Plan& p) {
   return {};
 }
 
+/// y = x with each byte's top bit flipped (s8 <-> u8 shifted by 128).
+inline void flip_sign_bits(const uint8_t* x, uint8_t* y, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, x + i, 8);
+    w ^= 0x8080808080808080ull;
+    std::memcpy(y + i, &w, 8);
+  }
+  for (; i < n; ++i) y[i] = static_cast<uint8_t>(x[i] ^ 0x80u);
+}
+
 class Prepared final : public PreparedRoutine {
  public:
   explicit Prepared(Plan plan)
       : stream_(cpu_engine()), keep_(std::move(plan.keep)), shared_(std::move(plan.shared)), after_(plan.after),
-        after_shape_(std::move(plan.after_shape)), after_layout_(plan.after_layout), accumulate_(plan.accumulate) {
+        after_shape_(std::move(plan.after_shape)), after_layout_(plan.after_layout), accumulate_(plan.accumulate),
+        unsigned_input_(plan.unsigned_input) {
     // One oneDNN memory per blob, fixed memory and temporary, shared by the steps.
     std::vector<std::pair<Mem, dnnl_memory_t>> handles;
     for (const auto& m : plan.fixed) {
@@ -410,8 +431,10 @@ class Prepared final : public PreparedRoutine {
       workspace_bytes_ += (md.get_size() + 63) / 64 * 64;
       return mems_.back().get();
     };
-    for (std::size_t t = 0; t < plan.temps.size(); ++t)
+    for (std::size_t t = 0; t < plan.temps.size(); ++t) {
       handles.push_back({Mem{Mem::temp, static_cast<int>(t)}, workspace_memory(plan.temps[t])});
+      if (static_cast<int>(t) == unsigned_input_) unsigned_at_ = carved_.back().offset, unsigned_bytes_ = plan.temps[t].get_size();
+    }
     for (const auto& step : plan.steps) {
       Step s;
       s.prim = dnnl::primitive(step.pd.get());
@@ -464,6 +487,9 @@ class Prepared final : public PreparedRoutine {
       for (const Carved& c : carved_) set_handle(c.memory, static_cast<char*>(a.workspace) + c.offset);
       workspace_last_ = a.workspace;
     }
+    if (unsigned_input_ >= 0)
+      flip_sign_bits(static_cast<const uint8_t*>(a.inputs[0]->data()), static_cast<uint8_t*>(a.workspace) + unsigned_at_,
+                     unsigned_bytes_);
     dnnl_status_t st = dnnl_success;
     for (std::size_t i = 0; i < steps_.size() && st == dnnl_success; ++i)
       st = dnnl_primitive_execute(steps_[i].prim.get(), stream_.get(), static_cast<int>(steps_[i].args.size()),
@@ -529,6 +555,8 @@ class Prepared final : public PreparedRoutine {
   Shape after_shape_;
   Layout after_layout_;
   int accumulate_ = -1;
+  int unsigned_input_ = -1;
+  std::size_t unsigned_at_ = 0, unsigned_bytes_ = 0;
   std::function<Plan()> replan_;
   std::unique_ptr<Prepared> single_;
   bool single_failed_ = false;
