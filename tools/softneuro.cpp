@@ -221,7 +221,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   if (model.prepared_weight_bytes())
     fmt::print("prepared weights: {}, {}\n", human_bytes(model.prepared_weight_bytes()),
                model.prepared_weights_usable() ? "read in place here"
-                                               : "not for this library version or CPU (sessions derive the weights)");
+                                               : "not for this library build or CPU (sessions derive the weights)");
   const sn::Session session(model);
   fmt::print("memory: {} planned arena for {} of intermediate blobs\n\n", human_bytes(session.planned_bytes()),
              human_bytes(session.unplanned_bytes()));
@@ -816,7 +816,7 @@ int main(int argc, char** argv) {
       return args.empty() ? 2 : 0;
     }
     if (args[0] == "--version") {
-      fmt::print("softneuro {}\n", sn::version());
+      fmt::print("softneuro {} (sources {})\n", sn::version(), sn::source_digest());
       return 0;
     }
     std::string cmd = args[0];

@@ -288,6 +288,12 @@ int64_t contention_shrinks();
 /// The library's version, e.g. "0.1.0".
 const char* version();
 
+/// A digest of the sources this library was built from (its core, routines and
+/// adapts), 16 hex digits. Builds of one version from different sources differ
+/// here: a tuned file's prepared weights and the profile cache's timings are
+/// kept per digest, never read by a build that packs or computes differently.
+const char* source_digest();
+
 /// What identifies this device to a tuned path: "CPU model | ISA extensions
 /// routines dispatch on | logical CPUs", e.g. "AMD EPYC | avx2 fma f16c | 2 cpus".
 /// A file tuned on an equal fingerprint (Model::tuned_fingerprint) runs here as

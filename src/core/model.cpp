@@ -783,6 +783,8 @@ Session::PlanCounts Session::plan_counts() const {
 
 const char* version() { return SOFTNEURO_VERSION; }
 
+const char* source_digest() { return core::source_digest(); }
+
 std::string device_fingerprint() { return core::device_fingerprint(); }
 
 }  // namespace softneuro

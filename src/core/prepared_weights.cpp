@@ -1,6 +1,7 @@
 #include "core/prepared_weights.hpp"
 
 #include "core/device.hpp"
+#include "source_digest.hpp"  // generated
 
 #include <fmt/format.h>
 
@@ -53,13 +54,15 @@ std::optional<std::vector<const std::byte*>> unpack_arrays(const Blob& bytes, st
   return out;
 }
 
+const char* source_digest() { return SOFTNEURO_SOURCE_DIGEST; }
+
 std::string prepared_weights_tag() {
   // The fingerprint without its core count ("... | N cpus").
   std::string isa = device_fingerprint();
   if (auto bar = isa.rfind(" | "); bar != std::string::npos && isa.find(" cpus", bar) != std::string::npos)
     isa.resize(bar);
   if (auto bar = isa.find(" | "); bar != std::string::npos) isa = isa.substr(bar + 3);  // the CPU's name neither
-  return fmt::format("libsoftneuro {} | {}", SOFTNEURO_VERSION, isa);
+  return fmt::format("libsoftneuro {}+{} | {}", SOFTNEURO_VERSION, source_digest(), isa);
 }
 
 Blob save_float_blob(const Blob& b) {

@@ -33,8 +33,13 @@ std::span<const std::byte> array_bytes(const T* p, std::size_t n) {
 /// What keeps a view of `bytes` alive.
 inline std::shared_ptr<const void> owner_of(const Blob& bytes) { return std::make_shared<const Blob>(bytes); }
 
+/// The digest of the sources this library was built from (SOFTNEURO_SOURCE_DIGEST,
+/// cmake/source_digest.cmake): 16 hex digits.
+const char* source_digest();
+
 /// The tag a file's prepared weights carry and a loading library must match:
-/// its version and the CPU extensions it computes with (the cap included).
+/// its version, the digest of its sources (a packing may change within a
+/// version) and the CPU extensions it computes with (the cap included).
 /// Packings differ between these; not between core counts or CPU models.
 std::string prepared_weights_tag();
 

@@ -5,6 +5,7 @@
 #include "core/executor.hpp"
 #include "core/weight_quant.hpp"
 #include "core/model_impl.hpp"
+#include "core/prepared_weights.hpp"
 #include "profiler/profile_cache.hpp"
 #include "profiler/timing.hpp"
 #include "profiler/unit_profile.hpp"
@@ -148,6 +149,24 @@ std::map<std::string, double> cache_times(const std::string& dir) {
   return times;
 }
 }  // namespace
+
+// Builds of one version were told apart by nothing: a warm cache gave one build's
+// kernels the times another build's measured (a routine made faster kept its old
+// time), and a file's prepared weights were read by a build that packs otherwise.
+TEST_CASE("profile cache records and prepared weights are keyed by the sources the library was built from",
+          "[tune][cache]") {
+  const std::string digest = source_digest();
+  CHECK(digest.size() == 16);
+  CHECK(digest.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(digest == core::source_digest());
+  CHECK(core::prepared_weights_tag().find(fmt::format("{}+{} | ", version(), digest)) != std::string::npos);
+  const std::string dir = fresh_dir("cache-digest");
+  Model net = detail::make_model(test::chain_graph(3));
+  tune_and_keep(net, quick(dir));
+  const auto keys = cache_keys(dir);
+  REQUIRE_FALSE(keys.empty());
+  for (const auto& key : keys) CHECK(key.find(fmt::format("|v{}+{}|", version(), digest)) != std::string::npos);
+}
 
 // A warm cache once chose a path 1.5x slower than a cold tuning: times measured
 // under load, or under other quantisation, were reused as they were.
