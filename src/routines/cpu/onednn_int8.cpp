@@ -451,8 +451,12 @@ struct Conv2 {
     // sign bits, and oneDNN 2.6 convolves u8 without zero points with its
     // brgemm kernels where s8 with them gets its older jit_int8 one: ResNet50's
     // 3x3 convolutions on AVX-512 VNNI 0.15-0.21 ms against 0.29-0.36, the flip
-    // 0.005-0.06 ms. Not for 1x1 (brgemm either way: the gain is about the flip's).
-    if (qi.zp == -128 && l == Layout::nhwc && g.kh * g.kw > 1 && !is_brgemm(pd)) {
+    // 0.005-0.06 ms. 1x1 ones are brgemm either way, u8 without the zero
+    // point's compensation 10-20% faster: worth the flip (a byte of input per
+    // output channel's MAC) from 128 output channels (ResNet50's: 0.81-0.93x
+    // with it; with 64, 1.02-1.06x).
+    const bool pointwise_pays = g.kh * g.kw == 1 && g.oc >= 128;
+    if (qi.zp == -128 && l == Layout::nhwc && (pointwise_pays || (g.kh * g.kw > 1 && !is_brgemm(pd)))) {
       dnnl::convolution_forward::primitive_desc u8 = make_pd(l, true);
       if (is_brgemm(u8)) {
         pd = u8;
