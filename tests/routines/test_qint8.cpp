@@ -769,16 +769,18 @@ TEST_CASE("int8 conv2: oneDNN's on inputs with zero point -128 equals ours bit f
   int compared = 0;
   for (const int zp : {-128, -128, -5}) {
     for (const int64_t stride : {1, 2}) {
-      for (const int64_t k : {3, 1}) {  // 1x1 reads u8 from 128 output channels
-        const int64_t c = 32, oc = k == 3 ? 48 : 128, n = stride == 1 ? 2 : 1;
+      // 3x3, 1x1 (u8 from 128 output channels) and depthwise 3x3 (u8 at stride 1)
+      for (const int64_t k : {3, 1, 0}) {
+        const bool depthwise = k == 0;
+        const int64_t c = 32, oc = depthwise ? c : k == 3 ? 48 : 128, n = stride == 1 ? 2 : 1, kk = depthwise ? 3 : k;
         std::uniform_real_distribution<float> u(-0.3f, 0.3f);
-        Blob w = Blob::allocate({oc, c, k, k});
+        Blob w = Blob::allocate({oc, depthwise ? 1 : c, kk, kk});
         for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng);
         Blob b = Blob::allocate({oc});
         for (int64_t i = 0; i < oc; ++i) b.data_as<float>()[i] = u(rng);
         Layer l = test::make_layer("conv2",
-                                   {{"pads", std::vector<int64_t>(4, k / 2)}, {"strides", std::vector<int64_t>{stride, stride}},
-                                    {"act", std::string("relu")}},
+                                   {{"pads", std::vector<int64_t>(4, kk / 2)}, {"strides", std::vector<int64_t>{stride, stride}},
+                                    {"group", depthwise ? c : int64_t{1}}, {"act", std::string("relu")}},
                                    {{"weight", w}, {"bias", b}});
         QBlob x = random_qblob({n, c, 13, 11}, rng, make_quant(0.02f, zp));
         for (std::size_t i = 0; i < x.q.size(); i += 7) x.q[i] = static_cast<int8_t>(i % 2 ? 127 : -128);
@@ -787,7 +789,7 @@ TEST_CASE("int8 conv2: oneDNN's on inputs with zero point -128 equals ours bit f
         if (!got.support) continue;  // oneDNN's needs VNNI
         QRun want = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/qint8");
         REQUIRE(want.support);
-        INFO("zero point " << zp << " stride " << stride << " kernel " << k);
+        INFO("zero point " << zp << " stride " << stride << " kernel " << kk << (depthwise ? " depthwise" : ""));
         int64_t differ = 0;
         for (std::size_t i = 0; i < want.outputs[0].size(); ++i) differ += got.outputs[0][i] != want.outputs[0][i];
         CHECK(differ == 0);

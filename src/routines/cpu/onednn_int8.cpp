@@ -454,11 +454,15 @@ struct Conv2 {
     // 0.005-0.06 ms. 1x1 ones are brgemm either way, u8 without the zero
     // point's compensation 10-20% faster: worth the flip (a byte of input per
     // output channel's MAC) from 128 output channels (ResNet50's: 0.81-0.93x
-    // with it; with 64, 1.02-1.06x).
-    const bool pointwise_pays = g.kh * g.kw == 1 && g.oc >= 128;
-    if (qi.zp == -128 && l == Layout::nhwc && (pointwise_pays || (g.kh * g.kw > 1 && !is_brgemm(pd)))) {
+    // with it; with 64, 1.02-1.06x). Depthwise ones are jit_uni_x8s8s32x
+    // either way, u8 faster where the flip is no larger than the output (stride
+    // 1: MobileNetV2's 0.79-0.96x; stride 2: 1.02-1.13x).
+    const bool pointwise_pays = g.group == 1 && g.kh * g.kw == 1 && g.oc >= 128;
+    const bool grouped_pays = g.group > 1 && g.kh * g.kw > 1 && g.sh == 1 && g.sw == 1;
+    const bool dense_pays = g.group == 1 && g.kh * g.kw > 1 && !is_brgemm(pd);
+    if (qi.zp == -128 && l == Layout::nhwc && (pointwise_pays || grouped_pays || dense_pays)) {
       dnnl::convolution_forward::primitive_desc u8 = make_pd(l, true);
-      if (is_brgemm(u8)) {
+      if (g.group > 1 ? !is_reference(u8) : is_brgemm(u8)) {
         pd = u8;
         unsigned_src = true;
         p.temps.push_back(act(in, l, dt::u8));
