@@ -533,6 +533,56 @@ TEST_CASE("a bfloat16 convolution and the float32 add after it are priced and ru
 // Likewise a qint8 convolution before a float32 add: its int8 products scaled
 // to real values and summed onto the residual in float32, no dequantising
 // adapt and no rounding to the convolution's output scale between them.
+// A hybrid ResNet's bottleneck ends in a qint8 convolution and a qint8 add
+// with relu: three steps' traffic (the convolution's output written, read
+// back with the residual) as one oneDNN convolution summing onto the residual.
+TEST_CASE("a qint8 convolution and the qint8 add after it run as one step, rounded once", "[planner][qint8]") {
+  for (const int conv_operand : {0, 1}) {
+    core::Graph g = residual_graph();
+    g.layers[1].params["act"] = std::string("relu");
+    if (conv_operand == 1) g.layers[1].inputs = {"x", "c"};
+    core::Tuning tuning;
+    tuning.blob_quant["x"] = QuantParams{{2.0f / 255}, {3}, -1};
+    tuning.blob_quant["c"] = QuantParams{{0.013f}, {-7}, -1};
+    tuning.blob_quant["y"] = QuantParams{{0.02f}, {-128}, -1};
+    auto run = [&](const char* add_routine) {
+      tuning.routine_path.routines = {{"conv", "cpu:qint8:nhwc/onednn", {}, 0, 0}, {"add", add_routine, {}, 0, 0}};
+      Session s(detail::make_model(g, tuning));
+      std::map<std::string, LayerSummary> by_name;
+      for (const auto& l : s.layers()) by_name[l.name] = l;
+      std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 32, 14, 14}, 0.0003f, -0.95f)}};
+      return std::make_pair(by_name, test::values(s.run(in)[0].blob));
+    };
+    const auto [layers, fused] = run("cpu:qint8:nhwc/onednn");
+    if (layers.at("conv").descriptor != "cpu:qint8:nhwc/onednn") {
+      WARN("oneDNN's int8 convolution does not run on this CPU (no VNNI): not checked");
+      return;
+    }
+    INFO("the convolution's output is the add's input " << conv_operand);
+    CHECK(layers.at("conv").fused_into == "add");
+    const auto [apart_layers, apart] = run("cpu:qint8:nhwc/qint8");
+    CHECK(apart_layers.at("conv").fused_into.empty());
+    std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 32, 14, 14}, 0.0003f, -0.95f)}};
+    const auto want = test::values(Session(detail::make_model(g)).run(in)[0].blob);
+    REQUIRE(fused.size() == want.size());
+    float worst = 0, worst_apart = 0, apart_gap = 0;
+    double error = 0, error_apart = 0;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      worst = std::max(worst, std::abs(fused[k] - want[k]));
+      worst_apart = std::max(worst_apart, std::abs(apart[k] - want[k]));
+      apart_gap = std::max(apart_gap, std::abs(fused[k] - apart[k]));
+      error += std::abs(fused[k] - want[k]);
+      error_apart += std::abs(apart[k] - want[k]);
+    }
+    // Apart, the convolution's output is rounded to its scale (0.013 / 2) before
+    // the sum is to the output's (0.02 / 2): at most one output step between them.
+    CHECK(apart_gap <= 0.02f * 1.001f);
+    // Closer to float32 on the whole; an element's rounding may land either way.
+    CHECK(error < error_apart);
+    CHECK(worst <= worst_apart + 0.02f / 2);
+  }
+}
+
 TEST_CASE("a qint8 convolution and the float32 add after it run as one step, no dequantisation between", "[planner][qint8]") {
   core::Tuning tuning;
   tuning.blob_quant["x"] = QuantParams{{2.0f / 255}, {0}, -1};

@@ -74,9 +74,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -377,6 +377,54 @@ class OnednnQ final : public Routine {
     }
   }
 
+  bool fuses_previous(const LayerInfo& previous, const Routine& previous_routine, const RoutineParams&,
+                      const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    if constexpr (requires { Op::plan_with_previous(previous, info, L, false); }) {
+      if (!pairs_with(previous, previous_routine)) return false;
+      try {
+        match_threads(info);
+        return Op::plan_with_previous(previous, info, L, false).has_value();
+      } catch (const dnnl::error&) {
+        return false;
+      }
+    } else {
+      return false;
+    }
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous, const Routine& previous_routine,
+                                                         const RoutineParams&, const LayerInfo& info, const Schema&,
+                                                         const RoutineParams&) const override {
+    if constexpr (requires { Op::plan_with_previous(previous, info, L, true); }) {
+      if (!pairs_with(previous, previous_routine)) return nullptr;
+      try {
+        match_threads(info);
+        std::optional<Plan> plan = Op::plan_with_previous(previous, info, L, true);
+        if (!plan) return nullptr;
+        core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
+                    kSchema.to_string(), plan->steps.back().pd.impl_info_str());
+        auto prepared = std::make_unique<Prepared>(std::move(*plan));
+        prepared->set_replan([previous, info] {
+          std::optional<Plan> again = Op::plan_with_previous(previous, info, L, true);
+          if (!again) throw Error("oneDNN cannot plan the pair for one thread");
+          return std::move(*again);
+        });
+        return prepared;
+      } catch (const dnnl::error&) {
+        return nullptr;  // oneDNN cannot compute these two together: they run apart
+      }
+    } else {
+      return nullptr;
+    }
+  }
+
+ private:
+  /// A convolution before it on oneDNN's int8 routine in this layout.
+  bool pairs_with(const LayerInfo& previous, const Routine& previous_routine) const {
+    const auto ss = previous_routine.schemas();
+    return previous.layer && previous.layer->type == "conv2" && previous_routine.layer_type() == "conv2" &&
+           previous_routine.algorithm() == "onednn" && ss.size() == 1 && ss[0] == kSchema;
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -397,25 +445,48 @@ struct Conv2 {
     return epilogue_ok(*info.layer);
   }
 
-  /// `residual_add`: a float32 add after it whose other operand is input 1 of
-  /// the step (int8_conv_sum): the output in float32, real values (no output
-  /// quantisation), summed onto that operand, then the add's activation.
-  static Plan plan(const LayerInfo& info, Layout l, bool prepare, const LayerInfo* residual_add = nullptr) {
+  /// `residual_add`: an add after it whose other operand is input 1 of the
+  /// step. A float32 add (`residual` -1, int8_conv_sum): the output in
+  /// float32, real values (no output quantisation), summed onto that operand,
+  /// then the add's activation. A qint8 add (`residual` the add's input that
+  /// operand is): the sum in the add's output units, that operand's zero point
+  /// taken off, the add's activation, quantised to the add's output once (the
+  /// convolution's own output is never rounded to its scale).
+  static Plan plan(const LayerInfo& info, Layout l, bool prepare, const LayerInfo* residual_add = nullptr,
+                   int residual = -1) {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     const Shape& out = info.output_shapes[0];
     const Window2d g = core::conv2_window(layer, in);
-    const TQ qi = in_q(info, 0), qo = residual_add ? TQ{1.0f, 0} : out_q(info);
+    const bool quantised_sum = residual_add && residual >= 0;
+    const TQ qi = in_q(info, 0);
+    const TQ qo = !residual_add ? out_q(info) : quantised_sum ? out_q(*residual_add) : TQ{1.0f, 0};
     const Blob& w = layer.weight("weight");
     const Blob* bias = layer.find_weight("bias");
     // Weights are quantised in prepare only; supports() builds the primitive with
     // placeholder scales (their values do not change oneDNN's choice).
     LazyQuant quant{w, g.oc, std::nullopt};
     const auto qw = prepare ? weight_scales(info, quant) : nullptr;
-    Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi, qo, false);
+    // A quantised sum's zero point is added after it (the dst zero point).
+    Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi,
+                                quantised_sum ? TQ{qo.scale, 0} : qo, false);
     Plan p;
-    const dt out_dt = residual_add ? dt::f32 : dt::s8;
-    if (residual_add) {
+    const dt out_dt = residual_add && !quantised_sum ? dt::f32 : dt::s8;
+    if (quantised_sum) {
+      const TQ qr = in_q(*residual_add, static_cast<std::size_t>(residual));
+      ep.ops.append_sum(qr.scale / qo.scale, qr.zp, dt::s8);
+      const Activation a = core::fused_activation(*residual_add->layer);
+      if (a.kind != Activation::none && a.kind != Activation::relu && a.kind != Activation::clip)
+        throw Error("the add's activation is no clamp in int8");
+      // Clamped before the zero point is added, then rounded (as make_epilogue rounds).
+      if (a.kind != Activation::none) {
+        const Int8Bounds b = int8_bounds(a, qo);
+        ep.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, static_cast<float>(b.lo - qo.zp),
+                              static_cast<float>(b.hi - qo.zp));
+      }
+      if (qo.zp != 0) ep.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_round, 0.0f, 0.0f);
+      p.accumulate = 1;
+    } else if (residual_add) {
       // Real values (scale s_in·s_w, out scale 1): the conv's activation as it is, the sum, the add's.
       ep.ops = dnnl::post_ops();
       append_activation(ep.ops, core::fused_activation(layer), false);
@@ -686,6 +757,25 @@ struct Add {
                         {{DNNL_ARG_SRC_0, in0}, {DNNL_ARG_SRC_1, Mem{Mem::input, 1}}, {DNNL_ARG_DST, out0}});
   }
 
+  /// A convolution on this routine whose output is one operand, the other of
+  /// the same shape, as one convolution summing onto the other (Conv2::plan's
+  /// quantised residual add: oneDNN keeps its brgemm kernels with a sum
+  /// post-op). The step reads the convolution's input, then the other operand.
+  static std::optional<Plan> plan_with_previous(const LayerInfo& conv, const LayerInfo& info, Layout l, bool prepare) {
+    if (conv.layer->type != "conv2" || conv.input_shapes.size() != 1 || conv.layer->outputs.size() != 1) return std::nullopt;
+    if (info.input_shapes.size() != 2 || info.input_shapes[0] != info.output_shapes[0] || !check(info, l))
+      return std::nullopt;
+    const auto& ins = info.layer->inputs;
+    const int mine = ins[0] == conv.layer->outputs[0] ? 0 : ins[1] == conv.layer->outputs[0] ? 1 : -1;
+    if (mine < 0 || !calibrated(conv) || !calibrated(info) || !Conv2::check(conv, l)) return std::nullopt;
+    try {
+      Plan p = Conv2::plan(conv, l, prepare, &info, 1 - mine);
+      if (p.steps.size() != 1 || is_reference(p.steps[0].pd)) return std::nullopt;
+      return p;
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
 };
 
 // ---------------------------------------------------------------------------
