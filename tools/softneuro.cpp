@@ -735,11 +735,15 @@ int cmd_run(const std::vector<std::string>& args) {
   if (file.empty()) throw Usage("run needs a FILE");
   if (threads > 0) sn::set_num_threads(threads);
   const sn::Model model = sn::Model::load(file);
-  if (const sn::AccuracyCheck check = model.accuracy_check(); !check.checked())
+  if (const sn::AccuracyCheck check = model.accuracy_check(); !check.checked()) {
+    // Calibration samples alone do not check it under --accuracy none: the budget does.
+    const bool unbudgeted = check.recorded && check.budget == "none";
     fmt::print(stderr, "softneuro: warning: {} computes below float32 and its accuracy was never checked on real samples "
-                       "({}); tune it with --calibration DIR\n",
-               file, !check.recorded ? "tuned before records were kept" : check.budget == "none" ? "tuned with --accuracy none"
-                                                                                                  : "no samples recorded");
+                       "({}); tune it with --calibration DIR{}\n",
+               file, !check.recorded ? "tuned before records were kept" : unbudgeted ? "tuned with --accuracy none"
+                                                                                      : "no samples recorded",
+               unbudgeted ? " and an accuracy budget (the default, or --accuracy M:V)" : "");
+  }
   sn::Session session(model, session_options);
   for (const auto& [name, path] : output_files) model.output_shape(name);  // unknown names fail before running
 
