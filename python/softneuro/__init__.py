@@ -39,6 +39,12 @@ def version() -> str:
     return _core.version()
 
 
+def source_digest() -> str:
+    """A digest of the sources the library was built from (16 hex digits): what
+    tuned files' prepared weights and the profile cache are kept per."""
+    return _core.source_digest()
+
+
 def device_fingerprint() -> str:
     """What identifies this device to a tuned path ("CPU model | ISA extensions | logical CPUs"):
     a file whose Model.tuned_fingerprint equals it runs here as tuned."""
@@ -316,4 +322,4 @@ class Session:
         return {"built": built, "rebound": rebound}
 
 
-__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "chart_svg", "device_fingerprint", "import_onnx", "import_tflite", "load", "tune", "version"]
+__all__ = ["Error", "Model", "Session", "TuneReport", "TensorInfo", "chart_svg", "device_fingerprint", "import_onnx", "import_tflite", "load", "source_digest", "tune", "version"]

@@ -141,6 +141,7 @@ NB_MODULE(_core, m) {
   });
 
   m.def("version", [] { return std::string(softneuro::version()); });
+  m.def("source_digest", [] { return std::string(softneuro::source_digest()); });
   m.def("device_fingerprint", &softneuro::device_fingerprint);
 
   nb::class_<softneuro::Model>(m, "Model")

@@ -64,6 +64,7 @@ def mlp(tmp_path):
 
 def test_import_and_run_any_batch(mlp):
     assert softneuro.version() == softneuro.__version__
+    assert len(softneuro.source_digest()) == 16 and int(softneuro.source_digest(), 16) >= 0
     assert mlp.inputs[0].name == "x" and mlp.inputs[0].shape == [-1, 16]
     s = softneuro.Session(mlp, threads=1)
     for batch in (1, 5, 2):
