@@ -228,23 +228,11 @@ class Onednn final : public Routine {
     if constexpr (requires { Op::plan_with_previous(previous, info, kForm, kForm, true, true); }) {
       const std::optional<Form> previous_form = pairs_with(previous, previous_routine);
       if (!previous_form) return nullptr;
-      const bool adapt = previous.layer->type == "adapt";
-      try {
-        match_threads(info);
-        std::optional<Plan> plan = Op::plan_with_previous(previous, info, *previous_form, kForm, adapt, true);
-        if (!plan) return nullptr;
-        core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
-                    kSchema.to_string(), plan->steps.back().pd.impl_info_str());
-        auto prepared = std::make_unique<Prepared>(std::move(*plan));
-        prepared->set_replan([previous, info, adapt, form = *previous_form] {
-          std::optional<Plan> again = Op::plan_with_previous(previous, info, form, kForm, adapt, true);
-          if (!again) throw Error("oneDNN cannot plan the pair for one thread");
-          return std::move(*again);
-        });
-        return prepared;
-      } catch (const dnnl::error&) {
-        return nullptr;  // oneDNN cannot compute these two together: they run apart
-      }
+      match_threads(info);
+      return prepare_pair(previous, info, kSchema,
+                          [previous, info, adapt = previous.layer->type == "adapt", form = *previous_form] {
+                            return Op::plan_with_previous(previous, info, form, kForm, adapt, true);
+                          });
     } else {
       return nullptr;
     }

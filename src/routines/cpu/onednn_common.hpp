@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -569,6 +570,29 @@ class Prepared final : public PreparedRoutine {
   std::unique_ptr<Prepared> single_;
   bool single_failed_ = false;
 };
+
+/// Two layers as one prepared step: `make()` plans them (nullopt: oneDNN cannot
+/// compute them together), and plans them again for one thread where other
+/// processes hold the CPUs (Prepared::set_replan). nullptr: they run apart.
+template <class Make>
+std::unique_ptr<PreparedRoutine> prepare_pair(const LayerInfo& previous, const LayerInfo& info, const Schema& schema,
+                                              Make make) {
+  try {
+    std::optional<Plan> plan = make();
+    if (!plan) return nullptr;
+    core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name, schema.to_string(),
+                plan->steps.back().pd.impl_info_str());
+    auto prepared = std::make_unique<Prepared>(std::move(*plan));
+    prepared->set_replan([make] {
+      std::optional<Plan> again = make();
+      if (!again) throw Error("oneDNN cannot plan the pair for one thread");
+      return std::move(*again);
+    });
+    return prepared;
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
 
 /// A cpu:qint8 oneDNN convolution (`conv`, in layout `l`) and the float32 add
 /// after it (`add`) as one step: the int8 products scaled to real values,

@@ -397,22 +397,8 @@ class OnednnQ final : public Routine {
                                                          const RoutineParams&) const override {
     if constexpr (requires { Op::plan_with_previous(previous, info, L, true); }) {
       if (!pairs_with(previous, previous_routine)) return nullptr;
-      try {
-        match_threads(info);
-        std::optional<Plan> plan = Op::plan_with_previous(previous, info, L, true);
-        if (!plan) return nullptr;
-        core::debug("'{}' + '{}': {}/onednn runs oneDNN {}", previous.layer->name, info.layer->name,
-                    kSchema.to_string(), plan->steps.back().pd.impl_info_str());
-        auto prepared = std::make_unique<Prepared>(std::move(*plan));
-        prepared->set_replan([previous, info] {
-          std::optional<Plan> again = Op::plan_with_previous(previous, info, L, true);
-          if (!again) throw Error("oneDNN cannot plan the pair for one thread");
-          return std::move(*again);
-        });
-        return prepared;
-      } catch (const dnnl::error&) {
-        return nullptr;  // oneDNN cannot compute these two together: they run apart
-      }
+      match_threads(info);
+      return prepare_pair(previous, info, kSchema, [previous, info] { return Op::plan_with_previous(previous, info, L, true); });
     } else {
       return nullptr;
     }
