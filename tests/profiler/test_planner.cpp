@@ -533,6 +533,43 @@ TEST_CASE("a bfloat16 convolution and the float32 add after it are priced and ru
 // Likewise a qint8 convolution before a float32 add: its int8 products scaled
 // to real values and summed onto the residual in float32, no dequantising
 // adapt and no rounding to the convolution's output scale between them.
+TEST_CASE("a qint8 convolution and the float32 add after it run as one step, no dequantisation between", "[planner][qint8]") {
+  core::Tuning tuning;
+  tuning.blob_quant["x"] = QuantParams{{2.0f / 255}, {0}, -1};
+  tuning.blob_quant["c"] = QuantParams{{0.08f}, {3}, -1};
+  auto run = [&](const char* add_routine) {
+    tuning.routine_path.routines = {{"conv", "cpu:qint8:nhwc/onednn", {}, 0, 0}, {"add", add_routine, {}, 0, 0}};
+    Session s(detail::make_model(residual_graph(), tuning));
+    std::map<std::string, LayerSummary> by_name;
+    for (const auto& l : s.layers()) by_name[l.name] = l;
+    std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 32, 14, 14}, 0.0003f, -0.95f)}};
+    return std::make_pair(by_name, test::values(s.run(in)[0].blob));
+  };
+  const auto [layers, fused] = run("cpu:float32:nhwc/onednn");
+  if (layers.at("conv").descriptor != "cpu:qint8:nhwc/onednn") {
+    WARN("oneDNN's int8 convolution does not run on this CPU (no VNNI): not checked");
+    return;
+  }
+  CHECK(layers.at("conv").fused_into == "add");
+  int fused_adapts = 0;
+  for (const auto& [name, l] : layers) fused_adapts += l.type == "adapt" && l.fused_into == "add" && name.find(":c") != std::string::npos;
+  CHECK(fused_adapts == 1);
+  // Against float32, and against the two apart (dequantised between, cpu/ref's add).
+  std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 32, 14, 14}, 0.0003f, -0.95f)}};
+  const auto want = test::values(Session(detail::make_model(residual_graph())).run(in)[0].blob);
+  const auto [apart_layers, apart] = run("cpu/ref");
+  CHECK(apart_layers.at("conv").fused_into.empty());
+  REQUIRE(fused.size() == want.size());
+  float worst = 0, worst_apart = 0;
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    worst = std::max(worst, std::abs(fused[k] - want[k]));
+    worst_apart = std::max(worst_apart, std::abs(apart[k] - want[k]));
+  }
+  // The input's and weights' rounding alone; apart, the output's (0.08 / 2) too.
+  CHECK(worst < 0.06f);
+  CHECK(worst <= worst_apart + 1e-5f);
+}
+
 // A hybrid ResNet's bottleneck ends in a qint8 convolution and a qint8 add
 // with relu: three steps' traffic (the convolution's output written, read
 // back with the residual) as one oneDNN convolution summing onto the residual.
@@ -581,41 +618,4 @@ TEST_CASE("a qint8 convolution and the qint8 add after it run as one step, round
     CHECK(error < error_apart);
     CHECK(worst <= worst_apart + 0.02f / 2);
   }
-}
-
-TEST_CASE("a qint8 convolution and the float32 add after it run as one step, no dequantisation between", "[planner][qint8]") {
-  core::Tuning tuning;
-  tuning.blob_quant["x"] = QuantParams{{2.0f / 255}, {0}, -1};
-  tuning.blob_quant["c"] = QuantParams{{0.08f}, {3}, -1};
-  auto run = [&](const char* add_routine) {
-    tuning.routine_path.routines = {{"conv", "cpu:qint8:nhwc/onednn", {}, 0, 0}, {"add", add_routine, {}, 0, 0}};
-    Session s(detail::make_model(residual_graph(), tuning));
-    std::map<std::string, LayerSummary> by_name;
-    for (const auto& l : s.layers()) by_name[l.name] = l;
-    std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 32, 14, 14}, 0.0003f, -0.95f)}};
-    return std::make_pair(by_name, test::values(s.run(in)[0].blob));
-  };
-  const auto [layers, fused] = run("cpu:float32:nhwc/onednn");
-  if (layers.at("conv").descriptor != "cpu:qint8:nhwc/onednn") {
-    WARN("oneDNN's int8 convolution does not run on this CPU (no VNNI): not checked");
-    return;
-  }
-  CHECK(layers.at("conv").fused_into == "add");
-  int fused_adapts = 0;
-  for (const auto& [name, l] : layers) fused_adapts += l.type == "adapt" && l.fused_into == "add" && name.find(":c") != std::string::npos;
-  CHECK(fused_adapts == 1);
-  // Against float32, and against the two apart (dequantised between, cpu/ref's add).
-  std::vector<NamedBlob> in{{"x", test::iota_blob(Shape{1, 32, 14, 14}, 0.0003f, -0.95f)}};
-  const auto want = test::values(Session(detail::make_model(residual_graph())).run(in)[0].blob);
-  const auto [apart_layers, apart] = run("cpu/ref");
-  CHECK(apart_layers.at("conv").fused_into.empty());
-  REQUIRE(fused.size() == want.size());
-  float worst = 0, worst_apart = 0;
-  for (std::size_t k = 0; k < want.size(); ++k) {
-    worst = std::max(worst, std::abs(fused[k] - want[k]));
-    worst_apart = std::max(worst_apart, std::abs(apart[k] - want[k]));
-  }
-  // The input's and weights' rounding alone; apart, the output's (0.08 / 2) too.
-  CHECK(worst < 0.06f);
-  CHECK(worst <= worst_apart + 1e-5f);
 }
