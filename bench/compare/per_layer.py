@@ -41,6 +41,14 @@ def parse_shape(text):
     return [int(d) for d in text.lower().split("x")]
 
 
+def model_precision(path):
+    """'int8' where the file holds quantised operators (QDQ or QLinear*: the
+    peers then run int8), else 'fp32': the peers' labels say which."""
+    import onnx
+    ops = {n.op_type for n in onnx.load(path, load_external_data=False).graph.node}
+    return "int8" if ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"} else "fp32"
+
+
 def onnx_inputs(path, given):
     """The model's first input's name and a concrete shape (given dims, else 1 for the batch, 224 otherwise)."""
     import onnx
@@ -270,11 +278,12 @@ def main():
         np.save(files[n], a)
 
     runners, skipped = [], []
+    precision = model_precision(args.onnx)
     if "ort" not in args.skip:
         try:
-            runners.append(OrtRunner(args.onnx, args.threads, "ORT fp32"))
+            runners.append(OrtRunner(args.onnx, args.threads, f"ORT {precision}"))
         except ImportError as e:
-            skipped.append(f"ORT fp32 ({e})")
+            skipped.append(f"ORT {precision} ({e})")
     if args.onnx_int8 and "ort-int8" not in args.skip:
         try:
             runners.append(OrtRunner(args.onnx_int8, args.threads, "ORT int8"))
@@ -282,7 +291,7 @@ def main():
             skipped.append(f"ORT int8 ({e})")
     if "openvino" not in args.skip:
         try:
-            runners.append(OvRunner(args.onnx, args.threads, "OpenVINO fp32"))
+            runners.append(OvRunner(args.onnx, args.threads, f"OpenVINO {precision}"))
             if args.openvino_default:
                 runners.append(OvRunner(args.onnx, args.threads, "OpenVINO default", precision=None))
         except ImportError as e:
