@@ -72,7 +72,7 @@ Plan build_plan(const detail::WorkingModel& net, const std::vector<LayerProfile>
         cost[static_cast<std::size_t>(a * S + b)] = p.ms + (a != b && p.ms < kInf && !constant ? step_ms : 0);
       }
     g.add_edge(from, to, std::move(cost));
-    plan.edges.push_back({blob, consumer, std::move(picks), -1, {}});
+    plan.edges.push_back({blob, consumer, std::move(picks), -1, {}, {}});
   };
   std::map<std::string, int> source;  // blob -> the node its readers read it from
   auto produced = [&](const std::string& blob, int node) {

@@ -4,6 +4,8 @@
 #include "core/hash.hpp"
 #include "core/log.hpp"
 
+#include <softneuro/session.hpp>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -43,6 +45,8 @@ std::string format_record(const std::string& key, const ProfileCache::Entry& e) 
 }
 
 }  // namespace
+
+std::string library_build() { return fmt::format("v{}+{}", version(), source_digest()); }
 
 std::string ProfileCache::default_dir() {
   if (const char* d = std::getenv("SOFTNEURO_CACHE_DIR"); d && *d) return d;
@@ -228,8 +232,20 @@ void ProfileCache::save() {
     FileLock lock(path_);
     read_records(path_, records_);
     for (const auto& [k, v] : fresh_) records_[k] = v;
-    std::string out;
-    for (const auto& [k, v] : records_) out += format_record(k, v);
+    std::string out, others;
+    const std::string mine = "|" + build_ + "|";
+    std::size_t other_records = 0;
+    for (const auto& [k, v] : records_) {
+      const bool other = !build_.empty() && k.find(mine) == std::string::npos;
+      (other ? others : out) += format_record(k, v);
+      other_records += other;
+    }
+    if (out.size() + others.size() <= max_bytes_) {
+      out += others;
+    } else {
+      core::info("profile cache {}: {} record(s) of other library builds dropped (the file would hold {:.1f} MiB)", path_,
+                 other_records, double(out.size() + others.size()) / (1 << 20));
+    }
     core::write_file_atomically(path_, out.data(), out.size());
     fresh_.clear();
   } catch (const std::exception& e) {

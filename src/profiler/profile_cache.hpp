@@ -48,6 +48,17 @@ class ProfileCache {
   void put_path(const std::string& model_key, const core::RoutinePath& path);
   static constexpr std::size_t kPathsPerModel = 4;
 
+  /// The build whose records save() always keeps: keys holding `|tag|`
+  /// (library_build()). Other builds' records (another version or source
+  /// digest, whose times are never read by this one) stay only while the file
+  /// is within `max_bytes`: a library rebuilt at every change would grow it
+  /// without end.
+  void keep_build(std::string tag, std::size_t max_bytes = kMaxBytesWithOtherBuilds) {
+    build_ = std::move(tag);
+    max_bytes_ = max_bytes;
+  }
+  static constexpr std::size_t kMaxBytesWithOtherBuilds = std::size_t{8} << 20;
+
   /// Merges new records into the files (atomically); errors are warnings.
   void save();
   const std::string& path() const { return path_; }
@@ -65,9 +76,14 @@ class ProfileCache {
   };
   void save_paths();
   std::string path_, paths_path_;
+  std::string build_;
+  std::size_t max_bytes_ = kMaxBytesWithOtherBuilds;
   std::map<std::string, Entry> records_, fresh_;
   std::vector<PathRecord> path_records_, fresh_paths_;
 };
+
+/// This library's build as the tuner's cache keys name it: "v<version>+<source digest>".
+std::string library_build();
 
 /// A routine path as one line of text (its routines, their parameters and
 /// children, its adapts; no tabs or newlines), and back: nullopt for text

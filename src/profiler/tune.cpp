@@ -143,8 +143,7 @@ struct Tuner {
         prof(n, o, profiler::Rules{o.schemas, o.pin, o.ban, std::nullopt},
              // Times measured while idle threads slept do not hold where they spin, and the other way round.
              // Timings of another build's kernels are not these (source_digest).
-             fmt::format("{}|t{}|{}|v{}+{}", core::device_fingerprint(), num_threads(), openmp_wait(), version(),
-                         source_digest()),
+             fmt::format("{}|t{}|{}|{}", core::device_fingerprint(), num_threads(), openmp_wait(), profiler::library_build()),
              [this](const char* stage, int done, int total, const std::string& item) { progress(stage, done, total, item); }) {
     report.device_fingerprint = core::device_fingerprint();
     report.threads = num_threads();

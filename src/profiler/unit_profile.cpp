@@ -241,7 +241,9 @@ Profiler::Profiler(detail::WorkingModel& net, const TuneOptions& options, Rules 
       rules_(std::move(rules)),
       cache_(options.cache_dir.empty() ? ProfileCache::default_dir() : options.cache_dir),
       key_prefix_(std::move(key_prefix)),
-      progress_(std::move(progress)) {}
+      progress_(std::move(progress)) {
+  cache_.keep_build(library_build());
+}
 
 const Profiler::PlannedBlob& Profiler::planned_blob(const std::string& blob) const {
   auto it = planned_blobs_.find(blob);

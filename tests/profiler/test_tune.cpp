@@ -166,6 +166,44 @@ TEST_CASE("profile cache records and prepared weights are keyed by the sources t
   const auto keys = cache_keys(dir);
   REQUIRE_FALSE(keys.empty());
   for (const auto& key : keys) CHECK(key.find(fmt::format("|v{}+{}|", version(), digest)) != std::string::npos);
+  CHECK(profiler::library_build() == fmt::format("v{}+{}", version(), digest));
+}
+
+// With a build in every key, a library rebuilt at each change grew the file
+// by a tuning's records each time, none of them read again.
+TEST_CASE("profile cache records of other library builds are dropped once the file passes its bound", "[tune][cache]") {
+  const std::string dir = fresh_dir("cache-builds");
+  std::filesystem::create_directories(dir);
+  {
+    profiler::ProfileCache old(dir);
+    old.keep_build("v1+aaaa");
+    for (int i = 0; i < 50; ++i) old.put(fmt::format("cpu|t2|v1+aaaa|layer{}", i), 0.5, 0.0);
+    old.save();
+  }
+  auto keys_of = [&](const std::string& build) {
+    int n = 0;
+    for (const auto& k : cache_keys(dir)) n += k.find("|" + build + "|") != std::string::npos;
+    return n;
+  };
+  {
+    profiler::ProfileCache now(dir);
+    now.keep_build("v1+bbbb", 1 << 20);  // within the bound: both builds kept
+    now.put("cpu|t2|v1+bbbb|layer0", 0.25, 0.0);
+    now.save();
+  }
+  CHECK(keys_of("v1+aaaa") == 50);
+  CHECK(keys_of("v1+bbbb") == 1);
+  {
+    profiler::ProfileCache now(dir);
+    now.keep_build("v1+bbbb", 2000);  // past it: this build's alone
+    CHECK(now.find("cpu|t2|v1+aaaa|layer3") == 0.5);  // read as before
+    now.put("cpu|t2|v1+bbbb|layer1", 0.25, 0.0);
+    now.save();
+  }
+  CHECK(keys_of("v1+aaaa") == 0);
+  CHECK(keys_of("v1+bbbb") == 2);
+  const profiler::ProfileCache back(dir);
+  CHECK(back.find("cpu|t2|v1+bbbb|layer0") == 0.25);
 }
 
 // A warm cache once chose a path 1.5x slower than a cold tuning: times measured
