@@ -248,8 +248,9 @@ struct Tuner {
 
   /// The best path over the candidates computing in `d` (and float32 too
   /// with `with_float32`), each layer with none keeping its float32 CPU ones,
-  /// with in-context costs; none where a layer has neither. Its picks are
-  /// cleared (they would point into a copy of the profiles).
+  /// with in-context costs; none where a layer has neither. Its picks are the
+  /// profiles' own candidates (DPRS picked them in a copy): where the path is
+  /// taken, the report tells by them which pairs run as one step.
   std::optional<profiler::PlannedPath> restricted_path(const std::vector<LayerProfile>& profiles, DType d,
                                                        bool with_float32, const std::string& name) {
     std::vector<LayerProfile> restricted = profiles;
@@ -273,7 +274,8 @@ struct Tuner {
       return std::nullopt;
     }
     profiler::PlannedPath path = profiler::read_path(plan, sol, restricted, true, report.device_fingerprint);
-    path.picks.clear();
+    for (std::size_t i = 0; i < path.picks.size(); ++i)
+      if (path.picks[i]) path.picks[i] = profiles[i].find(path.picks[i]->cand.descriptor, path.picks[i]->params);
     return path;
   }
 
@@ -977,7 +979,7 @@ struct Tuner {
       if (!out) {
         out = std::move(found);
       } else {
-        found->picks.clear();
+        // (Its picks kept, as the first's: where it is taken, the report reads its fused pairs by them.)
         budget_paths.push_back({fmt::format("float32+{} under the budget", to_string(*only)), std::move(*found)});
       }
     }
