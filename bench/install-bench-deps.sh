@@ -28,4 +28,7 @@ fi
 "$HERE/.venv/bin/python" -c "import ml_dtypes, onnx.reference" 2>/dev/null || "$HERE/.venv/bin/pip" install -q ml_dtypes "onnx>=1.16"
 # onnx-ir: ONNX Runtime's weight-only quantizer (MatMulNBitsQuantizer, gpt2_kv.py --nbits) imports it.
 "$HERE/.venv/bin/python" -c "import onnx_ir" 2>/dev/null || "$HERE/.venv/bin/pip" install -q onnx-ir
+# Hugging Face transformers for bench/transformers/ (hf_models.py, gpt2_kv.py): 4.36.2, which
+# exports with Debian's torch 1.13 (hf_models.py checked with it on 2026-12-03).
+"$HERE/.venv/bin/python" -c "import transformers" 2>/dev/null || "$HERE/.venv/bin/pip" install -q "transformers==4.36.2"
 "$HERE/.venv/bin/python" -c "import onnxruntime, torch, torchvision, onnx; print('onnxruntime', onnxruntime.__version__, 'torch', torch.__version__, 'torchvision', torchvision.__version__, 'onnx', onnx.__version__)"
