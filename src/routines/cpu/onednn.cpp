@@ -210,13 +210,10 @@ class Onednn final : public Routine {
     if constexpr (requires { Op::plan_with_previous(previous, info, kForm, kForm, true, false); }) {
       const std::optional<Form> previous_form = pairs_with(previous, previous_routine);
       if (!previous_form) return false;
-      try {
-        match_threads(info);
-        return Op::plan_with_previous(previous, info, *previous_form, kForm, previous.layer->type == "adapt", false)
-            .has_value();
-      } catch (const dnnl::error&) {
-        return false;
-      }
+      match_threads(info);
+      return plans_pair([&] {
+        return Op::plan_with_previous(previous, info, *previous_form, kForm, previous.layer->type == "adapt", false);
+      });
     } else {
       return false;
     }

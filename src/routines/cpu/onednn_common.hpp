@@ -571,6 +571,17 @@ class Prepared final : public PreparedRoutine {
   bool single_failed_ = false;
 };
 
+/// Whether `make()` plans two layers as one step (planned without preparing:
+/// fuses_previous); a oneDNN error is a no.
+template <class Make>
+bool plans_pair(Make make) {
+  try {
+    return make().has_value();
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 /// Two layers as one prepared step: `make()` plans them (nullopt: oneDNN cannot
 /// compute them together), and plans them again for one thread where other
 /// processes hold the CPUs (Prepared::set_replan). nullptr: they run apart.

@@ -381,12 +381,8 @@ class OnednnQ final : public Routine {
                       const LayerInfo& info, const Schema&, const RoutineParams&) const override {
     if constexpr (requires { Op::plan_with_previous(previous, info, L, false); }) {
       if (!pairs_with(previous, previous_routine)) return false;
-      try {
-        match_threads(info);
-        return Op::plan_with_previous(previous, info, L, false).has_value();
-      } catch (const dnnl::error&) {
-        return false;
-      }
+      match_threads(info);
+      return plans_pair([&] { return Op::plan_with_previous(previous, info, L, false); });
     } else {
       return false;
     }
