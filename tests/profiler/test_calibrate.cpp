@@ -384,6 +384,44 @@ TEST_CASE("values beyond the first samples' bounds keep min/max exact and clip l
   }
 }
 
+// A large blob's histogram bins a block of values in every few (an eighth of
+// the work), a different block at each sample: over the samples every part of
+// the blob is seen. Here each block is one channel and every eighth channel is
+// ten times wider: binning the same blocks at every sample would see those
+// only (or none of them), and its percentile would be far from the data's.
+TEST_CASE("a large blob's histogram sampled in blocks ranges like all its values", "[calibrate]") {
+  core::Graph g;
+  g.name = "wide_channels";
+  const Shape shape{1, 1024, 16, 16};  // 262144 values, a channel a 256-value block
+  g.inputs = {{"input", shape, DType::float32}};
+  g.layers.push_back(layer("act", "sigmoid", {"input"}, "out"));
+  g.outputs = {"out"};
+  CalibrationOptions opt;
+  opt.methods = {RangeMethod::minmax, RangeMethod::percentile};
+  opt.percentile = 99.9;
+  std::vector<float> all;
+  for (unsigned k = 0; k < 16; ++k) {
+    Blob x = normal_blob(shape, 300 + k);
+    float* p = x.data_as<float>();
+    for (int64_t c = 0; c < 1024; c += 8)
+      for (int64_t i = 0; i < 256; ++i) p[c * 256 + i] *= 10.0f;
+    all.insert(all.end(), p, p + x.numel());
+    opt.inputs.push_back({{"input", std::move(x)}});
+  }
+  auto net = detail::WorkingModel::build(g);
+  const auto quants = profiler::calibrate(*net, opt, "-").quants;
+  const QuantParams& q = quants[1].at("input");
+  const double lo = q.scales[0] * (-128 - q.zero_points[0]), hi = q.scales[0] * (127 - q.zero_points[0]);
+  // The data's own 0.1% tails (the range is one grid: its ends within a step or two).
+  std::sort(all.begin(), all.end());
+  const double tail = 0.001 * static_cast<double>(all.size());
+  const double want_lo = all[static_cast<std::size_t>(tail)], want_hi = all[all.size() - 1 - static_cast<std::size_t>(tail)];
+  CHECK(hi == Approx(want_hi).epsilon(0.05));
+  CHECK(lo == Approx(want_lo).epsilon(0.05));
+  const QuantParams& m = quants[0].at("input");  // min/max: every value
+  CHECK(m.scales[0] * (127 - m.zero_points[0]) == Approx(all.back()).epsilon(0.01));
+}
+
 // The confirmation's references (the float32 outputs of every calibration
 // sample) were run again after calibration had run them: 300 ResNet50 runs.
 TEST_CASE("calibration hands back each sample's net outputs as the float32 default computes them", "[calibrate]") {
