@@ -218,6 +218,9 @@ struct TuneReport {
   /// quantisation, budget and samples), and those it measured.
   int sensitivities_cached = 0;
   int sensitivities_measured = 0;
+  /// Layers in a reduced dtype whose sensitivity the search did not need:
+  /// float32 is as fast there whatever the neighbouring layers take.
+  int sensitivities_dominated = 0;
   /// How much faster (below 1) or slower the machine ran the spot-checked
   /// candidates than when the cache measured them: cached times were read
   /// scaled by it (1: no drift, or too few checks to say).

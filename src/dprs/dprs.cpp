@@ -676,6 +676,51 @@ std::vector<double> fold_childnet(const CostGraph& inner, int entry, int exit, c
   return folded;
 }
 
+bool dominated(const CostGraph& graph, int node, const std::vector<int>& options, const std::vector<int>& alternatives) {
+  validate(graph);
+  if (node < 0 || node >= graph.num_nodes()) throw std::invalid_argument("dominated: node out of range");
+  const int S = graph.num_schemas;
+  const auto& cost = graph.node_cost[static_cast<std::size_t>(node)];
+  auto usable = [&](int n, int s) {
+    return s >= 0 && s < S && graph.is_allowed(n, s) && graph.node_cost[static_cast<std::size_t>(n)][static_cast<std::size_t>(s)] < kInfinity;
+  };
+  // The most taking `a` instead of `o` can add on the node's edges: per edge,
+  // over the schemas the neighbour may take (adapts both impossible: no term).
+  auto worst_loss = [&](int a, int o) {
+    double loss = 0;
+    for (const auto& e : graph.edges) {
+      if (e.from != node && e.to != node) continue;
+      const int other = e.from == node ? e.to : e.from;
+      double most = -kInfinity;
+      for (int t = 0; t < S; ++t) {
+        if (!usable(other, t)) continue;
+        const auto at = [&](int mine) {
+          const int f = e.from == node ? mine : t, to = e.from == node ? t : mine;
+          return e.adapt[static_cast<std::size_t>(f * S + to)];
+        };
+        const double with_a = at(a), with_o = at(o);
+        if (with_o == kInfinity) continue;  // o cannot be beside t at all
+        most = std::max(most, with_a - with_o);
+      }
+      if (most > -kInfinity) loss += most;
+    }
+    return loss;
+  };
+  for (int a : alternatives) {
+    if (!usable(node, a)) continue;
+    bool beats_every = true;
+    for (int o : options) {
+      if (!usable(node, o)) continue;
+      if (!(cost[static_cast<std::size_t>(a)] + worst_loss(a, o) <= cost[static_cast<std::size_t>(o)])) {
+        beats_every = false;
+        break;
+      }
+    }
+    if (beats_every) return true;
+  }
+  return std::none_of(options.begin(), options.end(), [&](int o) { return usable(node, o); });
+}
+
 double evaluate(const CostGraph& graph, const std::vector<int>& schema) {
   validate(graph);
   if (schema.size() != static_cast<std::size_t>(graph.num_nodes()))

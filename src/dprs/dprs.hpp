@@ -153,6 +153,17 @@ Solution solve_under_budget(const CostGraph& graph, const std::vector<std::vecto
 /// malformed graph or assignment.
 double evaluate(const CostGraph& graph, const std::vector<int>& schema);
 
+/// Whether `node` taking a schema of `options` can never make an assignment
+/// cheaper than taking one of `alternatives`, whatever schemas the other nodes
+/// take: some alternative a has, against every option o, its own cost plus
+/// on each edge of the node the most a could lose to o there (over the
+/// neighbour's allowed schemas) no higher than o's cost. Then every option
+/// can be dropped: replacing it by a never costs more. (The tuner measures no
+/// accuracy of a layer's reduced-precision schemas where float32 dominates
+/// them.) Options or alternatives the mask forbids or that cost +infinity do
+/// not count; with no option left it is true, with no alternative false.
+bool dominated(const CostGraph& graph, int node, const std::vector<int>& options, const std::vector<int>& alternatives);
+
 // ------------------------------------------------------------ implementation
 
 template <class Meets>

@@ -99,7 +99,7 @@ struct Tuner {
   std::optional<profiler::Validator> validator;
   std::optional<profiler::Validator> confirmer;  ///< the budget on the calibration samples (confirmation())
   std::string sensitivity_base;  ///< sensitivity_key()'s digest of what every sensitivity depends on
-  int sensitivities_measured = 0, sensitivities_cached = 0;
+  int sensitivities_measured = 0, sensitivities_cached = 0, sensitivities_dominated = 0;
   bool budget_resolved_with_calibration = false;  ///< resolves_budget() with the confirmation's observations
   /// The quantisation a path is judged and runs with: a range method (an
   /// index into calibration.quants) and whether biases are corrected.
@@ -479,12 +479,7 @@ struct Tuner {
                chosen ? planned.predicted_ms : f32->predicted_ms, f32->predicted_ms, 100 * report.reduced_gain,
                100 * opt.min_reduced_gain);
     for (auto& p : profiles) std::erase_if(p.measured, reduced);
-    // (A fused pair prices two candidates: kept where both still are.)
-    for (std::size_t i = 0; i < profiles.size(); ++i)
-      std::erase_if(profiles[i].fused_with_previous, [&](const profiler::FusedPair& f) {
-        return !profiles[i].find(f.descriptor, f.params) ||
-               (i > 0 && !profiles[i - 1].find(f.previous_descriptor, f.previous_params));
-      });
+    drop_broken_pairs(profiles);  // (a fused pair prices two candidates: kept where both still are)
     if (calibration_provisional) {
       // Scales that only timed candidates no path keeps: the net stays as it was given.
       calibration = {};
@@ -885,6 +880,47 @@ struct Tuner {
                remembered ? " (an earlier tuning's choice wins a tie)" : "");
   }
 
+  /// A layer's candidates in a reduced dtype where float32 is as fast there
+  /// whatever its neighbours take (dprs::dominated: its own time and the most
+  /// its adapts could cost beyond theirs): no path under the budget is faster
+  /// for them, so they leave the search's profiles and their sensitivity is
+  /// not measured. (Every bfloat16 convolution of ResNet50 on a Xeon without
+  /// AMX ran 1.4-4.5x slower than float32: half of the 146 sensitivities,
+  /// each 16 runs of the net from the layer on.)
+  void drop_dominated(std::vector<LayerProfile>& profiles) {
+    const profiler::Plan plan = profiler::build_plan(net, profiles, prof, true, step_ms);
+    std::vector<std::set<DType>> drop(profiles.size());
+    for (std::size_t i = 0; i < profiles.size(); ++i) {
+      const int node = plan.node_of[i];
+      if (node < 0) continue;
+      std::map<DType, std::vector<int>> by_dtype;  // schemas by the precision of the candidate pricing them
+      for (std::size_t s = 0; s < plan.schemas.size(); ++s)
+        if (const Measured* m = profiles[i].best_in(plan.schemas[s], true)) by_dtype[m->cand.precision()].push_back(static_cast<int>(s));
+      const auto f32 = by_dtype.find(DType::float32);
+      if (f32 == by_dtype.end()) continue;
+      for (const auto& [dtype, schemas] : by_dtype)
+        if (profiler::below_float32(dtype) && dprs::dominated(plan.graph, node, schemas, f32->second)) drop[i].insert(dtype);
+    }
+    for (std::size_t i = 0; i < profiles.size(); ++i) {
+      if (drop[i].empty()) continue;
+      for (DType d : drop[i])
+        core::debug("accuracy budget: '{}' in {} is never faster than in float32: no sensitivity measured",
+                    profiles[i].layer->name, to_string(d));
+      sensitivities_dominated += static_cast<int>(drop[i].size());
+      std::erase_if(profiles[i].measured, [&](const Measured& m) { return drop[i].count(m.cand.precision()) > 0; });
+    }
+    drop_broken_pairs(profiles);
+  }
+
+  /// Fused pairs whose two candidates are no longer both in `profiles`.
+  static void drop_broken_pairs(std::vector<LayerProfile>& profiles) {
+    for (std::size_t i = 0; i < profiles.size(); ++i)
+      std::erase_if(profiles[i].fused_with_previous, [&](const profiler::FusedPair& f) {
+        return !profiles[i].find(f.descriptor, f.params) ||
+               (i > 0 && !profiles[i - 1].find(f.previous_descriptor, f.previous_params));
+      });
+  }
+
   /// Under an accuracy budget the path DPRS chose may miss it: then each layer's
   /// sensitivity in each dtype below float32 (the metric's loss with that layer
   /// alone in it) prices its schemas of that dtype, and the budget search
@@ -915,6 +951,7 @@ struct Tuner {
         return m.cand.precision() != m.cand.schema.dtype && exact_schemas.count(m.cand.schema.to_string());
       });
     }
+    drop_dominated(profiles);
     const std::vector<const Measured*> picks = planned.picks;  // into `all`, kept where nothing better is found
     for (std::size_t i = 0; i < planned.picks.size() && i < profiles.size(); ++i)
       planned.picks[i] = same_in(profiles[i], planned.picks[i]);
@@ -952,8 +989,8 @@ struct Tuner {
         s = std::max(s, error[i][dtype]);
       }
     }
-    core::info("accuracy budget {}: {} layer sensitivities measured, {} from the profile cache", budget.text,
-               sensitivities_measured, sensitivities_cached);
+    core::info("accuracy budget {}: {} layer sensitivities measured, {} from the profile cache, {} not needed (float32 as "
+               "fast)", budget.text, sensitivities_measured, sensitivities_cached, sensitivities_dominated);
     // The search over every dtype allowed, then within float32 and each reduced
     // dtype alone: a mixed path can meet the budget on the validation samples by
     // luck and miss it on the calibration samples, where float32 and bfloat16
@@ -1389,6 +1426,7 @@ struct Tuner {
     report.cache_remeasured = prof.cache_remeasured();
     report.sensitivities_cached = sensitivities_cached;
     report.sensitivities_measured = sensitivities_measured;
+    report.sensitivities_dominated = sensitivities_dominated;
     report.cache_drift = prof.cache_drift();
     report.tuning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report.others_cpus = profiler::others_cpus(cpu_at_start, profiler::cpu_clock());

@@ -99,9 +99,12 @@ std::string TuneReport::to_text() const {
                      double(int8_weight_float_bytes) / 4.0 / 1048576.0);
   s += fmt::format("tuned in {:.2f} s: {} measurements, {} from the profile cache{}\n", tuning_s, measurements, cache_hits,
                    cache_remeasured ? fmt::format(", {} cached measured again", cache_remeasured) : "");
-  if (sensitivities_cached + sensitivities_measured > 0)
-    s += fmt::format("layer sensitivities: {} measured, {} from the profile cache\n", sensitivities_measured,
-                     sensitivities_cached);
+  if (sensitivities_cached + sensitivities_measured + sensitivities_dominated > 0)
+    s += fmt::format("layer sensitivities: {} measured, {} from the profile cache{}\n", sensitivities_measured,
+                     sensitivities_cached,
+                     sensitivities_dominated
+                         ? fmt::format(", {} not needed (float32 as fast there, whatever its neighbours take)", sensitivities_dominated)
+                         : "");
   if (cache_drift != 1)
     s += fmt::format("cached times read scaled by {:.3f}: the spot-checked candidates ran {} now\n", cache_drift,
                      cache_drift < 1 ? "faster" : "slower");
@@ -122,13 +125,13 @@ std::string TuneReport::to_json() const {
                               "  \"validation_synthetic\": {},\n  \"reduced_refused\": {},\n  \"reduced_gain\": {},\n  \"min_reduced_gain\": {},\n  \"reduced_not_worth\": {},\n  \"provisional_samples\": {},\n  \"accuracy_missed\": {},\n  \"accuracy_confirmed\": {},\n  \"accuracy_note\": \"{}\",\n"
                               "  \"int8_weight_layers\": {},\n  \"int8_weight_float_bytes\": {},\n  \"range_method\": \"{}\",\n"
                               "  \"bias_correction\": {},\n"
-                              "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"cache_remeasured\": {},\n  \"sensitivities_cached\": {},\n  \"sensitivities_measured\": {},\n  \"cache_drift\": {},\n  \"exact\": {},\n"
+                              "  \"tuning_s\": {},\n  \"measurements\": {},\n  \"cache_hits\": {},\n  \"cache_remeasured\": {},\n  \"sensitivities_cached\": {},\n  \"sensitivities_measured\": {},\n  \"sensitivities_dominated\": {},\n  \"cache_drift\": {},\n  \"exact\": {},\n"
                               "  \"others_cpus\": {},\n  \"layers\": [",
                               json_escape(device_fingerprint), threads, json_escape(openmp_wait), predicted_ms, measured_ms, default_ms, kept_default,
                               earlier_paths, earlier_ms, earlier_taken, json_escape(accuracy_budget), accuracy, validation_samples, validation_synthetic, reduced_refused, reduced_gain, min_reduced_gain, reduced_not_worth, provisional_samples, accuracy_missed,
                               accuracy_confirmed, json_escape(accuracy_note),
                               int8_weight_layers, int8_weight_float_bytes, json_escape(range_method), bias_correction, tuning_s, measurements,
-                              cache_hits, cache_remeasured, sensitivities_cached, sensitivities_measured, cache_drift, exact,
+                              cache_hits, cache_remeasured, sensitivities_cached, sensitivities_measured, sensitivities_dominated, cache_drift, exact,
                               others_cpus);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];

@@ -849,3 +849,69 @@ TEST_CASE("the budget search returns nothing when no path passes", "[dprs][budge
   CHECK(one.total == 6);
   CHECK_THROWS_AS(solve_under_budget(g, {{0, 1}}, [](const Solution&) { return true; }), std::invalid_argument);
 }
+
+TEST_CASE("a dominated node's options never make an assignment cheaper than an alternative", "[dprs][random][dominated]") {
+  Rng rng(20261203u);
+  int proven = 0, refused = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    const int S = rng.integer(2, 4);
+    const int N = rng.integer(1, std::min(6, max_nodes(S)));
+    CostGraph g = iter % 2 == 0 ? random_dag(rng, S, N) : random_series_parallel(rng, S, N);
+    maybe_restrict(g, rng);
+    const int node = rng.integer(0, g.num_nodes() - 1);
+    std::vector<int> options, alternatives;
+    for (int s = 0; s < S; ++s) (rng.chance(0.5) ? options : alternatives).push_back(s);
+    // Often far slower options: the case the tuner prunes.
+    if (rng.chance(0.6))
+      for (int o : options) g.node_cost[static_cast<std::size_t>(node)][static_cast<std::size_t>(o)] += rng.uniform(5, 40);
+    INFO("iteration " << iter << ", S = " << S << ", node " << node);
+    if (!dominated(g, node, options, alternatives)) {
+      ++refused;
+      continue;
+    }
+    ++proven;
+    // Every assignment giving the node an option costs no less than the same
+    // assignment with some alternative there.
+    std::vector<int> a(static_cast<std::size_t>(g.num_nodes()), 0);
+    while (true) {
+      const int mine = a[static_cast<std::size_t>(node)];
+      const double total = direct_total(g, a);
+      if (std::find(options.begin(), options.end(), mine) != options.end() && total < inf) {
+        double best = inf;
+        for (int alt : alternatives) {
+          a[static_cast<std::size_t>(node)] = alt;
+          best = std::min(best, direct_total(g, a));
+        }
+        a[static_cast<std::size_t>(node)] = mine;
+        REQUIRE(best <= total + 1e-9);
+      }
+      int j = 0;
+      for (; j < g.num_nodes(); ++j) {
+        if (++a[static_cast<std::size_t>(j)] < S) break;
+        a[static_cast<std::size_t>(j)] = 0;
+      }
+      if (j == g.num_nodes()) break;
+    }
+  }
+  CHECK(proven > 200);
+  CHECK(refused > 200);
+}
+
+TEST_CASE("dominance: an option beside a cheap adapt only it avoids is kept", "[dprs][dominated]") {
+  // Node 1 between nodes 0 and 2, which take schema 1 only. Schema 1 at node 1
+  // costs 3 more than schema 0, but schema 0 pays an adapt of 2 on each side.
+  CostGraph g;
+  g.num_schemas = 2;
+  g.add_node({inf, 1});
+  g.add_node({1, 4});
+  g.add_node({inf, 1});
+  g.add_edge(0, 1, {0, inf, 2, 0});
+  g.add_edge(1, 2, {0, 2, inf, 0});
+  CHECK_FALSE(dominated(g, 1, {1}, {0}));  // 1 + 2 + 2 > 4: schema 1 may pay
+  g.node_cost[1][1] = 6;
+  CHECK(dominated(g, 1, {1}, {0}));        // 1 + 2 + 2 <= 6
+  CHECK_FALSE(dominated(g, 1, {1}, {}));   // no alternative
+  g.node_cost[1][1] = inf;
+  CHECK(dominated(g, 1, {1}, {0}));        // no option left to keep
+  CHECK_THROWS_AS(dominated(g, 3, {1}, {0}), std::invalid_argument);
+}
