@@ -12,6 +12,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include <unistd.h>
@@ -245,6 +246,7 @@ Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<Na
     sample_observations_.push_back(mine);
     observations_ += mine;
   }
+  order_samples();
   if (budget_.metric == AccuracyBudget::Metric::user && budget_.score_set) {
     reference_score_ = user_set_score(reference_);
     budget_.value = reference_score_ - budget_.max_drop;
@@ -252,6 +254,37 @@ Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<Na
     for (const auto& r : reference_) reference_score_ += user_score(r, r);
     reference_score_ /= std::max<double>(1, static_cast<double>(reference_.size()));
   }
+}
+
+void Validator::order_samples() {
+  order_.clear();
+  if (!budget_.counts_argmax()) return;
+  // A sample's least decided argmax: over its outputs' rows (a last axis of 2
+  // or more), the smallest gap between the two largest values, as a share of
+  // the row's spread. A path that flips argmaxes flips those first.
+  std::vector<double> margin(reference_.size(), std::numeric_limits<double>::infinity());
+  for (std::size_t k = 0; k < reference_.size(); ++k)
+    for (const auto& o : reference_[k]) {
+      const Shape& s = o.blob.shape();
+      const int64_t last = s.rank() ? s[s.rank() - 1] : 1;
+      if (last < 2 || o.blob.dtype() != DType::float32) continue;
+      const float* p = o.blob.data_as<float>();
+      for (int64_t r = 0; r + last <= o.blob.numel(); r += last) {
+        float top = -std::numeric_limits<float>::infinity(), second = top, low = std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < last; ++i) {
+          const float v = p[r + i];
+          if (v > top) second = top, top = v;
+          else if (v > second) second = v;
+          low = std::min(low, v);
+        }
+        const double spread = static_cast<double>(top) - low;
+        const double gap = spread > 0 ? (static_cast<double>(top) - second) / spread : 0.0;
+        if (std::isfinite(gap)) margin[k] = std::min(margin[k], gap);
+      }
+    }
+  order_.resize(reference_.size());
+  std::iota(order_.begin(), order_.end(), std::size_t{0});
+  std::stable_sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) { return margin[a] < margin[b]; });
 }
 
 namespace {
@@ -404,7 +437,12 @@ double Validator::score(core::Executor& tuned, const std::function<const std::ve
   by_cosine.metric = AccuracyBudget::Metric::cosine;
   std::vector<std::vector<NamedBlob>> all;  // a set metric's input
   const std::size_t count = budget_.score_set ? samples_.size() : std::min(samples_.size(), max_samples);
-  for (std::size_t k = 0; k < count; ++k) {
+  // Every sample: the least decided first (order_), so that a path that
+  // misses shows it early; the first few (a sensitivity's): in their order.
+  const bool reordered = count == samples_.size() && order_.size() == count;
+  auto index = [&](std::size_t j) { return reordered ? order_[j] : j; };
+  for (std::size_t j = 0; j < count; ++j) {
+    const std::size_t k = index(j);
     auto got = run(tuned, net_, sample(k));
     if (budget_.score_set) {
       if (cosine)
@@ -425,13 +463,13 @@ double Validator::score(core::Executor& tuned, const std::function<const std::ve
     // most 1 and every rel-l2 one at least 0: once even the best the samples
     // left could give misses the budget, the path misses it. The value
     // returned is that best.
-    if (stopped_after && budget_.metric != AccuracyBudget::Metric::user && t.count > 0 && k + 1 < count) {
+    if (stopped_after && budget_.metric != AccuracyBudget::Metric::user && t.count > 0 && j + 1 < count) {
       double left = 0;
-      for (std::size_t j = k + 1; j < count; ++j) left += static_cast<double>(sample_observations_[j]);
+      for (std::size_t i = j + 1; i < count; ++i) left += static_cast<double>(sample_observations_[index(i)]);
       const double best = budget_.metric == AccuracyBudget::Metric::rel_l2 ? t.sum / (t.count + left)
                                                                            : (t.sum + left) / (t.count + left);
       if (!budget_.met_by(best)) {
-        *stopped_after = k + 1;
+        *stopped_after = j + 1;
         if (cosine) *cosine = c.count ? c.sum / c.count : 1.0;
         return best;
       }

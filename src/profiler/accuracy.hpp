@@ -163,6 +163,10 @@ class Validator {
   /// ctc, or seq given by default: the blank class read off the float32 outputs
   /// (the metric turns to ctc where it wins at least half the positions).
   void find_blank();
+  /// Under an argmax metric, the order a measurement of every sample runs
+  /// them in: the least decided argmax first (order_samples); else empty (as given).
+  std::vector<std::size_t> order_;
+  void order_samples();
   std::size_t observations_ = 0;  ///< a user metric's mean score of the float32 outputs against themselves
 };
 
