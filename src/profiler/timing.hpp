@@ -15,7 +15,8 @@ struct Timing {
   int repetitions = 0;
 };
 
-/// Runs `fn` once to warm up, then repeatedly until `budget_ms` is spent
+/// Runs `fn` once to warm up, then repeatedly until `budget_ms` is spent or
+/// the median of 16 or more clean samples is known to 1% (its standard error)
 /// (at least `min_reps` — 2 when the warm-up alone took the budget — at most `max_reps` times) and returns the median of
 /// the samples left after rejecting those above Q3 + 1.5 IQR. Samples during
 /// which one of our threads was preempted are left out where any sample was not
