@@ -914,7 +914,7 @@ struct Tuner {
   /// its adapts could cost beyond theirs): no path under the budget is faster
   /// for them, so they leave the search's profiles and their sensitivity is
   /// not measured. (Every bfloat16 convolution of ResNet50 on a Xeon without
-  /// AMX ran 1.4-4.5x slower than float32: half of the 146 sensitivities,
+  /// AMX ran 1.4-4.5x slower than float32: 42-48 of its 146 sensitivities,
   /// each 16 runs of the net from the layer on.)
   void drop_dominated(std::vector<LayerProfile>& profiles) {
     const profiler::Plan plan = profiler::build_plan(net, profiles, prof, true, step_ms);
