@@ -117,6 +117,20 @@ int64_t argmax_at(const float* x, int64_t p, int64_t last) {
   return a;
 }
 
+/// How decided position p's argmax of a [..., last] output is: the gap between
+/// its two largest values as a share of its spread (0: a tie or a flat row).
+double margin_at(const float* x, int64_t p, int64_t last) {
+  const float* row = x + p * last;
+  float top = -std::numeric_limits<float>::infinity(), second = top, low = std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < last; ++i) {
+    if (row[i] > top) second = top, top = row[i];
+    else if (row[i] > second) second = row[i];
+    low = std::min(low, row[i]);
+  }
+  const double spread = static_cast<double>(top) - low;
+  return spread > 0 ? (static_cast<double>(top) - second) / spread : 0.0;
+}
+
 /// What a greedy CTC decoder reads: each position's argmax, repeats merged, blanks dropped.
 std::vector<int64_t> ctc_read(const float* x, int64_t positions, int64_t last, int64_t blank) {
   std::vector<int64_t> out;
@@ -259,26 +273,16 @@ Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<Na
 void Validator::order_samples() {
   order_.clear();
   if (!budget_.counts_argmax()) return;
-  // A sample's least decided argmax: over its outputs' rows (a last axis of 2
-  // or more), the smallest gap between the two largest values, as a share of
-  // the row's spread. A path that flips argmaxes flips those first.
+  // A sample's least decided argmax (margin_at) over its outputs' positions (a
+  // last axis of 2 or more): a path that flips argmaxes flips those first.
   std::vector<double> margin(reference_.size(), std::numeric_limits<double>::infinity());
   for (std::size_t k = 0; k < reference_.size(); ++k)
     for (const auto& o : reference_[k]) {
       const Shape& s = o.blob.shape();
       const int64_t last = s.rank() ? s[s.rank() - 1] : 1;
       if (last < 2 || o.blob.dtype() != DType::float32) continue;
-      const float* p = o.blob.data_as<float>();
-      for (int64_t r = 0; r + last <= o.blob.numel(); r += last) {
-        float top = -std::numeric_limits<float>::infinity(), second = top, low = std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < last; ++i) {
-          const float v = p[r + i];
-          if (v > top) second = top, top = v;
-          else if (v > second) second = v;
-          low = std::min(low, v);
-        }
-        const double spread = static_cast<double>(top) - low;
-        const double gap = spread > 0 ? (static_cast<double>(top) - second) / spread : 0.0;
+      for (int64_t pos = 0; pos < o.blob.numel() / last; ++pos) {
+        const double gap = margin_at(o.blob.data_as<float>(), pos, last);
         if (std::isfinite(gap)) margin[k] = std::min(margin[k], gap);
       }
     }

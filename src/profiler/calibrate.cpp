@@ -121,7 +121,7 @@ struct Range {
     thread_local std::vector<uint32_t> tally;
     constexpr int64_t kBlock = 512, kMaxTallied = int64_t{1} << 31;  // (a tally fits in 32 bits)
     int32_t bin[kBlock];
-    tally.assign(2 * (kBins + 1), 0);
+    tally.resize(2 * (kBins + 1));  // (zeros: flush() leaves it so)
     uint32_t* t0 = tally.data();
     uint32_t* t1 = t0 + kBins + 1;
     int64_t tallied = 0;

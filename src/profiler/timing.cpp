@@ -183,12 +183,12 @@ constexpr double kPreemptedPatienceMs = 50;
 /// tunings of the recogniser measured 3x apart were such single runs.
 constexpr int kCutoffRuns = 3;
 
+namespace {
 /// Clean samples after which a measurement may end before its budget, and
 /// the relative standard error of their median that ends it: a quiet
 /// machine's times settle within a few dozen runs, and the budget's rest
 /// bought nothing (a 5 us adapt ran 200 times; ResNet50's 1,957 adapts took
 /// 20 s of a tuning).
-namespace {
 constexpr std::size_t kSettledSamples = 16;
 constexpr double kSettledError = 0.01;
 
@@ -197,12 +197,14 @@ constexpr double kSettledError = 0.01;
 bool settled(const std::vector<double>& clean) {
   const std::size_t n = clean.size();
   if (n < kSettledSamples || n % 8 != 0) return false;  // (checked every 8: a sort each time)
+  auto middle = [n](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
   std::vector<double> s = clean;
-  std::sort(s.begin(), s.end());
-  const double median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  const double median = middle(s);
   for (double& v : s) v = std::abs(v - median);
-  std::sort(s.begin(), s.end());
-  const double mad = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  const double mad = middle(s);
   return median > 0 && 1.2533 * 1.4826 * mad / std::sqrt(static_cast<double>(n)) <= kSettledError * median;
 }
 }  // namespace
