@@ -33,7 +33,8 @@ struct ImportOptions {
   /// Graph passes, run in this order after the translation (all on by default).
   /// Each keeps the net's outputs the same (up to float rounding).
   bool remove_identities = true;      ///< Identity and Dropout disappear
-  bool fold_constants = true;         ///< layers of constants only are computed once
+  bool fold_constants = true;         ///< layers of constants only are computed once (and quantize_dynamic's
+                                      ///< dequantisation folded into a gather's table or a dense layer)
   bool fold_pads = true;              ///< a pad of zeros on H and W into the conv2 that reads it
   bool fold_batchnorm = true;         ///< batchnorm into the preceding conv2/dense weights
   bool fold_scale_mul = true;         ///< mul by a per-channel (or single) constant into conv2/dense weights

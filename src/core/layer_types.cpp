@@ -2,6 +2,7 @@
 
 #include "core/dnn_file.hpp"
 #include "core/graph.hpp"
+#include "core/weight_quant.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -139,6 +140,14 @@ std::vector<Shape> infer_dense(const Layer& l, std::span<const Shape> in) {
   Shape out = x;
   out[out.rank() - 1] = w[0];
   return {out};
+}
+
+std::vector<Shape> infer_dynamic_quant_dense(const Layer& l, std::span<const Shape> in) {
+  std::vector<Shape> out = infer_dense(l, in);
+  if (l.get_string("act", "none") != "none") fail(l, "act", "dynamic_quant_dense takes no fused activation");
+  if (!stored_as_int8(l.weight("weight")))
+    fail(l, "weight", "dynamic_quant_dense needs a weight on an int8 grid (integers with a scale per output channel)");
+  return out;
 }
 
 std::vector<Shape> infer_matmul(const Layer& l, std::span<const Shape> in) {
@@ -907,6 +916,7 @@ std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
 const LayerType kBuiltinTypes[] = {
     {"conv2", 1, 1, infer_conv2},        {"dense", 1, 1, infer_dense},
     {"matmul", 2, 2, infer_matmul},      {"pool2", 1, 1, infer_pool2},
+    {"dynamic_quant_dense", 1, 1, infer_dynamic_quant_dense},
     {"batchnorm", 1, 1, infer_batchnorm},{"relu", 1, 1, infer_same},
     {"clip", 1, 1, infer_clip},          {"hardswish", 1, 1, infer_same},
     {"hardsigmoid", 1, 1, infer_same},   {"sigmoid", 1, 1, infer_same},

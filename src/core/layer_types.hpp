@@ -12,6 +12,11 @@
 //            OH = sh*(H-1) + oph + dh*(KH-1) + 1 - pt - pb (OW alike).
 //  dense     in [...,K]; weight [O,K], bias [O] optional; out [...,O]; fused act as conv2,
 //            or gelu (act_approximate = none|tanh: the gelu layer's erf and tanh forms).
+//  dynamic_quant_dense  dense whose input is quantised as it runs, as ONNX Runtime's
+//            quantize_dynamic writes it (DynamicQuantizeLinear, MatMulInteger, the scales'
+//            product, the bias): q, s, zp = dynamic_quantize(x) over the whole input; weight
+//            [O,K] on its int8 grid (integers w, a scale s_w per output channel), bias [O]
+//            optional, no activation; y = float(sum_k (q_k - zp) * w[o][k]) * (s * s_w[o]) + bias[o].
 //  matmul    two inputs, NumPy matmul (batch dims broadcast).
 //  pool2     in [N,C,H,W]; mode = max|avg; kernel [kh,kw]; strides=1; pads=0;
 //            ceil_mode=0; count_include_pad=0; global=0 (global=1: kernel = H,W).

@@ -421,6 +421,93 @@ int fold_dequantized_gather(Graph& g) {
   return n;
 }
 
+int fuse_dynamic_quant_dense(Graph& g) {
+  sort_topologically(g);
+  const auto shapes = infer_shapes(g);
+  std::unordered_map<std::string, std::size_t> producer;
+  std::unordered_map<std::string, int> reads;
+  std::unordered_map<std::string, const Blob*> constants;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    const Layer& l = g.layers[i];
+    for (const auto& o : l.outputs) producer[o] = i;
+    for (const auto& in : l.inputs) ++reads[in];
+    if (l.type == "constant" && l.outputs.size() == 1)
+      if (const Blob* v = l.find_weight("value"); v && plain_float(*v)) constants[l.outputs[0]] = v;
+  }
+  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
+  auto made_by = [&](const std::string& blob, std::string_view type) -> const Layer* {
+    auto it = producer.find(blob);
+    const Layer* l = it == producer.end() ? nullptr : &g.layers[it->second];
+    return l && l->type == type && has_no_activation(*l) ? l : nullptr;
+  };
+  std::vector<bool> removed(g.layers.size());
+  int count = 0;
+  for (std::size_t i = 0; i < g.layers.size(); ++i) {
+    const Layer& f = g.layers[i];  // mul(dense's integer sums, s * s_w)
+    if (f.type != "mul" || f.inputs.size() != 2 || f.outputs.size() != 1 || !has_no_activation(f)) continue;
+    for (std::size_t side = 0; side < 2; ++side) {
+      const std::string& sums = f.inputs[side];
+      const Layer* e = made_by(sums, "dense");
+      const Layer* scales = made_by(f.inputs[1 - side], "mul");
+      if (!e || !scales || e->inputs.size() != 1 || e->find_weight("bias") || reads[sums] != 1 ||
+          net_outputs.count(sums) || shapes.at(f.outputs[0]) != shapes.at(sums))
+        continue;
+      const Layer* centred = made_by(e->inputs[0], "sub");  // q - zero point
+      const Layer* d = centred && centred->inputs.size() == 2 ? made_by(centred->inputs[0], "dynamic_quantize") : nullptr;
+      if (!d || d->outputs.size() != 3 || centred->inputs[0] != d->outputs[0] || centred->inputs[1] != d->outputs[2] ||
+          scales->inputs.size() != 2)
+        continue;
+      // s * s_w: the run-time scale times the weight's constant one (per tensor or per output channel).
+      const int at = scales->inputs[0] == d->outputs[1] ? 0 : scales->inputs[1] == d->outputs[1] ? 1 : -1;
+      auto c = at < 0 ? constants.end() : constants.find(scales->inputs[static_cast<std::size_t>(1 - at)]);
+      if (c == constants.end()) continue;
+      const Shape& y = shapes.at(sums);
+      const auto ws = per_channel_values(*c->second, y, y.rank() - 1);
+      const Blob w = float_weight(e->weight("weight"));
+      if (!ws || static_cast<int64_t>(ws->size()) != w.shape()[0] ||
+          !std::all_of(ws->begin(), ws->end(), [](double v) { return quant_scale_in_range(v); }))
+        continue;
+      // The weight's integers (MatMulInteger's B less its zero point) as int8 with those scales.
+      const float* wv = w.data_as<float>();
+      if (!std::all_of(wv, wv + w.numel(), [](float v) { return v == std::nearbyint(v) && std::abs(v) <= 127; }))
+        continue;
+      Blob q = Blob::allocate(w.shape(), DType::qint8);
+      std::transform(wv, wv + w.numel(), q.data_as<int8_t>(), [](float v) { return static_cast<int8_t>(v); });
+      q.quant() = QuantParams{std::vector<float>(ws->begin(), ws->end()), {}, 0};
+      Layer fused;
+      fused.type = "dynamic_quant_dense";
+      fused.name = e->name;
+      fused.inputs = {d->inputs[0]};
+      fused.outputs = f.outputs;
+      fused.weights["weight"] = std::move(q);
+      const std::size_t at_e = producer.at(sums);
+      --reads[e->inputs[0]];
+      ++reads[d->inputs[0]];
+      g.layers[at_e] = std::move(fused);
+      producer[f.outputs[0]] = at_e;
+      removed[i] = true;
+      ++count;
+      break;
+    }
+  }
+  erase_flagged(g, removed);
+  // Then its bias, an add of one constant per output channel.
+  count += absorb_into_producers(g, "add", [](Layer& p, const Layer& add, std::size_t input, const Context& ctx) {
+    if (p.type != "dynamic_quant_dense" || add.inputs.size() != 2 || !has_no_activation(add)) return false;
+    auto c = ctx.constants.find(add.inputs[1 - input]);
+    if (c == ctx.constants.end() || !plain_float(*c->second)) return false;
+    const Shape& y = ctx.shapes.at(add.inputs[input]);
+    if (ctx.shapes.at(add.outputs[0]) != y) return false;
+    const auto v = per_channel_values(*c->second, y, y.rank() - 1);
+    if (!v || static_cast<int64_t>(v->size()) != output_channels(p)) return false;
+    std::vector<double> bias = bias_of(p);
+    for (std::size_t k = 0; k < bias.size(); ++k) bias[k] += (*v)[k];
+    set_bias(p, bias);
+    return true;
+  });
+  return count;
+}
+
 int fold_scale_mul(Graph& g) {
   return absorb_into_producers(g, "mul", [](Layer& p, const Layer& mul, std::size_t input, const Context& ctx) {
     const auto c = per_channel_constant(p, mul, input, ctx);
@@ -1474,6 +1561,7 @@ void optimize(Graph& g, const PassOptions& o) {
       {o.remove_identities, "remove_identities", remove_identities},
       {o.fold_constants, "fold_constants", fold_constants},
       {o.fold_dequantized_gather, "fold_dequantized_gather", fold_dequantized_gather},
+      {o.fuse_dynamic_quant_dense, "fuse_dynamic_quant_dense", fuse_dynamic_quant_dense},
       {o.fold_pads, "fold_pads", fold_pads},
       {o.fold_batchnorm, "fold_batchnorm", fold_batchnorm},
       {o.fold_scale_mul, "fold_scale_mul", fold_scale_mul},

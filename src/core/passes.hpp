@@ -43,6 +43,16 @@ int fold_constants(Graph& graph);
 /// Returns the number of layers folded.
 int fold_dequantized_gather(Graph& graph);
 
+/// Rewrites a dense layer as ONNX Runtime's quantize_dynamic writes it,
+/// dynamic_quantize(x) -> sub(q, zero point) -> dense (integer weights in
+/// [-127, 127]: MatMulInteger's B) -> mul(sums, mul(scale, s_w)) with s_w a
+/// constant per tensor or per output channel, then an add of a constant per
+/// output channel (its bias), as one `dynamic_quant_dense(x)`: the weight
+/// int8 with scales s_w, the same arithmetic, computed in integers by its
+/// int8 routines (a quantised BERT ran at float32's speed). The quantisation
+/// layers go once nothing else reads them. Returns the number of layers folded.
+int fuse_dynamic_quant_dense(Graph& graph);
+
 /// Folds a batchnorm into the conv2, deconv2 (or rank-2 dense) that produces
 /// its input, when that output has no other consumer, is not a net output and
 /// the layer has no fused activation: the weights are scaled per output channel
@@ -155,6 +165,7 @@ struct PassOptions {
   bool remove_identities = true;
   bool fold_constants = true;
   bool fold_dequantized_gather = true;
+  bool fuse_dynamic_quant_dense = true;
   bool fold_pads = true;
   bool fold_batchnorm = true;
   bool fold_scale_mul = true;

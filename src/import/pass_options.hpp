@@ -12,6 +12,7 @@ inline core::PassOptions pass_options(const ImportOptions& o) {
   p.remove_identities = o.remove_identities;
   p.fold_constants = o.fold_constants;
   p.fold_dequantized_gather = o.fold_constants;  // constants too: the table's dequantisation
+  p.fuse_dynamic_quant_dense = o.fold_constants;  // and a dense layer's (quantize_dynamic's)
   p.fold_pads = o.fold_pads;
   p.fold_batchnorm = o.fold_batchnorm;
   p.fold_scale_mul = o.fold_scale_mul;

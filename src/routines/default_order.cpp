@@ -270,6 +270,7 @@ const LayerOrder kDefaultOrder[] = {
     {"group_norm", {{"cpu/vec"}, {"cpu/ref"}}},
     {"fake_quant", {{"cpu/vec", "cpu:float32:nhwc/vec", "cpu:float32:nchw8c/vec", "cpu:float32:nchw16c/vec"}, {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8", "cpu:qint8/vec", "cpu:qint8:nhwc/vec"}, {"cpu/ref"}}},
     {"dynamic_quantize", {{"cpu/vec"}, {"cpu/ref"}}},
+    {"dynamic_quant_dense", {{"cpu/dynamic_int8"}, {"cpu/ref"}}},
 };
 
 /// On aarch64, XNNPACK's routines lead, float32 and int8: oneDNN 2.6's aarch64

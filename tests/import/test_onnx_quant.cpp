@@ -229,7 +229,7 @@ TEST_CASE("Dynamic quantisation: DynamicQuantizeLinear, MatMulInteger and ConvIn
     bool int8 = false;
     Model loaded = Model::load(dnn);
     for (const auto& l : detail::impl_of(loaded).graph.layers)
-      if (l.type == "dense") int8 = l.weight("weight").dtype() == DType::qint8;
+      if (l.type == "dynamic_quant_dense") int8 = l.weight("weight").dtype() == DType::qint8;
     CHECK(int8);
     const std::vector<NamedBlob> in{{"x", make_input(Shape{2, 6}, pattern(12, 7, 3, 2.5f))}};
     CHECK(max_abs_diff(run_net(loaded, in)[0].values, kDynamicMatMul) < 1e-6);
@@ -262,6 +262,62 @@ TEST_CASE("Dynamic quantisation: DynamicQuantizeLinear, MatMulInteger and ConvIn
     auto y = run_model(m, "dyn_conv.onnx", Shape{1, 3, 5, 5}, x_values());
     CHECK(max_abs_diff(y.values, kDynamicConv) < 1e-5);
   }
+}
+
+TEST_CASE("A dense layer as quantize_dynamic writes it runs as one dynamic_quant_dense, computing what its nodes do",
+          "[onnx][quant]") {
+  // One DynamicQuantizeLinear read by two MatMulIntegers (a transformer's
+  // query and key), each then Cast and multiplied by the scales' product (the
+  // weights' per tensor, or per output column in the other order), the first
+  // then its bias.
+  constexpr int64_t k = 37, n = 20;
+  OnnxModel m(13);
+  m.input("x", {1, 5, k}).output("y1").output("y2");
+  std::vector<float> s2(n), b1(n);
+  for (int64_t j = 0; j < n; ++j) s2[j] = 0.004f + 0.001f * static_cast<float>(j), b1[j] = 0.1f * static_cast<float>(j % 7) - 0.3f;
+  m.init_typed("B1", T::INT8, {k, n}, ints(k * n, 255, 127)).init_typed("z1", T::INT8, {}, {0}).init("s1", {}, {0.013f});
+  m.init_typed("B2", T::INT8, {k, n}, ints(k * n, 201, 100)).init_typed("z2", T::INT8, {n}, std::vector<int64_t>(n, 0));
+  m.init("s2", {n}, s2).init("b1", {n}, b1);
+  m.node("DynamicQuantizeLinear", {"x"}, {"q", "qs", "qz"});
+  m.node("MatMulInteger", {"q", "B1", "qz", "z1"}, {"a1"});
+  m.node("Cast", {"a1"}, {"a1f"}).i("to", T::FLOAT);
+  m.node("Mul", {"qs", "s1"}, {"m1"});
+  m.node("Mul", {"a1f", "m1"}, {"p1"});
+  m.node("Add", {"p1", "b1"}, {"y1"});
+  m.node("MatMulInteger", {"q", "B2", "qz", "z2"}, {"a2"});
+  m.node("Cast", {"a2"}, {"a2f"}).i("to", T::FLOAT);
+  m.node("Mul", {"s2", "qs"}, {"m2"});
+  m.node("Mul", {"m2", "a2f"}, {"y2"});
+  const std::string path = m.save("dyn_dense.onnx");
+  Model fused = import_onnx(path);
+  CHECK(count_layers(fused, "dynamic_quant_dense") == 2);
+  CHECK(count_layers(fused, "dynamic_quantize") == 0);
+  CHECK(count_layers(fused, "dense") == 0);
+  CHECK(count_layers(fused, "add") == 0);
+  ImportOptions apart;
+  apart.fold_constants = false;
+  Model nodes = import_onnx(path, apart);
+  CHECK(count_layers(nodes, "dynamic_quant_dense") == 0);
+  for (float spread : {1.0f, 40.0f}) {  // (also an input of one sign: zero point 0)
+    const std::vector<NamedBlob> in{{"x", make_input(Shape{1, 5, k}, pattern(5 * k, 23, spread > 1 ? 0.0f : 9.0f, 7.0f / spread))}};
+    const auto want = run_net(nodes, in), got = run_net(fused, in);
+    for (std::size_t o = 0; o < 2; ++o) {
+      INFO("output " << o << " spread " << spread);
+      double scale = 0;
+      for (float v : want[o].values) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+      CHECK(max_abs_diff(got[o].values, want[o].values) <= 1e-6 * scale);  // one rounding fewer: the bias in the fma
+    }
+  }
+  // The weights stay int8 through a .dnn, and compute the same.
+  const std::string dnn = test_dir() + "/dyn_dense.dnn";
+  fused.save(dnn);
+  Model loaded = Model::load(dnn);
+  for (const auto& l : detail::impl_of(loaded).graph.layers)
+    if (l.type == "dynamic_quant_dense") CHECK(l.weight("weight").dtype() == DType::qint8);
+  const std::vector<NamedBlob> in{{"x", make_input(Shape{1, 5, k}, pattern(5 * k, 23, 9.0f, 7.0f))}};
+  const auto a = run_net(fused, in), b = run_net(loaded, in);
+  CHECK(a[0].values == b[0].values);
+  CHECK(a[1].values == b[1].values);
 }
 
 TEST_CASE("Quantised ONNX: bad quantisation is refused naming the node and field", "[onnx][quant]") {

@@ -394,3 +394,86 @@ TEST_CASE("range methods tied on the validation samples: meeting the budget on t
   CHECK(profiler::ties_on_validation(v, 1.0, 1.0));
   CHECK_FALSE(profiler::ties_on_validation(v, 1.0, 0.99));
 }
+
+namespace {
+
+/// A dynamic_quant_dense layer: weight [n, k] of int8 `w` with a scale per
+/// output channel, and a bias.
+Layer quant_dense(const std::vector<int8_t>& w, int64_t n, int64_t k, std::vector<float> scales, const Blob* bias) {
+  Blob q = Blob::allocate(Shape{n, k}, DType::qint8);
+  std::copy(w.begin(), w.end(), q.data_as<int8_t>());
+  q.quant() = QuantParams{std::move(scales), {}, 0};
+  std::map<std::string, Blob> weights{{"weight", q}};
+  if (bias) weights["bias"] = *bias;
+  return test::make_layer("dynamic_quant_dense", {}, weights);
+}
+
+std::vector<std::string> quant_dense_routines() {
+  std::vector<std::string> d{"cpu/ref"};
+  if (core::cpu_features().avx2_fma()) d.push_back("cpu/dynamic_int8");
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("dynamic_quant_dense computes ONNX Runtime's quantize_dynamic arithmetic", "[routines][dynamic_int8]") {
+  // x's range [-1, 2]: scale 3/255, zero point 85; q - 85 = [-85, 42, 170]
+  // (0.5 / s = 42.5 rounds to even); sums 509 and -470.
+  const std::vector<float> xv{-1.0f, 0.5f, 2.0f};
+  Blob x = Blob::allocate(Shape{1, 3});
+  std::copy(xv.begin(), xv.end(), x.data_as<float>());
+  Blob b = Blob::allocate(Shape{2});
+  b.data_as<float>()[0] = 0.1f;
+  b.data_as<float>()[1] = 0.0f;
+  const Layer l = quant_dense({1, 2, 3, -4, 5, -6}, 2, 3, {0.5f, 0.25f}, &b);
+  const float s = 3.0f / 255.0f;
+  for (const std::string& d : quant_dense_routines()) {
+    INFO(d);
+    const auto y = test::values(test::run_layer(l, {x}, d)[0]);
+    REQUIRE(y.size() == 2);
+    CHECK(y[0] == std::fma(509.0f, 0.5f * s, 0.1f));
+    CHECK(y[1] == -470.0f * (0.25f * s));
+  }
+}
+
+TEST_CASE("dynamic_quant_dense: cpu/dynamic_int8 gives cpu/ref's values bit for bit", "[routines][dynamic_int8]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> wd(-127, 127);
+  struct Case {
+    Shape x;
+    int64_t n;
+    float lo, hi;  ///< the input's range: mixed, positive (zero point 0), negative (255), zeros (scale 1)
+  };
+  for (const Case& c : {Case{{1, 1}, 1, -1.f, 1.f}, Case{{3, 37}, 20, -2.f, 3.f}, Case{{2, 5, 40}, 24, 0.5f, 4.f},
+                        Case{{13, 200}, 130, -3.f, -0.25f}, Case{{7, 64}, 64, 0.f, 0.f}, Case{{1, 128, 96}, 33, -1.f, 1.f}}) {
+    const int64_t k = c.x[c.x.rank() - 1];
+    std::vector<int8_t> w(static_cast<std::size_t>(c.n * k));
+    for (auto& v : w) v = static_cast<int8_t>(wd(rng));
+    std::vector<float> scales(static_cast<std::size_t>(c.n));
+    for (auto& v : scales) v = std::uniform_real_distribution<float>(0.001f, 0.05f)(rng);
+    const Blob b = random_blob({c.n}, rng);
+    const Blob x = c.lo == c.hi ? Blob::allocate(c.x) : random_blob(c.x, rng, c.lo, c.hi);  // allocate: zeros
+    for (bool with_bias : {false, true}) {
+      INFO("x " << c.x.to_string() << " n " << c.n << (with_bias ? " with bias" : ""));
+      const Layer l = quant_dense(w, c.n, k, scales, with_bias ? &b : nullptr);
+      const auto want = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
+      const auto got = test::values(test::run_layer(l, {x}, "cpu/dynamic_int8")[0]);
+      REQUIRE(got.size() == want.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+      CHECK(differ == 0);
+    }
+  }
+  SECTION("an input holding NaN or infinity gives NaN everywhere") {
+    const Layer l = quant_dense(std::vector<int8_t>(12, 3), 3, 4, {0.1f, 0.1f, 0.1f}, nullptr);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      Blob x = random_blob({2, 4}, rng);
+      x.data_as<float>()[5] = bad;
+      for (const std::string& d : quant_dense_routines()) {
+        INFO(d << " " << bad);
+        for (float v : test::values(test::run_layer(l, {x}, d)[0])) CHECK(std::isnan(v));
+      }
+    }
+  }
+}

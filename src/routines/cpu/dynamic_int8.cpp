@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -44,7 +46,7 @@ using dynamic_int8::kTileM;
 /// The weights' integer range: 8 bits, but 7 for the u8 form without VNNI
 /// (vpmaddubsw's pair sums saturate at int16). A rule of this CPU: a packing
 /// made for another (a .dnn file's) is made again where it differs.
-int32_t weight_qmax(bool u8s8) {
+int32_t form_qmax(bool u8s8) {
   return u8s8 && !dynamic_int8::vnni512_usable() ? dynamic_int8::kU8s8Qmax : 127;
 }
 
@@ -74,7 +76,7 @@ struct Packed final : PackedWeights {
   std::vector<float> scale;    ///< blocks * 16
   std::vector<float> bias;     ///< blocks * 16
   std::vector<int32_t> colsum; ///< blocks * 16 (u8s8)
-  int32_t qmax = 127;          ///< the integers' range, weight_qmax()
+  int32_t qmax = 127;          ///< the integers' range, form_qmax()
   Blob save() const override {
     return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(w.data()), w.byte_size()),
                               core::array_bytes(scale.data(), scale.size()), core::array_bytes(bias.data(), bias.size()),
@@ -87,12 +89,12 @@ WeightPanels panels_of(const Layer& layer, bool u8s8) {
   return WeightPanels(w[0], w[1], u8s8);
 }
 
-std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8) {
+/// `qmax`: the weights' integer range (form_qmax(u8s8) for a dense layer).
+std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8, int32_t qmax) {
   const Layer& layer = *info.layer;
   const WeightPanels wp = panels_of(layer, u8s8);
   const std::size_t lanes = wp.lanes();
   check_prepare_bytes(info, wp.packed_bytes() + 3 * lanes * sizeof(float), "its int8 weights");
-  const int32_t qmax = weight_qmax(u8s8);
   const core::ChannelQuantized q = core::channel_int8(layer.weight("weight"), qmax);
   const Blob* bias = layer.find_weight("bias");
   auto p = std::make_shared<Packed>();
@@ -116,7 +118,7 @@ std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8) {
   return p;
 }
 
-std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& info, bool u8s8) {
+std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& info, bool u8s8, int32_t qmax) {
   const WeightPanels wp = panels_of(*info.layer, u8s8);
   const std::size_t packed_bytes = wp.packed_bytes(), lanes = wp.lanes();
   auto a = core::unpack_arrays(
@@ -124,7 +126,7 @@ std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& 
   if (!a) return nullptr;
   auto p = std::make_shared<Packed>();
   std::memcpy(&p->qmax, (*a)[4], sizeof(int32_t));
-  if (p->qmax != weight_qmax(u8s8)) return nullptr;  // packed for a CPU with(out) VNNI: packed again
+  if (p->qmax != qmax) return nullptr;  // packed for a CPU with(out) VNNI: packed again
   p->w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
   p->scale.resize(lanes);
   p->bias.resize(lanes);
@@ -152,7 +154,7 @@ class Prepared final : public PreparedRoutine {
     blocks_ = wp.blocks;
     act_ = core::fused_activation(layer, true, true);
     if (!packed_ || wp.k != k_ || packed_->w.byte_size() != wp.packed_bytes() || packed_->scale.size() != wp.lanes() ||
-        packed_->qmax != weight_qmax(u8s8))
+        packed_->qmax != form_qmax(u8s8))
       throw Error("cpu/dynamic_int8: its packed weights do not fit this layer", {}, layer.name, "weight");
     vnni_ = u8s8 && packed_->qmax == dynamic_int8::kVnniQmax;
   }
@@ -263,6 +265,147 @@ class Prepared final : public PreparedRoutine {
   std::shared_ptr<const Packed> packed_;
 };
 
+/// dynamic_quant_dense (core/layer_types.hpp): the model's own arithmetic
+/// (ONNX Runtime's quantize_dynamic), exact: one scale and zero point for the
+/// whole input, products summed in int32, scaled back by s * s_w. The form
+/// is the CPU's: u8 by vpdpbusd where AVX512-VNNI runs it, else the int16
+/// form (q - zp in [-255, 255]); the weights keep their 8-bit integers.
+class TensorQuantPrepared final : public PreparedRoutine {
+ public:
+  static constexpr int kChunks = 64;  ///< min/max partials, one slot each
+
+  TensorQuantPrepared(const LayerInfo& info, std::shared_ptr<const Packed> packed)
+      : vnni_(dynamic_int8::vnni512_usable()), packed_(std::move(packed)) {
+    const Layer& layer = *info.layer;
+    const Shape& in = info.input_shapes[0];
+    k_ = in[in.rank() - 1];
+    m_ = k_ ? in.numel() / k_ : 0;
+    const WeightPanels wp = panels_of(layer, vnni_);
+    n_ = wp.n;
+    steps_ = wp.steps;
+    ldu_ = steps_ * wp.group;
+    block_bytes_ = wp.block_bytes;
+    blocks_ = wp.blocks;
+    if (!packed_ || wp.k != k_ || packed_->w.byte_size() != wp.packed_bytes() || packed_->scale.size() != wp.lanes() ||
+        packed_->qmax != 127)
+      throw Error("cpu/dynamic_int8: its packed weights do not fit this layer", {}, layer.name, "weight");
+  }
+
+  std::size_t workspace_bytes() const override {
+    const std::size_t values = static_cast<std::size_t>(m_ * ldu_) * (vnni_ ? sizeof(uint8_t) : sizeof(int16_t));
+    return (values + 63) / 64 * 64 + static_cast<std::size_t>(m_) * (sizeof(float) + sizeof(int32_t)) + 64;
+  }
+
+  void run(const RunArgs& args) override {
+    if (m_ == 0 || n_ == 0) return;
+    const float* x = args.inputs[0]->data_as<float>();
+    float* y = args.outputs[0]->data_as<float>();
+    const int64_t total = m_ * k_;
+    const int64_t chunks = std::clamp<int64_t>(total / 16384, 1, kChunks), per = ceil_div(total, chunks);
+    float lo[kChunks], hi[kChunks];
+    args.pool->parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t b = c * per, e = std::min(total, b + per);
+        lo[c] = hi[c] = 0;
+        if (b < e) v_->min_max(x + b, e - b, &lo[c], &hi[c]);
+      }
+    });
+    float mn = 0, mx = 0;
+    for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lo[c]), mx = std::max(mx, hi[c]);
+    const Packed& p = *packed_;
+    if (!std::isfinite(mn) || !std::isfinite(mx)) {
+      std::fill_n(y, m_ * n_, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    float scale = 1, zp_value = 0;
+    core::dynamic_quant_params(mn, mx, scale, zp_value);
+    const auto zp = static_cast<int32_t>(zp_value);
+    const std::size_t values = static_cast<std::size_t>(m_ * ldu_) * (vnni_ ? sizeof(uint8_t) : sizeof(int16_t));
+    auto* base = static_cast<char*>(args.workspace);
+    auto* xs = reinterpret_cast<float*>(base + (values + 63) / 64 * 64);
+    auto* zps = reinterpret_cast<int32_t*>(xs + m_);
+    std::fill_n(xs, m_, scale);
+    std::fill_n(zps, m_, zp);
+    auto* u = reinterpret_cast<int16_t*>(base);
+    auto* q = reinterpret_cast<uint8_t*>(base);
+    std::atomic<bool> finite{true};
+    args.pool->parallel_for(ceil_div(m_, kTileM), 1, [&](int64_t t0, int64_t t1) {
+      const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
+      const bool ok = vnni_ ? dynamic_int8::quantize_tensor_u8(x + r0 * k_, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, scale, zp)
+                            : dynamic_int8::quantize_tensor(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, scale, zp);
+      if (!ok) finite.store(false, std::memory_order_relaxed);
+    });
+    // NaN (min/max pass over it): no scale to quantise by; every output NaN.
+    if (!finite.load()) {
+      std::fill_n(y, m_ * n_, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    const auto* w = static_cast<const int8_t*>(p.w.data());
+    if (vnni_) {
+      using dynamic_int8::kTileBlocksVnni;
+      using dynamic_int8::kTileMVnni;
+      args.pool->parallel_for(ceil_div(blocks_, kTileBlocksVnni), 1, [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+          const int64_t blk = g * kTileBlocksVnni, col = blk * kBlockN;
+          const int nb = static_cast<int>(std::min<int64_t>(kTileBlocksVnni, blocks_ - blk));
+          const int nlast = static_cast<int>(std::min<int64_t>(nb * kBlockN, n_ - col) - (nb - 1) * kBlockN);
+          const auto lane0 = static_cast<std::size_t>(col);
+          for (int64_t r = 0; r < m_; r += kTileMVnni)
+            dynamic_int8::gemm_tile_vnni(static_cast<int>(std::min<int64_t>(kTileMVnni, m_ - r)), nb, q + r * ldu_, ldu_,
+                                         w + blk * block_bytes_, block_bytes_, steps_, xs + r, zps + r,
+                                         p.colsum.data() + lane0, p.scale.data() + lane0, p.bias.data() + lane0,
+                                         y + r * n_ + col, n_, nlast);
+        }
+      });
+      return;
+    }
+    args.pool->parallel_for(blocks_, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int nvalid = static_cast<int>(std::min<int64_t>(kBlockN, n_ - blk * kBlockN));
+        const auto lane0 = static_cast<std::size_t>(blk * kBlockN);
+        for (int64_t r = 0; r < m_; r += kTileM)
+          dynamic_int8::gemm_tile(static_cast<int>(std::min<int64_t>(kTileM, m_ - r)), u + r * ldu_, ldu_,
+                                  w + blk * block_bytes_, steps_, xs + r, p.scale.data() + lane0, p.bias.data() + lane0,
+                                  y + r * n_ + blk * kBlockN, n_, nvalid);
+      }
+    });
+  }
+
+ private:
+  bool vnni_ = false;
+  int64_t k_ = 0, m_ = 0, n_ = 0, steps_ = 0, ldu_ = 0, block_bytes_ = 0, blocks_ = 0;
+  const cpu::vec::Kernels* v_ = cpu::vec::best_kernels();
+  std::shared_ptr<const Packed> packed_;
+};
+
+class DynamicQuantDense final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "dynamic_quant_dense"; }
+  std::string_view algorithm() const override { return "dynamic_int8"; }
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == Schema{})) return Support::no("cpu/dynamic_int8 computes in cpu (plain float32 in and out)");
+    if (!dynamic_int8::avx2_usable()) return Support::no("cpu/dynamic_int8 needs AVX2 and FMA");
+    if (!info.layer || info.layer->inputs.size() != 1) return Support::no("dynamic_quant_dense needs one input");
+    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+    if (Support s = routines::float_weights(*info.layer, {"bias"}, "cpu/dynamic_int8"); !s) return s;
+    const Shape& in = info.input_shapes[0];
+    if (const int64_t k = in[in.rank() - 1]; k > dynamic_int8::kMaxK)
+      return Support::no(fmt::format("K {} over {}: the int32 sums of int8 products could overflow", k, dynamic_int8::kMaxK));
+    return Support::yes();
+  }
+  std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
+    return pack_dynamic(info, dynamic_int8::vnni512_usable(), 127);
+  }
+  std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
+                                              const RoutineParams&) const override {
+    return unpack_dynamic(bytes, info, dynamic_int8::vnni512_usable(), 127);
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+                                        std::shared_ptr<const PackedWeights> packed) const override {
+    return std::make_unique<TensorQuantPrepared>(info, std::dynamic_pointer_cast<const Packed>(std::move(packed)));
+  }
+};
+
 class DynamicInt8 final : public Routine {
  public:
   std::string_view layer_type() const override { return "dense"; }
@@ -282,14 +425,16 @@ class DynamicInt8 final : public Routine {
   }
   /// u8s8: activations as u8 and weights on 7 bits, vpmaddubsw's twice the
   /// products per instruction (judged by the accuracy budget like every form);
-  /// on 8 bits by vpdpbusd where AVX512-VNNI runs it (weight_qmax).
+  /// on 8 bits by vpdpbusd where AVX512-VNNI runs it (form_qmax).
   std::vector<RoutineParamSpec> param_space(const LayerInfo&, const Schema&) const override { return {{"u8s8", {0, 1}}}; }
   std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams& params) const override {
-    return pack_dynamic(info, routine_param(params, "u8s8", 0) != 0);
+    const bool u8s8 = routine_param(params, "u8s8", 0) != 0;
+    return pack_dynamic(info, u8s8, form_qmax(u8s8));
   }
   std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
                                               const RoutineParams& params) const override {
-    return unpack_dynamic(bytes, info, routine_param(params, "u8s8", 0) != 0);
+    const bool u8s8 = routine_param(params, "u8s8", 0) != 0;
+    return unpack_dynamic(bytes, info, u8s8, form_qmax(u8s8));
   }
   std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
                                         std::shared_ptr<const PackedWeights> packed) const override {
@@ -301,5 +446,6 @@ class DynamicInt8 final : public Routine {
 }  // namespace
 
 SOFTNEURO_REGISTER_ROUTINE(DynamicInt8);
+SOFTNEURO_REGISTER_ROUTINE(DynamicQuantDense);
 
 }  // namespace softneuro

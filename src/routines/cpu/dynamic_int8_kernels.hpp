@@ -76,6 +76,17 @@ void gemm_tile_vnni(int mr, int nb, const uint8_t* q, int64_t ldq, const int8_t*
                     const float* xs, const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias,
                     float* y, int64_t ldy, int nlast);
 
+// dynamic_quant_dense (ONNX Runtime's quantize_dynamic): one scale and zero
+// point for the whole input, q = clamp(nearbyint(x / scale) + zp, 0, 255)
+// (a division, as ONNX Runtime rounds), the rows then multiplied exactly.
+/// Rows of x to u8 q (ldq bytes apart, zeros to a multiple of 4), for
+/// gemm_tile_vnni. False where a value is NaN or infinite.
+bool quantize_tensor_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float scale,
+                        int32_t zp);
+/// The same as int16 values q - zp (ldu apart, zeros to an even count), for gemm_tile.
+bool quantize_tensor(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float scale,
+                     int32_t zp);
+
 // Operands of cpu/int8_attention in the VNNI weight blocks ([k4][16][4] int8
 // per 16 columns, block_bytes apart, zeroed beforehand): int8 per column with
 // scale[c] = max |column| / 127 and sum[c] its integers' sum. False where a

@@ -6,6 +6,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace softneuro::dynamic_int8 {
@@ -211,6 +213,40 @@ bool quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u
     if (kp > k) ur[k] = 0;
   }
   return true;
+}
+
+bool quantize_tensor(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float scale,
+                     int32_t zp) {
+  const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(static_cast<float>(zp));
+  const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+  const __m256i zi = _mm256_set1_epi32(zp);
+  __m256 bad = _mm256_setzero_ps();
+  bool finite = true;
+  // clamp(nearbyint(x / scale) + zp, 0, 255) - zp, in [-255, 255].
+  auto one = [&](float v) {
+    if (!(v - v == 0)) return finite = false, int16_t{0};
+    const float t = std::nearbyint(v / scale) + static_cast<float>(zp);
+    return static_cast<int16_t>(static_cast<int32_t>(std::min(std::max(t, 0.0f), 255.0f)) - zp);
+  };
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * ldx;
+    int16_t* ur = u + r * ldu;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      __m256i q[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 v = _mm256_loadu_ps(xr + i + 8 * h);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+        const __m256 t = _mm256_round_ps(_mm256_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[h] = _mm256_sub_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, z), lo), hi)), zi);
+      }
+      // packs interleaves 128-bit halves: put them back in order.
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ur + i), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
+    }
+    for (; i < k; ++i) ur[i] = one(xr[i]);
+    if (((k + 1) & ~int64_t(1)) > k) ur[k] = 0;
+  }
+  return finite && _mm256_movemask_ps(bad) == 0;
 }
 
 void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int8_t* w, int64_t k2, const float* xs, const float* ws,

@@ -149,6 +149,28 @@ bool pack_columns_int8(const float* x, int64_t depth, int64_t n, int64_t ldx, in
   return true;
 }
 
+bool quantize_tensor_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float scale,
+                        int32_t zp) {
+  const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(static_cast<float>(zp));
+  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
+  const int64_t padded = (k + 3) & ~int64_t(3);
+  bool ok = true;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * ldx;
+    uint8_t* qr = q + r * ldq;
+    for (int64_t j = 0; j < k; j += 16) {
+      const __mmask16 mk = first(k - j);
+      const __m512 v = _mm512_maskz_loadu_ps(mk, xr + j);
+      ok = ok && finite16(v);
+      const __m512 t = _mm512_roundscale_ps(_mm512_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 c = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(t, z), lo), hi);
+      _mm_mask_storeu_epi8(qr + j, mk, _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(c)));
+    }
+    for (int64_t j = k; j < padded; ++j) qr[j] = 0;
+  }
+  return ok;
+}
+
 bool quantize_unit_rows(const float* p, int64_t rows, int64_t n, int64_t ldp, uint8_t* q, int64_t ldq) {
   const __m512 k255 = _mm512_set1_ps(255.0f);
   const int64_t padded = (n + 3) & ~int64_t(3);

@@ -15,6 +15,7 @@
 #include "routines/cpu/f32_common.hpp"
 #include "core/layer_types.hpp"
 #include "core/narrow_types.hpp"
+#include "core/weight_quant.hpp"
 
 #include <softneuro/routine.hpp>
 #include <softneuro/session.hpp>
@@ -1990,6 +1991,59 @@ struct Dense final : RefPrepared {
   }
 };
 
+// dynamic_quant_dense: DynamicQuantizeLinear over the whole input, the
+// integers' products summed exactly, y = float(sum) * (s * s_w) + bias (one
+// rounding, as the int8 routines' fused multiply-add); an input holding NaN
+// or infinity has no scale to quantise by: every output NaN.
+
+struct DynamicQuantDense final : RefPrepared {
+  static constexpr std::string_view kType = "dynamic_quant_dense";
+  int64_t rows, k, o;
+  core::ChannelQuantized w;
+  std::vector<float> bias;
+  static Support supports(const LayerInfo& info) {
+    if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
+    return float_weights(*info.layer, {"bias"});
+  }
+  explicit DynamicQuantDense(const LayerInfo& info) : w(core::channel_int8(info.layer->weight("weight"))) {
+    const Shape& s = info.input_shapes[0];
+    rows = prod(s, 0, s.rank() - 1);
+    k = s[s.rank() - 1];
+    o = info.layer->weight("weight").shape()[0];
+    bias.assign(static_cast<std::size_t>(o), 0.0f);
+    if (const Blob* b = info.layer->find_weight("bias")) std::copy_n(b->data_as<float>(), o, bias.begin());
+  }
+  void run(const RunArgs& a) override {
+    const float* x = a.inputs[0]->data_as<float>();
+    float* y = a.outputs[0]->data_as<float>();
+    const int64_t n = rows * k;
+    float lo = 0, hi = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < n; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+    }
+    if (!finite) {
+      std::fill_n(y, rows * o, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    float scale, zp;
+    core::dynamic_quant_params(lo, hi, scale, zp);
+    std::vector<int32_t> q(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      q[static_cast<std::size_t>(i)] = static_cast<int32_t>(std::clamp(std::nearbyint(x[i] / scale) + zp, 0.0f, 255.0f)) -
+                                       static_cast<int32_t>(zp);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < o; ++j) {
+        int64_t acc = 0;
+        for (int64_t i = 0; i < k; ++i)
+          acc += int64_t{q[static_cast<std::size_t>(r * k + i)]} * w.q[static_cast<std::size_t>(j * k + i)];
+        const auto c = static_cast<std::size_t>(j);
+        y[r * o + j] = std::fma(static_cast<float>(acc), w.scale[c] * scale, bias[c]);
+      }
+  }
+};
+
 // ---------------------------------------------------------------------------
 // matmul: NumPy semantics. A rank-1 left operand is [1,K], a rank-1 right one
 // [K,1] (the added dim is dropped from the output); batch dims broadcast.
@@ -2846,6 +2900,7 @@ class LoopRoutine final : public Routine {
 
 SOFTNEURO_REGISTER_ROUTINE(Ref<Conv2>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Dense>);
+SOFTNEURO_REGISTER_ROUTINE(Ref<DynamicQuantDense>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Matmul>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Pool2>);
 SOFTNEURO_REGISTER_ROUTINE(Ref<Batchnorm>);
