@@ -1,6 +1,7 @@
 """Small text models end to end, as a new user meets them: tiny BERT (the
 TorchScript exporter, opset 17; and quantised by ONNX Runtime's
-quantize_dynamic: an int8 embedding table, MatMulInteger) and GPT-2 (the
+quantize_dynamic: an int8 embedding table, MatMulInteger; and after ONNX
+Runtime's transformer optimizer: QEmbedLayerNormalization, QAttention) and GPT-2 (the
 dynamo exporter, opset 23) made by data/make_text_models.py, imported with no flags, run at two
 sequence lengths and with a padded attention mask against ONNX Runtime's
 outputs (stored beside them), then tuned with default options and run again."""
@@ -33,7 +34,7 @@ def check(model, name):
     assert ran == 3
 
 
-@pytest.mark.parametrize("name", ["tiny_bert", "tiny_gpt2", "tiny_bert_int8"])
+@pytest.mark.parametrize("name", ["tiny_bert", "tiny_gpt2", "tiny_bert_int8", "tiny_bert_opt_int8"])
 def test_a_text_model_imports_runs_at_any_length_and_tunes(name):
     m = softneuro.import_onnx(os.path.join(DATA, name + ".onnx"))
     ids = next(t for t in m.inputs if t.name == "input_ids")

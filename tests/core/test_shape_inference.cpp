@@ -130,6 +130,18 @@ TEST_CASE("shape inference: dense", "[core][shape]") {
   expect_error(dense({4, 3}), {Shape{}}, "input");
 }
 
+TEST_CASE("shape inference: dynamic_quant_dense", "[core][shape]") {
+  auto layer = [](Shape wshape, bool on_grid, std::map<std::string, Attr> p = {}) {
+    Blob weight = w(wshape);
+    if (on_grid) weight.quant() = QuantParams{std::vector<float>(static_cast<std::size_t>(wshape[0]), 0.5f), {}, 0};
+    return L("dynamic_quant_dense", std::move(p), {{"weight", weight}});
+  };
+  CHECK(infer(layer({4, 3}, true), {{2, 5, 3}}) == Shapes{{2, 5, 4}});
+  expect_error(layer({4, 3}, false), {{2, 3}}, "weight");  // not on an int8 grid
+  expect_error(layer({4, 2}, true), {{2, 3}}, "weight");
+  expect_error(layer({4, 3}, true, {{"act", std::string("relu")}}), {{2, 3}}, "act");
+}
+
 TEST_CASE("shape inference: matmul", "[core][shape]") {
   Layer mm = L("matmul", {}, {}, 2);
   CHECK(infer(mm, {{3, 4}, {4, 5}}) == Shapes{{3, 5}});
@@ -720,7 +732,7 @@ TEST_CASE("shape inference: every layer type is covered", "[core][shape]") {
       "sigmoid", "tanh", "gelu", "softmax", "layernorm", "rms_norm", "rotary", "attention", "add", "sub", "mul", "div", "max", "min", "concat",
       "split", "reshape", "flatten", "transpose", "pad", "identity", "constant", "wgenc", "wgconv", "wgdec",
       "wgencb", "wgconvb", "wgdecb", "resize", "deconv2", "abs", "neg", "sqrt", "exp", "log", "erf",
-      "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize",
+      "reciprocal", "silu", "mish", "softplus", "leaky_relu", "prelu", "pow", "reduce", "lstm", "gru", "rnn", "group_norm", "fake_quant", "dynamic_quantize", "dynamic_quant_dense",
       "shape_math", "compare", "logical", "where", "round", "cast", "einsum", "arg_reduce", "trig", "take", "gather", "gather_elements", "gather_nd", "divmod", "bitwise", "cumulative", "top_k", "grid_sample",
       "non_max_suppression", "non_zero", "roi_align", "choose", "branch", "slice", "scatter_elements", "scatter_nd", "unique", "dft", "col2im", "loop", "max_pool_indices", "deform_conv", "linear_attention"};
   for (const auto& t : core::layer_types()) {

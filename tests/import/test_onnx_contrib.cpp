@@ -790,3 +790,86 @@ TEST_CASE("contrib: GroupQueryAttention's position_ids: a first prompt counts fr
   REQUIRE(out[0].blob.shape() == Shape{1, S, N * H});
   CHECK(max_abs_diff(values_of(out[0]), want) < 2e-5);
 }
+
+TEST_CASE("contrib: QAttention and QEmbedLayerNormalization (quantize_dynamic after the optimizer) compute their float "
+          "forms on the dequantised values, in integers",
+          "[onnx][contrib]") {
+  const int64_t S = 5, N = 2, H = 3, D = N * H, V = 11, P = 8;
+  std::vector<int64_t> w(static_cast<std::size_t>(D * 3 * D)), table(static_cast<std::size_t>(V * D));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int64_t>((i * 37) % 255) - 127;
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>((i * 53) % 256);
+  std::vector<float> w_scale(static_cast<std::size_t>(3 * D));
+  for (std::size_t j = 0; j < w_scale.size(); ++j) w_scale[j] = 0.002f + 0.0005f * static_cast<float>(j);
+  const auto bias = random_values(3 * D, 2), x = random_values(S * D, 3);
+  std::vector<float> w_deq(w.size()), table_deq(table.size());
+  for (std::size_t i = 0; i < w.size(); ++i) w_deq[i] = static_cast<float>(w[i]) * w_scale[i % (3 * D)];
+  for (std::size_t i = 0; i < table.size(); ++i) table_deq[i] = (static_cast<float>(table[i]) - 120.0f) * 0.01f;
+  const std::vector<NamedBlob> in{{"x", make_input(Shape{1, S, D}, x)}};
+
+  SECTION("QAttention: each projection one dynamic_quant_dense") {
+    auto model = [&](bool quantised) {
+      OnnxModel m(17);
+      ms_domain(m);
+      m.input("x", {1, S, D}).output("y");
+      m.init("bias", {3 * D}, bias);
+      m.node("DynamicQuantizeLinear", {"x"}, {"q", "s", "z"});
+      if (quantised) {
+        m.init_typed("w", onnx::TensorProto::INT8, {D, 3 * D}, w).init("ws", {3 * D}, w_scale);
+        ms_node(m, "QAttention", {"q", "w", "bias", "s", "ws", "", "z"}, {"y"}).i("num_heads", N);
+      } else {
+        m.init("w", {D, 3 * D}, w_deq);
+        m.node("DequantizeLinear", {"q", "s", "z"}, {"xd"});
+        ms_node(m, "Attention", {"xd", "w", "bias"}, {"y"}).i("num_heads", N);
+      }
+      return import_onnx(m.save(quantised ? "qattention.onnx" : "qattention_float.onnx"));
+    };
+    const Model q = model(true), f = model(false);
+    CHECK(count_layers(q, "dynamic_quant_dense") == 3);
+    const auto got = values_of(run(Session(q), in)[0]), want = values_of(run(Session(f), in)[0]);
+    double scale = 0;
+    for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    CHECK(max_abs_diff(got, want) <= 1e-5 * scale);
+  }
+  SECTION("QEmbedLayerNormalization: the word table stays uint8") {
+    const auto pos = random_values(P * D, 4), gamma = random_values(D, 5), beta = random_values(D, 6);
+    auto model = [&](bool quantised) {
+      OnnxModel m(17);
+      ms_domain(m);
+      m.named_input("ids", onnx::TensorProto::INT32, {"batch", "sequence"}).output("y");
+      if (quantised) {
+        // The small tables on a grid of 1/64 with zero point 0 (exact), the word table's own.
+        auto grid = [](const std::vector<float>& v) {
+          std::vector<int64_t> q;
+          for (float f : v) q.push_back(static_cast<int64_t>(std::lround(f * 64.0f)) + 128);
+          return q;
+        };
+        m.init_typed("word", onnx::TensorProto::UINT8, {V, D}, table).init("word_s", {}, {0.01f}).init_typed("word_z", onnx::TensorProto::UINT8, {}, {120});
+        m.init_typed("pos", onnx::TensorProto::UINT8, {P, D}, grid(pos)).init("pos_s", {}, {1.0f / 64}).init_typed("pos_z", onnx::TensorProto::UINT8, {}, {128});
+        m.init_typed("gamma", onnx::TensorProto::UINT8, {D}, grid(gamma)).init("gamma_s", {}, {1.0f / 64}).init_typed("gamma_z", onnx::TensorProto::UINT8, {}, {128});
+        m.init_typed("beta", onnx::TensorProto::UINT8, {D}, grid(beta)).init("beta_s", {}, {1.0f / 64}).init_typed("beta_z", onnx::TensorProto::UINT8, {}, {128});
+        ms_node(m, "QEmbedLayerNormalization",
+                {"ids", "", "word", "pos", "", "gamma", "beta", "", "word_s", "pos_s", "", "gamma_s", "beta_s", "word_z", "pos_z", "",
+                 "gamma_z", "beta_z"},
+                {"y"});
+      } else {
+        auto on_grid = [](const std::vector<float>& v) {
+          std::vector<float> g;
+          for (float f : v) g.push_back(static_cast<float>(std::lround(f * 64.0f)) / 64.0f);
+          return g;
+        };
+        m.init("word", {V, D}, table_deq).init("pos", {P, D}, on_grid(pos)).init("gamma", {D}, on_grid(gamma)).init("beta", {D}, on_grid(beta));
+        ms_node(m, "EmbedLayerNormalization", {"ids", "", "word", "pos", "", "gamma", "beta"}, {"y"});
+      }
+      return import_onnx(m.save(quantised ? "qembed.onnx" : "qembed_float.onnx"));
+    };
+    const Model q = model(true), f = model(false);
+    bool uint8_table = false;
+    for (const auto& l : detail::impl_of(q).graph.layers)
+      if (l.type == "gather" && l.find_weight("table")) uint8_table = l.weight("table").dtype() == DType::quint8;
+    CHECK(uint8_table);
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < 2 * S; ++i) ids.push_back(static_cast<int32_t>((i * 7 + 2) % V));
+    const std::vector<NamedBlob> tokens{{"ids", int_blob32(Shape{2, S}, ids)}};
+    CHECK(max_abs_diff(values_of(run(Session(q), tokens)[0]), values_of(run(Session(f), tokens)[0])) < 1e-6);
+  }
+}

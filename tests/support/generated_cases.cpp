@@ -308,6 +308,24 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     out.push_back({"dynamic_quantize, all positive", layer_of("dynamic_quantize", {}, {}, 1, 3), {random_blob({300}, rng, 1.0f, 2.0f)}});
     return out;
   }
+  if (type == "dynamic_quant_dense") {
+    // The weight's integers on a grid of one scale per output channel (quantize_dynamic's int8 B).
+    auto on_grid = [&](int64_t n, int64_t k) {
+      Blob q = Blob::allocate(Shape{n, k}, DType::qint8);
+      std::uniform_int_distribution<int> v(-127, 127);
+      for (int64_t i = 0; i < n * k; ++i) q.data_as<int8_t>()[i] = static_cast<int8_t>(v(rng));
+      std::vector<float> scales(static_cast<std::size_t>(n));
+      for (auto& s : scales) s = std::uniform_real_distribution<float>(0.002f, 0.03f)(rng);
+      q.quant() = QuantParams{scales, {}, 0};
+      return q;
+    };
+    std::vector<Case> out;
+    out.push_back({"dynamic_quant_dense [2,7,37] -> 20, bias", layer_of("dynamic_quant_dense", {}, {{"weight", on_grid(20, 37)}, {"bias", random_blob({20}, rng)}}),
+                   {random_blob({2, 7, 37}, rng, -2.0f, 3.0f)}});
+    out.push_back({"dynamic_quant_dense [13,64] -> 70, all positive", layer_of("dynamic_quant_dense", {}, {{"weight", on_grid(70, 64)}}),
+                   {random_blob({13, 64}, rng, 0.5f, 2.0f)}});
+    return out;
+  }
   if (type == "group_norm") {
     std::vector<Case> out;
     for (auto [shape, groups] : {std::pair<Shape, int64_t>{{1, 8, 5, 7}, 2}, {{2, 6, 9, 9}, 6}, {{1, 32, 33}, 8}, {{1, 4, 70, 70}, 1}}) {

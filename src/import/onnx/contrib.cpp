@@ -148,39 +148,80 @@ void Importer::fused_matmul(const Node& n) {
 // mask's count of ones per row as mask_index (zeros without a mask), as
 // ONNX Runtime's kernel computes them.
 void Importer::embed_layer_norm(const Node& n) {
-  const std::string y = n.out(0), ids = input_name(n, 0, "input_ids");
+  embedding_layer_norm(n, [&](int k) { return n.in(k); }, nullptr);
+}
+
+// QEmbedLayerNormalization (com.microsoft; quantize_dynamic after ONNX
+// Runtime's transformer optimizer): EmbedLayerNormalization of quantised
+// tables (word, position, segment, gamma, beta at inputs 2-6), table k's scale
+// at input k + 6 and zero point at k + 11. The word table stays in its
+// integers (a gather of them, then DequantizeLinear: fold_dequantized_gather
+// keeps it int8); the small ones are dequantised once.
+void Importer::qembed_layer_norm(const Node& n) {
+  const std::string y = n.out(0);
+  auto dequantized = [&](int k, const std::string& x, const std::string& out) {
+    return convert_synthesized(n, "DequantizeLinear", {x, input_name(n, k + 6, "scale"), n.in(k + 11)}, {out});
+  };
+  std::map<int, std::string> float_inputs;
+  for (int k : {3, 4, 5, 6})
+    if (n.has_in(k)) float_inputs[k] = dequantized(k, n.in(k), synthesized_value(fmt::format("{}/table{}", y, k)));
+  auto input = [&](int k) -> std::string {
+    if (k == 8) return {};  // no position_ids
+    if (auto it = float_inputs.find(k); it != float_inputs.end()) return it->second;
+    return n.in(k);  // input_ids, segment_ids, the word table, mask
+  };
+  embedding_layer_norm(n, input, [&](const std::string& ids, const std::string& out) {
+    const std::string rows = synthesized_value(out + "/quantised");
+    convert_synthesized(n, "Gather", {input_name(n, 2, "word_embedding_quant"), ids}, {rows}, int_attr("axis", 0));
+    dequantized(2, rows, out);
+  });
+}
+
+// EmbedLayerNormalization's inputs as `input(k)` names them ("": absent);
+// `gather_word` (where given) writes the word embeddings of the ids.
+void Importer::embedding_layer_norm(const Node& n, const std::function<std::string(int)>& input,
+                                    const std::function<void(const std::string&, const std::string&)>& gather_word) {
+  auto has = [&](int k) { return !input(k).empty(); };
+  auto named = [&](int k, const char* field) {
+    if (!has(k)) throw n.error(fmt::format("{} is missing", field), field);
+    return input(k);
+  };
+  const std::string y = n.out(0), ids = named(0, "input_ids");
   const Shape is = shape_of(n, ids);
   if (is.rank() != 2) throw n.error(fmt::format("input_ids {} is not [batch, sequence]", is.to_string()), "input_ids");
-  if (n.has_in(1) != n.has_in(4))
-    throw n.error("segment_ids and segment_embedding come together", n.has_in(1) ? "segment_embedding" : "segment_ids");
+  if (has(1) != has(4))
+    throw n.error("segment_ids and segment_embedding come together", has(1) ? "segment_embedding" : "segment_ids");
   const std::string word = synthesized_value(y + "/word");
-  convert_synthesized(n, "Gather", {input_name(n, 2, "word_embedding"), ids}, {word}, int_attr("axis", 0));
+  if (gather_word)
+    gather_word(ids, word);
+  else
+    convert_synthesized(n, "Gather", {named(2, "word_embedding"), ids}, {word}, int_attr("axis", 0));
   const std::string pos = synthesized_value(y + "/position");
-  const std::string table = input_name(n, 3, "position_embedding");
-  if (n.has_in(8)) {
-    convert_synthesized(n, "Gather", {table, n.in(8)}, {pos}, int_attr("axis", 0));
+  const std::string table = named(3, "position_embedding");
+  if (has(8)) {
+    convert_synthesized(n, "Gather", {table, input(8)}, {pos}, int_attr("axis", 0));
   } else {  // positions 0 .. S-1: the table's first S rows
     const std::string len = synthesized_value(y + "/sequence_length");
     convert_synthesized(n, "Shape", {ids}, {len}, both(int_attr("start", 1), int_attr("end", 2)));
     convert_synthesized(n, "Slice", {table, int_constant(y + "/zero", Shape{1}, {0}), len, int_constant(y + "/axis0", Shape{1}, {0})},
                         {pos});
   }
-  const bool segments = n.has_in(1);
+  const bool segments = has(1);
   const std::string sum = n.num_outputs() > 2 && used(n.out(2)) ? n.out(2) : synthesized_value(y + "/embedding_sum");
   const std::string word_pos = segments ? synthesized_value(y + "/word_position") : sum;
   convert_synthesized(n, "Add", {word, pos}, {word_pos});
   if (segments) {
     const std::string seg = synthesized_value(y + "/segment");
-    convert_synthesized(n, "Gather", {n.in(4), n.in(1)}, {seg}, int_attr("axis", 0));
+    convert_synthesized(n, "Gather", {input(4), input(1)}, {seg}, int_attr("axis", 0));
     convert_synthesized(n, "Add", {word_pos, seg}, {sum});
   }
-  convert_synthesized(n, "LayerNormalization", {sum, input_name(n, 5, "gamma"), input_name(n, 6, "beta")}, {y},
+  convert_synthesized(n, "LayerNormalization", {sum, named(5, "gamma"), named(6, "beta")}, {y},
                       both(float_attr("epsilon", n.get_float("epsilon", 1e-12)), int_attr("axis", -1)));
   if (!(n.num_outputs() > 1 && used(n.out(1)))) return;
   const std::string mask_index = n.out(1);
-  if (n.has_in(7)) {
+  if (has(7)) {
     const std::string ones = synthesized_value(y + "/mask_ones"), counted = synthesized_value(y + "/mask_counted");
-    convert_synthesized(n, "Equal", {n.in(7), int_constant(y + "/one", Shape{}, {1})}, {ones});
+    convert_synthesized(n, "Equal", {input(7), int_constant(y + "/one", Shape{}, {1})}, {ones});
     convert_synthesized(n, "Cast", {ones}, {counted}, int_attr("to", onnx::TensorProto::INT32));
     axes_node(n, "ReduceSum", counted, {1}, mask_index, int_attr("keepdims", 0));
   } else {
@@ -287,7 +328,7 @@ std::string Importer::positions_along(const Node& n, const std::vector<std::pair
 }
 
 std::string Importer::summed_bias(const Node& n, const std::string& mask, int bias_k) {
-  if (!n.has_in(bias_k)) return mask;
+  if (bias_k < 0 || !n.has_in(bias_k)) return mask;
   if (mask.empty()) return n.in(bias_k);
   const std::string s = synthesized_value(n.out(0) + "/attention_bias");
   convert_synthesized(n, "Add", {mask, n.in(bias_k)}, {s});
@@ -298,8 +339,86 @@ std::string Importer::summed_bias(const Node& n, const std::string& mask, int bi
 // ([Q heads | K heads | V heads] columns), then attention as ONNX's Attention
 // computes it (3-D, the heads split there), the past a [2, B, N, P, H] stack.
 void Importer::contrib_attention(const Node& n) {
+  if (n.has_in(6)) throw Unsupported{"Attention with past_present_share_buffer (a cache written in place)"};
+  const std::string x = input_name(n, 0, "input"), y = n.out(0);
+  const Blob* w = constant(n.in(1));
+  const Blob wf = w ? to_float(*w) : Blob();
+  std::string product;
+  if (!w) {
+    product = synthesized_value(y + "/qkv");
+    convert_synthesized(n, "MatMul", {x, n.in(1)}, {product});
+  }
+  const Shape ws = shape_of(n, input_name(n, 1, "weights"));
+  // Each projection a MatMul, as a plain export writes them (the passes make
+  // each a dense layer); computed weights: one product, sliced.
+  auto project = [&](const std::string& part, int64_t from, int64_t size, const std::string& raw) {
+    if (!w) {
+      slice_node(n, product, -1, from, from + size, raw);
+      return;
+    }
+    std::vector<float> cols(static_cast<std::size_t>(ws[0] * size));
+    const float* src = wf.data_as<float>();
+    for (int64_t r = 0; r < ws[0]; ++r) std::copy(src + r * ws[1] + from, src + r * ws[1] + from + size, cols.begin() + r * size);
+    convert_synthesized(n, "MatMul", {x, add_constant(fmt::format("{}/{}_weight", y, part), float_blob({ws[0], size}, cols))}, {raw});
+  };
+  projected_attention(n, AttentionPorts{}, project);
+}
+
+// QAttention (com.microsoft; ONNX Runtime's quantize_dynamic after its
+// transformer optimizer): Attention whose input is quantised (a
+// DynamicQuantizeLinear's integers, its scale and zero point as inputs) and
+// whose weights are int8/uint8 with their scales: each projection a
+// MatMulInteger, its sums times input_scale * weight_scale, as ONNX Runtime
+// computes it (the passes make each one dynamic_quant_dense).
+void Importer::qattention(const Node& n) {
+  const std::string y = n.out(0);
+  const Blob* w = constant(n.in(1));
+  const auto type = onnx_types_.find(n.in(1));
+  if (!w || type == onnx_types_.end() || (type->second != onnx::TensorProto::INT8 && type->second != onnx::TensorProto::UINT8))
+    throw Unsupported{"QAttention with weights that are not an int8 or uint8 constant"};
+  const Shape ws = w->shape();
+  if (ws.rank() != 2) throw n.error(fmt::format("weight {} is not [input hidden, 3 x hidden]", ws.to_string()), "weight");
+  // The integer columns [from, from + size) of a constant, its ONNX type kept.
+  auto columns = [&](const std::string& c, const Blob& v, int64_t rows, int64_t from, int64_t size, const std::string& base) {
+    const std::size_t bytes = dtype_size(v.dtype());
+    const int64_t width = v.shape()[v.shape().rank() - 1];
+    Blob out = Blob::allocate(rows > 1 ? Shape{rows, size} : Shape{size}, v.dtype());
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(out.data()) + static_cast<std::size_t>(r * size) * bytes,
+                  static_cast<const char*>(v.data()) + static_cast<std::size_t>(r * width + from) * bytes,
+                  static_cast<std::size_t>(size) * bytes);
+    const std::string name = add_constant(base, out);
+    if (auto t = onnx_types_.find(c); t != onnx_types_.end()) onnx_types_[name] = t->second;
+    return name;
+  };
+  // A per-column scale or zero point ([3 x hidden]) sliced like the columns; one value as it is.
+  auto part_of = [&](int k, const char* field, int64_t from, int64_t size) -> std::string {
+    if (!n.has_in(k)) return {};
+    const Blob* c = constant(n.in(k));
+    if (!c) throw Unsupported{fmt::format("QAttention with a {} computed at run time", field)};
+    if (c->numel() == 1) return n.in(k);
+    if (c->shape() != Shape{ws[1]})
+      throw n.error(fmt::format("{} {} is neither one value nor one per weight column ({})", field, c->shape().to_string(), ws[1]),
+                    field);
+    return columns(n.in(k), *c, 1, from, size, fmt::format("{}/{}_{}", y, field, from));
+  };
+  auto project = [&](const std::string& part, int64_t from, int64_t size, const std::string& raw) {
+    const std::string b = columns(n.in(1), *w, ws[0], from, size, fmt::format("{}/{}_weight", y, part));
+    const std::string sums = synthesized_value(raw + "/sums"), sums_f = synthesized_value(raw + "/sums_float"),
+                      scale = synthesized_value(raw + "/scale");
+    convert_synthesized(n, "MatMulInteger", {n.in(0), b, n.has_in(6) ? n.in(6) : std::string(), part_of(7, "weight_zero_point", from, size)},
+                        {sums});
+    convert_synthesized(n, "Cast", {sums}, {sums_f}, int_attr("to", onnx::TensorProto::FLOAT));
+    convert_synthesized(n, "Mul", {input_name(n, 3, "input_scale"), part_of(4, "weight_scale", from, size)}, {scale});
+    convert_synthesized(n, "Mul", {sums_f, scale}, {raw});
+  };
+  projected_attention(n, AttentionPorts{.mask = 5, .past = 8, .attention_bias = -1}, project);
+}
+
+void Importer::projected_attention(const Node& n, const AttentionPorts& ports,
+                                   const std::function<void(const std::string&, int64_t, int64_t, const std::string&)>& project) {
   if (n.get_int("do_rotary", 0)) throw Unsupported{"Attention with do_rotary (ONNX Runtime's CPU kernel refuses it too)"};
-  if (n.get_int("past_present_share_buffer", 0) || n.has_in(6))
+  if (n.get_int("past_present_share_buffer", 0))
     throw Unsupported{"Attention with past_present_share_buffer (a cache written in place)"};
   const std::string x = input_name(n, 0, "input"), y = n.out(0);
   const Shape xs = shape_of(n, x), ws = shape_of(n, input_name(n, 1, "weights"));
@@ -320,16 +439,8 @@ void Importer::contrib_attention(const Node& n) {
                   "qkv_hidden_sizes");
   if (n.has_in(2) && shape_of(n, n.in(2)) != Shape{ws[1]})
     throw n.error(fmt::format("bias {} is not [{}]", shape_of(n, n.in(2)).to_string(), ws[1]), "bias");
-  // Each projection a MatMul and an Add, as a plain export writes them (the
-  // passes make each a dense layer); computed weights: one product, sliced.
-  const Blob* w = constant(n.in(1));
   const Blob* b = n.has_in(2) ? constant(n.in(2)) : nullptr;
-  const Blob wf = w ? to_float(*w) : Blob(), bf = b ? to_float(*b) : Blob();
-  std::string product;
-  if (!w) {
-    product = synthesized_value(y + "/qkv");
-    convert_synthesized(n, "MatMul", {x, n.in(1)}, {product});
-  }
+  const Blob bf = b ? to_float(*b) : Blob();
   std::vector<std::string> qkv;
   int64_t from = 0;
   const char* names[] = {"q", "k", "v"};
@@ -337,15 +448,7 @@ void Importer::contrib_attention(const Node& n) {
     const int64_t size = sizes[static_cast<std::size_t>(p)];
     const std::string proj = synthesized_value(fmt::format("{}/{}", y, names[p]));
     std::string raw = n.has_in(2) ? synthesized_value(fmt::format("{}/{}_product", y, names[p])) : proj;
-    if (w) {
-      std::vector<float> part(static_cast<std::size_t>(ws[0] * size));
-      const float* src = wf.data_as<float>();
-      for (int64_t r = 0; r < ws[0]; ++r)
-        std::copy(src + r * ws[1] + from, src + r * ws[1] + from + size, part.begin() + r * size);
-      convert_synthesized(n, "MatMul", {x, add_constant(fmt::format("{}/{}_weight", y, names[p]), float_blob({ws[0], size}, part))}, {raw});
-    } else {
-      slice_node(n, product, -1, from, from + size, raw);
-    }
+    project(names[p], from, size, raw);
     if (n.has_in(2)) {
       std::string bias_part;
       if (b) {
@@ -361,23 +464,23 @@ void Importer::contrib_attention(const Node& n) {
   }
   // The past: [2, B, N, P, H], keys then values.
   std::string past_k, past_v;
-  if (n.has_in(4)) {
-    const Shape ps = shape_of(n, n.in(4));
+  if (n.has_in(ports.past)) {
+    const Shape ps = shape_of(n, n.in(ports.past));
     if (ps.rank() != 5 || ps[0] != 2 || ps[2] != heads)
       throw n.error(fmt::format("past {} is not [2, batch, {} heads, past, head size]", ps.to_string(), heads), "past");
     if (sizes[1] != sizes[2]) throw n.error("a past needs K and V of one hidden size", "qkv_hidden_sizes");
     past_k = synthesized_value(y + "/past_key");
     past_v = synthesized_value(y + "/past_value");
-    convert_synthesized(n, "Gather", {n.in(4), int_constant(y + "/first", Shape{}, {0})}, {past_k}, int_attr("axis", 0));
-    convert_synthesized(n, "Gather", {n.in(4), int_constant(y + "/second", Shape{}, {1})}, {past_v}, int_attr("axis", 0));
+    convert_synthesized(n, "Gather", {n.in(ports.past), int_constant(y + "/first", Shape{}, {0})}, {past_k}, int_attr("axis", 0));
+    convert_synthesized(n, "Gather", {n.in(ports.past), int_constant(y + "/second", Shape{}, {1})}, {past_v}, int_attr("axis", 0));
   }
   const int64_t batch = xs[0];
   auto keys = [&] {
     std::vector<std::pair<std::string, int>> dims{{x, 1}};
-    if (n.has_in(4)) dims.emplace_back(n.in(4), 3);
+    if (n.has_in(ports.past)) dims.emplace_back(n.in(ports.past), 3);
     return positions_along(n, dims);
   };
-  const std::string bias = summed_bias(n, contrib_mask_bias(n, 3, batch, keys, true), 5);
+  const std::string bias = summed_bias(n, contrib_mask_bias(n, ports.mask, batch, keys, true), ports.attention_bias);
   const bool present = n.num_outputs() > 1 && used(n.out(1));
   const std::string present_k = present ? synthesized_value(y + "/present_key") : std::string(),
                     present_v = present ? synthesized_value(y + "/present_value") : std::string();

@@ -19,7 +19,9 @@ const std::unordered_map<std::string, Importer::Converter>& Importer::ms_convert
       {"SkipLayerNormalization", &Importer::skip_layer_norm},
       {"SkipSimplifiedLayerNormalization", &Importer::skip_layer_norm},
       {"EmbedLayerNormalization", &Importer::embed_layer_norm},
+      {"QEmbedLayerNormalization", &Importer::qembed_layer_norm},
       {"Attention", &Importer::contrib_attention},
+      {"QAttention", &Importer::qattention},
       {"MultiHeadAttention", &Importer::multi_head_attention},
       {"BiasGelu", &Importer::contrib_activation},
       {"FastGelu", &Importer::contrib_activation},
@@ -801,7 +803,9 @@ void Importer::convert(int i) {
       "Attention", "Resize", "TopK", "Trilu", "Compress", "ReverseSequence", "CenterCropPad", "RoiAlign",
       "ScatterElements", "MaxUnpool", "TensorScatter"};
   // ONNX Runtime's transformer operators: their integer inputs are token ids and masks.
+  // QAttention's input is a DynamicQuantizeLinear's integers, which it dequantises.
   static const std::unordered_set<std::string> contrib_float = {"EmbedLayerNormalization", "Attention", "MultiHeadAttention",
+                                                                   "QAttention", "QEmbedLayerNormalization",
                                                                    "GroupQueryAttention", "RotaryEmbedding", "MatMulNBits",
                                                                    "GatherBlockQuantized"};
   const bool ms = n.proto().domain() == "com.microsoft";

@@ -434,7 +434,19 @@ class Importer : private import::GraphBuilder {
   /// ONNX Runtime's transformer operators (contrib.cpp), as the standard operators they compute.
   void skip_layer_norm(const Node&);
   void embed_layer_norm(const Node&);
+  void qembed_layer_norm(const Node&);
+  void embedding_layer_norm(const Node& n, const std::function<std::string(int)>& input,
+                            const std::function<void(const std::string&, const std::string&)>& gather_word);
   void contrib_attention(const Node&);
+  void qattention(const Node&);
+  /// Where an Attention-like com.microsoft node has its inputs (-1: none).
+  struct AttentionPorts {
+    int mask = 3, past = 4, attention_bias = 5;
+  };
+  /// Attention of Q, K and V as `project(part, first column, columns, output)`
+  /// writes each ("q", "k", "v"; the bias added after), then contrib_attention's mask, past and present.
+  void projected_attention(const Node& n, const AttentionPorts& ports,
+                           const std::function<void(const std::string&, int64_t, int64_t, const std::string&)>& project);
   void multi_head_attention(const Node&);
   void contrib_activation(const Node&);
   void fused_matmul(const Node&);
