@@ -9,6 +9,13 @@ tuned with default options and compared again.
 
     python bench/transformers/hf_models.py --cli build/softneuro --out /tmp/hf \
         [--models bert,gpt2,...] [--exporters torchscript17,dynamo23] [--size base|tiny] [--no-tune]
+        [--quantize-dynamic]
+
+--quantize-dynamic: each export quantised by ONNX Runtime's quantize_dynamic (int8
+weights, MatMulInteger; after ortopt17 also QAttention, QEmbedLayerNormalization)
+and compared on that file within DQ_TOL (its per-tensor rounding can tie: a value
+one step apart moves the output), with the count of its MatMulIntegers and
+projections that run as dynamic_quant_dense layers.
 
 Needs torch, transformers, onnx and onnxruntime (a venv of its own, see
 bench/README.md). Prints one line per model, exporter and check; exits 1 if
@@ -23,6 +30,7 @@ import time
 import numpy as np
 
 TOL = 1e-4
+DQ_TOL = 2e-2
 
 
 def build(name, size):
@@ -301,6 +309,18 @@ def export(name, size, exporter, path):
     return kind, vocab, max_len
 
 
+def quantize_dynamic(path):
+    """`path` replaced by ONNX Runtime's quantize_dynamic of it (int8 weights); returns how many
+    integer products it holds (MatMulIntegers, and QAttentions' three projections each)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic as ort_quantize_dynamic
+    out = path + ".dq.onnx"
+    ort_quantize_dynamic(path, out, weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    os.replace(out, path)
+    ops = [n.op_type for n in onnx.load(path, load_external_data=False).graph.node]
+    return ops.count("MatMulInteger") + 3 * ops.count("QAttention")
+
+
 def inputs_for(kind, vocab, seq, padded, rng):
     if kind in ("text", "causal"):
         ids = rng.integers(0, vocab, size=(1, seq), dtype=np.int64)
@@ -346,6 +366,7 @@ def main():
     ap.add_argument("--lengths", default="128,77")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the .onnx and .dnn files (a base model's are ~1.5 GB)")
+    ap.add_argument("--quantize-dynamic", action="store_true", help="check the export quantised by quantize_dynamic")
     a = ap.parse_args()
     import onnxruntime as ort
     os.makedirs(a.out, exist_ok=True)
@@ -353,7 +374,7 @@ def main():
     lengths = [int(x) for x in a.lengths.split(",")]
     for name in a.models.split(","):
         for exporter in a.exporters.split(","):
-            tag = f"{name}.{exporter}.{a.size}"
+            tag = f"{name}.{exporter}.{a.size}" + (".dq" if a.quantize_dynamic else "")
             onnx_path = os.path.join(a.out, tag + ".onnx")
             dnn = os.path.join(a.out, tag + ".dnn")
             try:
@@ -361,6 +382,9 @@ def main():
             except Exception as e:  # noqa: BLE001 - an exporter failure is reported, not ours
                 print(f"{tag}: export failed: {str(e).splitlines()[0][:200]}")
                 continue
+            integer_products = 0
+            if a.quantize_dynamic:
+                integer_products = quantize_dynamic(onnx_path)
             t0 = time.time()
             r = subprocess.run([a.cli, "import", onnx_path, "-o", dnn], capture_output=True, text=True)
             if r.returncode != 0:
@@ -368,6 +392,10 @@ def main():
                 bad += 1
                 continue
             print(f"{tag}: imported with no flags in {time.time() - t0:.1f} s", flush=True)
+            if a.quantize_dynamic:
+                r = subprocess.run([a.cli, "inspect", dnn], capture_output=True, text=True)
+                fused = sum(1 for line in r.stdout.splitlines() if " dynamic_quant_dense " in line)
+                print(f"{tag}: {fused} of {integer_products} integer products as dynamic_quant_dense layers", flush=True)
             sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             rng = np.random.default_rng(0)
             if kind in ("text", "causal"):
@@ -406,7 +434,7 @@ def main():
                         bad += 1
                         continue
                     err = float(np.max(np.abs(got - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
-                    ok = err <= TOL
+                    ok = err <= (DQ_TOL if a.quantize_dynamic else TOL)
                     bad += 0 if ok else 1
                     print(f"{tag}: {label}: max |ours - ORT| / max |ORT| = {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
             if not a.keep:

@@ -320,6 +320,30 @@ TEST_CASE("A dense layer as quantize_dynamic writes it runs as one dynamic_quant
   CHECK(a[1].values == b[1].values);
 }
 
+TEST_CASE("A 1-D ConvInteger (Whisper's stem quantised by quantize_dynamic) is its 2-D form", "[onnx][quant]") {
+  auto model = [](bool one_d) {
+    OnnxModel m(13);
+    m.input("x", one_d ? std::vector<int64_t>{1, 3, 9} : std::vector<int64_t>{1, 3, 1, 9}).output("y");
+    std::vector<int64_t> w(18);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int64_t>(i * 29 % 255) - 127;
+    m.init_typed("w", T::INT8, one_d ? std::vector<int64_t>{2, 3, 3} : std::vector<int64_t>{2, 3, 1, 3}, w)
+        .init("ws", {}, {0.05f});
+    m.node("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+    auto c = m.node("ConvInteger", {"xq", "w", "xz"}, {"acc"});
+    if (one_d) c.ints("pads", {1, 1}).ints("strides", {2});
+    else c.ints("pads", {0, 1, 0, 1}).ints("strides", {1, 2});
+    m.node("Cast", {"acc"}, {"accf"}).i("to", T::FLOAT);
+    m.node("Mul", {"xs", "ws"}, {"s"});
+    m.node("Mul", {"accf", "s"}, {"y"});
+    return import_onnx(m.save(one_d ? "conv_integer_1d.onnx" : "conv_integer_2d.onnx"));
+  };
+  const auto x = pattern(27, 11, 4, 3.0f);
+  const auto y1 = run_net(model(true), {{"x", make_input(Shape{1, 3, 9}, x)}});
+  const auto y2 = run_net(model(false), {{"x", make_input(Shape{1, 3, 1, 9}, x)}});
+  CHECK(y1[0].shape == Shape{1, 2, 5});
+  CHECK(y1[0].values == y2[0].values);
+}
+
 TEST_CASE("Quantised ONNX: bad quantisation is refused naming the node and field", "[onnx][quant]") {
   SECTION("a zero scale") {
     OnnxModel m(13);

@@ -61,7 +61,10 @@ void Importer::as_2d(const Node& n, Converter convert) {
   if (const Blob* c = constant(n.in(0))) constants_[x2] = reshaped(*c, Shape{xs[0], xs[1], 1, xs[2]});
   else add_unary(n, "reshape", input(n, 0), x2, {{"shape", std::vector<int64_t>{xs[0], xs[1], 1, xs[2]}}}, "to_2d");
   p.set_input(0, x2);
-  if (n.op() == "Conv" || n.op() == "ConvTranspose") {
+  // A ConvInteger's input: DynamicQuantizeLinear's integers, reshaped.
+  if (auto v = int_valued_.find(n.in(0)); v != int_valued_.end()) int_valued_[x2] = v->second;
+  if (auto t = value_types_.find(n.in(0)); t != value_types_.end()) value_types_[x2] = t->second;
+  if (n.op() == "Conv" || n.op() == "ConvTranspose" || n.op() == "ConvInteger") {
     const Blob& w = require_constant(n, 1, "W");
     if (w.shape().rank() != 3) throw n.error(fmt::format("weight {} of a 1-D {} is not 3-D", w.shape().to_string(), n.op()), "W");
     const std::string w2 = fresh_blob(n.in(1) + "/2d");
@@ -93,6 +96,7 @@ void Importer::as_2d(const Node& n, Converter convert) {
     Shape ys = shape_of(n2, p.output(k));
     add_unary(n, "reshape", p.output(k), outs[static_cast<std::size_t>(k)], {{"shape", std::vector<int64_t>{ys[0], ys[1], ys[3]}}},
               k == 0 ? "to_1d" : fmt::format("to_1d_{}", k));
+    if (auto t = value_types_.find(p.output(k)); t != value_types_.end()) value_types_[outs[static_cast<std::size_t>(k)]] = t->second;
   }
 }
 

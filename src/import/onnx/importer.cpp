@@ -829,7 +829,8 @@ void Importer::convert(int i) {
   const bool foldable = options_.fold_constants && !size_dependent_inputs && n.num_inputs() > 0 && all_constant(n);
   const std::size_t first_layer = graph_.layers.size();
   try {
-    static const std::unordered_set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
+    static const std::unordered_set<std::string> windowed = {"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool",
+                                                               "LpPool"};
     // Min and max of sizes (torchvision's min(limit, boxes found)) and a
     // triangle of a mask of the input's size (Mistral's sliding window), whose
     // converters make layers: computed as shape_math now, and again when a
