@@ -309,13 +309,19 @@ def export(name, size, exporter, path):
     return kind, vocab, max_len
 
 
+def quantize_dynamic_copy(path, out):
+    """ONNX Runtime's quantize_dynamic of `path` (int8 weights) into `out`."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic as ort_quantize_dynamic
+    ort_quantize_dynamic(path, out, weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
 def quantize_dynamic(path):
     """`path` replaced by ONNX Runtime's quantize_dynamic of it (int8 weights); returns how many
     integer products it holds (MatMulIntegers, and QAttentions' three projections each)."""
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic as ort_quantize_dynamic
     out = path + ".dq.onnx"
-    ort_quantize_dynamic(path, out, weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    quantize_dynamic_copy(path, out)
     os.replace(out, path)
     ops = [n.op_type for n in onnx.load(path, load_external_data=False).graph.node]
     return ops.count("MatMulInteger") + 3 * ops.count("QAttention")
