@@ -144,7 +144,6 @@ std::vector<Shape> infer_dense(const Layer& l, std::span<const Shape> in) {
 
 std::vector<Shape> infer_dynamic_quant_dense(const Layer& l, std::span<const Shape> in) {
   std::vector<Shape> out = infer_dense(l, in);
-  if (l.get_string("act", "none") != "none") fail(l, "act", "dynamic_quant_dense takes no fused activation");
   if (!stored_as_int8(l.weight("weight")))
     fail(l, "weight", "dynamic_quant_dense needs a weight on an int8 grid (integers with a scale per output channel)");
   return out;

@@ -16,7 +16,8 @@
 //            quantize_dynamic writes it (DynamicQuantizeLinear, MatMulInteger, the scales'
 //            product, the bias): q, s, zp = dynamic_quantize(x) over the whole input; weight
 //            [O,K] on its int8 grid (integers w, a scale s_w per output channel), bias [O]
-//            optional, no activation; y = float(sum_k (q_k - zp) * w[o][k]) * (s * s_w[o]) + bias[o].
+//            optional; y = act(float(sum_k (q_k - zp) * w[o][k]) * (s * s_w[o]) + bias[o]), act fused
+//            as dense's (gelu included).
 //  matmul    two inputs, NumPy matmul (batch dims broadcast).
 //  pool2     in [N,C,H,W]; mode = max|avg; kernel [kh,kw]; strides=1; pads=0;
 //            ceil_mode=0; count_include_pad=0; global=0 (global=1: kernel = H,W).

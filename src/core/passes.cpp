@@ -64,7 +64,7 @@ bool has_channel_epilogue(const Layer& l) { return is_conv_or_dense(l) || l.type
 /// A producer that can take a fused activation of this kind: conv2, dense and
 /// deconv2 take all; add takes relu and clip (every add routine applies them).
 bool takes_activation(const Layer& p, const std::string& act) {
-  return has_channel_epilogue(p) || (p.type == "add" && (act == "relu" || act == "clip"));
+  return has_channel_epilogue(p) || p.type == "dynamic_quant_dense" || (p.type == "add" && (act == "relu" || act == "clip"));
 }
 bool has_no_activation(const Layer& l) { return l.get_string("act", "none") == "none"; }
 
@@ -577,12 +577,12 @@ int gelu_through_reshape(Graph& g) {
 
 int fuse_activations(Graph& g) {
   int count = gelu_through_reshape(g);
-  // gelu into dense layers only (a transformer's feed-forward), whose routines
-  // opt in to it (core::fused_activation's with_gelu).
+  // gelu into dense layers only (a transformer's feed-forward; dynamic_quant_dense
+  // too), whose routines opt in to it (core::fused_activation's with_gelu).
   for (const char* type : {"relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "gelu"}) {
     count += absorb_into_producers(g, type, [](Layer& p, const Layer& act, std::size_t, const Context&) {
       if (!takes_activation(p, act.type) || !has_no_activation(p)) return false;
-      if (act.type == "gelu" && p.type != "dense") return false;
+      if (act.type == "gelu" && p.type != "dense" && p.type != "dynamic_quant_dense") return false;
       p.params["act"] = act.type;
       if (act.type == "gelu") {
         if (const auto form = act.get_string("approximate", "none"); form != "none") p.params["act_approximate"] = form;

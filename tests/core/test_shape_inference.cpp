@@ -139,7 +139,8 @@ TEST_CASE("shape inference: dynamic_quant_dense", "[core][shape]") {
   CHECK(infer(layer({4, 3}, true), {{2, 5, 3}}) == Shapes{{2, 5, 4}});
   expect_error(layer({4, 3}, false), {{2, 3}}, "weight");  // not on an int8 grid
   expect_error(layer({4, 2}, true), {{2, 3}}, "weight");
-  expect_error(layer({4, 3}, true, {{"act", std::string("relu")}}), {{2, 3}}, "act");
+  CHECK(infer(layer({4, 3}, true, {{"act", std::string("gelu")}}), {{2, 3}}) == Shapes{{2, 4}});
+  expect_error(layer({4, 3}, true, {{"act", std::string("nonsense")}}), {{2, 3}}, "act");
 }
 
 TEST_CASE("shape inference: matmul", "[core][shape]") {

@@ -309,6 +309,9 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
     return out;
   }
   if (type == "dynamic_quant_dense") {
+    // A generator of its own: the other types' cases keep their values.
+    std::mt19937 own(106);
+    std::mt19937& rng = own;
     // The weight's integers on a grid of one scale per output channel (quantize_dynamic's int8 B).
     auto on_grid = [&](int64_t n, int64_t k) {
       Blob q = Blob::allocate(Shape{n, k}, DType::qint8);
@@ -324,6 +327,9 @@ std::vector<Case> cases_for(const std::string& type, std::mt19937& rng) {
                    {random_blob({2, 7, 37}, rng, -2.0f, 3.0f)}});
     out.push_back({"dynamic_quant_dense [13,64] -> 70, all positive", layer_of("dynamic_quant_dense", {}, {{"weight", on_grid(70, 64)}}),
                    {random_blob({13, 64}, rng, 0.5f, 2.0f)}});
+    out.push_back({"dynamic_quant_dense [9,40] -> 33, gelu",
+                   layer_of("dynamic_quant_dense", {{"act", std::string("gelu")}}, {{"weight", on_grid(33, 40)}, {"bias", random_blob({33}, rng)}}),
+                   {random_blob({9, 40}, rng, -2.0f, 2.0f)}});
     return out;
   }
   if (type == "group_norm") {

@@ -277,6 +277,7 @@ class TensorQuantPrepared final : public PreparedRoutine {
   TensorQuantPrepared(const LayerInfo& info, std::shared_ptr<const Packed> packed)
       : vnni_(dynamic_int8::vnni512_usable()), packed_(std::move(packed)) {
     const Layer& layer = *info.layer;
+    act_ = core::fused_activation(layer, true, true);
     const Shape& in = info.input_shapes[0];
     k_ = in[in.rank() - 1];
     m_ = k_ ? in.numel() / k_ : 0;
@@ -355,6 +356,7 @@ class TensorQuantPrepared final : public PreparedRoutine {
                                          w + blk * block_bytes_, block_bytes_, steps_, xs + r, zps + r,
                                          p.colsum.data() + lane0, p.scale.data() + lane0, p.bias.data() + lane0,
                                          y + r * n_ + col, n_, nlast);
+          activate(y + col, std::min<int64_t>(nb * kBlockN, n_ - col));
         }
       });
       return;
@@ -367,13 +369,21 @@ class TensorQuantPrepared final : public PreparedRoutine {
           dynamic_int8::gemm_tile(static_cast<int>(std::min<int64_t>(kTileM, m_ - r)), u + r * ldu_, ldu_,
                                   w + blk * block_bytes_, steps_, xs + r, p.scale.data() + lane0, p.bias.data() + lane0,
                                   y + r * n_ + blk * kBlockN, n_, nvalid);
+        activate(y + blk * kBlockN, nvalid);
       }
     });
   }
 
  private:
+  /// The fused activation on `columns` columns of every row from `y` (the columns a task wrote).
+  void activate(float* y, int64_t columns) const {
+    if (act_.kind == core::Activation::none && !act_.affine()) return;
+    for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_, columns);
+  }
+
   bool vnni_ = false;
   int64_t k_ = 0, m_ = 0, n_ = 0, steps_ = 0, ldu_ = 0, block_bytes_ = 0, blocks_ = 0;
+  core::Activation act_;
   const cpu::vec::Kernels* v_ = cpu::vec::best_kernels();
   std::shared_ptr<const Packed> packed_;
 };

@@ -1992,7 +1992,7 @@ struct Dense final : RefPrepared {
 };
 
 // dynamic_quant_dense: DynamicQuantizeLinear over the whole input, the
-// integers' products summed exactly, y = float(sum) * (s * s_w) + bias (one
+// integers' products summed exactly, y = act(float(sum) * (s * s_w) + bias) (one
 // rounding, as the int8 routines' fused multiply-add); an input holding NaN
 // or infinity has no scale to quantise by: every output NaN.
 
@@ -2001,11 +2001,13 @@ struct DynamicQuantDense final : RefPrepared {
   int64_t rows, k, o;
   core::ChannelQuantized w;
   std::vector<float> bias;
+  Activation act;
   static Support supports(const LayerInfo& info) {
     if (Support s = core::int8_routine_weight(*info.layer, "weight", true); !s) return s;
     return float_weights(*info.layer, {"bias"});
   }
-  explicit DynamicQuantDense(const LayerInfo& info) : w(core::channel_int8(info.layer->weight("weight"))) {
+  explicit DynamicQuantDense(const LayerInfo& info)
+      : w(core::channel_int8(info.layer->weight("weight"))), act(core::fused_activation(*info.layer, true, true)) {
     const Shape& s = info.input_shapes[0];
     rows = prod(s, 0, s.rank() - 1);
     k = s[s.rank() - 1];
@@ -2039,7 +2041,7 @@ struct DynamicQuantDense final : RefPrepared {
         for (int64_t i = 0; i < k; ++i)
           acc += int64_t{q[static_cast<std::size_t>(r * k + i)]} * w.q[static_cast<std::size_t>(j * k + i)];
         const auto c = static_cast<std::size_t>(j);
-        y[r * o + j] = std::fma(static_cast<float>(acc), w.scale[c] * scale, bias[c]);
+        y[r * o + j] = core::apply_activation(act, std::fma(static_cast<float>(acc), w.scale[c] * scale, bias[c]));
       }
   }
 };
