@@ -85,20 +85,29 @@ using AbsorbRule = std::function<bool(Layer& producer, const Layer& consumer, st
 /// absorb the consumer into the producer; the producer then writes the
 /// consumer's output and the consumer goes. One sweep in topological order
 /// handles chains (conv2 -> batchnorm -> relu) since the producer map is kept current.
-int absorb_into_producers(Graph& g, std::string_view consumer_type, const AbsorbRule& rule) {
-  sort_topologically(g);
-  const auto shapes = infer_shapes(g);
+/// Who makes each blob, how many layers read it, the constant layers' values
+/// and the net's outputs, of a graph in topological order.
+struct GraphIndex {
   std::unordered_map<std::string, std::size_t> producer;
   std::unordered_map<std::string, int> reads;
   std::unordered_map<std::string, const Blob*> constants;
-  for (std::size_t i = 0; i < g.layers.size(); ++i) {
-    const Layer& l = g.layers[i];
-    for (const auto& o : l.outputs) producer[o] = i;
-    for (const auto& in : l.inputs) ++reads[in];
-    if (l.type == "constant" && l.outputs.size() == 1)
-      if (const Blob* v = l.find_weight("value")) constants[l.outputs[0]] = v;
+  std::set<std::string> net_outputs;
+  explicit GraphIndex(const Graph& g) : net_outputs(g.outputs.begin(), g.outputs.end()) {
+    for (std::size_t i = 0; i < g.layers.size(); ++i) {
+      const Layer& l = g.layers[i];
+      for (const auto& o : l.outputs) producer[o] = i;
+      for (const auto& in : l.inputs) ++reads[in];
+      if (l.type == "constant" && l.outputs.size() == 1)
+        if (const Blob* v = l.find_weight("value")) constants[l.outputs[0]] = v;
+    }
   }
-  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
+};
+
+int absorb_into_producers(Graph& g, std::string_view consumer_type, const AbsorbRule& rule) {
+  sort_topologically(g);
+  const auto shapes = infer_shapes(g);
+  GraphIndex index(g);
+  auto& [producer, reads, constants, net_outputs] = index;
   const Context ctx{shapes, constants};
 
   std::vector<bool> removed(g.layers.size());
@@ -424,17 +433,8 @@ int fold_dequantized_gather(Graph& g) {
 int fuse_dynamic_quant_dense(Graph& g) {
   sort_topologically(g);
   const auto shapes = infer_shapes(g);
-  std::unordered_map<std::string, std::size_t> producer;
-  std::unordered_map<std::string, int> reads;
-  std::unordered_map<std::string, const Blob*> constants;
-  for (std::size_t i = 0; i < g.layers.size(); ++i) {
-    const Layer& l = g.layers[i];
-    for (const auto& o : l.outputs) producer[o] = i;
-    for (const auto& in : l.inputs) ++reads[in];
-    if (l.type == "constant" && l.outputs.size() == 1)
-      if (const Blob* v = l.find_weight("value"); v && plain_float(*v)) constants[l.outputs[0]] = v;
-  }
-  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
+  GraphIndex index(g);
+  auto& [producer, reads, constants, net_outputs] = index;
   auto made_by = [&](const std::string& blob, std::string_view type) -> const Layer* {
     auto it = producer.find(blob);
     const Layer* l = it == producer.end() ? nullptr : &g.layers[it->second];
@@ -460,7 +460,7 @@ int fuse_dynamic_quant_dense(Graph& g) {
       // s * s_w: the run-time scale times the weight's constant one (per tensor or per output channel).
       const int at = scales->inputs[0] == d->outputs[1] ? 0 : scales->inputs[1] == d->outputs[1] ? 1 : -1;
       auto c = at < 0 ? constants.end() : constants.find(scales->inputs[static_cast<std::size_t>(1 - at)]);
-      if (c == constants.end()) continue;
+      if (c == constants.end() || !plain_float(*c->second)) continue;
       const Shape& y = shapes.at(sums);
       const auto ws = per_channel_values(*c->second, y, y.rank() - 1);
       const Blob w = float_weight(e->weight("weight"));

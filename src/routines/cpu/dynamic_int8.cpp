@@ -137,10 +137,15 @@ std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& 
   return p;
 }
 
+/// `per_tensor`: dynamic_quant_dense (core/layer_types.hpp), the model's own
+/// arithmetic (ONNX Runtime's quantize_dynamic), exact: one scale and zero
+/// point for the whole input as DynamicQuantizeLinear gives them, u8 where
+/// AVX512-VNNI runs the form, else int16 values q - zp; an input holding NaN
+/// or infinity gives NaN. Otherwise each row on its own grid.
 class Prepared final : public PreparedRoutine {
  public:
-  Prepared(const LayerInfo& info, bool u8s8, std::shared_ptr<const Packed> packed)
-      : u8s8_(u8s8), packed_(std::move(packed)) {
+  Prepared(const LayerInfo& info, bool u8s8, std::shared_ptr<const Packed> packed, bool per_tensor = false)
+      : u8s8_(u8s8), per_tensor_(per_tensor), packed_(std::move(packed)) {
     const Layer& layer = *info.layer;
     const Shape& in = info.input_shapes[0];
     k_ = in[in.rank() - 1];
@@ -174,16 +179,12 @@ class Prepared final : public PreparedRoutine {
     auto* zp = reinterpret_cast<int32_t*>(xs + m_);
     auto* u = reinterpret_cast<int16_t*>(base);
     auto* q = reinterpret_cast<uint8_t*>(base);
-    // Rows in chunks of whole tiles, one quantisation each.
-    const int64_t tiles = ceil_div(m_, kTileM);
-    std::atomic<bool> finite{true};
-    args.pool->parallel_for(tiles, 1, [&](int64_t t0, int64_t t1) {
-      const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
-      const bool ok = u8s8_ ? dynamic_int8::quantize_rows_u8(x + r0 * k_, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, xs + r0, zp + r0)
-                            : dynamic_int8::quantize_rows(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, xs + r0);
-      if (!ok) finite.store(false, std::memory_order_relaxed);
-    });
-    if (!finite.load()) return run_float(x, y);  // NaN or infinity: float32 keeps them as ONNX does
+    const bool finite = per_tensor_ ? quantize_tensor(x, q, u, xs, zp, args) : quantize_rows(x, q, u, xs, zp, args);
+    if (!finite && per_tensor_) {  // no scale to quantise by
+      std::fill_n(y, m_ * n_, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    if (!finite) return run_float(x, y);  // NaN or infinity: float32 keeps them as ONNX does
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
     if (vnni_) return run_vnni(q, xs, zp, y, args);
@@ -211,6 +212,50 @@ class Prepared final : public PreparedRoutine {
   }
 
  private:
+  /// Each row on its own grid (xs, zp per row), rows in chunks of whole tiles.
+  /// False where the input holds NaN or infinity.
+  bool quantize_rows(const float* x, uint8_t* q, int16_t* u, float* xs, int32_t* zp, const RunArgs& args) const {
+    std::atomic<bool> finite{true};
+    args.pool->parallel_for(ceil_div(m_, kTileM), 1, [&](int64_t t0, int64_t t1) {
+      const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
+      const bool ok = u8s8_ ? dynamic_int8::quantize_rows_u8(x + r0 * k_, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, xs + r0, zp + r0)
+                            : dynamic_int8::quantize_rows(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, xs + r0);
+      if (!ok) finite.store(false, std::memory_order_relaxed);
+    });
+    return finite.load();
+  }
+
+  /// One scale and zero point for the whole input (DynamicQuantizeLinear's), every row's.
+  bool quantize_tensor(const float* x, uint8_t* q, int16_t* u, float* xs, int32_t* zp, const RunArgs& args) const {
+    constexpr int64_t kChunks = 64;  // min/max partials, one slot each
+    const int64_t total = m_ * k_;
+    const int64_t chunks = std::clamp<int64_t>(total / 16384, 1, kChunks), per = ceil_div(total, chunks);
+    float lo[kChunks], hi[kChunks];
+    args.pool->parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t b = c * per, e = std::min(total, b + per);
+        lo[c] = hi[c] = 0;
+        if (b < e) v_->min_max(x + b, e - b, &lo[c], &hi[c]);
+      }
+    });
+    float mn = 0, mx = 0;
+    for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lo[c]), mx = std::max(mx, hi[c]);
+    if (!std::isfinite(mn) || !std::isfinite(mx)) return false;
+    float scale = 1, zp_value = 0;
+    core::dynamic_quant_params(mn, mx, scale, zp_value);
+    const auto z = static_cast<int32_t>(zp_value);
+    std::fill_n(xs, m_, scale);
+    std::fill_n(zp, m_, z);
+    std::atomic<bool> finite{true};  // (min and max pass over NaN)
+    args.pool->parallel_for(ceil_div(m_, kTileM), 1, [&](int64_t t0, int64_t t1) {
+      const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
+      const bool ok = u8s8_ ? dynamic_int8::quantize_tensor_u8(x + r0 * k_, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, scale, z)
+                            : dynamic_int8::quantize_tensor(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, scale, z);
+      if (!ok) finite.store(false, std::memory_order_relaxed);
+    });
+    return finite.load();
+  }
+
   /// The u8 form on AVX512-VNNI: tiles of 6 rows x 64 columns (4 blocks), the
   /// threads over groups of 4 blocks, each group's weights kept in cache
   /// over every row tile.
@@ -258,131 +303,8 @@ class Prepared final : public PreparedRoutine {
       }
   }
 
-  bool u8s8_ = false, vnni_ = false;
+  bool u8s8_ = false, per_tensor_ = false, vnni_ = false;
   int64_t k_ = 0, m_ = 0, n_ = 0, group_ = 2, steps_ = 0, ldu_ = 0, block_bytes_ = 0, blocks_ = 0;
-  core::Activation act_;
-  const cpu::vec::Kernels* v_ = cpu::vec::best_kernels();
-  std::shared_ptr<const Packed> packed_;
-};
-
-/// dynamic_quant_dense (core/layer_types.hpp): the model's own arithmetic
-/// (ONNX Runtime's quantize_dynamic), exact: one scale and zero point for the
-/// whole input, products summed in int32, scaled back by s * s_w. The form
-/// is the CPU's: u8 by vpdpbusd where AVX512-VNNI runs it, else the int16
-/// form (q - zp in [-255, 255]); the weights keep their 8-bit integers.
-class TensorQuantPrepared final : public PreparedRoutine {
- public:
-  static constexpr int kChunks = 64;  ///< min/max partials, one slot each
-
-  TensorQuantPrepared(const LayerInfo& info, std::shared_ptr<const Packed> packed)
-      : vnni_(dynamic_int8::vnni512_usable()), packed_(std::move(packed)) {
-    const Layer& layer = *info.layer;
-    act_ = core::fused_activation(layer, true, true);
-    const Shape& in = info.input_shapes[0];
-    k_ = in[in.rank() - 1];
-    m_ = k_ ? in.numel() / k_ : 0;
-    const WeightPanels wp = panels_of(layer, vnni_);
-    n_ = wp.n;
-    steps_ = wp.steps;
-    ldu_ = steps_ * wp.group;
-    block_bytes_ = wp.block_bytes;
-    blocks_ = wp.blocks;
-    if (!packed_ || wp.k != k_ || packed_->w.byte_size() != wp.packed_bytes() || packed_->scale.size() != wp.lanes() ||
-        packed_->qmax != 127)
-      throw Error("cpu/dynamic_int8: its packed weights do not fit this layer", {}, layer.name, "weight");
-  }
-
-  std::size_t workspace_bytes() const override {
-    const std::size_t values = static_cast<std::size_t>(m_ * ldu_) * (vnni_ ? sizeof(uint8_t) : sizeof(int16_t));
-    return (values + 63) / 64 * 64 + static_cast<std::size_t>(m_) * (sizeof(float) + sizeof(int32_t)) + 64;
-  }
-
-  void run(const RunArgs& args) override {
-    if (m_ == 0 || n_ == 0) return;
-    const float* x = args.inputs[0]->data_as<float>();
-    float* y = args.outputs[0]->data_as<float>();
-    const int64_t total = m_ * k_;
-    const int64_t chunks = std::clamp<int64_t>(total / 16384, 1, kChunks), per = ceil_div(total, chunks);
-    float lo[kChunks], hi[kChunks];
-    args.pool->parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t b = c * per, e = std::min(total, b + per);
-        lo[c] = hi[c] = 0;
-        if (b < e) v_->min_max(x + b, e - b, &lo[c], &hi[c]);
-      }
-    });
-    float mn = 0, mx = 0;
-    for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lo[c]), mx = std::max(mx, hi[c]);
-    const Packed& p = *packed_;
-    if (!std::isfinite(mn) || !std::isfinite(mx)) {
-      std::fill_n(y, m_ * n_, std::numeric_limits<float>::quiet_NaN());
-      return;
-    }
-    float scale = 1, zp_value = 0;
-    core::dynamic_quant_params(mn, mx, scale, zp_value);
-    const auto zp = static_cast<int32_t>(zp_value);
-    const std::size_t values = static_cast<std::size_t>(m_ * ldu_) * (vnni_ ? sizeof(uint8_t) : sizeof(int16_t));
-    auto* base = static_cast<char*>(args.workspace);
-    auto* xs = reinterpret_cast<float*>(base + (values + 63) / 64 * 64);
-    auto* zps = reinterpret_cast<int32_t*>(xs + m_);
-    std::fill_n(xs, m_, scale);
-    std::fill_n(zps, m_, zp);
-    auto* u = reinterpret_cast<int16_t*>(base);
-    auto* q = reinterpret_cast<uint8_t*>(base);
-    std::atomic<bool> finite{true};
-    args.pool->parallel_for(ceil_div(m_, kTileM), 1, [&](int64_t t0, int64_t t1) {
-      const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
-      const bool ok = vnni_ ? dynamic_int8::quantize_tensor_u8(x + r0 * k_, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, scale, zp)
-                            : dynamic_int8::quantize_tensor(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, scale, zp);
-      if (!ok) finite.store(false, std::memory_order_relaxed);
-    });
-    // NaN (min/max pass over it): no scale to quantise by; every output NaN.
-    if (!finite.load()) {
-      std::fill_n(y, m_ * n_, std::numeric_limits<float>::quiet_NaN());
-      return;
-    }
-    const auto* w = static_cast<const int8_t*>(p.w.data());
-    if (vnni_) {
-      using dynamic_int8::kTileBlocksVnni;
-      using dynamic_int8::kTileMVnni;
-      args.pool->parallel_for(ceil_div(blocks_, kTileBlocksVnni), 1, [&](int64_t g0, int64_t g1) {
-        for (int64_t g = g0; g < g1; ++g) {
-          const int64_t blk = g * kTileBlocksVnni, col = blk * kBlockN;
-          const int nb = static_cast<int>(std::min<int64_t>(kTileBlocksVnni, blocks_ - blk));
-          const int nlast = static_cast<int>(std::min<int64_t>(nb * kBlockN, n_ - col) - (nb - 1) * kBlockN);
-          const auto lane0 = static_cast<std::size_t>(col);
-          for (int64_t r = 0; r < m_; r += kTileMVnni)
-            dynamic_int8::gemm_tile_vnni(static_cast<int>(std::min<int64_t>(kTileMVnni, m_ - r)), nb, q + r * ldu_, ldu_,
-                                         w + blk * block_bytes_, block_bytes_, steps_, xs + r, zps + r,
-                                         p.colsum.data() + lane0, p.scale.data() + lane0, p.bias.data() + lane0,
-                                         y + r * n_ + col, n_, nlast);
-          activate(y + col, std::min<int64_t>(nb * kBlockN, n_ - col));
-        }
-      });
-      return;
-    }
-    args.pool->parallel_for(blocks_, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t blk = b0; blk < b1; ++blk) {
-        const int nvalid = static_cast<int>(std::min<int64_t>(kBlockN, n_ - blk * kBlockN));
-        const auto lane0 = static_cast<std::size_t>(blk * kBlockN);
-        for (int64_t r = 0; r < m_; r += kTileM)
-          dynamic_int8::gemm_tile(static_cast<int>(std::min<int64_t>(kTileM, m_ - r)), u + r * ldu_, ldu_,
-                                  w + blk * block_bytes_, steps_, xs + r, p.scale.data() + lane0, p.bias.data() + lane0,
-                                  y + r * n_ + blk * kBlockN, n_, nvalid);
-        activate(y + blk * kBlockN, nvalid);
-      }
-    });
-  }
-
- private:
-  /// The fused activation on `columns` columns of every row from `y` (the columns a task wrote).
-  void activate(float* y, int64_t columns) const {
-    if (act_.kind == core::Activation::none && !act_.affine()) return;
-    for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_, columns);
-  }
-
-  bool vnni_ = false;
-  int64_t k_ = 0, m_ = 0, n_ = 0, steps_ = 0, ldu_ = 0, block_bytes_ = 0, blocks_ = 0;
   core::Activation act_;
   const cpu::vec::Kernels* v_ = cpu::vec::best_kernels();
   std::shared_ptr<const Packed> packed_;
@@ -412,7 +334,8 @@ class DynamicQuantDense final : public Routine {
   }
   std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
                                         std::shared_ptr<const PackedWeights> packed) const override {
-    return std::make_unique<TensorQuantPrepared>(info, std::dynamic_pointer_cast<const Packed>(std::move(packed)));
+    return std::make_unique<Prepared>(info, dynamic_int8::vnni512_usable(),
+                                      std::dynamic_pointer_cast<const Packed>(std::move(packed)), true);
   }
 };
 
