@@ -107,7 +107,11 @@ int absorb_into_producers(Graph& g, std::string_view consumer_type, const Absorb
   sort_topologically(g);
   const auto shapes = infer_shapes(g);
   GraphIndex index(g);
-  auto& [producer, reads, constants, net_outputs] = index;
+  // (References, not a structured binding: clang 14 cannot capture one in a lambda.)
+  auto& producer = index.producer;
+  auto& reads = index.reads;
+  const auto& constants = index.constants;
+  const auto& net_outputs = index.net_outputs;
   const Context ctx{shapes, constants};
 
   std::vector<bool> removed(g.layers.size());
@@ -434,7 +438,11 @@ int fuse_dynamic_quant_dense(Graph& g) {
   sort_topologically(g);
   const auto shapes = infer_shapes(g);
   GraphIndex index(g);
-  auto& [producer, reads, constants, net_outputs] = index;
+  // (References, not a structured binding: clang 14 cannot capture one in a lambda.)
+  auto& producer = index.producer;
+  auto& reads = index.reads;
+  const auto& constants = index.constants;
+  const auto& net_outputs = index.net_outputs;
   auto made_by = [&](const std::string& blob, std::string_view type) -> const Layer* {
     auto it = producer.find(blob);
     const Layer* l = it == producer.end() ? nullptr : &g.layers[it->second];
