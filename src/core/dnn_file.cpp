@@ -13,6 +13,7 @@
 
 #include "core/aligned_memory.hpp"
 #include "core/hash.hpp"
+#include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/weight_quant.hpp"
 #include "dnn_generated.h"
@@ -130,13 +131,14 @@ struct Reader {
       bad(file, field + ".quant_block_size", fmt::format("block size {} on axis {}", b.quant().block_size, b.quant().axis), layer);
     // Weights stored quantised (int8 and scales, as the tuner writes the weights
     // of layers that run in qint8) are computed with as float32, which keeps the
-    // scales; a conv2's, dense's or dynamic_quant_dense's int8 weight stays int8 in the file's memory
+    // scales; a conv2's or dense's int8 weight, and an integer-weight layer's
+    // (LayerType::integer_weight), stays int8 in the file's memory
     // (core::int8_weight: qint8 routines read it so, the others get its floats).
     if (dt == DType::qint8 || dt == DType::quint8 || dt == DType::quint4) {
       try {
         // A gather's quantised table too: its rows are dequantised as they are read.
         // A dense's blockwise weight (4-bit LLM weights, codes a byte or two a byte) stays so.
-        const bool int8_layer = into.type == "conv2" || into.type == "dense" || into.type == "dynamic_quant_dense";
+        const bool int8_layer = into.type == "conv2" || into.type == "dense" || has_integer_weight(into);
         const bool keep = (str(w->name()) == "weight" && int8_layer && int8_weight(b)) ||
                           (str(w->name()) == "weight" && into.type == "dense" && block_quantized(b)) ||
                           (str(w->name()) == "table" && into.type == "gather" && dt != DType::quint4);

@@ -915,7 +915,7 @@ std::vector<Shape> infer_constant(const Layer& l, std::span<const Shape>) {
 const LayerType kBuiltinTypes[] = {
     {"conv2", 1, 1, infer_conv2},        {"dense", 1, 1, infer_dense},
     {"matmul", 2, 2, infer_matmul},      {"pool2", 1, 1, infer_pool2},
-    {"dynamic_quant_dense", 1, 1, infer_dynamic_quant_dense},
+    {"dynamic_quant_dense", 1, 1, infer_dynamic_quant_dense, 1, false, false, nullptr, true},
     {"batchnorm", 1, 1, infer_batchnorm},{"relu", 1, 1, infer_same},
     {"clip", 1, 1, infer_clip},          {"hardswish", 1, 1, infer_same},
     {"hardsigmoid", 1, 1, infer_same},   {"sigmoid", 1, 1, infer_same},
@@ -1342,6 +1342,11 @@ Graph loop_body(const Layer& l) {
     fail(l, "body", e.message());
   }
   return body;
+}
+
+bool has_integer_weight(const Layer& layer) {
+  const LayerType* t = find_layer_type(layer.type);
+  return t && t->integer_weight;
 }
 
 bool is_value_shaped(const Layer& layer) {

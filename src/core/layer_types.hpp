@@ -235,6 +235,10 @@ struct LayerType {
   bool value_shaped = false;
   /// Value-shaped only in some layers of the type (top_k with a K computed at run time).
   bool (*value_shaped_when)(const Layer& layer) = nullptr;
+  /// Its "weight" is integers by definition (dynamic_quant_dense: the model's
+  /// arithmetic is on them): kept int8 in `.dnn` files and handed to every
+  /// built-in routine as stored, never as a float copy.
+  bool integer_weight = false;
 };
 
 /// A loop layer's inputs: [cond, (trip count M), carried..., outer values...]
@@ -258,6 +262,8 @@ Graph loop_body(const Layer& layer);
 const LayerType* find_layer_type(std::string_view name);
 /// Whether this layer's output shapes depend on its input values (LayerType::value_shaped).
 bool is_value_shaped(const Layer& layer);
+/// Whether this layer's weight is integers by definition (LayerType::integer_weight).
+bool has_integer_weight(const Layer& layer);
 /// Every layer type, built in and registered, for tests and `inspect`.
 std::vector<LayerType> layer_types();
 

@@ -107,12 +107,7 @@ int absorb_into_producers(Graph& g, std::string_view consumer_type, const Absorb
   sort_topologically(g);
   const auto shapes = infer_shapes(g);
   GraphIndex index(g);
-  // (References, not a structured binding: clang 14 cannot capture one in a lambda.)
-  auto& producer = index.producer;
-  auto& reads = index.reads;
-  const auto& constants = index.constants;
-  const auto& net_outputs = index.net_outputs;
-  const Context ctx{shapes, constants};
+  const Context ctx{shapes, index.constants};
 
   std::vector<bool> removed(g.layers.size());
   int count = 0;
@@ -121,12 +116,12 @@ int absorb_into_producers(Graph& g, std::string_view consumer_type, const Absorb
     if (c.type != consumer_type || c.outputs.size() != 1) continue;
     for (std::size_t k = 0; k < c.inputs.size(); ++k) {
       const std::string& x = c.inputs[k];
-      auto it = producer.find(x);
-      if (it == producer.end() || reads[x] != 1 || net_outputs.count(x)) continue;
+      auto it = index.producer.find(x);
+      if (it == index.producer.end() || index.reads[x] != 1 || index.net_outputs.count(x)) continue;
       Layer& p = g.layers[it->second];
       if (p.outputs.size() != 1 || !rule(p, c, k, ctx)) continue;
       p.outputs[0] = c.outputs[0];
-      producer[c.outputs[0]] = it->second;
+      index.producer[c.outputs[0]] = it->second;
       removed[i] = true;
       ++count;
       break;
@@ -438,14 +433,9 @@ int fuse_dynamic_quant_dense(Graph& g) {
   sort_topologically(g);
   const auto shapes = infer_shapes(g);
   GraphIndex index(g);
-  // (References, not a structured binding: clang 14 cannot capture one in a lambda.)
-  auto& producer = index.producer;
-  auto& reads = index.reads;
-  const auto& constants = index.constants;
-  const auto& net_outputs = index.net_outputs;
   auto made_by = [&](const std::string& blob, std::string_view type) -> const Layer* {
-    auto it = producer.find(blob);
-    const Layer* l = it == producer.end() ? nullptr : &g.layers[it->second];
+    auto it = index.producer.find(blob);
+    const Layer* l = it == index.producer.end() ? nullptr : &g.layers[it->second];
     return l && l->type == type && has_no_activation(*l) ? l : nullptr;
   };
   std::vector<bool> removed(g.layers.size());
@@ -457,8 +447,8 @@ int fuse_dynamic_quant_dense(Graph& g) {
       const std::string& sums = f.inputs[side];
       const Layer* e = made_by(sums, "dense");
       const Layer* scales = made_by(f.inputs[1 - side], "mul");
-      if (!e || !scales || e->inputs.size() != 1 || e->find_weight("bias") || reads[sums] != 1 ||
-          net_outputs.count(sums) || shapes.at(f.outputs[0]) != shapes.at(sums))
+      if (!e || !scales || e->inputs.size() != 1 || e->find_weight("bias") || index.reads[sums] != 1 ||
+          index.net_outputs.count(sums) || shapes.at(f.outputs[0]) != shapes.at(sums))
         continue;
       const Layer* centred = made_by(e->inputs[0], "sub");  // q - zero point
       const Layer* d = centred && centred->inputs.size() == 2 ? made_by(centred->inputs[0], "dynamic_quantize") : nullptr;
@@ -467,8 +457,8 @@ int fuse_dynamic_quant_dense(Graph& g) {
         continue;
       // s * s_w: the run-time scale times the weight's constant one (per tensor or per output channel).
       const int at = scales->inputs[0] == d->outputs[1] ? 0 : scales->inputs[1] == d->outputs[1] ? 1 : -1;
-      auto c = at < 0 ? constants.end() : constants.find(scales->inputs[static_cast<std::size_t>(1 - at)]);
-      if (c == constants.end() || !plain_float(*c->second)) continue;
+      auto c = at < 0 ? index.constants.end() : index.constants.find(scales->inputs[static_cast<std::size_t>(1 - at)]);
+      if (c == index.constants.end() || !plain_float(*c->second)) continue;
       const Shape& y = shapes.at(sums);
       const auto ws = per_channel_values(*c->second, y, y.rank() - 1);
       const Blob w = float_weight(e->weight("weight"));
@@ -488,11 +478,11 @@ int fuse_dynamic_quant_dense(Graph& g) {
       fused.inputs = {d->inputs[0]};
       fused.outputs = f.outputs;
       fused.weights["weight"] = std::move(q);
-      const std::size_t at_e = producer.at(sums);
-      --reads[e->inputs[0]];
-      ++reads[d->inputs[0]];
+      const std::size_t at_e = index.producer.at(sums);
+      --index.reads[e->inputs[0]];
+      ++index.reads[d->inputs[0]];
       g.layers[at_e] = std::move(fused);
-      producer[f.outputs[0]] = at_e;
+      index.producer[f.outputs[0]] = at_e;
       removed[i] = true;
       ++count;
       break;
@@ -550,16 +540,10 @@ namespace {
 /// [batch, tokens, 4*hidden]) as dense(gelu) -> reshape: the gelu is elementwise.
 int gelu_through_reshape(Graph& g) {
   sort_topologically(g);
-  std::unordered_map<std::string, std::size_t> producer;
-  std::unordered_map<std::string, int> reads;
-  for (std::size_t i = 0; i < g.layers.size(); ++i) {
-    for (const auto& o : g.layers[i].outputs) producer[o] = i;
-    for (const auto& in : g.layers[i].inputs) ++reads[in];
-  }
-  const std::set<std::string> net_outputs(g.outputs.begin(), g.outputs.end());
+  GraphIndex index(g);
   auto sole = [&](const std::string& blob) -> Layer* {
-    auto p = producer.find(blob);
-    if (p == producer.end() || reads[blob] != 1 || net_outputs.count(blob)) return nullptr;
+    auto p = index.producer.find(blob);
+    if (p == index.producer.end() || index.reads[blob] != 1 || index.net_outputs.count(blob)) return nullptr;
     Layer& l = g.layers[p->second];
     return l.outputs.size() == 1 ? &l : nullptr;
   };
@@ -1379,16 +1363,10 @@ std::string repeated_heads_source(const Graph& g, const std::map<std::string, Sh
 
 int fuse_rotary(Graph& g) {
   const std::map<std::string, Shape> shapes = infer_shapes(g);
-  std::unordered_map<std::string, std::size_t> producer;
-  std::unordered_map<std::string, int> readers;
-  for (std::size_t i = 0; i < g.layers.size(); ++i) {
-    for (const auto& o : g.layers[i].outputs) producer[o] = i;
-    for (const auto& in : g.layers[i].inputs) ++readers[in];
-  }
-  for (const auto& o : g.outputs) readers[o] += 1000;  // a net output is never absorbed
+  GraphIndex index(g);
   auto made_by = [&](const std::string& blob, const char* type) -> Layer* {
-    auto p = producer.find(blob);
-    if (p == producer.end() || g.layers[p->second].type != type) return nullptr;
+    auto p = index.producer.find(blob);
+    if (p == index.producer.end() || g.layers[p->second].type != type) return nullptr;
     return &g.layers[p->second];
   };
   auto plain = [](const Layer& l) { return l.get_string("act", "none") == "none" && !l.params.count("act_scale"); };
@@ -1450,7 +1428,7 @@ int fuse_rotary(Graph& g) {
       // Every blob in between read only here.
       std::vector<std::string> inner = {direct->outputs[0], turned->outputs[0], cat->outputs[0], neg->outputs[0]};
       for (const Layer* c : cut) inner.insert(inner.end(), c->outputs.begin(), c->outputs.end());
-      if (std::any_of(inner.begin(), inner.end(), [&](const std::string& b) { return readers[b] != 1; })) continue;
+      if (std::any_of(inner.begin(), inner.end(), [&](const std::string& b) { return index.reads[b] != 1 || index.net_outputs.count(b); })) continue;
       Layer r;
       r.type = "rotary";
       r.name = add.name;
@@ -1474,14 +1452,12 @@ int fuse_rotary(Graph& g) {
 
 int share_kv_heads(Graph& g) {
   const std::map<std::string, Shape> shapes = infer_shapes(g);
-  std::unordered_map<std::string, std::size_t> producer;
-  for (std::size_t i = 0; i < g.layers.size(); ++i)
-    for (const auto& o : g.layers[i].outputs) producer[o] = i;
+  const GraphIndex index(g);
   int count = 0;
   for (Layer& a : g.layers) {
     if (a.type != "attention") continue;
     for (int t = 1; t <= 2; ++t) {
-      const std::string source = repeated_heads_source(g, shapes, producer, a, t);
+      const std::string source = repeated_heads_source(g, shapes, index.producer, a, t);
       if (source.empty()) continue;
       Layer grouped = a;
       grouped.inputs[static_cast<std::size_t>(t)] = source;

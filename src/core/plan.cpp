@@ -458,11 +458,12 @@ std::vector<int> PlanBuilder::add_layer(const Layer& layer, const std::vector<in
   // arithmetic in a quarter of float32's memory; any other gets the floats.
   const bool holds_blocks =
       std::any_of(layer.weights.begin(), layer.weights.end(), [](const auto& kv) { return block_quantized(kv.second); });
-  // A dynamic_quant_dense computes with its weight's integers in every
-  // built-in routine: no float copy.
+  // A layer whose weight is integers by definition (dynamic_quant_dense)
+  // computes with them in every built-in routine: no float copy.
+  const bool integer_weight = has_integer_weight(layer);
   auto reads_stored = [&](const Routine* r, const Schema& s) {
     if (!r || !registry_.builtin(r)) return false;
-    if (layer.type == "dynamic_quant_dense") return true;
+    if (integer_weight) return true;
     if (!holds_blocks) return s.dtype == DType::qint8;
     try {
       return s.dtype != DType::qint8 && r->supports(step->info, s).ok;
