@@ -54,6 +54,23 @@ std::optional<std::vector<const std::byte*>> unpack_arrays(const Blob& bytes, st
   return out;
 }
 
+std::optional<std::vector<std::size_t>> packed_array_sizes(const Blob& bytes) {
+  const std::size_t total = static_cast<std::size_t>(bytes.byte_size());
+  const auto* p = static_cast<const std::byte*>(bytes.data());
+  uint64_t count = 0;
+  if (!p || total < sizeof count) return std::nullopt;
+  std::memcpy(&count, p, sizeof count);
+  if (count > (total - sizeof count) / sizeof(uint64_t)) return std::nullopt;
+  std::vector<std::size_t> sizes(static_cast<std::size_t>(count));
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    uint64_t n = 0;
+    std::memcpy(&n, p + sizeof(uint64_t) * (i + 1), sizeof n);
+    if (n > total) return std::nullopt;
+    sizes[i] = static_cast<std::size_t>(n);
+  }
+  return sizes;
+}
+
 const char* source_digest() { return SOFTNEURO_SOURCE_DIGEST; }
 
 std::string prepared_weights_tag() {

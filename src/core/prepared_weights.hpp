@@ -25,6 +25,10 @@ Blob pack_arrays(std::initializer_list<std::span<const std::byte>> arrays);
 /// (in bytes), else nothing: bytes of another packing are never read.
 std::optional<std::vector<const std::byte*>> unpack_arrays(const Blob& bytes, std::initializer_list<std::size_t> sizes);
 
+/// The sizes (in bytes) of the arrays pack_arrays stored in `bytes`, for a
+/// packing whose last array's length varies; nothing where the header does not hold.
+std::optional<std::vector<std::size_t>> packed_array_sizes(const Blob& bytes);
+
 template <class T>
 std::span<const std::byte> array_bytes(const T* p, std::size_t n) {
   return std::as_bytes(std::span<const T>(p, n));

@@ -20,7 +20,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -156,10 +158,11 @@ TEST_CASE("cpu/dynamic_int8's u8 weights packed for another CPU are packed again
   const RoutineParams u8{{"u8s8", 1}};
   const Blob saved = r->pack(info, schema, u8)->save();
   CHECK(r->unpack(saved, info, schema, u8));
-  // The range is the last array (40 channels: 3 blocks of 16 x 64 K bytes, 48
-  // lanes of scale, bias and column sums); the other CPU's makes unpack refuse.
+  // The range is the fifth array's first value (40 channels: 3 blocks of 16 x
+  // 64 K bytes, 48 lanes of scale, bias and column sums; then the form: range,
+  // group, pair_safe; 4 fix starts, no fixes); the other CPU's makes unpack refuse.
   Blob other = saved.clone();
-  const auto arrays = core::unpack_arrays(other, {3 * 16 * 64, 48 * 4, 48 * 4, 48 * 4, 4});
+  const auto arrays = core::unpack_arrays(other, {3 * 16 * 64, 48 * 4, 48 * 4, 48 * 4, 12, 4 * 4, 0});
   REQUIRE(arrays);
   auto* qmax = reinterpret_cast<int32_t*>(const_cast<std::byte*>((*arrays)[4]));
   REQUIRE(*qmax == (dynamic_int8::vnni512_usable() ? 127 : 63));
@@ -475,5 +478,104 @@ TEST_CASE("dynamic_quant_dense: cpu/dynamic_int8 gives cpu/ref's values bit for 
         for (float v : test::values(test::run_layer(l, {x}, d)[0])) CHECK(std::isnan(v));
       }
     }
+  }
+}
+
+TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs that could saturate fixed exactly",
+          "[routines][dynamic_int8]") {
+  // Same-sign weight pairs past 128 in magnitude (127 + 127; -127 - 2) would
+  // saturate vpmaddubsw's int16 pair sums at u8 values near 255: they are packed
+  // clamped and the rest added back (PairFix). Small weights elsewhere, as in a
+  // trained layer, so the fixes stay few and the u8 form is kept.
+  if (!core::cpu_features().avx2_fma()) return;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-40, 40);
+  struct Case {
+    Shape x;
+    int64_t n;
+  };
+  for (const Case& c : {Case{{5, 200}, 40}, Case{{130, 96}, 33}, Case{{4, 255}, 20}}) {
+    const int64_t k = c.x[c.x.rank() - 1];
+    std::vector<int8_t> w(static_cast<std::size_t>(c.n * k));
+    for (auto& v : w) v = static_cast<int8_t>(small(rng));
+    // Pairs (k even, k + 1) over the limit, one at the last odd K (its partner is padding), and two at it.
+    const int last = static_cast<int>((k - 1) & ~int64_t(1));
+    const std::vector<std::array<int, 4>> pairs{{0, 0, 127, 127},  {1, 2, -127, -127}, {7, 4, 127, 100},
+                                                {static_cast<int>(c.n - 1), 0, -2, -127},
+                                                {3, 2, 64, 64},    {5, 0, 65, 64},     {2, last, 127, 127}};
+    for (const auto& [o, kk, w0, w1] : pairs) {
+      w[static_cast<std::size_t>(o * k + kk)] = static_cast<int8_t>(w0);
+      if (kk + 1 < k) w[static_cast<std::size_t>(o * k + kk + 1)] = static_cast<int8_t>(w1);
+    }
+    std::vector<float> scales(static_cast<std::size_t>(c.n), 0.01f);
+    const Blob b = random_blob({c.n}, rng);
+    // Inputs at the range's ends put u8 values of 255 (and 0) under the big pairs.
+    Blob x = random_blob(c.x, rng, -1.0f, 1.0f);
+    float* xv = x.data_as<float>();
+    for (int64_t i = 0; i < x.shape().numel(); i += 3) xv[i] = i % 2 ? -1.0f : 3.0f;
+    const Layer l = quant_dense(w, c.n, k, scales, &b);
+    INFO("x " << c.x.to_string() << " n " << c.n);
+    const auto want = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
+    const auto got = test::values(test::run_layer(l, {x}, "cpu/dynamic_int8")[0]);
+    REQUIRE(got.size() == want.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+    CHECK(differ == 0);
+    if (dynamic_int8::vnni512_usable()) continue;
+    // The packing: the u8 form with safe pairs and one fix per clamped weight.
+    Schema schema;
+    const Routine* r = core::RoutineRegistry::instance().find("dynamic_quant_dense", "cpu/dynamic_int8", &schema);
+    REQUIRE(r);
+    const PackInfo info{&l, {}, {}, 0};
+    const Blob saved = r->pack(info, schema, {})->save();
+    const auto sizes = core::packed_array_sizes(saved);
+    REQUIRE(sizes);
+    REQUIRE(sizes->size() == 7);
+    const auto arrays = core::unpack_arrays(saved, {(*sizes)[0], (*sizes)[1], (*sizes)[2], (*sizes)[3], 12, (*sizes)[5], (*sizes)[6]});
+    REQUIRE(arrays);
+    int32_t form[3];
+    std::memcpy(form, (*arrays)[4], sizeof form);
+    CHECK(form[0] == 127);
+    CHECK(form[1] == 4);
+    CHECK(form[2] == 1);
+    // 127,127 / -127,-127 / 127,100 / -127 / 65 / and 127,127 at the last pair unless its partner is padding.
+    const std::size_t clamped = k % 2 ? 8 : 10;
+    CHECK((*sizes)[6] == clamped * sizeof(dynamic_int8::PairFix));
+    CHECK(r->unpack(saved, info, schema, {}));
+  }
+  SECTION("weights whose pairs mostly need fixes: the int16 form") {
+    std::vector<int8_t> w(32 * 64, 120);
+    const Layer l = quant_dense(w, 32, 64, std::vector<float>(32, 0.01f), nullptr);
+    const Blob x = random_blob({3, 64}, rng, -1.0f, 2.0f);
+    CHECK(test::values(test::run_layer(l, {x}, "cpu/dynamic_int8")[0]) ==
+          test::values(test::run_layer(l, {x}, "cpu/ref")[0]));
+    if (dynamic_int8::vnni512_usable()) return;
+    Schema schema;
+    const Routine* r = core::RoutineRegistry::instance().find("dynamic_quant_dense", "cpu/dynamic_int8", &schema);
+    REQUIRE(r);
+    const Blob saved = r->pack(PackInfo{&l, {}, {}, 0}, schema, {})->save();
+    const auto arrays = core::unpack_arrays(saved, {2 * 16 * 64, 32 * 4, 32 * 4, 32 * 4, 12, 3 * 4, 0});
+    REQUIRE(arrays);
+    int32_t form[3];
+    std::memcpy(form, (*arrays)[4], sizeof form);
+    CHECK(form[1] == 2);
+  }
+  SECTION("a packing whose fixes are out of range is packed again, never read") {
+    std::vector<int8_t> w(16 * 512, 3);
+    w[0] = w[1] = 127;
+    const Layer l = quant_dense(w, 16, 512, std::vector<float>(16, 0.01f), nullptr);
+    if (dynamic_int8::vnni512_usable()) return;
+    Schema schema;
+    const Routine* r = core::RoutineRegistry::instance().find("dynamic_quant_dense", "cpu/dynamic_int8", &schema);
+    REQUIRE(r);
+    const PackInfo info{&l, {}, {}, 0};
+    const Blob saved = r->pack(info, schema, {})->save();
+    REQUIRE(r->unpack(saved, info, schema, {}));
+    Blob bad = saved.clone();
+    const auto arrays = core::unpack_arrays(bad, {16 * 512, 16 * 4, 16 * 4, 16 * 4, 12, 2 * 4, 2 * sizeof(dynamic_int8::PairFix)});
+    REQUIRE(arrays);
+    auto* fix = reinterpret_cast<dynamic_int8::PairFix*>(const_cast<std::byte*>((*arrays)[6]));
+    fix->k = 512;  // past K
+    CHECK_FALSE(r->unpack(bad, info, schema, {}));
   }
 }

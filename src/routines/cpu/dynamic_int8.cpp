@@ -52,9 +52,12 @@ int32_t form_qmax(bool u8s8) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// The u8 form without VNNI while at most one weight in this many needs a fix.
+constexpr int64_t kMaxFixShare = 256;
+
 /// Where the packed weights put each value: blocks of 16 output channels,
-/// each [k2][16][2] int8 (the int16 form) or [k4][16][4] int8 (u8s8, 7-bit
-/// values). From the weights' [N, K] and the form, never the input's size.
+/// each [k2][16][2] int8 (the int16 form) or [k4][16][4] int8 (u8s8). From
+/// the weights' [N, K] and the form, never the input's size.
 struct WeightPanels {
   int64_t n = 0, k = 0;
   int64_t group = 2;  ///< K values a weight lane holds per step
@@ -69,28 +72,65 @@ struct WeightPanels {
   std::size_t lanes() const { return static_cast<std::size_t>(blocks * kBlockN); }
 };
 
+/// How the weights were packed: what a packing made for another CPU or form is told by.
+struct PackForm {
+  int32_t qmax = 127;     ///< the integers' range, form_qmax()
+  int32_t group = 2;      ///< WeightPanels::group: 2 the int16 form, 4 the u8 one
+  int32_t pair_safe = 0;  ///< 8-bit u8 weights without VNNI: clamped pairs and their fixes (PairFix)
+  bool operator==(const PackForm&) const = default;
+};
+
 /// The weights as the kernels read them (WeightPanels); per channel its
 /// scale, bias and (u8s8) the sum of its integers, zeros past the last channel.
 struct Packed final : PackedWeights {
   Blob w;                      ///< blocks * block_bytes, 64-byte aligned
   std::vector<float> scale;    ///< blocks * 16
   std::vector<float> bias;     ///< blocks * 16
-  std::vector<int32_t> colsum; ///< blocks * 16 (u8s8)
-  int32_t qmax = 127;          ///< the integers' range, form_qmax()
+  std::vector<int32_t> colsum; ///< blocks * 16 (u8s8): the sums of the integers before any clamp
+  PackForm form;
+  std::vector<int32_t> fix_start;              ///< blocks + 1: block b's fixes are [fix_start[b], fix_start[b + 1])
+  std::vector<dynamic_int8::PairFix> fixes;    ///< pair_safe's, by block
   Blob save() const override {
     return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(w.data()), w.byte_size()),
                               core::array_bytes(scale.data(), scale.size()), core::array_bytes(bias.data(), bias.size()),
-                              core::array_bytes(colsum.data(), colsum.size()), core::array_bytes(&qmax, 1)});
+                              core::array_bytes(colsum.data(), colsum.size()), core::array_bytes(&form, 1),
+                              core::array_bytes(fix_start.data(), fix_start.size()),
+                              core::array_bytes(fixes.data(), fixes.size())});
   }
 };
+
+/// Clamps each K pair (k even, k + 1) of a channel whose same-sign weights sum
+/// past 128 in magnitude to [-64, 64] in the packing, and records the rest
+/// as fixes (PairFix): vpmaddubsw's pair sums then never saturate.
+void make_pairs_safe(Packed& p, const WeightPanels& wp, const int8_t* q) {
+  auto* dst = static_cast<int8_t*>(p.w.data());
+  p.fix_start.assign(static_cast<std::size_t>(wp.blocks + 1), 0);
+  for (int64_t o = 0; o < wp.n; ++o) {
+    const int8_t* src = q + o * wp.k;
+    for (int64_t kk = 0; kk < wp.k; kk += 2) {
+      const int32_t w0 = src[kk], w1 = kk + 1 < wp.k ? src[kk + 1] : 0;
+      const int32_t pos = std::max(w0, 0) + std::max(w1, 0), neg = std::max(-w0, 0) + std::max(-w1, 0);
+      if (pos <= 128 && neg <= 128) continue;
+      for (int64_t j = kk; j < std::min(kk + 2, wp.k); ++j) {
+        const int32_t w = src[j], kept = std::clamp(w, -64, 64);
+        if (w == kept) continue;
+        dst[wp.offset(o, j)] = static_cast<int8_t>(kept);
+        p.fixes.push_back({static_cast<int32_t>(j), static_cast<int16_t>(o % kBlockN), static_cast<int16_t>(w - kept)});
+      }
+    }
+    p.fix_start[static_cast<std::size_t>(o / kBlockN + 1)] = static_cast<int32_t>(p.fixes.size());
+  }
+  for (std::size_t b = 1; b < p.fix_start.size(); ++b) p.fix_start[b] = std::max(p.fix_start[b], p.fix_start[b - 1]);
+}
 
 WeightPanels panels_of(const Layer& layer, bool u8s8) {
   const Shape& w = layer.weight("weight").shape();
   return WeightPanels(w[0], w[1], u8s8);
 }
 
-/// `qmax`: the weights' integer range (form_qmax(u8s8) for a dense layer).
-std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8, int32_t qmax) {
+/// `qmax`: the weights' integer range (form_qmax(u8s8) for a dense layer);
+/// `pair_safe`: make_pairs_safe (8-bit weights in the u8 form without VNNI).
+std::shared_ptr<Packed> pack_dynamic(const PackInfo& info, bool u8s8, int32_t qmax, bool pair_safe = false) {
   const Layer& layer = *info.layer;
   const WeightPanels wp = panels_of(layer, u8s8);
   const std::size_t lanes = wp.lanes();
@@ -98,7 +138,7 @@ std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8, int3
   const core::ChannelQuantized q = core::channel_int8(layer.weight("weight"), qmax);
   const Blob* bias = layer.find_weight("bias");
   auto p = std::make_shared<Packed>();
-  p->qmax = qmax;
+  p->form = {qmax, static_cast<int32_t>(wp.group), pair_safe ? 1 : 0};
   p->w = Blob::allocate(Shape{static_cast<int64_t>(wp.packed_bytes())}, DType::quint8);  // zero-filled
   p->scale.assign(lanes, 0.0f);
   p->bias.assign(lanes, 0.0f);
@@ -115,18 +155,40 @@ std::shared_ptr<const Packed> pack_dynamic(const PackInfo& info, bool u8s8, int3
       p->colsum[c] += src[kk];
     }
   }
+  if (pair_safe)
+    make_pairs_safe(*p, wp, q.q.data());
+  else
+    p->fix_start.assign(static_cast<std::size_t>(wp.blocks + 1), 0);
   return p;
 }
 
-std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& info, bool u8s8, int32_t qmax) {
+std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& info, bool u8s8, int32_t qmax,
+                                             bool pair_safe = false) {
   const WeightPanels wp = panels_of(*info.layer, u8s8);
   const std::size_t packed_bytes = wp.packed_bytes(), lanes = wp.lanes();
-  auto a = core::unpack_arrays(
-      bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float), lanes * sizeof(int32_t), sizeof(int32_t)});
+  const auto sizes = core::packed_array_sizes(bytes);
+  const auto starts = static_cast<std::size_t>(wp.blocks + 1);
+  if (!sizes || sizes->size() != 7 || (*sizes)[6] % sizeof(dynamic_int8::PairFix) != 0 ||
+      (*sizes)[6] / sizeof(dynamic_int8::PairFix) > static_cast<std::size_t>(wp.n * wp.k))
+    return nullptr;
+  const std::size_t nfix = (*sizes)[6] / sizeof(dynamic_int8::PairFix);
+  auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(float), lanes * sizeof(float), lanes * sizeof(int32_t),
+                                       sizeof(PackForm), starts * sizeof(int32_t), nfix * sizeof(dynamic_int8::PairFix)});
   if (!a) return nullptr;
   auto p = std::make_shared<Packed>();
-  std::memcpy(&p->qmax, (*a)[4], sizeof(int32_t));
-  if (p->qmax != qmax) return nullptr;  // packed for a CPU with(out) VNNI: packed again
+  std::memcpy(&p->form, (*a)[4], sizeof(PackForm));
+  // Packed for a CPU with(out) VNNI or in the other form: packed again.
+  if (!(p->form == PackForm{qmax, static_cast<int32_t>(wp.group), pair_safe ? 1 : 0})) return nullptr;
+  p->fix_start.resize(starts);
+  p->fixes.resize(nfix);
+  std::memcpy(p->fix_start.data(), (*a)[5], starts * sizeof(int32_t));
+  if (nfix) std::memcpy(p->fixes.data(), (*a)[6], nfix * sizeof(dynamic_int8::PairFix));
+  // Fixes in range and in order: a file's bytes are checked, never trusted.
+  if (p->fix_start[0] != 0 || p->fix_start[starts - 1] != static_cast<int32_t>(nfix)) return nullptr;
+  for (std::size_t b = 1; b < starts; ++b)
+    if (p->fix_start[b] < p->fix_start[b - 1]) return nullptr;
+  for (const auto& f : p->fixes)
+    if (f.k < 0 || f.k >= wp.k || f.lane < 0 || f.lane >= kBlockN || f.d < -64 || f.d > 64) return nullptr;
   p->w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
   p->scale.resize(lanes);
   p->bias.resize(lanes);
@@ -140,7 +202,8 @@ std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& 
 /// `per_tensor`: dynamic_quant_dense (core/layer_types.hpp), the model's own
 /// arithmetic (ONNX Runtime's quantize_dynamic), exact: one scale and zero
 /// point for the whole input as DynamicQuantizeLinear gives them, u8 where
-/// AVX512-VNNI runs the form, else int16 values q - zp; an input holding NaN
+/// AVX512-VNNI runs the form, else u8 with safe pairs (make_pairs_safe) or
+/// int16 values q - zp, as the packing says; an input holding NaN
 /// or infinity gives NaN. Otherwise each row on its own grid.
 class Prepared final : public PreparedRoutine {
  public:
@@ -159,9 +222,10 @@ class Prepared final : public PreparedRoutine {
     blocks_ = wp.blocks;
     act_ = core::fused_activation(layer, true, true);
     if (!packed_ || wp.k != k_ || packed_->w.byte_size() != wp.packed_bytes() || packed_->scale.size() != wp.lanes() ||
-        packed_->qmax != form_qmax(u8s8))
+        packed_->form.qmax != (per_tensor ? 127 : form_qmax(u8s8)) || packed_->form.group != wp.group ||
+        packed_->fix_start.size() != static_cast<std::size_t>(wp.blocks + 1))
       throw Error("cpu/dynamic_int8: its packed weights do not fit this layer", {}, layer.name, "weight");
-    vnni_ = u8s8 && packed_->qmax == dynamic_int8::kVnniQmax;
+    vnni_ = u8s8 && !packed_->form.pair_safe && packed_->form.qmax == dynamic_int8::kVnniQmax;
   }
 
   std::size_t workspace_bytes() const override {
@@ -198,9 +262,11 @@ class Prepared final : public PreparedRoutine {
         for (int64_t r = 0; r < m_; r += kTileM) {
           const int mr = static_cast<int>(std::min<int64_t>(kTileM, m_ - r));
           float* yr = y + r * n_ + blk * kBlockN;
+          const auto b = static_cast<std::size_t>(blk);
           if (u8s8_)
             dynamic_int8::gemm_tile_u8s8(mr, q + r * ldu_, ldu_, wb, steps_, xs + r, zp + r, p.colsum.data() + lane0,
-                                         p.scale.data() + lane0, p.bias.data() + lane0, yr, n_, nvalid);
+                                         p.scale.data() + lane0, p.bias.data() + lane0, yr, n_, nvalid,
+                                         p.fixes.data() + p.fix_start[b], p.fix_start[b + 1] - p.fix_start[b]);
           else
             dynamic_int8::gemm_tile(mr, u + r * ldu_, ldu_, wb, steps_, xs + r, p.scale.data() + lane0,
                                     p.bias.data() + lane0, yr, n_, nvalid);
@@ -249,8 +315,10 @@ class Prepared final : public PreparedRoutine {
     std::atomic<bool> finite{true};  // (min and max pass over NaN)
     args.pool->parallel_for(ceil_div(m_, kTileM), 1, [&](int64_t t0, int64_t t1) {
       const int64_t r0 = t0 * kTileM, r1 = std::min(m_, t1 * kTileM);
-      const bool ok = u8s8_ ? dynamic_int8::quantize_tensor_u8(x + r0 * k_, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, scale, z)
-                            : dynamic_int8::quantize_tensor(x + r0 * k_, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, scale, z);
+      const float* xr = x + r0 * k_;
+      const bool ok = !u8s8_ ? dynamic_int8::quantize_tensor(xr, r1 - r0, k_, k_, u + r0 * ldu_, ldu_, scale, z)
+                      : vnni_ ? dynamic_int8::quantize_tensor_u8(xr, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, scale, z)
+                              : dynamic_int8::quantize_tensor_u8_avx2(xr, r1 - r0, k_, k_, q + r0 * ldu_, ldu_, scale, z);
       if (!ok) finite.store(false, std::memory_order_relaxed);
     });
     return finite.load();
@@ -290,7 +358,8 @@ class Prepared final : public PreparedRoutine {
   }
 
   /// The layer in float32 with the dequantised weights: for an input holding
-  /// NaN or infinity, whose rows have no scale to quantise by.
+  /// NaN or infinity, whose rows have no scale to quantise by (a dense layer's
+  /// packing: never clamped pairs).
   void run_float(const float* x, float* y) const {
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
@@ -325,17 +394,27 @@ class DynamicQuantDense final : public Routine {
       return Support::no(fmt::format("K {} over {}: the int32 sums of int8 products could overflow", k, dynamic_int8::kMaxK));
     return Support::yes();
   }
+  /// The u8 form: on 8 bits by vpdpbusd where AVX512-VNNI runs it, else by
+  /// vpmaddubsw with the pairs made safe (make_pairs_safe) while their fixes
+  /// stay few; past that the int16 form (a fix costs a product per row).
   std::shared_ptr<const PackedWeights> pack(const PackInfo& info, const Schema&, const RoutineParams&) const override {
-    return pack_dynamic(info, dynamic_int8::vnni512_usable(), 127);
+    const bool vnni = dynamic_int8::vnni512_usable();
+    auto p = pack_dynamic(info, true, 127, !vnni);
+    const Shape& w = info.layer->weight("weight").shape();
+    if (p->fixes.size() > static_cast<std::size_t>(w.numel() / kMaxFixShare)) return pack_dynamic(info, false, 127);
+    return p;
   }
   std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
                                               const RoutineParams&) const override {
-    return unpack_dynamic(bytes, info, dynamic_int8::vnni512_usable(), 127);
+    const bool vnni = dynamic_int8::vnni512_usable();
+    if (auto p = unpack_dynamic(bytes, info, true, 127, !vnni)) return p;
+    return vnni ? nullptr : unpack_dynamic(bytes, info, false, 127);
   }
   std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
                                         std::shared_ptr<const PackedWeights> packed) const override {
-    return std::make_unique<Prepared>(info, dynamic_int8::vnni512_usable(),
-                                      std::dynamic_pointer_cast<const Packed>(std::move(packed)), true);
+    auto p = std::dynamic_pointer_cast<const Packed>(std::move(packed));
+    const bool u8s8 = p && p->form.group == 4;
+    return std::make_unique<Prepared>(info, u8s8, std::move(p), true);
   }
 };
 

@@ -55,11 +55,24 @@ inline constexpr int kU8s8Qmax = 63;
 /// False where a row holds NaN or infinity.
 bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp);
 
+/// dynamic_quant_dense's 8-bit weights without VNNI: vpmaddubsw is exact while
+/// the same-sign weights of each K pair (k even, k + 1) sum to at most 128 in
+/// magnitude (255 * 128 = 32640 fits int16). A pair over that is packed
+/// clamped to [-64, 64], and what the clamp took off (d = w - clamped) is
+/// added back to the tile's int32 sums from the u8 values: a fix. Fixes are
+/// few (weights past 64 of 127 are the distribution's tail) and sorted by block.
+struct PairFix {
+  int32_t k;     ///< the weight's K index
+  int16_t lane;  ///< its column within the block (0..15)
+  int16_t d;     ///< w - the packed value
+};
+
 /// As gemm_tile, over k4 K quads of u8 rows and a u8s8 weight block, with
-/// each row's zero point times the block's column sums (colsum) taken off.
+/// each row's zero point times the block's column sums (colsum) taken off
+/// and the block's nfix fixes added (none for 7-bit weights).
 void gemm_tile_u8s8(int mr, const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const float* xs,
                     const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy,
-                    int nvalid);
+                    int nvalid, const PairFix* fixes = nullptr, int64_t nfix = 0);
 
 // Where AVX512-VNNI is usable the u8 form's weights keep 8 bits ([-127, 127]):
 // vpdpbusd sums its products in int32 without saturation (exact for K <= kMaxK).
@@ -83,6 +96,9 @@ void gemm_tile_vnni(int mr, int nb, const uint8_t* q, int64_t ldq, const int8_t*
 /// gemm_tile_vnni. False where a value is NaN or infinite.
 bool quantize_tensor_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float scale,
                         int32_t zp);
+/// quantize_tensor_u8 for gemm_tile_u8s8 on AVX2 (the same values).
+bool quantize_tensor_u8_avx2(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float scale,
+                             int32_t zp);
 /// The same as int16 values q - zp (ldu apart, zeros to an even count), for gemm_tile.
 bool quantize_tensor(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float scale,
                      int32_t zp);

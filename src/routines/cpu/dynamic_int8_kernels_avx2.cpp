@@ -66,7 +66,8 @@ void tile(const int16_t* u, int64_t ldu, const int8_t* w, int64_t k2, const floa
 
 template <int MR>
 void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const float* xs, const int32_t* zp,
-               const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy, int nvalid) {
+               const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy, int nvalid,
+               const PairFix* fixes, int64_t nfix) {
   __m256i c0[MR], c1[MR];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
@@ -82,6 +83,19 @@ void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const
       const __m256i a = _mm256_set1_epi32(quad);
       c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));
       c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+    }
+  }
+  if (nfix > 0) {  // what the clamped pairs left out, from the u8 values
+    alignas(32) int32_t acc[MR][16];
+    for (int r = 0; r < MR; ++r) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r]), c0[r]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r] + 8), c1[r]);
+    }
+    for (int64_t f = 0; f < nfix; ++f)
+      for (int r = 0; r < MR; ++r) acc[r][fixes[f].lane] += int32_t{q[r * ldq + fixes[f].k]} * fixes[f].d;
+    for (int r = 0; r < MR; ++r) {
+      c0[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r]));
+      c1[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r] + 8));
     }
   }
   const __m256 ws0 = _mm256_loadu_ps(ws), ws1 = _mm256_loadu_ps(ws + 8);
@@ -161,13 +175,48 @@ bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t
 
 void gemm_tile_u8s8(int mr, const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const float* xs,
                     const int32_t* zp, const int32_t* colsum, const float* ws, const float* bias, float* y, int64_t ldy,
-                    int nvalid) {
+                    int nvalid, const PairFix* fixes, int64_t nfix) {
   switch (mr) {
-    case 1: return tile_u8s8<1>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
-    case 2: return tile_u8s8<2>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
-    case 3: return tile_u8s8<3>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
-    default: return tile_u8s8<4>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid);
+    case 1: return tile_u8s8<1>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid, fixes, nfix);
+    case 2: return tile_u8s8<2>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid, fixes, nfix);
+    case 3: return tile_u8s8<3>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid, fixes, nfix);
+    default: return tile_u8s8<4>(q, ldq, w, k4, xs, zp, colsum, ws, bias, y, ldy, nvalid, fixes, nfix);
   }
+}
+
+bool quantize_tensor_u8_avx2(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float scale,
+                             int32_t zp) {
+  const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(static_cast<float>(zp));
+  const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+  const int64_t padded = (k + 3) & ~int64_t(3);
+  __m256 bad = _mm256_setzero_ps();
+  bool finite = true;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * ldx;
+    uint8_t* qr = q + r * ldq;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+      __m256i v[4];
+      for (int j = 0; j < 4; ++j) {  // clamp(nearbyint(x / scale) + zp, 0, 255), as quantize_tensor
+        const __m256 f = _mm256_loadu_ps(xr + i + 8 * j);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(f, f), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+        const __m256 t = _mm256_round_ps(_mm256_div_ps(f, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, z), lo), hi));
+      }
+      // Each pack interleaves 128-bit halves, undone by the permute.
+      const __m256i w01 = _mm256_packs_epi32(v[0], v[1]), w23 = _mm256_packs_epi32(v[2], v[3]);
+      const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + i), b);
+    }
+    for (; i < k; ++i) {
+      const float v = xr[i];
+      if (!(v - v == 0)) finite = false;
+      const float t = std::nearbyint(v / scale) + static_cast<float>(zp);
+      qr[i] = finite ? static_cast<uint8_t>(std::min(std::max(t, 0.0f), 255.0f)) : 0;
+    }
+    for (; i < padded; ++i) qr[i] = 0;
+  }
+  return finite && _mm256_movemask_ps(bad) == 0;
 }
 
 bool quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float* s) {
