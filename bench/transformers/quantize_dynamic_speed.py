@@ -66,7 +66,9 @@ def openvino_requests(path, threads):
         if hint == "f32":
             cfg["INFERENCE_PRECISION_HINT"] = "f32"
         compiled = core.compile_model(model, "CPU", cfg)
-        requests[f"{hint} ({compiled.get_property('INFERENCE_PRECISION_HINT')})"] = compiled.create_infer_request()
+        precision = compiled.get_property("INFERENCE_PRECISION_HINT")  # an ov.Type
+        name = getattr(precision, "type_name", None) or str(precision)
+        requests[f"{hint} ({name})"] = compiled.create_infer_request()
     return requests
 
 
