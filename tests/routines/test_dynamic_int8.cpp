@@ -411,6 +411,38 @@ Layer quant_dense(const std::vector<int8_t>& w, int64_t n, int64_t k, std::vecto
   return test::make_layer("dynamic_quant_dense", {}, weights);
 }
 
+/// cpu/dynamic_int8's packing of a dynamic_quant_dense layer, saved: its
+/// arrays (weights, scales, biases, column sums, form, fix starts, fixes) and
+/// its form (range, group, pair_safe).
+struct SavedPacking {
+  Blob bytes;
+  std::vector<std::size_t> sizes;
+  std::vector<const std::byte*> arrays;
+  int32_t form[3] = {};
+};
+
+const Routine* quant_dense_routine(Schema& schema) {
+  return core::RoutineRegistry::instance().find("dynamic_quant_dense", "cpu/dynamic_int8", &schema);
+}
+
+SavedPacking saved_packing(const Layer& l) {
+  Schema schema;
+  const Routine* r = quant_dense_routine(schema);
+  REQUIRE(r);
+  SavedPacking p{r->pack(PackInfo{&l, {}, {}, 0}, schema, {})->save()};
+  const auto sizes = core::packed_array_sizes(p.bytes);
+  REQUIRE(sizes);
+  REQUIRE(sizes->size() == 7);
+  p.sizes = *sizes;
+  const auto& z = p.sizes;
+  const auto arrays = core::unpack_arrays(p.bytes, {z[0], z[1], z[2], z[3], z[4], z[5], z[6]});
+  REQUIRE(arrays);
+  REQUIRE(z[4] == sizeof p.form);
+  p.arrays = *arrays;
+  std::memcpy(p.form, p.arrays[4], sizeof p.form);
+  return p;
+}
+
 std::vector<std::string> quant_dense_routines() {
   std::vector<std::string> d{"cpu/ref"};
   if (core::cpu_features().avx2_fma()) d.push_back("cpu/dynamic_int8");
@@ -523,25 +555,15 @@ TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs 
     CHECK(differ == 0);
     if (dynamic_int8::vnni512_usable()) continue;
     // The packing: the u8 form with safe pairs and one fix per clamped weight.
-    Schema schema;
-    const Routine* r = core::RoutineRegistry::instance().find("dynamic_quant_dense", "cpu/dynamic_int8", &schema);
-    REQUIRE(r);
-    const PackInfo info{&l, {}, {}, 0};
-    const Blob saved = r->pack(info, schema, {})->save();
-    const auto sizes = core::packed_array_sizes(saved);
-    REQUIRE(sizes);
-    REQUIRE(sizes->size() == 7);
-    const auto arrays = core::unpack_arrays(saved, {(*sizes)[0], (*sizes)[1], (*sizes)[2], (*sizes)[3], 12, (*sizes)[5], (*sizes)[6]});
-    REQUIRE(arrays);
-    int32_t form[3];
-    std::memcpy(form, (*arrays)[4], sizeof form);
-    CHECK(form[0] == 127);
-    CHECK(form[1] == 4);
-    CHECK(form[2] == 1);
+    const SavedPacking p = saved_packing(l);
+    CHECK(p.form[0] == 127);
+    CHECK(p.form[1] == 4);
+    CHECK(p.form[2] == 1);
     // 127,127 / -127,-127 / 127,100 / -127 / 65 / and 127,127 at the last pair unless its partner is padding.
     const std::size_t clamped = k % 2 ? 8 : 10;
-    CHECK((*sizes)[6] == clamped * sizeof(dynamic_int8::PairFix));
-    CHECK(r->unpack(saved, info, schema, {}));
+    CHECK(p.sizes[6] == clamped * sizeof(dynamic_int8::PairFix));
+    Schema schema;
+    CHECK(quant_dense_routine(schema)->unpack(p.bytes, PackInfo{&l, {}, {}, 0}, schema, {}));
   }
   SECTION("weights whose pairs mostly need fixes: the int16 form") {
     std::vector<int8_t> w(32 * 64, 120);
@@ -550,31 +572,24 @@ TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs 
     CHECK(test::values(test::run_layer(l, {x}, "cpu/dynamic_int8")[0]) ==
           test::values(test::run_layer(l, {x}, "cpu/ref")[0]));
     if (dynamic_int8::vnni512_usable()) return;
-    Schema schema;
-    const Routine* r = core::RoutineRegistry::instance().find("dynamic_quant_dense", "cpu/dynamic_int8", &schema);
-    REQUIRE(r);
-    const Blob saved = r->pack(PackInfo{&l, {}, {}, 0}, schema, {})->save();
-    const auto arrays = core::unpack_arrays(saved, {2 * 16 * 64, 32 * 4, 32 * 4, 32 * 4, 12, 3 * 4, 0});
-    REQUIRE(arrays);
-    int32_t form[3];
-    std::memcpy(form, (*arrays)[4], sizeof form);
-    CHECK(form[1] == 2);
+    const SavedPacking p = saved_packing(l);
+    CHECK(p.form[1] == 2);
+    CHECK(p.sizes[6] == 0);
   }
   SECTION("a packing whose fixes are out of range is packed again, never read") {
     std::vector<int8_t> w(16 * 512, 3);
     w[0] = w[1] = 127;
     const Layer l = quant_dense(w, 16, 512, std::vector<float>(16, 0.01f), nullptr);
     if (dynamic_int8::vnni512_usable()) return;
+    const SavedPacking p = saved_packing(l);
+    REQUIRE(p.sizes[6] == 2 * sizeof(dynamic_int8::PairFix));
     Schema schema;
-    const Routine* r = core::RoutineRegistry::instance().find("dynamic_quant_dense", "cpu/dynamic_int8", &schema);
-    REQUIRE(r);
+    const Routine* r = quant_dense_routine(schema);
     const PackInfo info{&l, {}, {}, 0};
-    const Blob saved = r->pack(info, schema, {})->save();
-    REQUIRE(r->unpack(saved, info, schema, {}));
-    Blob bad = saved.clone();
-    const auto arrays = core::unpack_arrays(bad, {16 * 512, 16 * 4, 16 * 4, 16 * 4, 12, 2 * 4, 2 * sizeof(dynamic_int8::PairFix)});
-    REQUIRE(arrays);
-    auto* fix = reinterpret_cast<dynamic_int8::PairFix*>(const_cast<std::byte*>((*arrays)[6]));
+    REQUIRE(r->unpack(p.bytes, info, schema, {}));
+    Blob bad = p.bytes.clone();
+    auto* fix = reinterpret_cast<dynamic_int8::PairFix*>(static_cast<std::byte*>(bad.data()) +
+                                                         (p.arrays[6] - static_cast<const std::byte*>(p.bytes.data())));
     fix->k = 512;  // past K
     CHECK_FALSE(r->unpack(bad, info, schema, {}));
   }

@@ -20,6 +20,14 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
+/// clamp(nearbyint(v / s) + z, 0, 255) of 8 values (DynamicQuantizeLinear's
+/// grid) as int32; a NaN or infinity among them is noted in `bad`.
+inline __m256i tensor_grid8(__m256 v, __m256 s, __m256 z, __m256& bad) {
+  bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+  const __m256 t = _mm256_round_ps(_mm256_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, z), _mm256_setzero_ps()), _mm256_set1_ps(255.0f)));
+}
+
 /// A tile row's 16 outputs (columns 0-7, 8-15), the first `nvalid` of them.
 inline void store16(float* out, __m256 y0, __m256 y1, int nvalid) {
   if (nvalid == 16) {
@@ -187,7 +195,6 @@ void gemm_tile_u8s8(int mr, const uint8_t* q, int64_t ldq, const int8_t* w, int6
 bool quantize_tensor_u8_avx2(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float scale,
                              int32_t zp) {
   const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(static_cast<float>(zp));
-  const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
   const int64_t padded = (k + 3) & ~int64_t(3);
   __m256 bad = _mm256_setzero_ps();
   bool finite = true;
@@ -197,12 +204,7 @@ bool quantize_tensor_u8_avx2(const float* x, int64_t m, int64_t k, int64_t ldx, 
     int64_t i = 0;
     for (; i + 32 <= k; i += 32) {
       __m256i v[4];
-      for (int j = 0; j < 4; ++j) {  // clamp(nearbyint(x / scale) + zp, 0, 255), as quantize_tensor
-        const __m256 f = _mm256_loadu_ps(xr + i + 8 * j);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(f, f), _mm256_setzero_ps(), _CMP_NEQ_UQ));
-        const __m256 t = _mm256_round_ps(_mm256_div_ps(f, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, z), lo), hi));
-      }
+      for (int j = 0; j < 4; ++j) v[j] = tensor_grid8(_mm256_loadu_ps(xr + i + 8 * j), s, z, bad);
       // Each pack interleaves 128-bit halves, undone by the permute.
       const __m256i w01 = _mm256_packs_epi32(v[0], v[1]), w23 = _mm256_packs_epi32(v[2], v[3]);
       const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -267,7 +269,6 @@ bool quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u
 bool quantize_tensor(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float scale,
                      int32_t zp) {
   const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(static_cast<float>(zp));
-  const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
   const __m256i zi = _mm256_set1_epi32(zp);
   __m256 bad = _mm256_setzero_ps();
   bool finite = true;
@@ -283,12 +284,7 @@ bool quantize_tensor(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t*
     int64_t i = 0;
     for (; i + 16 <= k; i += 16) {
       __m256i q[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256 v = _mm256_loadu_ps(xr + i + 8 * h);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
-        const __m256 t = _mm256_round_ps(_mm256_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        q[h] = _mm256_sub_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, z), lo), hi)), zi);
-      }
+      for (int h = 0; h < 2; ++h) q[h] = _mm256_sub_epi32(tensor_grid8(_mm256_loadu_ps(xr + i + 8 * h), s, z, bad), zi);
       // packs interleaves 128-bit halves: put them back in order.
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(ur + i), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
     }
