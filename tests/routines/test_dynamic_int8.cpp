@@ -516,8 +516,8 @@ TEST_CASE("dynamic_quant_dense: cpu/dynamic_int8 gives cpu/ref's values bit for 
 TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs that could saturate fixed exactly",
           "[routines][dynamic_int8]") {
   // Same-sign weight pairs past 128 in magnitude (127 + 127; -127 - 2) would
-  // saturate vpmaddubsw's int16 pair sums at u8 values near 255: they are packed
-  // clamped and the rest added back (PairFix). Small weights elsewhere, as in a
+  // saturate vpmaddubsw's int16 pair sums at u8 values near 255: the larger of
+  // each is cut to 128 minus the other and the cut added back (PairFix). Small weights elsewhere, as in a
   // trained layer, so the fixes stay few and the u8 form is kept.
   if (!core::cpu_features().avx2_fma()) return;
   std::mt19937 rng(5);
@@ -554,14 +554,14 @@ TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs 
     for (std::size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
     CHECK(differ == 0);
     if (dynamic_int8::vnni512_usable()) continue;
-    // The packing: the u8 form with safe pairs and one fix per clamped weight.
+    // The packing: the u8 form with safe pairs and one fix per unsafe pair.
     const SavedPacking p = saved_packing(l);
     CHECK(p.form[0] == 127);
     CHECK(p.form[1] == 4);
     CHECK(p.form[2] == 1);
-    // 127,127 / -127,-127 / 127,100 / -127 / 65 / and 127,127 at the last pair unless its partner is padding.
-    const std::size_t clamped = k % 2 ? 8 : 10;
-    CHECK(p.sizes[6] == clamped * sizeof(dynamic_int8::PairFix));
+    // 127,127 / -127,-127 / 127,100 / -2,-127 / 65,64 / and 127,127 at the last pair unless its partner is padding.
+    const std::size_t unsafe = k % 2 ? 5 : 6;
+    CHECK(p.sizes[6] == unsafe * sizeof(dynamic_int8::PairFix));
     Schema schema;
     CHECK(quant_dense_routine(schema)->unpack(p.bytes, PackInfo{&l, {}, {}, 0}, schema, {}));
   }
@@ -582,7 +582,7 @@ TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs 
     const Layer l = quant_dense(w, 16, 512, std::vector<float>(16, 0.01f), nullptr);
     if (dynamic_int8::vnni512_usable()) return;
     const SavedPacking p = saved_packing(l);
-    REQUIRE(p.sizes[6] == 2 * sizeof(dynamic_int8::PairFix));
+    REQUIRE(p.sizes[6] == sizeof(dynamic_int8::PairFix));
     Schema schema;
     const Routine* r = quant_dense_routine(schema);
     const PackInfo info{&l, {}, {}, 0};

@@ -14,9 +14,11 @@
 // exact (their int32 accumulators are exact; only the requantisation rounds).
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "core/prepared_weights.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
 #include "profiler/calibrate.hpp"
+#include "routines/cpu/pair_fix.hpp"
 #include "support/run_layer.hpp"
 
 #include <softneuro/routine.hpp>
@@ -25,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -898,4 +901,191 @@ TEST_CASE("cpu:qint8:nhwc/winograd equals the GEMM routine bit for bit", "[qint8
   CHECK_FALSE(run_qint8(test::make_layer("conv2", {}, {{"weight", w1}}), {x}, oq, "cpu:qint8:nhwc/winograd").support.ok);
   CHECK_FALSE(run_qint8(test::make_layer("conv2", {{"group", int64_t{2}}}, {{"weight", wg}}), {x}, oq,
                         "cpu:qint8:nhwc/winograd").support.ok);
+}
+
+// ---------------------------------------------------------------------------
+// Without VNNI, the exact GEMM (parameters vnni=0, u8s8=0) packs 8-bit weights
+// for vpmaddubsw: paired within groups of 16 K indices, the unsafe pairs cut
+// and fixed (pair_fix.hpp). Its outputs stay cpu/ref's bit for bit.
+
+namespace {
+
+/// A conv2 (or dense) whose integer weights are `q` x 0.01 (every channel's
+/// largest |q| 127, so the per-channel scale is 0.01 and the integers are q's).
+Layer integer_weight_layer(const std::string& type, const std::vector<int>& q, const Shape& shape) {
+  Blob w = Blob::allocate(shape);
+  for (std::size_t i = 0; i < q.size(); ++i) w.data_as<float>()[i] = static_cast<float>(q[i]) * 0.01f;
+  return test::make_layer(type, {}, {{"weight", w}});
+}
+
+struct SavedGemm {
+  Blob bytes;
+  std::vector<std::size_t> sizes;
+  std::vector<const std::byte*> arrays;
+  int32_t kernel = -1;
+};
+
+SavedGemm saved_gemm(const Routine& r, const Layer& l, const QuantParams& in, const QuantParams& out, const Schema& s) {
+  SavedGemm p{r.pack(PackInfo{&l, {in}, {out}, 0}, s, {})->save()};
+  const auto sizes = core::packed_array_sizes(p.bytes);
+  REQUIRE(sizes);
+  REQUIRE(sizes->size() == 7);  // weights, bias, multipliers, form, pairing, fix starts, fixes
+  p.sizes = *sizes;
+  const auto& z = p.sizes;
+  const auto arrays = core::unpack_arrays(p.bytes, {z[0], z[1], z[2], z[3], z[4], z[5], z[6]});
+  REQUIRE(arrays);
+  p.arrays = *arrays;
+  std::memcpy(&p.kernel, p.arrays[3], sizeof p.kernel);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cpu:qint8 GEMM without VNNI: 8-bit weights paired for vpmaddubsw, unsafe pairs fixed, exact",
+          "[qint8][routines][pair_fix]") {
+  const auto& f = core::cpu_features();
+  if (!f.avx2_fma() || f.avx_vnni) {
+    WARN("the u8 pairing runs on AVX2 CPUs without AVX-VNNI only");
+    return;
+  }
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-30, 30);
+  const int64_t c = 48, oc = 20, k = c * 9;  // K 432: 27 groups of 16; blocks of 16 and 4 channels
+  // K order is (ki, kj, ic): index kk is tap kk / c, channel kk % c. Set through it.
+  std::vector<int> q(static_cast<std::size_t>(oc * k));
+  auto at = [&](int64_t o, int64_t kk) -> int& {
+    const int64_t tap = kk / c, ic = kk % c;
+    return q[static_cast<std::size_t>((o * c + ic) * 9 + tap)];
+  };
+  for (auto& v : q) v = small(rng);
+  for (int64_t o = 0; o < oc; ++o) at(o, k - 1) = o % 2 ? -127 : 127;  // every channel's scale 0.01
+  at(0, 0) = at(0, 1) = 127;                                         // unsafe in K's order, safe paired with small ones
+  at(17, 32) = at(17, 33) = -127;                                    // the same in the second block
+  for (int i = 0; i < 12; ++i) at(1, 16 + i) = 100;                  // 12 large of 16: at least 4 pairs stay unsafe
+  for (int i = 0; i < 16; i += 2) at(2 + i / 2, 48 + i) = 127, at(2 + i / 2, 49 + i) = 90;  // unsafe in K's order
+  const Layer conv = integer_weight_layer("conv2", q, Shape{oc, c, 3, 3});
+  // u8 activations at 255 (q = 127 with zero point -128) under most weights, the rest random.
+  QBlob x = random_qblob({1, c, 7, 5}, rng, make_quant(0.02f, -128));
+  for (std::size_t i = 0; i < x.q.size(); i += 1 + (i % 5 == 0)) x.q[i] = 127;
+  std::vector<Blob> fin{dequantize(x)};
+  std::vector<Blob> want = test::run_layer(reference_layer(conv, x.quant), fin, "cpu/ref");
+  double lo = 0, hi = 0;
+  for (float v : test::values(want[0])) lo = std::min(lo, double(v)), hi = std::max(hi, double(v));
+  const QuantParams oq = profiler::quant_from_range(lo, hi);
+  const std::vector<int8_t> wq = quantize(want[0], oq);
+  for (const char* descriptor : {"cpu:qint8/qint8", "cpu:qint8:nhwc/qint8"}) {
+    INFO(descriptor);
+    QRun got = run_qint8(conv, {x}, {oq}, descriptor);
+    REQUIRE(got.support.ok);
+    CHECK(got.outputs[0] == wq);
+  }
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/qint8", &schema);
+  REQUIRE(r);
+  const SavedGemm p = saved_gemm(*r, conv, x.quant, oq, schema);
+  CHECK(p.kernel == 3);                                       // GemmKernel::u8_pairs
+  CHECK(p.sizes[4] == 2 * static_cast<std::size_t>(k));      // a pairing for each of the 2 blocks
+  const std::size_t nfix = p.sizes[6] / sizeof(pair_fix::PairFix);
+  CHECK(nfix >= 4);                                           // lane 1's twelve 100s
+  CHECK(nfix * 256 <= static_cast<std::size_t>(oc * k));      // few enough for the u8 form
+  const PackInfo info{&conv, {x.quant}, {oq}, 0};
+  CHECK(r->unpack(p.bytes, info, schema, {}));
+
+  SECTION("a pairing or fixes out of range are packed again, never read") {
+    Blob bad = p.bytes.clone();
+    auto offset = [&](int a) { return p.arrays[a] - static_cast<const std::byte*>(p.bytes.data()); };
+    auto* fixes = reinterpret_cast<pair_fix::PairFix*>(static_cast<std::byte*>(bad.data()) + offset(6));
+    fixes[0].k = static_cast<int32_t>(k);  // past K (432 = k16 here)
+    CHECK_FALSE(r->unpack(bad, info, schema, {}));
+    bad = p.bytes.clone();
+    auto* perm = reinterpret_cast<uint8_t*>(static_cast<std::byte*>(bad.data()) + offset(4));
+    perm[1] = perm[0];  // not a permutation
+    CHECK_FALSE(r->unpack(bad, info, schema, {}));
+    bad = p.bytes.clone();
+    const int32_t u8s8 = 2;  // the 7-bit kernel's form where the exact one was asked
+    std::memcpy(static_cast<std::byte*>(bad.data()) + offset(3), &u8s8, sizeof u8s8);
+    CHECK_FALSE(r->unpack(bad, info, schema, {}));
+  }
+  SECTION("a dense layer, rows of 1..5") {
+    const int64_t n = 20, kd = 200;
+    std::vector<int> qd(static_cast<std::size_t>(n * kd));
+    for (auto& v : qd) v = small(rng);
+    for (int64_t o = 0; o < n; ++o) qd[static_cast<std::size_t>(o * kd + o)] = 127, qd[static_cast<std::size_t>(o * kd + o + 1)] = 127;
+    const Layer dense = integer_weight_layer("dense", qd, Shape{n, kd});
+    for (int64_t rows = 1; rows <= 5; ++rows) {
+      QBlob xd = random_qblob({rows, kd}, rng, make_quant(0.02f, -128));
+      for (auto& v : xd.q) v = 127;
+      const std::vector<Blob> wd = test::run_layer(reference_layer(dense, xd.quant), {dequantize(xd)}, "cpu/ref");
+      const QuantParams odq = profiler::quant_from_range(-400, 400);
+      QRun got = run_qint8(dense, {xd}, {odq}, "cpu:qint8/qint8");
+      REQUIRE(got.support.ok);
+      INFO("rows " << rows);
+      CHECK(got.outputs[0] == quantize(wd[0], odq));
+    }
+  }
+  SECTION("weights whose pairs mostly stay unsafe: the int16 form") {
+    std::vector<int> qa(q.size(), 0);
+    for (std::size_t i = 0; i < qa.size(); ++i) qa[i] = i % 7 == 0 ? -127 : 120;
+    const Layer heavy = integer_weight_layer("conv2", qa, Shape{oc, c, 3, 3});
+    const std::vector<Blob> wh = test::run_layer(reference_layer(heavy, x.quant), fin, "cpu/ref");
+    double hlo = 0, hhi = 0;
+    for (float v : test::values(wh[0])) hlo = std::min(hlo, double(v)), hhi = std::max(hhi, double(v));
+    const QuantParams hq = profiler::quant_from_range(hlo, hhi);
+    QRun got = run_qint8(heavy, {x}, {hq}, "cpu:qint8:nhwc/qint8");
+    REQUIRE(got.support.ok);
+    CHECK(got.outputs[0] == quantize(wh[0], hq));
+    const SavedGemm ph = saved_gemm(*r, heavy, x.quant, hq, schema);
+    CHECK(ph.kernel == 0);  // GemmKernel::int16
+    CHECK(ph.sizes[4] == 0);
+    CHECK(ph.sizes[6] == 0);
+  }
+}
+
+TEST_CASE("pair_fix: unsafe pairs cut to 128 together, a block paired around its large weights", "[qint8][pair_fix]") {
+  auto cut = [](int32_t a, int32_t b) {
+    int32_t da = 0, db = 0;
+    pair_fix::make_pair_safe(a, b, da, db);
+    return std::array<int32_t, 4>{a, b, da, db};
+  };
+  CHECK(cut(64, 64) == std::array<int32_t, 4>{64, 64, 0, 0});      // 128: safe
+  CHECK(cut(127, -127) == std::array<int32_t, 4>{127, -127, 0, 0});  // opposite signs: safe
+  CHECK(cut(100, 29) == std::array<int32_t, 4>{99, 29, 1, 0});
+  CHECK(cut(50, 127) == std::array<int32_t, 4>{50, 78, 0, 49});
+  CHECK(cut(127, 127) == std::array<int32_t, 4>{1, 127, 126, 0});
+  CHECK(cut(-128, -128) == std::array<int32_t, 4>{0, -128, -128, 0});
+  // One group of 16 K indices, 3 lanes: every large weight finds a partner it is safe with.
+  std::vector<int8_t> w(3 * 16, 1);
+  w[0] = w[1] = 127;                 // lane 0: indices 0 and 1
+  w[16 + 2] = w[16 + 3] = -120;      // lane 1: 2 and 3
+  w[32 + 0] = w[32 + 2] = 100;       // lane 2: 0 and 2
+  std::vector<int8_t> out(16 * 16);
+  std::vector<uint8_t> perm(16);
+  std::vector<pair_fix::PairFix> fixes;
+  CHECK(pair_fix::pair_block(w.data(), 16, 3, 16, out.data(), perm.data(), fixes));
+  CHECK(fixes.empty());
+  CHECK(pair_fix::pairing_valid(perm));
+  for (int l = 0; l < 3; ++l)
+    for (int p = 0; p < 16; ++p) CHECK(out[static_cast<std::size_t>(l * 16 + p)] == w[static_cast<std::size_t>(l * 16 + perm[static_cast<std::size_t>(p)])]);
+  for (int p = 0; p < 16; ++p) CHECK(out[static_cast<std::size_t>(3 * 16 + p)] == 0);  // lanes past the block's channels
+  // K 20 (two groups, the second padded): already safe in K's order, nothing moves.
+  std::vector<int8_t> safe(20, 7), out2(16 * 32);
+  std::vector<uint8_t> perm2(32);
+  fixes.clear();
+  CHECK_FALSE(pair_fix::pair_block(safe.data(), 20, 1, 20, out2.data(), perm2.data(), fixes));
+  CHECK(out2[19] == 7);
+  CHECK(out2[20] == 0);
+  CHECK(fixes.empty());
+
+  CHECK(pair_fix::fixes_valid({0, 1}, {{3, 2, 5}}, 16));
+  CHECK_FALSE(pair_fix::fixes_valid({0, 1}, {{16, 2, 5}}, 16));   // past K
+  CHECK_FALSE(pair_fix::fixes_valid({0, 1}, {{3, 16, 5}}, 16));   // past the block's lanes
+  CHECK_FALSE(pair_fix::fixes_valid({0, 1}, {{3, 2, 129}}, 16));  // more than a cut can be
+  CHECK_FALSE(pair_fix::fixes_valid({0, 2}, {{3, 2, 5}}, 16));    // starts past the fixes
+  CHECK_FALSE(pair_fix::fixes_valid({}, {}, 16));
+  std::vector<uint8_t> identity(32);
+  for (int i = 0; i < 32; ++i) identity[static_cast<std::size_t>(i)] = static_cast<uint8_t>(i % 16);
+  CHECK(pair_fix::pairing_valid(identity));
+  identity[20] = 16;
+  CHECK_FALSE(pair_fix::pairing_valid(identity));
+  CHECK_FALSE(pair_fix::pairing_valid(std::vector<uint8_t>(15, 0)));
 }

@@ -52,9 +52,6 @@ int32_t form_qmax(bool u8s8) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The u8 form without VNNI while at most one weight in this many needs a fix.
-constexpr int64_t kMaxFixShare = 256;
-
 /// Where the packed weights put each value: blocks of 16 output channels,
 /// each [k2][16][2] int8 (the int16 form) or [k4][16][4] int8 (u8s8). From
 /// the weights' [N, K] and the form, never the input's size.
@@ -76,7 +73,7 @@ struct WeightPanels {
 struct PackForm {
   int32_t qmax = 127;     ///< the integers' range, form_qmax()
   int32_t group = 2;      ///< WeightPanels::group: 2 the int16 form, 4 the u8 one
-  int32_t pair_safe = 0;  ///< 8-bit u8 weights without VNNI: clamped pairs and their fixes (PairFix)
+  int32_t pair_safe = 0;  ///< 8-bit u8 weights without VNNI: pairs cut safe and their fixes (PairFix)
   bool operator==(const PackForm&) const = default;
 };
 
@@ -86,7 +83,7 @@ struct Packed final : PackedWeights {
   Blob w;                      ///< blocks * block_bytes, 64-byte aligned
   std::vector<float> scale;    ///< blocks * 16
   std::vector<float> bias;     ///< blocks * 16
-  std::vector<int32_t> colsum; ///< blocks * 16 (u8s8): the sums of the integers before any clamp
+  std::vector<int32_t> colsum; ///< blocks * 16 (u8s8): the sums of the integers before any cut
   PackForm form;
   std::vector<int32_t> fix_start;              ///< blocks + 1: block b's fixes are [fix_start[b], fix_start[b + 1])
   std::vector<dynamic_int8::PairFix> fixes;    ///< pair_safe's, by block
@@ -99,23 +96,20 @@ struct Packed final : PackedWeights {
   }
 };
 
-/// Clamps each K pair (k even, k + 1) of a channel whose same-sign weights sum
-/// past 128 in magnitude to [-64, 64] in the packing, and records the rest
-/// as fixes (PairFix): vpmaddubsw's pair sums then never saturate.
+/// Makes each K pair (k even, k + 1) of every channel safe in the packing
+/// (pair_fix::make_pair_safe) and records what was cut as fixes.
 void make_pairs_safe(Packed& p, const WeightPanels& wp, const int8_t* q) {
   auto* dst = static_cast<int8_t*>(p.w.data());
   p.fix_start.assign(static_cast<std::size_t>(wp.blocks + 1), 0);
   for (int64_t o = 0; o < wp.n; ++o) {
     const int8_t* src = q + o * wp.k;
     for (int64_t kk = 0; kk < wp.k; kk += 2) {
-      const int32_t w0 = src[kk], w1 = kk + 1 < wp.k ? src[kk + 1] : 0;
-      const int32_t pos = std::max(w0, 0) + std::max(w1, 0), neg = std::max(-w0, 0) + std::max(-w1, 0);
-      if (pos <= 128 && neg <= 128) continue;
-      for (int64_t j = kk; j < std::min(kk + 2, wp.k); ++j) {
-        const int32_t w = src[j], kept = std::clamp(w, -64, 64);
-        if (w == kept) continue;
-        dst[wp.offset(o, j)] = static_cast<int8_t>(kept);
-        p.fixes.push_back({static_cast<int32_t>(j), static_cast<int16_t>(o % kBlockN), static_cast<int16_t>(w - kept)});
+      int32_t w[2] = {src[kk], kk + 1 < wp.k ? src[kk + 1] : 0}, d[2];
+      pair_fix::make_pair_safe(w[0], w[1], d[0], d[1]);
+      for (int64_t j = 0; j < 2 && kk + j < wp.k; ++j) {
+        if (!d[j]) continue;
+        dst[wp.offset(o, kk + j)] = static_cast<int8_t>(w[j]);
+        p.fixes.push_back({static_cast<int32_t>(kk + j), static_cast<int16_t>(o % kBlockN), static_cast<int16_t>(d[j])});
       }
     }
     p.fix_start[static_cast<std::size_t>(o / kBlockN + 1)] = static_cast<int32_t>(p.fixes.size());
@@ -184,11 +178,7 @@ std::shared_ptr<const Packed> unpack_dynamic(const Blob& bytes, const PackInfo& 
   std::memcpy(p->fix_start.data(), (*a)[5], starts * sizeof(int32_t));
   if (nfix) std::memcpy(p->fixes.data(), (*a)[6], nfix * sizeof(dynamic_int8::PairFix));
   // Fixes in range and in order: a file's bytes are checked, never trusted.
-  if (p->fix_start[0] != 0 || p->fix_start[starts - 1] != static_cast<int32_t>(nfix)) return nullptr;
-  for (std::size_t b = 1; b < starts; ++b)
-    if (p->fix_start[b] < p->fix_start[b - 1]) return nullptr;
-  for (const auto& f : p->fixes)
-    if (f.k < 0 || f.k >= wp.k || f.lane < 0 || f.lane >= kBlockN || f.d < -64 || f.d > 64) return nullptr;
+  if (!pair_fix::fixes_valid(p->fix_start, p->fixes, wp.k)) return nullptr;
   p->w = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
   p->scale.resize(lanes);
   p->bias.resize(lanes);
@@ -359,7 +349,7 @@ class Prepared final : public PreparedRoutine {
 
   /// The layer in float32 with the dequantised weights: for an input holding
   /// NaN or infinity, whose rows have no scale to quantise by (a dense layer's
-  /// packing: never clamped pairs).
+  /// packing: never cut pairs).
   void run_float(const float* x, float* y) const {
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
@@ -401,7 +391,7 @@ class DynamicQuantDense final : public Routine {
     const bool vnni = dynamic_int8::vnni512_usable();
     auto p = pack_dynamic(info, true, 127, !vnni);
     const Shape& w = info.layer->weight("weight").shape();
-    if (p->fixes.size() > static_cast<std::size_t>(w.numel() / kMaxFixShare)) return pack_dynamic(info, false, 127);
+    if (p->fixes.size() > static_cast<std::size_t>(w.numel() / pair_fix::kMaxFixShare)) return pack_dynamic(info, false, 127);
     return p;
   }
   std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,

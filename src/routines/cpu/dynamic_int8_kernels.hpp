@@ -12,6 +12,8 @@
 // to kMaxK keeps every accumulator exact. y = acc * s_r * s_w + bias.
 #pragma once
 
+#include "routines/cpu/pair_fix.hpp"
+
 #include <cstdint>
 
 namespace softneuro::dynamic_int8 {
@@ -55,17 +57,9 @@ inline constexpr int kU8s8Qmax = 63;
 /// False where a row holds NaN or infinity.
 bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp);
 
-/// dynamic_quant_dense's 8-bit weights without VNNI: vpmaddubsw is exact while
-/// the same-sign weights of each K pair (k even, k + 1) sum to at most 128 in
-/// magnitude (255 * 128 = 32640 fits int16). A pair over that is packed
-/// clamped to [-64, 64], and what the clamp took off (d = w - clamped) is
-/// added back to the tile's int32 sums from the u8 values: a fix. Fixes are
-/// few (weights past 64 of 127 are the distribution's tail) and sorted by block.
-struct PairFix {
-  int32_t k;     ///< the weight's K index
-  int16_t lane;  ///< its column within the block (0..15)
-  int16_t d;     ///< w - the packed value
-};
+/// dynamic_quant_dense's 8-bit weights without VNNI: pairs made safe in K's
+/// own order, what was cut added back by the tile (pair_fix.hpp).
+using PairFix = pair_fix::PairFix;
 
 /// As gemm_tile, over k4 K quads of u8 rows and a u8s8 weight block, with
 /// each row's zero point times the block's column sums (colsum) taken off

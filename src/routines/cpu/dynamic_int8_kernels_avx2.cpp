@@ -93,7 +93,7 @@ void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const
       c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
     }
   }
-  if (nfix > 0) {  // what the clamped pairs left out, from the u8 values
+  if (nfix > 0) {  // what packing cut off the unsafe pairs, from the u8 values
     alignas(32) int32_t acc[MR][16];
     for (int r = 0; r < MR; ++r) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r]), c0[r]);

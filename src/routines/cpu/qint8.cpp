@@ -140,18 +140,39 @@ Blob qint8::GemmWeights::save() const { return save_packed(*this); }
 
 Blob qint8::save_packed(const GemmWeights& pw) {
   return core::pack_arrays({core::array_bytes(static_cast<const std::byte*>(pw.packed.data()), pw.packed.byte_size()),
-                            core::array_bytes(pw.bias.data(), pw.bias.size()), core::array_bytes(pw.mult.data(), pw.mult.size())});
+                            core::array_bytes(pw.bias.data(), pw.bias.size()), core::array_bytes(pw.mult.data(), pw.mult.size()),
+                            core::array_bytes(&pw.form, 1), core::array_bytes(pw.perm.data(), pw.perm.size()),
+                            core::array_bytes(pw.fix_start.data(), pw.fix_start.size()),
+                            core::array_bytes(pw.fixes.data(), pw.fixes.size())});
 }
 
-std::optional<qint8::GemmWeights> qint8::load_packed(const Blob& bytes, std::size_t packed_bytes, std::size_t lanes) {
-  auto a = core::unpack_arrays(bytes, {packed_bytes, lanes * sizeof(int32_t), lanes * sizeof(float)});
+std::optional<qint8::GemmWeights> qint8::load_packed(const Blob& bytes, std::size_t lanes, int64_t k16) {
+  // The weights', the pairing's and the fixes' sizes vary with the form: read from the bytes, then checked.
+  const auto sizes = core::packed_array_sizes(bytes);
+  const std::size_t blocks = lanes / 16;
+  if (!sizes || sizes->size() != 7 || (*sizes)[6] % sizeof(pair_fix::PairFix) != 0 ||
+      ((*sizes)[4] != 0 && (*sizes)[4] != blocks * static_cast<std::size_t>(k16)))
+    return std::nullopt;
+  const std::size_t nfix = (*sizes)[6] / sizeof(pair_fix::PairFix);
+  auto a = core::unpack_arrays(bytes, {(*sizes)[0], lanes * sizeof(int32_t), lanes * sizeof(float), sizeof(GemmWeights::Form),
+                                       (*sizes)[4], (blocks + 1) * sizeof(int32_t), (*sizes)[6]});
   if (!a) return std::nullopt;
   GemmWeights pw;
-  pw.packed = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>(packed_bytes)}, DType::quint8);
+  pw.packed = Blob::view(core::owner_of(bytes), (*a)[0], Shape{static_cast<int64_t>((*sizes)[0])}, DType::quint8);
   pw.bias.resize(lanes);
   pw.mult.resize(lanes);
+  pw.perm.resize((*sizes)[4]);
+  pw.fix_start.resize(blocks + 1);
+  pw.fixes.resize(nfix);
   std::memcpy(pw.bias.data(), (*a)[1], lanes * sizeof(int32_t));
   std::memcpy(pw.mult.data(), (*a)[2], lanes * sizeof(float));
+  std::memcpy(&pw.form, (*a)[3], sizeof(GemmWeights::Form));
+  if (!pw.perm.empty()) std::memcpy(pw.perm.data(), (*a)[4], pw.perm.size());
+  std::memcpy(pw.fix_start.data(), (*a)[5], pw.fix_start.size() * sizeof(int32_t));
+  if (nfix) std::memcpy(pw.fixes.data(), (*a)[6], nfix * sizeof(pair_fix::PairFix));
+  // A file's pairing and fixes are checked, never trusted: a bad one means packed again.
+  if (!pair_fix::pairing_valid(pw.perm) || !pair_fix::fixes_valid(pw.fix_start, pw.fixes, std::max<int64_t>(k16, 0)))
+    return std::nullopt;
   return pw;
 }
 
@@ -229,10 +250,14 @@ using QuantWeights = core::ChannelQuantized;
 constexpr int64_t kKChunk = 256;
 
 /// The GEMM kernel of conv2 and dense (routine parameters vnni and u8s8).
-enum class GemmKernel {
-  int16,  ///< AVX2 vpmaddwd on int16 activations and 8-bit weights (exact)
-  vnni,   ///< AVX-VNNI vpdpbusd on u8 activations and 8-bit weights (exact)
-  u8s8,   ///< AVX2 vpmaddubsw on u8 activations and 7-bit weights (exact for those)
+enum class GemmKernel : int32_t {
+  int16 = 0,  ///< AVX2 vpmaddwd on int16 activations and 8-bit weights (exact)
+  vnni = 1,   ///< AVX-VNNI vpdpbusd on u8 activations and 8-bit weights (exact)
+  u8s8 = 2,   ///< AVX2 vpmaddubsw on u8 activations and 7-bit weights (exact for those)
+  /// AVX2 vpmaddubsw on u8 activations and 8-bit weights, paired and fixed
+  /// (pair_fix.hpp): exact. What packing makes of int16 where VNNI is not
+  /// usable and the fixes are few; never a routine parameter.
+  u8_pairs = 3,
 };
 /// The weight range of a kernel (Routine::weight_qmax).
 constexpr int kernel_qmax(GemmKernel k) { return k == GemmKernel::u8s8 ? 63 : 127; }
@@ -245,7 +270,9 @@ struct GemmShape {
   bool u8() const { return kernel != GemmKernel::int16; }  ///< u8 activations, K in quads
   int64_t ocg() const { return oc / group; }
   int64_t k() const { return kh * kw * icg; }
-  int64_t ksteps() const { return ceil_div(k(), u8() ? 4 : 2); }
+  /// K as packed: pairs, quads, or (u8_pairs) whole groups of 16 (the pairing's).
+  int64_t kpad() const { return kernel == GemmKernel::u8_pairs ? round_up(k(), 16) : round_up(k(), u8() ? 4 : 2); }
+  int64_t ksteps() const { return kpad() / (u8() ? 4 : 2); }
   int64_t ocb() const { return ceil_div(ocg(), qint8::kTileN); }
   int64_t blocks() const { return group * ocb(); }
   int64_t block_bytes() const { return ksteps() * 64; }  ///< 16 lanes x (2 int16 or 4 int8) a K step
@@ -257,11 +284,13 @@ struct GemmShape {
 /// quantised per output channel, packed [group][ocb][ksteps][16][kstep]
 /// (int16 pairs for int16, int8 quads for the u8 kernels), with each output
 /// channel's int32 bias (bias may be null) and requantisation multiplier.
-std::shared_ptr<const qint8::GemmWeights> pack_gemm(const GemmShape& s, const Blob& w, const float* bias,
-                                                    const Epilogue& ep, TQ in, TQ out) {
-  const bool u8 = s.u8();
-  const int64_t icg = s.icg, ocg = s.ocg(), k = s.k(), ocb = s.ocb(), block_bytes = s.block_bytes();
+/// int16 becomes u8_pairs where VNNI is not usable and at most one weight in
+/// pair_fix::kMaxFixShare needs a fix.
+std::shared_ptr<const qint8::GemmWeights> pack_gemm(GemmShape s, const Blob& w, const float* bias, const Epilogue& ep,
+                                                    TQ in, TQ out) {
+  const int64_t icg = s.icg, ocg = s.ocg(), k = s.k(), ocb = s.ocb();
   auto pw = std::make_shared<qint8::GemmWeights>();
+  pw->form.vnni_cpu = qint8::vnni_usable() ? 1 : 0;
   // Quantised per output channel (which the order within one does not change), then into K order.
   QuantWeights qw = core::channel_int8(w, kernel_qmax(s.kernel));
   {
@@ -274,6 +303,33 @@ std::shared_ptr<const qint8::GemmWeights> pack_gemm(const GemmShape& s, const Bl
                 qw.q[static_cast<std::size_t>(((o * icg + ic) * s.kh + ki) * s.kw + kj)];
     qw.q = std::move(wk);
   }
+  // Each block's weights in the order its kernel reads them: K order, or paired (u8_pairs).
+  std::vector<int8_t> paired;
+  if (s.kernel == GemmKernel::int16 && !pw->form.vnni_cpu) {
+    const int64_t k16 = round_up(k, 16);
+    paired.assign(static_cast<std::size_t>(s.blocks() * 16 * k16), 0);
+    pw->perm.assign(static_cast<std::size_t>(s.blocks() * k16), 0);
+    pw->fix_start.assign(static_cast<std::size_t>(s.blocks() + 1), 0);
+    for (int64_t grp = 0; grp < s.group; ++grp)
+      for (int64_t jb = 0; jb < ocb; ++jb) {
+        const int64_t blk = grp * ocb + jb;
+        const int lanes = static_cast<int>(std::min<int64_t>(16, ocg - jb * 16));
+        pair_fix::pair_block(qw.q.data() + (grp * ocg + jb * 16) * k, k, lanes, k, paired.data() + blk * 16 * k16,
+                             pw->perm.data() + blk * k16, pw->fixes);
+        pw->fix_start[static_cast<std::size_t>(blk + 1)] = static_cast<int32_t>(pw->fixes.size());
+      }
+    if (static_cast<int64_t>(pw->fixes.size()) * pair_fix::kMaxFixShare <= s.oc * k) {
+      s.kernel = GemmKernel::u8_pairs;
+    } else {
+      paired.clear();
+      pw->perm.clear();
+      pw->fixes.clear();
+    }
+  }
+  pw->form.kernel = static_cast<int32_t>(s.kernel);
+  const bool u8 = s.u8();
+  const int64_t block_bytes = s.block_bytes(), kpad = s.kpad();
+  if (pw->fixes.empty()) pw->fix_start.assign(static_cast<std::size_t>(s.blocks() + 1), 0);
   pw->packed = Blob::allocate(Shape{static_cast<int64_t>(s.packed_bytes())}, DType::quint8);  // 64-byte aligned, zero-filled
   pw->bias.assign(s.lanes(), 0);
   pw->mult.assign(s.lanes(), 0.0f);
@@ -292,7 +348,8 @@ std::shared_ptr<const qint8::GemmWeights> pack_gemm(const GemmShape& s, const Bl
                          (u8 ? static_cast<int32_t>((128 + in.zp) * wsum) : 0);  // u8 = q + 128: remove (128 + zp) * sum(w)
         pw->mult[slot] = output_multiplier(ep, in.scale, sw, out.scale);
         char* vb = static_cast<char*>(pw->packed.data()) + (grp * ocb + jb) * block_bytes;
-        for (int64_t kk = 0; kk < k; ++kk) {
+        if (!paired.empty()) wq = paired.data() + ((grp * ocb + jb) * 16 + lane) * kpad;
+        for (int64_t kk = 0; kk < (paired.empty() ? k : kpad); ++kk) {
           if (u8) reinterpret_cast<int8_t*>(vb)[(kk / 4) * 64 + lane * 4 + (kk & 3)] = wq[kk];
           else reinterpret_cast<int16_t*>(vb)[(kk / 2) * 32 + lane * 2 + (kk & 1)] = wq[kk];
         }
@@ -300,9 +357,24 @@ std::shared_ptr<const qint8::GemmWeights> pack_gemm(const GemmShape& s, const Bl
   return pw;
 }
 
-std::shared_ptr<const qint8::GemmWeights> unpack_gemm(const Blob& bytes, const GemmShape& s) {
-  auto pw = qint8::load_packed(bytes, s.packed_bytes(), s.lanes());
-  return pw ? std::make_shared<const qint8::GemmWeights>(std::move(*pw)) : nullptr;
+/// The kernels a packing for `asked` (the routine parameters') may hold on this CPU.
+bool form_fits(const qint8::GemmWeights::Form& f, GemmKernel asked) {
+  const bool vnni_cpu = qint8::vnni_usable();
+  if (f.kernel == static_cast<int32_t>(asked)) return asked != GemmKernel::int16 || f.vnni_cpu == (vnni_cpu ? 1 : 0);
+  return asked == GemmKernel::int16 && f.kernel == static_cast<int32_t>(GemmKernel::u8_pairs) && !vnni_cpu;
+}
+
+/// A file's packing for `s`: nothing where it was made for another form or
+/// CPU (packed again) or does not fit the layer.
+std::shared_ptr<const qint8::GemmWeights> unpack_gemm(const Blob& bytes, GemmShape s) {
+  auto pw = qint8::load_packed(bytes, s.lanes(), round_up(s.k(), 16));
+  if (!pw || !form_fits(pw->form, s.kernel)) return nullptr;
+  s.kernel = static_cast<GemmKernel>(pw->form.kernel);
+  const bool pairs = s.kernel == GemmKernel::u8_pairs;
+  if (pw->packed.byte_size() != s.packed_bytes() || pw->perm.size() != static_cast<std::size_t>(pairs ? s.blocks() * s.kpad() : 0) ||
+      (!pairs && !pw->fixes.empty()))
+    return nullptr;
+  return std::make_shared<const qint8::GemmWeights>(std::move(*pw));
 }
 
 class GemmConv final : public PreparedRoutine {
@@ -311,23 +383,32 @@ class GemmConv final : public PreparedRoutine {
   /// model's: shared by every session and shape).
   GemmConv(const LayerInfo& info, const Window2d& g, const Epilogue& ep, TQ in, bool nhwc_in, bool nhwc_out, int64_t mb,
            GemmKernel kernel, std::shared_ptr<const qint8::GemmWeights> packed)
-      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), kernel_(kernel), weights_(std::move(packed)) {
+      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_in_(nhwc_in), nhwc_out_(nhwc_out), weights_(std::move(packed)) {
+    if (!weights_ || !form_fits(weights_->form, kernel))
+      throw Error("cpu:qint8 GEMM: its packed weights were made for another kernel", {}, info.layer ? info.layer->name : "", "weight");
+    kernel = kernel_ = static_cast<GemmKernel>(weights_->form.kernel);  // int16 may have become u8_pairs
     const bool u8 = kernel != GemmKernel::int16;  // u8 activations, K in quads
     icg_ = g.c / g.group;
     ocg_ = g.oc / g.group;
     k_ = g.kh * g.kw * icg_;
-    const int64_t kstep = u8 ? 4 : 2;
-    ksteps_ = ceil_div(k_, kstep);
-    kpad_ = ksteps_ * kstep;
+    const GemmShape shape{g.oc, icg_, g.kh, g.kw, g.group, kernel};
+    ksteps_ = shape.ksteps();
+    kpad_ = shape.kpad();
     es_ = u8 ? 1 : 2;
-    tile_m_ = kernel == GemmKernel::vnni ? qint8::kTileMVnni : kernel == GemmKernel::u8s8 ? qint8::kTileMU8S8 : qint8::kTileM;
+    tile_m_ = kernel == GemmKernel::vnni ? qint8::kTileMVnni : u8 ? qint8::kTileMU8S8 : qint8::kTileM;
     pad_u8_ = static_cast<uint8_t>(in.zp + 128);  // a real 0, as u8
     ocb_ = ceil_div(ocg_, qint8::kTileN);
     block_bytes_ = ksteps_ * 64;
-    const GemmShape shape{g.oc, icg_, g.kh, g.kw, g.group, kernel};
-    if (!weights_ || weights_->packed.byte_size() != shape.packed_bytes() || weights_->bias.size() != shape.lanes() ||
-        weights_->mult.size() != shape.lanes() || shape.block_bytes() != block_bytes_)
+    const bool pairs = kernel == GemmKernel::u8_pairs;
+    if (weights_->packed.byte_size() != shape.packed_bytes() || weights_->bias.size() != shape.lanes() ||
+        weights_->mult.size() != shape.lanes() || shape.block_bytes() != block_bytes_ ||
+        weights_->fix_start.size() != static_cast<std::size_t>(shape.blocks() + 1) ||
+        weights_->perm.size() != (pairs ? static_cast<std::size_t>(shape.blocks() * kpad_) : 0))
       throw Error("cpu:qint8 GEMM: its packed weights do not fit this layer", {}, info.layer ? info.layer->name : "", "weight");
+    // Blocks whose pairing is not K's own order read their rows through it.
+    permuted_.assign(static_cast<std::size_t>(shape.blocks()), 0);
+    for (std::size_t i = 0; i < weights_->perm.size(); ++i)
+      if (weights_->perm[i] != i % 16) permuted_[i / static_cast<std::size_t>(kpad_)] = 1;
     // Blocks of output pixels: about 96 KiB of rows, a multiple of the tile height.
     const int64_t P = g.oh * g.ow;
     if (mb <= 0) mb = std::clamp<int64_t>((96 * 1024) / (es_ * kpad_) / 12 * 12, 24, 240);
@@ -347,6 +428,7 @@ class GemmConv final : public PreparedRoutine {
     xbytes_ = nhwc_in_ ? 0 : align64(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
     ubytes_ = align64(static_cast<std::size_t>(mbe_ * ldu_) + 64);
     obytes_ = nhwc_out_ ? 0 : align64(static_cast<std::size_t>(mbe_ * jpc_ * 16));
+    rbytes_ = pairs ? align64(static_cast<std::size_t>(tile_m_ * kpad_)) : 0;  // a tile's rows in a block's pairing
     // Long dot products on AVX2: K chunks whose weight blocks stay in L1, int32 partial sums in the workspace.
     kc_ = kernel == GemmKernel::int16 && ksteps_ > 2 * kKChunk ? kKChunk : 0;
     abytes_ = kc_ ? align64(static_cast<std::size_t>(round_up(mbe_, tile_m_) * jpc_ * 16) * sizeof(int32_t)) : 0;
@@ -355,7 +437,7 @@ class GemmConv final : public PreparedRoutine {
   std::size_t workspace_bytes() const override {
     return xbytes_ + static_cast<std::size_t>(slots_) * slot_bytes();
   }
-  std::size_t slot_bytes() const { return ubytes_ + obytes_ + abytes_; }
+  std::size_t slot_bytes() const { return ubytes_ + obytes_ + abytes_ + rbytes_; }
 
   void run(const RunArgs& a) override {
     const int8_t* x = a.inputs[0]->data_as<int8_t>();
@@ -368,7 +450,8 @@ class GemmConv final : public PreparedRoutine {
     const int64_t tasks = g_.n * g_.group * pblocks_ * occ_;
     run_tasks(a.pool, slots_, tasks, [&](int64_t t, int64_t slot) {
       char* mine = ws + xbytes_ + static_cast<std::size_t>(slot) * slot_bytes();
-      task(t, x, y, mine, reinterpret_cast<int8_t*>(mine + ubytes_), reinterpret_cast<int32_t*>(mine + ubytes_ + obytes_));
+      task(t, x, y, mine, reinterpret_cast<int8_t*>(mine + ubytes_), reinterpret_cast<int32_t*>(mine + ubytes_ + obytes_),
+           reinterpret_cast<uint8_t*>(mine + ubytes_ + obytes_ + abytes_));
     });
   }
 
@@ -384,7 +467,7 @@ class GemmConv final : public PreparedRoutine {
     else std::memset(dst, 0, static_cast<std::size_t>(count) * 2);
   }
 
-  void task(int64_t t, const int8_t* x, int8_t* y, char* u, int8_t* otile, int32_t* acc) const {
+  void task(int64_t t, const int8_t* x, int8_t* y, char* u, int8_t* otile, int32_t* acc, uint8_t* pair_rows) const {
     const int64_t occ = t % occ_;
     t /= occ_;
     const int64_t pb = t % pblocks_;
@@ -453,6 +536,18 @@ class GemmConv final : public PreparedRoutine {
         else if (kernel_ == GemmKernel::u8s8)
           qint8::gemm_tile_u8s8(mr, reinterpret_cast<const uint8_t*>(u + r0 * ldu_), ldu_, reinterpret_cast<const int8_t*>(v),
                                 ksteps_, ep, dst, ldd, nvalid);
+        else if (kernel_ == GemmKernel::u8_pairs) {
+          const auto* rows = reinterpret_cast<const uint8_t*>(u + r0 * ldu_);
+          int64_t ldr = ldu_;
+          if (permuted_[blk]) {
+            qint8::permute_rows(mr, rows, ldu_, weights_->perm.data() + blk * kpad_, kpad_, pair_rows);
+            rows = pair_rows;
+            ldr = kpad_;
+          }
+          const int32_t f0 = weights_->fix_start[blk], f1 = weights_->fix_start[blk + 1];
+          qint8::gemm_tile_u8s8(mr, rows, ldr, reinterpret_cast<const int8_t*>(v), ksteps_, ep, dst, ldd, nvalid,
+                                weights_->fixes.data() + f0, f1 - f0);
+        }
         else
           qint8::gemm_tile(mr, reinterpret_cast<const int16_t*>(u + r0 * ldu_), ldu_ / 2, reinterpret_cast<const int16_t*>(v),
                            ksteps_, ep, dst, ldd, nvalid);
@@ -478,7 +573,8 @@ class GemmConv final : public PreparedRoutine {
   int64_t mbe_ = 1, pblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
   std::shared_ptr<const qint8::GemmWeights> weights_;
   int64_t kc_ = 0;  ///< K chunk (pairs) of the K-blocked AVX2 path; 0: one pass
-  std::size_t xbytes_ = 0, ubytes_ = 0, obytes_ = 0, abytes_ = 0;
+  std::size_t xbytes_ = 0, ubytes_ = 0, obytes_ = 0, abytes_ = 0, rbytes_ = 0;
+  std::vector<uint8_t> permuted_;  ///< per block: whether its pairing permutes K (u8_pairs)
 };
 
 /// Longest dot product: 127 * 255 * K plus a bias of at most 2^30 stays inside int32.

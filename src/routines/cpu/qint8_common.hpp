@@ -4,6 +4,7 @@
 // Defined in qint8.cpp (run_tasks here).
 #pragma once
 
+#include "routines/cpu/pair_fix.hpp"
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/quant_params.hpp"
 
@@ -29,15 +30,26 @@ float output_multiplier(const Epilogue& ep, float s_in, float s_w, float s_out);
 /// A GEMM's packed weights with the bias and requantisation multiplier of
 /// each output channel (16 lanes a block): conv2's and dense's (Routine::pack).
 struct GemmWeights final : softneuro::PackedWeights {
+  /// How `packed` is laid out and on which CPU that was decided (qint8.cpp's GemmKernel).
+  struct Form {
+    int32_t kernel = 0;
+    int32_t vnni_cpu = 0;
+    bool operator==(const Form&) const = default;
+  };
   Blob packed;
   std::vector<int32_t> bias;
   std::vector<float> mult;
+  Form form;
+  std::vector<uint8_t> perm;                ///< blocks x k16: each block's pairing (pair_fix.hpp); empty without one
+  std::vector<int32_t> fix_start;           ///< blocks + 1: block b's fixes are [fix_start[b], fix_start[b + 1])
+  std::vector<pair_fix::PairFix> fixes;     ///< by block
   Blob save() const override;
 };
 /// Their bytes in a file's weight store, and back: nothing where the bytes do
-/// not hold `packed_bytes` of weights and `lanes` channels.
+/// not hold `lanes` channels (blocks of 16), a valid pairing and valid fixes
+/// below K position `k16`; the caller checks the form and the weights' size.
 Blob save_packed(const GemmWeights& pw);
-std::optional<GemmWeights> load_packed(const Blob& bytes, std::size_t packed_bytes, std::size_t lanes);
+std::optional<GemmWeights> load_packed(const Blob& bytes, std::size_t lanes, int64_t k16);
 
 /// Runs fn(task, slot) for every task in [0, tasks) on the pool; each slot
 /// (a scratch area) is used by one thread at a time. Tasks are taken in order

@@ -10,6 +10,8 @@
 // Requantisation is in float: q = round_to_nearest_even(acc * multiplier) + zp.
 #pragma once
 
+#include "routines/cpu/pair_fix.hpp"
+
 #include <cstdint>
 
 namespace softneuro::qint8 {
@@ -57,14 +59,18 @@ void widen(const int8_t* x, int16_t* y, int64_t n, int32_t zp);
 void to_u8(const int8_t* x, uint8_t* y, int64_t n);
 
 /// vpmaddubsw (AVX2, no VNNI needed): u8 x s8 pairs summed into int16, which
-/// saturates unless weights stay within 7 bits: the caller quantises them to
-/// [-63, 63] (2 * 255 * 63 fits int16), so the accumulators are exact for those
-/// weights. Twice the products per multiply instruction of gemm_tile.
+/// saturates unless each pair is safe: 7-bit weights ([-63, 63]: 2 * 255 * 63
+/// fits int16), or 8-bit ones paired and fixed (pair_fix.hpp). Twice the
+/// products per multiply instruction of gemm_tile.
 inline constexpr int kTileMU8S8 = 4;
 /// As gemm_tile_vnni (u8 rows, V packed [k4][16][4] int8, bias with the
-/// (128 + zero_point) * sum(w) correction), V within [-63, 63].
+/// (128 + zero_point) * sum(w) correction), V's pairs safe; then the block's
+/// nfix fixes added to the int32 sums (fix.k: a position in the rows).
 void gemm_tile_u8s8(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
-                    int64_t ldd, int nvalid);
+                    int64_t ldd, int nvalid, const pair_fix::PairFix* fixes = nullptr, int64_t nfix = 0);
+/// dst (mr rows, k16 bytes each) = the rows of u (`ldu` apart) in a block's
+/// pairing: position p of each group of 16 reads index perm[p] of that group.
+void permute_rows(int mr, const uint8_t* u, int64_t ldu, const uint8_t* perm, int64_t k16, uint8_t* dst);
 
 // AVX-VNNI (qint8_kernels_vnni.cpp, built with -mavxvnni): vpdpbusd, u8 x s8.
 /// Whether this CPU runs the AVX-VNNI kernels (defined in qint8.cpp, like avx2_usable()).

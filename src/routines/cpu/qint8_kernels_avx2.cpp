@@ -34,7 +34,7 @@ struct U8S8Quads {
 /// epilogue. u: rows `ldu` bytes apart; v: 64 bytes per step (64-byte aligned).
 template <class Step, int MR>
 void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilogue& ep, int8_t* dst, int64_t ldd,
-          int nvalid) {
+          int nvalid, const pair_fix::PairFix* fixes, int64_t nfix) {
   __m256i c0[MR], c1[MR];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
@@ -50,6 +50,20 @@ void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilo
       c1[r] = _mm256_add_epi32(c1[r], Step::dot(a, b1));
     }
   }
+  if (nfix > 0) {  // what packing cut off the unsafe pairs, from the u8 values
+    alignas(32) int32_t acc[MR][16];
+    for (int r = 0; r < MR; ++r) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r]), c0[r]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r] + 8), c1[r]);
+    }
+    const auto* bytes = reinterpret_cast<const uint8_t*>(u);
+    for (int64_t f = 0; f < nfix; ++f)
+      for (int r = 0; r < MR; ++r) acc[r][fixes[f].lane] += int32_t{bytes[r * ldu + fixes[f].k]} * fixes[f].d;
+    for (int r = 0; r < MR; ++r) {
+      c0[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r]));
+      c1[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r] + 8));
+    }
+  }
   const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
   const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
   const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);
@@ -62,12 +76,12 @@ void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilo
 /// gemm_tile and gemm_tile_u8s8: row counts 1..4 as template arguments.
 template <class Step>
 void tile_rows(int mr, const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilogue& ep, int8_t* dst,
-               int64_t ldd, int nvalid) {
+               int64_t ldd, int nvalid, const pair_fix::PairFix* fixes = nullptr, int64_t nfix = 0) {
   switch (mr) {
-    case 1: return tile<Step, 1>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
-    case 2: return tile<Step, 2>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
-    case 3: return tile<Step, 3>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
-    default: return tile<Step, 4>(u, ldu, v, ksteps, ep, dst, ldd, nvalid);
+    case 1: return tile<Step, 1>(u, ldu, v, ksteps, ep, dst, ldd, nvalid, fixes, nfix);
+    case 2: return tile<Step, 2>(u, ldu, v, ksteps, ep, dst, ldd, nvalid, fixes, nfix);
+    case 3: return tile<Step, 3>(u, ldu, v, ksteps, ep, dst, ldd, nvalid, fixes, nfix);
+    default: return tile<Step, 4>(u, ldu, v, ksteps, ep, dst, ldd, nvalid, fixes, nfix);
   }
 }
 
@@ -136,9 +150,26 @@ void gemm_tile_partial(int mr, const int16_t* u, int64_t ldu, const int16_t* v, 
 }
 
 void gemm_tile_u8s8(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
-                    int64_t ldd, int nvalid) {
+                    int64_t ldd, int nvalid, const pair_fix::PairFix* fixes, int64_t nfix) {
   static_assert(kTileMU8S8 == 4);
-  tile_rows<U8S8Quads>(mr, reinterpret_cast<const char*>(u), ldu, reinterpret_cast<const char*>(v), k4, ep, dst, ldd, nvalid);
+  tile_rows<U8S8Quads>(mr, reinterpret_cast<const char*>(u), ldu, reinterpret_cast<const char*>(v), k4, ep, dst, ldd, nvalid,
+                       fixes, nfix);
+}
+
+void permute_rows(int mr, const uint8_t* u, int64_t ldu, const uint8_t* perm, int64_t k16, uint8_t* dst) {
+  int64_t k = 0;
+  for (; k + 32 <= k16; k += 32) {  // vpshufb permutes within each 16-byte half: two groups at once
+    const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(perm + k));
+    for (int r = 0; r < mr; ++r)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * k16 + k),
+                          _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + r * ldu + k)), p));
+  }
+  if (k < k16) {
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(perm + k));
+    for (int r = 0; r < mr; ++r)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + r * k16 + k),
+                       _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + r * ldu + k)), p));
+  }
 }
 
 void to_u8(const int8_t* x, uint8_t* y, int64_t n) {

@@ -81,6 +81,7 @@ std::shared_ptr<const qint8::GemmWeights> transform_weights(const PackInfo& info
   pw->packed = Blob::allocate(Shape{static_cast<int64_t>(t.packed_bytes())}, DType::quint8);  // 64-byte aligned, zero-filled
   pw->bias.assign(t.lanes(), 0);
   pw->mult.assign(t.lanes(), 0.0f);
+  pw->fix_start.assign(static_cast<std::size_t>(t.ocb + 1), 0);  // the int16 form: no pairs to fix
   auto* packed = static_cast<int16_t*>(pw->packed.data());
   static constexpr int G2[4][3] = {{2, 0, 0}, {1, 1, 1}, {1, -1, 1}, {0, 0, 2}};
   for (int64_t o = 0; o < t.oc; ++o) {
@@ -220,8 +221,10 @@ class WinogradRoutine final : public Routine {
   std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,
                                               const RoutineParams&) const override {
     const Transformed t(*info.layer);
-    auto pw = qint8::load_packed(bytes, t.packed_bytes(), t.lanes());
-    return pw ? std::make_shared<const qint8::GemmWeights>(std::move(*pw)) : nullptr;
+    auto pw = qint8::load_packed(bytes, t.lanes(), 0);
+    if (!pw || pw->packed.byte_size() != t.packed_bytes() || !(pw->form == qint8::GemmWeights::Form{}) || !pw->perm.empty())
+      return nullptr;
+    return std::make_shared<const qint8::GemmWeights>(std::move(*pw));
   }
   std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema& s, const RoutineParams&,
                                         std::shared_ptr<const PackedWeights> packed) const override {
