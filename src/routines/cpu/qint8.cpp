@@ -714,10 +714,16 @@ class DepthwiseConv final : public PreparedRoutine {
     for (int64_t ch = 0; ch < g.c; ++ch) {
       const int pi = qint8::dw_pack_index(static_cast<int>(ch));
       const float sw = qw.scale[static_cast<std::size_t>(ch)];
-      bias_[static_cast<std::size_t>(pi)] = bias ? quantise_bias(bias[ch], in.scale, sw) : 0;
+      int32_t wsum = 0;
+      for (int t = 0; t < taps_; ++t) {
+        v[((t / 2) * cpad_ + pi) * 2 + (t & 1)] = qw.q[static_cast<std::size_t>(ch * taps_ + t)];
+        wsum += qw.q[static_cast<std::size_t>(ch * taps_ + t)];
+      }
+      // The kernel reads the int8 values as they are (padding: the zero point): take zp * sum(w) off here.
+      bias_[static_cast<std::size_t>(pi)] = (bias ? quantise_bias(bias[ch], in.scale, sw) : 0) - in.zp * wsum;
       mult_[static_cast<std::size_t>(pi)] = output_multiplier(ep, in.scale, sw, out.scale);
-      for (int t = 0; t < taps_; ++t) v[((t / 2) * cpad_ + pi) * 2 + (t & 1)] = qw.q[static_cast<std::size_t>(ch * taps_ + t)];
     }
+    zero_row_.assign(static_cast<std::size_t>(cpad_), static_cast<int8_t>(in.zp));
     ep_.bias = bias_.data();
     ep_.mult = mult_.data();
     in_bytes_ = nhwc ? 0 : align64(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
@@ -734,21 +740,38 @@ class DepthwiseConv final : public PreparedRoutine {
       x = reinterpret_cast<const int8_t*>(ws);
       yn = reinterpret_cast<int8_t*>(ws + in_bytes_);
     }
+    // Output pixels whose taps all lie inside the row: [ox0, ox1), one kernel call per row.
+    const int64_t reach = (g_.kw - 1) * g_.dw;
+    const int64_t ox0 = std::min(g_.ow, ceil_div(g_.pl, g_.sw));
+    const int64_t ox1 = g_.w - 1 - reach + g_.pl < 0 ? ox0 : std::clamp((g_.w - 1 - reach + g_.pl) / g_.sw + 1, ox0, g_.ow);
+    const auto* w = static_cast<const int16_t*>(packed_.data());
     a.pool->parallel_for(g_.n * g_.oh, 1, [&](int64_t b, int64_t e) {
       const int8_t* taps[kMaxTaps];
+      int64_t steps[kMaxTaps];
       for (int64_t row = b; row < e; ++row) {
         const int64_t n = row / g_.oh, oy = row % g_.oh;
-        for (int64_t ox = 0; ox < g_.ow; ++ox) {
+        int8_t* out = yn + (n * g_.oh + oy) * g_.ow * g_.c;
+        // Taps at output pixel ox; padding reads the zero-point row.
+        auto set_taps = [&](int64_t ox) {
           for (int64_t ki = 0; ki < g_.kh; ++ki) {
             const int64_t iy = oy * g_.sh - g_.pt + ki * g_.dh;
             for (int64_t kj = 0; kj < g_.kw; ++kj) {
-              const int64_t ix = ox * g_.sw - g_.pl + kj * g_.dw;
-              taps[ki * g_.kw + kj] =
-                  iy < 0 || iy >= g_.h || ix < 0 || ix >= g_.w ? nullptr : x + ((n * g_.h + iy) * g_.w + ix) * g_.c;
+              const int64_t ix = ox * g_.sw - g_.pl + kj * g_.dw, t = ki * g_.kw + kj;
+              const bool inside = iy >= 0 && iy < g_.h && ix >= 0 && ix < g_.w;
+              taps[t] = inside ? x + ((n * g_.h + iy) * g_.w + ix) * g_.c : zero_row_.data();
+              steps[t] = inside ? g_.sw * g_.c : 0;  // along the row while ix stays inside
             }
           }
-          qint8::depthwise_pixel(taps, taps_, g_.c, cpad_, static_cast<const int16_t*>(packed_.data()), zp_in_, ep_,
-                                 yn + ((n * g_.oh + oy) * g_.ow + ox) * g_.c);
+        };
+        for (int64_t ox = 0; ox < g_.ow; ++ox) {
+          if (ox == ox0 && ox1 > ox0) {
+            set_taps(ox0);
+            qint8::depthwise_pixels(taps, steps, taps_, ox1 - ox0, g_.c, cpad_, w, ep_, out + ox0 * g_.c, g_.c);
+            ox = ox1 - 1;
+            continue;
+          }
+          set_taps(ox);
+          qint8::depthwise_pixels(taps, steps, taps_, 1, g_.c, cpad_, w, ep_, out + ox * g_.c, g_.c);
         }
       }
     });
@@ -765,6 +788,7 @@ class DepthwiseConv final : public PreparedRoutine {
   Blob packed_;
   std::vector<int32_t> bias_;
   std::vector<float> mult_;
+  std::vector<int8_t> zero_row_;  ///< cpad values of the input's zero point: a padded tap's
   std::size_t in_bytes_ = 0, out_bytes_ = 0;
 };
 

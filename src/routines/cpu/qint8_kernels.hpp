@@ -83,12 +83,15 @@ inline constexpr int kTileMVnni = 6;
 void gemm_tile_vnni(int mr, const uint8_t* u, int64_t ldu, const int8_t* v, int64_t k4, const Epilogue& ep, int8_t* dst,
                     int64_t ldd, int nvalid);
 
-/// Depthwise convolution of one output pixel over all channels (NHWC).
-/// taps: pointers to the input pixel of each tap (nullptr: padding), ntaps of them;
-/// w: packed weights [ceil(ntaps/2)][cpad][2] int16 in the order of dw_pack_index;
-/// bias/mult per channel in the same permuted order, cpad of them (cpad: multiple of 16).
-void depthwise_pixel(const int8_t* const* taps, int ntaps, int64_t c, int64_t cpad, const int16_t* w,
-                     int32_t zp_in, const Epilogue& ep, int8_t* dst);
+/// Depthwise convolution of `npix` output pixels over all channels (NHWC):
+/// pixel p's tap t reads the c int8 values at taps[t] + p * steps[t] (padding:
+/// a row of the input's zero point, step 0), as they are (the caller's bias
+/// holds -zero_point * sum(w)); w: packed weights [ceil(ntaps/2)][cpad][2]
+/// int16 in the order of dw_pack_index; bias/mult per channel in the same
+/// permuted order, cpad of them (cpad: multiple of 16). Pixel p's outputs go
+/// to dst + p * dst_step.
+void depthwise_pixels(const int8_t* const* taps, const int64_t* steps, int ntaps, int64_t npix, int64_t c, int64_t cpad,
+                      const int16_t* w, const Epilogue& ep, int8_t* dst, int64_t dst_step);
 /// Where channel `ch` of a tap pair lies in the depthwise packing (in int16 pairs within a 16-channel block).
 int dw_pack_index(int ch);
 

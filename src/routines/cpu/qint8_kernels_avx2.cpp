@@ -125,6 +125,14 @@ inline __m256i load16_minus(const int8_t* p, int64_t n, __m256i zp) {
   return _mm256_sub_epi16(_mm256_cvtepi8_epi16(b), zp);
 }
 
+/// 16 int8 (the first n, the rest 0) as 16 int16.
+inline __m256i load16(const int8_t* p, int64_t n) {
+  if (n >= 16) return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  alignas(16) int8_t tmp[16] = {};
+  std::memcpy(tmp, p, static_cast<std::size_t>(n));
+  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+}
+
 inline int32_t round_clamp(float f) {
   f = f < -kClampF ? -kClampF : f > kClampF ? kClampF : f;
   return _mm_cvtss_si32(_mm_set_ss(f));  // round to nearest even, as vcvtps2dq
@@ -270,36 +278,51 @@ int dw_pack_index(int ch) {
   return b + p;
 }
 
-void depthwise_pixel(const int8_t* const* taps, int ntaps, int64_t c, int64_t cpad, const int16_t* w, int32_t zp_in,
-                     const Epilogue& ep, int8_t* dst) {
-  const __m256i vzp = _mm256_set1_epi16(static_cast<int16_t>(zp_in));
+namespace {
+
+/// depthwise_pixels with the tap count a constant where NT > 0 (3x3: the loop unrolled).
+template <int NT>
+void dw_pixels(const int8_t* const* taps, const int64_t* steps, int nt, int64_t npix, int64_t c, int64_t cpad,
+               const int16_t* w, const Epilogue& ep, int8_t* dst, int64_t dst_step) {
+  const int ntaps = NT > 0 ? NT : nt;
   for (int64_t cb = 0; cb < cpad && cb < c; cb += 16) {
     const int64_t n = min64(16, c - cb);
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-    for (int t = 0; t < ntaps; t += 2) {
-      const __m256i xa = taps[t] ? load16_minus(taps[t] + cb, n, vzp) : _mm256_setzero_si256();
-      const __m256i xb = t + 1 < ntaps && taps[t + 1] ? load16_minus(taps[t + 1] + cb, n, vzp) : _mm256_setzero_si256();
-      const int16_t* wp = w + ((t / 2) * cpad + cb) * 2;
-      acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_unpacklo_epi16(xa, xb),
-                                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(wp))));
-      acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_unpackhi_epi16(xa, xb),
-                                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 16))));
-    }
     // acc0 holds channels 0-3 | 8-11, acc1 4-7 | 12-15 (bias and multipliers are packed alike).
-    const __m256i q0 = requant8(_mm256_add_epi32(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + cb))),
-                                _mm256_loadu_ps(ep.mult + cb), ep);
-    const __m256i q1 = requant8(_mm256_add_epi32(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + cb + 8))),
-                                _mm256_loadu_ps(ep.mult + cb + 8), ep);
-    const __m256i p = _mm256_packs_epi32(q0, q1);  // channels 0-7 | 8-15 already in order
-    const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-    if (n == 16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + cb), b);
-    } else {
-      alignas(16) int8_t tmp[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
-      std::memcpy(dst + cb, tmp, static_cast<std::size_t>(n));
+    const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + cb));
+    const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + cb + 8));
+    const __m256 m0 = _mm256_loadu_ps(ep.mult + cb), m1 = _mm256_loadu_ps(ep.mult + cb + 8);
+    const int16_t* wc = w + cb * 2;
+    for (int64_t p = 0; p < npix; ++p) {
+      __m256i acc0 = bias0, acc1 = bias1;
+      for (int t = 0; t < ntaps; t += 2) {
+        const __m256i xa = load16(taps[t] + p * steps[t] + cb, n);
+        const __m256i xb = t + 1 < ntaps ? load16(taps[t + 1] + p * steps[t + 1] + cb, n) : _mm256_setzero_si256();
+        const int16_t* wp = wc + (t / 2) * cpad * 2;
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_unpacklo_epi16(xa, xb),
+                                                        _mm256_load_si256(reinterpret_cast<const __m256i*>(wp))));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_unpackhi_epi16(xa, xb),
+                                                        _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 16))));
+      }
+      const __m256i pk = _mm256_packs_epi32(requant8(acc0, m0, ep), requant8(acc1, m1, ep));  // channels 0-7 | 8-15
+      const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(pk), _mm256_extracti128_si256(pk, 1));
+      int8_t* d = dst + p * dst_step + cb;
+      if (n == 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d), b);
+      } else {
+        alignas(16) int8_t tmp[16];
+        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
+        std::memcpy(d, tmp, static_cast<std::size_t>(n));
+      }
     }
   }
+}
+
+}  // namespace
+
+void depthwise_pixels(const int8_t* const* taps, const int64_t* steps, int ntaps, int64_t npix, int64_t c, int64_t cpad,
+                      const int16_t* w, const Epilogue& ep, int8_t* dst, int64_t dst_step) {
+  if (ntaps == 9) return dw_pixels<9>(taps, steps, ntaps, npix, c, cpad, w, ep, dst, dst_step);
+  dw_pixels<0>(taps, steps, ntaps, npix, c, cpad, w, ep, dst, dst_step);
 }
 
 int8_t requant_one(int32_t v, float m, int32_t zy, int32_t lo, int32_t hi) {
