@@ -4,7 +4,9 @@ weights; bench/real/check_quantized.py's quantize()), untuned: softneuro's
 default (the model's own int8 layers on qint8 routines) against the same file
 with float32 routines only (`softneuro run --schemas 'cpu:float32:*'`), ONNX
 Runtime and OpenVINO (when installed) on the QDQ file, interleaved rounds,
-medians. --isa avx2 caps ours (SOFTNEURO_MAX_CPU_ISA); the peers pick their own
+medians; each contender after a 0.5 s pause (the peers' threads spin after a
+run: timed right after, ours saw a busy machine, ResNet50 52.8 ms against 34
+with the pause on a Zen 4 at AVX2). --isa avx2 caps ours (SOFTNEURO_MAX_CPU_ISA); the peers pick their own
 kernels, uncapped.
 
     bench/.venv/bin/python bench/real/qdq_speed.py resnet50 mobilenet_v2 \\
@@ -107,16 +109,21 @@ def main():
             session = ort.InferenceSession(qdq, opts, providers=["CPUExecutionProvider"])
             ov_model = openvino_model(qdq, args.threads)
             f32, dflt, before, tuned, peer, ovs = [], [], [], [], [], []
+
+            def paused(fn):  # the peers' threads spin after a run: the next contender waits them out
+                time.sleep(0.5)
+                return fn()
+
             for _ in range(args.rounds):
-                f32.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, "cpu:float32:*", args.isa))
-                dflt.append(softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, None, args.isa))
+                f32.append(paused(lambda: softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, "cpu:float32:*", args.isa)))
+                dflt.append(paused(lambda: softneuro_ms(args.cli, dnn, name, npy, args.threads, args.runs, None, args.isa)))
                 if args.before:
-                    before.append(softneuro_ms(args.before, old_dnn, name, npy, args.threads, args.runs, None, args.isa))
+                    before.append(paused(lambda: softneuro_ms(args.before, old_dnn, name, npy, args.threads, args.runs, None, args.isa)))
                 if args.tune:
-                    tuned.append(softneuro_ms(args.cli, tuned_dnn, name, npy, args.threads, args.runs, None, args.isa))
-                peer.append(median_ms(lambda: session.run(None, {name: x}), args.runs))
+                    tuned.append(paused(lambda: softneuro_ms(args.cli, tuned_dnn, name, npy, args.threads, args.runs, None, args.isa)))
+                peer.append(paused(lambda: median_ms(lambda: session.run(None, {name: x}), args.runs)))
                 if ov_model is not None:
-                    ovs.append(median_ms(lambda: ov_model([x]), args.runs))
+                    ovs.append(paused(lambda: median_ms(lambda: ov_model([x]), args.runs)))
             a, b, c = np.median(f32), np.median(dflt), np.median(peer)
             d = f"{np.median(ovs):.3f} ms" if ovs else "-"
             e = f"{np.median(before):.3f} ms | " if before else ""

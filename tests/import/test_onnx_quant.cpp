@@ -417,6 +417,20 @@ TEST_CASE("A QDQ model runs untuned on int8 routines with its own scales, a floa
         ++exact_int8;
       }
     CHECK(exact_int8 == 3);
+    // Saved, the weights are the file's int8 values; the int8 convolutions read
+    // them as they are: no float32 copy beside (every QDQ file's session held one).
+    net.save(test_dir() + "/qdq_conv_default.dnn");
+    const Model loaded = Model::load(test_dir() + "/qdq_conv_default.dnn");
+    const auto& back = detail::impl_of(loaded);
+    const core::Plan plan = core::build_plan(back.graph, back.tuning, back.shapes, nullptr, core::PlanOptions{.weights = back.weights});
+    int stored = 0;
+    for (const auto& st : plan.steps)
+      if (st->layer->type == "conv2" && core::stored_quantized(st->layer->weight("weight"))) {
+        INFO(st->name << " " << st->routine.descriptor);
+        CHECK_FALSE(st->float_layer);
+        ++stored;
+      }
+    CHECK(stored >= 1);
     std::vector<NamedBlob> nan_in{{"x", make_input(Shape{1, 3, 5, 5}, x_values())}};
     nan_in[0].blob.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
     const auto nan_out = untuned.run(nan_in)[0];
