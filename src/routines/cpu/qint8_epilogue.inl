@@ -26,9 +26,11 @@ inline __m256i requant8(__m256i acc, __m256 mult, const Epilogue& ep) {
     f = _mm256_mul_ps(_mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f)), _mm256_set1_ps(ep.inv_out));
   }
   if (ep.add_out != 0) f = _mm256_add_ps(f, _mm256_set1_ps(ep.add_out));
-  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(-kClampF)), _mm256_set1_ps(kClampF));
-  __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(ep.zp));
-  return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(ep.hi)), _mm256_set1_epi32(ep.lo));
+  // Clamped before rounding to [lo - zp, hi - zp], integers: rounding keeps it
+  // there (the same as clamping after), and the conversion cannot overflow.
+  f = _mm256_max_ps(_mm256_min_ps(f, _mm256_set1_ps(static_cast<float>(ep.hi - ep.zp))),
+                    _mm256_set1_ps(static_cast<float>(ep.lo - ep.zp)));
+  return _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(ep.zp));
 }
 
 /// 16 int32 in order (lo: 0-7, hi: 8-15) -> 16 int8 stored at dst (the first n).
