@@ -3,6 +3,7 @@
 // functions or templates shared with other files (the linker could keep this
 // file's AVX2 copy for every caller); only intrinsics, in an anonymous namespace.
 #include "routines/cpu/dynamic_int8_kernels.hpp"
+#include "routines/cpu/u8_quads_asm.inl"
 
 #include <immintrin.h>
 
@@ -80,6 +81,8 @@ void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (MR == 4) u8_quads_4rows(reinterpret_cast<const char*>(q), ldq, reinterpret_cast<const char*>(w), k4, c0, c1);
+  else
   for (int64_t k = 0; k < k4; ++k) {
     // 16 columns x a K quad: columns 0-7 in the first 32 bytes, 8-15 in the next.
     const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + k * 64));

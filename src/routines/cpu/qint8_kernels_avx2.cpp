@@ -3,13 +3,16 @@
 // instantiate inline functions or templates shared with other files (std::min,
 // std::vector, ...): the linker could keep this file's AVX2 copy for everyone,
 // and a CPU without AVX2 would then crash far from here. Everything but the
-// exported kernels is in an anonymous namespace, and only intrinsics are used.
+// exported kernels is in an anonymous namespace, and only intrinsics are used
+// (and the inline assembly of u8_quads_asm.inl).
 #include "routines/cpu/qint8_kernels.hpp"
 #include "routines/cpu/qint8_epilogue.inl"
+#include "routines/cpu/u8_quads_asm.inl"
 
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 namespace softneuro::qint8 {
 namespace {
@@ -38,6 +41,8 @@ void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilo
   __m256i c0[MR], c1[MR];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
+  if constexpr (std::is_same_v<Step, U8S8Quads> && MR == 4) u8_quads_4rows(u, ldu, v, ksteps, c0, c1);
+  else
   for (int64_t k = 0; k < ksteps; ++k) {
     const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64));
     const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64 + 32));
