@@ -391,7 +391,7 @@ class DynamicQuantDense final : public Routine {
     const bool vnni = dynamic_int8::vnni512_usable();
     auto p = pack_dynamic(info, true, 127, !vnni);
     const Shape& w = info.layer->weight("weight").shape();
-    if (p->fixes.size() > static_cast<std::size_t>(w.numel() / pair_fix::kMaxFixShare)) return pack_dynamic(info, false, 127);
+    if (!pair_fix::few_fixes(p->fixes.size(), w.numel())) return pack_dynamic(info, false, 127);
     return p;
   }
   std::shared_ptr<const PackedWeights> unpack(const Blob& bytes, const PackInfo& info, const Schema&,

@@ -61,12 +61,9 @@ std::array<uint8_t, kGroup> pairing(const Cost& c) {
   std::iota(natural.begin(), natural.end(), uint8_t{0});
   const int32_t natural_cost = cost_of(c, natural);
   if (natural_cost == 0) return natural;
-  std::array<int32_t, kGroup> load{};
-  alignas(16) uint8_t loads[kGroup];  // at most 15 partners x 16 lanes
-  for (int i = 0; i < kGroup; ++i) {
-    for (int j = 0; j < kGroup; ++j) load[i] += c[i][j];
-    loads[i] = static_cast<uint8_t>(load[i]);
-  }
+  alignas(16) uint8_t load[kGroup] = {};  // at most 15 partners x 16 lanes
+  for (int i = 0; i < kGroup; ++i)
+    for (int j = 0; j < kGroup; ++j) load[i] = static_cast<uint8_t>(load[i] + c[i][j]);
   std::array<uint8_t, kGroup> by_load = natural;  // by load, highest first (insertion sort: stable)
   for (int i = 1; i < kGroup; ++i)
     for (int j = i; j > 0 && load[by_load[j]] > load[by_load[j - 1]]; --j) std::swap(by_load[j], by_load[j - 1]);
@@ -77,7 +74,7 @@ std::array<uint8_t, kGroup> pairing(const Cost& c) {
     if (used >> i & 1u) continue;
     used |= 1u << i;
     int best = std::countr_zero(~used);  // what is left is in no unsafe pair: any partner
-    if (load[i] > 0) best = cheapest_partner(c[i].data(), loads, used);
+    if (load[i] > 0) best = cheapest_partner(c[i].data(), load, used);
     used |= 1u << best;
     order[n++] = i;
     order[n++] = static_cast<uint8_t>(best);

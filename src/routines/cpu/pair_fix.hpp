@@ -11,6 +11,7 @@
 // with K's own order). Used by cpu:qint8 (conv2, dense) and cpu/dynamic_int8.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct PairFix {
 /// A packing keeps the u8 form while at most one weight in this many needs a
 /// fix (a fix costs a multiply-add per row; past that the exact int16 form is faster).
 inline constexpr int64_t kMaxFixShare = 256;
+/// Whether `nfix` fixes among `weights` weights are few enough for the u8 form.
+constexpr bool few_fixes(std::size_t nfix, int64_t weights) {
+  return static_cast<int64_t>(nfix) * kMaxFixShare <= weights;
+}
 
 /// Makes the pair (a, b) safe: where its same-sign weights sum past 128 in
 /// magnitude, the larger is cut to 128 minus the other. da, db: what was cut.

@@ -171,7 +171,7 @@ std::optional<qint8::GemmWeights> qint8::load_packed(const Blob& bytes, std::siz
   std::memcpy(pw.fix_start.data(), (*a)[5], pw.fix_start.size() * sizeof(int32_t));
   if (nfix) std::memcpy(pw.fixes.data(), (*a)[6], nfix * sizeof(pair_fix::PairFix));
   // A file's pairing and fixes are checked, never trusted: a bad one means packed again.
-  if (!pair_fix::pairing_valid(pw.perm) || !pair_fix::fixes_valid(pw.fix_start, pw.fixes, std::max<int64_t>(k16, 0)))
+  if (!pair_fix::pairing_valid(pw.perm) || !pair_fix::fixes_valid(pw.fix_start, pw.fixes, k16))
     return std::nullopt;
   return pw;
 }
@@ -305,11 +305,11 @@ std::shared_ptr<const qint8::GemmWeights> pack_gemm(GemmShape s, const Blob& w, 
   }
   // Each block's weights in the order its kernel reads them: K order, or paired (u8_pairs).
   std::vector<int8_t> paired;
+  pw->fix_start.assign(static_cast<std::size_t>(s.blocks() + 1), 0);
   if (s.kernel == GemmKernel::int16 && !pw->form.vnni_cpu) {
     const int64_t k16 = round_up(k, 16);
     paired.assign(static_cast<std::size_t>(s.blocks() * 16 * k16), 0);
     pw->perm.assign(static_cast<std::size_t>(s.blocks() * k16), 0);
-    pw->fix_start.assign(static_cast<std::size_t>(s.blocks() + 1), 0);
     for (int64_t grp = 0; grp < s.group; ++grp)
       for (int64_t jb = 0; jb < ocb; ++jb) {
         const int64_t blk = grp * ocb + jb;
@@ -318,18 +318,18 @@ std::shared_ptr<const qint8::GemmWeights> pack_gemm(GemmShape s, const Blob& w, 
                              pw->perm.data() + blk * k16, pw->fixes);
         pw->fix_start[static_cast<std::size_t>(blk + 1)] = static_cast<int32_t>(pw->fixes.size());
       }
-    if (static_cast<int64_t>(pw->fixes.size()) * pair_fix::kMaxFixShare <= s.oc * k) {
+    if (pair_fix::few_fixes(pw->fixes.size(), s.oc * k)) {
       s.kernel = GemmKernel::u8_pairs;
     } else {
       paired.clear();
       pw->perm.clear();
       pw->fixes.clear();
+      std::fill(pw->fix_start.begin(), pw->fix_start.end(), 0);
     }
   }
   pw->form.kernel = static_cast<int32_t>(s.kernel);
   const bool u8 = s.u8();
   const int64_t block_bytes = s.block_bytes(), kpad = s.kpad();
-  if (pw->fixes.empty()) pw->fix_start.assign(static_cast<std::size_t>(s.blocks() + 1), 0);
   pw->packed = Blob::allocate(Shape{static_cast<int64_t>(s.packed_bytes())}, DType::quint8);  // 64-byte aligned, zero-filled
   pw->bias.assign(s.lanes(), 0);
   pw->mult.assign(s.lanes(), 0.0f);
@@ -702,7 +702,7 @@ constexpr int kMaxTaps = 64;
 class DepthwiseConv final : public PreparedRoutine {
  public:
   DepthwiseConv(const Window2d& g, const Blob& weight, const float* bias, const Epilogue& ep, TQ in, TQ out, bool nhwc)
-      : g_(g), ep_(ep), zp_in_(in.zp), nhwc_(nhwc) {
+      : g_(g), ep_(ep), nhwc_(nhwc) {
     taps_ = static_cast<int>(g.kh * g.kw);
     cpad_ = round_up(g.c, 16);
     QuantWeights qw = core::channel_int8(weight);
@@ -781,7 +781,6 @@ class DepthwiseConv final : public PreparedRoutine {
  private:
   Window2d g_;
   Epilogue ep_;
-  int32_t zp_in_;
   bool nhwc_;
   int taps_ = 0;
   int64_t cpad_ = 0;

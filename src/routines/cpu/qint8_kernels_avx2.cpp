@@ -117,19 +117,6 @@ void tile_partial(const int16_t* u, int64_t ldu, const int16_t* v, int64_t k2, i
   }
 }
 
-/// 16 int8 (the first n, the rest 0) minus zp as 16 int16.
-inline __m256i load16_minus(const int8_t* p, int64_t n, __m256i zp) {
-  __m128i b;
-  if (n >= 16) {
-    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  } else {
-    alignas(16) int8_t tmp[16] = {};
-    std::memcpy(tmp, p, static_cast<std::size_t>(n));
-    b = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
-  }
-  return _mm256_sub_epi16(_mm256_cvtepi8_epi16(b), zp);
-}
-
 /// 16 int8 (the first n, the rest 0) as 16 int16.
 inline __m256i load16(const int8_t* p, int64_t n) {
   if (n >= 16) return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -137,6 +124,8 @@ inline __m256i load16(const int8_t* p, int64_t n) {
   std::memcpy(tmp, p, static_cast<std::size_t>(n));
   return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
 }
+/// The same minus zp.
+inline __m256i load16_minus(const int8_t* p, int64_t n, __m256i zp) { return _mm256_sub_epi16(load16(p, n), zp); }
 
 inline int32_t round_clamp(float f) {
   f = f < -kClampF ? -kClampF : f > kClampF ? kClampF : f;
