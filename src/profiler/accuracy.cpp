@@ -233,6 +233,36 @@ std::vector<NamedBlob> run(core::Executor& exec, const detail::WorkingModel& net
 
 }  // namespace
 
+double disagreement_with_default(const detail::WorkingModel& net, const core::RoutinePath& path,
+                                 const std::vector<std::vector<NamedBlob>>& samples) {
+  std::vector<std::vector<NamedBlob>> want;
+  {
+    const core::RoutinePath untuned;  // the float32 default
+    core::Executor exec(core::build_plan(net.graph, net.tuning, net.shapes, &untuned, net.plan_options(false)));
+    for (const auto& sample : samples) want.push_back(run(exec, net, sample));
+  }
+  core::Executor exec(core::build_plan(net.graph, net.tuning, net.shapes, &path, net.plan_options(false)));
+  double worst = 0;
+  for (std::size_t k = 0; k < samples.size(); ++k) {
+    const std::vector<NamedBlob> got = run(exec, net, samples[k]);
+    for (std::size_t o = 0; o < got.size(); ++o) {
+      // Integer outputs (an argmax, indices) may flip on a rounding: float ones are compared.
+      if (auto t = net.graph.output_dtypes.find(got[o].name); t != net.graph.output_dtypes.end() && t->second != DType::float32)
+        continue;
+      const float* g = got[o].blob.data_as<float>();
+      const float* w = want[k][o].blob.data_as<float>();
+      double diff = 0, scale = 0;
+      for (int64_t i = 0; i < got[o].blob.numel(); ++i) {
+        if (!std::isfinite(w[i])) continue;
+        scale = std::max(scale, std::abs(double(w[i])));
+        diff = std::isfinite(g[i]) ? std::max(diff, std::abs(double(g[i]) - w[i])) : std::numeric_limits<double>::infinity();
+      }
+      worst = std::max(worst, diff == 0 ? 0.0 : scale > 0 ? diff / scale : std::numeric_limits<double>::infinity());
+    }
+  }
+  return worst;
+}
+
 Validator::Validator(const detail::WorkingModel& net, std::vector<std::vector<NamedBlob>> samples, AccuracyBudget budget,
                      std::vector<std::vector<NamedBlob>> references)
     : net_(net), samples_(std::move(samples)), budget_(std::move(budget)) {

@@ -84,6 +84,13 @@ AccuracyBudget user_accuracy(const AccuracyMetric& metric);
 /// cosine; rel-l2). An output with a last axis under 2 scores 1 under argmax metrics.
 double output_score(const AccuracyBudget& budget, const Blob& got, const Blob& want);
 
+/// How far `path`'s outputs lie from the float32 default's on `samples`: over every
+/// float32 output and sample, max |path - default| / max |default| (positions where the
+/// default's value is finite; a non-finite value where it is finite: infinity).
+/// Float32 paths agree to ~1e-6; a routine that computes wrongly stands out.
+double disagreement_with_default(const detail::WorkingModel& net, const core::RoutinePath& path,
+                                 const std::vector<std::vector<NamedBlob>>& samples);
+
 /// Measures paths against the float32 default on fixed samples (each binding
 /// every net input); the float32 outputs are computed once.
 class Validator {

@@ -1427,6 +1427,7 @@ struct Tuner {
       if (!force_default) report.accuracy = -1;  // the default runs nothing in qint8: no value of its own
       path = keep_default(fallback, f.measured[1]);
     }
+    if (!report.kept_default) path = agreeing_with_default(std::move(path), fallback, f.measured[1]);
     path.openmp_wait = report.openmp_wait;
     path.accuracy = accuracy_check(path);
     net.tuning.routine_path = path;
@@ -1435,6 +1436,32 @@ struct Tuner {
     remember_path_quant(path);
     prof.save_cache();
   }
+
+  /// `path`, where it computes what the float32 default does (float32 paths of a
+  /// model without int8 layers of its own); else the default's routines, with a
+  /// warning. Float32 paths agree to ~1e-6: one that does not holds a routine that
+  /// computes wrongly on this CPU (oneDNN 2.6's 1x1 + depthwise pair in channels
+  /// last at AVX2 put a tuned MobileNetV2 37% off).
+  core::RoutinePath agreeing_with_default(core::RoutinePath path, const DefaultPath& fallback,
+                                          const profiler::InContext& default_run) {
+    if (!model_int8.empty() || core::computes_below_float32(path, model_int8, *net.routines())) return path;
+    const auto samples = opt.calibration.inputs.empty() ? profiler::synthetic_inputs(net, 1)
+                                                        : std::vector<std::vector<NamedBlob>>{opt.calibration.inputs.front()};
+    const double d = profiler::disagreement_with_default(net, path, samples);
+    if (d <= kFloat32Agreement) return path;
+    if (!fallback.allowed) {
+      core::warn("the tuned path's outputs differ from the untuned default's by {:.3g} of their largest value (float32 "
+                 "paths agree within {:g}): a routine computes wrongly on this CPU; the schemas, pins and bans given "
+                 "leave no default to keep",
+                 d, kFloat32Agreement);
+      return path;
+    }
+    core::warn("the tuned path's outputs differ from the untuned default's by {:.3g} of their largest value (float32 "
+               "paths agree within {:g}): a routine computes wrongly on this CPU; keeping the default's routines",
+               d, kFloat32Agreement);
+    return keep_default(fallback, default_run);
+  }
+  static constexpr double kFloat32Agreement = 1e-3;
 
   /// What the file records of how `path`'s accuracy was checked.
   AccuracyCheck accuracy_check(const core::RoutinePath& path) const {

@@ -781,6 +781,52 @@ TEST_CASE("a layer whose faster routines all fail to measure is measured on the 
 }
 
 namespace {
+/// A relu routine for the layer named "wrong" that runs in no time and computes nothing right.
+class Wrong final : public Routine {
+ public:
+  std::string_view layer_type() const override { return "relu"; }
+  std::string_view algorithm() const override { return "test_wrong"; }
+  std::vector<Schema> schemas() const override { return {Schema{}}; }
+  Support supports(const LayerInfo& info, const Schema&) const override {
+    return info.layer && info.layer->name == "wrong" ? Support::yes() : Support::no("a test routine");
+  }
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
+    class Prepared final : public PreparedRoutine {
+      void run(const RunArgs& args) override { args.outputs[0]->data_as<float>()[0] = 1e6f; }
+    };
+    return std::make_unique<Prepared>();
+  }
+};
+}  // namespace
+
+// A float32 path computes what the default does; a tuned MobileNetV2 in channels last was 37% off (oneDNN
+// 2.6's fused 1x1 + depthwise pair at AVX2) and nothing said so.
+TEST_CASE("a tuned float32 path whose outputs differ from the default's is not kept", "[tune]") {
+  core::Graph g;
+  g.name = "wrong";
+  g.inputs = {{"x", Shape{1, 64, 128, 128}, DType::float32}};
+  Layer l = test::make_layer("relu", {}, {}, 1, 1, "wrong");
+  l.inputs = {"x"};
+  l.outputs = {"y"};
+  g.layers = {l};
+  g.outputs = {"y"};
+  Model net = detail::make_model(std::move(g), {}, {}, test::registry_with(std::make_unique<Wrong>()));
+  TuneOptions o = quick("-");
+  o.schemas = {"cpu"};
+  const TuneReport r = tune_and_keep(net, o);
+  CHECK(r.kept_default);
+  for (const auto& s : Session(net).layers())
+    if (s.name == "wrong") CHECK(s.descriptor != "cpu/test_wrong");
+
+  // Pinned there by the user: kept, with the warning (nothing else may run it).
+  o.pin = {{"wrong", "*test_wrong"}};
+  Model pinned = detail::make_model(detail::impl_of(net).graph, {}, {}, test::registry_with(std::make_unique<Wrong>()));
+  tune_and_keep(pinned, o);
+  for (const auto& s : Session(pinned).layers())
+    if (s.name == "wrong") CHECK(s.descriptor == "cpu/test_wrong");
+}
+
+namespace {
 /// input [1,8,12,12] -> 3x3 conv 8->16 -> 3x3 conv 16->16 (depthwise: groups of 1) -> 1x1 conv 16->8 -> out.
 core::Graph conv3_graph(bool depthwise = false) {
   core::Graph g;
