@@ -276,7 +276,7 @@ const LayerOrder kDefaultOrder[] = {
 /// On aarch64, XNNPACK's routines lead, float32 and int8: oneDNN 2.6's aarch64
 /// build has reference implementations only for much of what it runs jit code
 /// for on x86 (docs/arm.md), and our own int8 kernels are x86's: the qint8
-/// family, the int8 Winograd and the AMX routines (tile_*) are not built there,
+/// family, the int8 Winograd, cpu/dynamic_int8 and the AMX routines (tile_*) are not built there,
 /// and their entries go. Elsewhere the list as is.
 std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::vector<std::string>>& tiers) {
 #if defined(__aarch64__)
@@ -291,8 +291,9 @@ std::vector<std::vector<std::string>> for_this_processor(const std::vector<std::
     bool int8_tier = lists(tier, int8);
     for (const auto& d : tier) {
       int8_tier = int8_tier || d.rfind("cpu:qint8", 0) == 0;
-      if (d.ends_with("/qint8") || d == "cpu:qint8:nhwc/winograd" || d.find("/tile_") != std::string::npos)
-        continue;  // (qint8.cpp, winograd_qint8.cpp, tile_*.cpp: x86 only)
+      if (d.ends_with("/qint8") || d == "cpu:qint8:nhwc/winograd" || d == "cpu/dynamic_int8" ||
+          d.find("/tile_") != std::string::npos)
+        continue;  // (qint8.cpp, winograd_qint8.cpp, dynamic_int8.cpp, tile_*.cpp: x86 only)
       if (d == f32) out[0].push_back(d);
       else if (d != int8) rest.push_back(d);
     }

@@ -31,6 +31,15 @@ using test::f32::random_blob;
 
 namespace {
 
+/// Whether cpu/dynamic_int8 runs its AVX512-VNNI form here (it is built for x86 only).
+bool vnni512() {
+#if defined(__x86_64__)
+  return dynamic_int8::vnni512_usable();
+#else
+  return false;
+#endif
+}
+
 Layer dense(const Blob& w, const Blob* bias, const std::string& act = "none") {
   std::map<std::string, Blob> weights{{"weight", w}};
   if (bias) weights["bias"] = *bias;
@@ -45,7 +54,7 @@ std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int
 /// The u8s8 form: each row on a u8 grid of its range (with zero), the weights
 /// on 7 bits, or 8 where AVX512-VNNI runs the form.
 std::vector<double> expected_u8s8(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
-  const core::ChannelQuantized q = core::channel_int8(w, dynamic_int8::vnni512_usable() ? 127 : 63);
+  const core::ChannelQuantized q = core::channel_int8(w, vnni512() ? 127 : 63);
   std::vector<double> y(static_cast<std::size_t>(m * n));
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = x.data_as<float>() + r * k;
@@ -165,7 +174,7 @@ TEST_CASE("cpu/dynamic_int8's u8 weights packed for another CPU are packed again
   const auto arrays = core::unpack_arrays(other, {3 * 16 * 64, 48 * 4, 48 * 4, 48 * 4, 12, 4 * 4, 0});
   REQUIRE(arrays);
   auto* qmax = reinterpret_cast<int32_t*>(const_cast<std::byte*>((*arrays)[4]));
-  REQUIRE(*qmax == (dynamic_int8::vnni512_usable() ? 127 : 63));
+  REQUIRE(*qmax == (vnni512() ? 127 : 63));
   *qmax = *qmax == 127 ? 63 : 127;
   CHECK_FALSE(r->unpack(other, info, schema, u8));
   // A file packed before the range was saved (four arrays): packed again too.
@@ -553,7 +562,7 @@ TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs 
     std::size_t differ = 0;
     for (std::size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
     CHECK(differ == 0);
-    if (dynamic_int8::vnni512_usable()) continue;
+    if (vnni512()) continue;
     // The packing: the u8 form with safe pairs and one fix per unsafe pair.
     const SavedPacking p = saved_packing(l);
     CHECK(p.form[0] == 127);
@@ -571,7 +580,7 @@ TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs 
     const Blob x = random_blob({3, 64}, rng, -1.0f, 2.0f);
     CHECK(test::values(test::run_layer(l, {x}, "cpu/dynamic_int8")[0]) ==
           test::values(test::run_layer(l, {x}, "cpu/ref")[0]));
-    if (dynamic_int8::vnni512_usable()) return;
+    if (vnni512()) return;
     const SavedPacking p = saved_packing(l);
     CHECK(p.form[1] == 2);
     CHECK(p.sizes[6] == 0);
@@ -580,7 +589,7 @@ TEST_CASE("dynamic_quant_dense without VNNI: vpmaddubsw on 8-bit weights, pairs 
     std::vector<int8_t> w(16 * 512, 3);
     w[0] = w[1] = 127;
     const Layer l = quant_dense(w, 16, 512, std::vector<float>(16, 0.01f), nullptr);
-    if (dynamic_int8::vnni512_usable()) return;
+    if (vnni512()) return;
     const SavedPacking p = saved_packing(l);
     REQUIRE(p.sizes[6] == sizeof(dynamic_int8::PairFix));
     Schema schema;

@@ -18,7 +18,13 @@ using test::f32::random_blob;
 
 namespace {
 
-bool usable() { return dynamic_int8::avx2_usable() && dynamic_int8::vnni512_usable(); }
+bool usable() {
+#if defined(__x86_64__)
+  return dynamic_int8::avx2_usable() && dynamic_int8::vnni512_usable();
+#else
+  return false;  // cpu/int8_attention is built for x86 only
+#endif
+}
 
 /// max |a - b| / max |b| and the cosine of the two.
 std::pair<double, double> compare(const std::vector<float>& a, const std::vector<float>& b) {
@@ -76,5 +82,8 @@ TEST_CASE("cpu/int8_attention keeps float32's NaN and infinity where its inputs 
 }
 
 TEST_CASE("cpu/int8_attention is reduced precision", "[routines][int8_attention]") {
+#if !defined(__x86_64__)
+  return;  // built for x86 only
+#endif
   CHECK(core::RoutineRegistry::instance().precision("cpu/int8_attention") == DType::qint8);
 }

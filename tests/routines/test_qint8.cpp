@@ -903,6 +903,7 @@ TEST_CASE("cpu:qint8:nhwc/winograd equals the GEMM routine bit for bit", "[qint8
                         "cpu:qint8:nhwc/winograd").support.ok);
 }
 
+#if defined(__x86_64__)  // pair_fix.cpp and the u8 forms are built for x86 only
 // ---------------------------------------------------------------------------
 // Without VNNI, the exact GEMM (parameters vnni=0, u8s8=0) packs 8-bit weights
 // for vpmaddubsw: paired within groups of 16 K indices, the unsafe pairs cut
@@ -1089,3 +1090,5 @@ TEST_CASE("pair_fix: unsafe pairs cut to 128 together, a block paired around its
   CHECK_FALSE(pair_fix::pairing_valid(identity));
   CHECK_FALSE(pair_fix::pairing_valid(std::vector<uint8_t>(15, 0)));
 }
+
+#endif  // defined(__x86_64__)
