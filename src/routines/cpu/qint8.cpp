@@ -475,6 +475,8 @@ class GemmConv final : public PreparedRoutine {
     const int64_t grp = t % g_.group, n = t / g_.group;
     const int64_t P = g_.oh * g_.ow, p0 = pb * mbe_, p1 = std::min(P, p0 + mbe_), np = p1 - p0;
     if (np <= 0) return;
+    const int8_t* x_end = x + g_.n * g_.h * g_.w * g_.c;
+    const char* u_end = u + ubytes_;
     // im2col: one row of K activations (in the kernel's format) per output pixel.
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t oy = p / g_.ow, ox = p % g_.ow;
@@ -489,7 +491,19 @@ class GemmConv final : public PreparedRoutine {
           const int64_t kj0 = iy < 0 || iy >= g_.h ? g_.kw : std::clamp<int64_t>(-ix0, 0, g_.kw);
           const int64_t kj1 = iy < 0 || iy >= g_.h ? g_.kw : std::clamp<int64_t>(g_.w - ix0, kj0, g_.kw);
           if (kj0 > 0) zero(seg, kj0 * icg_);
-          if (kj1 > kj0) convert(x + ((n * g_.h + iy) * g_.w + ix0 + kj0) * g_.c, seg + kj0 * icg_ * es_, (kj1 - kj0) * icg_);
+          if (kj1 > kj0) {
+            const int8_t* src = x + ((n * g_.h + iy) * g_.w + ix0 + kj0) * g_.c;
+            char* dst = seg + kj0 * icg_ * es_;
+            const int64_t count = (kj1 - kj0) * icg_;
+            // A short run (a stem's 3 channels: 21 bytes a 7x7 row) in one vector: the bytes past it
+            // are written again by the next run, the padding or the next row, all after this one.
+            if (count * es_ <= 32 && src + 32 <= x_end && dst + 32 <= u_end) {
+              if (kernel_ != GemmKernel::int16) qint8::to_u8_32(src, reinterpret_cast<uint8_t*>(dst));
+              else qint8::widen16(src, reinterpret_cast<int16_t*>(dst), zp_in_);
+            } else {
+              convert(src, dst, count);
+            }
+          }
           if (kj1 < g_.kw) zero(seg + kj1 * icg_ * es_, (g_.kw - kj1) * icg_);
           continue;
         }

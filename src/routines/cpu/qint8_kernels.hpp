@@ -57,6 +57,12 @@ void gemm_epilogue(int mr, const int32_t* acc, const Epilogue& ep, int8_t* dst, 
 void widen(const int8_t* x, int16_t* y, int64_t n, int32_t zp);
 /// y[i] = x[i] + 128 as u8 (the VNNI and u8s8 kernels' activations).
 void to_u8(const int8_t* x, uint8_t* y, int64_t n);
+/// Short runs (a stem convolution's few channels per tap): widen and to_u8 of
+/// one 32-byte vector, reading 16 (widen) or 32 bytes at x and writing 32 at y
+/// whatever the run's length; the caller makes sure both lie in its buffers and
+/// writes the bytes past the run again later.
+void widen16(const int8_t* x, int16_t* y, int32_t zp);
+void to_u8_32(const int8_t* x, uint8_t* y);
 
 /// vpmaddubsw (AVX2, no VNNI needed): u8 x s8 pairs summed into int16, which
 /// saturates unless each pair is safe: 7-bit weights ([-63, 63]: 2 * 255 * 63

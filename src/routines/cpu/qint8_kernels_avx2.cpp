@@ -186,6 +186,17 @@ void to_u8(const int8_t* x, uint8_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = static_cast<uint8_t>(x[i] ^ 0x80);
 }
 
+void to_u8_32(const int8_t* x, uint8_t* y) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)),
+                                                                      _mm256_set1_epi8(static_cast<char>(0x80))));
+}
+
+void widen16(const int8_t* x, int16_t* y, int32_t zp) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y),
+                      _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))),
+                                       _mm256_set1_epi16(static_cast<int16_t>(zp))));
+}
+
 void gemm_epilogue(int mr, const int32_t* acc, const Epilogue& ep, int8_t* dst, int64_t ldd, int nvalid) {
   const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
   const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
