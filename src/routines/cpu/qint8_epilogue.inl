@@ -33,6 +33,20 @@ inline __m256i requant8(__m256i acc, __m256 mult, const Epilogue& ep) {
   return _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(ep.zp));
 }
 
+/// requant8 of a linear epilogue without add_out, its bounds and zero point
+/// made once (per tile) instead of at every call.
+struct LinearRequant {
+  __m256 lo, hi;
+  __m256i zp;
+  explicit LinearRequant(const Epilogue& ep)
+      : lo(_mm256_set1_ps(static_cast<float>(ep.lo - ep.zp))), hi(_mm256_set1_ps(static_cast<float>(ep.hi - ep.zp))),
+        zp(_mm256_set1_epi32(ep.zp)) {}
+  __m256i operator()(__m256i acc, __m256 mult) const {
+    const __m256 f = _mm256_max_ps(_mm256_min_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), mult), hi), lo);
+    return _mm256_add_epi32(_mm256_cvtps_epi32(f), zp);
+  }
+};
+
 /// 16 int32 in order (lo: 0-7, hi: 8-15) -> 16 int8 stored at dst (the first n).
 inline void store16(__m256i lo, __m256i hi, int8_t* dst, int n) {
   __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);

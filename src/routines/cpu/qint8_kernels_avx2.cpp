@@ -42,6 +42,7 @@ void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilo
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
   if constexpr (std::is_same_v<Step, U8S8Quads> && MR == 4) u8_quads_4rows(u, ldu, v, ksteps, c0, c1);
+  else if constexpr (std::is_same_v<Step, Int16Pairs> && MR == 4) i16_pairs_4rows(u, ldu, v, ksteps, c0, c1);
   else
   for (int64_t k = 0; k < ksteps; ++k) {
     const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(v + k * 64));
@@ -72,6 +73,15 @@ void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilo
   const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
   const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
   const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);
+  if (ep.act == Epilogue::linear && ep.add_out == 0) {
+    // The common case with its constants in registers: at small K (MobileNetV2's
+    // 16-channel expansions) the epilogue took more of a tile than its products.
+    const LinearRequant q(ep);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+      store16(q(_mm256_add_epi32(c0[r], bias0), m0), q(_mm256_add_epi32(c1[r], bias1), m1), dst + r * ldd, nvalid);
+    return;
+  }
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r)
     store16(requant8(_mm256_add_epi32(c0[r], bias0), m0, ep), requant8(_mm256_add_epi32(c1[r], bias1), m1, ep),

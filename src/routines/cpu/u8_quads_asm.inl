@@ -1,5 +1,5 @@
-// The K loop of the 4-row vpmaddubsw tiles (cpu:qint8's u8 forms, cpu/dynamic_int8's
-// u8 form) in inline assembly, shared by their AVX2 kernel files. Internal
+// The K loops of the 4-row tiles (vpmaddubsw: cpu:qint8's u8 forms, cpu/dynamic_int8's
+// u8 form; vpmaddwd: cpu:qint8's int16 form) in inline assembly, shared by their AVX2 kernel files. Internal
 // linkage: each including file gets its own copy (no inline function shared
 // across files built for different ISAs).
 #pragma once
@@ -48,6 +48,39 @@ namespace {
       : [u0] "r"(u), [u1] "r"(u1), [u2] "r"(u2), [u3] "r"(u3)
       : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5");
 #undef SN_U8_ROW
+  c0[0] = c00, c0[1] = c10, c0[2] = c20, c0[3] = c30, c1[0] = c01, c1[1] = c11, c1[2] = c21, c1[3] = c31;
+}
+
+/// The same for the int16 form (cpu:qint8's exact GEMM without u8 pairs): each
+/// step a pair of int16 activations per row against 64 bytes of int16 weight
+/// pairs, one vpmaddwd per product vector. GCC's form of this loop moved six
+/// accumulators between registers every step.
+[[maybe_unused]] void i16_pairs_4rows(const char* u, int64_t ldu, const char* v, int64_t ksteps, __m256i* c0, __m256i* c1) {
+  if (ksteps <= 0) return;
+  __m256i c00 = c0[0], c10 = c0[1], c20 = c0[2], c30 = c0[3], c01 = c1[0], c11 = c1[1], c21 = c1[2], c31 = c1[3];
+  const char *u1 = u + ldu, *u2 = u + 2 * ldu, *u3 = u1 + 2 * ldu;
+  int64_t off = 0;
+  // ymm0, ymm1: the step's weights; ymm2: a row's broadcast pair; ymm3, ymm4: products.
+#define SN_I16_ROW(ROW, C0, C1)                     \
+  "vpbroadcastd (%[" ROW "],%[off]), %%ymm2\n\t"    \
+  "vpmaddwd %%ymm0, %%ymm2, %%ymm3\n\t"            \
+  "vpmaddwd %%ymm1, %%ymm2, %%ymm4\n\t"            \
+  "vpaddd %%ymm3, %[" C0 "], %[" C0 "]\n\t"        \
+  "vpaddd %%ymm4, %[" C1 "], %[" C1 "]\n\t"
+  asm volatile(
+      "1:\n\t"
+      "vmovdqa (%[v]), %%ymm0\n\t"
+      "vmovdqa 32(%[v]), %%ymm1\n\t"
+      SN_I16_ROW("u0", "c00", "c01") SN_I16_ROW("u1", "c10", "c11") SN_I16_ROW("u2", "c20", "c21") SN_I16_ROW("u3", "c30", "c31")
+      "add $64, %[v]\n\t"
+      "add $4, %[off]\n\t"
+      "dec %[n]\n\t"
+      "jnz 1b\n\t"
+      : [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11), [c20] "+x"(c20), [c21] "+x"(c21),
+        [c30] "+x"(c30), [c31] "+x"(c31), [v] "+r"(v), [off] "+r"(off), [n] "+r"(ksteps)
+      : [u0] "r"(u), [u1] "r"(u1), [u2] "r"(u2), [u3] "r"(u3)
+      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4");
+#undef SN_I16_ROW
   c0[0] = c00, c0[1] = c10, c0[2] = c20, c0[3] = c30, c1[0] = c01, c1[1] = c11, c1[2] = c21, c1[3] = c31;
 }
 
