@@ -436,7 +436,8 @@ TEST_CASE("A TFLite int8 ADD rounds as the interpreter's XNNPACK path: fixed poi
     const Support s = r->supports(info, schema);
     INFO(descriptor);
     CHECK_FALSE(s);
-    CHECK_THAT(s.reason, Catch::Contains("fixed-point"));
+    if (s.reason.find("CPU lacks") == std::string::npos)  // (below AVX2 it runs nothing at all)
+      CHECK_THAT(s.reason, Catch::Contains("fixed-point"));
   }
   // XNNPACK's int8 add computes it (where XNNPACK runs: not under an ISA cap);
   // in an int8 chain the default then takes it (a TFLite int8 ResNet50's 16 adds).
