@@ -18,9 +18,11 @@ namespace softneuro::core {
 /// (one pass, vectorised: the exponent bits all set); false for other types.
 inline bool holds_non_finite(const void* data, std::size_t count, DType type) {
   auto any = [count](const auto* bits, auto exponent) {
-    bool found = false;
-    for (std::size_t i = 0; i < count; ++i) found |= (bits[i] & exponent) == exponent;
-    return found;
+    // An OR of the element type: GCC vectorises it (pcmpeq, por); a bool OR it left
+    // scalar, 7% of a small int8 net's run on its float input.
+    decltype(exponent) found = 0;
+    for (std::size_t i = 0; i < count; ++i) found |= static_cast<decltype(exponent)>((bits[i] & exponent) == exponent);
+    return found != 0;
   };
   switch (type) {
     case DType::float32: return any(static_cast<const uint32_t*>(data), uint32_t{0x7f800000});
