@@ -96,19 +96,7 @@ void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const
       c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
     }
   }
-  if (nfix > 0) {  // what packing cut off the unsafe pairs, from the u8 values
-    alignas(32) int32_t acc[MR][16];
-    for (int r = 0; r < MR; ++r) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r]), c0[r]);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(acc[r] + 8), c1[r]);
-    }
-    for (int64_t f = 0; f < nfix; ++f)
-      for (int r = 0; r < MR; ++r) acc[r][fixes[f].lane] += int32_t{q[r * ldq + fixes[f].k]} * fixes[f].d;
-    for (int r = 0; r < MR; ++r) {
-      c0[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r]));
-      c1[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[r] + 8));
-    }
-  }
+  add_fixes<MR>(c0, c1, q, ldq, fixes, nfix);
   const __m256 ws0 = _mm256_loadu_ps(ws), ws1 = _mm256_loadu_ps(ws + 8);
   const __m256i cs0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(colsum));
   const __m256i cs1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(colsum + 8));

@@ -56,21 +56,7 @@ void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilo
       c1[r] = _mm256_add_epi32(c1[r], Step::dot(a, b1));
     }
   }
-  // What packing cut off the unsafe pairs, from the u8 values, added to the one
-  // lane in registers (through an array, each vector's reload waited on the
-  // scalar stores into it: 15% of a K = 64 layer's tiles).
-  const auto* bytes = reinterpret_cast<const uint8_t*>(u);
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t f = 0; f < nfix; ++f) {
-    const int lane = fixes[f].lane;
-    const __m256i mask = _mm256_cmpeq_epi32(lanes, _mm256_set1_epi32(lane & 7));
-#pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r) {
-      const __m256i add = _mm256_and_si256(_mm256_set1_epi32(int32_t{bytes[r * ldu + fixes[f].k]} * fixes[f].d), mask);
-      if (lane < 8) c0[r] = _mm256_add_epi32(c0[r], add);
-      else c1[r] = _mm256_add_epi32(c1[r], add);
-    }
-  }
+  add_fixes<MR>(c0, c1, reinterpret_cast<const uint8_t*>(u), ldu, fixes, nfix);
   const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
   const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
   const __m256 m0 = _mm256_loadu_ps(ep.mult), m1 = _mm256_loadu_ps(ep.mult + 8);

@@ -1,5 +1,6 @@
 // The K loops of the 4-row tiles (vpmaddubsw: cpu:qint8's u8 forms, cpu/dynamic_int8's
-// u8 form; vpmaddwd: cpu:qint8's int16 form) in inline assembly, shared by their AVX2 kernel files. Internal
+// u8 form; vpmaddwd: cpu:qint8's int16 form) in inline assembly, and the u8
+// pairing's fixes, shared by their AVX2 kernel files. Internal
 // linkage: each including file gets its own copy (no inline function shared
 // across files built for different ISAs).
 #pragma once
@@ -82,6 +83,25 @@ namespace {
       : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4");
 #undef SN_I16_ROW
   c0[0] = c00, c0[1] = c10, c0[2] = c20, c0[3] = c30, c1[0] = c01, c1[1] = c11, c1[2] = c21, c1[3] = c31;
+}
+
+/// The pairing's fixes (pair_fix::PairFix: what packing cut off the unsafe
+/// pairs) added back from the u8 values of rows u (ldu apart), each to its one
+/// lane in registers: through an array in memory each vector's reload waited on
+/// the scalar stores into it (15% of a K = 64 layer's tiles).
+template <int MR, class Fix>
+inline void add_fixes(__m256i* c0, __m256i* c1, const uint8_t* u, int64_t ldu, const Fix* fixes, int64_t nfix) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t f = 0; f < nfix; ++f) {
+    const int lane = fixes[f].lane;
+    const __m256i mask = _mm256_cmpeq_epi32(lanes, _mm256_set1_epi32(lane & 7));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const __m256i add = _mm256_and_si256(_mm256_set1_epi32(int32_t{u[r * ldu + fixes[f].k]} * fixes[f].d), mask);
+      if (lane < 8) c0[r] = _mm256_add_epi32(c0[r], add);
+      else c1[r] = _mm256_add_epi32(c1[r], add);
+    }
+  }
 }
 
 }  // namespace
