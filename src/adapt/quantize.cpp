@@ -94,6 +94,44 @@ __attribute__((target("avx2,fma"))) void dequantize_avx2(const int8_t* x, float*
   for (; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
 }
 
+/// Dequantises positions [p0, p1) of one image's int8 nhwc values x (C channels, S positions) into float
+/// nchw y: blocks of 8 positions x 8 channels converted in registers and transposed there (8x8 floats),
+/// the edges one value at a time. The scalar gather into a tile it replaces took 3 times the dequantisation.
+__attribute__((target("avx2,fma"))) void dequantize_to_nchw_avx2(const int8_t* x, float* y, int64_t C, int64_t S,
+                                                                int64_t p0, int64_t p1, float scale, int32_t zp) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256i vzp = _mm256_set1_epi32(zp);
+  const int64_t c8 = C / 8 * 8;
+  int64_t p = p0;
+  for (; p + 8 <= p1; p += 8) {
+    for (int64_t c = 0; c < c8; c += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {  // row i: position p + i, channels c..c+7
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + (p + i) * C + c));
+        r[i] = _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(b), vzp)));
+      }
+      // 8x8 transpose: rows become channels.
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      const __m256 o[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                           _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                           _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                           _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(y + (c + j) * S + p, o[j]);
+    }
+    for (int64_t c = c8; c < C; ++c)
+      for (int64_t i = 0; i < 8; ++i) y[c * S + p + i] = dequantize_one(x[(p + i) * C + c], scale, zp);
+  }
+  for (; p < p1; ++p)
+    for (int64_t c = 0; c < C; ++c) y[c * S + p] = dequantize_one(x[p * C + c], scale, zp);
+}
+
 #endif
 
 void quantize_run(const float* x, int8_t* y, int64_t n, float inv, int32_t zp) {
@@ -133,7 +171,23 @@ class Convert final : public PreparedRoutine {
     // vector kernels (a scalar convert-while-transposing ran at ~1 GB/s).
     switch (op_) {
       case Op::quantize: return transpose<float, int8_t>(a, static_cast<const float*>(x), static_cast<int8_t*>(y));
-      case Op::dequantize: return transpose<int8_t, float>(a, static_cast<const int8_t*>(x), static_cast<float*>(y));
+      case Op::dequantize:
+#if defined(__x86_64__)
+        if (to_ != Layout::nhwc && g_.c >= 8 && cpu_has_avx2()) {
+          // Blocks of 256 positions of an image a task.
+          const int64_t C = g_.c, S = g_.s, per_image = (S + 255) / 256;
+          const auto* xi = static_cast<const int8_t*>(x);
+          auto* yi = static_cast<float*>(y);
+          a.pool->parallel_for(g_.n * per_image, 1, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) {
+              const int64_t img = t / per_image, p0 = t % per_image * 256;
+              dequantize_to_nchw_avx2(xi + img * C * S, yi + img * C * S, C, S, p0, std::min(S, p0 + 256), scale_, zp_);
+            }
+          });
+          return;
+        }
+#endif
+        return transpose<int8_t, float>(a, static_cast<const int8_t*>(x), static_cast<float*>(y));
       case Op::reorder: return transpose<int8_t, int8_t>(a, static_cast<const int8_t*>(x), static_cast<int8_t*>(y));
     }
   }

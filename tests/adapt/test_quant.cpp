@@ -105,7 +105,9 @@ float from_bits(uint32_t u) {
 TEST_CASE("quantise -> dequantise round-trips within scale/2 in nchw and nhwc", "[adapt][qint8]") {
   const QuantParams q{{0.02f}, {-7}, -1};
   const float lo = 0.02f * (-128 + 7), hi = 0.02f * (127 + 7);
-  for (Shape s : {Shape{1, 3, 5, 7}, Shape{2, 3, 23, 29}, Shape{1, 8, 9, 70}, Shape{2, 16, 4, 4}, Shape{1, 33, 3, 2}, Shape{3, 37}, Shape{101}}) {
+  // (27 and 64 channels at odd sizes: the 8 x 8 dequantising transpose's blocks and both edges.)
+  for (Shape s : {Shape{1, 3, 5, 7}, Shape{2, 3, 23, 29}, Shape{1, 8, 9, 70}, Shape{2, 16, 4, 4}, Shape{1, 33, 3, 2},
+                  Shape{1, 27, 5, 21}, Shape{2, 64, 17, 17}, Shape{3, 37}, Shape{101}}) {
     Blob x = random_floats(s, lo, hi, 5);
     for (Layout a : {Layout::nchw, Layout::nhwc})
       for (Layout b : {Layout::nchw, Layout::nhwc}) {
@@ -119,6 +121,8 @@ TEST_CASE("quantise -> dequantise round-trips within scale/2 in nchw and nhwc", 
           REQUIRE(qplain.data_as<int8_t>()[i] == quantize_def(x.data_as<float>()[i], 0.02f, -7));
         REQUIRE(convert(make_descriptor(fa, "dequantize"), qx, qb, q, &back));
         Blob bp = to_plain(back);
+        for (int64_t i = 0; i < s.numel(); ++i)  // exactly scale * (q - zp)
+          REQUIRE(bits(bp.data_as<float>()[i]) == bits(0.02f * static_cast<float>(qplain.data_as<int8_t>()[i] + 7)));
         double worst = 0;
         for (int64_t i = 0; i < s.numel(); ++i) worst = std::max(worst, double(std::fabs(bp.data_as<float>()[i] - x.data_as<float>()[i])));
         CHECK(worst <= 0.02 / 2 * 1.0001);
