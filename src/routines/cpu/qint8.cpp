@@ -424,6 +424,10 @@ class GemmConv final : public PreparedRoutine {
     jpc_ = ceil_div(ocb_, occ_);
     occ_ = ceil_div(ocb_, jpc_);
     contiguous_taps_ = g.group == 1 && g.dw == 1;
+    // A 1x1 convolution at stride 1 without padding whose rows need no K padding:
+    // a block of output pixels reads one contiguous run of the input.
+    contiguous_rows_ = g.group == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 &&
+                       g.pb == 0 && g.pr == 0 && g.oh == g.h && g.ow == g.w && kpad_ == k_;
     ldu_ = kpad_ * es_;
     xbytes_ = nhwc_in_ ? 0 : align64(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
     ubytes_ = align64(static_cast<std::size_t>(mbe_ * ldu_) + 64);
@@ -478,7 +482,8 @@ class GemmConv final : public PreparedRoutine {
     const int8_t* x_end = x + g_.n * g_.h * g_.w * g_.c;
     const char* u_end = u + ubytes_;
     // im2col: one row of K activations (in the kernel's format) per output pixel.
-    for (int64_t p = p0; p < p1; ++p) {
+    if (contiguous_rows_) convert(x + (n * P + p0) * g_.c, u, np * k_);  // (MobileNetV2's 1x1s: 240 calls in one)
+    for (int64_t p = p0; p < p1 && !contiguous_rows_; ++p) {
       const int64_t oy = p / g_.ow, ox = p % g_.ow;
       char* row = u + (p - p0) * ldu_;
       for (int64_t ki = 0; ki < g_.kh; ++ki) {
@@ -581,7 +586,7 @@ class GemmConv final : public PreparedRoutine {
   int32_t zp_in_;
   bool nhwc_in_, nhwc_out_;
   GemmKernel kernel_;
-  bool contiguous_taps_ = false;
+  bool contiguous_taps_ = false, contiguous_rows_ = false;
   uint8_t pad_u8_ = 128;
   int64_t icg_, ocg_, k_, ksteps_ = 0, kpad_ = 0, es_ = 2, tile_m_ = 4, ocb_, block_bytes_ = 0, ldu_ = 0;
   int64_t mbe_ = 1, pblocks_ = 1, occ_ = 1, jpc_ = 1, slots_ = 1;
