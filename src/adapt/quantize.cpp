@@ -94,6 +94,22 @@ __attribute__((target("avx2,fma"))) void dequantize_avx2(const int8_t* x, float*
   for (; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
 }
 
+/// The 8x8 float transpose in registers: o[j][i] = r[i][j].
+__attribute__((target("avx2,fma"), always_inline)) inline void transpose8x8(const __m256* r, __m256* o) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  o[0] = _mm256_permute2f128_ps(u0, u4, 0x20), o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  o[2] = _mm256_permute2f128_ps(u2, u6, 0x20), o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  o[4] = _mm256_permute2f128_ps(u0, u4, 0x31), o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  o[6] = _mm256_permute2f128_ps(u2, u6, 0x31), o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 /// Dequantises positions [p0, p1) of one image's int8 nhwc values x (C channels, S positions) into float
 /// nchw y: blocks of 8 positions x 8 channels converted in registers and transposed there (8x8 floats),
 /// the edges one value at a time. The scalar gather into a tile it replaces took 3 times the dequantisation.
@@ -110,19 +126,8 @@ __attribute__((target("avx2,fma"))) void dequantize_to_nchw_avx2(const int8_t* x
         const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + (p + i) * C + c));
         r[i] = _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(b), vzp)));
       }
-      // 8x8 transpose: rows become channels.
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-      const __m256 o[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
-                           _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
-                           _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
-                           _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+      __m256 o[8];  // rows become channels
+      transpose8x8(r, o);
       for (int j = 0; j < 8; ++j) _mm256_storeu_ps(y + (c + j) * S + p, o[j]);
     }
     for (int64_t c = c8; c < C; ++c)
@@ -144,23 +149,10 @@ __attribute__((target("avx2,fma"))) void quantize_to_nhwc_avx2(const float* x, i
     for (int64_t c = 0; c < c8; c += 8) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (c + i) * S + p);  // row i: channel c + i
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      __m256 t[8];
+      transpose8x8(r, t);
       alignas(32) float o[8][8];  // o[j]: position p + j, channels c..c+7
-      _mm256_store_ps(o[0], _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_store_ps(o[1], _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_store_ps(o[2], _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_store_ps(o[3], _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_store_ps(o[4], _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_store_ps(o[5], _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_store_ps(o[6], _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_store_ps(o[7], _mm256_permute2f128_ps(u3, u7, 0x31));
+      for (int j = 0; j < 8; ++j) _mm256_store_ps(o[j], t[j]);
       for (int j = 0; j < 8; j += 2) {  // two positions' 8 channels a pack
         const __m256i a = quantize8(o[j], vinv, vzp), b = quantize8(o[j + 1], vinv, vzp);
         const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);  // a0..7 b0..7 as int16
@@ -216,35 +208,18 @@ class Convert final : public PreparedRoutine {
     switch (op_) {
       case Op::quantize:
 #if defined(__x86_64__)
-        if (to_ == Layout::nhwc && g_.c >= 8 && cpu_has_avx2()) {
-          const int64_t C = g_.c, S = g_.s, per_image = (S + 255) / 256;
-          const auto* xi = static_cast<const float*>(x);
-          auto* yi = static_cast<int8_t*>(y);
-          a.pool->parallel_for(g_.n * per_image, 1, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) {
-              const int64_t img = t / per_image, p0 = t % per_image * 256;
-              quantize_to_nhwc_avx2(xi + img * C * S, yi + img * C * S, C, S, p0, std::min(S, p0 + 256), inv_, zp_);
-            }
+        if (to_ == Layout::nhwc && g_.c >= 8 && cpu_has_avx2())
+          return position_blocks(a, [&](int64_t off, int64_t p0, int64_t p1) {
+            quantize_to_nhwc_avx2(static_cast<const float*>(x) + off, static_cast<int8_t*>(y) + off, g_.c, g_.s, p0, p1, inv_, zp_);
           });
-          return;
-        }
 #endif
         return transpose<float, int8_t>(a, static_cast<const float*>(x), static_cast<int8_t*>(y));
       case Op::dequantize:
 #if defined(__x86_64__)
-        if (to_ != Layout::nhwc && g_.c >= 8 && cpu_has_avx2()) {
-          // Blocks of 256 positions of an image a task.
-          const int64_t C = g_.c, S = g_.s, per_image = (S + 255) / 256;
-          const auto* xi = static_cast<const int8_t*>(x);
-          auto* yi = static_cast<float*>(y);
-          a.pool->parallel_for(g_.n * per_image, 1, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) {
-              const int64_t img = t / per_image, p0 = t % per_image * 256;
-              dequantize_to_nchw_avx2(xi + img * C * S, yi + img * C * S, C, S, p0, std::min(S, p0 + 256), scale_, zp_);
-            }
+        if (to_ != Layout::nhwc && g_.c >= 8 && cpu_has_avx2())
+          return position_blocks(a, [&](int64_t off, int64_t p0, int64_t p1) {
+            dequantize_to_nchw_avx2(static_cast<const int8_t*>(x) + off, static_cast<float*>(y) + off, g_.c, g_.s, p0, p1, scale_, zp_);
           });
-          return;
-        }
 #endif
         return transpose<int8_t, float>(a, static_cast<const int8_t*>(x), static_cast<float*>(y));
       case Op::reorder: return transpose<int8_t, int8_t>(a, static_cast<const int8_t*>(x), static_cast<int8_t*>(y));
@@ -258,6 +233,17 @@ class Convert final : public PreparedRoutine {
       case Op::dequantize: dequantize_run(static_cast<const int8_t*>(x) + off, static_cast<float*>(y) + off, n, scale_, zp_); break;
       case Op::reorder: std::memcpy(static_cast<int8_t*>(y) + off, static_cast<const int8_t*>(x) + off, static_cast<std::size_t>(n)); break;
     }
+  }
+  /// fn(offset of the image's values, p0, p1) over blocks of 256 positions of every image, in parallel.
+  template <class F>
+  void position_blocks(const RunArgs& a, F&& fn) const {
+    const int64_t per_image = (g_.s + 255) / 256;
+    a.pool->parallel_for(g_.n * per_image, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t img = t / per_image, p0 = t % per_image * 256;
+        fn(img * g_.c * g_.s, p0, std::min(g_.s, p0 + 256));
+      }
+    });
   }
   template <class In, class Out>
   void transpose(const RunArgs& a, const In* x, Out* y) const {
