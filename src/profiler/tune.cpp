@@ -1449,17 +1449,11 @@ struct Tuner {
                                                         : std::vector<std::vector<NamedBlob>>{opt.calibration.inputs.front()};
     const double d = profiler::disagreement_with_default(net, path, samples);
     if (d <= kFloat32Agreement) return path;
-    if (!fallback.allowed) {
-      core::warn("the tuned path's outputs differ from the untuned default's by {:.3g} of their largest value (float32 "
-                 "paths agree within {:g}): a routine computes wrongly on this CPU; the schemas, pins and bans given "
-                 "leave no default to keep",
-                 d, kFloat32Agreement);
-      return path;
-    }
     core::warn("the tuned path's outputs differ from the untuned default's by {:.3g} of their largest value (float32 "
-               "paths agree within {:g}): a routine computes wrongly on this CPU; keeping the default's routines",
-               d, kFloat32Agreement);
-    return keep_default(fallback, default_run);
+               "paths agree within {:g}): a routine computes wrongly on this CPU; {}",
+               d, kFloat32Agreement,
+               fallback.allowed ? "keeping the default's routines" : "the schemas, pins and bans given leave no default to keep");
+    return fallback.allowed ? keep_default(fallback, default_run) : path;
   }
   static constexpr double kFloat32Agreement = 1e-3;
 

@@ -483,7 +483,7 @@ class GemmConv final : public PreparedRoutine {
     const char* u_end = u + ubytes_;
     // im2col: one row of K activations (in the kernel's format) per output pixel.
     if (contiguous_rows_) convert(x + (n * P + p0) * g_.c, u, np * k_);  // (MobileNetV2's 1x1s: 240 calls in one)
-    for (int64_t p = p0; p < p1 && !contiguous_rows_; ++p) {
+    else for (int64_t p = p0; p < p1; ++p) {
       const int64_t oy = p / g_.ow, ox = p % g_.ow;
       char* row = u + (p - p0) * ldu_;
       for (int64_t ki = 0; ki < g_.kh; ++ki) {

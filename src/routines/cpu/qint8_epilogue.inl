@@ -14,6 +14,21 @@ namespace {
 
 constexpr float kClampF = 1048576.0f;  // |value| bound before float -> int32 (no overflow)
 
+/// The output's rounding: clamped before rounding to [lo - zp, hi - zp],
+/// integers (rounding keeps it there, the same as clamping after, and the
+/// conversion cannot overflow), then the zero point added. Its constants made
+/// once, where a tile rounds many vectors.
+struct Rounding {
+  __m256 lo, hi;
+  __m256i zp;
+  explicit Rounding(const Epilogue& ep)
+      : lo(_mm256_set1_ps(static_cast<float>(ep.lo - ep.zp))), hi(_mm256_set1_ps(static_cast<float>(ep.hi - ep.zp))),
+        zp(_mm256_set1_epi32(ep.zp)) {}
+  __m256i operator()(__m256 f) const { return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(f, hi), lo)), zp); }
+  /// A linear epilogue without add_out: requant8's whole work.
+  __m256i linear(__m256i acc, __m256 mult) const { return (*this)(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), mult)); }
+};
+
 /// Requantises 8 int32 accumulators (bias included) with per-lane multipliers.
 inline __m256i requant8(__m256i acc, __m256 mult, const Epilogue& ep) {
   __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), mult);
@@ -26,26 +41,8 @@ inline __m256i requant8(__m256i acc, __m256 mult, const Epilogue& ep) {
     f = _mm256_mul_ps(_mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f)), _mm256_set1_ps(ep.inv_out));
   }
   if (ep.add_out != 0) f = _mm256_add_ps(f, _mm256_set1_ps(ep.add_out));
-  // Clamped before rounding to [lo - zp, hi - zp], integers: rounding keeps it
-  // there (the same as clamping after), and the conversion cannot overflow.
-  f = _mm256_max_ps(_mm256_min_ps(f, _mm256_set1_ps(static_cast<float>(ep.hi - ep.zp))),
-                    _mm256_set1_ps(static_cast<float>(ep.lo - ep.zp)));
-  return _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(ep.zp));
+  return Rounding(ep)(f);
 }
-
-/// requant8 of a linear epilogue without add_out, its bounds and zero point
-/// made once (per tile) instead of at every call.
-struct LinearRequant {
-  __m256 lo, hi;
-  __m256i zp;
-  explicit LinearRequant(const Epilogue& ep)
-      : lo(_mm256_set1_ps(static_cast<float>(ep.lo - ep.zp))), hi(_mm256_set1_ps(static_cast<float>(ep.hi - ep.zp))),
-        zp(_mm256_set1_epi32(ep.zp)) {}
-  __m256i operator()(__m256i acc, __m256 mult) const {
-    const __m256 f = _mm256_max_ps(_mm256_min_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), mult), hi), lo);
-    return _mm256_add_epi32(_mm256_cvtps_epi32(f), zp);
-  }
-};
 
 /// 16 int32 in order (lo: 0-7, hi: 8-15) -> 16 int8 stored at dst (the first n).
 inline void store16(__m256i lo, __m256i hi, int8_t* dst, int n) {

@@ -63,10 +63,11 @@ void tile(const char* u, int64_t ldu, const char* v, int64_t ksteps, const Epilo
   if (ep.act == Epilogue::linear && ep.add_out == 0) {
     // The common case with its constants in registers: at small K (MobileNetV2's
     // 16-channel expansions) the epilogue took more of a tile than its products.
-    const LinearRequant q(ep);
+    const Rounding q(ep);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r)
-      store16(q(_mm256_add_epi32(c0[r], bias0), m0), q(_mm256_add_epi32(c1[r], bias1), m1), dst + r * ldd, nvalid);
+      store16(q.linear(_mm256_add_epi32(c0[r], bias0), m0), q.linear(_mm256_add_epi32(c1[r], bias1), m1), dst + r * ldd,
+              nvalid);
     return;
   }
 #pragma GCC unroll 4
