@@ -20,7 +20,7 @@ namespace {
 
 bool usable() {
 #if defined(__x86_64__)
-  return dynamic_int8::avx2_usable() && dynamic_int8::vnni512_usable();
+  return dynamic_int8::avx2_usable();
 #else
   return false;  // cpu/int8_attention is built for x86 only
 #endif
@@ -54,7 +54,7 @@ TEST_CASE("cpu/int8_attention is near float32 on an encoder's long attention", "
   const auto got = test::values(test::run_layer(l, in, "cpu/int8_attention")[0]);
   const auto want = test::values(test::run_layer(l, in, "cpu/ref")[0]);
   const auto [err, cosine] = compare(got, want);
-  CHECK(err < 4e-2);  // (measured 3.0e-2 and 0.99987: int8 scores and u8 exponentials)
+  CHECK(err < 4e-2);  // (measured 3.0e-2 and 0.99987 with VNNI; 3.2e-2 and 0.99981 on AVX2, 7-bit queries and values)
   CHECK(cosine > 0.9997);
 }
 

@@ -52,10 +52,11 @@ void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int8_t* w, int64_t k
 /// Weights of the u8s8 form: [k4][16][4] int8, 64 bytes per K quad.
 inline constexpr int kU8s8Qmax = 63;
 
-/// Row r < m of x to u8 values q (ldq bytes apart, k values then zeros to a
-/// multiple of 4), its scale s[r] and zero point zp[r] (the range holds 0).
-/// False where a row holds NaN or infinity.
-bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp);
+/// Row r < m of x to u8 values q in [0, top] (ldq bytes apart, k values then
+/// zeros to a multiple of 4), its scale s[r] and zero point zp[r] (the range
+/// holds 0). False where a row holds NaN or infinity.
+bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp,
+                      int top = 255);
 
 /// dynamic_quant_dense's 8-bit weights without VNNI: pairs made safe in K's
 /// own order, what was cut added back by the tile (pair_fix.hpp).
@@ -97,16 +98,18 @@ bool quantize_tensor_u8_avx2(const float* x, int64_t m, int64_t k, int64_t ldx, 
 bool quantize_tensor(const float* x, int64_t m, int64_t k, int64_t ldx, int16_t* u, int64_t ldu, float scale,
                      int32_t zp);
 
-// Operands of cpu/int8_attention in the VNNI weight blocks ([k4][16][4] int8
-// per 16 columns, block_bytes apart, zeroed beforehand): int8 per column with
-// scale[c] = max |column| / 127 and sum[c] its integers' sum. False where a
-// value is NaN or infinite.
+// Operands of cpu/int8_attention in the u8s8 and VNNI weight blocks ([k4][16][4]
+// int8 per 16 columns, block_bytes apart, zeroed beforehand): int8 per column
+// in [-qmax, qmax] (kVnniQmax for vpdpbusd, kU8s8Qmax for vpmaddubsw) with
+// scale[c] = max |column| / qmax and sum[c] its integers' sum. AVX2 (the
+// packing is O(keys x features), beside the products' O(queries x keys x features)).
+// False where a value is NaN or infinite.
 /// Column c = row c of x (n rows of depth floats, ldx apart: the keys).
 bool pack_rows_int8(const float* x, int64_t n, int64_t depth, int64_t ldx, int8_t* w, int64_t block_bytes, float* scale,
-                    int32_t* sum);
+                    int32_t* sum, int qmax);
 /// Column c = column c of x (depth rows of n floats, ldx apart: the values' channels).
 bool pack_columns_int8(const float* x, int64_t depth, int64_t n, int64_t ldx, int8_t* w, int64_t block_bytes,
-                       float* scale, int32_t* sum);
+                       float* scale, int32_t* sum, int qmax);
 /// Rows of values in [0, 1] (p, ldp apart) to u8 round(p * 255), zeros to a
 /// multiple of 4 (q, ldq apart). False where a row holds NaN.
 bool quantize_unit_rows(const float* p, int64_t rows, int64_t n, int64_t ldp, uint8_t* q, int64_t ldq);

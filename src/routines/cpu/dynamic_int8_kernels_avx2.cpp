@@ -114,9 +114,32 @@ void tile_u8s8(const uint8_t* q, int64_t ldq, const int8_t* w, int64_t k4, const
   }
 }
 
+/// The first `count` (may be 8 or more) of 8 floats at p, zeros past them; nothing past them is read.
+inline __m256 load_first8(const float* p, int64_t count) {
+  if (count >= 8) return _mm256_loadu_ps(p);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(count)), lane));
+}
+
+/// Lanes whose value is NaN or infinity.
+inline __m256 non_finite(__m256 v) { return _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ); }
+
+/// 16 int32 (a: 0-7, b: 8-15) to 16 int8 in order, saturating.
+inline __m128i to_i8x16(__m256i a, __m256i b) {
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);  // packs interleaves 128-bit halves
+  return _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+}
+
+inline int32_t hsum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
 }  // namespace
 
-bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp) {
+bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float* s, int32_t* zp, int top) {
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = x + r * ldx;
     uint8_t* qr = q + r * ldq;
@@ -148,8 +171,8 @@ bool quantize_rows_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t
       std::memset(qr, 0, static_cast<std::size_t>(kp));
       continue;
     }
-    const float scale = (mx - mn) / 255.0f, inv = 255.0f / (mx - mn);
-    const int32_t z = _mm_cvtss_si32(_mm_set_ss(-mn * inv));  // in [0, 255]: mn <= 0 <= mx
+    const float scale = (mx - mn) / static_cast<float>(top), inv = static_cast<float>(top) / (mx - mn);
+    const int32_t z = _mm_cvtss_si32(_mm_set_ss(-mn * inv));  // in [0, top]: mn <= 0 <= mx
     s[r] = scale;
     zp[r] = z;
     const __m256 vinv = _mm256_set1_ps(inv);
@@ -293,6 +316,125 @@ void gemm_tile(int mr, const int16_t* u, int64_t ldu, const int8_t* w, int64_t k
     case 3: return tile<3>(u, ldu, w, k2, xs, ws, bias, y, ldy, nvalid);
     default: return tile<4>(u, ldu, w, k2, xs, ws, bias, y, ldy, nvalid);
   }
+}
+
+bool pack_rows_int8(const float* x, int64_t n, int64_t depth, int64_t ldx, int8_t* w, int64_t block_bytes, float* scale,
+                    int32_t* sum, int qmax) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t c = 0; c < n; ++c) {
+    const float* row = x + c * ldx;
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int64_t t = 0; t < depth; t += 8) {
+      const __m256 v = load_first8(row + t, depth - t);
+      bad = _mm256_or_ps(bad, non_finite(v));
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v));
+    }
+    if (_mm256_movemask_ps(bad) != 0) return false;
+    const float amax = hmax(mx);
+    scale[c] = amax / static_cast<float>(qmax);
+    sum[c] = 0;
+    if (amax == 0) continue;  // zeros, as w already holds
+    const __m256 inv = _mm256_set1_ps(static_cast<float>(qmax) / amax);
+    int8_t* col = w + (c / kBlockN) * block_bytes + (c % kBlockN) * 4;
+    __m256i total = _mm256_setzero_si256();
+    for (int64_t t = 0; t < depth; t += 16) {
+      const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(load_first8(row + t, depth - t), inv));
+      const __m256i i1 = depth - t > 8 ? _mm256_cvtps_epi32(_mm256_mul_ps(load_first8(row + t + 8, depth - t - 8), inv))
+                                       : _mm256_setzero_si256();
+      total = _mm256_add_epi32(total, _mm256_add_epi32(i0, i1));
+      alignas(16) int32_t quads[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(quads), to_i8x16(i0, i1));
+      const int64_t nq = std::min<int64_t>(4, (depth - t + 3) / 4);
+      for (int64_t j = 0; j < nq; ++j) std::memcpy(col + (t / 4 + j) * 4 * kBlockN, &quads[j], 4);
+    }
+    sum[c] = hsum(total);
+  }
+  return true;
+}
+
+bool pack_columns_int8(const float* x, int64_t depth, int64_t n, int64_t ldx, int8_t* w, int64_t block_bytes,
+                       float* scale, int32_t* sum, int qmax) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps(), q = _mm256_set1_ps(static_cast<float>(qmax));
+  for (int64_t c0 = 0; c0 < n; c0 += kBlockN) {
+    const int64_t nc = std::min<int64_t>(kBlockN, n - c0);
+    __m256 mx0 = zero, mx1 = zero, bad = zero;
+    for (int64_t t = 0; t < depth; ++t) {
+      const __m256 v0 = load_first8(x + t * ldx + c0, nc), v1 = nc > 8 ? load_first8(x + t * ldx + c0 + 8, nc - 8) : zero;
+      bad = _mm256_or_ps(bad, _mm256_or_ps(non_finite(v0), non_finite(v1)));
+      mx0 = _mm256_max_ps(mx0, _mm256_andnot_ps(sign, v0));
+      mx1 = _mm256_max_ps(mx1, _mm256_andnot_ps(sign, v1));
+    }
+    if (_mm256_movemask_ps(bad) != 0) return false;
+    alignas(32) float sc[16];
+    _mm256_store_ps(sc, _mm256_div_ps(mx0, q));
+    _mm256_store_ps(sc + 8, _mm256_div_ps(mx1, q));
+    std::memcpy(scale + c0, sc, static_cast<std::size_t>(nc) * sizeof(float));
+    // 0 for a column of zeros (the division's NaN masked off).
+    const __m256 inv0 = _mm256_and_ps(_mm256_cmp_ps(mx0, zero, _CMP_GT_OQ), _mm256_div_ps(q, mx0));
+    const __m256 inv1 = _mm256_and_ps(_mm256_cmp_ps(mx1, zero, _CMP_GT_OQ), _mm256_div_ps(q, mx1));
+    int8_t* blk = w + (c0 / kBlockN) * block_bytes;
+    __m256i total0 = _mm256_setzero_si256(), total1 = _mm256_setzero_si256();
+    for (int64_t t = 0; t < depth; t += 4) {
+      // Four keys' 16 channels to the block's [channel][4 keys] bytes.
+      __m128i r[4];
+      for (int64_t i = 0; i < 4; ++i) {
+        __m256i q0 = _mm256_setzero_si256(), q1 = _mm256_setzero_si256();
+        if (t + i < depth) {
+          const float* at = x + (t + i) * ldx + c0;
+          q0 = _mm256_cvtps_epi32(_mm256_mul_ps(load_first8(at, nc), inv0));
+          if (nc > 8) q1 = _mm256_cvtps_epi32(_mm256_mul_ps(load_first8(at + 8, nc - 8), inv1));
+        }
+        total0 = _mm256_add_epi32(total0, q0);
+        total1 = _mm256_add_epi32(total1, q1);
+        r[i] = to_i8x16(q0, q1);
+      }
+      const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+      const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+      auto* out = reinterpret_cast<__m128i*>(blk + (t / 4) * 4 * kBlockN);
+      _mm_storeu_si128(out, _mm_unpacklo_epi16(lo01, lo23));
+      _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(lo01, lo23));
+      _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(hi01, hi23));
+      _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(hi01, hi23));
+    }
+    alignas(32) int32_t tot[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tot), total0);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tot + 8), total1);
+    std::memcpy(sum + c0, tot, static_cast<std::size_t>(nc) * sizeof(int32_t));
+  }
+  return true;
+}
+
+bool quantize_unit_rows(const float* p, int64_t rows, int64_t n, int64_t ldp, uint8_t* q, int64_t ldq) {
+  const __m256 k255 = _mm256_set1_ps(255.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const int64_t padded = (n + 3) & ~int64_t(3);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = p + r * ldp;
+    uint8_t* qr = q + r * ldq;
+    __m256 bad = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+      __m256i v[4];
+      for (int i = 0; i < 4; ++i) {
+        const __m256 f = _mm256_loadu_ps(pr + j + 8 * i);
+        bad = _mm256_or_ps(bad, non_finite(f));
+        v[i] = _mm256_cvtps_epi32(_mm256_mul_ps(f, k255));  // to nearest even
+      }
+      // Saturating packs keep 255; each pack interleaves 128-bit halves, undone by the permute.
+      const __m256i b = _mm256_permutevar8x32_epi32(
+          _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3])), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + j), b);
+    }
+    for (; j < n; ++j) {
+      const float v = pr[j];
+      if (!(v - v == 0)) return false;
+      const int32_t i = _mm_cvtss_si32(_mm_set_ss(v * 255.0f));
+      qr[j] = static_cast<uint8_t>(i < 0 ? 0 : i > 255 ? 255 : i);
+    }
+    if (_mm256_movemask_ps(bad) != 0) return false;
+    for (; j < padded; ++j) qr[j] = 0;
+  }
+  return true;
 }
 
 }  // namespace softneuro::dynamic_int8

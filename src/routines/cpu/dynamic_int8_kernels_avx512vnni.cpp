@@ -76,79 +76,6 @@ inline __mmask16 first(int64_t count) {
 
 }  // namespace
 
-bool pack_rows_int8(const float* x, int64_t n, int64_t depth, int64_t ldx, int8_t* w, int64_t block_bytes, float* scale,
-                    int32_t* sum) {
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  for (int64_t c = 0; c < n; ++c) {
-    const float* row = x + c * ldx;
-    __m512 mx = _mm512_setzero_ps();
-    bool ok = true;
-    for (int64_t t = 0; t < depth; t += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(first(depth - t), row + t);
-      ok = ok && finite16(v);
-      mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, v));
-    }
-    if (!ok) return false;
-    const float amax = _mm512_reduce_max_ps(mx);
-    scale[c] = amax / 127.0f;
-    sum[c] = 0;
-    if (amax == 0) continue;  // zeros, as w already holds
-    const __m512 inv = _mm512_set1_ps(127.0f / amax);
-    int8_t* col = w + (c / kBlockN) * block_bytes + (c % kBlockN) * 4;
-    __m512i total = _mm512_setzero_si512();
-    for (int64_t t = 0; t < depth; t += 16) {
-      const __m512i i = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(first(depth - t), row + t), inv));
-      total = _mm512_add_epi32(total, i);
-      alignas(16) int32_t quads[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(quads), _mm512_cvtsepi32_epi8(i));
-      const int64_t nq = std::min<int64_t>(4, (depth - t + 3) / 4);
-      for (int64_t j = 0; j < nq; ++j) std::memcpy(col + (t / 4 + j) * 4 * kBlockN, &quads[j], 4);
-    }
-    sum[c] = _mm512_reduce_add_epi32(total);
-  }
-  return true;
-}
-
-bool pack_columns_int8(const float* x, int64_t depth, int64_t n, int64_t ldx, int8_t* w, int64_t block_bytes,
-                       float* scale, int32_t* sum) {
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  for (int64_t c0 = 0; c0 < n; c0 += kBlockN) {
-    const __mmask16 m = first(n - c0);
-    __m512 mx = _mm512_setzero_ps();
-    bool ok = true;
-    for (int64_t t = 0; t < depth; ++t) {
-      const __m512 v = _mm512_maskz_loadu_ps(m, x + t * ldx + c0);
-      ok = ok && finite16(v);
-      mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, v));
-    }
-    if (!ok) return false;
-    _mm512_mask_storeu_ps(scale + c0, m, _mm512_div_ps(mx, _mm512_set1_ps(127.0f)));
-    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(mx, _mm512_setzero_ps(), _CMP_GT_OQ),
-                                           _mm512_set1_ps(127.0f), mx);  // 0 for a column of zeros
-    int8_t* blk = w + (c0 / kBlockN) * block_bytes;
-    __m512i total = _mm512_setzero_si512();
-    for (int64_t t = 0; t < depth; t += 4) {
-      // Four keys' 16 channels to the block's [channel][4 keys] bytes.
-      __m128i r[4];
-      for (int64_t i = 0; i < 4; ++i) {
-        const __m512 v = t + i < depth ? _mm512_maskz_loadu_ps(m, x + (t + i) * ldx + c0) : _mm512_setzero_ps();
-        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
-        total = _mm512_add_epi32(total, q);
-        r[i] = _mm512_cvtsepi32_epi8(q);
-      }
-      const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
-      const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
-      auto* out = reinterpret_cast<__m128i*>(blk + (t / 4) * 4 * kBlockN);
-      _mm_storeu_si128(out, _mm_unpacklo_epi16(lo01, lo23));
-      _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(lo01, lo23));
-      _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(hi01, hi23));
-      _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(hi01, hi23));
-    }
-    _mm512_mask_storeu_epi32(sum + c0, m, total);
-  }
-  return true;
-}
-
 bool quantize_tensor_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8_t* q, int64_t ldq, float scale,
                         int32_t zp) {
   const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(static_cast<float>(zp));
@@ -169,26 +96,6 @@ bool quantize_tensor_u8(const float* x, int64_t m, int64_t k, int64_t ldx, uint8
     for (int64_t j = k; j < padded; ++j) qr[j] = 0;
   }
   return ok;
-}
-
-bool quantize_unit_rows(const float* p, int64_t rows, int64_t n, int64_t ldp, uint8_t* q, int64_t ldq) {
-  const __m512 k255 = _mm512_set1_ps(255.0f);
-  const int64_t padded = (n + 3) & ~int64_t(3);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* pr = p + r * ldp;
-    uint8_t* qr = q + r * ldq;
-    bool ok = true;
-    for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 m = first(n - j);
-      const __m512 v = _mm512_maskz_loadu_ps(m, pr + j);
-      ok = ok && finite16(v);
-      // [0, 1] to [0, 255], to nearest even; unsigned saturation keeps 255.
-      _mm_mask_storeu_epi8(qr + j, m, _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v, k255))));
-    }
-    if (!ok) return false;
-    for (int64_t j = n; j < padded; ++j) qr[j] = 0;
-  }
-  return true;
 }
 
 void gemm_tile_vnni(int mr, int nb, const uint8_t* q, int64_t ldq, const int8_t* w, int64_t block_bytes, int64_t k4,

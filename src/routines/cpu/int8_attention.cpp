@@ -1,16 +1,18 @@
 // cpu/int8_attention — the attention layer (core/layer_types.hpp) in float32
-// that multiplies in int8 on AVX512-VNNI, with cpu/dynamic_int8's kernels
+// that multiplies in int8, with cpu/dynamic_int8's kernels
 // (dynamic_int8_kernels.hpp): per batch and head, each key row quantised to
 // int8 (its own scale) and each value channel too, packed once as the kernels'
 // weight blocks; per block of query rows, the rows as u8 (a scale and zero
 // point each), S = Q·Kᵀ in exact int32 sums scaled back to float32, each row
 // scaled, masked and exponentiated in float32 (attention_blocks.hpp), the
 // exponentials (in [0, 1], 1 at the row's largest) as u8 on a grid of 1/255,
-// then O = P·V, each row divided by its sum. Four times the products per
-// instruction of float32 FMAs: Whisper's 1,500-frame attention is most of its
-// encoder. Reduced precision (qint8): a candidate where the tuning allows
-// qint8, held to the accuracy budget. Rows whose inputs hold NaN or infinity
-// run in float32, as softmax computes them.
+// then O = P·V, each row divided by its sum. On AVX512-VNNI (vpdpbusd) every
+// operand keeps 8 bits; on AVX2 (vpmaddubsw, whose pair sums saturate at
+// int16) the queries and the values take 7. Twice to four times the products per instruction
+// of float32 FMAs: Whisper's 1,500-frame attention is most of its encoder.
+// Reduced precision (qint8): a candidate where the tuning allows qint8, held
+// to the accuracy budget. Rows whose inputs hold NaN or infinity run in
+// float32, as softmax computes them.
 //
 // Routine parameter m_block: query rows per block (their float32 scores stay
 // in L2 at long key counts with the smaller choices).
@@ -74,15 +76,18 @@ struct Operand {
 };
 
 Support usable() {
-  if (!d8::avx2_usable() || !d8::vnni512_usable())
-    return Support::no("cpu/int8_attention needs AVX-512 with VNNI");
+  if (!d8::avx2_usable()) return Support::no("cpu/int8_attention needs AVX2 and FMA");
   return Support::yes();
 }
 
 class Prepared final : public PreparedRoutine {
  public:
   Prepared(const LayerInfo& info, int64_t m_block)
-      : g_(core::attention_geometry(*info.layer, info.input_shapes)), v_(cpu::vec::best_kernels()) {
+      : g_(core::attention_geometry(*info.layer, info.input_shapes)),
+        v_(cpu::vec::best_kernels()),
+        vnni_(d8::vnni512_usable()),
+        q_top_(vnni_ ? 255 : 127),
+        v_qmax_(vnni_ ? d8::kVnniQmax : d8::kU8s8Qmax) {
     mb_ = std::max<int64_t>(1, std::min(m_block, g_.sq));
     slots_ = team_threads(info);
     keys_ = Operand::layout(g_.sk, g_.d);
@@ -127,15 +132,17 @@ class Prepared final : public PreparedRoutine {
       keys.clear();
       values.clear();
       const bool finite =
-          (g_.k[3] == 1 ? d8::pack_rows_int8(kh, g_.sk, g_.d, g_.k[2], keys.w, keys.block_bytes, keys.scale, keys.sum)
-                        : d8::pack_columns_int8(kh, g_.d, g_.sk, g_.k[3], keys.w, keys.block_bytes, keys.scale, keys.sum)) &&
-          d8::pack_columns_int8(vh, g_.sk, g_.dv, g_.v[2], values.w, values.block_bytes, values.scale, values.sum);
+          (g_.k[3] == 1
+               ? d8::pack_rows_int8(kh, g_.sk, g_.d, g_.k[2], keys.w, keys.block_bytes, keys.scale, keys.sum, d8::kVnniQmax)
+               : d8::pack_columns_int8(kh, g_.d, g_.sk, g_.k[3], keys.w, keys.block_bytes, keys.scale, keys.sum,
+                                       d8::kVnniQmax)) &&
+          d8::pack_columns_int8(vh, g_.sk, g_.dv, g_.v[2], values.w, values.block_bytes, values.scale, values.sum, v_qmax_);
       const int64_t per = (blocks + chunks_ - 1) / chunks_;
       for (int64_t blk = chunk * per; blk < std::min(blocks, (chunk + 1) * per); ++blk) {
         const int64_t i0 = blk * mb_, rows = std::min(mb_, g_.sq - i0);
         const float* qb = q + b * g_.q[0] + h * g_.q[1] + i0 * g_.q[2];
         float* o = out + b * g_.out[0] + h * g_.out[1] + i0 * g_.out[2];
-        if (finite && d8::quantize_rows_u8(qb, rows, g_.d, g_.q[2], qu, ldq_, qs, qz))
+        if (finite && d8::quantize_rows_u8(qb, rows, g_.d, g_.q[2], qu, ldq_, qs, qz, q_top_))
           products(rows, qu, ldq_, keys, qs, qz, s, ld_s_);
         else
           float_scores(rows, qb, kh, s);
@@ -156,6 +163,18 @@ class Prepared final : public PreparedRoutine {
   /// y[r][c] for r < rows and every column c of `w`: u8 rows x w's int8 columns, scaled.
   void products(int64_t rows, const uint8_t* u, int64_t ldu, const Operand& w, const float* us, const int32_t* uz,
                 float* y, int64_t ldy) const {
+    if (!vnni_) {
+      for (int64_t c0 = 0; c0 < w.n; c0 += kBlockN) {
+        const int nvalid = static_cast<int>(std::min<int64_t>(kBlockN, w.n - c0));
+        const int8_t* blk = w.w + (c0 / kBlockN) * w.block_bytes;
+        for (int64_t r = 0; r < rows; r += d8::kTileM) {
+          const int mr = static_cast<int>(std::min<int64_t>(d8::kTileM, rows - r));
+          d8::gemm_tile_u8s8(mr, u + r * ldu, ldu, blk, w.quads, us + r, uz + r, w.sum + c0, w.scale + c0, nullptr,
+                             y + r * ldy + c0, ldy, nvalid);
+        }
+      }
+      return;
+    }
     for (int64_t c0 = 0; c0 < w.n; c0 += kGroupN) {
       const int nb = static_cast<int>(std::min<int64_t>(d8::kTileBlocksVnni, w.blocks - c0 / kBlockN));
       const int nlast = static_cast<int>(std::min<int64_t>(kGroupN, w.n - c0) - (nb - 1) * kBlockN);
@@ -190,6 +209,11 @@ class Prepared final : public PreparedRoutine {
 
   AttentionGeometry g_;
   const cpu::vec::Kernels* v_;
+  // vpdpbusd sums u8 x int8 products without saturation: 8 bits each side. vpmaddubsw's
+  // pair sums saturate at int16: 7-bit queries against 8-bit keys, 8-bit exponentials
+  // against 7-bit values (of the two splits the nearer to float32 on long attention).
+  bool vnni_;
+  int q_top_, v_qmax_;
   Operand keys_, values_;
   int64_t mb_ = 1, chunks_ = 1, ldq_ = 0, ldp_ = 0, ld_s_ = 0, slot_bytes_ = 0;
   int slots_ = 1;
