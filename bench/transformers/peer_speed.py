@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """One transformer, ours against ONNX Runtime, same process, interleaved:
 
-    python bench/transformers/peer_speed.py MODEL.onnx [MODEL.dnn] [--rounds 5] [--runs 5] [--seq 128] [--past 127]
+    python bench/transformers/peer_speed.py MODEL.onnx [MODEL.dnn ...] [--rounds 5] [--runs 5] [--seq 128] [--past 127]
 
-Our model is MODEL.dnn when given (imported or tuned before), else MODEL.onnx
-imported with no flags. Inputs by name: input_ids (ids below 1000) and
+Our model is each MODEL.dnn given (imported or tuned before: a float32-tuned
+and a hybrid file in the same rounds), else MODEL.onnx imported with no flags;
+ratios are against the first. Inputs by name: input_ids (ids below 1000) and
 attention_mask (the last quarter 0: padded) of [1, seq]; pixel_values
 [1,3,224,224]; input_features [1,80,3000]; a KV-cache decode step (GPT-2 as
 bench/transformers/gpt2_kv.py exports it) with --past P: one new token,
@@ -60,7 +61,7 @@ def timed(fn, runs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("onnx")
-    ap.add_argument("dnn", nargs="?")
+    ap.add_argument("dnn", nargs="*")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seq", type=int, default=128)
@@ -72,13 +73,19 @@ def main():
     so.intra_op_num_threads = 2
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(a.onnx, so, providers=["CPUExecutionProvider"])
-    model = softneuro.load(a.dnn) if a.dnn else softneuro.import_onnx(a.onnx)
-    ours = softneuro.Session(model, threads=2)
     feeds = feeds_for(sess, a.seq, a.past, np.random.default_rng(0))
     want = sess.run(None, feeds)[0]
-    got = ours.run(feeds)[sess.get_outputs()[0].name]
-    print(f"max |ours - ORT| / max |ORT| = {float(np.abs(got - want).max() / np.abs(want).max()):.2e}")
-    contenders = {"ONNX Runtime": lambda: sess.run(None, feeds), "ours": lambda: ours.run(feeds)}
+    contenders = {"ONNX Runtime": lambda: sess.run(None, feeds)}
+    first = None
+    for path in a.dnn or [None]:
+        ours = softneuro.Session(softneuro.load(path) if path else softneuro.import_onnx(a.onnx), threads=2)
+        name = f"ours {path}" if path else "ours"
+        first = first or name
+        got = ours.run(feeds)[sess.get_outputs()[0].name]
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        cos = float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want))
+        print(f"{name}: max |ours - ORT| / max |ORT| = {err:.2e}, cosine {cos:.5f}")
+        contenders[name] = lambda s=ours: s.run(feeds)
     if a.openvino:
         import openvino as ov
         core = ov.Core()
@@ -95,10 +102,11 @@ def main():
     for _ in range(a.rounds):
         for k, fn in contenders.items():
             times[k].append(timed(fn, a.runs))
-    u = float(np.median(times["ours"]))
+    u = float(np.median(times[first]))
     for k, v in times.items():
         m = float(np.median(v))
-        print(f"{k}: {m:.1f} ms (median of {a.rounds} rounds); its time / ours = {m / u:.2f}x")
+        print(f"{k}: {m:.1f} ms (median of {a.rounds} rounds: {' '.join(f'{t:.1f}' for t in v)}); "
+              f"its time / {first} = {m / u:.2f}x")
 
 
 if __name__ == "__main__":
