@@ -311,11 +311,100 @@ float int8_row(const Weights& w, int64_t o, const int8_t* xq, const float* xs, c
   return r;
 }
 
+/// R weight rows from o, packed codes (two a byte) in blocks of 32 (Block32) or of a
+/// multiple of 64, against one int8 row of x. Two groups of 32 codes (32 bytes) at a
+/// time, as the packing lays them out: their low nibbles are codes 0-15 of both
+/// groups, their high ones codes 16-31, so one AND and one shift unpack 64 codes,
+/// and x's halves are swapped to match (two lane permutes, shared by the R rows).
+/// Per pair, vpmaddubsw (codes at most 15: pair sums within int16), the two
+/// products added in int16, vpmaddwd into int32: four lanes per group, scaled in
+/// float32 and accumulated there, summed once at the end (no per-block
+/// reduction). The zero points' term, sum_b s z xs xsum, in its own pass.
+constexpr int64_t kAhead = 2;  // row groups ahead (1: 1.41-1.49 ms, 2: 1.37-1.42, 4: 1.56 on a 2048 x 32000 layer)
+
+template <int R, bool Block32>
+void int8_pairs(const Weights& w, int64_t o, const int8_t* xq, const float* xs, const int32_t* xsum, float* y) {
+  const int64_t k = w.k, nb = w.blocks, groups = k / 32, pairs = groups / 2;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i halves = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);  // [v0 x 4 | v1 x 4] from (v0, v1)
+  const uint8_t* q[R];
+  const float* s[R];
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    q[r] = w.codes + (o + r) * (k / 2);
+    s[r] = w.scale + (o + r) * nb;
+    acc[r] = _mm256_setzero_ps();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * p));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * p + 32));
+    const __m256i xlo = _mm256_permute2x128_si256(a, b, 0x20), xhi = _mm256_permute2x128_si256(a, b, 0x31);
+    const int64_t blk = Block32 ? 2 * p : 64 * p / w.block;
+    const __m256 xsv = Block32 ? _mm256_permutevar_ps(_mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(xs + blk))), halves)
+                               : _mm256_set1_ps(xs[blk]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if (p % 2 == 0) {  // the next rows' line at this place: short rows of many streams defeat the hardware's prefetch
+        _mm_prefetch(reinterpret_cast<const char*>(q[r] + kAhead * R * (k / 2) + 32 * p), _MM_HINT_T0);
+        if (p % 8 == 0) {
+          _mm_prefetch(reinterpret_cast<const char*>(s[r] + kAhead * R * nb + 2 * p), _MM_HINT_T0);
+          if (w.zero) _mm_prefetch(reinterpret_cast<const char*>(w.zero + (o + r + kAhead * R) * nb + 2 * p), _MM_HINT_T0);
+        }
+      }
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + 32 * p));
+      const __m256i lo = _mm256_and_si256(c, low), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), low);
+      const __m256i d = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
+      const __m256 sv = Block32 ? _mm256_permutevar_ps(_mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(s[r] + blk))), halves)
+                                : _mm256_set1_ps(s[r][blk]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(d, ones)), _mm256_mul_ps(sv, xsv), acc[r]);
+    }
+  }
+  if (groups % 2) {  // a last group alone: codes 0-15 and 16-31 in order, x as it is
+    const int64_t g = groups - 1, blk = 32 * g / w.block;
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * g));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + 16 * g));
+      const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(c, 4), c), low);
+      const __m256i m = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(s[r][blk] * xs[blk]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if (w.zero) {
+      const int32_t* z = w.zero + (o + r) * nb;
+      int64_t b = 0;
+      for (; b + 8 <= nb; b += 8) {
+        const __m256i zx = _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(z + b)),
+                                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum + b)));
+        const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(s[r] + b), _mm256_loadu_ps(xs + b));
+        acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(zx), f, acc[r]);
+      }
+      float tail = 0;
+      for (; b < nb; ++b) tail += s[r][b] * xs[b] * static_cast<float>(z[b] * xsum[b]);
+      y[o + r] = vhsum(acc[r]) - tail;
+    } else {
+      y[o + r] = vhsum(acc[r]);
+    }
+  }
+}
+
 void int8_rows(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, const float* xs, const int32_t* xsum, float* y) {
-  if (w.packed)
+  if (w.packed && (w.block == 32 || w.block % 64 == 0)) {
+    int64_t o = o0;
+    if (w.block == 32) {
+      for (; o + 4 <= o1; o += 4) int8_pairs<4, true>(w, o, xq, xs, xsum, y);
+      for (; o < o1; ++o) int8_pairs<1, true>(w, o, xq, xs, xsum, y);
+    } else {
+      for (; o + 4 <= o1; o += 4) int8_pairs<4, false>(w, o, xq, xs, xsum, y);
+      for (; o < o1; ++o) int8_pairs<1, false>(w, o, xq, xs, xsum, y);
+    }
+  } else if (w.packed) {
     for (int64_t o = o0; o < o1; ++o) y[o] = int8_row<true>(w, o, xq, xs, xsum);
-  else
+  } else {
     for (int64_t o = o0; o < o1; ++o) y[o] = int8_row<false>(w, o, xq, xs, xsum);
+  }
 }
 
 }  // namespace
