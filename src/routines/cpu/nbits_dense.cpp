@@ -140,6 +140,17 @@ class Prepared final : public PreparedRoutine {
     // 4 bits: a decode step's rows quantised to int8 per block, as it computes.
     int8_ = m_ <= kMaxRows && layer.get_int("accuracy_level", 0) == 4 && !weights_.is_signed;
     if (int8_) int8_rows_ = int8_rows_kernel();
+    if (int8_ && weights_.zero) {
+      // A decode step streams its zero points too: one value where all agree, else bytes where they fit.
+      const std::vector<int32_t>& z = qp.zero_points;
+      weights_.uniform_zero = std::all_of(z.begin(), z.end(), [&](int32_t v) { return v == z.front(); });
+      if (!weights_.uniform_zero && std::all_of(z.begin(), z.end(), [](int32_t v) { return v >= 0 && v <= 255; })) {
+        zero_bytes_ = shared_weights<std::vector<uint8_t>>(info, "nbits_dense/zero_bytes", [&] {
+          return std::vector<uint8_t>(z.begin(), z.end());
+        });
+        weights_.zero_bytes = zero_bytes_->data();
+      }
+    }
     if (use_gemm_) {
       kc_ = gemm::default_kc(*g_);
       nc_ = 4 * g_->nr;
@@ -267,6 +278,7 @@ class Prepared final : public PreparedRoutine {
   const gemm::Kernel* g_;
   Blob w_;
   cpu::nbits::Weights weights_;
+  std::shared_ptr<const std::vector<uint8_t>> zero_bytes_;  // weights_.zero_bytes
   std::vector<float> bias_;
   core::Activation act_;
   int64_t k_ = 0, m_ = 0, n_ = 0, kc_ = 0, nc_ = 0, pa_floats_ = 0, slot_floats_ = 0;

@@ -28,6 +28,12 @@ struct Weights {
   int64_t n = 0, k = 0, block = 0, blocks = 0;
   const float* scale = nullptr;
   const int32_t* zero = nullptr;
+  /// For the int8 kernel (a decode step streams what it reads): the zero points
+  /// as bytes (a quarter of the bytes; null where one is outside [0, 255]),
+  /// or `uniform_zero` where every block has the same one (a symmetric file's
+  /// default: nothing to stream).
+  const uint8_t* zero_bytes = nullptr;
+  bool uniform_zero = false;
 };
 
 /// y[m][o] for m < rows (<= kMaxRows) and o in [o0, o1) as above, no bias: x
