@@ -84,6 +84,35 @@ TEST_CASE("transformers: GatherElements with run-time indices", "[onnx][transfor
                     Catch::Contains("out of range"));
 }
 
+TEST_CASE("transformers: GatherElements at rank 4, along a middle and the last axis, indices smaller than the data",
+          "[onnx][transformers]") {
+  // (A decoder's KV cache built so: [B, heads, rows, features] along the rows.)
+  const std::vector<int64_t> xd{2, 3, 5, 4}, id{2, 2, 4, 3};
+  std::vector<float> x(120);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  for (int axis : {2, 3}) {
+    INFO("axis " << axis);
+    const int64_t len = xd[static_cast<std::size_t>(axis)];
+    std::vector<int64_t> idx(48);
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>((i * 7 + 1) % (2 * len)) - len;  // negatives too
+    OnnxModel m(13);
+    m.input("x", xd).typed_input("i", onnx::TensorProto::INT64, id).output("y");
+    m.node("GatherElements", {"x", "i"}, {"y"}).i("axis", axis);
+    Model net = import_onnx(m.save("gather_elements4.onnx"));
+    auto out = run(Session(net), {{"x", make_input(Shape{2, 3, 5, 4}, x)}, {"i", ids_blob(Shape{2, 2, 4, 3}, idx)}});
+    const float* y = out[0].blob.data_as<float>();
+    std::size_t p = 0;
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t c = 0; c < 4; ++c)
+          for (int64_t d = 0; d < 3; ++d, ++p) {
+            int64_t at[4] = {a, b, c, d};
+            at[axis] = (idx[p] + len) % len;
+            CHECK(y[p] == x[static_cast<std::size_t>(((at[0] * 3 + at[1]) * 5 + at[2]) * 4 + at[3])]);
+          }
+  }
+}
+
 TEST_CASE("transformers: a chain of constants is folded at import whatever its operators (T5's buckets)",
           "[onnx][transformers]") {
   // buckets = min(int(log(pos + 1) * 3), 4) over constant positions, then a

@@ -611,18 +611,29 @@ struct GatherElements final : RefPrepared {
     float* y = a.outputs[0]->data_as<float>();
     const int64_t n = is.numel(), len = xs[axis];
     for (int64_t p = 0; p < n; ++p) checked_index(idx[p], len, name);
-    std::vector<int64_t> xstride(static_cast<std::size_t>(xs.rank()), 1);
-    for (int d = xs.rank() - 2; d >= 0; --d) xstride[static_cast<std::size_t>(d)] = xstride[static_cast<std::size_t>(d) + 1] * xs[d + 1];
-    a.pool->parallel_for(n, 4096, [&](int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; ++p) {
-        int64_t rest = p, src = 0;
-        for (int d = is.rank() - 1; d >= 0; --d) {
+    if (n == 0) return;
+    // A row (the last dim) at a time: its other coordinates give one offset into x,
+    // so each value costs its index's conversion, not a division per dim
+    // (a decoder's KV cache gathered so every step: 7.7 ns a value before).
+    const int r = is.rank();
+    std::vector<int64_t> xstride(static_cast<std::size_t>(r), 1);
+    for (int d = r - 2; d >= 0; --d) xstride[static_cast<std::size_t>(d)] = xstride[static_cast<std::size_t>(d) + 1] * xs[d + 1];
+    const int64_t width = is[r - 1], rows = n / width, axis_stride = xstride[static_cast<std::size_t>(axis)];
+    a.pool->parallel_for(rows, std::max<int64_t>(1, 4096 / width), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        int64_t rest = row, base = 0;  // the row's offset in x, its axis coordinate left out
+        for (int d = r - 2; d >= 0; --d) {
           const int64_t c = rest % is[d];
           rest /= is[d];
-          const int64_t k = d == axis ? checked_index(idx[p], len, name) : c;
-          src += k * xstride[static_cast<std::size_t>(d)];
+          if (d != axis) base += c * xstride[static_cast<std::size_t>(d)];
         }
-        y[p] = x[src];
+        const float* ir = idx + row * width;
+        float* yr = y + row * width;
+        for (int64_t c = 0; c < width; ++c) {
+          const auto k = static_cast<int64_t>(ir[c]);  // (checked above: whole, in [-len, len))
+          const int64_t src = base + (k < 0 ? k + len : k) * axis_stride + (axis == r - 1 ? 0 : c);
+          yr[c] = x[src];
+        }
       }
     });
   }
