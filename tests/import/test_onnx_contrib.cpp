@@ -570,7 +570,8 @@ TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (4-bit ones two a byte
 
 TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's activations per block as ONNX Runtime does",
           "[onnx][contrib]") {
-  // N 13 (rows past the last four); a prompt of 6 rows stays float32. K and block: 10 blocks of 32
+  // N 13 (rows past the last four); prompts of 6 and 7 rows (pairs of rows and one) in int8 too, one of
+  // 300 (past kMaxInt8Rows, 32) in float32 on the dequantised weights. K and block: 10 blocks of 32
   // (pairs of groups), 11 (a last group alone), 3 (one pair and a last one), 6 of 64 and 3 of 128
   // (both groups of a pair in one block), without zero points (the default, 8) at 128.
   struct Form {
@@ -602,7 +603,7 @@ TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's 
     }
     ms_node(m, "MatMulNBits", inputs, {"y"}).i("K", K).i("N", N).i("bits", 4).i("block_size", block).i("accuracy_level", 4);
     const Model net = import_onnx(m.save("matmul_nbits_int8.onnx"));
-    for (int64_t S : {1, 2, 6}) {
+    for (int64_t S : {1, 2, 6, 7, 300}) {
       INFO("S " << S);
       auto x = random_values(static_cast<std::size_t>(S * K), 7);
       x[5] = 0.0f;
@@ -634,8 +635,8 @@ TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's 
             int8 += static_cast<double>(acc) * scales[at] * xs[static_cast<std::size_t>(b)];
           }
           const float got = y.values[static_cast<std::size_t>(i * N + r)];
-          if (S <= 4) CHECK(got == Approx(int8).margin(1e-4));  // a decode step: the int8 arithmetic
-          else CHECK(got == Approx(exact).margin(1e-4));        // a prompt: float32
+          if (S <= 32) CHECK(got == Approx(int8).margin(1e-4));  // the int8 arithmetic
+          else CHECK(got == Approx(exact).margin(1e-4));         // a long prompt: float32
           CHECK(got == Approx(exact).margin(0.02 * size));  // int8 activations: near the exact sum of its terms' size
         }
       }

@@ -3,11 +3,15 @@
 // ONNX Runtime's MatMulNBits), computed from the codes as stored (4-bit ones two
 // a byte: an eighth of float32's memory, and of the bytes a decode step
 // streams, which bounds its time). The model's own
-// arithmetic in float32 (W = (q - z) * s per block), never reduced precision.
+// arithmetic in float32 (W = (q - z) * s per block), never reduced precision
+// unless the file permits it (MatMulNBits's accuracy_level 4: int8 activations).
 //  - up to kMaxRows input rows (a decode step): the rows kernel
 //    (nbits_dense_kernels.hpp) over blocks of weight rows per thread;
 //  - more (a prompt): per task a slice of output columns is dequantised into
-//    the packed B of the float32 GEMM (gemm.hpp) and multiplied there.
+//    the packed B of the float32 GEMM (gemm.hpp) and multiplied there;
+//  - at accuracy_level 4, up to kMaxInt8Rows rows: each quantised to int8 per
+//    block, as ONNX Runtime's CompInt8 does, and multiplied from the codes
+//    (each thread's weight rows stay in L2 while the rows of x pass them).
 #include "core/cpu_features.hpp"
 #include "core/weight_quant.hpp"
 #include "routines/cpu/f32_common.hpp"
@@ -28,6 +32,10 @@ namespace {
 
 namespace gemm = cpu::gemm;
 using cpu::nbits::kMaxRows;
+/// The most rows the int8 form takes: beyond, the float32 GEMM on dequantised
+/// panels (a 4-layer TinyLlama-width prompt at two threads, int8 against float32:
+/// 8 rows 54 against 148 ms, 32 rows 215 against 243, 128 rows 608 against 578).
+constexpr int64_t kMaxInt8Rows = 32;
 
 constexpr int64_t kBlockRows = 64;  ///< weight rows per task of the rows path
 
@@ -84,18 +92,21 @@ void quantize_row(const float* x, int64_t k, int64_t block, int8_t* xq, float* x
 
 namespace {
 
-void int8_rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const int8_t* xq, const float* xs,
-                        const int32_t* xsum, float* y) {
-  for (int64_t o = o0; o < o1; ++o) {
-    float r = 0;
-    for (int64_t b = 0; b < w.blocks; ++b) {
-      int32_t acc = 0;
-      for (int64_t kk = b * w.block, end = std::min(w.k, kk + w.block); kk < end; ++kk) acc += code_at(w, o, kk) * xq[kk];
-      const auto at = static_cast<std::size_t>(o * w.blocks + b);
-      r += w.scale[at] * xs[b] * static_cast<float>(acc - (w.zero ? w.zero[at] * xsum[b] : 0));
+void int8_rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, const int8_t* xq, int64_t ldq,
+                        const float* xs, const int32_t* xsum, int64_t rows, float* y, int64_t ldy) {
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t o = o0; o < o1; ++o) {
+      const int8_t* xm = xq + m * ldq;
+      float r = 0;
+      for (int64_t b = 0; b < w.blocks; ++b) {
+        int32_t acc = 0;
+        for (int64_t kk = b * w.block, end = std::min(w.k, kk + w.block); kk < end; ++kk) acc += code_at(w, o, kk) * xm[kk];
+        const auto at = static_cast<std::size_t>(o * w.blocks + b);
+        const auto mb = static_cast<std::size_t>(m * w.blocks + b);
+        r += w.scale[at] * xs[mb] * static_cast<float>(acc - (w.zero ? w.zero[at] * xsum[mb] : 0));
+      }
+      y[m * ldy + o] = r;
     }
-    y[o] = r;
-  }
 }
 
 cpu::nbits::Int8RowsKernel int8_rows_kernel() {
@@ -135,10 +146,10 @@ class Prepared final : public PreparedRoutine {
     if (const Blob* b = layer.find_weight("bias")) bias_.assign(b->data_as<float>(), b->data_as<float>() + n_);
     act_ = core::fused_activation(layer, true, true);
     slots_ = team_threads(info);
-    use_gemm_ = m_ > kMaxRows && g_;
     // The file's accuracy_level 4 (ONNX Runtime's CompInt8) for codes of at most
-    // 4 bits: a decode step's rows quantised to int8 per block, as it computes.
-    int8_ = m_ <= kMaxRows && layer.get_int("accuracy_level", 0) == 4 && !weights_.is_signed;
+    // 4 bits: the rows quantised to int8 per block, as it computes.
+    int8_ = m_ <= kMaxInt8Rows && layer.get_int("accuracy_level", 0) == 4 && !weights_.is_signed;
+    use_gemm_ = !int8_ && m_ > kMaxRows && g_;
     if (int8_) int8_rows_ = int8_rows_kernel();
     if (int8_ && weights_.zero) {
       // A decode step streams its zero points too: one value where all agree, else bytes where they fit.
@@ -161,7 +172,7 @@ class Prepared final : public PreparedRoutine {
 
   std::size_t workspace_bytes() const override {
     if (use_gemm_) return sizeof(float) * static_cast<std::size_t>(pa_floats_ + slot_floats_ * slots_);
-    if (int8_) return static_cast<std::size_t>(gemm::round_up(k_, 64) + 8 * weights_.blocks);  // xq, xs, xsum
+    if (int8_) return static_cast<std::size_t>(m_ * (gemm::round_up(k_, 64) + 8 * weights_.blocks));  // xq, xs, xsum
     return sizeof(float) * static_cast<std::size_t>(std::min(m_, kMaxRows) * weights_.blocks);
   }
 
@@ -171,17 +182,15 @@ class Prepared final : public PreparedRoutine {
     float* ws = static_cast<float*>(args.workspace);
     if (use_gemm_) return run_gemm(x, y, ws, args.pool);
     if (int8_) {
+      const int64_t ldq = gemm::round_up(k_, 64), nb = weights_.blocks;
       auto* xq = static_cast<int8_t*>(args.workspace);
-      auto* xs = reinterpret_cast<float*>(xq + gemm::round_up(k_, 64));
-      auto* xsum = reinterpret_cast<int32_t*>(xs + weights_.blocks);
-      for (int64_t r = 0; r < m_; ++r) {
-        cpu::nbits::quantize_row(x + r * k_, k_, weights_.block, xq, xs, xsum);
-        float* yr = y + r * n_;
-        over_weight_rows(args.pool, [&](int64_t o0, int64_t o1) {
-          int8_rows_(weights_, o0, o1, xq, xs, xsum, yr);
-          finish(yr, 1, o0, o1);
-        });
-      }
+      auto* xs = reinterpret_cast<float*>(xq + m_ * ldq);
+      auto* xsum = reinterpret_cast<int32_t*>(xs + m_ * nb);
+      for (int64_t r = 0; r < m_; ++r) cpu::nbits::quantize_row(x + r * k_, k_, weights_.block, xq + r * ldq, xs + r * nb, xsum + r * nb);
+      over_weight_rows(args.pool, [&](int64_t o0, int64_t o1) {
+        int8_rows_(weights_, o0, o1, xq, ldq, xs, xsum, m_, y, n_);
+        finish(y, m_, o0, o1);
+      });
       return;
     }
     for (int64_t r0 = 0; r0 < m_; r0 += kMaxRows) run_rows(x + r0 * k_, std::min(kMaxRows, m_ - r0), y + r0 * n_, ws, args.pool);

@@ -53,9 +53,11 @@ RowsKernel unchecked_rows_avx2();
 
 /// One row of x (k values) per block of `block`: codes xq, scales xs, code sums xsum.
 void quantize_row(const float* x, int64_t k, int64_t block, int8_t* xq, float* xs, int32_t* xsum);
-/// y[o] for o in [o0, o1) from one quantised row of x (no bias). Codes at most 15.
-using Int8RowsKernel = void (*)(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, const float* xs,
-                                const int32_t* xsum, float* y);
+/// y[m][o] for m < rows and o in [o0, o1) from quantised rows of x (no bias):
+/// row m's codes at xq + m * ldq, its scales and code sums at xs, xsum + m *
+/// blocks, y row m at y + m * ldy. Codes at most 15.
+using Int8RowsKernel = void (*)(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, int64_t ldq, const float* xs,
+                                const int32_t* xsum, int64_t rows, float* y, int64_t ldy);
 Int8RowsKernel unchecked_int8_rows_avx2();
 
 /// Weight rows [o, o + rows) (rows <= 16) at k in [k0, k0 + kc) as float32
