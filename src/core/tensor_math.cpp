@@ -56,13 +56,19 @@ void broadcast_strides(const Shape& from, const Shape& to, int64_t* st) {
 template <class F>
 void for_each_offset(const Shape& out, const int64_t* strides, F&& f) {
   const int64_t n = out.numel();
+  if (n == 0) return;
+  // An odometer over the coordinates: no division per element (a decoder's
+  // [1,4,44,64] cache index expanded at each new length: 115 us with two a dim).
+  int64_t at[Shape::max_rank] = {};
+  int64_t off = 0;
   for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, off = 0;
-    for (int d = out.rank() - 1; d >= 0; --d) {
-      off += (rem % out[d]) * strides[d];
-      rem /= out[d];
-    }
     f(i, off);
+    for (int d = out.rank() - 1; d >= 0; --d) {
+      off += strides[d];
+      if (++at[d] < out[d]) break;
+      off -= strides[d] * out[d];
+      at[d] = 0;
+    }
   }
 }
 
