@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A decoder as onnxruntime-genai's model builder writes it (GroupQueryAttention, MatMulNBits, its
 `past_key_values.N.key/value` cache), ours against ONNX Runtime on the same file: a generation loop of 32 steps
-after an 8-token prompt, ONNX Runtime's greedy tokens fed to both, 3 interleaved rounds, medians of the steps.
+after an 8-token prompt, ONNX Runtime's greedy tokens fed to both, 3 interleaved rounds, medians of the steps;
+then prompts of 8, 32 and 128 tokens over an empty cache (time to the first token), 5 interleaved runs each.
 
     python -m onnxruntime_genai.models.builder -i HF_FOLDER -o OUT -p int4 -e cpu    # (its own transformers)
     PYTHONPATH=<softneuro python> python bench/transformers/genai_decode.py OUT/model.onnx KV_HEADS HEAD_DIM LAYERS
@@ -37,3 +38,12 @@ worst = max(float(np.abs(g - w).max() / np.abs(w).max()) for g, w in zip(got, re
 agree = sum(int(g.argmax()) == int(w.argmax()) for g, w in zip(got, ref))
 print(f"{path}: logits vs ONNX Runtime: {worst:.2e}, same top token {agree} of {steps}; decode step (median of {rounds} interleaved rounds of {steps} steps): "
       f"ours {np.median(r_ms):.1f} ms, ONNX Runtime {np.median(o_ms):.1f} ms (ORT/ours {np.median(o_ms)/np.median(r_ms):.2f}); rounds ours {[round(x,1) for x in r_ms]} ORT {[round(x,1) for x in o_ms]}")
+for P in (8, 32, 128):
+    f = {"input_ids": np.arange(3, 3 + P, dtype=np.int64)[None], "attention_mask": np.ones((1, P), np.int64),
+         **{n: np.zeros((1, kv, 0, hd), np.float32) for n in names}}
+    for _ in range(2): run_ort(f); run_ours(f)
+    to, ts = [], []
+    for _ in range(5):
+        t = time.perf_counter(); run_ort(f); to.append(time.perf_counter() - t)
+        t = time.perf_counter(); run_ours(f); ts.append(time.perf_counter() - t)
+    print(f"prompt of {P} tokens: ours {np.median(ts) * 1e3:.1f} ms, ONNX Runtime {np.median(to) * 1e3:.1f} ms")
