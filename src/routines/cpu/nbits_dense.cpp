@@ -34,8 +34,9 @@ namespace gemm = cpu::gemm;
 using cpu::nbits::kMaxRows;
 /// The most rows the int8 form takes: beyond, the float32 GEMM on dequantised
 /// panels (a 4-layer TinyLlama-width prompt at two threads, int8 against float32:
-/// 8 rows 54 against 148 ms, 32 rows 215 against 243, 128 rows 608 against 578).
-constexpr int64_t kMaxInt8Rows = 32;
+/// 8 rows 58 against 148 ms, 32 rows 169 against 243, 64 rows 288-300 against 331,
+/// 128 rows 567 against 553).
+constexpr int64_t kMaxInt8Rows = 64;
 
 constexpr int64_t kBlockRows = 64;  ///< weight rows per task of the rows path
 
