@@ -405,7 +405,9 @@ TEST_CASE("contrib: GroupQueryAttention as onnxruntime-genai's decoders feed it:
       .i("num_heads", N)
       .i("kv_num_heads", NKV)
       .i("do_rotary", 1);
-  Session session(import_onnx(m.save("gqa_decoder.onnx")));
+  const Model net = import_onnx(m.save("gqa_decoder.onnx"));
+  CHECK(count_layers(net, "rotary") == 2);  // queries and keys, each one layer (not 8 slices, products and sums)
+  Session session(net);
   // Rotary in halves at position p of a head's features.
   auto rotate = [&](std::vector<float>& x, int64_t heads, int64_t S, int64_t first) {
     for (int64_t s = 0; s < S; ++s)

@@ -593,6 +593,15 @@ std::string Importer::rotated(const Node& n, const std::string& x, const std::st
     return lifted;
   };
   const std::string c = table(cos_cache, "cos"), sn = table(sin_cache, "sin");
+  if (!interleaved && rd == h) {
+    // Every feature rotated by halves: one rotary layer (x [.., D], cos and sin
+    // [.., D] as each half's table twice) in place of 8 slices, products and sums.
+    const std::string cf = v("cos_full"), sf = v("sin_full"), out = v("rotated");
+    convert_synthesized(n, "Concat", {c, c}, {cf}, int_attr("axis", 3));
+    convert_synthesized(n, "Concat", {sn, sn}, {sf}, int_attr("axis", 3));
+    add(make("rotary", y, {as_blob(n, x), as_blob(n, cf), as_blob(n, sf)}, {out}));
+    return out;
+  }
   const std::string a = interleaved ? slice(x, 0, rd, 2, "even") : slice(x, 0, rd / 2, 1, "first_half");
   const std::string b = interleaved ? slice(x, 1, rd, 2, "odd") : slice(x, rd / 2, rd, 1, "second_half");
   auto combine = [&](const std::string& p, const std::string& q, const char* op, const std::string& tag) {
