@@ -153,15 +153,18 @@ class Prepared final : public PreparedRoutine {
     use_gemm_ = !int8_ && m_ > kMaxRows && g_;
     if (int8_) int8_rows_ = int8_rows_kernel();
     if (int8_ && weights_.zero) {
-      // A decode step streams its zero points too: one value where all agree, else bytes where they fit.
-      const std::vector<int32_t>& z = qp.zero_points;
-      weights_.uniform_zero = std::all_of(z.begin(), z.end(), [&](int32_t v) { return v == z.front(); });
-      if (!weights_.uniform_zero && std::all_of(z.begin(), z.end(), [](int32_t v) { return v >= 0 && v <= 255; })) {
-        zero_bytes_ = shared_weights<std::vector<uint8_t>>(info, "nbits_dense/zero_bytes", [&] {
-          return std::vector<uint8_t>(z.begin(), z.end());
-        });
-        weights_.zero_bytes = zero_bytes_->data();
-      }
+      // A decode step streams its zero points too: one value where all agree, else bytes where they fit
+      // (decided once per model: every plan of a decode loop prepares the layer again).
+      zero_form_ = shared_weights<ZeroForm>(info, "nbits_dense/zero_form", [&] {
+        const std::vector<int32_t>& z = qp.zero_points;
+        ZeroForm f;
+        f.uniform = std::all_of(z.begin(), z.end(), [&](int32_t v) { return v == z.front(); });
+        if (!f.uniform && std::all_of(z.begin(), z.end(), [](int32_t v) { return v >= 0 && v <= 255; }))
+          f.bytes.assign(z.begin(), z.end());
+        return f;
+      });
+      weights_.uniform_zero = zero_form_->uniform;
+      weights_.zero_bytes = zero_form_->bytes.empty() ? nullptr : zero_form_->bytes.data();
     }
     if (use_gemm_) {
       kc_ = gemm::default_kc(*g_);
@@ -288,7 +291,11 @@ class Prepared final : public PreparedRoutine {
   const gemm::Kernel* g_;
   Blob w_;
   cpu::nbits::Weights weights_;
-  std::shared_ptr<const std::vector<uint8_t>> zero_bytes_;  // weights_.zero_bytes
+  struct ZeroForm {
+    bool uniform = false;
+    std::vector<uint8_t> bytes;  // (empty: not every one fits a byte, or uniform)
+  };
+  std::shared_ptr<const ZeroForm> zero_form_;  // weights_.uniform_zero, zero_bytes
   std::vector<float> bias_;
   core::Activation act_;
   int64_t k_ = 0, m_ = 0, n_ = 0, kc_ = 0, nc_ = 0, pa_floats_ = 0, slot_floats_ = 0;
