@@ -2,7 +2,8 @@
 """A decoder as onnxruntime-genai's model builder writes it (GroupQueryAttention, MatMulNBits, its
 `past_key_values.N.key/value` cache), ours against ONNX Runtime on the same file: a generation loop of 32 steps
 after an 8-token prompt, ONNX Runtime's greedy tokens fed to both, 3 interleaved rounds, medians of the steps;
-then prompts of 8, 32 and 128 tokens over an empty cache (time to the first token), 5 interleaved runs each.
+then prompts of 8, 32 and 128 tokens over an empty cache (time to the first token), 5 interleaved runs each
+(a 0.3 s pause before each).
 
     python -m onnxruntime_genai.models.builder -i HF_FOLDER -o OUT -p int4 -e cpu    # (its own transformers)
     PYTHONPATH=<softneuro python> python bench/transformers/genai_decode.py OUT/model.onnx KV_HEADS HEAD_DIM LAYERS
@@ -43,7 +44,7 @@ for P in (8, 32, 128):
          **{n: np.zeros((1, kv, 0, hd), np.float32) for n in names}}
     for _ in range(2): run_ort(f); run_ours(f)
     to, ts = [], []
-    for _ in range(5):
-        t = time.perf_counter(); run_ort(f); to.append(time.perf_counter() - t)
-        t = time.perf_counter(); run_ours(f); ts.append(time.perf_counter() - t)
+    for _ in range(5):  # (a pause before each: the other engine's threads spin for a while after its run)
+        time.sleep(0.3); t = time.perf_counter(); run_ort(f); to.append(time.perf_counter() - t)
+        time.sleep(0.3); t = time.perf_counter(); run_ours(f); ts.append(time.perf_counter() - t)
     print(f"prompt of {P} tokens: ours {np.median(ts) * 1e3:.1f} ms, ONNX Runtime {np.median(to) * 1e3:.1f} ms")

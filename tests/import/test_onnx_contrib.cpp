@@ -2,6 +2,7 @@
 // optimizer writes them, against direct computations of what its CPU kernels
 // compute (bench/transformers/ort_contrib_ops.py compares with ONNX Runtime itself).
 #include "import/onnx_test_util.hpp"
+#include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
 
 #include <softneuro/session.hpp>
@@ -572,14 +573,18 @@ TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (4-bit ones two a byte
 
 TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's activations per block as ONNX Runtime does",
           "[onnx][contrib]") {
-  // N 13 (rows past the last four); prompts of 6 and 7 rows (pairs of rows and one) in int8 too, one of
-  // 300 (past kMaxInt8Rows, 64) in float32 on the dequantised weights. K and block: 10 blocks of 32
+  // N 13 (rows past the last four; on AVX-512 VNNI a strip of 13 of 16); prompts of 3, 6, 7 and 13 rows
+  // (the row kernels' pairs of rows and one; the panel kernel's tiles of 8, 4, 2 and 1 rows) in int8 too,
+  // one of 300 (past kMaxInt8Rows, 64) in float32 on the dequantised weights, but in int8 where the CPU
+  // has AVX-512 VNNI (the panel kernel takes any length). K and block: 10 blocks of 32
   // (pairs of groups), 11 (a last group alone), 3 (one pair and a last one), 6 of 64 and 3 of 128
   // (both groups of a pair in one block), without zero points (the default, 8) at 128.
   struct Form {
     int64_t k, block;
     bool zeros;
   };
+  const core::CpuFeatures& f = core::cpu_features();
+  const bool prompt_int8 = f.avx512_core() && f.avx512_vnni;
   for (const Form form : {Form{320, 32, true}, Form{352, 32, true}, Form{96, 32, true}, Form{384, 64, true},
                           Form{384, 128, false}}) {
     const int64_t K = form.k, N = 13, block = form.block, blocks = K / block, zp_row = (blocks + 1) / 2;
@@ -605,7 +610,7 @@ TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's 
     }
     ms_node(m, "MatMulNBits", inputs, {"y"}).i("K", K).i("N", N).i("bits", 4).i("block_size", block).i("accuracy_level", 4);
     const Model net = import_onnx(m.save("matmul_nbits_int8.onnx"));
-    for (int64_t S : {1, 2, 6, 7, 300}) {
+    for (int64_t S : {1, 2, 3, 6, 7, 13, 300}) {
       INFO("S " << S);
       auto x = random_values(static_cast<std::size_t>(S * K), 7);
       x[5] = 0.0f;
@@ -637,8 +642,9 @@ TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's 
             int8 += static_cast<double>(acc) * scales[at] * xs[static_cast<std::size_t>(b)];
           }
           const float got = y.values[static_cast<std::size_t>(i * N + r)];
-          if (S <= 64) CHECK(got == Approx(int8).margin(1e-4));  // the int8 arithmetic
-          else CHECK(got == Approx(exact).margin(1e-4));         // a long prompt: float32
+          // The int8 arithmetic; a long prompt in float32, but on AVX-512 VNNI (the panel kernel) in int8 too.
+          if (S <= 64 || prompt_int8) CHECK(got == Approx(int8).margin(1e-4));
+          else CHECK(got == Approx(exact).margin(1e-4));
           CHECK(got == Approx(exact).margin(0.02 * size));  // int8 activations: near the exact sum of its terms' size
         }
       }

@@ -39,6 +39,9 @@ using cpu::nbits::kMaxRows;
 constexpr int64_t kMaxInt8Rows = 64;
 
 constexpr int64_t kBlockRows = 64;  ///< weight rows per task of the rows path
+/// The fewest rows of x the panel kernel takes (fewer: the rows kernel, which
+/// lays no panel out).
+constexpr int64_t kPanelRows = 4;
 
 /// Code kk of weight row o, as stored (the portable paths).
 int32_t code_at(const cpu::nbits::Weights& w, int64_t o, int64_t kk) {
@@ -110,11 +113,24 @@ void int8_rows_portable(const cpu::nbits::Weights& w, int64_t o0, int64_t o1, co
     }
 }
 
-cpu::nbits::Int8RowsKernel int8_rows_kernel() {
+cpu::nbits::Int8RowsKernel int8_rows_kernel(const cpu::nbits::Weights& w) {
 #if defined(__x86_64__) || defined(_M_X64)
-  if (core::cpu_features().avx2_fma()) return cpu::nbits::unchecked_int8_rows_avx2();
+  const core::CpuFeatures& f = core::cpu_features();
+  if (f.avx512_core() && f.avx512_vnni && w.packed && (w.block == 32 || w.block % 64 == 0))
+    return cpu::nbits::unchecked_int8_rows_avx512vnni();
+  if (f.avx2_fma()) return cpu::nbits::unchecked_int8_rows_avx2();
 #endif
   return &int8_rows_portable;
+}
+
+/// The prompt kernel where the CPU has it (none: the rows kernels).
+cpu::nbits::Int8PanelKernel int8_panel_kernel(const cpu::nbits::Weights& w) {
+#if defined(__x86_64__) || defined(_M_X64)
+  const core::CpuFeatures& f = core::cpu_features();
+  if (f.avx512_core() && f.avx512_vnni && w.packed && w.block % 32 == 0) return cpu::nbits::unchecked_int8_panel_avx512vnni();
+#endif
+  (void)w;
+  return {};
 }
 
 cpu::nbits::RowsKernel rows_kernel() {
@@ -149,9 +165,13 @@ class Prepared final : public PreparedRoutine {
     slots_ = team_threads(info);
     // The file's accuracy_level 4 (ONNX Runtime's CompInt8) for codes of at most
     // 4 bits: the rows quantised to int8 per block, as it computes.
-    int8_ = m_ <= kMaxInt8Rows && layer.get_int("accuracy_level", 0) == 4 && !weights_.is_signed;
+    const bool level4 = layer.get_int("accuracy_level", 0) == 4 && !weights_.is_signed;
+    // Prompts on AVX-512 VNNI: the panel kernel, at any length (its cost per row
+    // of x stays that of the products).
+    if (level4 && m_ >= kPanelRows) prompt_ = int8_panel_kernel(weights_);
+    int8_ = level4 && (m_ <= kMaxInt8Rows || prompt_.rows);
     use_gemm_ = !int8_ && m_ > kMaxRows && g_;
-    if (int8_) int8_rows_ = int8_rows_kernel();
+    if (int8_) int8_rows_ = int8_rows_kernel(weights_);
     if (int8_ && weights_.zero) {
       // A decode step streams its zero points too: one value where all agree, else bytes where they fit
       // (decided once per model: every plan of a decode loop prepares the layer again).
@@ -176,6 +196,9 @@ class Prepared final : public PreparedRoutine {
 
   std::size_t workspace_bytes() const override {
     if (use_gemm_) return sizeof(float) * static_cast<std::size_t>(pa_floats_ + slot_floats_ * slots_);
+    if (prompt_.rows)  // xq, xs, xsum, x laid out, a scratch per thread
+      return static_cast<std::size_t>(m_ * (gemm::round_up(k_, 64) + 8 * weights_.blocks + k_) +
+                                      slots_ * gemm::round_up(cpu::nbits::panel_scratch_bytes(weights_), 64));
     if (int8_) return static_cast<std::size_t>(m_ * (gemm::round_up(k_, 64) + 8 * weights_.blocks));  // xq, xs, xsum
     return sizeof(float) * static_cast<std::size_t>(std::min(m_, kMaxRows) * weights_.blocks);
   }
@@ -191,6 +214,19 @@ class Prepared final : public PreparedRoutine {
       auto* xs = reinterpret_cast<float*>(xq + m_ * ldq);
       auto* xsum = reinterpret_cast<int32_t*>(xs + m_ * nb);
       for (int64_t r = 0; r < m_; ++r) cpu::nbits::quantize_row(x + r * k_, k_, weights_.block, xq + r * ldq, xs + r * nb, xsum + r * nb);
+      if (prompt_.rows) {
+        auto* xi = reinterpret_cast<int32_t*>(xsum + m_ * nb);
+        uint8_t* scratch = reinterpret_cast<uint8_t*>(xi + m_ * (k_ / 4));
+        const int64_t scratch_bytes = gemm::round_up(cpu::nbits::panel_scratch_bytes(weights_), 64);
+        prompt_.layout_x(xq, m_, ldq, k_, xi);
+        const int64_t tasks = (n_ + kBlockRows - 1) / kBlockRows;
+        cpu::for_each_task(args.pool, slots_, tasks, [&](int64_t t, int slot) {
+          const int64_t o0 = t * kBlockRows, o1 = std::min(n_, o0 + kBlockRows);
+          prompt_.rows(weights_, o0, o1, xi, xs, xsum, m_, y, n_, scratch + slot * scratch_bytes);
+          finish(y, m_, o0, o1);
+        });
+        return;
+      }
       over_weight_rows(args.pool, [&](int64_t o0, int64_t o1) {
         int8_rows_(weights_, o0, o1, xq, ldq, xs, xsum, m_, y, n_);
         finish(y, m_, o0, o1);
@@ -303,6 +339,7 @@ class Prepared final : public PreparedRoutine {
   bool use_gemm_ = false;
   bool int8_ = false;  ///< activations quantised per block (the file's accuracy_level 4)
   cpu::nbits::Int8RowsKernel int8_rows_ = nullptr;
+  cpu::nbits::Int8PanelKernel prompt_;  ///< prompts' kernel (rows null: none)
 };
 
 class NbitsDense final : public Routine {
