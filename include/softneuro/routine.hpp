@@ -317,6 +317,11 @@ class Routine {
   /// qint8 schema: never an untuned default, a tuning candidate only where a
   /// schema of that dtype is allowed, and held to the accuracy budget.
   virtual DType precision(const Schema& schema) const { return schema.dtype; }
+  /// Whether preparing it costs far more than running a layer of a few hundred
+  /// values (oneDNN creates a primitive: 25-160 us). The untuned default passes
+  /// such a routine over for a tiny layer that another supports in the same
+  /// schema: a decode loop prepares its index arithmetic again at every step.
+  virtual bool costly_prepare() const { return false; }
   /// Whether the routine can compute this layer in this schema, with the reason when not.
   virtual Support supports(const LayerInfo& layer, const Schema& schema) const = 0;
   /// Tunable parameters for this layer; empty when there is nothing to tune.

@@ -318,6 +318,16 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
     const std::string* descriptor;
     std::tuple<int, bool, int> rank;  // an earlier tier wins; in one tier, staying in the input's schema, then list order
   };
+  // A layer of a few hundred values: preparing a oneDNN primitive (25-160 us)
+  // costs more than running it on cpu/ref (a decode loop's index arithmetic,
+  // prepared again at every new cache length: 0.35 of a 1.5 ms re-bind), so a
+  // costly first choice gives way to a cheap routine in its schema.
+  constexpr int64_t kTinyValues = 1024;
+  const std::string& type = layer.layer->type;
+  bool tiny = layer.layer->weights.empty() &&  // (index arithmetic: not a small convolution or activation)
+              (type == "add" || type == "sub" || type == "mul" || type == "div" || type == "reduce");
+  for (const auto* shapes : {&layer.input_shapes, &layer.output_shapes})
+    for (const Shape& sh : *shapes) tiny = tiny && sh.numel() <= kTinyValues;
   std::vector<Ranked> order;
   std::lock_guard lock(mutex_);
   const std::vector<std::pair<int, int>>& ranks = ranks_of_type(layer.layer->type);
@@ -331,14 +341,24 @@ Candidate RoutineRegistry::default_choice_any_schema(const LayerInfo& layer, con
       order.push_back({&entries_[k], &s, &d, {tier, !(s == preferred), position}});
     }
   std::stable_sort(order.begin(), order.end(), [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });
-  for (const Ranked& r : order) {
+  auto ask = [&](const Ranked& r) {
     Candidate c{r.entry->routine.get(), *r.schema, *r.descriptor, {}};
     try {
       c.support = r.entry->routine->supports(layer, *r.schema);
     } catch (const std::exception& ex) {
       c.support = Support::no(fmt::format("supports() failed: {}", ex.what()));
     }
-    if (c.support.ok) return c;
+    return c;
+  };
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    Candidate c = ask(order[i]);
+    if (!c.support.ok) continue;
+    // (A tiny layer: the first routine after it in the same schema that is cheap to prepare.)
+    if (tiny && c.routine->costly_prepare())
+      for (std::size_t j = i + 1; j < order.size(); ++j)
+        if (*order[j].schema == c.schema && !order[j].entry->routine->costly_prepare())
+          if (Candidate cheap = ask(order[j]); cheap.support.ok) return cheap;
+    return c;
   }
   if (dtype != DType::float32) return Candidate{};
   return default_choice(layer, Schema{});  // throws, listing every routine's reason

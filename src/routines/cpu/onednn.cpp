@@ -150,6 +150,7 @@ void fuse_activation(dnnl::post_ops& ops, Plan& p, const Activation& a, const La
 template <class Op, Layout L, DType D = DType::float32>
 class Onednn final : public Routine {
  public:
+  bool costly_prepare() const override { return true; }  // (a oneDNN primitive per shape)
   static constexpr Schema kSchema{Device::cpu, D, L};
   static constexpr dt kDt = D == DType::bfloat16 ? dt::bf16 : dt::f32;
   static constexpr Form kForm{L, kDt};

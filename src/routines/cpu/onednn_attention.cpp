@@ -204,6 +204,7 @@ class PreparedAttention final : public PreparedRoutine {
 template <DType D>
 class OnednnAttention final : public Routine {
  public:
+  bool costly_prepare() const override { return true; }  // (a oneDNN primitive per shape)
   static constexpr bool kBf16 = D == DType::bfloat16;
   static constexpr Schema kSchema{Device::cpu, D, Layout::nchw};
   std::string_view layer_type() const override { return "attention"; }

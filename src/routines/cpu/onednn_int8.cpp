@@ -329,6 +329,7 @@ Support int8_weights_exact() {
 template <class Op, Layout L>
 class OnednnQ final : public Routine {
  public:
+  bool costly_prepare() const override { return true; }  // (a oneDNN primitive per shape)
   static constexpr Schema kSchema{Device::cpu, DType::qint8, L};
 
   std::string_view layer_type() const override { return Op::kType; }
