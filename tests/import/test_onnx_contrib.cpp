@@ -573,18 +573,17 @@ TEST_CASE("contrib: MatMulNBits keeps its codes blockwise (4-bit ones two a byte
 
 TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's activations per block as ONNX Runtime does",
           "[onnx][contrib]") {
-  // N 13 (rows past the last four; on AVX-512 VNNI a strip of 13 of 16); prompts of 3, 6, 7 and 13 rows
-  // (the row kernels' pairs of rows and one; the panel kernel's tiles of 8, 4, 2 and 1 rows) in int8 too,
-  // one of 300 (past kMaxInt8Rows, 64) in float32 on the dequantised weights, but in int8 where the CPU
-  // has AVX-512 VNNI (the panel kernel takes any length). K and block: 10 blocks of 32
+  // N 13 (rows past the last four; the strip kernels' last strip of 5 of 8 or 13 of 16); prompts of 3, 6,
+  // 7 and 13 rows (the row kernels' pairs of rows and one; the strip kernels' passes of 8 or 4, 2 and 1
+  // rows) in int8 too, one of 300 (past kMaxInt8Rows, 64) in float32 on the dequantised weights, but in
+  // int8 where the CPU has AVX2 (the strip kernels take any length). K and block: 10 blocks of 32
   // (pairs of groups), 11 (a last group alone), 3 (one pair and a last one), 6 of 64 and 3 of 128
   // (both groups of a pair in one block), without zero points (the default, 8) at 128.
   struct Form {
     int64_t k, block;
     bool zeros;
   };
-  const core::CpuFeatures& f = core::cpu_features();
-  const bool prompt_int8 = f.avx512_core() && f.avx512_vnni;
+  const bool prompt_int8 = core::cpu_features().avx2_fma();  // (the strip kernels: AVX2, AVX-512 VNNI)
   for (const Form form : {Form{320, 32, true}, Form{352, 32, true}, Form{96, 32, true}, Form{384, 64, true},
                           Form{384, 128, false}}) {
     const int64_t K = form.k, N = 13, block = form.block, blocks = K / block, zp_row = (blocks + 1) / 2;
@@ -642,7 +641,7 @@ TEST_CASE("contrib: MatMulNBits with accuracy_level 4 quantises a decode step's 
             int8 += static_cast<double>(acc) * scales[at] * xs[static_cast<std::size_t>(b)];
           }
           const float got = y.values[static_cast<std::size_t>(i * N + r)];
-          // The int8 arithmetic; a long prompt in float32, but on AVX-512 VNNI (the panel kernel) in int8 too.
+          // The int8 arithmetic; a long prompt in float32, but with the strip kernels in int8 too.
           if (S <= 64 || prompt_int8) CHECK(got == Approx(int8).margin(1e-4));
           else CHECK(got == Approx(exact).margin(1e-4));
           CHECK(got == Approx(exact).margin(0.02 * size));  // int8 activations: near the exact sum of its terms' size

@@ -9,9 +9,13 @@
 //    (nbits_dense_kernels.hpp) over blocks of weight rows per thread;
 //  - more (a prompt): per task a slice of output columns is dequantised into
 //    the packed B of the float32 GEMM (gemm.hpp) and multiplied there;
-//  - at accuracy_level 4, up to kMaxInt8Rows rows: each quantised to int8 per
-//    block, as ONNX Runtime's CompInt8 does, and multiplied from the codes
-//    (each thread's weight rows stay in L2 while the rows of x pass them).
+//  - at accuracy_level 4: each row quantised to int8 per block, as ONNX
+//    Runtime's CompInt8 does, and multiplied from the codes: a decode step by
+//    the rows kernel (each thread's weight rows stay in L2 while the rows of x
+//    pass them); a prompt of kPanelRows rows or more, any length, by the strip
+//    kernels (AVX2, AVX-512 VNNI: strips of weight rows transposed in registers
+//    against several rows of x, sums scaled once per block); without them up
+//    to kMaxInt8Rows rows.
 #include "core/cpu_features.hpp"
 #include "core/weight_quant.hpp"
 #include "routines/cpu/f32_common.hpp"
@@ -127,7 +131,9 @@ cpu::nbits::Int8RowsKernel int8_rows_kernel(const cpu::nbits::Weights& w) {
 cpu::nbits::Int8PanelKernel int8_panel_kernel(const cpu::nbits::Weights& w) {
 #if defined(__x86_64__) || defined(_M_X64)
   const core::CpuFeatures& f = core::cpu_features();
-  if (f.avx512_core() && f.avx512_vnni && w.packed && w.block % 32 == 0) return cpu::nbits::unchecked_int8_panel_avx512vnni();
+  if (!w.packed || w.block % 32 != 0) return {};
+  if (f.avx512_core() && f.avx512_vnni) return cpu::nbits::unchecked_int8_panel_avx512vnni();
+  if (f.avx2_fma()) return cpu::nbits::unchecked_int8_panel_avx2();
 #endif
   (void)w;
   return {};
@@ -166,8 +172,8 @@ class Prepared final : public PreparedRoutine {
     // The file's accuracy_level 4 (ONNX Runtime's CompInt8) for codes of at most
     // 4 bits: the rows quantised to int8 per block, as it computes.
     const bool level4 = layer.get_int("accuracy_level", 0) == 4 && !weights_.is_signed;
-    // Prompts on AVX-512 VNNI: the panel kernel, at any length (its cost per row
-    // of x stays that of the products).
+    // Prompts: the strip kernels, at any length (the cost per row of x stays
+    // that of the products).
     if (level4 && m_ >= kPanelRows) prompt_ = int8_panel_kernel(weights_);
     int8_ = level4 && (m_ <= kMaxInt8Rows || prompt_.rows);
     use_gemm_ = !int8_ && m_ > kMaxRows && g_;

@@ -63,17 +63,19 @@ Int8RowsKernel unchecked_int8_rows_avx2();
 /// multiple of 64 (defined in its own file: call only on a CPU that has it).
 Int8RowsKernel unchecked_int8_rows_avx512vnni();
 
-/// Prompts in int8 on AVX-512 VNNI (packed codes, blocks a multiple of 32):
+/// Prompts in int8 (packed codes, blocks a multiple of 32):
 /// `layout_x` lays the quantised rows of x out (k / 4 dwords a row, at xi) as
 /// `rows` reads them; `rows` computes y[m][o] for m < rows, o in [o0, o1) as
-/// Int8RowsKernel does, each strip of 16 weight rows read once for up to 8 rows
-/// of x; `scratch` (panel_scratch_bytes(w) bytes) its own.
+/// Int8RowsKernel does, each strip of weight rows read once for several rows of
+/// x; `scratch` (panel_scratch_bytes(w) bytes) its own.
 struct Int8PanelKernel {
   void (*layout_x)(const int8_t* xq, int64_t rows, int64_t ldq, int64_t k, int32_t* xi) = nullptr;
   void (*rows)(const Weights& w, int64_t o0, int64_t o1, const int32_t* xi, const float* xs, const int32_t* xsum,
                int64_t rows, float* y, int64_t ldy, uint8_t* scratch) = nullptr;
 };
 Int8PanelKernel unchecked_int8_panel_avx512vnni();
+/// The same in AVX2 (vpmaddubsw, strips of 8 weight rows, up to 4 rows of x a pass).
+Int8PanelKernel unchecked_int8_panel_avx2();
 /// Scratch a thread of the panel kernel needs: a strip's scales and zero points
 /// per block, and a last strip's codes padded to 16 rows.
 inline int64_t panel_scratch_bytes(const Weights& w) { return w.blocks * 16 * 4 * 2 + 16 * (w.k / 2); }

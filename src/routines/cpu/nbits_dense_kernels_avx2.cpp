@@ -9,6 +9,9 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+#include <type_traits>
+
 namespace softneuro::cpu::nbits {
 namespace {
 
@@ -456,9 +459,120 @@ void int8_rows(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, int64
   }
 }
 
+// ---------------------------------------------------------------------------
+// Prompts (4 rows of x or more): per strip of 8 weight rows, each group's 16
+// bytes of the 8 rows transposed by dwords in registers (dword q of rows 0-7,
+// in order), each dword's low and high nibbles two vpmaddubsw operands (codes
+// j..j+3 and j+16..j+19 against x's values broadcast), the int16 pair sums of
+// two dwords added (at most 8 x 15 x 127: within int16) and widened once by
+// vpmaddwd, up to 4 rows of x per pass, the int32 sums scaled into float32 once
+// per block (the pair kernel scales each product of 64 codes).
+
+constexpr int kStripMx = 4;  ///< rows of x per pass (8 accumulators beside the operands: 16 registers)
+
+/// MX rows of x (codes as panel_x lays them out; scales and code sums per
+/// block, ld ldb) against the strip of 8 weight rows from row0, `stride` bytes
+/// apart (past the strip's n rows, zeros): y[m][i] for i < n. sp, zp: the
+/// strip's scales and zero points (floats; null: none) per block, 8 each.
+template <int MX>
+void strip_tile(const uint8_t* row0, int64_t stride, const float* sp, const float* zp, int64_t groups, int64_t per_block,
+                int64_t nb, const int32_t* xi, const float* xs, int64_t ldb, const int32_t* xsum, float* y, int64_t ldy,
+                int n) {
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 accf[MX];
+  for (int m = 0; m < MX; ++m) accf[m] = _mm256_setzero_ps();
+  for (int64_t b = 0, g0 = 0; b < nb; ++b, g0 += per_block) {
+    __m256i acc[MX];
+    for (int m = 0; m < MX; ++m) acc[m] = _mm256_setzero_si256();
+    const int64_t g1 = least(groups, g0 + per_block);
+    for (int64_t g = g0; g < g1; ++g) {
+      __m256i a[4];  // rows i (low lane) and i + 4 (high lane)
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i)
+        a[i] = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row0 + (i + 4) * stride + 16 * g)),
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(row0 + i * stride + 16 * g)));
+      const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+      const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+      const __m256i v[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                            _mm256_unpackhi_epi64(t1, t3)};
+      const int32_t* xg = xi + g * 8 * MX;  // dword j of the group of each row of x: xg[j * MX + m]
+#pragma GCC unroll 2
+      for (int q = 0; q < 4; q += 2) {
+        const __m256i lo0 = _mm256_and_si256(v[q], low), hi0 = _mm256_and_si256(_mm256_srli_epi16(v[q], 4), low);
+        const __m256i lo1 = _mm256_and_si256(v[q + 1], low), hi1 = _mm256_and_si256(_mm256_srli_epi16(v[q + 1], 4), low);
+#pragma GCC unroll 4
+        for (int m = 0; m < MX; ++m) {
+          __m256i p = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(xg[q * MX + m]));
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(xg[(4 + q) * MX + m])));
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(xg[(q + 1) * MX + m])));
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(xg[(5 + q) * MX + m])));
+          acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(p, ones));
+        }
+      }
+    }
+    const __m256 ws = _mm256_loadu_ps(sp + b * 8);
+    for (int m = 0; m < MX; ++m) {
+      __m256 t = _mm256_cvtepi32_ps(acc[m]);
+      if (zp) t = _mm256_fnmadd_ps(_mm256_loadu_ps(zp + b * 8), _mm256_set1_ps(static_cast<float>(xsum[m * ldb + b])), t);
+      accf[m] = _mm256_fmadd_ps(t, _mm256_mul_ps(ws, _mm256_set1_ps(xs[m * ldb + b])), accf[m]);
+    }
+  }
+  const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int m = 0; m < MX; ++m) _mm256_maskstore_ps(y + m * ldy, keep, accf[m]);
+}
+
+/// The rows of x in blocks of 4 (then 2, 1) as strip_tile reads them: per
+/// block of MX rows from m0, at xi + m0 * k / 4, per group its 8 dwords of the
+/// MX rows, dword j of row m at j * MX + m.
+void panel_x(const int8_t* xq, int64_t rows, int64_t ldq, int64_t k, int32_t* xi) {
+  for (int64_t m0 = 0; m0 < rows;) {
+    const int64_t mx = rows - m0 >= kStripMx ? kStripMx : rows - m0 >= 2 ? 2 : 1;
+    int32_t* out = xi + m0 * (k / 4);
+    for (int64_t g = 0; g < k / 32; ++g)
+      for (int64_t j = 0; j < 8; ++j)
+        for (int64_t m = 0; m < mx; ++m) std::memcpy(out + (g * 8 + j) * mx + m, xq + (m0 + m) * ldq + 32 * g + 4 * j, 4);
+    m0 += mx;
+  }
+}
+
+void panel_rows(const Weights& w, int64_t o0, int64_t o1, const int32_t* xi, const float* xs, const int32_t* xsum,
+                int64_t rows, float* y, int64_t ldy, uint8_t* scratch) {
+  const int64_t groups = w.k / 32, nb = w.blocks, per_block = w.block / 32, stride = w.k / 2;
+  float* sp = reinterpret_cast<float*>(scratch);
+  float* zp = w.zero ? sp + nb * 8 : nullptr;
+  uint8_t* tail = scratch + panel_scratch_bytes(w) - 16 * stride;
+  for (int64_t o = o0; o < o1; o += 8) {
+    const int n = static_cast<int>(least(o1 - o, 8));
+    const uint8_t* row0 = w.codes + o * stride;
+    if (n < 8) {  // a last strip of fewer rows: copied, the rest zeros (their lanes are not stored)
+      std::memcpy(tail, row0, static_cast<std::size_t>(n * stride));
+      std::memset(tail + n * stride, 0, static_cast<std::size_t>((8 - n) * stride));
+      row0 = tail;
+    }
+    // The strip's scales and zero points per block, its rows side by side.
+    for (int64_t b = 0; b < nb; ++b)
+      for (int i = 0; i < 8; ++i) {
+        const int64_t at = (o + (i < n ? i : 0)) * nb + b;
+        sp[b * 8 + i] = i < n ? w.scale[at] : 0.0f;
+        if (zp) zp[b * 8 + i] = static_cast<float>(w.uniform_zero ? w.zero[0] : w.zero[at]);
+      }
+    int64_t m = 0;
+    auto tile = [&](auto mx) {
+      constexpr int MX = decltype(mx)::value;
+      strip_tile<MX>(row0, stride, sp, zp, groups, per_block, nb, xi + m * (w.k / 4), xs + m * nb, nb, xsum + m * nb,
+                     y + m * ldy + o, ldy, n);
+      m += MX;
+    };
+    for (; m + kStripMx <= rows;) tile(std::integral_constant<int, kStripMx>{});
+    if (m + 2 <= rows) tile(std::integral_constant<int, 2>{});
+    if (m < rows) tile(std::integral_constant<int, 1>{});
+  }
+}
+
 }  // namespace
 
 RowsKernel unchecked_rows_avx2() { return &rows_any; }
+Int8PanelKernel unchecked_int8_panel_avx2() { return {&panel_x, &panel_rows}; }
 Int8RowsKernel unchecked_int8_rows_avx2() { return &int8_rows; }
 PanelKernel unchecked_panel_avx2() { return &panel_any; }
 
