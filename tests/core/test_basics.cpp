@@ -686,13 +686,16 @@ TEST_CASE("a routine family registers the layer types it needs", "[basics]") {
 }
 
 namespace {
-// A routine of layer type test_order in one schema that supports the layer unless told not to.
+// A routine of layer type test_order (or another) in one schema that supports the layer unless told not
+// to, costly to prepare or not (oneDNN's primitives are).
 class OrderProbe final : public Routine {
  public:
-  OrderProbe(std::string algorithm, std::string schema) : algorithm_(std::move(algorithm)), schema_(std::move(schema)) {}
-  std::string_view layer_type() const override { return "test_order"; }
+  OrderProbe(std::string algorithm, std::string schema, std::string type = "test_order", bool costly = false)
+      : algorithm_(std::move(algorithm)), schema_(std::move(schema)), type_(std::move(type)), costly_(costly) {}
+  std::string_view layer_type() const override { return type_; }
   std::string_view algorithm() const override { return algorithm_; }
   std::vector<Schema> schemas() const override { return {Schema::parse(schema_)}; }
+  bool costly_prepare() const override { return costly_; }
   Support supports(const LayerInfo& info, const Schema&) const override {
     return info.layer->get_string("refuse", "") == algorithm_ ? Support::no("told to refuse") : Support::yes();
   }
@@ -701,7 +704,8 @@ class OrderProbe final : public Routine {
   }
 
  private:
-  std::string algorithm_, schema_;
+  std::string algorithm_, schema_, type_;
+  bool costly_;
 };
 }  // namespace
 
@@ -720,36 +724,13 @@ TEST_CASE("a default order naming a routine nobody registered fails the first de
   CHECK_THROWS_WITH(registry.default_choice(info, Schema{}), Catch::Contains("does not register"));  // every use
 }
 
-namespace {
-// A sub routine, costly to prepare or not (oneDNN's primitives are), that supports the layer unless told not to.
-class PrepareProbe final : public Routine {
- public:
-  PrepareProbe(std::string algorithm, std::string schema, bool costly)
-      : algorithm_(std::move(algorithm)), schema_(std::move(schema)), costly_(costly) {}
-  std::string_view layer_type() const override { return "sub"; }
-  std::string_view algorithm() const override { return algorithm_; }
-  std::vector<Schema> schemas() const override { return {Schema::parse(schema_)}; }
-  bool costly_prepare() const override { return costly_; }
-  Support supports(const LayerInfo& info, const Schema&) const override {
-    return info.layer->get_string("refuse", "") == algorithm_ ? Support::no("told to refuse") : Support::yes();
-  }
-  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo&, const Schema&, const RoutineParams&) const override {
-    return nullptr;
-  }
-
- private:
-  std::string algorithm_, schema_;
-  bool costly_;
-};
-}  // namespace
-
 TEST_CASE("a tiny index-arithmetic layer's default is a routine cheap to prepare in the first choice's schema", "[basics]") {
   // (A decode loop prepares its [1, T] mask arithmetic again at every step: oneDNN's
   // primitives took 0.35 of a 1.5 ms re-bind.)
   core::RoutineRegistry registry;  // its own: the process's stays as it is
-  registry.add(std::make_unique<PrepareProbe>("costly", "cpu", true), "test");
-  registry.add(std::make_unique<PrepareProbe>("elsewhere", "cpu:float32:nhwc", false), "test");
-  registry.add(std::make_unique<PrepareProbe>("cheap", "cpu", false), "test");
+  registry.add(std::make_unique<OrderProbe>("costly", "cpu", "sub", true), "test");
+  registry.add(std::make_unique<OrderProbe>("elsewhere", "cpu:float32:nhwc", "sub"), "test");
+  registry.add(std::make_unique<OrderProbe>("cheap", "cpu", "sub"), "test");
   registry.set_default_order("sub", {{"cpu/costly", "cpu:float32:nhwc/elsewhere"}, {"cpu/cheap"}});
   Layer l;
   l.name = "probe";

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -95,6 +96,14 @@ void quantize_row(const float* x, int64_t k, int64_t block, int8_t* xq, float* x
     xs[b] = amax / 127.0f;
     xsum[b] = sum;
   }
+}
+void panel_layout_x(const int8_t* xq, int64_t rows, int64_t ldq, int64_t k, int max_rows, int32_t* xi) {
+  for_each_pass(rows, max_rows, [&](int64_t m0, int64_t mx) {
+    int32_t* out = xi + m0 * (k / 4);
+    for (int64_t g = 0; g < k / 32; ++g)
+      for (int64_t j = 0; j < 8; ++j)
+        for (int64_t m = 0; m < mx; ++m) std::memcpy(out + (g * 8 + j) * mx + m, xq + (m0 + m) * ldq + 32 * g + 4 * j, 4);
+  });
 }
 }  // namespace cpu::nbits
 
@@ -224,7 +233,7 @@ class Prepared final : public PreparedRoutine {
         auto* xi = reinterpret_cast<int32_t*>(xsum + m_ * nb);
         uint8_t* scratch = reinterpret_cast<uint8_t*>(xi + m_ * (k_ / 4));
         const int64_t scratch_bytes = gemm::round_up(cpu::nbits::panel_scratch_bytes(weights_), 64);
-        prompt_.layout_x(xq, m_, ldq, k_, xi);
+        cpu::nbits::panel_layout_x(xq, m_, ldq, k_, prompt_.max_rows, xi);
         const int64_t tasks = (n_ + kBlockRows - 1) / kBlockRows;
         cpu::for_each_task(args.pool, slots_, tasks, [&](int64_t t, int slot) {
           const int64_t o0 = t * kBlockRows, o1 = std::min(n_, o0 + kBlockRows);

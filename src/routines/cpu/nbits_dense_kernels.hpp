@@ -63,16 +63,30 @@ Int8RowsKernel unchecked_int8_rows_avx2();
 /// multiple of 64 (defined in its own file: call only on a CPU that has it).
 Int8RowsKernel unchecked_int8_rows_avx512vnni();
 
-/// Prompts in int8 (packed codes, blocks a multiple of 32):
-/// `layout_x` lays the quantised rows of x out (k / 4 dwords a row, at xi) as
-/// `rows` reads them; `rows` computes y[m][o] for m < rows, o in [o0, o1) as
-/// Int8RowsKernel does, each strip of weight rows read once for several rows of
-/// x; `scratch` (panel_scratch_bytes(w) bytes) its own.
+/// Prompts in int8 (packed codes, blocks a multiple of 32): `rows` computes
+/// y[m][o] for m < rows, o in [o0, o1) as Int8RowsKernel does, each strip of
+/// weight rows read once for up to `max_rows` rows of x, laid out by
+/// panel_layout_x; `scratch` (panel_scratch_bytes(w) bytes) its own.
 struct Int8PanelKernel {
-  void (*layout_x)(const int8_t* xq, int64_t rows, int64_t ldq, int64_t k, int32_t* xi) = nullptr;
+  int max_rows = 0;
   void (*rows)(const Weights& w, int64_t o0, int64_t o1, const int32_t* xi, const float* xs, const int32_t* xsum,
                int64_t rows, float* y, int64_t ldy, uint8_t* scratch) = nullptr;
 };
+/// The quantised rows of x as the strip kernels read them (k / 4 dwords a row,
+/// at xi): in passes of `max_rows` rows, then of halves (a pass of mx rows from
+/// m0 at xi + m0 * k / 4: per group of 32 its 8 dwords of the mx rows, dword j of
+/// row m at j * mx + m).
+void panel_layout_x(const int8_t* xq, int64_t rows, int64_t ldq, int64_t k, int max_rows, int32_t* xi);
+/// The passes panel_layout_x lays out: mx rows from m0, for each.
+template <class F>
+void for_each_pass(int64_t rows, int max_rows, F&& pass) {
+  for (int64_t m0 = 0; m0 < rows;) {
+    int64_t mx = max_rows;
+    while (mx > rows - m0) mx /= 2;
+    pass(m0, mx);
+    m0 += mx;
+  }
+}
 Int8PanelKernel unchecked_int8_panel_avx512vnni();
 /// The same in AVX2 (vpmaddubsw, strips of 8 weight rows, up to 4 rows of x a pass).
 Int8PanelKernel unchecked_int8_panel_avx2();

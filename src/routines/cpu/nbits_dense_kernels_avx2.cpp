@@ -470,7 +470,7 @@ void int8_rows(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, int64
 
 constexpr int kStripMx = 4;  ///< rows of x per pass (8 accumulators beside the operands: 16 registers)
 
-/// MX rows of x (codes as panel_x lays them out; scales and code sums per
+/// MX rows of x (codes as panel_layout_x lays them out; scales and code sums per
 /// block, ld ldb) against the strip of 8 weight rows from row0, `stride` bytes
 /// apart (past the strip's n rows, zeros): y[m][i] for i < n. sp, zp: the
 /// strip's scales and zero points (floats; null: none) per block, 8 each.
@@ -521,20 +521,6 @@ void strip_tile(const uint8_t* row0, int64_t stride, const float* sp, const floa
   for (int m = 0; m < MX; ++m) _mm256_maskstore_ps(y + m * ldy, keep, accf[m]);
 }
 
-/// The rows of x in blocks of 4 (then 2, 1) as strip_tile reads them: per
-/// block of MX rows from m0, at xi + m0 * k / 4, per group its 8 dwords of the
-/// MX rows, dword j of row m at j * MX + m.
-void panel_x(const int8_t* xq, int64_t rows, int64_t ldq, int64_t k, int32_t* xi) {
-  for (int64_t m0 = 0; m0 < rows;) {
-    const int64_t mx = rows - m0 >= kStripMx ? kStripMx : rows - m0 >= 2 ? 2 : 1;
-    int32_t* out = xi + m0 * (k / 4);
-    for (int64_t g = 0; g < k / 32; ++g)
-      for (int64_t j = 0; j < 8; ++j)
-        for (int64_t m = 0; m < mx; ++m) std::memcpy(out + (g * 8 + j) * mx + m, xq + (m0 + m) * ldq + 32 * g + 4 * j, 4);
-    m0 += mx;
-  }
-}
-
 void panel_rows(const Weights& w, int64_t o0, int64_t o1, const int32_t* xi, const float* xs, const int32_t* xsum,
                 int64_t rows, float* y, int64_t ldy, uint8_t* scratch) {
   const int64_t groups = w.k / 32, nb = w.blocks, per_block = w.block / 32, stride = w.k / 2;
@@ -556,23 +542,22 @@ void panel_rows(const Weights& w, int64_t o0, int64_t o1, const int32_t* xi, con
         sp[b * 8 + i] = i < n ? w.scale[at] : 0.0f;
         if (zp) zp[b * 8 + i] = static_cast<float>(w.uniform_zero ? w.zero[0] : w.zero[at]);
       }
-    int64_t m = 0;
-    auto tile = [&](auto mx) {
-      constexpr int MX = decltype(mx)::value;
-      strip_tile<MX>(row0, stride, sp, zp, groups, per_block, nb, xi + m * (w.k / 4), xs + m * nb, nb, xsum + m * nb,
-                     y + m * ldy + o, ldy, n);
-      m += MX;
-    };
-    for (; m + kStripMx <= rows;) tile(std::integral_constant<int, kStripMx>{});
-    if (m + 2 <= rows) tile(std::integral_constant<int, 2>{});
-    if (m < rows) tile(std::integral_constant<int, 1>{});
+    for_each_pass(rows, kStripMx, [&](int64_t m, int64_t mx) {
+      auto tile = [&](auto c) {
+        strip_tile<decltype(c)::value>(row0, stride, sp, zp, groups, per_block, nb, xi + m * (w.k / 4), xs + m * nb, nb,
+                                       xsum + m * nb, y + m * ldy + o, ldy, n);
+      };
+      if (mx == 4) tile(std::integral_constant<int, 4>{});
+      else if (mx == 2) tile(std::integral_constant<int, 2>{});
+      else tile(std::integral_constant<int, 1>{});
+    });
   }
 }
 
 }  // namespace
 
 RowsKernel unchecked_rows_avx2() { return &rows_any; }
-Int8PanelKernel unchecked_int8_panel_avx2() { return {&panel_x, &panel_rows}; }
+Int8PanelKernel unchecked_int8_panel_avx2() { return {kStripMx, &panel_rows}; }
 Int8RowsKernel unchecked_int8_rows_avx2() { return &int8_rows; }
 PanelKernel unchecked_panel_avx2() { return &panel_any; }
 

@@ -172,10 +172,12 @@ void int8_rows(const Weights& w, int64_t o0, int64_t o1, const int8_t* xq, int64
 // the int32 sums of each row of x are scaled into float32 once (against once
 // per 64 codes in the row kernel).
 
+constexpr int kStripMx = 8;  ///< rows of x per pass (16 accumulators beside the operands)
+
 /// The lane of each row (and back): lane l holds row (l / 4) + 4 (l % 4).
 inline __m512i lane_rows() { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
 
-/// MX rows of x (codes as int8_panel_x lays them out; scales and code sums per block, ld ldb) against
+/// MX rows of x (codes as panel_layout_x lays them out; scales and code sums per block, ld ldb) against
 /// the strip of 16 weight rows from row0, `stride` bytes apart (past the
 /// strip's n rows, zeros: their lanes are not stored), prefetching the strip
 /// at `next` (null: none): y[m][i] for i < n. sp: the strip's
@@ -236,20 +238,6 @@ void strip_tile(const uint8_t* row0, int64_t stride, const uint8_t* next, const 
   for (int m = 0; m < MX; ++m) _mm512_mask_storeu_ps(y + m * ldy, keep, _mm512_permutexvar_ps(back, accf[m]));
 }
 
-/// The rows of x in blocks of 8 (then 4, 2, 1) as strip_tile reads them: per
-/// block of MX rows from m0, at xi + m0 * k / 4, per group its 8 dwords of the
-/// MX rows, dword j of row m at j * MX + m.
-void int8_panel_x(const int8_t* xq, int64_t rows, int64_t ldq, int64_t k, int32_t* xi) {
-  for (int64_t m0 = 0; m0 < rows;) {
-    const int64_t mx = rows - m0 >= 8 ? 8 : rows - m0 >= 4 ? 4 : rows - m0 >= 2 ? 2 : 1;
-    int32_t* out = xi + m0 * (k / 4);
-    for (int64_t g = 0; g < k / 32; ++g)
-      for (int64_t j = 0; j < 8; ++j)
-        for (int64_t m = 0; m < mx; ++m) std::memcpy(out + (g * 8 + j) * mx + m, xq + (m0 + m) * ldq + 32 * g + 4 * j, 4);
-    m0 += mx;
-  }
-}
-
 void int8_panel_rows(const Weights& w, int64_t o0, int64_t o1, const int32_t* xi, const float* xs,
                      const int32_t* xsum, int64_t rows, float* y, int64_t ldy, uint8_t* scratch) {
   const int64_t groups = w.k / 32, nb = w.blocks, per_block = w.block / 32;
@@ -276,23 +264,22 @@ void int8_panel_rows(const Weights& w, int64_t o0, int64_t o1, const int32_t* xi
                                                      : _mm512_cvtepi32_ps(_mm512_mask_i32gather_epi32(
                                                            _mm512_setzero_si512(), valid, at, w.zero + o * nb + b, 4)));
     }
-    int64_t m = 0;
-    auto tile = [&](auto mx) {
-      constexpr int MX = decltype(mx)::value;
-      strip_tile<MX>(row0, stride, m == 0 ? next : nullptr, sp, zp, groups, per_block, nb, xi + m * (w.k / 4), xs + m * nb,
-                     nb, xsum + m * nb, y + m * ldy + o, ldy, n);
-      m += MX;
-    };
-    for (; m + 8 <= rows;) tile(std::integral_constant<int, 8>{});
-    if (m + 4 <= rows) tile(std::integral_constant<int, 4>{});
-    if (m + 2 <= rows) tile(std::integral_constant<int, 2>{});
-    if (m < rows) tile(std::integral_constant<int, 1>{});
+    for_each_pass(rows, kStripMx, [&](int64_t m, int64_t mx) {
+      auto tile = [&](auto c) {
+        strip_tile<decltype(c)::value>(row0, stride, m == 0 ? next : nullptr, sp, zp, groups, per_block, nb,
+                                       xi + m * (w.k / 4), xs + m * nb, nb, xsum + m * nb, y + m * ldy + o, ldy, n);
+      };
+      if (mx == 8) tile(std::integral_constant<int, 8>{});
+      else if (mx == 4) tile(std::integral_constant<int, 4>{});
+      else if (mx == 2) tile(std::integral_constant<int, 2>{});
+      else tile(std::integral_constant<int, 1>{});
+    });
   }
 }
 
 }  // namespace
 
 Int8RowsKernel unchecked_int8_rows_avx512vnni() { return &int8_rows; }
-Int8PanelKernel unchecked_int8_panel_avx512vnni() { return {&int8_panel_x, &int8_panel_rows}; }
+Int8PanelKernel unchecked_int8_panel_avx512vnni() { return {kStripMx, &int8_panel_rows}; }
 
 }  // namespace softneuro::cpu::nbits
