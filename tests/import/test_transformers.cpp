@@ -87,14 +87,16 @@ TEST_CASE("transformers: GatherElements with run-time indices", "[onnx][transfor
 TEST_CASE("transformers: GatherElements at rank 4, along a middle and the last axis, indices smaller than the data",
           "[onnx][transformers]") {
   // (A decoder's KV cache built so: [B, heads, rows, features] along the rows.)
+  // Rows of one index (the cache's positions expanded over the features) are copied whole.
   const std::vector<int64_t> xd{2, 3, 5, 4}, id{2, 2, 4, 3};
   std::vector<float> x(120);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
-  for (int axis : {2, 3}) {
-    INFO("axis " << axis);
+  for (const auto& [axis, rows_of_one] : {std::pair{2, false}, std::pair{3, false}, std::pair{2, true}}) {
+    INFO("axis " << axis << (rows_of_one ? ", one index a row" : ""));
     const int64_t len = xd[static_cast<std::size_t>(axis)];
     std::vector<int64_t> idx(48);
-    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>((i * 7 + 1) % (2 * len)) - len;  // negatives too
+    for (std::size_t i = 0; i < idx.size(); ++i)  // negatives too
+      idx[i] = static_cast<int64_t>(((rows_of_one ? i / 3 : i) * 7 + 1) % (2 * len)) - len;
     OnnxModel m(13);
     m.input("x", xd).typed_input("i", onnx::TensorProto::INT64, id).output("y");
     m.node("GatherElements", {"x", "i"}, {"y"}).i("axis", axis);
@@ -110,6 +112,10 @@ TEST_CASE("transformers: GatherElements at rank 4, along a middle and the last a
             at[axis] = (idx[p] + len) % len;
             CHECK(y[p] == x[static_cast<std::size_t>(((at[0] * 3 + at[1]) * 5 + at[2]) * 4 + at[3])]);
           }
+    // An index out of range in a later row (the rows are checked on every thread) is still an error naming it.
+    idx[40] = len;
+    CHECK_THROWS_WITH(run(Session(net), {{"x", make_input(Shape{2, 3, 5, 4}, x)}, {"i", ids_blob(Shape{2, 2, 4, 3}, idx)}}),
+                      Catch::Contains("out of range") && Catch::Contains("index " + std::to_string(len) + " "));
   }
 }
 
