@@ -30,7 +30,7 @@ class RoutineRegistry;  // internal: the routines a plan chooses from
 }
 
 /// Bumped whenever this header changes in a way that breaks compiled plugins.
-inline constexpr uint32_t abi_version = 17;  // 17: LayerInfo::routines (the registry a plan chooses from)
+inline constexpr uint32_t abi_version = 18;  // 18: Routine::costly_prepare
 
 // ---------------------------------------------------------------------------
 // Schemas
