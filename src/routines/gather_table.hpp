@@ -22,9 +22,15 @@ namespace softneuro::routines {
 
 /// Index `v` (a whole number held as a float) into a dim of `len`, negative
 /// from the end; an Error naming the layer where it is no index into the dim.
+/// Whether v is a whole index in [-len, len).
+inline bool valid_index(float v, int64_t len) {
+  const double d = v;
+  return d >= -static_cast<double>(len) && d < static_cast<double>(len) && d == std::floor(d);
+}
+
 inline int64_t checked_index(float v, int64_t len, const std::string& layer) {
   const double d = v;
-  if (!(d >= -static_cast<double>(len) && d < static_cast<double>(len)) || d != std::floor(d))
+  if (!valid_index(v, len))
     throw Error(fmt::format("index {} is out of range for a dim of {} (indices lie in [-{}, {}))", d, len, len, len), {},
                 layer, "indices");
   return static_cast<int64_t>(d < 0 ? d + static_cast<double>(len) : d);

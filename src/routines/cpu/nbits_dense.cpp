@@ -37,10 +37,8 @@ namespace {
 
 namespace gemm = cpu::gemm;
 using cpu::nbits::kMaxRows;
-/// The most rows the int8 form takes: beyond, the float32 GEMM on dequantised
-/// panels (a 4-layer TinyLlama-width prompt at two threads, int8 against float32:
-/// 8 rows 58 against 148 ms, 32 rows 169 against 243, 64 rows 288-300 against 331,
-/// 128 rows 567 against 553).
+/// The most rows the int8 form takes without the strip kernels (no AVX2): beyond,
+/// the float32 GEMM on dequantised panels.
 constexpr int64_t kMaxInt8Rows = 64;
 
 constexpr int64_t kBlockRows = 64;  ///< weight rows per task of the rows path

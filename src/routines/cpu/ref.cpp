@@ -628,8 +628,7 @@ struct GatherElements final : RefPrepared {
         const float* ir = idx + row * width;
         bool whole = true, same = true;
         for (int64_t c = 0; c < width; ++c) {
-          const double v = ir[c];
-          whole = whole && v >= -static_cast<double>(len) && v < static_cast<double>(len) && v == std::floor(v);
+          whole = whole && routines::valid_index(ir[c], len);
           same = same && ir[c] == ir[0];
         }
         if (!whole) {
