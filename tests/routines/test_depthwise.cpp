@@ -1,7 +1,11 @@
 // cpu:float32:{nhwc,nchw16c,nchw8c}/depthwise against cpu/ref: 3x3 and 5x5,
 // strides 1 and 2 (and 3), dilations, asymmetric pads, batch 1 and 4, channel
 // counts not multiples of the vector width, odd sizes, every activation.
+#include "core/graph.hpp"
+#include "core/model_impl.hpp"
 #include "routines/f32_check.hpp"
+
+#include <softneuro/session.hpp>
 
 #include <sstream>
 
@@ -46,4 +50,82 @@ TEST_CASE("depthwise conv2 matches cpu/ref", "[depthwise][conv2]") {
   CHECK_FALSE(run_in_schema(g2, {random_blob({1, 8, 5, 5}, rng)}, descriptor).support.ok);
   Layer k7 = conv_layer(8, 8, 8, 7, 7, 1, 1, 1, 1, {3, 3, 3, 3}, false, rng);
   CHECK_FALSE(run_in_schema(k7, {random_blob({1, 8, 9, 9}, rng)}, descriptor).support.ok);
+}
+
+namespace {
+
+/// Values rounded to bfloat16 (nearest even), so that a cast to bfloat16 keeps them exactly.
+Blob bf16_exact(Blob b) {
+  for (float& v : std::span<float>(b.data_as<float>(), static_cast<std::size_t>(b.numel()))) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+    std::memcpy(&v, &u, 4);
+  }
+  return b;
+}
+
+/// The layer alone in a net whose routine path pins it to `descriptor` (the
+/// casts to and from bfloat16 around it); empty where the net ran another routine.
+std::vector<Blob> run_pinned(const Layer& layer, const Blob& x, const std::string& descriptor) {
+  core::Graph g;
+  g.name = "dw";
+  g.inputs.push_back({layer.inputs[0], x.shape(), DType::float32});
+  g.layers.push_back(layer);
+  g.outputs = layer.outputs;
+  core::Tuning tuning;
+  tuning.routine_path.routines = {core::RoutineChoice{layer.name, descriptor, {}}};
+  Model net = detail::make_model(std::move(g), tuning);
+  Session session(net);
+  bool ran = false;
+  for (const auto& l : session.layers()) ran = ran || (l.name == layer.name && l.descriptor == descriptor);
+  if (!ran) return {};
+  std::vector<Blob> out;
+  const std::vector<NamedBlob> in{{layer.inputs[0], x}};
+  for (auto& o : session.run(in)) out.push_back(o.blob);
+  return out;
+}
+
+}  // namespace
+
+// bfloat16 in nhwc: channels of 16 up to 480 (AVX-512 takes them 32 at a time,
+// 16 left over by the 16-channel kernel), every width from the edge-only to
+// several 8-pixel runs, both strides and kernels, pads, activations. Inputs are
+// bfloat16 values, so the only rounding is the output's: a channel or tap in
+// the wrong place is off by far more than that.
+TEST_CASE("bfloat16 depthwise conv2 matches cpu/ref", "[depthwise][conv2][bfloat16]") {
+  const std::string descriptor = "cpu:bfloat16:nhwc/depthwise";
+  std::mt19937 rng(556);
+  const int64_t channels[] = {16, 32, 48, 64, 80, 240, 480};
+  for (int t = 0; t < 36; ++t) {
+    const int64_t c = channels[t % 7];
+    const int64_t k = t % 2 ? 3 : 5, s = t % 4 < 2 ? 1 : 2;
+    const int64_t reach = k - 1;
+    const int64_t pt = pick(rng, 0, int(reach / 2)), pl = pick(rng, 0, int(reach / 2));
+    const int64_t pb = t % 3 ? pt : pick(rng, 0, int(reach / 2)), pr = t % 3 ? pl : pick(rng, 0, int(reach / 2));
+    const int64_t h = pick(rng, int(k), 14), w = t < 7 ? int64_t(k) + t : pick(rng, int(k), 41);
+    Layer l = conv_layer(c, c, c, k, k, s, s, 1, 1, {pt, pl, pb, pr}, t % 5 != 4, rng);
+    l.name = "dw";
+    l.inputs = {"x"};
+    l.outputs = {"y"};
+    set_act(l, kActs[t % 5], rng);
+    INFO("case " << t << ": c" << c << " k" << k << " s" << s << " pads " << pt << "," << pl << "," << pb << "," << pr
+                 << " in " << h << "x" << w << " act " << kActs[t % 5]);
+    const Blob x = bf16_exact(random_blob({t % 6 == 5 ? 2 : 1, c, h, w}, rng));
+    const std::vector<Blob> got = run_pinned(l, x, descriptor);
+    if (got.empty()) {
+      WARN(descriptor << " not run here (no bfloat16 depthwise kernels on this CPU)");
+      return;
+    }
+    const std::vector<Blob> want = test::run_layer(l, {x}, "cpu/ref");
+    REQUIRE(got[0].shape() == want[0].shape());
+    double max_ref = 0, max_err = 0;
+    for (int64_t i = 0; i < want[0].numel(); ++i) {
+      const double r = want[0].data_as<float>()[i], v = got[0].data_as<float>()[i];
+      max_ref = std::max(max_ref, std::abs(r));
+      max_err = std::max(max_err, std::isfinite(v) ? std::abs(v - r) : 1e30);
+    }
+    INFO("max |ref| " << max_ref << ", max error " << max_err);
+    CHECK(max_err <= 8e-3 * max_ref + 1e-6);
+  }
 }

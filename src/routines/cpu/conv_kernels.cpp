@@ -11,7 +11,17 @@ namespace softneuro::cpu::conv {
 #if defined(__x86_64__)
 const Kernels* kernels_avx2() { return core::cpu_features().avx2_fma() ? unchecked_kernels_avx2() : nullptr; }
 
-const Kernels* kernels_avx512() { return core::cpu_features().avx512_core() ? unchecked_kernels_avx512() : nullptr; }
+const Kernels* kernels_avx512() {
+  const core::CpuFeatures& f = core::cpu_features();
+  if (!f.avx512_core()) return nullptr;
+  if (!f.avx512_bf16) return unchecked_kernels_avx512();
+  static const Kernels with_bf16 = [] {
+    Kernels k = *unchecked_kernels_avx512();
+    unchecked_native_bf16_kernels(k);
+    return k;
+  }();
+  return &with_bf16;
+}
 #else
 const Kernels* kernels_avx2() { return nullptr; }
 const Kernels* kernels_avx512() { return nullptr; }

@@ -288,6 +288,11 @@ struct Kernels {
   /// The same in bfloat16 (x and y; weights, sums and the epilogue in
   /// float32), [k][s] as depthwise_block's.
   DepthwiseBlockFn depthwise_block_nhwc_bf16[2][2] = {};
+  /// The same on 32 channels (AVX-512; null elsewhere), each 32 channels'
+  /// weights [tap][16 even channels][16 odd ones] and bias [even][odd] floats:
+  /// 64 bytes of input widen into the even and odd channels' vectors by a
+  /// shift and a mask, and each input column widens once for the pixels it reaches.
+  DepthwiseBlockFn depthwise_block_nhwc_bf16_32[2][2] = {};
 };
 
 /// The AVX2 (V=8) and AVX-512 (V=16) kernels; nullptr when the CPU lacks the ISA.
@@ -297,5 +302,7 @@ const Kernels* kernels_avx512();
 /// have the ISA (the compiler may use its instructions anywhere in those files).
 const Kernels* unchecked_kernels_avx2();
 const Kernels* unchecked_kernels_avx512();
+/// Sets k's kernels that have an AVX512_BF16 build to it (conv_kernels_avx512bf16.cpp).
+void unchecked_native_bf16_kernels(Kernels& k);
 
 }  // namespace softneuro::cpu::conv

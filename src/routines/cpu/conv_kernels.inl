@@ -316,13 +316,17 @@ inline vf vload_x(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-inline void vstore_x(uint16_t* p, vf v) {
+/// v rounded to bfloat16 in the upper 16 bits of each lane (nearest even, NaN
+/// kept quiet); the lower bits are left over.
+inline __m512i round_bf16_high(vf v) {
   const __m512i u = _mm512_castps_si512(v);
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                   _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                         _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
   const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+}
+inline void vstore_x(uint16_t* p, vf v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_bf16_high(v), 16)));
 }
 #else
 inline vf vload_x(const uint16_t* p) {
@@ -460,6 +464,10 @@ void depthwise_block(const conv::DepthwiseBlock& b, const gemm::Epilogue& ep) {
     for (int64_t ow = hi; ow < b.ow; ++ow) dwb_edge<K, S>(b, xrow, px, rv, w, act, bias, ow, yr + ow * py);
   }
 }
+
+#if SN_F32_AVX512
+#include "routines/cpu/conv_kernels_bf16_32.inl"
+#endif
 
 // ---------------------------------------------------------------------------
 
@@ -745,6 +753,12 @@ conv::Kernels make_kernels() {
   k.depthwise_block_nhwc_bf16[0][1] = &depthwise_block<3, 2, true, uint16_t>;
   k.depthwise_block_nhwc_bf16[1][0] = &depthwise_block<5, 1, true, uint16_t>;
   k.depthwise_block_nhwc_bf16[1][1] = &depthwise_block<5, 2, true, uint16_t>;
+#if SN_F32_AVX512
+  k.depthwise_block_nhwc_bf16_32[0][0] = &depthwise_block_bf16_32<3, 1>;
+  k.depthwise_block_nhwc_bf16_32[0][1] = &depthwise_block_bf16_32<3, 2>;
+  k.depthwise_block_nhwc_bf16_32[1][0] = &depthwise_block_bf16_32<5, 1>;
+  k.depthwise_block_nhwc_bf16_32[1][1] = &depthwise_block_bf16_32<5, 2>;
+#endif
   return k;
 }
 
