@@ -1,6 +1,7 @@
 // cpu:float32:{nhwc,nchw16c,nchw8c}/depthwise against cpu/ref: 3x3 and 5x5,
 // strides 1 and 2 (and 3), dilations, asymmetric pads, batch 1 and 4, channel
 // counts not multiples of the vector width, odd sizes, every activation.
+#include "core/cpu_features.hpp"
 #include "core/graph.hpp"
 #include "core/model_impl.hpp"
 #include "routines/f32_check.hpp"
@@ -11,6 +12,17 @@
 
 using namespace softneuro;
 using namespace softneuro::test::f32;
+
+namespace {
+
+/// An affine after the layer's activation (act_scale, act_shift: PP-LCNetV3's).
+void set_affine(Layer& l, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  l.params["act_scale"] = 1.0 + 0.5 * u(rng);
+  l.params["act_shift"] = 0.5 * u(rng);
+}
+
+}  // namespace
 
 TEST_CASE("depthwise conv2 matches cpu/ref", "[depthwise][conv2]") {
   const std::string descriptor = GENERATE(as<std::string>{}, "cpu:float32:nhwc/depthwise",
@@ -29,9 +41,11 @@ TEST_CASE("depthwise conv2 matches cpu/ref", "[depthwise][conv2]") {
     const int64_t h = std::max<int64_t>(pick(rng, 1, 29), reach + 1), w = std::max<int64_t>(pick(rng, 1, 37), reach + 1);
     Layer l = conv_layer(c, c, c, k, k, s, s, d, d, {pt, pl, pb, pr}, t % 3 != 2, rng);
     set_act(l, kActs[t % 5], rng);
+    if (t % 4 == 1) set_affine(l, rng);
     std::ostringstream label;
     label << "case " << t << ": n" << n << " c" << c << " k" << k << " s" << s << " d" << d << " pads " << pt << ","
-          << pl << "," << pb << "," << pr << " in " << h << "x" << w << " act " << kActs[t % 5];
+          << pl << "," << pb << "," << pr << " in " << h << "x" << w << " act " << kActs[t % 5]
+          << (t % 4 == 1 ? " with an affine" : "");
     INFO(label.str());
     if (!check_or_skip(l, {random_blob({n, c, h, w}, rng)}, descriptor, {})) return;
   }
@@ -99,21 +113,24 @@ TEST_CASE("bfloat16 depthwise conv2 matches cpu/ref", "[depthwise][conv2][bfloat
   const int64_t channels[] = {16, 32, 48, 64, 80, 240, 480};
   for (int t = 0; t < 36; ++t) {
     const int64_t c = channels[t % 7];
-    const int64_t k = t % 2 ? 3 : 5, s = t % 4 < 2 ? 1 : 2;
+    // Row stride 2 over column stride 1 at t % 7 == 3 (PP-OCR's [2, 1]).
+    const int64_t k = t % 2 ? 3 : 5, s = t % 4 < 2 ? 1 : 2, sh = t % 7 == 3 ? 2 : s;
     const int64_t reach = k - 1;
     const int64_t pt = pick(rng, 0, int(reach / 2)), pl = pick(rng, 0, int(reach / 2));
     const int64_t pb = t % 3 ? pt : pick(rng, 0, int(reach / 2)), pr = t % 3 ? pl : pick(rng, 0, int(reach / 2));
     const int64_t h = pick(rng, int(k), 14), w = t < 7 ? int64_t(k) + t : pick(rng, int(k), 41);
-    Layer l = conv_layer(c, c, c, k, k, s, s, 1, 1, {pt, pl, pb, pr}, t % 5 != 4, rng);
+    Layer l = conv_layer(c, c, c, k, k, sh, s, 1, 1, {pt, pl, pb, pr}, t % 5 != 4, rng);
+    if (t % 3 == 1) set_affine(l, rng);
     l.name = "dw";
     l.inputs = {"x"};
     l.outputs = {"y"};
     set_act(l, kActs[t % 5], rng);
-    INFO("case " << t << ": c" << c << " k" << k << " s" << s << " pads " << pt << "," << pl << "," << pb << "," << pr
+    INFO("case " << t << ": c" << c << " k" << k << " s" << sh << "," << s << (t % 3 == 1 ? " affine" : "") << " pads " << pt << "," << pl << "," << pb << "," << pr
                  << " in " << h << "x" << w << " act " << kActs[t % 5]);
     const Blob x = bf16_exact(random_blob({t % 6 == 5 ? 2 : 1, c, h, w}, rng));
     const std::vector<Blob> got = run_pinned(l, x, descriptor);
-    if (got.empty()) {
+    if (got.empty()) {  // refused: only where the CPU has none of its kernels
+      REQUIRE_FALSE(core::cpu_features().avx2_fma());
       WARN(descriptor << " not run here (no bfloat16 depthwise kernels on this CPU)");
       return;
     }

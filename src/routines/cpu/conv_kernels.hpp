@@ -203,8 +203,8 @@ struct DepthwiseRow {
 using DepthwiseFn = void (*)(const DepthwiseRow&, const gemm::Epilogue&);
 
 /// Output rows [oh0, oh1) of one channel vector of a depthwise convolution,
-/// dilation 1, square K x K taps, stride S in both directions (kernels for K
-/// 3, 5 and S 1, 2): 3x3's weight vectors stay in registers for the whole
+/// dilation 1, square K x K taps, column stride S (kernels for K 3, 5 and S
+/// 1, 2), row stride `sh` (any): 3x3's weight vectors stay in registers for the whole
 /// block; interior pixels several at a time with no bound checks, edge pixels
 /// checking each tap.
 ///   x: the channel vector's first input pixel, y: its first output pixel; pixels
@@ -220,6 +220,7 @@ struct DepthwiseBlock {
   int64_t h = 0, w_in = 0, ow = 0, oh0 = 0, oh1 = 0;
   int64_t px = 0, py = 0;
   int pt = 0, pl = 0;
+  int sh = 1;     ///< the row stride
   int valid = 0;  ///< valid channels of this vector; lanes past it are written 0
 };
 using DepthwiseBlockFn = void (*)(const DepthwiseBlock&, const gemm::Epilogue&);

@@ -123,7 +123,7 @@ void depthwise_block_bf16_32(const conv::DepthwiseBlock& b, const gemm::Epilogue
   const int64_t last = b.w_in - 1 + b.pl - (K - 1);
   const int64_t hi = std::max(lo, std::min<int64_t>(b.ow, last < 0 ? 0 : last / S + 1));
   for (int64_t oh = b.oh0; oh < b.oh1; ++oh) {
-    const int64_t ih0 = oh * S - b.pt;
+    const int64_t ih0 = oh * b.sh - b.pt;
     bool rv[K];
     bool all = true;
 #pragma GCC unroll 5

@@ -1,11 +1,12 @@
 // cpu:float32:nhwc/depthwise, cpu:float32:nchw16c/depthwise and
 // cpu:float32:nchw8c/depthwise — depthwise conv2 (group = C = OC), 3x3 and
-// 5x5 kernels, any stride, padding and dilation, bias and fused activation
-// (all but sigmoid) in the kernel.
+// 5x5 kernels, any stride, padding and dilation, bias, fused activation and
+// the affine after it (act_scale, act_shift: PP-LCNetV3's) in the kernel.
 //
 // cpu:bfloat16:nhwc/depthwise: the same block kernels on bfloat16 values (the
-// weights, sums and epilogue in float32), channels in whole vectors, strides 1
-// or 2 alike, no dilation: no casts around the layer between bfloat16 ones.
+// weights, sums and epilogue in float32), channels in whole vectors, column
+// stride 1 or 2 (any row stride), no dilation: no casts around the layer
+// between bfloat16 ones.
 // On AVX-512 it takes 32 channels at once: 64 bytes of input are the even
 // channels' floats by a shift and the odd ones' by a mask (16 channels took
 // a shuffle and a shift), each input column widened once per row of taps
@@ -94,7 +95,7 @@ class PreparedDepthwise final : public PreparedRoutine {
     bias_.assign(static_cast<std::size_t>(cb_ * v_), 0.0f);
     if (const Blob* b = layer.find_weight("bias"))
       for (int64_t c = 0; c < g_.c; ++c) bias_[static_cast<std::size_t>(packed_lane(c, g_.c, even_odd_32))] = b->data_as<float>()[c];
-    cpu::to_epilogue(core::fused_activation(layer), ep_);
+    cpu::to_epilogue(core::fused_activation(layer, true), ep_);
 
     // 3x3/5x5 taps, strides 1/2 alike, no dilation (MobileNets' and PP-OCR's
     // depthwise layers): the row-block kernels (in nhwc, on whole channel
@@ -106,8 +107,10 @@ class PreparedDepthwise final : public PreparedRoutine {
     // 3x3 layers and stride 2 measured no better than by rows.
     const bool nhwc_blocks = g_.kh == 5 && g_.sh == 1 && g_.c / v_ >= 4;
     // bfloat16 (nhwc, whole vectors: supports() checks) only so.
-    const int ki = g_.kh == 5 ? 1 : 0, si = g_.sh == 2 ? 1 : 0;
-    if (g_.dh == 1 && g_.dw == 1 && g_.sh == g_.sw && (g_.sh == 1 || g_.sh == 2) &&
+    // bfloat16 also at row strides other than its column stride (PP-OCR's
+    // [2, 1]): the kernels' row stride is a parameter.
+    const int ki = g_.kh == 5 ? 1 : 0, si = g_.sw == 2 ? 1 : 0;
+    if (g_.dh == 1 && g_.dw == 1 && (g_.sh == g_.sw || bf16_) && (g_.sw == 1 || g_.sw == 2) &&
         (layout_ != Layout::nhwc || nhwc_blocks || bf16_)) {
       block_fn_ = bf16_                      ? k.depthwise_block_nhwc_bf16[ki][si]
                   : layout_ == Layout::nhwc ? k.depthwise_block_nhwc
@@ -164,6 +167,7 @@ class PreparedDepthwise final : public PreparedRoutine {
       d.ow = g_.ow;
       d.pt = static_cast<int>(g_.pt);
       d.pl = static_cast<int>(g_.pl);
+      d.sh = static_cast<int>(g_.sh);
       d.px = d.py = nhwc ? g_.c : v;
       for (int64_t it = b; it < e; ++it) {
         const int64_t rb = by_rows_ ? it / units_ % blocks : it % blocks, u = by_rows_ ? it % units_ : it / blocks % units_;
@@ -258,14 +262,14 @@ class Depthwise final : public Routine {
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("conv2 needs an input [N,C,H,W]");
     if (Support s = routines::float_weights(*info.layer, {"weight", "bias"}, "cpu/depthwise"); !s) return s;
-    if (Support s = cpu::check_activation(*info.layer); !s) return s;
+    if (Support s = cpu::check_activation(*info.layer, true); !s) return s;
     const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
     if (!(g.group == g.c && g.oc == g.c)) return Support::no("not a depthwise convolution (group = C = OC)");
     if (!(g.kh == g.kw && (g.kh == 3 || g.kh == 5))) return Support::no("depthwise kernels are 3x3 or 5x5");
     if (g.oh <= 0 || g.ow <= 0) return Support::no("empty output");
     if constexpr (D == DType::bfloat16) {
-      if (!(g.dh == 1 && g.dw == 1 && g.sh == g.sw && (g.sh == 1 || g.sh == 2)))
-        return Support::no("bfloat16 depthwise: strides 1 or 2 alike, no dilation");
+      if (!(g.dh == 1 && g.dw == 1 && (g.sw == 1 || g.sw == 2)))
+        return Support::no("bfloat16 depthwise: column stride 1 or 2, no dilation");
       if (g.c % kernels().vec != 0)
         return Support::no(fmt::format("bfloat16 depthwise: channels in whole vectors of {}", kernels().vec));
     }

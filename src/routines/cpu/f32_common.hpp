@@ -131,8 +131,12 @@ inline std::shared_ptr<const AlignedFloats> packed_of(const std::shared_ptr<cons
   return std::shared_ptr<const AlignedFloats>(packed, &p->floats);
 }
 
-/// The layer's fused activation as an epilogue; false when our kernels lack it.
+/// The layer's fused activation (and the affine after it, where `a` has one)
+/// as an epilogue; false when our kernels lack it.
 inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
+  e.affine = a.affine();
+  e.scale = a.scale;
+  e.shift = a.shift;
   switch (a.kind) {
     case core::Activation::none: e.act = gemm::Act::none; return true;
     case core::Activation::relu: e.act = gemm::Act::relu; return true;
@@ -155,12 +159,13 @@ inline bool to_epilogue(const core::Activation& a, gemm::Epilogue& e) {
   return false;
 }
 
-/// Support::no when the layer's activation is one our epilogues lack.
-inline Support check_activation(const Layer& l) {
-  if (core::fused_activation(l, true).affine())
+/// Support::no when the layer's activation is one our epilogues lack, or has
+/// an affine after it and the routine's kernels do not apply VAct's (`affine`).
+inline Support check_activation(const Layer& l, bool affine = false) {
+  if (!affine && core::fused_activation(l, true).affine())
     return Support::no("an affine after the fused activation (act_scale, act_shift) is not in our epilogues");
   gemm::Epilogue e;
-  if (!to_epilogue(core::fused_activation(l), e)) return Support::no(fmt::format("fused {} is not in our epilogues", l.get_string("act")));
+  if (!to_epilogue(core::fused_activation(l, affine), e)) return Support::no(fmt::format("fused {} is not in our epilogues", l.get_string("act")));
   return Support::yes();
 }
 

@@ -125,13 +125,20 @@ inline vf vpow2i(vf n) {
 
 #include "routines/cpu/simd_exp.inl"
 
-/// The activation of an epilogue, with its constants in registers.
+/// The activation of an epilogue (and the affine after it, where the
+/// epilogue has one), with its constants in registers.
 struct VAct {
   gemm::Act act;
-  vf lo, hi, alpha, beta;
+  bool affine;
+  vf lo, hi, alpha, beta, scale, shift;
   explicit VAct(const gemm::Epilogue& e)
-      : act(e.act), lo(vset1(e.lo)), hi(vset1(e.hi)), alpha(vset1(e.alpha)), beta(vset1(e.beta)) {}
+      : act(e.act), affine(e.affine), lo(vset1(e.lo)), hi(vset1(e.hi)), alpha(vset1(e.alpha)), beta(vset1(e.beta)),
+        scale(vset1(e.scale)), shift(vset1(e.shift)) {}
   vf operator()(vf x) const {
+    const vf y = activate(x);
+    return affine ? vfma(y, scale, shift) : y;
+  }
+  vf activate(vf x) const {
     switch (act) {
       case gemm::Act::none: return x;
       // max/min return their second operand where either is NaN: x goes second, so NaN propagates.

@@ -51,6 +51,11 @@ struct Epilogue {
   float lo = 0, hi = 0;           ///< clip bounds
   float alpha = 0, beta = 0;      ///< hardsigmoid
   bool accumulate = false;        ///< C += A·B (bias/activation still applied once, at the end)
+  /// After the activation: y * scale + shift (act_scale, act_shift), where
+  /// `affine`; only the kernels of routines whose supports() accept it
+  /// (check_activation(layer, true)) apply it.
+  bool affine = false;
+  float scale = 1, shift = 0;
 };
 
 /// The micro-kernel of one ISA: C[MR,NR] (row stride ldc) = (load_c ? C : 0)
