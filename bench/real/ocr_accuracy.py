@@ -17,6 +17,8 @@ recogniser expects them (height 48, width padded to 320, (x/255 - 0.5) / 0.5), a
               float32 may be chosen (issue 82);
   unchecked   the same with --accuracy none: reduced precision allowed, recorded as unchecked;
   budget3     the three schemas with the calibration lines, under the default budget;
+  bfloat16    cpu:float32:* + cpu:bfloat16:*, the same, under the default budget (what
+              OpenVINO's default precision computes in on CPUs with AVX512_BF16 or AMX);
 runs each on the test lines, decodes CTC greedily with the dictionary stored in the model's
 metadata, and prints exact lines and character error rate against the rendered text, with each
 file's median latency (fresh `softneuro run` processes, interleaved rounds) in the same run.
@@ -155,6 +157,7 @@ def main():
         "no-samples": ["--schemas", THREE],
         "unchecked": ["--schemas", THREE, "--accuracy", "none"],
         "budget3": ["--schemas", THREE] + cal,
+        "bfloat16": ["--schemas", "cpu:float32:*,cpu:bfloat16:*"] + cal,
     }
     if a.variants:
         unknown = set(a.variants.split(",")) - set(variants)

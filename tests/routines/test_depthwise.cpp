@@ -81,14 +81,15 @@ Blob bf16_exact(Blob b) {
 
 /// The layer alone in a net whose routine path pins it to `descriptor` (the
 /// casts to and from bfloat16 around it); empty where the net ran another routine.
-std::vector<Blob> run_pinned(const Layer& layer, const Blob& x, const std::string& descriptor) {
+std::vector<Blob> run_pinned(const Layer& layer, const Blob& x, const std::string& descriptor,
+                             const RoutineParams& params) {
   core::Graph g;
   g.name = "dw";
   g.inputs.push_back({layer.inputs[0], x.shape(), DType::float32});
   g.layers.push_back(layer);
   g.outputs = layer.outputs;
   core::Tuning tuning;
-  tuning.routine_path.routines = {core::RoutineChoice{layer.name, descriptor, {}}};
+  tuning.routine_path.routines = {core::RoutineChoice{layer.name, descriptor, params}};
   Model net = detail::make_model(std::move(g), tuning);
   Session session(net);
   bool ran = false;
@@ -128,7 +129,10 @@ TEST_CASE("bfloat16 depthwise conv2 matches cpu/ref", "[depthwise][conv2][bfloat
     INFO("case " << t << ": c" << c << " k" << k << " s" << sh << "," << s << (t % 3 == 1 ? " affine" : "") << " pads " << pt << "," << pl << "," << pb << "," << pr
                  << " in " << h << "x" << w << " act " << kActs[t % 5]);
     const Blob x = bf16_exact(random_blob({t % 6 == 5 ? 2 : 1, c, h, w}, rng));
-    const std::vector<Blob> got = run_pinned(l, x, descriptor);
+    // The untuned split, and then each: the threads' tasks by channels and by rows.
+    const RoutineParams split = t % 3 == 0 ? RoutineParams{} : RoutineParams{{"split", t % 3 - 1}};
+    INFO("split " << (split.empty() ? std::string("untuned") : std::to_string(split[0].second)));
+    const std::vector<Blob> got = run_pinned(l, x, descriptor, split);
     if (got.empty()) {  // refused: only where the CPU has none of its kernels
       REQUIRE_FALSE(core::cpu_features().avx2_fma());
       WARN(descriptor << " not run here (no bfloat16 depthwise kernels on this CPU)");

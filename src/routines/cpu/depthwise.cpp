@@ -21,7 +21,10 @@
 // nhwc over whole vectors, a partial last one by rows. Otherwise per output
 // row: interior pixels (every tap inside the image) several at a time, border
 // pixels checking each tap; tasks (image, channel block, row), or (image, row)
-// for nhwc. Weights are packed once as [C/V][KH*KW][V]. No parameters to tune.
+// for nhwc. Weights are packed once as [C/V][KH*KW][V]. One parameter, in
+// nhwc on the row blocks: `split`, whether the threads take channels or rows
+// (which one reads its input from its own core's cache depends on the layer
+// before: the tuner measures both in the net).
 #include "routines/cpu/conv_kernels.hpp"
 #include "routines/cpu/f32_common.hpp"
 
@@ -81,10 +84,23 @@ std::shared_ptr<const PackedWeights> pack_depthwise(const Layer& layer, int64_t 
 /// Whether cpu:bfloat16:nhwc/depthwise runs whole groups of 32 channels on `k`.
 bool bf16_32_kernels(const conv::Kernels& k) { return k.depthwise_block_nhwc_bf16_32[0][0] != nullptr; }
 
+/// Whether the layer runs on the row-block kernels: 3x3/5x5 taps, column
+/// stride 1 or 2, no dilation (MobileNets' and PP-OCR's depthwise layers); in
+/// nhwc only for 5x5 at stride 1 over 4 vectors or more (PP-OCR's 240- and
+/// 480-channel layers: 0.062 ms against the rows' 0.094; a pixel of fewer
+/// channels shares its cache lines between the threads' vectors: MobileNetV2's
+/// 32-channel layer took 0.134 ms against the rows' 0.069; 3x3 layers and
+/// stride 2 measured no better than by rows), and in bfloat16 (whole vectors:
+/// supports() checks) always, its row stride any (PP-OCR's [2, 1]).
+bool uses_blocks(const Window2d& g, Layout layout, bool bf16, int64_t v) {
+  if (!(g.dh == 1 && g.dw == 1 && (g.sw == 1 || g.sw == 2) && (g.sh == g.sw || bf16))) return false;
+  return layout != Layout::nhwc || bf16 || (g.kh == 5 && g.sh == 1 && g.c / v >= 4);
+}
+
 class PreparedDepthwise final : public PreparedRoutine {
  public:
   PreparedDepthwise(const LayerInfo& info, Layout layout, DType dtype, const conv::Kernels& k,
-                    std::shared_ptr<const PackedWeights> packed)
+                    std::shared_ptr<const PackedWeights> packed, const RoutineParams& params)
       : k_(k), layout_(layout), bf16_(dtype == DType::bfloat16) {
     const Layer& layer = *info.layer;
     g_ = core::conv2_window(layer, info.input_shapes[0]);
@@ -97,21 +113,10 @@ class PreparedDepthwise final : public PreparedRoutine {
       for (int64_t c = 0; c < g_.c; ++c) bias_[static_cast<std::size_t>(packed_lane(c, g_.c, even_odd_32))] = b->data_as<float>()[c];
     cpu::to_epilogue(core::fused_activation(layer, true), ep_);
 
-    // 3x3/5x5 taps, strides 1/2 alike, no dilation (MobileNets' and PP-OCR's
-    // depthwise layers): the row-block kernels (in nhwc, on whole channel
-    // vectors; a last partial one by rows, masked).
-    // In nhwc only for 5x5 at stride 1 over 4 vectors or more (PP-OCR's 240-
-    // and 480-channel layers: 0.062 ms against the rows' 0.094). A pixel of
-    // fewer channels shares its cache lines between the threads' vectors
-    // (MobileNetV2's 32-channel layer took 0.134 ms against the rows' 0.069);
-    // 3x3 layers and stride 2 measured no better than by rows.
-    const bool nhwc_blocks = g_.kh == 5 && g_.sh == 1 && g_.c / v_ >= 4;
-    // bfloat16 (nhwc, whole vectors: supports() checks) only so.
-    // bfloat16 also at row strides other than its column stride (PP-OCR's
-    // [2, 1]): the kernels' row stride is a parameter.
+    // The row-block kernels (in nhwc on whole channel vectors; a last
+    // partial one by rows, masked), where they apply.
     const int ki = g_.kh == 5 ? 1 : 0, si = g_.sw == 2 ? 1 : 0;
-    if (g_.dh == 1 && g_.dw == 1 && (g_.sh == g_.sw || bf16_) && (g_.sw == 1 || g_.sw == 2) &&
-        (layout_ != Layout::nhwc || nhwc_blocks || bf16_)) {
+    if (uses_blocks(g_, layout_, bf16_, v_)) {
       block_fn_ = bf16_                      ? k.depthwise_block_nhwc_bf16[ki][si]
                   : layout_ == Layout::nhwc ? k.depthwise_block_nhwc
                                             : k.depthwise_block[ki][si];
@@ -123,11 +128,17 @@ class PreparedDepthwise final : public PreparedRoutine {
         unit_ch_ = 32;
         units_ = (g_.c + 31) / 32;
       }
-      // A pixel that is not whole cache lines (bfloat16, 16 channels over a
-      // multiple of 32) shares lines between the units of two threads, every
-      // pixel: the threads take rows instead (PP-OCR-like 144 channels at
-      // 56x56: 0.048-0.071 ms against 0.082-0.092 at 2 threads).
-      by_rows_ = layout_ == Layout::nhwc && g_.c * (bf16_ ? 2 : 4) % 64 != 0;
+      // In nhwc the threads take channel units (split 0) or rows (split 1).
+      // Which reads more of its input from its own core's cache depends on
+      // how the layer before split its output: in PP-OCR's hybrid path after
+      // oneDNN's 1x1 layers, rows at 128 channels of 12x160 (0.044 ms against
+      // 0.076), channels at 480 of 6x80 (0.072 against 0.094), so the tuner
+      // measures both in the net. Untuned: rows where a pixel is not whole
+      // cache lines (bfloat16, 16 channels past a multiple of 32), which would
+      // share lines between the two threads' units every pixel (144 channels
+      // at 56x56: 0.048-0.071 ms against 0.082-0.092), else channels.
+      by_rows_ = layout_ == Layout::nhwc &&
+                 routine_param(params, "split", g_.c * (bf16_ ? 2 : 4) % 64 != 0 ? 1 : 0) == 1;
       // Rows per block: whole planes, split so that the layer has at least
       // 16 tasks (every thread gets some, the last ones stay short).
       const int64_t planes = g_.n * std::max<int64_t>(1, units_), want_blocks = (16 + planes - 1) / planes;
@@ -283,9 +294,16 @@ class Depthwise final : public Routine {
                                               const RoutineParams&) const override {
     return cpu::unpack_floats(bytes, packed_floats_of(*info.layer, kernels().vec));
   }
-  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+  /// split (nhwc, the row-block kernels): 0 the threads take channel units, 1 rows.
+  std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema& schema) const override {
+    if (L != Layout::nhwc || !supports(info, schema)) return {};
+    if (!uses_blocks(core::conv2_window(*info.layer, info.input_shapes[0]), L, D == DType::bfloat16, kernels().vec))
+      return {};
+    return {{"split", {0, 1}}};
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
                                         std::shared_ptr<const PackedWeights> packed) const override {
-    return std::make_unique<PreparedDepthwise>(info, L, D, kernels(), std::move(packed));
+    return std::make_unique<PreparedDepthwise>(info, L, D, kernels(), std::move(packed), params);
   }
 
  private:
