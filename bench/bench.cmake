@@ -34,3 +34,9 @@ target_link_libraries(load_bench PRIVATE softneuro fmt::fmt)
 # and a folder of samples (a hybrid tuning's full calibration), in rounds.
 add_executable(calibrate_bench ${CMAKE_CURRENT_LIST_DIR}/calibrate_bench.cpp)
 target_link_libraries(calibrate_bench PRIVATE softneuro_tune softneuro fmt::fmt)
+
+# core_handoff_bench: read bandwidth of a buffer one thread wrote, read by the
+# same thread or another (what a step pays where its threads split the work
+# unlike the step before).
+add_executable(core_handoff_bench ${CMAKE_CURRENT_LIST_DIR}/core_handoff_bench.cpp)
+target_link_libraries(core_handoff_bench PRIVATE fmt::fmt OpenMP::OpenMP_CXX)
