@@ -102,7 +102,12 @@ __attribute__((always_inline)) inline void dw32_interior(const conv::DepthwiseBl
   const int64_t px = b.px, py = b.py, row = b.w_in * px;
   auto at = [&](int64_t o) { return xrow + (o * S - b.pl) * px; };
   int64_t ow = lo;
-  for (; ow + 8 <= hi; ow += 8) dw32_pixels<K, S, 8, ALL_ROWS>(at(ow), row, px, py, rv, b.w, act, b.bias, yr + ow * py);
+  // 5x5: 6 pixels a run (12 sums, 10 weight vectors, the widened pair): 8
+  // measured 5-8% slower (0.121-0.125 ms against 0.113-0.120 at one thread,
+  // PP-OCR's 240-channel layer).
+  constexpr int kRun = K == 5 ? 6 : 8;
+  for (; ow + kRun <= hi; ow += kRun)
+    dw32_pixels<K, S, kRun, ALL_ROWS>(at(ow), row, px, py, rv, b.w, act, b.bias, yr + ow * py);
   if (ow + 4 <= hi) {
     dw32_pixels<K, S, 4, ALL_ROWS>(at(ow), row, px, py, rv, b.w, act, b.bias, yr + ow * py);
     ow += 4;
