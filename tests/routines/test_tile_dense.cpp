@@ -138,3 +138,41 @@ TEST_CASE("tile_dense is reduced precision: a candidate only where qint8 is allo
   CHECK(registry.precision("cpu/tile_dense") == DType::qint8);
   CHECK(registry.precision("cpu:bfloat16/tile_dense") == DType::qint8);
 }
+
+// split (the pointwise form): the threads take panels of output channels, or
+// strips of pixels reading every panel; the values must not depend on it.
+TEST_CASE("tile_dense on a pointwise convolution gives the same values whichever way its threads split", "[routines][tile_dense]") {
+  if (!amx()) return;
+  std::mt19937 rng(12);
+  const int64_t c = 40, oc = 97, h = 3, w = 37;  // 111 pixels: three strips of 32 and a part
+  Blob x = random_blob({1, c, h, w}, rng, -2.f, 3.f);
+  for (int64_t i = 0; i < x.shape().numel(); ++i) x.data_as<float>()[i] = bf16_round(x.data_as<float>()[i]);
+  const Layer l = test::make_layer("conv2", {{"act", std::string("relu")}},
+                                   {{"weight", random_blob({oc, c, 1, 1}, rng, -0.5f, 0.5f)}, {"bias", random_blob({oc}, rng)}});
+  LayerInfo info;
+  info.layer = &l;
+  info.input_shapes = {x.shape()};
+  info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
+  Schema schema;
+  const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu:float32:nhwc/tile_dense", &schema);
+  REQUIRE(r);
+  REQUIRE(r->supports(info, schema));
+  const auto space = r->param_space(info, schema);
+  REQUIRE(space.size() == 1);
+  CHECK(space[0].name == "split");
+  const auto want = test::values(test::run_layer(l, {x}, "cpu/ref")[0]);
+  std::vector<std::vector<float>> got;
+  for (int64_t split : {0, 1}) {
+    auto prepared = r->prepare(info, schema, {{"split", split}});
+    const Blob y = test::run_prepared(*prepared, {test::to_layout(x, Layout::nhwc)}, info.output_shapes, schema)[0];
+    got.push_back(test::values(test::to_plain(y)));
+  }
+  REQUIRE(got[0].size() == want.size());
+  CHECK(got[0] == got[1]);
+  double scale = 0, err = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    err = std::max(err, std::fabs(static_cast<double>(got[1][i]) - want[i]));
+  }
+  CHECK(err <= 2e-2 * scale + 1e-5);  // int8 products: within a percent or two of float32
+}

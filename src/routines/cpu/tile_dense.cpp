@@ -7,7 +7,8 @@
 // exact in int32, scaled back to float32 with the bias, then the fused
 // activation; input and output in float32 or bfloat16 (the schema), so a
 // bfloat16 path needs no casts around it. Each thread takes whole panels and
-// runs every strip of 32 rows against a panel while it is in cache. AMX-INT8
+// runs every strip of 32 rows against a panel while it is in cache (the
+// pointwise form's `split` 1: whole strips, every panel). AMX-INT8
 // multiplies twice as many values per tile as AMX-BF16 does: where oneDNN's
 // bf16 dense reached about 1.2 TFLOP/s on two cores (ViT's, 197 rows), int8
 // tiles double that. Reduced precision (Routine::precision: qint8), held to
@@ -120,8 +121,10 @@ class Prepared final : public PreparedRoutine {
 
   /// m rows of k values in, each to the weight's [O, k] outputs (a dense layer's rows;
   /// a pointwise convolution's pixels, channels last).
-  Prepared(const LayerInfo& info, int64_t m, int64_t k, std::shared_ptr<const Packed> packed)
-      : k_(k), m_(m), v_(cpu::vec::best_kernels()), packed_(std::move(packed)) {
+  /// by_rows: each thread takes whole strips of rows and every panel (else
+  /// whole panels and every strip).
+  Prepared(const LayerInfo& info, int64_t m, int64_t k, std::shared_ptr<const Packed> packed, bool by_rows)
+      : k_(k), m_(m), by_rows_(by_rows), v_(cpu::vec::best_kernels()), packed_(std::move(packed)) {
     const Layer& layer = *info.layer;
     const Blob& w = layer.weight("weight");
     n_ = w.shape()[0];
@@ -192,18 +195,25 @@ class Prepared final : public PreparedRoutine {
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
     const int64_t steps = k_pad_ / tile::kDepth;
-    // Panels over the threads: each streams its panels' weights once.
+    // Panels over the threads: each streams its panels' weights once. Or
+    // (by_rows_) strips over the threads, each reading every panel: its rows
+    // are those it quantised, and those the next step's threads take where
+    // that step splits by rows.
+    const int64_t parts = by_rows_ ? strips : panels_;
     const int64_t used = std::max<int64_t>(
-        1, std::min<int64_t>({static_cast<int64_t>(slots_), panels_, args.pool ? int64_t(args.pool->num_threads()) : 1}));
+        1, std::min<int64_t>({static_cast<int64_t>(slots_), parts, args.pool ? int64_t(args.pool->num_threads()) : 1}));
     cpu::for_each_task(args.pool, slots_, used, [&](int64_t t, int slot) {
-      const int64_t p0 = panels_ * t / used, p1 = panels_ * (t + 1) / used;
+      const int64_t q0 = parts * t / used, q1 = parts * (t + 1) / used;
+      const int64_t p0 = by_rows_ ? 0 : q0, p1 = by_rows_ ? panels_ : q1;
+      const int64_t r0 = by_rows_ ? q0 * kRows : 0, r1 = by_rows_ ? std::min(m_, q1 * kRows) : m_;
+      if (r0 >= r1) return;
       auto* scratch = reinterpret_cast<int32_t*>(slots + slot * slot_bytes());
       tile::configure_tiles();
       for (int64_t panel = p0; panel < p1; ++panel) {
         const int8_t* b0 = w + panel * 2 * steps * 1024;
         const int64_t c0 = panel * kPanel, cols = std::min(kPanel, n_ - c0);
-        tile::dense_panel(a, m_, k_pad_, b0, b0 + steps * 1024, xs, p.scale.data() + c0, p.bias.data() + c0, cols,
-                          epilogue_, y + c0, n_, kBf16, scratch);
+        tile::dense_panel(a + r0 * k_pad_, r1 - r0, k_pad_, b0, b0 + steps * 1024, xs + r0, p.scale.data() + c0,
+                          p.bias.data() + c0, cols, epilogue_, y + r0 * n_ + c0, n_, kBf16, scratch);
       }
       tile::release_tiles();
     });
@@ -246,6 +256,7 @@ class Prepared final : public PreparedRoutine {
   }
 
   int64_t k_ = 0, m_ = 0, n_ = 0, k_pad_ = 0, panels_ = 0;
+  bool by_rows_ = false;
   int slots_ = 1;
   core::Activation act_;
   tile::Epilogue epilogue_;
@@ -274,9 +285,9 @@ Support common_checks(const LayerInfo& info, const Schema& schema, const Schema&
 /// The prepared form of m rows of k values, or the reason it cannot run here.
 template <DType D>
 std::unique_ptr<PreparedRoutine> prepared(const LayerInfo& info, const Schema& own, int64_t m, int64_t k,
-                                          std::shared_ptr<const PackedWeights> packed) {
+                                          std::shared_ptr<const PackedWeights> packed, bool by_rows = false) {
   if (Support s = usable(); !s) throw Error(fmt::format("{}/tile_dense: {}", own.to_string(), s.reason));
-  return std::make_unique<Prepared<D>>(info, m, k, std::dynamic_pointer_cast<const Packed>(std::move(packed)));
+  return std::make_unique<Prepared<D>>(info, m, k, std::dynamic_pointer_cast<const Packed>(std::move(packed)), by_rows);
 }
 
 /// Both forms' packing: the panels of their weights [O, K] (a pointwise convolution's [O, K, 1, 1]).
@@ -341,10 +352,22 @@ class TileConv1x1 final : public TilePacking {
     }
     return Support::yes();
   }
-  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams&,
+  /// split: 0 the threads take panels of output channels (each streams its
+  /// panels' weights once), 1 strips of pixels (each reads every panel: the
+  /// pixels it quantised, and those the next step's threads read where that
+  /// step splits by rows). Which pays depends on the steps around it (in the
+  /// net: the tuner measures both), and only where there are two strips or more.
+  std::vector<RoutineParamSpec> param_space(const LayerInfo& info, const Schema& schema) const override {
+    if (!supports(info, schema)) return {};
+    const Shape& in = info.input_shapes[0];
+    if (in[0] * in[2] * in[3] < 2 * kRows) return {};
+    return {{"split", {0, 1}}};
+  }
+  std::unique_ptr<PreparedRoutine> plan(const LayerInfo& info, const Schema&, const RoutineParams& params,
                                         std::shared_ptr<const PackedWeights> packed) const override {
     const Shape& in = info.input_shapes[0];
-    return prepared<D>(info, kSchema, in[0] * in[2] * in[3], in[1], std::move(packed));
+    return prepared<D>(info, kSchema, in[0] * in[2] * in[3], in[1], std::move(packed),
+                       routine_param(params, "split", 0) == 1);
   }
 };
 
