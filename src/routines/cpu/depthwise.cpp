@@ -161,12 +161,9 @@ class PreparedDepthwise final : public PreparedRoutine {
 
  private:
   /// Tasks (image, channel unit, block of rows_ output rows), or (image, block,
-  /// unit) where by_rows_: a unit is a vector, or 32 channels (block32_fn_; a
-  /// last 16 take block_fn_); in nhwc the whole vectors, so a thread's share
-  /// is whole vectors, as the pointwise
-  /// layers before them split theirs. (Split by rows, each thread read half
-  /// its input from the other core's cache: PP-OCR's 5x5 layers took 0.100 ms
-  /// in the net against 0.065-0.071.)
+  /// unit) where by_rows_ (the parameter `split`, prepare()); a unit is a
+  /// vector, or 32 channels (block32_fn_; 16 left over take block_fn_); in
+  /// nhwc whole vectors only.
   template <class T>
   void run_blocks(ThreadPool* pool, const T* x, T* y) const {
     const bool nhwc = layout_ == Layout::nhwc;
