@@ -37,6 +37,15 @@ inline Blob random_blob(const Shape& shape, std::mt19937& rng, float lo = -1.0f,
 
 inline int pick(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 
+/// x rounded to bfloat16 (nearest even), as a float: a cast to bfloat16 keeps it exactly.
+inline float bf16_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 /// Result of one routine on one case: support, and plain outputs.
 struct Outcome {
   Support support;

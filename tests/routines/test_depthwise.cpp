@@ -70,12 +70,7 @@ namespace {
 
 /// Values rounded to bfloat16 (nearest even), so that a cast to bfloat16 keeps them exactly.
 Blob bf16_exact(Blob b) {
-  for (float& v : std::span<float>(b.data_as<float>(), static_cast<std::size_t>(b.numel()))) {
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
-    std::memcpy(&v, &u, 4);
-  }
+  for (float& v : std::span<float>(b.data_as<float>(), static_cast<std::size_t>(b.numel()))) v = bf16_round(v);
   return b;
 }
 

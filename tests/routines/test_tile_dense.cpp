@@ -33,30 +33,30 @@ Layer dense(const Blob& w, const Blob* bias, const std::string& act = "none") {
   return test::make_layer("dense", {{"act", act}}, weights);
 }
 
-float bf16_round(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using test::f32::bf16_round;
 
 /// Each row on its own grid of max |x| / 127, the weights per channel on int8, the sums exact.
 std::vector<double> expected(const Blob& x, const Blob& w, const Blob* bias, int64_t m, int64_t k, int64_t n) {
   return test::row_int8_dense(x, w, bias, m, k, n, 127.0f);
 }
 
+/// `descriptor`'s routine for layer `l` on input `x` (its info and schema set), which supports it.
+const Routine& supporting(const Layer& l, const Blob& x, const char* descriptor, LayerInfo& info, Schema& schema) {
+  info.layer = &l;
+  info.input_shapes = {x.shape()};
+  info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
+  const Routine* r = core::RoutineRegistry::instance().find(l.type, descriptor, &schema);
+  REQUIRE(r);
+  REQUIRE(r->supports(info, schema));
+  return *r;
+}
+
 /// The layer on `descriptor`'s prepared routine; bfloat16 schemas get x rounded
 /// to bfloat16 and give their outputs back as float32.
 std::vector<float> run(const Layer& l, const Blob& x, const char* descriptor) {
   LayerInfo info;
-  info.layer = &l;
-  info.input_shapes = {x.shape()};
-  info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
   Schema schema;
-  const Routine* r = core::RoutineRegistry::instance().find("dense", descriptor, &schema);
-  REQUIRE(r);
-  REQUIRE(r->supports(info, schema));
+  const Routine* r = &supporting(l, x, descriptor, info, schema);
   auto prepared = r->prepare(info, schema, {});
   if (schema.dtype != DType::bfloat16) return test::values(test::run_prepared(*prepared, {x}, info.output_shapes, schema)[0]);
   Blob h = Blob::allocate(x.shape(), DType::bfloat16);
@@ -150,13 +150,8 @@ TEST_CASE("tile_dense on a pointwise convolution gives the same values whichever
   const Layer l = test::make_layer("conv2", {{"act", std::string("relu")}},
                                    {{"weight", random_blob({oc, c, 1, 1}, rng, -0.5f, 0.5f)}, {"bias", random_blob({oc}, rng)}});
   LayerInfo info;
-  info.layer = &l;
-  info.input_shapes = {x.shape()};
-  info.output_shapes = core::infer_layer_shapes(l, info.input_shapes);
   Schema schema;
-  const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu:float32:nhwc/tile_dense", &schema);
-  REQUIRE(r);
-  REQUIRE(r->supports(info, schema));
+  const Routine* r = &supporting(l, x, "cpu:float32:nhwc/tile_dense", info, schema);
   const auto space = r->param_space(info, schema);
   REQUIRE(space.size() == 1);
   CHECK(space[0].name == "split");

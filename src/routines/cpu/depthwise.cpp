@@ -58,12 +58,13 @@ std::size_t packed_floats_of(const Layer& layer, int64_t v) {
   return static_cast<std::size_t>((w[0] + v - 1) / v * w[2] * w[3] * v);
 }
 
-/// Channel c's place among the 32 of its group where the 32-channel kernel
-/// takes the group (even_odd_32, a whole group): the even channels first, then
-/// the odd ones; else c.
+/// Whether the 32-channel kernel takes channel c's group (even_odd_32, a whole group of 32).
+bool in_group_of_32(int64_t c, int64_t channels, bool even_odd_32) { return even_odd_32 && c / 32 * 32 + 32 <= channels; }
+
+/// Channel c's place among the 32 of its group where in_group_of_32: the even
+/// channels first, then the odd ones; else c.
 int64_t packed_lane(int64_t c, int64_t channels, bool even_odd_32) {
-  if (even_odd_32 && c / 32 * 32 + 32 <= channels) return c / 32 * 32 + c % 2 * 16 + c % 32 / 2;
-  return c;
+  return in_group_of_32(c, channels, even_odd_32) ? c / 32 * 32 + c % 2 * 16 + c % 32 / 2 : c;
 }
 
 /// As packed_floats_of says; a group of 32 channels the 32-channel kernel
@@ -75,7 +76,7 @@ std::shared_ptr<const PackedWeights> pack_depthwise(const Layer& layer, int64_t 
   return cpu::pack_floats(packed_floats_of(layer, v), [&](float* packed) {
     for (int64_t c = 0; c < channels; ++c) {
       const int64_t lane = packed_lane(c, channels, even_odd_32);
-      const int64_t width = even_odd_32 && c / 32 * 32 + 32 <= channels ? 32 : v;  // its group, or its vector
+      const int64_t width = in_group_of_32(c, channels, even_odd_32) ? 32 : v;  // its group, or its vector
       for (int64_t t = 0; t < taps; ++t) packed[(lane / width * taps + t) * width + lane % width] = w[c * taps + t];
     }
   });
