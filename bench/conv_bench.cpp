@@ -6,7 +6,7 @@
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--list]
 //              [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]
-//              [--cold] [--rounds N]
+//              [--cold] [--rounds N] [--zero-points IN,OUT]
 //
 // Routines with parameters (param_space) are prepared and timed once per
 // combination (at most --max-combos, default 128, evenly spaced; --defaults:
@@ -21,7 +21,9 @@
 //
 // Only run() is timed: inputs are made in the routine's schema beforehand, so
 // layout conversions (adapts) are excluded. CPU schemas only; quantised ones get
-// per-tensor int8 calibration (input scale 0.02, output 0.05, zero points 0). Each (shape, routine) gets two
+// per-tensor int8 calibration (input scale 0.02, output 0.05, zero points 0 or
+// --zero-points: an ONNX Runtime QDQ file's u8 activations are s8 ones with the
+// zero point less 128, e.g. 2 after a linear bottleneck, -128 after a relu). Each (shape, routine) gets two
 // warm-up runs, then up to --runs timed runs or --budget seconds (default 0.8,
 // 6 ms per combination of 128; at least 3
 // runs), and the median is reported. GFLOP/s counts direct-convolution FLOPs:
@@ -315,6 +317,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// The quantised routines' input and output zero points (--zero-points).
+int32_t g_zero_points[2] = {0, 0};
+
 /// A conv2 layer of the shape (random weights, fused bias + relu) and what a
 /// routine is told about it. Not movable: info points at layer.
 struct ConvCase {
@@ -327,8 +332,8 @@ struct ConvCase {
     info.input_shapes = {Shape{1, cs.c, cs.hw, cs.hw}};
     info.output_shapes = core::infer_layer_shapes(layer, info.input_shapes);
     // Calibration as a quantised routine would get it (per tensor, int8 activations).
-    info.input_quant = {QuantParams{{0.02f}, {0}, -1}};
-    info.output_quant = {QuantParams{{0.05f}, {0}, -1}};
+    info.input_quant = {QuantParams{{0.02f}, {g_zero_points[0]}, -1}};
+    info.output_quant = {QuantParams{{0.05f}, {g_zero_points[1]}, -1}};
   }
 };
 
@@ -579,12 +584,18 @@ int main(int argc, char** argv) {
     else if (a == "--cold") g_cold = true;
     else if (a == "--cpu-time") g_cpu_time = true;
     else if (a == "--rounds") goals.rounds = std::max(0, std::atoi(value().c_str()));
-    else {
+    else if (a == "--zero-points") {
+      const std::string v = value();
+      if (std::sscanf(v.c_str(), "%d,%d", &g_zero_points[0], &g_zero_points[1]) != 2) {
+        fmt::print(stderr, "conv_bench: --zero-points takes IN,OUT (e.g. 2,-128), not '{}'\n", v);
+        return 2;
+      }
+    } else {
       fmt::print(stderr,
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2|ppocr_rec] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max]\n"
                  "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time] [--cold]\n"
-                 "                  [--rounds N]\n");
+                 "                  [--rounds N] [--zero-points IN,OUT]\n");
       return 2;
     }
   }

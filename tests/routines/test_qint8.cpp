@@ -763,14 +763,16 @@ TEST_CASE("int8 conv2: oneDNN's, ours and XNNPACK's round exactly alike", "[qint
 // brgemm kernels; s8 with a zero point ran the older jit_int8 one): the padded
 // borders stay exact (u8 0 is real 0), and the results equal our exact GEMM
 // routine's bit for bit, for activations at both ends, strides 1 and 2,
-// batches, and for zero points where the flip does not apply.
+// batches, and for zero points where the flip does not apply. Unpadded (1x1)
+// layers take the input's zero point folded into the bias (with or without a
+// bias of their own), the output's as a post-op after rounding.
 TEST_CASE("int8 conv2: oneDNN's on inputs with zero point -128 equals ours bit for bit", "[qint8][routines]") {
   Schema schema;
   const Routine* onednn = core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/onednn", &schema);
   if (!onednn || !core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/qint8", &schema)) return;  // aarch64
   std::mt19937 rng(11);
   int compared = 0;
-  for (const int zp : {-128, -128, -5}) {
+  for (const int zp : {-128, -128, -5, 2}) {
     for (const int64_t stride : {1, 2}) {
       // 3x3, 1x1 (u8 from 128 output channels) and depthwise 3x3 (u8 at stride 1)
       for (const int64_t k : {3, 1, 0}) {
@@ -781,18 +783,21 @@ TEST_CASE("int8 conv2: oneDNN's on inputs with zero point -128 equals ours bit f
         for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng);
         Blob b = Blob::allocate({oc});
         for (int64_t i = 0; i < oc; ++i) b.data_as<float>()[i] = u(rng);
+        const bool biased = stride == 1;
+        std::map<std::string, Blob> weights{{"weight", w}};
+        if (biased) weights["bias"] = b;
         Layer l = test::make_layer("conv2",
                                    {{"pads", std::vector<int64_t>(4, kk / 2)}, {"strides", std::vector<int64_t>{stride, stride}},
                                     {"group", depthwise ? c : int64_t{1}}, {"act", std::string("relu")}},
-                                   {{"weight", w}, {"bias", b}});
+                                   weights);
         QBlob x = random_qblob({n, c, 13, 11}, rng, make_quant(0.02f, zp));
         for (std::size_t i = 0; i < x.q.size(); i += 7) x.q[i] = static_cast<int8_t>(i % 2 ? 127 : -128);
-        const std::vector<QuantParams> oq{make_quant(0.05f, -128)};
+        const std::vector<QuantParams> oq{make_quant(0.05f, biased ? -128 : 3)};
         QRun got = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/onednn");
         if (!got.support) continue;  // oneDNN's needs VNNI
         QRun want = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/qint8");
         REQUIRE(want.support);
-        INFO("zero point " << zp << " stride " << stride << " kernel " << kk << (depthwise ? " depthwise" : ""));
+        INFO("zero point " << zp << " stride " << stride << " kernel " << kk << (depthwise ? " depthwise" : "") << (biased ? "" : ", no bias"));
         int64_t differ = 0;
         for (std::size_t i = 0; i < want.outputs[0].size(); ++i) differ += got.outputs[0][i] != want.outputs[0][i];
         CHECK(differ == 0);

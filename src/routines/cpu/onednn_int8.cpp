@@ -19,11 +19,13 @@
 //    by s_out afterwards.
 //
 // Zero points (what oneDNN 2.6 accepts on x64, checked on AMX and AVX-512 VNNI):
-//  - conv2: runtime src and dst zero points (DNNL_ARG_ATTR_ZERO_POINTS): the
-//    kernels compensate for padding themselves, so an asymmetric input with
-//    padding stays exact. Output scales must be constants (runtime output
-//    scales are refused for int8 convolution), fine: quantisation is fixed at
-//    prepare.
+//  - conv2: a runtime src zero point (DNNL_ARG_ATTR_ZERO_POINTS) where padding
+//    reads the input: the kernels compensate for padding themselves, so an
+//    asymmetric input with padding stays exact; without padding it is folded
+//    into the bias as in dense, and the dst zero point is a post-op after the
+//    rounding (zero-point attributes keep oneDNN 2.6 off its brgemm kernels).
+//    Output scales must be constants (runtime output scales are refused for
+//    int8 convolution), fine: quantisation is fixed at prepare.
 //  - dense (inner product): no zero points at all. The src zero point is
 //    folded into the int32 bias exactly (no padding: bias' = bias − z_in·Σ_k w_q);
 //    the dst zero point is a linear post-op (+z_out) before rounding, which
@@ -309,6 +311,15 @@ Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in
   return e;
 }
 
+/// Whether oneDNN's int8 kernels multiply on AMX tiles here.
+bool has_amx_int8() {
+  static const bool yes = [] {
+    const auto isa = static_cast<unsigned>(onednn_isa());
+    return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+  }();
+  return yes;
+}
+
 /// Whether oneDNN's int8 kernels multiply with VNNI (or AMX) here, i.e. keep all 8 weight bits.
 Support int8_weights_exact() {
 #if !defined(__x86_64__)
@@ -450,9 +461,9 @@ struct Conv2 {
     // placeholder scales (their values do not change oneDNN's choice).
     LazyQuant quant{w, g.oc, std::nullopt};
     const auto qw = prepare ? weight_scales(info, quant) : nullptr;
-    // A quantised sum's zero point is added after it (the dst zero point).
+    // A quantised sum's zero point is added after it.
     Epilogue ep = make_epilogue(layer, prepare ? qw->scale : std::vector<float>(static_cast<std::size_t>(g.oc), 1.0f), qi,
-                                quantised_sum ? TQ{qo.scale, 0} : qo, false);
+                                quantised_sum ? TQ{qo.scale, 0} : qo, true);
     Plan p;
     const dt out_dt = residual_add && !quantised_sum ? dt::f32 : dt::s8;
     if (quantised_sum) {
@@ -467,7 +478,10 @@ struct Conv2 {
         ep.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, static_cast<float>(b.lo - qo.zp),
                               static_cast<float>(b.hi - qo.zp));
       }
-      if (qo.zp != 0) ep.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_round, 0.0f, 0.0f);
+      if (qo.zp != 0) {
+        ep.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_round, 0.0f, 0.0f);
+        ep.ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, static_cast<float>(qo.zp));
+      }
       p.accumulate = 1;
     } else if (residual_add) {
       // Real values (scale s_in·s_w, out scale 1): the conv's activation as it is, the sum, the add's.
@@ -480,8 +494,19 @@ struct Conv2 {
       p.accumulate = 1;
     }
 
+    // Zero points as attributes take oneDNN 2.6 off its brgemm convolutions
+    // (AMX, 1x1 16->96 at 112x112: 0.100 ms without, 0.185 with either; 384->64
+    // at 14x14 0.004 against 0.041): the dst zero point is a post-op (above),
+    // and where no padding reads the input its zero point is folded into the
+    // bias, exactly (bias' = bias - z_in * sum of the weights, as in dense).
+    // ONNX Runtime's QDQ files hold u8 activations: zero points everywhere.
+    // (Without AMX a relu's output into a 1x1 layer of 128 output channels or
+    // more is flipped to u8 instead, below: 10-15% faster there than s8.)
+    const bool padded = g.pt || g.pl || g.pb || g.pr;
+    const bool pointwise_pays = g.group == 1 && g.kh * g.kw == 1 && g.oc >= 128 && !has_amx_int8();
+    const bool fold_src_zp = qi.zp != 0 && !padded && !(qi.zp == -128 && pointwise_pays);
     const Dims wd = g.group > 1 ? Dims{g.group, g.oc / g.group, g.c / g.group, g.kh, g.kw} : Dims{g.oc, g.c, g.kh, g.kw};
-    const dnnl::memory::desc b_md = bias ? dnnl::memory::desc({g.oc}, dt::s32, tag::x) : dnnl::memory::desc();
+    const dnnl::memory::desc b_md = bias || fold_src_zp ? dnnl::memory::desc({g.oc}, dt::s32, tag::x) : dnnl::memory::desc();
     // `unsigned_src`: input 0 read as u8 with no zero point (its sign bits
     // flipped first), exact where its zero point is -128.
     auto make_pd = [&](Layout act_layout, bool unsigned_src = false) {
@@ -492,8 +517,7 @@ struct Conv2 {
                                         {g.pb, g.pr});
       dnnl::primitive_attr attr = attr_base();
       attr.set_output_scales(1 << 1, ep.scales);
-      if (qi.zp && !unsigned_src) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-      if (qo.zp) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (qi.zp && !unsigned_src && !fold_src_zp) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
       attr.set_post_ops(ep.ops);
       return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
     };
@@ -505,16 +529,16 @@ struct Conv2 {
     // sign bits, and oneDNN 2.6 convolves u8 without zero points with its
     // brgemm kernels where s8 with them gets its older jit_int8 one: ResNet50's
     // 3x3 convolutions on AVX-512 VNNI 0.15-0.21 ms against 0.29-0.36, the flip
-    // 0.005-0.06 ms. 1x1 ones are brgemm either way, u8 without the zero
-    // point's compensation 10-20% faster: worth the flip (a byte of input per
-    // output channel's MAC) from 128 output channels (ResNet50's: 0.81-0.93x
-    // with it; with 64, 1.02-1.06x). Depthwise ones are jit_uni_x8s8s32x
-    // either way, u8 faster where the flip is no larger than the output (stride
-    // 1: MobileNetV2's 0.79-0.96x; stride 2: 1.02-1.13x).
-    const bool pointwise_pays = g.group == 1 && g.kh * g.kw == 1 && g.oc >= 128;
+    // 0.005-0.06 ms. 1x1 ones are brgemm either way; on AVX-512 VNNI u8
+    // without the zero point's compensation is 10-20% faster: worth the flip (a
+    // byte of input per output channel's MAC) from 128 output channels
+    // (ResNet50's: 0.81-0.93x with it; with 64, 1.02-1.06x); on AMX, s8 with
+    // the zero point folded is faster still. Depthwise ones are
+    // jit_uni_x8s8s32x either way, u8 faster where the flip is no larger than
+    // the output (stride 1: MobileNetV2's 0.79-0.96x; stride 2: 1.02-1.13x).
     const bool grouped_pays = g.group > 1 && g.kh * g.kw > 1 && g.sh == 1 && g.sw == 1;
     const bool dense_pays = g.group == 1 && g.kh * g.kw > 1 && !is_brgemm(pd);
-    if (qi.zp == -128 && l == Layout::nhwc && (pointwise_pays || grouped_pays || dense_pays)) {
+    if (qi.zp == -128 && !fold_src_zp && l == Layout::nhwc && (pointwise_pays || grouped_pays || dense_pays)) {
       dnnl::convolution_forward::primitive_desc u8 = make_pd(l, true);
       if (g.group > 1 ? !is_reference(u8) : is_brgemm(u8)) {
         pd = u8;
@@ -540,10 +564,10 @@ struct Conv2 {
     if (prepare) {
       const dnnl::memory wm = shared_int8_weights(info, p, quant, wd, pd.weights_desc());
       args.push_back({DNNL_ARG_WEIGHTS, Mem{Mem::fixed, p.add_fixed(wm)}});
-      if (bias) args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(bias, *qw, qi.scale, 0)))}});
-      if (qi.zp && !unsigned_src)
+      if (bias || fold_src_zp)
+        args.push_back({DNNL_ARG_BIAS, Mem{Mem::fixed, p.add_fixed(owned(b_md, quantize_bias(bias, *qw, qi.scale, fold_src_zp ? qi.zp : 0)))}});
+      if (qi.zp && !unsigned_src && !fold_src_zp)
         args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qi.zp))}});
-      if (qo.zp) args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, Mem{Mem::fixed, p.add_fixed(zero_point_memory(qo.zp))}});
     }
     p.steps.push_back({pd, std::move(args)});
     if (dst == Mem{Mem::temp, 1})
