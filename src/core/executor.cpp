@@ -401,6 +401,8 @@ void Executor::prepare_fused_pair(std::size_t t) {
          b.routine.descriptor);
     a.fused_into.clear();
     b.fuses = b.fuses_previous = false;
+    b.info.layer = b.layer;  // (its own names again, where a fake_quant was between)
+    b.pair_layer.reset();
     prepare_step(a);
     if (via) {
       via->fused_into.clear();
@@ -499,6 +501,11 @@ void Executor::share_accumulators() {
     if (read_otherwise) continue;
     dst.alias = root;
     src.last = std::max(src.last, dst.last);
+    // Views of the output (a QDQ file's QuantizeLinear after a residual add)
+    // share the root's memory directly: bind_outputs_to_arena resolves one
+    // alias, in slot order.
+    for (auto& s : slots_)
+      if (s.alias == out) s.alias = root;
     debug("'{}' writes its result onto blob '{}' in place", step.name, src.name);
   }
 }

@@ -863,9 +863,26 @@ void PlanBuilder::fuse_pairs() {
   // residual). Adapts of other blobs may run between them, and one adapt of
   // the output itself that only the second reads: the pair then computes
   // across the two schemas (a bfloat16 convolution writing the float32
-  // residual sum), and that adapt runs nothing.
+  // residual sum), and that adapt runs nothing. Or, in place of that adapt, a
+  // fake_quant that restates the output's quantisation (the identity table in
+  // int8: an ONNX QDQ file's QuantizeLinear after a convolution, before the
+  // residual add), which then runs nothing either.
   std::vector<bool> absorbed(steps_.size(), false);  // a step already computing the one before it
   auto reads = [](const Step& s, int blob) { return std::count(s.input_blobs.begin(), s.input_blobs.end(), blob); };
+  auto restates = [](const Step& s, int blob, const Schema& schema) {
+    if (s.layer->type != "fake_quant" || !s.parent.empty() || s.input_blobs != std::vector<int>{blob} ||
+        s.output_blobs.size() != 1 || !(s.routine.schema == schema))
+      return false;
+    int8_t table[256];
+    try {
+      if (!s.routine.routine->int8_table(s.info, s.routine.schema, table)) return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+    for (int q = -128; q < 128; ++q)
+      if (table[static_cast<uint8_t>(static_cast<int8_t>(q))] != q) return false;
+    return true;
+  };
   for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
     Step& a = *steps_[t];
     if (!a.parent.empty() || absorbed[t] || !a.fused_into.empty() || a.output_blobs.size() != 1) continue;
@@ -880,11 +897,16 @@ void PlanBuilder::fuse_pairs() {
           other_reader = other_reader || via >= 0;
           via = static_cast<int>(u);
         }
+    bool restated = false;
+    if (via < 0 && u + 1 < steps_.size() && a.layer->type != "adapt" && restates(*steps_[u], out, a.routine.schema)) {
+      via = static_cast<int>(u++);
+      restated = true;
+    }
     if (u == steps_.size() || other_reader) continue;
     Step& b = *steps_[u];
     if (b.layer->type == "adapt" || !b.parent.empty() || absorbed[u]) continue;
     const int read = via >= 0 ? steps_[static_cast<std::size_t>(via)]->output_blobs[0] : out;
-    if (reads(b, read) != 1 || (via < 0 && !(a.routine.schema == b.routine.schema))) continue;
+    if (reads(b, read) != 1 || ((via < 0 || restated) && !(a.routine.schema == b.routine.schema))) continue;
     // Read by b alone (through `via`): not a net output, no other adapted copy, no later reader.
     const BlobSlot& between = slots_[static_cast<std::size_t>(out)];
     if (between.kind != BlobKind::planned || between.last != (via >= 0 ? via : static_cast<int>(u))) continue;
@@ -893,18 +915,35 @@ void PlanBuilder::fuse_pairs() {
       if (copy.kind != BlobKind::planned || copy.last != static_cast<int>(u) || !(copy.schema == b.routine.schema))
         continue;
     }
+    // Across a restating fake_quant, b reads a's output under the fake_quant's
+    // name: routines pair layers by names, so b's layer reads a's instead.
+    std::shared_ptr<Layer> renamed;
+    LayerInfo b_info = b.info;
+    if (restated) {
+      renamed = std::make_shared<Layer>(*b.info.layer);
+      for (auto& in : renamed->inputs)
+        if (in == steps_[static_cast<std::size_t>(via)]->layer->outputs[0]) in = a.layer->outputs[0];
+      b_info.layer = renamed.get();
+    }
     bool fuses = false;
     try {
-      fuses = b.routine.routine->fuses_previous(a.info, *a.routine.routine, a.params, b.info, b.routine.schema, b.params);
+      fuses = b.routine.routine->fuses_previous(a.info, *a.routine.routine, a.params, b_info, b.routine.schema, b.params);
     } catch (const std::exception& e) {
       debug("'{}' and '{}' run apart: {} could not tell whether they fuse ({})", a.name, b.name, b.routine.descriptor,
             e.what());
     }
     if (!fuses) continue;
     debug("'{}' and '{}' run as one step of {}: blob '{}' is never written{}", a.name, b.name, b.routine.descriptor,
-          between.name, via >= 0 ? fmt::format(" (nor its {} copy)", b.routine.schema.to_string()) : std::string());
+          between.name,
+          restated ? fmt::format(" (nor '{}', which restates it)", steps_[static_cast<std::size_t>(via)]->name)
+          : via >= 0 ? fmt::format(" (nor its {} copy)", b.routine.schema.to_string())
+                     : std::string());
     b.fuses = b.fuses_previous = true;
     b.fused_previous_step = t;
+    if (renamed) {
+      b.pair_layer = renamed;
+      b.info.layer = renamed.get();
+    }
     a.fused_into = b.name;
     if (via >= 0) steps_[static_cast<std::size_t>(via)]->fused_into = b.name;
     absorbed[u] = true;

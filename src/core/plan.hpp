@@ -38,6 +38,11 @@ struct Step {
   /// (core::int8_weight) and the routine is not a built-in qint8 one: `layer`
   /// and info.layer point at it. Shared by the model's sessions.
   std::shared_ptr<const Layer> float_layer;
+  /// Of a step fused with the one before across a fake_quant that restates
+  /// that one's output (fuse_pairs): its layer reading that output by the
+  /// previous layer's name, as Routine::fuses_previous matches them; info.layer
+  /// points at it.
+  std::shared_ptr<const Layer> pair_layer;
   Candidate routine;
   RoutineParams params;
   bool tuned = false;

@@ -162,6 +162,15 @@ class Vec final : public Routine {
     return std::make_unique<P>(info, schema, kernels_for(bits));
   }
 
+  /// Where P computes by a 256-entry table (P::table_of): that table.
+  bool int8_table(const LayerInfo& info, const Schema& schema, int8_t (&table)[256]) const override {
+    if constexpr (requires { P::table_of(info, table); }) {
+      if (!supports(info, schema)) return false;
+      P::table_of(info, table);
+      return true;
+    }
+    return false;
+  }
 };
 
 const Schema kPlain{};
@@ -398,10 +407,13 @@ struct FakeQuantInt8 final : PreparedRoutine {
   int64_t n;
   int8_t table[256];
   bool identity;
-  FakeQuantInt8(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
-      : k(kernels), n(info.input_shapes[0].numel()) {
+  static void table_of(const LayerInfo& info, int8_t (&table)[256]) {
     const core::FakeQuant q = core::fake_quant_params(*info.layer);
     cpu::int8_table(table, cpu::in_q(info), cpu::out_q(info), [&](float v) { return q.apply(v); });
+  }
+  FakeQuantInt8(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
+      : k(kernels), n(info.input_shapes[0].numel()) {
+    table_of(info, table);
     identity = cpu::int8_table_identity(table);
   }
   bool output_is_input() const override { return identity; }
