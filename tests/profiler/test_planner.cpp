@@ -701,6 +701,13 @@ TEST_CASE("a qint8 convolution and the add after it run as one step across a fak
                            << worst_apart);
   CHECK(error <= error_apart * 1.5);
   CHECK(worst <= worst_apart + 0.1f);
+  // A fake_quant that changes the quantisation (c1 finer than c1q) computes
+  // something: that pair runs apart, the other still as one.
+  tuning.blob_quant["c1"] = QuantParams{{0.8f / 255}, {0}, -1};
+  const auto [requant_layers, requant] = run("cpu:qint8:nhwc/onednn");
+  CHECK(requant_layers.at("conv1").fused_into.empty());
+  CHECK(requant_layers.at("q1").fused_into.empty());
+  CHECK(requant_layers.at("conv2").fused_into == "add2");
 }
 
 // A hybrid ResNet's bottleneck ends in a qint8 convolution and a qint8 add
