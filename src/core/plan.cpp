@@ -879,9 +879,7 @@ void PlanBuilder::fuse_pairs() {
     } catch (const std::exception&) {
       return false;
     }
-    for (int q = -128; q < 128; ++q)
-      if (table[static_cast<uint8_t>(static_cast<int8_t>(q))] != q) return false;
-    return true;
+    return int8_table_identity(table);
   };
   for (std::size_t t = 0; t + 1 < steps_.size(); ++t) {
     Step& a = *steps_[t];

@@ -18,6 +18,14 @@ namespace softneuro::core {
 /// routine may assert; a file that holds one is damaged.
 inline bool quant_scale_in_range(double s) { return s >= 1e-30 && s <= 1e30; }
 
+/// Whether a 256-entry int8 table (Routine::int8_table: indexed by the byte as
+/// uint8_t) maps every value to itself: the step applying it copies, or runs nothing.
+inline bool int8_table_identity(const int8_t* table) {
+  for (int q = -128; q < 128; ++q)
+    if (table[static_cast<uint8_t>(static_cast<int8_t>(q))] != q) return false;
+  return true;
+}
+
 /// Per output channel (the first `channels` rows of `k` values), symmetric:
 /// s[o] = max|w[o]| / qmax (1 where a channel is all zeros or below 1.27e-28),
 /// q = round(w / s) in [-qmax, qmax]. qmax: 127 (the convention), or 63 for

@@ -94,6 +94,12 @@ inline dnnl::cpu_isa onednn_isa() {
   return dnnl::get_effective_cpu_isa();
 }
 
+/// Whether oneDNN dispatches to `isa` or one above it here.
+inline bool onednn_isa_has(dnnl_cpu_isa_t isa) {
+  const auto want = static_cast<unsigned>(isa);
+  return (static_cast<unsigned>(onednn_isa()) & want) == want;
+}
+
 /// oneDNN keeps up to 1024 compiled primitives by default, each tens of KiB,
 /// whatever shape they were made for: a session meeting thousands of input
 /// shapes grew by 60 MiB through it alone (shape_memory_bench). Our prepared
@@ -121,10 +127,7 @@ inline bool has_avx512() {
 #if !defined(__x86_64__)
   return false;
 #endif
-  static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(onednn_isa());
-    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  }();
+  static const bool yes = onednn_isa_has(dnnl_cpu_isa_avx512_core);
   return yes;
 }
 
@@ -134,9 +137,7 @@ inline bool has_avx512() {
 inline bool has_bf16() {
   static const bool yes = [] {
     const core::CpuFeatures& f = core::cpu_features();
-    const auto isa = static_cast<unsigned>(onednn_isa());
-    return (f.avx512_bf16 || f.amx_bf16) &&
-           (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+    return (f.avx512_bf16 || f.amx_bf16) && onednn_isa_has(dnnl_cpu_isa_avx512_core_bf16);
   }();
   return yes;
 }

@@ -313,10 +313,7 @@ Epilogue make_epilogue(const Layer& l, const std::vector<float>& w_scales, TQ in
 
 /// Whether oneDNN's int8 kernels multiply on AMX tiles here.
 bool has_amx_int8() {
-  static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(onednn_isa());
-    return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
-  }();
+  static const bool yes = onednn_isa_has(dnnl_cpu_isa_avx512_core_amx);
   return yes;
 }
 
@@ -325,10 +322,7 @@ Support int8_weights_exact() {
 #if !defined(__x86_64__)
   return Support::yes();  // the halving is x86's (u8s8 without VNNI); reference code is refused elsewhere
 #endif
-  static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(onednn_isa());
-    return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni;
-  }();
+  static const bool yes = onednn_isa_has(dnnl_cpu_isa_avx512_core_vnni);
   if (yes) return Support::yes();
   return Support::no(fmt::format("CPU lacks AVX-512 VNNI: without it oneDNN 2.6 halves int8 weights (7 bits); oneDNN's ISA here is {}",
                                  isa_name(onednn_isa())));

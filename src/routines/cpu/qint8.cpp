@@ -1069,7 +1069,7 @@ class Lut final : public PreparedRoutine {
  public:
   Lut(int64_t n, const int8_t* table) : n_(n) {
     std::memcpy(table_, table, 256);
-    identity_ = cpu::int8_table_identity(table_);
+    identity_ = core::int8_table_identity(table_);
   }
   bool output_is_input() const override { return identity_; }
   void run(const RunArgs& a) override {

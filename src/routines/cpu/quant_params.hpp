@@ -91,11 +91,5 @@ void int8_table(int8_t* table, TQ x, TQ y, F f) {
   }
 }
 
-/// Whether the table maps every value to itself (a copy does).
-inline bool int8_table_identity(const int8_t* table) {
-  for (int q = -128; q < 128; ++q)
-    if (table[static_cast<uint8_t>(static_cast<int8_t>(q))] != q) return false;
-  return true;
-}
 
 }  // namespace softneuro::cpu

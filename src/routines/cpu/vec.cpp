@@ -40,6 +40,7 @@
 #include "routines/weight_checks.hpp"
 #include "core/cpu_features.hpp"
 #include "core/layer_types.hpp"
+#include "core/weight_quant.hpp"
 #include "routines/cpu/quant_params.hpp"
 #include "routines/cpu/vec_kernels.hpp"
 
@@ -414,7 +415,7 @@ struct FakeQuantInt8 final : PreparedRoutine {
   FakeQuantInt8(const LayerInfo& info, const Schema&, const vk::Kernels& kernels)
       : k(kernels), n(info.input_shapes[0].numel()) {
     table_of(info, table);
-    identity = cpu::int8_table_identity(table);
+    identity = core::int8_table_identity(table);
   }
   bool output_is_input() const override { return identity; }
   void run(const RunArgs& a) override {
