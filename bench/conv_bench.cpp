@@ -6,7 +6,7 @@
 //              [--routine SUBSTRING] [--with-ref] [--threads T] [--runs N]
 //              [--budget SECONDS] [--peak avx2|max] [--list]
 //              [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time]
-//              [--cold] [--rounds N] [--zero-points IN,OUT]
+//              [--cold] [--rounds N] [--zero-points IN,OUT] [--peak-only]
 //
 // Routines with parameters (param_space) are prepared and timed once per
 // combination (at most --max-combos, default 128, evenly spaced; --defaults:
@@ -36,7 +36,9 @@
 // 0.7 ms conv: timings then are those of one thread.
 //
 // The peak is our own probe: 12 independent FMA chains per thread (AVX2+FMA,
-// and AVX-512 where the CPU has it), on all threads at once.
+// and AVX-512 where the CPU has it), on all threads at once. --peak-only
+// prints it alone, "fma_peak_gflops ISA VALUE" per ISA (bench/compare/per_layer.py
+// reads it for each layer's limit).
 //
 // --cpu-time: every time (routines and the FMA probe alike) is the process's
 // CPU time divided by the thread count instead of wall time, so that on a
@@ -553,6 +555,7 @@ void print_goals(const std::vector<ConvShape>& shapes, const Cols& cols, const s
 
 int main(int argc, char** argv) {
   std::string model_filter, shape_filter, routine_filter, peak_isa = "max";
+  bool peak_only = false;
   bool with_ref = false, list = false;
   // 128 combinations: the direct routine's 288 sampled as densely as its 144 were at 64.
   int threads = 2, runs = 20, max_combos = 128;
@@ -577,6 +580,7 @@ int main(int argc, char** argv) {
     else if (a == "--budget") budget = std::atof(value().c_str());
     else if (a == "--list") list = true;
     else if (a == "--peak") peak_isa = value();
+    else if (a == "--peak-only") peak_only = true;
     else if (a == "--max-combos") max_combos = std::max(1, std::atoi(value().c_str()));
     else if (a == "--defaults") max_combos = 1;
     else if (a == "--params") fixed_params = parse_params(value());
@@ -595,11 +599,17 @@ int main(int argc, char** argv) {
                  "usage: conv_bench [--model vgg16|resnet50|mobilenetv2|ppocr_rec] [--shape SUBSTRING] [--routine SUBSTRING]\n"
                  "                  [--with-ref] [--threads T] [--runs N] [--budget SECONDS] [--peak avx2|max]\n"
                  "                  [--list] [--max-combos N] [--defaults] [--params k=v,...] [--fastest] [--cpu-time] [--cold]\n"
-                 "                  [--rounds N] [--zero-points IN,OUT]\n");
+                 "                  [--rounds N] [--zero-points IN,OUT] [--peak-only]\n");
       return 2;
     }
   }
 
+  if (peak_only) {
+    set_num_threads(threads);
+    fmt::print("fma_peak_gflops avx2 {:.1f}\n", probe_peak(threads, false));
+    if (softneuro::core::cpu_features().avx512_core()) fmt::print("fma_peak_gflops avx512 {:.1f}\n", probe_peak(threads, true));
+    return 0;
+  }
   std::vector<ConvShape> shapes;
   for (const auto& cs : model_shapes())
     if ((model_filter.empty() || cs.model == model_filter) &&

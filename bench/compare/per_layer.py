@@ -8,14 +8,16 @@ round, the same input), and prints, layer by layer, each one's median time:
 
     bench/.venv/bin/python bench/compare/per_layer.py MODEL.onnx --dnn tuned=M.dnn [--dnn hybrid=H.dnn]
         [--onnx-int8 M_int8.onnx] [--openvino-default] [--input x=1x3x224x224] [--threads 2] [--runs 20] [--rounds 3]
-        [--cli build/softneuro] [--out bench/results/per_layer_M.md] [--top 40]
+        [--cli build/softneuro] [--out bench/results/per_layer_M.md] [--top 40] [--peak GFLOPS]
 
 Layers are matched by the ONNX node name the importer keeps (a fused
 Conv+Relu is the Conv's name in every engine; OpenVINO names a fused node
 after one of its nodes, tried both ways). A table by operator type follows,
 where names do not match (each engine fuses differently), and the totals: the
 sum of the steps against the whole-run median (the difference is the
-engine's dispatch between steps).
+engine's dispatch between steps). Beside each convolution and matrix product,
+its physical limit: its multiply-accumulates at the float32 FMA peak measured
+at the start (conv_bench --peak-only) and at the int8 rate (4x with VNNI).
 
 Needs onnxruntime and openvino in bench/.venv (bench/compare/run.sh installs
 them); a peer that is missing is reported as skipped.
@@ -169,16 +171,102 @@ class OursRunner:
             for line in out.stdout.splitlines():
                 if line.startswith("latency over"):
                     total = float(line.split("median ")[1].split(" ms")[0])
-            steps = {}
+            steps, rows = {}, []
             with open(tsv) as f:
                 header = f.readline().rstrip("\n").split("\t")
-                for line in f:
-                    row = dict(zip(header, line.rstrip("\n").split("\t")))
-                    if row["fused_into"]:
-                        continue
-                    kind = row["type"] if row["type"] != "adapt" else "adapt"
-                    steps[row["layer"]] = (f"{kind} [{row['descriptor']}]", float(row["ms"]))
+                rows = [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f]
+            # A step that computes a layer fused into it (a convolution into its
+            # residual add's step) counts under that layer: the peers name it so.
+            computes = {r["fused_into"]: r for r in rows if r["fused_into"]}
+            for row in rows:
+                if row["fused_into"]:
+                    continue
+                kind = row["type"] if row["type"] != "adapt" else "adapt"
+                inner = computes.get(row["layer"])
+                name = inner["layer"] if inner else row["layer"]
+                if inner:
+                    kind = inner["type"]
+                steps[name] = (f"{kind} [{row['descriptor']}]", float(row["ms"]))
         return steps, total
+
+
+def node_macs(path, shapes):
+    """Multiply-accumulates of each convolution and matrix product node (by
+    name) at the given input shapes, from ONNX shape inference; nodes whose
+    shapes it leaves unknown are left out."""
+    import onnx
+    from onnx import shape_inference
+    m = onnx.load(path)
+    for i in m.graph.input:
+        if i.name in shapes:
+            for d, v in zip(i.type.tensor_type.shape.dim, shapes[i.name]):
+                d.ClearField("dim_param")
+                d.dim_value = v
+    try:
+        m = shape_inference.infer_shapes(m)
+    except Exception as e:  # a model the checker refuses: no limits, the rest of the table stands
+        print(f"per_layer: no shapes for the limits ({e})", file=sys.stderr)
+        return {}
+    known = {i.name: list(i.dims) for i in m.graph.initializer}
+    for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output):
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in vi.type.tensor_type.shape.dim]
+        if dims and all(dims):
+            known.setdefault(vi.name, dims)
+    prod = lambda xs: int(np.prod(xs, dtype=np.int64))
+    out = {}
+    for n in m.graph.node:
+        y = known.get(n.output[0]) if n.output else None
+        if n.op_type in ("Conv", "ConvInteger", "QLinearConv"):
+            w = known.get(n.input[3 if n.op_type == "QLinearConv" else 1])
+            if y and w:
+                out[n.name] = prod(y) * prod(w[1:])  # N*OC*OH*OW * (IC/group)*KH*KW
+        elif n.op_type == "ConvTranspose":
+            x, w = known.get(n.input[0]), known.get(n.input[1])
+            if x and w:
+                out[n.name] = prod(x) * prod(w[1:])
+        elif n.op_type in ("MatMul", "MatMulInteger", "Gemm", "FusedMatMul"):
+            a = known.get(n.input[0])
+            trans_a = any(at.name == "transA" and at.i for at in n.attribute)
+            if y and a:
+                out[n.name] = prod(y) * (a[-2] if trans_a and len(a) >= 2 else a[-1])
+    return out
+
+
+def fma_peak(cli, threads, given):
+    """(GFLOP/s, ISA) of the float32 FMA peak at `threads`: given, or measured by
+    conv_bench --peak-only beside the CLI (the widest ISA it probes)."""
+    if given:
+        return given, "given"
+    bench = os.path.join(os.path.dirname(os.path.abspath(cli)), "conv_bench")
+    if not os.path.exists(bench):
+        return None, None
+    out = subprocess.run([bench, "--peak-only", "--threads", str(threads)], capture_output=True, text=True, check=True).stdout
+    peaks = {line.split()[1]: float(line.split()[2]) for line in out.splitlines() if line.startswith("fma_peak_gflops")}
+    isa = "avx512" if "avx512" in peaks else "avx2"
+    return peaks.get(isa), isa
+
+
+def cpu_text():
+    """The CPU model and the vector extensions that decide each engine's kernels."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown CPU"
+    model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
+    flags = set(re.search(r"^flags\s*:\s*(.*)$", info, re.M).group(1).split()) if "flags" in info else set()
+    shown = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
+    return f"{model.group(1).strip() if model else 'unknown CPU'} ({' '.join(shown)}), {os.cpu_count()} CPUs"
+
+
+def int8_rate():
+    """Int8 multiply-accumulates per float32 FMA lane and cycle: 4 with VNNI
+    (vpdpbusd: four u8*s8 products per 32-bit lane), 2 without (vpmaddubsw
+    then vpmaddwd take two instructions)."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return 2
+    return 4 if re.search(r"\b(avx512_vnni|avx_vnni)\b", flags) else 2
 
 
 def merge_rounds(rounds):
@@ -213,17 +301,27 @@ class OnnxIndex:
     def __init__(self, paths):
         import onnx
         self.nodes, self.producer = {}, {}
+        self.consumers = collections.Counter()
         for path in paths:
             m = onnx.load(path, load_external_data=False)
             for n in m.graph.node:
                 self.nodes.setdefault(n.name, n)
                 for o in n.output:
                     self.producer.setdefault(o, n)
+                for i in n.input:
+                    self.consumers[i] += 1
 
     def anchor(self, node):
         seen = 0
-        while node.op_type in ABSORBED and node.input and node.input[0] in self.producer and seen < 8:
-            node = self.producer[node.input[0]]
+        while node.op_type in ABSORBED and node.input and seen < 8:
+            # A residual add computes the convolution whose output it alone
+            # reads (ours: the pair's step bears the add's name), not the other
+            # operand (the block's input, read by the block too).
+            ins = [i for i in node.input if i in self.producer]
+            if not ins:
+                break
+            sole = [i for i in ins if self.consumers[i] == 1 and self.producer[i].op_type not in ABSORBED]
+            node = self.producer[sole[0] if sole else ins[0]]
             seen += 1
         return node.name
 
@@ -258,6 +356,7 @@ def main():
                     help="also OpenVINO at its default precision (bfloat16 on CPUs with AVX512_BF16 or AMX)")
     ap.add_argument("--top", type=int, default=40, help="layers shown (the slowest in any contender)")
     ap.add_argument("--out", help="also write the tables here (Markdown)")
+    ap.add_argument("--peak", type=float, help="float32 FMA peak, GFLOP/s at --threads (default: conv_bench --peak-only)")
     args = ap.parse_args()
 
     given, loaded = {}, {}
@@ -300,6 +399,7 @@ def main():
         label, path = spec.split("=", 1) if "=" in spec else (os.path.basename(spec), spec)
         runners.append(OursRunner(args.cli, path, args.threads, f"ours {label}", files))
 
+    peak, peak_isa = fma_peak(args.cli, args.threads, args.peak)
     rounds = {r.label: [] for r in runners}
     for k in range(args.rounds):
         for r in runners:
@@ -311,6 +411,8 @@ def main():
     lines = []
     shape_text = ", ".join(f"{n}={'x'.join(map(str, s))}" for n, s in shapes.items())
     lines.append(f"# Per layer: {os.path.basename(args.onnx)} ({shape_text}), {args.threads} threads")
+    lines.append("")
+    lines.append(f"CPU: {cpu_text()}.")
     lines.append("")
     lines.append(f"{args.rounds} interleaved rounds of {args.runs} runs; medians in ms. Command: "
                  f"`bench/.venv/bin/python bench/compare/per_layer.py {' '.join(sys.argv[1:])}`")
@@ -324,6 +426,21 @@ def main():
     for label in labels:
         steps, total = merged[label]
         lines.append(f"| {label} | {total:.2f} | {sum(v for _, v in steps.values()):.2f} | {len(steps)} |")
+
+    macs = node_macs(args.onnx, shapes)
+    vnni = int8_rate()
+    def limits(mac):
+        """(float32 FMA, int8) limits in ms of `mac` multiply-accumulates at the peak."""
+        return 2 * mac / (peak * 1e6), 2 * mac / (vnni * peak * 1e6)
+    if peak and macs:
+        total_mac = sum(macs.values())
+        f32, i8 = limits(total_mac)
+        lines.append("")
+        lines.append(f"Physical limits: the float32 FMA peak measured at the start (`conv_bench --peak-only`: 12 "
+                     f"independent FMA chains per thread, at the clock they ran), {peak:.0f} GFLOP/s on {args.threads} "
+                     f"threads ({peak_isa}), and int8 at {vnni}x its multiply-accumulates "
+                     f"({'VNNI' if vnni == 4 else 'no VNNI'}); AMX tiles (bfloat16, int8) are not counted. The convolutions and "
+                     f"matrix products take {total_mac / 1e9:.2f} GMAC: at least {f32:.2f} ms in float32, {i8:.2f} ms in int8.")
 
     # By operator type: ours by layer type (adapts apart), ORT by op, OpenVINO by node type.
     lines.append("")
@@ -363,10 +480,18 @@ def main():
     lines.append("Each engine's steps summed under the ONNX node they compute (fused activations, residual adds, "
                  "quantisation and childnet steps under the compute node before them; '-': none there).")
     lines.append("")
-    lines.append("| layer | op | " + " | ".join(labels) + " |")
-    lines.append("|---|---|" + "---|" * len(labels))
+    with_limits = bool(peak and macs)
+    extra = " | GMAC | f32 limit | int8 limit" if with_limits else ""
+    lines.append("| layer | op | " + " | ".join(labels) + extra + " |")
+    lines.append("|---|---|" + "---|" * (len(labels) + (3 if with_limits else 0)))
     for worst, n, op, vals in rows[: args.top]:
         cells = [f"{v:.3f}" if v is not None else "-" for v in vals]
+        if with_limits:
+            if n in macs:
+                f32, i8 = limits(macs[n])
+                cells += [f"{macs[n] / 1e9:.3f}", f"{f32:.3f}", f"{i8:.3f}"]
+            else:
+                cells += ["-", "-", "-"]
         lines.append(f"| {n} | {op} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
