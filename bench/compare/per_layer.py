@@ -240,7 +240,11 @@ def fma_peak(cli, threads, given):
     bench = os.path.join(os.path.dirname(os.path.abspath(cli)), "conv_bench")
     if not os.path.exists(bench):
         return None, None
-    out = subprocess.run([bench, "--peak-only", "--threads", str(threads)], capture_output=True, text=True, check=True).stdout
+    run = subprocess.run([bench, "--peak-only", "--threads", str(threads)], capture_output=True, text=True)
+    if run.returncode != 0:  # (an older conv_bench without --peak-only): the tables without limits
+        print(f"per_layer: no FMA peak ({bench}: {run.stderr.strip()[:200]})", file=sys.stderr)
+        return None, None
+    out = run.stdout
     peaks = {line.split()[1]: float(line.split()[2]) for line in out.splitlines() if line.startswith("fma_peak_gflops")}
     isa = "avx512" if "avx512" in peaks else "avx2"
     return peaks.get(isa), isa
