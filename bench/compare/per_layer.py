@@ -36,6 +36,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import compare  # noqa: E402  (machine_info)
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
@@ -181,12 +183,8 @@ class OursRunner:
             for row in rows:
                 if row["fused_into"]:
                     continue
-                kind = row["type"] if row["type"] != "adapt" else "adapt"
-                inner = computes.get(row["layer"])
-                name = inner["layer"] if inner else row["layer"]
-                if inner:
-                    kind = inner["type"]
-                steps[name] = (f"{kind} [{row['descriptor']}]", float(row["ms"]))
+                named = computes.get(row["layer"], row)
+                steps[named["layer"]] = (f"{named['type']} [{row['descriptor']}]", float(row["ms"]))
         return steps, total
 
 
@@ -250,27 +248,11 @@ def fma_peak(cli, threads, given):
     return peaks.get(isa), isa
 
 
-def cpu_text():
-    """The CPU model and the vector extensions that decide each engine's kernels."""
-    try:
-        info = open("/proc/cpuinfo").read()
-    except OSError:
-        return "unknown CPU"
-    model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
-    flags = set(re.search(r"^flags\s*:\s*(.*)$", info, re.M).group(1).split()) if "flags" in info else set()
-    shown = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
-    return f"{model.group(1).strip() if model else 'unknown CPU'} ({' '.join(shown)}), {os.cpu_count()} CPUs"
-
-
-def int8_rate():
+def int8_rate(flags):
     """Int8 multiply-accumulates per float32 FMA lane and cycle: 4 with VNNI
     (vpdpbusd: four u8*s8 products per 32-bit lane), 2 without (vpmaddubsw
     then vpmaddwd take two instructions)."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return 2
-    return 4 if re.search(r"\b(avx512_vnni|avx_vnni)\b", flags) else 2
+    return 4 if {"avx512_vnni", "avx_vnni"} & set(flags) else 2
 
 
 def merge_rounds(rounds):
@@ -416,7 +398,8 @@ def main():
     shape_text = ", ".join(f"{n}={'x'.join(map(str, s))}" for n, s in shapes.items())
     lines.append(f"# Per layer: {os.path.basename(args.onnx)} ({shape_text}), {args.threads} threads")
     lines.append("")
-    lines.append(f"CPU: {cpu_text()}.")
+    machine = compare.machine_info()
+    lines.append(f"CPU: {machine['cpu']} ({' '.join(machine['flags'])}), {machine['cores']} CPUs.")
     lines.append("")
     lines.append(f"{args.rounds} interleaved rounds of {args.runs} runs; medians in ms. Command: "
                  f"`bench/.venv/bin/python bench/compare/per_layer.py {' '.join(sys.argv[1:])}`")
@@ -432,7 +415,7 @@ def main():
         lines.append(f"| {label} | {total:.2f} | {sum(v for _, v in steps.values()):.2f} | {len(steps)} |")
 
     macs = node_macs(args.onnx, shapes)
-    vnni = int8_rate()
+    vnni = int8_rate(machine["flags"])
     def limits(mac):
         """(float32 FMA, int8) limits in ms of `mac` multiply-accumulates at the peak."""
         return 2 * mac / (peak * 1e6), 2 * mac / (vnni * peak * 1e6)
