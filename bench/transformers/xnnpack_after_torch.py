@@ -1,13 +1,10 @@
 #!/usr/bin/env python3
-"""Reproducer of an open bug (session 114): a process that loads Debian's PyTorch
+"""Check of a fixed bug (sessions 114-115): a process that loads Debian's PyTorch
 (which links libXNNPACK and libpthreadpool) before softneuro, then runs a .dnn
-with cpu/xnnpack steps on 2 threads, crashes (SIGSEGV), hangs, or by luck runs.
-
-`LD_DEBUG=bindings` shows libXNNPACK's pthreadpool_parallelize_* bound to
-/lib/x86_64-linux-gnu/libpthreadpool.so.0 (XNNPACK was loaded in torch's group)
-while libsoftneuro's pthreadpool_create binds to our own interposer
-(src/core/pthreadpool.cpp) and core::pthreadpool_interposed() (a dlsym from our
-scope) finds ours: our pool handles reach Debian's parallelize.
+with cpu/xnnpack steps on 2 threads, crashed (SIGSEGV), hung, or by luck ran:
+libXNNPACK's pthreadpool_parallelize_* were bound to the real libpthreadpool and
+got our pool handles. cpu/xnnpack now checks where XNNPACK's calls land and, where
+elsewhere, warns and gives XNNPACK no pool (its layers run on one thread).
 
     PYTHONPATH=<this build's package> bench/.venv/bin/python bench/transformers/xnnpack_after_torch.py FILE.dnn NAME=1x3x48x320 [--runs 20]
 

@@ -387,3 +387,42 @@ def test_read_only_inputs_run(mlp):
     ro = np.frombuffer(x.tobytes(), dtype=np.float32).reshape(2, 16)
     assert not ro.flags.writeable
     np.testing.assert_allclose(softneuro.Session(mlp).run({"x": ro})["y"], reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_xnnpack_bound_to_another_pthreadpool_first(tmp_path):
+    """A process that loaded XNNPACK before softneuro (PyTorch does) has XNNPACK's
+    thread pool calls bound to the real libpthreadpool: our pool handles must never
+    reach it (they crashed or hung it); XNNPACK layers then run on one thread."""
+    import ctypes.util
+    cli = os.environ.get("SOFTNEURO_CLI")
+    if not cli:
+        pytest.skip("SOFTNEURO_CLI (the softneuro command) not given")
+    if "xnnpack" not in subprocess.run([cli, "routines", "conv2"], capture_output=True, text=True).stdout:
+        pytest.skip("no XNNPACK routines in this build")
+    lib = ctypes.util.find_library("XNNPACK")
+    if not lib:
+        pytest.skip("libXNNPACK not found")
+    imported, tuned = str(tmp_path / "conv0.dnn"), str(tmp_path / "conv.dnn")
+    subprocess.run([cli, "import", conv_onnx(str(tmp_path / "conv.onnx")), "-o", imported], check=True,
+                   capture_output=True)
+    subprocess.run([cli, "tune", imported, "--pin", "Conv*=*xnnpack*", "--cache", "-", "-o", tuned], check=True,
+                   capture_output=True)
+    x = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = softneuro.Session(softneuro.load(tuned), threads=1).run({"x": x})["y"]
+    script = f"""
+import ctypes, os
+ctypes.CDLL({lib!r}, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+import numpy as np
+import softneuro
+s = softneuro.Session(softneuro.load({tuned!r}), threads=2)
+assert any("xnnpack" in l["descriptor"] for l in s.layers())
+x = np.load({str(tmp_path / "x.npy")!r})
+for _ in range(20):
+    y = s.run({{"x": x}})["y"]
+np.save({str(tmp_path / "y.npy")!r}, y)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "XNNPACK layers run on one thread" in r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-5)

@@ -5,7 +5,10 @@
 // Our library exports every function of pthreadpool.h and does not link
 // libpthreadpool itself: the dynamic linker searches libsoftneuro before the
 // libpthreadpool that XNNPACK pulls in, so XNNPACK's calls land here (as
-// PyTorch serves its XNNPACK from its own pthreadpool implementation). A
+// PyTorch serves its XNNPACK from its own pthreadpool implementation). Where
+// XNNPACK was loaded and bound before us (a Python process that imported
+// PyTorch first), its calls reach the real libpthreadpool: cpu/xnnpack checks
+// where they land before it hands XNNPACK one of our pool handles. A
 // second pool of workers spinning or sleeping beside OpenMP's made mixed
 // oneDNN/XNNPACK paths depend on two runtimes' waits: a tuned demo that
 // measured 0.75 ms ran at 0.9-2.7 ms on a 2-core EPYC.
@@ -22,10 +25,7 @@
 #include <xmmintrin.h>
 #endif
 
-#include <dlfcn.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <new>
 #include <thread>
@@ -37,7 +37,8 @@ struct pthreadpool {
 namespace softneuro::core {
 namespace {
 
-std::atomic<uint64_t> g_loops{0};
+/// Loops this thread started through the API (whichever pool ran them).
+thread_local uint64_t t_loops = 0;
 
 /// Denormals flushed to zero (pthreadpool's PTHREADPOOL_FLAG_DISABLE_DENORMALS)
 /// while a chunk runs: returns the control register to restore.
@@ -70,7 +71,7 @@ void restore_denormals(uint64_t saved) {
 template <class Body>
 void run_loop(pthreadpool_t pool, size_t n, uint32_t flags, Body&& body) {
   if (n == 0) return;
-  g_loops.fetch_add(1, std::memory_order_relaxed);
+  ++t_loops;
   auto chunk = [&](int64_t b, int64_t e) {
     const bool ftz = flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS;
     const uint64_t saved = ftz ? flush_denormals() : 0;
@@ -88,19 +89,7 @@ size_t tiles(size_t range, size_t tile) { return tile == 0 ? 0 : (range + tile -
 
 }  // namespace
 
-uint64_t pthreadpool_loops() { return g_loops.load(std::memory_order_relaxed); }
-
-bool pthreadpool_interposed() {
-  // Where the process had loaded the real libpthreadpool into the global scope
-  // before us (an app that dlopens us after another user of it), XNNPACK binds
-  // to that one, which must never see our handles.
-  static const bool ours = [] {
-    void* seen = dlsym(RTLD_DEFAULT, "pthreadpool_parallelize_2d_tile_2d");
-    using CForm = void (*)(pthreadpool_t, pthreadpool_task_2d_tile_2d_t, void*, size_t, size_t, size_t, size_t, uint32_t);
-    return seen == reinterpret_cast<void*>(static_cast<CForm>(&::pthreadpool_parallelize_2d_tile_2d));
-  }();
-  return ours;
-}
+uint64_t pthreadpool_loops() { return t_loops; }
 
 }  // namespace softneuro::core
 

@@ -81,11 +81,8 @@ void require_startable_threads(int threads, const std::string& file, const std::
 using ThreadCountHook = void (*)(int threads);
 void add_thread_count_hook(ThreadCountHook hook);
 
-/// Parallel loops run through the library's pthreadpool API (src/core/pthreadpool.cpp),
-/// for tests that check XNNPACK runs on our team.
+/// Parallel loops this thread has started through the library's pthreadpool API
+/// (src/core/pthreadpool.cpp): XNNPACK's calls moving it show they land in ours.
 uint64_t pthreadpool_loops();
-/// Whether the process resolves the pthreadpool API to ours (false where the real
-/// libpthreadpool was in the global scope first: then XNNPACK must get no pool).
-bool pthreadpool_interposed();
 
 }  // namespace softneuro::core

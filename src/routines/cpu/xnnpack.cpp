@@ -180,20 +180,34 @@ constexpr int kMaxPoolThreads = 256;
 std::array<std::atomic<pthreadpool_t>, kMaxPoolThreads + 1> g_pools{};
 std::mutex g_pools_mutex;
 
+/// Whether XNNPACK's pthreadpool calls land in the library's own API. Where
+/// XNNPACK was loaded and bound to the real libpthreadpool before softneuro (a
+/// process that imported PyTorch first), our handles reaching it crash or hang;
+/// a tiny operator run on no pool shows where its loop goes.
+bool loops_reach_our_pool() {
+  static const bool ours = [] {
+    if (init_status() != xnn_status_success) return false;
+    xnn_operator_t op = nullptr;
+    if (xnn_create_clamp_nc_f32(1, 1, 1, -kInf, kInf, 0, &op) != xnn_status_success) return false;
+    std::array<float, 64> x{}, y{};
+    const uint64_t before = core::pthreadpool_loops();
+    const bool ran = xnn_setup_clamp_nc_f32(op, x.size(), x.data(), y.data(), nullptr) == xnn_status_success &&
+                     xnn_run_operator(op, nullptr) == xnn_status_success;
+    xnn_delete_operator(op);
+    const bool reached = ran && core::pthreadpool_loops() > before;
+    if (!reached)
+      core::warn("cpu/xnnpack: XNNPACK's thread pool calls reach another libpthreadpool than softneuro's (it was "
+                 "loaded first, e.g. by PyTorch), so XNNPACK layers run on one thread (import softneuro first)");
+    return reached;
+  }();
+  return ours;
+}
+
 /// The pool handle for the current thread count (nullptr for one thread: XNNPACK runs on the
 /// caller). Handles are created on first use and kept until the process exits.
 pthreadpool_t current_pool() {
   const int n = std::min(core::global_pool().num_threads(), kMaxPoolThreads);
-  if (n <= 1) return nullptr;
-  if (!core::pthreadpool_interposed()) {
-    static const bool warned = [] {
-      core::warn("cpu/xnnpack: the process resolves pthreadpool to another library than softneuro, so XNNPACK "
-                 "layers run on one thread (load softneuro before anything that loads libpthreadpool)");
-      return true;
-    }();
-    (void)warned;
-    return nullptr;
-  }
+  if (n <= 1 || !loops_reach_our_pool()) return nullptr;
   pthreadpool_t p = g_pools[static_cast<std::size_t>(n)].load(std::memory_order_acquire);
   if (p) return p;
   std::lock_guard lock(g_pools_mutex);
