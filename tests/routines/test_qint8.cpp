@@ -1097,3 +1097,31 @@ TEST_CASE("pair_fix: unsafe pairs cut to 128 together, a block paired around its
 }
 
 #endif  // defined(__x86_64__)
+
+// A stride past the padded input gives one output position, whatever its value
+// (a fuzzed .dnn had strides [2, 38402] over 16 columns): the window takes the
+// shortest such stride, and oneDNN's int8 convolution, which on AMX wrote out
+// of bounds at strides of 255 and more there, equals ours bit for bit.
+TEST_CASE("int8 conv2: a stride past the padded input runs as the shortest such stride", "[qint8][routines]") {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+  Blob w = Blob::allocate({16, 16, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data_as<float>()[i] = u(rng);
+  for (const int64_t stride : {255, 38402}) {
+    Layer l = test::make_layer("conv2", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, stride}}},
+                               {{"weight", w}});
+    const core::Window2d g = core::conv2_window(l, Shape{1, 16, 16, 16});
+    CHECK(g.ow == 1);
+    CHECK(g.sw == 16);  // 16 + 1 + 1 - 3 + 1
+    CHECK(g.sh == 2);
+    QBlob x = random_qblob({1, 16, 16, 16}, rng, make_quant(0.02f, -3));
+    const std::vector<QuantParams> oq{make_quant(0.05f, 1)};
+    QRun want = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/qint8");
+    Schema schema;
+    if (!want.support || !core::RoutineRegistry::instance().find("conv2", "cpu:qint8:nhwc/onednn", &schema)) continue;
+    QRun got = run_qint8(l, {x}, oq, "cpu:qint8:nhwc/onednn");
+    if (!got.support) continue;  // oneDNN's needs VNNI
+    INFO("stride " << stride);
+    CHECK(got.outputs[0] == want.outputs[0]);
+  }
+}
