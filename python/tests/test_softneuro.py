@@ -421,8 +421,13 @@ x = np.load({str(tmp_path / "x.npy")!r})
 for _ in range(20):
     y = s.run({{"x": x}})["y"]
 np.save({str(tmp_path / "y.npy")!r}, y)
+softneuro.tune(softneuro.load({imported!r}), cache_dir={str(tmp_path / "cache")!r})
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "XNNPACK layers run on one thread" in r.stderr
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-5)
+    # Times measured so are kept apart in the profile cache from a normal process's.
+    assert "xnnpack-one-thread" in (tmp_path / "cache" / "profiles.tsv").read_text()
+    softneuro.tune(softneuro.load(imported), cache_dir=str(tmp_path / "normal"))
+    assert "xnnpack-one-thread" not in (tmp_path / "normal" / "profiles.tsv").read_text()

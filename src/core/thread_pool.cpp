@@ -105,6 +105,7 @@ int default_threads() {
 struct State {
   std::mutex mutex;
   std::vector<ThreadCountHook> hooks;
+  std::vector<RunCondition> conditions;
   Pool pool{default_threads()};
 };
 State& state() {
@@ -172,6 +173,25 @@ void add_thread_count_hook(ThreadCountHook hook) {
   std::lock_guard lock(s.mutex);
   s.hooks.push_back(hook);
   hook(s.pool.num_threads());
+}
+
+void add_run_condition(RunCondition condition) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  s.conditions.push_back(condition);
+}
+
+std::string run_conditions() {
+  std::vector<RunCondition> conditions;
+  {
+    auto& s = state();
+    std::lock_guard lock(s.mutex);
+    conditions = s.conditions;
+  }
+  std::string all;
+  for (RunCondition c : conditions)
+    if (std::string name = c(); !name.empty()) all += (all.empty() ? "" : ",") + name;
+  return all;
 }
 
 void require_startable_threads(int threads, const std::string& file, const std::string& field) {

@@ -81,6 +81,17 @@ void require_startable_threads(int threads, const std::string& file, const std::
 using ThreadCountHook = void (*)(int threads);
 void add_thread_count_hook(ThreadCountHook hook);
 
+/// A condition of this process that changes how fast registered routines run,
+/// as a short name, or "" where it does not hold (XNNPACK bound to another
+/// libpthreadpool than ours: its layers on one thread). Asked when a tuning
+/// starts, not at registration.
+using RunCondition = std::string (*)();
+void add_run_condition(RunCondition condition);
+/// The conditions that hold now, joined by ',' ("": none): part of every
+/// profile cache key, so that times measured under one are never reused where
+/// it does not hold, nor the reverse.
+std::string run_conditions();
+
 /// Parallel loops this thread has started through the library's pthreadpool API
 /// (src/core/pthreadpool.cpp): XNNPACK's calls moving it show they land in ours.
 uint64_t pthreadpool_loops();

@@ -166,13 +166,21 @@ struct Tuner {
   /// Each step's dispatch beyond its own time (whole-net run minus the sum of its steps, per step).
   double step_ms = 0;
 
+  /// What every cached time depends on beyond the layer. Times measured while
+  /// idle threads slept do not hold where they spin, and the other way round;
+  /// another build's kernels' are not these (source_digest); nor are those
+  /// measured under another condition of the process (core::run_conditions).
+  static std::string cache_key_prefix() {
+    const std::string conditions = core::run_conditions();
+    return fmt::format("{}|t{}|{}|{}{}", core::device_fingerprint(), num_threads(), openmp_wait(), profiler::library_build(),
+                       conditions.empty() ? "" : "|" + conditions);
+  }
+
   Tuner(detail::WorkingModel& n, const TuneOptions& o)
       : net(n),
         opt(o),
         prof(n, o, profiler::Rules{o.schemas, o.pin, o.ban, std::nullopt},
-             // Times measured while idle threads slept do not hold where they spin, and the other way round.
-             // Timings of another build's kernels are not these (source_digest).
-             fmt::format("{}|t{}|{}|{}", core::device_fingerprint(), num_threads(), openmp_wait(), profiler::library_build()),
+             cache_key_prefix(),
              [this](const char* stage, int done, int total, const std::string& item) { progress(stage, done, total, item); }) {
     report.device_fingerprint = core::device_fingerprint();
     report.threads = num_threads();

@@ -203,6 +203,15 @@ bool loops_reach_our_pool() {
   return ours;
 }
 
+/// Times measured while XNNPACK's calls land elsewhere (one thread) are not
+/// those of a process where they reach our pool: a condition of the profile cache.
+const bool g_condition_registered = [] {
+  core::add_run_condition([]() -> std::string {
+    return xnnpack_available() && !loops_reach_our_pool() ? "xnnpack-one-thread" : "";
+  });
+  return true;
+}();
+
 /// The pool handle for the current thread count (nullptr for one thread: XNNPACK runs on the
 /// caller). Handles are created on first use and kept until the process exits.
 pthreadpool_t current_pool() {
