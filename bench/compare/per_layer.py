@@ -194,7 +194,7 @@ def node_macs(path, shapes):
     shapes it leaves unknown are left out."""
     import onnx
     from onnx import shape_inference
-    m = onnx.load(path)
+    m = onnx.load(path, load_external_data=False)  # dims only, as the other loaders here
     for i in m.graph.input:
         if i.name in shapes:
             for d, v in zip(i.type.tensor_type.shape.dim, shapes[i.name]):
