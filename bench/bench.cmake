@@ -40,3 +40,13 @@ target_link_libraries(calibrate_bench PRIVATE softneuro_tune softneuro fmt::fmt)
 # unlike the step before).
 add_executable(core_handoff_bench ${CMAKE_CURRENT_LIST_DIR}/core_handoff_bench.cpp)
 target_link_libraries(core_handoff_bench PRIVATE fmt::fmt OpenMP::OpenMP_CXX)
+
+# amx_split_bench: float32 products from three bfloat16 parts on AMX tiles
+# (bf16x6) against one bfloat16 product, packed GEMMs at BERT's dense sizes:
+# the ceiling of such a float32 routine (x86 with AMX; elsewhere it says so).
+if(SOFTNEURO_X86)
+  add_executable(amx_split_bench ${CMAKE_CURRENT_LIST_DIR}/amx_split_bench.cpp)
+  target_include_directories(amx_split_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(amx_split_bench PRIVATE ${SOFTNEURO_ISA_FLAGS_amx})
+  target_link_libraries(amx_split_bench PRIVATE softneuro fmt::fmt Threads::Threads)
+endif()

@@ -5,7 +5,10 @@
 // vector_bits 512 and 256).
 //
 //   ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T]
-//             [--runs N] [--budget SECONDS] [--cold]
+//             [--runs N] [--budget SECONDS] [--cold] [--dtype float32|bfloat16]
+//
+// --dtype bfloat16: the routines of the bfloat16 CPU schemas instead, inputs
+// rounded to bfloat16.
 //
 // Shapes: layernorm [1,197,768] over the last axis (scale and bias); softmax
 // [1,12,197,197] last axis; gelu [1,197,3072] (erf and tanh forms); matmul
@@ -67,6 +70,20 @@ Blob random_blob(const Shape& s, std::mt19937& rng, Layout layout = Layout::nchw
   const std::size_t n = b.byte_size() / sizeof(float);
   for (std::size_t i = 0; i < n; ++i) b.data_as<float>()[i] = u(rng);
   return b;
+}
+
+/// `b` (float32) rounded to nearest even as bfloat16 (finite values only).
+Blob to_bfloat16(const Blob& b) {
+  Blob out = Blob::allocate(b.shape(), DType::bfloat16, b.layout());
+  const std::size_t n = b.byte_size() / sizeof(float);
+  const float* x = b.data_as<float>();
+  uint16_t* y = out.data_as<uint16_t>();
+  for (std::size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    y[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  return out;
 }
 
 Layer make(std::string type, std::map<std::string, Attr> params, std::map<std::string, Blob> weights, int inputs) {
@@ -167,6 +184,7 @@ int main(int argc, char** argv) {
   int runs = 200;
   double budget = 0.5;
   bool cold = false;
+  DType dtype = DType::float32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -182,10 +200,17 @@ int main(int argc, char** argv) {
     else if (a == "--runs") runs = std::max(1, std::atoi(next().c_str()));
     else if (a == "--budget") budget = std::atof(next().c_str());
     else if (a == "--cold") cold = true;
-    else {
+    else if (a == "--dtype") {
+      const std::string d = next();
+      if (d != "float32" && d != "bfloat16") {
+        std::fprintf(stderr, "--dtype: float32 or bfloat16, not '%s'\n", d.c_str());
+        return 2;
+      }
+      dtype = d == "float32" ? DType::float32 : DType::bfloat16;
+    } else {
       std::fprintf(stderr,
                    "usage: ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T] [--runs N] "
-                   "[--budget SECONDS] [--cold]\n");
+                   "[--budget SECONDS] [--cold] [--dtype float32|bfloat16]\n");
       return 2;
     }
   }
@@ -204,15 +229,18 @@ int main(int argc, char** argv) {
       if (!routine_filter.empty() && d.find(routine_filter) == std::string::npos) continue;
       Schema schema;
       const Routine* r = core::RoutineRegistry::instance().find(c.layer.type, d, &schema);
-      if (!r || schema.device != Device::cpu || schema.dtype != DType::float32) continue;
+      if (!r || schema.device != Device::cpu || schema.dtype != dtype) continue;
       const Support s = r->supports(info, schema);
       if (!s) {
         fmt::print("{:<42} {:<30} unsupported: {}\n", c.name, d, s.reason);
         continue;
       }
       std::vector<Blob> ins, outs;
-      for (const Shape& sh : info.input_shapes) ins.push_back(random_blob(sh, rng, schema.layout));
-      for (const Shape& sh : info.output_shapes) outs.push_back(Blob::allocate(sh, DType::float32, schema.layout));
+      for (const Shape& sh : info.input_shapes) {
+        Blob b = random_blob(sh, rng, schema.layout);
+        ins.push_back(dtype == DType::bfloat16 ? to_bfloat16(b) : std::move(b));
+      }
+      for (const Shape& sh : info.output_shapes) outs.push_back(Blob::allocate(sh, dtype, schema.layout));
       for (const RoutineParams& p : param_combinations(r->param_space(info, schema))) {
         std::string line = fmt::format("{:<42} {:<30} {:<16}", c.name, d, params_text(p));
         for (int t : thread_counts) {
