@@ -1,5 +1,6 @@
 // Layout adapts: every pair round-trips exactly; the executor inserts them
 // where a routine computes in another schema, and results do not change.
+#include "core/cpu_features.hpp"
 #include "core/model_impl.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -13,6 +14,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 using namespace softneuro;
@@ -61,6 +63,64 @@ TEST_CASE("layout adapts round-trip every pair exactly", "[adapt]") {
         Blob back = b == Layout::nchw ? in_b : convert(in_b, b, Layout::nchw);
         CHECK(test::values(Blob::view(back.data(), s)) == test::values(x));
       }
+  }
+}
+
+namespace {
+/// `in` through the adapt `descriptor` (its target schema), from `from`.
+Blob adapt(const Blob& in, const Schema& from, const std::string& descriptor) {
+  Layer l = test::make_layer("adapt", {{"from", from.to_string()}});
+  Schema target;
+  const Routine* r = core::RoutineRegistry::instance().find("adapt", descriptor, &target);
+  REQUIRE(r);
+  LayerInfo info{&l, {in.shape()}, {in.shape()}, {}, {}};
+  const Support ok = r->supports(info, target);
+  INFO(descriptor << ": " << ok.reason);
+  REQUIRE(ok.ok);
+  auto prepared = r->prepare(info, target, {});
+  Blob out = Blob::allocate(in.shape(), target.dtype, target.layout);
+  std::memset(out.data(), 0x5a, out.byte_size());
+  const Blob* ins[] = {&in};
+  Blob* outs[] = {&out};
+  prepared->run(RunArgs{ins, outs, nullptr, &core::global_pool()});
+  return out;
+}
+}  // namespace
+
+TEST_CASE("float32 nchw reaches bfloat16 nhwc in one pass, as a reorder and a cast give it", "[adapt]") {
+  const Schema nchw{Device::cpu, DType::float32, Layout::nchw}, nhwc{Device::cpu, DType::float32, Layout::nhwc};
+  const Schema bf16_nhwc{Device::cpu, DType::bfloat16, Layout::nhwc};
+  const Routine* r = core::RoutineRegistry::instance().find("adapt", "cpu:bfloat16:nhwc/reorder", nullptr);
+  REQUIRE(r);
+  const core::CpuFeatures& f = core::cpu_features();
+  const bool avx512bw = f.avx512f && f.avx512bw && f.avx512vl;
+  for (Schema from : {nchw, nhwc}) {
+    Layer lf = test::make_layer("adapt", {{"from", from.to_string()}});
+    LayerInfo info{&lf, {Shape{1, 3, 5, 5}}, {Shape{1, 3, 5, 5}}, {}, {}};
+    CHECK(r->supports(info, bf16_nhwc).ok == (from == nchw && avx512bw));
+  }
+  if (!avx512bw) {
+    WARN("no AVX-512 BW: the chain of a reorder and a cast converts the image, nothing to compare");
+    return;
+  }
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-300.0f, 300.0f);
+  // Images of three channels (their own kernel), and other channel counts and ranks (tiles of 32 x 32).
+  for (Shape s : {Shape{1, 3, 224, 224}, Shape{2, 3, 7, 9}, Shape{1, 3, 1, 1}, Shape{3, 3, 17, 31}, Shape{1, 64, 9, 11},
+                  Shape{2, 37, 33, 5}, Shape{1, 1, 20, 20}, Shape{2, 70}, Shape{5}}) {
+    Blob x = Blob::allocate(s, DType::float32, Layout::nchw);
+    float* p = x.data_as<float>();
+    for (int64_t i = 0; i < s.numel(); ++i) p[i] = u(rng);
+    // Values whose rounding is special: ties (even and odd), NaN, infinities, subnormals, the largest finite.
+    const float special[] = {1.00390625f, 1.01171875f, NAN, -NAN, INFINITY, -INFINITY, 1e-40f, -3e-39f,
+                             3.4028235e38f, 0.0f, -0.0f};
+    for (std::size_t i = 0; i < std::size(special) && i < static_cast<std::size_t>(s.numel()); ++i)
+      p[(i * 7919) % static_cast<std::size_t>(s.numel())] = special[i];
+    INFO(s.to_string());
+    const Blob one_pass = adapt(x, nchw, "cpu:bfloat16:nhwc/reorder");
+    const Blob two = adapt(adapt(x, nchw, "cpu:float32:nhwc/reorder"), nhwc, "cpu:bfloat16:nhwc/cast");
+    REQUIRE(one_pass.byte_size() == two.byte_size());
+    CHECK(std::memcmp(one_pass.data(), two.data(), one_pass.byte_size()) == 0);
   }
 }
 
