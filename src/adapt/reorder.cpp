@@ -102,9 +102,14 @@ __attribute__((target("avx512f,avx512bw"))) void image3_to_bf16_nhwc(const float
                                                                     int64_t s1) {
   // Output word j (pixel j / 3, channel j % 3) from word (j % 3) * 16 + j / 3
   // of [channel 0 | channel 1 | channel 2] (the third in the second source).
-  alignas(64) uint16_t lo[32], hi[32] = {};
-  for (int j = 0; j < 48; ++j) (j < 32 ? lo[j] : hi[j - 32]) = static_cast<uint16_t>((j % 3) * 16 + j / 3);
-  const __m512i idx_lo = _mm512_load_si512(lo), idx_hi = _mm512_load_si512(hi);
+  struct alignas(64) Index {
+    uint16_t w[64] = {};
+    constexpr Index() {
+      for (int j = 0; j < 48; ++j) w[j] = static_cast<uint16_t>((j % 3) * 16 + j / 3);
+    }
+  };
+  static constexpr Index index;
+  const __m512i idx_lo = _mm512_load_si512(index.w), idx_hi = _mm512_load_si512(index.w + 32);
   int64_t p = s0;
   for (; p + 16 <= s1; p += 16) {
     const __m256i c0 = round16_to_bf16(x + p), c1 = round16_to_bf16(x + s + p), c2 = round16_to_bf16(x + 2 * s + p);
