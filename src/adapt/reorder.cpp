@@ -27,7 +27,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 // GCC 12 warns about the undefined vectors inside its own AVX-512 intrinsics (GCC PR 105593).
+#if defined(__GNUC__) && !defined(__clang__)  // (clang has no such warning)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace softneuro {

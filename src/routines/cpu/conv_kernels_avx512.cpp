@@ -1,5 +1,7 @@
 // Direct and depthwise convolution kernels for avx512; see conv_kernels.hpp.
 // GCC 12 warns about the undefined vectors inside its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)  // (clang has no such warning)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define SN_F32_AVX512 1
 #include "routines/cpu/conv_kernels.inl"

@@ -2,7 +2,9 @@
 // CPUs with AVX512_BF16: their outputs rounded by vcvtne2ps2bf16. See
 // conv_kernels.hpp; conv_kernels.cpp checks the CPU before calling in here.
 // GCC 12 warns about the undefined vectors inside its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)  // (clang has no such warning)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define SN_F32_AVX512 1
 #define SN_BF16_NATIVE 1
 #include "routines/cpu/conv_kernels.hpp"
