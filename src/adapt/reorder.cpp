@@ -79,6 +79,29 @@ void transpose(const float* x, int64_t xs, float* y, int64_t ys, int64_t rows, i
     for (int64_t k = 0; k < rows; ++k) y[c * ys + k] = x[k * xs + c];
 }
 
+/// nchw -> nhwc of float32 [N, C, S] through a stack tile of 32 positions x
+/// 32 channels per task, so that both sides are read and written in rows:
+/// store(row, out_offset, count) writes one tile row (count channels of one
+/// position, at element offset out_offset of the nhwc output).
+template <class Store>
+void tiles_to_nhwc(ThreadPool* pool, const float* x, int64_t n, int64_t c, int64_t s, Store store) {
+  constexpr int64_t T = 32;
+  const int64_t stiles = (s + T - 1) / T;
+  pool->parallel_for(n * stiles, 1, [&](int64_t b, int64_t e) {
+    alignas(64) float tile[T * T];
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t img = t / stiles, s0 = (t % stiles) * T, sw = std::min(s, s0 + T) - s0;
+      const float* xi = x + img * c * s;
+      for (int64_t c0 = 0; c0 < c; c0 += T) {
+        const int64_t cw = std::min(c, c0 + T) - c0;
+        for (int64_t ch = 0; ch < cw; ++ch)
+          for (int64_t p = 0; p < sw; ++p) tile[p * T + ch] = xi[(c0 + ch) * s + s0 + p];
+        for (int64_t p = 0; p < sw; ++p) store(tile + p * T, (img * s + s0 + p) * c + c0, cw);
+      }
+    }
+  });
+}
+
 #if defined(__x86_64__)
 /// bfloat16 of x rounded to nearest even, NaN quieted: the cast adapt's bits (src/adapt/cast.cpp).
 uint16_t to_bf16(float f) {
@@ -242,8 +265,13 @@ class Reorder final : public PreparedRoutine {
     if (plain && s > 1 && c > 1) {
       // nchw <-> nhwc: a transpose per image of [C, S] <-> [S, C] through a
       // stack tile, so that both sides are read and written in rows.
+      if (to_ == Layout::nhwc) {
+        tiles_to_nhwc(a.pool, x, n, c, s, [y](const float* row, int64_t at, int64_t count) {
+          std::memcpy(y + at, row, static_cast<std::size_t>(count) * sizeof(float));
+        });
+        return;
+      }
       constexpr int64_t T = 32;
-      const bool to_nhwc = to_ == Layout::nhwc;
       a.pool->parallel_for(n * stiles, 1, [&](int64_t b, int64_t e) {
         alignas(64) float tile[T * T];
         for (int64_t t = b; t < e; ++t) {
@@ -252,17 +280,10 @@ class Reorder final : public PreparedRoutine {
           float* yi = y + img * c * s;
           for (int64_t c0 = 0; c0 < c; c0 += T) {
             const int64_t cw = std::min(c, c0 + T) - c0;
-            if (to_nhwc) {
-              for (int64_t ch = 0; ch < cw; ++ch)
-                for (int64_t p = 0; p < sw; ++p) tile[p * T + ch] = xi[(c0 + ch) * s + s0 + p];
-              for (int64_t p = 0; p < sw; ++p)
-                std::memcpy(yi + (s0 + p) * c + c0, tile + p * T, static_cast<std::size_t>(cw) * sizeof(float));
-            } else {
-              for (int64_t p = 0; p < sw; ++p)
-                for (int64_t ch = 0; ch < cw; ++ch) tile[ch * T + p] = xi[(s0 + p) * c + c0 + ch];
-              for (int64_t ch = 0; ch < cw; ++ch)
-                std::memcpy(yi + (c0 + ch) * s + s0, tile + ch * T, static_cast<std::size_t>(sw) * sizeof(float));
-            }
+            for (int64_t p = 0; p < sw; ++p)
+              for (int64_t ch = 0; ch < cw; ++ch) tile[ch * T + p] = xi[(s0 + p) * c + c0 + ch];
+            for (int64_t ch = 0; ch < cw; ++ch)
+              std::memcpy(yi + (c0 + ch) * s + s0, tile + ch * T, static_cast<std::size_t>(sw) * sizeof(float));
           }
         }
       });
@@ -304,24 +325,8 @@ class Reorder final : public PreparedRoutine {
       });
       return;
     }
-    // Any other channel count: the float32 reorder's tiles of 32 positions x
-    // 32 channels, each tile row rounded as it is stored.
-    constexpr int64_t T = 32;
-    const int64_t stiles = (s + T - 1) / T;
-    a.pool->parallel_for(n * stiles, 1, [&](int64_t b, int64_t e) {
-      alignas(64) float tile[T * T];
-      for (int64_t t = b; t < e; ++t) {
-        const int64_t img = t / stiles, s0 = (t % stiles) * T, sw = std::min(s, s0 + T) - s0;
-        const float* xi = x + img * c * s;
-        uint16_t* yi = y + img * c * s;
-        for (int64_t c0 = 0; c0 < c; c0 += T) {
-          const int64_t cw = std::min(c, c0 + T) - c0;
-          for (int64_t ch = 0; ch < cw; ++ch)
-            for (int64_t p = 0; p < sw; ++p) tile[p * T + ch] = xi[(c0 + ch) * s + s0 + p];
-          for (int64_t p = 0; p < sw; ++p) row_to_bf16(tile + p * T, yi + (s0 + p) * c + c0, cw);
-        }
-      }
-    });
+    // Any other channel count: the float32 reorder's tiles, each row rounded as it is stored.
+    tiles_to_nhwc(a.pool, x, n, c, s, [y](const float* row, int64_t at, int64_t count) { row_to_bf16(row, y + at, count); });
 #else
     (void)a, (void)x;
     throw Error("cpu:bfloat16:nhwc/reorder runs on x86-64 with AVX-512 BW only");
