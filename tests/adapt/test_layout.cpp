@@ -21,20 +21,27 @@ using namespace softneuro;
 
 namespace {
 
-Blob convert(const Blob& in, Layout from, Layout to) {
-  Layer l = test::make_layer("adapt", {{"from", Schema{Device::cpu, DType::float32, from}.to_string()}});
-  Schema target{Device::cpu, DType::float32, to};
-  const Routine* r = core::RoutineRegistry::instance().find("adapt", make_descriptor(target, "reorder"), nullptr);
+/// `in` through the adapt `descriptor` (its target schema), from `from`.
+Blob adapt(const Blob& in, const Schema& from, const std::string& descriptor) {
+  Layer l = test::make_layer("adapt", {{"from", from.to_string()}});
+  Schema target;
+  const Routine* r = core::RoutineRegistry::instance().find("adapt", descriptor, &target);
   REQUIRE(r);
   LayerInfo info{&l, {in.shape()}, {in.shape()}, {}, {}};
-  REQUIRE(r->supports(info, target).ok);
+  const Support ok = r->supports(info, target);
+  INFO(descriptor << ": " << ok.reason);
+  REQUIRE(ok.ok);
   auto prepared = r->prepare(info, target, {});
-  Blob out = Blob::allocate(in.shape(), DType::float32, to);
-  std::fill_n(out.data_as<float>(), out.byte_size() / 4, 123.0f);  // padding must be zeroed
+  Blob out = Blob::allocate(in.shape(), target.dtype, target.layout);
+  std::memset(out.data(), 0x5a, out.byte_size());  // a blocked layout's padding must be zeroed
   const Blob* ins[] = {&in};
   Blob* outs[] = {&out};
   prepared->run(RunArgs{ins, outs, nullptr, &core::global_pool()});
   return out;
+}
+
+Blob convert(const Blob& in, Layout from, Layout to) {
+  return adapt(in, Schema{Device::cpu, DType::float32, from}, make_descriptor(Schema{Device::cpu, DType::float32, to}, "reorder"));
 }
 
 }  // namespace
@@ -66,26 +73,6 @@ TEST_CASE("layout adapts round-trip every pair exactly", "[adapt]") {
   }
 }
 
-namespace {
-/// `in` through the adapt `descriptor` (its target schema), from `from`.
-Blob adapt(const Blob& in, const Schema& from, const std::string& descriptor) {
-  Layer l = test::make_layer("adapt", {{"from", from.to_string()}});
-  Schema target;
-  const Routine* r = core::RoutineRegistry::instance().find("adapt", descriptor, &target);
-  REQUIRE(r);
-  LayerInfo info{&l, {in.shape()}, {in.shape()}, {}, {}};
-  const Support ok = r->supports(info, target);
-  INFO(descriptor << ": " << ok.reason);
-  REQUIRE(ok.ok);
-  auto prepared = r->prepare(info, target, {});
-  Blob out = Blob::allocate(in.shape(), target.dtype, target.layout);
-  std::memset(out.data(), 0x5a, out.byte_size());
-  const Blob* ins[] = {&in};
-  Blob* outs[] = {&out};
-  prepared->run(RunArgs{ins, outs, nullptr, &core::global_pool()});
-  return out;
-}
-}  // namespace
 
 TEST_CASE("float32 nchw reaches bfloat16 nhwc in one pass, as a reorder and a cast give it", "[adapt]") {
   const Schema nchw{Device::cpu, DType::float32, Layout::nchw}, nhwc{Device::cpu, DType::float32, Layout::nhwc};
