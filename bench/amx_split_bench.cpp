@@ -14,6 +14,7 @@
 // held in tiles, each A part loaded once and multiplied by the B parts it
 // pairs with (9 tile loads per 12 products; plain bf16: 4 per 4).
 #include "core/cpu_features.hpp"
+#include "routines/cpu/tile_kernels.hpp"
 
 #include <immintrin.h>
 
@@ -31,18 +32,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void configure() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
-  __asm__ volatile("ldtilecfg %0" ::"m"(c));
-}
+/// Every tile 16 rows of 64 bytes (the routines' own configuration).
+void configure() { softneuro::cpu::tile::configure_tiles(); }
 
 double tile_product_rate() {
   configure();

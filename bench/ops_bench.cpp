@@ -27,6 +27,7 @@
 // (oneDNN primitives keep the OpenMP team size they were created with).
 //
 // OpenMP waits as its environment says (softneuro::openmp_wait(), printed).
+#include "adapt/cast.hpp"
 #include "core/layer_types.hpp"
 #include "core/registry.hpp"
 #include "core/thread_pool.hpp"
@@ -72,17 +73,10 @@ Blob random_blob(const Shape& s, std::mt19937& rng, Layout layout = Layout::nchw
   return b;
 }
 
-/// `b` (float32) rounded to nearest even as bfloat16 (finite values only).
+/// `b` (float32) as bfloat16, converted as the cast adapt converts it.
 Blob to_bfloat16(const Blob& b) {
   Blob out = Blob::allocate(b.shape(), DType::bfloat16, b.layout());
-  const std::size_t n = b.byte_size() / sizeof(float);
-  const float* x = b.data_as<float>();
-  uint16_t* y = out.data_as<uint16_t>();
-  for (std::size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    y[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
+  adapt::cast_values(DType::float32, DType::bfloat16, b.data(), out.data(), static_cast<int64_t>(b.byte_size() / sizeof(float)));
   return out;
 }
 

@@ -6,7 +6,9 @@
 // subnormals kept; with F16C (checked at run time) vcvtps2ph/vcvtph2ps,
 // otherwise a scalar conversion with the same results.
 // bfloat16: the upper half of a float32, round to nearest even; NaN stays a
-// (quiet) NaN.
+// (quiet) NaN; from float32 16 values a step with AVX-512 BW, 8 with AVX2.
+#include "adapt/cast.hpp"
+
 #include "core/cpu_features.hpp"
 #include <softneuro/routine.hpp>
 
@@ -14,6 +16,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+// GCC 12 warns about the undefined vectors inside its own AVX-512 intrinsics (GCC PR 105593).
+#if defined(__GNUC__) && !defined(__clang__)  // (clang has no such warning)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 #include <cmath>
@@ -64,11 +70,7 @@ float f16_to_f32(uint16_t h) {
   return float_of(sign | ((e - 15u + 127u) << 23) | (m << 13));
 }
 
-uint16_t f32_to_bf16(float f) {
-  const uint32_t x = bits_of(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
+using adapt::f32_to_bf16;
 float bf16_to_f32(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
 
 // ---------------------------------------------------------------------------
@@ -80,6 +82,9 @@ bool has_f16c() {
 }
 bool has_avx2() {
   return core::cpu_features().avx2;
+}
+bool has_avx512bw() {
+  return core::cpu_features().avx512f && core::cpu_features().avx512bw;
 }
 
 __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* x, uint16_t* y, int64_t n) {
@@ -113,6 +118,12 @@ __attribute__((target("avx2"))) void f32_to_bf16_avx2(const float* x, uint16_t* 
   }
   for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
+__attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), adapt::f32x16_to_bf16(_mm512_loadu_si512(x + i)));
+  for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
 __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -123,7 +134,11 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* x, float* 
 }
 #endif
 
-void cast(DType from, DType to, const void* x, void* y, int64_t n) {
+}  // namespace
+
+namespace adapt {
+
+void cast_values(DType from, DType to, const void* x, void* y, int64_t n) {
   const auto* f = static_cast<const float*>(x);
   const auto* h = static_cast<const uint16_t*>(x);
   auto* fo = static_cast<float*>(y);
@@ -140,6 +155,7 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) fo[i] = f16_to_f32(h[i]);
   } else if (to == DType::bfloat16) {
 #if defined(__x86_64__)  // elsewhere the scalar loop (vectorised for the baseline)
+    if (has_avx512bw()) return f32_to_bf16_avx512(f, ho, n);
     if (has_avx2()) return f32_to_bf16_avx2(f, ho, n);
 #endif
     for (int64_t i = 0; i < n; ++i) ho[i] = f32_to_bf16(f[i]);
@@ -151,6 +167,10 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n) {
   }
 }
 
+}  // namespace adapt
+
+namespace {
+
 class Cast final : public PreparedRoutine {
  public:
   Cast(DType from, DType to, int64_t n) : from_(from), to_(to), n_(n) {}
@@ -159,7 +179,7 @@ class Cast final : public PreparedRoutine {
     auto* y = static_cast<char*>(a.outputs[0]->data());
     const std::size_t in_size = dtype_size(from_), out_size = dtype_size(to_);
     a.pool->parallel_for(n_, 16384, [&](int64_t b, int64_t e) {
-      cast(from_, to_, x + b * static_cast<int64_t>(in_size), y + b * static_cast<int64_t>(out_size), e - b);
+      adapt::cast_values(from_, to_, x + b * static_cast<int64_t>(in_size), y + b * static_cast<int64_t>(out_size), e - b);
     });
   }
 

@@ -12,6 +12,7 @@
 //
 // Blobs of rank >= 2 are seen as [N, C, S] with S the product of the spatial
 // dims; blocked layouts pad C up to the block and keep the padding zero.
+#include "adapt/cast.hpp"
 #include "core/cpu_features.hpp"
 
 #include <softneuro/routine.hpp>
@@ -103,26 +104,9 @@ void tiles_to_nhwc(ThreadPool* pool, const float* x, int64_t n, int64_t c, int64
 }
 
 #if defined(__x86_64__)
-/// bfloat16 of x rounded to nearest even, NaN quieted: the cast adapt's bits (src/adapt/cast.cpp).
-uint16_t to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-/// The first n (at most 16) floats at x rounded as to_bf16 (0 past n).
-__attribute__((target("avx512f,avx512bw"))) inline __m256i round16_to_bf16(const float* x, int64_t n = 16) {
-  const __m512i v = _mm512_maskz_loadu_epi32(n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u), x);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i r = _mm512_add_epi32(
-      v, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1))));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_or_epi32(r, nan, v, _mm512_set1_epi32(0x400000)), 16));
-}
-
 /// Pixels [s0, s1) of one image [3, S] float32 -> [S, 3] bfloat16: 16 pixels
-/// a step, each channel rounded as to_bf16, the three interleaved by one
-/// two-source word permute per 32 outputs.
+/// a step, each channel converted as the cast adapt converts it, the three
+/// interleaved by one two-source word permute per 32 outputs.
 __attribute__((target("avx512f,avx512bw"))) void image3_to_bf16_nhwc(const float* x, int64_t s, uint16_t* y, int64_t s0,
                                                                     int64_t s1) {
   // Output word j (pixel j / 3, channel j % 3) from word (j % 3) * 16 + j / 3
@@ -137,26 +121,20 @@ __attribute__((target("avx512f,avx512bw"))) void image3_to_bf16_nhwc(const float
   const __m512i idx_lo = _mm512_load_si512(index.w), idx_hi = _mm512_load_si512(index.w + 32);
   int64_t p = s0;
   for (; p + 16 <= s1; p += 16) {
-    const __m256i c0 = round16_to_bf16(x + p), c1 = round16_to_bf16(x + s + p), c2 = round16_to_bf16(x + 2 * s + p);
+    const __m256i c0 = adapt::f32x16_to_bf16(_mm512_loadu_si512(x + p));
+    const __m256i c1 = adapt::f32x16_to_bf16(_mm512_loadu_si512(x + s + p));
+    const __m256i c2 = adapt::f32x16_to_bf16(_mm512_loadu_si512(x + 2 * s + p));
     const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1), b = _mm512_castsi256_si512(c2);
     _mm512_storeu_si512(y + 3 * p, _mm512_permutex2var_epi16(a, idx_lo, b));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 3 * p + 32),
                         _mm512_castsi512_si256(_mm512_permutex2var_epi16(a, idx_hi, b)));
   }
   for (; p < s1; ++p)
-    for (int64_t ch = 0; ch < 3; ++ch) y[3 * p + ch] = to_bf16(x[ch * s + p]);
-}
-
-/// y[i] = to_bf16(x[i]), i < n.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void row_to_bf16(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const int64_t k = n - i < 16 ? n - i : 16;
-    _mm256_mask_storeu_epi16(y + i, static_cast<__mmask16>(k == 16 ? 0xffffu : (1u << k) - 1u), round16_to_bf16(x + i, k));
-  }
+    for (int64_t ch = 0; ch < 3; ++ch) y[3 * p + ch] = adapt::f32_to_bf16(x[ch * s + p]);
 }
 #endif
 
-/// Whether this CPU runs image3_to_bf16_nhwc and row_to_bf16.
+/// Whether this CPU runs image3_to_bf16_nhwc.
 bool fused_image_cast() {
 #if defined(__x86_64__)
   return core::cpu_features().avx512f && core::cpu_features().avx512bw && core::cpu_features().avx512vl;
@@ -325,8 +303,10 @@ class Reorder final : public PreparedRoutine {
       });
       return;
     }
-    // Any other channel count: the float32 reorder's tiles, each row rounded as it is stored.
-    tiles_to_nhwc(a.pool, x, n, c, s, [y](const float* row, int64_t at, int64_t count) { row_to_bf16(row, y + at, count); });
+    // Any other channel count: the float32 reorder's tiles, each row converted as it is stored.
+    tiles_to_nhwc(a.pool, x, n, c, s, [y](const float* row, int64_t at, int64_t count) {
+      adapt::cast_values(DType::float32, DType::bfloat16, row, y + at, count);
+    });
 #else
     (void)a, (void)x;
     throw Error("cpu:bfloat16:nhwc/reorder runs on x86-64 with AVX-512 BW only");
