@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -46,9 +47,56 @@ void configure_tiles() {
 
 void release_tiles() { _tile_release(); }
 
+namespace {
+
+/// rows[i] (16 uint32 each) transposed in place: rows[i][j] <-> rows[j][i].
+void transpose_16x16(__m512i* rows) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // u[4a + c]: rows 4a..4a+3's columns c, c + 4, c + 8, c + 12 (one 128-bit lane each).
+  for (int a = 0; a < 2; ++a)
+    for (int c = 0; c < 4; ++c) {
+      t[8 * a + c] = _mm512_shuffle_i32x4(u[8 * a + c], u[8 * a + 4 + c], 0x88);
+      t[8 * a + 4 + c] = _mm512_shuffle_i32x4(u[8 * a + c], u[8 * a + 4 + c], 0xdd);
+    }
+  for (int c = 0; c < 8; ++c) {
+    rows[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    rows[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+  }
+}
+
+}  // namespace
+
 void pack_keys(const uint16_t* k, int64_t key_stride, int64_t dim_stride, int64_t keys, int64_t d, int64_t keys_pad,
                int64_t d_pad, uint16_t* out) {
   const int64_t steps = d_pad / 32;
+  // A tile's row r is dims 2r and 2r + 1 (one uint32) of its 16 keys: the
+  // transpose of the keys' 32-dim rows read as 16 uint32 each.
+  if (dim_stride == 1) {
+    for (int64_t kb = 0; kb < keys_pad / 16; ++kb)
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t dims = std::min<int64_t>(32, std::max<int64_t>(0, d - s * 32));
+        const __mmask32 m = dims >= 32 ? ~__mmask32{0} : (__mmask32{1} << dims) - 1;
+        __m512i rows[16];
+        for (int64_t n = 0; n < 16; ++n) {
+          const int64_t key = kb * 16 + n;
+          rows[n] = key < keys ? _mm512_maskz_loadu_epi16(m, k + key * key_stride + s * 32) : _mm512_setzero_si512();
+        }
+        transpose_16x16(rows);
+        uint16_t* tile = out + (kb * steps + s) * kTileElems;
+        for (int r = 0; r < 16; ++r) _mm512_storeu_si512(tile + r * 32, rows[r]);
+      }
+    return;
+  }
   for (int64_t kb = 0; kb < keys_pad / 16; ++kb)
     for (int64_t s = 0; s < steps; ++s) {
       uint16_t* tile = out + (kb * steps + s) * kTileElems;
@@ -147,42 +195,48 @@ void values(const uint16_t* p, int64_t ldp, const uint16_t* v_packed, int64_t ke
 
 float softmax_row(const float* s, const float* bias, float add, int64_t n, float scale, uint16_t* p, int64_t n_pad,
                   float* max_out) {
-  const __m512 vs = _mm512_set1_ps(scale), va = _mm512_set1_ps(add);
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  __mmask16 nan = 0;
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = first(n - j);
-    const __m512 b = bias ? _mm512_maskz_loadu_ps(k, bias + j) : va;
-    const __m512 t = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, s + j), vs, b);
-    m = _mm512_mask_max_ps(m, k, m, t);
-    nan |= _mm512_mask_cmp_ps_mask(k, t, t, _CMP_UNORD_Q);
+  // The largest t: without a bias row and with a positive scale, the largest
+  // score's (one max a vector). A NaN among the scores need not reach the max:
+  // it reaches the sum below, and the caller then computes the row as softmax does.
+  float mx;
+  if (!bias && scale > 0) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 k = first(n - j);
+      m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, s + j));
+    }
+    mx = _mm512_reduce_max_ps(m) * scale + add;
+  } else {
+    const __m512 vs = _mm512_set1_ps(scale), va = _mm512_set1_ps(add);
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 k = first(n - j);
+      const __m512 b = bias ? _mm512_maskz_loadu_ps(k, bias + j) : va;
+      m = _mm512_mask_max_ps(m, k, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, s + j), vs, b));
+    }
+    mx = _mm512_reduce_max_ps(m);
   }
-  const float mx = _mm512_reduce_max_ps(m);
   *max_out = mx;
-  if (nan) return NAN;
-  // exp(t - mx) = 2^(u), u = (t - mx) log2 e = n + f, |f| <= 1/2: 2^f by its
-  // degree-5 Taylor polynomial (relative error under 3e-6, far below bf16's
-  // 4e-3), scaled by 2^n; u below -126 gives 0, not a subnormal.
+  // exp(t - mx) = 2^u, u = (t - mx) log2 e = floor(u) + f, 0 <= f < 1 (vreduceps):
+  // 2^f by a degree-3 polynomial fitted to its relative error (at most 7.5e-5,
+  // against bf16's rounding of 2e-3), times 2^floor(u) (vscalefps); u below
+  // -126 gives 0, not a subnormal; NaN passes to the sum.
   const float log2e = 1.44269504088896341f;
   const __m512 us = _mm512_set1_ps(scale * log2e), ua = _mm512_set1_ps((add - mx) * log2e),
                l2 = _mm512_set1_ps(log2e), off = _mm512_set1_ps(-mx * log2e), low = _mm512_set1_ps(-126.0f);
-  const __m512 c1 = _mm512_set1_ps(0.693147181f), c2 = _mm512_set1_ps(0.240226507f),
-               c3 = _mm512_set1_ps(0.0555041087f), c4 = _mm512_set1_ps(0.00961812911f),
-               c5 = _mm512_set1_ps(0.00133335581f), one = _mm512_set1_ps(1.0f);
+  const __m512 c0 = _mm512_set1_ps(0.99992514f), c1 = _mm512_set1_ps(0.695834f), c2 = _mm512_set1_ps(0.22606708f),
+               c3 = _mm512_set1_ps(0.07802404f);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 k = first(n - j);
     const __m512 x = _mm512_maskz_loadu_ps(k, s + j);
     const __m512 u = bias ? _mm512_fmadd_ps(x, us, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, bias + j), l2, off))
                           : _mm512_fmadd_ps(x, us, ua);
-    const __m512 whole = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(u, whole);
-    __m512 q = _mm512_fmadd_ps(c5, f, c4);
-    q = _mm512_fmadd_ps(q, f, c3);
-    q = _mm512_fmadd_ps(q, f, c2);
+    const __m512 f = _mm512_reduce_ps(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 q = _mm512_fmadd_ps(c3, f, c2);
     q = _mm512_fmadd_ps(q, f, c1);
-    q = _mm512_fmadd_ps(q, f, one);
-    const __m512 e = _mm512_maskz_scalef_ps(k & _mm512_cmp_ps_mask(u, low, _CMP_GE_OQ), q, whole);
+    q = _mm512_fmadd_ps(q, f, c0);
+    const __m512 e = _mm512_maskz_scalef_ps(k & _mm512_cmp_ps_mask(u, low, _CMP_NLT_UQ), q, u);
     sum = _mm512_add_ps(sum, e);
     const __m256bh h = _mm512_cvtneps_pbh(e);
     _mm256_mask_storeu_epi16(p + j, k, reinterpret_cast<const __m256i&>(h));
