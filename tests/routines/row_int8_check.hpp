@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
 
 namespace softneuro::test {
@@ -32,6 +34,38 @@ inline std::vector<double> row_int8_dense(const Blob& x, const Blob& w, const Bl
     }
   }
   return y;
+}
+
+/// Inputs for the rows those routines cannot quantise, beside rows they can:
+/// x [6, k] with row 1 holding a NaN, row 3 a +inf and a -inf (at 1 and
+/// k - 2), row 4 a +inf; w [n, k] away from 0 (|w| >= 0.05: no weight rounds
+/// to 0 on int8, so its products with infinity keep float32's signs).
+struct NonFiniteCase {
+  Blob x, w;
+};
+inline NonFiniteCase non_finite_case(int64_t k, int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> xd(-2.f, 3.f), wd(0.05f, 0.5f);
+  std::bernoulli_distribution sign;
+  NonFiniteCase c{Blob::allocate(Shape{6, k}, DType::float32), Blob::allocate(Shape{n, k}, DType::float32)};
+  for (int64_t i = 0; i < 6 * k; ++i) c.x.data_as<float>()[i] = xd(rng);
+  for (int64_t i = 0; i < n * k; ++i) c.w.data_as<float>()[i] = sign(rng) ? wd(rng) : -wd(rng);
+  const float inf = std::numeric_limits<float>::infinity();
+  float* x = c.x.data_as<float>();
+  x[1 * k + 3] = std::numeric_limits<float>::quiet_NaN();
+  x[3 * k + 1] = inf;
+  x[3 * k + k - 2] = -inf;
+  x[4 * k + k / 2] = inf;
+  return c;
+}
+/// Where float32 (`ref`, cpu/ref on the case) is NaN or infinite, `got` is the
+/// same (NaN, or infinity of that sign).
+inline bool same_non_finite(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return false;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(ref[i]) != std::isnan(got[i])) return false;
+    if (std::isinf(ref[i]) && got[i] != ref[i]) return false;
+  }
+  return true;
 }
 
 }  // namespace softneuro::test

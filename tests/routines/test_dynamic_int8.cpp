@@ -153,6 +153,30 @@ TEST_CASE("cpu/dynamic_int8 computes dense as its int8 arithmetic defines, and n
   }
 }
 
+TEST_CASE("cpu/dynamic_int8: rows holding NaN or infinity come out as float32 has them, the others near float32",
+          "[routines][dynamic_int8]") {
+  if (!core::cpu_features().avx2_fma()) return;
+  std::mt19937 rng(8);
+  const int64_t k = 300, n = 200;
+  const test::NonFiniteCase c = test::non_finite_case(k, n, rng);
+  const Blob b = random_blob({n}, rng);
+  const Layer l = dense(c.w, &b);
+  const auto ref = test::values(test::run_layer(l, {c.x}, "cpu/ref")[0]);
+  for (int64_t u8s8 : {0, 1}) {
+    INFO("u8s8 " << u8s8);
+    const auto got = run_form(l, c.x, u8s8);
+    CHECK(test::same_non_finite(got, ref));
+    double scale = 0, err = 0;  // the finite rows: every product in float32 with the int8 weights
+    for (int r : {0, 2, 5})
+      for (int64_t o = 0; o < n; ++o) {
+        const auto i = static_cast<std::size_t>(r * n + o);
+        scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+        err = std::max(err, std::fabs(static_cast<double>(got[i]) - ref[i]));
+      }
+    CHECK(err <= 2e-2 * scale);
+  }
+}
+
 TEST_CASE("cpu/dynamic_int8's u8 weights packed for another CPU are packed again, not misread",
           "[routines][dynamic_int8]") {
   // A .dnn file keeps the packed weights; their range depends on the CPU (8

@@ -171,3 +171,35 @@ TEST_CASE("tile_dense on a pointwise convolution gives the same values whichever
   }
   CHECK(err <= 2e-2 * scale + 1e-5);  // int8 products: within a percent or two of float32
 }
+
+TEST_CASE("tile_dense: rows holding NaN or infinity come out as float32 has them, the others as the tiles compute them",
+          "[routines][tile_dense]") {
+  if (!amx()) return;
+  std::mt19937 rng(12);
+  // 768 -> 3072 (BERT's intermediate dense): rows holding NaN were computed by every product of every row, one thread.
+  const int64_t k = 768, n = 3072;
+  const test::NonFiniteCase c = test::non_finite_case(k, n, rng);
+  const Blob b = random_blob({n}, rng);
+  const Layer l = dense(c.w, &b);
+  const auto ref = test::values(test::run_layer(l, {c.x}, "cpu/ref")[0]);
+  // The finite rows alone (0, 2, 5), as the same routine computes them without the others.
+  Blob finite = Blob::allocate(Shape{3, k}, DType::float32);
+  for (int r : {0, 2, 5})
+    std::memcpy(finite.data_as<float>() + (r == 0 ? 0 : r == 2 ? 1 : 2) * k, c.x.data_as<float>() + r * k, 4 * k);
+  for (const char* d : {"cpu/tile_dense", "cpu:bfloat16/tile_dense"}) {
+    INFO(d);
+    const auto got = run(l, c.x, d);
+    CHECK(test::same_non_finite(got, ref));
+    for (int64_t o = 0; o < n; ++o) {
+      CHECK(std::isnan(got[static_cast<std::size_t>(1 * n + o)]));
+      CHECK(std::isinf(got[static_cast<std::size_t>(4 * n + o)]));
+    }
+    const auto alone = run(l, finite, d);
+    int row = 0;
+    for (int r : {0, 2, 5}) {
+      for (int64_t o = 0; o < n; ++o)
+        CHECK(got[static_cast<std::size_t>(r * n + o)] == alone[static_cast<std::size_t>(row * n + o)]);
+      ++row;
+    }
+  }
+}

@@ -238,7 +238,7 @@ class Prepared final : public PreparedRoutine {
       std::fill_n(y, m_ * n_, std::numeric_limits<float>::quiet_NaN());
       return;
     }
-    if (!finite) return run_float(x, y);  // NaN or infinity: float32 keeps them as ONNX does
+    if (!finite) return run_float(x, y, args);  // NaN or infinity: float32 keeps them as ONNX does
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
     if (vnni_) return run_vnni(q, xs, zp, y, args);
@@ -349,17 +349,31 @@ class Prepared final : public PreparedRoutine {
 
   /// The layer in float32 with the dequantised weights: for an input holding
   /// NaN or infinity, whose rows have no scale to quantise by (a dense layer's
-  /// packing: never cut pairs).
-  void run_float(const float* x, float* y) const {
+  /// packing: never cut pairs). Rows holding them take cpu::non_finite_row's
+  /// few products, the others every product.
+  void run_float(const float* x, float* y, const RunArgs& args) const {
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
-    for (int64_t r = 0; r < m_; ++r)
-      for (int64_t o = 0; o < n_; ++o) {
-        float acc = 0;
-        for (int64_t kk = 0; kk < k_; ++kk) acc += x[r * k_ + kk] * static_cast<float>(w[offset(o, kk)]);
-        const auto c = static_cast<std::size_t>(o);
-        y[r * n_ + o] = core::apply_activation(act_, acc * p.scale[c] + p.bias[c]);
+    auto weight = [&](int64_t kk, int64_t o) { return static_cast<float>(w[offset(o, kk)]); };
+    args.pool->parallel_for(m_, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * k_;
+        float* yr = y + r * n_;
+        if (std::all_of(xr, xr + k_, [](float v) { return std::isfinite(v); })) {
+          for (int64_t o = 0; o < n_; ++o) {
+            float acc = 0;
+            for (int64_t kk = 0; kk < k_; ++kk) acc += xr[kk] * weight(kk, o);
+            yr[o] = acc;
+          }
+        } else {
+          cpu::non_finite_row(k_, n_, [&](int64_t kk) { return xr[kk]; }, weight, yr);
+        }
+        for (int64_t o = 0; o < n_; ++o) {
+          const auto c = static_cast<std::size_t>(o);
+          yr[o] = core::apply_activation(act_, yr[o] * p.scale[c] + p.bias[c]);
+        }
       }
+    });
   }
 
   bool u8s8_ = false, per_tensor_ = false, vnni_ = false;

@@ -23,9 +23,30 @@
 #include <optional>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 namespace softneuro::cpu {
+
+/// The sums (before scale, bias and activation) of one row of a dense layer
+/// whose input row (k values, x(kk)) holds NaN or infinity, as float32
+/// computes them with the weights w(kk, o), into acc[0, n): NaN everywhere for
+/// a NaN; otherwise the sums of the infinities' products alone (a finite rest
+/// added to +-inf or NaN changes nothing). O(n) work for a NaN row, O(n) per
+/// infinity otherwise, where the whole product takes O(n k): the int8 routines'
+/// rows without a scale to quantise by.
+template <class X, class W>
+void non_finite_row(int64_t k, int64_t n, X x, W w, float* acc) {
+  bool nan = false;
+  for (int64_t kk = 0; kk < k && !nan; ++kk) nan = std::isnan(x(kk));
+  std::fill(acc, acc + n, nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+  if (nan) return;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const float v = x(kk);
+    if (!std::isinf(v)) continue;
+    for (int64_t o = 0; o < n; ++o) acc[o] += v * w(kk, o);
+  }
+}
 
 /// y = a(x) over n floats where a is relu, clip or hardsigmoid, NaN kept as
 /// ONNX does (every comparison with NaN is false); x may be y. The compiler

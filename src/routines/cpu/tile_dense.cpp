@@ -167,7 +167,7 @@ class Prepared final : public PreparedRoutine {
     auto* a = reinterpret_cast<int8_t*>(base);
     auto* xs = reinterpret_cast<float*>(base + a_bytes());
     char* slots = base + a_bytes() + 64 * round_up(m_pad(), 16) / 16;
-    std::atomic<bool> finite{true};
+    std::atomic<bool> finite{true};  // every row: else the rows holding NaN or infinity are computed again below
     // The rows quantised into packed strips (rows past m zero: a strip's tail multiplies zeros).
     const int64_t strips = m_pad() / kRows;
     cpu::for_each_task(args.pool, slots_, strips, [&](int64_t s, int slot) {
@@ -191,7 +191,6 @@ class Prepared final : public PreparedRoutine {
         if (std::isnan(xs[r])) finite.store(false, std::memory_order_relaxed);
       }
     });
-    if (!finite.load()) return run_float(x, y);  // NaN or infinity: float keeps them as ONNX does
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
     const int64_t steps = k_pad_ / tile::kDepth;
@@ -217,42 +216,45 @@ class Prepared final : public PreparedRoutine {
       }
       tile::release_tiles();
     });
+    // Rows holding NaN or infinity have no scale to quantise by: float32 keeps them as ONNX does.
+    if (!finite.load())
+      cpu::for_each_task(args.pool, slots_, m_, [&](int64_t r, int slot) {
+        if (std::isnan(xs[r])) float_row(x + r * k_, y + r * n_, reinterpret_cast<float*>(slots + slot * slot_bytes()));
+      });
   }
 
  private:
   int64_t m_pad() const { return round_up(m_, kRows); }
   int64_t a_bytes() const { return round_up(m_pad() * k_pad_, 64); }
-  /// Per thread: a row of the input in float32 (bf16 inputs), or dense_panel's scratch.
-  int64_t slot_bytes() const { return round_up(4 * std::max(k_, 3 * kRows * kPanel), 64); }
+  /// Per thread: a row of the input in float32 (bf16 inputs), dense_panel's scratch, or a row's sums (float_row).
+  int64_t slot_bytes() const { return round_up(4 * std::max({k_, n_, 3 * kRows * kPanel}), 64); }
 
-  /// The layer in float32 with the dequantised weights: for an input holding
-  /// NaN or infinity, whose rows have no scale to quantise by.
-  void run_float(const Element* x, Element* y) const {
+  /// One output row in float32 with the dequantised weights, for an input row
+  /// holding NaN or infinity (cpu::non_finite_row); `acc` n floats.
+  void float_row(const Element* x, Element* y, float* acc) const {
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
     const int64_t steps = k_pad_ / tile::kDepth;
-    auto value = [&](const Element* e) {
+    auto value = [&](int64_t kk) {
       if constexpr (kBf16) {
-        const uint32_t u = static_cast<uint32_t>(*e) << 16;
+        const uint32_t u = static_cast<uint32_t>(x[kk]) << 16;
         float f;
         std::memcpy(&f, &u, 4);
         return f;
       } else {
-        return *e;
+        return x[kk];
       }
     };
-    for (int64_t r = 0; r < m_; ++r)
-      for (int64_t o = 0; o < n_; ++o) {
-        const int8_t* stream = w + (o / 16) * steps * 1024;
-        float acc = 0;
-        for (int64_t kk = 0; kk < k_; ++kk) {
-          const int64_t ks = kk / tile::kDepth, e = kk % tile::kDepth;
-          acc += value(x + r * k_ + kk) * static_cast<float>(stream[ks * 1024 + (e / 4) * 64 + (o % 16) * 4 + e % 4]);
-        }
-        float out = core::apply_activation(act_, acc * p.scale[static_cast<std::size_t>(o)] + p.bias[static_cast<std::size_t>(o)]);
-        if constexpr (kBf16) tile::scaled_to_bf16(&out, 1.0f, y + r * n_ + o, 1, 1);
-        else y[r * n_ + o] = out;
-      }
+    auto weight = [&](int64_t kk, int64_t o) {
+      const int64_t ks = kk / tile::kDepth, e = kk % tile::kDepth;
+      return static_cast<float>(w[(o / 16) * steps * 1024 + ks * 1024 + (e / 4) * 64 + (o % 16) * 4 + e % 4]);
+    };
+    cpu::non_finite_row(k_, n_, value, weight, acc);
+    for (int64_t o = 0; o < n_; ++o) {
+      const float out = core::apply_activation(act_, acc[o] * p.scale[static_cast<std::size_t>(o)] + p.bias[static_cast<std::size_t>(o)]);
+      if constexpr (kBf16) tile::scaled_to_bf16(&out, 1.0f, y + o, 1, 1);
+      else y[o] = out;
+    }
   }
 
   int64_t k_ = 0, m_ = 0, n_ = 0, k_pad_ = 0, panels_ = 0;
