@@ -86,7 +86,8 @@ commands:
       --shapes NAME=S1,S2   input shapes to tune at, one routine path each (a model with dynamic
                             dims; e.g. x=1x3x48x320,1x3x48x640); other shapes run the nearest one's
   run FILE [options]        run a net and print its outputs and latency
-      --input NAME=x.npy    an input (default: seeded random normal values); NAME=a.npy,b.npy,...:
+      --input NAME=x.npy    an input (default: seeded random normal values; integer inputs as tuning
+                            draws them: token ids below their table's size, masks 1); NAME=a.npy,b.npy,...:
                             input sets run one after another in the one session (shapes may differ)
       --output NAME=y.npy   write an output (several input sets: y.0.npy, y.1.npy, ...)
       --repeat N            timed runs after one warm-up (default 10)
@@ -103,7 +104,7 @@ commands:
       --threads T           threads per session (default: cores / sessions, at least 1)
       --time S              seconds to run (default 5), or
       --runs N              runs per session
-      --input NAME=x.npy    an input (default: seeded random normal values)
+      --input NAME=x.npy    an input (default: seeded random values, as run's)
       --seed S              seed of the random inputs (default 0)
 )";
 
@@ -503,9 +504,10 @@ int cmd_tune(const std::vector<std::string>& args) {
   return 0;
 }
 
-/// A seeded random input: normal values, or for a typed input small integers
-/// (0..9: valid token ids and indices of any small table), 0/1 for bool.
-sn::Blob random_input(const sn::TensorInfo& t, std::mt19937& rng) {
+/// A seeded random input: normal values; integer inputs as tuning draws them
+/// (token ids below their table's size, masks 1: a BERT's random mask of small
+/// integers made its outputs NaN).
+sn::Blob random_input(const sn::Model& model, const sn::TensorInfo& t, std::mt19937& rng) {
   if (t.dtype != sn::DType::float32 && t.dtype != sn::DType::float64 && !sn::is_integer(t.dtype) && !sn::is_narrow(t.dtype))
     throw sn::Error(fmt::format("no random values for input '{}' of dtype {}", t.name, sn::to_string(t.dtype)), {}, {}, t.name);
   sn::Blob b = sn::Blob::allocate(t.shape, t.dtype);
@@ -514,21 +516,21 @@ sn::Blob random_input(const sn::TensorInfo& t, std::mt19937& rng) {
     for (int64_t i = 0; i < b.numel(); ++i) b.data_as<uint8_t>()[i] = sn::narrow_bits(t.dtype, normal(rng));
     return b;
   }
-  std::uniform_int_distribution<int> digit(0, t.dtype == sn::DType::boolean ? 1 : 9);
+  if (sn::is_integer(t.dtype)) return sn::synthetic_input(model, t, static_cast<unsigned>(rng()));
   by_dtype(t.dtype, [&](auto v) {
     using T = decltype(v);
     auto* p = b.data_as<T>();
-    for (int64_t i = 0; i < b.numel(); ++i) p[i] = std::is_floating_point_v<T> ? static_cast<T>(normal(rng)) : static_cast<T>(digit(rng));
+    for (int64_t i = 0; i < b.numel(); ++i) p[i] = static_cast<T>(normal(rng));
   });
   return b;
 }
 
 /// The inputs of a run: from .npy files where given (NAME=FILE), else seeded random values.
-std::vector<sn::NamedBlob> make_inputs(const std::vector<sn::TensorInfo>& wanted, std::map<std::string, std::string> files,
+std::vector<sn::NamedBlob> make_inputs(const sn::Model& model, std::map<std::string, std::string> files,
                                        unsigned seed) {
   std::vector<sn::NamedBlob> inputs;
   std::mt19937 rng(seed);
-  for (const auto& t : wanted) {
+  for (const auto& t : model.inputs()) {
     auto it = files.find(t.name);
     if (it != files.end()) {
       sn::Blob b = sn::load_npy(it->second, sn::is_narrow(t.dtype) ? std::optional(t.dtype) : std::nullopt);
@@ -539,7 +541,7 @@ std::vector<sn::NamedBlob> make_inputs(const std::vector<sn::TensorInfo>& wanted
       inputs.push_back({t.name, b});
       files.erase(it);
     } else {
-      inputs.push_back({t.name, random_input(t, rng)});
+      inputs.push_back({t.name, random_input(model, t, rng)});
     }
   }
   if (!files.empty()) throw Usage(fmt::format("the net has no input named '{}'", files.begin()->first));
@@ -594,7 +596,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (threads == 0) threads = std::max(1, cores / sessions);
   const std::size_t rss_before = resident_bytes("VmRSS");
   sn::Model model = sn::Model::load(file);
-  const std::vector<sn::NamedBlob> inputs = make_inputs(model.inputs(), input_files, seed);
+  const std::vector<sn::NamedBlob> inputs = make_inputs(model, input_files, seed);
 
   // Each session is made, run once and then timed in its own thread; timing starts when all
   // are made (memory is measured with all of them alive). Nothing runs on this thread: a
@@ -764,7 +766,7 @@ int cmd_run(const std::vector<std::string>& args) {
   for (std::size_t set = 0; set < sets; ++set) {
     std::map<std::string, std::string> files;
     for (const auto& [name, list] : lists) files[name] = list[std::min(set, list.size() - 1)];
-    std::vector<sn::NamedBlob> inputs = make_inputs(model.inputs(), files, seed);
+    std::vector<sn::NamedBlob> inputs = make_inputs(model, files, seed);
     if (sets > 1) {
       std::string shapes;
       for (const auto& in : inputs) shapes += fmt::format(" {}={}", in.name, in.blob.shape().to_string());

@@ -49,4 +49,10 @@ struct CalibrationOptions {
 /// computing with; `model` itself is unchanged. Throws
 /// softneuro::Error on mismatched inputs. In the tuner's library (softneuro::tune).
 Model calibrate(const Model& model, const CalibrationOptions& options = {});
+
+/// A seeded value for `input` of `model` (its shape fixed), as calibration and
+/// tuning draw them without samples: float inputs N(0,1); integer inputs that
+/// index a table (token ids, positions) uniform below the table's size, other
+/// integer inputs (an attention mask, a count) 1. In the tuner's library.
+Blob synthetic_input(const Model& model, const TensorInfo& input, unsigned seed = 0);
 }  // namespace softneuro

@@ -814,6 +814,13 @@ Model calibrate(const Model& model, const CalibrationOptions& options) {
   return work->to_model();
 }
 
+Blob synthetic_input(const Model& model, const TensorInfo& input, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  return profiler::synthetic_input(input, detail::impl_of(model).graph, rng,
+                                   [&normal](std::mt19937& r) { return normal(r); });
+}
+
 const char* to_string(RangeMethod m) {
   switch (m) {
     case RangeMethod::minmax: return "minmax";

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
 using namespace softneuro;
 using namespace softneuro::test;
@@ -573,6 +574,37 @@ TEST_CASE("transformers: tune takes integer inputs, with token ids below the tab
   REQUIRE(got[0].blob.shape() == Shape{1, 5, 4});
   CHECK(max_abs_diff(std::vector<float>(got[0].blob.data_as<float>(), got[0].blob.data_as<float>() + 20),
                      std::vector<float>(want[0].blob.data_as<float>(), want[0].blob.data_as<float>() + 20)) < 1e-5);
+}
+
+TEST_CASE("transformers: synthetic inputs give token ids below the table's size and a mask of ones", "[onnx][transformers]") {
+  // What `softneuro run` feeds a model without --input, as tuning without samples draws them.
+  OnnxModel m(17);
+  m.named_input("ids", onnx::TensorProto::INT64, {"1", "7"});
+  m.named_input("mask", onnx::TensorProto::INT64, {"1", "7"}).output("y");
+  m.init("table", {30, 8}, random_values(240, 12)).init_ints("axes", {1}, {2});
+  m.node("Gather", {"table", "ids"}, {"e"});
+  m.node("Unsqueeze", {"mask", "axes"}, {"m3"});
+  m.node("Cast", {"m3"}, {"mf"}).i("to", onnx::TensorProto::FLOAT);
+  m.node("Mul", {"e", "mf"}, {"y"});
+  const Model net = import_onnx(m.save("synthetic_ids.onnx"));
+  for (unsigned seed : {0u, 1u}) {
+    std::set<int64_t> seen;
+    for (const TensorInfo& t : net.inputs()) {
+      const Blob b = synthetic_input(net, t, seed);
+      REQUIRE(b.dtype() == DType::int64);
+      REQUIRE(b.shape() == Shape{1, 7});
+      for (int64_t i = 0; i < 7; ++i) {
+        const int64_t v = b.data_as<int64_t>()[i];
+        if (t.name == "ids") {
+          CHECK((v >= 0 && v < 30));
+          seen.insert(v);
+        } else {
+          CHECK(v == 1);
+        }
+      }
+    }
+    CHECK(seen.size() > 1);
+  }
 }
 
 TEST_CASE("transformers: index math on the sequence length is computed per length by the reference routines",
