@@ -409,3 +409,32 @@ TEST_CASE("every entry of the default orders names a registered routine of its l
   INFO(fmt::format("{}", fmt::join(unknown, "\n")));
   CHECK(unknown.empty());
 }
+
+TEST_CASE("cpu:bfloat16/tile_attention keeps float32's NaN and infinity where its inputs hold them", "[routines][nan]") {
+  // Its softmax finds a NaN or infinity through the row's sum (the row maxima it takes from the
+  // scores' tiles skip nothing it needs), then computes that row as softmax does.
+  const core::CpuFeatures& f = core::cpu_features();
+  if (!(f.amx_bf16 && f.avx512_bf16 && core::amx_tiles_permitted())) return;
+  std::mt19937 rng(6);
+  for (bool masked : {false, true})
+    for (int which = 0; which < 3; ++which)
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()}) {
+        INFO("input " << which << " holds " << bad << (masked ? ", a mask row added" : ""));
+        Case c{"nan", layer_of("attention", {}, {}, masked ? 4 : 3),
+               {random_blob({1, 2, 40, 16}, rng), random_blob({1, 2, 70, 16}, rng), random_blob({1, 2, 70, 16}, rng)}};
+        if (masked) c.inputs.push_back(random_blob({1, 1, 40, 70}, rng));
+        c.inputs[static_cast<std::size_t>(which)].data_as<float>()[35] = bad;  // head 0: query 2, key 2 or value 2
+        std::vector<Blob> got, want;
+        REQUIRE(run_pinned(c, {c.layer.name, "cpu/ref", {}, 0, 0, {}}, want));
+        REQUIRE(run_pinned(c, {c.layer.name, "cpu:bfloat16/tile_attention", {}, 0, 0, {}}, got));
+        const auto g = test::values(got[0]), w = test::values(want[0]);
+        REQUIRE(g.size() == w.size());
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          INFO("output " << i);
+          CHECK(std::isnan(g[i]) == std::isnan(w[i]));
+          CHECK(std::isinf(g[i]) == std::isinf(w[i]));
+          if (std::isfinite(w[i])) CHECK(std::fabs(g[i] - w[i]) <= 3e-2 * (1 + std::fabs(w[i])));
+        }
+      }
+}

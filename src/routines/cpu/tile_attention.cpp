@@ -92,6 +92,7 @@ class Prepared final : public PreparedRoutine {
       auto* p = reinterpret_cast<uint16_t*>(base + packed_k_ + packed_v_ + queries_ + scores_);
       auto* o = reinterpret_cast<float*>(base + packed_k_ + packed_v_ + queries_ + scores_ + probs_);
       auto* inv = reinterpret_cast<float*>(base + packed_k_ + packed_v_ + queries_ + scores_ + probs_ + outs_);
+      float row_max[kRows];
       tiles::configure_tiles();
       tiles::pack_keys(k + g_.k_at(b, h), g_.k[2], g_.k[3], g_.sk, g_.d, keys_pad_, d_pad_, pk);
       tiles::pack_values(v + g_.v_at(b, h), g_.v[2], g_.v[3], g_.sk, g_.dv, keys_pad_, dv_pad_, pv);
@@ -100,10 +101,13 @@ class Prepared final : public PreparedRoutine {
         load_queries(q + b * g_.q[0] + h * g_.q[1] + i0 * g_.q[2], rows, qs);
         // Keys past the last visible one of the strip's last row are hidden from all its rows.
         const int64_t keys = round_up(g_.visible(i0 + rows - 1), 32);
-        tiles::scores(qs, d_pad_, pk, keys, s, keys_pad_);
+        // Without a mask or a causal triangle every row sees every key: the row maxima come with the scores.
+        const bool plain = !mask && !g_.causal;
+        tiles::scores(qs, d_pad_, pk, keys, s, keys_pad_, g_.sk, plain ? row_max : nullptr);
         for (int64_t r = 0; r < kRows; ++r) {
           if (r < rows) {
-            inv[r] = probabilities(s + r * keys_pad_, mask, b, h, i0 + r, p + r * keys_pad_, keys);
+            inv[r] = probabilities(s + r * keys_pad_, mask, b, h, i0 + r, p + r * keys_pad_, keys,
+                                   plain ? row_max + r : nullptr);
           } else {
             std::memset(p + r * keys_pad_, 0, sizeof(uint16_t) * keys);
           }
@@ -125,12 +129,13 @@ class Prepared final : public PreparedRoutine {
  private:
   /// Query row i's scores (s) as bf16 probabilities p[0, keys) for P·V; returns
   /// what the row's output is multiplied by (1/sum, or 1 where p is normalised).
-  float probabilities(float* s, const float* mask, int64_t b, int64_t h, int64_t i, uint16_t* p, int64_t keys) const {
+  float probabilities(float* s, const float* mask, int64_t b, int64_t h, int64_t i, uint16_t* p, int64_t keys,
+                      const float* score_max) const {
     const int64_t n = g_.visible(i);
     const float* bias;
     float add, m = 0;
     cpu::attention::mask_row(g_, mask, b, h, i, 0, bias, add);
-    const float sum = n > 0 ? tiles::softmax_row(s, bias, add, n, g_.scale, p, keys, &m) : 0.0f;
+    const float sum = n > 0 ? tiles::softmax_row(s, bias, add, n, g_.scale, p, keys, &m, score_max) : 0.0f;
     if (n > 0 && std::isfinite(m) && std::isfinite(sum) && sum > 0) return 1.0f / sum;
     // NaN or +inf among the scores, or every key masked: the row as softmax computes it.
     const float inv = cpu::attention::softmax_row(g_, *v_, s, mask, b, h, i);

@@ -34,8 +34,10 @@ void pack_values(const uint16_t* v, int64_t key_stride, int64_t col_stride, int6
                  int64_t dv_pad, uint16_t* out);
 
 /// S[32, keys] (row stride lds floats) = Q[32, d_pad] (bf16, row stride d_pad) ·
-/// Kᵀ, K packed by pack_keys; keys a multiple of 32.
-void scores(const uint16_t* q, int64_t d_pad, const uint16_t* k_packed, int64_t keys, float* s, int64_t lds);
+/// Kᵀ, K packed by pack_keys; keys a multiple of 32. With row_max, each row's
+/// largest score over its first max_keys keys too (read while in L1).
+void scores(const uint16_t* q, int64_t d_pad, const uint16_t* k_packed, int64_t keys, float* s, int64_t lds,
+            int64_t max_keys = 0, float* row_max = nullptr);
 /// O[32, dv_pad] (row stride dv_pad) = P[32, keys] (bf16, row stride ldp) · V,
 /// V packed by pack_values for keys_pad keys; keys a multiple of 32.
 void values(const uint16_t* p, int64_t ldp, const uint16_t* v_packed, int64_t keys, int64_t keys_pad, int64_t dv_pad,
@@ -45,9 +47,10 @@ void values(const uint16_t* p, int64_t ldp, const uint16_t* v_packed, int64_t ke
 /// (bias ? bias[j] : add) for j < n, p[j] = bf16(exp(t - max t)), exactly 0 where
 /// exp underflows and for n <= j < n_pad; *max_out = max t. Returns the float32
 /// sum of the exponentials, NaN where some t is NaN (the caller then computes
-/// the row as softmax does).
+/// the row as softmax does). score_max: max s[j] over j < n where known (scores'
+/// row_max), read instead of a pass over the row without a bias and with scale > 0.
 float softmax_row(const float* s, const float* bias, float add, int64_t n, float scale, uint16_t* p, int64_t n_pad,
-                  float* max_out);
+                  float* max_out, const float* score_max = nullptr);
 /// y[i] = bf16(x[i]) rounded to nearest even, i < n; y[i] = 0 for n <= i < n_pad.
 void to_bf16(const float* x, uint16_t* y, int64_t n, int64_t n_pad);
 /// y[i] = bf16(x[i] * scale), i < n, at element stride `stride` of y.

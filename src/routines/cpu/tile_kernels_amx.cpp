@@ -30,7 +30,7 @@ uint16_t round_bf16(float x) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-__mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
+__mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1u); }
 
 }  // namespace
 
@@ -176,12 +176,26 @@ void bf16_block(const uint16_t* a, int64_t lda, const uint16_t* b0, const uint16
 
 }  // namespace
 
-void scores(const uint16_t* q, int64_t d_pad, const uint16_t* k_packed, int64_t keys, float* s, int64_t lds) {
+void scores(const uint16_t* q, int64_t d_pad, const uint16_t* k_packed, int64_t keys, float* s, int64_t lds,
+            int64_t max_keys, float* row_max) {
   const int64_t steps = d_pad / 32;
+  __m512 m[32];
+  if (row_max)
+    for (__m512& v : m) v = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < keys; j += 32) {  // keys j..j+15 and j+16..j+31: packed key blocks j/16 and j/16 + 1
     const uint16_t* b0 = k_packed + (j / 16) * steps * kTileElems;
     bf16_block(q, d_pad, b0, b0 + steps * kTileElems, steps, s + j, lds);
+    if (!row_max) continue;
+    // Each row's largest score while the block is in L1 (keys past max_keys left out).
+    const __mmask16 k0 = first(max_keys - j), k1 = first(max_keys - j - 16);
+    for (int r = 0; r < 32; ++r) {
+      const float* row = s + r * lds + j;
+      m[r] = _mm512_mask_max_ps(m[r], k0, m[r], _mm512_maskz_loadu_ps(k0, row));
+      m[r] = _mm512_mask_max_ps(m[r], k1, m[r], _mm512_maskz_loadu_ps(k1, row + 16));
+    }
   }
+  if (row_max)
+    for (int r = 0; r < 32; ++r) row_max[r] = _mm512_reduce_max_ps(m[r]);
 }
 
 void values(const uint16_t* p, int64_t ldp, const uint16_t* v_packed, int64_t keys, int64_t keys_pad, int64_t dv_pad,
@@ -194,12 +208,14 @@ void values(const uint16_t* p, int64_t ldp, const uint16_t* v_packed, int64_t ke
 }
 
 float softmax_row(const float* s, const float* bias, float add, int64_t n, float scale, uint16_t* p, int64_t n_pad,
-                  float* max_out) {
+                  float* max_out, const float* score_max) {
   // The largest t: without a bias row and with a positive scale, the largest
   // score's (one max a vector). A NaN among the scores need not reach the max:
   // it reaches the sum below, and the caller then computes the row as softmax does.
   float mx;
-  if (!bias && scale > 0) {
+  if (score_max && !bias && scale > 0) {
+    mx = *score_max * scale + add;
+  } else if (!bias && scale > 0) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 k = first(n - j);
