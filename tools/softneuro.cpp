@@ -510,13 +510,13 @@ int cmd_tune(const std::vector<std::string>& args) {
 sn::Blob random_input(const sn::Model& model, const sn::TensorInfo& t, std::mt19937& rng) {
   if (t.dtype != sn::DType::float32 && t.dtype != sn::DType::float64 && !sn::is_integer(t.dtype) && !sn::is_narrow(t.dtype))
     throw sn::Error(fmt::format("no random values for input '{}' of dtype {}", t.name, sn::to_string(t.dtype)), {}, {}, t.name);
+  if (sn::is_integer(t.dtype) && !sn::is_narrow(t.dtype)) return sn::synthetic_input(model, t, static_cast<unsigned>(rng()));
   sn::Blob b = sn::Blob::allocate(t.shape, t.dtype);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   if (sn::is_narrow(t.dtype)) {  // the normal values as the type holds them (int4 ... uint2 wrap)
     for (int64_t i = 0; i < b.numel(); ++i) b.data_as<uint8_t>()[i] = sn::narrow_bits(t.dtype, normal(rng));
     return b;
   }
-  if (sn::is_integer(t.dtype)) return sn::synthetic_input(model, t, static_cast<unsigned>(rng()));
   by_dtype(t.dtype, [&](auto v) {
     using T = decltype(v);
     auto* p = b.data_as<T>();

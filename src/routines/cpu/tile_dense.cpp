@@ -251,10 +251,11 @@ class Prepared final : public PreparedRoutine {
     };
     cpu::non_finite_row(k_, n_, value, weight, acc);
     for (int64_t o = 0; o < n_; ++o) {
-      const float out = core::apply_activation(act_, acc[o] * p.scale[static_cast<std::size_t>(o)] + p.bias[static_cast<std::size_t>(o)]);
-      if constexpr (kBf16) tile::scaled_to_bf16(&out, 1.0f, y + o, 1, 1);
-      else y[o] = out;
+      const auto c = static_cast<std::size_t>(o);
+      acc[o] = core::apply_activation(act_, acc[o] * p.scale[c] + p.bias[c]);
     }
+    if constexpr (kBf16) tile::scaled_to_bf16(acc, 1.0f, y, 1, n_);
+    else std::memcpy(y, acc, sizeof(float) * static_cast<std::size_t>(n_));
   }
 
   int64_t k_ = 0, m_ = 0, n_ = 0, k_pad_ = 0, panels_ = 0;
