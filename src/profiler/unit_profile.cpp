@@ -902,11 +902,21 @@ void Profiler::measure_fused_pairs(std::vector<LayerProfile>& profiles) {
     pair.input_shapes = a.info.input_shapes;
     for (std::size_t k = 0; k < b.info.input_shapes.size(); ++k)
       if (k != reads) pair.input_shapes.push_back(b.info.input_shapes[k]);
+    // Of a routine with several parameter sets (cpu/direct's tiles: up to 28 per
+    // layer), the pairs of its fastest two alone: a pair is priced where a's
+    // routine is worth choosing, and each measurement adds to the tuning's time.
+    std::vector<char> pairs_a(a.measured.size(), 0);
+    {
+      std::map<std::string, int> seen;  // a.measured is fastest first
+      for (std::size_t k = 0; k < a.measured.size(); ++k) pairs_a[k] = ++seen[a.measured[k].cand.descriptor] <= 2;
+    }
     for (const auto& mb : b.measured) {
       if (mb.unit_ms == kInf || !mb.children.empty()) continue;
-      for (const auto& ma : a.measured) {
+      for (std::size_t ka = 0; ka < a.measured.size(); ++ka) {
+        const Measured& ma = a.measured[ka];
         // (Across two schemas where b's routine computes a's output in its own: the adapt between them runs nothing.)
-        if (ma.unit_ms == kInf || !ma.children.empty() || ma.cand.schema.device != mb.cand.schema.device) continue;
+        if (!pairs_a[ka] || ma.unit_ms == kInf || !ma.children.empty() || ma.cand.schema.device != mb.cand.schema.device)
+          continue;
         bool fuses = false;
         try {
           fuses = mb.cand.routine->fuses_previous(a.info, *ma.cand.routine, ma.params, b.info, mb.cand.schema, mb.params);

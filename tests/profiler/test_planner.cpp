@@ -390,11 +390,16 @@ TEST_CASE("a fused pair's cached time is measured again where its members were m
   opt.cache_dir = dir;
   const MeasuredPairs again = measure_pairs(*net, opt);
   REQUIRE(!again.pairs.empty());
+  // (Pairs are measured for each routine's fastest two parameter sets, which
+  // the noise may pick differently this time: those the cache holds count.)
+  int cached = 0;
   for (const auto& f : again.pairs) {
     INFO(f.previous_descriptor << " + " << f.descriptor);
     CHECK(f.unit_ms < 100.0);
+    for (const auto& g : first.pairs) cached += g.cache_key == f.cache_key;
   }
-  CHECK(again.remeasured >= static_cast<int>(again.pairs.size()));
+  CHECK(cached > 0);
+  CHECK(again.remeasured >= cached);
 }
 
 // Cached pairs beside cached members were reused unchecked: a pair's time from

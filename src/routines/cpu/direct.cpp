@@ -362,9 +362,12 @@ struct Row {
 
 class PreparedDirect final : public PreparedRoutine {
  public:
+  /// residual_act: the convolution and the residual add after it as one step
+  /// (DirectResidualAdd): its tiles start from the residual (input 1) and end
+  /// with the add's activation, in place of the convolution's own (none).
   PreparedDirect(const LayerInfo& info, const conv::Kernels& k, Layout layout, const RoutineParams& params,
-                 std::shared_ptr<const DirectPacked> packed)
-      : k_(k), weights_(std::move(packed)) {
+                 std::shared_ptr<const DirectPacked> packed, const core::Activation* residual_act = nullptr)
+      : k_(k), weights_(std::move(packed)), residual_(residual_act != nullptr) {
     const Layer& layer = *info.layer;
     const bool nhwc = layout == Layout::nhwc;
     Window2d& g = geo_.g;
@@ -415,7 +418,7 @@ class PreparedDirect final : public PreparedRoutine {
     cfg_.ohb = ohb <= 0 ? g.oh : std::min<int64_t>(ohb, g.oh);
     cfg_.all_rows = ohb <= 0;
     cfg_.rows_outer = routine_param(params, "task_order", 0) != 0;
-    cpu::to_epilogue(core::fused_activation(layer), ep_);
+    cpu::to_epilogue(residual_act ? *residual_act : core::fused_activation(layer), ep_);
 
     const int oi = conv::ocb_index(ocb);
     mode_ = choose_mode(k, nhwc, oi);
@@ -453,6 +456,11 @@ class PreparedDirect final : public PreparedRoutine {
       copy_.floats = g.n * geo_.icb_total * copy_.hp * copy_.wp * copy_.px;
     }
   }
+
+  /// With the residual: the add's output takes the residual's memory where
+  /// nothing reads it after (the tiles accumulate onto it), else run() copies it.
+  int output_accumulates() const override { return residual_ ? 1 : -1; }
+  const std::shared_ptr<const DirectPacked>& weights() const { return weights_; }
 
   std::size_t workspace_bytes() const override {
     return copy_.used ? sizeof(float) * static_cast<std::size_t>(copy_.floats + copy_.slack) : 0;
@@ -643,6 +651,9 @@ class PreparedDirect final : public PreparedRoutine {
     }
     const int64_t ogs = geo_.ocb_total / ocb, rbs = (wk.oh_n + ohb - 1) / ohb, items = g.n * ogs * rbs;
     alignas(64) static const float zeros[16] = {};
+    // The residual: the rows' sums start from it (in y already where it is y's memory).
+    const float* res = residual_ ? args.inputs[1]->data_as<float>() : nullptr;
+    if (res == y) res = nullptr;
     auto body = [&](int64_t b, int64_t e) {
       for (int64_t it = b; it < e; ++it) {
         const int64_t rb = cfg_.rows_outer ? it / ogs % rbs : it % rbs;
@@ -670,7 +681,7 @@ class PreparedDirect final : public PreparedRoutine {
         r.oh_end = oh_end;
         for (int64_t ic0 = 0; ic0 < geo_.icbg; ic0 += cfg_.icb) {
           t.icbs = std::min(cfg_.icb, geo_.icbg - ic0);
-          t.load_y = ic0 > 0;
+          t.load_y = ic0 > 0 || residual_;
           t.last = ic0 + cfg_.icb >= geo_.icbg;
           t.w = weights_->weight.data() + og * geo_.w_og + ic0 * geo_.w_icb;
           // Channels of the last block, in steps of 4 (only the pass holding it).
@@ -702,6 +713,13 @@ class PreparedDirect final : public PreparedRoutine {
               // Flat: the run ends at the plane's end (the last tile may be partial; past it, zeros).
               r.row_w = wk.flat ? std::min<int64_t>((oh_end - oh) * wk.tw, wk.pixels - oh * wk.tw) : wk.ow_n;
               t.w_in = flat_ ? r.row_w : wk.in.w_in;
+              if (res && ic0 == 0) {  // (blocked layouts only: the rows' pixels, each oc block's)
+                const int64_t p0 = wk.flat ? oh * wk.tw : oh * g.ow, np = wk.flat ? r.row_w : rows * g.ow;
+                for (int j = 0; j < ocb; ++j) {
+                  const int64_t at = (n * geo_.ocb_total + ob0 + j) * wk.plane_out + p0 * v;
+                  std::memcpy(y + at, res + at, sizeof(float) * static_cast<std::size_t>(np * v));
+                }
+              }
               row_fn(wk, r);
             }
           }
@@ -901,6 +919,7 @@ class PreparedDirect final : public PreparedRoutine {
   conv::DirectFn tile_fn_ = nullptr, edge_fn_ = nullptr;  ///< the intrinsic tiles (first_tiles, narrow, tiles)
   std::shared_ptr<const DirectPacked> weights_;
   cpu::gemm::Epilogue ep_;
+  bool residual_ = false;  ///< input 1 is a residual the output starts from
 };
 
 template <Layout L>
@@ -1033,9 +1052,104 @@ class Direct final : public Routine {
 
 };
 
+/// An add of two blobs of one shape in a blocked layout, then its activation:
+/// the padded channels stay zero.
+class PreparedBlockedAdd final : public PreparedRoutine {
+ public:
+  PreparedBlockedAdd(const LayerInfo& info, int64_t v)
+      : act_(core::fused_activation(*info.layer)), v_(v) {
+    const Shape& s = info.input_shapes[0];
+    channels_ = s[1];
+    blocks_ = s[0] * ((s[1] + v - 1) / v);
+    cb_ = (s[1] + v - 1) / v;
+    plane_ = s[2] * s[3];
+  }
+  void run(const RunArgs& args) override {
+    const float* a = args.inputs[0]->data_as<float>();
+    const float* b = args.inputs[1]->data_as<float>();
+    float* y = args.outputs[0]->data_as<float>();
+    const bool relu = act_.kind == core::Activation::relu && !act_.affine(), none = act_.kind == core::Activation::none;
+    auto body = [&](int64_t first, int64_t end) {
+      for (int64_t blk = first; blk < end; ++blk) {
+        const int64_t at = blk * plane_ * v_, valid = std::min(v_, channels_ - blk % cb_ * v_);
+        const float *pa = a + at, *pb = b + at;
+        float* py = y + at;
+        if (none)
+          for (int64_t i = 0; i < plane_ * v_; ++i) py[i] = pa[i] + pb[i];
+        else if (relu)
+          for (int64_t i = 0; i < plane_ * v_; ++i) py[i] = std::max(pa[i] + pb[i], 0.0f);
+        else
+          for (int64_t i = 0; i < plane_ * v_; ++i) py[i] = core::apply_activation(act_, pa[i] + pb[i]);
+        if (valid < v_)
+          for (int64_t p = 0; p < plane_; ++p) std::fill(py + p * v_ + valid, py + (p + 1) * v_, 0.0f);
+      }
+    };
+    if (args.pool) args.pool->parallel_for(blocks_, 1, body);
+    else body(0, blocks_);
+  }
+
+ private:
+  core::Activation act_;
+  int64_t v_ = 0, channels_ = 0, blocks_ = 0, cb_ = 0, plane_ = 0;
+};
+
+/// cpu:float32:nchw16c/direct and nchw8c/direct for a residual add: the direct
+/// convolution before it computes both as one step (its tiles start from the
+/// residual and end with the add's activation: the convolution's output is never
+/// written apart, nor read again by the add). Alone, an element-wise add.
+template <Layout L>
+class DirectResidualAdd final : public Routine {
+ public:
+  static constexpr Schema kSchema{Device::cpu, DType::float32, L};
+  std::string_view layer_type() const override { return "add"; }
+  std::string_view algorithm() const override { return "direct"; }
+  std::vector<Schema> schemas() const override { return {kSchema}; }
+
+  Support supports(const LayerInfo& info, const Schema& schema) const override {
+    if (!(schema == kSchema)) return Support::no(fmt::format("cpu/direct computes in {}", kSchema.to_string()));
+    if (!kernels_for(L)) return Support::no("the direct convolution's kernels need AVX-512 (nchw16c) or AVX2 + FMA (nchw8c)");
+    if (!info.layer || info.input_shapes.size() != 2 || info.input_shapes[0].rank() != 4 ||
+        info.input_shapes[0] != info.input_shapes[1])
+      return Support::no("a residual add of two blobs [N,C,H,W] of one shape");
+    if (core::requantizes_as_tflite(*info.layer))
+      return Support::no("TensorFlow Lite's int8 add held as real values is cpu/vec's");
+    return cpu::check_activation(*info.layer);
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare(const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    return std::make_unique<PreparedBlockedAdd>(info, kernels_for(L)->vec);
+  }
+
+  bool fuses_previous(const LayerInfo& previous, const Routine& previous_routine, const RoutineParams&,
+                      const LayerInfo& info, const Schema&, const RoutineParams&) const override {
+    // The convolution on this routine's layout, without an activation of its own
+    // (the add's ends the pair), its output the shape the add computes.
+    if (!previous.layer || previous.layer->type != "conv2" || !dynamic_cast<const Direct<L>*>(&previous_routine) ||
+        !info.layer || info.input_shapes.size() != 2 || previous.output_shapes.size() != 1 ||
+        previous.output_shapes[0] != info.input_shapes[0] || !supports(info, kSchema))
+      return false;
+    const core::Activation own = core::fused_activation(*previous.layer, true);
+    return own.kind == core::Activation::none && !own.affine() && cpu::check_activation(*info.layer);
+  }
+
+  std::unique_ptr<PreparedRoutine> prepare_with_previous(const LayerInfo& previous, const Routine& previous_routine,
+                                                         const RoutineParams& previous_params, const LayerInfo& info,
+                                                         const Schema& schema, const RoutineParams& params) const override {
+    if (!fuses_previous(previous, previous_routine, previous_params, info, schema, params)) return nullptr;
+    // The convolution's packed weights through the model's store (those a tuned file holds).
+    std::unique_ptr<PreparedRoutine> alone = previous_routine.prepare(previous, kSchema, previous_params);
+    const auto* direct = dynamic_cast<const PreparedDirect*>(alone.get());
+    if (!direct) return nullptr;
+    const core::Activation act = core::fused_activation(*info.layer);
+    return std::make_unique<PreparedDirect>(previous, *kernels_for(L), L, previous_params, direct->weights(), &act);
+  }
+};
+
 SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nchw16c>);
 SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nchw8c>);
 SOFTNEURO_REGISTER_ROUTINE(Direct<Layout::nhwc>);
+SOFTNEURO_REGISTER_ROUTINE(DirectResidualAdd<Layout::nchw16c>);
+SOFTNEURO_REGISTER_ROUTINE(DirectResidualAdd<Layout::nchw8c>);
 
 }  // namespace
 }  // namespace softneuro
