@@ -344,6 +344,43 @@ TEST_CASE("nhwc direct conv2 on first layers (1-4 input channels read in place, 
   }
 }
 
+TEST_CASE("direct conv2 applies an affine after its activation (PP-LCNetV3's act_scale, act_shift)", "[direct][conv2]") {
+  // The recogniser's convolutions all carry one: cpu/direct refused them and
+  // oneDNN ran every 1x1 layer. The assembly tiles' own epilogue (bias, relu or
+  // clip) has no affine: such tiles end in C, as other activations do.
+  std::mt19937 rng(77);
+  struct Case {
+    const char* descriptor;
+    int64_t c, oc, k, s;
+    const char* act;
+  };
+  const Case cases[] = {
+      {"cpu:float32:nchw16c/direct", 48, 40, 1, 1, "relu"},      {"cpu:float32:nchw16c/direct", 32, 32, 3, 1, "none"},
+      {"cpu:float32:nchw16c/direct", 32, 48, 3, 2, "clip"},      {"cpu:float32:nchw16c/direct", 64, 32, 1, 2, "hardswish"},
+      {"cpu:float32:nchw16c/direct", 3, 32, 3, 2, "relu"},       {"cpu:float32:nchw8c/direct", 24, 20, 1, 1, "relu"},
+      {"cpu:float32:nchw8c/direct", 16, 16, 3, 1, "hardsigmoid"}, {"cpu:float32:nhwc/direct", 3, 32, 3, 2, "relu"},
+      {"cpu:float32:nhwc/direct", 3, 16, 3, 1, "none"},
+  };
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (const Case& k : cases) {
+    Layer l = conv_layer(k.c, k.oc, 1, k.k, k.k, k.s, k.s, 1, 1, std::vector<int64_t>(4, k.k / 2), true, rng);
+    set_act(l, k.act, rng);
+    l.params["act_scale"] = 1.0 + 0.5 * u(rng);
+    l.params["act_shift"] = 0.5 * u(rng);
+    const Blob x = random_blob({1, k.c, 13, 30}, rng);
+    auto every_param = [&] {
+      for (int64_t ocb : {1, 2})
+        for (int64_t w : {6, 14})
+          for (int64_t mode : {0, 1, 2}) {
+            INFO(k.descriptor << " c" << k.c << " oc" << k.oc << " k" << k.k << " s" << k.s << " act " << k.act
+                              << " oc_block " << ocb << " ow_tile " << w << " input_mode " << mode);
+            if (!check_or_skip(l, {x}, k.descriptor, {{"oc_block", ocb}, {"ow_tile", w}, {"input_mode", mode}})) return;
+          }
+    };
+    every_param();  // (the next case where this CPU lacks the layout's ISA)
+  }
+}
+
 TEST_CASE("nhwc direct conv2 refuses all but first layers, saying why", "[direct][conv2]") {
   std::mt19937 rng(5);
   const Routine* r = core::RoutineRegistry::instance().find("conv2", "cpu:float32:nhwc/direct", nullptr);

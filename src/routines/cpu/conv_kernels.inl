@@ -526,7 +526,7 @@ void asm_row(const conv::AsmRow& r, const gemm::Epilogue& ep) {
     for (int kw = 0; kw < r.kw; ++kw)
       taps[kh * r.kw + kw] = (kh * r.dh * r.x_row + kw * r.dw * kV) * int64_t(sizeof(float));
   const bool clamp = ep.act == gemm::Act::relu || ep.act == gemm::Act::clip;
-  const bool in_asm = ntaps > 0 && (ep.act == gemm::Act::none || clamp) && (!r.last || r.valid_last == kV);
+  const bool in_asm = ntaps > 0 && ep.clamps_only() && (!r.last || r.valid_last == kV);
   const int64_t last = in_asm && r.last ? (ep.act == gemm::Act::relu ? 3 : clamp ? 2 : 1) : 0;
   const VAct act(ep);
   // The row's tile description, filled once: a tile in place on y with the

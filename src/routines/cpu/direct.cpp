@@ -107,10 +107,10 @@ bool default_compact(const Window2d& g, int64_t v) {
 /// OCB index o for every even width of a plane in tiles of at most tw pixels,
 /// a tile spanning two rows at most, the tiles' own epilogue (their
 /// activations, whole output-channel blocks).
-bool spannable(const Window2d& g, int64_t v, int tw, const conv::Kernels& k, int o, cpu::gemm::Act act) {
+bool spannable(const Window2d& g, int64_t v, int tw, const conv::Kernels& k, int o, const cpu::gemm::Epilogue& ep) {
   const int64_t pixels = g.oh * g.ow, narrowest = pixels / ((pixels + tw - 1) / tw);
   return k.asm_split_max_w[o] >= tw && narrowest >= k.asm_split_min_w[o] && g.ow >= tw && (g.oc / g.group) % v == 0 &&
-         (act == cpu::gemm::Act::none || act == cpu::gemm::Act::relu || act == cpu::gemm::Act::clip);
+         ep.clamps_only();
 }
 
 /// The spanned mode's default: kernels of several taps whose rows end in a narrow tile
@@ -418,7 +418,7 @@ class PreparedDirect final : public PreparedRoutine {
     cfg_.ohb = ohb <= 0 ? g.oh : std::min<int64_t>(ohb, g.oh);
     cfg_.all_rows = ohb <= 0;
     cfg_.rows_outer = routine_param(params, "task_order", 0) != 0;
-    cpu::to_epilogue(residual_act ? *residual_act : core::fused_activation(layer), ep_);
+    cpu::to_epilogue(residual_act ? *residual_act : core::fused_activation(layer, true), ep_);
 
     const int oi = conv::ocb_index(ocb);
     mode_ = choose_mode(k, nhwc, oi);
@@ -487,9 +487,7 @@ class PreparedDirect final : public PreparedRoutine {
   Mode choose_mode(const conv::Kernels& k, bool nhwc, int oi) const {
     const Window2d& g = geo_.g;
     if (nhwc)  // (first layers only, supports())
-      return g.c == 3 && k.asm_first[oi][0][1] && (g.sw == 1 || g.sw == 2) && g.kh <= 64 &&
-                     (ep_.act == cpu::gemm::Act::none || ep_.act == cpu::gemm::Act::relu ||
-                      ep_.act == cpu::gemm::Act::clip)
+      return g.c == 3 && k.asm_first[oi][0][1] && (g.sw == 1 || g.sw == 2) && g.kh <= 64 && ep_.clamps_only()
                  ? Mode::first_asm  // (which apply bias and relu/clip themselves)
                  : Mode::first_tiles;
     if (g.group == 1 && geo_.icg <= conv::kNarrowPx) return Mode::narrow;
@@ -507,7 +505,7 @@ class PreparedDirect final : public PreparedRoutine {
     // input_mode 2: the plane walked flat across its output rows (tiles across two
     // rows take the split tiles) over an input without edges: a padded copy, or
     // an unpadded input read in place.
-    const bool can_span = spannable(g, v, tw_, k, oi, ep_.act);
+    const bool can_span = spannable(g, v, tw_, k, oi, ep_);
     const int64_t mode = routine_param(params, "input_mode", default_input_mode(g, v, k.asm2r_ocb > 0, can_span, tw_));
     asm_.span = can_span && mode == kSpanned;
     // The padded copy: the tiles read a copy of the input padded on every side,
@@ -940,7 +938,7 @@ class Direct final : public Routine {
     if (!info.layer || info.input_shapes.size() != 1 || info.input_shapes[0].rank() != 4)
       return Support::no("conv2 needs an input [N,C,H,W]");
     if (Support s = routines::float_weights(*info.layer, {"weight", "bias"}, "cpu/direct"); !s) return s;
-    if (Support s = cpu::check_activation(*info.layer); !s) return s;
+    if (Support s = cpu::check_activation(*info.layer, true); !s) return s;
     const Window2d g = core::conv2_window(*info.layer, info.input_shapes[0]);
     const int64_t v = k->vec;
     if (g.group > 1 && ((g.c / g.group) % v != 0 || (g.oc / g.group) % v != 0))
@@ -1014,9 +1012,9 @@ class Direct final : public Routine {
       // input_mode: the modes that apply (spanned where the first choice's
       // tiles, oc_block's and ow_tile's first, have split forms), the default first.
       cpu::gemm::Epilogue ep;
-      if (info.layer) cpu::to_epilogue(core::fused_activation(*info.layer), ep);
+      if (info.layer) cpu::to_epilogue(core::fused_activation(*info.layer, true), ep);
       const int ocb = static_cast<int>(space[0].choices[0]), tw = static_cast<int>(space[1].choices[0]);
-      const bool can_span = info.layer && g.kh > 0 && spannable(g, k->vec, tw, *k, conv::ocb_index(ocb), ep.act);
+      const bool can_span = info.layer && g.kh > 0 && spannable(g, k->vec, tw, *k, conv::ocb_index(ocb), ep);
       const int64_t mode = default_input_mode(g, k->vec, k->asm2r_ocb > 0, can_span, tw);
       std::vector<int64_t> modes{mode};
       for (int64_t m : {kInPlace, kPaddedCopy, kSpanned})
