@@ -5,10 +5,12 @@
 // vector_bits 512 and 256).
 //
 //   ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T]
-//             [--runs N] [--budget SECONDS] [--cold] [--dtype float32|bfloat16]
+//             [--runs N] [--budget SECONDS] [--cold] [--dtype float32|bfloat16] [--nan]
 //
 // --dtype bfloat16: the routines of the bfloat16 CPU schemas instead, inputs
-// rounded to bfloat16.
+// rounded to bfloat16. --nan: a NaN as the first value of each case's second
+// input (its only one where it has one; attention's keys): the routines' paths
+// for inputs that hold NaN (a whole layer in scalar code was a cliff of seconds).
 //
 // Shapes: layernorm [1,197,768] over the last axis (scale and bias); softmax
 // [1,12,197,197] last axis; gelu [1,197,3072] (erf and tanh forms); matmul
@@ -41,6 +43,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -177,7 +180,7 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts{1, 2};
   int runs = 200;
   double budget = 0.5;
-  bool cold = false;
+  bool cold = false, nan = false;
   DType dtype = DType::float32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -194,6 +197,7 @@ int main(int argc, char** argv) {
     else if (a == "--runs") runs = std::max(1, std::atoi(next().c_str()));
     else if (a == "--budget") budget = std::atof(next().c_str());
     else if (a == "--cold") cold = true;
+    else if (a == "--nan") nan = true;
     else if (a == "--dtype") {
       const std::string d = next();
       if (d != "float32" && d != "bfloat16") {
@@ -204,7 +208,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: ops_bench [--type SUBSTRING] [--routine SUBSTRING] [--threads T] [--runs N] "
-                   "[--budget SECONDS] [--cold] [--dtype float32|bfloat16]\n");
+                   "[--budget SECONDS] [--cold] [--dtype float32|bfloat16] [--nan]\n");
       return 2;
     }
   }
@@ -234,6 +238,7 @@ int main(int argc, char** argv) {
         Blob b = random_blob(sh, rng, schema.layout);
         ins.push_back(dtype == DType::bfloat16 ? to_bfloat16(b) : std::move(b));
       }
+      if (nan && dtype == DType::float32) ins[std::min<std::size_t>(1, ins.size() - 1)].data_as<float>()[0] = NAN;
       for (const Shape& sh : info.output_shapes) outs.push_back(Blob::allocate(sh, dtype, schema.layout));
       for (const RoutineParams& p : param_combinations(r->param_space(info, schema))) {
         std::string line = fmt::format("{:<42} {:<30} {:<16}", c.name, d, params_text(p));

@@ -12,7 +12,7 @@
 // of float32 FMAs: Whisper's 1,500-frame attention is most of its encoder.
 // Reduced precision (qint8): a candidate where the tuning allows qint8, held
 // to the accuracy budget. Rows whose inputs hold NaN or infinity run in
-// float32, as softmax computes them.
+// float32 (cpu/gemm_attention's GEMM and kernels), as softmax computes them.
 //
 // Routine parameter m_block: query rows per block (their float32 scores stay
 // in L2 at long key counts with the smaller choices).
@@ -85,6 +85,7 @@ class Prepared final : public PreparedRoutine {
   Prepared(const LayerInfo& info, int64_t m_block)
       : g_(core::attention_geometry(*info.layer, info.input_shapes)),
         v_(cpu::vec::best_kernels()),
+        k_(cpu::gemm::best_kernel()),
         vnni_(d8::vnni512_usable()),
         q_top_(vnni_ ? 255 : 127),
         v_qmax_(vnni_ ? d8::kVnniQmax : d8::kU8s8Qmax) {
@@ -95,8 +96,12 @@ class Prepared final : public PreparedRoutine {
     ldq_ = round_up(g_.d, 4);
     ldp_ = round_up(g_.sk, 4);
     ld_s_ = round_up(g_.sk, 16);
+    // The float32 operands of a head or block holding NaN or infinity, packed for the GEMM.
+    kc_d_ = std::max<int64_t>(1, std::min<int64_t>(g_.d, cpu::gemm::default_kc(*k_)));
+    pk_ = round_up(cpu::gemm::packed_b_size(*k_, g_.d, g_.sk), 16);
+    pq_ = round_up(cpu::gemm::packed_a_size(*k_, mb_, g_.d), 16);
     slot_bytes_ = keys_.bytes() + values_.bytes() + round_up(mb_ * ldq_, 64) + round_up(mb_ * ldp_, 64) +
-                  4 * round_up(mb_ * ld_s_, 16) + 4 * 4 * round_up(mb_, 16);
+                  4 * round_up(mb_ * ld_s_, 16) + 4 * 4 * round_up(mb_, 16) + 4 * (pk_ + pq_);
     chunks_ = cpu::attention::query_chunks(g_, mb_, slots_);
   }
   std::size_t workspace_bytes() const override { return static_cast<std::size_t>(slot_bytes_ * slots_); }
@@ -126,6 +131,9 @@ class Prepared final : public PreparedRoutine {
       float* ps = qs + round_up(mb_, 16);
       auto* qz = reinterpret_cast<int32_t*>(ps + round_up(mb_, 16));
       auto* pz = qz + round_up(mb_, 16);
+      float* pk = reinterpret_cast<float*>(pz + round_up(mb_, 16));
+      float* pq = pk + pk_;
+      bool keys_packed = false;  // pk: K in float32, packed where a block first needs it
       const float* kh = k + g_.k_at(b, h);
       const float* vh = v + g_.v_at(b, h);
       // K's keys over the features (either way it is stored), V's channels over the keys.
@@ -142,10 +150,14 @@ class Prepared final : public PreparedRoutine {
         const int64_t i0 = blk * mb_, rows = std::min(mb_, g_.sq - i0);
         const float* qb = q + b * g_.q[0] + h * g_.q[1] + i0 * g_.q[2];
         float* o = out + b * g_.out[0] + h * g_.out[1] + i0 * g_.out[2];
-        if (finite && d8::quantize_rows_u8(qb, rows, g_.d, g_.q[2], qu, ldq_, qs, qz, q_top_))
+        if (finite && d8::quantize_rows_u8(qb, rows, g_.d, g_.q[2], qu, ldq_, qs, qz, q_top_)) {
           products(rows, qu, ldq_, keys, qs, qz, s, ld_s_);
-        else
-          float_scores(rows, qb, kh, s);
+        } else {  // in float32 (as fast: a head of Whisper's took seconds in scalar loops)
+          if (!keys_packed) cpu::attention::pack_keys(*k_, g_, k, b, h, kc_d_, pk);
+          keys_packed = true;
+          cpu::gemm::pack_a(*k_, rows, g_.d, kc_d_, qb, g_.q[2], false, pq);
+          cpu::gemm::gemm_block(*k_, rows, g_.sk, g_.d, kc_d_, pq, pk, s, ld_s_, cpu::gemm::Epilogue{}, 0, rows, 0, g_.sk);
+        }
         for (int64_t r = 0; r < rows; ++r) qs[r] = cpu::attention::softmax_row(g_, *v_, s + r * ld_s_, mask, b, h, i0 + r);
         // The exponentials (in [0, 1]) on a u8 grid of 1/255, zero point 0;
         // each row's 1/sum (qs, from softmax_row) folded into its scale.
@@ -153,7 +165,10 @@ class Prepared final : public PreparedRoutine {
           for (int64_t r = 0; r < rows; ++r) ps[r] = qs[r] / 255.0f, pz[r] = 0;
           products(rows, pu, ldp_, values, ps, pz, o, g_.out[2]);
         } else {
-          float_outputs(rows, s, qs, vh, o);
+          v_->rows_times(s, ld_s_, rows, vh, g_.v[2], g_.sk, g_.dv, o, g_.out[2], false);
+          for (int64_t r = 0; r < rows; ++r)
+            if (qs[r] != 1.0f)
+              for (int64_t e = 0; e < g_.dv; ++e) o[r * g_.out[2] + e] *= qs[r];
         }
       }
     });
@@ -186,36 +201,16 @@ class Prepared final : public PreparedRoutine {
     }
   }
 
-  /// The scores in float32, for rows or keys holding NaN or infinity.
-  void float_scores(int64_t rows, const float* qb, const float* kh, float* s) const {
-    const int64_t ks = g_.k[3] == 1 ? g_.k[2] : 1, kf = g_.k[3] == 1 ? 1 : g_.k[3];
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < g_.sk; ++j) {
-        float acc = 0;
-        for (int64_t e = 0; e < g_.d; ++e) acc += qb[r * g_.q[2] + e] * kh[j * ks + e * kf];
-        s[r * ld_s_ + j] = acc;
-      }
-  }
-
-  /// O = P·V in float32, each row times its 1/sum `inv`.
-  void float_outputs(int64_t rows, const float* p, const float* inv, const float* vh, float* o) const {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t e = 0; e < g_.dv; ++e) {
-        float acc = 0;
-        for (int64_t j = 0; j < g_.sk; ++j) acc += p[r * ld_s_ + j] * vh[j * g_.v[2] + e];
-        o[r * g_.out[2] + e] = acc * inv[r];
-      }
-  }
-
   AttentionGeometry g_;
   const cpu::vec::Kernels* v_;
+  const cpu::gemm::Kernel* k_;
   // vpdpbusd sums u8 x int8 products without saturation: 8 bits each side. vpmaddubsw's
   // pair sums saturate at int16: 7-bit queries against 8-bit keys, 8-bit exponentials
   // against 7-bit values (of the two splits the nearer to float32 on long attention).
   bool vnni_;
   int q_top_, v_qmax_;
   Operand keys_, values_;
-  int64_t mb_ = 1, chunks_ = 1, ldq_ = 0, ldp_ = 0, ld_s_ = 0, slot_bytes_ = 0;
+  int64_t mb_ = 1, chunks_ = 1, ldq_ = 0, ldp_ = 0, ld_s_ = 0, slot_bytes_ = 0, kc_d_ = 1, pk_ = 0, pq_ = 0;
   int slots_ = 1;
 };
 
