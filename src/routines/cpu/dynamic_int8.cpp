@@ -238,7 +238,16 @@ class Prepared final : public PreparedRoutine {
       std::fill_n(y, m_ * n_, std::numeric_limits<float>::quiet_NaN());
       return;
     }
-    if (!finite) return run_float(x, y, args);  // NaN or infinity: float32 keeps them as ONNX does
+    // Rows holding NaN or infinity (xs NaN) run on int8 with the others, then
+    // are computed again as float32 has them (non_finite_rows).
+    if (!finite) quantize_rows_one_by_one(x, q, u, xs, zp, args);
+    run_int8(q, u, xs, zp, y, args);
+    if (!finite) non_finite_rows(x, xs, y, args);
+  }
+
+ private:
+  void run_int8(const uint8_t* q, const int16_t* u, const float* xs, const int32_t* zp, float* y,
+                const RunArgs& args) const {
     const Packed& p = *packed_;
     const auto* w = static_cast<const int8_t*>(p.w.data());
     if (vnni_) return run_vnni(q, xs, zp, y, args);
@@ -267,7 +276,46 @@ class Prepared final : public PreparedRoutine {
     });
   }
 
- private:
+  /// After quantize_rows found a row it cannot quantise (the kernels stop at
+  /// the first): every row on its own; those holding NaN or infinity get a NaN
+  /// scale (their products computed again after) and zeros.
+  void quantize_rows_one_by_one(const float* x, uint8_t* q, int16_t* u, float* xs, int32_t* zp,
+                                const RunArgs& args) const {
+    args.pool->parallel_for(m_, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * k_;
+        const bool ok = u8s8_ ? dynamic_int8::quantize_rows_u8(xr, 1, k_, k_, q + r * ldu_, ldu_, xs + r, zp + r)
+                              : dynamic_int8::quantize_rows(xr, 1, k_, k_, u + r * ldu_, ldu_, xs + r);
+        if (ok) continue;
+        if (u8s8_) std::memset(q + r * ldu_, 0, static_cast<std::size_t>(ldu_));
+        else std::memset(u + r * ldu_, 0, sizeof(int16_t) * static_cast<std::size_t>(ldu_));
+        xs[r] = std::numeric_limits<float>::quiet_NaN();
+        zp[r] = 0;
+      }
+    });
+  }
+
+  /// The rows holding NaN or infinity (xs NaN) in float32 with the dequantised
+  /// weights, as cpu::non_finite_row computes them: NaN everywhere, or the
+  /// infinities' products alone.
+  void non_finite_rows(const float* x, const float* xs, float* y, const RunArgs& args) const {
+    const Packed& p = *packed_;
+    const auto* w = static_cast<const int8_t*>(p.w.data());
+    auto weight = [&](int64_t kk, int64_t o) { return static_cast<float>(w[offset(o, kk)]); };
+    args.pool->parallel_for(m_, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        if (!std::isnan(xs[r])) continue;
+        const float* xr = x + r * k_;
+        float* yr = y + r * n_;
+        cpu::non_finite_row(k_, n_, [&](int64_t kk) { return xr[kk]; }, weight, yr);
+        for (int64_t o = 0; o < n_; ++o) {
+          const auto c = static_cast<std::size_t>(o);
+          yr[o] = core::apply_activation(act_, yr[o] * p.scale[c] + p.bias[c]);
+        }
+      }
+    });
+  }
+
   /// Each row on its own grid (xs, zp per row), rows in chunks of whole tiles.
   /// False where the input holds NaN or infinity.
   bool quantize_rows(const float* x, uint8_t* q, int16_t* u, float* xs, int32_t* zp, const RunArgs& args) const {
@@ -345,35 +393,6 @@ class Prepared final : public PreparedRoutine {
   /// Where weight (channel o, k) lies in the packing.
   int64_t offset(int64_t o, int64_t kk) const {
     return (o / kBlockN) * block_bytes_ + (kk / group_) * group_ * kBlockN + (o % kBlockN) * group_ + kk % group_;
-  }
-
-  /// The layer in float32 with the dequantised weights: for an input holding
-  /// NaN or infinity, whose rows have no scale to quantise by (a dense layer's
-  /// packing: never cut pairs). Rows holding them take cpu::non_finite_row's
-  /// few products, the others every product.
-  void run_float(const float* x, float* y, const RunArgs& args) const {
-    const Packed& p = *packed_;
-    const auto* w = static_cast<const int8_t*>(p.w.data());
-    auto weight = [&](int64_t kk, int64_t o) { return static_cast<float>(w[offset(o, kk)]); };
-    args.pool->parallel_for(m_, 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* xr = x + r * k_;
-        float* yr = y + r * n_;
-        if (std::all_of(xr, xr + k_, [](float v) { return std::isfinite(v); })) {
-          for (int64_t o = 0; o < n_; ++o) {
-            float acc = 0;
-            for (int64_t kk = 0; kk < k_; ++kk) acc += xr[kk] * weight(kk, o);
-            yr[o] = acc;
-          }
-        } else {
-          cpu::non_finite_row(k_, n_, [&](int64_t kk) { return xr[kk]; }, weight, yr);
-        }
-        for (int64_t o = 0; o < n_; ++o) {
-          const auto c = static_cast<std::size_t>(o);
-          yr[o] = core::apply_activation(act_, yr[o] * p.scale[c] + p.bias[c]);
-        }
-      }
-    });
   }
 
   bool u8s8_ = false, per_tensor_ = false, vnni_ = false;
