@@ -399,6 +399,31 @@ Layer conv_layer(const std::string& name, const std::string& in, const std::stri
   return l;
 }
 
+/// `reference` with every layer pinned to `descriptor` (layer `tuned`'s parameters `params`).
+Model pinned_to(const Model& reference, const std::string& descriptor, const std::string& tuned = {},
+                const RoutineParams& params = {}) {
+  core::Graph g = detail::impl_of(reference).graph;
+  core::Tuning tuning;
+  for (const auto& l : g.layers)
+    tuning.routine_path.routines.push_back({l.name, descriptor, l.name == tuned ? params : RoutineParams{}, 0, 0, {}});
+  return detail::make_model(std::move(g), tuning);
+}
+
+/// Each output of `got` within tol x max |want| (+ 1e-6) of `want`'s.
+void check_outputs(const std::vector<NamedBlob>& got, const std::vector<NamedBlob>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    float scale = 0, err = 0;
+    for (int64_t i = 0; i < want[k].blob.numel(); ++i) {
+      scale = std::max(scale, std::abs(want[k].blob.data_as<float>()[i]));
+      err = std::max(err, std::abs(got[k].blob.data_as<float>()[i] - want[k].blob.data_as<float>()[i]));
+    }
+    INFO("output " << got[k].name);
+    CHECK(scale > 0);
+    CHECK(err <= tol * scale + 1e-6);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("session: a routine computes the step before it too, and the blob between them takes no memory",
@@ -527,11 +552,7 @@ TEST_CASE("session: a oneDNN convolution adds its result onto a residual in plac
     for (const Case& c : cases) {
       INFO(descriptor << ": " << c.what);
       Model reference = Model::build("block", inputs, c.layers, c.outputs);
-      core::Graph g = detail::impl_of(reference).graph;
-      core::Tuning tuning;
-      for (const auto& l : g.layers) tuning.routine_path.routines.push_back({l.name, descriptor, {}, 0, 0, {}});
-      Model pinned = detail::make_model(std::move(g), tuning);
-      Session fused(pinned, SessionOptions{1});
+      Session fused(pinned_to(reference, descriptor), SessionOptions{1});
       std::map<std::string, std::string> ran, fused_into;
       for (const auto& l : fused.layers()) ran[l.name] = l.descriptor, fused_into[l.name] = l.fused_into;
       if (ran["c2"] != descriptor || ran["sum"] != descriptor) {
@@ -543,20 +564,8 @@ TEST_CASE("session: a oneDNN convolution adds its result onto a residual in plac
       plain.schemas = {"cpu"};
       Session apart(reference, plain);
       const auto in = random_inputs(reference, 5);
-      for (int run = 0; run < 2; ++run) {  // twice: the in-place memory holds the last result
-        const auto got = fused.run(in), want = apart.run(in);
-        REQUIRE(got.size() == want.size());
-        const double tol = std::string(schema).find("bfloat16") != std::string::npos ? 3e-2 : 1e-4;
-        for (std::size_t k = 0; k < got.size(); ++k) {
-          float scale = 0, err = 0;
-          for (int64_t i = 0; i < want[k].blob.numel(); ++i) {
-            scale = std::max(scale, std::abs(want[k].blob.data_as<float>()[i]));
-            err = std::max(err, std::abs(got[k].blob.data_as<float>()[i] - want[k].blob.data_as<float>()[i]));
-          }
-          INFO("output " << got[k].name);
-          CHECK(err <= tol * scale + 1e-6);
-        }
-      }
+      for (int run = 0; run < 2; ++run)  // twice: the in-place memory holds the last result
+        check_outputs(fused.run(in), apart.run(in), std::string(schema).find("bfloat16") != std::string::npos ? 3e-2 : 1e-4);
     }
   }
 }
@@ -610,12 +619,7 @@ TEST_CASE("session: our direct convolution starts from the residual it adds", "[
       std::vector<std::string> outputs{"y"};
       if (c.residual_output) outputs.push_back(residual);
       Model reference = Model::build("block", {{"x", Shape{1, 8, 14, 14}, DType::float32}}, layers, outputs);
-      core::Graph g = detail::impl_of(reference).graph;
-      core::Tuning tuning;
-      for (const auto& l : g.layers)
-        tuning.routine_path.routines.push_back({l.name, descriptor, l.name == "c2" ? c.params : RoutineParams{}, 0, 0, {}});
-      Model pinned = detail::make_model(std::move(g), tuning);
-      Session fused(pinned, SessionOptions{2});
+      Session fused(pinned_to(reference, descriptor, "c2", c.params), SessionOptions{2});
       std::map<std::string, std::string> ran, fused_into;
       for (const auto& l : fused.layers()) ran[l.name] = l.descriptor, fused_into[l.name] = l.fused_into;
       if (ran["c2"] != descriptor || ran["sum"] != descriptor) {
@@ -628,18 +632,7 @@ TEST_CASE("session: our direct convolution starts from the residual it adds", "[
       Session apart(reference, plain);
       for (int run = 0; run < 2; ++run) {  // twice: the in-place memory holds the last result
         const auto in = random_inputs(reference, 5 + run);
-        const auto got = fused.run(in), want = apart.run(in);
-        REQUIRE(got.size() == want.size());
-        for (std::size_t k = 0; k < got.size(); ++k) {
-          float scale = 0, err = 0;
-          for (int64_t i = 0; i < want[k].blob.numel(); ++i) {
-            scale = std::max(scale, std::abs(want[k].blob.data_as<float>()[i]));
-            err = std::max(err, std::abs(got[k].blob.data_as<float>()[i] - want[k].blob.data_as<float>()[i]));
-          }
-          INFO("output " << got[k].name);
-          CHECK(scale > 0);
-          CHECK(err <= 1e-5f * scale + 1e-6f);
-        }
+        check_outputs(fused.run(in), apart.run(in), 1e-5);
       }
     }
   }
