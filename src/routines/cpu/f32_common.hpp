@@ -209,11 +209,11 @@ inline Support check_dense(const LayerInfo& info, std::string_view who) {
 }
 
 /// A dense layer's fused activation and affine on n outputs in place: gelu by
-/// the vec kernels (`v`; erf per value is ~50x slower; `to_bf16`: outputs
-/// rounded to bfloat16 after, its cheaper form), the others per value.
-inline void activate_row(const core::Activation& act, const vec::Kernels& v, float* y, int64_t n, bool to_bf16 = false) {
+/// the vec kernels (`v`; erf per value is ~50x slower; `approx`: a routine of
+/// reduced precision, whose own error dwarfs gelu_approx's), the others per value.
+inline void activate_row(const core::Activation& act, const vec::Kernels& v, float* y, int64_t n, bool approx = false) {
   if (act.kind == core::Activation::gelu || act.kind == core::Activation::gelu_tanh) {
-    (to_bf16 ? v.gelu_bf16 : v.gelu)(y, y, n, act.kind == core::Activation::gelu_tanh);
+    (approx ? v.gelu_approx : v.gelu)(y, y, n, act.kind == core::Activation::gelu_tanh);
     if (act.affine())
       for (int64_t i = 0; i < n; ++i) y[i] = y[i] * act.scale + act.shift;
     return;

@@ -146,7 +146,7 @@ class Prepared final : public PreparedRoutine {
         epilogue_.context = this;
         epilogue_.activate = [](const void* self, float* x, int64_t n) {
           const auto* me = static_cast<const Prepared*>(self);
-          cpu::activate_row(me->act_, *me->v_, x, n, kBf16);
+          cpu::activate_row(me->act_, *me->v_, x, n, true);  // (int8 products: reduced precision either way)
         };
     }
     const Panels p(layer);

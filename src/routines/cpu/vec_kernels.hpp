@@ -24,9 +24,10 @@ struct Kernels {
   /// y[i] = gelu(x[i]), i < n: erf form (Abramowitz-Stegun 7.1.26 erfc, |error|
   /// <= 1.5e-7) or tanh form (x / (1 + exp(-2u))).
   void (*gelu)(const float* x, float* y, int64_t n, bool tanh_form);
-  /// The same for values rounded to bfloat16 after: |error| <= 5e-5 max(1, |x|)
-  /// (AVX-512: no division, a cheaper exp; 1.6x faster; elsewhere gelu's).
-  void (*gelu_bf16)(const float* x, float* y, int64_t n, bool tanh_form);
+  /// The same within 5e-5 max(1, |x|), for routines whose own error dwarfs it
+  /// (bfloat16 outputs, int8 products; AVX-512: no division, a cheaper exp,
+  /// 1.6x faster; elsewhere gelu's).
+  void (*gelu_approx)(const float* x, float* y, int64_t n, bool tanh_form);
   /// y[i] = erf(x[i]), i < n (the same erfc, |error| <= 1.5e-7).
   void (*erf)(const float* x, float* y, int64_t n);
   /// One group of group_norm: `channels` planes of `spatial` floats, normalised
