@@ -271,11 +271,15 @@ class Prepared final : public PreparedRoutine {
                                     p.bias.data() + lane0, yr, n_, nvalid);
         }
         if (act_.kind == core::Activation::none && !act_.affine()) continue;
-        // (gelu_approx: the int8 products err far more than its 5e-5)
-        for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_ + blk * kBlockN, nvalid, true);
+        for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_ + blk * kBlockN, nvalid, approx_gelu());
       }
     });
   }
+
+  /// gelu_approx where the int8 products are our reduced precision (per row: its
+  /// error dwarfs 5e-5); a quantised model's own arithmetic (per tensor, ONNX
+  /// Runtime's quantize_dynamic) keeps the exact GELU after it.
+  bool approx_gelu() const { return !per_tensor_; }
 
   /// After quantize_rows found a row it cannot quantise (the kernels stop at
   /// the first): every row on its own; those holding NaN or infinity get a NaN
@@ -386,7 +390,7 @@ class Prepared final : public PreparedRoutine {
                                        y + r * n_ + col, n_, nlast);
         }
         if (act_.kind == core::Activation::none && !act_.affine()) continue;
-        for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_ + col, ncols, true);
+        for (int64_t r = 0; r < m_; ++r) cpu::activate_row(act_, *v_, y + r * n_ + col, ncols, approx_gelu());
       }
     });
   }
