@@ -73,6 +73,17 @@ inline float softmax_row(const core::AttentionGeometry& g, const vec::Kernels& v
   return 1.0f;
 }
 
+/// O = P·V for `rows` query rows (P [rows, Sk] with row stride ldp, read in
+/// place by vec kernel rows_times; V of one head at vh; O at o, the output's
+/// row stride), each row then times its softmax_row result `inv` (1/sum).
+inline void outputs_of(const core::AttentionGeometry& g, const vec::Kernels& v, const float* p, int64_t ldp,
+                       int64_t rows, const float* vh, const float* inv, float* o) {
+  v.rows_times(p, ldp, rows, vh, g.v[2], g.sk, g.dv, o, g.out[2], false);
+  for (int64_t r = 0; r < rows; ++r)
+    if (inv[r] != 1.0f)
+      for (int64_t e = 0; e < g.dv; ++e) o[r * g.out[2] + e] *= inv[r];
+}
+
 /// Chunks of query blocks per head: enough tasks for every thread where heads are fewer.
 inline int64_t query_chunks(const core::AttentionGeometry& g, int64_t block, int slots) {
   const int64_t heads = g.b * g.h, blocks = (g.sq + block - 1) / block;

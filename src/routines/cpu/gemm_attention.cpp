@@ -67,10 +67,7 @@ class Prepared final : public PreparedRoutine {
         gemm::gemm_block(*k_, rows, g_.sk, g_.d, kc_d_, pq, pk, s, ld_s_, gemm::Epilogue{}, 0, rows, 0, g_.sk);
         for (int64_t r = 0; r < rows; ++r) inv[r] = cpu::attention::softmax_row(g_, *v_, s + r * ld_s_, mask, b, h, i0 + r);
         float* o = out + b * g_.out[0] + h * g_.out[1] + i0 * g_.out[2];
-        v_->rows_times(s, ld_s_, rows, vh, g_.v[2], g_.sk, g_.dv, o, g_.out[2], false);
-        for (int64_t r = 0; r < rows; ++r)
-          if (inv[r] != 1.0f)
-            for (int64_t e = 0; e < g_.dv; ++e) o[r * g_.out[2] + e] *= inv[r];
+        cpu::attention::outputs_of(g_, *v_, s, ld_s_, rows, vh, inv, o);
       }
     });
   }

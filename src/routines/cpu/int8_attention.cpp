@@ -165,10 +165,7 @@ class Prepared final : public PreparedRoutine {
           for (int64_t r = 0; r < rows; ++r) ps[r] = qs[r] / 255.0f, pz[r] = 0;
           products(rows, pu, ldp_, values, ps, pz, o, g_.out[2]);
         } else {
-          v_->rows_times(s, ld_s_, rows, vh, g_.v[2], g_.sk, g_.dv, o, g_.out[2], false);
-          for (int64_t r = 0; r < rows; ++r)
-            if (qs[r] != 1.0f)
-              for (int64_t e = 0; e < g_.dv; ++e) o[r * g_.out[2] + e] *= qs[r];
+          cpu::attention::outputs_of(g_, *v_, s, ld_s_, rows, vh, qs, o);
         }
       }
     });

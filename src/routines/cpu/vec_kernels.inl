@@ -142,43 +142,13 @@ inline float hmax(vf v) {
 
 #include "routines/cpu/simd_exp.inl"
 
-/// erfc(z) for z >= 0: t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z)
-/// (Abramowitz-Stegun 7.1.26, |error| <= 1.5e-7).
-inline vf verfc_nonneg(vf z) {
-  const vf t = vdiv(vset1(1.0f), vfma(z, vset1(0.3275911f), vset1(1.0f)));
-  vf p = vset1(1.061405429f);
-  p = vfma(p, t, vset1(-1.453152027f));
-  p = vfma(p, t, vset1(1.421413741f));
-  p = vfma(p, t, vset1(-0.284496736f));
-  p = vfma(p, t, vset1(0.254829592f));
-  return vmul(vmul(p, t), vexp(vmul(vsub(vzero(), z), z)));
-}
+/// a / b exactly, and its approximate form (below).
+inline vf vdiv_exact(vf a, vf b) { return vdiv(a, b); }
 
-/// gelu, erf form: 0.5 x (1 + erf(x/sqrt2)) = 0.5 x erfc(|z|) for x < 0 and
-/// 0.5 x (2 - erfc(|z|)) otherwise (no cancellation for large negative x).
-inline vf vgelu_erf(vf x) {
-  const vf q = verfc_nonneg(vmul(vabs(x), vset1(0.70710678118654752f)));
-  const vf f = vselect_neg(x, vsub(vset1(2.0f), q), q);
-  return vmul(vmul(vset1(0.5f), x), f);
-}
-
-/// erf(x) = sign(x) (1 - erfc(|x|)).
-inline vf verf(vf x) {
-  const vf e = vsub(vset1(1.0f), verfc_nonneg(vabs(x)));
-  return vselect_neg(x, e, vsub(vzero(), e));
-}
-
-/// gelu, tanh form: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
-inline vf vgelu_tanh(vf x) {
-  const vf x2 = vmul(x, x);
-  const vf u2 = vmul(vmul(x, vset1(-2.0f * 0.79788456080286536f)), vfma(x2, vset1(0.044715f), vset1(1.0f)));
-  return vdiv(x, vadd(vset1(1.0f), vexp(u2)));
-}
-
-// The same within 5e-5 max(1, |x|), for routines whose own error dwarfs it
-// (bfloat16 outputs round to 2e-3, int8 products): on AVX-512 without the
-// division (vrcp14ps, 2^-14) and with a cheaper exp; 1.6x faster. Elsewhere
-// the forms above.
+// The approximate forms, within 5e-5 max(1, |x|) in GELU, for routines whose
+// own error dwarfs it (bfloat16 outputs round to 2e-3, int8 products): on
+// AVX-512 without the division (vrcp14ps, 2^-14) and with a cheaper exp; 1.6x
+// faster. Elsewhere the exact ones.
 #if SN_VEC_AVX512
 /// exp(x) within 7.5e-5: 2^u, u = x log2 e, 2^frac(u) by a degree-3
 /// polynomial (vreduceps) times 2^floor(u) (vscalefps); x clamped as vexp's.
@@ -191,28 +161,46 @@ inline vf vexp_approx(vf x) {
   q = vfma(q, f, vset1(0.99992514f));
   return _mm512_scalef_ps(q, u);
 }
-inline vf vrcp_approx(vf a) { return _mm512_rcp14_ps(a); }
+inline vf vdiv_approx(vf a, vf b) { return vmul(a, _mm512_rcp14_ps(b)); }
 #else
 inline vf vexp_approx(vf x) { return vexp(x); }
-inline vf vrcp_approx(vf a) { return vdiv(vset1(1.0f), a); }
+inline vf vdiv_approx(vf a, vf b) { return vdiv(a, b); }
 #endif
 
-inline vf vgelu_erf_approx(vf x) {
-  const vf z = vmul(vabs(x), vset1(0.70710678118654752f));
-  const vf t = vrcp_approx(vfma(z, vset1(0.3275911f), vset1(1.0f)));
+/// erfc(z) for z >= 0: t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z)
+/// (Abramowitz-Stegun 7.1.26, |error| <= 1.5e-7 with the exact Div and Exp).
+template <vf (*Div)(vf, vf) = vdiv_exact, vf (*Exp)(vf) = vexp>
+inline vf verfc_nonneg(vf z) {
+  const vf t = Div(vset1(1.0f), vfma(z, vset1(0.3275911f), vset1(1.0f)));
   vf p = vset1(1.061405429f);
   p = vfma(p, t, vset1(-1.453152027f));
   p = vfma(p, t, vset1(1.421413741f));
   p = vfma(p, t, vset1(-0.284496736f));
   p = vfma(p, t, vset1(0.254829592f));
-  const vf q = vmul(vmul(p, t), vexp_approx(vmul(vsub(vzero(), z), z)));
-  return vmul(vmul(vset1(0.5f), x), vselect_neg(x, vsub(vset1(2.0f), q), q));
+  return vmul(vmul(p, t), Exp(vmul(vsub(vzero(), z), z)));
 }
 
-inline vf vgelu_tanh_approx(vf x) {
+/// gelu, erf form: 0.5 x (1 + erf(x/sqrt2)) = 0.5 x erfc(|z|) for x < 0 and
+/// 0.5 x (2 - erfc(|z|)) otherwise (no cancellation for large negative x).
+template <vf (*Div)(vf, vf) = vdiv_exact, vf (*Exp)(vf) = vexp>
+inline vf vgelu_erf(vf x) {
+  const vf q = verfc_nonneg<Div, Exp>(vmul(vabs(x), vset1(0.70710678118654752f)));
+  const vf f = vselect_neg(x, vsub(vset1(2.0f), q), q);
+  return vmul(vmul(vset1(0.5f), x), f);
+}
+
+/// erf(x) = sign(x) (1 - erfc(|x|)).
+inline vf verf(vf x) {
+  const vf e = vsub(vset1(1.0f), verfc_nonneg(vabs(x)));
+  return vselect_neg(x, e, vsub(vzero(), e));
+}
+
+/// gelu, tanh form: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+template <vf (*Div)(vf, vf) = vdiv_exact, vf (*Exp)(vf) = vexp>
+inline vf vgelu_tanh(vf x) {
   const vf x2 = vmul(x, x);
   const vf u2 = vmul(vmul(x, vset1(-2.0f * 0.79788456080286536f)), vfma(x2, vset1(0.044715f), vset1(1.0f)));
-  return vmul(x, vrcp_approx(vadd(vset1(1.0f), vexp_approx(u2))));
+  return Div(x, vadd(vset1(1.0f), Exp(u2)));
 }
 
 void rms_norm_rows(const float* x, float* y, int64_t rows, int64_t n, const float* scale, float eps) {
@@ -436,16 +424,16 @@ void map(const float* x, float* y, int64_t n) {
 
 void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
   if (tanh_form)
-    map<vgelu_tanh>(x, y, n);
+    map<vgelu_tanh<>>(x, y, n);
   else
-    map<vgelu_erf>(x, y, n);
+    map<vgelu_erf<>>(x, y, n);
 }
 
 void gelu_approx(const float* x, float* y, int64_t n, bool tanh_form) {
   if (tanh_form)
-    map<vgelu_tanh_approx>(x, y, n);
+    map<vgelu_tanh<vdiv_approx, vexp_approx>>(x, y, n);
   else
-    map<vgelu_erf_approx>(x, y, n);
+    map<vgelu_erf<vdiv_approx, vexp_approx>>(x, y, n);
 }
 
 void erf(const float* x, float* y, int64_t n) { map<verf>(x, y, n); }
