@@ -216,22 +216,40 @@ FusedPair* LayerProfile::fused_pair(const Measured* previous, const Measured* mi
 }
 
 void update_context_ratios(std::vector<LayerProfile>& profiles) {
-  std::vector<double> all;
-  for (auto& p : profiles)
-    for (const auto& m : p.measured)
-      if (m.integrated_ms > 0 && m.unit_ms > 0) all.push_back(m.integrated_ms / m.unit_ms);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 1.0 : v[v.size() / 2];
   };
+  auto ratio = [](const Measured& m) { return m.integrated_ms > 0 && m.unit_ms > 0 ? m.integrated_ms / m.unit_ms : 0.0; };
+  std::vector<double> all;
+  std::map<std::pair<std::string, std::string>, std::vector<double>> routine_ratios;  // (layer type, descriptor)
+  for (auto& p : profiles)
+    for (const auto& m : p.measured)
+      if (const double r = ratio(m); r > 0) {
+        all.push_back(r);
+        routine_ratios[{p.layer->type, m.cand.descriptor}].push_back(r);
+      }
+  std::map<std::pair<std::string, std::string>, double> routine_ratio;
+  for (const auto& [key, v] : routine_ratios) routine_ratio[key] = median(v);
   const double global = std::max(1.0, median(all));
   for (auto& p : profiles) {
     std::vector<double> mine;
     for (const auto& m : p.measured)
-      if (m.integrated_ms > 0 && m.unit_ms > 0) mine.push_back(m.integrated_ms / m.unit_ms);
+      if (const double r = ratio(m); r > 0) mine.push_back(r);
     // Never below 1: a candidate alone is not slower than in a net, and
     // estimating it cheaper than measured would chase unmeasured candidates.
     p.context_ratio = mine.empty() ? global : std::max(1.0, median(mine));
+    for (auto& m : p.measured) {
+      m.context_ratio = 0;
+      if (m.integrated_ms > 0 || mine.empty()) continue;
+      auto its = routine_ratio.find({p.layer->type, m.cand.descriptor});
+      if (its == routine_ratio.end()) continue;
+      std::vector<double> estimates;
+      for (const auto& c : p.measured)
+        if (const double r = ratio(c); r > 0)
+          estimates.push_back(r * its->second / routine_ratio.at({p.layer->type, c.cand.descriptor}));
+      m.context_ratio = std::max(1.0, median(estimates));
+    }
   }
 }
 

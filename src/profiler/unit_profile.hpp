@@ -73,6 +73,9 @@ struct Measured {
   std::vector<core::RoutineChoice> children;  ///< a childnet candidate's child choices
   std::string cache_key;  ///< its profile cache key (empty: a childnet's cost, from its children)
   bool from_disk = false;  ///< unit_ms came from the profile cache file, not this tuning
+  /// Not measured in context: its estimated in-context/unit ratio
+  /// (update_context_ratios; 0: the layer's context_ratio).
+  double context_ratio = 0;
 };
 
 /// A candidate of the layer before and one of this layer that one routine
@@ -98,11 +101,15 @@ struct LayerProfile {
   /// context (else the net's median ratio): a candidate measured only alone is
   /// estimated at unit_ms * context_ratio, so it does not look cheaper than the
   /// measured ones just because isolation keeps caches warm (VGG16's 400 MB
-  /// dense layer: 4.1 ms alone, several times that in the net).
+  /// dense layer: 4.1 ms alone, several times that in the net). Where its
+  /// routine was measured in context elsewhere, Measured::context_ratio instead.
   double context_ratio = 1;
   /// The time the planner uses for a candidate: in context where measured, else estimated.
   double cost(const Measured& m, bool integrated) const {
-    return !integrated ? m.unit_ms : m.integrated_ms > 0 ? m.integrated_ms : m.unit_ms * context_ratio;
+    return !integrated              ? m.unit_ms
+           : m.integrated_ms > 0    ? m.integrated_ms
+           : m.context_ratio > 0    ? m.unit_ms * m.context_ratio
+                                    : m.unit_ms * context_ratio;
   }
   /// A fused pair's time as cost() gives a candidate's (the pair estimated by this layer's ratio).
   double cost(const FusedPair& f, bool integrated) const {
@@ -120,7 +127,14 @@ struct LayerProfile {
   Measured& entry(const Measured* m) { return measured[static_cast<std::size_t>(m - measured.data())]; }
 };
 
-/// Sets every layer's context_ratio from the candidates measured in context.
+/// Sets every layer's context_ratio from the candidates measured in context,
+/// and each candidate's measured only alone whose routine (descriptor, on
+/// this layer type) was measured in context somewhere: the layer's ratios
+/// scaled by how that routine's ratio compares with theirs over the net
+/// (medians). A net's slowdown is partly the layer's (weights from memory)
+/// and partly the routine's: BERT's Q/K/V products in oneDNN's int8 ran 1.64x
+/// their unit time in the net, our bfloat16 tile_dense 1.14x in the same
+/// layers elsewhere, and at the layer's 1.64x tile_dense never looked faster.
 void update_context_ratios(std::vector<LayerProfile>& profiles);
 
 /// An adapt routine with its parameters, as measured.

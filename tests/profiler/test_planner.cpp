@@ -95,6 +95,45 @@ struct ForkProfiles {
 
 }  // namespace
 
+TEST_CASE("a candidate measured only alone is priced by its routine's slowdown in the net, not another's",
+          "[tune][planner]") {
+  // Three dense layers; routine A (oneDNN's int8, say) runs 1.7x its unit time
+  // in the net, B (tile_dense) 1.1x. Layers 1 and 2 ran A in context; B was
+  // measured in context in layer 0 only. Layer 2's weights come from memory: A
+  // there ran 4x.
+  std::vector<Layer> layers(3);
+  std::vector<profiler::LayerProfile> profiles(3);
+  auto candidate = [](const char* descriptor, double unit, double in_net) {
+    profiler::Measured m;
+    m.cand.descriptor = descriptor;
+    m.unit_ms = unit;
+    m.integrated_ms = in_net;
+    return m;
+  };
+  for (int i = 0; i < 3; ++i) {
+    layers[static_cast<std::size_t>(i)].name = "d" + std::to_string(i);
+    layers[static_cast<std::size_t>(i)].type = "dense";
+    profiles[static_cast<std::size_t>(i)].layer = &layers[static_cast<std::size_t>(i)];
+  }
+  profiles[0].measured = {candidate("A", 1.0, 1.7), candidate("B", 1.2, 1.32)};
+  profiles[1].measured = {candidate("A", 1.0, 1.7), candidate("B", 1.2, 0), candidate("C", 1.1, 0)};
+  profiles[2].measured = {candidate("A", 1.0, 4.0), candidate("B", 1.2, 0)};
+  profiler::update_context_ratios(profiles);
+  // Layer 1: B at its own 1.1x (A's 1.7 here scaled by B's 1.1 over A's 1.7),
+  // 1.32 ms against A's 1.7; C, never measured in context, at the layer's 1.7x.
+  CHECK(profiles[1].cost(profiles[1].measured[1], true) == Approx(1.32));
+  CHECK(profiles[1].cost(profiles[1].measured[0], true) == Approx(1.7));
+  CHECK(profiles[1].cost(profiles[1].measured[2], true) == Approx(1.1 * 1.7));
+  // Layer 2 keeps its own slowdown: B at 4 x 1.1 / 1.7, not B's 1.1 alone.
+  CHECK(profiles[2].cost(profiles[2].measured[1], true) == Approx(1.2 * 4.0 * 1.1 / 1.7));
+  // Unit costs are unit costs.
+  CHECK(profiles[1].cost(profiles[1].measured[1], false) == Approx(1.2));
+  // Another layer type's slowdowns do not price B.
+  layers[0].type = "conv2";
+  profiler::update_context_ratios(profiles);
+  CHECK(profiles[1].cost(profiles[1].measured[1], true) == Approx(1.2 * 1.7));
+}
+
 TEST_CASE("the planner converts a blob several layers read once, and the executor follows the path", "[tune][planner]") {
   if (!blocked_relu_runs()) {
     WARN("no nchw8c relu runs on this CPU: not checked");
