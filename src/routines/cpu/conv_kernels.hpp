@@ -82,7 +82,15 @@ struct AsmTile {
   /// Split tiles: each tap prefetches Kernels::w_next_per_tap bytes from here on into L2
   /// (the next pass's weights; AsmRow spreads them over a pass's tiles).
   const float* w_next = nullptr;
+  /// AVX-512 tiles' epilogue (last 4): hardswish's constants, as VAct uses them.
+  float hs_add = 3.0f, hs_max = 6.0f, hs_mul = 1.0f / 6.0f;
+  /// AVX-512 tiles: after the activation, y * scale + shift where `affine`.
+  float scale = 1, shift = 0;
+  int64_t affine = 0;
 };
+static_assert(offsetof(AsmTile, hs_add) == 144 && offsetof(AsmTile, hs_max) == 148 && offsetof(AsmTile, hs_mul) == 152 &&
+                  offsetof(AsmTile, scale) == 156 && offsetof(AsmTile, shift) == 160 && offsetof(AsmTile, affine) == 168,
+              "gen_direct_asm.py reads AsmTile by offset");
 static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
                   offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96 &&
                   offsetof(AsmTile, last_steps) == 104 && offsetof(AsmTile, x_row2_bytes) == 112 &&

@@ -56,8 +56,9 @@ struct Epilogue {
   /// (check_activation(layer, true)) apply it.
   bool affine = false;
   float scale = 1, shift = 0;
-  /// What the assembly tiles' own epilogue computes (bias, then relu or a clip,
-  /// no affine): other epilogues run in C over the tile's sums.
+  /// What every assembly tile's own epilogue computes (bias, then relu or a
+  /// clip, no affine): other epilogues run in C over the tile's sums (the
+  /// AVX-512 direct tiles also take hardswish and the affine: asm_row).
   bool clamps_only() const { return !affine && (act == Act::none || act == Act::relu || act == Act::clip); }
 };
 

@@ -110,6 +110,7 @@ UNROLL = 4  # channel steps per loop iteration (16 / UNROLL iterations)
 F_Y, F_X, F_W, F_TAP, F_NTAPS, F_ICBS, F_XICB, F_WICB, F_LOAD = 0, 8, 16, 24, 32, 40, 48, 56, 64
 F_YOCB, F_BIAS, F_LO, F_HI, F_LAST, F_LSTEPS = 72, 80, 88, 92, 96, 104
 F_XROW2, F_YROW, F_ZEROS, F_WNEXT = 112, 120, 128, 136
+F_HS_ADD, F_HS_MAX, F_HS_MUL, F_SCALE, F_SHIFT, F_AFFINE = 144, 148, 152, 156, 160, 168
 # Split tiles: bytes of the next pass's weights each tap prefetches into L2
 # (AsmTile::w_next, Kernels::w_next_per_tap): 3/8 of what a tap reads per
 # block on 2 x W AVX2 tiles (512 bytes), so that a pass of 3 tiles or more
@@ -200,25 +201,54 @@ def add_bias(emit, ocb, w):
             emit(f"vaddps {j * VB}(%%r14), %%{R}{j * w + i}, %%{R}{j * w + i}")
 
 
-def clamp(emit, n, f_lo, f_hi):
+def clamp(emit, n, f_lo, f_hi, extended=False):
     """last (in rcx): 2 clamps to [lo, hi] (clip), 3 only from below (relu:
     no vminps against +inf); 1 leaves the sums (+ bias) as they are.
     The bound is broadcast into register n (a weight register, free here) and
     is the first source: vmaxps/vminps return the second where either is NaN,
-    so a NaN sum stays NaN (a memory operand could only be the second)."""
+    so a NaN sum stays NaN (a memory operand could only be the second).
+    `extended` (AVX-512, AsmTile): also 4, hardswish, and after any of them
+    y * scale + shift where AsmTile::affine (PP-LCNetV3's act_scale and
+    act_shift), each as VAct computes it (the same operations in the same
+    order); registers n to n + 3 (free: at most 28 accumulators)."""
     def bound(f):
         emit(f"vbroadcastss {f}(%[t]), %%{R}{n}")
         return f"%%{R}{n}"
+    end = "15f" if extended else "12f"
     emit("cmp $1, %%rcx")
-    emit("je 12f")
+    emit(f"je {end}")
+    if extended:
+        emit("cmp $4, %%rcx")
+        emit("je 16f")
     b = bound(f_lo)
     for k in range(n):
         emit(f"vmaxps %%{R}{k}, {b}, %%{R}{k}")
     emit("cmp $3, %%rcx")
-    emit("je 12f")
+    emit(f"je {end}")
     b = bound(f_hi)
     for k in range(n):
         emit(f"vminps %%{R}{k}, {b}, %%{R}{k}")
+    if extended:
+        # hardswish: x * (min(6, max(0, x + 3)) * (1/6)); t (n) second in max
+        # and min, so a NaN stays NaN.
+        t, zero, six = f"%%{R}{n}", f"%%{R}{n + 1}", f"%%{R}{n + 2}"
+        emit("jmp 15f")
+        emit("16:")
+        emit(f"vpxord {zero}, {zero}, {zero}")
+        emit(f"vbroadcastss {F_HS_MAX}(%[t]), {six}")
+        for k in range(n):
+            emit(f"vaddps {F_HS_ADD}(%[t])%{{1to16%}}, %%{R}{k}, {t}")
+            emit(f"vmaxps {t}, {zero}, {t}")
+            emit(f"vminps {t}, {six}, {t}")
+            emit(f"vmulps {F_HS_MUL}(%[t])%{{1to16%}}, {t}, {t}")
+            emit(f"vmulps {t}, %%{R}{k}, %%{R}{k}")
+        emit("15:")
+        emit(f"cmpq $0, {F_AFFINE}(%[t])")
+        emit("je 12f")
+        scale = f"%%{R}{n + 3}"
+        emit(f"vbroadcastss {F_SCALE}(%[t]), {scale}")
+        for k in range(n):
+            emit(f"vfmadd213ps {F_SHIFT}(%[t])%{{1to16%}}, {scale}, %%{R}{k}")
     emit("12:")
 
 
@@ -435,11 +465,12 @@ def finish_tile(emit, a, ocb, w, rows, n, px, wreg, used_tmps, name, split=0):
     emit(f"mov {F_BIAS}(%[t]), %%r14")
     add_bias(emit, ocb, px)
     emit("14:")
-    clamp(emit, n, F_LO, F_HI)
+    clamp(emit, n, F_LO, F_HI, extended=EMB)
     each_y(lambda k, m: emit(f"vmovups %%{R}{k}, {m}"))
     # 13 general registers at most: with a frame pointer (the ASan build) rbp is
     # taken, and %[t] needs one of the 14 others.
-    return asm_function(name, "AsmTile", a, set(range(n)) | set(wreg) | used_tmps,
+    assert not EMB or n + 4 <= NREG  # clamp()'s extended epilogue
+    return asm_function(name, "AsmTile", a, set(range(n + 4 if EMB else n)) | set(wreg) | used_tmps,
                         ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"])
 
 
