@@ -233,22 +233,23 @@ void update_context_ratios(std::vector<LayerProfile>& profiles) {
   for (const auto& [key, v] : routine_ratios) routine_ratio[key] = median(v);
   const double global = std::max(1.0, median(all));
   for (auto& p : profiles) {
-    std::vector<double> mine;
+    // The layer's measured ratios, and each over its routine's (the layer's own
+    // share of the slowdown).
+    std::vector<double> mine, layer_share;
     for (const auto& m : p.measured)
-      if (const double r = ratio(m); r > 0) mine.push_back(r);
+      if (const double r = ratio(m); r > 0) {
+        mine.push_back(r);
+        layer_share.push_back(r / routine_ratio.at({p.layer->type, m.cand.descriptor}));
+      }
     // Never below 1: a candidate alone is not slower than in a net, and
     // estimating it cheaper than measured would chase unmeasured candidates.
     p.context_ratio = mine.empty() ? global : std::max(1.0, median(mine));
+    const double share = median(layer_share);
     for (auto& m : p.measured) {
-      m.context_ratio = 0;
-      if (m.integrated_ms > 0 || mine.empty()) continue;
       auto its = routine_ratio.find({p.layer->type, m.cand.descriptor});
-      if (its == routine_ratio.end()) continue;
-      std::vector<double> estimates;
-      for (const auto& c : p.measured)
-        if (const double r = ratio(c); r > 0)
-          estimates.push_back(r * its->second / routine_ratio.at({p.layer->type, c.cand.descriptor}));
-      m.context_ratio = std::max(1.0, median(estimates));
+      m.context_ratio = m.integrated_ms > 0 || mine.empty() || its == routine_ratio.end()
+                            ? 0
+                            : std::max(1.0, its->second * share);
     }
   }
 }

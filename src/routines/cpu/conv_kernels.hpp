@@ -88,14 +88,13 @@ struct AsmTile {
   float scale = 1, shift = 0;
   int64_t affine = 0;
 };
-static_assert(offsetof(AsmTile, hs_add) == 144 && offsetof(AsmTile, hs_max) == 148 && offsetof(AsmTile, hs_mul) == 152 &&
-                  offsetof(AsmTile, scale) == 156 && offsetof(AsmTile, shift) == 160 && offsetof(AsmTile, affine) == 168,
-              "gen_direct_asm.py reads AsmTile by offset");
 static_assert(offsetof(AsmTile, load) == 64 && offsetof(AsmTile, y_ocb_bytes) == 72 && offsetof(AsmTile, bias) == 80 &&
                   offsetof(AsmTile, lo) == 88 && offsetof(AsmTile, hi) == 92 && offsetof(AsmTile, last) == 96 &&
                   offsetof(AsmTile, last_steps) == 104 && offsetof(AsmTile, x_row2_bytes) == 112 &&
                   offsetof(AsmTile, y_row_bytes) == 120 && offsetof(AsmTile, zeros) == 128 &&
-                  offsetof(AsmTile, w_next) == 136,
+                  offsetof(AsmTile, w_next) == 136 && offsetof(AsmTile, hs_add) == 144 && offsetof(AsmTile, hs_max) == 148 &&
+                  offsetof(AsmTile, hs_mul) == 152 && offsetof(AsmTile, scale) == 156 && offsetof(AsmTile, shift) == 160 &&
+                  offsetof(AsmTile, affine) == 168,
               "gen_direct_asm.py reads AsmTile by offset");
 using AsmTileFn = void (*)(const AsmTile&);
 
